@@ -1,0 +1,23 @@
+"""dualgraph: write dynamic, run static.
+
+>>> import dualgraph as dg
+>>> x = dg.tensor([1.0, 2.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad
+tensor([2., 4.])
+"""
+from . import autograd, dtypes  # noqa: F401
+from . import ops  # noqa: F401  (registers every op and binds Tensor methods)
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  # noqa: F401
+                     float64, get_default_dtype, half, int, int32, int64, long,
+                     set_default_dtype)
+from .dtypes import DType as dtype  # noqa: F401
+from .ops.creation import *  # noqa: F401,F403
+from .ops.elementwise import *  # noqa: F401,F403
+from .ops.reduce import *  # noqa: F401,F403
+from .ops.shape import *  # noqa: F401,F403
+from .shapes import ShapeError  # noqa: F401
+from .tensor import Size, Tensor  # noqa: F401
+
+__version__ = "0.1.0"

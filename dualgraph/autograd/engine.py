@@ -1,0 +1,243 @@
+"""The backward engine: ``tensor.backward()`` and ``dg.autograd.grad``.
+
+Gradients flow from the roots through the recorded nodes in dependency order (a node runs
+once all the nodes that feed it gradient have run). Each node's VJP is a function of
+dualgraph ops, so with ``create_graph=True`` the backward pass is itself recorded and can be
+differentiated again; otherwise it runs under ``no_grad``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..tensor import Tensor
+from .tape import AccumulateGrad, Node, grad_mode, set_grad_enabled
+
+
+def backward(tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(tensor)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    run_backward((tensor,), (gradient,), retain_graph, create_graph, inputs=inputs)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False):
+    """The gradients of ``outputs`` with respect to ``inputs``, returned as a tuple (``.grad``
+    is left untouched), as ``torch.autograd.grad``."""
+    outputs = _as_tuple(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = _as_tuple(inputs)
+    if grad_outputs is None:
+        grad_outputs = (None,) * len(outputs)
+    grads = run_backward(outputs, _as_tuple(grad_outputs), retain_graph, create_graph,
+                         capture=inputs)
+    for t, g in zip(inputs, grads):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"one of the inputs (shape {tuple(t.shape)}) was not used to compute the "
+                "outputs; pass allow_unused=True to get None for it")
+    return grads[0:1] if single else tuple(grads)
+
+
+def _as_tuple(x):
+    if isinstance(x, (list, tuple)):
+        return tuple(x)
+    return (x,)
+
+
+def _root_grad(t: Tensor, g):
+    if g is None:
+        if t._data.size != 1:
+            raise RuntimeError(
+                f"backward() on a tensor of shape {tuple(t.shape)} needs a gradient: grad "
+                "can be implicitly created only for scalar outputs; call .sum() first or "
+                "pass gradient= a tensor of the same shape")
+        return Tensor._make(np.ones(t._data.shape, t._data.dtype))
+    if not isinstance(g, Tensor):
+        g = Tensor._make(np.asarray(g, dtype=t._data.dtype))
+    if tuple(g.shape) != tuple(t.shape):
+        raise RuntimeError(
+            f"gradient has shape {tuple(g.shape)} but the tensor has shape {tuple(t.shape)}; "
+            "they must match")
+    return g
+
+
+def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, inputs=None):
+    if retain_graph is None:
+        retain_graph = create_graph
+    pending: dict = {}            # node -> {output index: grad}
+    for t, g in zip(roots, root_grads):
+        if not t.requires_grad:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn; "
+                "set requires_grad=True on the inputs you want gradients for")
+        g = _root_grad(t, g)
+        node = t.grad_fn or t._accumulate_node()
+        _add(pending, node, t._output_nr if t.grad_fn is not None else 0, g)
+
+    # Where the gradient of a captured tensor (autograd.grad inputs, or backward(inputs=))
+    # shows up: a leaf's accumulator, or a non-leaf's producing node and output index.
+    targets = capture if capture is not None else inputs
+    captured = None
+    if targets is not None:
+        targets = _as_tuple(targets)
+        captured = {}
+        for i, t in enumerate(targets):
+            if not t.requires_grad:
+                raise RuntimeError(f"input {i} does not require grad")
+            key = (t.grad_fn, t._output_nr) if t.grad_fn is not None else (
+                t._accumulate_node(), 0)
+            captured.setdefault(key, []).append(i)
+    results = [None] * (len(targets) if targets is not None else 0)
+
+    order = _topological_order([n for n in pending])
+    with set_grad_enabled(create_graph):
+        for node in order:
+            grads = pending.pop(node, None)
+            if grads is None:
+                continue
+            if isinstance(node, AccumulateGrad):
+                g = grads[0]
+                leaf = node.leaf
+                g = _run_hooks(leaf._hooks, g)
+                if captured is not None:
+                    for i in captured.get((node, 0), ()):
+                        results[i] = g
+                    if capture is not None or (node, 0) not in captured:
+                        continue
+                _accumulate(leaf, g, create_graph)
+                continue
+            if node.hooks:
+                for idx, hooks in node.hooks.items():
+                    if idx in grads:
+                        grads[idx] = _run_hooks(hooks, grads[idx])
+            if captured is not None:
+                for idx, g in grads.items():
+                    for i in captured.get((node, idx), ()):
+                        results[i] = g
+            input_grads = _call_vjp(node, grads)
+            if not retain_graph:
+                _free(node)
+            for edge, g in zip(node.next, input_grads):
+                if edge is not None and g is not None:
+                    _add(pending, edge[0], edge[1], g)
+    return results
+
+
+def _add(pending, node, out_nr, g):
+    slot = pending.setdefault(node, {})
+    prev = slot.get(out_nr)
+    slot[out_nr] = g if prev is None else prev + g
+
+
+def _call_vjp(node: Node, grads: dict):
+    if node.freed:
+        raise RuntimeError(
+            f"trying to backward through the graph a second time at {node!r} (saved values "
+            "were freed after the first backward); pass retain_graph=True to the first "
+            "backward() if you need to call it twice")
+    for t, version in node.versions:
+        if t._version[0] != version:
+            raise RuntimeError(
+                f"a tensor needed to compute the gradient of {node.op.name} (called at "
+                f"{node.location}) was modified by an in-place operation: it is at version "
+                f"{t._version[0]}, expected version {version}. Use an out-of-place op (e.g. "
+                "x = x + y instead of x += y) or clone the tensor before changing it")
+    outs = node.outputs
+    if node.op.num_outputs == 1:
+        g = grads.get(0)
+        out = outs[0]
+    else:
+        g = tuple(grads.get(i) if i in grads else _zeros_like(o) if o.requires_grad
+                  else None for i, o in enumerate(outs))
+        out = outs
+    result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+    if not isinstance(result, tuple):
+        result = (result,)
+    if len(result) != len(node.inputs):
+        raise AssertionError(f"vjp of {node.op.name} returned {len(result)} gradients for "
+                             f"{len(node.inputs)} inputs")
+    if grad_mode.anomaly:
+        _check_backward_nan(node, result)
+    fixed = []
+    for edge, inp, gi in zip(node.next, node.inputs, result):
+        if edge is None or gi is None:
+            fixed.append(None)
+            continue
+        if not isinstance(gi, Tensor):
+            gi = Tensor._make(np.asarray(gi, dtype=inp._data.dtype))
+        if tuple(gi.shape) != tuple(inp.shape):
+            raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
+                                 f"{tuple(gi.shape)} for an input of shape {tuple(inp.shape)}")
+        if gi._data.dtype != inp._data.dtype:
+            gi = gi.to(dtypes.from_np(inp._data.dtype))
+        fixed.append(gi)
+    return fixed
+
+
+def _zeros_like(t):
+    return Tensor._make(np.zeros(t._data.shape, t._data.dtype))
+
+
+def _free(node: Node):
+    node.freed = True
+    node.inputs = None
+    node.outputs = None
+    node.versions = ()
+
+
+def _run_hooks(hooks, g):
+    if hooks:
+        for hook in list(hooks):
+            new = hook(g)
+            if new is not None:
+                g = new
+    return g
+
+
+def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
+    if not create_graph:
+        g = g.detach()
+    if leaf.grad is None:
+        # Own the storage: the incoming gradient may alias another tensor's data.
+        leaf.grad = g if create_graph else Tensor._make(np.array(g._data, copy=True))
+    elif create_graph:
+        leaf.grad = leaf.grad + g
+    else:
+        np.add(leaf.grad._data, g._data, out=leaf.grad._data)
+        leaf.grad._version[0] += 1
+
+
+def _topological_order(roots):
+    """Nodes reachable from ``roots`` so that each comes after every node that feeds it."""
+    order, seen = [], set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(_children(root)))]
+        while stack:
+            node, it = stack[-1]
+            for child in it:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(_children(child))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    order.reverse()
+    return order
+
+
+def _children(node):
+    if isinstance(node, AccumulateGrad):
+        return ()
+    return [edge[0] for edge in node.next if edge is not None]
+
+
+def _check_backward_nan(node, grads):
+    for i, g in enumerate(grads):
+        if isinstance(g, Tensor) and g._data.dtype.kind == "f" and np.isnan(g._data).any():
+            raise FloatingPointError(
+                f"anomaly: the gradient of {node.op.name} returned NaN in its input {i}; "
+                f"the forward op was called at {node.location}")

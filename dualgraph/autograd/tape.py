@@ -1,0 +1,143 @@
+"""The autograd tape: grad mode, backward nodes and leaf accumulators.
+
+Dispatch records one :class:`Node` for every op whose inputs require grad; the node is the
+``grad_fn`` of the op's outputs. A node keeps the op, its inputs and outputs (the VJP reads
+them), the version of each saved tensor at record time (so a later in-place change is caught
+instead of silently giving a wrong gradient), and ``next``: for each input, the node its
+gradient flows to (another Node, a leaf's :class:`AccumulateGrad`, or None).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from .._helpers import short_location, user_location
+
+
+class _GradMode(threading.local):
+    enabled = True
+    anomaly = False
+
+
+grad_mode = _GradMode()
+
+
+def is_grad_enabled() -> bool:
+    return grad_mode.enabled
+
+
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context manager and decorator that turns recording on or off, like torch's."""
+
+    def __init__(self, mode: bool):
+        self.mode = bool(mode)
+        self.prev = []
+
+    def __enter__(self):
+        self.prev.append(grad_mode.enabled)
+        grad_mode.enabled = self.mode
+
+    def __exit__(self, *exc):
+        grad_mode.enabled = self.prev.pop()
+        return False
+
+
+class no_grad(set_grad_enabled):
+    """Ops inside record no gradient history: ``with dg.no_grad(): ...`` or as a decorator."""
+
+    def __init__(self):
+        super().__init__(False)
+
+
+class enable_grad(set_grad_enabled):
+    """Turn recording back on inside a ``no_grad`` block."""
+
+    def __init__(self):
+        super().__init__(True)
+
+
+class detect_anomaly(contextlib.ContextDecorator):
+    """Record where each op was called and raise at the first NaN, naming the op and line.
+
+    Forward: an op that turns NaN-free inputs into a NaN output raises at once. Backward: a
+    VJP that returns NaN raises, naming the forward op and the user line that called it.
+    """
+
+    def __init__(self, check_nan: bool = True):
+        self.check_nan = check_nan
+        self.prev = []
+
+    def __enter__(self):
+        self.prev.append(grad_mode.anomaly)
+        grad_mode.anomaly = self.check_nan
+
+    def __exit__(self, *exc):
+        grad_mode.anomaly = self.prev.pop()
+        return False
+
+
+class Node:
+    """A recorded op: the ``grad_fn`` of its outputs. ``print(y.grad_fn)`` shows the call.
+
+    ``next[i]`` is ``(node, output index)`` for input i's gradient, or None when input i
+    needs none; it is fixed at record time, so later in-place ops on an input do not
+    rewire this node."""
+
+    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "location",
+                 "hooks", "freed", "__weakref__")
+
+    def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, location):
+        self.op = op
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self.next = next_nodes
+        self.versions = versions
+        self.location = location
+        self.hooks = None     # {output index: [hook, ...]} from register_hook on outputs
+        self.freed = False
+
+    def name(self) -> str:
+        return "".join(p.capitalize() for p in self.op.name.split("_")) + "Backward"
+
+    @property
+    def next_functions(self):
+        """Like torch: ((node, output index), ...) per input; leaves give AccumulateGrad."""
+        return tuple(edge if edge is not None else (None, 0) for edge in self.next)
+
+    def __repr__(self):
+        if self.freed:
+            args = "<freed>"
+        else:
+            args = ", ".join(_describe(x) for x in self.inputs)
+            if self.attrs:
+                args += ", " + ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
+        where = f" at {short_location(self.location)}" if self.location else ""
+        return f"<{self.name()}: {self.op.name}({args}){where}>"
+
+
+def _describe(x) -> str:
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return repr(x)
+    dt = x._data.dtype
+    short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+             "int32": "i32", "int64": "i64", "bool": "bool"}.get(dt.name, dt.name)
+    return f"{short}[{','.join(map(str, shape))}]"
+
+
+class AccumulateGrad:
+    """The end of a gradient path at a leaf tensor: adds the gradient into ``leaf.grad``."""
+
+    __slots__ = ("leaf", "__weakref__")
+
+    def __init__(self, leaf):
+        self.leaf = leaf
+
+    def __repr__(self):
+        return f"<AccumulateGrad: leaf {_describe(self.leaf)}>"
+
+
+def record_location() -> str | None:
+    """The user's file:line for a new node (always kept: it costs ~1 us and names errors)."""
+    return user_location()

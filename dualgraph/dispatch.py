@@ -1,0 +1,127 @@
+"""The one place that runs an op.
+
+``apply(op, *inputs, **attrs)`` hands the call to the current mode (eager: the NumPy
+kernel; tracing: the tracer appends a graph node), wraps the results in Tensors and, when
+an input requires grad and grad mode is on, records a backward :class:`Node`. Nothing else
+in dualgraph knows which mode is active. The path is kept short on purpose: per-op overhead
+is measured by the ``tiny_ops`` benchmark.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._helpers import user_location
+from .autograd.tape import Node, grad_mode
+from .shapes import ShapeError
+from .tensor import Tensor
+
+_FLOAT_KINDS = "fV"  # "V" is how NumPy reports ml_dtypes' bfloat16
+
+
+class _Modes:
+    """The stack of active tracers (empty in eager mode)."""
+
+    tracer = None
+    stack: list = []
+
+
+modes = _Modes()
+
+
+def push_tracer(tracer):
+    modes.stack.append(tracer)
+    modes.tracer = tracer
+
+
+def pop_tracer():
+    modes.stack.pop()
+    modes.tracer = modes.stack[-1] if modes.stack else None
+
+
+class OpError(RuntimeError):
+    """An op failed on its inputs; the message names the op, the shapes and the user line."""
+
+
+def apply(op, *args, **attrs):
+    tracer = modes.tracer
+    if tracer is None:
+        arrays = [a._data if isinstance(a, Tensor) else a for a in args]
+        try:
+            raw = op.kernel(*arrays, **attrs)
+        except (ShapeError, OpError, IndexError, TypeError, KeyError):
+            raise
+        except Exception as e:
+            raise _op_error(op, arrays, attrs, e) from e
+        if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
+            raw = np.asarray(raw) if op.num_outputs == 1 else tuple(np.asarray(r) for r in raw)
+        if grad_mode.anomaly:
+            _check_forward_nan(op, arrays, raw)
+    else:
+        raw = tracer.run(op, args, attrs)
+
+    view_base = args[0] if op.view else None
+    if op.num_outputs == 1:
+        out = Tensor._make(raw, view_base)
+        outs = (out,)
+    else:
+        outs = tuple(Tensor._make(r) for r in raw)
+        out = outs
+
+    if grad_mode.enabled and op.vjp is not None:
+        for a in args:
+            if isinstance(a, Tensor) and a.requires_grad:
+                _record(op, args, outs, attrs)
+                break
+    return out
+
+
+def _record(op, args, outs, attrs):
+    next_nodes = []
+    for a in args:
+        if isinstance(a, Tensor) and a.requires_grad:
+            fn = a.grad_fn
+            next_nodes.append((fn, a._output_nr) if fn is not None else
+                              (a._accumulate_node(), 0))
+        else:
+            next_nodes.append(None)
+    saves = op.saves
+    versions = []
+    if "i" in saves:
+        versions.extend((a, a._version[0]) for a in args if isinstance(a, Tensor))
+    node = Node(op, args, outs, attrs, next_nodes, versions, user_location())
+    diff = op.differentiable_outputs
+    for i, t in enumerate(outs):
+        if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
+            t.requires_grad = True
+            t.grad_fn = node
+            t._output_nr = i
+    if "o" in saves:
+        versions.extend((t, t._version[0]) for t in outs)
+
+
+def _op_error(op, arrays, attrs, err) -> OpError:
+    shapes = ", ".join(
+        str(tuple(a.shape)) if hasattr(a, "shape") else repr(a) for a in arrays)
+    detail = str(err)
+    try:  # the shape rule usually explains the failure better than NumPy does
+        op.infer(*arrays, **attrs)
+    except ShapeError as shape_err:
+        detail = str(shape_err)
+    except Exception:
+        pass
+    return OpError(f"{op.name} failed at {user_location()} on inputs of shape {shapes}: "
+                   f"{detail}")
+
+
+def _check_forward_nan(op, arrays, raw):
+    outs = raw if isinstance(raw, tuple) else (raw,)
+    if not any(_has_nan(o) for o in outs):
+        return
+    if any(_has_nan(a) for a in arrays):
+        return
+    raise FloatingPointError(
+        f"anomaly: {op.name} produced NaN from NaN-free inputs at {user_location()}")
+
+
+def _has_nan(a) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype.kind == "f" and bool(np.isnan(a).any())

@@ -1,0 +1,179 @@
+"""Data types and PyTorch's type-promotion rules.
+
+Internally every array carries a NumPy dtype (bfloat16 comes from ml_dtypes). The public
+objects ``dg.float32`` and friends are :class:`DType` values that wrap one NumPy dtype each,
+print like PyTorch's (``dualgraph.float32``) and compare equal to the NumPy dtype they wrap.
+
+Promotion follows PyTorch: categories bool < integer < floating; within a category the wider
+type wins, except that float16 with bfloat16 gives float32. Operands come in three priority
+classes: tensors with at least one dimension, zero-dimensional tensors, and Python scalars
+("wrapped numbers"). A lower class only changes the result when its category is higher, so
+``int32_tensor + 1.5`` is float32 and ``float16_tensor + 1.5`` stays float16.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+
+class DType:
+    """A dualgraph dtype: a named wrapper around one NumPy dtype."""
+
+    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_bool")
+
+    def __init__(self, name: str, np_dtype):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.is_floating_point = name in ("float16", "bfloat16", "float32", "float64")
+        self.is_bool = name == "bool"
+
+    def __repr__(self):
+        return f"dualgraph.{self.name}"
+
+    def __eq__(self, other):
+        if isinstance(other, DType):
+            return self.np == other.np
+        try:
+            return self.np == np.dtype(other)
+        except TypeError:
+            return False
+
+    def __hash__(self):
+        return hash(self.np)
+
+    def __reduce__(self):  # dtypes are singletons; copying one returns it
+        return (as_dtype, (self.name,))
+
+
+bfloat16_np = np.dtype(ml_dtypes.bfloat16)
+
+float16 = DType("float16", np.float16)
+bfloat16 = DType("bfloat16", bfloat16_np)
+float32 = DType("float32", np.float32)
+float64 = DType("float64", np.float64)
+int32 = DType("int32", np.int32)
+int64 = DType("int64", np.int64)
+bool_ = DType("bool", np.bool_)
+half, float, double, long, int = float16, float32, float64, int64, int32  # torch aliases
+
+ALL = (bool_, int32, int64, float16, bfloat16, float32, float64)
+FLOATING = tuple(d.np for d in ALL if d.is_floating_point)
+_BY_NP = {d.np: d for d in ALL}
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32)
+
+_default_float = float32.np
+
+
+def get_default_dtype() -> DType:
+    return _BY_NP[_default_float]
+
+
+def set_default_dtype(dtype) -> None:
+    """Set the dtype of Python floats and of new floating tensors (float32 or float64)."""
+    global _default_float
+    dt = to_np(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"set_default_dtype takes float32 or float64, got {dtype!r}")
+    _default_float = dt
+
+
+def default_float() -> np.dtype:
+    return _default_float
+
+
+def to_np(dtype) -> np.dtype:
+    """Any dtype spelling (DType, NumPy dtype, name, Python type) -> a supported NumPy dtype."""
+    if isinstance(dtype, DType):
+        return dtype.np
+    if dtype is builtins_float:
+        return _default_float
+    if dtype is builtins_int:
+        return int64.np
+    if dtype is builtins_bool:
+        return bool_.np
+    if isinstance(dtype, str) and dtype in _BY_NAME:
+        return _BY_NAME[dtype].np
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt in _BY_NP:
+        return dt
+    raise TypeError(
+        f"unsupported dtype {dtype!r}; dualgraph supports "
+        + ", ".join(d.name for d in ALL))
+
+
+def from_np(np_dtype) -> DType:
+    """The DType for a NumPy dtype; unsupported NumPy dtypes raise a TypeError."""
+    try:
+        return _BY_NP[np_dtype]
+    except KeyError:
+        return _BY_NP[to_np(np_dtype)]
+
+
+def as_dtype(dtype) -> DType:
+    return _BY_NP[to_np(dtype)]
+
+
+import builtins as _builtins  # noqa: E402  (after the aliases that shadow the names)
+
+builtins_float, builtins_int, builtins_bool = _builtins.float, _builtins.int, _builtins.bool
+
+_BOOL, _INT, _FLOAT = 0, 1, 2
+
+
+def category(dt: np.dtype) -> int:
+    if dt.kind == "b":
+        return _BOOL
+    if dt.kind in "iu":
+        return _INT
+    return _FLOAT
+
+
+def promote_types(a: np.dtype, b: np.dtype) -> np.dtype:
+    """Promotion of two tensor dtypes of the same priority class."""
+    if a == b:
+        return a
+    ca, cb = category(a), category(b)
+    if ca != cb:
+        return a if ca > cb else b
+    if ca == _FLOAT and {a, b} == {float16.np, bfloat16_np}:
+        return float32.np
+    return a if a.itemsize >= b.itemsize else b
+
+
+def scalar_dtype(value) -> np.dtype:
+    """The dtype a Python scalar gets on its own (as torch.tensor(value) does)."""
+    if isinstance(value, builtins_bool):
+        return bool_.np
+    if isinstance(value, builtins_int):
+        return int64.np
+    if isinstance(value, builtins_float):
+        return _default_float
+    raise TypeError(f"expected a tensor or a Python number, got {type(value).__name__}")
+
+
+def result_type(*operands) -> np.dtype:
+    """PyTorch's result_type over arrays/avals (anything with .dtype and .ndim) and scalars."""
+    dim = zero = wrapped = None
+    for x in operands:
+        dt = getattr(x, "dtype", None)
+        if dt is None:
+            dt = scalar_dtype(x)
+            wrapped = dt if wrapped is None else promote_types(wrapped, dt)
+        elif x.ndim:
+            dim = dt if dim is None else promote_types(dim, dt)
+        else:
+            zero = dt if zero is None else promote_types(zero, dt)
+    result = dim
+    for lower in (zero, wrapped):
+        if lower is None:
+            continue
+        if result is None:
+            result = lower
+        elif category(lower) > category(result):
+            result = promote_types(result, lower)
+    return result

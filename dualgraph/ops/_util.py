@@ -1,0 +1,110 @@
+"""Helpers shared by the op families: operand types, promotion, common shape rules."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..shapes import ShapedType, broadcast_shapes
+from ..tensor import Tensor
+
+BF16 = dtypes.bfloat16_np
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt == BF16
+
+
+def shape_of(x) -> tuple:
+    """The shape of an array, aval or Tensor; () for a Python scalar."""
+    return tuple(getattr(x, "shape", ()))
+
+
+def needs_grad(x) -> bool:
+    """True when a VJP must produce a gradient for input ``x``."""
+    return isinstance(x, Tensor) and x.requires_grad
+
+
+def as_operand(x):
+    """User input -> a Tensor or a Python scalar (what dispatch accepts)."""
+    if isinstance(x, (Tensor, bool, int, float)):
+        return x
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (np.ndarray, list, tuple)):
+        from ..tensor import as_array
+        return Tensor._make(as_array(x))
+    raise TypeError(f"expected a tensor or a number, got {type(x).__name__}")
+
+
+def float_result_type(*operands) -> np.dtype:
+    """result_type, but integer and bool results become the default float (true division,
+    exp, sin, ... on integers give floats in PyTorch)."""
+    dt = dtypes.result_type(*operands)
+    return dt if is_float(dt) else dtypes.default_float()
+
+
+def cast(x, dt: np.dtype):
+    """An array or scalar as an array of dtype ``dt`` (no copy when it already is)."""
+    if type(x) is np.ndarray:
+        return x if x.dtype == dt else x.astype(dt)
+    return np.asarray(x, dtype=dt)
+
+
+def binary_kernel(ufunc, result=dtypes.result_type):
+    """A kernel for a broadcasting binary ufunc that gives PyTorch's result dtype.
+
+    The fast paths (same dtypes, or a float array with a Python float) skip promotion; NumPy
+    2 already treats Python scalars as weak there, exactly as PyTorch does.
+    """
+    def kernel(a, b):
+        if type(a) is np.ndarray:
+            if type(b) is np.ndarray:
+                if a.dtype == b.dtype and result is dtypes.result_type:
+                    return ufunc(a, b)
+            elif type(b) is float and a.dtype.kind == "f":
+                return ufunc(a, b)
+        elif type(a) is float and type(b) is np.ndarray and b.dtype.kind == "f":
+            return ufunc(a, b)
+        dt = result(a, b)
+        return ufunc(cast(a, dt), cast(b, dt))
+    kernel.__name__ = ufunc.__name__
+    return kernel
+
+
+def unary_float_kernel(ufunc):
+    """A unary math kernel: integers and bools are computed in the default float dtype;
+    float16/bfloat16 go through float32 (NumPy lacks some of their loops)."""
+    def kernel(x):
+        dt = x.dtype
+        if dt.kind == "f" and dt.itemsize >= 4:
+            return ufunc(x)
+        if is_float(dt):
+            return ufunc(x.astype(np.float32)).astype(dt)
+        return ufunc(x.astype(dtypes.default_float()))
+    kernel.__name__ = ufunc.__name__
+    return kernel
+
+
+def infer_binary(a, b) -> ShapedType:
+    return ShapedType(broadcast_shapes(shape_of(a), shape_of(b)),
+                      dtypes.result_type(a, b))
+
+
+def infer_binary_float(a, b) -> ShapedType:
+    return ShapedType(broadcast_shapes(shape_of(a), shape_of(b)), float_result_type(a, b))
+
+
+def infer_compare(a, b) -> ShapedType:
+    return ShapedType(broadcast_shapes(shape_of(a), shape_of(b)), np.dtype(np.bool_))
+
+
+def infer_same(x, **attrs) -> ShapedType:
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def infer_float(x, **attrs) -> ShapedType:
+    return ShapedType(tuple(x.shape), x.dtype if is_float(x.dtype) else dtypes.default_float())
+
+
+def infer_bool(x, **attrs) -> ShapedType:
+    return ShapedType(tuple(x.shape), np.dtype(np.bool_))

@@ -1,0 +1,164 @@
+"""Creation functions: ``tensor``, ``zeros``, ``arange``, ``randn``, ... as in torch."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..dispatch import apply
+from ..shapes import ShapedType
+from ..tensor import Tensor, as_array, check_can_require_grad
+from .opdef import defop
+from .random import Generator, default_generator, manual_seed, rng_of  # noqa: F401
+
+
+def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
+    t = Tensor._make(array)
+    if requires_grad:
+        check_can_require_grad(array.dtype)
+        t.requires_grad = True
+    return t
+
+
+def _size(size) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    return tuple(int(s) for s in size)
+
+
+def _float_dtype(dtype) -> np.dtype:
+    return dtypes.default_float() if dtype is None else dtypes.to_np(dtype)
+
+
+def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, numbers, arrays, tensors)."""
+    array = np.array(as_array(data, dtype), copy=True)
+    return _finish(array, requires_grad)
+
+
+def as_tensor(data, dtype=None) -> Tensor:
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
+        return data
+    return Tensor._make(as_array(data, dtype))
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``array`` (its dtype must be a supported one)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a NumPy array, got {type(array).__name__}")
+    dtypes.from_np(array.dtype)
+    return Tensor._make(array)
+
+
+def zeros(*size, dtype=None, requires_grad=False) -> Tensor:
+    return _finish(np.zeros(_size(size), _float_dtype(dtype)), requires_grad)
+
+
+def ones(*size, dtype=None, requires_grad=False) -> Tensor:
+    return _finish(np.ones(_size(size), _float_dtype(dtype)), requires_grad)
+
+
+def empty(*size, dtype=None, requires_grad=False) -> Tensor:
+    return _finish(np.empty(_size(size), _float_dtype(dtype)), requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad=False) -> Tensor:
+    if dtype is None:
+        dtype = dtypes.scalar_dtype(fill_value)
+    return _finish(np.full(_size((size,)), fill_value, dtypes.to_np(dtype)), requires_grad)
+
+
+def eye(n: int, m: int | None = None, dtype=None, requires_grad=False) -> Tensor:
+    return _finish(np.eye(n, m, dtype=_float_dtype(dtype)), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad=False) -> Tensor:
+    """Values from ``start`` up to (not including) ``end``; int64 unless a bound is a float."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+        dtype = dtypes.int64 if is_int else dtypes.get_default_dtype()
+    dt = dtypes.to_np(dtype)
+    n = int(np.ceil((end - start) / step))
+    return _finish((start + step * np.arange(max(n, 0), dtype=np.float64)).astype(dt)
+                   if dt.kind == "f" else np.arange(start, end, step, dtype=dt), requires_grad)
+
+
+def linspace(start, end, steps: int, dtype=None, requires_grad=False) -> Tensor:
+    return _finish(np.linspace(start, end, steps, dtype=np.float64).astype(_float_dtype(dtype)),
+                   requires_grad)
+
+
+def _full_like_kernel(x, fill_value, dtype):
+    return np.full(x.shape, fill_value, dtype=dtype)
+
+
+FULL_LIKE = defop("full_like", _full_like_kernel,
+                  lambda x, fill_value, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
+                  attrs=("fill_value", "dtype"), onnx="ConstantOfShape")
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
+    """A tensor shaped like ``x`` filled with ``fill_value`` (traces with symbolic shapes)."""
+    dt = x._data.dtype if dtype is None else dtypes.to_np(dtype)
+    out = apply(FULL_LIKE, x, fill_value=fill_value, dtype=dt)
+    if requires_grad:
+        out.requires_grad_()
+    return out
+
+
+def zeros_like(x, dtype=None, requires_grad=False) -> Tensor:
+    return full_like(x, 0, dtype, requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False) -> Tensor:
+    return full_like(x, 1, dtype, requires_grad)
+
+
+def empty_like(x, dtype=None, requires_grad=False) -> Tensor:
+    return full_like(x, 0, dtype, requires_grad)
+
+
+def rand(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    dt = _float_dtype(dtype)
+    return _finish(rng_of(generator).random(_size(size)).astype(dt), requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
+    """Standard normal samples."""
+    dt = _float_dtype(dtype)
+    return _finish(rng_of(generator).standard_normal(_size(size)).astype(dt), requires_grad)
+
+
+def randint(low, high=None, size=(), generator=None, dtype=None) -> Tensor:
+    """Integers uniform in [low, high) (int64 by default)."""
+    if high is None:
+        low, high = 0, low
+    dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
+    return Tensor._make(rng_of(generator).integers(low, high, size=_size((size,))).astype(dt))
+
+
+def randperm(n: int, generator=None, dtype=None) -> Tensor:
+    dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
+    return Tensor._make(rng_of(generator).permutation(n).astype(dt))
+
+
+def rand_like(x, generator=None, dtype=None) -> Tensor:
+    return rand(tuple(x.shape), generator=generator, dtype=dtype or x.dtype)
+
+
+def randn_like(x, generator=None, dtype=None) -> Tensor:
+    return randn(tuple(x.shape), generator=generator, dtype=dtype or x.dtype)
+
+
+def clone(x) -> Tensor:
+    """A copy with its own storage; gradients flow through it."""
+    return apply(CLONE, x)
+
+
+CLONE = defop("clone", lambda x: np.array(x, copy=True),
+              lambda x: ShapedType(tuple(x.shape), x.dtype),
+              vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity")
+
+METHODS = {"clone": clone}

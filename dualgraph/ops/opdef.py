@@ -1,0 +1,64 @@
+"""The op registry: every operator is one :class:`OpDef`, defined once, read by everything.
+
+Eager dispatch runs ``kernel``; tracing runs ``infer`` to type the new node; autograd runs
+``vjp``; fusion reads ``elementwise``; export reads ``onnx``; the generated op tests read the
+registry itself, so a new op is tested (or the suite fails) without touching the tests.
+
+Calling conventions, shared by kernel, infer and vjp so that each reads like the others:
+
+- ``kernel(*inputs, **attrs)``: inputs are NumPy arrays or Python scalars; returns an array
+  (or a tuple of arrays when ``num_outputs != 1``) of exactly the dtype ``infer`` promises.
+- ``infer(*inputs, **attrs)``: the same call with *avals* (anything with ``.shape``,
+  ``.dtype`` and ``.ndim``: arrays, graph Values, ShapedTypes) -> ``ShapedType`` or a tuple.
+  It raises :class:`~dualgraph.shapes.ShapeError` naming the shapes on bad input.
+- ``vjp(g, out, *inputs, **attrs)``: written with dualgraph ops on Tensors, so the same rule
+  serves eager backward, traced backward and higher-order gradients. ``g`` and ``out`` are
+  the output gradient and output (tuples for multi-output ops); returns one gradient or
+  ``None`` per input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+REGISTRY: dict[str, "OpDef"] = {}
+
+
+@dataclass(eq=False, repr=False)
+class OpDef:
+    name: str
+    kernel: Callable
+    infer: Callable
+    vjp: Callable | None = None
+    attrs: tuple = ()
+    num_outputs: int = 1
+    elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
+    onnx: Any = None                 # ONNX mapping (an op type name or an export function)
+    saves: str = "io"                # what the VJP reads: inputs "i", outputs "o", both, none
+    differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
+    view: bool = False               # the output may share memory with input 0
+    doc: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} is registered twice; an op is defined in one place")
+    REGISTRY[op.name] = op
+    return op
+
+
+def defop(name: str, kernel: Callable, infer: Callable, vjp: Callable | None = None,
+          **options) -> OpDef:
+    """Define and register an op; see the module docstring for the calling conventions."""
+    return register(OpDef(name, kernel, infer, vjp, **options))
+
+
+def get(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r} in the registry") from None

@@ -1,0 +1,318 @@
+"""Tensor: an array (eager) or a symbolic graph value (while tracing), plus autograd state.
+
+``_data`` is a NumPy array in eager mode and a graph ``Value`` while tracing; both have
+``.shape``, ``.dtype`` and ``.ndim``, so nothing here asks which mode it is in. Only the
+dispatcher runs ops. The op methods (``x + y``, ``x.sum()``, ...) are attached by
+``dualgraph.ops`` because ops are defined above this layer; see ``ops/methods.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .autograd.tape import AccumulateGrad
+
+
+class Tensor:
+    __slots__ = ("_data", "requires_grad", "grad", "grad_fn", "_output_nr", "_version",
+                 "_base", "_hooks", "_retains_grad", "_accumulator", "__weakref__")
+
+    def __init__(self, data=None, *, dtype=None, requires_grad: bool = False):
+        """``dg.Tensor(data)`` as in torch; prefer ``dg.tensor(data)``."""
+        if data is None:
+            data = []
+        array = as_array(data, dtype)
+        _init(self, array, requires_grad)
+        if requires_grad:
+            check_can_require_grad(array.dtype)
+
+    # -- construction used by dispatch (no checks, no copies) --------------------------
+    @classmethod
+    def _make(cls, data, base=None):
+        t = object.__new__(cls)
+        _init(t, data, False)
+        if base is not None:
+            t._base = base
+            t._version = base._version   # views share a version counter, as in torch
+        return t
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return Size(self._data.shape)
+
+    @property
+    def dtype(self) -> dtypes.DType:
+        return dtypes.from_np(self._data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[dim]
+
+    def numel(self) -> int:
+        return int(np.prod(self._data.shape, dtype=np.int64))
+
+    def element_size(self) -> int:
+        return self._data.dtype.itemsize
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def is_floating_point(self) -> bool:
+        return self._data.dtype.kind == "f" or self._data.dtype == dtypes.bfloat16_np
+
+    @property
+    def data(self):
+        """The same storage without history (as torch's ``.data``)."""
+        return Tensor._make(self._data, base=self)
+
+    @property
+    def _version_value(self) -> int:
+        return self._version[0]
+
+    # -- conversion to Python / NumPy -------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        if self.requires_grad:
+            raise RuntimeError(
+                "can't call numpy() on a tensor that requires grad; "
+                "use tensor.detach().numpy()")
+        return self._concrete("numpy()")
+
+    def _concrete(self, what: str) -> np.ndarray:
+        """The NumPy array; while tracing, the tracer turns this into an error or a break."""
+        data = self._data
+        if type(data) is not np.ndarray:
+            return data.concretize(what)
+        return data
+
+    def item(self):
+        data = self._concrete("item()")
+        if data.size != 1:
+            raise ValueError(
+                f"item() needs a tensor with one element, this one has shape "
+                f"{tuple(data.shape)}; index it first or reduce it (e.g. .sum())")
+        return data.reshape(()).item()
+
+    def tolist(self):
+        return self._concrete("tolist()").tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self._data.dtype.kind not in "iu":
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def __bool__(self):
+        data = self._concrete("bool()")
+        if data.size != 1:
+            raise RuntimeError(
+                f"the truth value of a tensor of shape {tuple(data.shape)} is ambiguous; "
+                "use .any() or .all()")
+        return bool(data.reshape(()))
+
+    def __len__(self):
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if not self._data.ndim:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        data = self.detach().numpy()
+        return data if dtype is None else data.astype(dtype)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        data = self._data
+        if type(data) is not np.ndarray:
+            return f"tensor(<traced {data}>)"
+        body = np.array2string(
+            data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data,
+            separator=", ", prefix="tensor(", threshold=1000, precision=4)
+        extras = []
+        if data.dtype != dtypes.default_float() and data.dtype not in (np.int64, np.bool_):
+            extras.append(f"dtype={self.dtype!r}")
+        if data.size == 0:
+            extras.append(f"size={tuple(data.shape)}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extras) + ")"
+
+    # -- autograd state ---------------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True):
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad of leaf tensors; use .detach() to get a "
+                "tensor without history")
+        if requires_grad:
+            check_can_require_grad(self._data.dtype)
+        self.requires_grad = requires_grad
+        return self
+
+    def detach(self):
+        """A tensor that shares storage but has no history (changes are seen by both)."""
+        return Tensor._make(self._data, base=self)
+
+    def detach_(self):
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a non-None return
+        replaces the gradient. Returns a handle with ``.remove()``."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require grad")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            hooks = self._hooks
+        else:
+            if self.grad_fn.hooks is None:
+                self.grad_fn.hooks = {}
+            hooks = self.grad_fn.hooks.setdefault(self._output_nr, [])
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
+    def retain_grad(self):
+        """Keep ``.grad`` for a non-leaf tensor after backward."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on a tensor that doesn't require grad")
+        if self.grad_fn is None or self._retains_grad:
+            return
+        self._retains_grad = True
+        ref = self
+
+        def store(grad):
+            ref.grad = grad if ref.grad is None else ref.grad + grad
+        self.register_hook(store)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def _accumulate_node(self) -> AccumulateGrad:
+        acc = self._accumulator
+        if acc is None:
+            acc = self._accumulator = AccumulateGrad(self)
+        return acc
+
+    def _bump_version(self):
+        self._version[0] += 1
+
+
+def _init(t: Tensor, data, requires_grad: bool):
+    t._data = data
+    t.requires_grad = requires_grad
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._version = [0]
+    t._base = None
+    t._hooks = None
+    t._retains_grad = False
+    t._accumulator = None
+
+
+class Size(tuple):
+    """A shape, printed as torch prints it: ``dualgraph.Size([2, 3])``."""
+
+    def __repr__(self):
+        return f"dualgraph.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
+class _HookHandle:
+    def __init__(self, hooks, hook):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self):
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
+
+
+def check_can_require_grad(np_dtype):
+    if not (np_dtype.kind == "f" or np_dtype == dtypes.bfloat16_np):
+        raise RuntimeError(
+            f"only floating point tensors can require gradients, this one is "
+            f"{dtypes.from_np(np_dtype)!r}; convert it first with .float()")
+
+
+def as_array(data, dtype=None) -> np.ndarray:
+    """Python data, a NumPy array or a Tensor -> a NumPy array with PyTorch's dtype defaults
+    (Python floats -> the default float dtype, ints -> int64, bools -> bool)."""
+    target = None if dtype is None else dtypes.to_np(dtype)
+    if isinstance(data, Tensor):
+        array = data._concrete("tensor()")
+    elif isinstance(data, np.ndarray):
+        array = data
+        if target is None and array.dtype not in dtypes._BY_NP:
+            if array.dtype.kind == "f":
+                target = np.dtype(np.float64) if array.itemsize == 8 else np.dtype(np.float32)
+            elif array.dtype.kind in "iu":
+                target = np.dtype(np.int64)
+            else:
+                raise TypeError(f"unsupported NumPy dtype {array.dtype}")
+    else:
+        if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+            data = _nested_to_python(data)
+        array = np.asarray(data)
+        if target is None:
+            if array.dtype.kind == "f":
+                target = dtypes.default_float()
+            elif array.dtype.kind in "iu":
+                target = np.dtype(np.int64)
+            elif array.dtype.kind == "b":
+                target = np.dtype(np.bool_)
+            else:
+                raise TypeError(
+                    f"can't make a tensor from {type(data).__name__} "
+                    f"(NumPy made an array of dtype {array.dtype})")
+    if target is not None and array.dtype != target:
+        array = array.astype(target)
+    return array
+
+
+def _flat(data):
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def _nested_to_python(data):
+    if isinstance(data, (list, tuple)):
+        return [_nested_to_python(x) for x in data]
+    if isinstance(data, Tensor):
+        return data.detach().numpy()
+    return data

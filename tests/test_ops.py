@@ -1,0 +1,160 @@
+"""Every registry op, forward and gradients, against PyTorch and finite differences.
+
+The rows live in ``tests/optable/``; this file only runs them. A registry op without a row
+fails ``test_every_registry_op_has_a_row``.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from dualgraph.ops import REGISTRY
+
+import optable
+from optable import In, OpCase
+
+CASES: list[OpCase] = []
+for _info in pkgutil.iter_modules(optable.__path__):
+    CASES += importlib.import_module(f"optable.{_info.name}").CASES
+
+TOL = {"float32": (1e-5, 1e-4), "float64": (1e-10, 1e-8), "float16": (2e-3, 2e-3),
+       "bfloat16": (2e-2, 2e-2)}
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
+                "bool": torch.bool}
+
+
+def make_inputs(case: OpCase, dtype: str, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [spec.make(rng, dtype) if isinstance(spec, In) else spec for spec in case.inputs]
+
+
+def to_dg(arrays, case, requires_grad):
+    out = []
+    for spec, a in zip(case.inputs, arrays):
+        if isinstance(spec, In):
+            t = dg.tensor(a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
+            if a.dtype.name == "bfloat16":
+                t = t.to(dg.bfloat16)
+            if requires_grad and spec.is_float and spec.grad:
+                t.requires_grad_()
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
+def to_torch(arrays, case, requires_grad):
+    out = []
+    for spec, a in zip(case.inputs, arrays):
+        if isinstance(spec, In):
+            if a.dtype.name == "bfloat16":
+                t = torch.tensor(a.astype(np.float32)).to(torch.bfloat16)
+            else:
+                t = torch.tensor(a)
+            if requires_grad and spec.is_float and spec.grad:
+                t.requires_grad_()
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
+def as_list(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def to_numpy(t):
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            return t.float().numpy()
+        return t.numpy()
+    a = t.detach().numpy()
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
+def assert_close(got, want, atol, rtol, what):
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != torch's {want.shape}"
+    if want.dtype == np.bool_ or want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=what)
+
+
+def check_dtype(dg_out, torch_out, what):
+    want = str(torch_out.dtype).replace("torch.", "")
+    assert dg_out.dtype.name == want, f"{what}: dtype {dg_out.dtype.name} != torch's {want}"
+
+
+def test_every_registry_op_has_a_row():
+    covered = {case.op for case in CASES}
+    missing = sorted(set(REGISTRY) - covered)
+    assert not missing, f"registry ops without a test row in tests/optable/: {missing}"
+    unknown = sorted(covered - set(REGISTRY))
+    assert not unknown, f"rows name ops that are not in the registry: {unknown}"
+
+
+FORWARD = [(c, d) for c in CASES for d in c.dtypes]
+
+
+@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{d}" for c, d in FORWARD])
+def test_forward_matches_torch(case, dtype):
+    arrays = make_inputs(case, dtype)
+    got = as_list(case.fn(dg, *to_dg(arrays, case, False)))
+    want = as_list(case.fn(torch, *to_torch(arrays, case, False)))
+    assert len(got) == len(want)
+    atol, rtol = TOL[dtype]
+    atol, rtol = max(atol, case.atol if dtype == "float32" else 0), max(rtol, case.rtol
+                                                                          if dtype == "float32"
+                                                                          else 0)
+    for i, (g, w) in enumerate(zip(got, want)):
+        check_dtype(g, w, f"{case.id} output {i}")
+        assert_close(to_numpy(g), to_numpy(w), atol, rtol, f"{case.id} output {i}")
+
+
+GRAD = [c for c in CASES if c.grad]
+
+
+@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
+def test_gradients_match_torch(case):
+    arrays = make_inputs(case, "float32")
+    dg_in, t_in = to_dg(arrays, case, True), to_torch(arrays, case, True)
+    got, want = as_list(case.fn(dg, *dg_in)), as_list(case.fn(torch, *t_in))
+    rng = np.random.default_rng(1)
+    dg_outs, t_outs, dg_cts, t_cts = [], [], [], []
+    for g, w in zip(got, want):
+        if w.requires_grad:
+            v = rng.standard_normal(tuple(w.shape)).astype(np.float32)
+            dg_outs.append(g)
+            t_outs.append(w)
+            dg_cts.append(dg.tensor(v).to(g.dtype))
+            t_cts.append(torch.tensor(v).to(w.dtype))
+    assert t_outs, f"{case.id}: no differentiable output; set grad=False on the row"
+    dg_wrt = [t for t in dg_in if isinstance(t, dg.Tensor) and t.requires_grad]
+    t_wrt = [t for t in t_in if isinstance(t, torch.Tensor) and t.requires_grad]
+    g_dg = dg.autograd.grad(dg_outs, dg_wrt, dg_cts, allow_unused=True)
+    g_t = torch.autograd.grad(t_outs, t_wrt, t_cts, allow_unused=True)
+    for i, (a, b) in enumerate(zip(g_dg, g_t)):
+        if b is None:
+            assert a is None or np.allclose(to_numpy(a), 0), f"{case.id}: grad {i} not None"
+            continue
+        assert a is not None, f"{case.id}: dualgraph gave no gradient for input {i}"
+        assert_close(to_numpy(a), to_numpy(b), max(case.atol, 1e-4), max(case.rtol, 1e-3),
+                     f"{case.id} grad of input {i}")
+
+
+FD = [c for c in CASES if c.grad and c.gradcheck]
+
+
+@pytest.mark.parametrize("case", FD, ids=[c.id for c in FD])
+def test_gradients_match_finite_differences(case):
+    arrays = make_inputs(case, "float64")
+    dg_in = to_dg(arrays, case, True)
+    assert dg.autograd.gradcheck(lambda *xs: case.fn(dg, *xs), dg_in, eps=1e-6,
+                                 atol=1e-5, rtol=1e-4)
