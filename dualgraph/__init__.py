@@ -13,10 +13,14 @@ from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  
                      float64, get_default_dtype, half, int, int32, int64, long,
                      set_default_dtype)
 from .dtypes import DType as dtype  # noqa: F401
+from .ops.conv import *  # noqa: F401,F403
 from .ops.creation import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
+from .ops.index import *  # noqa: F401,F403
+from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
+from . import graph, io, nn, optim, utils  # noqa: F401,E402
 from .shapes import ShapeError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
 

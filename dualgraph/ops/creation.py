@@ -10,6 +10,11 @@ from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
 from .random import Generator, default_generator, manual_seed, rng_of  # noqa: F401
 
+__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
+           "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
+           "randn", "randint", "randperm", "rand_like", "randn_like", "clone", "Generator",
+           "manual_seed", "default_generator"]
+
 
 def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
     t = Tensor._make(array)

@@ -18,6 +18,10 @@ from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_bi
                     unary_float_kernel)
 from .opdef import defop
 
+__all__ = ["add", "sub", "mul", "div", "pow", "true_divide", "multiply", "subtract", "neg",
+           "negative", "exp", "log", "sin", "cos", "tanh", "eq", "ne", "lt", "le", "gt", "ge",
+           "where"]
+
 
 def unbroadcast(g, x):
     """Sum a broadcast gradient back to the shape of input ``x`` (None for non-tensors)."""

@@ -1,57 +1,17 @@
 """Tensor methods that need ops: installed onto :class:`Tensor` when ``dualgraph.ops`` loads.
 
 Tensor (layer 2) can't import the op families (layer 3), so each family lists its methods in
-a ``METHODS`` dict and :func:`install` binds them; in-place variants (``add_``, ``mul_``, ...)
-are derived here once from their out-of-place ops by :func:`inplace`.
+a ``METHODS`` dict and :func:`install` binds them. In-place variants (``add_``, ``relu_``,
+...) are built from their out-of-place ops with :func:`dualgraph.ops.inplace.inplace`.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .. import dtypes
 from ..autograd import engine
-from ..autograd.tape import grad_mode
 from ..tensor import Tensor
 from . import elementwise
-
-
-def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
-    """Make ``target`` hold ``result``: write into its storage (so views see it), bump its
-    version (so saved copies are caught), and give it ``result``'s history."""
-    if grad_mode.enabled and target.requires_grad and target.grad_fn is None:
-        raise RuntimeError(
-            "a leaf tensor that requires grad is being used in an in-place operation; "
-            "wrap the update in `with dg.no_grad():` or work on a clone")
-    base = target._base
-    if grad_mode.enabled and result.requires_grad and base is not None and base.requires_grad:
-        raise RuntimeError(
-            "in-place operations on a view of a tensor that requires grad are not supported; "
-            "compute the new value out of place (e.g. with dg.where or dg.cat)")
-    data = target._data
-    if type(data) is np.ndarray and type(result._data) is np.ndarray:
-        if not data.flags.writeable:
-            raise RuntimeError(
-                "in-place operation on a tensor whose storage is read-only (an expanded or "
-                "broadcast view); call .clone() first")
-        np.copyto(data, result._data, casting="unsafe")
-    else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
-        target._data = elementwise.cast_to(result, target.dtype)._data
-    target._version[0] += 1
-    if result.requires_grad and grad_mode.enabled:
-        result = elementwise.cast_to(result, target.dtype)
-        target.requires_grad = True
-        target.grad_fn = result.grad_fn
-        target._output_nr = result._output_nr
-    return target
-
-
-def inplace(fn):
-    """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``."""
-    def method(self, *args, **kwargs):
-        return commit_inplace(self, fn(self, *args, **kwargs))
-    method.__name__ = fn.__name__ + "_"
-    method.__doc__ = f"In-place version of :meth:`{fn.__name__}`."
-    return method
+from .inplace import inplace
 
 
 def to(self, *args, **kwargs):

@@ -10,6 +10,8 @@ from ..shapes import ShapedType, normalize_dims, reduced_shape
 from . import shape as shape_ops
 from .opdef import defop
 
+__all__ = ["sum"]
+
 
 def _sum_dtype(dt: np.dtype, dtype=None) -> np.dtype:
     """torch.sum: integers and bools accumulate in int64; an explicit dtype wins."""

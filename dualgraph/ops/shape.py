@@ -10,6 +10,8 @@ from ..shapes import ShapedType, ShapeError, infer_reshape
 from . import reduce
 from .opdef import defop
 
+__all__ = ["reshape", "expand", "broadcast_to", "permute"]
+
 
 def _reshape_kernel(x, shape):
     return x.reshape(shape)

@@ -16,13 +16,16 @@ import numpy as np
 @dataclass
 class In:
     """An input spec: a random array of ``shape``. ``kind``: "float" (normal), "pos"
-    (positive, away from 0), "unit" (in (-0.9, 0.9)), "int" (in [low, high)), "bool"."""
+    (positive, away from 0), "unit" (in (-0.9, 0.9)), "distinct" (well-separated floats),
+    "int" (in [low, high)), "bool", or "custom" (``fn(rng, float_dtype)`` makes the array;
+    its gradient is checked when the array is floating and ``grad`` is set)."""
     shape: tuple
     kind: str = "float"
     low: int = 0
     high: int = 5
     grad: bool = True        # float inputs only: whether to check its gradient
     dtype: str | None = None  # fixed dtype (else the case's dtype for floats)
+    fn: Callable | None = None  # kind "custom": fn(rng, float_dtype) -> array
 
     def make(self, rng: np.random.Generator, float_dtype: str) -> np.ndarray:
         if self.kind == "float":
@@ -38,12 +41,16 @@ class In:
             return rng.integers(self.low, self.high, self.shape).astype(self.dtype or "int64")
         elif self.kind == "bool":
             return rng.random(self.shape) < 0.5
+        elif self.kind == "custom":
+            return self.fn(rng, float_dtype)
         else:
             raise ValueError(self.kind)
         return a.astype(self.dtype or float_dtype)
 
     @property
     def is_float(self) -> bool:
+        if self.kind == "custom":
+            return self.grad and self.fn(np.random.default_rng(0), "float64").dtype.kind == "f"
         return self.kind in ("float", "pos", "unit", "distinct")
 
 

@@ -1,0 +1,1 @@
+"""The IR: Graph, Node, Value, printing, verification, interpretation, serialisation."""

@@ -1,0 +1,1 @@
+"""dg.save / dg.load (being written)."""

@@ -1,0 +1,1 @@
+"""Neural-network modules, layers, functional and init (mirrors torch.nn)."""

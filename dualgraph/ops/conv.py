@@ -1,0 +1,2 @@
+"""Convolution and pooling primitives."""
+METHODS: dict = {}

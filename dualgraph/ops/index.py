@@ -1,0 +1,2 @@
+"""Indexing ops: getitem, setitem, gather, scatter, index_select, masked_fill, topk, sort."""
+METHODS: dict = {}

@@ -1,0 +1,2 @@
+"""Linear algebra ops: matmul, bmm, einsum, outer."""
+METHODS: dict = {}

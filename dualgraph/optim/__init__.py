@@ -1,0 +1,1 @@
+"""Optimisers and learning-rate schedulers (mirrors torch.optim)."""

@@ -1,0 +1,1 @@
+"""Utilities: data loading (mirrors torch.utils)."""
