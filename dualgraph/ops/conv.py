@@ -1,2 +1,3 @@
 """Convolution and pooling primitives."""
+__all__: list = []
 METHODS: dict = {}

@@ -1,2 +1,3 @@
 """Indexing ops: getitem, setitem, gather, scatter, index_select, masked_fill, topk, sort."""
+__all__: list = []
 METHODS: dict = {}

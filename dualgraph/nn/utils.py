@@ -1,0 +1,1 @@
+"""``dg.nn.utils``: gradient clipping (being written)."""
