@@ -5,15 +5,19 @@ import os
 import sys
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_PREFIXES = (PACKAGE_DIR, "<frozen ")
+_STDLIB_WRAPPERS = ("contextlib.py", "functools.py")
+_internal: dict[str, bool] = {}  # filename -> is it dualgraph's own (or a wrapper) frame?
 
 
 def _is_internal(filename: str) -> bool:
-    if filename.startswith(_SKIP_PREFIXES):
-        return True
-    # contextlib and functools frames sit between the user and us (decorators, `with`).
-    base = os.path.basename(filename)
-    return base in ("contextlib.py", "functools.py") and "python3" in filename
+    internal = _internal.get(filename)
+    if internal is None:
+        # contextlib and functools frames sit between the user and us (decorators, `with`).
+        internal = (filename.startswith((PACKAGE_DIR, "<frozen "))
+                    or os.path.basename(filename) in _STDLIB_WRAPPERS
+                    and filename.startswith(sys.base_prefix))
+        _internal[filename] = internal
+    return internal
 
 
 def user_frame(depth: int = 1):
@@ -24,12 +28,20 @@ def user_frame(depth: int = 1):
     return f
 
 
+def user_site() -> tuple[str, int] | None:
+    """(file, line) of the user's code calling into dualgraph: cheap, format it later."""
+    f = user_frame(2)
+    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
+def format_site(site) -> str:
+    return "<unknown>" if site is None else f"{site[0]}:{site[1]}"
+
+
 def user_location() -> str:
     """``file.py:LINE`` of the user's code calling into dualgraph, or ``<unknown>``."""
     f = user_frame(2)
-    if f is None:
-        return "<unknown>"
-    return f"{f.f_code.co_filename}:{f.f_lineno}"
+    return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
 
 
 def short_location(location: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._helpers import user_location
+from ._helpers import user_location, user_site
 from .autograd.tape import Node, grad_mode
 from .shapes import ShapeError
 from .tensor import Tensor
@@ -54,7 +54,7 @@ def apply(op, *args, **attrs):
             raise _op_error(op, arrays, attrs, e) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
             raw = np.asarray(raw) if op.num_outputs == 1 else tuple(np.asarray(r) for r in raw)
-        if grad_mode.anomaly:
+        if grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:
         raw = tracer.run(op, args, attrs)
@@ -77,26 +77,26 @@ def apply(op, *args, **attrs):
 
 def _record(op, args, outs, attrs):
     next_nodes = []
-    for a in args:
-        if isinstance(a, Tensor) and a.requires_grad:
-            fn = a.grad_fn
-            next_nodes.append((fn, a._output_nr) if fn is not None else
-                              (a._accumulate_node(), 0))
-        else:
-            next_nodes.append(None)
-    saves = op.saves
     versions = []
-    if "i" in saves:
-        versions.extend((a, a._version[0]) for a in args if isinstance(a, Tensor))
-    node = Node(op, args, outs, attrs, next_nodes, versions, user_location())
+    for a in args:
+        if isinstance(a, Tensor):
+            if op.saves_inputs:
+                versions.append((a, a._version[0]))
+            if a.requires_grad:
+                fn = a.grad_fn
+                next_nodes.append((fn, a._output_nr) if fn is not None else
+                                  (a._accumulate_node(), 0))
+                continue
+        next_nodes.append(None)
+    node = Node(op, args, outs, attrs, next_nodes, versions, user_site())
     diff = op.differentiable_outputs
     for i, t in enumerate(outs):
         if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
             t.requires_grad = True
             t.grad_fn = node
             t._output_nr = i
-    if "o" in saves:
-        versions.extend((t, t._version[0]) for t in outs)
+        if op.saves_outputs:
+            versions.append((t, t._version[0]))
 
 
 def _op_error(op, arrays, attrs, err) -> OpError:

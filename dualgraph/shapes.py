@@ -14,49 +14,66 @@ class ShapeError(ValueError):
 
 
 class Sym:
-    """A symbolic dim. Two Syms are the same dim when their names are equal.
+    """A symbolic dim: an integer coefficient times a product of named sizes (``B``,
+    ``784*B``, ``B*T``). Two Syms are the same dim when coefficient and names are equal.
 
-    Products and sums of dims (``B*64``) are kept as Syms whose name is the expression, which
-    is all that reshape and concatenation need; dims are never compared numerically.
+    Monomials are closed under the arithmetic shape rules need (products and exact
+    division: ``reshape(B*784 elements, (B, -1))`` infers 784), and print as expressions.
     """
 
-    __slots__ = ("name",)
+    __slots__ = ("coef", "names")
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str = "", coef: int = 1, names: tuple = None):
+        self.coef = coef
+        self.names = tuple(sorted(names if names is not None else (name,)))
+
+    @property
+    def name(self) -> str:
+        return str(self)
 
     def __repr__(self):
-        return self.name
+        prefix = [] if self.coef == 1 else [str(self.coef)]
+        return "*".join(prefix + list(self.names))
 
     def __eq__(self, other):
-        return isinstance(other, Sym) and other.name == self.name
+        return (isinstance(other, Sym) and other.coef == self.coef
+                and other.names == self.names)
 
     def __hash__(self):
-        return hash(("Sym", self.name))
-
-    def _op(self, other, sym):
-        if isinstance(other, int) and not isinstance(other, Sym):
-            if sym == "*" and other == 1 or sym == "+" and other == 0:
-                return self
-        return Sym(f"{_paren(self)}{sym}{_paren(other)}")
+        return hash(("Sym", self.coef, self.names))
 
     def __mul__(self, other):
-        return self._op(other, "*")
+        if isinstance(other, Sym):
+            return _monomial(self.coef * other.coef, self.names + other.names)
+        if isinstance(other, int):
+            return _monomial(self.coef * other, self.names)
+        return NotImplemented
 
     __rmul__ = __mul__
 
-    def __add__(self, other):
-        return self._op(other, "+")
-
-    __radd__ = __add__
-
     def __floordiv__(self, other):
-        return self._op(other, "//")
+        """Exact division by an int or a Sym that divides this one (else a ShapeError)."""
+        coef, names = (other, ()) if isinstance(other, int) else (other.coef, other.names)
+        rest = list(self.names)
+        for n in names:
+            if n not in rest:
+                raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+            rest.remove(n)
+        if coef == 0 or self.coef % coef:
+            raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+        return _monomial(self.coef // coef, tuple(rest))
+
+    def __mod__(self, other):
+        try:
+            self // other
+        except ShapeError:
+            return 1  # "not divisible": any nonzero value works for the callers' checks
+        return 0
 
 
-def _paren(d):
-    s = str(d)
-    return f"({s})" if any(c in s for c in "+-*/ ") else s
+def _monomial(coef: int, names: tuple):
+    """A Sym, or a plain int when no names are left."""
+    return Sym(coef=coef, names=names) if names else coef
 
 
 def is_static(shape) -> bool:
@@ -136,10 +153,10 @@ def infer_reshape(shape, new_shape) -> tuple:
     if -1 in new_shape:
         known = numel(d for d in new_shape if d != -1)
         if isinstance(total, Sym) or isinstance(known, Sym):
-            if known == 1:
-                return tuple(total if d == -1 else d for d in new_shape)
-            raise ShapeError(f"cannot infer -1 in reshape {tuple(shape)} -> {new_shape} "
-                             "with symbolic dims; name the dims explicitly")
+            if isinstance(known, Sym) and not isinstance(total, Sym):
+                raise ShapeError(f"cannot reshape {tuple(shape)} to {new_shape}: the symbolic "
+                                 "dims don't divide the element count")
+            return tuple(total // known if d == -1 else d for d in new_shape)
         if known == 0 or total % known:
             raise ShapeError(f"cannot reshape a tensor of shape {tuple(shape)} "
                              f"({total} elements) to {new_shape}")

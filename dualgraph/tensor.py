@@ -14,24 +14,36 @@ from .autograd.tape import AccumulateGrad
 
 
 class Tensor:
-    __slots__ = ("_data", "requires_grad", "grad", "grad_fn", "_output_nr", "_version",
-                 "_base", "_hooks", "_retains_grad", "_accumulator", "__weakref__")
+    # Autograd state defaults live on the class, so making a tensor sets only the two
+    # attributes every tensor needs: dispatch creates one per op, and this is its hot path.
+    requires_grad = False
+    grad = None
+    grad_fn = None
+    _output_nr = 0          # which output of grad_fn this tensor is
+    _base = None            # the tensor this one is a view of
+    _hooks = None           # gradient hooks of a leaf
+    _retains_grad = False
+    _accumulator = None     # the leaf's AccumulateGrad node, made on first use
 
     def __init__(self, data=None, *, dtype=None, requires_grad: bool = False):
         """``dg.Tensor(data)`` as in torch; prefer ``dg.tensor(data)``."""
         if data is None:
             data = []
         array = as_array(data, dtype)
-        _init(self, array, requires_grad)
+        self._data = array
+        self._version = [0]
         if requires_grad:
             check_can_require_grad(array.dtype)
+            self.requires_grad = True
 
     # -- construction used by dispatch (no checks, no copies) --------------------------
     @classmethod
     def _make(cls, data, base=None):
         t = object.__new__(cls)
-        _init(t, data, False)
-        if base is not None:
+        t._data = data
+        if base is None:
+            t._version = [0]
+        else:
             t._base = base
             t._version = base._version   # views share a version counter, as in torch
         return t
@@ -225,19 +237,6 @@ class Tensor:
         self._version[0] += 1
 
 
-def _init(t: Tensor, data, requires_grad: bool):
-    t._data = data
-    t.requires_grad = requires_grad
-    t.grad = None
-    t.grad_fn = None
-    t._output_nr = 0
-    t._version = [0]
-    t._base = None
-    t._hooks = None
-    t._retains_grad = False
-    t._accumulator = None
-
-
 class Size(tuple):
     """A shape, printed as torch prints it: ``dualgraph.Size([2, 3])``."""
 
@@ -273,8 +272,8 @@ def as_array(data, dtype=None) -> np.ndarray:
     target = None if dtype is None else dtypes.to_np(dtype)
     if isinstance(data, Tensor):
         array = data._concrete("tensor()")
-    elif isinstance(data, np.ndarray):
-        array = data
+    elif isinstance(data, (np.ndarray, np.generic)):
+        array = np.asarray(data)
         if target is None and array.dtype not in dtypes._BY_NP:
             if array.dtype.kind == "f":
                 target = np.dtype(np.float64) if array.itemsize == 8 else np.dtype(np.float32)

@@ -1,11 +1,14 @@
 """The backward engine: ``tensor.backward()`` and ``dg.autograd.grad``.
 
-Gradients flow from the roots through the recorded nodes in dependency order (a node runs
-once all the nodes that feed it gradient have run). Each node's VJP is a function of
+Gradients flow from the roots through the recorded nodes, latest-created first: a node is
+created after every node it takes input from, so when it runs, all the nodes that feed it
+gradient have already run (PyTorch orders its engine the same way). Each node's VJP is a function of
 dualgraph ops, so with ``create_graph=True`` the backward pass is itself recorded and can be
 differentiated again; otherwise it runs under ``no_grad``.
 """
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -62,69 +65,89 @@ def _root_grad(t: Tensor, g):
 
 
 def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, inputs=None):
+    """Propagate gradients from ``roots``; returns the gradients of ``capture`` if given."""
     if retain_graph is None:
         retain_graph = create_graph
-    pending: dict = {}            # node -> {output index: grad}
+    pending: dict = {}            # node -> {output index: gradient so far}
+    ready: list = []              # heap of (-seq, node): latest-created node first
     for t, g in zip(roots, root_grads):
         if not t.requires_grad:
             raise RuntimeError(
                 "element 0 of tensors does not require grad and does not have a grad_fn; "
                 "set requires_grad=True on the inputs you want gradients for")
         g = _root_grad(t, g)
-        node = t.grad_fn or t._accumulate_node()
-        _add(pending, node, t._output_nr if t.grad_fn is not None else 0, g)
+        if t.grad_fn is not None:
+            _add(pending, ready, t.grad_fn, t._output_nr, g)
+        else:
+            _add(pending, ready, t._accumulate_node(), 0, g)
 
-    # Where the gradient of a captured tensor (autograd.grad inputs, or backward(inputs=))
-    # shows up: a leaf's accumulator, or a non-leaf's producing node and output index.
     targets = capture if capture is not None else inputs
-    captured = None
-    if targets is not None:
-        targets = _as_tuple(targets)
-        captured = {}
-        for i, t in enumerate(targets):
-            if not t.requires_grad:
-                raise RuntimeError(f"input {i} does not require grad")
-            key = (t.grad_fn, t._output_nr) if t.grad_fn is not None else (
-                t._accumulate_node(), 0)
-            captured.setdefault(key, []).append(i)
+    captured = _capture_points(targets) if targets is not None else None
     results = [None] * (len(targets) if targets is not None else 0)
 
-    order = _topological_order([n for n in pending])
-    with set_grad_enabled(create_graph):
-        for node in order:
-            grads = pending.pop(node, None)
-            if grads is None:
-                continue
-            if isinstance(node, AccumulateGrad):
-                g = grads[0]
-                leaf = node.leaf
-                g = _run_hooks(leaf._hooks, g)
-                if captured is not None:
-                    for i in captured.get((node, 0), ()):
-                        results[i] = g
-                    if capture is not None or (node, 0) not in captured:
-                        continue
-                _accumulate(leaf, g, create_graph)
-                continue
-            if node.hooks:
-                for idx, hooks in node.hooks.items():
-                    if idx in grads:
-                        grads[idx] = _run_hooks(hooks, grads[idx])
-            if captured is not None:
-                for idx, g in grads.items():
-                    for i in captured.get((node, idx), ()):
-                        results[i] = g
-            input_grads = _call_vjp(node, grads)
-            if not retain_graph:
-                _free(node)
-            for edge, g in zip(node.next, input_grads):
-                if edge is not None and g is not None:
-                    _add(pending, edge[0], edge[1], g)
+    outer = grad_mode.in_backward
+    grad_mode.in_backward = True
+    try:
+        with set_grad_enabled(create_graph):
+            _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
+                       create_graph)
+    finally:
+        grad_mode.in_backward = outer
     return results
 
 
-def _add(pending, node, out_nr, g):
-    slot = pending.setdefault(node, {})
+def _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
+               create_graph):
+    """Run nodes latest-first until no gradient is pending."""
+    while ready:
+        node = heapq.heappop(ready)[1]
+        grads = pending.pop(node)
+        if isinstance(node, AccumulateGrad):
+            g = _run_hooks(node.leaf._hooks, grads[0])
+            if captured is not None and (node, 0) in captured:
+                for i in captured[(node, 0)]:
+                    results[i] = g
+                if capture is not None:
+                    continue
+            elif inputs is not None:   # backward(inputs=...) accumulates only those
+                continue
+            _accumulate(node.leaf, g, create_graph)
+            continue
+        if node.hooks:
+            for idx, hooks in node.hooks.items():
+                if idx in grads:
+                    grads[idx] = _run_hooks(hooks, grads[idx])
+        if captured is not None:
+            for idx, g in grads.items():
+                for i in captured.get((node, idx), ()):
+                    results[i] = g
+        input_grads = _call_vjp(node, grads)
+        if not retain_graph:
+            _free(node)
+        for edge, g in zip(node.next, input_grads):
+            if edge is not None and g is not None:
+                _add(pending, ready, edge[0], edge[1], g)
+
+
+def _capture_points(targets) -> dict:
+    """Where each captured tensor's gradient shows up: a leaf's accumulator, or a
+    non-leaf's producing node and output index -> the positions in ``targets``."""
+    captured: dict = {}
+    for i, t in enumerate(_as_tuple(targets)):
+        if not t.requires_grad:
+            raise RuntimeError(f"input {i} of the gradient targets does not require grad")
+        key = ((t.grad_fn, t._output_nr) if t.grad_fn is not None
+               else (t._accumulate_node(), 0))
+        captured.setdefault(key, []).append(i)
+    return captured
+
+
+def _add(pending, ready, node, out_nr, g):
+    slot = pending.get(node)
+    if slot is None:
+        pending[node] = {out_nr: g}
+        heapq.heappush(ready, (-node.seq, node))
+        return
     prev = slot.get(out_nr)
     slot[out_nr] = g if prev is None else prev + g
 
@@ -165,9 +188,9 @@ def _call_vjp(node: Node, grads: dict):
             continue
         if not isinstance(gi, Tensor):
             gi = Tensor._make(np.asarray(gi, dtype=inp._data.dtype))
-        if tuple(gi.shape) != tuple(inp.shape):
+        if gi._data.shape != inp._data.shape:
             raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
-                                 f"{tuple(gi.shape)} for an input of shape {tuple(inp.shape)}")
+                                 f"{gi._data.shape} for an input of shape {inp._data.shape}")
         if gi._data.dtype != inp._data.dtype:
             gi = gi.to(dtypes.from_np(inp._data.dtype))
         fixed.append(gi)
@@ -205,34 +228,6 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
     else:
         np.add(leaf.grad._data, g._data, out=leaf.grad._data)
         leaf.grad._version[0] += 1
-
-
-def _topological_order(roots):
-    """Nodes reachable from ``roots`` so that each comes after every node that feeds it."""
-    order, seen = [], set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(_children(root)))]
-        while stack:
-            node, it = stack[-1]
-            for child in it:
-                if child not in seen:
-                    seen.add(child)
-                    stack.append((child, iter(_children(child))))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    order.reverse()
-    return order
-
-
-def _children(node):
-    if isinstance(node, AccumulateGrad):
-        return ()
-    return [edge[0] for edge in node.next if edge is not None]
 
 
 def _check_backward_nan(node, grads):

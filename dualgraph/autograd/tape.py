@@ -9,14 +9,16 @@ gradient flows to (another Node, a leaf's :class:`AccumulateGrad`, or None).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 
-from .._helpers import short_location, user_location
+from .._helpers import format_site, short_location
 
 
 class _GradMode(threading.local):
     enabled = True
     anomaly = False
+    in_backward = False   # the engine is running VJPs (forward NaN checks stay quiet)
 
 
 grad_mode = _GradMode()
@@ -76,6 +78,12 @@ class detect_anomaly(contextlib.ContextDecorator):
         return False
 
 
+# Creation order of nodes. A node's gradient is complete once every node created after it
+# has run (consumers are always created after their producers), so the engine runs nodes
+# in decreasing sequence number, as PyTorch does.
+_sequence = itertools.count()
+
+
 class Node:
     """A recorded op: the ``grad_fn`` of its outputs. ``print(y.grad_fn)`` shows the call.
 
@@ -83,19 +91,25 @@ class Node:
     needs none; it is fixed at record time, so later in-place ops on an input do not
     rewire this node."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "location",
-                 "hooks", "freed", "__weakref__")
+    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "site",
+                 "hooks", "freed", "seq", "__weakref__")
 
-    def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, location):
+    def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, site):
+        self.seq = next(_sequence)
         self.op = op
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
         self.next = next_nodes
         self.versions = versions
-        self.location = location
+        self.site = site      # (file, line) of the user's call; see `location`
         self.hooks = None     # {output index: [hook, ...]} from register_hook on outputs
         self.freed = False
+
+    @property
+    def location(self) -> str:
+        """``file:line`` of the user code that called the op."""
+        return format_site(self.site)
 
     def name(self) -> str:
         return "".join(p.capitalize() for p in self.op.name.split("_")) + "Backward"
@@ -112,7 +126,7 @@ class Node:
             args = ", ".join(_describe(x) for x in self.inputs)
             if self.attrs:
                 args += ", " + ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
-        where = f" at {short_location(self.location)}" if self.location else ""
+        where = f" at {short_location(self.location)}" if self.site else ""
         return f"<{self.name()}: {self.op.name}({args}){where}>"
 
 
@@ -129,15 +143,12 @@ def _describe(x) -> str:
 class AccumulateGrad:
     """The end of a gradient path at a leaf tensor: adds the gradient into ``leaf.grad``."""
 
-    __slots__ = ("leaf", "__weakref__")
+    __slots__ = ("leaf", "seq", "hooks", "__weakref__")
 
     def __init__(self, leaf):
+        self.seq = next(_sequence)
         self.leaf = leaf
+        self.hooks = None
 
     def __repr__(self):
         return f"<AccumulateGrad: leaf {_describe(self.leaf)}>"
-
-
-def record_location() -> str | None:
-    """The user's file:line for a new node (always kept: it costs ~1 us and names errors)."""
-    return user_location()

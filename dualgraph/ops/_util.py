@@ -26,6 +26,9 @@ def needs_grad(x) -> bool:
 
 def as_operand(x):
     """User input -> a Tensor or a Python scalar (what dispatch accepts)."""
+    tx = type(x)
+    if tx is Tensor or tx is float:   # the common cases, checked first: this is a hot path
+        return x
     if isinstance(x, (Tensor, bool, int, float)):
         return x
     if isinstance(x, np.generic):

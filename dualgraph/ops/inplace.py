@@ -44,10 +44,29 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     return target
 
 
+def source_of(target: Tensor, *others) -> Tensor:
+    """What an in-place op on ``target`` should compute from: ``target`` itself, or, when
+    the result will be recorded for autograd, a copy of its current value with its
+    history. The copy is what the backward node saves, so overwriting ``target`` does not
+    invalidate it (``y.sin_()`` differentiates through the old ``y``, as in torch)."""
+    if not grad_mode.enabled:
+        return target
+    if not (target.requires_grad
+            or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
+        return target
+    data = target._data
+    snapshot = Tensor._make(data.copy() if type(data) is np.ndarray else data)
+    snapshot.requires_grad = target.requires_grad
+    snapshot.grad_fn = target.grad_fn
+    snapshot._output_nr = target._output_nr
+    return snapshot
+
+
 def inplace(fn):
     """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``."""
     def method(self, *args, **kwargs):
-        return commit_inplace(self, fn(self, *args, **kwargs))
+        source = source_of(self, *args, *kwargs.values())
+        return commit_inplace(self, fn(source, *args, **kwargs))
     method.__name__ = fn.__name__ + "_"
     method.__doc__ = f"In-place version of :meth:`{fn.__name__}`."
     return method

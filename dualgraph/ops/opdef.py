@@ -34,11 +34,15 @@ class OpDef:
     num_outputs: int = 1
     elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
     onnx: Any = None                 # ONNX mapping (an op type name or an export function)
-    saves: str = "io"                # what the VJP reads: inputs "i", outputs "o", both, none
+    saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
     doc: str = ""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.saves_inputs = "i" in self.saves
+        self.saves_outputs = "o" in self.saves
 
     def __repr__(self):
         return f"<op {self.name}>"

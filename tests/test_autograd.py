@@ -1,0 +1,326 @@
+"""Autograd semantics against PyTorch: accumulation, retain_graph, double backward, hooks,
+no_grad, in-place version counters, anomaly mode, and the errors users meet."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+
+X = np.array([0.5, -1.25, 2.0], dtype=np.float32)
+
+
+def pair(data=X, requires_grad=True):
+    return dg.tensor(data, requires_grad=requires_grad), torch.tensor(data,
+                                                                       requires_grad=requires_grad)
+
+
+def close(a, b, tol=1e-6):
+    a = a.detach().numpy() if isinstance(a, dg.Tensor) else a
+    b = b.detach().numpy() if isinstance(b, torch.Tensor) else b
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_gradients_accumulate_across_backward_calls():
+    x, tx = pair()
+    for _ in range(3):
+        (x * x * 3).sum().backward()
+        (tx * tx * 3).sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_tensor_used_twice_sums_both_paths():
+    x, tx = pair()
+    ((x * 2) + dg.exp(x) * x).sum().backward()
+    ((tx * 2) + torch.exp(tx) * tx).sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_second_backward_through_freed_graph_raises_and_retain_graph_allows_it():
+    x, tx = pair()
+    y, ty = (dg.exp(x) * 2).sum(), (torch.exp(tx) * 2).sum()
+    y.backward(retain_graph=True)
+    ty.backward(retain_graph=True)
+    y.backward()
+    ty.backward()
+    close(x.grad, tx.grad)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time.*"
+                                           "retain_graph=True"):
+        y.backward()
+
+
+def test_double_backward_matches_torch():
+    x, tx = pair()
+    for lib, t in ((dg, x), (torch, tx)):
+        y = (lib.sin(t) * t ** 3).sum()
+        (g,) = lib.autograd.grad(y, t, create_graph=True)
+        (g2,) = lib.autograd.grad(g.sum(), t, create_graph=True)
+        (g3,) = lib.autograd.grad(g2.sum(), t)
+        t.results = (g, g2, g3)
+    for a, b in zip(x.results, tx.results):
+        close(a, b, 1e-5)
+
+
+def test_backward_with_create_graph_gives_differentiable_grad():
+    x, tx = pair()
+    (x ** 3).sum().backward(create_graph=True)
+    (tx ** 3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    gx = x.grad
+    x.grad = None
+    gx.sum().backward()
+    tgx = tx.grad
+    tx.grad = None
+    tgx.sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_autograd_grad_leaves_dot_grad_alone_and_checks_unused():
+    x, _ = pair()
+    z = dg.tensor([1.0], requires_grad=True)
+    (g,) = dg.autograd.grad((x * x).sum(), x)
+    close(g, 2 * X)
+    assert x.grad is None
+    with pytest.raises(RuntimeError, match="allow_unused=True"):
+        dg.autograd.grad((x * 2).sum(), [x, z])
+    gx, gz = dg.autograd.grad((x * 2).sum(), [x, z], allow_unused=True)
+    assert gz is None
+
+
+def test_grad_of_non_leaf_and_grad_outputs():
+    x, tx = pair()
+    h, th = x * 3, tx * 3
+    v = np.array([1.0, 2.0, -1.0], dtype=np.float32)
+    (g,) = dg.autograd.grad(dg.exp(h), h, grad_outputs=dg.tensor(v))
+    (tg,) = torch.autograd.grad(torch.exp(th), th, grad_outputs=torch.tensor(v))
+    close(g, tg)
+
+
+def test_hooks_see_and_replace_gradients():
+    x, tx = pair()
+    seen = []
+    for t, log in ((x, seen), (tx, [])):
+        h = t * 2
+        h.register_hook(lambda g, log=log: log.append(g) or g * 10)
+        t.register_hook(lambda g: g + 1)
+        (h * h).sum().backward()
+        t.log = log
+    close(seen[0], 4 * X)
+    close(x.grad, tx.grad)
+
+
+def test_hook_handle_remove():
+    x = dg.tensor(X, requires_grad=True)
+    handle = x.register_hook(lambda g: g * 0)
+    handle.remove()
+    (x * 1).sum().backward()
+    close(x.grad, np.ones(3))
+
+
+def test_retain_grad_keeps_non_leaf_grad():
+    x, tx = pair()
+    h, th = x * x, tx * tx
+    h.retain_grad()
+    th.retain_grad()
+    (h * 3).sum().backward()
+    (th * 3).sum().backward()
+    close(h.grad, th.grad)
+    assert (x * 2).grad is None
+
+
+def test_no_grad_and_enable_grad():
+    x = dg.tensor(X, requires_grad=True)
+    with dg.no_grad():
+        y = x * 2
+        with dg.enable_grad():
+            z = x * 2
+    assert not y.requires_grad and y.grad_fn is None
+    assert z.requires_grad
+
+    @dg.no_grad()
+    def f(t):
+        return t * 2
+    assert not f(x).requires_grad
+    assert dg.is_grad_enabled()
+
+
+def test_detach_shares_storage_and_version():
+    x = dg.tensor(X, requires_grad=True)
+    d = x.detach()
+    assert not d.requires_grad
+    with dg.no_grad():
+        x.mul_(2)
+    close(d, 2 * X)
+    assert d._version_value == x._version_value == 1
+
+
+def test_grad_fn_prints_op_and_user_line():
+    x = dg.tensor(X, requires_grad=True)
+    y = x * 2; line = _line()  # noqa: E702
+    text = repr(y.grad_fn)
+    assert text.startswith("<MulBackward: mul(f32[3], 2)")
+    assert f"test_autograd.py:{line}" in text
+    assert y.grad_fn.next_functions[0][0].leaf is x
+    assert "grad_fn=<MulBackward>" in repr(y)
+
+
+def _line():
+    import inspect
+    return inspect.currentframe().f_back.f_lineno
+
+
+def test_inplace_on_saved_tensor_raises_with_location():
+    x = dg.tensor(X, requires_grad=True)
+    h = x * 1
+    y = dg.exp(h) * h; line = _line()  # noqa: E702
+    h.mul_(2)
+    with pytest.raises(RuntimeError, match=r"modified by an in-place operation.*version 1, "
+                                           r"expected version 0"):
+        y.sum().backward()
+    try:
+        y.sum().backward()
+    except RuntimeError as e:
+        assert f"test_autograd.py:{line}" in str(e)
+    tx = torch.tensor(X, requires_grad=True)
+    th = tx * 1
+    ty = torch.exp(th) * th
+    th.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        ty.sum().backward()
+
+
+def test_inplace_on_unsaved_tensor_is_fine_as_in_torch():
+    x, tx = pair()
+    for t in (x, tx):
+        h = t * 1
+        y = h + 3        # add does not save its inputs
+        h.add_(1)
+        y.sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_inplace_ops_record_history():
+    x, tx = pair()
+    for t in (x, tx):
+        h = t * 2
+        h += t
+        h *= 3
+        h.sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_inplace_on_leaf_requiring_grad_raises_but_works_under_no_grad():
+    x = dg.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad.*no_grad"):
+        x.add_(1)
+    with dg.no_grad():
+        x.add_(1)
+    close(x, X + 1)
+
+
+def test_backward_on_non_scalar_needs_gradient():
+    x = dg.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"shape \(3,\) needs a gradient.*\.sum\(\)"):
+        (x * 2).backward()
+    (x * 2).backward(dg.ones(3))
+    close(x.grad, 2 * np.ones(3))
+
+
+def test_backward_without_grad_raises():
+    with pytest.raises(RuntimeError, match="does not require grad.*requires_grad=True"):
+        dg.tensor(X).sum().backward()
+
+
+def test_only_float_tensors_can_require_grad():
+    with pytest.raises(RuntimeError, match=r"only floating point.*int64.*\.float\(\)"):
+        dg.tensor([1, 2], requires_grad=True)
+
+
+def test_shape_mismatch_names_both_shapes_and_the_line():
+    a, b = dg.ones(2, 3), dg.ones(4, 5)
+    line = _line() + 2
+    with pytest.raises(Exception) as info:
+        a + b
+    msg = str(info.value)
+    assert "(2, 3)" in msg and "(4, 5)" in msg
+    assert f"test_autograd.py:{line}" in msg
+
+
+def test_unsupported_dtype_is_a_clear_error():
+    with pytest.raises(TypeError, match="unsupported dtype.*supports"):
+        dg.zeros(2, dtype="complex64")
+
+
+def test_detect_anomaly_names_op_and_line_of_forward_nan():
+    x = dg.tensor([-1.0, 1.0], requires_grad=True)
+    with dg.autograd.detect_anomaly():
+        line = _line() + 2
+        with pytest.raises(FloatingPointError) as info:
+            dg.log(x)
+    assert "log" in str(info.value) and f"test_autograd.py:{line}" in str(info.value)
+
+
+def test_detect_anomaly_names_forward_line_of_backward_nan():
+    x = dg.tensor([0.0, 1.0], requires_grad=True)
+    with dg.autograd.detect_anomaly():
+        y = x ** 0.5 * 0; line = _line()  # noqa: E702   0 * inf in the backward of pow
+        with pytest.raises(FloatingPointError) as info:
+            y.sum().backward()
+    msg = str(info.value)
+    assert re.search(r"gradient of (pow|mul)", msg), msg
+    assert f"test_autograd.py:{line}" in msg
+
+
+def test_gradcheck_catches_a_wrong_vjp():
+    from dualgraph.ops.opdef import OpDef
+    from dualgraph.dispatch import apply
+    from dualgraph.ops import elementwise
+    wrong = OpDef("wrong_square", lambda x: x * x, elementwise.NEG.infer,
+                  vjp=lambda g, out, x: g * x)   # should be 2*g*x
+    x = dg.tensor([0.3, -0.7], dtype=dg.float64, requires_grad=True)
+    with pytest.raises(dg.autograd.GradcheckError, match="finite differences"):
+        dg.autograd.gradcheck(lambda t: apply(wrong, t), (x,))
+    assert dg.autograd.gradcheck(lambda t: t * t, (x,))
+
+
+def test_promotion_matches_torch():
+    cases = [
+        (np.ones(3, np.int32), 1.5), (np.ones(3, np.int32), np.float64(2.0)),
+        (np.ones(3, np.float16), np.float64(2.0)), (np.ones(3, np.bool_), 2),
+        (np.ones(3, np.int32), np.ones(3, np.int64)), (np.ones(3, np.float16), 2.5),
+        (np.ones(3, np.float32), np.ones(3, np.float64)),
+    ]
+    for a, b in cases:
+        da = dg.tensor(a)
+        ta = torch.tensor(a)
+        db = dg.tensor(b) if isinstance(b, np.generic) else b
+        tb = torch.tensor(b) if isinstance(b, np.generic) else b
+        if isinstance(b, np.ndarray):
+            db, tb = dg.tensor(b), torch.tensor(b)
+        got, want = (da + db).dtype.name, str((ta + tb).dtype).replace("torch.", "")
+        assert got == want, (a.dtype, b, got, want)
+
+
+def test_bfloat16_tensors():
+    x = dg.tensor([1.0, 2.5], dtype=dg.bfloat16)
+    assert x.dtype == dg.bfloat16
+    assert (x * 2).dtype == dg.bfloat16
+    assert (x + dg.tensor([1.0], dtype=dg.float16)).dtype == dg.float32
+    assert "bfloat16" in repr(x)
+
+
+def test_default_dtype_and_creation():
+    assert dg.tensor([1.0]).dtype == dg.float32
+    assert dg.tensor([1]).dtype == dg.int64
+    assert dg.tensor([True]).dtype == dg.bool
+    assert dg.arange(5).dtype == dg.int64 and dg.arange(0, 1, 0.25).shape == (4,)
+    dg.manual_seed(3)
+    a = dg.randn(4)
+    dg.manual_seed(3)
+    b = dg.randn(4)
+    close(a, b)
+    g = dg.Generator().manual_seed(3)
+    close(dg.rand(2, generator=g), dg.rand(2, generator=dg.Generator().manual_seed(3)))
