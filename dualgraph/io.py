@@ -1,1 +1,246 @@
-"""dg.save / dg.load (being written)."""
+"""``dg.save`` / ``dg.load``: tensors, state dicts and optimizer states in ONE safetensors file.
+
+The tensors are the file's entries (named by their path in the saved object, e.g.
+``layer.weight`` or ``state.0.exp_avg``, so other safetensors readers see a usable state
+dict); the structure around them (dicts with str/int/... keys, lists, tuples, numbers,
+strings, None) is JSON stored in the header's ``__metadata__["dualgraph"]`` with a format
+version. Nothing is pickled, so loading a file never runs code.
+
+Writes are atomic: the bytes go to a temporary file in the target's directory, are
+fsync'ed, and replace the target with ``os.replace``; a failed save leaves the old file.
+
+>>> import dualgraph as dg, os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+>>> dg.save({"step": 3, "w": dg.ones(2)}, path)
+>>> dg.load(path)["step"]
+3
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import OrderedDict
+
+import numpy as np
+from safetensors import SafetensorError, TensorSpec, deserialize, serialize
+
+from . import dtypes
+from .tensor import Tensor
+
+__all__ = ["save", "load", "LoadError"]
+
+
+class LoadError(ValueError):
+    """A file ``dg.load`` can't read: truncated, corrupted, or not written by ``dg.save``."""
+
+FORMAT_KEY = "dualgraph"
+FORMAT_VERSION = 1
+
+# safetensors' dtype codes (what a file holds) -> NumPy dtypes; BF16 is ml_dtypes' bfloat16.
+_FROM_CODE = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16,
+              "I16": np.int16, "U32": np.uint32, "I32": np.int32, "U64": np.uint64,
+              "I64": np.int64, "F16": np.float16, "BF16": dtypes.bfloat16_np,
+              "F32": np.float32, "F64": np.float64}
+_SAVABLE = {np.dtype(dt).name for dt in _FROM_CODE.values()}
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+# -- encoding: Python object -> (JSON tree, {entry name: array}) --------------------------
+class _Encoder:
+    """Walks the object; each JSON object in the tree is a tag with one key (``tensor``,
+    ``dict``, ``tuple``, ...; a tensor's may add ``requires_grad``), so plain JSON values
+    (lists, finite numbers, strings) stay plain. ``path`` is the tuple of keys to ``obj``."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def encode(self, obj, path: tuple):
+        if obj is None or isinstance(obj, (bool, int, str)):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {"float": repr(obj)}
+        if isinstance(obj, Tensor):
+            node = {"tensor": self._add(obj.detach()._concrete("dg.save"), path)}
+            if obj.requires_grad:
+                node["requires_grad"] = True
+            return node
+        if isinstance(obj, np.ndarray):
+            return {"ndarray": self._add(obj, path)}
+        if isinstance(obj, dtypes.DType):
+            return {"dtype": obj.name}
+        if isinstance(obj, list):
+            return [self.encode(v, path + (i,)) for i, v in enumerate(obj)]
+        if isinstance(obj, tuple):
+            return {"tuple": [self.encode(v, path + (i,)) for i, v in enumerate(obj)]}
+        if isinstance(obj, dict):
+            tag = "odict" if isinstance(obj, OrderedDict) else "dict"
+            return {tag: [[self.encode(k, path + ("<key>",)), self.encode(v, path + (k,))]
+                          for k, v in obj.items()]}
+        raise TypeError(
+            f"dg.save can't store {type(obj).__name__} (at {_readable(path)}); it stores "
+            "Tensors, NumPy arrays, dicts, lists, tuples, str, int, float, bool and None. "
+            "Convert other objects (e.g. NumPy scalars with .item()) first")
+
+    def _add(self, array: np.ndarray, path: tuple) -> str:
+        if array.dtype.name not in _SAVABLE:
+            raise TypeError(f"dg.save can't store arrays of dtype {array.dtype} "
+                            f"(at {_readable(path)})")
+        base = ".".join(str(p) for p in path) or "tensor"
+        name, n = base, 1
+        while name in self.arrays:  # two paths spelled the same (keys with dots in them)
+            name, n = f"{base}#{n}", n + 1
+        little_endian = array.dtype.newbyteorder("<")  # the format is little-endian
+        self.arrays[name] = array.astype(little_endian, order="C", copy=False)
+        return name
+
+
+def _readable(path: tuple) -> str:
+    return "obj" + "".join(f"[{p!r}]" for p in path)
+
+
+def _to_bytes(obj) -> bytes:
+    encoder = _Encoder()
+    tree = encoder.encode(obj, ())
+    header = json.dumps({"version": FORMAT_VERSION, "root": tree}, allow_nan=False)
+    specs = {name: TensorSpec(dtype=a.dtype.name, shape=a.shape, data_ptr=a.ctypes.data,
+                              data_len=a.nbytes)
+             for name, a in encoder.arrays.items()}
+    return bytes(serialize(specs, metadata={FORMAT_KEY: header}))
+
+
+def save(obj, f) -> None:
+    """Write ``obj`` (a Tensor or nested dicts/lists/tuples of tensors, numbers, strings,
+    bools and None) to the path ``f`` atomically, or to a binary file object. A tensor
+    reachable twice is stored twice (loading gives two independent tensors)."""
+    data = _to_bytes(obj)
+    if hasattr(f, "write"):
+        f.write(data)
+        return
+    path = os.fspath(f)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename itself durable (POSIX); not possible on every platform."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- decoding ---------------------------------------------------------------------------------
+def load(f, map_location=None, weights_only=None, mmap=None):
+    """Read what :func:`save` wrote (from a path or a binary file object).
+
+    ``map_location``, ``weights_only`` and ``mmap`` are accepted for torch compatibility
+    and ignored: everything loads onto the CPU, and the format holds only data.
+    A truncated, corrupted or foreign file raises :class:`LoadError` (a ``ValueError``)
+    naming the file and what is wrong.
+    """
+    if hasattr(f, "read"):
+        name, data = getattr(f, "name", "<file object>"), f.read()
+    else:
+        name = os.fspath(f)
+        with open(name, "rb") as fh:
+            data = fh.read()
+    tree = _read_structure(data, name)
+    try:
+        arrays = {key: _to_array(view) for key, view in deserialize(data)}
+    except (SafetensorError, KeyError) as e:  # KeyError: a dtype code we don't know
+        raise LoadError(f"{name}: truncated or corrupted tensor data ({e})") from None
+    return _Decoder(arrays, name).decode(tree)
+
+
+def _read_structure(data: bytes, name: str):
+    """Check the safetensors header by hand (the library's errors don't name the file) and
+    return the JSON structure tree dg.save put in its metadata."""
+    if len(data) < 8:
+        raise LoadError(f"{name}: not a dualgraph file: {len(data)} bytes is too short "
+                         "for a safetensors header (truncated?)")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8:
+        raise LoadError(f"{name}: truncated or not a safetensors file: the header claims "
+                         f"{size} bytes but only {len(data) - 8} follow")
+    try:
+        header = json.loads(data[8:8 + size])
+        meta = header.get("__metadata__") or {}
+    except (ValueError, AttributeError) as e:
+        raise LoadError(f"{name}: corrupted safetensors header ({e})") from None
+    if FORMAT_KEY not in meta:
+        raise LoadError(f"{name}: a safetensors file that dg.save did not write (no "
+                         f"'{FORMAT_KEY}' metadata); read its tensors with "
+                         "safetensors.numpy.load_file")
+    try:
+        structure = json.loads(meta[FORMAT_KEY])
+        version, tree = structure["version"], structure["root"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise LoadError(f"{name}: corrupted dualgraph metadata ({e!r})") from None
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise LoadError(f"{name}: written in dualgraph format version {version}; this "
+                         f"dualgraph reads versions up to {FORMAT_VERSION} (upgrade it)")
+    return tree
+
+
+def _to_array(view) -> np.ndarray:
+    # The data is a fresh bytearray, so the array is writable and owns no file mapping.
+    return np.frombuffer(view["data"], dtype=_FROM_CODE[view["dtype"]]).reshape(view["shape"])
+
+
+class _Decoder:
+    def __init__(self, arrays: dict, name: str):
+        self.arrays, self.name = arrays, name
+
+    def decode(self, node):
+        if isinstance(node, list):
+            return [self.decode(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        tag = next(iter(node), None)
+        if tag == "tensor":
+            t = Tensor._make(self._array(node["tensor"]))
+            return t.requires_grad_() if node.get("requires_grad") else t
+        decoders = {
+            "ndarray": self._array,
+            "float": lambda v: _SPECIAL_FLOATS[v],
+            "dtype": dtypes.as_dtype,
+            "tuple": lambda v: tuple(self.decode(x) for x in v),
+            "dict": lambda v: {self.decode(k): self.decode(x) for k, x in v},
+            "odict": lambda v: OrderedDict((self.decode(k), self.decode(x)) for k, x in v),
+        }
+        if len(node) != 1 or tag not in decoders:
+            raise self._corrupt(f"unknown node {node!r}")
+        try:
+            return decoders[tag](node[tag])
+        except LoadError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._corrupt(f"bad {tag} node ({e!r})") from None
+
+    def _array(self, name: str) -> np.ndarray:
+        if name not in self.arrays:
+            raise self._corrupt(f"the structure names a tensor {name!r} the file lacks")
+        return self.arrays[name]
+
+    def _corrupt(self, what: str) -> LoadError:
+        return LoadError(f"{self.name}: corrupted dualgraph metadata: {what}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
+from ._helpers import user_location
 from .autograd.tape import AccumulateGrad
+from .errors import CONCRETE_FIX, CaptureError
 
 
 class Tensor:
@@ -104,10 +106,11 @@ class Tensor:
         return self._concrete("numpy()")
 
     def _concrete(self, what: str) -> np.ndarray:
-        """The NumPy array; while tracing, the tracer turns this into an error or a break."""
+        """The NumPy array; a traced tensor has none, which is a CaptureError naming the
+        user's line (compile turns it into a graph break unless fullgraph=True)."""
         data = self._data
         if type(data) is not np.ndarray:
-            return data.concretize(what)
+            raise CaptureError(f"{what} on a traced tensor", user_location(), CONCRETE_FIX)
         return data
 
     def item(self):
@@ -155,6 +158,11 @@ class Tensor:
         return data if dtype is None else data.astype(dtype)
 
     __hash__ = object.__hash__
+
+    def __str__(self):
+        if type(self._data) is not np.ndarray:   # print(x) inside a captured function
+            self._concrete("print()/str()")
+        return self.__repr__()
 
     def __repr__(self):
         data = self._data

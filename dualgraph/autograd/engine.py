@@ -13,6 +13,9 @@ import heapq
 import numpy as np
 
 from .. import dtypes
+from ..dispatch import modes
+from ..ops import creation
+from ..shapes import numel
 from ..tensor import Tensor
 from .tape import AccumulateGrad, Node, grad_mode, set_grad_enabled
 
@@ -49,12 +52,12 @@ def _as_tuple(x):
 
 def _root_grad(t: Tensor, g):
     if g is None:
-        if t._data.size != 1:
+        if numel(t._data.shape) != 1:
             raise RuntimeError(
                 f"backward() on a tensor of shape {tuple(t.shape)} needs a gradient: grad "
                 "can be implicitly created only for scalar outputs; call .sum() first or "
                 "pass gradient= a tensor of the same shape")
-        return Tensor._make(np.ones(t._data.shape, t._data.dtype))
+        return creation.ones_like(t)
     if not isinstance(g, Tensor):
         g = Tensor._make(np.asarray(g, dtype=t._data.dtype))
     if tuple(g.shape) != tuple(t.shape):
@@ -186,8 +189,8 @@ def _call_vjp(node: Node, grads: dict):
         if edge is None or gi is None:
             fixed.append(None)
             continue
-        if not isinstance(gi, Tensor):
-            gi = Tensor._make(np.asarray(gi, dtype=inp._data.dtype))
+        if not isinstance(gi, Tensor):   # a VJP may return a plain number
+            gi = creation.full_like(inp, gi)
         if gi._data.shape != inp._data.shape:
             raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
                                  f"{gi._data.shape} for an input of shape {inp._data.shape}")
@@ -198,7 +201,7 @@ def _call_vjp(node: Node, grads: dict):
 
 
 def _zeros_like(t):
-    return Tensor._make(np.zeros(t._data.shape, t._data.dtype))
+    return creation.zeros_like(t)
 
 
 def _free(node: Node):
@@ -220,7 +223,10 @@ def _run_hooks(hooks, g):
 def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
     if not create_graph:
         g = g.detach()
-    if leaf.grad is None:
+    tracer = modes.tracer
+    if tracer is not None and type(g._data) is not np.ndarray:
+        _accumulate_traced(tracer, leaf, g)
+    elif leaf.grad is None:
         # Own the storage: the incoming gradient may alias another tensor's data.
         leaf.grad = g if create_graph else Tensor._make(np.array(g._data, copy=True))
     elif create_graph:
@@ -228,6 +234,16 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
     else:
         np.add(leaf.grad._data, g._data, out=leaf.grad._data)
         leaf.grad._version[0] += 1
+
+
+def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):
+    """While tracing, ``.grad`` becomes a traced value; an existing eager gradient is read
+    as a graph input, so accumulation across calls works in the compiled step too."""
+    old = leaf.grad
+    if old is not None and type(old._data) is np.ndarray:
+        old = Tensor._make(tracer.grad_value(leaf))
+    leaf.grad = g if old is None else old + g
+    tracer.note_grad(leaf)
 
 
 def _check_backward_nan(node, grads):

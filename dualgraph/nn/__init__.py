@@ -1,2 +1,7 @@
 """Neural-network modules, layers, functional and init (mirrors torch.nn)."""
 from . import functional, utils  # noqa: F401
+from . import init  # noqa: F401
+from .containers import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
+                         Sequential)
+from .module import Module  # noqa: F401
+from .parameter import Parameter  # noqa: F401

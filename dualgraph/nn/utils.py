@@ -1,1 +1,85 @@
-"""``dg.nn.utils``: gradient clipping (being written)."""
+"""``dg.nn.utils``: gradient clipping and flattening parameters, as ``torch.nn.utils``.
+
+Everything here is Tensor ops under ``no_grad`` (no ``.item()`` unless asked for with
+``error_if_nonfinite``), so clipping inside a captured training step becomes graph nodes.
+"""
+from __future__ import annotations
+
+import math
+
+from ..autograd import no_grad
+from ..ops import creation, elementwise, reduce, shape
+from ..ops.inplace import commit_inplace
+from ..tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
+           "vector_to_parameters"]
+
+
+def _as_list(parameters) -> list:
+    return [parameters] if isinstance(parameters, Tensor) else list(parameters)
+
+
+def _grads(parameters) -> list:
+    return [p.grad for p in _as_list(parameters) if p.grad is not None]
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """Scale the gradients of ``parameters`` in place so that their total ``norm_type``-norm
+    (the norm of the vector of all gradient entries) is at most ``max_norm``; return that
+    total norm (before clipping) as a 0-d tensor.
+
+    >>> import dualgraph as dg
+    >>> w = dg.tensor([3.0, 4.0], requires_grad=True)
+    >>> (w * w).sum().backward()        # w.grad = [6, 8], norm 10
+    >>> dg.nn.utils.clip_grad_norm_([w], max_norm=1.0)
+    tensor(10.)
+    >>> w.grad
+    tensor([0.6, 0.8])
+    """
+    grads = _grads(parameters)
+    if not grads:
+        return creation.tensor(0.0)
+    norm_type = float(norm_type)
+    with no_grad():
+        norms = [reduce.norm(g, p=norm_type) for g in grads]
+        total = reduce.norm(shape.stack(norms), p=norm_type)
+        if error_if_nonfinite and not math.isfinite(total.item()):
+            raise RuntimeError(
+                f"the total norm of order {norm_type} of the gradients is non-finite, so it "
+                "cannot be clipped; pass error_if_nonfinite=False to clip anyway")
+        coef = float(max_norm) / (total + 1e-6)
+        coef = elementwise.clamp(coef, max=1.0)
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value) -> None:
+    """Clamp the gradients of ``parameters`` in place to ``[-clip_value, clip_value]``."""
+    clip_value = float(clip_value)
+    with no_grad():
+        for g in _grads(parameters):
+            g.clamp_(-clip_value, clip_value)
+
+
+def parameters_to_vector(parameters) -> Tensor:
+    """All parameters flattened and concatenated into one 1-d tensor."""
+    return shape.cat([p.reshape(-1) for p in _as_list(parameters)])
+
+
+def vector_to_parameters(vec: Tensor, parameters) -> None:
+    """Copy consecutive slices of ``vec`` into ``parameters`` (the inverse of
+    :func:`parameters_to_vector`). Unlike torch, the parameters keep their own storage."""
+    if not isinstance(vec, Tensor) or vec.ndim != 1:
+        raise TypeError("vector_to_parameters expects a 1-d tensor")
+    params = _as_list(parameters)
+    total = sum(p.numel() for p in params)
+    if vec.shape[0] != total:
+        raise ValueError(f"the vector has {vec.shape[0]} elements, the parameters {total}")
+    offset = 0
+    with no_grad():
+        for p in params:
+            n = p.numel()
+            commit_inplace(p, shape.narrow(vec, 0, offset, n).reshape(tuple(p.shape)))
+            offset += n

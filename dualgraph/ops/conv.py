@@ -1,3 +1,604 @@
-"""Convolution and pooling primitives."""
-__all__: list = []
+"""Convolution and pooling, with torch.nn.functional's names, arguments and defaults.
+
+Primitives: ``conv2d`` and its two adjoints ``conv2d_input_grad`` (which *is*
+``conv_transpose2d``) and ``conv2d_weight_grad``; ``max_pool2d`` (values and argmax
+indices) with ``max_pool2d_backward``; ``avg_pool2d`` with ``avg_pool2d_backward``. The
+three conv ops are each other's VJPs and the two avg-pool ops are each other's, so double
+backward works. The 1-D forms are the 2-D ones on a unit height; adaptive average pooling
+is avg_pool2d when the sizes divide, else two small averaging matmuls.
+
+Kernels: im2col is a strided view of the padded input (no copy) laid out by one transpose
+copy as ``cols[g, (c, i, j), (n, h, w)]``, then ONE batched GEMM over the groups. The
+adjoint scatters columns back with one strided add per kernel position (kh*kw adds, never
+a loop over pixels or batch elements). Float16/bfloat16 are computed in float32.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .. import dtypes
+from ..dispatch import apply
+from ..shapes import ShapedType, ShapeError
+from . import creation, index, linalg, reduce
+from . import shape as shape_ops
+from ._util import cast, is_float, needs_grad
+from .opdef import defop
+
+__all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d",
+           "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
+           "adaptive_avg_pool2d"]
+
+
+# -- geometry ------------------------------------------------------------------------------------
+def _out_size(size, k, stride, lo, hi, dilation, ceil_mode=False):
+    """Output length of a sliding window (works on symbolic sizes too).
+
+    In ceil mode the last window may hang over the end, but (as in torch) must start
+    inside the input or the left padding.
+    """
+    span = dilation * (k - 1) + 1
+    extra = stride - 1 if ceil_mode else 0
+    out = (size + (lo + hi - span + extra)) // stride + 1
+    if ceil_mode and type(size) is int and (out - 1) * stride >= size + lo:
+        out -= 1
+    return out
+
+
+def _pad(x, pads, value=0.0):
+    """``x`` padded by ``((top, bottom), (left, right))`` on its last two dims."""
+    (pt, pb), (pl, pr) = pads
+    if not (pt or pb or pl or pr):
+        return x
+    h, w = x.shape[-2:]
+    out = np.full(x.shape[:-2] + (pt + h + pb, pl + w + pr), value, dtype=x.dtype)
+    out[..., pt:pt + h, pl:pl + w] = x
+    return out
+
+
+def _windows(xp, kernel, stride, dilation, out_hw):
+    """A read-only view ``(..., Ho, Wo, kh, kw)`` of the windows of ``xp``'s last two dims."""
+    sh, sw = xp.strides[-2:]
+    shape = xp.shape[:-2] + tuple(out_hw) + tuple(kernel)
+    strides = xp.strides[:-2] + (sh * stride[0], sw * stride[1],
+                                 sh * dilation[0], sw * dilation[1])
+    return as_strided(xp, shape, strides, writeable=False)
+
+
+def _col2im(cols, padded_hw, stride, dilation):
+    """The adjoint of :func:`_windows`: sum ``cols (..., kh, kw, Ho, Wo)`` into a zero
+    array of shape ``(..., *padded_hw)``, one strided add per kernel position."""
+    kh, kw, ho, wo = cols.shape[-4:]
+    out = np.zeros(cols.shape[:-4] + tuple(padded_hw), dtype=cols.dtype)
+    for i in range(kh):
+        r = i * dilation[0]
+        rows = slice(r, r + stride[0] * (ho - 1) + 1, stride[0])
+        for j in range(kw):
+            c = j * dilation[1]
+            out[..., rows, c:c + stride[1] * (wo - 1) + 1:stride[1]] += cols[..., i, j, :, :]
+    return out
+
+
+def _crop(xp, pads, hw):
+    (pt, _), (pl, _) = pads
+    return np.ascontiguousarray(xp[..., pt:pt + hw[0], pl:pl + hw[1]])
+
+
+# -- conv2d and its adjoints ---------------------------------------------------------------------
+# ``conv`` below is the attrs shared by the three ops: stride (sh, sw), padding
+# ((top, bottom), (left, right)), dilation (dh, dw), groups.
+def _conv_out_hw(hw, kernel, stride, padding, dilation):
+    return tuple(_out_size(hw[a], kernel[a], stride[a], *padding[a], dilation[a])
+                 for a in range(2))
+
+
+def _im2col(x, kernel, stride, padding, dilation, groups):
+    """``x (N, C, H, W)`` -> ``cols (G, C/G*kh*kw, N*Ho*Wo)`` and ``(Ho, Wo)``."""
+    n, c, h, w = x.shape
+    out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
+    xp = _pad(x, padding).reshape(n, groups, c // groups, *_padded(h, w, padding))
+    win = _windows(xp, kernel, stride, dilation, out_hw)       # N G Cg Ho Wo kh kw
+    cols = np.ascontiguousarray(win.transpose(1, 2, 5, 6, 0, 3, 4))
+    return cols.reshape(groups, -1, n * out_hw[0] * out_hw[1]), out_hw
+
+
+def _padded(h, w, padding):
+    return h + sum(padding[0]), w + sum(padding[1])
+
+
+def _grad_matrix(g, groups):
+    """``g (N, Cout, Ho, Wo)`` -> ``(G, Cout/G, N*Ho*Wo)``, the layout the GEMMs use."""
+    n, c = g.shape[:2]
+    g = g.reshape(n, groups, c // groups, -1).transpose(1, 2, 0, 3)
+    return np.ascontiguousarray(g).reshape(groups, c // groups, -1)
+
+
+def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
+    (x, w, *bias), dt = linalg.blas_operands(x, w, *bias)
+    n, cout = x.shape[0], w.shape[0]
+    cols, (ho, wo) = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
+    y = np.matmul(w.reshape(groups, cout // groups, -1), cols)     # G Cog N*Ho*Wo
+    y = y.reshape(cout, n, ho, wo).transpose(1, 0, 2, 3)
+    if bias:
+        y = y + bias[0].reshape(-1, 1, 1)
+    return cast(np.ascontiguousarray(y), dt)
+
+
+def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
+    (g, w), dt = linalg.blas_operands(g, w)
+    n, ho, wo = g.shape[0], g.shape[2], g.shape[3]
+    cout, cg, kh, kw = w.shape
+    wm = w.reshape(groups, cout // groups, -1)
+    cols = np.matmul(wm.transpose(0, 2, 1), _grad_matrix(g, groups))   # G Kg N*Ho*Wo
+    cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
+    xp = _col2im(cols, _padded(*input_size, padding), stride, dilation)   # N G Cg Hp Wp
+    xp = xp.reshape(n, groups * cg, *xp.shape[-2:])
+    return cast(_crop(xp, padding, input_size), dt)
+
+
+def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
+    (x, g), dt = linalg.blas_operands(x, g)
+    cols, _ = _im2col(x, kernel_size, stride, padding, dilation, groups)
+    gw = np.matmul(_grad_matrix(g, groups), cols.transpose(0, 2, 1))     # G Cog Kg
+    return cast(gw.reshape(g.shape[1], -1, *kernel_size), dt)
+
+
+def _check_conv(x, w, g_shape, what, stride, padding, dilation, groups):
+    """Shape checks shared by the three conv ops; returns the conv's output (Ho, Wo)."""
+    sx, sw = tuple(x), tuple(w)
+    if len(sx) != 4 or len(sw) != 4:
+        raise ShapeError(f"{what}: expected a 4-D input (N, C, H, W) and a 4-D weight "
+                         f"(C_out, C_in/groups, kH, kW), got shapes {sx} and {sw}")
+    if sx[1] != sw[1] * groups or sw[0] % groups:
+        raise ShapeError(f"{what}: input of shape {sx} has {sx[1]} channels but the weight "
+                         f"of shape {sw} with groups={groups} expects {sw[1] * groups} (and "
+                         f"C_out={sw[0]} must be divisible by groups)")
+    out_hw = _conv_out_hw(sx[2:], sw[2:], stride, padding, dilation)
+    if any(type(d) is int and d < 1 for d in out_hw):
+        raise ShapeError(f"{what}: the input of shape {sx} (padding {padding}) is smaller "
+                         f"than the dilated kernel of shape {sw[2:]}")
+    if g_shape is not None and tuple(g_shape) != (sx[0], sw[0]) + tuple(out_hw):
+        raise ShapeError(f"{what}: the output gradient has shape {tuple(g_shape)} but a conv "
+                         f"of {sx} with weight {sw} gives {(sx[0], sw[0]) + tuple(out_hw)}")
+    return out_hw
+
+
+def _infer_conv2d(x, w, *bias, stride, padding, dilation, groups):
+    out_hw = _check_conv(x.shape, w.shape, None, "conv2d", stride, padding, dilation, groups)
+    if bias and tuple(bias[0].shape) != (w.shape[0],):
+        raise ShapeError(f"conv2d: bias of shape {tuple(bias[0].shape)} should be "
+                         f"({w.shape[0]},), one value per output channel")
+    dt = dtypes.result_type(x, w, *bias)
+    return ShapedType((x.shape[0], w.shape[0]) + tuple(out_hw), dt)
+
+
+def _infer_input_grad(g, w, *, input_size, stride, padding, dilation, groups):
+    x_shape = (g.shape[0], w.shape[1] * groups) + tuple(input_size)
+    _check_conv(x_shape, w.shape, g.shape, "conv2d_input_grad", stride, padding, dilation,
+                groups)
+    return ShapedType(x_shape, dtypes.result_type(g, w))
+
+
+def _infer_weight_grad(x, g, *, kernel_size, stride, padding, dilation, groups):
+    w_shape = (g.shape[1], x.shape[1] // groups) + tuple(kernel_size)
+    _check_conv(x.shape, w_shape, g.shape, "conv2d_weight_grad", stride, padding, dilation,
+                groups)
+    return ShapedType(w_shape, dtypes.result_type(x, g))
+
+
+def _hw(t):
+    return tuple(t.shape[-2:])
+
+
+# The VJPs: conv2d(x, w) is bilinear, and its two adjoints are each other's derivatives.
+def _conv2d_vjp(g, out, x, w, *bias, **conv):
+    gx = apply(CONV2D_INPUT_GRAD, g, w, input_size=_hw(x), **conv) if needs_grad(x) else None
+    gw = (apply(CONV2D_WEIGHT_GRAD, x, g, kernel_size=_hw(w), **conv)
+          if needs_grad(w) else None)
+    if not bias:
+        return gx, gw
+    return gx, gw, reduce.sum(g, (0, 2, 3)) if needs_grad(bias[0]) else None
+
+
+def _input_grad_vjp(gy, out, g, w, *, input_size, **conv):
+    gg = apply(CONV2D, gy, w, **conv) if needs_grad(g) else None
+    gw = (apply(CONV2D_WEIGHT_GRAD, gy, g, kernel_size=_hw(w), **conv)
+          if needs_grad(w) else None)
+    return gg, gw
+
+
+def _weight_grad_vjp(gy, out, x, g, *, kernel_size, **conv):
+    gx = apply(CONV2D_INPUT_GRAD, g, gy, input_size=_hw(x), **conv) if needs_grad(x) else None
+    gg = apply(CONV2D, x, gy, **conv) if needs_grad(g) else None
+    return gx, gg
+
+
+_CONV_ATTRS = ("stride", "padding", "dilation", "groups")
+CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
+               saves="i", onnx="Conv")
+CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_grad,
+                          vjp=_input_grad_vjp, attrs=("input_size",) + _CONV_ATTRS, saves="i",
+                          onnx="ConvTranspose")
+CONV2D_WEIGHT_GRAD = defop("conv2d_weight_grad", _weight_grad_kernel, _infer_weight_grad,
+                           vjp=_weight_grad_vjp, attrs=("kernel_size",) + _CONV_ATTRS,
+                           saves="i")
+
+
+# -- argument normalisation ----------------------------------------------------------------------
+def _pair(v, name):
+    t = (v, v) if isinstance(v, int) else tuple(v)
+    if len(t) != 2 or not all(isinstance(d, int) for d in t):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+    return t
+
+
+def _conv_padding(padding, kernel, stride, dilation):
+    """torch's padding argument -> ((top, bottom), (left, right))."""
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        if stride != (1, 1):
+            raise ValueError(f"padding='same' is not supported for strided convolutions "
+                             f"(stride={stride}); pad explicitly instead")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)   # the extra pixel goes last
+    if isinstance(padding, str):
+        raise ValueError(f"padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
+    ph, pw = _pair(padding, "padding")
+    return ((ph, ph), (pw, pw))
+
+
+def _check_float(name, *tensors):
+    for t in tensors:
+        if t is not None and not is_float(t.dtype.np):
+            raise TypeError(f"{name} needs floating-point tensors, got {t.dtype}; "
+                            "convert with .float()")
+
+
+def _batched(fn, x, ndim):
+    """Run ``fn`` on ``x`` with a batch dim added when ``x`` is unbatched (ndim - 1 dims)."""
+    if x.ndim == ndim:
+        return fn(x)
+    if x.ndim != ndim - 1:
+        raise ShapeError(f"expected a {ndim - 1}-D (unbatched) or {ndim}-D (batched) input, "
+                         f"got shape {tuple(x.shape)}")
+    out = fn(shape_ops.reshape(x, (1,) + tuple(x.shape)))
+    if isinstance(out, tuple):
+        return tuple(shape_ops.reshape(o, tuple(o.shape[1:])) for o in out)
+    return shape_ops.reshape(out, tuple(out.shape[1:]))
+
+
+def _with_bias(args, bias):
+    return args if bias is None else args + (bias,)
+
+
+# -- public conv functions -----------------------------------------------------------------------
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation) of ``input (N, C_in, H, W)`` with ``weight
+    (C_out, C_in/groups, kH, kW)``, as ``torch.nn.functional.conv2d``. ``padding`` is an
+    int, a pair, ``'valid'`` or ``'same'`` (stride 1; an odd total puts the extra pixel
+    at the bottom/right, as torch does).
+
+    >>> conv2d(ones(8, 3, 32, 32), ones(16, 3, 5, 5), padding=2).shape
+    Size([8, 16, 32, 32])
+    """
+    _check_float("conv2d", input, weight, bias)
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    kernel = tuple(weight.shape[2:])
+    conv = dict(stride=stride, padding=_conv_padding(padding, kernel, stride, dilation),
+                dilation=dilation, groups=int(groups))
+    return _batched(lambda x: apply(CONV2D, *_with_bias((x, weight), bias), **conv), input, 4)
+
+
+def _unit_height(x):
+    """(N, C, L) -> (N, C, 1, L): the 1-D ops are the 2-D ones on a unit height."""
+    return shape_ops.reshape(x, tuple(x.shape[:-1]) + (1, x.shape[-1]))
+
+
+def _drop_height(x):
+    return shape_ops.reshape(x, tuple(x.shape[:-2]) + (x.shape[-1],))
+
+
+def _one(v, name):
+    """A 1-D size argument (an int or a 1-tuple) -> an int."""
+    t = (v,) if isinstance(v, int) else tuple(v)
+    if len(t) != 1:
+        raise ValueError(f"{name} must be an int or a 1-tuple for a 1-D op, got {v!r}")
+    return t[0]
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution of ``input (N, C_in, L)`` with ``weight (C_out, C_in/groups, k)``,
+    as ``torch.nn.functional.conv1d``."""
+    if not isinstance(padding, str):
+        padding = (0, _one(padding, "padding"))
+    return _batched(lambda x: _drop_height(conv2d(
+        _unit_height(x), _unit_height(weight), bias, (1, _one(stride, "stride")), padding,
+        (1, _one(dilation, "dilation")), groups)), input, 3)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """Transposed 2-D convolution (the gradient of conv2d with respect to its input) of
+    ``input (N, C_in, H, W)`` with ``weight (C_in, C_out/groups, kH, kW)``, as
+    ``torch.nn.functional.conv_transpose2d``."""
+    _check_float("conv_transpose2d", input, weight, bias)
+    stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
+    pad, out_pad = _pair(padding, "padding"), _pair(output_padding, "output_padding")
+    kernel = tuple(weight.shape[2:])
+    for a in range(2):
+        if out_pad[a] >= max(stride[a], dilation[a]):
+            raise ValueError(f"output_padding {out_pad} must be smaller than stride {stride} "
+                             f"or dilation {dilation}")
+    conv = dict(stride=stride, padding=((pad[0], pad[0]), (pad[1], pad[1])),
+                dilation=dilation, groups=int(groups))
+
+    def run(x):
+        size = tuple((x.shape[2 + a] - 1) * stride[a] - 2 * pad[a]
+                     + dilation[a] * (kernel[a] - 1) + out_pad[a] + 1 for a in range(2))
+        y = apply(CONV2D_INPUT_GRAD, x, weight, input_size=size, **conv)
+        return y if bias is None else y + shape_ops.reshape(bias, (-1, 1, 1))
+    return _batched(run, input, 4)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    """Transposed 1-D convolution, as ``torch.nn.functional.conv_transpose1d``."""
+    return _batched(lambda x: _drop_height(conv_transpose2d(
+        _unit_height(x), _unit_height(weight), bias, (1, _one(stride, "stride")),
+        (0, _one(padding, "padding")), (0, _one(output_padding, "output_padding")), groups,
+        (1, _one(dilation, "dilation")))), input, 3)
+
+
+# -- pooling -------------------------------------------------------------------------------------
+# Pool kernels work on (..., H, W). ``pool`` attrs: kernel_size, stride, padding (symmetric,
+# per dim) and ceil_mode, plus dilation for max and count_include_pad / divisor_override
+# for avg. In ceil mode the windows may need extra padding at the bottom/right.
+def _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation=(1, 1)):
+    """(Ho, Wo) and the ((top, bottom), (left, right)) padding that fits every window."""
+    out = tuple(_out_size(hw[a], kernel_size[a], stride[a], padding[a], padding[a],
+                          dilation[a], ceil_mode) for a in range(2))
+    pads = tuple((padding[a], max(0, (out[a] - 1) * stride[a] + dilation[a]
+                                  * (kernel_size[a] - 1) + 1 - hw[a] - padding[a]))
+                 for a in range(2))
+    return out, pads
+
+
+def _infer_pool(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1)):
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
+                         f"shape {tuple(x.shape)}")
+    for a in range(2):
+        if 2 * padding[a] > kernel_size[a]:
+            raise ShapeError(f"{name}: padding {padding} must be at most half the kernel size "
+                             f"{kernel_size}")
+    out = tuple(_out_size(x.shape[-2 + a], kernel_size[a], stride[a], padding[a], padding[a],
+                          dilation[a], ceil_mode) for a in range(2))
+    if any(type(d) is int and d < 1 for d in out):
+        raise ShapeError(f"{name}: the input of shape {tuple(x.shape)} is too small for "
+                         f"kernel {kernel_size} with padding {padding}")
+    return tuple(x.shape[:-2]) + out
+
+
+def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    (x,), dt = linalg.blas_operands(x)
+    hw = x.shape[-2:]
+    out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
+    win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
+    # A running max over the kernel positions; NaN wins, as in torch. Preallocated masks
+    # and copyto: this loop is the whole cost of the op.
+    best = win[..., 0, 0].copy()
+    arg = np.zeros(best.shape, dtype=np.int64)
+    take, nan = np.empty(best.shape, bool), np.empty(best.shape, bool)
+    for pos in range(1, kernel_size[0] * kernel_size[1]):
+        v = win[..., pos // kernel_size[1], pos % kernel_size[1]]
+        np.greater(v, best, out=take)
+        take |= np.isnan(v, out=nan)
+        np.copyto(best, v, where=take)
+        np.copyto(arg, pos, where=take)
+    # Flat index into the unpadded input plane (torch's indices): the window's corner plus
+    # the offset of the kernel position that won.
+    rows = (np.arange(out_hw[0]) * stride[0] - padding[0])[:, None]
+    cols = np.arange(out_hw[1]) * stride[1] - padding[1]
+    i, j = np.divmod(np.arange(kernel_size[0] * kernel_size[1]), kernel_size[1])
+    offsets = i * dilation[0] * hw[1] + j * dilation[1]
+    return cast(best, dt), np.take(offsets, arg) + (rows * hw[1] + cols)
+
+
+def _infer_max_pool(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    shape = _infer_pool("max_pool2d", x, kernel_size, stride, padding, ceil_mode, dilation)
+    return ShapedType(shape, x.dtype), ShapedType(shape, np.dtype(np.int64))
+
+
+def _max_pool_backward_kernel(g, indices, *, input_size):
+    (g,), dt = linalg.blas_operands(g)
+    lead, plane = g.shape[:-2], input_size[0] * input_size[1]
+    n = int(np.prod(lead))
+    flat = indices.reshape(n, -1) + (np.arange(n) * plane)[:, None]
+    # bincount sums the gradients of windows that share their maximum (overlapping pools).
+    out = np.bincount(flat.ravel(), weights=g.ravel(), minlength=n * plane)
+    return out.astype(dt).reshape(lead + tuple(input_size))
+
+
+def _infer_max_pool_backward(g, indices, *, input_size):
+    return ShapedType(tuple(g.shape[:-2]) + tuple(input_size), g.dtype)
+
+
+def _max_pool_vjp(g, out, x, **pool):
+    return apply(MAX_POOL2D_BACKWARD, g[0], out[1], input_size=_hw(x))
+
+
+def _max_pool_backward_vjp(gy, out, g, indices, *, input_size):
+    # The backward scatters g to the argmax positions; its adjoint gathers from them.
+    lead = tuple(g.shape[:-2])
+    flat = shape_ops.reshape(gy, lead + (-1,))
+    picked = index.gather(flat, -1, shape_ops.reshape(indices, lead + (-1,)))
+    return shape_ops.reshape(picked, tuple(g.shape)), None
+
+
+MAX_POOL2D = defop("max_pool2d", _max_pool_kernel, _infer_max_pool, vjp=_max_pool_vjp,
+                   attrs=("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+                   num_outputs=2, differentiable_outputs=(0,), saves="o", onnx="MaxPool")
+MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", _max_pool_backward_kernel,
+                            _infer_max_pool_backward, vjp=_max_pool_backward_vjp,
+                            attrs=("input_size",), saves="i")
+
+
+def _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
+                 divisor_override):
+    """The (Ho, Wo) divisors: the window's size within the padded input (or within the
+    input alone when count_include_pad is False), as torch computes them."""
+    if divisor_override:
+        return float(divisor_override)
+    counts = []
+    for a in range(2):
+        start = np.arange(out_hw[a]) * stride[a] - padding[a]
+        end = np.minimum(start + kernel_size[a], hw[a] + padding[a])
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, hw[a])
+        counts.append(end - start)
+    return np.outer(*counts)
+
+
+def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override):
+    (x,), dt = linalg.blas_operands(x)
+    hw = x.shape[-2:]
+    out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
+    win = _windows(_pad(x, pads), kernel_size, stride, (1, 1), out_hw)
+    total = win[..., 0, 0].copy()
+    for pos in range(1, kernel_size[0] * kernel_size[1]):
+        total += win[..., pos // kernel_size[1], pos % kernel_size[1]]
+    div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
+    return cast(total / np.asarray(div, total.dtype), dt)
+
+
+def _infer_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, **divisor):
+    return ShapedType(_infer_pool("avg_pool2d", x, kernel_size, stride, padding, ceil_mode),
+                      x.dtype)
+
+
+def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override):
+    (g,), dt = linalg.blas_operands(g)
+    out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
+    div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
+    share = g / np.asarray(div, g.dtype)
+    cols = np.broadcast_to(share[..., None, None, :, :],
+                           share.shape[:-2] + tuple(kernel_size) + share.shape[-2:])
+    xp = _col2im(cols, _padded(*input_size, pads), stride, (1, 1))
+    return cast(_crop(xp, pads, input_size), dt)
+
+
+def _infer_avg_pool_backward(g, *, input_size, **pool):
+    return ShapedType(tuple(g.shape[:-2]) + tuple(input_size), g.dtype)
+
+
+# avg_pool2d is linear; its backward is its transpose, and each is the other's VJP.
+AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
+                   vjp=lambda g, out, x, **pool: apply(AVG_POOL2D_BACKWARD, g,
+                                                       input_size=_hw(x), **pool),
+                   attrs=("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                          "divisor_override"), onnx="AveragePool")
+AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", _avg_pool_backward_kernel,
+                            _infer_avg_pool_backward, saves="",
+                            vjp=lambda gy, out, g, input_size, **pool: apply(AVG_POOL2D, gy,
+                                                                             **pool),
+                            attrs=("input_size", "kernel_size", "stride", "padding",
+                                   "ceil_mode", "count_include_pad", "divisor_override"))
+
+
+def _pool_args(kernel_size, stride, padding):
+    kernel_size = _pair(kernel_size, "kernel_size")
+    stride = kernel_size if stride is None or stride == () else _pair(stride, "stride")
+    return kernel_size, stride, _pair(padding, "padding")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """2-D max pooling of ``(N, C, H, W)`` or ``(C, H, W)``, as
+    ``torch.nn.functional.max_pool2d``; the input is padded with -inf. With
+    ``return_indices`` it also returns the argmax as flat indices into each H*W plane.
+
+    >>> max_pool2d(ones(8, 6, 28, 28), 2).shape
+    Size([8, 6, 14, 14])
+    """
+    _check_float("max_pool2d", input)
+    kernel_size, stride, padding = _pool_args(kernel_size, stride, padding)
+    values, indices = apply(MAX_POOL2D, input, kernel_size=kernel_size, stride=stride,
+                            padding=padding, dilation=_pair(dilation, "dilation"),
+                            ceil_mode=bool(ceil_mode))
+    return (values, indices) if return_indices else values
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """2-D average pooling, as ``torch.nn.functional.avg_pool2d``."""
+    _check_float("avg_pool2d", input)
+    kernel_size, stride, padding = _pool_args(kernel_size, stride, padding)
+    return apply(AVG_POOL2D, input, kernel_size=kernel_size, stride=stride, padding=padding,
+                 ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad),
+                 divisor_override=divisor_override)
+
+
+def _pool1d(pool2d, input, kernel_size, stride, padding, **kw):
+    """A 2-D pool run on a unit height; the kernel, stride and padding get a unit row."""
+    stride = None if stride is None or stride == () else (1, _one(stride, "stride"))
+    out = pool2d(_unit_height(input), (1, _one(kernel_size, "kernel_size")), stride,
+                 (0, _one(padding, "padding")), **kw)
+    if isinstance(out, tuple):
+        return tuple(_drop_height(o) for o in out)
+    return _drop_height(out)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """1-D max pooling of ``(N, C, L)`` or ``(C, L)``, as torch's."""
+    return _pool1d(max_pool2d, input, kernel_size, stride, padding,
+                   dilation=(1, _one(dilation, "dilation")), ceil_mode=ceil_mode,
+                   return_indices=return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    """1-D average pooling of ``(N, C, L)`` or ``(C, L)``, as torch's."""
+    return _pool1d(avg_pool2d, input, kernel_size, stride, padding, ceil_mode=ceil_mode,
+                   count_include_pad=count_include_pad)
+
+
+def _averaging_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) rows averaging torch's adaptive windows [floor(i*size/out),
+    ceil((i+1)*size/out))."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        lo, hi = (i * size) // out, -((-(i + 1) * size) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average pooling to a fixed ``output_size`` (an int, or a pair whose None entries
+    keep the input's size), as ``torch.nn.functional.adaptive_avg_pool2d``. When the sizes
+    divide it is avg_pool2d; otherwise the windows overlap unevenly and it is
+    ``P_h @ x @ P_w.T`` with averaging matrices."""
+    _check_float("adaptive_avg_pool2d", input)
+    hw = tuple(input.shape[-2:])
+    sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    out = tuple(hw[a] if sizes[a] is None else int(sizes[a]) for a in range(2))
+    if hw[0] % out[0] == 0 and hw[1] % out[1] == 0:
+        k = (hw[0] // out[0], hw[1] // out[1])
+        return input if k == (1, 1) else avg_pool2d(input, k)
+    ph, pw = (creation.tensor(_averaging_matrix(hw[a], out[a]), dtype=input.dtype)
+              for a in range(2))
+    return linalg.matmul(linalg.matmul(ph, input), linalg.mT(pw))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Average pooling of ``(N, C, L)`` to ``output_size``, as torch's."""
+    return _drop_height(adaptive_avg_pool2d(_unit_height(input),
+                                            (1, _one(output_size, "output_size"))))
+
+
 METHODS: dict = {}

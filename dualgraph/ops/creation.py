@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import apply
+from ..dispatch import apply, modes
 from ..shapes import ShapedType
 from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
@@ -17,7 +17,9 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full"
 
 
 def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
-    t = Tensor._make(array)
+    """The new tensor; made while tracing, it is a constant of the graph."""
+    tracer = modes.tracer
+    t = Tensor._make(array if tracer is None else tracer.constant(array))
     if requires_grad:
         check_can_require_grad(array.dtype)
         t.requires_grad = True

@@ -1,26 +1,47 @@
 """Elementwise ops: arithmetic, math, comparisons, logic, where, clamp, activations, casts.
 
 Each op is one ``defop`` with its kernel, shape rule, VJP (in dualgraph ops) and scalar
-expression; the public function next to it is the user-facing name. Composites (``sub``
-is ``a + (-b)`` in spirit, ``relu`` is ``maximum(x, 0)`` in spirit) are primitives here only
-where a dedicated kernel is faster or more accurate.
+expression; the public function next to it is the user-facing name. Composites (``clamp`` is
+``where(x < min, min, x)``, ``silu`` is ``x * sigmoid(x)``) are primitives here only where a
+dedicated kernel is faster or more accurate, and each such choice says why.
+
+Scalar expressions (``elementwise=``) are NumPy expressions over scalars: ``{0}``, ``{1}``, ...
+stand for the inputs, ``{name}`` for the value of attribute ``name``, and functions are NumPy
+ufunc names (``exp``, ``maximum``, ``where``, ``bitwise_and``) plus ``erf`` and ``cast``.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .. import dtypes
 from ..dispatch import apply
-from ..shapes import ShapedType
-from . import reduce
+from ..shapes import ShapedType, broadcast_shapes
+from ..tensor import Tensor
+from . import creation, reduce
 from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
-                    infer_binary_float, infer_compare, infer_float, infer_same, needs_grad,
-                    unary_float_kernel)
+                    infer_binary_float, infer_bool, infer_compare, infer_float, infer_same,
+                    is_float, needs_grad, shape_of, unary_float_kernel)
+from .inplace import commit_inplace, inplace
 from .opdef import defop
 
-__all__ = ["add", "sub", "mul", "div", "pow", "true_divide", "multiply", "subtract", "neg",
-           "negative", "exp", "log", "sin", "cos", "tanh", "eq", "ne", "lt", "le", "gt", "ge",
-           "where"]
+__all__ = [
+    # arithmetic
+    "add", "sub", "mul", "div", "pow", "true_divide", "multiply", "subtract", "neg",
+    "negative", "floor_divide", "remainder", "fmod", "reciprocal", "square",
+    # math
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
+    "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
+    "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan",
+    # comparisons, clamping, logic, predicates
+    "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
+    "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
+    # activations
+    "sigmoid", "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu",
+    "softplus", "mish", "hardtanh", "hardsigmoid", "hardswish", "logsigmoid",
+]
 
 
 def unbroadcast(g, x):
@@ -28,6 +49,15 @@ def unbroadcast(g, x):
     if not needs_grad(x):
         return None
     return reduce.sum_to(g, tuple(x.shape))
+
+
+def _zero_vjp(g, out, *inputs, **attrs):
+    """Piecewise-constant ops (floor, sign, ...): the gradient is zero, as in torch."""
+    return tuple(creation.zeros_like(x) if needs_grad(x) else None for x in inputs)
+
+
+def _result_type(*operands) -> np.dtype:
+    return dtypes.result_type(*(x._data if isinstance(x, Tensor) else x for x in operands))
 
 
 # -- binary arithmetic -------------------------------------------------------------------------
@@ -65,6 +95,27 @@ def _pow_vjp(g, out, a, b):
 POW = defop("pow", _pow_kernel, infer_binary, vjp=_pow_vjp, elementwise="{0} ** {1}",
             onnx="Pow")
 
+# floor_divide and remainder use NumPy's floor division, which (like torch's) is Python's:
+# the quotient rounds toward -inf and the remainder takes the divisor's sign.
+FLOOR_DIVIDE = defop("floor_divide", binary_kernel(np.floor_divide), infer_binary,
+                     vjp=_zero_vjp, saves="", elementwise="{0} // {1}", onnx=None)
+
+
+def _remainder_vjp(g, out, a, b):
+    gb = unbroadcast(-g * floor_divide(a, b), b) if needs_grad(b) else None
+    return unbroadcast(g, a), gb
+
+
+def _fmod_vjp(g, out, a, b):
+    gb = unbroadcast(-g * div(a, b, rounding_mode="trunc"), b) if needs_grad(b) else None
+    return unbroadcast(g, a), gb
+
+
+REMAINDER = defop("remainder", binary_kernel(np.remainder), infer_binary, vjp=_remainder_vjp,
+                  saves="i", elementwise="{0} % {1}", onnx=None)
+FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves="i",
+             elementwise="fmod({0}, {1})", onnx="Mod")   # ONNX Mod with fmod=1
+
 
 def add(a, b, *, alpha=1):
     if alpha != 1:
@@ -83,17 +134,48 @@ def mul(a, b):
 
 
 def div(a, b, *, rounding_mode=None):
+    """``a / b``; ``rounding_mode`` "floor" rounds the quotient down, "trunc" toward zero
+    (both keep integer dtypes, as in torch)."""
+    a, b = as_operand(a), as_operand(b)
     if rounding_mode is None:
-        return apply(DIV, as_operand(a), as_operand(b))
+        return apply(DIV, a, b)
     if rounding_mode == "floor":
-        return floor_divide(a, b)
+        return apply(FLOOR_DIVIDE, a, b)
     if rounding_mode == "trunc":
-        return trunc(div(a, b)).to(dtypes.from_np(dtypes.result_type(a, b)))
+        if is_float(_result_type(a, b)):
+            return trunc(apply(DIV, a, b))
+        # integers: a - fmod(a, b) is an exact multiple of b, so flooring its quotient is
+        # exact (a float division would round int64s beyond 2**53)
+        return apply(FLOOR_DIVIDE, a - fmod(a, b), b)
     raise ValueError(f"rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
 
 
 def pow(a, b):
     return apply(POW, as_operand(a), as_operand(b))
+
+
+def floor_divide(a, b):
+    """``a // b`` rounded toward -inf (Python's and torch's rule); no gradient."""
+    return apply(FLOOR_DIVIDE, as_operand(a), as_operand(b))
+
+
+def remainder(a, b):
+    """``a % b`` with the sign of ``b`` (Python's rule), as ``torch.remainder``."""
+    return apply(REMAINDER, as_operand(a), as_operand(b))
+
+
+def fmod(a, b):
+    """C's ``fmod``: the remainder of truncated division, with the sign of ``a``."""
+    return apply(FMOD, as_operand(a), as_operand(b))
+
+
+def reciprocal(x):
+    """``1 / x`` (integers give the default float)."""
+    return div(1, x)
+
+
+def square(x):
+    return mul(x, x)
 
 
 true_divide, multiply, subtract = div, mul, sub
@@ -110,26 +192,61 @@ def neg(x):
 negative = neg
 
 
+def _float_kernel(fn):
+    """unary_float_kernel for a function with attributes: ``fn(x, **attrs)``."""
+    def kernel(x, **attrs):
+        return unary_float_kernel(lambda a: fn(a, **attrs))(x)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
 def _unary(name, ufunc, vjp, expr, onnx, saves="io"):
     """Define a float unary math op (ints are computed as the default float)."""
     return defop(name, unary_float_kernel(ufunc), infer_float, vjp=vjp, saves=saves,
                  elementwise=expr, onnx=onnx)
 
 
+TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 EXP = _unary("exp", np.exp, lambda g, out, x: g * out, "exp({0})", "Exp", saves="o")
+EXPM1 = _unary("expm1", np.expm1, lambda g, out, x: g * (out + 1), "expm1({0})", None,
+               saves="o")
 LOG = _unary("log", np.log, lambda g, out, x: g / x, "log({0})", "Log", saves="i")
+LOG1P = _unary("log1p", np.log1p, lambda g, out, x: g / (x + 1), "log1p({0})", None,
+               saves="i")
+SQRT = _unary("sqrt", np.sqrt, lambda g, out, x: g / (2 * out), "sqrt({0})", "Sqrt",
+              saves="o")
 SIN = _unary("sin", np.sin, lambda g, out, x: g * cos(x), "sin({0})", "Sin", saves="i")
 COS = _unary("cos", np.cos, lambda g, out, x: -g * sin(x), "cos({0})", "Cos", saves="i")
 TANH = _unary("tanh", np.tanh, lambda g, out, x: g * (1 - out * out), "tanh({0})", "Tanh",
               saves="o")
+ASIN = _unary("asin", np.arcsin, lambda g, out, x: g * rsqrt(1 - x * x), "arcsin({0})",
+              "Asin", saves="i")
+ACOS = _unary("acos", np.arccos, lambda g, out, x: -g * rsqrt(1 - x * x), "arccos({0})",
+              "Acos", saves="i")
+ATAN = _unary("atan", np.arctan, lambda g, out, x: g / (1 + x * x), "arctan({0})", "Atan",
+              saves="i")
 
 
 def exp(x):
     return apply(EXP, x)
 
 
+def expm1(x):
+    """``exp(x) - 1``, accurate for small ``x``."""
+    return apply(EXPM1, x)
+
+
 def log(x):
     return apply(LOG, x)
+
+
+def log1p(x):
+    """``log(1 + x)``, accurate for small ``x``."""
+    return apply(LOG1P, x)
+
+
+def sqrt(x):
+    return apply(SQRT, x)
 
 
 def sin(x):
@@ -142,6 +259,186 @@ def cos(x):
 
 def tanh(x):
     return apply(TANH, x)
+
+
+def asin(x):
+    return apply(ASIN, x)
+
+
+def acos(x):
+    return apply(ACOS, x)
+
+
+def atan(x):
+    return apply(ATAN, x)
+
+
+arcsin, arccos, arctan = asin, acos, atan
+
+# Composites within an ulp or two of a dedicated kernel; they export to ONNX for free.
+LN2, LN10 = math.log(2), math.log(10)
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)`` (torch's CPU kernel computes it the same way)."""
+    return div(1, sqrt(x))
+
+
+def log2(x):
+    return log(x) / LN2
+
+
+def log10(x):
+    return log(x) / LN10
+
+
+def exp2(x):
+    return exp(x * LN2)
+
+
+# -- dtype-keeping unary ops: abs, sign, rounding ------------------------------------------------
+def _keep_ints(ufunc):
+    """A rounding kernel: integers and bools are already whole, so they come back as a copy
+    in their own dtype (NumPy would turn them into floats)."""
+    def kernel(x, **attrs):
+        if x.dtype.kind in "iub":
+            return x.copy()
+        return ufunc(x, **attrs)
+    kernel.__name__ = ufunc.__name__
+    return kernel
+
+
+def _round_array(x, decimals=0):
+    if decimals == 0:
+        return np.rint(x)
+    if x.itemsize < 4:   # scaling by 10**decimals in half precision would lose digits
+        return np.round(x.astype(np.float32), decimals).astype(x.dtype)
+    return np.round(x, decimals)
+
+
+ABS = defop("abs", np.abs, infer_same, vjp=lambda g, out, x: g * sign(x), saves="i",
+            elementwise="absolute({0})", onnx="Abs")
+def _sign_array(x):
+    if x.dtype == np.bool_:
+        return x.copy()
+    with np.errstate(invalid="ignore"):   # torch: (x > 0) - (x < 0), so sign(NaN) is 0
+        return np.subtract(x > 0, x < 0, dtype=x.dtype)
+
+
+SIGN = defop("sign", _sign_array, infer_same, vjp=_zero_vjp, saves="",
+             elementwise="sign({0})", onnx="Sign")
+FLOOR = defop("floor", _keep_ints(np.floor), infer_same, vjp=_zero_vjp, saves="",
+              elementwise="floor({0})", onnx="Floor")
+CEIL = defop("ceil", _keep_ints(np.ceil), infer_same, vjp=_zero_vjp, saves="",
+             elementwise="ceil({0})", onnx="Ceil")
+TRUNC = defop("trunc", _keep_ints(np.trunc), infer_same, vjp=_zero_vjp, saves="",
+              elementwise="trunc({0})", onnx=None)
+# round half to even, as torch and NumPy do (ONNX Round too)
+ROUND = defop("round", _keep_ints(_round_array), infer_same, vjp=_zero_vjp, saves="",
+              attrs=("decimals",), elementwise="round({0}, {decimals})", onnx="Round")
+
+
+def abs(x):
+    return apply(ABS, as_operand(x))
+
+
+absolute = abs
+
+
+def sign(x):
+    """-1, 0 or 1 by the sign of ``x`` (in ``x``'s dtype); its gradient is zero."""
+    return apply(SIGN, as_operand(x))
+
+
+def floor(x):
+    return apply(FLOOR, x)
+
+
+def ceil(x):
+    return apply(CEIL, x)
+
+
+def trunc(x):
+    """Round toward zero."""
+    return apply(TRUNC, x)
+
+
+fix = trunc
+
+
+def round(x, *, decimals=0):
+    """Round half to even, to ``decimals`` decimal places."""
+    return apply(ROUND, x, decimals=int(decimals))
+
+
+def frac(x):
+    """The fractional part ``x - trunc(x)``, with the sign of ``x``."""
+    return x - trunc(x)
+
+
+# -- erf -----------------------------------------------------------------------------------------
+# W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
+# (1969); the coefficients of netlib's specfun CALERF. Relative error below 1e-16 in exact
+# arithmetic, so float64 results are within a few ulp.
+_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+          3.20937758913846947e03, 1.85777706184603153e-1)
+_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+          2.84423683343917062e03)
+_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
+          2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
+          2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)
+_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+          1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+          3.43936767414372164e03, 1.23033935480374942e03)
+_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
+          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)
+_ERF_Q = (2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1,
+          6.05183413124413191e-2, 2.33520497626869185e-3)
+_ONE_OVER_SQRT_PI = 1 / math.sqrt(math.pi)
+
+
+def _rational(num, den, t):
+    """Cody's form: (((n[-1] t + n[0]) t + n[1]) t ... + n[-2]) / ((t + d[0]) t ... + d[-1])."""
+    xnum, xden = num[-1] * t, t
+    for a, b in zip(num[:-2], den[:-1]):
+        xnum = (xnum + a) * t
+        xden = (xden + b) * t
+    return (xnum + num[-2]) / (xden + den[-1])
+
+
+def _exp_minus_square(y):
+    """``exp(-y*y)`` without the rounding error of forming ``y*y``: split y at 1/16ths."""
+    ysq = np.trunc(y * 16) / 16
+    return np.exp(-ysq * ysq) * np.exp(-(y - ysq) * (y + ysq))
+
+
+def _erf_array(x):
+    """erf of a float32/float64 array, computed in its own dtype."""
+    y = np.abs(x)
+    out = np.empty_like(y)
+    small = y <= 0.46875
+    mid = (y > 0.46875) & (y <= 4.0)
+    large = ~(small | mid)   # also NaN, which propagates
+    ys = y[small]
+    out[small] = ys * _rational(_ERF_A, _ERF_B, ys * ys)
+    ym = y[mid]
+    out[mid] = 1 - _exp_minus_square(ym) * _rational(_ERF_C, _ERF_D, ym)
+    # erfc(10) < 1e-44, so clipping there keeps erf exact and inf out of the arithmetic
+    yl = np.minimum(y[large], 10.0)
+    t = 1 / (yl * yl)
+    erfc = _exp_minus_square(yl) * (_ONE_OVER_SQRT_PI - t * _rational(_ERF_P, _ERF_Q, t)) / yl
+    out[large] = 1 - erfc
+    return np.copysign(out, x)
+
+
+ERF = _unary("erf", _erf_array,
+             lambda g, out, x: g * TWO_OVER_SQRT_PI * exp(-x * x), "erf({0})", "Erf",
+             saves="i")
+
+
+def erf(x):
+    """The error function (float64 results are within a few ulp of the true value)."""
+    return apply(ERF, x)
 
 
 # -- comparisons ---------------------------------------------------------------------------------
@@ -181,6 +478,55 @@ def ge(a, b):
     return apply(GE, as_operand(a), as_operand(b))
 
 
+# -- maximum, minimum, clamp ---------------------------------------------------------------------
+def _select_vjp(first_wins):
+    """VJP of maximum (``first_wins`` = gt) or minimum (lt): the winner takes the gradient
+    and ties split it in half, as torch does."""
+    def vjp(g, out, a, b):
+        half = g * 0.5
+        ga = unbroadcast(where(a == b, half, where(first_wins(a, b), g, 0.0)), a)
+        gb = unbroadcast(where(a == b, half, where(first_wins(a, b), 0.0, g)), b)
+        return ga, gb
+    return vjp
+
+
+MAXIMUM = defop("maximum", binary_kernel(np.maximum), infer_binary, vjp=_select_vjp(gt),
+                saves="i", elementwise="maximum({0}, {1})", onnx="Max")
+MINIMUM = defop("minimum", binary_kernel(np.minimum), infer_binary, vjp=_select_vjp(lt),
+                saves="i", elementwise="minimum({0}, {1})", onnx="Min")
+
+
+def maximum(input, other):
+    """Elementwise maximum (NaN propagates); ties split the gradient."""
+    return apply(MAXIMUM, as_operand(input), as_operand(other))
+
+
+def minimum(input, other):
+    """Elementwise minimum (NaN propagates); ties split the gradient."""
+    return apply(MINIMUM, as_operand(input), as_operand(other))
+
+
+# clamp is where(): that gives torch's gradients exactly (x gets it where min <= x <= max, a
+# bound where it is the value chosen), keeps NaN in x, and promotes int x with float bounds.
+def clamp_min(input, min):
+    return where(lt(input, min), min, input)
+
+
+def clamp_max(input, max):
+    return where(gt(input, max), max, input)
+
+
+def clamp(input, min=None, max=None):
+    """Limit ``input`` to ``[min, max]``; bounds are numbers or tensors, one may be None."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given (not None)")
+    out = input if min is None else clamp_min(input, min)
+    return out if max is None else clamp_max(out, max)
+
+
+clip = clamp
+
+
 # -- where and casts -----------------------------------------------------------------------------
 def _where_kernel(cond, a, b):
     dt = dtypes.result_type(a, b)
@@ -188,8 +534,6 @@ def _where_kernel(cond, a, b):
 
 
 def _infer_where(cond, a, b):
-    from ..shapes import broadcast_shapes
-    from ._util import shape_of
     return ShapedType(broadcast_shapes(shape_of(cond), shape_of(a), shape_of(b)),
                       dtypes.result_type(a, b))
 
@@ -225,14 +569,285 @@ def cast_to(x, dtype):
     return apply(CAST, x, dtype=dt)
 
 
+# -- logic and predicates ------------------------------------------------------------------------
+def _bitwise_kernel(ufunc):
+    def kernel(*operands):
+        dt = dtypes.result_type(*operands)
+        if is_float(dt):
+            raise TypeError(f"{ufunc.__name__} needs bool or integer tensors, got {dt}; "
+                            "compare first (x > 0) or use logical_* for truth values")
+        return ufunc(*(cast(x, dt) for x in operands))
+    kernel.__name__ = ufunc.__name__
+    return kernel
+
+
+# ONNX And/Or/Xor/Not take bools; integer tensors export as BitwiseAnd/... instead.
+BITWISE_AND = defop("bitwise_and", _bitwise_kernel(np.bitwise_and), infer_binary,
+                    elementwise="bitwise_and({0}, {1})", onnx="And")
+BITWISE_OR = defop("bitwise_or", _bitwise_kernel(np.bitwise_or), infer_binary,
+                   elementwise="bitwise_or({0}, {1})", onnx="Or")
+BITWISE_XOR = defop("bitwise_xor", _bitwise_kernel(np.bitwise_xor), infer_binary,
+                    elementwise="bitwise_xor({0}, {1})", onnx="Xor")
+BITWISE_NOT = defop("bitwise_not", _bitwise_kernel(np.invert), infer_same,
+                    elementwise="invert({0})", onnx="Not")
+
+
+def bitwise_and(input, other):
+    return apply(BITWISE_AND, as_operand(input), as_operand(other))
+
+
+def bitwise_or(input, other):
+    return apply(BITWISE_OR, as_operand(input), as_operand(other))
+
+
+def bitwise_xor(input, other):
+    return apply(BITWISE_XOR, as_operand(input), as_operand(other))
+
+
+def bitwise_not(input):
+    return apply(BITWISE_NOT, input)
+
+
+def _truth(x):
+    """``x != 0`` as a bool tensor (free for bool tensors), for the logical ops."""
+    x = as_operand(x)
+    if not isinstance(x, Tensor):
+        return bool(x)
+    return x if x._data.dtype == np.bool_ else ne(x, 0)
+
+
+def logical_and(input, other):
+    return bitwise_and(_truth(input), _truth(other))
+
+
+def logical_or(input, other):
+    return bitwise_or(_truth(input), _truth(other))
+
+
+def logical_xor(input, other):
+    return bitwise_xor(_truth(input), _truth(other))
+
+
+def logical_not(input):
+    return bitwise_not(_truth(input))
+
+
+ISNAN = defop("isnan", np.isnan, infer_bool, elementwise="isnan({0})", onnx="IsNaN")
+ISINF = defop("isinf", np.isinf, infer_bool, elementwise="isinf({0})", onnx="IsInf")
+# isfinite is a primitive because GradScaler checks every gradient with it on every step
+ISFINITE = defop("isfinite", np.isfinite, infer_bool, elementwise="isfinite({0})", onnx=None)
+
+
+def isnan(input):
+    return apply(ISNAN, input)
+
+
+def isinf(input):
+    return apply(ISINF, input)
+
+
+def isfinite(input):
+    return apply(ISFINITE, input)
+
+
+# -- activations ---------------------------------------------------------------------------------
+def _activation(x, out, inplace):
+    """Honour the ``inplace=`` flag of torch.nn.functional's activations."""
+    return commit_inplace(x, out) if inplace else out
+
+
+def _sigmoid_array(x):
+    # exp(-|x|) never overflows; for x < 0, sigmoid(x) = e / (1 + e) with e = exp(x)
+    e = np.exp(-np.abs(x))
+    r = 1 / (1 + e)
+    return np.where(x >= 0, r, e * r)
+
+
+# A primitive for stability at large |x| (the composite 1 / (1 + exp(-x)) overflows).
+SIGMOID = _unary("sigmoid", _sigmoid_array, lambda g, out, x: g * out * (1 - out),
+                 "1 / (1 + exp(-{0}))", "Sigmoid", saves="o")
+
+
+def sigmoid(input):
+    return apply(SIGMOID, input)
+
+
+# relu is the most used activation: one pass, and ONNX Relu.
+RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
+             vjp=lambda g, out, x: where(out > 0, g, 0.0), saves="o",
+             elementwise="maximum({0}, 0)", onnx="Relu")
+
+
+def relu(input, inplace=False):
+    return _activation(input, apply(RELU, input), inplace)
+
+
+def _elu_array(x, alpha):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+# elu and softplus are primitives: as where() composites, the branch not taken overflows
+# (exp of a large x) and its zero gradient becomes 0 * inf = NaN.
+ELU = defop("elu", _float_kernel(_elu_array), infer_float, attrs=("alpha",), saves="io",
+            vjp=lambda g, out, x, alpha: where(x > 0, g, g * (out + alpha)),
+            elementwise="where({0} > 0, {0}, {alpha} * expm1({0}))", onnx="Elu")
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _activation(input, apply(ELU, input, alpha=float(alpha)), inplace)
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    return _activation(input, elu(input, SELU_ALPHA) * SELU_SCALE, inplace)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    return _activation(input, elu(input / alpha, 1.0) * alpha, inplace)
+
+
+def _softplus_array(x, beta, threshold):
+    z = x * beta
+    # log1p(exp(z)) rewritten so that exp never overflows
+    soft = (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta
+    return np.where(z > threshold, x, soft)
+
+
+SOFTPLUS = defop("softplus", _float_kernel(_softplus_array), infer_float,
+                 attrs=("beta", "threshold"), saves="i",
+                 vjp=lambda g, out, x, beta, threshold: where(
+                     x * beta > threshold, g, g * sigmoid(x * beta)),
+                 elementwise="where({0} * {beta} > {threshold}, {0}, "
+                             "log1p(exp({0} * {beta})) / {beta})",
+                 onnx="Softplus")
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
+    return apply(SOFTPLUS, input, beta=float(beta), threshold=float(threshold))
+
+
+def logsigmoid(input):
+    return -softplus(-input)
+
+
+def _gelu_array(x):
+    return x * 0.5 * (1 + _erf_array(x * (1 / math.sqrt(2))))
+
+
+def _gelu_vjp(g, out, x):
+    cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
+    pdf = exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return g * (cdf + x * pdf)
+
+
+# The exact gelu is a primitive so that it runs as one erf pass with a two-term VJP.
+GELU = _unary("gelu", _gelu_array, _gelu_vjp, "0.5 * {0} * (1 + erf({0} * 0.7071067811865476))",
+              "Gelu", saves="i")
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def gelu(input, approximate="none"):
+    """``x * Phi(x)``; ``approximate="tanh"`` uses the tanh formula of Hendrycks & Gimpel.
+
+    The tanh form is a composite: it is made of fusable ops, so compiled it costs what a
+    primitive would, and it gets its VJP for free.
+    """
+    if approximate == "none":
+        return apply(GELU, input)
+    if approximate == "tanh":
+        inner = (input + 0.044715 * input * input * input) * SQRT_2_OVER_PI
+        return 0.5 * input * (1 + tanh(inner))
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(input, inplace=False):
+    return _activation(input, input * sigmoid(input), inplace)
+
+
+def mish(input, inplace=False):
+    return _activation(input, input * tanh(softplus(input)), inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _activation(input, where(input > 0, input, input * negative_slope), inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    return _activation(input, clamp(input, min_val, max_val), inplace)
+
+
+def relu6(input, inplace=False):
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input, inplace=False):
+    return _activation(input, relu6(input + 3) / 6, inplace)
+
+
+def hardswish(input, inplace=False):
+    return _activation(input, input * hardsigmoid(input), inplace)
+
+
+# -- in-place fill -------------------------------------------------------------------------------
+def fill_(self, value):
+    """Fill with ``value``. Written as a where() so that history is cut: the old values get a
+    zero gradient, and a tensor ``value`` gets the summed gradient, as in torch."""
+    return commit_inplace(self, where(True, value, self))
+
+
+def zero_(self):
+    return fill_(self, 0)
+
+
+def _reflected(fn):
+    return lambda self, other: fn(other, self)
+
+
+_OUT_OF_PLACE = {
+    "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "neg": neg, "negative": neg,
+    "true_divide": div, "multiply": mul, "subtract": sub,
+    "floor_divide": floor_divide, "remainder": remainder, "fmod": fmod,
+    "reciprocal": reciprocal, "square": square,
+    "exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10,
+    "log1p": log1p, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "absolute": abs, "sign": sign,
+    "floor": floor, "ceil": ceil, "round": round, "trunc": trunc, "fix": trunc, "frac": frac,
+    "erf": erf, "sin": sin, "cos": cos, "tanh": tanh, "asin": asin, "acos": acos,
+    "atan": atan, "arcsin": asin, "arccos": acos, "arctan": atan,
+    "sigmoid": sigmoid, "relu": relu,
+    "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,
+    "clamp_min": clamp_min, "clamp_max": clamp_max,
+    "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
+    "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
+    "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
+}
+# add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
+_IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()
+             if name not in ("add", "sub", "mul", "div", "pow")}
+
 METHODS = {
-    "__add__": add, "__radd__": lambda self, o: add(o, self), "add": add,
-    "__sub__": sub, "__rsub__": lambda self, o: sub(o, self), "sub": sub,
-    "__mul__": mul, "__rmul__": lambda self, o: mul(o, self), "mul": mul,
-    "__truediv__": div, "__rtruediv__": lambda self, o: div(o, self), "div": div,
-    "__pow__": pow, "__rpow__": lambda self, o: pow(o, self), "pow": pow,
-    "__neg__": neg, "neg": neg, "exp": exp, "log": log, "sin": sin, "cos": cos,
-    "tanh": tanh,
-    "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
+    **_OUT_OF_PLACE,
+    **{name + "_": inplace(fn) for name, fn in _IN_PLACE.items()},
+    "fill_": fill_, "zero_": zero_,
+    "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+    "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
+    "__add__": add, "__radd__": _reflected(add),
+    "__sub__": sub, "__rsub__": _reflected(sub),
+    "__mul__": mul, "__rmul__": _reflected(mul),
+    "__truediv__": div, "__rtruediv__": _reflected(div),
+    "__floordiv__": floor_divide, "__rfloordiv__": _reflected(floor_divide),
+    "__mod__": remainder, "__rmod__": _reflected(remainder),
+    "__pow__": pow, "__rpow__": _reflected(pow),
+    "__and__": bitwise_and, "__rand__": _reflected(bitwise_and),
+    "__or__": bitwise_or, "__ror__": _reflected(bitwise_or),
+    "__xor__": bitwise_xor, "__rxor__": _reflected(bitwise_xor),
+    "__neg__": neg, "__abs__": abs, "__invert__": bitwise_not,
+    "__ifloordiv__": inplace(floor_divide), "__imod__": inplace(remainder),
+    "__iand__": inplace(bitwise_and), "__ior__": inplace(bitwise_or),
+    "__ixor__": inplace(bitwise_xor),
 }

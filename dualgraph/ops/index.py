@@ -1,3 +1,591 @@
-"""Indexing ops: getitem, setitem, gather, scatter, index_select, masked_fill, topk, sort."""
-__all__: list = []
-METHODS: dict = {}
+"""Indexing ops: ``x[key]``, ``x[key] = v``, gather/scatter, index_select/index_add,
+masked_fill/masked_select, take_along_dim, sort/argsort/topk, nonzero, one_hot.
+
+Three primitives: ``index`` (advanced indexing by integer tensors on some dims, NumPy/torch
+rules), ``index_put`` (its functional write, with ``accumulate`` for scatter-add; it is
+``index``'s VJP, so duplicate indices add up their gradients) and ``argsort``. Basic indexing
+(ints, slices, None, ...) is ``shape.slice`` + ``reshape`` and so gives views. Gather,
+scatter, index_select, index_add, take_along_dim, sort and topk are composites of these.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from .. import dtypes
+from ..autograd.tape import grad_mode
+from ..dispatch import apply
+from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
+from ..tensor import Tensor, as_array
+from . import creation, elementwise, shape as shape_ops
+from ._util import needs_grad, shape_of
+from .inplace import commit_inplace, inplace, source_of
+from .opdef import defop
+
+__all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
+           "masked_fill", "masked_select", "take_along_dim", "topk", "sort", "argsort",
+           "nonzero", "one_hot"]
+
+_INT64 = np.dtype(np.int64)
+
+
+# -- index / index_put: advanced indexing on the dims `dims` ---------------------------------
+def _np_key(ndim, indices, dims):
+    key = [slice(None)] * ndim
+    for d, i in zip(dims, indices):
+        key[d] = i
+    return tuple(key)
+
+
+def _check_bounds(shape, indices, dims):
+    for d, i in zip(dims, indices):
+        n = shape[d]
+        bad = (i < -n) | (i >= n)
+        if bad.any():
+            raise IndexError(f"index {i[bad].flat[0]} is out of range for dim {d} with size "
+                             f"{n} (tensor shape {tuple(shape)})")
+
+
+def _infer_index(x, *indices, dims):
+    for i in indices:
+        if dtypes.to_np(i.dtype).kind not in "iu":
+            raise TypeError(f"tensors used as indices must be integer tensors, got {i.dtype}")
+    b = broadcast_shapes(*(shape_of(i) for i in indices))
+    xs = tuple(x.shape)
+    if list(dims) == list(range(dims[0], dims[0] + len(dims))):   # adjacent: stay in place
+        shape = xs[:dims[0]] + b + xs[dims[-1] + 1:]
+    else:                                                        # separated: go first
+        shape = b + tuple(d for i, d in enumerate(xs) if i not in dims)
+    return ShapedType(shape, x.dtype)
+
+
+def _index_kernel(x, *indices, dims):
+    _check_bounds(x.shape, indices, dims)
+    return x[_np_key(x.ndim, indices, dims)]
+
+
+def _index_vjp(g, out, x, *indices, dims):
+    gx = index_put_dims(creation.zeros_like(x, dtype=g.dtype), g, indices, dims,
+                        accumulate=True)
+    return (gx,) + (None,) * len(indices)
+
+
+INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims",),
+              saves="", onnx="GatherND",
+              doc="x[..., i0, ..., i1, ...]: integer tensors index the dims ``dims`` (sorted); "
+                  "adjacent index dims stay in place, separated ones go first, as in NumPy.")
+
+
+def _index_put_kernel(x, v, *indices, dims, accumulate):
+    _check_bounds(x.shape, indices, dims)
+    out = x.copy()
+    key = _np_key(x.ndim, indices, dims)
+    v = v.astype(x.dtype, copy=False)
+    if accumulate:
+        np.add.at(out, key, v)
+    else:
+        out[key] = v
+    return out
+
+
+def _infer_index_put(x, v, *indices, dims, accumulate):
+    want = _infer_index(x, *indices, dims=dims).shape
+    if tuple(v.shape) != want:
+        raise ShapeError(f"index_put: the values have shape {tuple(v.shape)} but indexing a "
+                         f"tensor of shape {tuple(x.shape)} gives shape {want}")
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def _index_put_vjp(g, out, x, v, *indices, dims, accumulate):
+    gx = gv = None
+    if needs_grad(x):   # overwritten positions get no gradient; accumulated ones keep it
+        gx = g if accumulate else index_put_dims(
+            g, creation.zeros_like(v, dtype=g.dtype), indices, dims)
+    if needs_grad(v):
+        gv = apply(INDEX, g, *indices, dims=dims)
+    return (gx, gv) + (None,) * len(indices)
+
+
+INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_put_vjp,
+                  attrs=("dims", "accumulate"), saves="", onnx="ScatterND",
+                  doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")
+
+
+def index_dims(x, indices, dims):
+    """``x`` indexed by integer tensors ``indices`` on dims ``dims`` (sorted, distinct)."""
+    return apply(INDEX, x, *indices, dims=tuple(dims))
+
+
+def index_put_dims(x, v, indices, dims, accumulate=False):
+    """A copy of ``x`` with ``index_dims(x, indices, dims)`` replaced by (or with
+    ``accumulate``, increased by) ``v``, which broadcasts to that shape."""
+    want = _infer_index(x, *indices, dims=tuple(dims)).shape
+    v = shape_ops.expand(_fit(_as_value(v, x), want), want)
+    return apply(INDEX_PUT, x, v, *indices, dims=tuple(dims), accumulate=bool(accumulate))
+
+
+def _as_value(v, like):
+    """A value to write into ``like``: a tensor in ``like``'s dtype."""
+    if not isinstance(v, Tensor):
+        v = Tensor._make(as_array(v, like.dtype))
+    return shape_ops.cast_like(v, like)
+
+
+def _fit(v, shape):
+    """Drop leading size-1 dims of ``v`` beyond ``len(shape)`` (torch's copy_ allows them)."""
+    extra = v.ndim - len(shape)
+    if extra > 0:
+        if any(d != 1 for d in v.shape[:extra]):
+            raise ShapeError(f"shape mismatch: a value of shape {tuple(v.shape)} cannot be "
+                             f"broadcast to the indexing result of shape {tuple(shape)}")
+        v = shape_ops.reshape(v, tuple(v.shape[extra:]))
+    try:
+        broadcast_shapes(tuple(v.shape), tuple(shape))
+    except ShapeError:
+        raise ShapeError(f"shape mismatch: a value of shape {tuple(v.shape)} cannot be "
+                         f"broadcast to the indexing result of shape {tuple(shape)}") from None
+    return v
+
+
+# -- x[key] and x[key] = v --------------------------------------------------------------------
+class _Key:
+    """A torch indexing key resolved against a shape, in the order torch applies it:
+    ``basic`` (start, stop, step) or None per dim (ints are length-1 slices), then a reshape
+    to ``view_shape`` (drops int dims, inserts None dims), then integer tensors ``arrays``
+    on dims ``dims`` of that view (bool masks are turned into their nonzero positions)."""
+
+    def __init__(self, shape, key):
+        shape = tuple(shape)
+        items = list(key) if isinstance(key, tuple) else [key]
+        items = [_index_item(k) for k in items]
+        _expand_ellipsis(items, len(shape))
+        self.basic, self.view_shape, self.arrays, self.dims = [], [], [], []
+        dim = 0
+        for k in items:
+            if k is None:
+                self.view_shape.append(1)
+                continue
+            if isinstance(k, Tensor) and k.dtype == dtypes.bool_:
+                self._add_mask(k, shape, dim)
+                dim += k.ndim
+                continue
+            n = shape[dim]
+            if isinstance(k, slice):
+                self.basic.append(_slice_triple(k, n))
+                self.view_shape.append(n if self.basic[-1] is None else
+                                       len(range(*self.basic[-1])))
+            elif isinstance(k, Tensor):
+                self.basic.append(None)
+                self.dims.append(len(self.view_shape))
+                self.arrays.append(k)
+                self.view_shape.append(n)
+            else:
+                if not -n <= k < n:
+                    raise IndexError(f"index {k} is out of range for dim {dim} with size {n} "
+                                     f"(tensor shape {shape})")
+                self.basic.append((k % n, k % n + 1, 1))
+            dim += 1
+        self.basic += [None] * (len(shape) - dim)
+        self.view_shape += list(shape[dim:])
+        self.view_shape = tuple(self.view_shape)
+
+    def _add_mask(self, mask, shape, dim):
+        want = tuple(shape[dim:dim + mask.ndim])
+        if tuple(mask.shape) != want:
+            raise IndexError(f"the mask of shape {tuple(mask.shape)} does not match the "
+                             f"dims {dim}..{dim + mask.ndim - 1} of shape {want} of the "
+                             f"indexed tensor (shape {shape})")
+        if mask.ndim == 0:   # x[True] adds a dim of size 1, x[False] one of size 0
+            self.view_shape.append(1)
+            self.dims.append(len(self.view_shape) - 1)
+            self.arrays.append(Tensor._make(np.zeros(int(bool(mask)), _INT64)))
+            return
+        for positions in np.nonzero(mask._concrete("boolean mask indexing")):
+            self.basic.append(None)
+            self.dims.append(len(self.view_shape))
+            self.arrays.append(Tensor._make(positions.astype(_INT64)))
+            self.view_shape.append(shape[dim])
+            dim += 1
+
+    def get(self, x):
+        v = shape_ops.reshape(shape_ops.slice_dims(x, self.basic), self.view_shape)
+        return index_dims(v, self.arrays, self.dims) if self.arrays else v
+
+    def result_shape(self):
+        if not self.arrays:
+            return self.view_shape
+        return _infer_index(ShapedType(self.view_shape, None), *self.arrays,
+                            dims=tuple(self.dims)).shape
+
+    def put(self, x, value):
+        """A copy of ``x`` with this key's positions holding ``value`` (broadcast)."""
+        block = shape_ops.slice_dims(x, self.basic)
+        view = shape_ops.reshape(block, self.view_shape)
+        if self.arrays:
+            new = index_put_dims(view, value, self.arrays, self.dims)
+        else:
+            new = shape_ops.expand(_fit(_as_value(value, x), self.view_shape), self.view_shape)
+        return shape_ops.slice_update(x, shape_ops.reshape(new, tuple(block.shape)),
+                                      self.basic)
+
+    def write(self, data, value):
+        """Eager, no autograd: write ``value`` (an array) into ``data`` in place."""
+        view = data[_slice_key_np(self.basic)].reshape(self.view_shape)
+        if self.arrays:
+            indices = [a._data for a in self.arrays]
+            _check_bounds(view.shape, indices, self.dims)
+            view[_np_key(view.ndim, indices, self.dims)] = value
+        else:
+            view[...] = value
+
+
+def _slice_key_np(basic):
+    return tuple(slice(None) if s is None else slice(*s) for s in basic)
+
+
+def _index_item(k):
+    if k is None or k is Ellipsis or isinstance(k, slice):
+        return k
+    if isinstance(k, (bool, np.bool_)):
+        return Tensor._make(np.asarray(bool(k)))
+    if isinstance(k, (int, np.integer)):
+        return int(k)
+    if isinstance(k, Tensor):
+        if k.dtype != dtypes.bool_ and k._data.dtype.kind not in "iu":
+            raise IndexError(f"tensors used as indices must be integer or bool tensors, got "
+                             f"{k.dtype!r}")
+        return k
+    if isinstance(k, (list, np.ndarray)):
+        array = as_array(k) if len(k) else np.zeros(0, _INT64)
+        return _index_item(Tensor._make(array))
+    raise IndexError(f"unsupported index {k!r} of type {type(k).__name__}; use ints, slices, "
+                     "None, ..., integer or bool tensors")
+
+
+def _expand_ellipsis(items, ndim):
+    count = sum(k is Ellipsis for k in items)   # not .count(): tensors overload ==
+    if count > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(k.ndim if isinstance(k, Tensor) and k.dtype == dtypes.bool_ else 1
+               for k in items if k is not None and k is not Ellipsis)
+    if used > ndim:
+        raise IndexError(f"too many indices for a tensor with {ndim} dims: {used} were given")
+    if count:
+        at = next(i for i, k in enumerate(items) if k is Ellipsis)
+        items[at:at + 1] = [slice(None)] * (ndim - used)
+
+
+def _slice_triple(s, n):
+    """A slice as a normalised (start, stop, step), or None for the whole dim."""
+    if s.step is not None and int(s.step) <= 0:
+        raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
+    if s == slice(None) or s == slice(None, None, 1):
+        return None
+    start, stop, step = slice(*(None if v is None else int(v) for v in
+                                (s.start, s.stop, s.step))).indices(n)
+    stop = max(stop, start)
+    return None if (start, stop, step) == (0, n, 1) else (start, stop, step)
+
+
+def getitem(x, key):
+    """``x[key]`` with torch semantics; ints, slices, None and ``...`` give views."""
+    return _Key(x.shape, key).get(x)
+
+
+def setitem(x, key, value):
+    """``x[key] = value``: the out-of-place write committed into ``x``, so autograd sees it
+    (``x``'s gradient is zero at the written positions, ``value`` gets the gathered one)."""
+    k = _Key(x.shape, key)
+    value_grad = isinstance(value, Tensor) and value.requires_grad
+    if type(x._data) is np.ndarray and not (grad_mode.enabled and
+                                            (x.requires_grad or value_grad)):
+        _write_eager(x, k, value)
+        return
+    source = source_of(x, value)   # what the recorded ops read, safe from the write below
+    if _is_whole_mask(key) and _broadcasts(value, tuple(x.shape[key.ndim:])):
+        # x[mask] = v is a where(): no data-dependent shapes, so it also traces.
+        mask = shape_ops.reshape(key, tuple(key.shape) + (1,) * (x.ndim - key.ndim))
+        commit_inplace(x, elementwise.where(mask, _as_value(value, x), source))
+    else:
+        commit_inplace(x, k.put(source, value))
+
+
+def _is_whole_mask(key):
+    return isinstance(key, Tensor) and key.dtype == dtypes.bool_ and key.ndim > 0
+
+
+def _broadcasts(value, shape):
+    """Whether ``value`` broadcasts to ``shape`` (a number always does)."""
+    vshape = tuple(np.shape(value)) if not isinstance(value, Tensor) else tuple(value.shape)
+    try:
+        return broadcast_shapes(vshape, shape) == shape
+    except ShapeError:
+        return False
+
+
+def _write_eager(x, k, value):
+    data = x._data
+    if not data.flags.writeable:
+        raise RuntimeError("x[...] = value on a tensor whose storage is read-only (an "
+                           "expanded or broadcast view); call .clone() first")
+    v = value._data if isinstance(value, Tensor) else as_array(value, x.dtype)
+    want = k.result_shape()
+    _fit(Tensor._make(np.asarray(v)), want)   # checks the shapes, naming both
+    v = np.asarray(v).reshape(np.shape(v)[max(np.ndim(v) - len(want), 0):])
+    k.write(data, v.astype(data.dtype, copy=False))
+    x._version[0] += 1
+
+
+# -- gather / scatter family (composites of index / index_put) ---------------------------------
+def _check_int64(name, index):
+    if index._data.dtype != _INT64:
+        raise TypeError(f"{name}(): expected an int64 index tensor, got {index.dtype!r}")
+
+
+def _grid(x, dim, index, name):
+    """Index tensors that make ``index_dims(x, grid, all dims)`` equal ``gather(x, dim,
+    index)``: ``index`` on ``dim``, broadcast aranges on the other dims."""
+    _check_int64(name, index)
+    if index.ndim != x.ndim:
+        raise ShapeError(f"{name}(): index has shape {tuple(index.shape)} but the input has "
+                         f"shape {tuple(x.shape)}; they need the same number of dims")
+    for d in range(x.ndim):
+        if d != dim and index.shape[d] > x.shape[d]:
+            raise ShapeError(f"{name}(): index of shape {tuple(index.shape)} is larger than "
+                             f"the input of shape {tuple(x.shape)} in dim {d}")
+    grid = []
+    for d in range(x.ndim):
+        if d == dim:
+            grid.append(index)
+        else:
+            shape = [1] * x.ndim
+            shape[d] = index.shape[d]
+            grid.append(Tensor._make(np.arange(index.shape[d]).reshape(shape)))
+    return grid
+
+
+def _as_1d(x):
+    return shape_ops.reshape(x, (1,)) if x.ndim == 0 else x
+
+
+def _scalar_dims(fn):
+    """Run ``fn`` on 0-d tensors as if they were 1-d (torch allows 0-d gather/scatter)."""
+    def wrapped(input, dim, index, *args, **kwargs):
+        if input.ndim:
+            return fn(input, dim, index, *args, **kwargs)
+        args = [_as_1d(a) if isinstance(a, Tensor) else a for a in args]
+        out = fn(_as_1d(input), dim, _as_1d(index), *args, **kwargs)
+        return shape_ops.reshape(out, ())
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+@_scalar_dims
+def gather(input, dim, index, *, sparse_grad=False):
+    """``out[i][j][k] = input[i][index[i][j][k]][k]`` for ``dim == 1``, as ``torch.gather``."""
+    d = normalize_dim(dim, input.ndim)
+    return index_dims(input, _grid(input, d, index, "gather"), range(input.ndim))
+
+
+def _scatter_values(src, index, like):
+    """The part of ``src`` that scatter reads (``src`` may be larger than ``index``)."""
+    src = _as_value(src, like)
+    if src.ndim == 0:
+        return src
+    if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+        raise ShapeError(f"scatter: src of shape {tuple(src.shape)} must have the dims of "
+                         f"index (shape {tuple(index.shape)}) and be at least as large")
+    return shape_ops.slice_dims(src, [None if s == i else (0, i, 1)
+                                      for s, i in zip(src.shape, index.shape)])
+
+
+@_scalar_dims
+def scatter(input, dim, index, src=None, *, value=None, reduce=None):
+    """A copy of ``input`` with ``input[i][index[i][j][k]][k] = src[i][j][k]`` (dim 1);
+    ``src`` may be a tensor or a number (or pass ``value=``). ``reduce='add'`` adds."""
+    if reduce not in (None, "add"):
+        raise NotImplementedError(f"scatter: reduce={reduce!r} is not supported; use None "
+                                  "or 'add' (scatter_add)")
+    src = value if src is None else src
+    if src is None:
+        raise TypeError("scatter() needs src (a tensor) or value (a number)")
+    d = normalize_dim(dim, input.ndim)
+    grid = _grid(input, d, index, "scatter")
+    return index_put_dims(input, _scatter_values(src, index, input), grid, range(input.ndim),
+                          accumulate=reduce == "add")
+
+
+def scatter_add(input, dim, index, src):
+    """Like scatter, but values with the same target position add up."""
+    return scatter(input, dim, index, src, reduce="add")
+
+
+def _vector_index(name, index):
+    if index.ndim > 1 or index._data.dtype.kind not in "iu":
+        raise TypeError(f"{name}(): index must be a 0-d or 1-d integer tensor, got shape "
+                        f"{tuple(index.shape)} and dtype {index.dtype!r}")
+    return shape_ops.reshape(index, (-1,))
+
+
+def index_select(input, dim, index):
+    """The entries ``index`` (a 1-d integer tensor) of dim ``dim``."""
+    d = normalize_dim(dim, input.ndim)
+    return index_dims(input, [_vector_index("index_select", index)], (d,))
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    """``input`` with ``alpha * source[..., i, ...]`` added at ``input[..., index[i], ...]``
+    (duplicates in ``index`` add up)."""
+    d = normalize_dim(dim, input.ndim)
+    index = _vector_index("index_add", index)
+    if alpha != 1:
+        source = source * alpha
+    want = _infer_index(input, index, dims=(d,)).shape
+    if tuple(source.shape) != want:
+        raise ShapeError(f"index_add(): source has shape {tuple(source.shape)}, but indexing "
+                         f"dim {d} of shape {tuple(input.shape)} by {index.shape[0]} entries "
+                         f"needs {want}")
+    return index_put_dims(input, source, [index], (d,), accumulate=True)
+
+
+def index_put(input, indices, values, accumulate=False):
+    """``input[indices] = values`` out of place (``indices``: a tuple of tensors for the
+    leading dims), adding instead of writing when ``accumulate``."""
+    indices = tuple(indices)
+    if any(i.dtype == dtypes.bool_ for i in indices):
+        k = _Key(input.shape, indices)
+        indices, dims = k.arrays, k.dims
+    else:
+        dims = range(len(indices))
+    return index_put_dims(input, values, indices, dims, accumulate)
+
+
+def take_along_dim(input, indices, dim=None):
+    """``gather`` with the index broadcast against the input outside ``dim``; with ``dim``
+    None both are flattened first."""
+    _check_int64("take_along_dim", indices)
+    if dim is None:
+        return gather(shape_ops.flatten(input), 0, shape_ops.flatten(indices))
+    if input.ndim != indices.ndim:
+        raise ShapeError(f"take_along_dim(): input of shape {tuple(input.shape)} and indices "
+                         f"of shape {tuple(indices.shape)} need the same number of dims")
+    d = normalize_dim(dim, input.ndim)
+    common = broadcast_shapes(*(tuple(s[:d]) + (1,) + tuple(s[d + 1:])
+                                for s in (input.shape, indices.shape)))
+    x = shape_ops.expand(input, common[:d] + (input.shape[d],) + common[d + 1:])
+    i = shape_ops.expand(indices, common[:d] + (indices.shape[d],) + common[d + 1:])
+    return gather(x, d, i)
+
+
+# -- masks --------------------------------------------------------------------------------------
+def masked_fill(input, mask, value):
+    """``input`` with ``value`` (a number or 0-d tensor) where ``mask`` is True."""
+    if mask.dtype != dtypes.bool_:
+        raise TypeError(f"masked_fill expects a bool mask, got {mask.dtype!r}")
+    if isinstance(value, Tensor) and value.ndim:
+        raise ValueError(f"masked_fill only supports a 0-d value tensor, got shape "
+                         f"{tuple(value.shape)}")
+    broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    out = elementwise.where(mask, _as_value(value, input), input)
+    if tuple(out.shape) != tuple(input.shape):
+        raise ShapeError(f"masked_fill: the mask of shape {tuple(mask.shape)} broadcasts the "
+                         f"input of shape {tuple(input.shape)} to {tuple(out.shape)}")
+    return out
+
+
+def masked_select(input, mask):
+    """The 1-d tensor of the entries of ``input`` where ``mask`` (broadcast) is True."""
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    return getitem(shape_ops.expand(input, shape), shape_ops.expand(mask, shape))
+
+
+def nonzero(input, *, as_tuple=False):
+    """Positions of the non-zero entries: an (n, ndim) int64 tensor, or with ``as_tuple``
+    one 1-d tensor per dim. Data-dependent, so it runs eagerly only."""
+    data = input._concrete("nonzero()")
+    if as_tuple:
+        return tuple(Tensor._make(p.astype(_INT64)) for p in np.nonzero(data))
+    return Tensor._make(np.argwhere(data).astype(_INT64))
+
+
+def one_hot(tensor, num_classes=-1):
+    """``F.one_hot``: int64 indices -> int64 one-hot rows with ``num_classes`` columns (the
+    largest index + 1 when -1)."""
+    if tensor._data.dtype != _INT64:
+        raise TypeError(f"one_hot is only applicable to int64 index tensors, got "
+                        f"{tensor.dtype!r}")
+    if num_classes == -1:
+        data = tensor._concrete("one_hot(num_classes=-1)")
+        num_classes = int(data.max()) + 1 if data.size else 0
+    eye = Tensor._make(np.eye(num_classes, dtype=_INT64))
+    if type(tensor._data) is np.ndarray and tensor._data.size and tensor._data.min() < 0:
+        raise ValueError(f"one_hot: class values must be non-negative, got "
+                         f"{tensor._data.min()}")
+    return index_dims(eye, [tensor], (0,))
+
+
+# -- sorting --------------------------------------------------------------------------------------
+def _argsort_kernel(x, dim, descending):
+    if x.dtype == dtypes.bfloat16_np:
+        x = x.astype(np.float32)
+    if not descending:
+        return np.argsort(x, axis=dim, kind="stable").astype(_INT64)
+    # Descending and stable (ties keep their order, NaN first as in torch): sort the
+    # reversed array ascending, then reverse the order and map positions back.
+    n = x.shape[dim]
+    order = np.argsort(np.flip(x, dim), axis=dim, kind="stable")
+    return (n - 1 - np.flip(order, dim)).astype(_INT64)
+
+
+ARGSORT = defop("argsort", _argsort_kernel,
+                lambda x, dim, descending: ShapedType(tuple(x.shape), _INT64),
+                attrs=("dim", "descending"), saves="",
+                doc="Positions that sort x along dim (always stable; NaN counts as largest).")
+
+
+def argsort(input, dim=-1, descending=False, stable=False):
+    """The positions that sort ``input`` along ``dim`` (always stable, so ``stable`` only
+    exists for torch's signature)."""
+    if input.ndim == 0:
+        return creation.zeros_like(input, dtype=dtypes.int64)
+    d = normalize_dim(dim, input.ndim)
+    return apply(ARGSORT, input, dim=d, descending=bool(descending))
+
+
+sort_result = namedtuple("sort", ["values", "indices"])
+topk_result = namedtuple("topk", ["values", "indices"])
+
+
+def sort(input, dim=-1, descending=False, stable=False):
+    """``(values, indices)`` of ``input`` sorted along ``dim``; values carry gradients."""
+    indices = argsort(input, dim, descending, stable)
+    if input.ndim == 0:
+        return sort_result(input, indices)
+    return sort_result(gather(input, dim, indices), indices)
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """The ``k`` largest (or smallest) entries along ``dim`` and their positions."""
+    d = normalize_dim(dim, input.ndim)
+    n = input.shape[d] if input.ndim else 1
+    if not 0 <= k <= n:
+        raise IndexError(f"topk: k={k} is out of range for dim {d} of size {n} (shape "
+                         f"{tuple(input.shape)})")
+    indices = argsort(input, d, descending=largest)
+    if input.ndim == 0:
+        return topk_result(input, indices)
+    indices = shape_ops.narrow(indices, d, 0, k)
+    return topk_result(gather(input, d, indices), indices)
+
+
+METHODS = {
+    "__getitem__": getitem, "__setitem__": setitem,
+    "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
+    "scatter_": inplace(scatter), "scatter_add_": inplace(scatter_add),
+    "index_select": index_select, "index_add": index_add, "index_add_": inplace(index_add),
+    "index_put": index_put, "index_put_": inplace(index_put),
+    "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),
+    "masked_select": masked_select, "take_along_dim": take_along_dim,
+    "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
+}

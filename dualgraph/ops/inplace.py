@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.tape import grad_mode
+from ..dispatch import modes
 from ..tensor import Tensor
 from . import elementwise
 
@@ -34,6 +35,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
                 "broadcast view); call .clone() first")
         np.copyto(data, result._data, casting="unsafe")
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
+        modes.tracer.note_mutation(target)
         target._data = elementwise.cast_to(result, target.dtype)._data
     target._version[0] += 1
     if result.requires_grad and grad_mode.enabled:
@@ -54,8 +56,11 @@ def source_of(target: Tensor, *others) -> Tensor:
     if not (target.requires_grad
             or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
         return target
-    data = target._data
-    snapshot = Tensor._make(data.copy() if type(data) is np.ndarray else data)
+    tracer = modes.tracer
+    if tracer is None:
+        snapshot = Tensor._make(target._data.copy())
+    else:   # traced values are immutable: share it, but not the version counter
+        snapshot = Tensor._make(tracer.value_of(target))
     snapshot.requires_grad = target.requires_grad
     snapshot.grad_fn = target.grad_fn
     snapshot._output_nr = target._output_nr

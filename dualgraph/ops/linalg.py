@@ -1,3 +1,354 @@
-"""Linear algebra ops: matmul, bmm, einsum, outer."""
-__all__: list = []
-METHODS: dict = {}
+"""Linear algebra: matmul (and its named special cases mm, bmm, mv, dot, outer), einsum and
+linear (torch's ``F.linear``, the fused ``x @ W.T + b`` every MLP layer runs).
+
+Three primitives carry everything: ``matmul`` (NumPy's ``matmul``, which already has
+torch's 1-D and batch-broadcasting semantics), ``einsum`` (an explicit equation without
+ellipsis, whose VJP is another einsum) and ``linear`` (one GEMM plus an in-place bias add).
+Float16/bfloat16 are computed in float32 and cast back, as NumPy has no fast loops for them.
+"""
+from __future__ import annotations
+
+import functools
+import string
+
+import numpy as np
+
+from .. import dtypes
+from ..dispatch import apply
+from ..shapes import ShapedType, ShapeError, broadcast_shapes
+from . import creation, elementwise, reduce
+from . import shape as shape_ops
+from ._util import as_operand, cast, is_float, needs_grad
+from .opdef import defop
+
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear"]
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype a BLAS kernel runs in for results of dtype ``dt``."""
+    return np.dtype(np.float32) if is_float(dt) and dt.itemsize < 4 else dt
+
+
+def blas_operands(*arrays):
+    """Arrays cast to their common compute dtype, and the dtype to return."""
+    dt = dtypes.result_type(*arrays)
+    ct = compute_dtype(dt)
+    return [cast(a, ct) for a in arrays], dt
+
+
+def mT(x):
+    """``x`` with its last two dims swapped (a view)."""
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return shape_ops.permute(x, perm)
+
+
+# -- matmul --------------------------------------------------------------------------------------
+def _matmul_kernel(a, b):
+    (a, b), dt = blas_operands(a, b)
+    if a.ndim > 2 and b.ndim == 2:  # one GEMM over the flattened batch, not one per matrix
+        out = np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
+    else:
+        out = np.matmul(a, b)
+    return cast(out, dt)
+
+
+def _infer_matmul(a, b):
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if not sa or not sb:
+        raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {sa} and {sb}")
+    ka = sa[-1]
+    kb = sb[0] if len(sb) == 1 else sb[-2]
+    if ka != kb:
+        raise ShapeError(f"matmul: shapes {sa} and {sb} cannot be multiplied: the last dim of "
+                         f"the first ({ka}) must equal the "
+                         f"{'only' if len(sb) == 1 else 'second-to-last'} dim of the second "
+                         f"({kb})")
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    rows = sa[-2:-1]
+    cols = sb[-1:] if len(sb) > 1 else ()
+    return ShapedType(batch + rows + cols, dtypes.result_type(a, b))
+
+
+def _matmul_vjp(g, out, a, b):
+    # Promote 1-D operands to matrices (as matmul itself does), take the matrix VJP, sum
+    # the broadcast batch dims away and drop the promoted dims again.
+    a2 = a if a.ndim > 1 else shape_ops.reshape(a, (1, a.shape[0]))
+    b2 = b if b.ndim > 1 else shape_ops.reshape(b, (b.shape[0], 1))
+    batch = tuple(g.shape)[:g.ndim - (a.ndim > 1) - (b.ndim > 1)]
+    g2 = shape_ops.reshape(g, batch + (a2.shape[-2], b2.shape[-1]))
+    ga = gb = None
+    if needs_grad(a):
+        ga = reduce.sum_to(matmul(g2, mT(b2)), tuple(a2.shape))
+        ga = shape_ops.reshape(ga, tuple(a.shape))
+    if needs_grad(b):
+        gb = reduce.sum_to(matmul(mT(a2), g2), tuple(b2.shape))
+        gb = shape_ops.reshape(gb, tuple(b.shape))
+    return ga, gb
+
+
+MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
+               onnx="MatMul")
+
+
+def matmul(input, other):
+    """Matrix product with torch's rules: 1-D x 1-D is a dot product, a 1-D operand is a
+    row (first) or column (second) vector that is dropped from the result, and batch dims
+    broadcast.
+
+    >>> matmul(ones(5, 2, 3), ones(3, 4)).shape
+    Size([5, 2, 4])
+    """
+    return apply(MATMUL, as_operand(input), as_operand(other))
+
+
+def _check_ndims(name, want, *tensors):
+    for t, n in zip(tensors, want):
+        if t.ndim != n:
+            shapes = " and ".join(str(tuple(x.shape)) for x in tensors)
+            raise ShapeError(f"{name} expects operands with {want} dims, got shapes {shapes}; "
+                             "use matmul for other ranks")
+
+
+def mm(input, mat2):
+    """Product of two matrices (2-D only; ``matmul`` broadcasts)."""
+    _check_ndims("mm", (2, 2), input, mat2)
+    return matmul(input, mat2)
+
+
+def bmm(input, mat2):
+    """Batched product of (b, n, m) and (b, m, p) tensors (no broadcasting)."""
+    _check_ndims("bmm", (3, 3), input, mat2)
+    if input.shape[0] != mat2.shape[0]:
+        raise ShapeError(f"bmm: batch sizes differ: shapes {tuple(input.shape)} and "
+                         f"{tuple(mat2.shape)}")
+    return matmul(input, mat2)
+
+
+def mv(input, vec):
+    """Matrix-vector product."""
+    _check_ndims("mv", (2, 1), input, vec)
+    return matmul(input, vec)
+
+
+def dot(input, other):
+    """Dot product of two 1-D tensors."""
+    _check_ndims("dot", (1, 1), input, other)
+    return matmul(input, other)
+
+
+def outer(input, vec2):
+    """Outer product of two 1-D tensors: ``out[i, j] = input[i] * vec2[j]``."""
+    _check_ndims("outer", (1, 1), input, vec2)
+    return elementwise.mul(shape_ops.reshape(input, (-1, 1)), shape_ops.reshape(vec2, (1, -1)))
+
+
+# -- einsum --------------------------------------------------------------------------------------
+# The primitive takes a canonical equation: explicit output, no ellipsis, and operands whose
+# dims agree per letter (the public function expands broadcast dims). Its VJP is then an
+# einsum of the output gradient with the other operands.
+def _parse(equation: str):
+    lhs, rhs = equation.split("->")
+    return lhs.split(","), rhs
+
+
+def _letter_sizes(terms, shapes) -> dict:
+    sizes = {}
+    for term, shape in zip(terms, shapes):
+        for ch, d in zip(term, shape):
+            sizes.setdefault(ch, d)
+    return sizes
+
+
+def _einsum_kernel(*operands, equation):
+    arrays, dt = blas_operands(*operands)
+    return cast(np.einsum(equation, *arrays, optimize=len(arrays) > 1), dt)
+
+
+def _infer_einsum(*operands, equation):
+    terms, rhs = _parse(equation)
+    sizes = _letter_sizes(terms, [tuple(o.shape) for o in operands])
+    return ShapedType(tuple(sizes[ch] for ch in rhs), dtypes.result_type(*operands))
+
+
+def _fresh_letters(used: str):
+    return (ch for ch in string.ascii_letters if ch not in used)
+
+
+def _einsum_vjp(g, out, *operands, equation):
+    terms, rhs = _parse(equation)
+    sizes = _letter_sizes(terms, [tuple(o.shape) for o in operands])
+    return tuple(_einsum_operand_grad(g, operands, terms, rhs, sizes, i, equation)
+                 if needs_grad(operands[i]) else None for i in range(len(operands)))
+
+
+def _einsum_operand_grad(g, operands, terms, rhs, sizes, i, equation):
+    """d/d operand i: contract the output gradient with every other operand. A letter
+    repeated in term i (a diagonal) gets a fresh name tied to the first by an identity
+    matrix; a letter only term i has (summed away) is broadcast back with expand."""
+    fresh = _fresh_letters(equation)
+    target, ties = "", []
+    for ch in terms[i]:
+        if ch in target:
+            new = next(fresh)
+            ties.append(ch + new)
+            target += new
+        else:
+            target += ch
+    others = [j for j in range(len(operands)) if j != i]
+    sub = [rhs] + [terms[j] for j in others] + ties
+    args = [g] + [operands[j] for j in others]
+    args += [creation.eye(sizes[t[0]], dtype=g.dtype) for t in ties]
+    present = "".join(sub)
+    kept = "".join(ch for ch in target if ch in present)
+    grad = einsum(",".join(sub) + "->" + kept, *args)
+    if kept != target:
+        grad = shape_ops.reshape(grad, tuple(sizes[ch] if ch in present else 1
+                                             for ch in target))
+        grad = shape_ops.expand(grad, tuple(operands[i].shape))
+    return grad
+
+
+EINSUM = defop("einsum", _einsum_kernel, _infer_einsum, vjp=_einsum_vjp, attrs=("equation",),
+               saves="i", onnx="Einsum")
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical(equation: str, shapes: tuple):
+    """(explicit equation without ellipsis, target shape per operand).
+
+    Ellipsis dims get fresh letters, right-aligned as in broadcasting; the implicit output
+    (no ``->``) is the ellipsis dims then the letters seen once, sorted, as in torch.
+    """
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"einsum: the equation {equation!r} has {len(terms)} operands but "
+                         f"{len(shapes)} tensors were given")
+    for t in terms + [rhs]:
+        if any(ch not in string.ascii_letters for ch in t.replace("...", "")):
+            raise ValueError(f"einsum: subscripts must be letters (and '...'), got {equation!r}")
+    n_ell = max((len(s) - len(t) + 3 for t, s in zip(terms, shapes) if "..." in t), default=0)
+    ell = "".join(_take(_fresh_letters(eq), n_ell))
+    explicit = []
+    for t, s in zip(terms, shapes):
+        if "..." in t:
+            k = len(s) - len(t) + 3
+            if k < 0:
+                raise ShapeError(f"einsum: term {t!r} has more subscripts than the operand "
+                                 f"of shape {s} has dims")
+            t = t.replace("...", ell[n_ell - k:])
+        if len(t) != len(s):
+            raise ShapeError(f"einsum: term {t!r} has {len(t)} subscripts but its operand has "
+                             f"shape {s}")
+        explicit.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        letters = "".join(explicit)
+        out = ell + "".join(sorted(ch for ch in set(letters) - set(ell)
+                                   if letters.count(ch) == 1))
+    _check_output(out, explicit, equation)
+    sizes = _broadcast_letter_sizes(explicit, shapes, equation)
+    targets = tuple(tuple(sizes[ch] for ch in t) for t in explicit)
+    return ",".join(explicit) + "->" + out, targets
+
+
+def _take(gen, n):
+    return [next(gen) for _ in range(n)]
+
+
+def _check_output(out, terms, equation):
+    for ch in out:
+        if out.count(ch) > 1:
+            raise ValueError(f"einsum: output subscript {ch!r} appears more than once in "
+                             f"{equation!r}")
+        if not any(ch in t for t in terms):
+            raise ValueError(f"einsum: output subscript {ch!r} does not appear in the inputs "
+                             f"of {equation!r}")
+
+
+def _broadcast_letter_sizes(terms, shapes, equation) -> dict:
+    sizes: dict = {}
+    for t, s in zip(terms, shapes):
+        for ch, d in zip(t, s):
+            old = sizes.get(ch, 1)
+            if old != 1 and d != 1 and old != d:
+                raise ShapeError(f"einsum: subscript {ch!r} of {equation!r} has size {old} in "
+                                 f"one operand and {d} in another (shapes {list(shapes)})")
+            sizes[ch] = d if old == 1 else old
+    for t, s in zip(terms, shapes):  # a repeated subscript (a diagonal) can't broadcast
+        for ch, d in zip(t, s):
+            if t.count(ch) > 1 and d != sizes[ch]:
+                raise ShapeError(f"einsum: repeated subscript {ch!r} in {t!r} has different "
+                                 f"sizes in shape {s}")
+    return sizes
+
+
+def einsum(equation, *operands):
+    """Einstein summation, as ``torch.einsum``: ``einsum("bij,bjk->bik", a, b)``.
+
+    Supports any number of operands, ``...`` (broadcast dims), repeated subscripts
+    (diagonals) and the implicit output form. Operands may also be passed as one list.
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    operands = [as_operand(o) for o in operands]
+    eq, targets = _canonical(equation, tuple(tuple(o.shape) for o in operands))
+    operands = [shape_ops.expand(o, t) if tuple(o.shape) != t else o
+                for o, t in zip(operands, targets)]
+    return apply(EINSUM, *operands, equation=eq)
+
+
+# -- linear --------------------------------------------------------------------------------------
+def _linear_kernel(x, w, *bias):
+    (x, w, *bias), dt = blas_operands(x, w, *bias)
+    x2 = x.reshape(-1, x.shape[-1])
+    y = np.matmul(x2, w.T)
+    if bias:
+        y += bias[0]   # in place on the fresh product: no temporary
+    return cast(y.reshape(x.shape[:-1] + w.shape[:1]), dt)
+
+
+def _infer_linear(x, w, *bias):
+    sx, sw = tuple(x.shape), tuple(w.shape)
+    if len(sw) != 2 or not sx or sx[-1] != sw[1]:
+        raise ShapeError(f"linear: input of shape {sx} and weight of shape {sw} don't fit: the "
+                         "weight must be (out_features, in_features) with in_features equal "
+                         "to the input's last dim")
+    if bias and tuple(bias[0].shape) not in ((sw[0],), ()):
+        raise ShapeError(f"linear: bias of shape {tuple(bias[0].shape)} does not match "
+                         f"out_features={sw[0]} of the weight {sw}")
+    return ShapedType(sx[:-1] + sw[:1], dtypes.result_type(x, w, *bias))
+
+
+def _linear_vjp(g, out, x, w, *bias):
+    gx = matmul(g, w) if needs_grad(x) else None
+    gw = None
+    if needs_grad(w):
+        g2 = shape_ops.reshape(g, (-1, w.shape[0]))
+        gw = matmul(mT(g2), shape_ops.reshape(x, (-1, w.shape[1])))
+    if not bias:
+        return gx, gw
+    gb = reduce.sum_to(g, tuple(bias[0].shape)) if needs_grad(bias[0]) else None
+    return gx, gw, gb
+
+
+LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
+               onnx="Gemm")
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias`` in one kernel, as ``torch.nn.functional.linear``.
+
+    >>> linear(ones(8, 3), ones(4, 3), zeros(4)).shape
+    Size([8, 4])
+    """
+    if bias is None:
+        return apply(LINEAR, input, weight)
+    return apply(LINEAR, input, weight, as_operand(bias))
+
+
+METHODS = {"matmul": matmul, "__matmul__": matmul,
+           "__rmatmul__": lambda self, other: matmul(other, self),
+           "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer}

@@ -1,25 +1,98 @@
 """Reductions: sum, mean, prod, max/min, var/std, logsumexp, norm, arg-reductions, cumsum,
-and softmax / log_softmax (primitives for numerical stability)."""
+and softmax / log_softmax (primitives for numerical stability).
+
+Conventions shared by the family: public functions normalise ``dim`` (an int, a tuple, or
+None for every dim) into sorted non-negative ``dims`` before calling ``apply``; float16 and
+bfloat16 kernels accumulate in float32 and round once at the end, as torch's CPU kernels
+do; a VJP broadcasts the reduced gradient back with :func:`_expand_back`. Gradient rules
+follow torch: ``max(x, dim)`` routes the gradient to the returned index, while full
+``max(x)``, ``amax`` and the infinity norms split it evenly among ties.
+"""
 from __future__ import annotations
+
+import math
+from collections import namedtuple
 
 import numpy as np
 
 from .. import dtypes
 from ..dispatch import apply
-from ..shapes import ShapedType, normalize_dims, reduced_shape
+from ..shapes import ShapedType, normalize_dim, normalize_dims, numel, reduced_shape
+from ..tensor import Tensor
+from . import creation
+from . import elementwise as ew
 from . import shape as shape_ops
+from ._util import BF16, is_float
 from .opdef import defop
 
-__all__ = ["sum"]
+__all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "median",
+           "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
+           "any", "count_nonzero", "softmax", "log_softmax"]
+
+_max = max   # the builtin, before this module shadows it
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+def _acc_dtype(dt: np.dtype) -> np.dtype:
+    """torch's accumulating reductions (sum, prod, cumsum): integers and bools give int64."""
+    return np.dtype(np.int64) if dt.kind in "biu" else dt
 
 
 def _sum_dtype(dt: np.dtype, dtype=None) -> np.dtype:
     """torch.sum: integers and bools accumulate in int64; an explicit dtype wins."""
-    if dtype is not None:
-        return np.dtype(dtype)
-    return np.dtype(np.int64) if dt.kind in "biu" else dt
+    return _acc_dtype(dt) if dtype is None else np.dtype(dtype)
 
 
+def _widen(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 -> float32 for accumulation (NumPy would accumulate in half)."""
+    return x.astype(np.float32) if x.dtype == np.float16 or x.dtype == BF16 else x
+
+
+def _infer_reduce(x, dims, keepdim, **attrs) -> ShapedType:
+    """Type of a dtype-preserving reduction over ``dims``."""
+    return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), x.dtype)
+
+
+def _expand_back(g, shape: tuple, dims: tuple, keepdim: bool):
+    """A gradient of a reduction over ``dims`` broadcast back to the input ``shape``."""
+    if not keepdim:
+        g = shape_ops.reshape(g, reduced_shape(shape, dims, True))
+    return shape_ops.expand(g, shape)
+
+
+def _split_among(g, mask, dims):
+    """``g`` shared evenly among the ``True`` entries of ``mask`` in each reduced slice (torch
+    splits a max's gradient among ties this way)."""
+    count = sum(mask, dims, keepdim=True)
+    return ew.where(mask, g / count, 0.0)
+
+
+def _nonzero_or_one(t):
+    """``t`` with zeros replaced by one: a safe divisor where the quotient is masked anyway."""
+    return ew.where(ew.eq(t, 0), 1.0, t)
+
+
+def _require_float(x, fn: str):
+    if not x.is_floating_point():
+        raise TypeError(f"{fn}() needs a floating point tensor, got {x.dtype!r}; convert it "
+                        "first with .float()")
+
+
+def _cast_arg(x, dtype):
+    """torch's ``dtype=`` argument of reductions: the input is cast before reducing."""
+    return x if dtype is None else x.to(dtype)
+
+
+def _all_dims(dim, ndim: int) -> tuple:
+    """``dim`` of amax/amin/logsumexp-style reductions: None or () mean every dim."""
+    return normalize_dims(None if dim == () else dim, ndim)
+
+
+def _reduced_size(shape: tuple, dims: tuple) -> int:
+    return numel(shape[d] for d in dims)
+
+
+# -- sum, mean, prod ---------------------------------------------------------------------------
 def _sum_kernel(x, dims, keepdim, dtype=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
@@ -32,9 +105,7 @@ def _infer_sum(x, dims, keepdim, dtype=None):
 
 
 def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
-    if not keepdim:
-        g = shape_ops.reshape(g, reduced_shape(tuple(x.shape), dims, True))
-    return shape_ops.expand(g, tuple(x.shape)).to(x.dtype)
+    return _expand_back(g, tuple(x.shape), dims, keepdim).to(x.dtype)
 
 
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
@@ -42,7 +113,11 @@ SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdi
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
-    """Sum over ``dim`` (an int, a tuple, or None for all dims), as ``torch.sum``."""
+    """Sum over ``dim`` (an int, a tuple, or None for all dims), as ``torch.sum``.
+
+    >>> dg.sum(dg.tensor([[1, 2], [3, 4]]), dim=0)
+    tensor([4, 6])
+    """
     dims = normalize_dims(dim, x.ndim)
     return apply(SUM, x, dims=dims, keepdim=bool(keepdim),
                  dtype=None if dtype is None else dtypes.to_np(dtype))
@@ -60,4 +135,480 @@ def sum_to(x, shape: tuple):
     return shape_ops.reshape(out, shape) if lead else out
 
 
-METHODS = {"sum": sum}
+def _mean_kernel(x, dims, keepdim):
+    return np.asarray(np.mean(_widen(x), axis=dims, keepdims=keepdim)).astype(x.dtype)
+
+
+MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",
+             vjp=lambda g, out, x, dims, keepdim: _expand_back(
+                 g / _reduced_size(tuple(x.shape), dims), tuple(x.shape), dims, keepdim),
+             onnx="ReduceMean")
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    """Mean over ``dim`` (int, tuple or None), as ``torch.mean``; integer tensors need
+    ``dtype=`` (torch refuses to guess the result type).
+
+    >>> dg.tensor([[1.0, 2.0], [3.0, 5.0]]).mean(1)
+    tensor([1.5000, 4.0000])
+    """
+    x = _cast_arg(input, dtype)
+    if not x.is_floating_point():
+        raise TypeError(f"mean() of a {x.dtype!r} tensor: the result dtype can't be inferred; "
+                        "pass dtype=dg.float32 or convert the input with .float()")
+    return apply(MEAN, x, dims=normalize_dims(dim, x.ndim), keepdim=bool(keepdim))
+
+
+def _prod_kernel(x, dims, keepdim):
+    out_dt = _acc_dtype(x.dtype)
+    acc = None if is_float(x.dtype) else out_dt
+    return np.asarray(np.prod(_widen(x), axis=dims, keepdims=keepdim, dtype=acc)).astype(out_dt)
+
+
+def _infer_prod(x, dims, keepdim):
+    return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), _acc_dtype(x.dtype))
+
+
+def _prod_vjp(g, out, x, dims, keepdim):
+    """d prod / d x_i is the product of the other entries. Computed from the product of
+    the nonzero entries and the zero count, so it stays exact when the slice has zeros:
+    with one zero only that entry gets a gradient, with two or more none does."""
+    shape = tuple(x.shape)
+    zero = ew.eq(x, 0)
+    nonzero = ew.where(zero, 1.0, x)
+    rest = apply(PROD, nonzero, dims=dims, keepdim=True)
+    zeros = sum(zero, dims, keepdim=True)
+    others = ew.where(zero, ew.where(ew.eq(zeros, 1), rest, 0.0),
+                      ew.where(ew.eq(zeros, 0), rest / nonzero, 0.0))
+    return _expand_back(g, shape, dims, keepdim) * others
+
+
+PROD = defop("prod", _prod_kernel, _infer_prod, vjp=_prod_vjp, attrs=("dims", "keepdim"),
+             saves="i", onnx="ReduceProd")
+
+
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    """Product over one ``dim`` or all of them, as ``torch.prod`` (integers give int64).
+
+    >>> dg.tensor([[1, 2], [3, 4]]).prod(1)
+    tensor([ 2, 12])
+    """
+    x = _cast_arg(input, dtype)
+    dims = normalize_dims(None if dim is None else normalize_dim(dim, x.ndim), x.ndim)
+    return apply(PROD, x, dims=dims, keepdim=bool(keepdim) and dim is not None)
+
+
+# -- max / min ---------------------------------------------------------------------------------
+def _extremum_vjp(g, out, x, dims, keepdim):
+    shape = tuple(x.shape)
+    mask = ew.eq(x, _expand_back(out, shape, dims, keepdim))
+    return _split_among(_expand_back(g, shape, dims, keepdim), mask, dims)
+
+
+AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMax")
+AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMin")
+
+
+def amax(input, dim=(), keepdim=False):
+    """Largest value over ``dim`` (an int or tuple; () means all dims), as ``torch.amax``.
+    Its gradient is split evenly among tied maxima."""
+    return apply(AMAX, input, dims=_all_dims(dim, input.ndim), keepdim=bool(keepdim))
+
+
+def amin(input, dim=(), keepdim=False):
+    """Smallest value over ``dim`` (an int or tuple; () means all dims), as ``torch.amin``."""
+    return apply(AMIN, input, dims=_all_dims(dim, input.ndim), keepdim=bool(keepdim))
+
+
+# torch.return_types.max / .min: a namedtuple, so `values, indices = x.max(1)` unpacks.
+MaxResult = namedtuple("max", ["values", "indices"])
+MinResult = namedtuple("min", ["values", "indices"])
+
+
+def _with_index_kernel(arg):
+    """Kernel of max/min along a dim: values and the int64 index of the first extremum."""
+    def kernel(x, dim, keepdim):
+        idx = arg(x, axis=dim, keepdims=True)
+        values = np.take_along_axis(x, idx, axis=dim)
+        if not keepdim:
+            idx, values = np.squeeze(idx, dim), np.squeeze(values, dim)
+        return values, idx.astype(np.int64)
+    return kernel
+
+
+def _infer_with_index(x, dim, keepdim):
+    shape = reduced_shape(tuple(x.shape), (dim,), keepdim)
+    return ShapedType(shape, x.dtype), ShapedType(shape, np.dtype(np.int64))
+
+
+def _positions(x, dim: int):
+    """The index of every element along ``dim`` (an int64 iota shaped like ``x``); built
+    from ``x`` itself so that it also works for symbolic shapes."""
+    return cumsum(creation.full_like(x, 1, dtype=dtypes.int64), dim) - 1
+
+
+def _with_index_vjp(g, out, x, dim, keepdim):
+    """The gradient goes to the returned index only (torch's rule for max/min with dim)."""
+    shape = tuple(x.shape)
+    picked = ew.eq(_positions(x, dim), _expand_back(out[1], shape, (dim,), keepdim))
+    return ew.where(picked, _expand_back(g[0], shape, (dim,), keepdim), 0.0)
+
+
+# One ONNX node per output: ReduceMax (or ReduceMin) for values, ArgMax (ArgMin) for indices.
+MAX = defop("max", _with_index_kernel(np.argmax), _infer_with_index, vjp=_with_index_vjp,
+            attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
+            onnx=("ReduceMax", "ArgMax"))
+MIN = defop("min", _with_index_kernel(np.argmin), _infer_with_index, vjp=_with_index_vjp,
+            attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
+            onnx=("ReduceMin", "ArgMin"))
+
+
+def _max_or_min(op, full, result, elementwise_name, input, dim, keepdim):
+    if isinstance(dim, Tensor):   # torch.max(a, b): the elementwise maximum
+        return getattr(ew, elementwise_name)(input, dim)
+    if dim is None:
+        return full(input)
+    return result(*apply(op, input, dim=normalize_dim(dim, input.ndim), keepdim=bool(keepdim)))
+
+
+def max(input, dim=None, keepdim=False):
+    """``max(x)``: the largest value (0-d); ``max(x, dim)``: ``(values, indices)`` along
+    ``dim``; ``max(a, b)`` with a tensor ``b``: the elementwise maximum. As ``torch.max``.
+
+    >>> values, indices = dg.tensor([[1.0, 5.0], [7.0, 2.0]]).max(dim=1)
+    >>> indices
+    tensor([1, 0])
+    """
+    return _max_or_min(MAX, amax, MaxResult, "maximum", input, dim, keepdim)
+
+
+def min(input, dim=None, keepdim=False):
+    """The mirror of :func:`max`: ``min(x)``, ``min(x, dim)`` -> (values, indices),
+    ``min(a, b)`` elementwise."""
+    return _max_or_min(MIN, amin, MinResult, "minimum", input, dim, keepdim)
+
+
+def _argmedian(x, axis, keepdims):
+    """Index of the lower median along ``axis`` (kept as a size-1 dim), as torch picks it."""
+    order = np.argsort(x, axis=axis, kind="stable")
+    return np.take(order, [(x.shape[axis] - 1) // 2], axis=axis)
+
+
+MedianResult = namedtuple("median", ["values", "indices"])
+MEDIAN = defop("median", _with_index_kernel(_argmedian), _infer_with_index,
+               vjp=_with_index_vjp, attrs=("dim", "keepdim"), num_outputs=2,
+               differentiable_outputs=(0,), saves="o", onnx=None)  # ONNX has no median
+
+
+def median(input, dim=None, keepdim=False):
+    """``median(x)``: the lower median of all elements (0-d); ``median(x, dim)``:
+    ``(values, indices)`` along ``dim``. As ``torch.median``; the gradient goes to the
+    median's index (with ties, torch's ``median(x)`` would split it instead)."""
+    if dim is None:
+        return apply(MEDIAN, shape_ops.reshape(input, -1), dim=0, keepdim=False)[0]
+    return MedianResult(*apply(MEDIAN, input, dim=normalize_dim(dim, input.ndim),
+                               keepdim=bool(keepdim)))
+
+
+def _arg_kernel(arg):
+    def kernel(x, dim, keepdim):
+        if dim is None:
+            idx = arg(x.reshape(-1))
+            return np.full((1,) * x.ndim if keepdim else (), idx, dtype=np.int64)
+        return arg(x, axis=dim, keepdims=keepdim).astype(np.int64)
+    return kernel
+
+
+def _infer_arg(x, dim, keepdim):
+    dims = tuple(range(x.ndim)) if dim is None else (dim,)
+    return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), np.dtype(np.int64))
+
+
+ARGMAX = defop("argmax", _arg_kernel(np.argmax), _infer_arg, attrs=("dim", "keepdim"),
+               onnx="ArgMax")
+ARGMIN = defop("argmin", _arg_kernel(np.argmin), _infer_arg, attrs=("dim", "keepdim"),
+               onnx="ArgMin")
+
+
+def argmax(input, dim=None, keepdim=False):
+    """Index of the (first) largest value along ``dim``; over the flattened tensor when
+    ``dim`` is None. As ``torch.argmax``."""
+    d = None if dim is None else normalize_dim(dim, input.ndim)
+    return apply(ARGMAX, input, dim=d, keepdim=bool(keepdim))
+
+
+def argmin(input, dim=None, keepdim=False):
+    """Index of the (first) smallest value along ``dim``, as ``torch.argmin``."""
+    d = None if dim is None else normalize_dim(dim, input.ndim)
+    return apply(ARGMIN, input, dim=d, keepdim=bool(keepdim))
+
+
+# -- variance and standard deviation (composites) ------------------------------------------------
+def _correction(dim, unbiased, correction):
+    """torch's spellings: ``correction=`` (default 1), legacy ``unbiased=`` (bool), and the
+    legacy positional ``var(x, False)`` where the bool takes ``dim``'s place."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError("var/std: pass either unbiased= or correction=, not both")
+    if correction is None:
+        correction = 1 if unbiased is None else int(bool(unbiased))
+    return dim, correction
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over ``dim`` with ``correction`` (1: unbiased, Bessel's; 0: population),
+    as ``torch.var``. Half-precision inputs are computed in float32.
+
+    >>> dg.tensor([1.0, 2.0, 3.0, 4.0]).var()
+    tensor(1.6667)
+    """
+    _require_float(input, "var")
+    dim, correction = _correction(dim, unbiased, correction)
+    dims = normalize_dims(dim, input.ndim)
+    x = input.float() if input.element_size() < 4 else input
+    centred = x - mean(x, dims, keepdim=True)
+    dof = _max(_reduced_size(tuple(x.shape), dims) - correction, 0)
+    return (sum(centred * centred, dims, keepdim) / dof).to(input.dtype)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Standard deviation: the square root of :func:`var` (same arguments)."""
+    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(var, mean)`` over ``dim``, as ``torch.var_mean``."""
+    dim, correction = _correction(dim, unbiased, correction)
+    return var(input, dim, keepdim=keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``(std, mean)`` over ``dim``, as ``torch.std_mean``."""
+    v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
+    return ew.sqrt(v), m
+
+
+# -- logsumexp and norms -----------------------------------------------------------------------
+def _logsumexp_kernel(x, dims, keepdim):
+    w = _widen(x)
+    peak = np.amax(w, axis=dims, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0)  # all -inf stays -inf, +inf stays +inf
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(w - peak), axis=dims, keepdims=True)) + peak
+    if not keepdim:
+        out = np.squeeze(out, dims)
+    return np.asarray(out).astype(x.dtype)
+
+
+def _logsumexp_vjp(g, out, x, dims, keepdim):
+    shape = tuple(x.shape)
+    weights = ew.exp(x - _expand_back(out, shape, dims, keepdim))
+    return _expand_back(g, shape, dims, keepdim) * weights
+
+
+LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
+                  attrs=("dims", "keepdim"), onnx="ReduceLogSumExp")
+
+
+def logsumexp(input, dim, keepdim=False):
+    """``log(sum(exp(x)))`` over ``dim``, computed without overflow (the max is factored
+    out), as ``torch.logsumexp``; integer inputs give the default float dtype."""
+    x = input if input.is_floating_point() else input.to(dtypes.get_default_dtype())
+    return apply(LOGSUMEXP, x, dims=_all_dims(dim, x.ndim), keepdim=bool(keepdim))
+
+
+def _norm_kernel(x, ord, dims, keepdim):
+    a = np.abs(_widen(x))
+    if ord == math.inf:
+        r = np.amax(a, axis=dims, keepdims=keepdim)
+    elif ord == -math.inf:
+        r = np.amin(a, axis=dims, keepdims=keepdim)
+    elif ord == 0:
+        r = np.sum(a != 0, axis=dims, keepdims=keepdim)
+    elif ord == 1:
+        r = np.sum(a, axis=dims, keepdims=keepdim)
+    elif ord == 2:
+        r = np.sqrt(np.sum(a * a, axis=dims, keepdims=keepdim))
+    else:
+        r = np.sum(a ** ord, axis=dims, keepdims=keepdim) ** (1.0 / ord)
+    return np.asarray(r).astype(x.dtype)
+
+
+def _norm_vjp(g, out, x, ord, dims, keepdim):
+    """torch's norm_backward: where the norm is 0 the gradient is 0 (not NaN); the
+    infinity norms split the gradient among the tied largest (smallest) entries."""
+    shape = tuple(x.shape)
+    if ord == 0:
+        return creation.zeros_like(x)
+    ge = _expand_back(g, shape, dims, keepdim)
+    if ord == 1:
+        return ge * ew.sign(x)
+    norm = _expand_back(out, shape, dims, keepdim)
+    if math.isinf(ord):
+        return _split_among(ge * ew.sign(x), ew.eq(ew.abs(x), norm), dims)
+    if ord == 2:
+        return ge * x / _nonzero_or_one(norm)
+    scale = ew.sign(x) * ew.abs(x) ** (ord - 1) / _nonzero_or_one(norm) ** (ord - 1)
+    return ge * scale
+
+
+# ONNX has ReduceL1 / ReduceL2 for ord 1 and 2; the other orders are exported decomposed.
+NORM = defop("norm", _norm_kernel, lambda x, ord, dims, keepdim: _infer_reduce(x, dims, keepdim),
+             vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"), onnx={1: "ReduceL1", 2: "ReduceL2"})
+
+
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """The vector ``p``-norm over ``dim`` (all dims when None), as ``torch.norm``: ``p`` is
+    a number, ``inf``/``-inf``, or ``"fro"`` (the 2-norm). Its gradient at 0 is 0.
+
+    >>> dg.tensor([3.0, 4.0]).norm()
+    tensor(5.)
+    """
+    x = _cast_arg(input, dtype)
+    _require_float(x, "norm")
+    if p is None or p == "fro":
+        p = 2
+    elif isinstance(p, str):
+        raise ValueError(f"norm: p={p!r} is not supported; use a number, inf or 'fro'")
+    return apply(NORM, x, ord=float(p), dims=normalize_dims(dim, x.ndim),
+                 keepdim=bool(keepdim))
+
+
+# -- cumulative sums and products --------------------------------------------------------------
+def _cumsum_kernel(x, dim, reverse):
+    w = _widen(x) if is_float(x.dtype) else x.astype(np.int64)
+    if reverse:
+        return np.flip(np.cumsum(np.flip(w, dim), axis=dim), dim).astype(_acc_dtype(x.dtype))
+    return np.cumsum(w, axis=dim).astype(_acc_dtype(x.dtype))
+
+
+def _infer_cumulative(x, dim, **attrs):
+    return ShapedType(tuple(x.shape), _acc_dtype(x.dtype))
+
+
+# The VJP of a running sum is the running sum from the other end; `reverse` (an attribute of
+# ONNX CumSum too) gives it exactly, without flipping twice.
+CUMSUM = defop("cumsum", _cumsum_kernel, _infer_cumulative, attrs=("dim", "reverse"), saves="",
+               vjp=lambda g, out, x, dim, reverse: apply(CUMSUM, g, dim=dim,
+                                                         reverse=not reverse),
+               onnx="CumSum")
+
+
+def cumsum(input, dim, *, dtype=None):
+    """Running sum along ``dim``, as ``torch.cumsum`` (integers and bools give int64).
+
+    >>> dg.tensor([1, 2, 3]).cumsum(0)
+    tensor([1, 3, 6])
+    """
+    x = _cast_arg(input, dtype)
+    return apply(CUMSUM, x, dim=normalize_dim(dim, x.ndim), reverse=False)
+
+
+def _cumprod_kernel(x, dim):
+    w = _widen(x) if is_float(x.dtype) else x.astype(np.int64)
+    return np.cumprod(w, axis=dim).astype(_acc_dtype(x.dtype))
+
+
+def _cumprod_vjp(g, out, x, dim):
+    """grad_i = sum_{j >= i} g_j out_j / x_i; exact for inputs without zeros (a zero input
+    gets a non-finite gradient, unlike torch)."""
+    return apply(CUMSUM, g * out, dim=dim, reverse=True) / x
+
+
+CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
+                attrs=("dim",), onnx=None)   # ONNX has no running product
+
+
+def cumprod(input, dim, *, dtype=None):
+    """Running product along ``dim``, as ``torch.cumprod``."""
+    x = _cast_arg(input, dtype)
+    return apply(CUMPROD, x, dim=normalize_dim(dim, x.ndim))
+
+
+# -- logical reductions ------------------------------------------------------------------------
+def _infer_bool_reduce(x, dims, keepdim):
+    return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), np.dtype(np.bool_))
+
+
+# No ONNX op reduces booleans directly; export casts and uses ReduceMin / ReduceMax.
+ALL = defop("all", lambda x, dims, keepdim: np.all(x, axis=dims, keepdims=keepdim),
+            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None)
+ANY = defop("any", lambda x, dims, keepdim: np.any(x, axis=dims, keepdims=keepdim),
+            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None)
+
+
+def all(input, dim=None, keepdim=False):
+    """True where every element over ``dim`` is nonzero, as ``torch.all``."""
+    return apply(ALL, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
+
+
+def any(input, dim=None, keepdim=False):
+    """True where some element over ``dim`` is nonzero, as ``torch.any``."""
+    return apply(ANY, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
+
+
+def count_nonzero(input, dim=None):
+    """The number of nonzero elements over ``dim`` (int64), as ``torch.count_nonzero``."""
+    return sum(ew.ne(input, 0), dim)
+
+
+# -- softmax -----------------------------------------------------------------------------------
+def _softmax_kernel(log):
+    def kernel(x, dim):
+        w = _widen(x)
+        shifted = w - np.amax(w, axis=dim, keepdims=True)
+        e = np.exp(shifted)
+        total = np.sum(e, axis=dim, keepdims=True)
+        return (shifted - np.log(total) if log else e / total).astype(x.dtype)
+    return kernel
+
+
+def _softmax_vjp(g, out, x, dim):
+    return out * (g - sum(g * out, dim, keepdim=True))
+
+
+def _log_softmax_vjp(g, out, x, dim):
+    return g - ew.exp(out) * sum(g, dim, keepdim=True)
+
+
+SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tuple(x.shape),
+                                                                             x.dtype),
+                vjp=_softmax_vjp, attrs=("dim",), saves="o", onnx="Softmax")
+LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
+                    lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
+                    vjp=_log_softmax_vjp, attrs=("dim",), saves="o", onnx="LogSoftmax")
+
+
+def _softmax_like(op, name, input, dim, dtype):
+    x = _cast_arg(input, dtype)
+    if dim is None:
+        raise TypeError(f"{name}() needs dim= (the dim whose entries sum to one)")
+    _require_float(x, name)
+    return apply(op, x, dim=normalize_dim(dim, x.ndim))
+
+
+def softmax(input, dim=None, dtype=None):
+    """``exp(x) / sum(exp(x))`` along ``dim``, computed stably (max subtracted), as
+    ``torch.softmax``; ``dtype=`` casts the input first.
+
+    >>> dg.tensor([0.0, 0.0]).softmax(-1)
+    tensor([0.5000, 0.5000])
+    """
+    return _softmax_like(SOFTMAX, "softmax", input, dim, dtype)
+
+
+def log_softmax(input, dim=None, dtype=None):
+    """``x - logsumexp(x, dim)`` along ``dim``, as ``torch.log_softmax``."""
+    return _softmax_like(LOG_SOFTMAX, "log_softmax", input, dim, dtype)
+
+
+METHODS = {
+    "sum": sum, "mean": mean, "prod": prod, "max": max, "min": min, "amax": amax,
+    "amin": amin, "argmax": argmax, "argmin": argmin, "median": median, "var": var,
+    "std": std, "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
+    "all": all, "any": any, "count_nonzero": count_nonzero, "softmax": softmax,
+    "log_softmax": log_softmax,
+}

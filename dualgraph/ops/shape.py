@@ -1,18 +1,37 @@
 """Shape ops: reshape/view, permute/transpose, expand, squeeze/unsqueeze, flatten, cat,
-stack, split/chunk, pad. Views share storage with their input in eager mode (``view=True``).
+stack, split/chunk/narrow/unbind, pad, repeat/tile, flip, roll, movedim.
+
+Six primitives carry everything: ``reshape``, ``expand``, ``permute`` and ``slice`` are views
+(they share storage with their input in eager mode, ``view=True``); ``slice_update`` (write a
+block into a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are
+composites: transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow/unbind
+are slices, stack is unsqueeze + cat, roll is slices + cat, pad writes ``x`` into a filled
+tensor (constant) or gathers edge rows (replicate/reflect/circular).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch import apply
-from ..shapes import ShapedType, ShapeError, infer_reshape
-from . import reduce
+from ..shapes import ShapedType, ShapeError, infer_reshape, normalize_dim, normalize_dims
+from . import creation, index as index_ops, reduce
+from ._util import cast, needs_grad
 from .opdef import defop
 
-__all__ = ["reshape", "expand", "broadcast_to", "permute"]
+__all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxes",
+           "swapdims", "t", "squeeze", "unsqueeze", "flatten", "unflatten", "cat", "concat",
+           "concatenate", "stack", "split", "chunk", "unbind", "narrow", "select", "pad",
+           "tile", "flip", "roll", "movedim", "moveaxis"]
 
 
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(d) if not hasattr(d, "name") else d for d in shape)
+
+
+# -- reshape, expand, permute (views) -------------------------------------------------------
 def _reshape_kernel(x, shape):
     return x.reshape(shape)
 
@@ -21,12 +40,6 @@ RESHAPE = defop("reshape", _reshape_kernel,
                 lambda x, shape: ShapedType(infer_reshape(tuple(x.shape), shape), x.dtype),
                 vjp=lambda g, out, x, shape: reshape(g, tuple(x.shape)),
                 attrs=("shape",), saves="", view=True, elementwise=None, onnx="Reshape")
-
-
-def _shape_arg(shape):
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(int(d) if not hasattr(d, "name") else d for d in shape)
 
 
 def reshape(x, *shape):
@@ -83,7 +96,7 @@ PERMUTE = defop("permute", lambda x, perm: np.transpose(x, perm),
 
 
 def permute(x, *dims):
-    from ..shapes import normalize_dim
+    """``x`` with its dims reordered: output dim i is input dim ``dims[i]`` (a view)."""
     dims = _shape_arg(dims)
     if len(dims) != x.ndim:
         raise ShapeError(f"permute: got {len(dims)} dims {dims} for a tensor with {x.ndim} "
@@ -97,4 +110,433 @@ def permute(x, *dims):
     return apply(PERMUTE, x, perm=perm)
 
 
-METHODS = {"reshape": reshape, "view": reshape, "expand": expand, "permute": permute}
+# -- permute composites ---------------------------------------------------------------------
+def transpose(x, dim0, dim1):
+    """``x`` with dims ``dim0`` and ``dim1`` swapped (a view)."""
+    perm = list(range(x.ndim))
+    d0, d1 = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    perm[d0], perm[d1] = d1, d0
+    return permute(x, perm)
+
+
+swapaxes = swapdims = transpose
+
+
+def t(x):
+    """The transpose of a matrix; 0-d and 1-d tensors are returned as they are."""
+    if x.ndim > 2:
+        raise ShapeError(f"t() expects a tensor with <= 2 dims, got shape {tuple(x.shape)}; "
+                         "use transpose(dim0, dim1) or .mT")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def _matrix_transpose(x):
+    if x.ndim < 2:
+        raise ShapeError(f".mT needs a tensor with at least 2 dims, got shape "
+                         f"{tuple(x.shape)}")
+    return transpose(x, -2, -1)
+
+
+def movedim(x, source, destination):
+    """Move dims ``source`` to positions ``destination`` (ints or sequences), keeping the
+    order of the other dims."""
+    src = (source,) if isinstance(source, int) else tuple(source)
+    dst = (destination,) if isinstance(destination, int) else tuple(destination)
+    if len(src) != len(dst):
+        raise ValueError(f"movedim: source {src} and destination {dst} must have the same "
+                         "number of dims")
+    src = [normalize_dim(d, x.ndim) for d in src]
+    dst = [normalize_dim(d, x.ndim) for d in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError(f"movedim: repeated dim in source {src} or destination {dst}")
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    placed = dict(zip(dst, src))
+    return permute(x, [placed[i] if i in placed else next(rest) for i in range(x.ndim)])
+
+
+moveaxis = movedim
+
+
+# -- reshape composites ---------------------------------------------------------------------
+def squeeze(x, dim=None):
+    """Drop size-1 dims: all of them, or those among ``dim`` (an int or a tuple)."""
+    dims = normalize_dims(dim, x.ndim)
+    return reshape(x, tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1)))
+
+
+def unsqueeze(x, dim):
+    """Insert a size-1 dim at ``dim`` (in ``[-x.ndim - 1, x.ndim]``)."""
+    d = normalize_dim(dim, x.ndim + 1)
+    shape = tuple(x.shape)
+    return reshape(x, shape[:d] + (1,) + shape[d:])
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    """Merge dims ``start_dim..end_dim`` into one; a 0-d tensor becomes shape (1,)."""
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
+    if s > e:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    shape = tuple(x.shape)
+    merged = 1
+    for d in shape[s:e + 1]:
+        merged = merged * d
+    return reshape(x, shape[:s] + (merged,) + shape[e + 1:])
+
+
+def unflatten(x, dim, sizes):
+    """Split dim ``dim`` into ``sizes`` (one of them may be -1)."""
+    d = normalize_dim(dim, x.ndim)
+    shape = tuple(x.shape)
+    sizes = infer_reshape((shape[d],), tuple(sizes))
+    return reshape(x, shape[:d] + sizes + shape[d + 1:])
+
+
+def view_as(x, other):
+    return reshape(x, tuple(other.shape))
+
+
+def expand_as(x, other):
+    return expand(x, tuple(other.shape))
+
+
+# -- slice / slice_update: strided blocks (views) and their functional write ------------------
+def _slice_key(index):
+    return tuple(slice(None) if s is None else slice(*s) for s in index)
+
+
+def _infer_slice(x, index):
+    shape = tuple(d if s is None else len(range(*s)) for d, s in zip(x.shape, index))
+    return ShapedType(shape, x.dtype)
+
+
+def _slice_vjp(g, out, x, index):
+    return slice_update(creation.zeros_like(x, dtype=g.dtype), g, index)
+
+
+SLICE = defop("slice", lambda x, index: x[_slice_key(index)], _infer_slice, vjp=_slice_vjp,
+              attrs=("index",), saves="", view=True, onnx="Slice",
+              doc="x[start:stop:step, ...]; ``index`` holds (start, stop, step) per dim, "
+                  "normalised and positive, or None for a whole dim.")
+
+
+def _slice_update_kernel(x, v, index):
+    out = x.copy()
+    out[_slice_key(index)] = v
+    return out
+
+
+def _infer_slice_update(x, v, index):
+    want = _infer_slice(x, index).shape
+    if tuple(v.shape) != want:
+        raise ShapeError(f"slice_update: the value has shape {tuple(v.shape)} but the block "
+                         f"{index} of a tensor of shape {tuple(x.shape)} has shape {want}")
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def _slice_update_vjp(g, out, x, v, index):
+    gx = slice_update(g, creation.zeros_like(v, dtype=g.dtype), index) if needs_grad(x) else None
+    gv = apply(SLICE, g, index=index) if needs_grad(v) else None
+    return gx, gv
+
+
+SLICE_UPDATE = defop("slice_update", _slice_update_kernel, _infer_slice_update,
+                     vjp=_slice_update_vjp, attrs=("index",), saves="",
+                     doc="A copy of x with the block ``index`` replaced by v (as slice).")
+
+
+def slice_dims(x, index):
+    """``x[index]`` for ``index``: one ``(start, stop, step)`` or None per dim (a view)."""
+    if all(s is None for s in index):
+        return x
+    return apply(SLICE, x, index=tuple(index))
+
+
+def slice_update(x, v, index):
+    """A copy of ``x`` whose block ``index`` (as :func:`slice_dims`) holds ``v``."""
+    v = cast_like(v, x)
+    if all(s is None for s in index):
+        return v
+    return apply(SLICE_UPDATE, x, v, index=tuple(index))
+
+
+def cast_like(v, x):
+    """``v`` in ``x``'s dtype (a no-op when it already is)."""
+    return v if v._data.dtype == x._data.dtype else v.to(x.dtype)
+
+
+def _dim_slice(x, dim, start, stop):
+    index = [None] * x.ndim
+    index[dim] = (start, stop, 1)
+    return slice_dims(x, index)
+
+
+def narrow(x, dim, start, length):
+    """The part ``start:start+length`` of dim ``dim`` (a view); ``start`` may be negative."""
+    d = normalize_dim(dim, x.ndim)
+    n = x.shape[d]
+    start = int(start)
+    if start < 0:
+        start += n
+    if not (0 <= start <= n and 0 <= length and start + length <= n):
+        raise IndexError(f"narrow: start {start} and length {length} are out of range for "
+                         f"dim {d} of size {n} (shape {tuple(x.shape)})")
+    if start == 0 and length == n:
+        return x
+    return _dim_slice(x, d, start, start + length)
+
+
+def select(x, dim, index):
+    """``x`` at position ``index`` of dim ``dim``, with that dim removed (a view)."""
+    d = normalize_dim(dim, x.ndim)
+    n = x.shape[d]
+    i = int(index)
+    if not -n <= i < n:
+        raise IndexError(f"select: index {i} is out of range for dim {d} with size {n} "
+                         f"(shape {tuple(x.shape)})")
+    i %= n
+    part = _dim_slice(x, d, i, i + 1)
+    return reshape(part, tuple(x.shape[:d]) + tuple(x.shape[d + 1:]))
+
+
+def _split_sizes(x, d, split_size_or_sections):
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        size = split_size_or_sections
+        if size <= 0 and n:
+            raise ValueError(f"split: split_size must be positive, got {size}")
+        return [min(size, n - s) for s in range(0, n, size)] if n else [0]
+    sizes = [int(s) for s in split_size_or_sections]
+    if sum(sizes) != n or any(s < 0 for s in sizes):
+        raise ValueError(f"split: sizes {sizes} must be non-negative and sum to {n}, the "
+                         f"size of dim {d} (shape {tuple(x.shape)})")
+    return sizes
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    """Views of consecutive parts of dim ``dim``: parts of size ``split_size`` (the last may
+    be smaller) or of the given list of sizes."""
+    d = normalize_dim(dim, tensor.ndim)
+    out, start = [], 0
+    for size in _split_sizes(tensor, d, split_size_or_sections):
+        out.append(narrow(tensor, d, start, size))
+        start += size
+    return tuple(out)
+
+
+def chunk(input, chunks, dim=0):
+    """Split into ``chunks`` parts of size ceil(n / chunks) (there may be fewer parts)."""
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    d = normalize_dim(dim, input.ndim)
+    size = max(-(-input.shape[d] // chunks), 1)
+    return split(input, size, d)
+
+
+def unbind(input, dim=0):
+    """The slices of dim ``dim``, each with that dim removed."""
+    d = normalize_dim(dim, input.ndim)
+    return tuple(select(input, d, i) for i in range(input.shape[d]))
+
+
+# -- cat and stack --------------------------------------------------------------------------
+def _infer_cat(*xs, dim):
+    first = tuple(xs[0].shape)
+    total = 0
+    for k, x in enumerate(xs):
+        s = tuple(x.shape)
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first))
+                                       if i != dim):
+            raise ShapeError(f"cat: tensor {k} has shape {s} but tensor 0 has shape {first}; "
+                             f"sizes must match except in dim {dim}")
+        total = total + s[dim]
+    return ShapedType(first[:dim] + (total,) + first[dim + 1:], dtypes.result_type(*xs))
+
+
+def _cat_kernel(*xs, dim):
+    dt = dtypes.result_type(*xs)
+    return np.concatenate([cast(x, dt) for x in xs], axis=dim)
+
+
+def _cat_vjp(g, out, *xs, dim):
+    grads, start = [], 0
+    for x in xs:
+        size = x.shape[dim]
+        grads.append(_dim_slice(g, dim, start, start + size) if needs_grad(x) else None)
+        start += size
+    return tuple(grads)
+
+
+CAT = defop("cat", _cat_kernel, _infer_cat, vjp=_cat_vjp, attrs=("dim",), saves="",
+            onnx="Concat")
+
+
+def cat(tensors, dim=0):
+    """Join tensors along an existing dim; dtypes promote as in ``torch.cat``."""
+    tensors = tuple(tensors)
+    if not tensors:
+        raise ValueError("cat expects a non-empty sequence of tensors")
+    if any(x.ndim == 0 for x in tensors):
+        raise ShapeError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+    d = normalize_dim(dim, tensors[0].ndim)
+    if len(tensors) == 1:
+        return tensors[0]
+    return apply(CAT, *tensors, dim=d)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    """Join same-shaped tensors along a new dim ``dim``."""
+    tensors = tuple(tensors)
+    if not tensors:
+        raise ValueError("stack expects a non-empty sequence of tensors")
+    shape = tuple(tensors[0].shape)
+    for k, x in enumerate(tensors):
+        if tuple(x.shape) != shape:
+            raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
+                             f"{shape} and tensor {k} has shape {tuple(x.shape)}")
+    d = normalize_dim(dim, len(shape) + 1)
+    parts = [unsqueeze(x, d) for x in tensors]
+    return apply(CAT, *parts, dim=d) if len(parts) > 1 else parts[0]
+
+
+# -- flip, roll, repeat, tile ---------------------------------------------------------------
+FLIP = defop("flip", lambda x, dims: np.flip(x, dims).copy(),
+             lambda x, dims: ShapedType(tuple(x.shape), x.dtype),
+             vjp=lambda g, out, x, dims: apply(FLIP, g, dims=dims),
+             attrs=("dims",), saves="")
+
+
+def flip(input, dims):
+    """Reverse the order of elements along ``dims`` (a copy, as in torch)."""
+    dims = normalize_dims(dims, input.ndim)
+    if not dims:
+        return input
+    return apply(FLIP, input, dims=dims)
+
+
+def roll(input, shifts, dims=None):
+    """Shift elements cyclically by ``shifts`` along ``dims`` (the flattened tensor when
+    ``dims`` is None)."""
+    if dims is None:
+        shape = tuple(input.shape)
+        return reshape(roll(flatten(input), shifts, 0), shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+    x = input
+    for s, dim in zip(shifts, dims):
+        d = normalize_dim(dim, x.ndim)
+        n = x.shape[d]
+        s = s % n if n else 0
+        if s:
+            x = apply(CAT, _dim_slice(x, d, n - s, n), _dim_slice(x, d, 0, n - s), dim=d)
+    return x
+
+
+def repeat(x, *sizes):
+    """Tile ``x`` ``sizes[i]`` times along dim i (``Tensor.repeat``); extra leading sizes add
+    new dims."""
+    sizes = _shape_arg(sizes)
+    if len(sizes) < x.ndim:
+        raise ValueError(f"repeat: got {len(sizes)} sizes {sizes} for a tensor with "
+                         f"{x.ndim} dims; give at least one per dim")
+    shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
+    # Interleave a broadcast dim before every dim: (1, s0, 1, s1) -> (r0, s0, r1, s1).
+    x = reshape(x, tuple(d for s in shape for d in (1, s)))
+    x = expand(x, tuple(d for r, s in zip(sizes, shape) for d in (r, s)))
+    return reshape(x, tuple(r * s for r, s in zip(sizes, shape)))
+
+
+def tile(input, dims):
+    """Like ``repeat``, but fewer ``dims`` than tensor dims repeat the trailing dims."""
+    dims = _shape_arg((dims,))
+    return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
+
+
+# -- pad ------------------------------------------------------------------------------------
+def _pad_pairs(x, pad):
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"pad: got {pad}; give (left, right) pairs for at most {x.ndim} "
+                         "dims, starting from the last dim")
+    return {x.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+
+
+def _pad_constant(x, pairs, value):
+    # Negative pads crop: crop first, then write x into a tensor filled with `value`.
+    crop = [None] * x.ndim
+    for d, (lo, hi) in pairs.items():
+        n = x.shape[d]
+        if lo < 0 or hi < 0:
+            crop[d] = (max(-lo, 0), n - max(-hi, 0), 1)
+    x = slice_dims(x, crop)
+    shape = list(x.shape)
+    place = [None] * x.ndim
+    for d, (lo, hi) in pairs.items():
+        lo, hi = max(lo, 0), max(hi, 0)
+        if lo or hi:
+            place[d] = (lo, lo + shape[d], 1)
+            shape[d] += lo + hi
+    if all(p is None for p in place):
+        return x
+    base = creation.full(tuple(shape), value, dtype=x.dtype)
+    return slice_update(base, x, place)
+
+
+def _edge_positions(n, lo, hi, mode):
+    """Source positions for padded positions -lo .. n+hi-1 of a dim of size n."""
+    pos = np.arange(-lo, n + hi)
+    if mode == "replicate":
+        return np.clip(pos, 0, n - 1)
+    if mode == "circular":
+        return pos % n
+    period = 2 * (n - 1)   # reflect: mirror about the edge elements
+    pos = np.abs(pos) % period if period else np.zeros_like(pos)
+    return np.where(pos >= n, period - pos, pos)
+
+
+def _pad_gather(x, pairs, mode):
+    for d, (lo, hi) in sorted(pairs.items()):
+        n = x.shape[d]
+        limit = n - 1 if mode == "reflect" else n
+        if lo < 0 or hi < 0 or max(lo, hi) > limit or n == 0:
+            raise ValueError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} needs pads in "
+                             f"[0, {limit}] for a dim of size {n} (input shape "
+                             f"{tuple(x.shape)})")
+        if lo or hi:
+            positions = creation.tensor(_edge_positions(n, lo, hi, mode))
+            x = index_ops.index_select(x, d, positions)
+    return x
+
+
+def pad(input, pad, mode="constant", value=None):
+    """``F.pad``: ``pad`` lists (left, right) amounts from the last dim backwards. Modes:
+    'constant' (fill with ``value``, default 0; negative pads crop), 'replicate',
+    'reflect' and 'circular'."""
+    pairs = _pad_pairs(input, pad)
+    if mode == "constant":
+        return _pad_constant(input, pairs, 0 if value is None else value)
+    if mode in ("replicate", "reflect", "circular"):
+        if value:
+            raise ValueError(f"pad: value is only used by mode 'constant', not {mode!r}")
+        return _pad_gather(input, pairs, mode)
+    raise ValueError(f"pad: unknown mode {mode!r}; use 'constant', 'reflect', 'replicate' or "
+                     "'circular'")
+
+
+METHODS = {
+    "reshape": reshape, "view": reshape, "expand": expand, "permute": permute,
+    "transpose": transpose, "swapaxes": transpose, "swapdims": transpose, "t": t,
+    "T": property(lambda self: permute(self, tuple(range(self.ndim))[::-1])),
+    "mT": property(_matrix_transpose),
+    "squeeze": squeeze, "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten,
+    "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select,
+    "repeat": repeat, "tile": tile, "flip": flip, "roll": roll, "movedim": movedim,
+    "moveaxis": movedim, "contiguous": lambda self, memory_format=None: self,
+    "view_as": view_as, "reshape_as": view_as, "expand_as": expand_as,
+}

@@ -1,1 +1,2 @@
 """Utilities: data loading (mirrors torch.utils)."""
+from . import data  # noqa: F401

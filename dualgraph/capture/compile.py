@@ -1,0 +1,321 @@
+"""``dg.compile``: capture a function or module into graphs, one per input signature.
+
+Each call computes the signature the guards look at (capture/guards.py). A cached graph
+for it runs directly; otherwise the function is traced (capture/trace.py) into a new graph,
+which is cached. Code that can't be captured (``.item()``, ``print(tensor)``, ...) is a
+*graph break*: with ``fullgraph=True`` it raises naming the user's line; otherwise the
+function falls back to eager execution with one warning naming the line. ``explain()``
+reports every capture, its guards, each retrace with the guard that failed and a fix, and
+each break.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..codegen import Executable
+from ..errors import CaptureError
+from ..shapes import Sym
+from ..tensor import Tensor
+from . import check as checking
+from .guards import describe_guards, explain_miss, signature
+from .pytree import flatten, unflatten
+from .trace import Capture, Tracer
+
+RETRACE_LIMIT = 8
+
+
+def is_module(obj) -> bool:
+    """Modules are seen by duck typing: capture never imports nn."""
+    return callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
+
+
+@dataclass
+class Record:
+    """One entry of ``explain()``: a capture, a graph break or a fallback."""
+    kind: str                       # "capture", "retrace", "break", "limit"
+    detail: str
+    fix: str = ""
+    location: str = ""
+    guards: list = field(default_factory=list)
+    nodes: int = 0
+
+
+class Entry:
+    """A captured graph for one signature, ready to run."""
+
+    def __init__(self, capture: Capture):
+        self.capture = capture
+        self.executable = Executable(capture.graph)
+
+    def inputs(self, tensor_args: list) -> list:
+        arrays = []
+        for b in self.capture.bindings:
+            if b.kind == "arg":
+                arrays.append(tensor_args[b.index]._data)
+            elif b.kind == "captured":
+                arrays.append(b.tensor._data)
+            else:
+                grad = b.tensor.grad
+                if grad is None:
+                    raise _StaleGuard("a gradient the graph accumulates into is now None")
+                arrays.append(grad._data)
+        return arrays
+
+    def run(self, args, kwargs, on_node=None):
+        leaves, _ = flatten((args, kwargs))
+        tensor_args = [x for x in leaves if isinstance(x, Tensor)]
+        outs = self.executable.run(self.inputs(tensor_args), on_node=on_node)
+        return self.finish(outs)
+
+    def finish(self, outs: list):
+        """Rebuild the user's outputs and apply the writebacks."""
+        cap = self.capture
+        it = iter(outs)
+        leaves = [Tensor._make(next(it)) if k == "value" else k[1] for k in cap.out_leaves]
+        for (kind, t), new in zip(cap.writebacks, it):
+            if kind == "data":
+                np.copyto(t._data, new)
+                t._version[0] += 1
+            elif t.grad is not None and t.grad._data.shape == new.shape:
+                np.copyto(t.grad._data, new)
+            else:
+                t.grad = Tensor._make(np.array(new, copy=True))
+        for t in cap.grads_cleared:
+            t.grad = None
+        return unflatten(cap.out_spec, leaves)
+
+
+class _StaleGuard(Exception):
+    pass
+
+
+class Compiled:
+    """The callable ``dg.compile`` returns; see the module docstring."""
+
+    def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None,
+                 retrace_limit=RETRACE_LIMIT):
+        self.fn = fn
+        self.module = fn if is_module(fn) else None
+        self.check = check
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.retrace_limit = retrace_limit
+        self.cache: dict = {}
+        self.records: list[Record] = []
+        self.eager_only = False
+        self._warned_limit = False
+        self._last: Entry | None = None
+        target = fn.forward if self.module is not None else fn
+        try:
+            self._params = list(inspect.signature(target).parameters)
+        except (TypeError, ValueError):
+            self._params = []
+
+    # -- calling ---------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self.eager_only:
+            return self.fn(*args, **kwargs)
+        leaf_dynamic = self._leaf_dynamic(args, kwargs)
+        sig = signature(args, kwargs, leaf_dynamic, self.module)
+        entry = self.cache.get(sig)
+        if entry is None:
+            if len(self.cache) >= self.retrace_limit:
+                return self._over_limit(args, kwargs, sig)
+            entry = self._capture(args, kwargs, sig, leaf_dynamic)
+            if entry is None:
+                return self.fn(*args, **kwargs)
+            if self.check:
+                self._last = entry
+                return checking.run_checked(self.fn, entry, args, kwargs)
+        self._last = entry
+        try:
+            return entry.run(args, kwargs)
+        except _StaleGuard:
+            del self.cache[sig]
+            return self(*args, **kwargs)
+
+    def _leaf_dynamic(self, args, kwargs) -> list:
+        """Per argument leaf, {dim: Sym} for the dims marked dynamic."""
+        if not self.dynamic:
+            return []
+        leaves, _ = flatten((args, kwargs))
+        if self.dynamic is True:
+            return [{0: Sym("B")} if isinstance(x, Tensor) and x.ndim else None
+                    for x in leaves]
+        names = self._leaf_names(args, kwargs)
+        out = []
+        for name, leaf in zip(names, leaves):
+            dims = self.dynamic.get(name) if isinstance(leaf, Tensor) else None
+            out.append({d: Sym(s) for d, s in dims.items()} if dims else None)
+        return out
+
+    def _leaf_names(self, args, kwargs) -> list[str]:
+        """Readable names of the argument leaves: ``x``, ``batch[0]``, ``batch['y']``."""
+        names = []
+        for i, a in enumerate(args):
+            base = self._params[i] if i < len(self._params) else f"args[{i}]"
+            names += _names_in(a, base)
+        for k, v in kwargs.items():
+            names += _names_in(v, k)
+        return names
+
+    def _over_limit(self, args, kwargs, sig):
+        if not self._warned_limit:
+            self._warned_limit = True
+            reason, fix = explain_miss(sig, next(reversed(self.cache)),
+                                       self._leaf_names(args, kwargs))
+            warnings.warn(f"dg.compile: {self.retrace_limit} graphs captured for "
+                          f"{_name(self.fn)}; running new signatures eagerly. Last retrace: "
+                          f"{reason}. Fix: {fix}.", stacklevel=3)
+            self.records.append(Record("limit", reason, fix))
+        return self.fn(*args, **kwargs)
+
+    # -- capturing -------------------------------------------------------------------------
+    def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
+        names = self._leaf_names(args, kwargs)
+        tracer = Tracer(names=self._readable_names())
+        leaves, _ = flatten((args, kwargs))
+        try:
+            with tracer:
+                index = 0
+                for i, leaf in enumerate(leaves):
+                    if isinstance(leaf, Tensor):
+                        dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None
+                        shape = None
+                        if dyn:
+                            shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
+                        tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
+                        index += 1
+                result = self.fn(*args, **kwargs)
+                capture = tracer.finish(result)
+        except CaptureError as e:
+            return self._graph_break(e)
+        capture.graph.verify()
+        entry = Entry(capture)
+        if self.cache:
+            reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
+            kind = "retrace"
+        else:
+            reason, fix, kind = "first call", "", "capture"
+        self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),
+                                   nodes=len(capture.graph.nodes)))
+        self.cache[sig] = entry
+        return entry
+
+    def _graph_break(self, e: CaptureError):
+        if self.fullgraph:
+            raise e
+        self.records.append(Record("break", e.reason, e.fix, e.location))
+        warnings.warn(f"dg.compile: graph break in {_name(self.fn)} at {e.location}: "
+                      f"{e.reason}; running it eagerly from now on. {e.fix}", stacklevel=4)
+        self.eager_only = True
+        return None
+
+    def _readable_names(self) -> dict:
+        """id(tensor) -> name for parameters, buffers and optimiser state the function can
+        reach (module attributes, closure variables, globals it names), for graph inputs."""
+        names = {}
+        if self.module is not None:
+            _name_module(self.module, "", names)
+            return names
+        fn = self.fn
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return names
+        scope = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ())
+                         if all(_has_contents(c) for c in fn.__closure__ or ()) else ()))
+        scope.update({k: fn.__globals__[k] for k in code.co_names if k in fn.__globals__})
+        for var, obj in scope.items():
+            if is_module(obj):
+                _name_module(obj, var + ".", names)
+            elif hasattr(obj, "param_groups") and hasattr(obj, "state"):
+                for p, state in obj.state.items():
+                    for key, val in state.items():
+                        if isinstance(val, Tensor):
+                            names.setdefault(id(val), f"{var}.state.{key}")
+            elif isinstance(obj, Tensor):
+                names.setdefault(id(obj), var)
+        return names
+
+    # -- reports ----------------------------------------------------------------------------
+    @property
+    def graph(self):
+        """The graph of the most recent call's signature."""
+        if self._last is None:
+            raise RuntimeError("nothing captured yet: call the compiled function first")
+        return self._last.capture.graph
+
+    @property
+    def code(self) -> str:
+        if self._last is None:
+            raise RuntimeError("nothing captured yet: call the compiled function first")
+        return self._last.executable.code
+
+    def explain(self) -> str:
+        """What was captured, the guards, each retrace and break with its fix."""
+        lines = [f"dg.compile report for {_name(self.fn)}: {len(self.cache)} graph(s), "
+                 f"{sum(r.kind == 'break' for r in self.records)} graph break(s)"]
+        for i, r in enumerate(self.records, 1):
+            if r.kind in ("capture", "retrace"):
+                what = "captured" if r.kind == "capture" else "retraced"
+                lines.append(f"{i}. {what} ({r.detail}): {r.nodes} nodes")
+                if r.fix:
+                    lines.append(f"   fix: {r.fix}")
+                lines.append("   guards: " + "; ".join(r.guards))
+            elif r.kind == "break":
+                lines.append(f"{i}. graph break at {r.location}: {r.detail}")
+                lines.append(f"   fix: {r.fix}")
+            else:
+                lines.append(f"{i}. retrace limit reached ({r.detail}); new signatures run "
+                             f"eagerly. fix: {r.fix}")
+        lines.append("passes applied: none (the optimising compiler is not built yet)")
+        return "\n".join(lines)
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _name_module(module, prefix: str, names: dict) -> None:
+    for name, p in module.named_parameters():
+        names.setdefault(id(p), prefix + name)
+    for name, b in module.named_buffers():
+        names.setdefault(id(b), prefix + name)
+
+
+def _names_in(tree, base: str) -> list[str]:
+    if isinstance(tree, Tensor):
+        return [base]
+    if isinstance(tree, (tuple, list)):
+        return [n for i, x in enumerate(tree) for n in _names_in(x, f"{base}[{i}]")]
+    if isinstance(tree, dict):
+        return [n for k, x in tree.items() for n in _names_in(x, f"{base}[{k!r}]")]
+    return [base]
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def compile(fn=None, *, check=False, fullgraph=False, dynamic=None):
+    """Capture ``fn`` (a function or module) into static graphs on first call per input
+    signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
+
+    >>> import dualgraph as dg
+    >>> f = dg.compile(lambda x: dg.exp(x) * 2)
+    >>> f(dg.zeros(2))
+    tensor([2., 2.])
+    """
+    if fn is None:
+        return lambda f: Compiled(f, check=check, fullgraph=fullgraph, dynamic=dynamic)
+    return Compiled(fn, check=check, fullgraph=fullgraph, dynamic=dynamic)
+
+

@@ -1,0 +1,192 @@
+"""Tracing: run a Python function with symbolic tensors and record the ops into a Graph.
+
+While a :class:`Tracer` is active, dispatch hands every op call to :meth:`Tracer.run`,
+which appends a node and returns symbolic Values (Tensors then hold Values instead of
+arrays). Autograd records as usual, so ``loss.backward()`` inside the function traces the
+backward ops into the same graph.
+
+Tensors the function reads but did not receive as arguments (module parameters, buffers,
+optimiser state, globals) are *bound*: they become graph inputs fed, at every call, from
+the same tensor objects, so updates made outside the graph are seen. In-place updates of
+bound tensors and new ``.grad`` values are *functionalised*: the graph returns the new
+values and the caller writes them back (see :class:`Capture`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._helpers import format_site, user_site
+from ..dispatch import pop_tracer, push_tracer
+from ..errors import CaptureError
+from ..shapes import ShapeError
+from ..graph import Graph
+from ..graph.ir import Value
+from ..tensor import Tensor
+
+
+@dataclass
+class Binding:
+    """A tensor from outside the graph that the graph reads as an input.
+
+    ``kind`` is "arg" (the i-th tensor argument), "captured" (read by identity: parameters,
+    buffers, state, globals) or "grad" (the ``.grad`` of ``tensor``, read when backward
+    accumulates into an existing gradient).
+    """
+    kind: str
+    tensor: Tensor
+    value: Value
+    array: np.ndarray | None      # the storage at trace time, restored when tracing ends
+    grad: object = None            # tensor.grad when first seen, restored when tracing ends
+    index: int = -1                # for "arg": the position among the tensor arguments
+
+
+@dataclass
+class Capture:
+    """The result of one trace: the graph and how to feed it and use its outputs.
+
+    Graph inputs are ``bindings`` in order; graph outputs are the user's outputs
+    (``out_spec`` rebuilds their structure, ``out_consts`` holds non-tensor leaves), then
+    one output per entry of ``writebacks``: ("data", tensor) writes the new value into the
+    tensor's storage; ("grad", tensor) makes it the tensor's ``.grad``.
+    """
+    graph: Graph
+    bindings: list
+    out_spec: object
+    out_leaves: list               # per user output leaf: "value" or ("const", python value)
+    writebacks: list = field(default_factory=list)
+    grads_cleared: list = field(default_factory=list)   # tensors whose .grad ends as None
+
+
+class Tracer:
+    """The trace mode: each op call becomes a node of ``graph``."""
+
+    def __init__(self, names: dict | None = None):
+        self.graph = Graph()
+        self.bindings: list[Binding] = []
+        self._bound: dict[int, Binding] = {}        # id(tensor) -> binding (args, captured)
+        self._grad_bound: dict[int, Binding] = {}   # id(leaf) -> binding of leaf.grad
+        self._names = names or {}                    # id(tensor) -> readable input name
+        self._mutated: dict[int, Binding] = {}
+        self._grad_written: dict[int, Tensor] = {}
+
+    # -- the mode interface used by dispatch, autograd and in-place ops ------------------
+    def run(self, op, args, attrs):
+        inputs = [self.value_of(a) if isinstance(a, Tensor) else a for a in args]
+        location = format_site(user_site())
+        try:
+            outs = self.graph.add_node(op, inputs, attrs, location=location)
+        except ShapeError as e:
+            raise ShapeError(f"{location}: {op.name}: {e}") from None
+        return outs[0] if op.num_outputs == 1 else outs
+
+    def value_of(self, t: Tensor) -> Value:
+        data = t._data
+        if type(data) is Value:
+            if data not in self.graph._defined:
+                raise CaptureError(
+                    "a traced tensor from another capture (kept from an earlier trace?) is",
+                    format_site(user_site()), "Don't keep tensors from inside a compiled "
+                    "function in Python state; return them instead.")
+            return data
+        binding = self._bound.get(id(t))
+        if binding is not None:
+            return binding.value
+        return self.bind(t, "captured").value
+
+    def bind(self, t: Tensor, kind: str, name: str | None = None, shape=None,
+             index: int = -1) -> Binding:
+        """Make eager tensor ``t`` a graph input; while tracing it holds the input Value.
+        ``shape`` may replace dims with Syms (dynamic dims)."""
+        array = t._data
+        name = name or self._names.get(id(t)) or ("arg" if kind == "arg" else "captured")
+        value = self.graph.add_input(array.shape if shape is None else shape, array.dtype,
+                                     name=name)
+        binding = Binding(kind, t, value, array, t.grad, index)
+        self.bindings.append(binding)
+        self._bound[id(t)] = binding
+        t._data = value
+        return binding
+
+    def constant(self, array: np.ndarray) -> Value:
+        """A tensor made inside the traced function (dg.zeros, dg.tensor, ...)."""
+        return self.graph.add_constant(array)
+
+    def note_mutation(self, target: Tensor) -> None:
+        """Called before an in-place op replaces ``target``'s value while tracing."""
+        binding = self._bound.get(id(target))
+        if binding is None and type(target._data) is not Value:
+            binding = self.bind(target, "captured")
+        if binding is not None:
+            self._mutated[id(target)] = binding
+
+    def grad_value(self, leaf: Tensor) -> Value:
+        """The Value of ``leaf.grad`` (an eager gradient read by accumulation)."""
+        binding = self._grad_bound.get(id(leaf))
+        if binding is None:
+            grad = leaf.grad
+            value = self.graph.add_input(grad._data.shape, grad._data.dtype,
+                                         name=self._names.get(id(leaf), "leaf") + ".grad")
+            binding = Binding("grad", leaf, value, None)
+            self.bindings.append(binding)
+            self._grad_bound[id(leaf)] = binding
+        return binding.value
+
+    def note_grad(self, leaf: Tensor) -> None:
+        """Called when backward sets ``leaf.grad`` to a traced value."""
+        self._grad_written[id(leaf)] = leaf
+
+    # -- start and finish ----------------------------------------------------------------------
+    def __enter__(self):
+        push_tracer(self)
+        return self
+
+    def __exit__(self, *exc):
+        pop_tracer()
+        self._restore()
+        return False
+
+    def finish(self, result) -> Capture:
+        """Turn the function's return value and the recorded side effects into outputs."""
+        from .pytree import flatten
+        leaves, spec = flatten(result)
+        outputs, kinds = [], []
+        for leaf in leaves:
+            if isinstance(leaf, Tensor):
+                outputs.append(self.value_of(leaf))
+                kinds.append("value")
+            else:
+                kinds.append(("const", leaf))
+        capture = Capture(self.graph, self.bindings, spec, kinds)
+        for binding in self._mutated.values():
+            outputs.append(self.value_of(binding.tensor))
+            capture.writebacks.append(("data", binding.tensor))
+        for leaf in self._touched_leaves():
+            grad = leaf.grad
+            if grad is None:
+                capture.grads_cleared.append(leaf)
+            elif type(grad._data) is Value:
+                outputs.append(grad._data)
+                capture.writebacks.append(("grad", leaf))
+        self.graph.set_outputs(outputs)
+        return capture
+
+    def _touched_leaves(self):
+        seen = {}
+        for b in self.bindings:
+            if b.kind != "grad" and (b.tensor.grad is not b.grad):
+                seen[id(b.tensor)] = b.tensor
+        seen.update(self._grad_written)
+        return list(seen.values())
+
+    def _restore(self):
+        """Give every bound tensor back its storage and gradient from before the trace."""
+        for b in self.bindings:
+            if b.kind == "grad":
+                continue
+            b.tensor._data = b.array
+            b.tensor.grad = b.grad
+        for leaf in self._grad_written.values():
+            if id(leaf) not in self._bound:
+                leaf.grad = None

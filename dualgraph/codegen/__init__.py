@@ -1,0 +1,2 @@
+"""Graph -> executable code. Today: the Executable runs the reference interpreter."""
+from .executable import Executable  # noqa: F401

@@ -1,0 +1,316 @@
+"""The IR data structures: :class:`Value`, :class:`Node` and :class:`Graph`.
+
+A graph is a typed SSA program. Values are defined once (as a graph input, a constant or a
+node output) and have a shape whose dims are ints or :class:`~dualgraph.shapes.Sym`, and a
+NumPy dtype. Nodes sit in a topologically ordered list; each calls one op of the registry
+with Values and Python literals as inputs and attrs as keyword arguments. Building a node
+runs the op's shape rule, so every Value is typed the moment it exists.
+
+Nodes are immutable: passes build new graphs rather than editing old ones. Subgraphs (the
+bodies of ``cond`` / ``while_loop`` / ``scan``) are ``Graph`` objects held in attrs; they are
+closed, so everything they read flows in through their own inputs.
+
+>>> import dualgraph
+>>> g = Graph()
+>>> x = g.add_input(("B", 3), "float32", name="x")
+>>> (y,) = g.add_node("exp", [x], location="model.py:3")
+>>> g.set_outputs([y])
+>>> print(g)
+graph(%x: f32[B,3]) {
+  %exp: f32[B,3] = exp(%x)    # model.py:3
+  return (%exp)
+}
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .. import dtypes
+from ..ops.opdef import OpDef, get
+from ..shapes import ShapedType, Sym
+
+
+class GraphError(ValueError):
+    """A malformed graph or a bad graph-building call; names the node and what is wrong."""
+
+
+_SHORT_DTYPE = {"bool": "bool", "int32": "i32", "int64": "i64", "float16": "f16",
+                "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+_LITERALS = (bool, int, float, type(None))
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.]")
+_DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIM_COEF = re.compile(r"[0-9]{1,18}")
+
+
+def type_str(shape, dtype) -> str:
+    """``f32[B,512]``: the printed form of a type."""
+    short = _SHORT_DTYPE.get(np.dtype(dtype).name, np.dtype(dtype).name)
+    return f"{short}[{','.join(str(d) for d in shape)}]"
+
+
+def is_literal(x) -> bool:
+    """A Python scalar passed straight to a kernel as a node input."""
+    return type(x) in _LITERALS
+
+
+def parse_dim(text: str):
+    """``"784*B"`` -> the dim it prints as (a ``Sym``, or an int when no name is left)."""
+    dim = 1
+    for part in text.split("*"):
+        if _DIM_COEF.fullmatch(part):
+            dim = dim * int(part)
+        elif _DIM_NAME.fullmatch(part):
+            dim = dim * Sym(part)
+        else:
+            raise GraphError(f"{text!r:.40} is not a dim: dims are ints or products of "
+                             "positive ints and names, like 784*B")
+    if isinstance(dim, Sym) and dim.coef < 1:
+        raise GraphError(f"{text!r:.40} is not a dim: a coefficient is 0")
+    return dim
+
+
+def as_shape(shape) -> tuple:
+    """Normalise a shape: ints stay ints, ``Sym``s stay, strings are parsed (``"B"``,
+    ``"784*B"``)."""
+    dims = []
+    for d in shape:
+        if isinstance(d, str):
+            d = parse_dim(d)
+        elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
+            d = int(d)
+            if d < 0:
+                raise GraphError(f"shape {tuple(shape)} has a negative dim")
+        elif not isinstance(d, Sym):
+            raise GraphError(f"shape {tuple(shape)} has a dim of type {type(d).__name__}; "
+                             "dims are ints or Syms")
+        dims.append(d)
+    return tuple(dims)
+
+
+def as_dtype(dtype) -> np.dtype:
+    """Any dtype spelling -> one of dualgraph's NumPy dtypes (a GraphError otherwise)."""
+    try:
+        return dtypes.to_np(dtype)
+    except TypeError as e:
+        raise GraphError(str(e)) from None
+
+
+class Value:
+    """An SSA value: a name unique in its graph, a shape and a NumPy dtype.
+
+    Values compare and hash by identity. ``producer`` is the defining Node, or None for graph
+    inputs and constants. The name is printed with a ``%`` sigil, which is not part of it.
+    """
+
+    __slots__ = ("name", "shape", "dtype", "producer")
+
+    def __init__(self, name: str, shape: tuple, dtype: np.dtype, producer=None):
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.producer = producer
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def type(self) -> ShapedType:
+        return ShapedType(self.shape, self.dtype)
+
+    def __repr__(self):
+        return f"%{self.name}: {type_str(self.shape, self.dtype)}"
+
+
+class Node:
+    """One op call: ``outputs = op(*inputs, **attrs)``, with the user's source location.
+
+    Immutable once built; ``attrs`` is a read-only copy of the attrs given.
+    """
+
+    __slots__ = ("op", "inputs", "attrs", "outputs", "location")
+
+    def __init__(self, op: OpDef, inputs: tuple, attrs: dict, outputs: tuple, location):
+        for key, val in (("op", op), ("inputs", tuple(inputs)), ("attrs", dict(attrs)),
+                         ("outputs", tuple(outputs)), ("location", location)):
+            object.__setattr__(self, key, val)
+
+    def __setattr__(self, key, val):
+        raise AttributeError("graph nodes are immutable; build a new graph instead")
+
+    def __repr__(self):
+        from .printer import format_node
+        return format_node(self)
+
+
+def subgraphs(attrs: dict):
+    """``(label, graph)`` for each Graph in ``attrs``, also inside tuples and lists.
+
+    Labels are the attr name, with ``[i]`` appended per level of nesting (``branches[1]``).
+    """
+    def walk(label, val):
+        if isinstance(val, Graph):
+            yield label, val
+        elif isinstance(val, (tuple, list)):
+            for i, item in enumerate(val):
+                yield from walk(f"{label}[{i}]", item)
+    for key in sorted(attrs):
+        yield from walk(key, attrs[key])
+
+
+def check_attr(name: str, val) -> object:
+    """Check an attr value is one the IR can print and serialise; NumPy scalars become
+    Python scalars (kernels and shape rules treat them alike)."""
+    if isinstance(val, np.generic) and not isinstance(val, np.dtype):
+        val = val.item()
+    if type(val) in _LITERALS or type(val) is str or val is Ellipsis:
+        return val
+    if isinstance(val, (Sym, Graph)):
+        return val
+    if isinstance(val, (np.dtype, dtypes.DType)) or (
+            isinstance(val, type) and issubclass(val, np.generic)):
+        return as_dtype(val)
+    if isinstance(val, (tuple, list)):
+        return type(val)(check_attr(name, v) for v in val)
+    if isinstance(val, slice):
+        return slice(*(check_attr(name, v) for v in (val.start, val.stop, val.step)))
+    raise GraphError(f"attr {name}={val!r} has type {type(val).__name__}; attrs may be "
+                     "numbers, bools, None, strings, dtypes, Syms, slices, ..., graphs "
+                     "and tuples/lists of these")
+
+
+class Graph:
+    """A typed SSA program: inputs, constants, nodes in topological order and outputs.
+
+    Build it with :meth:`add_input`, :meth:`add_constant`, :meth:`add_node` and
+    :meth:`set_outputs`; ``print(graph)`` shows it as a program, ``graph(*arrays)`` runs it
+    with the reference interpreter, ``graph.save(path)`` writes it (see ``serialize``).
+    """
+
+    def __init__(self):
+        self.inputs: list[Value] = []
+        self.constants: dict[Value, np.ndarray] = {}   # insertion ordered
+        self.nodes: list[Node] = []
+        self.outputs: list[Value] = []
+        self._names: set[str] = set()
+        self._defined: set[Value] = set()
+
+    # -- building ----------------------------------------------------------------------------
+    def _fresh(self, base: str) -> str:
+        """A unique name from ``base``: invalid characters become ``_``, clashes get ``_N``."""
+        base = _NAME_CHARS.sub("_", base) or "v"
+        name, n = base, 0
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
+
+    def _new_value(self, name, shape, dtype, producer=None) -> Value:
+        v = Value(self._fresh(name), as_shape(shape), as_dtype(dtype), producer)
+        self._defined.add(v)
+        return v
+
+    def add_input(self, shape, dtype, name: str | None = None) -> Value:
+        """A new graph input; string dims in ``shape`` become ``Sym``s."""
+        v = self._new_value(name or "x", shape, dtype)
+        self.inputs.append(v)
+        return v
+
+    def add_constant(self, array, name: str | None = None) -> Value:
+        """A Value bound to ``array``, stored in the graph.
+
+        The array is copied (and the copy made read-only) unless it is already read-only, so
+        later writes to the caller's array do not change the graph.
+        """
+        arr = np.asarray(array)
+        if arr.flags.writeable or not arr.flags.c_contiguous:
+            arr = np.array(arr, copy=True, order="C")
+            arr.flags.writeable = False
+        v = self._new_value(name or "const", arr.shape, arr.dtype)
+        self.constants[v] = arr
+        return v
+
+    def add_node(self, op, inputs, attrs: dict | None = None, location: str | None = None,
+                 names=None) -> tuple[Value, ...]:
+        """Append ``op(*inputs, **attrs)``; returns its output Values, typed by ``op.infer``.
+
+        ``op`` is an OpDef or a registry name; ``inputs`` are Values of this graph or Python
+        literals (int, float, bool, None); ``names`` optionally names the outputs.
+        """
+        op = get(op) if isinstance(op, str) else op
+        inputs = tuple(self._check_input(op, x) for x in inputs)
+        attrs = {k: check_attr(k, v) for k, v in (attrs or {}).items()}
+        unknown = sorted(set(attrs) - set(op.attrs))
+        if unknown:
+            raise GraphError(f"{op.name} got unknown attrs {unknown}; it takes "
+                             f"{list(op.attrs)}")
+        types = infer_types(op, inputs, attrs)
+        names = names or [op.name] * len(types)
+        if len(names) != len(types):
+            raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
+        outs = tuple(self._new_value(n, t.shape, t.dtype) for n, t in zip(names, types))
+        node = Node(op, inputs, attrs, outs, location)
+        for v in outs:
+            v.producer = node
+        self.nodes.append(node)
+        return outs
+
+    def _check_input(self, op, x):
+        if isinstance(x, np.generic):
+            x = x.item()
+        if is_literal(x):
+            return x
+        if not isinstance(x, Value):
+            raise GraphError(f"{op.name}: node inputs are Values or Python scalars, got "
+                             f"{type(x).__name__}")
+        if x not in self._defined:
+            raise GraphError(f"{op.name}: input {x!r} is not a value of this graph "
+                             "(subgraphs are closed: pass outer values in as inputs)")
+        return x
+
+    def set_outputs(self, values) -> None:
+        """Set the graph's outputs (a Value or a sequence of Values of this graph)."""
+        values = [values] if isinstance(values, Value) else list(values)
+        for v in values:
+            if v not in self._defined:
+                raise GraphError(f"output {v!r} is not a value of this graph")
+        self.outputs = values
+
+    # -- the other modules, as methods -------------------------------------------------------
+    # (imported at call time: those modules import this one)
+    def __str__(self):
+        from .printer import format_graph
+        return format_graph(self)
+
+    def __repr__(self):
+        return (f"<Graph: {len(self.inputs)} inputs, {len(self.constants)} constants, "
+                f"{len(self.nodes)} nodes, {len(self.outputs)} outputs>")
+
+    def verify(self) -> "Graph":
+        from .verify import verify
+        return verify(self)
+
+    def __call__(self, *arrays):
+        from .interpret import interpret
+        return interpret(self, *arrays)
+
+    def to_dot(self) -> str:
+        from .dot import to_dot
+        return to_dot(self)
+
+    def save(self, path) -> None:
+        from .serialize import save
+        save(self, path)
+
+
+def infer_types(op: OpDef, inputs, attrs) -> tuple[ShapedType, ...]:
+    """Run ``op``'s shape rule; always a tuple of ShapedTypes with normalised fields."""
+    result = op.infer(*inputs, **attrs)
+    types = (result,) if op.num_outputs == 1 else tuple(result)
+    if len(types) != op.num_outputs:
+        raise GraphError(f"{op.name}'s shape rule gave {len(types)} types for "
+                         f"{op.num_outputs} outputs")
+    return tuple(ShapedType(as_shape(t.shape), as_dtype(t.dtype)) for t in types)

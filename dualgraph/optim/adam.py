@@ -1,0 +1,71 @@
+"""Adam and AdamW, as ``torch.optim.Adam`` / ``torch.optim.AdamW``."""
+from __future__ import annotations
+
+from ..ops import creation, elementwise
+from . import _ops
+from .optimizer import Optimizer, check_hyper, regularized_grad, step_counter
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba): moving averages ``m`` of the gradient and ``v`` of its square,
+    bias-corrected, give the step ``lr * m_hat / (sqrt(v_hat) + eps)``. ``amsgrad`` uses the
+    running maximum of ``v``; ``decoupled_weight_decay`` shrinks ``p`` by
+    ``1 - lr * weight_decay`` instead of adding ``weight_decay * p`` to the gradient (AdamW).
+
+    >>> import dualgraph as dg
+    >>> w = dg.tensor([1.0, -2.0], requires_grad=True)
+    >>> opt = dg.optim.Adam([w], lr=0.1)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w
+    tensor([ 0.9, -1.9], requires_grad=True)
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+        check_hyper("learning rate", lr)
+        check_hyper("epsilon value", eps)
+        check_hyper("beta parameter at index 0", betas[0], 0.0, 1.0)
+        check_hyper("beta parameter at index 1", betas[1], 0.0, 1.0)
+        check_hyper("weight_decay value", weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def _init_state(self, p, group):
+        state = {"step": step_counter(), "exp_avg": creation.zeros_like(p),
+                 "exp_avg_sq": creation.zeros_like(p)}
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = creation.zeros_like(p)
+        return state
+
+    def _update(self, p, grad, state, group):
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        if group["decoupled_weight_decay"]:
+            grad = -grad if group["maximize"] else grad
+            p.mul_(1 - lr * group["weight_decay"])
+        else:
+            grad = regularized_grad(p, grad, group)
+        step = state["step"].add_(1)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        _ops.lerp_(exp_avg, grad, 1 - beta1)
+        _ops.addcmul_(exp_avg_sq.mul_(beta2), grad, grad, value=1 - beta2)
+        if group["amsgrad"]:
+            exp_avg_sq = _ops.copy_(state["max_exp_avg_sq"],
+                                    elementwise.maximum(state["max_exp_avg_sq"], exp_avg_sq))
+        # The bias corrections are 0-d float64 tensors (step is one): they stay precise
+        # where 1 - beta2**t cancels, and they trace as graph values, not constants.
+        step_size = lr / (1 - beta1 ** step)
+        denom = exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt() + group["eps"]
+        _ops.addcdiv_(p, exp_avg, denom, value=-step_size)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), default
+    ``weight_decay=0.01``; the same as ``Adam(..., decoupled_weight_decay=True)``."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True)

@@ -1,0 +1,43 @@
+"""Stochastic gradient descent with momentum, as ``torch.optim.SGD``."""
+from __future__ import annotations
+
+from ..ops import creation
+from .optimizer import Optimizer, check_hyper, regularized_grad
+
+
+class SGD(Optimizer):
+    """``p -= lr * g`` where ``g`` is the gradient (plus ``weight_decay * p``), or with
+    ``momentum`` the buffer ``b = momentum * b + (1 - dampening) * g`` (``b = g`` at the
+    first step) and ``g = b``, or ``g + momentum * b`` with ``nesterov``.
+
+    >>> import dualgraph as dg
+    >>> w = dg.tensor([1.0, -2.0], requires_grad=True)
+    >>> opt = dg.optim.SGD([w], lr=0.1, momentum=0.9)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w
+    tensor([ 0.8, -1.6], requires_grad=True)
+    """
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, *, maximize=False):
+        check_hyper("learning rate", lr)
+        check_hyper("momentum value", momentum)
+        check_hyper("weight_decay value", weight_decay)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
+
+    def _update(self, p, grad, state, group):
+        grad = regularized_grad(p, grad, group)
+        momentum = group["momentum"]
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = creation.clone(grad)
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        p.add_(grad, alpha=-group["lr"])

@@ -1,0 +1,389 @@
+"""``dg.utils.data``: datasets, samplers and the DataLoader, as ``torch.utils.data``.
+
+A map-style :class:`Dataset` has ``__getitem__`` and ``__len__``; a sampler yields indices
+into it; a :class:`BatchSampler` groups them; :class:`DataLoader` fetches the samples of
+each batch and merges them with ``collate_fn`` (:func:`default_collate` stacks tensors,
+numbers and arrays and recurses into tuples, lists and dicts). An :class:`IterableDataset`
+yields samples itself. Data is loaded in the calling process (``num_workers=0``).
+
+>>> import dualgraph as dg
+>>> from dualgraph.utils.data import DataLoader, TensorDataset
+>>> ds = TensorDataset(dg.arange(10.0).reshape(5, 2), dg.arange(5))
+>>> [tuple(y.tolist()) for _, y in DataLoader(ds, batch_size=2)]
+[(0, 1), (2, 3), (4,)]
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..ops import creation
+from ..ops import shape as shape_ops
+from ..ops.random import Generator, rng_of
+from ..tensor import Tensor
+
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
+           "random_split", "Sampler", "SequentialSampler", "RandomSampler",
+           "SubsetRandomSampler", "BatchSampler", "DataLoader", "default_collate",
+           "default_convert"]
+
+
+# -- datasets -------------------------------------------------------------------------------
+class Dataset:
+    """A map-style dataset: subclasses define ``__getitem__(index)`` and ``__len__``."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
+
+    def __add__(self, other):
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset that yields its samples (streams, generators): subclasses define
+    ``__iter__``. The DataLoader batches them in order; there is no sampler."""
+
+    def __iter__(self):
+        raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
+
+    def __add__(self, other):
+        raise TypeError("ConcatDataset does not support IterableDataset; chain them with "
+                        "itertools.chain in an IterableDataset of your own")
+
+
+class TensorDataset(Dataset):
+    """Samples are ``tuple(t[i] for t in tensors)``; the tensors share their first dim."""
+
+    def __init__(self, *tensors: Tensor):
+        sizes = [t.shape[0] for t in tensors]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"Size mismatch between tensors: first dimensions {sizes} "
+                             "must all be equal")
+        self.tensors = tensors
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self):
+        return self.tensors[0].shape[0]
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``, in that order."""
+
+    def __init__(self, dataset, indices: Sequence[int]):
+        self.dataset, self.indices = dataset, indices
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return self.dataset[[self.indices[i] for i in idx]]
+        return self.dataset[self.indices[idx]]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """The samples of several datasets one after another."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("datasets should not be an empty iterable")
+        if any(isinstance(d, IterableDataset) for d in self.datasets):
+            raise TypeError("ConcatDataset does not support IterableDataset")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx += len(self)
+        which = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][idx - start]
+
+
+def random_split(dataset, lengths, generator=None) -> list[Subset]:
+    """Split ``dataset`` into non-overlapping random subsets of the given lengths, or of
+    the given fractions of its length (the remainder goes round-robin to the first
+    subsets, as torch).
+
+    >>> import dualgraph as dg
+    >>> [len(s) for s in random_split(range(10), [0.5, 0.3, 0.2])]
+    [5, 3, 2]
+    """
+    n = len(dataset)
+    lengths = list(lengths)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        if any(not 0 <= f <= 1 for f in lengths):
+            raise ValueError(f"Fractions {lengths} must each lie in [0, 1]")
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        for i, size in enumerate(sizes):
+            if size == 0:
+                warnings.warn(f"Length of split at index {i} is 0. This might result in "
+                              "an empty dataset.", stacklevel=2)
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError(f"Sum of input lengths {lengths} does not equal the length of the "
+                         f"input dataset ({n})!")
+    order = rng_of(generator).permutation(n).tolist()
+    ends = itertools.accumulate(lengths)
+    return [Subset(dataset, order[end - size:end]) for end, size in zip(ends, lengths)]
+
+
+# -- samplers -------------------------------------------------------------------------------
+class Sampler:
+    """Yields dataset indices; subclasses define ``__iter__`` (and usually ``__len__``)."""
+
+    def __init__(self, data_source=None):
+        pass
+
+    def __iter__(self):
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self):
+        return iter(range(len(self.data_source)))
+
+    def __len__(self):
+        return len(self.data_source)
+
+
+def _epoch_rng(generator) -> np.random.Generator:
+    """The stream for one pass: ``generator``'s (which advances), or without one a fresh
+    stream seeded from the global generator, so ``dg.manual_seed`` fixes every epoch."""
+    if generator is not None:
+        return rng_of(generator)
+    return Generator(int(rng_of(None).integers(2**63))).rng
+
+
+class RandomSampler(Sampler):
+    """A random permutation of the indices each pass, or ``num_samples`` draws with
+    replacement when ``replacement=True``."""
+
+    def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None,
+                 generator=None):
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got "
+                            f"replacement={replacement}")
+        self.data_source, self.replacement, self.generator = data_source, replacement, generator
+        self._num_samples = num_samples
+        if not isinstance(self.num_samples, int) or self.num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got "
+                             f"num_samples={self.num_samples}")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self):
+        n, rng = len(self.data_source), _epoch_rng(self.generator)
+        if self.replacement:
+            return iter(rng.integers(0, n, self.num_samples).tolist())
+        full, rest = divmod(self.num_samples, n)
+        perms = [rng.permutation(n) for _ in range(full)] + [rng.permutation(n)[:rest]]
+        return iter(np.concatenate(perms).tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a random order each pass."""
+
+    def __init__(self, indices: Sequence[int], generator=None):
+        self.indices, self.generator = indices, generator
+
+    def __iter__(self):
+        order = _epoch_rng(self.generator).permutation(len(self.indices))
+        return (self.indices[i] for i in order.tolist())
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class BatchSampler(Sampler):
+    """Groups a sampler's indices into lists of ``batch_size`` (the last one shorter unless
+    ``drop_last``)."""
+
+    def __init__(self, sampler, batch_size: int, drop_last: bool):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got "
+                             f"batch_size={batch_size}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got "
+                             f"drop_last={drop_last}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        yield from _batched(iter(self.sampler), self.batch_size, self.drop_last)
+
+    def __len__(self):
+        return _num_batches(len(self.sampler), self.batch_size, self.drop_last)
+
+
+def _batched(iterator, size: int, drop_last: bool):
+    while batch := list(itertools.islice(iterator, size)):
+        if len(batch) < size and drop_last:
+            return
+        yield batch
+
+
+def _num_batches(n: int, size: int, drop_last: bool) -> int:
+    return n // size if drop_last else -(-n // size)
+
+
+# -- collation ------------------------------------------------------------------------------
+_COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, numbers, "
+                  "dicts or lists; found {}")
+
+
+def default_collate(batch):
+    """Merge a list of samples into a batch, as torch's ``default_collate``: tensors (and
+    NumPy arrays) are stacked along a new first dim, Python floats become a float64
+    tensor, ints an int64 tensor, bools a bool tensor; strings stay a list; dicts,
+    tuples/lists and namedtuples are collated field by field (tuples and lists come back
+    as lists, as torch).
+    """
+    elem = batch[0]
+    if isinstance(elem, Tensor):
+        return shape_ops.stack(list(batch), 0)
+    if isinstance(elem, (np.ndarray, np.generic)):
+        if elem.dtype.kind in "SaUO":
+            raise TypeError(_COLLATE_ERROR.format(elem.dtype))
+        if elem.ndim == 0:
+            return creation.as_tensor(np.stack(batch))
+        return default_collate([creation.as_tensor(b) for b in batch])
+    if isinstance(elem, float):
+        return creation.tensor(batch, dtype=np.float64)
+    if isinstance(elem, int):  # bool is an int: a list of bools makes a bool tensor
+        return creation.tensor(batch)
+    if isinstance(elem, (str, bytes)):
+        return batch
+    if isinstance(elem, Mapping):
+        collated = {key: default_collate([d[key] for d in batch]) for key in elem}
+        return _rebuild(type(elem), collated, dict)
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
+        return type(elem)(*(default_collate(list(s)) for s in zip(*batch)))
+    if isinstance(elem, Sequence):
+        if any(len(sample) != len(elem) for sample in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        collated = [default_collate(list(s)) for s in zip(*batch)]
+        return collated if isinstance(elem, tuple) else _rebuild(type(elem), collated, list)
+    raise TypeError(_COLLATE_ERROR.format(type(elem)))
+
+
+def _rebuild(kind, value, fallback):
+    """Keep the sample's container type (OrderedDict, a list subclass) when it can be built
+    from a plain dict/list; otherwise the plain one."""
+    try:
+        return kind(value)
+    except TypeError:
+        return fallback(value)
+
+
+def default_convert(data):
+    """What the DataLoader applies to each sample when batching is off (``batch_size=None``):
+    NumPy arrays become tensors, containers are converted element-wise (tuples come back
+    as lists, as torch), the rest is kept."""
+    if isinstance(data, np.ndarray) and data.dtype.kind not in "SaUO":
+        return creation.as_tensor(data)
+    if isinstance(data, Mapping):
+        return _rebuild(type(data), {k: default_convert(v) for k, v in data.items()}, dict)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):  # tuples become lists, as in default_collate (and torch)
+        return [default_convert(d) for d in data]
+    if isinstance(data, list):
+        return _rebuild(type(data), [default_convert(d) for d in data], list)
+    return data
+
+
+# -- the loader -----------------------------------------------------------------------------
+class DataLoader:
+    """Iterate over ``dataset`` in batches.
+
+    ``shuffle=True`` draws a new order each epoch from ``generator`` (a ``dg.Generator``
+    for a reproducible stream) or, without one, from the global generator;
+    ``sampler``/``batch_sampler`` choose the indices yourself. ``collate_fn`` merges the
+    samples of a batch (default :func:`default_collate`). ``batch_size=None`` turns
+    batching off. ``num_workers`` must be 0: loading happens in this process.
+    ``pin_memory`` is accepted and ignored (there is no device to pin for).
+    """
+
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None,
+                 sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
+                 pin_memory: bool = False, drop_last: bool = False, generator=None):
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use "
+                             "num_workers=0 to disable multiprocessing.")
+        if num_workers > 0:
+            raise ValueError(f"num_workers={num_workers} is not supported: dualgraph loads "
+                             "data in the main process; pass num_workers=0")
+        self.dataset, self.num_workers, self.generator = dataset, num_workers, generator
+        self.pin_memory = pin_memory
+        if isinstance(dataset, IterableDataset):
+            for name, value in (("shuffle", shuffle), ("sampler", sampler),
+                                ("batch_sampler", batch_sampler)):
+                if value not in (None, False):
+                    raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
+                                     f"{name} option, but got {name}={value}")
+        elif batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with "
+                                 "batch_size, shuffle, sampler, and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if sampler is None and not isinstance(dataset, IterableDataset):
+            sampler = (RandomSampler(dataset, generator=generator) if shuffle
+                       else SequentialSampler(dataset))
+        if batch_sampler is None and batch_size is not None and sampler is not None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+        if collate_fn is None:
+            batching = batch_size is not None or batch_sampler is not None
+            collate_fn = default_collate if batching else default_convert
+        self.collate_fn = collate_fn
+
+    def __iter__(self):
+        if isinstance(self.dataset, IterableDataset):
+            samples = iter(self.dataset)
+            if self.batch_size is None:
+                return map(self.collate_fn, samples)
+            return map(self.collate_fn, _batched(samples, self.batch_size, self.drop_last))
+        if self.batch_sampler is None:
+            return (self.collate_fn(self.dataset[i]) for i in self.sampler)
+        return (self.collate_fn([self.dataset[i] for i in batch])
+                for batch in self.batch_sampler)
+
+    def __len__(self):
+        if isinstance(self.dataset, IterableDataset):
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return _num_batches(n, self.batch_size, self.drop_last)
+        if self.batch_sampler is None:
+            return len(self.sampler)
+        return len(self.batch_sampler)

@@ -1,0 +1,113 @@
+"""Rows for convolution and pooling: conv1d/2d, conv_transpose, max/avg/adaptive pooling,
+and double backward through each backward op (its row differentiates a first gradient)."""
+from . import In, OpCase
+
+LOW = ("float32", "float64", "float16", "bfloat16")
+
+
+def first_grad(m, fn, wrt, g):
+    """d fn(wrt) / d wrt against cotangent ``g``, as a differentiable function: the rows of
+    the backward ops. ``enable_grad`` because the finite-difference check runs under
+    no_grad."""
+    with m.enable_grad():
+        wrt = wrt.detach().requires_grad_()
+        return m.autograd.grad(fn(wrt), wrt, g, create_graph=True)[0]
+
+
+def conv(m, x, w, b=None, **kw):
+    return m.nn.functional.conv2d(x, w, b, **kw)
+
+
+def D(*shape):  # well-separated values: stable argmax for max pooling
+    return In(shape, "distinct")
+
+
+CASES = [
+    # conv2d: strides, paddings (int, pair, 'same', 'valid'), dilation, groups, bias
+    OpCase("conv2d", lambda m, x, w, b: conv(m, x, w, b), [In((2, 3, 7, 6)), In((4, 3, 3, 3)),
+                                                          In((4,))], "basic", dtypes=LOW,
+           atol=1e-4),
+    OpCase("conv2d", lambda m, x, w, b: conv(m, x, w, b, stride=2, padding=(1, 2),
+                                             dilation=(2, 1)),
+           [In((2, 3, 9, 8)), In((4, 3, 3, 2)), In((4,))], "stride-pad-dilation"),
+    OpCase("conv2d", lambda m, x, w: conv(m, x, w, groups=2, stride=(1, 2), padding=1),
+           [In((2, 4, 6, 7)), In((6, 2, 3, 3))], "groups"),
+    OpCase("conv2d", lambda m, x, w, b: conv(m, x, w, b, groups=3, padding=1),
+           [In((2, 3, 5, 5)), In((3, 1, 3, 3)), In((3,))], "depthwise"),
+    OpCase("conv2d", lambda m, x, w: conv(m, x, w, padding="same", dilation=2),
+           [In((2, 2, 7, 6)), In((3, 2, 4, 3))], "same-even-kernel"),
+    OpCase("conv2d", lambda m, x, w: conv(m, x, w, padding="valid"),
+           [In((1, 1, 5, 9)), In((2, 1, 2, 4))], "valid"),
+    OpCase("conv2d", lambda m, x, w: conv(m, x, w, stride=(2, 3)),
+           [In((1, 2, 7, 11)), In((3, 2, 3, 2))], "odd-stride"),
+    OpCase("conv2d", lambda m, x, w: conv(m, x, w, padding=1), [In((2, 5, 4)), In((3, 2, 3, 3))],
+           "unbatched"),
+    OpCase("conv2d", lambda m, x, w, b: m.nn.functional.conv1d(x, w, b, stride=2, padding=1),
+           [In((2, 3, 9)), In((4, 3, 3)), In((4,))], "conv1d"),
+    OpCase("conv2d", lambda m, x, w: m.nn.functional.conv1d(x, w, padding="same", groups=2,
+                                                            dilation=2),
+           [In((2, 4, 8)), In((2, 2, 4))], "conv1d-same-groups"),
+    # conv2d_input_grad: conv_transpose, and the input gradient differentiated again
+    OpCase("conv2d_input_grad", lambda m, x, w, b: m.nn.functional.conv_transpose2d(
+        x, w, b, stride=2, padding=1, output_padding=1),
+        [In((2, 4, 4, 3)), In((4, 3, 3, 3)), In((3,))], "transpose", atol=1e-4,
+        dtypes=("float32", "float64", "bfloat16")),  # torch's float16 sums in float16
+    OpCase("conv2d_input_grad", lambda m, x, w: m.nn.functional.conv_transpose2d(
+        x, w, stride=(2, 3), groups=2, dilation=2, output_padding=(1, 0)),
+        [In((2, 4, 4, 3)), In((4, 3, 3, 2))], "transpose-groups-dilation"),
+    OpCase("conv2d_input_grad", lambda m, x, w: m.nn.functional.conv_transpose1d(
+        x, w, stride=2, padding=1), [In((2, 4, 5)), In((4, 3, 3))], "transpose1d"),
+    OpCase("conv2d_input_grad", lambda m, x, w, g: first_grad(
+        m, lambda x: conv(m, x, w, stride=2, padding=1, groups=2), x, g),
+        [In((2, 4, 5, 6), grad=False), In((4, 2, 3, 3)), In((2, 4, 3, 3))], "double-backward"),
+    # conv2d_weight_grad: only reachable as a gradient, so differentiated again here
+    OpCase("conv2d_weight_grad", lambda m, x, w, g: first_grad(
+        m, lambda w: conv(m, x, w, stride=2, padding=1, dilation=(1, 2)), w, g),
+        [In((2, 3, 6, 7)), In((4, 3, 3, 2), grad=False), In((2, 4, 3, 4))], "double-backward"),
+    OpCase("conv2d_weight_grad", lambda m, x, w, g: first_grad(
+        m, lambda w: conv(m, x, w, groups=2, padding="same"), w, g),
+        [In((1, 4, 5, 5)), In((2, 2, 3, 3), grad=False), In((1, 2, 5, 5))], "groups-same"),
+    # max pooling: -inf padding, ceil_mode, overlapping windows, dilation, indices
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, 2), [D(2, 3, 8, 7)],
+           "basic", dtypes=LOW),
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+           [D(2, 2, 8, 7)], "pad-ceil"),
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, (3, 2), (1, 2),
+                                                                 dilation=(2, 1)),
+           [D(1, 2, 8, 7)], "overlap-dilation"),
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, 2, padding=1,
+                                                                 return_indices=True),
+           [D(2, 2, 5, 5)], "indices"),
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, 2, 1), [D(3, 5, 4)],
+           "unbatched"),
+    OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool1d(x, 3, 2, 1, ceil_mode=True,
+                                                                 return_indices=True),
+           [D(2, 3, 10)], "1d"),
+    OpCase("max_pool2d_backward", lambda m, x, g: first_grad(
+        m, lambda x: m.nn.functional.max_pool2d(x, 3, 2, 1), x, g),
+        [In((2, 2, 6, 5), "distinct", grad=False), In((2, 2, 3, 3))], "double-backward"),
+    # average pooling: padding counted or not, ceil_mode's partial windows, divisor_override
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(x, 2), [In((2, 3, 8, 7))],
+           "basic", dtypes=LOW),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+           [In((2, 2, 8, 7))], "pad-ceil"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(
+        x, 3, 2, 1, ceil_mode=True, count_include_pad=False), [In((2, 2, 8, 7))], "exclude-pad"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(x, (3, 2), 2, (1, 0),
+                                                                 divisor_override=5),
+           [In((1, 2, 8, 7))], "divisor-override"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool1d(x, 3, 2, 1, ceil_mode=True),
+           [In((2, 3, 10))], "1d"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, (2, None)),
+           [In((2, 3, 8, 7))], "adaptive"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, 1),
+           [In((2, 3, 5, 5))], "global"),
+    OpCase("matmul", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, (3, 5)),
+           [In((2, 3, 8, 7))], "adaptive-uneven"),
+    OpCase("matmul", lambda m, x: m.nn.functional.adaptive_avg_pool1d(x, 4), [In((2, 3, 10))],
+           "adaptive1d"),
+    OpCase("avg_pool2d_backward", lambda m, x, g: first_grad(
+        m, lambda x: m.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                count_include_pad=False), x, g),
+        [In((2, 2, 6, 5), grad=False), In((2, 2, 4, 3))], "double-backward"),
+]

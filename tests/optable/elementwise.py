@@ -1,0 +1,208 @@
+"""Rows for the elementwise family: math, rounding, clamping, logic, predicates, activations.
+
+Composites (clamp, silu, log2, ...) are listed under the primitive that carries them, so that
+every registry op has rows and every public composite is still checked against torch.
+Inputs sit away from kinks (0 for abs/relu, ties for maximum) wherever gradients are checked.
+"""
+import numpy as np
+
+from . import In, OpCase
+
+ALL = ("float32", "float64", "float16", "bfloat16")
+F64 = ("float32", "float64")
+
+
+def away(*shape, low=0.5, high=2.0):
+    """Floats of either sign with |x| in [low, high]: no kinks at 0, safe divisors."""
+    def make(rng, dt):
+        return (rng.choice([-1.0, 1.0], shape) * rng.uniform(low, high, shape)).astype(dt)
+    return In(shape, "custom", fn=make)
+
+
+def uniform(*shape, low, high):
+    return In(shape, "custom", fn=lambda rng, dt: rng.uniform(low, high, shape).astype(dt))
+
+
+def fixed(values, grad=True):
+    """The same values for every dtype (special points: large |x|, NaN, inf, ties)."""
+    values = np.array(values, dtype=np.float64)
+    return In(values.shape, "custom", grad=grad, fn=lambda rng, dt: values.astype(dt))
+
+
+def small_ints(*shape):
+    """Whole numbers stored as floats: many ties and zeros."""
+    return In(shape, "custom", grad=False,
+              fn=lambda rng, dt: rng.integers(-2, 3, shape).astype(dt))
+
+
+def signed_ints(*shape, nonzero=False):
+    def make(rng, dt):
+        a = rng.integers(-9, 10, shape)
+        return np.where(a == 0, 3, a) if nonzero else a
+    return In(shape, "custom", fn=make)
+
+
+SPECIAL = fixed([np.nan, np.inf, -np.inf, 0.0, -1.5, 2.0], grad=False)
+
+CASES = [
+    # -- arithmetic: floor division, remainders, reciprocal, square --------------------------
+    OpCase("floor_divide", lambda m, a, b: m.floor_divide(a, b), [In((3, 4)), away(4)],
+           dtypes=ALL, grad=False),
+    OpCase("floor_divide", lambda m, a, b: a // b, [signed_ints(3, 4), signed_ints(4, nonzero=True)],
+           "int", grad=False),
+    OpCase("floor_divide", lambda m, a: 7.5 // a, [away(5)], "reflected", grad=False),
+    OpCase("floor_divide", lambda m, a, b: m.div(a, b, rounding_mode="floor"),
+           [In((3, 4)), away(3, 1)], "div-floor"),
+    OpCase("floor_divide", lambda m, a, b: m.div(a, b, rounding_mode="trunc"),
+           [signed_ints(3, 4), signed_ints(4, nonzero=True)], "div-trunc-int", grad=False),
+    OpCase("trunc", lambda m, a, b: m.div(a, b, rounding_mode="trunc"), [In((3, 4)), away(4)],
+           "div-trunc", dtypes=ALL),
+    OpCase("remainder", lambda m, a, b: m.remainder(a, b), [In((3, 4)), away(4)], dtypes=ALL),
+    OpCase("remainder", lambda m, a, b: a % b, [signed_ints(3, 4), signed_ints(4, nonzero=True)],
+           "int", grad=False),
+    OpCase("remainder", lambda m, a: a % 1.5, [In((2, 3))], "scalar"),
+    OpCase("remainder", lambda m, a: 2.5 % a, [away(4)], "reflected", grad=False),
+    OpCase("remainder", lambda m, a: a % 3, [signed_ints(6)], "int-scalar", grad=False),
+    OpCase("fmod", lambda m, a, b: m.fmod(a, b), [In((3, 4)), away(3, 1)], dtypes=ALL),
+    OpCase("fmod", lambda m, a: a.fmod(-2), [signed_ints(6)], "int", grad=False),
+    OpCase("div", lambda m, a: m.reciprocal(a), [away(2, 3)], "reciprocal", dtypes=ALL),
+    OpCase("div", lambda m, a: a.reciprocal(), [In((4,), "int", 1, 5)], "reciprocal-int",
+           grad=False),
+    OpCase("mul", lambda m, a: m.square(a), [In((2, 3))], "square", dtypes=ALL),
+    OpCase("mul", lambda m, a: a.square(), [signed_ints(5)], "square-int", grad=False),
+    # -- unary math --------------------------------------------------------------------------
+    OpCase("expm1", lambda m, a: m.expm1(a), [In((2, 3))], dtypes=ALL),
+    OpCase("expm1", lambda m, a: a.expm1(), [fixed([1e-10, -3e-9, 1e-5])], "small",
+           dtypes=F64, atol=0, rtol=1e-6),
+    OpCase("log1p", lambda m, a: m.log1p(a), [In((2, 3), "unit")], dtypes=ALL),
+    OpCase("log1p", lambda m, a: a.log1p(), [fixed([1e-10, -3e-9, 1e-5])], "small",
+           dtypes=F64, atol=0, rtol=1e-6),
+    OpCase("log1p", lambda m, a: m.log1p(a), [In((4,), "int")], "int", grad=False),
+    OpCase("sqrt", lambda m, a: m.sqrt(a), [In((2, 3), "pos")], dtypes=ALL),
+    OpCase("sqrt", lambda m, a: a.sqrt(), [In((4,), "int")], "int", grad=False),
+    OpCase("sqrt", lambda m, a: m.rsqrt(a), [In((2, 3), "pos")], "rsqrt", dtypes=ALL),
+    OpCase("log", lambda m, a: m.log2(a), [In((2, 3), "pos")], "log2", dtypes=ALL),
+    OpCase("log", lambda m, a: a.log10(), [In((2, 3), "pos")], "log10", dtypes=ALL),
+    OpCase("log", lambda m, a: m.log2(a), [In((4,), "int", 1, 9)], "log2-int", grad=False),
+    OpCase("exp", lambda m, a: m.exp2(a), [In((2, 3))], "exp2", dtypes=ALL),
+    OpCase("exp", lambda m, a: a.exp2(), [In((4,), "int")], "exp2-int", grad=False),
+    OpCase("asin", lambda m, a: m.asin(a), [In((2, 3), "unit")], dtypes=F64),
+    OpCase("acos", lambda m, a: m.acos(a), [In((2, 3), "unit")], dtypes=F64),
+    OpCase("atan", lambda m, a: m.atan(a), [In((2, 3))], dtypes=ALL),
+    OpCase("erf", lambda m, a: m.erf(a), [In((3, 4))], dtypes=ALL),
+    OpCase("erf", lambda m, a: a.erf(), [uniform(50, low=-6.0, high=6.0)], "wide", dtypes=F64),
+    OpCase("erf", lambda m, a: m.erf(a), [SPECIAL], "special", dtypes=F64, grad=False),
+    OpCase("erf", lambda m, a: m.erf(a), [In((4,), "int", -2, 3)], "int", grad=False),
+    # -- abs, sign, rounding -----------------------------------------------------------------
+    OpCase("abs", lambda m, a: m.abs(a), [away(3, 4)], dtypes=ALL),
+    OpCase("abs", lambda m, a: abs(a), [signed_ints(5)], "int", grad=False),
+    OpCase("abs", lambda m, a: a.abs(), [In((4,), "int", -3, 3, dtype="int32")], "int32",
+           grad=False),
+    OpCase("sign", lambda m, a: m.sign(a), [In((3, 4))], dtypes=ALL),
+    OpCase("sign", lambda m, a: a.sign(), [signed_ints(5)], "int", grad=False),
+    OpCase("sign", lambda m, a: m.sign(a), [SPECIAL], "special", dtypes=F64, grad=False),
+    OpCase("floor", lambda m, a: m.floor(a), [In((3, 4))], dtypes=ALL),
+    OpCase("floor", lambda m, a: a.floor(), [signed_ints(5)], "int", grad=False),
+    OpCase("ceil", lambda m, a: m.ceil(a), [In((3, 4))], dtypes=ALL),
+    OpCase("trunc", lambda m, a: m.trunc(a), [In((3, 4))], dtypes=ALL),
+    OpCase("trunc", lambda m, a: a.trunc(), [signed_ints(5)], "int", grad=False),
+    OpCase("trunc", lambda m, a: m.frac(a), [away(3, 4)], "frac", dtypes=ALL),
+    OpCase("round", lambda m, a: m.round(a * 3), [In((3, 4))], dtypes=ALL),
+    OpCase("round", lambda m, a: m.round(a), [fixed([0.5, 1.5, 2.5, -0.5, -2.5, 3.4])],
+           "half-even", dtypes=F64, grad=False),
+    OpCase("round", lambda m, a: m.round(a, decimals=2), [In((3, 4))], "decimals"),
+    OpCase("round", lambda m, a: a.round(), [signed_ints(5)], "int", grad=False),
+    # -- maximum, minimum, clamp -------------------------------------------------------------
+    OpCase("maximum", lambda m, a, b: m.maximum(a, b), [In((3, 4)), In((4,))], dtypes=ALL),
+    OpCase("maximum", lambda m, a, b: a.maximum(b), [small_ints(3, 4), small_ints(3, 4)],
+           "ties", grad=False),
+    OpCase("maximum", lambda m, a, b: m.maximum(a, b),
+           [fixed([1.0, 2.0, -1.0, 0.0]), fixed([1.0, 3.0, -1.0, 0.0])], "tie-grads",
+           gradcheck=False),
+    OpCase("maximum", lambda m, a, b: m.maximum(a, b), [In((4,), "int"), In((4,))],
+           "int-float", grad=False),
+    OpCase("maximum", lambda m, a, b: m.maximum(a, b), [SPECIAL, fixed([0.0] * 6, False)],
+           "nan", dtypes=F64, grad=False),
+    OpCase("minimum", lambda m, a, b: m.minimum(a, b), [In((2, 1, 3)), In((4, 1))],
+           dtypes=ALL),
+    OpCase("minimum", lambda m, a, b: a.minimum(b),
+           [fixed([1.0, 2.0, -1.0, 0.0]), fixed([1.0, 3.0, -1.0, 0.0])], "tie-grads",
+           gradcheck=False),
+    OpCase("where", lambda m, a: m.clamp(a, -0.5, 0.5), [In((3, 4))], "clamp", dtypes=ALL),
+    OpCase("where", lambda m, a: a.clamp(min=-0.3), [In((3, 4))], "clamp-min"),
+    OpCase("where", lambda m, a: a.clip(max=0.2), [In((3, 4))], "clip-max"),
+    OpCase("where", lambda m, a, lo, hi: m.clamp(a, lo, hi), [In((3, 4)), In((4,)), In((3, 1))],
+           "clamp-tensors"),
+    OpCase("where", lambda m, a, lo: m.clamp(a, min=lo), [In((3, 4)), In((4,))],
+           "clamp-tensor-min"),
+    OpCase("where", lambda m, a: m.clamp(a, min=0.5), [In((4,), "int")], "clamp-int-float",
+           grad=False),
+    OpCase("where", lambda m, a: m.clamp(a, min=1, max=3), [In((6,), "int")], "clamp-int",
+           grad=False),
+    OpCase("where", lambda m, a: m.clamp(a, -1.0, 1.0), [SPECIAL], "clamp-nan",
+           dtypes=F64, grad=False),
+    OpCase("where", lambda m, a, lo: m.clamp_min(a, lo), [In((3, 4)), In((3, 4))],
+           "clamp_min"),
+    OpCase("where", lambda m, a: a.clamp_max(0.1), [In((3, 4))], "clamp_max"),
+    OpCase("where", lambda m, a: m.nn.functional.hardtanh(a), [In((3, 4))], "hardtanh",
+           dtypes=ALL),
+    OpCase("where", lambda m, a: m.nn.functional.relu6(a * 5), [In((3, 4))], "relu6"),
+    OpCase("where", lambda m, a: m.nn.functional.hardsigmoid(a * 3), [In((3, 4))],
+           "hardsigmoid"),
+    OpCase("where", lambda m, a: m.nn.functional.hardswish(a * 3), [In((3, 4))],
+           "hardswish"),
+    OpCase("where", lambda m, a: m.nn.functional.leaky_relu(a), [In((3, 4))], "leaky_relu",
+           dtypes=ALL),
+    OpCase("where", lambda m, a: m.nn.functional.leaky_relu(a, negative_slope=0.2),
+           [In((3, 4))], "leaky_relu-slope"),
+    # -- logic and predicates ----------------------------------------------------------------
+    OpCase("bitwise_and", lambda m, a, b: a & b, [In((3, 4), "bool"), In((4,), "bool")],
+           grad=False),
+    OpCase("bitwise_and", lambda m, a, b: m.bitwise_and(a, b),
+           [In((3, 4), "int"), In((4,), "int")], "int", grad=False),
+    OpCase("bitwise_and", lambda m, a, b: m.logical_and(a, b), [small_ints(3, 4), small_ints(4)],
+           "logical", grad=False),
+    OpCase("bitwise_or", lambda m, a, b: a | b, [In((3, 4), "bool"), In((3, 4), "bool")],
+           grad=False),
+    OpCase("bitwise_or", lambda m, a: True | a, [In((5,), "bool")], "reflected", grad=False),
+    OpCase("bitwise_or", lambda m, a, b: a.logical_or(b), [In((4,), "int"), small_ints(4)],
+           "logical", grad=False),
+    OpCase("bitwise_xor", lambda m, a: a ^ True, [In((3, 4), "bool")], grad=False),
+    OpCase("bitwise_xor", lambda m, a, b: m.logical_xor(a, b), [small_ints(6), In((6,), "bool")],
+           "logical", grad=False),
+    OpCase("bitwise_not", lambda m, a: ~a, [In((3, 4), "bool")], grad=False),
+    OpCase("bitwise_not", lambda m, a: ~a, [signed_ints(5)], "int", grad=False),
+    OpCase("bitwise_not", lambda m, a: m.logical_not(a), [small_ints(6)], "logical",
+           grad=False),
+    OpCase("isnan", lambda m, a: m.isnan(a), [SPECIAL], dtypes=ALL, grad=False),
+    OpCase("isnan", lambda m, a: a.isnan(), [In((4,), "int")], "int", grad=False),
+    OpCase("isinf", lambda m, a: m.isinf(a), [SPECIAL], dtypes=ALL, grad=False),
+    OpCase("isfinite", lambda m, a: a.isfinite(), [SPECIAL], dtypes=ALL, grad=False),
+    OpCase("isfinite", lambda m, a: m.isfinite(a), [In((4,), "int")], "int", grad=False),
+    # -- activations -------------------------------------------------------------------------
+    OpCase("relu", lambda m, a: m.relu(a), [away(3, 4)], dtypes=ALL),
+    OpCase("relu", lambda m, a: m.nn.functional.relu(a), [signed_ints(5)], "int", grad=False),
+    OpCase("sigmoid", lambda m, a: m.sigmoid(a), [In((3, 4))], dtypes=ALL),
+    OpCase("sigmoid", lambda m, a: a.sigmoid(),
+           [fixed([-800.0, -60.0, -20.0, 0.0, 20.0, 60.0, 800.0])], "large", dtypes=F64),
+    OpCase("sigmoid", lambda m, a: m.sigmoid(a), [In((4,), "int", -3, 3)], "int", grad=False),
+    OpCase("sigmoid", lambda m, a: m.nn.functional.silu(a), [In((3, 4))], "silu", dtypes=ALL),
+    OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [In((3, 4))], dtypes=ALL),
+    OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [uniform(40, low=-8.0, high=8.0)],
+           "wide", dtypes=F64),
+    OpCase("tanh", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"), [In((3, 4))],
+           "gelu-tanh", dtypes=F64),
+    OpCase("elu", lambda m, a: m.nn.functional.elu(a), [In((3, 4))], dtypes=ALL),
+    OpCase("elu", lambda m, a: m.nn.functional.elu(a, alpha=0.5),
+           [fixed([-30.0, -1.0, 0.5, 100.0, 1000.0])], "alpha-wide", dtypes=F64),
+    OpCase("elu", lambda m, a: m.nn.functional.selu(a), [In((3, 4))], "selu"),
+    OpCase("elu", lambda m, a: m.nn.functional.celu(a, alpha=2.0), [In((3, 4))], "celu"),
+    OpCase("softplus", lambda m, a: m.nn.functional.softplus(a), [In((3, 4))], dtypes=ALL),
+    OpCase("softplus", lambda m, a: m.nn.functional.softplus(a, beta=2, threshold=5),
+           [uniform(30, low=-6.0, high=6.0)], "beta-threshold", dtypes=F64),
+    OpCase("softplus", lambda m, a: m.nn.functional.softplus(a),
+           [fixed([-800.0, -30.0, 15.0, 25.0, 800.0])], "wide", dtypes=F64),
+    OpCase("softplus", lambda m, a: m.nn.functional.mish(a), [In((3, 4))], "mish"),
+    OpCase("softplus", lambda m, a: m.nn.functional.logsigmoid(a), [In((3, 4))],
+           "logsigmoid"),
+]

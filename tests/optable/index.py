@@ -1,0 +1,130 @@
+"""Rows for the indexing family: the primitives index, index_put and argsort, and the
+composites built on them (getitem/setitem, gather/scatter, index_select/index_add,
+take_along_dim, masked_*, sort/topk, one_hot)."""
+import numpy as np
+
+from . import In, OpCase
+
+ALL_FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+
+def distinct(shape, dim, size):
+    """An int64 index of ``shape`` whose entries along ``dim`` are distinct positions in
+    [0, size): scatter without duplicate targets has one well-defined result."""
+    def make(rng, float_dtype):
+        moved = list(shape)
+        n = moved.pop(dim)
+        rows = [rng.permutation(size)[:n] for _ in range(int(np.prod(moved)))]
+        return np.moveaxis(np.array(rows).reshape(moved + [n]), -1, dim).astype(np.int64)
+    return In(tuple(shape), "custom", fn=make)
+
+
+def setitem(key):
+    """A row function doing ``c = a * 1; c[key(m, *rest)] = v`` (setitem out of place)."""
+    def fn(m, a, v, *rest):
+        c = a * 1
+        c[key(m, *rest)] = v
+        return c
+    return fn
+
+
+def idx(*shape, low=0, high=3):
+    return In(shape, "int", low, high)
+
+
+CASES = [
+    # index: advanced getitem
+    OpCase("index", lambda m, a, i: a[i], [In((3, 4)), idx(5)], "rows", dtypes=ALL_FLOATS),
+    OpCase("index", lambda m, a, i: a[i], [In((4, 2)), idx(2, 3, low=-4, high=4)],
+           "negative-2d"),
+    OpCase("index", lambda m, a, i, j: a[:, i, j], [In((2, 3, 4)), idx(2, 1), idx(3)],
+           "adjacent-broadcast"),
+    OpCase("index", lambda m, a, i, j: a[i, :, j], [In((3, 2, 4)), idx(2), idx(2)],
+           "separated"),
+    OpCase("index", lambda m, a, i: a[0, :, i], [In((2, 3, 4)), idx(5)], "int-then-array"),
+    OpCase("index", lambda m, a, i: a[1:, None, i], [In((3, 4)), idx(2, 2)], "slice-none"),
+    OpCase("index", lambda m, a: a[[0, 2, 2], ..., [1, 0, 1]], [In((3, 2, 4))], "lists"),
+    OpCase("index", lambda m, a, k: a[k], [In((3, 4)), In((3, 4), "bool")], "mask"),
+    OpCase("index", lambda m, a, k: a[:, k], [In((2, 3, 4)), In((3,), "bool")], "mask-dim1"),
+    OpCase("index", lambda m, a, i: a[i], [In((4, 3), "int"), idx(2)], "int", grad=False),
+    OpCase("index", lambda m, a, i: m.gather(a, 1, i), [In((3, 4)), idx(3, 5, high=4)],
+           "gather", dtypes=ALL_FLOATS),
+    OpCase("index", lambda m, a, i: a.gather(0, i), [In((4, 5)), idx(2, 3, high=4)],
+           "gather-smaller"),
+    OpCase("index", lambda m, a, i: a.gather(-1, i), [In((2, 3, 4)), idx(2, 3, 6, high=4)],
+           "gather-3d"),
+    OpCase("index", lambda m, a, i: m.index_select(a, -1, i), [In((3, 4)), idx(6, high=4)],
+           "index_select", dtypes=ALL_FLOATS),
+    OpCase("index", lambda m, a, i: m.take_along_dim(a, i, dim=1),
+           [In((3, 4)), idx(1, 5, high=4)], "take_along_dim"),
+    OpCase("index", lambda m, a, i: m.take_along_dim(a, i), [In((3, 4)), idx(5, high=12)],
+           "take_along_dim-flat"),
+    OpCase("index", lambda m, a, k: m.masked_select(a, k), [In((3, 4)), In((4,), "bool")],
+           "masked_select"),
+    OpCase("index", lambda m, i: m.nn.functional.one_hot(i, 5), [idx(2, 3, high=5)],
+           "one_hot", grad=False),
+    OpCase("index", lambda m, i: m.nn.functional.one_hot(i), [idx(4, high=6)],
+           "one_hot-infer", grad=False),
+    # index_put: setitem with tensors, scatter family
+    OpCase("index_put", setitem(lambda m, i: i), [In((4, 3)), In((2, 3)), distinct((2,), 0, 4)],
+           "setitem-rows", dtypes=ALL_FLOATS),
+    OpCase("index_put", setitem(lambda m, i: (slice(None), i)),
+           [In((2, 5)), In((3,)), distinct((3,), 0, 5)], "setitem-broadcast"),
+    OpCase("index_put", setitem(lambda m, i: (0, slice(1, None), i)),
+           [In((2, 3, 4)), In(()), distinct((2,), 0, 4)], "setitem-mixed"),
+    OpCase("index_put", setitem(lambda m, i: i), [In((3, 2), "int"), 7, idx(2)],
+           "setitem-int", grad=False),
+    OpCase("index_put", lambda m, a, i, s: m.scatter(a, 1, i, s),
+           [In((3, 5)), distinct((3, 2), 1, 5), In((3, 2))], "scatter", dtypes=ALL_FLOATS),
+    OpCase("index_put", lambda m, a, i, s: m.scatter(a, 1, i, s),   # torch can't grad this
+           [In((3, 5)), distinct((2, 2), 1, 5), In((3, 4))], "scatter-larger-src", grad=False),
+    OpCase("index_put", lambda m, a, i: a.scatter(0, i, 2.5),
+           [In((4, 3)), distinct((2, 3), 0, 4)], "scatter-value"),
+    OpCase("index_put", lambda m, a, i, s: m.scatter_add(a, -1, i, s),
+           [In((2, 3)), idx(2, 5), In((2, 5))], "scatter_add", dtypes=ALL_FLOATS),
+    OpCase("index_put", lambda m, a, i, s: a.scatter(0, i, s, reduce="add"),
+           [In((3, 2)), idx(4, 2), In((4, 2))], "scatter-reduce-add", grad=False),
+    OpCase("index_put", lambda m, a, i, s: m.index_add(a, 0, i, s, alpha=2.0),
+           [In((3, 2)), idx(5), In((5, 2))], "index_add"),
+    OpCase("index_put", lambda m, a, i, j, v: m.index_put(a, (i, j), v, accumulate=True),
+           [In((3, 4)), idx(6), idx(6, high=4), In((6,))], "index_put-accumulate"),
+    OpCase("index_put", lambda m, a, i, s: a.scatter_add(1, i, s),
+           [In((2, 3), "int"), idx(2, 4), In((2, 4), "int")], "scatter_add-int", grad=False),
+    # slice_update and where through setitem / masked_fill
+    OpCase("slice_update", setitem(lambda m: (slice(None), slice(1, 3))),
+           [In((3, 4)), In((3, 1))], "setitem-slice", dtypes=ALL_FLOATS),
+    OpCase("slice_update", setitem(lambda m: (1, Ellipsis, None)), [In((3, 2, 4)), In((4, 1))],
+           "setitem-int-ellipsis"),
+    OpCase("slice_update", setitem(lambda m: slice(None, None, 2)), [In((5, 2)), 0.5],
+           "setitem-scalar"),
+    OpCase("where", setitem(lambda m, k: k), [In((3, 4)), In(()), In((3, 4), "bool")],
+           "setitem-mask"),
+    OpCase("where", setitem(lambda m, k: k), [In((3, 4)), In((4,)), In((3,), "bool")],
+           "setitem-mask-rows"),
+    OpCase("where", lambda m, a, k: m.masked_fill(a, k, -2.0), [In((3, 4)), In((4,), "bool")],
+           "masked_fill", dtypes=ALL_FLOATS),
+    OpCase("where", lambda m, a, k, v: a.masked_fill(k, v),
+           [In((2, 3)), In((2, 3), "bool"), In(())], "masked_fill-tensor"),
+    OpCase("where", lambda m, a, k: a.masked_fill(k, 2.7), [In((2, 3), "int"),
+                                                            In((2, 3), "bool")],
+           "masked_fill-int", grad=False),
+    # argsort, sort, topk
+    OpCase("argsort", lambda m, a: m.argsort(a), [In((3, 5), "distinct")], grad=False,
+           dtypes=ALL_FLOATS),
+    OpCase("argsort", lambda m, a: a.argsort(dim=0, descending=True), [In((4, 3), "distinct")],
+           "descending", grad=False),
+    OpCase("argsort", lambda m, a: m.sort(a, dim=-1, descending=True, stable=True),
+           [In((3, 6), "int", 0, 3)], "stable-ties", grad=False),
+    OpCase("argsort", lambda m, a: m.argsort(a, stable=True), [In((7,), "int", 0, 2)],
+           "stable-ties-asc", grad=False),
+    OpCase("argsort", lambda m, a: m.sort(a), [In((3, 4), "distinct")], "sort",
+           dtypes=ALL_FLOATS),
+    OpCase("argsort", lambda m, a: a.sort(0, descending=True), [In((4, 2, 3), "distinct")],
+           "sort-desc"),
+    OpCase("argsort", lambda m, a: m.topk(a, 2), [In((3, 5), "distinct")], "topk",
+           dtypes=ALL_FLOATS),
+    OpCase("argsort", lambda m, a: a.topk(3, dim=0, largest=False), [In((4, 3), "distinct")],
+           "topk-smallest"),
+    OpCase("argsort", lambda m, a: m.topk(a, 1, -1)[0] * 2, [In((2, 3, 4), "distinct")],
+           "topk-values"),
+]

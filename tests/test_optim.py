@@ -1,0 +1,368 @@
+"""Optimisers and gradient clipping against torch: identical starting weights, the same loss
+written once for both libraries, parameters compared after every step."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+
+STEPS = 6
+RTOL, ATOL = 1e-5, 1e-6   # atol: entries that pass near 0 carry float32 noise
+
+
+def _start(seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((3, 4)).astype(dtype),
+            "b": rng.standard_normal(4).astype(dtype)}
+
+
+def _data(step, dtype=np.float32):
+    rng = np.random.default_rng(100 + step)
+    return rng.standard_normal((3, 4)).astype(dtype), float(rng.standard_normal())
+
+
+def _loss(lib, params, step):
+    """A small non-separable problem built from basic ops, new data at every step."""
+    x, y = _data(step, params["w"].detach().numpy().dtype)
+    w, b = params["w"], params["b"]
+    fit = ((w * lib.tensor(x)).sum() - y) ** 2
+    return fit + ((b - 0.5) ** 2 * b).sum() + (w ** 2).sum() * 0.1
+
+
+def _params(lib, start):
+    return {k: lib.tensor(v.copy(), requires_grad=True) for k, v in start.items()}
+
+
+def _step(lib, opt, params, step):
+    opt.zero_grad()
+    _loss(lib, params, step).backward()
+    opt.step()
+
+
+def _assert_params(dg_params, torch_params, step):
+    for k in dg_params:
+        np.testing.assert_allclose(dg_params[k].detach().numpy(),
+                                   torch_params[k].detach().numpy(), rtol=RTOL, atol=ATOL,
+                                   err_msg=f"parameter {k} after step {step}")
+
+
+def _run_both(make_opt, start, steps=STEPS):
+    """Run dualgraph and torch side by side from ``start``; ``make_opt(lib, params)``."""
+    runs = {}
+    for lib in (dg, torch):
+        params = _params(lib, start)
+        runs[lib] = (params, make_opt(lib, params))
+    for step in range(steps):
+        for lib, (params, opt) in runs.items():
+            _step(lib, opt, params, step)
+        _assert_params(runs[dg][0], runs[torch][0], step)
+    return runs
+
+
+CONFIGS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3, weight_decay=0.1)),
+    ("SGD", dict(lr=0.01, momentum=0.5, maximize=True)),
+    ("Adam", dict(lr=0.1)),
+    ("Adam", dict(lr=0.05, weight_decay=0.1)),
+    ("Adam", dict(lr=0.05, amsgrad=True)),
+    ("Adam", dict(lr=0.05, betas=(0.8, 0.9), eps=1e-6, maximize=True)),
+    ("Adam", dict(lr=0.05, weight_decay=0.1, decoupled_weight_decay=True)),
+    ("AdamW", dict(lr=0.1)),
+    ("AdamW", dict(lr=0.05, weight_decay=0.2, amsgrad=True)),
+    ("RMSprop", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.01, centered=True)),
+    ("RMSprop", dict(lr=0.01, momentum=0.9)),
+    ("RMSprop", dict(lr=0.01, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.1)),
+    ("RMSprop", dict(lr=0.01, maximize=True)),
+    ("Adagrad", dict(lr=0.1)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.1)),
+    ("Adagrad", dict(lr=0.1, weight_decay=0.1, initial_accumulator_value=0.5)),
+    ("Adagrad", dict(lr=0.1, eps=1e-3, maximize=True)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", CONFIGS, ids=lambda c: str(c))
+def test_optimizer_matches_torch(name, kwargs):
+    _run_both(lambda lib, p: getattr(lib.optim, name)(p.values(), **kwargs), _start())
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop"])
+def test_float64_parameters(name):
+    kwargs = {"lr": 0.01, "momentum": 0.9} if name != "Adam" else {"lr": 0.01}
+    _run_both(lambda lib, p: getattr(lib.optim, name)(p.values(), **kwargs),
+              _start(dtype=np.float64))
+
+
+@pytest.mark.parametrize("name,group_kwargs", [
+    ("SGD", dict(lr=0.01, momentum=0.5)),
+    ("Adam", dict(lr=0.01, betas=(0.5, 0.9), amsgrad=True)),
+    ("RMSprop", dict(lr=0.001, centered=True)),
+])
+def test_param_groups(name, group_kwargs):
+    def make(lib, p):
+        return getattr(lib.optim, name)(
+            [{"params": [p["w"]]}, {"params": [p["b"]], **group_kwargs}], lr=0.1)
+    runs = _run_both(make, _start(1))
+    dg_opt, torch_opt = runs[dg][1], runs[torch][1]
+    for dg_group, torch_group in zip(dg_opt.param_groups, torch_opt.param_groups):
+        for k, v in dg_group.items():
+            if k != "params":
+                assert torch_group[k] == v, k
+
+
+def _clone_state_dict(sd):
+    """A deep copy, as writing a checkpoint to disk and reading it back would give."""
+    def copy_value(v):
+        return dg.tensor(v.numpy()) if isinstance(v, dg.Tensor) else copy.deepcopy(v)
+    return {"state": {i: {k: copy_value(v) for k, v in s.items()}
+                      for i, s in sd["state"].items()},
+            "param_groups": copy.deepcopy(sd["param_groups"])}
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("Adam", dict(lr=0.05, amsgrad=True)),
+    ("AdamW", dict(lr=0.05)),
+    ("RMSprop", dict(lr=0.01, momentum=0.9, centered=True)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01)),
+])
+def test_state_dict_round_trip(name, kwargs):
+    make = getattr(dg.optim, name)
+    params = _params(dg, _start(2))
+    opt = make(params.values(), **kwargs)
+    for step in range(3):
+        _step(dg, opt, params, step)
+    saved = _clone_state_dict(opt.state_dict())
+    resumed = {k: dg.tensor(v.detach().numpy(), requires_grad=True) for k, v in params.items()}
+    opt2 = make(resumed.values(), lr=123.0)   # hyper-parameters come from the checkpoint
+    opt2.load_state_dict(saved)
+    assert opt2.param_groups[0]["lr"] == kwargs["lr"]
+    for step in range(3, 7):
+        _step(dg, opt, params, step)
+        _step(dg, opt2, resumed, step)
+        for k in params:
+            np.testing.assert_array_equal(params[k].detach().numpy(),
+                                          resumed[k].detach().numpy())
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("Adam", dict(lr=0.05, amsgrad=True)),
+    ("RMSprop", dict(lr=0.01, momentum=0.9, centered=True)),
+    ("Adagrad", dict(lr=0.1)),
+])
+def test_state_dict_layout_matches_torch(name, kwargs):
+    runs = _run_both(lambda lib, p: getattr(lib.optim, name)(p.values(), **kwargs),
+                     _start(3), steps=2)
+    ours, theirs = runs[dg][1].state_dict(), runs[torch][1].state_dict()
+    assert ours["state"].keys() == theirs["state"].keys()
+    for i, state in ours["state"].items():
+        assert state.keys() == theirs["state"][i].keys()
+        for k, v in state.items():
+            np.testing.assert_allclose(v.numpy(), theirs["state"][i][k].numpy(), rtol=RTOL,
+                                       atol=ATOL, err_msg=k)
+    for group, torch_group in zip(ours["param_groups"], theirs["param_groups"]):
+        assert group["params"] == torch_group["params"]
+        assert set(group) <= set(torch_group)
+
+
+def test_load_state_dict_checks_layout():
+    a, b = dg.zeros(2, requires_grad=True), dg.zeros(3, requires_grad=True)
+    sd = dg.optim.SGD([a, b], lr=0.1).state_dict()
+    with pytest.raises(ValueError, match="parameter group"):
+        dg.optim.SGD([a], lr=0.1).load_state_dict(sd)
+    with pytest.raises(ValueError, match="parameter groups"):
+        dg.optim.SGD([{"params": [a]}, {"params": [b]}], lr=0.1).load_state_dict(sd)
+
+
+def test_load_state_dict_copies_and_casts():
+    p = dg.tensor([1.0, 2.0], requires_grad=True)
+    opt = dg.optim.Adam([p], lr=0.1)
+    (p * p).sum().backward()
+    opt.step()
+    q = dg.tensor([1.0, 2.0], dtype=dg.float64, requires_grad=True)
+    opt2 = dg.optim.Adam([q], lr=0.1)
+    opt2.load_state_dict(opt.state_dict())
+    assert opt2.state[q]["exp_avg"].dtype == dg.float64
+    assert opt2.state[q]["step"].dtype == dg.float64
+    assert opt2.state[q]["exp_avg_sq"] is not opt.state[p]["exp_avg_sq"]
+
+
+def test_gradient_accumulation_by_not_zeroing():
+    """Two backward passes without zero_grad sum their gradients, as in torch."""
+    runs = {}
+    for lib in (dg, torch):
+        params = _params(lib, _start(4))
+        opt = lib.optim.SGD(params.values(), lr=0.05, momentum=0.9)
+        for step in range(4):
+            if step % 2 == 0:
+                opt.zero_grad()
+            _loss(lib, params, step).backward()
+            if step % 2 == 1:
+                opt.step()
+        runs[lib] = params
+    _assert_params(runs[dg], runs[torch], "accumulated")
+
+
+def test_zero_grad():
+    p = dg.tensor([1.0, 2.0], requires_grad=True)
+    opt = dg.optim.SGD([p], lr=0.1)
+    (p * p).sum().backward()
+    opt.zero_grad(set_to_none=False)
+    np.testing.assert_array_equal(p.grad.numpy(), [0.0, 0.0])
+    opt.zero_grad()
+    assert p.grad is None
+
+
+def test_step_updates_parameters_in_place():
+    p = dg.tensor([1.0, 2.0], requires_grad=True)
+    storage, version = p._data, p._version_value
+    opt = dg.optim.Adam([p], lr=0.1)
+    (p * p).sum().backward()
+    opt.step()
+    assert p._data is storage and p._version_value > version
+    assert p.requires_grad and p.is_leaf
+
+
+def test_closure_returns_loss():
+    p = dg.tensor([1.0, 2.0], requires_grad=True)
+    opt = dg.optim.SGD([p], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+    with dg.no_grad():   # step's closure runs with grad enabled regardless
+        loss = opt.step(closure)
+    assert loss.item() == 5.0
+    np.testing.assert_allclose(p.detach().numpy(), [0.8, 1.6], rtol=1e-6)
+
+
+def test_tensor_learning_rate_matches_float():
+    results = []
+    for lr in (0.05, dg.tensor(0.05)):
+        params = _params(dg, _start(5))
+        opt = dg.optim.Adam(params.values(), lr=lr, weight_decay=0.1,
+                            decoupled_weight_decay=True)
+        for step in range(3):
+            _step(dg, opt, params, step)
+        results.append(params["w"].detach().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+
+
+def test_parameter_errors():
+    a, b = dg.zeros(2, requires_grad=True), dg.zeros(2, requires_grad=True)
+    with pytest.raises(TypeError, match="iterable"):
+        dg.optim.SGD(a, lr=0.1)
+    with pytest.raises(ValueError, match="empty"):
+        dg.optim.SGD([], lr=0.1)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        dg.optim.SGD([{"params": [a, b]}, {"params": [a]}], lr=0.1)
+    opt = dg.optim.SGD([a], lr=0.1)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [a]})
+    opt.add_param_group({"params": [b], "lr": 0.5})
+    assert opt.param_groups[1]["lr"] == 0.5 and opt.param_groups[1]["momentum"] == 0
+    with pytest.raises(ValueError, match="non-leaf"):
+        dg.optim.SGD([a * 2], lr=0.1)
+    with pytest.raises(ValueError, match="Nesterov"):
+        dg.optim.SGD([a], lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="learning rate"):
+        dg.optim.Adam([a], lr=-1.0)
+    with pytest.raises(ValueError, match="beta"):
+        dg.optim.Adam([a], betas=(0.9, 1.0))
+
+
+# -- gradient clipping ------------------------------------------------------------------------
+def _grads_pair(seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s).astype(np.float32) * scale for s in [(3, 4), (5,), ()]]
+    out = {}
+    for lib in (dg, torch):
+        params = [lib.tensor(a.copy(), requires_grad=True) for a in arrays]
+        for p, a in zip(params, arrays):
+            p.grad = lib.tensor(a * 3 + 1)
+        out[lib] = params
+    return out
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1, 3.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 1e4])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    params = _grads_pair(0)
+    total_dg = dg.nn.utils.clip_grad_norm_(params[dg], max_norm, norm_type=norm_type)
+    total_torch = torch.nn.utils.clip_grad_norm_(params[torch], max_norm, norm_type=norm_type)
+    assert isinstance(total_dg, dg.Tensor) and total_dg.ndim == 0
+    np.testing.assert_allclose(total_dg.item(), total_torch.item(), rtol=1e-6)
+    for p, q in zip(params[dg], params[torch]):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_grad_norm_single_tensor_and_no_grads():
+    p = dg.tensor([3.0, 4.0], requires_grad=True)
+    assert dg.nn.utils.clip_grad_norm_(p, 1.0).item() == 0.0
+    p.grad = dg.tensor([6.0, 8.0])
+    assert dg.nn.utils.clip_grad_norm_(p, 1.0).item() == pytest.approx(10.0)
+    np.testing.assert_allclose(p.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+
+
+def test_clip_grad_norm_nonfinite():
+    p = dg.tensor([1.0, 2.0], requires_grad=True)
+    p.grad = dg.tensor([float("nan"), 1.0])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        dg.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+    total = dg.nn.utils.clip_grad_norm_([p], 1.0)
+    assert math.isnan(total.item())
+
+
+def test_clip_grad_value_matches_torch():
+    params = _grads_pair(1, scale=2.0)
+    dg.nn.utils.clip_grad_value_(params[dg], 1.5)
+    torch.nn.utils.clip_grad_value_(params[torch], 1.5)
+    for p, q in zip(params[dg], params[torch]):
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+
+
+def test_parameters_to_vector_round_trip():
+    params = _grads_pair(2)
+    vec = dg.nn.utils.parameters_to_vector(params[dg])
+    expected = torch.nn.utils.parameters_to_vector(params[torch])
+    np.testing.assert_array_equal(vec.detach().numpy(), expected.detach().numpy())
+    dg.nn.utils.vector_to_parameters(vec * 2, params[dg])
+    for p, q in zip(params[dg], params[torch]):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy() * 2)
+
+
+def test_checkpoint_through_dg_save(tmp_path):
+    """An optimiser's state_dict written by dg.save and read by dg.load resumes exactly."""
+    params = _params(dg, _start(6))
+    opt = dg.optim.Adam(params.values(), lr=0.05, amsgrad=True)
+    for step in range(3):
+        _step(dg, opt, params, step)
+    path = str(tmp_path / "optim.safetensors")
+    dg.io.save({"optim": opt.state_dict(),
+                "params": {k: v.detach() for k, v in params.items()}}, path)
+    ckpt = dg.io.load(path)
+    resumed = {k: v.requires_grad_() for k, v in ckpt["params"].items()}
+    opt2 = dg.optim.Adam(resumed.values())
+    opt2.load_state_dict(ckpt["optim"])
+    for step in range(3, 6):
+        _step(dg, opt, params, step)
+        _step(dg, opt2, resumed, step)
+    for k in params:
+        np.testing.assert_array_equal(params[k].detach().numpy(), resumed[k].detach().numpy())
+
+
+def test_docs_examples_run():
+    import pathlib
+    import re
+    doc = pathlib.Path(__file__).parent.parent / "docs" / "optim.md"
+    for block in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S):
+        exec(compile(block, str(doc), "exec"), {"print": lambda *a: None})
