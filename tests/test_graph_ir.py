@@ -197,7 +197,7 @@ def _broken(kind):
     elif kind == "output":
         g.outputs.append(Graph().add_input((1,), "float32"))
     elif kind == "constant":
-        g.constants[g.inputs[0] if False else next(iter(g.constants))] = np.zeros(5)
+        g.constants[next(iter(g.constants))] = np.zeros(5)
     elif kind == "literal":
         n[1] = Node(n[1].op, (n[0].outputs[0], "0.5"), {}, n[1].outputs, n[1].location)
     return g

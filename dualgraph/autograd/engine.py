@@ -176,7 +176,15 @@ def _call_vjp(node: Node, grads: dict):
         g = tuple(grads.get(i) if i in grads else _zeros_like(o) if o.requires_grad
                   else None for i, o in enumerate(outs))
         out = outs
-    result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+    tracer = modes.tracer
+    if tracer is None:
+        result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+    else:   # traced VJP nodes carry the location of the forward op they differentiate
+        outer, tracer.backward_site = getattr(tracer, "backward_site", None), node.site
+        try:
+            result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+        finally:
+            tracer.backward_site = outer
     if not isinstance(result, tuple):
         result = (result,)
     if len(result) != len(node.inputs):

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..errors import CaptureError
 from ..shapes import Sym
 from ..tensor import Tensor
 from . import check as checking
+from .autodiff import build_backward, record_call
 from .guards import describe_guards, explain_miss, signature
 from .pytree import flatten, unflatten
 from .trace import Capture, Tracer
@@ -45,11 +47,14 @@ class Record:
 
 
 class Entry:
-    """A captured graph for one signature, ready to run."""
+    """A captured graph for one signature, ready to run; with ``backward`` (see
+    capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
-    def __init__(self, capture: Capture):
+    def __init__(self, capture: Capture, backward=None):
         self.capture = capture
         self.executable = Executable(capture.graph)
+        self.backward = backward
+        self.backward_executable = None if backward is None else Executable(backward.graph)
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -69,13 +74,21 @@ class Entry:
         leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
         outs = self.executable.run(self.inputs(tensor_args), on_node=on_node)
-        return self.finish(outs)
+        return self.finish(outs, tensor_args)
 
-    def finish(self, outs: list):
-        """Rebuild the user's outputs and apply the writebacks."""
+    def finish(self, outs: list, tensor_args: list):
+        """Rebuild the user's outputs, apply the writebacks, join the autograd tape."""
         cap = self.capture
+        saved = []
+        if self.backward is not None:
+            saved = outs[len(outs) - self.backward.num_saved:]
+            outs = outs[:len(outs) - self.backward.num_saved]
         it = iter(outs)
         leaves = [Tensor._make(next(it)) if k == "value" else k[1] for k in cap.out_leaves]
+        if self.backward is not None and grad_mode.enabled:
+            inputs = [tensor_args[b.index] if b.kind == "arg" else b.tensor
+                      for b in self.backward.diff_inputs]
+            record_call(self.backward, self.backward_executable, leaves, saved, inputs)
         for (kind, t), new in zip(cap.writebacks, it):
             if kind == "data":
                 np.copyto(t._data, new)
@@ -97,8 +110,9 @@ class Compiled:
     """The callable ``dg.compile`` returns; see the module docstring."""
 
     def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None,
-                 retrace_limit=RETRACE_LIMIT):
+                 retrace_limit=RETRACE_LIMIT, strict=False):
         self.fn = fn
+        self.strict = strict     # dg.jit.trace: a new signature is an error, not a retrace
         self.module = fn if is_module(fn) else None
         self.check = check
         self.fullgraph = fullgraph
@@ -123,6 +137,11 @@ class Compiled:
         sig = signature(args, kwargs, leaf_dynamic, self.module)
         entry = self.cache.get(sig)
         if entry is None:
+            if self.strict and self.cache:
+                reason, fix = explain_miss(sig, next(iter(self.cache)),
+                                           self._leaf_names(args, kwargs))
+                raise TypeError(f"this traced function was traced for other inputs: {reason}."
+                                f" Trace again, or use dg.compile, which retraces. ({fix})")
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
             entry = self._capture(args, kwargs, sig, leaf_dynamic)
@@ -192,10 +211,13 @@ class Compiled:
                         index += 1
                 result = self.fn(*args, **kwargs)
                 capture = tracer.finish(result)
+                backward = None
+                if grad_mode.enabled:
+                    backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:
             return self._graph_break(e)
         capture.graph.verify()
-        entry = Entry(capture)
+        entry = Entry(capture, backward)
         if self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"

@@ -40,6 +40,7 @@ class Binding:
     array: np.ndarray | None      # the storage at trace time, restored when tracing ends
     grad: object = None            # tensor.grad when first seen, restored when tracing ends
     index: int = -1                # for "arg": the position among the tensor arguments
+    history: tuple = ()            # (grad_fn, output index, accumulator), restored at the end
 
 
 @dataclass
@@ -70,11 +71,14 @@ class Tracer:
         self._names = names or {}                    # id(tensor) -> readable input name
         self._mutated: dict[int, Binding] = {}
         self._grad_written: dict[int, Tensor] = {}
+        self.backward_site = None   # while autograd traces a VJP: the forward op's site
+        self.program = None         # the dg.static.Program this tracer builds, if any
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
     def run(self, op, args, attrs):
         inputs = [self.value_of(a) if isinstance(a, Tensor) else a for a in args]
-        location = format_site(user_site())
+        site = self.backward_site
+        location = format_site(user_site()) if site is None else f"{format_site(site)} (vjp)"
         try:
             outs = self.graph.add_node(op, inputs, attrs, location=location)
         except ShapeError as e:
@@ -103,10 +107,14 @@ class Tracer:
         name = name or self._names.get(id(t)) or ("arg" if kind == "arg" else "captured")
         value = self.graph.add_input(array.shape if shape is None else shape, array.dtype,
                                      name=name)
-        binding = Binding(kind, t, value, array, t.grad, index)
+        binding = Binding(kind, t, value, array, t.grad, index,
+                          (t.grad_fn, t._output_nr, t._accumulator))
         self.bindings.append(binding)
         self._bound[id(t)] = binding
         t._data = value
+        # Inside the graph an input is a leaf: gradients stop here (the compiled call is one
+        # node on the outer tape, connected to the input's real history).
+        t.grad_fn, t._accumulator = None, None
         return binding
 
     def constant(self, array: np.ndarray) -> Value:
@@ -151,6 +159,7 @@ class Tracer:
         """Turn the function's return value and the recorded side effects into outputs."""
         from .pytree import flatten
         leaves, spec = flatten(result)
+        self.result_leaves = leaves
         outputs, kinds = [], []
         for leaf in leaves:
             if isinstance(leaf, Tensor):
@@ -187,6 +196,7 @@ class Tracer:
                 continue
             b.tensor._data = b.array
             b.tensor.grad = b.grad
+            b.tensor.grad_fn, b.tensor._output_nr, b.tensor._accumulator = b.history
         for leaf in self._grad_written.values():
             if id(leaf) not in self._bound:
                 leaf.grad = None

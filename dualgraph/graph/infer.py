@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..shapes import ShapeError, Sym
-from .ir import Graph, GraphError, Value, as_dtype, as_shape, subgraphs
+from .ir import Graph, GraphError, Value, as_dtype, as_shape
 from .printer import format_node
 
 

@@ -163,7 +163,7 @@ def subgraphs(attrs: dict):
 def check_attr(name: str, val) -> object:
     """Check an attr value is one the IR can print and serialise; NumPy scalars become
     Python scalars (kernels and shape rules treat them alike)."""
-    if isinstance(val, np.generic) and not isinstance(val, np.dtype):
+    if isinstance(val, np.generic):
         val = val.item()
     if type(val) in _LITERALS or type(val) is str or val is Ellipsis:
         return val
@@ -172,8 +172,10 @@ def check_attr(name: str, val) -> object:
     if isinstance(val, (np.dtype, dtypes.DType)) or (
             isinstance(val, type) and issubclass(val, np.generic)):
         return as_dtype(val)
-    if isinstance(val, (tuple, list)):
-        return type(val)(check_attr(name, v) for v in val)
+    if isinstance(val, tuple):   # (subclasses such as Size become plain tuples)
+        return tuple(check_attr(name, v) for v in val)
+    if isinstance(val, list):
+        return [check_attr(name, v) for v in val]
     if isinstance(val, slice):
         return slice(*(check_attr(name, v) for v in (val.start, val.stop, val.step)))
     raise GraphError(f"attr {name}={val!r} has type {type(val).__name__}; attrs may be "
@@ -208,8 +210,8 @@ class Graph:
         self._names.add(name)
         return name
 
-    def _new_value(self, name, shape, dtype, producer=None) -> Value:
-        v = Value(self._fresh(name), as_shape(shape), as_dtype(dtype), producer)
+    def _new_value(self, name, shape, dtype) -> Value:
+        v = Value(self._fresh(name), as_shape(shape), as_dtype(dtype))
         self._defined.add(v)
         return v
 
@@ -248,7 +250,7 @@ class Graph:
             raise GraphError(f"{op.name} got unknown attrs {unknown}; it takes "
                              f"{list(op.attrs)}")
         types = infer_types(op, inputs, attrs)
-        names = names or [op.name] * len(types)
+        names = [n or op.name for n in names] if names else [op.name] * len(types)
         if len(names) != len(types):
             raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
         outs = tuple(self._new_value(n, t.shape, t.dtype) for n, t in zip(names, types))

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._helpers import short_location
 from ..shapes import Sym
-from .ir import Graph, Value, subgraphs, type_str
+from .ir import Graph, Value, subgraphs
 
 _MAX_CONST_ELEMENTS = 8   # larger constants print as `constant` alone
 

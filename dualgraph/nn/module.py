@@ -102,7 +102,6 @@ class Module:
     """
 
     training: bool
-    _version = 1  # bumped when the state-dict layout of a subclass changes (as torch)
 
     def __init__(self):
         # object.__setattr__: our own __setattr__ needs these dicts to exist first.
@@ -414,7 +413,8 @@ class Module:
         missing, unexpected, errors = [], [], []
         for prefix, module in self.named_modules(remove_duplicate=False):
             prefix = prefix + "." if prefix else ""
-            module._load_local(state_dict, prefix, assign, missing, unexpected, errors)
+            module._load_from_state_dict(state_dict, prefix, {"assign_to_params_buffers": assign},
+                                         True, missing, unexpected, errors)
         if strict:
             if unexpected:
                 errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(
@@ -427,9 +427,13 @@ class Module:
                 type(self).__name__, "\n\t".join(errors)))
         return _IncompatibleKeys(missing, unexpected)
 
-    def _load_local(self, state_dict, prefix, assign, missing, unexpected, errors):
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing,
+                              unexpected, errors):
         """Load this module's own entries; record missing keys and, among the keys under
-        ``prefix``, the ones neither this module nor a child claims."""
+        ``prefix``, the ones neither this module nor a child claims. Same signature as
+        torch's, so a layer that converts old checkpoint formats overrides it the same way
+        (``strict`` is always True here; ``load_state_dict`` decides what is an error)."""
+        assign = local_metadata.get("assign_to_params_buffers", False)
         local = self._local_state()
         for name, target in local.items():
             key = prefix + name

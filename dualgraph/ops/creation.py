@@ -13,7 +13,7 @@ from .random import Generator, default_generator, manual_seed, rng_of  # noqa: F
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
            "randn", "randint", "randperm", "rand_like", "randn_like", "clone", "Generator",
-           "manual_seed", "default_generator"]
+           "manual_seed", "default_generator", "state_like"]
 
 
 def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
@@ -169,3 +169,18 @@ CLONE = defop("clone", lambda x: np.array(x, copy=True),
               vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity")
 
 METHODS = {"clone": clone}
+
+
+def state_like(x, fill_value=0, dtype=None) -> Tensor:
+    """A new *persistent state* tensor shaped like ``x`` (optimiser moments, step counts).
+
+    Unlike ``full_like``, it is always a real (eager) tensor, also while a function is being
+    traced: the captured graph then reads it as an input and writes its updates back, so the
+    state lives on between calls of a compiled training step instead of being rebuilt from
+    zeros inside the graph each time.
+    """
+    dt = x._data.dtype if dtype is None else dtypes.to_np(dtype)
+    shape = tuple(x.shape)
+    if not all(isinstance(d, int) for d in shape):
+        raise ValueError(f"state_like needs a concrete shape, got {shape}")
+    return Tensor._make(np.full(shape, fill_value, dtype=dt))

@@ -88,8 +88,25 @@ def _all_dims(dim, ndim: int) -> tuple:
     return normalize_dims(None if dim == () else dim, ndim)
 
 
-def _reduced_size(shape: tuple, dims: tuple) -> int:
-    return numel(shape[d] for d in dims)
+def _count_kernel(x, dims):
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return np.asarray(n, dtype=x.dtype if is_float(x.dtype) else dtypes.default_float())
+
+
+COUNT = defop("count", _count_kernel,
+              lambda x, dims: ShapedType((), x.dtype if is_float(x.dtype)
+                                         else dtypes.default_float()),
+              attrs=("dims",), saves="", onnx=None,
+              doc="The number of elements in ``dims`` of x, as a 0-d float tensor.")
+
+
+def _reduced_size(x, dims: tuple):
+    """How many elements a reduction over ``dims`` combines: a Python int, or, when a dim
+    is symbolic (a traced dynamic batch), a 0-d tensor computed at run time."""
+    n = numel(x._data.shape[d] for d in dims)
+    return n if isinstance(n, int) else apply(COUNT, x, dims=dims)
 
 
 # -- sum, mean, prod ---------------------------------------------------------------------------
@@ -141,7 +158,7 @@ def _mean_kernel(x, dims, keepdim):
 
 MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",
              vjp=lambda g, out, x, dims, keepdim: _expand_back(
-                 g / _reduced_size(tuple(x.shape), dims), tuple(x.shape), dims, keepdim),
+                 g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
              onnx="ReduceMean")
 
 
@@ -370,7 +387,8 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dims = normalize_dims(dim, input.ndim)
     x = input.float() if input.element_size() < 4 else input
     centred = x - mean(x, dims, keepdim=True)
-    dof = _max(_reduced_size(tuple(x.shape), dims) - correction, 0)
+    n = _reduced_size(x, dims)
+    dof = _max(n - correction, 0) if isinstance(n, int) else n - correction
     return (sum(centred * centred, dims, keepdim) / dof).to(input.dtype)
 
 

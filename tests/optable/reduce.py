@@ -200,3 +200,9 @@ CASES = [
     OpCase("softmax", double(lambda m, x: x.softmax(1)), [In((3, 4))], "double"),
     OpCase("log_softmax", double(lambda m, x: x.log_softmax(1)), [In((3, 4))], "double"),
 ]
+
+# `count` is what mean/var divide by when a dim is symbolic; eagerly it is a plain number.
+CASES.append(OpCase("count", lambda m, x: (x.sum((0, 2)) / x[0, :, 0].numel())
+                    if m.__name__ == "torch" else
+                    x.sum((0, 2)) / m.ops.reduce.apply(m.ops.reduce.COUNT, x, dims=(1,)),
+                    [In((2, 3, 4))]))

@@ -1,0 +1,113 @@
+"""Compiled functions that stay differentiable from the outside.
+
+When a captured function returns tensors that require grad (``out = compiled_model(x)``
+followed by ``loss.backward()`` outside), the trace also records the backward pass: one
+cotangent input per differentiable output and the VJPs of every op, traced by the same
+autograd engine. The joint graph is then split, as AOTAutograd does, into a *forward* graph
+(which also returns the values the backward needs) and a *backward* graph (from those saved
+values and the cotangents to the input gradients). At run time the forward graph's outputs
+are recorded on the autograd tape as one node whose VJP runs the backward graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..autograd import engine
+from ..dispatch import _record
+from ..graph import Graph
+from ..graph.ir import Value
+from ..tensor import Tensor
+from .subgraph import copy_nodes
+
+
+@dataclass
+class Backward:
+    """The backward half of a split graph and how it connects to the forward half."""
+    graph: Graph
+    num_saved: int          # forward outputs after the user's and the writebacks'
+    diff_outputs: list      # positions (among user output leaves) of differentiable outputs
+    diff_inputs: list       # bindings whose tensors receive gradients
+    grad_present: list      # per diff input: does the backward graph produce a gradient?
+
+
+def build_backward(tracer, capture, result_tensors) -> Backward | None:
+    """Trace the VJPs of the differentiable outputs, then split the joint graph in two."""
+    diff_outputs = [i for i, t in enumerate(result_tensors)
+                    if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None]
+    diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
+    if not diff_outputs or not diff_inputs:
+        return None
+    graph = capture.graph
+    roots = [result_tensors[i] for i in diff_outputs]
+    cotangents = [Tensor._make(graph.add_input(r._data.shape, r._data.dtype, name="grad_out"))
+                  for r in roots]
+    grads = engine.run_backward(roots, cotangents, retain_graph=True, create_graph=False,
+                                capture=[b.tensor for b in diff_inputs])
+    grad_values = [None if g is None else tracer.value_of(g) for g in grads]
+    forward_outputs = list(graph.outputs)
+    return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
+                  grad_values, diff_outputs, diff_inputs)
+
+
+def _split(joint: Graph, capture, forward_outputs, cot_values, grad_values, diff_outputs,
+           diff_inputs) -> Backward:
+    tainted = set(cot_values)
+    backward_nodes, forward_nodes = [], []
+    for node in joint.nodes:
+        if any(isinstance(x, Value) and x in tainted for x in node.inputs):
+            backward_nodes.append(node)
+            tainted.update(node.outputs)
+        else:
+            forward_nodes.append(node)
+    produced_backward = set(tainted)
+    present = [g for g in grad_values if g is not None]
+    saved = []
+    for v in _reads(backward_nodes) + present:
+        if v not in produced_backward and v not in saved:
+            saved.append(v)
+
+    fwd_inputs = [v for v in joint.inputs if v not in cot_values]
+    forward = copy_nodes(joint, fwd_inputs, forward_nodes, forward_outputs + saved)
+    backward = copy_nodes(joint, saved + list(cot_values), backward_nodes, present)
+    capture.graph = forward
+    return Backward(backward, len(saved), diff_outputs, diff_inputs,
+                    [g is not None for g in grad_values])
+
+
+def _reads(nodes) -> list:
+    out = []
+    for node in nodes:
+        out.extend(x for x in node.inputs if isinstance(x, Value))
+    return out
+
+
+class CompiledOp:
+    """The autograd tape's view of one call of a compiled function: its VJP runs the
+    backward graph on the values the forward graph saved."""
+
+    saves_inputs = False
+    saves_outputs = False
+    differentiable_outputs = None
+    name = "compiled"
+
+    def __init__(self, backward: Backward, executable, saved: list):
+        self.backward, self.executable, self.saved = backward, executable, saved
+        self.num_outputs = len(backward.diff_outputs)
+
+    def vjp(self, g, out, *inputs):
+        from ..ops.creation import zeros_like
+        gs = (g,) if self.num_outputs == 1 else g
+        outs = (out,) if self.num_outputs == 1 else out
+        cots = [(gi if gi is not None else zeros_like(o))._data for gi, o in zip(gs, outs)]
+        results = iter(self.executable.run(self.saved + cots))
+        grads = [Tensor._make(next(results)) if present else None
+                 for present in self.backward.grad_present]
+        return tuple(grads)
+
+
+def record_call(backward: Backward, executable, user_leaves: list, saved: list, inputs):
+    """Put the differentiable outputs of this call on the autograd tape; ``inputs`` are
+    this call's tensors for ``backward.diff_inputs``."""
+    op = CompiledOp(backward, executable, saved)
+    outs = tuple(user_leaves[i] for i in backward.diff_outputs)
+    _record(op, inputs, outs, {})

@@ -1,0 +1,20 @@
+"""``dg.jit``: tracing into static functions, and (soon) AST conversion of control flow."""
+from __future__ import annotations
+
+from .capture.compile import Compiled
+
+
+def trace(fn_or_module, example_inputs, *, check=False):
+    """Trace ``fn_or_module`` once on ``example_inputs`` (a tensor or a tuple of them) and
+    return a static function with ``.graph``; calling it with inputs of another signature
+    is an error (``dg.compile`` retraces instead).
+
+    >>> import dualgraph as dg
+    >>> f = dg.jit.trace(lambda x: x * 2, dg.ones(3))
+    >>> print(f.graph)   # doctest: +SKIP
+    """
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    traced = Compiled(fn_or_module, check=check, fullgraph=True, strict=True)
+    traced(*example_inputs)
+    return traced

@@ -1,0 +1,267 @@
+"""Elementwise behaviour the op table can't express: in-place methods, bool operators, clamp
+bounds, erf accuracy, second derivatives, and the fusion expressions of the registry."""
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from dualgraph.ops import OpDef
+from dualgraph.ops import elementwise as ew
+
+X = np.array([[-2.5, -0.7, 0.0], [0.3, 1.2, 3.9]], dtype=np.float32)
+
+
+def both(values=X):
+    return dg.tensor(values), torch.tensor(values)
+
+
+# -- in-place methods ----------------------------------------------------------------------------
+INPLACE = [
+    ("relu_", ()), ("sigmoid_", ()), ("tanh_", ()), ("exp_", ()), ("abs_", ()), ("neg_", ()),
+    ("clamp_", (-1.0, 1.0)), ("clamp_min_", (0.1,)), ("clamp_max_", (0.2,)), ("clip_", (0, 2)),
+    ("floor_", ()), ("ceil_", ()), ("round_", ()), ("trunc_", ()), ("sign_", ()),
+    ("erf_", ()), ("square_", ()), ("expm1_", ()), ("fill_", (2.5,)), ("zero_", ()),
+    ("remainder_", (1.5,)), ("fmod_", (1.5,)), ("floor_divide_", (0.5,)),
+]
+
+
+@pytest.mark.parametrize("name,args", INPLACE, ids=[n for n, _ in INPLACE])
+def test_inplace_method_values_and_version(name, args):
+    a, t = both()
+    version = a._version_value
+    out = getattr(a, name)(*args)
+    getattr(t, name)(*args)
+    assert out is a
+    assert a._version_value == version + 1
+    np.testing.assert_allclose(a.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sqrt_", "log1p_", "rsqrt_", "log_", "log2_", "reciprocal_"])
+def test_inplace_method_positive_inputs(name):
+    a, t = both(np.abs(X) + 0.5)
+    getattr(a, name)()
+    getattr(t, name)()
+    np.testing.assert_allclose(a.numpy(), t.numpy(), rtol=1e-6)
+
+
+def test_inplace_writes_through_a_view():
+    base = dg.tensor(X.copy())
+    row = base.reshape(-1)
+    row.clamp_(min=0.0)
+    np.testing.assert_array_equal(base.numpy(), np.maximum(X, 0))
+
+
+def test_inplace_activation_on_a_non_leaf_has_torch_gradients():
+    for lib in (dg, torch):
+        x = lib.tensor(X, requires_grad=True)
+        y = x * 2
+        y.relu_()
+        z = x * 3
+        z.clamp_(-1.0, 1.0)
+        w = x * 1
+        w.fill_(5.0)
+        (y.sum() + (z * z).sum() + w.sum()).backward()
+        if lib is dg:
+            got = x.grad.numpy()
+        else:
+            want = x.grad.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_fill_with_a_tensor_value_gets_its_gradient():
+    v = dg.tensor(2.0, requires_grad=True)
+    y = dg.zeros(2, 3)
+    y.fill_(v)
+    (y * 3).sum().backward()
+    assert v.grad.item() == pytest.approx(18.0)
+    np.testing.assert_array_equal(y.detach().numpy(), np.full((2, 3), 2.0, np.float32))
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises():
+    x = dg.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        x.relu_()
+
+
+def test_functional_inplace_flag_returns_the_input():
+    a = dg.tensor(X.copy())
+    out = dg.nn.functional.relu(a, inplace=True)
+    assert out is a
+    np.testing.assert_array_equal(a.numpy(), np.maximum(X, 0))
+    b = dg.tensor(X.copy())
+    dg.nn.functional.leaky_relu(b, 0.1, inplace=True)
+    np.testing.assert_allclose(b.numpy(), np.where(X > 0, X, 0.1 * X))
+
+
+# -- operators -----------------------------------------------------------------------------------
+def test_bool_operators_match_torch():
+    rng = np.random.default_rng(0)
+    p, q = rng.random((3, 4)) < 0.5, rng.random(4) < 0.5
+    results = {}
+    for lib in (dg, torch):
+        a, b = lib.tensor(p), lib.tensor(q)
+        c = a.clone()
+        c &= b
+        d = a.clone()
+        d |= True
+        e = a.clone()
+        e ^= b
+        outs = [a & b, a | b, a ^ b, ~a, a & True, False | a, True ^ a, c, d, e,
+                ~(a & b) | (a ^ b)]
+        results[lib] = [o.numpy() for o in outs]
+        assert all(o.dtype == lib.bool for o in outs)
+    for got, want in zip(results[dg], results[torch]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_bitwise_ops_reject_floats():
+    with pytest.raises(TypeError, match="bool or integer"):
+        dg.tensor(X) & dg.tensor(X)
+
+
+def test_floordiv_and_mod_operators_in_place():
+    for lib in (dg, torch):
+        a = lib.tensor([7, -7, 9], dtype=lib.int64)
+        a //= 2
+        b = lib.tensor([7.5, -7.5, 9.0])
+        b %= 2.0
+        if lib is dg:
+            got = (a.numpy(), b.numpy())
+        else:
+            want = (a.numpy(), b.numpy())
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_integer_division_modes_are_exact_beyond_float_precision():
+    big = np.array([2**62 + 1, -(2**62) - 3, 2**53 + 1, -7], dtype=np.int64)
+    div = np.array([3, 7, -2, 2], dtype=np.int64)
+    for mode in ("trunc", "floor"):
+        got = dg.div(dg.tensor(big), dg.tensor(div), rounding_mode=mode)
+        want = torch.div(torch.tensor(big), torch.tensor(div), rounding_mode=mode)
+        assert got.dtype == dg.int64
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    np.testing.assert_array_equal(dg.remainder(dg.tensor(big), 5).numpy(),
+                                  torch.remainder(torch.tensor(big), 5).numpy())
+
+
+def test_abs_operator_and_bad_rounding_mode():
+    a, t = both()
+    np.testing.assert_array_equal(abs(a).numpy(), abs(t).numpy())
+    with pytest.raises(ValueError, match="rounding_mode"):
+        dg.div(a, 2.0, rounding_mode="nearest")
+
+
+# -- clamp ---------------------------------------------------------------------------------------
+def test_clamp_with_tensor_bounds_and_crossed_bounds_matches_torch():
+    rng = np.random.default_rng(1)
+    x, lo, hi = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal((3, 1))
+    grads = {}
+    for lib in (dg, torch):
+        xs = [lib.tensor(v, requires_grad=True) for v in (x, lo, hi)]
+        out = lib.clamp(*xs)   # where lo > hi the result is hi, as in torch
+        out.backward(lib.ones_like(out) * 1.5)
+        grads[lib] = [out.detach().numpy()] + [v.grad.numpy() for v in xs]
+    for got, want in zip(grads[dg], grads[torch]):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_clamp_needs_a_bound():
+    with pytest.raises(ValueError, match="at least one"):
+        dg.clamp(dg.tensor(X))
+
+
+# -- erf -----------------------------------------------------------------------------------------
+def test_erf_is_accurate_in_float64():
+    grid = np.concatenate([np.linspace(-7, 7, 140_001), np.geomspace(1e-300, 1e-3, 1000),
+                           np.linspace(0.46, 0.48, 2001), np.linspace(3.99, 4.01, 2001)])
+    got = dg.erf(dg.tensor(grid)).numpy()
+    want = np.array([math.erf(v) for v in grid])
+    assert np.max(np.abs(got - want)) < 1e-15
+    tiny = (np.abs(want) < 1e-3) & (want != 0)
+    assert np.max(np.abs(got[tiny] - want[tiny]) / np.abs(want[tiny])) < 1e-15
+
+
+def test_erf_float32_and_special_values():
+    grid = np.linspace(-5, 5, 10_001, dtype=np.float32)
+    got = dg.erf(dg.tensor(grid)).numpy()
+    assert got.dtype == np.float32
+    want = np.array([math.erf(v) for v in grid.astype(np.float64)])
+    assert np.max(np.abs(got - want)) < 3e-7
+    special = dg.erf(dg.tensor([np.nan, np.inf, -np.inf, -0.0, 30.0])).numpy()
+    np.testing.assert_array_equal(special[1:], [1.0, -1.0, -0.0, 1.0])
+    assert np.isnan(special[0]) and np.signbit(special[3])
+
+
+# -- second derivatives: every VJP is written with dualgraph ops ---------------------------------
+SECOND = {
+    "sigmoid": lambda m, x: m.sigmoid(x),
+    "erf": lambda m, x: m.erf(x),
+    "gelu": lambda m, x: m.nn.functional.gelu(x),
+    "elu": lambda m, x: m.nn.functional.elu(x, alpha=0.7),
+    "softplus": lambda m, x: m.nn.functional.softplus(x, beta=1.5),
+    "sqrt": lambda m, x: m.sqrt(x * x + 1),
+    "log1p": lambda m, x: m.log1p(x * x),
+    "expm1": lambda m, x: m.expm1(x),
+    "asin": lambda m, x: m.asin(x * 0.3),
+    "atan": lambda m, x: m.atan(x),
+    "maximum": lambda m, x: m.maximum(x * x, x + 1),
+    "remainder": lambda m, x: m.remainder(x * x, x + 3),
+    "fmod": lambda m, x: m.fmod(x * x, x + 3),
+    "clamp": lambda m, x: m.clamp(x * x, 0.5, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND))
+def test_second_derivative_matches_torch(name):
+    fn = SECOND[name]
+    values = np.array([-1.3, -0.4, 0.35, 0.9, 1.7])
+    results = []
+    for lib in (dg, torch):
+        x = lib.tensor(values, requires_grad=True)
+        (g,) = lib.autograd.grad(fn(lib, x).sum(), [x], create_graph=True)
+        (gg,) = lib.autograd.grad((g * g).sum(), [x])
+        results.append(gg.detach().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-10, atol=1e-12)
+
+
+# -- fusion expressions --------------------------------------------------------------------------
+SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
+    "exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tanh", "arcsin", "arccos", "arctan",
+    "absolute", "sign", "floor", "ceil", "trunc", "round", "maximum", "minimum", "where",
+    "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
+    "isfinite")}
+SCALAR_FUNCTIONS["erf"] = ew._erf_array
+
+TEMPLATE_INPUTS = {
+    "bitwise_and": "bool", "bitwise_or": "bool", "bitwise_xor": "bool", "bitwise_not": "bool",
+    "log": "pos", "log1p": "pos", "sqrt": "pos", "asin": "unit", "acos": "unit",
+}
+TEMPLATE_ATTRS = {"round": {"decimals": 1}, "elu": {"alpha": 0.5},
+                  "softplus": {"beta": 2.0, "threshold": 3.0}}
+TEMPLATED = sorted((op for op in vars(ew).values()
+                    if isinstance(op, OpDef) and op.elementwise and op.name != "cast"),
+                   key=lambda op: op.name)
+
+
+@pytest.mark.parametrize("op", TEMPLATED, ids=[op.name for op in TEMPLATED])
+def test_elementwise_expression_agrees_with_the_kernel(op):
+    """The scalar expression fusion will compile computes what the kernel computes."""
+    rng = np.random.default_rng(2)
+    kind = TEMPLATE_INPUTS.get(op.name, "float")
+    arity = 1 + max(int(i) for i in re.findall(r"\{(\d)\}", op.elementwise))
+    inputs = [{"bool": rng.random(8) < 0.5, "pos": rng.uniform(0.5, 2, 8),
+               "unit": rng.uniform(-0.9, 0.9, 8), "float": rng.standard_normal(8) * 2}[kind]
+              for _ in range(arity)]
+    if op.name == "where":
+        inputs[0] = inputs[0] > 0
+    attrs = TEMPLATE_ATTRS.get(op.name, {})
+    expr = op.elementwise.format(*(f"x{i}" for i in range(arity)), **attrs)
+    with np.errstate(all="ignore"):
+        got = eval(expr, dict(SCALAR_FUNCTIONS), {f"x{i}": v for i, v in enumerate(inputs)})
+        want = op.kernel(*inputs, **attrs)
+    np.testing.assert_allclose(np.asarray(got, dtype=want.dtype), want, rtol=1e-12,
+                               atol=1e-12)
