@@ -78,6 +78,8 @@ def apply(op, *args, **attrs):
 def _record(op, args, outs, attrs):
     next_nodes = []
     versions = []
+    if modes.tracer is not None:
+        args = _freeze(args)
     for a in args:
         if isinstance(a, Tensor):
             if op.saves_inputs:
@@ -97,6 +99,23 @@ def _record(op, args, outs, attrs):
             t._output_nr = i
         if op.saves_outputs:
             versions.append((t, t._version[0]))
+
+
+def _freeze(args):
+    """While tracing, a node saves the *values* its inputs have now: an in-place update
+    later rebinds the tensor object to a new symbolic value (values never change), so the
+    node keeps an alias of the old one instead of the object."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor) and type(a._data) is not np.ndarray:
+            alias = Tensor._make(a._data)
+            alias.requires_grad, alias.grad_fn = a.requires_grad, a.grad_fn
+            alias._output_nr = a._output_nr
+            if a.requires_grad and a.grad_fn is None:   # a leaf: share its accumulator
+                alias._accumulator = a._accumulate_node()
+            a = alias
+        out.append(a)
+    return tuple(out)
 
 
 def _op_error(op, arrays, attrs, err) -> OpError:

@@ -63,7 +63,12 @@ def test_inplace_activation_on_a_non_leaf_has_torch_gradients():
         z.clamp_(-1.0, 1.0)
         w = x * 1
         w.fill_(5.0)
-        (y.sum() + (z * z).sum() + w.sum()).backward()
+        u = x * 1
+        u.abs_()
+        v = x - 1
+        v.square_()
+        v.erf_()
+        (y.sum() + (z * z).sum() + w.sum() + (u * v).sum()).backward()
         if lib is dg:
             got = x.grad.numpy()
         else:

@@ -32,8 +32,11 @@ class Backward:
 
 def build_backward(tracer, capture, result_tensors) -> Backward | None:
     """Trace the VJPs of the differentiable outputs, then split the joint graph in two."""
+    # Outputs whose graph the function already consumed (a training step returning its
+    # loss after loss.backward()) are not differentiated again.
     diff_outputs = [i for i, t in enumerate(result_tensors)
-                    if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None]
+                    if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
+                    and not getattr(t.grad_fn, "freed", False)]
     diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
     if not diff_outputs or not diff_inputs:
         return None

@@ -123,6 +123,7 @@ class Compiled:
         self.eager_only = False
         self._warned_limit = False
         self._last: Entry | None = None
+        self._optimizers: list | None = None   # found in the function's scope, first call
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -133,8 +134,10 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if self.eager_only:
             return self.fn(*args, **kwargs)
+        if self._optimizers is None:
+            self._optimizers = [o for o in self._scope().values() if _is_optimizer(o)]
         leaf_dynamic = self._leaf_dynamic(args, kwargs)
-        sig = signature(args, kwargs, leaf_dynamic, self.module)
+        sig = signature(args, kwargs, leaf_dynamic, self.module, self._optimizers)
         entry = self.cache.get(sig)
         if entry is None:
             if self.strict and self.cache:
@@ -244,17 +247,10 @@ class Compiled:
         if self.module is not None:
             _name_module(self.module, "", names)
             return names
-        fn = self.fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return names
-        scope = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ())
-                         if all(_has_contents(c) for c in fn.__closure__ or ()) else ()))
-        scope.update({k: fn.__globals__[k] for k in code.co_names if k in fn.__globals__})
-        for var, obj in scope.items():
+        for var, obj in self._scope().items():
             if is_module(obj):
                 _name_module(obj, var + ".", names)
-            elif hasattr(obj, "param_groups") and hasattr(obj, "state"):
+            elif _is_optimizer(obj):
                 for p, state in obj.state.items():
                     for key, val in state.items():
                         if isinstance(val, Tensor):
@@ -262,6 +258,19 @@ class Compiled:
             elif isinstance(obj, Tensor):
                 names.setdefault(id(obj), var)
         return names
+
+    def _scope(self) -> dict:
+        """The objects the function can name: its closure variables and the globals its
+        code mentions (modules, optimisers, tensors)."""
+        fn = self.fn
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return {}
+        cells = fn.__closure__ or ()
+        scope = {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells)
+                 if _has_contents(cell)}
+        scope.update({k: fn.__globals__[k] for k in code.co_names if k in fn.__globals__})
+        return scope
 
     # -- reports ----------------------------------------------------------------------------
     @property
@@ -296,6 +305,10 @@ class Compiled:
                              f"eagerly. fix: {r.fix}")
         lines.append("passes applied: none (the optimising compiler is not built yet)")
         return "\n".join(lines)
+
+
+def _is_optimizer(obj) -> bool:
+    return hasattr(obj, "param_groups") and hasattr(obj, "state") and hasattr(obj, "step")
 
 
 def _has_contents(cell) -> bool:

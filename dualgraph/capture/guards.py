@@ -34,16 +34,29 @@ def module_facts(module) -> tuple:
     return (training, params)
 
 
-def signature(args, kwargs, leaf_dynamic: list, module) -> tuple:
+def optimizer_facts(optimizers) -> tuple:
+    """Per optimiser the function uses: whether its state exists yet (the first step
+    creates it, a Python branch) and its Python-number hyper-parameters (baked in)."""
+    out = []
+    for opt in optimizers:
+        hyper = tuple(tuple((k, v) for k, v in sorted(group.items())
+                            if k != "params" and isinstance(v, (bool, int, float, tuple)))
+                      for group in opt.param_groups)
+        out.append((len(opt.state), hyper))
+    return tuple(out)
+
+
+def signature(args, kwargs, leaf_dynamic: list, module, optimizers=()) -> tuple:
     leaves, spec = flatten((args, kwargs))
     facts = tuple(arg_facts(leaf, leaf_dynamic[i] if i < len(leaf_dynamic) else None)
                   for i, leaf in enumerate(leaves))
-    return (repr(spec), facts, grad_mode.enabled, module_facts(module))
+    return (repr(spec), facts, grad_mode.enabled, module_facts(module),
+            optimizer_facts(optimizers))
 
 
 def describe_guards(sig, leaf_names: list) -> list[str]:
     """The guards of a signature, as lines a user can read."""
-    spec, facts, grad_enabled, mod = sig
+    spec, facts, grad_enabled, mod, opts = sig
     lines = []
     for name, fact in zip(leaf_names, facts):
         if fact[0] == "tensor":
@@ -56,6 +69,8 @@ def describe_guards(sig, leaf_names: list) -> list[str]:
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
     if mod:
         lines.append("module training flags and parameter identities")
+    if opts:
+        lines.append("optimiser state created and hyper-parameters (lr, ...) unchanged")
     return lines
 
 
@@ -95,4 +110,15 @@ def explain_miss(new, old, leaf_names: list) -> tuple[str, str]:
                     "expected: one graph for training and one for evaluation")
         return ("the module's parameters were replaced",
                 "update parameters in place (optimisers do) instead of assigning new ones")
+    for a, b in zip(new[4], old[4]):
+        if a[0] != b[0]:
+            return ("an optimiser's state was created (its first step)",
+                    "expected once: the first step runs a graph that creates the state")
+        for ga, gb in zip(a[1], b[1]):
+            for (k, va), (_, vb) in zip(ga, gb):
+                if va != vb:
+                    return (f"optimiser hyper-parameter {k} changed from {vb!r} to {va!r} "
+                            "(Python numbers are baked in)",
+                            f"pass {k} as a tensor, e.g. {k}=dg.tensor({vb!r}); schedulers "
+                            "then update it in place")
     return ("an unknown guard failed", "report this")

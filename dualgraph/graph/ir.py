@@ -273,6 +273,10 @@ class Graph:
                              "(subgraphs are closed: pass outer values in as inputs)")
         return x
 
+    def __contains__(self, value) -> bool:
+        """``value in graph``: is ``value`` defined in this graph (not in a subgraph)?"""
+        return value in self._defined
+
     def set_outputs(self, values) -> None:
         """Set the graph's outputs (a Value or a sequence of Values of this graph)."""
         values = [values] if isinstance(values, Value) else list(values)

@@ -1,10 +1,606 @@
 """``dg.nn.functional``: the functional forms of layers, activations and losses (torch's F).
 
-The op families define the functions; this module gathers them under torch's names.
+The op families define the activations, convolutions, pooling, ``linear``, ``softmax``,
+``one_hot`` and ``pad``; this module gathers them under torch's names and adds the losses,
+normalisations, dropout and embedding lookup. Everything here is a composite of registry
+ops, so it gets autograd, tracing and export for free: a loss is a few elementwise ops and a
+reduction, a norm is mean/variance arithmetic, dropout multiplies by a random mask.
+
+>>> import dualgraph as dg
+>>> import dualgraph.nn.functional as F
+>>> logits = dg.tensor([[2.0, 0.5, -1.0]])
+>>> F.cross_entropy(logits, dg.tensor([0])).item() < 0.3
+True
 """
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..autograd import no_grad
+from ..ops import creation, index as index_ops, linalg, reduce as red
+from ..ops import elementwise as ew
+from ..ops import shape as shape_ops
 from ..ops.conv import *  # noqa: F401,F403
 from ..ops.elementwise import *  # noqa: F401,F403
 from ..ops.index import *  # noqa: F401,F403
+from ..ops.inplace import commit_inplace
 from ..ops.linalg import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.shape import *  # noqa: F401,F403
+
+# The star imports above bring torch-style ``sum``, ``max``, ``abs``... into this module;
+# the code below always names ops through their family (``red.sum``), never bare.
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _concrete(t):
+    """The array behind an eager tensor, or None while tracing (value checks are skipped)."""
+    data = t._data
+    return data if type(data) is np.ndarray else None
+
+
+def _shape(t) -> tuple:
+    return tuple(t.shape)
+
+
+def _reduction(size_average, reduce, reduction: str, allowed=_REDUCTIONS) -> str:
+    """torch's legacy ``size_average``/``reduce`` flags win over ``reduction`` when given."""
+    if size_average is not None or reduce is not None:
+        warnings.warn("size_average and reduce args will be deprecated, please use "
+                      "reduction='mean', 'sum' or 'none' instead.", stacklevel=3)
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        return "mean" if size_average and reduce else "sum" if reduce else "none"
+    if reduction not in allowed:
+        raise ValueError(f"{reduction} is not a valid value for reduction; use one of "
+                         f"{', '.join(repr(r) for r in allowed)}")
+    return reduction
+
+
+def _reduce(loss, reduction: str):
+    if reduction == "mean":
+        return red.mean(loss)
+    if reduction == "sum":
+        return red.sum(loss)
+    return loss
+
+
+def _warn_size(name, input, target):
+    if _shape(input) != _shape(target):
+        warnings.warn(f"{name}: using a target size ({_shape(target)}) that is different to "
+                      f"the input size ({_shape(input)}). This will likely lead to incorrect "
+                      "results due to broadcasting. Please ensure they have the same size.",
+                      stacklevel=3)
+
+
+def _weighted(loss, weight, input, reduction, mean_over_weight: bool):
+    """Apply torch's elementwise ``weight=`` of the regression losses: the weighted mean is
+    divided by the sum of the weights (mse, l1) or by the count (huber)."""
+    if weight is None:
+        return _reduce(loss, reduction)
+    if _shape(weight) != _shape(input):
+        raise ValueError(f"Weights and input must have the same size; got weight of shape "
+                         f"{_shape(weight)} and input of shape {_shape(input)}")
+    loss = loss * weight
+    if reduction == "mean" and mean_over_weight:
+        return red.sum(loss) / red.sum(weight)
+    return _reduce(loss, reduction)
+
+
+def _per_channel(t, ndim: int):
+    """A (C,) tensor shaped to broadcast over dim 1 of an ``ndim``-dim (N, C, ...) input."""
+    return None if t is None else shape_ops.reshape(t, (-1,) + (1,) * (ndim - 2))
+
+
+def _affine(y, weight, bias):
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+# -- regression losses ---------------------------------------------------------------------------
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Mean squared error ``(input - target)**2``, reduced by ``reduction``."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _warn_size("mse_loss", input, target)
+    diff = input - target
+    return _weighted(diff * diff, weight, input, reduction, mean_over_weight=True)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Mean absolute error ``|input - target|``."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _warn_size("l1_loss", input, target)
+    return _weighted(ew.abs(input - target), weight, input, reduction, mean_over_weight=True)
+
+
+def _huber(diff, delta):
+    """``0.5 d**2`` inside ``|d| < delta``, ``delta * (|d| - delta / 2)`` outside."""
+    size = ew.abs(diff)
+    return ew.where(size < delta, 0.5 * diff * diff, delta * (size - 0.5 * delta))
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """Huber loss divided by ``beta``: quadratic below ``beta``, L1 above (``beta=0`` is
+    L1)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss does not support negative values for beta, got {beta}")
+    _warn_size("smooth_l1_loss", input, target)
+    diff = input - target
+    loss = ew.abs(diff) if beta == 0 else _huber(diff, beta) / beta
+    return _reduce(loss, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """Huber loss: quadratic below ``delta``, linear with slope ``delta`` above."""
+    reduction = _reduction(None, None, reduction)
+    if delta <= 0:
+        raise ValueError(f"huber_loss does not support non-positive values for delta, "
+                         f"got {delta}")
+    _warn_size("huber_loss", input, target)
+    return _weighted(_huber(input - target, delta), weight, input, reduction,
+                     mean_over_weight=False)
+
+
+# -- classification losses -----------------------------------------------------------------------
+def _class_dim(name, input, target) -> int:
+    """The class dim of ``input`` (1, or 0 for an unbatched (C,) input), after checking that
+    class-index ``target`` has the input's shape without it."""
+    if input.ndim == 0:
+        raise ValueError(f"{name}: input must have a class dim, got a 0-d tensor")
+    dim = 0 if input.ndim == 1 else 1
+    want = _shape(input)[:dim] + _shape(input)[dim + 1:]
+    if _shape(target) != want:
+        raise ValueError(f"{name}: for input of shape {_shape(input)} (classes on dim {dim}) "
+                         f"expected a target of class indices of shape {want}, got "
+                         f"{_shape(target)}")
+    if target.is_floating_point() or target.dtype.np.kind not in "iu":
+        raise TypeError(f"{name}: class-index targets must be an integer tensor, got "
+                        f"{target.dtype!r}")
+    return dim
+
+
+def _check_weight(name, weight, n_classes):
+    if weight is not None and _shape(weight) != (n_classes,):
+        raise ValueError(f"{name}: weight tensor should be defined either for all "
+                         f"{n_classes} classes or no classes but got weight tensor of shape "
+                         f"{_shape(weight)}")
+
+
+def _check_targets(target, n_classes, ignore_index):
+    data = _concrete(target)
+    if data is None or not data.size:
+        return
+    bad = data[(data != ignore_index) & ((data < 0) | (data >= n_classes))]
+    if bad.size:
+        raise IndexError(f"Target {bad.flat[0]} is out of bounds for {n_classes} classes")
+
+
+def _nll(logp, target, weight, ignore_index, reduction, smoothing=0.0, name="nll_loss"):
+    """Negative log-likelihood of class ``target`` under log-probabilities ``logp``, with
+    torch's class weights, ``ignore_index`` and label smoothing (a fraction ``smoothing``
+    of the loss is the mean over all classes). The 'mean' divides by the total weight of
+    the targets that are not ignored."""
+    dim = _class_dim(name, logp, target)
+    n_classes = logp.shape[dim]
+    _check_weight(name, weight, n_classes)
+    _check_targets(target, n_classes, ignore_index)
+    ignored = ew.eq(target, ignore_index)
+    safe = ew.where(ignored, 0, target)   # ignored entries may hold an invalid class
+    picked = shape_ops.squeeze(
+        index_ops.gather(logp, dim, shape_ops.unsqueeze(safe, dim)), dim)
+    if weight is None:
+        w = ew.logical_not(ignored).to(logp.dtype)
+    else:
+        w = ew.where(ignored, 0.0, index_ops.index_dims(weight, [safe], (0,)))
+    loss = -picked * w
+    if smoothing:
+        all_classes = logp if weight is None else logp * shape_ops.reshape(
+            weight, (-1,) + (1,) * (logp.ndim - dim - 1))
+        smooth = ew.where(ignored, 0.0, -red.sum(all_classes, dim))
+        loss = loss * (1 - smoothing) + smooth * (smoothing / n_classes)
+    if reduction == "mean":
+        return red.sum(loss) / red.sum(w)
+    return _reduce(loss, reduction)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    """Negative log-likelihood of class indices ``target`` given log-probabilities ``input``
+    of shape (N, C), (C,) or (N, C, d1, ...); ``weight`` rescales each class."""
+    reduction = _reduction(size_average, reduce, reduction)
+    return _nll(input, target, weight, ignore_index, reduction)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """Cross entropy between the logits ``input`` (N, C), (C,) or (N, C, d1, ...) and
+    ``target``: class indices (shape without the class dim), or class probabilities (the
+    input's shape, floating). ``label_smoothing`` mixes the target with the uniform
+    distribution; ``ignore_index`` applies to class indices.
+
+    >>> import dualgraph as dg
+    >>> x = dg.tensor([[0.0, 0.0]])
+    >>> round(cross_entropy(x, dg.tensor([1])).item(), 4)
+    0.6931
+    """
+    reduction = _reduction(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if input.ndim == 0:
+        raise ValueError("cross_entropy: input must have a class dim, got a 0-d tensor")
+    dim = 0 if input.ndim == 1 else 1
+    logp = red.log_softmax(input, dim)
+    if not target.is_floating_point():
+        return _nll(logp, target, weight, ignore_index, reduction, label_smoothing,
+                    "cross_entropy")
+    if _shape(target) != _shape(input):
+        raise ValueError(f"cross_entropy: class-probability targets must have the input's "
+                         f"shape {_shape(input)}, got {_shape(target)}")
+    n_classes = input.shape[dim]
+    _check_weight("cross_entropy", weight, n_classes)
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / n_classes
+    terms = logp * target
+    if weight is not None:
+        terms = terms * shape_ops.reshape(weight, (-1,) + (1,) * (input.ndim - dim - 1))
+    if reduction == "none":
+        return -red.sum(terms, dim)
+    total = -red.sum(terms)
+    return total / (input.numel() // n_classes) if reduction == "mean" else total
+
+
+def _clamped_log(x, log_fn, valid):
+    """``max(log_fn(x), -100)``, NaN-free where ``valid`` is False (log of 0): torch clamps
+    the logs of binary cross entropy so a certain wrong prediction costs 100, not inf."""
+    safe = ew.where(valid, x, 0.5)
+    return ew.clamp_min(ew.where(valid, log_fn(safe), -100.0), -100.0)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """``-(t log(p) + (1 - t) log(1 - p))`` for probabilities ``input``; each log is
+    clamped at -100 as in torch. ``weight`` rescales each element (broadcast)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if _shape(target) != _shape(input):
+        raise ValueError(f"Using a target size ({_shape(target)}) that is different to the "
+                         f"input size ({_shape(input)}) is deprecated. Please ensure they "
+                         "have the same size.")
+    data = _concrete(input)
+    if data is not None and data.size and not ((data >= 0) & (data <= 1)).all():
+        raise ValueError("binary_cross_entropy: all elements of input should be between 0 "
+                         "and 1 (apply sigmoid, or use binary_cross_entropy_with_logits)")
+    log_p = _clamped_log(input, ew.log, input > 0)
+    log_q = _clamped_log(input, lambda p: ew.log1p(-p), input < 1)
+    loss = -(target * log_p + (1 - target) * log_q)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction="mean", pos_weight=None):
+    """Binary cross entropy of ``sigmoid(input)``, computed from the logits without
+    overflow: ``(1 - t) x + (1 + (pos_weight - 1) t) * softplus(-x)``. ``pos_weight``
+    (broadcast over the last dim) weighs the positive class."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if _shape(target) != _shape(input):
+        raise ValueError(f"Target size ({_shape(target)}) must be the same as input size "
+                         f"({_shape(input)})")
+    log_one_plus = ew.softplus(-input)   # -log(sigmoid(x)), stable for any x
+    if pos_weight is not None:
+        log_one_plus = log_one_plus * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input + log_one_plus
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _xlogx(t):
+    """``t * log(t)`` with 0 at t == 0 (and a finite gradient there)."""
+    zero = ew.eq(t, 0)
+    return ew.where(zero, 0.0, t * ew.log(ew.where(zero, 1.0, t)))
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """Kullback-Leibler divergence ``sum t (log t - input)`` for log-probabilities ``input``
+    and probabilities ``target`` (log-probabilities with ``log_target``). ``'batchmean'``
+    divides the sum by the batch size (the true KL divergence); ``'mean'`` averages over
+    every element, as torch does."""
+    reduction = _reduction(size_average, reduce, reduction, _REDUCTIONS + ("batchmean",))
+    if log_target:
+        loss = ew.exp(target) * (target - input)
+    else:
+        loss = _xlogx(target) - target * input
+    if reduction == "batchmean":
+        total = red.sum(loss)
+        return total / input.shape[0] if input.ndim else total
+    return _reduce(loss, reduction)
+
+
+# -- normalisation -------------------------------------------------------------------------------
+def _standardize(x, dims, eps):
+    """``(x - mean) / sqrt(var + eps)`` over ``dims`` with the biased variance; also the
+    mean and variance (kept dims)."""
+    mean = red.mean(x, dims, keepdim=True)
+    centred = x - mean
+    var = red.mean(centred * centred, dims, keepdim=True)
+    return centred * ew.rsqrt(var + eps), mean, var
+
+
+def _update_running(buffer, stat, momentum):
+    """``buffer = (1 - momentum) * buffer + momentum * stat`` in place, outside autograd
+    (``momentum`` may be a 0-d tensor: the cumulative average of BatchNorm(momentum=None))."""
+    with no_grad():
+        stat = shape_ops.reshape(stat.detach(), _shape(buffer))
+        commit_inplace(buffer, buffer * (1 - momentum) + stat * momentum)
+
+
+def _channel_dims(input, name):
+    if input.ndim < 2:
+        raise ValueError(f"{name}: expected an input of shape (N, C, ...), got "
+                         f"{_shape(input)}")
+    return (0,) + tuple(range(2, input.ndim))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Batch normalisation of ``input`` (N, C, ...) per channel. Training uses the batch's
+    statistics and, when running buffers are given, updates them in place with
+    ``momentum`` (the variance unbiased, as torch); evaluation uses the running buffers."""
+    dims = _channel_dims(input, "batch_norm")
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: running_mean and running_var are needed when "
+                             "training=False")
+        mean = _per_channel(running_mean, input.ndim)
+        y = (input - mean) * ew.rsqrt(_per_channel(running_var, input.ndim) + eps)
+    else:
+        count = input.numel() // input.shape[1]
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got "
+                             f"input size {_shape(input)}")
+        y, mean, var = _standardize(input, dims, eps)
+        if running_mean is not None:
+            _update_running(running_mean, mean, momentum)
+        if running_var is not None:
+            _update_running(running_var, var * (count / (count - 1)), momentum)
+    return _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalise each (sample, channel) plane of ``input`` (N, C, ...) by its own statistics;
+    running buffers, when given, track their average over the batch."""
+    _channel_dims(input, "instance_norm")
+    if not use_input_stats:
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    dims = tuple(range(2, input.ndim))
+    count = math.prod(_shape(input)[2:])
+    if count <= 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input "
+                         f"size {_shape(input)}")
+    y, mean, var = _standardize(input, dims, eps)
+    if running_mean is not None:
+        _update_running(running_mean, red.mean(mean, 0), momentum)
+    if running_var is not None:
+        _update_running(running_var, red.mean(var, 0) * (count / (count - 1)), momentum)
+    return _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+
+
+def _normalized_dims(name, input, normalized_shape) -> tuple:
+    """The trailing dims that ``normalized_shape`` names, after checking the input ends with
+    them."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+        normalized_shape)
+    k = len(shape)
+    if input.ndim < k or _shape(input)[input.ndim - k:] != shape:
+        raise ValueError(f"{name}: input of shape {_shape(input)} does not end with "
+                         f"normalized_shape {shape}")
+    return tuple(range(input.ndim - k, input.ndim))
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the trailing ``normalized_shape`` dims, then scale and shift."""
+    dims = _normalized_dims("layer_norm", input, normalized_shape)
+    return _affine(_standardize(input, dims, eps)[0], weight, bias)
+
+
+_MACHINE_EPS = {2: 2.0 ** -10, 4: 2.0 ** -23, 8: 2.0 ** -52}   # by itemsize
+_BF16_EPS = 2.0 ** -7
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x**2) + eps)`` over the trailing ``normalized_shape`` dims; ``eps``
+    defaults to the machine epsilon of the input's dtype, as torch."""
+    dims = _normalized_dims("rms_norm", input, normalized_shape)
+    if eps is None:
+        dt = input.dtype
+        eps = _BF16_EPS if dt.name == "bfloat16" else _MACHINE_EPS[input.element_size()]
+    y = input * ew.rsqrt(red.mean(input * input, dims, keepdim=True) + eps)
+    return _affine(y, weight, None)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise each sample over groups of ``C / num_groups`` channels (and all positions),
+    then scale and shift per channel."""
+    _channel_dims(input, "group_norm")
+    channels = input.shape[1]
+    if channels % num_groups:
+        raise ValueError(f"group_norm: the {channels} channels of input of shape "
+                         f"{_shape(input)} are not divisible by num_groups={num_groups}")
+    grouped = shape_ops.reshape(input, (input.shape[0], num_groups, -1))
+    y = shape_ops.reshape(_standardize(grouped, (2,), eps)[0], _shape(input))
+    return _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported; use the return value")
+    return input / ew.clamp_min(red.norm(input, p, dim, keepdim=True), eps)
+
+
+# -- dropout -------------------------------------------------------------------------------------
+def _dropout(input, p, training, inplace, mask_shape):
+    """Zero whole blocks of ``input`` (one mask entry per ``mask_shape`` position, broadcast)
+    with probability ``p`` and scale the rest by ``1 / (1 - p)``. The mask is drawn from the
+    global generator, so ``dg.manual_seed`` makes it reproducible."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        out = input * 0.0
+    else:
+        keep = creation.rand(mask_shape) < (1 - p)
+        out = input * ew.div(keep.to(input.dtype), 1 - p)
+    return commit_inplace(input, out) if inplace else out
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Zero each element with probability ``p`` in training, scaling the rest by
+    ``1 / (1 - p)``; the identity when ``training`` is False."""
+    return _dropout(input, p, training, inplace, _shape(input))
+
+
+def _feature_dropout(name, input, p, training, inplace, batched_ndim):
+    """Dropout of whole channels of (N, C, *spatial) or unbatched (C, *spatial) input."""
+    if input.ndim not in (batched_ndim, batched_ndim - 1):
+        raise ValueError(f"{name}: expected a {batched_ndim - 1}-D (unbatched) or "
+                         f"{batched_ndim}-D (batched) input, got shape {_shape(input)}")
+    lead = 2 if input.ndim == batched_ndim else 1
+    mask_shape = _shape(input)[:lead] + (1,) * (input.ndim - lead)
+    return _dropout(input, p, training, inplace, mask_shape)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, L) or (C, L) input with probability ``p``."""
+    return _feature_dropout("dropout1d", input, p, training, inplace, 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``."""
+    return _feature_dropout("dropout2d", input, p, training, inplace, 4)
+
+
+# -- embedding -----------------------------------------------------------------------------------
+def _check_indices(input, num):
+    if input.is_floating_point() or input.dtype.np.kind not in "iu":
+        raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype!r}")
+    data = _concrete(input)
+    if data is not None and data.size and (data.min() < 0 or data.max() >= num):
+        bad = data[(data < 0) | (data >= num)].flat[0]
+        raise IndexError(f"embedding: index {bad} is out of range for {num} embeddings")
+
+
+def _renorm_rows(weight, indices, max_norm, norm_type):
+    """Scale the rows of ``weight`` that ``indices`` name down to norm ``max_norm``, in place
+    and outside autograd (torch's ``embedding_renorm_``)."""
+    with no_grad():
+        flat = shape_ops.reshape(indices, (-1,))
+        rows = index_ops.index_dims(weight, [flat], (0,))
+        norms = red.norm(rows, norm_type, -1, keepdim=True)
+        scale = ew.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+        commit_inplace(weight, index_ops.index_put_dims(weight, rows * scale, [flat], (0,)))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` (num_embeddings, dim) picked by the integer tensor ``input``; the
+    row ``padding_idx`` gets no gradient. ``max_norm`` renormalises the rows used, in place.
+    ``sparse`` is accepted but the gradient is always dense."""
+    num = weight.shape[0]
+    _check_indices(input, num)
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding: scale_grad_by_freq=True is not supported")
+    if max_norm is not None:
+        _renorm_rows(weight, input, max_norm, norm_type)
+    out = index_ops.index_dims(weight, [input], (0,))
+    if padding_idx is None:
+        return out
+    if padding_idx < 0:
+        padding_idx += num
+    keep = shape_ops.unsqueeze(ew.ne(input, padding_idx), -1)
+    return ew.where(keep, out, out.detach())   # same values; no gradient at padding rows
+
+
+# -- layers and activations without an op of their own ------------------------------------------
+def bilinear(input1, input2, weight, bias=None):
+    """``y[..., o] = sum_ij x1[..., i] weight[o, i, j] x2[..., j] + bias[o]``."""
+    lead = _shape(input1)[:-1]
+    x1 = shape_ops.reshape(input1, (-1, input1.shape[-1]))
+    x2 = shape_ops.reshape(input2, (-1, input2.shape[-1]))
+    y = linalg.einsum("bi,oij,bj->bo", x1, weight, x2)
+    if bias is not None:
+        y = y + bias
+    return shape_ops.reshape(y, lead + (weight.shape[0],))
+
+
+def prelu(input, weight):
+    """``max(0, x) + weight * min(0, x)`` with one slope, or one per channel (dim 1)."""
+    slope = weight if weight.numel() == 1 or input.ndim < 2 else _per_channel(weight,
+                                                                              input.ndim)
+    return ew.where(input > 0, input, input * slope)
+
+
+def glu(input, dim=-1):
+    """Gated linear unit: the first half of ``dim`` times the sigmoid of the second."""
+    if input.shape[dim] % 2:
+        raise ValueError(f"glu: halving dim {dim} needs an even size, got shape "
+                         f"{_shape(input)}")
+    a, b = shape_ops.chunk(input, 2, dim)
+    return a * ew.sigmoid(b)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-input, dim)``."""
+    return red.softmax(-input, dim, dtype)
+
+
+def softsign(input):
+    """``x / (1 + |x|)``."""
+    return input / (ew.abs(input) + 1)
+
+
+def tanhshrink(input):
+    """``x - tanh(x)``."""
+    return input - ew.tanh(input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``x`` where ``x > threshold``, else ``value``."""
+    out = ew.where(input > threshold, input, value)
+    return commit_inplace(input, out) if inplace else out
+
+
+def hardshrink(input, lambd=0.5):
+    """``x`` where ``|x| > lambd``, else 0."""
+    return ew.where(ew.abs(input) > lambd, input, 0.0)
+
+
+def softshrink(input, lambd=0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0."""
+    return ew.where(input > lambd, input - lambd,
+                    ew.where(input < -lambd, input + lambd, 0.0))
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (broadcast); each norm
+    is clamped at ``eps``."""
+    n1 = ew.clamp_min(red.norm(x1, 2, dim, keepdim=True), eps)
+    n2 = ew.clamp_min(red.norm(x2, 2, dim, keepdim=True), eps)
+    return red.sum((x1 / n1) * (x2 / n2), dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``||x1 - x2 + eps||_p`` along the last dim."""
+    return red.norm(x1 - x2 + eps, p, -1, keepdim=keepdim)

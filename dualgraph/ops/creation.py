@@ -13,7 +13,7 @@ from .random import Generator, default_generator, manual_seed, rng_of  # noqa: F
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
            "randn", "randint", "randperm", "rand_like", "randn_like", "clone", "Generator",
-           "manual_seed", "default_generator", "state_like"]
+           "manual_seed", "default_generator", "state", "state_like"]
 
 
 def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
@@ -171,16 +171,21 @@ CLONE = defop("clone", lambda x: np.array(x, copy=True),
 METHODS = {"clone": clone}
 
 
-def state_like(x, fill_value=0, dtype=None) -> Tensor:
-    """A new *persistent state* tensor shaped like ``x`` (optimiser moments, step counts).
+def state(size, fill_value=0, dtype=None) -> Tensor:
+    """A new *persistent state* tensor (optimiser moments, step counts, running stats).
 
-    Unlike ``full_like``, it is always a real (eager) tensor, also while a function is being
+    Unlike ``full``, it is always a real (eager) tensor, also while a function is being
     traced: the captured graph then reads it as an input and writes its updates back, so the
-    state lives on between calls of a compiled training step instead of being rebuilt from
-    zeros inside the graph each time.
+    state lives on between calls of a compiled training step instead of being rebuilt
+    inside the graph at each call.
     """
-    dt = x._data.dtype if dtype is None else dtypes.to_np(dtype)
-    shape = tuple(x.shape)
+    shape = _size((size,)) if not isinstance(size, tuple) else tuple(size)
     if not all(isinstance(d, int) for d in shape):
-        raise ValueError(f"state_like needs a concrete shape, got {shape}")
+        raise ValueError(f"state tensors need a concrete shape, got {shape}")
+    dt = dtypes.default_float() if dtype is None else dtypes.to_np(dtype)
     return Tensor._make(np.full(shape, fill_value, dtype=dt))
+
+
+def state_like(x, fill_value=0, dtype=None) -> Tensor:
+    """:func:`state` shaped like ``x`` (and of its dtype unless ``dtype`` is given)."""
+    return state(tuple(x.shape), fill_value, x._data.dtype if dtype is None else dtype)

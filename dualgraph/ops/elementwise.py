@@ -207,7 +207,6 @@ def _unary(name, ufunc, vjp, expr, onnx, saves="io"):
                  elementwise=expr, onnx=onnx)
 
 
-TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 EXP = _unary("exp", np.exp, lambda g, out, x: g * out, "exp({0})", "Exp", saves="o")
 EXPM1 = _unary("expm1", np.expm1, lambda g, out, x: g * (out + 1), "expm1({0})", None,
                saves="o")
@@ -396,6 +395,7 @@ _ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1
 _ERF_Q = (2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1,
           6.05183413124413191e-2, 2.33520497626869185e-3)
 _ONE_OVER_SQRT_PI = 1 / math.sqrt(math.pi)
+TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 
 def _rational(num, den, t):

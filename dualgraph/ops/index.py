@@ -133,19 +133,24 @@ def _as_value(v, like):
 
 
 def _fit(v, shape):
-    """Drop leading size-1 dims of ``v`` beyond ``len(shape)`` (torch's copy_ allows them)."""
-    extra = v.ndim - len(shape)
-    if extra > 0:
-        if any(d != 1 for d in v.shape[:extra]):
-            raise ShapeError(f"shape mismatch: a value of shape {tuple(v.shape)} cannot be "
-                             f"broadcast to the indexing result of shape {tuple(shape)}")
-        v = shape_ops.reshape(v, tuple(v.shape[extra:]))
+    """``v`` without the leading size-1 dims beyond ``len(shape)`` (torch's copy_ allows
+    them), checked to broadcast to ``shape``."""
+    return shape_ops.reshape(v, _fit_shape(tuple(v.shape), tuple(shape)))
+
+
+def _fit_shape(vshape, shape):
+    extra = max(len(vshape) - len(shape), 0)
+    if all(d == 1 for d in vshape[:extra]) and _broadcasts(vshape[extra:], shape):
+        return vshape[extra:]
+    raise ShapeError(f"shape mismatch: a value of shape {vshape} cannot be broadcast to the "
+                     f"indexing result of shape {shape}")
+
+
+def _broadcasts(vshape, shape):
     try:
-        broadcast_shapes(tuple(v.shape), tuple(shape))
+        return broadcast_shapes(vshape, shape) == shape
     except ShapeError:
-        raise ShapeError(f"shape mismatch: a value of shape {tuple(v.shape)} cannot be "
-                         f"broadcast to the indexing result of shape {tuple(shape)}") from None
-    return v
+        return False
 
 
 # -- x[key] and x[key] = v --------------------------------------------------------------------
@@ -191,11 +196,7 @@ class _Key:
         self.view_shape = tuple(self.view_shape)
 
     def _add_mask(self, mask, shape, dim):
-        want = tuple(shape[dim:dim + mask.ndim])
-        if tuple(mask.shape) != want:
-            raise IndexError(f"the mask of shape {tuple(mask.shape)} does not match the "
-                             f"dims {dim}..{dim + mask.ndim - 1} of shape {want} of the "
-                             f"indexed tensor (shape {shape})")
+        _check_mask(mask, shape, dim)
         if mask.ndim == 0:   # x[True] adds a dim of size 1, x[False] one of size 0
             self.view_shape.append(1)
             self.dims.append(len(self.view_shape) - 1)
@@ -238,6 +239,14 @@ class _Key:
             view[_np_key(view.ndim, indices, self.dims)] = value
         else:
             view[...] = value
+
+
+def _check_mask(mask, shape, dim):
+    want = tuple(shape[dim:dim + mask.ndim])
+    if tuple(mask.shape) != want:
+        raise IndexError(f"the mask of shape {tuple(mask.shape)} does not match the dims "
+                         f"{dim}..{dim + mask.ndim - 1} of shape {want} of the indexed "
+                         f"tensor (shape {shape})")
 
 
 def _slice_key_np(basic):
@@ -296,32 +305,25 @@ def getitem(x, key):
 def setitem(x, key, value):
     """``x[key] = value``: the out-of-place write committed into ``x``, so autograd sees it
     (``x``'s gradient is zero at the written positions, ``value`` gets the gathered one)."""
-    k = _Key(x.shape, key)
     value_grad = isinstance(value, Tensor) and value.requires_grad
-    if type(x._data) is np.ndarray and not (grad_mode.enabled and
-                                            (x.requires_grad or value_grad)):
-        _write_eager(x, k, value)
-        return
-    source = source_of(x, value)   # what the recorded ops read, safe from the write below
-    if _is_whole_mask(key) and _broadcasts(value, tuple(x.shape[key.ndim:])):
+    eager = type(x._data) is np.ndarray and not (grad_mode.enabled and
+                                                 (x.requires_grad or value_grad))
+    vshape = tuple(value.shape) if isinstance(value, Tensor) else np.shape(value)
+    if not eager and _is_whole_mask(key) and _broadcasts(vshape, tuple(x.shape[key.ndim:])):
         # x[mask] = v is a where(): no data-dependent shapes, so it also traces.
+        _check_mask(key, tuple(x.shape), 0)
         mask = shape_ops.reshape(key, tuple(key.shape) + (1,) * (x.ndim - key.ndim))
-        commit_inplace(x, elementwise.where(mask, _as_value(value, x), source))
-    else:
-        commit_inplace(x, k.put(source, value))
+        commit_inplace(x, elementwise.where(mask, _as_value(value, x), source_of(x, value)))
+        return
+    k = _Key(x.shape, key)
+    if eager:
+        _write_eager(x, k, value)
+    else:   # source_of: what the recorded ops read, safe from the write into x
+        commit_inplace(x, k.put(source_of(x, value), value))
 
 
 def _is_whole_mask(key):
     return isinstance(key, Tensor) and key.dtype == dtypes.bool_ and key.ndim > 0
-
-
-def _broadcasts(value, shape):
-    """Whether ``value`` broadcasts to ``shape`` (a number always does)."""
-    vshape = tuple(np.shape(value)) if not isinstance(value, Tensor) else tuple(value.shape)
-    try:
-        return broadcast_shapes(vshape, shape) == shape
-    except ShapeError:
-        return False
 
 
 def _write_eager(x, k, value):
@@ -330,9 +332,7 @@ def _write_eager(x, k, value):
         raise RuntimeError("x[...] = value on a tensor whose storage is read-only (an "
                            "expanded or broadcast view); call .clone() first")
     v = value._data if isinstance(value, Tensor) else as_array(value, x.dtype)
-    want = k.result_shape()
-    _fit(Tensor._make(np.asarray(v)), want)   # checks the shapes, naming both
-    v = np.asarray(v).reshape(np.shape(v)[max(np.ndim(v) - len(want), 0):])
+    v = v.reshape(_fit_shape(tuple(v.shape), tuple(k.result_shape())))
     k.write(data, v.astype(data.dtype, copy=False))
     x._version[0] += 1
 
@@ -553,16 +553,16 @@ def argsort(input, dim=-1, descending=False, stable=False):
     return apply(ARGSORT, input, dim=d, descending=bool(descending))
 
 
-sort_result = namedtuple("sort", ["values", "indices"])
-topk_result = namedtuple("topk", ["values", "indices"])
+SortResult = namedtuple("sort", ["values", "indices"])
+TopKResult = namedtuple("topk", ["values", "indices"])
 
 
 def sort(input, dim=-1, descending=False, stable=False):
     """``(values, indices)`` of ``input`` sorted along ``dim``; values carry gradients."""
     indices = argsort(input, dim, descending, stable)
     if input.ndim == 0:
-        return sort_result(input, indices)
-    return sort_result(gather(input, dim, indices), indices)
+        return SortResult(input, indices)
+    return SortResult(gather(input, dim, indices), indices)
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
@@ -574,9 +574,9 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
                          f"{tuple(input.shape)})")
     indices = argsort(input, d, descending=largest)
     if input.ndim == 0:
-        return topk_result(input, indices)
+        return TopKResult(input, indices)
     indices = shape_ops.narrow(indices, d, 0, k)
-    return topk_result(gather(input, d, indices), indices)
+    return TopKResult(gather(input, d, indices), indices)
 
 
 METHODS = {

@@ -36,7 +36,7 @@ class Adagrad(Optimizer):
 
     def _init_state(self, p, group):
         return {"step": step_counter(),
-                "sum": creation.full_like(p, group["initial_accumulator_value"])}
+                "sum": creation.state_like(p, group["initial_accumulator_value"])}
 
     def _update(self, p, grad, state, group):
         step = state["step"].add_(1)

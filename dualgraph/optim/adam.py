@@ -34,10 +34,10 @@ class Adam(Optimizer):
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _init_state(self, p, group):
-        state = {"step": step_counter(), "exp_avg": creation.zeros_like(p),
-                 "exp_avg_sq": creation.zeros_like(p)}
+        state = {"step": step_counter(), "exp_avg": creation.state_like(p),
+                 "exp_avg_sq": creation.state_like(p)}
         if group["amsgrad"]:
-            state["max_exp_avg_sq"] = creation.zeros_like(p)
+            state["max_exp_avg_sq"] = creation.state_like(p)
         return state
 
     def _update(self, p, grad, state, group):

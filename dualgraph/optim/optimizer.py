@@ -198,8 +198,9 @@ def _copy_state_value(p: Tensor, name: str, value):
 
 
 def step_counter() -> Tensor:
-    """The per-parameter step count, a 0-d float64 tensor (see docs/optim.md for why)."""
-    return creation.tensor(0.0, dtype=dtypes.float64)
+    """The per-parameter step count, a 0-d float64 tensor (see docs/optim.md for why);
+    persistent state, so a compiled training step keeps counting."""
+    return creation.state((), 0.0, dtype=dtypes.float64)
 
 
 def check_hyper(name: str, value, low: float = 0.0, high: float | None = None) -> None:

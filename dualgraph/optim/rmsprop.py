@@ -32,11 +32,11 @@ class RMSprop(Optimizer):
                                       maximize=maximize))
 
     def _init_state(self, p, group):
-        state = {"step": step_counter(), "square_avg": creation.zeros_like(p)}
+        state = {"step": step_counter(), "square_avg": creation.state_like(p)}
         if group["momentum"] > 0:
-            state["momentum_buffer"] = creation.zeros_like(p)
+            state["momentum_buffer"] = creation.state_like(p)
         if group["centered"]:
-            state["grad_avg"] = creation.zeros_like(p)
+            state["grad_avg"] = creation.state_like(p)
         return state
 
     def _update(self, p, grad, state, group):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ops import creation
+from . import _ops
 from .optimizer import Optimizer, check_hyper, regularized_grad
 
 
@@ -36,7 +37,7 @@ class SGD(Optimizer):
         if momentum != 0:
             buf = state.get("momentum_buffer")
             if buf is None:
-                buf = state["momentum_buffer"] = creation.clone(grad)
+                buf = state["momentum_buffer"] = _ops.copy_(creation.state_like(p), grad)
             else:
                 buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf

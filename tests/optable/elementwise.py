@@ -48,8 +48,8 @@ CASES = [
     # -- arithmetic: floor division, remainders, reciprocal, square --------------------------
     OpCase("floor_divide", lambda m, a, b: m.floor_divide(a, b), [In((3, 4)), away(4)],
            dtypes=ALL, grad=False),
-    OpCase("floor_divide", lambda m, a, b: a // b, [signed_ints(3, 4), signed_ints(4, nonzero=True)],
-           "int", grad=False),
+    OpCase("floor_divide", lambda m, a, b: a // b,
+           [signed_ints(3, 4), signed_ints(4, nonzero=True)], "int", grad=False),
     OpCase("floor_divide", lambda m, a: 7.5 // a, [away(5)], "reflected", grad=False),
     OpCase("floor_divide", lambda m, a, b: m.div(a, b, rounding_mode="floor"),
            [In((3, 4)), away(3, 1)], "div-floor"),

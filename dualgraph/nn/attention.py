@@ -1,0 +1,625 @@
+"""Attention and Transformers: ``scaled_dot_product_attention``, ``MultiheadAttention``,
+the Transformer encoder/decoder layers and stacks, and ``Transformer``, mirroring torch.
+
+Everything is a composite of registry ops (matmul, softmax, where, linear, layer_norm), so it
+differentiates, traces and exports without special support. One function, :func:`_attend`,
+computes attention for both ``scaled_dot_product_attention`` and ``MultiheadAttention``; the
+two differ only as torch's do: SDPA's softmax gives zeros for a query whose keys are all
+masked out, MHA's returned weights give NaN there.
+
+Masks follow torch, and the two conventions differ: for ``scaled_dot_product_attention`` a
+bool ``attn_mask`` is True where a key **takes part**; for ``MultiheadAttention`` and the
+Transformer layers a bool ``attn_mask`` / ``key_padding_mask`` is True where a key is
+**masked out**. Float masks are added to the scores in both (use ``-inf`` to mask).
+
+Parameter names, shapes, order, initialisation and printed forms are torch's, so a torch
+state dict loads directly. The ``is_causal`` flags are hints, as in torch: a given mask is
+always honoured (the Transformer stacks do not inspect mask values to detect causality,
+which would need concrete values and break tracing; the result is the same).
+
+>>> import dualgraph as dg
+>>> mha = MultiheadAttention(16, 4, batch_first=True)
+>>> x = dg.randn(2, 5, 16)
+>>> out, weights = mha(x, x, x)
+>>> tuple(out.shape), tuple(weights.shape)
+((2, 5, 16), (2, 5, 5))
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+from .. import dtypes
+from ..ops import creation, elementwise, reduce
+from ..ops import shape as shape_ops
+from ..ops.index import masked_fill
+from ..ops.linalg import linear, matmul
+from . import functional as F
+from . import init
+from .containers import ModuleList
+from .layers import Dropout, LayerNorm, Linear
+from .module import Module
+from .parameter import Parameter
+
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerDecoder", "Transformer"]
+
+
+# -- the attention core ------------------------------------------------------------------------
+def _causal_mask(q_len: int, k_len: int):
+    """Bool (q_len, k_len), True where key j may be seen by query i (j <= i, top-left
+    aligned as torch's ``tril``)."""
+    rows = shape_ops.unsqueeze(creation.arange(q_len), 1)
+    return elementwise.ge(rows, creation.arange(k_len))
+
+
+def _attend(query, key, value, mask, dropout_p: float, scale: float, safe: bool):
+    """``softmax(q k^T * scale + mask) v`` over the last two dims, and the weights.
+
+    ``mask`` is None, a bool tensor (True = take part) or a float tensor added to the scores,
+    broadcastable to (..., L, S). With ``safe`` a query whose keys are all masked out gets
+    zero weights (torch's SDPA) instead of NaN (torch's MHA weights)."""
+    scores = matmul(query * scale, shape_ops.transpose(key, -2, -1))
+    if mask is not None and mask.dtype == dtypes.bool_:
+        scores = masked_fill(scores, elementwise.logical_not(mask), -math.inf)
+    elif mask is not None:
+        scores = scores + mask
+    if safe and mask is not None:
+        # Rows with no visible key: softmax over zeros (no NaN, also in the backward), then
+        # zero weights.
+        dead = elementwise.eq(reduce.amax(scores, -1, keepdim=True), -math.inf)
+        weights = elementwise.where(dead, 0.0, reduce.softmax(
+            elementwise.where(dead, 0.0, scores), -1))
+    else:
+        weights = reduce.softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, dropout_p, training=True)
+    return matmul(weights, value), weights
+
+
+def _repeat_heads(x, groups: int):
+    """(..., H, S, E) -> (..., H * groups, S, E), each head repeated ``groups`` times in place
+    (torch's ``repeat_interleave`` on dim -3, for grouped-query attention)."""
+    if groups == 1:
+        return x
+    shape = tuple(x.shape)
+    x = shape_ops.expand(shape_ops.unsqueeze(x, -3), shape[:-2] + (groups,) + shape[-2:])
+    return shape_ops.reshape(x, shape[:-3] + (shape[-3] * groups,) + shape[-2:])
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """``softmax(query @ key^T * scale + mask) @ value``, as torch's
+    ``F.scaled_dot_product_attention``: query (..., L, E), key (..., S, E), value (..., S, Ev)
+    give (..., L, Ev). ``attn_mask``: bool (True = take part) or float (added to the scores),
+    broadcastable to (..., L, S); ``is_causal`` masks key j > query i; ``scale`` defaults to
+    1/sqrt(E); ``dropout_p`` drops attention weights (pass 0 in evaluation); with
+    ``enable_gqa`` key/value may have fewer heads (dim -3) than query, each shared by a group.
+
+    >>> import dualgraph as dg
+    >>> q = dg.randn(2, 4, 6, 8)
+    >>> tuple(scaled_dot_product_attention(q, q, q, is_causal=True).shape)
+    (2, 4, 6, 8)
+    """
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise ValueError(f"scaled_dot_product_attention needs query, key and value of at least 2 "
+                         f"dims, got {tuple(query.shape)}, {tuple(key.shape)}, "
+                         f"{tuple(value.shape)}")
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"scaled_dot_product_attention: query {tuple(query.shape)}, key "
+                         f"{tuple(key.shape)} and value {tuple(value.shape)} do not fit: "
+                         "query and key need the same last dim, key and value the same "
+                         "sequence length (dim -2)")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("scaled_dot_product_attention: Explicit attn_mask should not be set "
+                           "when is_causal=True")
+    if enable_gqa and key.ndim >= 3 and query.ndim >= 3:
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        if heads % kv_heads or value.shape[-3] != kv_heads:
+            raise ValueError(f"enable_gqa: the {heads} query heads must be a multiple of the "
+                             f"{kv_heads} key/value heads (key {tuple(key.shape)}, value "
+                             f"{tuple(value.shape)})")
+        key = _repeat_heads(key, heads // kv_heads)
+        value = _repeat_heads(value, heads // kv_heads)
+    if attn_mask is not None and not (attn_mask.dtype == dtypes.bool_
+                                      or attn_mask.is_floating_point()):
+        raise TypeError(f"attn_mask must be bool or float, got {attn_mask.dtype}")
+    mask = _causal_mask(query.shape[-2], key.shape[-2]) if is_causal else attn_mask
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    return _attend(query, key, value, mask, dropout_p, scale, safe=True)[0]
+
+
+# -- multi-head attention ----------------------------------------------------------------------
+def _float_mask(mask, name: str, dtype):
+    """torch's ``_canonical_mask``: a bool mask (True = masked out) becomes 0 / -inf of
+    ``dtype``; a float mask is returned as is."""
+    if mask is None or mask.is_floating_point():
+        return mask
+    if mask.dtype != dtypes.bool_:
+        raise TypeError(f"only bool and floating types of {name} are supported, got "
+                        f"{mask.dtype}")
+    return masked_fill(creation.zeros(*mask.shape, dtype=dtype), mask, -math.inf)
+
+
+def _pad_key(mask):
+    """A float mask with one more key column (0 = visible), for bias_k / add_zero_attn."""
+    return None if mask is None else shape_ops.pad(mask, (0, 1))
+
+
+def _split_heads(x, batch: int, heads: int):
+    """(S, B, E) -> (B, heads, S, E / heads)."""
+    x = shape_ops.reshape(x, (x.shape[0], batch, heads, x.shape[-1] // heads))
+    return shape_ops.permute(x, (1, 2, 0, 3))
+
+
+def _check_attn_mask(attn_mask, tgt_len: int, src_len: int, batch: int, heads: int):
+    """The (L, S) or (B * heads, L, S) mask reshaped to broadcast over (B, heads, L, S)."""
+    if attn_mask.ndim == 2:
+        if tuple(attn_mask.shape) != (tgt_len, src_len):
+            raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}, "
+                               f"but should be {(tgt_len, src_len)}.")
+        return attn_mask
+    if attn_mask.ndim == 3:
+        if tuple(attn_mask.shape) != (batch * heads, tgt_len, src_len):
+            raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}, "
+                               f"but should be {(batch * heads, tgt_len, src_len)}.")
+        return shape_ops.reshape(attn_mask, (batch, heads, tgt_len, src_len))
+    raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
+
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
+                                 in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
+                                 dropout_p, out_proj_weight, out_proj_bias, training=True,
+                                 key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None, static_k=None,
+                                 static_v=None, average_attn_weights=True, is_causal=False):
+    """torch's ``F.multi_head_attention_forward`` for sequence-first input: query (L, B, E),
+    key (S, B, kdim), value (S, B, vdim), or unbatched without the B dim. Returns
+    ``(attn_output, attn_weights)``; weights are (B, L, S) averaged over heads, (B, heads,
+    L, S) with ``average_attn_weights=False``, or None without ``need_weights``."""
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("multi_head_attention_forward: static_k / static_v are not "
+                                  "supported")
+    batched = query.ndim == 3
+    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+        raise AssertionError(f"query, key and value must all be 3-D (batched) or 2-D "
+                             f"(unbatched), got {tuple(query.shape)}, {tuple(key.shape)}, "
+                             f"{tuple(value.shape)}")
+    if not batched:
+        query, key, value = _map_same(lambda t: shape_ops.unsqueeze(t, 1), query, key, value)
+        if key_padding_mask is not None:
+            key_padding_mask = shape_ops.unsqueeze(key_padding_mask, 0)
+    tgt_len, batch, embed_dim = query.shape
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
+                             f"got {embed_dim}")
+    if embed_dim % num_heads:
+        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
+    if tuple(key.shape[:2]) != tuple(value.shape[:2]):
+        raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do not "
+                             f"match value's {tuple(value.shape[:2])}")
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    key_padding_mask = _float_mask(key_padding_mask, "key_padding_mask", query.dtype)
+    # torch: with only the causal hint and no weights wanted, attend causally (same result)
+    causal = is_causal and key_padding_mask is None and not need_weights
+    attn_mask = None if causal else _float_mask(attn_mask, "attn_mask", query.dtype)
+
+    if not use_separate_proj_weight and query is key and key is value:
+        # self-attention: one matmul with the packed weights
+        q, k, v = shape_ops.chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1)
+    else:
+        weights = ((q_proj_weight, k_proj_weight, v_proj_weight) if use_separate_proj_weight
+                   else shape_ops.chunk(in_proj_weight, 3))
+        biases = (None,) * 3 if in_proj_bias is None else shape_ops.chunk(in_proj_bias, 3)
+        q, k, v = (linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
+
+    src_len = key.shape[0]
+    if attn_mask is not None:
+        attn_mask = _check_attn_mask(attn_mask, tgt_len, src_len, batch, num_heads)
+    if bias_k is not None and bias_v is not None:
+        k = shape_ops.cat([k, shape_ops.expand(bias_k, (1, batch, embed_dim))])
+        v = shape_ops.cat([v, shape_ops.expand(bias_v, (1, batch, embed_dim))])
+        attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
+    elif bias_k is not None or bias_v is not None:
+        raise AssertionError("bias_k and bias_v must be given together")
+    q, k, v = (_split_heads(t, batch, num_heads) for t in (q, k, v))
+    if add_zero_attn:
+        zeros = creation.zeros(batch, num_heads, 1, k.shape[-1], dtype=k.dtype)
+        k, v = shape_ops.cat([k, zeros], 2), shape_ops.cat([v, zeros], 2)
+        attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (batch, k.shape[2]):
+            raise AssertionError(f"Expected key_padding_mask of shape {(batch, k.shape[2])}, "
+                                 f"got {tuple(key_padding_mask.shape)}")
+        key_padding_mask = shape_ops.reshape(key_padding_mask, (batch, 1, 1, k.shape[2]))
+        attn_mask = key_padding_mask if attn_mask is None else attn_mask + key_padding_mask
+    if causal:
+        attn_mask = _causal_mask(tgt_len, k.shape[2])
+    out, weights = _attend(q, k, v, attn_mask, dropout_p if training else 0.0,
+                           1.0 / math.sqrt(q.shape[-1]), safe=not need_weights)
+    out = shape_ops.reshape(shape_ops.permute(out, (2, 0, 1, 3)), (tgt_len, batch, embed_dim))
+    out = linear(out, out_proj_weight, out_proj_bias)
+    if not need_weights:
+        weights = None
+    elif average_attn_weights:
+        weights = reduce.mean(weights, 1)
+    if not batched:
+        out = shape_ops.squeeze(out, 1)
+        weights = None if weights is None else shape_ops.squeeze(weights, 0)
+    return out, weights
+
+
+def _map_same(fn, *tensors):
+    """``fn`` of each tensor, computed once per object: tensors that were the same object
+    stay the same object (self-attention is recognised by identity, as in torch)."""
+    done = {}
+    for t in tensors:
+        if id(t) not in done:
+            done[id(t)] = fn(t)
+    return tuple(done[id(t)] for t in tensors)
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """A :class:`Linear`; torch names MHA's output projection so (for its quantization
+    tooling), and the name shows in the printed model."""
+
+
+class MultiheadAttention(Module):
+    """Multi-head attention (Vaswani et al., 2017) with torch's parameters and semantics.
+
+    ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+    average_attn_weights=True, is_causal=False)`` returns ``(attn_output, attn_weights)``.
+    Inputs are (L, B, E) ((B, L, E) with ``batch_first``) or unbatched (L, E). Bool masks
+    are True where a key is masked out; ``key_padding_mask`` is (B, S); ``attn_mask`` is
+    (L, S) or (B * num_heads, L, S).
+
+    >>> import dualgraph as dg
+    >>> mha = MultiheadAttention(8, 2)
+    >>> q, kv = dg.randn(3, 2, 8), dg.randn(5, 2, 8)
+    >>> out, w = mha(q, kv, kv, average_attn_weights=False)
+    >>> tuple(out.shape), tuple(w.shape)
+    ((3, 2, 8), (2, 2, 3, 5))
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
+                             f"embed_dim={embed_dim} and num_heads={num_heads} instead")
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+
+        def weight(*shape):
+            return Parameter(creation.empty(*shape, dtype=dtype))
+
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = weight(3 * embed_dim, embed_dim)
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.q_proj_weight = weight(embed_dim, embed_dim)
+            self.k_proj_weight = weight(embed_dim, self.kdim)
+            self.v_proj_weight = weight(embed_dim, self.vdim)
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = weight(3 * embed_dim)
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
+                                                        device=device, dtype=dtype)
+        if add_bias_kv:
+            self.bias_k = weight(1, 1, embed_dim)
+            self.bias_v = weight(1, 1, embed_dim)
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        """torch's init: Xavier-uniform projections, zero biases, Xavier-normal bias_k/v."""
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for w in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+        for b in (self.bias_k, self.bias_v):
+            if b is not None:
+                init.xavier_normal_(b)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = query.ndim == 3
+        if self.batch_first and batched:
+            query, key, value = _map_same(lambda t: shape_ops.transpose(t, 0, 1), query, key,
+                                          value)
+        out, weights = multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights,
+            attn_mask=attn_mask, use_separate_proj_weight=not self._qkv_same_embed_dim,
+            q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
+            is_causal=is_causal)
+        if self.batch_first and batched:
+            out = shape_ops.transpose(out, 0, 1)
+        return out, weights
+
+
+# -- Transformer layers ------------------------------------------------------------------------
+def _activation(activation):
+    """A callable from torch's activation argument ("relu", "gelu" or a callable)."""
+    if callable(activation):
+        return activation
+    if activation == "relu":
+        return elementwise.relu
+    if activation == "gelu":
+        return elementwise.gelu
+    raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+
+
+class _TransformerLayer(Module):
+    """What the encoder and decoder layers share: the feed-forward block and its norms.
+    Submodules are registered in torch's order by the subclasses."""
+
+    def _feed_forward_modules(self, d_model, dim_feedforward, dropout, bias, dtype):
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+
+    def _ff_block(self, x, dropout):
+        return dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def _attention_block(self, attn, dropout, x, mem, attn_mask, key_padding_mask, is_causal):
+        x = attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                 need_weights=False, is_causal=is_causal)[0]
+        return dropout(x)
+
+    def _residuals(self, x, blocks):
+        """Apply ``(norm, block)`` pairs as residual branches: pre-norm (``norm_first``:
+        x + block(norm(x))) or post-norm (norm(x + block(x)))."""
+        for norm, block in blocks:
+            x = x + block(norm(x)) if self.norm_first else norm(x + block(x))
+        return x
+
+
+def _norms_and_dropouts(layer, count, d_model, layer_norm_eps, dropout, bias, dtype):
+    """norm1..normN, then dropout1..dropoutN, registered in torch's order."""
+    for i in range(1, count + 1):
+        setattr(layer, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
+                                             dtype=dtype))
+    for i in range(1, count + 1):
+        setattr(layer, f"dropout{i}", Dropout(dropout))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """Self-attention then a feed-forward network, each a residual branch with LayerNorm
+    (after the residual by default, before the branch with ``norm_first=True``).
+
+    ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``.
+
+    >>> import dualgraph as dg
+    >>> layer = TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32)
+    >>> tuple(layer(dg.randn(5, 2, 16)).shape)
+    (5, 2, 16)
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
+                 activation=elementwise.relu, layer_norm_eps=1e-5, batch_first=False,
+                 norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, device=device,
+                                            dtype=dtype)
+        self._feed_forward_modules(d_model, dim_feedforward, dropout, bias, dtype)
+        self.norm_first = norm_first
+        _norms_and_dropouts(self, 2, d_model, layer_norm_eps, dropout, bias, dtype)
+        self.activation = _activation(activation)
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        def self_attention(x):
+            return self._attention_block(self.self_attn, self.dropout1, x, x, src_mask,
+                                         src_key_padding_mask, is_causal)
+        def feed_forward(x):
+            return self._ff_block(x, self.dropout2)
+        return self._residuals(src, [(self.norm1, self_attention), (self.norm2, feed_forward)])
+
+
+class TransformerDecoderLayer(_TransformerLayer):
+    """Self-attention, attention over the encoder's output (``memory``), then a
+    feed-forward network; each a residual branch with LayerNorm as in
+    :class:`TransformerEncoderLayer`.
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False)``.
+
+    >>> import dualgraph as dg
+    >>> layer = TransformerDecoderLayer(d_model=16, nhead=4, dim_feedforward=32)
+    >>> tuple(layer(dg.randn(3, 2, 16), dg.randn(5, 2, 16)).shape)
+    (3, 2, 16)
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
+                 activation=elementwise.relu, layer_norm_eps=1e-5, batch_first=False,
+                 norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        for name in ("self_attn", "multihead_attn"):
+            setattr(self, name, MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                   batch_first=batch_first, device=device,
+                                                   dtype=dtype))
+        self._feed_forward_modules(d_model, dim_feedforward, dropout, bias, dtype)
+        self.norm_first = norm_first
+        _norms_and_dropouts(self, 3, d_model, layer_norm_eps, dropout, bias, dtype)
+        self.activation = _activation(activation)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        def self_attention(x):
+            return self._attention_block(self.self_attn, self.dropout1, x, x, tgt_mask,
+                                         tgt_key_padding_mask, tgt_is_causal)
+
+        def cross_attention(x):
+            return self._attention_block(self.multihead_attn, self.dropout2, x, memory,
+                                         memory_mask, memory_key_padding_mask,
+                                         memory_is_causal)
+
+        def feed_forward(x):
+            return self._ff_block(x, self.dropout3)
+        return self._residuals(tgt, [(self.norm1, self_attention),
+                                     (self.norm2, cross_attention), (self.norm3, feed_forward)])
+
+
+# -- stacks ------------------------------------------------------------------------------------
+def _clones(layer, n: int) -> ModuleList:
+    """``n`` independent deep copies of ``layer`` (torch's ``_get_clones``)."""
+    return ModuleList([copy.deepcopy(layer) for _ in range(n)])
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` copies of ``encoder_layer`` applied in turn, then ``norm`` if given.
+
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``.
+    ``enable_nested_tensor`` and ``mask_check`` are accepted for torch compatibility (there
+    are no nested tensors here).
+
+    >>> import dualgraph as dg
+    >>> enc = TransformerEncoder(TransformerEncoderLayer(16, 4, 32), num_layers=2)
+    >>> tuple(enc(dg.randn(5, 2, 16)).shape)
+    (5, 2, 16)
+    """
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        super().__init__()
+        self.layers = _clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+        self.enable_nested_tensor = enable_nested_tensor
+        self.mask_check = mask_check
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        output = src
+        for layer in self.layers:
+            output = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                           is_causal=bool(is_causal))
+        return output if self.norm is None else self.norm(output)
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` copies of ``decoder_layer`` applied in turn (each attending to
+    ``memory``), then ``norm`` if given.
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False)``.
+    """
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = _clones(decoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        output = tgt
+        for layer in self.layers:
+            output = layer(output, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                           tgt_key_padding_mask=tgt_key_padding_mask,
+                           memory_key_padding_mask=memory_key_padding_mask,
+                           tgt_is_causal=bool(tgt_is_causal),
+                           memory_is_causal=memory_is_causal)
+        return output if self.norm is None else self.norm(output)
+
+
+class Transformer(Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need", as torch's
+    ``nn.Transformer``: ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    src_is_causal=None, tgt_is_causal=None, memory_is_causal=False)``.
+
+    >>> import dualgraph as dg
+    >>> model = Transformer(d_model=16, nhead=4, num_encoder_layers=1, num_decoder_layers=1,
+    ...                     dim_feedforward=32)
+    >>> mask = Transformer.generate_square_subsequent_mask(3)
+    >>> tuple(model(dg.randn(5, 2, 16), dg.randn(3, 2, 16), tgt_mask=mask).shape)
+    (3, 2, 16)
+    """
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                 dim_feedforward=2048, dropout=0.1, activation=elementwise.relu,
+                 custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
+                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+        super().__init__()
+        layer_args = dict(dim_feedforward=dim_feedforward, dropout=dropout,
+                          activation=activation, layer_norm_eps=layer_norm_eps,
+                          batch_first=batch_first, norm_first=norm_first, bias=bias,
+                          device=device, dtype=dtype)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(
+                TransformerEncoderLayer(d_model, nhead, **layer_args), num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(
+                TransformerDecoderLayer(d_model, nhead, **layer_args), num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self._reset_parameters()
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def _reset_parameters(self):
+        """torch's init: Xavier-uniform for every matrix, the rest as the layers left it."""
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False):
+        batch_dim = 0 if self.batch_first else 1
+        if src.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, device=None, dtype=None):
+        """The float (sz, sz) causal mask: 0 on and below the diagonal, -inf above, so
+        position i attends to positions <= i.
+
+        >>> Transformer.generate_square_subsequent_mask(2)
+        tensor([[0., -inf],
+                [0., 0.]])
+        """
+        if device not in (None, "cpu"):
+            raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")
+        zeros = creation.zeros(sz, sz, dtype=dtype)
+        return masked_fill(zeros, elementwise.logical_not(_causal_mask(sz, sz)), -math.inf)

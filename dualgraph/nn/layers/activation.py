@@ -1,0 +1,289 @@
+"""Activation modules, each a thin wrapper over its ``nn.functional`` form with torch's
+constructor arguments and printed form."""
+from __future__ import annotations
+
+import warnings
+
+from .. import functional as F
+from .. import init
+from ..module import Module
+from ._util import new_parameter
+
+
+def _inplace_repr(inplace: bool, prefix: str = "") -> str:
+    """torch's activations print ``inplace=True`` only when it is set."""
+    if not inplace:
+        return prefix
+    return f"{prefix}, inplace=True" if prefix else "inplace=True"
+
+
+class _InplaceActivation(Module):
+    """An activation whose only setting is ``inplace``; ``_fn`` is its functional."""
+
+    _fn = None
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return self._fn(input, inplace=self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace)
+
+
+class ReLU(_InplaceActivation):
+    """``max(0, x)``."""
+
+    _fn = staticmethod(F.relu)
+
+
+class ReLU6(_InplaceActivation):
+    """``min(max(0, x), 6)``."""
+
+    _fn = staticmethod(F.relu6)
+
+
+class SiLU(_InplaceActivation):
+    """``x * sigmoid(x)`` (swish)."""
+
+    _fn = staticmethod(F.silu)
+
+
+class Mish(_InplaceActivation):
+    """``x * tanh(softplus(x))``."""
+
+    _fn = staticmethod(F.mish)
+
+
+class SELU(_InplaceActivation):
+    """Scaled ELU with the self-normalising constants of Klambauer et al. (2017)."""
+
+    _fn = staticmethod(F.selu)
+
+
+class Hardsigmoid(_InplaceActivation):
+    """``relu6(x + 3) / 6``."""
+
+    _fn = staticmethod(F.hardsigmoid)
+
+
+class Hardswish(_InplaceActivation):
+    """``x * hardsigmoid(x)``."""
+
+    _fn = staticmethod(F.hardswish)
+
+
+class _Stateless(Module):
+    """An activation without settings; ``_fn`` is its functional."""
+
+    _fn = None
+
+    def forward(self, input):
+        return self._fn(input)
+
+
+class Tanh(_Stateless):
+    _fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Stateless):
+    _fn = staticmethod(F.sigmoid)
+
+
+class LogSigmoid(_Stateless):
+    _fn = staticmethod(F.logsigmoid)
+
+
+class Softsign(_Stateless):
+    _fn = staticmethod(F.softsign)
+
+
+class Tanhshrink(_Stateless):
+    _fn = staticmethod(F.tanhshrink)
+
+
+class GELU(Module):
+    """``x * Phi(x)``; ``approximate='tanh'`` uses the tanh approximation."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, input):
+        return F.gelu(input, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class LeakyReLU(Module):
+    """``x`` for positive ``x``, ``negative_slope * x`` otherwise."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.leaky_relu(input, self.negative_slope, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace, f"negative_slope={self.negative_slope}")
+
+
+class _AlphaActivation(Module):
+    """ELU and CELU: one ``alpha`` and ``inplace``."""
+
+    _fn = None
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return self._fn(input, self.alpha, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace, f"alpha={self.alpha}")
+
+
+class ELU(_AlphaActivation):
+    """``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise."""
+
+    _fn = staticmethod(F.elu)
+
+
+class CELU(_AlphaActivation):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+
+    _fn = staticmethod(F.celu)
+
+
+class Softplus(Module):
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta = beta
+        self.threshold = threshold
+
+    def forward(self, input):
+        return F.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Hardtanh(Module):
+    """``x`` clamped to ``[min_val, max_val]``."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        super().__init__()
+        if max_val <= min_val:
+            raise ValueError(f"Hardtanh: max_val ({max_val}) must be greater than min_val "
+                             f"({min_val})")
+        self.min_val = min_val
+        self.max_val = max_val
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace, f"min_val={self.min_val}, max_val={self.max_val}")
+
+
+class Threshold(Module):
+    """``x`` where ``x > threshold``, else ``value``."""
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace, f"threshold={self.threshold}, value={self.value}")
+
+
+class PReLU(Module):
+    """Leaky ReLU with a learned slope: one, or one per channel (``num_parameters`` = C),
+    starting at ``init``."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = new_parameter((num_parameters,), device, dtype)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.constant_(self.weight, self.init)
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class GLU(Module):
+    """Gated linear unit over ``dim``: first half times the sigmoid of the second."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+def _legacy_softmax_dim(name: str, ndim: int) -> int:
+    """torch's implicit dim for Softmax(dim=None): 0 for 0-, 1- and 3-d input, else 1."""
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+                  "call to include dim=X as an argument.", stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class _SoftmaxLike(Module):
+    _fn = None
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        dim = self.dim
+        if dim is None:
+            dim = _legacy_softmax_dim(type(self).__name__.lower(), input.ndim)
+        return self._fn(input, dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Softmax(_SoftmaxLike):
+    """``exp(x) / sum(exp(x))`` along ``dim``."""
+
+    _fn = staticmethod(F.softmax)
+
+
+class LogSoftmax(_SoftmaxLike):
+    """``log(softmax(x))`` along ``dim``, computed stably."""
+
+    _fn = staticmethod(F.log_softmax)
+
+
+class Softmin(_SoftmaxLike):
+    """``softmax(-x)`` along ``dim``."""
+
+    _fn = staticmethod(F.softmin)

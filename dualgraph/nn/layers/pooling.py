@@ -1,0 +1,133 @@
+"""Pooling layers: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d, as in ``torch.nn``.
+
+Settings are stored as given (an int stays an int), so the printed forms match torch's.
+"""
+from __future__ import annotations
+
+from .. import functional as F
+from ..module import Module
+from ._util import check_input
+
+_LAYOUTS = {1: (("N", "C", "L"), ("C", "L")), 2: (("N", "C", "H", "W"), ("C", "H", "W"))}
+
+
+class _Pool(Module):
+    _ndim: int
+
+    def _check(self, input):
+        check_input(self, input, *_LAYOUTS[self._ndim])
+
+
+class _MaxPoolNd(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.dilation = dilation
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        self._check(input)
+        pool = F.max_pool1d if self._ndim == 1 else F.max_pool2d
+        return pool(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                    ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, L) or (C, L) input."""
+
+    _ndim = 1
+
+
+class MaxPool2d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, H, W) or (C, H, W) input; the stride defaults to
+    the kernel size."""
+
+    _ndim = 2
+
+
+class AvgPool1d(_Pool):
+    """Average over sliding windows of (N, C, L) or (C, L) input (torch stores its sizes as
+    1-tuples, and prints them so)."""
+
+    _ndim = 1
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__()
+        self.kernel_size = _single(kernel_size)
+        self.stride = _single(stride if stride is not None else kernel_size)
+        self.padding = _single(padding)
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+
+    def forward(self, input):
+        self._check(input)
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+def _single(v) -> tuple:
+    return (v,) if isinstance(v, int) else tuple(v)
+
+
+class AvgPool2d(_Pool):
+    """Average over sliding windows of (N, C, H, W) or (C, H, W) input."""
+
+    _ndim = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        self._check(input)
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class _AdaptiveAvgPool(_Pool):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        self._check(input)
+        pool = F.adaptive_avg_pool1d if self._ndim == 1 else F.adaptive_avg_pool2d
+        return pool(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPool):
+    """Average (N, C, L) or (C, L) input down to length ``output_size``."""
+
+    _ndim = 1
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPool):
+    """Average (N, C, H, W) or (C, H, W) input down to ``output_size`` (an int, or a pair
+    whose None entries keep the input's size)."""
+
+    _ndim = 2

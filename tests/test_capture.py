@@ -1,0 +1,298 @@
+"""dg.compile, dg.jit.trace and dg.static: compiled == eager, guards, retraces, breaks,
+checked mode, dynamic shapes, and the errors users meet (with their file and line)."""
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker: str) -> int:
+    """The line number of the source line in this file containing ``marker``."""
+    src = open(__file__).read().splitlines()
+    return next(i + 1 for i, text in enumerate(src) if marker in text
+                and "line_of(" not in text)
+
+
+def close(a, b, tol=1e-6):
+    a = a.detach().numpy() if isinstance(a, dg.Tensor) else np.asarray(a)
+    b = b.detach().numpy() if isinstance(b, dg.Tensor) else np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_compiled_function_equals_eager_and_prints_its_graph():
+    def f(x, y):
+        return dg.tanh(x @ y) * 2 + x.sum()    # MARK-f
+    x, y = dg.randn(4, 3), dg.randn(3, 5)
+    cf = dg.compile(f)
+    close(cf(x, y), f(x, y))
+    text = str(cf.graph)
+    assert text.startswith("graph(%x: f32[4,3], %y: f32[3,5]) {")
+    assert f"matmul(%x, %y)    # {HERE}:{line_of('MARK-f')}" in text
+    cf.graph.verify()
+
+
+def test_whole_training_step_is_one_graph_and_matches_eager():
+    def make():
+        dg.manual_seed(1)
+        w = dg.randn(5, 3, requires_grad=True)
+        b = dg.zeros(3, requires_grad=True)
+        opt = dg.optim.SGD([w, b], lr=0.1, momentum=0.9)
+        return w, b, opt
+    x = dg.randn(8, 5)
+    t = dg.tensor(np.arange(8) % 3)
+
+    def run(compiled):
+        w, b, opt = make()
+
+        def step(x, t):
+            opt.zero_grad()
+            logits = x @ w + b
+            loss = (dg.log_softmax(logits, -1) * dg.nn.functional.one_hot(t, 3)).sum() / -8
+            loss.backward()
+            opt.step()
+            return loss
+        fn = dg.compile(step) if compiled else step
+        losses = [fn(x, t).item() for _ in range(6)]
+        return losses, w, b, fn
+    le, we, be, _ = run(False)
+    lc, wc, bc, fn = run(True)
+    close(lc, le, 1e-5)
+    close(wc, we, 1e-5)
+    close(bc, be, 1e-5)
+    # the first step creates the optimiser's state (a Python branch): one retrace, then stable
+    assert len(fn.cache) == 2
+    assert "optimiser's state was created" in fn.explain()
+    names = [v.name for v in fn.graph.inputs]
+    assert names[:2] == ["x", "t"]
+    assert wc.grad is not None
+
+
+def test_compiled_module_forward_is_differentiable_from_outside():
+    class Net(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = dg.nn.Parameter(dg.randn(4, 2))
+
+        def forward(self, x):
+            return dg.tanh(x @ self.w)
+    dg.manual_seed(0)
+    net = Net()
+    x = dg.randn(3, 4, requires_grad=True)
+    grads = []
+    for model in (net, dg.compile(net)):
+        net.w.grad, x.grad = None, None
+        out = model(x)
+        (out ** 2).sum().backward()
+        grads.append((out.detach().numpy(), net.w.grad.numpy(), x.grad.numpy()))
+    for a, b in zip(*grads):
+        close(a, b)
+    assert "CompiledBackward" in repr(out.grad_fn)
+
+
+def test_guards_retrace_and_explain_name_the_failed_guard_and_fix():
+    cf = dg.compile(lambda x, k: x * k)
+    cf(dg.ones(2), 2.0)
+    cf(dg.ones(2), 2.0)
+    assert len(cf.cache) == 1
+    cf(dg.ones(3), 2.0)
+    cf(dg.ones(3), 3.0)
+    cf(dg.ones(3, dtype=dg.float64), 3.0)
+    report = cf.explain()
+    assert "x.shape[0] changed from 2 to 3" in report
+    assert "mark dim 0 dynamic" in report
+    assert "k changed from 2.0 to 3.0" in report and "pass k as a tensor" in report
+    assert "x.dtype changed from float32 to float64" in report
+    assert len(cf.cache) == 4
+
+
+def test_module_training_flag_is_guarded():
+    net = dg.nn.Module()
+    net.forward = lambda x: x * 2
+    net.register_buffer("scale", dg.ones(1))
+    net.forward = lambda x: x * net.scale
+    cf = dg.compile(net)
+    cf(dg.ones(2))
+    net.eval()
+    cf(dg.ones(2))
+    assert "training flag changed" in cf.explain()
+
+
+def test_dynamic_batch_reuses_one_graph():
+    w = dg.randn(6, 2)
+
+    def f(x):
+        return (x.reshape(x.shape[0], -1) @ w).mean(0)
+    for dyn in (True, {"x": {0: "B"}}):
+        cf = dg.compile(f, dynamic=dyn)
+        for n in (2, 5, 7):
+            x = dg.randn(n, 2, 3)
+            close(cf(x), f(x), 1e-5)
+        assert len(cf.cache) == 1
+        assert "%x: f32[B,2,3]" in str(cf.graph)
+
+
+def test_retrace_limit_warns_once_and_runs_eagerly():
+    cf = dg.compile(lambda x: x + 1)
+    cf.retrace_limit = 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 6):
+            close(cf(dg.ones(n)), np.full(n, 2.0))
+    assert len(cf.cache) == 2
+    msgs = [str(w.message) for w in caught if "dg.compile" in str(w.message)]
+    assert len(msgs) == 1 and "mark dim 0 dynamic" in msgs[0]
+
+
+def test_item_in_compiled_function_is_a_graph_break_with_its_line():
+    def f(x):
+        if x.sum().item() > 0:   # MARK-item
+            return x * 2
+        return x
+    cf = dg.compile(f)
+    with pytest.warns(UserWarning, match=rf"graph break .*{HERE}:{line_of('MARK-item')}"):
+        out = cf(dg.ones(2))
+    close(out, [2.0, 2.0])
+    assert f"graph break at" in cf.explain() and "item()" in cf.explain()
+    close(cf(-dg.ones(2)), [-1.0, -1.0])     # later calls run eagerly, correctly
+
+
+def test_fullgraph_errors_name_the_user_line_and_the_fix():
+    def f(x):
+        print(x)   # MARK-print
+        return x
+    with pytest.raises(dg.errors.CaptureError) as info:
+        dg.compile(f, fullgraph=True)(dg.ones(2))
+    msg = str(info.value)
+    assert f"{HERE}:{line_of('MARK-print')}" in msg and "dg.cond" in msg
+
+    def g(x):
+        return bool(x.sum() > 0)   # MARK-bool
+    with pytest.raises(dg.errors.CaptureError, match=f"{HERE}:{line_of('MARK-bool')}"):
+        dg.compile(g, fullgraph=True)(dg.ones(2))
+
+
+def test_shape_error_inside_traced_function_names_shapes_and_line():
+    def f(x, y):
+        return x + y   # MARK-shape
+    with pytest.raises(dg.ShapeError) as info:
+        dg.compile(f)(dg.ones(2, 3), dg.ones(4))
+    msg = str(info.value)
+    assert "(2, 3)" in msg and "(4,)" in msg and f"{HERE}:{line_of('MARK-shape')}" in msg
+
+
+def test_checked_mode_names_the_first_divergent_node():
+    state = {"calls": 0}
+
+    def f(x):
+        state["calls"] += 1
+        y = dg.exp(x)
+        return y * state["calls"]   # MARK-div
+    cf = dg.compile(f, check=True)
+    with pytest.raises(dg.capture.check.CheckError) as info:
+        cf(dg.ones(2))
+    msg = str(info.value)
+    assert "mul" in msg and f"{HERE}:{line_of('MARK-div')}" in msg
+
+    good = dg.compile(lambda x: dg.sin(x) * 3, check=True)
+    close(good(dg.ones(2)), np.sin(np.ones(2)) * 3)
+
+
+def test_checked_mode_on_a_training_step_leaves_the_compiled_state():
+    dg.manual_seed(0)
+    w = dg.randn(3, requires_grad=True)
+    opt = dg.optim.SGD([w], lr=0.5)
+
+    def step(x):
+        opt.zero_grad()
+        loss = ((w * x).sum() - 1) ** 2
+        loss.backward()
+        opt.step()
+        return loss
+    w0 = w.detach().clone()
+    cf = dg.compile(step, check=True)
+    x = dg.ones(3)
+    cf(x)
+    expected = w0 - 0.5 * 2 * ((w0 * x).sum() - 1) * x
+    close(w, expected, 1e-6)
+
+
+def test_jit_trace_is_static_and_rejects_other_signatures():
+    traced = dg.jit.trace(lambda x: x * 2 + 1, dg.ones(2))
+    close(traced(dg.tensor([1.0, 2.0])), [3.0, 5.0])
+    assert "mul(%x, 2)" in str(traced.graph)
+    with pytest.raises(TypeError, match=r"x.shape\[0\] changed from 2 to 3"):
+        traced(dg.ones(3))
+
+
+def test_captured_graph_save_load_round_trip(tmp_path):
+    w = dg.randn(3, 2)
+    cf = dg.compile(lambda x: dg.tanh(x @ w))
+    x = dg.randn(4, 3)
+    out = cf(x)
+    path = str(tmp_path / "g.json")
+    cf.graph.save(path)
+    loaded = dg.graph.load(path)
+    assert str(loaded) == str(cf.graph)
+    (res,) = loaded(x.numpy(), w.numpy())
+    close(res, out)
+
+
+def test_static_program_trains_like_tf1():
+    dg.manual_seed(0)
+    w = dg.zeros(3, 1, requires_grad=True)
+    b = dg.zeros(1, requires_grad=True)
+    opt = dg.optim.SGD([w, b], lr=0.1)
+    prog = dg.static.Program()
+    with prog:
+        x = dg.static.placeholder("x", [None, 3])
+        y = dg.static.placeholder("y", [None, 1])
+        loss = (((x @ w) + b - y) ** 2).mean()
+        train = dg.static.minimize(opt, loss)
+        grads = dg.static.gradients(loss, [w, b])
+    sess = dg.static.Session(prog)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((32, 3)).astype(np.float32)
+    Y = X @ np.array([[1.0], [-2.0], [0.5]], np.float32) + 0.3
+    gw, gb = sess.run(grads, {"x": X, "y": Y})
+    close(gw, 2 * X.T @ (-Y) / 32, 1e-5)
+    first = sess.run(loss, {x: X, y: Y})
+    for _ in range(100):
+        sess.run([loss, train], {x: X, y: Y})
+    assert sess.run(loss, {x: X[:5], y: Y[:5]}) < first * 1e-3
+    close(w.detach().numpy().ravel(), [1.0, -2.0, 0.5], 1e-2)
+
+
+def test_static_feed_errors_name_the_placeholder_and_shapes():
+    prog = dg.static.Program()
+    with prog:
+        x = dg.static.placeholder("x", [None, 3])
+        y = x * 2
+    sess = dg.static.Session(prog)
+    with pytest.raises(ValueError, match=r"placeholder 'x' expects shape \(None, 3\), got "
+                                         r"\(2, 4\)"):
+        sess.run(y, {"x": np.ones((2, 4), np.float32)})
+    with pytest.raises(KeyError, match="'x'.*must be fed"):
+        sess.run(y, {})
+    with pytest.raises(KeyError, match="not a placeholder"):
+        sess.run(y, {"z": np.ones(3)})
+
+
+def test_tensors_made_inside_are_constants_and_captured_tensors_are_bound():
+    scale = dg.tensor([2.0, 3.0])
+
+    def f(x):
+        return x * scale + dg.ones(2)
+    cf = dg.compile(f)
+    close(cf(dg.ones(2)), [3.0, 4.0])
+    with dg.no_grad():
+        scale.mul_(10)      # a captured tensor is read at every call, not baked in
+    close(cf(dg.ones(2)), [21.0, 31.0])
+    assert len(cf.graph.constants) == 1
