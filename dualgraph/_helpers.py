@@ -29,9 +29,20 @@ def user_frame(depth: int = 1):
 
 
 def user_site() -> tuple[str, int] | None:
-    """(file, line) of the user's code calling into dualgraph: cheap, format it later."""
-    f = user_frame(2)
-    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+    """(file, line) of the user's code calling into dualgraph: cheap, format it later.
+
+    Dispatch calls this for every recorded op, so the walk is inlined."""
+    f = sys._getframe(2)
+    known = _internal
+    while f is not None:
+        filename = f.f_code.co_filename
+        internal = known.get(filename)
+        if internal is None:
+            internal = _is_internal(filename)
+        if not internal:
+            return (filename, f.f_lineno)
+        f = f.f_back
+    return None
 
 
 def format_site(site) -> str:

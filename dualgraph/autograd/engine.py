@@ -178,7 +178,9 @@ def _call_vjp(node: Node, grads: dict):
         out = outs
     tracer = modes.tracer
     if tracer is None:
-        result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+        attrs = node.attrs
+        result = (node.op.vjp(g, out, *node.inputs, **attrs) if attrs else
+                  node.op.vjp(g, out, *node.inputs))
     else:   # traced VJP nodes carry the location of the forward op they differentiate
         outer, tracer.backward_site = getattr(tracer, "backward_site", None), node.site
         try:
@@ -199,11 +201,12 @@ def _call_vjp(node: Node, grads: dict):
             continue
         if not isinstance(gi, Tensor):   # a VJP may return a plain number
             gi = creation.full_like(inp, gi)
-        if gi._data.shape != inp._data.shape:
+        data, want = gi._data, inp._data
+        if data.shape != want.shape:
             raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
-                                 f"{gi._data.shape} for an input of shape {inp._data.shape}")
-        if gi._data.dtype != inp._data.dtype:
-            gi = gi.to(dtypes.from_np(inp._data.dtype))
+                                 f"{data.shape} for an input of shape {want.shape}")
+        if data.dtype is not want.dtype and data.dtype != want.dtype:
+            gi = gi.to(dtypes.from_np(want.dtype))
         fixed.append(gi)
     return fixed
 

@@ -3,5 +3,6 @@ from . import functional, utils  # noqa: F401
 from . import init  # noqa: F401
 from .containers import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
                          Sequential)
+from .layers import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401

@@ -8,7 +8,8 @@ from ..dispatch import apply, modes
 from ..shapes import ShapedType
 from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
-from .random import Generator, default_generator, manual_seed, rng_of  # noqa: F401
+from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa: F401
+                     traced_random)
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
@@ -128,14 +129,22 @@ def empty_like(x, dtype=None, requires_grad=False) -> Tensor:
 
 def rand(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
     """Uniform samples in [0, 1)."""
-    dt = _float_dtype(dtype)
-    return _finish(rng_of(generator).random(_size(size)).astype(dt), requires_grad)
+    return _random(size, generator, dtype, requires_grad, "uniform")
 
 
 def randn(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
+    return _random(size, generator, dtype, requires_grad, "normal")
+
+
+def _random(size, generator, dtype, requires_grad, dist) -> Tensor:
     dt = _float_dtype(dtype)
-    return _finish(rng_of(generator).standard_normal(_size(size)).astype(dt), requires_grad)
+    if modes.tracer is not None and getattr(modes.tracer, "graph", None) is not None:
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return traced_random(tuple(shape), dt, dist, generator)
+    rng = rng_of(generator)
+    sample = rng.random(_size(size)) if dist == "uniform" else rng.standard_normal(_size(size))
+    return _finish(sample.astype(dt), requires_grad)
 
 
 def randint(low, high=None, size=(), generator=None, dtype=None) -> Tensor:

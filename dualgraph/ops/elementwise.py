@@ -16,7 +16,6 @@ import math
 import numpy as np
 
 from .. import dtypes
-from ..autograd.tape import grad_mode
 from ..dispatch import apply
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
@@ -24,7 +23,7 @@ from . import creation, reduce
 from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
                     infer_binary_float, infer_bool, infer_compare, infer_float, infer_same,
                     is_float, needs_grad, shape_of, unary_float_kernel)
-from .inplace import commit_inplace, inplace
+from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
 __all__ = [
@@ -795,26 +794,10 @@ def hardswish(input, inplace=False):
 
 
 # -- in-place methods ----------------------------------------------------------------------------
-def _recording(x) -> bool:
-    return grad_mode.enabled and x.requires_grad
-
-
-def _inplace_reading_input(fn):
-    """``inplace(fn)`` for an op whose VJP reads its input (abs, erf, clamp's where, x * x):
-    while autograd records, the op reads a copy of the old value, because the write bumps
-    the target's version and the saved input would fail its check in backward. torch saves
-    ``original_self`` the same way."""
-    def on_copy(self, *args, **kwargs):
-        return fn(creation.clone(self) if _recording(self) else self, *args, **kwargs)
-    on_copy.__name__ = fn.__name__
-    return inplace(on_copy)
-
-
 def fill_(self, value):
     """Fill with ``value``. A where() cuts the history: the old values get a zero gradient
-    (from a copy, see above) and a tensor ``value`` gets the summed gradient, as in torch."""
-    old = creation.clone(self) if _recording(self) else creation.zeros_like(self)
-    return commit_inplace(self, where(True, value, old))
+    and a tensor ``value`` gets the summed gradient, as in torch."""
+    return commit_inplace(self, where(True, value, source_of(self, value)))
 
 
 def zero_(self):
@@ -845,16 +828,10 @@ _OUT_OF_PLACE = {
 # add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
 _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()
              if name not in ("add", "sub", "mul", "div", "pow")}
-# Their VJPs read only the output or nothing, so the in-place form needs no copy (relu_ is
-# used in place to save memory). Ops missing here are merely copied: correct, a bit slower.
-_READS_NO_INPUT = {"neg", "negative", "exp", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid",
-                   "relu", "sign", "floor", "ceil", "round", "trunc", "fix", "frac",
-                   "floor_divide"}
 
 METHODS = {
     **_OUT_OF_PLACE,
-    **{name + "_": inplace(fn) if name in _READS_NO_INPUT else _inplace_reading_input(fn)
-       for name, fn in _IN_PLACE.items()},
+    **{name + "_": inplace(fn) for name, fn in _IN_PLACE.items()},
     "fill_": fill_, "zero_": zero_,
     "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
@@ -870,7 +847,7 @@ METHODS = {
     "__or__": bitwise_or, "__ror__": _reflected(bitwise_or),
     "__xor__": bitwise_xor, "__rxor__": _reflected(bitwise_xor),
     "__neg__": neg, "__abs__": abs, "__invert__": bitwise_not,
-    "__ifloordiv__": inplace(floor_divide), "__imod__": _inplace_reading_input(remainder),
+    "__ifloordiv__": inplace(floor_divide), "__imod__": inplace(remainder),
     "__iand__": inplace(bitwise_and), "__ior__": inplace(bitwise_or),
     "__ixor__": inplace(bitwise_xor),
 }

@@ -3,10 +3,20 @@
 The streams are NumPy's PCG64, so results are reproducible across runs and platforms for a
 given seed, but they are not the same numbers as torch's for the same seed (tests that need
 identical weights copy them).
+
+While tracing, random tensors (``dg.rand`` in dropout, say) become ``random`` nodes fed by
+the generator's *seed state*, a persistent int64 tensor that the graph advances at every
+call: a compiled function draws fresh numbers each call instead of baking one draw in (its
+numbers differ from the eager stream's).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from ..dispatch import apply
+from ..shapes import ShapedType
+from ..tensor import Tensor
+from .opdef import defop
 
 
 class Generator:
@@ -30,6 +40,14 @@ class Generator:
     def set_state(self, state: dict) -> None:
         self.rng.bit_generator.state = state
 
+    @property
+    def seed_state(self) -> Tensor:
+        """The persistent seed traced random nodes read (drawn from this stream once)."""
+        if getattr(self, "_seed_state", None) is None:
+            seed = self.rng.integers(0, 2 ** 62)
+            self._seed_state = Tensor._make(np.array(seed, dtype=np.int64))
+        return self._seed_state
+
 
 default_generator = Generator(0)
 
@@ -41,3 +59,26 @@ def manual_seed(seed: int) -> Generator:
 
 def rng_of(generator) -> np.random.Generator:
     return (generator or default_generator).rng
+
+
+def _random_kernel(seed, shape, dtype, dist):
+    rng = np.random.default_rng(int(seed))
+    sample = rng.random(shape) if dist == "uniform" else rng.standard_normal(shape)
+    return sample.astype(dtype)
+
+
+RANDOM = defop("random", _random_kernel,
+               lambda seed, shape, dtype, dist: ShapedType(tuple(shape), np.dtype(dtype)),
+               attrs=("shape", "dtype", "dist"), onnx=None,
+               doc="Samples of ``dist`` ('uniform' in [0, 1) or 'normal') from a seed input.")
+
+
+def traced_random(shape, dtype, dist: str, generator=None) -> Tensor:
+    """A random tensor inside a traced function: a ``random`` node, then the seed state
+    advances (a traced in-place update, written back after every call)."""
+    from .inplace import commit_inplace
+    gen = generator or default_generator
+    seed = gen.seed_state
+    out = apply(RANDOM, seed, shape=tuple(shape), dtype=np.dtype(dtype), dist=dist)
+    commit_inplace(seed, seed + 1)
+    return out

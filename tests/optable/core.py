@@ -52,3 +52,13 @@ CASES = [
     OpCase("full_like", lambda m, a: m.zeros_like(a) + m.ones_like(a) * a, [In((2, 3))]),
     OpCase("clone", lambda m, a: a.clone() * 2, [In((2, 3))]),
 ]
+
+# `random` (what dg.rand/randn become while tracing) is compared by its properties.
+def _uniform(m, shape):
+    if m.__name__ == "torch":
+        return m.rand(shape)
+    return m.ops.random.traced_random(shape, "float32", "uniform")
+
+
+CASES.append(OpCase("random", lambda m, a: a + ((_uniform(m, (3, 4)) >= 0) & (
+    _uniform(m, (3, 4)) < 1)).float() * 0, [In((3, 4))], grad=False))

@@ -1,0 +1,72 @@
+"""What the workload files share: turning one torch-style model definition into the four
+dualgraph/torch implementations, and the optimisers written out for JAX.
+
+A workload's ``build(lib, data)`` is written once against the torch-style API (``lib`` is
+``dualgraph`` or ``torch``) and returns ``(fn, *args)``; ``fn(*args)`` is a training step
+returning the loss tensor, or a forward pass whose output ``check`` reduces to a scalar
+tensor that the runner compares across implementations.
+"""
+
+
+def torch_style_impls(build, check=None, inference=False) -> dict:
+    """``{"dualgraph_eager": ..., "torch_compile": ...}``: each builds the workload in its
+    library, compiles ``fn`` where the name says so (the whole training step for training
+    workloads), and returns ``step()`` giving the loss (or ``check(output)``) as a float.
+    ``inference`` runs every call under the library's ``no_grad``."""
+    def make(lib_name: str, compiled: bool):
+        def impl(data):
+            import importlib
+            lib = importlib.import_module(lib_name)
+            fn, *args = build(lib, data)
+            if compiled:
+                fn = lib.compile(fn)
+
+            def step():
+                out = fn(*args)
+                return (check(out) if check else out).item()
+            if not inference:
+                return step
+
+            def step_no_grad():
+                with lib.no_grad():
+                    return step()
+            return step_no_grad
+        return impl
+    return {"dualgraph_eager": make("dualgraph", False),
+            "dualgraph_compiled": make("dualgraph", True),
+            "torch_eager": make("torch", False), "torch_compile": make("torch", True)}
+
+
+def jax_adam_step(loss_fn, data, lr, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8):
+    """``step()`` for a jitted Adam (AdamW when ``weight_decay``) training step on
+    ``loss_fn(params, x, y)``, written out as torch's: bias-corrected moments, eps added
+    after the square root, decoupled decay ``p *= 1 - lr * wd`` before the update."""
+    import jax
+    import jax.numpy as jnp
+    b1, b2 = betas
+    tmap = jax.tree_util.tree_map
+
+    @jax.jit
+    def train_step(params, m, v, t, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        m = tmap(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
+        v = tmap(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
+        step_size = lr / (1 - b1 ** t)
+        root_correction = jnp.sqrt(1 - b2 ** t)
+
+        def update(p, m, v):
+            p = p * (1 - lr * weight_decay)
+            return p - step_size * m / (jnp.sqrt(v) / root_correction + eps)
+        return loss, tmap(update, params, m, v), m, v
+
+    params = {k: jnp.asarray(a) for k, a in data["params"].items()}
+    state = {"params": params, "m": tmap(jnp.zeros_like, params),
+             "v": tmap(jnp.zeros_like, params), "t": 0}
+    x, y = jnp.asarray(data["x"]), jnp.asarray(data["y"])
+
+    def step():
+        state["t"] += 1
+        loss, state["params"], state["m"], state["v"] = train_step(
+            state["params"], state["m"], state["v"], jnp.float32(state["t"]), x, y)
+        return float(loss)
+    return step

@@ -1,0 +1,249 @@
+"""What converted code calls (as ``_jst.*``): each ``convert_*`` runs plain Python when its
+condition or iterable is a Python value or an eager tensor, and builds a ``cond`` /
+``while_loop`` / ``scan`` node when it is a traced tensor.
+
+Variables flow through converted control flow explicitly: a branch or loop body is a nested
+function taking the variables it may change and returning their new values. Variables not
+yet bound hold an :class:`Undefined`, which raises a clear error when used. Names that
+start with ``_jst_`` are the converter's own (return values and break/continue flags).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes
+from ...dispatch import modes
+from ...graph.ir import type_str
+from ...ops import control, creation, elementwise
+from ...shapes import ShapedType
+from ...tensor import Tensor
+
+_NUMBERS = (bool, int, float)
+
+
+class Undefined:
+    """A variable the converted code has not bound yet; using it raises, naming it."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "name", name)
+
+    def _fail(self, *args, **kwargs):
+        raise NameError(f"variable {self.name!r} is used before it is assigned")
+
+    __getattr__ = __call__ = __bool__ = __iter__ = __len__ = __getitem__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __matmul__ = __neg__ = __lt__ = __gt__ = _fail
+    __le__ = __ge__ = __float__ = __int__ = __index__ = _fail
+
+    def __repr__(self):
+        return f"<undefined {self.name}>"
+
+
+def ld(scope: dict, name: str):
+    """The variable ``name`` of ``scope`` (``locals()``), or an :class:`Undefined`."""
+    return scope.get(name, Undefined(name))
+
+
+def is_traced(x) -> bool:
+    """A tensor whose value is known only when the graph runs: control flow on it becomes
+    a graph node. (Every tensor is, while tracing: eager ones become graph inputs.)"""
+    return modes.tracer is not None and isinstance(x, Tensor)
+
+
+# -- boolean operators on conditions -----------------------------------------------------------
+def not_(x):
+    return elementwise.logical_not(x) if is_traced(x) else not x
+
+
+def and_(*thunks):
+    """``a and b and ...`` (each operand a thunk, evaluated as Python would), with
+    ``logical_and`` once an operand is a traced tensor."""
+    return _bool_op(thunks, elementwise.logical_and, stop_when=False)
+
+
+def or_(*thunks):
+    return _bool_op(thunks, elementwise.logical_or, stop_when=True)
+
+
+def _bool_op(thunks, combine, stop_when: bool):
+    value = thunks[0]()
+    for thunk in thunks[1:]:
+        if is_traced(value):
+            value = combine(value, _as_bool_tensor(thunk()))
+        elif bool(value) is stop_when:
+            return value
+        else:
+            value = thunk()
+    return value
+
+
+def _as_bool_tensor(x) -> Tensor:
+    return x if isinstance(x, Tensor) else creation.tensor(bool(x))
+
+
+# -- ranges ----------------------------------------------------------------------------------
+def range_args(*args):
+    """``range``'s arguments as (start, stop, step); tensors stay tensors."""
+    if len(args) == 1:
+        return 0, args[0], 1
+    start, stop, step = (*args, 1) if len(args) == 2 else args
+    return start, stop, step
+
+
+def range_cond(i, stop, step):
+    """Is ``i`` inside ``range(start, stop, step)``?"""
+    if is_traced(step):
+        return elementwise.where(step > 0, i < stop, i > stop)
+    return i < stop if step > 0 else i > stop
+
+
+# -- if -------------------------------------------------------------------------------------
+def convert_if(pred, true_fn, false_fn, args: tuple, names: tuple, where: str):
+    """``if pred`` over variables ``names`` (current values ``args``); returns their new
+    values."""
+    if not is_traced(pred):
+        return true_fn(*args) if pred else false_fn(*args)
+    pred = control._as_pred(pred)
+    fns = [true_fn, false_fn]
+    bodies = [control.trace_fn(fn, args, f"branch of the `if` at {where}") for fn in fns]
+    fixes = _reconcile(bodies, names, where)
+    for k, fix in enumerate(fixes):
+        if fix:
+            bodies[k] = control.trace_fn(_fixed(fns[k], fix), args,
+                                         f"branch of the `if` at {where}")
+    return control.emit_cond(pred, bodies, args)
+
+
+def _var_types(body) -> list:
+    """Per variable a branch returns: its type, ("const", value) or None (a structure)."""
+    children = body.spec[1]
+    if any(c is not None for c in children):
+        return [None] * len(children)
+    return body.leaf_types()
+
+
+def _reconcile(bodies, names, where) -> list:
+    """Per branch {variable index: fix} making both branches return the same types: a
+    number facing a tensor becomes a tensor of its type, two different numbers become
+    tensors, and the converter's own variables left unset become zeros. A user variable
+    bound in one branch only is an error naming it."""
+    types = [_var_types(b) for b in bodies]
+    fixes = [{}, {}]
+    for i, (ta, tb) in enumerate(zip(*types)):
+        for k, (mine, other) in enumerate(((ta, tb), (tb, ta))):
+            fix = _fix(mine, other, names[i], k, where)
+            if fix is not None:
+                fixes[k][i] = fix
+    return fixes
+
+
+def _fix(mine, other, name, k, where):
+    if mine is None or other is None or isinstance(mine, ShapedType):
+        return None
+    value = mine[1]
+    if isinstance(value, Undefined) or value is None:
+        if not isinstance(other, ShapedType):
+            return None
+        if not name.startswith("_jst_"):
+            if isinstance(value, Undefined):
+                branch = "false" if k == 0 else "true"
+                raise NameError(
+                    f"variable {name!r} is assigned only in the {branch} branch of the `if` "
+                    f"at {where}, whose condition is a tensor; both branches become part "
+                    f"of the graph, so give {name!r} a value before the `if` or in both "
+                    "branches")
+            return None
+        return lambda v: creation.zeros(tuple(other.shape), dtype=dtypes.from_np(other.dtype))
+    if not isinstance(value, _NUMBERS):
+        return None
+    if isinstance(other, ShapedType):
+        return lambda v: creation.full(tuple(other.shape), v,
+                                       dtype=dtypes.from_np(other.dtype))
+    if isinstance(other[1], _NUMBERS) and not control.same_value(value, other[1]):
+        dt = dtypes.from_np(np.result_type(type(value), type(other[1])) if not
+                            isinstance(value, float) and not isinstance(other[1], float)
+                            else dtypes.default_float())
+        return lambda v: creation.tensor(v, dtype=dt)
+    return None
+
+
+def _fixed(fn, fixes: dict):
+    def branch(*args):
+        values = list(fn(*args))
+        for i, fix in fixes.items():
+            values[i] = fix(values[i])
+        return tuple(values)
+    return branch
+
+
+# -- loops ------------------------------------------------------------------------------------
+def convert_while(cond_fn, body_fn, args: tuple, names: tuple, where: str):
+    """``while cond_fn(*vars): vars = body_fn(*vars)``. Runs in Python while the condition
+    is a Python value; from the first traced condition, the remaining iterations become one
+    ``while_loop`` node."""
+    values = tuple(args)
+    while True:
+        pred = cond_fn(*values)
+        if is_traced(pred):
+            return _traced_while(cond_fn, body_fn, values, names, where)
+        if not pred:
+            return values
+        values = tuple(body_fn(*values))
+
+
+def _traced_while(cond_fn, body_fn, values, names, where):
+    what = f"the `while` loop at {where}"
+    values = _loop_values(values, names, what, lambda: control.trace_fn(
+        body_fn, values, f"body of {what}"))
+    bodies = control.trace_loop(cond_fn, body_fn, values, what, names)
+    return control.emit_while(bodies, values)
+
+
+def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=None):
+    """``for item in iterable: vars = body_fn(item, *vars)``. A traced tensor is scanned
+    over its leading axis (one ``scan`` node); anything else is a Python loop, which stops
+    once the break flag (variable ``flag``) is a true Python value."""
+    values = tuple(args)
+    if is_traced(iterable):
+        what = f"the `for` loop at {where}"
+        row = control.Slot(tuple(iterable._data.shape[1:]), iterable._data.dtype)
+        values = _loop_values(values, names, what, lambda: control.trace_fn(
+            lambda x, *c: body_fn(x, *c)[:], (row, *values), f"body of {what}"))
+        carry, _ = control.scan(lambda c, x: (tuple(body_fn(x, *c)), ()), values, iterable)
+        return carry
+    stop = names.index(flag) if flag else None
+    for item in iterable:
+        values = tuple(body_fn(item, *values))
+        if stop is not None and not is_traced(values[stop]) and values[stop]:
+            break
+    return values
+
+
+def _loop_values(values, names, what, trace_body) -> tuple:
+    """Loop variables as a traced loop carries them: numbers become 0-d tensors; the
+    converter's own unset variables (a return value) take zeros of the type the body gives
+    them (``trace_body()`` traces it once to find out); an unset user variable is an error
+    naming it."""
+    out = []
+    for name, v in zip(names, values):
+        if isinstance(v, _NUMBERS):
+            v = creation.tensor(v)
+        elif isinstance(v, Undefined) and not name.startswith("_jst_"):
+            raise NameError(f"variable {name!r} is first assigned inside {what}, whose "
+                            f"condition is a tensor; give {name!r} a value before the loop "
+                            "(a traced loop carries values of fixed type)")
+        out.append(v)
+    unset = [i for i, v in enumerate(out) if isinstance(v, Undefined) or v is None]
+    if unset:
+        types = _var_types(trace_body())
+        for i in unset:
+            if isinstance(types[i], ShapedType):
+                t = types[i]
+                out[i] = creation.zeros(tuple(t.shape), dtype=dtypes.from_np(t.dtype))
+    return tuple(out)
+
+
+def describe(x) -> str:
+    if isinstance(x, Tensor):
+        return type_str(x._data.shape, x._data.dtype)
+    return repr(x)

@@ -1,0 +1,39 @@
+"""Dead-code elimination."""
+from __future__ import annotations
+
+from ..graph import Graph, Value
+from .core import Builder, Report, describe, nbytes
+
+
+def dce(graph: Graph) -> tuple[Graph, Report]:
+    """Remove nodes none of whose outputs are used, and constants nothing reads.
+
+    Preserves: the inputs (the signature), the outputs and every value they depend on, and
+    the order of the nodes kept. Every op is pure, so a node whose results nobody reads can
+    go; the graph outputs are the roots.
+
+    Before::                              After::
+
+        %a = exp(%x)                          %b = neg(%x)
+        %b = neg(%x)                          return (%b)
+        return (%b)
+    """
+    live = set(graph.outputs)
+    kept = set()
+    for node in reversed(graph.nodes):
+        if any(v in live for v in node.outputs):
+            kept.add(node)
+            live.update(x for x in node.inputs if isinstance(x, Value))
+    report = Report("dce", len(graph.nodes), len(kept))
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node in kept:
+            b.copy(node)
+        else:
+            report.count("removed", describe(node))
+            report.bytes_saved += sum(nbytes(v) for v in node.outputs)
+    for v in graph.constants:
+        if v not in live:
+            report.count("constants removed", f"removed constant {v!r}")
+            report.bytes_saved += nbytes(v)
+    return b.finish(), report

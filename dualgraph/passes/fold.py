@@ -1,0 +1,82 @@
+"""Constant folding and propagation."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph, Node, Value
+from ..shapes import Sym
+from .core import Builder, Report, describe, is_static, nbytes, numel
+
+MAX_FOLD_ELEMENTS = 1 << 20   # larger results stay computed: they would bloat the graph
+
+# Ops whose result depends only on the *type* of their input, not its values: with a
+# static shape they fold even when the input is not a constant.
+SHAPE_ONLY = frozenset({"full_like"})
+
+
+def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple[Graph, Report]:
+    """Evaluate, with the registry kernel, each node whose inputs are all constants or
+    literals, and replace its outputs by constants; ``full_like`` of a static shape folds
+    too. Folding runs in node order, so folded results feed later folds (propagation).
+
+    Preserves: every value's type and (bitwise) value, the inputs and outputs. Results of
+    more than ``max_elements`` elements, symbolic shapes and symbolic attrs are not folded.
+
+    Before::                              After::
+
+        %c: f32[2] = constant([1, 2])         %b: f32[2] = constant([-2, -4])
+        %a = mul(%c, 2.0)                     %y = add(%x, %b)
+        %b = neg(%a)                          return (%y)
+        %y = add(%x, %b)
+        return (%y)
+    """
+    b = Builder(graph)
+    report = Report("fold_constants", len(graph.nodes), 0)
+    for node in graph.nodes:
+        inputs = [b.get(x) for x in node.inputs]
+        results = _evaluate(node, inputs, b.graph.constants, max_elements)
+        if results is None:
+            b.copy(node)
+            continue
+        for v, arr in zip(node.outputs, results):
+            b.env[v] = b.constant(arr, v.name)
+        report.count("folded", describe(node))
+        report.bytes_saved += sum(nbytes(v) for v in node.outputs)   # no longer computed
+    report.nodes_after = len(b.graph.nodes)
+    new = b.finish()
+    report.count("constant bytes added", n=_constant_bytes(new) - _constant_bytes(graph))
+    return new, report
+
+
+def _evaluate(node: Node, inputs, constants: dict, max_elements: int):
+    """The node's output arrays, or None when it must stay a node."""
+    if not all(is_static(v.shape) and numel(v.shape) <= max_elements for v in node.outputs):
+        return None
+    if _has_symbols(node.attrs.values()):
+        return None
+    if node.op.name in SHAPE_ONLY:
+        (x,) = inputs
+        args = [np.broadcast_to(np.zeros((), x.dtype), x.shape)]   # the type, no data
+    elif all(not isinstance(x, Value) or x in constants for x in inputs):
+        args = [constants[x] if isinstance(x, Value) else x for x in inputs]
+    else:
+        return None
+    try:
+        raw = node.op.kernel(*args, **node.attrs)
+    except Exception:   # e.g. an index out of range: leave the error to run time
+        return None
+    outs = (raw,) if node.op.num_outputs == 1 else tuple(raw)
+    outs = [np.asarray(o) for o in outs]
+    # a kernel breaking its shape rule is a bug the interpreter reports; don't fold it away
+    if any(o.shape != v.shape or o.dtype != v.dtype for o, v in zip(outs, node.outputs)):
+        return None
+    return outs
+
+
+def _has_symbols(vals) -> bool:
+    return any(isinstance(v, Sym) or isinstance(v, (tuple, list)) and _has_symbols(v)
+               for v in vals)
+
+
+def _constant_bytes(graph: Graph) -> int:
+    return sum(arr.nbytes for arr in graph.constants.values())

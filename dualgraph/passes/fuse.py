@@ -1,0 +1,242 @@
+"""Elementwise fusion (grouping): connected elementwise ops of one shape, plus an optional
+trailing reduction, become one ``fused`` node holding the group as a subgraph.
+
+This pass only decides the groups; the ``fused`` kernel runs a group with the interpreter
+until the code generator compiles each group into one loop.
+"""
+from __future__ import annotations
+
+import heapq
+from functools import lru_cache
+
+from ..graph import Graph, GraphError, Node, Value
+from ..graph.ir import infer_types
+from ..ops import fused as fused_ops
+from .core import Builder, Report, nbytes
+
+# Reductions a group may end with: their input has the group's shape, so a generated loop
+# can accumulate while it computes the elementwise part.
+REDUCTIONS = frozenset({"sum", "mean", "prod", "amax", "amin", "all", "any"})
+
+
+def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
+    """Replace each maximal connected group of two or more elementwise ops with the same
+    output shape (their inputs may broadcast), optionally ending in one reduction, by one
+    ``fused`` node whose ``graph`` attr is the group.
+
+    Preserves: every value used outside a group (the fused node returns each member output
+    read by another node or returned by the graph, so a group may have several outputs),
+    types, inputs and outputs. Groups never create a cycle (a node joins a group only when
+    no path leaves the group and comes back to it), and nodes are reordered only as far as
+    placing each fused node needs.
+
+    Before::                              After::
+
+        %a = mul(%x, 2.0)                     %s = fused(%x, %y, graph=@graph)
+        %b = add(%a, %y)                        @graph = graph(%x, %y) {
+        %s = sum(%b, dims=(0,), ...)              %a = mul(%x, 2.0)
+        return (%s)                               %b = add(%a, %y)
+                                                  %s = sum(%b, dims=(0,), ...)
+                                                  return (%s)
+                                                }
+                                              return (%s)
+    """
+    report = Report("fuse_elementwise", len(graph.nodes), len(graph.nodes))
+    if not _ir_allows_variadic_outputs():
+        report.items.append("skipped: graph/ir.py rejects num_outputs=None (docs/passes.md)")
+        return graph, report
+    groups = [g for g in _find_groups(graph) if len(g) > 1]
+    b = Builder(graph)
+    consumers = _consumers(graph)
+    group_of = {i: n for n, members in enumerate(groups) for i in members}
+    for item in _order(graph, groups, group_of):
+        if item[0] not in group_of:
+            b.copy(graph.nodes[item[0]])
+            continue
+        nodes = [graph.nodes[i] for i in item]
+        outs = _emit_group(b, nodes, set(item), consumers, set(graph.outputs))
+        ops = ", ".join(n.op.name for n in nodes)
+        report.count("groups", f"{len(nodes)} nodes ({ops}) -> "
+                               f"{', '.join('%' + v.name for v in outs)}")
+        report.count("nodes fused", n=len(nodes))
+        inner = [v for n in nodes for v in n.outputs if v not in outs]
+        report.bytes_saved += sum(nbytes(v) for v in inner)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish(), report
+
+
+@lru_cache(maxsize=None)
+def _ir_allows_variadic_outputs() -> bool:
+    """Whether graph/ir.py accepts an op whose output count its shape rule decides."""
+    try:
+        infer_types(fused_ops.FUSED, [], {"graph": Graph()})
+    except GraphError:
+        return False
+    return True
+
+
+def _kind(node: Node) -> str | None:
+    if node.op.num_outputs != 1:
+        return None
+    if node.op.elementwise is not None:
+        return "elementwise"
+    if node.op.name in REDUCTIONS and sum(isinstance(x, Value) for x in node.inputs) == 1:
+        return "reduction"
+    return None
+
+
+def _find_groups(graph: Graph) -> list[list[int]]:
+    """Node indices of each group (singletons included), in node order."""
+    grouper = _Grouper()
+    for i, node in enumerate(graph.nodes):
+        grouper.add(i, node)
+    return grouper.groups()
+
+
+class _Grouper:
+    """Greedy grouping in node order, with union-find over group ids.
+
+    Legality: a group must be convex (no path from the group through outside nodes back into
+    it), else the fused node would depend on itself. ``anc[v]`` is the set of groups value
+    ``v`` depends on; a node may join the groups S only if none of its inputs from outside S,
+    and none of the outside inputs of S's groups, depend on a group in S.
+    """
+
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+        self.members: dict[int, list[int]] = {}
+        self.shape: dict[int, tuple] = {}
+        self.closed: set[int] = set()           # groups that end in a reduction
+        self.ext_anc: dict[int, set] = {}       # groups the outside inputs depend on
+        self.group: dict[int, int] = {}         # node index -> group id (find() it)
+        self.producer: dict[Value, int] = {}
+        self.anc: dict[Value, frozenset] = {}
+
+    def find(self, g: int) -> int:
+        while self.parent[g] != g:
+            g = self.parent[g]
+        return g
+
+    def group_of(self, u: Value) -> int | None:
+        j = self.producer.get(u)
+        return self.find(self.group[j]) if j in self.group else None
+
+    def add(self, i: int, node: Node) -> None:
+        values = [x for x in node.inputs if isinstance(x, Value)]
+        kind = _kind(node)
+        joined = None
+        if kind is not None:
+            wanted = node.outputs[0].shape if kind == "elementwise" else values[0].shape
+            sources = values if kind == "elementwise" else values[:1]
+            candidates = {self.group_of(u) for u in sources} - {None}
+            candidates = {g for g in candidates
+                          if g not in self.closed and self.shape[g] == wanted}
+            joined = self.join(candidates, values)
+            if joined is None and kind == "elementwise":
+                joined = self.parent[i] = i
+                self.members[i], self.shape[i], self.ext_anc[i] = [], wanted, set()
+        deps = frozenset().union(*(self.anc.get(u, frozenset()) for u in values))
+        if joined is not None:
+            for u in values:
+                if self.group_of(u) != joined:
+                    self.ext_anc[joined] |= self.anc.get(u, frozenset())
+            self.group[i] = joined
+            self.members[joined].append(i)
+            if kind == "reduction":
+                self.closed.add(joined)
+            deps |= {joined}
+        for v in node.outputs:
+            self.producer[v] = i
+            self.anc[v] = deps
+
+    def legal(self, groups: set, values) -> bool:
+        for g in groups:
+            if {self.find(a) for a in self.ext_anc[g]} & groups:
+                return False
+        for u in values:
+            if self.group_of(u) not in groups and (
+                    {self.find(a) for a in self.anc.get(u, ())} & groups):
+                return False
+        return True
+
+    def join(self, candidates: set, values) -> int | None:
+        """Merge the candidates (for a node reading ``values``) into one group if legal,
+        else take the first legal single candidate; the group id, or None."""
+        options = [candidates] if len(candidates) > 1 else []
+        options += [{g} for g in sorted(candidates)]
+        for groups in options:
+            if self.legal(groups, values):
+                root, *rest = sorted(groups)
+                for g in rest:
+                    self.parent[g] = root
+                    self.members[root] += self.members.pop(g)
+                    self.ext_anc[root] |= self.ext_anc.pop(g)
+                return root
+        return None
+
+    def groups(self) -> list[list[int]]:
+        return sorted(sorted(m) for m in self.members.values())
+
+
+def _consumers(graph: Graph) -> dict[Value, set]:
+    """value -> indices of the nodes that read it."""
+    out: dict[Value, set] = {}
+    for i, node in enumerate(graph.nodes):
+        for x in node.inputs:
+            if isinstance(x, Value):
+                out.setdefault(x, set()).add(i)
+    return out
+
+
+def _order(graph: Graph, groups, group_of: dict):
+    """Lone nodes and groups, as lists of node indices, in a topological order close to the
+    original: each is ready once what it reads is placed; the earliest ready one goes next.
+    (A group sits where all its inputs exist, which may be after nodes that came between
+    its members.)"""
+    items = [[i] if i not in group_of else groups[group_of[i]]
+             for i in range(len(graph.nodes))
+             if i not in group_of or groups[group_of[i]][0] == i]
+    owner = {v: k for k, item in enumerate(items) for i in item
+             for v in graph.nodes[i].outputs}
+    users: list[list[int]] = [[] for _ in items]
+    waiting = []
+    for k, item in enumerate(items):
+        deps = {owner[x] for i in item for x in graph.nodes[i].inputs
+                if isinstance(x, Value) and x in owner} - {k}
+        waiting.append(len(deps))
+        for d in deps:
+            users[d].append(k)
+    ready = [(item[0], k) for k, item in enumerate(items) if not waiting[k]]
+    heapq.heapify(ready)
+    while ready:
+        _, k = heapq.heappop(ready)
+        yield items[k]
+        for u in users[k]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (items[u][0], u))
+
+
+def _emit_group(b: Builder, nodes: list, members: set, consumers: dict,
+                graph_outputs: set) -> list[Value]:
+    """Add one fused node for ``nodes`` (indices ``members``); returns the old values it
+    now defines."""
+    produced = {v for n in nodes for v in n.outputs}
+    inputs: list[Value] = []
+    for n in nodes:
+        for x in n.inputs:
+            if isinstance(x, Value) and x not in produced and x not in inputs:
+                inputs.append(x)
+    outs = [v for n in nodes for v in n.outputs
+            if v in graph_outputs or consumers.get(v, set()) - members]
+    sub = Graph()
+    env = {u: sub.add_input(u.shape, u.dtype, name=u.name) for u in inputs}
+    for n in nodes:
+        args = [env[x] if isinstance(x, Value) else x for x in n.inputs]
+        env.update(zip(n.outputs, sub.add_node(n.op, args, n.attrs, n.location,
+                                               [v.name for v in n.outputs])))
+    sub.set_outputs([env[v] for v in outs])
+    new = b.add(fused_ops.FUSED, [b.get(u) for u in inputs], {"graph": sub},
+                nodes[-1].location, [v.name for v in outs])
+    b.env.update(zip(outs, new))
+    return outs

@@ -1,0 +1,220 @@
+"""Algebraic simplification: local rewrites as data, run by one small driver.
+
+A rule is a row ``Rule(pattern, replacement, comment)``. Patterns are trees of ``P(op,
+*inputs, **attrs)`` whose leaves are ``Var``s (bind any operand, optionally tested) or, for
+attrs, plain values that must be equal. A replacement gets the bindings (``m.x``) and returns
+an existing Value, a ``Call`` to emit instead (itself simplified again), or None to decline.
+
+The driver, not the rules, guarantees safety: a rewrite is taken only when the replacement
+has exactly the type (shape, dims, dtype) of the value it replaces. Some rules lean on that
+on purpose: ``reshape(x) -> x`` fires only when the reshape did not change the shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+
+from ..dtypes import result_type
+from ..graph import Graph, Value
+from ..graph.ir import infer_types
+from ..ops.opdef import REGISTRY, OpDef
+from .core import Builder, Report, same_type
+from .cse import COMMUTATIVE
+
+MAX_DEPTH = 16   # rewrites of one node's rewrite; every rule shrinks the graph, so never hit
+
+
+# -- patterns ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Var:
+    """Binds an operand (or attr value) to ``name``; ``test(operand, constants)`` must hold.
+    The same name twice in a pattern must bind the same operand."""
+    name: str
+    test: Callable | None = None
+
+
+@dataclass
+class P:
+    """Matches a value computed by ``op`` on inputs matching ``inputs`` with attrs matching
+    ``attrs``; inputs of commutative binary ops match in either order."""
+    op: str
+    inputs: tuple
+    attrs: dict
+
+    def __init__(self, op: str, *inputs, **attrs):
+        self.op, self.inputs, self.attrs = op, inputs, attrs
+
+
+@dataclass
+class Call:
+    """An op call the driver emits: the replacement of a rewrite, or a node being copied."""
+    op: OpDef | None
+    inputs: list
+    attrs: dict = field(default_factory=dict)
+
+
+def call(op_name: str, inputs, **attrs) -> Call:
+    """A Call to a registry op; an op missing from the registry makes the rule decline."""
+    return Call(REGISTRY.get(op_name), list(inputs), attrs)
+
+
+def match(pat, operand, env: dict, constants: dict) -> dict | None:
+    """Match ``pat`` against an operand (a new-graph Value or literal) or a root Call."""
+    if isinstance(pat, Var):
+        return _bind(pat, operand, env, constants)
+    node = operand if isinstance(operand, Call) else getattr(operand, "producer", None)
+    if node is None or node.op.name != pat.op or len(node.inputs) != len(pat.inputs):
+        return None
+    for name, want in pat.attrs.items():
+        got = node.attrs.get(name)
+        env = _bind(want, got, env, constants) if isinstance(want, Var) else (
+            env if got == want else None)
+        if env is None:
+            return None
+    orders = [node.inputs]
+    if pat.op in COMMUTATIVE and len(node.inputs) == 2:
+        orders.append(node.inputs[::-1])
+    for inputs in orders:
+        found = env
+        for p, x in zip(pat.inputs, inputs):
+            found = match(p, x, found, constants)
+            if found is None:
+                break
+        else:
+            return found
+    return None
+
+
+def _bind(var: Var, operand, env: dict, constants: dict) -> dict | None:
+    if var.test is not None and not var.test(operand, constants):
+        return None
+    if var.name in env:
+        return env if env[var.name] is operand else None
+    return {**env, var.name: operand}
+
+
+# -- operand tests -------------------------------------------------------------------------
+def _is_number(x, constants=None) -> bool:
+    return type(x) in (int, float)
+
+
+def _equals(n):
+    """True for the literal ``n`` (not a bool) or a constant whose elements all equal it."""
+    def test(x, constants):
+        if isinstance(x, Value):
+            return x in constants and bool((constants[x] == n).all())
+        return _is_number(x) and x == n
+    return test
+
+
+def _is_value(x, constants) -> bool:
+    return isinstance(x, Value)
+
+
+def _is_identity(perm, constants) -> bool:
+    return tuple(perm) == tuple(range(len(perm)))
+
+
+# -- the rules -----------------------------------------------------------------------------
+@dataclass
+class Rule:
+    pattern: P
+    replace: Callable   # (bindings) -> Value | Call | None
+    comment: str
+
+
+def _fold_scales(m):
+    # (x*c)*d == x*(c*d) only when x*c kept x's dtype (else the promotion point moves)
+    return call("mul", [m.x, m.c * m.d]) if result_type(m.x, m.c) == m.x.dtype else None
+
+
+def _compose(p, q) -> tuple:
+    # permute(permute(x, p), q)[i] reads x's dim p[q[i]]
+    return tuple(p[i] for i in q)
+
+
+x, w, b = Var("x", _is_value), Var("w", _is_value), Var("b", _is_value)
+ONE, ZERO = Var("one", _equals(1)), Var("zero", _equals(0))
+c, d = Var("c", _is_number), Var("d", _is_number)
+p, q, s, dim = Var("p"), Var("q"), Var("s"), Var("dim")
+
+RULES = [
+    Rule(P("mul", x, ONE), lambda m: m.x, "x*1 -> x"),                    # and 1*x
+    Rule(P("add", x, ZERO), lambda m: m.x, "x+0 -> x"),                   # and 0+x
+    Rule(P("sub", x, ZERO), lambda m: m.x, "x-0 -> x"),
+    Rule(P("div", x, ONE), lambda m: m.x, "x/1 -> x"),
+    Rule(P("pow", x, ONE), lambda m: m.x, "x**1 -> x"),
+    Rule(P("neg", P("neg", x)), lambda m: m.x, "-(-x) -> x"),
+    Rule(P("mul", P("mul", x, c), d), _fold_scales, "(x*c)*d -> x*(c*d)"),
+    Rule(P("permute", x, perm=Var("id", _is_identity)), lambda m: m.x, "permute(x, id) -> x"),
+    Rule(P("permute", P("permute", x, perm=p), perm=q),
+         lambda m: call("permute", [m.x], perm=_compose(m.p, m.q)),
+         "permute(permute(x, p), q) -> permute(x, p[q])"),
+    Rule(P("reshape", P("reshape", x), shape=s), lambda m: call("reshape", [m.x], shape=m.s),
+         "reshape(reshape(x)) -> reshape(x)"),
+    # the type check is the condition of the next three: they fire only on no-ops
+    Rule(P("reshape", x), lambda m: m.x, "reshape(x) -> x (same shape)"),
+    Rule(P("expand", x), lambda m: m.x, "expand(x) -> x (same shape)"),
+    Rule(P("cast", x), lambda m: m.x, "cast(x) -> x (same dtype)"),
+    Rule(P("log", P("softmax", x, dim=dim)), lambda m: call("log_softmax", [m.x], dim=m.dim),
+         "log(softmax(x)) -> log_softmax(x)"),
+    Rule(P("add", P("matmul", x, P("permute", w, perm=(1, 0))), b),
+         lambda m: call("linear", [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
+]
+
+
+# -- the driver ------------------------------------------------------------------------------
+def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
+    """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, --x, chains of scalar
+    multiplies, permute and reshape chains, no-op reshape/expand/cast, log(softmax),
+    x @ W.T + b -> linear) to each node, in order, to a fixed point per node.
+
+    Preserves: the type of every value (a rewrite whose replacement is typed differently is
+    not taken), the inputs and outputs, and values up to floating-point rounding (``x*2*3``
+    becomes ``x*6``; ``x+0`` keeps a ``-0.0`` that the addition would have made ``+0.0``).
+    Nodes made dead by a rewrite stay for ``dce``.
+
+    Before::                              After::
+
+        %a = mul(%x, 2.0)                     %a = mul(%x, 2.0)
+        %b = mul(%a, 3.0)                     %b = mul(%x, 6.0)
+        %c = mul(%b, 1)                       return (%b)
+        return (%c)
+    """
+    b = Builder(graph)
+    report = Report("simplify", len(graph.nodes), 0)
+    for node in graph.nodes:
+        inputs = [b.get(x) for x in node.inputs]
+        outs = _emit(b, Call(node.op, inputs, node.attrs), node, rules, report, 0)
+        b.env.update(zip(node.outputs, outs))
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish(), report
+
+
+def _emit(b: Builder, root: Call, node, rules, report: Report, depth: int) -> tuple:
+    """Emit ``root`` (a rewrite of ``node``) or what the first matching rule makes of it."""
+    names = [v.name for v in node.outputs]
+    if root.op.num_outputs != 1 or depth >= MAX_DEPTH:
+        return b.add(root.op, root.inputs, root.attrs, node.location, names)
+    (want,) = infer_types(root.op, root.inputs, root.attrs)
+    for rule in rules:
+        env = match(rule.pattern, root, {}, b.graph.constants)
+        if env is None:
+            continue
+        new = rule.replace(SimpleNamespace(**env))
+        if isinstance(new, Value) and same_type(new, want):
+            report.count("rewrites", f"{rule.comment}: %{names[0]} -> %{new.name}")
+            return (new,)
+        if isinstance(new, Call) and new.op is not None and _typed(new) == (want,):
+            report.count("rewrites", f"{rule.comment}: %{names[0]}")
+            return _emit(b, new, node, rules, report, depth + 1)
+    return b.add(root.op, root.inputs, root.attrs, node.location, names)
+
+
+def _typed(c: Call):
+    """The types ``c`` would have, or None when its op rejects these inputs."""
+    try:
+        return infer_types(c.op, c.inputs, c.attrs)
+    except Exception:   # any rejection by the shape rule means: not this rewrite
+        return None
