@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .capture.compile import Compiled
+from .capture.inspect import inspect  # noqa: F401
 
 
 def trace(fn_or_module, example_inputs, *, check=False):

@@ -296,3 +296,41 @@ def test_tensors_made_inside_are_constants_and_captured_tensors_are_bound():
         scale.mul_(10)      # a captured tensor is read at every call, not baked in
     close(cf(dg.ones(2)), [21.0, 31.0])
     assert len(cf.graph.constants) == 1
+
+
+SCALE = 3.0
+
+
+def test_inspect_reports_each_hazard_with_its_line_kind_and_fix():
+    w = dg.ones(2)
+
+    def f(x, k):
+        y = x * SCALE * k                # MARK-global
+        if y.sum() > 0:                  # MARK-branch
+            y = y + 1
+        n = y.max().item()               # MARK-item
+        w.add_(1)                        # MARK-mutate
+        return y * n
+    report = dg.jit.inspect(f, dg.ones(2), 2.0)
+    text = str(report)
+    kinds = {(h.location.rsplit(":", 1)[-1], h.kind) for h in report}
+    assert (str(line_of("MARK-global")), "baked-in constant") in kinds
+    assert (str(line_of("MARK-branch")), "convertible to cond") in kinds
+    assert (str(line_of("MARK-item")), "graph break") in kinds
+    assert (str(line_of("MARK-mutate")), "handled") in kinds
+    assert "guarded specialisation" in text and "dg.tensor(value)" in text
+    assert "update of captured tensor w" in text
+    close(w, [1.0, 1.0])   # inspecting changes nothing
+
+
+def test_inspect_of_clean_code_finds_nothing():
+    assert str(dg.jit.inspect(lambda x: dg.exp(x) * 2, dg.ones(3))) == \
+        "no tracing hazards found"
+
+
+def test_compiled_dropout_draws_new_numbers_each_call():
+    f = dg.compile(lambda x: x * (dg.rand(x.shape) > 0.5).float())
+    a, b = f(dg.ones(64)), f(dg.ones(64))
+    assert not np.array_equal(a.numpy(), b.numpy())
+    assert 10 < a.sum().item() < 54
+    assert "random(" in str(f.graph)

@@ -25,14 +25,10 @@ from . import check as checking
 from .autodiff import build_backward, record_call
 from .guards import describe_guards, explain_miss, signature
 from .pytree import flatten, unflatten
+from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
 
 RETRACE_LIMIT = 8
-
-
-def is_module(obj) -> bool:
-    """Modules are seen by duck typing: capture never imports nn."""
-    return callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
 
 
 @dataclass
@@ -135,7 +131,7 @@ class Compiled:
         if self.eager_only:
             return self.fn(*args, **kwargs)
         if self._optimizers is None:
-            self._optimizers = [o for o in self._scope().values() if _is_optimizer(o)]
+            self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
         leaf_dynamic = self._leaf_dynamic(args, kwargs)
         sig = signature(args, kwargs, leaf_dynamic, self.module, self._optimizers)
         entry = self.cache.get(sig)
@@ -199,7 +195,7 @@ class Compiled:
     # -- capturing -------------------------------------------------------------------------
     def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
         names = self._leaf_names(args, kwargs)
-        tracer = Tracer(names=self._readable_names())
+        tracer = Tracer(names=readable_names(self.fn))
         leaves, _ = flatten((args, kwargs))
         try:
             with tracer:
@@ -240,38 +236,6 @@ class Compiled:
         self.eager_only = True
         return None
 
-    def _readable_names(self) -> dict:
-        """id(tensor) -> name for parameters, buffers and optimiser state the function can
-        reach (module attributes, closure variables, globals it names), for graph inputs."""
-        names = {}
-        if self.module is not None:
-            _name_module(self.module, "", names)
-            return names
-        for var, obj in self._scope().items():
-            if is_module(obj):
-                _name_module(obj, var + ".", names)
-            elif _is_optimizer(obj):
-                for p, state in obj.state.items():
-                    for key, val in state.items():
-                        if isinstance(val, Tensor):
-                            names.setdefault(id(val), f"{var}.state.{key}")
-            elif isinstance(obj, Tensor):
-                names.setdefault(id(obj), var)
-        return names
-
-    def _scope(self) -> dict:
-        """The objects the function can name: its closure variables and the globals its
-        code mentions (modules, optimisers, tensors)."""
-        fn = self.fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return {}
-        cells = fn.__closure__ or ()
-        scope = {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells)
-                 if _has_contents(cell)}
-        scope.update({k: fn.__globals__[k] for k in code.co_names if k in fn.__globals__})
-        return scope
-
     # -- reports ----------------------------------------------------------------------------
     @property
     def graph(self):
@@ -305,25 +269,6 @@ class Compiled:
                              f"eagerly. fix: {r.fix}")
         lines.append("passes applied: none (the optimising compiler is not built yet)")
         return "\n".join(lines)
-
-
-def _is_optimizer(obj) -> bool:
-    return hasattr(obj, "param_groups") and hasattr(obj, "state") and hasattr(obj, "step")
-
-
-def _has_contents(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def _name_module(module, prefix: str, names: dict) -> None:
-    for name, p in module.named_parameters():
-        names.setdefault(id(p), prefix + name)
-    for name, b in module.named_buffers():
-        names.setdefault(id(b), prefix + name)
 
 
 def _names_in(tree, base: str) -> list[str]:

@@ -615,9 +615,8 @@ class Transformer(Module):
         """The float (sz, sz) causal mask: 0 on and below the diagonal, -inf above, so
         position i attends to positions <= i.
 
-        >>> Transformer.generate_square_subsequent_mask(2)
-        tensor([[0., -inf],
-                [0., 0.]])
+        >>> Transformer.generate_square_subsequent_mask(2).tolist()
+        [[0.0, -inf], [0.0, 0.0]]
         """
         if device not in (None, "cpu"):
             raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")

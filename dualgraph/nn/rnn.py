@@ -15,7 +15,7 @@ loads as is. Gate order is torch's too: LSTM (i, f, g, o), GRU (r, z, n) with
 >>> lstm = LSTM(8, 16, num_layers=2, batch_first=True)
 >>> out, (h, c) = lstm(dg.randn(4, 5, 8))
 >>> tuple(out.shape), tuple(h.shape)
-((4, 5, 16), (4, 4, 16))
+((4, 5, 16), (2, 4, 16))
 """
 from __future__ import annotations
 

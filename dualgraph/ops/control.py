@@ -71,6 +71,14 @@ def _flatten(tree, leaves=None):
     return leaves, None
 
 
+def _unflatten_count(spec) -> range:
+    """The leaves a structure ``spec`` holds, as a range to iterate over."""
+    if spec is None:
+        return range(1)
+    children = spec[2] if spec[0] is dict else spec[1]
+    return range(sum(len(_unflatten_count(c)) for c in children))
+
+
 def _unflatten(spec, leaves):
     return _build(spec, iter(leaves))
 

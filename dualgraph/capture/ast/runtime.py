@@ -55,6 +55,14 @@ def not_(x):
     return elementwise.logical_not(x) if is_traced(x) else not x
 
 
+def none_of(*flags):
+    """``not (f1 or f2 ...)`` for break/continue flags (Python bools or traced tensors)."""
+    result = not_(flags[0])
+    for f in flags[1:]:
+        result = and_(lambda r=result: r, lambda f=f: not_(f))
+    return result
+
+
 def and_(*thunks):
     """``a and b and ...`` (each operand a thunk, evaluated as Python would), with
     ``logical_and`` once an operand is a traced tensor."""
@@ -111,15 +119,40 @@ def convert_if(pred, true_fn, false_fn, args: tuple, names: tuple, where: str):
         if fix:
             bodies[k] = control.trace_fn(_fixed(fns[k], fix), args,
                                          f"branch of the `if` at {where}")
+    _check_vars(bodies, names, where)
     return control.emit_cond(pred, bodies, args)
 
 
+def _check_vars(bodies, names, where) -> None:
+    """Both branches give each variable the same type; the error names the variable."""
+    for name, ta, tb in zip(names, *(_var_types(b) for b in bodies)):
+        if _show(ta) != _show(tb):
+            what = "the return value" if name == "_jst_ret_val" else f"variable {name!r}"
+            raise TypeError(f"{what} is {_show(ta)} after the true branch but {_show(tb)} "
+                            f"after the false branch of the `if` at {where}, whose condition "
+                            "is a tensor; both must have the same shape and dtype")
+
+
+def _show(t) -> str:
+    if isinstance(t, ShapedType):
+        return type_str(t.shape, t.dtype)
+    if t[0] == "tree":
+        return "(" + ", ".join(_show(leaf) for leaf in t[2]) + ")"
+    return repr(t[1])
+
+
 def _var_types(body) -> list:
-    """Per variable a branch returns: its type, ("const", value) or None (a structure)."""
-    children = body.spec[1]
-    if any(c is not None for c in children):
-        return [None] * len(children)
-    return body.leaf_types()
+    """Per variable a body returns: its type, ("const", value), or ("tree", spec, [leaf
+    types]) for a structure (a returned tuple)."""
+    types = iter(body.leaf_types())
+    out = []
+    for child in body.spec[1]:
+        if child is None:
+            out.append(next(types))
+        else:
+            leaves = [next(types) for _ in control._unflatten_count(child)]
+            out.append(("tree", child, leaves))
+    return out
 
 
 def _reconcile(bodies, names, where) -> list:
@@ -137,13 +170,16 @@ def _reconcile(bodies, names, where) -> list:
     return fixes
 
 
+def _unset(t) -> bool:
+    return t[0] == "const" and (isinstance(t[1], Undefined) or t[1] is None)
+
+
 def _fix(mine, other, name, k, where):
-    if mine is None or other is None or isinstance(mine, ShapedType):
+    if isinstance(mine, ShapedType) or mine[0] == "tree" or other[0] == "const" and (
+            _unset(other) or not isinstance(other[1], _NUMBERS)):
         return None
     value = mine[1]
-    if isinstance(value, Undefined) or value is None:
-        if not isinstance(other, ShapedType):
-            return None
+    if _unset(mine):
         if not name.startswith("_jst_"):
             if isinstance(value, Undefined):
                 branch = "false" if k == 0 else "true"
@@ -153,18 +189,26 @@ def _fix(mine, other, name, k, where):
                     f"of the graph, so give {name!r} a value before the `if` or in both "
                     "branches")
             return None
-        return lambda v: creation.zeros(tuple(other.shape), dtype=dtypes.from_np(other.dtype))
+        return lambda v: _zeros_of(other)
     if not isinstance(value, _NUMBERS):
         return None
     if isinstance(other, ShapedType):
         return lambda v: creation.full(tuple(other.shape), v,
                                        dtype=dtypes.from_np(other.dtype))
-    if isinstance(other[1], _NUMBERS) and not control.same_value(value, other[1]):
-        dt = dtypes.from_np(np.result_type(type(value), type(other[1])) if not
-                            isinstance(value, float) and not isinstance(other[1], float)
-                            else dtypes.default_float())
-        return lambda v: creation.tensor(v, dtype=dt)
+    if other[0] == "const" and not control.same_value(value, other[1]):
+        floats = isinstance(value, float) or isinstance(other[1], float)
+        dt = dtypes.default_float() if floats else np.result_type(type(value), type(other[1]))
+        return lambda v: creation.tensor(v, dtype=dtypes.from_np(dt))
     return None
+
+
+def _zeros_of(t):
+    """A value of type ``t`` (a type, a constant or a structure) made of zeros."""
+    if isinstance(t, ShapedType):
+        return creation.zeros(tuple(t.shape), dtype=dtypes.from_np(t.dtype))
+    if t[0] == "const":
+        return t[1]
+    return control._unflatten(t[1], [_zeros_of(leaf) for leaf in t[2]])
 
 
 def _fixed(fn, fixes: dict):
@@ -208,7 +252,7 @@ def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=N
         what = f"the `for` loop at {where}"
         row = control.Slot(tuple(iterable._data.shape[1:]), iterable._data.dtype)
         values = _loop_values(values, names, what, lambda: control.trace_fn(
-            lambda x, *c: body_fn(x, *c)[:], (row, *values), f"body of {what}"))
+            body_fn, (row, *values), f"body of {what}"))
         carry, _ = control.scan(lambda c, x: (tuple(body_fn(x, *c)), ()), values, iterable)
         return carry
     stop = names.index(flag) if flag else None
@@ -237,9 +281,7 @@ def _loop_values(values, names, what, trace_body) -> tuple:
     if unset:
         types = _var_types(trace_body())
         for i in unset:
-            if isinstance(types[i], ShapedType):
-                t = types[i]
-                out[i] = creation.zeros(tuple(t.shape), dtype=dtypes.from_np(t.dtype))
+            out[i] = _zeros_of(types[i])
     return tuple(out)
 
 
