@@ -305,19 +305,19 @@ def test_inspect_reports_each_hazard_with_its_line_kind_and_fix():
     w = dg.ones(2)
 
     def f(x, k):
-        y = x * SCALE * k                # MARK-global
-        if y.sum() > 0:                  # MARK-branch
+        y = x * SCALE * k                # MARK-inspect-global
+        if y.sum() > 0:                  # MARK-inspect-branch
             y = y + 1
-        n = y.max().item()               # MARK-item
-        w.add_(1)                        # MARK-mutate
+        n = y.max().item()               # MARK-inspect-item
+        w.add_(1)                        # MARK-inspect-mutate
         return y * n
     report = dg.jit.inspect(f, dg.ones(2), 2.0)
     text = str(report)
     kinds = {(h.location.rsplit(":", 1)[-1], h.kind) for h in report}
-    assert (str(line_of("MARK-global")), "baked-in constant") in kinds
-    assert (str(line_of("MARK-branch")), "convertible to cond") in kinds
-    assert (str(line_of("MARK-item")), "graph break") in kinds
-    assert (str(line_of("MARK-mutate")), "handled") in kinds
+    assert (str(line_of("MARK-inspect-global")), "baked-in constant") in kinds
+    assert (str(line_of("MARK-inspect-branch")), "convertible to cond") in kinds
+    assert (str(line_of("MARK-inspect-item")), "graph break") in kinds
+    assert (str(line_of("MARK-inspect-mutate")), "handled") in kinds
     assert "guarded specialisation" in text and "dg.tensor(value)" in text
     assert "update of captured tensor w" in text
     close(w, [1.0, 1.0])   # inspecting changes nothing

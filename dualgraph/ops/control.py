@@ -164,16 +164,18 @@ class Body:
         return [next(outs).type if k == "value" else k for k in self.kinds]
 
 
-def trace_fn(fn, args: tuple, what: str) -> Body:
+def trace_fn(fn, args: tuple, what: str, names=None) -> Body:
     """Trace ``fn(*args)`` into a closed graph. Tensor (and :class:`Slot`) leaves of ``args``
-    become fresh placeholders, the graph's first inputs; other leaves pass through."""
+    become fresh placeholders, the graph's first inputs (named by ``names``, one per
+    argument, when given); other leaves pass through."""
     tracer = _nested_tracer(modes.tracer)
     leaves, spec = _flatten(tuple(args))
+    labels = _leaf_labels(args, names) if names else [None] * len(leaves)
     params = []
-    for x in leaves:
+    for x, label in zip(leaves, labels):
         if isinstance(x, (Tensor, Slot)):
             aval = x._data if isinstance(x, Tensor) else x
-            name = getattr(aval, "name", None) or "x"
+            name = label or getattr(aval, "name", None) or "x"
             x = Tensor._make(tracer.graph.add_input(aval.shape, aval.dtype, name=name))
         params.append(x)
     num_params = len(tracer.graph.inputs)
@@ -186,6 +188,15 @@ def trace_fn(fn, args: tuple, what: str) -> Body:
                            user_location(), "Return the new value from the function instead "
                            "(control-flow bodies are pure functions).")
     return Body(capture.graph, tracer.captured, out_spec, capture.out_leaves, num_params)
+
+
+def _leaf_labels(args, names) -> list:
+    """A name per leaf of ``args``: the argument's name, suffixed in a structure."""
+    labels = []
+    for arg, name in zip(args, names):
+        n = len(_flatten(arg)[0])
+        labels += [name] if n == 1 else [f"{name}_{i}" for i in range(n)]
+    return labels
 
 
 def align(bodies: list) -> list:
@@ -526,8 +537,9 @@ def while_loop(cond_fn, body_fn, carried_inputs, *, max_iters=None):
 
 def trace_loop(cond_fn, body_fn, carried: tuple, what: str, names=None) -> list:
     """Trace a loop's condition and body over ``carried``, checking their results."""
-    c = trace_fn(lambda *a: _loop_pred(what, cond_fn(*a)), carried, f"condition of {what}")
-    b = trace_fn(body_fn, carried, f"body of {what}")
+    c = trace_fn(lambda *a: _loop_pred(what, cond_fn(*a)), carried, f"condition of {what}",
+                 names)
+    b = trace_fn(body_fn, carried, f"body of {what}", names)
     leaves = _flatten(carried)[0]
     old = [x if isinstance(x, Tensor) else ("const", x) for x in leaves]
     check_carry(what, [_leaf_type(x) for x in old], [_leaf_type(t) for t in b.leaf_types()],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...autograd.tape import grad_mode
 from ...dispatch import modes
 from ...graph.ir import type_str
 from ...ops import control, creation, elementwise
@@ -19,6 +20,9 @@ from ...shapes import ShapedType
 from ...tensor import Tensor
 
 _NUMBERS = (bool, int, float)
+# A traced `while` recorded with gradients on stops with an error after this many
+# iterations: its gradient replays the loop over a fixed number of steps.
+LOOP_BOUND = 1000
 
 
 class Undefined:
@@ -113,12 +117,12 @@ def convert_if(pred, true_fn, false_fn, args: tuple, names: tuple, where: str):
         return true_fn(*args) if pred else false_fn(*args)
     pred = control._as_pred(pred)
     fns = [true_fn, false_fn]
-    bodies = [control.trace_fn(fn, args, f"branch of the `if` at {where}") for fn in fns]
+    what = f"branch of the `if` at {where}"
+    bodies = [control.trace_fn(fn, args, what, names) for fn in fns]
     fixes = _reconcile(bodies, names, where)
     for k, fix in enumerate(fixes):
         if fix:
-            bodies[k] = control.trace_fn(_fixed(fns[k], fix), args,
-                                         f"branch of the `if` at {where}")
+            bodies[k] = control.trace_fn(_fixed(fns[k], fix), args, what, names)
     _check_vars(bodies, names, where)
     return control.emit_cond(pred, bodies, args)
 
@@ -240,7 +244,7 @@ def _traced_while(cond_fn, body_fn, values, names, where):
     values = _loop_values(values, names, what, lambda: control.trace_fn(
         body_fn, values, f"body of {what}"))
     bodies = control.trace_loop(cond_fn, body_fn, values, what, names)
-    return control.emit_while(bodies, values)
+    return control.emit_while(bodies, values, LOOP_BOUND if grad_mode.enabled else None)
 
 
 def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=None):

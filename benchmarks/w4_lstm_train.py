@@ -1,0 +1,106 @@
+"""W4 lstm_train: one training step of a character LSTM, with a Python loop over time.
+
+Vocab 64, embedding 32, hidden 128, one layer, sequence 32, batch 32, a linear head on
+every step's hidden state, cross-entropy over all steps, Adam lr 1e-3. The cell is written
+out with ops (two affine maps, four gates), the same in every library, and runs once per
+time step from Python: 32 small steps forward and backward, so per-op overhead and the
+autograd tape's length matter as much as arithmetic. (torch's fused ``nn.LSTMCell`` would
+be faster for torch; here every library runs the same ops.)
+
+dualgraph and torch share one model definition, written once against the torch-style API
+(``lib`` is ``dualgraph`` or ``torch``); the initial weights come from NumPy
+(``make_data``, torch's default scheme) and are loaded into every implementation.
+"""
+import numpy as np
+
+from .common import jax_adam_step, torch_style_impls
+
+ID, NAME = "W4", "lstm_train"
+VOCAB, EMBED, HIDDEN, SEQ, BATCH = 64, 32, 128, 32, 32
+LR = 1e-3
+
+
+def make_data():
+    """Character ids, next-character targets and the initial weights, drawn once:
+    N(0, 1) embeddings, U(+-1/sqrt(hidden)) for the cell and the head, as torch does."""
+    rng = np.random.default_rng(0)
+    bound = 1 / np.sqrt(HIDDEN)
+    shapes = {"weight_ih": (4 * HIDDEN, EMBED), "weight_hh": (4 * HIDDEN, HIDDEN),
+              "bias_ih": (4 * HIDDEN,), "bias_hh": (4 * HIDDEN,),
+              "head.weight": (VOCAB, HIDDEN), "head.bias": (VOCAB,)}
+    params = {"emb.weight": rng.standard_normal((VOCAB, EMBED))}
+    params.update({k: rng.uniform(-bound, bound, s) for k, s in shapes.items()})
+    chars = rng.integers(0, VOCAB, (BATCH, SEQ + 1))
+    return {"params": {k: v.astype(np.float32) for k, v in params.items()},
+            "x": chars[:, :-1].astype(np.int64), "y": chars[:, 1:].astype(np.int64)}
+
+
+def build(lib, data):
+    """The character LSTM, Adam and the training step, in dualgraph or torch."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class CharLSTM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, EMBED)
+            self.weight_ih = nn.Parameter(lib.zeros(4 * HIDDEN, EMBED))
+            self.weight_hh = nn.Parameter(lib.zeros(4 * HIDDEN, HIDDEN))
+            self.bias_ih = nn.Parameter(lib.zeros(4 * HIDDEN))
+            self.bias_hh = nn.Parameter(lib.zeros(4 * HIDDEN))
+            self.head = nn.Linear(HIDDEN, VOCAB)
+
+        def cell(self, x, h, c):
+            """One LSTM step, torch's gate order (input, forget, cell, output)."""
+            gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh,
+                                                                           self.bias_hh)
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = lib.sigmoid(f) * c + lib.sigmoid(i) * lib.tanh(g)
+            return lib.sigmoid(o) * lib.tanh(c), c
+
+        def forward(self, idx):
+            xs = self.emb(idx)                                  # batch, time, embed
+            h = c = lib.zeros(idx.shape[0], HIDDEN)
+            hs = []
+            for t in range(idx.shape[1]):
+                h, c = self.cell(xs[:, t], h, c)
+                hs.append(h)
+            return self.head(lib.stack(hs, dim=1))              # batch, time, vocab
+
+    model = CharLSTM()
+    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
+    opt = lib.optim.Adam(model.parameters(), lr=LR)
+
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+    return train_step, lib.tensor(data["x"]), lib.tensor(data["y"])
+
+
+def jax_jit(data):
+    """The same LSTM as a pure function, the loop unrolled by tracing (as it is in the
+    other implementations), trained with torch's Adam."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_fn(p, idx, targets):
+        xs = p["emb.weight"][idx]
+        h = c = jnp.zeros((idx.shape[0], HIDDEN), jnp.float32)
+        hs = []
+        for t in range(idx.shape[1]):
+            gates = (xs[:, t] @ p["weight_ih"].T + p["bias_ih"]
+                     + h @ p["weight_hh"].T + p["bias_hh"])
+            i, f, g, o = jnp.split(gates, 4, axis=1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            hs.append(h)
+        logits = jnp.stack(hs, axis=1) @ p["head.weight"].T + p["head.bias"]
+        logp = jax.nn.log_softmax(logits.reshape(-1, VOCAB), axis=-1)
+        return -jnp.take_along_axis(logp, targets.reshape(-1, 1), axis=1).mean()
+
+    return jax_adam_step(loss_fn, data, LR)
+
+
+IMPLS = {**torch_style_impls(build), "jax_jit": jax_jit}
