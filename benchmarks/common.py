@@ -3,8 +3,8 @@ dualgraph/torch implementations, and the optimisers written out for JAX.
 
 A workload's ``build(lib, data)`` is written once against the torch-style API (``lib`` is
 ``dualgraph`` or ``torch``) and returns ``(fn, *args)``; ``fn(*args)`` is a training step
-returning the loss tensor, or a forward pass whose output ``check`` reduces to a scalar
-tensor that the runner compares across implementations.
+returning the loss tensor, or a forward pass whose output ``check`` reduces, in NumPy, to
+the float that the runner compares across implementations.
 """
 
 
@@ -23,7 +23,7 @@ def torch_style_impls(build, check=None, inference=False) -> dict:
 
             def step():
                 out = fn(*args)
-                return (check(out) if check else out).item()
+                return float(check(out)) if check else out.item()
             if not inference:
                 return step
 

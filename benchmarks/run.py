@@ -17,18 +17,18 @@ import subprocess
 import sys
 import time
 
-WORKLOADS = {"W6": "w6_tiny_ops"}
+WORKLOADS = {"W1": "w1_mlp_train", "W2": "w2_cnn_train", "W3": "w3_gpt_train",
+             "W4": "w4_lstm_train", "W5": "w5_fused_elementwise", "W6": "w6_tiny_ops",
+             "W7": "w7_mlp_infer_latency"}
 ALL_IMPLS = ["dualgraph_eager", "dualgraph_compiled", "torch_eager", "torch_compile",
              "jax_jit", "onnxruntime"]
 WARMUP, TIMED = 5, 20
 LOSS_RTOL = 1e-4
-CHILD_TIMEOUT_S = 300
+CHILD_TIMEOUT_S = 600     # torch.compile of W3/W4 takes minutes on a busy 2-core box
 
 
 def measure(workload_id: str, impl: str) -> dict:
     """Runs in the child: build, first call, warm-up, timed steps, peak RSS."""
-    import resource
-
     import numpy as np
     mod = importlib.import_module(f"benchmarks.{WORKLOADS[workload_id]}")
     data = mod.make_data()
@@ -43,9 +43,20 @@ def measure(workload_id: str, impl: str) -> dict:
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"step_ms": float(np.median(times) * 1e3), "first_call_s": first_call_s,
-            "peak_rss_mb": peak_kb / 1024, "first_loss": float(first_loss)}
+            "peak_rss_mb": peak_rss_mb(), "first_loss": float(first_loss),
+            "timed_steps": len(times)}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. Linux keeps ru_maxrss across exec, so a child
+    would report the parent's peak; VmHWM belongs to the child's own address space."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+    except OSError:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def available(impl: str) -> str | None:
@@ -85,16 +96,28 @@ def check_losses(results: dict) -> None:
 
 
 def machine_info() -> dict:
+    """Versions, cores, load and each library's thread count (default settings)."""
     info = {"python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "load_avg_1m": os.getloadavg()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+    info.update({k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                            "MKL_NUM_THREADS") if k in os.environ})
+    import numpy as np
+    info["numpy"] = np.__version__
     try:
-        import numpy as np
-        info["numpy"] = np.__version__
+        from threadpoolctl import threadpool_info
+        info["numpy_blas_threads"] = {p["internal_api"]: p["num_threads"]
+                                      for p in threadpool_info()}
+    except ImportError:
+        pass
+    if available("torch_eager") is None:
         import torch
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
+    if available("jax_jit") is None:
+        import jax
+        info["jax"] = jax.__version__
+        info["jax_threads"] = "XLA CPU default (one intra-op pool over all cores)"
     return info
 
 
@@ -115,34 +138,67 @@ def _time(fn) -> float:
     return time.perf_counter() - t
 
 
+def add_rooflines(mod, results: dict, roof: dict) -> None:
+    """The fraction of a limit each implementation reaches: W1's matmul FLOPs against
+    the GEMM roofline, W5's compulsory bytes against the copy bandwidth."""
+    for r in results.values():
+        if "step_ms" not in r:
+            continue
+        seconds = r["step_ms"] / 1e3
+        if hasattr(mod, "FLOPS"):
+            r["gemm_fraction"] = mod.FLOPS / seconds / (roof["gemm_gflops"] * 1e9)
+        if hasattr(mod, "BYTES"):
+            r["bandwidth_fraction"] = mod.BYTES / seconds / (roof["copy_gbps"] * 1e9)
+
+
+def add_ratios(results: dict) -> None:
+    """The headline: peer time / dualgraph time (> 1: dualgraph is faster), per peer,
+    against dualgraph compiled and eager, only where both losses agree."""
+    for ours in ("dualgraph_compiled", "dualgraph_eager"):
+        mine = results.get(ours, {})
+        if mine.get("loss_check") != "ok":
+            continue
+        for peer, r in results.items():
+            if not peer.startswith("dualgraph") and r.get("loss_check") == "ok":
+                r[f"ratio_vs_{ours}"] = r["step_ms"] / mine["step_ms"]
+
+
+def cell(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if "step_ms" not in r:
+        return r.get("error") or r["skipped"]
+    text = f"{r['step_ms']:.3g} ms"
+    if "gemm_fraction" in r:
+        text += f" ({100 * r['gemm_fraction']:.0f}% GEMM)"
+    if "bandwidth_fraction" in r:
+        text += f" ({100 * r['bandwidth_fraction']:.0f}% BW)"
+    return text if r.get("loss_check") == "ok" else text + f" ({r.get('loss_check')})"
+
+
 def table(report: dict) -> str:
-    impls = [i for i in ALL_IMPLS
-             if any(i in w for w in report["workloads"].values())]
+    """Markdown: median step time per implementation, then first-call time and peak RSS,
+    then the ratios."""
+    impls = [i for i in ALL_IMPLS if any(i in w for w in report["workloads"].values())]
     head = "| workload | " + " | ".join(impls) + " |"
-    lines = [head, "|" + "---|" * (len(impls) + 1)]
+    rule = "|" + "---|" * (len(impls) + 1)
+    steps, firsts = [head, rule], [head, rule]
     for wid, res in report["workloads"].items():
-        cells = []
-        for impl in impls:
-            r = res.get(impl)
-            if r is None:
-                cells.append("-")
-            elif "error" in r or "skipped" in r:
-                cells.append(r.get("error") or r["skipped"])
-            else:
-                flag = "" if r.get("loss_check") == "ok" else " (loss mismatch)"
-                cells.append(f"{r['step_ms']:.3g} ms{flag}")
-        lines.append(f"| {wid} {WORKLOAD_NAMES[wid]} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append("Ratios peer / dualgraph (> 1: dualgraph faster; only where losses agree):")
+        name = f"| {wid} {WORKLOAD_NAMES[wid]} | "
+        steps.append(name + " | ".join(cell(res.get(i)) for i in impls) + " |")
+        firsts.append(name + " | ".join(
+            f"{res[i]['first_call_s']:.3g} s / {res[i]['peak_rss_mb']:.0f} MB"
+            if "step_ms" in res.get(i, {}) else "-" for i in impls) + " |")
+    lines = ["Median step time (W1: share of the GEMM roofline; W5: of the copy bandwidth):",
+             ""] + steps + ["", "First call (includes tracing/compiling) / peak RSS:", ""]
+    lines += firsts + ["", "Ratios peer / dualgraph (> 1: dualgraph faster; only where "
+                           "losses agree):"]
     for wid, res in report["workloads"].items():
         for ours in ("dualgraph_compiled", "dualgraph_eager"):
-            mine = res.get(ours, {})
-            if mine.get("loss_check") != "ok":
-                continue
-            parts = [f"{p} {r['step_ms'] / mine['step_ms']:.2f}x" for p, r in res.items()
-                     if not p.startswith("dualgraph") and r.get("loss_check") == "ok"]
+            key = f"ratio_vs_{ours}"
+            parts = [f"{p} {r[key]:.2f}x" for p, r in res.items() if key in r]
             if parts:
-                lines.append(f"- {wid} {ours}: " + ", ".join(parts))
+                lines.append(f"- {wid} vs {ours}: " + ", ".join(parts))
     return "\n".join(lines)
 
 
@@ -162,16 +218,23 @@ def main(argv=None) -> int:
     for wid, modname in WORKLOADS.items():
         WORKLOAD_NAMES[wid] = importlib.import_module(f"benchmarks.{modname}").NAME
     report = {"machine": machine_info(), "rooflines": rooflines(), "workloads": {}}
+    print(f"machine: {report['machine']}\nrooflines: {report['rooflines']}", file=sys.stderr)
     for wid in args.workloads.split(","):
         mod = importlib.import_module(f"benchmarks.{WORKLOADS[wid]}")
+        notes = getattr(mod, "NOTES", {})
         results = {}
         for impl in args.impls.split(","):
+            if impl in notes:
+                results[impl] = {"skipped": notes[impl]}
+                continue
             if impl not in mod.IMPLS:
                 continue
             why = available(impl)
             results[impl] = {"skipped": why} if why else run_child(wid, impl)
-            print(f"{wid} {impl}: {results[impl]}", file=sys.stderr)
+            print(f"{wid} {impl}: {results[impl]}", file=sys.stderr, flush=True)
         check_losses(results)
+        add_rooflines(mod, results, report["rooflines"])
+        add_ratios(results)
         report["workloads"][wid] = results
     print(table(report))
     if args.json:

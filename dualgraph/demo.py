@@ -94,17 +94,10 @@ def accuracy(model: nn.Module, x: dg.Tensor, y: dg.Tensor) -> float:
 
 # ---------------------------------------------------------------------------- training
 
-def train(args, train_set, test_set):
-    from tqdm import tqdm
-
-    dg.manual_seed(args.seed)       # the same weights and batch order every run
-    model = make_model()
-    optimizer = dg.optim.Adam(model.parameters(), lr=args.lr)
+def make_step(model: nn.Module, optimizer, compiled: bool = False):
+    """One training step on a batch, returning the loss. Compiled, the forward pass, the
+    backward pass and the update all run as one captured graph."""
     loss_fn = nn.CrossEntropyLoss()
-    # drop_last keeps every batch the same shape, so a compiled step never retraces
-    loader = dg.utils.data.DataLoader(dg.utils.data.TensorDataset(*train_set),
-                                      batch_size=args.batch_size, shuffle=True,
-                                      drop_last=len(train_set[1]) > args.batch_size)
 
     def step(x, y):
         loss = loss_fn(model(x), y)
@@ -113,9 +106,20 @@ def train(args, train_set, test_set):
         optimizer.step()
         return loss
 
-    if args.compile:
-        step = dg.compile(step)
+    return dg.compile(step) if compiled else step
 
+
+def train(args, train_set, test_set):
+    from tqdm import tqdm
+
+    dg.manual_seed(args.seed)       # the same weights and batch order every run
+    model = make_model()
+    optimizer = dg.optim.Adam(model.parameters(), lr=args.lr)
+    step = make_step(model, optimizer, compiled=args.compile)
+    # drop_last keeps every batch the same shape, so a compiled step never retraces
+    loader = dg.utils.data.DataLoader(dg.utils.data.TensorDataset(*train_set),
+                                      batch_size=args.batch_size, shuffle=True,
+                                      drop_last=len(train_set[1]) > args.batch_size)
     history = {"loss": [], "train_acc": [], "test_acc": []}
     for epoch in range(1, args.epochs + 1):
         model.train()

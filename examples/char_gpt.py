@@ -16,11 +16,16 @@ import math
 import os
 import time
 
-import numpy as np
+# The matrices here are small: BLAS threads cost more than they save, and on a busy
+# machine their spinning slows a step down several times. Set before NumPy loads BLAS.
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
 
-import dualgraph as dg
-import dualgraph.nn.functional as F
-from dualgraph import nn
+import numpy as np  # noqa: E402
+
+import dualgraph as dg  # noqa: E402
+import dualgraph.nn.functional as F  # noqa: E402
+from dualgraph import nn  # noqa: E402
 
 # ----------------------------------------------------------------------------- config
 

@@ -270,7 +270,7 @@ def test_train_eval_propagates_through_sequential():
     model.eval()
     assert not any(m.training for m in model.modules())
     x = dg.randn(3, 4)
-    np.testing.assert_array_equal(model(x).detach().numpy(), model(x).detach().numpy())   # deterministic
+    np.testing.assert_array_equal(model(x).detach().numpy(), model(x).detach().numpy())
     assert list(model.state_dict()) == list(torch.nn.Sequential(
         torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout()).state_dict())
 
@@ -439,3 +439,33 @@ def test_training_loss_curve_matches_torch(net, shape, optimizer):
     for name, value in theirs.state_dict().items():
         np.testing.assert_allclose(ours.state_dict()[name].numpy(), value.numpy(), rtol=1e-3,
                                    atol=1e-4, err_msg=name)
+
+
+def test_compiled_training_step_equals_eager():
+    """The layers are composites of registry ops and update their buffers with tensor ops,
+    so a captured step (forward, backward, SGD, BatchNorm's cumulative running average)
+    gives exactly the eager results."""
+    def run(compiled):
+        dg.manual_seed(0)
+        nn = dg.nn
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False),
+                              nn.BatchNorm2d(4, momentum=None), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+        opt = dg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x, y = dg.randn(16, 1, 12, 12), dg.randint(0, 5, (16,))
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y, label_smoothing=0.1)
+            loss.backward()
+            opt.step()
+            return loss
+        run_step = dg.compile(step, fullgraph=True) if compiled else step
+        return [run_step(x, y).item() for _ in range(4)], model.state_dict()
+
+    eager, eager_state = run(False)
+    compiled, compiled_state = run(True)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-6)
+    for name, value in eager_state.items():
+        np.testing.assert_allclose(compiled_state[name].numpy(), value.numpy(), rtol=1e-5,
+                                   atol=1e-7, err_msg=name)

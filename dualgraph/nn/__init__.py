@@ -3,6 +3,8 @@ from . import functional, utils  # noqa: F401
 from . import init  # noqa: F401
 from .containers import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
                          Sequential)
+from .attention import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401
+from .rnn import *  # noqa: F401,F403

@@ -604,3 +604,9 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``||x1 - x2 + eps||_p`` along the last dim."""
     return red.norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
+
+
+# The attention functionals live with the attention layers; imported last because
+# attention.py imports this module.
+from .attention import (multi_head_attention_forward,  # noqa: E402,F401
+                        scaled_dot_product_attention)

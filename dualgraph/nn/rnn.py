@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..ops import creation, elementwise
 from ..ops import shape as shape_ops
@@ -85,7 +85,7 @@ def _gru_step(xg, state, w: _Weights):
 class _Mode(NamedTuple):
     gates: int      # gate rows per hidden unit in weight_ih / weight_hh
     states: int     # tensors in the state: 1 (h) or 2 (h, c)
-    step: object    # the step function
+    step: Callable  # (xg, state, weights) -> new state
 
 
 _MODES = {"RNN_TANH": _Mode(1, 1, _tanh_step), "RNN_RELU": _Mode(1, 1, _relu_step),

@@ -477,7 +477,7 @@ def _while_vjp(g, out, *args, cond_graph, body_graph, max_iters):
 
 WHILE = defop("while_loop", _while_kernel, _while_infer, vjp=_while_vjp,
               attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=VARIADIC,
-              saves="io", differentiable_outputs=None, onnx="Loop")
+              saves="io", onnx="Loop")
 
 
 def check_carry(what: str, old: list, new: list, names=None) -> None:
@@ -487,9 +487,8 @@ def check_carry(what: str, old: list, new: list, names=None) -> None:
         raise TypeError(f"{what}: the body returns {len(new)} values for {len(old)} carried "
                         "values; it must return the carried values in the same structure")
     for i, (a, b) in enumerate(zip(old, new)):
-        label = repr(names[i]) if names else str(i)
-        ta = _leaf_type(a)
-        tb = _leaf_type(b)
+        label = repr(names[i]) if names and len(names) == len(old) else str(i)
+        ta, tb = _leaf_type(a), _leaf_type(b)
         if ta != tb:
             raise TypeError(f"{what}: the body changes carried value {label} from {ta} to "
                             f"{tb}; a loop keeps the shape and dtype of what it carries")
@@ -542,8 +541,7 @@ def trace_loop(cond_fn, body_fn, carried: tuple, what: str, names=None) -> list:
     b = trace_fn(body_fn, carried, f"body of {what}", names)
     leaves = _flatten(carried)[0]
     old = [x if isinstance(x, Tensor) else ("const", x) for x in leaves]
-    check_carry(what, [_leaf_type(x) for x in old], [_leaf_type(t) for t in b.leaf_types()],
-                names)
+    check_carry(what, old, b.leaf_types(), names)
     if b.spec != _flatten(carried)[1]:
         raise TypeError(f"{what}: the body returns another structure than the carried "
                         f"values ({_describe(b)})")
@@ -703,8 +701,7 @@ def _check_scan_body(body: Body, carry_leaves: list, carry_spec) -> None:
                         f"({_describe(body)})")
     types = body.leaf_types()
     old = [x if isinstance(x, Tensor) else ("const", x) for x in carry_leaves]
-    check_carry("dg.scan", [_leaf_type(x) for x in old],
-                [_leaf_type(t) for t in types[:len(old)]])
+    check_carry("dg.scan", old, types[:len(old)])
     for i, t in enumerate(types[len(old):]):
         if not isinstance(t, ShapedType):
             raise TypeError(f"dg.scan: y leaf {i} is {t[1]!r}; the ys must be tensors")

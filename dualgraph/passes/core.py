@@ -95,14 +95,16 @@ class Builder:
     """Copies ``old`` into a new graph, node by node, mapping old values to new ones.
 
     Inputs are copied up front with their names (the signature never changes); constants
-    are copied when first read, so constants no node or output reads are dropped; new
-    nodes keep the names of the values they replace, so printed graphs stay comparable.
+    (``arrays``: the old graph's, plus any a pass binds to old values, as folding does) are
+    added when first read, so constants nothing reads are dropped; new nodes keep the names
+    of the values they replace, so printed graphs stay comparable.
     """
 
     def __init__(self, old: Graph):
         self.old = old
         self.graph = Graph()
         self.env: dict[Value, Value] = {}
+        self.arrays: dict[Value, object] = dict(old.constants)
         for v in old.inputs:
             self.env[v] = self.graph.add_input(v.shape, v.dtype, name=v.name)
 
@@ -112,11 +114,8 @@ class Builder:
             return x
         new = self.env.get(x)
         if new is None:   # a constant read for the first time
-            new = self.env[x] = self.graph.add_constant(self.old.constants[x], name=x.name)
+            new = self.env[x] = self.graph.add_constant(self.arrays[x], name=x.name)
         return new
-
-    def constant(self, array, name: str) -> Value:
-        return self.graph.add_constant(array, name=name)
 
     def add(self, op, inputs, attrs, location=None, names=None) -> tuple[Value, ...]:
         """Append a node to the new graph; ``inputs`` are new values or literals."""

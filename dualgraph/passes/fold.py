@@ -33,13 +33,11 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
     b = Builder(graph)
     report = Report("fold_constants", len(graph.nodes), 0)
     for node in graph.nodes:
-        inputs = [b.get(x) for x in node.inputs]
-        results = _evaluate(node, inputs, b.graph.constants, max_elements)
+        results = _evaluate(node, b.arrays, max_elements)
         if results is None:
             b.copy(node)
             continue
-        for v, arr in zip(node.outputs, results):
-            b.env[v] = b.constant(arr, v.name)
+        b.arrays.update(zip(node.outputs, results))   # constants once something reads them
         report.count("folded", describe(node))
         report.bytes_saved += sum(nbytes(v) for v in node.outputs)   # no longer computed
     report.nodes_after = len(b.graph.nodes)
@@ -48,17 +46,18 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
     return new, report
 
 
-def _evaluate(node: Node, inputs, constants: dict, max_elements: int):
-    """The node's output arrays, or None when it must stay a node."""
+def _evaluate(node: Node, constants: dict, max_elements: int):
+    """The node's output arrays, or None when it must stay a node; ``constants`` maps the
+    values known so far to their arrays."""
     if not all(is_static(v.shape) and numel(v.shape) <= max_elements for v in node.outputs):
         return None
     if _has_symbols(node.attrs.values()):
         return None
     if node.op.name in SHAPE_ONLY:
-        (x,) = inputs
-        args = [np.broadcast_to(np.zeros((), x.dtype), x.shape)]   # the type, no data
-    elif all(not isinstance(x, Value) or x in constants for x in inputs):
-        args = [constants[x] if isinstance(x, Value) else x for x in inputs]
+        (x,) = node.inputs
+        args = [np.broadcast_to(np.zeros((), x.dtype), x.shape)]   # its type, no data
+    elif all(not isinstance(x, Value) or x in constants for x in node.inputs):
+        args = [constants[x] if isinstance(x, Value) else x for x in node.inputs]
     else:
         return None
     try:

@@ -106,7 +106,7 @@ class _Grouper:
         self.parent: dict[int, int] = {}
         self.members: dict[int, list[int]] = {}
         self.shape: dict[int, tuple] = {}
-        self.closed: set[int] = set()           # groups that end in a reduction
+        self.reduced: dict[int, Value] = {}     # group -> the output of its one reduction
         self.ext_anc: dict[int, set] = {}       # groups the outside inputs depend on
         self.group: dict[int, int] = {}         # node index -> group id (find() it)
         self.producer: dict[Value, int] = {}
@@ -129,8 +129,10 @@ class _Grouper:
             wanted = node.outputs[0].shape if kind == "elementwise" else values[0].shape
             sources = values if kind == "elementwise" else values[:1]
             candidates = {self.group_of(u) for u in sources} - {None}
-            candidates = {g for g in candidates
-                          if g not in self.closed and self.shape[g] == wanted}
+            # a group has one reduction, and nothing in it reads that reduction's result
+            candidates = {g for g in candidates if self.shape[g] == wanted and (
+                self.reduced.get(g) not in values if kind == "elementwise"
+                else g not in self.reduced)}
             joined = self.join(candidates, values)
             if joined is None and kind == "elementwise":
                 joined = self.parent[i] = i
@@ -143,13 +145,15 @@ class _Grouper:
             self.group[i] = joined
             self.members[joined].append(i)
             if kind == "reduction":
-                self.closed.add(joined)
+                self.reduced[joined] = node.outputs[0]
             deps |= {joined}
         for v in node.outputs:
             self.producer[v] = i
             self.anc[v] = deps
 
     def legal(self, groups: set, values) -> bool:
+        if sum(g in self.reduced for g in groups) > 1:
+            return False
         for g in groups:
             if {self.find(a) for a in self.ext_anc[g]} & groups:
                 return False
@@ -171,6 +175,8 @@ class _Grouper:
                     self.parent[g] = root
                     self.members[root] += self.members.pop(g)
                     self.ext_anc[root] |= self.ext_anc.pop(g)
+                    if g in self.reduced:
+                        self.reduced[root] = self.reduced.pop(g)
                 return root
         return None
 

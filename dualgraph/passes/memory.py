@@ -67,13 +67,13 @@ class MemoryPlan:
     assignment: dict = field(default_factory=dict)   # Value -> buffer id
     inplace: list = field(default_factory=list)      # (output, input) pairs sharing a buffer
     peak_before: int = 0   # every value alive until the end, no reuse
-    live_peak: int = 0     # the liveness lower bound for this node order
+    live_peak: int = 0     # the most bytes alive at once in this order, without in-place
     peak_after: int = 0    # the sum of the planned buffers
 
     def __str__(self):
         lines = [f"memory plan: {len(self.assignment)} values in {len(self.buffers)} buffers; "
                  f"peak {format_bytes(self.peak_before)} -> {format_bytes(self.peak_after)} "
-                 f"(live lower bound {format_bytes(self.live_peak)})"]
+                 f"(live at once, no in-place: {format_bytes(self.live_peak)})"]
         by_buffer: dict[int, list[str]] = {}
         for v, k in self.assignment.items():
             by_buffer.setdefault(k, []).append(f"%{v.name}")

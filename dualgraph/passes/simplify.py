@@ -125,8 +125,11 @@ class Rule:
 
 
 def _fold_scales(m):
-    # (x*c)*d == x*(c*d) only when x*c kept x's dtype (else the promotion point moves)
-    return call("mul", [m.x, m.c * m.d]) if result_type(m.x, m.c) == m.x.dtype else None
+    # only when the whole chain stays in x's dtype (an int chain times a float would move
+    # the point where it becomes float)
+    if result_type(m.x, m.c) == result_type(m.x, m.d) == m.x.dtype:
+        return call("mul", [m.x, m.c * m.d])
+    return None
 
 
 def _compose(p, q) -> tuple:

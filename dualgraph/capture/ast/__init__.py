@@ -105,7 +105,7 @@ def _line_map(fdef: ast.FunctionDef, source: str) -> dict:
     """Line of the converted source -> the user's line: the unparsed source parses back to
     the same tree, so walking both side by side pairs their nodes."""
     origin: dict = {}
-    for new, old in zip(ast.walk(ast.parse(source)), ast.walk(fdef)):
+    for new, old in zip(ast.walk(ast.parse(source).body[0]), ast.walk(fdef)):
         if isinstance(new, ast.stmt) and hasattr(old, "lineno"):
             origin.setdefault(new.lineno, old.lineno)
     return origin

@@ -19,12 +19,10 @@ def _walk_scope(node):
     while todo:
         n = todo.pop()
         yield n
-        for child in ast.iter_child_nodes(n):
-            if not isinstance(child, _SCOPES + _COMPREHENSIONS):
-                todo.append(child)
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                yield child   # binds its name; decorators and defaults run here
-                todo.extend(child.decorator_list)
+        if isinstance(n, _SCOPES):   # binds its name; its decorators run here
+            todo.extend(getattr(n, "decorator_list", []))
+            continue
+        todo.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, _COMPREHENSIONS))
 
 
 def assigned(stmts) -> set:
@@ -64,8 +62,6 @@ def definite(stmts) -> set:
             out |= definite(s.body) & definite(s.orelse)
         elif isinstance(s, (ast.While, ast.For, ast.Try)):
             continue
-        elif isinstance(s, ast.With):
-            out |= assigned([s])
         else:
             out |= assigned([s])
     return out

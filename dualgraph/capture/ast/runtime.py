@@ -178,8 +178,14 @@ def _unset(t) -> bool:
     return t[0] == "const" and (isinstance(t[1], Undefined) or t[1] is None)
 
 
+def _is_tree(t) -> bool:
+    return not isinstance(t, ShapedType) and t[0] == "tree"
+
+
 def _fix(mine, other, name, k, where):
-    if isinstance(mine, ShapedType) or mine[0] == "tree" or other[0] == "const" and (
+    if _is_tree(mine) and _is_tree(other) and mine[1] == other[1]:
+        return _fix_tree(mine, other, name, k, where)
+    if isinstance(mine, ShapedType) or _is_tree(mine) or other[0] == "const" and (
             _unset(other) or not isinstance(other[1], _NUMBERS)):
         return None
     value = mine[1]
@@ -204,6 +210,18 @@ def _fix(mine, other, name, k, where):
         dt = dtypes.default_float() if floats else np.result_type(type(value), type(other[1]))
         return lambda v: creation.tensor(v, dtype=dtypes.from_np(dt))
     return None
+
+
+def _fix_tree(mine, other, name, k, where):
+    """A structure's fix: each leaf fixed as a variable would be."""
+    fixes = [_fix(a, b, name, k, where) for a, b in zip(mine[2], other[2])]
+    if not any(fixes):
+        return None
+
+    def fix(value):
+        leaves = control._flatten(value)[0]
+        return control._unflatten(mine[1], [f(x) if f else x for f, x in zip(fixes, leaves)])
+    return fix
 
 
 def _zeros_of(t):
@@ -274,9 +292,10 @@ def _loop_values(values, names, what, trace_body) -> tuple:
     naming it."""
     out = []
     for name, v in zip(names, values):
-        if isinstance(v, _NUMBERS):
-            v = creation.tensor(v)
-        elif isinstance(v, Undefined) and not name.startswith("_jst_"):
+        leaves, spec = control._flatten(v)
+        v = control._unflatten(spec, [creation.tensor(x) if isinstance(x, _NUMBERS) else x
+                                      for x in leaves])
+        if isinstance(v, Undefined) and not name.startswith("_jst_"):
             raise NameError(f"variable {name!r} is first assigned inside {what}, whose "
                             f"condition is a tensor; give {name!r} a value before the loop "
                             "(a traced loop carries values of fixed type)")
@@ -288,8 +307,3 @@ def _loop_values(values, names, what, trace_body) -> tuple:
             out[i] = _zeros_of(types[i])
     return tuple(out)
 
-
-def describe(x) -> str:
-    if isinstance(x, Tensor):
-        return type_str(x._data.shape, x._data.dtype)
-    return repr(x)

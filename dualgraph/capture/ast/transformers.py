@@ -87,7 +87,8 @@ def scope_nodes(stmts, stop=_SCOPES):
     while todo:
         n = todo.pop()
         yield n
-        todo.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, stop))
+        if not isinstance(n, stop):
+            todo.extend(ast.iter_child_nodes(n))
 
 
 def blocks_of(stmt):
@@ -320,8 +321,8 @@ class BlockConverter:
 
     def call(self, node, names, fn: str, *args) -> list:
         """``names = _jst.fn(*args, names, 'names', 'file:line')``."""
-        value = jst(fn, *args, names_tuple(names), const(tuple(names)),
-                    const(self.where(node)))
+        labels = ast.Tuple(elts=[const(n) for n in names], ctx=ast.Load())
+        value = jst(fn, *args, names_tuple(names), labels, const(self.where(node)))
         return located(node, [assign(names, value) if names else ast.Expr(value)])
 
 

@@ -1,0 +1,130 @@
+"""Compiled == eager for whole training steps: 20 steps of losses and final parameters for
+MLP + SGD-momentum, CNN + Adam, LSTM + Adam and a small GPT + AdamW."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn as nn
+import dualgraph.nn.functional as F
+
+STEPS = 20
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(h.flatten(1))
+
+
+class CharLSTM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(11, 6)
+        self.cell = nn.LSTMCell(6, 8)
+        self.head = nn.Linear(8, 11)
+
+    def forward(self, tokens):
+        h = c = dg.zeros(tokens.shape[0], 8)
+        logits = []
+        for t in range(tokens.shape[1]):            # a Python loop over time, traced
+            h, c = self.cell(self.emb(tokens[:, t]), (h, c))
+            logits.append(self.head(h))
+        return dg.stack(logits, 1)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=13, d=16, t=8):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+        self.blocks = nn.ModuleList([Block(d, 2), Block(d, 2)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(dg.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def setups():
+    rng = np.random.default_rng(0)
+    return {
+        "mlp-sgd": (MLP, lambda p: dg.optim.SGD(p, lr=0.1, momentum=0.9),
+                    dg.tensor(rng.standard_normal((16, 12)), dtype=dg.float32),
+                    dg.tensor(rng.integers(0, 5, 16))),
+        "cnn-adam": (CNN, lambda p: dg.optim.Adam(p, lr=1e-2),
+                     dg.tensor(rng.standard_normal((8, 1, 8, 8)), dtype=dg.float32),
+                     dg.tensor(rng.integers(0, 5, 8))),
+        "lstm-adam": (CharLSTM, lambda p: dg.optim.Adam(p, lr=1e-2),
+                      dg.tensor(rng.integers(0, 11, (4, 6))),
+                      dg.tensor(rng.integers(0, 11, (4, 6)))),
+        "gpt-adamw": (GPT, lambda p: dg.optim.AdamW(p, lr=3e-3, weight_decay=0.01),
+                      dg.tensor(rng.integers(0, 13, (3, 8))),
+                      dg.tensor(rng.integers(0, 13, (3, 8)))),
+    }
+
+
+def train(name, compiled):
+    make_model, make_opt, x, y = setups()[name]
+    dg.manual_seed(0)
+    model = make_model()
+    opt = make_opt(model.parameters())
+
+    def step(x, y):
+        opt.zero_grad()
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+    fn = dg.compile(step) if compiled else step
+    losses = [fn(x, y).item() for _ in range(STEPS)]
+    return losses, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}, fn
+
+
+@pytest.mark.parametrize("name", ["mlp-sgd", "cnn-adam", "lstm-adam", "gpt-adamw"])
+def test_compiled_training_equals_eager(name):
+    eager_losses, eager_params, _ = train(name, False)
+    losses, params, fn = train(name, True)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-4, atol=1e-6)
+    assert losses[-1] < losses[0]
+    for key in eager_params:
+        np.testing.assert_allclose(params[key], eager_params[key], rtol=1e-4, atol=1e-5,
+                                   err_msg=key)
+    assert len(fn.cache) == 2          # the first step (creates optimiser state), the rest
+    assert "graph break" not in fn.explain().split("\n", 1)[1]

@@ -1,0 +1,381 @@
+"""The passes: what each must change and what it must not, on small hand-built graphs; the
+verifier after every pass; the interpreter as the oracle (same results before and after),
+on random graphs and on a captured training step."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import dualgraph as dg
+from dualgraph.graph import Graph, GraphError, verify
+from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
+                              plan_memory, run_pipeline, schedule, simplify)
+from dualgraph.passes.fuse import _ir_allows_variadic_outputs
+from dualgraph.passes.memory import END, Liveness
+from dualgraph.shapes import ShapeError
+
+needs_fusion = pytest.mark.skipif(
+    not _ir_allows_variadic_outputs(),
+    reason="graph/ir.py must accept num_outputs=None (see docs/passes.md)")
+
+
+def random_inputs(graph: Graph, seed=0, high=3):
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in graph.inputs:
+        if v.dtype.kind == "f":
+            out.append(rng.standard_normal(v.shape).astype(v.dtype))
+        else:
+            out.append(rng.integers(0, high, v.shape).astype(v.dtype))
+    return out
+
+
+def assert_same_results(before: Graph, after: Graph, seed=0):
+    """``after`` computes what ``before`` does, where ``before``'s results are finite (a
+    rewrite such as log(softmax) -> log_softmax may turn -inf into a finite value)."""
+    args = random_inputs(before, seed)
+    for want, got in zip(before(*args), after(*args), strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        ok = np.isfinite(want) if want.dtype.kind == "f" else np.ones(want.shape, bool)
+        np.testing.assert_allclose(got[ok].astype(np.float64), want[ok].astype(np.float64),
+                                   rtol=2e-5, atol=1e-6)
+
+
+def run(pass_, graph):
+    new, report = pass_(graph)
+    verify(new)
+    str(report)
+    assert_same_results(graph, new)
+    return new, report
+
+
+def ops(graph):
+    return [n.op.name for n in graph.nodes]
+
+
+def graph_with(*inputs):
+    """A Graph and its inputs: graph_with(((3,), "float32"), ...)."""
+    g = Graph()
+    return g, [g.add_input(shape, dtype, name=f"x{i}") for i, (shape, dtype) in
+               enumerate(inputs)]
+
+
+def node(g, op, *inputs, **attrs):
+    return g.add_node(op, list(inputs), attrs)[0]
+
+
+F32 = ((3, 4), "float32")
+
+
+# -- dce ---------------------------------------------------------------------------------------
+def test_dce_removes_unused_nodes_and_constants_and_keeps_outputs():
+    g, (x,) = graph_with(F32)
+    c = g.add_constant(np.ones(4, np.float32), name="c")
+    dead = node(g, "mul", node(g, "exp", x), c)
+    y = node(g, "neg", x)
+    g.set_outputs([y, x])
+    new, report = run(dce, g)
+    assert ops(new) == ["neg"] and not new.constants and len(new.inputs) == 1
+    assert report.counts == {"removed": 2, "constants removed": 1}
+    assert report.bytes_saved == 2 * 48 + 16
+    assert dead.name not in str(new) and [v.name for v in new.outputs] == ["neg", "x0"]
+
+
+def test_dce_keeps_a_multi_output_node_when_one_output_is_used():
+    g, (x,) = graph_with(F32)
+    values, _ = g.add_node("max", [x], {"dim": 1, "keepdim": False})
+    g.set_outputs([values])
+    new, report = run(dce, g)
+    assert ops(new) == ["max"] and not report.changed
+
+
+# -- cse ---------------------------------------------------------------------------------------
+def test_cse_merges_equal_calls_including_commuted_ones():
+    g, (x, y) = graph_with(F32, F32)
+    a, b = node(g, "exp", x), node(g, "exp", x)
+    s1, s2 = node(g, "add", a, y), node(g, "add", y, b)
+    g.set_outputs([node(g, "mul", s1, s2)])
+    new, report = run(cse, g)
+    assert ops(new) == ["exp", "add", "mul"] and report.counts == {"merged": 2}
+
+
+def test_cse_does_not_merge_different_attrs_or_literal_types():
+    g, (x,) = graph_with(F32)
+    sums = [node(g, "sum", x, dims=d, keepdim=k, dtype=None)
+            for d, k in [((0,), False), ((1,), False), ((0,), True)]]
+    scaled = [node(g, "mul", x, lit) for lit in (1, 1.0, True, 0.0, -0.0)]
+    g.set_outputs(sums + scaled)
+    new, report = run(cse, g)
+    assert len(new.nodes) == len(g.nodes) and not report.changed
+
+
+def test_cse_merges_constants_only_when_bitwise_identical():
+    g, (x,) = graph_with(((2,), "float32"))
+    arrays = [np.array([0.0, 1.0], np.float32), np.array([0.0, 1.0], np.float32),
+              np.array([-0.0, 1.0], np.float32), np.array([0.0, 1.0], np.float64)]
+    consts = [g.add_constant(a, name=f"c{i}") for i, a in enumerate(arrays)]
+    g.set_outputs([node(g, "add", x, c) for c in consts])
+    new, report = run(cse, g)
+    assert report.counts == {"constants merged": 1, "merged": 1}
+    assert len(new.constants) == 3 and len(new.nodes) == 3
+
+
+# -- fold_constants ------------------------------------------------------------------------------
+def test_fold_evaluates_constant_chains_and_full_like_of_a_static_shape():
+    g, (x,) = graph_with(F32)
+    c = g.add_constant(np.arange(4, dtype=np.float32), name="c")
+    folded = node(g, "neg", node(g, "mul", c, 2.0))
+    ones = node(g, "full_like", x, fill_value=1, dtype=np.dtype("float32"))
+    g.set_outputs([node(g, "add", node(g, "add", x, folded), ones)])
+    new, report = run(fold_constants, g)
+    assert ops(new) == ["add", "add"] and report.counts["folded"] == 3
+    np.testing.assert_array_equal(list(new.constants.values())[0], [-0.0, -2, -4, -6])
+
+
+def test_fold_respects_the_size_cap_and_symbolic_shapes():
+    g, (x,) = graph_with((("B", 4), "float32"))
+    c = g.add_constant(np.ones((8, 8), np.float32), name="c")
+    big = node(g, "exp", c)
+    sym = node(g, "full_like", x, fill_value=0, dtype=np.dtype("float32"))
+    g.set_outputs([big, sym])
+    new, report = fold_constants(g, max_elements=63)
+    verify(new)
+    assert ops(new) == ["exp", "full_like"] and not report.changed
+    assert ops(fold_constants(g, max_elements=64)[0]) == ["full_like"]
+
+
+# -- simplify ------------------------------------------------------------------------------------
+def _scale_chain(g, x):
+    return node(g, "mul", 3.0, node(g, "mul", x, 2.0))
+
+
+SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplify + dce)
+    ("x*1", lambda g, x: node(g, "exp", node(g, "mul", x, 1)), ["exp"]),
+    ("1*x", lambda g, x: node(g, "exp", node(g, "mul", 1.0, x)), ["exp"]),
+    ("x*ones", lambda g, x: node(g, "exp", node(g, "mul", x, g.add_constant(
+        np.ones(4, np.float32)))), ["exp"]),
+    ("x+0", lambda g, x: node(g, "exp", node(g, "add", 0, x)), ["exp"]),
+    ("x-0", lambda g, x: node(g, "exp", node(g, "sub", x, 0.0)), ["exp"]),
+    ("x/1", lambda g, x: node(g, "exp", node(g, "div", x, 1)), ["exp"]),
+    ("x**1", lambda g, x: node(g, "exp", node(g, "pow", x, 1)), ["exp"]),
+    ("--x", lambda g, x: node(g, "exp", node(g, "neg", node(g, "neg", x))), ["exp"]),
+    ("scale chain", _scale_chain, ["mul"]),
+    ("permute twice", lambda g, x: node(g, "exp", node(g, "permute", node(
+        g, "permute", x, perm=(1, 0)), perm=(1, 0))), ["exp"]),
+    ("reshape twice", lambda g, x: node(g, "reshape", node(g, "reshape", x, shape=(12,)),
+                                        shape=(2, 6)), ["reshape"]),
+    ("same reshape", lambda g, x: node(g, "exp", node(g, "reshape", x, shape=(3, 4))),
+     ["exp"]),
+    ("same cast", lambda g, x: node(g, "exp", node(g, "cast", x,
+                                                   dtype=np.dtype("float32"))), ["exp"]),
+    ("log softmax", lambda g, x: node(g, "log", node(g, "softmax", x, dim=1)),
+     ["log_softmax"]),
+]
+
+
+@pytest.mark.parametrize("name,build,left", SIMPLIFIES, ids=[s[0] for s in SIMPLIFIES])
+def test_simplify_rule(name, build, left):
+    g, (x,) = graph_with(F32)
+    g.set_outputs([build(g, x)])
+    new, report = run(simplify, g)
+    assert report.counts["rewrites"] >= 1
+    assert ops(dce(new)[0]) == left
+    assert [(v.shape, v.dtype) for v in new.outputs] == [(v.shape, v.dtype) for v in g.outputs]
+
+
+def test_simplify_makes_linear_from_matmul_with_a_transposed_weight():
+    g, (x, w, b) = graph_with(((5, 4), "float32"), ((3, 4), "float32"), ((3,), "float32"))
+    g.set_outputs([node(g, "add", b, node(g, "matmul", x, node(g, "permute", w, perm=(1, 0))))])
+    new, _ = run(simplify, g)
+    assert ops(dce(new)[0]) == ["linear"]
+
+
+def test_simplify_only_rewrites_when_the_type_is_preserved():
+    g, (x, i, sq, w, b2) = graph_with(F32, ((3,), "int32"), ((3, 3), "float32"),
+                                      ((2, 4), "float32"), ((3, 2), "float32"))
+    ones = g.add_constant(np.ones((2, 3, 4), np.float32))
+    kept = [
+        node(g, "mul", x, ones),                             # broadcasts to a bigger shape
+        node(g, "mul", i, 1.0),                              # int * float is float
+        node(g, "mul", node(g, "mul", i, 2), 0.5),           # the int chain turns float
+        node(g, "permute", sq, perm=(1, 0)),                 # same type, other values
+        node(g, "cast", x, dtype=np.dtype("float64")),
+        node(g, "add", node(g, "matmul", x, node(g, "permute", w, perm=(1, 0))), b2),  # bias
+    ]
+    g.set_outputs(kept)
+    new, report = run(simplify, g)
+    assert ops(new) == ops(g) and not report.changed
+
+
+# -- fuse_elementwise ---------------------------------------------------------------------------
+@needs_fusion
+def test_fuse_groups_elementwise_ops_with_a_trailing_reduction_and_outputs():
+    g, (x, y) = graph_with(F32, ((4,), "float32"))
+    a = node(g, "mul", x, 2.0)
+    e = node(g, "exp", node(g, "add", a, y))
+    s = node(g, "sum", e, dims=(0,), keepdim=False, dtype=None)
+    m = node(g, "matmul", e, node(g, "permute", x, perm=(1, 0)))   # e escapes the group
+    g.set_outputs([s, m])
+    new, report = run(fuse_elementwise, g)
+    assert ops(new) == ["fused", "permute", "matmul"]
+    (fused,) = [n for n in new.nodes if n.op.name == "fused"]
+    assert ops(fused.attrs["graph"]) == ["mul", "add", "exp", "sum"]
+    assert [v.name for v in fused.outputs] == ["exp", "sum"]
+    assert report.counts == {"groups": 1, "nodes fused": 4}
+
+
+@needs_fusion
+def test_fuse_never_makes_a_cycle_and_keeps_other_shapes_apart():
+    g, (x, w) = graph_with(F32, ((4, 4), "float32"))
+    a = node(g, "exp", x)
+    m = node(g, "matmul", a, w)          # depends on the group of a
+    c = node(g, "add", a, m)             # so c can't join a's group
+    d = node(g, "tanh", node(g, "sum", c, dims=(1,), keepdim=True, dtype=None))
+    g.set_outputs([node(g, "sin", c), d])
+    new, _ = run(fuse_elementwise, g)
+    groups = [ops(n.attrs["graph"]) for n in new.nodes if n.op.name == "fused"]
+    assert groups == [["add", "sum", "sin"]]      # exp alone; tanh reads the reduction
+
+
+# -- plan_memory and schedule --------------------------------------------------------------------
+def check_plan(graph: Graph, plan):
+    """Two roots share a buffer only when their lifetimes don't overlap, or when the later
+    one overwrites the earlier at its last read (in place)."""
+    live = Liveness.of(graph)
+    inplace = {(o, i) for o, i in plan.inplace}
+    roots = list(live.defined)
+    for j, r in enumerate(roots):
+        for s in roots[j + 1:]:
+            if plan.assignment[r] != plan.assignment[s]:
+                continue
+            first, second = sorted((r, s), key=lambda v: live.defined[v])
+            end = live.last_use[first]
+            assert end != END and (end < live.defined[second] or (
+                end == live.defined[second] and (second, first) in inplace)), (r, s)
+    assert plan.peak_after <= plan.peak_before
+
+
+def test_plan_memory_reuses_buffers_in_place_along_a_chain():
+    g, (x,) = graph_with(F32)
+    g.set_outputs([node(g, "sin", node(g, "neg", node(g, "exp", x)))])
+    new, report = plan_memory(g)
+    plan = report.data
+    assert new is g and len(plan.buffers) == 1 and len(plan.inplace) == 2
+    assert plan.peak_before == 3 * 48 and plan.peak_after == 48
+    check_plan(g, plan)
+
+
+def test_plan_memory_does_not_write_inputs_or_what_a_view_still_reads():
+    g, (x,) = graph_with(((3, 3), "float32"))
+    a = node(g, "exp", x)
+    t = node(g, "permute", a, perm=(1, 0))
+    b = node(g, "add", a, t)              # must not overwrite a while reading a.T
+    g.set_outputs([node(g, "neg", x), b])
+    _, report = plan_memory(g)
+    assert report.data.inplace == []
+    check_plan(g, report.data)
+
+
+def test_schedule_lowers_peak_memory():
+    g, xs = graph_with(*[((64,), "float32")] * 3)
+    big = [node(g, "exp", x) for x in xs]
+    small = [node(g, "sum", b, dims=(0,), keepdim=False, dtype=None) for b in big]
+    g.set_outputs(small)
+    new, report = run(schedule, g)
+    assert Liveness.of(new).peak() < Liveness.of(g).peak() and report.bytes_saved > 0
+    assert ops(new) == ["exp", "sum"] * 3
+    again, report = schedule(new)
+    assert again is new and not report.changed
+
+
+# -- the pipeline ---------------------------------------------------------------------------------
+def test_run_pipeline_runs_what_is_enabled_and_names_unknown_passes():
+    g, (x,) = graph_with(F32)
+    g.set_outputs([node(g, "mul", x, 1)])
+    new, reports = run_pipeline(g, enabled={"simplify"}, verify=True)
+    assert [r.name for r in reports] == ["simplify"] and ops(new) == []
+    assert len(run_pipeline(g)[1]) == len(PIPELINE)
+    with pytest.raises(ValueError, match="no passes named"):
+        run_pipeline(g, enabled={"dse"})
+
+
+UNARY = ["exp", "neg", "tanh", "sin", "relu", "sigmoid", "abs"]
+BINARY = ["add", "mul", "sub", "maximum", "div"]
+LITERALS = [0, 1, 1.0, 2.0, 0.5, -1.0]
+
+
+@st.composite
+def random_graphs(draw):
+    """Graphs of registry ops on f32[2,3], f32[3] inputs and a constant; ill-typed draws
+    are skipped by the shape rules."""
+    g = Graph()
+    vals = [g.add_input((2, 3), "float32", name="x"), g.add_input((3,), "float32", name="y"),
+            g.add_constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), name="c")]
+    for _ in range(draw(st.integers(1, 12))):
+        v = draw(st.sampled_from(vals))
+        kind = draw(st.sampled_from(["unary", "binary", "literal", "shape", "reduce", "other"]))
+        if kind == "unary":
+            call = (draw(st.sampled_from(UNARY)), [v], {})
+        elif kind == "binary":
+            call = (draw(st.sampled_from(BINARY)), [v, draw(st.sampled_from(vals))], {})
+        elif kind == "literal":
+            lit = draw(st.sampled_from(LITERALS))
+            args = draw(st.sampled_from([[v, lit], [lit, v]]))
+            call = (draw(st.sampled_from(["add", "mul", "sub", "pow"])), args, {})
+        elif kind == "shape":
+            call = draw(st.sampled_from([
+                ("permute", [v], {"perm": tuple(reversed(range(v.ndim)))}),
+                ("reshape", [v], {"shape": tuple(reversed(v.shape))}),
+                ("cast", [v], {"dtype": draw(st.sampled_from(["float32", "float64"]))})]))
+        elif kind == "reduce" and v.ndim:
+            call = ("sum", [v], {"dims": (0,), "keepdim": draw(st.booleans()), "dtype": None})
+        else:
+            call = draw(st.sampled_from([("softmax", [v], {"dim": v.ndim - 1}),
+                                         ("log", [v], {}),
+                                         ("full_like", [v], {"fill_value": 1.0,
+                                                             "dtype": np.dtype("float32")})]))
+        try:
+            vals += g.add_node(*call)
+        except (GraphError, ShapeError, TypeError):
+            continue
+    g.set_outputs(vals[-2:] + [draw(st.sampled_from(vals))])
+    return g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs(), st.integers(0, 3))
+def test_the_pipeline_preserves_results_on_random_graphs(graph, seed):
+    with np.errstate(all="ignore"):
+        new, reports = run_pipeline(graph, verify=True)
+        assert_same_results(graph, new, seed)
+    assert all(str(r) for r in reports)
+
+
+def _training_step():
+    """A captured training step: an MLP, cross-entropy, backward and SGD with momentum."""
+    dg.manual_seed(0)
+    nn, F = dg.nn, dg.nn.functional
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    @dg.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x, y = dg.randn(5, 4), dg.tensor(np.array([0, 1, 2, 0, 1]))
+    step(x, y)
+    step(x, y)   # the second call captures the momentum buffers too
+    return step.graph
+
+
+def test_the_pipeline_on_a_captured_training_step():
+    g = _training_step()
+    new, reports = run_pipeline(g, verify=True)
+    assert_same_results(g, new)
+    assert len(new.nodes) < len(g.nodes)
+    if _ir_allows_variadic_outputs():
+        assert sum(n.op.name == "fused" for n in new.nodes) >= 4
+    check_plan(new, reports[-1].data)
