@@ -229,8 +229,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
     >>> import dualgraph as dg
     >>> x = dg.tensor([[0.0, 0.0]])
-    >>> round(cross_entropy(x, dg.tensor([1])).item(), 4)
-    0.6931
+    >>> f"{cross_entropy(x, dg.tensor([1])).item():.4f}"
+    '0.6931'
     """
     reduction = _reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:

@@ -45,10 +45,14 @@ __all__ = [
 
 
 def unbroadcast(g, x):
-    """Sum a broadcast gradient back to the shape of input ``x`` (None for non-tensors)."""
-    if not needs_grad(x):
+    """Sum a broadcast gradient back to the shape of input ``x`` (None when ``x`` needs no
+    gradient). Runs in every binary VJP, hence the early exits."""
+    if not (isinstance(x, Tensor) and x.requires_grad):
         return None
-    return reduce.sum_to(g, tuple(x.shape))
+    shape = x._data.shape
+    if g._data.shape == shape:
+        return g
+    return reduce.sum_to(g, tuple(shape))
 
 
 def _zero_vjp(g, out, *inputs, **attrs):
@@ -65,16 +69,18 @@ ADD = defop("add", binary_kernel(np.add), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a), unbroadcast(g, b)),
             elementwise="{0} + {1}", onnx="Add")
 SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
-            vjp=lambda g, out, a, b: (unbroadcast(g, a), unbroadcast(neg(g), b)),
+            vjp=lambda g, out, a, b: (unbroadcast(g, a),
+                                      unbroadcast(neg(g), b) if needs_grad(b) else None),
             elementwise="{0} - {1}", onnx="Sub")
 MUL = defop("mul", binary_kernel(np.multiply), infer_binary,
-            vjp=lambda g, out, a, b: (unbroadcast(g * b, a) if needs_grad(a) else None,
-                                      unbroadcast(g * a, b) if needs_grad(b) else None),
+            vjp=lambda g, out, a, b: (
+                unbroadcast(apply(MUL, g, b), a) if needs_grad(a) else None,
+                unbroadcast(apply(MUL, g, a), b) if needs_grad(b) else None),
             elementwise="{0} * {1}", onnx="Mul")
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,
                                       unbroadcast(-g * out / b, b) if needs_grad(b) else None),
-            elementwise="{0} / {1}", onnx="Div")
+            saves="io", elementwise="{0} / {1}", onnx="Div")
 
 
 def _pow_kernel(a, b):
