@@ -72,7 +72,11 @@ def available(impl: str) -> str | None:
     return None
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def run_child(workload_id: str, impl: str) -> dict:
+    """Measure in a fresh process, which inherits the thread caps of ``--threads``."""
     cmd = [sys.executable, "-m", "benchmarks.run", "--child", workload_id, impl]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
@@ -100,8 +104,7 @@ def machine_info() -> dict:
     info = {"python": platform.python_version(), "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "load_avg_1m": os.getloadavg()[0],
             "date": time.strftime("%Y-%m-%d %H:%M")}
-    info.update({k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                            "MKL_NUM_THREADS") if k in os.environ})
+    info.update({k: os.environ[k] for k in THREAD_VARS if k in os.environ})
     import numpy as np
     info["numpy"] = np.__version__
     try:
@@ -210,6 +213,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--impls", default=",".join(ALL_IMPLS))
     parser.add_argument("--json", default=None, help="write the JSON report here")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="cap NumPy's BLAS and torch's threads (jax ignores it); default: "
+                             "each library's own, as BENCHMARKS.md asks")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -217,6 +223,8 @@ def main(argv=None) -> int:
         return 0
     for wid, modname in WORKLOADS.items():
         WORKLOAD_NAMES[wid] = importlib.import_module(f"benchmarks.{modname}").NAME
+    if args.threads:   # before numpy/torch load in this process, inherited by the children
+        os.environ.update({k: str(args.threads) for k in THREAD_VARS})
     report = {"machine": machine_info(), "rooflines": rooflines(), "workloads": {}}
     print(f"machine: {report['machine']}\nrooflines: {report['rooflines']}", file=sys.stderr)
     for wid in args.workloads.split(","):

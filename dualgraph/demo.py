@@ -182,7 +182,8 @@ def main(argv=None) -> int:
         os.makedirs(out_dir, exist_ok=True)
     train_set, test_set = load_data(args.seed, args.limit)
     print(f"digits: {len(train_set[1])} train / {len(test_set[1])} test images, "
-          f"{args.epochs} epochs{' (compiled step)' if args.compile else ''}")
+          f"{args.epochs} epoch{'s' * (args.epochs != 1)}"
+          f"{' (compiled step)' if args.compile else ''}")
     start = time.perf_counter()
     # The matrices here are tiny (32 x 512 at most); BLAS threads cost more than they
     # save, and on a busy machine their spinning slows a step down several times.
