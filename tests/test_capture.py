@@ -2,7 +2,6 @@
 checked mode, dynamic shapes, and the errors users meet (with their file and line)."""
 from __future__ import annotations
 
-import inspect
 import os
 import warnings
 
@@ -160,7 +159,7 @@ def test_item_in_compiled_function_is_a_graph_break_with_its_line():
     with pytest.warns(UserWarning, match=rf"graph break .*{HERE}:{line_of('MARK-item')}"):
         out = cf(dg.ones(2))
     close(out, [2.0, 2.0])
-    assert f"graph break at" in cf.explain() and "item()" in cf.explain()
+    assert "graph break at" in cf.explain() and "item()" in cf.explain()
     close(cf(-dg.ones(2)), [-1.0, -1.0])     # later calls run eagerly, correctly
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dualgraph as dg
-from dualgraph.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from dualgraph.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401 (by name)
 from torch_compare import TOL, check, load_from_torch, randn
 
 

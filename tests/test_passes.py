@@ -9,13 +9,9 @@ import dualgraph as dg
 from dualgraph.graph import Graph, GraphError, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
                               plan_memory, run_pipeline, schedule, simplify)
-from dualgraph.passes.fuse import _ir_allows_variadic_outputs
 from dualgraph.passes.memory import END, Liveness
 from dualgraph.shapes import ShapeError
 
-needs_fusion = pytest.mark.skipif(
-    not _ir_allows_variadic_outputs(),
-    reason="graph/ir.py must accept num_outputs=None (see docs/passes.md)")
 
 
 def random_inputs(graph: Graph, seed=0, high=3):
@@ -207,7 +203,6 @@ def test_simplify_only_rewrites_when_the_type_is_preserved():
 
 
 # -- fuse_elementwise ---------------------------------------------------------------------------
-@needs_fusion
 def test_fuse_groups_elementwise_ops_with_a_trailing_reduction_and_outputs():
     g, (x, y) = graph_with(F32, ((4,), "float32"))
     a = node(g, "mul", x, 2.0)
@@ -223,7 +218,6 @@ def test_fuse_groups_elementwise_ops_with_a_trailing_reduction_and_outputs():
     assert report.counts == {"groups": 1, "nodes fused": 4}
 
 
-@needs_fusion
 def test_fuse_never_makes_a_cycle_and_keeps_other_shapes_apart():
     g, (x, w) = graph_with(F32, ((4, 4), "float32"))
     a = node(g, "exp", x)
@@ -376,6 +370,5 @@ def test_the_pipeline_on_a_captured_training_step():
     new, reports = run_pipeline(g, verify=True)
     assert_same_results(g, new)
     assert len(new.nodes) < len(g.nodes)
-    if _ir_allows_variadic_outputs():
-        assert sum(n.op.name == "fused" for n in new.nodes) >= 4
+    assert sum(n.op.name == "fused" for n in new.nodes) >= 4
     check_plan(new, reports[-1].data)

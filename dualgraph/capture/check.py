@@ -3,14 +3,17 @@ differ, name the first node whose value diverges (its op and the user's source l
 
 Both runs start from the same state: the tensors the graph reads or writes are
 snapshotted, the eager run goes first with a :class:`Recorder` logging every op's outputs
-in call order (the graph's nodes were traced in that same order), the state is restored,
-and the compiled run follows with the interpreter reporting each node's outputs.
+in call order, and the state is restored. The *captured* graph then runs on the reference
+interpreter, reporting each node's outputs (its nodes were traced in the eager call
+order, so the first mismatch names the node); last, the optimised executable runs for real
+and its results are compared too, which catches a wrong optimisation pass.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..dispatch import pop_tracer, push_tracer
+from ..graph.interpret import interpret
 from ..graph.printer import format_node
 from ..tensor import Tensor
 from .pytree import flatten
@@ -79,18 +82,28 @@ def run_checked(fn, entry, args, kwargs):
                    for t, *_ in state]
     _restore(state)
 
+    # The captured graph, node by node on the interpreter: its nodes were traced in the
+    # order the eager run called its ops, so the first mismatch names the culprit.
+    tensor_args = [t for t in flatten((args, kwargs))[0] if isinstance(t, Tensor)]
     seen = []
-    out = entry.run(args, kwargs, on_node=lambda node, outs: seen.append((node, outs)))
+    interpret(entry.capture.graph, *entry.inputs(tensor_args),
+              on_node=lambda node, outs: seen.append((node, outs)))
     _compare_nodes(recorder.log, seen)
+    # Then the optimised executable, for real (it applies the writebacks).
+    out = entry.run(args, kwargs)
+    culprit = " (the captured graph matched, so an optimisation pass is wrong: compare " \
+              "with passes=False)"
     for i, (a, b) in enumerate(zip(eager_leaves, flatten(out)[0])):
         if isinstance(b, Tensor) and not _close(a, b._data):
-            raise CheckError(f"compiled output {i} differs from eager: {_diff(a, b._data)}")
+            raise CheckError(f"compiled output {i} differs from eager: {_diff(a, b._data)}"
+                             + culprit)
     for t, data, grad in eager_state:
         if not _close(data, t._data):
             raise CheckError(f"a tensor the step updates differs from eager: "
-                             f"{_diff(data, t._data)}")
+                             f"{_diff(data, t._data)}" + culprit)
         if grad is not None and t.grad is not None and not _close(grad, t.grad._data):
-            raise CheckError(f"a gradient differs from eager: {_diff(grad, t.grad._data)}")
+            raise CheckError(f"a gradient differs from eager: {_diff(grad, t.grad._data)}"
+                             + culprit)
     return out
 
 

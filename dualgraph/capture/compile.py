@@ -22,6 +22,7 @@ from ..errors import CaptureError
 from ..shapes import Sym
 from ..tensor import Tensor
 from . import check as checking
+from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .guards import describe_guards, explain_miss, signature
 from .pytree import flatten, unflatten
@@ -46,11 +47,17 @@ class Entry:
     """A captured graph for one signature, ready to run; with ``backward`` (see
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
-    def __init__(self, capture: Capture, backward=None):
+    def __init__(self, capture: Capture, backward=None, passes=None):
         self.capture = capture
-        self.executable = Executable(capture.graph)
         self.backward = backward
-        self.backward_executable = None if backward is None else Executable(backward.graph)
+        self.graph, self.reports = optimize(capture.graph, passes)
+        self.executable = Executable(self.graph)
+        self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.backward_executable = None
+        if backward is not None:
+            graph, reports = optimize(backward.graph, passes)
+            self.reports += [r for r in reports]
+            self.backward_executable = Executable(graph)
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -75,6 +82,8 @@ class Entry:
     def finish(self, outs: list, tensor_args: list):
         """Rebuild the user's outputs, apply the writebacks, join the autograd tape."""
         cap = self.capture
+        for i in self.aliased:   # a written-back input may be another output's storage
+            outs[i] = outs[i].copy()
         saved = []
         if self.backward is not None:
             saved = outs[len(outs) - self.backward.num_saved:]
@@ -102,12 +111,36 @@ class _StaleGuard(Exception):
     pass
 
 
+def optimize(graph, passes):
+    """Run the pass pipeline; ``passes`` is None (all), False (none), names to run, or a
+    dict {name: False} switching passes off."""
+    if passes is False:
+        return graph, []
+    enabled = None
+    if isinstance(passes, dict):
+        enabled = {name for name in PASS_NAMES if passes.get(name, True)}
+    elif passes is not None:
+        enabled = set(passes)
+    return run_pipeline(graph, enabled=enabled)
+
+
+def _outputs_aliasing_inputs(graph) -> list:
+    """Positions of outputs that are graph inputs or views of them."""
+    root = {v: v for v in graph.inputs}
+    for node in graph.nodes:
+        if node.op.view and node.inputs and node.inputs[0] in root:
+            for v in node.outputs:
+                root[v] = root[node.inputs[0]]
+    return [i for i, v in enumerate(graph.outputs) if v in root]
+
+
 class Compiled:
     """The callable ``dg.compile`` returns; see the module docstring."""
 
-    def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None,
+    def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None, passes=None,
                  retrace_limit=RETRACE_LIMIT, strict=False):
         self.fn = fn
+        self.passes = passes
         self.strict = strict     # dg.jit.trace: a new signature is an error, not a retrace
         self.module = fn if is_module(fn) else None
         self.check = check
@@ -216,7 +249,7 @@ class Compiled:
         except CaptureError as e:
             return self._graph_break(e)
         capture.graph.verify()
-        entry = Entry(capture, backward)
+        entry = Entry(capture, backward, self.passes)
         if self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"
@@ -239,10 +272,17 @@ class Compiled:
     # -- reports ----------------------------------------------------------------------------
     @property
     def graph(self):
-        """The graph of the most recent call's signature."""
+        """The captured graph of the most recent call's signature (before the passes)."""
         if self._last is None:
             raise RuntimeError("nothing captured yet: call the compiled function first")
         return self._last.capture.graph
+
+    @property
+    def optimized_graph(self):
+        """The graph that runs: the captured one after the pass pipeline."""
+        if self._last is None:
+            raise RuntimeError("nothing captured yet: call the compiled function first")
+        return self._last.graph
 
     @property
     def code(self) -> str:
@@ -257,7 +297,7 @@ class Compiled:
         for i, r in enumerate(self.records, 1):
             if r.kind in ("capture", "retrace"):
                 what = "captured" if r.kind == "capture" else "retraced"
-                lines.append(f"{i}. {what} ({r.detail}): {r.nodes} nodes")
+                lines.append(f"{i}. {what} ({r.detail}): {r.nodes} nodes captured")
                 if r.fix:
                     lines.append(f"   fix: {r.fix}")
                 lines.append("   guards: " + "; ".join(r.guards))
@@ -267,7 +307,11 @@ class Compiled:
             else:
                 lines.append(f"{i}. retrace limit reached ({r.detail}); new signatures run "
                              f"eagerly. fix: {r.fix}")
-        lines.append("passes applied: none (the optimising compiler is not built yet)")
+        if self._last is not None:
+            entry = self._last
+            lines.append(f"passes on the latest graph ({len(entry.capture.graph.nodes)} -> "
+                         f"{len(entry.graph.nodes)} nodes):")
+            lines += ["  " + line for r in entry.reports for line in str(r).splitlines()]
         return "\n".join(lines)
 
 
@@ -285,7 +329,7 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def compile(fn=None, *, check=False, fullgraph=False, dynamic=None):
+def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None):
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
 
@@ -294,8 +338,9 @@ def compile(fn=None, *, check=False, fullgraph=False, dynamic=None):
     >>> f(dg.zeros(2))
     tensor([2., 2.])
     """
+    options = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes)
     if fn is None:
-        return lambda f: Compiled(f, check=check, fullgraph=fullgraph, dynamic=dynamic)
-    return Compiled(fn, check=check, fullgraph=fullgraph, dynamic=dynamic)
+        return lambda f: Compiled(f, **options)
+    return Compiled(fn, **options)
 
 

@@ -316,7 +316,7 @@ def infer_types(op: OpDef, inputs, attrs) -> tuple[ShapedType, ...]:
     """Run ``op``'s shape rule; always a tuple of ShapedTypes with normalised fields."""
     result = op.infer(*inputs, **attrs)
     types = (result,) if op.num_outputs == 1 else tuple(result)
-    if len(types) != op.num_outputs:
+    if op.num_outputs is not None and len(types) != op.num_outputs:
         raise GraphError(f"{op.name}'s shape rule gave {len(types)} types for "
                          f"{op.num_outputs} outputs")
     return tuple(ShapedType(as_shape(t.shape), as_dtype(t.dtype)) for t in types)

@@ -31,7 +31,7 @@ class OpDef:
     infer: Callable
     vjp: Callable | None = None
     attrs: tuple = ()
-    num_outputs: int = 1
+    num_outputs: int | None = 1     # None: as many as infer returns (fused)
     elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
     onnx: Any = None                 # ONNX mapping (an op type name or an export function)
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none

@@ -7,10 +7,8 @@ until the code generator compiles each group into one loop.
 from __future__ import annotations
 
 import heapq
-from functools import lru_cache
 
-from ..graph import Graph, GraphError, Node, Value
-from ..graph.ir import infer_types
+from ..graph import Graph, Node, Value
 from ..ops import fused as fused_ops
 from .core import Builder, Report, nbytes
 
@@ -42,9 +40,6 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
                                               return (%s)
     """
     report = Report("fuse_elementwise", len(graph.nodes), len(graph.nodes))
-    if not _ir_allows_variadic_outputs():
-        report.items.append("skipped: graph/ir.py rejects num_outputs=None (docs/passes.md)")
-        return graph, report
     groups = [g for g in _find_groups(graph) if len(g) > 1]
     b = Builder(graph)
     consumers = _consumers(graph)
@@ -63,16 +58,6 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
         report.bytes_saved += sum(nbytes(v) for v in inner)
     report.nodes_after = len(b.graph.nodes)
     return b.finish(), report
-
-
-@lru_cache(maxsize=None)
-def _ir_allows_variadic_outputs() -> bool:
-    """Whether graph/ir.py accepts an op whose output count its shape rule decides."""
-    try:
-        infer_types(fused_ops.FUSED, [], {"graph": Graph()})
-    except GraphError:
-        return False
-    return True
 
 
 def _kind(node: Node) -> str | None:
