@@ -38,6 +38,9 @@ def pop_tracer():
     modes.tracer = modes.stack[-1] if modes.stack else None
 
 
+_new_tensor = object.__new__
+
+
 class OpError(RuntimeError):
     """An op failed on its inputs; the message names the op, the shapes and the user line."""
 
@@ -59,15 +62,19 @@ def apply(op, *args, **attrs):
     else:
         raw = tracer.run(op, args, attrs)
 
-    view_base = args[0] if op.view else None
     if op.num_outputs == 1:
-        out = Tensor._make(raw, view_base)
+        if op.view:
+            out = Tensor._make(raw, args[0])
+        else:   # Tensor._make, inlined: this is the hot path of every op
+            out = _new_tensor(Tensor)
+            out._data = raw
+            out._version = [0]
         outs = (out,)
     else:
         outs = tuple(Tensor._make(r) for r in raw)
         out = outs
 
-    if grad_mode.enabled and op.vjp is not None:
+    if op.vjp is not None and grad_mode.enabled:
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
                 _record(op, args, outs, attrs)

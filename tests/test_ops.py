@@ -34,35 +34,31 @@ def make_inputs(case: OpCase, dtype: str, seed: int = 0):
     return [spec.make(rng, dtype) if isinstance(spec, In) else spec for spec in case.inputs]
 
 
-def to_dg(arrays, case, requires_grad):
+def _convert(lib, arrays, case, requires_grad):
+    """The case's inputs as ``lib`` tensors (bfloat16 goes through float32: neither library
+    takes ml_dtypes arrays directly)."""
+    bf16 = dg.bfloat16 if lib is dg else torch.bfloat16
     out = []
     for spec, a in zip(case.inputs, arrays):
         if isinstance(spec, In):
-            t = dg.tensor(a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
             if a.dtype.name == "bfloat16":
-                t = t.to(dg.bfloat16)
+                t = lib.tensor(a.astype(np.float32)).to(bf16)
+            else:
+                t = lib.tensor(a)
             if requires_grad and spec.is_float and spec.grad:
                 t.requires_grad_()
             out.append(t)
         else:
             out.append(a)
     return out
+
+
+def to_dg(arrays, case, requires_grad):
+    return _convert(dg, arrays, case, requires_grad)
 
 
 def to_torch(arrays, case, requires_grad):
-    out = []
-    for spec, a in zip(case.inputs, arrays):
-        if isinstance(spec, In):
-            if a.dtype.name == "bfloat16":
-                t = torch.tensor(a.astype(np.float32)).to(torch.bfloat16)
-            else:
-                t = torch.tensor(a)
-            if requires_grad and spec.is_float and spec.grad:
-                t.requires_grad_()
-            out.append(t)
-        else:
-            out.append(a)
-    return out
+    return _convert(torch, arrays, case, requires_grad)
 
 
 def as_list(x):
