@@ -80,6 +80,7 @@ def run_child(workload_id: str, impl: str) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.run", "--child", workload_id, impl]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                              check=False,
                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -194,8 +195,8 @@ def table(report: dict) -> str:
             if "step_ms" in res.get(i, {}) else "-" for i in impls) + " |")
     lines = ["Median step time (W1: share of the GEMM roofline; W5: of the copy bandwidth):",
              ""] + steps + ["", "First call (includes tracing/compiling) / peak RSS:", ""]
-    lines += firsts + ["", "Ratios peer / dualgraph (> 1: dualgraph faster; only where "
-                           "losses agree):"]
+    lines += firsts + ["", ("Ratios peer / dualgraph (> 1: dualgraph faster; only where "
+                            "losses agree):")]
     for wid, res in report["workloads"].items():
         for ours in ("dualgraph_compiled", "dualgraph_eager"):
             key = f"ratio_vs_{ours}"
@@ -221,10 +222,10 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(measure(*args.child)))
         return 0
-    for wid, modname in WORKLOADS.items():
-        WORKLOAD_NAMES[wid] = importlib.import_module(f"benchmarks.{modname}").NAME
     if args.threads:   # before numpy/torch load in this process, inherited by the children
         os.environ.update({k: str(args.threads) for k in THREAD_VARS})
+    for wid, modname in WORKLOADS.items():
+        WORKLOAD_NAMES[wid] = importlib.import_module(f"benchmarks.{modname}").NAME
     report = {"machine": machine_info(), "rooflines": rooflines(), "workloads": {}}
     print(f"machine: {report['machine']}\nrooflines: {report['rooflines']}", file=sys.stderr)
     for wid in args.workloads.split(","):

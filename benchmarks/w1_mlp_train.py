@@ -9,6 +9,8 @@ dualgraph and torch share one model definition, written once against the torch-s
 (``lib`` is ``dualgraph`` or ``torch``), so "same model" holds by construction; the
 initial weights come from NumPy (``make_data``) and are loaded into every implementation.
 """
+from itertools import pairwise
+
 import numpy as np
 
 from .common import torch_style_impls
@@ -20,7 +22,7 @@ LR, MOMENTUM = 0.01, 0.9
 
 # Multiply-adds of the matmuls in one step: forward and weight gradients for every layer,
 # input gradients for all but the first layer (the data needs no gradient).
-_MACS = sum(i * o for i, o in zip(SIZES, SIZES[1:]))
+_MACS = sum(i * o for i, o in pairwise(SIZES))
 FLOPS = 2 * BATCH * (3 * _MACS - SIZES[0] * SIZES[1])
 
 
@@ -29,7 +31,7 @@ def make_data():
     named as in the state dict of the Sequential below."""
     rng = np.random.default_rng(0)
     params = {}
-    for layer, (fan_in, fan_out) in enumerate(zip(SIZES, SIZES[1:])):
+    for layer, (fan_in, fan_out) in enumerate(pairwise(SIZES)):
         bound = 1 / np.sqrt(fan_in)
         params[f"{2 * layer}.weight"] = rng.uniform(-bound, bound, (fan_out, fan_in))
         params[f"{2 * layer}.bias"] = rng.uniform(-bound, bound, fan_out)

@@ -1,11 +1,10 @@
 """W4 lstm_train: one training step of a character LSTM, with a Python loop over time.
 
 Vocab 64, embedding 32, hidden 128, one layer, sequence 32, batch 32, a linear head on
-every step's hidden state, cross-entropy over all steps, Adam lr 1e-3. The cell is written
-out with ops (two affine maps, four gates), the same in every library, and runs once per
-time step from Python: 32 small steps forward and backward, so per-op overhead and the
-autograd tape's length matter as much as arithmetic. (torch's fused ``nn.LSTMCell`` would
-be faster for torch; here every library runs the same ops.)
+every step's hidden state, cross-entropy over all steps, Adam lr 1e-3. An ``nn.LSTMCell``
+runs once per time step from Python: 32 small steps forward and backward, so per-op
+overhead and the autograd tape's length matter as much as arithmetic. (torch's cell is one
+fused kernel; dualgraph's is a composite of ops; JAX's is written out and unrolled.)
 
 dualgraph and torch share one model definition, written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``); the initial weights come from NumPy
@@ -25,8 +24,8 @@ def make_data():
     N(0, 1) embeddings, U(+-1/sqrt(hidden)) for the cell and the head, as torch does."""
     rng = np.random.default_rng(0)
     bound = 1 / np.sqrt(HIDDEN)
-    shapes = {"weight_ih": (4 * HIDDEN, EMBED), "weight_hh": (4 * HIDDEN, HIDDEN),
-              "bias_ih": (4 * HIDDEN,), "bias_hh": (4 * HIDDEN,),
+    shapes = {"cell.weight_ih": (4 * HIDDEN, EMBED), "cell.weight_hh": (4 * HIDDEN, HIDDEN),
+              "cell.bias_ih": (4 * HIDDEN,), "cell.bias_hh": (4 * HIDDEN,),
               "head.weight": (VOCAB, HIDDEN), "head.bias": (VOCAB,)}
     params = {"emb.weight": rng.standard_normal((VOCAB, EMBED))}
     params.update({k: rng.uniform(-bound, bound, s) for k, s in shapes.items()})
@@ -43,26 +42,15 @@ def build(lib, data):
         def __init__(self):
             super().__init__()
             self.emb = nn.Embedding(VOCAB, EMBED)
-            self.weight_ih = nn.Parameter(lib.zeros(4 * HIDDEN, EMBED))
-            self.weight_hh = nn.Parameter(lib.zeros(4 * HIDDEN, HIDDEN))
-            self.bias_ih = nn.Parameter(lib.zeros(4 * HIDDEN))
-            self.bias_hh = nn.Parameter(lib.zeros(4 * HIDDEN))
+            self.cell = nn.LSTMCell(EMBED, HIDDEN)
             self.head = nn.Linear(HIDDEN, VOCAB)
-
-        def cell(self, x, h, c):
-            """One LSTM step, torch's gate order (input, forget, cell, output)."""
-            gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh,
-                                                                           self.bias_hh)
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = lib.sigmoid(f) * c + lib.sigmoid(i) * lib.tanh(g)
-            return lib.sigmoid(o) * lib.tanh(c), c
 
         def forward(self, idx):
             xs = self.emb(idx)                                  # batch, time, embed
             h = c = lib.zeros(idx.shape[0], HIDDEN)
             hs = []
             for t in range(idx.shape[1]):
-                h, c = self.cell(xs[:, t], h, c)
+                h, c = self.cell(xs[:, t], (h, c))
                 hs.append(h)
             return self.head(lib.stack(hs, dim=1))              # batch, time, vocab
 
@@ -80,8 +68,8 @@ def build(lib, data):
 
 
 def jax_jit(data):
-    """The same LSTM as a pure function, the loop unrolled by tracing (as it is in the
-    other implementations), trained with torch's Adam."""
+    """The same LSTM as a pure function, the loop unrolled by tracing, torch's gate order
+    (input, forget, cell, output), trained with torch's Adam."""
     import jax
     import jax.numpy as jnp
 
@@ -90,8 +78,8 @@ def jax_jit(data):
         h = c = jnp.zeros((idx.shape[0], HIDDEN), jnp.float32)
         hs = []
         for t in range(idx.shape[1]):
-            gates = (xs[:, t] @ p["weight_ih"].T + p["bias_ih"]
-                     + h @ p["weight_hh"].T + p["bias_hh"])
+            gates = (xs[:, t] @ p["cell.weight_ih"].T + p["cell.bias_ih"]
+                     + h @ p["cell.weight_hh"].T + p["cell.bias_hh"])
             i, f, g, o = jnp.split(gates, 4, axis=1)
             c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
             h = jax.nn.sigmoid(o) * jnp.tanh(c)

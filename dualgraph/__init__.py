@@ -13,6 +13,7 @@ from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  
                      float64, get_default_dtype, half, int, int32, int64, long,
                      set_default_dtype)
 from .dtypes import DType as dtype  # noqa: F401
+from .ops.control import cond, scan, while_loop  # noqa: F401
 from .ops.conv import *  # noqa: F401,F403
 from .ops.creation import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403

@@ -175,7 +175,7 @@ def main(argv=None) -> int:
         print(f"the demo needs {', '.join(missing)}; install the demo extra:\n"
               f'    pip install -e ".[demo]"', file=sys.stderr)
         return 1
-    from threadpoolctl import threadpool_limits   # installed with scikit-learn
+    from threadpoolctl import threadpool_limits  # installed with scikit-learn
 
     out_dir = os.path.dirname(args.out)
     if out_dir:

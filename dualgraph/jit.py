@@ -1,6 +1,7 @@
 """``dg.jit``: tracing into static functions, and (soon) AST conversion of control flow."""
 from __future__ import annotations
 
+from .capture.ast import to_static  # noqa: F401
 from .capture.compile import Compiled
 from .capture.inspect import inspect  # noqa: F401
 

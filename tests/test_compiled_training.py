@@ -24,7 +24,7 @@ class MLP(nn.Module):
 class CNN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv = nn.Conv2d(1, 4, 3, padding=1, bias=False)   # BN cancels a bias
         self.bn = nn.BatchNorm2d(4)
         self.fc = nn.Linear(4 * 4 * 4, 5)
 
@@ -53,7 +53,9 @@ class Block(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        # no qkv bias: the key bias has a zero gradient in exact arithmetic, so its float
+        # noise, magnified by AdamW, would differ between any two evaluation orders
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
         self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
         self.heads = heads
 

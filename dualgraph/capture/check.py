@@ -16,7 +16,7 @@ from ..dispatch import pop_tracer, push_tracer
 from ..graph.interpret import interpret
 from ..graph.printer import format_node
 from ..tensor import Tensor
-from .pytree import flatten
+from .._pytree import flatten
 
 RTOL, ATOL = 1e-4, 1e-5
 

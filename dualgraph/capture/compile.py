@@ -25,7 +25,7 @@ from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .guards import describe_guards, explain_miss, signature
-from .pytree import flatten, unflatten
+from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
 

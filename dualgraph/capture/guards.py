@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..autograd.tape import grad_mode
 from ..tensor import Tensor
-from .pytree import flatten
+from .._pytree import flatten
 
 
 def arg_facts(leaf, dynamic_dims: dict | None):

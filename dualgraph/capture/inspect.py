@@ -18,7 +18,7 @@ import numpy as np
 from .._helpers import format_site, user_site
 from ..errors import CaptureError
 from ..tensor import Tensor
-from .pytree import flatten
+from .._pytree import flatten
 from .scope import readable_names
 from .trace import Tracer
 

@@ -25,7 +25,7 @@ from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..shapes import Sym
 from ..tensor import Tensor, as_array
-from .pytree import flatten, unflatten
+from .._pytree import flatten, unflatten
 from .subgraph import copy_nodes, needed_nodes
 from .trace import Tracer
 

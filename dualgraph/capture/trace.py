@@ -157,7 +157,7 @@ class Tracer:
 
     def finish(self, result) -> Capture:
         """Turn the function's return value and the recorded side effects into outputs."""
-        from .pytree import flatten
+        from .._pytree import flatten
         leaves, spec = flatten(result)
         self.result_leaves = leaves
         outputs, kinds = [], []

@@ -32,65 +32,11 @@ from ..graph.ir import Value, type_str
 from ..shapes import ShapedType, ShapeError
 from ..tensor import Tensor
 from . import creation, elementwise, shape as shape_ops
+from .._pytree import flatten, unflatten
 from ._util import is_float
 from .opdef import defop
 
 __all__ = ["cond", "while_loop", "scan"]
-
-
-class _Variadic:
-    """``num_outputs`` of an op whose output count is per node (its subgraph's outputs):
-    it equals no count and differs from none, so the IR takes the shape rule's tuple as it
-    is and dispatch always returns a tuple. (Compare with ``== 1``, never ``!= 1``.)"""
-
-    def __eq__(self, other):
-        return other is self
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        return "VARIADIC"
-
-
-VARIADIC = _Variadic()
-
-
-# -- structures of tensors (tuples, lists, dicts) -------------------------------------------
-def _flatten(tree, leaves=None):
-    """``(leaves, spec)``: tensors and non-containers are leaves."""
-    leaves = [] if leaves is None else leaves
-    if isinstance(tree, (tuple, list)):
-        return leaves, (type(tree), [_flatten(x, leaves)[1] for x in tree])
-    if isinstance(tree, dict):
-        keys = list(tree)
-        return leaves, (dict, keys, [_flatten(tree[k], leaves)[1] for k in keys])
-    leaves.append(tree)
-    return leaves, None
-
-
-def _unflatten_count(spec) -> range:
-    """The leaves a structure ``spec`` holds, as a range to iterate over."""
-    if spec is None:
-        return range(1)
-    children = spec[2] if spec[0] is dict else spec[1]
-    return range(sum(len(_unflatten_count(c)) for c in children))
-
-
-def _unflatten(spec, leaves):
-    return _build(spec, iter(leaves))
-
-
-def _build(spec, it):
-    if spec is None:
-        return next(it)
-    if spec[0] is dict:
-        return {k: _build(s, it) for k, s in zip(spec[1], spec[2])}
-    kind, children = spec
-    items = [_build(s, it) for s in children]
-    return kind(*items) if hasattr(kind, "_fields") else kind(items)
 
 
 # -- tracing a Python function into a closed subgraph ---------------------------------------
@@ -156,7 +102,7 @@ class Body:
     def rebuild(self, values):
         """The function's result, with ``values`` for its tensor leaves."""
         it = iter(values)
-        return _unflatten(self.spec, [next(it) if k == "value" else k[1] for k in self.kinds])
+        return unflatten(self.spec, [next(it) if k == "value" else k[1] for k in self.kinds])
 
     def leaf_types(self) -> list:
         """Per result leaf, its type (``ShapedType``) or ``("const", value)``."""
@@ -169,7 +115,7 @@ def trace_fn(fn, args: tuple, what: str, names=None) -> Body:
     become fresh placeholders, the graph's first inputs (named by ``names``, one per
     argument, when given); other leaves pass through."""
     tracer = _nested_tracer(modes.tracer)
-    leaves, spec = _flatten(tuple(args))
+    leaves, spec = flatten(tuple(args))
     labels = _leaf_labels(args, names) if names else [None] * len(leaves)
     params = []
     for x, label in zip(leaves, labels):
@@ -180,8 +126,8 @@ def trace_fn(fn, args: tuple, what: str, names=None) -> Body:
         params.append(x)
     num_params = len(tracer.graph.inputs)
     with tracer, no_grad():
-        result = fn(*_unflatten(spec, params))
-        out_leaves, out_spec = _flatten(result)
+        result = fn(*unflatten(spec, params))
+        out_leaves, out_spec = flatten(result)
         capture = tracer.finish(out_leaves)
     if capture.writebacks:
         raise CaptureError(f"an in-place change of an outer tensor inside the {what}",
@@ -194,7 +140,7 @@ def _leaf_labels(args, names) -> list:
     """A name per leaf of ``args``: the argument's name, suffixed in a structure."""
     labels = []
     for arg, name in zip(args, names):
-        n = len(_flatten(arg)[0])
+        n = len(flatten(arg)[0])
         labels += [name] if n == 1 else [f"{name}_{i}" for i in range(n)]
     return labels
 
@@ -217,7 +163,7 @@ def align(bodies: list) -> list:
 
 
 def _tensor_leaves(args) -> list:
-    return [x for x in _flatten(tuple(args))[0] if isinstance(x, Tensor)]
+    return [x for x in flatten(tuple(args))[0] if isinstance(x, Tensor)]
 
 
 # -- running a graph as dualgraph ops (so it traces and records gradients) ------------------
@@ -335,11 +281,11 @@ def _cond_vjp(g, out, pred, *args, true_graph, false_graph):
 
 
 COND = defop("cond", _cond_kernel, _cond_infer, vjp=_cond_vjp,
-             attrs=("true_graph", "false_graph"), num_outputs=VARIADIC, saves="i",
+             attrs=("true_graph", "false_graph"), num_outputs=None, saves="i",
              onnx="If")
 
 
-def _as_pred(pred) -> Tensor:
+def as_pred(pred) -> Tensor:
     if pred.numel() != 1:
         raise ValueError(f"dg.cond: the predicate must have one element, got shape "
                          f"{tuple(pred.shape)}")
@@ -385,6 +331,8 @@ def same_value(a, b) -> bool:
 def emit_cond(pred: Tensor, bodies: list, args: tuple):
     """The ``cond`` node for two traced branches (see :func:`trace_fn`) of ``args``."""
     match_results("dg.cond", ("true branch", "false branch"), bodies)
+    if not bodies[0].graph.outputs:   # nothing to compute: the branches are pure
+        return bodies[0].rebuild([])
     captured = align(bodies)
     outs = apply(COND, pred, *_tensor_leaves(args), *captured,
                  true_graph=bodies[0].graph, false_graph=bodies[1].graph)
@@ -406,7 +354,7 @@ def cond(pred, true_fn, false_fn, operands=()):
     operands = tuple(operands) if isinstance(operands, (tuple, list)) else (operands,)
     if modes.tracer is None or not isinstance(pred, Tensor):
         return (true_fn if pred else false_fn)(*operands)
-    pred = _as_pred(pred)
+    pred = as_pred(pred)
     bodies = [trace_fn(true_fn, operands, "true branch of dg.cond"),
               trace_fn(false_fn, operands, "false branch of dg.cond")]
     return emit_cond(pred, bodies, operands)
@@ -476,7 +424,7 @@ def _while_vjp(g, out, *args, cond_graph, body_graph, max_iters):
 
 
 WHILE = defop("while_loop", _while_kernel, _while_infer, vjp=_while_vjp,
-              attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=VARIADIC,
+              attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=None,
               saves="io", onnx="Loop")
 
 
@@ -527,7 +475,7 @@ def while_loop(cond_fn, body_fn, carried_inputs, *, max_iters=None):
                 raise RuntimeError(f"dg.while_loop ran more than max_iters={max_iters} "
                                    "iterations")
             new = _as_carry(body_fn(*carried))
-            check_carry("dg.while_loop", _flatten(carried)[0], _flatten(new)[0])
+            check_carry("dg.while_loop", flatten(carried)[0], flatten(new)[0])
             carried, count = new, count + 1
         return carried
     bodies = trace_loop(cond_fn, lambda *c: _as_carry(body_fn(*c)), carried, "dg.while_loop")
@@ -539,10 +487,10 @@ def trace_loop(cond_fn, body_fn, carried: tuple, what: str, names=None) -> list:
     c = trace_fn(lambda *a: _loop_pred(what, cond_fn(*a)), carried, f"condition of {what}",
                  names)
     b = trace_fn(body_fn, carried, f"body of {what}", names)
-    leaves = _flatten(carried)[0]
+    leaves = flatten(carried)[0]
     old = [x if isinstance(x, Tensor) else ("const", x) for x in leaves]
     check_carry(what, old, b.leaf_types(), names)
-    if b.spec != _flatten(carried)[1]:
+    if b.spec != flatten(carried)[1]:
         raise TypeError(f"{what}: the body returns another structure than the carried "
                         f"values ({_describe(b)})")
     return [c, b]
@@ -552,7 +500,7 @@ def _loop_pred(what: str, pred) -> Tensor:
     if not isinstance(pred, Tensor):
         raise TypeError(f"{what}: the condition returned {pred!r}; traced, it must return a "
                         "tensor")
-    return _as_pred(pred)
+    return as_pred(pred)
 
 
 def emit_while(bodies: list, carried: tuple, max_iters=None):
@@ -639,7 +587,7 @@ def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse):
 
 SCAN = defop("scan", _scan_kernel, _scan_infer, vjp=_scan_vjp,
              attrs=("body_graph", "num_carry", "num_xs", "length", "reverse"),
-             num_outputs=VARIADIC, saves="i", onnx="Scan")
+             num_outputs=None, saves="i", onnx="Scan")
 
 
 def _scan_length(x_leaves, length) -> int:
@@ -668,7 +616,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     >>> dg.scan(lambda c, x: (c + x, c * x), dg.tensor(0.0), dg.tensor([1.0, 2.0, 3.0]))
     (tensor(6.), tensor([0., 2., 9.]))
     """
-    x_leaves, x_spec = _flatten(xs)
+    x_leaves, x_spec = flatten(xs)
     if xs is None:
         x_leaves = []
     length = _scan_length(x_leaves, length)
@@ -676,10 +624,12 @@ def scan(f, init, xs=None, length=None, reverse=False):
         return _scan_eager(f, init, x_leaves, x_spec, length, reverse)
     slots = [Slot(tuple(x._data.shape[1:]), x._data.dtype,
                   getattr(x._data, "name", "x") + "_t") for x in x_leaves]
-    body = trace_fn(lambda c, x: _split_step(f(c, x)), (init, _unflatten(x_spec, slots)),
+    body = trace_fn(lambda c, x: _split_step(f(c, x)), (init, unflatten(x_spec, slots)),
                     "body of dg.scan")
-    carry_leaves, carry_spec = _flatten(init)
+    carry_leaves, carry_spec = flatten(init)
     _check_scan_body(body, carry_leaves, carry_spec)
+    if not body.graph.outputs:   # nothing to compute: the body is pure
+        return body.rebuild([])
     captured = align([body])
     num_carry = len(_tensor_leaves((init,)))
     outs = apply(SCAN, *_tensor_leaves((init,)), *x_leaves, *captured,
@@ -710,17 +660,17 @@ def _check_scan_body(body: Body, carry_leaves: list, carry_spec) -> None:
 def _scan_eager(f, init, x_leaves, x_spec, length, reverse):
     carry, ys, y_spec = init, [], None
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        x = _unflatten(x_spec, [x[i] for x in x_leaves]) if x_leaves else None
+        x = unflatten(x_spec, [x[i] for x in x_leaves]) if x_leaves else None
         new, y = _split_step(f(carry, x))
-        check_carry("dg.scan", _flatten(carry)[0], _flatten(new)[0])
+        check_carry("dg.scan", flatten(carry)[0], flatten(new)[0])
         carry = new
-        y_leaves, y_spec = _flatten(y)
+        y_leaves, y_spec = flatten(y)
         ys.append(y_leaves)
     if not ys:
         raise ValueError("dg.scan: zero steps in eager mode (the ys' shapes are unknown)")
     if reverse:
         ys.reverse()
-    return carry, _unflatten(y_spec, [shape_ops.stack(col) for col in zip(*ys)])
+    return carry, unflatten(y_spec, [shape_ops.stack(col) for col in zip(*ys)])
 
 
 METHODS: dict = {}

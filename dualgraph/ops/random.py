@@ -29,6 +29,9 @@ class Generator:
     def manual_seed(self, seed: int) -> "Generator":
         self._seed = int(seed)
         self.rng = np.random.default_rng(self._seed)
+        state = getattr(self, "_seed_state", None)
+        if state is not None:   # compiled graphs hold this tensor: reseed it in place
+            state._data[...] = self.rng.integers(0, 2 ** 62)
         return self
 
     def initial_seed(self) -> int:

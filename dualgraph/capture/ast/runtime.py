@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import _pytree as pytree
 from ... import dtypes
 from ...autograd.tape import grad_mode
 from ...dispatch import modes
@@ -115,7 +116,7 @@ def convert_if(pred, true_fn, false_fn, args: tuple, names: tuple, where: str):
     values."""
     if not is_traced(pred):
         return true_fn(*args) if pred else false_fn(*args)
-    pred = control._as_pred(pred)
+    pred = control.as_pred(pred)
     fns = [true_fn, false_fn]
     what = f"branch of the `if` at {where}"
     bodies = [control.trace_fn(fn, args, what, names) for fn in fns]
@@ -154,7 +155,7 @@ def _var_types(body) -> list:
         if child is None:
             out.append(next(types))
         else:
-            leaves = [next(types) for _ in control._unflatten_count(child)]
+            leaves = [next(types) for _ in range(pytree.size(child))]
             out.append(("tree", child, leaves))
     return out
 
@@ -219,8 +220,8 @@ def _fix_tree(mine, other, name, k, where):
         return None
 
     def fix(value):
-        leaves = control._flatten(value)[0]
-        return control._unflatten(mine[1], [f(x) if f else x for f, x in zip(fixes, leaves)])
+        leaves = pytree.flatten(value)[0]
+        return pytree.unflatten(mine[1], [f(x) if f else x for f, x in zip(fixes, leaves)])
     return fix
 
 
@@ -230,7 +231,7 @@ def _zeros_of(t):
         return creation.zeros(tuple(t.shape), dtype=dtypes.from_np(t.dtype))
     if t[0] == "const":
         return t[1]
-    return control._unflatten(t[1], [_zeros_of(leaf) for leaf in t[2]])
+    return pytree.unflatten(t[1], [_zeros_of(leaf) for leaf in t[2]])
 
 
 def _fixed(fn, fixes: dict):
@@ -292,8 +293,8 @@ def _loop_values(values, names, what, trace_body) -> tuple:
     naming it."""
     out = []
     for name, v in zip(names, values):
-        leaves, spec = control._flatten(v)
-        v = control._unflatten(spec, [creation.tensor(x) if isinstance(x, _NUMBERS) else x
+        leaves, spec = pytree.flatten(v)
+        v = pytree.unflatten(spec, [creation.tensor(x) if isinstance(x, _NUMBERS) else x
                                       for x in leaves])
         if isinstance(v, Undefined) and not name.startswith("_jst_"):
             raise NameError(f"variable {name!r} is first assigned inside {what}, whose "
