@@ -173,9 +173,11 @@ class Tensor:
         data = self._data
         if type(data) is not np.ndarray:
             return f"tensor(<traced {data}>)"
-        body = np.array2string(
-            data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data,
-            separator=", ", prefix="tensor(", threshold=1000, precision=4)
+        shown = data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data
+        # As torch: whole numbers print as "1.", anything else with 4 fixed decimals.
+        fixed = shown.dtype.kind == "f" and not np.all(np.mod(shown[np.isfinite(shown)], 1) == 0)
+        body = np.array2string(shown, separator=", ", prefix="tensor(", threshold=1000,
+                               precision=4, floatmode="fixed" if fixed else "maxprec")
         extras = []
         if data.dtype != dtypes.default_float() and data.dtype not in (np.int64, np.bool_):
             extras.append(f"dtype={self.dtype!r}")

@@ -24,7 +24,7 @@ import numbers
 import warnings
 from typing import Callable, NamedTuple
 
-from ..ops import creation, elementwise
+from ..ops import creation, elementwise, recurrent
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
 from ..tensor import Tensor
@@ -63,9 +63,7 @@ def _relu_step(xg, state, w: _Weights):
 
 def _lstm_step(xg, state, w: _Weights):
     h, c = state
-    i, f, g, o = shape_ops.chunk(xg + linear(h, w.w_hh, w.b_hh), 4, -1)
-    c = elementwise.sigmoid(f) * c + elementwise.sigmoid(i) * elementwise.tanh(g)
-    h = elementwise.sigmoid(o) * elementwise.tanh(c)
+    h, c = recurrent.lstm_cell(xg + linear(h, w.w_hh, w.b_hh), c)   # one fused gate op
     if w.w_hr is not None:  # LSTM with projections: the hidden state is W_hr h
         h = linear(h, w.w_hr)
     return h, c

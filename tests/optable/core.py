@@ -62,3 +62,29 @@ def _uniform(m, shape):
 
 CASES.append(OpCase("random", lambda m, a: a + ((_uniform(m, (3, 4)) >= 0) & (
     _uniform(m, (3, 4)) < 1)).float() * 0, [In((3, 4))], grad=False))
+
+
+# The fused LSTM gate op and its fused backward (double backward goes through the latter).
+def _lstm(m, gates, c):
+    if m.__name__ == "torch":
+        i, f, g, o = gates.chunk(4, -1)
+        c2 = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
+        return m.sigmoid(o) * m.tanh(c2), c2
+    return m.ops.recurrent.lstm_cell(gates, c)
+
+
+def _lstm_grads(m, gates, c, gh):
+    """First gradients (create_graph), so the row's own gradients are second derivatives."""
+    with m.enable_grad():
+        for t in (gates, c):
+            if not t.requires_grad:
+                t.requires_grad_()
+        h, c2 = _lstm(m, gates, c)
+        return m.autograd.grad((h * gh).sum() + (c2 * c2).sum(), [gates, c],
+                               create_graph=True)
+
+
+CASES += [
+    OpCase("lstm_cell", _lstm, [In((3, 8)), In((3, 2))], dtypes=("float32", "float64")),
+    OpCase("lstm_cell_backward", _lstm_grads, [In((2, 8)), In((2, 2)), In((2, 2), grad=False)]),
+]
