@@ -32,14 +32,14 @@ import math
 from .. import dtypes
 from ..ops import creation, elementwise, reduce
 from ..ops import shape as shape_ops
-from ..ops.index import masked_fill
+from ..ops.index import masked_fill, tril, triu
 from ..ops.linalg import linear, matmul
 from . import functional as F
 from . import init
 from .containers import ModuleList
 from .layers import Dropout, LayerNorm, Linear
+from .layers._util import check_device, new_parameter, optional_parameter
 from .module import Module
-from .parameter import Parameter
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerDecoder", "Transformer"]
@@ -48,9 +48,8 @@ __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderL
 # -- the attention core ------------------------------------------------------------------------
 def _causal_mask(q_len: int, k_len: int):
     """Bool (q_len, k_len), True where key j may be seen by query i (j <= i, top-left
-    aligned as torch's ``tril``)."""
-    rows = shape_ops.unsqueeze(creation.arange(q_len), 1)
-    return elementwise.ge(rows, creation.arange(k_len))
+    aligned, as torch's)."""
+    return tril(creation.ones(q_len, k_len, dtype=dtypes.bool_))
 
 
 def _attend(query, key, value, mask, dropout_p: float, scale: float, safe: bool):
@@ -303,27 +302,19 @@ class MultiheadAttention(Module):
         if self.head_dim * num_heads != embed_dim:
             raise AssertionError("embed_dim must be divisible by num_heads")
 
-        def weight(*shape):
-            return Parameter(creation.empty(*shape, dtype=dtype))
-
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = weight(3 * embed_dim, embed_dim)
-            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
-                self.register_parameter(name, None)
-        else:
-            self.q_proj_weight = weight(embed_dim, embed_dim)
-            self.k_proj_weight = weight(embed_dim, self.kdim)
-            self.v_proj_weight = weight(embed_dim, self.vdim)
-            self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = weight(3 * embed_dim)
-        else:
-            self.register_parameter("in_proj_bias", None)
+        # one packed projection when q, k and v have the same size, else three
+        packed = self._qkv_same_embed_dim
+        optional_parameter(self, "in_proj_weight", (3 * embed_dim, embed_dim), packed, device,
+                           dtype)
+        for name, size in (("q", embed_dim), ("k", self.kdim), ("v", self.vdim)):
+            optional_parameter(self, f"{name}_proj_weight", (embed_dim, size), not packed,
+                               device, dtype)
+        optional_parameter(self, "in_proj_bias", (3 * embed_dim,), bias, device, dtype)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
                                                         device=device, dtype=dtype)
         if add_bias_kv:
-            self.bias_k = weight(1, 1, embed_dim)
-            self.bias_v = weight(1, 1, embed_dim)
+            self.bias_k = new_parameter((1, 1, embed_dim), device, dtype)
+            self.bias_v = new_parameter((1, 1, embed_dim), device, dtype)
         else:
             self.bias_k = self.bias_v = None
         self.add_zero_attn = add_zero_attn
@@ -618,7 +609,5 @@ class Transformer(Module):
         >>> Transformer.generate_square_subsequent_mask(2).tolist()
         [[0.0, -inf], [0.0, 0.0]]
         """
-        if device not in (None, "cpu"):
-            raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")
-        zeros = creation.zeros(sz, sz, dtype=dtype)
-        return masked_fill(zeros, elementwise.logical_not(_causal_mask(sz, sz)), -math.inf)
+        check_device(device)
+        return triu(creation.full((sz, sz), -math.inf, dtype=dtype), 1)

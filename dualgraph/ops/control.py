@@ -39,6 +39,17 @@ from .opdef import defop
 __all__ = ["cond", "while_loop", "scan"]
 
 
+class BodyMismatch(TypeError):
+    """A body's results that the node can't hold: the branches of a ``cond`` differ in
+    structure or types, or a loop body changes what it carries. ``what`` names the construct
+    (``to_static`` matches it against its own, to report the user's line); the message is
+    ``reason. fix``."""
+
+    def __init__(self, what: str, reason: str, fix: str):
+        self.what, self.reason, self.fix = what, f"{what}: {reason}", fix
+        super().__init__(f"{self.reason}. {fix}")
+
+
 # -- tracing a Python function into a closed subgraph ---------------------------------------
 @dataclass
 class Slot:
@@ -304,9 +315,9 @@ def match_results(what: str, labels, bodies) -> None:
     equal Python values elsewhere; the error names the first difference."""
     a, b = bodies
     if a.spec != b.spec or len(a.kinds) != len(b.kinds):
-        raise TypeError(f"{what}: the {labels[0]} returns ({_describe(a)}) but the "
-                        f"{labels[1]} returns ({_describe(b)}); both must return the same "
-                        "structure")
+        raise BodyMismatch(what, f"the {labels[0]} returns ({_describe(a)}) but the "
+                           f"{labels[1]} returns ({_describe(b)})",
+                           "Both must return the same structure.")
     for i, (ta, tb) in enumerate(zip(a.leaf_types(), b.leaf_types())):
         if isinstance(ta, ShapedType) and isinstance(tb, ShapedType):
             if tuple(ta.shape) == tuple(tb.shape) and ta.dtype == tb.dtype:
@@ -316,8 +327,8 @@ def match_results(what: str, labels, bodies) -> None:
                 continue
         show = [type_str(t.shape, t.dtype) if isinstance(t, ShapedType) else repr(t[1])
                 for t in (ta, tb)]
-        raise TypeError(f"{what}: output {i} is {show[0]} in the {labels[0]} but {show[1]} "
-                        f"in the {labels[1]}; they must have the same shape and dtype")
+        raise BodyMismatch(what, f"output {i} is {show[0]} in the {labels[0]} but {show[1]} "
+                           f"in the {labels[1]}", "They must have the same shape and dtype.")
 
 
 def same_value(a, b) -> bool:
@@ -432,14 +443,15 @@ def check_carry(what: str, old: list, new: list, names=None) -> None:
     """The loop body kept every carried value's type; the error names the one it changed
     (by ``names`` when given, else by position)."""
     if len(old) != len(new):
-        raise TypeError(f"{what}: the body returns {len(new)} values for {len(old)} carried "
-                        "values; it must return the carried values in the same structure")
+        raise BodyMismatch(what, f"the body returns {len(new)} values for {len(old)} "
+                           "carried values", "Return the carried values in the same "
+                           "structure.")
     for i, (a, b) in enumerate(zip(old, new)):
         label = repr(names[i]) if names and len(names) == len(old) else str(i)
         ta, tb = _leaf_type(a), _leaf_type(b)
         if ta != tb:
-            raise TypeError(f"{what}: the body changes carried value {label} from {ta} to "
-                            f"{tb}; a loop keeps the shape and dtype of what it carries")
+            raise BodyMismatch(what, f"the body changes carried value {label} from {ta} to "
+                               f"{tb}", "A loop keeps the shape and dtype of what it carries.")
 
 
 def _leaf_type(x) -> str:
@@ -491,8 +503,9 @@ def trace_loop(cond_fn, body_fn, carried: tuple, what: str, names=None) -> list:
     old = [x if isinstance(x, Tensor) else ("const", x) for x in leaves]
     check_carry(what, old, b.leaf_types(), names)
     if b.spec != flatten(carried)[1]:
-        raise TypeError(f"{what}: the body returns another structure than the carried "
-                        f"values ({_describe(b)})")
+        raise BodyMismatch(what, f"the body returns another structure than the carried "
+                           f"values ({_describe(b)})", "Return the carried values in the "
+                           "structure they came in.")
     return [c, b]
 
 
@@ -622,12 +635,20 @@ def scan(f, init, xs=None, length=None, reverse=False):
     length = _scan_length(x_leaves, length)
     if modes.tracer is None:
         return _scan_eager(f, init, x_leaves, x_spec, length, reverse)
+    return emit_scan(f, init, x_leaves, x_spec, length, reverse)
+
+
+def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what="dg.scan",
+              names=None):
+    """The ``scan`` node for ``f`` traced over ``init`` and a row of each of ``x_leaves``
+    (``x_spec`` their structure); returns (carry, ys) as :func:`scan`. Errors call the loop
+    ``what`` and its carried values ``names`` (one per leaf of ``init``) when given."""
     slots = [Slot(tuple(x._data.shape[1:]), x._data.dtype,
                   getattr(x._data, "name", "x") + "_t") for x in x_leaves]
     body = trace_fn(lambda c, x: _split_step(f(c, x)), (init, unflatten(x_spec, slots)),
-                    "body of dg.scan")
+                    f"body of {what}")
     carry_leaves, carry_spec = flatten(init)
-    _check_scan_body(body, carry_leaves, carry_spec)
+    _check_scan_body(body, carry_leaves, carry_spec, what, names)
     if not body.graph.outputs:   # nothing to compute: the body is pure
         return body.rebuild([])
     captured = align([body])
@@ -645,13 +666,13 @@ def _split_step(result):
     return tuple(result)
 
 
-def _check_scan_body(body: Body, carry_leaves: list, carry_spec) -> None:
+def _check_scan_body(body: Body, carry_leaves: list, carry_spec, what: str, names) -> None:
     if body.spec[1][0] != carry_spec:
-        raise TypeError(f"dg.scan: f returns a carry of another structure than init "
-                        f"({_describe(body)})")
+        raise BodyMismatch(what, f"f returns a carry of another structure than init "
+                           f"({_describe(body)})", "Return the carry in the structure of init.")
     types = body.leaf_types()
     old = [x if isinstance(x, Tensor) else ("const", x) for x in carry_leaves]
-    check_carry("dg.scan", old, types[:len(old)])
+    check_carry(what, old, types[:len(old)], names)
     for i, t in enumerate(types[len(old):]):
         if not isinstance(t, ShapedType):
             raise TypeError(f"dg.scan: y leaf {i} is {t[1]!r}; the ys must be tensors")

@@ -13,7 +13,8 @@ from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa:
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
-           "randn", "randint", "randperm", "rand_like", "randn_like", "clone", "Generator",
+           "randn", "randint", "randperm", "multinomial", "rand_like", "randn_like", "clone",
+           "Generator",
            "manual_seed", "default_generator", "state", "state_like"]
 
 
@@ -160,6 +161,57 @@ def randperm(n: int, generator=None, dtype=None) -> Tensor:
     return Tensor._make(rng_of(generator).permutation(n).astype(dt))
 
 
+def multinomial(input, num_samples: int, replacement: bool = False, *,
+                generator=None) -> Tensor:
+    """``num_samples`` category indices per row of ``input`` (1-d, or 2-d for a batch of
+    distributions), drawn with probability proportional to its non-negative weights: int64
+    of shape (num_samples,) or (rows, num_samples). Eager only (the draw is data).
+
+    >>> multinomial(tensor([0.0, 1.0, 0.0]), 2, replacement=True)
+    tensor([1, 1])
+    """
+    weights = _multinomial_weights(input, num_samples, replacement)
+    rng = rng_of(generator)
+    rows, k = weights.shape
+    if replacement:
+        # inverse CDF, one searchsorted for all rows: row r's CDF (ending in exactly 1.0)
+        # is shifted by 2r so the rows stay sorted end to end
+        cdf = np.cumsum(weights, axis=1)
+        shift = 2.0 * np.arange(rows)[:, None]
+        flat = (cdf / cdf[:, -1:] + shift).ravel()
+        u = rng.random((rows, num_samples)) + shift
+        out = np.searchsorted(flat, u.ravel(), side="right").reshape(rows, num_samples)
+        out -= k * np.arange(rows)[:, None]
+    else:
+        # exponential races: the n smallest E/w (E ~ Exp(1)) are a draw without replacement
+        # in proportion to w; zero weights get an infinite time and come last, as in torch
+        with np.errstate(divide="ignore"):
+            keys = rng.standard_exponential((rows, k)) / weights
+        out = np.argsort(keys, axis=1, kind="stable")[:, :num_samples]
+    out = out.astype(np.int64)
+    return Tensor._make(out if input.ndim == 2 else out[0])
+
+
+def _multinomial_weights(input, num_samples, replacement) -> np.ndarray:
+    """The weights as float64 rows, after torch's checks."""
+    if not dtypes.from_np(input._data.dtype).is_floating_point:
+        raise TypeError(f"multinomial expects floating-point weights, got {input.dtype!r}")
+    if input.ndim not in (1, 2):
+        raise ValueError(f"multinomial expects 1-d or 2-d weights, got shape "
+                         f"{tuple(input.shape)}")
+    weights = input._concrete("multinomial()").astype(np.float64).reshape(-1, input.shape[-1])
+    if num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if not replacement and num_samples > weights.shape[1]:
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement "
+                         f"from {weights.shape[1]} categories")
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError("multinomial: weights must be finite and non-negative")
+    if (weights.sum(axis=1) <= 0).any():
+        raise ValueError("multinomial: every row of weights needs a positive sum")
+    return weights
+
+
 def rand_like(x, generator=None, dtype=None) -> Tensor:
     return rand(tuple(x.shape), generator=generator, dtype=dtype or x.dtype)
 
@@ -177,7 +229,7 @@ CLONE = defop("clone", lambda x: np.array(x, copy=True),
               lambda x: ShapedType(tuple(x.shape), x.dtype),
               vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity")
 
-METHODS = {"clone": clone}
+METHODS = {"clone": clone, "multinomial": multinomial}
 
 
 def state(size, fill_value=0, dtype=None) -> Tensor:

@@ -1,9 +1,10 @@
 """Indexing ops: ``x[key]``, ``x[key] = v``, gather/scatter, index_select/index_add,
-masked_fill/masked_select, take_along_dim, sort/argsort/topk, nonzero, one_hot.
+masked_fill/masked_select, tril/triu, take_along_dim, sort/argsort/topk, nonzero, one_hot.
 
-Three primitives: ``index`` (advanced indexing by integer tensors on some dims, NumPy/torch
+Four primitives: ``index`` (advanced indexing by integer tensors on some dims, NumPy/torch
 rules), ``index_put`` (its functional write, with ``accumulate`` for scatter-add; it is
-``index``'s VJP, so duplicate indices add up their gradients) and ``argsort``. Basic indexing
+``index``'s VJP, so duplicate indices add up their gradients), ``argsort`` and ``trilu``
+(the triangular part of a matrix, ONNX's ``Trilu``). Basic indexing
 (ints, slices, None, ...) is ``shape.slice`` + ``reshape`` and so gives views. Gather,
 scatter, index_select, index_add, take_along_dim, sort and topk are composites of these.
 """
@@ -24,8 +25,8 @@ from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
-           "masked_fill", "masked_select", "take_along_dim", "topk", "sort", "argsort",
-           "nonzero", "one_hot"]
+           "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
+           "argsort", "nonzero", "one_hot"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -500,6 +501,50 @@ def masked_select(input, mask):
     return getitem(shape_ops.expand(input, shape), shape_ops.expand(mask, shape))
 
 
+def _infer_trilu(x, diagonal, upper):
+    if x.ndim < 2:
+        raise ShapeError(f"{'triu' if upper else 'tril'}: expected a tensor with 2 or more "
+                         f"dims, got shape {tuple(x.shape)}")
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+# A primitive rather than ``where(arange(n)[:, None] - arange(m) ...)``: one node instead of
+# five, it needs no concrete matrix size (symbolic dims while tracing) and it is ONNX's Trilu.
+TRILU = defop("trilu", lambda x, diagonal, upper: (np.triu if upper else np.tril)(x, diagonal),
+              _infer_trilu, vjp=lambda g, out, x, diagonal, upper: _trilu(g, diagonal, upper),
+              attrs=("diagonal", "upper"), saves="", onnx="Trilu",
+              doc="The upper or lower triangle of the last two dims from ``diagonal`` on.")
+
+
+def _trilu(x, diagonal, upper):
+    if isinstance(diagonal, bool) or not isinstance(diagonal, (int, np.integer)):
+        raise TypeError(f"diagonal must be an int, got {diagonal!r}")
+    _infer_trilu(x, diagonal, upper)   # eager dispatch runs no infer rule; NumPy takes 1-d
+    return apply(TRILU, x, diagonal=int(diagonal), upper=upper)
+
+
+def tril(input, diagonal=0):
+    """The lower triangle of the last two dims: entries with ``col - row <= diagonal``
+    kept, the rest zero (``diagonal`` > 0 keeps diagonals above the main one).
+
+    >>> tril(ones(2, 3))
+    tensor([[1., 0., 0.],
+            [1., 1., 0.]])
+    """
+    return _trilu(input, diagonal, False)
+
+
+def triu(input, diagonal=0):
+    """The upper triangle of the last two dims: entries with ``col - row >= diagonal``
+    kept, the rest zero (``triu(x, 1)`` is the strict upper triangle, a causal mask).
+
+    >>> triu(ones(2, 3), 1)
+    tensor([[0., 1., 1.],
+            [0., 0., 1.]])
+    """
+    return _trilu(input, diagonal, True)
+
+
 def nonzero(input, *, as_tuple=False):
     """Positions of the non-zero entries: an (n, ndim) int64 tensor, or with ``as_tuple``
     one 1-d tensor per dim. Data-dependent, so it runs eagerly only."""
@@ -587,5 +632,6 @@ METHODS = {
     "index_put": index_put, "index_put_": inplace(index_put),
     "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),
     "masked_select": masked_select, "take_along_dim": take_along_dim,
+    "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
 }

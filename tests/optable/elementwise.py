@@ -190,8 +190,13 @@ CASES = [
     OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [In((3, 4))], dtypes=ALL),
     OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [uniform(40, low=-8.0, high=8.0)],
            "wide", dtypes=F64),
-    OpCase("tanh", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"), [In((3, 4))],
-           "gelu-tanh", dtypes=F64),
+    OpCase("gelu_tanh", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"),
+           [In((3, 4))], dtypes=ALL),
+    OpCase("gelu_tanh", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"),
+           [uniform(40, low=-8.0, high=8.0)], "wide", dtypes=F64),
+    # the fused backward, and through its decomposition the second derivative
+    OpCase("gelu_tanh_backward", lambda m, a, v: _gelu_grad(m, a, v),
+           [In((3, 4)), In((3, 4))], dtypes=F64),
     OpCase("elu", lambda m, a: m.nn.functional.elu(a), [In((3, 4))], dtypes=ALL),
     OpCase("elu", lambda m, a: m.nn.functional.elu(a, alpha=0.5),
            [fixed([-30.0, -1.0, 0.5, 100.0, 1000.0])], "alpha-wide", dtypes=F64),
@@ -206,3 +211,13 @@ CASES = [
     OpCase("softplus", lambda m, a: m.nn.functional.logsigmoid(a), [In((3, 4))],
            "logsigmoid"),
 ]
+
+
+def _gelu_grad(m, a, v):
+    """d gelu_tanh(a) / da contracted with v, differentiable (its gradients are second
+    derivatives); also under no_grad, where finite differences evaluate it."""
+    with m.enable_grad():
+        if not a.requires_grad:
+            a.requires_grad_()
+        y = m.nn.functional.gelu(a, approximate="tanh")
+        return m.autograd.grad(y, a, v, create_graph=True)[0]

@@ -1,5 +1,5 @@
-"""Rows for the indexing family: the primitives index, index_put and argsort, and the
-composites built on them (getitem/setitem, gather/scatter, index_select/index_add,
+"""Rows for the indexing family: the primitives index, index_put, argsort and trilu, and
+the composites built on them (getitem/setitem, gather/scatter, index_select/index_add,
 take_along_dim, masked_*, sort/topk, one_hot)."""
 import numpy as np
 
@@ -127,4 +127,13 @@ CASES = [
            "topk-smallest"),
     OpCase("argsort", lambda m, a: m.topk(a, 1, -1)[0] * 2, [In((2, 3, 4), "distinct")],
            "topk-values"),
+    # trilu: tril / triu
+    OpCase("trilu", lambda m, a: m.tril(a), [In((4, 3))], "tril", dtypes=ALL_FLOATS),
+    OpCase("trilu", lambda m, a: m.triu(a), [In((3, 5))], "triu", dtypes=ALL_FLOATS),
+    OpCase("trilu", lambda m, a: m.tril(a, -1), [In((2, 4, 4))], "tril-batched-strict"),
+    OpCase("trilu", lambda m, a: a.triu(2), [In((2, 3, 5))], "triu-above"),
+    OpCase("trilu", lambda m, a: m.triu(a, -7), [In((3, 4))], "triu-everything"),
+    OpCase("trilu", lambda m, a: a.tril(diagonal=1), [In((3, 4), "int")], "tril-int",
+           grad=False),
+    OpCase("trilu", lambda m, a: m.triu(a, 1), [In((4, 4), "bool")], "triu-bool", grad=False),
 ]

@@ -9,12 +9,15 @@ start with ``_jst_`` are the converter's own (return values and break/continue f
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from ... import _pytree as pytree
 from ... import dtypes
 from ...autograd.tape import grad_mode
 from ...dispatch import modes
+from ...errors import CaptureError
 from ...graph.ir import type_str
 from ...ops import control, creation, elementwise
 from ...shapes import ShapedType
@@ -24,6 +27,39 @@ _NUMBERS = (bool, int, float)
 # A traced `while` recorded with gradients on stops with an error after this many
 # iterations: its gradient replays the loop over a fixed number of steps.
 LOOP_BOUND = 1000
+
+
+class ConversionError(CaptureError):
+    """Control flow on a traced tensor that can't become one graph node: a variable bound
+    in one branch only, or given different types by the two branches or by a loop's
+    iterations. Run eagerly, Python needs no common type, so ``dg.compile`` turns this into
+    a graph break (the function runs eagerly, with one warning naming the line) unless
+    ``fullgraph=True``, where it raises. The message is ``reason. fix``; the reason names
+    the variable and the line (``location``)."""
+
+    def __init__(self, reason: str, location: str, fix: str):
+        super().__init__(reason, location, fix)
+        self.args = (f"{reason}. {fix}",)
+
+
+class ConversionTypeError(ConversionError, TypeError):
+    """Types that differ between branches or across iterations."""
+
+
+class ConversionNameError(ConversionError, NameError):
+    """A variable a traced branch or loop leaves unbound."""
+
+
+@contextmanager
+def _checked(what: str, where: str):
+    """Report the body checks of the construct ``what`` (at ``where``) as a
+    :class:`ConversionTypeError`; errors of nested constructs pass through."""
+    try:
+        yield
+    except control.BodyMismatch as e:
+        if e.what != what:
+            raise
+        raise ConversionTypeError(e.reason, where, e.fix) from None
 
 
 class Undefined:
@@ -125,7 +161,8 @@ def convert_if(pred, true_fn, false_fn, args: tuple, names: tuple, where: str):
         if fix:
             bodies[k] = control.trace_fn(_fixed(fns[k], fix), args, what, names)
     _check_vars(bodies, names, where)
-    return control.emit_cond(pred, bodies, args)
+    with _checked("dg.cond", where):
+        return control.emit_cond(pred, bodies, args)
 
 
 def _check_vars(bodies, names, where) -> None:
@@ -133,17 +170,31 @@ def _check_vars(bodies, names, where) -> None:
     for name, ta, tb in zip(names, *(_var_types(b) for b in bodies)):
         if _show(ta) != _show(tb):
             what = "the return value" if name == "_jst_ret_val" else f"variable {name!r}"
-            raise TypeError(f"{what} is {_show(ta)} after the true branch but {_show(tb)} "
-                            f"after the false branch of the `if` at {where}, whose condition "
-                            "is a tensor; both must have the same shape and dtype")
+            raise ConversionTypeError(
+                f"{what} is {_show(ta)} after the true branch but {_show(tb)} after the "
+                f"false branch of the `if` at {where}, whose condition is a tensor", where,
+                "Both must have the same structure, shapes and dtypes.")
 
 
 def _show(t) -> str:
+    """A variable's type as errors print it: ``f32[2]``, ``3``, ``(f32[2], [i64[]])``."""
     if isinstance(t, ShapedType):
         return type_str(t.shape, t.dtype)
     if t[0] == "tree":
-        return "(" + ", ".join(_show(leaf) for leaf in t[2]) + ")"
+        return _show_tree(t[1], iter(t[2]))
     return repr(t[1])
+
+
+def _show_tree(spec, leaves) -> str:
+    if spec is None:
+        return _show(next(leaves))
+    if spec[0] is dict:
+        return "{" + ", ".join(f"{k!r}: {_show_tree(s, leaves)}"
+                               for k, s in zip(spec[1], spec[2])) + "}"
+    items = ", ".join(_show_tree(s, leaves) for s in spec[1])
+    if spec[0] is list:
+        return f"[{items}]"
+    return f"({items}{',' if len(spec[1]) == 1 else ''})"
 
 
 def _var_types(body) -> list:
@@ -194,11 +245,11 @@ def _fix(mine, other, name, k, where):
         if not name.startswith("_jst_"):
             if isinstance(value, Undefined):
                 branch = "false" if k == 0 else "true"
-                raise NameError(
+                raise ConversionNameError(
                     f"variable {name!r} is assigned only in the {branch} branch of the `if` "
-                    f"at {where}, whose condition is a tensor; both branches become part "
-                    f"of the graph, so give {name!r} a value before the `if` or in both "
-                    "branches")
+                    f"at {where}, whose condition is a tensor", where, "Both branches "
+                    f"become part of the graph, so give {name!r} a value before the `if` "
+                    "or in both branches.")
             return None
         return lambda v: _zeros_of(other)
     if not isinstance(value, _NUMBERS):
@@ -260,9 +311,10 @@ def convert_while(cond_fn, body_fn, args: tuple, names: tuple, where: str):
 
 def _traced_while(cond_fn, body_fn, values, names, where):
     what = f"the `while` loop at {where}"
-    values = _loop_values(values, names, what, lambda: control.trace_fn(
+    values = _loop_values(values, names, what, where, lambda: control.trace_fn(
         body_fn, values, f"body of {what}"))
-    bodies = control.trace_loop(cond_fn, body_fn, values, what, names)
+    with _checked(what, where):
+        bodies = control.trace_loop(cond_fn, body_fn, values, what, names)
     return control.emit_while(bodies, values, LOOP_BOUND if grad_mode.enabled else None)
 
 
@@ -274,9 +326,12 @@ def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=N
     if is_traced(iterable):
         what = f"the `for` loop at {where}"
         row = control.Slot(tuple(iterable._data.shape[1:]), iterable._data.dtype)
-        values = _loop_values(values, names, what, lambda: control.trace_fn(
+        values = _loop_values(values, names, what, where, lambda: control.trace_fn(
             body_fn, (row, *values), f"body of {what}"))
-        carry, _ = control.scan(lambda c, x: (tuple(body_fn(x, *c)), ()), values, iterable)
+        with _checked(what, where):
+            carry, _ = control.emit_scan(lambda c, x: (tuple(body_fn(x, *c)), ()), values,
+                                         [iterable], None, iterable.shape[0], what=what,
+                                         names=names)
         return carry
     stop = names.index(flag) if flag else None
     for item in iterable:
@@ -286,7 +341,7 @@ def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=N
     return values
 
 
-def _loop_values(values, names, what, trace_body) -> tuple:
+def _loop_values(values, names, what, where, trace_body) -> tuple:
     """Loop variables as a traced loop carries them: numbers become 0-d tensors; the
     converter's own unset variables (a return value) take zeros of the type the body gives
     them (``trace_body()`` traces it once to find out); an unset user variable is an error
@@ -297,9 +352,10 @@ def _loop_values(values, names, what, trace_body) -> tuple:
         v = pytree.unflatten(spec, [creation.tensor(x) if isinstance(x, _NUMBERS) else x
                                       for x in leaves])
         if isinstance(v, Undefined) and not name.startswith("_jst_"):
-            raise NameError(f"variable {name!r} is first assigned inside {what}, whose "
-                            f"condition is a tensor; give {name!r} a value before the loop "
-                            "(a traced loop carries values of fixed type)")
+            raise ConversionNameError(
+                f"variable {name!r} is first assigned inside {what}, whose condition is a "
+                "tensor", where, f"Give {name!r} a value before the loop (a traced loop "
+                "carries values of fixed type).")
         out.append(v)
     unset = [i for i, v in enumerate(out) if isinstance(v, Undefined) or v is None]
     if unset:

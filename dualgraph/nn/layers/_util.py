@@ -47,6 +47,13 @@ def new_parameter(shape, device=None, dtype=None) -> Parameter:
     return Parameter(creation.empty(tuple(shape), dtype=dtype))
 
 
+def optional_parameter(module, name: str, shape, present: bool, device=None,
+                       dtype=None) -> None:
+    """Register ``module.<name>``: a new parameter of ``shape``, or None when not ``present``
+    (as torch, which keeps the name: ``Linear(2, 3, bias=False).bias is None``)."""
+    module.register_parameter(name, new_parameter(shape, device, dtype) if present else None)
+
+
 def check_device(device) -> None:
     if device not in (None, "cpu"):
         raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")

@@ -1,5 +1,7 @@
 """Activation modules, each a thin wrapper over its ``nn.functional`` form with torch's
-constructor arguments and printed form."""
+constructor arguments and printed form. Activations that differ only in their functional
+share a base class holding their settings (none, ``inplace``, ``alpha``, ``dim``) and are
+made by ``_define``."""
 from __future__ import annotations
 
 import warnings
@@ -33,46 +35,21 @@ class _InplaceActivation(Module):
         return _inplace_repr(self.inplace)
 
 
-class ReLU(_InplaceActivation):
-    """``max(0, x)``."""
-
-    _fn = staticmethod(F.relu)
-
-
-class ReLU6(_InplaceActivation):
-    """``min(max(0, x), 6)``."""
-
-    _fn = staticmethod(F.relu6)
+def _define(name: str, base: type, fn, doc: str) -> type:
+    """The activation class ``name``: ``base`` (which holds the settings) running ``fn``."""
+    return type(name, (base,), {"_fn": staticmethod(fn), "__doc__": doc,
+                                "__module__": __name__, "__qualname__": name})
 
 
-class SiLU(_InplaceActivation):
-    """``x * sigmoid(x)`` (swish)."""
-
-    _fn = staticmethod(F.silu)
-
-
-class Mish(_InplaceActivation):
-    """``x * tanh(softplus(x))``."""
-
-    _fn = staticmethod(F.mish)
-
-
-class SELU(_InplaceActivation):
-    """Scaled ELU with the self-normalising constants of Klambauer et al. (2017)."""
-
-    _fn = staticmethod(F.selu)
-
-
-class Hardsigmoid(_InplaceActivation):
-    """``relu6(x + 3) / 6``."""
-
-    _fn = staticmethod(F.hardsigmoid)
-
-
-class Hardswish(_InplaceActivation):
-    """``x * hardsigmoid(x)``."""
-
-    _fn = staticmethod(F.hardswish)
+ReLU = _define("ReLU", _InplaceActivation, F.relu, "``max(0, x)``.")
+ReLU6 = _define("ReLU6", _InplaceActivation, F.relu6, "``min(max(0, x), 6)``.")
+SiLU = _define("SiLU", _InplaceActivation, F.silu, "``x * sigmoid(x)`` (swish).")
+Mish = _define("Mish", _InplaceActivation, F.mish, "``x * tanh(softplus(x))``.")
+SELU = _define("SELU", _InplaceActivation, F.selu,
+               "Scaled ELU with the self-normalising constants of Klambauer et al. (2017).")
+Hardsigmoid = _define("Hardsigmoid", _InplaceActivation, F.hardsigmoid,
+                      "``relu6(x + 3) / 6``.")
+Hardswish = _define("Hardswish", _InplaceActivation, F.hardswish, "``x * hardsigmoid(x)``.")
 
 
 class _Stateless(Module):
@@ -84,24 +61,11 @@ class _Stateless(Module):
         return self._fn(input)
 
 
-class Tanh(_Stateless):
-    _fn = staticmethod(F.tanh)
-
-
-class Sigmoid(_Stateless):
-    _fn = staticmethod(F.sigmoid)
-
-
-class LogSigmoid(_Stateless):
-    _fn = staticmethod(F.logsigmoid)
-
-
-class Softsign(_Stateless):
-    _fn = staticmethod(F.softsign)
-
-
-class Tanhshrink(_Stateless):
-    _fn = staticmethod(F.tanhshrink)
+Tanh = _define("Tanh", _Stateless, F.tanh, "``tanh(x)``.")
+Sigmoid = _define("Sigmoid", _Stateless, F.sigmoid, "``1 / (1 + exp(-x))``.")
+LogSigmoid = _define("LogSigmoid", _Stateless, F.logsigmoid, "``log(sigmoid(x))``.")
+Softsign = _define("Softsign", _Stateless, F.softsign, "``x / (1 + |x|)``.")
+Tanhshrink = _define("Tanhshrink", _Stateless, F.tanhshrink, "``x - tanh(x)``.")
 
 
 class GELU(Module):
@@ -150,16 +114,10 @@ class _AlphaActivation(Module):
         return _inplace_repr(self.inplace, f"alpha={self.alpha}")
 
 
-class ELU(_AlphaActivation):
-    """``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise."""
-
-    _fn = staticmethod(F.elu)
-
-
-class CELU(_AlphaActivation):
-    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
-
-    _fn = staticmethod(F.celu)
+ELU = _define("ELU", _AlphaActivation, F.elu,
+              "``x`` for positive ``x``, ``alpha * (exp(x) - 1)`` otherwise.")
+CELU = _define("CELU", _AlphaActivation, F.celu,
+               "``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``.")
 
 
 class Softplus(Module):
@@ -271,19 +229,8 @@ class _SoftmaxLike(Module):
         return f"dim={self.dim}"
 
 
-class Softmax(_SoftmaxLike):
-    """``exp(x) / sum(exp(x))`` along ``dim``."""
-
-    _fn = staticmethod(F.softmax)
-
-
-class LogSoftmax(_SoftmaxLike):
-    """``log(softmax(x))`` along ``dim``, computed stably."""
-
-    _fn = staticmethod(F.log_softmax)
-
-
-class Softmin(_SoftmaxLike):
-    """``softmax(-x)`` along ``dim``."""
-
-    _fn = staticmethod(F.softmin)
+Softmax = _define("Softmax", _SoftmaxLike, F.softmax,
+                  "``exp(x) / sum(exp(x))`` along ``dim``.")
+LogSoftmax = _define("LogSoftmax", _SoftmaxLike, F.log_softmax,
+                     "``log(softmax(x))`` along ``dim``, computed stably.")
+Softmin = _define("Softmin", _SoftmaxLike, F.softmin, "``softmax(-x)`` along ``dim``.")

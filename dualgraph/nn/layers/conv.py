@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import functional as F
 from ..module import Module
-from ._util import check_input, new_parameter, reset_kaiming_uniform
+from ._util import check_input, new_parameter, optional_parameter, reset_kaiming_uniform
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -62,10 +62,7 @@ class _ConvNd(Module):
         else:
             shape = (out_channels, in_channels // groups) + self.kernel_size
         self.weight = new_parameter(shape, device, dtype)
-        if bias:
-            self.bias = new_parameter((out_channels,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        optional_parameter(self, "bias", (out_channels,), bias, device, dtype)
         self.reset_parameters()
 
     def _pad_amounts(self) -> list:

@@ -7,7 +7,7 @@ from ...ops import shape as shape_ops
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._util import check_input, new_parameter, reset_kaiming_uniform
+from ._util import check_input, new_parameter, optional_parameter, reset_kaiming_uniform
 
 
 class Identity(Module):
@@ -38,10 +38,7 @@ class Linear(Module):
         self.in_features = in_features
         self.out_features = out_features
         self.weight = new_parameter((out_features, in_features), device, dtype)
-        if bias:
-            self.bias = new_parameter((out_features,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        optional_parameter(self, "bias", (out_features,), bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -67,10 +64,7 @@ class Bilinear(Module):
         self.in2_features = in2_features
         self.out_features = out_features
         self.weight = new_parameter((out_features, in1_features, in2_features), device, dtype)
-        if bias:
-            self.bias = new_parameter((out_features,), device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        optional_parameter(self, "bias", (out_features,), bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

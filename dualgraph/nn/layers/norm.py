@@ -14,14 +14,20 @@ from ...ops import shape as shape_ops
 from .. import functional as F
 from .. import init
 from ..module import Module
-from ._util import check_device, check_input, new_parameter
+from ._util import check_device, check_input, optional_parameter
 
 
 def _affine_parameters(module, shape, affine, bias, device, dtype):
     """Register ``weight`` and ``bias`` of ``shape`` (None when not ``affine``/``bias``)."""
-    module.register_parameter("weight", new_parameter(shape, device, dtype) if affine else None)
-    module.register_parameter("bias", new_parameter(shape, device, dtype)
-                              if affine and bias else None)
+    optional_parameter(module, "weight", shape, affine, device, dtype)
+    optional_parameter(module, "bias", shape, affine and bias, device, dtype)
+
+
+def _as_shape(normalized_shape) -> tuple:
+    """LayerNorm's and RMSNorm's ``normalized_shape``: an int or a sequence of ints."""
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(normalized_shape)
 
 
 def _reset_affine(module):
@@ -156,9 +162,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, device=None, dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
+        self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device,
@@ -213,15 +217,11 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None,
                  elementwise_affine: bool = True, device=None, dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
+        self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = new_parameter(self.normalized_shape, device, dtype)
-        else:
-            self.register_parameter("weight", None)
+        optional_parameter(self, "weight", self.normalized_shape, elementwise_affine, device,
+                           dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -1,0 +1,111 @@
+"""Scalar helpers for the fused kernels, including vectorisable float32 ``exp`` and ``tanh``.
+
+Numba lowers ``np.exp`` / ``np.tanh`` to libm calls, which LLVM cannot vectorise without
+Intel's SVML; these branch-free versions (selects, not branches) vectorise, and are accurate
+to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
+
+- ``exp32``: Cephes' ``expf``: ``x = n ln2 + r`` with ``|r| <= ln2/2``, a degree-6
+  polynomial for ``exp(r)``, and ``2**n`` built from its exponent bits (in two halves, so
+  ``n = 128`` near the overflow threshold still works).
+- ``tanh32``: Eigen's rational approximation ``x P(x^2) / Q(x^2)`` on ``|x| <= 7.9``
+  (beyond it tanh rounds to +-1 in float32).
+
+Every function is plain Python too, so the module imports (and the formulas can be tested)
+without Numba; ``NUMBA`` is the ``njit`` decorator, or None when Numba is missing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numba import njit as _njit
+    from numba.core import types as _types
+    from numba.extending import intrinsic as _intrinsic
+except ImportError:   # the fused kernels fall back to NumPy
+    _njit = None
+
+F = np.float32
+_LOG2E, _LN2_HI, _LN2_LO = F(1.44269504088896341), F(0.693359375), F(-2.12194440e-4)
+_EXP_P = tuple(F(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                              4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_EXP_HI, _EXP_LO = F(88.72283905206835), F(-87.33654475055310898657)
+_TANH_CLAMP, _TANH_TINY = F(7.90531110763549805), F(0.0004)
+_TANH_A = tuple(F(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13,
+                               -8.60467152213735e-11, 5.12229709037114e-08,
+                               1.48572235717979e-05, 6.37261928875436e-04,
+                               4.89352455891786e-03))
+_TANH_B = tuple(F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04,
+                               2.26843463243900e-03, 4.89352518554385e-03))
+_ONE, _HALF, _ZERO, _INF = F(1.0), F(0.5), F(0.0), F(np.inf)
+
+
+def _pow2_py(n):
+    return F(2.0) ** F(n)   # (without Numba: the same value, just not a bitcast)
+
+
+if _njit is not None:
+    @_intrinsic
+    def _bits_to_f32(typingctx, bits):
+        """Reinterpret an int32 as a float32 (an LLVM bitcast, which vectorises)."""
+        from llvmlite import ir
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.FloatType())
+        return _types.float32(_types.int32), codegen
+
+    @_njit(inline="always", error_model="numpy")
+    def _pow2(n):
+        return _bits_to_f32(np.int32((n + 127) << 23))
+else:
+    _pow2 = _pow2_py
+
+
+def exp32(x):
+    """``exp`` for float32 scalars; NaN stays NaN, overflow gives inf, underflow 0."""
+    xc = x if x < _EXP_HI else _EXP_HI
+    xc = xc if xc > _EXP_LO else _EXP_LO
+    nf = np.floor(xc * _LOG2E + _HALF)
+    r = xc - nf * _LN2_HI - nf * _LN2_LO
+    p0, p1, p2, p3, p4, p5 = _EXP_P
+    p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
+    y = p * (r * r) + r + _ONE
+    # n = 128 (x just below the overflow threshold): move one factor 2 into y, so that
+    # 2**n stays finite
+    n = np.int32(nf)
+    big = n > 127
+    y = y + y if big else y
+    y = y * _pow2(n - np.int32(1) if big else n)
+    y = _INF if x > _EXP_HI else y
+    y = _ZERO if x < _EXP_LO else y
+    return x if x != x else y
+
+
+def tanh32(x):
+    """``tanh`` for float32 scalars (NaN stays NaN)."""
+    xc = x if x < _TANH_CLAMP else _TANH_CLAMP
+    xc = xc if xc > -_TANH_CLAMP else -_TANH_CLAMP
+    x2 = xc * xc
+    a13, a11, a9, a7, a5, a3, a1 = _TANH_A
+    b6, b4, b2, b0 = _TANH_B
+    p = xc * ((((((a13 * x2 + a11) * x2 + a9) * x2 + a7) * x2 + a5) * x2 + a3) * x2 + a1)
+    q = ((b6 * x2 + b4) * x2 + b2) * x2 + b0
+    y = p / q
+    y = x if abs(x) < _TANH_TINY else y
+    y = _ONE if x >= _TANH_CLAMP else y   # saturate as libm does (the error is < 3e-7)
+    y = -_ONE if x <= -_TANH_CLAMP else y
+    return x if x != x else y
+
+
+def where(c, a, b):
+    return a if c else b
+
+
+def sign(x):
+    """torch's sign: ``(x > 0) - (x < 0)``, so sign(NaN) is 0."""
+    return (x > 0) - (x < 0)
+
+
+if _njit is not None:
+    # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
+    exp32, tanh32, where, sign = (_njit(inline="always", error_model="numpy")(f)
+                                  for f in (exp32, tanh32, where, sign))

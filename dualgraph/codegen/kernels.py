@@ -1,0 +1,389 @@
+"""Fused groups -> one Numba kernel each, with a NumPy fallback.
+
+A ``fused`` node holds a group of elementwise ops (and maybe one trailing reduction) as a
+subgraph. Its kernel is one loop nest written from the members' scalar expressions
+(``elementwise=`` templates), each member a local scalar, so intermediates never touch
+memory::
+
+    for r in prange(R):                      # rows (parallel when the size pays)
+        base = r * C
+        m = min(C, n - base)
+        in0_r = in0[base:base + m]           # an input of the group's full shape
+        out0_r = out0[base:base + m]
+        for j in range(m):
+            x0 = in0_r[j]
+            x1 = in1[j]                      # broadcast along rows (a bias of shape [C])
+            t0 = np.float32(x0 * x1)    # mul
+            t1 = np.float32(tanh32(t0))    # tanh
+            out0_r[j] = t1
+
+Broadcasting is handled by splitting the output shape into rows x columns so that every
+input is full, one row (indexed by column), one column (indexed by row) or a scalar; an
+input that fits none is broadcast to the full shape first. A trailing ``sum`` / ``mean`` /
+``amax`` / ``amin`` over the last dims accumulates per row (LayerNorm's and softmax's
+statistics). With ``fast_math``, float32 groups use the vectorisable ``exp32`` / ``tanh32``
+of ``fastmath`` (10x faster than libm's here, a few ulps off). Without it, elementwise results
+are bit-identical to NumPy's, so compiled training reproduces eager training exactly (an
+adaptive optimiser turns even last-bit differences in a zero gradient into visible steps).
+Kernels are cached on disk (``cache.py``). Anything the lowering does not cover (other
+dtypes, templates with unknown functions, other reductions), a missing Numba or a failed
+compile runs the group as generated NumPy code calling the registry kernels instead.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+
+import numpy as np
+
+from ..graph import Graph, Node, Value
+from ..shapes import Sym
+from . import python
+
+NUMBA_MIN = 1 << 12      # elements: smaller groups are not worth a compile (~0.5 s each)
+PARALLEL_MIN = 1 << 20   # elements: below this, threads (and their longer compile) don't pay
+CHUNK = 1 << 14          # row length for groups without row/column broadcasting
+# Elementwise arithmetic is compiled without fast-math flags, so + - * / and sqrt round
+# exactly as NumPy's do (results stay bit-identical, and training runs reproduce eager
+# ones); only a row reduction gets "reassoc", which lets LLVM vectorise the accumulation.
+REDUCTION_FASTMATH = ("nsz", "reassoc")
+_DTYPES = {"float32", "float64", "int32", "int64", "bool"}
+_REDUCTIONS = {"sum", "mean", "amax", "amin"}
+_NUMBER = re.compile(r"(?<![\w.{])\d+\.?\d*(?:[eE][-+]?\d+)?(?![\w}])")
+_CALL = re.compile(r"\b([a-z_][a-z0-9_]*)\(")
+_SPECIAL = {"where": "where", "sign": "sign"}
+_FAST32 = {"exp": "exp32", "tanh": "tanh32"}
+# Functions Numba computes exactly as NumPy does (correctly rounded or exact), and fast.
+# Transcendentals (exp, log, tanh, erf, pow, ...) are not among them: Numba calls libm one
+# element at a time, slower than NumPy's SIMD loops and not bit-identical to them, so a
+# group using one runs with NumPy, unless fast_math gives it a vectorised float32 version.
+_EXACT = {"absolute", "maximum", "minimum", "sqrt", "floor", "ceil", "trunc", "isnan",
+          "isinf", "isfinite", "invert", "bitwise_and", "bitwise_or", "bitwise_xor"}
+
+
+class Unsupported(Exception):
+    """The group needs the NumPy fallback (the message says why)."""
+
+
+def numba_available() -> bool:
+    if os.environ.get("DUALGRAPH_NUMBA", "1") == "0":
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compile_group(node: Node, fast_math: bool = False) -> FusedKernel:
+    """The kernel for one ``fused`` node: Numba when it can, else the NumPy fallback.
+
+    ``fast_math`` uses the vectorisable float32 ``exp32`` / ``tanh32`` (a few ulps from
+    NumPy's) instead of libm's, which are exact to the last bit but run one at a time."""
+    sub = node.attrs["graph"]
+    fallback = python.generate(sub, name=f"fused_{_ident(node.outputs[-1].name)}")
+    if not numba_available():
+        return FusedKernel(fallback, None, "Numba is not available")
+    try:
+        lowering = Lowering(sub, _ident(node.outputs[-1].name), fast_math)
+    except Unsupported as e:
+        return FusedKernel(fallback, None, str(e))
+    return FusedKernel(fallback, lowering, "")
+
+
+class FusedKernel:
+    """``kernel(*inputs, out=None) -> tuple of outputs``; ``source`` is its code."""
+
+    def __init__(self, fallback: python.Program, lowering, why_fallback: str):
+        self.fallback = fallback
+        self.lowering = lowering
+        self.why_fallback = why_fallback
+        self.source = lowering.legend() + lowering.source if lowering else fallback.source
+        self.compile_s = 0.0
+
+    def __call__(self, *inputs, out=None):
+        if self.lowering is not None:
+            try:
+                return self.lowering(inputs, out)
+            except Exception as e:   # a failed compile: run this group with NumPy from now on
+                if self.lowering.compiled or os.environ.get("DUALGRAPH_NUMBA") == "strict":
+                    raise
+                warnings.warn(f"fused kernel failed to compile, using NumPy: {e}")
+                self.lowering, self.why_fallback = None, f"compile failed: {e}"
+                self.source = self.fallback.source
+        results = self.fallback.fn(*inputs)
+        if out is not None:
+            for o, r in zip(out, results):
+                if o is not None:
+                    np.copyto(o, r)
+            results = [r if o is None else o for o, r in zip(out, results)]
+        return tuple(results)
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def _dtype_ctor(dtype: np.dtype) -> str:
+    return "np.bool_" if dtype == np.bool_ else f"np.{dtype.name}"
+
+
+def _kind(shape, out_shape, k) -> str | None:
+    """How an input of ``shape`` broadcasts against ``out_shape`` split at dim ``k``."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    lead_full = padded[:k] == tuple(out_shape[:k])
+    lead_one = all(d == 1 for d in padded[:k])
+    trail_full = padded[k:] == tuple(out_shape[k:])
+    trail_one = all(d == 1 for d in padded[k:])
+    for kind, ok in (("full", lead_full and trail_full), ("row", lead_one and trail_full),
+                     ("col", lead_full and trail_one), ("scalar", lead_one and trail_one)):
+        if ok:
+            return kind
+    return None
+
+
+class Lowering:
+    """One group lowered to Numba source; calling it compiles (once) and runs it."""
+
+    def __init__(self, sub: Graph, name: str, fast_math: bool = False):
+        self.sub, self.name, self.fast_math = sub, f"fused_{name}", fast_math
+        self.compiled = False
+        members = list(sub.nodes)
+        self.reduction = None
+        if members and members[-1].op.elementwise is None:
+            self.reduction = members.pop()
+            self._check_reduction(self.reduction)
+        for node in members:
+            if node.op.elementwise is None:
+                raise Unsupported(f"{node.op.name} has no scalar expression")
+        values = [v for n in sub.nodes for v in n.outputs] + list(sub.inputs)
+        bad = sorted({v.dtype.name for v in values} - _DTYPES)
+        if bad:
+            raise Unsupported(f"dtypes {bad}")
+        if any(v not in {o for n in sub.nodes for o in n.outputs} for v in sub.outputs):
+            raise Unsupported("an output that is not computed in the group")
+        self.members = members
+        self.shape = (self.reduction.inputs[0].shape if self.reduction
+                      else members[-1].outputs[0].shape)
+        if _static_size(self.shape) < NUMBA_MIN:
+            raise Unsupported(f"too small to pay for a compile ({math.prod(self.shape)} "
+                              "elements)")
+        self.split, self.kinds = self._choose_split()
+        self.parallel = self._worth_threads()
+        self.source = self._source()
+        self._fn = None
+
+    def _check_reduction(self, node: Node) -> None:
+        x = node.inputs[0]
+        if node.op.name not in _REDUCTIONS or x.dtype.kind != "f":
+            raise Unsupported(f"reduction {node.op.name} over {x.dtype}")
+        if node.op.name == "sum" and node.attrs.get("dtype") not in (None, x.dtype):
+            raise Unsupported("sum with a dtype")
+        dims = node.attrs["dims"]
+        dims = range(x.ndim) if dims is None else sorted(d % x.ndim for d in dims)
+        if list(dims) != list(range(x.ndim - len(dims), x.ndim)):
+            raise Unsupported(f"reduction over dims {tuple(dims)}, not the last ones")
+
+    def _choose_split(self):
+        ndim = len(self.shape)
+        if self.reduction is not None:
+            dims = self.reduction.attrs["dims"]
+            splits = [0 if dims is None else ndim - len(dims)]
+        else:
+            splits = list(range(ndim - 1, -1, -1)) or [0]
+        best = None
+        for k in splits:
+            kinds = [_kind(u.shape, self.shape, k) for u in self.sub.inputs]
+            cost = sum(kd is None for kd in kinds)
+            if best is None or cost < best[0]:
+                best = (cost, k, kinds)
+        _, k, kinds = best
+        kinds = [kd or "materialise" for kd in kinds]
+        if self.reduction is None and all(kd in ("full", "scalar") for kd in kinds):
+            k = None   # flat: fixed-size chunks make the rows
+        return k, kinds
+
+    def _worth_threads(self) -> bool:
+        return _static_size(self.shape) >= PARALLEL_MIN
+
+    def legend(self) -> str:
+        """Comment lines naming the graph values behind the kernel's positional names."""
+        ins = ", ".join(f"in{i} = %{u.name} ({kind})"
+                        for i, (u, kind) in enumerate(zip(self.sub.inputs, self.kinds)))
+        outs = ", ".join(f"out{i} = %{v.name}" for i, v in enumerate(self.sub.outputs))
+        return f"# {self.name}: {ins}\n# {outs}\n"
+
+    # -- source --------------------------------------------------------------------------------
+    def _source(self) -> str:
+        # Positional names (in0, t0, out0), so that the same group in another layer or
+        # graph is the same source: one compile, one cache entry. The comment block above
+        # the module maps them back to the graph's values.
+        var = {}
+        params, rows, loads, hoisted = [], [], [], []
+        for i, (u, kind) in enumerate(zip(self.sub.inputs, self.kinds)):
+            arr = f"in{i}"
+            var[u] = f"x{i}"
+            params.append(arr)
+            if kind in ("col", "scalar"):   # one value per row: read once
+                hoisted.append(f"{var[u]} = {arr}[{'r' if kind == 'col' else '0'}]")
+            elif kind == "row":
+                loads.append(f"{var[u]} = {arr}[j]")
+            else:   # this row's slice: indices from 0 let LLVM drop the wraparound checks
+                rows.append(f"{arr}_r = {arr}[base:base + m]")
+                loads.append(f"{var[u]} = {arr}_r[j]")
+        body = []
+        for node in self.members:
+            v = node.outputs[0]
+            var[v] = f"t{len(body)}"
+            body.append(f"{var[v]} = {self._expr(node, var)}    # {node.op.name}")
+        outs = [f"out{i}" for i in range(len(self.sub.outputs))]
+        red = self.reduction.outputs[0] if self.reduction else None
+        stores = []
+        for o, v in zip(outs, self.sub.outputs):
+            if v is not red:
+                rows.append(f"{o}_r = {o}[base:base + m]")
+                stores.append(f"{o}_r[j] = {var[v]}")
+        loop = "prange" if self.parallel else "range"
+        lines = [f"for r in {loop}(R):", "    base = r * C", "    m = min(C, n - base)",
+                 *("    " + h for h in hoisted + rows)]
+        if red is not None:
+            lines += ["    " + self._acc_init()]
+        lines += ["    for j in range(m):"]
+        lines += ["        " + s for s in loads + body + stores]
+        if red is not None:
+            lines += ["        " + self._acc_step(var[self.reduction.inputs[0]])]
+            lines += [f"    {outs[self.sub.outputs.index(red)]}[r] = {self._acc_result(red)}"]
+        ops = ", ".join(n.op.name for n in self.sub.nodes)
+        header = [
+            '"""Generated by dualgraph: one fused group."""',
+            "import math", "", "import numpy as np", "from numba import njit, prange", "",
+            "from dualgraph.codegen.fastmath import exp32, tanh32, where, sign", "", "",
+            f"@njit(parallel={self.parallel}, fastmath={self._fastmath()}, "
+            'error_model="numpy", cache=True)',
+            f"def kernel(R, C, n, {', '.join(params + outs)}):",
+            f'    """{ops}"""']
+        return "\n".join(header + ["    " + line for line in lines]) + "\n"
+
+    def _fastmath(self) -> str:
+        flags = REDUCTION_FASTMATH if self.reduction is not None else ()
+        return "{" + ", ".join(repr(f) for f in flags) + "}" if flags else "False"
+
+    def _expr(self, node: Node, var: dict) -> str:
+        """A member's scalar expression: its template with operands, typed literals and the
+        kernel module's function names, cast to the member's dtype."""
+        dtype = node.outputs[0].dtype
+        ctor = _dtype_ctor(dtype)
+        text = node.op.elementwise
+        if re.search(r"\*\*|//|%", text):   # libm pow, Python-rounded division: NumPy
+            raise Unsupported(f"{node.op.name} runs faster and exactly in NumPy")
+        if dtype.kind == "f":   # literals in the template take the member's float type
+            text = _NUMBER.sub(lambda m: f"{ctor}({m.group(0)})", text)
+        text = _CALL.sub(lambda m: self._function(m.group(1), node, dtype) + "(", text)
+
+        def operand(x):
+            if isinstance(x, Value):   # kernels cast operands to the result type first
+                cast = dtype.kind == "f" and x.dtype != dtype and x.dtype.kind != "b"
+                return f"{ctor}({var[x]})" if cast else var[x]
+            if dtype.kind == "f" and type(x) in (int, float) and math.isfinite(x):
+                return f"{ctor}({x!r})"
+            return python.literal(x, None) if type(x) is not float else f"float({str(x)!r})"
+        fields = {str(i): operand(x) for i, x in enumerate(node.inputs)}
+        for k, val in node.attrs.items():
+            fields[k] = operand(val) if type(val) in (int, float, bool) else None
+        try:
+            expr = re.sub(r"\{(\w+)\}", lambda m: _field(fields, m.group(1)), text)
+        except KeyError as e:
+            raise Unsupported(f"{node.op.name}: attr {e} has no scalar form") from None
+        return f"{ctor}({expr})"
+
+    def _function(self, name: str, node: Node, dtype) -> str:
+        if name == "cast":
+            return _dtype_ctor(node.attrs["dtype"])
+        if self.fast_math and dtype == np.float32 and name in _FAST32:
+            return _FAST32[name]
+        if name in _SPECIAL:
+            return _SPECIAL[name]
+        if name in _EXACT:
+            return f"np.{name}"
+        raise Unsupported(f"{node.op.name}: {name} runs faster and exactly in NumPy")
+
+    def _acc_init(self) -> str:
+        op = self.reduction.op.name
+        return {"sum": "acc = 0.0", "mean": "acc = 0.0", "amax": "acc = -np.inf",
+                "amin": "acc = np.inf"}[op]
+
+    def _acc_step(self, x: str) -> str:
+        op = self.reduction.op.name
+        if op in ("sum", "mean"):
+            return f"acc += {x}"
+        cmp = ">" if op == "amax" else "<"   # NaN wins, as in np.amax
+        return f"acc = {x} if ({x} {cmp} acc or {x} != {x}) else acc"
+
+    def _acc_result(self, red: Value) -> str:
+        ctor = _dtype_ctor(red.dtype)
+        return f"{ctor}(acc / C)" if self.reduction.op.name == "mean" else f"{ctor}(acc)"
+
+    # -- running -------------------------------------------------------------------------------
+    def __call__(self, inputs, out):
+        shape = np.broadcast_shapes(*(a.shape for a in inputs))
+        if self.reduction is not None:
+            shape = np.broadcast_shapes(shape, _full_shape(self.reduction, inputs, self.sub))
+        n = math.prod(shape)
+        if self.split is None:
+            C = CHUNK
+            R = -(-n // C)
+        else:
+            R, C = math.prod(shape[:self.split]), math.prod(shape[self.split:])
+        args = [_flat(a, kind, shape) for a, kind in zip(inputs, self.kinds)]
+        results = []
+        for i, v in enumerate(self.sub.outputs):
+            o = out[i] if out is not None else None
+            if o is None:
+                o = np.empty(_out_shape(v, shape, self.reduction), v.dtype)
+            results.append(o)
+        fn = self._compiled()
+        fn(R, C, n, *args, *(o.reshape(-1) for o in results))
+        self.compiled = True
+        return tuple(results)
+
+    def _compiled(self):
+        if self._fn is None:
+            from .cache import load_module
+            self._fn = load_module(self.source).kernel
+        return self._fn
+
+
+def _static_size(shape) -> float:
+    """Elements of ``shape``; a symbolic dim counts as large (it is a batch size)."""
+    return math.inf if any(isinstance(d, Sym) for d in shape) else math.prod(shape)
+
+
+def _field(fields: dict, key: str) -> str:
+    val = fields[key]
+    if val is None:
+        raise KeyError(key)
+    return val
+
+
+def _full_shape(red: Node, inputs, sub: Graph) -> tuple:
+    """The reduction input's shape at run time (the group's iteration shape)."""
+    x = red.inputs[0]
+    if x in sub.inputs:
+        return inputs[sub.inputs.index(x)].shape
+    return ()
+
+
+def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
+    if kind == "materialise":
+        a = np.broadcast_to(a, shape)
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _out_shape(v: Value, shape: tuple, reduction) -> tuple:
+    if reduction is None or v is not reduction.outputs[0]:
+        return shape
+    dims = reduction.attrs["dims"]
+    k = 0 if dims is None else len(shape) - len(dims)
+    return shape[:k] + ((1,) * (len(shape) - k) if reduction.attrs["keepdim"] else ())

@@ -1,0 +1,271 @@
+"""Graph -> one readable Python function, compiled and registered in ``linecache``.
+
+Each node becomes one line that calls its registry kernel (bound as a global of the
+generated module: ``k_matmul = REGISTRY['matmul'].kernel``) with attrs as literal keyword
+arguments and the user's source location as a comment. Elementwise ops whose scalar
+expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
+buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
+compiled kernel (``f_add_2``). Intermediates are ``del``-ed after their last use, symbolic
+dims are read off the input shapes at the top::
+
+    def graph_fn(x, w, bufs):
+        B = x.shape[0]
+        matmul = k_matmul(x, w)    # model.py:14
+        relu = np.maximum(matmul, 0, out=bufs[0])    # model.py:14
+        del matmul
+        reshape = k_reshape(relu, shape=(B, 512))    # model.py:15
+        return [reshape]
+
+Registering the text in ``linecache`` (as torch.fx's ``GraphModule`` does) makes tracebacks,
+``inspect.getsource`` and debuggers show the generated lines.
+"""
+from __future__ import annotations
+
+import builtins
+import keyword
+import linecache
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .._helpers import short_location
+from ..graph import Graph, Node, Value
+from ..ops.opdef import REGISTRY
+from ..shapes import Sym
+from . import ufuncs
+
+_NON_WORD = re.compile(r"\W")
+_counter = [0]   # distinct file names for linecache
+
+
+@dataclass
+class Program:
+    """Generated source, its compiled function and the module globals it runs in."""
+    source: str
+    fn: Callable
+    filename: str
+    globals: dict = field(default_factory=dict)
+
+
+class Namer:
+    """Python identifiers for values and module globals: readable, unique, never a keyword
+    or a builtin."""
+
+    def __init__(self, reserved=()):
+        self.used = set(reserved) | set(dir(builtins)) | {"np"}
+
+    def fresh(self, name: str) -> str:
+        base = _NON_WORD.sub("_", name) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        if keyword.iskeyword(base):
+            base += "_"
+        ident, n = base, 0
+        while ident in self.used:
+            n += 1
+            ident = f"{base}_{n}"
+        self.used.add(ident)
+        return ident
+
+
+class Module:
+    """The globals of one generated module: kernels and any attr that has no literal form
+    (subgraphs, unusual dtypes), each bound once under a readable name."""
+
+    def __init__(self, namer: Namer):
+        self.namer = namer
+        self.globals: dict = {"np": np}
+        self._bound: dict = {}   # (kind, id) -> name
+
+    def bind(self, prefix: str, obj, key=None) -> str:
+        key = key if key is not None else ("obj", id(obj))
+        name = self._bound.get(key)
+        if name is None:
+            name = self._bound[key] = self.namer.fresh(prefix)
+            self.globals[name] = obj
+        return name
+
+    def kernel(self, opname: str) -> str:
+        return self.bind(f"k_{opname}", REGISTRY[opname].kernel, ("kernel", opname))
+
+
+def literal(val, module: Module) -> str:
+    """Source text that evaluates to ``val`` (an attr or a literal node input)."""
+    if isinstance(val, float) and not math.isfinite(val):
+        return f"float({str(val)!r})"
+    if val is None or isinstance(val, (bool, int, float, str)) or val is Ellipsis:
+        return repr(val)
+    if isinstance(val, Sym):
+        return sym_expr(val)
+    if isinstance(val, tuple):
+        items = [literal(v, module) for v in val]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(val, list):
+        return f"[{', '.join(literal(v, module) for v in val)}]"
+    if isinstance(val, slice):
+        parts = (literal(v, module) for v in (val.start, val.stop, val.step))
+        return f"slice({', '.join(parts)})"
+    if isinstance(val, np.dtype) and val.type.__module__ == "numpy":
+        return f"np.dtype({val.name!r})"
+    return module.bind("g" if isinstance(val, Graph) else "attr", val)
+
+
+def sym_expr(dim: Sym) -> str:
+    """``784*B`` -> ``784 * B``: the dim from the sizes bound at the top of the function."""
+    parts = list(dim.names) + ([str(dim.coef)] if dim.coef != 1 else [])
+    return " * ".join(parts)
+
+
+def bind_syms(graph: Graph, names: dict) -> list[str]:
+    """Lines binding every symbolic dim name of the inputs from their shapes
+    (``B = x.shape[0]``); a dim of several names is solved once the others are known."""
+    known: set[str] = set()
+    lines = []
+    pending = [(names[v], i, d) for v in graph.inputs for i, d in enumerate(v.shape)
+               if isinstance(d, Sym)]
+    progress = True
+    while pending and progress:
+        progress = False
+        for item in list(pending):
+            ident, i, d = item
+            free = [n for n in d.names if n not in known]
+            if len(free) > 1:
+                continue
+            pending.remove(item)
+            if not free:
+                continue
+            rest = Sym(coef=d.coef, names=tuple(n for n in d.names if n != free[0]))
+            div = sym_expr(rest) if rest.names else (str(d.coef) if d.coef != 1 else "")
+            expr = f"{ident}.shape[{i}]" + (f" // ({div})" if div else "")
+            lines.append(f"{free[0]} = {expr}")
+            known.add(free[0])
+            progress = True
+    return lines
+
+
+def last_uses(graph: Graph) -> dict[int, list[Value]]:
+    """node index -> intermediate values read for the last time there (or, when never
+    read, right after they are made)."""
+    keep = set(graph.outputs) | set(graph.inputs) | set(graph.constants)
+    last = {}
+    for i, node in enumerate(graph.nodes):
+        for v in node.outputs:
+            last[v] = i
+        for x in node.inputs:
+            if isinstance(x, Value):
+                last[x] = i
+    by_node: dict[int, list[Value]] = {}
+    for v, i in last.items():
+        if v not in keep:
+            by_node.setdefault(i, []).append(v)
+    return by_node
+
+
+def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = None,
+             instrument: bool = False, name: str = "graph_fn") -> Program:
+    """Compile ``graph`` into a Python function ``name(*inputs[, bufs][, on_node])``.
+
+    ``slots`` maps values to indices into ``bufs`` (the preallocated outputs); ``fused``
+    turns a ``fused`` node into a callable ``kernel(*inputs, out=None)`` (the fused-kernel
+    compiler); ``instrument`` calls ``on_node(node, outputs)`` after each node (checked mode).
+    """
+    slots = slots or {}
+    syms = sorted({n for v in graph.inputs for d in v.shape if isinstance(d, Sym)
+                   for n in d.names})
+    namer = Namer(syms + ["bufs", "on_node", "NODES"])
+    module = Module(namer)
+    names: dict[Value, str] = {}
+    for v in graph.inputs:
+        names[v] = namer.fresh(v.name)
+    for v in graph.constants:
+        names[v] = module.bind(f"c_{v.name}", graph.constants[v])
+    params = [names[v] for v in graph.inputs] + (["bufs"] if slots else [])
+    params += ["on_node"] if instrument else []
+    body = [f'"""Generated by dualgraph from a graph of {len(graph.nodes)} nodes.'
+            + ('\nbufs: preallocated outputs, reused across calls."""' if slots else '"""')]
+    dead = last_uses(graph)
+    if instrument:
+        module.globals["NODES"] = list(graph.nodes)
+    for i, node in enumerate(graph.nodes):
+        for v in node.outputs:
+            names[v] = namer.fresh(v.name)
+        body += node_lines(node, names, slots, module, fused)
+        if instrument:
+            outs = ", ".join(names[v] for v in node.outputs)
+            body.append(f"on_node(NODES[{i}], ({outs},))")
+        gone = [names[v] for v in dead.get(i, ())]
+        if gone:
+            body.append(f"del {', '.join(gone)}")
+    body.append(f"return [{', '.join(names[v] for v in graph.outputs)}]")
+    text = "\n".join(body)
+    if any(re.search(rf"\b{n}\b", text) for n in syms):   # bind dims only when used
+        body[1:1] = bind_syms(graph, names)
+    source = f"def {name}({', '.join(params)}):\n" + "".join(
+        "    " + line.replace("\n", "\n    ") + "\n" for line in body)
+    return compile_source(source, name, module.globals)
+
+
+def compile_source(source: str, name: str, module_globals: dict) -> Program:
+    """``exec`` ``source`` as its own module registered in ``linecache``."""
+    _counter[0] += 1
+    filename = f"<dualgraph-generated-{_counter[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), module_globals)
+    return Program(source, module_globals[name], filename, module_globals)
+
+
+def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> list[str]:
+    """The line(s) computing ``node``'s outputs."""
+    comment = f"    # {short_location(node.location)}" if node.location else ""
+    outs = [names[v] for v in node.outputs]
+    if node.op.name == "fused" and fused is not None:
+        call = fused_call(node, names, slots, module, fused)
+    else:
+        call = ufunc_call(node, names, slots, module) or kernel_call(node, names, module)
+    target = outs[0] if node.op.num_outputs == 1 else ", ".join(outs)
+    if len(outs) == 1 and node.op.num_outputs != 1:
+        target += ","   # a kernel with a variable number of outputs returns a tuple
+    lines = [f"{target} = {call}{comment}"]
+    # kernels return NumPy scalars for 0-d results; the graph's values are arrays
+    lines += [f"{names[v]} = np.asarray({names[v]})" for v in node.outputs
+              if v.ndim == 0 and not (node.op.name == "fused" and fused is not None)]
+    return lines
+
+
+def operand(x, names: dict, module: Module) -> str:
+    return names[x] if isinstance(x, Value) else literal(x, module)
+
+
+def kernel_call(node: Node, names: dict, module: Module) -> str:
+    args = [operand(x, names, module) for x in node.inputs]
+    args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
+    return f"{module.kernel(node.op.name)}({', '.join(args)})"
+
+
+def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:
+    """``np.add(a, b, out=bufs[2])`` when the op's scalar expression is one ufunc that gives
+    exactly its kernel's result for these dtypes (see ``ufuncs.direct``); else None."""
+    found = ufuncs.direct(node)
+    if found is None:
+        return None
+    ufunc, args = found
+    text = [operand(node.inputs[a], names, module) if isinstance(a, int)
+            else literal(a.value, module) for a in args]
+    slot = slots.get(node.outputs[0])
+    if slot is not None:
+        text.append(f"out=bufs[{slot}]")
+    return f"np.{ufunc.__name__}({', '.join(text)})"
+
+
+def fused_call(node: Node, names: dict, slots: dict, module: Module, fused) -> str:
+    kernel = fused(node)
+    fname = module.bind(f"f_{node.outputs[-1].name}", kernel)
+    args = [operand(x, names, module) for x in node.inputs]
+    outs = [slots.get(v) for v in node.outputs]
+    if any(s is not None for s in outs):
+        items = [f"bufs[{s}]" if s is not None else "None" for s in outs]
+        args.append(f"out=({', '.join(items)},)")
+    return f"{fname}({', '.join(args)})"

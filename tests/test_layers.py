@@ -1,0 +1,178 @@
+"""The layering of STYLE.md ("Layers: what may import what"), checked by parsing imports.
+
+Every module under ``dualgraph/`` gets a layer from ``LAYERS``; no module may import a
+module of a higher layer. Imports inside functions count too: a deferred import is still a
+dependency, only hidden from the reader. The training library (``nn/``, ``optim/``,
+``utils/``, ``amp/``, ``io.py``, ``distributed/``) sits at layer 7 but may import layers 0-3
+only (plus its own package), so that it runs unchanged eagerly or captured; ``export/``
+may import layers 0-6.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import dualgraph
+
+ROOT = pathlib.Path(dualgraph.__file__).parent
+
+# module prefix (relative to dualgraph, dotted) -> layer; the longest matching prefix wins,
+# so ``ops.opdef`` is layer 1 while the rest of ``ops`` is layer 3. "" is the package itself.
+LAYERS = {
+    "_helpers": 0, "dtypes": 0, "shapes": 0, "errors": 0, "_pytree": 0,
+    "ops.opdef": 1, "graph": 1,
+    "tensor": 2, "dispatch": 2, "autograd.tape": 2,
+    "ops": 3, "autograd": 3,
+    "passes": 4,
+    "codegen": 5,
+    "capture": 6,
+    "nn": 7, "optim": 7, "utils": 7, "amp": 7, "io": 7, "distributed": 7, "export": 7,
+    "": 8, "__main__": 8, "tools": 8, "jit": 8, "static": 8, "demo": 8, "onnx": 8,
+    "profiler": 8,
+}
+
+# layer-7 packages reach less far down than their layer says (besides their own modules):
+# the training library runs unchanged eager or captured, so it sees no capture machinery
+REACH = {"nn": 3, "optim": 3, "utils": 3, "amp": 3, "io": 3, "distributed": 3, "export": 6}
+
+# (importer, imported) -> why the edge is fine although it points upwards. Keep it short:
+# every entry is a design decision someone should be able to defend.
+ALLOWED: dict[tuple[str, str], str] = {}
+
+# outside packages dualgraph itself must never import: torch, jax and onnxruntime are test
+# oracles only, and pickle would make loading a file run code
+FORBIDDEN = {"torch", "jax", "jaxlib", "onnxruntime", "tensorflow", "pickle", "dill"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_package(name: str) -> bool:
+    return (ROOT / name.replace(".", "/") / "__init__.py").exists() if name else True
+
+
+def _is_module(name: str) -> bool:
+    return _is_package(name) or (ROOT / (name.replace(".", "/") + ".py")).exists()
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
+def _imports(name: str, tree: ast.AST):
+    """(line, imported) for every import in ``tree``: dualgraph modules relative to the
+    package (``"ops.shape"``), other packages as ``"<top>"`` with a leading ``!``."""
+    here = name if _is_package(name) else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top, _, rest = alias.name.partition(".")
+                yield node.lineno, rest if top == "dualgraph" else "!" + top
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".") if here else []
+                base = base[:len(base) - (node.level - 1)]
+                target = _join(*base, node.module or "")
+            else:
+                top, _, rest = (node.module or "").partition(".")
+                if top != "dualgraph":
+                    yield node.lineno, "!" + top
+                    continue
+                target = rest
+            for alias in node.names:
+                # ``from pkg import mod`` imports the module; ``from mod import name`` the module
+                sub = _join(target, alias.name)
+                yield node.lineno, sub if alias.name != "*" and _is_module(sub) else target
+
+
+def layer_of(name: str) -> int | None:
+    for prefix in sorted(LAYERS, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + ".") or prefix == "":
+            return LAYERS[prefix]
+    return None
+
+
+def _path(name: str) -> str:
+    where = name.replace(".", "/")
+    return f"dualgraph/{where}/__init__.py" if _is_package(name) else f"dualgraph/{where}.py"
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _reach(name: str) -> int:
+    """The highest layer ``name`` may import."""
+    return REACH.get(_top(name), layer_of(name))
+
+
+MODULES = sorted((_module_name(p), p) for p in ROOT.rglob("*.py"))
+EDGES = [(name, line, imported) for name, path in MODULES
+         for line, imported in _imports(name, ast.parse(path.read_text(), str(path)))]
+
+
+def test_every_module_has_a_layer():
+    unknown = [name for name, _ in MODULES
+               if name and "." not in name and name not in LAYERS]
+    assert not unknown, f"new top-level modules {unknown}: give each a layer in LAYERS"
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = []
+    for name, line, imported in EDGES:
+        if imported.startswith("!") or (name, imported) in ALLOWED:
+            continue
+        same_package = _top(imported) == _top(name) and _top(name) in REACH
+        if layer_of(imported) > _reach(name) and not same_package:
+            bad.append(f"{_path(name)}:{line} (layer {layer_of(name)}) imports "
+                       f"{imported} (layer {layer_of(imported)})")
+    assert not bad, "layering violations (STYLE.md):\n" + "\n".join(bad)
+
+
+def test_graph_reads_only_the_registry_of_ops():
+    bad = [f"{_path(name)}:{line} imports {imported}" for name, line, imported in EDGES
+           if _top(name) == "graph" and _top(imported) == "ops" and imported != "ops.opdef"]
+    assert not bad, "graph/ may read the op registry (ops.opdef), never a family:\n" \
+        + "\n".join(bad)
+
+
+def test_no_test_oracle_or_pickle_is_imported():
+    bad = [f"{_path(name)}:{line} imports {imported[1:]}" for name, line, imported in EDGES
+           if imported.startswith("!") and imported[1:] in FORBIDDEN]
+    assert not bad, "\n".join(bad)
+
+
+def test_allow_list_entries_are_still_needed():
+    edges = {(name, imported) for name, _, imported in EDGES}
+    stale = [edge for edge in ALLOWED if edge not in edges]
+    assert not stale, f"remove these from ALLOWED, the imports are gone: {stale}"
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("from ..ops import opdef", "ops.opdef"),
+    ("from ..ops.opdef import REGISTRY", "ops.opdef"),
+    ("from .. import dtypes", "dtypes"),
+    ("from . import ir", "graph.ir"),
+    ("from .ir import Graph", "graph.ir"),
+    ("import dualgraph.nn.functional as F", "nn.functional"),
+    ("def f():\n    from ..capture import Compiled", "capture"),
+    ("from ..capture import compile", "capture.compile"),
+    ("import numpy as np", "!numpy"),
+])
+def test_import_resolution(source, expected):
+    """The parser itself: relative imports resolve from the module's package, and ``from
+    pkg import mod`` names the module rather than the package."""
+    got = [imported for _, imported in _imports("graph.printer", ast.parse(source))]
+    assert got == [expected]
+
+
+def test_layer_lookup():
+    assert [layer_of(m) for m in ("ops.opdef", "ops.shape", "autograd.tape",
+                                  "autograd.engine", "graph.ir", "", "nn.layers.norm")] \
+        == [1, 3, 2, 3, 1, 8, 7]
