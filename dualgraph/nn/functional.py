@@ -22,6 +22,7 @@ import numpy as np
 from ..autograd import no_grad
 from ..ops import creation, index as index_ops, linalg, reduce as red
 from ..ops import elementwise as ew
+from ..ops import norm as norm_ops
 from ..ops import shape as shape_ops
 from ..ops.conv import *  # noqa: F401,F403
 from ..ops.elementwise import *  # noqa: F401,F403
@@ -411,7 +412,7 @@ def _normalized_dims(name, input, normalized_shape) -> tuple:
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing ``normalized_shape`` dims, then scale and shift."""
     dims = _normalized_dims("layer_norm", input, normalized_shape)
-    return _affine(_standardize(input, dims, eps)[0], weight, bias)
+    return norm_ops.layer_norm(input, len(dims), weight, bias, eps)
 
 
 _MACHINE_EPS = {2: 2.0 ** -10, 4: 2.0 ** -23, 8: 2.0 ** -52}   # by itemsize

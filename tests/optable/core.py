@@ -88,3 +88,27 @@ CASES += [
     OpCase("lstm_cell", _lstm, [In((3, 8)), In((3, 2))], dtypes=("float32", "float64")),
     OpCase("lstm_cell_backward", _lstm_grads, [In((2, 8)), In((2, 2)), In((2, 2), grad=False)]),
 ]
+
+
+# Fused layer norm and its backward (whose gradients are the second derivatives).
+def _ln(m, x, w, b):
+    return m.nn.functional.layer_norm(x, (4,), w, b)
+
+
+def _ln_grads(m, x, w, v):
+    """First derivatives of layer_norm (create_graph), also under no_grad."""
+    with m.enable_grad():
+        for t in (x, w):
+            if not t.requires_grad:
+                t.requires_grad_()
+        y = m.nn.functional.layer_norm(x, (4,), w, None)
+        return m.autograd.grad(y, [x, w], v, create_graph=True)
+
+
+CASES += [
+    OpCase("layer_norm", _ln, [In((3, 4)), In((4,)), In((4,))],
+           dtypes=("float32", "float64", "float16", "bfloat16")),
+    OpCase("layer_norm", lambda m, x: m.nn.functional.layer_norm(x, (2, 3)), [In((2, 2, 3))],
+           "no-affine"),
+    OpCase("layer_norm_backward", _ln_grads, [In((2, 4)), In((4,)), In((2, 4))]),
+]

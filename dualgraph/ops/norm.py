@@ -1,0 +1,124 @@
+"""Fused layer normalisation: ``layer_norm`` and its backward, each one kernel.
+
+As a composite, LayerNorm is ~8 passes over the activations forward (mean, centre, square,
+mean, rsqrt, scale, weight, bias) and ~15 backward; as one op it is a few in-place passes,
+and the backward uses the saved mean and 1/std. The backward's own VJP is the autodiff of
+the composite form, so gradients of gradients still work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dispatch import apply
+from ..shapes import ShapedType, reduced_shape
+from . import elementwise as ew
+from . import reduce as red
+from .opdef import defop
+
+__all__: list = []
+
+
+def _axes(x, n_dims):
+    return tuple(range(x.ndim - n_dims, x.ndim))
+
+
+def _stat_dtype(dt):
+    """Statistics of half-precision inputs are kept in float32."""
+    return dt if dt.itemsize >= 4 else np.dtype(np.float32)
+
+
+def _layer_norm_kernel(x, weight, bias, n_dims, eps):
+    axes = _axes(x, n_dims)
+    xf = x if x.dtype.itemsize >= 4 else x.astype(np.float32)
+    mean = xf.mean(axis=axes, keepdims=True)
+    y = xf - mean
+    var = np.mean(np.square(y), axis=axes, keepdims=True)
+    rstd = np.sqrt(var + eps)
+    np.reciprocal(rstd, out=rstd)
+    y *= rstd
+    if weight is not None:
+        y *= weight
+    if bias is not None:
+        y += bias
+    return y.astype(x.dtype, copy=False), mean, rstd
+
+
+def _infer_layer_norm(x, weight, bias, n_dims, eps):
+    stats = ShapedType(reduced_shape(tuple(x.shape), _axes(x, n_dims), True),
+                       _stat_dtype(x.dtype))
+    return ShapedType(tuple(x.shape), x.dtype), stats, stats
+
+
+def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
+    axes = _axes(x, n_dims)
+    lead = tuple(range(x.ndim - n_dims))
+    gf = g if g.dtype.itemsize >= 4 else g.astype(np.float32)
+    xhat = x - mean
+    xhat *= rstd
+    gw = gf * weight if weight is not None else gf
+    dx = gw - gw.mean(axis=axes, keepdims=True)
+    dx -= xhat * np.mean(gw * xhat, axis=axes, keepdims=True)
+    dx *= rstd
+    dw = np.sum(gf * xhat, axis=lead)
+    db = np.sum(gf, axis=lead)
+    return dx.astype(x.dtype, copy=False), dw.astype(x.dtype), db.astype(x.dtype)
+
+
+def _infer_backward(g, x, weight, mean, rstd, n_dims, eps):
+    params = ShapedType(tuple(x.shape)[x.ndim - n_dims:], x.dtype)
+    return ShapedType(tuple(x.shape), x.dtype), params, params
+
+
+def layer_norm_composite(x, weight, bias, n_dims, eps):
+    """The same normalisation from reductions and elementwise ops."""
+    dims = _axes(x, n_dims)
+    mean = red.mean(x, dims, keepdim=True)
+    centred = x - mean
+    var = red.mean(centred * centred, dims, keepdim=True)
+    y = centred * ew.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def _vjp(g, out, x, weight, bias, n_dims, eps):
+    dx, dw, db = apply(LAYER_NORM_BACKWARD, g[0], x, weight, out[1], out[2], n_dims=n_dims,
+                       eps=eps)
+    return dx, dw if weight is not None else None, db if bias is not None else None
+
+
+def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
+    """Second derivatives, by autodiff of the composite's first derivatives (the bias
+    drops out of them; mean and 1/std are caches of x)."""
+    from ..autograd.engine import grad
+    from ..autograd.tape import enable_grad
+    with enable_grad():
+        gl, xl = g.detach().requires_grad_(), x.detach().requires_grad_()
+        wl = None if weight is None else weight.detach().requires_grad_()
+        y = layer_norm_composite(xl, wl, None, n_dims, eps)
+        wrt = [xl] + ([wl] if wl is not None else [])
+        firsts = grad(y, wrt, gl, create_graph=True)
+        cots = [gg[0]] + ([gg[1]] if wl is not None else [])
+        pairs = [(f, c) for f, c in zip(firsts, cots) if c is not None]
+        outs = grad([f for f, _ in pairs], [gl] + wrt, [c for _, c in pairs],
+                    create_graph=True, allow_unused=True)
+    dg, dx = outs[0], outs[1]
+    dw = outs[2] if wl is not None else None
+    return dg, dx, dw, None, None
+
+
+LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp,
+                   attrs=("n_dims", "eps"), num_outputs=3, differentiable_outputs=(0,),
+                   saves="io", onnx="LayerNormalization")
+LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
+                            _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
+                            num_outputs=3, saves="i", onnx=None)
+
+
+def layer_norm(x, n_dims: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise over the last ``n_dims`` dims, then scale and shift (one fused op)."""
+    y, _, _ = apply(LAYER_NORM, x, weight, bias, n_dims=n_dims, eps=float(eps))
+    return y
+
+
+METHODS: dict = {}
