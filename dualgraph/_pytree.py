@@ -6,17 +6,17 @@ from __future__ import annotations
 
 
 def flatten(tree) -> tuple[list, object]:
-    """``(leaves, spec)``."""
+    """``(leaves, spec)``; specs are nested tuples, so they hash and compare."""
     leaves: list = []
     return leaves, _flatten(tree, leaves)
 
 
 def _flatten(tree, leaves):
     if isinstance(tree, (tuple, list)):
-        return (type(tree), [_flatten(x, leaves) for x in tree])
+        return (type(tree), tuple(_flatten(x, leaves) for x in tree))
     if isinstance(tree, dict):
-        keys = list(tree)
-        return (dict, keys, [_flatten(tree[k], leaves) for k in keys])
+        keys = tuple(tree)
+        return (dict, keys, tuple(_flatten(tree[k], leaves) for k in keys))
     leaves.append(tree)
     return None
 

@@ -24,7 +24,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
-from .guards import describe_guards, explain_miss, signature
+from .guards import ModuleFacts, describe_guards, explain_miss, signature
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
@@ -73,8 +73,9 @@ class Entry:
                 arrays.append(grad._data)
         return arrays
 
-    def run(self, args, kwargs, on_node=None):
-        leaves, _ = flatten((args, kwargs))
+    def run(self, args, kwargs, on_node=None, leaves=None):
+        if leaves is None:
+            leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
         outs = self.executable.run(self.inputs(tensor_args), on_node=on_node)
         return self.finish(outs, tensor_args)
@@ -153,6 +154,7 @@ class Compiled:
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
+        self._module_facts = ModuleFacts(self.module)
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -165,8 +167,9 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if self._optimizers is None:
             self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
-        leaf_dynamic = self._leaf_dynamic(args, kwargs)
-        sig = signature(args, kwargs, leaf_dynamic, self.module, self._optimizers)
+        leaves, spec = flatten((args, kwargs))
+        leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
+        sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers)
         entry = self.cache.get(sig)
         if entry is None:
             if self.strict and self.cache:
@@ -184,16 +187,13 @@ class Compiled:
                 return checking.run_checked(self.fn, entry, args, kwargs)
         self._last = entry
         try:
-            return entry.run(args, kwargs)
+            return entry.run(args, kwargs, leaves=leaves)
         except _StaleGuard:
             del self.cache[sig]
             return self(*args, **kwargs)
 
-    def _leaf_dynamic(self, args, kwargs) -> list:
+    def _leaf_dynamic(self, args, kwargs, leaves) -> list:
         """Per argument leaf, {dim: Sym} for the dims marked dynamic."""
-        if not self.dynamic:
-            return []
-        leaves, _ = flatten((args, kwargs))
         if self.dynamic is True:
             return [{0: Sym("B")} if isinstance(x, Tensor) and x.ndim else None
                     for x in leaves]

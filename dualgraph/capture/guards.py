@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..autograd.tape import grad_mode
 from ..tensor import Tensor
-from .._pytree import flatten
 
 
 def arg_facts(leaf, dynamic_dims: dict | None):
@@ -20,18 +19,37 @@ def arg_facts(leaf, dynamic_dims: dict | None):
         if dynamic_dims:
             shape = tuple(dynamic_dims.get(i, d) for i, d in enumerate(shape))
             shape = tuple(str(d) if not isinstance(d, int) else d for d in shape)
-        return ("tensor", shape, leaf._data.dtype.name, bool(leaf.requires_grad))
+        return ("tensor", shape, leaf._data.dtype, bool(leaf.requires_grad))
     if leaf is None or isinstance(leaf, (bool, int, float, str)):
         return ("python", type(leaf).__name__, leaf)
     return ("object", type(leaf).__name__, id(leaf))
 
 
 def module_facts(module) -> tuple:
+    """Training flags of every submodule and the identity of every parameter."""
     if module is None:
         return ()
     training = tuple(m.training for m in module.modules())
     params = tuple(id(p) for p in module.parameters())
     return (training, params)
+
+
+class ModuleFacts:
+    """``module_facts``, recomputed only when some module changed: modules count their
+    attribute changes (``_structure_version``), so an unchanged model costs one check."""
+
+    def __init__(self, module):
+        self.module, self.version, self.facts = module, None, ()
+
+    def get(self) -> tuple:
+        if self.module is None:
+            return ()
+        counter = getattr(self.module, "_structure_version", None)
+        version = counter() if counter is not None else None
+        if version is None or version != self.version:
+            self.facts = module_facts(self.module)
+            self.version = version
+        return self.facts
 
 
 def optimizer_facts(optimizers) -> tuple:
@@ -46,12 +64,13 @@ def optimizer_facts(optimizers) -> tuple:
     return tuple(out)
 
 
-def signature(args, kwargs, leaf_dynamic: list, module, optimizers=()) -> tuple:
-    leaves, spec = flatten((args, kwargs))
-    facts = tuple(arg_facts(leaf, leaf_dynamic[i] if i < len(leaf_dynamic) else None)
-                  for i, leaf in enumerate(leaves))
-    return (repr(spec), facts, grad_mode.enabled, module_facts(module),
-            optimizer_facts(optimizers))
+def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=()) -> tuple:
+    """The guarded facts of one call, from its flattened arguments."""
+    if leaf_dynamic:
+        facts = tuple(arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves))
+    else:
+        facts = tuple(arg_facts(leaf, None) for leaf in leaves)
+    return (spec, facts, grad_mode.enabled, module_facts, optimizer_facts(optimizers))
 
 
 def describe_guards(sig, leaf_names: list) -> list[str]:

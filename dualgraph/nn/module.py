@@ -86,6 +86,9 @@ def _typename(value) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
 
 
+_STRUCTURE_VERSION = [0]
+
+
 class Module:
     """Base class of all models and layers: subclass it, assign parameters, buffers and
     submodules as attributes in ``__init__``, and define ``forward``.
@@ -180,6 +183,7 @@ class Module:
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Add ``param`` (a Parameter, or None to reserve the name) as ``self.<name>``."""
+        _STRUCTURE_VERSION[0] += 1
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
         self._check_new_name("parameter", name, self._parameters)
@@ -197,6 +201,7 @@ class Module:
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True):
         """Add ``tensor`` as state that is not a parameter (``self.<name>``). Persistent
         buffers are part of ``state_dict``; non-persistent ones are not."""
+        _STRUCTURE_VERSION[0] += 1
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot assign buffer before Module.__init__() call")
         self._check_new_name("buffer", name, self._buffers)
@@ -212,6 +217,7 @@ class Module:
 
     def add_module(self, name: str, module: Module | None) -> None:
         """Add a child module as ``self.<name>``."""
+        _STRUCTURE_VERSION[0] += 1
         if not isinstance(module, Module) and module is not None:
             raise TypeError(f"{_typename(module)} is not a Module subclass")
         self._check_new_name("module", name, self._modules)
@@ -219,7 +225,14 @@ class Module:
 
     register_module = add_module
 
+    @staticmethod
+    def _structure_version() -> int:
+        """Bumped by every attribute change of any module: lets dg.compile's guards skip
+        re-walking an unchanged model (its training flags and parameters) at every call."""
+        return _STRUCTURE_VERSION[0]
+
     def __setattr__(self, name: str, value):
+        _STRUCTURE_VERSION[0] += 1
         params = self.__dict__.get("_parameters")
         if isinstance(value, Parameter):
             if params is None:
@@ -269,6 +282,7 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str):
+        _STRUCTURE_VERSION[0] += 1
         for registry in (self._parameters, self._buffers, self._modules):
             if name in registry:
                 del registry[name]
