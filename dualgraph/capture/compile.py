@@ -47,17 +47,17 @@ class Entry:
     """A captured graph for one signature, ready to run; with ``backward`` (see
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
-    def __init__(self, capture: Capture, backward=None, passes=None):
+    def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False):
         self.capture = capture
         self.backward = backward
         self.graph, self.reports = optimize(capture.graph, passes)
-        self.executable = Executable(self.graph)
+        self.executable = Executable(self.graph, fast_math=fast_math)
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.backward_executable = None
         if backward is not None:
             graph, reports = optimize(backward.graph, passes)
             self.reports += [r for r in reports]
-            self.backward_executable = Executable(graph)
+            self.backward_executable = Executable(graph, fast_math=fast_math)
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -139,9 +139,10 @@ class Compiled:
     """The callable ``dg.compile`` returns; see the module docstring."""
 
     def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None, passes=None,
-                 retrace_limit=RETRACE_LIMIT, strict=False):
+                 fast_math=False, retrace_limit=RETRACE_LIMIT, strict=False):
         self.fn = fn
         self.passes = passes
+        self.fast_math = fast_math   # fused kernels may use approximate exp/tanh
         self.strict = strict     # dg.jit.trace: a new signature is an error, not a retrace
         self.module = fn if is_module(fn) else None
         self.check = check
@@ -249,7 +250,7 @@ class Compiled:
         except CaptureError as e:
             return self._graph_break(e)
         capture.graph.verify()
-        entry = Entry(capture, backward, self.passes)
+        entry = Entry(capture, backward, self.passes, self.fast_math)
         if self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"
@@ -329,16 +330,22 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None):
+def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None,
+            fast_math=False):
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
+
+    ``passes`` selects the optimisation passes (None: all; False: none; names to run; or
+    ``{name: False}`` to switch some off). ``fast_math=True`` lets fused kernels use
+    vectorised float32 exp/tanh approximations (~3e-7 relative error) instead of NumPy's.
 
     >>> import dualgraph as dg
     >>> f = dg.compile(lambda x: dg.exp(x) * 2)
     >>> f(dg.zeros(2))
     tensor([2., 2.])
     """
-    options = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes)
+    options = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
+                   fast_math=fast_math)
     if fn is None:
         return lambda f: Compiled(f, **options)
     return Compiled(fn, **options)
