@@ -37,6 +37,23 @@ def torch_style_impls(build, check=None, inference=False) -> dict:
             "torch_eager": make("torch", False), "torch_compile": make("torch", True)}
 
 
+def training_step(lib, model, data, make_optimizer, loss=None):
+    """``(train_step, x, y)``, what a training workload's ``build`` returns: ``model`` gets
+    the weights ``data["params"]``, ``make_optimizer(parameters)`` its optimiser, and a step
+    is zero_grad, ``loss(model(x), y)`` (cross-entropy by default), backward, step."""
+    loss = loss or lib.nn.functional.cross_entropy
+    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
+    opt = make_optimizer(model.parameters())
+
+    def train_step(x, y):
+        opt.zero_grad()
+        value = loss(model(x), y)
+        value.backward()
+        opt.step()
+        return value
+    return train_step, lib.tensor(data["x"]), lib.tensor(data["y"])
+
+
 def jax_adam_step(loss_fn, data, lr, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8):
     """``step()`` for a jitted Adam (AdamW when ``weight_decay``) training step on
     ``loss_fn(params, x, y)``, written out as torch's: bias-corrected moments, eps added

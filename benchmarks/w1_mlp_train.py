@@ -13,7 +13,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from .common import torch_style_impls
+from .common import torch_style_impls, training_step
 
 ID, NAME = "W1", "mlp_train"
 SIZES = (784, 512, 512, 10)
@@ -45,16 +45,8 @@ def build(lib, data):
     nn = lib.nn
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
-    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
-    opt = lib.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-
-    def train_step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return train_step, lib.tensor(data["x"]), lib.tensor(data["y"])
+    return training_step(lib, model, data,
+                         lambda ps: lib.optim.SGD(ps, lr=LR, momentum=MOMENTUM))
 
 
 def jax_jit(data):

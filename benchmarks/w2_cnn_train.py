@@ -10,7 +10,7 @@ dualgraph and torch share one model definition, written once against the torch-s
 """
 import numpy as np
 
-from .common import jax_adam_step, torch_style_impls
+from .common import jax_adam_step, torch_style_impls, training_step
 
 ID, NAME = "W2", "cnn_train"
 BATCH = 64
@@ -42,16 +42,7 @@ def build(lib, data):
         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),                # 16x5x5
         nn.Flatten(),
         nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
-    opt = lib.optim.Adam(model.parameters(), lr=LR)
-
-    def train_step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return train_step, lib.tensor(data["x"]), lib.tensor(data["y"])
+    return training_step(lib, model, data, lambda ps: lib.optim.Adam(ps, lr=LR))
 
 
 def jax_jit(data):

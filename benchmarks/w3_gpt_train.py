@@ -12,7 +12,7 @@ loaded into every implementation.
 """
 import numpy as np
 
-from .common import jax_adam_step, torch_style_impls
+from .common import jax_adam_step, torch_style_impls, training_step
 
 ID, NAME = "W3", "gpt_train"
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 256, 128, 4, 2, 64, 16
@@ -95,17 +95,9 @@ def build(lib, data):
                 x = block(x)
             return self.head(self.ln_f(x))
 
-    model = GPT()
-    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
-    opt = lib.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-
-    def train_step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss
-    return train_step, lib.tensor(data["x"]), lib.tensor(data["y"])
+    return training_step(
+        lib, GPT(), data, lambda ps: lib.optim.AdamW(ps, lr=LR, weight_decay=WEIGHT_DECAY),
+        loss=lambda logits, y: F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)))
 
 
 def jax_jit(data):

@@ -1,8 +1,10 @@
-"""Small helpers with no dualgraph dependencies: where in the user's code are we?"""
+"""Small helpers with no dualgraph dependencies: where in the user's code we are, and
+writing a file atomically."""
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB_WRAPPERS = ("contextlib.py", "functools.py")
@@ -61,3 +63,40 @@ def short_location(location: str) -> str:
         return location
     path, _, line = location.rpartition(":")
     return f"{os.path.basename(path)}:{line}"
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that it holds either its old or its new content, never
+    a mix: a temp file in the same directory is written, fsync'ed and renamed over ``path``
+    (``os.replace``); on failure the temp file is removed and the old file is untouched."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable (POSIX); not possible on every platform."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import OrderedDict
 
 import numpy as np
 from safetensors import SafetensorError, TensorSpec, deserialize, serialize
 
 from . import dtypes
+from ._helpers import write_atomic
 from .tensor import Tensor
 
 __all__ = ["save", "load", "LoadError"]
@@ -118,35 +118,7 @@ def save(obj, f) -> None:
     if hasattr(f, "write"):
         f.write(data)
         return
-    path = os.fspath(f)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename itself durable (POSIX); not possible on every platform."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    write_atomic(f, data)
 
 
 # -- decoding ---------------------------------------------------------------------------------

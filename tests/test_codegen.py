@@ -11,9 +11,9 @@ import traceback
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
-import dualgraph as dg
 from dualgraph.codegen import Executable, kernels
 from dualgraph.codegen.kernels import numba_available
 from dualgraph.graph import Graph
@@ -128,32 +128,10 @@ def test_random_graphs_equal_the_interpreter(graph, seed):
         np.testing.assert_allclose(g[ok], w[ok], rtol=2e-5, atol=1e-6)
 
 
-def _training_step():
-    """A captured MLP training step: forward, cross-entropy, backward, SGD with momentum."""
-    dg.manual_seed(0)
-    nn, F = dg.nn, dg.nn.functional
-    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
-    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    @dg.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    x, y = dg.randn(8, 6), dg.tensor(np.array([0, 1, 2, 3, 0, 1, 2, 3]))
-    step(x, y)
-    step(x, y)   # the second call captures the momentum buffers too
-    entry = step._last
-    return step.graph, entry.inputs([x, y])
-
-
 @needs_numba
 def test_captured_training_step_equals_the_interpreter(monkeypatch):
     monkeypatch.setattr(kernels, "NUMBA_MIN", 0)   # compile even these tiny groups
-    graph, args = _training_step()
+    graph, args = training_step()
     want = interpret(graph, *args)
     assert_same(Executable(graph).run(args), want)
     exe = Executable(graph, passes="default")

@@ -87,21 +87,26 @@ def _targets(shape, ignore=None):
     return t
 
 
+@pytest.mark.parametrize("target", ["indices", "probabilities"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
-def test_cross_entropy_class_indices(layout, reduction, weighted, smoothing):
+def test_cross_entropy(target, layout, reduction, weighted, smoothing):
+    """Targets as class indices (some ignored, where there is a batch dim) or as class
+    probabilities (which get a gradient too)."""
     shape = LAYOUTS[layout]
     x = normal(*shape)
-    ignore = -100 if layout != "C" else None
-    t = _targets(shape, ignore)
+    if target == "indices":
+        t, grads = _targets(shape, -100 if layout != "C" else None), [0]
+    else:
+        t, grads = distribution(*shape, dim=0 if layout == "C" else 1), [0, 1]
     w = RNG.uniform(0.5, 2.0, 5)
 
     def fn(lib, f, x, t, w):
         return f.cross_entropy(x, t, w if weighted else None, reduction=reduction,
                                label_smoothing=smoothing)
-    compare(fn, x, t, w, grads=[0])
+    compare(fn, x, t, w, grads=grads)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -109,22 +114,6 @@ def test_cross_entropy_custom_ignore_index(reduction):
     x, t = normal(8, 4), classes(4, 8)
     compare(lambda lib, f, x, t: f.cross_entropy(x, t, ignore_index=2, reduction=reduction,
                                                  label_smoothing=0.1), x, t)
-
-
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("smoothing", [0.0, 0.3])
-def test_cross_entropy_probabilities(layout, reduction, weighted, smoothing):
-    shape = LAYOUTS[layout]
-    x = normal(*shape)
-    p = distribution(*shape, dim=0 if layout == "C" else 1)
-    w = RNG.uniform(0.5, 2.0, 5)
-
-    def fn(lib, f, x, p, w):
-        return f.cross_entropy(x, p, w if weighted else None, reduction=reduction,
-                               label_smoothing=smoothing)
-    compare(fn, x, p, w, grads=[0, 1])
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -3,9 +3,9 @@ verifier after every pass; the interpreter as the oracle (same results before an
 on random graphs and on a captured training step."""
 import numpy as np
 import pytest
+from graphs_for_tests import training_step
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import dualgraph as dg
 from dualgraph.graph import Graph, GraphError, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
                               plan_memory, run_pipeline, schedule, simplify)
@@ -344,29 +344,8 @@ def test_the_pipeline_preserves_results_on_random_graphs(graph, seed):
     assert all(str(r) for r in reports)
 
 
-def _training_step():
-    """A captured training step: an MLP, cross-entropy, backward and SGD with momentum."""
-    dg.manual_seed(0)
-    nn, F = dg.nn, dg.nn.functional
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    @dg.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    x, y = dg.randn(5, 4), dg.tensor(np.array([0, 1, 2, 0, 1]))
-    step(x, y)
-    step(x, y)   # the second call captures the momentum buffers too
-    return step.graph
-
-
 def test_the_pipeline_on_a_captured_training_step():
-    g = _training_step()
+    g, _ = training_step()
     new, reports = run_pipeline(g, verify=True)
     assert_same_results(g, new)
     assert len(new.nodes) < len(g.nodes)

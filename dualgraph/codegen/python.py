@@ -33,6 +33,7 @@ import numpy as np
 
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
+from ..graph.ir import unique_name
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from . import ufuncs
@@ -63,12 +64,7 @@ class Namer:
             base = "v" + base
         if keyword.iskeyword(base):
             base += "_"
-        ident, n = base, 0
-        while ident in self.used:
-            n += 1
-            ident = f"{base}_{n}"
-        self.used.add(ident)
-        return ident
+        return unique_name(base, self.used)
 
 
 class Module:

@@ -50,6 +50,16 @@ def type_str(shape, dtype) -> str:
     return f"{short}[{','.join(str(d) for d in shape)}]"
 
 
+def unique_name(base: str, used: set) -> str:
+    """``base``, or ``base_N`` with the first N that is not in ``used``; added to ``used``."""
+    name, n = base, 0
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    used.add(name)
+    return name
+
+
 def is_literal(x) -> bool:
     """A Python scalar passed straight to a kernel as a node input."""
     return type(x) in _LITERALS
@@ -202,13 +212,7 @@ class Graph:
     # -- building ----------------------------------------------------------------------------
     def _fresh(self, base: str) -> str:
         """A unique name from ``base``: invalid characters become ``_``, clashes get ``_N``."""
-        base = _NAME_CHARS.sub("_", base) or "v"
-        name, n = base, 0
-        while name in self._names:
-            n += 1
-            name = f"{base}_{n}"
-        self._names.add(name)
-        return name
+        return unique_name(_NAME_CHARS.sub("_", base) or "v", self._names)
 
     def _new_value(self, name, shape, dtype) -> Value:
         v = Value(self._fresh(name), as_shape(shape), as_dtype(dtype))

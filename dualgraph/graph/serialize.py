@@ -23,12 +23,12 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 
 import numpy as np
 import safetensors
 
 from .. import dtypes
+from .._helpers import write_atomic
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from .ir import Graph, GraphError, Value, parse_dim, type_str
@@ -80,8 +80,8 @@ def save(graph: Graph, path) -> None:
            "constants": {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
            "graph": body}
     text = _dumps(doc)
-    _write_atomic(constants_path(path), blob)
-    _write_atomic(os.fspath(path), text.encode("utf-8"))
+    write_atomic(constants_path(path), blob)
+    write_atomic(path, text.encode("utf-8"))
 
 
 def _dumps(doc: dict) -> str:
@@ -160,32 +160,6 @@ def _safetensors_bytes(tensors: dict) -> bytes:
              for k, a in arrays.items()}
     return bytes(safetensors.serialize(specs, metadata={"format": FORMAT,
                                                         "version": str(VERSION)}))
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``path`` so that it holds either its old or its new content, never a mix."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:   # make the rename itself durable (not possible on every platform)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
 
 
 # -- loading -------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from ..ops.linalg import linear
 from ..tensor import Tensor
 from . import functional as F
 from . import init
+from .layers._util import check_device, new_parameter, optional_parameter
 from .module import Module
 from .parameter import Parameter
 
@@ -102,15 +103,6 @@ def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
     return shape_ops.stack(outputs, 0), state
 
 
-def _new_parameter(shape, dtype) -> Parameter:
-    return Parameter(creation.empty(*shape, dtype=dtype))
-
-
-def _check_device(device):
-    if device not in (None, "cpu"):
-        raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")
-
-
 def _check_size(name: str, value):
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
@@ -148,7 +140,7 @@ class RNNBase(Module):
                 "proj_size should be a positive integer or zero to disable projections")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        _check_device(device)
+        check_device(device)
         self.mode = mode
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -171,7 +163,7 @@ class RNNBase(Module):
                     shapes.append((proj_size, hidden_size))
                 names = self._weight_names(layer, direction)
                 for name, shape in zip(names, shapes, strict=True):
-                    setattr(self, name, _new_parameter(shape, dtype))
+                    setattr(self, name, new_parameter(shape, dtype=dtype))
                 self._all_weights.append(names)
         self.reset_parameters()
 
@@ -375,19 +367,14 @@ class RNNCellBase(Module):
     def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int,
                  device=None, dtype=None):
         super().__init__()
-        _check_device(device)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
         gates = num_chunks * hidden_size
-        self.weight_ih = _new_parameter((gates, input_size), dtype)
-        self.weight_hh = _new_parameter((gates, hidden_size), dtype)
-        if bias:
-            self.bias_ih = _new_parameter((gates,), dtype)
-            self.bias_hh = _new_parameter((gates,), dtype)
-        else:
-            self.register_parameter("bias_ih", None)
-            self.register_parameter("bias_hh", None)
+        self.weight_ih = new_parameter((gates, input_size), device, dtype)
+        self.weight_hh = new_parameter((gates, hidden_size), device, dtype)
+        for name in ("bias_ih", "bias_hh"):
+            optional_parameter(self, name, (gates,), bias, device, dtype)
         self.reset_parameters()
 
     def extra_repr(self) -> str:
