@@ -20,8 +20,8 @@ import time
 WORKLOADS = {"W1": "w1_mlp_train", "W2": "w2_cnn_train", "W3": "w3_gpt_train",
              "W4": "w4_lstm_train", "W5": "w5_fused_elementwise", "W6": "w6_tiny_ops",
              "W7": "w7_mlp_infer_latency"}
-ALL_IMPLS = ["dualgraph_eager", "dualgraph_compiled", "torch_eager", "torch_compile",
-             "jax_jit", "onnxruntime"]
+ALL_IMPLS = ["dualgraph_eager", "dualgraph_compiled", "dualgraph_compiled_scan",
+             "dualgraph_to_static", "torch_eager", "torch_compile", "jax_jit", "onnxruntime"]
 WARMUP, TIMED = 5, 20
 LOSS_RTOL = 1e-4
 CHILD_TIMEOUT_S = 600     # torch.compile of W3/W4 takes minutes on a busy 2-core box

@@ -8,7 +8,11 @@ fused kernel; dualgraph's is a composite of ops; JAX's is written out and unroll
 
 dualgraph and torch share one model definition, written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``); the initial weights come from NumPy
-(``make_data``, torch's default scheme) and are loaded into every implementation.
+(``make_data``, torch's default scheme) and are loaded into every implementation. Two more
+dualgraph implementations write the time loop as graph control flow instead of unrolling
+it: ``dualgraph_compiled_scan`` (one ``dg.scan`` over the time axis) and
+``dualgraph_to_static`` (a ``for x_t in xs`` loop that ``to_static``'s converter turns into that
+scan); both compile the whole training step.
 """
 import numpy as np
 
@@ -34,8 +38,39 @@ def make_data():
             "x": chars[:, :-1].astype(np.int64), "y": chars[:, 1:].astype(np.int64)}
 
 
-def build(lib, data):
-    """The character LSTM, Adam and the training step, in dualgraph or torch."""
+def unrolled(lib, cell, xs, h, c):
+    """The hidden state of every step (batch, time, hidden), one Python step at a time."""
+    hs = []
+    for t in range(xs.shape[1]):
+        h, c = cell(xs[:, t], (h, c))
+        hs.append(h)
+    return lib.stack(hs, dim=1)
+
+
+def scanned(lib, cell, xs, h, c):
+    """The same with ``dg.scan`` over the time axis: one graph node, whatever the length."""
+    def step(carry, x_t):
+        h, c = cell(x_t, carry)
+        return (h, c), h
+    _, hs = lib.scan(step, (h, c), xs.transpose(0, 1))
+    return hs.transpose(0, 1)
+
+
+def converted(lib, cell, xs, h, c):
+    """The same as a Python ``for`` over the rows of a tensor, for ``to_static`` to convert
+    (into a scan): each step writes its row of ``hs``."""
+    hs = lib.zeros(xs.shape[1], xs.shape[0], HIDDEN)
+    t = 0
+    for x_t in xs.transpose(0, 1):
+        h, c = cell(x_t, (h, c))
+        hs[t] = h
+        t += 1
+    return hs.transpose(0, 1)
+
+
+def build(lib, data, time_loop=unrolled):
+    """The character LSTM, Adam and the training step, in dualgraph or torch; ``time_loop``
+    runs the cell over time (:func:`unrolled`, :func:`scanned` or :func:`converted`)."""
     nn, F = lib.nn, lib.nn.functional
 
     class CharLSTM(nn.Module):
@@ -48,11 +83,8 @@ def build(lib, data):
         def forward(self, idx):
             xs = self.emb(idx)                                  # batch, time, embed
             h = c = lib.zeros(idx.shape[0], HIDDEN)
-            hs = []
-            for t in range(idx.shape[1]):
-                h, c = self.cell(xs[:, t], (h, c))
-                hs.append(h)
-            return self.head(lib.stack(hs, dim=1))              # batch, time, vocab
+            hs = time_loop(lib, self.cell, xs, h, c)            # batch, time, hidden
+            return self.head(hs)                                # batch, time, vocab
 
     model = CharLSTM()
     model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
@@ -91,4 +123,21 @@ def jax_jit(data):
     return jax_adam_step(loss_fn, data, LR)
 
 
-IMPLS = {**torch_style_impls(build), "jax_jit": jax_jit}
+def dualgraph_graph_loop(time_loop):
+    """A dualgraph implementation compiling the whole step with the time loop written as
+    ``time_loop``. ``to_static`` converts the control flow of the function it is given
+    only, so :func:`converted` is converted on its own (what ``to_static`` runs before
+    capturing) and called by the compiled step."""
+    def impl(data):
+        import dualgraph as dg
+        from dualgraph.capture.ast import convert
+        loop = convert(converted).fn if time_loop is converted else time_loop
+        step, x, y = build(dg, data, loop)
+        step = dg.compile(step, fullgraph=True)
+        return lambda: step(x, y).item()
+    return impl
+
+
+IMPLS = {**torch_style_impls(build), "jax_jit": jax_jit,
+         "dualgraph_compiled_scan": dualgraph_graph_loop(scanned),
+         "dualgraph_to_static": dualgraph_graph_loop(converted)}

@@ -67,6 +67,13 @@ class _Lifting:
         super().__init__(names)
         self.captured: list[Tensor] = []
         self._lifted: dict[Value, Value] = {}
+        self.what = "body"
+
+    def note_mutation(self, target):
+        data = target._data
+        if type(data) is Value and data not in self.graph:   # an outer graph's value
+            raise _outer_write(self.what)
+        super().note_mutation(target)
 
     def value_of(self, t):
         data = t._data
@@ -126,6 +133,7 @@ def trace_fn(fn, args: tuple, what: str, names=None) -> Body:
     become fresh placeholders, the graph's first inputs (named by ``names``, one per
     argument, when given); other leaves pass through."""
     tracer = _nested_tracer(modes.tracer)
+    tracer.what = what
     leaves, spec = flatten(tuple(args))
     labels = _leaf_labels(args, names) if names else [None] * len(leaves)
     params = []
@@ -141,10 +149,14 @@ def trace_fn(fn, args: tuple, what: str, names=None) -> Body:
         out_leaves, out_spec = flatten(result)
         capture = tracer.finish(out_leaves)
     if capture.writebacks:
-        raise CaptureError(f"an in-place change of an outer tensor inside the {what}",
-                           user_location(), "Return the new value from the function instead "
-                           "(control-flow bodies are pure functions).")
+        raise _outer_write(what)
     return Body(capture.graph, tracer.captured, out_spec, capture.out_leaves, num_params)
+
+
+def _outer_write(what: str) -> CaptureError:
+    return CaptureError(f"an in-place change of an outer tensor inside the {what}",
+                        user_location(), "Return the new value from the function instead "
+                        "(control-flow bodies are pure functions).")
 
 
 def _leaf_labels(args, names) -> list:

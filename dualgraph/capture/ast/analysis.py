@@ -26,12 +26,20 @@ def _walk_scope(node):
 
 
 def assigned(stmts) -> set:
-    """Names the statements bind in this scope."""
+    """Names the statements bind in this scope, or change in place: ``x[i] = v`` and
+    ``x.add_(v)`` (torch's trailing underscore) give ``x`` a new value, which a traced
+    branch or loop must return like any other (its body can't write into an outer tensor).
+    """
     out = set()
     for stmt in stmts:
         for n in _walk_scope(stmt):
             if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
                 out.add(n.id)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                out |= _root_name(n.value)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                    _is_inplace_method(n.func.attr)):
+                out |= _root_name(n.func.value) - {"_jst"}   # (not the runtime's not_)
             elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 out.add(n.name)
             elif isinstance(n, ast.alias):
@@ -39,6 +47,17 @@ def assigned(stmts) -> set:
             elif isinstance(n, ast.ExceptHandler) and n.name:
                 out.add(n.name)
     return out
+
+
+def _root_name(node) -> set:
+    """``{x}`` for ``x`` or ``x[i][j]``, else nothing (attributes are Python state)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return {node.id} if isinstance(node, ast.Name) else set()
+
+
+def _is_inplace_method(name: str) -> bool:
+    return name.endswith("_") and not name.startswith("_")
 
 
 def reads(node) -> set:

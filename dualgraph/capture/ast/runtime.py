@@ -69,7 +69,7 @@ class Undefined:
         object.__setattr__(self, "name", name)
 
     def _fail(self, *args, **kwargs):
-        raise NameError(f"variable {self.name!r} is used before it is assigned")
+        raise UnboundLocalError(f"variable {self.name!r} is used before it is assigned")
 
     __getattr__ = __call__ = __bool__ = __iter__ = __len__ = __getitem__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
@@ -83,6 +83,14 @@ class Undefined:
 def ld(scope: dict, name: str):
     """The variable ``name`` of ``scope`` (``locals()``), or an :class:`Undefined`."""
     return scope.get(name, Undefined(name))
+
+
+def result(value):
+    """A function's return ``value``; returning a variable left unbound raises, naming it."""
+    for leaf in pytree.flatten(value)[0]:
+        if isinstance(leaf, Undefined):
+            leaf._fail()
+    return value
 
 
 def is_traced(x) -> bool:

@@ -1,7 +1,8 @@
 """The AST transformers of ``to_static``, one per construct, applied in this order:
 
 1. :class:`ReturnTransformer` - an early ``return v`` becomes ``_jst_ret_val = v`` plus a
-   flag (and a ``break`` inside a loop); what follows runs under ``if not flag``.
+   flag (and a ``break`` inside a loop); what follows runs under ``if not flag``; the
+   returned value passes through ``_jst.result``, which rejects unbound variables.
 2. :class:`RangeTransformer` - ``for i in range(...)`` becomes a ``while`` over a counter,
    so a tensor bound gives one ``while_loop``.
 3. :class:`JumpTransformer` - ``break`` / ``continue`` become flags: the rest of the body
@@ -120,18 +121,22 @@ class Names:
 class ReturnTransformer:
     """``return v`` anywhere but at the end becomes ``_jst_ret_val = v; _jst_ret_flag = True``
     (plus ``break`` in a loop); the statements after it run under ``if not flag`` and the
-    function ends with ``return _jst_ret_val``."""
+    function ends with ``return _jst_ret_val``. Every ``return v`` left becomes ``return
+    _jst.result(v)``: a variable a Python ``if`` left unbound raises there, as in Python,
+    instead of leaving the function as a placeholder."""
 
     FLAG, VALUE = "_jst_ret_flag", "_jst_ret_val"
 
     def apply(self, fdef) -> None:
         returns = [n for n in scope_nodes(fdef.body) if isinstance(n, ast.Return)]
-        if not returns or returns == [fdef.body[-1]]:
-            return
-        body = self._block(fdef.body, in_loop=False)
-        fdef.body = located(fdef, [assign(self.FLAG, const(False)),
-                                   assign(self.VALUE, const(None))]) + body + located(
-            fdef.body[-1], [ast.Return(value=load(self.VALUE))])
+        if returns and returns != [fdef.body[-1]]:
+            body = self._block(fdef.body, in_loop=False)
+            fdef.body = located(fdef, [assign(self.FLAG, const(False)),
+                                       assign(self.VALUE, const(None))]) + body + located(
+                fdef.body[-1], [ast.Return(value=load(self.VALUE))])
+        for n in scope_nodes(fdef.body):
+            if isinstance(n, ast.Return) and n.value is not None:
+                n.value = ast.copy_location(jst("result", n.value), n.value)
 
     def _block(self, stmts, in_loop: bool) -> list:
         out = []
