@@ -28,20 +28,32 @@ def is_grad_enabled() -> bool:
     return grad_mode.enabled
 
 
-class set_grad_enabled(contextlib.ContextDecorator):
-    """Context manager and decorator that turns recording on or off, like torch's."""
+class _SetFlag(contextlib.ContextDecorator):
+    """Set one ``grad_mode`` flag inside a ``with`` block or a decorated function, and
+    restore it after (nesting and re-entry included)."""
 
-    def __init__(self, mode: bool):
-        self.mode = bool(mode)
+    flag = ""
+
+    def __init__(self, value: bool):
+        self.value = value
         self.prev = []
 
     def __enter__(self):
-        self.prev.append(grad_mode.enabled)
-        grad_mode.enabled = self.mode
+        self.prev.append(getattr(grad_mode, self.flag))
+        setattr(grad_mode, self.flag, self.value)
 
     def __exit__(self, *exc):
-        grad_mode.enabled = self.prev.pop()
+        setattr(grad_mode, self.flag, self.prev.pop())
         return False
+
+
+class set_grad_enabled(_SetFlag):
+    """Context manager and decorator that turns recording on or off, like torch's."""
+
+    flag = "enabled"
+
+    def __init__(self, mode: bool):
+        super().__init__(bool(mode))
 
 
 class no_grad(set_grad_enabled):
@@ -58,24 +70,17 @@ class enable_grad(set_grad_enabled):
         super().__init__(True)
 
 
-class detect_anomaly(contextlib.ContextDecorator):
+class detect_anomaly(_SetFlag):
     """Record where each op was called and raise at the first NaN, naming the op and line.
 
     Forward: an op that turns NaN-free inputs into a NaN output raises at once. Backward: a
     VJP that returns NaN raises, naming the forward op and the user line that called it.
     """
 
+    flag = "anomaly"
+
     def __init__(self, check_nan: bool = True):
-        self.check_nan = check_nan
-        self.prev = []
-
-    def __enter__(self):
-        self.prev.append(grad_mode.anomaly)
-        grad_mode.anomaly = self.check_nan
-
-    def __exit__(self, *exc):
-        grad_mode.anomaly = self.prev.pop()
-        return False
+        super().__init__(check_nan)
 
 
 # Creation order of nodes. A node's gradient is complete once every node created after it
