@@ -33,7 +33,7 @@ import numpy as np
 
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
-from ..graph.ir import unique_name
+from ..graph.ir import UniqueNames
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from . import ufuncs
@@ -56,7 +56,7 @@ class Namer:
     or a builtin."""
 
     def __init__(self, reserved=()):
-        self.used = set(reserved) | set(dir(builtins)) | {"np"}
+        self.names = UniqueNames(set(reserved) | set(dir(builtins)) | {"np"})
 
     def fresh(self, name: str) -> str:
         base = _NON_WORD.sub("_", name) or "v"
@@ -64,7 +64,7 @@ class Namer:
             base = "v" + base
         if keyword.iskeyword(base):
             base += "_"
-        return unique_name(base, self.used)
+        return self.names.fresh(base)
 
 
 class Module:
