@@ -265,7 +265,25 @@ class Graph:
         if unknown:
             raise GraphError(f"{op.name} got unknown attrs {unknown}; it takes "
                              f"{list(op.attrs)}")
-        types = infer_types(op, inputs, attrs)
+        return self._append(op, inputs, attrs, infer_types(op, inputs, attrs), location, names)
+
+    def copy_node(self, node: Node, inputs, location: str | None = None,
+                  names=None) -> tuple[Value, ...]:
+        """Append a copy of ``node`` (of another graph) reading ``inputs`` instead of its own.
+
+        When the new inputs have exactly the old ones' types, the old output types hold and
+        the shape rule is not run again (passes copy every node of big graphs many times);
+        otherwise this is ``add_node``."""
+        if len(inputs) == len(node.inputs) and all(
+                _same_type(new, old) for new, old in zip(inputs, node.inputs)):
+            types = [v.type for v in node.outputs]
+            inputs = tuple(self._check_input(node.op, x) for x in inputs)
+            return self._append(node.op, inputs, node.attrs, types,
+                                location if location is not None else node.location,
+                                names or [v.name for v in node.outputs])
+        return self.add_node(node.op, inputs, node.attrs, location or node.location, names)
+
+    def _append(self, op, inputs, attrs, types, location, names) -> tuple[Value, ...]:
         names = [n or op.name for n in names] if names else [op.name] * len(types)
         if len(names) != len(types):
             raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
@@ -326,6 +344,12 @@ class Graph:
     def save(self, path) -> None:
         from .serialize import save
         save(self, path)
+
+
+def _same_type(new, old) -> bool:
+    if isinstance(old, Value):
+        return isinstance(new, Value) and new.shape == old.shape and new.dtype == old.dtype
+    return type(new) is type(old) and new == old
 
 
 def infer_types(op: OpDef, inputs, attrs) -> tuple[ShapedType, ...]:

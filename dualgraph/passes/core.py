@@ -123,8 +123,8 @@ class Builder:
 
     def copy(self, node: Node) -> tuple[Value, ...]:
         """Append ``node`` with its inputs mapped; its outputs map to the copies."""
-        outs = self.add(node.op, [self.get(x) for x in node.inputs], node.attrs,
-                        node.location, [v.name for v in node.outputs])
+        outs = self.graph.copy_node(node, [self.get(x) for x in node.inputs],
+                                    names=[v.name for v in node.outputs])
         self.env.update(zip(node.outputs, outs))
         return outs
 
