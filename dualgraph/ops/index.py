@@ -78,13 +78,28 @@ INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims
                   "adjacent index dims stay in place, separated ones go first, as in NumPy.")
 
 
+def _accumulate(out, key, v, indices, dims):
+    """``np.add.at(out, key, v)``; float rows picked along dim 0 (an embedding's gradient)
+    are summed per distinct index with a sort and ``reduceat`` instead: ``add.at`` is slow."""
+    if dims != (0,) or out.dtype.kind not in "fc" or not v.size:
+        np.add.at(out, key, v)
+        return
+    n = out.shape[0]
+    flat = indices[0].reshape(-1)
+    flat = np.where(flat < 0, flat + n, flat)
+    order = np.argsort(flat, kind="stable")   # stable: the same sum order on every run
+    rows, starts = np.unique(flat[order], return_index=True)
+    values = v.reshape((flat.size,) + out.shape[1:])[order]
+    out[rows] += np.add.reduceat(values, starts, axis=0)
+
+
 def _index_put_kernel(x, v, *indices, dims, accumulate):
     _check_bounds(x.shape, indices, dims)
     out = x.copy()
     key = _np_key(x.ndim, indices, dims)
     v = v.astype(x.dtype, copy=False)
     if accumulate:
-        np.add.at(out, key, v)
+        _accumulate(out, key, v, indices, dims)
     else:
         out[key] = v
     return out

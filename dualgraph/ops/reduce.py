@@ -576,11 +576,15 @@ def count_nonzero(input, dim=None):
 # -- softmax -----------------------------------------------------------------------------------
 def _softmax_kernel(log):
     def kernel(x, dim):
+        # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
-        shifted = w - np.amax(w, axis=dim, keepdims=True)
-        e = np.exp(shifted)
-        total = np.sum(e, axis=dim, keepdims=True)
-        return (shifted - np.log(total) if log else e / total).astype(x.dtype)
+        out = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array
+        if log:
+            out -= np.log(np.sum(np.exp(out), axis=dim, keepdims=True))
+        else:
+            np.exp(out, out=out)
+            out /= np.sum(out, axis=dim, keepdims=True)
+        return out.astype(x.dtype, copy=False)
     return kernel
 
 

@@ -4,11 +4,19 @@ registry ops so they trace.
 Every update in ``dualgraph.optim`` goes through these or through the in-place Tensor
 methods (``add_``, ``mul_``, ...): never through writes into ``._data``, so the same
 ``step()`` runs eagerly and, captured, becomes graph nodes whose in-place writes are
-functionalised.
+functionalised. ``adam_step_`` is one registry op (``adam_update``) for a whole Adam
+update: Adam's ~20 small ops per parameter cost more in dispatch than in arithmetic.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
+from ..dispatch import apply
 from ..ops.inplace import commit_inplace
+from ..ops.opdef import defop
+from ..shapes import ShapedType
 
 
 def copy_(target, value):
@@ -29,3 +37,51 @@ def addcmul_(target, t1, t2, value=1):
 def addcdiv_(target, t1, t2, value=1):
     """``target.addcdiv_(t1, t2, value=value)``: ``target + value * t1 / t2``."""
     return commit_inplace(target, target + t1 / t2 * value)
+
+
+def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
+    # torch's Adam arithmetic in the parameter's dtype, on four fresh buffers updated in
+    # place. The scalars are Python floats: a NumPy float64 scalar would make NumPy compute
+    # the float32 arrays in float64.
+    t = float(step)
+    new_m = np.subtract(grad, m)
+    new_m *= 1 - beta1
+    new_m += m
+    new_v = v * beta2
+    update = np.square(grad)
+    update *= 1 - beta2
+    new_v += update
+    np.sqrt(new_v, out=update)
+    update /= math.sqrt(1 - beta2 ** t)
+    update += eps
+    np.divide(new_m, update, out=update)
+    update *= -(lr / (1 - beta1 ** t))
+    if decay == 1.0:
+        update += p
+        return update, new_m, new_v
+    new_p = p * decay
+    new_p += update
+    return new_p, new_m, new_v
+
+
+def _infer_adam(p, grad, m, v, step, **attrs):
+    return tuple(ShapedType(tuple(x.shape), x.dtype) for x in (p, m, v))
+
+
+ADAM_UPDATE = defop(
+    "adam_update", _adam_kernel, _infer_adam, num_outputs=3,
+    attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
+    doc="One Adam step: (param, grad, exp_avg, exp_avg_sq, step) -> the new param, exp_avg "
+        "and exp_avg_sq; ``decay`` multiplies the param first (AdamW's decoupled decay). "
+        "Optimisers run it under no_grad, so it has no VJP.")
+
+
+def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay=1.0):
+    """Adam's update of ``p``, ``exp_avg`` and ``exp_avg_sq`` in place (``step`` already
+    counts this step)."""
+    new_p, m, v = apply(ADAM_UPDATE, p, grad, exp_avg, exp_avg_sq, step, lr=float(lr),
+                        beta1=float(beta1), beta2=float(beta2), eps=float(eps),
+                        decay=float(decay))
+    commit_inplace(exp_avg, m)
+    commit_inplace(exp_avg_sq, v)
+    return commit_inplace(p, new_p)

@@ -42,12 +42,19 @@ class Adam(Optimizer):
 
     def _update(self, p, grad, state, group):
         lr, (beta1, beta2) = group["lr"], group["betas"]
-        if group["decoupled_weight_decay"]:
+        decoupled = group["decoupled_weight_decay"]
+        if decoupled:
             grad = -grad if group["maximize"] else grad
-            p.mul_(1 - lr * group["weight_decay"])
         else:
             grad = regularized_grad(p, grad, group)
+        decay = 1 - lr * group["weight_decay"] if decoupled else 1.0
         step = state["step"].add_(1)
+        if _fusable(p, grad, group):
+            _ops.adam_step_(p, grad, state["exp_avg"], state["exp_avg_sq"], step, lr=lr,
+                            beta1=beta1, beta2=beta2, eps=group["eps"], decay=decay)
+            return
+        if decoupled:
+            p.mul_(decay)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         _ops.lerp_(exp_avg, grad, 1 - beta1)
         _ops.addcmul_(exp_avg_sq.mul_(beta2), grad, grad, value=1 - beta2)
@@ -59,6 +66,14 @@ class Adam(Optimizer):
         step_size = lr / (1 - beta1 ** step)
         denom = exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt() + group["eps"]
         _ops.addcdiv_(p, exp_avg, denom, value=-step_size)
+
+
+def _fusable(p, grad, group) -> bool:
+    """Whether one ``adam_update`` op can do the step: plain float hyper-parameters, no
+    amsgrad, and parameter, gradient and state of one float dtype of at least 32 bits
+    (half precision keeps the op-by-op path and its promotion rules)."""
+    return (not group["amsgrad"] and isinstance(group["lr"], (int, float))
+            and p.dtype == grad.dtype and p.dtype.np.kind == "f" and p.dtype.np.itemsize >= 4)
 
 
 class AdamW(Adam):

@@ -1,0 +1,30 @@
+"""Rows for the optimisers' fused update op ``adam_update`` (dualgraph.optim._ops): one
+AdamW step must equal torch's arithmetic written out op by op."""
+import numpy as np
+
+from dualgraph.dispatch import apply
+from dualgraph.optim import _ops as optim_ops
+
+from . import In, OpCase
+
+HYPER = dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, decay=0.999)
+
+
+def _adam(m, p, g, avg, avg_sq, step):
+    if m.__name__ != "torch":
+        return apply(optim_ops.ADAM_UPDATE, p, g, avg, avg_sq, step, **HYPER)
+    lr, b1, b2, eps, decay = HYPER.values()
+    avg = avg + (g - avg) * (1 - b1)
+    avg_sq = avg_sq * b2 + g * g * (1 - b2)
+    denom = avg_sq.sqrt() / (1 - b2 ** step).sqrt() + eps
+    return p * decay - lr / (1 - b1 ** step) * avg / denom, avg, avg_sq
+
+
+def _step(rng, float_dtype):
+    return np.array(3.0)
+
+
+CASES = [OpCase("adam_update", _adam,
+                [In((3, 4)), In((3, 4)), In((3, 4)), In((3, 4), "pos"),
+                 In((), "custom", fn=_step)],
+                dtypes=("float32", "float64"), grad=False)]
