@@ -7,10 +7,13 @@ three conv ops are each other's VJPs and the two avg-pool ops are each other's, 
 backward works. The 1-D forms are the 2-D ones on a unit height; adaptive average pooling
 is avg_pool2d when the sizes divide, else two small averaging matmuls.
 
-Kernels: im2col is a strided view of the padded input (no copy) laid out by one transpose
-copy as ``cols[g, (c, i, j), (n, h, w)]``, then ONE batched GEMM over the groups. The
-adjoint scatters columns back with one strided add per kernel position (kh*kw adds, never
-a loop over pixels or batch elements). Float16/bfloat16 are computed in float32.
+Kernels: im2col is a strided view of the padded input (no copy) laid out by one copy as
+``cols[g, (c, i, j), (n, h, w)]``, then ONE GEMM per group. With stride 1 the output rows
+are as wide as the padded input's (a few junk columns), which makes every kernel
+position's columns one contiguous run of the flattened input: the copy and its adjoint
+move long runs, not rows of Wo. The adjoint adds columns back with one add per kernel
+position (kh*kw adds, never a loop over pixels or batch elements). Non-overlapping
+unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
@@ -93,53 +96,105 @@ def _conv_out_hw(hw, kernel, stride, padding, dilation):
 
 
 def _im2col(x, kernel, stride, padding, dilation, groups):
-    """``x (N, C, H, W)`` -> ``cols (G, C/G*kh*kw, N*Ho*Wo)`` and ``(Ho, Wo)``."""
+    """``x (N, C, H, W)`` -> ``cols (G, C/G*kh*kw, N*Ho*R)``, ``(Ho, Wo)`` and the row
+    width R, by one copy of a strided view, so that each conv GEMM is ONE large matmul per
+    group. Stride 1 lays outputs on rows of the padded width (R = Wp, see
+    :func:`_flat_windows`); other strides gather the windows themselves (R = Wo)."""
     n, c, h, w = x.shape
     out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
     xp = _pad(x, padding).reshape(n, groups, c // groups, *_padded(h, w, padding))
-    win = _windows(xp, kernel, stride, dilation, out_hw)       # N G Cg Ho Wo kh kw
-    cols = np.ascontiguousarray(win.transpose(1, 2, 5, 6, 0, 3, 4))
-    return cols.reshape(groups, -1, n * out_hw[0] * out_hw[1]), out_hw
+    if stride == (1, 1):
+        cols, width = _flat_windows(xp, kernel, dilation, out_hw), xp.shape[-1]
+    else:
+        win = _windows(xp, kernel, stride, dilation, out_hw)       # N G Cg Ho Wo kh kw
+        cols, width = np.ascontiguousarray(win.transpose(1, 2, 5, 6, 0, 3, 4)), out_hw[1]
+    return cols.reshape(groups, -1, n * out_hw[0] * width), out_hw, width
+
+
+def _flat_windows(xp, kernel, dilation, out_hw):
+    """Stride-1 im2col of ``xp (N, G, Cg, Hp, Wp)`` on flattened padded planes, as
+    ``(G, Cg, kh, kw, N, Ho*Wp)``.
+
+    Output pixel (h, v) reads padded pixel ``(h + i*dh) * Wp + v + j*dw`` at kernel
+    position (i, j): with outputs laid out on rows of width Wp (the last Wp - Wo of each
+    row are junk), each kernel position's columns are ONE contiguous run of the flat plane,
+    so the copy moves long runs instead of rows of Wo. The tail past the last run is zeroed
+    so that junk columns stay finite."""
+    xp = np.ascontiguousarray(xp)
+    n, g, cg, _, wp = xp.shape
+    (kh, kw), (ho, wo) = kernel, out_hw
+    run = (ho - 1) * wp + wo
+    s = xp.strides
+    view = as_strided(xp, (g, cg, kh, kw, n, run),
+                      (s[1], s[2], s[3] * dilation[0], s[4] * dilation[1], s[0], s[4]),
+                      writeable=False)
+    cols = np.empty((g, cg, kh, kw, n, ho * wp), xp.dtype)
+    cols[..., :run] = view
+    cols[..., run:] = 0
+    return cols
 
 
 def _padded(h, w, padding):
     return h + sum(padding[0]), w + sum(padding[1])
 
 
-def _grad_matrix(g, groups):
-    """``g (N, Cout, Ho, Wo)`` -> ``(G, Cout/G, N*Ho*Wo)``, the layout the GEMMs use."""
-    n, c = g.shape[:2]
-    g = g.reshape(n, groups, c // groups, -1).transpose(1, 2, 0, 3)
-    return np.ascontiguousarray(g).reshape(groups, c // groups, -1)
+def _grad_matrix(g, groups, width):
+    """``g (N, Cout, Ho, Wo)`` -> ``(G, Cout/G, N*Ho*width)``, the layout the GEMMs use,
+    zero in the junk columns past Wo."""
+    n, c, ho, wo = g.shape
+    out = np.empty((c, n, ho, width), g.dtype)
+    out[..., :wo] = g.transpose(1, 0, 2, 3)
+    out[..., wo:] = 0
+    return out.reshape(groups, c // groups, -1)
 
 
 def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
     (x, w, *bias), dt = linalg.blas_operands(x, w, *bias)
     n, cout = x.shape[0], w.shape[0]
-    cols, (ho, wo) = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
-    y = np.matmul(w.reshape(groups, cout // groups, -1), cols)     # G Cog N*Ho*Wo
-    y = y.reshape(cout, n, ho, wo).transpose(1, 0, 2, 3)
+    cols, (ho, wo), width = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
+    y = np.matmul(w.reshape(groups, cout // groups, -1), cols)     # G Cog N*Ho*R
+    out = np.empty((n, cout, ho, wo), y.dtype)
+    out[...] = y.reshape(cout, n, ho, width)[..., :wo].transpose(1, 0, 2, 3)
     if bias:
-        y = y + bias[0].reshape(-1, 1, 1)
-    return cast(np.ascontiguousarray(y), dt)
+        out += bias[0].reshape(-1, 1, 1)
+    return cast(out, dt)
 
 
 def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     (g, w), dt = linalg.blas_operands(g, w)
     n, ho, wo = g.shape[0], g.shape[2], g.shape[3]
     cout, cg, kh, kw = w.shape
-    wm = w.reshape(groups, cout // groups, -1)
-    cols = np.matmul(wm.transpose(0, 2, 1), _grad_matrix(g, groups))   # G Kg N*Ho*Wo
-    cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
-    xp = _col2im(cols, _padded(*input_size, padding), stride, dilation)   # N G Cg Hp Wp
-    xp = xp.reshape(n, groups * cg, *xp.shape[-2:])
+    padded = _padded(*input_size, padding)
+    width = padded[1] if stride == (1, 1) else wo
+    wm = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
+    cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
+    if stride == (1, 1):
+        xp = _flat_col2im(cols.reshape(groups * cg, kh, kw, n, ho, width), padded, dilation)
+        xp = xp.transpose(1, 0, 2, 3)
+    else:
+        cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
+        xp = _col2im(cols, padded, stride, dilation)                  # N G Cg Hp Wp
+        xp = xp.reshape(n, groups * cg, *padded)
     return cast(_crop(xp, padding, input_size), dt)
+
+
+def _flat_col2im(cols, padded, dilation):
+    """The adjoint of :func:`_flat_windows`: ``cols (C, kh, kw, N, Ho, Wp)`` summed into
+    ``(C, N, Hp, Wp)`` with one contiguous-run add per kernel position."""
+    c, kh, kw, n, ho, wp = cols.shape
+    run = (ho - 1) * wp + wp - dilation[1] * (kw - 1)   # (Ho - 1) full rows, then Wo
+    flat = cols.reshape(c, kh * kw, n, ho * wp)
+    out = np.zeros((c, n, padded[0] * wp), cols.dtype)
+    for pos in range(kh * kw):
+        start = (pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
+        out[..., start:start + run] += flat[:, pos, :, :run]
+    return out.reshape(c, n, *padded)
 
 
 def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
     (x, g), dt = linalg.blas_operands(x, g)
-    cols, _ = _im2col(x, kernel_size, stride, padding, dilation, groups)
-    gw = np.matmul(_grad_matrix(g, groups), cols.transpose(0, 2, 1))     # G Cog Kg
+    cols, _, width = _im2col(x, kernel_size, stride, padding, dilation, groups)
+    gw = np.matmul(_grad_matrix(g, groups, width), cols.transpose(0, 2, 1))   # G Cog Kg
     return cast(gw.reshape(g.shape[1], -1, *kernel_size), dt)
 
 
@@ -385,6 +440,10 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     hw = x.shape[-2:]
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
+    if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
+        fast = _tiled_max_pool(win, hw)
+        if fast is not None:
+            return cast(fast[0], dt), fast[1]
     # A running max over the kernel positions; NaN wins, as in torch. Preallocated masks
     # and copyto: this loop is the whole cost of the op.
     best = win[..., 0, 0].copy()
@@ -403,6 +462,29 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     i, j = np.divmod(np.arange(kernel_size[0] * kernel_size[1]), kernel_size[1])
     offsets = i * dilation[0] * hw[1] + j * dilation[1]
     return cast(best, dt), np.take(offsets, arg) + (rows * hw[1] + cols)
+
+
+def _tiled_max_pool(win, hw):
+    """Max pooling over non-overlapping, unpadded windows ``win (..., Ho, Wo, kh, kw)``:
+    the values and torch's flat argmax indices, or None when a window holds a NaN (the
+    general loop then reproduces torch's choice among NaNs).
+
+    One copy puts each kernel position in its own contiguous plane, so the max is one
+    reduction and the argmax is kh*kw compares, all on contiguous arrays; the positions
+    are visited last to first so that the first maximum wins, as in torch."""
+    kh, kw = win.shape[-2:]
+    ho, wo = win.shape[-4:-2]
+    planes = np.moveaxis(win, (-2, -1), (0, 1)).reshape((kh * kw,) + win.shape[:-2])
+    best = np.maximum.reduce(planes, axis=0)
+    if np.isnan(best).any():
+        return None
+    arg = np.empty(best.shape, np.int64)
+    hit = np.empty(best.shape, bool)
+    for pos in range(kh * kw - 1, -1, -1):
+        np.equal(planes[pos], best, out=hit)
+        np.copyto(arg, (pos // kw) * hw[1] + pos % kw, where=hit)
+    arg += (np.arange(ho) * kh * hw[1])[:, None] + np.arange(wo) * kw
+    return best, arg
 
 
 def _infer_max_pool(x, *, kernel_size, stride, padding, dilation, ceil_mode):
