@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._helpers import format_site, user_site
+from .._pytree import flatten
 from ..dispatch import pop_tracer, push_tracer
 from ..errors import CaptureError
 from ..shapes import ShapeError
@@ -68,7 +69,7 @@ class Tracer:
         self.bindings: list[Binding] = []
         self._bound: dict[int, Binding] = {}        # id(tensor) -> binding (args, captured)
         self._grad_bound: dict[int, Binding] = {}   # id(leaf) -> binding of leaf.grad
-        self._names = names or {}                    # id(tensor) -> readable input name
+        self.names = names or {}                     # id(tensor) -> readable input name
         self._mutated: dict[int, Binding] = {}
         self._grad_written: dict[int, Tensor] = {}
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
@@ -88,9 +89,9 @@ class Tracer:
     def value_of(self, t: Tensor) -> Value:
         data = t._data
         if type(data) is Value:
-            if data not in self.graph._defined:
+            if data not in self.graph:
                 raise CaptureError(
-                    "a traced tensor from another capture (kept from an earlier trace?) is",
+                    "using a traced tensor from another capture (kept from an earlier trace?)",
                     format_site(user_site()), "Don't keep tensors from inside a compiled "
                     "function in Python state; return them instead.")
             return data
@@ -104,7 +105,7 @@ class Tracer:
         """Make eager tensor ``t`` a graph input; while tracing it holds the input Value.
         ``shape`` may replace dims with Syms (dynamic dims)."""
         array = t._data
-        name = name or self._names.get(id(t)) or ("arg" if kind == "arg" else "captured")
+        name = name or self.names.get(id(t)) or ("arg" if kind == "arg" else "captured")
         value = self.graph.add_input(array.shape if shape is None else shape, array.dtype,
                                      name=name)
         binding = Binding(kind, t, value, array, t.grad, index,
@@ -135,7 +136,7 @@ class Tracer:
         if binding is None:
             grad = leaf.grad
             value = self.graph.add_input(grad._data.shape, grad._data.dtype,
-                                         name=self._names.get(id(leaf), "leaf") + ".grad")
+                                         name=self.names.get(id(leaf), "leaf") + ".grad")
             binding = Binding("grad", leaf, value, None)
             self.bindings.append(binding)
             self._grad_bound[id(leaf)] = binding
@@ -157,7 +158,6 @@ class Tracer:
 
     def finish(self, result) -> Capture:
         """Turn the function's return value and the recorded side effects into outputs."""
-        from .._pytree import flatten
         leaves, spec = flatten(result)
         self.result_leaves = leaves
         outputs, kinds = [], []

@@ -103,7 +103,7 @@ def _nested_tracer(outer):
         if base not in _NESTED:
             _NESTED[base] = type(f"Nested{base.__name__}", (_Lifting, base), {})
         base = _NESTED[base]
-    return base(getattr(outer, "_names", None))
+    return base(getattr(outer, "names", None))
 
 
 @dataclass
