@@ -48,7 +48,12 @@ class OpError(RuntimeError):
 def apply(op, *args, **attrs):
     tracer = modes.tracer
     if tracer is None:
-        arrays = [a._data if isinstance(a, Tensor) else a for a in args]
+        if len(args) == 2:   # binary ops dominate: skip the comprehension's frame
+            a, b = args
+            arrays = (a._data if isinstance(a, Tensor) else a,
+                      b._data if isinstance(b, Tensor) else b)
+        else:
+            arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         try:
             raw = op.kernel(*arrays, **attrs)
         except (ShapeError, OpError, IndexError, TypeError, KeyError):
@@ -87,9 +92,10 @@ def _record(op, args, outs, attrs):
     versions = []
     if modes.tracer is not None:
         args = _freeze(args)
+    saves_inputs = op.saves_inputs
     for a in args:
         if isinstance(a, Tensor):
-            if op.saves_inputs:
+            if saves_inputs:
                 versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
@@ -99,6 +105,14 @@ def _record(op, args, outs, attrs):
         next_nodes.append(None)
     node = Node(op, args, outs, attrs, next_nodes, versions, user_site())
     diff = op.differentiable_outputs
+    if len(outs) == 1 and diff is None:   # the common case, without the loop
+        t = outs[0]
+        if t._data.dtype.kind in _FLOAT_KINDS:
+            t.requires_grad = True
+            t.grad_fn = node
+        if op.saves_outputs:
+            versions.append((t, t._version[0]))
+        return
     for i, t in enumerate(outs):
         if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
             t.requires_grad = True

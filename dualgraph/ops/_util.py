@@ -59,14 +59,17 @@ def binary_kernel(ufunc, result=dtypes.result_type):
     The fast paths (same dtypes, or a float array with a Python float) skip promotion; NumPy
     2 already treats Python scalars as weak there, exactly as PyTorch does.
     """
+    plain = result is dtypes.result_type
+
     def kernel(a, b):
-        if type(a) is np.ndarray:
-            if type(b) is np.ndarray:
-                if a.dtype == b.dtype and result is dtypes.result_type:
+        ta, tb = type(a), type(b)
+        if ta is np.ndarray:
+            if tb is np.ndarray:
+                if plain and (a.dtype is b.dtype or a.dtype == b.dtype):
                     return ufunc(a, b)
-            elif type(b) is float and a.dtype.kind == "f":
+            elif tb is float and a.dtype.kind == "f":
                 return ufunc(a, b)
-        elif type(a) is float and type(b) is np.ndarray and b.dtype.kind == "f":
+        elif ta is float and tb is np.ndarray and b.dtype.kind == "f":
             return ufunc(a, b)
         dt = result(a, b)
         return ufunc(cast(a, dt), cast(b, dt))

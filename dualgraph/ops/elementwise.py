@@ -136,7 +136,11 @@ def sub(a, b, *, alpha=1):
 
 
 def mul(a, b):
-    return apply(MUL, as_operand(a), as_operand(b))
+    if type(b) is not float:   # x * 0.5 is the hot case: skip the conversions
+        a, b = as_operand(a), as_operand(b)
+    elif type(a) is not Tensor:
+        a = as_operand(a)
+    return apply(MUL, a, b)
 
 
 def div(a, b, *, rounding_mode=None):
