@@ -889,6 +889,18 @@ def _reflected(fn):
     return lambda self, other: fn(other, self)
 
 
+def _commutative(op):
+    """``x + y`` / ``y + x`` (and ``*``): the hot path of user arithmetic, so tensors and
+    Python floats go straight to dispatch; both orders compute ``op(self, other)``, which
+    is exact for a commutative op."""
+    def method(self, other):
+        if type(other) is not float and type(other) is not Tensor:
+            other = as_operand(other)
+        return apply(op, self, other)
+    method.__name__ = f"__{op.name}__"
+    return method
+
+
 _OUT_OF_PLACE = {
     "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "neg": neg, "negative": neg,
     "true_divide": div, "multiply": mul, "subtract": sub,
@@ -917,9 +929,9 @@ METHODS = {
     "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
     "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
-    "__add__": add, "__radd__": _reflected(add),
+    "__add__": _commutative(ADD), "__radd__": _commutative(ADD),
     "__sub__": sub, "__rsub__": _reflected(sub),
-    "__mul__": mul, "__rmul__": _reflected(mul),
+    "__mul__": _commutative(MUL), "__rmul__": _commutative(MUL),
     "__truediv__": div, "__rtruediv__": _reflected(div),
     "__floordiv__": floor_divide, "__rfloordiv__": _reflected(floor_divide),
     "__mod__": remainder, "__rmod__": _reflected(remainder),
