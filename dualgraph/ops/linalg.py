@@ -323,15 +323,56 @@ def _infer_linear(x, w, *bias):
 
 
 def _linear_vjp(g, out, x, w, *bias):
-    gx = matmul(g, w) if needs_grad(x) else None
-    gw = None
-    if needs_grad(w):
-        g2 = shape_ops.reshape(g, (-1, w.shape[0]))
-        gw = matmul(mT(g2), shape_ops.reshape(x, (-1, w.shape[1])))
-    if not bias:
-        return gx, gw
-    gb = reduce.sum_to(g, tuple(bias[0].shape)) if needs_grad(bias[0]) else None
+    need = (needs_grad(x), needs_grad(w), bool(bias) and needs_grad(bias[0]))
+    gx, gw, gb = apply(LINEAR_BACKWARD, g, x, w, need=need)
+    grads = (gx if need[0] else None, gw if need[1] else None)
+    return grads + ((gb if need[2] else None),) if bias else grads
+
+
+def _linear_backward_kernel(g, x, w, need):
+    """``(g @ w, g^T x, sum(g))`` over the flattened batch, each only if needed (a free
+    broadcast zero stands in for the others): one op instead of seven in every MLP's
+    backward."""
+    (g, x, w), dt = blas_operands(g, x, w)
+    g2 = g.reshape(-1, g.shape[-1])
+
+    def skipped(shape):
+        return np.broadcast_to(np.zeros((), dt), shape)
+    gx = cast((g2 @ w).reshape(x.shape), dt) if need[0] else skipped(x.shape)
+    gw = cast(g2.T @ x.reshape(-1, x.shape[-1]), dt) if need[1] else skipped(w.shape)
+    gb = cast(g2.sum(axis=0), dt) if need[2] else skipped(w.shape[:1])
     return gx, gw, gb
+
+
+def _infer_linear_backward(g, x, w, need):
+    dt = dtypes.result_type(g, x, w)
+    return (ShapedType(tuple(x.shape), dt), ShapedType(tuple(w.shape), dt),
+            ShapedType(tuple(w.shape)[:1], dt))
+
+
+def _linear_backward_composite(g, x, w):
+    g2 = shape_ops.reshape(g, (-1, w.shape[0]))
+    return (matmul(g, w), matmul(mT(g2), shape_ops.reshape(x, (-1, w.shape[1]))),
+            reduce.sum(g2, 0))
+
+
+def _linear_backward_vjp(gg, out, g, x, w, need):
+    """Second derivatives: autodiff of the same backward written with matmuls."""
+    from ..autograd.engine import grad
+    from ..autograd.tape import enable_grad
+    with enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (g, x, w)]
+        outs = _linear_backward_composite(*leaves)
+        pairs = [(o, c) for o, c, n in zip(outs, gg, need) if n and c is not None]
+        if not pairs:
+            return None, None, None
+        return grad([o for o, _ in pairs], leaves, [c for _, c in pairs],
+                    create_graph=True, allow_unused=True)
+
+
+LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linear_backward,
+                        vjp=_linear_backward_vjp, attrs=("need",), num_outputs=3, saves="i",
+                        onnx=None)
 
 
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",

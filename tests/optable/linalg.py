@@ -68,3 +68,20 @@ CASES = [
     OpCase("matmul", lambda m, a, b, g: first_grad(m, lambda a: m.tanh(a @ b), a, g),
            [In((2, 3, 4), grad=False), In((4,)), In((2, 3))], "double-backward"),
 ]
+
+
+def _linear_grads(m, x, w, b, v):
+    """First derivatives of linear (create_graph), so the row's gradients are second
+    derivatives; also under no_grad, where finite differences evaluate it."""
+    with m.enable_grad():
+        for t in (x, w, b):
+            if not t.requires_grad:
+                t.requires_grad_()
+        y = m.nn.functional.linear(x, w, b)
+        return m.autograd.grad(y, [x, w, b], v, create_graph=True)
+
+
+CASES += [
+    OpCase("linear_backward", _linear_grads,
+           [In((2, 3, 4)), In((5, 4)), In((5,)), In((2, 3, 5))], dtypes=("float32", "float64")),
+]
