@@ -3,8 +3,8 @@
 Every function writes into the tensor's existing storage under ``no_grad`` (so parameters
 keep their identity and optimizers keep working) and returns the tensor. Random ones take
 ``generator=`` (a ``dg.Generator``; the global generator when None). Samples are drawn in
-float64 and rounded to the tensor's dtype. The streams are NumPy's, so the values differ
-from torch's for the same seed; the distributions are the same.
+float64 and rounded to the tensor's dtype. The streams are NumPy's, so for the same seed
+the values differ from torch's; the distributions are the same.
 
 >>> import dualgraph as dg
 >>> w = dg.empty(3, 5)
