@@ -248,9 +248,6 @@ class Tensor:
             acc = self._accumulator = AccumulateGrad(self)
         return acc
 
-    def _bump_version(self):
-        self._version[0] += 1
-
 
 class Size(tuple):
     """A shape, printed as torch prints it: ``dualgraph.Size([2, 3])``."""

@@ -114,7 +114,6 @@ def test_guards_retrace_and_explain_name_the_failed_guard_and_fix():
 
 def test_module_training_flag_is_guarded():
     net = dg.nn.Module()
-    net.forward = lambda x: x * 2
     net.register_buffer("scale", dg.ones(1))
     net.forward = lambda x: x * net.scale
     cf = dg.compile(net)

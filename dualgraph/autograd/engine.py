@@ -173,7 +173,7 @@ def _call_vjp(node: Node, grads: dict):
         g = grads.get(0)
         out = outs[0]
     else:
-        g = tuple(grads.get(i) if i in grads else _zeros_like(o) if o.requires_grad
+        g = tuple(grads.get(i) if i in grads else creation.zeros_like(o) if o.requires_grad
                   else None for i, o in enumerate(outs))
         out = outs
     tracer = modes.tracer
@@ -209,10 +209,6 @@ def _call_vjp(node: Node, grads: dict):
             gi = gi.to(dtypes.from_np(want.dtype))
         fixed.append(gi)
     return fixed
-
-
-def _zeros_like(t):
-    return creation.zeros_like(t)
 
 
 def _free(node: Node):

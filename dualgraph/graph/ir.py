@@ -275,7 +275,7 @@ class Graph:
         the shape rule is not run again (passes copy every node of big graphs many times);
         otherwise this is ``add_node``."""
         if len(inputs) == len(node.inputs) and all(
-                _same_type(new, old) for new, old in zip(inputs, node.inputs)):
+                same_type(new, old) for new, old in zip(inputs, node.inputs)):
             types = [v.type for v in node.outputs]
             inputs = tuple(self._check_input(node.op, x) for x in inputs)
             return self._append(node.op, inputs, node.attrs, types,
@@ -346,9 +346,12 @@ class Graph:
         save(self, path)
 
 
-def _same_type(new, old) -> bool:
-    if isinstance(old, Value):
-        return isinstance(new, Value) and new.shape == old.shape and new.dtype == old.dtype
+def same_type(new, old) -> bool:
+    """Typed things (Values, ShapedTypes) of exactly the same shape (symbols included) and
+    dtype, or equal literals."""
+    if hasattr(old, "dtype"):
+        return (hasattr(new, "dtype") and tuple(new.shape) == tuple(old.shape)
+                and new.dtype == old.dtype)
     return type(new) is type(old) and new == old
 
 

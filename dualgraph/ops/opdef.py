@@ -18,7 +18,7 @@ Calling conventions, shared by kernel, infer and vjp so that each reads like the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 REGISTRY: dict[str, "OpDef"] = {}
@@ -38,7 +38,6 @@ class OpDef:
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
     doc: str = ""
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.saves_inputs = "i" in self.saves

@@ -70,27 +70,6 @@ def nbytes(v: Value) -> int:
     return numel(v.shape) * v.dtype.itemsize
 
 
-def is_static(shape) -> bool:
-    return not any(isinstance(d, Sym) for d in shape)
-
-
-def use_counts(graph: Graph) -> dict[Value, int]:
-    """How many times each value is read by a node or returned (repeats count)."""
-    counts: dict[Value, int] = {}
-    for node in graph.nodes:
-        for x in node.inputs:
-            if isinstance(x, Value):
-                counts[x] = counts.get(x, 0) + 1
-    for v in graph.outputs:
-        counts[v] = counts.get(v, 0) + 1
-    return counts
-
-
-def same_type(a, b) -> bool:
-    """Exactly the same shape (dim by dim, symbols included) and dtype."""
-    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
-
-
 class Builder:
     """Copies ``old`` into a new graph, node by node, mapping old values to new ones.
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Graph, Node, Value
-from ..shapes import Sym
-from .core import Builder, Report, describe, is_static, nbytes, numel
+from ..shapes import Sym, is_static
+from .core import Builder, Report, describe, nbytes, numel
 
 MAX_FOLD_ELEMENTS = 1 << 20   # larger results stay computed: they would bloat the graph
 

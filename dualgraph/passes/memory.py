@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Graph, Node, Value
-from .core import Builder, Report, format_bytes, is_static, nbytes, numel, same_type
+from ..graph.ir import same_type
+from ..shapes import is_static
+from .core import Builder, Report, format_bytes, nbytes, numel
 
 END = float("inf")   # the last use of a graph output: it outlives the run
 

@@ -17,9 +17,9 @@ from typing import Callable
 
 from ..dtypes import result_type
 from ..graph import Graph, Value
-from ..graph.ir import infer_types
+from ..graph.ir import infer_types, same_type
 from ..ops.opdef import REGISTRY, OpDef
-from .core import Builder, Report, same_type
+from .core import Builder, Report
 from .cse import COMMUTATIVE
 
 MAX_DEPTH = 16   # rewrites of one node's rewrite; every rule shrinks the graph, so never hit
