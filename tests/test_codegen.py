@@ -15,7 +15,7 @@ from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
 from dualgraph.codegen import Executable, kernels
-from dualgraph.codegen.kernels import numba_available
+from dualgraph.kernels import numba_available
 from dualgraph.graph import Graph
 from dualgraph.graph.interpret import interpret
 from dualgraph.shapes import ShapeError, Sym

@@ -20,9 +20,15 @@ from ..tensor import Tensor
 from .tape import AccumulateGrad, Node, grad_mode, set_grad_enabled
 
 
-def backward(tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate d(tensor)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
-    run_backward((tensor,), (gradient,), retain_graph, create_graph, inputs=inputs)
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(tensors)/d(leaf) into ``leaf.grad`` for every leaf that requires grad,
+    as ``torch.autograd.backward``: ``tensors`` is one tensor or a sequence, with one
+    gradient each in ``grad_tensors`` (None for a scalar)."""
+    tensors = _as_tuple(tensors)
+    grads = (None,) * len(tensors) if grad_tensors is None else _as_tuple(grad_tensors)
+    if len(grads) != len(tensors):
+        raise ValueError(f"backward: {len(tensors)} tensors but {len(grads)} gradients")
+    run_backward(tensors, grads, retain_graph, create_graph, inputs=inputs)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -73,6 +79,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
         retain_graph = create_graph
     pending: dict = {}            # node -> {output index: gradient so far}
     ready: list = []              # heap of (-seq, node): latest-created node first
+    owned: set = set()            # ids of the sums this pass allocated (safe to add into)
     for t, g in zip(roots, root_grads):
         if not t.requires_grad:
             raise RuntimeError(
@@ -80,9 +87,9 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
                 "set requires_grad=True on the inputs you want gradients for")
         g = _root_grad(t, g)
         if t.grad_fn is not None:
-            _add(pending, ready, t.grad_fn, t._output_nr, g)
+            _add(pending, ready, owned, t.grad_fn, t._output_nr, g)
         else:
-            _add(pending, ready, t._accumulate_node(), 0, g)
+            _add(pending, ready, owned, t._accumulate_node(), 0, g)
 
     targets = capture if capture is not None else inputs
     captured = _capture_points(targets) if targets is not None else None
@@ -92,21 +99,26 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     grad_mode.in_backward = True
     try:
         with set_grad_enabled(create_graph):
-            _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
-                       create_graph)
+            _propagate(pending, ready, owned, captured, capture, inputs, results,
+                       retain_graph, create_graph)
     finally:
         grad_mode.in_backward = outer
     return results
 
 
-def _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
+def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
                create_graph):
     """Run nodes latest-first until no gradient is pending."""
     while ready:
         node = heapq.heappop(ready)[1]
         grads = pending.pop(node)
+        mine = None
+        if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
+            mine = [i for i in map(id, grads.values()) if i in owned]
+            owned.difference_update(mine)
         if isinstance(node, AccumulateGrad):
-            g = _run_hooks(node.leaf._hooks, grads[0])
+            hooks = node.leaf._hooks
+            g = _run_hooks(hooks, grads[0])
             if captured is not None and (node, 0) in captured:
                 for i in captured[(node, 0)]:
                     results[i] = g
@@ -114,7 +126,7 @@ def _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
                     continue
             elif inputs is not None:   # backward(inputs=...) accumulates only those
                 continue
-            _accumulate(node.leaf, g, create_graph)
+            _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
             continue
         if node.hooks:
             for idx, hooks in node.hooks.items():
@@ -129,7 +141,7 @@ def _propagate(pending, ready, captured, capture, inputs, results, retain_graph,
             _free(node)
         for edge, g in zip(node.next, input_grads):
             if edge is not None and g is not None:
-                _add(pending, ready, edge[0], edge[1], g)
+                _add(pending, ready, owned, edge[0], edge[1], g)
 
 
 def _capture_points(targets) -> dict:
@@ -145,14 +157,24 @@ def _capture_points(targets) -> dict:
     return captured
 
 
-def _add(pending, ready, node, out_nr, g):
+def _add(pending, ready, owned, node, out_nr, g):
     slot = pending.get(node)
     if slot is None:
         pending[node] = {out_nr: g}
         heapq.heappush(ready, (-node.seq, node))
         return
     prev = slot.get(out_nr)
-    slot[out_nr] = g if prev is None else prev + g
+    if prev is None:
+        slot[out_nr] = g
+    elif grad_mode.enabled or modes.tracer is not None:   # create_graph / capture: record it
+        slot[out_nr] = prev + g
+    elif id(prev) in owned:
+        # _call_vjp made shapes and dtypes equal; this buffer is ours alone: add in place
+        np.add(prev._data, g._data, out=prev._data)
+    else:
+        total = Tensor._make(np.add(prev._data, g._data))
+        owned.add(id(total))   # (alive in `pending` while the id is in use)
+        slot[out_nr] = total
 
 
 def _call_vjp(node: Node, grads: dict):
@@ -227,7 +249,9 @@ def _run_hooks(hooks, g):
     return g
 
 
-def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
+def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False):
+    """Add ``g`` into ``leaf.grad``; ``owned``: g's buffer belongs to the engine alone,
+    so it can become ``.grad`` without a copy."""
     if not create_graph:
         g = g.detach()
     tracer = modes.tracer
@@ -235,7 +259,7 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool):
         _accumulate_traced(tracer, leaf, g)
     elif leaf.grad is None:
         # Own the storage: the incoming gradient may alias another tensor's data.
-        leaf.grad = g if create_graph else Tensor._make(np.array(g._data, copy=True))
+        leaf.grad = g if create_graph or owned else Tensor._make(np.array(g._data, copy=True))
     elif create_graph:
         leaf.grad = leaf.grad + g
     else:

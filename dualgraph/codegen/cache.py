@@ -16,7 +16,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from . import fastmath
+from ..kernels import fastmath
 
 
 @lru_cache(maxsize=None)

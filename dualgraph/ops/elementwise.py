@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dispatch import apply
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
@@ -777,6 +777,10 @@ def _gelu_tanh_inner(x):
 
 
 def _gelu_tanh_array(x):
+    if kernels.enabled(x):
+        out = np.empty(x.shape, x.dtype)
+        kernels.activations.gelu_tanh(kernels.flat(x), out.reshape(-1))
+        return out
     t = _gelu_tanh_inner(x)
     t += 1
     t *= x
@@ -785,6 +789,11 @@ def _gelu_tanh_array(x):
 
 
 def _gelu_tanh_backward_array(g, x):
+    if kernels.enabled(x, g):
+        out = np.empty(x.shape, x.dtype)
+        kernels.activations.gelu_tanh_backward(kernels.flat(np.broadcast_to(g, x.shape)),
+                                       kernels.flat(x), out.reshape(-1))
+        return out
     t = _gelu_tanh_inner(x)
     dt = x * x
     dt *= 3 * _GELU_C

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..dispatch import apply, modes
 from ..shapes import ShapedType, reduced_shape
 from . import elementwise as ew
@@ -27,7 +28,25 @@ def _stat_dtype(dt):
     return dt if dt.itemsize >= 4 else np.dtype(np.float32)
 
 
+def _stats_shape(x, n_dims):
+    return x.shape[:x.ndim - n_dims] + (1,) * n_dims
+
+
+def _param_or(p, fill, x):
+    """A parameter as the loops take it: flat, or one broadcast ``fill`` when absent."""
+    return np.full(1, fill, x.dtype) if p is None else kernels.flat(p)
+
+
 def _layer_norm_kernel(x, weight, bias, n_dims, eps):
+    width = int(np.prod(x.shape[x.ndim - n_dims:]))
+    if kernels.enabled(x, *(p for p in (weight, bias) if p is not None)) and width:
+        rows = kernels.rows(x, width)
+        y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
+                         np.empty(len(rows), x.dtype))
+        kernels.normalization.layer_norm(rows, _param_or(weight, 1, x), _param_or(bias, 0, x),
+                                         np.float32(eps), y.reshape(rows.shape), mean, rstd)
+        shape = _stats_shape(x, n_dims)
+        return y, mean.reshape(shape), rstd.reshape(shape)
     axes = _axes(x, n_dims)
     xf = x if x.dtype.itemsize >= 4 else x.astype(np.float32)
     mean = xf.mean(axis=axes, keepdims=True)
@@ -50,6 +69,16 @@ def _infer_layer_norm(x, weight, bias, n_dims, eps):
 
 
 def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
+    width = int(np.prod(x.shape[x.ndim - n_dims:]))
+    if kernels.enabled(x, g, *(() if weight is None else (weight,))) and width:
+        rows = kernels.rows(x, width)
+        dx, dw, db = np.empty(x.shape, x.dtype), np.empty(width, x.dtype), np.empty(width,
+                                                                                     x.dtype)
+        kernels.normalization.layer_norm_backward(
+            kernels.rows(np.broadcast_to(g, x.shape), width), rows, _param_or(weight, 1, x),
+            kernels.flat(mean), kernels.flat(rstd), dx.reshape(rows.shape), dw, db)
+        params = x.shape[x.ndim - n_dims:]
+        return dx, dw.reshape(params), db.reshape(params)
     axes = _axes(x, n_dims)
     lead = tuple(range(x.ndim - n_dims))
     gf = g if g.dtype.itemsize >= 4 else g.astype(np.float32)

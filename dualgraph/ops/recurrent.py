@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import elementwise as ew
@@ -35,6 +36,12 @@ def _gates(gates):
 
 def _lstm_kernel(gates, c):
     """``(h', c', activated gates)``: the third output is kept for the backward only."""
+    if kernels.enabled(gates, c):
+        n = c.shape[-1]
+        gates2, c2 = kernels.rows(gates, 4 * n), kernels.rows(c, n)
+        h, c_new, acts = np.empty_like(c2), np.empty_like(c2), np.empty_like(gates2)
+        kernels.activations.lstm_cell(gates2, c2, h, c_new, acts)
+        return h.reshape(c.shape), c_new.reshape(c.shape), acts.reshape(gates.shape)
     i, f, g, o = acts = _gates(gates)
     c_new = f * c + i * g
     return o * np.tanh(c_new), c_new, np.concatenate(acts, axis=-1)
@@ -53,6 +60,12 @@ def _infer_lstm(gates, c):
 
 def _lstm_backward_kernel(gh, gc, gates, c, acts):
     n = acts.shape[-1] // 4
+    if kernels.enabled(acts, gh, gc, c):
+        c2 = kernels.rows(c, n)
+        d_gates, dc = np.empty((c2.shape[0], 4 * n), c.dtype), np.empty_like(c2)
+        kernels.activations.lstm_cell_backward(kernels.rows(gh, n), kernels.rows(gc, n), c2,
+                                       kernels.rows(acts, 4 * n), d_gates, dc)
+        return d_gates.reshape(acts.shape), dc.reshape(c.shape)
     i, f, g, o = (acts[..., k * n:(k + 1) * n] for k in range(4))
     c_new = f * c + i * g
     tc = np.tanh(c_new)

@@ -15,7 +15,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dispatch import apply
 from ..shapes import ShapedType, normalize_dim, normalize_dims, numel, reduced_shape
 from ..tensor import Tensor
@@ -576,6 +576,11 @@ def count_nonzero(input, dim=None):
 # -- softmax -----------------------------------------------------------------------------------
 def _softmax_kernel(log):
     def kernel(x, dim):
+        if x.ndim and dim in (-1, x.ndim - 1) and kernels.enabled(x):
+            out = np.empty(x.shape, x.dtype)
+            loop = kernels.normalization.log_softmax if log else kernels.normalization.softmax
+            loop(kernels.rows(x, x.shape[-1]), out.reshape(-1, x.shape[-1]))
+            return out
         # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
         out = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array

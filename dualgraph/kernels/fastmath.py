@@ -96,6 +96,11 @@ def tanh32(x):
     return x if x != x else y
 
 
+def sigmoid32(x):
+    """``sigmoid`` for float32 scalars as ``(1 + tanh(x / 2)) / 2``: stable for any x."""
+    return _HALF + _HALF * tanh32(_HALF * x)
+
+
 def where(c, a, b):
     return a if c else b
 
@@ -107,5 +112,6 @@ def sign(x):
 
 if _njit is not None:
     # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
-    exp32, tanh32, where, sign = (_njit(inline="always", error_model="numpy")(f)
-                                  for f in (exp32, tanh32, where, sign))
+    exp32, tanh32, sigmoid32, where, sign = (
+        _njit(inline="always", error_model="numpy")(f)
+        for f in (exp32, tanh32, sigmoid32, where, sign))

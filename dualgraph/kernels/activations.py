@@ -1,0 +1,94 @@
+"""One-pass float32 loops for the tanh-GELU and the LSTM cell, forward and backward.
+
+The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
+``ops/recurrent.py`` (which document them); here each element is read and written once,
+with ``fastmath``'s vectorisable ``tanh32``, ``sigmoid32`` (``(1 + tanh(x / 2)) / 2`` as
+there) and ``exp32``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit   # (imported only where Numba is available: see kernels/__init__)
+
+from . import loop
+from .fastmath import exp32, sigmoid32, tanh32
+
+F = np.float32
+_ZERO, _HALF, _ONE, _TWO, _FOUR, _MINUS_TWO = F(0), F(0.5), F(1), F(2), F(4), F(-2)
+_K = F(np.sqrt(2 / np.pi))           # tanh-GELU: tanh(K (x + C x^3))
+_C, _C3 = F(0.044715), F(3 * 0.044715)
+
+
+@njit(inline="always")
+def _tanh_terms(u):
+    """``(1 + tanh u, 1 - tanh(u)^2)``, both to a few ulps relative even where tanh is
+    within an ulp of -1 or 1 (computing them from a rounded tanh would cancel): with
+    ``e = exp(-2|u|)``, they are ``2e/(1+e)`` or ``2/(1+e)``, and ``4e/(1+e)^2``."""
+    e = exp32(_MINUS_TWO * abs(u))
+    r = _ONE / (_ONE + e)
+    one_plus = _TWO * e * r if u < _ZERO else _TWO * r
+    return one_plus, _FOUR * e * r * r
+
+
+@loop
+def gelu_tanh(x, out):
+    """``out = 0.5 x (1 + tanh(K (x + C x^3)))`` over flat arrays."""
+    for i in range(x.size):
+        v = x[i]
+        one_plus, _ = _tanh_terms(_K * v * (_ONE + _C * v * v))
+        out[i] = _HALF * v * one_plus
+
+
+@loop
+def gelu_tanh_backward(g, x, out):
+    """``out = g * d/dx gelu_tanh(x)`` over flat arrays."""
+    for i in range(x.size):
+        v = x[i]
+        v2 = v * v
+        one_plus, sech2 = _tanh_terms(_K * v * (_ONE + _C * v2))
+        slope = _HALF * _K * v * (_ONE + _C3 * v2) * sech2
+        out[i] = g[i] * (_HALF * one_plus + slope)
+
+
+@njit(inline="always")
+def _blocks(row, n):
+    """The four gate blocks of one row as separate views: with one array per block (not
+    offsets into one row) LLVM can prove the stores independent and vectorises the loop."""
+    return row[:n], row[n:2 * n], row[2 * n:3 * n], row[3 * n:]
+
+
+@loop
+def lstm_cell(gates, c, h_out, c_out, acts_out):
+    """Rows of ``gates`` (i, f, g, o blocks of width n) and ``c`` -> ``h'``, ``c'`` and the
+    activated gates (kept for the backward)."""
+    n = c.shape[1]
+    for b in range(c.shape[0]):
+        gi, gf, gg, go = _blocks(gates[b], n)
+        ai, af, ag, ao = _blocks(acts_out[b], n)
+        cb, hb, cnb = c[b], h_out[b], c_out[b]
+        for j in range(n):
+            i, f, g, o = sigmoid32(gi[j]), sigmoid32(gf[j]), tanh32(gg[j]), sigmoid32(go[j])
+            cn = f * cb[j] + i * g
+            cnb[j] = cn
+            hb[j] = o * tanh32(cn)
+            ai[j], af[j], ag[j], ao[j] = i, f, g, o
+
+
+@loop
+def lstm_cell_backward(gh, gc, c, acts, d_gates_out, dc_out):
+    """The gradients of the gate pre-activations and of the previous cell state, from
+    those of ``h'`` and ``c'`` and the saved activated gates."""
+    n = c.shape[1]
+    for b in range(c.shape[0]):
+        ai, af, ag, ao = _blocks(acts[b], n)
+        di, df, dg, do = _blocks(d_gates_out[b], n)
+        cb, ghb, gcb, dcb = c[b], gh[b], gc[b], dc_out[b]
+        for j in range(n):
+            i, f, g, o, cp = ai[j], af[j], ag[j], ao[j], cb[j]
+            tc = tanh32(f * cp + i * g)
+            dcn = gcb[j] + ghb[j] * o * (_ONE - tc * tc)
+            di[j] = dcn * g * i * (_ONE - i)
+            df[j] = dcn * cp * f * (_ONE - f)
+            dg[j] = dcn * i * (_ONE - g * g)
+            do[j] = ghb[j] * tc * o * (_ONE - o)
+            dcb[j] = dcn * f

@@ -1,0 +1,101 @@
+"""Row-wise float32 loops: softmax, log-softmax, and layer normalisation forward and
+backward, each one pass (or two) over a row instead of several full-array NumPy passes.
+
+Rows are the last axis (softmax) or the trailing normalised dims flattened (LayerNorm) of
+a C-contiguous array. The formulas are those of the NumPy kernels in ``ops/reduce.py`` and
+``ops/norm.py``. Row sums run with LLVM's ``reassoc`` flag so they vectorise; that sums in
+a few interleaved partial sums, like NumPy's pairwise sums, not strictly left to right.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import loop
+from .fastmath import exp32
+
+F = np.float32
+_ZERO, _ONE = F(0), F(1)
+_REDUCE = {"reassoc", "nsz"}
+
+
+@loop(fastmath=_REDUCE)
+def softmax(x, out):
+    """``out[r] = exp(x[r] - max x[r]) / sum(...)`` for each row r."""
+    for r in range(x.shape[0]):
+        row, o = x[r], out[r]
+        m = row[0]
+        for j in range(1, row.size):
+            m = max(m, row[j])
+        total = _ZERO
+        for j in range(row.size):
+            e = exp32(row[j] - m)
+            o[j] = e
+            total += e
+        for j in range(row.size):
+            o[j] = o[j] / total
+
+
+@loop(fastmath=_REDUCE)
+def log_softmax(x, out):
+    """``out[r] = x[r] - max x[r] - log(sum(exp(x[r] - max x[r])))`` for each row r."""
+    for r in range(x.shape[0]):
+        row, o = x[r], out[r]
+        m = row[0]
+        for j in range(1, row.size):
+            m = max(m, row[j])
+        total = _ZERO
+        for j in range(row.size):
+            total += exp32(row[j] - m)
+        shift = m + F(math.log(total))
+        for j in range(row.size):
+            o[j] = row[j] - shift
+
+
+@loop(fastmath=_REDUCE)
+def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
+    """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (pass
+    1-element arrays of 1 and 0 when there is no weight or bias: they broadcast)."""
+    n = x.shape[1]
+    w_step, b_step = min(weight.size - 1, 1), min(bias.size - 1, 1)
+    for r in range(x.shape[0]):
+        row, o = x[r], out[r]
+        total = _ZERO
+        for j in range(n):
+            total += row[j]
+        mean = total / F(n)
+        sq = _ZERO
+        for j in range(n):
+            d = row[j] - mean
+            sq += d * d
+        rstd = _ONE / F(math.sqrt(sq / F(n) + eps))
+        for j in range(n):
+            o[j] = (row[j] - mean) * rstd * weight[j * w_step] + bias[j * b_step]
+        mean_out[r], rstd_out[r] = mean, rstd
+
+
+@loop(fastmath=_REDUCE)
+def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
+    """Gradients of :func:`layer_norm` for input, weight and bias (``dw_out``/``db_out``
+    are zeroed here and summed over the rows)."""
+    n = x.shape[1]
+    w_step = min(weight.size - 1, 1)
+    dw_out[:] = _ZERO
+    db_out[:] = _ZERO
+    for r in range(x.shape[0]):
+        gr, xr, dxr = g[r], x[r], dx_out[r]
+        m, s = mean[r], rstd[r]
+        sum_gw = _ZERO
+        sum_gw_xhat = _ZERO
+        for j in range(n):
+            xhat = (xr[j] - m) * s
+            gw = gr[j] * weight[j * w_step]
+            sum_gw += gw
+            sum_gw_xhat += gw * xhat
+            dw_out[j] += gr[j] * xhat
+            db_out[j] += gr[j]
+        mean_gw, mean_gw_xhat = sum_gw / F(n), sum_gw_xhat / F(n)
+        for j in range(n):
+            xhat = (xr[j] - m) * s
+            dxr[j] = (gr[j] * weight[j * w_step] - mean_gw - xhat * mean_gw_xhat) * s

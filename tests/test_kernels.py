@@ -1,0 +1,121 @@
+"""The eager Numba loops (``dualgraph/kernels``) against PyTorch and against the NumPy
+kernels they replace: tanh-GELU and its gradient, the LSTM cell forward and backward, on
+float32 inputs big enough to take the Numba path, including the extremes (saturated tanh,
+infinities, NaN). The op table's small inputs cover the NumPy path."""
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from dualgraph import kernels
+
+pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
+
+
+def both_paths(fn, monkeypatch):
+    """``fn()`` with the Numba loops, then with the NumPy kernels."""
+    fast = fn()
+    monkeypatch.setenv("DUALGRAPH_NUMBA", "0")
+    slow = fn()
+    monkeypatch.delenv("DUALGRAPH_NUMBA")
+    return fast, slow
+
+
+def gelu_inputs():
+    x = np.random.default_rng(0).normal(0, 3, 8192).astype(np.float32)
+    x[:8] = [0.0, -0.0, 30.0, -30.0, 1e-6, -1e-6, np.inf, -np.inf]
+    return x
+
+
+def test_gelu_tanh_forward_and_gradient_match_torch_and_numpy(monkeypatch):
+    x, g = gelu_inputs(), np.random.default_rng(1).normal(size=8192).astype(np.float32)
+
+    def run():
+        xt = dg.tensor(x, requires_grad=True)
+        y = dg.nn.functional.gelu(xt, approximate="tanh")
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xt.grad.numpy()
+    (y, dx), (y_np, dx_np) = both_paths(run, monkeypatch)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.functional.gelu(xt, approximate="tanh")
+    yt.backward(torch.tensor(g))
+    finite = np.isfinite(x)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(y, y_np, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(dx[finite], xt.grad.numpy()[finite], rtol=1e-5, atol=2e-6)
+    # (the NumPy kernel cancels in 1 - tanh^2 where tanh saturates; the loop does not)
+    np.testing.assert_allclose(dx[finite], dx_np[finite], rtol=1e-5, atol=1e-5)
+    assert y[6] == np.inf and y[3] == 0 and y[2] == 30 and np.isnan(y[7]) == np.isnan(y_np[7])
+
+
+def test_gelu_tanh_propagates_nan():
+    x = gelu_inputs()
+    x[100] = np.nan
+    assert np.isnan(dg.nn.functional.gelu(dg.tensor(x), approximate="tanh").numpy()[100])
+
+
+@pytest.mark.parametrize("batch,hidden", [(64, 32), (7, 50)])
+def test_lstm_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(batch, 16)).astype(np.float32)
+    h0, c0 = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
+    gh, gc = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
+    ref = torch.nn.LSTMCell(16, hidden)
+    weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
+
+    def run(lib, tensor):
+        cell = lib.nn.LSTMCell(16, hidden)
+        cell.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
+        xs, hs, cs = (tensor(a) for a in (x, h0, c0))
+        h, c = cell(xs, (hs, cs))
+        lib.autograd.backward([h, c], [lib.tensor(gh), lib.tensor(gc)])
+        return [h.detach().numpy(), c.detach().numpy(), xs.grad.numpy(), hs.grad.numpy(),
+                cs.grad.numpy()] + [p.grad.numpy() for p in cell.parameters()]
+
+    fast, slow = both_paths(lambda: run(dg, lambda a: dg.tensor(a, requires_grad=True)),
+                            monkeypatch)
+    want = run(torch, lambda a: torch.tensor(a, requires_grad=True))
+    for got, np_got, expected in zip(fast, slow, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
+        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
+    x = np.random.default_rng(3).normal(0, 4, (6, 5, 77)).astype(np.float32)
+    x[0, 0, :10] = -np.inf           # masked entries
+    x[0, 1, :] = -np.inf             # a fully masked row: NaN, as torch gives
+    x[1, 1, 3] = 80.0                # one dominant entry
+
+    def run():
+        return getattr(dg.nn.functional, name)(dg.tensor(x), dim=-1).numpy()
+    fast, slow = both_paths(run, monkeypatch)
+    want = getattr(torch.nn.functional, name)(torch.tensor(x), dim=-1).numpy()
+    np.testing.assert_allclose(fast, want, rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(fast, slow, rtol=2e-6, atol=1e-6)
+    assert np.isnan(fast[0, 1]).all()
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_torch_and_numpy(monkeypatch, affine):
+    rng = np.random.default_rng(4)
+    x = (rng.normal(size=(10, 8, 16)) * 3 + 5).astype(np.float32)
+    g = rng.normal(size=(10, 8, 16)).astype(np.float32)
+    ref = torch.nn.LayerNorm((8, 16), elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ref.weight.normal_()
+            ref.bias.normal_()
+    weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
+
+    def run(lib):
+        ln = lib.nn.LayerNorm((8, 16), elementwise_affine=affine)
+        ln.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
+        xs = lib.tensor(x, requires_grad=True)
+        y = ln(xs)
+        y.backward(lib.tensor(g))
+        return [y.detach().numpy(), xs.grad.numpy()] + [p.grad.numpy() for p in ln.parameters()]
+    fast, slow = both_paths(lambda: run(dg), monkeypatch)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(got, np_got, rtol=2e-5, atol=2e-5)
