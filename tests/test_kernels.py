@@ -119,3 +119,23 @@ def test_layer_norm_matches_torch_and_numpy(monkeypatch, affine):
     for got, np_got, want in zip(fast, slow, run(torch)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
         np.testing.assert_allclose(got, np_got, rtol=2e-5, atol=2e-5)
+
+
+def test_scatter_add_rows_matches_torch_and_numpy(monkeypatch):
+    """Embedding (repeated rows) and class-index loss gradients go through the loop."""
+    rng = np.random.default_rng(5)
+    weight = rng.normal(size=(50, 40)).astype(np.float32)
+    ids = rng.integers(-50, 50, (30, 7))
+    logits = rng.normal(size=(300, 20)).astype(np.float32)
+    target = rng.integers(0, 20, 300)
+
+    def run(lib):
+        w, z = lib.tensor(weight, requires_grad=True), lib.tensor(logits, requires_grad=True)
+        picked = w[lib.tensor(ids)]
+        (picked * picked).sum().backward()
+        lib.nn.functional.nll_loss(z, lib.tensor(target)).backward()
+        return w.grad.numpy(), z.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-6)

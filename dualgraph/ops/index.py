@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
@@ -67,9 +67,17 @@ def _index_kernel(x, *indices, dims):
 
 
 def _index_vjp(g, out, x, *indices, dims):
-    gx = index_put_dims(creation.zeros_like(x, dtype=g.dtype), g, indices, dims,
-                        accumulate=True)
-    return (gx,) + (None,) * len(indices)
+    return (apply(INDEX_BACKWARD, g, x, *indices, dims=dims),) + (None,) * len(indices)
+
+
+def _index_backward_kernel(g, x, *indices, dims):
+    out = np.zeros(x.shape, g.dtype)
+    _accumulate(out, _np_key(x.ndim, indices, dims), g, indices, dims)
+    return out
+
+
+def _index_backward_vjp(gg, out, g, x, *indices, dims):
+    return (apply(INDEX, gg, *indices, dims=dims), None) + (None,) * len(indices)
 
 
 INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims",),
@@ -79,8 +87,17 @@ INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims
 
 
 def _accumulate(out, key, v, indices, dims):
-    """``np.add.at(out, key, v)``; float rows picked along dim 0 (an embedding's gradient)
-    are summed per distinct index with a sort and ``reduceat`` instead: ``add.at`` is slow."""
+    """``np.add.at(out, key, v)``, which is slow: float32 blocks picked along the leading
+    dims (an embedding's or a class-index loss's gradient) go through a Numba loop, and
+    other float rows picked along dim 0 are summed per index with a sort and ``reduceat``."""
+    if dims == tuple(range(len(dims))) and v.size and kernels.enabled(out, v):
+        lead = out.shape[:len(dims)]
+        rows = np.ravel_multi_index([np.where(i < 0, i + n, i) for i, n in
+                                     zip(np.broadcast_arrays(*indices), lead)], lead)
+        width = out[(0,) * len(dims)].size
+        kernels.scatter.add_rows(out.reshape(-1, width), rows.reshape(-1),
+                                 kernels.rows(v, width))
+        return
     if dims != (0,) or out.dtype.kind not in "fc" or not v.size:
         np.add.at(out, key, v)
         return
@@ -123,6 +140,11 @@ def _index_put_vjp(g, out, x, v, *indices, dims, accumulate):
     return (gx, gv) + (None,) * len(indices)
 
 
+INDEX_BACKWARD = defop("index_backward", _index_backward_kernel,
+                       lambda g, x, *indices, dims: ShapedType(tuple(x.shape), g.dtype),
+                       vjp=_index_backward_vjp, attrs=("dims",), saves="", onnx=None,
+                       doc="Zeros shaped like x with g added at the indexed positions (repeats "
+                           "summed): the gradient of index (x only gives the shape).")
 INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_put_vjp,
                   attrs=("dims", "accumulate"), saves="", onnx="ScatterND",
                   doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")

@@ -212,7 +212,23 @@ def _infer_slice(x, index):
 
 
 def _slice_vjp(g, out, x, index):
-    return slice_update(creation.zeros_like(x, dtype=g.dtype), g, index)
+    return apply(SLICE_BACKWARD, g, x, index=index)
+
+
+def _slice_backward_kernel(g, x, index):
+    out = np.zeros(x.shape, g.dtype)
+    out[_slice_key(index)] = g
+    return out
+
+
+# One op for the gradient of a slice (not zeros + slice_update: two ops and a copy), as it
+# runs for every step of a Python loop over x[:, t] and every part of a split.
+SLICE_BACKWARD = defop("slice_backward", _slice_backward_kernel,
+                       lambda g, x, index: ShapedType(tuple(x.shape), g.dtype),
+                       vjp=lambda gg, out, g, x, index: (apply(SLICE, gg, index=index), None),
+                       attrs=("index",), saves="", onnx=None,
+                       doc="Zeros shaped like x with g in the block ``index``: the gradient "
+                           "of slice (x only gives the shape).")
 
 
 SLICE = defop("slice", lambda x, index: x[_slice_key(index)], _infer_slice, vjp=_slice_vjp,

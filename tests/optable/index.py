@@ -137,3 +137,24 @@ CASES = [
            grad=False),
     OpCase("trilu", lambda m, a: m.triu(a, 1), [In((4, 4), "bool")], "triu-bool", grad=False),
 ]
+
+
+def first_grad(pick):
+    """d sum(pick(a, *rest) * v) / da, differentiable: a row for a gradient op, whose own
+    gradient (with respect to v) is the gradient of the gradient."""
+    def fn(m, a, v, *rest):
+        with m.enable_grad():
+            if not a.requires_grad:
+                a.requires_grad_()
+            return m.autograd.grad((pick(a, *rest) * v).sum(), a, create_graph=True)[0]
+    return fn
+
+
+CASES += [
+    OpCase("index_backward", first_grad(lambda a, i: a[i]), [In((4, 3)), In((5, 3)),
+                                                            idx(5, high=4)], "repeats"),
+    OpCase("index_backward", first_grad(lambda a, i, j: a[i, j]),
+           [In((3, 4)), In((2, 3)), idx(2, 3), idx(2, 3, high=4)], "points"),
+    OpCase("index_backward", first_grad(lambda a, i: a[:, i]),
+           [In((2, 4, 3)), In((2, 5, 3)), idx(5, high=4)], "dim1"),
+]

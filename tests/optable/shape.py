@@ -85,3 +85,14 @@ CASES = [
     OpCase("index", lambda m, a: m.nn.functional.pad(a, (1, 3), mode="circular"),
            [In((1, 2, 4))], "pad-circular"),
 ]
+
+
+def _slice_grad(m, a, v):
+    """d sum(a[1:3, ::2] * v) / da, differentiable (its gradient is with respect to v)."""
+    with m.enable_grad():
+        if not a.requires_grad:
+            a.requires_grad_()
+        return m.autograd.grad((a[1:3, ::2] * v).sum(), a, create_graph=True)[0]
+
+
+CASES.append(OpCase("slice_backward", _slice_grad, [In((4, 5)), In((2, 3))]))
