@@ -64,7 +64,7 @@ def _relu_step(xg, state, w: _Weights):
 
 def _lstm_step(xg, state, w: _Weights):
     h, c = state
-    h, c = recurrent.lstm_cell(xg + linear(h, w.w_hh, w.b_hh), c)   # one fused gate op
+    h, c = recurrent.lstm_cell(xg, h, c, w.w_hh, w.b_hh)   # one fused op per step
     if w.w_hr is not None:  # LSTM with projections: the hidden state is W_hr h
         h = linear(h, w.w_hr)
     return h, c

@@ -2,10 +2,11 @@
 
 An LSTM step is two matmuls and then a dozen small elementwise ops on the gates; run one
 op at a time, their dispatch and temporaries cost more than the matmuls (torch fuses them
-too). ``lstm_cell(gates, c)`` takes the pre-activations ``[i | f | g | o]`` and the old
-cell state and returns ``(h', c')``. Its VJP is the fused ``lstm_cell_backward``, whose own
-VJP is the autodiff of the same backward written with elementwise ops, so gradients of
-gradients still work.
+too). ``lstm_cell(xg, h, c, w_hh, b_hh)`` takes the input's gate pre-activations
+``[i | f | g | o]``, the state and the hidden weights, and returns ``(h', c')``: the hidden
+projection is inside, so a step is one node forward and one backward. Its VJP is the fused
+``lstm_cell_backward``, whose own VJP is the autodiff of the same step written with matmul
+and elementwise ops, so gradients of gradients still work.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import elementwise as ew
 from . import shape as shape_ops
-from ._util import is_float
+from ._util import is_float, needs_grad
 from .opdef import defop
 
 __all__: list = []
@@ -34,8 +35,8 @@ def _gates(gates):
     return act[..., :n], act[..., n:2 * n], act[..., 2 * n:3 * n], act[..., 3 * n:]
 
 
-def _lstm_kernel(gates, c):
-    """``(h', c', activated gates)``: the third output is kept for the backward only."""
+def _cell(gates, c):
+    """``(h', c', activated gates)`` from the gate pre-activations and the cell state."""
     if kernels.enabled(gates, c):
         n = c.shape[-1]
         gates2, c2 = kernels.rows(gates, 4 * n), kernels.rows(c, n)
@@ -47,24 +48,41 @@ def _lstm_kernel(gates, c):
     return o * np.tanh(c_new), c_new, np.concatenate(acts, axis=-1)
 
 
-def _infer_lstm(gates, c):
-    gs, cs = tuple(gates.shape), tuple(c.shape)
-    if gs[:-1] != cs[:-1] or gs[-1] != 4 * cs[-1]:
-        raise ShapeError(f"lstm_cell: gates of shape {gs} need 4x the last dim of the cell "
-                         f"state, which has shape {cs}")
-    if not is_float(gates.dtype) or gates.dtype != c.dtype:
-        raise TypeError(f"lstm_cell: gates ({gates.dtype}) and state ({c.dtype}) must be "
-                        "of one float dtype")
-    return ShapedType(cs, c.dtype), ShapedType(cs, c.dtype), ShapedType(gs, c.dtype)
+def _lstm_kernel(xg, h, c, w_hh, *b_hh):
+    """``(h', c', activated gates)``: the third output is kept for the backward only."""
+    gates = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T).reshape(xg.shape)
+    gates += xg
+    if b_hh:
+        gates += b_hh[0]
+    return _cell(gates, c)
 
 
-def _lstm_backward_kernel(gh, gc, gates, c, acts):
+def _infer_lstm(xg, h, c, w_hh, *b_hh):
+    xs, hs, cs, ws = (tuple(t.shape) for t in (xg, h, c, w_hh))
+    if xs[:-1] != cs[:-1] or xs[-1] != 4 * cs[-1] or hs[:-1] != cs[:-1]:
+        raise ShapeError(f"lstm_cell: input gates of shape {xs}, hidden state {hs} and cell "
+                         f"state {cs} don't fit: the cell state must be (..., n), the gates "
+                         "(..., 4n), the hidden state (..., p) with the same leading dims")
+    want_w, want_b = (4 * cs[-1], hs[-1]), (4 * cs[-1],)
+    if ws != want_w or (b_hh and tuple(b_hh[0].shape) != want_b):
+        raise ShapeError(f"lstm_cell: weight_hh of shape {ws} (and bias_hh) don't fit a "
+                         f"hidden state of shape {hs} and cell state {cs}: expected {want_w} "
+                         f"and {want_b}")
+    dts = {t.dtype for t in (xg, h, c, w_hh, *b_hh)}
+    if len(dts) != 1 or not is_float(xg.dtype):
+        raise TypeError(f"lstm_cell: gates, states and weights must be of one float dtype, "
+                        f"got {sorted(str(d) for d in dts)}")
+    return ShapedType(cs, c.dtype), ShapedType(cs, c.dtype), ShapedType(xs, c.dtype)
+
+
+def _cell_backward(gh, gc, c, acts):
+    """The gradients of the gate pre-activations and of the old cell state."""
     n = acts.shape[-1] // 4
     if kernels.enabled(acts, gh, gc, c):
         c2 = kernels.rows(c, n)
         d_gates, dc = np.empty((c2.shape[0], 4 * n), c.dtype), np.empty_like(c2)
         kernels.activations.lstm_cell_backward(kernels.rows(gh, n), kernels.rows(gc, n), c2,
-                                       kernels.rows(acts, 4 * n), d_gates, dc)
+                                               kernels.rows(acts, 4 * n), d_gates, dc)
         return d_gates.reshape(acts.shape), dc.reshape(c.shape)
     i, f, g, o = (acts[..., k * n:(k + 1) * n] for k in range(4))
     c_new = f * c + i * g
@@ -75,15 +93,36 @@ def _lstm_backward_kernel(gh, gc, gates, c, acts):
     return d_gates, dc_new * f
 
 
-def _lstm_backward_composite(gh, gc, gates, c):
-    """The same backward with elementwise ops: what the fused kernel computes."""
+def _lstm_backward_kernel(gh, gc, xg, h, c, w_hh, *rest, need):
+    """Gradients of (input gates, h, c, weight_hh, bias_hh), each only if ``need`` says so
+    (a free broadcast zero stands in for the others; the gates' and c's are by-products)."""
+    acts = rest[-1]
+    d_gates, dc = _cell_backward(gh, gc, c, acts)
+    n = c.shape[-1]
+    d2 = d_gates.reshape(-1, 4 * n)
+
+    def skipped(shape):
+        return np.broadcast_to(np.zeros((), c.dtype), shape)
+    dh = (d2 @ w_hh).reshape(h.shape) if need[1] else skipped(h.shape)
+    dw = d2.T @ h.reshape(-1, h.shape[-1]) if need[3] else skipped(w_hh.shape)
+    db = d2.sum(axis=0) if need[4] else skipped((4 * n,))
+    return d_gates, dh, dc, dw, db
+
+
+def _infer_lstm_backward(gh, gc, xg, h, c, w_hh, *rest, need):
+    return tuple(ShapedType(shape, c.dtype) for shape in
+                 (tuple(xg.shape), tuple(h.shape), tuple(c.shape), tuple(w_hh.shape),
+                  (tuple(w_hh.shape)[0],)))
+
+
+def _lstm_composite(xg, h, c, w_hh, b_hh):
+    """The same step from matmul and elementwise ops: what the double backward
+    differentiates."""
+    from .linalg import linear
+    gates = xg + linear(h, w_hh, b_hh)
     i, f, g, o = shape_ops.chunk(gates, 4, -1)
-    i, f, g, o = ew.sigmoid(i), ew.sigmoid(f), ew.tanh(g), ew.sigmoid(o)
-    tc = ew.tanh(f * c + i * g)
-    dc_new = gc + gh * o * (1 - tc * tc)
-    d_gates = shape_ops.cat([dc_new * g * i * (1 - i), dc_new * c * f * (1 - f),
-                             dc_new * i * (1 - g * g), gh * tc * o * (1 - o)], -1)
-    return d_gates, dc_new * f
+    c_new = ew.sigmoid(f) * c + ew.sigmoid(i) * ew.tanh(g)
+    return ew.sigmoid(o) * ew.tanh(c_new), c_new
 
 
 def _zeros_for(g, like):
@@ -91,37 +130,47 @@ def _zeros_for(g, like):
     return zeros_like(like) if g is None else g
 
 
-def _lstm_vjp(g, out, gates, c):
+def _lstm_vjp(g, out, xg, h, c, w_hh, *b_hh):
+    need = tuple(needs_grad(t) for t in (xg, h, c, w_hh)) + (bool(b_hh) and
+                                                              needs_grad(b_hh[0]),)
     gh, gc = _zeros_for(g[0], out[0]), _zeros_for(g[1], out[1])
-    return apply(LSTM_CELL_BACKWARD, gh, gc, gates, c, out[2])
+    grads = apply(LSTM_CELL_BACKWARD, gh, gc, xg, h, c, w_hh, *b_hh, out[2], need=need)
+    return tuple(gi if n else None for gi, n in zip(grads, need))[:4 + len(b_hh)]
 
 
-def _lstm_backward_vjp(g, out, gh, gc, gates, c, acts):
-    """Second derivatives: autodiff of the elementwise form of the same backward (the
-    activated gates are a cache of ``gates``, so they get no gradient of their own)."""
+def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
+    """Second derivatives: autodiff of the first derivatives of :func:`_lstm_composite`
+    (the activated gates are a cache, so they get no gradient of their own)."""
     from ..autograd.engine import grad
     from ..autograd.tape import enable_grad
+    b_hh = rest[:-1]
     with enable_grad():
-        leaves = [x.detach().requires_grad_() for x in (gh, gc, gates, c)]
-        outs = _lstm_backward_composite(*leaves)
-        cots = [_zeros_for(gi, o) for gi, o in zip(g, outs)]
-        return grad(outs, leaves, cots, create_graph=True, allow_unused=True) + (None,)
+        leaves = [t.detach().requires_grad_() for t in (gh, gc, xg, h, c, w_hh, *b_hh)]
+        h_new, c_new = _lstm_composite(*leaves[2:6], *(leaves[6:] or [None]))
+        firsts = grad([h_new, c_new], leaves[2:], leaves[:2], create_graph=True,
+                      allow_unused=True)
+        pairs = [(f, cot) for f, cot, n in zip(firsts, gg, need)
+                 if n and cot is not None and f is not None]
+        if not pairs:
+            return (None,) * (len(leaves) + 1)
+        seconds = grad([f for f, _ in pairs], leaves, [cot for _, cot in pairs],
+                       create_graph=True, allow_unused=True)
+    return tuple(seconds) + (None,)
 
 
 LSTM_CELL = defop("lstm_cell", _lstm_kernel, _infer_lstm, vjp=_lstm_vjp, num_outputs=3,
                   differentiable_outputs=(0, 1), saves="io", onnx=None)
-LSTM_CELL_BACKWARD = defop(
-    "lstm_cell_backward", _lstm_backward_kernel,
-    lambda gh, gc, gates, c, acts: (ShapedType(tuple(gates.shape), gates.dtype),
-                                    ShapedType(tuple(c.shape), c.dtype)),
-    vjp=_lstm_backward_vjp, num_outputs=2, saves="i", onnx=None)
+LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _lstm_backward_kernel, _infer_lstm_backward,
+                           vjp=_lstm_backward_vjp, attrs=("need",), num_outputs=5, saves="i",
+                           onnx=None)
 
 
-def lstm_cell(gates, c):
-    """``(h', c')`` of an LSTM step from gate pre-activations ``[i | f | g | o]`` (torch's
-    gate order) and the cell state ``c``."""
-    h, c_new, _ = apply(LSTM_CELL, gates, c)
-    return h, c_new
+def lstm_cell(xg, h, c, w_hh, b_hh=None):
+    """``(h', c')`` of an LSTM step (torch's gate order i, f, g, o) from the input's gate
+    pre-activations ``xg = W_ih x + b_ih``, the state ``(h, c)`` and the hidden-to-hidden
+    weight and bias: the hidden projection runs inside the op, so a step is one node."""
+    h_new, c_new, _ = apply(LSTM_CELL, xg, h, c, w_hh, *(() if b_hh is None else (b_hh,)))
+    return h_new, c_new
 
 
 METHODS: dict = {}

@@ -71,29 +71,36 @@ def _uniform_checks(m, a):
 CASES.append(OpCase("random", _uniform_checks, [In((3, 4))], grad=False))
 
 
-# The fused LSTM gate op and its fused backward (double backward goes through the latter).
-def _lstm(m, gates, c):
+# The fused LSTM step (hidden projection inside) and its fused backward (double backward
+# goes through the latter); with and without the hidden bias.
+def _lstm(m, xg, h, c, w, *b):
     if m.__name__ == "torch":
+        gates = xg + h @ w.T + (b[0] if b else 0)
         i, f, g, o = gates.chunk(4, -1)
         c2 = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
         return m.sigmoid(o) * m.tanh(c2), c2
-    return m.ops.recurrent.lstm_cell(gates, c)
+    return m.ops.recurrent.lstm_cell(xg, h, c, w, *b)
 
 
-def _lstm_grads(m, gates, c, gh):
+def _lstm_grads(m, gh, *inputs):
     """First gradients (create_graph), so the row's own gradients are second derivatives."""
     with m.enable_grad():
-        for t in (gates, c):
+        for t in inputs:
             if not t.requires_grad:
                 t.requires_grad_()
-        h, c2 = _lstm(m, gates, c)
-        return m.autograd.grad((h * gh).sum() + (c2 * c2).sum(), [gates, c],
-                               create_graph=True)
+        h, c2 = _lstm(m, *inputs)
+        return m.autograd.grad((h * gh).sum() + (c2 * c2).sum(), inputs, create_graph=True)
 
 
+LSTM_INPUTS = [In((3, 8)), In((3, 2)), In((3, 2)), In((8, 2))]
 CASES += [
-    OpCase("lstm_cell", _lstm, [In((3, 8)), In((3, 2))], dtypes=("float32", "float64")),
-    OpCase("lstm_cell_backward", _lstm_grads, [In((2, 8)), In((2, 2)), In((2, 2), grad=False)]),
+    OpCase("lstm_cell", _lstm, LSTM_INPUTS + [In((8,))], "bias", dtypes=("float32", "float64")),
+    OpCase("lstm_cell", _lstm, LSTM_INPUTS, "no-bias"),
+    OpCase("lstm_cell", _lstm, [In((5, 8)), In((5, 2)), In((5, 2)), In((8, 2))], "batch5"),
+    OpCase("lstm_cell_backward", _lstm_grads, [In((2, 2), grad=False), In((2, 8)),
+                                               In((2, 2)), In((2, 2)), In((8, 2)), In((8,))]),
+    OpCase("lstm_cell_backward", _lstm_grads, [In((2, 2), grad=False), In((2, 8)),
+                                               In((2, 2)), In((2, 2)), In((8, 2))], "no-bias"),
 ]
 
 
