@@ -87,13 +87,18 @@ def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
     x[0, 1, :] = -np.inf             # a fully masked row: NaN, as torch gives
     x[1, 1, 3] = 80.0                # one dominant entry
 
-    def run():
-        return getattr(dg.nn.functional, name)(dg.tensor(x), dim=-1).numpy()
-    fast, slow = both_paths(run, monkeypatch)
-    want = getattr(torch.nn.functional, name)(torch.tensor(x), dim=-1).numpy()
-    np.testing.assert_allclose(fast, want, rtol=2e-6, atol=1e-6)
-    np.testing.assert_allclose(fast, slow, rtol=2e-6, atol=1e-6)
-    assert np.isnan(fast[0, 1]).all()
+    g = np.random.default_rng(4).normal(size=x.shape).astype(np.float32)
+
+    def run(lib):
+        xs = lib.tensor(x, requires_grad=True)
+        y = getattr(lib.nn.functional, name)(xs, dim=-1)
+        y.backward(lib.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(got, np_got, rtol=2e-6, atol=2e-6)
+    assert np.isnan(fast[0][0, 1]).all()
 
 
 @pytest.mark.parametrize("affine", [True, False])

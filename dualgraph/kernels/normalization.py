@@ -99,3 +99,27 @@ def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
         for j in range(n):
             xhat = (xr[j] - m) * s
             dxr[j] = (gr[j] * weight[j * w_step] - mean_gw - xhat * mean_gw_xhat) * s
+
+
+@loop(fastmath=_REDUCE)
+def softmax_backward(g, y, out):
+    """``out[r] = y[r] * (g[r] - sum(g[r] * y[r]))``: the gradient through softmax rows."""
+    for r in range(y.shape[0]):
+        gr, yr, o = g[r], y[r], out[r]
+        total = _ZERO
+        for j in range(yr.size):
+            total += gr[j] * yr[j]
+        for j in range(yr.size):
+            o[j] = yr[j] * (gr[j] - total)
+
+
+@loop(fastmath=_REDUCE)
+def log_softmax_backward(g, y, out):
+    """``out[r] = g[r] - exp(y[r]) * sum(g[r])``: the gradient through log-softmax rows."""
+    for r in range(y.shape[0]):
+        gr, yr, o = g[r], y[r], out[r]
+        total = _ZERO
+        for j in range(yr.size):
+            total += gr[j]
+        for j in range(yr.size):
+            o[j] = gr[j] - exp32(yr[j]) * total

@@ -593,20 +593,71 @@ def _softmax_kernel(log):
     return kernel
 
 
-def _softmax_vjp(g, out, x, dim):
+# The backwards are ops of their own (one pass per row instead of four full-array ops on
+# every attention score matrix and every loss); written with ops, they are the composites.
+def _softmax_backward_composite(g, out, dim):
     return out * (g - sum(g * out, dim, keepdim=True))
 
 
-def _log_softmax_vjp(g, out, x, dim):
+def _log_softmax_backward_composite(g, out, dim):
     return g - ew.exp(out) * sum(g, dim, keepdim=True)
 
 
+def _softmax_backward_kernel(log):
+    def kernel(g, out, dim):
+        if out.ndim and dim == out.ndim - 1 and kernels.enabled(out, g):
+            width = out.shape[-1]
+            dx = np.empty(out.shape, out.dtype)
+            loop = (kernels.normalization.log_softmax_backward if log else
+                    kernels.normalization.softmax_backward)
+            loop(kernels.rows(np.broadcast_to(g, out.shape), width), kernels.rows(out, width),
+                 dx.reshape(-1, width))
+            return dx
+        gw, ow = _widen(g), _widen(out)
+        if log:
+            dx = np.exp(ow)
+            dx *= np.sum(gw, axis=dim, keepdims=True)
+            np.subtract(gw, dx, out=dx)
+        else:
+            dx = gw * ow
+            np.subtract(gw, np.sum(dx, axis=dim, keepdims=True), out=dx)
+            dx *= ow
+        return dx.astype(out.dtype, copy=False)
+    return kernel
+
+
+def _backward_vjp(composite):
+    """Second derivatives: autodiff of the composite form of a backward op."""
+    def vjp(gg, dx, g, out, dim):
+        from ..autograd.engine import grad
+        from ..autograd.tape import enable_grad
+        with enable_grad():
+            leaves = [t.detach().requires_grad_() for t in (g, out)]
+            return grad(composite(*leaves, dim), leaves, gg, create_graph=True,
+                        allow_unused=True)
+    return vjp
+
+
+def _infer_softmax_backward(g, out, dim):
+    return ShapedType(tuple(out.shape), out.dtype)
+
+
+SOFTMAX_BACKWARD = defop("softmax_backward", _softmax_backward_kernel(False),
+                         _infer_softmax_backward,
+                         vjp=_backward_vjp(_softmax_backward_composite), attrs=("dim",),
+                         saves="i", onnx=None)
+LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _softmax_backward_kernel(True),
+                             _infer_softmax_backward,
+                             vjp=_backward_vjp(_log_softmax_backward_composite),
+                             attrs=("dim",), saves="i", onnx=None)
 SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tuple(x.shape),
                                                                              x.dtype),
-                vjp=_softmax_vjp, attrs=("dim",), saves="o", onnx="Softmax")
+                vjp=lambda g, out, x, dim: apply(SOFTMAX_BACKWARD, g, out, dim=dim),
+                attrs=("dim",), saves="o", onnx="Softmax")
 LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
                     lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
-                    vjp=_log_softmax_vjp, attrs=("dim",), saves="o", onnx="LogSoftmax")
+                    vjp=lambda g, out, x, dim: apply(LOG_SOFTMAX_BACKWARD, g, out, dim=dim),
+                    attrs=("dim",), saves="o", onnx="LogSoftmax")
 
 
 def _softmax_like(op, name, input, dim, dtype):

@@ -206,3 +206,25 @@ CASES.append(OpCase("count", lambda m, x: (x.sum((0, 2)) / x[0, :, 0].numel())
                     if m.__name__ == "torch" else
                     x.sum((0, 2)) / m.ops.reduce.apply(m.ops.reduce.COUNT, x, dims=(1,)),
                     [In((2, 3, 4))]))
+
+
+def first_grad(f):
+    """d sum(f(a) * v) / da with create_graph: a row for a backward op (its gradient with
+    respect to v, and through f's output to a, is a second derivative)."""
+    def fn(m, a, v):
+        x = a if a.requires_grad else a.detach().requires_grad_()
+        with m.enable_grad():
+            return m.autograd.grad((f(x) * v).sum(), x, create_graph=True)[0]
+    return fn
+
+
+CASES += [
+    OpCase("softmax_backward", first_grad(lambda x: x.softmax(-1)), [In((3, 4)), In((3, 4))],
+           dtypes=ALL_FLOATS),
+    OpCase("softmax_backward", first_grad(lambda x: x.softmax(0)), [In((3, 4)), In((3, 4))],
+           "dim0"),
+    OpCase("log_softmax_backward", first_grad(lambda x: x.log_softmax(-1)),
+           [In((3, 4)), In((3, 4))], dtypes=ALL_FLOATS),
+    OpCase("log_softmax_backward", first_grad(lambda x: x.log_softmax(1)),
+           [In((2, 3, 4)), In((2, 3, 4))], "dim1"),
+]
