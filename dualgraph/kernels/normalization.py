@@ -55,10 +55,9 @@ def log_softmax(x, out):
 
 @loop(fastmath=_REDUCE)
 def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
-    """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (pass
-    1-element arrays of 1 and 0 when there is no weight or bias: they broadcast)."""
+    """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (full
+    rows: a broadcast index into a one-element array would stop vectorisation)."""
     n = x.shape[1]
-    w_step, b_step = min(weight.size - 1, 1), min(bias.size - 1, 1)
     for r in range(x.shape[0]):
         row, o = x[r], out[r]
         total = _ZERO
@@ -71,16 +70,16 @@ def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
             sq += d * d
         rstd = _ONE / F(math.sqrt(sq / F(n) + eps))
         for j in range(n):
-            o[j] = (row[j] - mean) * rstd * weight[j * w_step] + bias[j * b_step]
+            o[j] = (row[j] - mean) * rstd * weight[j] + bias[j]
         mean_out[r], rstd_out[r] = mean, rstd
 
 
 @loop(fastmath=_REDUCE)
 def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
     """Gradients of :func:`layer_norm` for input, weight and bias (``dw_out``/``db_out``
-    are zeroed here and summed over the rows)."""
+    are zeroed here and summed over the rows). The row sums and the stores are separate
+    loops: together they do not vectorise."""
     n = x.shape[1]
-    w_step = min(weight.size - 1, 1)
     dw_out[:] = _ZERO
     db_out[:] = _ZERO
     for r in range(x.shape[0]):
@@ -89,16 +88,15 @@ def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
         sum_gw = _ZERO
         sum_gw_xhat = _ZERO
         for j in range(n):
-            xhat = (xr[j] - m) * s
-            gw = gr[j] * weight[j * w_step]
+            gw = gr[j] * weight[j]
             sum_gw += gw
-            sum_gw_xhat += gw * xhat
-            dw_out[j] += gr[j] * xhat
-            db_out[j] += gr[j]
+            sum_gw_xhat += gw * (xr[j] - m) * s
         mean_gw, mean_gw_xhat = sum_gw / F(n), sum_gw_xhat / F(n)
         for j in range(n):
             xhat = (xr[j] - m) * s
-            dxr[j] = (gr[j] * weight[j * w_step] - mean_gw - xhat * mean_gw_xhat) * s
+            dxr[j] = (gr[j] * weight[j] - mean_gw - xhat * mean_gw_xhat) * s
+            dw_out[j] += gr[j] * xhat
+            db_out[j] += gr[j]
 
 
 @loop(fastmath=_REDUCE)

@@ -32,9 +32,9 @@ def _stats_shape(x, n_dims):
     return x.shape[:x.ndim - n_dims] + (1,) * n_dims
 
 
-def _param_or(p, fill, x):
-    """A parameter as the loops take it: flat, or one broadcast ``fill`` when absent."""
-    return np.full(1, fill, x.dtype) if p is None else kernels.flat(p)
+def _param_or(p, fill, width, x):
+    """A parameter as the loops take it: a flat row, ``fill`` everywhere when absent."""
+    return np.full(width, fill, x.dtype) if p is None else kernels.flat(p)
 
 
 def _layer_norm_kernel(x, weight, bias, n_dims, eps):
@@ -43,7 +43,8 @@ def _layer_norm_kernel(x, weight, bias, n_dims, eps):
         rows = kernels.rows(x, width)
         y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
                          np.empty(len(rows), x.dtype))
-        kernels.normalization.layer_norm(rows, _param_or(weight, 1, x), _param_or(bias, 0, x),
+        kernels.normalization.layer_norm(rows, _param_or(weight, 1, width, x),
+                                         _param_or(bias, 0, width, x),
                                          np.float32(eps), y.reshape(rows.shape), mean, rstd)
         shape = _stats_shape(x, n_dims)
         return y, mean.reshape(shape), rstd.reshape(shape)
@@ -75,7 +76,7 @@ def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
         dx, dw, db = np.empty(x.shape, x.dtype), np.empty(width, x.dtype), np.empty(width,
                                                                                      x.dtype)
         kernels.normalization.layer_norm_backward(
-            kernels.rows(np.broadcast_to(g, x.shape), width), rows, _param_or(weight, 1, x),
+            kernels.rows(np.broadcast_to(g, x.shape), width), rows, _param_or(weight, 1, width, x),
             kernels.flat(mean), kernels.flat(rstd), dx.reshape(rows.shape), dw, db)
         params = x.shape[x.ndim - n_dims:]
         return dx, dw.reshape(params), db.reshape(params)
