@@ -144,3 +144,22 @@ def test_scatter_add_rows_matches_torch_and_numpy(monkeypatch):
     for got, np_got, want in zip(fast, slow, run(torch)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,kwargs", [("Adam", {}), ("AdamW", {"weight_decay": 0.1})])
+def test_adam_loop_matches_torch_and_numpy(monkeypatch, name, kwargs):
+    rng = np.random.default_rng(6)
+    start = rng.normal(size=(40, 50)).astype(np.float32)
+    grads = [rng.normal(size=(40, 50)).astype(np.float32) for _ in range(3)]
+
+    def run(lib):
+        p = lib.nn.Parameter(lib.tensor(start.copy()))
+        opt = getattr(lib.optim, name)([p], lr=0.01, **kwargs)
+        for g in grads:
+            p.grad = lib.tensor(g)
+            opt.step()
+        return p.detach().numpy(), opt.state_dict()["state"][0]["exp_avg_sq"].numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, np_got)

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .. import kernels
 from ..dispatch import apply
 from ..ops.inplace import commit_inplace
 from ..ops.opdef import defop
@@ -44,6 +45,14 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
     # place. The scalars are Python floats: a NumPy float64 scalar would make NumPy compute
     # the float32 arrays in float64.
     t = float(step)
+    if kernels.enabled(p, grad, m, v):   # the same arithmetic in one pass
+        outs = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+        f32 = np.float32
+        kernels.optim.adam(*(kernels.flat(a) for a in (p, grad, m, v)),
+                           *(o.reshape(-1) for o in outs), f32(1 - beta1), f32(beta2),
+                           f32(1 - beta2), f32(math.sqrt(1 - beta2 ** t)), f32(eps),
+                           f32(-(lr / (1 - beta1 ** t))), f32(decay))
+        return outs
     new_m = np.subtract(grad, m)
     new_m *= 1 - beta1
     new_m += m
