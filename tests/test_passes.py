@@ -202,6 +202,34 @@ def test_simplify_only_rewrites_when_the_type_is_preserved():
     assert ops(new) == ops(g) and not report.changed
 
 
+
+def _split_grads(g, x, pieces, order):
+    """The gradient of x (4, 6) from the gradients of its parts ``x[:, 2k:2k+2]`` for the
+    k in ``order``, summed as autodiff writes it: a chain of adds of slice gradients."""
+    total = None
+    for k in order:
+        grad = node(g, "slice_backward", pieces[k], x, index=(None, (2 * k, 2 * k + 2, 1)))
+        total = grad if total is None else node(g, "add", total, grad)
+    return total
+
+
+@pytest.mark.parametrize("order, left", [
+    ((2, 1, 0), ["cat"]),                                # the parts tile x: one cat
+    ((0, 1), ["cat", "slice_backward"]),                 # a block of x: padded once
+    ((0, 2), ["slice_backward", "slice_backward", "add"]),   # not adjacent: kept
+])
+def test_simplify_joins_gradients_of_adjacent_slices(order, left):
+    g, (x, *pieces) = graph_with(((4, 6), "float32"), *[((4, 2), "float32")] * 3)
+    g.set_outputs([_split_grads(g, x, pieces, order)])
+    new, _ = run(simplify, g)
+    new = dce(new)[0]
+    assert ops(new) == left
+    if left[0] == "cat":   # parts in block order, whichever order they were added in
+        (cat,) = [n for n in new.nodes if n.op.name == "cat"]
+        assert list(cat.inputs) == [new.inputs[1 + k] for k in sorted(order)]
+        assert cat.attrs["dim"] == 1
+
+
 # -- fuse_elementwise ---------------------------------------------------------------------------
 def test_fuse_groups_elementwise_ops_with_a_trailing_reduction_and_outputs():
     g, (x, y) = graph_with(F32, ((4,), "float32"))

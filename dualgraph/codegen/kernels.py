@@ -1,6 +1,6 @@
 """Fused groups -> one Numba kernel each, with a NumPy fallback.
 
-A ``fused`` node holds a group of elementwise ops (and maybe one trailing reduction) as a
+A ``fused`` node holds a group of elementwise ops (and maybe one reduction) as a
 subgraph. Its kernel is one loop nest written from the members' scalar expressions
 (``elementwise=`` templates), each member a local scalar, so intermediates never touch
 memory::
@@ -19,15 +19,17 @@ memory::
 
 Broadcasting is handled by splitting the output shape into rows x columns so that every
 input is full, one row (indexed by column), one column (indexed by row) or a scalar; an
-input that fits none is broadcast to the full shape first. A trailing ``sum`` / ``mean`` /
-``amax`` / ``amin`` over the last dims accumulates per row (LayerNorm's and softmax's
-statistics). With ``fast_math``, float32 groups use the vectorisable ``exp32`` / ``tanh32``
-of ``fastmath`` (10x faster than libm's here, a few ulps off). Without it, elementwise results
-are bit-identical to NumPy's, so compiled training reproduces eager training exactly (an
-adaptive optimiser turns even last-bit differences in a zero gradient into visible steps).
-Kernels are cached on disk (``cache.py``). Anything the lowering does not cover (other
-dtypes, templates with unknown functions, other reductions), a missing Numba or a failed
-compile runs the group as generated NumPy code calling the registry kernels instead.
+input that fits none is broadcast to the full shape first. A ``sum`` / ``mean`` /
+``amax`` / ``amin`` accumulates in the same loop: per row over the last dims (LayerNorm's
+and softmax's statistics), per column over the leading dims (bias gradients), or both (a
+conv bias gradient over N, H, W). With ``fast_math``, float32 groups use the vectorisable
+``exp32`` / ``tanh32`` of ``fastmath`` (10x faster than libm's here, a few ulps off).
+Without it, elementwise results are bit-identical to NumPy's, so compiled training
+reproduces eager training exactly (an adaptive optimiser turns even last-bit differences in
+a zero gradient into visible steps). Kernels are cached on disk (``cache.py``). Anything the
+lowering does not cover (other dtypes, templates with unknown functions, reductions keeping
+dims that are not adjacent), a missing Numba or a failed compile runs the group as
+generated NumPy code calling the registry kernels instead.
 """
 from __future__ import annotations
 
@@ -141,14 +143,14 @@ class Lowering:
     def __init__(self, sub: Graph, name: str, fast_math: bool = False):
         self.sub, self.name, self.fast_math = sub, f"fused_{name}", fast_math
         self.compiled = False
-        members = list(sub.nodes)
-        self.reduction = None
-        if members and members[-1].op.elementwise is None:
-            self.reduction = members.pop()
-            self._check_reduction(self.reduction)
-        for node in members:
-            if node.op.elementwise is None:
-                raise Unsupported(f"{node.op.name} has no scalar expression")
+        members = [n for n in sub.nodes if n.op.elementwise is not None]
+        others = [n for n in sub.nodes if n.op.elementwise is None]
+        if len(others) > 1 or (others and others[0].op.name not in _REDUCTIONS):
+            raise Unsupported(f"{others[-1].op.name} has no scalar expression")
+        # (fusion never lets a member read the group's reduction: it is accumulated
+        # alongside the elementwise part, wherever it sits in the group)
+        self.reduction = others[0] if others else None
+        self.kept = self._check_reduction(self.reduction) if others else None
         values = [v for n in sub.nodes for v in n.outputs] + list(sub.inputs)
         bad = sorted({v.dtype.name for v in values} - _DTYPES)
         if bad:
@@ -166,22 +168,38 @@ class Lowering:
         self.source = self._source()
         self._fn = None
 
-    def _check_reduction(self, node: Node) -> None:
+    def _check_reduction(self, node: Node) -> tuple[int, int]:
+        """The kept dims ``[a, b)`` of the reduction, which must be one block: the dims
+        before it and after it are the reduced ones."""
         x = node.inputs[0]
-        if node.op.name not in _REDUCTIONS or x.dtype.kind != "f":
+        if x.dtype.kind != "f":
             raise Unsupported(f"reduction {node.op.name} over {x.dtype}")
         if node.op.name == "sum" and node.attrs.get("dtype") not in (None, x.dtype):
             raise Unsupported("sum with a dtype")
-        dims = node.attrs["dims"]
-        dims = range(x.ndim) if dims is None else sorted(d % x.ndim for d in dims)
-        if list(dims) != list(range(x.ndim - len(dims), x.ndim)):
-            raise Unsupported(f"reduction over dims {tuple(dims)}, not the last ones")
+        reduced = set(_reduced_dims(node))
+        kept = [d for d in range(x.ndim) if d not in reduced]
+        if kept != list(range(kept[0], kept[-1] + 1) if kept else []):
+            raise Unsupported(f"reduction over dims {tuple(sorted(reduced))} keeps dims "
+                              "that are not adjacent")
+        return (kept[0], kept[-1] + 1) if kept else (0, 0)
+
+    @property
+    def red_kind(self) -> str | None:
+        """``"row"``: the last dims are reduced, one result per row (LayerNorm's
+        statistics); ``"col"``: the leading dims, one result per column (a bias gradient);
+        ``"mid"``: both, one result per row modulo the kept size (a conv bias gradient)."""
+        if self.reduction is None:
+            return None
+        a, b = self.kept
+        if a == 0:
+            return "row"
+        return "col" if b == len(self.shape) else "mid"
 
     def _choose_split(self):
         ndim = len(self.shape)
-        if self.reduction is not None:
-            dims = self.reduction.attrs["dims"]
-            splits = [0 if dims is None else ndim - len(dims)]
+        if self.reduction is not None:   # rows x columns: columns are the kept dims for
+            a, b = self.kept               # a column reduction, else the reduced ones
+            splits = [a if self.red_kind == "col" else b]
         else:
             splits = list(range(ndim - 1, -1, -1)) or [0]
         best = None
@@ -197,7 +215,9 @@ class Lowering:
         return k, kinds
 
     def _worth_threads(self) -> bool:
-        return _static_size(self.shape) >= PARALLEL_MIN
+        # rows of a column or mid reduction add into shared results: no threads there
+        return (self.red_kind in (None, "row")
+                and _static_size(self.shape) >= PARALLEL_MIN)
 
     def legend(self) -> str:
         """Comment lines naming the graph values behind the kernel's positional names."""
@@ -238,14 +258,11 @@ class Lowering:
                 stores.append(f"{o}_r[j] = {var[v]}")
         loop = "prange" if self.parallel else "range"
         lines = [f"for r in {loop}(R):", "    base = r * C", "    m = min(C, n - base)",
-                 *("    " + h for h in hoisted + rows)]
-        if red is not None:
-            lines += ["    " + self._acc_init()]
-        lines += ["    for j in range(m):"]
+                 *("    " + h for h in hoisted + rows), "    for j in range(m):"]
         lines += ["        " + s for s in loads + body + stores]
         if red is not None:
-            lines += ["        " + self._acc_step(var[self.reduction.inputs[0]])]
-            lines += [f"    {outs[self.sub.outputs.index(red)]}[r] = {self._acc_result(red)}"]
+            lines = self._accumulate(lines, outs[self.sub.outputs.index(red)],
+                                     var[self.reduction.inputs[0]])
         ops = ", ".join(n.op.name for n in self.sub.nodes)
         header = [
             '"""Generated by dualgraph: one fused group."""',
@@ -253,12 +270,17 @@ class Lowering:
             "from dualgraph.kernels.fastmath import exp32, tanh32, where, sign", "", "",
             f"@njit(parallel={self.parallel}, fastmath={self._fastmath()}, "
             'error_model="numpy", cache=True)',
-            f"def kernel(R, C, n, {', '.join(params + outs)}):",
+            f"def kernel(R, C, n, {', '.join(self._sizes() + params + outs)}):",
             f'    """{ops}"""']
         return "\n".join(header + ["    " + line for line in lines]) + "\n"
 
+    def _sizes(self) -> list[str]:
+        """Size parameters beyond R, C, n: a mid reduction needs its number of results."""
+        return ["K"] if self.red_kind == "mid" else []
+
     def _fastmath(self) -> str:
-        flags = REDUCTION_FASTMATH if self.reduction is not None else ()
+        # a column reduction adds whole rows in order, as NumPy does: no flags needed
+        flags = REDUCTION_FASTMATH if self.red_kind in ("row", "mid") else ()
         return "{" + ", ".join(repr(f) for f in flags) + "}" if flags else "False"
 
     def _expr(self, node: Node, var: dict) -> str:
@@ -300,21 +322,34 @@ class Lowering:
             return f"np.{name}"
         raise Unsupported(f"{node.op.name}: {name} runs faster and exactly in NumPy")
 
-    def _acc_init(self) -> str:
-        op = self.reduction.op.name
-        return {"sum": "acc = 0.0", "mean": "acc = 0.0", "amax": "acc = -np.inf",
-                "amin": "acc = np.inf"}[op]
+    def _accumulate(self, lines: list[str], out: str, x: str) -> list[str]:
+        """``lines`` (the row loop) with the reduction of ``x`` into ``out`` added.
 
-    def _acc_step(self, x: str) -> str:
-        op = self.reduction.op.name
-        if op in ("sum", "mean"):
-            return f"acc += {x}"
-        cmp = ">" if op == "amax" else "<"   # NaN wins, as in np.amax
-        return f"acc = {x} if ({x} {cmp} acc or {x} != {x}) else acc"
-
-    def _acc_result(self, red: Value) -> str:
-        ctor = _dtype_ctor(red.dtype)
-        return f"{ctor}(acc / C)" if self.reduction.op.name == "mean" else f"{ctor}(acc)"
+        A row reduction sums each row in a float64 scalar (vectorised with "reassoc") and
+        stores it; a column reduction adds each row into ``out`` in its own dtype, row
+        after row, which is NumPy's order for leading axes (so the sums are bit-identical);
+        a mid reduction sums each row as a row reduction does and adds it into result
+        ``r % K``."""
+        kind, op = self.red_kind, self.reduction.op.name
+        init = {"sum": "0.0", "mean": "0.0", "amax": "-np.inf", "amin": "np.inf"}[op]
+        ctor = _dtype_ctor(self.reduction.outputs[0].dtype)
+        if kind == "col":
+            lines = [f"{out}[:] = {init}", *lines,
+                     f"        {out}[j] = {_combine(op, f'{out}[j]', x)}"]
+            count = "R"
+        else:
+            lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
+            lines += [f"        acc = {_combine(op, 'acc', x)}"]
+            if kind == "row":
+                total = "acc / C" if op == "mean" else "acc"
+                return lines + [f"    {out}[r] = {ctor}({total})"]
+            lines = [f"{out}[:] = {init}", *lines,
+                     f"    {out}[r % K] = {ctor}({_combine(op, f'{out}[r % K]', 'acc')})"]
+            count = "(n // K)"
+        if op == "mean":
+            lines += [f"for j in range({'C' if kind == 'col' else 'K'}):",
+                      f"    {out}[j] = {out}[j] / {count}"]
+        return lines
 
     # -- running -------------------------------------------------------------------------------
     def __call__(self, inputs, out):
@@ -334,8 +369,9 @@ class Lowering:
             if o is None:
                 o = np.empty(_out_shape(v, shape, self.reduction), v.dtype)
             results.append(o)
+        sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
         fn = self._compiled()
-        fn(R, C, n, *args, *(o.reshape(-1) for o in results))
+        fn(R, C, n, *sizes, *args, *(o.reshape(-1) for o in results))
         self.compiled = True
         return tuple(results)
 
@@ -344,6 +380,19 @@ class Lowering:
             from .cache import load_module
             self._fn = load_module(self.source).kernel
         return self._fn
+
+
+def _combine(op: str, acc: str, x: str) -> str:
+    """The expression folding element ``x`` into the running result ``acc``."""
+    if op in ("sum", "mean"):
+        return f"{acc} + {x}"
+    cmp = ">" if op == "amax" else "<"   # NaN wins, as in np.amax
+    return f"{x} if ({x} {cmp} {acc} or {x} != {x}) else {acc}"
+
+
+def _reduced_dims(node: Node) -> list[int]:
+    x, dims = node.inputs[0], node.attrs["dims"]
+    return list(range(x.ndim)) if dims is None else sorted(d % x.ndim for d in dims)
 
 
 def _static_size(shape) -> float:
@@ -375,6 +424,6 @@ def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
 def _out_shape(v: Value, shape: tuple, reduction) -> tuple:
     if reduction is None or v is not reduction.outputs[0]:
         return shape
-    dims = reduction.attrs["dims"]
-    k = 0 if dims is None else len(shape) - len(dims)
-    return shape[:k] + ((1,) * (len(shape) - k) if reduction.attrs["keepdim"] else ())
+    reduced, keep = set(_reduced_dims(reduction)), reduction.attrs["keepdim"]
+    return tuple(1 if i in reduced else d for i, d in enumerate(shape)
+                 if keep or i not in reduced)

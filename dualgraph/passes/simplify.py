@@ -137,6 +137,42 @@ def _compose(p, q) -> tuple:
     return tuple(p[i] for i in q)
 
 
+def _join_slice_grads(m):
+    # Two gradients of slices of one shape, in adjacent blocks of one dim (the parts of a
+    # split, or x[:, t] and x[:, t + 1] of a loop): the block is the parts concatenated,
+    # and the whole array when the blocks tile it; zeros, writes and additions go away.
+    # (Cats of cats along the same dim are flattened, so a chain of n parts is one cat.)
+    dim, lo, hi = _adjacent_blocks(m.i, m.j)
+    if dim is None:
+        return None
+    first, second = (m.a, m.b) if m.i[dim][0] == lo else (m.b, m.a)
+    joined = call("cat", _cat_parts(first, dim) + _cat_parts(second, dim), dim=dim)
+    index = m.i[:dim] + ((lo, hi, 1),) + m.i[dim + 1:]
+    if lo == 0 and hi == m.x.shape[dim] and all(k is None for k in m.i[:dim] + m.i[dim + 1:]):
+        return joined
+    return call("slice_backward", [joined, m.x], index=index)
+
+
+def _adjacent_blocks(i: tuple, j: tuple):
+    """``(dim, start, stop)`` when slice indices ``i`` and ``j`` differ in one dim only,
+    where both take adjacent unit-step blocks; else ``(None, None, None)``."""
+    differ = [d for d, (u, v) in enumerate(zip(i, j)) if u != v]
+    if len(i) != len(j) or len(differ) != 1:
+        return None, None, None
+    (d,) = differ
+    u, v = i[d], j[d]
+    if u is None or v is None or u[2] != 1 or v[2] != 1 or (u[1] != v[0] and v[1] != u[0]):
+        return None, None, None
+    return d, min(u[0], v[0]), max(u[1], v[1])
+
+
+def _cat_parts(v: Value, dim: int) -> list:
+    node = getattr(v, "producer", None)
+    if node is not None and node.op.name == "cat" and node.attrs["dim"] % v.ndim == dim:
+        return list(node.inputs)
+    return [v]
+
+
 x, w, b = Var("x", _is_value), Var("w", _is_value), Var("b", _is_value)
 ONE, ZERO = Var("one", _equals(1)), Var("zero", _equals(0))
 c, d = Var("c", _is_number), Var("d", _is_number)
@@ -164,6 +200,9 @@ RULES = [
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P("add", P("matmul", x, P("permute", w, perm=(1, 0))), b),
          lambda m: call("linear", [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
+    Rule(P("add", P("slice_backward", Var("a"), x, index=Var("i")),
+           P("slice_backward", Var("b"), Var("y"), index=Var("j"))), _join_slice_grads,
+         "slice_grad(a) + slice_grad(b), adjacent blocks -> slice_grad(cat(a, b))"),
 ]
 
 
@@ -171,11 +210,13 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, --x, chains of scalar
     multiplies, permute and reshape chains, no-op reshape/expand/cast, log(softmax),
-    x @ W.T + b -> linear) to each node, in order, to a fixed point per node.
+    x @ W.T + b -> linear, sums of adjacent slice gradients -> cat) to each node, in order,
+    to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is
     not taken), the inputs and outputs, and values up to floating-point rounding (``x*2*3``
-    becomes ``x*6``; ``x+0`` keeps a ``-0.0`` that the addition would have made ``+0.0``).
+    becomes ``x*6``; ``x+0`` and a ``cat`` of slice gradients keep a ``-0.0`` that the
+    addition would have made ``+0.0``).
     Nodes made dead by a rewrite stay for ``dce``.
 
     Before::                              After::
@@ -209,10 +250,24 @@ def _emit(b: Builder, root: Call, node, rules, report: Report, depth: int) -> tu
         if isinstance(new, Value) and same_type(new, want):
             report.count("rewrites", f"{rule.comment}: %{names[0]} -> %{new.name}")
             return (new,)
+        if isinstance(new, Call):
+            new = _emit_inputs(b, new, node, rules, report, depth)
         if isinstance(new, Call) and new.op is not None and _typed(new) == (want,):
             report.count("rewrites", f"{rule.comment}: %{names[0]}")
             return _emit(b, new, node, rules, report, depth + 1)
     return b.add(root.op, root.inputs, root.attrs, node.location, names)
+
+
+def _emit_inputs(b: Builder, c: Call, node, rules, report: Report, depth: int) -> Call:
+    """``c`` with the Calls among its inputs emitted (and simplified) first; a rewrite
+    declined after that leaves them for ``dce``."""
+    if not any(isinstance(x, Call) for x in c.inputs):
+        return c
+    if any(isinstance(x, Call) and (x.op is None or _typed(x) is None) for x in c.inputs):
+        return Call(None, c.inputs, c.attrs)   # (declined)
+    inputs = [_emit(b, x, node, rules, report, depth + 1)[0] if isinstance(x, Call) else x
+              for x in c.inputs]
+    return Call(c.op, inputs, c.attrs)
 
 
 def _typed(c: Call):
