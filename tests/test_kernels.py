@@ -163,3 +163,39 @@ def test_adam_loop_matches_torch_and_numpy(monkeypatch, name, kwargs):
     for got, np_got, want in zip(fast, slow, run(torch)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
         np.testing.assert_array_equal(got, np_got)
+
+
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 2},
+                                    {"kernel_size": 3, "stride": 2, "padding": 1},
+                                    {"kernel_size": (2, 3), "stride": 1, "dilation": 2}])
+def test_max_pool_matches_torch_and_numpy(monkeypatch, kwargs):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 3, 12, 13)).astype(np.float32)
+    x[0, 0, 2, 2] = x[0, 0, 2, 3] = 5.0      # ties: the first maximum wins
+    x[1, 1, 4, 4] = np.nan                   # NaN wins its windows
+    g = rng.normal(size=tuple(torch.nn.functional.max_pool2d(torch.tensor(x),
+                                                             **kwargs).shape)).astype(np.float32)
+
+    def run(lib):
+        xs = lib.tensor(x, requires_grad=True)
+        y, where = lib.nn.functional.max_pool2d(xs, return_indices=True, **kwargs)
+        y.backward(lib.tensor(g))
+        return y.detach().numpy(), where.numpy(), xs.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, np_got, rtol=1e-6, atol=1e-6)
+
+
+def test_relu_backward_matches_numpy(monkeypatch):
+    x = np.random.default_rng(8).normal(size=(50, 60)).astype(np.float32)
+    x[0, :3] = [0.0, -0.0, np.nan]
+    g = np.random.default_rng(9).normal(size=x.shape).astype(np.float32)
+
+    def run():
+        xs = dg.tensor(x, requires_grad=True)
+        dg.relu(xs).backward(dg.tensor(g))
+        return xs.grad.numpy()
+    fast, slow = both_paths(run, monkeypatch)
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(fast, np.where(x > 0, g, 0))

@@ -75,7 +75,7 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "normalization", "optim", "scatter")
+_LOOP_MODULES = ("activations", "normalization", "optim", "pooling", "scatter")
 
 
 def __getattr__(name: str):

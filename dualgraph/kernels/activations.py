@@ -92,3 +92,10 @@ def lstm_cell_backward(gh, gc, c, acts, d_gates_out, dc_out):
             dg[j] = dcn * i * (_ONE - g * g)
             do[j] = ghb[j] * tc * o * (_ONE - o)
             dcb[j] = dcn * f
+
+
+@loop
+def relu_backward(g, y, out):
+    """``out = g where y > 0, else 0`` over flat arrays (y: relu's output)."""
+    for i in range(y.size):
+        out[i] = g[i] if y[i] > _ZERO else _ZERO

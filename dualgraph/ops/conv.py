@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import creation, index, linalg, reduce
@@ -439,7 +439,16 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
+    xp = _pad(x, pads, -np.inf)
+    if kernels.enabled(x):
+        planes = np.ascontiguousarray(xp).reshape((-1,) + xp.shape[-2:])
+        best = np.empty((planes.shape[0],) + tuple(out_hw), x.dtype)
+        where = np.empty(best.shape, np.int64)
+        kernels.pooling.max_pool(planes, *kernel_size, *stride, *dilation, pads[0][0],
+                                 pads[1][0], hw[1], best, where)
+        shape = x.shape[:-2] + tuple(out_hw)
+        return cast(best.reshape(shape), dt), where.reshape(shape)
+    win = _windows(xp, kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
         fast = _tiled_max_pool(win, hw)
         if fast is not None:
@@ -496,6 +505,12 @@ def _max_pool_backward_kernel(g, indices, *, input_size):
     (g,), dt = linalg.blas_operands(g)
     lead, plane = g.shape[:-2], input_size[0] * input_size[1]
     n = int(np.prod(lead))
+    if kernels.enabled(g):
+        out = np.zeros((n, plane), g.dtype)
+        kernels.pooling.max_pool_backward(kernels.rows(g, g.shape[-2] * g.shape[-1]),
+                                          kernels.rows(indices, g.shape[-2] * g.shape[-1]),
+                                          out)
+        return cast(out.reshape(lead + tuple(input_size)), dt)
     flat = indices.reshape(n, -1) + (np.arange(n) * plane)[:, None]
     # bincount sums the gradients of windows that share their maximum (overlapping pools).
     out = np.bincount(flat.ravel(), weights=g.ravel(), minlength=n * plane)

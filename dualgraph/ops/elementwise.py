@@ -682,9 +682,22 @@ def sigmoid(input):
     return apply(SIGMOID, input)
 
 
-# relu is the most used activation: one pass, and ONNX Relu.
+# relu is the most used activation: one pass, and ONNX Relu; its backward is one op too.
+def _relu_backward_kernel(g, out):
+    if g.shape == out.shape and kernels.enabled(g, out):
+        dx = np.empty(g.shape, g.dtype)
+        kernels.activations.relu_backward(kernels.flat(g), kernels.flat(out), dx.reshape(-1))
+        return dx
+    return np.where(out > 0, g, g.dtype.type(0))
+
+
+RELU_BACKWARD = defop("relu_backward", _relu_backward_kernel, infer_binary,
+                      vjp=lambda gg, dx, g, out: (apply(RELU_BACKWARD, gg, out),
+                                                  creation.zeros_like(out)),  # relu'' = 0
+                      saves="i", elementwise="where({1} > 0, {0}, 0)", onnx=None,
+                      doc="g where the relu's output is positive, else 0: relu's gradient.")
 RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
-             vjp=lambda g, out, x: where(out > 0, g, 0.0), saves="o",
+             vjp=lambda g, out, x: apply(RELU_BACKWARD, g, out), saves="o",
              elementwise="maximum({0}, 0)", onnx="Relu")
 
 

@@ -221,3 +221,15 @@ def _gelu_grad(m, a, v):
             a.requires_grad_()
         y = m.nn.functional.gelu(a, approximate="tanh")
         return m.autograd.grad(y, a, v, create_graph=True)[0]
+
+
+def _relu_grad(m, a, v):
+    """d relu(a) / da contracted with v, differentiable (its gradient with respect to v is
+    the row's second-order check)."""
+    with m.enable_grad():
+        if not a.requires_grad:
+            a.requires_grad_()
+        return m.autograd.grad(m.relu(a), a, v, create_graph=True)[0]
+
+
+CASES.append(OpCase("relu_backward", _relu_grad, [away(3, 4), In((3, 4))], dtypes=ALL))
