@@ -240,6 +240,12 @@ SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
     "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
     "isfinite")}
 SCALAR_FUNCTIONS["erf"] = ew._erf_array
+# ops whose template names one shared scalar function: their textbook formulas
+_K, _C = np.sqrt(2 / np.pi), 0.044715
+SCALAR_FUNCTIONS["gelu_tanh"] = lambda x: 0.5 * x * (1 + np.tanh(_K * (x + _C * x ** 3)))
+SCALAR_FUNCTIONS["gelu_tanh_backward"] = lambda g, x: g * (
+    0.5 * (1 + np.tanh(_K * (x + _C * x ** 3)))
+    + 0.5 * x * (1 - np.tanh(_K * (x + _C * x ** 3)) ** 2) * _K * (1 + 3 * _C * x ** 2))
 
 TEMPLATE_INPUTS = {
     "bitwise_and": "bool", "bitwise_or": "bool", "bitwise_xor": "bool", "bitwise_not": "bool",

@@ -18,7 +18,9 @@ from functools import lru_cache
 
 import numpy as np
 
-MIN_ELEMENTS = 1 << 10   # below this NumPy's per-call cost is already small
+# Below this NumPy's per-call cost is already small. The compiler's fused kernels use the
+# same threshold, so an op and a fused group containing it take the same path.
+MIN_ELEMENTS = 1 << 12
 
 
 @lru_cache(maxsize=None)

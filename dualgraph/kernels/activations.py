@@ -3,7 +3,7 @@
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
 with ``fastmath``'s vectorisable ``tanh32``, ``sigmoid32`` (``(1 + tanh(x / 2)) / 2`` as
-there) and ``exp32``.
+there) and ``gelu_tanh32`` (which the compiler's fused kernels call too).
 """
 from __future__ import annotations
 
@@ -11,43 +11,24 @@ import numpy as np
 from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
-from .fastmath import exp32, sigmoid32, tanh32
+from .fastmath import gelu_tanh32, gelu_tanh_backward32, sigmoid32, tanh32
 
 F = np.float32
-_ZERO, _HALF, _ONE, _TWO, _FOUR, _MINUS_TWO = F(0), F(0.5), F(1), F(2), F(4), F(-2)
-_K = F(np.sqrt(2 / np.pi))           # tanh-GELU: tanh(K (x + C x^3))
-_C, _C3 = F(0.044715), F(3 * 0.044715)
-
-
-@njit(inline="always")
-def _tanh_terms(u):
-    """``(1 + tanh u, 1 - tanh(u)^2)``, both to a few ulps relative even where tanh is
-    within an ulp of -1 or 1 (computing them from a rounded tanh would cancel): with
-    ``e = exp(-2|u|)``, they are ``2e/(1+e)`` or ``2/(1+e)``, and ``4e/(1+e)^2``."""
-    e = exp32(_MINUS_TWO * abs(u))
-    r = _ONE / (_ONE + e)
-    one_plus = _TWO * e * r if u < _ZERO else _TWO * r
-    return one_plus, _FOUR * e * r * r
+_ZERO, _ONE = F(0), F(1)
 
 
 @loop
 def gelu_tanh(x, out):
     """``out = 0.5 x (1 + tanh(K (x + C x^3)))`` over flat arrays."""
     for i in range(x.size):
-        v = x[i]
-        one_plus, _ = _tanh_terms(_K * v * (_ONE + _C * v * v))
-        out[i] = _HALF * v * one_plus
+        out[i] = gelu_tanh32(x[i])
 
 
 @loop
 def gelu_tanh_backward(g, x, out):
     """``out = g * d/dx gelu_tanh(x)`` over flat arrays."""
     for i in range(x.size):
-        v = x[i]
-        v2 = v * v
-        one_plus, sech2 = _tanh_terms(_K * v * (_ONE + _C * v2))
-        slope = _HALF * _K * v * (_ONE + _C3 * v2) * sech2
-        out[i] = g[i] * (_HALF * one_plus + slope)
+        out[i] = gelu_tanh_backward32(g[i], x[i])
 
 
 @njit(inline="always")

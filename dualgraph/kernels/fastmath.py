@@ -37,6 +37,8 @@ _TANH_A = tuple(F(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13,
 _TANH_B = tuple(F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04,
                                2.26843463243900e-03, 4.89352518554385e-03))
 _ONE, _HALF, _ZERO, _INF = F(1.0), F(0.5), F(0.0), F(np.inf)
+_TWO, _FOUR, _MINUS_TWO = F(2.0), F(4.0), F(-2.0)
+_GELU_K, _GELU_C, _GELU_C3 = F(np.sqrt(2 / np.pi)), F(0.044715), F(3 * 0.044715)
 
 
 def _pow2_py(n):
@@ -101,6 +103,31 @@ def sigmoid32(x):
     return _HALF + _HALF * tanh32(_HALF * x)
 
 
+def _tanh_terms(u):
+    """``(1 + tanh u, 1 - tanh(u)^2)``, both to a few ulps relative even where tanh is
+    within an ulp of -1 or 1 (computing them from a rounded tanh would cancel): with
+    ``e = exp(-2|u|)``, they are ``2e/(1+e)`` or ``2/(1+e)``, and ``4e/(1+e)^2``."""
+    e = exp32(_MINUS_TWO * abs(u))
+    r = _ONE / (_ONE + e)
+    one_plus = _TWO * e * r if u < _ZERO else _TWO * r
+    return one_plus, _FOUR * e * r * r
+
+
+def gelu_tanh32(x):
+    """``0.5 x (1 + tanh(K (x + C x^3)))`` for float32 scalars: what both the eager loop
+    and a fused kernel compute, so compiled and eager agree to the bit."""
+    one_plus, _ = _tanh_terms(_GELU_K * x * (_ONE + _GELU_C * x * x))
+    return _HALF * x * one_plus
+
+
+def gelu_tanh_backward32(g, x):
+    """``g * d/dx gelu_tanh(x)`` for float32 scalars."""
+    x2 = x * x
+    one_plus, sech2 = _tanh_terms(_GELU_K * x * (_ONE + _GELU_C * x2))
+    slope = _HALF * _GELU_K * x * (_ONE + _GELU_C3 * x2) * sech2
+    return g * (_HALF * one_plus + slope)
+
+
 def where(c, a, b):
     return a if c else b
 
@@ -112,6 +139,7 @@ def sign(x):
 
 if _njit is not None:
     # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
-    exp32, tanh32, sigmoid32, where, sign = (
+    exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32, where, sign = (
         _njit(inline="always", error_model="numpy")(f)
-        for f in (exp32, tanh32, sigmoid32, where, sign))
+        for f in (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32,
+                  where, sign))

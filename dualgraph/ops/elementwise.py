@@ -850,13 +850,15 @@ def _gelu_tanh_backward_vjp(gg, out, g, x):
         return dg_, dx
 
 
+# (Their fusion templates name one scalar function: kernels/fastmath.py's gelu_tanh32, the
+# one the eager loop uses, so a fused kernel computes the same bits.)
 GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
-                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x),
-                   "0.5 * {0} * (1 + tanh(0.7978845608028654 * ({0} + 0.044715 * {0} ** 3)))",
-                   None, saves="i")
+                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})", None,
+                   saves="i")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                           vjp=_gelu_tanh_backward_vjp, saves="i", onnx=None)
+                           vjp=_gelu_tanh_backward_vjp, saves="i",
+                           elementwise="gelu_tanh_backward({0}, {1})", onnx=None)
 
 
 def gelu(input, approximate="none"):
