@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import prange   # (imported only where Numba is available)
 
 from . import loop
 from .fastmath import exp32
@@ -53,12 +54,13 @@ def log_softmax(x, out):
             o[j] = row[j] - shift
 
 
-@loop(fastmath=_REDUCE)
+@loop(fastmath=_REDUCE, parallel=True)
 def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
     """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (full
-    rows: a broadcast index into a one-element array would stop vectorisation)."""
+    rows: a broadcast index into a one-element array would stop vectorisation). Rows are
+    independent, so they are shared among threads."""
     n = x.shape[1]
-    for r in range(x.shape[0]):
+    for r in prange(x.shape[0]):
         row, o = x[r], out[r]
         total = _ZERO
         for j in range(n):
