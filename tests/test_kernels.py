@@ -172,14 +172,17 @@ def test_adam_loop_matches_torch_and_numpy(monkeypatch, name, kwargs):
         np.testing.assert_array_equal(got, np_got)
 
 
-@pytest.mark.parametrize("kwargs", [{"kernel_size": 2},
-                                    {"kernel_size": 3, "stride": 2, "padding": 1},
-                                    {"kernel_size": (2, 3), "stride": 1, "dilation": 2}])
-def test_max_pool_matches_torch_and_numpy(monkeypatch, kwargs):
+@pytest.mark.parametrize("kwargs,nan", [({"kernel_size": 2}, False), ({"kernel_size": 2}, True),
+                                        ({"kernel_size": 3, "stride": 2, "padding": 1}, True),
+                                        ({"kernel_size": (2, 3), "stride": 1}, False)])
+def test_max_pool_matches_torch_and_numpy(monkeypatch, kwargs, nan):
+    """The 2x2 loop (other windows, and inputs with NaN, take the NumPy kernel; the
+    backward's scatter loop runs for all)."""
     rng = np.random.default_rng(7)
-    x = rng.normal(size=(16, 4, 24, 26)).astype(np.float32)
-    x[0, 0, 2, 2] = x[0, 0, 2, 3] = 5.0      # ties: the first maximum wins
-    x[1, 1, 4, 4] = np.nan                   # NaN wins its windows
+    x = rng.normal(size=(16, 4, 24, 27)).astype(np.float32)
+    x[0, 0, 2, 2] = x[0, 0, 2, 3] = x[0, 0, 3, 2] = 5.0      # ties: the first maximum wins
+    if nan:
+        x[1, 1, 4, 4] = np.nan                              # NaN wins its windows
     g = rng.normal(size=tuple(torch.nn.functional.max_pool2d(torch.tensor(x),
                                                              **kwargs).shape)).astype(np.float32)
 

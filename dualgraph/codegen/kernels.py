@@ -297,9 +297,10 @@ class Lowering:
         text = node.op.elementwise
         if re.search(r"\*\*|//|%", text):   # libm pow, Python-rounded division: NumPy
             raise Unsupported(f"{node.op.name} runs faster and exactly in NumPy")
+        # function names first: the typed literals below are calls too (np.float32(0))
+        text = _CALL.sub(lambda m: self._function(m.group(1), node, dtype) + "(", text)
         if dtype.kind == "f":   # literals in the template take the member's float type
             text = _NUMBER.sub(lambda m: f"{ctor}({m.group(0)})", text)
-        text = _CALL.sub(lambda m: self._function(m.group(1), node, dtype) + "(", text)
 
         def operand(x):
             if isinstance(x, Value):   # kernels cast operands to the result type first

@@ -1,33 +1,35 @@
-"""2-D max pooling (float32) in one pass: each window's maximum and where it was, and the
-backward's scatter of gradients to those places. NumPy needs a pass per kernel position
-plus masks and index arithmetic for the same result."""
+"""2-D max pooling (float32): the common 2x2 / stride 2 window's maximum and where it was
+in one pass, and the backward's scatter of gradients to those places. NumPy needs a pass
+per kernel position plus masks and index arithmetic for the same result."""
 from __future__ import annotations
 
 from . import loop
 
 
 @loop
-def max_pool(xp, kh, kw, sh, sw, dh, dw, top, left, width, best, index):
-    """For the padded planes ``xp (P, Hp, Wp)``: ``best (P, Ho, Wo)`` gets each window's
-    maximum and ``index`` its flat position in the unpadded plane (``width`` columns;
-    ``top``/``left`` padding). The first maximum wins; a NaN beats numbers and a later NaN
-    an earlier one, as in the NumPy kernel (and torch)."""
+def max_pool_2x2(x, best, index):
+    """2x2 windows at stride 2 of the planes ``x (P, H, W)`` (no NaN in them: the caller
+    checks): ``best (P, H // 2, W // 2)`` gets each maximum and ``index`` its flat position
+    in the plane; the first maximum wins, as in torch. Written out for the four positions:
+    loops over the window, or NaN tests in the comparisons, make it 10-20x slower."""
+    width = x.shape[2]
     for p in range(best.shape[0]):
-        plane = xp[p]
         for i in range(best.shape[1]):
-            r0 = i * sh
+            r = 2 * i
             for j in range(best.shape[2]):
-                c0 = j * sw
-                b, at_r, at_c = plane[r0, c0], r0, c0
-                for u in range(kh):
-                    r = r0 + u * dh
-                    for v in range(kw):
-                        c = c0 + v * dw
-                        val = plane[r, c]
-                        if val > b or val != val:
-                            b, at_r, at_c = val, r, c
+                c = 2 * j
+                b, k = x[p, r, c], 0
+                a = x[p, r, c + 1]
+                if a > b:
+                    b, k = a, 1
+                a = x[p, r + 1, c]
+                if a > b:
+                    b, k = a, width
+                a = x[p, r + 1, c + 1]
+                if a > b:
+                    b, k = a, width + 1
                 best[p, i, j] = b
-                index[p, i, j] = (at_r - top) * width + (at_c - left)
+                index[p, i, j] = r * width + c + k
 
 
 @loop
