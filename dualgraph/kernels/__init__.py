@@ -44,11 +44,12 @@ def enabled(*arrays: np.ndarray) -> bool:
 
 
 class Loop:
-    """A Python loop function, compiled by Numba at its first call (``parallel``: its
-    ``prange`` loops run on Numba's threads)."""
+    """A Python loop function, compiled by Numba at its first call. (Serial on purpose:
+    Numba's OpenMP threads spin after a parallel loop and starve the BLAS threads of the
+    next matmul; a parallel LayerNorm loop made the GPT step twice as slow.)"""
 
-    def __init__(self, fn, fastmath=False, parallel=False):
-        self.fn, self.fastmath, self.parallel, self._compiled = fn, fastmath, parallel, None
+    def __init__(self, fn, fastmath=False):
+        self.fn, self.fastmath, self._compiled = fn, fastmath, None
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
 
     def __call__(self, *args):
@@ -56,17 +57,16 @@ class Loop:
         if compiled is None:
             from numba import njit
             compiled = self._compiled = njit(cache=True, error_model="numpy",
-                                             fastmath=self.fastmath,
-                                             parallel=self.parallel)(self.fn)
+                                             fastmath=self.fastmath)(self.fn)
         return compiled(*args)
 
 
-def loop(fn=None, *, fastmath=False, parallel=False):
+def loop(fn=None, *, fastmath=False):
     """Decorator: ``fn`` becomes a :class:`Loop` (``fastmath`` as Numba's: a set of LLVM
     flags, e.g. ``{"reassoc"}`` so that a row sum vectorises)."""
     if fn is None:
-        return lambda f: Loop(f, fastmath, parallel)
-    return Loop(fn, fastmath, parallel)
+        return lambda f: Loop(f, fastmath)
+    return Loop(fn, fastmath)
 
 
 def flat(a: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange   # (imported only where Numba is available)
 
 from . import loop
 from .fastmath import exp32
@@ -54,13 +53,12 @@ def log_softmax(x, out):
             o[j] = row[j] - shift
 
 
-@loop(fastmath=_REDUCE, parallel=True)
+@loop(fastmath=_REDUCE)
 def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
     """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (full
-    rows: a broadcast index into a one-element array would stop vectorisation). Rows are
-    independent, so they are shared among threads."""
+    rows: a broadcast index into a one-element array would stop vectorisation)."""
     n = x.shape[1]
-    for r in prange(x.shape[0]):
+    for r in range(x.shape[0]):
         row, o = x[r], out[r]
         total = _ZERO
         for j in range(n):
