@@ -324,3 +324,40 @@ def test_default_dtype_and_creation():
     close(a, b)
     g = dg.Generator().manual_seed(3)
     close(dg.rand(2, generator=g), dg.rand(2, generator=dg.Generator().manual_seed(3)))
+
+
+def test_many_paths_into_one_tensor_sum_in_place_without_touching_shared_gradients():
+    """The engine adds the third and later gradients of a tensor into the buffer it made
+    for the second: a gradient that add's VJP hands to two inputs, a hooked gradient and
+    the final .grad must come out as in torch, and unchanged afterwards."""
+    seen = {}
+
+    def run(lib, x, key):
+        h = x * 1.0
+        h.register_hook(lambda g: seen.setdefault(key, g))   # kept by the user
+        shared = h + h                                       # one g, two edges
+        y = shared * 2 + h * 3 + h.exp() + (h * h).sum()     # h gets five gradients
+        y.sum().backward()
+        return x.grad
+    x, tx = pair()
+    got, want = run(dg, x, "dg"), run(torch, tx, "torch")
+    close(got, want, 1e-5)
+    close(seen["dg"], seen["torch"], 1e-5)
+    kept = seen["dg"].numpy().copy()
+    (x * 5).sum().backward()                                 # accumulates into x.grad
+    np.testing.assert_array_equal(seen["dg"].numpy(), kept)
+    close(x.grad, want.detach().numpy() + 5, 1e-5)
+
+
+def test_in_place_accumulation_leaves_the_graph_recorded_under_create_graph():
+    x, tx = pair()
+    for lib, t in ((dg, x), (torch, tx)):
+        y = (t * t + t * 3 + t.sin() * t).sum()
+        (g,) = lib.autograd.grad(y, t, create_graph=True)
+        (gg,) = lib.autograd.grad(g.sum(), t)
+        if lib is dg:
+            got = (g, gg)
+        else:
+            want = (g, gg)
+    close(got[0], want[0], 1e-5)
+    close(got[1], want[1], 1e-5)
