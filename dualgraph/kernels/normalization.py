@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
 from .fastmath import exp32
@@ -20,14 +21,20 @@ _ZERO, _ONE = F(0), F(1)
 _REDUCE = {"reassoc", "nsz"}
 
 
+@njit(inline="always")
+def _row_max(row):
+    m = row[0]
+    for j in range(1, row.size):
+        m = max(m, row[j])
+    return m
+
+
 @loop(fastmath=_REDUCE)
 def softmax(x, out):
     """``out[r] = exp(x[r] - max x[r]) / sum(...)`` for each row r."""
     for r in range(x.shape[0]):
         row, o = x[r], out[r]
-        m = row[0]
-        for j in range(1, row.size):
-            m = max(m, row[j])
+        m = _row_max(row)
         total = _ZERO
         for j in range(row.size):
             e = exp32(row[j] - m)
@@ -42,9 +49,7 @@ def log_softmax(x, out):
     """``out[r] = x[r] - max x[r] - log(sum(exp(x[r] - max x[r])))`` for each row r."""
     for r in range(x.shape[0]):
         row, o = x[r], out[r]
-        m = row[0]
-        for j in range(1, row.size):
-            m = max(m, row[j])
+        m = _row_max(row)
         total = _ZERO
         for j in range(row.size):
             total += exp32(row[j] - m)
