@@ -13,14 +13,16 @@ from dualgraph import kernels
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
 
 
-def both_paths(fn, monkeypatch):
-    """``fn()`` with the Numba loops (checking that some ran), then with the NumPy kernels."""
+def both_paths(fn, monkeypatch, expect=None):
+    """``fn()`` with the Numba loops (checking that some ran, or the loop named ``expect``),
+    then with the NumPy kernels."""
     calls = []
     run_loop = kernels.Loop.__call__
     monkeypatch.setattr(kernels.Loop, "__call__",
                         lambda self, *args: calls.append(self.__name__) or run_loop(self, *args))
     fast = fn()
     assert calls, "no Numba loop ran: the inputs are too small for the fast path"
+    assert expect is None or expect in calls, calls
     monkeypatch.undo()
     monkeypatch.setenv("DUALGRAPH_NUMBA", "0")
     slow = fn()
@@ -226,3 +228,17 @@ def test_compiled_gelu_equals_eager_to_the_bit():
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
     kernel_code = compiled._last.executable.kernel_code()
     assert "gelu_tanh32(" in kernel_code and "gelu_tanh_backward32(" in kernel_code
+
+
+def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatch):
+    """From kernels.PARALLEL_MIN elements on, the forward loop shares rows among threads."""
+    rng = np.random.default_rng(11)
+    x = (rng.normal(size=(kernels.PARALLEL_MIN // 512, 512)) * 2 + 1).astype(np.float32)
+    w, b = (rng.normal(size=512).astype(np.float32) for _ in range(2))
+    fast, slow = both_paths(lambda: dg.nn.functional.layer_norm(
+        dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b)).numpy(), monkeypatch,
+        expect="layer_norm_threads")
+    want = torch.nn.functional.layer_norm(torch.tensor(x), (512,), torch.tensor(w),
+                                          torch.tensor(b)).numpy()
+    np.testing.assert_allclose(fast, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)

@@ -40,7 +40,7 @@ import warnings
 
 import numpy as np
 
-from ..kernels import MIN_ELEMENTS, numba_available
+from ..kernels import MIN_ELEMENTS, PARALLEL_MIN, numba_available
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
 from . import python
@@ -48,7 +48,7 @@ from . import python
 # elements: smaller groups are not worth a compile (~0.5 s each); the same threshold as the
 # eager loops', so a group and its ops' eager kernels take the same (Numba or NumPy) path
 NUMBA_MIN = MIN_ELEMENTS
-PARALLEL_MIN = 1 << 20   # elements: below this, threads (and their longer compile) don't pay
+# (groups of PARALLEL_MIN elements or more run on Numba's threads, as the eager loops do)
 CHUNK = 1 << 14          # row length for groups without row/column broadcasting
 # Elementwise arithmetic is compiled without fast-math flags, so + - * / and sqrt round
 # exactly as NumPy's do (results stay bit-identical, and training runs reproduce eager

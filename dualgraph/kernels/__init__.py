@@ -21,6 +21,10 @@ import numpy as np
 # Below this NumPy's per-call cost is already small. The compiler's fused kernels use the
 # same threshold, so an op and a fused group containing it take the same path.
 MIN_ELEMENTS = 1 << 12
+# From this size on a loop may run on Numba's threads (fused kernels too). Not below: after
+# a parallel region Numba's OpenMP threads spin and starve OpenBLAS's in the next matmul,
+# which cost a GPT step (LayerNorm on 131k elements) twice its time.
+PARALLEL_MIN = 1 << 20
 
 
 @lru_cache(maxsize=None)
@@ -44,12 +48,11 @@ def enabled(*arrays: np.ndarray) -> bool:
 
 
 class Loop:
-    """A Python loop function, compiled by Numba at its first call. (Serial on purpose:
-    Numba's OpenMP threads spin after a parallel loop and starve the BLAS threads of the
-    next matmul; a parallel LayerNorm loop made the GPT step twice as slow.)"""
+    """A Python loop function, compiled by Numba at its first call (``parallel``: its
+    ``prange`` loops share the rows among Numba's threads; see ``PARALLEL_MIN``)."""
 
-    def __init__(self, fn, fastmath=False):
-        self.fn, self.fastmath, self._compiled = fn, fastmath, None
+    def __init__(self, fn, fastmath=False, parallel=False):
+        self.fn, self.fastmath, self.parallel, self._compiled = fn, fastmath, parallel, None
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
 
     def __call__(self, *args):
@@ -57,16 +60,17 @@ class Loop:
         if compiled is None:
             from numba import njit
             compiled = self._compiled = njit(cache=True, error_model="numpy",
-                                             fastmath=self.fastmath)(self.fn)
+                                             fastmath=self.fastmath,
+                                             parallel=self.parallel)(self.fn)
         return compiled(*args)
 
 
-def loop(fn=None, *, fastmath=False):
+def loop(fn=None, *, fastmath=False, parallel=False):
     """Decorator: ``fn`` becomes a :class:`Loop` (``fastmath`` as Numba's: a set of LLVM
     flags, e.g. ``{"reassoc"}`` so that a row sum vectorises)."""
     if fn is None:
-        return lambda f: Loop(f, fastmath)
-    return Loop(fn, fastmath)
+        return lambda f: Loop(f, fastmath, parallel)
+    return Loop(fn, fastmath, parallel)
 
 
 def flat(a: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit   # (imported only where Numba is available: see kernels/__init__)
+from numba import njit, prange   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
 from .fastmath import exp32
@@ -58,25 +58,38 @@ def log_softmax(x, out):
             o[j] = row[j] - shift
 
 
+@njit(inline="always")
+def _normalise_row(row, weight, bias, eps, out):
+    """One row to zero mean and unit variance, then ``* weight + bias`` (full rows: a
+    broadcast index into a one-element array would stop vectorisation); returns the
+    mean and 1/std."""
+    n = row.size
+    total = _ZERO
+    for j in range(n):
+        total += row[j]
+    mean = total / F(n)
+    sq = _ZERO
+    for j in range(n):
+        d = row[j] - mean
+        sq += d * d
+    rstd = _ONE / F(math.sqrt(sq / F(n) + eps))
+    for j in range(n):
+        out[j] = (row[j] - mean) * rstd * weight[j] + bias[j]
+    return mean, rstd
+
+
 @loop(fastmath=_REDUCE)
 def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
-    """Normalise each row to zero mean and unit variance, then ``* weight + bias`` (full
-    rows: a broadcast index into a one-element array would stop vectorisation)."""
-    n = x.shape[1]
+    """:func:`_normalise_row` for each row of ``x``."""
     for r in range(x.shape[0]):
-        row, o = x[r], out[r]
-        total = _ZERO
-        for j in range(n):
-            total += row[j]
-        mean = total / F(n)
-        sq = _ZERO
-        for j in range(n):
-            d = row[j] - mean
-            sq += d * d
-        rstd = _ONE / F(math.sqrt(sq / F(n) + eps))
-        for j in range(n):
-            o[j] = (row[j] - mean) * rstd * weight[j] + bias[j]
-        mean_out[r], rstd_out[r] = mean, rstd
+        mean_out[r], rstd_out[r] = _normalise_row(x[r], weight, bias, eps, out[r])
+
+
+@loop(fastmath=_REDUCE, parallel=True)
+def layer_norm_threads(x, weight, bias, eps, out, mean_out, rstd_out):
+    """:func:`layer_norm` with the rows shared among Numba's threads (big inputs only)."""
+    for r in prange(x.shape[0]):
+        mean_out[r], rstd_out[r] = _normalise_row(x[r], weight, bias, eps, out[r])
 
 
 @loop(fastmath=_REDUCE)

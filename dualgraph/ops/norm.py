@@ -43,9 +43,10 @@ def _layer_norm_kernel(x, weight, bias, n_dims, eps):
         rows = kernels.rows(x, width)
         y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
                          np.empty(len(rows), x.dtype))
-        kernels.normalization.layer_norm(rows, _param_or(weight, 1, width, x),
-                                         _param_or(bias, 0, width, x),
-                                         np.float32(eps), y.reshape(rows.shape), mean, rstd)
+        loop = (kernels.normalization.layer_norm_threads if x.size >= kernels.PARALLEL_MIN
+                else kernels.normalization.layer_norm)
+        loop(rows, _param_or(weight, 1, width, x), _param_or(bias, 0, width, x),
+             np.float32(eps), y.reshape(rows.shape), mean, rstd)
         shape = _stats_shape(x, n_dims)
         return y, mean.reshape(shape), rstd.reshape(shape)
     axes = _axes(x, n_dims)
