@@ -308,3 +308,22 @@ def test_a_second_process_loads_kernels_from_the_disk_cache(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                            text=True, check=True).stdout.split()[-1] for _ in range(2)]
     assert runs == ["0", "1"]   # compiled once, then loaded
+
+
+@needs_numba
+@pytest.mark.parametrize("stats_out", [False, True])
+def test_layer_norm_epilogue_kernel_matches_the_interpreter(stats_out):
+    """bias + GELU + residual + LayerNorm as one Numba loop nest: each row normalised in
+    place right after it is computed (and the statistics stored when they are used)."""
+    g = Graph()
+    x = g.add_input((64, 256), "float32", name="x")
+    a, w, b = (g.add_input((256,), "float32", name=n) for n in ("a", "w", "b"))
+    (t,) = g.add_node("gelu_tanh", [g.add_node("add", [x, a])[0]])
+    (h,) = g.add_node("add", [t, x])
+    y, mean, rstd = g.add_node("layer_norm", [h, w, b], {"n_dims": 1, "eps": 1e-5})
+    g.set_outputs([y, mean, rstd] if stats_out else [y])
+    exe = Executable(g, passes={"fuse_elementwise"})
+    (kernel,) = exe.kernels.values()
+    assert kernel.lowering is not None and "normalise_row(" in exe.kernel_code()
+    args = random_inputs(g, 3)
+    assert_same(exe.run(args), interpret(g, *args), exact=False)

@@ -246,6 +246,24 @@ def test_fuse_groups_elementwise_ops_with_a_trailing_reduction_and_outputs():
     assert report.counts == {"groups": 1, "nodes fused": 4}
 
 
+def test_fuse_ends_a_group_with_a_layer_norm_over_the_last_dim():
+    """A LayerNorm joins the group computing its input, as its row epilogue; what reads
+    its outputs stays outside, and one over two dims stays alone."""
+    g, (x, w, b) = graph_with(F32, ((4,), "float32"), ((4,), "float32"))
+    h = node(g, "add", node(g, "mul", x, 2.0), x)
+    y, mean, rstd = g.add_node("layer_norm", [h, w, b], {"n_dims": 1, "eps": 1e-5})
+    out = node(g, "mul", y, 3.0)                        # reads the norm: not in the group
+    y2 = g.add_node("layer_norm", [node(g, "exp", x), None, None],
+                    {"n_dims": 2, "eps": 1e-5})[0]
+    g.set_outputs([out, rstd, y2])
+    new, _ = run(fuse_elementwise, g)
+    groups = [ops(n.attrs["graph"]) for n in new.nodes if n.op.name == "fused"]
+    assert groups == [["mul", "add", "layer_norm"]]
+    (fused,) = [n for n in new.nodes if n.op.name == "fused"]
+    assert [v.name for v in fused.outputs] == [y.name, rstd.name]
+    assert "layer_norm" in ops(new) and "mul" in ops(new)
+
+
 def test_fuse_never_makes_a_cycle_and_keeps_other_shapes_apart():
     g, (x, w) = graph_with(F32, ((4, 4), "float32"))
     a = node(g, "exp", x)

@@ -1,10 +1,11 @@
 """The on-disk kernel cache: generated kernel modules as files, so Numba's own cache
 (``cache=True``, which needs a source file) keeps their machine code between processes.
 
-A kernel's file is named by a hash of its source and of ``fastmath.py`` (the helpers it
-inlines), so an edited helper or template gives a new file rather than stale code. The
-directory is ``$DUALGRAPH_CACHE_DIR`` or ``~/.cache/dualgraph/kernels``; when it cannot be
-written, a temporary directory is used (compiled code then lasts for this process only).
+A kernel's file is named by a hash of its source and of ``fastmath.py`` and
+``normalization.py`` (the helpers it inlines), so an edited helper or template gives a new
+file rather than stale code. The directory is ``$DUALGRAPH_CACHE_DIR`` or
+``~/.cache/dualgraph/kernels``; when it cannot be written, a temporary directory is used
+(compiled code then lasts for this process only).
 """
 from __future__ import annotations
 
@@ -36,7 +37,13 @@ def cache_dir() -> Path:
 
 @lru_cache(maxsize=None)
 def _helpers_hash() -> str:
-    return hashlib.sha256(Path(fastmath.__file__).read_bytes()).hexdigest()[:12]
+    """A hash of the helper modules kernels import and inline (an edit there must not
+    reuse machine code compiled from the old version)."""
+    digest = hashlib.sha256()
+    here = Path(fastmath.__file__)
+    for path in (here, here.with_name("normalization.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def load_module(source: str):

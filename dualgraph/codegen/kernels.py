@@ -150,6 +150,10 @@ class Lowering:
         self.compiled = False
         members = [n for n in sub.nodes if n.op.elementwise is not None]
         others = [n for n in sub.nodes if n.op.elementwise is None]
+        self.norm = others[0] if len(others) == 1 and others[0].op.name == "layer_norm" else None
+        if self.norm is not None:
+            self._check_norm(self.norm)
+            others = []
         if len(others) > 1 or (others and others[0].op.name not in _REDUCTIONS):
             raise Unsupported(f"{others[-1].op.name} has no scalar expression")
         # (fusion never lets a member read the group's reduction: it is accumulated
@@ -163,8 +167,8 @@ class Lowering:
         if any(v not in {o for n in sub.nodes for o in n.outputs} for v in sub.outputs):
             raise Unsupported("an output that is not computed in the group")
         self.members = members
-        self.shape = (self.reduction.inputs[0].shape if self.reduction
-                      else members[-1].outputs[0].shape)
+        end = self.reduction or self.norm
+        self.shape = end.inputs[0].shape if end else members[-1].outputs[0].shape
         if _static_size(self.shape) < NUMBA_MIN:
             raise Unsupported(f"too small to pay for a compile ({math.prod(self.shape)} "
                               "elements)")
@@ -172,6 +176,17 @@ class Lowering:
         self.parallel = self._worth_threads()
         self.source = self._source()
         self._fn = None
+
+    @staticmethod
+    def _check_norm(node: Node) -> None:
+        """A LayerNorm epilogue: float32 rows with a weight and a bias, as the row loop
+        ``kernels.normalization.normalise_row`` takes them."""
+        x, weight, bias = node.inputs
+        width = x.shape[-1] if x.shape else None
+        if x.dtype != np.float32 or not all(
+                isinstance(p, Value) and p.dtype == np.float32 and tuple(p.shape) == (width,)
+                for p in (weight, bias)):
+            raise Unsupported("layer_norm needs float32 rows and a weight and a bias")
 
     def _check_reduction(self, node: Node) -> tuple[int, int]:
         """The kept dims ``[a, b)`` of the reduction, which must be one block: the dims
@@ -192,7 +207,10 @@ class Lowering:
     def red_kind(self) -> str | None:
         """``"row"``: the last dims are reduced, one result per row (LayerNorm's
         statistics); ``"col"``: the leading dims, one result per column (a bias gradient);
-        ``"mid"``: both, one result per row modulo the kept size (a conv bias gradient)."""
+        ``"mid"``: both, one result per row modulo the kept size (a conv bias gradient);
+        ``"norm"``: a LayerNorm of each row once it is computed."""
+        if self.norm is not None:
+            return "norm"
         if self.reduction is None:
             return None
         a, b = self.kept
@@ -202,8 +220,10 @@ class Lowering:
 
     def _choose_split(self):
         ndim = len(self.shape)
-        if self.reduction is not None:   # rows x columns: columns are the kept dims for
-            a, b = self.kept               # a column reduction, else the reduced ones
+        if self.norm is not None:        # rows x columns: columns are the normalised dim,
+            splits = [ndim - 1]
+        elif self.reduction is not None:   # the kept dims of a column reduction, else the
+            a, b = self.kept                 # reduced ones
             splits = [a if self.red_kind == "col" else b]
         else:
             splits = list(range(ndim - 1, -1, -1)) or [0]
@@ -221,7 +241,7 @@ class Lowering:
 
     def _worth_threads(self) -> bool:
         # rows of a column or mid reduction add into shared results: no threads there
-        return (self.red_kind in (None, "row")
+        return (self.red_kind in (None, "row", "norm")
                 and _static_size(self.shape) >= PARALLEL_MIN)
 
     def legend(self) -> str:
@@ -256,15 +276,17 @@ class Lowering:
             body.append(f"{var[v]} = {self._expr(node, var)}    # {node.op.name}")
         outs = [f"out{i}" for i in range(len(self.sub.outputs))]
         red = self.reduction.outputs[0] if self.reduction else None
+        ends = set(self.norm.outputs) if self.norm else {red}
         stores = []
         for o, v in zip(outs, self.sub.outputs):
-            if v is not red:
+            if v not in ends:
                 rows.append(f"{o}_r = {o}[base:base + m]")
                 stores.append(f"{o}_r[j] = {var[v]}")
+        epilogue = self._norm_rows(outs, var, rows, stores) if self.norm else []
         loop = "prange" if self.parallel else "range"
         lines = [f"for r in {loop}(R):", "    base = r * C", "    m = min(C, n - base)",
                  *("    " + h for h in hoisted + rows), "    for j in range(m):"]
-        lines += ["        " + s for s in loads + body + stores]
+        lines += ["        " + s for s in loads + body + stores] + epilogue
         if red is not None:
             lines = self._accumulate(lines, outs[self.sub.outputs.index(red)],
                                      var[self.reduction.inputs[0]])
@@ -273,12 +295,35 @@ class Lowering:
             '"""Generated by dualgraph: one fused group."""',
             "import math", "", "import numpy as np", "from numba import njit, prange", "",
             "from dualgraph.kernels.fastmath import (exp32, tanh32, gelu_tanh32, "
-            "gelu_tanh_backward32, where, sign)", "", "",
+            "gelu_tanh_backward32, where, sign)",
+            *(["from dualgraph.kernels.normalization import normalise_row"] if self.norm
+              else []), "", "",
             f"@njit(parallel={self.parallel}, fastmath={self._fastmath()}, "
             'error_model="numpy", cache=True)',
             f"def kernel(R, C, n, {', '.join(self._sizes() + params + outs)}):",
             f'    """{ops}"""']
         return "\n".join(header + ["    " + line for line in lines]) + "\n"
+
+    def _norm_rows(self, outs, var, rows, stores) -> list[str]:
+        """The LayerNorm epilogue: each row of its input goes to the output row (or a
+        scratch row), and is normalised there in place while it is in cache."""
+        x, weight, bias = self.norm.inputs
+        y, mean, rstd = self.norm.outputs
+        given = dict(zip(self.sub.outputs, outs))
+        if y in given:
+            rows.append(f"{given[y]}_r = {given[y]}[base:base + m]")
+            row = f"{given[y]}_r"
+        else:
+            rows.append("y_r = np.empty(m, np.float32)")
+            row = "y_r"
+        stores.append(f"{row}[j] = {var[x]}")
+        param = {u: f"in{i}" for i, u in enumerate(self.sub.inputs)}
+        eps = repr(float(self.norm.attrs["eps"]))
+        lines = [f"    mean, rstd = normalise_row({row}, {param[weight]}, {param[bias]}, "
+                 f"np.float32({eps}), {row})"]
+        lines += [f"    {given[v]}[r] = {name}" for v, name in ((mean, "mean"), (rstd, "rstd"))
+                  if v in given]
+        return lines
 
     def _sizes(self) -> list[str]:
         """Size parameters beyond R, C, n: a mid reduction needs its number of results."""
@@ -286,7 +331,7 @@ class Lowering:
 
     def _fastmath(self) -> str:
         # a column reduction adds whole rows in order, as NumPy does: no flags needed
-        flags = REDUCTION_FASTMATH if self.red_kind in ("row", "mid") else ()
+        flags = REDUCTION_FASTMATH if self.red_kind in ("row", "mid", "norm") else ()
         return "{" + ", ".join(repr(f) for f in flags) + "}" if flags else "False"
 
     def _expr(self, node: Node, var: dict) -> str:
@@ -378,7 +423,7 @@ class Lowering:
         for i, v in enumerate(self.sub.outputs):
             o = out[i] if out is not None else None
             if o is None:
-                o = np.empty(_out_shape(v, shape, self.reduction), v.dtype)
+                o = np.empty(_out_shape(v, shape, self.reduction, self.norm), v.dtype)
             results.append(o)
         sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
         fn = self._compiled()
@@ -432,7 +477,9 @@ def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
-def _out_shape(v: Value, shape: tuple, reduction) -> tuple:
+def _out_shape(v: Value, shape: tuple, reduction, norm=None) -> tuple:
+    if norm is not None and v in norm.outputs[1:]:   # LayerNorm statistics: one per row
+        return tuple(shape[:-1]) + (1,)
     if reduction is None or v is not reduction.outputs[0]:
         return shape
     reduced, keep = set(_reduced_dims(reduction)), reduction.attrs["keepdim"]

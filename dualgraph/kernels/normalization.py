@@ -59,7 +59,7 @@ def log_softmax(x, out):
 
 
 @njit(inline="always")
-def _normalise_row(row, weight, bias, eps, out):
+def normalise_row(row, weight, bias, eps, out):
     """One row to zero mean and unit variance, then ``* weight + bias`` (full rows: a
     broadcast index into a one-element array would stop vectorisation); returns the
     mean and 1/std."""
@@ -80,16 +80,16 @@ def _normalise_row(row, weight, bias, eps, out):
 
 @loop(fastmath=_REDUCE)
 def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
-    """:func:`_normalise_row` for each row of ``x``."""
+    """:func:`normalise_row` for each row of ``x``."""
     for r in range(x.shape[0]):
-        mean_out[r], rstd_out[r] = _normalise_row(x[r], weight, bias, eps, out[r])
+        mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
 
 
 @loop(fastmath=_REDUCE, parallel=True)
 def layer_norm_threads(x, weight, bias, eps, out, mean_out, rstd_out):
     """:func:`layer_norm` with the rows shared among Numba's threads (big inputs only)."""
     for r in prange(x.shape[0]):
-        mean_out[r], rstd_out[r] = _normalise_row(x[r], weight, bias, eps, out[r])
+        mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
 
 
 @loop(fastmath=_REDUCE)

@@ -1,5 +1,6 @@
 """Elementwise fusion (grouping): connected elementwise ops of one shape, plus an optional
-trailing reduction, become one ``fused`` node holding the group as a subgraph.
+trailing reduction or LayerNorm over the last dim, become one ``fused`` node holding the
+group as a subgraph.
 
 This pass only decides the groups; the ``fused`` kernel runs a group with the interpreter
 until the code generator compiles each group into one loop.
@@ -61,6 +62,9 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
 
 
 def _kind(node: Node) -> str | None:
+    if (node.op.name == "layer_norm" and node.attrs.get("n_dims") == 1
+            and isinstance(node.inputs[0], Value)):
+        return "norm"   # a row epilogue: each row normalised right after it is computed
     if node.op.num_outputs != 1:
         return None
     if node.op.elementwise is not None:
@@ -91,7 +95,8 @@ class _Grouper:
         self.parent: dict[int, int] = {}
         self.members: dict[int, list[int]] = {}
         self.shape: dict[int, tuple] = {}
-        self.reduced: dict[int, Value] = {}     # group -> the output of its one reduction
+        self.reduced: dict[int, frozenset] = {}  # group -> the outputs of its one reduction
+        #                                          or LayerNorm (nothing in it reads them)
         self.ext_anc: dict[int, set] = {}       # groups the outside inputs depend on
         self.group: dict[int, int] = {}         # node index -> group id (find() it)
         self.producer: dict[Value, int] = {}
@@ -114,9 +119,9 @@ class _Grouper:
             wanted = node.outputs[0].shape if kind == "elementwise" else values[0].shape
             sources = values if kind == "elementwise" else values[:1]
             candidates = {self.group_of(u) for u in sources} - {None}
-            # a group has one reduction, and nothing in it reads that reduction's result
+            # a group has one reduction (or norm), and nothing in it reads its results
             candidates = {g for g in candidates if self.shape[g] == wanted and (
-                self.reduced.get(g) not in values if kind == "elementwise"
+                not self.reduced.get(g, frozenset()) & set(values) if kind == "elementwise"
                 else g not in self.reduced)}
             joined = self.join(candidates, values)
             if joined is None and kind == "elementwise":
@@ -129,8 +134,8 @@ class _Grouper:
                     self.ext_anc[joined] |= self.anc.get(u, frozenset())
             self.group[i] = joined
             self.members[joined].append(i)
-            if kind == "reduction":
-                self.reduced[joined] = node.outputs[0]
+            if kind in ("reduction", "norm"):
+                self.reduced[joined] = frozenset(node.outputs)
             deps |= {joined}
         for v in node.outputs:
             self.producer[v] = i
