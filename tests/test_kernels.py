@@ -242,3 +242,23 @@ def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatc
                                           torch.tensor(b)).numpy()
     np.testing.assert_allclose(fast, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kwargs", [{"momentum": 0.9}, {"momentum": 0.9, "nesterov": True},
+                                    {"momentum": 0.8, "dampening": 0.3, "weight_decay": 0.01}])
+def test_sgd_momentum_loop_matches_torch_and_numpy(monkeypatch, kwargs):
+    rng = np.random.default_rng(12)
+    start = rng.normal(size=(80, 60)).astype(np.float32)
+    grads = [rng.normal(size=(80, 60)).astype(np.float32) for _ in range(3)]
+
+    def run(lib):
+        p = lib.nn.Parameter(lib.tensor(start.copy()))
+        opt = lib.optim.SGD([p], lr=0.05, **kwargs)
+        for g in grads:
+            p.grad = lib.tensor(g)
+            opt.step()
+        return p.detach().numpy(), opt.state_dict()["state"][0]["momentum_buffer"].numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch, expect="sgd_momentum")
+    for got, np_got, want in zip(fast, slow, run(torch)):   # (torch may fuse a*b+c: FMA)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got, np_got)

@@ -94,3 +94,37 @@ def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, dec
     commit_inplace(exp_avg, m)
     commit_inplace(exp_avg_sq, v)
     return commit_inplace(p, new_p)
+
+
+def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov):
+    # the arithmetic of buf.mul_(momentum).add_(grad, alpha=1 - dampening), then
+    # p.add_(step, alpha=-lr) with step = buf (or grad + momentum * buf, Nesterov)
+    if kernels.enabled(p, grad, buf):   # the same in one pass
+        new_p, new_buf = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+        f32 = np.float32
+        kernels.optim.sgd_momentum(*(kernels.flat(a) for a in (p, grad, buf)),
+                                   new_p.reshape(-1), new_buf.reshape(-1), f32(momentum),
+                                   f32(1 - dampening), f32(-lr), bool(nesterov))
+        return new_p, new_buf
+    new_buf = buf * momentum
+    new_buf += grad if dampening == 0 else grad * (1 - dampening)
+    step = grad + new_buf * momentum if nesterov else new_buf
+    return p + step * -lr, new_buf
+
+
+SGD_UPDATE = defop(
+    "sgd_update", _sgd_kernel, lambda p, grad, buf, **attrs: (
+        ShapedType(tuple(p.shape), p.dtype), ShapedType(tuple(p.shape), p.dtype)),
+    num_outputs=2, attrs=("lr", "momentum", "dampening", "nesterov"), saves="", onnx=None,
+    doc="One SGD step with momentum after the first: (param, grad, momentum buffer) -> the "
+        "new param and buffer. Optimisers run it under no_grad, so it has no VJP.")
+
+
+def sgd_momentum_step_(p, grad, buf, *, lr, momentum, dampening, nesterov):
+    """SGD's update of ``p`` and its momentum buffer ``buf`` in place (not the first step,
+    where the buffer is the gradient itself)."""
+    new_p, new_buf = apply(SGD_UPDATE, p, grad, buf, lr=float(lr), momentum=float(momentum),
+                           dampening=float(dampening), nesterov=bool(nesterov))
+    commit_inplace(buf, new_buf)
+    return commit_inplace(p, new_p)
+

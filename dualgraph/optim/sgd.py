@@ -1,6 +1,7 @@
 """Stochastic gradient descent with momentum, as ``torch.optim.SGD``."""
 from __future__ import annotations
 
+from ..dispatch import modes
 from ..ops import creation
 from . import _ops
 from .optimizer import Optimizer, check_hyper, regularized_grad
@@ -38,7 +39,18 @@ class SGD(Optimizer):
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = _ops.copy_(creation.state_like(p), grad)
-            else:
+            elif modes.tracer is None and _numbers(group["lr"], momentum, group["dampening"]):
+                # eager: one op (a Numba loop); traced, the ops below fuse across parameters
+                _ops.sgd_momentum_step_(p, grad, buf, lr=group["lr"], momentum=momentum,
+                                        dampening=group["dampening"],
+                                        nesterov=group["nesterov"])
+                return
+            else:   # traced, or hyper-parameters given as tensors
                 buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(grad, alpha=-group["lr"])
+
+
+def _numbers(*values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+

@@ -28,3 +28,20 @@ CASES = [OpCase("adam_update", _adam,
                 [In((3, 4)), In((3, 4)), In((3, 4)), In((3, 4), "pos"),
                  In((), "custom", fn=_step)],
                 dtypes=("float32", "float64"), grad=False)]
+
+
+def _sgd(nesterov, dampening=0.0):
+    """One step of ``sgd_update`` against torch's arithmetic written out."""
+    def fn(m, p, g, buf):
+        if m.__name__ != "torch":
+            return apply(optim_ops.SGD_UPDATE, p, g, buf, lr=0.1, momentum=0.9,
+                         dampening=dampening, nesterov=nesterov)
+        buf = buf * 0.9 + g * (1 - dampening)
+        return p - 0.1 * (g + 0.9 * buf if nesterov else buf), buf
+    return fn
+
+
+CASES += [OpCase("sgd_update", _sgd(False), [In((3, 4))] * 3, dtypes=("float32", "float64"),
+                 grad=False),
+          OpCase("sgd_update", _sgd(True), [In((3, 4))] * 3, "nesterov", grad=False),
+          OpCase("sgd_update", _sgd(False, 0.25), [In((3, 4))] * 3, "dampening", grad=False)]
