@@ -53,6 +53,12 @@ def cast(x, dt: np.dtype):
     return np.asarray(x, dtype=dt)
 
 
+def zeros_view(shape, dt: np.dtype) -> np.ndarray:
+    """A read-only zero array of ``shape`` that costs no memory (one broadcast scalar): what
+    a fused backward kernel returns for a gradient nobody needs."""
+    return np.broadcast_to(np.zeros((), dt), shape)
+
+
 def binary_kernel(ufunc, result=dtypes.result_type):
     """A kernel for a broadcasting binary ufunc that gives PyTorch's result dtype.
 

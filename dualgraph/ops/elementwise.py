@@ -805,7 +805,7 @@ def _gelu_tanh_backward_array(g, x):
     if kernels.enabled(x, g):
         out = np.empty(x.shape, x.dtype)
         kernels.activations.gelu_tanh_backward(kernels.flat(np.broadcast_to(g, x.shape)),
-                                       kernels.flat(x), out.reshape(-1))
+                                               kernels.flat(x), out.reshape(-1))
         return out
     t = _gelu_tanh_inner(x)
     dt = x * x

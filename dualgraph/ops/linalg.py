@@ -18,7 +18,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import as_operand, cast, is_float, needs_grad
+from ._util import as_operand, cast, is_float, needs_grad, zeros_view
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear"]
@@ -335,12 +335,9 @@ def _linear_backward_kernel(g, x, w, need):
     backward."""
     (g, x, w), dt = blas_operands(g, x, w)
     g2 = g.reshape(-1, g.shape[-1])
-
-    def skipped(shape):
-        return np.broadcast_to(np.zeros((), dt), shape)
-    gx = cast((g2 @ w).reshape(x.shape), dt) if need[0] else skipped(x.shape)
-    gw = cast(g2.T @ x.reshape(-1, x.shape[-1]), dt) if need[1] else skipped(w.shape)
-    gb = cast(g2.sum(axis=0), dt) if need[2] else skipped(w.shape[:1])
+    gx = cast((g2 @ w).reshape(x.shape), dt) if need[0] else zeros_view(x.shape, dt)
+    gw = cast(g2.T @ x.reshape(-1, x.shape[-1]), dt) if need[1] else zeros_view(w.shape, dt)
+    gb = cast(g2.sum(axis=0), dt) if need[2] else zeros_view(w.shape[:1], dt)
     return gx, gw, gb
 
 

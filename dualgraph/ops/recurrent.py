@@ -17,7 +17,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import elementwise as ew
 from . import shape as shape_ops
-from ._util import is_float, needs_grad
+from ._util import is_float, needs_grad, zeros_view
 from .opdef import defop
 
 __all__: list = []
@@ -100,12 +100,9 @@ def _lstm_backward_kernel(gh, gc, xg, h, c, w_hh, *rest, need):
     d_gates, dc = _cell_backward(gh, gc, c, acts)
     n = c.shape[-1]
     d2 = d_gates.reshape(-1, 4 * n)
-
-    def skipped(shape):
-        return np.broadcast_to(np.zeros((), c.dtype), shape)
-    dh = (d2 @ w_hh).reshape(h.shape) if need[1] else skipped(h.shape)
-    dw = d2.T @ h.reshape(-1, h.shape[-1]) if need[3] else skipped(w_hh.shape)
-    db = d2.sum(axis=0) if need[4] else skipped((4 * n,))
+    dh = (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(h.shape, c.dtype)
+    dw = d2.T @ h.reshape(-1, h.shape[-1]) if need[3] else zeros_view(w_hh.shape, c.dtype)
+    db = d2.sum(axis=0) if need[4] else zeros_view((4 * n,), c.dtype)
     return d_gates, dh, dc, dw, db
 
 
