@@ -1,8 +1,9 @@
 """The eager Numba loops (``dualgraph/kernels``) against PyTorch and against the NumPy
 kernels they replace (tanh-GELU, the LSTM step, softmax, LayerNorm, row scatter-add, Adam,
-max pooling, relu's gradient; forward and backward), on float32 inputs big enough to take
-the Numba path (``kernels.MIN_ELEMENTS``), including the extremes (saturated tanh,
-infinities, NaN). The op table's small inputs cover the NumPy path."""
+max pooling, relu's gradient, sin and cos; forward and backward), on float32 inputs big
+enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
+size), including the extremes (saturated tanh, infinities, NaN). The op table's small
+inputs cover the NumPy path."""
 import numpy as np
 import pytest
 import torch
@@ -262,3 +263,45 @@ def test_sgd_momentum_loop_matches_torch_and_numpy(monkeypatch, kwargs):
     for got, np_got, want in zip(fast, slow, run(torch)):   # (torch may fuse a*b+c: FMA)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(got, np_got)
+
+
+def trig_inputs():
+    rng = np.random.default_rng(12)
+    x = np.concatenate([rng.normal(size=20_000).astype(np.float32) * scale
+                        for scale in (1e-3, 1, 30, 3e3, 3e5)])
+    # signed zeros, tiny, near multiples of pi/2, the reduction's limit, huge, inf, NaN
+    special = [0.0, -0.0, 1e-40, -1e-30, np.pi / 2, np.pi, -np.pi, 100 * np.pi, 2.0 ** 18,
+               2.0 ** 18 - 0.5, -(2.0 ** 18), 1e30, -3.4e38, np.inf, -np.inf, np.nan]
+    return np.concatenate([np.array(special, np.float32), x])
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_and_cos_are_correctly_rounded_and_match_torch(monkeypatch, name):
+    """The loops compute in float64 and round once: equal to the float64 result rounded to
+    float32 (NumPy's own float32 sin/cos are up to ~1.5 ulps off), signed zeros kept."""
+    x = trig_inputs()
+    g = np.random.default_rng(13).normal(size=x.size).astype(np.float32)
+
+    def run():
+        xs = dg.tensor(x, requires_grad=True)
+        y = getattr(dg, name)(xs)
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy()
+    (y, dx), (y_np, dx_np) = both_paths(run, monkeypatch, expect=name)
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+    assert (np.signbit(y) == np.signbit(want))[~np.isnan(want)].all()
+    np.testing.assert_allclose(y, y_np, rtol=0, atol=3e-7)     # NumPy's float32 loop
+    xt = torch.tensor(x, requires_grad=True)
+    yt = getattr(torch, name)(xt)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=0, atol=3e-7)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=2e-6, atol=3e-7)
+
+
+def test_sin_takes_the_loop_even_for_a_few_elements(monkeypatch):
+    """A fused program on 16 numbers calls ``sin32``: eager sin must be the same there."""
+    x = np.linspace(-7, 7, 16, dtype=np.float32)
+    fast, _ = both_paths(lambda: dg.sin(dg.tensor(x)).numpy(), monkeypatch, expect="sin")
+    np.testing.assert_array_equal(fast, np.sin(x.astype(np.float64)).astype(np.float32))

@@ -83,7 +83,7 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "normalization", "optim", "pooling", "scatter")
+_LOOP_MODULES = ("activations", "normalization", "optim", "pooling", "scatter", "trig")
 
 
 def __getattr__(name: str):

@@ -9,6 +9,13 @@ to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
   ``n = 128`` near the overflow threshold still works).
 - ``tanh32``: Eigen's rational approximation ``x P(x^2) / Q(x^2)`` on ``|x| <= 7.9``
   (beyond it tanh rounds to +-1 in float32).
+- ``sin32`` / ``cos32``: computed in float64 and rounded once, so they are correctly
+  rounded float32 results except in rare double-rounding ties (NumPy's own float32 SIMD
+  sin/cos are up to ~1.5 ulps off). ``x = k pi/2 + r`` with ``|r| <= pi/4`` (a two-part
+  Cody-Waite reduction, exact enough for ``|x| < 2**18``; beyond, libm's double sin/cos),
+  then Taylor polynomials for sin and cos of ``r`` (both 1e-17 relative on that interval)
+  and the quadrant of ``k`` picking one. The eager sin/cos loops and the fused kernels both
+  call them, so compiled and eager agree to the bit.
 
 Every function is plain Python too, so the module imports (and the formulas can be tested)
 without Numba; ``NUMBA`` is the ``njit`` decorator, or None when Numba is missing.
@@ -39,6 +46,14 @@ _TANH_B = tuple(F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04,
 _ONE, _HALF, _ZERO, _INF = F(1.0), F(0.5), F(0.0), F(np.inf)
 _TWO, _FOUR, _MINUS_TWO = F(2.0), F(4.0), F(-2.0)
 _GELU_K, _GELU_C, _GELU_C3 = F(np.sqrt(2 / np.pi)), F(0.044715), F(3 * 0.044715)
+
+
+_PI2_INV = 0.63661977236758134308        # 2 / pi
+_PI2_HI = 1.57079632673412561417          # the first 33 bits of pi / 2: k * _PI2_HI is exact
+_PI2_LO = 6.07710050650619224932e-11      # pi / 2 - _PI2_HI
+_TRIG_LIMIT = float(2 ** 18)             # |x| from which the reduction would lose bits
+_SIN_C = tuple(float((-1) ** i / np.prod(np.arange(1.0, 2 * i + 2))) for i in range(1, 8))
+_COS_C = tuple(float((-1) ** i / np.prod(np.arange(1.0, 2 * i + 1))) for i in range(1, 9))
 
 
 def _pow2_py(n):
@@ -128,6 +143,39 @@ def gelu_tanh_backward32(g, x):
     return g * (_HALF * one_plus + slope)
 
 
+def _trig_core(d, quarter_turns):
+    """``sin(d + quarter_turns * pi/2)`` for a float64 ``d`` with ``|d| < 2**18`` (no
+    branches, so a loop over it vectorises)."""
+    k = np.rint(d * _PI2_INV)
+    # d - k * _PI2_HI is exact (Sterbenz); keep d itself when k = 0, so sin(-0.0) is -0.0
+    r = d if k == 0.0 else (d - k * _PI2_HI) - k * _PI2_LO
+    z = r * r
+    s1, s2, s3, s4, s5, s6, s7 = _SIN_C
+    c1, c2, c3, c4, c5, c6, c7, c8 = _COS_C
+    sin_r = r * (1.0 + z * (s1 + z * (s2 + z * (s3 + z * (s4 + z * (s5 + z * (s6 + z * s7)))))))
+    cos_r = 1.0 + z * (c1 + z * (c2 + z * (c3 + z * (c4 + z * (c5 + z * (c6 + z * (
+        c7 + z * c8)))))))
+    q = (np.int64(k) + quarter_turns) & 3
+    v = cos_r if q & 1 else sin_r
+    return -v if q & 2 else v
+
+
+def sin32(x):
+    """``sin`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
+    d = np.float64(x)
+    if abs(d) < _TRIG_LIMIT:
+        return np.float32(_trig_core(d, 0))
+    return np.float32(np.sin(d))    # huge, infinite or NaN: libm's double sin
+
+
+def cos32(x):
+    """``cos`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
+    d = np.float64(x)
+    if abs(d) < _TRIG_LIMIT:
+        return np.float32(_trig_core(d, 1))
+    return np.float32(np.cos(d))
+
+
 def where(c, a, b):
     return a if c else b
 
@@ -139,7 +187,8 @@ def sign(x):
 
 if _njit is not None:
     # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
-    exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32, where, sign = (
+    (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32, _trig_core,
+     sin32, cos32, where, sign) = (
         _njit(inline="always", error_model="numpy")(f)
         for f in (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32,
-                  where, sign))
+                  _trig_core, sin32, cos32, where, sign))

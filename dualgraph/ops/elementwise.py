@@ -224,8 +224,27 @@ LOG1P = _unary("log1p", np.log1p, lambda g, out, x: g / (x + 1), "log1p({0})", N
                saves="i")
 SQRT = _unary("sqrt", np.sqrt, lambda g, out, x: g / (2 * out), "sqrt({0})", "Sqrt",
               saves="o")
-SIN = _unary("sin", np.sin, lambda g, out, x: g * cos(x), "sin({0})", "Sin", saves="i")
-COS = _unary("cos", np.cos, lambda g, out, x: -g * sin(x), "cos({0})", "Cos", saves="i")
+
+
+def _trig_array(name: str):
+    """np.sin / np.cos, or for float32 (at every size) the loop of ``kernels.trig``, which
+    a fused kernel's ``sin32`` / ``cos32`` match bit for bit."""
+    ufunc = getattr(np, name)
+
+    def kernel(x):
+        if x.dtype != np.float32 or not kernels.numba_available():
+            return ufunc(x)
+        out = np.empty(x.shape, np.float32)
+        getattr(kernels.trig, name)(kernels.flat(x), out.reshape(-1))
+        return out
+    kernel.__name__ = name
+    return kernel
+
+
+SIN = _unary("sin", _trig_array("sin"), lambda g, out, x: g * cos(x), "sin({0})", "Sin",
+             saves="i")
+COS = _unary("cos", _trig_array("cos"), lambda g, out, x: -g * sin(x), "cos({0})", "Cos",
+             saves="i")
 TANH = _unary("tanh", np.tanh, lambda g, out, x: g * (1 - out * out), "tanh({0})", "Tanh",
               saves="o")
 ASIN = _unary("asin", np.arcsin, lambda g, out, x: g * rsqrt(1 - x * x), "arcsin({0})",

@@ -1,0 +1,40 @@
+"""float32 ``sin`` and ``cos`` loops: correctly rounded (but for rare ties), and the same
+bits as a fused kernel's ``sin32`` / ``cos32``.
+
+Each loop runs in two passes: a branch-free pass (which vectorises) over every element with
+``|x| < 2**18`` evaluates ``fastmath._trig_core``, then a scan gives the rare huge,
+infinite or NaN elements libm's double result, exactly as the scalar ``sin32`` does.
+Unlike the other eager loops these run at every size: a fused kernel of a small graph
+(``codegen/program.py``) calls ``sin32`` too, and compiled must equal eager.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit   # (imported only where Numba is available: see kernels/__init__)
+
+from . import loop
+from .fastmath import _TRIG_LIMIT, _trig_core
+
+
+@njit(inline="always", error_model="numpy")
+def _trig(x, out, quarter_turns):
+    n = x.size
+    for i in range(n):
+        d = np.float64(x[i])
+        out[i] = np.float32(_trig_core(d if abs(d) < _TRIG_LIMIT else 0.0, quarter_turns))
+    for i in range(n):
+        d = np.float64(x[i])
+        if not abs(d) < _TRIG_LIMIT:
+            out[i] = np.float32(np.sin(d) if quarter_turns == 0 else np.cos(d))
+
+
+@loop
+def sin(x, out):
+    """``out = sin(x)`` over flat float32 arrays."""
+    _trig(x, out, 0)
+
+
+@loop
+def cos(x, out):
+    """``out = cos(x)`` over flat float32 arrays."""
+    _trig(x, out, 1)
