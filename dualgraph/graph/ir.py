@@ -224,7 +224,9 @@ class Graph:
     # -- building ----------------------------------------------------------------------------
     def _fresh(self, base: str) -> str:
         """A unique name from ``base``: invalid characters become ``_``, clashes get ``_N``."""
-        return self._names.fresh(_NAME_CHARS.sub("_", base) or "v")
+        if not (base.isascii() and base.isidentifier()):   # (most are: the regex is slow)
+            base = _NAME_CHARS.sub("_", base) or "v"
+        return self._names.fresh(base)
 
     def _new_value(self, name, shape, dtype) -> Value:
         v = Value(self._fresh(name), as_shape(shape), as_dtype(dtype))
@@ -287,7 +289,9 @@ class Graph:
         names = [n or op.name for n in names] if names else [op.name] * len(types)
         if len(names) != len(types):
             raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
-        outs = tuple(self._new_value(n, t.shape, t.dtype) for n, t in zip(names, types))
+        # (types here are normalised already: by infer_types, or those of existing values)
+        outs = tuple(Value(self._fresh(n), t.shape, t.dtype) for n, t in zip(names, types))
+        self._defined.update(outs)
         node = Node(op, inputs, attrs, outs, location)
         for v in outs:
             v.producer = node

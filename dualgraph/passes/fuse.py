@@ -27,7 +27,7 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
     read by another node or returned by the graph, so a group may have several outputs),
     types, inputs and outputs. Groups never create a cycle (a node joins a group only when
     no path leaves the group and comes back to it), and nodes are reordered only as far as
-    placing each fused node needs.
+    placing each fused node needs. A group whose values nothing reads is dropped.
 
     Before::                              After::
 
@@ -51,6 +51,9 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
             continue
         nodes = [graph.nodes[i] for i in item]
         outs = _emit_group(b, nodes, set(item), consumers, set(graph.outputs))
+        if not outs:
+            report.count("unused groups dropped", n=1)
+            continue
         ops = ", ".join(n.op.name for n in nodes)
         report.count("groups", f"{len(nodes)} nodes ({ops}) -> "
                                f"{', '.join('%' + v.name for v in outs)}")
@@ -225,6 +228,8 @@ def _emit_group(b: Builder, nodes: list, members: set, consumers: dict,
                 inputs.append(x)
     outs = [v for n in nodes for v in n.outputs
             if v in graph_outputs or consumers.get(v, set()) - members]
+    if not outs:   # nothing reads the group (no dce ran before): it is dropped
+        return outs
     sub = Graph()
     env = {u: sub.add_input(u.shape, u.dtype, name=u.name) for u in inputs}
     for n in nodes:
