@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
+import dualgraph as dg
 from dualgraph.codegen import Executable, kernels
 from dualgraph.kernels import numba_available
 from dualgraph.graph import Graph
@@ -327,3 +328,85 @@ def test_layer_norm_epilogue_kernel_matches_the_interpreter(stats_out):
     assert kernel.lowering is not None and "normalise_row(" in exe.kernel_code()
     args = random_inputs(g, 3)
     assert_same(exe.run(args), interpret(g, *args), exact=False)
+
+
+# -- donated inputs ---------------------------------------------------------------------------
+def update_graph(extra=None):
+    """``p - 0.1 * g`` on 8192 numbers (a fused kernel), ``extra(g, p, new)`` adds more."""
+    g = Graph()
+    p = g.add_input((64, 128), "float32", name="p")
+    grad = g.add_input((64, 128), "float32", name="grad")
+    (step,) = g.add_node("mul", [grad, 0.1])
+    (new,) = g.add_node("sub", [p, step])
+    g.set_outputs([new] + (extra(g, p, new) if extra else []))
+    return g
+
+
+def run_donated(graph):
+    exe = Executable(graph, passes="default", donate={0: 0})
+    args = random_inputs(graph, 3)
+    want = interpret(graph, *[a.copy() for a in args])
+    p = args[0]
+    got = exe.run(args)
+    assert_same(got, want)
+    return exe, got[0] is p
+
+
+@needs_numba
+def test_an_update_is_written_into_its_donated_input():
+    exe, in_place = run_donated(update_graph())
+    assert in_place and len(exe.donated) == 1
+    assert "out=(p,)" in exe.code
+
+
+@needs_numba
+def test_no_donation_when_the_old_value_is_still_needed():
+    def read_after(g, p, new):     # p is read (through a view) by a node needing new
+        (pt,) = g.add_node("permute", [p], {"perm": (1, 0)})
+        return [g.add_node("matmul", [new, pt])[0]]
+
+    def returned_view(g, p, new):  # an output aliases p
+        return [g.add_node("reshape", [p], {"shape": (128, 64)})[0]]
+
+    def view_operand(g, p, new):   # the update reads p through another layout
+        (pt,) = g.add_node("permute", [p], {"perm": (1, 0)})
+        (ptt,) = g.add_node("permute", [pt], {"perm": (1, 0)})
+        return [g.add_node("add", [new, ptt])[0]]
+    for extra in (read_after, returned_view):
+        exe, in_place = run_donated(update_graph(extra))
+        assert not in_place and not exe.donated, extra.__name__
+    g = update_graph(view_operand)
+    g.set_outputs(g.outputs[1:])
+    exe = Executable(g, passes={"fuse_elementwise"}, donate={0: 0})
+    assert not exe.donated
+
+
+@needs_numba
+def test_compiled_sgd_updates_parameters_in_place_as_eager_does():
+    def train(compiled):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(96, 128), dg.nn.ReLU(), dg.nn.Linear(128, 5))
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = dg.tensor(np.random.default_rng(0).normal(size=(32, 96)), dtype=dg.float32)
+        y = dg.tensor(np.random.default_rng(1).integers(0, 5, 32))
+
+        def step():
+            opt.zero_grad()
+            loss = dg.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        fn = dg.compile(step) if compiled else step
+        storage = [p._data for p in model.parameters()]
+        losses = [fn().item() for _ in range(4)]
+        same_storage = all(p._data is s for p, s in zip(model.parameters(), storage))
+        return losses, [p.detach().numpy().copy() for p in model.parameters()], \
+            [p.grad.numpy().copy() for p in model.parameters()], same_storage, fn
+    eager = train(False)
+    compiled = train(True)
+    np.testing.assert_allclose(compiled[0], eager[0], rtol=1e-5)
+    for got, want in zip(compiled[1] + compiled[2], eager[1] + eager[2]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert compiled[3]                     # parameters keep their arrays
+    donated = compiled[4]._last.executable.donated
+    assert "model.0.weight" in {u.name for u in donated.values()}   # (8192 numbers)

@@ -51,8 +51,10 @@ class Entry:
         self.capture = capture
         self.backward = backward
         self.graph, self.reports = optimize(capture.graph, passes)
-        self.executable = Executable(self.graph, fast_math=fast_math)
+        self.executable = Executable(self.graph, fast_math=fast_math,
+                                     donate=_writeback_inputs(capture))
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.backward_executable = None
         if backward is not None:
             graph, reports = optimize(backward.graph, passes)
@@ -95,14 +97,21 @@ class Entry:
             inputs = [tensor_args[b.index] if b.kind == "arg" else b.tensor
                       for b in self.backward.diff_inputs]
             record_call(self.backward, self.backward_executable, leaves, saved, inputs)
+        # ids of output arrays a tensor already owns (the user's outputs, saved values)
+        taken = {id(a) for a in outs[:sum(k == "value" for k in cap.out_leaves)] + saved}
         for (kind, t), new in zip(cap.writebacks, it):
             if kind == "data":
-                np.copyto(t._data, new)
+                if new is not t._data:   # (a donated input was updated in place)
+                    np.copyto(t._data, new)
                 t._version[0] += 1
-            elif t.grad is not None and t.grad._data.shape == new.shape:
+            elif t.grad is not None and new is t.grad._data:
+                pass                     # accumulated in place
+            elif (id(t) in self.grads_read and t.grad is not None
+                  and t.grad._data.shape == new.shape):
                 np.copyto(t.grad._data, new)
-            else:
-                t.grad = Tensor._make(np.array(new, copy=True))
+            else:   # a gradient made in the step (as eager makes a new one): no copy
+                t.grad = Tensor._make(new if id(new) not in taken else new.copy())
+            taken.add(id(new))
         for t in cap.grads_cleared:
             t.grad = None
         return unflatten(cap.out_spec, leaves)
@@ -123,6 +132,21 @@ def optimize(graph, passes):
     elif passes is not None:
         enabled = set(passes)
     return run_pipeline(graph, enabled=enabled)
+
+
+def _writeback_inputs(capture) -> dict:
+    """``{output position: input position}``: each writeback's output and the graph input
+    holding the array it is written back into (a parameter and its update, a gradient and
+    its accumulated value), which the executable may then update in place. (Not tensor
+    arguments: their binding names the traced tensor, not the one a later call passes.)"""
+    first = sum(1 for k in capture.out_leaves if k == "value")
+    pairs = {}
+    for j, (kind, t) in enumerate(capture.writebacks):
+        for k, b in enumerate(capture.bindings):
+            if b.tensor is t and b.kind == ("grad" if kind == "grad" else "captured"):
+                pairs[first + j] = k
+                break
+    return pairs
 
 
 def _outputs_aliasing_inputs(graph) -> list:

@@ -13,6 +13,10 @@ alias ``r`` is dead. A value gets a slot only when
   in place by an elementwise ufunc reading it, at the same position, for the last time.
 
 Planned values that fail a check simply get fresh memory: correctness first.
+
+``donations`` applies the same rules to *donated inputs*: a training step's new parameter
+is written straight into the array of the old one (which the caller would otherwise copy it
+into), when nothing reads the old value, or a view of it, afterwards.
 """
 from __future__ import annotations
 
@@ -77,3 +81,45 @@ def _in_place_ok(node, prev: Value, v: Value, roots: dict) -> bool:
     if prev not in node.inputs or prev.shape != v.shape or prev.dtype != v.dtype:
         return False
     return all(x is prev or prev not in roots.get(x, ()) for x in node.inputs)
+
+
+def donations(graph: Graph, pairs: dict, fresh: dict) -> dict[Value, Value]:
+    """``{output value: input value}`` for the pairs of ``pairs`` (output position -> input
+    position) whose output may be written into the input's own array.
+
+    The output's node must write fresh memory (``fresh``), elementwise over the input if it
+    reads it (so each element is read before it is overwritten, also through another
+    operand that is the same array); no operand of that node may be a view of the input
+    (another layout); and nothing may read the input, or anything that may alias it, after
+    that node, nor return it. A node the generator did not emit may alias its input when it
+    is a view op, or when it has one array operand and returns its type (``cast`` to the
+    same dtype returns the input itself); kernels of several arrays (``linear_backward``)
+    return new ones."""
+    index = {node: i for i, node in enumerate(graph.nodes)}
+    outputs = list(graph.outputs)
+    donated = {}
+    for o, k in pairs.items():
+        v, u = outputs[o], graph.inputs[k]
+        node = v.producer
+        if (node not in fresh or outputs.count(v) != 1 or u in donated.values()
+                or tuple(v.shape) != tuple(u.shape) or v.dtype != u.dtype):
+            continue
+        aliases = {u: "same"}   # values that may alias u: "same" array, or a "view"
+        last_reader = -1
+        for i, n in enumerate(graph.nodes):
+            read = [x for x in n.inputs if isinstance(x, Value) and x in aliases]
+            if read:
+                last_reader = i
+                operands = [x for x in n.inputs if isinstance(x, Value)]
+                if n not in fresh:   # a view, or a kernel that returns its input as it is
+                    for v_out in n.outputs:
+                        if n.op.view:
+                            aliases[v_out] = "view"
+                        elif len(operands) == 1 and v_out.type == operands[0].type:
+                            aliases[v_out] = aliases[operands[0]]
+        # at the node, the same array elementwise is fine; a view is another layout
+        if (last_reader > index[node] or set(aliases) & set(outputs)
+                or any(aliases.get(x) == "view" for x in node.inputs)):
+            continue
+        donated[v] = u
+    return donated

@@ -35,7 +35,7 @@ from ..graph.infer import bind_dim, format_binding, substitute
 from ..graph.interpret import interpret
 from ..shapes import ShapeError, Sym
 from . import python
-from .buffers import assign_slots
+from .buffers import assign_slots, donations
 
 
 class _NoBuffers:
@@ -51,12 +51,15 @@ class Executable:
     ``passes``: None (run the graph as given), "default" / True (the whole passes
     pipeline) or a collection of pass names (``{"dce", "cse", "fuse_elementwise"}``).
     ``fast_math`` lets fused float32 kernels use vectorised exp/tanh approximations (a few
-    ulps from NumPy's; see ``codegen/kernels.py``).
+    ulps from NumPy's; see ``codegen/kernels.py``). ``donate`` maps output positions to
+    input positions whose arrays may receive them (a parameter's update written in place);
+    ``donated`` holds the pairs that proved safe (``buffers.donations``): for those the
+    returned output *is* the input array, which the call has overwritten.
     ``reports`` holds the passes' reports and ``times`` where compile time went.
     """
 
     def __init__(self, graph: Graph, passes=None, buffers: bool = True,
-                 fast_math: bool = False):
+                 fast_math: bool = False, donate: dict | None = None):
         self.source_graph = graph
         self.fast_math = fast_math
         self.times: dict[str, float] = {}
@@ -65,9 +68,13 @@ class Executable:
         self.times["passes_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
-        self._slots = self._plan_slots() if buffers else []
+        fresh = self._fresh_nodes()
+        self._slots = self._plan_slots(fresh) if buffers else []
+        self.donated = donations(self.graph, donate, fresh) if donate else {}
+        self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
-        self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__)
+        self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,
+                                       donated=self.donated)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
         self._buffers: dict = {}   # input signature -> list of slot arrays
@@ -89,6 +96,10 @@ class Executable:
         an instrumented copy of the code and no shared buffers.
         """
         arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        for k in self._donated_inputs:   # the kernels write flat views: a private copy then
+            a = arrays[k]
+            if not (a.flags.c_contiguous and a.flags.writeable):
+                arrays[k] = np.array(a, order="C")
         if on_node is not None:
             self._check(arrays)
             return self._instrumented_fn()(*arrays, on_node)
@@ -115,8 +126,9 @@ class Executable:
         from .kernels import compile_group
         return {n: compile_group(n, self.fast_math) for n in nodes}
 
-    def _plan_slots(self):
-        from ..passes import plan_memory
+    def _fresh_nodes(self) -> dict:
+        """The nodes whose code writes fresh memory (so ``out=`` works): "fused" or
+        "ufunc"."""
         from . import ufuncs
         fresh = {}
         for node in self.graph.nodes:
@@ -125,6 +137,10 @@ class Executable:
                     fresh[node] = "fused"
             elif ufuncs.direct(node) is not None:
                 fresh[node] = "ufunc"
+        return fresh
+
+    def _plan_slots(self, fresh: dict):
+        from ..passes import plan_memory
         if not fresh:
             return []
         _, report = plan_memory(self.graph)
