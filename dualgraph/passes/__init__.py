@@ -16,6 +16,7 @@ graph(%x: f32[3]) {
 from __future__ import annotations
 
 from ..graph import Graph, verify as verify_graph
+from .batch import batch_linears
 from .core import Report
 from .cse import cse
 from .dce import dce
@@ -25,13 +26,15 @@ from .memory import MemoryPlan, plan_memory, schedule
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
-           "fold_constants", "simplify", "fuse_elementwise", "schedule", "plan_memory"]
+           "fold_constants", "simplify", "batch_linears", "fuse_elementwise", "schedule",
+           "plan_memory"]
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less
     cse,
     fold_constants,
     simplify,
+    batch_linears,      # a loop's per-step linears over one tensor -> one GEMM
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
     fuse_elementwise,

@@ -1,0 +1,97 @@
+"""``batch_linears``: per-step linears over one tensor (an unrolled RNN's input projection)
+become one GEMM, forward and backward, with the same results; what it must leave alone."""
+import numpy as np
+import pytest
+from test_passes import node, run
+
+import dualgraph as dg
+from dualgraph.graph import Graph
+from dualgraph.passes import batch_linears
+
+STEPS = 6
+
+
+def steps_graph(positions=range(STEPS), backward=True, grad_also_returned=False):
+    """x: (4, 6, 8); per position t: y_t = linear(x[:, t], W, b) and, with ``backward``,
+    linear_backward(g_t, x[:, t], W) with the weight and bias gradients summed."""
+    g = Graph()
+    x = g.add_input((4, STEPS, 8), "float32", name="x")
+    w = g.add_input((5, 8), "float32", name="w")
+    b = g.add_input((5,), "float32", name="b")
+    outs, dws, dbs = [], [], []
+    for t in positions:
+        s = node(g, "slice", x, index=(None, (t, t + 1, 1), None))
+        xt = node(g, "reshape", s, shape=(4, 8))
+        y = node(g, "linear", xt, w, b)
+        outs.append(y)
+        if backward:
+            gt = node(g, "mul", y, 2.0)       # a stand-in for an upstream gradient
+            dx, dw, db = g.add_node("linear_backward", [gt, xt, w],
+                                    {"need": (True, True, True)})
+            outs.append(dx)
+            dws.append(dw)
+            dbs.append(db)
+    extra = []
+    if backward:
+        total_w, total_b = dws[0], dbs[0]
+        for dw, db in zip(dws[1:], dbs[1:]):
+            total_w, total_b = node(g, "add", total_w, dw), node(g, "add", db, total_b)
+        extra = [total_w, total_b] + ([dws[1]] if grad_also_returned else [])
+    g.set_outputs(outs + extra)
+    return g
+
+
+def test_per_step_linears_and_their_gradients_become_one_gemm_each():
+    new, report = run(batch_linears, steps_graph())
+    names = [n.op.name for n in new.nodes]
+    assert names.count("linear") == 1 and names.count("linear_backward") == 1
+    assert "add" not in names                  # the sum trees read the batched gradient
+    assert report.counts == {"batched linears": STEPS, "batched linear gradients": STEPS}
+
+
+def test_a_contiguous_part_of_the_steps_is_batched_over_its_slice():
+    new, report = run(batch_linears, steps_graph(positions=range(1, STEPS)))
+    assert [n.op.name for n in new.nodes].count("linear_backward") == 1
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"positions": [0, 2], "backward": False},     # too few of the steps: not worth it
+    {"grad_also_returned": True},                 # a step's weight gradient is read alone
+])
+def test_what_batch_linears_leaves_alone(kwargs):
+    graph = steps_graph(**kwargs)
+    new, report = run(batch_linears, graph)
+    if kwargs.get("grad_also_returned"):   # the forward is still batched
+        assert [n.op.name for n in new.nodes].count("linear_backward") == STEPS
+        assert report.counts == {"batched linears": STEPS}
+    else:
+        assert new is graph and not report.changed
+
+
+def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager():
+    def train(compiled):
+        dg.manual_seed(0)
+        cell = dg.nn.RNNCell(8, 16)
+        head = dg.nn.Linear(16, 3)
+        opt = dg.optim.Adam(list(cell.parameters()) + list(head.parameters()), lr=1e-2)
+        xs = dg.tensor(np.random.default_rng(0).normal(size=(4, 10, 8)), dtype=dg.float32)
+
+        def step():
+            opt.zero_grad()
+            h = dg.zeros(4, 16)
+            loss = 0
+            for t in range(xs.shape[1]):
+                h = cell(xs[:, t], h)
+                loss = loss + head(h).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        fn = dg.compile(step) if compiled else step
+        losses = [fn().item() for _ in range(3)]
+        return losses, [p.detach().numpy().copy() for p in cell.parameters()], fn
+    eager_losses, eager_params, _ = train(False)
+    losses, params, fn = train(True)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
+    for got, want in zip(params, eager_params):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "batched linears 10" in fn.explain()
