@@ -1,5 +1,6 @@
 """``batch_linears``: per-step linears over one tensor (an unrolled RNN's input projection)
-become one GEMM, forward and backward, with the same results; what it must leave alone."""
+become one GEMM, forward and backward, and an LSTM cell's per-step weight gradients one GEMM
+after the steps, with the same results; what it must leave alone."""
 import numpy as np
 import pytest
 from test_passes import node, run
@@ -68,20 +69,24 @@ def test_what_batch_linears_leaves_alone(kwargs):
         assert new is graph and not report.changed
 
 
-def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager():
+@pytest.mark.parametrize("kind", ["RNNCell", "LSTMCell"])
+def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager(kind):
     def train(compiled):
         dg.manual_seed(0)
-        cell = dg.nn.RNNCell(8, 16)
+        cell = getattr(dg.nn, kind)(8, 16)
         head = dg.nn.Linear(16, 3)
         opt = dg.optim.Adam(list(cell.parameters()) + list(head.parameters()), lr=1e-2)
         xs = dg.tensor(np.random.default_rng(0).normal(size=(4, 10, 8)), dtype=dg.float32)
 
         def step():
             opt.zero_grad()
-            h = dg.zeros(4, 16)
+            h = state = dg.zeros(4, 16)
+            if kind == "LSTMCell":
+                state = (h, dg.zeros(4, 16))
             loss = 0
             for t in range(xs.shape[1]):
-                h = cell(xs[:, t], h)
+                state = cell(xs[:, t], state)
+                h = state[0] if kind == "LSTMCell" else state
                 loss = loss + head(h).pow(2).mean()
             loss.backward()
             opt.step()
@@ -94,4 +99,7 @@ def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager():
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
     for got, want in zip(params, eager_params):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert "batched linears 10" in fn.explain()
+    report = fn.explain()
+    assert "batched linears 10" in report and "batched linear gradients 10" in report
+    if kind == "LSTMCell":   # the cell's own weight gradient: one GEMM after the steps
+        assert "hoisted recurrent weight gradients 10" in report
