@@ -5,7 +5,7 @@ import hashlib
 
 import numpy as np
 
-from ..graph import Graph, Value
+from ..graph import Graph, Node, Value
 from ..shapes import Sym
 from .core import Builder, Report, describe, nbytes
 
@@ -31,8 +31,10 @@ def cse(graph: Graph) -> tuple[Graph, Report]:
         %c = add(%a, %b)                      return (%c)
         return (%c)
     """
+    report = Report("cse", len(graph.nodes), len(graph.nodes))
+    if not _has_duplicates(graph):
+        return graph, report   # nothing to merge: no copy (graphs are immutable)
     b = Builder(graph)
-    report = Report("cse", len(graph.nodes), 0)
     seen_constants: dict[tuple, Value] = {}
     for v, arr in graph.constants.items():
         first = seen_constants.setdefault(_array_key(arr), v)
@@ -52,6 +54,21 @@ def cse(graph: Graph) -> tuple[Graph, Report]:
             seen[key] = b.copy(node)
     report.nodes_after = len(b.graph.nodes)
     return b.finish(), report
+
+
+def _has_duplicates(graph: Graph) -> bool:
+    """Whether ``cse`` would merge anything: its scan on the old values, up to the first
+    merge."""
+    keys = {_array_key(arr): v for v, arr in graph.constants.items()}
+    if len(keys) != len(graph.constants):
+        return True
+    seen: dict[tuple, Node] = {}
+    for node in graph.nodes:
+        key = node_key(node.op.name, node.inputs, node.attrs)
+        if key in seen:
+            return True
+        seen[key] = node
+    return False
 
 
 def node_key(op_name: str, inputs, attrs: dict) -> tuple:

@@ -25,6 +25,8 @@ def dce(graph: Graph) -> tuple[Graph, Report]:
             kept.add(node)
             live.update(x for x in node.inputs if isinstance(x, Value))
     report = Report("dce", len(graph.nodes), len(kept))
+    if len(kept) == len(graph.nodes) and all(v in live for v in graph.constants):
+        return graph, report   # nothing to remove: no copy (graphs are immutable)
     b = Builder(graph)
     for node in graph.nodes:
         if node in kept:

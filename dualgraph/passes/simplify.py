@@ -228,24 +228,30 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """
     b = Builder(graph)
     report = Report("simplify", len(graph.nodes), 0)
+    by_op: dict[str, list] = {}   # the rules whose pattern's root is this op
+    for rule in rules:
+        by_op.setdefault(rule.pattern.op, []).append(rule)
     for node in graph.nodes:
         inputs = [b.get(x) for x in node.inputs]
-        outs = _emit(b, Call(node.op, inputs, node.attrs), node, rules, report, 0)
+        outs = _emit(b, Call(node.op, inputs, node.attrs), node, by_op, report, 0)
         b.env.update(zip(node.outputs, outs))
     report.nodes_after = len(b.graph.nodes)
     return b.finish(), report
 
 
-def _emit(b: Builder, root: Call, node, rules, report: Report, depth: int) -> tuple:
-    """Emit ``root`` (a rewrite of ``node``) or what the first matching rule makes of it."""
+def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int) -> tuple:
+    """Emit ``root`` (a rewrite of ``node``) or what the first matching rule (of ``rules``,
+    by root op) makes of it."""
     names = [v.name for v in node.outputs]
     if root.op.num_outputs != 1 or depth >= MAX_DEPTH:
         return b.add(root.op, root.inputs, root.attrs, node.location, names)
-    (want,) = infer_types(root.op, root.inputs, root.attrs)
-    for rule in rules:
+    want = None
+    for rule in rules.get(root.op.name, ()):
         env = match(rule.pattern, root, {}, b.graph.constants)
         if env is None:
             continue
+        if want is None:
+            (want,) = infer_types(root.op, root.inputs, root.attrs)
         new = rule.replace(SimpleNamespace(**env))
         if isinstance(new, Value) and same_type(new, want):
             report.count("rewrites", f"{rule.comment}: %{names[0]} -> %{new.name}")
@@ -258,7 +264,7 @@ def _emit(b: Builder, root: Call, node, rules, report: Report, depth: int) -> tu
     return b.add(root.op, root.inputs, root.attrs, node.location, names)
 
 
-def _emit_inputs(b: Builder, c: Call, node, rules, report: Report, depth: int) -> Call:
+def _emit_inputs(b: Builder, c: Call, node, rules: dict, report: Report, depth: int) -> Call:
     """``c`` with the Calls among its inputs emitted (and simplified) first; a rewrite
     declined after that leaves them for ``dce``."""
     if not any(isinstance(x, Call) for x in c.inputs):
