@@ -70,7 +70,8 @@ class Executable:
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
         fresh = self._fresh_nodes()
         self._slots = self._plan_slots(fresh) if buffers else []
-        self.donated = donations(self.graph, donate, fresh) if donate else {}
+        writers = {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
+        self.donated = donations(self.graph, donate, fresh | writers) if donate else {}
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
         self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,

@@ -226,7 +226,8 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> l
     if node.op.name == "fused" and fused is not None:
         call = fused_call(node, names, slots, module, fused)
     else:
-        call = ufunc_call(node, names, slots, module) or kernel_call(node, names, module)
+        call = ufunc_call(node, names, slots, module) or kernel_call(node, names, module,
+                                                                   slots)
     target = outs[0] if node.op.num_outputs == 1 else ", ".join(outs)
     if len(outs) == 1 and node.op.num_outputs != 1:
         target += ","   # a kernel with a variable number of outputs returns a tuple
@@ -241,9 +242,13 @@ def operand(x, names: dict, module: Module) -> str:
     return names[x] if isinstance(x, Value) else literal(x, module)
 
 
-def kernel_call(node: Node, names: dict, module: Module) -> str:
+def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = None) -> str:
     args = [operand(x, names, module) for x in node.inputs]
     args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
+    outs = [(slots or {}).get(v) for v in node.outputs]
+    if node.op.writes_out and any(s is not None for s in outs):
+        items = [out_target(s) if s is not None else "None" for s in outs]
+        args.append(f"out=({', '.join(items)},)")
     return f"{module.kernel(node.op.name)}({', '.join(args)})"
 
 

@@ -37,6 +37,8 @@ class OpDef:
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
+    writes_out: bool = False         # the kernel takes out=(array or None per output) and
+                                     # writes there, elementwise (an out may be an input)
     doc: str = ""
 
     def __post_init__(self):

@@ -40,13 +40,14 @@ def addcdiv_(target, t1, t2, value=1):
     return commit_inplace(target, target + t1 / t2 * value)
 
 
-def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
-    # torch's Adam arithmetic in the parameter's dtype, on four fresh buffers updated in
-    # place. The scalars are Python floats: a NumPy float64 scalar would make NumPy compute
-    # the float32 arrays in float64.
+def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None):
+    # torch's Adam arithmetic in the parameter's dtype. The scalars are Python floats: a
+    # NumPy float64 scalar would make NumPy compute the float32 arrays in float64. ``out``
+    # (compiled steps) may name p, m and v themselves: each element is read before it is
+    # written.
     t = float(step)
     if kernels.enabled(p, grad, m, v):   # the same arithmetic in one pass
-        outs = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+        outs = _outputs(out, p, 3)
         f32 = np.float32
         kernels.optim.adam(*(kernels.flat(a) for a in (p, grad, m, v)),
                            *(o.reshape(-1) for o in outs), f32(1 - beta1), f32(beta2),
@@ -67,10 +68,26 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
     update *= -(lr / (1 - beta1 ** t))
     if decay == 1.0:
         update += p
-        return update, new_m, new_v
+        return _into(out, (update, new_m, new_v))
     new_p = p * decay
     new_p += update
-    return new_p, new_m, new_v
+    return _into(out, (new_p, new_m, new_v))
+
+
+def _outputs(out, like, n: int) -> tuple:
+    """``out``'s arrays, fresh ones where it has None (or there is no ``out``)."""
+    out = out or (None,) * n
+    return tuple(np.empty(like.shape, like.dtype) if o is None else o for o in out)
+
+
+def _into(out, results: tuple) -> tuple:
+    """``results``, copied into ``out``'s arrays where it has them."""
+    if out is None:
+        return results
+    for o, r in zip(out, results):
+        if o is not None:
+            np.copyto(o, r)
+    return tuple(r if o is None else o for o, r in zip(out, results))
 
 
 def _infer_adam(p, grad, m, v, step, **attrs):
@@ -79,7 +96,7 @@ def _infer_adam(p, grad, m, v, step, **attrs):
 
 ADAM_UPDATE = defop(
     "adam_update", _adam_kernel, _infer_adam, num_outputs=3,
-    attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
+    attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None, writes_out=True,
     doc="One Adam step: (param, grad, exp_avg, exp_avg_sq, step) -> the new param, exp_avg "
         "and exp_avg_sq; ``decay`` multiplies the param first (AdamW's decoupled decay). "
         "Optimisers run it under no_grad, so it has no VJP.")
@@ -96,11 +113,12 @@ def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, dec
     return commit_inplace(p, new_p)
 
 
-def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov):
+def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov, out=None):
     # the arithmetic of buf.mul_(momentum).add_(grad, alpha=1 - dampening), then
-    # p.add_(step, alpha=-lr) with step = buf (or grad + momentum * buf, Nesterov)
+    # p.add_(step, alpha=-lr) with step = buf (or grad + momentum * buf, Nesterov); ``out``
+    # as for Adam
     if kernels.enabled(p, grad, buf):   # the same in one pass
-        new_p, new_buf = np.empty(p.shape, p.dtype), np.empty(p.shape, p.dtype)
+        new_p, new_buf = _outputs(out, p, 2)
         f32 = np.float32
         kernels.optim.sgd_momentum(*(kernels.flat(a) for a in (p, grad, buf)),
                                    new_p.reshape(-1), new_buf.reshape(-1), f32(momentum),
@@ -109,13 +127,14 @@ def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov):
     new_buf = buf * momentum
     new_buf += grad if dampening == 0 else grad * (1 - dampening)
     step = grad + new_buf * momentum if nesterov else new_buf
-    return p + step * -lr, new_buf
+    return _into(out, (p + step * -lr, new_buf))
 
 
 SGD_UPDATE = defop(
     "sgd_update", _sgd_kernel, lambda p, grad, buf, **attrs: (
         ShapedType(tuple(p.shape), p.dtype), ShapedType(tuple(p.shape), p.dtype)),
     num_outputs=2, attrs=("lr", "momentum", "dampening", "nesterov"), saves="", onnx=None,
+    writes_out=True,
     doc="One SGD step with momentum after the first: (param, grad, momentum buffer) -> the "
         "new param and buffer. Optimisers run it under no_grad, so it has no VJP.")
 
