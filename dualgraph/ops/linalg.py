@@ -29,8 +29,14 @@ def compute_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if is_float(dt) and dt.itemsize < 4 else dt
 
 
+_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def blas_operands(*arrays):
     """Arrays cast to their common compute dtype, and the dtype to return."""
+    dt = arrays[0].dtype
+    if dt in _BLAS_DTYPES and all(a.dtype == dt for a in arrays):   # the usual case, fast
+        return list(arrays), dt
     dt = dtypes.result_type(*arrays)
     ct = compute_dtype(dt)
     return [cast(a, ct) for a in arrays], dt
