@@ -101,9 +101,9 @@ class Program:
             args = ", ".join(f"r{r}" for r in regs)
             self.lines.append(f"r{out} = {node.op.name}({args})    # %{node.outputs[0].name}")
 
-    def _operand_register(self, x) -> int | None:
-        """The register of an operand; a number gets a constant register; ``None`` for an
-        operand that is not an array (the template has no field for it)."""
+    def _operand_register(self, x) -> int:
+        """The register of an operand; a number gets a constant register (other operands,
+        such as None, make the group Unsupported)."""
         if isinstance(x, Value):
             return self.regs[x]
         if type(x) in (int, float, bool):
