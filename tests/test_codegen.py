@@ -415,3 +415,26 @@ def test_compiled_steps_update_parameters_in_place_as_eager_does(optimizer):
         assert "model.0.weight" in donated
     else:                    # adam_update writes into out=, at every size
         assert {"model.0.weight", "model.2.bias", "opt.state.exp_avg_sq"} <= donated
+
+
+@needs_numba
+def test_no_donation_of_a_tensor_the_step_also_returns_or_of_a_strided_one():
+    """A step that returns the tensor it updates keeps the returned value apart from the
+    update; a tensor whose array is not C-contiguous is updated through a copy."""
+    state = dg.tensor(np.arange(8192, dtype=np.float32).reshape(64, 128))
+    strided = dg.tensor(np.ones((128, 64), np.float32).T)    # a transposed view
+
+    def step(x):
+        before = state * 1.0          # the old value, returned
+        state.mul_(0.5).add_(x)
+        strided.add_(x)
+        return before, state
+
+    compiled = dg.compile(step)
+    x = dg.tensor(np.full((64, 128), 2.0, np.float32))
+    for _ in range(3):
+        before, after = compiled(x)
+        np.testing.assert_array_equal(after.numpy(), state.numpy())
+        np.testing.assert_array_equal(before.numpy() * 0.5 + 2.0, state.numpy())
+    np.testing.assert_array_equal(strided.numpy(), np.full((64, 128), 7.0, np.float32))
+    assert not strided._data.flags.c_contiguous   # still the caller's own (strided) array
