@@ -332,3 +332,28 @@ def test_compiled_dropout_draws_new_numbers_each_call():
     assert not np.array_equal(a.numpy(), b.numpy())
     assert 10 < a.sum().item() < 54
     assert "random(" in str(f.graph)
+
+
+def test_a_compiled_forward_keeps_its_weights_without_copies_and_guards_them():
+    """The saved values of a differentiable compiled call that are the weights themselves
+    share their arrays (no copy per call); changing a weight in place before backward is
+    the error eager autograd gives."""
+    dg.manual_seed(0)
+    model = dg.nn.Sequential(dg.nn.Linear(6, 5), dg.nn.Tanh(), dg.nn.Linear(5, 2))
+    compiled = dg.compile(model)
+    x = dg.randn(3, 6)
+    out = compiled(x)
+    saved = out.grad_fn.op.saved
+    weights = [p._data for p in model.parameters()]
+    assert any(a is w for a in saved for w in weights)
+    out.sum().backward()
+    got = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(got, model.parameters()):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-6, atol=1e-7)
+    out = compiled(x)
+    with dg.no_grad():
+        model[0].weight.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        out.sum().backward()

@@ -108,9 +108,14 @@ class CompiledOp:
         return tuple(grads)
 
 
-def record_call(backward: Backward, executable, user_leaves: list, saved: list, inputs):
+def record_call(backward: Backward, executable, user_leaves: list, saved: list, inputs,
+                shared=()):
     """Put the differentiable outputs of this call on the autograd tape; ``inputs`` are
-    this call's tensors for ``backward.diff_inputs``."""
+    this call's tensors for ``backward.diff_inputs``. ``shared`` are the tensors whose own
+    arrays are among ``saved`` (weights, not copied): as eager autograd does for a saved
+    tensor, the backward checks that none was changed in place since."""
     op = CompiledOp(backward, executable, saved)
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
     _record(op, inputs, outs, {})
+    if shared and outs:
+        outs[0].grad_fn.versions.extend((t, t._version[0]) for t in shared)

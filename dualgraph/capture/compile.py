@@ -54,6 +54,7 @@ class Entry:
         self.executable = Executable(self.graph, fast_math=fast_math,
                                      donate=_writeback_inputs(capture))
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.backward_executable = None
         if backward is not None:
@@ -82,21 +83,36 @@ class Entry:
         outs = self.executable.run(self.inputs(tensor_args), on_node=on_node)
         return self.finish(outs, tensor_args)
 
+    def _bound_tensor(self, k: int, tensor_args: list):
+        """The tensor whose array is graph input ``k`` this call, when no writeback of
+        this call changes it (else None: a saved value must then be a copy)."""
+        b = self.capture.bindings[k]
+        if b.kind == "grad" or id(b.tensor) in self.written:
+            return None
+        return tensor_args[b.index] if b.kind == "arg" else b.tensor
+
     def finish(self, outs: list, tensor_args: list):
         """Rebuild the user's outputs, apply the writebacks, join the autograd tape."""
         cap = self.capture
-        for i in self.aliased:   # a written-back input may be another output's storage
-            outs[i] = outs[i].copy()
+        n_saved = self.backward.num_saved if self.backward is not None else 0
+        shared = []   # tensors whose own arrays the backward keeps: guarded by versions
+        for i, k in self.aliased:   # an output that is an input's storage (or a view)
+            tensor = self._bound_tensor(k, tensor_args)
+            if i >= len(outs) - n_saved and tensor is not None:
+                shared.append(tensor)
+            else:   # returned to the user, or the input is written back by this call
+                outs[i] = outs[i].copy()
         saved = []
         if self.backward is not None:
-            saved = outs[len(outs) - self.backward.num_saved:]
-            outs = outs[:len(outs) - self.backward.num_saved]
+            saved = outs[len(outs) - n_saved:]
+            outs = outs[:len(outs) - n_saved]
         it = iter(outs)
         leaves = [Tensor._make(next(it)) if k == "value" else k[1] for k in cap.out_leaves]
         if self.backward is not None and grad_mode.enabled:
             inputs = [tensor_args[b.index] if b.kind == "arg" else b.tensor
                       for b in self.backward.diff_inputs]
-            record_call(self.backward, self.backward_executable, leaves, saved, inputs)
+            record_call(self.backward, self.backward_executable, leaves, saved, inputs,
+                        shared)
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(a) for a in outs[:sum(k == "value" for k in cap.out_leaves)] + saved}
         for (kind, t), new in zip(cap.writebacks, it):
@@ -150,13 +166,14 @@ def _writeback_inputs(capture) -> dict:
 
 
 def _outputs_aliasing_inputs(graph) -> list:
-    """Positions of outputs that are graph inputs or views of them."""
-    root = {v: v for v in graph.inputs}
+    """``(output position, input position)`` of outputs that are graph inputs or views of
+    them."""
+    root = {v: k for k, v in enumerate(graph.inputs)}
     for node in graph.nodes:
         if node.op.view and node.inputs and node.inputs[0] in root:
             for v in node.outputs:
                 root[v] = root[node.inputs[0]]
-    return [i for i, v in enumerate(graph.outputs) if v in root]
+    return [(i, root[v]) for i, v in enumerate(graph.outputs) if v in root]
 
 
 class Compiled:
