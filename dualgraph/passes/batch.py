@@ -82,31 +82,30 @@ def _covering(steps: list, size) -> bool:
             and isinstance(size, int) and 2 * len(steps) >= size)
 
 
-def _forward_groups(graph: Graph) -> list[list]:
+def _step_groups(graph: Graph, op_name: str, x_at: int, key) -> dict[tuple, list]:
+    """The ``op_name`` nodes whose operand ``x_at`` is one step of a tensor, grouped by
+    ``(source, dim) + key(node)``, as ``(position, node)`` pairs sorted by position."""
     groups: dict[tuple, list] = {}
     for node in graph.nodes:
-        if node.op.name == "linear":
-            step = _step_of(node.inputs[0])
+        if node.op.name == op_name:
+            step = _step_of(node.inputs[x_at])
             if step is not None:
                 src, d, pos = step
-                groups.setdefault((src, d) + tuple(node.inputs[1:]), []).append((pos, node))
-    return [sorted(steps, key=lambda s: s[0]) for (src, d, *_), steps in groups.items()
-            if _covering(steps, src.shape[d])]
+                groups.setdefault((src, d) + key(node), []).append((pos, node))
+    return {k: sorted(steps, key=lambda s: s[0]) for k, steps in groups.items()}
+
+
+def _forward_groups(graph: Graph) -> list[list]:
+    groups = _step_groups(graph, "linear", 0, lambda node: tuple(node.inputs[1:]))
+    return [steps for (src, d, *_), steps in groups.items() if _covering(steps, src.shape[d])]
 
 
 def _backward_groups(graph: Graph, consumers: dict) -> list[tuple]:
     """``(steps, weight-gradient root, bias-gradient root)`` per batchable group."""
-    groups: dict[tuple, list] = {}
-    for node in graph.nodes:
-        if node.op.name == "linear_backward":
-            step = _step_of(node.inputs[1])
-            if step is not None:
-                src, d, pos = step
-                key = (src, d, node.inputs[2], node.attrs["need"])
-                groups.setdefault(key, []).append((pos, node))
+    groups = _step_groups(graph, "linear_backward", 1,
+                          lambda node: (node.inputs[2], node.attrs["need"]))
     found = []
     for (src, d, _, need), steps in groups.items():
-        steps.sort(key=lambda s: s[0])
         first = steps[0][0]
         contiguous = [p for p, _ in steps] == list(range(first, first + len(steps)))
         if not (contiguous and _covering(steps, src.shape[d])):
