@@ -114,7 +114,7 @@ class Entry:
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
                         shared)
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
-        taken = {id(a) for a in outs[:sum(k == "value" for k in cap.out_leaves)] + saved}
+        taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
         for (kind, t), new in zip(cap.writebacks, it):
             if kind == "data":
                 if new is not t._data:   # (a donated input was updated in place)
