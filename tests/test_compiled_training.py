@@ -130,3 +130,7 @@ def test_compiled_training_equals_eager(name):
                                    err_msg=key)
     assert len(fn.cache) == 2          # the first step (creates optimiser state), the rest
     assert "graph break" not in fn.explain().split("\n", 1)[1]
+    if name == "cnn-adam":             # each conv and its weight gradient: one im2col
+        lines = [line for line in fn.explain().splitlines()
+                 if line.strip().startswith("share_conv_columns:")]
+        assert lines and all("(shared 1)" in line for line in lines)

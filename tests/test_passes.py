@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dualgraph.graph import Graph, GraphError, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
-                              plan_memory, run_pipeline, schedule, simplify)
+                              plan_memory, run_pipeline, schedule, share_conv_columns,
+                              simplify)
 from dualgraph.passes.memory import END, Liveness
 from dualgraph.shapes import ShapeError
 
@@ -397,3 +398,34 @@ def test_the_pipeline_on_a_captured_training_step():
     assert len(new.nodes) < len(g.nodes)
     assert sum(n.op.name == "fused" for n in new.nodes) >= 4
     check_plan(new, reports[-1].data)
+
+
+# -- share_conv_columns -----------------------------------------------------------------------
+def conv_and_weight_grad(weight_grad_stride=(1, 1)):
+    g, (x, w, b, gy) = graph_with(((2, 3, 8, 7), "float32"), ((4, 3, 3, 3), "float32"),
+                                  ((4,), "float32"), ((2, 4, 8, 7), "float32"))
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    y = node(g, "conv2d", x, w, b, **attrs)
+    if weight_grad_stride != (1, 1):
+        gy = node(g, "slice", gy, index=(None, None, (0, 8, 2), (0, 7, 2)))
+    gw = node(g, "conv2d_weight_grad", x, gy, kernel_size=(3, 3),
+              **{**attrs, "stride": weight_grad_stride})
+    g.set_outputs([y, gw])
+    return g
+
+
+def test_share_conv_columns_gives_a_conv_and_its_weight_gradient_one_im2col():
+    graph = conv_and_weight_grad()
+    new, report = run(share_conv_columns, graph)
+    assert ops(new) == ["conv2d_columns", "conv2d_from_columns",
+                        "conv2d_weight_grad_from_columns"]
+    assert report.counts == {"shared": 1} and report.bytes_saved > 0
+    args = random_inputs(graph, 1)
+    for got, want in zip(new(*args), graph(*args)):   # the same GEMMs: the same bits
+        np.testing.assert_array_equal(got, want)
+
+
+def test_share_conv_columns_leaves_different_attrs_alone():
+    graph = conv_and_weight_grad(weight_grad_stride=(2, 2))
+    new, report = run(share_conv_columns, graph)
+    assert new is graph and not report.changed

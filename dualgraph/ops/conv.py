@@ -1,11 +1,13 @@
 """Convolution and pooling, with torch.nn.functional's names, arguments and defaults.
 
 Primitives: ``conv2d`` and its two adjoints ``conv2d_input_grad`` (which *is*
-``conv_transpose2d``) and ``conv2d_weight_grad``; ``max_pool2d`` (values and argmax
-indices) with ``max_pool2d_backward``; ``avg_pool2d`` with ``avg_pool2d_backward``. The
-three conv ops are each other's VJPs and the two avg-pool ops are each other's, so double
-backward works. The 1-D forms are the 2-D ones on a unit height; adaptive average pooling
-is avg_pool2d when the sizes divide, else two small averaging matmuls.
+``conv_transpose2d``) and ``conv2d_weight_grad`` (and, for the compiler's
+``share_conv_columns``, the im2col ``conv2d_columns`` with the two GEMMs on it);
+``max_pool2d`` (values and argmax indices) with ``max_pool2d_backward``; ``avg_pool2d``
+with ``avg_pool2d_backward``. The three conv ops are each other's VJPs and the two
+avg-pool ops are each other's, so double backward works. The 1-D forms are the 2-D ones on
+a unit height; adaptive average pooling is avg_pool2d when the sizes divide, else two small
+averaging matmuls.
 
 Kernels: im2col is a strided view of the padded input (no copy) laid out by one copy as
 ``cols[g, (c, i, j), (n, h, w)]``, then ONE GEMM per group. With stride 1 the output rows
@@ -150,14 +152,21 @@ def _grad_matrix(g, groups, width):
 
 def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
     (x, w, *bias), dt = linalg.blas_operands(x, w, *bias)
-    n, cout = x.shape[0], w.shape[0]
-    cols, (ho, wo), width = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
+    cols, _, _ = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
+    return cast(_conv_gemm(cols, x.shape, w, bias, stride, padding, dilation, groups), dt)
+
+
+def _conv_gemm(cols, x_shape, w, bias, stride, padding, dilation, groups):
+    """The conv's GEMM on im2col ``cols`` and its output ``(N, Cout, Ho, Wo)``."""
+    n, cout = x_shape[0], w.shape[0]
+    ho, wo = _conv_out_hw(x_shape[2:], w.shape[2:], stride, padding, dilation)
+    width = cols.shape[-1] // (n * ho)
     y = np.matmul(w.reshape(groups, cout // groups, -1), cols)     # G Cog N*Ho*R
     out = np.empty((n, cout, ho, wo), y.dtype)
     out[...] = y.reshape(cout, n, ho, width)[..., :wo].transpose(1, 0, 2, 3)
     if bias:
         out += bias[0].reshape(-1, 1, 1)
-    return cast(out, dt)
+    return out
 
 
 def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
@@ -193,9 +202,56 @@ def _flat_col2im(cols, padded, dilation):
 
 def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
     (x, g), dt = linalg.blas_operands(x, g)
-    cols, _, width = _im2col(x, kernel_size, stride, padding, dilation, groups)
+    cols, _, _ = _im2col(x, kernel_size, stride, padding, dilation, groups)
+    return cast(_weight_grad_gemm(cols, g, kernel_size, groups), dt)
+
+
+def _weight_grad_gemm(cols, g, kernel_size, groups):
+    """The weight gradient's GEMM on im2col ``cols`` of the input."""
+    width = cols.shape[-1] // (g.shape[0] * g.shape[2])
     gw = np.matmul(_grad_matrix(g, groups, width), cols.transpose(0, 2, 1))   # G Cog Kg
-    return cast(gw.reshape(g.shape[1], -1, *kernel_size), dt)
+    return gw.reshape(g.shape[1], -1, *kernel_size)
+
+
+# -- the same GEMMs on shared columns (passes.share_conv_columns: one im2col of an input
+# for both the conv and its weight gradient) -------------------------------------------------
+def _columns_kernel(x, *, kernel_size, stride, padding, dilation, groups):
+    (x,), _ = linalg.blas_operands(x)
+    return _im2col(x, kernel_size, stride, padding, dilation, groups)[0]
+
+
+def _infer_columns(x, *, kernel_size, stride, padding, dilation, groups):
+    n, c = x.shape[0], x.shape[1]
+    w_shape = (groups, c // groups) + tuple(kernel_size)
+    ho, wo = _check_conv(x.shape, w_shape, None, "conv2d_columns", stride, padding, dilation,
+                         groups)
+    width = _padded(*x.shape[2:], padding)[1] if stride == (1, 1) else wo
+    k = c // groups * kernel_size[0] * kernel_size[1]
+    return ShapedType((groups, k, n * ho * width), linalg.compute_dtype(x.dtype))
+
+
+def _conv_from_columns_kernel(cols, x, w, *bias, stride, padding, dilation, groups):
+    """``conv2d(x, w, bias)`` from ``cols = conv2d_columns(x)`` (``x`` gives the shape;
+    the pass uses these ops only where x, w and bias share one dtype)."""
+    dt = dtypes.result_type(x, w, *bias)
+    (w, *bias), _ = linalg.blas_operands(w, *bias)
+    return cast(_conv_gemm(cols, x.shape, w, bias, stride, padding, dilation, groups), dt)
+
+
+def _infer_conv_from_columns(cols, x, w, *bias, **conv):
+    return _infer_conv2d(x, w, *bias, **conv)
+
+
+def _weight_grad_from_columns_kernel(cols, x, g, *, kernel_size, stride, padding, dilation,
+                                     groups):
+    """``conv2d_weight_grad(x, g)`` from ``cols = conv2d_columns(x)``."""
+    dt = dtypes.result_type(x, g)
+    (g,), _ = linalg.blas_operands(g)
+    return cast(_weight_grad_gemm(cols, g, kernel_size, groups), dt)
+
+
+def _infer_weight_grad_from_columns(cols, x, g, **attrs):
+    return _infer_weight_grad(x, g, **attrs)
 
 
 def _check_conv(x, w, g_shape, what, stride, padding, dilation, groups):
@@ -277,6 +333,18 @@ CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_
 CONV2D_WEIGHT_GRAD = defop("conv2d_weight_grad", _weight_grad_kernel, _infer_weight_grad,
                            vjp=_weight_grad_vjp, attrs=("kernel_size",) + _CONV_ATTRS,
                            saves="i")
+# Made by passes.share_conv_columns after autodiff, so they need no VJP.
+CONV2D_COLUMNS = defop("conv2d_columns", _columns_kernel, _infer_columns,
+                       attrs=("kernel_size",) + _CONV_ATTRS, saves="",
+                       doc="im2col of a conv's input: (G, C/G*kh*kw, N*Ho*R), R the row "
+                           "width of the GEMM layout (the padded width for stride 1)")
+CONV2D_FROM_COLUMNS = defop("conv2d_from_columns", _conv_from_columns_kernel,
+                            _infer_conv_from_columns, attrs=_CONV_ATTRS, saves="",
+                            doc="conv2d(x, w, bias) from conv2d_columns(x); x gives the shape")
+CONV2D_WEIGHT_GRAD_FROM_COLUMNS = defop(
+    "conv2d_weight_grad_from_columns", _weight_grad_from_columns_kernel,
+    _infer_weight_grad_from_columns, attrs=("kernel_size",) + _CONV_ATTRS, saves="",
+    doc="conv2d_weight_grad(x, g) from conv2d_columns(x); x gives the shape")
 
 
 # -- argument normalisation ----------------------------------------------------------------------

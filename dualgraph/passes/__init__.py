@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..graph import Graph, verify as verify_graph
 from .batch import batch_linears
 from .core import Report
+from .share import share_conv_columns
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
@@ -26,8 +27,8 @@ from .memory import MemoryPlan, plan_memory, schedule
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
-           "fold_constants", "simplify", "batch_linears", "fuse_elementwise", "schedule",
-           "plan_memory"]
+           "fold_constants", "simplify", "batch_linears", "share_conv_columns",
+           "fuse_elementwise", "schedule", "plan_memory"]
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less
@@ -35,6 +36,7 @@ PIPELINE = [
     fold_constants,
     simplify,
     batch_linears,      # a loop's per-step linears over one tensor -> one GEMM
+    share_conv_columns,  # a conv and its weight gradient: one im2col
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
     fuse_elementwise,

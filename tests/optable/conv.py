@@ -1,5 +1,8 @@
 """Rows for convolution and pooling: conv1d/2d, conv_transpose, max/avg/adaptive pooling,
 and double backward through each backward op (its row differentiates a first gradient)."""
+from dualgraph.dispatch import apply
+from dualgraph.ops import conv as conv_ops
+
 from . import In, OpCase
 
 LOW = ("float32", "float64", "float16", "bfloat16")
@@ -20,6 +23,41 @@ def conv(m, x, w, b=None, **kw):
 
 def D(*shape):  # well-separated values: stable argmax for max pooling
     return In(shape, "distinct")
+
+
+def columns_conv(with_bias, **attrs):
+    """conv2d through shared columns (what passes.share_conv_columns makes) vs torch's."""
+    conv_attrs = dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+    conv_attrs.update(attrs)
+
+    def fn(m, x, w, *bias):
+        if m.__name__ == "torch":
+            (ph, _), (pw, _) = conv_attrs["padding"]
+            return m.nn.functional.conv2d(x, w, *bias, stride=conv_attrs["stride"],
+                                          padding=(ph, pw), dilation=conv_attrs["dilation"],
+                                          groups=conv_attrs["groups"])
+        cols = apply(conv_ops.CONV2D_COLUMNS, x, kernel_size=tuple(w.shape[2:]), **conv_attrs)
+        return apply(conv_ops.CONV2D_FROM_COLUMNS, cols, x, w, *bias, **conv_attrs)
+    return fn
+
+
+def columns_weight_grad(**attrs):
+    """conv2d_weight_grad through shared columns vs torch's ``conv2d_weight``."""
+    conv_attrs = dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+    conv_attrs.update(attrs)
+
+    def fn(m, x, g):
+        kernel = (3, 2)
+        if m.__name__ == "torch":
+            (ph, _), (pw, _) = conv_attrs["padding"]
+            w_shape = (g.shape[1], x.shape[1] // conv_attrs["groups"]) + kernel
+            return m.nn.grad.conv2d_weight(x, w_shape, g, stride=conv_attrs["stride"],
+                                           padding=(ph, pw), dilation=conv_attrs["dilation"],
+                                           groups=conv_attrs["groups"])
+        cols = apply(conv_ops.CONV2D_COLUMNS, x, kernel_size=kernel, **conv_attrs)
+        return apply(conv_ops.CONV2D_WEIGHT_GRAD_FROM_COLUMNS, cols, x, g, kernel_size=kernel,
+                     **conv_attrs)
+    return fn
 
 
 CASES = [
@@ -67,6 +105,18 @@ CASES = [
     OpCase("conv2d_weight_grad", lambda m, x, w, g: first_grad(
         m, lambda w: conv(m, x, w, groups=2, padding="same"), w, g),
         [In((1, 4, 5, 5)), In((2, 2, 3, 3), grad=False), In((1, 2, 5, 5))], "groups-same"),
+    # the GEMMs on shared columns (made by a pass after autodiff: no gradients)
+    OpCase("conv2d_columns", columns_conv(True, padding=((1, 1), (2, 2))),
+           [In((2, 3, 7, 6)), In((4, 3, 3, 3)), In((4,))], "padded", grad=False,
+           dtypes=("float32", "float64"), atol=1e-4),
+    OpCase("conv2d_from_columns", columns_conv(False, stride=(2, 1), dilation=(1, 2),
+                                               groups=2),
+           [In((2, 4, 9, 8)), In((6, 2, 3, 2))], "strided-groups", grad=False),
+    OpCase("conv2d_weight_grad_from_columns", columns_weight_grad(padding=((1, 1), (0, 0))),
+           [In((2, 3, 6, 7)), In((2, 4, 6, 6))], "padded", grad=False,
+           dtypes=("float32", "float64"), atol=1e-4),
+    OpCase("conv2d_weight_grad_from_columns", columns_weight_grad(stride=(2, 2), groups=3),
+           [In((2, 3, 7, 6)), In((2, 6, 3, 3))], "strided-groups", grad=False),
     # max pooling: -inf padding, ceil_mode, overlapping windows, dilation, indices
     OpCase("max_pool2d", lambda m, x: m.nn.functional.max_pool2d(x, 2), [D(2, 3, 8, 7)],
            "basic", dtypes=LOW),

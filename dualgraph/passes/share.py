@@ -1,0 +1,80 @@
+"""``share_conv_columns``: a convolution and its weight gradient share one im2col.
+
+``conv2d`` and ``conv2d_weight_grad`` each lay their input out as im2col columns (a copy
+as large as the input times the kernel size) before their GEMM. In a training step both
+read the same input with the same kernel and attrs, so the second copy is redone work:
+W2 (LeNet) copies ~11 MB a step twice.
+"""
+from __future__ import annotations
+
+from ..graph import Graph, Node, Value
+from .core import Builder, Report, describe, nbytes
+
+_CONV = ("stride", "padding", "dilation", "groups")
+
+
+def share_conv_columns(graph: Graph) -> tuple[Graph, Report]:
+    """Where an input ``x`` is read by ``conv2d(x, w[, b])`` and by
+    ``conv2d_weight_grad(x, g)`` with the same kernel size and attrs (and one dtype),
+    compute its columns once: ``conv2d_columns(x)``, read by ``conv2d_from_columns`` and
+    ``conv2d_weight_grad_from_columns``.
+
+    Preserves: types, inputs and outputs, and values bit for bit (the same GEMMs on the
+    same columns). Graphs without such a pair are returned as they are.
+
+    Before::                                  After::
+
+        %y = conv2d(%x, %w, %b, ...)              %cols = conv2d_columns(%x, ...)
+        ...                                       %y = conv2d_from_columns(%cols, %x, %w, %b)
+        %gw = conv2d_weight_grad(%x, %g, ...)     ...
+                                                  %gw = conv2d_weight_grad_from_columns(
+                                                      %cols, %x, %g, ...)
+    """
+    report = Report("share_conv_columns", len(graph.nodes), len(graph.nodes))
+    keys = {node: _key(node) for node in graph.nodes}
+    forward = {k for n, k in keys.items() if k is not None and n.op.name == "conv2d"}
+    shared = {k for n, k in keys.items()
+              if k in forward and n.op.name == "conv2d_weight_grad"}
+    if not shared:
+        return graph, report
+    b = Builder(graph)
+    columns: dict[tuple, Value] = {}
+    for node in graph.nodes:
+        key = keys[node]
+        if key not in shared:
+            b.copy(node)
+            continue
+        x, kernel = key[0], key[1]
+        attrs = {name: node.attrs[name] for name in _CONV}
+        if key not in columns:
+            (columns[key],) = b.add("conv2d_columns", [b.get(x)],
+                                    {"kernel_size": kernel, **attrs}, node.location,
+                                    [f"{x.name}_columns"])
+            report.count("shared", f"%{x.name}: {describe(node)}")
+            report.bytes_saved += nbytes(columns[key])
+        operands = [columns[key]] + [b.get(v) for v in node.inputs]
+        if node.op.name == "conv2d":
+            new = b.add("conv2d_from_columns", operands, attrs, node.location,
+                        [node.outputs[0].name])
+        else:
+            new = b.add("conv2d_weight_grad_from_columns", operands,
+                        {"kernel_size": kernel, **attrs}, node.location,
+                        [node.outputs[0].name])
+        b.env[node.outputs[0]] = new[0]
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish(), report
+
+
+def _key(node: Node):
+    """``(input, kernel size, attrs...)`` of a conv or weight gradient whose operands share
+    one dtype, else None."""
+    if node.op.name == "conv2d":
+        kernel = tuple(node.inputs[1].shape[2:])
+    elif node.op.name == "conv2d_weight_grad":
+        kernel = tuple(node.attrs["kernel_size"])
+    else:
+        return None
+    operands = [v for v in node.inputs if isinstance(v, Value)]
+    if len({v.dtype for v in operands}) != 1 or not all(type(k) is int for k in kernel):
+        return None
+    return (node.inputs[0], kernel) + tuple(node.attrs[name] for name in _CONV)
