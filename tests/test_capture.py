@@ -357,3 +357,30 @@ def test_a_compiled_forward_keeps_its_weights_without_copies_and_guards_them():
         model[0].weight.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an in-place operation"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize("set_to_none", [False, True])
+def test_compiled_steps_keep_gradient_tensors_as_eager_does(set_to_none):
+    """zero_grad(set_to_none=False) keeps each .grad tensor (a reference to it sees the
+    next steps' values); with set_to_none=True every step makes new ones, in both modes."""
+    def train(compiled):
+        dg.manual_seed(0)
+        model = dg.nn.Linear(4, 3)
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = dg.randn(5, 4)
+
+        def step():
+            opt.zero_grad(set_to_none=set_to_none)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        fn = dg.compile(step) if compiled else step
+        fn()
+        held = model.weight.grad
+        fn(), fn()
+        return held is model.weight.grad, held.numpy().copy(), model.weight.grad.numpy()
+    eager, compiled = train(False), train(True)
+    assert eager[0] == compiled[0] == (not set_to_none)
+    np.testing.assert_allclose(compiled[1], eager[1], rtol=1e-6)
+    np.testing.assert_allclose(compiled[2], eager[2], rtol=1e-6)

@@ -56,6 +56,7 @@ class Entry:
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
+        self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
         self.backward_executable = None
         if backward is not None:
             graph, reports = optimize(backward.graph, passes)
@@ -122,9 +123,9 @@ class Entry:
                 t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
-            elif (id(t) in self.grads_read and t.grad is not None
-                  and t.grad._data.shape == new.shape):
-                np.copyto(t.grad._data, new)
+            elif (t.grad is not None and t.grad._data.shape == new.shape
+                  and (id(t) in self.grads_read or id(t.grad) in self.bound)):
+                np.copyto(t.grad._data, new)   # a gradient the step kept: the same tensor
             else:   # a gradient made in the step (as eager makes a new one): no copy
                 t.grad = Tensor._make(new if id(new) not in taken else new.copy())
             taken.add(id(new))
