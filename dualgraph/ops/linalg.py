@@ -308,6 +308,13 @@ def einsum(equation, *operands):
 
 # -- linear --------------------------------------------------------------------------------------
 def _linear_kernel(x, w, *bias):
+    dt = x.dtype
+    if (x.ndim == 2 and dt in _BLAS_DTYPES and w.dtype == dt
+            and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
+        y = np.matmul(x, w.T)
+        if bias:
+            y += bias[0]
+        return y
     (x, w, *bias), dt = blas_operands(x, w, *bias)
     x2 = x.reshape(-1, x.shape[-1])
     y = np.matmul(x2, w.T)
