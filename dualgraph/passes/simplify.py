@@ -226,11 +226,15 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
         %c = mul(%b, 1)                       return (%b)
         return (%c)
     """
-    b = Builder(graph)
-    report = Report("simplify", len(graph.nodes), 0)
+    report = Report("simplify", len(graph.nodes), len(graph.nodes))
     by_op: dict[str, list] = {}   # the rules whose pattern's root is this op
     for rule in rules:
         by_op.setdefault(rule.pattern.op, []).append(rule)
+    if not any(match(rule.pattern, Call(node.op, list(node.inputs), node.attrs), {},
+                     graph.constants) is not None
+               for node in graph.nodes for rule in by_op.get(node.op.name, ())):
+        return graph, report   # no pattern matches anywhere: no copy (graphs are immutable)
+    b = Builder(graph)
     for node in graph.nodes:
         inputs = [b.get(x) for x in node.inputs]
         outs = _emit(b, Call(node.op, inputs, node.attrs), node, by_op, report, 0)
