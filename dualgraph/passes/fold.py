@@ -30,8 +30,12 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
         %y = add(%x, %b)
         return (%y)
     """
+    report = Report("fold_constants", len(graph.nodes), len(graph.nodes))
+    if not any(node.op.name in SHAPE_ONLY or all(
+            not isinstance(x, Value) or x in graph.constants for x in node.inputs)
+            for node in graph.nodes):
+        return graph, report   # nothing starts a fold: no copy (graphs are immutable)
     b = Builder(graph)
-    report = Report("fold_constants", len(graph.nodes), 0)
     for node in graph.nodes:
         results = _evaluate(node, b.arrays, max_elements)
         if results is None:
