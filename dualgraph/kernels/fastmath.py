@@ -160,20 +160,23 @@ def _trig_core(d, quarter_turns):
     return -v if q & 2 else v
 
 
-def sin32(x):
-    """``sin`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
+def _trig32(x, quarter_turns):
+    """``sin(x + quarter_turns * pi/2)`` for a float32 scalar, rounded once to float32."""
     d = np.float64(x)
     if abs(d) < _TRIG_LIMIT:
-        return np.float32(_trig_core(d, 0))
-    return np.float32(np.sin(d))    # huge, infinite or NaN: libm's double sin
+        return np.float32(_trig_core(d, quarter_turns))
+    # huge, infinite or NaN: libm's double sin or cos
+    return np.float32(np.sin(d) if quarter_turns == 0 else np.cos(d))
+
+
+def sin32(x):
+    """``sin`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
+    return _trig32(x, 0)
 
 
 def cos32(x):
     """``cos`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
-    d = np.float64(x)
-    if abs(d) < _TRIG_LIMIT:
-        return np.float32(_trig_core(d, 1))
-    return np.float32(np.cos(d))
+    return _trig32(x, 1)
 
 
 def where(c, a, b):
@@ -188,7 +191,7 @@ def sign(x):
 if _njit is not None:
     # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
     (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32, _trig_core,
-     sin32, cos32, where, sign) = (
+     _trig32, sin32, cos32, where, sign) = (
         _njit(inline="always", error_model="numpy")(f)
         for f in (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32,
-                  _trig_core, sin32, cos32, where, sign))
+                  _trig_core, _trig32, sin32, cos32, where, sign))

@@ -3,7 +3,7 @@ bits as a fused kernel's ``sin32`` / ``cos32``.
 
 Each loop runs in two passes: a branch-free pass (which vectorises) over every element with
 ``|x| < 2**18`` evaluates ``fastmath._trig_core``, then a scan gives the rare huge,
-infinite or NaN elements libm's double result, exactly as the scalar ``sin32`` does.
+infinite or NaN elements the scalar function's own result (libm's double sin/cos).
 Unlike the other eager loops these run at every size: a fused kernel of a small graph
 (``codegen/program.py``) calls ``sin32`` too, and compiled must equal eager.
 """
@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
-from .fastmath import _TRIG_LIMIT, _trig_core
+from .fastmath import _TRIG_LIMIT, _trig32, _trig_core
 
 
 @njit(inline="always", error_model="numpy")
@@ -23,9 +23,8 @@ def _trig(x, out, quarter_turns):
         d = np.float64(x[i])
         out[i] = np.float32(_trig_core(d if abs(d) < _TRIG_LIMIT else 0.0, quarter_turns))
     for i in range(n):
-        d = np.float64(x[i])
-        if not abs(d) < _TRIG_LIMIT:
-            out[i] = np.float32(np.sin(d) if quarter_turns == 0 else np.cos(d))
+        if not abs(np.float64(x[i])) < _TRIG_LIMIT:
+            out[i] = _trig32(x[i], quarter_turns)
 
 
 @loop
