@@ -4,12 +4,15 @@ max pooling, relu's gradient, sin and cos; forward and backward), on float32 inp
 enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
 size), including the extremes (saturated tanh, infinities, NaN). The op table's small
 inputs cover the NumPy path."""
+import threading
+
 import numpy as np
 import pytest
 import torch
 
 import dualgraph as dg
 from dualgraph import kernels
+from dualgraph.kernels.threads import run_rows
 
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
 
@@ -232,17 +235,49 @@ def test_compiled_gelu_equals_eager_to_the_bit():
 
 
 def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatch):
-    """From kernels.PARALLEL_MIN elements on, the forward loop shares rows among threads."""
+    """From kernels.PARALLEL_MIN elements on, the forward loop's rows are shared among
+    threads: two ranges that cover every row once, run on two threads."""
     rng = np.random.default_rng(11)
     x = (rng.normal(size=(kernels.PARALLEL_MIN // 512, 512)) * 2 + 1).astype(np.float32)
     w, b = (rng.normal(size=512).astype(np.float32) for _ in range(2))
-    fast, slow = both_paths(lambda: dg.nn.functional.layer_norm(
-        dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b)).numpy(), monkeypatch,
-        expect="layer_norm_threads")
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "2")
+    ranges, run_loop = [], kernels.Loop.__call__
+
+    def record(self, *args):
+        if self.__name__ == "layer_norm":
+            ranges.append((args[0], args[1], threading.get_ident()))
+        return run_loop(self, *args)
+    monkeypatch.setattr(kernels.Loop, "__call__", record)
+    fast = dg.nn.functional.layer_norm(dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b))
+    assert sorted(r[:2] for r in ranges) == [(0, len(x) // 2), (len(x) // 2, len(x))]
+    assert len({r[2] for r in ranges}) == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("DUALGRAPH_NUMBA", "0")
+    slow = dg.nn.functional.layer_norm(dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b))
     want = torch.nn.functional.layer_norm(torch.tensor(x), (512,), torch.tensor(w),
                                           torch.tensor(b)).numpy()
-    np.testing.assert_allclose(fast, want, rtol=2e-5, atol=2e-5)
-    np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(fast.numpy(), want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(fast.numpy(), slow.numpy(), rtol=2e-5, atol=2e-5)
+
+
+def test_run_rows_covers_every_row_once_and_raises_what_a_range_raised():
+    seen = []
+
+    def loop(start, stop, out):
+        seen.append((start, stop))
+        out[start:stop] += 1
+        if start == 0 and out.size == 5:
+            raise ValueError("range 0 failed")
+    out = np.zeros(10)
+    run_rows(loop, 10, out, threads=3)
+    np.testing.assert_array_equal(out, 1)
+    assert sorted(seen) == [(0, 3), (3, 6), (6, 10)]
+    seen.clear()
+    run_rows(loop, 10, out, threads=1)
+    assert seen == [(0, 10)]
+    with pytest.raises(ValueError, match="range 0 failed"):
+        run_rows(loop, 5, np.zeros(5), threads=2)
+    run_rows(loop, 0, np.zeros(0), threads=4)   # no rows: nothing to share
 
 
 @pytest.mark.parametrize("kwargs", [{"momentum": 0.9}, {"momentum": 0.9, "nesterov": True},

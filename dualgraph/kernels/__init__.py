@@ -21,9 +21,8 @@ import numpy as np
 # Below this NumPy's per-call cost is already small. The compiler's fused kernels use the
 # same threshold, so an op and a fused group containing it take the same path.
 MIN_ELEMENTS = 1 << 12
-# From this size on a loop may run on Numba's threads (fused kernels too). Not below: after
-# a parallel region Numba's OpenMP threads spin and starve OpenBLAS's in the next matmul,
-# which cost a GPT step (LayerNorm on 131k elements) twice its time.
+# From this size on a loop's rows are shared among threads (``threads.run_rows``; fused
+# kernels too). Below it the hand-off costs more than it saves.
 PARALLEL_MIN = 1 << 20
 
 
@@ -48,29 +47,29 @@ def enabled(*arrays: np.ndarray) -> bool:
 
 
 class Loop:
-    """A Python loop function, compiled by Numba at its first call (``parallel``: its
-    ``prange`` loops share the rows among Numba's threads; see ``PARALLEL_MIN``)."""
+    """A Python loop function, compiled by Numba at its first call. It releases the GIL
+    (``nogil``), so a loop over a range of rows can run on several threads at once
+    (``threads.run_rows``)."""
 
-    def __init__(self, fn, fastmath=False, parallel=False):
-        self.fn, self.fastmath, self.parallel, self._compiled = fn, fastmath, parallel, None
+    def __init__(self, fn, fastmath=False):
+        self.fn, self.fastmath, self._compiled = fn, fastmath, None
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
 
     def __call__(self, *args):
         compiled = self._compiled
         if compiled is None:
             from numba import njit
-            compiled = self._compiled = njit(cache=True, error_model="numpy",
-                                             fastmath=self.fastmath,
-                                             parallel=self.parallel)(self.fn)
+            compiled = self._compiled = njit(cache=True, error_model="numpy", nogil=True,
+                                             fastmath=self.fastmath)(self.fn)
         return compiled(*args)
 
 
-def loop(fn=None, *, fastmath=False, parallel=False):
+def loop(fn=None, *, fastmath=False):
     """Decorator: ``fn`` becomes a :class:`Loop` (``fastmath`` as Numba's: a set of LLVM
     flags, e.g. ``{"reassoc"}`` so that a row sum vectorises)."""
     if fn is None:
-        return lambda f: Loop(f, fastmath, parallel)
-    return Loop(fn, fastmath, parallel)
+        return lambda f: Loop(f, fastmath)
+    return Loop(fn, fastmath)
 
 
 def flat(a: np.ndarray) -> np.ndarray:

@@ -189,9 +189,14 @@ def sign(x):
 
 
 if _njit is not None:
-    # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation
-    (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32, _trig_core,
-     _trig32, sin32, cos32, where, sign) = (
+    # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation.
+    # Helpers returning tuples are inlined into their callers in Numba's IR (LLVM does not
+    # inline a call returning a tuple through Numba's calling convention, and the loop
+    # would not vectorise); the rest are separate functions, cached on disk, which LLVM
+    # inlines: a kernel calling them then compiles in half the time.
+    _tanh_terms, _trig_core, gelu_tanh_backward32 = (
         _njit(inline="always", error_model="numpy")(f)
-        for f in (exp32, tanh32, sigmoid32, _tanh_terms, gelu_tanh32, gelu_tanh_backward32,
-                  _trig_core, _trig32, sin32, cos32, where, sign))
+        for f in (_tanh_terms, _trig_core, gelu_tanh_backward32))
+    (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign) = (
+        _njit(error_model="numpy", cache=True)(f)
+        for f in (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign))

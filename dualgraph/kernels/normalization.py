@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange   # (imported only where Numba is available: see kernels/__init__)
+from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
 from .fastmath import exp32
@@ -79,16 +79,10 @@ def normalise_row(row, weight, bias, eps, out):
 
 
 @loop(fastmath=_REDUCE)
-def layer_norm(x, weight, bias, eps, out, mean_out, rstd_out):
-    """:func:`normalise_row` for each row of ``x``."""
-    for r in range(x.shape[0]):
-        mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
-
-
-@loop(fastmath=_REDUCE, parallel=True)
-def layer_norm_threads(x, weight, bias, eps, out, mean_out, rstd_out):
-    """:func:`layer_norm` with the rows shared among Numba's threads (big inputs only)."""
-    for r in prange(x.shape[0]):
+def layer_norm(start, stop, x, weight, bias, eps, out, mean_out, rstd_out):
+    """:func:`normalise_row` for rows ``start:stop`` of ``x`` (``threads.run_rows`` shares
+    the rows of a big input among threads)."""
+    for r in range(start, stop):
         mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
 
 

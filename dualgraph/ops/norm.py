@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
+from ..kernels.threads import run_rows
 from ..dispatch import apply
 from ..shapes import ShapedType, reduced_shape
 from . import elementwise as ew
@@ -43,10 +44,10 @@ def _layer_norm_kernel(x, weight, bias, n_dims, eps):
         rows = kernels.rows(x, width)
         y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
                          np.empty(len(rows), x.dtype))
-        loop = (kernels.normalization.layer_norm_threads if x.size >= kernels.PARALLEL_MIN
-                else kernels.normalization.layer_norm)
-        loop(rows, _param_or(weight, 1, width, x), _param_or(bias, 0, width, x),
-             np.float32(eps), y.reshape(rows.shape), mean, rstd)
+        run_rows(kernels.normalization.layer_norm, len(rows), rows,
+                 _param_or(weight, 1, width, x), _param_or(bias, 0, width, x),
+                 np.float32(eps), y.reshape(rows.shape), mean, rstd,
+                 threads=None if x.size >= kernels.PARALLEL_MIN else 1)
         shape = _stats_shape(x, n_dims)
         return y, mean.reshape(shape), rstd.reshape(shape)
     axes = _axes(x, n_dims)

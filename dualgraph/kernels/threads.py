@@ -1,0 +1,55 @@
+"""Sharing a loop's rows among threads.
+
+Big loops (``PARALLEL_MIN`` elements or more) run their rows on several cores. Numba's
+own ``parallel=True`` is not used for that: its parfor lowering made a fused LayerNorm
+kernel take about a second longer to compile than the same loop without it, and its
+OpenMP workers spin after a parallel region, starving OpenBLAS's threads in the next
+matmul. Instead every loop is compiled serial over a range of rows, ``loop(start, stop,
+*args)``, with ``nogil=True``, and :func:`run_rows` runs contiguous ranges on a small
+pool of Python threads: the loops release the GIL, so the ranges run at once, and idle
+workers sleep on a queue rather than spin.
+
+The thread count is the number of cores this process may use, or ``DUALGRAPH_NUM_THREADS``.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+_pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
+
+
+def thread_count() -> int:
+    """How many threads a big loop is split over (at least 1)."""
+    configured = os.environ.get("DUALGRAPH_NUM_THREADS")
+    if configured:
+        return max(1, int(configured))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        return os.cpu_count() or 1
+
+
+def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
+    """``loop(start, stop, *args)`` for contiguous ranges covering ``range(rows)``, one
+    range per thread (``threads``, default :func:`thread_count`; 1 runs it here, in one
+    call). Returns once every range is done; an exception from any range is raised here,
+    after the others have finished (they write into the same outputs)."""
+    count = min(threads or thread_count(), rows)
+    if count <= 1:
+        loop(0, rows, *args)
+        return
+    global _pool, _pool_workers
+    if _pool_workers < count - 1:
+        _pool = ThreadPoolExecutor(count - 1, thread_name_prefix="dualgraph-rows")
+        _pool_workers = count - 1
+    bounds = [rows * i // count for i in range(count + 1)]
+    others = [_pool.submit(loop, bounds[i], bounds[i + 1], *args) for i in range(1, count)]
+    try:
+        loop(bounds[0], bounds[1], *args)
+    finally:
+        errors = [f.exception() for f in others]
+    for error in errors:
+        if error is not None:
+            raise error
