@@ -1,0 +1,31 @@
+"""The benchmark runner (``benchmarks/run.py``): what a child measures and how the report
+reads. (The timings themselves are the suite's job, never a test's.)"""
+from benchmarks import run
+
+
+def test_each_implementation_names_the_library_it_imports():
+    assert [run.library(i) for i in run.ALL_IMPLS] == [
+        "dualgraph", "dualgraph", "dualgraph", "dualgraph", "torch", "torch", "jax",
+        "onnxruntime"]
+
+
+def test_a_child_times_the_import_apart_from_the_first_call():
+    result = run.measure("W7", "dualgraph_eager")
+    assert set(result) == {"step_ms", "first_call_s", "import_s", "peak_rss_mb",
+                           "first_loss", "timed_steps"}
+    assert result["import_s"] >= 0 and result["first_call_s"] > 0
+    assert result["timed_steps"] >= run.TIMED
+
+
+def test_the_table_shows_first_call_import_and_memory():
+    report = {"workloads": {"W7": {
+        "dualgraph_compiled": {"step_ms": 0.1, "first_call_s": 0.25, "import_s": 0.07,
+                               "peak_rss_mb": 52.0, "loss_check": "ok"},
+        "torch_eager": {"step_ms": 0.2, "first_call_s": 0.01, "import_s": 1.2,
+                        "peak_rss_mb": 230.0, "loss_check": "ok",
+                        "ratio_vs_dualgraph_compiled": 2.0}}}}
+    run.WORKLOAD_NAMES["W7"] = "mlp_infer_latency"
+    text = run.table(report)
+    assert "| W7 mlp_infer_latency | 0.25 s (+0.07 s import) / 52 MB | 0.01 s (+1.2 s import)" \
+        in text
+    assert "- W7 vs dualgraph_compiled: torch_eager 2.00x" in text
