@@ -123,6 +123,52 @@ def test_module_training_flag_is_guarded():
     assert "training flag changed" in cf.explain()
 
 
+def test_a_retrace_that_captures_the_same_graph_reuses_its_compiled_code():
+    """The training flag is guarded, but a Linear traces the same graph either way: the
+    second signature gets the first one's compiled entry. With dropout it does not."""
+    x = dg.tensor(np.random.default_rng(0).standard_normal((4, 3)), dtype=dg.float32)
+    for net, same in ((dg.nn.Linear(3, 2), True),
+                      (dg.nn.Sequential(dg.nn.Linear(3, 2), dg.nn.Dropout(0.5)), False)):
+        cf = dg.compile(net)
+        with dg.no_grad():
+            cf(x)
+            net.eval()
+            close(cf(x), net.forward(x))
+        first, second = cf.cache.values()
+        assert (first is second) == same
+        assert ("the same graph as before, so its compiled code is reused"
+                in cf.explain()) == same
+
+
+def test_capture_keys_ignore_value_names_but_not_constants_or_attrs():
+    from dualgraph.capture.reuse import graph_key
+
+    def build(name, const, dim):
+        g = dg.graph.Graph()
+        x = g.add_input((2, 3), np.float32, name=name)
+        c = g.add_constant(np.asarray(const, np.float32))
+        (y,) = g.add_node("mul", [x, c])
+        (z,) = g.add_node("sum", [y], {"dims": dim, "keepdim": False})
+        g.set_outputs([z])
+        return g
+    key = graph_key(build("x", [1, 2, 3], (1,)))
+    assert graph_key(build("renamed", [1, 2, 3], (1,))) == key
+    assert graph_key(build("x", [1, 2, 4], (1,))) != key
+    assert graph_key(build("x", [1, 2, 3], (0,))) != key
+    nan = graph_key(build("x", [np.nan, 2, 3], (1,)))
+    assert graph_key(build("x", [np.nan, 2, 3], (1,))) == nan
+
+
+def test_index_grids_that_ops_make_are_graph_constants_not_inputs():
+    """gather builds aranges for the other dims; a new tensor each trace would be an input
+    read from an object that exists for one trace only."""
+    x = dg.tensor(np.arange(12.0).reshape(3, 4), dtype=dg.float32)
+    i = dg.tensor([[0, 3], [1, 1], [2, 0]])
+    cf = dg.compile(lambda x, i: x.gather(1, i))
+    close(cf(x, i), np.take_along_axis(x.numpy(), i.numpy(), 1))
+    assert len(cf.graph.inputs) == 2 and len(cf.graph.constants) == 1
+
+
 def test_dynamic_batch_reuses_one_graph():
     w = dg.randn(6, 2)
 

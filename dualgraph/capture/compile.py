@@ -25,6 +25,7 @@ from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .guards import ModuleFacts, describe_guards, explain_miss, signature
+from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
@@ -166,6 +167,17 @@ def _writeback_inputs(capture) -> dict:
     return pairs
 
 
+def _name_new_state(capture, names: dict, fn) -> None:
+    """Name the inputs that had no readable name when they were bound: state the traced
+    call created itself (an optimiser's first step makes its moments), now reachable."""
+    unnamed = [b for b in capture.bindings if b.kind == "captured" and id(b.tensor) not in names]
+    if unnamed:
+        names = readable_names(fn)
+        for b in unnamed:
+            if id(b.tensor) in names:
+                capture.graph.rename(b.value, names[id(b.tensor)])
+
+
 def _outputs_aliasing_inputs(graph) -> list:
     """``(output position, input position)`` of outputs that are graph inputs or views of
     them."""
@@ -192,6 +204,7 @@ class Compiled:
         self.dynamic = dynamic
         self.retrace_limit = retrace_limit
         self.cache: dict = {}
+        self._by_key: dict = {}     # capture_key -> Entry: a retrace of the same program
         self.records: list[Record] = []
         self.eager_only = False
         self._warned_limit = False
@@ -292,10 +305,17 @@ class Compiled:
         except CaptureError as e:
             return self._graph_break(e)
         capture.graph.verify()
-        entry = Entry(capture, backward, self.passes, self.fast_math)
+        _name_new_state(capture, tracer.names, self.fn)
+        key = capture_key(capture, backward)
+        entry = self._by_key.get(key)
+        reused = entry is not None
+        if not reused:
+            entry = self._by_key[key] = Entry(capture, backward, self.passes, self.fast_math)
         if self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"
+            if reused:
+                reason += "; the same graph as before, so its compiled code is reused"
         else:
             reason, fix, kind = "first call", "", "capture"
         self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),

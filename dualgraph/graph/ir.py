@@ -239,6 +239,10 @@ class Graph:
         self.inputs.append(v)
         return v
 
+    def rename(self, value: Value, name: str) -> None:
+        """Give ``value`` a new name (made unique in this graph as ``add_input`` does)."""
+        value.name = self._fresh(name)
+
     def add_constant(self, array, name: str | None = None) -> Value:
         """A Value bound to ``array``, stored in the graph.
 

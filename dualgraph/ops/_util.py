@@ -35,7 +35,8 @@ def as_operand(x):
         return x.item()
     if isinstance(x, (np.ndarray, list, tuple)):
         from ..tensor import as_array
-        return Tensor._make(as_array(x))
+        from .creation import constant   # (a graph constant while tracing)
+        return constant(as_array(x))
     raise TypeError(f"expected a tensor or a number, got {type(x).__name__}")
 
 

@@ -44,6 +44,13 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
     return _finish(array, requires_grad)
 
 
+def constant(array: np.ndarray) -> Tensor:
+    """A tensor over ``array`` (not copied) that an op's implementation makes for itself: an
+    index grid, an identity matrix. While tracing it is a constant of the graph (not an
+    input read from this tensor object, which exists for one trace only)."""
+    return _finish(array, False)
+
+
 def as_tensor(data, dtype=None) -> Tensor:
     if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
         return data

@@ -166,7 +166,7 @@ def index_put_dims(x, v, indices, dims, accumulate=False):
 def _as_value(v, like):
     """A value to write into ``like``: a tensor in ``like``'s dtype."""
     if not isinstance(v, Tensor):
-        v = Tensor._make(as_array(v, like.dtype))
+        v = creation.constant(as_array(v, like.dtype))
     return shape_ops.cast_like(v, like)
 
 
@@ -238,7 +238,7 @@ class _Key:
         if mask.ndim == 0:   # x[True] adds a dim of size 1, x[False] one of size 0
             self.view_shape.append(1)
             self.dims.append(len(self.view_shape) - 1)
-            self.arrays.append(Tensor._make(np.zeros(int(bool(mask)), _INT64)))
+            self.arrays.append(creation.constant(np.zeros(int(bool(mask)), _INT64)))
             return
         for positions in np.nonzero(mask._concrete("boolean mask indexing")):
             self.basic.append(None)
@@ -295,7 +295,7 @@ def _index_item(k):
     if k is None or k is Ellipsis or isinstance(k, slice):
         return k
     if isinstance(k, (bool, np.bool_)):
-        return Tensor._make(np.asarray(bool(k)))
+        return creation.constant(np.asarray(bool(k)))
     if isinstance(k, (int, np.integer)):
         return int(k)
     if isinstance(k, Tensor):
@@ -399,7 +399,7 @@ def _grid(x, dim, index, name):
         else:
             shape = [1] * x.ndim
             shape[d] = index.shape[d]
-            grid.append(Tensor._make(np.arange(index.shape[d]).reshape(shape)))
+            grid.append(creation.constant(np.arange(index.shape[d]).reshape(shape)))
     return grid
 
 
@@ -600,7 +600,7 @@ def one_hot(tensor, num_classes=-1):
     if num_classes == -1:
         data = tensor._concrete("one_hot(num_classes=-1)")
         num_classes = int(data.max()) + 1 if data.size else 0
-    eye = Tensor._make(np.eye(num_classes, dtype=_INT64))
+    eye = creation.constant(np.eye(num_classes, dtype=_INT64))
     if type(tensor._data) is np.ndarray and tensor._data.size and tensor._data.min() < 0:
         raise ValueError(f"one_hot: class values must be non-negative, got "
                          f"{tensor._data.min()}")
