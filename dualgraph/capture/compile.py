@@ -204,7 +204,7 @@ class Compiled:
         self.dynamic = dynamic
         self.retrace_limit = retrace_limit
         self.cache: dict = {}
-        self._by_key: dict = {}     # capture_key -> Entry: a retrace of the same program
+        self._entry_keys: dict = {}   # id(entry) -> (capture_key, entry), once retraced
         self.records: list[Record] = []
         self.eager_only = False
         self._warned_limit = False
@@ -306,11 +306,10 @@ class Compiled:
             return self._graph_break(e)
         capture.graph.verify()
         _name_new_state(capture, tracer.names, self.fn)
-        key = capture_key(capture, backward)
-        entry = self._by_key.get(key)
+        entry = self._same_graph(capture, backward)
         reused = entry is not None
         if not reused:
-            entry = self._by_key[key] = Entry(capture, backward, self.passes, self.fast_math)
+            entry = Entry(capture, backward, self.passes, self.fast_math)
         if self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"
@@ -322,6 +321,19 @@ class Compiled:
                                    nodes=len(capture.graph.nodes)))
         self.cache[sig] = entry
         return entry
+
+    def _same_graph(self, capture, backward) -> Entry | None:
+        """An entry already compiled from the same graph as ``capture``, if any. Keys are
+        computed only once there is a retrace (a single capture never needs one)."""
+        if not self.cache:
+            return None
+        keys = self._entry_keys     # (holding each entry, so that its id stays its own)
+        live = {id(entry): entry for entry in self.cache.values()}
+        for i, entry in live.items():
+            if i not in keys:
+                keys[i] = (capture_key(entry.capture, entry.backward), entry)
+        key = capture_key(capture, backward)
+        return next((entry for i, entry in live.items() if keys[i][0] == key), None)
 
     def _graph_break(self, e: CaptureError):
         if self.fullgraph:

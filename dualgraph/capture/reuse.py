@@ -54,13 +54,13 @@ def graph_key(graph: Graph) -> tuple:
 
     def define(v: Value) -> tuple:
         number[v] = len(number)
-        return (_freeze(v.shape), v.dtype.str)
+        return (v.shape, v.dtype)
 
     parts = [tuple(define(v) for v in graph.inputs)]
     parts.append(tuple(define(v) + (_array_key(a),) for v, a in graph.constants.items()))
     for node in graph.nodes:
         parts.append((node.op.name, id(node.op), tuple(ref(x) for x in node.inputs),
-                      _freeze(node.attrs),
+                      _freeze(node.attrs) if node.attrs else (),
                       tuple(define(v) for v in node.outputs)))
     parts.append(tuple(ref(v) for v in graph.outputs))
     return tuple(parts)
@@ -72,6 +72,8 @@ def _array_key(array: np.ndarray) -> tuple:
 
 def _freeze(x):
     """A hashable, exact stand-in for an attr value or output constant."""
+    if type(x) in (int, str) or x is None:   # (not bool: True == 1 would match an int)
+        return x
     if isinstance(x, Graph):
         return ("graph", graph_key(x))
     if isinstance(x, np.ndarray):
