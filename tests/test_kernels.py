@@ -340,3 +340,19 @@ def test_sin_takes_the_loop_even_for_a_few_elements(monkeypatch):
     x = np.linspace(-7, 7, 16, dtype=np.float32)
     fast, _ = both_paths(lambda: dg.sin(dg.tensor(x)).numpy(), monkeypatch, expect="sin")
     np.testing.assert_array_equal(fast, np.sin(x.astype(np.float64)).astype(np.float32))
+
+
+def test_run_rows_works_in_a_forked_child_after_the_parent_used_the_pool():
+    """The pool's threads do not survive fork; the child must not wait on them."""
+    import os
+    out = np.zeros(8)
+    run_rows(lambda s, e, o: o.__setitem__(slice(s, e), 1), 8, out, threads=2)
+    pid = os.fork()
+    if pid == 0:   # the child: exit 0 only if its own run completes (killed if it hangs)
+        import signal
+        signal.alarm(30)
+        child = np.zeros(8)
+        run_rows(lambda s, e, o: o.__setitem__(slice(s, e), 2), 8, child, threads=2)
+        os._exit(0 if (child == 2).all() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

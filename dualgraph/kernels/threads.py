@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0
+_pool_pid = 0      # a forked child has the pool object but not its threads: it makes its own
 
 
 def thread_count() -> int:
@@ -40,10 +41,10 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     if count <= 1:
         loop(0, rows, *args)
         return
-    global _pool, _pool_workers
-    if _pool_workers < count - 1:
+    global _pool, _pool_workers, _pool_pid
+    if _pool_workers < count - 1 or _pool_pid != os.getpid():
         _pool = ThreadPoolExecutor(count - 1, thread_name_prefix="dualgraph-rows")
-        _pool_workers = count - 1
+        _pool_workers, _pool_pid = count - 1, os.getpid()
     bounds = [rows * i // count for i in range(count + 1)]
     others = [_pool.submit(loop, bounds[i], bounds[i + 1], *args) for i in range(1, count)]
     try:
