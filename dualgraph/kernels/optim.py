@@ -4,34 +4,67 @@ bits."""
 from __future__ import annotations
 
 import numpy as np
+from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
 from . import loop
+
+
+@njit(inline="always")
+def _adam_step(p, g, m, v, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt,
+               eps, neg_step_size, decay):
+    """One element: ``m' = m + (1 - b1)(g - m)``, ``v' = b2 v + (1 - b2) g^2``,
+    ``p' = decay p + neg_step_size * m' / (sqrt(v') / bc2_sqrt + eps)``."""
+    new_m = (g - m) * one_minus_beta1 + m
+    new_v = v * beta2 + g * g * one_minus_beta2
+    update = new_m / (np.sqrt(new_v) / bias_correction2_sqrt + eps) * neg_step_size
+    return (update + p if decay == 1 else p * decay + update), new_m, new_v
 
 
 @loop
 def adam(p, grad, m, v, p_out, m_out, v_out, one_minus_beta1, beta2, one_minus_beta2,
          bias_correction2_sqrt, eps, neg_step_size, decay):
-    """``m' = m + (1 - b1)(g - m)``, ``v' = b2 v + (1 - b2) g^2``,
-    ``p' = decay p + neg_step_size * m' / (sqrt(v') / bc2_sqrt + eps)``."""
+    """:func:`_adam_step` over flat arrays, into other arrays."""
     for i in range(p.size):
-        g = grad[i]
-        new_m = (g - m[i]) * one_minus_beta1 + m[i]
-        new_v = v[i] * beta2 + g * g * one_minus_beta2
-        update = new_m / (np.sqrt(new_v) / bias_correction2_sqrt + eps) * neg_step_size
-        p_out[i] = update + p[i] if decay == 1 else p[i] * decay + update
-        m_out[i], v_out[i] = new_m, new_v
+        p_out[i], m_out[i], v_out[i] = _adam_step(
+            p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
+            bias_correction2_sqrt, eps, neg_step_size, decay)
+
+
+@loop
+def adam_in_place(p, grad, m, v, one_minus_beta1, beta2, one_minus_beta2,
+                  bias_correction2_sqrt, eps, neg_step_size, decay):
+    """:func:`adam` writing ``p``, ``m`` and ``v`` themselves (a compiled step's donated
+    state). Passing the same arrays as outputs to :func:`adam` would be correct but about 5x
+    slower: LLVM then finds an output overlapping an input at run time and takes its scalar
+    loop; here each array comes once, so the vectorised loop runs."""
+    for i in range(p.size):
+        p[i], m[i], v[i] = _adam_step(
+            p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
+            bias_correction2_sqrt, eps, neg_step_size, decay)
+
+
+@njit(inline="always")
+def _sgd_step(p, g, buf, momentum, one_minus_dampening, neg_lr, nesterov):
+    """One element: ``b' = momentum b + (1 - dampening) g``, ``p' = p - lr * b'``
+    (Nesterov: ``p - lr * (g + momentum b')``)."""
+    new_buf = buf * momentum + (g if one_minus_dampening == 1 else g * one_minus_dampening)
+    step = g + new_buf * momentum if nesterov else new_buf
+    return p + step * neg_lr, new_buf
 
 
 @loop
 def sgd_momentum(p, grad, buf, p_out, buf_out, momentum, one_minus_dampening, neg_lr,
                  nesterov):
-    """``b' = momentum b + (1 - dampening) g``, ``p' = p - lr * b'`` (Nesterov: ``p - lr *
-    (g + momentum b')``)."""
+    """:func:`_sgd_step` over flat arrays, into other arrays."""
     for i in range(p.size):
-        g = grad[i]
-        new_buf = buf[i] * momentum + (g if one_minus_dampening == 1 else
-                                       g * one_minus_dampening)
-        step = g + new_buf * momentum if nesterov else new_buf
-        p_out[i] = p[i] + step * neg_lr
-        buf_out[i] = new_buf
+        p_out[i], buf_out[i] = _sgd_step(p[i], grad[i], buf[i], momentum,
+                                         one_minus_dampening, neg_lr, nesterov)
 
+
+@loop
+def sgd_momentum_in_place(p, grad, buf, momentum, one_minus_dampening, neg_lr, nesterov):
+    """:func:`sgd_momentum` writing ``p`` and ``buf`` themselves (see
+    :func:`adam_in_place` for why this is a loop of its own)."""
+    for i in range(p.size):
+        p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
+                                 neg_lr, nesterov)

@@ -49,10 +49,13 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None)
     if kernels.enabled(p, grad, m, v):   # the same arithmetic in one pass
         outs = _outputs(out, p, 3)
         f32 = np.float32
-        kernels.optim.adam(*(kernels.flat(a) for a in (p, grad, m, v)),
-                           *(o.reshape(-1) for o in outs), f32(1 - beta1), f32(beta2),
-                           f32(1 - beta2), f32(math.sqrt(1 - beta2 ** t)), f32(eps),
-                           f32(-(lr / (1 - beta1 ** t))), f32(decay))
+        consts = (f32(1 - beta1), f32(beta2), f32(1 - beta2), f32(math.sqrt(1 - beta2 ** t)),
+                  f32(eps), f32(-(lr / (1 - beta1 ** t))), f32(decay))
+        if all(o is a and a.flags.c_contiguous for o, a in zip(outs, (p, m, v))):
+            kernels.optim.adam_in_place(*(kernels.flat(a) for a in (p, grad, m, v)), *consts)
+        else:
+            kernels.optim.adam(*(kernels.flat(a) for a in (p, grad, m, v)),
+                               *(o.reshape(-1) for o in outs), *consts)
         return outs
     new_m = np.subtract(grad, m)
     new_m *= 1 - beta1
@@ -119,10 +122,14 @@ def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov, out=None):
     # as for Adam
     if kernels.enabled(p, grad, buf):   # the same in one pass
         new_p, new_buf = _outputs(out, p, 2)
-        f32 = np.float32
-        kernels.optim.sgd_momentum(*(kernels.flat(a) for a in (p, grad, buf)),
-                                   new_p.reshape(-1), new_buf.reshape(-1), f32(momentum),
-                                   f32(1 - dampening), f32(-lr), bool(nesterov))
+        consts = (np.float32(momentum), np.float32(1 - dampening), np.float32(-lr),
+                  bool(nesterov))
+        if all(o is a and a.flags.c_contiguous for o, a in ((new_p, p), (new_buf, buf))):
+            kernels.optim.sgd_momentum_in_place(*(kernels.flat(a) for a in (p, grad, buf)),
+                                                *consts)
+        else:
+            kernels.optim.sgd_momentum(*(kernels.flat(a) for a in (p, grad, buf)),
+                                       new_p.reshape(-1), new_buf.reshape(-1), *consts)
         return new_p, new_buf
     new_buf = buf * momentum
     new_buf += grad if dampening == 0 else grad * (1 - dampening)
