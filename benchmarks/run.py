@@ -101,6 +101,21 @@ def run_child(workload_id: str, impl: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def merge_rounds(runs: list) -> dict:
+    """One implementation's result over ``--rounds``: the median step time (each round's
+    in ``step_ms_rounds``), the first round's first call (the only cold one) and import,
+    the largest peak RSS. A failed or skipped round makes the whole result that round's."""
+    bad = next((r for r in runs if "step_ms" not in r), None)
+    if bad is not None or len(runs) == 1:
+        return bad or runs[0]
+    import statistics
+    merged = dict(runs[0])
+    merged["step_ms"] = statistics.median(r["step_ms"] for r in runs)
+    merged["step_ms_rounds"] = [r["step_ms"] for r in runs]
+    merged["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    return merged
+
+
 def check_losses(results: dict) -> None:
     """Mark each implementation's loss_check against the first one that ran."""
     ref = next((r["first_loss"] for r in results.values() if "first_loss" in r), None)
@@ -231,6 +246,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="cap NumPy's BLAS and torch's threads (jax ignores it); default: "
                              "each library's own, as BENCHMARKS.md asks")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every implementation this many times, in turns, and "
+                             "report the median step time (steadier on a noisy machine)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -245,16 +263,17 @@ def main(argv=None) -> int:
     for wid in args.workloads.split(","):
         mod = importlib.import_module(f"benchmarks.{WORKLOADS[wid]}")
         notes = getattr(mod, "NOTES", {})
-        results = {}
-        for impl in args.impls.split(","):
-            if impl in notes:
-                results[impl] = {"skipped": notes[impl]}
-                continue
-            if impl not in mod.IMPLS:
-                continue
-            why = available(impl)
-            results[impl] = {"skipped": why} if why else run_child(wid, impl)
-            print(f"{wid} {impl}: {results[impl]}", file=sys.stderr, flush=True)
+        runs = {}
+        for _ in range(args.rounds):   # in turns: a slow spell of the machine hits all
+            for impl in args.impls.split(","):
+                if impl in notes:
+                    runs[impl] = [{"skipped": notes[impl]}]
+                elif impl in mod.IMPLS:
+                    why = available(impl)
+                    result = {"skipped": why} if why else run_child(wid, impl)
+                    runs.setdefault(impl, []).append(result)
+                    print(f"{wid} {impl}: {result}", file=sys.stderr, flush=True)
+        results = {impl: merge_rounds(rs) for impl, rs in runs.items()}
         check_losses(results)
         add_rooflines(mod, results, report["rooflines"])
         add_ratios(results)

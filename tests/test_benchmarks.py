@@ -29,3 +29,16 @@ def test_the_table_shows_first_call_import_and_memory():
     assert "| W7 mlp_infer_latency | 0.25 s (+0.07 s import) / 52 MB | 0.01 s (+1.2 s import)" \
         in text
     assert "- W7 vs dualgraph_compiled: torch_eager 2.00x" in text
+
+
+def test_rounds_merge_to_the_median_step_and_the_first_rounds_first_call():
+    runs = [{"step_ms": 3.0, "first_call_s": 1.5, "import_s": 0.1, "peak_rss_mb": 100.0,
+             "first_loss": 2.0, "timed_steps": 20},
+            {"step_ms": 1.0, "first_call_s": 0.5, "import_s": 0.1, "peak_rss_mb": 120.0,
+             "first_loss": 2.0, "timed_steps": 20},
+            {"step_ms": 2.0, "first_call_s": 0.4, "import_s": 0.1, "peak_rss_mb": 110.0,
+             "first_loss": 2.0, "timed_steps": 20}]
+    merged = run.merge_rounds(runs)
+    assert merged["step_ms"] == 2.0 and merged["step_ms_rounds"] == [3.0, 1.0, 2.0]
+    assert merged["first_call_s"] == 1.5 and merged["peak_rss_mb"] == 120.0
+    assert run.merge_rounds(runs[:1] + [{"error": "timed out"}]) == {"error": "timed out"}
