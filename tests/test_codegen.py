@@ -247,6 +247,37 @@ def test_fused_kernels_reduce_leading_middle_and_trailing_dims(shape, dims, kind
 
 
 @needs_numba
+@pytest.mark.parametrize("op", ["sum", "amax"])
+def test_big_fused_groups_share_their_rows_among_threads_with_the_serial_bits(monkeypatch,
+                                                                             op):
+    """From PARALLEL_MIN elements on, a group's rows are split between threads; each row is
+    still computed whole, so the results are the one-thread results to the bit."""
+    import threading
+    shape = (1024, 1024)
+    exe = Executable(reduction_group(shape, (1,), op, False), passes={"fuse_elementwise"})
+    (k,) = exe.kernels.values()
+    assert k.lowering.parallel and k.lowering.red_kind == "row"
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    serial = [a.copy() for a in exe.run(args)]
+    ranges, real_run_rows = [], kernels.run_rows
+
+    def recording(loop, rows, *a, threads=None):
+        def recorded(start, stop, *rest):
+            ranges.append((start, stop, threading.get_ident()))
+            return loop(start, stop, *rest)
+        return real_run_rows(recorded, rows, *a, threads=threads)
+    monkeypatch.setattr(kernels, "run_rows", recording)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "2")
+    threaded = exe.run(args)
+    assert sorted(r[:2] for r in ranges) == [(0, 512), (512, 1024)]
+    assert len({r[2] for r in ranges}) == 2
+    assert_same(threaded, serial, exact=True)
+    assert_same(threaded, interpret(exe.graph, *args), exact=op == "amax")
+
+
+@needs_numba
 def test_reductions_keeping_dims_that_are_not_adjacent_run_with_numpy():
     exe = Executable(reduction_group((8, 6, 10, 10), (1, 3), "sum", False),
                      passes={"fuse_elementwise"})
