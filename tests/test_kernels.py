@@ -4,6 +4,7 @@ max pooling, relu's gradient, sin and cos; forward and backward), on float32 inp
 enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
 size), including the extremes (saturated tanh, infinities, NaN). The op table's small
 inputs cover the NumPy path."""
+import os
 import threading
 
 import numpy as np
@@ -387,3 +388,22 @@ def test_run_rows_works_in_a_forked_child_after_the_parent_used_the_pool():
         os._exit(0 if (child == 2).all() else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_helpers_keep_their_own_float_rules_whichever_loop_compiles_them_first(tmp_path):
+    """Numba compiles a helper with the fast-math flags of the loop that first calls it
+    unless the helper sets its own. softmax's loop allows reassociation, which breaks
+    exp32's exact argument reduction (4e-6 relative error); the helpers set fastmath=False,
+    so compiling softmax first (in a fresh process and cache) leaves exp32 exact."""
+    import subprocess
+    import sys
+    code = ("import numpy as np\n"
+            "from dualgraph.kernels import fastmath, normalization\n"
+            "x = np.ones((4, 4096), np.float32)\n"
+            "normalization.softmax(x, np.empty_like(x))\n"
+            "v = np.float32(-72.0756)\n"
+            "print(fastmath.exp32(v) == fastmath.exp32.py_func(v))\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), DUALGRAPH_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "True"

@@ -195,7 +195,7 @@ class Lowering:
         self.split, self.kinds = self._choose_split()
         self.parallel = self._worth_threads()
         self.source = self._source()
-        self._fn = None
+        self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
 
     @staticmethod
     def _check_norm(node: Node) -> None:
@@ -272,7 +272,13 @@ class Lowering:
         return f"# {self.name}: {ins}\n# {outs}\n"
 
     # -- source --------------------------------------------------------------------------------
-    def _source(self) -> str:
+    def _source(self, aliases: dict | None = None) -> str:
+        """The kernel module. ``aliases`` ({output position: input position}) names the
+        outputs that are their input's own array this call (a donated parameter update):
+        those are stored through the input's row slice, so that the loop reads and writes
+        one array (LLVM vectorises that; given two pointers to the same memory it finds
+        them overlapping at run time and takes its scalar loop, 2-5x slower)."""
+        aliases = aliases or {}
         # Positional names (in0, t0, out0), so that the same group in another layer or
         # graph is the same source: one compile, one cache entry. The comment block above
         # the module maps them back to the graph's values.
@@ -296,10 +302,12 @@ class Lowering:
             body.append(f"{var[v]} = {self._expr(node, var)}    # {node.op.name}")
         outs = [f"out{i}" for i in range(len(self.sub.outputs))]
         red = self.reduction.outputs[0] if self.reduction else None
-        ends = set(self.norm.outputs) if self.norm else {red}
         stores = []
-        for o, v in zip(outs, self.sub.outputs):
-            if v not in ends:
+        for k in self._plain_outputs():
+            o, v = outs[k], self.sub.outputs[k]
+            if k in aliases:
+                stores.append(f"in{aliases[k]}_r[j] = {var[v]}    # (out{k} is in{aliases[k]})")
+            else:
                 rows.append(f"{o}_r = {o}[base:base + m]")
                 stores.append(f"{o}_r[j] = {var[v]}")
         epilogue = self._norm_rows(outs, var, rows, stores) if self.norm else []
@@ -405,16 +413,38 @@ class Lowering:
                 o = np.empty(_out_shape(v, shape, self.reduction, self.norm), v.dtype)
             results.append(o)
         sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
-        run_rows(self._compiled(), R, R, C, n, *sizes, *args,
-                 *(o.reshape(-1) for o in results), threads=None if self.parallel else 1)
+        flat_out = [o.reshape(-1) for o in results]
+        run_rows(self._compiled(self._aliases(args, flat_out)), R, R, C, n, *sizes, *args,
+                 *flat_out, threads=None if self.parallel else 1)
         self.compiled = True
         return tuple(results)
 
-    def _compiled(self):
-        if self._fn is None:
+    def _plain_outputs(self) -> list[int]:
+        """Positions of the outputs stored element by element (not a reduction's result
+        or LayerNorm's)."""
+        red = self.reduction.outputs[0] if self.reduction else None
+        ends = set(self.norm.outputs) if self.norm else {red}
+        return [k for k, v in enumerate(self.sub.outputs) if v not in ends]
+
+    def _aliases(self, args: list, flat_out: list) -> tuple:
+        """``((output, input), ...)``: plain outputs that are exactly a full input's array."""
+        pairs = []
+        for k in self._plain_outputs():
+            address = flat_out[k].__array_interface__["data"][0]
+            for i, (a, kind) in enumerate(zip(args, self.kinds)):
+                if (kind == "full" and a.size == flat_out[k].size
+                        and a.__array_interface__["data"][0] == address):
+                    pairs.append((k, i))
+                    break
+        return tuple(pairs)
+
+    def _compiled(self, aliases: tuple = ()):
+        fn = self._fns.get(aliases)
+        if fn is None:
             from .cache import load_module
-            self._fn = load_module(self.source).kernel
-        return self._fn
+            source = self._source(dict(aliases)) if aliases else self.source
+            fn = self._fns[aliases] = load_module(source).kernel
+        return fn
 
 
 def scalar_expr(node: Node, operands: list, fast_math: bool) -> str:

@@ -195,10 +195,12 @@ if _njit is not None:
     # with every helper inlined in Numba's IR. The tanh-GELU gradient is inlined in the IR
     # (as a separate function LLVM left it a call, and its loop did not vectorise: 7.8
     # instead of 1.1 ms on 524k floats), and so are the two tuple-returning pieces the
-    # others are built from.
+    # others are built from. fastmath=False is explicit: Numba compiles a helper that does
+    # not set it with the flags of the loop that first calls it (softmax's "reassoc" broke
+    # exp32's argument reduction), and caches that, so results hung on compile order.
     _tanh_terms, _trig_core, gelu_tanh_backward32 = (
         _njit(inline="always", error_model="numpy")(f)
         for f in (_tanh_terms, _trig_core, gelu_tanh_backward32))
     (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign) = (
-        _njit(error_model="numpy", cache=True)(f)
+        _njit(error_model="numpy", cache=True, fastmath=False)(f)
         for f in (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign))
