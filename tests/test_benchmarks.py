@@ -42,3 +42,22 @@ def test_rounds_merge_to_the_median_step_and_the_first_rounds_first_call():
     assert merged["step_ms"] == 2.0 and merged["step_ms_rounds"] == [3.0, 1.0, 2.0]
     assert merged["first_call_s"] == 1.5 and merged["peak_rss_mb"] == 120.0
     assert run.merge_rounds(runs[:1] + [{"error": "timed out"}]) == {"error": "timed out"}
+
+
+def test_compare_lists_every_runs_ratios_side_by_side():
+    from benchmarks import compare
+
+    def report(compiled, eager, torch, jax):
+        return {"workloads": {"W5": {
+            "dualgraph_compiled": {"step_ms": compiled, "loss_check": "ok",
+                                   "bandwidth_fraction": 0.3},
+            "dualgraph_eager": {"step_ms": eager, "loss_check": "ok"},
+            "torch_eager": {"step_ms": torch, "loss_check": "ok"},
+            "jax_jit": {"step_ms": jax, "loss_check": "MISMATCH 1 vs 2"}}}}
+    reports = [report(2.0, 8.0, 4.0, 1.0), report(3.0, 6.0, 2.0, 1.0)]
+    lines = compare.rows(reports)
+    assert lines[2] == "| dg compiled / torch eager | 0.50 1.50 |"
+    assert lines[3] == "| dg compiled / best peer | 0.50 1.50 |"   # jax's loss disagreed
+    assert lines[4] == "| dg eager / torch eager | 2.00 3.00 |"
+    assert compare.geomean_speedups(reports) == ["4.00", "2.00"]
+    assert compare.bandwidth_shares(reports) == ["30%", "30%"]
