@@ -48,8 +48,8 @@ def graph_key(graph: Graph) -> tuple:
     number: dict[Value, int] = {}
 
     def ref(x):
-        if isinstance(x, Value):
-            return ("v", number[x])
+        if isinstance(x, Value):   # (a value this graph does not define: by identity)
+            return ("v", number[x]) if x in number else ("outer", id(x))
         return _freeze(x)
 
     def define(v: Value) -> tuple:

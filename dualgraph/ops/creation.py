@@ -45,9 +45,9 @@ def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
 
 
 def constant(array: np.ndarray) -> Tensor:
-    """A tensor over ``array`` (not copied) that an op's implementation makes for itself: an
-    index grid, an identity matrix. While tracing it is a constant of the graph (not an
-    input read from this tensor object, which exists for one trace only)."""
+    """A tensor over ``array`` that an op's implementation makes for itself (an index grid,
+    an identity matrix): eagerly the array itself; while tracing a constant of the graph,
+    not an input read from this tensor object, which exists for one trace only."""
     return _finish(array, False)
 
 
