@@ -140,6 +140,21 @@ def test_a_retrace_that_captures_the_same_graph_reuses_its_compiled_code():
                 in cf.explain()) == same
 
 
+def test_a_retrace_with_the_same_control_flow_graph_reuses_it():
+    """Keys cover subgraphs: a cond whose branches are the same reuses the entry; a
+    branch with another constant is another graph."""
+    def f(x, k, scale):
+        return dg.cond(x.sum() > 0, lambda x: x * scale, lambda x: -x, (x,))
+    cf = dg.compile(f)
+    x = dg.tensor([1.0, 2.0])
+    close(cf(x, 1, 2.0), [2.0, 4.0])
+    close(cf(x, 2, 2.0), [2.0, 4.0])       # k is guarded but unused: the same graph
+    close(cf(x, 2, 3.0), [3.0, 6.0])       # another constant in the true branch
+    close(cf(-x, 2, 3.0), [1.0, 2.0])
+    first, second, third = cf.cache.values()
+    assert first is second and third is not first
+
+
 def test_capture_keys_ignore_value_names_but_not_constants_or_attrs():
     from dualgraph.capture.reuse import graph_key
 
