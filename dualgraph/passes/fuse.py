@@ -234,8 +234,7 @@ def _emit_group(b: Builder, nodes: list, members: set, consumers: dict,
     env = {u: sub.add_input(u.shape, u.dtype, name=u.name) for u in inputs}
     for n in nodes:
         args = [env[x] if isinstance(x, Value) else x for x in n.inputs]
-        env.update(zip(n.outputs, sub.add_node(n.op, args, n.attrs, n.location,
-                                               [v.name for v in n.outputs])))
+        env.update(zip(n.outputs, sub.copy_node(n, args)))   # (types known: no re-infer)
     sub.set_outputs([env[v] for v in outs])
     new = b.add(fused_ops.FUSED, [b.get(u) for u in inputs], {"graph": sub},
                 nodes[-1].location, [v.name for v in outs])
