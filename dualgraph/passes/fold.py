@@ -53,17 +53,19 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
 def _evaluate(node: Node, constants: dict, max_elements: int):
     """The node's output arrays, or None when it must stay a node; ``constants`` maps the
     values known so far to their arrays."""
+    shape_only = node.op.name in SHAPE_ONLY
+    if not shape_only and not all(not isinstance(x, Value) or x in constants
+                                  for x in node.inputs):
+        return None   # (the common case, checked first: a big graph folds a few nodes)
     if not all(is_static(v.shape) and numel(v.shape) <= max_elements for v in node.outputs):
         return None
     if _has_symbols(node.attrs.values()):
         return None
-    if node.op.name in SHAPE_ONLY:
+    if shape_only:
         (x,) = node.inputs
         args = [np.broadcast_to(np.zeros((), x.dtype), x.shape)]   # its type, no data
-    elif all(not isinstance(x, Value) or x in constants for x in node.inputs):
-        args = [constants[x] if isinstance(x, Value) else x for x in node.inputs]
     else:
-        return None
+        args = [constants[x] if isinstance(x, Value) else x for x in node.inputs]
     try:
         raw = node.op.kernel(*args, **node.attrs)
     except Exception:   # e.g. an index out of range: leave the error to run time
