@@ -315,6 +315,7 @@ class Compiled:
             kind = "retrace"
             if reused:
                 reason += "; the same graph as before, so its compiled code is reused"
+                fix = "none needed: nothing was optimised or compiled again"
         else:
             reason, fix, kind = "first call", "", "capture"
         self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),
