@@ -194,6 +194,9 @@ class Lowering:
                               "elements)")
         self.split, self.kinds = self._choose_split()
         self.parallel = self._worth_threads()
+        # outputs stored element by element (not a reduction's result or LayerNorm's)
+        ends = set(self.norm.outputs) if self.norm else {end.outputs[0] if end else None}
+        self.plain_outputs = [k for k, v in enumerate(sub.outputs) if v not in ends]
         self.source = self._source()
         self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
 
@@ -303,7 +306,7 @@ class Lowering:
         outs = [f"out{i}" for i in range(len(self.sub.outputs))]
         red = self.reduction.outputs[0] if self.reduction else None
         stores = []
-        for k in self._plain_outputs():
+        for k in self.plain_outputs:
             o, v = outs[k], self.sub.outputs[k]
             if k in aliases:
                 stores.append(f"in{aliases[k]}_r[j] = {var[v]}    # (out{k} is in{aliases[k]})")
@@ -419,17 +422,10 @@ class Lowering:
         self.compiled = True
         return tuple(results)
 
-    def _plain_outputs(self) -> list[int]:
-        """Positions of the outputs stored element by element (not a reduction's result
-        or LayerNorm's)."""
-        red = self.reduction.outputs[0] if self.reduction else None
-        ends = set(self.norm.outputs) if self.norm else {red}
-        return [k for k, v in enumerate(self.sub.outputs) if v not in ends]
-
     def _aliases(self, args: list, flat_out: list) -> tuple:
         """``((output, input), ...)``: plain outputs that are exactly a full input's array."""
         pairs = []
-        for k in self._plain_outputs():
+        for k in self.plain_outputs:
             address = flat_out[k].__array_interface__["data"][0]
             for i, (a, kind) in enumerate(zip(args, self.kinds)):
                 if (kind == "full" and a.size == flat_out[k].size

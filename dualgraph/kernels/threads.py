@@ -43,6 +43,8 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
         return
     global _pool, _pool_workers, _pool_pid
     if _pool_workers < count - 1 or _pool_pid != os.getpid():
+        if _pool is not None and _pool_pid == os.getpid():
+            _pool.shutdown(wait=False)   # (a bigger pool replaces it: its idle threads exit)
         _pool = ThreadPoolExecutor(count - 1, thread_name_prefix="dualgraph-rows")
         _pool_workers, _pool_pid = count - 1, os.getpid()
     bounds = [rows * i // count for i in range(count + 1)]
