@@ -1,4 +1,4 @@
-"""Hand-written Numba loops for the eager kernels NumPy runs slowly, and their math helpers.
+"""Hand-written loops for the eager kernels NumPy runs slowly, and their scalar helpers.
 
 NumPy's ``tanh``/``exp`` on float32 run one libm call per element here, and a row-wise
 normalisation is several full passes with temporaries; the loops in this package do the
@@ -6,13 +6,15 @@ same arithmetic in one pass with the vectorisable ``fastmath.exp32``/``tanh32`` 
 float32 ulps from libm). They are optional: an op calls :func:`enabled` and keeps its
 NumPy kernel when Numba is missing, ``DUALGRAPH_NUMBA=0``, or the dtype is not float32.
 
-Every loop is a plain Python function compiled at its first call (so a process that never
-runs e.g. an LSTM never imports Numba for it) and cached on disk by Numba. Numba's cache
-checks only the file of the function itself: after editing ``fastmath.py`` during
-development, clear ``__pycache__`` here.
+Loops and helpers are plain Python functions here (:func:`loop`, :func:`helper`): this
+package never imports Numba itself. A loop compiles at its first call for its argument
+types, and its machine code is kept on disk (``native.py``), so a later process runs it
+without starting Numba at all (which costs 0.6-1 s); Numba is imported only to compile
+(``build.py``).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from functools import lru_cache
 
@@ -27,17 +29,14 @@ PARALLEL_MIN = 1 << 20
 
 
 @lru_cache(maxsize=None)
-def _numba_importable() -> bool:
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
 
 
 def numba_available() -> bool:
-    """Numba is installed and not switched off with ``DUALGRAPH_NUMBA=0``."""
-    return os.environ.get("DUALGRAPH_NUMBA", "1") != "0" and _numba_importable()
+    """Numba is installed and not switched off with ``DUALGRAPH_NUMBA=0`` (this does not
+    import it)."""
+    return os.environ.get("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
 
 
 def enabled(*arrays: np.ndarray) -> bool:
@@ -46,21 +45,53 @@ def enabled(*arrays: np.ndarray) -> bool:
             and arrays[0].size >= MIN_ELEMENTS and numba_available())
 
 
-class Loop:
-    """A Python loop function, compiled by Numba at its first call. It releases the GIL
-    (``nogil``), so a loop over a range of rows can run on several threads at once
-    (``threads.run_rows``)."""
+class Helper:
+    """A scalar function the loops call. Called from Python it is the plain function
+    (``python``, if given, stands in for a Numba-only body); when a loop using it compiles,
+    Numba compiles it with ``options`` (``build.compiled_helper``)."""
 
-    def __init__(self, fn, fastmath=False):
-        self.fn, self.fastmath, self._compiled = fn, fastmath, None
-        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+    def __init__(self, fn, options: dict, python=None):
+        self.fn, self.options, self.python = fn, options, python or fn
+        self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
+        self.__module__, self.__doc__ = fn.__module__, fn.__doc__
 
     def __call__(self, *args):
-        compiled = self._compiled
+        return self.python(*args)
+
+
+def helper(fn=None, *, python=None, **options):
+    """Decorator: ``fn`` becomes a :class:`Helper`; ``options`` are Numba's ``njit``
+    options (e.g. ``inline="always"`` to inline it in Numba's IR)."""
+    if fn is None:
+        return lambda f: Helper(f, options, python)
+    return Helper(fn, options, python)
+
+
+class Intrinsic:
+    """A Numba intrinsic (``numba.extending.intrinsic``), declared without importing Numba:
+    ``fn(typingctx, *args) -> (signature, codegen)``, importing what it needs itself."""
+
+    def __init__(self, fn):
+        self.fn, self.__name__ = fn, fn.__name__
+
+
+class Loop:
+    """A Python loop function, compiled at its first call for each set of argument types
+    (``native.py``: machine code from the disk cache, or compiled by Numba and stored
+    there). Compiled, it runs without the GIL, so a loop over a range of rows can run on
+    several threads at once (``threads.run_rows``)."""
+
+    def __init__(self, fn, fastmath=False):
+        self.fn, self.fastmath = fn, fastmath
+        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        self._compiled = {}    # argument signature -> callable
+
+    def __call__(self, *args):
+        from . import native
+        key = native.signature(args)
+        compiled = self._compiled.get(key)
         if compiled is None:
-            from numba import njit
-            compiled = self._compiled = njit(cache=True, error_model="numpy", nogil=True,
-                                             fastmath=self.fastmath)(self.fn)
+            compiled = self._compiled[key] = native.compiled(self, key)
         return compiled(*args)
 
 
@@ -86,7 +117,7 @@ _LOOP_MODULES = ("activations", "normalization", "optim", "pooling", "scatter", 
 
 
 def __getattr__(name: str):
-    """``kernels.activations`` etc. import on first use: Numba is imported with them."""
+    """``kernels.activations`` etc. import on first use (most programs need few of them)."""
     if name in _LOOP_MODULES:
         import importlib
         return importlib.import_module(f".{name}", __name__)

@@ -8,9 +8,8 @@ there) and ``gelu_tanh32`` (which the compiler's fused kernels call too).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
-from . import loop
+from . import helper, loop
 from .fastmath import gelu_tanh32, gelu_tanh_backward32, sigmoid32, tanh32
 
 F = np.float32
@@ -31,7 +30,7 @@ def gelu_tanh_backward(g, x, out):
         out[i] = gelu_tanh_backward32(g[i], x[i])
 
 
-@njit(inline="always")
+@helper(inline="always")
 def _blocks(row, n):
     """The four gate blocks of one row as separate views: with one array per block (not
     offsets into one row) LLVM can prove the stores independent and vectorises the loop."""

@@ -17,19 +17,27 @@ to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
   and the quadrant of ``k`` picking one. The eager sin/cos loops and the fused kernels both
   call them, so compiled and eager agree to the bit.
 
-Every function is plain Python too, so the module imports (and the formulas can be tested)
-without Numba; ``NUMBA`` is the ``njit`` decorator, or None when Numba is missing.
+Every function is a plain Python function here (a ``kernels.Helper``), so the module
+imports, and the formulas can be tested, without Numba; Numba compiles them when a loop
+calling them compiles.
 """
 from __future__ import annotations
 
 import numpy as np
 
-try:
-    from numba import njit as _njit
-    from numba.core import types as _types
-    from numba.extending import intrinsic as _intrinsic
-except ImportError:   # the fused kernels fall back to NumPy
-    _njit = None
+from . import Intrinsic, helper
+
+# error_model="numpy": no ZeroDivisionError check, which would stop vectorisation.
+# Most helpers are separate functions, cached on disk, that LLVM inlines into the loops
+# calling them: a kernel calling them compiles in about half the time it took with every
+# helper inlined in Numba's IR. The tanh-GELU gradient is inlined in the IR (as a separate
+# function LLVM left it a call, and its loop did not vectorise: 7.8 instead of 1.1 ms on
+# 524k floats), and so are the pieces the others are built from. fastmath=False is
+# explicit: Numba compiles a helper that does not set it with the flags of the loop that
+# first calls it (softmax's "reassoc" broke exp32's argument reduction), and caches that,
+# so results hung on compile order.
+_SEPARATE = {"error_model": "numpy", "cache": True, "fastmath": False}
+_INLINED = {"inline": "always", "error_model": "numpy"}
 
 F = np.float32
 _LOG2E, _LN2_HI, _LN2_LO = F(1.44269504088896341), F(0.693359375), F(-2.12194440e-4)
@@ -57,26 +65,26 @@ _COS_C = tuple(float((-1) ** i / np.prod(np.arange(1.0, 2 * i + 1))) for i in ra
 
 
 def _pow2_py(n):
-    return F(2.0) ** F(n)   # (without Numba: the same value, just not a bitcast)
+    return F(2.0) ** F(n)   # (in Python: the same value, just not a bitcast)
 
 
-if _njit is not None:
-    @_intrinsic
-    def _bits_to_f32(typingctx, bits):
-        """Reinterpret an int32 as a float32 (an LLVM bitcast, which vectorises)."""
-        from llvmlite import ir
+@Intrinsic
+def _bits_to_f32(typingctx, bits):
+    """Reinterpret an int32 as a float32 (an LLVM bitcast, which vectorises)."""
+    from llvmlite import ir
+    from numba.core import types
 
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(args[0], ir.FloatType())
-        return _types.float32(_types.int32), codegen
-
-    @_njit(inline="always", error_model="numpy")
-    def _pow2(n):
-        return _bits_to_f32(np.int32((n + 127) << 23))
-else:
-    _pow2 = _pow2_py
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
 
 
+@helper(python=_pow2_py, **_INLINED)
+def _pow2(n):
+    return _bits_to_f32(np.int32((n + 127) << 23))
+
+
+@helper(**_SEPARATE)
 def exp32(x):
     """``exp`` for float32 scalars; NaN stays NaN, overflow gives inf, underflow 0."""
     xc = x if x < _EXP_HI else _EXP_HI
@@ -97,6 +105,7 @@ def exp32(x):
     return x if x != x else y
 
 
+@helper(**_SEPARATE)
 def tanh32(x):
     """``tanh`` for float32 scalars (NaN stays NaN)."""
     xc = x if x < _TANH_CLAMP else _TANH_CLAMP
@@ -113,11 +122,13 @@ def tanh32(x):
     return x if x != x else y
 
 
+@helper(**_SEPARATE)
 def sigmoid32(x):
     """``sigmoid`` for float32 scalars as ``(1 + tanh(x / 2)) / 2``: stable for any x."""
     return _HALF + _HALF * tanh32(_HALF * x)
 
 
+@helper(**_INLINED)
 def _tanh_terms(u):
     """``(1 + tanh u, 1 - tanh(u)^2)``, both to a few ulps relative even where tanh is
     within an ulp of -1 or 1 (computing them from a rounded tanh would cancel): with
@@ -128,6 +139,7 @@ def _tanh_terms(u):
     return one_plus, _FOUR * e * r * r
 
 
+@helper(**_SEPARATE)
 def gelu_tanh32(x):
     """``0.5 x (1 + tanh(K (x + C x^3)))`` for float32 scalars, in that form, as torch's and
     the NumPy kernel compute it (where tanh nears -1 the sum cancels alike in all three);
@@ -136,6 +148,7 @@ def gelu_tanh32(x):
     return _HALF * x * (_ONE + tanh32(_GELU_K * x * (_ONE + _GELU_C * x * x)))
 
 
+@helper(**_INLINED)
 def gelu_tanh_backward32(g, x):
     """``g * d/dx gelu_tanh(x)`` for float32 scalars."""
     x2 = x * x
@@ -144,6 +157,7 @@ def gelu_tanh_backward32(g, x):
     return g * (_HALF * one_plus + slope)
 
 
+@helper(**_INLINED)
 def _trig_core(d, quarter_turns):
     """``sin(d + quarter_turns * pi/2)`` for a float64 ``d`` with ``|d| < 2**18`` (no
     branches, so a loop over it vectorises)."""
@@ -161,6 +175,7 @@ def _trig_core(d, quarter_turns):
     return -v if q & 2 else v
 
 
+@helper(**_SEPARATE)
 def _trig32(x, quarter_turns):
     """``sin(x + quarter_turns * pi/2)`` for a float32 scalar, rounded once to float32."""
     d = np.float64(x)
@@ -170,38 +185,25 @@ def _trig32(x, quarter_turns):
     return np.float32(np.sin(d) if quarter_turns == 0 else np.cos(d))
 
 
+@helper(**_SEPARATE)
 def sin32(x):
     """``sin`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
     return _trig32(x, 0)
 
 
+@helper(**_SEPARATE)
 def cos32(x):
     """``cos`` for float32 scalars, correctly rounded but for rare double-rounding ties."""
     return _trig32(x, 1)
 
 
+@helper(**_SEPARATE)
 def where(c, a, b):
     return a if c else b
 
 
+@helper(**_SEPARATE)
 def sign(x):
     """torch's sign: ``(x > 0) - (x < 0)``, so sign(NaN) is 0."""
     return (x > 0) - (x < 0)
 
-
-if _njit is not None:
-    # error_model="numpy": no ZeroDivisionError check, which would stop vectorisation.
-    # Most helpers are separate functions, cached on disk, that LLVM inlines into the
-    # loops calling them: a kernel calling them compiles in about half the time it took
-    # with every helper inlined in Numba's IR. The tanh-GELU gradient is inlined in the IR
-    # (as a separate function LLVM left it a call, and its loop did not vectorise: 7.8
-    # instead of 1.1 ms on 524k floats), and so are the two tuple-returning pieces the
-    # others are built from. fastmath=False is explicit: Numba compiles a helper that does
-    # not set it with the flags of the loop that first calls it (softmax's "reassoc" broke
-    # exp32's argument reduction), and caches that, so results hung on compile order.
-    _tanh_terms, _trig_core, gelu_tanh_backward32 = (
-        _njit(inline="always", error_model="numpy")(f)
-        for f in (_tanh_terms, _trig_core, gelu_tanh_backward32))
-    (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign) = (
-        _njit(error_model="numpy", cache=True, fastmath=False)(f)
-        for f in (exp32, tanh32, sigmoid32, gelu_tanh32, _trig32, sin32, cos32, where, sign))

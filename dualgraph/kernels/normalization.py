@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
-from . import loop
+from . import helper, loop
 from .fastmath import exp32
 
 F = np.float32
@@ -21,7 +20,7 @@ _ZERO, _ONE = F(0), F(1)
 _REDUCE = {"reassoc", "nsz"}
 
 
-@njit(inline="always")
+@helper(inline="always")
 def _row_max(row):
     m = row[0]
     for j in range(1, row.size):
@@ -58,7 +57,7 @@ def log_softmax(x, out):
             o[j] = row[j] - shift
 
 
-@njit(inline="always")
+@helper(inline="always")
 def normalise_row(row, weight, bias, eps, out):
     """One row to zero mean and unit variance, then ``* weight + bias`` (full rows: a
     broadcast index into a one-element array would stop vectorisation); returns the

@@ -4,12 +4,11 @@ bits."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
-from . import loop
+from . import helper, loop
 
 
-@njit(inline="always")
+@helper(inline="always")
 def _adam_step(p, g, m, v, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt,
                eps, neg_step_size, decay):
     """One element: ``m' = m + (1 - b1)(g - m)``, ``v' = b2 v + (1 - b2) g^2``,
@@ -43,7 +42,7 @@ def adam_in_place(p, grad, m, v, one_minus_beta1, beta2, one_minus_beta2,
             bias_correction2_sqrt, eps, neg_step_size, decay)
 
 
-@njit(inline="always")
+@helper(inline="always")
 def _sgd_step(p, g, buf, momentum, one_minus_dampening, neg_lr, nesterov):
     """One element: ``b' = momentum b + (1 - dampening) g``, ``p' = p - lr * b'``
     (Nesterov: ``p - lr * (g + momentum b')``)."""

@@ -10,13 +10,12 @@ Unlike the other eager loops these run at every size: a fused kernel of a small 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit   # (imported only where Numba is available: see kernels/__init__)
 
-from . import loop
+from . import helper, loop
 from .fastmath import _TRIG_LIMIT, _trig32, _trig_core
 
 
-@njit(inline="always", error_model="numpy")
+@helper(inline="always", error_model="numpy")
 def _trig(x, out, quarter_turns):
     n = x.size
     for i in range(n):

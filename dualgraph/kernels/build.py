@@ -1,0 +1,141 @@
+"""Compiling loops with Numba, which is imported here and nowhere else.
+
+Loops and helpers are plain Python functions whose globals hold :class:`Helper` and
+:class:`Intrinsic` objects; Numba resolves a function's globals when it compiles it, so
+each function is compiled as a copy whose globals hold the helpers' Numba versions
+instead (:func:`numba_function`). A loop then becomes either
+
+- an *entry* (:func:`entry`): a C-callable function around it, taking arrays as ndarray
+  objects (``PyObject *``) and reading their data pointer and shape from NumPy's array
+  struct; ``native.py`` stores its machine code and calls it through ctypes; or
+- a *dispatcher* (:func:`dispatcher`): Numba's own, for argument types with no native form.
+
+The helpers keep Numba's on-disk cache (``cache=True``), so a new loop calling them compiles
+only itself.
+"""
+from __future__ import annotations
+
+import types as pytypes
+from functools import lru_cache
+
+from llvmlite import ir
+from numba import carray, cfunc, njit, types
+from numba.extending import intrinsic
+
+from . import Helper, Intrinsic, Loop
+from .native import DATA_OFFSET, DIMS_OFFSET
+
+_numba_globals: dict[int, dict] = {}      # id(module globals) -> their Numba version
+_helpers: dict[Helper, object] = {}       # helper -> its dispatcher
+_intrinsics: dict[Intrinsic, object] = {}
+_dispatchers: dict[Loop, object] = {}
+_SCALARS = {"b": types.boolean, "i8": types.int64, "i4": types.int32, "f8": types.float64,
+            "f4": types.float32}
+_DTYPES = {"f4": types.float32, "f8": types.float64, "i4": types.int32, "i8": types.int64,
+           "b1": types.boolean, "u1": types.uint8, "i1": types.int8}
+
+
+def numba_function(fn):
+    """``fn`` with the helpers among its globals replaced by their Numba versions."""
+    return _with_globals(fn, _globals_of(fn))
+
+
+def _with_globals(fn, module_globals: dict):
+    copy = pytypes.FunctionType(fn.__code__, module_globals, fn.__name__, fn.__defaults__,
+                                fn.__closure__)
+    copy.__qualname__, copy.__doc__ = fn.__qualname__, fn.__doc__
+    return copy
+
+
+def compiled_helper(helper: Helper):
+    """The Numba dispatcher of ``helper`` (compiled when a loop calling it compiles)."""
+    _globals_of(helper.fn)    # makes the dispatchers of every helper of its module
+    return _helpers[helper]
+
+
+def _globals_of(fn) -> dict:
+    """The Numba version of ``fn``'s module globals: made once per module, with the module's
+    own helpers first, so helpers that call each other (in any order) find each other."""
+    module_globals = fn.__globals__
+    done = _numba_globals.get(id(module_globals))
+    if done is not None:
+        return done
+    done = _numba_globals[id(module_globals)] = dict(module_globals)
+    for name, value in module_globals.items():
+        if isinstance(value, Helper) and value.fn.__globals__ is module_globals:
+            done[name] = _helpers[value] = njit(**value.options)(_with_globals(value.fn, done))
+    for name, value in module_globals.items():
+        if isinstance(value, Helper) and value.fn.__globals__ is not module_globals:
+            done[name] = compiled_helper(value)
+        elif isinstance(value, Intrinsic):
+            if value not in _intrinsics:
+                _intrinsics[value] = intrinsic(value.fn)
+            done[name] = _intrinsics[value]
+    return done
+
+
+def dispatcher(loop: Loop):
+    """Numba's dispatcher for ``loop`` (compiled per argument types, cached on disk by
+    Numba); it releases the GIL."""
+    fn = _dispatchers.get(loop)
+    if fn is None:
+        fn = _dispatchers[loop] = njit(cache=True, error_model="numpy", nogil=True,
+                                       fastmath=loop.fastmath)(numba_function(loop.fn))
+    return fn
+
+
+def entry(loop: Loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
+    """Compile a C-callable entry ``name`` calling ``loop`` on arguments of ``codes``
+    (``native.signature``): its object code, its symbol, and the symbols it leaves for
+    the linker to find."""
+    params, argtypes, lines, call = [], [], [], []
+    for k, code in enumerate(codes):
+        if code.endswith("]"):     # an array: its object
+            dtype, ndim = code[:-1].split("[")
+            params.append(f"o{k}")
+            argtypes.append(types.int64)
+            dims = ", ".join(f"_word(d{k} + {8 * i})" for i in range(int(ndim)))
+            lines += [f"d{k} = _word(o{k} + {DIMS_OFFSET})",
+                      f"a{k} = carray(_pointer_{dtype}(_word(o{k} + {DATA_OFFSET})), "
+                      f"({dims},))"]
+            call.append(f"a{k}")
+        else:
+            params.append(f"x{k}")
+            argtypes.append(_SCALARS[code])
+            call.append(f"x{k}")
+    source = "\n    ".join([f"def {name}({', '.join(params)}):", *lines,
+                            f"loop({', '.join(call)})"])
+    namespace = {"carray": carray, "_word": _word,
+                 "loop": njit(error_model="numpy", fastmath=loop.fastmath)(
+                     numba_function(loop.fn)),
+                 **{f"_pointer_{c}": _pointer(t) for c, t in _DTYPES.items()}}
+    exec(compile(source, f"<dualgraph entry of {loop.fn.__qualname__}>", "exec"), namespace)
+    compiled = cfunc(types.void(*argtypes), error_model="numpy")(namespace[name])
+    library = compiled._library
+    module = library._final_module
+    code = library._codegen._tm.emit_object(module)
+    undefined = {f.name for f in module.functions if f.is_declaration} | {
+        g.name for g in module.global_variables if g.is_declaration}
+    return code, compiled.native_name, {s for s in undefined if not s.startswith("llvm.")}
+
+
+@intrinsic
+def _word(typingctx, address):
+    """The int64 stored at ``address``."""
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
+    return types.int64(types.int64), codegen
+
+
+@lru_cache(maxsize=None)
+def _pointer(dtype):
+    """An intrinsic: an int64 address as a pointer to ``dtype``."""
+    @intrinsic
+    def pointer(typingctx, address):
+        signature = types.CPointer(dtype)(types.int64)
+
+        def codegen(context, builder, sig, args):
+            return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
+        return signature, codegen
+    return pointer
+

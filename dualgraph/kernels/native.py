@@ -1,0 +1,232 @@
+"""Compiled loops as machine code on disk, loaded and called without Numba.
+
+Starting Numba costs a process 0.6-1 s here (its import, SciPy's, which it imports to look
+for BLAS, and the set-up of its first compile): more than a whole first call of a compiled
+step may take. So a loop is compiled by Numba once per argument signature, as a C-callable
+entry (``build.py``), and its machine code (an object file) goes into the kernel cache with
+a JSON description. A later process links that object with llvmlite's JIT (45 ms to import)
+and calls it through ctypes; Numba is not imported at all.
+
+The entry's calling convention: an array is passed as the ndarray object itself (a
+``PyObject *``); the entry reads the data pointer and the shape from NumPy's array struct,
+so a call costs about what Numba's dispatcher costs (ctypes passes an object without
+converting it, and it releases the GIL, so ``threads.run_rows`` still runs ranges at once).
+Only C-contiguous, aligned, native-byte-order arrays of a few dtypes and ``bool`` / ``int``
+/ ``float`` / NumPy scalars have a native form; a call with anything else runs Numba's
+dispatcher (``build.dispatcher``), as does everything when ``DUALGRAPH_NATIVE=0``.
+
+An object is keyed by everything its code depends on: the loop's source file, this
+package's files (helpers, this calling convention), the loop's options and argument types,
+Numba's and llvmlite's versions and the host CPU (the code uses its instruction set).
+
+The entry Numba writes around a loop also carries code to report a Python exception,
+calling helpers of Numba's own C library. The loops cannot raise (NumPy's error model, no
+bounds checks, no allocation), so those calls are never made; without Numba loaded their
+symbols are bound to a function that says so and aborts, rather than left unresolved.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .cache import cache_dir, kernels_hash, writable, write_atomically
+
+# argument codes: an array is "<dtype code>[<ndim>]"
+_DTYPE_CODES = {np.float32: "f4", np.float64: "f8", np.int32: "i4", np.int64: "i8",
+                np.bool_: "b1", np.uint8: "u1", np.int8: "i1"}
+_ARRAY_CODES = {(np.dtype(t), ndim): f"{c}[{ndim}]"
+                for t, c in _DTYPE_CODES.items() for ndim in range(1, 6)}
+_SCALAR_CODES = {bool: "b", np.bool_: "b", int: "i8", np.int64: "i8", np.int32: "i4",
+                 float: "f8", np.float64: "f8", np.float32: "f4"}
+_C_SCALARS = {"b": ctypes.c_bool, "i8": ctypes.c_int64, "i4": ctypes.c_int32,
+              "f8": ctypes.c_double, "f4": ctypes.c_float}
+# NumPy's array struct (PyArrayObject_fields): after the object header, the data pointer,
+# the number of dims, the pointer to the dims (checked at run time: ``_usable``)
+DATA_OFFSET, DIMS_OFFSET = 16, 32
+# Numba's helpers on the (unreachable) exception path of a C-callable entry
+ERROR_PATH = frozenset({"NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise",
+                        "numba_gil_ensure", "numba_gil_release",
+                        "numba_runtime_build_excinfo_struct", "numba_unpickle"})
+
+_lock = threading.RLock()
+_loaded: dict[str, object] = {}     # key -> ctypes function (each object is linked once)
+
+
+def signature(args) -> tuple:
+    """The argument codes a loop compiles for: ``"f4[2]"`` for a float32 matrix, ``"f8"``
+    for a Python float; None for an argument with no native form. (Run at every call: it
+    is kept to a few dict lookups per argument.)"""
+    codes = []
+    for a in args:
+        if type(a) is np.ndarray:
+            flags = a.flags
+            codes.append(_ARRAY_CODES.get((a.dtype, a.ndim))
+                         if flags.c_contiguous and flags.aligned else None)
+        else:
+            codes.append(_SCALAR_CODES.get(type(a)))
+    return tuple(codes)
+
+
+def compiled(loop, codes: tuple):
+    """The callable that runs ``loop`` on arguments of these codes: its machine code from
+    the disk cache, else compiled by Numba (and stored), else Numba's dispatcher."""
+    with _lock:
+        fn = None
+        if None not in codes and enabled():
+            key, folder = _key(loop, codes), _folder(loop)
+            fn = _loaded.get(key)
+            if fn is None:
+                fn = _link(key, *(_load(folder, key) or _build(loop, codes, folder, key)))
+        if fn is None:
+            from . import build
+            fn = build.dispatcher(loop)
+        return fn
+
+
+def enabled() -> bool:
+    """Machine code is cached and loaded (``DUALGRAPH_NATIVE=0`` switches it off), llvmlite
+    imports, and NumPy's array struct is laid out as the entries read it."""
+    return os.environ.get("DUALGRAPH_NATIVE", "1") != "0" and _usable()
+
+
+@lru_cache(maxsize=None)
+def _usable() -> bool:
+    try:
+        _engine()
+        _process_symbols()
+    except (ImportError, OSError, TypeError):   # no llvmlite; no dlsym (not a Unix)
+        return False
+    probe = np.arange(6, dtype=np.int64).reshape(2, 3)
+    words = (ctypes.c_int64 * 5).from_address(id(probe))
+    dims = (ctypes.c_int64 * 2).from_address(words[DIMS_OFFSET // 8])
+    return words[DATA_OFFSET // 8] == probe.ctypes.data and tuple(dims) == probe.shape
+
+
+@lru_cache(maxsize=None)
+def _process_symbols() -> ctypes.CDLL:
+    """The symbols this process has loaded (Python's C API, libc, libm)."""
+    return ctypes.CDLL(None)
+
+
+@lru_cache(maxsize=None)
+def _engine():
+    """The process's JIT linker (llvmlite's MCJIT); objects are added to it one by one."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+
+
+@lru_cache(maxsize=None)
+def _environment() -> str:
+    """Versions and the host CPU: machine code from another of these is not reused.
+    (Numba's version is read from its ``_version.py`` without importing Numba, nor
+    ``importlib.metadata``, which takes 0.1 s to import.)"""
+    import llvmlite
+    import llvmlite.binding as llvm
+    numba_version = Path(importlib.util.find_spec("numba").origin).with_name("_version.py")
+    return json.dumps([sys.version_info[:2], llvmlite.__version__, _file_hash(
+        str(numba_version)), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()])
+
+
+@lru_cache(maxsize=None)
+def _file_hash(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _key(loop, codes: tuple) -> str:
+    fn = loop.fn
+    fastmath = sorted(loop.fastmath) if loop.fastmath else False
+    text = json.dumps([kernels_hash(), _environment(), _file_hash(fn.__code__.co_filename),
+                       fn.__module__, fn.__qualname__, fastmath, codes])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _folder(loop) -> Path:
+    """Where a loop's objects are kept: this package's own loops with the installation
+    (compiled once per installation, as Python's ``.pyc`` files), in ``__pycache__`` here
+    when it can be written; generated kernels in the kernel cache."""
+    here = Path(__file__).parent
+    own = Path(loop.fn.__code__.co_filename).parent == here
+    return (own and writable(here / "__pycache__" / "native")) or cache_dir() / "native"
+
+
+def _paths(folder: Path, key: str) -> tuple[Path, Path]:
+    return folder / f"{key}.json", folder / f"{key}.o"
+
+
+def _load(folder: Path, key: str) -> tuple[dict, bytes] | None:
+    meta_path, object_path = _paths(folder, key)
+    try:
+        meta = json.loads(meta_path.read_text())
+        code = object_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    if hashlib.sha256(code).hexdigest() != meta.get("sha256"):
+        return None      # (written by another version, or damaged: compile it again)
+    return meta, code
+
+
+def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
+    """Compile the entry with Numba and store it with its description."""
+    from . import build
+    code, symbol, undefined = build.entry(loop, codes, f"entry_{key}")
+    meta = {"loop": f"{loop.fn.__module__}.{loop.fn.__qualname__}", "signature": codes,
+            "symbol": symbol, "undefined": sorted(undefined),
+            "sha256": hashlib.sha256(code).hexdigest()}
+    meta_path, object_path = _paths(folder, key)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomically(object_path, code)
+    write_atomically(meta_path, json.dumps(meta, indent=1).encode())   # last: it marks done
+    return meta, code
+
+
+def _resolvable(name: str) -> bool:
+    """Whether a fresh process can bind ``name``: Python's C API, libc and libm, or one of
+    Numba's error-path helpers."""
+    return name in ERROR_PATH or hasattr(_process_symbols(), name)
+
+
+def _link(key: str, meta: dict, code: bytes):
+    """The entry of an object as a ctypes function; None when the object needs symbols a
+    process without Numba cannot provide (a loop that allocates: Numba's dispatcher runs
+    it instead)."""
+    import llvmlite.binding as llvm
+    if not all(_resolvable(name) for name in meta["undefined"]):
+        return None
+    for name in meta["undefined"]:
+        if name in ERROR_PATH and not llvm.address_of_symbol(name):
+            llvm.add_symbol(name, _error_path_address())   # (Numba, if loaded, has its own)
+    engine = _engine()
+    engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+    engine.finalize_object()
+    address = engine.get_function_address(meta["symbol"])
+    argtypes = [ctypes.py_object if c.endswith("]") else _C_SCALARS[c]
+                for c in meta["signature"]]
+    fn = _loaded[key] = ctypes.CFUNCTYPE(None, *argtypes)(address)
+    return fn
+
+
+def _reached_error_path():
+    sys.stderr.write("dualgraph: a compiled loop reached Numba's exception path, which "
+                     "cannot report without Numba loaded. Rerun with DUALGRAPH_NATIVE=0 "
+                     "to see the error, and please report it.\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+_ERROR_PATH_STUB = ctypes.CFUNCTYPE(None)(_reached_error_path)
+
+
+def _error_path_address() -> int:
+    return ctypes.cast(_ERROR_PATH_STUB, ctypes.c_void_p).value

@@ -1,0 +1,138 @@
+"""Loops as cached machine code (``kernels/native.py``): the entry Numba compiles computes
+what Numba's own dispatcher computes (to the bit, but for row sums a loop may reassociate);
+a second process runs it without
+importing Numba; arguments with no native form, a damaged cache file and
+``DUALGRAPH_NATIVE=0`` fall back to the dispatcher."""
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from dualgraph import kernels
+from dualgraph.kernels import activations, native, normalization, optim, pooling, scatter
+
+pytestmark = pytest.mark.skipif(not (kernels.numba_available() and native.enabled()),
+                                reason="Numba or llvmlite is not installed")
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_signature_codes_name_dtype_and_rank_or_none_without_a_native_form():
+    m = np.ones((2, 3), np.float32)
+    assert native.signature((m, m[0], np.ones(3, np.int64), np.ones(2, bool))) == (
+        "f4[2]", "f4[1]", "i8[1]", "b1[1]")
+    assert native.signature((1.5, np.float32(1), 2, np.int32(2), True, np.bool_(0))) == (
+        "f8", "f4", "i8", "i4", "b", "b")
+    no_form = (m[:, ::2], m.T, np.ones((2, 2), ">f4"), np.ones(()), np.ones(2, np.float16),
+               "text", None)
+    assert native.signature(no_form) == (None,) * len(no_form)
+
+
+def loop_cases():
+    """(loop, arguments, the indices of the outputs) covering 1-, 2- and 3-D arrays,
+    int64 and float32 arrays, float32, float and bool scalars."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 96)).astype(np.float32)
+    w, b = rng.normal(size=96).astype(np.float32), rng.normal(size=96).astype(np.float32)
+    p, g, m = (rng.normal(size=5000).astype(np.float32) for _ in range(3))
+    v = np.abs(rng.normal(size=5000)).astype(np.float32)
+    adam_scalars = tuple(np.float32(s) for s in (0.1, 0.999, 0.001, 0.9, 1e-8, -1e-3, 1.0))
+    return [
+        (normalization.layer_norm, (0, 64, x, w, b, np.float32(1e-5), np.empty_like(x),
+                                    np.empty(64, np.float32), np.empty(64, np.float32)),
+         (6, 7, 8)),
+        (activations.lstm_cell, (rng.normal(size=(8, 128)).astype(np.float32),
+                                 rng.normal(size=(8, 32)).astype(np.float32),
+                                 *(np.empty((8, 32), np.float32) for _ in range(2)),
+                                 np.empty((8, 128), np.float32)), (2, 3, 4)),
+        (optim.adam_in_place, (p.copy(), g, m.copy(), v.copy(), *adam_scalars), (0, 2, 3)),
+        (optim.sgd_momentum_in_place, (p.copy(), g, m.copy(), np.float32(0.9),
+                                       np.float32(1.0), np.float32(-0.01), True), (0, 2)),
+        (scatter.add_rows, (np.zeros((10, 96), np.float32), rng.integers(0, 10, 64),
+                            x), (0,)),
+        (pooling.max_pool_2x2, (rng.normal(size=(3, 8, 8)).astype(np.float32),
+                                np.empty((3, 4, 4), np.float32),
+                                np.empty((3, 4, 4), np.int64)), (1, 2)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_a_native_entry_computes_what_numbas_dispatcher_computes(case):
+    from dualgraph.kernels import build
+    loop, args, outputs = loop_cases()[case]
+    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    loop(*args)
+    assert isinstance(loop._compiled[native.signature(args)], ctypes._CFuncPtr)
+    build.dispatcher(loop)(*copies)
+    for i in outputs:
+        if loop.fastmath:   # reassociated row sums: each compile may group them its own way
+            np.testing.assert_allclose(args[i], copies[i], rtol=2e-6, atol=2e-6)
+        else:
+            np.testing.assert_array_equal(args[i], copies[i])
+
+
+def test_arguments_without_a_native_form_run_numbas_dispatcher():
+    rng = np.random.default_rng(1)
+    g, y = rng.normal(size=(2, 8192)).astype(np.float32)
+    out = np.empty(4096, np.float32)
+    activations.relu_backward(g[::2], y[::2], out)     # strided views
+    np.testing.assert_array_equal(out, np.where(y[::2] > 0, g[::2], 0))
+    fn = activations.relu_backward._compiled[native.signature((g[::2], y[::2], out))]
+    assert not isinstance(fn, ctypes._CFuncPtr)
+
+
+SCRIPT = """
+    import sys
+    import numpy as np
+    from dualgraph.codegen.cache import load_module
+    source = ("from dualgraph.kernels import loop\\n"
+              "@loop\\n"
+              "def twice(x, out):\\n"
+              "    for i in range(x.size):\\n"
+              "        out[i] = x[i] * 2\\n")
+    x = np.arange(5000, dtype=np.float32)
+    out = np.empty_like(x)
+    load_module(source).twice(x, out)
+    print(bool((out == 2 * x).all()), "numba" in sys.modules)
+"""
+
+
+def test_a_second_process_runs_the_stored_entry_without_numba(tmp_path):
+    runs = [run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path)) for _ in range(2)]
+    assert [r.stdout.split() for r in runs] == [["True", "True"], ["True", "False"]], runs
+    assert len(list((tmp_path / "native").glob("*.o"))) == 1
+
+
+def test_a_damaged_object_is_compiled_again(tmp_path):
+    run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path))
+    (obj,) = (tmp_path / "native").glob("*.o")
+    obj.write_bytes(obj.read_bytes()[:100])
+    again = run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path))
+    assert again.stdout.split() == ["True", "True"], again.stderr   # recompiled with Numba
+    assert run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path)).stdout.split() == [
+        "True", "False"]
+
+
+def test_native_switched_off_runs_numbas_dispatcher(tmp_path):
+    out = run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path), DUALGRAPH_NATIVE="0")
+    assert out.stdout.split() == ["True", "True"], out.stderr
+    assert not (tmp_path / "native").exists()
+
+
+def test_the_unreachable_error_path_aborts_with_a_message():
+    code = """
+        import ctypes
+        from dualgraph.kernels import native
+        ctypes.CFUNCTYPE(None)(native._error_path_address())()
+    """
+    out = run_python(code)
+    assert out.returncode != 0
+    assert "reached Numba's exception path" in out.stderr and "DUALGRAPH_NATIVE=0" in out.stderr
