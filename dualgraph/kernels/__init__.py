@@ -20,6 +20,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import native
+
 # Below this NumPy's per-call cost is already small. The compiler's fused kernels use the
 # same threshold, so an op and a fused group containing it take the same path.
 MIN_ELEMENTS = 1 << 12
@@ -87,7 +89,6 @@ class Loop:
         self._compiled = {}    # argument signature -> callable
 
     def __call__(self, *args):
-        from . import native
         key = native.signature(args)
         compiled = self._compiled.get(key)
         if compiled is None:
