@@ -136,3 +136,24 @@ def test_the_unreachable_error_path_aborts_with_a_message():
     out = run_python(code)
     assert out.returncode != 0
     assert "reached Numba's exception path" in out.stderr and "DUALGRAPH_NATIVE=0" in out.stderr
+
+
+def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkeypatch):
+    from dualgraph.codegen.cache import load_module
+    from dualgraph.kernels import build
+
+    def no_internals(*args):
+        raise AttributeError("'CFunc' object has no attribute '_library'")
+    monkeypatch.setattr(build, "entry", no_internals)
+    source = ("from dualgraph.kernels import loop\n"
+              "@loop\n"
+              "def plus_one(x, out):   # (a source of its own: not in any cache)\n"
+              f"    for i in range(x.size):  # {os.getpid()} {id(monkeypatch)}\n"
+              "        out[i] = x[i] + 1\n")
+    plus_one = load_module(source).plus_one
+    x = np.arange(10, dtype=np.float32)
+    out = np.empty_like(x)
+    with pytest.warns(UserWarning, match="no native entry.*_library.*dispatcher"):
+        plus_one(x, out)
+    np.testing.assert_array_equal(out, x + 1)
+    assert not isinstance(plus_one._compiled[native.signature((x, out))], ctypes._CFuncPtr)

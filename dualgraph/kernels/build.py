@@ -11,7 +11,9 @@ instead (:func:`numba_function`). A loop then becomes either
 - a *dispatcher* (:func:`dispatcher`): Numba's own, for argument types with no native form.
 
 The helpers keep Numba's on-disk cache (``cache=True``), so a new loop calling them compiles
-only itself.
+only itself. :func:`entry` takes the object code from Numba's internals (the compiled
+library's final LLVM module and target machine; Numba 0.68): where they change, native.py
+warns and runs Numba's dispatcher instead.
 """
 from __future__ import annotations
 

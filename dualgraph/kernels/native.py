@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import threading
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,7 +86,11 @@ def compiled(loop, codes: tuple):
             key, folder = _key(loop, codes), _folder(loop)
             fn = _loaded.get(key)
             if fn is None:
-                fn = _link(key, *(_load(folder, key) or _build(loop, codes, folder, key)))
+                try:
+                    fn = _link(key, *(_load(folder, key) or _build(loop, codes, folder, key)))
+                except Exception as e:   # e.g. a Numba without the internals build.py uses
+                    warnings.warn(f"{loop.__qualname__}: no native entry for {codes} ({e}); "
+                                  "Numba's dispatcher runs it")
         if fn is None:
             from . import build
             fn = build.dispatcher(loop)
