@@ -14,9 +14,9 @@ instead (:func:`numba_function`). A loop then becomes either
 - a *dispatcher* (:func:`dispatcher`): Numba's own, for argument types with no native form.
 
 The helpers keep Numba's on-disk cache (``cache=True``), so a new loop calling them compiles
-only itself. :func:`entry` takes the object code from Numba's internals (the compiled
-library's final LLVM module and target machine; Numba 0.68): where they change, native.py
-warns and runs Numba's dispatcher instead.
+only itself. :func:`entry` takes the object code Numba's JIT linked from Numba's internals
+(the compiled library, as Numba's own cache serialises it, and its final LLVM module;
+Numba 0.68): where they change, native.py warns and runs Numba's dispatcher instead.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def entry(loop: Loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
                      fastmath=loop.fastmath)(namespace[name])
     library = compiled._library
     module = library._final_module
-    code = library._codegen._tm.emit_object(module)
+    _, _, (code, _) = library.serialize_using_object_code()   # what Numba's JIT linked
     undefined = {f.name for f in module.functions if f.is_declaration} | {
         g.name for g in module.global_variables if g.is_declaration}
     return code, compiled.native_name, {s for s in undefined if not s.startswith("llvm.")}
