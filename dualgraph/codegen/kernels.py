@@ -37,6 +37,7 @@ import math
 import os
 import re
 import warnings
+from functools import lru_cache
 
 import numpy as np
 
@@ -144,6 +145,7 @@ def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
+@lru_cache(maxsize=None)
 def _dtype_ctor(dtype: np.dtype) -> str:
     return "np.bool_" if dtype == np.bool_ else f"np.{dtype.name}"
 

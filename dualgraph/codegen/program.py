@@ -62,6 +62,7 @@ class Program:
         self.constants: dict[str, tuple[float, int]] = {}   # repr -> (value, register)
         self.instructions: list[tuple[int, int, int, int, int]] = []
         self.lines: list[str] = []
+        self._exprs: dict = {}                # a kind of member -> its scalar expression
         self._assign(fast_math)
         if not self.cases:
             raise Unsupported("no elementwise ops")
@@ -86,8 +87,7 @@ class Program:
             if len(regs) > len(_OPERANDS):
                 raise Unsupported(f"{node.op.name} has {len(regs)} operands")
             if node.op.elementwise is not None:
-                names = list(_OPERANDS[:len(regs)])
-                opcode = self._opcode(scalar_expr(node, names, fast_math), node)
+                opcode = self._opcode(self._expr(node, fast_math), node)
             else:
                 self._check_reduction(node)
                 opcode = -1
@@ -100,6 +100,22 @@ class Program:
             self.instructions.append((opcode, out, *(regs + [0] * (3 - len(regs)))))
             args = ", ".join(f"r{r}" for r in regs)
             self.lines.append(f"r{out} = {node.op.name}({args})    # %{node.outputs[0].name}")
+
+    def _expr(self, node: Node, fast_math: bool) -> str:
+        """The member's scalar expression over registers. Members of the same op, dtypes
+        and attrs have the same one (W6: 4,500 members, a dozen expressions), so it is
+        worked out once per such kind."""
+        try:
+            kind = (node.op.name, node.outputs[0].dtype, tuple(sorted(node.attrs.items())),
+                    tuple(x.dtype if isinstance(x, Value) else type(x) for x in node.inputs))
+            hash(kind)
+        except TypeError:   # an attr that is not hashable: no sharing
+            kind = node
+        expr = self._exprs.get(kind)
+        if expr is None:
+            names = list(_OPERANDS[:len(node.inputs)])
+            expr = self._exprs[kind] = scalar_expr(node, names, fast_math)
+        return expr
 
     def _operand_register(self, x) -> int:
         """The register of an operand; a number gets a constant register (other operands,
