@@ -394,13 +394,17 @@ def test_helpers_keep_their_own_float_rules_whichever_loop_compiles_them_first(t
     """Numba compiles a helper with the fast-math flags of the loop that first calls it
     unless the helper sets its own. softmax's loop allows reassociation, which breaks
     exp32's exact argument reduction (4e-6 relative error); the helpers set fastmath=False,
-    so compiling softmax first (in a fresh process and cache) leaves exp32 exact."""
+    so compiling softmax first (in a fresh process and caches: Numba's, and the native
+    entries', which otherwise keep the package's loops with the installation) leaves exp32
+    exact."""
     import subprocess
     import sys
     code = ("import numpy as np\n"
-            "from dualgraph.kernels import build, fastmath, normalization\n"
+            "from dualgraph.kernels import build, fastmath, native, normalization\n"
+            f"native._folder = lambda loop: native.Path({str(tmp_path)!r})\n"
             "x = np.ones((4, 4096), np.float32)\n"
             "normalization.softmax(x, np.empty_like(x))\n"
+            f"assert list(native.Path({str(tmp_path)!r}).glob('*.o'))  # compiled here\n"
             "v = np.float32(-72.0756)\n"
             "print(build.compiled_helper(fastmath.exp32)(v) == fastmath.exp32(v))\n")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), DUALGRAPH_CACHE_DIR=str(tmp_path))
