@@ -429,3 +429,54 @@ def test_share_conv_columns_leaves_different_attrs_alone():
     graph = conv_and_weight_grad(weight_grad_stride=(2, 2))
     new, report = run(share_conv_columns, graph)
     assert new is graph and not report.changed
+
+
+def test_a_pass_shares_the_nodes_it_leaves_alone():
+    # fold_constants rewrites the node reading the folded value and what depends on it; the
+    # rest of its new graph is the old nodes themselves (nodes are immutable), and the graph
+    # is the one a full copy gives
+    g = Graph()
+    x = g.add_input((3,), "float32", name="x")
+    (a,) = g.add_node("exp", [x])
+    (c,) = g.add_node("full_like", [x], {"fill_value": 2.0, "dtype": "float32"})
+    (b,) = g.add_node("mul", [a, c])
+    (d,) = g.add_node("neg", [b])
+    (e,) = g.add_node("sin", [a])
+    g.set_outputs([d, e])
+    new, report = run(fold_constants, g)
+    assert report.counts["folded"] == 1 and new.inputs == g.inputs
+    assert [n.op.name for n in new.nodes] == ["exp", "mul", "neg", "sin"]
+    assert [n is v.producer for n, v in zip(new.nodes, [a, b, d, e])] == [True, False, False, True]
+    assert "%mul: f32[3] = mul(%exp, %full_like)" in str(new)
+    assert b not in new and d not in new and a in new and e in new
+
+
+def test_copy_node_shares_only_what_a_copy_would_equal():
+    g = Graph()
+    x = g.add_input((2,), "float32", name="x")
+    (a,) = g.add_node("exp", [x])
+    h = Graph()
+    h.share_input(x)
+    assert h.copy_node(a.producer, [x]) == (a,)            # its own input: the node itself
+    assert h.nodes == [a.producer] and a in h
+    k = Graph()
+    y = k.add_input((2,), "float32", name="x")
+    (b,) = k.copy_node(a.producer, [y])                     # another input: a copy
+    assert b is not a and b.name == "exp" and b.producer is not a.producer
+    m = Graph()
+    m.share_input(x)
+    m.add_node("neg", [x], names=["exp"])                   # its name is taken: a copy
+    (c,) = m.copy_node(a.producer, [x])
+    assert c is not a and c.name == "exp_1"
+    assert m.share_nodes([a.producer]) == 0                 # (sharing stops there)
+
+
+def test_the_shape_rule_memo_tells_literal_types_apart():
+    g = Graph()
+    x = g.add_input((2,), "int32", name="x")
+    (a,) = g.add_node("add", [x, 1])
+    (b,) = g.add_node("add", [x, 1.0])
+    (c,) = g.add_node("add", [x, 2])
+    assert (a.dtype, b.dtype, c.dtype) == (np.dtype("int32"), np.dtype("float32"),
+                                           np.dtype("int32"))
+    verify(g)

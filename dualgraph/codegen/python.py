@@ -27,6 +27,7 @@ import linecache
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -40,6 +41,8 @@ from . import ufuncs
 
 _NON_WORD = re.compile(r"\W")
 _counter = [0]   # distinct file names for linecache
+# A traced loop labels thousands of nodes with the same few source lines.
+_short_location = lru_cache(maxsize=4096)(short_location)
 
 
 @dataclass
@@ -59,9 +62,11 @@ class Namer:
         self.names = UniqueNames(set(reserved) | set(dir(builtins)) | {"np"})
 
     def fresh(self, name: str) -> str:
-        base = _NON_WORD.sub("_", name) or "v"
-        if base[0].isdigit():
-            base = "v" + base
+        base = name
+        if not (name.isascii() and name.isidentifier()):   # (most are: the regex is slow)
+            base = _NON_WORD.sub("_", name) or "v"
+            if base[0].isdigit():
+                base = "v" + base
         if keyword.iskeyword(base):
             base += "_"
         return self.names.fresh(base)
@@ -75,6 +80,7 @@ class Module:
         self.namer = namer
         self.globals: dict = {"np": np}
         self._bound: dict = {}   # (kind, id) -> name
+        self._ufuncs: dict = {}  # kind of node -> ufuncs.direct's answer
 
     def bind(self, prefix: str, obj, key=None) -> str:
         key = key if key is not None else ("obj", id(obj))
@@ -86,6 +92,19 @@ class Module:
 
     def kernel(self, opname: str) -> str:
         return self.bind(f"k_{opname}", REGISTRY[opname].kernel, ("kernel", opname))
+
+    def ufunc(self, node: Node):
+        """``ufuncs.direct(node)``, worked out once per kind of node: it reads only the op,
+        the dtypes, the literal inputs and the attrs, and a graph of thousands of tiny ops
+        has a handful of kinds. (Literals and attrs count by type and repr: ``-0.0`` is not
+        ``0.0``; ``direct`` takes only numbers.)"""
+        key = (node.op, tuple([v.dtype for v in node.outputs]),
+               tuple([x.dtype if isinstance(x, Value) else (type(x), repr(x))
+                      for x in node.inputs]),
+               tuple([(k, type(v), repr(v)) for k, v in node.attrs.items()]))
+        if key not in self._ufuncs:
+            self._ufuncs[key] = ufuncs.direct(node)
+        return self._ufuncs[key]
 
 
 def literal(val, module: Module) -> str:
@@ -221,7 +240,7 @@ def compile_source(source: str, name: str, module_globals: dict) -> Program:
 
 def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> list[str]:
     """The line(s) computing ``node``'s outputs."""
-    comment = f"    # {short_location(node.location)}" if node.location else ""
+    comment = f"    # {_short_location(node.location)}" if node.location else ""
     outs = [names[v] for v in node.outputs]
     if node.op.name == "fused" and fused is not None:
         call = fused_call(node, names, slots, module, fused)
@@ -255,7 +274,7 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
 def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:
     """``np.add(a, b, out=bufs[2])`` when the op's scalar expression is one ufunc that gives
     exactly its kernel's result for these dtypes (see ``ufuncs.direct``); else None."""
-    found = ufuncs.direct(node)
+    found = module.ufunc(node)
     if found is None:
         return None
     ufunc, args = found

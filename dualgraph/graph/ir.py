@@ -6,9 +6,12 @@ NumPy dtype. Nodes sit in a topologically ordered list; each calls one op of the
 with Values and Python literals as inputs and attrs as keyword arguments. Building a node
 runs the op's shape rule, so every Value is typed the moment it exists.
 
-Nodes are immutable: passes build new graphs rather than editing old ones. Subgraphs (the
-bodies of ``cond`` / ``while_loop`` / ``scan``) are ``Graph`` objects held in attrs; they are
-closed, so everything they read flows in through their own inputs.
+Nodes are immutable: passes build new graphs rather than editing old ones. Because nothing
+about a node can change, graphs may share them: a pass's new graph holds the nodes it leaves
+as they were (with their output Values) themselves, not copies (:meth:`Graph.copy_node`),
+so a pass costs in proportion to what it changes. Subgraphs (the bodies of ``cond`` /
+``while_loop`` / ``scan``) are ``Graph`` objects held in attrs; they are closed, so
+everything they read flows in through their own inputs.
 
 >>> import dualgraph
 >>> g = Graph()
@@ -24,6 +27,7 @@ graph(%x: f32[B,3]) {
 from __future__ import annotations
 
 import re
+from operator import is_
 
 import numpy as np
 
@@ -71,6 +75,15 @@ class UniqueNames:
         self.used.add(name)
         return name
 
+    def take(self, names) -> bool:
+        """Claim exactly ``names`` (what ``fresh`` gives for each while it is free) when none
+        is taken; False, claiming nothing, otherwise. (``fresh`` needs no update: every
+        suffix below its next one is taken, so it still returns the first free name.)"""
+        if not self.used.isdisjoint(names):
+            return False
+        self.used.update(names)
+        return True
+
 
 def is_literal(x) -> bool:
     """A Python scalar passed straight to a kernel as a node input."""
@@ -98,15 +111,16 @@ def as_shape(shape) -> tuple:
     ``"784*B"``)."""
     dims = []
     for d in shape:
-        if isinstance(d, str):
-            d = parse_dim(d)
-        elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
-            d = int(d)
-            if d < 0:
-                raise GraphError(f"shape {tuple(shape)} has a negative dim")
-        elif not isinstance(d, Sym):
-            raise GraphError(f"shape {tuple(shape)} has a dim of type {type(d).__name__}; "
-                             "dims are ints or Syms")
+        if type(d) is not int:   # (the common case: nothing to convert)
+            if isinstance(d, str):
+                d = parse_dim(d)
+            elif isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)):
+                d = int(d)
+            elif not isinstance(d, Sym):
+                raise GraphError(f"shape {tuple(shape)} has a dim of type "
+                                 f"{type(d).__name__}; dims are ints or Syms")
+        if type(d) is int and d < 0:
+            raise GraphError(f"shape {tuple(shape)} has a negative dim")
         dims.append(d)
     return tuple(dims)
 
@@ -155,9 +169,12 @@ class Node:
     __slots__ = ("op", "inputs", "attrs", "outputs", "location")
 
     def __init__(self, op: OpDef, inputs: tuple, attrs: dict, outputs: tuple, location):
-        for key, val in (("op", op), ("inputs", tuple(inputs)), ("attrs", dict(attrs)),
-                         ("outputs", tuple(outputs)), ("location", location)):
-            object.__setattr__(self, key, val)
+        init = object.__setattr__   # (graphs are built node by node: no loop, no tuples)
+        init(self, "op", op)
+        init(self, "inputs", tuple(inputs))
+        init(self, "attrs", dict(attrs))
+        init(self, "outputs", tuple(outputs))
+        init(self, "location", location)
 
     def __setattr__(self, key, val):
         raise AttributeError("graph nodes are immutable; build a new graph instead")
@@ -220,6 +237,7 @@ class Graph:
         self.outputs: list[Value] = []
         self._names = UniqueNames()
         self._defined: set[Value] = set()
+        self._rule_types: dict = {}   # the memo of infer_types for add_node
 
     # -- building ----------------------------------------------------------------------------
     def _fresh(self, base: str) -> str:
@@ -240,7 +258,10 @@ class Graph:
         return v
 
     def rename(self, value: Value, name: str) -> None:
-        """Give ``value`` a new name (made unique in this graph as ``add_input`` does)."""
+        """Give ``value`` a new name (made unique in this graph as ``add_input`` does).
+
+        Rename before passes run: the graphs they make share the values they leave as
+        they were."""
         value.name = self._fresh(name)
 
     def add_constant(self, array, name: str | None = None) -> Value:
@@ -265,42 +286,99 @@ class Graph:
         literals (int, float, bool, None); ``names`` optionally names the outputs.
         """
         op = get(op) if isinstance(op, str) else op
-        inputs = tuple(self._check_input(op, x) for x in inputs)
-        attrs = {k: check_attr(k, v) for k, v in (attrs or {}).items()}
-        unknown = sorted(set(attrs) - set(op.attrs))
+        inputs = self._check_inputs(op, inputs)
+        attrs = {k: check_attr(k, v) for k, v in attrs.items()} if attrs else {}
+        unknown = sorted(set(attrs) - set(op.attrs)) if attrs else ()
         if unknown:
             raise GraphError(f"{op.name} got unknown attrs {unknown}; it takes "
                              f"{list(op.attrs)}")
-        return self._append(op, inputs, attrs, infer_types(op, inputs, attrs), location, names)
+        types = infer_types(op, inputs, attrs, self._rule_types)
+        return self._append(op, inputs, attrs, types, location, names)
 
     def copy_node(self, node: Node, inputs, location: str | None = None,
                   names=None) -> tuple[Value, ...]:
-        """Append a copy of ``node`` (of another graph) reading ``inputs`` instead of its own.
+        """Append ``node`` (of another graph) reading ``inputs`` instead of its own.
 
-        When the new inputs have exactly the old ones' types, the old output types hold and
-        the shape rule is not run again (passes copy every node of big graphs many times);
-        otherwise this is ``add_node``."""
-        if len(inputs) == len(node.inputs) and all(
-                same_type(new, old) for new, old in zip(inputs, node.inputs)):
-            types = [v.type for v in node.outputs]
-            inputs = tuple(self._check_input(node.op, x) for x in inputs)
-            return self._append(node.op, inputs, node.attrs, types,
-                                location if location is not None else node.location,
-                                names or [v.name for v in node.outputs])
+        When ``inputs`` are its own (the same objects) and no location or names are given,
+        that is ``node`` itself, if its output names are free here: being immutable, a node
+        can be in two graphs, and sharing it gives the same graph a copy would (so a pass
+        costs in proportion to what it changes). Otherwise a copy: when the new inputs have
+        exactly the old ones' types, the old output types hold and the shape rule is not
+        run again (passes copy every node of big graphs many times); failing that, this is
+        ``add_node``."""
+        if (location is None and names is None and len(inputs) == len(node.inputs)
+                and all(map(is_, inputs, node.inputs)) and self.share_nodes((node,)) == 1):
+            return node.outputs
+        names = names or [v.name for v in node.outputs]
+        if len(inputs) == len(node.inputs) and all(map(same_type, inputs, node.inputs)):
+            return self._append(node.op, self._check_inputs(node.op, inputs), node.attrs,
+                                node.outputs,   # (Values are typed: shape and dtype)
+                                location if location is not None else node.location, names)
         return self.add_node(node.op, inputs, node.attrs, location or node.location, names)
 
+    def share_input(self, value: Value) -> Value:
+        """Append ``value``, an input or a constant of another graph, to this graph's inputs
+        itself (as ``copy_node`` shares nodes); its name must be free here."""
+        if value.producer is not None or not self._share((value,)):
+            raise GraphError(f"{value!r} can't be shared as an input of this graph")
+        self.inputs.append(value)
+        return value
+
+    def share_constant(self, value: Value, array: np.ndarray) -> bool:
+        """Bind ``value``, a constant of another graph, to ``array`` (read-only, as
+        ``add_constant`` keeps arrays) in this graph itself; False when its name is taken."""
+        if value.producer is not None or array.flags.writeable or not self._share((value,)):
+            return False
+        self.constants[value] = array
+        return True
+
+    def share_nodes(self, nodes, start: int = 0) -> int:
+        """Append ``nodes[start:]`` themselves, in order (as ``copy_node`` shares a node
+        that reads its own inputs), up to the first one that reads a value this graph lacks
+        or whose output names are taken here; returns where it stopped (``len(nodes)`` when
+        all were appended). One loop for the many nodes a pass leaves as they are."""
+        defined, take, append = self._defined, self._names.take, self.nodes.append
+        for i in range(start, len(nodes)):
+            node = nodes[i]
+            for x in node.inputs:
+                if type(x) is Value and x not in defined:
+                    return i
+            if not take([v.name for v in node.outputs]):
+                return i
+            defined.update(node.outputs)
+            append(node)
+        return len(nodes)
+
+    def _share(self, values) -> bool:
+        """Define ``values`` (of another graph) here too when all their names are free."""
+        if not self._names.take([v.name for v in values]):
+            return False
+        self._defined.update(values)
+        return True
+
     def _append(self, op, inputs, attrs, types, location, names) -> tuple[Value, ...]:
-        names = [n or op.name for n in names] if names else [op.name] * len(types)
-        if len(names) != len(types):
-            raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
+        if names:
+            names = [n or op.name for n in names]
+            if len(names) != len(types):
+                raise GraphError(f"{op.name} has {len(types)} outputs but {len(names)} names")
+        else:
+            names = [op.name] * len(types)
         # (types here are normalised already: by infer_types, or those of existing values)
-        outs = tuple(Value(self._fresh(n), t.shape, t.dtype) for n, t in zip(names, types))
+        fresh = self._fresh
+        outs = tuple([Value(fresh(n), t.shape, t.dtype) for n, t in zip(names, types)])
         self._defined.update(outs)
         node = Node(op, inputs, attrs, outs, location)
         for v in outs:
             v.producer = node
         self.nodes.append(node)
         return outs
+
+    def _check_inputs(self, op, inputs) -> tuple:
+        """``inputs`` as a tuple, each checked by ``_check_input`` (Values of this graph and
+        Python scalars, the common cases, pass straight through)."""
+        defined = self._defined
+        return tuple([x if type(x) is Value and x in defined or type(x) in _LITERALS
+                      else self._check_input(op, x) for x in inputs])
 
     def _check_input(self, op, x):
         if isinstance(x, np.generic):
@@ -359,15 +437,47 @@ def same_type(new, old) -> bool:
     dtype, or equal literals."""
     if hasattr(old, "dtype"):
         return (hasattr(new, "dtype") and tuple(new.shape) == tuple(old.shape)
-                and new.dtype == old.dtype)
+                and (new.dtype is old.dtype or new.dtype == old.dtype))
     return type(new) is type(old) and new == old
 
 
-def infer_types(op: OpDef, inputs, attrs) -> tuple[ShapedType, ...]:
-    """Run ``op``'s shape rule; always a tuple of ShapedTypes with normalised fields."""
+def infer_types(op: OpDef, inputs, attrs, memo: dict | None = None) -> tuple[ShapedType, ...]:
+    """Run ``op``'s shape rule; always a tuple of ShapedTypes with normalised fields.
+
+    With ``memo`` (a dict kept by the caller), a call like an earlier one returns that
+    one's types without running the rule: a rule reads only the op, its inputs' shapes and
+    dtypes, literal inputs and attrs (see ``OpDef.infer``), and a traced loop calls the same
+    few rules on the same types thousands of times."""
+    key = _rule_call(op, inputs, attrs) if memo is not None else None
+    if key is not None:
+        try:
+            types = memo.get(key)
+        except TypeError:   # an unhashable shape (a malformed graph): no memo
+            types = key = None
+        if types is not None:
+            return types
     result = op.infer(*inputs, **attrs)
     types = (result,) if op.num_outputs == 1 else tuple(result)
     if op.num_outputs is not None and len(types) != op.num_outputs:
         raise GraphError(f"{op.name}'s shape rule gave {len(types)} types for "
                          f"{op.num_outputs} outputs")
-    return tuple(ShapedType(as_shape(t.shape), as_dtype(t.dtype)) for t in types)
+    types = tuple([ShapedType(as_shape(t.shape), as_dtype(t.dtype)) for t in types])
+    if key is not None:
+        memo[key] = types
+    return types
+
+
+def _rule_call(op: OpDef, inputs, attrs):
+    """What a shape rule reads of a call, as a dict key: input types, and literals and attrs
+    by repr (which tells ``1`` from ``1.0`` and ``-0.0`` from ``0.0``); None when an attr's
+    repr could stand for other values (a subgraph, a list, a slice)."""
+    if attrs and not all(_plain(v) for v in attrs.values()):
+        return None
+    return (op, tuple([(x.shape, x.dtype) if isinstance(x, Value) else repr(x) for x in inputs]),
+            tuple([(k, repr(v)) for k, v in attrs.items()]) if attrs else ())
+
+
+def _plain(val) -> bool:
+    if type(val) is tuple:
+        return all(_plain(v) for v in val)
+    return type(val) in _LITERALS or type(val) is str or isinstance(val, (np.dtype, Sym))

@@ -38,6 +38,7 @@ class _Checker:
         self.where = where          # "in @body of node 2: " for subgraphs
         self.defined: set[Value] = set()
         self.names: set[str] = set()
+        self.rule_types: dict = {}   # the memo of infer_types (each rule runs once a call)
 
     def fail(self, problem: str, node_index=None, node=None):
         at = "" if node is None else f"node {node_index} `{_safe_line(node)}`: "
@@ -73,32 +74,27 @@ class _Checker:
                 got = (type_str(arr.shape, arr.dtype) if isinstance(arr, np.ndarray)
                        else type(arr).__name__)
                 self.fail(f"constant {v!r} is bound to an array of type {got}")
-        later = {v for n in g.nodes if isinstance(n, Node) for v in n.outputs}
         for i, node in enumerate(g.nodes):
-            self.check_node(i, node, later)
+            self.check_node(i, node)
         for v in g.outputs:
             if v not in self.defined:
                 self.fail(f"graph output {v!r} is not defined in this graph")
 
-    def check_node(self, i: int, node, later: set):
+    def check_node(self, i: int, node):
         if not isinstance(node, Node):
             self.fail(f"node {i} is a {type(node).__name__}, not a Node")
         op = node.op
         if REGISTRY.get(getattr(op, "name", None)) is not op:
             self.fail(f"op {op!r} is not the registry's op of that name", i, node)
-        unknown = sorted(set(node.attrs) - set(op.attrs))
-        if unknown:
-            self.fail(f"{op.name} has no attrs {unknown}; it takes {list(op.attrs)}", i, node)
-        for key, val in node.attrs.items():
-            try:
-                check_attr(key, val)
-            except GraphError as e:
-                self.fail(str(e), i, node)
+        if node.attrs:   # (most nodes have none)
+            self.check_attrs(i, node)
         for x in node.inputs:
             if isinstance(x, Value):
                 if x not in self.defined:
+                    later = any(x in n.outputs for n in self.graph.nodes[i:]
+                                if isinstance(n, Node))
                     problem = ("before it is defined (nodes are out of topological order)"
-                               if x in later else "which is not defined in this graph")
+                               if later else "which is not defined in this graph")
                     self.fail(f"uses %{x.name} {problem}", i, node)
             elif not is_literal(x):
                 self.fail(f"has an input of type {type(x).__name__}; inputs are Values or "
@@ -108,12 +104,23 @@ class _Checker:
             self.define(v, "output", i, node)
             if v.producer is not node:
                 self.fail(f"output %{v.name}'s producer is another node", i, node)
-        for label, sub in subgraphs(node.attrs):
+        for label, sub in subgraphs(node.attrs) if node.attrs else ():
             _Checker(sub, f"{self.where}in @{label} of node {i} ({op.name}): ").run()
+
+    def check_attrs(self, i: int, node):
+        op = node.op
+        unknown = sorted(set(node.attrs) - set(op.attrs))
+        if unknown:
+            self.fail(f"{op.name} has no attrs {unknown}; it takes {list(op.attrs)}", i, node)
+        for key, val in node.attrs.items():
+            try:
+                check_attr(key, val)
+            except GraphError as e:
+                self.fail(str(e), i, node)
 
     def check_types(self, i: int, node):
         try:
-            types = infer_types(node.op, node.inputs, node.attrs)
+            types = infer_types(node.op, node.inputs, node.attrs, self.rule_types)
         except Exception as e:   # any failure of the rule on these inputs is the finding
             self.fail(f"the shape rule of {node.op.name} fails on these inputs: "
                       f"{type(e).__name__}: {e}", i, node)

@@ -14,6 +14,8 @@ from ..graph import Graph, Node, Value
 from ..graph.ir import is_literal
 from .core import Builder, Report, describe
 
+_BATCHED = frozenset({"linear", "linear_backward", "lstm_cell_backward"})   # what it rewrites
+
 
 def batch_linears(graph: Graph) -> tuple[Graph, Report]:
     """Replace the ``linear`` nodes that share a weight and bias and read one position each
@@ -38,6 +40,8 @@ def batch_linears(graph: Graph) -> tuple[Graph, Report]:
         ... the same for steps 1 .. 31                     ...
     """
     report = Report("batch_linears", len(graph.nodes), len(graph.nodes))
+    if _BATCHED.isdisjoint({node.op.name for node in graph.nodes}):
+        return graph, report   # nothing it rewrites: no copy, and no use counts
     consumers = _consumers(graph)
     forward = _forward_groups(graph)
     backward = _backward_groups(graph, consumers)
@@ -220,7 +224,7 @@ class _Rewriter:
         return all(self._available(x) for x in node.inputs)
 
     def _available(self, x) -> bool:
-        return is_literal(x) or x in self.b.env or x in self.b.arrays
+        return is_literal(x) or self.b.has(x) or x in self.b.arrays
 
     def _emit(self, node):
         if node in self.dropped:

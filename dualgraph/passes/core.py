@@ -1,5 +1,6 @@
-"""What every pass shares: the :class:`Report` it returns, the :class:`Builder` that copies a
-graph into a new one (nodes are immutable, so a pass rebuilds), and use counts and sizes.
+"""What every pass shares: the :class:`Report` it returns, the :class:`Builder` that makes a
+pass's new graph from the old one (nodes are immutable, so a pass rebuilds, sharing the
+nodes it leaves alone), and use counts and sizes.
 """
 from __future__ import annotations
 
@@ -71,12 +72,17 @@ def nbytes(v: Value) -> int:
 
 
 class Builder:
-    """Copies ``old`` into a new graph, node by node, mapping old values to new ones.
+    """Builds a pass's new graph from ``old``, node by node, mapping old values to new ones.
 
-    Inputs are copied up front with their names (the signature never changes); constants
-    (``arrays``: the old graph's, plus any a pass binds to old values, as folding does) are
-    added when first read, so constants nothing reads are dropped; new nodes keep the names
-    of the values they replace, so printed graphs stay comparable.
+    A node whose operands are unchanged is shared, not copied (``Graph.copy_node``): the
+    new graph holds the old node itself, so a pass that rewrites a few nodes of thousands
+    costs little more than its analysis. Sharing gives exactly the graph a copy would:
+    the same ops, attrs, types, locations and names. Inputs are shared up front (the
+    signature never changes); constants (``arrays``: the old graph's, plus any a pass binds
+    to old values, as folding does) are added when first read, so constants nothing reads
+    are dropped; new nodes keep the names of the values they replace, so printed graphs
+    stay comparable. ``env`` maps the old values a pass replaced to their new values; the
+    others read so far are in the new graph themselves.
     """
 
     def __init__(self, old: Graph):
@@ -85,27 +91,48 @@ class Builder:
         self.env: dict[Value, Value] = {}
         self.arrays: dict[Value, object] = dict(old.constants)
         for v in old.inputs:
-            self.env[v] = self.graph.add_input(v.shape, v.dtype, name=v.name)
+            self.graph.share_input(v)
 
     def get(self, x):
         """The new operand for an old one (literals pass through)."""
-        if is_literal(x):
-            return x
         new = self.env.get(x)
-        if new is None:   # a constant read for the first time
-            new = self.env[x] = self.graph.add_constant(self.arrays[x], name=x.name)
+        if new is not None:
+            return new
+        if is_literal(x) or x in self.graph:   # (a shared value)
+            return x
+        arr = self.arrays[x]   # a constant read for the first time
+        if arr is self.old.constants.get(x) and self.graph.share_constant(x, arr):
+            return x
+        new = self.env[x] = self.graph.add_constant(arr, name=x.name)
         return new
+
+    def has(self, x) -> bool:
+        """Whether old value ``x`` is in the new graph yet (as itself or replaced)."""
+        return x in self.env or x in self.graph
 
     def add(self, op, inputs, attrs, location=None, names=None) -> tuple[Value, ...]:
         """Append a node to the new graph; ``inputs`` are new values or literals."""
         return self.graph.add_node(op, inputs, attrs, location=location, names=names)
 
     def copy(self, node: Node) -> tuple[Value, ...]:
-        """Append ``node`` with its inputs mapped; its outputs map to the copies."""
-        outs = self.graph.copy_node(node, [self.get(x) for x in node.inputs],
-                                    names=[v.name for v in node.outputs])
-        self.env.update(zip(node.outputs, outs))
+        """Append ``node`` with its inputs mapped (the node itself when none changed); its
+        outputs map to the new ones."""
+        outs = self.graph.copy_node(node, [self.get(x) for x in node.inputs])
+        if outs is not node.outputs:
+            self.env.update(zip(node.outputs, outs))
         return outs
+
+    def keep(self, nodes) -> None:
+        """``copy`` each of ``nodes``, in order, when none of them reads a value the pass
+        replaced (the nodes before its first change, or all of a pass that only drops or
+        reorders nodes): they are shared in sweeps, copied one by one only where sharing
+        stops (a constant read for the first time, a name taken)."""
+        i = 0
+        while i < len(nodes):
+            i = self.graph.share_nodes(nodes, i)
+            if i < len(nodes):
+                self.copy(nodes[i])
+                i += 1
 
     def finish(self) -> Graph:
         self.graph.set_outputs([self.get(v) for v in self.old.outputs])

@@ -73,15 +73,12 @@ def _has_duplicates(graph: Graph) -> bool:
 
 def node_key(op_name: str, inputs, attrs: dict) -> tuple:
     """A hashable key equal for two op calls exactly when they compute the same thing."""
-    keys = [_operand_key(x) for x in inputs]
-    if op_name in COMMUTATIVE and len(keys) == 2:
-        keys.sort(key=repr)
-    return op_name, tuple(keys), attr_key(attrs)
-
-
-def _operand_key(x):
     # values by identity; literals by type and repr (so -0.0 != 0.0 and nan == nan)
-    return ("value", id(x)) if isinstance(x, Value) else (type(x).__name__, repr(x))
+    keys = [("value", id(x)) if isinstance(x, Value) else (type(x).__name__, repr(x))
+            for x in inputs]
+    if op_name in COMMUTATIVE and len(keys) == 2:
+        keys.sort()   # (keys of one kind hold ids, or reprs: any two compare)
+    return op_name, tuple(keys), attr_key(attrs) if attrs else ()
 
 
 def attr_key(val):

@@ -21,17 +21,16 @@ def dce(graph: Graph) -> tuple[Graph, Report]:
     live = set(graph.outputs)
     kept = set()
     for node in reversed(graph.nodes):
-        if any(v in live for v in node.outputs):
+        if not live.isdisjoint(node.outputs):
             kept.add(node)
-            live.update(x for x in node.inputs if isinstance(x, Value))
+            live.update([x for x in node.inputs if isinstance(x, Value)])
     report = Report("dce", len(graph.nodes), len(kept))
     if len(kept) == len(graph.nodes) and all(v in live for v in graph.constants):
         return graph, report   # nothing to remove: no copy (graphs are immutable)
     b = Builder(graph)
+    b.keep([node for node in graph.nodes if node in kept])
     for node in graph.nodes:
-        if node in kept:
-            b.copy(node)
-        else:
+        if node not in kept:
             report.count("removed", describe(node))
             report.bytes_saved += sum(nbytes(v) for v in node.outputs)
     for v in graph.constants:

@@ -31,12 +31,13 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
         return (%y)
     """
     report = Report("fold_constants", len(graph.nodes), len(graph.nodes))
-    if not any(node.op.name in SHAPE_ONLY or all(
-            not isinstance(x, Value) or x in graph.constants for x in node.inputs)
-            for node in graph.nodes):
+    start = next((i for i, node in enumerate(graph.nodes) if node.op.name in SHAPE_ONLY or all(
+        not isinstance(x, Value) or x in graph.constants for x in node.inputs)), None)
+    if start is None:
         return graph, report   # nothing starts a fold: no copy (graphs are immutable)
     b = Builder(graph)
-    for node in graph.nodes:
+    b.keep(graph.nodes[:start])   # (the nodes before the first that may fold stay)
+    for node in graph.nodes[start:]:
         results = _evaluate(node, b.arrays, max_elements)
         if results is None:
             b.copy(node)

@@ -58,7 +58,8 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
         report.count("groups", f"{len(nodes)} nodes ({ops}) -> "
                                f"{', '.join('%' + v.name for v in outs)}")
         report.count("nodes fused", n=len(nodes))
-        inner = [v for n in nodes for v in n.outputs if v not in outs]
+        kept = set(outs)
+        inner = [v for n in nodes for v in n.outputs if v not in kept]
         report.bytes_saved += sum(nbytes(v) for v in inner)
     report.nodes_after = len(b.graph.nodes)
     return b.finish(), report
@@ -101,8 +102,7 @@ class _Grouper:
         self.reduced: dict[int, frozenset] = {}  # group -> the outputs of its one reduction
         #                                          or LayerNorm (nothing in it reads them)
         self.ext_anc: dict[int, set] = {}       # groups the outside inputs depend on
-        self.group: dict[int, int] = {}         # node index -> group id (find() it)
-        self.producer: dict[Value, int] = {}
+        self.group: dict[Value, int] = {}       # grouped node output -> group id (find() it)
         self.anc: dict[Value, frozenset] = {}
 
     def find(self, g: int) -> int:
@@ -110,59 +110,66 @@ class _Grouper:
             g = self.parent[g]
         return g
 
-    def group_of(self, u: Value) -> int | None:
-        j = self.producer.get(u)
-        return self.find(self.group[j]) if j in self.group else None
-
     def add(self, i: int, node: Node) -> None:
         values = [x for x in node.inputs if isinstance(x, Value)]
+        group = self.group
+        # (value, its group or None), the groups as they are before this node joins any
+        owners = [(u, self.find(group[u]) if u in group else None) for u in values]
         kind = _kind(node)
         joined = None
         if kind is not None:
             wanted = node.outputs[0].shape if kind == "elementwise" else values[0].shape
-            sources = values if kind == "elementwise" else values[:1]
-            candidates = {self.group_of(u) for u in sources} - {None}
+            sources = owners if kind == "elementwise" else owners[:1]
             # a group has one reduction (or norm), and nothing in it reads its results
-            candidates = {g for g in candidates if self.shape[g] == wanted and (
-                not self.reduced.get(g, frozenset()) & set(values) if kind == "elementwise"
-                else g not in self.reduced)}
-            joined = self.join(candidates, values)
+            candidates = {g for _, g in sources if g is not None and self.shape[g] == wanted
+                          and (g not in self.reduced or kind == "elementwise"
+                               and self.reduced[g].isdisjoint(values))}
+            joined = self.join(candidates, owners)
             if joined is None and kind == "elementwise":
                 joined = self.parent[i] = i
                 self.members[i], self.shape[i], self.ext_anc[i] = [], wanted, set()
-        deps = frozenset().union(*(self.anc.get(u, frozenset()) for u in values))
+        anc = self.anc
+        deps = frozenset().union(*[anc[u] for u in values if u in anc])
         if joined is not None:
-            for u in values:
-                if self.group_of(u) != joined:
-                    self.ext_anc[joined] |= self.anc.get(u, frozenset())
-            self.group[i] = joined
+            for u, g in owners:
+                if u in anc and (g is None or self.find(g) != joined):
+                    self.ext_anc[joined] |= anc[u]
+            for v in node.outputs:
+                group[v] = joined
             self.members[joined].append(i)
             if kind in ("reduction", "norm"):
                 self.reduced[joined] = frozenset(node.outputs)
-            deps |= {joined}
+            if joined not in deps:
+                deps = deps | {joined}
         for v in node.outputs:
-            self.producer[v] = i
-            self.anc[v] = deps
+            anc[v] = deps
 
-    def legal(self, groups: set, values) -> bool:
-        if sum(g in self.reduced for g in groups) > 1:
+    def legal(self, groups: set, owners) -> bool:
+        """May the groups ``groups`` merge, for a node reading ``owners`` ((value, group)
+        pairs)?"""
+        if len(groups) > 1 and len(self.reduced.keys() & groups) > 1:
             return False
         for g in groups:
-            if {self.find(a) for a in self.ext_anc[g]} & groups:
+            ext = self.ext_anc[g]
+            if ext and any(self.find(a) in groups for a in ext):
                 return False
-        for u in values:
-            if self.group_of(u) not in groups and (
-                    {self.find(a) for a in self.anc.get(u, ())} & groups):
-                return False
+        for u, g in owners:
+            if g not in groups:
+                anc = self.anc.get(u)
+                if anc and any(self.find(a) in groups for a in anc):
+                    return False
         return True
 
-    def join(self, candidates: set, values) -> int | None:
-        """Merge the candidates (for a node reading ``values``) into one group if legal,
-        else take the first legal single candidate; the group id, or None."""
+    def join(self, candidates: set, owners) -> int | None:
+        """Merge the candidates (for a node reading ``owners``: (value, group) pairs) into
+        one group if legal, else take the first legal single candidate; the group id, or
+        None."""
+        if len(candidates) == 1:   # (the common case: no merge to consider)
+            return next(iter(candidates)) if self.legal(candidates, owners) else None
         options = [candidates] if len(candidates) > 1 else []
         options += [{g} for g in sorted(candidates)]
         for groups in options:
-            if self.legal(groups, values):
+            if self.legal(groups, owners):
                 root, *rest = sorted(groups)
                 for g in rest:
                     self.parent[g] = root
@@ -221,21 +228,31 @@ def _emit_group(b: Builder, nodes: list, members: set, consumers: dict,
     """Add one fused node for ``nodes`` (indices ``members``); returns the old values it
     now defines."""
     produced = {v for n in nodes for v in n.outputs}
-    inputs: list[Value] = []
-    for n in nodes:
-        for x in n.inputs:
-            if isinstance(x, Value) and x not in produced and x not in inputs:
-                inputs.append(x)
+    inputs = list(dict.fromkeys(x for n in nodes for x in n.inputs
+                                if isinstance(x, Value) and x not in produced))
     outs = [v for n in nodes for v in n.outputs
-            if v in graph_outputs or consumers.get(v, set()) - members]
+            if v in graph_outputs or not consumers.get(v, members) <= members]
     if not outs:   # nothing reads the group (no dce ran before): it is dropped
         return outs
     sub = Graph()
-    env = {u: sub.add_input(u.shape, u.dtype, name=u.name) for u in inputs}
-    for n in nodes:
-        args = [env[x] if isinstance(x, Value) else x for x in n.inputs]
-        env.update(zip(n.outputs, sub.copy_node(n, args)))   # (types known: no re-infer)
-    sub.set_outputs([env[v] for v in outs])
+    # Graph inputs and constants (no producer) can be the subgraph's inputs themselves, so
+    # the members reading only them and each other are shared, not copied (a graph of
+    # thousands of tiny ops on one input is one group); a node output becomes a new input.
+    env = {}   # outer value -> what the members read instead
+    for u in inputs:
+        if u.producer is None:
+            sub.share_input(u)
+        else:
+            env[u] = sub.add_input(u.shape, u.dtype, name=u.name)
+    k = 0
+    while k < len(nodes):
+        k = sub.share_nodes(nodes, k)   # (the members reading nothing replaced, in sweeps)
+        if k < len(nodes):
+            n = nodes[k]
+            args = [env.get(x, x) if isinstance(x, Value) else x for x in n.inputs]
+            env.update(zip(n.outputs, sub.copy_node(n, args)))   # (types known: no re-infer)
+            k += 1
+    sub.set_outputs([env.get(v, v) for v in outs])
     new = b.add(fused_ops.FUSED, [b.get(u) for u in inputs], {"graph": sub},
                 nodes[-1].location, [v.name for v in outs])
     b.env.update(zip(outs, new))

@@ -199,8 +199,7 @@ def schedule(graph: Graph) -> tuple[Graph, Report]:
     report.bytes_saved = before - after
     report.count("moved", n=sum(a is not b for a, b in zip(order, graph.nodes)))
     b = Builder(graph)
-    for node in order:
-        b.copy(node)
+    b.keep(order)
     return b.finish(), report
 
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from ..dtypes import result_type
-from ..graph import Graph, Value
+from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
 from ..ops.opdef import REGISTRY, OpDef
 from .core import Builder, Report
@@ -60,10 +60,14 @@ def call(op_name: str, inputs, **attrs) -> Call:
 
 
 def match(pat, operand, env: dict, constants: dict) -> dict | None:
-    """Match ``pat`` against an operand (a new-graph Value or literal) or a root Call."""
+    """Match ``pat`` against an operand (a new-graph Value or literal) or a root Call or
+    Node."""
     if isinstance(pat, Var):
         return _bind(pat, operand, env, constants)
-    node = operand if isinstance(operand, Call) else getattr(operand, "producer", None)
+    if isinstance(operand, Value):
+        node = operand.producer
+    else:   # (a literal has no producer)
+        node = operand if isinstance(operand, (Call, Node)) else None
     if node is None or node.op.name != pat.op or len(node.inputs) != len(pat.inputs):
         return None
     for name, want in pat.attrs.items():
@@ -78,7 +82,8 @@ def match(pat, operand, env: dict, constants: dict) -> dict | None:
     for inputs in orders:
         found = env
         for p, x in zip(pat.inputs, inputs):
-            found = match(p, x, found, constants)
+            found = (_bind(p, x, found, constants) if isinstance(p, Var)   # (most are)
+                     else match(p, x, found, constants))
             if found is None:
                 break
         else:
@@ -230,8 +235,7 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     by_op: dict[str, list] = {}   # the rules whose pattern's root is this op
     for rule in rules:
         by_op.setdefault(rule.pattern.op, []).append(rule)
-    if not any(match(rule.pattern, Call(node.op, list(node.inputs), node.attrs), {},
-                     graph.constants) is not None
+    if not any(match(rule.pattern, node, {}, graph.constants) is not None
                for node in graph.nodes for rule in by_op.get(node.op.name, ())):
         return graph, report   # no pattern matches anywhere: no copy (graphs are immutable)
     b = Builder(graph)
@@ -247,10 +251,9 @@ def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int)
     """Emit ``root`` (a rewrite of ``node``) or what the first matching rule (of ``rules``,
     by root op) makes of it."""
     names = [v.name for v in node.outputs]
-    if root.op.num_outputs != 1 or depth >= MAX_DEPTH:
-        return b.add(root.op, root.inputs, root.attrs, node.location, names)
+    single = root.op.num_outputs == 1 and depth < MAX_DEPTH   # (rules rewrite one value)
     want = None
-    for rule in rules.get(root.op.name, ()):
+    for rule in rules.get(root.op.name, ()) if single else ():
         env = match(rule.pattern, root, {}, b.graph.constants)
         if env is None:
             continue
@@ -265,6 +268,8 @@ def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int)
         if isinstance(new, Call) and new.op is not None and _typed(new) == (want,):
             report.count("rewrites", f"{rule.comment}: %{names[0]}")
             return _emit(b, new, node, rules, report, depth + 1)
+    if depth == 0:   # not rewritten: the node as it was (shared when its operands are)
+        return b.copy(node)
     return b.add(root.op, root.inputs, root.attrs, node.location, names)
 
 
