@@ -157,3 +157,19 @@ def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkey
         plus_one(x, out)
     np.testing.assert_array_equal(out, x + 1)
     assert not isinstance(plus_one._compiled[native.signature((x, out))], ctypes._CFuncPtr)
+
+
+def test_a_numba_that_does_not_import_is_a_clear_error(monkeypatch):
+    from dualgraph.codegen.cache import load_module
+    monkeypatch.setitem(sys.modules, "dualgraph.kernels.build", None)   # import fails
+    monkeypatch.delattr(kernels, "build", raising=False)
+    source = ("from dualgraph.kernels import loop\n"
+              "@loop\n"
+              "def minus_one(x, out):   # (a source of its own: not in any cache)\n"
+              f"    for i in range(x.size):  # {os.getpid()} {id(monkeypatch)}\n"
+              "        out[i] = x[i] - 1\n")
+    minus_one = load_module(source).minus_one
+    x = np.arange(10, dtype=np.float32)
+    with pytest.raises(native.NumbaBroken, match="minus_one.*does not import.*"
+                       "DUALGRAPH_NUMBA=0"):
+        minus_one(x, np.empty_like(x))

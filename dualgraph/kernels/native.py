@@ -88,13 +88,32 @@ def compiled(loop, codes: tuple):
             if fn is None:
                 try:
                     fn = _link(key, *(_load(folder, key) or _build(loop, codes, folder, key)))
+                except NumbaBroken:
+                    raise
                 except Exception as e:   # e.g. a Numba without the internals build.py uses
                     warnings.warn(f"{loop.__qualname__}: no native entry for {codes} ({e}); "
                                   "Numba's dispatcher runs it")
         if fn is None:
-            from . import build
-            fn = build.dispatcher(loop)
+            fn = _numba_build(loop).dispatcher(loop)
         return fn
+
+
+class NumbaBroken(RuntimeError):
+    """Numba is installed (so the loops are used) but does not import."""
+
+
+def _numba_build(loop):
+    """``build.py``, which imports Numba; a clear error when that import fails (say, a
+    NumPy newer than the installed Numba supports)."""
+    try:
+        from . import build
+    except ImportError as e:
+        raise NumbaBroken(
+            f"compiling the loop {loop.__qualname__} needs Numba, which is installed but "
+            f"does not import ({e}). Fix the installation (pip install -e '.[fast]' lets pip "
+            "pick versions that fit), or set DUALGRAPH_NUMBA=0 to run NumPy's kernels "
+            "instead.") from e
+    return build
 
 
 def enabled() -> bool:
@@ -184,8 +203,7 @@ def _load(folder: Path, key: str) -> tuple[dict, bytes] | None:
 
 def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
     """Compile the entry with Numba and store it with its description."""
-    from . import build
-    code, symbol, undefined = build.entry(loop, codes, f"entry_{key}")
+    code, symbol, undefined = _numba_build(loop).entry(loop, codes, f"entry_{key}")
     meta = {"loop": f"{loop.fn.__module__}.{loop.fn.__qualname__}", "signature": codes,
             "symbol": symbol, "undefined": sorted(undefined),
             "sha256": hashlib.sha256(code).hexdigest()}
@@ -216,6 +234,8 @@ def _link(key: str, meta: dict, code: bytes):
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
     engine.finalize_object()
     address = engine.get_function_address(meta["symbol"])
+    if not address:   # (an object that does not define its symbol: never call address 0)
+        return None
     argtypes = [ctypes.py_object if c.endswith("]") else _C_SCALARS[c]
                 for c in meta["signature"]]
     fn = _loaded[key] = ctypes.CFUNCTYPE(None, *argtypes)(address)
