@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -138,19 +139,25 @@ def test_the_unreachable_error_path_aborts_with_a_message():
     assert "reached Numba's exception path" in out.stderr and "DUALGRAPH_NATIVE=0" in out.stderr
 
 
-def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkeypatch):
+def uncached_loop(name: str, expr: str):
+    """A generated loop ``name(x, out)`` computing ``out[i] = expr`` whose source is in no
+    cache (it names this process and a fresh object), so calling it compiles."""
     from dualgraph.codegen.cache import load_module
+    source = ("from dualgraph.kernels import loop\n"
+              "@loop\n"
+              f"def {name}(x, out):   # {os.getpid()} {id(object())} {time.time()}\n"
+              "    for i in range(x.size):\n"
+              f"        out[i] = {expr}\n")
+    return getattr(load_module(source), name)
+
+
+def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkeypatch):
     from dualgraph.kernels import build
 
     def no_internals(*args):
         raise AttributeError("'CFunc' object has no attribute '_library'")
     monkeypatch.setattr(build, "entry", no_internals)
-    source = ("from dualgraph.kernels import loop\n"
-              "@loop\n"
-              "def plus_one(x, out):   # (a source of its own: not in any cache)\n"
-              f"    for i in range(x.size):  # {os.getpid()} {id(monkeypatch)}\n"
-              "        out[i] = x[i] + 1\n")
-    plus_one = load_module(source).plus_one
+    plus_one = uncached_loop("plus_one", "x[i] + 1")
     x = np.arange(10, dtype=np.float32)
     out = np.empty_like(x)
     with pytest.warns(UserWarning, match="no native entry.*_library.*dispatcher"):
@@ -160,15 +167,9 @@ def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkey
 
 
 def test_a_numba_that_does_not_import_is_a_clear_error(monkeypatch):
-    from dualgraph.codegen.cache import load_module
     monkeypatch.setitem(sys.modules, "dualgraph.kernels.build", None)   # import fails
     monkeypatch.delattr(kernels, "build", raising=False)
-    source = ("from dualgraph.kernels import loop\n"
-              "@loop\n"
-              "def minus_one(x, out):   # (a source of its own: not in any cache)\n"
-              f"    for i in range(x.size):  # {os.getpid()} {id(monkeypatch)}\n"
-              "        out[i] = x[i] - 1\n")
-    minus_one = load_module(source).minus_one
+    minus_one = uncached_loop("minus_one", "x[i] - 1")
     x = np.arange(10, dtype=np.float32)
     with pytest.raises(native.NumbaBroken, match="minus_one.*does not import.*"
                        "DUALGRAPH_NUMBA=0"):
