@@ -174,3 +174,23 @@ def test_a_numba_that_does_not_import_is_a_clear_error(monkeypatch):
     with pytest.raises(native.NumbaBroken, match="minus_one.*does not import.*"
                        "DUALGRAPH_NUMBA=0"):
         minus_one(x, np.empty_like(x))
+
+
+def test_numbas_cache_of_a_loop_is_stale_once_any_kernel_file_changes(monkeypatch):
+    """Numba judges a cached function by its own file; a loop's code also holds the helpers
+    of other files, so build's locators add the hash of every kernel file to the stamp."""
+    from dualgraph.kernels import build
+    halve = uncached_loop("halve", "x[i] * 0.5")
+    x = np.arange(10, dtype=np.float32)
+
+    def calls():
+        dispatcher = build._cached_njit(build.numba_function(halve.fn), error_model="numpy")
+        out = np.empty_like(x)
+        dispatcher(x, out)
+        np.testing.assert_array_equal(out, x * 0.5)
+        return sum(dispatcher.stats.cache_hits.values()), sum(
+            dispatcher.stats.cache_misses.values())
+    assert calls() == (0, 1)          # compiled and saved
+    assert calls() == (1, 0)          # loaded from Numba's cache
+    monkeypatch.setattr(build, "kernels_hash", lambda: "a helper changed")
+    assert calls() == (0, 1)          # compiled again

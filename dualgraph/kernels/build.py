@@ -14,7 +14,12 @@ instead (:func:`numba_function`). A loop then becomes either
 - a *dispatcher* (:func:`dispatcher`): Numba's own, for argument types with no native form.
 
 The helpers keep Numba's on-disk cache (``cache=True``), so a new loop calling them compiles
-only itself. :func:`entry` takes the object code Numba's JIT linked from Numba's internals
+only itself. Numba decides whether a cached function is stale from its own file alone, so a
+loop cached before a helper in another file changed would keep the old helper's code:
+the locators below add :func:`cache.kernels_hash` (every file of this package) to the
+freshness stamp of the files compiled here.
+
+:func:`entry` takes the object code Numba's JIT linked from Numba's internals
 (the compiled library, as Numba's own cache serialises it, and its final LLVM module;
 Numba 0.68): where they change, native.py warns and runs Numba's dispatcher instead.
 """
@@ -25,9 +30,11 @@ from functools import lru_cache
 
 from llvmlite import ir
 from numba import carray, cfunc, njit, types
+from numba.core.caching import CacheImpl, InTreeCacheLocator, UserWideCacheLocator
 from numba.extending import intrinsic
 
 from . import Helper, Intrinsic, Loop
+from .cache import kernels_hash
 from .native import DATA_OFFSET, DIMS_OFFSET
 
 _numba_globals: dict[int, dict] = {}      # id(module globals) -> their Numba version
@@ -36,8 +43,32 @@ _intrinsics: dict[Intrinsic, object] = {}
 _dispatchers: dict[Loop, object] = {}
 _SCALARS = {"b": types.boolean, "i8": types.int64, "i4": types.int32, "f8": types.float64,
             "f4": types.float32}
+_cached_files: set[str] = set()           # source files of functions compiled with cache=True
 _DTYPES = {"f4": types.float32, "f8": types.float64, "i4": types.int32, "i8": types.int64,
            "b1": types.boolean, "u1": types.uint8, "i1": types.int8}
+
+
+def _stamped(locator):
+    """``locator`` for the files in ``_cached_files``, whose cached code is stale when any
+    kernel file changed (not only when their own file did)."""
+    class Stamped(locator):
+        def get_source_stamp(self):
+            return (super().get_source_stamp(), kernels_hash())
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return super().from_function(py_func, py_file) if py_file in _cached_files else None
+    Stamped.__name__ = Stamped.__qualname__ = f"Kernels{locator.__name__}"
+    return Stamped
+
+
+CacheImpl._locator_classes[:0] = [_stamped(InTreeCacheLocator), _stamped(UserWideCacheLocator)]
+
+
+def _cached_njit(fn, **options):
+    """``njit(cache=True, ...)`` of ``fn``, cached by the locators above."""
+    _cached_files.add(fn.__code__.co_filename)
+    return njit(cache=True, **options)(fn)
 
 
 def numba_function(fn):
@@ -68,7 +99,11 @@ def _globals_of(fn) -> dict:
     done = _numba_globals[id(module_globals)] = dict(module_globals)
     for name, value in module_globals.items():
         if isinstance(value, Helper) and value.fn.__globals__ is module_globals:
-            done[name] = _helpers[value] = njit(**value.options)(_with_globals(value.fn, done))
+            options = dict(value.options)
+            copy = _with_globals(value.fn, done)
+            cached = options.pop("cache", False)
+            compiled = _cached_njit(copy, **options) if cached else njit(**options)(copy)
+            done[name] = _helpers[value] = compiled
     for name, value in module_globals.items():
         if isinstance(value, Helper) and value.fn.__globals__ is not module_globals:
             done[name] = compiled_helper(value)
@@ -84,8 +119,8 @@ def dispatcher(loop: Loop):
     Numba); it releases the GIL."""
     fn = _dispatchers.get(loop)
     if fn is None:
-        fn = _dispatchers[loop] = njit(cache=True, error_model="numpy", nogil=True,
-                                       fastmath=loop.fastmath)(numba_function(loop.fn))
+        fn = _dispatchers[loop] = _cached_njit(numba_function(loop.fn), error_model="numpy",
+                                               nogil=True, fastmath=loop.fastmath)
     return fn
 
 
