@@ -53,6 +53,7 @@ class Entry:
         self.backward = backward
         self.graph, self.reports = optimize(capture.graph, passes)
         self.executable = Executable(self.graph, fast_math=fast_math,
+                                     body_passes=_body_passes(passes),
                                      donate=_writeback_inputs(capture))
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
@@ -62,7 +63,8 @@ class Entry:
         if backward is not None:
             graph, reports = optimize(backward.graph, passes)
             self.reports += [r for r in reports]
-            self.backward_executable = Executable(graph, fast_math=fast_math)
+            self.backward_executable = Executable(graph, fast_math=fast_math,
+                                                  body_passes=_body_passes(passes))
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -142,14 +144,25 @@ class _StaleGuard(Exception):
 def optimize(graph, passes):
     """Run the pass pipeline; ``passes`` is None (all), False (none), names to run, or a
     dict {name: False} switching passes off."""
-    if passes is False:
+    enabled = _enabled_passes(passes)
+    if enabled is False:
         return graph, []
-    enabled = None
-    if isinstance(passes, dict):
-        enabled = {name for name in PASS_NAMES if passes.get(name, True)}
-    elif passes is not None:
-        enabled = set(passes)
     return run_pipeline(graph, enabled=enabled)
+
+
+def _enabled_passes(passes):
+    """``compile``'s ``passes`` as the set of pass names to run (None: all; False: none)."""
+    if passes is None or passes is False:
+        return passes
+    if isinstance(passes, dict):
+        return {name for name in PASS_NAMES if passes.get(name, True)}
+    return set(passes)
+
+
+def _body_passes(passes):
+    """``compile``'s ``passes`` as ``Executable``'s, for the bodies of control flow."""
+    enabled = _enabled_passes(passes)
+    return "default" if enabled is None else (enabled or None)
 
 
 def _writeback_inputs(capture) -> dict:

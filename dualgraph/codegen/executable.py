@@ -33,6 +33,7 @@ import numpy as np
 from ..graph import Graph
 from ..graph.infer import bind_dim, format_binding, substitute
 from ..graph.interpret import interpret
+from ..ops.control import BODY_OPS
 from ..shapes import ShapeError, Sym
 from . import python
 from .buffers import assign_slots, donations
@@ -59,7 +60,8 @@ class Executable:
     """
 
     def __init__(self, graph: Graph, passes=None, buffers: bool = True,
-                 fast_math: bool = False, donate: dict | None = None):
+                 fast_math: bool = False, donate: dict | None = None,
+                 body_passes="default"):
         self.source_graph = graph
         self.fast_math = fast_math
         self.times: dict[str, float] = {}
@@ -67,6 +69,7 @@ class Executable:
         self.graph, self.reports = _optimise(graph, passes)
         self.times["passes_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        self.bodies = Bodies(self.graph, body_passes, fast_math)
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
         fresh = self._fresh_nodes()
         self._slots = self._plan_slots(fresh) if buffers else []
@@ -75,7 +78,7 @@ class Executable:
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
         self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,
-                                       donated=self.donated)
+                                       donated=self.donated, run_body=self.bodies.run)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
         self._buffers: dict = {}   # input signature -> list of slot arrays
@@ -83,8 +86,19 @@ class Executable:
 
     @property
     def code(self) -> str:
-        """The generated Python source that ``run`` executes."""
-        return self.program.source
+        """The generated Python source that ``run`` executes, followed by that of each
+        control-flow body it runs, under the name the code gives the body's graph (a
+        nested body's: ``g_1.g``)."""
+        return self._code("")
+
+    def _code(self, path: str) -> str:
+        parts = [self.program.source]
+        for name, value in self.program.globals.items():
+            body = self.bodies.executables.get(id(value))
+            if body is not None:
+                parts.append(f"# {path}{name}: a body of control flow, compiled\n"
+                             + body._code(f"{path}{name}."))
+        return "\n".join(parts)
 
     def kernel_code(self) -> str:
         """The source of the fused kernels (Numba, or the NumPy fallback's)."""
@@ -150,7 +164,7 @@ class Executable:
     def _instrumented_fn(self):
         if self._instrumented is None:
             self._instrumented = python.generate(self.graph, {}, self.kernels.__getitem__,
-                                                 instrument=True)
+                                                 instrument=True, run_body=self.bodies.run)
         return self._instrumented.fn
 
     def _signature(self, arrays):
@@ -204,6 +218,29 @@ class Executable:
         flat = {k: np.empty(n, dtype) for k, (dtype, n) in need.items()}
         return [flat[k][:int(np.prod(shape, dtype=np.int64))].reshape(shape)
                 for (v, k), shape in zip(self._slots, shapes)]
+
+
+class Bodies:
+    """The bodies of a graph's control flow (``cond``'s branches, ``while_loop``'s condition
+    and body, ``scan``'s body), each compiled to an Executable of its own: optimised with
+    ``passes``, its fused groups compiled, its buffers reused from one iteration to the
+    next. The generated code passes :meth:`run` to the control ops' kernels in place of the
+    reference interpreter. Nested control flow compiles the same way, inside its body."""
+
+    def __init__(self, graph: Graph, passes, fast_math: bool):
+        # id(body graph) -> its Executable (the graph's nodes keep the bodies alive)
+        self.executables: dict[int, Executable] = {}
+        for node in graph.nodes:
+            if node.op.name not in BODY_OPS:
+                continue
+            for body in node.attrs.values():
+                if isinstance(body, Graph) and id(body) not in self.executables:
+                    self.executables[id(body)] = Executable(
+                        body, passes=passes, fast_math=fast_math, body_passes=passes)
+
+    def run(self, graph: Graph, *arrays) -> list:
+        """``graph``'s outputs for ``arrays``, from its compiled program."""
+        return self.executables[id(graph)].run(arrays)
 
 
 def _optimise(graph: Graph, passes):

@@ -5,8 +5,9 @@ generated module: ``k_matmul = REGISTRY['matmul'].kernel``) with attrs as litera
 arguments and the user's source location as a comment. Elementwise ops whose scalar
 expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
 buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
-compiled kernel (``f_add_2``). Intermediates are ``del``-ed after their last use, symbolic
-dims are read off the input shapes at the top::
+compiled kernel (``f_add_2``); control flow (``cond``, ``while_loop``, ``scan``) calls its
+op's kernel with ``run=``, which runs each body's own compiled program. Intermediates are
+``del``-ed after their last use, symbolic dims are read off the input shapes at the top::
 
     def graph_fn(x, w, bufs):
         B = x.shape[0]
@@ -27,7 +28,7 @@ import linecache
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
+from ..ops.control import BODY_OPS
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from . import ufuncs
@@ -76,9 +78,10 @@ class Module:
     """The globals of one generated module: kernels and any attr that has no literal form
     (subgraphs, unusual dtypes), each bound once under a readable name."""
 
-    def __init__(self, namer: Namer):
+    def __init__(self, namer: Namer, run_body: Callable | None = None):
         self.namer = namer
         self.globals: dict = {"np": np}
+        self.run_body = run_body   # how control flow runs its bodies (None: interpreted)
         self._bound: dict = {}   # (kind, id) -> name
         self._ufuncs: dict = {}  # kind of node -> ufuncs.direct's answer
 
@@ -91,6 +94,11 @@ class Module:
         return name
 
     def kernel(self, opname: str) -> str:
+        """The name of ``opname``'s kernel; a control-flow op's (``BODY_OPS``) runs its
+        bodies with ``run_body`` when there is one."""
+        if self.run_body is not None and opname in BODY_OPS:
+            kernel = partial(REGISTRY[opname].kernel, run=self.run_body)
+            return self.bind(f"k_{opname}", kernel, ("kernel", opname))
         return self.bind(f"k_{opname}", REGISTRY[opname].kernel, ("kernel", opname))
 
     def ufunc(self, node: Node):
@@ -181,14 +189,15 @@ def last_uses(graph: Graph) -> dict[int, list[Value]]:
 
 def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = None,
              instrument: bool = False, name: str = "graph_fn",
-             donated: dict | None = None) -> Program:
+             donated: dict | None = None, run_body: Callable | None = None) -> Program:
     """Compile ``graph`` into a Python function ``name(*inputs[, bufs][, on_node])``.
 
     ``slots`` maps values to indices into ``bufs`` (the preallocated outputs); ``fused``
     turns a ``fused`` node into a callable ``kernel(*inputs, out=None)`` (the fused-kernel
     compiler); ``instrument`` calls ``on_node(node, outputs)`` after each node (checked
     mode); ``donated`` maps output values to the inputs whose arrays they are written into
-    (see ``buffers.donations``).
+    (see ``buffers.donations``); ``run_body(graph, *arrays)`` runs the bodies of control
+    flow (default: the reference interpreter).
     """
     has_bufs = bool(slots)
     slots = dict(slots or {})
@@ -196,7 +205,7 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
     syms = sorted({n for v in graph.inputs for d in v.shape if isinstance(d, Sym)
                    for n in d.names})
     namer = Namer(syms + ["bufs", "on_node", "NODES"])
-    module = Module(namer)
+    module = Module(namer, run_body)
     names: dict[Value, str] = {}
     for v in graph.inputs:
         names[v] = namer.fresh(v.name)

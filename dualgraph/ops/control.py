@@ -4,8 +4,9 @@ Eager, each is plain Python (``if``, ``while``, ``for``), so autograd records ex
 that ran. While tracing, each traces its Python functions into *closed* subgraphs with a
 nested tracer: the outer tensors a function reads (traced values, parameters, globals)
 become extra operands of the node, after the explicit ones. The node holds the subgraphs
-as attrs, so the printer, verifier, serializer and interpreter handle it like any other;
-its kernel runs them with the reference interpreter.
+as attrs, so the printer, verifier, serializer and interpreter handle it like any other.
+Its kernel runs them with ``run(graph, *arrays)``: the reference interpreter by default; a
+compiled graph's code passes each body's own compiled program (``codegen/executable.py``).
 
 Gradients are written with these same functions, so they trace, run and differentiate
 like any other op: the VJP of ``cond`` is a ``cond`` over the two branches' VJPs; the VJP
@@ -267,9 +268,13 @@ def _check_pred(op: str, pred) -> None:
                          f"{type_str(pred.shape, pred.dtype)}")
 
 
+# The ops whose kernels take ``run``: how to run their subgraphs.
+BODY_OPS = frozenset({"cond", "while_loop", "scan"})
+
+
 # -- cond ---------------------------------------------------------------------------------------
-def _cond_kernel(pred, *args, true_graph, false_graph):
-    return tuple(interpret(true_graph if pred else false_graph, *args))
+def _cond_kernel(pred, *args, true_graph, false_graph, run=interpret):
+    return tuple(run(true_graph if pred else false_graph, *args))
 
 
 def _cond_infer(pred, *args, true_graph, false_graph):
@@ -384,15 +389,15 @@ def cond(pred, true_fn, false_fn, operands=()):
 
 
 # -- while_loop ---------------------------------------------------------------------------------
-def _while_kernel(*args, cond_graph, body_graph, max_iters):
+def _while_kernel(*args, cond_graph, body_graph, max_iters, run=interpret):
     n = len(body_graph.outputs)
     carry, rest = list(args[:n]), args[n:]
     count = 0
-    while interpret(cond_graph, *carry, *rest)[0]:
+    while run(cond_graph, *carry, *rest)[0]:
         if max_iters is not None and count >= max_iters:
             raise RuntimeError(f"while_loop ran more than max_iters={max_iters} iterations; "
                                "raise max_iters (it bounds the loop for its gradient)")
-        carry = interpret(body_graph, *carry, *rest)
+        carry = run(body_graph, *carry, *rest)
         count += 1
     return (*carry, np.asarray(count, np.int64))
 
@@ -537,12 +542,12 @@ def emit_while(bodies: list, carried: tuple, max_iters=None):
 
 
 # -- scan ---------------------------------------------------------------------------------------
-def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse):
+def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse, run=interpret):
     carry = list(args[:num_carry])
     xs, rest = args[num_carry:num_carry + num_xs], args[num_carry + num_xs:]
     ys = []
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        outs = interpret(body_graph, *carry, *(x[i] for x in xs), *rest)
+        outs = run(body_graph, *carry, *(x[i] for x in xs), *rest)
         carry = outs[:num_carry]
         ys.append(outs[num_carry:])
     if reverse:
