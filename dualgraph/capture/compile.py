@@ -53,7 +53,7 @@ class Entry:
         self.backward = backward
         self.graph, self.reports = optimize(capture.graph, passes)
         self.executable = Executable(self.graph, fast_math=fast_math,
-                                     body_passes=_body_passes(passes),
+                                     body_passes=executable_passes(passes),
                                      donate=_writeback_inputs(capture))
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
@@ -64,7 +64,7 @@ class Entry:
             graph, reports = optimize(backward.graph, passes)
             self.reports += [r for r in reports]
             self.backward_executable = Executable(graph, fast_math=fast_math,
-                                                  body_passes=_body_passes(passes))
+                                                  body_passes=executable_passes(passes))
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -159,8 +159,9 @@ def _enabled_passes(passes):
     return set(passes)
 
 
-def _body_passes(passes):
-    """``compile``'s ``passes`` as ``Executable``'s, for the bodies of control flow."""
+def executable_passes(passes):
+    """``compile``'s ``passes`` (None: all) as ``Executable``'s ("default": all; None: the
+    graph as given)."""
     enabled = _enabled_passes(passes)
     return "default" if enabled is None else (enabled or None)
 

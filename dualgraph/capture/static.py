@@ -9,9 +9,12 @@
 array([12.], dtype=float32)
 
 Inside ``with program:`` ops on placeholders are recorded, not run (it is the same tracer
-that ``dg.compile`` uses). Tensors created outside the program (parameters, an optimiser's
-state) are bound by identity: a run reads their current values, and a training op
-(:func:`minimize`) writes the updated values back into them.
+that ``dg.compile`` uses). A session compiles the graph of each set of fetches once, as
+``dg.compile`` does (the pass pipeline, fused kernels, reused buffers; ``passes=`` as
+there), and runs that code (``session.code(fetches)`` prints it). Tensors created outside
+the program (parameters, an optimiser's state) are bound by identity: a run reads their
+current values, and a training op (:func:`minimize`) writes the updated values back into
+them.
 """
 from __future__ import annotations
 
@@ -20,12 +23,13 @@ import numpy as np
 from ..autograd import engine
 from ..autograd.tape import no_grad
 from ..dispatch import modes
+from ..codegen import Executable
 from ..graph import Graph
-from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..shapes import Sym
 from ..tensor import Tensor, as_array
 from .._pytree import flatten, unflatten
+from .compile import executable_passes
 from .subgraph import copy_nodes, needed_nodes
 from .trace import Tracer
 
@@ -127,30 +131,44 @@ def minimize(optimizer, loss: Tensor) -> TrainOp:
 
 
 class Session:
-    """Runs fetches of a program: ``Session(program).run(fetches, feed_dict)``."""
+    """Runs fetches of a program: ``Session(program).run(fetches, feed_dict)``.
 
-    def __init__(self, program: Program):
+    ``passes``: which optimisation passes the compiled graphs get, as in ``dg.compile``
+    (None: all; False: none; pass names; or ``{name: False}``)."""
+
+    def __init__(self, program: Program, passes=None):
         self.program = program
+        self.passes = executable_passes(passes)
         self._cache: dict = {}
 
     def run(self, fetches, feed_dict=None):
         """Evaluate ``fetches`` (tensors, TrainOps, or lists/tuples/dicts of them); returns
         NumPy arrays in the same structure (None for a TrainOp)."""
         leaves, spec = flatten(fetches)
-        key = tuple(id(x) for x in leaves)
-        plan = self._cache.get(key)
-        if plan is None:
-            plan = self._cache[key] = self._plan(leaves)
-        graph, bound, writebacks = plan
+        executable, bound, writebacks = self._compiled(leaves)
+        graph = executable.source_graph
         feeds = self._feeds(feed_dict or {}, graph)
         arrays = [feeds[v.name] if b is None else b._data for v, b in zip(graph.inputs, bound)]
-        outs = interpret(graph, *arrays)
+        outs = executable.run(arrays)
         results = iter(outs)
         values = [None if isinstance(x, TrainOp) else next(results) for x in leaves]
         for t, new in zip(writebacks, results):
             np.copyto(t._data, new)
             t._version[0] += 1
         return unflatten(spec, values)
+
+    def code(self, fetches) -> str:
+        """The generated code that computes ``fetches`` (compiled now if not yet run)."""
+        return self._compiled(flatten(fetches)[0])[0].code
+
+    def _compiled(self, leaves):
+        key = tuple(id(x) for x in leaves)
+        plan = self._cache.get(key)
+        if plan is None:
+            graph, bound, writebacks = self._plan(leaves)
+            executable = Executable(graph, passes=self.passes, body_passes=self.passes)
+            plan = self._cache[key] = executable, bound, writebacks
+        return plan
 
     def _plan(self, leaves):
         """The pruned graph computing these fetches, its inputs' sources, its writebacks."""
