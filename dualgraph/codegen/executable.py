@@ -56,6 +56,8 @@ class Executable:
     input positions whose arrays may receive them (a parameter's update written in place);
     ``donated`` holds the pairs that proved safe (``buffers.donations``): for those the
     returned output *is* the input array, which the call has overwritten.
+    ``body_passes``: as ``passes``, for the bodies of the graph's control flow, each
+    compiled to an Executable of its own (:class:`Bodies`).
     ``reports`` holds the passes' reports and ``times`` where compile time went.
     """
 
