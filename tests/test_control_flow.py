@@ -135,6 +135,26 @@ def test_compiled_control_flow_runs_each_body_as_a_compiled_program(monkeypatch)
     assert re.search(r"# g\w*\.g\w*: a body of control flow", code)   # the branches
 
 
+def test_checked_mode_runs_control_flow_eagerly_and_compares():
+    """``check=True`` runs the function eagerly under a recorder: control flow runs as
+    Python there (it used to try to trace into the recorder and failed), then the compiled
+    graph's results are compared with it."""
+    w = dg.tensor(rand(3, seed=2), requires_grad=True)
+
+    def f(h, xs):
+        carry, ys = scan(lambda h, x: (dg.tanh(h * w + x), (h * x).sum()), h, xs)
+        return cond(carry.sum() > 0, lambda c: c * 2.0, lambda c: -c, (carry,)).sum() + ys.sum()
+    h, xs = dg.tensor(rand(3)), dg.tensor(rand(4, 3, seed=1))
+    checked = dg.compile(f, check=True)
+    got = checked(h, xs)
+    got.backward()
+    grad, w.grad = w.grad.numpy().copy(), None
+    want = f(h, xs)
+    want.backward()
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(grad, w.grad.numpy(), rtol=1e-6)
+
+
 def test_scan_modes_and_gradients():
     def f(h, xs, w):
         carry, ys = scan(lambda h, x: (dg.tanh(h * w + x), (h * x).sum()), h, xs)
