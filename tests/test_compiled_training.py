@@ -2,6 +2,8 @@
 MLP + SGD-momentum, CNN + Adam, LSTM + Adam and a small GPT + AdamW."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -136,6 +138,9 @@ def test_compiled_training_equals_eager(name):
     assert (first is later) == (name != "mlp-sgd")
     assert ("compiled code is reused" in fn.explain()) == (name != "mlp-sgd")
     assert "graph break" not in fn.explain().split("\n", 1)[1]
+    if name != "mlp-sgd":              # the whole Adam update: one node, one loop call
+        assert re.search(r"group_updates: .*\(grouped \d+\)", fn.explain())
+        assert "k_adam_update(" not in fn.code and "k_adam_update_group(" in fn.code
     if name == "cnn-adam":             # each conv and its weight gradient: one im2col
         lines = [line for line in fn.explain().splitlines()
                  if line.strip().startswith("share_conv_columns:")]

@@ -366,3 +366,47 @@ def test_docs_examples_run():
     doc = pathlib.Path(__file__).parent.parent / "docs" / "optim.md"
     for block in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S):
         exec(compile(block, str(doc), "exec"), {"print": lambda *a: None})
+
+
+def _adam_members(shapes, seed=0, step=4.0):
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(s).astype(np.float32) for _ in range(3)]
+            + [np.abs(rng.standard_normal(s)).astype(np.float32), np.asarray(step)]
+            for s in shapes]
+
+
+def test_adam_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch):
+    """``adam_update_group`` (a compiled step's whole Adam update, see the
+    ``group_updates`` pass): written in place, all parameters in one call of the loop; the
+    same bits as each parameter's own ``adam_update`` (the NumPy kernel below 4096
+    elements, the loop above); fresh outputs or differing steps go parameter by parameter."""
+    from dualgraph import kernels
+    from dualgraph.optim import _ops
+    hyper = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, decay=0.999)
+    shapes = [(128,), (3, 5), (70, 70), (1,)]
+    calls = []
+    many = kernels.optim.adam_many_in_place
+    monkeypatch.setattr(kernels.optim, "adam_many_in_place",
+                        lambda *args: calls.append(len(args[0])) or many(*args))
+
+    def each(members):
+        return [a for p, g, m, v, t in [[a.copy() for a in mem] for mem in members]
+                for a in _ops._adam_kernel(p, g, m, v, t, **hyper)]
+    members = _adam_members(shapes)
+    want = each(members)
+    out = [a for p, g, m, v, t in members for a in (p, m, v)]
+    got = _ops._adam_group_kernel(*[a for mem in members for a in mem], out=out, **hyper)
+    assert all(g is o for g, o in zip(got, out))
+    assert calls == ([len(shapes)] if kernels.numba_available() else [])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    fresh = _adam_members(shapes, 1)          # fresh outputs
+    ahead = _adam_members(shapes, 2)
+    ahead[-1][4] = np.asarray(5.0)            # in place, but one parameter a step ahead
+    for members, out in ((fresh, None),
+                         (ahead, [a for p, g, m, v, t in ahead for a in (p, m, v)])):
+        want = each(members)
+        got = _ops._adam_group_kernel(*[a for mem in members for a in mem], out=out, **hyper)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert len(calls) == (1 if kernels.numba_available() else 0)

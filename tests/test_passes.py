@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dualgraph.graph import Graph, GraphError, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
+                              group_updates,
                               plan_memory, run_pipeline, schedule, share_conv_columns,
                               simplify)
 from dualgraph.passes.memory import END, Liveness
@@ -480,3 +481,55 @@ def test_the_shape_rule_memo_tells_literal_types_apart():
     assert (a.dtype, b.dtype, c.dtype) == (np.dtype("int32"), np.dtype("float32"),
                                            np.dtype("int32"))
     verify(g)
+
+
+# -- group_updates ---------------------------------------------------------------------------
+ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, decay=1.0)
+
+
+def adam_steps(shapes, lrs=None, read_first=False):
+    """One ``adam_update`` per parameter shape (inputs p, g, m, v and the step count each);
+    ``read_first``: another node reads the first update's new parameter."""
+    import dualgraph.optim   # noqa: F401  (registers the update ops)
+    g = Graph()
+    outs = []
+    for i, shape in enumerate(shapes):
+        p, grad, m, v = (g.add_input(shape, "float32", name=f"{n}{i}") for n in "pgmv")
+        step = g.add_input((), "float32", name=f"t{i}")
+        lr = lrs[i] if lrs else ADAM["lr"]
+        outs += g.add_node("adam_update", [p, grad, m, v, step], {**ADAM, "lr": lr})
+    if read_first:
+        outs.append(node(g, "mul", outs[0], 2.0))
+    g.set_outputs(outs)
+    return g
+
+
+def adam_inputs(graph, seed=0):
+    """Inputs an Adam step can take: positive second moments, step counts of 3."""
+    return [np.full((), 3.0, np.float32) if v.name.startswith("t")
+            else np.abs(a) if v.name.startswith("v") else a
+            for v, a in zip(graph.inputs, random_inputs(graph, seed))]
+
+
+def test_group_updates_makes_one_node_of_a_steps_adam_updates():
+    graph = adam_steps([(3, 4), (5,), (2, 2, 2)])
+    new, report = group_updates(graph)
+    verify(new)
+    assert ops(new) == ["adam_update_group"] and report.counts == {"grouped": 3}
+    assert [v.name for v in new.outputs] == [v.name for v in graph.outputs]
+    args = adam_inputs(graph)
+    for got, want in zip(new(*args), graph(*args), strict=True):   # bit for bit
+        np.testing.assert_array_equal(got, want)
+
+
+def test_group_updates_keeps_apart_other_hyper_parameters_and_updates_read_inside():
+    graph = adam_steps([(3,), (4,), (5,)], lrs=[0.01, 0.02, 0.01])
+    new, report = group_updates(graph)
+    assert ops(new) == ["adam_update", "adam_update_group"]   # lr 0.02 alone stays
+    assert report.counts == {"grouped": 2}
+    args = adam_inputs(graph)
+    for got, want in zip(new(*args), graph(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+    graph = adam_steps([(3,), (4,)], read_first=True)
+    new, report = group_updates(graph)
+    assert new is graph and not report.changed

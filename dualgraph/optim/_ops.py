@@ -48,9 +48,7 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None)
     t = float(step)
     if kernels.enabled(p, grad, m, v):   # the same arithmetic in one pass
         outs = _outputs(out, p, 3)
-        f32 = np.float32
-        consts = (f32(1 - beta1), f32(beta2), f32(1 - beta2), f32(math.sqrt(1 - beta2 ** t)),
-                  f32(eps), f32(-(lr / (1 - beta1 ** t))), f32(decay))
+        consts = _adam_constants(t, lr, beta1, beta2, eps, decay)
         if all(o is a and a.flags.c_contiguous for o, a in zip(outs, (p, m, v))):
             kernels.optim.adam_in_place(*(kernels.flat(a) for a in (p, grad, m, v)), *consts)
         else:
@@ -75,6 +73,49 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None)
     new_p = p * decay
     new_p += update
     return _into(out, (new_p, new_m, new_v))
+
+
+def _adam_constants(t: float, lr, beta1, beta2, eps, decay) -> tuple:
+    """The float32 scalars the Adam loops take for step ``t``."""
+    f32 = np.float32
+    return (f32(1 - beta1), f32(beta2), f32(1 - beta2), f32(math.sqrt(1 - beta2 ** t)),
+            f32(eps), f32(-(lr / (1 - beta1 ** t))), f32(decay))
+
+
+def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
+    # (p, grad, m, v, step) per parameter -> (p, m, v) per parameter. Where every update is
+    # written into its own state (a compiled step's donated arrays) one loop call does them
+    # all; otherwise each parameter's update runs as adam_update's kernel.
+    members = [args[i:i + 5] for i in range(0, len(args), 5)]
+    outs = tuple(out) if out is not None else (None,) * (3 * len(members))
+    flat = _in_place_operands(members, outs)
+    if flat is not None:
+        consts = _adam_constants(float(members[0][4]), lr, beta1, beta2, eps, decay)
+        table = np.array([[id(a) for a in four] for four in flat], np.int64)
+        kernels.optim.adam_many_in_place(table, *consts)   # (``flat`` keeps the ids alive)
+        return outs
+    results = []
+    for k, (p, grad, m, v, step) in enumerate(members):
+        results += _adam_kernel(p, grad, m, v, step, lr=lr, beta1=beta1, beta2=beta2,
+                                eps=eps, decay=decay, out=outs[3 * k:3 * k + 3])
+    return tuple(results)
+
+
+def _in_place_operands(members, outs):
+    """Per parameter the flat (p, grad, m, v) that ``adam_many_in_place`` can update in one
+    call: float32, C-contiguous, each output its own input, one step count; else None."""
+    if not kernels.numba_available() or not kernels.native.array_struct_known():
+        return None
+    step = float(members[0][4])
+    flat = []
+    for k, (p, grad, m, v, t) in enumerate(members):
+        if (outs[3 * k] is not p or outs[3 * k + 1] is not m or outs[3 * k + 2] is not v
+                or float(t) != step or not p.shape == grad.shape == m.shape == v.shape
+                or not all(type(a) is np.ndarray and a.dtype == np.float32
+                           and a.flags.c_contiguous for a in (p, grad, m, v))):
+            return None
+        flat.append([a.reshape(-1) for a in (p, grad, m, v)])
+    return flat
 
 
 def _outputs(out, like, n: int) -> tuple:
@@ -103,6 +144,18 @@ ADAM_UPDATE = defop(
     doc="One Adam step: (param, grad, exp_avg, exp_avg_sq, step) -> the new param, exp_avg "
         "and exp_avg_sq; ``decay`` multiplies the param first (AdamW's decoupled decay). "
         "Optimisers run it under no_grad, so it has no VJP.")
+
+
+ADAM_UPDATE_GROUP = defop(
+    "adam_update_group", _adam_group_kernel,
+    lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
+                                 for t in _infer_adam(*args[i:i + 5])),
+    num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
+    writes_out=True,
+    doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
+        "exp_avg, exp_avg_sq, step) per parameter -> (param, exp_avg, exp_avg_sq) per "
+        "parameter; the ``group_updates`` pass makes it, so that a compiled step runs its "
+        "whole Adam/AdamW update in one call.")
 
 
 def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay=1.0):

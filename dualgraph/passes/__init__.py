@@ -23,12 +23,13 @@ from .cse import cse
 from .dce import dce
 from .fold import fold_constants
 from .fuse import fuse_elementwise
+from .group import group_updates
 from .memory import MemoryPlan, plan_memory, schedule
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
            "fold_constants", "simplify", "batch_linears", "share_conv_columns",
-           "fuse_elementwise", "schedule", "plan_memory"]
+           "fuse_elementwise", "group_updates", "schedule", "plan_memory"]
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less
@@ -40,6 +41,7 @@ PIPELINE = [
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
     fuse_elementwise,
+    group_updates,      # a step's optimiser updates -> one call
     schedule,
     plan_memory,        # analysis only: the plan is in its report
 ]

@@ -1,5 +1,6 @@
-"""Rows for the optimisers' fused update op ``adam_update`` (dualgraph.optim._ops): one
-AdamW step must equal torch's arithmetic written out op by op."""
+"""Rows for the optimisers' fused update ops ``adam_update`` and ``adam_update_group``
+(dualgraph.optim._ops): one AdamW step must equal torch's arithmetic written out op by op,
+for one parameter or for several at once."""
 import numpy as np
 
 from dualgraph.dispatch import apply
@@ -20,6 +21,13 @@ def _adam(m, p, g, avg, avg_sq, step):
     return p * decay - lr / (1 - b1 ** step) * avg / denom, avg, avg_sq
 
 
+def _adam_group(m, p1, g1, avg1, sq1, step1, p2, g2, avg2, sq2, step2):
+    if m.__name__ != "torch":
+        return apply(optim_ops.ADAM_UPDATE_GROUP, p1, g1, avg1, sq1, step1,
+                     p2, g2, avg2, sq2, step2, **HYPER)
+    return (*_adam(m, p1, g1, avg1, sq1, step1), *_adam(m, p2, g2, avg2, sq2, step2))
+
+
 def _step(rng, float_dtype):
     return np.array(3.0)
 
@@ -27,6 +35,11 @@ def _step(rng, float_dtype):
 CASES = [OpCase("adam_update", _adam,
                 [In((3, 4)), In((3, 4)), In((3, 4)), In((3, 4), "pos"),
                  In((), "custom", fn=_step)],
+                dtypes=("float32", "float64"), grad=False),
+         OpCase("adam_update_group", _adam_group,
+                [In((3, 4)), In((3, 4)), In((3, 4)), In((3, 4), "pos"),
+                 In((), "custom", fn=_step),
+                 In((5,)), In((5,)), In((5,)), In((5,), "pos"), In((), "custom", fn=_step)],
                 dtypes=("float32", "float64"), grad=False)]
 
 
