@@ -476,3 +476,23 @@ def test_no_donation_of_a_tensor_the_step_also_returns_or_of_a_strided_one():
         np.testing.assert_array_equal(before.numpy() * 0.5 + 2.0, state.numpy())
     np.testing.assert_array_equal(strided.numpy(), np.full((64, 128), 7.0, np.float32))
     assert not strided._data.flags.c_contiguous   # still the caller's own (strided) array
+
+
+def test_long_generated_lines_are_broken_inside_brackets():
+    """A node with many outputs, a long return list and a long signature: every line stays
+    near the width, the code compiles, and string literals keep their commas."""
+    from dualgraph.codegen.python import WIDTH, wrap
+    g = Graph()
+    xs = [g.add_input((2,), "float32", name=f"a_rather_long_input_name_{i}") for i in range(12)]
+    outs = [g.add_node("exp", [x])[0] for x in xs]
+    g.set_outputs(outs + [g.add_node("cat", xs, {"dim": 0})[0]])
+    exe = Executable(g)
+    assert max(len(line) for line in exe.code.splitlines()) <= WIDTH + 4
+    arrays = [np.full(2, i, np.float32) for i in range(12)]
+    results = exe.run(arrays)
+    np.testing.assert_allclose(results[3], np.exp(arrays[3]))
+    statement = "x = f('a, b, c', " + ", ".join(f"arg_{i}" for i in range(40)) + ")"
+    wrapped = wrap(statement, 60)
+    compile(wrapped, "<test>", "exec")
+    assert "'a, b, c'" in wrapped and all(len(line) <= 60 for line in wrapped.splitlines())
+    assert wrapped.replace("\n" + " " * 8, " ") == statement

@@ -42,6 +42,7 @@ from ..shapes import Sym
 from . import ufuncs
 
 _NON_WORD = re.compile(r"\W")
+WIDTH = 100   # generated lines longer than this are broken (see ``wrap``)
 _counter = [0]   # distinct file names for linecache
 # A traced loop labels thousands of nodes with the same few source lines.
 _short_location = lru_cache(maxsize=4096)(short_location)
@@ -228,14 +229,49 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
             body.append(f"on_node(NODES[{i}], ({outs},))")
         gone = [names[v] for v in dead.get(i, ())]
         if gone:
-            body.append(f"del {', '.join(gone)}")
-    body.append(f"return [{', '.join(names[v] for v in graph.outputs)}]")
+            names_gone = ", ".join(gone)
+            body.append(f"del {names_gone}" if len(names_gone) < WIDTH
+                        else wrap(f"del ({names_gone})"))
+    body.append(wrap(f"return [{', '.join(names[v] for v in graph.outputs)}]"))
     text = "\n".join(body)
     if any(re.search(rf"\b{n}\b", text) for n in syms):   # bind dims only when used
         body[1:1] = bind_syms(graph, names)
-    source = f"def {name}({', '.join(params)}):\n" + "".join(
+    source = wrap(f"def {name}({', '.join(params)}):") + "\n" + "".join(
         "    " + line.replace("\n", "\n    ") + "\n" for line in body)
     return compile_source(source, name, module.globals)
+
+
+def wrap(statement: str, width: int = WIDTH) -> str:
+    """``statement`` broken after commas inside brackets (where Python joins the lines
+    again) so that its lines stay near ``width`` characters: a step's optimiser update or
+    return list names hundreds of values. Commas inside string literals are left alone."""
+    if len(statement) <= width:
+        return statement
+    breaks, depth, quote, i = [], 0, None, 0
+    while i < len(statement):
+        ch = statement[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth > 0 and statement[i + 1:i + 2] == " ":
+            breaks.append(i + 2)
+        i += 1
+    pieces, start, previous, limit = [], 0, None, width
+    for at in breaks + [len(statement)]:
+        if at - start > limit and previous is not None and previous > start:
+            pieces.append(statement[start:previous].rstrip())
+            start, limit = previous, width - 8
+        previous = at
+    pieces.append(statement[start:])
+    return ("\n" + " " * 8).join(pieces)
 
 
 def compile_source(source: str, name: str, module_globals: dict) -> Program:
@@ -259,7 +295,9 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> l
     target = outs[0] if node.op.num_outputs == 1 else ", ".join(outs)
     if len(outs) == 1 and node.op.num_outputs != 1:
         target += ","   # a kernel with a variable number of outputs returns a tuple
-    lines = [f"{target} = {call}{comment}"]
+    if len(outs) > 1 and len(target) + len(call) > WIDTH:
+        target = f"({target})"   # so that the names can be broken over lines too
+    lines = [wrap(f"{target} = {call}") + comment]
     # kernels return NumPy scalars for 0-d results; the graph's values are arrays
     lines += [f"{names[v]} = np.asarray({names[v]})" for v in node.outputs
               if v.ndim == 0 and not (node.op.name == "fused" and fused is not None)]
