@@ -162,6 +162,37 @@ def test_scan_modes_and_gradients():
     check_modes(f, rand(3), rand(4, 3, seed=1), rand(3, seed=2))
 
 
+def test_a_scan_that_needs_a_gradient_saves_its_carries_instead_of_rerunning():
+    """With a gradient to come, the forward scan also stacks the carry before each step, so
+    the backward runs one reverse scan instead of first re-running the whole loop; under
+    no_grad, or when nothing needs a gradient, it keeps only the last carry."""
+    w = dg.tensor(rand(3, seed=2), requires_grad=True)
+
+    def f(h, xs):
+        return scan(lambda h, x: (dg.tanh(h * w + x), (h * x).sum()), h, xs)
+
+    def scans(graph):
+        return [n for n in graph.nodes if n.op.name == "scan"]
+    h, xs = dg.tensor(rand(3)), dg.tensor(rand(4, 3, seed=1))
+    compiled = dg.compile(f, fullgraph=True)
+    carry, ys = compiled(h, xs)
+    (forward,) = scans(compiled.graph)
+    assert forward.attrs.get("saves_carry") is True
+    assert len(forward.outputs) == 1 + 1 + 1        # carry, ys, the stacked carries
+    (carry * 2 + ys.sum()).sum().backward()
+    backward = compiled._last.backward_executable.source_graph
+    assert len(scans(backward)) == 1                # the reverse scan only
+    grad = w.grad.numpy().copy()
+    w.grad = None
+    carry, ys = f(h, xs)
+    (carry * 2 + ys.sum()).sum().backward()
+    np.testing.assert_allclose(grad, w.grad.numpy(), rtol=1e-6)
+    with dg.no_grad():
+        plain = dg.compile(f, fullgraph=True)
+        plain(h, xs)
+    assert "saves_carry" not in scans(plain.graph)[0].attrs
+
+
 def test_scan_reverse_and_structures():
     def f(a, xs):
         def step(c, x):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._helpers import user_location
-from ..autograd.tape import enable_grad, no_grad
+from ..autograd.tape import enable_grad, grad_mode, no_grad
 from ..dispatch import apply, modes
 from ..errors import CaptureError
 from ..graph import Graph, interpret
@@ -549,7 +549,8 @@ def emit_while(bodies: list, carried: tuple, max_iters=None):
 
 
 # -- scan ---------------------------------------------------------------------------------------
-def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse, run=interpret):
+def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse, saves_carry=False,
+                 run=interpret):
     carry = list(args[:num_carry])
     xs, rest = args[num_carry:num_carry + num_xs], args[num_carry + num_xs:]
     ys = []
@@ -565,7 +566,7 @@ def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse, run=inte
     return (*carry, *stacked)
 
 
-def _scan_infer(*args, body_graph, num_carry, num_xs, length, reverse):
+def _scan_infer(*args, body_graph, num_carry, num_xs, length, reverse, saves_carry=False):
     xs = args[num_carry:num_carry + num_xs]
     for k, x in enumerate(xs):
         if not x.shape or x.shape[0] != length:
@@ -587,18 +588,22 @@ def _check_carry_types(init, outs) -> None:
                              f"{type_str(a.shape, a.dtype)} to {type_str(v.shape, v.dtype)}")
 
 
-def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse):
+def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse,
+              saves_carry=False):
     C, X = num_carry, num_xs
     init, xs, rest = args[:C], args[C:C + X], args[C + X:]
     gs = _cotangents(g, out)
+    num_ys = len(out) - C - (C if saves_carry else 0)   # the saved carries come last
     fc = [i for i in range(C) if _is_float(init[i])]
     fx = [k for k in range(X) if _is_float(xs[k])]
     fr = [j for j, r in enumerate(rest) if _is_float(r) and r.requires_grad]
-    fy = [j for j in range(len(out) - C) if gs[C + j] is not None]
-
-    def forward(carry, x):   # the carry before every step, which the kernel doesn't keep
-        return call_graph(body_graph, *carry, *x, *rest)[:C], carry
-    _, before = scan(forward, tuple(init), tuple(xs), length=length, reverse=reverse)
+    fy = [j for j in range(num_ys) if gs[C + j] is not None]
+    if saves_carry:   # the carry before every step, stacked by the forward node
+        before = tuple(out[C + num_ys:])
+    else:             # ... recomputed: the kernel keeps only the last
+        def forward(carry, x):
+            return call_graph(body_graph, *carry, *x, *rest)[:C], carry
+        _, before = scan(forward, tuple(init), tuple(xs), length=length, reverse=reverse)
 
     def backward(acc, step):
         g_c, g_r = acc
@@ -623,8 +628,8 @@ def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse):
 
 
 SCAN = defop("scan", _scan_kernel, _scan_infer, vjp=_scan_vjp,
-             attrs=("body_graph", "num_carry", "num_xs", "length", "reverse"),
-             num_outputs=None, saves="i", onnx="Scan")
+             attrs=("body_graph", "num_carry", "num_xs", "length", "reverse", "saves_carry"),
+             num_outputs=None, saves="io", onnx="Scan")
 
 
 def _scan_length(x_leaves, length) -> int:
@@ -669,9 +674,28 @@ def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what=
     ``what`` and its carried values ``names`` (one per leaf of ``init``) when given."""
     slots = [Slot(tuple(x._data.shape[1:]), x._data.dtype,
                   getattr(x._data, "name", "x") + "_t") for x in x_leaves]
-    body = trace_fn(lambda c, x: _split_step(f(c, x)), (init, unflatten(x_spec, slots)),
-                    f"body of {what}")
     carry_leaves, carry_spec = flatten(init)
+    # For a gradient the VJP needs the carry before every step: with saves_carry the body
+    # also returns it as a y (the node stacks them), instead of the VJP running the whole
+    # forward loop again to recompute them.
+    # (Which outer tensors the body reads is known once it is traced: it is traced again
+    # without the saved carries when none of its tensors needs a gradient.)
+    def traced(saves_carry: bool) -> Body:
+        def step(c, x):
+            if not saves_carry:
+                return _split_step(f(c, x))
+            # the carry's values now: an in-place write in f rebinds the tensors it is given
+            leaves, spec = flatten(c)
+            before = unflatten(spec, [Tensor._make(t._data) for t in leaves])
+            new, y = _split_step(f(c, x))
+            return new, (y, before)
+        return trace_fn(step, (init, unflatten(x_spec, slots)), f"body of {what}")
+    saves_carry = (grad_mode.enabled and bool(carry_leaves)
+                   and all(isinstance(c, Tensor) for c in carry_leaves))
+    body = traced(saves_carry)
+    if saves_carry and not any(t.requires_grad for t in
+                               [*carry_leaves, *x_leaves, *body.captured]):
+        saves_carry, body = False, traced(False)
     _check_scan_body(body, carry_leaves, carry_spec, what, names)
     if not body.graph.outputs:   # nothing to compute: the body is pure
         return body.rebuild([])
@@ -679,9 +703,10 @@ def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what=
     num_carry = len(_tensor_leaves((init,)))
     outs = apply(SCAN, *_tensor_leaves((init,)), *x_leaves, *captured,
                  body_graph=body.graph, num_carry=num_carry, num_xs=len(x_leaves),
-                 length=length, reverse=bool(reverse))
+                 length=length, reverse=bool(reverse),
+                 **({"saves_carry": True} if saves_carry else {}))
     new_carry, ys = body.rebuild(outs)
-    return new_carry, ys
+    return new_carry, (ys[0] if saves_carry else ys)
 
 
 def _split_step(result):
