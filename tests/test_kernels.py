@@ -443,3 +443,31 @@ def test_exp32_and_tanh32_against_float64_including_the_underflow_edge():
     ulps_t = np.abs(t[finite] - want_t) / np.spacing(np.abs(want_t).astype(np.float32))
     assert ulps_t.max() <= 5.0
     assert np.isnan(t[np.isnan(x)]).all() and t[x == np.inf] == 1 and t[x == -np.inf] == -1
+
+
+def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypatch):
+    """``products.a_bt`` (few outputs, long rows: a convolution's weight gradient), with
+    leftover rows and columns of its 2 x 4 tiles and lengths past its column blocks; then
+    LeNet's first layer's weight gradient, which takes it, against torch."""
+    from dualgraph.kernels import products
+    rng = np.random.default_rng(0)
+    for m, n, length in ((6, 25, 57344), (5, 7, 10001), (1, 3, 4096), (2, 4, 5000)):
+        a = rng.standard_normal((m, length), dtype=np.float32)
+        b = rng.standard_normal((n, length), dtype=np.float32)
+        assert products.wanted(a, b)
+        out = np.empty((m, n), np.float32)
+        products.a_bt(a, b, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b.T.astype(np.float64),
+                                   rtol=1e-4, atol=2e-3)
+    ran = []
+    a_bt = products.a_bt
+    monkeypatch.setattr(products, "a_bt", lambda *args: ran.append(1) or a_bt(*args))
+    x = rng.standard_normal((64, 1, 28, 28), dtype=np.float32)
+    w = rng.standard_normal((6, 1, 5, 5), dtype=np.float32) * 0.2
+    g = rng.standard_normal((64, 6, 28, 28), dtype=np.float32)
+    ws = dg.tensor(w, requires_grad=True)
+    dg.nn.functional.conv2d(dg.tensor(x), ws, padding=2).backward(dg.tensor(g))
+    wt = torch.tensor(w, requires_grad=True)
+    torch.nn.functional.conv2d(torch.tensor(x), wt, padding=2).backward(torch.tensor(g))
+    assert ran
+    np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)

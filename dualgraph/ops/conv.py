@@ -209,7 +209,13 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups)
 def _weight_grad_gemm(cols, g, kernel_size, groups):
     """The weight gradient's GEMM on im2col ``cols`` of the input."""
     width = cols.shape[-1] // (g.shape[0] * g.shape[2])
-    gw = np.matmul(_grad_matrix(g, groups, width), cols.transpose(0, 2, 1))   # G Cog Kg
+    gm = _grad_matrix(g, groups, width)
+    if kernels.products.wanted(gm[0], cols[0]):   # few outputs, long rows: not the BLAS
+        gw = np.empty((groups, gm.shape[1], cols.shape[1]), gm.dtype)
+        for k in range(groups):
+            kernels.products.a_bt(gm[k], np.ascontiguousarray(cols[k]), gw[k])
+    else:
+        gw = np.matmul(gm, cols.transpose(0, 2, 1))   # G Cog Kg
     return gw.reshape(g.shape[1], -1, *kernel_size)
 
 
