@@ -14,6 +14,10 @@ from .common import torch_style_impls
 from .w1_mlp_train import make_data as w1_data
 
 ID, NAME = "W7", "mlp_infer_latency"
+# Steps of a fraction of a millisecond: 25 calls measure the warm-up (the first ~20 calls
+# of any implementation are up to 2x slower while caches and Python's specialising
+# interpreter settle), so every implementation runs more of them.
+WARMUP, TIMED = 100, 200
 NOTES = {"onnxruntime": "skipped: dualgraph has no ONNX export yet"}
 
 
