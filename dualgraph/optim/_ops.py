@@ -103,7 +103,8 @@ def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
 
 def _in_place_operands(members, outs):
     """Per parameter the flat (p, grad, m, v) that ``adam_many_in_place`` can update in one
-    call: float32, C-contiguous, each output its own input, one step count; else None."""
+    call: float32, C-contiguous, each output its own (writeable) input, one step count;
+    else None."""
     if not kernels.numba_available() or not kernels.native.array_struct_known():
         return None
     step = float(members[0][4])
@@ -112,7 +113,8 @@ def _in_place_operands(members, outs):
         if (outs[3 * k] is not p or outs[3 * k + 1] is not m or outs[3 * k + 2] is not v
                 or float(t) != step or not p.shape == grad.shape == m.shape == v.shape
                 or not all(type(a) is np.ndarray and a.dtype == np.float32
-                           and a.flags.c_contiguous for a in (p, grad, m, v))):
+                           and a.flags.c_contiguous for a in (p, grad, m, v))
+                or not (p.flags.writeable and m.flags.writeable and v.flags.writeable)):
             return None
         flat.append([a.reshape(-1) for a in (p, grad, m, v)])
     return flat
