@@ -24,6 +24,11 @@ class _Modes:
     tracer = None
     stack: list = []
 
+    def building_graph(self) -> bool:
+        """Whether the active tracer builds a graph (checked mode's recorder, the other
+        kind, runs and logs each op eagerly)."""
+        return getattr(self.tracer, "graph", None) is not None
+
 
 modes = _Modes()
 

@@ -96,13 +96,6 @@ class _Lifting:
 _NESTED: dict[type, type] = {}
 
 
-def _building_graph() -> bool:
-    """Whether the active mode traces into a graph (then control flow becomes nodes);
-    otherwise it runs as Python, also under checked mode's recorder, which runs and logs
-    each op eagerly."""
-    return getattr(modes.tracer, "graph", None) is not None
-
-
 def _nested_tracer(outer):
     """A tracer of the active tracer's kind (seen by duck typing: ops don't import capture)
     that lifts outer tensors into inputs."""
@@ -387,7 +380,7 @@ def cond(pred, true_fn, false_fn, operands=()):
     tensor([-1.,  2.])
     """
     operands = tuple(operands) if isinstance(operands, (tuple, list)) else (operands,)
-    if not _building_graph() or not isinstance(pred, Tensor):
+    if not modes.building_graph() or not isinstance(pred, Tensor):
         return (true_fn if pred else false_fn)(*operands)
     pred = as_pred(pred)
     bodies = [trace_fn(true_fn, operands, "true branch of dg.cond"),
@@ -504,7 +497,7 @@ def while_loop(cond_fn, body_fn, carried_inputs, *, max_iters=None):
     (tensor(3), tensor(8.))
     """
     carried = _as_carry(carried_inputs)
-    if not _building_graph():
+    if not modes.building_graph():
         count = 0
         while cond_fn(*carried):
             if max_iters is not None and count >= max_iters:
@@ -662,7 +655,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     if xs is None:
         x_leaves = []
     length = _scan_length(x_leaves, length)
-    if not _building_graph():
+    if not modes.building_graph():
         return _scan_eager(f, init, x_leaves, x_spec, length, reverse)
     return emit_scan(f, init, x_leaves, x_spec, length, reverse)
 

@@ -147,7 +147,7 @@ def randn(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
 
 def _random(size, generator, dtype, requires_grad, dist) -> Tensor:
     dt = _float_dtype(dtype)
-    if modes.tracer is not None and getattr(modes.tracer, "graph", None) is not None:
+    if modes.building_graph():
         shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
         return traced_random(tuple(shape), dt, dist, generator)
     rng = rng_of(generator)
