@@ -419,19 +419,19 @@ class Lowering:
             results.append(o)
         sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
         flat_out = [o.reshape(-1) for o in results]
-        run_rows(self._compiled(self._aliases(args, flat_out)), R, R, C, n, *sizes, *args,
+        run_rows(self._compiled(self._aliases(inputs, results)), R, R, C, n, *sizes, *args,
                  *flat_out, threads=None if self.parallel else 1)
         self.compiled = True
         return tuple(results)
 
-    def _aliases(self, args: list, flat_out: list) -> tuple:
-        """``((output, input), ...)``: plain outputs that are exactly a full input's array."""
+    def _aliases(self, inputs, results: list) -> tuple:
+        """``((output, input), ...)``: plain outputs that are a full input's array itself.
+        (The generated code passes a donated input as its own ``out=``, the same object;
+        an output that shares memory otherwise is still correct, only not vectorised.)"""
         pairs = []
         for k in self.plain_outputs:
-            address = flat_out[k].__array_interface__["data"][0]
-            for i, (a, kind) in enumerate(zip(args, self.kinds)):
-                if (kind == "full" and a.size == flat_out[k].size
-                        and a.__array_interface__["data"][0] == address):
+            for i, (a, kind) in enumerate(zip(inputs, self.kinds)):
+                if kind == "full" and a is results[k]:
                     pairs.append((k, i))
                     break
         return tuple(pairs)
