@@ -133,6 +133,8 @@ def test_compiled_control_flow_runs_each_body_as_a_compiled_program(monkeypatch)
     assert code.count("a body of control flow, compiled") == 4   # cond, body, 2 branches
     assert "k_while_loop(" in code and "k_cond(" in code
     assert re.search(r"# g\w*\.g\w*: a body of control flow", code)   # the branches
+    assert len(re.findall(r"passes on control-flow body g\w*(\.g\w*)?",
+                          compiled.explain())) == 4
 
 
 def test_checked_mode_runs_control_flow_eagerly_and_compares():

@@ -402,6 +402,13 @@ class Compiled:
             lines.append(f"passes on the latest graph ({len(entry.capture.graph.nodes)} -> "
                          f"{len(entry.graph.nodes)} nodes):")
             lines += ["  " + line for r in entry.reports for line in str(r).splitlines()]
+            executables = [entry.executable, entry.backward_executable]
+            for name, body in (b for e in executables if e is not None
+                               for b in e.named_bodies()):
+                lines.append(f"passes on control-flow body {name} "
+                             f"({len(body.source_graph.nodes)} -> {len(body.graph.nodes)} "
+                             "nodes):")
+                lines += ["  " + line for r in body.reports for line in str(r).splitlines()]
         return "\n".join(lines)
 
 

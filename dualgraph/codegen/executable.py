@@ -91,16 +91,19 @@ class Executable:
         """The generated Python source that ``run`` executes, followed by that of each
         control-flow body it runs, under the name the code gives the body's graph (a
         nested body's: ``g_1.g``)."""
-        return self._code("")
-
-    def _code(self, path: str) -> str:
         parts = [self.program.source]
+        parts += [f"# {name}: a body of control flow, compiled\n{body.program.source}"
+                  for name, body in self.named_bodies()]
+        return "\n".join(parts)
+
+    def named_bodies(self, path: str = ""):
+        """``(name, Executable)`` for each control-flow body this code runs, nested ones
+        after their parent (``g_1.g``), named as the generated code names their graphs."""
         for name, value in self.program.globals.items():
             body = self.bodies.executables.get(id(value))
             if body is not None:
-                parts.append(f"# {path}{name}: a body of control flow, compiled\n"
-                             + body._code(f"{path}{name}."))
-        return "\n".join(parts)
+                yield path + name, body
+                yield from body.named_bodies(f"{path}{name}.")
 
     def kernel_code(self) -> str:
         """The source of the fused kernels (Numba, or the NumPy fallback's)."""
