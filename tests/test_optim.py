@@ -410,3 +410,32 @@ def test_adam_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatc
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     assert len(calls) == (1 if kernels.numba_available() else 0)
+
+
+def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch):
+    """``sgd_update_group``, as the Adam one: in place, one loop call for every parameter,
+    the same bits as each parameter's ``sgd_update``; fresh outputs go one by one."""
+    from dualgraph import kernels
+    from dualgraph.optim import _ops
+    hyper = dict(lr=0.1, momentum=0.9, dampening=0.0, nesterov=True)
+    shapes = [(128,), (3, 5), (70, 70), (1,)]
+    calls = []
+    many = kernels.optim.sgd_many_in_place
+    monkeypatch.setattr(kernels.optim, "sgd_many_in_place",
+                        lambda *args: calls.append(len(args[0])) or many(*args))
+
+    def members(seed):
+        rng = np.random.default_rng(seed)
+        return [[rng.standard_normal(s).astype(np.float32) for _ in range(3)] for s in shapes]
+
+    def each(group):
+        return [a for p, g, b in [[a.copy() for a in m] for m in group]
+                for a in _ops._sgd_kernel(p, g, b, **hyper)]
+    for seed, in_place in ((0, True), (1, False)):
+        group = members(seed)
+        want = each(group)
+        out = [a for p, g, b in group for a in (p, b)] if in_place else None
+        got = _ops._sgd_group_kernel(*[a for m in group for a in m], out=out, **hyper)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert calls == ([len(shapes)] if kernels.numba_available() else [])

@@ -109,3 +109,15 @@ def sgd_momentum_in_place(p, grad, buf, momentum, one_minus_dampening, neg_lr, n
     for i in range(p.size):
         p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
                                  neg_lr, nesterov)
+
+
+@loop
+def sgd_many_in_place(arrays, momentum, one_minus_dampening, neg_lr, nesterov):
+    """:func:`sgd_momentum_in_place` for many parameters in one call: row k of ``arrays``
+    holds the ``id()`` of parameter k's p, grad and buf (as :func:`adam_many_in_place`)."""
+    for k in range(arrays.shape[0]):
+        p, grad = _float32_vector(arrays[k, 0]), _float32_vector(arrays[k, 1])
+        buf = _float32_vector(arrays[k, 2])
+        for i in range(p.size):
+            p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
+                                     neg_lr, nesterov)

@@ -88,11 +88,11 @@ def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
     # all; otherwise each parameter's update runs as adam_update's kernel.
     members = [args[i:i + 5] for i in range(0, len(args), 5)]
     outs = tuple(out) if out is not None else (None,) * (3 * len(members))
-    flat = _in_place_operands(members, outs)
-    if flat is not None:
-        consts = _adam_constants(float(members[0][4]), lr, beta1, beta2, eps, decay)
-        table = np.array([[id(a) for a in four] for four in flat], np.int64)
-        kernels.optim.adam_many_in_place(table, *consts)   # (``flat`` keeps the ids alive)
+    table = _in_place_table(members, outs, count=4, written=(0, 2, 3))
+    steps = {float(member[4]) for member in members}
+    if table is not None and len(steps) == 1:
+        consts = _adam_constants(steps.pop(), lr, beta1, beta2, eps, decay)
+        kernels.optim.adam_many_in_place(table[0], *consts)
         return outs
     results = []
     for k, (p, grad, m, v, step) in enumerate(members):
@@ -101,23 +101,27 @@ def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
     return tuple(results)
 
 
-def _in_place_operands(members, outs):
-    """Per parameter the flat (p, grad, m, v) that ``adam_many_in_place`` can update in one
-    call: float32, C-contiguous, each output its own (writeable) input, one step count;
-    else None."""
+def _in_place_table(members, outs, count: int, written: tuple):
+    """For a group kernel's one loop call: the table of ``id()`` s of the flat views of
+    each member's first ``count`` inputs, and those views (keep them alive while the loop
+    runs). The call's outputs must be the inputs at positions ``written`` themselves
+    (writeable). None where the loop cannot take them all: not float32 arrays of one shape,
+    not C-contiguous, a fresh output, or no Numba."""
     if not kernels.numba_available() or not kernels.native.array_struct_known():
         return None
-    step = float(members[0][4])
-    flat = []
-    for k, (p, grad, m, v, t) in enumerate(members):
-        if (outs[3 * k] is not p or outs[3 * k + 1] is not m or outs[3 * k + 2] is not v
-                or float(t) != step or not p.shape == grad.shape == m.shape == v.shape
-                or not all(type(a) is np.ndarray and a.dtype == np.float32
-                           and a.flags.c_contiguous for a in (p, grad, m, v))
-                or not (p.flags.writeable and m.flags.writeable and v.flags.writeable)):
+    width = len(written)
+    ids, flat = [], []
+    for k, member in enumerate(members):
+        operands = member[:count]
+        if (not all(type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
+                    and a.shape == operands[0].shape for a in operands)
+                or any(outs[width * k + j] is not operands[i] or not operands[i].flags.writeable
+                       for j, i in enumerate(written))):
             return None
-        flat.append([a.reshape(-1) for a in (p, grad, m, v)])
-    return flat
+        views = [a.reshape(-1) for a in operands]
+        flat += views
+        ids.append([id(a) for a in views])
+    return np.array(ids, np.int64), flat
 
 
 def _outputs(out, like, n: int) -> tuple:
@@ -171,14 +175,18 @@ def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, dec
     return commit_inplace(p, new_p)
 
 
+def _sgd_constants(lr, momentum, dampening, nesterov) -> tuple:
+    """The scalars the SGD loops take."""
+    return (np.float32(momentum), np.float32(1 - dampening), np.float32(-lr), bool(nesterov))
+
+
 def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov, out=None):
     # the arithmetic of buf.mul_(momentum).add_(grad, alpha=1 - dampening), then
     # p.add_(step, alpha=-lr) with step = buf (or grad + momentum * buf, Nesterov); ``out``
     # as for Adam
     if kernels.enabled(p, grad, buf):   # the same in one pass
         new_p, new_buf = _outputs(out, p, 2)
-        consts = (np.float32(momentum), np.float32(1 - dampening), np.float32(-lr),
-                  bool(nesterov))
+        consts = _sgd_constants(lr, momentum, dampening, nesterov)
         if all(o is a and a.flags.c_contiguous for o, a in ((new_p, p), (new_buf, buf))):
             kernels.optim.sgd_momentum_in_place(*(kernels.flat(a) for a in (p, grad, buf)),
                                                 *consts)
@@ -199,6 +207,33 @@ SGD_UPDATE = defop(
     writes_out=True,
     doc="One SGD step with momentum after the first: (param, grad, momentum buffer) -> the "
         "new param and buffer. Optimisers run it under no_grad, so it has no VJP.")
+
+
+def _sgd_group_kernel(*args, lr, momentum, dampening, nesterov, out=None):
+    # (p, grad, buf) per parameter -> (p, buf) per parameter, as _adam_group_kernel
+    members = [args[i:i + 3] for i in range(0, len(args), 3)]
+    outs = tuple(out) if out is not None else (None,) * (2 * len(members))
+    table = _in_place_table(members, outs, count=3, written=(0, 2))
+    if table is not None:
+        kernels.optim.sgd_many_in_place(table[0], *_sgd_constants(lr, momentum, dampening,
+                                                                  nesterov))
+        return outs
+    results = []
+    for k, (p, grad, buf) in enumerate(members):
+        results += _sgd_kernel(p, grad, buf, lr=lr, momentum=momentum, dampening=dampening,
+                               nesterov=nesterov, out=outs[2 * k:2 * k + 2])
+    return tuple(results)
+
+
+SGD_UPDATE_GROUP = defop(
+    "sgd_update_group", _sgd_group_kernel,
+    lambda *args, **attrs: tuple(ShapedType(tuple(args[i].shape), args[i].dtype)
+                                 for i in range(0, len(args), 3) for _ in range(2)),
+    num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
+    onnx=None, writes_out=True,
+    doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "
+        "momentum buffer) per parameter -> (param, buffer) per parameter; made by the "
+        "``group_updates`` pass, as ``adam_update_group``.")
 
 
 def sgd_momentum_step_(p, grad, buf, *, lr, momentum, dampening, nesterov):

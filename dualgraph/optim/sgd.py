@@ -1,7 +1,6 @@
 """Stochastic gradient descent with momentum, as ``torch.optim.SGD``."""
 from __future__ import annotations
 
-from ..dispatch import modes
 from ..ops import creation
 from . import _ops
 from .optimizer import Optimizer, check_hyper, regularized_grad
@@ -39,13 +38,14 @@ class SGD(Optimizer):
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = _ops.copy_(creation.state_like(p), grad)
-            elif modes.tracer is None and _numbers(group["lr"], momentum, group["dampening"]):
-                # eager: one op (a Numba loop); traced, the ops below fuse across parameters
+            elif _numbers(group["lr"], momentum, group["dampening"]):
+                # one op (a Numba loop); in a compiled step the group_updates pass makes
+                # the step's updates one call across all parameters
                 _ops.sgd_momentum_step_(p, grad, buf, lr=group["lr"], momentum=momentum,
                                         dampening=group["dampening"],
                                         nesterov=group["nesterov"])
                 return
-            else:   # traced, or hyper-parameters given as tensors
+            else:   # hyper-parameters given as tensors
                 buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(grad, alpha=-group["lr"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..graph import Graph, Node, Value
 from .core import Builder, Report
 
-_GROUPED = {"adam_update": "adam_update_group"}
+_GROUPED = {"adam_update": "adam_update_group", "sgd_update": "sgd_update_group"}
 
 
 def group_updates(graph: Graph) -> tuple[Graph, Report]:

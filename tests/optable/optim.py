@@ -1,6 +1,6 @@
-"""Rows for the optimisers' fused update ops ``adam_update`` and ``adam_update_group``
-(dualgraph.optim._ops): one AdamW step must equal torch's arithmetic written out op by op,
-for one parameter or for several at once."""
+"""Rows for the optimisers' fused update ops ``adam_update``, ``sgd_update`` and their
+``_group`` forms (dualgraph.optim._ops): one step must equal torch's arithmetic written out
+op by op, for one parameter or for several at once."""
 import numpy as np
 
 from dualgraph.dispatch import apply
@@ -58,3 +58,16 @@ CASES += [OpCase("sgd_update", _sgd(False), [In((3, 4))] * 3, dtypes=("float32",
                  grad=False),
           OpCase("sgd_update", _sgd(True), [In((3, 4))] * 3, "nesterov", grad=False),
           OpCase("sgd_update", _sgd(False, 0.25), [In((3, 4))] * 3, "dampening", grad=False)]
+
+
+
+def _sgd_group(m, p1, g1, b1, p2, g2, b2):
+    one = _sgd(True)
+    if m.__name__ != "torch":
+        return apply(optim_ops.SGD_UPDATE_GROUP, p1, g1, b1, p2, g2, b2, lr=0.1,
+                     momentum=0.9, dampening=0.0, nesterov=True)
+    return (*one(m, p1, g1, b1), *one(m, p2, g2, b2))
+
+
+CASES += [OpCase("sgd_update_group", _sgd_group, [In((3, 4))] * 3 + [In((5,))] * 3,
+                 dtypes=("float32", "float64"), grad=False)]
