@@ -138,9 +138,10 @@ def test_compiled_training_equals_eager(name):
     assert (first is later) == (name != "mlp-sgd")
     assert ("compiled code is reused" in fn.explain()) == (name != "mlp-sgd")
     assert "graph break" not in fn.explain().split("\n", 1)[1]
-    if name != "mlp-sgd":              # the whole Adam update: one node, one loop call
-        assert re.search(r"group_updates: .*\(grouped \d+\)", fn.explain())
-        assert "k_adam_update(" not in fn.code and "k_adam_update_group(" in fn.code
+    # the whole optimiser update: one node, one loop call
+    assert re.search(r"group_updates: .*\(grouped \d+\)", fn.explain())
+    update = "k_sgd_update" if name == "mlp-sgd" else "k_adam_update"
+    assert f"{update}(" not in fn.code and f"{update}_group(" in fn.code
     if name == "cnn-adam":             # each conv and its weight gradient: one im2col
         lines = [line for line in fn.explain().splitlines()
                  if line.strip().startswith("share_conv_columns:")]
