@@ -368,6 +368,19 @@ def test_docs_examples_run():
         exec(compile(block, str(doc), "exec"), {"print": lambda *a: None})
 
 
+GROUP_SHAPES = [(128,), (3, 5), (70, 70), (1,)]   # below and above the loops' threshold
+
+
+def count_group_calls(monkeypatch, name: str) -> list:
+    """Record the number of parameters of each call of the loop ``kernels.optim.<name>``."""
+    from dualgraph import kernels
+    calls = []
+    loop = getattr(kernels.optim, name)
+    monkeypatch.setattr(kernels.optim, name,
+                        lambda *args: calls.append(len(args[0])) or loop(*args))
+    return calls
+
+
 def _adam_members(shapes, seed=0, step=4.0):
     rng = np.random.default_rng(seed)
     return [[rng.standard_normal(s).astype(np.float32) for _ in range(3)]
@@ -383,11 +396,8 @@ def test_adam_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatc
     from dualgraph import kernels
     from dualgraph.optim import _ops
     hyper = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, decay=0.999)
-    shapes = [(128,), (3, 5), (70, 70), (1,)]
-    calls = []
-    many = kernels.optim.adam_many_in_place
-    monkeypatch.setattr(kernels.optim, "adam_many_in_place",
-                        lambda *args: calls.append(len(args[0])) or many(*args))
+    shapes = GROUP_SHAPES
+    calls = count_group_calls(monkeypatch, "adam_many_in_place")
 
     def each(members):
         return [a for p, g, m, v, t in [[a.copy() for a in mem] for mem in members]
@@ -418,11 +428,8 @@ def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch
     from dualgraph import kernels
     from dualgraph.optim import _ops
     hyper = dict(lr=0.1, momentum=0.9, dampening=0.0, nesterov=True)
-    shapes = [(128,), (3, 5), (70, 70), (1,)]
-    calls = []
-    many = kernels.optim.sgd_many_in_place
-    monkeypatch.setattr(kernels.optim, "sgd_many_in_place",
-                        lambda *args: calls.append(len(args[0])) or many(*args))
+    shapes = GROUP_SHAPES
+    calls = count_group_calls(monkeypatch, "sgd_many_in_place")
 
     def members(seed):
         rng = np.random.default_rng(seed)
@@ -436,6 +443,7 @@ def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch
         want = each(group)
         out = [a for p, g, b in group for a in (p, b)] if in_place else None
         got = _ops._sgd_group_kernel(*[a for m in group for a in m], out=out, **hyper)
+        assert not in_place or all(g is o for g, o in zip(got, out))
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     assert calls == ([len(shapes)] if kernels.numba_available() else [])
