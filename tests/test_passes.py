@@ -278,6 +278,24 @@ def test_fuse_never_makes_a_cycle_and_keeps_other_shapes_apart():
     assert groups == [["add", "sum", "sin"]]      # exp alone; tanh reads the reduction
 
 
+def test_fuse_sees_what_a_group_reads_after_its_values_were_read():
+    """%s has H's dependencies as they were when it was added; %b then makes H read A, so
+    %e may not join A (the two fused nodes would read each other, and the pass lost %b).
+    The smallest case of the second-order gradient of layer_norm (traced with
+    create_graph=True)."""
+    g, (x0, x1) = graph_with(((2, 1), "float32"), ((2, 4), "float32"))
+    a = node(g, "neg", x0)                                     # group A
+    h = node(g, "exp", x1)                                     # group H
+    s = node(g, "sum", h, dims=(1,), keepdim=True, dtype=None)  # H's reduction
+    b = node(g, "add", h, a)                                   # joins H: H reads A
+    e = node(g, "mul", a, s)                                   # reads H
+    g.set_outputs([b, e])
+    new, _ = run(fuse_elementwise, g)
+    groups = [ops(n.attrs["graph"]) for n in new.nodes if n.op.name == "fused"]
+    assert groups == [["exp", "sum", "add"]]                   # neg and mul stay apart
+    assert ops(new) == ["neg", "fused", "mul"]
+
+
 # -- plan_memory and schedule --------------------------------------------------------------------
 def check_plan(graph: Graph, plan):
     """Two roots share a buffer only when their lifetimes don't overlap, or when the later

@@ -91,8 +91,22 @@ class _Grouper:
 
     Legality: a group must be convex (no path from the group through outside nodes back into
     it), else the fused node would depend on itself. ``anc[v]`` is the set of groups value
-    ``v`` depends on; a node may join the groups S only if none of its inputs from outside S,
-    and none of the outside inputs of S's groups, depend on a group in S.
+    ``v`` depends on when it is added, and ``ext_anc[g]`` the union of ``anc`` over group
+    ``g``'s outside inputs; a node may join the groups S only if none of its inputs from
+    outside S, and none of the outside inputs of S's groups, depend on a group in S.
+
+    Both are snapshots, and a fused node reads every member's outside inputs, so a group
+    gains dependencies after its values were read: when a member joins (``%b`` below makes
+    ``H`` read ``A``, after ``%s`` was added with ``anc = {H}``) or groups merge. So whether
+    a value depends on S is asked of the closure, following ``ext_anc`` of the groups
+    reached as they are now (``depends``); the snapshot alone let ``%e`` join ``A``, and
+    the two fused nodes read each other::
+
+        %a = neg(%x0)          # A: f32[2,1]
+        %h = exp(%x1)          # H: f32[2,4]
+        %s = sum(%h, ...)      # H's reduction: f32[2,1]
+        %b = add(%h, %a)       # joins H
+        %e = mul(%a, %s)       # may not join A: %s depends on A through H
     """
 
     def __init__(self):
@@ -149,16 +163,29 @@ class _Grouper:
         pairs)?"""
         if len(groups) > 1 and len(self.reduced.keys() & groups) > 1:
             return False
+        seen: set = set()   # groups whose closure misses ``groups`` (shared by the checks)
         for g in groups:
-            ext = self.ext_anc[g]
-            if ext and any(self.find(a) in groups for a in ext):
+            if self.depends(self.ext_anc[g], groups, seen):
                 return False
         for u, g in owners:
-            if g not in groups:
-                anc = self.anc.get(u)
-                if anc and any(self.find(a) in groups for a in anc):
-                    return False
+            if g not in groups and self.depends(self.anc.get(u, frozenset()), groups, seen):
+                return False
         return True
+
+    def depends(self, anc, groups: set, seen: set) -> bool:
+        """Does something depending on the groups ``anc`` depend on one of ``groups`` now,
+        through what those groups and the groups they read have come to read since?"""
+        stack = list(anc - seen)   # (``seen`` holds group ids, merged ones too)
+        while stack:
+            a = stack.pop()
+            g = self.find(a)
+            if g in groups:
+                return True
+            if g not in seen:
+                seen.add(g)
+                stack.extend(self.ext_anc[g] - seen)
+            seen.add(a)
+        return False
 
     def join(self, candidates: set, owners) -> int | None:
         """Merge the candidates (for a node reading ``owners``: (value, group) pairs) into
@@ -214,13 +241,22 @@ def _order(graph: Graph, groups, group_of: dict):
             users[d].append(k)
     ready = [(item[0], k) for k, item in enumerate(items) if not waiting[k]]
     heapq.heapify(ready)
+    placed = 0
     while ready:
         _, k = heapq.heappop(ready)
         yield items[k]
+        placed += 1
         for u in users[k]:
             waiting[u] -= 1
             if not waiting[u]:
                 heapq.heappush(ready, (items[u][0], u))
+    # Groups are convex, so the items form a DAG; were they a cycle, its items would never
+    # be ready and be dropped without a word (their outputs then missing from the graph).
+    if placed != len(items):
+        stuck = [graph.nodes[items[k][0]].outputs[0].name for k in range(len(items))
+                 if waiting[k]]
+        raise AssertionError(f"fuse_elementwise: groups read each other (a cycle through "
+                             f"%{', %'.join(stuck)})")
 
 
 def _emit_group(b: Builder, nodes: list, members: set, consumers: dict,
