@@ -23,10 +23,10 @@ from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 from . import graph, io, nn, optim, utils  # noqa: F401,E402
-from . import jit, static  # noqa: F401,E402
+from . import jit, onnx, static  # noqa: F401,E402
 from .io import load, save  # noqa: F401,E402
 from .capture import compile  # noqa: F401,E402
 from .shapes import ShapeError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
+from ._version import __version__  # noqa: F401
 
-__version__ = "0.1.0"

@@ -461,3 +461,13 @@ def test_compiled_steps_keep_gradient_tensors_as_eager_does(set_to_none):
     assert eager[0] == compiled[0] == (not set_to_none)
     np.testing.assert_allclose(compiled[1], eager[1], rtol=1e-6)
     np.testing.assert_allclose(compiled[2], eager[2], rtol=1e-6)
+
+
+def test_a_compiled_function_called_inside_a_capture_is_inlined():
+    inner = dg.compile(lambda x: dg.exp(x) * 2)
+    outer = dg.compile(lambda x: inner(x) + 1)
+    x = dg.tensor([0.0, 1.0])
+    np.testing.assert_allclose(outer(x).numpy(), np.exp([0.0, 1.0]) * 2 + 1, rtol=1e-6)
+    assert [n.op.name for n in outer.graph.nodes] == ["exp", "mul", "add"]
+    assert not inner.cache   # the inner function was traced through, never captured
+    np.testing.assert_allclose(inner(x).numpy(), np.exp([0.0, 1.0]) * 2, rtol=1e-6)

@@ -512,7 +512,6 @@ def test_graph(tmp_path):
     assert str(loaded) == str(graph)
 
 
-@NOT_BUILT
 def test_onnx(tmp_path):
     dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx")
     assert values(dg.onnx.load(tmp_path / "m.onnx")(dg.ones(2))) == [2.0, 2.0]

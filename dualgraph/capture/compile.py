@@ -18,6 +18,7 @@ import numpy as np
 
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
+from ..dispatch import modes
 from ..errors import CaptureError
 from ..shapes import Sym
 from ..tensor import Tensor
@@ -233,7 +234,8 @@ class Compiled:
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if self.eager_only:
+        if self.eager_only or modes.tracer is not None:
+            # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
         if self._optimizers is None:
             self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
@@ -244,7 +246,7 @@ class Compiled:
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
-                                           self._leaf_names(args, kwargs))
+                                           self.leaf_names(args, kwargs))
                 raise TypeError(f"this traced function was traced for other inputs: {reason}."
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
             if len(self.cache) >= self.retrace_limit:
@@ -267,14 +269,14 @@ class Compiled:
         if self.dynamic is True:
             return [{0: Sym("B")} if isinstance(x, Tensor) and x.ndim else None
                     for x in leaves]
-        names = self._leaf_names(args, kwargs)
+        names = self.leaf_names(args, kwargs)
         out = []
         for name, leaf in zip(names, leaves):
             dims = self.dynamic.get(name) if isinstance(leaf, Tensor) else None
             out.append({d: Sym(s) for d, s in dims.items()} if dims else None)
         return out
 
-    def _leaf_names(self, args, kwargs) -> list[str]:
+    def leaf_names(self, args, kwargs) -> list[str]:
         """Readable names of the argument leaves: ``x``, ``batch[0]``, ``batch['y']``."""
         names = []
         for i, a in enumerate(args):
@@ -288,7 +290,7 @@ class Compiled:
         if not self._warned_limit:
             self._warned_limit = True
             reason, fix = explain_miss(sig, next(reversed(self.cache)),
-                                       self._leaf_names(args, kwargs))
+                                       self.leaf_names(args, kwargs))
             warnings.warn(f"dg.compile: {self.retrace_limit} graphs captured for "
                           f"{_name(self.fn)}; running new signatures eagerly. Last retrace: "
                           f"{reason}. Fix: {fix}.", stacklevel=3)
@@ -297,7 +299,7 @@ class Compiled:
 
     # -- capturing -------------------------------------------------------------------------
     def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
-        names = self._leaf_names(args, kwargs)
+        names = self.leaf_names(args, kwargs)
         tracer = Tracer(names=readable_names(self.fn))
         leaves, _ = flatten((args, kwargs))
         try:
@@ -361,11 +363,17 @@ class Compiled:
 
     # -- reports ----------------------------------------------------------------------------
     @property
-    def graph(self):
-        """The captured graph of the most recent call's signature (before the passes)."""
+    def capture(self) -> Capture:
+        """The most recent call's capture: its graph (before the passes), how the graph's
+        inputs bind to arguments and state, and what its outputs become."""
         if self._last is None:
             raise RuntimeError("nothing captured yet: call the compiled function first")
-        return self._last.capture.graph
+        return self._last.capture
+
+    @property
+    def graph(self):
+        """The captured graph of the most recent call's signature (before the passes)."""
+        return self.capture.graph
 
     @property
     def optimized_graph(self):

@@ -1,0 +1,202 @@
+"""ONNX export: trace a function or module once and write its graph as an ONNX model.
+
+The trace is ``dg.jit.trace``'s (the same capture, so a line that can't be captured is
+named as there), taken without gradient tracking: the model is exported for inference.
+The graph is then cleaned by the passes that keep registry ops (``dce``, ``cse``,
+``fold_constants``, ``simplify``; fusion and the later passes are for dualgraph's own
+executor) and each node becomes ONNX nodes by the table in ``onnx_ops.py``; each ONNX
+node's ``doc_string`` is the user's source line of the op it came from.
+
+Graph inputs bound to the arguments become the model's inputs; parameters, buffers and
+other tensors the function reads become initializers holding their current values.
+Symbolic dims (``dynamic_axes``) become named ``dim_param``s.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._helpers import write_atomic
+from .._version import __version__
+from ..autograd.tape import no_grad
+from ..capture.compile import Compiled
+from ..passes import run_pipeline
+from ..shapes import Sym
+from .errors import OnnxError, require_onnx
+from .onnx_ops import Emitter, exporter
+
+EXPORT_PASSES = {"dce", "cse", "fold_constants", "simplify"}
+DEFAULT_OPSET = 18       # torch.onnx's default too; onnxruntime >= 1.14 runs it
+MIN_OPSET = 17           # LayerNormalization
+
+
+def export_model(fn, example_inputs, path, input_names=None, output_names=None,
+                 dynamic_axes=None, opset=None):
+    """``dg.onnx.export``: see ``dualgraph/onnx.py``. Returns the ModelProto written."""
+    onnx = require_onnx()
+    opset = _check_opset(onnx, opset)
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    traced = Compiled(fn, fullgraph=True, strict=True, passes=False)
+    names = traced.leaf_names(example_inputs, {})
+    input_names = _check_names(input_names, names, "input_names")
+    dynamic_axes = dynamic_axes or {}
+    traced.dynamic = _dynamic_leaves(dynamic_axes, input_names, names)
+    with no_grad():
+        traced(*example_inputs)
+    capture = traced.capture
+    _check_exportable(capture)
+    graph, _ = run_pipeline(capture.graph, enabled=EXPORT_PASSES)
+    model = _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset)
+    onnx.checker.check_model(model)
+    write_atomic(path, model.SerializeToString())
+    return model
+
+
+def _check_opset(onnx, opset) -> int:
+    newest = onnx.defs.onnx_opset_version()
+    opset = DEFAULT_OPSET if opset is None else opset
+    if not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
+        raise ValueError(f"opset must be an int from {MIN_OPSET} to {newest} (the onnx "
+                         f"package's newest), got {opset!r}")
+    return opset
+
+
+def _check_names(given, default: list, what: str) -> list:
+    if given is None:
+        return list(default)
+    given = list(given)
+    if len(given) != len(default) or len(set(given)) != len(given):
+        raise ValueError(f"{what} must be {len(default)} distinct names (one per tensor "
+                         f"{'input' if what == 'input_names' else 'output'}: "
+                         f"{default}), got {given}")
+    return given
+
+
+def _dynamic_leaves(dynamic_axes: dict, input_names: list, leaf_names: list) -> dict | None:
+    """``dynamic_axes`` of the inputs as ``dg.compile``'s ``dynamic`` ({leaf: {dim: name}})."""
+    dynamic = {}
+    for name, axes in dynamic_axes.items():
+        if name not in input_names:
+            continue    # an output's axes: checked when the outputs are written
+        if not isinstance(axes, dict):
+            axes = {int(a): f"{name}_dim{a}" for a in axes}
+        dynamic[leaf_names[input_names.index(name)]] = dict(axes)
+    return dynamic or None
+
+
+def _check_exportable(capture) -> None:
+    if capture.writebacks:
+        raise OnnxError("the exported function changes tensors it does not return (e.g. "
+                        "BatchNorm's running statistics in training mode, or an in-place "
+                        "update of a parameter); ONNX models are pure functions. Call "
+                        "model.eval() before exporting, or return the new values")
+    consts = [k[1] for k in capture.out_leaves if k != "value"]
+    if consts:
+        raise OnnxError(f"the exported function returns non-tensor values {consts}; an ONNX "
+                        "model returns tensors only")
+
+
+def _value_info(onnx, name: str, value, dims=None):
+    shape = [str(d) if isinstance(d, Sym) else int(d) for d in value.shape]
+    for axis, dim in (dims or {}).items():
+        shape[axis] = dim
+    return onnx.helper.make_tensor_value_info(
+        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), shape)
+
+
+def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset):
+    arg_values = [v for v, b in zip(graph.inputs, capture.bindings) if b.kind == "arg"]
+    names = {v: n for v, n in zip(arg_values, input_names)}
+    e = Emitter(onnx, opset, names)
+    used = {x for node in graph.nodes for x in node.inputs} | set(graph.outputs)
+    for v, b in zip(graph.inputs, capture.bindings):
+        if b.kind != "arg" and v in used:
+            names[v] = e.fresh(v.name)
+            e.initializers.append(onnx.numpy_helper.from_array(np.asarray(b.tensor._data),
+                                                               names[v]))
+    for v, array in graph.constants.items():
+        names[v] = e.fresh(v.name)
+        e.initializers.append(onnx.numpy_helper.from_array(np.asarray(array), names[v]))
+    outputs = graph.outputs
+    output_names = _check_names(output_names, _default_output_names(len(outputs)),
+                                "output_names")
+    e.reserve(output_names)
+    wanted = {}
+    for v, name in zip(outputs, output_names):
+        if v.producer is not None:
+            wanted.setdefault(v, name)
+    for node in graph.nodes:
+        _export_node(e, node, wanted)
+    graph_outputs = []
+    for v, name in zip(outputs, output_names):
+        if v not in names:
+            raise OnnxError(f"output {name!r} is {v.name}, made by {v.producer.op.name}, "
+                            "which ONNX can't give (e.g. max_pool2d's indices); don't return "
+                            "it")
+        if names[v] != name:    # an input, a constant or a repeated output: a copy
+            e.op("Identity", [names[v]], outputs=[name])
+        axes = dynamic_axes.get(name)
+        graph_outputs.append(_value_info(onnx, name, v, _output_dims(v, name, axes)))
+    inputs = [_value_info(onnx, names[v], v) for v in arg_values]
+    body = onnx.helper.make_graph(e.nodes, "dualgraph", inputs, graph_outputs,
+                                  initializer=e.initializers)
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    model = onnx.helper.make_model(body, opset_imports=opsets, producer_name="dualgraph",
+                                   producer_version=__version__)
+    model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
+    return model
+
+
+def _default_output_names(n: int) -> list:
+    return ["output"] if n == 1 else [f"output_{i}" for i in range(n)]
+
+
+def _output_dims(value, name: str, axes) -> dict:
+    """An output's ``dynamic_axes``: names for dims the trace found symbolic."""
+    if not axes:
+        return {}
+    if not isinstance(axes, dict):
+        axes = {a: str(value.shape[a]) for a in axes}
+    for axis in axes:
+        if not isinstance(value.shape[axis], Sym):
+            raise OnnxError(f"dynamic_axes names dim {axis} of output {name!r}, but that "
+                            f"dim is {value.shape[axis]} whatever the dynamic inputs are "
+                            f"(output shape {value.shape}); leave it out of dynamic_axes")
+    return dict(axes)
+
+
+def _export_node(e: Emitter, node, wanted: dict) -> None:
+    """Append ``node``'s ONNX nodes, naming its outputs as the graph does (or as the
+    user's output names)."""
+    export = exporter(node.op)
+    if export is None:
+        e.node = node
+        raise e.fail("it has no ONNX form yet", "file an issue with the model, or keep "
+                     "this part of the computation outside the exported function")
+    start = len(e.nodes)
+    e.node = node
+    made = export(e, node)
+    mine = {o for n in e.nodes[start:] for o in n.output}
+    for v, name in zip(node.outputs, made):
+        if name is None:
+            continue
+        if name in mine:
+            target = wanted.get(v) or e.fresh(v.name)
+            _rename(e.nodes[start:], name, target)
+            name = target
+        e.names[v] = name
+    # ONNX nodes are named after the value they make ("linear_1"), helpers after it too
+    # ("linear_1.Transpose"); each carries the user's source line
+    main = e.names.get(node.outputs[0], "")
+    for n in e.nodes[start:]:
+        n.name = e.node_names.fresh(main if main in n.output else f"{main}.{n.op_type}")
+        n.doc_string = node.location or ""
+
+
+def _rename(nodes, old: str, new: str) -> None:
+    for n in nodes:
+        for names in (n.input, n.output):
+            for k, name in enumerate(names):
+                if name == old:
+                    names[k] = new

@@ -1,0 +1,1076 @@
+"""ONNX import: an ONNX model -> a dualgraph :class:`~dualgraph.graph.Graph` that runs,
+compiled, on dualgraph's own kernels.
+
+Each ONNX node goes through one converter of :data:`IMPORTERS` (ONNX op type -> a small
+function), which emits one or a few registry ops; ONNX ops that dualgraph has no single op
+for are decomposed (Gemm is ``linear``, Squeeze a ``reshape``, BatchNormalization a few
+elementwise ops). Graph inputs keep their ONNX names and symbolic dims (``dim_param``);
+initializers become constants; every node's location names the ONNX node, so a printed graph
+or an error points back into the model.
+
+Shapes are static in dualgraph's IR: the attributes that ONNX passes as tensors (Reshape's
+shape, Slice's starts, Reduce*'s axes, ...) must be known when the model is loaded. They
+are, when they come from initializers, Constant nodes or arithmetic on shapes: an op whose
+inputs are all known runs *now*, on the registry kernels, instead of becoming a node
+(``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
+symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains.
+
+>>> import dualgraph as dg
+>>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
+>>> f(np.ones((8, 784), np.float32)).shape              # doctest: +SKIP
+Size([8, 10])
+"""
+from __future__ import annotations
+
+import functools
+import pathlib
+
+import numpy as np
+
+from .. import dtypes
+from ..codegen import Executable
+from ..graph import Graph
+from ..graph.ir import GraphError, Value, type_str
+from ..ops.opdef import get
+from ..shapes import ShapeError, Sym, broadcast_shapes, infer_reshape, numel
+from ..tensor import Tensor
+from .errors import OnnxError, require_onnx
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_CONTROL_FLOW = (": control flow (ops with subgraphs) is not imported yet, although the "
+                 "registry has cond, while_loop and scan")
+_WHY_NOT = {"If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW}
+_BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
+
+
+def load_model(path_or_model) -> "OnnxFunction":
+    """Read an ONNX model (a path or an ``onnx.ModelProto``) into a graph and compile it.
+
+    Loading never executes code from the file: ``onnx.load`` parses protobuf, tensors are
+    read with ``numpy_helper``. Raises :class:`OnnxError` naming the first node that can't
+    be imported and why.
+
+    >>> f = load_model("double.onnx")                     # doctest: +SKIP
+    >>> f(np.ones(2, np.float32))                         # doctest: +SKIP
+    tensor([2., 2.])
+    """
+    onnx = require_onnx()
+    if isinstance(path_or_model, (str, pathlib.Path)):
+        model = onnx.load(str(path_or_model))
+        label = pathlib.Path(path_or_model).name
+    elif isinstance(path_or_model, onnx.ModelProto):
+        model, label = path_or_model, (path_or_model.graph.name or "model") + ".onnx"
+    else:
+        raise TypeError(f"load_model expects a path or an onnx.ModelProto, got "
+                        f"{type(path_or_model).__name__}")
+    graph, input_names, output_names = _Importer(onnx, model, label).run()
+    return OnnxFunction(graph, input_names, output_names, label)
+
+
+class OnnxFunction:
+    """An imported ONNX model: call it with one array or tensor per model input.
+
+    ``graph`` is the imported graph (before optimisation), ``input_names`` and
+    ``output_names`` the model's, ``code`` the generated Python that runs it. Returns one
+    Tensor for a model with one output, else a tuple in ``output_names`` order.
+    """
+
+    def __init__(self, graph: Graph, input_names, output_names, label: str):
+        self.graph = graph
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.label = label
+        self.executable = Executable(graph, passes="default")
+
+    @property
+    def code(self) -> str:
+        return self.executable.code
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.input_names):
+            raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        arrays = [_as_array(x, v.dtype) for x, v in zip(inputs, self.graph.inputs)]
+        outs = [Tensor._make(a) for a in self.executable.run(arrays)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self):
+        ins = ", ".join(f"{n}: {type_str(v.shape, v.dtype)}"
+                        for n, v in zip(self.input_names, self.graph.inputs))
+        outs = ", ".join(f"{n}: {type_str(v.shape, v.dtype)}"
+                         for n, v in zip(self.output_names, self.graph.outputs))
+        return f"<OnnxFunction {self.label}: ({ins}) -> ({outs}), {len(self.graph.nodes)} nodes>"
+
+
+def _as_array(x, dtype) -> np.ndarray:
+    if isinstance(x, Tensor):
+        x = x.detach().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+# -- the importer ---------------------------------------------------------------------------
+class _Importer:
+    """Walks the ONNX graph once, node by node, building the dualgraph graph.
+
+    ``env`` maps each ONNX value name to a graph Value (computed at run time) or a NumPy
+    array (known now: an initializer, a Constant, or folded). Known arrays become graph
+    constants only where a run-time op reads them; an ``object`` array holds a shape with
+    symbolic dims and can't become one."""
+
+    def __init__(self, onnx, model, label: str):
+        self.onnx = onnx
+        self.model = model
+        self.label = label
+        self.opset = _default_opset(model)
+        self.graph = Graph()
+        self.env: dict[str, object] = {}
+        self.node = None
+        self.index = 0   # of self.node in the ONNX graph
+        self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
+        self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
+
+    def run(self):
+        g = self.model.graph
+        for init in g.initializer:
+            self.env[init.name] = self.onnx.numpy_helper.to_array(init)
+            self._names[id(self.env[init.name])] = init.name
+        inputs = [i for i in g.input if i.name not in self.env]   # (IR < 4 lists weights)
+        for i in inputs:
+            self.env[i.name] = self._input(i)
+        for self.index, node in enumerate(g.node):
+            self._convert(node)
+        self.node = None
+        outs = []
+        for o in g.output:
+            outs.append(self._output(o.name, renamed=outs))
+        self.graph.set_outputs(outs)
+        return self.graph, [i.name for i in inputs], [o.name for o in g.output]
+
+    # -- graph inputs and outputs --
+    def _input(self, info) -> Value:
+        t = info.type.tensor_type
+        if not info.type.HasField("tensor_type") or not t.HasField("shape"):
+            raise OnnxError(f"{self.label}: input {info.name!r} is not a tensor of known rank; "
+                            "dualgraph needs each input's rank (its dims may be symbolic)")
+        dims = [self._dim(d, info.name, k) for k, d in enumerate(t.shape.dim)]
+        return self.graph.add_input(dims, self.onnx_dtype(t.elem_type, f"input {info.name!r}"),
+                                    name=info.name)
+
+    def _dim(self, d, name: str, k: int):
+        if d.HasField("dim_value"):
+            return int(d.dim_value)
+        text = d.dim_param if d.HasField("dim_param") else f"{name}_{k}"
+        text = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+        return Sym(text if text[:1].isalpha() or text[:1] == "_" else "d" + text)
+
+    def _output(self, name: str, renamed) -> Value:
+        """The Value of graph output ``name``, which takes that name when a node makes it
+        (and no earlier output is the same Value)."""
+        if name not in self.env:
+            raise OnnxError(f"{self.label}: output {name!r} is not computed by any node")
+        v = self.value(self.env[name])
+        if v.producer is not None and v not in renamed:
+            self.graph.rename(v, name)
+        return v
+
+    def onnx_dtype(self, elem_type: int, what: str) -> np.dtype:
+        """The NumPy dtype of an ONNX TensorProto type (an OnnxError when dualgraph lacks
+        it)."""
+        try:
+            return dtypes.to_np(self.onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+        except (TypeError, KeyError, ValueError):
+            name = self.onnx.TensorProto.DataType.Name(elem_type)
+            raise OnnxError(f"{self.where()}: {what} has ONNX type {name}, which dualgraph "
+                            "has no dtype for (it has bool, int32, int64, float16, bfloat16, "
+                            "float32, float64)") from None
+
+    # -- nodes --
+    def _convert(self, node) -> None:
+        self.node = node
+        convert = IMPORTERS.get(node.op_type)
+        if node.domain not in _DEFAULT_DOMAINS or convert is None:
+            domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS else ""
+            why = _WHY_NOT.get(node.op_type, "") if not domain else ""
+            raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
+                             f"ONNX import{why} ({len(IMPORTERS)} op types are: see "
+                             "dualgraph.export.onnx_import.IMPORTERS)")
+        missing = [n for n in node.input if n and n not in self.env]
+        if missing:
+            raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
+                             "model's nodes must be in topological order)")
+        xs = [self.env[n] if n else None for n in node.input]
+        outs = convert(self, xs, self._attrs(node))
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        for k, name in enumerate(node.output):
+            if not name:
+                continue
+            if k >= len(outs) or outs[k] is None:
+                raise self.error(f"output {k} ({name!r}) is not supported by the import")
+            self.env[name] = outs[k]
+            if isinstance(outs[k], np.ndarray):   # (named so, should it become a constant)
+                self._names.setdefault(id(outs[k]), name)
+
+    def _attrs(self, node) -> dict:
+        out = {}
+        for a in node.attribute:
+            if a.type in (a.GRAPH, a.GRAPHS):
+                raise self.error(f"attr {a.name!r} is a subgraph{_CONTROL_FLOW}")
+            out[a.name] = self._plain(self.onnx.helper.get_attribute_value(a))
+        return out
+
+    def _plain(self, val):
+        if isinstance(val, bytes):
+            return val.decode()
+        if isinstance(val, self.onnx.TensorProto):
+            return self.onnx.numpy_helper.to_array(val)
+        if isinstance(val, (list, tuple)):
+            return tuple(self._plain(v) for v in val)
+        return val
+
+    def where(self) -> str:
+        """``model.onnx: node 'fc1' (Gemm)``: the location of nodes and errors."""
+        if self.node is None:
+            return self.label
+        name = f"'{self.node.name}'" if self.node.name else f"#{self.index}"
+        return f"{self.label}: node {name} ({self.node.op_type})"
+
+    def error(self, message: str) -> OnnxError:
+        return OnnxError(f"{self.where()}: {message}")
+
+    # -- what converters call --
+    def op(self, name: str, *inputs, **attrs):
+        """``name(*inputs, **attrs)``: a new node, or, when no input is a run-time Value
+        (and no attr holds a symbolic dim), the op's kernel run now on the known arrays.
+        One output is returned as it is, several as a tuple."""
+        if not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs):
+            return self._fold(name, inputs, attrs)
+        try:
+            outs = self.graph.add_node(name, [self.value(x) for x in inputs], attrs,
+                                       location=self.where())
+        except (GraphError, ShapeError, TypeError, IndexError) as e:
+            raise self.error(str(e)) from e
+        return outs[0] if len(outs) == 1 else outs
+
+    def _fold(self, name: str, inputs, attrs):
+        if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
+            fold = _SHAPE_FOLDS.get(name)
+            if fold is None:
+                raise self.error(f"{name} of a shape with symbolic dims can't be computed "
+                                 "when loading; only shape arithmetic (gather, concat, "
+                                 "reshape, slice, mul, ...) can")
+            try:
+                return _tidy(fold(*inputs, **attrs))
+            except (TypeError, ShapeError) as e:   # (Sym arithmetic that has no int result)
+                raise self.error(f"{name} of a shape with symbolic dims: {e}") from e
+        try:
+            out = get(name).kernel(*inputs, **attrs)
+        except (ValueError, TypeError, IndexError) as e:
+            raise self.error(f"{name} of known values failed: {e}") from e
+        return tuple(out) if isinstance(out, (tuple, list)) else np.asarray(out)
+
+    def value(self, x):
+        """``x`` as a node input: Values and Python scalars as they are, a known array as a
+        graph constant (one per array)."""
+        if not isinstance(x, np.ndarray):
+            return x
+        hit = self._constants.get(id(x))
+        if hit is None:
+            if x.dtype == object:
+                raise self.error(f"the shape value {list(x)} holds symbolic dims, so it "
+                                 "can't be used as a tensor (only as a shape)")
+            self._check_dtype(x)
+            name = self._names.get(id(x), "const")
+            hit = self._constants[id(x)] = (x, self.graph.add_constant(x, name=name))
+        return hit[1]
+
+    def _check_dtype(self, x: np.ndarray) -> None:
+        try:
+            dtypes.to_np(x.dtype)
+        except TypeError:
+            raise self.error(f"a tensor of dtype {x.dtype} is used at run time; dualgraph "
+                             "has bool, int32, int64, float16, bfloat16, float32 and "
+                             "float64") from None
+
+    def static(self, x, what: str) -> np.ndarray:
+        """The known array of an input that must be known at load time (a shape, axes)."""
+        if isinstance(x, np.ndarray):
+            return x
+        raise self.error(f"the {what} must be known when the model is loaded (an "
+                         "initializer, a Constant or arithmetic on shapes); here it is "
+                         "computed at run time, which dualgraph's ONNX import does not "
+                         "support (dualgraph's shapes are static)")
+
+    def ints(self, x, what: str, shape: bool = False) -> list:
+        """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""
+        vals = self.static(x, what).reshape(-1).tolist()
+        if not shape and any(isinstance(v, Sym) for v in vals):
+            raise self.error(f"the {what} {vals} depend on symbolic dims; they must be "
+                             "known numbers when the model is loaded")
+        return [v if isinstance(v, Sym) else int(v) for v in vals]
+
+    def attr_or_input(self, attrs, name: str, xs, k: int, since: int):
+        """An argument that is attr ``name`` before opset ``since`` and input ``k`` from it
+        on (Reduce*'s axes, Split's split, Squeeze's axes): a list of ints, or None."""
+        if self.opset < since:
+            val = attrs.get(name)
+            return None if val is None else [int(v) for v in np.reshape(val, -1)]
+        x = xs[k] if len(xs) > k else None
+        return None if x is None else self.ints(x, name)
+
+    def reshape(self, x, shape):
+        try:
+            shape = infer_reshape(tuple(x.shape), tuple(shape))
+        except ShapeError as e:
+            raise self.error(str(e)) from None
+        return x if shape == tuple(x.shape) else self.op("reshape", x, shape=shape)
+
+    def slice_dims(self, x, index):
+        return x if all(s is None for s in index) else self.op("slice", x, index=tuple(index))
+
+
+def _default_opset(model) -> int:
+    for imp in model.opset_import:
+        if imp.domain in _DEFAULT_DOMAINS:
+            return int(imp.version)
+    return 1
+
+
+def _has_sym(val) -> bool:
+    if isinstance(val, Sym):
+        return True
+    if isinstance(val, (tuple, list)):
+        return any(_has_sym(v) for v in val)
+    if isinstance(val, dict):
+        return any(_has_sym(v) for v in val.values())
+    return False
+
+
+def _tidy(x):
+    """A folded shape value: plain int64 again once no symbolic dim is left in it."""
+    x = np.asarray(x)
+    if x.dtype == object and not any(isinstance(v, Sym) for v in x.reshape(-1)):
+        return x.astype(np.bool_ if x.size and isinstance(x.flat[0], bool) else np.int64)
+    return x
+
+
+def _shape_cat(*xs, dim):
+    return np.concatenate(xs, axis=dim)
+
+
+def _shape_cast(x, dtype):
+    return x if np.dtype(dtype).kind in "iu" else x.astype(dtype)
+
+
+# Shape arithmetic on known shapes that hold symbolic dims (object arrays of ints and Syms);
+# the registry kernels serve every other fold.
+_SHAPE_FOLDS = {
+    "cat": _shape_cat, "cast": _shape_cast, "mul": np.multiply, "add": np.add,
+    "sub": np.subtract, "eq": np.equal, "where": np.where,
+    "reshape": lambda x, shape: x.reshape(shape),
+    "slice": lambda x, index: x[tuple(slice(None) if s is None else slice(*s) for s in index)],
+    "index": lambda x, i, dims: np.take(x, i, axis=dims[0]),
+    "expand": lambda x, shape: np.broadcast_to(x, shape),
+}
+
+
+# -- helpers shared by converters -------------------------------------------------------------
+def _dim(axis: int, ndim: int, b) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise b.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
+    return axis % max(ndim, 1)
+
+
+def _dims(axes, ndim: int, b) -> tuple:
+    return tuple(sorted({_dim(a, ndim, b) for a in axes}))
+
+
+def _is_int(x) -> bool:
+    return x.dtype.kind in "biuO"
+
+
+def _scalar(x):
+    """A known one-element array as a Python number (weakly typed, as in PyTorch: it keeps
+    the tensor's dtype); anything else as it is."""
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype != object:
+        return x.reshape(()).item()
+    return x
+
+
+def _variadic(name):
+    def convert(b, xs, attrs):
+        return functools.reduce(lambda acc, x: b.op(name, acc, x), xs)
+    return convert
+
+
+def _cast(b, x, dtype):
+    return x if x.dtype == dtype else b.op("cast", x, dtype=np.dtype(dtype))
+
+
+# -- elementwise --------------------------------------------------------------------------------
+def _unary(name):
+    return lambda b, xs, attrs: b.op(name, xs[0])
+
+
+def _binary(name):
+    return lambda b, xs, attrs: b.op(name, xs[0], xs[1])
+
+
+def _div(b, xs, attrs):
+    a, c = xs
+    if not (_is_int(a) and _is_int(c)):
+        return b.op("div", a, c)
+    if object in (a.dtype, c.dtype) and not any(isinstance(x, Value) for x in xs):
+        return _tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+    q = b.op("div", _cast(b, a, np.float64), _cast(b, c, np.float64))
+    return _cast(b, b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
+
+
+def _pow(b, xs, attrs):
+    return _cast(b, b.op("pow", xs[0], xs[1]), xs[0].dtype)   # ONNX keeps the base's type
+
+
+def _mod(b, xs, attrs):
+    return b.op("fmod" if attrs.get("fmod", 0) else "remainder", xs[0], xs[1])
+
+
+def _reciprocal(b, xs, attrs):
+    return b.op("div", 1.0, xs[0])
+
+
+def _mean(b, xs, attrs):
+    return b.op("div", _variadic("add")(b, xs, attrs), float(len(xs)))
+
+
+def _clip(b, xs, attrs):
+    x = xs[0]
+    if b.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+    else:
+        lo, hi = (list(xs[1:]) + [None, None])[:2]
+    if lo is not None:
+        x = b.op("maximum", x, _scalar(lo))
+    if hi is not None:
+        x = b.op("minimum", x, _scalar(hi))
+    return x
+
+
+def _cast_to(b, xs, attrs):
+    return _cast(b, xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
+
+
+def _cast_like(b, xs, attrs):
+    return _cast(b, xs[0], xs[1].dtype)
+
+
+def _identity(b, xs, attrs):
+    return xs[0]
+
+
+def _dropout(b, xs, attrs):
+    if attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
+                                         and b.static(xs[2], "training_mode").any()):
+        raise b.error("training-mode Dropout is not supported; export the model in eval mode")
+    return xs[0], b.op("full_like", xs[0], fill_value=True, dtype=np.dtype(np.bool_))
+
+
+def _leaky_relu(b, xs, attrs):
+    x = xs[0]
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, attrs.get("alpha", 0.01)), x)
+
+
+def _prelu(b, xs, attrs):
+    x = xs[0]
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, xs[1]), x)
+
+
+def _elu(b, xs, attrs):
+    return b.op("elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))
+
+
+def _selu(b, xs, attrs):
+    alpha = float(attrs.get("alpha", 1.6732632423543772))
+    gamma = float(attrs.get("gamma", 1.0507009873554805))
+    return b.op("mul", b.op("elu", xs[0], alpha=alpha), gamma)
+
+
+def _hard_sigmoid_of(b, x, alpha, beta):
+    y = b.op("add", b.op("mul", x, alpha), beta)
+    return b.op("minimum", b.op("maximum", y, 0.0), 1.0)
+
+
+def _hard_sigmoid(b, xs, attrs):
+    return _hard_sigmoid_of(b, xs[0], attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
+
+
+def _hard_swish(b, xs, attrs):
+    return b.op("mul", xs[0], _hard_sigmoid_of(b, xs[0], 1 / 6, 0.5))
+
+
+def _softplus(b, xs, attrs):
+    return b.op("softplus", xs[0], beta=1.0, threshold=20.0)
+
+
+def _softsign(b, xs, attrs):
+    return b.op("div", xs[0], b.op("add", b.op("abs", xs[0]), 1.0))
+
+
+def _gelu(b, xs, attrs):
+    approximate = attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise b.error(f"approximate={approximate!r} is not one of 'none' and 'tanh'")
+    return b.op("gelu" if approximate == "none" else "gelu_tanh", xs[0])
+
+
+def _is_inf(b, xs, attrs):
+    x, neg, pos = xs[0], attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    if neg and pos:
+        return b.op("isinf", x)
+    if neg or pos:
+        return b.op("bitwise_and", b.op("isinf", x), b.op("gt" if pos else "lt", x, 0))
+    return b.op("full_like", x, fill_value=False, dtype=np.dtype(np.bool_))
+
+
+def _where(b, xs, attrs):
+    return b.op("where", *xs)
+
+
+# -- matrix products ----------------------------------------------------------------------------
+def _gemm(b, xs, attrs):
+    a, w = xs[0], xs[1]
+    c = xs[2] if len(xs) > 2 else None
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if attrs.get("transA", 0):
+        a = b.op("permute", a, perm=(1, 0))
+    if not attrs.get("transB", 0):   # linear takes the weight as (N, K)
+        w = b.op("permute", w, perm=(1, 0))
+    if c is not None and alpha == 1.0 and beta == 1.0 and c.ndim == 1 and c.shape == w.shape[:1]:
+        return b.op("linear", a, w, c)
+    y = b.op("linear", a, w)
+    if alpha != 1.0:
+        y = b.op("mul", y, float(alpha))
+    if c is not None and beta != 0.0:
+        y = b.op("add", y, c if beta == 1.0 else b.op("mul", c, float(beta)))
+    return y
+
+
+def _einsum(b, xs, attrs):
+    equation = attrs["equation"].replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if "->" not in equation:
+        letters = "".join(terms).replace(".", "")
+        rhs = "..." * ("..." in lhs) + "".join(sorted(c for c in set(letters)
+                                                      if letters.count(c) == 1))
+    terms, rhs = _expand_ellipsis(b, terms, rhs, xs)
+    sizes = {}
+    for term, x in zip(terms, xs):
+        for ch, d in zip(term, x.shape):
+            if sizes.setdefault(ch, d) != d:
+                raise b.error(f"einsum {equation!r}: letter {ch!r} has sizes {sizes[ch]} and "
+                              f"{d}; dualgraph's einsum needs equal sizes (no broadcasting)")
+    return b.op("einsum", *xs, equation=",".join(terms) + "->" + rhs)
+
+
+def _expand_ellipsis(b, terms, rhs, xs):
+    """Replace ``...`` with letters of their own (right-aligned across operands)."""
+    if "..." not in "".join(terms):
+        return terms, rhs
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in "".join(terms) + rhs]
+    n = max(x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t)
+    ell = "".join(free[:n])
+    terms = [t.replace("...", ell[n - (x.ndim - len(t.replace("...", ""))):])
+             for t, x in zip(terms, xs)]
+    return terms, rhs.replace("...", ell)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def _shape(b, xs, attrs):
+    dims = list(xs[0].shape)[attrs.get("start", 0):attrs.get("end")]
+    return _tidy(np.array(dims, dtype=object).reshape(len(dims)))
+
+
+def _size(b, xs, attrs):
+    return _tidy(np.array(numel(xs[0].shape), dtype=object))
+
+
+def _reshape(b, xs, attrs):
+    x = xs[0]
+    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
+    return b.reshape(x, shape)
+
+
+def _flatten(b, xs, attrs):
+    x = xs[0]
+    axis = attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
+
+
+def _squeeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    dims = _dims(axes, x.ndim, b) if axes else [i for i, d in enumerate(x.shape) if d == 1]
+    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+def _unsqueeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    if not axes:
+        raise b.error("Unsqueeze needs axes")
+    dims = _dims(axes, x.ndim + len(axes), b)
+    rest = iter(x.shape)
+    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
+
+
+def _transpose(b, xs, attrs):
+    x = xs[0]
+    perm = tuple(attrs.get("perm", range(x.ndim - 1, -1, -1)))
+    return x if perm == tuple(range(x.ndim)) else b.op("permute", x, perm=perm)
+
+
+def _concat(b, xs, attrs):
+    xs = [x for x in xs if x is not None]
+    dim = _dim(attrs["axis"], xs[0].ndim, b)
+    return xs[0] if len(xs) == 1 else b.op("cat", *xs, dim=dim)
+
+
+def _split(b, xs, attrs):
+    x = xs[0]
+    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
+    n = x.shape[dim]
+    if sizes is None:
+        count = attrs.get("num_outputs", len(b.node.output))
+        size = -(-n // count)
+        sizes = [size] * (count - 1) + [n - size * (count - 1)]
+    outs, start = [], 0
+    for size in sizes:
+        index = [None] * x.ndim
+        index[dim] = (start, start + size, 1)
+        outs.append(b.slice_dims(x, index))
+        start += size
+    return tuple(outs)
+
+
+def _slice(b, xs, attrs):
+    x = xs[0]
+    if b.opset < 10:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes, steps = attrs.get("axes"), None
+    else:
+        starts, ends = b.ints(xs[1], "starts", shape=True), b.ints(xs[2], "ends", shape=True)
+        axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
+        steps = b.ints(xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
+    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(len(starts)))]
+    steps = steps or [1] * len(starts)
+    index, flips = [None] * x.ndim, []
+    for a, start, end, step in zip(axes, starts, ends, steps):
+        index[a] = _slice_range(b, x.shape[a], start, end, step)
+        if index[a] is not None and index[a][2] < 0:
+            flips.append(a)
+            n = x.shape[a]
+            s, e, k = index[a]
+            index[a] = (n - 1 - s, n - 1 - e, -k)   # the same elements of x flipped
+    if flips:
+        x = b.op("flip", x, dims=tuple(flips))
+    index = [None if s is not None and s == (0, x.shape[i], 1) else s
+             for i, s in enumerate(index)]
+    return b.slice_dims(x, index)
+
+
+def _slice_range(b, n, start, end, step):
+    """ONNX's (start, end, step) on a dim of size n -> normalised (start, stop, step)."""
+    if step == 0:
+        raise b.error("a Slice step is 0")
+    if isinstance(n, Sym) or isinstance(start, Sym) or isinstance(end, Sym):
+        if step == 1 and start == 0 and (end == n or isinstance(end, int) and end >= _BIG):
+            return None
+        raise b.error(f"slicing {start}:{end}:{step} of the symbolic dim {n} is not "
+                      "supported (the bounds must not depend on the dim's run-time size)")
+    return slice(start, end, step).indices(n)
+
+
+def _gather(b, xs, attrs):
+    x, i = xs
+    if not _is_int(i):
+        raise b.error(f"Gather's indices have dtype {i.dtype}; they must be integers")
+    return b.op("index", x, i, dims=(_dim(attrs.get("axis", 0), x.ndim, b),))
+
+
+def _gather_elements(b, xs, attrs):
+    x, i = xs
+    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    if any(isinstance(d, Sym) for d in i.shape):
+        raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
+                      "not supported")
+    # x[grid_0, ..., i, ..., grid_n]: an index per dim, the others broadcast aranges
+    grids = [np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
+             for d, n in enumerate(i.shape)]
+    grids[dim] = i
+    return b.op("index", x, *grids, dims=tuple(range(x.ndim)))
+
+
+def _gather_nd(b, xs, attrs):
+    """GatherND (batch_dims 0): the last axis of the indices holds one index per leading
+    dim of x, which is ``index`` over those dims with the columns as index tensors."""
+    x, i = xs
+    if attrs.get("batch_dims", 0):
+        raise b.error("GatherND with batch_dims is not supported")
+    if not _is_int(i) or isinstance(i.shape[-1], Sym):
+        raise b.error(f"GatherND's indices must be integers with a static last dim, got "
+                      f"{i.dtype} of shape {tuple(i.shape)}")
+    lead = (None,) * (i.ndim - 1)
+    columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
+               for k in range(i.shape[-1])]
+    return b.op("index", x, *columns, dims=tuple(range(len(columns))))
+
+
+def _expand(b, xs, attrs):
+    x = xs[0]
+    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
+    return x if shape == tuple(x.shape) else b.op("expand", x, shape=shape)
+
+
+def _tile(b, xs, attrs):
+    x = xs[0]
+    reps = b.ints(xs[1], "repeats")
+    shape = tuple(x.shape)
+    # As Tensor.repeat: a broadcast dim before each dim, (1, s0, 1, s1) -> (r0, s0, r1, s1)
+    x = b.reshape(x, [d for s in shape for d in (1, s)])
+    x = b.op("expand", x, shape=tuple(d for r, s in zip(reps, shape) for d in (r, s)))
+    return b.reshape(x, [r * s for r, s in zip(reps, shape)])
+
+
+def _constant(b, xs, attrs):
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype)
+    raise b.error(f"Constant with attrs {sorted(attrs)} is not supported (sparse and "
+                  "string constants are not)")
+
+
+def _constant_of_shape(b, xs, attrs):
+    shape = b.ints(xs[0], "shape", shape=True)
+    value = attrs.get("value", np.zeros(1, np.float32)).reshape(())
+    if not any(isinstance(d, Sym) for d in shape):
+        return np.full(shape, value, value.dtype)
+    return b.op("expand", value, shape=tuple(shape))
+
+
+def _range(b, xs, attrs):
+    start, limit, delta = (b.static(x, "Range's start, limit and delta").reshape(())
+                           for x in xs)
+    if object in (start.dtype, limit.dtype, delta.dtype):
+        raise b.error("a Range up to a symbolic dim is not supported (its length would be "
+                      "known only at run time)")
+    return np.arange(start, limit, delta, dtype=start.dtype)
+
+
+def _pad(b, xs, attrs):
+    x = xs[0]
+    mode = attrs.get("mode", "constant")
+    if b.opset < 11:
+        pads, value, axes = list(attrs["pads"]), attrs.get("value", 0.0), None
+    else:
+        pads = b.ints(xs[1], "pads")
+        value = _scalar(b.static(xs[2], "pad value")) if len(xs) > 2 and xs[2] is not None \
+            else 0
+        axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
+    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(x.ndim))]
+    k = len(axes)
+    for a, lo, hi in zip(axes, pads[:k], pads[k:]):
+        if lo or hi:
+            x = _pad_dim(b, x, a, lo, hi, mode, value)
+    return x
+
+
+def _pad_dim(b, x, dim, lo, hi, mode, value):
+    n = x.shape[dim]
+    if isinstance(n, Sym) and mode != "constant":
+        raise b.error(f"{mode} padding of the symbolic dim {n} is not supported")
+    if mode == "constant":
+        index = [None] * x.ndim
+        if lo < 0 or hi < 0:   # negative pads crop
+            index[dim] = (max(-lo, 0), n - max(-hi, 0), 1)
+            x = b.slice_dims(x, index)
+        fill = np.asarray(value, x.dtype)
+        parts = [b.op("expand", fill, shape=tuple(x.shape[:dim]) + (p,)
+                      + tuple(x.shape[dim + 1:])) if p > 0 else None for p in (lo, hi)]
+        parts = [p for p in (parts[0], x, parts[1]) if p is not None]
+        return parts[0] if len(parts) == 1 else b.op("cat", *parts, dim=dim)
+    pos = np.arange(-lo, n + hi)
+    if mode == "edge":
+        pos = np.clip(pos, 0, n - 1)
+    elif mode == "wrap":
+        pos = pos % n
+    elif mode == "reflect":
+        period = 2 * (n - 1)
+        pos = np.abs(pos) % period if period else np.zeros_like(pos)
+        pos = np.where(pos >= n, period - pos, pos)
+    else:
+        raise b.error(f"Pad mode {mode!r} is not one of constant, edge, reflect and wrap")
+    return b.op("index", x, pos, dims=(dim,))
+
+
+def _trilu(b, xs, attrs):
+    k = b.ints(xs[1], "k")[0] if len(xs) > 1 and xs[1] is not None else 0
+    return b.op("trilu", xs[0], diagonal=k, upper=bool(attrs.get("upper", 1)))
+
+
+# -- reductions ---------------------------------------------------------------------------------
+def _reduce(kind: str, since: int = 18):
+    """ReduceX: ``axes`` is an attribute before opset ``since`` and an input from it on."""
+    def convert(b, xs, attrs):
+        x = xs[0]
+        axes = b.attr_or_input(attrs, "axes", xs, 1, since)
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return x
+            axes = range(x.ndim)
+        dims, keep = _dims(axes, x.ndim, b), bool(attrs.get("keepdims", 1))
+        return _REDUCERS[kind](b, x, dims, keep)
+    return convert
+
+
+_REDUCERS = {
+    "sum": lambda b, x, dims, keep: b.op("sum", x, dims=dims, keepdim=keep, dtype=x.dtype),
+    "mean": lambda b, x, dims, keep: b.op("mean", x, dims=dims, keepdim=keep),
+    "max": lambda b, x, dims, keep: b.op("amax", x, dims=dims, keepdim=keep),
+    "min": lambda b, x, dims, keep: b.op("amin", x, dims=dims, keepdim=keep),
+    "prod": lambda b, x, dims, keep: _cast(b, b.op("prod", x, dims=dims, keepdim=keep),
+                                           x.dtype),
+    "l1": lambda b, x, dims, keep: b.op("norm", x, ord=1.0, dims=dims, keepdim=keep),
+    "l2": lambda b, x, dims, keep: b.op("norm", x, ord=2.0, dims=dims, keepdim=keep),
+    "logsumexp": lambda b, x, dims, keep: b.op("logsumexp", x, dims=dims, keepdim=keep),
+    "sumsquare": lambda b, x, dims, keep: b.op("sum", b.op("mul", x, x), dims=dims,
+                                               keepdim=keep, dtype=x.dtype),
+}
+
+
+def _arg(name):
+    def convert(b, xs, attrs):
+        if attrs.get("select_last_index", 0):
+            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
+                          "argmin return the first index)")
+        x = xs[0]
+        return b.op(name, x, dim=_dim(attrs.get("axis", 0), x.ndim, b),
+                    keepdim=bool(attrs.get("keepdims", 1)))
+    return convert
+
+
+def _softmax(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        dim = _dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim, b)
+        if b.opset >= 13 or dim == x.ndim - 1:
+            return b.op(name, x, dim=dim)
+        # before opset 13 the input is taken as a matrix [prod(dims < axis), prod(rest)]
+        flat = b.reshape(x, (numel(x.shape[:dim]), numel(x.shape[dim:])))
+        return b.reshape(b.op(name, flat, dim=1), x.shape)
+    return convert
+
+
+def _cumsum(b, xs, attrs):
+    x = xs[0]
+    dim = _dim(b.ints(xs[1], "axis")[0], x.ndim, b)
+    y = b.op("cumsum", x, dim=dim, reverse=bool(attrs.get("reverse", 0)))
+    if attrs.get("exclusive", 0):
+        y = b.op("sub", y, x)
+    return _cast(b, y, x.dtype)
+
+
+# -- normalisation ------------------------------------------------------------------------------
+def _layer_norm(b, xs, attrs):
+    x, scale, bias = (list(xs) + [None])[:3]
+    dim = _dim(attrs.get("axis", -1), x.ndim, b)
+    shape = tuple(x.shape[dim:])   # layer_norm takes its parameters in this shape
+    scale, bias = (p if p is None or tuple(p.shape) == shape else
+                   b.op("expand", p, shape=shape) for p in (scale, bias))
+    return b.op("layer_norm", x, scale, bias, n_dims=x.ndim - dim,
+                eps=float(attrs.get("epsilon", 1e-5)))
+
+
+def _batch_norm(b, xs, attrs):
+    if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
+        raise b.error("training-mode BatchNormalization is not supported; export the "
+                      "model in eval mode")
+    x, scale, bias, mean, var = xs
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
+    eps = float(attrs.get("epsilon", 1e-5))
+    a = b.op("div", scale, b.op("sqrt", b.op("add", var, eps)))
+    return b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+
+
+# -- convolution and pooling --------------------------------------------------------------------
+def _window_pads(b, attrs, hw, kernel, stride, dilation):
+    """((top, bottom), (left, right)) from ``pads`` or ``auto_pad``."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        pads = attrs.get("pads", (0,) * 4) if auto == "NOTSET" else (0,) * 4
+        return ((pads[0], pads[2]), (pads[1], pads[3]))
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise b.error(f"auto_pad={auto!r} is not supported")
+    if any(isinstance(d, Sym) for d in hw):
+        raise b.error(f"auto_pad={auto} needs static spatial dims, got {tuple(hw)}")
+    out = []
+    for n, k, s, d in zip(hw, kernel, stride, dilation):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+        small = total // 2
+        out.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return tuple(out)
+
+
+def _as_2d(b, x):
+    """1-D windows run as 2-D ones on a unit height: (N, C, L) -> (N, C, 1, L)."""
+    if x.ndim == 3:
+        return b.reshape(x, tuple(x.shape[:2]) + (1,) + tuple(x.shape[2:]))
+    return x
+
+
+def _pairs(attrs, key, n: int, default: int):
+    vals = tuple(attrs.get(key, (default,) * n))
+    return ((default,) + vals) if n == 1 else vals
+
+
+def _check_rank(b, x, what: str):
+    if x.ndim not in (3, 4):
+        raise b.error(f"{what} of a {x.ndim - 2}-D input (shape {tuple(x.shape)}) is not "
+                      "supported; dualgraph has 1-D and 2-D windows")
+    return x.ndim - 2
+
+
+def _window_attrs(b, attrs, x, kernel):
+    n = _check_rank(b, x, b.node.op_type)
+    stride = _pairs(attrs, "strides", n, 1)
+    dilation = _pairs(attrs, "dilations", n, 1)
+    if n == 1:
+        attrs = dict(attrs, pads=(0, attrs["pads"][0], 0, attrs["pads"][1])) \
+            if "pads" in attrs else attrs
+    padding = _window_pads(b, attrs, x.shape[-2:] if n == 2 else (1,) + tuple(x.shape[-1:]),
+                           kernel, stride, dilation)
+    return n, stride, padding, dilation
+
+
+def _conv(b, xs, attrs):
+    x, w = xs[0], xs[1]
+    bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
+    kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
+    n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+    y = b.op("conv2d", _as_2d(b, x), _as_2d(b, w), *bias, stride=stride,
+             padding=padding, dilation=dilation, groups=int(attrs.get("group", 1)))
+    return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
+
+
+def _conv_transpose(b, xs, attrs):
+    x, w = xs[0], xs[1]
+    if _check_rank(b, x, "ConvTranspose") != 2 or "output_shape" in attrs:
+        raise b.error("only 2-D ConvTranspose without output_shape is supported")
+    kernel = tuple(w.shape[2:])
+    stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise b.error("ConvTranspose with auto_pad SAME is not supported")
+    padding = _window_pads(b, attrs, x.shape[-2:], kernel, stride, dilation)
+    extra = _pairs(attrs, "output_padding", 2, 0)
+    size = tuple(s * (n - 1) + e + (k - 1) * d + 1 - lo - hi for n, s, e, k, d, (lo, hi)
+                 in zip(x.shape[-2:], stride, extra, kernel, dilation, padding))
+    y = b.op("conv2d_input_grad", x, w, input_size=size, stride=stride, padding=padding,
+             dilation=dilation, groups=int(attrs.get("group", 1)))
+    if len(xs) > 2 and xs[2] is not None:
+        y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
+    return y
+
+
+def _pool(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
+        n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+        if any(lo != hi for lo, hi in padding):
+            raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
+                          f"dualgraph's {name} (pad with a Pad node first)")
+        pool = dict(kernel_size=kernel, stride=stride, padding=tuple(p[0] for p in padding),
+                    ceil_mode=bool(attrs.get("ceil_mode", 0)))
+        if name == "max_pool2d":
+            y, where = b.op(name, _as_2d(b, x), dilation=dilation, **pool)
+            if len([o for o in b.node.output if o]) > 1:
+                return y, _flat_indices(b, x, where, attrs)
+        else:
+            if dilation != (1, 1):
+                raise b.error("dilated AveragePool is not supported")
+            y = b.op(name, _as_2d(b, x), count_include_pad=bool(
+                attrs.get("count_include_pad", 0)), divisor_override=None, **pool)
+        return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
+    return convert
+
+
+def _flat_indices(b, x, where, attrs):
+    """MaxPool's Indices: dualgraph's count within each H x W plane, ONNX's over the
+    whole NCHW tensor (plane k starts at k * H * W)."""
+    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape) or attrs.get("storage_order"):
+        raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
+                      "in row-major storage order only")
+    n, c, h, w = x.shape
+    starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
+    return b.op("add", where, starts)
+
+
+def _global_pool(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        return b.op(name, x, dims=tuple(range(2, x.ndim)), keepdim=True)
+    return convert
+
+
+# ONNX op type -> converter ``(importer, inputs, attrs) -> output or tuple of outputs``.
+# Inputs are graph Values, known NumPy arrays, or None for an omitted optional input.
+IMPORTERS = {
+    # elementwise
+    **{onnx_name: _unary(name) for onnx_name, name in {
+        "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
+        "Neg": "neg", "Abs": "abs", "Erf": "erf", "Sin": "sin", "Cos": "cos",
+        "Asin": "asin", "Acos": "acos", "Atan": "atan", "Floor": "floor", "Ceil": "ceil",
+        "Sign": "sign", "Sqrt": "sqrt", "Not": "bitwise_not", "IsNaN": "isnan"}.items()},
+    **{onnx_name: _binary(name) for onnx_name, name in {
+        "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "eq", "Less": "lt",
+        "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge", "And": "bitwise_and",
+        "Or": "bitwise_or", "Xor": "bitwise_xor", "BitwiseAnd": "bitwise_and",
+        "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items()},
+    "BitwiseNot": _unary("bitwise_not"),
+    "Div": _div, "Pow": _pow, "Mod": _mod, "Reciprocal": _reciprocal,
+    "Max": _variadic("maximum"), "Min": _variadic("minimum"), "Sum": _variadic("add"),
+    "Mean": _mean, "Clip": _clip, "Where": _where, "IsInf": _is_inf,
+    "Round": lambda b, xs, attrs: b.op("round", xs[0], decimals=0),
+    "Cast": _cast_to, "CastLike": _cast_like, "Identity": _identity, "Dropout": _dropout,
+    # activations
+    "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Elu": _elu, "Selu": _selu,
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus,
+    "Softsign": _softsign, "Gelu": _gelu,
+    "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
+    # matrix products
+    "MatMul": _binary("matmul"), "Gemm": _gemm, "Einsum": _einsum,
+    # shapes and indexing
+    "Shape": _shape, "Size": _size, "Reshape": _reshape, "Flatten": _flatten,
+    "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Transpose": _transpose,
+    "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather,
+    "GatherElements": _gather_elements, "GatherND": _gather_nd,
+    "Expand": _expand, "Tile": _tile, "Pad": _pad, "Trilu": _trilu,
+    "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
+    # reductions
+    "ReduceSum": _reduce("sum", since=13), "ReduceMean": _reduce("mean"),
+    "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"), "ReduceProd": _reduce("prod"),
+    "ReduceL1": _reduce("l1"), "ReduceL2": _reduce("l2"),
+    "ReduceLogSumExp": _reduce("logsumexp"), "ReduceSumSquare": _reduce("sumsquare"),
+    "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum,
+    # normalisation, convolution, pooling
+    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+    "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
+}

@@ -1,0 +1,35 @@
+"""``dg.onnx``: export a function or module to an ONNX file, and load an ONNX file as a
+function that runs on dualgraph's kernels.
+
+The implementations live in ``dualgraph/export/``; they are imported on first use, so that
+``import dualgraph`` does not import the ``onnx`` package (an optional dependency).
+"""
+from __future__ import annotations
+
+
+def export(fn_or_module, example_inputs, path, input_names=None, output_names=None,
+           dynamic_axes=None, opset=None):
+    """Trace ``fn_or_module`` on ``example_inputs`` (a tensor or a tuple of them) and write
+    the graph to ``path`` as an ONNX model; a module's parameters and buffers become the
+    model's initializers. ``dynamic_axes`` (``{input or output name: {axis: "name"} or
+    [axes]}``) makes those dims symbolic. Returns the ``onnx.ModelProto`` written.
+
+    >>> import dualgraph as dg
+    >>> dg.onnx.export(lambda x: x * 2, (dg.ones(2),), "double.onnx")   # doctest: +SKIP
+    """
+    from .export.onnx_export import export_model
+    return export_model(fn_or_module, example_inputs, path, input_names=input_names,
+                        output_names=output_names, dynamic_axes=dynamic_axes, opset=opset)
+
+
+def load(path):
+    """Read the ONNX model at ``path`` (or an ``onnx.ModelProto``) into a dualgraph graph;
+    returns a callable that runs it, compiled, on dualgraph's kernels (``.graph`` is the
+    graph). Reading a model never executes code from it.
+
+    >>> import dualgraph as dg
+    >>> dg.onnx.load("double.onnx")(dg.ones(2))   # doctest: +SKIP
+    tensor([2., 2.])
+    """
+    from .export.onnx_import import load_model
+    return load_model(path)

@@ -1,0 +1,442 @@
+"""ONNX import (``dg.onnx.load``) checked against onnxruntime.
+
+Every converter of ``onnx_import.IMPORTERS`` runs in the table below: a one-node model built
+with ``onnx.helper`` (checked by ``onnx.checker``), run by onnxruntime and by dualgraph, the
+values and dtypes compared. Then whole models (an MLP, a CNN, an attention block whose
+reshapes go through Shape/Gather/Concat with a symbolic batch), loading from a file, and the
+errors.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from dualgraph.export.errors import OnnxError  # noqa: E402
+from dualgraph.export.onnx_import import IMPORTERS  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape, low=None):
+    """Normal float32 samples (uniform in [low, low + 1) with ``low``)."""
+    if low is not None:
+        return (low + RNG.random(shape)).astype(np.float32)
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def i64(*values):
+    return np.array(values, np.int64)
+
+
+class W:
+    """An input given as an initializer (a weight, a shape, axes) instead of a graph input."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+
+def _model(nodes, inputs, opset, outputs, name="case"):
+    """A checked model: ``inputs`` maps names to arrays (graph inputs) or Ws (initializers);
+    output types come from ONNX shape inference."""
+    graph_inputs = [helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in inputs.items() if not isinstance(a, W)]
+    inits = [numpy_helper.from_array(a.array, n) for n, a in inputs.items() if isinstance(a, W)]
+    graph = helper.make_graph(nodes, name, graph_inputs,
+                              [onnx.ValueInfoProto(name=o) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _run_both(model, feeds, rtol=1e-5, atol=1e-6):
+    """Run ``model`` in onnxruntime and in dualgraph; compare every output."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    fn = dg.onnx.load(model)
+    got = fn(*[feeds[n] for n in fn.input_names])
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = g.numpy()
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return fn
+
+
+def case(op, inputs, opset=17, outputs=1, tol=(1e-5, 1e-6), **attrs):
+    """One row of the table: ``op`` applied to ``inputs`` (arrays, Ws, or None for an
+    omitted optional input)."""
+    return pytest.param(op, inputs, opset, outputs, tol, attrs,
+                        id=f"{op}-{opset}-" + "-".join(f"{k}" for k in attrs))
+
+
+LOOSE = (1e-4, 1e-5)   # transcendental functions: NumPy's and onnxruntime's differ by ulps
+X = f32(3, 4)
+X4 = f32(2, 3, 5, 5)
+INTS = np.array([[-7, 5, 3], [4, -2, 9]], np.int64)
+BOOLS = RNG.random((2, 3)) > 0.5
+BOOLS2 = RNG.random((2, 3)) > 0.5
+
+CASES = [
+    # unary elementwise
+    *[case(op, [X], tol=LOOSE) for op in (
+        "Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "Sin", "Cos", "Atan",
+        "Floor", "Ceil", "Sign", "Round", "Softplus", "Softsign", "HardSwish")],
+    *[case(op, [f32(3, 4, low=0.1)], tol=LOOSE) for op in ("Log", "Sqrt", "Reciprocal")],
+    *[case(op, [f32(3, 4, low=-0.5)], tol=LOOSE) for op in ("Asin", "Acos")],
+    case("LeakyRelu", [X], alpha=0.2), case("Elu", [X], alpha=0.5, tol=LOOSE),
+    case("Selu", [X], tol=LOOSE), case("HardSigmoid", [X], alpha=0.3, beta=0.4),
+    case("PRelu", [X, W(f32(4))]),
+    case("Gelu", [X], opset=20, tol=LOOSE), case("Gelu", [X], opset=20, approximate="tanh",
+                                                    tol=LOOSE),
+    case("IsNaN", [np.array([1.0, np.nan, np.inf], np.float32)]),
+    case("IsInf", [np.array([1.0, -np.inf, np.inf], np.float32)]),
+    case("IsInf", [np.array([1.0, -np.inf, np.inf], np.float32)], detect_negative=0),
+    case("Not", [BOOLS]),
+    # binary elementwise (with broadcasting)
+    *[case(op, [X, f32(4)]) for op in ("Add", "Sub", "Mul", "Div")],
+    case("Div", [INTS, W(np.array([2, -3, 4], np.int64))]),
+    case("Pow", [f32(3, 4, low=0.5), f32(3, 4)], tol=LOOSE),
+    case("Pow", [X, W(np.array(2, np.int64))]),
+    case("Mod", [X, W(np.float32(0.7))], fmod=1, tol=LOOSE),
+    case("Mod", [INTS, W(np.array([2, -3, 4], np.int64))]),
+    *[case(op, [INTS, W(np.array([5, -2, 3], np.int64))]) for op in (
+        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")],
+    *[case(op, [BOOLS, BOOLS2]) for op in ("And", "Or", "Xor")],
+    case("Where", [BOOLS, f32(2, 3), f32(3)]),
+    *[case(op, [X, f32(4), f32(3, 1)]) for op in ("Max", "Min", "Sum", "Mean")],
+    case("Clip", [X], opset=6, min=-0.5, max=0.5),
+    case("Clip", [X, W(np.float32(-0.3)), W(np.float32(0.4))], opset=13),
+    case("Clip", [X, None, W(np.float32(0.1))], opset=13),
+    case("Cast", [X], to=TensorProto.INT32), case("Cast", [INTS], to=TensorProto.FLOAT),
+    case("Cast", [X], to=TensorProto.BOOL), case("Cast", [X], to=TensorProto.FLOAT16),
+    case("Cast", [X], to=TensorProto.DOUBLE), case("CastLike", [INTS, W(np.float32(0))]),
+    case("Identity", [X]), case("Dropout", [X], opset=13),
+    # softmax
+    case("Softmax", [f32(2, 3, 4)], axis=1, tol=LOOSE),
+    case("Softmax", [f32(2, 3, 4)], opset=11, axis=1, tol=LOOSE),   # flattens to 2-D
+    case("LogSoftmax", [f32(2, 3, 4)], tol=LOOSE),
+    # matrix products
+    case("MatMul", [f32(2, 3, 4), W(f32(4, 5))]), case("MatMul", [f32(2, 3, 4), f32(2, 4, 2)]),
+    case("Gemm", [f32(3, 4), W(f32(5, 4)), W(f32(5))], transB=1),
+    case("Gemm", [f32(4, 3), W(f32(4, 5)), W(f32(3, 5))], transA=1, alpha=0.5, beta=2.0),
+    case("Gemm", [f32(3, 4), f32(4, 5)]),
+    case("Einsum", [f32(2, 3, 4), f32(2, 4, 5)], equation="bij,bjk->bik"),
+    case("Einsum", [f32(3, 4), f32(4, 5)], equation="ij,jk"),
+    case("Einsum", [f32(2, 3, 4), f32(2, 4, 5)], equation="...ij,...jk->...ik"),
+    case("Einsum", [f32(3, 3)], equation="ii->i"),
+    # shapes
+    case("Reshape", [f32(2, 3, 4), W(i64(0, -1, 2))]),
+    case("Flatten", [f32(2, 3, 4)], axis=2), case("Flatten", [f32(2, 3, 4)]),
+    case("Squeeze", [f32(2, 1, 4, 1)], opset=11, axes=[1]),
+    case("Squeeze", [f32(2, 1, 4, 1), W(i64(-1))], opset=13),
+    case("Squeeze", [f32(2, 1, 4, 1)], opset=13),
+    case("Unsqueeze", [f32(2, 4)], opset=11, axes=[0, 3]),
+    case("Unsqueeze", [f32(2, 4), W(i64(1, -1))], opset=13),
+    case("Transpose", [f32(2, 3, 4)], perm=[1, 2, 0]), case("Transpose", [f32(2, 3, 4)]),
+    case("Concat", [f32(2, 3), f32(2, 1), W(f32(2, 2))], axis=-1),
+    case("Split", [f32(6, 2)], opset=11, outputs=2, split=[2, 4]),
+    case("Split", [f32(2, 6), W(i64(1, 2, 3))], opset=13, outputs=3, axis=1),
+    case("Split", [f32(7, 2)], opset=18, outputs=3, num_outputs=3),
+    case("Slice", [f32(5, 6), W(i64(1, -4)), W(i64(4, 100)), W(i64(0, 1)), W(i64(1, 2))]),
+    case("Slice", [f32(5, 6), W(i64(-1)), W(i64(-100)), W(i64(1)), W(i64(-2))]),
+    case("Slice", [f32(5, 6)], opset=9, starts=[1], ends=[3], axes=[1]),
+    case("Gather", [f32(5, 4), np.array([[0, -1], [2, 3]], np.int64)], axis=0),
+    case("Gather", [f32(3, 5, 2), W(np.array(-2, np.int64))], axis=1),
+    case("GatherElements", [f32(3, 4), np.array([[0, 2], [1, 1], [2, -1]], np.int64)], axis=1),
+    case("GatherElements", [f32(3, 4), W(np.array([[2, 0, 1, 1]], np.int64))]),
+    case("GatherND", [f32(3, 4, 2), np.array([[0, 1], [2, -1]], np.int64)]),
+    case("GatherND", [f32(3, 4), W(np.array([[[1]], [[2]]], np.int64))]),
+    case("Expand", [f32(3, 1), W(i64(2, 1, 4))]),
+    case("Tile", [f32(2, 3), W(i64(2, 3))]),
+    case("Pad", [f32(2, 3), W(i64(1, 0, 2, -1)), W(np.float32(1.5))], opset=13),
+    case("Pad", [f32(2, 4), W(i64(0, 2, 0, 1))], opset=13, mode="reflect"),
+    case("Pad", [f32(2, 4), W(i64(1, 2, 0, 1))], opset=13, mode="edge"),
+    case("Pad", [f32(2, 4), W(i64(0, 2, 0, 3))], opset=19, mode="wrap"),
+    case("Pad", [f32(2, 4, 3), W(i64(1, 2)), None, W(i64(1))], opset=18),
+    case("Pad", [f32(2, 3)], opset=10, pads=[0, 1, 1, 0], value=2.0),
+    case("Trilu", [f32(2, 4, 5)]), case("Trilu", [f32(4, 5), W(i64(-1))], upper=0),
+    # reductions
+    case("ReduceSum", [f32(2, 3, 4)], opset=11, axes=[1], keepdims=0),
+    case("ReduceSum", [f32(2, 3, 4), W(i64(0, -1))], opset=13),
+    case("ReduceSum", [f32(2, 3, 4)], opset=13, keepdims=0),
+    case("ReduceSum", [f32(2, 3, 4), W(i64())], opset=13, noop_with_empty_axes=1),
+    case("ReduceSum", [INTS], opset=13, keepdims=0),
+    case("ReduceMean", [f32(2, 3, 4)], axes=[2]),
+    case("ReduceMean", [f32(2, 3, 4), W(i64(1))], opset=18, keepdims=0),
+    *[case(op, [f32(2, 3, 4)], axes=[0, 2], tol=LOOSE) for op in (
+        "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+        "ReduceSumSquare")],
+    case("ReduceMax", [f32(2, 3, 4), W(i64(1))], opset=18),
+    case("ArgMax", [f32(3, 4)], axis=1, keepdims=0), case("ArgMin", [f32(3, 4)], axis=-2),
+    case("CumSum", [f32(3, 4), W(np.array(1, np.int64))]),
+    case("CumSum", [f32(3, 4), W(np.array(0, np.int64))], exclusive=1, reverse=1),
+    case("CumSum", [INTS.astype(np.int32), W(np.array(1, np.int32))]),
+    # normalisation
+    case("LayerNormalization", [f32(2, 3, 4), W(f32(4)), W(f32(4))], outputs=3, tol=LOOSE),
+    case("LayerNormalization", [f32(2, 3, 4), W(f32(3, 4))], axis=1, epsilon=1e-3,
+         tol=LOOSE),
+    case("BatchNormalization", [X4, W(f32(3)), W(f32(3)), W(f32(3)), W(f32(3, low=0.5))],
+         opset=15, epsilon=1e-3, tol=LOOSE),
+    # convolution and pooling
+    case("Conv", [X4, W(f32(4, 3, 3, 3)), W(f32(4))], pads=[1, 1, 1, 1], tol=LOOSE),
+    case("Conv", [X4, W(f32(6, 1, 3, 2))], group=3, strides=[2, 1], dilations=[1, 2],
+         pads=[0, 1, 2, 0], tol=LOOSE),
+    case("Conv", [X4, W(f32(2, 3, 3, 3))], strides=[2, 2], auto_pad="SAME_UPPER", tol=LOOSE),
+    case("Conv", [f32(2, 3, 9), W(f32(4, 3, 3)), W(f32(4))], pads=[2, 1], strides=[2],
+         tol=LOOSE),
+    case("ConvTranspose", [X4, W(f32(3, 2, 3, 3)), W(f32(2))], strides=[2, 2], pads=[1, 1, 1, 1],
+         output_padding=[1, 1], tol=LOOSE),
+    case("MaxPool", [X4], kernel_shape=[2, 2], strides=[2, 2]),
+    case("MaxPool", [X4], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+    case("MaxPool", [f32(2, 3, 9)], kernel_shape=[3], strides=[2]),
+    case("MaxPool", [X4], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    case("MaxPool", [X4], outputs=2, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+    case("AveragePool", [X4], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+    case("AveragePool", [X4], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+         count_include_pad=1),
+    case("GlobalAveragePool", [X4]), case("GlobalMaxPool", [X4]),
+]
+
+
+@pytest.mark.parametrize("op, inputs, opset, outputs, tol, attrs", CASES)
+def test_op(op, inputs, opset, outputs, tol, attrs):
+    names = [f"in{k}" if x is not None else "" for k, x in enumerate(inputs)]
+    outs = [f"out{k}" for k in range(outputs)]
+    node = helper.make_node(op, names, outs, name="the_node", **attrs)
+    model = _model([node], {n: x for n, x in zip(names, inputs) if n}, opset, outs)
+    feeds = {n: x for n, x in zip(names, inputs) if n and not isinstance(x, W)}
+    _run_both(model, feeds, *tol)
+
+
+def test_the_table_covers_every_converter():
+    covered = {p.values[0] for p in CASES}
+    covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
+                "BitwiseOr", "BitwiseXor", "BitwiseNot"}   # (tested by the models below)
+    assert set(IMPORTERS) <= covered, sorted(set(IMPORTERS) - covered)
+
+
+def test_bitwise_ops_on_ints():
+    a, c = INTS, np.array([[1, 3, 6], [7, 0, 2]], np.int64)
+    nodes = [helper.make_node(op, ["a", "c"] if op != "BitwiseNot" else ["a"], [op])
+             for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")]
+    model = _model(nodes, {"a": a, "c": c}, 18, [n.output[0] for n in nodes])
+    _run_both(model, {"a": a, "c": c})
+
+
+# -- whole models -----------------------------------------------------------------------------
+def _mlp():
+    inputs = {"x": f32(1, 6), "w1": W(f32(16, 6)), "b1": W(f32(16)), "w2": W(f32(16, 3)),
+              "b2": W(f32(3))}
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Relu", ["h"], ["a"], name="act"),
+             helper.make_node("Gemm", ["a", "w2", "b2"], ["z"], name="fc2"),
+             helper.make_node("LogSoftmax", ["z"], ["logp"], name="out", axis=1)]
+    model = _model(nodes, inputs, 17, ["logp"], name="mlp")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"   # symbolic
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_mlp_with_a_symbolic_batch_runs_at_two_batch_sizes():
+    model = _mlp()
+    fn = _run_both(model, {"x": f32(4, 6)})
+    _run_both(model, {"x": f32(9, 6)})
+    assert fn(f32(9, 6)).shape == (9, 3)
+    assert fn.graph.inputs[0].shape[0] == dg.shapes.Sym("batch")
+    assert "mlp.onnx: node 'fc1' (Gemm)" in str(fn.graph)
+    assert fn.input_names == ["x"] and fn.output_names == ["logp"]
+
+
+def test_cnn():
+    inputs = {"x": f32(2, 1, 8, 8), "k": W(f32(4, 1, 3, 3)), "kb": W(f32(4)),
+              "g": W(f32(4)), "b": W(f32(4)), "m": W(f32(4)), "v": W(f32(4, low=0.5)),
+              "w": W(f32(5, 64)), "wb": W(f32(5))}
+    nodes = [helper.make_node("Conv", ["x", "k", "kb"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "w", "wb"], ["y"], transB=1),
+             helper.make_node("Softmax", ["y"], ["prob"])]
+    model = _model(nodes, inputs, 13, ["prob"], name="cnn")
+    _run_both(model, {"x": f32(2, 1, 8, 8)}, *LOOSE)
+
+
+def _attention():
+    """A causal self-attention block as exporters write it: the head reshapes take their
+    shape from Shape -> Gather -> Unsqueeze -> Concat of the input, whose batch is symbolic,
+    the mask is built from ConstantOfShape and Trilu, the positions from Range."""
+    d, heads = 8, 2
+    mk = helper.make_node
+    inputs = {"x": f32(2, 4, d), "g": W(f32(d)), "bt": W(f32(d)), "wqkv": W(f32(d, 3 * d)),
+              "wo": W(f32(d, d)), "pe": W(f32(4, d)), "split": W(i64(d, d, d)),
+              "zero": W(np.array(0, np.int64)), "one": W(np.array(1, np.int64)),
+              "ax0": W(i64(0)), "hd": W(i64(heads, d // heads))}
+    nodes = [
+        mk("Shape", ["x"], ["s"]), mk("Shape", ["x"], ["s_last"], start=-1),
+        mk("Gather", ["s", "zero"], ["B"], axis=0), mk("Gather", ["s", "one"], ["T"], axis=0),
+        mk("Unsqueeze", ["B", "ax0"], ["B1"]), mk("Unsqueeze", ["T", "ax0"], ["T1"]),
+        mk("Range", ["zero", "T", "one"], ["pos"]), mk("Gather", ["pe", "pos"], ["pemb"]),
+        mk("Add", ["x", "pemb"], ["xp"]),
+        mk("LayerNormalization", ["xp", "g", "bt"], ["ln"], name="ln_1", epsilon=1e-5),
+        mk("MatMul", ["ln", "wqkv"], ["qkv"]),
+        mk("Split", ["qkv", "split"], ["q", "k", "v"], axis=-1),
+        mk("Concat", ["B1", "T1", "hd"], ["heads_shape"], axis=0),
+        *[mk("Reshape", [n, "heads_shape"], [n + "4"]) for n in "qkv"],
+        mk("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+        mk("Transpose", ["k4"], ["kT"], perm=[0, 2, 3, 1]),
+        mk("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3]),
+        mk("MatMul", ["qh", "kT"], ["att"]),
+        mk("Constant", [], ["scale"], value_float=0.5), mk("Mul", ["att", "scale"], ["att2"]),
+        mk("Concat", ["T1", "T1"], ["tt"], axis=0),
+        mk("ConstantOfShape", ["tt"], ["ones"],
+           value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        mk("Trilu", ["ones"], ["tri"], upper=0),
+        mk("Constant", [], ["zf"], value=numpy_helper.from_array(np.float32(0), "zf")),
+        mk("Equal", ["tri", "zf"], ["masked"]),
+        mk("Constant", [], ["neg"], value_float=-1e9),
+        mk("Where", ["masked", "neg", "att2"], ["att3"]),
+        mk("Softmax", ["att3"], ["p"], axis=-1), mk("MatMul", ["p", "vh"], ["o"]),
+        mk("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        mk("Concat", ["B1", "T1", "s_last"], ["back"], axis=0),
+        mk("Reshape", ["ot", "back"], ["o3"]), mk("MatMul", ["o3", "wo"], ["y"]),
+        mk("Add", ["xp", "y"], ["out"], name="residual")]
+    model = _model(nodes, inputs, 17, ["out"], name="attention")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "B"
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_attention_block_with_shape_arithmetic_on_a_symbolic_batch():
+    model = _attention()
+    fn = _run_both(model, {"x": f32(2, 4, 8)}, *LOOSE)
+    _run_both(model, {"x": f32(3, 4, 8)}, *LOOSE)
+    ops = {n.op.name for n in fn.graph.nodes}
+    # the shape arithmetic folded away: no Shape/Gather/Concat on shapes is left to run
+    assert "reshape" in ops and "cat" not in ops and "trilu" not in ops, ops
+    assert str(fn.graph.inputs[0]) == "%x: f32[B,4,8]"
+
+
+def test_expand_and_constant_of_shape_to_a_symbolic_shape():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["twos"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+             helper.make_node("Expand", ["row", "s"], ["rows"]),
+             helper.make_node("Mul", ["x", "twos"], ["y"]),
+             helper.make_node("Add", ["y", "rows"], ["z"])]
+    model = _model(nodes, {"x": f32(2, 3), "row": W(f32(1, 3))}, 17, ["z"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    for n in (2, 5):
+        _run_both(model, {"x": f32(n, 3)})
+
+
+def test_shape_size_and_constants_fold_at_load_time():
+    x = f32(2, 3)
+    nodes = [helper.make_node("Size", ["x"], ["n"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["x", "nf"], ["y"]),
+             helper.make_node("Shape", ["x"], ["shape"])]
+    fn = _run_both(_model(nodes, {"x": x}, 17, ["y", "shape"]), {"x": x})
+    assert [n.op.name for n in fn.graph.nodes] == ["div"]
+    assert fn(x)[1].numpy().tolist() == [2, 3]
+
+
+def test_load_from_a_file_path(tmp_path):
+    model = _mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, str(path))
+    x = f32(5, 6)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None,
+                                                                                  {"x": x})
+    for source in (path, str(path)):
+        fn = dg.onnx.load(source)
+        np.testing.assert_allclose(fn(dg.tensor(x)).numpy(), want[0], rtol=1e-5, atol=1e-6)
+    assert "mlp.onnx: node 'fc2' (Gemm)" in fn.code
+    assert repr(fn) == ("<OnnxFunction mlp.onnx: (x: f32[batch,6]) -> "
+                        "(logp: f32[batch,3]), 4 nodes>")
+
+
+def test_initializers_listed_as_inputs_are_constants():
+    model = _mlp()
+    for init in model.graph.initializer:   # IR < 4 style: weights are graph inputs too
+        model.graph.input.append(helper.make_tensor_value_info(
+            init.name, init.data_type, list(init.dims)))
+    fn = _run_both(model, {"x": f32(2, 6)})
+    assert fn.input_names == ["x"]
+
+
+def test_call_checks_the_number_of_inputs():
+    fn = dg.onnx.load(_mlp())
+    with pytest.raises(TypeError, match=r"takes 1 inputs \(x\), got 2"):
+        fn(f32(2, 6), f32(2, 6))
+
+
+# -- errors -----------------------------------------------------------------------------------
+def _one_node(op, inputs, outputs=("y",), opset=17, **attrs):
+    node = helper.make_node(op, list(inputs), list(outputs), name="my_node", **attrs)
+    graph = helper.make_graph([node], "bad", [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in inputs.items()], [helper.make_tensor_value_info(
+            o, TensorProto.FLOAT, None) for o in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_unsupported_op_names_the_node():
+    model = _one_node("Hardmax", {"x": f32(2, 3)})
+    with pytest.raises(OnnxError, match=r"bad.onnx: node 'my_node' \(Hardmax\): op type "
+                                        r"Hardmax is not supported.*\d+ op types"):
+        dg.onnx.load(model)
+
+
+def test_reshape_to_a_shape_computed_at_run_time_is_an_error():
+    model = _one_node("Reshape", {"x": f32(2, 3), "shape": i64(3, 2)})
+    with pytest.raises(OnnxError, match=r"node 'my_node' \(Reshape\): the target shape must "
+                                        r"be known when the model is loaded"):
+        dg.onnx.load(model)
+
+
+def test_control_flow_is_an_error():
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    model = _one_node("If", {"c": np.array(True)}, then_branch=branch, else_branch=branch)
+    with pytest.raises(OnnxError, match=r"node 'my_node' \(If\): op type If is not "
+                                        r"supported by dualgraph's ONNX import: control flow"):
+        dg.onnx.load(model)
+
+
+def test_unsupported_dtype_and_domain_are_errors():
+    model = _one_node("Relu", {"x": np.zeros(3, np.uint8)})
+    with pytest.raises(OnnxError, match="UINT8"):
+        dg.onnx.load(model)
+    model = _one_node("Relu", {"x": f32(3)})
+    model.graph.node[0].domain = "com.microsoft"
+    with pytest.raises(OnnxError, match="of domain 'com.microsoft' is not supported"):
+        dg.onnx.load(model)
+
+
+def test_slicing_a_symbolic_dim_at_a_fixed_offset_is_an_error():
+    model = _model([helper.make_node("Slice", ["x", "s", "e"], ["y"], name="cut")],
+                   {"x": f32(2, 3), "s": W(i64(1)), "e": W(i64(2))}, 17, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    with pytest.raises(OnnxError, match=r"node 'cut' \(Slice\): slicing 1:2:1 of the "
+                                        r"symbolic dim N"):
+        dg.onnx.load(model)
+
+
+def test_cast_to_bfloat16():
+    x = f32(3, 4)
+    fn = dg.onnx.load(_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)],
+                             {"x": x}, 17, ["y"]))
+    y = fn(x).numpy()
+    assert y.dtype == dg.dtypes.bfloat16_np
+    np.testing.assert_array_equal(y, x.astype(dg.dtypes.bfloat16_np))
