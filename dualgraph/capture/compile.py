@@ -60,6 +60,10 @@ class Entry:
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
+        # outputs that are only the user's fresh tensors: nothing to copy, write or record
+        self.plain = (backward is None and not self.aliased and not capture.writebacks
+                      and not capture.grads_cleared
+                      and all(k == "value" for k in capture.out_leaves))
         self.backward_executable = None
         if backward is not None:
             graph, reports = optimize(backward.graph, passes)
@@ -99,6 +103,8 @@ class Entry:
     def finish(self, outs: list, tensor_args: list):
         """Rebuild the user's outputs, apply the writebacks, join the autograd tape."""
         cap = self.capture
+        if self.plain:
+            return unflatten(cap.out_spec, [Tensor._make(a) for a in outs])
         n_saved = self.backward.num_saved if self.backward is not None else 0
         shared = []   # tensors whose own arrays the backward keeps: guarded by versions
         for i, k in self.aliased:   # an output that is an input's storage (or a view)
@@ -226,6 +232,7 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._module_facts = ModuleFacts(self.module)
+        self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -239,7 +246,7 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if self._optimizers is None:
             self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
-        leaves, spec = flatten((args, kwargs))
+        leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers)
         entry = self.cache.get(sig)
@@ -263,6 +270,15 @@ class Compiled:
         except _StaleGuard:
             del self.cache[sig]
             return self(*args, **kwargs)
+
+    def _flatten(self, args, kwargs):
+        """``flatten((args, kwargs))``; the usual call, tensors only, without walking it."""
+        if kwargs or any(type(a) is not Tensor for a in args):
+            return flatten((args, kwargs))
+        spec = self._tensor_specs.get(len(args))
+        if spec is None:
+            spec = self._tensor_specs[len(args)] = flatten((args, kwargs))[1]
+        return list(args), spec
 
     def _leaf_dynamic(self, args, kwargs, leaves) -> list:
         """Per argument leaf, {dim: Sym} for the dims marked dynamic."""
