@@ -142,3 +142,19 @@ def test_what_a_program_cannot_express_runs_with_numpy():
         assert kernel.lowering is None and why in kernel.why_fallback, kernel.why_fallback
         args = inputs_for(exe.graph, 1)
         assert_bits_equal(exe.run(args), interpret(exe.graph, *args))
+
+
+def test_a_group_ending_in_a_reduction_over_some_dims_runs_with_numpy():
+    """The reduction's result (f32[3] of f32[3,5]) broadcasts with nothing else in the group;
+    the check raised NumPy's ValueError instead of falling back (test_graph_fuzz found it)."""
+    g = Graph()
+    t = g.add_input((3, 5), "float32", name="x")
+    for _ in range(PROGRAM_MIN_OPS):
+        (t,) = g.add_node("mul", [t, 0.5])
+    (s,) = g.add_node("sum", [t], {"dims": (1,), "keepdim": False, "dtype": None})
+    g.set_outputs([s])
+    exe = Executable(g, passes={"fuse_elementwise"})
+    (kernel,) = exe.kernels.values()
+    assert kernel.lowering is None and "do not broadcast" in kernel.why_fallback
+    args = inputs_for(exe.graph, 1)
+    assert_bits_equal(exe.run(args), interpret(exe.graph, *args))

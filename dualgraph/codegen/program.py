@@ -242,7 +242,10 @@ def _check_values(sub: Graph) -> tuple[np.dtype, tuple]:
         raise Unsupported(f"dtypes {sorted(d.name for d in dtypes)}: one float dtype only")
     if any(isinstance(d, Sym) for v in values for d in v.shape):
         raise Unsupported("a symbolic shape")
-    shape = np.broadcast_shapes(*(tuple(v.shape) for v in values))
+    try:
+        shape = np.broadcast_shapes(*(tuple(v.shape) for v in values))
+    except ValueError:   # (a reduction over some dims: f32[3,5] -> f32[3])
+        raise Unsupported("values whose shapes do not broadcast together") from None
     for v in values:
         if math.prod(v.shape) != 1 and tuple(v.shape) != shape:
             raise Unsupported(f"%{v.name} of shape {tuple(v.shape)} is broadcast in "

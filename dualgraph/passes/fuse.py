@@ -90,39 +90,55 @@ class _Grouper:
     """Greedy grouping in node order, with union-find over group ids.
 
     Legality: a group must be convex (no path from the group through outside nodes back into
-    it), else the fused node would depend on itself. ``anc[v]`` is the set of groups value
-    ``v`` depends on when it is added, and ``ext_anc[g]`` the union of ``anc`` over group
-    ``g``'s outside inputs; a node may join the groups S only if none of its inputs from
-    outside S, and none of the outside inputs of S's groups, depend on a group in S.
+    it), else the fused node would depend on itself. So a node may join the groups S only if
+    none of its inputs from outside S, and no group of S, depends on a group in S.
 
-    Both are snapshots, and a fused node reads every member's outside inputs, so a group
-    gains dependencies after its values were read: when a member joins (``%b`` below makes
-    ``H`` read ``A``, after ``%s`` was added with ``anc = {H}``) or groups merge. So whether
-    a value depends on S is asked of the closure, following ``ext_anc`` of the groups
-    reached as they are now (``depends``); the snapshot alone let ``%e`` join ``A``, and
-    the two fused nodes read each other::
+    A fused node reads every member's outside inputs, so a group gains dependencies after
+    its values were read: when a member joins (``%b`` below makes ``H`` read ``A``, after
+    ``%s`` was read) or groups merge; whatever depends on the group then depends on them
+    too. Asking what ``%s`` depended on when it was added let ``%e`` join ``A``, and the two
+    fused nodes read each other::
 
         %a = neg(%x0)          # A: f32[2,1]
         %h = exp(%x1)          # H: f32[2,4]
         %s = sum(%h, ...)      # H's reduction: f32[2,1]
         %b = add(%h, %a)       # joins H
         %e = mul(%a, %s)       # may not join A: %s depends on A through H
+
+    So the group-level reachability is kept exact as groups grow and merge (sets of group
+    ids as int bitmasks): ``up[g]`` holds the groups ``g`` depends on now, ``down[g]`` those
+    that depend on ``g`` now, ``ids[g]`` the ids merged into ``g``. A value's ``anc`` is the
+    groups it depended on when it was added; every path from it to a group passes one of
+    them first, so it depends on S now if ``anc`` meets S or what depends on S.
     """
 
     def __init__(self):
-        self.parent: dict[int, int] = {}
-        self.members: dict[int, list[int]] = {}
+        self.parent: list[int] = []               # group id -> the id it merged into
+        self.members: dict[int, list[int]] = {}   # root -> node indices
         self.shape: dict[int, tuple] = {}
         self.reduced: dict[int, frozenset] = {}  # group -> the outputs of its one reduction
         #                                          or LayerNorm (nothing in it reads them)
-        self.ext_anc: dict[int, set] = {}       # groups the outside inputs depend on
+        self.ids: dict[int, int] = {}             # root -> the ids merged into it (bitmask)
+        self.up: dict[int, int] = {}              # root -> groups it depends on (bitmask)
+        self.down: dict[int, int] = {}            # root -> groups depending on it (bitmask)
         self.group: dict[Value, int] = {}       # grouped node output -> group id (find() it)
-        self.anc: dict[Value, frozenset] = {}
+        self.anc: dict[Value, int] = {}         # value -> groups it depended on when added
 
     def find(self, g: int) -> int:
         while self.parent[g] != g:
             g = self.parent[g]
         return g
+
+    def roots(self, mask: int) -> set[int]:
+        """The groups (roots) whose ids are in ``mask``."""
+        text = bin(mask)   # (finding the ones in the text beats shifting a long int)
+        top = len(text) - 1
+        out = set()
+        i = text.find("1", 2)
+        while i >= 0:
+            out.add(self.find(top - i))
+            i = text.find("1", i + 1)
+        return out
 
     def add(self, i: int, node: Node) -> None:
         values = [x for x in node.inputs if isinstance(x, Value)]
@@ -140,52 +156,55 @@ class _Grouper:
                                and self.reduced[g].isdisjoint(values))}
             joined = self.join(candidates, owners)
             if joined is None and kind == "elementwise":
-                joined = self.parent[i] = i
-                self.members[i], self.shape[i], self.ext_anc[i] = [], wanted, set()
+                joined = len(self.parent)
+                self.parent.append(joined)
+                self.members[joined], self.shape[joined] = [], wanted
+                self.ids[joined], self.up[joined], self.down[joined] = 1 << joined, 0, 0
         anc = self.anc
-        deps = frozenset().union(*[anc[u] for u in values if u in anc])
+        deps = 0
+        for u in values:
+            deps |= anc.get(u, 0)
         if joined is not None:
             for u, g in owners:
                 if u in anc and (g is None or self.find(g) != joined):
-                    self.ext_anc[joined] |= anc[u]
+                    self.read(joined, anc[u])
             for v in node.outputs:
                 group[v] = joined
             self.members[joined].append(i)
             if kind in ("reduction", "norm"):
                 self.reduced[joined] = frozenset(node.outputs)
-            if joined not in deps:
-                deps = deps | {joined}
+            deps |= 1 << joined
         for v in node.outputs:
             anc[v] = deps
+
+    def read(self, g: int, anc: int) -> None:
+        """Group ``g`` now reads a value that depended on the groups ``anc`` when added:
+        ``g``, and every group depending on it, depends on those and what they depend on."""
+        new = anc & ~self.up[g]
+        if not new:   # (``up`` is closed: it holds what its groups depend on)
+            return
+        reach = new
+        for r in self.roots(new):
+            reach |= self.ids[r] | self.up[r]
+        below = self.ids[g] | self.down[g]
+        for r in self.roots(below):
+            self.up[r] |= reach
+        for r in self.roots(reach):
+            self.down[r] |= below
 
     def legal(self, groups: set, owners) -> bool:
         """May the groups ``groups`` merge, for a node reading ``owners`` ((value, group)
         pairs)?"""
         if len(groups) > 1 and len(self.reduced.keys() & groups) > 1:
             return False
-        seen: set = set()   # groups whose closure misses ``groups`` (shared by the checks)
+        ids = below = 0
         for g in groups:
-            if self.depends(self.ext_anc[g], groups, seen):
-                return False
-        for u, g in owners:
-            if g not in groups and self.depends(self.anc.get(u, frozenset()), groups, seen):
-                return False
-        return True
-
-    def depends(self, anc, groups: set, seen: set) -> bool:
-        """Does something depending on the groups ``anc`` depend on one of ``groups`` now,
-        through what those groups and the groups they read have come to read since?"""
-        stack = list(anc - seen)   # (``seen`` holds group ids, merged ones too)
-        while stack:
-            a = stack.pop()
-            g = self.find(a)
-            if g in groups:
-                return True
-            if g not in seen:
-                seen.add(g)
-                stack.extend(self.ext_anc[g] - seen)
-            seen.add(a)
-        return False
+            ids |= self.ids[g]
+            below |= self.down[g]
+        if any(self.up[g] & ids for g in groups):
+            return False
+        below |= ids   # what depends on a group of ``groups``, and those groups
+        return not any(g not in groups and self.anc.get(u, 0) & below for u, g in owners)
 
     def join(self, candidates: set, owners) -> int | None:
         """Merge the candidates (for a node reading ``owners``: (value, group) pairs) into
@@ -201,9 +220,16 @@ class _Grouper:
                 for g in rest:
                     self.parent[g] = root
                     self.members[root] += self.members.pop(g)
-                    self.ext_anc[root] |= self.ext_anc.pop(g)
+                    for table in (self.ids, self.up, self.down):
+                        table[root] |= table.pop(g)
                     if g in self.reduced:
                         self.reduced[root] = self.reduced.pop(g)
+                if rest:   # what depended on one of them depends on all, and on theirs
+                    ids, up, down = self.ids[root], self.up[root], self.down[root]
+                    for r in self.roots(down):
+                        self.up[r] |= ids | up
+                    for r in self.roots(up):
+                        self.down[r] |= ids | down
                 return root
         return None
 
