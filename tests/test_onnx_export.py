@@ -222,6 +222,12 @@ def test_dynamic_axes_through_a_reshape(tmp_path):
     np.testing.assert_allclose(run_ort(proto, [x.numpy()])[0], fn(x).numpy(), rtol=1e-5)
 
 
+def test_dynamic_axes_of_an_unknown_name_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"dynamic_axes names \['y'\]"):
+        dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx",
+                       dynamic_axes={"y": [0]})
+
+
 def test_output_axis_that_is_static_is_an_error(tmp_path):
     with pytest.raises(OnnxError, match="dim 1 of output 'output'"):
         dg.onnx.export(lambda x: x * 2, (dg.ones(2, 3),), tmp_path / "m.onnx",

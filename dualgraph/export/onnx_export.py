@@ -37,16 +37,22 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    traced = Compiled(fn, fullgraph=True, strict=True, passes=False)
-    names = traced.leaf_names(example_inputs, {})
+    names = Compiled(fn).leaf_names(example_inputs, {})
     input_names = _check_names(input_names, names, "input_names")
     dynamic_axes = dynamic_axes or {}
-    traced.dynamic = _dynamic_leaves(dynamic_axes, input_names, names)
+    traced = Compiled(fn, fullgraph=True, strict=True, passes=False,
+                      dynamic=_dynamic_leaves(dynamic_axes, input_names, names))
     with no_grad():
         traced(*example_inputs)
     capture = traced.capture
     _check_exportable(capture)
     graph, _ = run_pipeline(capture.graph, enabled=EXPORT_PASSES)
+    output_names = _check_names(output_names, _default_output_names(len(graph.outputs)),
+                                "output_names")
+    unknown = sorted(set(dynamic_axes) - set(input_names) - set(output_names))
+    if unknown:
+        raise ValueError(f"dynamic_axes names {unknown}, which are neither inputs "
+                         f"{input_names} nor outputs {output_names}")
     model = _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset)
     onnx.checker.check_model(model)
     write_atomic(path, model.SerializeToString())
@@ -78,7 +84,7 @@ def _dynamic_leaves(dynamic_axes: dict, input_names: list, leaf_names: list) -> 
     dynamic = {}
     for name, axes in dynamic_axes.items():
         if name not in input_names:
-            continue    # an output's axes: checked when the outputs are written
+            continue    # an output's axes (or an unknown name): checked after the trace
         if not isinstance(axes, dict):
             axes = {int(a): f"{name}_dim{a}" for a in axes}
         dynamic[leaf_names[input_names.index(name)]] = dict(axes)
@@ -119,8 +125,6 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         names[v] = e.fresh(v.name)
         e.initializers.append(onnx.numpy_helper.from_array(np.asarray(array), names[v]))
     outputs = graph.outputs
-    output_names = _check_names(output_names, _default_output_names(len(outputs)),
-                                "output_names")
     e.reserve(output_names)
     wanted = {}
     for v, name in zip(outputs, output_names):

@@ -334,21 +334,23 @@ def _expand(e, node):
 
 
 def _slice(e, node):
-    starts, ends, axes, steps = [], [], [], []
+    bounds = []   # (start, stop, axis, step) per sliced dim
     for axis, s in enumerate(node.attrs["index"]):
         if s is None:
             continue
         start, stop, step = (tuple(s) + (None, None, None))[:3]
+        if any(b is not None and not isinstance(b, (int, np.integer)) for b in s):
+            raise e.fail(f"the slice {start}:{stop}:{step} of dim {axis} depends on a "
+                         "dynamic dim", "keep that dim static (no dynamic_axes on it)")
         step = 1 if step is None else step
         if start is None:
             start = 0 if step > 0 else INT64_MAX
         if stop is None:
             stop = INT64_MAX if step > 0 else INT64_MIN
-        starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
-    if not axes:
+        bounds.append((start, stop, axis, step))
+    if not bounds:
         return [e.op("Identity", [e.input(0)])]
-    return [e.op("Slice", [e.input(0), e.ints(starts), e.ints(ends), e.ints(axes),
-                           e.ints(steps)])]
+    return [e.op("Slice", [e.input(0)] + [e.ints(column) for column in zip(*bounds)])]
 
 
 def _flip(e, node):
