@@ -284,3 +284,100 @@ def test_lstm_unrolled(tmp_path):
     got, proto = export_and_run(lstm, (x,), tmp_path)
     for g, w in zip(got, eager(lstm, (x,))):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# -- control flow --------------------------------------------------------------------------
+def check_round_trip(proto, fn, inputs):
+    """``proto`` in onnxruntime and back through ``dg.onnx.load`` gives ``fn(*inputs)``."""
+    with dg.no_grad():   # (a Python loop counter stays a Python int eagerly)
+        want = [np.asarray(t.numpy() if isinstance(t, dg.Tensor) else t)
+                for t in as_list(fn(*inputs))]
+    got = run_ort(proto, [t.numpy() for t in inputs])
+    back = as_list(dg.onnx.load(proto)(*inputs))
+    for g, b, w in zip(got, back, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.numpy(), w, rtol=1e-5, atol=1e-6)
+        assert g.dtype == w.dtype and b.numpy().dtype == w.dtype
+
+
+def grow(x):
+    """A data-dependent branch, then a loop whose trip count depends on the data."""
+    if x.sum() > 0:
+        y = x * 2
+    else:
+        y = -x
+    steps = 0
+    while y.norm() < 10:
+        y = y * 1.5 + 0.5
+        steps = steps + 1
+    return y, steps
+
+
+def test_to_static_if_and_while_export_as_if_and_loop(tmp_path):
+    fn = dg.jit.to_static(grow)
+    x = dg.tensor([0.5, -0.2, 0.1])
+    proto = dg.onnx.export(fn, (x,), tmp_path / "m.onnx", input_names=["x"])
+    assert {"If", "Loop"} <= {n.op_type for n in proto.graph.node}
+    # both branches, and loops of different lengths, from the one export
+    for values in ([0.5, -0.2, 0.1], [-0.5, -0.2, 0.1], [-3.0, 4.0, 9.0]):
+        x = dg.tensor(values)
+        check_round_trip(proto, grow, (x,))
+
+
+def test_while_loop_with_max_iters_and_a_captured_weight(tmp_path):
+    w = dg.tensor([1.5, 0.5, 2.0])
+
+    def fn(x):
+        return dg.while_loop(lambda i, y: y.sum() < 30.0, lambda i, y: (i + 1, y * w + 1.0),
+                             (dg.tensor(0), x), max_iters=50)
+    x = dg.tensor([0.5, 1.0, -0.5])
+    _, proto = export_and_run(fn, (x,), tmp_path)
+    loop = next(n for n in proto.graph.node if n.op_type == "Loop")
+    assert loop.input[0], "max_iters is the Loop's trip count M"
+    check_round_trip(proto, fn, (x,))
+
+
+class RNN(nn.Module):
+    """An Elman RNN over the time axis, written with dg.scan."""
+
+    def __init__(self, n_in=4, n_hidden=6):
+        super().__init__()
+        self.ih, self.hh = nn.Linear(n_in, n_hidden), nn.Linear(n_hidden, n_hidden)
+
+    def forward(self, xs, h0):
+        def step(h, x):
+            h = dg.tanh(self.ih(x) + self.hh(h))
+            return h, h
+        return dg.scan(step, h0, xs)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_rnn_written_with_scan(reverse, tmp_path):
+    dg.manual_seed(0)
+    model = RNN().eval()
+    if reverse:
+        model.forward = lambda xs, h0: dg.scan(
+            lambda h, x: (dg.tanh(model.ih(x) + model.hh(h)),) * 2, h0, xs, reverse=True)
+    xs, h0 = dg.randn(5, 2, 4), dg.randn(2, 6)
+    proto = dg.onnx.export(model, (xs, h0), tmp_path / "m.onnx", input_names=["xs", "h0"])
+    scan = next(n for n in proto.graph.node if n.op_type == "Scan")
+    directions = {a.name: list(a.ints) for a in scan.attribute}["scan_input_directions"]
+    assert directions == [int(reverse)]
+    check_round_trip(proto, model, (xs, h0))
+
+
+def test_nested_control_flow_and_a_scan_without_xs(tmp_path):
+    w = dg.tensor([0.5, -1.0])
+
+    def fn(x):
+        def step(c, row):   # a cond inside a scan, reading an outer weight
+            c = dg.cond(row.sum() > 0, lambda c, r: c + r * w, lambda c, r: c - r, (c, row))
+            return c, c.sum()
+        c, sums = dg.scan(step, dg.zeros(2), x)
+        count, = dg.scan(lambda n, _: (n * 2.0, ()), dg.tensor(1.0), length=3)[:1]
+        return c * count, sums
+    x = dg.randn(4, 2)
+    _, proto = export_and_run(fn, (x,), tmp_path)
+    check_round_trip(proto, fn, (x,))
+    body = next(n for n in proto.graph.node if n.op_type == "Scan").attribute[0].g
+    assert "If" in {n.op_type for n in body.node}

@@ -43,13 +43,15 @@ class W:
 
 def _model(nodes, inputs, opset, outputs, name="case"):
     """A checked model: ``inputs`` maps names to arrays (graph inputs) or Ws (initializers);
-    output types come from ONNX shape inference."""
+    output types come from ONNX shape inference, or are given (``outputs`` holding a
+    ValueInfoProto: ONNX infers no shapes of a Loop's results)."""
     graph_inputs = [helper.make_tensor_value_info(
         n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
         for n, a in inputs.items() if not isinstance(a, W)]
     inits = [numpy_helper.from_array(a.array, n) for n, a in inputs.items() if isinstance(a, W)]
     graph = helper.make_graph(nodes, name, graph_inputs,
-                              [onnx.ValueInfoProto(name=o) for o in outputs], inits)
+                              [o if isinstance(o, onnx.ValueInfoProto) else
+                               onnx.ValueInfoProto(name=o) for o in outputs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     onnx.checker.check_model(model)
@@ -221,7 +223,8 @@ def test_op(op, inputs, opset, outputs, tol, attrs):
 def test_the_table_covers_every_converter():
     covered = {p.values[0] for p in CASES}
     covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
-                "BitwiseOr", "BitwiseXor", "BitwiseNot"}   # (tested by the models below)
+                "BitwiseOr", "BitwiseXor", "BitwiseNot", "If", "Loop",
+                "Scan"}   # (tested by the models below)
     assert set(IMPORTERS) <= covered, sorted(set(IMPORTERS) - covered)
 
 
@@ -405,15 +408,6 @@ def test_reshape_to_a_shape_computed_at_run_time_is_an_error():
         dg.onnx.load(model)
 
 
-def test_control_flow_is_an_error():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
-                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
-    model = _one_node("If", {"c": np.array(True)}, then_branch=branch, else_branch=branch)
-    with pytest.raises(OnnxError, match=r"node 'my_node' \(If\): op type If is not "
-                                        r"supported by dualgraph's ONNX import: control flow"):
-        dg.onnx.load(model)
-
-
 def test_unsupported_dtype_and_domain_are_errors():
     model = _one_node("Relu", {"x": np.zeros(3, np.uint8)})
     with pytest.raises(OnnxError, match="UINT8"):
@@ -440,3 +434,134 @@ def test_cast_to_bfloat16():
     y = fn(x).numpy()
     assert y.dtype == dg.dtypes.bfloat16_np
     np.testing.assert_array_equal(y, x.astype(dg.dtypes.bfloat16_np))
+
+
+# -- control flow -----------------------------------------------------------------------------
+def _typed(name, dtype, shape):
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                         shape)
+
+
+def _body(nodes, inputs, outputs, name="body"):
+    """A subgraph: ``inputs`` and ``outputs`` as (name, NumPy dtype, shape or None)."""
+    return helper.make_graph(nodes, name, [_typed(*i) for i in inputs],
+                             [_typed(*o) for o in outputs])
+
+
+def test_if_whose_branch_reads_outer_names():
+    mk = helper.make_node
+    then = _body([mk("Mul", ["x", "w"], ["t"], name="scaled")], [], [("t", np.float32, [3])])
+    other = _body([mk("Sub", ["x", "c"], ["e"]), mk("Neg", ["e"], ["n"])], [],
+                  [("n", np.float32, [3])])
+    nodes = [mk("ReduceSum", ["x"], ["s"], keepdims=0), mk("Greater", ["s", "zero"], ["p"]),
+             mk("If", ["p"], ["y"], name="choose", then_branch=then, else_branch=other)]
+    model = _model(nodes, {"x": f32(3), "w": f32(3), "zero": W(np.float32(0)),
+                           "c": W(f32(3))}, 17, ["y"])
+    for x in (np.abs(f32(3)), -np.abs(f32(3))):
+        fn = _run_both(model, {"x": x, "w": f32(3)})
+    cond = next(n for n in fn.graph.nodes if n.op.name == "cond")
+    assert [v.name for v in cond.attrs["true_graph"].inputs] == ["x", "w"]   # x, w captured
+    assert "node 'choose' (If): then_branch: node 'scaled' (Mul)" in str(fn.graph)
+
+
+def _loop_model(m, cond, body, carried: dict, outputs, extra=()):
+    """Loop(M, cond, *carried) -> outputs, each (name, dtype, shape); ``m``/``cond``: an
+    initializer value or None."""
+    inputs = {**carried, **dict(extra)}
+    if m is not None:
+        inputs["M"] = W(np.array(m, np.int64))
+    if cond is not None:
+        inputs["keep"] = W(np.array(cond))
+    loop = helper.make_node("Loop", ["M" if m is not None else "",
+                                     "keep" if cond is not None else "", *carried],
+                            [o[0] for o in outputs], name="loop", body=body)
+    return _model([loop], inputs, 17, [_typed(*o) for o in outputs])
+
+
+def test_loop_with_only_a_trip_count_and_scan_outputs():
+    mk = helper.make_node
+    body = _body([mk("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+                  mk("Add", ["acc", "fi"], ["a1"]), mk("Mul", ["a1", "w"], ["acc2"]),
+                  mk("Identity", ["c"], ["c2"]), mk("ReduceSum", ["acc2"], ["row"])],
+                 [("i", np.int64, []), ("c", np.bool_, []), ("acc", np.float32, [3])],
+                 [("c2", np.bool_, []), ("acc2", np.float32, [3]), ("row", np.float32, [1])])
+    model = _loop_model(4, None, body, {"acc0": f32(3)},
+                        [("acc", np.float32, [3]), ("rows", np.float32, [4, 1])],
+                        [("w", f32(3))])
+    fn = _run_both(model, {"acc0": f32(3), "w": f32(3)})
+    assert [n.op.name for n in fn.graph.nodes] == ["scan"]   # a fixed trip count
+
+
+def _growing_body():
+    """y = y * 1.5 + 0.5 while sum(y) < 20."""
+    mk = helper.make_node
+    return _body([mk("Mul", ["y", "k"], ["y1"]), mk("Add", ["y1", "h"], ["y2"]),
+                  mk("ReduceSum", ["y2"], ["s"], keepdims=0), mk("Less", ["s", "top"], ["go"])],
+                 [("i", np.int64, []), ("c", np.bool_, []), ("y", np.float32, [3])],
+                 [("go", np.bool_, []), ("y2", np.float32, [3])])
+
+
+@pytest.mark.parametrize("m", [None, 3, 100])
+def test_loop_with_a_condition_and_maybe_a_trip_count(m):
+    consts = [("k", W(np.float32(1.5))), ("h", W(np.float32(0.5))), ("top", W(np.float32(20)))]
+    model = _loop_model(m, True, _growing_body(), {"y0": f32(3, low=0.5)},
+                        [("y", np.float32, [3])], consts)
+    for y0 in (f32(3, low=0.5), f32(3, low=5.0)):   # a few iterations; none
+        fn = _run_both(model, {"y0": y0})
+    assert [n.op.name for n in fn.graph.nodes] == ["while_loop"]
+
+
+def test_loop_condition_computed_at_run_time():
+    mk = helper.make_node
+    consts = {"k": W(np.float32(1.5)), "h": W(np.float32(0.5)), "top": W(np.float32(20))}
+    nodes = [mk("ReduceSum", ["y0"], ["s0"], keepdims=0), mk("Less", ["s0", "top"], ["go0"]),
+             mk("Loop", ["", "go0", "y0"], ["y"], body=_growing_body())]
+    model = _model(nodes, {"y0": f32(3), **consts}, 17, [_typed("y", np.float32, [3])])
+    for y0 in (f32(3, low=0.5), f32(3, low=9.0)):
+        _run_both(model, {"y0": y0})
+
+
+def test_scan_reversed_with_an_outer_weight_and_output_axis():
+    mk = helper.make_node
+    body = _body([mk("Mul", ["h", "w"], ["hw"]), mk("Add", ["hw", "x"], ["a"]),
+                  mk("Tanh", ["a"], ["h2"]), mk("Identity", ["h2"], ["y"])],
+                 [("h", np.float32, [2, 3]), ("x", np.float32, [2, 3])],
+                 [("h2", np.float32, [2, 3]), ("y", np.float32, [2, 3])])
+    scan = mk("Scan", ["h0", "xs"], ["h", "ys"], name="rnn", body=body, num_scan_inputs=1,
+              scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[2])
+    feeds = {"h0": f32(2, 3), "xs": f32(2, 5, 3)}
+    model = _model([scan], {**feeds, "w": W(f32(3))}, 17, ["h", "ys"])
+    fn = _run_both(model, feeds)
+    scan = next(n for n in fn.graph.nodes if n.op.name == "scan")
+    assert scan.attrs["reverse"] is True
+
+
+def test_loop_that_changes_a_carried_shape_is_an_error():
+    mk = helper.make_node
+    body = _body([mk("Concat", ["y", "y"], ["y2"], axis=0), mk("Identity", ["c"], ["c2"])],
+                 [("i", np.int64, []), ("c", np.bool_, []), ("y", np.float32, ["n"])],
+                 [("c2", np.bool_, []), ("y2", np.float32, ["n"])])
+    model = _loop_model(3, None, body, {"y0": f32(2)}, [("y", np.float32, ["n"])])
+    with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): loop-carried value 'y' is "
+                                        r"f32\[2\] before but f32\[4\] after the body"):
+        dg.onnx.load(model)
+
+
+def test_loop_with_scan_outputs_and_a_run_time_condition_is_an_error():
+    body = _growing_body()
+    body.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [3]))
+    consts = [("k", W(np.float32(1.5))), ("h", W(np.float32(0.5))), ("top", W(np.float32(20)))]
+    model = _loop_model(10, True, body, {"y0": f32(3)},
+                        [("y", np.float32, [3]), ("ys", np.float32, None)], consts)
+    with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): its 1 scan outputs have a "
+                                        "length known only at run time"):
+        dg.onnx.load(model)
+
+
+def test_branch_reading_an_unknown_name_is_an_error():
+    branch = _body([helper.make_node("Identity", ["nowhere"], ["z"])], [],
+                   [("z", np.float32, [2])])
+    model = _one_node("If", {"c": np.array(True)}, then_branch=branch, else_branch=branch)
+    with pytest.raises(OnnxError, match=r"node 'my_node' \(If\): then_branch: node #0 "
+                                        r"\(Identity\): reads 'nowhere'"):
+        dg.onnx.load(model)

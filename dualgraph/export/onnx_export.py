@@ -22,7 +22,7 @@ from ..capture.compile import Compiled
 from ..passes import run_pipeline
 from ..shapes import Sym
 from .errors import OnnxError, require_onnx
-from .onnx_ops import Emitter, exporter
+from .onnx_ops import Emitter, value_info
 
 EXPORT_PASSES = {"dce", "cse", "fold_constants", "simplify"}
 DEFAULT_OPSET = 18       # torch.onnx's default too; onnxruntime >= 1.14 runs it
@@ -103,14 +103,6 @@ def _check_exportable(capture) -> None:
                         "model returns tensors only")
 
 
-def _value_info(onnx, name: str, value, dims=None):
-    shape = [str(d) if isinstance(d, Sym) else int(d) for d in value.shape]
-    for axis, dim in (dims or {}).items():
-        shape[axis] = dim
-    return onnx.helper.make_tensor_value_info(
-        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), shape)
-
-
 def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset):
     arg_values = [v for v, b in zip(graph.inputs, capture.bindings) if b.kind == "arg"]
     names = {v: n for v, n in zip(arg_values, input_names)}
@@ -131,7 +123,7 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         if v.producer is not None:
             wanted.setdefault(v, name)
     for node in graph.nodes:
-        _export_node(e, node, wanted)
+        e.export_node(node, wanted)
     graph_outputs = []
     for v, name in zip(outputs, output_names):
         if v not in names:
@@ -141,8 +133,8 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         if names[v] != name:    # an input, a constant or a repeated output: a copy
             e.op("Identity", [names[v]], outputs=[name])
         axes = dynamic_axes.get(name)
-        graph_outputs.append(_value_info(onnx, name, v, _output_dims(v, name, axes)))
-    inputs = [_value_info(onnx, names[v], v) for v in arg_values]
+        graph_outputs.append(value_info(onnx, name, v, _output_dims(v, name, axes)))
+    inputs = [value_info(onnx, names[v], v) for v in arg_values]
     body = onnx.helper.make_graph(e.nodes, "dualgraph", inputs, graph_outputs,
                                   initializer=e.initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
@@ -168,39 +160,3 @@ def _output_dims(value, name: str, axes) -> dict:
                             f"dim is {value.shape[axis]} whatever the dynamic inputs are "
                             f"(output shape {value.shape}); leave it out of dynamic_axes")
     return dict(axes)
-
-
-def _export_node(e: Emitter, node, wanted: dict) -> None:
-    """Append ``node``'s ONNX nodes, naming its outputs as the graph does (or as the
-    user's output names)."""
-    export = exporter(node.op)
-    if export is None:
-        e.node = node
-        raise e.fail("it has no ONNX form yet", "file an issue with the model, or keep "
-                     "this part of the computation outside the exported function")
-    start = len(e.nodes)
-    e.node = node
-    made = export(e, node)
-    mine = {o for n in e.nodes[start:] for o in n.output}
-    for v, name in zip(node.outputs, made):
-        if name is None:
-            continue
-        if name in mine:
-            target = wanted.get(v) or e.fresh(v.name)
-            _rename(e.nodes[start:], name, target)
-            name = target
-        e.names[v] = name
-    # ONNX nodes are named after the value they make ("linear_1"), helpers after it too
-    # ("linear_1.Transpose"); each carries the user's source line
-    main = e.names.get(node.outputs[0], "")
-    for n in e.nodes[start:]:
-        n.name = e.node_names.fresh(main if main in n.output else f"{main}.{n.op_type}")
-        n.doc_string = node.location or ""
-
-
-def _rename(nodes, old: str, new: str) -> None:
-    for n in nodes:
-        for names in (n.input, n.output):
-            for k, name in enumerate(names):
-                if name == old:
-                    names[k] = new

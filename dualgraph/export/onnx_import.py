@@ -32,14 +32,11 @@ from ..codegen import Executable
 from ..graph import Graph
 from ..graph.ir import GraphError, Value, type_str
 from ..ops.opdef import get
-from ..shapes import ShapeError, Sym, broadcast_shapes, infer_reshape, numel
+from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-_CONTROL_FLOW = (": control flow (ops with subgraphs) is not imported yet, although the "
-                 "registry has cond, while_loop and scan")
-_WHY_NOT = {"If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW}
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 
 
@@ -115,9 +112,14 @@ class _Importer:
     ``env`` maps each ONNX value name to a graph Value (computed at run time) or a NumPy
     array (known now: an initializer, a Constant, or folded). Known arrays become graph
     constants only where a run-time op reads them; an ``object`` array holds a shape with
-    symbolic dims and can't become one."""
+    symbolic dims and can't become one.
 
-    def __init__(self, onnx, model, label: str):
+    A subgraph (an If branch, a Loop or Scan body) is imported by an importer of its own
+    whose ``parent`` is the enclosing one: ONNX subgraphs read outer names freely, while
+    dualgraph's bodies are closed, so an outer run-time Value it reads becomes an input of
+    its graph, listed in ``captured`` (the control-flow node passes them in)."""
+
+    def __init__(self, onnx, model, label: str, parent=None, scope: str = ""):
         self.onnx = onnx
         self.model = model
         self.label = label
@@ -126,25 +128,73 @@ class _Importer:
         self.env: dict[str, object] = {}
         self.node = None
         self.index = 0   # of self.node in the ONNX graph
+        self.parent, self.scope = parent, scope
+        self.captured: list[Value] = []          # outer Values read, in input order
+        self._lifted: dict[Value, Value] = {}    # outer Value -> its input here
         self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
 
     def run(self):
         g = self.model.graph
-        for init in g.initializer:
-            self.env[init.name] = self.onnx.numpy_helper.to_array(init)
-            self._names[id(self.env[init.name])] = init.name
+        self._initializers(g)
         inputs = [i for i in g.input if i.name not in self.env]   # (IR < 4 lists weights)
         for i in inputs:
             self.env[i.name] = self._input(i)
+        self._nodes(g)
+        return self.graph, [i.name for i in inputs], [o.name for o in g.output]
+
+    def _initializers(self, g) -> None:
+        for init in g.initializer:
+            self.env[init.name] = self.onnx.numpy_helper.to_array(init)
+            self._names[id(self.env[init.name])] = init.name
+
+    def _nodes(self, g) -> list:
+        """Convert ``g``'s nodes and set the graph's outputs; returns what the outputs are
+        (Values or known arrays)."""
         for self.index, node in enumerate(g.node):
             self._convert(node)
         self.node = None
-        outs = []
+        outs, results = [], []
         for o in g.output:
             outs.append(self._output(o.name, renamed=outs))
+            results.append(self.lookup(o.name))
         self.graph.set_outputs(outs)
-        return self.graph, [i.name for i in inputs], [o.name for o in g.output]
+        return results
+
+    def body(self, proto, formal: list, scope: str) -> "_Importer":
+        """Import the subgraph ``proto`` (attr ``scope`` of the current node) into a closed
+        graph. ``formal`` gives its inputs, in order: a type (the input becomes a graph
+        input of that type) or a known array (the input is bound to it). The importer
+        returned holds the graph, the outer Values it ``captured`` (its inputs after the
+        formal ones) and ``results``, what its outputs are."""
+        if len(proto.input) != len(formal):
+            raise self.error(f"the {scope} takes {len(proto.input)} inputs; {self.node.op_type} "
+                             f"gives it {len(formal)}")
+        sub = _Importer(self.onnx, self.model, self.label, parent=self, scope=scope)
+        sub._initializers(proto)
+        for info, t in zip(proto.input, formal):
+            sub.env[info.name] = t if isinstance(t, np.ndarray) else \
+                sub.graph.add_input(t.shape, t.dtype, name=info.name)
+        sub.results = sub._nodes(proto)
+        return sub
+
+    # -- names in scope --
+    def has(self, name: str) -> bool:
+        return name in self.env or self.parent is not None and self.parent.has(name)
+
+    def lookup(self, name: str):
+        """What ONNX name ``name`` is here: a name of this graph or of an enclosing one (an
+        outer run-time Value becomes an input of this graph, once)."""
+        if name in self.env:
+            return self.env[name]
+        x = self.parent.lookup(name)
+        if isinstance(x, Value):
+            if x not in self._lifted:
+                self._lifted[x] = self.graph.add_input(x.shape, x.dtype, name=name)
+                self.captured.append(x)
+            x = self._lifted[x]
+        self.env[name] = x
+        return x
 
     # -- graph inputs and outputs --
     def _input(self, info) -> Value:
@@ -166,9 +216,9 @@ class _Importer:
     def _output(self, name: str, renamed) -> Value:
         """The Value of graph output ``name``, which takes that name when a node makes it
         (and no earlier output is the same Value)."""
-        if name not in self.env:
-            raise OnnxError(f"{self.label}: output {name!r} is not computed by any node")
-        v = self.value(self.env[name])
+        if not self.has(name):
+            raise OnnxError(f"{self.where()}: output {name!r} is not computed by any node")
+        v = self.value(self.lookup(name))
         if v.producer is not None and v not in renamed:
             self.graph.rename(v, name)
         return v
@@ -190,15 +240,14 @@ class _Importer:
         convert = IMPORTERS.get(node.op_type)
         if node.domain not in _DEFAULT_DOMAINS or convert is None:
             domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS else ""
-            why = _WHY_NOT.get(node.op_type, "") if not domain else ""
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
-                             f"ONNX import{why} ({len(IMPORTERS)} op types are: see "
+                             f"ONNX import ({len(IMPORTERS)} op types are: see "
                              "dualgraph.export.onnx_import.IMPORTERS)")
-        missing = [n for n in node.input if n and n not in self.env]
+        missing = [n for n in node.input if n and not self.has(n)]
         if missing:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
-        xs = [self.env[n] if n else None for n in node.input]
+        xs = [self.lookup(n) if n else None for n in node.input]
         outs = convert(self, xs, self._attrs(node))
         outs = outs if isinstance(outs, tuple) else (outs,)
         for k, name in enumerate(node.output):
@@ -213,9 +262,12 @@ class _Importer:
     def _attrs(self, node) -> dict:
         out = {}
         for a in node.attribute:
-            if a.type in (a.GRAPH, a.GRAPHS):
-                raise self.error(f"attr {a.name!r} is a subgraph{_CONTROL_FLOW}")
-            out[a.name] = self._plain(self.onnx.helper.get_attribute_value(a))
+            if a.type == a.GRAPHS:
+                raise self.error(f"attr {a.name!r} is a list of subgraphs, which no "
+                                 "supported op type takes")
+            # (a subgraph stays a GraphProto: its converter imports it with ``body``)
+            out[a.name] = a.g if a.type == a.GRAPH else \
+                self._plain(self.onnx.helper.get_attribute_value(a))
         return out
 
     def _plain(self, val):
@@ -229,10 +281,11 @@ class _Importer:
 
     def where(self) -> str:
         """``model.onnx: node 'fc1' (Gemm)``: the location of nodes and errors."""
+        outer = self.label if self.parent is None else f"{self.parent.where()}: {self.scope}"
         if self.node is None:
-            return self.label
+            return outer
         name = f"'{self.node.name}'" if self.node.name else f"#{self.index}"
-        return f"{self.label}: node {name} ({self.node.op_type})"
+        return f"{outer}: node {name} ({self.node.op_type})"
 
     def error(self, message: str) -> OnnxError:
         return OnnxError(f"{self.where()}: {message}")
@@ -1028,6 +1081,182 @@ def _global_pool(name):
     return convert
 
 
+# -- control flow -------------------------------------------------------------------------------
+# If -> cond, Loop -> scan (a fixed trip count) or while_loop, Scan -> scan. Each subgraph is
+# imported by ``b.body`` into a closed graph; the outer Values it reads are extra operands.
+BOOL, INT64 = ShapedType((), np.dtype(np.bool_)), ShapedType((), np.dtype(np.int64))
+
+
+def _many(outs) -> tuple:
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+def _type(b, x) -> ShapedType:
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            raise b.error(f"the shape value {list(x)} holds symbolic dims; it can't be a "
+                          "loop's carried value")
+        b._check_dtype(x)
+    return ShapedType(tuple(x.shape), np.dtype(x.dtype))
+
+
+def _align(bodies: list) -> list:
+    """Give the graphs of ``bodies`` the same inputs: their formal ones, then every outer
+    Value any of them captured. Returns those Values (the node's extra operands)."""
+    captured = list(dict.fromkeys(v for sub in bodies for v in sub.captured))
+    for sub in bodies:
+        g = sub.graph
+        formal = g.inputs[:len(g.inputs) - len(sub.captured)]
+        own = dict(zip(sub.captured, g.inputs[len(formal):]))
+        extra = [own[v] if v in own else g.add_input(v.shape, v.dtype, name=v.name)
+                 for v in captured]
+        g.inputs = formal + extra   # (a fresh graph: reordering its inputs is safe)
+    return captured
+
+
+def _check_types(b, what: str, names, want: list, got: list,
+                 where=("before", "after the body")) -> None:
+    """The values ``got`` have the types ``want`` (dualgraph's shapes are static: a loop
+    keeps its carried values' shapes, both branches of a cond give the same)."""
+    for name, w, g in zip(names, want, got):
+        if tuple(w.shape) != tuple(g.shape) or np.dtype(w.dtype) != np.dtype(g.dtype):
+            raise b.error(f"{what} {name!r} is {type_str(w.shape, w.dtype)} {where[0]} but "
+                          f"{type_str(g.shape, g.dtype)} {where[1]}; dualgraph's shapes are "
+                          "static, so control flow must keep them")
+
+
+def _if(b, xs, attrs):
+    """If -> cond. The branches take no inputs; the outer names they read become the node's
+    operands, which both branch graphs take."""
+    pred = xs[0]
+    if _numel(pred.shape) != 1:
+        raise b.error(f"the condition has shape {tuple(pred.shape)}; it must have one element")
+    pred = b.reshape(pred, ())
+    then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
+                 [v.type for v in other.graph.outputs], ("in then_branch", "in else_branch"))
+    captured = _align([then, other])
+    return b.op("cond", pred, *captured, true_graph=then.graph, false_graph=other.graph)
+
+
+def _numel(shape):
+    return numel(shape) if not any(isinstance(d, Sym) for d in shape) else None
+
+
+def _loop(b, xs, attrs):
+    """Loop -> scan when it runs a fixed number of times (a known trip count M and a
+    condition that stays true), the ys being its scan outputs; else -> while_loop, carrying
+    the iteration number and the condition too, which then can't have scan outputs (their
+    length would be known only at run time). Inside the body the incoming condition is
+    always true (the body runs only then)."""
+    m, first, *init = xs
+    proto = attrs["body"]
+    n = len(init)
+    bound = None if m is None else b.ints(m, "trip count M")[0]
+    types = [_type(b, x) for x in init]
+    step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    again = step.results[0]
+    fixed = _known_true(again) and (first is None or _known_true(first))
+    num_ys = len(proto.output) - 1 - n
+    _check_types(b, "loop-carried value", [i.name for i in proto.input[2:]], types,
+                 [v.type for v in step.graph.outputs[1:1 + n]])
+    if fixed:
+        return _loop_as_scan(b, step, init, bound, n)
+    if num_ys:
+        raise b.error(f"its {num_ys} scan outputs have a length known only at run time (the "
+                      "loop's condition is computed at run time); dualgraph's shapes are "
+                      "static, so only a Loop with a known trip count M and a condition that "
+                      "stays true may have scan outputs")
+    return _loop_as_while(b, step, init, bound, first)
+
+
+def _known_true(x) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype != object and bool(x.all())
+
+
+def _loop_as_scan(b, step, init: list, bound, n: int):
+    """scan over the iteration numbers 0..M-1: carry = the loop-carried values, ys = the
+    scan outputs."""
+    if bound is None:
+        raise b.error("it never stops: there is no trip count M and the condition stays true")
+    g = step.graph
+    i, carried = g.inputs[0], g.inputs[1:1 + n]
+    captured = _align([step])
+    g.inputs = [*carried, i, *g.inputs[1 + n:]]    # carry, xs (i), captured
+    g.outputs = g.outputs[1:]                        # (the condition, always true)
+    steps = np.arange(bound, dtype=np.int64)
+    return _many(b.op("scan", *init, steps, *captured, body_graph=g, num_carry=n, num_xs=1,
+                      length=bound, reverse=False))
+
+
+def _loop_as_while(b, step, init: list, bound, first):
+    """while_loop carrying (the iteration number, the condition, the loop-carried values):
+    the condition graph is ``condition and i < M``."""
+    g = step.graph
+    i = g.inputs[0]
+    captured = _align([step])
+    cond_in = g.add_input((), np.bool_, name="cond")
+    g.inputs = [i, cond_in, *g.inputs[1:-1]]
+    g.outputs = [g.add_node("add", [i, 1], location=b.where())[0], *g.outputs]
+    test = Graph()
+    ins = [test.add_input(v.shape, v.dtype, name=v.name) for v in g.inputs]
+    going = ins[1]
+    if bound is not None:
+        below = test.add_node("lt", [ins[0], bound], location=b.where())[0]
+        going = test.add_node("bitwise_and", [going, below], location=b.where())[0]
+    test.set_outputs([going])
+    start = [np.zeros((), np.int64), np.asarray(True) if first is None else b.reshape(first, ())]
+    outs = b.op("while_loop", *start, *init, *captured, cond_graph=test, body_graph=g,
+                max_iters=None)
+    return tuple(outs[2:-1])
+
+
+def _scan(b, xs, attrs):
+    """Scan (opset 9 form) -> scan: state variables = carry, scan inputs = xs (their
+    ``scan_input_axes`` moved first), scan outputs = ys (stacked on axis 0, then moved to
+    ``scan_output_axes``). dualgraph's ``reverse`` runs every xs backwards and keeps the ys
+    in the order of xs: so the inputs must share one direction; an output of the other
+    direction is flipped."""
+    if b.opset < 9:
+        raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
+                      "not supported")
+    k = attrs["num_scan_inputs"]
+    init, seqs = xs[:len(xs) - k], xs[len(xs) - k:]
+    directions = set(attrs.get("scan_input_directions", (0,) * k))
+    if len(directions) > 1:
+        raise b.error("scan inputs in both directions are not supported (dualgraph's scan "
+                      "runs all its xs one way)")
+    reverse = bool(directions.pop()) if directions else False
+    axes = attrs.get("scan_input_axes", (0,) * k)
+    seqs = [_move_axis(b, x, _dim(a, x.ndim, b), 0) for x, a in zip(seqs, axes)]
+    lengths = {x.shape[0] for x in seqs}
+    if len(lengths) != 1 or any(isinstance(d, Sym) for d in lengths):
+        raise b.error(f"the scan inputs have {sorted(map(str, lengths))} rows; dualgraph's "
+                      "scan needs one static length")
+    types = [_type(b, x) for x in init]
+    slices = [ShapedType(tuple(x.shape[1:]), np.dtype(x.dtype)) for x in seqs]
+    step = b.body(attrs["body"], [*types, *slices], "body")
+    n = len(init)
+    _check_types(b, "state variable", [i.name for i in attrs["body"].input[:n]], types,
+                 [v.type for v in step.graph.outputs[:n]])
+    captured = _align([step])
+    outs = _many(b.op("scan", *init, *seqs, *captured, body_graph=step.graph, num_carry=n,
+                      num_xs=k, length=lengths.pop(), reverse=reverse))
+    ys = outs[n:]
+    out_dirs = attrs.get("scan_output_directions", (0,) * len(ys))
+    out_axes = attrs.get("scan_output_axes", (0,) * len(ys))
+    ys = [b.op("flip", y, dims=(0,)) if bool(d) != reverse else y for y, d in zip(ys, out_dirs)]
+    return (*outs[:n], *(_move_axis(b, y, 0, _dim(a, y.ndim, b)) for y, a in zip(ys, out_axes)))
+
+
+def _move_axis(b, x, source: int, target: int):
+    if source == target:
+        return x
+    perm = [d for d in range(x.ndim) if d != source]
+    perm.insert(target, source)
+    return b.op("permute", x, perm=tuple(perm))
+
+
 # ONNX op type -> converter ``(importer, inputs, attrs) -> output or tuple of outputs``.
 # Inputs are graph Values, known NumPy arrays, or None for an omitted optional input.
 IMPORTERS = {
@@ -1073,4 +1302,6 @@ IMPORTERS = {
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
+    # control flow
+    "If": _if, "Loop": _loop, "Scan": _scan,
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ir import UniqueNames, Value, is_literal
-from ..shapes import Sym
+from ..shapes import ShapedType, Sym
 from .errors import OnnxError
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -105,11 +105,103 @@ class Emitter:
         return self.op("Cast", [name], to=self.onnx.helper.np_dtype_to_tensor_dtype(
             np.dtype(dtype)))
 
+    # -- nodes and (sub)graphs ---------------------------------------------------------------
+    def export_node(self, node, wanted: dict) -> None:
+        """Append ``node``'s ONNX nodes, naming its outputs as the graph does (or as
+        ``wanted``, the model's output names of some of its Values)."""
+        export = exporter(node.op)
+        outer, self.node = self.node, node   # (control flow exports its bodies' nodes)
+        if export is None:
+            raise self.fail("it has no ONNX form yet", "file an issue with the model, or "
+                            "keep this part of the computation outside the exported function")
+        start = len(self.nodes)
+        made = export(self, node)
+        mine = {o for n in self.nodes[start:] for o in n.output}
+        for v, name in zip(node.outputs, made):
+            if name is None:
+                continue
+            if name in mine:
+                target = wanted.get(v) or self.fresh(v.name)
+                _rename(self.nodes[start:], name, target)
+                name = target
+            self.names[v] = name
+        # ONNX nodes are named after the value they make ("linear_1"), helpers after it too
+        # ("linear_1.Transpose"); each carries the user's source line. (Nodes of a body
+        # exported inline already have their own.)
+        main = self.names.get(node.outputs[0], "")
+        for n in self.nodes[start:]:
+            if not n.name:
+                n.name = self.node_names.fresh(main if main in n.output
+                                               else f"{main}.{n.op_type}")
+                n.doc_string = node.location or ""
+        self.node = outer
+
+    def inline(self, graph, input_names: list) -> list:
+        """Export the nodes of ``graph`` (a control-flow body) here, its inputs bound to
+        ``input_names``; returns the ONNX names of its outputs."""
+        self.names.update(zip(graph.inputs, input_names))
+        for v, array in graph.constants.items():
+            self.names[v] = self.const(array, v.name)
+        for node in graph.nodes:
+            self.export_node(node, {})
+        missing = [v for v in graph.outputs if v not in self.names]
+        if missing:
+            raise self.fail(f"its body returns {missing[0].name}, made by "
+                            f"{missing[0].producer.op.name}, which ONNX can't give")
+        return [self.names[v] for v in graph.outputs]
+
+    def subgraph(self, name: str, formal: list, emit):
+        """An ONNX subgraph (an If branch, a Loop or Scan body) as a GraphProto.
+
+        ``formal`` lists its inputs as (base name, type); ``emit(sub, names)`` writes its
+        nodes into ``sub``, an emitter of its own, given the inputs' names, and returns its
+        outputs as (ONNX name, type). A subgraph reads the enclosing graphs' names freely,
+        so a dualgraph body's inputs are bound to the names of the node's operands."""
+        sub = Emitter(self.onnx, self.opset, {})
+        # ONNX names are unique across a model's graphs; constants live in the main graph
+        sub._taken, sub.node_names, sub.initializers = (self._taken, self.node_names,
+                                                        self.initializers)
+        sub.node = self.node
+        names = [sub.fresh(base) for base, _ in formal]
+        outputs = emit(sub, names)
+        made = {o for n in sub.nodes for o in n.output}
+        infos = []
+        for out, t in outputs:
+            # an output must be made in the subgraph, once (not an input or outer name)
+            if out not in made:
+                out = sub.op("Identity", [out])
+            made.discard(out)
+            infos.append(value_info(self.onnx, out, t))
+        for n in sub.nodes:   # (the helpers made here, not by a body's node)
+            if not n.name:
+                n.name = sub.node_names.fresh(f"{name}.{n.op_type}")
+                n.doc_string = self.node.location or ""
+        inputs = [value_info(self.onnx, n, t) for n, (_, t) in zip(names, formal)]
+        return self.onnx.helper.make_graph(sub.nodes, name, inputs, infos)
+
     def fail(self, why: str, fix: str = "") -> OnnxError:
         node = self.node
         where = f" (at {node.location})" if node.location else ""
         return OnnxError(f"can't export {node.op.name}{where} to ONNX: {why}"
                          + (f". {fix}" if fix else ""))
+
+
+def value_info(onnx, name: str, value, dims=None):
+    """An ONNX ValueInfoProto of ``value``'s type (a Value or ShapedType); symbolic dims become
+    ``dim_param``s, ``dims`` ({axis: name}) names others."""
+    shape = [str(d) if isinstance(d, Sym) else int(d) for d in value.shape]
+    for axis, dim in (dims or {}).items():
+        shape[axis] = dim
+    return onnx.helper.make_tensor_value_info(
+        name, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(value.dtype)), shape)
+
+
+def _rename(nodes, old: str, new: str) -> None:
+    for n in nodes:
+        for names in (n.input, n.output):
+            for k, name in enumerate(names):
+                if name == old:
+                    names[k] = new
 
 
 def _literal_dtype(x):
@@ -574,6 +666,87 @@ def _avg_pool2d(e, node):
     return _batched(e, node, pool)
 
 
+# -- control flow --------------------------------------------------------------------------
+BOOL, INT64 = ShapedType((), np.dtype(np.bool_)), ShapedType((), np.dtype(np.int64))
+
+
+def _outputs(e, op_type: str, inputs, n: int, **attrs) -> list:
+    """One ONNX node with ``n`` outputs; returns their names as a list (even for one)."""
+    return e.op(op_type, inputs, outputs=[e.fresh(f"{op_type}_out") for _ in range(n)],
+                **attrs)
+
+
+def _body_name(e, node, part: str) -> str:
+    return f"{e.names.get(node.outputs[0]) or node.outputs[0].name}.{part}"
+
+
+def _cond(e, node):
+    """cond -> If. ONNX branches take no inputs but read the enclosing scope, so each
+    branch graph's inputs are bound to the node's operands."""
+    operands = [e.input(i) for i in range(1, len(node.inputs))]
+
+    def branch(graph):
+        return lambda sub, _: list(zip(sub.inline(graph, operands), graph.outputs))
+    then_graph = e.subgraph(_body_name(e, node, "then"), [], branch(node.attrs["true_graph"]))
+    else_graph = e.subgraph(_body_name(e, node, "else"), [], branch(node.attrs["false_graph"]))
+    return _outputs(e, "If", [e.input(0, np.bool_)], len(node.outputs),
+                    then_branch=then_graph, else_branch=else_graph)
+
+
+def _while_loop(e, node):
+    """while_loop -> Loop(M = max_iters, cond = the condition of the initial carry). The
+    body computes the new carry, then the condition on it; one more carried value counts
+    the iterations (the node's last output). Past ``max_iters`` ONNX stops where dualgraph
+    raises."""
+    cond_graph, body_graph = node.attrs["cond_graph"], node.attrs["body_graph"]
+    n = len(body_graph.outputs)
+    names = e.inputs()
+    carried, rest = names[:n], names[n:]
+    types = [v.type for v in body_graph.outputs]
+
+    def body(sub, formal):
+        count, carry = formal[2], formal[3:]    # (after the iteration number and condition)
+        new = sub.inline(body_graph, carry + rest)
+        again = sub.inline(cond_graph, new + rest)[0]
+        counted = sub.op("Add", [count, sub.const(np.ones((), np.int64), "one")])
+        return [(again, BOOL), (counted, INT64), *zip(new, types)]
+    graph = e.subgraph(_body_name(e, node, "body"), [("i", INT64), ("cond", BOOL),
+                       ("count", INT64), *(("carry", t) for t in types)], body)
+    first = e.inline(cond_graph, carried + rest)[0]
+    bound = node.attrs["max_iters"]
+    m = None if bound is None else e.const(np.asarray(bound, np.int64), "max_iters")
+    zero = e.const(np.zeros((), np.int64), "zero")
+    count, *final = _outputs(e, "Loop", [m, first, zero, *carried], n + 1, body=graph)
+    return [*final, count]
+
+
+def _scan(e, node):
+    """scan -> Scan (the opset 9 form): carry = state variables, xs = scan inputs, ys =
+    scan outputs stacked on axis 0, ``reverse`` = both directions reversed (the ys are
+    prepended, so they keep the order of xs). Outer tensors the body reads come from the
+    enclosing scope. A scan without xs gets a dummy scan input of ``length`` rows, since
+    ONNX's Scan counts its steps by its scan inputs."""
+    a = node.attrs
+    graph, c, x = a["body_graph"], a["num_carry"], a["num_xs"]
+    names = e.inputs()
+    carry, xs, rest = names[:c], names[c:c + x], names[c + x:]
+    slices = [ShapedType(tuple(v.shape[1:]), v.dtype) for v in node.inputs[c:c + x]]
+    if not xs:
+        xs, slices = [e.const(np.zeros(a["length"], np.bool_), "steps")], [BOOL]
+
+    def body(sub, formal):
+        outs = sub.inline(graph, formal[:c] + formal[c:c + x] + rest)
+        return list(zip(outs, [v.type for v in graph.outputs]))
+    carry_types = [v.type for v in graph.outputs[:c]]
+    proto = e.subgraph(_body_name(e, node, "body"), [*(("carry", t) for t in carry_types),
+                       *(("x", t) for t in slices)], body)
+    num_ys = len(graph.outputs) - c
+    direction = int(bool(a["reverse"]))
+    return _outputs(e, "Scan", carry + xs, len(node.outputs), body=proto,
+                    num_scan_inputs=len(xs), scan_input_directions=[direction] * len(xs),
+                    scan_output_directions=[direction] * num_ys if num_ys else None)
+
+
 EXPORTERS = {
     # elementwise
     "ne": _negated("Equal"), "where": _where, "log1p": _log1p, "expm1": _expm1,
@@ -602,6 +775,8 @@ EXPORTERS = {
     # layers
     "layer_norm": _layer_norm, "lstm_cell": _lstm_cell, "conv2d": _conv2d,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    # control flow
+    "cond": _cond, "while_loop": _while_loop, "scan": _scan,
 }
 
 
