@@ -1,6 +1,6 @@
 """ONNX import (``dg.onnx.load``) checked against onnxruntime.
 
-Every converter of ``onnx_import.IMPORTERS`` runs in the table below: a one-node model built
+Every converter of ``onnx_import_ops.IMPORTERS`` runs in the table below: a one-node model built
 with ``onnx.helper`` (checked by ``onnx.checker``), run by onnxruntime and by dualgraph, the
 values and dtypes compared. Then whole models (an MLP, a CNN, an attention block whose
 reshapes go through Shape/Gather/Concat with a symbolic batch), loading from a file, and the
@@ -18,7 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from dualgraph.export.errors import OnnxError  # noqa: E402
-from dualgraph.export.onnx_import import IMPORTERS  # noqa: E402
+from dualgraph.export.onnx_import_ops import IMPORTERS  # noqa: E402
 
 RNG = np.random.default_rng(0)
 

@@ -1,0 +1,909 @@
+"""The ONNX import's converters: ``IMPORTERS`` maps each ONNX op type to a small function
+``convert(b, xs, attrs) -> output(s)`` that emits registry ops through the importer ``b``
+(``b.op(name, *inputs, **attrs)`` adds a node, or runs the kernel now when every input is
+known; ``b.error`` names the node). ``xs`` are the node's inputs (graph Values, or NumPy
+arrays when known at load time), ``attrs`` its attributes as Python values. The importer
+itself (walking the model, folding, subgraphs) is ``onnx_import.py``.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import dtypes
+from ..graph import Graph
+from ..graph.ir import Value, type_str
+from ..shapes import ShapedType, Sym, broadcast_shapes, numel
+
+_BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
+
+
+def tidy(x):
+    """A folded shape value: plain int64 again once no symbolic dim is left in it."""
+    x = np.asarray(x)
+    if x.dtype == object and not any(isinstance(v, Sym) for v in x.reshape(-1)):
+        return x.astype(np.bool_ if x.size and isinstance(x.flat[0], bool) else np.int64)
+    return x
+
+
+
+# -- helpers shared by converters -------------------------------------------------------------
+def _dim(axis: int, ndim: int, b) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise b.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
+    return axis % max(ndim, 1)
+
+
+def _dims(axes, ndim: int, b) -> tuple:
+    return tuple(sorted({_dim(a, ndim, b) for a in axes}))
+
+
+def _is_int(x) -> bool:
+    return x.dtype.kind in "biuO"
+
+
+def _scalar(x):
+    """A known one-element array as a Python number (weakly typed, as in PyTorch: it keeps
+    the tensor's dtype); anything else as it is."""
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype != object:
+        return x.reshape(()).item()
+    return x
+
+
+def _variadic(name):
+    def convert(b, xs, attrs):
+        return functools.reduce(lambda acc, x: b.op(name, acc, x), xs)
+    return convert
+
+
+def _cast(b, x, dtype):
+    return x if x.dtype == dtype else b.op("cast", x, dtype=np.dtype(dtype))
+
+
+# -- elementwise --------------------------------------------------------------------------------
+def _unary(name):
+    return lambda b, xs, attrs: b.op(name, xs[0])
+
+
+def _binary(name):
+    return lambda b, xs, attrs: b.op(name, xs[0], xs[1])
+
+
+def _div(b, xs, attrs):
+    a, c = xs
+    if not (_is_int(a) and _is_int(c)):
+        return b.op("div", a, c)
+    if object in (a.dtype, c.dtype) and not any(isinstance(x, Value) for x in xs):
+        return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+    q = b.op("div", _cast(b, a, np.float64), _cast(b, c, np.float64))
+    return _cast(b, b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
+
+
+def _pow(b, xs, attrs):
+    return _cast(b, b.op("pow", xs[0], xs[1]), xs[0].dtype)   # ONNX keeps the base's type
+
+
+def _mod(b, xs, attrs):
+    return b.op("fmod" if attrs.get("fmod", 0) else "remainder", xs[0], xs[1])
+
+
+def _reciprocal(b, xs, attrs):
+    return b.op("div", 1.0, xs[0])
+
+
+def _mean(b, xs, attrs):
+    return b.op("div", _variadic("add")(b, xs, attrs), float(len(xs)))
+
+
+def _clip(b, xs, attrs):
+    x = xs[0]
+    if b.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+    else:
+        lo, hi = (list(xs[1:]) + [None, None])[:2]
+    if lo is not None:
+        x = b.op("maximum", x, _scalar(lo))
+    if hi is not None:
+        x = b.op("minimum", x, _scalar(hi))
+    return x
+
+
+def _cast_to(b, xs, attrs):
+    return _cast(b, xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
+
+
+def _cast_like(b, xs, attrs):
+    return _cast(b, xs[0], xs[1].dtype)
+
+
+def _identity(b, xs, attrs):
+    return xs[0]
+
+
+def _dropout(b, xs, attrs):
+    if attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
+                                         and b.static(xs[2], "training_mode").any()):
+        raise b.error("training-mode Dropout is not supported; export the model in eval mode")
+    return xs[0], b.op("full_like", xs[0], fill_value=True, dtype=np.dtype(np.bool_))
+
+
+def _leaky_relu(b, xs, attrs):
+    x = xs[0]
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, attrs.get("alpha", 0.01)), x)
+
+
+def _prelu(b, xs, attrs):
+    x = xs[0]
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, xs[1]), x)
+
+
+def _elu(b, xs, attrs):
+    return b.op("elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))
+
+
+def _selu(b, xs, attrs):
+    alpha = float(attrs.get("alpha", 1.6732632423543772))
+    gamma = float(attrs.get("gamma", 1.0507009873554805))
+    return b.op("mul", b.op("elu", xs[0], alpha=alpha), gamma)
+
+
+def _hard_sigmoid_of(b, x, alpha, beta):
+    y = b.op("add", b.op("mul", x, alpha), beta)
+    return b.op("minimum", b.op("maximum", y, 0.0), 1.0)
+
+
+def _hard_sigmoid(b, xs, attrs):
+    return _hard_sigmoid_of(b, xs[0], attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
+
+
+def _hard_swish(b, xs, attrs):
+    return b.op("mul", xs[0], _hard_sigmoid_of(b, xs[0], 1 / 6, 0.5))
+
+
+def _softplus(b, xs, attrs):
+    return b.op("softplus", xs[0], beta=1.0, threshold=20.0)
+
+
+def _softsign(b, xs, attrs):
+    return b.op("div", xs[0], b.op("add", b.op("abs", xs[0]), 1.0))
+
+
+def _gelu(b, xs, attrs):
+    approximate = attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise b.error(f"approximate={approximate!r} is not one of 'none' and 'tanh'")
+    return b.op("gelu" if approximate == "none" else "gelu_tanh", xs[0])
+
+
+def _is_inf(b, xs, attrs):
+    x, neg, pos = xs[0], attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    if neg and pos:
+        return b.op("isinf", x)
+    if neg or pos:
+        return b.op("bitwise_and", b.op("isinf", x), b.op("gt" if pos else "lt", x, 0))
+    return b.op("full_like", x, fill_value=False, dtype=np.dtype(np.bool_))
+
+
+def _where(b, xs, attrs):
+    return b.op("where", *xs)
+
+
+# -- matrix products ----------------------------------------------------------------------------
+def _gemm(b, xs, attrs):
+    a, w = xs[0], xs[1]
+    c = xs[2] if len(xs) > 2 else None
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if attrs.get("transA", 0):
+        a = b.op("permute", a, perm=(1, 0))
+    if not attrs.get("transB", 0):   # linear takes the weight as (N, K)
+        w = b.op("permute", w, perm=(1, 0))
+    if c is not None and alpha == 1.0 and beta == 1.0 and c.ndim == 1 and c.shape == w.shape[:1]:
+        return b.op("linear", a, w, c)
+    y = b.op("linear", a, w)
+    if alpha != 1.0:
+        y = b.op("mul", y, float(alpha))
+    if c is not None and beta != 0.0:
+        y = b.op("add", y, c if beta == 1.0 else b.op("mul", c, float(beta)))
+    return y
+
+
+def _einsum(b, xs, attrs):
+    equation = attrs["equation"].replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if "->" not in equation:
+        letters = "".join(terms).replace(".", "")
+        rhs = "..." * ("..." in lhs) + "".join(sorted(c for c in set(letters)
+                                                      if letters.count(c) == 1))
+    terms, rhs = _expand_ellipsis(b, terms, rhs, xs)
+    sizes = {}
+    for term, x in zip(terms, xs):
+        for ch, d in zip(term, x.shape):
+            if sizes.setdefault(ch, d) != d:
+                raise b.error(f"einsum {equation!r}: letter {ch!r} has sizes {sizes[ch]} and "
+                              f"{d}; dualgraph's einsum needs equal sizes (no broadcasting)")
+    return b.op("einsum", *xs, equation=",".join(terms) + "->" + rhs)
+
+
+def _expand_ellipsis(b, terms, rhs, xs):
+    """Replace ``...`` with letters of their own (right-aligned across operands)."""
+    if "..." not in "".join(terms):
+        return terms, rhs
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in "".join(terms) + rhs]
+    n = max(x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t)
+    ell = "".join(free[:n])
+    terms = [t.replace("...", ell[n - (x.ndim - len(t.replace("...", ""))):])
+             for t, x in zip(terms, xs)]
+    return terms, rhs.replace("...", ell)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def _shape(b, xs, attrs):
+    dims = list(xs[0].shape)[attrs.get("start", 0):attrs.get("end")]
+    return tidy(np.array(dims, dtype=object).reshape(len(dims)))
+
+
+def _size(b, xs, attrs):
+    return tidy(np.array(numel(xs[0].shape), dtype=object))
+
+
+def _reshape(b, xs, attrs):
+    x = xs[0]
+    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
+    return b.reshape(x, shape)
+
+
+def _flatten(b, xs, attrs):
+    x = xs[0]
+    axis = attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
+
+
+def _squeeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    dims = _dims(axes, x.ndim, b) if axes else [i for i, d in enumerate(x.shape) if d == 1]
+    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+def _unsqueeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    if not axes:
+        raise b.error("Unsqueeze needs axes")
+    dims = _dims(axes, x.ndim + len(axes), b)
+    rest = iter(x.shape)
+    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
+
+
+def _transpose(b, xs, attrs):
+    x = xs[0]
+    perm = tuple(attrs.get("perm", range(x.ndim - 1, -1, -1)))
+    return x if perm == tuple(range(x.ndim)) else b.op("permute", x, perm=perm)
+
+
+def _concat(b, xs, attrs):
+    xs = [x for x in xs if x is not None]
+    dim = _dim(attrs["axis"], xs[0].ndim, b)
+    return xs[0] if len(xs) == 1 else b.op("cat", *xs, dim=dim)
+
+
+def _split(b, xs, attrs):
+    x = xs[0]
+    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
+    n = x.shape[dim]
+    if sizes is None:
+        count = attrs.get("num_outputs", len(b.node.output))
+        size = -(-n // count)
+        sizes = [size] * (count - 1) + [n - size * (count - 1)]
+    outs, start = [], 0
+    for size in sizes:
+        index = [None] * x.ndim
+        index[dim] = (start, start + size, 1)
+        outs.append(b.slice_dims(x, index))
+        start += size
+    return tuple(outs)
+
+
+def _slice(b, xs, attrs):
+    x = xs[0]
+    if b.opset < 10:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes, steps = attrs.get("axes"), None
+    else:
+        starts, ends = b.ints(xs[1], "starts", shape=True), b.ints(xs[2], "ends", shape=True)
+        axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
+        steps = b.ints(xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
+    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(len(starts)))]
+    steps = steps or [1] * len(starts)
+    index, flips = [None] * x.ndim, []
+    for a, start, end, step in zip(axes, starts, ends, steps):
+        index[a] = _slice_range(b, x.shape[a], start, end, step)
+        if index[a] is not None and index[a][2] < 0:
+            flips.append(a)
+            n = x.shape[a]
+            s, e, k = index[a]
+            index[a] = (n - 1 - s, n - 1 - e, -k)   # the same elements of x flipped
+    if flips:
+        x = b.op("flip", x, dims=tuple(flips))
+    index = [None if s is not None and s == (0, x.shape[i], 1) else s
+             for i, s in enumerate(index)]
+    return b.slice_dims(x, index)
+
+
+def _slice_range(b, n, start, end, step):
+    """ONNX's (start, end, step) on a dim of size n -> normalised (start, stop, step)."""
+    if step == 0:
+        raise b.error("a Slice step is 0")
+    if isinstance(n, Sym) or isinstance(start, Sym) or isinstance(end, Sym):
+        if step == 1 and start == 0 and (end == n or isinstance(end, int) and end >= _BIG):
+            return None
+        raise b.error(f"slicing {start}:{end}:{step} of the symbolic dim {n} is not "
+                      "supported (the bounds must not depend on the dim's run-time size)")
+    return slice(start, end, step).indices(n)
+
+
+def _gather(b, xs, attrs):
+    x, i = xs
+    if not _is_int(i):
+        raise b.error(f"Gather's indices have dtype {i.dtype}; they must be integers")
+    return b.op("index", x, i, dims=(_dim(attrs.get("axis", 0), x.ndim, b),))
+
+
+def _gather_elements(b, xs, attrs):
+    x, i = xs
+    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    if any(isinstance(d, Sym) for d in i.shape):
+        raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
+                      "not supported")
+    # x[grid_0, ..., i, ..., grid_n]: an index per dim, the others broadcast aranges
+    grids = [np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
+             for d, n in enumerate(i.shape)]
+    grids[dim] = i
+    return b.op("index", x, *grids, dims=tuple(range(x.ndim)))
+
+
+def _gather_nd(b, xs, attrs):
+    """GatherND (batch_dims 0): the last axis of the indices holds one index per leading
+    dim of x, which is ``index`` over those dims with the columns as index tensors."""
+    x, i = xs
+    if attrs.get("batch_dims", 0):
+        raise b.error("GatherND with batch_dims is not supported")
+    if not _is_int(i) or isinstance(i.shape[-1], Sym):
+        raise b.error(f"GatherND's indices must be integers with a static last dim, got "
+                      f"{i.dtype} of shape {tuple(i.shape)}")
+    lead = (None,) * (i.ndim - 1)
+    columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
+               for k in range(i.shape[-1])]
+    return b.op("index", x, *columns, dims=tuple(range(len(columns))))
+
+
+def _expand(b, xs, attrs):
+    x = xs[0]
+    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
+    return x if shape == tuple(x.shape) else b.op("expand", x, shape=shape)
+
+
+def _tile(b, xs, attrs):
+    x = xs[0]
+    reps = b.ints(xs[1], "repeats")
+    shape = tuple(x.shape)
+    # As Tensor.repeat: a broadcast dim before each dim, (1, s0, 1, s1) -> (r0, s0, r1, s1)
+    x = b.reshape(x, [d for s in shape for d in (1, s)])
+    x = b.op("expand", x, shape=tuple(d for r, s in zip(reps, shape) for d in (r, s)))
+    return b.reshape(x, [r * s for r, s in zip(reps, shape)])
+
+
+def _constant(b, xs, attrs):
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype)
+    raise b.error(f"Constant with attrs {sorted(attrs)} is not supported (sparse and "
+                  "string constants are not)")
+
+
+def _constant_of_shape(b, xs, attrs):
+    shape = b.ints(xs[0], "shape", shape=True)
+    value = attrs.get("value", np.zeros(1, np.float32)).reshape(())
+    if not any(isinstance(d, Sym) for d in shape):
+        return np.full(shape, value, value.dtype)
+    return b.op("expand", value, shape=tuple(shape))
+
+
+def _range(b, xs, attrs):
+    start, limit, delta = (b.static(x, "Range's start, limit and delta").reshape(())
+                           for x in xs)
+    if object in (start.dtype, limit.dtype, delta.dtype):
+        raise b.error("a Range up to a symbolic dim is not supported (its length would be "
+                      "known only at run time)")
+    return np.arange(start, limit, delta, dtype=start.dtype)
+
+
+def _pad(b, xs, attrs):
+    x = xs[0]
+    mode = attrs.get("mode", "constant")
+    if b.opset < 11:
+        pads, value, axes = list(attrs["pads"]), attrs.get("value", 0.0), None
+    else:
+        pads = b.ints(xs[1], "pads")
+        value = _scalar(b.static(xs[2], "pad value")) if len(xs) > 2 and xs[2] is not None \
+            else 0
+        axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
+    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(x.ndim))]
+    k = len(axes)
+    for a, lo, hi in zip(axes, pads[:k], pads[k:]):
+        if lo or hi:
+            x = _pad_dim(b, x, a, lo, hi, mode, value)
+    return x
+
+
+def _pad_dim(b, x, dim, lo, hi, mode, value):
+    n = x.shape[dim]
+    if isinstance(n, Sym) and mode != "constant":
+        raise b.error(f"{mode} padding of the symbolic dim {n} is not supported")
+    if mode == "constant":
+        index = [None] * x.ndim
+        if lo < 0 or hi < 0:   # negative pads crop
+            index[dim] = (max(-lo, 0), n - max(-hi, 0), 1)
+            x = b.slice_dims(x, index)
+        fill = np.asarray(value, x.dtype)
+        parts = [b.op("expand", fill, shape=tuple(x.shape[:dim]) + (p,)
+                      + tuple(x.shape[dim + 1:])) if p > 0 else None for p in (lo, hi)]
+        parts = [p for p in (parts[0], x, parts[1]) if p is not None]
+        return parts[0] if len(parts) == 1 else b.op("cat", *parts, dim=dim)
+    pos = np.arange(-lo, n + hi)
+    if mode == "edge":
+        pos = np.clip(pos, 0, n - 1)
+    elif mode == "wrap":
+        pos = pos % n
+    elif mode == "reflect":
+        period = 2 * (n - 1)
+        pos = np.abs(pos) % period if period else np.zeros_like(pos)
+        pos = np.where(pos >= n, period - pos, pos)
+    else:
+        raise b.error(f"Pad mode {mode!r} is not one of constant, edge, reflect and wrap")
+    return b.op("index", x, pos, dims=(dim,))
+
+
+def _trilu(b, xs, attrs):
+    k = b.ints(xs[1], "k")[0] if len(xs) > 1 and xs[1] is not None else 0
+    return b.op("trilu", xs[0], diagonal=k, upper=bool(attrs.get("upper", 1)))
+
+
+# -- reductions ---------------------------------------------------------------------------------
+def _reduce(kind: str, since: int = 18):
+    """ReduceX: ``axes`` is an attribute before opset ``since`` and an input from it on."""
+    def convert(b, xs, attrs):
+        x = xs[0]
+        axes = b.attr_or_input(attrs, "axes", xs, 1, since)
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return x
+            axes = range(x.ndim)
+        dims, keep = _dims(axes, x.ndim, b), bool(attrs.get("keepdims", 1))
+        return _REDUCERS[kind](b, x, dims, keep)
+    return convert
+
+
+_REDUCERS = {
+    "sum": lambda b, x, dims, keep: b.op("sum", x, dims=dims, keepdim=keep, dtype=x.dtype),
+    "mean": lambda b, x, dims, keep: b.op("mean", x, dims=dims, keepdim=keep),
+    "max": lambda b, x, dims, keep: b.op("amax", x, dims=dims, keepdim=keep),
+    "min": lambda b, x, dims, keep: b.op("amin", x, dims=dims, keepdim=keep),
+    "prod": lambda b, x, dims, keep: _cast(b, b.op("prod", x, dims=dims, keepdim=keep),
+                                           x.dtype),
+    "l1": lambda b, x, dims, keep: b.op("norm", x, ord=1.0, dims=dims, keepdim=keep),
+    "l2": lambda b, x, dims, keep: b.op("norm", x, ord=2.0, dims=dims, keepdim=keep),
+    "logsumexp": lambda b, x, dims, keep: b.op("logsumexp", x, dims=dims, keepdim=keep),
+    "sumsquare": lambda b, x, dims, keep: b.op("sum", b.op("mul", x, x), dims=dims,
+                                               keepdim=keep, dtype=x.dtype),
+}
+
+
+def _arg(name):
+    def convert(b, xs, attrs):
+        if attrs.get("select_last_index", 0):
+            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
+                          "argmin return the first index)")
+        x = xs[0]
+        return b.op(name, x, dim=_dim(attrs.get("axis", 0), x.ndim, b),
+                    keepdim=bool(attrs.get("keepdims", 1)))
+    return convert
+
+
+def _softmax(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        dim = _dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim, b)
+        if b.opset >= 13 or dim == x.ndim - 1:
+            return b.op(name, x, dim=dim)
+        # before opset 13 the input is taken as a matrix [prod(dims < axis), prod(rest)]
+        flat = b.reshape(x, (numel(x.shape[:dim]), numel(x.shape[dim:])))
+        return b.reshape(b.op(name, flat, dim=1), x.shape)
+    return convert
+
+
+def _cumsum(b, xs, attrs):
+    x = xs[0]
+    dim = _dim(b.ints(xs[1], "axis")[0], x.ndim, b)
+    y = b.op("cumsum", x, dim=dim, reverse=bool(attrs.get("reverse", 0)))
+    if attrs.get("exclusive", 0):
+        y = b.op("sub", y, x)
+    return _cast(b, y, x.dtype)
+
+
+# -- normalisation ------------------------------------------------------------------------------
+def _layer_norm(b, xs, attrs):
+    x, scale, bias = (list(xs) + [None])[:3]
+    dim = _dim(attrs.get("axis", -1), x.ndim, b)
+    shape = tuple(x.shape[dim:])   # layer_norm takes its parameters in this shape
+    scale, bias = (p if p is None or tuple(p.shape) == shape else
+                   b.op("expand", p, shape=shape) for p in (scale, bias))
+    return b.op("layer_norm", x, scale, bias, n_dims=x.ndim - dim,
+                eps=float(attrs.get("epsilon", 1e-5)))
+
+
+def _batch_norm(b, xs, attrs):
+    if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
+        raise b.error("training-mode BatchNormalization is not supported; export the "
+                      "model in eval mode")
+    x, scale, bias, mean, var = xs
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
+    eps = float(attrs.get("epsilon", 1e-5))
+    a = b.op("div", scale, b.op("sqrt", b.op("add", var, eps)))
+    return b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+
+
+# -- convolution and pooling --------------------------------------------------------------------
+def _window_pads(b, attrs, hw, kernel, stride, dilation):
+    """((top, bottom), (left, right)) from ``pads`` or ``auto_pad``."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        pads = attrs.get("pads", (0,) * 4) if auto == "NOTSET" else (0,) * 4
+        return ((pads[0], pads[2]), (pads[1], pads[3]))
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise b.error(f"auto_pad={auto!r} is not supported")
+    if any(isinstance(d, Sym) for d in hw):
+        raise b.error(f"auto_pad={auto} needs static spatial dims, got {tuple(hw)}")
+    out = []
+    for n, k, s, d in zip(hw, kernel, stride, dilation):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+        small = total // 2
+        out.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return tuple(out)
+
+
+def _as_2d(b, x):
+    """1-D windows run as 2-D ones on a unit height: (N, C, L) -> (N, C, 1, L)."""
+    if x.ndim == 3:
+        return b.reshape(x, tuple(x.shape[:2]) + (1,) + tuple(x.shape[2:]))
+    return x
+
+
+def _pairs(attrs, key, n: int, default: int):
+    vals = tuple(attrs.get(key, (default,) * n))
+    return ((default,) + vals) if n == 1 else vals
+
+
+def _check_rank(b, x, what: str):
+    if x.ndim not in (3, 4):
+        raise b.error(f"{what} of a {x.ndim - 2}-D input (shape {tuple(x.shape)}) is not "
+                      "supported; dualgraph has 1-D and 2-D windows")
+    return x.ndim - 2
+
+
+def _window_attrs(b, attrs, x, kernel):
+    n = _check_rank(b, x, b.node.op_type)
+    stride = _pairs(attrs, "strides", n, 1)
+    dilation = _pairs(attrs, "dilations", n, 1)
+    if n == 1:
+        attrs = dict(attrs, pads=(0, attrs["pads"][0], 0, attrs["pads"][1])) \
+            if "pads" in attrs else attrs
+    padding = _window_pads(b, attrs, x.shape[-2:] if n == 2 else (1,) + tuple(x.shape[-1:]),
+                           kernel, stride, dilation)
+    return n, stride, padding, dilation
+
+
+def _conv(b, xs, attrs):
+    x, w = xs[0], xs[1]
+    bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
+    kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
+    n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+    y = b.op("conv2d", _as_2d(b, x), _as_2d(b, w), *bias, stride=stride,
+             padding=padding, dilation=dilation, groups=int(attrs.get("group", 1)))
+    return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
+
+
+def _conv_transpose(b, xs, attrs):
+    x, w = xs[0], xs[1]
+    if _check_rank(b, x, "ConvTranspose") != 2 or "output_shape" in attrs:
+        raise b.error("only 2-D ConvTranspose without output_shape is supported")
+    kernel = tuple(w.shape[2:])
+    stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise b.error("ConvTranspose with auto_pad SAME is not supported")
+    padding = _window_pads(b, attrs, x.shape[-2:], kernel, stride, dilation)
+    extra = _pairs(attrs, "output_padding", 2, 0)
+    size = tuple(s * (n - 1) + e + (k - 1) * d + 1 - lo - hi for n, s, e, k, d, (lo, hi)
+                 in zip(x.shape[-2:], stride, extra, kernel, dilation, padding))
+    y = b.op("conv2d_input_grad", x, w, input_size=size, stride=stride, padding=padding,
+             dilation=dilation, groups=int(attrs.get("group", 1)))
+    if len(xs) > 2 and xs[2] is not None:
+        y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
+    return y
+
+
+def _pool(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
+        n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+        if any(lo != hi for lo, hi in padding):
+            raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
+                          f"dualgraph's {name} (pad with a Pad node first)")
+        pool = dict(kernel_size=kernel, stride=stride, padding=tuple(p[0] for p in padding),
+                    ceil_mode=bool(attrs.get("ceil_mode", 0)))
+        if name == "max_pool2d":
+            y, where = b.op(name, _as_2d(b, x), dilation=dilation, **pool)
+            if len([o for o in b.node.output if o]) > 1:
+                return y, _flat_indices(b, x, where, attrs)
+        else:
+            if dilation != (1, 1):
+                raise b.error("dilated AveragePool is not supported")
+            y = b.op(name, _as_2d(b, x), count_include_pad=bool(
+                attrs.get("count_include_pad", 0)), divisor_override=None, **pool)
+        return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
+    return convert
+
+
+def _flat_indices(b, x, where, attrs):
+    """MaxPool's Indices: dualgraph's count within each H x W plane, ONNX's over the
+    whole NCHW tensor (plane k starts at k * H * W)."""
+    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape) or attrs.get("storage_order"):
+        raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
+                      "in row-major storage order only")
+    n, c, h, w = x.shape
+    starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
+    return b.op("add", where, starts)
+
+
+def _global_pool(name):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        return b.op(name, x, dims=tuple(range(2, x.ndim)), keepdim=True)
+    return convert
+
+
+# -- control flow -------------------------------------------------------------------------------
+# If -> cond, Loop -> scan (a fixed trip count) or while_loop, Scan -> scan. Each subgraph is
+# imported by ``b.body`` into a closed graph; the outer Values it reads are extra operands.
+BOOL, INT64 = ShapedType((), np.dtype(np.bool_)), ShapedType((), np.dtype(np.int64))
+
+
+def _many(outs) -> tuple:
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+def _type(b, x) -> ShapedType:
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            raise b.error(f"the shape value {list(x)} holds symbolic dims; it can't be a "
+                          "loop's carried value")
+        b._check_dtype(x)
+    return ShapedType(tuple(x.shape), np.dtype(x.dtype))
+
+
+def _align(bodies: list) -> list:
+    """Give the graphs of ``bodies`` the same inputs: their formal ones, then every outer
+    Value any of them captured. Returns those Values (the node's extra operands)."""
+    captured = list(dict.fromkeys(v for sub in bodies for v in sub.captured))
+    for sub in bodies:
+        g = sub.graph
+        formal = g.inputs[:len(g.inputs) - len(sub.captured)]
+        own = dict(zip(sub.captured, g.inputs[len(formal):]))
+        extra = [own[v] if v in own else g.add_input(v.shape, v.dtype, name=v.name)
+                 for v in captured]
+        g.inputs = formal + extra   # (a fresh graph: reordering its inputs is safe)
+    return captured
+
+
+def _check_types(b, what: str, names, want: list, got: list,
+                 where=("before", "after the body")) -> None:
+    """The values ``got`` have the types ``want`` (dualgraph's shapes are static: a loop
+    keeps its carried values' shapes, both branches of a cond give the same)."""
+    for name, w, g in zip(names, want, got):
+        if tuple(w.shape) != tuple(g.shape) or np.dtype(w.dtype) != np.dtype(g.dtype):
+            raise b.error(f"{what} {name!r} is {type_str(w.shape, w.dtype)} {where[0]} but "
+                          f"{type_str(g.shape, g.dtype)} {where[1]}; dualgraph's shapes are "
+                          "static, so control flow must keep them")
+
+
+def _if(b, xs, attrs):
+    """If -> cond. The branches take no inputs; the outer names they read become the node's
+    operands, which both branch graphs take."""
+    pred = xs[0]
+    if _numel(pred.shape) != 1:
+        raise b.error(f"the condition has shape {tuple(pred.shape)}; it must have one element")
+    pred = b.reshape(pred, ())
+    then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
+                 [v.type for v in other.graph.outputs], ("in then_branch", "in else_branch"))
+    captured = _align([then, other])
+    return b.op("cond", pred, *captured, true_graph=then.graph, false_graph=other.graph)
+
+
+def _numel(shape):
+    return numel(shape) if not any(isinstance(d, Sym) for d in shape) else None
+
+
+def _loop(b, xs, attrs):
+    """Loop -> scan when it runs a fixed number of times (a known trip count M and a
+    condition that stays true), the ys being its scan outputs; else -> while_loop, carrying
+    the iteration number and the condition too, which then can't have scan outputs (their
+    length would be known only at run time). Inside the body the incoming condition is
+    always true (the body runs only then)."""
+    m, first, *init = xs
+    proto = attrs["body"]
+    n = len(init)
+    bound = None if m is None else b.ints(m, "trip count M")[0]
+    types = [_type(b, x) for x in init]
+    step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    again = step.results[0]
+    fixed = _known_true(again) and (first is None or _known_true(first))
+    num_ys = len(proto.output) - 1 - n
+    _check_types(b, "loop-carried value", [i.name for i in proto.input[2:]], types,
+                 [v.type for v in step.graph.outputs[1:1 + n]])
+    if fixed:
+        return _loop_as_scan(b, step, init, bound, n)
+    if num_ys:
+        raise b.error(f"its {num_ys} scan outputs have a length known only at run time (the "
+                      "loop's condition is computed at run time); dualgraph's shapes are "
+                      "static, so only a Loop with a known trip count M and a condition that "
+                      "stays true may have scan outputs")
+    return _loop_as_while(b, step, init, bound, first)
+
+
+def _known_true(x) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype != object and bool(x.all())
+
+
+def _loop_as_scan(b, step, init: list, bound, n: int):
+    """scan over the iteration numbers 0..M-1: carry = the loop-carried values, ys = the
+    scan outputs."""
+    if bound is None:
+        raise b.error("it never stops: there is no trip count M and the condition stays true")
+    g = step.graph
+    i, carried = g.inputs[0], g.inputs[1:1 + n]
+    captured = _align([step])
+    g.inputs = [*carried, i, *g.inputs[1 + n:]]    # carry, xs (i), captured
+    g.outputs = g.outputs[1:]                        # (the condition, always true)
+    steps = np.arange(bound, dtype=np.int64)
+    return _many(b.op("scan", *init, steps, *captured, body_graph=g, num_carry=n, num_xs=1,
+                      length=bound, reverse=False))
+
+
+def _loop_as_while(b, step, init: list, bound, first):
+    """while_loop carrying (the iteration number, the condition, the loop-carried values):
+    the condition graph is ``condition and i < M``."""
+    g = step.graph
+    i = g.inputs[0]
+    captured = _align([step])
+    cond_in = g.add_input((), np.bool_, name="cond")
+    g.inputs = [i, cond_in, *g.inputs[1:-1]]
+    g.outputs = [g.add_node("add", [i, 1], location=b.where())[0], *g.outputs]
+    test = Graph()
+    ins = [test.add_input(v.shape, v.dtype, name=v.name) for v in g.inputs]
+    going = ins[1]
+    if bound is not None:
+        below = test.add_node("lt", [ins[0], bound], location=b.where())[0]
+        going = test.add_node("bitwise_and", [going, below], location=b.where())[0]
+    test.set_outputs([going])
+    start = [np.zeros((), np.int64), np.asarray(True) if first is None else b.reshape(first, ())]
+    outs = b.op("while_loop", *start, *init, *captured, cond_graph=test, body_graph=g,
+                max_iters=None)
+    return tuple(outs[2:-1])
+
+
+def _scan(b, xs, attrs):
+    """Scan (opset 9 form) -> scan: state variables = carry, scan inputs = xs (their
+    ``scan_input_axes`` moved first), scan outputs = ys (stacked on axis 0, then moved to
+    ``scan_output_axes``). dualgraph's ``reverse`` runs every xs backwards and keeps the ys
+    in the order of xs: so the inputs must share one direction; an output of the other
+    direction is flipped."""
+    if b.opset < 9:
+        raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
+                      "not supported")
+    k = attrs["num_scan_inputs"]
+    init, seqs = xs[:len(xs) - k], xs[len(xs) - k:]
+    directions = set(attrs.get("scan_input_directions", (0,) * k))
+    if len(directions) > 1:
+        raise b.error("scan inputs in both directions are not supported (dualgraph's scan "
+                      "runs all its xs one way)")
+    reverse = bool(directions.pop()) if directions else False
+    axes = attrs.get("scan_input_axes", (0,) * k)
+    seqs = [_move_axis(b, x, _dim(a, x.ndim, b), 0) for x, a in zip(seqs, axes)]
+    lengths = {x.shape[0] for x in seqs}
+    if len(lengths) != 1 or any(isinstance(d, Sym) for d in lengths):
+        raise b.error(f"the scan inputs have {sorted(map(str, lengths))} rows; dualgraph's "
+                      "scan needs one static length")
+    types = [_type(b, x) for x in init]
+    slices = [ShapedType(tuple(x.shape[1:]), np.dtype(x.dtype)) for x in seqs]
+    step = b.body(attrs["body"], [*types, *slices], "body")
+    n = len(init)
+    _check_types(b, "state variable", [i.name for i in attrs["body"].input[:n]], types,
+                 [v.type for v in step.graph.outputs[:n]])
+    captured = _align([step])
+    outs = _many(b.op("scan", *init, *seqs, *captured, body_graph=step.graph, num_carry=n,
+                      num_xs=k, length=lengths.pop(), reverse=reverse))
+    ys = outs[n:]
+    out_dirs = attrs.get("scan_output_directions", (0,) * len(ys))
+    out_axes = attrs.get("scan_output_axes", (0,) * len(ys))
+    ys = [b.op("flip", y, dims=(0,)) if bool(d) != reverse else y for y, d in zip(ys, out_dirs)]
+    return (*outs[:n], *(_move_axis(b, y, 0, _dim(a, y.ndim, b)) for y, a in zip(ys, out_axes)))
+
+
+def _move_axis(b, x, source: int, target: int):
+    if source == target:
+        return x
+    perm = [d for d in range(x.ndim) if d != source]
+    perm.insert(target, source)
+    return b.op("permute", x, perm=tuple(perm))
+
+
+# ONNX op type -> converter ``(importer, inputs, attrs) -> output or tuple of outputs``.
+# Inputs are graph Values, known NumPy arrays, or None for an omitted optional input.
+IMPORTERS = {
+    # elementwise
+    **{onnx_name: _unary(name) for onnx_name, name in {
+        "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
+        "Neg": "neg", "Abs": "abs", "Erf": "erf", "Sin": "sin", "Cos": "cos",
+        "Asin": "asin", "Acos": "acos", "Atan": "atan", "Floor": "floor", "Ceil": "ceil",
+        "Sign": "sign", "Sqrt": "sqrt", "Not": "bitwise_not", "IsNaN": "isnan"}.items()},
+    **{onnx_name: _binary(name) for onnx_name, name in {
+        "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "eq", "Less": "lt",
+        "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge", "And": "bitwise_and",
+        "Or": "bitwise_or", "Xor": "bitwise_xor", "BitwiseAnd": "bitwise_and",
+        "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items()},
+    "BitwiseNot": _unary("bitwise_not"),
+    "Div": _div, "Pow": _pow, "Mod": _mod, "Reciprocal": _reciprocal,
+    "Max": _variadic("maximum"), "Min": _variadic("minimum"), "Sum": _variadic("add"),
+    "Mean": _mean, "Clip": _clip, "Where": _where, "IsInf": _is_inf,
+    "Round": lambda b, xs, attrs: b.op("round", xs[0], decimals=0),
+    "Cast": _cast_to, "CastLike": _cast_like, "Identity": _identity, "Dropout": _dropout,
+    # activations
+    "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Elu": _elu, "Selu": _selu,
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus,
+    "Softsign": _softsign, "Gelu": _gelu,
+    "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
+    # matrix products
+    "MatMul": _binary("matmul"), "Gemm": _gemm, "Einsum": _einsum,
+    # shapes and indexing
+    "Shape": _shape, "Size": _size, "Reshape": _reshape, "Flatten": _flatten,
+    "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Transpose": _transpose,
+    "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather,
+    "GatherElements": _gather_elements, "GatherND": _gather_nd,
+    "Expand": _expand, "Tile": _tile, "Pad": _pad, "Trilu": _trilu,
+    "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
+    # reductions
+    "ReduceSum": _reduce("sum", since=13), "ReduceMean": _reduce("mean"),
+    "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"), "ReduceProd": _reduce("prod"),
+    "ReduceL1": _reduce("l1"), "ReduceL2": _reduce("l2"),
+    "ReduceLogSumExp": _reduce("logsumexp"), "ReduceSumSquare": _reduce("sumsquare"),
+    "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum,
+    # normalisation, convolution, pooling
+    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+    "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
+    # control flow
+    "If": _if, "Loop": _loop, "Scan": _scan,
+}
