@@ -65,10 +65,13 @@ def short_location(location: str) -> str:
     return f"{os.path.basename(path)}:{line}"
 
 
-def write_atomic(path, data: bytes) -> None:
+def write_atomic(path, data: bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that it holds either its old or its new content, never
     a mix: a temp file in the same directory is written, fsync'ed and renamed over ``path``
-    (``os.replace``); on failure the temp file is removed and the old file is untouched."""
+    (``os.replace``); on failure the temp file is removed and the old file is untouched.
+
+    ``durable=False`` skips the fsyncs: for caches, whose files a crash may lose (they are
+    rebuilt) but must never leave half-written."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
@@ -76,8 +79,9 @@ def write_atomic(path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -85,7 +89,8 @@ def write_atomic(path, data: bytes) -> None:
         except OSError:
             pass
         raise
-    _fsync_directory(directory)
+    if durable:
+        _fsync_directory(directory)
 
 
 def _fsync_directory(directory: str) -> None:

@@ -12,7 +12,8 @@ import hashlib
 import importlib.util
 import sys
 
-from ..kernels.cache import cache_dir, kernels_hash, write_atomically
+from .._helpers import write_atomic
+from ..kernels.cache import cache_dir, kernels_hash
 
 
 def load_module(source: str):
@@ -23,7 +24,7 @@ def load_module(source: str):
         return sys.modules[name]
     path = cache_dir() / f"{name}.py"
     if not path.exists() or path.read_text() != source:
-        write_atomically(path, source.encode())
+        write_atomic(path, source.encode(), durable=False)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

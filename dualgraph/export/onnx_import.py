@@ -3,10 +3,10 @@ compiled, on dualgraph's own kernels.
 
 Each ONNX node goes through one converter of ``onnx_import_ops.IMPORTERS`` (ONNX op
 type -> a small function), which emits one or a few registry ops; ONNX ops that dualgraph
-has no single op for are decomposed (Gemm is ``linear``, Squeeze a ``reshape``, BatchNormalization a few
-elementwise ops). Graph inputs keep their ONNX names and symbolic dims (``dim_param``);
-initializers become constants; every node's location names the ONNX node, so a printed graph
-or an error points back into the model.
+has no single op for are decomposed (Gemm is ``linear``, Squeeze a ``reshape``,
+BatchNormalization a few elementwise ops). Graph inputs keep their ONNX names and
+symbolic dims (``dim_param``); initializers become constants; every node's location names
+the ONNX node, so a printed graph or an error points back into the model.
 
 Shapes are static in dualgraph's IR: the attributes that ONNX passes as tensors (Reshape's
 shape, Slice's starts, Reduce*'s axes, ...) must be known when the model is loaded. They

@@ -45,7 +45,3 @@ def kernels_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .cache import cache_dir, kernels_hash, writable, write_atomically
+from .._helpers import write_atomic
+from .cache import cache_dir, kernels_hash, writable
 
 # argument codes: an array is "<dtype code>[<ndim>]"
 _DTYPE_CODES = {np.float32: "f4", np.float64: "f8", np.int32: "i4", np.int64: "i8",
@@ -216,8 +217,9 @@ def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
             "sha256": hashlib.sha256(code).hexdigest()}
     meta_path, object_path = _paths(folder, key)
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(object_path, code)
-    write_atomically(meta_path, json.dumps(meta, indent=1).encode())   # last: it marks done
+    write_atomic(object_path, code, durable=False)
+    # last: the metadata marks the entry complete
+    write_atomic(meta_path, json.dumps(meta, indent=1).encode(), durable=False)
     return meta, code
 
 
