@@ -381,3 +381,38 @@ def test_nested_control_flow_and_a_scan_without_xs(tmp_path):
     check_round_trip(proto, fn, (x,))
     body = next(n for n in proto.graph.node if n.op_type == "Scan").attribute[0].g
     assert "If" in {n.op_type for n in body.node}
+
+
+LAYERS = {
+    "transformer_encoder": lambda: (nn.TransformerEncoderLayer(16, 4, 32, batch_first=True),
+                                    (dg.randn(2, 5, 16),)),
+    "multihead_attention": lambda: (nn.MultiheadAttention(16, 4, batch_first=True),
+                                    (dg.randn(2, 5, 16), dg.randn(2, 3, 16), dg.randn(2, 3, 16))),
+    "gru": lambda: (nn.GRU(6, 8, batch_first=True), (dg.randn(2, 4, 6),)),
+    "rnn_two_layers": lambda: (nn.RNN(6, 8, num_layers=2), (dg.randn(4, 2, 6),)),
+    "grouped_conv_bn_gelu": lambda: (nn.Sequential(nn.Conv2d(4, 8, 3, groups=2, padding=1),
+                                                   nn.BatchNorm2d(8), nn.GELU()),
+                                     (dg.randn(2, 4, 8, 8),)),
+    "embedding_layernorm_dropout": lambda: (
+        nn.Sequential(nn.Embedding(10, 8), nn.LayerNorm(8), nn.Dropout(0.1), nn.Linear(8, 3),
+                      nn.Softmax(dim=-1)), (dg.tensor([[1, 2, 3], [4, 5, 9]]),)),
+    "conv1d": lambda: (nn.Sequential(nn.Conv1d(3, 4, 3, stride=2), nn.ReLU()),
+                       (dg.randn(2, 3, 17),)),
+    "conv_transpose": lambda: (nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1,
+                                                  output_padding=1), (dg.randn(1, 4, 5, 5),)),
+    "group_norm": lambda: (nn.GroupNorm(2, 4), (dg.randn(2, 4, 3, 3),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_exports_and_reads_back(name, tmp_path):
+    dg.manual_seed(0)
+    model, inputs = LAYERS[name]()
+    model.eval()
+    got, proto = export_and_run(model, inputs, tmp_path)
+    want = eager(model, inputs)
+    back = as_list(dg.onnx.load(proto)(*inputs))
+    assert len(got) == len(want) == len(back)
+    for g, b, w in zip(got, back, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(b.numpy(), w, rtol=1e-5, atol=1e-5)

@@ -619,6 +619,21 @@ def _conv2d(e, node):
                  group=node.attrs["groups"])]
 
 
+def _conv2d_input_grad(e, node):
+    """A conv's gradient with respect to its input (what ConvTranspose2d computes):
+    ConvTranspose with the conv's weight as it is, and the output padding that makes the
+    result ``input_size``."""
+    a, g, w = node.attrs, node.inputs[0], node.inputs[1]
+    (top, bottom), (left, right) = a["padding"]
+    pads = ((top, bottom), (left, right))
+    extra = [size - ((n - 1) * s + d * (k - 1) + 1 - lo - hi)
+             for size, n, s, d, k, (lo, hi) in zip(a["input_size"], g.shape[2:], a["stride"],
+                                                   a["dilation"], w.shape[2:], pads)]
+    return [e.op("ConvTranspose", [e.input(0), e.input(1)], strides=list(a["stride"]),
+                 pads=[top, left, bottom, right], dilations=list(a["dilation"]),
+                 group=a["groups"], output_padding=extra if any(extra) else None)]
+
+
 def _batched(e, node, make):
     """Pooling of a (C, H, W) input: ONNX pools need the batch dim."""
     x = e.input(0)
@@ -774,6 +789,7 @@ EXPORTERS = {
     "softmax": _softmax("Softmax"), "log_softmax": _softmax("LogSoftmax"), "cumsum": _cumsum,
     # layers
     "layer_norm": _layer_norm, "lstm_cell": _lstm_cell, "conv2d": _conv2d,
+    "conv2d_input_grad": _conv2d_input_grad,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
     # control flow
     "cond": _cond, "while_loop": _while_loop, "scan": _scan,
