@@ -17,11 +17,6 @@ from dualgraph.ops import REGISTRY
 from optable import In
 from test_ops import CASES, make_inputs
 
-# rows whose export fails by design, with why (their op has an exporter, these attrs don't)
-NOT_EXPRESSIBLE = {
-}
-
-
 def run_ort(model, arrays):
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -72,10 +67,9 @@ def test_exported_op_matches_eager(case, tmp_path):
     except OnnxError as err:
         missing = sorted(op for op in ops_traced(fn, tensors)
                          if exporter(REGISTRY[op]) is None)
-        assert missing or case.id in NOT_EXPRESSIBLE, err
-        pytest.skip(f"no ONNX form: {missing or NOT_EXPRESSIBLE[case.id]}")
+        assert missing, err   # (only an op without an exporter may stop the export)
+        pytest.skip(f"no ONNX form: {missing}")
     want = [t.detach().numpy() for t in as_list(fn(*tensors))]
-    assert case.id not in NOT_EXPRESSIBLE, "exports now: drop it from NOT_EXPRESSIBLE"
     got = run_ort(model, [t.numpy() for t in tensors])
     assert len(got) == len(want)
     for g, w in zip(got, want):
