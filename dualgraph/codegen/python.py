@@ -37,6 +37,7 @@ from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
 from ..ops.control import BODY_OPS
+from ..ops.linalg import BLAS_DTYPES
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from . import ufuncs
@@ -307,9 +308,6 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> l
     return lines
 
 
-_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def linear_lines(node: Node, names: dict) -> list[str] | None:
     """``linear`` of a 2-D input whose operands share its float32/float64 dtype, written
     out as its kernel's fast path: one matmul, the bias added in place. Spares a call and
@@ -319,7 +317,7 @@ def linear_lines(node: Node, names: dict) -> list[str] | None:
     x, w, *rest = node.inputs
     bias = [b for b in rest if b is not None]
     operands = [x, w, *bias]
-    if (x.ndim != 2 or w.ndim != 2 or x.dtype not in _BLAS_DTYPES
+    if (x.ndim != 2 or w.ndim != 2 or x.dtype not in BLAS_DTYPES
             or not all(isinstance(v, Value) and v.dtype == x.dtype for v in operands)):
         return None
     y = names[node.outputs[0]]

@@ -29,13 +29,13 @@ def compute_dtype(dt: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if is_float(dt) and dt.itemsize < 4 else dt
 
 
-_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def blas_operands(*arrays):
     """Arrays cast to their common compute dtype, and the dtype to return."""
     dt = arrays[0].dtype
-    if dt in _BLAS_DTYPES and all(a.dtype == dt for a in arrays):   # the usual case, fast
+    if dt in BLAS_DTYPES and all(a.dtype == dt for a in arrays):   # the usual case, fast
         return list(arrays), dt
     dt = dtypes.result_type(*arrays)
     ct = compute_dtype(dt)
@@ -309,7 +309,7 @@ def einsum(equation, *operands):
 # -- linear --------------------------------------------------------------------------------------
 def _linear_kernel(x, w, *bias):
     dt = x.dtype
-    if (x.ndim == 2 and dt in _BLAS_DTYPES and w.dtype == dt
+    if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
         y = np.matmul(x, w.T)
         if bias:
