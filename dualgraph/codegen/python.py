@@ -33,9 +33,11 @@ from typing import Callable
 
 import numpy as np
 
+from .. import kernels
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
+from ..kernels import matvec
 from ..ops.control import BODY_OPS
 from ..ops.linalg import BLAS_DTYPES
 from ..ops.opdef import REGISTRY
@@ -287,7 +289,7 @@ def compile_source(source: str, name: str, module_globals: dict) -> Program:
 def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> list[str]:
     """The line(s) computing ``node``'s outputs."""
     comment = f"    # {_short_location(node.location)}" if node.location else ""
-    written = linear_lines(node, names)
+    written = linear_lines(node, names, module)
     if written:
         return [written[0] + comment] + written[1:]
     outs = [names[v] for v in node.outputs]
@@ -308,10 +310,11 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> l
     return lines
 
 
-def linear_lines(node: Node, names: dict) -> list[str] | None:
+def linear_lines(node: Node, names: dict, module: Module) -> list[str] | None:
     """``linear`` of a 2-D input whose operands share its float32/float64 dtype, written
-    out as its kernel's fast path: one matmul, the bias added in place. Spares a call and
-    its dtype checks (an inference of W7 runs three of them in ~70 us)."""
+    out as its kernel's fast path: one matmul, the bias added in place; with one row of
+    float32, the kernel's matrix-vector product on two cores (``kernels/matvec.py``).
+    Spares a call and its checks (an inference of W7 runs three of them in ~70 us)."""
     if node.op.name != "linear":
         return None
     x, w, *rest = node.inputs
@@ -321,6 +324,9 @@ def linear_lines(node: Node, names: dict) -> list[str] | None:
             or not all(isinstance(v, Value) and v.dtype == x.dtype for v in operands)):
         return None
     y = names[node.outputs[0]]
+    if x.shape[0] == 1 and x.dtype == np.float32 and kernels.numba_available():
+        args = ", ".join(names[v] for v in operands)
+        return [f"{y} = {module.bind('matvec', matvec.matvec, ('kernel', 'matvec'))}({args})"]
     lines = [f"{y} = np.matmul({names[x]}, {names[w]}.T)"]
     if bias:
         lines.append(f"{y} += {names[bias[0]]}")

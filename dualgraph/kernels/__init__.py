@@ -89,11 +89,16 @@ class Loop:
         self._compiled = {}    # argument signature -> callable
 
     def __call__(self, *args):
+        return self.entry(*args)(*args)
+
+    def entry(self, *args):
+        """The callable a call with these arguments runs (compiled for their types): a
+        caller making many calls of one kind keeps it and skips working out the types."""
         key = native.signature(args)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = native.compiled(self, key)
-        return compiled(*args)
+        return compiled
 
 
 def loop(fn=None, *, fastmath=False):

@@ -136,7 +136,7 @@ def _usable() -> bool:
 @lru_cache(maxsize=None)
 def array_struct_known() -> bool:
     """NumPy's array struct holds the data pointer and the dims pointer at the offsets the
-    entries (and ``optim.adam_many_in_place``) read them from."""
+    entries (and ``memory.float32_vector``) read them from."""
     probe = np.arange(6, dtype=np.int64).reshape(2, 3)
     words = (ctypes.c_int64 * 5).from_address(id(probe))
     dims = (ctypes.c_int64 * 2).from_address(words[DIMS_OFFSET // 8])

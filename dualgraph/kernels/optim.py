@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Intrinsic, helper, loop
+from . import helper, loop
+from .memory import float32_vector
 
 
 @helper(inline="always")
@@ -42,33 +43,6 @@ def adam_in_place(p, grad, m, v, one_minus_beta1, beta2, one_minus_beta2,
             bias_correction2_sqrt, eps, neg_step_size, decay)
 
 
-@Intrinsic
-def _float32_vector(typingctx, address):
-    """The 1-D float32 ndarray whose ``PyObject *`` is ``address`` (its ``id()``), as an
-    array: data pointer and length read from NumPy's array struct, at the offsets
-    ``native.py``'s entries read (checked against NumPy at run time there)."""
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.np.arrayobj import make_array, populate_array
-
-    from .native import DATA_OFFSET, DIMS_OFFSET
-    vector = types.Array(types.float32, 1, "C")
-
-    def codegen(context, builder, signature, args):
-        word = ir.IntType(64)
-
-        def load(address):
-            return builder.load(builder.inttoptr(address, word.as_pointer()))
-        data = load(builder.add(args[0], word(DATA_OFFSET)))
-        length = load(load(builder.add(args[0], word(DIMS_OFFSET))))
-        array = make_array(vector)(context, builder)
-        pointer = context.get_data_type(types.float32).as_pointer()
-        populate_array(array, data=builder.inttoptr(data, pointer), shape=[length],
-                       strides=[cgutils.intp_t(4)], itemsize=cgutils.intp_t(4), meminfo=None)
-        return array._getvalue()
-    return vector(types.int64), codegen
-
-
 @loop
 def adam_many_in_place(arrays, one_minus_beta1, beta2, one_minus_beta2,
                        bias_correction2_sqrt, eps, neg_step_size, decay):
@@ -76,8 +50,8 @@ def adam_many_in_place(arrays, one_minus_beta1, beta2, one_minus_beta2,
     row k of ``arrays`` holds the ``id()`` of parameter k's p, grad, m and v, 1-D
     C-contiguous float32 arrays of one length that the caller checks and keeps alive."""
     for k in range(arrays.shape[0]):
-        p, grad = _float32_vector(arrays[k, 0]), _float32_vector(arrays[k, 1])
-        m, v = _float32_vector(arrays[k, 2]), _float32_vector(arrays[k, 3])
+        p, grad = float32_vector(arrays[k, 0]), float32_vector(arrays[k, 1])
+        m, v = float32_vector(arrays[k, 2]), float32_vector(arrays[k, 3])
         for i in range(p.size):
             p[i], m[i], v[i] = _adam_step(
                 p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
@@ -116,8 +90,8 @@ def sgd_many_in_place(arrays, momentum, one_minus_dampening, neg_lr, nesterov):
     """:func:`sgd_momentum_in_place` for many parameters in one call: row k of ``arrays``
     holds the ``id()`` of parameter k's p, grad and buf (as :func:`adam_many_in_place`)."""
     for k in range(arrays.shape[0]):
-        p, grad = _float32_vector(arrays[k, 0]), _float32_vector(arrays[k, 1])
-        buf = _float32_vector(arrays[k, 2])
+        p, grad = float32_vector(arrays[k, 0]), float32_vector(arrays[k, 1])
+        buf = float32_vector(arrays[k, 2])
         for i in range(p.size):
             p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
                                      neg_lr, nesterov)

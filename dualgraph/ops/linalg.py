@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch import apply
+from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
@@ -308,6 +309,8 @@ def einsum(equation, *operands):
 
 # -- linear --------------------------------------------------------------------------------------
 def _linear_kernel(x, w, *bias):
+    if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
+        return matvec.matvec(x, w, *bias)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert

@@ -1,0 +1,233 @@
+"""Matrix-vector products (a batch-1 ``linear``) on two cores, with a helper thread that
+spins between products.
+
+OpenBLAS runs a GEMV on one thread, and handing half of one to a sleeping thread costs
+more than the product here: waking a thread took 50-120 us on this machine, a 512 x 784
+GEMV 27 us. So, as onnxruntime's and OpenMP's pools do, a helper thread, once woken, keeps
+polling (in machine code, without the GIL) for the next product for about a millisecond
+(``SPIN_POLLS``) before it sleeps again: a run of inferences keeps it awake, and a program
+that stops calling gets its core back a millisecond later.
+
+A product is posted on a job board (``_BOARD``, int64 words in shared memory): its arrays'
+addresses and sizes, then a ticket ``sequence << 32 | next chunk``. The caller and the
+helper both claim chunks of ``CHUNK_ROWS`` rows by compare-and-swap on the ticket and
+count the chunks they finish; the caller returns when all are counted. A helper that is
+asleep simply claims nothing, so no product ever waits for it, and a helper that read a
+finished job's fields fails its claim (the sequence moved on) and reads them again.
+
+Each row is one dot product summed in one order (four rows at a time, from row 0), so the
+result does not depend on which thread ran which rows, nor on whether the helper was awake:
+every product of this shape gives the same bits. Callers: the eager ``linear`` kernel and
+the code the compiler writes for it (``ops/linalg.py``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from . import enabled, helper, loop
+from .memory import add, compare_exchange, float32_array, load, pause, store
+from .threads import thread_count
+
+# A product with fewer weights runs on the caller alone: claiming chunks would cost more
+# than the helper saves (a 10 x 512 product takes ~1 us).
+SHARE_MIN = 1 << 16
+CHUNK_ROWS = 32          # a multiple of 4 (the rows a pass sums together)
+# Polls of the board (with the CPU's spin hint) before the helper sleeps: ~1 ms here.
+SPIN_POLLS = 40_000
+_FAST = {"reassoc", "nsz", "contract"}
+
+# The board's words (8 bytes each). The ticket and the done count, which both threads
+# write, sit on cache lines of their own; the job's fields on a third.
+TICKET, DONE, SPINNING, HELPED = 0, 8, 16, 17
+W, X, B, Y, ROWS, COLS, HAS_BIAS, CHUNKS = range(24, 32)
+_BOARD_WORDS = 32
+
+
+@helper(inline="always")
+def _dot_rows(w, x, b, y, has_bias, start, stop):
+    """``y[i] = w[i] . x (+ b[i])`` for rows ``start:stop`` of ``w`` (flat, rows of
+    ``x.size``): four rows per pass, so each element of ``x`` is loaded once for four
+    products; ``start`` a multiple of 4, the leftover rows (at the matrix's end) one by
+    one."""
+    n = x.size
+    top = start + (stop - start) // 4 * 4
+    for i in range(start, top, 4):
+        # (row views: indexing them by k >= 0 needs no negative-index check, which would
+        # keep the loop from vectorising)
+        w0, w1 = w[i * n:(i + 1) * n], w[(i + 1) * n:(i + 2) * n]
+        w2, w3 = w[(i + 2) * n:(i + 3) * n], w[(i + 3) * n:(i + 4) * n]
+        s0 = s1 = s2 = s3 = np.float32(0)
+        for k in range(n):
+            xk = x[k]
+            s0 += w0[k] * xk
+            s1 += w1[k] * xk
+            s2 += w2[k] * xk
+            s3 += w3[k] * xk
+        y[i], y[i + 1], y[i + 2], y[i + 3] = s0, s1, s2, s3
+    for i in range(top, stop):
+        row = w[i * n:(i + 1) * n]
+        total = np.float32(0)
+        for k in range(n):
+            total += row[k] * x[k]
+        y[i] = total
+    if has_bias:
+        for i in range(start, stop):
+            y[i] += b[i]
+
+
+@helper(inline="always")
+def _flat(a):
+    """``a`` (C-contiguous float32, any shape) as a 1-D array."""
+    return float32_array(a.ctypes.data, a.size)
+
+
+@loop(fastmath=_FAST)
+def matvec_alone(w, x, b, y, has_bias):
+    """The whole product ``y = w x (+ b)`` on this thread."""
+    _dot_rows(_flat(w), _flat(x), _flat(b), _flat(y), has_bias, 0, y.size)
+
+
+@helper(inline="always")
+def _claim_chunks(board, sequence):
+    """Run chunks of job ``sequence`` until none is left to claim; returns how many."""
+    rows, cols = load(board + 8 * ROWS), load(board + 8 * COLS)
+    w = float32_array(load(board + 8 * W), rows * cols)
+    x = float32_array(load(board + 8 * X), cols)
+    b = float32_array(load(board + 8 * B), rows)
+    y = float32_array(load(board + 8 * Y), rows)
+    has_bias, chunks = load(board + 8 * HAS_BIAS) != 0, load(board + 8 * CHUNKS)
+    done = 0
+    while True:
+        ticket = load(board + 8 * TICKET)
+        chunk = ticket & 0xFFFFFFFF
+        if ticket >> 32 != sequence or chunk >= chunks:
+            return done
+        if compare_exchange(board + 8 * TICKET, ticket, ticket + 1) == ticket:
+            _dot_rows(w, x, b, y, has_bias, chunk * CHUNK_ROWS,
+                      min(rows, (chunk + 1) * CHUNK_ROWS))
+            add(board + 8 * DONE, 1)
+            done += 1
+
+
+@loop(fastmath=_FAST)
+def matvec_shared(board, w, x, b, y, has_bias):
+    """Post the product ``y = w x (+ b)`` on ``board``, run chunks of it, and return when
+    every chunk is done (by this thread or the helper)."""
+    address = board.ctypes.data
+    rows, chunks = y.size, (y.size + CHUNK_ROWS - 1) // CHUNK_ROWS
+    sequence = (load(address + 8 * TICKET) >> 32) + 1
+    store(address + 8 * DONE, 0)
+    store(address + 8 * W, w.ctypes.data)
+    store(address + 8 * X, x.ctypes.data)
+    store(address + 8 * B, b.ctypes.data)
+    store(address + 8 * Y, y.ctypes.data)
+    store(address + 8 * ROWS, rows)
+    store(address + 8 * COLS, x.size)
+    store(address + 8 * HAS_BIAS, 1 if has_bias else 0)
+    store(address + 8 * CHUNKS, chunks)
+    store(address + 8 * TICKET, sequence << 32)      # last: the job is open
+    _claim_chunks(address, sequence)
+    while load(address + 8 * DONE) < chunks:
+        pause()
+
+
+@loop(fastmath=_FAST)
+def spin(board, polls):
+    """The helper: run chunks of every job posted on ``board`` until ``polls`` polls in a
+    row found none; ``board[SPINNING]`` is 1 meanwhile, ``board[HELPED]`` counts the
+    chunks it ran."""
+    address = board.ctypes.data
+    store(address + 8 * SPINNING, 1)
+    seen = load(address + 8 * TICKET) >> 32
+    idle = 0
+    while idle < polls:
+        sequence = load(address + 8 * TICKET) >> 32
+        if sequence != seen:
+            seen = sequence
+            add(address + 8 * HELPED, _claim_chunks(address, sequence))
+            idle = 0
+        else:
+            idle += 1
+            pause()
+    store(address + 8 * SPINNING, 0)
+
+
+class _Helper:
+    """The helper thread and its board (one per process; a forked child makes its own)."""
+
+    def __init__(self):
+        self.board = np.zeros(_BOARD_WORDS, np.int64)
+        self.wake = threading.Event()
+        self.posting = threading.Lock()     # one caller posts at a time
+        self.thread = threading.Thread(target=self._run, name="dualgraph-matvec",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            spin(self.board, SPIN_POLLS)
+
+
+_helper_thread: _Helper | None = None
+_helper_pid = 0
+
+
+def _shared_helper() -> _Helper | None:
+    """This process's helper; None when it may use one core (``threads.thread_count``,
+    read when the helper is first wanted)."""
+    global _helper_thread, _helper_pid
+    if _helper_pid != os.getpid():
+        _helper_thread = _Helper() if thread_count() > 1 else None
+        _helper_pid = os.getpid()
+    return _helper_thread
+
+
+def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
+    """Whether :func:`matvec` should compute this ``linear``: ``x`` one row (any leading
+    dims of size 1), float32 operands, Numba available."""
+    return (x.size == x.shape[-1] and w.ndim == 2 and w.shape[1] == x.shape[-1]
+            and (bias is None or (bias.shape == w.shape[:1] and bias.dtype == np.float32))
+            and enabled(w, x))
+
+
+_NO_BIAS = np.zeros(1, np.float32)   # (passed, never read, when there is no bias)
+_entries: dict = {}                  # (loop, x.ndim) -> its compiled entry
+
+
+def _entry(loop, *args):
+    """``loop.entry(*args)``, kept per loop and the rank of ``y`` (and ``x``; the other
+    types is fixed), so that a call skips working out the types."""
+    key = (loop, args[-2].ndim)
+    entry = _entries.get(key)
+    if entry is None:
+        entry = _entries[key] = loop.entry(*args)
+    return entry
+
+
+def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``x @ w.T (+ bias)`` for a one-row float32 ``x`` (see :func:`wanted`), shaped as
+    ``linear``'s result; on two threads when the product is big enough."""
+    if not (x.flags.c_contiguous and w.flags.c_contiguous
+            and (bias is None or bias.flags.c_contiguous)):
+        x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+        bias = None if bias is None else np.ascontiguousarray(bias)
+    y = np.empty(x.shape[:-1] + w.shape[:1], np.float32)
+    has_bias = bias is not None
+    b = bias if has_bias else _NO_BIAS
+    helper = _shared_helper() if w.size >= SHARE_MIN else None
+    if helper is None or not helper.posting.acquire(blocking=False):   # (or another
+        _entry(matvec_alone, w, x, b, y, has_bias)(w, x, b, y, has_bias)   # thread posts)
+        return y
+    try:
+        if not helper.board[SPINNING]:
+            helper.wake.set()
+        args = (helper.board, w, x, b, y, has_bias)
+        _entry(matvec_shared, *args)(*args)
+    finally:
+        helper.posting.release()
+    return y

@@ -1,0 +1,147 @@
+"""The batch-1 ``linear`` (``kernels/matvec.py``): a matrix-vector product whose rows the
+caller and a spinning helper thread claim from a shared job board. Values against float64
+and torch, the same bits whichever thread ran which rows (or the caller alone), the helper
+really taking rows, callers on several threads at once, a forked child, and the eager and
+compiled ``linear`` both taking it."""
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from dualgraph import kernels
+from dualgraph.kernels import matvec
+
+pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
+
+SHAPES = [(512, 784), (512, 512), (10, 512), (7, 1000), (130, 999), (1030, 64), (3, 4096)]
+
+
+def product(rows, cols, seed=0, bias=True):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols), dtype=np.float32)
+    x = rng.standard_normal((1, cols), dtype=np.float32)
+    b = rng.standard_normal(rows, dtype=np.float32) if bias else None
+    return x, w, b
+
+
+def reference(x, w, b):
+    y = x.astype(np.float64) @ w.T.astype(np.float64)
+    return y if b is None else y + b
+
+
+def alone(x, w, b):
+    """The product on the calling thread only (the loop the caller runs with no helper)."""
+    y = np.empty(x.shape[:-1] + w.shape[:1], np.float32)
+    matvec.matvec_alone(w, x, b if b is not None else matvec._NO_BIAS, y, b is not None)
+    return y
+
+
+@pytest.mark.parametrize("rows,cols", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_matvec_matches_float64_and_gives_the_bits_of_the_one_thread_loop(rows, cols, bias):
+    x, w, b = product(rows, cols, bias=bias)
+    y = matvec.matvec(x, w, b)
+    assert y.shape == (1, rows) and y.dtype == np.float32
+    np.testing.assert_allclose(y, reference(x, w, b), rtol=1e-5, atol=1e-4 * np.sqrt(cols))
+    for _ in range(20):   # the helper awake or not, its share of rows varying: same bits
+        np.testing.assert_array_equal(matvec.matvec(x, w, b), y)
+    np.testing.assert_array_equal(alone(x, w, b), y)
+
+
+def test_the_helper_takes_rows_of_big_products():
+    if kernels.threads.thread_count() < 2:
+        pytest.skip("one core: no helper")
+    x, w, b = product(512, 784)
+    want = matvec.matvec(x, w, b)
+    helper = matvec._shared_helper()
+    before = helper.board[matvec.HELPED]
+    deadline = time.monotonic() + 10
+    while helper.board[matvec.HELPED] == before and time.monotonic() < deadline:
+        np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
+    assert helper.board[matvec.HELPED] > before, "the helper never ran a chunk"
+    time.sleep(0.05)    # idle for far longer than SPIN_POLLS: it sleeps again
+    assert helper.board[matvec.SPINNING] == 0
+
+
+def test_callers_on_several_threads_get_their_own_products():
+    cases = [product(512, 784, seed=k) for k in range(4)]
+    wants = [reference(*c) for c in cases]
+    errors = []
+
+    def caller(k):
+        for _ in range(200):
+            y = matvec.matvec(*cases[k])
+            if not np.allclose(y, wants[k], rtol=1e-5, atol=3e-3):
+                errors.append(k)
+                return
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_operands_of_any_layout_and_leading_ones():
+    x, w, b = product(300, 200)
+    wt = np.asfortranarray(w)          # not C-contiguous: copied first
+    xs = x.reshape(1, 1, 200)          # leading dims of size 1
+    np.testing.assert_allclose(matvec.matvec(xs, wt, b[::-1].copy()[::-1]).reshape(1, 300),
+                               reference(x, w, b), rtol=1e-5, atol=3e-3)
+    assert matvec.matvec(xs, w, b).shape == (1, 1, 300)
+    assert matvec.matvec(x[0], w, b).shape == (300,)
+    assert not matvec.wanted(np.ones((2, 200), np.float32), w, b)     # two rows: the BLAS
+    assert not matvec.wanted(x.astype(np.float64), w.astype(np.float64), None)
+
+
+def test_a_forked_child_makes_its_own_helper():
+    x, w, b = product(512, 784)
+    want = matvec.matvec(x, w, b)
+    pid = os.fork()
+    if pid == 0:   # the child: exit 0 only if its products are right (killed if it hangs)
+        import signal
+        signal.alarm(30)
+        ok = all(np.array_equal(matvec.matvec(x, w, b), want) for _ in range(50))
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def mlp(lib):
+    nn = lib.nn
+    lib.manual_seed(0)
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def test_batch_one_linear_eager_and_compiled_take_matvec_and_match_torch(monkeypatch):
+    model = mlp(dg)
+    reference_model = torch.nn.Sequential(
+        torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+        torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    reference_model.load_state_dict({k: torch.tensor(v.numpy())
+                                     for k, v in model.state_dict().items()})
+    x = np.random.default_rng(3).standard_normal((1, 784), dtype=np.float32)
+    calls = []
+    real = matvec.matvec
+    monkeypatch.setattr(matvec, "matvec", lambda *a: calls.append(1) or real(*a))
+    with dg.no_grad():
+        eager = model(dg.tensor(x)).numpy()
+        assert len(calls) == 3
+        compiled = dg.compile(model)
+        out = compiled(dg.tensor(x)).numpy()
+    assert "matvec(" in compiled._last.executable.code
+    np.testing.assert_array_equal(out, eager)    # the same loop: the same bits
+    with torch.no_grad():
+        want = reference_model(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(eager, want, rtol=1e-5, atol=1e-5)
+    # with gradients: the backward of a batch-1 linear through matvec's forward
+    xt = dg.tensor(x, requires_grad=True)
+    model(xt).sum().backward()
+    xr = torch.tensor(x, requires_grad=True)
+    reference_model(xr).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), xr.grad.numpy(), rtol=1e-5, atol=1e-6)
