@@ -33,10 +33,11 @@ def reference(x, w, b):
     return y if b is None else y + b
 
 
-def alone(x, w, b):
+def alone(x, w, b, relu=False):
     """The product on the calling thread only (the loop the caller runs with no helper)."""
     y = np.empty(x.shape[:-1] + w.shape[:1], np.float32)
-    matvec.matvec_alone(w, x, b if b is not None else matvec._NO_BIAS, y, b is not None)
+    matvec.matvec_alone(w, x, b if b is not None else matvec._NO_BIAS, y,
+                        (b is not None) | 2 * relu)
     return y
 
 
@@ -128,13 +129,14 @@ def test_batch_one_linear_eager_and_compiled_take_matvec_and_match_torch(monkeyp
     x = np.random.default_rng(3).standard_normal((1, 784), dtype=np.float32)
     calls = []
     real = matvec.matvec
-    monkeypatch.setattr(matvec, "matvec", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(matvec, "matvec", lambda *a, **k: calls.append(1) or real(*a, **k))
     with dg.no_grad():
         eager = model(dg.tensor(x)).numpy()
         assert len(calls) == 3
         compiled = dg.compile(model)
         out = compiled(dg.tensor(x)).numpy()
-    assert "matvec(" in compiled._last.executable.code
+    code = compiled._last.executable.code
+    assert code.count("matvec(") == 3 and code.count("relu=True") == 2, code
     np.testing.assert_array_equal(out, eager)    # the same loop: the same bits
     with torch.no_grad():
         want = reference_model(torch.tensor(x)).numpy()
@@ -145,3 +147,36 @@ def test_batch_one_linear_eager_and_compiled_take_matvec_and_match_torch(monkeyp
     xr = torch.tensor(x, requires_grad=True)
     reference_model(xr).sum().backward()
     np.testing.assert_allclose(xt.grad.numpy(), xr.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_relu_runs_in_the_product_only_where_nothing_else_reads_the_product():
+    rng = np.random.default_rng(5)
+    w = dg.tensor(rng.standard_normal((300, 200), dtype=np.float32))
+    b = dg.tensor(rng.standard_normal(300, dtype=np.float32))
+    linear, relu = dg.nn.functional.linear, dg.nn.functional.relu
+
+    def alone(x):
+        return relu(linear(x, w, b))
+
+    def product_returned(x):
+        h = linear(x, w, b)
+        return relu(h), h
+
+    def product_read_twice(x):
+        h = linear(x, w, b)
+        return relu(h) + h
+
+    x = rng.standard_normal((1, 200), dtype=np.float32)
+    x[0, 7] = np.nan      # NaN rows stay NaN, as np.maximum keeps them
+    for fn, fused in ((alone, True), (product_returned, False), (product_read_twice, False)):
+        with dg.no_grad():
+            want = fn(dg.tensor(x))
+            compiled = dg.compile(fn)
+            got = compiled(dg.tensor(x))
+        for g, e in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_array_equal(g.numpy(), e.numpy())
+        assert ("relu=True" in compiled._last.executable.code) == fused, fn.__name__
+    with dg.no_grad():   # checked mode compares every node: the relu is its own line there
+        checked = dg.compile(alone, check=True)
+        np.testing.assert_array_equal(checked(dg.tensor(x)).numpy(), alone(dg.tensor(x)).numpy())

@@ -151,7 +151,10 @@ class Executable:
         "ufunc"."""
         from . import ufuncs
         fresh = {}
+        epilogues = python.relu_epilogues(self.graph)   # (they name the product's array)
         for node in self.graph.nodes:
+            if node in epilogues:
+                continue
             if node.op.name == "fused":
                 if self.kernels[node].lowering is not None:   # (NumPy may return a view)
                     fresh[node] = "fused"

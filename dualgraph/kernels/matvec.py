@@ -42,16 +42,16 @@ _FAST = {"reassoc", "nsz", "contract"}
 # The board's words (8 bytes each). The ticket and the done count, which both threads
 # write, sit on cache lines of their own; the job's fields on a third.
 TICKET, DONE, SPINNING, HELPED = 0, 8, 16, 17
-W, X, B, Y, ROWS, COLS, HAS_BIAS, CHUNKS = range(24, 32)
+W, X, B, Y, ROWS, COLS, FLAGS, CHUNKS = range(24, 32)
 _BOARD_WORDS = 32
 
 
 @helper(inline="always")
-def _dot_rows(w, x, b, y, has_bias, start, stop):
-    """``y[i] = w[i] . x (+ b[i])`` for rows ``start:stop`` of ``w`` (flat, rows of
-    ``x.size``): four rows per pass, so each element of ``x`` is loaded once for four
-    products; ``start`` a multiple of 4, the leftover rows (at the matrix's end) one by
-    one."""
+def _dot_rows(w, x, b, y, has_bias, relu, start, stop):
+    """``y[i] = w[i] . x (+ b[i])``, then ``relu`` of it if asked, for rows ``start:stop``
+    of ``w`` (flat, rows of ``x.size``): four rows per pass, so each element of ``x`` is
+    loaded once for four products; ``start`` a multiple of 4, the leftover rows (at the
+    matrix's end) one by one."""
     n = x.size
     top = start + (stop - start) // 4 * 4
     for i in range(start, top, 4):
@@ -76,6 +76,10 @@ def _dot_rows(w, x, b, y, has_bias, start, stop):
     if has_bias:
         for i in range(start, stop):
             y[i] += b[i]
+    if relu:   # (as np.maximum(y, 0): NaN and -0.0 stay)
+        for i in range(start, stop):
+            if y[i] < 0:
+                y[i] = 0
 
 
 @helper(inline="always")
@@ -85,9 +89,11 @@ def _flat(a):
 
 
 @loop(fastmath=_FAST)
-def matvec_alone(w, x, b, y, has_bias):
-    """The whole product ``y = w x (+ b)`` on this thread."""
-    _dot_rows(_flat(w), _flat(x), _flat(b), _flat(y), has_bias, 0, y.size)
+def matvec_alone(w, x, b, y, flags):
+    """The whole product ``y = w x (+ b)`` on this thread (``flags``: 1 adds ``b``, 2
+    applies relu)."""
+    _dot_rows(_flat(w), _flat(x), _flat(b), _flat(y), flags & 1 != 0, flags & 2 != 0, 0,
+              y.size)
 
 
 @helper(inline="always")
@@ -98,7 +104,8 @@ def _claim_chunks(board, sequence):
     x = float32_array(load(board + 8 * X), cols)
     b = float32_array(load(board + 8 * B), rows)
     y = float32_array(load(board + 8 * Y), rows)
-    has_bias, chunks = load(board + 8 * HAS_BIAS) != 0, load(board + 8 * CHUNKS)
+    flags, chunks = load(board + 8 * FLAGS), load(board + 8 * CHUNKS)
+    has_bias, relu = flags & 1 != 0, flags & 2 != 0
     done = 0
     while True:
         ticket = load(board + 8 * TICKET)
@@ -106,16 +113,17 @@ def _claim_chunks(board, sequence):
         if ticket >> 32 != sequence or chunk >= chunks:
             return done
         if compare_exchange(board + 8 * TICKET, ticket, ticket + 1) == ticket:
-            _dot_rows(w, x, b, y, has_bias, chunk * CHUNK_ROWS,
+            _dot_rows(w, x, b, y, has_bias, relu, chunk * CHUNK_ROWS,
                       min(rows, (chunk + 1) * CHUNK_ROWS))
             add(board + 8 * DONE, 1)
             done += 1
 
 
 @loop(fastmath=_FAST)
-def matvec_shared(board, w, x, b, y, has_bias):
-    """Post the product ``y = w x (+ b)`` on ``board``, run chunks of it, and return when
-    every chunk is done (by this thread or the helper)."""
+def matvec_shared(board, w, x, b, y, flags):
+    """Post the product ``y = w x (+ b)`` (``flags`` as :func:`matvec_alone`'s) on
+    ``board``, run chunks of it, and return when every chunk is done (by this thread or
+    the helper)."""
     address = board.ctypes.data
     rows, chunks = y.size, (y.size + CHUNK_ROWS - 1) // CHUNK_ROWS
     sequence = (load(address + 8 * TICKET) >> 32) + 1
@@ -126,7 +134,7 @@ def matvec_shared(board, w, x, b, y, has_bias):
     store(address + 8 * Y, y.ctypes.data)
     store(address + 8 * ROWS, rows)
     store(address + 8 * COLS, x.size)
-    store(address + 8 * HAS_BIAS, 1 if has_bias else 0)
+    store(address + 8 * FLAGS, flags)
     store(address + 8 * CHUNKS, chunks)
     store(address + 8 * TICKET, sequence << 32)      # last: the job is open
     _claim_chunks(address, sequence)
@@ -156,7 +164,7 @@ def spin(board, polls):
 
 
 class _Helper:
-    """The helper thread and its board (one per process; a forked child makes its own)."""
+    """The helper thread and its board."""
 
     def __init__(self):
         self.board = np.zeros(_BOARD_WORDS, np.int64)
@@ -173,18 +181,27 @@ class _Helper:
             spin(self.board, SPIN_POLLS)
 
 
-_helper_thread: _Helper | None = None
-_helper_pid = 0
+_helper: _Helper | None = None
+_helper_made = False
 
 
 def _shared_helper() -> _Helper | None:
-    """This process's helper; None when it may use one core (``threads.thread_count``,
-    read when the helper is first wanted)."""
-    global _helper_thread, _helper_pid
-    if _helper_pid != os.getpid():
-        _helper_thread = _Helper() if thread_count() > 1 else None
-        _helper_pid = os.getpid()
-    return _helper_thread
+    """This process's helper, made at the first product it shares; None when the process
+    may use one core (``threads.thread_count``, read then)."""
+    global _helper, _helper_made
+    if not _helper_made:
+        _helper, _helper_made = (_Helper() if thread_count() > 1 else None), True
+    return _helper
+
+
+def _forget_helper():
+    """In a forked child: the parent's helper thread is not there; make a new one."""
+    global _helper, _helper_made
+    _helper, _helper_made = None, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helper)
 
 
 def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
@@ -200,8 +217,8 @@ _entries: dict = {}                  # (loop, x.ndim) -> its compiled entry
 
 
 def _entry(loop, *args):
-    """``loop.entry(*args)``, kept per loop and the rank of ``y`` (and ``x``; the other
-    types is fixed), so that a call skips working out the types."""
+    """``loop.entry(*args)``, kept per loop and the rank of ``y`` (that of ``x``; the other
+    argument types are fixed), so that a call skips working out the types."""
     key = (loop, args[-2].ndim)
     entry = _entries.get(key)
     if entry is None:
@@ -209,24 +226,28 @@ def _entry(loop, *args):
     return entry
 
 
-def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+           relu: bool = False) -> np.ndarray:
     """``x @ w.T (+ bias)`` for a one-row float32 ``x`` (see :func:`wanted`), shaped as
-    ``linear``'s result; on two threads when the product is big enough."""
+    ``linear``'s result, and ``relu`` of it when asked (the compiler's epilogue of a
+    linear whose only use is a relu); on two threads when the product is big enough."""
     if not (x.flags.c_contiguous and w.flags.c_contiguous
             and (bias is None or bias.flags.c_contiguous)):
         x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
         bias = None if bias is None else np.ascontiguousarray(bias)
-    y = np.empty(x.shape[:-1] + w.shape[:1], np.float32)
-    has_bias = bias is not None
-    b = bias if has_bias else _NO_BIAS
+    y = np.empty((1, w.shape[0]) if x.ndim == 2 else x.shape[:-1] + w.shape[:1],
+                 np.float32)
+    flags = (0 if bias is None else 1) | (2 if relu else 0)
+    b = _NO_BIAS if bias is None else bias
     helper = _shared_helper() if w.size >= SHARE_MIN else None
     if helper is None or not helper.posting.acquire(blocking=False):   # (or another
-        _entry(matvec_alone, w, x, b, y, has_bias)(w, x, b, y, has_bias)   # thread posts)
+        args = (w, x, b, y, flags)                                         # thread posts)
+        _entry(matvec_alone, *args)(*args)
         return y
     try:
         if not helper.board[SPINNING]:
             helper.wake.set()
-        args = (helper.board, w, x, b, y, has_bias)
+        args = (helper.board, w, x, b, y, flags)
         _entry(matvec_shared, *args)(*args)
     finally:
         helper.posting.release()
