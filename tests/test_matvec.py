@@ -180,3 +180,46 @@ def test_a_relu_runs_in_the_product_only_where_nothing_else_reads_the_product():
     with dg.no_grad():   # checked mode compares every node: the relu is its own line there
         checked = dg.compile(alone, check=True)
         np.testing.assert_array_equal(checked(dg.tensor(x)).numpy(), alone(dg.tensor(x)).numpy())
+
+
+def test_backoff_shares_through_a_lone_stall_and_stops_when_the_cores_are_oversubscribed():
+    policy = matvec.Backoff()
+    chunks = 16
+    assert policy.share()
+    policy.settle(True, chunks, True, helped=0)       # a lone stall (a busy host): go on
+    assert policy.share()
+    policy.settle(True, chunks, True, helped=0)       # a second one soon after: alone
+    for _ in range(matvec.FIRST_BACKOFF):
+        assert not policy.share()
+    assert policy.share()
+    policy.settle(True, chunks, True, helped=0)       # and again: twice as long
+    assert policy.alone == 2 * matvec.FIRST_BACKOFF
+    policy = matvec.Backoff()
+    helped = 0
+    for _ in range(matvec.WINDOW // chunks):         # a window in which the helper took
+        assert policy.share()                         # its half: no backing off
+        helped += chunks // 2
+        policy.settle(False, chunks, True, helped)
+    assert policy.share() and policy.alone == 0
+    for _ in range(matvec.WINDOW // chunks):         # awake but starved of CPU: a bad one
+        policy.settle(False, chunks, True, helped)
+    assert policy.alone == matvec.FIRST_BACKOFF
+    policy = matvec.Backoff()
+    for _ in range(4 * matvec.WINDOW):                # asleep (waking up): not judged
+        policy.settle(False, chunks, False, 0)
+    assert policy.alone == 0
+
+
+def test_products_stay_right_while_the_caller_backs_off():
+    x, w, b = product(512, 784)
+    want = matvec.matvec(x, w, b)
+    helper = matvec._shared_helper()
+    if helper is None:
+        pytest.skip("one core: no helper")
+    helper.backoff.alone = 5
+    sequence = helper.board[matvec.TICKET] >> 32
+    for _ in range(5):
+        np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
+    assert helper.board[matvec.TICKET] >> 32 == sequence     # none was posted
+    np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
+    assert helper.board[matvec.TICKET] >> 32 == sequence + 1

@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from . import enabled, helper, loop
-from .memory import add, compare_exchange, float32_array, load, pause, store
+from .memory import add, compare_exchange, float32_array, load, pause, store, yield_cpu
 from .threads import thread_count
 
 # A product with fewer weights runs on the caller alone: claiming chunks would cost more
@@ -36,14 +36,28 @@ from .threads import thread_count
 SHARE_MIN = 1 << 16
 CHUNK_ROWS = 32          # a multiple of 4 (the rows a pass sums together)
 # Polls of the board (with the CPU's spin hint) before the helper sleeps: ~1 ms here.
-SPIN_POLLS = 40_000
+# Every YIELD_POLLS polls a polling thread offers its core to the OS (``sched_yield``).
+SPIN_POLLS, YIELD_POLLS = 40_000, 64
+# When the cores are oversubscribed (other programs, a busy host), sharing costs more
+# than it saves: the helper is descheduled while it holds a chunk and the caller waits a
+# time slice for it (a stall: polling STALL_POLLS times, ~100 us, where the product alone
+# takes ~30), or the helper, awake, gets too little CPU to take its share and only takes
+# time from the caller (it ran less than MIN_SHARE of the last WINDOW chunks posted while
+# it was awake). A busy host stalls a product now and then (a few in 6000 here); a second
+# stall within NEAR shared products, or a bad window, means the cores are oversubscribed:
+# the caller's next products run alone (and the helper, given nothing, goes back to
+# sleep), FIRST_BACKOFF of them, twice as many each further time up to MAX_BACKOFF (~1 s
+# of W7's inferences); each good window halves the count again.
+STALL_POLLS, NEAR, WINDOW, MIN_SHARE = 4_000, 256, 512, 0.2
+FIRST_BACKOFF, MAX_BACKOFF = 1_024, 16_384
 _FAST = {"reassoc", "nsz", "contract"}
 
 # The board's words (8 bytes each). The ticket and the done count, which both threads
 # write, sit on cache lines of their own; the job's fields on a third.
 TICKET, DONE, SPINNING, HELPED = 0, 8, 16, 17
 W, X, B, Y, ROWS, COLS, FLAGS, CHUNKS = range(24, 32)
-_BOARD_WORDS = 32
+WAITED = 32       # the caller's polls for the helper's chunks, last product
+_BOARD_WORDS = 40
 
 
 @helper(inline="always")
@@ -138,8 +152,13 @@ def matvec_shared(board, w, x, b, y, flags):
     store(address + 8 * CHUNKS, chunks)
     store(address + 8 * TICKET, sequence << 32)      # last: the job is open
     _claim_chunks(address, sequence)
-    while load(address + 8 * DONE) < chunks:
+    waited = 0
+    while load(address + 8 * DONE) < chunks:   # the helper's last chunks
+        waited += 1
         pause()
+        if waited % YIELD_POLLS == 0:
+            yield_cpu()
+    store(address + 8 * WAITED, waited)
 
 
 @loop(fastmath=_FAST)
@@ -163,13 +182,55 @@ def spin(board, polls):
     store(address + 8 * SPINNING, 0)
 
 
+class Backoff:
+    """Whether the next product is shared, from what the last ones showed (see
+    ``STALL_POLLS``): plain bookkeeping, apart from the thread, so it can be tested."""
+
+    def __init__(self):
+        self.alone = 0                      # products to run alone, backing off
+        self.backoff = FIRST_BACKOFF        # how many the next backing off sets
+        self.since_stall = NEAR + 1         # shared products since the last stall
+        self.posted = 0                     # chunks posted this window (helper awake)
+        self.helped = 0                     # the helper's count when the window began
+
+    def share(self) -> bool:
+        """Whether to share the next product (else it is one of the ``alone``)."""
+        if self.alone:
+            self.alone -= 1
+            return False
+        return True
+
+    def settle(self, stalled: bool, chunks: int, awake: bool, helped: int):
+        """After a shared product of ``chunks`` chunks: ``stalled`` if the caller waited
+        ``STALL_POLLS`` for the helper, ``awake`` if the helper was polling when it was
+        posted, ``helped`` the helper's count of chunks run so far."""
+        self.since_stall += 1
+        if stalled:
+            if self.since_stall <= NEAR:
+                self._back_off(helped)
+            self.since_stall = 0
+        elif awake:
+            self.posted += chunks
+            if self.posted >= WINDOW:
+                if helped - self.helped < MIN_SHARE * self.posted:
+                    self._back_off(helped)
+                else:
+                    self.backoff = max(FIRST_BACKOFF, self.backoff // 2)
+                    self.posted, self.helped = 0, helped
+
+    def _back_off(self, helped: int):
+        self.alone, self.backoff = self.backoff, min(2 * self.backoff, MAX_BACKOFF)
+        self.posted, self.helped = 0, helped
+
+
 class _Helper:
-    """The helper thread and its board."""
+    """The helper thread, its board and when to use it."""
 
     def __init__(self):
         self.board = np.zeros(_BOARD_WORDS, np.int64)
         self.wake = threading.Event()
         self.posting = threading.Lock()     # one caller posts at a time
+        self.backoff = Backoff()
         self.thread = threading.Thread(target=self._run, name="dualgraph-matvec",
                                        daemon=True)
         self.thread.start()
@@ -240,15 +301,21 @@ def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
     flags = (0 if bias is None else 1) | (2 if relu else 0)
     b = _NO_BIAS if bias is None else bias
     helper = _shared_helper() if w.size >= SHARE_MIN else None
+    if helper is not None and not helper.backoff.share():
+        helper = None
     if helper is None or not helper.posting.acquire(blocking=False):   # (or another
         args = (w, x, b, y, flags)                                         # thread posts)
         _entry(matvec_alone, *args)(*args)
         return y
     try:
-        if not helper.board[SPINNING]:
+        awake = helper.board[SPINNING] != 0
+        if not awake:
             helper.wake.set()
         args = (helper.board, w, x, b, y, flags)
         _entry(matvec_shared, *args)(*args)
+        board = helper.board
+        helper.backoff.settle(board[WAITED] > STALL_POLLS, -(-w.shape[0] // CHUNK_ROWS),
+                              awake, board[HELPED])
     finally:
         helper.posting.release()
     return y

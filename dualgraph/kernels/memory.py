@@ -12,6 +12,8 @@ fields written before it.
 """
 from __future__ import annotations
 
+import os
+
 from . import Intrinsic, helper
 from .native import DATA_OFFSET, DIMS_OFFSET
 
@@ -93,6 +95,23 @@ def pause(typingctx):
                 builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(32)]),
                 "llvm.aarch64.hint")
             builder.call(hint, [ir.IntType(32)(1)])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@Intrinsic
+def yield_cpu(typingctx):
+    """``sched_yield()``: a polling thread lets another runnable thread have its core (on
+    a machine with more threads than cores the one it waits for may be among them);
+    nothing where the OS has no such call."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, signature, args):
+        if os.name == "posix":
+            call = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
+            builder.call(call, [])
         return context.get_dummy_value()
     return types.void(), codegen
 
