@@ -471,3 +471,23 @@ def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypat
     torch.nn.functional.conv2d(torch.tensor(x), wt, padding=2).backward(torch.tensor(g))
     assert ran
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"padding": 2, "dilation": (2, 1)}, {"groups": 2}])
+def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
+    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 4, 15, 13), dtype=np.float32)
+    w = rng.standard_normal((6, 4 // kwargs.get("groups", 1), 5, 3), dtype=np.float32)
+
+    def run():
+        xs = dg.tensor(x, requires_grad=True)
+        y = dg.nn.functional.conv2d(xs, dg.tensor(w), **kwargs)
+        y.backward(dg.tensor(np.cos(np.arange(y.numel(), dtype=np.float32)).reshape(y.shape)))
+        return xs.grad.numpy()
+    fast, slow = both_paths(run, monkeypatch, expect="add_shifted_runs")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.functional.conv2d(xt, torch.tensor(w), **kwargs)
+    yt.backward(torch.cos(torch.arange(yt.numel(), dtype=torch.float32)).reshape(yt.shape))
+    np.testing.assert_allclose(fast, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)

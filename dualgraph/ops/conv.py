@@ -179,7 +179,6 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
     if stride == (1, 1):
         xp = _flat_col2im(cols.reshape(groups * cg, kh, kw, n, ho, width), padded, dilation)
-        xp = xp.transpose(1, 0, 2, 3)
     else:
         cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
         xp = _col2im(cols, padded, stride, dilation)                  # N G Cg Hp Wp
@@ -189,15 +188,22 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
 
 def _flat_col2im(cols, padded, dilation):
     """The adjoint of :func:`_flat_windows`: ``cols (C, kh, kw, N, Ho, Wp)`` summed into
-    ``(C, N, Hp, Wp)`` with one contiguous-run add per kernel position."""
+    ``(N, C, Hp, Wp)`` with one contiguous-run add per kernel position (float32: one
+    pass per output plane, ``kernels.scatter.add_shifted_runs``)."""
     c, kh, kw, n, ho, wp = cols.shape
     run = (ho - 1) * wp + wp - dilation[1] * (kw - 1)   # (Ho - 1) full rows, then Wo
     flat = cols.reshape(c, kh * kw, n, ho * wp)
+    starts = [(pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
+              for pos in range(kh * kw)]
+    if kernels.enabled(flat):
+        out = np.empty((n, c, padded[0] * wp), cols.dtype)
+        kernels.scatter.add_shifted_runs(np.ascontiguousarray(flat),
+                                         np.array(starts, np.int64), run, out)
+        return out.reshape(n, c, *padded)
     out = np.zeros((c, n, padded[0] * wp), cols.dtype)
-    for pos in range(kh * kw):
-        start = (pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
+    for pos, start in enumerate(starts):
         out[..., start:start + run] += flat[:, pos, :, :run]
-    return out.reshape(c, n, *padded)
+    return out.reshape(c, n, *padded).transpose(1, 0, 2, 3)
 
 
 def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
