@@ -8,7 +8,7 @@ polling (in machine code, without the GIL) for the next product for about a mill
 (``SPIN_POLLS``) before it sleeps again: a run of inferences keeps it awake, and a program
 that stops calling gets its core back a millisecond later.
 
-A product is posted on a job board (``_BOARD``, int64 words in shared memory): its arrays'
+A product is posted on the helper's job board (int64 words in shared memory): its arrays'
 addresses and sizes, then a ticket ``sequence << 32 | next chunk``. The caller and the
 helper both claim chunks of ``CHUNK_ROWS`` rows by compare-and-swap on the ticket and
 count the chunks they finish; the caller returns when all are counted. A helper that is
@@ -36,7 +36,8 @@ from .threads import thread_count
 SHARE_MIN = 1 << 16
 CHUNK_ROWS = 32          # a multiple of 4 (the rows a pass sums together)
 # Polls of the board (with the CPU's spin hint) before the helper sleeps: ~1 ms here.
-# Every YIELD_POLLS polls a polling thread offers its core to the OS (``sched_yield``).
+# A caller waiting for the helper's last chunks offers its core to the OS
+# (``sched_yield``) every YIELD_POLLS polls.
 SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # When the cores are oversubscribed (other programs, a busy host), sharing costs more
 # than it saves: the helper is descheduled while it holds a chunk and the caller waits a
@@ -46,8 +47,8 @@ SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # it was awake). A busy host stalls a product now and then (a few in 6000 here); a second
 # stall within NEAR shared products, or a bad window, means the cores are oversubscribed:
 # the caller's next products run alone (and the helper, given nothing, goes back to
-# sleep), FIRST_BACKOFF of them, twice as many each further time up to MAX_BACKOFF (~1 s
-# of W7's inferences); each good window halves the count again.
+# sleep), FIRST_BACKOFF of them, twice as many each further time up to MAX_BACKOFF (half
+# a second of W7's inferences); each good window halves the count again.
 STALL_POLLS, NEAR, WINDOW, MIN_SHARE = 4_000, 256, 512, 0.2
 FIRST_BACKOFF, MAX_BACKOFF = 1_024, 16_384
 _FAST = {"reassoc", "nsz", "contract"}
@@ -274,7 +275,7 @@ def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
 
 
 _NO_BIAS = np.zeros(1, np.float32)   # (passed, never read, when there is no bias)
-_entries: dict = {}                  # (loop, x.ndim) -> its compiled entry
+_entries: dict = {}                  # (loop, rank of y) -> its compiled entry
 
 
 def _entry(loop, *args):
@@ -301,21 +302,28 @@ def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
     flags = (0 if bias is None else 1) | (2 if relu else 0)
     b = _NO_BIAS if bias is None else bias
     helper = _shared_helper() if w.size >= SHARE_MIN else None
-    if helper is not None and not helper.backoff.share():
-        helper = None
-    if helper is None or not helper.posting.acquire(blocking=False):   # (or another
-        args = (w, x, b, y, flags)                                         # thread posts)
+    if helper is None or not _shared(helper, w, x, b, y, flags):
+        args = (w, x, b, y, flags)
         _entry(matvec_alone, *args)(*args)
-        return y
+    return y
+
+
+def _shared(helper: _Helper, w, x, b, y, flags: int) -> bool:
+    """Compute the product with the helper; False (nothing done) while backing off or
+    while another thread posts one."""
+    if not helper.posting.acquire(blocking=False):
+        return False
     try:
-        awake = helper.board[SPINNING] != 0
+        if not helper.backoff.share():
+            return False
+        board = helper.board
+        awake = board[SPINNING] != 0
         if not awake:
             helper.wake.set()
-        args = (helper.board, w, x, b, y, flags)
+        args = (board, w, x, b, y, flags)
         _entry(matvec_shared, *args)(*args)
-        board = helper.board
         helper.backoff.settle(board[WAITED] > STALL_POLLS, -(-w.shape[0] // CHUNK_ROWS),
                               awake, board[HELPED])
+        return True
     finally:
         helper.posting.release()
-    return y
