@@ -50,7 +50,7 @@ SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # sleep), FIRST_BACKOFF of them, twice as many each further time up to MAX_BACKOFF (half
 # a second of W7's inferences); each good window halves the count again.
 STALL_POLLS, NEAR, WINDOW, MIN_SHARE = 4_000, 256, 512, 0.2
-FIRST_BACKOFF, MAX_BACKOFF = 1_024, 16_384
+FIRST_BACKOFF, MAX_BACKOFF = 32, 16_384
 _FAST = {"reassoc", "nsz", "contract"}
 
 # The board's words (8 bytes each). The ticket and the done count, which both threads
