@@ -223,3 +223,21 @@ def test_products_stay_right_while_the_caller_backs_off():
     assert helper.board[matvec.TICKET] >> 32 == sequence     # none was posted
     np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
     assert helper.board[matvec.TICKET] >> 32 == sequence + 1
+
+
+def test_a_scalar_bias_keeps_the_blas_path():
+    """``linear`` takes a 0-d bias too; the product reads one bias per output, so that
+    one stays on NumPy's matmul (eager and compiled)."""
+    rng = np.random.default_rng(6)
+    w = dg.tensor(rng.standard_normal((300, 200), dtype=np.float32))
+    b = dg.tensor(np.float32(0.5))
+    x = dg.tensor(rng.standard_normal((1, 200), dtype=np.float32))
+
+    def f(x):
+        return dg.nn.functional.linear(x, w, b)
+    with dg.no_grad():
+        want = x.numpy() @ w.numpy().T + 0.5
+        compiled = dg.compile(f)
+        np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5, atol=1e-4)
+    assert "matvec(" not in compiled._last.executable.code
