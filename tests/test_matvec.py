@@ -241,3 +241,25 @@ def test_a_scalar_bias_keeps_the_blas_path():
         np.testing.assert_allclose(compiled(x).numpy(), want, rtol=1e-5, atol=1e-4)
         np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5, atol=1e-4)
     assert "matvec(" not in compiled._last.executable.code
+
+
+def test_the_helper_leaves_its_loop_at_exit():
+    """At exit the helper stops polling before the interpreter frees its board (a
+    process that ends right after an inference must not have it read freed memory)."""
+    import subprocess
+    import sys
+    code = ("import numpy as np, time\n"
+            "from dualgraph.kernels import matvec\n"
+            "x, w = np.ones((1, 784), np.float32), np.ones((512, 784), np.float32)\n"
+            "t = time.monotonic()\n"
+            "while time.monotonic() - t < 0.3:\n"
+            "    matvec.matvec(x, w)\n"
+            "helper = matvec._shared_helper()\n"
+            "if helper is not None:\n"
+            "    matvec._stop_helper()\n"
+            "    assert helper.board[matvec.SPINNING] == 0\n"
+            "    assert helper.board[matvec.STOP] == 1\n"
+            "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -350,10 +350,11 @@ def _blas_linear(node: Node) -> bool:
 def _matvec_linear(node: Node) -> bool:
     """A ``linear`` the code computes with ``kernels.matvec``: one row of float32, the
     bias (if any) one per output (``linear`` also takes a scalar bias)."""
+    if not _blas_linear(node):
+        return False
     x, w, *rest = node.inputs
-    bias = [b for b in rest if b is not None]
-    return (_blas_linear(node) and x.shape[0] == 1 and x.dtype == np.float32
-            and all(tuple(b.shape) == tuple(w.shape[:1]) for b in bias)
+    return (x.shape[0] == 1 and x.dtype == np.float32
+            and all(tuple(b.shape) == tuple(w.shape[:1]) for b in rest if b is not None)
             and kernels.numba_available())
 
 

@@ -22,8 +22,10 @@ the code the compiler writes for it (``ops/linalg.py``).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -58,6 +60,7 @@ _FAST = {"reassoc", "nsz", "contract"}
 TICKET, DONE, SPINNING, HELPED = 0, 8, 16, 17
 W, X, B, Y, ROWS, COLS, FLAGS, CHUNKS = range(24, 32)
 WAITED = 32       # the caller's polls for the helper's chunks, last product
+STOP = 33         # set at exit: the helper leaves its loop (the board is freed after)
 _BOARD_WORDS = 40
 
 
@@ -165,13 +168,13 @@ def matvec_shared(board, w, x, b, y, flags):
 @loop(fastmath=_FAST)
 def spin(board, polls):
     """The helper: run chunks of every job posted on ``board`` until ``polls`` polls in a
-    row found none; ``board[SPINNING]`` is 1 meanwhile, ``board[HELPED]`` counts the
-    chunks it ran."""
+    row found none (or ``board[STOP]`` is set); ``board[SPINNING]`` is 1 meanwhile,
+    ``board[HELPED]`` counts the chunks it ran."""
     address = board.ctypes.data
     store(address + 8 * SPINNING, 1)
     seen = load(address + 8 * TICKET) >> 32
     idle = 0
-    while idle < polls:
+    while idle < polls and load(address + 8 * STOP) == 0:
         sequence = load(address + 8 * TICKET) >> 32
         if sequence != seen:
             seen = sequence
@@ -242,6 +245,15 @@ class _Helper:
             self.wake.clear()
             spin(self.board, SPIN_POLLS)
 
+    def stop(self):
+        """At exit, before the interpreter frees the board: out of the loop, and wait
+        (a poll or a chunk: microseconds) until it has left."""
+        self.board[STOP] = 1
+        for _ in range(10_000):
+            if not self.board[SPINNING]:
+                return
+            time.sleep(1e-5)
+
 
 _helper: _Helper | None = None
 _helper_made = False
@@ -262,8 +274,14 @@ def _forget_helper():
     _helper, _helper_made = None, False
 
 
+def _stop_helper():
+    if _helper is not None:
+        _helper.stop()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helper)
+atexit.register(_stop_helper)
 
 
 def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
