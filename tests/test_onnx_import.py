@@ -181,6 +181,10 @@ CASES = [
     case("ReduceMax", [f32(2, 3, 4), W(i64(1))], opset=18),
     case("ArgMax", [f32(3, 4)], axis=1, keepdims=0), case("ArgMin", [f32(3, 4)], axis=-2),
     case("CumSum", [f32(3, 4), W(np.array(1, np.int64))]),
+    case("TopK", [f32(3, 6), W(np.array([4], np.int64))], outputs=2),
+    case("TopK", [f32(5, 3), W(np.array([2], np.int64))], outputs=2, axis=0, largest=0),
+    case("TopK", [np.array([[3, 1, 3, 2, 1, 3]], np.int64), W(np.array([5], np.int64))],
+         outputs=2),                                  # ties: the lower index first
     case("CumSum", [f32(3, 4), W(np.array(0, np.int64))], exclusive=1, reverse=1),
     case("CumSum", [INTS.astype(np.int32), W(np.array(1, np.int32))]),
     # normalisation

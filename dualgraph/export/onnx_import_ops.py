@@ -531,6 +531,20 @@ def _softmax(name):
     return convert
 
 
+def _topk(b, xs, attrs):
+    """TopK -> dualgraph's stable argsort (ONNX's TopK also puts the lower index first
+    among equal values) cut to K, and the values it picks; ``sorted=0`` allows any order,
+    sorted is one."""
+    x = xs[0]
+    dim = _dim(attrs.get("axis", -1), x.ndim, b)
+    k = int(b.ints(xs[1], "K")[0]) if b.opset >= 10 else int(attrs["k"])
+    order = b.op("argsort", x, dim=dim, descending=bool(attrs.get("largest", 1)))
+    window = [None] * x.ndim
+    window[dim] = (0, k, 1)
+    indices = b.slice_dims(order, window)
+    return _gather_elements(b, [x, indices], {"axis": dim}), indices
+
+
 def _cumsum(b, xs, attrs):
     x = xs[0]
     dim = _dim(b.ints(xs[1], "axis")[0], x.ndim, b)
@@ -898,7 +912,7 @@ IMPORTERS = {
     "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"), "ReduceProd": _reduce("prod"),
     "ReduceL1": _reduce("l1"), "ReduceL2": _reduce("l2"),
     "ReduceLogSumExp": _reduce("logsumexp"), "ReduceSumSquare": _reduce("sumsquare"),
-    "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum,
+    "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "TopK": _topk,
     # normalisation, convolution, pooling
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
     "Conv": _conv, "ConvTranspose": _conv_transpose,

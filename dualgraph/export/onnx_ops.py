@@ -575,6 +575,37 @@ def _softmax(op_type: str):
     return export
 
 
+def _argsort(e, node):
+    """argsort -> the indices of a TopK over the whole dim, sorted: among equal values
+    ONNX's TopK puts the lower index first, as dualgraph's stable sort does (NaN's place
+    is unspecified in ONNX; dualgraph counts NaN as largest)."""
+    x, dim = node.inputs[0], node.attrs["dim"]
+    size = x.shape[dim]
+    k = (e.ints([size]) if isinstance(size, int)
+         else e.op("Gather", [e.op("Shape", [e.input(0)]), e.ints([dim])]))
+    _, indices = _outputs(e, "TopK", [e.input(0), k], 2, axis=dim,
+                          largest=int(bool(node.attrs["descending"])), sorted=1)
+    return [indices]
+
+
+def _median(e, node):
+    """median -> the last of the (n - 1) // 2 + 1 smallest, by TopK (lower index first
+    among equal values, the index dualgraph's lower median takes)."""
+    x, dim, keep = node.inputs[0], node.attrs["dim"], node.attrs["keepdim"]
+    size = x.shape[dim]
+    if not isinstance(size, int):
+        raise e.fail(f"the median's dim has a symbolic size ({size})",
+                     "export with that dim static")
+    k = (size - 1) // 2 + 1
+    picked = _outputs(e, "TopK", [e.input(0), e.ints([k])], 2, axis=dim, largest=0,
+                      sorted=1)
+    outs = []
+    for t in picked:
+        last = e.op("Slice", [t, e.ints([k - 1]), e.ints([k]), e.ints([dim])])
+        outs.append(last if keep else e.op("Squeeze", [last, e.ints([dim])]))
+    return outs
+
+
 def _cumsum(e, node):
     x = e.input(0, node.outputs[0].dtype)
     axis = e.const(np.asarray(node.attrs["dim"], np.int64), "axis")
@@ -787,6 +818,7 @@ EXPORTERS = {
     "max": _reduce_with_index("ReduceMax", "ArgMax"),
     "min": _reduce_with_index("ReduceMin", "ArgMin"),
     "softmax": _softmax("Softmax"), "log_softmax": _softmax("LogSoftmax"), "cumsum": _cumsum,
+    "argsort": _argsort, "median": _median,
     # layers
     "layer_norm": _layer_norm, "lstm_cell": _lstm_cell, "conv2d": _conv2d,
     "conv2d_input_grad": _conv2d_input_grad,

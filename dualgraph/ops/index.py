@@ -622,7 +622,7 @@ def _argsort_kernel(x, dim, descending):
 
 ARGSORT = defop("argsort", _argsort_kernel,
                 lambda x, dim, descending: ShapedType(tuple(x.shape), _INT64),
-                attrs=("dim", "descending"), saves="",
+                attrs=("dim", "descending"), saves="", onnx="TopK",
                 doc="Positions that sort x along dim (always stable; NaN counts as largest).")
 
 

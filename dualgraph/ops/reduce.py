@@ -316,7 +316,7 @@ def _argmedian(x, axis, keepdims):
 MedianResult = namedtuple("median", ["values", "indices"])
 MEDIAN = defop("median", _with_index_kernel(_argmedian), _infer_with_index,
                vjp=_with_index_vjp, attrs=("dim", "keepdim"), num_outputs=2,
-               differentiable_outputs=(0,), saves="o", onnx=None)  # ONNX has no median
+               differentiable_outputs=(0,), saves="o", onnx="TopK")
 
 
 def median(input, dim=None, keepdim=False):
