@@ -310,7 +310,8 @@ def grow(x):
 def test_to_static_if_and_while_export_as_if_and_loop(tmp_path):
     fn = dg.jit.to_static(grow)
     x = dg.tensor([0.5, -0.2, 0.1])
-    proto = dg.onnx.export(fn, (x,), tmp_path / "m.onnx", input_names=["x"])
+    proto = dg.onnx.export(fn, (x,), tmp_path / "m.onnx")
+    assert [i.name for i in proto.graph.input] == ["x"]   # the function's own parameter
     assert {"If", "Loop"} <= {n.op_type for n in proto.graph.node}
     # both branches, and loops of different lengths, from the one export
     for values in ([0.5, -0.2, 0.1], [-0.5, -0.2, 0.1], [-3.0, 4.0, 9.0]):
