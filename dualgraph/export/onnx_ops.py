@@ -588,6 +588,26 @@ def _argsort(e, node):
     return [indices]
 
 
+def _cumprod(e, node):
+    """cumprod -> a Scan along the dim carrying the running product (ONNX has no CumProd):
+    the same multiplications in the same order as the kernel's, from a carry of ones, in
+    float32 for half-precision inputs as the kernel computes them."""
+    x, dim, out = node.inputs[0], node.attrs["dim"], node.outputs[0].dtype
+    if any(not isinstance(d, int) for d in x.shape):
+        raise e.fail(f"cumprod of symbolic shape {tuple(x.shape)}", "export it static")
+    wide = np.dtype(np.float32) if out.kind == "f" and out.itemsize < 4 else out
+    row = ShapedType(tuple(d for k, d in enumerate(x.shape) if k != dim), wide)
+
+    def body(sub, formal):
+        product = sub.op("Mul", formal)
+        return [(product, row), (product, row)]
+    proto = e.subgraph(_body_name(e, node, "body"), [("product", row), ("x", row)], body)
+    start = e.const(np.ones(row.shape, wide), "ones")
+    _, products = _outputs(e, "Scan", [start, e.input(0, wide)], 2, body=proto,
+                           num_scan_inputs=1, scan_input_axes=[dim], scan_output_axes=[dim])
+    return [products if wide == out else e.cast(products, out)]
+
+
 def _median(e, node):
     """median -> the last of the (n - 1) // 2 + 1 smallest, by TopK (lower index first
     among equal values, the index dualgraph's lower median takes)."""
@@ -818,7 +838,7 @@ EXPORTERS = {
     "max": _reduce_with_index("ReduceMax", "ArgMax"),
     "min": _reduce_with_index("ReduceMin", "ArgMin"),
     "softmax": _softmax("Softmax"), "log_softmax": _softmax("LogSoftmax"), "cumsum": _cumsum,
-    "argsort": _argsort, "median": _median,
+    "argsort": _argsort, "median": _median, "cumprod": _cumprod,
     # layers
     "layer_norm": _layer_norm, "lstm_cell": _lstm_cell, "conv2d": _conv2d,
     "conv2d_input_grad": _conv2d_input_grad,

@@ -537,7 +537,7 @@ def _cumprod_vjp(g, out, x, dim):
 
 
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
-                attrs=("dim",), onnx=None)   # ONNX has no running product
+                attrs=("dim",), onnx="Scan")   # (ONNX has no CumProd: a Scan of Mul)
 
 
 def cumprod(input, dim, *, dtype=None):
