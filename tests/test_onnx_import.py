@@ -158,6 +158,9 @@ CASES = [
     case("GatherElements", [f32(3, 4), W(np.array([[2, 0, 1, 1]], np.int64))]),
     case("GatherND", [f32(3, 4, 2), np.array([[0, 1], [2, -1]], np.int64)]),
     case("GatherND", [f32(3, 4), W(np.array([[[1]], [[2]]], np.int64))]),
+    case("ScatterND", [f32(3, 4, 2), W(np.array([[0, 1], [2, 3]], np.int64)), f32(2, 2)]),
+    case("ScatterND", [f32(4, 3), W(np.array([[1], [1], [3]], np.int64)), f32(3, 3)],
+         reduction="add"),                            # repeated rows add up
     case("Expand", [f32(3, 1), W(i64(2, 1, 4))]),
     case("Tile", [f32(2, 3), W(i64(2, 3))]),
     case("Pad", [f32(2, 3), W(i64(1, 0, 2, -1)), W(np.float32(1.5))], opset=13),

@@ -355,6 +355,25 @@ def _gather(b, xs, attrs):
     return b.op("index", x, i, dims=(_dim(attrs.get("axis", 0), x.ndim, b),))
 
 
+def _scatter_nd(b, xs, attrs):
+    """ScatterND -> index_put on the leading dims (ScatterND's updates are laid out as
+    NumPy's x[i0, i1, ...] is); reduction "add" accumulates."""
+    data, indices, updates = xs
+    reduction = attrs.get("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise b.error(f"ScatterND's reduction {reduction!r} is not supported (none, add)")
+    k = indices.shape[-1]
+    if not isinstance(k, int):
+        raise b.error("ScatterND needs indices with a static last dim")
+    columns = []
+    for j in range(k):
+        window = [None] * indices.ndim
+        window[-1] = (j, j + 1, 1)
+        columns.append(b.reshape(b.slice_dims(indices, window), indices.shape[:-1]))
+    return b.op("index_put", data, _cast(b, updates, data.dtype), *columns,
+                dims=tuple(range(k)), accumulate=reduction == "add")
+
+
 def _gather_elements(b, xs, attrs):
     x, i = xs
     dim = _dim(attrs.get("axis", 0), x.ndim, b)
@@ -904,7 +923,7 @@ IMPORTERS = {
     "Shape": _shape, "Size": _size, "Reshape": _reshape, "Flatten": _flatten,
     "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Transpose": _transpose,
     "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather,
-    "GatherElements": _gather_elements, "GatherND": _gather_nd,
+    "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Expand": _expand, "Tile": _tile, "Pad": _pad, "Trilu": _trilu,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions

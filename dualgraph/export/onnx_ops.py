@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ir import UniqueNames, Value, is_literal
+from ..ops.shape import slice_key
 from ..shapes import ShapedType, Sym
 from .errors import OnnxError
 
@@ -445,6 +446,18 @@ def _slice(e, node):
     return [e.op("Slice", [e.input(0)] + [e.ints(column) for column in zip(*bounds)])]
 
 
+def _slice_update(e, node):
+    """A copy of x with the block x[index] replaced by v: ScatterND on the positions of the
+    block's elements, listed here as a constant (the slice is static), in v's order."""
+    x, index = node.inputs[0], node.attrs["index"]
+    if any(not isinstance(d, int) for d in x.shape):
+        raise e.fail(f"a slice update of a tensor of symbolic shape {tuple(x.shape)}",
+                     "keep its dims static (no dynamic_axes on it)")
+    block = np.indices(x.shape, np.int64)[(slice(None),) + slice_key(index)]   # ndim, block
+    positions = e.const(np.moveaxis(block, 0, -1), "block")
+    return [e.op("ScatterND", [e.input(0), positions, e.input(1, x.dtype)])]
+
+
 def _flip(e, node):
     """Reversed dims: a Slice with step -1 over each."""
     dims = _axes(node)
@@ -495,6 +508,34 @@ def _index(e, node):
                  list(range(b + dims[0], b + len(rest))))]
 
 
+def _index_put(e, node):
+    """A copy of x with x[..., i0, ..., i1, ...] set to v (``accumulate``: increased by it,
+    ScatterND's reduction "add"): one ScatterND on x with the indexed dims moved first, v's
+    index dims moved first as ScatterND wants them (NumPy puts them in place of the
+    indexed dims when these are adjacent), then x's dims put back. (Repeated indices
+    without ``accumulate`` are undefined in ONNX; dualgraph keeps the last value.)"""
+    x, dims = node.inputs[0], tuple(node.attrs["dims"])
+    rest = [d for d in range(x.ndim) if d not in dims]
+    perm = list(dims) + rest
+    data = e.input(0)
+    if perm != list(range(x.ndim)):
+        data = e.op("Transpose", [data], perm=perm)
+    shape = np.broadcast_shapes(*(i.shape for i in node.inputs[2:]))
+    target, b = e.ints(shape), len(shape)
+    columns = [e.op("Unsqueeze", [e.op("Expand", [e.input(k, np.int64), target]),
+                                  e.ints([-1])]) for k in range(2, len(node.inputs))]
+    updates = e.input(1, x.dtype)
+    lead = dims[0]
+    if dims == tuple(range(lead, lead + len(dims))) and lead:   # v: (lead, index, trail)
+        updates = e.op("Transpose", [updates], perm=list(range(lead, lead + b)) +
+                       list(range(lead)) + list(range(lead + b, b + len(rest))))
+    out = e.op("ScatterND", [data, e.op("Concat", columns, axis=-1), updates],
+               reduction="add" if node.attrs["accumulate"] else None)
+    if perm != list(range(x.ndim)):
+        out = e.op("Transpose", [out], perm=list(np.argsort(perm)))
+    return [out]
+
+
 # -- reductions ----------------------------------------------------------------------------
 def _axes(node):
     """A reduction's (or flip's) ``dims`` as a list; None means every dim."""
@@ -510,6 +551,13 @@ def reduce_op(e, op_type: str, x: str, axes, keepdim: bool) -> str:
     if e.opset >= 18 or op_type == "ReduceSum":
         return e.op(op_type, [x, e.ints(axes)], keepdims=keep)
     return e.op(op_type, [x], axes=list(axes), keepdims=keep)
+
+
+def _count(e, node):
+    """How many elements a reduction over ``dims`` of x combines (traced where a dim is
+    symbolic): the product of those dims of x's shape, as the node's float dtype."""
+    sizes = e.op("Gather", [e.op("Shape", [e.input(0)]), e.ints(node.attrs["dims"])])
+    return [e.cast(reduce_op(e, "ReduceProd", sizes, [0], False), node.outputs[0].dtype)]
 
 
 def _reduce(op_type: str):
@@ -829,10 +877,11 @@ EXPORTERS = {
     # shapes and indexing
     "reshape": _reshape, "permute": _permute, "expand": _expand, "slice": _slice,
     "flip": _flip, "cat": _cat, "full_like": _full_like, "trilu": _trilu, "index": _index,
+    "index_put": _index_put, "slice_update": _slice_update,
     # reductions
     "sum": _reduce("ReduceSum"), "mean": _reduce("ReduceMean"), "amax": _reduce("ReduceMax"),
     "amin": _reduce("ReduceMin"), "prod": _reduce("ReduceProd"),
-    "logsumexp": _reduce("ReduceLogSumExp"), "norm": _norm,
+    "logsumexp": _reduce("ReduceLogSumExp"), "norm": _norm, "count": _count,
     "any": _logical_reduce("ReduceMax"), "all": _logical_reduce("ReduceMin"),
     "argmax": _arg("ArgMax"), "argmin": _arg("ArgMin"),
     "max": _reduce_with_index("ReduceMax", "ArgMax"),

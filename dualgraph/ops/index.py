@@ -270,7 +270,7 @@ class _Key:
 
     def write(self, data, value):
         """Eager, no autograd: write ``value`` (an array) into ``data`` in place."""
-        view = data[_slice_key_np(self.basic)].reshape(self.view_shape)
+        view = data[shape_ops.slice_key(self.basic)].reshape(self.view_shape)
         if self.arrays:
             indices = [a._data for a in self.arrays]
             _check_bounds(view.shape, indices, self.dims)
@@ -285,10 +285,6 @@ def _check_mask(mask, shape, dim):
         raise IndexError(f"the mask of shape {tuple(mask.shape)} does not match the dims "
                          f"{dim}..{dim + mask.ndim - 1} of shape {want} of the indexed "
                          f"tensor (shape {shape})")
-
-
-def _slice_key_np(basic):
-    return tuple(slice(None) if s is None else slice(*s) for s in basic)
 
 
 def _index_item(k):

@@ -98,7 +98,7 @@ def _count_kernel(x, dims):
 COUNT = defop("count", _count_kernel,
               lambda x, dims: ShapedType((), x.dtype if is_float(x.dtype)
                                          else dtypes.default_float()),
-              attrs=("dims",), saves="", onnx=None,
+              attrs=("dims",), saves="", onnx="Shape",
               doc="The number of elements in ``dims`` of x, as a 0-d float tensor.")
 
 

@@ -202,7 +202,9 @@ def expand_as(x, other):
 
 
 # -- slice / slice_update: strided blocks (views) and their functional write ------------------
-def _slice_key(index):
+def slice_key(index):
+    """The NumPy key of a ``slice`` op's ``index`` (one ``(start, stop, step)`` or None per
+    dim)."""
     return tuple(slice(None) if s is None else slice(*s) for s in index)
 
 
@@ -217,7 +219,7 @@ def _slice_vjp(g, out, x, index):
 
 def _slice_backward_kernel(g, x, index):
     out = np.zeros(x.shape, g.dtype)
-    out[_slice_key(index)] = g
+    out[slice_key(index)] = g
     return out
 
 
@@ -231,7 +233,7 @@ SLICE_BACKWARD = defop("slice_backward", _slice_backward_kernel,
                            "of slice (x only gives the shape).")
 
 
-SLICE = defop("slice", lambda x, index: x[_slice_key(index)], _infer_slice, vjp=_slice_vjp,
+SLICE = defop("slice", lambda x, index: x[slice_key(index)], _infer_slice, vjp=_slice_vjp,
               attrs=("index",), saves="", view=True, onnx="Slice",
               doc="x[start:stop:step, ...]; ``index`` holds (start, stop, step) per dim, "
                   "normalised and positive, or None for a whole dim.")
@@ -239,7 +241,7 @@ SLICE = defop("slice", lambda x, index: x[_slice_key(index)], _infer_slice, vjp=
 
 def _slice_update_kernel(x, v, index):
     out = x.copy()
-    out[_slice_key(index)] = v
+    out[slice_key(index)] = v
     return out
 
 
