@@ -230,6 +230,19 @@ def test_a_mean_over_a_dynamic_dim_counts_at_run_time(tmp_path):
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_sorting_along_a_dynamic_dim(tmp_path):
+    """argsort over a dim of symbolic size: TopK's K from the input's shape; a median
+    there is refused with the dim's name."""
+    def fn(x):
+        return x.argsort(dim=0, descending=True)
+    proto = dg.onnx.export(fn, (dg.randn(4, 3),), tmp_path / "m.onnx", dynamic_axes={"x": [0]})
+    x = dg.randn(6, 3)
+    np.testing.assert_array_equal(run_ort(proto, [x.numpy()])[0], fn(x).numpy())
+    with pytest.raises(OnnxError, match="median's dim has a symbolic size"):
+        dg.onnx.export(lambda x: x.median(dim=0)[0], (dg.randn(4, 3),), tmp_path / "m.onnx",
+                       dynamic_axes={"x": [0]})
+
+
 def test_dynamic_axes_of_an_unknown_name_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"dynamic_axes names \['y'\]"):
         dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx",
