@@ -643,7 +643,7 @@ def _cumprod(e, node):
     x, dim, out = node.inputs[0], node.attrs["dim"], node.outputs[0].dtype
     if any(not isinstance(d, int) for d in x.shape):
         raise e.fail(f"cumprod of symbolic shape {tuple(x.shape)}", "export it static")
-    wide = np.dtype(np.float32) if out.kind == "f" and out.itemsize < 4 else out
+    wide = np.dtype(np.float32) if out.kind in "fV" and out.itemsize < 4 else out   # (V: bf16)
     row = ShapedType(tuple(d for k, d in enumerate(x.shape) if k != dim), wide)
 
     def body(sub, formal):
