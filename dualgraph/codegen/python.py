@@ -293,8 +293,8 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
     comment = f"    # {_short_location(node.location)}" if node.location else ""
     epilogues = epilogues or {}
     if node in epilogues:
-        return [f"{names[node.outputs[0]]} = {names[node.inputs[0]]}    # (relu applied "
-                "by the matvec above)"]
+        return [f"{names[node.outputs[0]]} = {names[node.inputs[0]]}    # (applied in "
+                "the product above)"]
     written = linear_lines(node, names, module, relu=node in epilogues.values())
     if written:
         return [written[0] + comment] + written[1:]
@@ -328,9 +328,10 @@ def linear_lines(node: Node, names: dict, module: Module,
     x, w, *rest = node.inputs
     operands = [x, w, *[b for b in rest if b is not None]]
     y = names[node.outputs[0]]
-    if _matvec_linear(node):
-        args = ", ".join(names[v] for v in operands) + (", relu=True" if relu else "")
-        return [f"{y} = {module.bind('matvec', matvec.matvec, ('kernel', 'matvec'))}({args})"]
+    if _matvec_linear(node):   # a plan of its own: its shapes and flags worked out now
+        plan = matvec.Plan(x.ndim, *w.shape, len(operands) == 3, relu)
+        name = module.bind("matvec_relu" if relu else "matvec", plan)
+        return [f"{y} = {name}({', '.join(names[v] for v in operands)})"]
     lines = [f"{y} = np.matmul({names[x]}, {names[w]}.T)"]
     if len(operands) == 3:
         lines.append(f"{y} += {names[operands[2]]}")

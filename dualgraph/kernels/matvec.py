@@ -293,17 +293,59 @@ def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
 
 
 _NO_BIAS = np.zeros(1, np.float32)   # (passed, never read, when there is no bias)
-_entries: dict = {}                  # (loop, rank of y) -> its compiled entry
 
 
-def _entry(loop, *args):
-    """``loop.entry(*args)``, kept per loop and the rank of ``y`` (that of ``x``; the other
-    argument types are fixed), so that a call skips working out the types."""
-    key = (loop, args[-2].ndim)
-    entry = _entries.get(key)
-    if entry is None:
-        entry = _entries[key] = loop.entry(*args)
-    return entry
+class Plan:
+    """One kind of product (the rank of ``x``, ``w``'s shape, bias or not, relu or not),
+    worked out once: the result's shape, the loops' flags, whether it is shared, its chunk
+    count and the compiled loops (looked up at its first call). The compiler binds one per
+    batch-1 ``linear`` in the code it writes; :func:`matvec` keeps one per kind. Calling
+    it computes the product for float32 operands of that kind (any layout)."""
+
+    def __init__(self, x_ndim: int, rows: int, cols: int, bias: bool, relu: bool):
+        self.shape = (1,) * (x_ndim - 1) + (rows,)
+        self.flags = (1 if bias else 0) | (2 if relu else 0)
+        self.share = rows * cols >= SHARE_MIN
+        self.chunks = -(-rows // CHUNK_ROWS)
+        self._alone = self._shared = None    # the compiled loops
+
+    def __call__(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None):
+        if not (x.flags.c_contiguous and w.flags.c_contiguous
+                and (bias is None or bias.flags.c_contiguous)):
+            x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+            bias = None if bias is None else np.ascontiguousarray(bias)
+        y = np.empty(self.shape, np.float32)
+        b = _NO_BIAS if bias is None else bias
+        helper = _shared_helper() if self.share else None
+        if helper is None or not self._with_helper(helper, w, x, b, y):
+            if self._alone is None:
+                self._alone = matvec_alone.entry(w, x, b, y, self.flags)
+            self._alone(w, x, b, y, self.flags)
+        return y
+
+    def _with_helper(self, helper: _Helper, w, x, b, y) -> bool:
+        """Compute the product with the helper; False (nothing done) while backing off or
+        while another thread posts one."""
+        if not helper.posting.acquire(blocking=False):
+            return False
+        try:
+            if not helper.backoff.share():
+                return False
+            board = helper.board
+            awake = board[SPINNING] != 0
+            if not awake:
+                helper.wake.set()
+            if self._shared is None:
+                self._shared = matvec_shared.entry(board, w, x, b, y, self.flags)
+            self._shared(board, w, x, b, y, self.flags)
+            helper.backoff.settle(board[WAITED] > STALL_POLLS, self.chunks, awake,
+                                  board[HELPED])
+            return True
+        finally:
+            helper.posting.release()
+
+
+_plans: dict[tuple, Plan] = {}
 
 
 def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
@@ -311,37 +353,8 @@ def matvec(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
     """``x @ w.T (+ bias)`` for a one-row float32 ``x`` (see :func:`wanted`), shaped as
     ``linear``'s result, and ``relu`` of it when asked (the compiler's epilogue of a
     linear whose only use is a relu); on two threads when the product is big enough."""
-    if not (x.flags.c_contiguous and w.flags.c_contiguous
-            and (bias is None or bias.flags.c_contiguous)):
-        x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
-        bias = None if bias is None else np.ascontiguousarray(bias)
-    y = np.empty((1, w.shape[0]) if x.ndim == 2 else x.shape[:-1] + w.shape[:1],
-                 np.float32)
-    flags = (0 if bias is None else 1) | (2 if relu else 0)
-    b = _NO_BIAS if bias is None else bias
-    helper = _shared_helper() if w.size >= SHARE_MIN else None
-    if helper is None or not _shared(helper, w, x, b, y, flags):
-        args = (w, x, b, y, flags)
-        _entry(matvec_alone, *args)(*args)
-    return y
-
-
-def _shared(helper: _Helper, w, x, b, y, flags: int) -> bool:
-    """Compute the product with the helper; False (nothing done) while backing off or
-    while another thread posts one."""
-    if not helper.posting.acquire(blocking=False):
-        return False
-    try:
-        if not helper.backoff.share():
-            return False
-        board = helper.board
-        awake = board[SPINNING] != 0
-        if not awake:
-            helper.wake.set()
-        args = (board, w, x, b, y, flags)
-        _entry(matvec_shared, *args)(*args)
-        helper.backoff.settle(board[WAITED] > STALL_POLLS, -(-w.shape[0] // CHUNK_ROWS),
-                              awake, board[HELPED])
-        return True
-    finally:
-        helper.posting.release()
+    key = (x.ndim, w.shape, bias is not None, relu)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = Plan(x.ndim, *w.shape, bias is not None, relu)
+    return plan(x, w, bias)
