@@ -73,14 +73,16 @@ class Executable:
         t0 = time.perf_counter()
         self.bodies = Bodies(self.graph, body_passes, fast_math)
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
-        fresh = self._fresh_nodes()
+        epilogues = python.relu_epilogues(self.graph)
+        fresh = self._fresh_nodes(epilogues)
         self._slots = self._plan_slots(fresh) if buffers else []
         writers = {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
         self.donated = donations(self.graph, donate, fresh | writers) if donate else {}
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
         self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,
-                                       donated=self.donated, run_body=self.bodies.run)
+                                       donated=self.donated, run_body=self.bodies.run,
+                                       epilogues=epilogues)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
         self._buffers: dict = {}   # input signature -> list of slot arrays
@@ -146,12 +148,12 @@ class Executable:
         from .kernels import compile_group
         return {n: compile_group(n, self.fast_math) for n in nodes}
 
-    def _fresh_nodes(self) -> dict:
+    def _fresh_nodes(self, epilogues: dict) -> dict:
         """The nodes whose code writes fresh memory (so ``out=`` works): "fused" or
-        "ufunc"."""
+        "ufunc" (not a relu run inside the product before it, ``epilogues``: its line
+        names the product's array)."""
         from . import ufuncs
         fresh = {}
-        epilogues = python.relu_epilogues(self.graph)   # (they name the product's array)
         for node in self.graph.nodes:
             if node in epilogues:
                 continue

@@ -483,53 +483,60 @@ def _trilu(e, node):
     return [e.op("Trilu", [e.input(0), k], upper=int(bool(node.attrs["upper"])))]
 
 
+def _indexed_first(e, node, x_input: int, first_index: int):
+    """For x[..., i0, ..., i1, ...] (x is node input ``x_input``, the index tensors the
+    inputs from ``first_index`` on): x with its indexed dims moved first, the index as one
+    tensor (the index tensors broadcast and stacked on a last axis, as GatherND and
+    ScatterND take it), the broadcast index shape, and x's permutation."""
+    x, dims = node.inputs[x_input], tuple(node.attrs["dims"])
+    perm = list(dims) + [d for d in range(x.ndim) if d not in dims]
+    moved = e.input(x_input)
+    if perm != list(range(x.ndim)):
+        moved = e.op("Transpose", [moved], perm=perm)
+    shape = np.broadcast_shapes(*(i.shape for i in node.inputs[first_index:]))
+    target = e.ints(shape)
+    columns = [e.op("Unsqueeze", [e.op("Expand", [e.input(k, np.int64), target]),
+                                  e.ints([-1])]) for k in range(first_index, len(node.inputs))]
+    return moved, e.op("Concat", columns, axis=-1), shape, perm
+
+
+def _numpy_places_index_dims(dims: tuple) -> int:
+    """Where NumPy puts the index dims in x[..., i0, ..., i1, ...]: in place of the
+    indexed dims when these are adjacent (after the dims before them), else first."""
+    adjacent = dims == tuple(range(dims[0], dims[0] + len(dims)))
+    return dims[0] if adjacent else 0
+
+
 def _index(e, node):
     """x[..., i0, ..., i1, ...]: one index tensor is a Gather; several are one GatherND on
     x with the indexed dims moved first, the result's index dims then put where NumPy puts
-    them (in place of the indexed dims when these are adjacent, else first)."""
+    them."""
     x, dims = node.inputs[0], tuple(node.attrs["dims"])
     if len(dims) == 1:
         return [e.op("Gather", [e.input(0), e.input(1)], axis=dims[0])]
-    rest = [d for d in range(x.ndim) if d not in dims]
-    moved = e.input(0)
-    if list(dims) + rest != list(range(x.ndim)):
-        moved = e.op("Transpose", [moved], perm=list(dims) + rest)
-    shape = np.broadcast_shapes(*(i.shape for i in node.inputs[1:]))
-    target = e.ints(shape)
-    columns = [e.op("Unsqueeze", [e.op("Expand", [e.input(k, np.int64), target]),
-                                  e.ints([-1])]) for k in range(1, len(node.inputs))]
-    picked = e.op("GatherND", [moved, e.op("Concat", columns, axis=-1)])
-    adjacent = dims == tuple(range(dims[0], dims[0] + len(dims)))
-    if not adjacent or dims[0] == 0:
+    moved, index, shape, _ = _indexed_first(e, node, 0, 1)
+    picked = e.op("GatherND", [moved, index])
+    lead, b, rest = _numpy_places_index_dims(dims), len(shape), x.ndim - len(dims)
+    if not lead:
         return [picked]
-    b = len(shape)   # the index dims: after x's leading dims, before its trailing ones
-    lead = list(range(b, b + dims[0]))
-    return [e.op("Transpose", [picked], perm=lead + list(range(b)) +
-                 list(range(b + dims[0], b + len(rest))))]
+    return [e.op("Transpose", [picked], perm=list(range(b, b + lead)) + list(range(b)) +
+                 list(range(b + lead, b + rest)))]
 
 
 def _index_put(e, node):
     """A copy of x with x[..., i0, ..., i1, ...] set to v (``accumulate``: increased by it,
     ScatterND's reduction "add"): one ScatterND on x with the indexed dims moved first, v's
-    index dims moved first as ScatterND wants them (NumPy puts them in place of the
-    indexed dims when these are adjacent), then x's dims put back. (Repeated indices
-    without ``accumulate`` are undefined in ONNX; dualgraph keeps the last value.)"""
+    index dims moved first too (from where NumPy puts them), then x's dims put back.
+    (Repeated indices without ``accumulate`` are undefined in ONNX; dualgraph keeps the
+    last value.)"""
     x, dims = node.inputs[0], tuple(node.attrs["dims"])
-    rest = [d for d in range(x.ndim) if d not in dims]
-    perm = list(dims) + rest
-    data = e.input(0)
-    if perm != list(range(x.ndim)):
-        data = e.op("Transpose", [data], perm=perm)
-    shape = np.broadcast_shapes(*(i.shape for i in node.inputs[2:]))
-    target, b = e.ints(shape), len(shape)
-    columns = [e.op("Unsqueeze", [e.op("Expand", [e.input(k, np.int64), target]),
-                                  e.ints([-1])]) for k in range(2, len(node.inputs))]
+    moved, index, shape, perm = _indexed_first(e, node, 0, 2)
     updates = e.input(1, x.dtype)
-    lead = dims[0]
-    if dims == tuple(range(lead, lead + len(dims))) and lead:   # v: (lead, index, trail)
+    lead, b, rest = _numpy_places_index_dims(dims), len(shape), x.ndim - len(dims)
+    if lead:   # v: (lead dims, index dims, trailing dims) -> index dims first
         updates = e.op("Transpose", [updates], perm=list(range(lead, lead + b)) +
-                       list(range(lead)) + list(range(lead + b, b + len(rest))))
-    out = e.op("ScatterND", [data, e.op("Concat", columns, axis=-1), updates],
+                       list(range(lead)) + list(range(lead + b, b + rest)))
+    out = e.op("ScatterND", [moved, index, updates],
                reduction="add" if node.attrs["accumulate"] else None)
     if perm != list(range(x.ndim)):
         out = e.op("Transpose", [out], perm=list(np.argsort(perm)))
