@@ -103,7 +103,9 @@ class Entry:
     def finish(self, outs: list, tensor_args: list):
         """Rebuild the user's outputs, apply the writebacks, join the autograd tape."""
         cap = self.capture
-        if self.plain:
+        if self.plain:   # (one tensor: the usual inference call)
+            if cap.out_spec is None:
+                return Tensor._make(outs[0])
             return unflatten(cap.out_spec, [Tensor._make(a) for a in outs])
         n_saved = self.backward.num_saved if self.backward is not None else 0
         shared = []   # tensors whose own arrays the backward keeps: guarded by versions
