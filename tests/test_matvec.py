@@ -243,6 +243,20 @@ def test_a_scalar_bias_keeps_the_blas_path():
     assert "= matvec" not in compiled._last.executable.code
 
 
+def test_the_polling_loop_leaves_when_told_to_stop():
+    """``board[STOP]`` ends the helper's loop at once, however many polls were left."""
+    board = np.zeros(matvec._BOARD_WORDS, np.int64)
+    loop = threading.Thread(target=matvec.spin, args=(board, 10**15), daemon=True)   # ~a year
+    loop.start()
+    deadline = time.monotonic() + 30
+    while not board[matvec.SPINNING] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert board[matvec.SPINNING] == 1
+    board[matvec.STOP] = 1
+    loop.join(timeout=30)
+    assert not loop.is_alive() and board[matvec.SPINNING] == 0
+
+
 def test_the_helper_leaves_its_loop_at_exit():
     """At exit the helper stops polling before the interpreter frees its board (a
     process that ends right after an inference must not have it read freed memory)."""

@@ -382,7 +382,7 @@ def relu_epilogues(graph: Graph) -> dict[Node, Node]:
         x = node.inputs[0]
         producer = made_by.get(x)
         if (producer is not None and _matvec_linear(producer) and uses[x] == 1
-                and x not in graph.outputs and x.dtype == node.outputs[0].dtype):
+                and x not in graph.outputs):
             epilogues[node] = producer
     return epilogues
 
