@@ -5,8 +5,9 @@ import dualgraph as dg
 
 
 def training_step():
-    """A captured MLP training step (forward, cross-entropy, backward, SGD with momentum):
-    its graph and the arguments of that graph for one batch."""
+    """A captured MLP training step (forward, cross-entropy plus an L2 penalty on
+    the first weight, backward, SGD with momentum): its graph and the arguments of that
+    graph for one batch."""
     dg.manual_seed(0)
     nn, F = dg.nn, dg.nn.functional
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -15,7 +16,7 @@ def training_step():
     @dg.compile
     def step(x, y):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x), y) + 1e-3 * (model[0].weight * model[0].weight).sum()
         loss.backward()
         opt.step()
         return loss

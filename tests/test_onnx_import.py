@@ -161,6 +161,10 @@ CASES = [
     case("ScatterND", [f32(3, 4, 2), W(np.array([[0, 1], [2, 3]], np.int64)), f32(2, 2)]),
     case("ScatterND", [f32(4, 3), W(np.array([[1], [1], [3]], np.int64)), f32(3, 3)],
          reduction="add"),                            # repeated rows add up
+    case("SoftmaxCrossEntropyLoss", [f32(5, 4), i64(0, 3, 2, 1, 3)], tol=LOOSE),
+    case("SoftmaxCrossEntropyLoss", [f32(5, 4), i64(0, 3, 2, 1, 3)], outputs=2, tol=LOOSE,
+         ignore_index=3, reduction="sum"),             # and the log-probabilities
+    case("SoftmaxCrossEntropyLoss", [f32(3, 4), i64(1, 0, 2)], tol=LOOSE, reduction="none"),
     case("Expand", [f32(3, 1), W(i64(2, 1, 4))]),
     case("Tile", [f32(2, 3), W(i64(2, 3))]),
     case("Pad", [f32(2, 3), W(i64(1, 0, 2, -1)), W(np.float32(1.5))], opset=13),
@@ -412,6 +416,14 @@ def test_reshape_to_a_shape_computed_at_run_time_is_an_error():
     model = _one_node("Reshape", {"x": f32(2, 3), "shape": i64(3, 2)})
     with pytest.raises(OnnxError, match=r"node 'my_node' \(Reshape\): the target shape must "
                                         r"be known when the model is loaded"):
+        dg.onnx.load(model)
+
+
+def test_weighted_softmax_cross_entropy_is_an_error():
+    model = _one_node("SoftmaxCrossEntropyLoss",
+                      {"x": f32(2, 3), "t": i64(0, 2), "w": f32(3, low=0.5)})
+    with pytest.raises(OnnxError, match=r"\(SoftmaxCrossEntropyLoss\): .* without class "
+                                        r"weights; got scores of rank 2 with weights"):
         dg.onnx.load(model)
 
 

@@ -584,6 +584,21 @@ def _layer_norm(b, xs, attrs):
                 eps=float(attrs.get("epsilon", 1e-5)))
 
 
+def _softmax_cross_entropy(b, xs, attrs):
+    """SoftmaxCrossEntropyLoss of scores (N, C) without class weights -> cross_entropy (and
+    the log-probabilities, if asked for); without ``ignore_index`` no target is ignored."""
+    x, labels = xs[0], xs[1]
+    if len(xs) > 2 and xs[2] is not None or x.ndim != 2:
+        raise b.error("SoftmaxCrossEntropyLoss is supported for scores (N, C) without "
+                      f"class weights; got scores of rank {x.ndim}"
+                      + (" with weights" if len(xs) > 2 and xs[2] is not None else ""))
+    ignore = int(attrs.get("ignore_index", np.iinfo(np.int64).min))
+    loss = b.op("cross_entropy", x, labels, ignore_index=ignore,
+                reduction=attrs.get("reduction", "mean"))
+    wants_log_prob = len(b.node.output) > 1 and b.node.output[1]
+    return (loss, b.op("log_softmax", x, dim=1)) if wants_log_prob else loss
+
+
 def _batch_norm(b, xs, attrs):
     if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
         raise b.error("training-mode BatchNormalization is not supported; export the "
@@ -934,6 +949,7 @@ IMPORTERS = {
     "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "TopK": _topk,
     # normalisation, convolution, pooling
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),

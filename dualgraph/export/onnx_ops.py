@@ -687,6 +687,14 @@ def _cumsum(e, node):
     return [e.op("CumSum", [x, axis], reverse=int(bool(node.attrs["reverse"])))]
 
 
+def _cross_entropy(e, node):
+    """cross_entropy -> SoftmaxCrossEntropyLoss, the same loss (a 'mean' divides by the
+    targets not ignored); labels must be int32 or int64 there."""
+    labels = e.input(1) if node.inputs[1].dtype in (np.int32, np.int64) else e.input(1, np.int64)
+    return [e.op("SoftmaxCrossEntropyLoss", [e.input(0), labels],
+                 ignore_index=node.attrs["ignore_index"], reduction=node.attrs["reduction"])]
+
+
 def _layer_norm(e, node):
     """LayerNormalization over the last ``n_dims`` dims. ONNX needs a scale: a missing
     weight is a constant of ones; a missing bias is a constant of zeros, since onnxruntime
@@ -896,8 +904,8 @@ EXPORTERS = {
     "softmax": _softmax("Softmax"), "log_softmax": _softmax("LogSoftmax"), "cumsum": _cumsum,
     "argsort": _argsort, "median": _median, "cumprod": _cumprod,
     # layers
-    "layer_norm": _layer_norm, "lstm_cell": _lstm_cell, "conv2d": _conv2d,
-    "conv2d_input_grad": _conv2d_input_grad,
+    "cross_entropy": _cross_entropy, "layer_norm": _layer_norm, "lstm_cell": _lstm_cell,
+    "conv2d": _conv2d, "conv2d_input_grad": _conv2d_input_grad,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
     # control flow
     "cond": _cond, "while_loop": _while_loop, "scan": _scan,

@@ -1,10 +1,12 @@
-"""Row-wise float32 loops: softmax, log-softmax, and layer normalisation forward and
-backward, each one pass (or two) over a row instead of several full-array NumPy passes.
+"""Row-wise float32 loops: softmax, log-softmax, softmax cross-entropy and layer
+normalisation, forward and backward, each one pass (or two) over a row instead of several
+full-array NumPy passes.
 
-Rows are the last axis (softmax) or the trailing normalised dims flattened (LayerNorm) of
-a C-contiguous array. The formulas are those of the NumPy kernels in ``ops/reduce.py`` and
-``ops/norm.py``. Row sums run with LLVM's ``reassoc`` flag so they vectorise; that sums in
-a few interleaved partial sums, like NumPy's pairwise sums, not strictly left to right.
+Rows are the last axis (softmax, cross-entropy) or the trailing normalised dims flattened
+(LayerNorm) of a C-contiguous array. The formulas are those of the NumPy kernels in
+``ops/reduce.py``, ``ops/loss.py`` and ``ops/norm.py``. Row sums run with LLVM's
+``reassoc`` flag so they vectorise; that sums in a few interleaved partial sums, like
+NumPy's pairwise sums, not strictly left to right.
 """
 from __future__ import annotations
 
@@ -43,18 +45,65 @@ def softmax(x, out):
             o[j] = o[j] / total
 
 
+@helper(inline="always")
+def _row_exp_sum(row, m):
+    """``sum(exp(row - m))``: the softmax denominator of a row whose maximum is ``m``."""
+    total = _ZERO
+    for j in range(row.size):
+        total += exp32(row[j] - m)
+    return total
+
+
 @loop(fastmath=_REDUCE)
 def log_softmax(x, out):
     """``out[r] = x[r] - max x[r] - log(sum(exp(x[r] - max x[r])))`` for each row r."""
     for r in range(x.shape[0]):
         row, o = x[r], out[r]
         m = _row_max(row)
-        total = _ZERO
-        for j in range(row.size):
-            total += exp32(row[j] - m)
-        shift = m + F(math.log(total))
+        shift = m + F(math.log(_row_exp_sum(row, m)))
         for j in range(row.size):
             o[j] = row[j] - shift
+
+
+@loop(fastmath=_REDUCE)
+def cross_entropy(x, target, ignore_index, losses, status):
+    """``losses[r] = logsumexp(x[r]) - x[r, target[r]]``, the log-softmax of row r at its
+    target class negated (the same arithmetic as ``log_softmax``), 0 where the target is
+    ``ignore_index``. ``status[0]``: the rows not ignored; ``status[1]``: the first row
+    whose target is not a class index (its loss is NaN), else -1."""
+    counted, first_bad = 0, -1
+    for r in range(x.shape[0]):
+        t = target[r]
+        if t == ignore_index:
+            losses[r] = _ZERO
+            continue
+        counted += 1
+        if t < 0 or t >= x.shape[1]:
+            losses[r] = F(math.nan)
+            first_bad = r if first_bad < 0 else first_bad
+            continue
+        row = x[r]
+        m = _row_max(row)
+        losses[r] = (m + F(math.log(_row_exp_sum(row, m)))) - row[t]
+    status[0], status[1] = counted, first_bad
+
+
+@loop(fastmath=_REDUCE)
+def cross_entropy_backward(x, target, ignore_index, scale, out):
+    """``out[r] = (softmax(x[r]) - onehot(target[r])) * scale[r]``: the gradient of
+    ``cross_entropy``'s row r, whose loss was scaled by ``scale[r]``; zero rows where the
+    target is ignored (or not a class index)."""
+    for r in range(x.shape[0]):
+        t, o = target[r], out[r]
+        if t == ignore_index or t < 0 or t >= x.shape[1]:
+            o[:] = _ZERO
+            continue
+        row = x[r]
+        m = _row_max(row)
+        weight = scale[r] / _row_exp_sum(row, m)
+        for j in range(row.size):
+            o[j] = exp32(row[j] - m) * weight
+        o[t] -= scale[r]
 
 
 @helper(inline="always")

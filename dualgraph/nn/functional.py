@@ -21,6 +21,7 @@ import numpy as np
 
 from ..autograd import no_grad
 from ..ops import creation, index as index_ops, linalg, reduce as red
+from ..ops import loss as loss_ops
 from ..ops import elementwise as ew
 from ..ops import norm as norm_ops
 from ..ops import shape as shape_ops
@@ -239,6 +240,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if input.ndim == 0:
         raise ValueError("cross_entropy: input must have a class dim, got a 0-d tensor")
     dim = 0 if input.ndim == 1 else 1
+    if (input.ndim == 2 and not target.is_floating_point() and weight is None
+            and not label_smoothing and input.is_floating_point()):
+        _class_dim("cross_entropy", input, target)
+        return loss_ops.cross_entropy(input, target, ignore_index, reduction)
     logp = red.log_softmax(input, dim)
     if not target.is_floating_point():
         return _nll(logp, target, weight, ignore_index, reduction, label_smoothing,

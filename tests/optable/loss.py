@@ -1,0 +1,51 @@
+"""Rows for the fused softmax cross-entropy (``F.cross_entropy`` on (N, C) logits and
+class-index targets without weights or smoothing) and its backward."""
+from . import In, OpCase
+
+ALL_FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+
+def targets(n, classes, ignored=(), ignore_index=-100, dtype="int64"):
+    """Class indices for ``n`` rows, ``ignore_index`` at the rows ``ignored``."""
+    def make(rng, float_dtype):
+        t = rng.integers(0, classes, n)
+        t[list(ignored)] = ignore_index
+        return t.astype(dtype)
+    return In((n,), "custom", fn=make)
+
+
+def ce(reduction="mean", **kw):
+    return lambda m, x, t: m.nn.functional.cross_entropy(x, t, reduction=reduction, **kw)
+
+
+def first_grad(reduction, **kw):
+    """d sum(cross_entropy(x, t) * v) / dx, differentiable in x and v: the backward op's
+    row, whose gradient check tests the second derivative."""
+    def fn(m, x, v, t):
+        with m.enable_grad():
+            if not x.requires_grad:
+                x.requires_grad_()
+            loss = m.nn.functional.cross_entropy(x, t, reduction=reduction, **kw)
+            return m.autograd.grad((loss * v).sum(), x, create_graph=True)[0]
+    return fn
+
+
+CASES = [
+    OpCase("cross_entropy", ce(), [In((6, 5)), In((6,), "int", 0, 5)], dtypes=ALL_FLOATS,
+           atol=1e-4),
+    OpCase("cross_entropy", ce("sum"), [In((4, 7)), targets(4, 7, ignored=[1])], "sum-ignored"),
+    OpCase("cross_entropy", ce("none"), [In((5, 3)), targets(5, 3, ignored=[0, 3])],
+           "none-ignored", dtypes=("float32", "float64")),
+    OpCase("cross_entropy", ce(ignore_index=2), [In((6, 4)), In((6,), "int", 0, 4)],
+           "ignore-class"),
+    OpCase("cross_entropy", ce(), [In((3, 4)), In((3,), "int", 0, 4, dtype="uint8")], "uint8"),
+    OpCase("cross_entropy", ce(), [In((3, 4)), targets(3, 4, ignored=[0, 1, 2])],
+           "all-ignored", grad=False),
+    OpCase("cross_entropy_backward", first_grad("mean"),
+           [In((5, 4)), In(()), targets(5, 4, ignored=[2])], "mean",
+           dtypes=("float32", "float64")),
+    OpCase("cross_entropy_backward", first_grad("sum"), [In((3, 6)), In(()), targets(3, 6)],
+           "sum"),
+    OpCase("cross_entropy_backward", first_grad("none"),
+           [In((4, 3)), In((4,)), targets(4, 3, ignored=[1])], "none"),
+]
