@@ -1,4 +1,4 @@
-"""One-pass float32 loops for the tanh-GELU and the LSTM cell, forward and backward.
+"""One-pass float32 loops for the tanh-GELU, the LSTM cell and ReLU, forward and backward.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
@@ -79,3 +79,15 @@ def relu_backward(g, y, out):
     """``out = g where y > 0, else 0`` over flat arrays (y: relu's output)."""
     for i in range(y.size):
         out[i] = g[i] if y[i] > _ZERO else _ZERO
+
+
+@loop
+def add_bias_relu(y, b):
+    """``y[r] = relu(y[r] + b)`` in place for each row r: a linear layer's bias and ReLU
+    in one pass over its product, with the same additions as ``y += b`` and the same
+    results as ``np.maximum(y, 0)`` (NaN and -0.0 stay)."""
+    for r in range(y.shape[0]):
+        row = y[r]
+        for j in range(row.size):
+            v = row[j] + b[j]
+            row[j] = _ZERO if v < _ZERO else v
