@@ -243,6 +243,25 @@ def test_sorting_along_a_dynamic_dim(tmp_path):
                        dynamic_axes={"x": [0]})
 
 
+def test_dynamic_axes_of_a_compiled_callable(tmp_path):
+    """A dg.compile'd step exports as the function it runs: its parameters name the
+    inputs, and dynamic_axes apply to them (they were ignored: the inputs stayed static)."""
+    model = nn.Linear(5, 3)
+
+    @dg.compile(dynamic=True)
+    def loss(x, target):
+        return nn.functional.cross_entropy(model(x), target)
+    x, t = dg.randn(4, 5), dg.tensor(np.array([0, 2, 1, 2]))
+    loss(x, t)
+    proto = dg.onnx.export(loss, (x, t), tmp_path / "m.onnx",
+                           dynamic_axes={"x": {0: "batch"}, "target": {0: "batch"}})
+    dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in proto.graph.input]
+    assert dims == [["batch", 5], ["batch"]]
+    x, t = dg.randn(7, 5), dg.tensor(np.array([0, 2, 1, 2, 1, 0, 0]))
+    check_round_trip(proto, loss.fn, (x, t))
+
+
 def test_dynamic_axes_of_an_unknown_name_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"dynamic_axes names \['y'\]"):
         dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx",

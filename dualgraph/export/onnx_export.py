@@ -37,8 +37,10 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    # (a dg.compile / to_static callable names its inputs after the function it runs)
-    names = (fn if isinstance(fn, Compiled) else Compiled(fn)).leaf_names(example_inputs, {})
+    # (a dg.compile / to_static callable is traced as the function it runs: its inputs
+    # are named after that function's parameters, and dynamic_axes find them)
+    fn = fn.fn if isinstance(fn, Compiled) else fn
+    names = Compiled(fn).leaf_names(example_inputs, {})
     input_names = _check_names(input_names, names, "input_names")
     dynamic_axes = dynamic_axes or {}
     traced = Compiled(fn, fullgraph=True, strict=True, passes=False,
