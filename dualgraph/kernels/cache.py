@@ -1,17 +1,31 @@
-"""Where compiled kernels are kept between processes, and what their code depends on.
+"""Where compiled kernels are kept between processes, what their code depends on, and how
+old entries leave.
 
 The directory is ``$DUALGRAPH_CACHE_DIR`` or ``~/.cache/dualgraph/kernels``; when it cannot
 be written, a temporary directory is used (compiled code then lasts for this process only).
 Every file there is written atomically (a temporary file, then a rename), so a process never
 reads half a file another one is writing.
+
+An entry is keyed by everything its code depends on, so a new version of this package (or a
+graph no longer run) leaves entries nothing will read again. Each process marks the entries
+it loads as used (their files' modification time), and a process that has just written a
+new entry (it compiled something, which is rare) prunes that folder once: entries unused
+for ``MAX_AGE_DAYS``, then the least recently used while the folder holds more than
+``MAX_BYTES``. An entry pruned while another process needs it is compiled again there.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
+
+MAX_AGE_DAYS = 30
+MAX_BYTES = 512 << 20
+_pruned: set[Path] = set()     # folders this process has pruned
 
 
 @lru_cache(maxsize=None)
@@ -45,3 +59,50 @@ def kernels_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def mark_used(path: Path) -> None:
+    """Record that the entry whose main file is ``path`` was just used (see above)."""
+    try:
+        os.utime(path)
+    except OSError:   # (a read-only installation: its entries simply age)
+        pass
+
+
+def prune(folder: Path, now: float | None = None) -> list[Path]:
+    """Remove the entries of ``folder`` unused for ``MAX_AGE_DAYS``, then the least
+    recently used beyond ``MAX_BYTES``, once per process and folder; returns what was
+    removed. An entry is the files sharing a name before the suffix (``<key>.json`` and
+    ``<key>.o``), with a module's compiled ``.pyc``; its age is its newest file's."""
+    if folder in _pruned:
+        return []
+    _pruned.add(folder)
+    entries: dict[str, list[Path]] = {}
+    for path in folder.glob("*.*"):
+        if path.is_file() and not path.name.startswith("."):
+            entries.setdefault(path.name.split(".")[0], []).append(path)
+    stats = []
+    for files in entries.values():
+        files += [Path(importlib.util.cache_from_source(p)) for p in files if p.suffix == ".py"]
+        found = [st for st in map(_stat, files) if st is not None]
+        if found:
+            stats.append((max(st.st_mtime for st in found), sum(st.st_size for st in found),
+                          files))
+    stats.sort(key=lambda e: e[0], reverse=True)     # most recently used first
+    now = time.time() if now is None else now
+    removed, total = [], 0
+    for used, size, files in stats:
+        total += size
+        if now - used > MAX_AGE_DAYS * 86400 or total > MAX_BYTES:
+            for f in files:
+                try:
+                    f.unlink()
+                    removed.append(f)
+                except OSError:   # (gone already, or not ours to remove)
+                    pass
+    return removed
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None

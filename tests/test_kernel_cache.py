@@ -1,0 +1,86 @@
+"""The kernel caches' housekeeping (``kernels/cache.py``): entries a process loads are marked
+used; a process that wrote an entry prunes the folder once, by age, then by size, least
+recently used first, an entry's files together."""
+import hashlib
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dualgraph.codegen import cache as module_cache
+from dualgraph.kernels import cache, native
+
+DAY = 86400
+
+
+def entry(folder: Path, key: str, age_days: float, size: int = 10) -> list[Path]:
+    """A native-style entry (``key.json`` + ``key.o``) last used ``age_days`` ago."""
+    files = [folder / f"{key}.json", folder / f"{key}.o"]
+    for f in files:
+        f.write_bytes(b"x" * size)
+        stamp = time.time() - age_days * DAY
+        os.utime(f, (stamp, stamp))
+    return files
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, "_pruned", set())
+    return tmp_path
+
+
+def test_entries_unused_for_a_month_are_removed_with_all_their_files(folder):
+    old = entry(folder, "old", cache.MAX_AGE_DAYS + 1)
+    recent = entry(folder, "recent", cache.MAX_AGE_DAYS - 1)
+    module = folder / "dualgraph_kernel_abc.py"
+    module.write_text("x = 1\n")
+    compiled = Path(importlib.util.cache_from_source(module))
+    compiled.parent.mkdir()
+    compiled.write_bytes(b"pyc")
+    for f in (module, compiled):
+        os.utime(f, (time.time() - 40 * DAY,) * 2)
+    (folder / ".dualgraph_kernel_abc.py.123.tmp").write_text("")   # another writer's
+    removed = cache.prune(folder)
+    assert sorted(removed) == sorted(old + [module, compiled])
+    assert all(f.exists() for f in recent)
+    assert (folder / ".dualgraph_kernel_abc.py.123.tmp").exists()
+    assert cache.prune(folder) == []            # once per process and folder
+
+
+def test_beyond_the_size_budget_the_least_recently_used_go_first(folder, monkeypatch):
+    monkeypatch.setattr(cache, "MAX_BYTES", 50)
+    entries = {key: entry(folder, key, age, size=20)   # 40 bytes an entry
+               for key, age in (("a", 3), ("b", 1), ("c", 2))}
+    removed = cache.prune(folder)
+    assert sorted(removed) == sorted(entries["c"] + entries["a"])   # b, the newest, fits
+    assert all(f.exists() for f in entries["b"])
+
+
+def test_loading_an_entry_marks_it_used(folder):
+    code = b"\x00object code"
+    meta = {"sha256": hashlib.sha256(code).hexdigest(), "symbol": "s"}
+    meta_path, object_path = native._paths(folder, "k")
+    object_path.write_bytes(code)
+    meta_path.write_text(json.dumps(meta))
+    os.utime(meta_path, (time.time() - 40 * DAY,) * 2)
+    assert native._load(folder, "k") == (meta, code)
+    assert time.time() - meta_path.stat().st_mtime < DAY
+    assert cache.prune(folder) == []
+
+
+def test_a_kernel_module_is_marked_used_when_loaded_and_its_writer_prunes(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(cache, "_pruned", set())
+    monkeypatch.setattr(module_cache, "cache_dir", lambda: tmp_path)
+    stale = entry(tmp_path, "stale", cache.MAX_AGE_DAYS + 5)
+    source = "VALUE = 42\n"
+    module = module_cache.load_module(source)     # written: the folder is pruned
+    assert module.VALUE == 42 and not any(f.exists() for f in stale)
+    path = Path(module.__file__)
+    os.utime(path, (time.time() - 40 * DAY,) * 2)
+    del __import__("sys").modules[module.__name__]
+    module_cache.load_module(source)              # loaded again: used now
+    assert time.time() - path.stat().st_mtime < DAY
