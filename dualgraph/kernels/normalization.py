@@ -100,9 +100,14 @@ def cross_entropy_backward(x, target, ignore_index, scale, out):
             continue
         row = x[r]
         m = _row_max(row)
-        weight = scale[r] / _row_exp_sum(row, m)
+        total = _ZERO
+        for j in range(row.size):   # (one exp per element: kept in out until scaled)
+            e = exp32(row[j] - m)
+            o[j] = e
+            total += e
+        weight = scale[r] / total
         for j in range(row.size):
-            o[j] = exp32(row[j] - m) * weight
+            o[j] = o[j] * weight
         o[t] -= scale[r]
 
 
