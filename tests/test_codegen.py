@@ -385,16 +385,18 @@ def run_donated(graph):
     return exe, got[0] is p
 
 
-@pytest.mark.parametrize("dtype, applied", [("float32", "add_bias_relu("),
-                                             ("float64", "np.maximum(linear, 0, out=linear)")])
-def test_a_relu_after_a_matmul_runs_in_place_only_where_nothing_else_reads_the_product(
-        dtype, applied):
-    """A batch of rows: the bias and relu go into the matmul's own result (float32: one
-    loop, else in-place NumPy), with eager's bits, NaN kept; not when the product is read
-    elsewhere, and not in checked mode (every node compared on its own)."""
+@pytest.mark.parametrize("rows, dtype, applied", [
+    (1, "float32", "= matvec_relu("),                        # inside the product
+    (6, "float32", "add_bias_relu("),                        # with the bias, one loop
+    (6, "float64", "np.maximum(linear, 0, out=linear)")])    # in-place NumPy
+def test_a_relu_after_a_linear_runs_in_place_only_where_nothing_else_reads_the_product(
+        rows, dtype, applied):
+    """The relu of a compiled ``linear`` is applied to the product's own array, with
+    eager's bits (NaN kept); not when the product is read elsewhere or returned, and not
+    in checked mode (every node compared on its own)."""
     rng = np.random.default_rng(5)
-    w = dg.tensor(rng.standard_normal((30, 20)).astype(dtype))
-    b = dg.tensor(rng.standard_normal(30).astype(dtype))
+    w = dg.tensor(rng.standard_normal((300, 200)).astype(dtype))
+    b = dg.tensor(rng.standard_normal(300).astype(dtype))
     linear, relu = dg.nn.functional.linear, dg.nn.functional.relu
 
     def alone(x):
@@ -408,9 +410,10 @@ def test_a_relu_after_a_matmul_runs_in_place_only_where_nothing_else_reads_the_p
         h = linear(x, w, b)
         return relu(h) + h
 
-    x = rng.standard_normal((6, 20)).astype(dtype)
-    x[2, 7] = np.nan      # NaN rows stay NaN, as np.maximum keeps them
-    fused_applied = applied if numba_available() or dtype != "float32" else "np.maximum("
+    x = rng.standard_normal((rows, 200)).astype(dtype)
+    x[-1, 7] = np.nan      # NaN rows stay NaN, as np.maximum keeps them
+    if not numba_available() and dtype == "float32":
+        applied = "np.maximum("
     for fn, fused in ((alone, True), (product_returned, False), (product_read_twice, False)):
         with dg.no_grad():
             want = fn(dg.tensor(x))
@@ -419,13 +422,13 @@ def test_a_relu_after_a_matmul_runs_in_place_only_where_nothing_else_reads_the_p
         for g, e in zip(got if isinstance(got, tuple) else (got,),
                         want if isinstance(want, tuple) else (want,)):
             np.testing.assert_array_equal(g.numpy(), e.numpy())
-        assert (fused_applied in compiled._last.executable.code) == fused, fn.__name__
-        assert np.isnan((got[0] if isinstance(got, tuple) else got).numpy()[2]).all()
+        assert (applied in compiled._last.executable.code) == fused, fn.__name__
+        assert np.isnan((got[0] if isinstance(got, tuple) else got).numpy()[-1]).all()
     with dg.no_grad():
         checked = dg.compile(alone, check=True)
         np.testing.assert_array_equal(checked(dg.tensor(x)).numpy(), alone(dg.tensor(x)).numpy())
     # with gradients: relu's backward reads the product the relu overwrote
-    xs = [dg.tensor(x[[0, 1, 3]], requires_grad=True) for _ in range(2)]
+    xs = [dg.tensor(x[:, ::-1].copy(), requires_grad=True) for _ in range(2)]
     alone(xs[0]).sum().backward()
     dg.compile(lambda x: alone(x).sum())(xs[1]).backward()
     np.testing.assert_array_equal(xs[1].grad.numpy(), xs[0].grad.numpy())
