@@ -17,6 +17,7 @@ DAY = 86400
 
 
 def entry(folder: Path, key: str, age_days: float, size: int = 10) -> list[Path]:
+    key = hashlib.sha256(key.encode()).hexdigest()[:32]   # (entries are named by hashes)
     """A native-style entry (``key.json`` + ``key.o``) last used ``age_days`` ago."""
     files = [folder / f"{key}.json", folder / f"{key}.o"]
     for f in files:
@@ -35,18 +36,20 @@ def folder(tmp_path, monkeypatch):
 def test_entries_unused_for_a_month_are_removed_with_all_their_files(folder):
     old = entry(folder, "old", cache.MAX_AGE_DAYS + 1)
     recent = entry(folder, "recent", cache.MAX_AGE_DAYS - 1)
-    module = folder / "dualgraph_kernel_abc.py"
+    module = folder / f"dualgraph_kernel_{'ab' * 12}.py"
     module.write_text("x = 1\n")
     compiled = Path(importlib.util.cache_from_source(module))
     compiled.parent.mkdir()
     compiled.write_bytes(b"pyc")
     for f in (module, compiled):
         os.utime(f, (time.time() - 40 * DAY,) * 2)
-    (folder / ".dualgraph_kernel_abc.py.123.tmp").write_text("")   # another writer's
+    others = [folder / f".{module.name}.123.tmp", folder / "notes.txt", folder / "abc.json"]
+    for f in others:     # another writer's temporary file; files that are not entries
+        f.write_text("")
+        os.utime(f, (time.time() - 400 * DAY,) * 2)
     removed = cache.prune(folder)
     assert sorted(removed) == sorted(old + [module, compiled])
-    assert all(f.exists() for f in recent)
-    assert (folder / ".dualgraph_kernel_abc.py.123.tmp").exists()
+    assert all(f.exists() for f in recent + others)
     assert cache.prune(folder) == []            # once per process and folder
 
 
@@ -62,13 +65,14 @@ def test_beyond_the_size_budget_the_least_recently_used_go_first(folder, monkeyp
 def test_loading_an_entry_marks_it_used(folder):
     code = b"\x00object code"
     meta = {"sha256": hashlib.sha256(code).hexdigest(), "symbol": "s"}
-    meta_path, object_path = native._paths(folder, "k")
+    key = "ab" * 16
+    meta_path, object_path = native._paths(folder, key)
     object_path.write_bytes(code)
     meta_path.write_text(json.dumps(meta))
     os.utime(meta_path, (time.time() - 40 * DAY,) * 2)
-    assert native._load(folder, "k") == (meta, code)
+    assert native._load(folder, key) == (meta, code)
     assert time.time() - meta_path.stat().st_mtime < DAY
-    assert cache.prune(folder) == []
+    assert cache.prune(folder) == []      # (the month-old entry it was would have gone)
 
 
 def test_a_kernel_module_is_marked_used_when_loaded_and_its_writer_prunes(tmp_path,

@@ -133,6 +133,26 @@ def test_nll_loss_image_layout_and_ignore_index():
     compare(lambda lib, f, x, t: f.nll_loss(x, t, ignore_index=1), logp, t)
 
 
+def test_cross_entropy_on_class_indices_is_one_op_forward_and_backward():
+    """(N, C) logits with class indices and nothing else: the fused op, eager and compiled
+    (one node each way); with class weights, the composite of log-softmax and gathers."""
+    x = dg.tensor(normal(6, 5).astype(np.float32), requires_grad=True)
+    t = dg.tensor(classes(5, 6))
+    assert repr(F.cross_entropy(x, t).grad_fn).startswith("<CrossEntropyBackward: cross_entropy(")
+
+    def step(x, t, weight=None):
+        loss = F.cross_entropy(x, t, weight)
+        loss.backward()
+        return loss
+    compiled = dg.compile(step)
+    compiled(x, t)
+    names = [n.op.name for n in compiled.graph.nodes]
+    assert names.count("cross_entropy") == names.count("cross_entropy_backward") == 1
+    assert "log_softmax" not in names
+    compiled(x, t, dg.ones(5))
+    assert "log_softmax" in [n.op.name for n in compiled.graph.nodes]
+
+
 def test_cross_entropy_errors():
     x = dg.randn(4, 3)
     with pytest.raises(ValueError, match=r"expected a target of class indices of shape \(4,\)"
