@@ -159,6 +159,3 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     apply."""
     return apply(CROSS_ENTROPY, logits, target, ignore_index=int(ignore_index),
                  reduction=reduction)
-
-
-METHODS: dict = {}

@@ -154,6 +154,3 @@ def layer_norm(x, n_dims: int, weight=None, bias=None, eps: float = 1e-5):
     full passes; and compiled LayerNorm then equals eager to the bit)."""
     y, _, _ = apply(LAYER_NORM, x, weight, bias, n_dims=n_dims, eps=float(eps))
     return y
-
-
-METHODS: dict = {}
