@@ -14,35 +14,13 @@ from dualgraph.export.errors import OnnxError
 from dualgraph.export.onnx_ops import exporter
 from dualgraph.ops import REGISTRY
 
-from optable import In
-from test_ops import CASES, make_inputs
+from test_ops import CASES, case_function, make_inputs, ops_traced
 
 def run_ort(model, arrays):
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return session.run(None, dict(zip(names, arrays)))
-
-
-def case_function(case, arrays):
-    """The row as a function of its tensor inputs only (its plain values closed over)."""
-    specs = case.inputs
-
-    def fn(*tensors):
-        it = iter(tensors)
-        args = [next(it) if isinstance(s, In) else a for s, a in zip(specs, arrays)]
-        return case.fn(dg, *args)
-    tensors = tuple(dg.tensor(a) for s, a in zip(specs, arrays) if isinstance(s, In))
-    return fn, tensors
-
-
-def ops_traced(fn, tensors) -> set:
-    """The ops of the row's graph (none for rows that can't be captured)."""
-    try:
-        traced = dg.jit.trace(fn, tensors)
-    except dg.errors.CaptureError:
-        return set()
-    return {node.op.name for node in traced.graph.nodes}
 
 
 def as_list(out):

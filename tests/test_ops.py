@@ -83,6 +83,27 @@ def assert_close(got, want, atol, rtol, what):
         np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=what)
 
 
+def case_function(case, arrays):
+    """The row as a function of its tensor inputs only (its plain values closed over)."""
+    specs = case.inputs
+
+    def fn(*tensors):
+        it = iter(tensors)
+        args = [next(it) if isinstance(s, In) else a for s, a in zip(specs, arrays)]
+        return case.fn(dg, *args)
+    tensors = tuple(dg.tensor(a) for s, a in zip(specs, arrays) if isinstance(s, In))
+    return fn, tensors
+
+
+def ops_traced(fn, tensors) -> set:
+    """The ops of the row's graph (none for rows that can't be captured)."""
+    try:
+        traced = dg.jit.trace(fn, tensors)
+    except dg.errors.CaptureError:
+        return set()
+    return {node.op.name for node in traced.graph.nodes}
+
+
 def check_dtype(dg_out, torch_out, what):
     want = str(torch_out.dtype).replace("torch.", "")
     assert dg_out.dtype.name == want, f"{what}: dtype {dg_out.dtype.name} != torch's {want}"
@@ -100,9 +121,15 @@ FORWARD = [(c, d) for c in CASES for d in c.dtypes]
 
 
 @pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{d}" for c, d in FORWARD])
-def test_forward_matches_torch(case, dtype):
+def test_forward_matches_torch(case, dtype, monkeypatch):
     arrays = make_inputs(case, dtype)
+    op, calls = REGISTRY[case.op], []
+    kernel = op.kernel
+    monkeypatch.setattr(op, "kernel", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     got = as_list(case.fn(dg, *to_dg(arrays, case, False)))
+    if not calls and "runs_no_op" not in case.extra:   # (eager setitem writes in place)
+        assert case.op in ops_traced(*case_function(case, arrays)), \
+            f"row {case.id} never runs its op {case.op!r}, eagerly or traced"
     want = as_list(case.fn(torch, *to_torch(arrays, case, False)))
     assert len(got) == len(want)
     atol, rtol = TOL[dtype]

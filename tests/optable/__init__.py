@@ -3,7 +3,8 @@
 A row is an :class:`OpCase`: the op it covers, a function written once against the shared
 torch-style API (``fn(lib, *inputs)`` runs with ``lib`` = ``dualgraph`` and ``lib`` = ``torch``),
 and input specs. Each family has a module here listing its ``CASES``; ``test_ops.py`` runs them
-all and fails when a registry op has no row.
+all and fails when a registry op has no row, or when a row never runs the op it names
+(eagerly or in its traced graph).
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class OpCase:
     gradcheck: bool = True          # also the float64 finite-difference check
     atol: float = 1e-5
     rtol: float = 1e-4
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)   # "runs_no_op": why the row runs no op
 
     @property
     def id(self) -> str:
