@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dualgraph as dg
+from dualgraph.capture.compile import Entry
 
 HERE = os.path.basename(__file__)
 
@@ -471,3 +472,50 @@ def test_a_compiled_function_called_inside_a_capture_is_inlined():
     assert [n.op.name for n in outer.graph.nodes] == ["exp", "mul", "add"]
     assert not inner.cache   # the inner function was traced through, never captured
     np.testing.assert_allclose(inner(x).numpy(), np.exp([0.0, 1.0]) * 2, rtol=1e-6)
+
+
+def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monkeypatch):
+    """After a general call, a compiled inference call runs its guards and its graph
+    function inline (capture/fastpath.py). A guard that differs takes the general path,
+    which retraces or rebinds as before; results are always the current model's."""
+    dg.manual_seed(0)
+    model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.ReLU(), dg.nn.Dropout(0.5))
+    model.eval()
+    f = dg.compile(model)
+    general = []
+    real_run = Entry.run
+    monkeypatch.setattr(Entry, "run",
+                        lambda self, *a, **k: general.append(1) or real_run(self, *a, **k))
+
+    def takes_general_path(x):
+        general.clear()
+        out = f(x)
+        with dg.no_grad():
+            np.testing.assert_array_equal(out.detach().numpy(), model(x).numpy())
+        return bool(general)
+
+    x = dg.randn(2, 4)
+    with dg.no_grad():
+        assert takes_general_path(x) and "graph_fn(x0" in f._fast.source
+        assert not takes_general_path(x)
+        assert takes_general_path(dg.randn(3, 4))             # another shape: a retrace
+        assert not takes_general_path(dg.randn(3, 4))         # ... with its own fast path
+        assert takes_general_path(x) and not takes_general_path(x)
+        # new data for a parameter (as Module.to gives it): the fast path is made again
+        model[0].weight._data = np.ones((3, 4), np.float32)
+        assert takes_general_path(x) and not takes_general_path(x)
+        model.train()                                         # module facts: dropout on
+        general.clear()
+        f(x)
+        assert general
+        model.eval()
+        assert takes_general_path(x) and not takes_general_path(x)
+        assert takes_general_path(x.detach().requires_grad_())   # an input needing grad
+        outer = dg.compile(lambda z: f(z) * 2)                # called while tracing: inlined
+        np.testing.assert_array_equal(outer(x).numpy(), 2 * model(x).numpy())
+        assert "linear" in [n.op.name for n in outer.graph.nodes]
+    assert takes_general_path(x)                              # grad mode on
+    step = dg.compile(lambda z: model(z).sum().backward())    # a training step: none
+    step(x)
+    step(x)
+    assert step._fast is None

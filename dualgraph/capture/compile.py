@@ -25,6 +25,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
+from .fastpath import MISS, fast_path, still_bound
 from .guards import ModuleFacts, describe_guards, explain_miss, signature
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
@@ -235,6 +236,8 @@ class Compiled:
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
+        self._fast_paths: dict = {}     # signature -> its inlined call, or None
+        self._fast = None               # the last call's, tried first
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -243,6 +246,11 @@ class Compiled:
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
+            out = fast(args, kwargs)
+            if out is not MISS:
+                return out
         if self.eager_only or modes.tracer is not None:
             # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
@@ -268,10 +276,17 @@ class Compiled:
                 return checking.run_checked(self.fn, entry, args, kwargs)
         self._last = entry
         try:
-            return entry.run(args, kwargs, leaves=leaves)
+            result = entry.run(args, kwargs, leaves=leaves)
         except _StaleGuard:
             del self.cache[sig]
+            self._fast_paths.pop(sig, None)
             return self(*args, **kwargs)
+        fast = self._fast_paths.get(sig, MISS)
+        if fast is MISS or (fast is not None and not still_bound(fast)):
+            # (made after a run: the arrays it binds passed the executable's type check)
+            fast = self._fast_paths[sig] = fast_path(self, entry, sig)
+        self._fast = fast
+        return result
 
     def _flatten(self, args, kwargs):
         """``flatten((args, kwargs))``; the usual call, tensors only, without walking it."""
@@ -377,6 +392,7 @@ class Compiled:
         warnings.warn(f"dg.compile: graph break in {_name(self.fn)} at {e.location}: "
                       f"{e.reason}; running it eagerly from now on. {e.fix}", stacklevel=4)
         self.eager_only = True
+        self._fast = None
         return None
 
     # -- reports ----------------------------------------------------------------------------

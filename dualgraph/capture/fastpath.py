@@ -1,0 +1,96 @@
+"""A compiled inference call without the general machinery: its guards and call inlined.
+
+The general path of ``Compiled.__call__`` flattens the arguments, computes the signature of
+every guard as a tuple (capture/guards.py), looks it up, gathers the graph's input arrays,
+checks their types and rebuilds the outputs: some twenty Python calls, ~9 us, as much as
+a batch-1 MLP's three products take on two cores. For the common inference entry (tensor
+arguments only, no dynamic dims, no optimiser, one tensor out, nothing written back, no
+buffers) this module writes one function that checks the same facts inline and calls the
+generated graph function directly::
+
+    def fast_call(args, kwargs):
+        if (kwargs or len(args) != 1 or modes.tracer is not None
+                or grad_mode.enabled is not False):
+            return MISS
+        a0, = args
+        if type(a0) is not Tensor or a0.requires_grad:
+            return MISS
+        x0 = a0._data
+        if x0.shape != (1, 784) or x0.dtype != dtype_0:
+            return MISS
+        if facts.get() != module_facts:
+            return MISS
+        if cap_0._data is not array_0 or cap_1._data is not array_1:
+            return MISS
+        return make(graph_fn(x0, array_0, array_1)[0])
+
+Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
+retraces and explains as before; the captured tensors' arrays must be the very arrays
+whose types the executable checked (a parameter given new data takes the general path).
+"""
+from __future__ import annotations
+
+from ..autograd.tape import grad_mode
+from ..dispatch import modes
+from ..tensor import Tensor
+
+MISS = object()   # the fast path does not apply to this call
+
+
+def fast_path(compiled, entry, sig):
+    """The inlined call of ``entry`` for calls with signature ``sig``, or None when the
+    entry needs the general path (see the module docstring)."""
+    spec, facts, grad_enabled, module_facts, optimizer_facts = sig
+    exe, capture = entry.executable, entry.capture
+    if (compiled.dynamic or compiled.check or optimizer_facts or kwargs_spec(compiled, spec,
+                                                                                len(facts))
+            or not entry.plain or capture.out_spec is not None or len(entry.graph.outputs) != 1
+            or exe._slots or exe._donated_inputs
+            or any(f[0] != "tensor" for f in facts)
+            or any(b.kind not in ("arg", "captured") for b in capture.bindings)):
+        return None
+    names = {"MISS": MISS, "modes": modes, "grad_mode": grad_mode, "Tensor": Tensor,
+             "make": Tensor._make, "graph_fn": exe.program.fn,
+             "facts": compiled._module_facts, "module_facts": module_facts}
+    args = ", ".join(f"a{i}" for i in range(len(facts)))
+    lines = [f"if kwargs or len(args) != {len(facts)} or modes.tracer is not None"
+             f" or grad_mode.enabled is not {bool(grad_enabled)}:",
+             "    return MISS",
+             f"{args}, = args"]
+    for i, (_, shape, dtype, requires_grad) in enumerate(facts):
+        names[f"dtype_{i}"] = dtype
+        lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not {requires_grad}:",
+                  "    return MISS",
+                  f"x{i} = a{i}._data",
+                  f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
+                  "    return MISS"]
+    lines += ["if facts.get() != module_facts:", "    return MISS"]
+    operands, captured = [], []
+    for k, b in enumerate(capture.bindings):
+        if b.kind == "arg":
+            operands.append(f"x{b.index}")
+        else:
+            names[f"cap_{k}"], names[f"array_{k}"] = b.tensor, b.tensor._data
+            captured.append(f"cap_{k}._data is not array_{k}")
+            operands.append(f"array_{k}")
+    if captured:
+        lines += ["if (" + "\n        or ".join(captured) + "):", "    return MISS"]
+    lines.append(f"return make(graph_fn({', '.join(operands)})[0])")
+    source = "def fast_call(args, kwargs):\n" + "".join(f"    {line}\n" for line in lines)
+    exec(compile(source, "<dualgraph fast call>", "exec"), names)
+    fast_call = names["fast_call"]
+    fast_call.source = source
+    fast_call.bound = [(b.tensor, b.tensor._data) for b in capture.bindings
+                       if b.kind == "captured"]
+    return fast_call
+
+
+def still_bound(fast_call) -> bool:
+    """Whether the captured tensors still hold the arrays ``fast_call`` was made for (a
+    parameter given new data needs a new one)."""
+    return all(t._data is a for t, a in fast_call.bound)
+
+
+def kwargs_spec(compiled, spec, count: int) -> bool:
+    """Whether ``spec`` is anything but ``count`` tensors passed positionally."""
+    return compiled._tensor_specs.get(count) is not spec
