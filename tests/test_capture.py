@@ -515,6 +515,11 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
         np.testing.assert_array_equal(outer(x).numpy(), 2 * model(x).numpy())
         assert "linear" in [n.op.name for n in outer.graph.nodes]
     assert takes_general_path(x)                              # grad mode on
+    with dg.no_grad():                                        # no arguments at all
+        doubled = dg.compile(lambda: model[0].weight * 2)
+        doubled()
+        assert doubled._fast is not None
+        np.testing.assert_array_equal(doubled().numpy(), 2 * model[0].weight.detach().numpy())
     step = dg.compile(lambda z: model(z).sum().backward())    # a training step: none
     step(x)
     step(x)

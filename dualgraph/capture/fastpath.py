@@ -31,6 +31,7 @@ whose types the executable checked (a parameter given new data takes the general
 from __future__ import annotations
 
 from ..autograd.tape import grad_mode
+from ..codegen.python import compile_source
 from ..dispatch import modes
 from ..tensor import Tensor
 
@@ -40,23 +41,18 @@ MISS = object()   # the fast path does not apply to this call
 def fast_path(compiled, entry, sig):
     """The inlined call of ``entry`` for calls with signature ``sig``, or None when the
     entry needs the general path (see the module docstring)."""
-    spec, facts, grad_enabled, module_facts, optimizer_facts = sig
-    exe, capture = entry.executable, entry.capture
-    if (compiled.dynamic or compiled.check or optimizer_facts or kwargs_spec(compiled, spec,
-                                                                                len(facts))
-            or not entry.plain or capture.out_spec is not None or len(entry.graph.outputs) != 1
-            or exe._slots or exe._donated_inputs
-            or any(f[0] != "tensor" for f in facts)
-            or any(b.kind not in ("arg", "captured") for b in capture.bindings)):
+    if not applies(compiled, entry, sig):
         return None
+    _, facts, grad_enabled, module_facts, _ = sig
+    exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "grad_mode": grad_mode, "Tensor": Tensor,
              "make": Tensor._make, "graph_fn": exe.program.fn,
              "facts": compiled._module_facts, "module_facts": module_facts}
-    args = ", ".join(f"a{i}" for i in range(len(facts)))
     lines = [f"if kwargs or len(args) != {len(facts)} or modes.tracer is not None"
              f" or grad_mode.enabled is not {bool(grad_enabled)}:",
-             "    return MISS",
-             f"{args}, = args"]
+             "    return MISS"]
+    if facts:
+        lines.append(", ".join(f"a{i}" for i in range(len(facts))) + ", = args")
     for i, (_, shape, dtype, requires_grad) in enumerate(facts):
         names[f"dtype_{i}"] = dtype
         lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not {requires_grad}:",
@@ -77,8 +73,7 @@ def fast_path(compiled, entry, sig):
         lines += ["if (" + "\n        or ".join(captured) + "):", "    return MISS"]
     lines.append(f"return make(graph_fn({', '.join(operands)})[0])")
     source = "def fast_call(args, kwargs):\n" + "".join(f"    {line}\n" for line in lines)
-    exec(compile(source, "<dualgraph fast call>", "exec"), names)
-    fast_call = names["fast_call"]
+    fast_call = compile_source(source, "fast_call", names).fn   # (tracebacks show it)
     fast_call.source = source
     fast_call.bound = [(b.tensor, b.tensor._data) for b in capture.bindings
                        if b.kind == "captured"]
@@ -91,6 +86,15 @@ def still_bound(fast_call) -> bool:
     return all(t._data is a for t, a in fast_call.bound)
 
 
-def kwargs_spec(compiled, spec, count: int) -> bool:
-    """Whether ``spec`` is anything but ``count`` tensors passed positionally."""
-    return compiled._tensor_specs.get(count) is not spec
+def applies(compiled, entry, sig) -> bool:
+    """The entry and its signature are of the kind the fast path covers: tensors passed
+    positionally, no dynamic dims, no optimiser, no checked mode; one fresh tensor out,
+    nothing written back or recorded; no preallocated buffers or donated inputs."""
+    spec, facts, _, _, optimizer_facts = sig
+    exe, capture = entry.executable, entry.capture
+    return (not (compiled.dynamic or compiled.check or optimizer_facts)
+            and compiled._tensor_specs.get(len(facts)) is spec
+            and all(f[0] == "tensor" for f in facts)
+            and all(b.kind in ("arg", "captured") for b in capture.bindings)
+            and entry.plain and capture.out_spec is None and len(entry.graph.outputs) == 1
+            and not exe._slots and not exe._donated_inputs)
