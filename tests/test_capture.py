@@ -524,3 +524,23 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
     step(x)
     step(x)
     assert step._fast is None
+
+
+def test_a_model_cast_after_compiling_is_traced_again():
+    """``model.double()`` keeps the Parameter objects (the guards hold) but gives them
+    float64 arrays: the compiled call traces again, explains why, and matches eager (it
+    raised a dtype error before)."""
+    model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.Tanh())
+    f = dg.compile(model)
+    x = dg.randn(2, 4)
+    with dg.no_grad():
+        f(x)
+        f(x)
+        model.double()
+        got, want = f(x), model(x)
+        assert got.dtype == want.dtype == dg.float64
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_array_equal(f(x).numpy(), want.numpy())
+    record = f.records[-1]
+    assert record.kind == "retrace" and "0.weight is now float64 (3, 4), traced as float32" \
+        in record.detail, record.detail

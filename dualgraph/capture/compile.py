@@ -20,7 +20,7 @@ from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import modes
 from ..errors import CaptureError
-from ..shapes import Sym
+from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
@@ -90,8 +90,26 @@ class Entry:
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
-        outs = self.executable.run(self.inputs(tensor_args), on_node=on_node)
+        arrays = self.inputs(tensor_args)
+        try:
+            outs = self.executable.run(arrays, on_node=on_node)
+        except (TypeError, ShapeError):
+            retyped = self._captured_retyped(arrays)
+            if retyped:
+                raise _StaleGuard(retyped) from None
+            raise
         return self.finish(outs, tensor_args)
+
+    def _captured_retyped(self, arrays) -> str | None:
+        """What changed, if a captured tensor (a parameter, a buffer, a gradient) now holds
+        an array of another dtype or shape than the graph was traced with
+        (``model.double()``, ``.to()``): the guards cover the arguments only, so the graph
+        is traced again."""
+        for b, a, v in zip(self.capture.bindings, arrays, self.executable.graph.inputs):
+            if b.kind != "arg" and (a.dtype != v.dtype or tuple(a.shape) != tuple(v.shape)):
+                return (f"captured tensor {v.name} is now {a.dtype} {tuple(a.shape)}, traced "
+                        f"as {v.dtype} {tuple(v.shape)}")
+        return None
 
     def _bound_tensor(self, k: int, tensor_args: list):
         """The tensor whose array is graph input ``k`` this call, when no writeback of
@@ -238,6 +256,7 @@ class Compiled:
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
         self._fast = None               # the last call's, tried first
+        self._stale: str | None = None  # why the last entry was dropped, if it was
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -277,9 +296,10 @@ class Compiled:
         self._last = entry
         try:
             result = entry.run(args, kwargs, leaves=leaves)
-        except _StaleGuard:
+        except _StaleGuard as stale:
             del self.cache[sig]
             self._fast_paths.pop(sig, None)
+            self._stale = str(stale)    # (the reason the next capture's record gives)
             return self(*args, **kwargs)
         fast = self._fast_paths.get(sig, MISS)
         if fast is MISS or (fast is not None and not still_bound(fast)):
@@ -359,7 +379,10 @@ class Compiled:
         reused = entry is not None
         if not reused:
             entry = Entry(capture, backward, self.passes, self.fast_math)
-        if self.cache:
+        stale, self._stale = self._stale, None
+        if stale:
+            reason, fix, kind = stale, "none needed: traced again for it", "retrace"
+        elif self.cache:
             reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
             kind = "retrace"
             if reused:
