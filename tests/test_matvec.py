@@ -245,3 +245,24 @@ def test_the_helper_leaves_its_loop_at_exit():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("rows, cols", [(3, 4), (63, 64), (64, 64), (512, 784)])
+def test_eager_and_compiled_take_the_same_product_at_every_size(rows, cols):
+    """Below ``MIN_ELEMENTS`` weights eager's batch-1 linear is NumPy's matmul; compiled
+    code must choose as it does (it used the loop at every size, and the bits differed)."""
+    rng = np.random.default_rng(rows)
+    w = dg.tensor(rng.standard_normal((rows, cols), dtype=np.float32))
+    b = dg.tensor(rng.standard_normal(rows, dtype=np.float32))
+
+    def layer(x):
+        return dg.nn.functional.linear(x, w, b)
+    compiled = dg.compile(layer)
+    with dg.no_grad():
+        for seed in range(3):
+            x = dg.tensor(np.random.default_rng(seed).standard_normal((1, cols),
+                                                                      dtype=np.float32))
+            np.testing.assert_array_equal(compiled(x).numpy(), layer(x).numpy())
+    uses_loop = matvec.wanted(x.numpy(), w.numpy(), b.numpy())
+    assert uses_loop == (rows * cols >= kernels.MIN_ELEMENTS)
+    assert ("= matvec(" in compiled._last.executable.code) == uses_loop

@@ -372,13 +372,15 @@ def _blas_linear(node: Node) -> bool:
 
 
 def _matvec_linear(node: Node) -> bool:
-    """A ``linear`` the code computes with ``kernels.matvec``: one row of float32, the
-    bias (if any) one per output (``linear`` also takes a scalar bias)."""
+    """A ``linear`` the code computes with ``kernels.matvec``: one row of float32 whose
+    shapes eager's ``linear`` computes there too (``matvec.product_shapes``)."""
     if not _blas_linear(node):
         return False
-    x = node.inputs[0]
-    return (x.shape[0] == 1 and x.dtype == np.float32 and _per_output_bias(node)
-            and kernels.numba_available())
+    x, w, *rest = node.inputs
+    bias = next((b for b in rest if b is not None), None)
+    return (x.dtype == np.float32 and kernels.numba_available()
+            and matvec.product_shapes(tuple(x.shape), tuple(w.shape),
+                                      None if bias is None else tuple(bias.shape)))
 
 
 def relu_epilogues(graph: Graph) -> dict[Node, Node]:

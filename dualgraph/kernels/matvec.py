@@ -23,13 +23,14 @@ the code the compiler writes for it (``ops/linalg.py``).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 import time
 
 import numpy as np
 
-from . import enabled, helper, loop
+from . import MIN_ELEMENTS, enabled, helper, loop
 from .memory import add, compare_exchange, float32_array, load, pause, store, yield_cpu
 from .threads import thread_count
 
@@ -285,11 +286,21 @@ atexit.register(_stop_helper)
 
 
 def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
-    """Whether :func:`matvec` should compute this ``linear``: ``x`` one row (any leading
-    dims of size 1), float32 operands, Numba available."""
-    return (x.size == x.shape[-1] and w.ndim == 2 and w.shape[1] == x.shape[-1]
-            and (bias is None or (bias.shape == w.shape[:1] and bias.dtype == np.float32))
-            and enabled(w, x))
+    """Whether :func:`matvec` should compute this ``linear``: float32 operands of
+    :func:`product_shapes`, Numba available. Eager and compiled code both ask this, so a
+    product runs the same loop (and gives the same bits) either way."""
+    return (product_shapes(x.shape, w.shape, None if bias is None else bias.shape)
+            and (bias is None or bias.dtype == np.float32) and enabled(w, x))
+
+
+def product_shapes(x_shape: tuple, w_shape: tuple, bias_shape: tuple | None) -> bool:
+    """Shapes of a ``linear`` this module computes: ``x`` one row (any leading dims of size
+    1), ``w`` 2-D of ``x``'s width with at least ``MIN_ELEMENTS`` entries (below that
+    NumPy's call costs as little), a bias (if any) one per output."""
+    return (all(isinstance(d, int) for d in (*x_shape, *w_shape)) and len(w_shape) == 2
+            and math.prod(x_shape) == x_shape[-1] == w_shape[1]
+            and math.prod(w_shape) >= MIN_ELEMENTS
+            and (bias_shape is None or tuple(bias_shape) == tuple(w_shape[:1])))
 
 
 _NO_BIAS = np.zeros(1, np.float32)   # (passed, never read, when there is no bias)
