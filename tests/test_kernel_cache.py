@@ -5,6 +5,8 @@ import hashlib
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,16 +77,31 @@ def test_loading_an_entry_marks_it_used(folder):
     assert cache.prune(folder) == []      # (the month-old entry it was would have gone)
 
 
-def test_a_kernel_module_is_marked_used_when_loaded_and_its_writer_prunes(tmp_path,
-                                                                          monkeypatch):
+def test_a_kernel_module_is_marked_used_when_loaded_and_its_writer_prunes_at_exit(
+        tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "_pruned", set())
+    monkeypatch.setattr(cache, "_to_prune", {Path("/registered-already")})   # (no atexit)
     monkeypatch.setattr(module_cache, "cache_dir", lambda: tmp_path)
     stale = entry(tmp_path, "stale", cache.MAX_AGE_DAYS + 5)
     source = "VALUE = 42\n"
-    module = module_cache.load_module(source)     # written: the folder is pruned
-    assert module.VALUE == 42 and not any(f.exists() for f in stale)
+    module = module_cache.load_module(source)     # written: the folder is pruned at exit
+    assert module.VALUE == 42 and tmp_path in cache._to_prune
+    assert all(f.exists() for f in stale)
+    cache._to_prune.discard(Path("/registered-already"))
+    assert sorted(cache.prune_written()) == sorted(stale)
     path = Path(module.__file__)
     os.utime(path, (time.time() - 40 * DAY,) * 2)
     del __import__("sys").modules[module.__name__]
     module_cache.load_module(source)              # loaded again: used now
     assert time.time() - path.stat().st_mtime < DAY
+
+
+def test_a_process_that_wrote_an_entry_prunes_the_folder_when_it_exits(tmp_path):
+    stale = entry(tmp_path, "stale", cache.MAX_AGE_DAYS + 5)
+    code = ("from dualgraph.codegen.cache import load_module\n"
+            "assert load_module('VALUE = 7\\n').VALUE == 7\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, DUALGRAPH_CACHE_DIR=str(tmp_path)), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not any(f.exists() for f in stale)
+    assert list(tmp_path.glob("dualgraph_kernel_*.py"))       # the new entry stays

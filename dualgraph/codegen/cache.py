@@ -13,7 +13,7 @@ import importlib.util
 import sys
 
 from .._helpers import write_atomic
-from ..kernels.cache import cache_dir, kernels_hash, mark_used, prune
+from ..kernels.cache import cache_dir, kernels_hash, mark_used, prune_at_exit
 
 
 def load_module(source: str):
@@ -25,7 +25,7 @@ def load_module(source: str):
     path = cache_dir() / f"{name}.py"
     if not path.exists() or path.read_text() != source:
         write_atomic(path, source.encode(), durable=False)
-        prune(cache_dir())
+        prune_at_exit(cache_dir())
     else:
         mark_used(path)
     spec = importlib.util.spec_from_file_location(name, path)

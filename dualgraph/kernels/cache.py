@@ -8,13 +8,16 @@ reads half a file another one is writing.
 
 An entry is keyed by everything its code depends on, so a new version of this package (or a
 graph no longer run) leaves entries nothing will read again. Each process marks the entries
-it loads as used (their files' modification time), and a process that has just written a
-new entry (it compiled something, which is rare) prunes that folder once: entries unused
-for ``MAX_AGE_DAYS``, then the least recently used while the folder holds more than
-``MAX_BYTES``. An entry pruned while another process needs it is compiled again there.
+it loads as used (their files' modification time), and a process that has written a new
+entry (it compiled something, which is rare) prunes that folder once, when it exits (a
+scan of a few thousand files takes ~0.1 s, which a first call should not wait for):
+entries unused for ``MAX_AGE_DAYS``, then the least recently used while the folder holds
+more than ``MAX_BYTES``. An entry pruned while another process needs it is compiled again
+there.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -30,6 +33,7 @@ MAX_BYTES = 512 << 20
 # cache directory set to a folder holding other files loses none of them.
 ENTRY_FILE = re.compile(r"[0-9a-f]{16,64}\.(json|o)|dualgraph_kernel_[0-9a-f]{16,64}\.py")
 _pruned: set[Path] = set()     # folders this process has pruned
+_to_prune: set[Path] = set()   # folders this process wrote entries into
 
 
 @lru_cache(maxsize=None)
@@ -69,6 +73,22 @@ def mark_used(path: Path) -> None:
         os.utime(path)
     except OSError:   # (a read-only installation: its entries simply age)
         pass
+
+
+def prune_at_exit(folder: Path) -> None:
+    """Have :func:`prune` run on ``folder`` when this process exits (an entry was just
+    written there)."""
+    if not _to_prune:
+        atexit.register(prune_written)
+    _to_prune.add(folder)
+
+
+def prune_written() -> list[Path]:
+    """:func:`prune` every folder this process wrote entries into; what was removed."""
+    removed = []
+    for folder in sorted(_to_prune):
+        removed += prune(folder)
+    return removed
 
 
 def prune(folder: Path, now: float | None = None) -> list[Path]:

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from .._helpers import write_atomic
-from .cache import cache_dir, kernels_hash, mark_used, prune, writable
+from .cache import cache_dir, kernels_hash, mark_used, prune_at_exit, writable
 
 # argument codes: an array is "<dtype code>[<ndim>]"
 _DTYPE_CODES = {np.float32: "f4", np.float64: "f8", np.int32: "i4", np.int64: "i8",
@@ -221,7 +221,7 @@ def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
     write_atomic(object_path, code, durable=False)
     # last: the metadata marks the entry complete
     write_atomic(meta_path, json.dumps(meta, indent=1).encode(), durable=False)
-    prune(folder)
+    prune_at_exit(folder)
     return meta, code
 
 
