@@ -287,8 +287,9 @@ atexit.register(_stop_helper)
 
 def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
     """Whether :func:`matvec` should compute this ``linear``: float32 operands of
-    :func:`product_shapes`, Numba available. Eager and compiled code both ask this, so a
-    product runs the same loop (and gives the same bits) either way."""
+    :func:`product_shapes`, Numba available. Eager asks this and the compiler asks
+    :func:`product_shapes` of the same shapes, so a product runs the same loop (and gives
+    the same bits) either way."""
     return (product_shapes(x.shape, w.shape, None if bias is None else bias.shape)
             and (bias is None or bias.dtype == np.float32) and enabled(w, x))
 
@@ -297,9 +298,9 @@ def product_shapes(x_shape: tuple, w_shape: tuple, bias_shape: tuple | None) -> 
     """Shapes of a ``linear`` this module computes: ``x`` one row (any leading dims of size
     1), ``w`` 2-D of ``x``'s width with at least ``MIN_ELEMENTS`` entries (below that
     NumPy's call costs as little), a bias (if any) one per output."""
-    return (all(isinstance(d, int) for d in (*x_shape, *w_shape)) and len(w_shape) == 2
-            and math.prod(x_shape) == x_shape[-1] == w_shape[1]
-            and math.prod(w_shape) >= MIN_ELEMENTS
+    return (len(w_shape) == 2 and x_shape[-1] == w_shape[1]
+            and all(isinstance(d, int) for d in (*x_shape, *w_shape))   # (not symbolic)
+            and math.prod(x_shape) == x_shape[-1] and w_shape[0] * w_shape[1] >= MIN_ELEMENTS
             and (bias_shape is None or tuple(bias_shape) == tuple(w_shape[:1])))
 
 
