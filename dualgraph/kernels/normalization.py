@@ -30,17 +30,24 @@ def _row_max(row):
     return m
 
 
+@helper(inline="always")
+def _exp_into(row, m, out):
+    """``out = exp(row - m)``, returning its sum: a softmax's numerators and denominator
+    with one exp per element."""
+    total = _ZERO
+    for j in range(row.size):
+        e = exp32(row[j] - m)
+        out[j] = e
+        total += e
+    return total
+
+
 @loop(fastmath=_REDUCE)
 def softmax(x, out):
     """``out[r] = exp(x[r] - max x[r]) / sum(...)`` for each row r."""
     for r in range(x.shape[0]):
         row, o = x[r], out[r]
-        m = _row_max(row)
-        total = _ZERO
-        for j in range(row.size):
-            e = exp32(row[j] - m)
-            o[j] = e
-            total += e
+        total = _exp_into(row, _row_max(row), o)
         for j in range(row.size):
             o[j] = o[j] / total
 
@@ -99,13 +106,7 @@ def cross_entropy_backward(x, target, ignore_index, scale, out):
             o[:] = _ZERO
             continue
         row = x[r]
-        m = _row_max(row)
-        total = _ZERO
-        for j in range(row.size):   # (one exp per element: kept in out until scaled)
-            e = exp32(row[j] - m)
-            o[j] = e
-            total += e
-        weight = scale[r] / total
+        weight = scale[r] / _exp_into(row, _row_max(row), o)
         for j in range(row.size):
             o[j] = o[j] * weight
         o[t] -= scale[r]
