@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from dualgraph.codegen import cache as module_cache
 from dualgraph.kernels import cache, native
 
@@ -29,62 +27,54 @@ def entry(folder: Path, key: str, age_days: float, size: int = 10) -> list[Path]
     return files
 
 
-@pytest.fixture
-def folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache, "_pruned", set())
-    return tmp_path
-
-
-def test_entries_unused_for_a_month_are_removed_with_all_their_files(folder):
-    old = entry(folder, "old", cache.MAX_AGE_DAYS + 1)
-    recent = entry(folder, "recent", cache.MAX_AGE_DAYS - 1)
-    module = folder / f"dualgraph_kernel_{'ab' * 12}.py"
+def test_entries_unused_for_a_month_are_removed_with_all_their_files(tmp_path):
+    old = entry(tmp_path, "old", cache.MAX_AGE_DAYS + 1)
+    recent = entry(tmp_path, "recent", cache.MAX_AGE_DAYS - 1)
+    module = tmp_path / f"dualgraph_kernel_{'ab' * 12}.py"
     module.write_text("x = 1\n")
     compiled = Path(importlib.util.cache_from_source(module))
     compiled.parent.mkdir()
     compiled.write_bytes(b"pyc")
     for f in (module, compiled):
         os.utime(f, (time.time() - 40 * DAY,) * 2)
-    others = [folder / f".{module.name}.123.tmp", folder / "notes.txt", folder / "abc.json"]
+    others = [tmp_path / f".{module.name}.123.tmp", tmp_path / "notes.txt", tmp_path / "abc.json"]
     for f in others:     # another writer's temporary file; files that are not entries
         f.write_text("")
         os.utime(f, (time.time() - 400 * DAY,) * 2)
-    removed = cache.prune(folder)
+    removed = cache.prune(tmp_path)
     assert sorted(removed) == sorted(old + [module, compiled])
     assert all(f.exists() for f in recent + others)
-    assert cache.prune(folder) == []            # once per process and folder
 
 
-def test_beyond_the_size_budget_the_least_recently_used_go_first(folder, monkeypatch):
+def test_beyond_the_size_budget_the_least_recently_used_go_first(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "MAX_BYTES", 50)
-    entries = {key: entry(folder, key, age, size=20)   # 40 bytes an entry
+    entries = {key: entry(tmp_path, key, age, size=20)   # 40 bytes an entry
                for key, age in (("a", 3), ("b", 1), ("c", 2))}
-    removed = cache.prune(folder)
+    removed = cache.prune(tmp_path)
     assert sorted(removed) == sorted(entries["c"] + entries["a"])   # b, the newest, fits
     assert all(f.exists() for f in entries["b"])
 
 
-def test_loading_an_entry_marks_it_used(folder):
+def test_loading_an_entry_marks_it_used(tmp_path):
     code = b"\x00object code"
     meta = {"sha256": hashlib.sha256(code).hexdigest(), "symbol": "s"}
     key = "ab" * 16
-    meta_path, object_path = native._paths(folder, key)
+    meta_path, object_path = native._paths(tmp_path, key)
     object_path.write_bytes(code)
     meta_path.write_text(json.dumps(meta))
     os.utime(meta_path, (time.time() - 40 * DAY,) * 2)
-    assert native._load(folder, key) == (meta, code)
+    assert native._load(tmp_path, key) == (meta, code)
     assert time.time() - meta_path.stat().st_mtime < DAY
-    assert cache.prune(folder) == []      # (the month-old entry it was would have gone)
+    assert cache.prune(tmp_path) == []      # (the month-old entry it was would have gone)
 
 
 def test_a_kernel_module_is_marked_used_when_loaded_and_its_writer_prunes_at_exit(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(cache, "_pruned", set())
     monkeypatch.setattr(cache, "_to_prune", {Path("/registered-already")})   # (no atexit)
     monkeypatch.setattr(module_cache, "cache_dir", lambda: tmp_path)
     stale = entry(tmp_path, "stale", cache.MAX_AGE_DAYS + 5)
     source = "VALUE = 42\n"
-    module = module_cache.load_module(source)     # written: the folder is pruned at exit
+    module = module_cache.load_module(source)     # written: the tmp_path is pruned at exit
     assert module.VALUE == 42 and tmp_path in cache._to_prune
     assert all(f.exists() for f in stale)
     cache._to_prune.discard(Path("/registered-already"))

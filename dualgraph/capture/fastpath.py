@@ -13,7 +13,7 @@ generated graph function directly::
                 or grad_mode.enabled is not False):
             return MISS
         a0, = args
-        if type(a0) is not Tensor or a0.requires_grad:
+        if type(a0) is not Tensor or a0.requires_grad is not False:
             return MISS
         x0 = a0._data
         if x0.shape != (1, 784) or x0.dtype != dtype_0:

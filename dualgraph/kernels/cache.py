@@ -32,7 +32,6 @@ MAX_BYTES = 512 << 20
 # The files an entry is made of (machine code and its description, a kernel module): a
 # cache directory set to a folder holding other files loses none of them.
 ENTRY_FILE = re.compile(r"[0-9a-f]{16,64}\.(json|o)|dualgraph_kernel_[0-9a-f]{16,64}\.py")
-_pruned: set[Path] = set()     # folders this process has pruned
 _to_prune: set[Path] = set()   # folders this process wrote entries into
 
 
@@ -93,13 +92,10 @@ def prune_written() -> list[Path]:
 
 def prune(folder: Path, now: float | None = None) -> list[Path]:
     """Remove the entries of ``folder`` unused for ``MAX_AGE_DAYS``, then the least
-    recently used beyond ``MAX_BYTES``, once per process and folder; returns what was
-    removed. An entry is the files sharing a name before the suffix (``<key>.json`` and
-    ``<key>.o``), with a module's compiled ``.pyc``; its age is its newest file's. Only
-    files named as entries are touched (``ENTRY_FILE``)."""
-    if folder in _pruned:
-        return []
-    _pruned.add(folder)
+    recently used beyond ``MAX_BYTES``; returns what was removed. An entry is the files
+    sharing a name before the suffix (``<key>.json`` and ``<key>.o``), with a module's
+    compiled ``.pyc``; its age is its newest file's. Only files named as entries are
+    touched (``ENTRY_FILE``)."""
     entries: dict[str, list[Path]] = {}
     for path in folder.glob("*.*"):
         if ENTRY_FILE.fullmatch(path.name) and path.is_file():
