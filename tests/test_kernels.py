@@ -100,6 +100,9 @@ def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
     x[0, 0, :10] = -np.inf           # masked entries
     x[0, 1, :] = -np.inf             # a fully masked row: NaN, as torch gives
     x[1, 1, 3] = 80.0                # one dominant entry
+    x[1, 2, 40] = np.nan             # a NaN, and one leading its row: NaN rows, as torch's
+    x[1, 3, 0] = np.nan              # (the row maximum skips NaNs; their exp does not)
+    x[1, 4, 7] = np.inf              # an infinite entry: NaN too
 
     g = np.random.default_rng(4).normal(size=x.shape).astype(np.float32)
 
@@ -113,6 +116,7 @@ def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
         np.testing.assert_allclose(got, np_got, rtol=2e-6, atol=2e-6)
     assert np.isnan(fast[0][0, 1]).all()
+    assert np.isnan(fast[0][1, 2:5]).all() and not np.isnan(fast[0][1, 5:]).any()
 
 
 @pytest.mark.parametrize("affine", [True, False])

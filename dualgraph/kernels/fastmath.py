@@ -88,6 +88,33 @@ def _pow2(n):
     return _bits_to_f32(np.int32((n + 127) << 23))
 
 
+def _max32_py(a, b):
+    return b if a != a else a if b != b else max(a, b)
+
+
+@Intrinsic
+def _maxnum(typingctx, a, b):
+    """LLVM's ``maxnum`` of two float32s: the larger, or the one that is not NaN. A loop
+    taking a running maximum with it vectorises (a select on ``>`` does not without the
+    "nnan" flag: 82 instead of 19 us over 262k floats here)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, sig, args):
+        f32 = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]),
+                                            "llvm.maxnum.f32")
+        return builder.call(fn, args)
+    return types.float32(types.float32, types.float32), codegen
+
+
+@helper(python=_max32_py, **_INLINED)
+def max32(a, b):
+    """``max(a, b)`` of float32s ignoring a NaN operand (IEEE maxNum; NaN only when both
+    are). Which of +0.0 and -0.0 it returns for the pair is unspecified."""
+    return _maxnum(a, b)
+
+
 @helper(**_POLYNOMIAL)
 def exp32(x):
     """``exp`` for float32 scalars; NaN stays NaN, overflow gives inf, underflow 0."""
