@@ -3,12 +3,16 @@ checked mode, dynamic shapes, and the errors users meet (with their file and lin
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import dualgraph as dg
+from dualgraph import kernels
 from dualgraph.capture.compile import Entry
 
 HERE = os.path.basename(__file__)
@@ -111,6 +115,36 @@ def test_guards_retrace_and_explain_name_the_failed_guard_and_fix():
     assert "k changed from 2.0 to 3.0" in report and "pass k as a tensor" in report
     assert "x.dtype changed from float32 to float64" in report
     assert len(cf.cache) == 4
+
+
+EXPLAIN_SCRIPT = """
+import numpy as np, dualgraph as dg
+x = dg.tensor(np.random.default_rng(0).standard_normal((64, 128)), dtype=dg.float32,
+              requires_grad=True)
+cf = dg.compile(lambda x: (x * 0.123456789 + 1.5).tanh() * x)   # (a fused backward)
+cf(x).sum().backward()
+print(cf.explain())
+"""
+
+
+def test_explain_says_where_compile_time_went(tmp_path):
+    """A capture's line in ``explain()`` gives the seconds of tracing, autodiff, the
+    passes, code generation and the first forward and backward runs, with the kernels
+    each compiled or loaded from the disk cache (here the backward's fused group: a
+    second process loads what the first compiled); each pass's report its own time."""
+    env = dict(os.environ, DUALGRAPH_CACHE_DIR=str(tmp_path))
+    reports = [subprocess.run([sys.executable, "-c", EXPLAIN_SCRIPT], env=env, check=True,
+                              capture_output=True, text=True).stdout for _ in range(2)]
+    for report in reports:
+        (line,) = [t for t in report.splitlines() if t.strip().startswith("time:")]
+        phases = re.findall(r"(\w[\w ]*?) (\d+\.\d{3}) s", line)
+        assert [p for p, _ in phases[:6]] == ["trace", "autodiff", "passes", "codegen",
+                                              "first run", "first backward"], line
+        assert re.search(r"fuse_elementwise: .*saved, \d+\.\d ms", report)
+    if kernels.numba_available():
+        assert re.search(r"kernels: \d+ compiled in", reports[0]), reports[0]
+        assert "compiled in" not in reports[1]
+        assert re.search(r"kernels: \d+ loaded from the disk cache", reports[1]), reports[1]
 
 
 def test_module_training_flag_is_guarded():

@@ -11,6 +11,7 @@ each break.
 from __future__ import annotations
 
 import inspect
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import modes
 from ..errors import CaptureError
+from ..kernels import native
 from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
@@ -44,6 +46,28 @@ class Record:
     location: str = ""
     guards: list = field(default_factory=list)
     nodes: int = 0
+    times: dict = field(default_factory=dict)   # phase -> seconds, in order (a capture's)
+    entry: "Entry | None" = None    # the entry this capture compiled (not one it reused)
+
+    def describe_times(self) -> str:
+        """``trace 0.041 s, ..., first run 1.2 s (kernels: 3 compiled in 0.93 s)``: the
+        phases of the capture, then the first run of each graph compiled for it."""
+        parts = [f"{phase} {seconds:.3f} s" for phase, seconds in self.times.items()]
+        if self.entry is not None:
+            for name, exe in (("first run", self.entry.executable),
+                              ("first backward", self.entry.backward_executable)):
+                if exe is not None and exe.first_run is not None:
+                    parts.append(f"{name} {_describe_run(*exe.first_run)}")
+        return ", ".join(parts)
+
+
+def _describe_run(seconds: float, kernels: native.Activity) -> str:
+    made = []
+    if kernels.compiled:
+        made.append(f"{kernels.compiled} compiled in {kernels.compiled_s:.3f} s")
+    if kernels.loaded:
+        made.append(f"{kernels.loaded} loaded from the disk cache in {kernels.loaded_s:.3f} s")
+    return f"{seconds:.3f} s" + (f" (kernels: {', '.join(made)})" if made else "")
 
 
 class Entry:
@@ -53,10 +77,14 @@ class Entry:
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False):
         self.capture = capture
         self.backward = backward
+        start = time.perf_counter()
         self.graph, self.reports = optimize(capture.graph, passes)
+        optimised = time.perf_counter()
         self.executable = Executable(self.graph, fast_math=fast_math,
                                      body_passes=executable_passes(passes),
                                      donate=_writeback_inputs(capture))
+        self.times = {"passes": optimised - start,
+                      "codegen": time.perf_counter() - optimised}   # (seconds)
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
@@ -67,10 +95,14 @@ class Entry:
                       and all(k == "value" for k in capture.out_leaves))
         self.backward_executable = None
         if backward is not None:
+            start = time.perf_counter()
             graph, reports = optimize(backward.graph, passes)
             self.reports += [r for r in reports]
+            optimised = time.perf_counter()
             self.backward_executable = Executable(graph, fast_math=fast_math,
                                                   body_passes=executable_passes(passes))
+            self.times["passes"] += optimised - start
+            self.times["codegen"] += time.perf_counter() - optimised
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -355,6 +387,7 @@ class Compiled:
         names = self.leaf_names(args, kwargs)
         tracer = Tracer(names=readable_names(self.fn))
         leaves, _ = flatten((args, kwargs))
+        start = time.perf_counter()
         try:
             with tracer:
                 index = 0
@@ -368,17 +401,22 @@ class Compiled:
                         index += 1
                 result = self.fn(*args, **kwargs)
                 capture = tracer.finish(result)
+                traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:
             return self._graph_break(e)
+        times = {"trace": traced - start}
+        if backward is not None:
+            times["autodiff"] = time.perf_counter() - traced
         capture.graph.verify()
         _name_new_state(capture, tracer.names, self.fn)
         entry = self._same_graph(capture, backward)
         reused = entry is not None
         if not reused:
             entry = Entry(capture, backward, self.passes, self.fast_math)
+            times.update(entry.times)
         stale, self._stale = self._stale, None
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
@@ -391,7 +429,8 @@ class Compiled:
         else:
             reason, fix, kind = "first call", "", "capture"
         self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),
-                                   nodes=len(capture.graph.nodes)))
+                                   nodes=len(capture.graph.nodes), times=times,
+                                   entry=None if reused else entry))
         self.cache[sig] = entry
         return entry
 
@@ -446,7 +485,10 @@ class Compiled:
         return self._last.executable.code
 
     def explain(self) -> str:
-        """What was captured, the guards, each retrace and break with its fix."""
+        """What was captured, the guards, each retrace and break with its fix, where each
+        capture's compile time went (tracing, autodiff, the passes, code generation, and
+        the first forward and backward runs with the kernels they compiled or loaded),
+        and the passes' reports (each with its run time)."""
         lines = [f"dg.compile report for {_name(self.fn)}: {len(self.cache)} graph(s), "
                  f"{sum(r.kind == 'break' for r in self.records)} graph break(s)"]
         for i, r in enumerate(self.records, 1):
@@ -456,6 +498,7 @@ class Compiled:
                 if r.fix:
                     lines.append(f"   fix: {r.fix}")
                 lines.append("   guards: " + "; ".join(r.guards))
+                lines.append("   time: " + r.describe_times())
             elif r.kind == "break":
                 lines.append(f"{i}. graph break at {r.location}: {r.detail}")
                 lines.append(f"   fix: {r.fix}")

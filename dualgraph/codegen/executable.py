@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from ..graph import Graph
+from ..kernels import native
 from ..graph.infer import bind_dim, format_binding, substitute
 from ..graph.interpret import interpret
 from ..ops.control import BODY_OPS
@@ -85,6 +86,7 @@ class Executable:
                                        epilogues=epilogues)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
+        self.first_run: tuple | None = None   # (seconds, kernels.native.Activity)
         self._buffers: dict = {}   # input signature -> list of slot arrays
         self._lock = threading.Lock()
 
@@ -115,8 +117,18 @@ class Executable:
         """Run on NumPy arrays (one per graph input); returns the output arrays.
 
         ``on_node(node, outputs)`` is called after each node (checked mode); that run uses
-        an instrumented copy of the code and no shared buffers.
+        an instrumented copy of the code and no shared buffers. The first run is timed,
+        with the kernels it compiled or loaded (``first_run``: ``dg.compile``'s
+        ``explain()`` reports it).
         """
+        if self.first_run is None:
+            before, start = native.activity.snapshot(), time.perf_counter()
+            outs = self._run(arrays, on_node)
+            self.first_run = (time.perf_counter() - start, native.activity.since(before))
+            return outs
+        return self._run(arrays, on_node)
+
+    def _run(self, arrays, on_node) -> list:
         arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
         for k in self._donated_inputs:   # the kernels write flat views: a private copy then
             a = arrays[k]

@@ -33,7 +33,9 @@ import json
 import os
 import sys
 import threading
+import time
 import warnings
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -63,6 +65,29 @@ _lock = threading.RLock()
 _loaded: dict[str, object] = {}     # key -> ctypes function (each object is linked once)
 
 
+@dataclass
+class Activity:
+    """The loops this process has made ready so far: how many were compiled by Numba (and
+    stored) and how many loaded from the disk cache, and the seconds each kind took
+    (linking included; Numba's start in the first compile). ``dg.compile``'s
+    ``explain()`` reports what a graph's first run added (:meth:`since`; process-wide, so
+    loops another thread makes ready meanwhile count too)."""
+    compiled: int = 0
+    compiled_s: float = 0.0
+    loaded: int = 0
+    loaded_s: float = 0.0
+
+    def since(self, earlier: "Activity") -> "Activity":
+        return Activity(self.compiled - earlier.compiled, self.compiled_s - earlier.compiled_s,
+                        self.loaded - earlier.loaded, self.loaded_s - earlier.loaded_s)
+
+    def snapshot(self) -> "Activity":
+        return replace(self)
+
+
+activity = Activity()
+
+
 def signature(args) -> tuple:
     """The argument codes a loop compiles for: ``"f4[2]"`` for a float32 matrix, ``"f8"``
     for a Python float; None for an argument with no native form. (Run at every call: it
@@ -87,16 +112,28 @@ def compiled(loop, codes: tuple):
             key, folder = _key(loop, codes), _folder(loop)
             fn = _loaded.get(key)
             if fn is None:
+                start = time.perf_counter()
+                stored = _load(folder, key)
                 try:
-                    fn = _link(key, *(_load(folder, key) or _build(loop, codes, folder, key)))
+                    fn = _link(key, *(stored or _build(loop, codes, folder, key)))
                 except NumbaBroken:
                     raise
                 except Exception as e:   # e.g. a Numba without the internals build.py uses
                     warnings.warn(f"{loop.__qualname__}: no native entry for {codes} ({e}); "
                                   "Numba's dispatcher runs it")
+                _count(stored is not None, time.perf_counter() - start)
         if fn is None:
             fn = _numba_build(loop).dispatcher(loop)
         return fn
+
+
+def _count(loaded: bool, seconds: float) -> None:
+    if loaded:
+        activity.loaded += 1
+        activity.loaded_s += seconds
+    else:
+        activity.compiled += 1
+        activity.compiled_s += seconds
 
 
 class NumbaBroken(RuntimeError):

@@ -15,6 +15,8 @@ graph(%x: f32[3]) {
 """
 from __future__ import annotations
 
+import time
+
 from ..graph import Graph, verify as verify_graph
 from .batch import batch_linears
 from .core import Report
@@ -62,7 +64,9 @@ def run_pipeline(graph: Graph, enabled=None, verify: bool = False) -> tuple[Grap
     for run in PIPELINE:
         if enabled is not None and run.__name__ not in enabled:
             continue
+        start = time.perf_counter()
         graph, report = run(graph)
+        report.seconds = time.perf_counter() - start
         if verify:
             verify_graph(graph)
         reports.append(report)
