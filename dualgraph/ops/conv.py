@@ -19,6 +19,8 @@ unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -583,7 +585,7 @@ def _infer_max_pool(x, *, kernel_size, stride, padding, dilation, ceil_mode):
 def _max_pool_backward_kernel(g, indices, *, input_size):
     (g,), dt = linalg.blas_operands(g)
     lead, plane = g.shape[:-2], input_size[0] * input_size[1]
-    n = int(np.prod(lead))
+    n = math.prod(lead)
     if kernels.enabled(g):
         out = np.zeros((n, plane), g.dtype)
         kernels.pooling.max_pool_backward(kernels.rows(g, g.shape[-2] * g.shape[-1]),

@@ -7,6 +7,8 @@ the composite form, so gradients of gradients still work.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import kernels
@@ -39,7 +41,7 @@ def _param_or(p, fill, width, x):
 
 
 def _layer_norm_kernel(x, weight, bias, n_dims, eps):
-    width = int(np.prod(x.shape[x.ndim - n_dims:]))
+    width = math.prod(x.shape[x.ndim - n_dims:])
     if kernels.enabled(x, *(p for p in (weight, bias) if p is not None)) and width:
         rows = kernels.rows(x, width)
         y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
@@ -72,13 +74,15 @@ def _infer_layer_norm(x, weight, bias, n_dims, eps):
 
 
 def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
-    width = int(np.prod(x.shape[x.ndim - n_dims:]))
+    width = math.prod(x.shape[x.ndim - n_dims:])
     if kernels.enabled(x, g, *(() if weight is None else (weight,))) and width:
         rows = kernels.rows(x, width)
         dx, dw, db = np.empty(x.shape, x.dtype), np.empty(width, x.dtype), np.empty(width,
                                                                                      x.dtype)
+        if g.shape != x.shape:
+            g = np.broadcast_to(g, x.shape)
         kernels.normalization.layer_norm_backward(
-            kernels.rows(np.broadcast_to(g, x.shape), width), rows, _param_or(weight, 1, width, x),
+            kernels.rows(g, width), rows, _param_or(weight, 1, width, x),
             kernels.flat(mean), kernels.flat(rstd), dx.reshape(rows.shape), dw, db)
         params = x.shape[x.ndim - n_dims:]
         return dx, dw.reshape(params), db.reshape(params)
