@@ -121,7 +121,8 @@ def compiled(loop, codes: tuple):
                 except Exception as e:   # e.g. a Numba without the internals build.py uses
                     warnings.warn(f"{loop.__qualname__}: no native entry for {codes} ({e}); "
                                   "Numba's dispatcher runs it")
-                _count(stored is not None, time.perf_counter() - start)
+                else:
+                    _count(stored is not None, time.perf_counter() - start)
         if fn is None:
             fn = _numba_build(loop).dispatcher(loop)
         return fn
