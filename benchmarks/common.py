@@ -25,16 +25,24 @@ def torch_style_impls(build, check=None, inference=False) -> dict:
                 out = fn(*args)
                 return float(check(out)) if check else out.item()
             if not inference:
-                return step
+                return with_explain(step, fn)
 
             def step_no_grad():
                 with lib.no_grad():
                     return step()
-            return step_no_grad
+            return with_explain(step_no_grad, fn)
         return impl
     return {"dualgraph_eager": make("dualgraph", False),
             "dualgraph_compiled": make("dualgraph", True),
             "torch_eager": make("torch", False), "torch_compile": make("torch", True)}
+
+
+def with_explain(step, fn):
+    """``step``, given ``fn``'s ``explain`` when ``fn`` is a ``dg.compile``d function: the
+    runner reports where its first call's time went."""
+    if hasattr(fn, "explain"):
+        step.explain = fn.explain
+    return step
 
 
 def training_step(lib, model, data, make_optimizer, loss=None):

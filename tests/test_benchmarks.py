@@ -17,10 +17,17 @@ def test_a_child_times_the_import_apart_from_the_first_call():
     assert result["timed_steps"] >= run.TIMED
 
 
+def test_a_compiled_child_says_where_its_first_call_went():
+    result = run.measure("W7", "dualgraph_compiled")
+    phases = result["first_call_phases"]
+    assert phases.startswith("trace ") and "codegen" in phases and "first run" in phases
+
+
 def test_the_table_shows_first_call_import_and_memory():
     report = {"workloads": {"W7": {
         "dualgraph_compiled": {"step_ms": 0.1, "first_call_s": 0.25, "import_s": 0.07,
-                               "peak_rss_mb": 52.0, "loss_check": "ok"},
+                               "peak_rss_mb": 52.0, "loss_check": "ok",
+                               "first_call_phases": "trace 0.010 s, passes 0.002 s"},
         "torch_eager": {"step_ms": 0.2, "first_call_s": 0.01, "import_s": 1.2,
                         "peak_rss_mb": 230.0, "loss_check": "ok",
                         "ratio_vs_dualgraph_compiled": 2.0}}}}
@@ -29,6 +36,7 @@ def test_the_table_shows_first_call_import_and_memory():
     assert "| W7 mlp_infer_latency | 0.25 s (+0.07 s import) / 52 MB | 0.01 s (+1.2 s import)" \
         in text
     assert "- W7 vs dualgraph_compiled: torch_eager 2.00x" in text
+    assert "- W7: trace 0.010 s, passes 0.002 s" in text
 
 
 def test_rounds_merge_to_the_median_step_and_the_first_rounds_first_call():
