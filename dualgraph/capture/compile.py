@@ -50,9 +50,9 @@ class Record:
     entry: "Entry | None" = None    # the entry this capture compiled (not one it reused)
 
     def describe_times(self) -> str:
-        """``trace 0.041 s, ..., first run 1.2 s (kernels: 3 compiled in 0.93 s)``: the
+        """``trace 41.0 ms, ..., first run 1.21 s (kernels: 3 compiled in 0.93 s)``: the
         phases of the capture, then the first run of each graph compiled for it."""
-        parts = [f"{phase} {seconds:.3f} s" for phase, seconds in self.times.items()]
+        parts = [f"{phase} {_duration(seconds)}" for phase, seconds in self.times.items()]
         if self.entry is not None:
             for name, exe in (("first run", self.entry.executable),
                               ("first backward", self.entry.backward_executable)):
@@ -64,10 +64,16 @@ class Record:
 def _describe_run(seconds: float, kernels: native.Activity) -> str:
     made = []
     if kernels.compiled:
-        made.append(f"{kernels.compiled} compiled in {kernels.compiled_s:.3f} s")
+        made.append(f"{kernels.compiled} compiled in {_duration(kernels.compiled_s)}")
     if kernels.loaded:
-        made.append(f"{kernels.loaded} loaded from the disk cache in {kernels.loaded_s:.3f} s")
-    return f"{seconds:.3f} s" + (f" (kernels: {', '.join(made)})" if made else "")
+        made.append(f"{kernels.loaded} loaded from the disk cache in "
+                    f"{_duration(kernels.loaded_s)}")
+    return _duration(seconds) + (f" (kernels: {', '.join(made)})" if made else "")
+
+
+def _duration(seconds: float) -> str:
+    """``1.23 s`` from a second on, ``12.3 ms`` below (compile phases span both)."""
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
 class Entry:
