@@ -11,6 +11,7 @@ from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwi
                               group_updates,
                               plan_memory, run_pipeline, schedule, share_conv_columns,
                               simplify)
+from dualgraph.passes.fuse import UNFUSED_BELOW
 from dualgraph.passes.memory import END, Liveness
 from dualgraph.shapes import ShapeError
 
@@ -264,6 +265,30 @@ def test_fuse_ends_a_group_with_a_layer_norm_over_the_last_dim():
     (fused,) = [n for n in new.nodes if n.op.name == "fused"]
     assert [v.name for v in fused.outputs] == [y.name, rstd.name]
     assert "layer_norm" in ops(new) and "mul" in ops(new)
+
+
+@pytest.mark.parametrize("rows", [3, UNFUSED_BELOW // 4])
+def test_a_group_whose_every_value_is_read_outside_is_fused_only_where_it_pays(rows):
+    """An add both returned and normalised, or both returned and summed, saves no memory
+    traffic fused: below UNFUSED_BELOW elements it stays NumPy's calls (as fast, and no
+    compile). A group keeping a value inside, or computing exp (faster fused with
+    fast_math), is fused; so is every group from UNFUSED_BELOW elements on."""
+    shape = ((rows, 4), "float32")
+    g, (x, y, w, b) = graph_with(shape, shape, ((4,), "float32"), ((4,), "float32"))
+    s = node(g, "add", x, y)
+    normed, _, _ = g.add_node("layer_norm", [s, w, b], {"n_dims": 1, "eps": 1e-5})
+    t = node(g, "mul", x, 3.0)
+    total = node(g, "sum", t, dims=(0,), keepdim=False, dtype=None)
+    e = node(g, "exp", x)
+    kept = node(g, "sub", node(g, "mul", y, 2.0), x)     # the mul stays inside
+    g.set_outputs([s, normed, t, total, e, node(g, "mul", e, 2.0), kept])
+    new, report = run(fuse_elementwise, g)
+    groups = sorted(ops(n.attrs["graph"]) for n in new.nodes if n.op.name == "fused")
+    unfused = [["add", "layer_norm"], ["mul", "sum"]]
+    small = rows * 4 < UNFUSED_BELOW
+    assert groups == sorted([["exp", "mul"], ["mul", "sub"]] + ([] if small else unfused))
+    assert report.counts.get("groups left unfused (every value read outside)", 0) == (
+        2 if small else 0)
 
 
 def test_fuse_never_makes_a_cycle_and_keeps_other_shapes_apart():

@@ -8,14 +8,31 @@ until the code generator compiles each group into one loop.
 from __future__ import annotations
 
 import heapq
+import math
+import re
 
 from ..graph import Graph, Node, Value
+from ..kernels import PARALLEL_MIN
 from ..ops import fused as fused_ops
+from ..shapes import Sym
 from .core import Builder, Report, nbytes
 
 # Reductions a group may end with: their input has the group's shape, so a generated loop
 # can accumulate while it computes the elementwise part.
 REDUCTIONS = frozenset({"sum", "mean", "prod", "amax", "amin", "all", "any"})
+# A group whose every value is read outside it keeps nothing in registers: its loop writes
+# all that NumPy's calls would, and saves only re-reading values still in cache. When its
+# arithmetic runs at memory speed in NumPy too, it is measured no faster fused (W2's and
+# W3's steps the same, interleaved in one process; docs/passes.md has the figures), and
+# each kernel costs ~0.3 s to compile into a cold cache (W3's first call 2.7-2.9 -> 0.9-1.6
+# s, W2's 1.0-1.1 -> 0.1 s): such a group is left unfused below this many elements (from
+# there on values leave the cache, and fused loops run on threads).
+UNFUSED_BELOW = PARALLEL_MIN
+# The functions of scalar expressions NumPy evaluates at memory speed, besides operators.
+# (exp, tanh and the like stay fused: with fast_math a fused loop evaluates them ~10x faster
+# than NumPy.)
+_MEMORY_SPEED = frozenset({"where", "maximum", "minimum", "absolute"})
+_CALL = re.compile(r"(\w+)\(")
 
 
 def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
@@ -27,7 +44,9 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
     read by another node or returned by the graph, so a group may have several outputs),
     types, inputs and outputs. Groups never create a cycle (a node joins a group only when
     no path leaves the group and comes back to it), and nodes are reordered only as far as
-    placing each fused node needs. A group whose values nothing reads is dropped.
+    placing each fused node needs. A group whose values nothing reads is dropped; one
+    whose every value is read outside it, smaller than ``UNFUSED_BELOW`` elements, is left
+    as it is (fusing it would save no memory traffic, only add a compile).
 
     Before::                              After::
 
@@ -50,11 +69,17 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
             b.copy(graph.nodes[item[0]])
             continue
         nodes = [graph.nodes[i] for i in item]
+        ops = ", ".join(n.op.name for n in nodes)
+        if _keeps_nothing(nodes, set(item), consumers, set(graph.outputs)):
+            for n in nodes:
+                b.copy(n)
+            report.count("groups left unfused (every value read outside)",
+                         f"{len(nodes)} nodes ({ops}) left unfused")
+            continue
         outs = _emit_group(b, nodes, set(item), consumers, set(graph.outputs))
         if not outs:
             report.count("unused groups dropped", n=1)
             continue
-        ops = ", ".join(n.op.name for n in nodes)
         report.count("groups", f"{len(nodes)} nodes ({ops}) -> "
                                f"{', '.join('%' + v.name for v in outs)}")
         report.count("nodes fused", n=len(nodes))
@@ -63,6 +88,23 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
         report.bytes_saved += sum(nbytes(v) for v in inner)
     report.nodes_after = len(b.graph.nodes)
     return b.finish(), report
+
+
+def _keeps_nothing(nodes: list, members: set, consumers: dict, graph_outputs: set) -> bool:
+    """Whether every value of the group is read outside it (or returned), its elementwise
+    members all run at memory speed in NumPy, and it is smaller than ``UNFUSED_BELOW``
+    elements (see there)."""
+    if not all(n.op.elementwise is None or set(_CALL.findall(n.op.elementwise)) <= _MEMORY_SPEED
+               for n in nodes):
+        return False
+    values = [v for n in nodes for v in n.outputs]
+    if any(v not in graph_outputs and consumers.get(v) and consumers[v] <= members
+           for v in values):   # (read inside only; a value nobody reads keeps nothing)
+        return False
+    read = [x for n in nodes for x in n.inputs if isinstance(x, Value)]
+    sizes = [math.inf if any(isinstance(d, Sym) for d in v.shape) else math.prod(v.shape)
+             for v in values + read]   # (a symbolic dim: a batch size, taken as large)
+    return max(sizes) < UNFUSED_BELOW
 
 
 def _kind(node: Node) -> str | None:
