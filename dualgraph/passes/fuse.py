@@ -45,8 +45,9 @@ def fuse_elementwise(graph: Graph) -> tuple[Graph, Report]:
     types, inputs and outputs. Groups never create a cycle (a node joins a group only when
     no path leaves the group and comes back to it), and nodes are reordered only as far as
     placing each fused node needs. A group whose values nothing reads is dropped; one
-    whose every value is read outside it, smaller than ``UNFUSED_BELOW`` elements, is left
-    as it is (fusing it would save no memory traffic, only add a compile).
+    whose every value is read outside it, computing only arithmetic NumPy runs at memory
+    speed, on fewer than ``UNFUSED_BELOW`` elements, is left as it is (fused, it would save
+    no memory traffic, only add a compile).
 
     Before::                              After::
 
