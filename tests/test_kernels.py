@@ -449,6 +449,28 @@ def test_exp32_and_tanh32_against_float64_including_the_underflow_edge():
     assert np.isnan(t[np.isnan(x)]).all() and t[x == np.inf] == 1 and t[x == -np.inf] == -1
 
 
+def test_exp32_nonpositive_is_exp32_to_the_bit_where_it_is_used():
+    """The exp without overflow handling (softmax's ``exp(x - max)``, the GELU gradient's
+    tanh terms) gives exp32's very bits for every argument <= 0 and below 88.3, 0 below
+    the underflow threshold and NaN for NaN."""
+    from dualgraph.kernels import build, fastmath
+    from numba import njit
+    exp32, exp_np = (build.compiled_helper(h)
+                     for h in (fastmath.exp32, fastmath.exp32_nonpositive))
+
+    @njit
+    def apply_both(x, a, b):
+        for i in range(x.size):
+            a[i], b[i] = exp32(x[i]), exp_np(x[i])
+    x = np.concatenate([np.linspace(-105, 88.3, 400001, dtype=np.float32),
+                        np.array([fastmath._EXP_LO, -np.inf, np.nan, -0.0, 0.0, -1e30],
+                                 np.float32)])
+    a, b = np.empty_like(x), np.empty_like(x)
+    apply_both(x, a, b)
+    np.testing.assert_array_equal(a, b)
+    assert np.isnan(b[np.isnan(x)]).all() and (b[x < fastmath._EXP_LO] == 0).all()
+
+
 def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypatch):
     """``products.a_bt`` (few outputs, long rows: a convolution's weight gradient), with
     leftover rows and columns of its 2 x 4 tiles and lengths past its column blocks; then

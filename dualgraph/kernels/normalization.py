@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from . import helper, loop
-from .fastmath import exp32, max32
+from .fastmath import exp32_nonpositive, max32
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -35,10 +35,10 @@ def _row_max(row):
 @helper(inline="always")
 def _exp_into(row, m, out):
     """``out = exp(row - m)``, returning its sum: a softmax's numerators and denominator
-    with one exp per element."""
+    with one exp per element (``m`` is the row's maximum: the arguments are <= 0)."""
     total = _ZERO
     for j in range(row.size):
-        e = exp32(row[j] - m)
+        e = exp32_nonpositive(row[j] - m)
         out[j] = e
         total += e
     return total
@@ -59,7 +59,7 @@ def _row_exp_sum(row, m):
     """``sum(exp(row - m))``: the softmax denominator of a row whose maximum is ``m``."""
     total = _ZERO
     for j in range(row.size):
-        total += exp32(row[j] - m)
+        total += exp32_nonpositive(row[j] - m)
     return total
 
 
@@ -188,4 +188,4 @@ def log_softmax_backward(g, y, out):
         for j in range(yr.size):
             total += gr[j]
         for j in range(yr.size):
-            o[j] = gr[j] - exp32(yr[j]) * total
+            o[j] = gr[j] - exp32_nonpositive(yr[j]) * total   # (log-probabilities: <= 0)
