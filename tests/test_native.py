@@ -102,14 +102,24 @@ SCRIPT = """
     x = np.arange(5000, dtype=np.float32)
     out = np.empty_like(x)
     load_module(source).twice(x, out)
-    print(bool((out == 2 * x).all()), "numba" in sys.modules)
+    from dualgraph.kernels.native import activity
+    print(bool((out == 2 * x).all()), "numba" in sys.modules, activity.compiled,
+          activity.loaded)
 """
+COMPILED, LOADED = ["True", "False", "1", "0"], ["True", "False", "0", "1"]
 
 
 def test_a_second_process_runs_the_stored_entry_without_numba(tmp_path):
+    """The first process has the compile worker compile the entry (Numba is never imported
+    here), the second loads what it stored; compiled in-process, the same."""
     runs = [run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path)) for _ in range(2)]
-    assert [r.stdout.split() for r in runs] == [["True", "True"], ["True", "False"]], runs
+    assert [r.stdout.split() for r in runs] == [COMPILED, LOADED], runs
     assert len(list((tmp_path / "native").glob("*.o"))) == 1
+    here = run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path / "here"),
+                      DUALGRAPH_COMPILE_WORKER="0")
+    assert here.stdout.split() == ["True", "True", "1", "0"], here.stderr
+    assert run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path / "here")).stdout.split() == (
+        LOADED)
 
 
 def test_a_damaged_object_is_compiled_again(tmp_path):
@@ -117,14 +127,13 @@ def test_a_damaged_object_is_compiled_again(tmp_path):
     (obj,) = (tmp_path / "native").glob("*.o")
     obj.write_bytes(obj.read_bytes()[:100])
     again = run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path))
-    assert again.stdout.split() == ["True", "True"], again.stderr   # recompiled with Numba
-    assert run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path)).stdout.split() == [
-        "True", "False"]
+    assert again.stdout.split() == COMPILED, again.stderr
+    assert run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path)).stdout.split() == LOADED
 
 
 def test_native_switched_off_runs_numbas_dispatcher(tmp_path):
     out = run_python(SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path), DUALGRAPH_NATIVE="0")
-    assert out.stdout.split() == ["True", "True"], out.stderr
+    assert out.stdout.split() == ["True", "True", "0", "0"], out.stderr
     assert not (tmp_path / "native").exists()
 
 
@@ -153,6 +162,7 @@ def uncached_loop(name: str, expr: str):
 
 def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkeypatch):
     from dualgraph.kernels import build
+    monkeypatch.setenv("DUALGRAPH_COMPILE_WORKER", "0")    # (the patch is in this process)
 
     def no_internals(*args):
         raise AttributeError("'CFunc' object has no attribute '_library'")
@@ -167,6 +177,7 @@ def test_a_numba_without_the_internals_used_warns_and_runs_the_dispatcher(monkey
 
 
 def test_a_numba_that_does_not_import_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("DUALGRAPH_COMPILE_WORKER", "0")    # (the patch is in this process)
     monkeypatch.setitem(sys.modules, "dualgraph.kernels.build", None)   # import fails
     monkeypatch.delattr(kernels, "build", raising=False)
     minus_one = uncached_loop("minus_one", "x[i] - 1")

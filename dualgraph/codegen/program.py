@@ -35,6 +35,7 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..kernels import MIN_ELEMENTS
 from ..shapes import Sym
+from .cache import expect, load_module
 from .kernels import Unsupported, _reduced_dims, scalar_expr
 
 # members: below this a group's NumPy calls cost less than a compile of its interpreter
@@ -68,6 +69,7 @@ class Program:
             raise Unsupported("no elementwise ops")
         self.source = self._interpreter_source()
         self._fn = None
+        expect(self.source)
 
     # -- building ------------------------------------------------------------------------------
     def _assign(self, fast_math: bool) -> None:
@@ -224,7 +226,6 @@ class Program:
 
     def _compiled(self):
         if self._fn is None:
-            from .cache import load_module
             self._code = np.array(self.instructions, dtype=np.int64).reshape(-1, 5)
             self._segments = self._split()
             self._fn = load_module(self.source).run

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .._helpers import write_atomic
+from . import worker
 from .cache import cache_dir, kernels_hash, mark_used, prune_at_exit, writable
 
 # argument codes: an array is "<dtype code>[<ndim>]"
@@ -249,7 +250,21 @@ def _load(folder: Path, key: str) -> tuple[dict, bytes] | None:
 
 
 def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
-    """Compile the entry with Numba and store it with its description."""
+    """Compile the entry (in the compile worker when it can: ``worker.py``) and store it."""
+    if worker.can_compile(loop):
+        worker.compile_entry(loop, codes, folder, key)
+        stored = _load(folder, key)
+        if stored is None:
+            raise worker.WorkerFailed(f"the compile worker stored no readable entry for "
+                                      f"{loop.__qualname__} in {folder}")
+    else:
+        stored = compile_and_store(loop, codes, folder, key)
+    prune_at_exit(folder)
+    return stored
+
+
+def compile_and_store(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
+    """Compile the entry with Numba, in this process, and store it with its description."""
     code, symbol, undefined = _numba_build(loop).entry(loop, codes, f"entry_{key}")
     meta = {"loop": f"{loop.fn.__module__}.{loop.fn.__qualname__}", "signature": codes,
             "symbol": symbol, "undefined": sorted(undefined),
@@ -259,7 +274,6 @@ def _build(loop, codes: tuple, folder: Path, key: str) -> tuple[dict, bytes]:
     write_atomic(object_path, code, durable=False)
     # last: the metadata marks the entry complete
     write_atomic(meta_path, json.dumps(meta, indent=1).encode(), durable=False)
-    prune_at_exit(folder)
     return meta, code
 
 

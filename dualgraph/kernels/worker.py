@@ -1,0 +1,172 @@
+"""Compiling loops in a separate process, so that Numba never loads into the user's.
+
+Numba and LLVM take ~80 MB that a process keeps once it has compiled anything (a compiled
+GPT step peaked at 211 MB with a cold kernel cache, 131 MB with a warm one), import SciPy
+and other modules the program never asked for, and a crash inside LLVM would take the
+user's process with it. So ``native.py`` hands a loop to compile to a worker process: the
+worker compiles the C-callable entry exactly as ``native.py`` would in-process and writes
+it into the kernel cache; the user's process then loads it from there like any cached
+entry (``native._load``), through llvmlite's linker only.
+
+One worker serves a process (and is replaced in a forked child); requests are one JSON line
+on its stdin, answers one JSON line on its stdout. It starts at the first compile, or
+earlier, as soon as code generation writes a kernel module that is new to the cache
+(:func:`prestart`, so that Numba's import overlaps the rest of code generation); it exits
+when its stdin closes (the user's process ended) or after ``DUALGRAPH_COMPILE_WORKER_IDLE_S``
+seconds (60 by default) without work, and the next compile starts a new one.
+``DUALGRAPH_COMPILE_WORKER=0`` compiles in the user's process instead. Loops outside this
+package and its generated kernel modules (which a fresh process could not import) are
+always compiled in-process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+IDLE_S = 60.0
+_GENERATED = "dualgraph_kernel_"     # the module names of generated kernels (codegen/cache.py)
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+# Run by the worker's interpreter: a stand-in for the dualgraph package lets it import
+# ``dualgraph.kernels`` without ``dualgraph/__init__.py`` (0.2 s of imports it never uses),
+# and SciPy is kept out: Numba imports ``scipy.linalg`` at its first compile (0.16 s) only
+# to offer BLAS to ``np.dot`` in loops, which these loops never call.
+_BOOTSTRAP = (
+    "import sys, types\n"
+    "package = types.ModuleType('dualgraph')\n"
+    "package.__path__ = [sys.argv[1]]\n"
+    "sys.modules['dualgraph'] = package\n"
+    "sys.modules['scipy'] = None\n"
+    "from dualgraph.kernels.worker import serve\n"
+    "serve()\n")
+
+
+class WorkerFailed(RuntimeError):
+    """The worker could not compile a loop (its error, or how it died)."""
+
+
+def enabled() -> bool:
+    return os.environ.get("DUALGRAPH_COMPILE_WORKER", "1") != "0" and os.name == "posix"
+
+
+def can_compile(loop) -> bool:
+    """Whether the worker can import ``loop`` by itself: a loop of this package or of a
+    generated kernel module."""
+    module = loop.fn.__module__
+    return enabled() and (module.startswith("dualgraph.") or module.startswith(_GENERATED))
+
+
+class _Worker:
+    """A running worker process and the process it serves (a forked child starts its own:
+    two processes writing to one pipe would mix their requests)."""
+
+    def __init__(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP, str(_PACKAGE)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.pid = os.getpid()
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.process.poll() is None
+
+    def ask(self, request: dict) -> dict | None:
+        """The worker's answer, or None when it exited before answering."""
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        return json.loads(line) if line else None
+
+
+_worker: _Worker | None = None
+_lock = threading.Lock()
+
+
+def _running() -> _Worker:
+    global _worker
+    if _worker is None or not _worker.alive():
+        _worker = _Worker()
+    return _worker
+
+
+def prestart() -> None:
+    """Start the worker now (if it is not running), so that it has imported Numba by the
+    time the first loop needs compiling."""
+    if enabled():
+        with _lock:
+            _running()
+
+
+def compile_entry(loop, codes: tuple, folder: Path, key: str) -> None:
+    """Have the worker compile ``loop``'s entry for ``codes`` into ``folder`` under
+    ``key`` (the files ``native.compile_and_store`` writes). Raises
+    ``native.NumbaBroken`` when Numba does not import there, :class:`WorkerFailed` for any
+    other failure."""
+    request = {"module": loop.fn.__module__, "file": loop.fn.__code__.co_filename,
+               "name": loop.fn.__name__, "codes": list(codes), "folder": str(folder),
+               "key": key}
+    with _lock:
+        current = _running()
+        answer = current.ask(request)
+        if answer is None and current.process.wait() == 0:   # it had just left, idle:
+            current = _running()                              # ask a new one
+            answer = current.ask(request)
+    if answer is None:
+        raise WorkerFailed(f"the compile worker exited (status {current.process.wait()}) "
+                           f"while compiling {loop.__qualname__}")
+    if "error" in answer:
+        if answer.get("numba_broken"):
+            from .native import NumbaBroken
+            raise NumbaBroken(answer["error"])
+        raise WorkerFailed(f"compiling {loop.__qualname__} in the compile worker: "
+                           f"{answer['error']}")
+
+
+def serve() -> None:
+    """The worker's main loop: answer requests from stdin until it closes or stays idle
+    for ``DUALGRAPH_COMPILE_WORKER_IDLE_S`` seconds."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)     # anything else printed (Numba, LLVM) goes to stderr, not the answers
+    idle_s = float(os.environ.get("DUALGRAPH_COMPILE_WORKER_IDLE_S", IDLE_S))
+    try:
+        from . import build   # noqa: F401  (Numba's import, before the first request)
+    except ImportError:
+        pass                  # (each request reports it)
+    while select.select([sys.stdin], [], [], idle_s)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        answers.write(json.dumps(_answer(json.loads(line))) + "\n")
+
+
+def _answer(request: dict) -> dict:
+    from . import native
+    try:
+        loop = getattr(_module(request["module"], request["file"]), request["name"])
+        native.compile_and_store(loop, tuple(request["codes"]), Path(request["folder"]),
+                                 request["key"])
+    except native.NumbaBroken as e:
+        return {"error": str(e), "numba_broken": True}
+    except Exception as e:   # reported to the user's process, which decides what to do
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"ok": True}
+
+
+def _module(name: str, file: str):
+    """The module holding a loop: imported by name, or a generated kernel from its file."""
+    import importlib
+    import importlib.util
+    if name in sys.modules or not name.startswith(_GENERATED):
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
