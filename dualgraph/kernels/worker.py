@@ -20,6 +20,7 @@ always compiled in-process.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -94,6 +95,21 @@ def _running() -> _Worker:
     if _worker is None or not _worker.alive():
         _worker = _Worker()
     return _worker
+
+
+def _close() -> None:
+    """At exit: close the worker's pipes, so that it leaves now (it would anyway, once the
+    pipes close with this process), and collect it."""
+    if _worker is not None and _worker.pid == os.getpid():
+        _worker.process.stdin.close()
+        _worker.process.stdout.close()
+        try:
+            _worker.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+atexit.register(_close)
 
 
 def prestart() -> None:
