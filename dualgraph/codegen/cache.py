@@ -23,17 +23,6 @@ def _name_and_path(source: str) -> tuple[str, Path]:
     return name, cache_dir() / f"{name}.py"
 
 
-def expect(source: str) -> None:
-    """Code generation made a kernel module that will run: when it is new to the cache (so
-    its machine code cannot be there either), start the compile worker now, so that
-    Numba's import overlaps the rest of code generation (``kernels/worker.py``)."""
-    name, path = _name_and_path(source)
-    if name not in sys.modules and not path.exists():
-        from ..kernels import native, numba_available, worker
-        if numba_available() and native.enabled():
-            worker.prestart()
-
-
 def load_module(source: str):
     """Import ``source`` as a module backed by a file in the cache (written once)."""
     name, path = _name_and_path(source)

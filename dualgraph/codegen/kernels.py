@@ -46,7 +46,7 @@ from ..kernels.threads import run_rows
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
 from . import python
-from .cache import expect, load_module
+from .cache import load_module
 
 # elements: smaller groups are not worth a compile (~0.5 s each); the same threshold as the
 # eager loops', so a group and its ops' eager kernels take the same (Numba or NumPy) path
@@ -202,7 +202,6 @@ class Lowering:
         self.plain_outputs = [k for k, v in enumerate(sub.outputs) if v not in ends]
         self.source = self._source()
         self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
-        expect(self.source)
 
     @staticmethod
     def _check_norm(node: Node) -> None:

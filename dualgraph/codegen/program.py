@@ -35,7 +35,7 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..kernels import MIN_ELEMENTS
 from ..shapes import Sym
-from .cache import expect, load_module
+from .cache import load_module
 from .kernels import Unsupported, _reduced_dims, scalar_expr
 
 # members: below this a group's NumPy calls cost less than a compile of its interpreter
@@ -69,7 +69,6 @@ class Program:
             raise Unsupported("no elementwise ops")
         self.source = self._interpreter_source()
         self._fn = None
-        expect(self.source)
 
     # -- building ------------------------------------------------------------------------------
     def _assign(self, fast_math: bool) -> None:

@@ -9,11 +9,12 @@ it into the kernel cache; the user's process then loads it from there like any c
 entry (``native._load``), through llvmlite's linker only.
 
 One worker serves a process (and is replaced in a forked child); requests are one JSON line
-on its stdin, answers one JSON line on its stdout. It starts at the first compile, or
-earlier, as soon as code generation writes a kernel module that is new to the cache
-(:func:`prestart`, so that Numba's import overlaps the rest of code generation); it exits
-when its stdin closes (the user's process ended) or after ``DUALGRAPH_COMPILE_WORKER_IDLE_S``
-seconds (60 by default) without work, and the next compile starts a new one.
+on its stdin, answers one JSON line on its stdout. It starts at the first compile (starting
+it earlier, when code generation made a kernel module new to the cache, overlapped little
+and mispredicted: a group run with an output in place of an input compiles a variant of
+that module, so the unused one looked new in every process). It exits when its stdin
+closes (the user's process ended) or after ``DUALGRAPH_COMPILE_WORKER_IDLE_S`` seconds (60
+by default) without work, and the next compile starts a new one.
 ``DUALGRAPH_COMPILE_WORKER=0`` compiles in the user's process instead. Loops outside this
 package and its generated kernel modules (which a fresh process could not import) are
 always compiled in-process.
@@ -110,14 +111,6 @@ def _close() -> None:
 
 
 atexit.register(_close)
-
-
-def prestart() -> None:
-    """Start the worker now (if it is not running), so that it has imported Numba by the
-    time the first loop needs compiling."""
-    if enabled():
-        with _lock:
-            _running()
 
 
 def compile_entry(loop, codes: tuple, folder: Path, key: str) -> None:
