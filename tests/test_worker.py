@@ -1,7 +1,8 @@
 """The compile worker (``kernels/worker.py``): loops compile in a separate process, whose
 failures reach the user's process as a warning (then Numba's dispatcher runs the loop
-here) or, for a Numba that does not import, as the usual clear error; an idle or killed
-worker is replaced at the next compile."""
+here) or, for a Numba that does not import, as the usual clear error; an idle, killed or
+interrupted worker is replaced at the next compile; it ignores Ctrl-C; when none can
+start, loops compile in the user's process."""
 import os
 import signal
 import subprocess
@@ -18,6 +19,15 @@ from dualgraph.kernels import native, worker
 pytestmark = pytest.mark.skipif(
     not (kernels.numba_available() and native.enabled() and worker.enabled()),
     reason="Numba or llvmlite is not installed, or not a POSIX system")
+
+
+@pytest.fixture(autouse=True)
+def own_worker(monkeypatch):
+    """Each test starts with no worker, and closes the one it leaves."""
+    monkeypatch.setattr(worker, "_worker", None)
+    yield
+    if worker._worker is not None:
+        worker._worker.close()
 
 
 def fresh_loop(expr: str, preamble: str = ""):
@@ -57,9 +67,8 @@ def test_a_loop_compiles_in_the_worker_and_numba_stays_out_of_this_process(tmp_p
     assert out.stdout.split() == ["False", "1", "True", "True"], out.stderr
 
 
-def test_an_idle_worker_leaves_and_the_next_compile_starts_another(monkeypatch, tmp_path):
+def test_an_idle_worker_leaves_and_the_next_compile_starts_another(monkeypatch):
     monkeypatch.setenv("DUALGRAPH_COMPILE_WORKER_IDLE_S", "0.5")
-    monkeypatch.setattr(worker, "_worker", None)
     x, out = run(fresh_loop("x[i] + 1"))
     np.testing.assert_array_equal(out, x + 1)
     first = worker._worker.process
@@ -67,12 +76,11 @@ def test_an_idle_worker_leaves_and_the_next_compile_starts_another(monkeypatch, 
     x, out = run(fresh_loop("x[i] + 2"))
     np.testing.assert_array_equal(out, x + 2)
     assert worker._worker.process.pid != first.pid
-    worker._worker.process.stdin.close()            # (a worker leaves when its stdin closes)
-    assert worker._worker.process.wait(timeout=30) == 0
+    worker._worker.close()                          # (a worker leaves when its stdin closes)
+    assert worker._worker.process.returncode == 0
 
 
-def test_a_killed_worker_is_replaced(monkeypatch):
-    monkeypatch.setattr(worker, "_worker", None)
+def test_a_killed_worker_is_replaced():
     run(fresh_loop("x[i] - 1"))
     killed = worker._worker.process
     killed.send_signal(signal.SIGKILL)
@@ -82,10 +90,9 @@ def test_a_killed_worker_is_replaced(monkeypatch):
     assert worker._worker.process.pid != killed.pid
 
 
-def test_a_worker_dying_mid_compile_is_a_warning_and_the_loop_still_runs(monkeypatch):
+def test_a_worker_dying_mid_compile_is_a_warning_and_the_loop_still_runs():
     """A module that ends any process but this one when imported: the worker exits with
     status 3 while compiling; the loop is then compiled here, by Numba's dispatcher."""
-    monkeypatch.setattr(worker, "_worker", None)
     preamble = f"import os\nif os.getpid() != {os.getpid()}:\n    os._exit(3)\n"
     loop = fresh_loop("x[i] * 5", preamble)
     with pytest.warns(UserWarning, match=r"compile worker exited \(status 3\).*dispatcher"):
@@ -115,3 +122,40 @@ def test_a_numba_that_does_not_import_in_the_worker_is_the_usual_clear_error(tmp
     assert "fresh" in out.stdout and "does not import (broken for a test)" in out.stdout, (
         out.stdout, out.stderr)
     assert "DUALGRAPH_NUMBA=0" in out.stdout
+
+
+def test_a_worker_ignores_ctrl_c_and_an_interrupted_request_stops_it():
+    """Ctrl-C in a terminal reaches the whole process group: the worker ignores it. The
+    user's process, interrupted while waiting for an answer, stops the worker (its late
+    answer must not be taken for the next request's) and the next compile starts anew."""
+    run(fresh_loop("x[i] * 9"))
+    first = worker._worker.process
+    first.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    assert first.poll() is None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)     # while the worker compiles
+        with pytest.raises(KeyboardInterrupt):
+            run(fresh_loop("x[i] * 11"))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert first.wait(timeout=30) == -signal.SIGKILL
+    x, out = run(fresh_loop("x[i] * 13"))
+    np.testing.assert_array_equal(out, x * 13)
+    assert worker._worker.process.pid != first.pid
+
+
+def test_a_worker_that_cannot_start_leaves_compiling_to_this_process(monkeypatch):
+    monkeypatch.setattr(worker, "_cannot_start", None)
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with pytest.warns(UserWarning, match="could not start.*/nonexistent/python"):
+        x, out = run(fresh_loop("x[i] * 15"))
+    np.testing.assert_array_equal(out, x * 15)
+    assert not worker.enabled()
+    x, out = run(fresh_loop("x[i] * 17"))     # compiled here, without a warning
+    np.testing.assert_array_equal(out, x * 17)

@@ -37,13 +37,16 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 # Run by the worker's interpreter: a stand-in for the dualgraph package lets it import
 # ``dualgraph.kernels`` without ``dualgraph/__init__.py`` (0.2 s of imports it never uses),
 # and SciPy is kept out: Numba imports ``scipy.linalg`` at its first compile (0.16 s) only
-# to offer BLAS to ``np.dot`` in loops, which these loops never call.
+# to offer BLAS to ``np.dot`` in loops, which these loops never call. Ctrl-C in the
+# terminal reaches the worker too: it ignores it (it leaves with the user's process).
 _BOOTSTRAP = (
     "import sys, types\n"
     "package = types.ModuleType('dualgraph')\n"
     "package.__path__ = [sys.argv[1]]\n"
     "sys.modules['dualgraph'] = package\n"
     "sys.modules['scipy'] = None\n"
+    "import signal\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "from dualgraph.kernels.worker import serve\n"
     "serve()\n")
 
@@ -53,7 +56,9 @@ class WorkerFailed(RuntimeError):
 
 
 def enabled() -> bool:
-    return os.environ.get("DUALGRAPH_COMPILE_WORKER", "1") != "0" and os.name == "posix"
+    """Loops compile in a worker: asked for, on a POSIX system, and a worker could start."""
+    return (os.environ.get("DUALGRAPH_COMPILE_WORKER", "1") != "0" and os.name == "posix"
+            and _cannot_start is None)
 
 
 def can_compile(loop) -> bool:
@@ -77,37 +82,54 @@ class _Worker:
         return self.pid == os.getpid() and self.process.poll() is None
 
     def ask(self, request: dict) -> dict | None:
-        """The worker's answer, or None when it exited before answering."""
+        """The worker's answer, or None when it exited before answering. Interrupted while
+        waiting (Ctrl-C), the worker is stopped: its late answer must not be read as the
+        answer to the next request."""
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
             line = self.process.stdout.readline()
         except (BrokenPipeError, OSError):
             line = ""
+        except BaseException:
+            self.process.kill()
+            raise
         return json.loads(line) if line else None
+
+    def close(self) -> None:
+        """Close the pipes (a running worker then leaves) and collect the process."""
+        self.process.stdin.close()
+        self.process.stdout.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 _worker: _Worker | None = None
 _lock = threading.Lock()
+_cannot_start: str | None = None   # why no worker could start (then loops compile here)
 
 
 def _running() -> _Worker:
-    global _worker
+    global _worker, _cannot_start
     if _worker is None or not _worker.alive():
-        _worker = _Worker()
+        if _worker is not None and _worker.pid == os.getpid():
+            _worker.close()     # (it has left: its pipes only)
+        try:
+            _worker = _Worker()
+        except OSError as e:    # e.g. no usable interpreter at sys.executable
+            _cannot_start = f"{sys.executable}: {e}"
+            raise WorkerFailed(f"the compile worker could not start ({_cannot_start}); "
+                               "loops compile in this process from now on") from e
     return _worker
 
 
 def _close() -> None:
     """At exit: close the worker's pipes, so that it leaves now (it would anyway, once the
-    pipes close with this process), and collect it."""
+    pipes close with this process)."""
     if _worker is not None and _worker.pid == os.getpid():
-        _worker.process.stdin.close()
-        _worker.process.stdout.close()
-        try:
-            _worker.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        _worker.close()
 
 
 atexit.register(_close)
