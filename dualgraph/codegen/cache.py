@@ -11,23 +11,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
-from pathlib import Path
 
 from .._helpers import write_atomic
 from ..kernels.cache import cache_dir, kernels_hash, mark_used, prune_at_exit
 
 
-def _name_and_path(source: str) -> tuple[str, Path]:
-    key = hashlib.sha256((kernels_hash() + source).encode()).hexdigest()[:24]
-    name = f"dualgraph_kernel_{key}"
-    return name, cache_dir() / f"{name}.py"
-
-
 def load_module(source: str):
     """Import ``source`` as a module backed by a file in the cache (written once)."""
-    name, path = _name_and_path(source)
+    key = hashlib.sha256((kernels_hash() + source).encode()).hexdigest()[:24]
+    name = f"dualgraph_kernel_{key}"
     if name in sys.modules:
         return sys.modules[name]
+    path = cache_dir() / f"{name}.py"
     if not path.exists() or path.read_text() != source:
         write_atomic(path, source.encode(), durable=False)
         prune_at_exit(cache_dir())

@@ -46,7 +46,6 @@ from ..kernels.threads import run_rows
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
 from . import python
-from .cache import load_module
 
 # elements: smaller groups are not worth a compile (~0.5 s each); the same threshold as the
 # eager loops', so a group and its ops' eager kernels take the same (Numba or NumPy) path
@@ -440,6 +439,7 @@ class Lowering:
     def _compiled(self, aliases: tuple = ()):
         fn = self._fns.get(aliases)
         if fn is None:
+            from .cache import load_module
             source = self._source(dict(aliases)) if aliases else self.source
             fn = self._fns[aliases] = load_module(source).kernel
         return fn

@@ -35,7 +35,6 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..kernels import MIN_ELEMENTS
 from ..shapes import Sym
-from .cache import load_module
 from .kernels import Unsupported, _reduced_dims, scalar_expr
 
 # members: below this a group's NumPy calls cost less than a compile of its interpreter
@@ -225,6 +224,7 @@ class Program:
 
     def _compiled(self):
         if self._fn is None:
+            from .cache import load_module
             self._code = np.array(self.instructions, dtype=np.int64).reshape(-1, 5)
             self._segments = self._split()
             self._fn = load_module(self.source).run

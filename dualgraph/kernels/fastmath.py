@@ -163,7 +163,7 @@ def exp32_nonpositive(x):
 def tanh32(x):
     """``tanh`` for float32 scalars (NaN stays NaN). Beyond ``|x| = 7.9`` the result is
     selected as +-1, so the rational function needs no clamped argument: where it
-    overflows (|x| > 900) or gives inf/inf, that value is discarded, and a NaN argument
+    overflows (|x| above ~1.5e4) or gives inf/inf, that value is discarded, and a NaN argument
     gives NaN through it (the clamp and a NaN check took a quarter of a GELU's time)."""
     x2 = x * x
     a13, a11, a9, a7, a5, a3, a1 = _TANH_A
