@@ -121,8 +121,12 @@ EXPLAIN_SCRIPT = """
 import numpy as np, dualgraph as dg
 x = dg.tensor(np.random.default_rng(0).standard_normal((64, 128)), dtype=dg.float32,
               requires_grad=True)
-cf = dg.compile(lambda x: (x * 0.123456789 + 1.5).tanh() * x)   # (a fused backward)
-cf(x).sum().backward()
+f = dg.compile(lambda x: dg.nn.functional.gelu(x * 0.123456789 + 1.5, approximate="tanh"))
+f(x).sum().backward()                                        # (fused GELU forward, backward)
+cf = dg.compile(lambda x: (x * 0.123456789 + 1.5).tanh() * x)   # (an exact fused backward)
+for _ in range(2):
+    cf(x).sum().backward()
+print(f.explain())
 print(cf.explain())
 """
 
@@ -130,21 +134,29 @@ print(cf.explain())
 def test_explain_says_where_compile_time_went(tmp_path):
     """A capture's line in ``explain()`` gives the seconds of tracing, autodiff, the
     passes, code generation and the first forward and backward runs, with the kernels
-    each compiled or loaded from the disk cache (here the backward's fused group: a
-    second process loads what the first compiled); each pass's report its own time."""
+    each compiled or loaded from the disk cache (a second process loads what the first
+    compiled), and what an exact group compiled at its second call (tiered); each pass's
+    report its own time."""
     env = dict(os.environ, DUALGRAPH_CACHE_DIR=str(tmp_path))
     reports = [subprocess.run([sys.executable, "-c", EXPLAIN_SCRIPT], env=env, check=True,
                               capture_output=True, text=True).stdout for _ in range(2)]
-    for report in reports:
-        (line,) = [t for t in report.splitlines() if t.strip().startswith("time:")]
-        phases = re.findall(r"(\w[\w ]*?) \d+\.\d+ m?s", line)
-        assert phases[:6] == ["trace", "autodiff", "passes", "codegen", "first run",
-                              "first backward"], line
+    lines = [[t.strip() for t in report.splitlines() if t.strip().startswith("time:")]
+             for report in reports]
+    for report, pair in zip(reports, lines):
+        for line in pair:
+            phases = re.findall(r"(\w[\w ]*?) \d+\.\d+ m?s", re.sub(r"\(.*?\)", "", line))
+            assert phases[:6] == ["trace", "autodiff", "passes", "codegen", "first run",
+                                  "first backward"], line
         assert re.search(r"fuse_elementwise: .*saved, \d+\.\d ms", report)
     if kernels.numba_available():
-        assert re.search(r"kernels: \d+ compiled in", reports[0]), reports[0]
-        assert "compiled in" not in reports[1]
-        assert re.search(r"kernels: \d+ loaded from the disk cache", reports[1]), reports[1]
+        (gelu, exact), (gelu_again, exact_again) = lines
+        assert re.search(r"first run [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
+        assert re.search(r"first backward [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
+        assert re.search(r"first backward [\d.]+ m?s, then at its second call: kernels: 1 "
+                         r"compiled in", exact), exact
+        for line in (gelu_again, exact_again):
+            assert "compiled in" not in line and "second call" not in line, line
+            assert re.search(r"kernels: \d+ loaded from the disk cache", line), line
 
 
 def test_module_training_flag_is_guarded():

@@ -6,6 +6,7 @@ import inspect
 import os
 import subprocess
 import sys
+import textwrap
 import traceback
 
 import numpy as np
@@ -348,6 +349,64 @@ def test_a_second_process_loads_kernels_from_the_disk_cache(tmp_path):
     # compiled once (by the compile worker: Numba is not imported here), then loaded
     assert runs == [["False", "1", "0"], ["False", "0", "1"]]
     assert len(list((tmp_path / "native").glob("*.o"))) == 1
+
+
+def exact_group(n: int):
+    """``((x * a + b) / c - x) * 0.5`` over n x 512 floats: operators only, an exact
+    group."""
+    g = Graph()
+    x, a, b = (g.add_input((n, 512), "float32", name=name) for name in "xab")
+    c = g.add_input((512,), "float32", name="c")
+    (h,) = g.add_node("mul", [x, a])
+    (h,) = g.add_node("add", [h, b])
+    (h,) = g.add_node("div", [h, c])
+    (h,) = g.add_node("sub", [h, x])
+    (out,) = g.add_node("mul", [h, 0.5])
+    g.set_outputs([out])
+    return g
+
+
+@needs_numba
+def test_an_exact_group_runs_numpy_at_its_first_call_and_compiles_at_its_second(tmp_path):
+    """Tiered: an operators-only group's first call runs its NumPy code (the kernel's very
+    bits) rather than waiting for a compile, so a graph that runs once never compiles it;
+    its second call compiles. Its machine code in the disk cache is used at once (a second
+    process). A group calling a function (tanh-GELU here) is not exact: it compiles at its
+    first call."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from test_codegen import exact_group
+        from test_passes import random_inputs
+        from dualgraph.codegen import Executable
+        from dualgraph.graph.interpret import interpret
+        from dualgraph.kernels import native
+        g = exact_group(16)
+        exe = Executable(g, passes={'fuse_elementwise'})
+        (kernel,) = exe.kernels.values()
+        args = random_inputs(g, 0)
+        for _ in range(2):
+            before = native.activity.snapshot()
+            (got,) = exe.run(args)
+            np.testing.assert_array_equal(got, interpret(g, *args)[0])
+            made = native.activity.since(before)
+            print(kernel.lowering.exact, kernel.lowering.compiled, made.compiled, made.loaded)
+    """)
+    env = dict(os.environ, DUALGRAPH_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    first, again = (subprocess.run([sys.executable, "-c", script], env=env,
+                                   capture_output=True, text=True, timeout=300)
+                    for _ in range(2))
+    assert first.stdout.split() == ["True", "False", "0", "0",     # NumPy's code
+                                    "True", "True", "1", "0"], first.stderr   # compiled
+    assert again.stdout.split() == ["True", "True", "0", "1",      # loaded at once
+                                    "True", "True", "0", "0"], again.stderr
+    g = Graph()
+    x = g.add_input((16, 512), "float32", name="x")
+    (y,) = g.add_node("gelu_tanh", [x])
+    (z,) = g.add_node("mul", [y, 2.0])
+    g.set_outputs([z])
+    (kernel,) = Executable(g, passes={"fuse_elementwise"}).kernels.values()
+    assert not kernel.lowering.exact
 
 
 @needs_numba

@@ -109,6 +109,13 @@ class Executable:
                 yield path + name, body
                 yield from body.named_bodies(f"{path}{name}.")
 
+    def deferred_compiles(self):
+        """What its exact fused groups compiled at their second call (tiered: see
+        ``kernels.Lowering``), a ``native.Activity``; None when none did."""
+        late = [k.lowering.deferred_compile for k in self.kernels.values()
+                if getattr(k.lowering, "deferred_compile", None) is not None]
+        return sum(late[1:], late[0]) if late else None
+
     def kernel_code(self) -> str:
         """The source of the fused kernels (Numba, or the NumPy fallback's)."""
         return "\n\n".join(k.source for k in self.kernels.values())

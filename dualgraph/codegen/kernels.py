@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernels import MIN_ELEMENTS, PARALLEL_MIN, numba_available
+from ..kernels import MIN_ELEMENTS, PARALLEL_MIN, native, numba_available
 from ..kernels.threads import run_rows
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
@@ -102,7 +102,9 @@ def compile_group(node: Node, fast_math: bool = False) -> FusedKernel:
 class FusedKernel:
     """``kernel(*inputs, out=None) -> tuple of outputs``; ``source`` is its code. The
     NumPy fallback is generated when it is first needed (a compiled group never needs it:
-    for a group of thousands of ops, generating it cost about a second)."""
+    for a group of thousands of ops, generating it cost about a second), which includes
+    the first call of an exact group whose machine code is not at hand (tiered: see
+    :class:`Lowering`)."""
 
     def __init__(self, sub: Graph, name: str, lowering, why_fallback: str):
         self.sub, self.name = sub, name
@@ -126,12 +128,15 @@ class FusedKernel:
     def __call__(self, *inputs, out=None):
         if self.lowering is not None:
             try:
-                return self.lowering(inputs, out)
+                results = self.lowering(inputs, out)
             except Exception as e:   # a failed compile: run this group with NumPy from now on
                 if self.lowering.compiled or os.environ.get("DUALGRAPH_NUMBA") == "strict":
                     raise
                 warnings.warn(f"fused kernel failed to compile, using NumPy: {e}")
                 self.lowering, self.why_fallback = None, f"compile failed: {e}"
+            else:
+                if results is not None:
+                    return results
         results = self.fallback.fn(*inputs)
         if out is not None:
             for o, r in zip(out, results):
@@ -165,7 +170,14 @@ def _kind(shape, out_shape, k) -> str | None:
 
 
 class Lowering:
-    """One group lowered to Numba source; calling it compiles (once) and runs it."""
+    """One group lowered to Numba source; calling it compiles (once) and runs it.
+
+    Tiered for exact groups (operators only: no function, reduction or LayerNorm, no
+    fast-math), whose NumPy code gives the kernel's very bits: the first call returns None
+    (the caller runs NumPy's code) unless the machine code is in this process or the disk
+    cache already, and the second call compiles. A graph that runs once (an optimiser's
+    first step, creating its state) then never waits for a compile: W1's cold first call
+    was ~1 s of compiling its first-step update."""
 
     def __init__(self, sub: Graph, name: str, fast_math: bool = False):
         self.sub, self.name, self.fast_math = sub, f"fused_{name}", fast_math
@@ -201,6 +213,12 @@ class Lowering:
         self.plain_outputs = [k for k, v in enumerate(sub.outputs) if v not in ends]
         self.source = self._source()
         self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
+        # operators only (no function, reduction or LayerNorm, exact flags): NumPy's code
+        # gives the kernel's very bits, so the first call may run it instead of compiling
+        self.exact = (end is None and not fast_math
+                      and not any(_CALL.search(n.op.elementwise) for n in members))
+        self.deferred = False
+        self.deferred_compile = None   # native.Activity of the call that compiled it then
 
     @staticmethod
     def _check_norm(node: Node) -> None:
@@ -419,8 +437,17 @@ class Lowering:
             results.append(o)
         sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
         flat_out = [o.reshape(-1) for o in results]
-        run_rows(self._compiled(self._aliases(inputs, results)), R, R, C, n, *sizes, *args,
-                 *flat_out, threads=None if self.parallel else 1)
+        kernel = self._compiled(self._aliases(inputs, results))
+        arguments = (R, C, n, *sizes, *args, *flat_out)
+        if self.exact and not self.compiled and not self.deferred:
+            if not kernel.ready(0, R, *arguments):   # (tiered: a graph run once never
+                self.deferred = True                  # compiles this)
+                return None           # its first call runs NumPy's code; the next compiles
+        late = self.deferred and not self.compiled
+        before = native.activity.snapshot() if late else None
+        run_rows(kernel, R, *arguments, threads=None if self.parallel else 1)
+        if late:    # the compile deferred from the first call, for explain()
+            self.deferred_compile = native.activity.since(before)
         self.compiled = True
         return tuple(results)
 

@@ -91,6 +91,17 @@ class Loop:
     def __call__(self, *args):
         return self.entry(*args)(*args)
 
+    def ready(self, *args) -> bool:
+        """Whether a call with these arguments runs without compiling anything: its machine
+        code is in this process already, or in the disk cache (then it is loaded now)."""
+        key = native.signature(args)
+        if key not in self._compiled:
+            fn = native.compiled(self, key, build=False)
+            if fn is None:
+                return False
+            self._compiled[key] = fn
+        return True
+
     def entry(self, *args):
         """The callable a call with these arguments runs (compiled for their types): a
         caller making many calls of one kind keeps it and skips working out the types."""

@@ -85,6 +85,10 @@ class Activity:
     def snapshot(self) -> "Activity":
         return replace(self)
 
+    def __add__(self, other: "Activity") -> "Activity":
+        return Activity(self.compiled + other.compiled, self.compiled_s + other.compiled_s,
+                        self.loaded + other.loaded, self.loaded_s + other.loaded_s)
+
 
 activity = Activity()
 
@@ -104,9 +108,10 @@ def signature(args) -> tuple:
     return tuple(codes)
 
 
-def compiled(loop, codes: tuple):
+def compiled(loop, codes: tuple, build: bool = True):
     """The callable that runs ``loop`` on arguments of these codes: its machine code from
-    the disk cache, else compiled by Numba (and stored), else Numba's dispatcher."""
+    the disk cache, else compiled by Numba (and stored), else Numba's dispatcher. With
+    ``build=False``, None where that would compile anything."""
     with _lock:
         fn = None
         if None not in codes and enabled():
@@ -115,6 +120,8 @@ def compiled(loop, codes: tuple):
             if fn is None:
                 start = time.perf_counter()
                 stored = _load(folder, key)
+                if stored is None and not build:
+                    return None
                 try:
                     fn = _link(key, *(stored or _build(loop, codes, folder, key)))
                 except NumbaBroken:
@@ -125,6 +132,8 @@ def compiled(loop, codes: tuple):
                 else:
                     _count(stored is not None, time.perf_counter() - start)
         if fn is None:
+            if not build:
+                return None
             fn = _numba_build(loop).dispatcher(loop)
         return fn
 
