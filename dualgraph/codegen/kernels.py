@@ -440,9 +440,11 @@ class Lowering:
         kernel = self._compiled(self._aliases(inputs, results))
         arguments = (R, C, n, *sizes, *args, *flat_out)
         if self.exact and not self.compiled and not self.deferred:
-            if not kernel.ready(0, R, *arguments):   # (tiered: a graph run once never
-                self.deferred = True                  # compiles this)
-                return None           # its first call runs NumPy's code; the next compiles
+            # tiered: unless its machine code is at hand, the first call runs NumPy's code
+            # (the same bits) and the next compiles, so a graph run once never compiles
+            if not kernel.ready(0, R, *arguments):
+                self.deferred = True
+                return None
         late = self.deferred and not self.compiled
         before = native.activity.snapshot() if late else None
         run_rows(kernel, R, *arguments, threads=None if self.parallel else 1)
