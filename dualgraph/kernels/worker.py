@@ -15,9 +15,9 @@ and mispredicted: a group run with an output in place of an input compiles a var
 that module, so the unused one looked new in every process). It exits when its stdin
 closes (the user's process ended) or after ``DUALGRAPH_COMPILE_WORKER_IDLE_S`` seconds (60
 by default) without work, and the next compile starts a new one.
-``DUALGRAPH_COMPILE_WORKER=0`` compiles in the user's process instead. Loops outside this
-package and its generated kernel modules (which a fresh process could not import) are
-always compiled in-process.
+``DUALGRAPH_COMPILE_WORKER=0`` compiles in the user's process instead. Loops outside
+``dualgraph.kernels`` and the generated kernel modules (which the worker could not import)
+are always compiled in-process.
 """
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def enabled() -> bool:
 
 
 def can_compile(loop) -> bool:
-    """Whether the worker can import ``loop`` by itself: a loop of this package or of a
-    generated kernel module."""
+    """Whether the worker can import ``loop`` by itself: a loop of ``dualgraph.kernels``
+    (what its stand-in package serves) or of a generated kernel module."""
     module = loop.fn.__module__
-    return enabled() and (module.startswith("dualgraph.") or module.startswith(_GENERATED))
+    return enabled() and module.startswith(("dualgraph.kernels.", _GENERATED))
 
 
 class _Worker:
