@@ -20,6 +20,7 @@ import time
 from ..graph import Graph, verify as verify_graph
 from .batch import batch_linears
 from .core import Report
+from .residuals import save_scan_residuals
 from .share import share_conv_columns
 from .cse import cse
 from .dce import dce
@@ -31,7 +32,8 @@ from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
            "fold_constants", "simplify", "batch_linears", "share_conv_columns",
-           "fuse_elementwise", "group_updates", "schedule", "plan_memory"]
+           "fuse_elementwise", "group_updates", "schedule", "plan_memory",
+           "save_scan_residuals"]
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less
@@ -42,6 +44,7 @@ PIPELINE = [
     share_conv_columns,  # a conv and its weight gradient: one im2col
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
+    save_scan_residuals,  # a scan's gradient reads the forward's values, not recomputes
     fuse_elementwise,
     group_updates,      # a step's optimiser updates -> one call
     schedule,
