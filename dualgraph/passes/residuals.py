@@ -174,10 +174,15 @@ def _rebuild_backward(b: Builder, node: Node, replaced: list, skipped: set,
     carries, xs = node.attrs["num_carry"], node.attrs["num_xs"]
     new = Graph()
     env: dict = {}
+    taken = {v.name for v in (*body.inputs, *body.constants)}
     for v in body.inputs[:carries + xs]:
         new.share_input(v)
-    for v in replaced:
-        env[v] = new.add_input(tuple(v.shape), v.dtype, name=f"{v.name}_saved")
+    for v in replaced:     # (names the inputs shared after these do not have)
+        name = f"{v.name}_saved"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        env[v] = new.add_input(tuple(v.shape), v.dtype, name=name)
     for v in body.inputs[carries + xs:]:
         new.share_input(v)
     for v, array in body.constants.items():
