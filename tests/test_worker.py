@@ -150,10 +150,14 @@ def test_a_worker_ignores_ctrl_c_and_an_interrupted_request_stops_it():
     assert worker._worker.process.pid != first.pid
 
 
-def test_a_worker_that_cannot_start_leaves_compiling_to_this_process(monkeypatch):
+@pytest.mark.parametrize("executable", ["/nonexistent/python", None])
+def test_a_worker_that_cannot_start_leaves_compiling_to_this_process(monkeypatch,
+                                                                      executable):
+    """No usable interpreter at ``sys.executable`` (missing; None where an application
+    embeds Python): one warning, then loops compile in this process."""
     monkeypatch.setattr(worker, "_cannot_start", None)
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-    with pytest.warns(UserWarning, match="could not start.*/nonexistent/python"):
+    monkeypatch.setattr(sys, "executable", executable)
+    with pytest.warns(UserWarning, match=f"could not start.*{executable}"):
         x, out = run(fresh_loop("x[i] * 15"))
     np.testing.assert_array_equal(out, x * 15)
     assert not worker.enabled()

@@ -118,7 +118,7 @@ def _running() -> _Worker:
             _worker.close()     # (it has left: its pipes only)
         try:
             _worker = _Worker()
-        except OSError as e:    # e.g. no usable interpreter at sys.executable
+        except (OSError, TypeError, ValueError) as e:   # no usable sys.executable
             _cannot_start = f"{sys.executable}: {e}"
             raise WorkerFailed(f"the compile worker could not start ({_cannot_start}); "
                                "loops compile in this process from now on") from e
