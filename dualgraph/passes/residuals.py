@@ -135,7 +135,7 @@ def _node_keys(body: Graph):
 def _key(node: Node, values: dict):
     """What makes two nodes compute the same: op, attrs and operands' keys; None for a
     node with a subgraph attr or an operand without a key."""
-    if any(isinstance(a, Graph) for a in node.attrs.values()):
+    if any(_holds_graph(a) for a in node.attrs.values()):
         return None
     operands = []
     for x in node.inputs:
@@ -146,6 +146,13 @@ def _key(node: Node, values: dict):
         else:
             return None
     return node.op.name, repr(sorted(node.attrs.items())), tuple(operands)
+
+
+def _holds_graph(attr) -> bool:
+    """Whether an attr is or holds a subgraph (whose repr would not say what it computes)."""
+    if isinstance(attr, (tuple, list)):
+        return any(_holds_graph(a) for a in attr)
+    return isinstance(attr, Graph)
 
 
 def _rebuild_forward(b: Builder, node: Node, saved: list) -> list:
