@@ -9,17 +9,17 @@ than stale code.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import sys
 
 from .._helpers import write_atomic
-from ..kernels.cache import cache_dir, kernels_hash, mark_used, prune_at_exit
+from ..kernels.cache import (GENERATED, cache_dir, import_file, kernels_hash, mark_used,
+                             prune_at_exit)
 
 
 def load_module(source: str):
     """Import ``source`` as a module backed by a file in the cache (written once)."""
     key = hashlib.sha256((kernels_hash() + source).encode()).hexdigest()[:24]
-    name = f"dualgraph_kernel_{key}"
+    name = f"{GENERATED}{key}"
     if name in sys.modules:
         return sys.modules[name]
     path = cache_dir() / f"{name}.py"
@@ -28,8 +28,4 @@ def load_module(source: str):
         prune_at_exit(cache_dir())
     else:
         mark_used(path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    return module
+    return import_file(name, path)

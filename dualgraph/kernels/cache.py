@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import sys
 import tempfile
 import time
 from functools import lru_cache
@@ -29,9 +30,10 @@ from pathlib import Path
 
 MAX_AGE_DAYS = 30
 MAX_BYTES = 512 << 20
+GENERATED = "dualgraph_kernel_"   # how the names of generated kernel modules begin
 # The files an entry is made of (machine code and its description, a kernel module): a
 # cache directory set to a folder holding other files loses none of them.
-ENTRY_FILE = re.compile(r"[0-9a-f]{16,64}\.(json|o)|dualgraph_kernel_[0-9a-f]{16,64}\.py")
+ENTRY_FILE = re.compile(rf"[0-9a-f]{{16,64}}\.(json|o)|{GENERATED}[0-9a-f]{{16,64}}\.py")
 _to_prune: set[Path] = set()   # folders this process wrote entries into
 
 
@@ -64,6 +66,16 @@ def kernels_hash() -> str:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def import_file(name: str, path) -> object:
+    """Import the module file ``path`` as module ``name`` (a generated kernel module: code
+    generation writes it, the compile worker imports it again from the same file)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
 
 
 def mark_used(path: Path) -> None:

@@ -30,8 +30,9 @@ import sys
 import threading
 from pathlib import Path
 
+from .cache import GENERATED, import_file
+
 IDLE_S = 60.0
-_GENERATED = "dualgraph_kernel_"     # the module names of generated kernels (codegen/cache.py)
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 # Run by the worker's interpreter: a stand-in for the dualgraph package lets it import
@@ -65,7 +66,7 @@ def can_compile(loop) -> bool:
     """Whether the worker can import ``loop`` by itself: a loop of ``dualgraph.kernels``
     (what its stand-in package serves) or of a generated kernel module."""
     module = loop.fn.__module__
-    return enabled() and module.startswith(("dualgraph.kernels.", _GENERATED))
+    return enabled() and module.startswith(("dualgraph.kernels.", GENERATED))
 
 
 class _Worker:
@@ -193,11 +194,6 @@ def _answer(request: dict) -> dict:
 def _module(name: str, file: str):
     """The module holding a loop: imported by name, or a generated kernel from its file."""
     import importlib
-    import importlib.util
-    if name in sys.modules or not name.startswith(_GENERATED):
+    if name in sys.modules or not name.startswith(GENERATED):
         return importlib.import_module(name)
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    return module
+    return import_file(name, file)
