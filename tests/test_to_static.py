@@ -120,6 +120,74 @@ def test_for_over_tensor_rows_is_a_scan():
           op="scan")
 
 
+def rows_written(xs, h, w, start):
+    """An RNN filling ``hs`` one row per step at a counter, as W4's converted loop does."""
+    hs = dg.zeros(xs.shape[0] + max(start, 0), h.shape[0], dtype=h.dtype)
+    t = start
+    for x in xs:
+        h = dg.tanh(h @ w + x)
+        hs[t] = h
+        t += 1
+    return hs, h, t
+
+
+def test_row_writes_at_a_counter_become_the_scans_ys():
+    rng = np.random.default_rng(0)
+    xs, h = (dg.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((5, 3), (3,)))
+    w = dg.tensor(rng.standard_normal((3, 3)).astype(np.float32) * 0.5)
+    for start in (0, 2, -5):   # rows 0..4, 2..6 of 7, and -5..-1 (counted from the end)
+        static = check(rows_written, (xs, h, w, start), op="scan")
+        (scan,) = [n for n in static.graph.nodes if n.op.name == "scan"]
+        assert scan.attrs["num_carry"] == 2          # h and t: hs is not carried
+        assert "index_put" not in ops_of(scan.attrs["body_graph"])
+        assert "index_put" in ops_of(static.graph)   # all the rows, after the loop
+    # gradients through the rows written (the scan's ys): against eager, and by differences
+    static = to_static(rows_written, fullgraph=True)
+
+    def loss(fn, xs, h, w):
+        hs, last, _ = fn(xs, h, w, 1)
+        return (hs * dg.arange(hs.shape[0] * 3).reshape(-1, 3)).sum() + last.sum()
+    params = [dg.tensor(a.numpy(), requires_grad=True) for a in (xs, h, w)]
+    got = dg.autograd.grad(loss(static, *params), params)
+    want = dg.autograd.grad(loss(rows_written, *params), params)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert dg.autograd.gradcheck(lambda *a: loss(static, *a), [
+        dg.tensor(a.numpy().astype(np.float64), requires_grad=True) for a in (xs, h, w)],
+        eps=1e-6, atol=1e-5)
+
+
+def test_row_writes_that_are_read_or_not_at_a_counter_stay_carried():
+    def reads_back(xs, h):
+        hs = dg.zeros(xs.shape[0] + 1, 3)
+        t = 1
+        for x in xs:
+            hs[t] = hs[t - 1] + x      # reads an earlier row: hs must be carried
+            t += 1
+        return hs
+
+    def steps_by_two(xs, h):
+        hs = dg.zeros(2 * xs.shape[0], 3)
+        t = 0
+        for x in xs:
+            hs[t] = x + h
+            t += 2
+        return hs
+
+    def adds_into(xs, h):
+        hs = dg.zeros(xs.shape[0], 3)
+        t = 0
+        for x in xs:
+            hs[t] += x * h             # reads the row it writes
+            t += 1
+        return hs
+    rows = dg.tensor(np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32))
+    for fn in (reads_back, steps_by_two, adds_into):
+        static = check(fn, (rows, dg.ones(3)), op="scan")
+        (scan,) = [n for n in static.graph.nodes if n.op.name == "scan"]
+        assert "index_put" in ops_of(scan.attrs["body_graph"]), fn.__name__
+
+
 def test_early_return():
     def f(x):
         if x.sum() > 0:

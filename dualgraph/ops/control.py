@@ -691,6 +691,10 @@ def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what=
                                [*carry_leaves, *x_leaves, *body.captured]):
         saves_carry, body = False, traced(False)
     _check_scan_body(body, carry_leaves, carry_spec, what, names)
+    # The body runs every step: what it computes and nothing reads (a converted loop's
+    # row writes, see capture/ast/rows.py, or the user's dead code) goes now.
+    from ..passes.dce import dce   # (passes import ops: imported when first needed)
+    body.graph = dce(body.graph)[0]
     if not body.graph.outputs:   # nothing to compute: the body is pure
         return body.rebuild([])
     captured = align([body])

@@ -22,6 +22,7 @@ from ...graph.ir import type_str
 from ...ops import control, creation, elementwise
 from ...shapes import ShapedType
 from ...tensor import Tensor
+from .rows import row_writes, scan_with_row_writes
 
 _NUMBERS = (bool, int, float)
 # A traced `while` recorded with gradients on stops with an error after this many
@@ -336,7 +337,10 @@ def convert_for(iterable, body_fn, args: tuple, names: tuple, where: str, flag=N
         row = control.Slot(tuple(iterable._data.shape[1:]), iterable._data.dtype)
         values = _loop_values(values, names, what, where, lambda: control.trace_fn(
             body_fn, (row, *values), f"body of {what}"))
+        rows = row_writes(body_fn, row, values, what)
         with _checked(what, where):
+            if rows:
+                return scan_with_row_writes(body_fn, iterable, values, names, rows, what)
             carry, _ = control.emit_scan(lambda c, x: (tuple(body_fn(x, *c)), ()), values,
                                          [iterable], None, iterable.shape[0], what=what,
                                          names=names)

@@ -1,0 +1,126 @@
+"""Row writes in a converted ``for`` loop become the scan's ys.
+
+``for x_t in xs: ...; hs[t] = h; t += 1`` carries ``hs`` through the loop. Traced as it is
+written, every step copies the whole tensor to change one row, and a gradient saves the
+whole tensor before every step (W4's converted loop: 32 steps x 512 KiB kept, and 512 KiB
+copied per step forward and backward). When each step writes one row of a variable at a
+counter that steps by one, and reads nothing else of it, the rows are the scan's ys
+instead: the loop carries the rest, and one ``index_put`` after it writes every row at
+once, at ``t0, t0 + 1, ...``, the rows the loop would have written, in the same order, so
+the result (and its gradient) is the same.
+"""
+from __future__ import annotations
+
+from ... import _pytree as pytree
+from ...graph.ir import Value
+from ...ops import control, creation, elementwise, shape as shape_ops
+from ...ops.index import index_put_dims
+from ...tensor import Tensor
+
+
+def row_writes(body_fn, row, values: tuple, what: str) -> dict[int, int]:
+    """``{k: j}``: the loop variables ``k`` that the body (``body_fn(row, *values)``, a loop
+    over rows like ``row``) changes only by writing row ``values[j]`` of them, where
+    variable ``j`` is an integer counter the body increases by one. Traces the body once,
+    when some variable could be such a pair (a tensor with rows and an integer scalar)."""
+    tensors = [isinstance(v, Tensor) for v in values]
+    if not (any(t and v.ndim >= 1 for t, v in zip(tensors, values))
+            and any(t and v.ndim == 0 and not v.is_floating_point()
+                    for t, v in zip(tensors, values))):
+        return {}
+    body = control.trace_fn(body_fn, (row, *values), f"body of {what}")
+    inputs, outputs = _variable_values(body, values)
+    variable_of = {v: i for i, v in inputs.items()}
+    readers: dict[Value, int] = {}
+    for node in body.graph.nodes:
+        for x in node.inputs:
+            if isinstance(x, Value):
+                readers[x] = readers.get(x, 0) + 1
+    for v in body.graph.outputs:
+        readers[v] = readers.get(v, 0) + 1
+    found = {}
+    for k, out in outputs.items():
+        write = out.producer
+        if (write is None or write.op.name != "index_put" or len(write.inputs) != 3
+                or write.attrs != {"dims": (0,), "accumulate": False}
+                or write.inputs[0] is not inputs.get(k) or readers[inputs[k]] != 1):
+            continue
+        j = variable_of.get(write.inputs[2])
+        if j is not None and j != k and _steps_by_one(outputs.get(j), inputs[j]):
+            found[k] = j
+    return found
+
+
+def _variable_values(body: control.Body, values: tuple) -> tuple[dict, dict]:
+    """The body's input and output value of each variable that is one tensor."""
+    inputs, outputs = {}, {}
+    at = 1                          # (input 0 is the row)
+    kinds = iter(zip(body.kinds, _outputs_and_nones(body)))
+    for i, v in enumerate(values):
+        n = len(pytree.flatten(v)[0])
+        if n == 1 and isinstance(v, Tensor):
+            inputs[i] = body.graph.inputs[at]
+        at += n
+        results = [next(kinds) for _ in range(n)]
+        if n == 1 and isinstance(v, Tensor) and results[0][0] == "value":
+            outputs[i] = results[0][1]
+    return inputs, outputs
+
+
+def _outputs_and_nones(body: control.Body) -> list:
+    """Per result leaf of the body, its graph output (None for a constant leaf)."""
+    outs = iter(body.graph.outputs)
+    return [next(outs) if kind == "value" else None for kind in body.kinds]
+
+
+def _steps_by_one(out, counter) -> bool:
+    """Whether ``out = counter + 1`` for an integer scalar ``counter``."""
+    add = getattr(out, "producer", None)
+    if (add is None or add.op.name != "add" or counter.shape != ()
+            or counter.dtype.kind not in "iu"):
+        return False
+    a, b = add.inputs
+    return (a is counter and _is_one(b)) or (b is counter and _is_one(a))
+
+
+def _is_one(x) -> bool:
+    return type(x) is int and x == 1
+
+
+def scan_with_row_writes(body_fn, iterable, values: tuple, names: tuple, rows: dict,
+                         what: str) -> tuple:
+    """The loop ``vars = body_fn(x, *vars)`` over the rows of ``iterable`` as one scan whose
+    ys are the rows written into the variables of ``rows`` (see :func:`row_writes`); those
+    variables are written after it. Returns the variables' final values."""
+    keep = [i for i in range(len(values)) if i not in rows]
+    length = iterable.shape[0]
+
+    def step(carry, x):
+        full = list(values)
+        for i, v in zip(keep, carry):
+            full[i] = v
+        for k in rows:       # a stand-in to write into: only the row written is kept
+            full[k] = _stand_in(values[k])
+        new = tuple(body_fn(x, *full))
+        return tuple(new[i] for i in keep), tuple(_row_written(new[k]) for k in rows)
+
+    carry, ys = control.emit_scan(step, tuple(values[i] for i in keep), [iterable], None,
+                                  length, what=what, names=tuple(names[i] for i in keep))
+    out = list(values)
+    for i, v in zip(keep, carry):
+        out[i] = v
+    for (k, j), written in zip(rows.items(), ys):
+        positions = elementwise.add(creation.arange(length), values[j])
+        out[k] = index_put_dims(values[k], written, (positions,), (0,))
+    return tuple(out)
+
+
+def _stand_in(like: Tensor) -> Tensor:
+    """A traced tensor shaped as ``like`` (zeros broadcast from one element, so no
+    constant of its size enters the graph) for the body to write its row into."""
+    return shape_ops.expand(creation.zeros((), dtype=like.dtype), tuple(like.shape))
+
+
+def _row_written(result: Tensor) -> Tensor:
+    """The row a step wrote: the value operand of the ``index_put`` that made ``result``."""
+    return Tensor._make(result._data.producer.inputs[1])
