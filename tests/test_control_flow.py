@@ -248,6 +248,71 @@ def test_a_scans_gradient_reads_what_its_forward_scan_computed():
     assert "stacked for" not in plain.explain()
 
 
+def test_a_scans_per_step_linears_become_one_gemm_outside_it():
+    """``batch_scan_linears``: a compiled LSTM training step over a scan computes the input
+    projection once before the loop and the projection's and the cell's weight gradients
+    once after it; a linear of the carry stays in the loop. The same numbers as eager and
+    as without the pass, up to rounding, over three steps of SGD."""
+    from dualgraph.passes import PASS_NAMES
+
+    def make():
+        dg.manual_seed(0)
+        proj, cell = dg.nn.Linear(3, 8), dg.nn.LSTMCell(8, 4)
+        mix = dg.nn.Linear(4, 4, bias=False)
+        params = [*proj.parameters(), *cell.parameters(), *mix.parameters()]
+        opt = dg.optim.SGD(params, lr=0.1)
+
+        def step(carry, x):
+            h, c = cell(proj(x), carry)
+            return (mix(h), c), h          # (mix reads the carry: it stays in the loop)
+
+        def train_step(h, xs):
+            opt.zero_grad()
+            (last, _), hs = scan(step, (h, h), xs)
+            loss = (hs * hs).sum() + last.sum()
+            loss.backward()
+            opt.step()
+            return loss
+        return train_step, params
+
+    h, xs = (dg.tensor(a.astype(np.float32)) for a in (rand(2, 4), rand(6, 2, 3, seed=1)))
+    runs = {}
+    for name, passes in (("eager", None), ("batched", "all"),
+                         ("per step", set(PASS_NAMES) - {"batch_scan_linears"})):
+        step, params = make()
+        if passes is not None:
+            step = dg.compile(step, **({} if passes == "all" else {"passes": passes}))
+        losses = [step(h, xs).item() for _ in range(3)]
+        runs[name] = (losses, [p.detach().numpy().copy() for p in params], step)
+    for name in ("batched", "per step"):
+        np.testing.assert_allclose(runs[name][0], runs["eager"][0], rtol=1e-5)
+        for got, want in zip(runs[name][1], runs["eager"][1]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    def bodies(compiled):
+        graph = compiled._last.executable.graph
+        scans = {n.attrs["reverse"]: n.attrs["body_graph"].nodes for n in graph.nodes
+                 if n.op.name == "scan"}
+        return ([n.op.name for n in scans[False]], [n.op.name for n in scans[True]],
+                [n.attrs["need"] for n in scans[True] if n.op.name == "lstm_cell_backward"])
+    forward, reverse, needs = bodies(runs["batched"][2])
+    # in the loop: the cell and mix (it reads the carry), mix's input gradient, the cell's
+    assert forward == ["lstm_cell", "linear"], forward
+    assert reverse.count("linear_backward") == 1 and "add" in reverse, reverse
+    assert [need[3:] for need in needs] == [(False, False)]
+    assert [n.attrs["need"] for n in runs["batched"][2]._last.executable.graph.nodes
+            if n.op.name == "scan" and n.attrs["reverse"]
+            for n in n.attrs["body_graph"].nodes if n.op.name == "linear_backward"] == [
+                (True, False, False)]         # mix's weight gradient: after the loop too
+    forward, reverse, needs = bodies(runs["per step"][2])
+    assert forward.count("linear") == 3 and reverse.count("linear_backward") == 3
+    assert [need[3:] for need in needs] == [(True, True)]
+    report = runs["batched"][2].explain()
+    for what, n in (("hoisted linears", 2), ("batched linear gradients", 2),
+                    ("hoisted weight gradients", 2)):  # (the cell's, mix's)
+        assert re.search(rf"batch_scan_linears: .*{what} {n}", report), report
+
+
 def test_scan_reverse_and_structures():
     def f(a, xs):
         def step(c, x):

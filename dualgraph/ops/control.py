@@ -661,10 +661,12 @@ def scan(f, init, xs=None, length=None, reverse=False):
 
 
 def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what="dg.scan",
-              names=None):
+              names=None, prune=None):
     """The ``scan`` node for ``f`` traced over ``init`` and a row of each of ``x_leaves``
     (``x_spec`` their structure); returns (carry, ys) as :func:`scan`. Errors call the loop
-    ``what`` and its carried values ``names`` (one per leaf of ``init``) when given."""
+    ``what`` and its carried values ``names`` (one per leaf of ``init``) when given.
+    ``prune(graph) -> graph`` drops what the traced body computes and nothing reads (the
+    writes a converted loop moves out of it: ``capture/ast/rows.py``)."""
     slots = [Slot(tuple(x._data.shape[1:]), x._data.dtype,
                   getattr(x._data, "name", "x") + "_t") for x in x_leaves]
     carry_leaves, carry_spec = flatten(init)
@@ -691,10 +693,8 @@ def emit_scan(f, init, x_leaves: list, x_spec, length: int, reverse=False, what=
                                [*carry_leaves, *x_leaves, *body.captured]):
         saves_carry, body = False, traced(False)
     _check_scan_body(body, carry_leaves, carry_spec, what, names)
-    # The body runs every step: what it computes and nothing reads (a converted loop's
-    # row writes, see capture/ast/rows.py, or the user's dead code) goes now.
-    from ..passes.dce import dce   # (passes import ops: imported when first needed)
-    body.graph = dce(body.graph)[0]
+    if prune is not None:
+        body.graph = prune(body.graph)
     if not body.graph.outputs:   # nothing to compute: the body is pure
         return body.rebuild([])
     captured = align([body])

@@ -21,6 +21,7 @@ from ..graph import Graph, verify as verify_graph
 from .batch import batch_linears
 from .core import Report
 from .residuals import save_scan_residuals
+from .scan_linears import batch_scan_linears
 from .share import share_conv_columns
 from .cse import cse
 from .dce import dce
@@ -33,7 +34,7 @@ from .simplify import RULES, simplify
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
            "fold_constants", "simplify", "batch_linears", "share_conv_columns",
            "fuse_elementwise", "group_updates", "schedule", "plan_memory",
-           "save_scan_residuals"]
+           "save_scan_residuals", "batch_scan_linears"]
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less
@@ -45,6 +46,7 @@ PIPELINE = [
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
     save_scan_residuals,  # a scan's gradient reads the forward's values, not recomputes
+    batch_scan_linears,   # a scan's per-step linears over its xs -> one GEMM outside it
     fuse_elementwise,
     group_updates,      # a step's optimiser updates -> one call
     schedule,

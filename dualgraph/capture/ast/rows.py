@@ -15,6 +15,7 @@ from ... import _pytree as pytree
 from ...graph.ir import Value
 from ...ops import control, creation, elementwise, shape as shape_ops
 from ...ops.index import index_put_dims
+from ...passes.dce import dce
 from ...tensor import Tensor
 
 
@@ -99,13 +100,14 @@ def scan_with_row_writes(body_fn, iterable, values: tuple, names: tuple, rows: d
         full = list(values)
         for i, v in zip(keep, carry):
             full[i] = v
-        for k in rows:       # a stand-in to write into: only the row written is kept
+        for k in rows:   # a stand-in to write into; the write is pruned, its row kept
             full[k] = _stand_in(values[k])
         new = tuple(body_fn(x, *full))
         return tuple(new[i] for i in keep), tuple(_row_written(new[k]) for k in rows)
 
     carry, ys = control.emit_scan(step, tuple(values[i] for i in keep), [iterable], None,
-                                  length, what=what, names=tuple(names[i] for i in keep))
+                                  length, what=what, names=tuple(names[i] for i in keep),
+                                  prune=lambda graph: dce(graph)[0])
     out = list(values)
     for i, v in zip(keep, carry):
         out[i] = v
