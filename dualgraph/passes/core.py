@@ -140,3 +140,28 @@ class Builder:
     def finish(self) -> Graph:
         self.graph.set_outputs([self.get(v) for v in self.old.outputs])
         return self.graph
+
+
+def new_scan_body(body: Graph, num_carry: int, num_xs: int, added: list, suffix: str,
+                  dropped_carries=()) -> tuple[Graph, dict]:
+    """A fresh graph to rebuild a scan's ``body`` in: its carry inputs but
+    ``dropped_carries``, its ``num_xs`` scanned inputs, a new scanned input per value of
+    ``added`` (named after it with ``suffix``, unique among the body's names), its captured
+    inputs and its constants. Returns the graph and a map from each added value (and each
+    constant that had to be copied) to its new value; the caller copies the nodes."""
+    new, env = Graph(), {}
+    for k, v in enumerate(body.inputs[:num_carry + num_xs]):
+        if k not in dropped_carries:
+            new.share_input(v)
+    taken = {v.name for v in (*body.inputs, *body.constants)}
+    for v in added:     # (names the inputs shared after these do not have)
+        name = v.name + suffix
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        env[v] = new.add_input(tuple(v.shape), v.dtype, name=name)
+    for v in body.inputs[num_carry + num_xs:]:
+        new.share_input(v)
+    for v, array in body.constants.items():
+        env[v] = v if new.share_constant(v, array) else new.add_constant(array, name=v.name)
+    return new, env

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..graph import Graph, Node, Value
 from ..graph.ir import is_literal
-from .core import Builder, Report, format_bytes, nbytes
+from .core import Builder, Report, format_bytes, nbytes, new_scan_body
 from .dce import dce
 
 
@@ -179,21 +179,7 @@ def _rebuild_backward(b: Builder, node: Node, replaced: list, skipped: set,
     ``replaced`` values, without its ``skipped`` nodes (the forward body's)."""
     body: Graph = node.attrs["body_graph"]
     carries, xs = node.attrs["num_carry"], node.attrs["num_xs"]
-    new = Graph()
-    env: dict = {}
-    taken = {v.name for v in (*body.inputs, *body.constants)}
-    for v in body.inputs[:carries + xs]:
-        new.share_input(v)
-    for v in replaced:     # (names the inputs shared after these do not have)
-        name = f"{v.name}_saved"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        env[v] = new.add_input(tuple(v.shape), v.dtype, name=name)
-    for v in body.inputs[carries + xs:]:
-        new.share_input(v)
-    for v, array in body.constants.items():
-        env[v] = v if new.share_constant(v, array) else new.add_constant(array, name=v.name)
+    new, env = new_scan_body(body, carries, xs, replaced, "_saved")
     for inner in body.nodes:
         if inner in skipped:
             continue

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Graph, Node, Value
-from .core import Builder, Report
+from .core import Builder, Report, new_scan_body
 from .dce import dce
 
 
@@ -268,27 +268,13 @@ def _stacked_values(body: _Body, plan: _Plan) -> list:
 
 
 def _new_body(body: _Body, plan: _Plan, removed: set, removed_ys: set, stacked: list) -> Graph:
+    """The body without what moves out: the hoisted linears' values read as new xs, the
+    sunk nodes, accumulating adds and ``removed`` carries gone, ``stacked`` returned as ys
+    (before the saved carries)."""
     old = body.graph
-    new = Graph()
-    env: dict = {}
-    c, x = body.carries, len(body.scanned)
-    for k in range(c):
-        if k not in removed:
-            new.share_input(old.inputs[k])
-    for v in old.inputs[c:c + x]:
-        new.share_input(v)
-    taken = {v.name for v in (*old.inputs, *old.constants)}
-    for h in plan.hoisted:
-        out = h.outputs[0]
-        name = out.name + "_t"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        env[out] = new.add_input(tuple(out.shape), out.dtype, name=name)
-    for v in old.inputs[c + x:]:
-        new.share_input(v)
-    for v, array in old.constants.items():
-        env[v] = v if new.share_constant(v, array) else new.add_constant(array, name=v.name)
+    new, env = new_scan_body(old, body.carries, len(body.scanned),
+                             [h.outputs[0] for h in plan.hoisted], "_t", removed)
+    c = body.carries
     weights = {inner: carries for inner, carries in plan.weights}
     for inner in old.nodes:
         if inner in plan.dropped or inner in plan.hoisted:
