@@ -157,6 +157,23 @@ def test_row_writes_at_a_counter_become_the_scans_ys():
         eps=1e-6, atol=1e-5)
 
 
+def rows_and_a_pair(xs, h):
+    """Row writes beside a variable holding a tuple (two leaves) and one set before."""
+    pair, hs, t = (h, h * 2), dg.zeros(xs.shape[0], 3), 0
+    for x in xs:
+        pair = (pair[1], pair[0] + x)
+        hs[t] = pair[0] * x
+        t += 1
+    return hs, pair
+
+
+def test_row_writes_beside_a_structured_variable():
+    rows = dg.tensor(np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32))
+    static = check(rows_and_a_pair, (rows, dg.ones(3)), op="scan")
+    (scan,) = [n for n in static.graph.nodes if n.op.name == "scan"]
+    assert scan.attrs["num_carry"] == 3 and "index_put" in ops_of(static.graph)
+
+
 def test_row_writes_that_are_read_or_not_at_a_counter_stay_carried():
     def reads_back(xs, h):
         hs = dg.zeros(xs.shape[0] + 1, 3)

@@ -55,16 +55,16 @@ def row_writes(body_fn, row, values: tuple, what: str) -> dict[int, int]:
 def _variable_values(body: control.Body, values: tuple) -> tuple[dict, dict]:
     """The body's input and output value of each variable that is one tensor."""
     inputs, outputs = {}, {}
-    at = 1                          # (input 0 is the row)
-    kinds = iter(zip(body.kinds, _outputs_and_nones(body)))
+    at = 1                          # (input 0 is the row; tensor leaves are inputs)
     for i, v in enumerate(values):
-        n = len(pytree.flatten(v)[0])
-        if n == 1 and isinstance(v, Tensor):
+        if isinstance(v, Tensor):
             inputs[i] = body.graph.inputs[at]
-        at += n
-        results = [next(kinds) for _ in range(n)]
-        if n == 1 and isinstance(v, Tensor) and results[0][0] == "value":
-            outputs[i] = results[0][1]
+        at += sum(isinstance(leaf, Tensor) for leaf in pytree.flatten(v)[0])
+    results = iter(zip(body.kinds, _outputs_and_nones(body)))
+    for i, child in enumerate(body.spec[1]):   # (the new values, as _var_types reads them)
+        got = [next(results) for _ in range(pytree.size(child))]
+        if child is None and got[0][0] == "value":
+            outputs[i] = got[0][1]
     return inputs, outputs
 
 
