@@ -346,6 +346,23 @@ def test_to_static_if_and_while_export_as_if_and_loop(tmp_path):
         check_round_trip(proto, grow, (x,))
 
 
+def fill_rows(xs, h):
+    """A converted loop writing one row per step (its rows become the scan's ys)."""
+    hs = dg.zeros(xs.shape[0], h.shape[0])
+    t = 0
+    for x in xs:
+        h = dg.tanh(h + x)
+        hs[t] = h
+        t += 1
+    return hs, h
+
+
+def test_to_static_row_writes_export(tmp_path):
+    xs, h = dg.randn(4, 3), dg.randn(3)
+    proto = dg.onnx.export(dg.jit.to_static(fill_rows), (xs, h), tmp_path / "m.onnx")
+    check_round_trip(proto, fill_rows, (xs, h))
+
+
 def test_while_loop_with_max_iters_and_a_captured_weight(tmp_path):
     w = dg.tensor([1.5, 0.5, 2.0])
 
