@@ -6,9 +6,9 @@ import pytest
 from graphs_for_tests import training_step
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from dualgraph.graph import Graph, GraphError, verify
+from dualgraph.graph import Graph, GraphError, interpret, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
-                              group_updates,
+                              batch_scan_linears, group_updates,
                               plan_memory, run_pipeline, schedule, share_conv_columns,
                               simplify)
 from dualgraph.passes.fuse import UNFUSED_BELOW
@@ -577,3 +577,43 @@ def test_group_updates_keeps_apart_other_hyper_parameters_and_updates_read_insid
     graph = adam_steps([(3,), (4,)], read_first=True)
     new, report = group_updates(graph)
     assert new is graph and not report.changed
+
+
+def reverse_scan_summing_a_weight_gradient(body_reads_the_sum: bool) -> Graph:
+    """A reverse scan whose body adds one step's weight gradient into its carry and
+    returns the step's input gradient as a y (the shape of a scan's gradient); with
+    ``body_reads_the_sum`` the body also reads the running sum, which must keep it there."""
+    body = Graph()
+    acc = body.add_input((3, 5), "float32", name="acc")
+    g = body.add_input((2, 3), "float32", name="g_t")
+    x = body.add_input((2, 5), "float32", name="x_t")
+    w = body.add_input((3, 5), "float32", name="w")
+    dx, dw, _ = body.add_node("linear_backward", [g, x, w], {"need": (True, True, False)})
+    (total,) = body.add_node("add", [acc, dw])
+    ys = [dx]
+    if body_reads_the_sum:
+        ys += body.add_node("mul", [acc, 2.0])
+    body.set_outputs([total, *ys])
+    graph = Graph()
+    inputs = [graph.add_input(shape, "float32", name=name) for shape, name in
+              (((3, 5), "acc0"), ((4, 2, 3), "gs"), ((4, 2, 5), "xs"), ((3, 5), "w"))]
+    graph.set_outputs(list(graph.add_node(
+        "scan", inputs, {"body_graph": body, "num_carry": 1, "num_xs": 2, "length": 4,
+                         "reverse": True})))
+    return graph
+
+
+def test_batch_scan_linears_moves_summed_weight_gradients_out_of_the_loop():
+    rng = np.random.default_rng(0)
+    graph = reverse_scan_summing_a_weight_gradient(False)
+    arrays = [rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs]
+    new, report = batch_scan_linears(graph)
+    verify(new)
+    # all the loop did moves out (its rows are the inputs): no scan is left
+    assert [n.op.name for n in new.nodes] == ["linear_backward", "add"]
+    assert report.counts == {"batched linear gradients": 1}
+    for got, want in zip(interpret(new, *arrays), interpret(graph, *arrays)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    kept = reverse_scan_summing_a_weight_gradient(True)    # the sum is read in the loop
+    new, report = batch_scan_linears(kept)
+    assert new is kept and not report.counts

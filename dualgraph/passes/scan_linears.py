@@ -52,12 +52,16 @@ def batch_scan_linears(graph: Graph) -> tuple[Graph, Report]:
                                                     %a = add(%a0, %d.1)
     """
     report = Report("batch_scan_linears", len(graph.nodes), len(graph.nodes))
+    changed = False
     while True:   # a move can enable another (a linear of a hoisted linear)
         new = _once(graph, report)
         if new is None:
-            return graph, report
-        graph = new
+            break
+        graph, changed = new, True
+    if changed:   # (a gradient moved out that no output reads: the pipeline's dce ran)
+        graph = dce(graph)[0]
         report.nodes_after = len(graph.nodes)
+    return graph, report
 
 
 def _once(graph: Graph, report: Report):
