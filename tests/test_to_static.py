@@ -10,6 +10,7 @@ import pytest
 
 import dualgraph as dg
 from dualgraph.capture.ast import to_static
+from dualgraph.errors import CaptureError
 
 THIS = "test_to_static.py"
 
@@ -172,6 +173,23 @@ def test_row_writes_beside_a_structured_variable():
     static = check(rows_and_a_pair, (rows, dg.ones(3)), op="scan")
     (scan,) = [n for n in static.graph.nodes if n.op.name == "scan"]
     assert scan.attrs["num_carry"] == 3 and "index_put" in ops_of(static.graph)
+
+
+def test_a_row_write_only_the_first_trace_makes_is_a_capture_error():
+    traces = []
+
+    def flaky(xs):
+        hs = dg.zeros(xs.shape[0], 3)
+        t = 0
+        for x in xs:
+            traces.append(t)
+            if len(traces) == 1:       # a Python condition: only the first trace writes
+                hs[t] = x
+            t += 1
+        return hs
+    rows = dg.ones(2, 3)
+    with pytest.raises(CaptureError, match="wrote a row at its first trace but not"):
+        to_static(flaky, fullgraph=True)(rows)
 
 
 def test_row_writes_that_are_read_or_not_at_a_counter_stay_carried():

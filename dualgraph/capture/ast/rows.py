@@ -12,6 +12,8 @@ the result (and its gradient) is the same.
 from __future__ import annotations
 
 from ... import _pytree as pytree
+from ..._helpers import user_location
+from ...errors import CaptureError
 from ...graph.ir import Value
 from ...ops import control, creation, elementwise, shape as shape_ops
 from ...ops.index import index_put_dims
@@ -125,4 +127,9 @@ def _stand_in(like: Tensor) -> Tensor:
 
 def _row_written(result: Tensor) -> Tensor:
     """The row a step wrote: the value operand of the ``index_put`` that made ``result``."""
-    return Tensor._make(result._data.producer.inputs[1])
+    write = getattr(result._data, "producer", None)
+    if write is None or write.op.name != "index_put":   # (the body traced differently)
+        raise CaptureError("a converted loop's body wrote a row at its first trace but "
+                           "not at its second", user_location(),
+                           "Make the loop body trace the same way each time.")
+    return Tensor._make(write.inputs[1])
