@@ -103,3 +103,7 @@ def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager(kind):
     assert "batched linears 10" in report and "batched linear gradients 10" in report
     if kind == "LSTMCell":   # the cell's own weight gradient: one GEMM after the steps
         assert "hoisted recurrent weight gradients 10" in report
+        # ... over the gate gradients the input projection's gradient stacks too (one
+        # concatenation of them, shared) and the hidden states stacked the same way
+        cats = [n for n in fn._last.executable.graph.nodes if n.op.name == "cat"]
+        assert sorted(tuple(n.outputs[0].shape) for n in cats) == [(4, 10, 16), (4, 10, 64)]

@@ -184,6 +184,10 @@ class _Rewriter:
         self.backward = {node: group for group in backward for _, node in group[0]}
         self.seen: dict[int, int] = {}                # id(group) -> its nodes reached
         self.hoisted = {node: group for group in hoisted for node in group[0]}
+        # a value a backward group concatenates -> (the group, its position, the dim), so
+        # that a recurrent group over the same gate gradients concatenates them the same way
+        self.positions = {n.inputs[0]: (id(steps), pos, _step_of(steps[0][1].inputs[1])[1])
+                          for steps, *_ in backward for pos, n in steps}
         self.dropped = set()                          # the sum trees' adds
         trees = [([n for _, n in steps], roots, (1, 2)) for steps, *roots in backward]
         trees += [(nodes, roots, (3, 4)) for nodes, *roots in hoisted]
@@ -264,13 +268,7 @@ class _Rewriter:
         if self.seen[id(group)] < len(steps):
             return   # the batched node comes with the group's last step
         src, d, first = _step_of(steps[0][1].inputs[1])
-        parts = []
-        for pos, n in steps:
-            g = n.inputs[0]
-            shape = tuple(g.shape[:d]) + (1,) + tuple(g.shape[d:])
-            parts.append(self.b.add("reshape", [self.b.get(g)], {"shape": shape},
-                                    n.location)[0])
-        (grads,) = self.b.add("cat", parts, {"dim": d}, node.location)
+        grads = self._stacked([n.inputs[0] for _, n in steps], d, node.location)
         x = self.b.get(src)
         if len(steps) != src.shape[d]:
             index = tuple((first, first + len(steps), 1) if i == d else None
@@ -291,6 +289,13 @@ class _Rewriter:
                           f"{len(steps)} x linear_backward of %{node.inputs[2].name} -> "
                           f"%{dx.name}", n=len(steps))
 
+    def _stacked(self, values: list, d: int, location):
+        """``values`` (old values, one per step) stacked along a new dim ``d``."""
+        parts = [self.b.add("reshape", [self.b.get(v)],
+                            {"shape": tuple(v.shape[:d]) + (1,) + tuple(v.shape[d:])},
+                            location)[0] for v in values]
+        return self.b.add("cat", parts, {"dim": d}, location)[0]
+
     def _recurrent_step(self, node):
         """The step without its weight gradients; after the group's last step, the one GEMM
         for them all."""
@@ -303,10 +308,19 @@ class _Rewriter:
         self.seen[id(group)] = self.seen.get(id(group), 0) + 1
         if self.seen[id(group)] < len(nodes):
             return
-        (gates,) = self.b.add("cat", [self.b.get(n.outputs[0]) for n in nodes], {"dim": 0},
-                              node.location)
-        (hidden,) = self.b.add("cat", [self.b.get(n.inputs[3]) for n in nodes], {"dim": 0},
-                               node.location)
+        places = [self.positions.get(n.outputs[0]) for n in nodes]
+        if all(places) and len({group for group, _, _ in places}) == 1:
+            # stacked as the input projection's gradient stacks the same gate gradients
+            # (one concatenation after cse), the hidden states in the same order
+            order = [n for _, n in sorted(zip([pos for _, pos, _ in places], nodes))]
+            d = places[0][2]
+            gates = self._stacked([n.outputs[0] for n in order], d, node.location)
+            hidden = self._stacked([n.inputs[3] for n in order], d, node.location)
+        else:
+            (gates,) = self.b.add("cat", [self.b.get(n.outputs[0]) for n in nodes],
+                                  {"dim": 0}, node.location)
+            (hidden,) = self.b.add("cat", [self.b.get(n.inputs[3]) for n in nodes],
+                                   {"dim": 0}, node.location)
         _, dw, db = self.b.add("linear_backward", [gates, hidden, self.b.get(node.inputs[5])],
                                {"need": (False, True, b_root is not None)}, node.location,
                                ["unused", "d_" + node.inputs[5].name, "d_bias"])
