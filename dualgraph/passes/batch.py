@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..graph import Graph, Node, Value
 from ..graph.ir import is_literal
-from .core import Builder, Report, describe
+from .core import Builder, Report, describe, readers
 
 _BATCHED = frozenset({"linear", "linear_backward", "lstm_cell_backward"})   # what it rewrites
 
@@ -42,7 +42,7 @@ def batch_linears(graph: Graph) -> tuple[Graph, Report]:
     report = Report("batch_linears", len(graph.nodes), len(graph.nodes))
     if _BATCHED.isdisjoint({node.op.name for node in graph.nodes}):
         return graph, report   # nothing it rewrites: no copy, and no use counts
-    consumers = _consumers(graph)
+    consumers = readers(graph)
     forward = _forward_groups(graph)
     backward = _backward_groups(graph, consumers)
     hoisted = _recurrent_groups(graph, consumers)
@@ -148,7 +148,7 @@ def _sum_tree(leaves: list, consumers: dict):
         grew = False
         for v in list(inside - consumed):
             users = consumers.get(v, [])
-            if len(users) != 1 or users[0] is None or users[0].op.name != "add":
+            if len(users) != 1 or isinstance(users[0], int) or users[0].op.name != "add":
                 continue
             a, b = users[0].inputs
             if (a is not b and a in inside and b in inside and a not in consumed
@@ -158,18 +158,6 @@ def _sum_tree(leaves: list, consumers: dict):
                 grew = True
     roots = inside - consumed
     return roots.pop() if len(roots) == 1 and len(leaves) > 1 else None
-
-
-def _consumers(graph: Graph) -> dict:
-    """value -> the nodes reading it (once per operand), None for a graph output."""
-    users: dict[Value, list] = {}
-    for node in graph.nodes:
-        for x in node.inputs:
-            if isinstance(x, Value):
-                users.setdefault(x, []).append(node)
-    for v in graph.outputs:
-        users.setdefault(v, []).append(None)
-    return users
 
 
 class _Rewriter:

@@ -142,6 +142,19 @@ class Builder:
         return self.graph
 
 
+def readers(graph: Graph) -> dict:
+    """value -> what reads it: each node reading it (once per operand), and for a graph
+    output its position among the outputs (an int)."""
+    found: dict[Value, list] = {}
+    for node in graph.nodes:
+        for x in node.inputs:
+            if isinstance(x, Value):
+                found.setdefault(x, []).append(node)
+    for i, v in enumerate(graph.outputs):
+        found.setdefault(v, []).append(i)
+    return found
+
+
 def new_scan_body(body: Graph, num_carry: int, num_xs: int, added: list, suffix: str,
                   dropped_carries=()) -> tuple[Graph, dict]:
     """A fresh graph to rebuild a scan's ``body`` in: its carry inputs but

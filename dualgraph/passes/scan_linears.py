@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Graph, Node, Value
-from .core import Builder, Report, new_scan_body
+from .core import Builder, Report, new_scan_body, readers
 from .dce import dce
 
 
@@ -103,13 +103,7 @@ class _Body:
         self.saved = c if node.attrs.get("saves_carry") else 0
         outs = self.graph.outputs
         self.ys = range(c, len(outs) - self.saved)
-        self.readers: dict = {}
-        for inner in self.graph.nodes:
-            for v in inner.inputs:
-                if isinstance(v, Value):
-                    self.readers.setdefault(v, []).append(inner)
-        for i, v in enumerate(outs):
-            self.readers.setdefault(v, []).append(i)
+        self.readers = readers(self.graph)
 
     def per_step(self, v) -> bool:
         """A value that changes from step to step (not captured, not a literal)."""

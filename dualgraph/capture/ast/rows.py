@@ -14,9 +14,9 @@ from __future__ import annotations
 from ... import _pytree as pytree
 from ..._helpers import user_location
 from ...errors import CaptureError
-from ...graph.ir import Value
 from ...ops import control, creation, elementwise, shape as shape_ops
 from ...ops.index import index_put_dims
+from ...passes.core import readers
 from ...passes.dce import dce
 from ...tensor import Tensor
 
@@ -34,19 +34,13 @@ def row_writes(body_fn, row, values: tuple, what: str) -> dict[int, int]:
     body = control.trace_fn(body_fn, (row, *values), f"body of {what}")
     inputs, outputs = _variable_values(body, values)
     variable_of = {v: i for i, v in inputs.items()}
-    readers: dict[Value, int] = {}
-    for node in body.graph.nodes:
-        for x in node.inputs:
-            if isinstance(x, Value):
-                readers[x] = readers.get(x, 0) + 1
-    for v in body.graph.outputs:
-        readers[v] = readers.get(v, 0) + 1
+    read_by = readers(body.graph)
     found = {}
     for k, out in outputs.items():
         write = out.producer
         if (write is None or write.op.name != "index_put" or len(write.inputs) != 3
                 or write.attrs != {"dims": (0,), "accumulate": False}
-                or write.inputs[0] is not inputs.get(k) or readers[inputs[k]] != 1):
+                or write.inputs[0] is not inputs.get(k) or len(read_by[inputs[k]]) != 1):
             continue
         j = variable_of.get(write.inputs[2])
         if j is not None and j != k and _steps_by_one(outputs.get(j), inputs[j]):
