@@ -81,6 +81,7 @@ def _once(graph: Graph, report: Report):
 @dataclass
 class _Plan:
     """What to move out of one scan's body."""
+    body: "_Body"                                   # the scan's body, as analysed
     hoisted: list = field(default_factory=list)     # linear nodes of a scanned row
     sunk: list = field(default_factory=list)        # (linear_backward node, {k: carry})
     weights: list = field(default_factory=list)     # (node, {k: carry}): its weight grads
@@ -132,7 +133,7 @@ class _Body:
 
 def _plan(node: Node):
     body = _Body(node)
-    plan = _Plan()
+    plan = _Plan(body)
     for inner in body.graph.nodes:
         if inner.op.name == "linear" and inner.inputs[0] in body.scanned and all(
                 x is None or x in body.captured for x in inner.inputs[1:]):
@@ -169,7 +170,7 @@ def _take(plan: _Plan, into: list, body: _Body, inner: Node, summed: list) -> No
 
 def _rewrite(b: Builder, node: Node, plan: _Plan, report: Report) -> None:
     """The scan with ``plan`` applied, and the nodes before and after it."""
-    body = _Body(node)
+    body = plan.body
     outer = [b.get(x) for x in node.inputs]
     hoisted = [b.add("linear", [outer[body.scanned[h.inputs[0]]]] +
                      [None if x is None else outer[body.graph.inputs.index(x)]
