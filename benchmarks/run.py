@@ -89,7 +89,7 @@ def available(impl: str) -> str | None:
     try:
         importlib.import_module(need)
     except ImportError:
-        return f"{need} is not installed"
+        return f"{need} is not installed (pip install -e \".[bench]\" installs the peers)"
     return None
 
 
