@@ -164,6 +164,28 @@ def test_scatter_add_rows_matches_torch_and_numpy(monkeypatch):
         np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
+def test_small_table_many_rows_scatter_in_the_loop(monkeypatch):
+    """An LSTM's embedding: a 64 x 32 table (below the loops' size threshold) gets 1024
+    rows added; the work is the rows', so they go through the loop too, negative ids
+    wrapped, the same gradient as torch's."""
+    rng = np.random.default_rng(7)
+    weight = rng.normal(size=(64, 32)).astype(np.float32)
+    ids = rng.integers(-64, 64, (32, 32))
+    upstream = rng.normal(size=(32, 32, 32)).astype(np.float32)
+    calls = []
+    loop = kernels.scatter.add_rows
+    monkeypatch.setattr(kernels.scatter, "add_rows", lambda *a: calls.append(1) or loop(*a))
+
+    def run(lib):
+        w = lib.tensor(weight, requires_grad=True)
+        (w[lib.tensor(ids)] * lib.tensor(upstream)).sum().backward()
+        return w.grad.numpy()
+    got = run(dg)
+    assert calls == [1]
+    np.testing.assert_allclose(got, run(torch), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name,kwargs", [("Adam", {}), ("AdamW", {"weight_decay": 0.1})])
 def test_adam_loop_matches_torch_and_numpy(monkeypatch, name, kwargs):
     rng = np.random.default_rng(6)

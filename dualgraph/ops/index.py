@@ -90,10 +90,15 @@ def _accumulate(out, key, v, indices, dims):
     """``np.add.at(out, key, v)``, which is slow: float32 blocks picked along the leading
     dims (an embedding's or a class-index loss's gradient) go through a Numba loop, and
     other float rows picked along dim 0 are summed per index with a sort and ``reduceat``."""
-    if dims == tuple(range(len(dims))) and v.size and kernels.enabled(out, v):
+    if dims == tuple(range(len(dims))) and v.size and kernels.enabled(v, out):
+        # (sized by the rows added, not by the table: an LSTM's 64 x 32 embedding gets
+        # 1024 rows, 75 us by sorting, 15 us in the loop)
         lead = out.shape[:len(dims)]
-        rows = np.ravel_multi_index([np.where(i < 0, i + n, i) for i, n in
-                                     zip(np.broadcast_arrays(*indices), lead)], lead)
+        if len(indices) == 1:
+            rows = np.where(indices[0] < 0, indices[0] + lead[0], indices[0])
+        else:
+            rows = np.ravel_multi_index([np.where(i < 0, i + n, i) for i, n in
+                                         zip(np.broadcast_arrays(*indices), lead)], lead)
         width = out[(0,) * len(dims)].size
         kernels.scatter.add_rows(out.reshape(-1, width), rows.reshape(-1),
                                  kernels.rows(v, width))
