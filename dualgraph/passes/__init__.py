@@ -42,6 +42,7 @@ PIPELINE = [
     fold_constants,
     simplify,
     batch_linears,      # a loop's per-step linears over one tensor -> one GEMM
+    simplify,           # ... whose per-step blocks a cat may join again: the whole result
     share_conv_columns,  # a conv and its weight gradient: one im2col
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead

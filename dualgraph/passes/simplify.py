@@ -2,7 +2,8 @@
 
 A rule is a row ``Rule(pattern, replacement, comment)``. Patterns are trees of ``P(op,
 *inputs, **attrs)`` whose leaves are ``Var``s (bind any operand, optionally tested) or, for
-attrs, plain values that must be equal. A replacement gets the bindings (``m.x``) and returns
+attrs, plain values that must be equal; ``P(op, Parts(name))`` binds all the inputs of a
+variadic op (``cat``) as one list. A replacement gets the bindings (``m.x``) and returns
 an existing Value, a ``Call`` to emit instead (itself simplified again), or None to decline.
 
 The driver, not the rules, guarantees safety: a rewrite is taken only when the replacement
@@ -32,6 +33,12 @@ class Var:
     The same name twice in a pattern must bind the same operand."""
     name: str
     test: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Parts:
+    """As the only input of a pattern: binds the list of all of a node's inputs."""
+    name: str
 
 
 @dataclass
@@ -68,7 +75,9 @@ def match(pat, operand, env: dict, constants: dict) -> dict | None:
         node = operand.producer
     else:   # (a literal has no producer)
         node = operand if isinstance(operand, (Call, Node)) else None
-    if node is None or node.op.name != pat.op or len(node.inputs) != len(pat.inputs):
+    variadic = len(pat.inputs) == 1 and isinstance(pat.inputs[0], Parts)
+    if node is None or node.op.name != pat.op or (len(node.inputs) != len(pat.inputs)
+                                                  and not variadic):
         return None
     for name, want in pat.attrs.items():
         got = node.attrs.get(name)
@@ -76,6 +85,8 @@ def match(pat, operand, env: dict, constants: dict) -> dict | None:
             env if got == want else None)
         if env is None:
             return None
+    if variadic:
+        return {**env, pat.inputs[0].name: list(node.inputs)}
     orders = [node.inputs]
     if pat.op in COMMUTATIVE and len(node.inputs) == 2:
         orders.append(node.inputs[::-1])
@@ -171,6 +182,26 @@ def _adjacent_blocks(i: tuple, j: tuple):
     return d, min(u[0], v[0]), max(u[1], v[1])
 
 
+def _sliced_whole(m):
+    # cat(x[:, 0:1], x[:, 1:2], ..., x[:, n-1:n], dim=1) is x: a batched product's result
+    # cut into per-step blocks (batch_linears) that a sum of slice gradients joined again
+    source, at = None, 0
+    for part in m.parts:
+        node = getattr(part, "producer", None)
+        if node is None or node.op.name != "slice":
+            return None
+        index = node.attrs["index"]
+        if source is None:
+            source = node.inputs[0]
+        dim = m.dim % source.ndim
+        block = index[dim] if len(index) == source.ndim else None
+        if (node.inputs[0] is not source or block is None or tuple(block[:1]) != (at,)
+                or block[2] != 1 or any(k is not None for k in index[:dim] + index[dim + 1:])):
+            return None
+        at = block[1]
+    return source if at == source.shape[dim] else None
+
+
 def _cat_parts(v: Value, dim: int) -> list:
     node = getattr(v, "producer", None)
     if node is not None and node.op.name == "cat" and node.attrs["dim"] % v.ndim == dim:
@@ -205,6 +236,8 @@ RULES = [
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P("add", P("matmul", x, P("permute", w, perm=(1, 0))), b),
          lambda m: call("linear", [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
+    Rule(P("cat", Parts("parts"), dim=dim), _sliced_whole,
+         "cat(x[.., 0:k], x[.., k:2k], ...) -> x (the blocks tile x along the cat's dim)"),
     Rule(P("add", P("slice_backward", Var("a"), x, index=Var("i")),
            P("slice_backward", Var("b"), Var("y"), index=Var("j"))), _join_slice_grads,
          "slice_grad(a) + slice_grad(b), adjacent blocks -> slice_grad(cat(a, b))"),
@@ -215,8 +248,8 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, --x, chains of scalar
     multiplies, permute and reshape chains, no-op reshape/expand/cast, log(softmax),
-    x @ W.T + b -> linear, sums of adjacent slice gradients -> cat) to each node, in order,
-    to a fixed point per node.
+    x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
+    slice gradients -> cat) to each node, in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is
     not taken), the inputs and outputs, and values up to floating-point rounding (``x*2*3``
