@@ -372,12 +372,17 @@ GROUP_SHAPES = [(128,), (3, 5), (70, 70), (1,)]   # below and above the loops' t
 
 
 def count_group_calls(monkeypatch, name: str) -> list:
-    """Record the number of parameters of each call of the loop ``kernels.optim.<name>``."""
+    """Record the number of parameters of each run of the group loop
+    ``kernels.optim.<name>`` (``kernels.optim.run_group``)."""
     from dualgraph import kernels
     calls = []
-    loop = getattr(kernels.optim, name)
-    monkeypatch.setattr(kernels.optim, name,
-                        lambda *args: calls.append(len(args[0])) or loop(*args))
+    run = kernels.optim.run_group
+
+    def counting(loop, table, *args, **kwargs):
+        if loop is getattr(kernels.optim, name):
+            calls.append(len(table))
+        return run(loop, table, *args, **kwargs)
+    monkeypatch.setattr(kernels.optim, "run_group", counting)
     return calls
 
 
@@ -447,3 +452,55 @@ def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     assert calls == ([len(shapes)] if kernels.numba_available() else [])
+
+
+@pytest.mark.parametrize("update", ["sgd", "adam"])
+def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypatch, update):
+    """A group of ``kernels.optim.SHARE_MIN`` elements or more runs in element ranges on
+    OpenBLAS's threads (``kernels/blas_threads.py``), right after a matmul as in a training
+    step: the same bits as the same group run as one job (``DUALGRAPH_BLAS_THREADS=0``)
+    and as each parameter's own update, and the jobs really went to OpenBLAS where it has
+    two threads."""
+    from dualgraph import kernels
+    from dualgraph.kernels import blas_threads
+    from dualgraph.optim import _ops
+    if not kernels.numba_available():
+        pytest.skip("the group loops need Numba")
+    shapes = [(300, 251), (251,), (97, 300), (5,)]          # 75k + ... elements: shared
+    assert sum(int(np.prod(s)) for s in shapes) >= kernels.optim.SHARE_MIN
+    if update == "sgd":
+        hyper = dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+        kernel, group_kernel = _ops._sgd_kernel, _ops._sgd_group_kernel
+        rng = np.random.default_rng(3)
+        members = [[rng.standard_normal(s).astype(np.float32) for _ in range(3)]
+                   for s in shapes]
+        written = (0, 2)
+    else:
+        hyper = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, decay=0.999)
+        kernel, group_kernel = _ops._adam_kernel, _ops._adam_group_kernel
+        members = _adam_members(shapes, seed=3)
+        written = (0, 2, 3)
+
+    def grouped(threads: str):
+        monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", threads)
+        group = [[a.copy() for a in m] for m in members]
+        a = np.ones((256, 256), np.float32)
+        np.matmul(a, a)                 # OpenBLAS's workers are polling for work now
+        out = [m[i] for m in group for i in written]
+        got = group_kernel(*[a for m in group for a in m], out=out, **hyper)
+        assert all(g is o for g, o in zip(got, out))
+        return got
+    runs = []
+    run = blas_threads.run
+    monkeypatch.setattr(blas_threads, "run", lambda address, blocks: runs.append(len(blocks))
+                        or run(address, blocks))
+    shared, alone = grouped("1"), grouped("0")
+    each = [a for m in [[a.copy() for a in m] for m in members] for a in kernel(*m, **hyper)]
+    for s, a, e in zip(shared, alone, each):
+        np.testing.assert_array_equal(s, a)
+        np.testing.assert_array_equal(s, e)
+    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "1")
+    if blas_threads.count() > 1 and kernels.native.enabled():
+        assert runs == [blas_threads.count()]
+    else:
+        assert runs == []

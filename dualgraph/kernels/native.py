@@ -108,6 +108,15 @@ def signature(args) -> tuple:
     return tuple(codes)
 
 
+def address(entry) -> int | None:
+    """The machine address of a loaded entry (what :func:`compiled` returns from the disk
+    cache or a compile), for C code to call; None for Numba's dispatcher, which runs where
+    no native entry exists."""
+    if isinstance(entry, ctypes._CFuncPtr):
+        return ctypes.cast(entry, ctypes.c_void_p).value
+    return None
+
+
 def compiled(loop, codes: tuple, build: bool = True):
     """The callable that runs ``loop`` on arguments of these codes: its machine code from
     the disk cache, else compiled by Numba (and stored), else Numba's dispatcher. With

@@ -1,12 +1,14 @@
 """The Adam / AdamW and SGD-with-momentum updates in one pass (float32), with the
 arithmetic of the NumPy kernels in ``optim/_ops.py`` step for step, so both give the same
-bits; :func:`adam_many_in_place` updates every parameter of a step in one call."""
+bits. :func:`adam_many_in_place` and :func:`sgd_many_in_place` update every parameter of
+a step in one call, or, for a big model, in two halves at once on OpenBLAS's threads
+(:func:`run_group`)."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
-from .memory import float32_vector
+from . import blas_threads, helper, loop, native
+from .memory import float32_vector, int64_vector, word
 
 
 @helper(inline="always")
@@ -44,14 +46,25 @@ def adam_in_place(p, grad, m, v, one_minus_beta1, beta2, one_minus_beta2,
 
 
 @loop
-def adam_many_in_place(arrays, one_minus_beta1, beta2, one_minus_beta2,
-                       bias_correction2_sqrt, eps, neg_step_size, decay):
-    """:func:`adam_in_place` for many parameters in one call (one step's whole update):
-    row k of ``arrays`` holds the ``id()`` of parameter k's p, grad, m and v, 1-D
-    C-contiguous float32 arrays of one length that the caller checks and keeps alive."""
-    for k in range(arrays.shape[0]):
-        p, grad = float32_vector(arrays[k, 0]), float32_vector(arrays[k, 1])
-        m, v = float32_vector(arrays[k, 2]), float32_vector(arrays[k, 3])
+def adam_many_in_place(block):
+    """:func:`adam_in_place` for many parameters in one call (one step's whole update), or
+    for a share of their elements: a group job (:func:`run_group`) whose float32 constants
+    are :func:`adam_in_place`'s scalars in order."""
+    table, constants, start, stop, _ = _group_job(block)
+    one_minus_beta1, beta2, one_minus_beta2 = constants[0], constants[1], constants[2]
+    bias_correction2_sqrt, eps = constants[3], constants[4]
+    neg_step_size, decay = constants[5], constants[6]
+    base = 0
+    for k in range(table.size // 4):
+        p = float32_vector(table[4 * k])
+        lo, hi = max(start - base, 0), min(stop - base, p.size)
+        base += p.size
+        if lo >= hi:
+            continue
+        # (slices, indexed from 0: an index the loop cannot prove >= 0 gets a negative-
+        # index check, which keeps it from vectorising)
+        p, grad = p[lo:hi], float32_vector(table[4 * k + 1])[lo:hi]
+        m, v = float32_vector(table[4 * k + 2])[lo:hi], float32_vector(table[4 * k + 3])[lo:hi]
         for i in range(p.size):
             p[i], m[i], v[i] = _adam_step(
                 p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
@@ -86,12 +99,58 @@ def sgd_momentum_in_place(p, grad, buf, momentum, one_minus_dampening, neg_lr, n
 
 
 @loop
-def sgd_many_in_place(arrays, momentum, one_minus_dampening, neg_lr, nesterov):
-    """:func:`sgd_momentum_in_place` for many parameters in one call: row k of ``arrays``
-    holds the ``id()`` of parameter k's p, grad and buf (as :func:`adam_many_in_place`)."""
-    for k in range(arrays.shape[0]):
-        p, grad = float32_vector(arrays[k, 0]), float32_vector(arrays[k, 1])
-        buf = float32_vector(arrays[k, 2])
+def sgd_many_in_place(block):
+    """:func:`sgd_momentum_in_place` for many parameters in one call, or a share of their
+    elements: a group job (:func:`run_group`) whose float32 constants are momentum,
+    1 - dampening and -lr, and whose flag is Nesterov's."""
+    table, constants, start, stop, nesterov = _group_job(block)
+    momentum, one_minus_dampening, neg_lr = constants[0], constants[1], constants[2]
+    base = 0
+    for k in range(table.size // 3):
+        p = float32_vector(table[3 * k])
+        lo, hi = max(start - base, 0), min(stop - base, p.size)
+        base += p.size
+        if lo >= hi:
+            continue
+        p, grad = p[lo:hi], float32_vector(table[3 * k + 1])[lo:hi]   # (as in Adam's)
+        buf = float32_vector(table[3 * k + 2])[lo:hi]
         for i in range(p.size):
             p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
-                                     neg_lr, nesterov)
+                                     neg_lr, nesterov != 0)
+
+
+# A group job is five int64 words at an address: the id() of its table (a flat int64
+# array: for each parameter, the id()s of its 1-D float32 arrays), the id() of a float32
+# array of the update's constants, the elements start:stop it updates of all the
+# parameters taken as one sequence, and a flag.
+
+# A group with fewer elements runs as one job: handing half to another thread costs more.
+SHARE_MIN = 1 << 16
+
+
+@helper(inline="always")
+def _group_job(block):
+    """A group job's table, constants, start, stop and flag (the words described above)."""
+    return (int64_vector(word(block)), float32_vector(word(block + 8)), word(block + 16),
+            word(block + 24), word(block + 32))
+
+
+def run_group(loop, table: np.ndarray, constants: np.ndarray, size: int, flag: int = 0):
+    """Run the group update ``loop`` (:func:`adam_many_in_place`, :func:`sgd_many_in_place`)
+    over every element of its ``table`` (``size`` of them): as one call, or, from
+    ``SHARE_MIN`` elements on, shared by element ranges among OpenBLAS's threads
+    (``blas_threads.py``). Every element is updated by the same arithmetic either way, so
+    the bits do not depend on how the work was shared."""
+    table, constants = table.reshape(-1), np.ascontiguousarray(constants, np.float32)
+    jobs = blas_threads.count() if size >= SHARE_MIN else 1
+    bounds = [size * j // jobs for j in range(jobs + 1)]
+    blocks = np.array([[id(table), id(constants), bounds[j], bounds[j + 1], flag]
+                       for j in range(jobs)], np.int64)
+    entry = loop.entry(0)                      # (the entry takes the address: an int64)
+    address = native.address(entry) if jobs > 1 else None
+    if address is not None:
+        blas_threads.run(address, blocks)
+        return
+    start = blocks.ctypes.data
+    for row in range(jobs):
+        entry(start + row * blocks.strides[0])
