@@ -130,7 +130,7 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "normalization", "optim", "pooling", "products", "scatter",
+_LOOP_MODULES = ("activations", "batched", "normalization", "optim", "pooling", "products", "scatter",
                  "trig")
 
 

@@ -36,10 +36,14 @@ _THREAD_COUNT_NAMES = ("openblas_get_num_threads", "scipy_openblas_get_num_threa
                        "scipy_openblas_get_num_threads", "openblas_get_num_threads64_")
 
 
+# its CBLAS sgemm with 64-bit integers (NumPy's own build: ``batched.py`` calls it)
+_SGEMM_NAMES = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")
+
+
 @lru_cache(maxsize=None)
 def _openblas():
-    """``(gotoblas_pthread, get_num_threads)`` of the OpenBLAS this process has loaded,
-    or None."""
+    """``(gotoblas_pthread, get_num_threads, sgemm address or None)`` of the OpenBLAS this
+    process has loaded, or None."""
     for path in _loaded_libraries():
         if "openblas" not in os.path.basename(path).lower():
             continue
@@ -55,8 +59,16 @@ def _openblas():
         run.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         run.restype = ctypes.c_int
         threads.restype = ctypes.c_int
-        return run, threads
+        sgemm = next((ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+                      for name in _SGEMM_NAMES if hasattr(library, name)), None)
+        return run, threads, sgemm
     return None
+
+
+def sgemm_address() -> int | None:
+    """The address of that OpenBLAS's ``cblas_sgemm`` with 64-bit integers, if it has one."""
+    openblas = _openblas()
+    return openblas[2] if openblas else None
 
 
 def _loaded_libraries() -> list[str]:

@@ -13,7 +13,7 @@ import string
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dispatch import apply
 from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
@@ -54,8 +54,10 @@ def _matmul_kernel(a, b):
     (a, b), dt = blas_operands(a, b)
     if a.ndim > 2 and b.ndim == 2:  # one GEMM over the flattened batch, not one per matrix
         out = np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
-    else:
-        out = np.matmul(a, b)
+    else:   # (a stack of small float32 products: on two cores, the same bits)
+        out = kernels.batched.matmul(a, b) if kernels.batched.wanted(a, b) else None
+        if out is None:
+            out = np.matmul(a, b)
     return cast(out, dt)
 
 

@@ -1,0 +1,78 @@
+"""Work handed to OpenBLAS's own threads (``kernels/blas_threads.py``): stacks of small
+matrix products (``kernels/batched.py``) give NumPy's bits, whatever the layout; the group
+optimiser updates are checked in ``test_optim.py``."""
+import numpy as np
+import pytest
+
+from dualgraph import kernels
+from dualgraph.kernels import batched, blas_threads
+from dualgraph.ops.opdef import REGISTRY
+
+MATMUL = REGISTRY["matmul"].kernel
+
+
+def _sharing() -> bool:
+    """Whether this machine hands slices to OpenBLAS's worker (two threads, native loops)."""
+    return (kernels.numba_available() and kernels.native.enabled()
+            and blas_threads.count() > 1 and blas_threads.sgemm_address() is not None)
+
+
+def _attention_operands():
+    """Attention's products of a GPT block (W3's shapes): q, k, v are strided views of one
+    (batch, seq, 3 * d_model) projection, split into heads and transposed."""
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((16, 64, 3 * 128), dtype=np.float32)
+    q, k, v = (qkv[..., i * 128:(i + 1) * 128].reshape(16, 64, 4, 32).transpose(0, 2, 1, 3)
+               for i in range(3))
+    scores = np.ascontiguousarray(np.matmul(q, k.transpose(0, 1, 3, 2)))
+    grad = rng.standard_normal((16, 4, 64, 32), dtype=np.float32)
+    return [("q @ k^T", q, k.transpose(0, 1, 3, 2)), ("p @ v", scores, v),
+            ("grad @ v^T", grad, v.transpose(0, 1, 3, 2)),
+            ("p^T @ grad", scores.transpose(0, 1, 3, 2), grad),
+            ("3-D stack", rng.standard_normal((64, 48, 40), dtype=np.float32),
+             rng.standard_normal((64, 40, 56), dtype=np.float32))]
+
+
+@pytest.mark.parametrize("name,a,b", _attention_operands(), ids=lambda x: x if
+                         isinstance(x, str) else "")
+def test_stacked_small_products_share_slices_and_give_numpys_bits(monkeypatch, name, a, b):
+    """The matmul kernel (eager and compiled code both call it) on a stack of small float32
+    products: shared between this thread and OpenBLAS's worker where the machine allows,
+    each slice the same sgemm NumPy calls, so the same bits as ``np.matmul``."""
+    used = []
+    run = batched.matmul
+    monkeypatch.setattr(batched, "matmul",
+                        lambda a, b: used.append(1) or run(a, b))
+    got = MATMUL(a, b)
+    np.testing.assert_array_equal(got, np.matmul(a, b))
+    assert got.shape == np.matmul(a, b).shape and got.dtype == np.float32
+    assert used == ([1] if _sharing() else [])
+    if _sharing():
+        assert batched.matmul(a, b) is not None     # (not a fallback to NumPy)
+
+
+def test_stacks_the_slices_cannot_take_go_to_numpy():
+    """What is left to ``np.matmul``: a broadcast batch, a row times a matrix (NumPy's GEMV),
+    slices too big to run single-threaded inside OpenBLAS, float64, too little work, and
+    one buffer used twice (``x^T @ x``, which NumPy computes as a SYRK, other bits)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 64, 32), dtype=np.float32)
+    assert not batched.wanted(x, rng.standard_normal((1, 32, 64), dtype=np.float32))
+    assert not batched.wanted(x[:, :1], rng.standard_normal((64, 32, 64), dtype=np.float32))
+    big = rng.standard_normal((8, 128, 128), dtype=np.float32)
+    assert not batched.wanted(big, big)
+    assert not batched.wanted(x.astype(np.float64), x.transpose(0, 2, 1).astype(np.float64))
+    assert not batched.wanted(x[:2], x[:2].transpose(0, 2, 1))
+    same = x.transpose(0, 2, 1)
+    assert batched.matmul(same, x) is None
+    np.testing.assert_array_equal(MATMUL(same, x), np.matmul(same, x))
+    strided = x[:, :, ::2]                    # a column stride of 2: not a BLAS matrix
+    assert batched._layout(strided) is None
+
+
+def test_blas_threads_off_runs_one_thread(monkeypatch):
+    """``DUALGRAPH_BLAS_THREADS=0``: nothing is handed to OpenBLAS's threads."""
+    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "0")
+    assert blas_threads.count() == 1
+    q, k = _attention_operands()[0][1:]
+    assert not batched.wanted(q, k)
