@@ -56,19 +56,14 @@ def adam_many_in_place(block):
     neg_step_size, decay = constants[5], constants[6]
     base = 0
     for k in range(table.size // 4):
-        p = float32_vector(table[4 * k])
-        lo, hi = max(start - base, 0), min(stop - base, p.size)
-        base += p.size
-        if lo >= hi:
-            continue
-        # (slices, indexed from 0: an index the loop cannot prove >= 0 gets a negative-
-        # index check, which keeps it from vectorising)
-        p, grad = p[lo:hi], float32_vector(table[4 * k + 1])[lo:hi]
-        m, v = float32_vector(table[4 * k + 2])[lo:hi], float32_vector(table[4 * k + 3])[lo:hi]
-        for i in range(p.size):
-            p[i], m[i], v[i] = _adam_step(
-                p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
-                bias_correction2_sqrt, eps, neg_step_size, decay)
+        lo, hi, base = _job_range(table[4 * k], start, stop, base)
+        if lo < hi:
+            p, grad = _part(table[4 * k], lo, hi), _part(table[4 * k + 1], lo, hi)
+            m, v = _part(table[4 * k + 2], lo, hi), _part(table[4 * k + 3], lo, hi)
+            for i in range(p.size):
+                p[i], m[i], v[i] = _adam_step(
+                    p[i], grad[i], m[i], v[i], one_minus_beta1, beta2, one_minus_beta2,
+                    bias_correction2_sqrt, eps, neg_step_size, decay)
 
 
 @helper(inline="always")
@@ -107,16 +102,13 @@ def sgd_many_in_place(block):
     momentum, one_minus_dampening, neg_lr = constants[0], constants[1], constants[2]
     base = 0
     for k in range(table.size // 3):
-        p = float32_vector(table[3 * k])
-        lo, hi = max(start - base, 0), min(stop - base, p.size)
-        base += p.size
-        if lo >= hi:
-            continue
-        p, grad = p[lo:hi], float32_vector(table[3 * k + 1])[lo:hi]   # (as in Adam's)
-        buf = float32_vector(table[3 * k + 2])[lo:hi]
-        for i in range(p.size):
-            p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum, one_minus_dampening,
-                                     neg_lr, nesterov != 0)
+        lo, hi, base = _job_range(table[3 * k], start, stop, base)
+        if lo < hi:
+            p, grad = _part(table[3 * k], lo, hi), _part(table[3 * k + 1], lo, hi)
+            buf = _part(table[3 * k + 2], lo, hi)
+            for i in range(p.size):
+                p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum,
+                                         one_minus_dampening, neg_lr, nesterov != 0)
 
 
 # A group job is five int64 words at an address: the id() of its table (a flat int64
@@ -133,6 +125,23 @@ def _group_job(block):
     """A group job's table, constants, start, stop and flag (the words described above)."""
     return (int64_vector(word(block)), float32_vector(word(block + 8)), word(block + 16),
             word(block + 24), word(block + 32))
+
+
+@helper(inline="always")
+def _job_range(address, start, stop, base):
+    """``lo, hi``: the elements of the parameter whose 1-D array is ``address`` that a
+    job's range ``start:stop`` covers (none if lo >= hi), when the parameters before it
+    hold ``base`` elements; and ``base`` for the next parameter."""
+    size = float32_vector(address).size
+    return max(start - base, 0), min(stop - base, size), base + size
+
+
+@helper(inline="always")
+def _part(address, lo, hi):
+    """Elements ``lo:hi`` of the 1-D float32 array ``address``, as a slice indexed from 0:
+    an index the loop cannot prove >= 0 gets a negative-index check, which keeps the loop
+    from vectorising."""
+    return float32_vector(address)[lo:hi]
 
 
 def run_group(loop, table: np.ndarray, constants: np.ndarray, size: int, flag: int = 0):
