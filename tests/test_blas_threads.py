@@ -76,3 +76,49 @@ def test_blas_threads_off_runs_one_thread(monkeypatch):
     assert blas_threads.count() == 1
     q, k = _attention_operands()[0][1:]
     assert not batched.wanted(q, k)
+
+
+def _row_and_element_loops():
+    """The op kernels whose loops share their rows (or elements) with OpenBLAS's worker
+    from ``threads.SHARE_MIN`` elements on, each on inputs of that size: (name, call)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1024, 256), dtype=np.float32) * 3
+    g = rng.standard_normal((1024, 256), dtype=np.float32)
+    classes = rng.integers(0, 256, 1024)
+    classes[5] = -100                                   # an ignored row
+    probs = REGISTRY["softmax"].kernel(x, dim=-1)
+    logp = REGISTRY["log_softmax"].kernel(x, dim=-1)
+    one = np.ones((), np.float32)
+    return [
+        ("gelu_tanh", lambda: REGISTRY["gelu_tanh"].kernel(x)),
+        ("gelu_tanh_backward", lambda: REGISTRY["gelu_tanh_backward"].kernel(g, x)),
+        ("softmax", lambda: REGISTRY["softmax"].kernel(x, dim=-1)),
+        ("log_softmax", lambda: REGISTRY["log_softmax"].kernel(x, dim=-1)),
+        ("softmax_backward", lambda: REGISTRY["softmax_backward"].kernel(g, probs, dim=1)),
+        ("log_softmax_backward",
+         lambda: REGISTRY["log_softmax_backward"].kernel(g, logp, dim=1)),
+        ("cross_entropy_backward", lambda: REGISTRY["cross_entropy_backward"].kernel(
+            one, x, classes, ignore_index=-100, reduction="mean")),
+    ]
+
+
+@pytest.mark.parametrize("name,call", _row_and_element_loops(),
+                         ids=[n for n, _ in _row_and_element_loops()])
+def test_row_loops_shared_with_openblas_give_the_bits_of_one_thread(monkeypatch, name, call):
+    """Elementwise and row-by-row loops (tanh-GELU, softmax, log-softmax, their backwards,
+    cross-entropy's backward) of ``threads.SHARE_MIN`` elements or more run in two ranges,
+    the second on OpenBLAS's worker: the same bits as on one thread."""
+    from dualgraph.kernels import threads
+    if not kernels.numba_available():
+        pytest.skip("the loops need Numba")
+    jobs = []
+    run = blas_threads.run
+    monkeypatch.setattr(blas_threads, "run",
+                        lambda address, blocks: jobs.append(len(blocks)) or run(address, blocks))
+    expected = [2] if _sharing() and blas_threads.count() == 2 else []
+    shared = call()
+    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "0")
+    assert threads.threads_for(1 << 17) == 1
+    alone = call()
+    np.testing.assert_array_equal(shared, alone)
+    assert jobs == expected

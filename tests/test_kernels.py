@@ -292,24 +292,41 @@ def test_compiled_gelu_equals_eager_to_the_bit():
     assert "gelu_tanh32(" in kernel_code and "gelu_tanh_backward32(" in kernel_code
 
 
-def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatch):
+@pytest.mark.parametrize("blas_threads", ["1", "0"])
+def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatch,
+                                                                      blas_threads):
     """From kernels.PARALLEL_MIN elements on, the forward loop's rows are shared among
-    threads: two ranges that cover every row once, run on two threads."""
+    threads: two ranges that cover every row once, run on two threads: OpenBLAS's (where
+    it has two and native entries are on) or a pool of ours (``DUALGRAPH_BLAS_THREADS=0``).
+    Rows are normalised one by one, so the bits are those of one thread."""
+    from dualgraph.kernels import blas_threads as openblas
     rng = np.random.default_rng(11)
     x = (rng.normal(size=(kernels.PARALLEL_MIN // 512, 512)) * 2 + 1).astype(np.float32)
     w, b = (rng.normal(size=512).astype(np.float32) for _ in range(2))
     monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "2")
-    ranges, run_loop = [], kernels.Loop.__call__
+    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", blas_threads)
+    on_openblas = (openblas.count() == 2 and kernels.numba_available()
+                   and kernels.native.enabled())
+    ranges, run_loop, run_jobs = [], kernels.Loop.__call__, openblas.run
 
     def record(self, *args):
         if self.__name__ == "layer_norm":
             ranges.append((args[0], args[1], threading.get_ident()))
         return run_loop(self, *args)
+
+    def record_jobs(address, blocks):
+        ranges.extend((int(s), int(e), f"job {i}") for i, (s, e) in enumerate(blocks[:, :2]))
+        return run_jobs(address, blocks)
     monkeypatch.setattr(kernels.Loop, "__call__", record)
+    monkeypatch.setattr(openblas, "run", record_jobs)
     fast = dg.nn.functional.layer_norm(dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b))
     assert sorted(r[:2] for r in ranges) == [(0, len(x) // 2), (len(x) // 2, len(x))]
     assert len({r[2] for r in ranges}) == 2
+    assert all(isinstance(r[2], str) == on_openblas for r in ranges)
     monkeypatch.undo()
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    one = dg.nn.functional.layer_norm(dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b))
+    np.testing.assert_array_equal(fast.numpy(), one.numpy())
     monkeypatch.setenv("DUALGRAPH_NUMBA", "0")
     slow = dg.nn.functional.layer_norm(dg.tensor(x), (512,), dg.tensor(w), dg.tensor(b))
     want = torch.nn.functional.layer_norm(torch.tensor(x), (512,), torch.tensor(w),
@@ -429,7 +446,7 @@ def test_helpers_keep_their_own_float_rules_whichever_loop_compiles_them_first(t
             "from dualgraph.kernels import build, fastmath, native, normalization\n"
             f"native._folder = lambda loop: native.Path({str(tmp_path)!r})\n"
             "x = np.ones((4, 4096), np.float32)\n"
-            "normalization.softmax(x, np.empty_like(x))\n"
+            "normalization.softmax(0, 4, x, np.empty_like(x))\n"
             f"assert list(native.Path({str(tmp_path)!r}).glob('*.o'))  # compiled here\n"
             "v = np.float32(-72.0756)\n"
             "print(build.compiled_helper(fastmath.exp32)(v) == fastmath.exp32(v))\n")

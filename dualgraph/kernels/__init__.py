@@ -102,6 +102,16 @@ class Loop:
             self._compiled[key] = fn
         return True
 
+    def job_address(self, *args) -> int | None:
+        """The machine address of this loop's job entry for arguments like these (one
+        int64: the address of a block of their words, ``native.job_words``), which
+        OpenBLAS's threads can run (``blas_threads.py``); None without native entries."""
+        key = (native.JOB,) + native.signature(args)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = native.compiled(self, key)
+        return native.address(compiled)
+
     def entry(self, *args):
         """The callable a call with these arguments runs (compiled for their types): a
         caller making many calls of one kind keeps it and skips working out the types."""

@@ -17,17 +17,22 @@ _ZERO, _ONE = F(0), F(1)
 
 
 @loop
-def gelu_tanh(x, out):
-    """``out = 0.5 x (1 + tanh(K (x + C x^3)))`` over flat arrays."""
-    for i in range(x.size):
-        out[i] = gelu_tanh32(x[i])
+def gelu_tanh(start, stop, x, out):
+    """``out = 0.5 x (1 + tanh(K (x + C x^3)))`` over elements ``start:stop`` of flat
+    arrays (a range: ``threads.run_rows`` shares it; slices indexed from 0, as an index the
+    loop cannot prove >= 0 gets a negative-index check that keeps it from vectorising)."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = gelu_tanh32(xs[i])
 
 
 @loop
-def gelu_tanh_backward(g, x, out):
-    """``out = g * d/dx gelu_tanh(x)`` over flat arrays."""
-    for i in range(x.size):
-        out[i] = gelu_tanh_backward32(g[i], x[i])
+def gelu_tanh_backward(start, stop, g, x, out):
+    """``out = g * d/dx gelu_tanh(x)`` over elements ``start:stop`` of flat arrays (as
+    :func:`gelu_tanh`)."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = gelu_tanh_backward32(gs[i], xs[i])
 
 
 @helper(inline="always")

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .threads import thread_count
+from . import threads
 
 # the names NumPy's OpenBLAS builds give its thread count (scipy-openblas prefixes and
 # suffixes every public symbol; the server's own entry keeps its plain name)
@@ -92,7 +92,7 @@ def count() -> int:
     openblas = _openblas()
     if openblas is None:
         return 1
-    return max(1, min(openblas[1](), thread_count()))
+    return max(1, min(openblas[1](), threads.thread_count()))
 
 
 def run(address: int, blocks: np.ndarray) -> None:

@@ -35,7 +35,7 @@ from numba.extending import intrinsic
 
 from . import Helper, Intrinsic, Loop
 from .cache import kernels_hash
-from .native import DATA_OFFSET, DIMS_OFFSET
+from .native import DATA_OFFSET, DIMS_OFFSET, JOB
 
 _numba_globals: dict[int, dict] = {}      # id(module globals) -> their Numba version
 _helpers: dict[Helper, object] = {}       # helper -> its dispatcher
@@ -44,6 +44,7 @@ _dispatchers: dict[Loop, object] = {}
 _SCALARS = {"b": types.boolean, "i8": types.int64, "i4": types.int32, "f8": types.float64,
             "f4": types.float32}
 _cached_files: set[str] = set()           # source files of functions compiled with cache=True
+_WORD_DTYPES = {"b": "b1", "i8": "i8", "i4": "i4", "f8": "f8", "f4": "f4"}   # scalar -> load
 _DTYPES = {"f4": types.float32, "f8": types.float64, "i4": types.int32, "i8": types.int64,
            "b1": types.boolean, "u1": types.uint8, "i1": types.int8}
 
@@ -127,13 +128,21 @@ def dispatcher(loop: Loop):
 def entry(loop: Loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
     """Compile a C-callable entry ``name`` calling ``loop`` on arguments of ``codes``
     (``native.signature``): its object code, its symbol, and the symbols it leaves for
-    the linker to find."""
+    the linker to find. Codes that begin with ``native.JOB`` make a job entry: one int64
+    argument, the address of a block of words holding the arguments in order (an
+    array's object, a scalar's bytes: ``native.job_words``), which OpenBLAS's threads
+    can run (``blas_threads.py``)."""
+    job = codes[:1] == (JOB,)
+    if job:   # one int64: the address of a block holding each argument in a word
+        codes = codes[1:]
     params, argtypes, lines, call = [], [], [], []
     for k, code in enumerate(codes):
         if code.endswith("]"):     # an array: its object
             dtype, ndim = code[:-1].split("[")
             params.append(f"o{k}")
             argtypes.append(types.int64)
+            if job:
+                lines.append(f"o{k} = _word(block + {8 * k})")
             dims = ", ".join(f"_word(d{k} + {8 * i})" for i in range(int(ndim)))
             lines += [f"d{k} = _word(o{k} + {DIMS_OFFSET})",
                       f"a{k} = carray(_pointer_{dtype}(_word(o{k} + {DATA_OFFSET})), "
@@ -142,7 +151,12 @@ def entry(loop: Loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
         else:
             params.append(f"x{k}")
             argtypes.append(_SCALARS[code])
+            if job:   # (the value's bytes at the word's start: little-endian)
+                lines.append(f"x{k} = carray(_pointer_{_WORD_DTYPES[code]}(block + {8 * k}), "
+                             "(1,))[0]")
             call.append(f"x{k}")
+    if job:
+        params, argtypes = ["block"], [types.int64]
     source = "\n    ".join([f"def {name}({', '.join(params)}):", *lines,
                             f"loop({', '.join(call)})"])
     namespace = {"carray": carray, "_word": _word,

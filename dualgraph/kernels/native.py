@@ -57,6 +57,8 @@ _C_SCALARS = {"b": ctypes.c_bool, "i8": ctypes.c_int64, "i4": ctypes.c_int32,
 # NumPy's array struct (PyArrayObject_fields): after the object header, the data pointer,
 # the number of dims, the pointer to the dims (checked at run time: ``_usable``)
 DATA_OFFSET, DIMS_OFFSET = 16, 32
+# the first code of a job entry's signature (see ``build.entry``)
+JOB = "job"
 # Numba's helpers on the (unreachable) exception path of a C-callable entry
 ERROR_PATH = frozenset({"NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise",
                         "numba_gil_ensure", "numba_gil_release",
@@ -115,6 +117,26 @@ def address(entry) -> int | None:
     if isinstance(entry, ctypes._CFuncPtr):
         return ctypes.cast(entry, ctypes.c_void_p).value
     return None
+
+
+def job_words(args) -> list[int]:
+    """The words of a job entry's block for these arguments: an array's ``id()`` (the
+    caller keeps the array alive), a scalar's bytes at the word's start (little-endian:
+    a float's bits, an integer or bool as itself)."""
+    words = []
+    for a in args:
+        code = None if type(a) is np.ndarray else _SCALAR_CODES.get(type(a))
+        if code is None:
+            words.append(id(a))
+        elif code in _FLOAT_BITS:
+            dtype, bits = _FLOAT_BITS[code]
+            words.append(int(np.array(a, dtype).view(bits)))
+        else:
+            words.append(int(a))
+    return words
+
+
+_FLOAT_BITS = {"f8": (np.float64, np.int64), "f4": (np.float32, np.int32)}
 
 
 def compiled(loop, codes: tuple, build: bool = True):
@@ -317,8 +339,9 @@ def _link(key: str, meta: dict, code: bytes):
     address = engine.get_function_address(meta["symbol"])
     if not address:   # (an object that does not define its symbol: never call address 0)
         return None
-    argtypes = [ctypes.py_object if c.endswith("]") else _C_SCALARS[c]
-                for c in meta["signature"]]
+    codes = meta["signature"]
+    argtypes = [ctypes.c_int64] if codes[:1] == [JOB] else [
+        ctypes.py_object if c.endswith("]") else _C_SCALARS[c] for c in codes]
     fn = _loaded[key] = ctypes.CFUNCTYPE(None, *argtypes)(address)
     return fn
 

@@ -45,9 +45,10 @@ def _exp_into(row, m, out):
 
 
 @loop(fastmath=_REDUCE)
-def softmax(x, out):
-    """``out[r] = exp(x[r] - max x[r]) / sum(...)`` for each row r."""
-    for r in range(x.shape[0]):
+def softmax(start, stop, x, out):
+    """``out[r] = exp(x[r] - max x[r]) / sum(...)`` for rows ``start:stop`` (this loop and
+    the other row loops here take a range of rows: ``threads.run_rows`` shares them)."""
+    for r in range(start, stop):
         row, o = x[r], out[r]
         total = _exp_into(row, _row_max(row), o)
         for j in range(row.size):
@@ -64,9 +65,10 @@ def _row_exp_sum(row, m):
 
 
 @loop(fastmath=_REDUCE)
-def log_softmax(x, out):
-    """``out[r] = x[r] - max x[r] - log(sum(exp(x[r] - max x[r])))`` for each row r."""
-    for r in range(x.shape[0]):
+def log_softmax(start, stop, x, out):
+    """``out[r] = x[r] - max x[r] - log(sum(exp(x[r] - max x[r])))`` for rows
+    ``start:stop``."""
+    for r in range(start, stop):
         row, o = x[r], out[r]
         m = _row_max(row)
         shift = m + F(math.log(_row_exp_sum(row, m)))
@@ -98,11 +100,11 @@ def cross_entropy(x, target, ignore_index, losses, status):
 
 
 @loop(fastmath=_REDUCE)
-def cross_entropy_backward(x, target, ignore_index, scale, out):
-    """``out[r] = (softmax(x[r]) - onehot(target[r])) * scale[r]``: the gradient of
-    ``cross_entropy``'s row r, whose loss was scaled by ``scale[r]``; zero rows where the
-    target is ignored (or not a class index)."""
-    for r in range(x.shape[0]):
+def cross_entropy_backward(start, stop, x, target, ignore_index, scale, out):
+    """``out[r] = (softmax(x[r]) - onehot(target[r])) * scale[r]`` for rows ``start:stop``:
+    the gradient of ``cross_entropy``'s row r, whose loss was scaled by ``scale[r]``; zero
+    rows where the target is ignored (or not a class index)."""
+    for r in range(start, stop):
         t, o = target[r], out[r]
         if t == ignore_index or t < 0 or t >= x.shape[1]:
             o[:] = _ZERO
@@ -136,8 +138,7 @@ def normalise_row(row, weight, bias, eps, out):
 
 @loop(fastmath=_REDUCE)
 def layer_norm(start, stop, x, weight, bias, eps, out, mean_out, rstd_out):
-    """:func:`normalise_row` for rows ``start:stop`` of ``x`` (``threads.run_rows`` shares
-    the rows of a big input among threads)."""
+    """:func:`normalise_row` for rows ``start:stop`` of ``x``."""
     for r in range(start, stop):
         mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
 
@@ -168,9 +169,10 @@ def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
 
 
 @loop(fastmath=_REDUCE)
-def softmax_backward(g, y, out):
-    """``out[r] = y[r] * (g[r] - sum(g[r] * y[r]))``: the gradient through softmax rows."""
-    for r in range(y.shape[0]):
+def softmax_backward(start, stop, g, y, out):
+    """``out[r] = y[r] * (g[r] - sum(g[r] * y[r]))`` for rows ``start:stop``: the gradient
+    through softmax rows."""
+    for r in range(start, stop):
         gr, yr, o = g[r], y[r], out[r]
         total = _ZERO
         for j in range(yr.size):
@@ -180,9 +182,10 @@ def softmax_backward(g, y, out):
 
 
 @loop(fastmath=_REDUCE)
-def log_softmax_backward(g, y, out):
-    """``out[r] = g[r] - exp(y[r]) * sum(g[r])``: the gradient through log-softmax rows."""
-    for r in range(y.shape[0]):
+def log_softmax_backward(start, stop, g, y, out):
+    """``out[r] = g[r] - exp(y[r]) * sum(g[r])`` for rows ``start:stop``: the gradient
+    through log-softmax rows."""
+    for r in range(start, stop):
         gr, yr, o = g[r], y[r], out[r]
         total = _ZERO
         for j in range(yr.size):

@@ -1,4 +1,5 @@
-"""Sharing a loop's rows among threads.
+"""Sharing a loop's rows among threads: OpenBLAS's workers where they can take it
+(``blas_threads.py``), else a small pool of Python threads.
 
 Big loops (``PARALLEL_MIN`` elements or more) run their rows on several cores. Numba's
 own ``parallel=True`` is not used for that: its parfor lowering made a fused LayerNorm
@@ -16,6 +17,10 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
+from . import PARALLEL_MIN, blas_threads, native
+
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0
 _pool_pid = 0      # a forked child has the pool object but not its threads: it makes its own
@@ -32,6 +37,21 @@ def thread_count() -> int:
         return os.cpu_count() or 1
 
 
+# From this many elements on a loop shares its rows where OpenBLAS's workers take them (a
+# hand-off of microseconds; waking a Python thread costs 50-120 us: ``PARALLEL_MIN``).
+SHARE_MIN = 1 << 17
+
+
+def threads_for(size: int) -> int | None:
+    """``run_rows``'s ``threads`` for a loop over ``size`` elements: every core (None) from
+    ``PARALLEL_MIN`` elements on, and from ``SHARE_MIN`` on where OpenBLAS's workers take
+    the rows (native entries on); else 1."""
+    if size >= PARALLEL_MIN or (size >= SHARE_MIN and blas_threads.count() > 1
+                                and native.enabled()):
+        return None
+    return 1
+
+
 def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     """``loop(start, stop, *args)`` for contiguous ranges covering ``range(rows)``, one
     range per thread (``threads``, default :func:`thread_count`; 1 runs it here, in one
@@ -41,6 +61,15 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     if count <= 1:
         loop(0, rows, *args)
         return
+    job = getattr(loop, "job_address", None)    # (a compiled Loop; a function takes the pool)
+    if job is not None and count <= blas_threads.count():   # OpenBLAS's workers
+        address = job(0, rows, *args)
+        if address is not None:
+            words = native.job_words(args)
+            blas_threads.run(address, np.array(
+                [[rows * i // count, rows * (i + 1) // count, *words] for i in range(count)],
+                np.int64))
+            return
     global _pool, _pool_workers, _pool_pid
     if _pool_workers < count - 1 or _pool_pid != os.getpid():
         if _pool is not None and _pool_pid == os.getpid():

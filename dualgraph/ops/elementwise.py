@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes, kernels
 from ..dispatch import apply
+from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, reduce
@@ -811,7 +812,8 @@ def _gelu_tanh_inner(x):
 def _gelu_tanh_array(x):
     if kernels.enabled(x):
         out = np.empty(x.shape, x.dtype)
-        kernels.activations.gelu_tanh(kernels.flat(x), out.reshape(-1))
+        run_rows(kernels.activations.gelu_tanh, x.size, kernels.flat(x), out.reshape(-1),
+                 threads=threads_for(x.size))
         return out
     t = _gelu_tanh_inner(x)
     t += 1
@@ -823,8 +825,9 @@ def _gelu_tanh_array(x):
 def _gelu_tanh_backward_array(g, x):
     if kernels.enabled(x, g):
         out = np.empty(x.shape, x.dtype)
-        kernels.activations.gelu_tanh_backward(kernels.flat(np.broadcast_to(g, x.shape)),
-                                               kernels.flat(x), out.reshape(-1))
+        run_rows(kernels.activations.gelu_tanh_backward, x.size,
+                 kernels.flat(np.broadcast_to(g, x.shape)), kernels.flat(x), out.reshape(-1),
+                 threads=threads_for(x.size))
         return out
     t = _gelu_tanh_inner(x)
     dt = x * x

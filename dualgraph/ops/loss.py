@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
+from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, ShapeError
 from . import elementwise as ew
 from . import index as index_ops
@@ -91,8 +92,9 @@ def _cross_entropy_backward_kernel(g, x, target, ignore_index, reduction):
     if _use_loop(x):
         scale = _row_scales(g, target, ignore_index, reduction, np.float32)
         dx = np.empty(x.shape, x.dtype)
-        kernels.normalization.cross_entropy_backward(kernels.rows(x, x.shape[1]), target,
-                                                     ignore_index, scale, dx)
+        run_rows(kernels.normalization.cross_entropy_backward, len(x),
+                 kernels.rows(x, x.shape[1]), target, ignore_index, scale, dx,
+                 threads=threads_for(x.size))
         return dx
     w = red._widen(x)
     valid = (target != ignore_index) & (target >= 0) & (target < x.shape[1])

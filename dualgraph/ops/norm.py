@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .. import kernels
-from ..kernels.threads import run_rows
+from ..kernels.threads import run_rows, threads_for
 from ..dispatch import apply
 from ..shapes import ShapedType, reduced_shape
 from . import elementwise as ew
@@ -49,7 +49,7 @@ def _layer_norm_kernel(x, weight, bias, n_dims, eps):
         run_rows(kernels.normalization.layer_norm, len(rows), rows,
                  _param_or(weight, 1, width, x), _param_or(bias, 0, width, x),
                  np.float32(eps), y.reshape(rows.shape), mean, rstd,
-                 threads=None if x.size >= kernels.PARALLEL_MIN else 1)
+                 threads=threads_for(x.size))
         shape = _stats_shape(x, n_dims)
         return y, mean.reshape(shape), rstd.reshape(shape)
     axes = _axes(x, n_dims)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtypes, kernels
 from ..dispatch import apply
+from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, normalize_dim, normalize_dims, numel, reduced_shape
 from ..tensor import Tensor
 from . import creation
@@ -579,7 +580,8 @@ def _softmax_kernel(log):
         if x.ndim and dim in (-1, x.ndim - 1) and kernels.enabled(x):
             out = np.empty(x.shape, x.dtype)
             loop = kernels.normalization.log_softmax if log else kernels.normalization.softmax
-            loop(kernels.rows(x, x.shape[-1]), out.reshape(-1, x.shape[-1]))
+            rows = kernels.rows(x, x.shape[-1])
+            run_rows(loop, len(rows), rows, out.reshape(rows.shape), threads=threads_for(x.size))
             return out
         # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
@@ -610,8 +612,9 @@ def _softmax_backward_kernel(log):
             dx = np.empty(out.shape, out.dtype)
             loop = (kernels.normalization.log_softmax_backward if log else
                     kernels.normalization.softmax_backward)
-            loop(kernels.rows(np.broadcast_to(g, out.shape), width), kernels.rows(out, width),
-                 dx.reshape(-1, width))
+            rows = kernels.rows(out, width)
+            run_rows(loop, len(rows), kernels.rows(np.broadcast_to(g, out.shape), width), rows,
+                     dx.reshape(rows.shape), threads=threads_for(out.size))
             return dx
         gw, ow = _widen(g), _widen(out)
         if log:
