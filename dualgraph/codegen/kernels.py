@@ -41,8 +41,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernels import MIN_ELEMENTS, PARALLEL_MIN, native, numba_available
-from ..kernels.threads import run_rows
+from ..kernels import MIN_ELEMENTS, native, numba_available
+from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
 from . import python
@@ -50,8 +50,8 @@ from . import python
 # elements: smaller groups are not worth a compile (~0.5 s each); the same threshold as the
 # eager loops', so a group and its ops' eager kernels take the same (Numba or NumPy) path
 NUMBA_MIN = MIN_ELEMENTS
-# (groups of PARALLEL_MIN elements or more share their rows among threads, as the eager
-# loops do: ``kernels.threads``)
+# (groups share their rows among threads as the eager loops do, from the size
+# ``kernels.threads.threads_for`` names: ``kernels.threads``)
 CHUNK = 1 << 14          # row length for groups without row/column broadcasting
 # Elementwise arithmetic is compiled without fast-math flags, so + - * / and sqrt round
 # exactly as NumPy's do (results stay bit-identical, and training runs reproduce eager
@@ -285,7 +285,7 @@ class Lowering:
     def _worth_threads(self) -> bool:
         # rows of a column or mid reduction add into shared results: no threads there
         return (self.red_kind in (None, "row", "norm")
-                and _static_size(self.shape) >= PARALLEL_MIN)
+                and _static_size(self.shape) >= SHARE_MIN)
 
     def legend(self) -> str:
         """Comment lines naming the graph values behind the kernel's positional names."""
@@ -447,7 +447,7 @@ class Lowering:
                 return None
         late = self.deferred and not self.compiled
         before = native.activity.snapshot() if late else None
-        run_rows(kernel, R, *arguments, threads=None if self.parallel else 1)
+        run_rows(kernel, R, *arguments, threads=threads_for(n) if self.parallel else 1)
         if late:    # the compile deferred from the first call, for explain()
             self.deferred_compile = native.activity.since(before)
         self.compiled = True
