@@ -122,3 +122,22 @@ def test_row_loops_shared_with_openblas_give_the_bits_of_one_thread(monkeypatch,
     alone = call()
     np.testing.assert_array_equal(shared, alone)
     assert jobs == expected
+
+
+def test_jobs_on_openblas_threads_work_in_a_forked_child():
+    """A forked child has no OpenBLAS worker threads until OpenBLAS starts them again (it
+    does so itself): a loop shared in the parent, then in the child, completes in both
+    with the same bits (the child is killed if it hangs)."""
+    import os
+    x = np.random.default_rng(4).standard_normal(1 << 18).astype(np.float32)
+    gelu = REGISTRY["gelu_tanh"].kernel
+    want = gelu(x)
+    pid = os.fork()
+    if pid == 0:
+        import signal
+        signal.alarm(30)
+        ok = np.array_equal(gelu(x), want) and np.array_equal(
+            MATMUL(*_attention_operands()[0][1:]), np.matmul(*_attention_operands()[0][1:]))
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
