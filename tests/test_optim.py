@@ -456,7 +456,7 @@ def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch
 
 @pytest.mark.parametrize("update", ["sgd", "adam"])
 def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypatch, update):
-    """A group of ``kernels.optim.SHARE_MIN`` elements or more runs in element ranges on
+    """A group of ``kernels.threads.SHARE_MIN`` elements or more runs in element ranges on
     OpenBLAS's threads (``kernels/blas_threads.py``), right after a matmul as in a training
     step: the same bits as the same group run as one job (``DUALGRAPH_BLAS_THREADS=0``)
     and as each parameter's own update, and the jobs really went to OpenBLAS where it has
@@ -466,8 +466,8 @@ def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypat
     from dualgraph.optim import _ops
     if not kernels.numba_available():
         pytest.skip("the group loops need Numba")
-    shapes = [(300, 251), (251,), (97, 300), (5,)]          # 75k + ... elements: shared
-    assert sum(int(np.prod(s)) for s in shapes) >= kernels.optim.SHARE_MIN
+    shapes = [(300, 401), (401,), (97, 300), (5,)]          # 150k elements: shared
+    assert sum(int(np.prod(s)) for s in shapes) >= kernels.threads.SHARE_MIN
     if update == "sgd":
         hyper = dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
         kernel, group_kernel = _ops._sgd_kernel, _ops._sgd_group_kernel

@@ -20,12 +20,12 @@ import math
 import numpy as np
 
 from . import Intrinsic, blas_threads, loop, native, numba_available
-from .memory import int64_array
+from .threads import run_rows
 
 MAX_SLICE = 1 << 17       # multiply-adds of one slice's product (see the docstring)
 MIN_TOTAL = 1 << 19       # a smaller stack is not worth handing half of to another thread
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112   # CBLAS's enums
-_WORDS = 20               # a job's words, in the order ``sgemm_slices`` reads them
+_WORDS = 18               # a product's words, in the order ``sgemm_slices`` reads them
 
 
 @Intrinsic
@@ -52,18 +52,17 @@ def _sgemm(typingctx, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ld
 
 
 @loop
-def sgemm_slices(block):
-    """The slices ``lo:hi`` of a stacked product, one ``sgemm`` each. ``block`` holds the
-    ``_WORDS`` words :func:`matmul` writes: sgemm's address, lo, hi; for ``a`` and ``b``
+def sgemm_slices(start, stop, w):
+    """The slices ``start:stop`` of a stacked product, one ``sgemm`` each. ``w`` holds the
+    ``_WORDS`` int64 words :func:`matmul` writes: sgemm's address; for ``a`` and ``b``
     their data pointer, the two-level batch layout of :func:`_layout` (inner count, outer
     and inner slice bytes), leading dim and CBLAS transpose flag; ``c``'s data pointer and
     slice bytes; m, n, k."""
-    w = int64_array(block, _WORDS)
-    for i in range(w[1], w[2]):
-        a = w[3] + (i // w[4]) * w[5] + (i % w[4]) * w[6]
-        b = w[9] + (i // w[10]) * w[11] + (i % w[10]) * w[12]
-        _sgemm(w[0], w[8], w[14], w[17], w[18], w[19], a, w[7], b, w[13],
-               w[15] + i * w[16], w[18])
+    for i in range(start, stop):
+        a = w[1] + (i // w[2]) * w[3] + (i % w[2]) * w[4]
+        b = w[7] + (i // w[8]) * w[9] + (i % w[8]) * w[10]
+        _sgemm(w[0], w[6], w[12], w[15], w[16], w[17], a, w[5], b, w[11],
+               w[13] + i * w[14], w[16])
 
 
 def _layout(x: np.ndarray):
@@ -117,25 +116,15 @@ def wanted(a: np.ndarray, b: np.ndarray) -> bool:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``a @ b`` for stacks :func:`wanted` accepts, its slices shared between this thread
-    and OpenBLAS's worker; None (nothing done) where an operand's layout is not one
-    ``sgemm`` takes as it is, where both are one buffer, or the loop has no native
-    entry."""
+    and OpenBLAS's worker (``threads.run_rows``); None (nothing done) where an operand's
+    layout is not one ``sgemm`` takes as it is, or where both are one buffer."""
     la, lb = _layout(a), _layout(b)
     if la is None or lb is None or a.ctypes.data == b.ctypes.data:
         return None   # (one buffer twice: NumPy takes ``x.T @ x`` as a syrk, other bits)
-    entry = sgemm_slices.entry(0)
-    address = native.address(entry)
-    if address is None:
-        return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     out = np.empty(a.shape[:-1] + (n,), np.float32)
-    count, jobs = la[0], blas_threads.count()
-    bounds = [count * j // jobs for j in range(jobs + 1)]
-    head = (blas_threads.sgemm_address(),)
-    tail = (a.ctypes.data, *la[1:], b.ctypes.data, *lb[1:], out.ctypes.data, 4 * m * n,
-            m, n, k)
-    blocks = np.array([head + (bounds[j], bounds[j + 1]) + tail for j in range(jobs)],
-                      np.int64)
-    assert blocks.shape[1] == _WORDS
-    blas_threads.run(address, blocks)
+    words = np.array((blas_threads.sgemm_address(), a.ctypes.data, *la[1:], b.ctypes.data,
+                      *lb[1:], out.ctypes.data, 4 * m * n, m, n, k), np.int64)
+    assert words.size == _WORDS
+    run_rows(sgemm_slices, la[0], words, threads=blas_threads.count())
     return out

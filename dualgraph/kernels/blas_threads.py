@@ -11,10 +11,12 @@ had gone to sleep: it is woken as for a GEMM).
 
 OpenBLAS exports ``gotoblas_pthread(n, function, args, stride)``, the pthread-style entry
 of its thread server: ``function(args + i * stride)`` for ``i < n``, job 0 on the calling
-thread and the others on its workers, returning when all are done. A loop with a single
-int64 argument (``loop(block)``) compiles to a C function ``void entry(int64)``, which is
-what that call expects, so a job is a compiled loop reading its arguments from a block of
-int64 words (``optim.py``'s group updates). Jobs must not wait for each other.
+thread and the others on its workers, returning when all are done. A loop's job entry
+(``build.entry``) is a C function ``void entry(int64)`` reading the loop's arguments from
+a block of int64 words at that address, which is what that call expects, so
+``threads.run_rows`` hands a loop's ranges of rows to OpenBLAS this way (the group
+optimiser updates, ``batched.py``'s products and the row loops all go through it). Jobs
+must not wait for each other.
 
 Where no OpenBLAS with that entry is loaded (another BLAS, not Linux), or it runs one
 thread (``OPENBLAS_NUM_THREADS=1``, a threadpoolctl limit), :func:`count` is 1 and callers

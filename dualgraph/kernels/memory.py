@@ -1,5 +1,5 @@
 """Raw memory for loops that find their arrays by address: 64-bit words (plain and atomic)
-and float32 and int64 vectors at a data pointer.
+and float32 vectors at a data pointer.
 
 Two kinds of loop need them: one that updates many parameters in one call, given a table
 of their arrays (``optim.py``), and the matrix-vector products whose rows two threads claim
@@ -116,36 +116,21 @@ def yield_cpu(typingctx):
     return types.void(), codegen
 
 
-def _vector_at(dtype_name: str, itemsize: int):
-    """The typing and codegen of an intrinsic ``(data, length) -> 1-D array``: the C-layout
-    array of ``length`` elements of the Numba type ``dtype_name`` at the pointer ``data``."""
-    from numba.core import cgutils, types
-    from numba.np.arrayobj import make_array, populate_array
-    dtype = getattr(types, dtype_name)
-    vector = types.Array(dtype, 1, "C")
-
-    def codegen(context, builder, signature, args):
-        array = make_array(vector)(context, builder)
-        pointer = context.get_data_type(dtype).as_pointer()
-        populate_array(array, data=builder.inttoptr(args[0], pointer), shape=[args[1]],
-                       strides=[cgutils.intp_t(itemsize)], itemsize=cgutils.intp_t(itemsize),
-                       meminfo=None)
-        return array._getvalue()
-    return vector(types.int64, types.int64), codegen
-
-
 @Intrinsic
 def float32_array(typingctx, data, length):
     """The 1-D float32 array of ``length`` elements at the data pointer ``data`` (a view:
     whoever passed the address keeps the memory alive)."""
-    return _vector_at("float32", 4)
+    from numba.core import cgutils, types
+    from numba.np.arrayobj import make_array, populate_array
+    vector = types.Array(types.float32, 1, "C")
 
-
-@Intrinsic
-def int64_array(typingctx, data, length):
-    """The 1-D int64 array of ``length`` elements at the data pointer ``data`` (as
-    :func:`float32_array`)."""
-    return _vector_at("int64", 8)
+    def codegen(context, builder, signature, args):
+        array = make_array(vector)(context, builder)
+        pointer = context.get_data_type(types.float32).as_pointer()
+        populate_array(array, data=builder.inttoptr(args[0], pointer), shape=[args[1]],
+                       strides=[cgutils.intp_t(4)], itemsize=cgutils.intp_t(4), meminfo=None)
+        return array._getvalue()
+    return vector(types.int64, types.int64), codegen
 
 
 @helper(inline="always")
@@ -154,9 +139,3 @@ def float32_vector(address):
     array: data pointer and length read from NumPy's array struct, at the offsets
     ``native.py``'s entries read (checked against NumPy at run time there)."""
     return float32_array(word(address + DATA_OFFSET), word(word(address + DIMS_OFFSET)))
-
-
-@helper(inline="always")
-def int64_vector(address):
-    """The 1-D int64 ndarray whose ``PyObject *`` is ``address``, as :func:`float32_vector`."""
-    return int64_array(word(address + DATA_OFFSET), word(word(address + DIMS_OFFSET)))

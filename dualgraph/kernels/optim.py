@@ -1,14 +1,15 @@
 """The Adam / AdamW and SGD-with-momentum updates in one pass (float32), with the
 arithmetic of the NumPy kernels in ``optim/_ops.py`` step for step, so both give the same
 bits. :func:`adam_many_in_place` and :func:`sgd_many_in_place` update every parameter of
-a step in one call, or, for a big model, in two halves at once on OpenBLAS's threads
+a step in one call, or, for a big model, in element ranges at once on OpenBLAS's threads
 (:func:`run_group`)."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import blas_threads, helper, loop, native
-from .memory import float32_vector, int64_vector, word
+from . import helper, loop
+from .memory import float32_vector
+from .threads import run_rows, threads_for
 
 
 @helper(inline="always")
@@ -46,14 +47,13 @@ def adam_in_place(p, grad, m, v, one_minus_beta1, beta2, one_minus_beta2,
 
 
 @loop
-def adam_many_in_place(block):
-    """:func:`adam_in_place` for many parameters in one call (one step's whole update), or
-    for a share of their elements: a group job (:func:`run_group`) whose float32 constants
-    are :func:`adam_in_place`'s scalars in order."""
-    table, constants, start, stop, _ = _group_job(block)
-    one_minus_beta1, beta2, one_minus_beta2 = constants[0], constants[1], constants[2]
-    bias_correction2_sqrt, eps = constants[3], constants[4]
-    neg_step_size, decay = constants[5], constants[6]
+def adam_many_in_place(start, stop, table, one_minus_beta1, beta2, one_minus_beta2,
+                       bias_correction2_sqrt, eps, neg_step_size, decay):
+    """:func:`adam_in_place` for many parameters in one call: the elements ``start:stop``
+    of all of them taken as one sequence (one step's whole update, or a share of it:
+    :func:`run_group`). ``table`` holds, flat, the ``id()`` of each parameter's p, grad, m
+    and v, 1-D C-contiguous float32 arrays of one length that the caller checks and keeps
+    alive."""
     base = 0
     for k in range(table.size // 4):
         lo, hi, base = _job_range(table[4 * k], start, stop, base)
@@ -94,12 +94,10 @@ def sgd_momentum_in_place(p, grad, buf, momentum, one_minus_dampening, neg_lr, n
 
 
 @loop
-def sgd_many_in_place(block):
-    """:func:`sgd_momentum_in_place` for many parameters in one call, or a share of their
-    elements: a group job (:func:`run_group`) whose float32 constants are momentum,
-    1 - dampening and -lr, and whose flag is Nesterov's."""
-    table, constants, start, stop, nesterov = _group_job(block)
-    momentum, one_minus_dampening, neg_lr = constants[0], constants[1], constants[2]
+def sgd_many_in_place(start, stop, table, momentum, one_minus_dampening, neg_lr, nesterov):
+    """:func:`sgd_momentum_in_place` for many parameters in one call, as
+    :func:`adam_many_in_place`: ``table`` holds, flat, the ``id()`` of each parameter's p,
+    grad and buf."""
     base = 0
     for k in range(table.size // 3):
         lo, hi, base = _job_range(table[3 * k], start, stop, base)
@@ -108,30 +106,14 @@ def sgd_many_in_place(block):
             buf = _part(table[3 * k + 2], lo, hi)
             for i in range(p.size):
                 p[i], buf[i] = _sgd_step(p[i], grad[i], buf[i], momentum,
-                                         one_minus_dampening, neg_lr, nesterov != 0)
-
-
-# A group job is five int64 words at an address: the id() of its table (a flat int64
-# array: for each parameter, the id()s of its 1-D float32 arrays), the id() of a float32
-# array of the update's constants, the elements start:stop it updates of all the
-# parameters taken as one sequence, and a flag.
-
-# A group with fewer elements runs as one job: handing half to another thread costs more.
-SHARE_MIN = 1 << 16
-
-
-@helper(inline="always")
-def _group_job(block):
-    """A group job's table, constants, start, stop and flag (the words described above)."""
-    return (int64_vector(word(block)), float32_vector(word(block + 8)), word(block + 16),
-            word(block + 24), word(block + 32))
+                                         one_minus_dampening, neg_lr, nesterov)
 
 
 @helper(inline="always")
 def _job_range(address, start, stop, base):
-    """``lo, hi``: the elements of the parameter whose 1-D array is ``address`` that a
-    job's range ``start:stop`` covers (none if lo >= hi), when the parameters before it
-    hold ``base`` elements; and ``base`` for the next parameter."""
+    """``lo, hi``: the elements of the parameter whose 1-D array is ``address`` that the
+    range ``start:stop`` of a group covers (none if lo >= hi), when the parameters before
+    it hold ``base`` elements; and ``base`` for the next parameter."""
     size = float32_vector(address).size
     return max(start - base, 0), min(stop - base, size), base + size
 
@@ -144,22 +126,10 @@ def _part(address, lo, hi):
     return float32_vector(address)[lo:hi]
 
 
-def run_group(loop, table: np.ndarray, constants: np.ndarray, size: int, flag: int = 0):
+def run_group(loop, table: np.ndarray, size: int, *constants) -> None:
     """Run the group update ``loop`` (:func:`adam_many_in_place`, :func:`sgd_many_in_place`)
-    over every element of its ``table`` (``size`` of them): as one call, or, from
-    ``SHARE_MIN`` elements on, shared by element ranges among OpenBLAS's threads
-    (``blas_threads.py``). Every element is updated by the same arithmetic either way, so
-    the bits do not depend on how the work was shared."""
-    table, constants = table.reshape(-1), np.ascontiguousarray(constants, np.float32)
-    jobs = blas_threads.count() if size >= SHARE_MIN else 1
-    bounds = [size * j // jobs for j in range(jobs + 1)]
-    blocks = np.array([[id(table), id(constants), bounds[j], bounds[j + 1], flag]
-                       for j in range(jobs)], np.int64)
-    entry = loop.entry(0)                      # (the entry takes the address: an int64)
-    address = native.address(entry) if jobs > 1 else None
-    if address is not None:
-        blas_threads.run(address, blocks)
-        return
-    start = blocks.ctypes.data
-    for row in range(jobs):
-        entry(start + row * blocks.strides[0])
+    over all ``size`` elements of the parameters in ``table`` (a row of ``id()`` s per
+    parameter), with the update's ``constants``: as one call, or, for a big model, in
+    element ranges on OpenBLAS's threads (``threads.run_rows``). Every element is updated
+    by the same arithmetic either way, so the bits do not depend on how it was shared."""
+    run_rows(loop, size, table.reshape(-1), *constants, threads=threads_for(size))

@@ -92,8 +92,8 @@ def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
     steps = {float(member[4]) for member in members}
     if table is not None and len(steps) == 1:
         consts = _adam_constants(steps.pop(), lr, beta1, beta2, eps, decay)
-        kernels.optim.run_group(kernels.optim.adam_many_in_place, table[0], np.array(consts),
-                                sum(member[0].size for member in members))
+        kernels.optim.run_group(kernels.optim.adam_many_in_place, table[0],
+                                sum(member[0].size for member in members), *consts)
         return outs
     results = []
     for k, (p, grad, m, v, step) in enumerate(members):
@@ -221,9 +221,9 @@ def _sgd_group_kernel(*args, lr, momentum, dampening, nesterov, out=None):
     outs = tuple(out) if out is not None else (None,) * (2 * len(members))
     table = _in_place_table(members, outs, count=3, written=(0, 2))
     if table is not None:
-        *consts, nesterov = _sgd_constants(lr, momentum, dampening, nesterov)
-        kernels.optim.run_group(kernels.optim.sgd_many_in_place, table[0], np.array(consts),
-                                sum(member[0].size for member in members), flag=nesterov)
+        kernels.optim.run_group(kernels.optim.sgd_many_in_place, table[0],
+                                sum(member[0].size for member in members),
+                                *_sgd_constants(lr, momentum, dampening, nesterov))
         return outs
     results = []
     for k, (p, grad, buf) in enumerate(members):
