@@ -56,7 +56,7 @@ def adam_many_in_place(start, stop, table, one_minus_beta1, beta2, one_minus_bet
     alive."""
     base = 0
     for k in range(table.size // 4):
-        lo, hi, base = _job_range(table[4 * k], start, stop, base)
+        lo, hi, base = _range_in_parameter(table[4 * k], start, stop, base)
         if lo < hi:
             p, grad = _part(table[4 * k], lo, hi), _part(table[4 * k + 1], lo, hi)
             m, v = _part(table[4 * k + 2], lo, hi), _part(table[4 * k + 3], lo, hi)
@@ -100,7 +100,7 @@ def sgd_many_in_place(start, stop, table, momentum, one_minus_dampening, neg_lr,
     grad and buf."""
     base = 0
     for k in range(table.size // 3):
-        lo, hi, base = _job_range(table[3 * k], start, stop, base)
+        lo, hi, base = _range_in_parameter(table[3 * k], start, stop, base)
         if lo < hi:
             p, grad = _part(table[3 * k], lo, hi), _part(table[3 * k + 1], lo, hi)
             buf = _part(table[3 * k + 2], lo, hi)
@@ -110,7 +110,7 @@ def sgd_many_in_place(start, stop, table, momentum, one_minus_dampening, neg_lr,
 
 
 @helper(inline="always")
-def _job_range(address, start, stop, base):
+def _range_in_parameter(address, start, stop, base):
     """``lo, hi``: the elements of the parameter whose 1-D array is ``address`` that the
     range ``start:stop`` of a group covers (none if lo >= hi), when the parameters before
     it hold ``base`` elements; and ``base`` for the next parameter."""
