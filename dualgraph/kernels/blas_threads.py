@@ -100,8 +100,8 @@ def count() -> int:
 def run(address: int, blocks: np.ndarray) -> None:
     """``entry(block)`` for each row of the C-contiguous int64 array ``blocks`` at once,
     where ``address`` is the C entry ``void entry(int64)`` of a compiled loop: the first
-    row on this thread, the others on OpenBLAS's workers (at most :func:`count` rows).
-    Returns when all are done; the GIL is released meanwhile, so the loop must not touch
-    Python objects beyond reading arrays the caller keeps alive."""
-    assert blocks.dtype == np.int64 and blocks.flags.c_contiguous and len(blocks) <= count()
+    row on this thread, the others on OpenBLAS's workers (at most :func:`count` rows: the
+    caller, ``threads.run_rows``, has checked). Returns when all are done; the GIL is
+    released meanwhile, so the loop must not touch Python objects beyond reading arrays
+    the caller keeps alive."""
     _openblas()[0](len(blocks), address, blocks.ctypes.data, blocks.strides[0])
