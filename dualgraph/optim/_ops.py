@@ -112,17 +112,22 @@ def _in_place_table(members, outs, count: int, written: tuple):
         return None
     width = len(written)
     ids, flat = [], []
-    for k, member in enumerate(members):
-        operands = member[:count]
-        if (not all(type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
-                    and a.shape == operands[0].shape for a in operands)
-                or any(outs[width * k + j] is not operands[i] or not operands[i].flags.writeable
-                       for j, i in enumerate(written))):
-            return None
-        views = [a.reshape(-1) for a in operands]
-        flat += views
-        ids.append([id(a) for a in views])
-    return np.array(ids, np.int64), flat
+    for k, member in enumerate(members):   # (plain loops: this runs at every step)
+        shape = member[0].shape
+        for a in member[:count]:
+            if (type(a) is not np.ndarray or a.dtype != _FLOAT32 or a.shape != shape
+                    or not a.flags.c_contiguous):
+                return None
+            view = a.reshape(-1)
+            flat.append(view)
+            ids.append(id(view))
+        for j, i in enumerate(written):
+            if outs[width * k + j] is not member[i] or not member[i].flags.writeable:
+                return None
+    return np.array(ids, np.int64).reshape(len(members), count), flat
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _outputs(out, like, n: int) -> tuple:
