@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dualgraph.graph import Graph, GraphError, interpret, verify
 from dualgraph.passes import (PIPELINE, cse, dce, fold_constants, fuse_elementwise,
-                              batch_scan_linears, group_updates,
+                              batch_scan_linears, group_updates, join_loss_gradient,
                               plan_memory, run_pipeline, schedule, share_conv_columns,
                               simplify)
 from dualgraph.passes.fuse import UNFUSED_BELOW
@@ -507,6 +507,44 @@ def test_share_conv_columns_gives_a_conv_and_its_weight_gradient_one_im2col():
 def test_share_conv_columns_leaves_different_attrs_alone():
     graph = conv_and_weight_grad(weight_grad_stride=(2, 2))
     new, report = run(share_conv_columns, graph)
+    assert new is graph and not report.changed
+
+
+# -- join_loss_gradient -----------------------------------------------------------------------
+def loss_and_gradient(seed="constant", reduction="mean", backward_reduction=None):
+    """A cross-entropy of logits (6, 5) and its backward, seeded by a constant, by an input,
+    or by a value computed from the loss itself."""
+    g, (x, t, v) = graph_with(((6, 5), "float32"), ((6,), "int64"), ((), "float32"))
+    loss = node(g, "cross_entropy", x, t, ignore_index=1, reduction=reduction)
+    if seed == "constant":
+        seed = g.add_constant(np.float32(0.5), name="seed")
+    elif seed == "input":
+        seed = v
+    else:   # d(loss^2)/d loss: the loss is needed first
+        seed = node(g, "mul", loss, 2.0)
+    dx = node(g, "cross_entropy_backward", seed, x, t, ignore_index=1,
+              reduction=backward_reduction or reduction)
+    g.set_outputs([loss, dx])
+    return g
+
+
+@pytest.mark.parametrize("seed", ["constant", "input"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_join_loss_gradient_makes_one_op_with_both_kernels_bits(seed, reduction):
+    graph = loss_and_gradient(seed, reduction)
+    new, report = run(join_loss_gradient, graph)
+    assert ops(new) == ["cross_entropy_with_grad"] and report.counts == {"joined": 1}
+    assert [v.name for v in new.outputs] == [v.name for v in graph.outputs]
+    args = random_inputs(graph, 2)   # targets 0..2, ignore_index 1: some rows ignored
+    for got, want in zip(new(*args), graph(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", [dict(seed="loss"), dict(backward_reduction="sum")],
+                         ids=["seed-from-the-loss", "other-reduction"])
+def test_join_loss_gradient_leaves_a_seed_computed_from_the_loss_or_other_attrs_alone(case):
+    graph = loss_and_gradient(**case)
+    new, report = run(join_loss_gradient, graph)
     assert new is graph and not report.changed
 
 

@@ -76,27 +76,44 @@ def log_softmax(start, stop, x, out):
             o[j] = row[j] - shift
 
 
+@helper(inline="always")
+def _target_status(target, ignore_index, classes):
+    """The targets that are not ``ignore_index``, and the first row whose target is not a
+    class index either (else -1)."""
+    counted, first_bad = 0, -1
+    for r in range(target.size):
+        t = target[r]
+        if t != ignore_index:
+            counted += 1
+            if (t < 0 or t >= classes) and first_bad < 0:
+                first_bad = r
+    return counted, first_bad
+
+
+@loop
+def target_status(target, ignore_index, classes, status):
+    """``status[:] = _target_status(...)``: the check ``cross_entropy_with_grad``'s caller
+    makes before the rows."""
+    status[0], status[1] = _target_status(target, ignore_index, classes)
+
+
 @loop(fastmath=_REDUCE)
 def cross_entropy(x, target, ignore_index, losses, status):
     """``losses[r] = logsumexp(x[r]) - x[r, target[r]]``, the log-softmax of row r at its
     target class negated (the same arithmetic as ``log_softmax``), 0 where the target is
-    ``ignore_index``. ``status[0]``: the rows not ignored; ``status[1]``: the first row
-    whose target is not a class index (its loss is NaN), else -1."""
-    counted, first_bad = 0, -1
+    ``ignore_index``; ``status`` as :func:`target_status` (nothing is computed if a target
+    is not a class index)."""
+    status[0], status[1] = _target_status(target, ignore_index, x.shape[1])
+    if status[1] >= 0:
+        return
     for r in range(x.shape[0]):
         t = target[r]
         if t == ignore_index:
             losses[r] = _ZERO
             continue
-        counted += 1
-        if t < 0 or t >= x.shape[1]:
-            losses[r] = F(math.nan)
-            first_bad = r if first_bad < 0 else first_bad
-            continue
         row = x[r]
         m = _row_max(row)
         losses[r] = (m + F(math.log(_row_exp_sum(row, m)))) - row[t]
-    status[0], status[1] = counted, first_bad
 
 
 @loop(fastmath=_REDUCE)
@@ -111,6 +128,28 @@ def cross_entropy_backward(start, stop, x, target, ignore_index, scale, out):
             continue
         row = x[r]
         weight = scale[r] / _exp_into(row, _row_max(row), o)
+        for j in range(row.size):
+            o[j] = o[j] * weight
+        o[t] -= scale[r]
+
+
+@loop(fastmath=_REDUCE)
+def cross_entropy_with_grad(start, stop, x, target, ignore_index, scale, losses, out):
+    """``cross_entropy``'s row losses and ``cross_entropy_backward``'s rows at once, for
+    rows ``start:stop``: one maximum and one pass of exponentials serve both (the same
+    arithmetic as the two loops). The caller has checked that every target is a class
+    index or ``ignore_index``."""
+    for r in range(start, stop):
+        t, o = target[r], out[r]
+        if t == ignore_index:
+            losses[r] = _ZERO
+            o[:] = _ZERO
+            continue
+        row = x[r]
+        m = _row_max(row)
+        total = _exp_into(row, m, o)
+        losses[r] = (m + F(math.log(total))) - row[t]
+        weight = scale[r] / total
         for j in range(row.size):
             o[j] = o[j] * weight
         o[t] -= scale[r]

@@ -65,15 +65,25 @@ def _row_losses(x, target, ignore_index):
 def _cross_entropy_kernel(x, target, ignore_index, reduction):
     target = _classes(target)
     losses, counted, bad = _row_losses(x, target, ignore_index)
+    _check_targets(target, bad, x.shape[1])
+    return _reduced(losses, counted, reduction, x.dtype)
+
+
+def _check_targets(target, bad: int, classes: int) -> None:
+    """torch's error for row ``bad`` (if >= 0), whose target is not a class index."""
     if bad >= 0:
-        raise IndexError(f"Target {target[bad]} is out of bounds for {x.shape[1]} classes "
+        raise IndexError(f"Target {target[bad]} is out of bounds for {classes} classes "
                          f"(row {bad} of the targets)")
+
+
+def _reduced(losses, counted: int, reduction: str, dtype):
+    """The per-row ``losses`` (``counted`` rows not ignored) as ``reduction`` asks."""
     if reduction == "none":
-        return losses.astype(x.dtype, copy=False)
+        return losses.astype(dtype, copy=False)
     total = losses.sum()
     if reduction == "mean":   # torch: NaN when every target is ignored
         total = total / counted if counted else np.float32(np.nan)
-    return np.asarray(total, dtype=x.dtype)
+    return np.asarray(total, dtype=dtype)
 
 
 def _row_scales(g, target, ignore_index, reduction, dtype) -> np.ndarray:
@@ -104,6 +114,24 @@ def _cross_entropy_backward_kernel(g, x, target, ignore_index, reduction):
     rows = np.flatnonzero(valid)
     dx[rows, target[rows]] -= scale[rows]
     return dx.astype(x.dtype, copy=False)
+
+
+def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction):
+    """``(cross_entropy(x, target), cross_entropy_backward(g, x, target))`` from one
+    pass over each row: the same arithmetic as the two kernels, so the same bits."""
+    if not _use_loop(x):
+        return (_cross_entropy_kernel(x, target, ignore_index, reduction),
+                _cross_entropy_backward_kernel(g, x, target, ignore_index, reduction))
+    target = _classes(target)
+    status = np.empty(2, np.int64)
+    kernels.normalization.target_status(target, ignore_index, x.shape[1], status)
+    _check_targets(target, int(status[1]), x.shape[1])
+    scale = _row_scales(g, target, ignore_index, reduction, np.float32)
+    losses, dx = np.empty(len(x), np.float32), np.empty(x.shape, x.dtype)
+    run_rows(kernels.normalization.cross_entropy_with_grad, len(x),
+             kernels.rows(x, x.shape[1]), target, ignore_index, scale, losses, dx,
+             threads=threads_for(x.size))
+    return _reduced(losses, int(status[0]), reduction, x.dtype), dx
 
 
 def _infer_cross_entropy(x, target, ignore_index, reduction):
@@ -153,6 +181,17 @@ CROSS_ENTROPY_BACKWARD = defop(
     "cross_entropy_backward", _cross_entropy_backward_kernel,
     lambda g, x, target, ignore_index, reduction: ShapedType(tuple(x.shape), x.dtype),
     vjp=_backward_vjp, attrs=("ignore_index", "reduction"), saves="i", onnx=None)
+
+
+CROSS_ENTROPY_WITH_GRAD = defop(
+    "cross_entropy_with_grad", _cross_entropy_with_grad_kernel,
+    lambda x, target, g, ignore_index, reduction: (
+        _infer_cross_entropy(x, target, ignore_index, reduction),
+        ShapedType(tuple(x.shape), x.dtype)),
+    num_outputs=2, attrs=("ignore_index", "reduction"), saves="", onnx=None,
+    doc="A cross_entropy and its backward with seed gradient g, at once: (x, target, g) "
+        "-> (loss, dx); made by the ``join_loss_gradient`` pass. Compiled steps run it "
+        "after autodiff, so it has no VJP.")
 
 
 def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):

@@ -28,12 +28,13 @@ from .dce import dce
 from .fold import fold_constants
 from .fuse import fuse_elementwise
 from .group import group_updates
+from .join import join_loss_gradient
 from .memory import MemoryPlan, plan_memory, schedule
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "run_pipeline", "Report", "MemoryPlan", "RULES", "dce", "cse",
            "fold_constants", "simplify", "batch_linears", "share_conv_columns",
-           "fuse_elementwise", "group_updates", "schedule", "plan_memory",
+           "join_loss_gradient", "fuse_elementwise", "group_updates", "schedule", "plan_memory",
            "save_scan_residuals", "batch_scan_linears"]
 
 PIPELINE = [
@@ -44,6 +45,7 @@ PIPELINE = [
     batch_linears,      # a loop's per-step linears over one tensor -> one GEMM
     simplify,           # ... whose per-step blocks a cat may join again: the whole result
     share_conv_columns,  # a conv and its weight gradient: one im2col
+    join_loss_gradient,  # a cross-entropy and its backward: one pass over the logits
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
     save_scan_residuals,  # a scan's gradient reads the forward's values, not recomputes

@@ -1,5 +1,8 @@
 """Rows for the fused softmax cross-entropy (``F.cross_entropy`` on (N, C) logits and
 class-index targets without weights or smoothing) and its backward."""
+from dualgraph.dispatch import apply
+from dualgraph.ops.loss import CROSS_ENTROPY_WITH_GRAD
+
 from . import In, OpCase
 
 ALL_FLOATS = ("float32", "float64", "float16", "bfloat16")
@@ -30,6 +33,20 @@ def first_grad(reduction, **kw):
     return fn
 
 
+def with_grad(reduction, ignore_index=-100):
+    """``cross_entropy_with_grad`` against torch's loss and the gradient autograd gives it
+    for the seed ``g``."""
+    def fn(m, x, t, g):
+        if m.__name__ != "torch":
+            return apply(CROSS_ENTROPY_WITH_GRAD, x, t, g, ignore_index=ignore_index,
+                         reduction=reduction)
+        x = x.detach().requires_grad_()
+        loss = m.nn.functional.cross_entropy(x, t, reduction=reduction,
+                                             ignore_index=ignore_index)
+        return loss, m.autograd.grad(loss, x, g)[0]
+    return fn
+
+
 CASES = [
     OpCase("cross_entropy", ce(), [In((6, 5)), In((6,), "int", 0, 5)], dtypes=ALL_FLOATS,
            atol=1e-4),
@@ -48,4 +65,11 @@ CASES = [
            "sum"),
     OpCase("cross_entropy_backward", first_grad("none"),
            [In((4, 3)), In((4,)), targets(4, 3, ignored=[1])], "none"),
+    OpCase("cross_entropy_with_grad", with_grad("mean"),
+           [In((6, 5)), targets(6, 5, ignored=[2]), In(())], "mean",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("cross_entropy_with_grad", with_grad("sum", ignore_index=3),
+           [In((4, 7)), In((4,), "int", 0, 7), In(())], "sum-ignore-class", grad=False),
+    OpCase("cross_entropy_with_grad", with_grad("none"),
+           [In((5, 3)), targets(5, 3, ignored=[0, 3]), In((5,))], "none", grad=False),
 ]
