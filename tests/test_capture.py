@@ -14,6 +14,7 @@ import pytest
 import dualgraph as dg
 from dualgraph import kernels
 from dualgraph.capture.compile import Entry
+from dualgraph.capture.fastpath import MISS
 
 HERE = os.path.basename(__file__)
 
@@ -566,10 +567,68 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
         doubled()
         assert doubled._fast is not None
         np.testing.assert_array_equal(doubled().numpy(), 2 * model[0].weight.detach().numpy())
-    step = dg.compile(lambda z: model(z).sum().backward())    # a training step: none
-    step(x)
-    step(x)
-    assert step._fast is None
+    recorded = dg.compile(lambda z: model(z).sum())          # its output joins the tape
+    recorded(x.detach().requires_grad_())
+    assert recorded._fast is None
+
+
+@pytest.mark.parametrize("zero_grad", [True, False], ids=["zero_grad", "accumulating"])
+def test_a_training_step_takes_the_inlined_fast_path_and_keeps_eagers_results(monkeypatch,
+                                                                               zero_grad):
+    """A compiled training step (an SGD-momentum update, gradients written back) runs its
+    guards inline after its first calls, its optimiser's facts among them; losses,
+    parameters, momentum and gradients stay eager's, and a changed learning rate or a
+    read-only parameter array takes the general path."""
+    general = []
+    real_run = Entry.run
+    monkeypatch.setattr(Entry, "run",
+                        lambda self, *a, **k: general.append(1) or real_run(self, *a, **k))
+
+    def trainer():
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 3))
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            if zero_grad:
+                opt.zero_grad()
+            loss = dg.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return model, opt, step
+
+    (model, opt, step), (twin, twin_opt, eager_step) = trainer(), trainer()
+    compiled = dg.compile(step)
+    x, y = dg.randn(6, 4), dg.tensor([0, 1, 2, 0, 1, 2])
+
+    def same_step(fast: bool):
+        general.clear()
+        got, want = compiled(x, y), eager_step(x, y)
+        assert (not general) == fast
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-7)
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(opt.state[p]["momentum_buffer"].numpy(),
+                                       twin_opt.state[q]["momentum_buffer"].numpy(),
+                                       rtol=1e-5, atol=1e-7)
+
+    same_step(False)   # the first step creates the momentum buffers: a retrace next
+    same_step(False)
+    assert "finish(graph_fn(" in compiled._fast.source
+    same_step(True)
+    same_step(True)
+    for group in (*opt.param_groups, *twin_opt.param_groups):
+        group["lr"] = 0.05                                   # a hyper-parameter: a retrace
+    same_step(False)
+    same_step(True)
+    weight = model[0].weight._data
+    weight.flags.writeable = False                           # the update needs its own copy
+    assert compiled._fast((x, y), {}) is MISS
+    weight.flags.writeable = True
+    same_step(True)
 
 
 def test_a_model_cast_after_compiling_is_traced_again():

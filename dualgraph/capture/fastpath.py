@@ -27,6 +27,18 @@ generated graph function directly::
 Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
 retraces and explains as before; the captured tensors' arrays must be the very arrays
 whose types the executable checked (a parameter given new data takes the general path).
+
+A training step (an optimiser's update and the gradients written back, nothing recorded
+on the autograd tape) gets the same inlined guards, plus its optimisers' facts (state
+created, hyper-parameters) and, for each array the graph updates in place (a donated
+input), that it is still writeable (else the general path's private copy is needed); its
+results go through the entry's own ``finish``, as the general path's do::
+
+        if optimizer_facts(optimizers) != optimizer_state:
+            return MISS
+        if not (array_2.flags.writeable and array_3.flags.writeable ...):
+            return MISS
+        return finish(graph_fn(x0, x1, array_2, array_3, ...), [a0, a1])
 """
 from __future__ import annotations
 
@@ -34,6 +46,7 @@ from ..autograd.tape import grad_mode
 from ..codegen.python import compile_source
 from ..dispatch import modes
 from ..tensor import Tensor
+from .guards import optimizer_facts
 
 MISS = object()   # the fast path does not apply to this call
 
@@ -43,11 +56,13 @@ def fast_path(compiled, entry, sig):
     entry needs the general path (see the module docstring)."""
     if not applies(compiled, entry, sig):
         return None
-    _, facts, grad_enabled, module_facts, _ = sig
+    _, facts, grad_enabled, module_facts, optimizer_state = sig
     exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "grad_mode": grad_mode, "Tensor": Tensor,
-             "make": Tensor._make, "graph_fn": exe.program.fn,
-             "facts": compiled._module_facts, "module_facts": module_facts}
+             "make": Tensor._make, "graph_fn": exe.program.fn, "finish": entry.finish,
+             "facts": compiled._module_facts, "module_facts": module_facts,
+             "optimizer_facts": optimizer_facts, "optimizers": compiled._optimizers,
+             "optimizer_state": optimizer_state}
     lines = [f"if kwargs or len(args) != {len(facts)} or modes.tracer is not None"
              f" or grad_mode.enabled is not {bool(grad_enabled)}:",
              "    return MISS"]
@@ -61,17 +76,38 @@ def fast_path(compiled, entry, sig):
                   f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
                   "    return MISS"]
     lines += ["if facts.get() != module_facts:", "    return MISS"]
-    operands, captured = [], []
-    for k, b in enumerate(capture.bindings):
+    if optimizer_state:
+        lines += ["if optimizer_facts(optimizers) != optimizer_state:", "    return MISS"]
+    operands, captured, donated = [], [], []
+    for k, (b, v) in enumerate(zip(capture.bindings, exe.graph.inputs)):
         if b.kind == "arg":
             operands.append(f"x{b.index}")
-        else:
+        elif b.kind == "captured":
             names[f"cap_{k}"], names[f"array_{k}"] = b.tensor, b.tensor._data
             captured.append(f"cap_{k}._data is not array_{k}")
             operands.append(f"array_{k}")
+        else:   # a gradient the step reads (accumulates into): a new tensor at times
+            names[f"cap_{k}"], names[f"dtype_g{k}"] = b.tensor, v.dtype
+            lines += [f"grad_{k} = cap_{k}.grad",
+                      f"if grad_{k} is None:", "    return MISS",
+                      f"g{k} = grad_{k}._data",
+                      f"if g{k}.shape != {tuple(v.shape)!r} or g{k}.dtype != dtype_g{k}:",
+                      "    return MISS"]
+            operands.append(f"g{k}")
+        if k in exe._donated_inputs:   # (only a captured array is known to be the same)
+            flags = f"{operands[-1]}.flags"
+            donated.append(f"{flags}.writeable" if b.kind == "captured"
+                           else f"{flags}.writeable and {flags}.c_contiguous")
     if captured:
         lines += ["if (" + "\n        or ".join(captured) + "):", "    return MISS"]
-    lines.append(f"return make(graph_fn({', '.join(operands)})[0])")
+    if donated:
+        lines += ["if not (" + "\n        and ".join(donated) + "):", "    return MISS"]
+    call = f"graph_fn({', '.join(operands)})"
+    if entry.plain:
+        lines.append(f"return make({call}[0])")
+    else:
+        args = ", ".join(f"a{i}" for i in range(len(facts)))
+        lines.append(f"return finish({call}, [{args}])")
     source = "def fast_call(args, kwargs):\n" + "".join(f"    {line}\n" for line in lines)
     fast_call = compile_source(source, "fast_call", names).fn   # (tracebacks show it)
     fast_call.source = source
@@ -88,13 +124,21 @@ def still_bound(fast_call) -> bool:
 
 def applies(compiled, entry, sig) -> bool:
     """The entry and its signature are of the kind the fast path covers: tensors passed
-    positionally, no dynamic dims, no optimiser, no checked mode; one fresh tensor out,
-    nothing written back or recorded; no preallocated buffers or donated inputs."""
-    spec, facts, _, _, optimizer_facts = sig
+    positionally, no dynamic dims, no checked mode, no preallocated buffers; either one
+    fresh tensor out with nothing read or written back but its arguments and captured
+    arrays (inference: no optimiser, nothing donated), or a step whose results ``finish``
+    rebuilds without recording anything on the autograd tape or copying an output that
+    aliases an input."""
+    spec, facts, _, _, optimizer_state = sig
     exe, capture = entry.executable, entry.capture
-    return (not (compiled.dynamic or compiled.check or optimizer_facts)
-            and compiled._tensor_specs.get(len(facts)) is spec
-            and all(f[0] == "tensor" for f in facts)
-            and all(b.kind in ("arg", "captured") for b in capture.bindings)
-            and entry.plain and capture.out_spec is None and len(entry.graph.outputs) == 1
-            and not exe._slots and not exe._donated_inputs)
+    common = (not (compiled.dynamic or compiled.check)
+              and compiled._tensor_specs.get(len(facts)) is spec
+              and all(f[0] == "tensor" for f in facts)
+              and not exe._slots)
+    if not common:
+        return False
+    if entry.plain:
+        return (not optimizer_state and not exe._donated_inputs and capture.out_spec is None
+                and len(entry.graph.outputs) == 1
+                and all(b.kind in ("arg", "captured") for b in capture.bindings))
+    return entry.backward is None and not entry.aliased
