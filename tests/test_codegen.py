@@ -16,7 +16,7 @@ from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
 import dualgraph as dg
-from dualgraph.codegen import Executable, kernels
+from dualgraph.codegen import Executable, kernels, python
 from dualgraph.kernels import numba_available
 from dualgraph.graph import Graph
 from dualgraph.graph.interpret import interpret
@@ -497,6 +497,54 @@ def test_a_relu_after_a_linear_runs_in_place_only_where_nothing_else_reads_the_p
     alone(xs[0]).sum().backward()
     dg.compile(lambda x: alone(x).sum())(xs[1]).backward()
     np.testing.assert_array_equal(xs[1].grad.numpy(), xs[0].grad.numpy())
+
+
+def test_a_relu_backward_masks_the_linear_gradient_in_place_with_eagers_bits():
+    """Below a hidden relu, a compiled training step masks the input gradient of the linear
+    layer above it in place (``relu_backward_in_place``); gradients equal eager's bit for
+    bit, NaN and -0.0 included."""
+    def trained(compiled):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(40, 128), dg.nn.ReLU(), dg.nn.Linear(128, 30))
+        rng = np.random.default_rng(6)
+        x = dg.tensor(rng.standard_normal((64, 40)).astype(np.float32))   # (8192: the loop)
+        seed = rng.standard_normal((64, 30)).astype(np.float32)
+        seed[0, :3] = [np.nan, -0.0, 0.0]
+        seed = dg.tensor(seed)
+
+        def step(x):
+            model.zero_grad()
+            loss = (model(x) * seed).sum()
+            loss.backward()
+            return loss
+        fn = dg.compile(step) if compiled else step
+        fn(x), fn(x)
+        return fn, [p.grad.numpy() for p in model.parameters()]
+    _, want = trained(False)
+    compiled, got = trained(True)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert ("relu_backward_in_place(" in compiled._last.executable.code) == numba_available()
+
+
+@pytest.mark.parametrize("case", ["alone", "read-twice", "returned", "not-a-linear"])
+def test_a_relu_backward_runs_in_place_only_on_a_linear_gradient_nothing_else_reads(case):
+    g = Graph()
+    gy, y, x, w = (g.add_input(s, "float32", name=n) for s, n in
+                   (((64, 8), "gy"), ((64, 16), "y"), ((64, 4), "x"), ((8, 16), "w")))
+    if case == "not-a-linear":
+        (gh,) = g.add_node("mul", [y, 2.0])
+    else:
+        gh, _, _ = g.add_node("linear_backward", [gy, y, w], {"need": (True, True, False)})
+    (r,) = g.add_node("relu_backward", [gh, y])
+    outs = [r] + ([g.add_node("mul", [gh, 3.0])[0]] if case == "read-twice" else [])
+    g.set_outputs(outs + ([gh] if case == "returned" else []))
+    chosen = python.in_place_relu_backwards(g)
+    assert [n.op.name for n in chosen] == (["relu_backward"] if case == "alone" else [])
+    args = random_inputs(g, 4)
+    want = interpret(g, *[a.copy() for a in args])
+    for got, e in zip(Executable(g).run(args), want, strict=True):
+        np.testing.assert_array_equal(got, e)
 
 
 @needs_numba

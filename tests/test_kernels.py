@@ -275,6 +275,30 @@ def test_relu_backward_matches_numpy(monkeypatch):
     np.testing.assert_array_equal(fast, np.where(x > 0, g, 0))
 
 
+def test_relu_backward_in_place_writes_the_gradient_itself_only_where_it_may():
+    """``relu_backward_in_place``: the op's bits in ``g`` itself; a read-only or strided
+    ``g`` gets a new array and stays as it was."""
+    from dualgraph.ops.elementwise import _relu_backward_kernel, relu_backward_in_place
+    rng = np.random.default_rng(11)
+    y = np.maximum(rng.normal(size=(64, 96)), 0).astype(np.float32)
+    y[0, :2] = [np.nan, 0.0]
+    g = rng.normal(size=y.shape).astype(np.float32)
+    g[1, :3] = [np.nan, -0.0, 0.0]
+    want = _relu_backward_kernel(g, y)
+    np.testing.assert_array_equal(want, np.where(y > 0, g, np.float32(0)))
+    read_only = g.copy()
+    read_only.flags.writeable = False
+    for kept in (read_only, np.asfortranarray(g)):
+        before = kept.copy()
+        got = relu_backward_in_place(kept, y)
+        assert got is not kept and np.array_equal(kept, before, equal_nan=True)
+        np.testing.assert_array_equal(got, want)
+    own = g.copy()
+    got = relu_backward_in_place(own, y)
+    assert got is own
+    np.testing.assert_array_equal(got, want)
+
+
 def test_compiled_gelu_equals_eager_to_the_bit():
     """A fused kernel calls the eager loop's scalar function: the same bits, forward and
     backward (the compiler's exact mode keeps NumPy's libm results elsewhere)."""

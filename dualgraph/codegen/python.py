@@ -38,6 +38,7 @@ from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
 from ..kernels import matvec
+from ..ops import elementwise
 from ..ops.control import BODY_OPS
 from ..ops.linalg import BLAS_DTYPES
 from ..ops.opdef import REGISTRY
@@ -224,15 +225,16 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
             + ('\nbufs: preallocated outputs, reused across calls."""' if has_bufs else '"""')]
     dead = last_uses(graph)
     if instrument:
-        epilogues = {}
-    elif epilogues is None:
-        epilogues = relu_epilogues(graph)
+        epilogues, in_place = {}, set()
+    else:
+        epilogues = relu_epilogues(graph) if epilogues is None else epilogues
+        in_place = in_place_relu_backwards(graph)
     if instrument:
         module.globals["NODES"] = list(graph.nodes)
     for i, node in enumerate(graph.nodes):
         for v in node.outputs:
             names[v] = namer.fresh(v.name)
-        body += node_lines(node, names, slots, module, fused, epilogues)
+        body += node_lines(node, names, slots, module, fused, epilogues, in_place)
         if instrument:
             outs = ", ".join(names[v] for v in node.outputs)
             body.append(f"on_node(NODES[{i}], ({outs},))")
@@ -293,13 +295,19 @@ def compile_source(source: str, name: str, module_globals: dict) -> Program:
 
 
 def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
-               epilogues: dict | None = None) -> list[str]:
-    """The line(s) computing ``node``'s outputs (``epilogues``: :func:`relu_epilogues`)."""
+               epilogues: dict | None = None, in_place=frozenset()) -> list[str]:
+    """The line(s) computing ``node``'s outputs (``epilogues``: :func:`relu_epilogues`;
+    ``in_place``: :func:`in_place_relu_backwards`)."""
     comment = f"    # {_short_location(node.location)}" if node.location else ""
     epilogues = epilogues or {}
     if node in epilogues:
         return [f"{names[node.outputs[0]]} = {names[node.inputs[0]]}    # (applied in "
                 "place above)"]
+    if node in in_place:
+        name = module.bind("relu_backward_in_place", elementwise.relu_backward_in_place)
+        g, y = (names[v] for v in node.inputs)
+        return [f"{names[node.outputs[0]]} = {name}({g}, {y})    # (into {g})"
+                + comment.replace("    # ", " ", 1)]
     written = linear_lines(node, names, module, relu=node in epilogues.values())
     if written:
         return [written[0] + comment] + written[1:]
@@ -390,11 +398,7 @@ def relu_epilogues(graph: Graph) -> dict[Node, Node]:
     the matrix-vector loop as it writes the rows, with the bias in one pass over a
     matmul's result), and the relu's line only names the result. W7's inference saves two
     NumPy calls, W1's training step two passes and two arrays."""
-    uses: dict[Value, int] = {}
-    for node in graph.nodes:
-        for x in node.inputs:
-            if isinstance(x, Value):
-                uses[x] = uses.get(x, 0) + 1
+    uses = _use_counts(graph)
     made_by = {v: n for n in graph.nodes for v in n.outputs}
     epilogues = {}
     for node in graph.nodes:
@@ -406,6 +410,37 @@ def relu_epilogues(graph: Graph) -> dict[Node, Node]:
                 and x not in graph.outputs):
             epilogues[node] = producer
     return epilogues
+
+
+def in_place_relu_backwards(graph: Graph) -> set[Node]:
+    """The ``relu_backward`` nodes whose gradient operand is a ``linear_backward``'s input
+    gradient (a fresh product) that nothing else reads (nor is returned): their line masks
+    that array in place (``ops.elementwise.relu_backward_in_place``) instead of writing a
+    new one. An MLP's backward then writes one activation-sized array fewer per hidden
+    layer (W1: 39 us a step, 3.11 -> 3.06 ms, interleaved in one process)."""
+    uses = _use_counts(graph)
+    made_by = {v: n for n in graph.nodes for v in n.outputs}
+    chosen = set()
+    for node in graph.nodes:
+        if node.op.name != "relu_backward" or not all(isinstance(v, Value)
+                                                       for v in node.inputs):
+            continue
+        g = node.inputs[0]
+        producer = made_by.get(g)
+        if (producer is not None and producer.op.name == "linear_backward"
+                and g is producer.outputs[0] and uses[g] == 1 and g not in graph.outputs):
+            chosen.add(node)
+    return chosen
+
+
+def _use_counts(graph: Graph) -> dict[Value, int]:
+    """How many node inputs read each value."""
+    uses: dict[Value, int] = {}
+    for node in graph.nodes:
+        for x in node.inputs:
+            if isinstance(x, Value):
+                uses[x] = uses.get(x, 0) + 1
+    return uses
 
 
 def operand(x, names: dict, module: Module) -> str:

@@ -711,6 +711,18 @@ def _relu_backward_kernel(g, out):
     return np.where(out > 0, g, g.dtype.type(0))
 
 
+def relu_backward_in_place(g, out):
+    """``relu_backward(g, out)`` written into ``g`` itself where the loop takes them
+    (float32 of one shape, ``g`` C-contiguous and writeable), else a new array as the op's
+    kernel gives: the compiled code's form where nothing else reads ``g``
+    (``codegen.python.in_place_relu_backwards``)."""
+    if (g.shape == out.shape and g.flags.c_contiguous and g.flags.writeable
+            and kernels.enabled(g, out)):
+        kernels.activations.relu_backward_in_place(g.reshape(-1), kernels.flat(out))
+        return g
+    return _relu_backward_kernel(g, out)
+
+
 RELU_BACKWARD = defop("relu_backward", _relu_backward_kernel, infer_binary,
                       vjp=lambda gg, dx, g, out: (apply(RELU_BACKWARD, gg, out),
                                                   creation.zeros_like(out)),  # relu'' = 0
