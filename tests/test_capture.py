@@ -631,6 +631,56 @@ def test_a_training_step_takes_the_inlined_fast_path_and_keeps_eagers_results(mo
     same_step(True)
 
 
+def test_a_compiled_backward_without_zero_grad_accumulates_as_eager():
+    """A graph traced while a parameter had no gradient makes a fresh one; called again
+    once it has one, eager would accumulate into it, so the call traces again (it replaced
+    the gradient before) and from then on accumulates."""
+    def grads(compiled):
+        dg.manual_seed(0)
+        model = dg.nn.Linear(3, 2)
+        x = dg.randn(4, 3)
+        fn = dg.compile(lambda x: model(x).pow(2).sum().backward()) if compiled else (
+            lambda x: model(x).pow(2).sum().backward())
+        for _ in range(4):
+            fn(x)
+        return [p.grad.numpy() for p in model.parameters()], fn
+    (want, _), (got, compiled) = grads(False), grads(True)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-6)
+    assert "traced without a gradient has one now" in compiled.explain()
+
+
+def test_a_step_that_clears_gradients_frees_the_old_ones_before_it_runs():
+    """The gradients a step's ``zero_grad()`` drops are dropped before its graph runs, so
+    the new ones reuse their memory (one block per parameter, call after call); a gradient
+    the caller still holds keeps its values, as eagerly."""
+    dg.manual_seed(0)
+    model = dg.nn.Sequential(dg.nn.Linear(64, 64), dg.nn.ReLU(), dg.nn.Linear(64, 8))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = dg.randn(32, 64)
+
+    def step():
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    compiled = dg.compile(step)
+    for _ in range(3):
+        compiled()
+    addresses = [set() for _ in model.parameters()]
+    for _ in range(4):
+        compiled()
+        for seen, p in zip(addresses, model.parameters()):
+            seen.add(p.grad._data.ctypes.data)
+    assert all(len(seen) == 1 for seen in addresses)
+    held = model[0].weight.grad
+    before = held.numpy().copy()
+    compiled()
+    assert model[0].weight.grad is not held
+    np.testing.assert_array_equal(held.numpy(), before)
+
+
 def test_a_model_cast_after_compiling_is_traced_again():
     """``model.double()`` keeps the Parameter objects (the guards hold) but gives them
     float64 arrays: the compiled call traces again, explains why, and matches eager (it

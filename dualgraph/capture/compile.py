@@ -10,6 +10,7 @@ each break.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 import warnings
@@ -104,6 +105,7 @@ class Entry:
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
+        self.grads_absent, self.grads_replaced = fresh_gradients(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
                       and not capture.grads_cleared
@@ -136,6 +138,9 @@ class Entry:
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
+        if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
+            raise _StaleGuard("a parameter traced without a gradient has one now")
+        self.release_replaced_grads()
         arrays = self.inputs(tensor_args)
         try:
             outs = self.executable.run(arrays, on_node=on_node)
@@ -145,6 +150,26 @@ class Entry:
                 raise _StaleGuard(retyped) from None
             raise
         return self.finish(outs, tensor_args)
+
+    def assuming(self, capture) -> "Entry":
+        """This entry for a capture of its graph assuming the same gradients absent and
+        cleared; else a copy with that capture's (Adam's first and second steps)."""
+        absent, replaced = fresh_gradients(capture)
+        if ([id(t) for t in absent] == [id(t) for t in self.grads_absent]
+                and [id(t) for t in replaced] == [id(t) for t in self.grads_replaced]):
+            return self
+        entry = copy.copy(self)
+        entry.grads_absent, entry.grads_replaced = absent, replaced
+        return entry
+
+    def release_replaced_grads(self) -> None:
+        """Drop the ``.grad`` tensors the step clears (unread) before the graph runs, as
+        eager's ``zero_grad()`` does: the new gradients then reuse their memory, warm, instead
+        of alternating between two sets (W1: 3.15 -> 3.04 ms a step, in one process)."""
+        for t in self.grads_replaced:
+            grad = t.grad
+            if grad is not None and id(grad) not in self.bound:   # (else ``finish`` keeps it)
+                t.grad = None
 
     def _captured_retyped(self, arrays) -> str | None:
         """What changed, if a captured tensor (a parameter, a buffer, a gradient) now holds
@@ -213,6 +238,17 @@ class Entry:
 
 class _StaleGuard(Exception):
     pass
+
+
+def fresh_gradients(capture) -> tuple[list, list]:
+    """The parameters (known to ``capture.had_grad``) whose ``.grad`` the step makes anew,
+    unread: those without one when traced (a call must find none: eager might accumulate),
+    and those with one, which the step therefore cleared."""
+    read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
+    fresh = [t for kind, t in capture.writebacks
+             if kind == "grad" and id(t) in capture.had_grad and id(t) not in read]
+    return ([t for t in fresh if not capture.had_grad[id(t)]],
+            [t for t in fresh if capture.had_grad[id(t)]])
 
 
 def optimize(graph, passes):
@@ -400,6 +436,7 @@ class Compiled:
     def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
         names = self.leaf_names(args, kwargs)
         tracer = Tracer(names=readable_names(self.fn))
+        had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         start = time.perf_counter()
         try:
@@ -425,6 +462,7 @@ class Compiled:
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
         capture.graph.verify()
+        capture.had_grad = had_grad
         _name_new_state(capture, tracer.names, self.fn)
         entry = self._same_graph(capture, backward)
         reused = entry is not None
@@ -449,7 +487,8 @@ class Compiled:
         return entry
 
     def _same_graph(self, capture, backward) -> Entry | None:
-        """An entry already compiled from the same graph as ``capture``, if any. Keys are
+        """An entry already compiled from the same graph as ``capture``, if any (given the
+        gradients ``capture`` assumes absent or cleared: :meth:`Entry.assuming`). Keys are
         computed only once there is a retrace (a single capture never needs one)."""
         if not self.cache:
             return None
@@ -459,7 +498,18 @@ class Compiled:
             if i not in keys:
                 keys[i] = (capture_key(entry.capture, entry.backward), entry)
         key = capture_key(capture, backward)
-        return next((entry for i, entry in live.items() if keys[i][0] == key), None)
+        same = next((entry for i, entry in live.items() if keys[i][0] == key), None)
+        return same.assuming(capture) if same is not None else None
+
+    def _known_parameters(self) -> list:
+        """The parameters of the compiled module, of the modules the function names and of
+        its optimisers (whether each has a ``.grad`` is noted at each capture)."""
+        modules = [self.module] if self.module is not None else []
+        modules += [m for m in scope_of(self.fn).values() if is_module(m)]
+        params = [p for m in modules for p in m.parameters()]
+        for opt in self._optimizers or ():
+            params += [p for group in opt.param_groups for p in group["params"]]
+        return params
 
     def _graph_break(self, e: CaptureError):
         if self.fullgraph:

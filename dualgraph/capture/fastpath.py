@@ -1,4 +1,4 @@
-"""A compiled inference call without the general machinery: its guards and call inlined.
+"""A compiled call without the general machinery: its guards and call inlined.
 
 The general path of ``Compiled.__call__`` flattens the arguments, computes the signature of
 every guard as a tuple (capture/guards.py), looks it up, gathers the graph's input arrays,
@@ -9,36 +9,21 @@ buffers) this module writes one function that checks the same facts inline and c
 generated graph function directly::
 
     def fast_call(args, kwargs):
-        if (kwargs or len(args) != 1 or modes.tracer is not None
-                or grad_mode.enabled is not False):
+        if kwargs or len(args) != 1 or ... or grad_mode.enabled is not False:
             return MISS
         a0, = args
-        if type(a0) is not Tensor or a0.requires_grad is not False:
-            return MISS
-        x0 = a0._data
-        if x0.shape != (1, 784) or x0.dtype != dtype_0:
-            return MISS
-        if facts.get() != module_facts:
-            return MISS
+        ...   # a0's type, requires_grad, shape and dtype, the module's facts
         if cap_0._data is not array_0 or cap_1._data is not array_1:
             return MISS
-        return make(graph_fn(x0, array_0, array_1)[0])
+        return make(graph_fn(a0._data, array_0, array_1)[0])
 
 Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
 retraces and explains as before; the captured tensors' arrays must be the very arrays
 whose types the executable checked (a parameter given new data takes the general path).
 
-A training step (an optimiser's update and the gradients written back, nothing recorded
-on the autograd tape) gets the same inlined guards, plus its optimisers' facts (state
-created, hyper-parameters) and, for each array the graph updates in place (a donated
-input), that it is still writeable (else the general path's private copy is needed); its
-results go through the entry's own ``finish``, as the general path's do::
-
-        if optimizer_facts(optimizers) != optimizer_state:
-            return MISS
-        if not (array_2.flags.writeable and array_3.flags.writeable ...):
-            return MISS
-        return finish(graph_fn(x0, x1, array_2, array_3, ...), [a0, a1])
+A training step (nothing recorded on the autograd tape) gets the same, plus its
+optimisers' facts, the gradients it must find absent, and that each array it updates in
+place is still writeable; its results go through the entry's own ``finish``.
 """
 from __future__ import annotations
 
@@ -106,6 +91,15 @@ def fast_path(compiled, entry, sig):
     if entry.plain:
         lines.append(f"return make({call}[0])")
     else:
+        absent = []
+        for k, t in enumerate(entry.grads_absent):
+            names[f"absent_{k}"] = t
+            absent.append(f"absent_{k}.grad is not None")
+        if absent:
+            lines += ["if (" + "\n        or ".join(absent) + "):", "    return MISS"]
+        if entry.grads_replaced:
+            names["release"] = entry.release_replaced_grads
+            lines.append("release()")
         args = ", ".join(f"a{i}" for i in range(len(facts)))
         lines.append(f"return finish({call}, [{args}])")
     source = "def fast_call(args, kwargs):\n" + "".join(f"    {line}\n" for line in lines)

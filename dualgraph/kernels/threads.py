@@ -1,20 +1,17 @@
 """Sharing a loop's rows among threads: OpenBLAS's workers where they can take them
 (``blas_threads.py``), else a small pool of Python threads.
 
-Big loops (``PARALLEL_MIN`` elements or more, and from ``SHARE_MIN`` on where OpenBLAS's
-workers take the rows: :func:`threads_for`) run their rows on several cores. Numba's own
-``parallel=True`` is not used for that: its parfor lowering made a fused LayerNorm kernel
-take about a second longer to compile than the same loop without it, and its OpenMP
-workers spin after a parallel region, starving OpenBLAS's threads in the next matmul.
-Instead every loop is compiled serial over a range of rows, ``loop(start, stop, *args)``,
-with ``nogil=True``, and :func:`run_rows` runs contiguous ranges at once: as job entries
-on OpenBLAS's own threads (no thread of ours then competes with OpenBLAS's worker, which
-polls for ~0.1 s after every GEMM), or, for a plain function, without native entries or
-OpenBLAS threads, on a small pool of Python threads whose idle workers sleep on a queue.
-Either way every range is the same loop over its own rows, so the bits do not depend on
-the split.
-
-The thread count is the number of cores this process may use, or ``DUALGRAPH_NUM_THREADS``.
+Big loops (``PARALLEL_MIN`` elements or more, from ``SHARE_MIN`` on where OpenBLAS's workers
+take the rows: :func:`threads_for`) run their rows on several cores. Not with Numba's
+``parallel=True``: its parfor lowering made a fused LayerNorm compile about a second
+longer, and its OpenMP workers spin after a parallel region, starving OpenBLAS's threads
+in the next matmul. Every loop is compiled serial over a range of rows,
+``loop(start, stop, *args)``, with ``nogil=True``, and :func:`run_rows` runs contiguous
+ranges at once: as job entries on OpenBLAS's own threads (so no thread of ours competes
+with its worker, which polls for ~0.1 s after every GEMM), or, for a plain function or
+without native entries, on a pool of Python threads whose idle workers sleep on a queue.
+Each range is the same loop over its own rows, so the bits do not depend on the split.
+The thread count is the cores this process may use, or ``DUALGRAPH_NUM_THREADS``.
 """
 from __future__ import annotations
 
