@@ -16,6 +16,10 @@ import numpy as np
 from .common import torch_style_impls, training_step
 
 ID, NAME = "W1", "mlp_train"
+# Steps of ~3 ms: a fresh process of every implementation runs its first ~60-80 steps
+# up to 10% slower (measured 2026-12-01: dualgraph compiled 3.26 -> ~3.06 ms, torch
+# eager 3.87 -> ~3.45 ms over 200 steps), so all warm up longer to time the steady state.
+WARMUP, TIMED = 100, 100
 SIZES = (784, 512, 512, 10)
 BATCH = 128
 LR, MOMENTUM = 0.01, 0.9

@@ -13,6 +13,8 @@ import numpy as np
 from .common import jax_adam_step, torch_style_impls, training_step
 
 ID, NAME = "W2", "cnn_train"
+# Steps of 6-15 ms: every implementation warms up for ~0.3 s or more (W1's comment).
+WARMUP, TIMED = 50, 50
 BATCH = 64
 LR = 1e-3
 # (state-dict name, weight shape): the Sequential's indices, as torch numbers them
