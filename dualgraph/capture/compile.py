@@ -140,8 +140,8 @@ class Entry:
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
-        self.release_replaced_grads()
         arrays = self.inputs(tensor_args)
+        self.release_replaced_grads()
         try:
             outs = self.executable.run(arrays, on_node=on_node)
         except (TypeError, ShapeError):

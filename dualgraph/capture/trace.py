@@ -59,8 +59,8 @@ class Capture:
     out_leaves: list               # per user output leaf: "value" or ("const", python value)
     writebacks: list = field(default_factory=list)
     grads_cleared: list = field(default_factory=list)   # tensors whose .grad ends as None
-    # id -> whether it had a .grad when the trace began, for the parameters of the module
-    # and optimisers the function uses (``Compiled`` fills it in)
+    # id -> whether it had a .grad when the trace began, for the parameters of the compiled
+    # module and of the modules and optimisers the function names (``Compiled`` fills it in)
     had_grad: dict = field(default_factory=dict)
 
 
