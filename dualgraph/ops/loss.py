@@ -86,14 +86,16 @@ def _reduced(losses, counted: int, reduction: str, dtype):
     return np.asarray(total, dtype=dtype)
 
 
-def _row_scales(g, target, ignore_index, reduction, dtype) -> np.ndarray:
+def _row_scales(g, target, ignore_index, reduction, dtype, counted=None) -> np.ndarray:
     """What each row's loss was multiplied by on its way to the output whose gradient is
-    ``g``: g itself per row ('none'), g ('sum'), g / rows not ignored ('mean')."""
+    ``g``: g itself per row ('none'), g ('sum'), g / rows not ignored ('mean'; ``counted``
+    if the caller has counted them)."""
     if reduction == "none":
         return np.ascontiguousarray(g, dtype=dtype)
     scale = np.asarray(g, dtype=np.float64)
     if reduction == "mean":
-        scale = scale / max(np.count_nonzero(target != ignore_index), 1)
+        counted = np.count_nonzero(target != ignore_index) if counted is None else counted
+        scale = scale / max(counted, 1)
     return np.full(len(target), scale, dtype)
 
 
@@ -126,7 +128,7 @@ def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction):
     status = np.empty(2, np.int64)
     kernels.normalization.target_status(target, ignore_index, x.shape[1], status)
     _check_targets(target, int(status[1]), x.shape[1])
-    scale = _row_scales(g, target, ignore_index, reduction, np.float32)
+    scale = _row_scales(g, target, ignore_index, reduction, np.float32, int(status[0]))
     losses, dx = np.empty(len(x), np.float32), np.empty(x.shape, x.dtype)
     run_rows(kernels.normalization.cross_entropy_with_grad, len(x),
              kernels.rows(x, x.shape[1]), target, ignore_index, scale, losses, dx,
