@@ -41,6 +41,12 @@ class OpDef:
                                      # writes there, elementwise (an out may be an input)
     doc: str = ""
 
+    # -- facts passes and codegen read (they match these, never an op's name) --------------
+
+    # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
+
+    # -- ONNX: export and import ------------------------------------------------------------
+
     def __post_init__(self):
         self.saves_inputs = "i" in self.saves
         self.saves_outputs = "o" in self.saves
