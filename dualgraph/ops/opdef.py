@@ -44,6 +44,10 @@ class OpDef:
     # -- facts passes and codegen read (they match these, never an op's name) --------------
 
     # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
+    # A compiler-only op (a fused or ``*_backward`` op that exists for speed) names the
+    # ordinary ops it stands for: ``decomposition(*inputs, **attrs)``, written with dualgraph
+    # ops on Tensors, returns what ``kernel`` returns (the op tests compare the two).
+    decomposition: Callable | None = None
 
     # -- ONNX: export and import ------------------------------------------------------------
 
