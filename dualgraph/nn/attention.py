@@ -32,7 +32,7 @@ import math
 from .. import dtypes
 from ..ops import creation, elementwise, reduce
 from ..ops import shape as shape_ops
-from ..ops.index import masked_fill, tril, triu
+from ..ops.index import masked_fill, pad, tril, triu
 from ..ops.linalg import linear, matmul
 from . import functional as F
 from . import init
@@ -142,7 +142,7 @@ def _float_mask(mask, name: str, dtype):
 
 def _pad_key(mask):
     """A float mask with one more key column (0 = visible), for bias_k / add_zero_attn."""
-    return None if mask is None else shape_ops.pad(mask, (0, 1))
+    return None if mask is None else pad(mask, (0, 1))
 
 
 def _split_heads(x, batch: int, heads: int):
