@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -699,3 +700,18 @@ def test_a_model_cast_after_compiling_is_traced_again():
     record = f.records[-1]
     assert record.kind == "retrace" and "0.weight is now float64 (3, 4), traced as float32" \
         in record.detail, record.detail
+
+
+def test_the_fast_paths_docstring_shows_the_code_it_generates():
+    """capture/fastpath.py explains itself with the function it writes for an eval-mode
+    ``Linear(784, 10)``: that example is the generated source, line for line."""
+    from dualgraph.capture import fastpath
+    dg.manual_seed(0)
+    model = dg.nn.Linear(784, 10)
+    model.eval()
+    f = dg.compile(model)
+    with dg.no_grad():
+        f(dg.randn(1, 784))
+        f(dg.randn(1, 784))
+    shown = textwrap.indent(f._fast.source, "    ")
+    assert shown in fastpath.__doc__, f"update capture/fastpath.py's example to:\n{shown}"

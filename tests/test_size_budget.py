@@ -1,24 +1,71 @@
-"""The size budget of STYLE.md, counted per folder: the core (tensors, ops, autograd, graphs,
-capture, passes, codegen, kernels and the top-level modules) within 20k lines, and each
-folder within its own budget, so that a folder that grows shows up here and is either
-trimmed or given a larger budget on purpose."""
+"""The size budget of STYLE.md, counted as tinygrad counts it: code lines only, per folder.
+
+A line counts when it holds a token of code. Blank lines, comment lines and docstrings (the
+string that opens a module, class or function) do not count, so an explanation never
+competes with code for room, and cutting one never makes room. A line that mixes code and a
+trailing comment counts once; every line of a multi-line statement or string that is not a
+docstring counts. Each folder of the package ("." is the top-level modules) keeps within its
+own budget, and the core (tensors, ops, autograd, graphs, capture, passes, codegen, kernels
+and the top-level modules) within ``CORE_BUDGET``, so that a folder that grows shows up here
+and is either made simpler or given a larger budget on purpose, with the reason, in the
+same commit as the code that needs it.
+
+>>> code_lines("'''Doc.'''\\n\\n# why\\nx = 1  # counted once\\n")
+1
+"""
+import ast
+import functools
+import io
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
-CORE_BUDGET = 20_000
-# lines per folder of the package ("." is the top-level modules): today's size plus room
-BUDGETS = {".": 1_900, "autograd": 700, "capture": 3_200, "codegen": 2_000, "graph": 1_600,
-           "kernels": 2_900, "ops": 6_300, "passes": 2_500,
-           "export": 2_500, "nn": 4_600, "optim": 1_500, "utils": 500}
+# Code lines per folder ("." is the top-level modules) and for the core: the sizes when the
+# count became code lines only, plus about 8% room (several branches were adding code at the
+# same time; the lead sets them to the merged sizes plus room once they are in).
+CORE_BUDGET = 14_300
+BUDGETS = {".": 1_190, "autograd": 410, "capture": 2_390, "codegen": 1_390, "graph": 1_040,
+           "kernels": 1_820, "ops": 4_300, "passes": 1_790,
+           "export": 1_900, "nn": 3_020, "optim": 980, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
+NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+            tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
 
 
+def _docstring_spans(tree: ast.AST) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) positions of each module, class and function docstring."""
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                spans.append(((first.lineno, first.col_offset),
+                              (first.end_lineno, first.end_col_offset)))
+    return spans
+
+
+def code_lines(source: str) -> int:
+    """The number of lines of ``source`` that hold code (see the module docstring)."""
+    docstrings = _docstring_spans(ast.parse(source))
+    lines = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in NOT_CODE:
+            continue
+        if tok.type == tokenize.STRING and any(start <= tok.start and tok.end <= end
+                                               for start, end in docstrings):
+            continue
+        lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines)
+
+
+@functools.cache
 def lines_per_folder() -> dict[str, int]:
     counts: dict[str, int] = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).parts
         folder = parts[0] if len(parts) > 1 else "."
-        counts[folder] = counts.get(folder, 0) + len(path.read_text().splitlines())
+        counts[folder] = counts.get(folder, 0) + code_lines(path.read_text())
     return counts
 
 
@@ -27,10 +74,32 @@ def test_every_folder_has_a_budget_and_keeps_to_it():
     table = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     assert set(counts) == set(BUDGETS), f"a folder without a budget, or the reverse: {table}"
     over = {k: (v, BUDGETS[k]) for k, v in counts.items() if v > BUDGETS[k]}
-    assert not over, f"over budget (lines, budget): {over}; all folders: {table}"
+    assert not over, f"over budget (code lines, budget): {over}; all folders: {table}"
 
 
-def test_the_core_stays_within_twenty_thousand_lines():
+def test_the_core_keeps_to_its_budget():
     counts = lines_per_folder()
     core = sum(counts[k] for k in CORE)
-    assert core <= CORE_BUDGET, f"the core has {core} lines (budget {CORE_BUDGET})"
+    assert core <= CORE_BUDGET, f"the core has {core} code lines (budget {CORE_BUDGET})"
+
+
+def test_only_code_lines_count():
+    source = '''"""A module docstring
+over two lines."""
+import os  # a trailing comment: the line counts once
+
+
+class A:
+    """A class docstring."""
+
+    def f(self):
+        """A function docstring,
+        over two lines."""
+        # a comment line
+        s = """a string that is
+        not a docstring"""
+        return (s,
+                os.sep)
+'''
+    assert code_lines(source) == 1 + 1 + 1 + 2 + 2
+    assert code_lines("") == 0

@@ -6,24 +6,68 @@ checks their types and rebuilds the outputs: some twenty Python calls, ~9 us, as
 a batch-1 MLP's three products take on two cores. For the common inference entry (tensor
 arguments only, no dynamic dims, no optimiser, one tensor out, nothing written back, no
 buffers) this module writes one function that checks the same facts inline and calls the
-generated graph function directly::
+generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, called on a
+(1, 784) tensor under ``no_grad``, it writes::
 
     def fast_call(args, kwargs):
-        if kwargs or len(args) != 1 or ... or grad_mode.enabled is not False:
+        if kwargs or len(args) != 1 or modes.tracer is not None or grad_mode.enabled is not False:
             return MISS
         a0, = args
-        ...   # a0's type, requires_grad, shape and dtype, the module's facts
-        if cap_0._data is not array_0 or cap_1._data is not array_1:
+        if type(a0) is not Tensor or a0.requires_grad is not False:
             return MISS
-        return make(graph_fn(a0._data, array_0, array_1)[0])
+        x0 = a0._data
+        if x0.shape != (1, 784) or x0.dtype != dtype_0:
+            return MISS
+        if facts.get() != module_facts:
+            return MISS
+        if (cap_1._data is not array_1
+            or cap_2._data is not array_2):
+            return MISS
+        return make(graph_fn(x0, array_1, array_2)[0])
 
 Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
 retraces and explains as before; the captured tensors' arrays must be the very arrays
 whose types the executable checked (a parameter given new data takes the general path).
 
-A training step (nothing recorded on the autograd tape) gets the same, plus its
-optimisers' facts, the gradients it must find absent, and that each array it updates in
-place is still writeable; its results go through the entry's own ``finish``.
+A training step (an optimiser's update and the gradients written back, nothing recorded
+on the autograd tape) gets the same inlined guards, plus its optimisers' facts (state
+created, hyper-parameters) and, for each array the graph updates in place (a donated
+input), that it is still writeable (else the general path's private copy is needed); its
+results go through the entry's own ``finish``, as the general path's do. After the
+argument and module guards, an SGD-momentum step of a two-layer MLP that calls
+``zero_grad()`` continues::
+
+        if optimizer_facts(optimizers) != optimizer_state:
+            return MISS
+        if (cap_2._data is not array_2
+            or cap_3._data is not array_3
+            ...   # one line per captured array: parameters, momentum buffers
+            or cap_9._data is not array_9):
+            return MISS
+        if not (array_2.flags.writeable
+            and array_3.flags.writeable
+            ...   # one line per array the step updates in place
+            and array_9.flags.writeable):
+            return MISS
+        release()
+        return finish(graph_fn(x0, x1, array_2, array_3, ..., array_9), [a0, a1])
+
+``release()`` drops the gradients that ``zero_grad()`` clears before the graph runs, so the
+new ones can reuse their memory. The same step without ``zero_grad()`` accumulates into
+the gradients instead: it reads each one, which must exist with the traced type and be
+writeable and C-contiguous (``g6.flags.writeable and g6.flags.c_contiguous``), since the
+graph adds into it in place::
+
+        grad_6 = cap_6.grad
+        if grad_6 is None:
+            return MISS
+        g6 = grad_6._data
+        if g6.shape != (3,) or g6.dtype != dtype_g6:
+            return MISS
+
+A step traced while a parameter had no gradient also checks that it still has none
+(``absent_0.grad is not None`` returns ``MISS``): its graph writes that gradient fresh,
+where eager would now add to the one there.
 """
 from __future__ import annotations
 

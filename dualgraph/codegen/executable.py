@@ -164,7 +164,7 @@ class Executable:
         nodes = [n for n in self.graph.nodes if n.op.name == "fused"]
         if not nodes:
             return {}
-        from .kernels import compile_group
+        from .program import compile_group
         return {n: compile_group(n, self.fast_math) for n in nodes}
 
     def _fresh_nodes(self, epilogues: dict) -> dict:

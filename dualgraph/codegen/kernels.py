@@ -79,26 +79,6 @@ class Unsupported(Exception):
     """The group needs the NumPy fallback (the message says why)."""
 
 
-def compile_group(node: Node, fast_math: bool = False) -> FusedKernel:
-    """The kernel for one ``fused`` node: Numba when it can, else the NumPy fallback.
-
-    ``fast_math`` uses the vectorisable float32 ``exp32`` / ``tanh32`` (a few ulps from
-    NumPy's) instead of libm's, which are exact to the last bit but run one at a time."""
-    sub = node.attrs["graph"]
-    name = _ident(node.outputs[-1].name)
-    if not numba_available():
-        return FusedKernel(sub, name, None, "Numba is not available")
-    try:
-        lowering = Lowering(sub, name, fast_math)
-    except Unsupported as e:
-        from .program import Program
-        try:   # a small group of many ops: register code for a shared interpreter
-            lowering = Program(sub, name, fast_math)
-        except Unsupported as e2:
-            return FusedKernel(sub, name, None, f"{e}; as a program: {e2}")
-    return FusedKernel(sub, name, lowering, "")
-
-
 class FusedKernel:
     """``kernel(*inputs, out=None) -> tuple of outputs``; ``source`` is its code. The
     NumPy fallback is generated when it is first needed (a compiled group never needs it:

@@ -25,6 +25,10 @@ kernel computes, to the bit: the scalar expressions are the fused kernels'
 (``kernels.scalar_expr``). A reduction over all elements (a loss's ``sum``) is not a case:
 the program stops there, the op's own kernel reduces the register, and the interpreter
 goes on with the rest. Registers are reused once their value is dead.
+
+:func:`compile_group` (at the end) picks the way for each group: a Numba kernel of its own
+(``kernels.py``), else a program, else the NumPy fallback. It lives here, above both, so
+that ``kernels.py`` need not import this module, which builds on its scalar expressions.
 """
 from __future__ import annotations
 
@@ -33,9 +37,9 @@ import math
 import numpy as np
 
 from ..graph import Graph, Node, Value
-from ..kernels import MIN_ELEMENTS
+from ..kernels import MIN_ELEMENTS, numba_available
 from ..shapes import Sym
-from .kernels import Unsupported, _reduced_dims, scalar_expr
+from .kernels import FusedKernel, Lowering, Unsupported, _ident, _reduced_dims, scalar_expr
 
 # members: below this a group's NumPy calls cost less than a compile of its interpreter
 PROGRAM_MIN_OPS = 32
@@ -251,3 +255,22 @@ def _check_values(sub: Graph) -> tuple[np.dtype, tuple]:
             raise Unsupported(f"%{v.name} of shape {tuple(v.shape)} is broadcast in "
                               f"{shape}")
     return next(iter(dtypes)), shape
+
+
+def compile_group(node: Node, fast_math: bool = False) -> FusedKernel:
+    """The kernel for one ``fused`` node: Numba when it can, else the NumPy fallback.
+
+    ``fast_math`` uses the vectorisable float32 ``exp32`` / ``tanh32`` (a few ulps from
+    NumPy's) instead of libm's, which are exact to the last bit but run one at a time."""
+    sub = node.attrs["graph"]
+    name = _ident(node.outputs[-1].name)
+    if not numba_available():
+        return FusedKernel(sub, name, None, "Numba is not available")
+    try:
+        lowering = Lowering(sub, name, fast_math)
+    except Unsupported as e:
+        try:   # a small group of many ops: register code for a shared interpreter
+            lowering = Program(sub, name, fast_math)
+        except Unsupported as e2:
+            return FusedKernel(sub, name, None, f"{e}; as a program: {e2}")
+    return FusedKernel(sub, name, lowering, "")

@@ -12,6 +12,15 @@ from .printer import format_graph, format_node
 from .serialize import GraphFormatError, constants_path, load, save
 from .verify import verify
 
+# Node's and Graph's methods that are the other modules' jobs (ir.py imports none of them:
+# they import it), bound once all are loaded, as ops/methods.py binds Tensor's.
+Node.__repr__ = format_node
+Graph.__str__ = format_graph
+Graph.verify = verify
+Graph.__call__ = interpret
+Graph.to_dot = to_dot
+Graph.save = save
+
 __all__ = ["Graph", "Node", "Value", "GraphError", "GraphFormatError", "verify", "interpret",
            "infer_shapes", "load", "save", "constants_path", "to_dot", "format_graph",
            "format_node", "subgraphs", "type_str", "parse_dim", "eval_dim"]

@@ -179,9 +179,7 @@ class Node:
     def __setattr__(self, key, val):
         raise AttributeError("graph nodes are immutable; build a new graph instead")
 
-    def __repr__(self):
-        from .printer import format_node
-        return format_node(self)
+    # (__repr__, one line of the program text, is printer.format_node: see graph/__init__.py)
 
 
 def subgraphs(attrs: dict):
@@ -405,31 +403,12 @@ class Graph:
                 raise GraphError(f"output {v!r} is not a value of this graph")
         self.outputs = values
 
-    # -- the other modules, as methods -------------------------------------------------------
-    # (imported at call time: those modules import this one)
-    def __str__(self):
-        from .printer import format_graph
-        return format_graph(self)
-
+    # The other modules' jobs are methods too: ``str(graph)`` (printer.format_graph),
+    # ``graph.verify()``, ``graph(*arrays)`` (interpret), ``graph.to_dot()`` and
+    # ``graph.save(path)``. graph/__init__.py binds them, since those modules import this one.
     def __repr__(self):
         return (f"<Graph: {len(self.inputs)} inputs, {len(self.constants)} constants, "
                 f"{len(self.nodes)} nodes, {len(self.outputs)} outputs>")
-
-    def verify(self) -> "Graph":
-        from .verify import verify
-        return verify(self)
-
-    def __call__(self, *arrays):
-        from .interpret import interpret
-        return interpret(self, *arrays)
-
-    def to_dot(self) -> str:
-        from .dot import to_dot
-        return to_dot(self)
-
-    def save(self, path) -> None:
-        from .serialize import save
-        save(self, path)
 
 
 def same_type(new, old) -> bool:

@@ -1,11 +1,13 @@
-"""Attention and Transformers: ``scaled_dot_product_attention``, ``MultiheadAttention``,
-the Transformer encoder/decoder layers and stacks, and ``Transformer``, mirroring torch.
+"""Attention and Transformers: ``MultiheadAttention``, the Transformer encoder/decoder layers
+and stacks, and ``Transformer``, mirroring torch. The functional core,
+``scaled_dot_product_attention`` and ``multi_head_attention_forward``, is in
+nn/functional.py, as torch's is (this module builds on it).
 
 Everything is a composite of registry ops (matmul, softmax, where, linear, layer_norm), so it
-differentiates, traces and exports without special support. One function, :func:`_attend`,
-computes attention for both ``scaled_dot_product_attention`` and ``MultiheadAttention``; the
-two differ only as torch's do: SDPA's softmax gives zeros for a query whose keys are all
-masked out, MHA's returned weights give NaN there.
+differentiates, traces and exports without special support. One function,
+``functional._attend``, computes attention for both ``scaled_dot_product_attention`` and
+``MultiheadAttention``; the two differ only as torch's do: SDPA's softmax gives zeros for a
+query whose keys are all masked out, MHA's returned weights give NaN there.
 
 Masks follow torch, and the two conventions differ: for ``scaled_dot_product_attention`` a
 bool ``attn_mask`` is True where a key **takes part**; for ``MultiheadAttention`` and the
@@ -29,12 +31,12 @@ from __future__ import annotations
 import copy
 import math
 
-from .. import dtypes
-from ..ops import creation, elementwise, reduce
+from ..ops import creation, elementwise
 from ..ops import shape as shape_ops
-from ..ops.index import masked_fill, tril, triu
-from ..ops.linalg import linear, matmul
+from ..ops.index import triu
 from . import functional as F
+# (both importable from here too, as they were before they moved to functional.py)
+from .functional import multi_head_attention_forward, scaled_dot_product_attention  # noqa: F401
 from . import init
 from .containers import ModuleList
 from .layers import Dropout, LayerNorm, Linear
@@ -43,223 +45,6 @@ from .module import Module
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer",
            "TransformerEncoder", "TransformerDecoder", "Transformer"]
-
-
-# -- the attention core ------------------------------------------------------------------------
-def _causal_mask(q_len: int, k_len: int):
-    """Bool (q_len, k_len), True where key j may be seen by query i (j <= i, top-left
-    aligned, as torch's)."""
-    return tril(creation.ones(q_len, k_len, dtype=dtypes.bool_))
-
-
-def _attend(query, key, value, mask, dropout_p: float, scale: float, safe: bool):
-    """``softmax(q k^T * scale + mask) v`` over the last two dims, and the weights.
-
-    ``mask`` is None, a bool tensor (True = take part) or a float tensor added to the scores,
-    broadcastable to (..., L, S). With ``safe`` a query whose keys are all masked out gets
-    zero weights (torch's SDPA) instead of NaN (torch's MHA weights)."""
-    scores = matmul(query * scale, shape_ops.transpose(key, -2, -1))
-    if mask is not None and mask.dtype == dtypes.bool_:
-        scores = masked_fill(scores, elementwise.logical_not(mask), -math.inf)
-    elif mask is not None:
-        scores = scores + mask
-    if safe and mask is not None:
-        # Rows with no visible key: softmax over zeros (no NaN, also in the backward), then
-        # zero weights.
-        dead = elementwise.eq(reduce.amax(scores, -1, keepdim=True), -math.inf)
-        weights = elementwise.where(dead, 0.0, reduce.softmax(
-            elementwise.where(dead, 0.0, scores), -1))
-    else:
-        weights = reduce.softmax(scores, -1)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, dropout_p, training=True)
-    return matmul(weights, value), weights
-
-
-def _repeat_heads(x, groups: int):
-    """(..., H, S, E) -> (..., H * groups, S, E), each head repeated ``groups`` times in place
-    (torch's ``repeat_interleave`` on dim -3, for grouped-query attention)."""
-    if groups == 1:
-        return x
-    shape = tuple(x.shape)
-    x = shape_ops.expand(shape_ops.unsqueeze(x, -3), shape[:-2] + (groups,) + shape[-2:])
-    return shape_ops.reshape(x, shape[:-3] + (shape[-3] * groups,) + shape[-2:])
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
-    """``softmax(query @ key^T * scale + mask) @ value``, as torch's
-    ``F.scaled_dot_product_attention``: query (..., L, E), key (..., S, E), value (..., S, Ev)
-    give (..., L, Ev). ``attn_mask``: bool (True = take part) or float (added to the scores),
-    broadcastable to (..., L, S); ``is_causal`` masks key j > query i; ``scale`` defaults to
-    1/sqrt(E); ``dropout_p`` drops attention weights (pass 0 in evaluation); with
-    ``enable_gqa`` key/value may have fewer heads (dim -3) than query, each shared by a group.
-
-    >>> import dualgraph as dg
-    >>> q = dg.randn(2, 4, 6, 8)
-    >>> tuple(scaled_dot_product_attention(q, q, q, is_causal=True).shape)
-    (2, 4, 6, 8)
-    """
-    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-        raise ValueError(f"scaled_dot_product_attention needs query, key and value of at least 2 "
-                         f"dims, got {tuple(query.shape)}, {tuple(key.shape)}, "
-                         f"{tuple(value.shape)}")
-    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"scaled_dot_product_attention: query {tuple(query.shape)}, key "
-                         f"{tuple(key.shape)} and value {tuple(value.shape)} do not fit: "
-                         "query and key need the same last dim, key and value the same "
-                         "sequence length (dim -2)")
-    if is_causal and attn_mask is not None:
-        raise RuntimeError("scaled_dot_product_attention: Explicit attn_mask should not be set "
-                           "when is_causal=True")
-    if enable_gqa and key.ndim >= 3 and query.ndim >= 3:
-        heads, kv_heads = query.shape[-3], key.shape[-3]
-        if heads % kv_heads or value.shape[-3] != kv_heads:
-            raise ValueError(f"enable_gqa: the {heads} query heads must be a multiple of the "
-                             f"{kv_heads} key/value heads (key {tuple(key.shape)}, value "
-                             f"{tuple(value.shape)})")
-        key = _repeat_heads(key, heads // kv_heads)
-        value = _repeat_heads(value, heads // kv_heads)
-    if attn_mask is not None and not (attn_mask.dtype == dtypes.bool_
-                                      or attn_mask.is_floating_point()):
-        raise TypeError(f"attn_mask must be bool or float, got {attn_mask.dtype}")
-    mask = _causal_mask(query.shape[-2], key.shape[-2]) if is_causal else attn_mask
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    return _attend(query, key, value, mask, dropout_p, scale, safe=True)[0]
-
-
-# -- multi-head attention ----------------------------------------------------------------------
-def _float_mask(mask, name: str, dtype):
-    """torch's ``_canonical_mask``: a bool mask (True = masked out) becomes 0 / -inf of
-    ``dtype``; a float mask is returned as is."""
-    if mask is None or mask.is_floating_point():
-        return mask
-    if mask.dtype != dtypes.bool_:
-        raise TypeError(f"only bool and floating types of {name} are supported, got "
-                        f"{mask.dtype}")
-    return masked_fill(creation.zeros(*mask.shape, dtype=dtype), mask, -math.inf)
-
-
-def _pad_key(mask):
-    """A float mask with one more key column (0 = visible), for bias_k / add_zero_attn."""
-    return None if mask is None else shape_ops.pad(mask, (0, 1))
-
-
-def _split_heads(x, batch: int, heads: int):
-    """(S, B, E) -> (B, heads, S, E / heads)."""
-    x = shape_ops.reshape(x, (x.shape[0], batch, heads, x.shape[-1] // heads))
-    return shape_ops.permute(x, (1, 2, 0, 3))
-
-
-def _check_attn_mask(attn_mask, tgt_len: int, src_len: int, batch: int, heads: int):
-    """The (L, S) or (B * heads, L, S) mask reshaped to broadcast over (B, heads, L, S)."""
-    if attn_mask.ndim == 2:
-        if tuple(attn_mask.shape) != (tgt_len, src_len):
-            raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}, "
-                               f"but should be {(tgt_len, src_len)}.")
-        return attn_mask
-    if attn_mask.ndim == 3:
-        if tuple(attn_mask.shape) != (batch * heads, tgt_len, src_len):
-            raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}, "
-                               f"but should be {(batch * heads, tgt_len, src_len)}.")
-        return shape_ops.reshape(attn_mask, (batch, heads, tgt_len, src_len))
-    raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
-
-
-def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
-                                 in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
-                                 dropout_p, out_proj_weight, out_proj_bias, training=True,
-                                 key_padding_mask=None, need_weights=True, attn_mask=None,
-                                 use_separate_proj_weight=False, q_proj_weight=None,
-                                 k_proj_weight=None, v_proj_weight=None, static_k=None,
-                                 static_v=None, average_attn_weights=True, is_causal=False):
-    """torch's ``F.multi_head_attention_forward`` for sequence-first input: query (L, B, E),
-    key (S, B, kdim), value (S, B, vdim), or unbatched without the B dim. Returns
-    ``(attn_output, attn_weights)``; weights are (B, L, S) averaged over heads, (B, heads,
-    L, S) with ``average_attn_weights=False``, or None without ``need_weights``."""
-    if static_k is not None or static_v is not None:
-        raise NotImplementedError("multi_head_attention_forward: static_k / static_v are not "
-                                  "supported")
-    batched = query.ndim == 3
-    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-        raise AssertionError(f"query, key and value must all be 3-D (batched) or 2-D "
-                             f"(unbatched), got {tuple(query.shape)}, {tuple(key.shape)}, "
-                             f"{tuple(value.shape)}")
-    if not batched:
-        query, key, value = _map_same(lambda t: shape_ops.unsqueeze(t, 1), query, key, value)
-        if key_padding_mask is not None:
-            key_padding_mask = shape_ops.unsqueeze(key_padding_mask, 0)
-    tgt_len, batch, embed_dim = query.shape
-    if embed_dim != embed_dim_to_check:
-        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
-                             f"got {embed_dim}")
-    if embed_dim % num_heads:
-        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
-    if tuple(key.shape[:2]) != tuple(value.shape[:2]):
-        raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do not "
-                             f"match value's {tuple(value.shape[:2])}")
-    if is_causal and attn_mask is None:
-        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
-                           "Transformer module method `generate_square_subsequent_mask` to "
-                           "create this mask.")
-    key_padding_mask = _float_mask(key_padding_mask, "key_padding_mask", query.dtype)
-    # torch: with only the causal hint and no weights wanted, attend causally (same result)
-    causal = is_causal and key_padding_mask is None and not need_weights
-    attn_mask = None if causal else _float_mask(attn_mask, "attn_mask", query.dtype)
-
-    if not use_separate_proj_weight and query is key and key is value:
-        # self-attention: one matmul with the packed weights
-        q, k, v = shape_ops.chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1)
-    else:
-        weights = ((q_proj_weight, k_proj_weight, v_proj_weight) if use_separate_proj_weight
-                   else shape_ops.chunk(in_proj_weight, 3))
-        biases = (None,) * 3 if in_proj_bias is None else shape_ops.chunk(in_proj_bias, 3)
-        q, k, v = (linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
-
-    src_len = key.shape[0]
-    if attn_mask is not None:
-        attn_mask = _check_attn_mask(attn_mask, tgt_len, src_len, batch, num_heads)
-    if bias_k is not None and bias_v is not None:
-        k = shape_ops.cat([k, shape_ops.expand(bias_k, (1, batch, embed_dim))])
-        v = shape_ops.cat([v, shape_ops.expand(bias_v, (1, batch, embed_dim))])
-        attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
-    elif bias_k is not None or bias_v is not None:
-        raise AssertionError("bias_k and bias_v must be given together")
-    q, k, v = (_split_heads(t, batch, num_heads) for t in (q, k, v))
-    if add_zero_attn:
-        zeros = creation.zeros(batch, num_heads, 1, k.shape[-1], dtype=k.dtype)
-        k, v = shape_ops.cat([k, zeros], 2), shape_ops.cat([v, zeros], 2)
-        attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
-    if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (batch, k.shape[2]):
-            raise AssertionError(f"Expected key_padding_mask of shape {(batch, k.shape[2])}, "
-                                 f"got {tuple(key_padding_mask.shape)}")
-        key_padding_mask = shape_ops.reshape(key_padding_mask, (batch, 1, 1, k.shape[2]))
-        attn_mask = key_padding_mask if attn_mask is None else attn_mask + key_padding_mask
-    if causal:
-        attn_mask = _causal_mask(tgt_len, k.shape[2])
-    out, weights = _attend(q, k, v, attn_mask, dropout_p if training else 0.0,
-                           1.0 / math.sqrt(q.shape[-1]), safe=not need_weights)
-    out = shape_ops.reshape(shape_ops.permute(out, (2, 0, 1, 3)), (tgt_len, batch, embed_dim))
-    out = linear(out, out_proj_weight, out_proj_bias)
-    if not need_weights:
-        weights = None
-    elif average_attn_weights:
-        weights = reduce.mean(weights, 1)
-    if not batched:
-        out = shape_ops.squeeze(out, 1)
-        weights = None if weights is None else shape_ops.squeeze(weights, 0)
-    return out, weights
-
-
-def _map_same(fn, *tensors):
-    """``fn`` of each tensor, computed once per object: tensors that were the same object
-    stay the same object (self-attention is recognised by identity, as in torch)."""
-    done = {}
-    for t in tensors:
-        if id(t) not in done:
-            done[id(t)] = fn(t)
-    return tuple(done[id(t)] for t in tensors)
 
 
 class NonDynamicallyQuantizableLinear(Linear):
@@ -338,8 +123,8 @@ class MultiheadAttention(Module):
                 attn_mask=None, average_attn_weights=True, is_causal=False):
         batched = query.ndim == 3
         if self.batch_first and batched:
-            query, key, value = _map_same(lambda t: shape_ops.transpose(t, 0, 1), query, key,
-                                          value)
+            query, key, value = F._map_same(lambda t: shape_ops.transpose(t, 0, 1), query, key,
+                                            value)
         out, weights = multi_head_attention_forward(
             query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight,
             self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,

@@ -1,4 +1,9 @@
-"""Helpers shared by the op families: operand types, promotion, common shape rules."""
+"""Helpers shared by the op families: operand types, promotion, common shape rules.
+
+This module sits below every family, so no family imports another in a loop. Where a
+helper needs an op (``sum_to`` sums and reshapes), it calls the Tensor method, bound when
+``dualgraph.ops`` loads, as a VJP calls ``g * x``.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -121,3 +126,15 @@ def infer_float(x, **attrs) -> ShapedType:
 
 def infer_bool(x, **attrs) -> ShapedType:
     return ShapedType(tuple(x.shape), np.dtype(np.bool_))
+
+
+def sum_to(x, shape: tuple):
+    """Sum ``x`` down to ``shape`` (the inverse of broadcasting ``shape`` to ``x.shape``)."""
+    xs = tuple(x.shape)
+    if xs == shape:
+        return x
+    lead = len(xs) - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and xs[lead + i] != 1)
+    out = x.sum(dims, keepdim=True)
+    return out.reshape(shape) if lead else out

@@ -20,10 +20,10 @@ from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
-from . import creation, reduce
+from . import creation
 from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
                     infer_binary_float, infer_bool, infer_compare, infer_float, infer_same,
-                    is_float, needs_grad, shape_of, unary_float_kernel)
+                    is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
@@ -53,7 +53,7 @@ def unbroadcast(g, x):
     shape = x._data.shape
     if g._data.shape == shape:
         return g
-    return reduce.sum_to(g, tuple(shape))
+    return sum_to(g, tuple(shape))
 
 
 def _zero_vjp(g, out, *inputs, **attrs):

@@ -1,5 +1,6 @@
 """Indexing ops: ``x[key]``, ``x[key] = v``, gather/scatter, index_select/index_add,
-masked_fill/masked_select, tril/triu, take_along_dim, sort/argsort/topk, nonzero, one_hot.
+masked_fill/masked_select, tril/triu, take_along_dim, sort/argsort/topk, nonzero, one_hot,
+pad.
 
 Four primitives: ``index`` (advanced indexing by integer tensors on some dims, NumPy/torch
 rules), ``index_put`` (its functional write, with ``accumulate`` for scatter-add; it is
@@ -7,6 +8,8 @@ rules), ``index_put`` (its functional write, with ``accumulate`` for scatter-add
 (the triangular part of a matrix, ONNX's ``Trilu``). Basic indexing
 (ints, slices, None, ...) is ``shape.slice`` + ``reshape`` and so gives views. Gather,
 scatter, index_select, index_add, take_along_dim, sort and topk are composites of these.
+``pad`` is here rather than in ops/shape.py because it uses both: it writes ``x`` into a
+filled tensor (constant) or gathers edge rows (replicate/reflect/circular).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "argsort", "nonzero", "one_hot"]
+           "argsort", "nonzero", "one_hot", "pad"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -660,6 +663,77 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
         return TopKResult(input, indices)
     indices = shape_ops.narrow(indices, d, 0, k)
     return TopKResult(gather(input, d, indices), indices)
+
+
+# -- pad ------------------------------------------------------------------------------------
+def _pad_pairs(x, pad):
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"pad: got {pad}; give (left, right) pairs for at most {x.ndim} "
+                         "dims, starting from the last dim")
+    return {x.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+
+
+def _pad_constant(x, pairs, value):
+    # Negative pads crop: crop first, then write x into a tensor filled with `value`.
+    crop = [None] * x.ndim
+    for d, (lo, hi) in pairs.items():
+        n = x.shape[d]
+        if lo < 0 or hi < 0:
+            crop[d] = (max(-lo, 0), n - max(-hi, 0), 1)
+    x = shape_ops.slice_dims(x, crop)
+    shape = list(x.shape)
+    place = [None] * x.ndim
+    for d, (lo, hi) in pairs.items():
+        lo, hi = max(lo, 0), max(hi, 0)
+        if lo or hi:
+            place[d] = (lo, lo + shape[d], 1)
+            shape[d] += lo + hi
+    if all(p is None for p in place):
+        return x
+    base = creation.full(tuple(shape), value, dtype=x.dtype)
+    return shape_ops.slice_update(base, x, place)
+
+
+def _edge_positions(n, lo, hi, mode):
+    """Source positions for padded positions -lo .. n+hi-1 of a dim of size n."""
+    pos = np.arange(-lo, n + hi)
+    if mode == "replicate":
+        return np.clip(pos, 0, n - 1)
+    if mode == "circular":
+        return pos % n
+    period = 2 * (n - 1)   # reflect: mirror about the edge elements
+    pos = np.abs(pos) % period if period else np.zeros_like(pos)
+    return np.where(pos >= n, period - pos, pos)
+
+
+def _pad_gather(x, pairs, mode):
+    for d, (lo, hi) in sorted(pairs.items()):
+        n = x.shape[d]
+        limit = n - 1 if mode == "reflect" else n
+        if lo < 0 or hi < 0 or max(lo, hi) > limit or n == 0:
+            raise ValueError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} needs pads in "
+                             f"[0, {limit}] for a dim of size {n} (input shape "
+                             f"{tuple(x.shape)})")
+        if lo or hi:
+            positions = creation.tensor(_edge_positions(n, lo, hi, mode))
+            x = index_select(x, d, positions)
+    return x
+
+
+def pad(input, pad, mode="constant", value=None):
+    """``F.pad``: ``pad`` lists (left, right) amounts from the last dim backwards. Modes:
+    'constant' (fill with ``value``, default 0; negative pads crop), 'replicate',
+    'reflect' and 'circular'."""
+    pairs = _pad_pairs(input, pad)
+    if mode == "constant":
+        return _pad_constant(input, pairs, 0 if value is None else value)
+    if mode in ("replicate", "reflect", "circular"):
+        if value:
+            raise ValueError(f"pad: value is only used by mode 'constant', not {mode!r}")
+        return _pad_gather(input, pairs, mode)
+    raise ValueError(f"pad: unknown mode {mode!r}; use 'constant', 'reflect', 'replicate' or "
+                     "'circular'")
 
 
 METHODS = {

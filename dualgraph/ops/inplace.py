@@ -4,6 +4,10 @@ Autograd treats an in-place op functionally: the new value gets the out-of-place
 history, the old value's saved copies are protected by the version counter (a VJP that
 needs an overwritten value raises instead of returning a wrong gradient), and while tracing
 the tensor simply starts referring to the new symbolic value.
+
+The op families build their in-place variants here, so this module imports none of them:
+the cast to the target's dtype is the Tensor method ``to``, bound when ``dualgraph.ops``
+loads.
 """
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ import numpy as np
 from ..autograd.tape import grad_mode
 from ..dispatch import modes
 from ..tensor import Tensor
-from . import elementwise
 
 
 def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
@@ -36,10 +39,10 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         np.copyto(data, result._data, casting="unsafe")
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
         modes.tracer.note_mutation(target)
-        target._data = elementwise.cast_to(result, target.dtype)._data
+        target._data = result.to(target.dtype)._data
     target._version[0] += 1
     if result.requires_grad and grad_mode.enabled:
-        result = elementwise.cast_to(result, target.dtype)
+        result = result.to(target.dtype)
         target.requires_grad = True
         target.grad_fn = result.grad_fn
         target._output_nr = result._output_nr

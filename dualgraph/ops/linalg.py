@@ -19,7 +19,7 @@ from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import as_operand, cast, is_float, needs_grad, zeros_view
+from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear"]
@@ -87,10 +87,10 @@ def _matmul_vjp(g, out, a, b):
     g2 = shape_ops.reshape(g, batch + (a2.shape[-2], b2.shape[-1]))
     ga = gb = None
     if needs_grad(a):
-        ga = reduce.sum_to(matmul(g2, mT(b2)), tuple(a2.shape))
+        ga = sum_to(matmul(g2, mT(b2)), tuple(a2.shape))
         ga = shape_ops.reshape(ga, tuple(a.shape))
     if needs_grad(b):
-        gb = reduce.sum_to(matmul(mT(a2), g2), tuple(b2.shape))
+        gb = sum_to(matmul(mT(a2), g2), tuple(b2.shape))
         gb = shape_ops.reshape(gb, tuple(b.shape))
     return ga, gb
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..dispatch import apply
 from ..shapes import ShapedType
 from ..tensor import Tensor
+from .inplace import commit_inplace
 from .opdef import defop
 
 
@@ -79,7 +80,6 @@ RANDOM = defop("random", _random_kernel,
 def traced_random(shape, dtype, dist: str, generator=None) -> Tensor:
     """A random tensor inside a traced function: a ``random`` node, then the seed state
     advances (a traced in-place update, written back after every call)."""
-    from .inplace import commit_inplace
     gen = generator or default_generator
     seed = gen.seed_state
     out = apply(RANDOM, seed, shape=tuple(shape), dtype=np.dtype(dtype), dist=dist)

@@ -141,18 +141,6 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
                  dtype=None if dtype is None else dtypes.to_np(dtype))
 
 
-def sum_to(x, shape: tuple):
-    """Sum ``x`` down to ``shape`` (the inverse of broadcasting ``shape`` to ``x.shape``)."""
-    xs = tuple(x.shape)
-    if xs == shape:
-        return x
-    lead = len(xs) - len(shape)
-    dims = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(shape) if d == 1 and xs[lead + i] != 1)
-    out = apply(SUM, x, dims=dims, keepdim=True, dtype=None)
-    return shape_ops.reshape(out, shape) if lead else out
-
-
 def _mean_kernel(x, dims, keepdim):
     return np.asarray(np.mean(_widen(x), axis=dims, keepdims=keepdim)).astype(x.dtype)
 

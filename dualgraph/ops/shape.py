@@ -1,12 +1,12 @@
 """Shape ops: reshape/view, permute/transpose, expand, squeeze/unsqueeze, flatten, cat,
-stack, split/chunk/narrow/unbind, pad, repeat/tile, flip, roll, movedim.
+stack, split/chunk/narrow/unbind, repeat/tile, flip, roll, movedim.
 
 Six primitives carry everything: ``reshape``, ``expand``, ``permute`` and ``slice`` are views
 (they share storage with their input in eager mode, ``view=True``); ``slice_update`` (write a
 block into a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are
 composites: transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow/unbind
-are slices, stack is unsqueeze + cat, roll is slices + cat, pad writes ``x`` into a filled
-tensor (constant) or gathers edge rows (replicate/reflect/circular).
+are slices, stack is unsqueeze + cat, roll is slices + cat. (``pad`` lives in ops/index.py:
+it needs both families.)
 """
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError, infer_reshape, normalize_dim, normalize_dims
-from . import creation, index as index_ops, reduce
-from ._util import cast, needs_grad
+from . import creation
+from ._util import cast, needs_grad, sum_to
 from .opdef import defop
 
 __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxes",
            "swapdims", "t", "squeeze", "unsqueeze", "flatten", "unflatten", "cat", "concat",
-           "concatenate", "stack", "split", "chunk", "unbind", "narrow", "select", "pad",
+           "concatenate", "stack", "split", "chunk", "unbind", "narrow", "select",
            "tile", "flip", "roll", "movedim", "moveaxis"]
 
 
@@ -64,7 +64,7 @@ def _infer_expand(x, shape):
 
 
 EXPAND = defop("expand", lambda x, shape: np.broadcast_to(x, shape), _infer_expand,
-               vjp=lambda g, out, x, shape: reduce.sum_to(g, tuple(x.shape)),
+               vjp=lambda g, out, x, shape: sum_to(g, tuple(x.shape)),
                attrs=("shape",), saves="", view=True, onnx="Expand")
 
 
@@ -474,77 +474,6 @@ def tile(input, dims):
     """Like ``repeat``, but fewer ``dims`` than tensor dims repeat the trailing dims."""
     dims = _shape_arg((dims,))
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
-
-
-# -- pad ------------------------------------------------------------------------------------
-def _pad_pairs(x, pad):
-    pad = tuple(int(p) for p in pad)
-    if len(pad) % 2 or len(pad) // 2 > x.ndim:
-        raise ValueError(f"pad: got {pad}; give (left, right) pairs for at most {x.ndim} "
-                         "dims, starting from the last dim")
-    return {x.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
-
-
-def _pad_constant(x, pairs, value):
-    # Negative pads crop: crop first, then write x into a tensor filled with `value`.
-    crop = [None] * x.ndim
-    for d, (lo, hi) in pairs.items():
-        n = x.shape[d]
-        if lo < 0 or hi < 0:
-            crop[d] = (max(-lo, 0), n - max(-hi, 0), 1)
-    x = slice_dims(x, crop)
-    shape = list(x.shape)
-    place = [None] * x.ndim
-    for d, (lo, hi) in pairs.items():
-        lo, hi = max(lo, 0), max(hi, 0)
-        if lo or hi:
-            place[d] = (lo, lo + shape[d], 1)
-            shape[d] += lo + hi
-    if all(p is None for p in place):
-        return x
-    base = creation.full(tuple(shape), value, dtype=x.dtype)
-    return slice_update(base, x, place)
-
-
-def _edge_positions(n, lo, hi, mode):
-    """Source positions for padded positions -lo .. n+hi-1 of a dim of size n."""
-    pos = np.arange(-lo, n + hi)
-    if mode == "replicate":
-        return np.clip(pos, 0, n - 1)
-    if mode == "circular":
-        return pos % n
-    period = 2 * (n - 1)   # reflect: mirror about the edge elements
-    pos = np.abs(pos) % period if period else np.zeros_like(pos)
-    return np.where(pos >= n, period - pos, pos)
-
-
-def _pad_gather(x, pairs, mode):
-    for d, (lo, hi) in sorted(pairs.items()):
-        n = x.shape[d]
-        limit = n - 1 if mode == "reflect" else n
-        if lo < 0 or hi < 0 or max(lo, hi) > limit or n == 0:
-            raise ValueError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} needs pads in "
-                             f"[0, {limit}] for a dim of size {n} (input shape "
-                             f"{tuple(x.shape)})")
-        if lo or hi:
-            positions = creation.tensor(_edge_positions(n, lo, hi, mode))
-            x = index_ops.index_select(x, d, positions)
-    return x
-
-
-def pad(input, pad, mode="constant", value=None):
-    """``F.pad``: ``pad`` lists (left, right) amounts from the last dim backwards. Modes:
-    'constant' (fill with ``value``, default 0; negative pads crop), 'replicate',
-    'reflect' and 'circular'."""
-    pairs = _pad_pairs(input, pad)
-    if mode == "constant":
-        return _pad_constant(input, pairs, 0 if value is None else value)
-    if mode in ("replicate", "reflect", "circular"):
-        if value:
-            raise ValueError(f"pad: value is only used by mode 'constant', not {mode!r}")
-        return _pad_gather(input, pairs, mode)
-    raise ValueError(f"pad: unknown mode {mode!r}; use 'constant', 'reflect', 'replicate' or "
-                     "'circular'")
 
 
 METHODS = {
