@@ -1,12 +1,13 @@
 """Small fused groups as a register program, run by a generated Numba interpreter.
 
-A fused group on few elements but many ops (W6: 4,500 ops on 16 numbers) suits neither of
-the other ways to run a group: a Numba kernel of its own compiles its loop body at ~10 ms
-per op (45 s for W6), and the NumPy fallback pays ~0.6 us of call overhead per op. Here
-each member becomes one instruction ``(opcode, out, a, b, c)`` over a register file
-``R[registers, n]``: a register holds one value of the group (n elements; a number operand
-or a reduction's result is a register filled with it). The interpreter is one generated
-Numba function with a case per distinct scalar expression of the group::
+A fused group on few elements but many ops (thousands of ops on a few numbers: a model
+unrolled over scalars) suits neither of the other ways to run a group: a Numba kernel of
+its own compiles its loop body at ~10 ms per op (most of a minute for thousands), and the
+NumPy fallback pays ~0.6 us of call overhead per op. Here each member becomes one
+instruction ``(opcode, out, a, b, c)`` over a register file ``R[registers, n]``: a register
+holds one value of the group (n elements; a number operand or a reduction's result is a
+register filled with it). The interpreter is one generated Numba function with a case per
+distinct scalar expression of the group::
 
     for p in range(code.shape[0]):
         op = code[p, 0]
@@ -35,12 +36,11 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..kernels import MIN_ELEMENTS
 from ..shapes import Sym
-from .kernels import Unsupported, _reduced_dims, scalar_expr
+from .kernels import ACCUMULATED, Unsupported, _reduced_dims, scalar_expr
 
 # members: below this a group's NumPy calls cost less than a compile of its interpreter
 PROGRAM_MIN_OPS = 32
 _OPERANDS = ("ra[j]", "rb[j]", "rc[j]")
-_REDUCTIONS = {"sum", "mean", "amax", "amin"}
 
 
 class Program:
@@ -103,10 +103,10 @@ class Program:
 
     def _expr(self, node: Node, fast_math: bool) -> str:
         """The member's scalar expression over registers. Members of the same op, dtypes
-        and attrs have the same one (W6: 4,500 members, a dozen expressions), so it is
-        worked out once per such kind."""
+        and attrs have the same one (a group of thousands of members has a dozen or so
+        expressions), so it is worked out once per such kind."""
         try:
-            kind = (node.op.name, node.outputs[0].dtype, tuple(sorted(node.attrs.items())),
+            kind = (node.op, node.outputs[0].dtype, tuple(sorted(node.attrs.items())),
                     tuple(x.dtype if isinstance(x, Value) else type(x) for x in node.inputs))
             hash(kind)
         except TypeError:   # an attr that is not hashable: no sharing
@@ -139,9 +139,10 @@ class Program:
         return self.cases.setdefault(key, len(self.cases))
 
     def _check_reduction(self, node: Node) -> None:
-        """A reduction of a whole register to one number (its kernel runs it)."""
+        """A reduction of a whole register to one number (its kernel runs it), of the kinds
+        a fused loop accumulates (``kernels.ACCUMULATED``)."""
         name, x = node.op.name, node.inputs[0]
-        if name not in _REDUCTIONS:
+        if node.op.reduction not in ACCUMULATED:
             raise Unsupported(f"{name} has no scalar expression")
         if len(_reduced_dims(node)) != x.ndim or math.prod(x.shape) != self.n:
             raise Unsupported(f"{name} over some dims only")
