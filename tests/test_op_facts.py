@@ -6,7 +6,8 @@ reading one record. This test parses every module of ``dualgraph/`` outside ``op
 fails on code that decides by an op's name:
 
 - a comparison (``==``, ``!=``, ``in``, ``not in``) of an op's name (``node.op.name``,
-  ``op.name``, a variable ``op_name`` / ``opname``) with anything;
+  ``op.name``, a variable ``op_name`` / ``opname``, or a local variable the function
+  assigned one to: ``name = node.op.name``) with anything;
 - a table looked up by an op's name (``TABLE[node.op.name]``, ``TABLE.get(op.name)``);
 - a module-level collection of op names (a set, list, tuple or dict whose strings are
   mostly names of registered ops).
@@ -45,6 +46,7 @@ PENDING_RULES_AND_ONNX = {
 NOT_OP_NAMES = {
     ("nn/functional.py", "_REDUCTIONS"),   # the values of PyTorch's ``reduction=`` argument
     ("nn/rnn.py", "_CELL_MODES"),          # ... and of ``nn.RNN``'s ``nonlinearity=``
+    ("export/onnx_import_ops.py", "_REDUCERS"),   # ONNX's Reduce* kinds (ReduceMax: "max")
 }
 
 _NAME_VARIABLES = {"op_name", "opname"}
@@ -61,13 +63,34 @@ def _template_functions() -> set[str]:
             for name in _TEMPLATE_CALL.findall(op.elementwise)}
 
 
-def _is_op_name(node: ast.AST) -> bool:
-    """``<x>.op.name``, ``op.name`` or a variable holding an op's name."""
+def _is_op_name(node: ast.AST, aliases=frozenset()) -> bool:
+    """``<x>.op.name``, ``op.name`` or a variable holding an op's name (``aliases``: the
+    local variables the enclosing function assigned one to)."""
     if isinstance(node, ast.Attribute) and node.attr == "name":
         v = node.value
         return (isinstance(v, ast.Attribute) and v.attr == "op"
                 or isinstance(v, ast.Name) and v.id == "op")
-    return isinstance(node, ast.Name) and node.id in _NAME_VARIABLES
+    return isinstance(node, ast.Name) and (node.id in _NAME_VARIABLES or node.id in aliases)
+
+
+def _aliases(tree: ast.AST) -> dict[int, frozenset]:
+    """``id(node)`` -> the variables holding an op's name in the innermost function around
+    ``node`` (``name = node.op.name``, ``name, x = node.op.name, ...``)."""
+    scopes: dict[int, frozenset] = {}
+    functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.Lambda,
+                                                             ast.AsyncFunctionDef))]
+    for f in functions:   # (outer functions first: an inner one overrides their scope)
+        names = set()
+        for a in ast.walk(f):
+            if not isinstance(a, ast.Assign):
+                continue
+            for t in a.targets:
+                pairs = ([(t, a.value)] if not isinstance(t, ast.Tuple) else
+                         zip(t.elts, a.value.elts) if isinstance(a.value, ast.Tuple) else [])
+                names |= {x.id for x, v in pairs if isinstance(x, ast.Name) and _is_op_name(v)}
+        for n in ast.walk(f):
+            scopes[id(n)] = frozenset(names)
+    return scopes
 
 
 def _is_registry(node: ast.AST) -> bool:
@@ -97,20 +120,24 @@ def violations(root: pathlib.Path) -> list[str]:
         if rel.startswith("ops/"):
             continue
         tree = ast.parse(path.read_text(), str(path))
+        scopes = _aliases(tree)
         for node in ast.walk(tree):
             where = f"{rel}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Compare):
                 sides = [node.left, *node.comparators]
+                aliases = scopes.get(id(node), frozenset())
                 if any(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
-                       for o in node.ops) and any(_is_op_name(s) for s in sides):
+                       for o in node.ops) and any(_is_op_name(s, aliases) for s in sides):
                     found.append(f"{where}: compares an op's name: {ast.unparse(node)}")
             elif isinstance(node, ast.Subscript):
-                if _is_op_name(node.slice) and not _is_registry(node.value):
+                if (_is_op_name(node.slice, scopes.get(id(node), ()))
+                        and not _is_registry(node.value)):
                     found.append(f"{where}: a table looked up by an op's name: "
                                  f"{ast.unparse(node)}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if (node.func.attr in ("get", "setdefault", "pop") and node.args
-                        and _is_op_name(node.args[0]) and not _is_registry(node.func.value)):
+                        and _is_op_name(node.args[0], scopes.get(id(node), ()))
+                        and not _is_registry(node.func.value)):
                     found.append(f"{where}: a table looked up by an op's name: "
                                  f"{ast.unparse(node)}")
         for stmt in tree.body:
@@ -125,7 +152,7 @@ def violations(root: pathlib.Path) -> list[str]:
             if 2 * len(ops) > len(strings) and not set(strings) <= vocabulary:
                 found.append(f"{rel}:{stmt.lineno}: a table of op names: {label} "
                              f"({', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''})")
-    return found
+    return sorted(found, key=lambda v: (v.split(":")[0], int(v.split(":")[1])))
 
 
 def test_no_op_name_decisions_outside_ops():
@@ -143,6 +170,8 @@ def test_the_check_finds_name_decisions(tmp_path):
         '    a = node.op.name == "relu"\n'
         '    b = op.name in COMMUTATIVE\n'
         '    c = table[node.op.name]\n'
+        '    name, d = node.op.name, 1\n'
+        '    e = name == "linear"\n'
         '    return table.get(op.name)\n')
     (tmp_path / "good.py").write_text(
         '_EXACT = {"maximum", "where"}\n'
@@ -152,7 +181,8 @@ def test_the_check_finds_name_decisions(tmp_path):
         '    return REGISTRY[node.op.name], node.op is REGISTRY.get(node.op.name)\n')
     found = violations(tmp_path)
     assert [v.split(":")[:2] for v in found] == [
-        ["bad.py", "3"], ["bad.py", "4"], ["bad.py", "5"], ["bad.py", "6"], ["bad.py", "1"]]
+        ["bad.py", "1"], ["bad.py", "3"], ["bad.py", "4"], ["bad.py", "5"], ["bad.py", "7"],
+        ["bad.py", "8"]]
 
 
 if __name__ == "__main__":
