@@ -23,12 +23,17 @@ Run as a script with a path to scan another tree: ``python tests/test_op_facts.p
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import pathlib
 import re
 import sys
 
+import numpy as np
+import pytest
+
 import dualgraph
-from dualgraph.ops.opdef import REGISTRY
+from dualgraph.ops.opdef import REGISTRY, Reduction
 
 ROOT = pathlib.Path(dualgraph.__file__).parent
 
@@ -183,6 +188,68 @@ def test_the_check_finds_name_decisions(tmp_path):
     assert [v.split(":")[:2] for v in found] == [
         ["bad.py", "1"], ["bad.py", "3"], ["bad.py", "4"], ["bad.py", "5"], ["bad.py", "7"],
         ["bad.py", "8"]]
+
+
+# -- the facts themselves, checked against each op's kernel ----------------------------------
+def _ops(fact: str) -> list:
+    return [op for op in REGISTRY.values() if getattr(op, fact)]
+
+
+@pytest.mark.parametrize("op", _ops("commutative"), ids=lambda op: op.name)
+def test_a_commutative_op_ignores_the_order_of_its_inputs(op):
+    rng = np.random.default_rng(0)
+    for a, b in ((rng.standard_normal((3, 4)), rng.standard_normal((1, 4))),
+                 (rng.integers(-8, 8, (3, 4)), rng.integers(-8, 8, (4,)))):
+        try:
+            want = op.kernel(a, b)
+        except TypeError:   # (bitwise ops take integers only)
+            continue
+        np.testing.assert_array_equal(op.kernel(b, a), want)
+        assert op.kernel(b, a).dtype == want.dtype
+
+
+_COMBINE = {Reduction.SUM: np.sum, Reduction.MEAN: np.mean, Reduction.PROD: np.prod,
+            Reduction.MAX: np.max, Reduction.MIN: np.min, Reduction.ALL: np.all,
+            Reduction.ANY: np.any}
+
+
+@pytest.mark.parametrize("op", _ops("reduction"), ids=lambda op: op.name)
+def test_a_reduction_combines_as_it_says(op):
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)) > 0.3 if op.reduction in (
+        Reduction.ALL, Reduction.ANY) else np.random.default_rng(0).standard_normal((3, 4, 5))
+    assert op.attrs[:2] == ("dims", "keepdim")
+    for dims, keepdim in (((1,), False), ((0, 2), True), (None, False)):
+        got = op.kernel(x, dims=dims, keepdim=keepdim)
+        np.testing.assert_allclose(got, _COMBINE[op.reduction](x, axis=dims, keepdims=keepdim),
+                                   rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", _ops("shape_only"), ids=lambda op: op.name)
+def test_a_shape_only_op_reads_only_its_input_type(op):
+    attrs = {"fill_value": 2.5, "dtype": np.dtype(np.float32)}
+    x = np.random.default_rng(0).standard_normal((2, 3))
+    np.testing.assert_array_equal(op.kernel(x, **attrs), op.kernel(np.zeros_like(x), **attrs))
+
+
+@pytest.mark.parametrize("op", _ops("scalar32"), ids=lambda op: op.name)
+def test_a_shared_scalar_function_exists_and_is_the_templates_one(op):
+    fastmath = pytest.importorskip("dualgraph.kernels.fastmath")   # (Numba's)
+    assert len(_TEMPLATE_CALL.findall(op.elementwise)) == 1   # (the one it stands for)
+    assert callable(getattr(fastmath, op.scalar32))
+
+
+@pytest.mark.parametrize("op", _ops("row_epilogue"), ids=lambda op: op.name)
+def test_a_row_epilogue_names_its_row_function_and_stats(op):
+    epilogue = op.row_epilogue
+    assert callable(getattr(importlib.import_module(epilogue.module), epilogue.function))
+    assert len(epilogue.stats) == op.num_outputs - 1
+    assert set(epilogue.attrs) <= set(op.attrs)
+
+
+@pytest.mark.parametrize("op", _ops("bodies"), ids=lambda op: op.name)
+def test_an_op_with_bodies_has_graph_attrs_and_takes_run(op):
+    assert "run" in inspect.signature(op.kernel).parameters
+    assert any(a.endswith("graph") for a in op.attrs)
 
 
 if __name__ == "__main__":
