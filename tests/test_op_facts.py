@@ -234,8 +234,10 @@ def test_a_shape_only_op_reads_only_its_input_type(op):
 @pytest.mark.parametrize("op", _ops("scalar32"), ids=lambda op: op.name)
 def test_a_shared_scalar_function_exists_and_is_the_templates_one(op):
     fastmath = pytest.importorskip("dualgraph.kernels.fastmath")   # (Numba's)
+    from dualgraph.codegen.kernels import FASTMATH_IMPORT
     assert len(_TEMPLATE_CALL.findall(op.elementwise)) == 1   # (the one it stands for)
     assert callable(getattr(fastmath, op.scalar32))
+    assert op.scalar32 in re.findall(r"\w+", FASTMATH_IMPORT)   # generated kernels see it
 
 
 @pytest.mark.parametrize("op", _ops("row_epilogue"), ids=lambda op: op.name)
