@@ -36,7 +36,7 @@ class Recorder:
         raw = op.kernel(*arrays, **attrs)
         outs = (raw,) if op.num_outputs == 1 else tuple(raw)
         outs = tuple(np.asarray(o) for o in outs)
-        self.log.append((op.name, outs))
+        self.log.append((op, outs))
         return outs[0] if op.num_outputs == 1 else outs
 
     # The hooks capture calls while tracing; in eager recording they do nothing special.
@@ -110,7 +110,7 @@ def run_checked(fn, entry, args, kwargs):
 def _compare_nodes(log, seen):
     if len(log) != len(seen):
         return   # the eager run took another path; the final comparison still applies
-    for (name, want), (node, got) in zip(log, seen):
+    for (_, want), (node, got) in zip(log, seen):
         for a, b in zip(want, got):
             if not _close(a, b):
                 raise CheckError(

@@ -4,7 +4,8 @@ The guards are conservative: they look at facts that *may* change the traced pro
 commonest case where they fire and it does not change is an optimiser's first step: Adam
 creates its moments and step counts on the first call (eager state tensors, which the graph
 reads as inputs), so the second call's signature differs from the first's, yet it traces
-the very same graph. Optimising and compiling it again cost W4's second step 0.3-0.5 s.
+the very same graph. Optimising and compiling it again would make the second step as slow
+as the first.
 
 :func:`capture_key` is a hashable summary of everything a compiled entry depends on: the
 graph (each node's op, attrs, wiring and types; constants by their bytes; subgraphs
@@ -59,7 +60,7 @@ def graph_key(graph: Graph) -> tuple:
     parts = [tuple(define(v) for v in graph.inputs)]
     parts.append(tuple(define(v) + (_array_key(a),) for v, a in graph.constants.items()))
     for node in graph.nodes:
-        parts.append((node.op.name, id(node.op), tuple(ref(x) for x in node.inputs),
+        parts.append((node.op, tuple(ref(x) for x in node.inputs),
                       _freeze(node.attrs) if node.attrs else (),
                       tuple(define(v) for v in node.outputs)))
     parts.append(tuple(ref(v) for v in graph.outputs))

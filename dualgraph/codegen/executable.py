@@ -34,7 +34,7 @@ from ..graph import Graph
 from ..kernels import native
 from ..graph.infer import bind_dim, format_binding, substitute
 from ..graph.interpret import interpret
-from ..ops.control import BODY_OPS
+from ..ops.fused import FUSED
 from ..shapes import ShapeError, Sym
 from . import python
 from .buffers import assign_slots, donations
@@ -161,7 +161,7 @@ class Executable:
 
     # -- internals ----------------------------------------------------------------------------
     def _compile_fused(self) -> dict:
-        nodes = [n for n in self.graph.nodes if n.op.name == "fused"]
+        nodes = [n for n in self.graph.nodes if n.op is FUSED]
         if not nodes:
             return {}
         from .program import compile_group
@@ -176,7 +176,7 @@ class Executable:
         for node in self.graph.nodes:
             if node in epilogues:
                 continue
-            if node.op.name == "fused":
+            if node.op is FUSED:
                 if self.kernels[node].lowering is not None:   # (NumPy may return a view)
                     fresh[node] = "fused"
             elif ufuncs.direct(node) is not None:
@@ -260,7 +260,7 @@ class Bodies:
         # id(body graph) -> its Executable (the graph's nodes keep the bodies alive)
         self.executables: dict[int, Executable] = {}
         for node in graph.nodes:
-            if node.op.name not in BODY_OPS:
+            if not node.op.bodies:
                 continue
             for body in node.attrs.values():
                 if isinstance(body, Graph) and id(body) not in self.executables:

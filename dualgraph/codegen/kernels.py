@@ -44,6 +44,7 @@ import numpy as np
 from ..kernels import MIN_ELEMENTS, native, numba_available
 from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
+from ..ops.opdef import Reduction
 from ..shapes import Sym
 from . import python
 
@@ -58,15 +59,23 @@ CHUNK = 1 << 14          # row length for groups without row/column broadcasting
 # ones); only a row reduction gets "reassoc", which lets LLVM vectorise the accumulation.
 REDUCTION_FASTMATH = ("nsz", "reassoc")
 _DTYPES = {"float32", "float64", "int32", "int64", "bool"}
-_REDUCTIONS = {"sum", "mean", "amax", "amin"}
+# The reductions (``OpDef.reduction``) a generated loop accumulates, with the value each
+# starts from; a group ending in another (prod, all, any) runs with NumPy.
+ACCUMULATED = {Reduction.SUM: "0.0", Reduction.MEAN: "0.0", Reduction.MAX: "-np.inf",
+               Reduction.MIN: "np.inf"}
 _NUMBER = re.compile(r"(?<![\w.{])\d+\.?\d*(?:[eE][-+]?\d+)?(?![\w}])")
 _CALL = re.compile(r"\b([a-z_][a-z0-9_]*)\(")
+# The tables below are keyed by the functions of the ``elementwise=`` template language
+# (NumPy's names: ``maximum``, ``where``, ``exp``), not by ops: one function appears in
+# many ops' templates (``where`` in relu_backward's, elu's, softplus's ...), and how Numba
+# computes it is a fact about the function, the same in each. What belongs to one op (its
+# eager float32 kernel's own scalar function) is that op's ``scalar32``.
 _SPECIAL = {"where": "where", "sign": "sign"}
 _FAST32 = {"exp": "exp32", "tanh": "tanh32"}
-# Ops whose eager float32 kernel is a Numba loop over these same scalar functions: a fused
-# kernel calls them too (fast_math or not), so compiled and eager agree to the bit.
-_SHARED32 = {"gelu_tanh": "gelu_tanh32", "gelu_tanh_backward": "gelu_tanh_backward32",
-             "sin": "sin32", "cos": "cos32"}
+# What generated kernels import from kernels/fastmath.py: the functions above and every
+# op's ``scalar32`` (an op naming a new one adds it here; tests/test_op_facts.py checks).
+FASTMATH_IMPORT = ("from dualgraph.kernels.fastmath import (exp32, tanh32, gelu_tanh32, "
+                   "gelu_tanh_backward32, sin32, cos32, where, sign)")
 # Functions Numba computes exactly as NumPy does (correctly rounded or exact), and fast.
 # Transcendentals (exp, log, tanh, erf, pow, ...) are not among them: Numba calls libm one
 # element at a time, slower than NumPy's SIMD loops and not bit-identical to them, so a
@@ -152,23 +161,25 @@ def _kind(shape, out_shape, k) -> str | None:
 class Lowering:
     """One group lowered to Numba source; calling it compiles (once) and runs it.
 
-    Tiered for exact groups (operators only: no function, reduction or LayerNorm, no
+    Tiered for exact groups (operators only: no function, reduction or row epilogue, no
     fast-math), whose NumPy code gives the kernel's very bits: the first call returns None
     (the caller runs NumPy's code) unless the machine code is in this process or the disk
     cache already, and the second call compiles. A graph that runs once (an optimiser's
-    first step, creating its state) then never waits for a compile: W1's cold first call
-    was ~1 s of compiling its first-step update."""
+    first step, creating its state) then never waits for a compile of code it would run
+    only that once."""
 
     def __init__(self, sub: Graph, name: str, fast_math: bool = False):
         self.sub, self.name, self.fast_math = sub, f"fused_{name}", fast_math
         self.compiled = False
         members = [n for n in sub.nodes if n.op.elementwise is not None]
         others = [n for n in sub.nodes if n.op.elementwise is None]
-        self.norm = others[0] if len(others) == 1 and others[0].op.name == "layer_norm" else None
+        # a row epilogue (LayerNorm) ending the group, applied to each row once computed
+        self.norm = (others[0] if len(others) == 1 and others[0].op.row_epilogue is not None
+                     else None)
         if self.norm is not None:
             self._check_norm(self.norm)
             others = []
-        if len(others) > 1 or (others and others[0].op.name not in _REDUCTIONS):
+        if len(others) > 1 or (others and others[0].op.reduction not in ACCUMULATED):
             raise Unsupported(f"{others[-1].op.name} has no scalar expression")
         # (fusion never lets a member read the group's reduction: it is accumulated
         # alongside the elementwise part, wherever it sits in the group)
@@ -202,14 +213,17 @@ class Lowering:
 
     @staticmethod
     def _check_norm(node: Node) -> None:
-        """A LayerNorm epilogue: float32 rows with a weight and a bias, as the row loop
-        ``kernels.normalization.normalise_row`` takes them."""
-        x, weight, bias = node.inputs
+        """A row epilogue: float32 rows, and every parameter a float32 row of their width,
+        as its row function (``RowEpilogue.function``: LayerNorm's ``normalise_row``)
+        takes them."""
+        x, *params = node.inputs
         width = x.shape[-1] if x.shape else None
-        if x.dtype != np.float32 or not all(
-                isinstance(p, Value) and p.dtype == np.float32 and tuple(p.shape) == (width,)
-                for p in (weight, bias)):
-            raise Unsupported("layer_norm needs float32 rows and a weight and a bias")
+        if (not node.op.row_epilogue.applies(*node.inputs, **node.attrs)
+                or x.dtype != np.float32 or not all(
+                    isinstance(p, Value) and p.dtype == np.float32
+                    and tuple(p.shape) == (width,) for p in params)):
+            raise Unsupported(f"{node.op.name} needs float32 rows and float32 parameters "
+                              "(a weight and a bias) of their width")
 
     def _check_reduction(self, node: Node) -> tuple[int, int]:
         """The kept dims ``[a, b)`` of the reduction, which must be one block: the dims
@@ -217,8 +231,8 @@ class Lowering:
         x = node.inputs[0]
         if x.dtype.kind != "f":
             raise Unsupported(f"reduction {node.op.name} over {x.dtype}")
-        if node.op.name == "sum" and node.attrs.get("dtype") not in (None, x.dtype):
-            raise Unsupported("sum with a dtype")
+        if node.attrs.get("dtype") not in (None, x.dtype):   # (sum's dtype=)
+            raise Unsupported(f"{node.op.name} with a dtype")
         reduced = set(_reduced_dims(node))
         kept = [d for d in range(x.ndim) if d not in reduced]
         if kept != list(range(kept[0], kept[-1] + 1) if kept else []):
@@ -231,7 +245,7 @@ class Lowering:
         """``"row"``: the last dims are reduced, one result per row (LayerNorm's
         statistics); ``"col"``: the leading dims, one result per column (a bias gradient);
         ``"mid"``: both, one result per row modulo the kept size (a conv bias gradient);
-        ``"norm"``: a LayerNorm of each row once it is computed."""
+        ``"norm"``: a row epilogue (LayerNorm) of each row once it is computed."""
         if self.norm is not None:
             return "norm"
         if self.reduction is None:
@@ -325,20 +339,20 @@ class Lowering:
             '"""Generated by dualgraph: one fused group."""',
             "import math", "", "import numpy as np", "",
             "from dualgraph.kernels import loop",
-            "from dualgraph.kernels.fastmath import (exp32, tanh32, gelu_tanh32, "
-            "gelu_tanh_backward32, sin32, cos32, where, sign)",
-            *(["from dualgraph.kernels.normalization import normalise_row"] if self.norm
-              else []), "", "",
+            FASTMATH_IMPORT,
+            *([f"from {self.norm.op.row_epilogue.module} import "
+               f"{self.norm.op.row_epilogue.function}"] if self.norm else []), "", "",
             f"@loop(fastmath={self._fastmath()})",
             f"def kernel(start, stop, R, C, n, {', '.join(self._sizes() + params + outs)}):",
             f'    """{ops}"""']
         return "\n".join(header + ["    " + line for line in lines]) + "\n"
 
     def _norm_rows(self, outs, var, rows, stores) -> list[str]:
-        """The LayerNorm epilogue: each row of its input goes to the output row (or a
-        scratch row), and is normalised there in place while it is in cache."""
-        x, weight, bias = self.norm.inputs
-        y, mean, rstd = self.norm.outputs
+        """The row epilogue (LayerNorm's): each row of its input goes to the output row (or
+        a scratch row), and is normalised there in place while it is in cache."""
+        epilogue = self.norm.op.row_epilogue
+        x, *params = self.norm.inputs
+        y, *stats = self.norm.outputs
         given = dict(zip(self.sub.outputs, outs))
         if y in given:
             rows.append(f"{given[y]}_r = {given[y]}[base:base + m]")
@@ -348,10 +362,10 @@ class Lowering:
             row = "y_r"
         stores.append(f"{row}[j] = {var[x]}")
         param = {u: f"in{i}" for i, u in enumerate(self.sub.inputs)}
-        eps = repr(float(self.norm.attrs["eps"]))
-        lines = [f"    mean, rstd = normalise_row({row}, {param[weight]}, {param[bias]}, "
-                 f"np.float32({eps}), {row})"]
-        lines += [f"    {given[v]}[r] = {name}" for v, name in ((mean, "mean"), (rstd, "rstd"))
+        args = [row, *(param[p] for p in params),
+                *(f"np.float32({float(self.norm.attrs[a])!r})" for a in epilogue.attrs), row]
+        lines = [f"    {', '.join(epilogue.stats)} = {epilogue.function}({', '.join(args)})"]
+        lines += [f"    {given[v]}[r] = {name}" for v, name in zip(stats, epilogue.stats)
                   if v in given]
         return lines
 
@@ -376,8 +390,8 @@ class Lowering:
         after row, which is NumPy's order for leading axes (so the sums are bit-identical);
         a mid reduction sums each row as a row reduction does and adds it into result
         ``r % K``."""
-        kind, op = self.red_kind, self.reduction.op.name
-        init = {"sum": "0.0", "mean": "0.0", "amax": "-np.inf", "amin": "np.inf"}[op]
+        kind, op = self.red_kind, self.reduction.op.reduction
+        init = ACCUMULATED[op]
         ctor = _dtype_ctor(self.reduction.outputs[0].dtype)
         if kind == "col":
             lines = [f"{out}[:] = {init}", *lines,
@@ -387,12 +401,12 @@ class Lowering:
             lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
             lines += [f"        acc = {_combine(op, 'acc', x)}"]
             if kind == "row":
-                total = "acc / C" if op == "mean" else "acc"
+                total = "acc / C" if op is Reduction.MEAN else "acc"
                 return lines + [f"    {out}[r] = {ctor}({total})"]
             lines = [f"{out}[:] = {init}", *lines,
                      f"    {out}[r % K] = {ctor}({_combine(op, f'{out}[r % K]', 'acc')})"]
             count = "(n // K)"
-        if op == "mean":
+        if op is Reduction.MEAN:
             lines += [f"for j in range({'C' if kind == 'col' else 'K'}):",
                       f"    {out}[j] = {out}[j] / {count}"]
         return lines
@@ -494,9 +508,9 @@ def scalar_function(name: str, node: Node, dtype, fast_math: bool) -> str:
         return _dtype_ctor(node.attrs["dtype"])
     if fast_math and dtype == np.float32 and name in _FAST32:
         return _FAST32[name]
-    if name in _SHARED32:
+    if node.op.scalar32 is not None:   # (the template's one function: the eager loop's)
         if dtype == np.float32:
-            return _SHARED32[name]
+            return node.op.scalar32
         raise Unsupported(f"{node.op.name}: only float32 has a scalar version")
     if name in _SPECIAL:
         return _SPECIAL[name]
@@ -505,11 +519,11 @@ def scalar_function(name: str, node: Node, dtype, fast_math: bool) -> str:
     raise Unsupported(f"{node.op.name}: {name} runs faster and exactly in NumPy")
 
 
-def _combine(op: str, acc: str, x: str) -> str:
+def _combine(op: Reduction, acc: str, x: str) -> str:
     """The expression folding element ``x`` into the running result ``acc``."""
-    if op in ("sum", "mean"):
+    if op in (Reduction.SUM, Reduction.MEAN):
         return f"{acc} + {x}"
-    cmp = ">" if op == "amax" else "<"   # NaN wins, as in np.amax
+    cmp = ">" if op is Reduction.MAX else "<"   # NaN wins, as in np.amax
     return f"{x} if ({x} {cmp} {acc} or {x} != {x}) else {acc}"
 
 
@@ -545,7 +559,7 @@ def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
 
 
 def _out_shape(v: Value, shape: tuple, reduction, norm=None) -> tuple:
-    if norm is not None and v in norm.outputs[1:]:   # LayerNorm statistics: one per row
+    if norm is not None and v in norm.outputs[1:]:   # a row epilogue's stats: one per row
         return tuple(shape[:-1]) + (1,)
     if reduction is None or v is not reduction.outputs[0]:
         return shape

@@ -39,9 +39,9 @@ from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
 from ..kernels import matvec
 from ..ops import elementwise
-from ..ops.control import BODY_OPS
+from ..ops.fused import FUSED
 from ..ops.linalg import BLAS_DTYPES
-from ..ops.opdef import REGISTRY
+from ..ops.opdef import OpDef
 from ..shapes import Sym
 from . import ufuncs
 
@@ -98,13 +98,13 @@ class Module:
             self.globals[name] = obj
         return name
 
-    def kernel(self, opname: str) -> str:
-        """The name of ``opname``'s kernel; a control-flow op's (``BODY_OPS``) runs its
+    def kernel(self, op: OpDef) -> str:
+        """The name of ``op``'s kernel; a control-flow op's (``op.bodies``) runs its
         bodies with ``run_body`` when there is one."""
-        if self.run_body is not None and opname in BODY_OPS:
-            kernel = partial(REGISTRY[opname].kernel, run=self.run_body)
-            return self.bind(f"k_{opname}", kernel, ("kernel", opname))
-        return self.bind(f"k_{opname}", REGISTRY[opname].kernel, ("kernel", opname))
+        if self.run_body is not None and op.bodies:
+            kernel = partial(op.kernel, run=self.run_body)
+            return self.bind(f"k_{op.name}", kernel, ("kernel", op.name))
+        return self.bind(f"k_{op.name}", op.kernel, ("kernel", op.name))
 
     def ufunc(self, node: Node):
         """``ufuncs.direct(node)``, worked out once per kind of node: it reads only the op,
@@ -312,7 +312,7 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
     if written:
         return [written[0] + comment] + written[1:]
     outs = [names[v] for v in node.outputs]
-    if node.op.name == "fused" and fused is not None:
+    if node.op is FUSED and fused is not None:
         call = fused_call(node, names, slots, module, fused)
     else:
         call = ufunc_call(node, names, slots, module) or kernel_call(node, names, module,
@@ -325,7 +325,7 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
     lines = [wrap(f"{target} = {call}") + comment]
     # kernels return NumPy scalars for 0-d results; the graph's values are arrays
     lines += [f"{names[v]} = np.asarray({names[v]})" for v in node.outputs
-              if v.ndim == 0 and not (node.op.name == "fused" and fused is not None)]
+              if v.ndim == 0 and not (node.op is FUSED and fused is not None)]
     return lines
 
 
@@ -454,7 +454,7 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
     if node.op.writes_out and any(s is not None for s in outs):
         items = [out_target(s) if s is not None else "None" for s in outs]
         args.append(f"out=({', '.join(items)},)")
-    return f"{module.kernel(node.op.name)}({', '.join(args)})"
+    return f"{module.kernel(node.op)}({', '.join(args)})"
 
 
 def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:

@@ -83,17 +83,15 @@ def direct(node: Node):
         return None
     literals = tuple((i, x) for i, x in enumerate(node.inputs) if not isinstance(x, Value))
     found = parse(op.elementwise, dict(attrs))
-    if found is None or not agrees(op.name, dtype.name, literals, attrs):
+    if found is None or not agrees(op, dtype.name, literals, attrs):
         return None
     return found
 
 
 @lru_cache(maxsize=None)
-def agrees(opname: str, dtype: str, literals: tuple, attrs: tuple) -> bool:
-    """Does the ufunc give the kernel's exact result (values, dtype, signed zeros) on every
-    combination of probe values, with the node's literal inputs in place?"""
-    from ..ops.opdef import REGISTRY
-    op = REGISTRY[opname]
+def agrees(op, dtype: str, literals: tuple, attrs: tuple) -> bool:
+    """Does the ufunc give ``op``'s kernel's exact result (values, dtype, signed zeros) on
+    every combination of probe values, with the node's literal inputs in place?"""
     ufunc, args = parse(op.elementwise, dict(attrs))
     positions = sorted({a for a in args if isinstance(a, int)} | {i for i, _ in literals})
     fixed = dict(literals)

@@ -268,10 +268,6 @@ def _check_pred(op: str, pred) -> None:
                          f"{type_str(pred.shape, pred.dtype)}")
 
 
-# The ops whose kernels take ``run``: how to run their subgraphs.
-BODY_OPS = frozenset({"cond", "while_loop", "scan"})
-
-
 # -- cond ---------------------------------------------------------------------------------------
 def _cond_kernel(pred, *args, true_graph, false_graph, run=interpret):
     return tuple(run(true_graph if pred else false_graph, *args))
@@ -310,7 +306,8 @@ def _cond_vjp(g, out, pred, *args, true_graph, false_graph):
 
 COND = defop("cond", _cond_kernel, _cond_infer, vjp=_cond_vjp,
              attrs=("true_graph", "false_graph"), num_outputs=None, saves="i",
-             onnx="If")
+             onnx="If",
+             bodies=True)
 
 
 def as_pred(pred) -> Tensor:
@@ -453,7 +450,8 @@ def _while_vjp(g, out, *args, cond_graph, body_graph, max_iters):
 
 WHILE = defop("while_loop", _while_kernel, _while_infer, vjp=_while_vjp,
               attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=None,
-              saves="io", onnx="Loop")
+              saves="io", onnx="Loop",
+              bodies=True)
 
 
 def check_carry(what: str, old: list, new: list, names=None) -> None:
@@ -622,7 +620,8 @@ def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse,
 
 SCAN = defop("scan", _scan_kernel, _scan_infer, vjp=_scan_vjp,
              attrs=("body_graph", "num_carry", "num_xs", "length", "reverse", "saves_carry"),
-             num_outputs=None, saves="io", onnx="Scan")
+             num_outputs=None, saves="io", onnx="Scan",
+             bodies=True)
 
 
 def _scan_length(x_leaves, length) -> int:

@@ -111,7 +111,8 @@ def _full_like_kernel(x, fill_value, dtype):
 
 FULL_LIKE = defop("full_like", _full_like_kernel,
                   lambda x, fill_value, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
-                  attrs=("fill_value", "dtype"), onnx="ConstantOfShape")
+                  attrs=("fill_value", "dtype"), onnx="ConstantOfShape",
+                  shape_only=True)
 
 
 def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:

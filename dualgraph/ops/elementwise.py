@@ -68,7 +68,8 @@ def _result_type(*operands) -> np.dtype:
 # -- binary arithmetic -------------------------------------------------------------------------
 ADD = defop("add", binary_kernel(np.add), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a), unbroadcast(g, b)),
-            elementwise="{0} + {1}", onnx="Add")
+            elementwise="{0} + {1}", onnx="Add",
+            commutative=True)
 SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a),
                                       unbroadcast(neg(g), b) if needs_grad(b) else None),
@@ -77,7 +78,8 @@ MUL = defop("mul", binary_kernel(np.multiply), infer_binary,
             vjp=lambda g, out, a, b: (
                 unbroadcast(apply(MUL, g, b), a) if needs_grad(a) else None,
                 unbroadcast(apply(MUL, g, a), b) if needs_grad(b) else None),
-            elementwise="{0} * {1}", onnx="Mul")
+            elementwise="{0} * {1}", onnx="Mul",
+            commutative=True)
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,
                                       unbroadcast(-g * out / b, b) if needs_grad(b) else None),
@@ -211,10 +213,10 @@ def _float_kernel(fn):
     return kernel
 
 
-def _unary(name, ufunc, vjp, expr, onnx, saves="io"):
+def _unary(name, ufunc, vjp, expr, onnx, saves="io", **facts):
     """Define a float unary math op (ints are computed as the default float)."""
     return defop(name, unary_float_kernel(ufunc), infer_float, vjp=vjp, saves=saves,
-                 elementwise=expr, onnx=onnx)
+                 elementwise=expr, onnx=onnx, **facts)
 
 
 EXP = _unary("exp", np.exp, lambda g, out, x: g * out, "exp({0})", "Exp", saves="o")
@@ -243,9 +245,11 @@ def _trig_array(name: str):
 
 
 SIN = _unary("sin", _trig_array("sin"), lambda g, out, x: g * cos(x), "sin({0})", "Sin",
-             saves="i")
+             saves="i",
+             scalar32="sin32")
 COS = _unary("cos", _trig_array("cos"), lambda g, out, x: -g * sin(x), "cos({0})", "Cos",
-             saves="i")
+             saves="i",
+             scalar32="cos32")
 TANH = _unary("tanh", np.tanh, lambda g, out, x: g * (1 - out * out), "tanh({0})", "Tanh",
               saves="o")
 ASIN = _unary("asin", np.arcsin, lambda g, out, x: g * rsqrt(1 - x * x), "arcsin({0})",
@@ -472,12 +476,15 @@ def erf(x):
 
 
 # -- comparisons ---------------------------------------------------------------------------------
-def _compare(name, ufunc, onnx):
-    return defop(name, binary_kernel(ufunc), infer_compare, elementwise=None, onnx=onnx)
+def _compare(name, ufunc, onnx, **facts):
+    return defop(name, binary_kernel(ufunc), infer_compare, elementwise=None, onnx=onnx,
+                 **facts)
 
 
-EQ = _compare("eq", np.equal, "Equal")
-NE = _compare("ne", np.not_equal, None)
+EQ = _compare("eq", np.equal, "Equal",
+              commutative=True)
+NE = _compare("ne", np.not_equal, None,
+              commutative=True)
 LT = _compare("lt", np.less, "Less")
 LE = _compare("le", np.less_equal, "LessOrEqual")
 GT = _compare("gt", np.greater, "Greater")
@@ -521,9 +528,11 @@ def _select_vjp(first_wins):
 
 
 MAXIMUM = defop("maximum", binary_kernel(np.maximum), infer_binary, vjp=_select_vjp(gt),
-                saves="i", elementwise="maximum({0}, {1})", onnx="Max")
+                saves="i", elementwise="maximum({0}, {1})", onnx="Max",
+                commutative=True)
 MINIMUM = defop("minimum", binary_kernel(np.minimum), infer_binary, vjp=_select_vjp(lt),
-                saves="i", elementwise="minimum({0}, {1})", onnx="Min")
+                saves="i", elementwise="minimum({0}, {1})", onnx="Min",
+                commutative=True)
 
 
 def maximum(input, other):
@@ -613,11 +622,14 @@ def _bitwise_kernel(ufunc):
 
 # ONNX And/Or/Xor/Not take bools; integer tensors export as BitwiseAnd/... instead.
 BITWISE_AND = defop("bitwise_and", _bitwise_kernel(np.bitwise_and), infer_binary,
-                    elementwise="bitwise_and({0}, {1})", onnx="And")
+                    elementwise="bitwise_and({0}, {1})", onnx="And",
+                    commutative=True)
 BITWISE_OR = defop("bitwise_or", _bitwise_kernel(np.bitwise_or), infer_binary,
-                   elementwise="bitwise_or({0}, {1})", onnx="Or")
+                   elementwise="bitwise_or({0}, {1})", onnx="Or",
+                   commutative=True)
 BITWISE_XOR = defop("bitwise_xor", _bitwise_kernel(np.bitwise_xor), infer_binary,
-                    elementwise="bitwise_xor({0}, {1})", onnx="Xor")
+                    elementwise="bitwise_xor({0}, {1})", onnx="Xor",
+                    commutative=True)
 BITWISE_NOT = defop("bitwise_not", _bitwise_kernel(np.invert), infer_same,
                     elementwise="invert({0})", onnx="Not")
 
@@ -884,15 +896,17 @@ def _gelu_tanh_backward_vjp(gg, out, g, x):
         return dg_, dx
 
 
-# (Their fusion templates name one scalar function: kernels/fastmath.py's gelu_tanh32, the
-# one the eager loop uses, so a fused kernel computes the same bits.)
+# (Their eager float32 loops apply kernels/fastmath.py's gelu_tanh32 / gelu_tanh_backward32
+# per element; ``scalar32`` has a fused kernel call the same, so it computes the same bits.)
 GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
                    lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})", None,
-                   saves="i")
+                   saves="i",
+                   scalar32="gelu_tanh32")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
                            vjp=_gelu_tanh_backward_vjp, saves="i",
-                           elementwise="gelu_tanh_backward({0}, {1})", onnx=None)
+                           elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
+                           scalar32="gelu_tanh_backward32")
 
 
 def gelu(input, approximate="none"):

@@ -17,7 +17,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, reduced_shape
 from . import elementwise as ew
 from . import reduce as red
-from .opdef import defop
+from .opdef import RowEpilogue, defop
 
 __all__: list = []
 
@@ -143,9 +143,15 @@ def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
     return dg, dx, dw, None, None
 
 
+# Over the last dim, a fused group can normalise each row it computes while it is in cache
+# (fusion ends a group with it): the row loop the float32 kernel runs, one row at a time.
+_ROWS = RowEpilogue("dualgraph.kernels.normalization", "normalise_row", attrs=("eps",),
+                    stats=("mean", "rstd"),
+                    applies=lambda x, weight, bias, n_dims, eps: n_dims == 1)
 LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp,
                    attrs=("n_dims", "eps"), num_outputs=3, differentiable_outputs=(0,),
-                   saves="io", onnx="LayerNormalization")
+                   saves="io", onnx="LayerNormalization",
+                   row_epilogue=_ROWS)
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
                             num_outputs=3, saves="i", onnx=None)

@@ -18,10 +18,42 @@ Calling conventions, shared by kernel, infer and vjp so that each reads like the
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable
 
 REGISTRY: dict[str, "OpDef"] = {}
+
+
+class Reduction(enum.Enum):
+    """How a reduction op combines the elements of the dims it reduces (``OpDef.reduction``):
+    a generated loop accumulates with the combination it has code for."""
+    SUM = "sum"
+    MEAN = "mean"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    ALL = "all"
+    ANY = "any"
+
+
+@dataclass(frozen=True)
+class RowEpilogue:
+    """How a fused group applies an op to each row of the group's result right after the
+    loop computes the row, while it is in cache (``OpDef.row_epilogue``; LayerNorm's).
+
+    The op's input 0 is the row source; its other inputs are parameters of the row's width.
+    ``applies(*inputs, **attrs)`` says whether a call is such a row op (LayerNorm over the
+    last dim only). The generated loop calls the Numba function ``function`` of
+    ``module`` as ``stats = function(row, *params, *attrs, out_row)``: ``attrs`` names the
+    attrs it passes (as float32), ``stats`` the per-row results it returns, which are the
+    op's outputs after the first (shape ``[..., 1]``); output 0 is the normalised row.
+    """
+    module: str
+    function: str
+    attrs: tuple = ()
+    stats: tuple = ()
+    applies: Callable = lambda *inputs, **attrs: True
 
 
 @dataclass(eq=False, repr=False)
@@ -42,6 +74,20 @@ class OpDef:
     doc: str = ""
 
     # -- facts passes and codegen read (they match these, never an op's name) --------------
+    commutative: bool = False        # a binary op whose result ignores its inputs' order
+    #                                  (dtype promotion is symmetric too): cse and simplify
+    #                                  treat op(a, b) and op(b, a) as one expression
+    reduction: Reduction | None = None   # a reduction over ``dims`` of its one array input:
+    #                                  how it combines (fusion appends it to a group)
+    shape_only: bool = False         # the result depends only on the input's type (shape,
+    #                                  dtype), never its values: it folds without constants
+    bodies: bool = False             # the kernel runs subgraph attrs and takes ``run=``
+    #                                  (how to run them; the reference interpreter by default)
+    scalar32: str | None = None      # the kernels/fastmath function the eager float32 kernel
+    #                                  applies per element: a fused float32 loop calls it for
+    #                                  the template's function, so compiled == eager to the bit
+    row_epilogue: RowEpilogue | None = None   # a fused group may end with this op, applied
+    #                                  to each row as it is computed (see RowEpilogue)
 
     # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
     # A compiler-only op (a fused or ``*_backward`` op that exists for speed) names the

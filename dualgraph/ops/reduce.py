@@ -24,7 +24,7 @@ from . import creation
 from . import elementwise as ew
 from . import shape as shape_ops
 from ._util import BF16, is_float
-from .opdef import defop
+from .opdef import Reduction, defop
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "median",
            "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
@@ -127,7 +127,8 @@ def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
 
 
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
-            saves="", onnx="ReduceSum")
+            saves="", onnx="ReduceSum",
+            reduction=Reduction.SUM)
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
@@ -148,7 +149,8 @@ def _mean_kernel(x, dims, keepdim):
 MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",
              vjp=lambda g, out, x, dims, keepdim: _expand_back(
                  g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
-             onnx="ReduceMean")
+             onnx="ReduceMean",
+             reduction=Reduction.MEAN)
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
@@ -190,7 +192,8 @@ def _prod_vjp(g, out, x, dims, keepdim):
 
 
 PROD = defop("prod", _prod_kernel, _infer_prod, vjp=_prod_vjp, attrs=("dims", "keepdim"),
-             saves="i", onnx="ReduceProd")
+             saves="i", onnx="ReduceProd",
+             reduction=Reduction.PROD)
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
@@ -212,9 +215,11 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 
 
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMax")
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMax",
+             reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMin")
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMin",
+             reduction=Reduction.MIN)
 
 
 def amax(input, dim=(), keepdim=False):
@@ -542,9 +547,11 @@ def _infer_bool_reduce(x, dims, keepdim):
 
 # No ONNX op reduces booleans directly; export casts and uses ReduceMin / ReduceMax.
 ALL = defop("all", lambda x, dims, keepdim: np.all(x, axis=dims, keepdims=keepdim),
-            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None)
+            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None,
+            reduction=Reduction.ALL)
 ANY = defop("any", lambda x, dims, keepdim: np.any(x, axis=dims, keepdims=keepdim),
-            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None)
+            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None,
+            reduction=Reduction.ANY)
 
 
 def all(input, dim=None, keepdim=False):

@@ -7,12 +7,8 @@ import numpy as np
 
 from ..graph import Graph, Node, Value
 from ..shapes import Sym
+from ..ops.opdef import OpDef
 from .core import Builder, Report, describe, nbytes
-
-# Binary ops whose result does not depend on the order of the two inputs (dtype promotion
-# is symmetric too), so add(a, b) and add(b, a) are one expression.
-COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "bitwise_and", "bitwise_or",
-                         "bitwise_xor", "eq", "ne"})
 
 
 def cse(graph: Graph) -> tuple[Graph, Report]:
@@ -45,7 +41,7 @@ def cse(graph: Graph) -> tuple[Graph, Report]:
     seen: dict[tuple, tuple] = {}
     for node in graph.nodes:
         inputs = [b.get(x) for x in node.inputs]
-        key = node_key(node.op.name, inputs, node.attrs)
+        key = node_key(node.op, inputs, node.attrs)
         if key in seen:
             b.env.update(zip(node.outputs, seen[key]))
             report.count("merged", f"{describe(node)}  ->  %{seen[key][0].name}")
@@ -64,21 +60,22 @@ def _has_duplicates(graph: Graph) -> bool:
         return True
     seen: dict[tuple, Node] = {}
     for node in graph.nodes:
-        key = node_key(node.op.name, node.inputs, node.attrs)
+        key = node_key(node.op, node.inputs, node.attrs)
         if key in seen:
             return True
         seen[key] = node
     return False
 
 
-def node_key(op_name: str, inputs, attrs: dict) -> tuple:
-    """A hashable key equal for two op calls exactly when they compute the same thing."""
+def node_key(op: OpDef, inputs, attrs: dict) -> tuple:
+    """A hashable key equal for two op calls exactly when they compute the same thing
+    (``op(a, b)`` and ``op(b, a)`` too when the op is commutative)."""
     # values by identity; literals by type and repr (so -0.0 != 0.0 and nan == nan)
     keys = [("value", id(x)) if isinstance(x, Value) else (type(x).__name__, repr(x))
             for x in inputs]
-    if op_name in COMMUTATIVE and len(keys) == 2:
+    if op.commutative and len(keys) == 2:
         keys.sort()   # (keys of one kind hold ids, or reprs: any two compare)
-    return op_name, tuple(keys), attr_key(attrs) if attrs else ()
+    return op, tuple(keys), attr_key(attrs) if attrs else ()
 
 
 def attr_key(val):

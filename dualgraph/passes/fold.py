@@ -9,15 +9,12 @@ from .core import Builder, Report, describe, nbytes, numel
 
 MAX_FOLD_ELEMENTS = 1 << 20   # larger results stay computed: they would bloat the graph
 
-# Ops whose result depends only on the *type* of their input, not its values: with a
-# static shape they fold even when the input is not a constant.
-SHAPE_ONLY = frozenset({"full_like"})
-
 
 def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple[Graph, Report]:
     """Evaluate, with the registry kernel, each node whose inputs are all constants or
-    literals, and replace its outputs by constants; ``full_like`` of a static shape folds
-    too. Folding runs in node order, so folded results feed later folds (propagation).
+    literals, and replace its outputs by constants; a ``shape_only`` op (``full_like``) of
+    a static shape folds too, whatever its input. Folding runs in node order, so folded
+    results feed later folds (propagation).
 
     Preserves: every value's type and (bitwise) value, the inputs and outputs. Results of
     more than ``max_elements`` elements, symbolic shapes and symbolic attrs are not folded.
@@ -31,7 +28,7 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
         return (%y)
     """
     report = Report("fold_constants", len(graph.nodes), len(graph.nodes))
-    start = next((i for i, node in enumerate(graph.nodes) if node.op.name in SHAPE_ONLY or all(
+    start = next((i for i, node in enumerate(graph.nodes) if node.op.shape_only or all(
         not isinstance(x, Value) or x in graph.constants for x in node.inputs)), None)
     if start is None:
         return graph, report   # nothing starts a fold: no copy (graphs are immutable)
@@ -54,7 +51,7 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
 def _evaluate(node: Node, constants: dict, max_elements: int):
     """The node's output arrays, or None when it must stay a node; ``constants`` maps the
     values known so far to their arrays."""
-    shape_only = node.op.name in SHAPE_ONLY
+    shape_only = node.op.shape_only
     if not shape_only and not all(not isinstance(x, Value) or x in constants
                                   for x in node.inputs):
         return None   # (the common case, checked first: a big graph folds a few nodes)

@@ -1,6 +1,6 @@
 """Elementwise fusion (grouping): connected elementwise ops of one shape, plus an optional
-trailing reduction or LayerNorm over the last dim, become one ``fused`` node holding the
-group as a subgraph.
+trailing reduction (an op with ``reduction``) or row epilogue (an op with ``row_epilogue``:
+LayerNorm over the last dim), become one ``fused`` node holding the group as a subgraph.
 
 This pass only decides the groups; the ``fused`` kernel runs a group with the interpreter
 until the code generator compiles each group into one loop.
@@ -17,16 +17,12 @@ from ..ops import fused as fused_ops
 from ..shapes import Sym
 from .core import Builder, Report, nbytes
 
-# Reductions a group may end with: their input has the group's shape, so a generated loop
-# can accumulate while it computes the elementwise part.
-REDUCTIONS = frozenset({"sum", "mean", "prod", "amax", "amin", "all", "any"})
 # A group whose every value is read outside it keeps nothing in registers: its loop writes
 # all that NumPy's calls would, and saves only re-reading values still in cache. When its
-# arithmetic runs at memory speed in NumPy too, it is measured no faster fused (W2's and
-# W3's steps the same, interleaved in one process; docs/passes.md has the figures), and
-# each kernel costs ~0.3 s to compile into a cold cache (W3's first call 2.7-2.9 -> 0.9-1.6
-# s, W2's 1.0-1.1 -> 0.1 s): such a group is left unfused below this many elements (from
-# there on values leave the cache, and fused loops run on threads).
+# arithmetic runs at memory speed in NumPy too, fusing it saves nothing while each kernel
+# adds a compile into a cold cache (a first call waits for it): such a group is left
+# unfused below this many elements (from there on values leave the cache, and fused loops
+# run on threads). docs/passes.md has the measurements.
 UNFUSED_BELOW = PARALLEL_MIN
 # The functions of scalar expressions NumPy evaluates at memory speed, besides operators.
 # (exp, tanh and the like stay fused: with fast_math a fused loop evaluates them ~10x faster
@@ -109,14 +105,19 @@ def _keeps_nothing(nodes: list, members: set, consumers: dict, graph_outputs: se
 
 
 def _kind(node: Node) -> str | None:
-    if (node.op.name == "layer_norm" and node.attrs.get("n_dims") == 1
-            and isinstance(node.inputs[0], Value)):
-        return "norm"   # a row epilogue: each row normalised right after it is computed
-    if node.op.num_outputs != 1:
+    """How ``node`` may join a group: "elementwise", or end it as its one "reduction" (the
+    reduction's input has the group's shape, so a generated loop accumulates while it
+    computes the elementwise part) or "norm" (a row epilogue: each row of the group's
+    result normalised right after it is computed); None: it stays alone."""
+    op = node.op
+    if (op.row_epilogue is not None and isinstance(node.inputs[0], Value)
+            and op.row_epilogue.applies(*node.inputs, **node.attrs)):
+        return "norm"
+    if op.num_outputs != 1:
         return None
-    if node.op.elementwise is not None:
+    if op.elementwise is not None:
         return "elementwise"
-    if node.op.name in REDUCTIONS and sum(isinstance(x, Value) for x in node.inputs) == 1:
+    if op.reduction is not None and sum(isinstance(x, Value) for x in node.inputs) == 1:
         return "reduction"
     return None
 

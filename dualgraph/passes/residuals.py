@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..graph import Graph, Node, Value
 from ..graph.ir import is_literal
+from ..ops.control import SCAN
 from .core import Builder, Report, format_bytes, nbytes, new_scan_body
 from .dce import dce
 
@@ -40,7 +41,7 @@ def save_scan_residuals(graph: Graph) -> tuple[Graph, Report]:
           %d = lstm_cell_backward(g, ..., a_2)
     """
     report = Report("save_scan_residuals", len(graph.nodes), len(graph.nodes))
-    scans = [node for node in graph.nodes if node.op.name == "scan"]
+    scans = [node for node in graph.nodes if node.op is SCAN]
     saved_by = {out: (node, k) for node in scans if node.attrs.get("saves_carry")
                 for k, out in enumerate(node.outputs)}
     plans, forwards = {}, set()
@@ -145,7 +146,7 @@ def _key(node: Node, values: dict):
             operands.append(values[x])
         else:
             return None
-    return node.op.name, repr(sorted(node.attrs.items())), tuple(operands)
+    return node.op, repr(sorted(node.attrs.items())), tuple(operands)
 
 
 def _holds_graph(attr) -> bool:

@@ -1,10 +1,11 @@
 """Algebraic simplification: local rewrites as data, run by one small driver.
 
 A rule is a row ``Rule(pattern, replacement, comment)``. Patterns are trees of ``P(op,
-*inputs, **attrs)`` whose leaves are ``Var``s (bind any operand, optionally tested) or, for
-attrs, plain values that must be equal; ``P(op, Parts(name))`` binds all the inputs of a
-variadic op (``cat``) as one list. A replacement gets the bindings (``m.x``) and returns
-an existing Value, a ``Call`` to emit instead (itself simplified again), or None to decline.
+*inputs, **attrs)`` (``op`` an OpDef) whose leaves are ``Var``s (bind any operand,
+optionally tested) or, for attrs, plain values that must be equal; ``P(op, Parts(name))``
+binds all the inputs of a variadic op (``cat``) as one list. A replacement gets the
+bindings (``m.x``) and returns an existing Value, a ``Call`` to emit instead (itself
+simplified again), or None to decline.
 
 The driver, not the rules, guarantees safety: a rewrite is taken only when the replacement
 has exactly the type (shape, dims, dtype) of the value it replaces. Some rules lean on that
@@ -19,9 +20,12 @@ from typing import Callable
 from ..dtypes import result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.opdef import REGISTRY, OpDef
+from ..ops.elementwise import ADD, CAST, DIV, LOG, MUL, NEG, POW, SUB
+from ..ops.linalg import LINEAR, MATMUL
+from ..ops.opdef import OpDef
+from ..ops.reduce import LOG_SOFTMAX, SOFTMAX
+from ..ops.shape import CAT, EXPAND, PERMUTE, RESHAPE, SLICE, SLICE_BACKWARD
 from .core import Builder, Report
-from .cse import COMMUTATIVE
 
 MAX_DEPTH = 16   # rewrites of one node's rewrite; every rule shrinks the graph, so never hit
 
@@ -45,11 +49,11 @@ class Parts:
 class P:
     """Matches a value computed by ``op`` on inputs matching ``inputs`` with attrs matching
     ``attrs``; inputs of commutative binary ops match in either order."""
-    op: str
+    op: OpDef
     inputs: tuple
     attrs: dict
 
-    def __init__(self, op: str, *inputs, **attrs):
+    def __init__(self, op: OpDef, *inputs, **attrs):
         self.op, self.inputs, self.attrs = op, inputs, attrs
 
 
@@ -61,9 +65,9 @@ class Call:
     attrs: dict = field(default_factory=dict)
 
 
-def call(op_name: str, inputs, **attrs) -> Call:
-    """A Call to a registry op; an op missing from the registry makes the rule decline."""
-    return Call(REGISTRY.get(op_name), list(inputs), attrs)
+def call(op: OpDef, inputs, **attrs) -> Call:
+    """A Call to ``op``: the replacement a rule returns."""
+    return Call(op, list(inputs), attrs)
 
 
 def match(pat, operand, env: dict, constants: dict) -> dict | None:
@@ -76,8 +80,8 @@ def match(pat, operand, env: dict, constants: dict) -> dict | None:
     else:   # (a literal has no producer)
         node = operand if isinstance(operand, (Call, Node)) else None
     variadic = len(pat.inputs) == 1 and isinstance(pat.inputs[0], Parts)
-    if node is None or node.op.name != pat.op or (len(node.inputs) != len(pat.inputs)
-                                                  and not variadic):
+    if node is None or node.op is not pat.op or (len(node.inputs) != len(pat.inputs)
+                                                 and not variadic):
         return None
     for name, want in pat.attrs.items():
         got = node.attrs.get(name)
@@ -88,7 +92,7 @@ def match(pat, operand, env: dict, constants: dict) -> dict | None:
     if variadic:
         return {**env, pat.inputs[0].name: list(node.inputs)}
     orders = [node.inputs]
-    if pat.op in COMMUTATIVE and len(node.inputs) == 2:
+    if pat.op.commutative and len(node.inputs) == 2:
         orders.append(node.inputs[::-1])
     for inputs in orders:
         found = env
@@ -144,7 +148,7 @@ def _fold_scales(m):
     # only when the whole chain stays in x's dtype (an int chain times a float would move
     # the point where it becomes float)
     if result_type(m.x, m.c) == result_type(m.x, m.d) == m.x.dtype:
-        return call("mul", [m.x, m.c * m.d])
+        return call(MUL, [m.x, m.c * m.d])
     return None
 
 
@@ -162,11 +166,11 @@ def _join_slice_grads(m):
     if dim is None:
         return None
     first, second = (m.a, m.b) if m.i[dim][0] == lo else (m.b, m.a)
-    joined = call("cat", _cat_parts(first, dim) + _cat_parts(second, dim), dim=dim)
+    joined = call(CAT, _cat_parts(first, dim) + _cat_parts(second, dim), dim=dim)
     index = m.i[:dim] + ((lo, hi, 1),) + m.i[dim + 1:]
     if lo == 0 and hi == m.x.shape[dim] and all(k is None for k in m.i[:dim] + m.i[dim + 1:]):
         return joined
-    return call("slice_backward", [joined, m.x], index=index)
+    return call(SLICE_BACKWARD, [joined, m.x], index=index)
 
 
 def _adjacent_blocks(i: tuple, j: tuple):
@@ -188,7 +192,7 @@ def _sliced_whole(m):
     source, at = None, 0
     for part in m.parts:
         node = getattr(part, "producer", None)
-        if node is None or node.op.name != "slice":
+        if node is None or node.op is not SLICE:
             return None
         index = node.attrs["index"]
         if source is None:
@@ -204,7 +208,7 @@ def _sliced_whole(m):
 
 def _cat_parts(v: Value, dim: int) -> list:
     node = getattr(v, "producer", None)
-    if node is not None and node.op.name == "cat" and node.attrs["dim"] % v.ndim == dim:
+    if node is not None and node.op is CAT and node.attrs["dim"] % v.ndim == dim:
         return list(node.inputs)
     return [v]
 
@@ -215,31 +219,31 @@ c, d = Var("c", _is_number), Var("d", _is_number)
 p, q, s, dim = Var("p"), Var("q"), Var("s"), Var("dim")
 
 RULES = [
-    Rule(P("mul", x, ONE), lambda m: m.x, "x*1 -> x"),                    # and 1*x
-    Rule(P("add", x, ZERO), lambda m: m.x, "x+0 -> x"),                   # and 0+x
-    Rule(P("sub", x, ZERO), lambda m: m.x, "x-0 -> x"),
-    Rule(P("div", x, ONE), lambda m: m.x, "x/1 -> x"),
-    Rule(P("pow", x, ONE), lambda m: m.x, "x**1 -> x"),
-    Rule(P("neg", P("neg", x)), lambda m: m.x, "-(-x) -> x"),
-    Rule(P("mul", P("mul", x, c), d), _fold_scales, "(x*c)*d -> x*(c*d)"),
-    Rule(P("permute", x, perm=Var("id", _is_identity)), lambda m: m.x, "permute(x, id) -> x"),
-    Rule(P("permute", P("permute", x, perm=p), perm=q),
-         lambda m: call("permute", [m.x], perm=_compose(m.p, m.q)),
+    Rule(P(MUL, x, ONE), lambda m: m.x, "x*1 -> x"),                    # and 1*x
+    Rule(P(ADD, x, ZERO), lambda m: m.x, "x+0 -> x"),                   # and 0+x
+    Rule(P(SUB, x, ZERO), lambda m: m.x, "x-0 -> x"),
+    Rule(P(DIV, x, ONE), lambda m: m.x, "x/1 -> x"),
+    Rule(P(POW, x, ONE), lambda m: m.x, "x**1 -> x"),
+    Rule(P(NEG, P(NEG, x)), lambda m: m.x, "-(-x) -> x"),
+    Rule(P(MUL, P(MUL, x, c), d), _fold_scales, "(x*c)*d -> x*(c*d)"),
+    Rule(P(PERMUTE, x, perm=Var("id", _is_identity)), lambda m: m.x, "permute(x, id) -> x"),
+    Rule(P(PERMUTE, P(PERMUTE, x, perm=p), perm=q),
+         lambda m: call(PERMUTE, [m.x], perm=_compose(m.p, m.q)),
          "permute(permute(x, p), q) -> permute(x, p[q])"),
-    Rule(P("reshape", P("reshape", x), shape=s), lambda m: call("reshape", [m.x], shape=m.s),
+    Rule(P(RESHAPE, P(RESHAPE, x), shape=s), lambda m: call(RESHAPE, [m.x], shape=m.s),
          "reshape(reshape(x)) -> reshape(x)"),
     # the type check is the condition of the next three: they fire only on no-ops
-    Rule(P("reshape", x), lambda m: m.x, "reshape(x) -> x (same shape)"),
-    Rule(P("expand", x), lambda m: m.x, "expand(x) -> x (same shape)"),
-    Rule(P("cast", x), lambda m: m.x, "cast(x) -> x (same dtype)"),
-    Rule(P("log", P("softmax", x, dim=dim)), lambda m: call("log_softmax", [m.x], dim=m.dim),
+    Rule(P(RESHAPE, x), lambda m: m.x, "reshape(x) -> x (same shape)"),
+    Rule(P(EXPAND, x), lambda m: m.x, "expand(x) -> x (same shape)"),
+    Rule(P(CAST, x), lambda m: m.x, "cast(x) -> x (same dtype)"),
+    Rule(P(LOG, P(SOFTMAX, x, dim=dim)), lambda m: call(LOG_SOFTMAX, [m.x], dim=m.dim),
          "log(softmax(x)) -> log_softmax(x)"),
-    Rule(P("add", P("matmul", x, P("permute", w, perm=(1, 0))), b),
-         lambda m: call("linear", [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
-    Rule(P("cat", Parts("parts"), dim=dim), _sliced_whole,
+    Rule(P(ADD, P(MATMUL, x, P(PERMUTE, w, perm=(1, 0))), b),
+         lambda m: call(LINEAR, [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
+    Rule(P(CAT, Parts("parts"), dim=dim), _sliced_whole,
          "cat(x[.., 0:k], x[.., k:2k], ...) -> x (the blocks tile x along the cat's dim)"),
-    Rule(P("add", P("slice_backward", Var("a"), x, index=Var("i")),
-           P("slice_backward", Var("b"), Var("y"), index=Var("j"))), _join_slice_grads,
+    Rule(P(ADD, P(SLICE_BACKWARD, Var("a"), x, index=Var("i")),
+           P(SLICE_BACKWARD, Var("b"), Var("y"), index=Var("j"))), _join_slice_grads,
          "slice_grad(a) + slice_grad(b), adjacent blocks -> slice_grad(cat(a, b))"),
 ]
 
@@ -265,11 +269,11 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
         return (%c)
     """
     report = Report("simplify", len(graph.nodes), len(graph.nodes))
-    by_op: dict[str, list] = {}   # the rules whose pattern's root is this op
+    by_op: dict[OpDef, list] = {}   # the rules whose pattern's root is this op
     for rule in rules:
         by_op.setdefault(rule.pattern.op, []).append(rule)
     if not any(match(rule.pattern, node, {}, graph.constants) is not None
-               for node in graph.nodes for rule in by_op.get(node.op.name, ())):
+               for node in graph.nodes for rule in by_op.get(node.op, ())):
         return graph, report   # no pattern matches anywhere: no copy (graphs are immutable)
     b = Builder(graph)
     for node in graph.nodes:
@@ -286,7 +290,7 @@ def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int)
     names = [v.name for v in node.outputs]
     single = root.op.num_outputs == 1 and depth < MAX_DEPTH   # (rules rewrite one value)
     want = None
-    for rule in rules.get(root.op.name, ()) if single else ():
+    for rule in rules.get(root.op, ()) if single else ():
         env = match(rule.pattern, root, {}, b.graph.constants)
         if env is None:
             continue

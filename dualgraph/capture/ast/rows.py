@@ -2,8 +2,8 @@
 
 ``for x_t in xs: ...; hs[t] = h; t += 1`` carries ``hs`` through the loop. Traced as it is
 written, every step copies the whole tensor to change one row, and a gradient saves the
-whole tensor before every step (W4's converted loop: 32 steps x 512 KiB kept, and 512 KiB
-copied per step forward and backward). When each step writes one row of a variable at a
+whole tensor before every step (a loop of T steps keeps T copies of it, and copies all of
+it each step, forward and backward). When each step writes one row of a variable at a
 counter that steps by one, and reads nothing else of it, the rows are the scan's ys
 instead: the loop carries the rest, and one ``index_put`` after it writes every row at
 once, at ``t0, t0 + 1, ...``, the rows the loop would have written, in the same order, so
@@ -15,7 +15,7 @@ from ... import _pytree as pytree
 from ..._helpers import user_location
 from ...errors import CaptureError
 from ...ops import control, creation, elementwise, shape as shape_ops
-from ...ops.index import index_put_dims
+from ...ops.index import INDEX_PUT, index_put_dims
 from ...passes.core import readers
 from ...passes.dce import dce
 from ...tensor import Tensor
@@ -38,7 +38,7 @@ def row_writes(body_fn, row, values: tuple, what: str) -> dict[int, int]:
     found = {}
     for k, out in outputs.items():
         write = out.producer
-        if (write is None or write.op.name != "index_put" or len(write.inputs) != 3
+        if (write is None or write.op is not INDEX_PUT or len(write.inputs) != 3
                 or write.attrs != {"dims": (0,), "accumulate": False}
                 or write.inputs[0] is not inputs.get(k) or len(read_by[inputs[k]]) != 1):
             continue
@@ -73,7 +73,7 @@ def _outputs_and_nones(body: control.Body) -> list:
 def _steps_by_one(out, counter) -> bool:
     """Whether ``out = counter + 1`` for an integer scalar ``counter``."""
     add = getattr(out, "producer", None)
-    if (add is None or add.op.name != "add" or counter.shape != ()
+    if (add is None or add.op is not elementwise.ADD or counter.shape != ()
             or counter.dtype.kind not in "iu"):
         return False
     a, b = add.inputs
@@ -122,7 +122,7 @@ def _stand_in(like: Tensor) -> Tensor:
 def _row_written(result: Tensor) -> Tensor:
     """The row a step wrote: the value operand of the ``index_put`` that made ``result``."""
     write = getattr(result._data, "producer", None)
-    if write is None or write.op.name != "index_put":   # (the body traced differently)
+    if write is None or write.op is not INDEX_PUT:   # (the body traced differently)
         raise CaptureError("a converted loop's body wrote a row at its first trace but "
                            "not at its second", user_location(),
                            "Make the loop body trace the same way each time.")
