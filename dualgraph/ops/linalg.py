@@ -371,6 +371,12 @@ def _linear_backward_composite(g, x, w):
             reduce.sum(g2, 0))
 
 
+def _linear_backward_decomposition(g, x, w, need):
+    """The composite's products, zeros where ``need`` leaves one out (as the kernel)."""
+    outs = _linear_backward_composite(g, x, w)
+    return tuple(o if n else creation.zeros_like(o) for o, n in zip(outs, need))
+
+
 def _linear_backward_vjp(gg, out, g, x, w, need):
     """Second derivatives: autodiff of the same backward written with matmuls."""
     from ..autograd.engine import grad
@@ -386,6 +392,8 @@ def _linear_backward_vjp(gg, out, g, x, w, need):
 
 
 LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linear_backward,
+                        compiler_only=True,
+                        decomposition=_linear_backward_decomposition,
                         vjp=_linear_backward_vjp, attrs=("need",), num_outputs=3, saves="i",
                         onnx=None)
 

@@ -100,6 +100,21 @@ def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
     return dx.astype(x.dtype, copy=False), dw.astype(x.dtype), db.astype(x.dtype)
 
 
+def _backward_decomposition(g, x, weight, mean, rstd, n_dims, eps):
+    """The kernel's formulas from ops: with ``xhat = (x - mean) * rstd`` and ``gw = g *
+    weight``, ``dx = (gw - mean(gw) - xhat * mean(gw * xhat)) * rstd``; the parameters'
+    gradients sum over the leading dims."""
+    dims, lead = _axes(x, n_dims), tuple(range(x.ndim - n_dims))
+    g = g.expand(tuple(x.shape))
+    xhat = (x - mean) * rstd
+    gw = g * weight if weight is not None else g
+    dx = gw - red.mean(gw, dims, keepdim=True) - xhat * red.mean(gw * xhat, dims, keepdim=True)
+    dw, db = g * xhat, g
+    if lead:
+        dw, db = red.sum(dw, lead), red.sum(db, lead)
+    return tuple(t.to(x.dtype) for t in (dx * rstd, dw, db))
+
+
 def _infer_backward(g, x, weight, mean, rstd, n_dims, eps):
     params = ShapedType(tuple(x.shape)[x.ndim - n_dims:], x.dtype)
     return ShapedType(tuple(x.shape), x.dtype), params, params
@@ -148,6 +163,8 @@ LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp
                    saves="io", onnx="LayerNormalization")
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
+                            compiler_only=True,
+                            decomposition=_backward_decomposition,
                             num_outputs=3, saves="i", onnx=None)
 
 
