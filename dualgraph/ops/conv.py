@@ -353,16 +353,18 @@ def _window_positions(padded_hw, kernel_size, stride, dilation, out_hw, width):
     return np.where(live, rows * wp + cols, 0), live
 
 
-def _unfold(x, kernel_size, stride, padding, dilation, groups, width):
-    """The windows of ``x (N, C, H, W)`` as ``(N, G, C/G, kh, kw, Ho, width)``, zero where
-    :func:`_window_positions` masks, by one index of the flattened padded planes."""
+def _unfold(x, kernel_size, stride, padding, dilation, groups, width=None):
+    """The windows of ``x (N, C, H, W)`` as ``(N, G, C/G, kh, kw, Ho, width)`` (width Wo
+    unless given), zero where :func:`_window_positions` masks, by one index of the
+    flattened padded planes."""
     n, c, h, w = x.shape
     out_hw = _conv_out_hw((h, w), kernel_size, stride, padding, dilation)
     padded = _padded(h, w, padding)
     (pt, pb), (pl, pr) = padding
     flat = shape_ops.reshape(shape_ops.pad(x, (pl, pr, pt, pb)),
                              (n, groups, c // groups, padded[0] * padded[1]))
-    where, live = _window_positions(padded, kernel_size, stride, dilation, out_hw, width)
+    where, live = _window_positions(padded, kernel_size, stride, dilation, out_hw,
+                                    width or out_hw[1])
     cols = index.index_dims(flat, [creation.constant(where)], (3,))
     if not live.all():
         cols = index.masked_fill(cols, creation.constant(~live), 0)
@@ -384,6 +386,15 @@ def _fold(cols, padded_hw, stride, dilation, out_hw):
 def _crop_padding(xp, pads, hw):
     (pt, _), (pl, _) = pads
     return xp[..., pt:pt + hw[0], pl:pl + hw[1]]
+
+
+def _conv2d_decomposition(x, w, *bias, stride, padding, dilation, groups):
+    n, cout = x.shape[0], w.shape[0]
+    cols, (ho, wo) = _unfold(x, tuple(w.shape[2:]), stride, padding, dilation, groups)
+    y = linalg.einsum("ngcijhw,gocij->ngohw", cols,
+                      shape_ops.reshape(w, (groups, cout // groups) + tuple(w.shape[1:])))
+    y = shape_ops.reshape(y, (n, cout, ho, wo))
+    return y + shape_ops.reshape(bias[0], (-1, 1, 1)) if bias else y
 
 
 def _columns_decomposition(x, *, kernel_size, stride, padding, dilation, groups):
@@ -423,7 +434,7 @@ def _weight_grad_from_columns_decomposition(cols, x, g, *, kernel_size, stride, 
 
 def _weight_grad_decomposition(x, g, *, kernel_size, stride, padding, dilation, groups):
     n, cout, ho, wo = g.shape
-    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups, wo)
+    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups)
     gw = linalg.einsum("ngcijhw,ngohw->gocij", cols,
                        shape_ops.reshape(g, (n, groups, cout // groups, ho, wo)))
     return shape_ops.reshape(gw, (cout, -1) + tuple(kernel_size))
@@ -441,6 +452,7 @@ def _input_grad_decomposition(g, w, *, input_size, stride, padding, dilation, gr
 
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
+               decomposition=_conv2d_decomposition,
                saves="i", onnx="Conv")
 CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_grad,
                           compiler_only=True,

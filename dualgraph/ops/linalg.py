@@ -398,7 +398,13 @@ LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linea
                         onnx=None)
 
 
+def _linear_decomposition(x, w, *bias):
+    y = matmul(x, mT(w))
+    return y + bias[0] if bias else y
+
+
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
+               decomposition=_linear_decomposition,
                onnx="Gemm")
 
 

@@ -177,7 +177,20 @@ def _backward_vjp(gg, dx, g, x, target, ignore_index, reduction):
     return dg, dxx, None
 
 
+def _cross_entropy_decomposition(x, target, ignore_index, reduction):
+    """The losses from log_softmax and a gather of the target classes (0 where ignored)."""
+    valid = ew.ne(target, ignore_index)
+    picked = index_ops.gather(red.log_softmax(x, 1), 1,
+                              shape_ops.unsqueeze(ew.where(valid, target, 0), 1))
+    losses = ew.where(valid, -shape_ops.squeeze(picked, 1), 0)
+    if reduction == "none":
+        return losses
+    total = red.sum(losses)
+    return total / red.sum(valid.to(x.dtype)) if reduction == "mean" else total
+
+
 CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entropy, vjp=_vjp,
+                      decomposition=_cross_entropy_decomposition,
                       attrs=("ignore_index", "reduction"), saves="i",
                       onnx="SoftmaxCrossEntropyLoss")
 CROSS_ENTROPY_BACKWARD = defop(
