@@ -1,4 +1,5 @@
-"""Every registry op, forward and gradients, against PyTorch and finite differences.
+"""Every registry op, forward and gradients, against PyTorch and finite differences; and
+every op with a decomposition (each compiler-only op has one) against it.
 
 The rows live in ``tests/optable/``; this file only runs them. A registry op without a row
 fails ``test_every_registry_op_has_a_row``.

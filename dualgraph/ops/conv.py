@@ -346,8 +346,8 @@ def _window_positions(padded_hw, kernel_size, stride, dilation, out_hw, width):
     positions read on into the next row, as :func:`_flat_windows`'s junk columns do; the
     junk after the last row is masked (its positions point at pixel 0)."""
     (kh, kw), (ho, wo), wp = kernel_size, out_hw, padded_hw[1]
-    rows = np.arange(ho).reshape(ho, 1) * stride[0] + np.arange(kh).reshape(kh, 1, 1, 1) \
-        * dilation[0]
+    rows = (np.arange(ho).reshape(ho, 1) * stride[0]
+            + np.arange(kh).reshape(kh, 1, 1, 1) * dilation[0])
     cols = np.arange(width) * stride[1] + np.arange(kw).reshape(kw, 1, 1) * dilation[1]
     live = np.arange(ho * width).reshape(ho, width) < (ho - 1) * width + wo
     return np.where(live, rows * wp + cols, 0), live

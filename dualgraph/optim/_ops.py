@@ -154,9 +154,12 @@ def _adam_decomposition(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
     return p * decay - lr / (1 - beta1 ** step) * m / denom, m, v
 
 
-def _adam_group_decomposition(*args, **hyper):
-    return tuple(t for i in range(0, len(args), 5)
-                 for t in _adam_decomposition(*args[i:i + 5], **hyper))
+def _grouped(decomposition, width: int):
+    """A group op's decomposition: ``decomposition`` on each member's ``width`` inputs."""
+    def grouped(*args, **hyper):
+        members = (args[i:i + width] for i in range(0, len(args), width))
+        return tuple(t for member in members for t in decomposition(*member, **hyper))
+    return grouped
 
 
 def _infer_adam(p, grad, m, v, step, **attrs):
@@ -178,7 +181,7 @@ ADAM_UPDATE_GROUP = defop(
     lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
                                  for t in _infer_adam(*args[i:i + 5])),
     compiler_only=True,
-    decomposition=_adam_group_decomposition,
+    decomposition=_grouped(_adam_decomposition, 5),
     num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
     writes_out=True,
     doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
@@ -256,17 +259,12 @@ def _sgd_group_kernel(*args, lr, momentum, dampening, nesterov, out=None):
     return tuple(results)
 
 
-def _sgd_group_decomposition(*args, **hyper):
-    return tuple(t for i in range(0, len(args), 3)
-                 for t in _sgd_decomposition(*args[i:i + 3], **hyper))
-
-
 SGD_UPDATE_GROUP = defop(
     "sgd_update_group", _sgd_group_kernel,
     lambda *args, **attrs: tuple(ShapedType(tuple(args[i].shape), args[i].dtype)
                                  for i in range(0, len(args), 3) for _ in range(2)),
     compiler_only=True,
-    decomposition=_sgd_group_decomposition,
+    decomposition=_grouped(_sgd_decomposition, 3),
     num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
     onnx=None, writes_out=True,
     doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "
