@@ -5,7 +5,8 @@ The group is a closed subgraph held in the ``graph`` attr; the node has one inpu
 subgraph input and one output per subgraph output (``num_outputs=None``: as many as the
 subgraph returns). This kernel runs the subgraph with the reference interpreter, which is
 correct but not fast; the code generator compiles fused groups into single loops. Its
-decomposition is the subgraph itself, its ops run one by one through dispatch.
+decomposition is the subgraph itself, its ops run one by one through dispatch (a
+compiler-only member, such as a ``relu_backward``, by its own decomposition).
 """
 from __future__ import annotations
 
@@ -35,9 +36,16 @@ def _infer_fused(*inputs, graph):
     return tuple(ShapedType(v.shape, v.dtype) for v in graph.outputs)
 
 
+def _ordinary(op, *inputs, **attrs):
+    """``op`` applied, or where it is compiler-only its decomposition."""
+    if op.compiler_only:
+        return op.decomposition(*inputs, **attrs)
+    return apply(op, *inputs, **attrs)
+
+
 FUSED = defop("fused", _fused_kernel, _infer_fused, attrs=("graph",), num_outputs=None,
               compiler_only=True,
-              decomposition=lambda *inputs, graph: call_graph(graph, *inputs),
+              decomposition=lambda *inputs, graph: call_graph(graph, *inputs, run=_ordinary),
               saves="", doc="a fused group of elementwise ops, as a subgraph")
 
 
