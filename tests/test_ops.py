@@ -243,23 +243,46 @@ def test_kernel_matches_decomposition(case, dtype, monkeypatch):
     case.fn(dg, *to_dg(make_inputs(case, dtype), case, False))
     monkeypatch.undo()
     assert calls, f"row {case.id} never runs the kernel of {case.op!r} eagerly"
+    check_calls(op, calls, dtype, case.id)
+
+
+@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
+def test_backward_kernels_match_decomposition(case, monkeypatch):
+    """Every compiler-only op that the row's gradients run (the backward ops, on the shapes
+    and attrs of every differentiable row) against its decomposition, call by call."""
+    calls = {op: record_kernel_calls(op, monkeypatch) for op in REGISTRY.values()
+             if op.compiler_only}
+    inputs = to_dg(make_inputs(case, "float32"), case, True)
+    outs = [o for o in as_list(case.fn(dg, *inputs)) if o.requires_grad]
+    wrt = [t for t in inputs if isinstance(t, dg.Tensor) and t.requires_grad]
+    if outs and wrt:
+        rng = np.random.default_rng(1)
+        cotangents = [dg.tensor(rng.standard_normal(tuple(o.shape))).to(o.dtype) for o in outs]
+        dg.autograd.grad(outs, wrt, cotangents, allow_unused=True)
+    monkeypatch.undo()
+    for op, op_calls in calls.items():
+        check_calls(op, op_calls, "float32", f"{case.id} ({op.name})")
+
+
+def check_calls(op, calls, dtype, what):
+    """Each recorded kernel call of ``op`` against its decomposition on the same inputs."""
     for inputs, attrs, want in calls:
         got, ops = decompose(op, inputs, attrs)
         special = sorted(o.name for o in ops if o.compiler_only)
-        assert not special, f"{case.op}'s decomposition uses compiler-only ops {special}"
-        assert len(got) == len(want), f"{case.id}: {len(got)} outputs, the kernel {len(want)}"
+        assert not special, f"{op.name}'s decomposition uses compiler-only ops {special}"
+        assert len(got) == len(want), f"{what}: {len(got)} outputs, the kernel {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
-            what = f"{case.id} output {i}"
+            output = f"{what} output {i}"
             if w is None:
-                assert g is None, f"{what}: the kernel gives None"
+                assert g is None, f"{output}: the kernel gives None"
                 continue
             g = g.numpy()
             assert (g.dtype, g.shape) == (w.dtype, w.shape), \
-                f"{what}: {g.dtype}{list(g.shape)}, the kernel {w.dtype}{list(w.shape)}"
+                f"{output}: {g.dtype}{list(g.shape)}, the kernel {w.dtype}{list(w.shape)}"
             if w.dtype.kind not in "fV":
-                np.testing.assert_array_equal(g, w, err_msg=what)
+                np.testing.assert_array_equal(g, w, err_msg=output)
                 continue
             g, w = g.astype(np.float64), w.astype(np.float64)
             rtol = DECOMPOSITION_RTOL[dtype]
             scale = max(1.0, float(np.abs(w).max(initial=0)))
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=what)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=output)
