@@ -1,4 +1,5 @@
-"""Every registry op, forward and gradients, against PyTorch and finite differences.
+"""Every registry op, forward and gradients, against PyTorch and finite differences; and
+every op with a decomposition (each compiler-only op has one) against it.
 
 The rows live in ``tests/optable/``; this file only runs them. A registry op without a row
 fails ``test_every_registry_op_has_a_row``.
@@ -181,3 +182,107 @@ def test_gradients_match_finite_differences(case):
     dg_in = to_dg(arrays, case, True)
     assert dg.autograd.gradcheck(lambda *xs: case.fn(dg, *xs), dg_in, eps=1e-6,
                                  atol=1e-5, rtol=1e-4)
+
+
+# -- compiler-only ops against their decompositions -------------------------------------------
+# An op named for a gradient exists for autodiff's speed: it must be flagged compiler-only.
+GRADIENT_SUFFIXES = ("_backward", "_grad")
+DECOMPOSITION_RTOL = {"float64": 1e-9, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def test_compiler_only_ops_name_their_decomposition():
+    unflagged = sorted(name for name, op in REGISTRY.items()
+                       if name.endswith(GRADIENT_SUFFIXES) and not op.compiler_only)
+    assert not unflagged, f"ops named for a gradient but not flagged compiler_only: {unflagged}"
+    missing = sorted(name for name, op in REGISTRY.items()
+                     if op.compiler_only and op.decomposition is None)
+    assert not missing, f"compiler-only ops without a decomposition: {missing}"
+
+
+def record_kernel_calls(op, monkeypatch) -> list:
+    """While the test runs, every call of ``op``'s kernel as (inputs, attrs, outputs), with
+    copies of the arrays as they were."""
+    calls, kernel = [], op.kernel
+
+    def recording(*args, **attrs):
+        inputs = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        out = kernel(*args, **attrs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        calls.append((inputs, attrs, [None if o is None else np.array(o) for o in outs]))
+        return out
+    monkeypatch.setattr(op, "kernel", recording)
+    return calls
+
+
+def decompose(op, inputs, attrs):
+    """``op``'s decomposition run eagerly on the recorded kernel inputs, and the ops of its
+    traced graph."""
+    from dualgraph.capture.trace import Tracer
+    from dualgraph.tensor import Tensor
+
+    def run():
+        args = [Tensor._make(a) if isinstance(a, np.ndarray) else a for a in inputs]
+        return op.decomposition(*args, **attrs)
+    with dg.no_grad():
+        got = run()
+        with Tracer() as tracer:
+            run()
+    return as_list(got), {node.op for node in tracer.graph.nodes}
+
+
+DECOMPOSED = [(c, d) for c in CASES if REGISTRY[c.op].decomposition is not None
+              for d in c.dtypes]
+
+
+@pytest.mark.parametrize("case,dtype", DECOMPOSED, ids=[f"{c.id}-{d}" for c, d in DECOMPOSED])
+def test_kernel_matches_decomposition(case, dtype, monkeypatch):
+    """The kernel, on the inputs the row gives it, against its decomposition: the same
+    types, values to the dtype's rounding, and only ordinary ops in the decomposition."""
+    op = REGISTRY[case.op]
+    calls = record_kernel_calls(op, monkeypatch)
+    case.fn(dg, *to_dg(make_inputs(case, dtype), case, False))
+    monkeypatch.undo()
+    assert calls, f"row {case.id} never runs the kernel of {case.op!r} eagerly"
+    check_calls(op, calls, dtype, case.id)
+
+
+@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
+def test_backward_kernels_match_decomposition(case, monkeypatch):
+    """Every compiler-only op that the row's gradients run (the backward ops, on the shapes
+    and attrs of every differentiable row) against its decomposition, call by call."""
+    calls = {op: record_kernel_calls(op, monkeypatch) for op in REGISTRY.values()
+             if op.compiler_only}
+    inputs = to_dg(make_inputs(case, "float32"), case, True)
+    outs = [o for o in as_list(case.fn(dg, *inputs)) if o.requires_grad]
+    wrt = [t for t in inputs if isinstance(t, dg.Tensor) and t.requires_grad]
+    if outs and wrt:
+        rng = np.random.default_rng(1)
+        cotangents = [dg.tensor(rng.standard_normal(tuple(o.shape))).to(o.dtype) for o in outs]
+        dg.autograd.grad(outs, wrt, cotangents, allow_unused=True)
+    monkeypatch.undo()
+    for op, op_calls in calls.items():
+        check_calls(op, op_calls, "float32", f"{case.id} ({op.name})")
+
+
+def check_calls(op, calls, dtype, what):
+    """Each recorded kernel call of ``op`` against its decomposition on the same inputs."""
+    for inputs, attrs, want in calls:
+        got, ops = decompose(op, inputs, attrs)
+        special = sorted(o.name for o in ops if o.compiler_only)
+        assert not special, f"{op.name}'s decomposition uses compiler-only ops {special}"
+        assert len(got) == len(want), f"{what}: {len(got)} outputs, the kernel {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            output = f"{what} output {i}"
+            if w is None:
+                assert g is None, f"{output}: the kernel gives None"
+                continue
+            g = g.numpy()
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), \
+                f"{output}: {g.dtype}{list(g.shape)}, the kernel {w.dtype}{list(w.shape)}"
+            if w.dtype.kind not in "fV":
+                np.testing.assert_array_equal(g, w, err_msg=output)
+                continue
+            g, w = g.astype(np.float64), w.astype(np.float64)
+            rtol = DECOMPOSITION_RTOL[dtype]
+            scale = max(1.0, float(np.abs(w).max(initial=0)))
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=output)

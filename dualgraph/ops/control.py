@@ -191,14 +191,15 @@ def _tensor_leaves(args) -> list:
 
 
 # -- running a graph as dualgraph ops (so it traces and records gradients) ------------------
-def call_graph(graph: Graph, *args) -> tuple:
-    """Run ``graph``'s nodes through dispatch on tensors ``args``; returns its outputs."""
+def call_graph(graph: Graph, *args, run=apply) -> tuple:
+    """Run ``graph``'s nodes through dispatch on tensors ``args``; returns its outputs.
+    ``run(op, *inputs, **attrs)`` runs each node (another runner may expand ops)."""
     env = dict(zip(graph.inputs, args))
     for v, array in graph.constants.items():
         env[v] = creation.tensor(array)
     for node in graph.nodes:
         inputs = [env[x] if isinstance(x, Value) else x for x in node.inputs]
-        outs = apply(node.op, *inputs, **node.attrs)
+        outs = run(node.op, *inputs, **node.attrs)
         env.update(zip(node.outputs, (outs,) if node.op.num_outputs == 1 else outs))
     return tuple(env[v] for v in graph.outputs)
 

@@ -338,26 +338,149 @@ def _weight_grad_vjp(gy, out, x, g, *, kernel_size, **conv):
     return gx, gg
 
 
+# -- decompositions: the compiler-only conv ops from index, einsum and matmul ------------------
+def _window_positions(padded_hw, kernel_size, stride, dilation, out_hw, width):
+    """Where window element (i, j) of output (h, v) sits in a flattened padded plane: an
+    int64 array ``(kh, kw, Ho, width)``, and the mask ``(Ho, width)`` of the positions that
+    hold one. With ``width`` the padded width (stride 1), a row's last ``width - Wo``
+    positions read on into the next row, as :func:`_flat_windows`'s junk columns do; the
+    junk after the last row is masked (its positions point at pixel 0)."""
+    (kh, kw), (ho, wo), wp = kernel_size, out_hw, padded_hw[1]
+    rows = (np.arange(ho).reshape(ho, 1) * stride[0]
+            + np.arange(kh).reshape(kh, 1, 1, 1) * dilation[0])
+    cols = np.arange(width) * stride[1] + np.arange(kw).reshape(kw, 1, 1) * dilation[1]
+    live = np.arange(ho * width).reshape(ho, width) < (ho - 1) * width + wo
+    return np.where(live, rows * wp + cols, 0), live
+
+
+def _unfold(x, kernel_size, stride, padding, dilation, groups, width=None):
+    """The windows of ``x (N, C, H, W)`` as ``(N, G, C/G, kh, kw, Ho, width)`` (width Wo
+    unless given), zero where :func:`_window_positions` masks, by one index of the
+    flattened padded planes."""
+    n, c, h, w = x.shape
+    out_hw = _conv_out_hw((h, w), kernel_size, stride, padding, dilation)
+    padded = _padded(h, w, padding)
+    (pt, pb), (pl, pr) = padding
+    flat = shape_ops.reshape(shape_ops.pad(x, (pl, pr, pt, pb)),
+                             (n, groups, c // groups, padded[0] * padded[1]))
+    where, live = _window_positions(padded, kernel_size, stride, dilation, out_hw,
+                                    width or out_hw[1])
+    cols = index.index_dims(flat, [creation.constant(where)], (3,))
+    if not live.all():
+        cols = index.masked_fill(cols, creation.constant(~live), 0)
+    return cols, out_hw
+
+
+def _fold(cols, padded_hw, stride, dilation, out_hw):
+    """The adjoint of :func:`_unfold` (width Wo): ``cols (M..., kh, kw, Ho, Wo)`` added into
+    zero padded planes ``(M..., Hp, Wp)``; repeated positions sum."""
+    lead = tuple(cols.shape[:-4])
+    where, _ = _window_positions(padded_hw, tuple(cols.shape[-4:-2]), stride, dilation,
+                                 out_hw, out_hw[1])
+    zeros = creation.zeros(lead + (padded_hw[0] * padded_hw[1],), dtype=cols.dtype)
+    flat = index.index_put_dims(zeros, cols, [creation.constant(where)], (len(lead),),
+                                accumulate=True)
+    return shape_ops.reshape(flat, lead + tuple(padded_hw))
+
+
+def _crop_padding(xp, pads, hw):
+    (pt, _), (pl, _) = pads
+    return xp[..., pt:pt + hw[0], pl:pl + hw[1]]
+
+
+def _conv2d_decomposition(x, w, *bias, stride, padding, dilation, groups):
+    n, cout = x.shape[0], w.shape[0]
+    cols, (ho, wo) = _unfold(x, tuple(w.shape[2:]), stride, padding, dilation, groups)
+    y = linalg.einsum("ngcijhw,gocij->ngohw", cols,
+                      shape_ops.reshape(w, (groups, cout // groups) + tuple(w.shape[1:])))
+    y = shape_ops.reshape(y, (n, cout, ho, wo))
+    return y + shape_ops.reshape(bias[0], (-1, 1, 1)) if bias else y
+
+
+def _columns_decomposition(x, *, kernel_size, stride, padding, dilation, groups):
+    """:func:`_im2col`'s layout ``(G, C/G*kh*kw, N*Ho*R)``, R as there."""
+    ho, wo = _conv_out_hw(tuple(x.shape[2:]), kernel_size, stride, padding, dilation)
+    width = _padded(*x.shape[2:], padding)[1] if stride == (1, 1) else wo
+    x = x.to(linalg.compute_dtype(x.dtype.np))
+    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups, width)
+    cols = shape_ops.permute(cols, (1, 2, 3, 4, 0, 5, 6))
+    return shape_ops.reshape(cols, (groups, -1, x.shape[0] * ho * width))
+
+
+def _from_columns_decomposition(cols, x, w, *bias, stride, padding, dilation, groups):
+    """The conv's GEMM on the columns, junk columns dropped (:func:`_conv_gemm`)."""
+    n, cout = x.shape[0], w.shape[0]
+    ho, wo = _conv_out_hw(tuple(x.shape[2:]), tuple(w.shape[2:]), stride, padding, dilation)
+    y = linalg.matmul(shape_ops.reshape(w, (groups, cout // groups, -1)), cols)
+    y = shape_ops.reshape(y, (cout, n, ho, -1))[..., :wo]
+    y = shape_ops.permute(y, (1, 0, 2, 3))
+    if bias:
+        y = y + shape_ops.reshape(bias[0], (-1, 1, 1))
+    return y.to(dtypes.result_type(x, w, *bias))
+
+
+def _weight_grad_from_columns_decomposition(cols, x, g, *, kernel_size, stride, padding,
+                                            dilation, groups):
+    """The weight gradient's GEMM on the columns (:func:`_weight_grad_gemm`): ``g`` laid
+    out as they are, zero in their junk columns."""
+    n, cout, ho, wo = g.shape
+    width = cols.shape[-1] // (n * ho)
+    gm = shape_ops.pad(shape_ops.permute(g, (1, 0, 2, 3)), (0, width - wo))
+    gm = shape_ops.reshape(gm, (groups, cout // groups, -1))
+    gw = linalg.matmul(gm.to(cols.dtype), linalg.mT(cols))
+    return shape_ops.reshape(gw, (cout, -1) + tuple(kernel_size)).to(
+        dtypes.result_type(x, g))
+
+
+def _weight_grad_decomposition(x, g, *, kernel_size, stride, padding, dilation, groups):
+    n, cout, ho, wo = g.shape
+    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups)
+    gw = linalg.einsum("ngcijhw,ngohw->gocij", cols,
+                       shape_ops.reshape(g, (n, groups, cout // groups, ho, wo)))
+    return shape_ops.reshape(gw, (cout, -1) + tuple(kernel_size))
+
+
+def _input_grad_decomposition(g, w, *, input_size, stride, padding, dilation, groups):
+    n, cout, ho, wo = g.shape
+    cols = linalg.einsum("ngohw,gocij->ngcijhw",
+                         shape_ops.reshape(g, (n, groups, cout // groups, ho, wo)),
+                         shape_ops.reshape(w, (groups, cout // groups) + tuple(w.shape[1:])))
+    xp = _fold(cols, _padded(*input_size, padding), stride, dilation, (ho, wo))
+    return _crop_padding(shape_ops.reshape(xp, (n, -1) + tuple(xp.shape[-2:])), padding,
+                         input_size)
+
+
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
+               decomposition=_conv2d_decomposition,
                saves="i", onnx="Conv")
 CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_grad,
+                          compiler_only=True,
+                          decomposition=_input_grad_decomposition,
                           vjp=_input_grad_vjp, attrs=("input_size",) + _CONV_ATTRS, saves="i",
                           onnx="ConvTranspose")
 CONV2D_WEIGHT_GRAD = defop("conv2d_weight_grad", _weight_grad_kernel, _infer_weight_grad,
+                           compiler_only=True,
+                           decomposition=_weight_grad_decomposition,
                            vjp=_weight_grad_vjp, attrs=("kernel_size",) + _CONV_ATTRS,
                            saves="i")
 # Made by passes.share_conv_columns after autodiff, so they need no VJP.
 CONV2D_COLUMNS = defop("conv2d_columns", _columns_kernel, _infer_columns,
+                       compiler_only=True,
+                       decomposition=_columns_decomposition,
                        attrs=("kernel_size",) + _CONV_ATTRS, saves="",
                        doc="im2col of a conv's input: (G, C/G*kh*kw, N*Ho*R), R the row "
                            "width of the GEMM layout (the padded width for stride 1)")
 CONV2D_FROM_COLUMNS = defop("conv2d_from_columns", _conv_from_columns_kernel,
                             _infer_conv_from_columns, attrs=_CONV_ATTRS, saves="",
+                            compiler_only=True,
+                            decomposition=_from_columns_decomposition,
                             doc="conv2d(x, w, bias) from conv2d_columns(x); x gives the shape")
 CONV2D_WEIGHT_GRAD_FROM_COLUMNS = defop(
     "conv2d_weight_grad_from_columns", _weight_grad_from_columns_kernel,
     _infer_weight_grad_from_columns, attrs=("kernel_size",) + _CONV_ATTRS, saves="",
+    compiler_only=True,
+    decomposition=_weight_grad_from_columns_decomposition,
     doc="conv2d_weight_grad(x, g) from conv2d_columns(x); x gives the shape")
 
 
@@ -614,11 +737,22 @@ def _max_pool_backward_vjp(gy, out, g, indices, *, input_size):
     return shape_ops.reshape(picked, tuple(g.shape)), None
 
 
+def _max_pool_backward_decomposition(g, indices, *, input_size):
+    """Each window's gradient added at its argmax, a scatter-add into each plane."""
+    lead = tuple(g.shape[:-2])
+    zeros = creation.zeros(lead + (input_size[0] * input_size[1],), dtype=g.dtype)
+    planes = index.scatter_add(zeros, -1, shape_ops.reshape(indices, lead + (-1,)),
+                               shape_ops.reshape(g, lead + (-1,)))
+    return shape_ops.reshape(planes, lead + tuple(input_size))
+
+
 MAX_POOL2D = defop("max_pool2d", _max_pool_kernel, _infer_max_pool, vjp=_max_pool_vjp,
                    attrs=("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
                    num_outputs=2, differentiable_outputs=(0,), saves="o", onnx="MaxPool")
 MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", _max_pool_backward_kernel,
                             _infer_max_pool_backward, vjp=_max_pool_backward_vjp,
+                            compiler_only=True,
+                            decomposition=_max_pool_backward_decomposition,
                             attrs=("input_size",), saves="i")
 
 
@@ -674,6 +808,20 @@ def _infer_avg_pool_backward(g, *, input_size, **pool):
     return ShapedType(tuple(g.shape[:-2]) + tuple(input_size), g.dtype)
 
 
+def _avg_pool_backward_decomposition(g, *, input_size, kernel_size, stride, padding,
+                                     ceil_mode, count_include_pad, divisor_override):
+    """Each window's share of its gradient added over the window (:func:`_fold`)."""
+    out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
+    div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
+    share = g / creation.tensor(div, dtype=g.dtype)
+    lead = tuple(g.shape[:-2])
+    cols = shape_ops.expand(shape_ops.reshape(share, lead + (1, 1) + tuple(out_hw)),
+                            lead + tuple(kernel_size) + tuple(out_hw))
+    xp = _fold(cols, _padded(*input_size, pads), stride, (1, 1), out_hw)
+    return _crop_padding(xp, pads, input_size)
+
+
 # avg_pool2d is linear; its backward is its transpose, and each is the other's VJP.
 AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
                    vjp=lambda g, out, x, **pool: apply(AVG_POOL2D_BACKWARD, g,
@@ -682,6 +830,8 @@ AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
                           "divisor_override"), onnx="AveragePool")
 AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", _avg_pool_backward_kernel,
                             _infer_avg_pool_backward, saves="",
+                            compiler_only=True,
+                            decomposition=_avg_pool_backward_decomposition,
                             vjp=lambda gy, out, g, input_size, **pool: apply(AVG_POOL2D, gy,
                                                                              **pool),
                             attrs=("input_size", "kernel_size", "stride", "padding",

@@ -735,7 +735,13 @@ def relu_backward_in_place(g, out):
     return _relu_backward_kernel(g, out)
 
 
+def _relu_backward_decomposition(g, out):
+    return where(gt(out, 0), g, 0)
+
+
 RELU_BACKWARD = defop("relu_backward", _relu_backward_kernel, infer_binary,
+                      compiler_only=True,
+                      decomposition=_relu_backward_decomposition,
                       vjp=lambda gg, dx, g, out: (apply(RELU_BACKWARD, gg, out),
                                                   creation.zeros_like(out)),  # relu'' = 0
                       saves="i", elementwise="where({1} > 0, {0}, 0)", onnx=None,
@@ -882,6 +888,14 @@ def _float_binary(fn):
     return kernel
 
 
+def _gelu_tanh_backward_decomposition(g, x):
+    """``g * gelu_tanh'(x)`` from elementwise ops: with ``t = tanh(inner(x))``,
+    ``0.5 (1 + t) + 0.5 x (1 - t^2) inner'(x)``."""
+    t = tanh((x + _GELU_C * x * x * x) * SQRT_2_OVER_PI)
+    slope = (1 + 3 * _GELU_C * x * x) * SQRT_2_OVER_PI
+    return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * slope)
+
+
 def _gelu_tanh_backward_vjp(gg, out, g, x):
     from ..autograd.engine import grad
     from ..autograd.tape import enable_grad
@@ -904,6 +918,8 @@ GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
                    scalar32="gelu_tanh32")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
+                           compiler_only=True,
+                           decomposition=_gelu_tanh_backward_decomposition,
                            vjp=_gelu_tanh_backward_vjp, saves="i",
                            elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
                            scalar32="gelu_tanh_backward32")

@@ -4,7 +4,9 @@ the ``fuse_elementwise`` pass replaced by one node.
 The group is a closed subgraph held in the ``graph`` attr; the node has one input per
 subgraph input and one output per subgraph output (``num_outputs=None``: as many as the
 subgraph returns). This kernel runs the subgraph with the reference interpreter, which is
-correct but not fast; the code generator compiles fused groups into single loops.
+correct but not fast; the code generator compiles fused groups into single loops. Its
+decomposition is the subgraph itself, its ops run one by one through dispatch (a
+compiler-only member, such as a ``relu_backward``, by its own decomposition).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ..dispatch import apply
 from ..graph.interpret import interpret
 from ..graph.ir import type_str
 from ..shapes import ShapedType, ShapeError
+from .control import call_graph
 from .opdef import defop
 
 __all__: list = []   # internal: passes create fused nodes, users don't call them
@@ -33,7 +36,16 @@ def _infer_fused(*inputs, graph):
     return tuple(ShapedType(v.shape, v.dtype) for v in graph.outputs)
 
 
+def _ordinary(op, *inputs, **attrs):
+    """``op`` applied, or where it is compiler-only its decomposition."""
+    if op.compiler_only:
+        return op.decomposition(*inputs, **attrs)
+    return apply(op, *inputs, **attrs)
+
+
 FUSED = defop("fused", _fused_kernel, _infer_fused, attrs=("graph",), num_outputs=None,
+              compiler_only=True,
+              decomposition=lambda *inputs, graph: call_graph(graph, *inputs, run=_ordinary),
               saves="", doc="a fused group of elementwise ops, as a subgraph")
 
 

@@ -79,6 +79,11 @@ def _index_backward_kernel(g, x, *indices, dims):
     return out
 
 
+def _index_backward_decomposition(g, x, *indices, dims):
+    zeros = creation.zeros_like(x, dtype=g.dtype)
+    return apply(INDEX_PUT, zeros, g, *indices, dims=dims, accumulate=True)
+
+
 def _index_backward_vjp(gg, out, g, x, *indices, dims):
     return (apply(INDEX, gg, *indices, dims=dims), None) + (None,) * len(indices)
 
@@ -94,8 +99,8 @@ def _accumulate(out, key, v, indices, dims):
     dims (an embedding's or a class-index loss's gradient) go through a Numba loop, and
     other float rows picked along dim 0 are summed per index with a sort and ``reduceat``."""
     if dims == tuple(range(len(dims))) and v.size and kernels.enabled(v, out):
-        # (sized by the rows added, not by the table: an LSTM's 64 x 32 embedding gets
-        # 1024 rows, 75 us by sorting, 15 us in the loop)
+        # (whatever the table's size: the loop adds each row in place in one pass, where
+        # the sort below also sorts the indices and gathers every added row once more)
         lead = out.shape[:len(dims)]
         if len(indices) == 1:
             rows = np.where(indices[0] < 0, indices[0] + lead[0], indices[0])
@@ -150,6 +155,8 @@ def _index_put_vjp(g, out, x, v, *indices, dims, accumulate):
 
 INDEX_BACKWARD = defop("index_backward", _index_backward_kernel,
                        lambda g, x, *indices, dims: ShapedType(tuple(x.shape), g.dtype),
+                       compiler_only=True,
+                       decomposition=_index_backward_decomposition,
                        vjp=_index_backward_vjp, attrs=("dims",), saves="", onnx=None,
                        doc="Zeros shaped like x with g added at the indexed positions (repeats "
                            "summed): the gradient of index (x only gives the shape).")

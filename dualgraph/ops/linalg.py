@@ -371,6 +371,12 @@ def _linear_backward_composite(g, x, w):
             reduce.sum(g2, 0))
 
 
+def _linear_backward_decomposition(g, x, w, need):
+    """The composite's products, zeros where ``need`` leaves one out (as the kernel)."""
+    outs = _linear_backward_composite(g, x, w)
+    return tuple(o if n else creation.zeros_like(o) for o, n in zip(outs, need))
+
+
 def _linear_backward_vjp(gg, out, g, x, w, need):
     """Second derivatives: autodiff of the same backward written with matmuls."""
     from ..autograd.engine import grad
@@ -386,11 +392,19 @@ def _linear_backward_vjp(gg, out, g, x, w, need):
 
 
 LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linear_backward,
+                        compiler_only=True,
+                        decomposition=_linear_backward_decomposition,
                         vjp=_linear_backward_vjp, attrs=("need",), num_outputs=3, saves="i",
                         onnx=None)
 
 
+def _linear_decomposition(x, w, *bias):
+    y = matmul(x, mT(w))
+    return y + bias[0] if bias else y
+
+
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
+               decomposition=_linear_decomposition,
                onnx="Gemm")
 
 

@@ -2,13 +2,14 @@
 
 As a composite, ``F.cross_entropy(logits, classes)`` is a log-softmax followed by a dozen
 small ops (which targets are ignored, a gather of the target classes, a masked sum, a
-count, a division) forward and as many backward: on an MLP's loss each costs a few
-microseconds of call overhead and together they took ~0.25 ms of a 4 ms training step.
-As one op it is one pass over each row forward (max, sum of exponentials, the target's
-logit) and one backward (``softmax - onehot``, scaled), from the logits alone: the
-backward recomputes the row's softmax instead of reading a saved log-softmax, which
-reads less memory than writing and reading one. The backward's own VJP is the autodiff of
-the composite form, so gradients of gradients still work.
+count, a division) forward and as many backward: each is a dispatch and a temporary of
+its own over the (N, C) logits or the N rows, so with the few classes of a small model's
+loss the calls, not the arithmetic, are the cost. As one op it is one pass over each row
+forward (max, sum of exponentials, the target's logit) and one backward
+(``softmax - onehot``, scaled), from the logits alone: the backward recomputes the row's
+softmax instead of reading a saved log-softmax, which reads less memory than writing and
+reading one. The backward's own VJP is the autodiff of the composite form, so gradients
+of gradients still work; the two compiler-only ops name that form as their decomposition.
 
 The op covers the common case: logits (N, C), integer targets (N,), no class weights, no
 label smoothing; ``F.cross_entropy`` composes the other cases from log-softmax and gathers.
@@ -176,13 +177,33 @@ def _backward_vjp(gg, dx, g, x, target, ignore_index, reduction):
     return dg, dxx, None
 
 
+def _cross_entropy_decomposition(x, target, ignore_index, reduction):
+    """The losses from log_softmax and a gather of the target classes (0 where ignored)."""
+    valid = ew.ne(target, ignore_index)
+    picked = index_ops.gather(red.log_softmax(x, 1), 1,
+                              shape_ops.unsqueeze(ew.where(valid, target, 0), 1))
+    losses = ew.where(valid, -shape_ops.squeeze(picked, 1), 0)
+    if reduction == "none":
+        return losses
+    total = red.sum(losses)
+    return total / red.sum(valid.to(x.dtype)) if reduction == "mean" else total
+
+
 CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entropy, vjp=_vjp,
+                      decomposition=_cross_entropy_decomposition,
                       attrs=("ignore_index", "reduction"), saves="i",
                       onnx="SoftmaxCrossEntropyLoss")
 CROSS_ENTROPY_BACKWARD = defop(
     "cross_entropy_backward", _cross_entropy_backward_kernel,
     lambda g, x, target, ignore_index, reduction: ShapedType(tuple(x.shape), x.dtype),
+    compiler_only=True,
+    decomposition=cross_entropy_backward_composite,
     vjp=_backward_vjp, attrs=("ignore_index", "reduction"), saves="i", onnx=None)
+
+
+def _with_grad_decomposition(x, target, g, ignore_index, reduction):
+    return (apply(CROSS_ENTROPY, x, target, ignore_index=ignore_index, reduction=reduction),
+            cross_entropy_backward_composite(g, x, target, ignore_index, reduction))
 
 
 CROSS_ENTROPY_WITH_GRAD = defop(
@@ -190,6 +211,8 @@ CROSS_ENTROPY_WITH_GRAD = defop(
     lambda x, target, g, ignore_index, reduction: (
         _infer_cross_entropy(x, target, ignore_index, reduction),
         ShapedType(tuple(x.shape), x.dtype)),
+    compiler_only=True,
+    decomposition=_with_grad_decomposition,
     num_outputs=2, attrs=("ignore_index", "reduction"), saves="", onnx=None,
     doc="A cross_entropy and its backward with seed gradient g, at once: (x, target, g) "
         "-> (loss, dx); made by the ``join_loss_gradient`` pass. Compiled steps run it "

@@ -100,21 +100,40 @@ def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
     return dx.astype(x.dtype, copy=False), dw.astype(x.dtype), db.astype(x.dtype)
 
 
+def _backward_decomposition(g, x, weight, mean, rstd, n_dims, eps):
+    """The kernel's formulas from ops: with ``xhat = (x - mean) * rstd`` and ``gw = g *
+    weight``, ``dx = (gw - mean(gw) - xhat * mean(gw * xhat)) * rstd``; the parameters'
+    gradients sum over the leading dims."""
+    dims, lead = _axes(x, n_dims), tuple(range(x.ndim - n_dims))
+    g = g.expand(tuple(x.shape))
+    xhat = (x - mean) * rstd
+    gw = g * weight if weight is not None else g
+    dx = gw - red.mean(gw, dims, keepdim=True) - xhat * red.mean(gw * xhat, dims, keepdim=True)
+    dw, db = g * xhat, g
+    if lead:
+        dw, db = red.sum(dw, lead), red.sum(db, lead)
+    return tuple(t.to(x.dtype) for t in (dx * rstd, dw, db))
+
+
 def _infer_backward(g, x, weight, mean, rstd, n_dims, eps):
     params = ShapedType(tuple(x.shape)[x.ndim - n_dims:], x.dtype)
     return ShapedType(tuple(x.shape), x.dtype), params, params
 
 
 def layer_norm_composite(x, weight, bias, n_dims, eps):
-    """The same normalisation from reductions and elementwise ops."""
+    """The same normalisation from reductions and elementwise ops: ``(y, mean, 1/std)``,
+    the statistics in the kernel's dtype (float32 for half-precision x)."""
     dims = _axes(x, n_dims)
-    mean = red.mean(x, dims, keepdim=True)
-    centred = x - mean
-    var = red.mean(centred * centred, dims, keepdim=True)
-    y = centred * ew.rsqrt(var + eps)
+    xs = x.to(_stat_dtype(x.dtype.np))
+    mean = red.mean(xs, dims, keepdim=True)
+    centred = xs - mean
+    rstd = ew.rsqrt(red.mean(centred * centred, dims, keepdim=True) + eps)
+    y = centred * rstd
     if weight is not None:
         y = y * weight
-    return y + bias if bias is not None else y
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype), mean, rstd
 
 
 def _vjp(g, out, x, weight, bias, n_dims, eps):
@@ -131,7 +150,7 @@ def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
     with enable_grad():
         gl, xl = g.detach().requires_grad_(), x.detach().requires_grad_()
         wl = None if weight is None else weight.detach().requires_grad_()
-        y = layer_norm_composite(xl, wl, None, n_dims, eps)
+        y = layer_norm_composite(xl, wl, None, n_dims, eps)[0]
         wrt = [xl] + ([wl] if wl is not None else [])
         firsts = grad(y, wrt, gl, create_graph=True)
         cots = [gg[0]] + ([gg[1]] if wl is not None else [])
@@ -149,11 +168,14 @@ _ROWS = RowEpilogue("dualgraph.kernels.normalization", "normalise_row", attrs=("
                     stats=("mean", "rstd"),
                     applies=lambda x, weight, bias, n_dims, eps: n_dims == 1)
 LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp,
+                   decomposition=layer_norm_composite,
                    attrs=("n_dims", "eps"), num_outputs=3, differentiable_outputs=(0,),
                    saves="io", onnx="LayerNormalization",
                    row_epilogue=_ROWS)
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
+                            compiler_only=True,
+                            decomposition=_backward_decomposition,
                             num_outputs=3, saves="i", onnx=None)
 
 

@@ -90,9 +90,13 @@ class OpDef:
     #                                  to each row as it is computed (see RowEpilogue)
 
     # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
-    # A compiler-only op (a fused or ``*_backward`` op that exists for speed) names the
-    # ordinary ops it stands for: ``decomposition(*inputs, **attrs)``, written with dualgraph
-    # ops on Tensors, returns what ``kernel`` returns (the op tests compare the two).
+    # A compiler-only op (a fused or ``*_backward`` op that exists for speed: autodiff or a
+    # lowering pass makes it in place of ordinary ops) is flagged and must name the ordinary
+    # ops it stands for: ``decomposition(*inputs, **attrs)``, written with dualgraph ops on
+    # Tensors and never with another compiler-only op, returns what ``kernel`` returns (a
+    # Tensor, or a tuple for several outputs). The op tests run both on every row of the op
+    # and compare them. An ordinary op promoted to a primitive for speed may name one too.
+    compiler_only: bool = False
     decomposition: Callable | None = None
 
     # -- ONNX: export and import ------------------------------------------------------------

@@ -112,14 +112,15 @@ def _infer_lstm_backward(gh, gc, xg, h, c, w_hh, *rest, need):
                   (tuple(w_hh.shape)[0],)))
 
 
-def _lstm_composite(xg, h, c, w_hh, b_hh):
-    """The same step from matmul and elementwise ops: what the double backward
-    differentiates."""
+def _lstm_composite(xg, h, c, w_hh, b_hh=None):
+    """The same step from linear and elementwise ops, ``(h', c', activated gates)`` as the
+    kernel: what the double backward differentiates."""
     from .linalg import linear
     gates = xg + linear(h, w_hh, b_hh)
     i, f, g, o = shape_ops.chunk(gates, 4, -1)
-    c_new = ew.sigmoid(f) * c + ew.sigmoid(i) * ew.tanh(g)
-    return ew.sigmoid(o) * ew.tanh(c_new), c_new
+    i, f, g, o = ew.sigmoid(i), ew.sigmoid(f), ew.tanh(g), ew.sigmoid(o)
+    c_new = f * c + i * g
+    return o * ew.tanh(c_new), c_new, shape_ops.cat([i, f, g, o], -1)
 
 
 def _zeros_for(g, like):
@@ -135,6 +136,24 @@ def _lstm_vjp(g, out, xg, h, c, w_hh, *b_hh):
     return tuple(gi if n else None for gi, n in zip(grads, need))[:4 + len(b_hh)]
 
 
+def _lstm_backward_decomposition(gh, gc, xg, h, c, w_hh, *rest, need):
+    """:func:`_cell_backward` from elementwise ops on the saved activated gates (the last
+    input), then the hidden projection's gradients (zeros where ``need`` leaves them out,
+    as the kernel)."""
+    from .creation import zeros_like
+    i, f, g, o = shape_ops.chunk(rest[-1], 4, -1)
+    tc = ew.tanh(f * c + i * g)
+    dc_new = gc + gh * o * (1 - tc * tc)
+    d_gates = shape_ops.cat([dc_new * g * i * (1 - i), dc_new * c * f * (1 - f),
+                             dc_new * i * (1 - g * g), gh * tc * o * (1 - o)], -1)
+    d2 = shape_ops.reshape(d_gates, (-1, d_gates.shape[-1]))
+    dh = shape_ops.reshape(d2 @ w_hh, tuple(h.shape))
+    dw = d2.t() @ shape_ops.reshape(h, (-1, h.shape[-1]))
+    db = d2.sum(0)
+    return (d_gates, dh if need[1] else zeros_like(dh), dc_new * f,
+            dw if need[3] else zeros_like(dw), db if need[4] else zeros_like(db))
+
+
 def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
     """Second derivatives: autodiff of the first derivatives of :func:`_lstm_composite`
     (the activated gates are a cache, so they get no gradient of their own)."""
@@ -143,7 +162,7 @@ def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
     b_hh = rest[:-1]
     with enable_grad():
         leaves = [t.detach().requires_grad_() for t in (gh, gc, xg, h, c, w_hh, *b_hh)]
-        h_new, c_new = _lstm_composite(*leaves[2:6], *(leaves[6:] or [None]))
+        h_new, c_new, _ = _lstm_composite(*leaves[2:6], *(leaves[6:] or [None]))
         firsts = grad([h_new, c_new], leaves[2:], leaves[:2], create_graph=True,
                       allow_unused=True)
         pairs = [(f, cot) for f, cot, n in zip(firsts, gg, need)
@@ -156,8 +175,11 @@ def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
 
 
 LSTM_CELL = defop("lstm_cell", _lstm_kernel, _infer_lstm, vjp=_lstm_vjp, num_outputs=3,
+                  decomposition=_lstm_composite,
                   differentiable_outputs=(0, 1), saves="io", onnx=None)
 LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _lstm_backward_kernel, _infer_lstm_backward,
+                           compiler_only=True,
+                           decomposition=_lstm_backward_decomposition,
                            vjp=_lstm_backward_vjp, attrs=("need",), num_outputs=5, saves="i",
                            onnx=None)
 

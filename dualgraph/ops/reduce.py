@@ -642,10 +642,14 @@ def _infer_softmax_backward(g, out, dim):
 
 SOFTMAX_BACKWARD = defop("softmax_backward", _softmax_backward_kernel(False),
                          _infer_softmax_backward,
+                         compiler_only=True,
+                         decomposition=_softmax_backward_composite,
                          vjp=_backward_vjp(_softmax_backward_composite), attrs=("dim",),
                          saves="i", onnx=None)
 LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _softmax_backward_kernel(True),
                              _infer_softmax_backward,
+                             compiler_only=True,
+                             decomposition=_log_softmax_backward_composite,
                              vjp=_backward_vjp(_log_softmax_backward_composite),
                              attrs=("dim",), saves="i", onnx=None)
 SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tuple(x.shape),

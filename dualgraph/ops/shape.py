@@ -223,10 +223,16 @@ def _slice_backward_kernel(g, x, index):
     return out
 
 
+def _slice_backward_decomposition(g, x, index):
+    return apply(SLICE_UPDATE, creation.zeros_like(x, dtype=g.dtype), g, index=index)
+
+
 # One op for the gradient of a slice (not zeros + slice_update: two ops and a copy), as it
 # runs for every step of a Python loop over x[:, t] and every part of a split.
 SLICE_BACKWARD = defop("slice_backward", _slice_backward_kernel,
                        lambda g, x, index: ShapedType(tuple(x.shape), g.dtype),
+                       compiler_only=True,
+                       decomposition=_slice_backward_decomposition,
                        vjp=lambda gg, out, g, x, index: (apply(SLICE, gg, index=index), None),
                        attrs=("index",), saves="", onnx=None,
                        doc="Zeros shaped like x with g in the block ``index``: the gradient "

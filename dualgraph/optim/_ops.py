@@ -146,12 +146,30 @@ def _into(out, results: tuple) -> tuple:
     return tuple(r if o is None else o for o, r in zip(out, results))
 
 
+def _adam_decomposition(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay):
+    """torch's Adam arithmetic, op by op."""
+    m = m + (grad - m) * (1 - beta1)
+    v = v * beta2 + grad * grad * (1 - beta2)
+    denom = v.sqrt() / (1 - beta2 ** step).sqrt() + eps
+    return p * decay - lr / (1 - beta1 ** step) * m / denom, m, v
+
+
+def _grouped(decomposition, width: int):
+    """A group op's decomposition: ``decomposition`` on each member's ``width`` inputs."""
+    def grouped(*args, **hyper):
+        members = (args[i:i + width] for i in range(0, len(args), width))
+        return tuple(t for member in members for t in decomposition(*member, **hyper))
+    return grouped
+
+
 def _infer_adam(p, grad, m, v, step, **attrs):
     return tuple(ShapedType(tuple(x.shape), x.dtype) for x in (p, m, v))
 
 
 ADAM_UPDATE = defop(
     "adam_update", _adam_kernel, _infer_adam, num_outputs=3,
+    compiler_only=True,
+    decomposition=_adam_decomposition,
     attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None, writes_out=True,
     doc="One Adam step: (param, grad, exp_avg, exp_avg_sq, step) -> the new param, exp_avg "
         "and exp_avg_sq; ``decay`` multiplies the param first (AdamW's decoupled decay). "
@@ -162,6 +180,8 @@ ADAM_UPDATE_GROUP = defop(
     "adam_update_group", _adam_group_kernel,
     lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
                                  for t in _infer_adam(*args[i:i + 5])),
+    compiler_only=True,
+    decomposition=_grouped(_adam_decomposition, 5),
     num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
     writes_out=True,
     doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
@@ -206,9 +226,16 @@ def _sgd_kernel(p, grad, buf, *, lr, momentum, dampening, nesterov, out=None):
     return _into(out, (p + step * -lr, new_buf))
 
 
+def _sgd_decomposition(p, grad, buf, *, lr, momentum, dampening, nesterov):
+    buf = buf * momentum + grad * (1 - dampening)
+    return p - lr * (grad + momentum * buf if nesterov else buf), buf
+
+
 SGD_UPDATE = defop(
     "sgd_update", _sgd_kernel, lambda p, grad, buf, **attrs: (
         ShapedType(tuple(p.shape), p.dtype), ShapedType(tuple(p.shape), p.dtype)),
+    compiler_only=True,
+    decomposition=_sgd_decomposition,
     num_outputs=2, attrs=("lr", "momentum", "dampening", "nesterov"), saves="", onnx=None,
     writes_out=True,
     doc="One SGD step with momentum after the first: (param, grad, momentum buffer) -> the "
@@ -236,6 +263,8 @@ SGD_UPDATE_GROUP = defop(
     "sgd_update_group", _sgd_group_kernel,
     lambda *args, **attrs: tuple(ShapedType(tuple(args[i].shape), args[i].dtype)
                                  for i in range(0, len(args), 3) for _ in range(2)),
+    compiler_only=True,
+    decomposition=_grouped(_sgd_decomposition, 3),
     num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
     onnx=None, writes_out=True,
     doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "

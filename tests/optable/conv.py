@@ -95,6 +95,9 @@ CASES = [
         [In((2, 4, 4, 3)), In((4, 3, 3, 2))], "transpose-groups-dilation"),
     OpCase("conv2d_input_grad", lambda m, x, w: m.nn.functional.conv_transpose1d(
         x, w, stride=2, padding=1), [In((2, 4, 5)), In((4, 3, 3))], "transpose1d"),
+    OpCase("conv2d_input_grad", lambda m, x, w: m.nn.functional.conv_transpose2d(
+        x, w, padding=1, groups=2, dilation=(1, 2)),
+        [In((2, 4, 5, 6)), In((4, 3, 3, 2))], "stride1-groups-dilation"),
     OpCase("conv2d_input_grad", lambda m, x, w, g: first_grad(
         m, lambda x: conv(m, x, w, stride=2, padding=1, groups=2), x, g),
         [In((2, 4, 5, 6), grad=False), In((4, 2, 3, 3)), In((2, 4, 3, 3))], "double-backward"),
@@ -109,12 +112,18 @@ CASES = [
     OpCase("conv2d_columns", columns_conv(True, padding=((1, 1), (2, 2))),
            [In((2, 3, 7, 6)), In((4, 3, 3, 3)), In((4,))], "padded", grad=False,
            dtypes=("float32", "float64"), atol=1e-4),
+    OpCase("conv2d_columns", columns_conv(False, padding=((1, 1), (0, 0)), dilation=(2, 1),
+                                          groups=2),
+           [In((2, 4, 7, 6)), In((6, 2, 3, 2))], "dilated-groups", grad=False),
     OpCase("conv2d_from_columns", columns_conv(False, stride=(2, 1), dilation=(1, 2),
                                                groups=2),
            [In((2, 4, 9, 8)), In((6, 2, 3, 2))], "strided-groups", grad=False),
     OpCase("conv2d_weight_grad_from_columns", columns_weight_grad(padding=((1, 1), (0, 0))),
            [In((2, 3, 6, 7)), In((2, 4, 6, 6))], "padded", grad=False,
            dtypes=("float32", "float64"), atol=1e-4),
+    OpCase("conv2d_weight_grad_from_columns", columns_weight_grad(
+        padding=((0, 0), (1, 1)), dilation=(1, 2)),
+           [In((2, 3, 6, 7)), In((2, 4, 4, 7))], "dilated", grad=False),
     OpCase("conv2d_weight_grad_from_columns", columns_weight_grad(stride=(2, 2), groups=3),
            [In((2, 3, 7, 6)), In((2, 6, 3, 3))], "strided-groups", grad=False),
     # max pooling: -inf padding, ceil_mode, overlapping windows, dilation, indices

@@ -18,7 +18,17 @@ def _group() -> Graph:
     return g
 
 
-GROUP = _group()
+def _backward_group() -> Graph:
+    """relu_backward(g, out) * 2: a group holding a compiler-only op."""
+    g = Graph()
+    dy, out = g.add_input((3, 4), "float32", name="g"), g.add_input((3, 4), "float32")
+    (dx,) = g.add_node("relu_backward", [dy, out])
+    (y,) = g.add_node("mul", [dx, 2.0])
+    g.set_outputs([y])
+    return g
+
+
+GROUP, BACKWARD_GROUP = _group(), _backward_group()
 
 
 def _fused(m, x, y):
@@ -28,4 +38,12 @@ def _fused(m, x, y):
     return fused_ops.fused(GROUP, x, y)
 
 
-CASES = [OpCase("fused", _fused, [In((3, 4)), In((4,))], "exp-sum", grad=False)]
+def _fused_backward(m, g, out):
+    if m.__name__ == "torch":
+        return (m.where(out > 0, g, 0.0) * 2.0,)
+    return fused_ops.fused(BACKWARD_GROUP, g, out)
+
+
+CASES = [OpCase("fused", _fused, [In((3, 4)), In((4,))], "exp-sum", grad=False),
+         OpCase("fused", _fused_backward, [In((3, 4)), In((3, 4))], "relu-backward",
+                grad=False)]
