@@ -361,7 +361,7 @@ def _unfold(x, kernel_size, stride, padding, dilation, groups, width=None):
     out_hw = _conv_out_hw((h, w), kernel_size, stride, padding, dilation)
     padded = _padded(h, w, padding)
     (pt, pb), (pl, pr) = padding
-    flat = shape_ops.reshape(shape_ops.pad(x, (pl, pr, pt, pb)),
+    flat = shape_ops.reshape(index.pad(x, (pl, pr, pt, pb)),
                              (n, groups, c // groups, padded[0] * padded[1]))
     where, live = _window_positions(padded, kernel_size, stride, dilation, out_hw,
                                     width or out_hw[1])
@@ -425,7 +425,7 @@ def _weight_grad_from_columns_decomposition(cols, x, g, *, kernel_size, stride, 
     out as they are, zero in their junk columns."""
     n, cout, ho, wo = g.shape
     width = cols.shape[-1] // (n * ho)
-    gm = shape_ops.pad(shape_ops.permute(g, (1, 0, 2, 3)), (0, width - wo))
+    gm = index.pad(shape_ops.permute(g, (1, 0, 2, 3)), (0, width - wo))
     gm = shape_ops.reshape(gm, (groups, cout // groups, -1))
     gw = linalg.matmul(gm.to(cols.dtype), linalg.mT(cols))
     return shape_ops.reshape(gw, (cout, -1) + tuple(kernel_size)).to(
