@@ -239,6 +239,22 @@ def test_the_table_covers_every_converter():
     assert set(import_rules()) <= covered, sorted(set(import_rules()) - covered)
 
 
+def test_each_onnx_op_type_imports_by_one_rule():
+    """A registry op that is the natural target of an ONNX op type holds its import rule
+    (``OpDef.onnx_import``, or its ``onnx`` op type for a one-to-one op); the converters
+    of export/ are for the op types no op claims, and no op type has two rules."""
+    from dualgraph.export.onnx_import_ops import CONVERTERS, op_import_rules
+    from dualgraph.ops import REGISTRY
+    claimed = {}
+    for op in REGISTRY.values():
+        for op_type in op_import_rules(op):
+            assert op_type not in CONVERTERS and op_type not in claimed, \
+                (op_type, op.name, claimed.get(op_type, "CONVERTERS"))
+            claimed[op_type] = op.name
+    assert claimed["Relu"] == "relu" and claimed["ReduceSum"] == "sum"
+    assert set(import_rules()) == set(CONVERTERS) | set(claimed)
+
+
 def test_bitwise_ops_on_ints():
     a, c = INTS, np.array([[1, 3, 6], [7, 0, 2]], np.int64)
     nodes = [helper.make_node(op, ["a", "c"] if op != "BitwiseNot" else ["a"], [op])
