@@ -5,11 +5,12 @@ trimmed or given a larger budget on purpose."""
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
-CORE_BUDGET = 20_000
+# (raised from 20k when each op's ONNX export moved from export/ into its OpDef in ops/)
+CORE_BUDGET = 21_000
 # lines per folder of the package ("." is the top-level modules): today's size plus room
 BUDGETS = {".": 1_900, "autograd": 700, "capture": 3_200, "codegen": 2_000, "graph": 1_600,
-           "kernels": 2_900, "ops": 6_300, "passes": 2_500,
-           "export": 2_500, "nn": 4_600, "optim": 1_500, "utils": 500}
+           "kernels": 2_900, "ops": 7_100, "passes": 2_500,
+           "export": 1_800, "nn": 4_600, "optim": 1_500, "utils": 500}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 
 
