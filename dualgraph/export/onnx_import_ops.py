@@ -3,8 +3,9 @@
 (``b.op(op, *inputs, **attrs)`` adds a node, or runs the kernel now when every input is
 known; ``b.error`` names the node). Where a registry op is the natural target of an ONNX op
 type (Relu -> relu), the rule is part of that op's OpDef (``onnx_import``); the op types that
-decompose into several registry ops have their converters here, in ``CONVERTERS``. ``xs`` are the node's inputs (graph Values, or NumPy
-arrays when known at load time), ``attrs`` its attributes as Python values. The importer
+decompose into several registry ops have their converters here, in ``CONVERTERS``. ``xs``
+are the node's inputs (graph Values, or NumPy arrays when known at load time), ``attrs``
+its attributes as Python values. The importer
 itself (walking the model, folding, subgraphs) is ``onnx_import.py``.
 """
 from __future__ import annotations

@@ -1049,8 +1049,8 @@ def _gelu_tanh_backward_vjp(gg, out, g, x):
 # (Their fusion templates name one scalar function: kernels/fastmath.py's gelu_tanh32, the
 # one the eager loop uses, so a fused kernel computes the same bits.)
 GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
-                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})", _onnx_gelu("tanh"),
-                   saves="i")
+                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})",
+                   _onnx_gelu("tanh"), saves="i")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
                            vjp=_gelu_tanh_backward_vjp, saves="i",
