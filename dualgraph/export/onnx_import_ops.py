@@ -5,8 +5,8 @@ known; ``b.error`` names the node). Where a registry op is the natural target of
 type (Relu -> relu), the rule is part of that op's OpDef (``onnx_import``); the op types that
 decompose into several registry ops have their converters here, in ``CONVERTERS``. ``xs``
 are the node's inputs (graph Values, or NumPy arrays when known at load time), ``attrs``
-its attributes as Python values. The importer
-itself (walking the model, folding, subgraphs) is ``onnx_import.py``.
+its attributes as Python values. The importer itself (walking the model, folding,
+subgraphs) is ``onnx_import.py``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .. import dtypes
 from ..graph import Graph
 from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
-from ..shapes import ShapedType, Sym, broadcast_shapes, numel
+from ..shapes import ShapedType, Sym, numel
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 
@@ -31,10 +31,7 @@ def tidy(x):
     return x
 
 
-
 # -- helpers shared by converters -------------------------------------------------------------
-
-
 def _is_int(x) -> bool:
     return x.dtype.kind in "biuO"
 
@@ -54,8 +51,6 @@ def _variadic(name):
 
 
 # -- elementwise --------------------------------------------------------------------------------
-
-
 def _div(b, xs, attrs):
     a, c = xs
     if not (_is_int(a) and _is_int(c)):
@@ -180,38 +175,6 @@ def _size(b, xs, attrs):
     return tidy(np.array(numel(xs[0].shape), dtype=object))
 
 
-def _reshape(b, xs, attrs):
-    x = xs[0]
-    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
-    if not attrs.get("allowzero", 0):
-        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
-    return b.reshape(x, shape)
-
-
-def _flatten(b, xs, attrs):
-    x = xs[0]
-    axis = attrs.get("axis", 1)
-    axis = axis + x.ndim if axis < 0 else axis
-    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
-
-
-def _squeeze(b, xs, attrs):
-    x = xs[0]
-    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
-    dims = b.dims(axes, x.ndim) if axes else [i for i, d in enumerate(x.shape) if d == 1]
-    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
-
-
-def _unsqueeze(b, xs, attrs):
-    x = xs[0]
-    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
-    if not axes:
-        raise b.error("Unsqueeze needs axes")
-    dims = b.dims(axes, x.ndim + len(axes))
-    rest = iter(x.shape)
-    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
-
-
 def _split(b, xs, attrs):
     x = xs[0]
     dim = b.dim(attrs.get("axis", 0), x.ndim)
@@ -313,12 +276,6 @@ def _gather_nd(b, xs, attrs):
     columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
                for k in range(i.shape[-1])]
     return b.op("index", x, *columns, dims=tuple(range(len(columns))))
-
-
-def _expand(b, xs, attrs):
-    x = xs[0]
-    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
-    return x if shape == tuple(x.shape) else b.op("expand", x, shape=shape)
 
 
 def _tile(b, xs, attrs):
@@ -429,8 +386,6 @@ def _topk(b, xs, attrs):
 
 
 # -- normalisation ------------------------------------------------------------------------------
-
-
 def _batch_norm(b, xs, attrs):
     if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
         raise b.error("training-mode BatchNormalization is not supported; export the "
@@ -766,10 +721,9 @@ CONVERTERS = {
     # matrix products
     "Gemm": _gemm,
     # shapes and indexing
-    "Shape": _shape, "Size": _size, "Reshape": _reshape, "Flatten": _flatten,
-    "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Split": _split, "Slice": _slice,
+    "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
-    "Expand": _expand, "Tile": _tile, "Pad": _pad,
+    "Tile": _tile, "Pad": _pad,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,

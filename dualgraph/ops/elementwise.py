@@ -107,6 +107,7 @@ POW = defop("pow", _pow_kernel, infer_binary, vjp=_pow_vjp, elementwise="{0} ** 
             onnx="Pow",
             onnx_import={})   # (ONNX's Pow keeps the base's type: export/onnx_import_ops.py)
 
+
 def _onnx_floor_divide(e, node):
     dtype = e.common_dtype()
     x, y = e.inputs(dtype)
@@ -674,15 +675,17 @@ def _cast_kernel(x, dtype):
     return x.astype(dtype)
 
 
+def _from_onnx_cast(b, xs, attrs):
+    return b.cast(xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
+
+
 CAST = defop("cast", _cast_kernel, lambda x, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
              attrs=("dtype",), saves="",
              vjp=lambda g, out, x, dtype: cast_to(g, x.dtype),
              differentiable_outputs=None, elementwise="cast({0})",
              onnx=lambda e, node: [e.cast(e.input(0), node.attrs["dtype"])],
-             onnx_import={
-                 "Cast": lambda b, xs, attrs: b.cast(xs[0], b.onnx_dtype(attrs["to"],
-                                                                         "Cast's target")),
-                 "CastLike": lambda b, xs, attrs: b.cast(xs[0], xs[1].dtype)},
+             onnx_import={"Cast": _from_onnx_cast,
+                          "CastLike": lambda b, xs, attrs: b.cast(xs[0], xs[1].dtype)},
              # (a shape value stays ints and Syms under an integer cast)
              shape_fold=lambda x, dtype: x if np.dtype(dtype).kind in "iu" else x.astype(dtype))
 
@@ -785,7 +788,6 @@ def _onnx_isfinite(e, node):
     if node.inputs[0].dtype.kind != "f":   # integers are always finite
         return [e.op("Not", [e.false_like(x)])]
     return [e.op("Not", [e.op("Or", [e.op("IsNaN", [x]), e.op("IsInf", [x])])])]
-
 
 
 # isfinite is a primitive because GradScaler checks every gradient with it on every step

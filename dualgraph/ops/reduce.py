@@ -112,13 +112,26 @@ def _onnx_reduce(op_type: str):
     return export
 
 
-def _from_onnx_reduce(make, since: int = 18):
-    """An ONNX Reduce* node -> ``make(b, x, dims, keepdim)``; its axes are an attribute
+def _from_onnx_reduce(reduce, since: int = 18):
+    """An ONNX Reduce* node -> ``reduce(b, x, dims, keepdim)``; its axes are an attribute
     before opset ``since`` and an input from it on (ReduceSum: 13)."""
     def convert(b, xs, attrs):
         dims, keep = b.reduce_dims(xs, attrs, since)
-        return xs[0] if dims is None else make(b, xs[0], dims, keep)
+        return xs[0] if dims is None else reduce(b, xs[0], dims, keep)
     return convert
+
+
+def _reduction(name: str, **fixed):
+    return lambda b, x, dims, keep: b.op(name, x, dims=dims, keepdim=keep, **fixed)
+
+
+# ONNX's ReduceSum and ReduceProd keep x's dtype; dualgraph's sum and prod of ints give int64
+def _sum_from_onnx(b, x, dims, keep):
+    return b.op("sum", x, dims=dims, keepdim=keep, dtype=x.dtype)
+
+
+def _prod_from_onnx(b, x, dims, keep):
+    return b.cast(b.op("prod", x, dims=dims, keepdim=keep), x.dtype)
 
 
 COUNT = defop("count", _count_kernel,
@@ -155,8 +168,7 @@ def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
             saves="",
             onnx=_onnx_reduce("ReduceSum"),
-            onnx_import={"ReduceSum": _from_onnx_reduce(lambda b, x, dims, keep: b.op(
-                SUM, x, dims=dims, keepdim=keep, dtype=x.dtype), since=13)})
+            onnx_import={"ReduceSum": _from_onnx_reduce(_sum_from_onnx, since=13)})
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
@@ -190,8 +202,7 @@ MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), sav
              vjp=lambda g, out, x, dims, keepdim: _expand_back(
                  g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
              onnx=_onnx_reduce("ReduceMean"),
-             onnx_import={"ReduceMean": _from_onnx_reduce(lambda b, x, dims, keep: b.op(
-                 MEAN, x, dims=dims, keepdim=keep))})
+             onnx_import={"ReduceMean": _from_onnx_reduce(_reduction("mean"))})
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
@@ -235,8 +246,7 @@ def _prod_vjp(g, out, x, dims, keepdim):
 PROD = defop("prod", _prod_kernel, _infer_prod, vjp=_prod_vjp, attrs=("dims", "keepdim"),
              saves="i",
              onnx=_onnx_reduce("ReduceProd"),
-             onnx_import={"ReduceProd": _from_onnx_reduce(lambda b, x, dims, keep: b.cast(
-                 b.op(PROD, x, dims=dims, keepdim=keep), x.dtype))})
+             onnx_import={"ReduceProd": _from_onnx_reduce(_prod_from_onnx)})
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
@@ -260,13 +270,11 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMax"),
-             onnx_import={"ReduceMax": _from_onnx_reduce(lambda b, x, dims, keep: b.op(
-                 AMAX, x, dims=dims, keepdim=keep))})
+             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax"))})
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMin"),
-             onnx_import={"ReduceMin": _from_onnx_reduce(lambda b, x, dims, keep: b.op(
-                 AMIN, x, dims=dims, keepdim=keep))})
+             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin"))})
 
 
 def amax(input, dim=(), keepdim=False):
@@ -522,8 +530,7 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
                   attrs=("dims", "keepdim"),
                   onnx=_onnx_reduce("ReduceLogSumExp"),
-                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(
-                      lambda b, x, dims, keep: b.op(LOGSUMEXP, x, dims=dims, keepdim=keep))})
+                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))})
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -586,16 +593,12 @@ def _onnx_norm(e, node):
     return [e.op("Pow", [total, e.scalar(1 / p, dtype, "inv_p")])]
 
 
-def _from_onnx_norm(order: float):
-    return _from_onnx_reduce(lambda b, x, dims, keep: b.op(NORM, x, ord=order, dims=dims,
-                                                           keepdim=keep))
-
-
 # ONNX has ReduceL1 / ReduceL2 for ord 1 and 2; the other orders are exported decomposed.
 NORM = defop("norm", _norm_kernel, lambda x, ord, dims, keepdim: _infer_reduce(x, dims, keepdim),
              vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"),
              onnx=_onnx_norm,
-             onnx_import={"ReduceL1": _from_onnx_norm(1.0), "ReduceL2": _from_onnx_norm(2.0)})
+             onnx_import={"ReduceL1": _from_onnx_reduce(_reduction("norm", ord=1.0)),
+                          "ReduceL2": _from_onnx_reduce(_reduction("norm", ord=2.0))})
 
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):

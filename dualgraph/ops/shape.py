@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch import apply
-from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, normalize_dim, normalize_dims
+from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
+                      normalize_dim, normalize_dims, numel)
 from . import creation, index as index_ops, reduce
 from ._util import cast, needs_grad
 from .opdef import defop
@@ -52,11 +53,47 @@ def _onnx_reshape(e, node):
     return [e.op("Reshape", [e.input(0), e.ints(target)])]
 
 
+# ONNX's Reshape, Flatten, Squeeze and Unsqueeze are each one reshape (``b.reshape``: none
+# where the shape stays)
+def _from_onnx_reshape(b, xs, attrs):
+    x = xs[0]
+    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
+    return b.reshape(x, shape)
+
+
+def _from_onnx_flatten(b, xs, attrs):
+    x = xs[0]
+    axis = attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
+
+
+def _from_onnx_squeeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    dims = b.dims(axes, x.ndim) if axes else [i for i, d in enumerate(x.shape) if d == 1]
+    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+def _from_onnx_unsqueeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    if not axes:
+        raise b.error("Unsqueeze needs axes")
+    dims = b.dims(axes, x.ndim + len(axes))
+    rest = iter(x.shape)
+    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
+
+
 RESHAPE = defop("reshape", _reshape_kernel,
                 lambda x, shape: ShapedType(infer_reshape(tuple(x.shape), shape), x.dtype),
                 vjp=lambda g, out, x, shape: reshape(g, tuple(x.shape)),
                 attrs=("shape",), saves="", view=True, elementwise=None,
                 onnx=_onnx_reshape,
+                onnx_import={"Reshape": _from_onnx_reshape, "Flatten": _from_onnx_flatten,
+                             "Squeeze": _from_onnx_squeeze, "Unsqueeze": _from_onnx_unsqueeze},
                 shape_fold=_reshape_kernel)
 
 
@@ -96,10 +133,17 @@ def _onnx_expand(e, node):
     return [e.op("Expand", [e.input(0), e.ints(target)])]
 
 
+def _from_onnx_expand(b, xs, attrs):
+    x = xs[0]
+    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
+    return x if shape == tuple(x.shape) else b.op(EXPAND, x, shape=shape)
+
+
 EXPAND = defop("expand", lambda x, shape: np.broadcast_to(x, shape), _infer_expand,
                vjp=lambda g, out, x, shape: reduce.sum_to(g, tuple(x.shape)),
                attrs=("shape",), saves="", view=True,
                onnx=_onnx_expand,
+               onnx_import={"Expand": _from_onnx_expand},
                shape_fold=lambda x, shape: np.broadcast_to(x, shape))
 
 
