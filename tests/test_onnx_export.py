@@ -281,6 +281,74 @@ def test_unexportable_op_names_the_users_line(tmp_path):
         dg.onnx.export(fn, (dg.randn(3),), tmp_path / "m.onnx")
 
 
+# -- one place per op: its OpDef -----------------------------------------------------------
+def test_the_exporter_reads_the_opdef_and_nothing_else():
+    """An op with an ``onnx`` field exports by it; an op without one has no ONNX form; an
+    op type string is only for an op without attrs whose one output and inputs map one to
+    one."""
+    for name, op in REGISTRY.items():
+        export = exporter(op)
+        assert (export is None) == (op.onnx is None), name
+        if callable(op.onnx):
+            assert export is op.onnx, name
+        elif op.onnx is not None:
+            assert isinstance(op.onnx, str) and not op.attrs and op.num_outputs == 1, name
+
+
+def test_changing_an_opdef_changes_its_export(tmp_path, monkeypatch):
+    """The OpDef is the one route: a new export function is used at once, and ``onnx=None``
+    takes the ONNX form away (no table elsewhere still knows the op)."""
+    softmax = REGISTRY["softmax"]
+    fn = lambda t: dg.softmax(t, dim=-1)   # noqa: E731
+    monkeypatch.setattr(softmax, "onnx", lambda e, node: [e.op("Exp", [e.input(0)])])
+    proto = dg.onnx.export(fn, (dg.randn(2, 3),), tmp_path / "m.onnx")
+    assert [n.op_type for n in proto.graph.node] == ["Exp"]
+    monkeypatch.setattr(softmax, "onnx", None)
+    with pytest.raises(OnnxError, match="can't export softmax .*no ONNX form"):
+        dg.onnx.export(fn, (dg.randn(2, 3),), tmp_path / "m.onnx")
+
+
+def _op_name_tables_and_comparisons(path) -> list:
+    """String literals naming a registry op in ``path`` that are dict keys or set items (a
+    table of ops by name) or compared with a ``name`` (``op.name == "relu"``, ``name in
+    {...}``)."""
+    import ast
+
+    def names_an_op(k):
+        return isinstance(k, ast.Constant) and k.value in REGISTRY
+
+    def is_a_name(x):
+        return (isinstance(x, ast.Attribute) and x.attr == "name"
+                or isinstance(x, ast.Name) and x.id in ("name", "op_name"))
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        items = []
+        if isinstance(node, ast.Dict):
+            items = node.keys
+        elif isinstance(node, ast.Set):
+            items = node.elts
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(is_a_name(x) for x in operands):
+                items = [k for x in operands
+                         for k in (x.elts if isinstance(x, (ast.Tuple, ast.List, ast.Set))
+                                   else [x])]
+        found += [f"{path.name}:{k.lineno}: {k.value!r}" for k in items if names_an_op(k)]
+    return found
+
+
+def test_export_holds_no_table_or_test_of_op_names():
+    """export/ is the emitter and importer machinery: it knows no op by name (no table
+    keyed by op names, no ``name == "relu"``), so an op's ONNX form can't come from two
+    places."""
+    import pathlib
+    import dualgraph.export
+    folder = pathlib.Path(dualgraph.export.__file__).parent
+    found = [f for path in sorted(folder.glob("*.py"))
+             for f in _op_name_tables_and_comparisons(path)]
+    assert not found, found
+
+
 def test_bad_opset_and_names(tmp_path):
     with pytest.raises(ValueError, match="opset must be an int from 17"):
         dg.onnx.export(lambda x: x, (dg.ones(1),), tmp_path / "m.onnx", opset=11)

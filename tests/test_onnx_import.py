@@ -1,6 +1,6 @@
 """ONNX import (``dg.onnx.load``) checked against onnxruntime.
 
-Every converter of ``onnx_import_ops.IMPORTERS`` runs in the table below: a one-node model built
+Every rule of ``onnx_import_ops.import_rules()`` runs in the table below: a one-node model built
 with ``onnx.helper`` (checked by ``onnx.checker``), run by onnxruntime and by dualgraph, the
 values and dtypes compared. Then whole models (an MLP, a CNN, an attention block whose
 reshapes go through Shape/Gather/Concat with a symbolic batch), loading from a file, and the
@@ -18,7 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from dualgraph.export.errors import OnnxError  # noqa: E402
-from dualgraph.export.onnx_import_ops import IMPORTERS  # noqa: E402
+from dualgraph.export.onnx_import_ops import import_rules  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -236,7 +236,23 @@ def test_the_table_covers_every_converter():
     covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
                 "BitwiseOr", "BitwiseXor", "BitwiseNot", "If", "Loop",
                 "Scan"}   # (tested by the models below)
-    assert set(IMPORTERS) <= covered, sorted(set(IMPORTERS) - covered)
+    assert set(import_rules()) <= covered, sorted(set(import_rules()) - covered)
+
+
+def test_each_onnx_op_type_imports_by_one_rule():
+    """A registry op that is the natural target of an ONNX op type holds its import rule
+    (``OpDef.onnx_import``, or its ``onnx`` op type for a one-to-one op); the converters
+    of export/ are for the op types no op claims, and no op type has two rules."""
+    from dualgraph.export.onnx_import_ops import CONVERTERS, op_import_rules
+    from dualgraph.ops import REGISTRY
+    claimed = {}
+    for op in REGISTRY.values():
+        for op_type in op_import_rules(op):
+            assert op_type not in CONVERTERS and op_type not in claimed, \
+                (op_type, op.name, claimed.get(op_type, "CONVERTERS"))
+            claimed[op_type] = op.name
+    assert claimed["Relu"] == "relu" and claimed["ReduceSum"] == "sum"
+    assert set(import_rules()) == set(CONVERTERS) | set(claimed)
 
 
 def test_bitwise_ops_on_ints():

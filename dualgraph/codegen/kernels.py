@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernels import MIN_ELEMENTS, native, numba_available
+from ..kernels import MIN_ELEMENTS, native
 from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
 from ..ops.opdef import Reduction

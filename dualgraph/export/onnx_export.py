@@ -4,8 +4,9 @@ The trace is ``dg.jit.trace``'s (the same capture, so a line that can't be captu
 named as there), taken without gradient tracking: the model is exported for inference.
 The graph is then cleaned by the passes that keep registry ops (``dce``, ``cse``,
 ``fold_constants``, ``simplify``; fusion and the later passes are for dualgraph's own
-executor) and each node becomes ONNX nodes by the table in ``onnx_ops.py``; each ONNX
-node's ``doc_string`` is the user's source line of the op it came from.
+executor) and each node becomes ONNX nodes by its op's ``OpDef.onnx``, written through the
+emitter of ``onnx_ops.py``; each ONNX node's ``doc_string`` is the user's source line of the
+op it came from.
 
 Graph inputs bound to the arguments become the model's inputs; parameters, buffers and
 other tensors the function reads become initializers holding their current values.

@@ -1,9 +1,11 @@
 """ONNX import: an ONNX model -> a dualgraph :class:`~dualgraph.graph.Graph` that runs,
 compiled, on dualgraph's own kernels.
 
-Each ONNX node goes through one converter of ``onnx_import_ops.IMPORTERS`` (ONNX op
-type -> a small function), which emits one or a few registry ops; ONNX ops that dualgraph
-has no single op for are decomposed (Gemm is ``linear``, Squeeze a ``reshape``,
+Each ONNX node goes through one import rule (``onnx_import_ops.import_rules()``: ONNX op
+type -> a small function), which emits one or a few registry ops. Where a registry op is the
+natural target of an ONNX op type (Relu -> relu, ReduceSum -> sum), the rule is that op's
+``OpDef.onnx_import``; ONNX ops that dualgraph has no single op for are decomposed by the
+converters of ``onnx_import_ops.CONVERTERS`` (Gemm is ``linear``, Squeeze a ``reshape``,
 BatchNormalization a few elementwise ops). Graph inputs keep their ONNX names and
 symbolic dims (``dim_param``); initializers become constants; every node's location names
 the ONNX node, so a printed graph or an error points back into the model.
@@ -13,7 +15,8 @@ shape, Slice's starts, Reduce*'s axes, ...) must be known when the model is load
 are, when they come from initializers, Constant nodes or arithmetic on shapes: an op whose
 inputs are all known runs *now*, on the registry kernels, instead of becoming a node
 (``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
-symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains.
+symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains: the ops of such
+chains compute them with their ``OpDef.shape_fold``.
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
@@ -30,11 +33,11 @@ from .. import dtypes
 from ..codegen import Executable
 from ..graph import Graph
 from ..graph.ir import GraphError, Value, type_str
-from ..ops.opdef import get
+from ..ops.opdef import OpDef, get
 from ..shapes import ShapeError, Sym, infer_reshape
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
-from .onnx_import_ops import IMPORTERS, tidy
+from .onnx_import_ops import import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -236,12 +239,13 @@ class _Importer:
     # -- nodes --
     def _convert(self, node) -> None:
         self.node = node
-        convert = IMPORTERS.get(node.op_type)
+        rules = import_rules()
+        convert = rules.get(node.op_type)
         if node.domain not in _DEFAULT_DOMAINS or convert is None:
             domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS else ""
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
-                             f"ONNX import ({len(IMPORTERS)} op types are: see "
-                             "dualgraph.export.onnx_import_ops.IMPORTERS)")
+                             f"ONNX import ({len(rules)} op types are: see "
+                             "dualgraph.export.onnx_import_ops.import_rules())")
         missing = [n for n in node.input if n and not self.has(n)]
         if missing:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
@@ -290,34 +294,34 @@ class _Importer:
         return OnnxError(f"{self.where()}: {message}")
 
     # -- what converters call --
-    def op(self, name: str, *inputs, **attrs):
-        """``name(*inputs, **attrs)``: a new node, or, when no input is a run-time Value
-        (and no attr holds a symbolic dim), the op's kernel run now on the known arrays.
-        One output is returned as it is, several as a tuple."""
+    def op(self, op, *inputs, **attrs):
+        """``op(*inputs, **attrs)`` (an OpDef or a registry name): a new node, or, when no
+        input is a run-time Value (and no attr holds a symbolic dim), the op's kernel run
+        now on the known arrays. One output is returned as it is, several as a tuple."""
+        op = op if isinstance(op, OpDef) else get(op)
         if not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs):
-            return self._fold(name, inputs, attrs)
+            return self._fold(op, inputs, attrs)
         try:
-            outs = self.graph.add_node(name, [self.value(x) for x in inputs], attrs,
+            outs = self.graph.add_node(op, [self.value(x) for x in inputs], attrs,
                                        location=self.where())
         except (GraphError, ShapeError, TypeError, IndexError) as e:
             raise self.error(str(e)) from e
         return outs[0] if len(outs) == 1 else outs
 
-    def _fold(self, name: str, inputs, attrs):
+    def _fold(self, op: OpDef, inputs, attrs):
         if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
-            fold = _SHAPE_FOLDS.get(name)
-            if fold is None:
-                raise self.error(f"{name} of a shape with symbolic dims can't be computed "
+            if op.shape_fold is None:
+                raise self.error(f"{op.name} of a shape with symbolic dims can't be computed "
                                  "when loading; only shape arithmetic (gather, concat, "
                                  "reshape, slice, mul, ...) can")
             try:
-                return tidy(fold(*inputs, **attrs))
+                return tidy(op.shape_fold(*inputs, **attrs))
             except (TypeError, ShapeError) as e:   # (Sym arithmetic that has no int result)
-                raise self.error(f"{name} of a shape with symbolic dims: {e}") from e
+                raise self.error(f"{op.name} of a shape with symbolic dims: {e}") from e
         try:
-            out = get(name).kernel(*inputs, **attrs)
+            out = op.kernel(*inputs, **attrs)
         except (ValueError, TypeError, IndexError) as e:
-            raise self.error(f"{name} of known values failed: {e}") from e
+            raise self.error(f"{op.name} of known values failed: {e}") from e
         return tuple(out) if isinstance(out, (tuple, list)) else np.asarray(out)
 
     def value(self, x):
@@ -369,6 +373,32 @@ class _Importer:
         x = xs[k] if len(xs) > k else None
         return None if x is None else self.ints(x, name)
 
+    def dim(self, axis: int, ndim: int) -> int:
+        """ONNX's ``axis`` (negative from the end) as a dim of a tensor with ``ndim`` dims."""
+        if not -ndim <= axis < max(ndim, 1):
+            raise self.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
+        return axis % max(ndim, 1)
+
+    def dims(self, axes, ndim: int) -> tuple:
+        return tuple(sorted({self.dim(a, ndim) for a in axes}))
+
+    def reduce_dims(self, xs, attrs, since: int = 18):
+        """A Reduce* node's (dims, keepdim); its ``axes`` are an attr before opset ``since``
+        and input 1 from it on. dims is None where the node is the identity (no axes and
+        ``noop_with_empty_axes``)."""
+        x = xs[0]
+        keep = bool(attrs.get("keepdims", 1))
+        axes = self.attr_or_input(attrs, "axes", xs, 1, since)
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return None, keep
+            axes = range(x.ndim)
+        return self.dims(axes, x.ndim), keep
+
+    def cast(self, x, dtype):
+        """``x`` as ``dtype`` (itself when it has it)."""
+        return x if x.dtype == dtype else self.op("cast", x, dtype=np.dtype(dtype))
+
     def reshape(self, x, shape):
         try:
             shape = infer_reshape(tuple(x.shape), tuple(shape))
@@ -395,23 +425,3 @@ def _has_sym(val) -> bool:
     if isinstance(val, dict):
         return any(_has_sym(v) for v in val.values())
     return False
-
-
-def _shape_cat(*xs, dim):
-    return np.concatenate(xs, axis=dim)
-
-
-def _shape_cast(x, dtype):
-    return x if np.dtype(dtype).kind in "iu" else x.astype(dtype)
-
-
-# Shape arithmetic on known shapes that hold symbolic dims (object arrays of ints and Syms);
-# the registry kernels serve every other fold.
-_SHAPE_FOLDS = {
-    "cat": _shape_cat, "cast": _shape_cast, "mul": np.multiply, "add": np.add,
-    "sub": np.subtract, "eq": np.equal, "where": np.where,
-    "reshape": lambda x, shape: x.reshape(shape),
-    "slice": lambda x, index: x[tuple(slice(None) if s is None else slice(*s) for s in index)],
-    "index": lambda x, i, dims: np.take(x, i, axis=dims[0]),
-    "expand": lambda x, shape: np.broadcast_to(x, shape),
-}

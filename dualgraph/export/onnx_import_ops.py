@@ -1,9 +1,12 @@
-"""The ONNX import's converters: ``IMPORTERS`` maps each ONNX op type to a small function
+"""The ONNX import's rules: :func:`import_rules` maps each ONNX op type to a small function
 ``convert(b, xs, attrs) -> output(s)`` that emits registry ops through the importer ``b``
-(``b.op(name, *inputs, **attrs)`` adds a node, or runs the kernel now when every input is
-known; ``b.error`` names the node). ``xs`` are the node's inputs (graph Values, or NumPy
-arrays when known at load time), ``attrs`` its attributes as Python values. The importer
-itself (walking the model, folding, subgraphs) is ``onnx_import.py``.
+(``b.op(op, *inputs, **attrs)`` adds a node, or runs the kernel now when every input is
+known; ``b.error`` names the node). Where a registry op is the natural target of an ONNX op
+type (Relu -> relu), the rule is part of that op's OpDef (``onnx_import``); the op types that
+decompose into several registry ops have their converters here, in ``CONVERTERS``. ``xs``
+are the node's inputs (graph Values, or NumPy arrays when known at load time), ``attrs``
+its attributes as Python values. The importer itself (walking the model, folding,
+subgraphs) is ``onnx_import.py``.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import numpy as np
 from .. import dtypes
 from ..graph import Graph
 from ..graph.ir import Value, type_str
-from ..shapes import ShapedType, Sym, broadcast_shapes, numel
+from ..ops.opdef import REGISTRY
+from ..shapes import ShapedType, Sym, numel
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 
@@ -27,18 +31,7 @@ def tidy(x):
     return x
 
 
-
 # -- helpers shared by converters -------------------------------------------------------------
-def _dim(axis: int, ndim: int, b) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise b.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
-    return axis % max(ndim, 1)
-
-
-def _dims(axes, ndim: int, b) -> tuple:
-    return tuple(sorted({_dim(a, ndim, b) for a in axes}))
-
-
 def _is_int(x) -> bool:
     return x.dtype.kind in "biuO"
 
@@ -57,31 +50,19 @@ def _variadic(name):
     return convert
 
 
-def _cast(b, x, dtype):
-    return x if x.dtype == dtype else b.op("cast", x, dtype=np.dtype(dtype))
-
-
 # -- elementwise --------------------------------------------------------------------------------
-def _unary(name):
-    return lambda b, xs, attrs: b.op(name, xs[0])
-
-
-def _binary(name):
-    return lambda b, xs, attrs: b.op(name, xs[0], xs[1])
-
-
 def _div(b, xs, attrs):
     a, c = xs
     if not (_is_int(a) and _is_int(c)):
         return b.op("div", a, c)
     if object in (a.dtype, c.dtype) and not any(isinstance(x, Value) for x in xs):
         return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
-    q = b.op("div", _cast(b, a, np.float64), _cast(b, c, np.float64))
-    return _cast(b, b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
+    q = b.op("div", b.cast(a, np.float64), b.cast(c, np.float64))
+    return b.cast(b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
 
 
 def _pow(b, xs, attrs):
-    return _cast(b, b.op("pow", xs[0], xs[1]), xs[0].dtype)   # ONNX keeps the base's type
+    return b.cast(b.op("pow", xs[0], xs[1]), xs[0].dtype)   # ONNX keeps the base's type
 
 
 def _mod(b, xs, attrs):
@@ -109,18 +90,6 @@ def _clip(b, xs, attrs):
     return x
 
 
-def _cast_to(b, xs, attrs):
-    return _cast(b, xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
-
-
-def _cast_like(b, xs, attrs):
-    return _cast(b, xs[0], xs[1].dtype)
-
-
-def _identity(b, xs, attrs):
-    return xs[0]
-
-
 def _dropout(b, xs, attrs):
     if attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
                                          and b.static(xs[2], "training_mode").any()):
@@ -136,10 +105,6 @@ def _leaky_relu(b, xs, attrs):
 def _prelu(b, xs, attrs):
     x = xs[0]
     return b.op("where", b.op("lt", x, 0), b.op("mul", x, xs[1]), x)
-
-
-def _elu(b, xs, attrs):
-    return b.op("elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))
 
 
 def _selu(b, xs, attrs):
@@ -159,10 +124,6 @@ def _hard_sigmoid(b, xs, attrs):
 
 def _hard_swish(b, xs, attrs):
     return b.op("mul", xs[0], _hard_sigmoid_of(b, xs[0], 1 / 6, 0.5))
-
-
-def _softplus(b, xs, attrs):
-    return b.op("softplus", xs[0], beta=1.0, threshold=20.0)
 
 
 def _softsign(b, xs, attrs):
@@ -185,10 +146,6 @@ def _is_inf(b, xs, attrs):
     return b.op("full_like", x, fill_value=False, dtype=np.dtype(np.bool_))
 
 
-def _where(b, xs, attrs):
-    return b.op("where", *xs)
-
-
 # -- matrix products ----------------------------------------------------------------------------
 def _gemm(b, xs, attrs):
     a, w = xs[0], xs[1]
@@ -208,36 +165,6 @@ def _gemm(b, xs, attrs):
     return y
 
 
-def _einsum(b, xs, attrs):
-    equation = attrs["equation"].replace(" ", "")
-    lhs, _, rhs = equation.partition("->")
-    terms = lhs.split(",")
-    if "->" not in equation:
-        letters = "".join(terms).replace(".", "")
-        rhs = "..." * ("..." in lhs) + "".join(sorted(c for c in set(letters)
-                                                      if letters.count(c) == 1))
-    terms, rhs = _expand_ellipsis(b, terms, rhs, xs)
-    sizes = {}
-    for term, x in zip(terms, xs):
-        for ch, d in zip(term, x.shape):
-            if sizes.setdefault(ch, d) != d:
-                raise b.error(f"einsum {equation!r}: letter {ch!r} has sizes {sizes[ch]} and "
-                              f"{d}; dualgraph's einsum needs equal sizes (no broadcasting)")
-    return b.op("einsum", *xs, equation=",".join(terms) + "->" + rhs)
-
-
-def _expand_ellipsis(b, terms, rhs, xs):
-    """Replace ``...`` with letters of their own (right-aligned across operands)."""
-    if "..." not in "".join(terms):
-        return terms, rhs
-    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in "".join(terms) + rhs]
-    n = max(x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t)
-    ell = "".join(free[:n])
-    terms = [t.replace("...", ell[n - (x.ndim - len(t.replace("...", ""))):])
-             for t, x in zip(terms, xs)]
-    return terms, rhs.replace("...", ell)
-
-
 # -- shapes ---------------------------------------------------------------------------------
 def _shape(b, xs, attrs):
     dims = list(xs[0].shape)[attrs.get("start", 0):attrs.get("end")]
@@ -248,53 +175,9 @@ def _size(b, xs, attrs):
     return tidy(np.array(numel(xs[0].shape), dtype=object))
 
 
-def _reshape(b, xs, attrs):
-    x = xs[0]
-    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
-    if not attrs.get("allowzero", 0):
-        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
-    return b.reshape(x, shape)
-
-
-def _flatten(b, xs, attrs):
-    x = xs[0]
-    axis = attrs.get("axis", 1)
-    axis = axis + x.ndim if axis < 0 else axis
-    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
-
-
-def _squeeze(b, xs, attrs):
-    x = xs[0]
-    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
-    dims = _dims(axes, x.ndim, b) if axes else [i for i, d in enumerate(x.shape) if d == 1]
-    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
-
-
-def _unsqueeze(b, xs, attrs):
-    x = xs[0]
-    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
-    if not axes:
-        raise b.error("Unsqueeze needs axes")
-    dims = _dims(axes, x.ndim + len(axes), b)
-    rest = iter(x.shape)
-    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
-
-
-def _transpose(b, xs, attrs):
-    x = xs[0]
-    perm = tuple(attrs.get("perm", range(x.ndim - 1, -1, -1)))
-    return x if perm == tuple(range(x.ndim)) else b.op("permute", x, perm=perm)
-
-
-def _concat(b, xs, attrs):
-    xs = [x for x in xs if x is not None]
-    dim = _dim(attrs["axis"], xs[0].ndim, b)
-    return xs[0] if len(xs) == 1 else b.op("cat", *xs, dim=dim)
-
-
 def _split(b, xs, attrs):
     x = xs[0]
-    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
     sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
     n = x.shape[dim]
     if sizes is None:
@@ -319,7 +202,7 @@ def _slice(b, xs, attrs):
         starts, ends = b.ints(xs[1], "starts", shape=True), b.ints(xs[2], "ends", shape=True)
         axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
         steps = b.ints(xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
-    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(len(starts)))]
+    axes = [b.dim(a, x.ndim) for a in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(starts)
     index, flips = [None] * x.ndim, []
     for a, start, end, step in zip(axes, starts, ends, steps):
@@ -348,13 +231,6 @@ def _slice_range(b, n, start, end, step):
     return slice(start, end, step).indices(n)
 
 
-def _gather(b, xs, attrs):
-    x, i = xs
-    if not _is_int(i):
-        raise b.error(f"Gather's indices have dtype {i.dtype}; they must be integers")
-    return b.op("index", x, i, dims=(_dim(attrs.get("axis", 0), x.ndim, b),))
-
-
 def _scatter_nd(b, xs, attrs):
     """ScatterND -> index_put on the leading dims (ScatterND's updates are laid out as
     NumPy's x[i0, i1, ...] is); reduction "add" accumulates."""
@@ -370,13 +246,13 @@ def _scatter_nd(b, xs, attrs):
         window = [None] * indices.ndim
         window[-1] = (j, j + 1, 1)
         columns.append(b.reshape(b.slice_dims(indices, window), indices.shape[:-1]))
-    return b.op("index_put", data, _cast(b, updates, data.dtype), *columns,
+    return b.op("index_put", data, b.cast(updates, data.dtype), *columns,
                 dims=tuple(range(k)), accumulate=reduction == "add")
 
 
 def _gather_elements(b, xs, attrs):
     x, i = xs
-    dim = _dim(attrs.get("axis", 0), x.ndim, b)
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
     if any(isinstance(d, Sym) for d in i.shape):
         raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
                       "not supported")
@@ -400,12 +276,6 @@ def _gather_nd(b, xs, attrs):
     columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
                for k in range(i.shape[-1])]
     return b.op("index", x, *columns, dims=tuple(range(len(columns))))
-
-
-def _expand(b, xs, attrs):
-    x = xs[0]
-    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
-    return x if shape == tuple(x.shape) else b.op("expand", x, shape=shape)
 
 
 def _tile(b, xs, attrs):
@@ -456,7 +326,7 @@ def _pad(b, xs, attrs):
         value = _scalar(b.static(xs[2], "pad value")) if len(xs) > 2 and xs[2] is not None \
             else 0
         axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
-    axes = [_dim(a, x.ndim, b) for a in (axes if axes is not None else range(x.ndim))]
+    axes = [b.dim(a, x.ndim) for a in (axes if axes is not None else range(x.ndim))]
     k = len(axes)
     for a, lo, hi in zip(axes, pads[:k], pads[k:]):
         if lo or hi:
@@ -492,62 +362,13 @@ def _pad_dim(b, x, dim, lo, hi, mode, value):
     return b.op("index", x, pos, dims=(dim,))
 
 
-def _trilu(b, xs, attrs):
-    k = b.ints(xs[1], "k")[0] if len(xs) > 1 and xs[1] is not None else 0
-    return b.op("trilu", xs[0], diagonal=k, upper=bool(attrs.get("upper", 1)))
-
-
 # -- reductions ---------------------------------------------------------------------------------
-def _reduce(kind: str, since: int = 18):
-    """ReduceX: ``axes`` is an attribute before opset ``since`` and an input from it on."""
-    def convert(b, xs, attrs):
-        x = xs[0]
-        axes = b.attr_or_input(attrs, "axes", xs, 1, since)
-        if not axes:
-            if attrs.get("noop_with_empty_axes", 0):
-                return x
-            axes = range(x.ndim)
-        dims, keep = _dims(axes, x.ndim, b), bool(attrs.get("keepdims", 1))
-        return _REDUCERS[kind](b, x, dims, keep)
-    return convert
-
-
-_REDUCERS = {
-    "sum": lambda b, x, dims, keep: b.op("sum", x, dims=dims, keepdim=keep, dtype=x.dtype),
-    "mean": lambda b, x, dims, keep: b.op("mean", x, dims=dims, keepdim=keep),
-    "max": lambda b, x, dims, keep: b.op("amax", x, dims=dims, keepdim=keep),
-    "min": lambda b, x, dims, keep: b.op("amin", x, dims=dims, keepdim=keep),
-    "prod": lambda b, x, dims, keep: _cast(b, b.op("prod", x, dims=dims, keepdim=keep),
-                                           x.dtype),
-    "l1": lambda b, x, dims, keep: b.op("norm", x, ord=1.0, dims=dims, keepdim=keep),
-    "l2": lambda b, x, dims, keep: b.op("norm", x, ord=2.0, dims=dims, keepdim=keep),
-    "logsumexp": lambda b, x, dims, keep: b.op("logsumexp", x, dims=dims, keepdim=keep),
-    "sumsquare": lambda b, x, dims, keep: b.op("sum", b.op("mul", x, x), dims=dims,
-                                               keepdim=keep, dtype=x.dtype),
-}
-
-
-def _arg(name):
-    def convert(b, xs, attrs):
-        if attrs.get("select_last_index", 0):
-            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
-                          "argmin return the first index)")
-        x = xs[0]
-        return b.op(name, x, dim=_dim(attrs.get("axis", 0), x.ndim, b),
-                    keepdim=bool(attrs.get("keepdims", 1)))
-    return convert
-
-
-def _softmax(name):
-    def convert(b, xs, attrs):
-        x = xs[0]
-        dim = _dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim, b)
-        if b.opset >= 13 or dim == x.ndim - 1:
-            return b.op(name, x, dim=dim)
-        # before opset 13 the input is taken as a matrix [prod(dims < axis), prod(rest)]
-        flat = b.reshape(x, (numel(x.shape[:dim]), numel(x.shape[dim:])))
-        return b.reshape(b.op(name, flat, dim=1), x.shape)
-    return convert
+def _reduce_sum_square(b, xs, attrs):
+    dims, keep = b.reduce_dims(xs, attrs)
+    x = xs[0]
+    if dims is None:
+        return x
+    return b.op("sum", b.op("mul", x, x), dims=dims, keepdim=keep, dtype=x.dtype)
 
 
 def _topk(b, xs, attrs):
@@ -555,7 +376,7 @@ def _topk(b, xs, attrs):
     among equal values) cut to K, and the values it picks; ``sorted=0`` allows any order,
     sorted is one."""
     x = xs[0]
-    dim = _dim(attrs.get("axis", -1), x.ndim, b)
+    dim = b.dim(attrs.get("axis", -1), x.ndim)
     k = int(b.ints(xs[1], "K")[0]) if b.opset >= 10 else int(attrs["k"])
     order = b.op("argsort", x, dim=dim, descending=bool(attrs.get("largest", 1)))
     window = [None] * x.ndim
@@ -564,41 +385,7 @@ def _topk(b, xs, attrs):
     return _gather_elements(b, [x, indices], {"axis": dim}), indices
 
 
-def _cumsum(b, xs, attrs):
-    x = xs[0]
-    dim = _dim(b.ints(xs[1], "axis")[0], x.ndim, b)
-    y = b.op("cumsum", x, dim=dim, reverse=bool(attrs.get("reverse", 0)))
-    if attrs.get("exclusive", 0):
-        y = b.op("sub", y, x)
-    return _cast(b, y, x.dtype)
-
-
 # -- normalisation ------------------------------------------------------------------------------
-def _layer_norm(b, xs, attrs):
-    x, scale, bias = (list(xs) + [None])[:3]
-    dim = _dim(attrs.get("axis", -1), x.ndim, b)
-    shape = tuple(x.shape[dim:])   # layer_norm takes its parameters in this shape
-    scale, bias = (p if p is None or tuple(p.shape) == shape else
-                   b.op("expand", p, shape=shape) for p in (scale, bias))
-    return b.op("layer_norm", x, scale, bias, n_dims=x.ndim - dim,
-                eps=float(attrs.get("epsilon", 1e-5)))
-
-
-def _softmax_cross_entropy(b, xs, attrs):
-    """SoftmaxCrossEntropyLoss of scores (N, C) without class weights -> cross_entropy (and
-    the log-probabilities, if asked for); without ``ignore_index`` no target is ignored."""
-    x, labels = xs[0], xs[1]
-    if len(xs) > 2 and xs[2] is not None or x.ndim != 2:
-        raise b.error("SoftmaxCrossEntropyLoss is supported for scores (N, C) without "
-                      f"class weights; got scores of rank {x.ndim}"
-                      + (" with weights" if len(xs) > 2 and xs[2] is not None else ""))
-    ignore = int(attrs.get("ignore_index", np.iinfo(np.int64).min))
-    loss = b.op("cross_entropy", x, labels, ignore_index=ignore,
-                reduction=attrs.get("reduction", "mean"))
-    wants_log_prob = len(b.node.output) > 1 and b.node.output[1]
-    return (loss, b.op("log_softmax", x, dim=1)) if wants_log_prob else loss
-
-
 def _batch_norm(b, xs, attrs):
     if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
         raise b.error("training-mode BatchNormalization is not supported; export the "
@@ -690,27 +477,38 @@ def _conv_transpose(b, xs, attrs):
     return y
 
 
-def _pool(name):
-    def convert(b, xs, attrs):
-        x = xs[0]
-        kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
-        n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
-        if any(lo != hi for lo, hi in padding):
-            raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
-                          f"dualgraph's {name} (pad with a Pad node first)")
-        pool = dict(kernel_size=kernel, stride=stride, padding=tuple(p[0] for p in padding),
-                    ceil_mode=bool(attrs.get("ceil_mode", 0)))
-        if name == "max_pool2d":
-            y, where = b.op(name, _as_2d(b, x), dilation=dilation, **pool)
-            if len([o for o in b.node.output if o]) > 1:
-                return y, _flat_indices(b, x, where, attrs)
-        else:
-            if dilation != (1, 1):
-                raise b.error("dilated AveragePool is not supported")
-            y = b.op(name, _as_2d(b, x), count_include_pad=bool(
-                attrs.get("count_include_pad", 0)), divisor_override=None, **pool)
-        return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
-    return convert
+def _pool_attrs(b, xs, attrs):
+    """(n, the input as 2-D, pool attrs, dilation) of a MaxPool or AveragePool node."""
+    x = xs[0]
+    kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
+    n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+    if any(lo != hi for lo, hi in padding):
+        raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
+                      f"dualgraph's pools (pad with a Pad node first)")
+    pool = dict(kernel_size=kernel, stride=stride, padding=tuple(p[0] for p in padding),
+                ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    return n, _as_2d(b, x), pool, dilation
+
+
+def _pool_result(y, n: int, b):
+    return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
+
+
+def _max_pool(b, xs, attrs):
+    n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
+    y, where = b.op("max_pool2d", x2, dilation=dilation, **pool)
+    if len([o for o in b.node.output if o]) > 1:
+        return y, _flat_indices(b, xs[0], where, attrs)
+    return _pool_result(y, n, b)
+
+
+def _average_pool(b, xs, attrs):
+    n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
+    if dilation != (1, 1):
+        raise b.error("dilated AveragePool is not supported")
+    y = b.op("avg_pool2d", x2, count_include_pad=bool(attrs.get("count_include_pad", 0)),
+             divisor_override=None, **pool)
+    return _pool_result(y, n, b)
 
 
 def _flat_indices(b, x, where, attrs):
@@ -878,7 +676,7 @@ def _scan(b, xs, attrs):
                       "runs all its xs one way)")
     reverse = bool(directions.pop()) if directions else False
     axes = attrs.get("scan_input_axes", (0,) * k)
-    seqs = [_move_axis(b, x, _dim(a, x.ndim, b), 0) for x, a in zip(seqs, axes)]
+    seqs = [_move_axis(b, x, b.dim(a, x.ndim), 0) for x, a in zip(seqs, axes)]
     lengths = {x.shape[0] for x in seqs}
     if len(lengths) != 1 or any(isinstance(d, Sym) for d in lengths):
         raise b.error(f"the scan inputs have {sorted(map(str, lengths))} rows; dualgraph's "
@@ -896,7 +694,7 @@ def _scan(b, xs, attrs):
     out_dirs = attrs.get("scan_output_directions", (0,) * len(ys))
     out_axes = attrs.get("scan_output_axes", (0,) * len(ys))
     ys = [b.op("flip", y, dims=(0,)) if bool(d) != reverse else y for y, d in zip(ys, out_dirs)]
-    return (*outs[:n], *(_move_axis(b, y, 0, _dim(a, y.ndim, b)) for y, a in zip(ys, out_axes)))
+    return (*outs[:n], *(_move_axis(b, y, 0, b.dim(a, y.ndim)) for y, a in zip(ys, out_axes)))
 
 
 def _move_axis(b, x, source: int, target: int):
@@ -907,52 +705,60 @@ def _move_axis(b, x, source: int, target: int):
     return b.op("permute", x, perm=tuple(perm))
 
 
-# ONNX op type -> converter ``(importer, inputs, attrs) -> output or tuple of outputs``.
-# Inputs are graph Values, known NumPy arrays, or None for an omitted optional input.
-IMPORTERS = {
+# The ONNX op types that no registry op is the natural target of: each converter
+# ``(importer, inputs, attrs) -> output or tuple of outputs`` decomposes its node into several
+# registry ops (or picks one by an attribute: Mod, Gelu). Inputs are graph Values, known NumPy
+# arrays, or None for an omitted optional input. The other op types import by the rules in
+# the registry's OpDefs (``OpDef.onnx_import``).
+CONVERTERS = {
     # elementwise
-    **{onnx_name: _unary(name) for onnx_name, name in {
-        "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
-        "Neg": "neg", "Abs": "abs", "Erf": "erf", "Sin": "sin", "Cos": "cos",
-        "Asin": "asin", "Acos": "acos", "Atan": "atan", "Floor": "floor", "Ceil": "ceil",
-        "Sign": "sign", "Sqrt": "sqrt", "Not": "bitwise_not", "IsNaN": "isnan"}.items()},
-    **{onnx_name: _binary(name) for onnx_name, name in {
-        "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "eq", "Less": "lt",
-        "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge", "And": "bitwise_and",
-        "Or": "bitwise_or", "Xor": "bitwise_xor", "BitwiseAnd": "bitwise_and",
-        "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items()},
-    "BitwiseNot": _unary("bitwise_not"),
     "Div": _div, "Pow": _pow, "Mod": _mod, "Reciprocal": _reciprocal,
     "Max": _variadic("maximum"), "Min": _variadic("minimum"), "Sum": _variadic("add"),
-    "Mean": _mean, "Clip": _clip, "Where": _where, "IsInf": _is_inf,
-    "Round": lambda b, xs, attrs: b.op("round", xs[0], decimals=0),
-    "Cast": _cast_to, "CastLike": _cast_like, "Identity": _identity, "Dropout": _dropout,
+    "Mean": _mean, "Clip": _clip, "IsInf": _is_inf, "Dropout": _dropout,
     # activations
-    "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Elu": _elu, "Selu": _selu,
-    "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Softplus": _softplus,
-    "Softsign": _softsign, "Gelu": _gelu,
-    "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
+    "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Selu": _selu, "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish, "Softsign": _softsign, "Gelu": _gelu,
     # matrix products
-    "MatMul": _binary("matmul"), "Gemm": _gemm, "Einsum": _einsum,
+    "Gemm": _gemm,
     # shapes and indexing
-    "Shape": _shape, "Size": _size, "Reshape": _reshape, "Flatten": _flatten,
-    "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Transpose": _transpose,
-    "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather,
+    "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
-    "Expand": _expand, "Tile": _tile, "Pad": _pad, "Trilu": _trilu,
+    "Tile": _tile, "Pad": _pad,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions
-    "ReduceSum": _reduce("sum", since=13), "ReduceMean": _reduce("mean"),
-    "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"), "ReduceProd": _reduce("prod"),
-    "ReduceL1": _reduce("l1"), "ReduceL2": _reduce("l2"),
-    "ReduceLogSumExp": _reduce("logsumexp"), "ReduceSumSquare": _reduce("sumsquare"),
-    "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "TopK": _topk,
+    "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
     # normalisation, convolution, pooling
-    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
-    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
-    "Conv": _conv, "ConvTranspose": _conv_transpose,
-    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "MaxPool": _max_pool, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow
     "If": _if, "Loop": _loop, "Scan": _scan,
 }
+
+
+@functools.cache
+def import_rules() -> dict:
+    """Every ONNX op type the import reads -> its converter: the ``onnx_import`` rules of
+    the registry's OpDefs (an op type of a one-to-one op becomes that op of the node's
+    inputs), and ``CONVERTERS``. An op type claimed twice is an error, found here."""
+    rules, owner = dict(CONVERTERS), dict.fromkeys(CONVERTERS, "CONVERTERS")
+    for op in REGISTRY.values():
+        for op_type, rule in op_import_rules(op).items():
+            if op_type in rules:
+                raise TypeError(f"ONNX op type {op_type} imports by two rules: {op.name}'s "
+                                f"and {owner[op_type]}'s")
+            rules[op_type] = rule if rule is not None else _one_to_one(op)
+            owner[op_type] = op.name
+    return rules
+
+
+def op_import_rules(op) -> dict:
+    """The ONNX op types ``op`` is the natural target of, with their rules (None: one to
+    one), as its OpDef says."""
+    if op.onnx_import is not None:
+        return dict(op.onnx_import)
+    return {op.onnx: None} if isinstance(op.onnx, str) else {}
+
+
+def _one_to_one(op):
+    return lambda b, xs, attrs: b.op(op, *xs)

@@ -305,9 +305,25 @@ def _cond_vjp(g, out, pred, *args, true_graph, false_graph):
     return tuple(result)
 
 
+_BOOL, _INT64 = ShapedType((), np.dtype(np.bool_)), ShapedType((), np.dtype(np.int64))
+
+
+def _onnx_cond(e, node):
+    """cond -> If. ONNX branches take no inputs but read the enclosing scope, so each
+    branch graph's inputs are bound to the node's operands."""
+    operands = [e.input(i) for i in range(1, len(node.inputs))]
+
+    def branch(graph):
+        return lambda sub, _: list(zip(sub.inline(graph, operands), graph.outputs))
+    then_graph = e.subgraph(e.body_name("then"), [], branch(node.attrs["true_graph"]))
+    else_graph = e.subgraph(e.body_name("else"), [], branch(node.attrs["false_graph"]))
+    return e.outputs("If", [e.input(0, np.bool_)], len(node.outputs),
+                     then_branch=then_graph, else_branch=else_graph)
+
+
 COND = defop("cond", _cond_kernel, _cond_infer, vjp=_cond_vjp,
              attrs=("true_graph", "false_graph"), num_outputs=None, saves="i",
-             onnx="If",
+             onnx=_onnx_cond,
              bodies=True)
 
 
@@ -449,9 +465,37 @@ def _while_vjp(g, out, *args, cond_graph, body_graph, max_iters):
     return tuple(result)
 
 
+def _onnx_while_loop(e, node):
+    """while_loop -> Loop(M = max_iters, cond = the condition of the initial carry). The
+    body computes the new carry, then the condition on it; one more carried value counts
+    the iterations (the node's last output). Past ``max_iters`` ONNX stops where dualgraph
+    raises."""
+    cond_graph, body_graph = node.attrs["cond_graph"], node.attrs["body_graph"]
+    n = len(body_graph.outputs)
+    names = e.inputs()
+    carried, rest = names[:n], names[n:]
+    types = [v.type for v in body_graph.outputs]
+
+    def body(sub, formal):
+        count, carry = formal[2], formal[3:]    # (after the iteration number and condition)
+        new = sub.inline(body_graph, carry + rest)
+        again = sub.inline(cond_graph, new + rest)[0]
+        counted = sub.op("Add", [count, sub.scalar(1, np.int64, "one")])
+        return [(again, _BOOL), (counted, _INT64), *zip(new, types)]
+    graph = e.subgraph(e.body_name("body"), [("i", _INT64), ("cond", _BOOL),
+                       ("count", _INT64), *(("carry", t) for t in types)], body)
+    first = e.inline(cond_graph, carried + rest)[0]
+    bound = node.attrs["max_iters"]
+    m = None if bound is None else e.scalar(bound, np.int64, "max_iters")
+    zero = e.scalar(0, np.int64, "zero")
+    count, *final = e.outputs("Loop", [m, first, zero, *carried], n + 1, body=graph)
+    return [*final, count]
+
+
 WHILE = defop("while_loop", _while_kernel, _while_infer, vjp=_while_vjp,
               attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=None,
-              saves="io", onnx="Loop",
+              saves="io",
+              onnx=_onnx_while_loop,
               bodies=True)
 
 
@@ -619,9 +663,37 @@ def _scan_vjp(g, out, *args, body_graph, num_carry, num_xs, length, reverse,
     return tuple(result)
 
 
+def _onnx_scan(e, node):
+    """scan -> Scan (the opset 9 form): carry = state variables, xs = scan inputs, ys =
+    scan outputs stacked on axis 0, ``reverse`` = both directions reversed (the ys are
+    prepended, so they keep the order of xs). Outer tensors the body reads come from the
+    enclosing scope. A scan without xs gets a dummy scan input of ``length`` rows, since
+    ONNX's Scan counts its steps by its scan inputs."""
+    a = node.attrs
+    graph, c, x = a["body_graph"], a["num_carry"], a["num_xs"]
+    names = e.inputs()
+    carry, xs, rest = names[:c], names[c:c + x], names[c + x:]
+    slices = [ShapedType(tuple(v.shape[1:]), v.dtype) for v in node.inputs[c:c + x]]
+    if not xs:
+        xs, slices = [e.const(np.zeros(a["length"], np.bool_), "steps")], [_BOOL]
+
+    def body(sub, formal):
+        outs = sub.inline(graph, formal[:c] + formal[c:c + x] + rest)
+        return list(zip(outs, [v.type for v in graph.outputs]))
+    carry_types = [v.type for v in graph.outputs[:c]]
+    proto = e.subgraph(e.body_name("body"), [*(("carry", t) for t in carry_types),
+                       *(("x", t) for t in slices)], body)
+    num_ys = len(graph.outputs) - c
+    direction = int(bool(a["reverse"]))
+    return e.outputs("Scan", carry + xs, len(node.outputs), body=proto,
+                     num_scan_inputs=len(xs), scan_input_directions=[direction] * len(xs),
+                     scan_output_directions=[direction] * num_ys if num_ys else None)
+
+
 SCAN = defop("scan", _scan_kernel, _scan_infer, vjp=_scan_vjp,
              attrs=("body_graph", "num_carry", "num_xs", "length", "reverse", "saves_carry"),
-             num_outputs=None, saves="io", onnx="Scan",
+             num_outputs=None, saves="io",
+             onnx=_onnx_scan,
              bodies=True)
 
 

@@ -450,15 +450,39 @@ def _input_grad_decomposition(g, w, *, input_size, stride, padding, dilation, gr
                          input_size)
 
 
+def _onnx_conv2d(e, node):
+    (top, bottom), (left, right) = node.attrs["padding"]
+    inputs = [e.input(0), e.input(1)] + ([e.input(2)] if len(node.inputs) > 2 else [])
+    return [e.op("Conv", [i for i in inputs if i], strides=list(node.attrs["stride"]),
+                 pads=[top, left, bottom, right], dilations=list(node.attrs["dilation"]),
+                 group=node.attrs["groups"])]
+
+
+def _onnx_conv2d_input_grad(e, node):
+    """A conv's gradient with respect to its input (what ConvTranspose2d computes):
+    ConvTranspose with the conv's weight as it is, and the output padding that makes the
+    result ``input_size``."""
+    a, g, w = node.attrs, node.inputs[0], node.inputs[1]
+    (top, bottom), (left, right) = a["padding"]
+    pads = ((top, bottom), (left, right))
+    extra = [size - ((n - 1) * s + d * (k - 1) + 1 - lo - hi)
+             for size, n, s, d, k, (lo, hi) in zip(a["input_size"], g.shape[2:], a["stride"],
+                                                   a["dilation"], w.shape[2:], pads)]
+    return [e.op("ConvTranspose", [e.input(0), e.input(1)], strides=list(a["stride"]),
+                 pads=[top, left, bottom, right], dilations=list(a["dilation"]),
+                 group=a["groups"], output_padding=extra if any(extra) else None)]
+
+
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
                decomposition=_conv2d_decomposition,
-               saves="i", onnx="Conv")
+               saves="i",
+               onnx=_onnx_conv2d)
 CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_grad,
                           compiler_only=True,
                           decomposition=_input_grad_decomposition,
                           vjp=_input_grad_vjp, attrs=("input_size",) + _CONV_ATTRS, saves="i",
-                          onnx="ConvTranspose")
+                          onnx=_onnx_conv2d_input_grad)
 CONV2D_WEIGHT_GRAD = defop("conv2d_weight_grad", _weight_grad_kernel, _infer_weight_grad,
                            compiler_only=True,
                            decomposition=_weight_grad_decomposition,
@@ -746,9 +770,26 @@ def _max_pool_backward_decomposition(g, indices, *, input_size):
     return shape_ops.reshape(planes, lead + tuple(input_size))
 
 
+def _onnx_max_pool2d(e, node):
+    a = node.attrs
+    ph, pw = a["padding"]
+    h, w = node.inputs[0].shape[-2:]
+
+    def pool(x):
+        values, indices = e.op(
+            "MaxPool", [x], outputs=2, kernel_shape=list(a["kernel_size"]),
+            strides=list(a["stride"]), pads=[ph, pw, ph, pw], dilations=list(a["dilation"]),
+            ceil_mode=int(a["ceil_mode"]))
+        # ONNX counts indices over the whole NCHW tensor, dualgraph (as torch) per plane
+        plane = e.scalar(h * w, np.int64, "plane")
+        return [values, e.op("Mod", [indices, plane])]
+    return e.batched(pool)
+
+
 MAX_POOL2D = defop("max_pool2d", _max_pool_kernel, _infer_max_pool, vjp=_max_pool_vjp,
                    attrs=("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
-                   num_outputs=2, differentiable_outputs=(0,), saves="o", onnx="MaxPool")
+                   num_outputs=2, differentiable_outputs=(0,), saves="o",
+                   onnx=_onnx_max_pool2d)
 MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", _max_pool_backward_kernel,
                             _infer_max_pool_backward, vjp=_max_pool_backward_vjp,
                             compiler_only=True,
@@ -822,12 +863,35 @@ def _avg_pool_backward_decomposition(g, *, input_size, kernel_size, stride, padd
     return _crop_padding(xp, pads, input_size)
 
 
+def _onnx_avg_pool2d(e, node):
+    a = node.attrs
+    ph, pw = a["padding"]
+    divisor = a["divisor_override"]
+    if divisor is not None and a["ceil_mode"]:
+        raise e.fail("avg_pool2d with divisor_override and ceil_mode has no ONNX form",
+                     "pad the input so that ceil_mode is not needed")
+
+    def pool(x):
+        mean = e.op("AveragePool", [x], kernel_shape=list(a["kernel_size"]),
+                    strides=list(a["stride"]), pads=[ph, pw, ph, pw],
+                    ceil_mode=int(a["ceil_mode"]),
+                    count_include_pad=int(a["count_include_pad"] or divisor is not None))
+        if divisor is None:
+            return [mean]
+        # every window then holds kh * kw values (padding included): rescale the mean
+        kh, kw = a["kernel_size"]
+        scale = e.scalar(kh * kw / divisor, node.outputs[0].dtype, "scale")
+        return [e.op("Mul", [mean, scale])]
+    return e.batched(pool)
+
+
 # avg_pool2d is linear; its backward is its transpose, and each is the other's VJP.
 AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
                    vjp=lambda g, out, x, **pool: apply(AVG_POOL2D_BACKWARD, g,
                                                        input_size=_hw(x), **pool),
                    attrs=("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
-                          "divisor_override"), onnx="AveragePool")
+                          "divisor_override"),
+                   onnx=_onnx_avg_pool2d)
 AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", _avg_pool_backward_kernel,
                             _infer_avg_pool_backward, saves="",
                             compiler_only=True,

@@ -109,9 +109,16 @@ def _full_like_kernel(x, fill_value, dtype):
     return np.full(x.shape, fill_value, dtype=dtype)
 
 
+def _onnx_full_like(e, node):
+    value = np.asarray([node.attrs["fill_value"]], dtype=node.attrs["dtype"])
+    shape = e.op("Shape", [e.input(0)])
+    return [e.op("ConstantOfShape", [shape], value=e.onnx.numpy_helper.from_array(value))]
+
+
 FULL_LIKE = defop("full_like", _full_like_kernel,
                   lambda x, fill_value, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
-                  attrs=("fill_value", "dtype"), onnx="ConstantOfShape",
+                  attrs=("fill_value", "dtype"),
+                  onnx=_onnx_full_like,
                   shape_only=True)
 
 
@@ -235,7 +242,9 @@ def clone(x) -> Tensor:
 
 CLONE = defop("clone", lambda x: np.array(x, copy=True),
               lambda x: ShapedType(tuple(x.shape), x.dtype),
-              vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity")
+              vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity",
+              # (graph values are never written in place: an Identity needs no copy)
+              onnx_import={"Identity": lambda b, xs, attrs: xs[0]})
 
 METHODS = {"clone": clone, "multinomial": multinomial}
 

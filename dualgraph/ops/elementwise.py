@@ -69,21 +69,25 @@ def _result_type(*operands) -> np.dtype:
 ADD = defop("add", binary_kernel(np.add), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a), unbroadcast(g, b)),
             elementwise="{0} + {1}", onnx="Add",
-            commutative=True)
+            commutative=True,
+            shape_fold=np.add)
 SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a),
                                       unbroadcast(neg(g), b) if needs_grad(b) else None),
-            elementwise="{0} - {1}", onnx="Sub")
+            elementwise="{0} - {1}", onnx="Sub",
+            shape_fold=np.subtract)
 MUL = defop("mul", binary_kernel(np.multiply), infer_binary,
             vjp=lambda g, out, a, b: (
                 unbroadcast(apply(MUL, g, b), a) if needs_grad(a) else None,
                 unbroadcast(apply(MUL, g, a), b) if needs_grad(b) else None),
             elementwise="{0} * {1}", onnx="Mul",
-            commutative=True)
+            commutative=True,
+            shape_fold=np.multiply)
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,
                                       unbroadcast(-g * out / b, b) if needs_grad(b) else None),
-            saves="io", elementwise="{0} / {1}", onnx="Div")
+            saves="io", elementwise="{0} / {1}", onnx="Div",
+            onnx_import={})   # (ONNX's Div truncates integers: export/onnx_import_ops.py)
 
 
 def _pow_kernel(a, b):
@@ -102,12 +106,23 @@ def _pow_vjp(g, out, a, b):
 
 
 POW = defop("pow", _pow_kernel, infer_binary, vjp=_pow_vjp, elementwise="{0} ** {1}",
-            onnx="Pow")
+            onnx="Pow",
+            onnx_import={})   # (ONNX's Pow keeps the base's type: export/onnx_import_ops.py)
+
+
+def _onnx_floor_divide(e, node):
+    dtype = e.common_dtype()
+    x, y = e.inputs(dtype)
+    if dtype.kind != "f":   # Div truncates; x - x mod y (mod with the divisor's sign)
+        return [e.op("Div", [e.op("Sub", [x, e.op("Mod", [x, y], fmod=0)]), y])]
+    return [e.op("Floor", [e.op("Div", [x, y])])]
+
 
 # floor_divide and remainder use NumPy's floor division, which (like torch's) is Python's:
 # the quotient rounds toward -inf and the remainder takes the divisor's sign.
 FLOOR_DIVIDE = defop("floor_divide", binary_kernel(np.floor_divide), infer_binary,
-                     vjp=_zero_vjp, saves="", elementwise="{0} // {1}", onnx=None)
+                     vjp=_zero_vjp, saves="", elementwise="{0} // {1}",
+                     onnx=_onnx_floor_divide)
 
 
 def _remainder_vjp(g, out, a, b):
@@ -120,10 +135,26 @@ def _fmod_vjp(g, out, a, b):
     return unbroadcast(g, a), gb
 
 
+def _onnx_remainder(e, node):
+    """Python's modulo (the sign of the divisor): ONNX Mod with fmod=0 for ints; for
+    floats x - floor(x / y) * y, as NumPy computes it."""
+    dtype = e.common_dtype()
+    x, y = e.inputs(dtype)
+    if dtype.kind != "f":
+        return [e.op("Mod", [x, y], fmod=0)]
+    return [e.op("Sub", [x, e.op("Mul", [e.op("Floor", [e.op("Div", [x, y])]), y])])]
+
+
+def _onnx_fmod(e, node):
+    return [e.op("Mod", e.inputs(e.common_dtype()), fmod=1)]
+
+
 REMAINDER = defop("remainder", binary_kernel(np.remainder), infer_binary, vjp=_remainder_vjp,
-                  saves="i", elementwise="{0} % {1}", onnx=None)
+                  saves="i", elementwise="{0} % {1}",
+                  onnx=_onnx_remainder)
 FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves="i",
-             elementwise="fmod({0}, {1})", onnx="Mod")   # ONNX Mod with fmod=1
+             elementwise="fmod({0}, {1})",
+             onnx=_onnx_fmod)
 
 
 def add(a, b, *, alpha=1):
@@ -219,11 +250,21 @@ def _unary(name, ufunc, vjp, expr, onnx, saves="io", **facts):
                  elementwise=expr, onnx=onnx, **facts)
 
 
+def _onnx_expm1(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Sub", [e.op("Exp", [e.input(0, dtype)]), e.scalar(1, dtype, "one")])]
+
+
+def _onnx_log1p(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Log", [e.op("Add", [e.input(0, dtype), e.scalar(1, dtype, "one")])])]
+
+
 EXP = _unary("exp", np.exp, lambda g, out, x: g * out, "exp({0})", "Exp", saves="o")
-EXPM1 = _unary("expm1", np.expm1, lambda g, out, x: g * (out + 1), "expm1({0})", None,
+EXPM1 = _unary("expm1", np.expm1, lambda g, out, x: g * (out + 1), "expm1({0})", _onnx_expm1,
                saves="o")
 LOG = _unary("log", np.log, lambda g, out, x: g / x, "log({0})", "Log", saves="i")
-LOG1P = _unary("log1p", np.log1p, lambda g, out, x: g / (x + 1), "log1p({0})", None,
+LOG1P = _unary("log1p", np.log1p, lambda g, out, x: g / (x + 1), "log1p({0})", _onnx_log1p,
                saves="i")
 SQRT = _unary("sqrt", np.sqrt, lambda g, out, x: g / (2 * out), "sqrt({0})", "Sqrt",
               saves="o")
@@ -358,17 +399,53 @@ def _sign_array(x):
         return np.subtract(x > 0, x < 0, dtype=x.dtype)
 
 
+def _onnx_sign(e, node):
+    """dualgraph's sign (as torch's) is 0 at NaN; onnxruntime's Sign gives NaN."""
+    x = e.input(0)
+    if node.inputs[0].dtype.kind != "f":
+        return [e.op("Sign", [x])]
+    zero = e.scalar(0, node.inputs[0].dtype, "zero")
+    return [e.op("Where", [e.op("IsNaN", [x]), zero, e.op("Sign", [x])])]
+
+
+def _onnx_trunc(e, node):
+    x = e.input(0)
+    if node.inputs[0].dtype.kind != "f":
+        return [e.same(x)]
+    return [e.op("Mul", [e.op("Sign", [x]), e.op("Floor", [e.op("Abs", [x])])])]
+
+
+def _onnx_round(e, node):
+    """Round half to even; with ``decimals``, of x * 10^decimals (as NumPy computes it)."""
+    x, decimals = e.input(0), node.attrs.get("decimals", 0)
+    if node.inputs[0].dtype.kind != "f":
+        return [e.same(x)]
+    if not decimals:
+        return [e.op("Round", [x])]
+    scale = e.scalar(10.0 ** decimals, node.inputs[0].dtype, "scale")
+    return [e.op("Div", [e.op("Round", [e.op("Mul", [x, scale])]), scale])]
+
+
 SIGN = defop("sign", _sign_array, infer_same, vjp=_zero_vjp, saves="",
-             elementwise="sign({0})", onnx="Sign")
+             elementwise="sign({0})",
+             onnx=_onnx_sign,
+             onnx_import={"Sign": None})
 FLOOR = defop("floor", _keep_ints(np.floor), infer_same, vjp=_zero_vjp, saves="",
-              elementwise="floor({0})", onnx="Floor")
+              elementwise="floor({0})",
+              onnx=lambda e, node: e.float_only("Floor", "same"),
+              onnx_import={"Floor": None})
 CEIL = defop("ceil", _keep_ints(np.ceil), infer_same, vjp=_zero_vjp, saves="",
-             elementwise="ceil({0})", onnx="Ceil")
+             elementwise="ceil({0})",
+             onnx=lambda e, node: e.float_only("Ceil", "same"),
+             onnx_import={"Ceil": None})
 TRUNC = defop("trunc", _keep_ints(np.trunc), infer_same, vjp=_zero_vjp, saves="",
-              elementwise="trunc({0})", onnx=None)
+              elementwise="trunc({0})",
+              onnx=_onnx_trunc)
 # round half to even, as torch and NumPy do (ONNX Round too)
 ROUND = defop("round", _keep_ints(_round_array), infer_same, vjp=_zero_vjp, saves="",
-              attrs=("decimals",), elementwise="round({0}, {decimals})", onnx="Round")
+              attrs=("decimals",), elementwise="round({0}, {decimals})",
+              onnx=_onnx_round,
+              onnx_import={"Round": lambda b, xs, attrs: b.op("round", xs[0], decimals=0)})
 
 
 def abs(x):
@@ -476,14 +553,16 @@ def erf(x):
 
 
 # -- comparisons ---------------------------------------------------------------------------------
-def _compare(name, ufunc, onnx, **facts):
+def _compare(name, ufunc, onnx, **options):
     return defop(name, binary_kernel(ufunc), infer_compare, elementwise=None, onnx=onnx,
-                 **facts)
+                 **options)
 
 
 EQ = _compare("eq", np.equal, "Equal",
-              commutative=True)
-NE = _compare("ne", np.not_equal, None,
+              commutative=True,
+              shape_fold=np.equal)
+NE = _compare("ne", np.not_equal,
+              lambda e, node: [e.op("Not", [e.simple("Equal")[0]])],
               commutative=True)
 LT = _compare("lt", np.less, "Less")
 LE = _compare("le", np.less_equal, "LessOrEqual")
@@ -529,10 +608,12 @@ def _select_vjp(first_wins):
 
 MAXIMUM = defop("maximum", binary_kernel(np.maximum), infer_binary, vjp=_select_vjp(gt),
                 saves="i", elementwise="maximum({0}, {1})", onnx="Max",
-                commutative=True)
+                commutative=True,
+                onnx_import={})   # (ONNX's Max is variadic: export/onnx_import_ops.py)
 MINIMUM = defop("minimum", binary_kernel(np.minimum), infer_binary, vjp=_select_vjp(lt),
                 saves="i", elementwise="minimum({0}, {1})", onnx="Min",
-                commutative=True)
+                commutative=True,
+                onnx_import={})   # (ONNX's Min is variadic: export/onnx_import_ops.py)
 
 
 def maximum(input, other):
@@ -577,12 +658,20 @@ def _infer_where(cond, a, b):
                       dtypes.result_type(a, b))
 
 
+def _onnx_where(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Where", [e.input(0, np.bool_), e.input(1, dtype), e.input(2, dtype)])]
+
+
 WHERE = defop("where", _where_kernel, _infer_where, saves="i",
               vjp=lambda g, out, c, a, b: (
                   None,
                   unbroadcast(where(c, g, 0.0), a) if needs_grad(a) else None,
                   unbroadcast(where(c, 0.0, g), b) if needs_grad(b) else None),
-              elementwise="where({0}, {1}, {2})", onnx="Where")
+              elementwise="where({0}, {1}, {2})",
+              onnx=_onnx_where,
+              onnx_import={"Where": None},
+              shape_fold=np.where)
 
 
 def where(condition, input, other):
@@ -594,10 +683,19 @@ def _cast_kernel(x, dtype):
     return x.astype(dtype)
 
 
+def _from_onnx_cast(b, xs, attrs):
+    return b.cast(xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
+
+
 CAST = defop("cast", _cast_kernel, lambda x, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
              attrs=("dtype",), saves="",
              vjp=lambda g, out, x, dtype: cast_to(g, x.dtype),
-             differentiable_outputs=None, elementwise="cast({0})", onnx="Cast")
+             differentiable_outputs=None, elementwise="cast({0})",
+             onnx=lambda e, node: [e.cast(e.input(0), node.attrs["dtype"])],
+             onnx_import={"Cast": _from_onnx_cast,
+                          "CastLike": lambda b, xs, attrs: b.cast(xs[0], xs[1].dtype)},
+             # (a shape value stays ints and Syms under an integer cast)
+             shape_fold=lambda x, dtype: x if np.dtype(dtype).kind in "iu" else x.astype(dtype))
 
 
 def cast_to(x, dtype):
@@ -621,17 +719,32 @@ def _bitwise_kernel(ufunc):
 
 
 # ONNX And/Or/Xor/Not take bools; integer tensors export as BitwiseAnd/... instead.
+def _onnx_bitwise(bool_type: str, int_type: str):
+    def export(e, node):
+        dtype = e.common_dtype()
+        return [e.op(bool_type if dtype == np.bool_ else int_type, e.inputs(dtype))]
+    return export
+
+
 BITWISE_AND = defop("bitwise_and", _bitwise_kernel(np.bitwise_and), infer_binary,
-                    elementwise="bitwise_and({0}, {1})", onnx="And",
-                    commutative=True)
+                    elementwise="bitwise_and({0}, {1})",
+                    commutative=True,
+                    onnx=_onnx_bitwise("And", "BitwiseAnd"),
+                    onnx_import={"And": None, "BitwiseAnd": None})
 BITWISE_OR = defop("bitwise_or", _bitwise_kernel(np.bitwise_or), infer_binary,
-                   elementwise="bitwise_or({0}, {1})", onnx="Or",
-                   commutative=True)
+                   elementwise="bitwise_or({0}, {1})",
+                   commutative=True,
+                   onnx=_onnx_bitwise("Or", "BitwiseOr"),
+                   onnx_import={"Or": None, "BitwiseOr": None})
 BITWISE_XOR = defop("bitwise_xor", _bitwise_kernel(np.bitwise_xor), infer_binary,
-                    elementwise="bitwise_xor({0}, {1})", onnx="Xor",
-                    commutative=True)
+                    elementwise="bitwise_xor({0}, {1})",
+                    commutative=True,
+                    onnx=_onnx_bitwise("Xor", "BitwiseXor"),
+                    onnx_import={"Xor": None, "BitwiseXor": None})
 BITWISE_NOT = defop("bitwise_not", _bitwise_kernel(np.invert), infer_same,
-                    elementwise="invert({0})", onnx="Not")
+                    elementwise="invert({0})",
+                    onnx=_onnx_bitwise("Not", "BitwiseNot"),
+                    onnx_import={"Not": None, "BitwiseNot": None})
 
 
 def bitwise_and(input, other):
@@ -674,10 +787,23 @@ def logical_not(input):
     return bitwise_not(_truth(input))
 
 
-ISNAN = defop("isnan", np.isnan, infer_bool, elementwise="isnan({0})", onnx="IsNaN")
-ISINF = defop("isinf", np.isinf, infer_bool, elementwise="isinf({0})", onnx="IsInf")
+ISNAN = defop("isnan", np.isnan, infer_bool, elementwise="isnan({0})",
+              onnx=lambda e, node: e.float_only("IsNaN", "false"),
+              onnx_import={"IsNaN": None})
+ISINF = defop("isinf", np.isinf, infer_bool, elementwise="isinf({0})",
+              onnx=lambda e, node: e.float_only("IsInf", "false"))
+
+
+def _onnx_isfinite(e, node):
+    x = e.input(0)
+    if node.inputs[0].dtype.kind != "f":   # integers are always finite
+        return [e.op("Not", [e.false_like(x)])]
+    return [e.op("Not", [e.op("Or", [e.op("IsNaN", [x]), e.op("IsInf", [x])])])]
+
+
 # isfinite is a primitive because GradScaler checks every gradient with it on every step
-ISFINITE = defop("isfinite", np.isfinite, infer_bool, elementwise="isfinite({0})", onnx=None)
+ISFINITE = defop("isfinite", np.isfinite, infer_bool, elementwise="isfinite({0})",
+                 onnx=_onnx_isfinite)
 
 
 def isnan(input):
@@ -763,7 +889,10 @@ def _elu_array(x, alpha):
 # (exp of a large x) and its zero gradient becomes 0 * inf = NaN.
 ELU = defop("elu", _float_kernel(_elu_array), infer_float, attrs=("alpha",), saves="io",
             vjp=lambda g, out, x, alpha: where(x > 0, g, g * (out + alpha)),
-            elementwise="where({0} > 0, {0}, {alpha} * expm1({0}))", onnx="Elu")
+            elementwise="where({0} > 0, {0}, {alpha} * expm1({0}))",
+            onnx=lambda e, node: [e.op("Elu", [e.input(0)], alpha=float(node.attrs["alpha"]))],
+            onnx_import={"Elu": lambda b, xs, attrs: b.op(
+                "elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))})
 
 
 def elu(input, alpha=1.0, inplace=False):
@@ -790,13 +919,29 @@ def _softplus_array(x, beta, threshold):
     return np.where(z > threshold, x, soft)
 
 
+def _onnx_softplus(e, node):
+    """torch's softplus(x, beta, threshold): log(1 + exp(beta x)) / beta, and x itself
+    where beta x > threshold."""
+    dtype = node.outputs[0].dtype
+    x = e.input(0)
+    beta, threshold = node.attrs["beta"], node.attrs["threshold"]
+    scaled = x if beta == 1 else e.op("Mul", [x, e.scalar(beta, dtype)])
+    soft = e.op("Softplus", [scaled])
+    if beta != 1:
+        soft = e.op("Div", [soft, e.scalar(beta, dtype)])
+    linear = e.op("Greater", [scaled, e.scalar(threshold, dtype)])
+    return [e.op("Where", [linear, x, soft])]
+
+
 SOFTPLUS = defop("softplus", _float_kernel(_softplus_array), infer_float,
                  attrs=("beta", "threshold"), saves="i",
                  vjp=lambda g, out, x, beta, threshold: where(
                      x * beta > threshold, g, g * sigmoid(x * beta)),
                  elementwise="where({0} * {beta} > {threshold}, {0}, "
                              "log1p(exp({0} * {beta})) / {beta})",
-                 onnx="Softplus")
+                 onnx=_onnx_softplus,
+                 onnx_import={"Softplus": lambda b, xs, attrs: b.op(
+                     "softplus", xs[0], beta=1.0, threshold=20.0)})
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -818,9 +963,27 @@ def _gelu_vjp(g, out, x):
     return g * (cdf + x * pdf)
 
 
+def _onnx_gelu(approximate: str):
+    def export(e, node):
+        x = e.input(0)
+        if e.opset >= 20:
+            return [e.op("Gelu", [x], approximate=approximate)]
+        dtype = node.outputs[0].dtype
+        c = lambda v: e.scalar(v, dtype)   # noqa: E731
+        if approximate == "none":   # x/2 (1 + erf(x / sqrt 2))
+            inner = e.op("Erf", [e.op("Mul", [x, c(1 / np.sqrt(2))])])
+        else:                       # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            cube = e.op("Mul", [e.op("Mul", [x, x]), x])
+            poly = e.op("Add", [x, e.op("Mul", [cube, c(0.044715)])])
+            inner = e.op("Tanh", [e.op("Mul", [poly, c(np.sqrt(2 / np.pi))])])
+        half = e.op("Mul", [x, c(0.5)])
+        return [e.op("Mul", [half, e.op("Add", [inner, c(1.0)])])]
+    return export
+
+
 # The exact gelu is a primitive so that it runs as one erf pass with a two-term VJP.
 GELU = _unary("gelu", _gelu_array, _gelu_vjp, "0.5 * {0} * (1 + erf({0} * 0.7071067811865476))",
-              "Gelu", saves="i")
+              _onnx_gelu("none"), saves="i")
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
@@ -913,8 +1076,8 @@ def _gelu_tanh_backward_vjp(gg, out, g, x):
 # (Their eager float32 loops apply kernels/fastmath.py's gelu_tanh32 / gelu_tanh_backward32
 # per element; ``scalar32`` has a fused kernel call the same, so it computes the same bits.)
 GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
-                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})", None,
-                   saves="i",
+                   lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})",
+                   _onnx_gelu("tanh"), saves="i",
                    scalar32="gelu_tanh32")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),

@@ -88,8 +88,58 @@ def _index_backward_vjp(gg, out, g, x, *indices, dims):
     return (apply(INDEX, gg, *indices, dims=dims), None) + (None,) * len(indices)
 
 
+def _onnx_indexed_first(e, node, first_index: int):
+    """For x[..., i0, ..., i1, ...] (x is input 0, the index tensors the inputs from
+    ``first_index`` on): x with its indexed dims moved first, the index as one tensor (the
+    index tensors broadcast and stacked on a last axis, as GatherND and ScatterND take it),
+    the broadcast index shape, and x's permutation."""
+    x, dims = node.inputs[0], tuple(node.attrs["dims"])
+    perm = list(dims) + [d for d in range(x.ndim) if d not in dims]
+    moved = e.input(0)
+    if perm != list(range(x.ndim)):
+        moved = e.op("Transpose", [moved], perm=perm)
+    shape = np.broadcast_shapes(*(i.shape for i in node.inputs[first_index:]))
+    target = e.ints(shape)
+    columns = [e.op("Unsqueeze", [e.op("Expand", [e.input(k, np.int64), target]),
+                                  e.ints([-1])]) for k in range(first_index, len(node.inputs))]
+    return moved, e.op("Concat", columns, axis=-1), shape, perm
+
+
+def _numpy_places_index_dims(dims: tuple) -> int:
+    """Where NumPy puts the index dims in x[..., i0, ..., i1, ...]: in place of the
+    indexed dims when these are adjacent (after the dims before them), else first."""
+    adjacent = dims == tuple(range(dims[0], dims[0] + len(dims)))
+    return dims[0] if adjacent else 0
+
+
+def _onnx_index(e, node):
+    """x[..., i0, ..., i1, ...]: one index tensor is a Gather; several are one GatherND on
+    x with the indexed dims moved first, the result's index dims then put where NumPy puts
+    them."""
+    x, dims = node.inputs[0], tuple(node.attrs["dims"])
+    if len(dims) == 1:
+        return [e.op("Gather", [e.input(0), e.input(1)], axis=dims[0])]
+    moved, index, shape, _ = _onnx_indexed_first(e, node, 1)
+    picked = e.op("GatherND", [moved, index])
+    lead, b, rest = _numpy_places_index_dims(dims), len(shape), x.ndim - len(dims)
+    if not lead:
+        return [picked]
+    return [e.op("Transpose", [picked], perm=list(range(b, b + lead)) + list(range(b)) +
+                 list(range(b + lead, b + rest)))]
+
+
+def _from_onnx_gather(b, xs, attrs):
+    x, i = xs
+    if i.dtype.kind not in "biuO":
+        raise b.error(f"Gather's indices have dtype {i.dtype}; they must be integers")
+    return b.op(INDEX, x, i, dims=(b.dim(attrs.get("axis", 0), x.ndim),))
+
+
 INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims",),
-              saves="", onnx="GatherND",
+              saves="",
+              onnx=_onnx_index,
+              onnx_import={"Gather": _from_onnx_gather},
+              shape_fold=lambda x, i, dims: np.take(x, i, axis=dims[0]),
               doc="x[..., i0, ..., i1, ...]: integer tensors index the dims ``dims`` (sorted); "
                   "adjacent index dims stay in place, separated ones go first, as in NumPy.")
 
@@ -160,8 +210,29 @@ INDEX_BACKWARD = defop("index_backward", _index_backward_kernel,
                        vjp=_index_backward_vjp, attrs=("dims",), saves="", onnx=None,
                        doc="Zeros shaped like x with g added at the indexed positions (repeats "
                            "summed): the gradient of index (x only gives the shape).")
+def _onnx_index_put(e, node):
+    """A copy of x with x[..., i0, ..., i1, ...] set to v (``accumulate``: increased by it,
+    ScatterND's reduction "add"): one ScatterND on x with the indexed dims moved first, v's
+    index dims moved first too (from where NumPy puts them), then x's dims put back.
+    (Repeated indices without ``accumulate`` are undefined in ONNX; dualgraph keeps the
+    last value.)"""
+    x, dims = node.inputs[0], tuple(node.attrs["dims"])
+    moved, index, shape, perm = _onnx_indexed_first(e, node, 2)
+    updates = e.input(1, x.dtype)
+    lead, b, rest = _numpy_places_index_dims(dims), len(shape), x.ndim - len(dims)
+    if lead:   # v: (lead dims, index dims, trailing dims) -> index dims first
+        updates = e.op("Transpose", [updates], perm=list(range(lead, lead + b)) +
+                       list(range(lead)) + list(range(lead + b, b + rest)))
+    out = e.op("ScatterND", [moved, index, updates],
+               reduction="add" if node.attrs["accumulate"] else None)
+    if perm != list(range(x.ndim)):
+        out = e.op("Transpose", [out], perm=list(np.argsort(perm)))
+    return [out]
+
+
 INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_put_vjp,
-                  attrs=("dims", "accumulate"), saves="", onnx="ScatterND",
+                  attrs=("dims", "accumulate"), saves="",
+                  onnx=_onnx_index_put,
                   doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")
 
 
@@ -556,11 +627,23 @@ def _infer_trilu(x, diagonal, upper):
     return ShapedType(tuple(x.shape), x.dtype)
 
 
+def _onnx_trilu(e, node):
+    k = e.scalar(node.attrs["diagonal"], np.int64, "k")
+    return [e.op("Trilu", [e.input(0), k], upper=int(bool(node.attrs["upper"])))]
+
+
+def _from_onnx_trilu(b, xs, attrs):
+    k = b.ints(xs[1], "k")[0] if len(xs) > 1 and xs[1] is not None else 0
+    return b.op(TRILU, xs[0], diagonal=k, upper=bool(attrs.get("upper", 1)))
+
+
 # A primitive rather than ``where(arange(n)[:, None] - arange(m) ...)``: one node instead of
 # five, it needs no concrete matrix size (symbolic dims while tracing) and it is ONNX's Trilu.
 TRILU = defop("trilu", lambda x, diagonal, upper: (np.triu if upper else np.tril)(x, diagonal),
               _infer_trilu, vjp=lambda g, out, x, diagonal, upper: _trilu(g, diagonal, upper),
-              attrs=("diagonal", "upper"), saves="", onnx="Trilu",
+              attrs=("diagonal", "upper"), saves="",
+              onnx=_onnx_trilu,
+              onnx_import={"Trilu": _from_onnx_trilu},
               doc="The upper or lower triangle of the last two dims from ``diagonal`` on.")
 
 
@@ -631,9 +714,23 @@ def _argsort_kernel(x, dim, descending):
     return (n - 1 - np.flip(order, dim)).astype(_INT64)
 
 
+def _onnx_argsort(e, node):
+    """argsort -> the indices of a TopK over the whole dim, sorted: among equal values
+    ONNX's TopK puts the lower index first, as dualgraph's stable sort does (NaN's place
+    is unspecified in ONNX; dualgraph counts NaN as largest)."""
+    x, dim = node.inputs[0], node.attrs["dim"]
+    size = x.shape[dim]
+    k = (e.ints([size]) if isinstance(size, int)
+         else e.op("Gather", [e.op("Shape", [e.input(0)]), e.ints([dim])]))
+    _, indices = e.outputs("TopK", [e.input(0), k], 2, axis=dim,
+                           largest=int(bool(node.attrs["descending"])), sorted=1)
+    return [indices]
+
+
 ARGSORT = defop("argsort", _argsort_kernel,
                 lambda x, dim, descending: ShapedType(tuple(x.shape), _INT64),
-                attrs=("dim", "descending"), saves="", onnx="TopK",
+                attrs=("dim", "descending"), saves="",
+                onnx=_onnx_argsort,
                 doc="Positions that sort x along dim (always stable; NaN counts as largest).")
 
 

@@ -217,8 +217,43 @@ def _einsum_operand_grad(g, operands, terms, rhs, sizes, i, equation):
     return grad
 
 
+def _from_onnx_einsum(b, xs, attrs):
+    """ONNX's equation in dualgraph's form: spaces dropped, the implicit output (the letters
+    seen once, sorted) written out, ``...`` replaced by letters of its own."""
+    equation = attrs["equation"].replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if "->" not in equation:
+        letters = "".join(terms).replace(".", "")
+        rhs = "..." * ("..." in lhs) + "".join(sorted(c for c in set(letters)
+                                                      if letters.count(c) == 1))
+    terms, rhs = _expand_ellipsis(terms, rhs, xs)
+    sizes = {}
+    for term, x in zip(terms, xs):
+        for ch, d in zip(term, x.shape):
+            if sizes.setdefault(ch, d) != d:
+                raise b.error(f"einsum {equation!r}: letter {ch!r} has sizes {sizes[ch]} and "
+                              f"{d}; dualgraph's einsum needs equal sizes (no broadcasting)")
+    return b.op(EINSUM, *xs, equation=",".join(terms) + "->" + rhs)
+
+
+def _expand_ellipsis(terms, rhs, xs):
+    """Replace ``...`` with letters of their own (right-aligned across operands)."""
+    if "..." not in "".join(terms):
+        return terms, rhs
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in "".join(terms) + rhs]
+    n = max(x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t)
+    ell = "".join(free[:n])
+    terms = [t.replace("...", ell[n - (x.ndim - len(t.replace("...", ""))):])
+             for t, x in zip(terms, xs)]
+    return terms, rhs.replace("...", ell)
+
+
 EINSUM = defop("einsum", _einsum_kernel, _infer_einsum, vjp=_einsum_vjp, attrs=("equation",),
-               saves="i", onnx="Einsum")
+               saves="i",
+               onnx=lambda e, node: [e.op("Einsum", e.inputs(),
+                                          equation=node.attrs["equation"])],
+               onnx_import={"Einsum": _from_onnx_einsum})
 
 
 @functools.lru_cache(maxsize=256)
@@ -403,9 +438,19 @@ def _linear_decomposition(x, w, *bias):
     return y + bias[0] if bias else y
 
 
+def _onnx_linear(e, node):
+    """x @ w.T + b: one Gemm for a 2-d x, else MatMul with the transposed weight."""
+    x, w = e.input(0), e.input(1)
+    b = e.input(2) if len(node.inputs) > 2 else None
+    if node.inputs[0].ndim == 2 and node.inputs[1].ndim == 2:
+        return [e.op("Gemm", [x, w] + ([b] if b else []), transB=1)]
+    y = e.op("MatMul", [x, e.op("Transpose", [w])])
+    return [e.op("Add", [y, b]) if b else y]
+
+
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
                decomposition=_linear_decomposition,
-               onnx="Gemm")
+               onnx=_onnx_linear)
 
 
 def linear(input, weight, bias=None):

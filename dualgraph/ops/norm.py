@@ -167,10 +167,38 @@ def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
 _ROWS = RowEpilogue("dualgraph.kernels.normalization", "normalise_row", attrs=("eps",),
                     stats=("mean", "rstd"),
                     applies=lambda x, weight, bias, n_dims, eps: n_dims == 1)
+
+
+def _onnx_layer_norm(e, node):
+    """LayerNormalization over the last ``n_dims`` dims. ONNX needs a scale: a missing
+    weight is a constant of ones; a missing bias is a constant of zeros, since onnxruntime
+    1.32 crashes (segfault) on a LayerNormalization without one."""
+    x = node.inputs[0]
+    n = node.attrs["n_dims"]
+    params = x.shape[x.ndim - n:]
+    scale = e.input(1) or e.const(np.ones(params, x.dtype), "ones")
+    bias = (e.input(2) if len(node.inputs) > 2 else None) or e.const(np.zeros(params, x.dtype),
+                                                                      "zeros")
+    return e.op("LayerNormalization", [e.input(0), scale, bias], outputs=3, axis=-n,
+                epsilon=float(node.attrs["eps"]))
+
+
+def _from_onnx_layer_norm(b, xs, attrs):
+    x, scale, bias = (list(xs) + [None])[:3]
+    dim = b.dim(attrs.get("axis", -1), x.ndim)
+    shape = tuple(x.shape[dim:])   # layer_norm takes its parameters in this shape
+    scale, bias = (p if p is None or tuple(p.shape) == shape else
+                   b.op("expand", p, shape=shape) for p in (scale, bias))
+    return b.op(LAYER_NORM, x, scale, bias, n_dims=x.ndim - dim,
+                eps=float(attrs.get("epsilon", 1e-5)))
+
+
 LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp,
                    decomposition=layer_norm_composite,
                    attrs=("n_dims", "eps"), num_outputs=3, differentiable_outputs=(0,),
-                   saves="io", onnx="LayerNormalization",
+                   saves="io",
+                   onnx=_onnx_layer_norm,
+                   onnx_import={"LayerNormalization": _from_onnx_layer_norm},
                    row_epilogue=_ROWS)
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),

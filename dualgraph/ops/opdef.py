@@ -1,8 +1,9 @@
 """The op registry: every operator is one :class:`OpDef`, defined once, read by everything.
 
 Eager dispatch runs ``kernel``; tracing runs ``infer`` to type the new node; autograd runs
-``vjp``; fusion reads ``elementwise``; export reads ``onnx``; the generated op tests read the
-registry itself, so a new op is tested (or the suite fails) without touching the tests.
+``vjp``; fusion reads ``elementwise``; ONNX export and import read ``onnx`` and
+``onnx_import``; the generated op tests read the registry itself, so a new op is tested (or
+the suite fails) without touching the tests.
 
 Calling conventions, shared by kernel, infer and vjp so that each reads like the others:
 
@@ -65,7 +66,6 @@ class OpDef:
     attrs: tuple = ()
     num_outputs: int | None = 1     # None: as many as infer returns (fused)
     elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
-    onnx: Any = None                 # ONNX mapping (an op type name or an export function)
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
@@ -100,6 +100,23 @@ class OpDef:
     decomposition: Callable | None = None
 
     # -- ONNX: export and import ------------------------------------------------------------
+    # How the exporter writes a node of this op; it reads nothing else. An ONNX op type
+    # (``"Exp"``) for an op without attrs whose one output and inputs map one to one (the
+    # node computed in its dtype); else an export function ``fn(e, node) -> [ONNX output name
+    # per output, None where ONNX can't give it]``, defined next to the op, that builds ONNX
+    # nodes through the emitter ``e`` (export/onnx_ops.py). None: the op has no ONNX form.
+    onnx: Any = None
+    # The ONNX op types this op is the natural target of, for the import: {op type: None}
+    # where the ONNX node's inputs are this op's inputs and it has no attributes, else
+    # {op type: fn(b, xs, attrs) -> output or tuple of outputs} building nodes through the
+    # importer ``b`` (export/onnx_import.py). None: ``{onnx: None}`` when ``onnx`` is an op
+    # type, else nothing; ``{}`` where that op type decomposes into several ops (its
+    # converter is then in export/onnx_import_ops.py, keyed by the ONNX op type).
+    onnx_import: dict | None = None
+    # The kernel on shape values that hold symbolic dims (NumPy object arrays of ints and
+    # Syms), which the import computes when loading (``Shape -> Gather -> Concat ->
+    # Reshape`` of a dynamic batch); None where such a value can't be an input.
+    shape_fold: Callable | None = None
 
     def __post_init__(self):
         self.saves_inputs = "i" in self.saves

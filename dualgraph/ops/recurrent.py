@@ -174,9 +174,25 @@ def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
     return tuple(seconds) + (None,)
 
 
+def _onnx_lstm_cell(e, node):
+    """One LSTM step from its input gates ``xg``: gates = xg + h W_hh^T + b, split as
+    torch orders them (input, forget, cell, output). The third output, the activated
+    gates the backward reads, has no use in an inference model."""
+    h, c = e.input(1), e.input(2)
+    gates = e.op("Add", [e.input(0), e.op("MatMul", [h, e.op("Transpose", [e.input(3)])])])
+    if len(node.inputs) > 4 and node.inputs[4] is not None:
+        gates = e.op("Add", [gates, e.input(4)])
+    i, f, g, o = e.op("Split", [gates], outputs=4, axis=-1, num_outputs=4)
+    c_new = e.op("Add", [e.op("Mul", [e.op("Sigmoid", [f]), c]),
+                         e.op("Mul", [e.op("Sigmoid", [i]), e.op("Tanh", [g])])])
+    h_new = e.op("Mul", [e.op("Sigmoid", [o]), e.op("Tanh", [c_new])])
+    return [h_new, c_new, None]
+
+
 LSTM_CELL = defop("lstm_cell", _lstm_kernel, _infer_lstm, vjp=_lstm_vjp, num_outputs=3,
                   decomposition=_lstm_composite,
-                  differentiable_outputs=(0, 1), saves="io", onnx=None)
+                  differentiable_outputs=(0, 1), saves="io",
+                  onnx=_onnx_lstm_cell)
 LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _lstm_backward_kernel, _infer_lstm_backward,
                            compiler_only=True,
                            decomposition=_lstm_backward_decomposition,

@@ -96,10 +96,49 @@ def _count_kernel(x, dims):
     return np.asarray(n, dtype=x.dtype if is_float(x.dtype) else dtypes.default_float())
 
 
+def _onnx_count(e, node):
+    """How many elements a reduction over ``dims`` of x combines (traced where a dim is
+    symbolic): the product of those dims of x's shape, as the node's float dtype."""
+    sizes = e.op("Gather", [e.op("Shape", [e.input(0)]), e.ints(node.attrs["dims"])])
+    return [e.cast(e.reduce("ReduceProd", sizes, [0], False), node.outputs[0].dtype)]
+
+
+def _onnx_reduce(op_type: str):
+    """One Reduce* node over ``dims``, computed in the output dtype (sum and prod of ints:
+    int64)."""
+    def export(e, node):
+        x = e.input(0, node.outputs[0].dtype)
+        return [e.reduce(op_type, x, e.axes(), node.attrs["keepdim"])]
+    return export
+
+
+def _from_onnx_reduce(reduce, since: int = 18):
+    """An ONNX Reduce* node -> ``reduce(b, x, dims, keepdim)``; its axes are an attribute
+    before opset ``since`` and an input from it on (ReduceSum: 13)."""
+    def convert(b, xs, attrs):
+        dims, keep = b.reduce_dims(xs, attrs, since)
+        return xs[0] if dims is None else reduce(b, xs[0], dims, keep)
+    return convert
+
+
+def _reduction(name: str, **fixed):
+    return lambda b, x, dims, keep: b.op(name, x, dims=dims, keepdim=keep, **fixed)
+
+
+# ONNX's ReduceSum and ReduceProd keep x's dtype; dualgraph's sum and prod of ints give int64
+def _sum_from_onnx(b, x, dims, keep):
+    return b.op("sum", x, dims=dims, keepdim=keep, dtype=x.dtype)
+
+
+def _prod_from_onnx(b, x, dims, keep):
+    return b.cast(b.op("prod", x, dims=dims, keepdim=keep), x.dtype)
+
+
 COUNT = defop("count", _count_kernel,
               lambda x, dims: ShapedType((), x.dtype if is_float(x.dtype)
                                          else dtypes.default_float()),
-              attrs=("dims",), saves="", onnx="Shape",
+              attrs=("dims",), saves="",
+              onnx=_onnx_count,
               doc="The number of elements in ``dims`` of x, as a 0-d float tensor.")
 
 
@@ -127,7 +166,9 @@ def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
 
 
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
-            saves="", onnx="ReduceSum",
+            saves="",
+            onnx=_onnx_reduce("ReduceSum"),
+            onnx_import={"ReduceSum": _from_onnx_reduce(_sum_from_onnx, since=13)},
             reduction=Reduction.SUM)
 
 
@@ -149,7 +190,8 @@ def _mean_kernel(x, dims, keepdim):
 MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",
              vjp=lambda g, out, x, dims, keepdim: _expand_back(
                  g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
-             onnx="ReduceMean",
+             onnx=_onnx_reduce("ReduceMean"),
+             onnx_import={"ReduceMean": _from_onnx_reduce(_reduction("mean"))},
              reduction=Reduction.MEAN)
 
 
@@ -192,7 +234,9 @@ def _prod_vjp(g, out, x, dims, keepdim):
 
 
 PROD = defop("prod", _prod_kernel, _infer_prod, vjp=_prod_vjp, attrs=("dims", "keepdim"),
-             saves="i", onnx="ReduceProd",
+             saves="i",
+             onnx=_onnx_reduce("ReduceProd"),
+             onnx_import={"ReduceProd": _from_onnx_reduce(_prod_from_onnx)},
              reduction=Reduction.PROD)
 
 
@@ -215,10 +259,14 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 
 
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMax",
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
+             onnx=_onnx_reduce("ReduceMax"),
+             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax"))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), onnx="ReduceMin",
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
+             onnx=_onnx_reduce("ReduceMin"),
+             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin"))},
              reduction=Reduction.MIN)
 
 
@@ -268,12 +316,20 @@ def _with_index_vjp(g, out, x, dim, keepdim):
 
 
 # One ONNX node per output: ReduceMax (or ReduceMin) for values, ArgMax (ArgMin) for indices.
+def _onnx_with_index(reduce_type: str, arg_type: str):
+    def export(e, node):
+        x, dim, keep = e.input(0), node.attrs["dim"], node.attrs["keepdim"]
+        return [e.reduce(reduce_type, x, [dim], keep),
+                e.op(arg_type, [x], axis=dim, keepdims=int(bool(keep)))]
+    return export
+
+
 MAX = defop("max", _with_index_kernel(np.argmax), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
-            onnx=("ReduceMax", "ArgMax"))
+            onnx=_onnx_with_index("ReduceMax", "ArgMax"))
 MIN = defop("min", _with_index_kernel(np.argmin), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
-            onnx=("ReduceMin", "ArgMin"))
+            onnx=_onnx_with_index("ReduceMin", "ArgMin"))
 
 
 def _max_or_min(op, full, result, elementwise_name, input, dim, keepdim):
@@ -307,10 +363,28 @@ def _argmedian(x, axis, keepdims):
     return np.take(order, [(x.shape[axis] - 1) // 2], axis=axis)
 
 
+def _onnx_median(e, node):
+    """median -> the last of the (n - 1) // 2 + 1 smallest, by TopK (lower index first
+    among equal values, the index dualgraph's lower median takes)."""
+    x, dim, keep = node.inputs[0], node.attrs["dim"], node.attrs["keepdim"]
+    size = x.shape[dim]
+    if not isinstance(size, int):
+        raise e.fail(f"the median's dim has a symbolic size ({size})",
+                     "export with that dim static")
+    k = (size - 1) // 2 + 1
+    picked = e.outputs("TopK", [e.input(0), e.ints([k])], 2, axis=dim, largest=0, sorted=1)
+    outs = []
+    for t in picked:
+        last = e.op("Slice", [t, e.ints([k - 1]), e.ints([k]), e.ints([dim])])
+        outs.append(last if keep else e.op("Squeeze", [last, e.ints([dim])]))
+    return outs
+
+
 MedianResult = namedtuple("median", ["values", "indices"])
 MEDIAN = defop("median", _with_index_kernel(_argmedian), _infer_with_index,
                vjp=_with_index_vjp, attrs=("dim", "keepdim"), num_outputs=2,
-               differentiable_outputs=(0,), saves="o", onnx="TopK")
+               differentiable_outputs=(0,), saves="o",
+               onnx=_onnx_median)
 
 
 def median(input, dim=None, keepdim=False):
@@ -337,10 +411,35 @@ def _infer_arg(x, dim, keepdim):
     return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), np.dtype(np.int64))
 
 
+def _onnx_arg(op_type: str):
+    def export(e, node):
+        x, dim, keep = e.input(0), node.attrs["dim"], node.attrs["keepdim"]
+        if dim is not None:
+            return [e.op(op_type, [x], axis=dim, keepdims=int(bool(keep)))]
+        flat = e.op(op_type, [e.op("Reshape", [x, e.ints([-1])])], axis=0, keepdims=0)
+        if keep:   # a 1 per dim of x
+            return [e.op("Reshape", [flat, e.ints([1] * node.inputs[0].ndim)])]
+        return [flat]
+    return export
+
+
+def _from_onnx_arg(name: str):
+    def convert(b, xs, attrs):
+        if attrs.get("select_last_index", 0):
+            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
+                          "argmin return the first index)")
+        x = xs[0]
+        return b.op(name, x, dim=b.dim(attrs.get("axis", 0), x.ndim),
+                    keepdim=bool(attrs.get("keepdims", 1)))
+    return convert
+
+
 ARGMAX = defop("argmax", _arg_kernel(np.argmax), _infer_arg, attrs=("dim", "keepdim"),
-               onnx="ArgMax")
+               onnx=_onnx_arg("ArgMax"),
+               onnx_import={"ArgMax": _from_onnx_arg("argmax")})
 ARGMIN = defop("argmin", _arg_kernel(np.argmin), _infer_arg, attrs=("dim", "keepdim"),
-               onnx="ArgMin")
+               onnx=_onnx_arg("ArgMin"),
+               onnx_import={"ArgMin": _from_onnx_arg("argmin")})
 
 
 def argmax(input, dim=None, keepdim=False):
@@ -422,7 +521,9 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 
 
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
-                  attrs=("dims", "keepdim"), onnx="ReduceLogSumExp")
+                  attrs=("dims", "keepdim"),
+                  onnx=_onnx_reduce("ReduceLogSumExp"),
+                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))})
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -467,9 +568,30 @@ def _norm_vjp(g, out, x, ord, dims, keepdim):
     return ge * scale
 
 
+def _onnx_norm(e, node):
+    """ReduceL1 / ReduceL2; other orders from their definitions (max |x|, min |x|, the
+    count of nonzeros, (sum |x|^p)^(1/p))."""
+    x, p, axes, keep = e.input(0), node.attrs["ord"], e.axes(), node.attrs["keepdim"]
+    dtype = node.outputs[0].dtype
+    if p in (1, 2):
+        return [e.reduce({1: "ReduceL1", 2: "ReduceL2"}[p], x, axes, keep)]
+    size = e.op("Abs", [x])
+    if p in (np.inf, -np.inf):
+        return [e.reduce("ReduceMax" if p > 0 else "ReduceMin", size, axes, keep)]
+    if p == 0:
+        nonzero = e.cast(e.op("Not", [e.op("Equal", [x, e.scalar(0, dtype)])]), dtype)
+        return [e.reduce("ReduceSum", nonzero, axes, keep)]
+    powered = e.op("Pow", [size, e.scalar(p, dtype, "p")])
+    total = e.reduce("ReduceSum", powered, axes, keep)
+    return [e.op("Pow", [total, e.scalar(1 / p, dtype, "inv_p")])]
+
+
 # ONNX has ReduceL1 / ReduceL2 for ord 1 and 2; the other orders are exported decomposed.
 NORM = defop("norm", _norm_kernel, lambda x, ord, dims, keepdim: _infer_reduce(x, dims, keepdim),
-             vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"), onnx={1: "ReduceL1", 2: "ReduceL2"})
+             vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"),
+             onnx=_onnx_norm,
+             onnx_import={"ReduceL1": _from_onnx_reduce(_reduction("norm", ord=1.0)),
+                          "ReduceL2": _from_onnx_reduce(_reduction("norm", ord=2.0))})
 
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
@@ -501,12 +623,28 @@ def _infer_cumulative(x, dim, **attrs):
     return ShapedType(tuple(x.shape), _acc_dtype(x.dtype))
 
 
+def _onnx_cumsum(e, node):
+    x = e.input(0, node.outputs[0].dtype)
+    axis = e.scalar(node.attrs["dim"], np.int64, "axis")
+    return [e.op("CumSum", [x, axis], reverse=int(bool(node.attrs["reverse"])))]
+
+
+def _from_onnx_cumsum(b, xs, attrs):
+    x = xs[0]
+    y = b.op(CUMSUM, x, dim=b.dim(b.ints(xs[1], "axis")[0], x.ndim),
+             reverse=bool(attrs.get("reverse", 0)))
+    if attrs.get("exclusive", 0):
+        y = b.op("sub", y, x)
+    return b.cast(y, x.dtype)
+
+
 # The VJP of a running sum is the running sum from the other end; `reverse` (an attribute of
 # ONNX CumSum too) gives it exactly, without flipping twice.
 CUMSUM = defop("cumsum", _cumsum_kernel, _infer_cumulative, attrs=("dim", "reverse"), saves="",
                vjp=lambda g, out, x, dim, reverse: apply(CUMSUM, g, dim=dim,
                                                          reverse=not reverse),
-               onnx="CumSum")
+               onnx=_onnx_cumsum,
+               onnx_import={"CumSum": _from_onnx_cumsum})
 
 
 def cumsum(input, dim, *, dtype=None):
@@ -530,8 +668,29 @@ def _cumprod_vjp(g, out, x, dim):
     return apply(CUMSUM, g * out, dim=dim, reverse=True) / x
 
 
+def _onnx_cumprod(e, node):
+    """cumprod -> a Scan along the dim carrying the running product (ONNX has no CumProd):
+    the same multiplications in the same order as the kernel's, from a carry of ones, in
+    float32 for half-precision inputs as the kernel computes them."""
+    x, dim, out = node.inputs[0], node.attrs["dim"], node.outputs[0].dtype
+    if [d for d in x.shape if not isinstance(d, int)]:   # (any is this module's any)
+        raise e.fail(f"cumprod of symbolic shape {tuple(x.shape)}", "export it static")
+    wide = np.dtype(np.float32) if out.kind in "fV" and out.itemsize < 4 else out   # (V: bf16)
+    row = ShapedType(tuple(d for k, d in enumerate(x.shape) if k != dim), wide)
+
+    def body(sub, formal):
+        product = sub.op("Mul", formal)
+        return [(product, row), (product, row)]
+    proto = e.subgraph(e.body_name("body"), [("product", row), ("x", row)], body)
+    start = e.const(np.ones(row.shape, wide), "ones")
+    _, products = e.outputs("Scan", [start, e.input(0, wide)], 2, body=proto,
+                            num_scan_inputs=1, scan_input_axes=[dim], scan_output_axes=[dim])
+    return [products if wide == out else e.cast(products, out)]
+
+
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
-                attrs=("dim",), onnx="Scan")   # (ONNX has no CumProd: a Scan of Mul)
+                attrs=("dim",),
+                onnx=_onnx_cumprod)
 
 
 def cumprod(input, dim, *, dtype=None):
@@ -545,12 +704,24 @@ def _infer_bool_reduce(x, dims, keepdim):
     return ShapedType(reduced_shape(tuple(x.shape), dims, keepdim), np.dtype(np.bool_))
 
 
+def _onnx_logical_reduce(op_type: str):
+    """any / all: ReduceMax / ReduceMin of the truth values as int32 (bool reductions
+    arrive in opset 20)."""
+    def export(e, node):
+        zero = e.scalar(0, node.inputs[0].dtype, "zero")
+        truth = e.cast(e.op("Not", [e.op("Equal", [e.input(0), zero])]), np.int32)
+        return [e.cast(e.reduce(op_type, truth, e.axes(), node.attrs["keepdim"]), np.bool_)]
+    return export
+
+
 # No ONNX op reduces booleans directly; export casts and uses ReduceMin / ReduceMax.
 ALL = defop("all", lambda x, dims, keepdim: np.all(x, axis=dims, keepdims=keepdim),
-            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None,
+            _infer_bool_reduce, attrs=("dims", "keepdim"),
+            onnx=_onnx_logical_reduce("ReduceMin"),
             reduction=Reduction.ALL)
 ANY = defop("any", lambda x, dims, keepdim: np.any(x, axis=dims, keepdims=keepdim),
-            _infer_bool_reduce, attrs=("dims", "keepdim"), onnx=None,
+            _infer_bool_reduce, attrs=("dims", "keepdim"),
+            onnx=_onnx_logical_reduce("ReduceMax"),
             reduction=Reduction.ANY)
 
 
@@ -652,14 +823,36 @@ LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _softmax_backward_kernel(Tr
                              decomposition=_log_softmax_backward_composite,
                              vjp=_backward_vjp(_log_softmax_backward_composite),
                              attrs=("dim",), saves="i", onnx=None)
+def _onnx_softmax(op_type: str):
+    def export(e, node):
+        return [e.op(op_type, [e.input(0)], axis=node.attrs["dim"])]
+    return export
+
+
+def _from_onnx_softmax(name: str):
+    def convert(b, xs, attrs):
+        x = xs[0]
+        dim = b.dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim)
+        if b.opset >= 13 or dim == x.ndim - 1:
+            return b.op(name, x, dim=dim)
+        # before opset 13 the input is taken as a matrix [prod(dims < axis), prod(rest)]
+        flat = b.reshape(x, (numel(x.shape[:dim]), numel(x.shape[dim:])))
+        return b.reshape(b.op(name, flat, dim=1), x.shape)
+    return convert
+
+
 SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tuple(x.shape),
                                                                              x.dtype),
                 vjp=lambda g, out, x, dim: apply(SOFTMAX_BACKWARD, g, out, dim=dim),
-                attrs=("dim",), saves="o", onnx="Softmax")
+                attrs=("dim",), saves="o",
+                onnx=_onnx_softmax("Softmax"),
+                onnx_import={"Softmax": _from_onnx_softmax("softmax")})
 LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
                     lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
                     vjp=lambda g, out, x, dim: apply(LOG_SOFTMAX_BACKWARD, g, out, dim=dim),
-                    attrs=("dim",), saves="o", onnx="LogSoftmax")
+                    attrs=("dim",), saves="o",
+                    onnx=_onnx_softmax("LogSoftmax"),
+                    onnx_import={"LogSoftmax": _from_onnx_softmax("log_softmax")})
 
 
 def _softmax_like(op, name, input, dim, dtype):

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch import apply
-from ..shapes import ShapedType, ShapeError, infer_reshape, normalize_dim, normalize_dims
+from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
+                      normalize_dim, normalize_dims, numel)
 from . import creation
 from ._util import cast, needs_grad, sum_to
 from .opdef import defop
@@ -36,10 +37,64 @@ def _reshape_kernel(x, shape):
     return x.reshape(shape)
 
 
+def _onnx_reshape(e, node):
+    """A traced reshape's target shape may hold symbolic dims: a dim equal to the input's
+    at the same position becomes ONNX's 0 ("copy"), one other becomes -1."""
+    x = node.inputs[0]
+    target = []
+    for k, d in enumerate(node.attrs["shape"]):
+        if isinstance(d, Sym) or not isinstance(d, (int, np.integer)):
+            d = 0 if k < x.ndim and x.shape[k] == d else -1
+        target.append(int(d))
+    if target.count(-1) > 1:
+        raise e.fail(f"the target shape {node.attrs['shape']} has several dims that depend "
+                     f"on the input shape {x.shape}",
+                     "keep those dims static (no dynamic_axes on them)")
+    return [e.op("Reshape", [e.input(0), e.ints(target)])]
+
+
+# ONNX's Reshape, Flatten, Squeeze and Unsqueeze are each one reshape (``b.reshape``: none
+# where the shape stays)
+def _from_onnx_reshape(b, xs, attrs):
+    x = xs[0]
+    shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
+    return b.reshape(x, shape)
+
+
+def _from_onnx_flatten(b, xs, attrs):
+    x = xs[0]
+    axis = attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
+
+
+def _from_onnx_squeeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    dims = b.dims(axes, x.ndim) if axes else [i for i, d in enumerate(x.shape) if d == 1]
+    return b.reshape(x, [d for i, d in enumerate(x.shape) if i not in dims])
+
+
+def _from_onnx_unsqueeze(b, xs, attrs):
+    x = xs[0]
+    axes = b.attr_or_input(attrs, "axes", xs, 1, since=13)
+    if not axes:
+        raise b.error("Unsqueeze needs axes")
+    dims = b.dims(axes, x.ndim + len(axes))
+    rest = iter(x.shape)
+    return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
+
+
 RESHAPE = defop("reshape", _reshape_kernel,
                 lambda x, shape: ShapedType(infer_reshape(tuple(x.shape), shape), x.dtype),
                 vjp=lambda g, out, x, shape: reshape(g, tuple(x.shape)),
-                attrs=("shape",), saves="", view=True, elementwise=None, onnx="Reshape")
+                attrs=("shape",), saves="", view=True, elementwise=None,
+                onnx=_onnx_reshape,
+                onnx_import={"Reshape": _from_onnx_reshape, "Flatten": _from_onnx_flatten,
+                             "Squeeze": _from_onnx_squeeze, "Unsqueeze": _from_onnx_unsqueeze},
+                shape_fold=_reshape_kernel)
 
 
 def reshape(x, *shape):
@@ -63,9 +118,33 @@ def _infer_expand(x, shape):
     return ShapedType(tuple(shape), x.dtype)
 
 
+def _onnx_expand(e, node):
+    """ONNX's Expand broadcasts: a symbolic target dim equal to the input's becomes 1."""
+    x, shape = node.inputs[0], node.attrs["shape"]
+    lead = len(shape) - x.ndim
+    target = []
+    for k, d in enumerate(shape):
+        if not isinstance(d, (int, np.integer)) or d == -1:
+            if k < lead or x.shape[k - lead] != d and d != -1:
+                raise e.fail(f"the symbolic target dim {d} is not the input's",
+                             "keep that dim static")
+            d = 1
+        target.append(int(d))
+    return [e.op("Expand", [e.input(0), e.ints(target)])]
+
+
+def _from_onnx_expand(b, xs, attrs):
+    x = xs[0]
+    shape = broadcast_shapes(tuple(x.shape), tuple(b.ints(xs[1], "shape", shape=True)))
+    return x if shape == tuple(x.shape) else b.op(EXPAND, x, shape=shape)
+
+
 EXPAND = defop("expand", lambda x, shape: np.broadcast_to(x, shape), _infer_expand,
                vjp=lambda g, out, x, shape: sum_to(g, tuple(x.shape)),
-               attrs=("shape",), saves="", view=True, onnx="Expand")
+               attrs=("shape",), saves="", view=True,
+               onnx=_onnx_expand,
+               onnx_import={"Expand": _from_onnx_expand},
+               shape_fold=lambda x, shape: np.broadcast_to(x, shape))
 
 
 def expand(x, *shape):
@@ -89,10 +168,19 @@ def _inverse_perm(perm):
     return tuple(inv)
 
 
+def _from_onnx_transpose(b, xs, attrs):
+    x = xs[0]
+    perm = tuple(attrs.get("perm", range(x.ndim - 1, -1, -1)))
+    return x if perm == tuple(range(x.ndim)) else b.op(PERMUTE, x, perm=perm)
+
+
 PERMUTE = defop("permute", lambda x, perm: np.transpose(x, perm),
                 lambda x, perm: ShapedType(tuple(x.shape[p] for p in perm), x.dtype),
                 vjp=lambda g, out, x, perm: permute(g, _inverse_perm(perm)),
-                attrs=("perm",), saves="", view=True, onnx="Transpose")
+                attrs=("perm",), saves="", view=True,
+                onnx=lambda e, node: [e.op("Transpose", [e.input(0)],
+                                           perm=list(node.attrs["perm"]))],
+                onnx_import={"Transpose": _from_onnx_transpose})
 
 
 def permute(x, *dims):
@@ -239,8 +327,31 @@ SLICE_BACKWARD = defop("slice_backward", _slice_backward_kernel,
                            "of slice (x only gives the shape).")
 
 
+def _onnx_slice(e, node):
+    bounds = []   # (start, stop, axis, step) per sliced dim
+    for axis, s in enumerate(node.attrs["index"]):
+        if s is None:
+            continue
+        start, stop, step = (tuple(s) + (None, None, None))[:3]
+        if any(b is not None and not isinstance(b, (int, np.integer)) for b in s):
+            raise e.fail(f"the slice {start}:{stop}:{step} of dim {axis} depends on a "
+                         "dynamic dim", "keep that dim static (no dynamic_axes on it)")
+        step = 1 if step is None else step
+        if start is None:
+            start = 0 if step > 0 else _INT64.max
+        if stop is None:
+            stop = _INT64.max if step > 0 else _INT64.min
+        bounds.append((start, stop, axis, step))
+    if not bounds:
+        return [e.same(e.input(0))]
+    return [e.op("Slice", [e.input(0)] + [e.ints(column) for column in zip(*bounds)])]
+
+
+_INT64 = np.iinfo(np.int64)   # (ONNX's Slice bounds for "to the end" either way)
 SLICE = defop("slice", lambda x, index: x[slice_key(index)], _infer_slice, vjp=_slice_vjp,
-              attrs=("index",), saves="", view=True, onnx="Slice",
+              attrs=("index",), saves="", view=True,
+              onnx=_onnx_slice,
+              shape_fold=lambda x, index: x[slice_key(index)],
               doc="x[start:stop:step, ...]; ``index`` holds (start, stop, step) per dim, "
                   "normalised and positive, or None for a whole dim.")
 
@@ -265,8 +376,21 @@ def _slice_update_vjp(g, out, x, v, index):
     return gx, gv
 
 
+def _onnx_slice_update(e, node):
+    """A copy of x with the block x[index] replaced by v: ScatterND on the positions of the
+    block's elements, listed here as a constant (the slice is static), in v's order."""
+    x, index = node.inputs[0], node.attrs["index"]
+    if any(not isinstance(d, int) for d in x.shape):
+        raise e.fail(f"a slice update of a tensor of symbolic shape {tuple(x.shape)}",
+                     "keep its dims static (no dynamic_axes on it)")
+    block = np.indices(x.shape, np.int64)[(slice(None),) + slice_key(index)]   # ndim, block
+    positions = e.const(np.moveaxis(block, 0, -1), "block")
+    return [e.op("ScatterND", [e.input(0), positions, e.input(1, x.dtype)])]
+
+
 SLICE_UPDATE = defop("slice_update", _slice_update_kernel, _infer_slice_update,
                      vjp=_slice_update_vjp, attrs=("index",), saves="",
+                     onnx=_onnx_slice_update,
                      doc="A copy of x with the block ``index`` replaced by v (as slice).")
 
 
@@ -392,8 +516,17 @@ def _cat_vjp(g, out, *xs, dim):
     return tuple(grads)
 
 
+def _from_onnx_concat(b, xs, attrs):
+    xs = [x for x in xs if x is not None]
+    dim = b.dim(attrs["axis"], xs[0].ndim)
+    return xs[0] if len(xs) == 1 else b.op(CAT, *xs, dim=dim)
+
+
 CAT = defop("cat", _cat_kernel, _infer_cat, vjp=_cat_vjp, attrs=("dim",), saves="",
-            onnx="Concat")
+            onnx=lambda e, node: [e.op("Concat", e.inputs(node.outputs[0].dtype),
+                                       axis=node.attrs["dim"])],
+            onnx_import={"Concat": _from_onnx_concat},
+            shape_fold=lambda *xs, dim: np.concatenate(xs, axis=dim))
 
 
 def cat(tensors, dim=0):
@@ -428,10 +561,21 @@ def stack(tensors, dim=0):
 
 
 # -- flip, roll, repeat, tile ---------------------------------------------------------------
+def _onnx_flip(e, node):
+    """Reversed dims: a Slice with step -1 over each."""
+    dims = e.axes()
+    if not dims:
+        return [e.same(e.input(0))]
+    n = len(dims)
+    return [e.op("Slice", [e.input(0), e.ints([-1] * n), e.ints([_INT64.min] * n),
+                           e.ints(dims), e.ints([-1] * n)])]
+
+
 FLIP = defop("flip", lambda x, dims: np.flip(x, dims).copy(),
              lambda x, dims: ShapedType(tuple(x.shape), x.dtype),
              vjp=lambda g, out, x, dims: apply(FLIP, g, dims=dims),
-             attrs=("dims",), saves="")
+             attrs=("dims",), saves="",
+             onnx=_onnx_flip)
 
 
 def flip(input, dims):
