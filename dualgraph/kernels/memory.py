@@ -1,9 +1,10 @@
 """Raw memory for loops that find their arrays by address: 64-bit words (plain and atomic)
 and float32 vectors at a data pointer.
 
-Two kinds of loop need them: one that updates many parameters in one call, given a table
-of their arrays (``optim.py``), and the matrix-vector products whose rows two threads claim
-from a job board in shared memory (``matvec.py``). Each intrinsic writes its few LLVM
+Three kinds of loop need them: one that updates many parameters in one call, given a table
+of their arrays (``optim.py``), the matrix-vector products whose rows two threads claim
+from a job board in shared memory (``matvec.py``), and the relay that runs a job on
+OpenBLAS's threads and notes when it started (``blas_threads.py``). Each intrinsic writes its few LLVM
 instructions itself; llvmlite and Numba are imported inside them, only when a loop that
 uses them compiles.
 
@@ -75,6 +76,20 @@ def compare_exchange(typingctx, address, expected, new):
                                "seq_cst")
         return builder.extract_value(pair, 0)
     return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@Intrinsic
+def call(typingctx, function, argument):
+    """Call the C function ``void function(int64)`` at address ``function`` (a job entry,
+    ``build.entry``) with ``argument``."""
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context, builder, signature, args):
+        kind = ir.FunctionType(ir.VoidType(), [ir.IntType(64)])
+        builder.call(builder.inttoptr(args[0], kind.as_pointer()), [args[1]])
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
 
 
 @Intrinsic
