@@ -7,8 +7,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 CORE_BUDGET = 20_000
 # lines per folder of the package ("." is the top-level modules): today's size plus room
+# (kernels 2_900 -> 3_150: CPU tuning gathered into kernels/tuning.py, whose docstring
+# documents the switch; _allocator.py's code moved there from ".")
 BUDGETS = {".": 1_900, "autograd": 700, "capture": 3_200, "codegen": 2_000, "graph": 1_600,
-           "kernels": 2_900, "ops": 6_300, "passes": 2_500,
+           "kernels": 3_150, "ops": 6_300, "passes": 2_500,
            "export": 2_500, "nn": 4_600, "optim": 1_500, "utils": 500}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 

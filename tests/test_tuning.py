@@ -252,15 +252,19 @@ def test_a_process_with_one_core_or_the_switch_off_shares_nothing(how):
 @needs_tricks
 def test_a_job_that_starts_late_is_a_stall_and_two_make_the_calls_run_alone(monkeypatch,
                                                                             counted):
-    """An OpenBLAS whose worker only gets to a job after the caller finished its own (a
-    worker the OS is not running) is played by a server that runs the jobs one after the
-    other: every shared call then stalls, the second stall backs off, and the next
-    ``FIRST_BACKOFF`` calls run whole on the caller, with the same bits."""
+    """An OpenBLAS whose worker gets to a job only long after the caller finished its own
+    (a worker the OS is not running) is played by a server that runs the jobs one after
+    the other, 50 ms apart (a half of this gelu takes well under 1 ms): every shared call
+    then stalls, the second stall backs off, and the next ``FIRST_BACKOFF`` calls run whole
+    on the caller, with the same bits."""
+    import time
     real = tuning.openblas()
 
     def one_after_another(jobs, function, args, stride):
         entry = ctypes.CFUNCTYPE(None, ctypes.c_int64)(function)
         for i in range(jobs):
+            if i:
+                time.sleep(0.05)
             entry(args + i * stride)
         return 0
     monkeypatch.setattr(tuning, "openblas", lambda: real._replace(run=one_after_another))

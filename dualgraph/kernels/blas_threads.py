@@ -17,10 +17,11 @@ a block of int64 words at that address, which is what that call expects, so
 optimiser updates, ``batched.py``'s products and the row loops all go through it). Jobs
 must not wait for each other, nor hand work to OpenBLAS themselves.
 
-Each job runs through :func:`relay`, which notes whether it started only after another
-job of the same call had finished: the worker was busy elsewhere or not scheduled (other
-processes on these cores, other Python threads handing it work), so sharing cost time
-instead of saving it. Such stalls feed ``tuning.Backoff``, and while it backs off
+Each job runs through :func:`relay`, which notes whether it started late: after another
+job of the same call had finished, and later after that finish than that job had taken.
+The worker was then busy elsewhere or not scheduled (other processes on these cores, other
+Python threads handing it work), and the caller waited longer than running the whole range
+itself would have taken. Such stalls feed ``tuning.Backoff``, and while it backs off
 :func:`run` hands nothing over and the caller runs the whole range itself.
 """
 from __future__ import annotations
@@ -28,20 +29,29 @@ from __future__ import annotations
 import numpy as np
 
 from . import loop, tuning
-from .memory import add, call, load
+from .memory import add, call, clock_ns, compare_exchange, load
 
-_RELAY_WORDS = 3          # a relay block: the job's entry, its block, the call's board
+# A relay block: the job's entry, its block, the call's board, a spare word; the board
+# (one more row): the first start and the first finish (ns), jobs finished, late starts.
+_RELAY_WORDS = 4
+FIRST_START, FIRST_END, FINISHED, LATE = range(4)
 
 
 @loop
 def relay(job, block, board):
-    """Run the job entry ``job`` on its ``block``; ``board`` is the address of two words
-    shared by the call's jobs: how many have finished, and how many started after one
-    had (the stalls)."""
-    if load(board) > 0:
-        add(board + 8, 1)
+    """Run the job entry ``job`` on its ``block``, keeping the times of the call's jobs on
+    the words at ``board`` (see ``_RELAY_WORDS``): a job that starts after another has
+    finished, later after that finish than that job took from the first start, counts as
+    late."""
+    start = clock_ns()
+    compare_exchange(board + 8 * FIRST_START, 0, start)
+    if load(board + 8 * FINISHED) > 0:
+        first_end = load(board + 8 * FIRST_END)
+        if start - first_end > first_end - load(board + 8 * FIRST_START):
+            add(board + 8 * LATE, 1)
     call(job, block)
-    add(board, 1)
+    compare_exchange(board + 8 * FIRST_END, 0, clock_ns())
+    add(board + 8 * FINISHED, 1)
 
 
 def count() -> int:
@@ -69,10 +79,10 @@ def run(address: int, blocks: np.ndarray) -> bool:
     having done nothing, while backing off (the caller runs the work itself). The GIL is
     released meanwhile, so the loop must not touch Python objects beyond reading arrays
     the caller keeps alive."""
-    if not backoff.share():
-        return False
     if not _relay_address:
         _relay_address.append(relay.job_address(0, 0, 0))
+    if _relay_address[0] is None or not backoff.share():   # (no native relay: never)
+        return False
     jobs = len(blocks)
     relays = np.zeros((jobs + 1, _RELAY_WORDS), np.int64)    # the last row: the board
     board = relays.ctypes.data + jobs * relays.strides[0]
@@ -80,5 +90,5 @@ def run(address: int, blocks: np.ndarray) -> bool:
     relays[:jobs, 1] = blocks.ctypes.data + blocks.strides[0] * np.arange(jobs)
     relays[:jobs, 2] = board
     tuning.openblas().run(jobs, _relay_address[0], relays.ctypes.data, relays.strides[0])
-    backoff.settle(bool(relays[jobs, 1]))
+    backoff.settle(bool(relays[jobs, LATE]))
     return True

@@ -14,6 +14,7 @@ fields written before it.
 from __future__ import annotations
 
 import os
+import sys
 
 from . import Intrinsic, helper
 from .native import DATA_OFFSET, DIMS_OFFSET
@@ -90,6 +91,27 @@ def call(typingctx, function, argument):
         builder.call(builder.inttoptr(args[0], kind.as_pointer()), [args[1]])
         return context.get_dummy_value()
     return types.void(types.int64, types.int64), codegen
+
+
+@Intrinsic
+def clock_ns(typingctx):
+    """Linux's ``CLOCK_MONOTONIC`` in nanoseconds (``clock_gettime``, a vDSO call of tens of
+    nanoseconds; the same clock on every core); 0 where the OS has no such call."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        if not sys.platform.startswith("linux"):
+            return i64(0)
+        spec = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i64, 2)),
+                               i64.as_pointer())      # (struct timespec: seconds, nanoseconds)
+        clock = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32, [i32, i64.as_pointer()]), "clock_gettime")
+        builder.call(clock, [i32(1), spec])             # (1: CLOCK_MONOTONIC)
+        seconds, nanoseconds = builder.load(spec), builder.load(builder.gep(spec, [i32(1)]))
+        return builder.add(builder.mul(seconds, i64(1_000_000_000)), nanoseconds)
+    return types.int64(), codegen
 
 
 @Intrinsic
