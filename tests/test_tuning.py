@@ -67,8 +67,8 @@ def same(got, want) -> bool:
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts of jobs handed to OpenBLAS (``blas_threads.run`` calls) and products posted
-    to the helper, with a fresh back-off record."""
+    """Counts of jobs handed to OpenBLAS (``blas_threads.run`` calls), with fresh back-off
+    records (an earlier test on a busy machine may have left one backing off)."""
     counts = {"blas": 0}
     run = blas_threads.run
 
@@ -77,6 +77,8 @@ def counted(monkeypatch):
         return run(address, blocks)
     monkeypatch.setattr(blas_threads, "run", counting)
     monkeypatch.setattr(blas_threads, "backoff", tuning.Backoff())
+    if matvec._helper is not None:
+        monkeypatch.setattr(matvec._helper, "backoff", tuning.Backoff())
     return counts
 
 

@@ -1,12 +1,13 @@
 """Raw memory for loops that find their arrays by address: 64-bit words (plain and atomic)
-and float32 vectors at a data pointer.
+and float32 vectors at a data pointer; and for loops that run other loops' entries, an
+indirect call and a clock.
 
 Three kinds of loop need them: one that updates many parameters in one call, given a table
 of their arrays (``optim.py``), the matrix-vector products whose rows two threads claim
 from a job board in shared memory (``matvec.py``), and the relay that runs a job on
-OpenBLAS's threads and notes when it started (``blas_threads.py``). Each intrinsic writes its few LLVM
-instructions itself; llvmlite and Numba are imported inside them, only when a loop that
-uses them compiles.
+OpenBLAS's threads and notes when it started (``blas_threads.py``). Each intrinsic writes
+its few LLVM instructions itself; llvmlite and Numba are imported inside them, only when a
+loop that uses them compiles.
 
 The atomics are sequentially consistent: a thread that sees a job's ticket also sees the
 fields written before it.
