@@ -8,6 +8,13 @@ step (what ``import dualgraph``/``torch``/``jax`` costs is the same for every pr
 The parent checks that every implementation's first-step loss agrees (1e-4 relative)
 before it prints any ratio, then writes a markdown table and JSON in the shape fixed by
 shared/BENCHMARKS.md.
+
+dualgraph's CPU tuning (``dualgraph/kernels/tuning.py``) is set per child through
+``DUALGRAPH_CPU_TUNING``: ``--tuning`` lists the settings to measure dualgraph under, each
+a column of its own. ``on`` (every trick, including the process-wide malloc settings)
+keeps the plain names (``dualgraph_compiled``), which the ratios and ``compare.py`` read;
+``default`` (what ``import dualgraph`` gives: the thread tricks, malloc untouched) and
+``off`` (no trick) are reported as ``dualgraph_compiled@default`` and so on.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ ALL_IMPLS = ["dualgraph_eager", "dualgraph_compiled", "dualgraph_compiled_scan",
              "dualgraph_to_static", "torch_eager", "torch_compile", "jax_jit", "onnxruntime"]
 WARMUP, TIMED = 5, 20      # at least; a workload module may ask for more (WARMUP, TIMED)
 LOSS_RTOL = 1e-4
+TUNING = {"on": "1", "default": None, "off": "0"}   # --tuning -> DUALGRAPH_CPU_TUNING
 CHILD_TIMEOUT_S = 600     # torch.compile of W3/W4 takes minutes on a busy 2-core box
 
 
@@ -55,6 +63,9 @@ def measure(workload_id: str, impl: str) -> dict:
               "timed_steps": len(times)}
     if hasattr(step, "explain"):   # a dg.compile'd step: its first call, phase by phase
         result["first_call_phases"] = first_call_phases(step.explain())
+    if library(impl) == "dualgraph":
+        from dualgraph.kernels import tuning
+        result["cpu_tuning"] = tuning.report()
     return result
 
 
@@ -96,12 +107,16 @@ def available(impl: str) -> str | None:
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def run_child(workload_id: str, impl: str) -> dict:
-    """Measure in a fresh process, which inherits the thread caps of ``--threads``."""
+def run_child(workload_id: str, impl: str, tuning: str = "on") -> dict:
+    """Measure in a fresh process, which inherits the thread caps of ``--threads``, with
+    dualgraph's CPU tuning set to ``tuning`` (a key of ``TUNING``)."""
     cmd = [sys.executable, "-m", "benchmarks.run", "--child", workload_id, impl]
+    env = {k: v for k, v in os.environ.items() if k != "DUALGRAPH_CPU_TUNING"}
+    if TUNING[tuning] is not None:
+        env["DUALGRAPH_CPU_TUNING"] = TUNING[tuning]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
-                              check=False,
+                              check=False, env=env,
                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -220,6 +235,9 @@ def table(report: dict) -> str:
     """Markdown: median step time per implementation, then first-call time and peak RSS,
     where dualgraph compiled's first calls went, then the ratios."""
     impls = [i for i in ALL_IMPLS if any(i in w for w in report["workloads"].values())]
+    impls += [k for w in report["workloads"].values() for k in w
+              if "@" in k and k not in impls]    # (dualgraph under other tuning settings)
+    impls = list(dict.fromkeys(impls))
     head = "| workload | " + " | ".join(impls) + " |"
     rule = "|" + "---|" * (len(impls) + 1)
     steps, firsts = [head, rule], [head, rule]
@@ -265,8 +283,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every implementation this many times, in turns, and "
                              "report the median step time (steadier on a noisy machine)")
+    parser.add_argument("--tuning", default="on,default",
+                        help="dualgraph's CPU tuning settings to measure, comma-separated: "
+                             "on (DUALGRAPH_CPU_TUNING=1, malloc included), default (unset: "
+                             "what import gives), off (=0); default: on,default")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    settings = args.tuning.split(",")
+    if not settings or any(t not in TUNING for t in settings):
+        parser.error(f"--tuning takes a comma list of {', '.join(TUNING)}")
     if args.child:
         print(json.dumps(measure(*args.child)))
         return 0
@@ -274,7 +299,8 @@ def main(argv=None) -> int:
         os.environ.update({k: str(args.threads) for k in THREAD_VARS})
     for wid, modname in WORKLOADS.items():
         WORKLOAD_NAMES[wid] = importlib.import_module(f"benchmarks.{modname}").NAME
-    report = {"machine": machine_info(), "rooflines": rooflines(), "workloads": {}}
+    report = {"machine": machine_info(), "rooflines": rooflines(), "tuning": settings,
+              "workloads": {}}
     print(f"machine: {report['machine']}\nrooflines: {report['rooflines']}", file=sys.stderr)
     for wid in args.workloads.split(","):
         mod = importlib.import_module(f"benchmarks.{WORKLOADS[wid]}")
@@ -282,13 +308,15 @@ def main(argv=None) -> int:
         runs = {}
         for _ in range(args.rounds):   # in turns: a slow spell of the machine hits all
             for impl in args.impls.split(","):
-                if impl in notes:
-                    runs[impl] = [{"skipped": notes[impl]}]
-                elif impl in mod.IMPLS:
-                    why = available(impl)
-                    result = {"skipped": why} if why else run_child(wid, impl)
-                    runs.setdefault(impl, []).append(result)
-                    print(f"{wid} {impl}: {result}", file=sys.stderr, flush=True)
+                for tuning in settings if library(impl) == "dualgraph" else ["on"]:
+                    name = impl if tuning == "on" else f"{impl}@{tuning}"
+                    if impl in notes:
+                        runs[name] = [{"skipped": notes[impl]}]
+                    elif impl in mod.IMPLS:
+                        why = available(impl)
+                        result = {"skipped": why} if why else run_child(wid, impl, tuning)
+                        runs.setdefault(name, []).append(result)
+                        print(f"{wid} {name}: {result}", file=sys.stderr, flush=True)
         results = {impl: merge_rounds(rs) for impl, rs in runs.items()}
         check_losses(results)
         add_rooflines(mod, results, report["rooflines"])

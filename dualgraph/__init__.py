@@ -6,7 +6,8 @@
 >>> x.grad
 tensor([2., 4.])
 """
-from . import _allocator  # noqa: F401  (first: the malloc settings, see its docstring)
+# first: where DUALGRAPH_CPU_TUNING asks for the malloc settings, before big allocations
+from .kernels.tuning import configure as tune_cpu  # noqa: F401
 from . import autograd, dtypes  # noqa: F401
 from . import ops  # noqa: F401  (registers every op and binds Tensor methods)
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401

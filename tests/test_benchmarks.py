@@ -12,9 +12,31 @@ def test_each_implementation_names_the_library_it_imports():
 def test_a_child_times_the_import_apart_from_the_first_call():
     result = run.measure("W7", "dualgraph_eager")
     assert set(result) == {"step_ms", "first_call_s", "import_s", "peak_rss_mb",
-                           "first_loss", "timed_steps"}
+                           "first_loss", "timed_steps", "cpu_tuning"}
     assert result["import_s"] >= 0 and result["first_call_s"] > 0
     assert result["timed_steps"] >= run.TIMED
+
+
+def test_children_run_under_each_cpu_tuning_setting_asked_for():
+    """``--tuning``: a child runs with ``DUALGRAPH_CPU_TUNING`` set accordingly, whatever
+    the runner's own environment says, and reports what was on."""
+    on, default, off = (run.run_child("W7", "dualgraph_eager", t)["cpu_tuning"]
+                        for t in ("on", "default", "off"))
+    assert on["tricks"] == ["blas", "malloc", "matvec"]
+    assert default["tricks"] == ["blas", "matvec"] and not default["malloc_applied"]
+    assert off["tricks"] == [] and not off["malloc_applied"]
+    assert on["malloc_applied"] == (run.platform.system() == "Linux")
+
+
+def test_the_table_has_a_column_per_tuning_setting():
+    row = {"step_ms": 1.0, "first_call_s": 0.2, "import_s": 0.1, "peak_rss_mb": 50.0,
+           "loss_check": "ok"}
+    report = {"workloads": {"W7": {"dualgraph_compiled": row,
+                                   "dualgraph_compiled@off": dict(row, step_ms=2.0)}}}
+    run.WORKLOAD_NAMES["W7"] = "mlp_infer_latency"
+    text = run.table(report)
+    assert "| workload | dualgraph_compiled | dualgraph_compiled@off |" in text
+    assert "| W7 mlp_infer_latency | 1 ms | 2 ms |" in text
 
 
 def test_a_compiled_child_says_where_its_first_call_went():

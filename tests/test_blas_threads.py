@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dualgraph import kernels
-from dualgraph.kernels import batched, blas_threads
+from dualgraph.kernels import batched, blas_threads, tuning
 from dualgraph.ops.opdef import REGISTRY
 
 MATMUL = REGISTRY["matmul"].kernel
@@ -71,8 +71,8 @@ def test_stacks_the_slices_cannot_take_go_to_numpy():
 
 
 def test_blas_threads_off_runs_one_thread(monkeypatch):
-    """``DUALGRAPH_BLAS_THREADS=0``: nothing is handed to OpenBLAS's threads."""
-    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "0")
+    """The ``"blas"`` trick off: nothing is handed to OpenBLAS's threads."""
+    monkeypatch.setattr(tuning, "active", tuning.active - {"blas"})
     assert blas_threads.count() == 1
     q, k = _attention_operands()[0][1:]
     assert not batched.wanted(q, k)
@@ -117,7 +117,7 @@ def test_row_loops_shared_with_openblas_give_the_bits_of_one_thread(monkeypatch,
                         lambda address, blocks: jobs.append(len(blocks)) or run(address, blocks))
     expected = [2] if _sharing() and blas_threads.count() == 2 else []
     shared = call()
-    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "0")
+    monkeypatch.setattr(tuning, "active", tuning.active - {"blas"})
     assert threads.threads_for(1 << 17) == 1
     alone = call()
     np.testing.assert_array_equal(shared, alone)

@@ -321,14 +321,17 @@ def test_layer_norm_on_threads_for_big_inputs_matches_torch_and_numpy(monkeypatc
                                                                       blas_threads):
     """From kernels.PARALLEL_MIN elements on, the forward loop's rows are shared among
     threads: two ranges that cover every row once, run on two threads: OpenBLAS's (where
-    it has two and native entries are on) or a pool of ours (``DUALGRAPH_BLAS_THREADS=0``).
+    it has two and native entries are on) or a pool of ours (the ``"blas"`` trick off).
     Rows are normalised one by one, so the bits are those of one thread."""
     from dualgraph.kernels import blas_threads as openblas
     rng = np.random.default_rng(11)
     x = (rng.normal(size=(kernels.PARALLEL_MIN // 512, 512)) * 2 + 1).astype(np.float32)
     w, b = (rng.normal(size=512).astype(np.float32) for _ in range(2))
     monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "2")
-    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", blas_threads)
+    from dualgraph.kernels import tuning
+    monkeypatch.setattr(tuning, "active", tuning.active | {"blas"} if blas_threads == "1"
+                        else tuning.active - {"blas"})
+    monkeypatch.setattr(openblas, "backoff", tuning.Backoff())   # (not backing off now)
     on_openblas = (openblas.count() == 2 and kernels.numba_available()
                    and kernels.native.enabled())
     ranges, run_loop, run_jobs = [], kernels.Loop.__call__, openblas.run

@@ -14,7 +14,7 @@ import torch
 
 import dualgraph as dg
 from dualgraph import kernels
-from dualgraph.kernels import matvec
+from dualgraph.kernels import matvec, tuning
 
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
 
@@ -55,7 +55,7 @@ def test_matvec_matches_float64_and_gives_the_bits_of_the_one_thread_loop(rows, 
 
 
 def test_the_helper_takes_rows_of_big_products():
-    if kernels.threads.thread_count() < 2:
+    if tuning.cores() < 2:
         pytest.skip("one core: no helper")
     x, w, b = product(512, 784)
     want = matvec.matvec(x, w, b)
@@ -151,29 +151,29 @@ def test_batch_one_linear_eager_and_compiled_take_matvec_and_match_torch(monkeyp
 
 
 def test_backoff_shares_through_a_lone_stall_and_stops_when_the_cores_are_oversubscribed():
-    policy = matvec.Backoff()
+    policy = tuning.Backoff()
     chunks = 16
     assert policy.share()
     policy.settle(True, chunks, True, helped=0)       # a lone stall (a busy host): go on
     assert policy.share()
     policy.settle(True, chunks, True, helped=0)       # a second one soon after: alone
-    for _ in range(matvec.FIRST_BACKOFF):
+    for _ in range(tuning.FIRST_BACKOFF):
         assert not policy.share()
     assert policy.share()
     policy.settle(True, chunks, True, helped=0)       # and again: twice as long
-    assert policy.alone == 2 * matvec.FIRST_BACKOFF
-    policy = matvec.Backoff()
+    assert policy.alone == 2 * tuning.FIRST_BACKOFF
+    policy = tuning.Backoff()
     helped = 0
-    for _ in range(matvec.WINDOW // chunks):         # a window in which the helper took
+    for _ in range(tuning.WINDOW // chunks):         # a window in which the helper took
         assert policy.share()                         # its half: no backing off
         helped += chunks // 2
         policy.settle(False, chunks, True, helped)
     assert policy.share() and policy.alone == 0
-    for _ in range(matvec.WINDOW // chunks):         # awake but starved of CPU: a bad one
+    for _ in range(tuning.WINDOW // chunks):         # awake but starved of CPU: a bad one
         policy.settle(False, chunks, True, helped)
-    assert policy.alone == matvec.FIRST_BACKOFF
-    policy = matvec.Backoff()
-    for _ in range(4 * matvec.WINDOW):                # asleep (waking up): not judged
+    assert policy.alone == tuning.FIRST_BACKOFF
+    policy = tuning.Backoff()
+    for _ in range(4 * tuning.WINDOW):                # asleep (waking up): not judged
         policy.settle(False, chunks, False, 0)
     assert policy.alone == 0
 

@@ -458,11 +458,11 @@ def test_sgd_update_group_is_one_loop_call_with_each_parameters_bits(monkeypatch
 def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypatch, update):
     """A group of ``kernels.threads.SHARE_MIN`` elements or more runs in element ranges on
     OpenBLAS's threads (``kernels/blas_threads.py``), right after a matmul as in a training
-    step: the same bits as the same group run as one job (``DUALGRAPH_BLAS_THREADS=0``)
+    step: the same bits as the same group run as one job (the ``"blas"`` trick off)
     and as each parameter's own update, and the jobs really went to OpenBLAS where it has
     two threads."""
     from dualgraph import kernels
-    from dualgraph.kernels import blas_threads
+    from dualgraph.kernels import blas_threads, tuning
     from dualgraph.optim import _ops
     if not kernels.numba_available():
         pytest.skip("the group loops need Numba")
@@ -482,7 +482,8 @@ def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypat
         written = (0, 2, 3)
 
     def grouped(threads: str):
-        monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", threads)
+        monkeypatch.setattr(tuning, "active", tuning.active | {"blas"} if threads == "1"
+                            else tuning.active - {"blas"})
         group = [[a.copy() for a in m] for m in members]
         a = np.ones((256, 256), np.float32)
         np.matmul(a, a)                 # OpenBLAS's workers are polling for work now
@@ -499,7 +500,7 @@ def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypat
     for s, a, e in zip(shared, alone, each):
         np.testing.assert_array_equal(s, a)
         np.testing.assert_array_equal(s, e)
-    monkeypatch.setenv("DUALGRAPH_BLAS_THREADS", "1")
+    monkeypatch.setattr(tuning, "active", tuning.active | {"blas"})
     if blas_threads.count() > 1 and kernels.native.enabled():
         assert runs == [blas_threads.count()]
     else:

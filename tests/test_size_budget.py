@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # same time; the lead sets them to the merged sizes plus room once they are in).
 CORE_BUDGET = 14_300
 BUDGETS = {".": 1_190, "autograd": 410, "capture": 2_390, "codegen": 1_390, "graph": 1_040,
-           "kernels": 1_820, "ops": 5_250, "passes": 1_790,
+           "kernels": 1_960, "ops": 5_250, "passes": 1_790,
            "export": 1_300, "nn": 3_020, "optim": 980, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -1,12 +1,11 @@
 """Stacks of small matrix products (attention's ``q @ kᵀ`` and ``p @ v``) on two cores.
 
 NumPy computes ``a @ b`` for stacks of matrices one OpenBLAS ``sgemm`` per matrix, and a
-64 x 32 x 64 product is below OpenBLAS's threading threshold, so the whole stack runs on
-one core: W3's twelve such products a step took 231-257 us each. Here the same ``sgemm``
-calls, with the same arguments (row-major; an operand that is a transposed view passed as
-transposed, as NumPy does), are shared by slices between this thread and OpenBLAS's
-worker (``blas_threads.py``): the same bits as NumPy's, in 146-150 us right after a GEMM
-(measured 2026-12-01, a 64 x 64 x 32 by 64 x 32 x 64 stack).
+64 x 32 x 64 product (one attention head's) is below OpenBLAS's threading threshold, so
+the whole stack runs on one core. Here the same ``sgemm`` calls, with the same arguments
+(row-major; an operand that is a transposed view passed as transposed, as NumPy does),
+are shared by slices between this thread and OpenBLAS's worker (``blas_threads.py``, the
+``"blas"`` trick of ``tuning.py``): the same bits as NumPy's, on two cores.
 
 A job calls ``sgemm`` on OpenBLAS's worker, so the product must run there single-threaded,
 as it would on one core: an ``sgemm`` bigger than OpenBLAS's threshold (65536 x

@@ -9,8 +9,7 @@ instead (:func:`numba_function`). A loop then becomes either
   objects (``PyObject *``) and reading their data pointer and shape from NumPy's array
   struct; ``native.py`` stores its machine code and calls it through ctypes. The loop is
   inlined into it in Numba's IR and the entry compiled with the loop's fast-math flags
-  (a separately compiled loop cost 15-25% more compile time, e.g. 0.95-1.1 s instead of
-  0.7-0.83 s for W5's kernel); or
+  (a separately compiled loop cost 15-25% more compile time); or
 - a *dispatcher* (:func:`dispatcher`): Numba's own, for argument types with no native form.
 
 The helpers keep Numba's on-disk cache (``cache=True``), so a new loop calling them compiles

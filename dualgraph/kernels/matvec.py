@@ -1,5 +1,5 @@
 """Matrix-vector products (a batch-1 ``linear``) on two cores, with a helper thread that
-spins between products.
+spins between products (the ``"matvec"`` trick of ``tuning.py``, which decides whether).
 
 OpenBLAS runs a GEMV on one thread, and handing half of one to a sleeping thread costs
 more than the product here: waking a thread took 50-120 us on this machine, a 512 x 784
@@ -30,9 +30,8 @@ import time
 
 import numpy as np
 
-from . import MIN_ELEMENTS, enabled, helper, loop
+from . import MIN_ELEMENTS, enabled, helper, loop, tuning
 from .memory import add, compare_exchange, float32_array, load, pause, store, yield_cpu
-from .threads import thread_count
 
 # A product with fewer weights runs on the caller alone: claiming chunks would cost more
 # than the helper saves (a 10 x 512 product takes ~1 us).
@@ -46,14 +45,8 @@ SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # than it saves: the helper is descheduled while it holds a chunk and the caller waits a
 # time slice for it (a stall: polling STALL_POLLS times, ~100 us, where the product alone
 # takes ~30), or the helper, awake, gets too little CPU to take its share and only takes
-# time from the caller (it ran less than MIN_SHARE of the last WINDOW chunks posted while
-# it was awake). A busy host stalls a product now and then (a few in 6000 here); a second
-# stall within NEAR shared products, or a bad window, means the cores are oversubscribed:
-# the caller's next products run alone (and the helper, given nothing, goes back to
-# sleep), FIRST_BACKOFF of them, twice as many each further time up to MAX_BACKOFF (half
-# a second of W7's inferences); each good window halves the count again.
-STALL_POLLS, NEAR, WINDOW, MIN_SHARE = 4_000, 256, 512, 0.2
-FIRST_BACKOFF, MAX_BACKOFF = 32, 16_384
+# time from the caller. ``tuning.Backoff`` turns both into products run alone.
+STALL_POLLS = 4_000
 _FAST = {"reassoc", "nsz", "contract"}
 
 # The board's words (8 bytes each). The ticket and the done count, which both threads
@@ -187,47 +180,6 @@ def spin(board, polls):
     store(address + 8 * SPINNING, 0)
 
 
-class Backoff:
-    """Whether the next product is shared, from what the last ones showed (see
-    ``STALL_POLLS``): plain bookkeeping, apart from the thread, so it can be tested."""
-
-    def __init__(self):
-        self.alone = 0                      # products to run alone, backing off
-        self.backoff = FIRST_BACKOFF        # how many the next backing off sets
-        self.since_stall = NEAR + 1         # shared products since the last stall
-        self.posted = 0                     # chunks posted this window (helper awake)
-        self.helped = 0                     # the helper's count when the window began
-
-    def share(self) -> bool:
-        """Whether to share the next product (else it is one of the ``alone``)."""
-        if self.alone:
-            self.alone -= 1
-            return False
-        return True
-
-    def settle(self, stalled: bool, chunks: int, awake: bool, helped: int):
-        """After a shared product of ``chunks`` chunks: ``stalled`` if the caller waited
-        ``STALL_POLLS`` for the helper, ``awake`` if the helper was polling when it was
-        posted, ``helped`` the helper's count of chunks run so far."""
-        self.since_stall += 1
-        if stalled:
-            if self.since_stall <= NEAR:
-                self._back_off(helped)
-            self.since_stall = 0
-        elif awake:
-            self.posted += chunks
-            if self.posted >= WINDOW:
-                if helped - self.helped < MIN_SHARE * self.posted:
-                    self._back_off(helped)
-                else:
-                    self.backoff = max(FIRST_BACKOFF, self.backoff // 2)
-                    self.posted, self.helped = 0, helped
-
-    def _back_off(self, helped: int):
-        self.alone, self.backoff = self.backoff, min(2 * self.backoff, MAX_BACKOFF)
-        self.posted, self.helped = 0, helped
-
-
 class _Helper:
     """The helper thread, its board and when to use it."""
 
@@ -235,7 +187,7 @@ class _Helper:
         self.board = np.zeros(_BOARD_WORDS, np.int64)
         self.wake = threading.Event()
         self.posting = threading.Lock()     # one caller posts at a time
-        self.backoff = Backoff()
+        self.backoff = tuning.Backoff()
         self.thread = threading.Thread(target=self._run, name="dualgraph-matvec",
                                        daemon=True)
         self.thread.start()
@@ -261,11 +213,14 @@ _helper_made = False
 
 
 def _shared_helper() -> _Helper | None:
-    """This process's helper, made at the first product it shares; None when the process
-    may use one core (``threads.thread_count``, read then)."""
+    """This process's helper, made at the first product it shares; None while the
+    ``"matvec"`` trick is off, and for good when the process may use one core
+    (``tuning.cores``, read then)."""
     global _helper, _helper_made
+    if "matvec" not in tuning.active:
+        return None
     if not _helper_made:
-        _helper, _helper_made = (_Helper() if thread_count() > 1 else None), True
+        _helper, _helper_made = (_Helper() if tuning.matvec_helper() else None), True
     return _helper
 
 

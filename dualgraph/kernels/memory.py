@@ -1,11 +1,13 @@
 """Raw memory for loops that find their arrays by address: 64-bit words (plain and atomic)
-and float32 vectors at a data pointer.
+and float32 vectors at a data pointer; and for loops that run other loops' entries, an
+indirect call and a clock.
 
-Two kinds of loop need them: one that updates many parameters in one call, given a table
-of their arrays (``optim.py``), and the matrix-vector products whose rows two threads claim
-from a job board in shared memory (``matvec.py``). Each intrinsic writes its few LLVM
-instructions itself; llvmlite and Numba are imported inside them, only when a loop that
-uses them compiles.
+Three kinds of loop need them: one that updates many parameters in one call, given a table
+of their arrays (``optim.py``), the matrix-vector products whose rows two threads claim
+from a job board in shared memory (``matvec.py``), and the relay that runs a job on
+OpenBLAS's threads and notes when it started (``blas_threads.py``). Each intrinsic writes
+its few LLVM instructions itself; llvmlite and Numba are imported inside them, only when a
+loop that uses them compiles.
 
 The atomics are sequentially consistent: a thread that sees a job's ticket also sees the
 fields written before it.
@@ -13,6 +15,7 @@ fields written before it.
 from __future__ import annotations
 
 import os
+import sys
 
 from . import Intrinsic, helper
 from .native import DATA_OFFSET, DIMS_OFFSET
@@ -75,6 +78,41 @@ def compare_exchange(typingctx, address, expected, new):
                                "seq_cst")
         return builder.extract_value(pair, 0)
     return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@Intrinsic
+def call(typingctx, function, argument):
+    """Call the C function ``void function(int64)`` at address ``function`` (a job entry,
+    ``build.entry``) with ``argument``."""
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context, builder, signature, args):
+        kind = ir.FunctionType(ir.VoidType(), [ir.IntType(64)])
+        builder.call(builder.inttoptr(args[0], kind.as_pointer()), [args[1]])
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
+
+
+@Intrinsic
+def clock_ns(typingctx):
+    """Linux's ``CLOCK_MONOTONIC`` in nanoseconds (``clock_gettime``, a vDSO call of tens of
+    nanoseconds; the same clock on every core); 0 where the OS has no such call."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        if not sys.platform.startswith("linux"):
+            return i64(0)
+        spec = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i64, 2)),
+                               i64.as_pointer())      # (struct timespec: seconds, nanoseconds)
+        clock = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32, [i32, i64.as_pointer()]), "clock_gettime")
+        builder.call(clock, [i32(1), spec])             # (1: CLOCK_MONOTONIC)
+        seconds, nanoseconds = builder.load(spec), builder.load(builder.gep(spec, [i32(1)]))
+        return builder.add(builder.mul(seconds, i64(1_000_000_000)), nanoseconds)
+    return types.int64(), codegen
 
 
 @Intrinsic

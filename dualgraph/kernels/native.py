@@ -54,8 +54,14 @@ _SCALAR_CODES = {bool: "b", np.bool_: "b", int: "i8", np.int64: "i8", np.int32: 
                  float: "f8", np.float64: "f8", np.float32: "f4"}
 _C_SCALARS = {"b": ctypes.c_bool, "i8": ctypes.c_int64, "i4": ctypes.c_int32,
               "f8": ctypes.c_double, "f4": ctypes.c_float}
-# NumPy's array struct (PyArrayObject_fields): after the object header, the data pointer,
-# the number of dims, the pointer to the dims (checked at run time: ``_usable``)
+# A platform assumption: NumPy's array struct (PyArrayObject_fields, which NumPy's C API
+# exposes) holds, after the 16-byte object header of a 64-bit CPython without debug
+# fields, the data pointer, then the number of dims, then the pointer to the dims. The
+# entries (``build.entry``) and ``memory.float32_vector`` read them there. It is checked
+# against a real array before any entry is used (``array_struct_known``); where it does
+# not hold, no native entry is loaded (loops run through Numba's dispatcher, which reads
+# arrays its own way) and the grouped optimiser updates, which read their parameters by
+# address, leave the work to NumPy (``optim/_ops.py``). ``tuning.report`` shows the check.
 DATA_OFFSET, DIMS_OFFSET = 16, 32
 # the first code of a job entry's signature (see ``build.entry``)
 JOB = "job"
@@ -215,7 +221,8 @@ def _usable() -> bool:
 @lru_cache(maxsize=None)
 def array_struct_known() -> bool:
     """NumPy's array struct holds the data pointer and the dims pointer at the offsets the
-    entries (and ``memory.float32_vector``) read them from."""
+    entries (and ``memory.float32_vector``) read them from (``DATA_OFFSET``): read from a
+    2 x 3 array, they give its data address and its shape."""
     probe = np.arange(6, dtype=np.int64).reshape(2, 3)
     words = (ctypes.c_int64 * 5).from_address(id(probe))
     dims = (ctypes.c_int64 * 2).from_address(words[DIMS_OFFSET // 8])

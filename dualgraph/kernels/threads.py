@@ -11,7 +11,8 @@ ranges at once: as job entries on OpenBLAS's own threads (so no thread of ours c
 with its worker, which polls for ~0.1 s after every GEMM), or, for a plain function or
 without native entries, on a pool of Python threads whose idle workers sleep on a queue.
 Each range is the same loop over its own rows, so the bits do not depend on the split.
-The thread count is the cores this process may use, or ``DUALGRAPH_NUM_THREADS``.
+The thread count is ``tuning.cores()``: the cores this process may use, or
+``DUALGRAPH_NUM_THREADS``; whether OpenBLAS's workers take ranges is ``tuning.py``'s call.
 """
 from __future__ import annotations
 
@@ -20,22 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import PARALLEL_MIN, blas_threads, native
+from . import PARALLEL_MIN, blas_threads, native, tuning
 
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0
 _pool_pid = 0      # a forked child has the pool object but not its threads: it makes its own
-
-
-def thread_count() -> int:
-    """How many threads a big loop is split over (at least 1)."""
-    configured = os.environ.get("DUALGRAPH_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not on Linux
-        return os.cpu_count() or 1
 
 
 # From this many elements on a loop shares its rows where OpenBLAS's workers take them (a
@@ -55,10 +45,10 @@ def threads_for(size: int) -> int | None:
 
 def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     """``loop(start, stop, *args)`` for contiguous ranges covering ``range(rows)``, one
-    range per thread (``threads``, default :func:`thread_count`; 1 runs it here, in one
+    range per thread (``threads``, default ``tuning.cores()``; 1 runs it here, in one
     call). Returns once every range is done; an exception from any range is raised here,
     after the others have finished (they write into the same outputs)."""
-    count = min(threads or thread_count(), rows)
+    count = min(threads or tuning.cores(), rows)
     if count <= 1:
         loop(0, rows, *args)
         return
@@ -67,9 +57,10 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
         address = job(0, rows, *args)
         if address is not None:
             words = native.job_words(args)
-            blas_threads.run(address, np.array(
-                [[rows * i // count, rows * (i + 1) // count, *words] for i in range(count)],
-                np.int64))
+            blocks = np.array([[rows * i // count, rows * (i + 1) // count, *words]
+                               for i in range(count)], np.int64)
+            if not blas_threads.run(address, blocks):
+                loop(0, rows, *args)     # (backing off: the cores are oversubscribed)
             return
     global _pool, _pool_workers, _pool_pid
     if _pool_workers < count - 1 or _pool_pid != os.getpid():
