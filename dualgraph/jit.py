@@ -9,7 +9,9 @@ from .capture.inspect import inspect  # noqa: F401
 def trace(fn_or_module, example_inputs, *, check=False):
     """Trace ``fn_or_module`` once on ``example_inputs`` (a tensor or a tuple of them) and
     return a static function with ``.graph``; calling it with inputs of another signature
-    is an error (``dg.compile`` retraces instead).
+    is an error (``dg.compile`` retraces instead). ``traced.graph.save(path)`` writes the
+    graph with the tensors it reads (parameters, closure tensors) as constants, so that
+    ``dg.graph.load(path)`` runs with the tensor arguments only (docs/capture.md).
 
     >>> import dualgraph as dg
     >>> f = dg.jit.trace(lambda x: x * 2, dg.ones(3))

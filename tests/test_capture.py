@@ -346,10 +346,13 @@ def test_captured_graph_save_load_round_trip(tmp_path):
     x = dg.randn(4, 3)
     out = cf(x)
     path = str(tmp_path / "g.json")
-    cf.graph.save(path)
+    cf.graph.save(path, freeze=False)     # w stays an input, as in the captured graph
     loaded = dg.graph.load(path)
     assert str(loaded) == str(cf.graph)
     (res,) = loaded(x.numpy(), w.numpy())
+    close(res, out)
+    cf.graph.save(path)                   # frozen (the default): w is saved with it
+    (res,) = dg.graph.load(path)(x.numpy())
     close(res, out)
 
 

@@ -29,6 +29,7 @@ from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .fastpath import MISS, fast_path, still_bound
+from .freeze import CapturedGraph
 from .guards import ModuleFacts, describe_guards, explain_miss, signature
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
@@ -531,9 +532,27 @@ class Compiled:
         return self._last.capture
 
     @property
-    def graph(self):
-        """The captured graph of the most recent call's signature (before the passes)."""
-        return self.capture.graph
+    def graph(self) -> CapturedGraph:
+        """The captured graph of the most recent call's signature (before the passes);
+        ``.save(path)`` writes it as a self-contained model (capture/freeze.py)."""
+        capture = self.capture
+        if capture.view is None:
+            capture.view = CapturedGraph(capture)
+        return capture.view
+
+    def save(self, path, freeze: bool = True) -> None:
+        """``self.graph.save(path, freeze)``: write the latest captured graph, by default
+        frozen (the tensors it reads are saved as constants with their current values, so
+        ``dg.graph.load(path)`` runs with only the function's arguments).
+
+        >>> import dualgraph as dg, os, tempfile
+        >>> m = dg.nn.Linear(2, 1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "linear.json")
+        >>> dg.jit.trace(m, dg.ones(3, 2)).save(path)
+        >>> dg.graph.load(path)(dg.ones(3, 2))[0].shape
+        (3, 1)
+        """
+        self.graph.save(path, freeze=freeze)
 
     @property
     def optimized_graph(self):

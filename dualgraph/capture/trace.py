@@ -62,6 +62,7 @@ class Capture:
     # id -> whether it had a .grad when the trace began, for the parameters of the compiled
     # module and of the modules and optimisers the function names (``Compiled`` fills it in)
     had_grad: dict = field(default_factory=dict)
+    view: object = None   # the CapturedGraph ``Compiled.graph`` shows (capture/freeze.py)
 
 
 class Tracer:
