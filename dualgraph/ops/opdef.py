@@ -48,6 +48,12 @@ class OpDef:
     # ordinary ops it stands for: ``decomposition(*inputs, **attrs)``, written with dualgraph
     # ops on Tensors, returns what ``kernel`` returns (the op tests compare the two).
     decomposition: Callable | None = None
+    # Codegen calls ``specialise(*inputs, **attrs)`` with the node's typed Values (and
+    # literals): ``(name, kernel)`` binds ``kernel(*inputs)``, fitted to those static types
+    # and attrs (no checks per call), in place of ``kernel``; None keeps ``kernel``.
+    specialise: Callable | None = None
+    # A group op names the op it runs many nodes of in one call (``group_updates``).
+    group_of: "OpDef | None" = None
 
     # -- ONNX: export and import ------------------------------------------------------------
 
