@@ -51,11 +51,30 @@ def batch_linears(graph: Graph, groups: tuple, report: Report) -> Graph:
 
     Before::
 
-        graph(...)
+        graph(%x: f32[2,2,3], %w: f32[4,3], %b: f32[4]) {
+          %s0: f32[2,1,3] = slice(%x, index=(None, (0, 1, 1), None))
+          %x0: f32[2,3] = reshape(%s0, shape=(2, 3))
+          %y0: f32[2,4] = linear(%x0, %w, %b)
+          %s1: f32[2,1,3] = slice(%x, index=(None, (1, 2, 1), None))
+          %x1: f32[2,3] = reshape(%s1, shape=(2, 3))
+          %y1: f32[2,4] = linear(%x1, %w, %b)
+          return (%y0, %y1)
+        }
 
     After::
 
-        graph(...)
+        graph(%x: f32[2,2,3], %w: f32[4,3], %b: f32[4]) {
+          %s0: f32[2,1,3] = slice(%x, index=(None, (0, 1, 1), None))
+          %x0: f32[2,3] = reshape(%s0, shape=(2, 3))
+          %y0_all: f32[2,2,4] = linear(%x, %w, %b)
+          %slice: f32[2,1,4] = slice(%y0_all, index=(None, (0, 1, 1), None))
+          %y0: f32[2,4] = reshape(%slice, shape=(2, 4))
+          %s1: f32[2,1,3] = slice(%x, index=(None, (1, 2, 1), None))
+          %x1: f32[2,3] = reshape(%s1, shape=(2, 3))
+          %slice_1: f32[2,1,4] = slice(%y0_all, index=(None, (1, 2, 1), None))
+          %y1: f32[2,4] = reshape(%slice_1, shape=(2, 4))
+          return (%y0, %y1)
+        }
     """
     new = _Rewriter(graph, *groups, report).run()
     if new is None:

@@ -40,15 +40,24 @@ def group_updates(graph: Graph, groups: list, report: Report) -> Graph:
 
     Before::
 
-        graph(%p: f32[4], %g: f32[4], %b: f32[4], %q: f32[3], %h: f32[3], %c: f32[3]) {
-          %p1, %b1 = sgd_update(%p, %g, %b, lr=0.1, momentum=0.9, dampening=0.0, nesterov=False)
-          %q1, %c1 = sgd_update(%q, %h, %c, lr=0.1, momentum=0.9, dampening=0.0, nesterov=False)
-          return (%p1, %b1, %q1, %c1)
+        graph(%p: f32[3], %p_grad: f32[3], %p_buf: f32[3], %q: f32[3], %q_grad: f32[3],
+            %q_buf: f32[3]) {
+          %p_new: f32[3], %p_buf_new: f32[3] = sgd_update(%p, %p_grad, %p_buf, lr=0.1,
+              momentum=0.9, dampening=0.0, nesterov=False)
+          %q_new: f32[3], %q_buf_new: f32[3] = sgd_update(%q, %q_grad, %q_buf, lr=0.1,
+              momentum=0.9, dampening=0.0, nesterov=False)
+          return (%p_new, %p_buf_new, %q_new, %q_buf_new)
         }
 
     After::
 
-        graph(...)
+        graph(%p: f32[3], %p_grad: f32[3], %p_buf: f32[3], %q: f32[3], %q_grad: f32[3],
+            %q_buf: f32[3]) {
+          %p_new: f32[3], %p_buf_new: f32[3], %q_new: f32[3],
+              %q_buf_new: f32[3] = sgd_update_group(%p, %p_grad, %p_buf, %q, %q_grad, %q_buf,
+              lr=0.1, momentum=0.9, dampening=0.0, nesterov=False)
+          return (%p_new, %p_buf_new, %q_new, %q_buf_new)
+        }
     """
     grouping = grouped_ops()
     last = {members[-1]: members for members in groups}

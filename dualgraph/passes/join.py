@@ -44,11 +44,20 @@ def join_loss_gradient(graph: Graph, pairs: dict, report: Report) -> Graph:
 
     Before::
 
-        graph(...)
+        graph(%x: f32[4,3], %seed: f32[], %t: i64[4]) {
+          %loss: f32[] = cross_entropy(%x, %t, ignore_index=-100, reduction='mean')
+          %dx: f32[4,3] = cross_entropy_backward(%seed, %x, %t, ignore_index=-100,
+              reduction='mean')
+          return (%loss, %dx)
+        }
 
     After::
 
-        graph(...)
+        graph(%x: f32[4,3], %seed: f32[], %t: i64[4]) {
+          %loss: f32[], %dx: f32[4,3] = cross_entropy_with_grad(%x, %t, %seed,
+              ignore_index=-100, reduction='mean')
+          return (%loss, %dx)
+        }
     """
     b = Builder(graph)
     joined = set(pairs.values())

@@ -103,16 +103,16 @@ def linear_relu(graph: Graph, pairs: dict, report: Report) -> Graph:
     Before::
 
         graph(%x: f32[4,3], %w: f32[5,3], %b: f32[5]) {
-          %linear: f32[4,5] = linear(%x, %w, %b)
-          %relu: f32[4,5] = relu(%linear)
-          return (%relu)
+          %y: f32[4,5] = linear(%x, %w, %b)
+          %h: f32[4,5] = relu(%y)
+          return (%h)
         }
 
     After::
 
         graph(%x: f32[4,3], %w: f32[5,3], %b: f32[5]) {
-          %relu: f32[4,5] = linear_relu(%x, %w, %b)
-          return (%relu)
+          %h: f32[4,5] = linear_relu(%x, %w, %b)
+          return (%h)
         }
     """
     relus = set(pairs.values())
@@ -156,15 +156,21 @@ def relu_backward_in_place(graph: Graph, nodes: list, report: Report) -> Graph:
 
     Before::
 
-        graph(%gy: f32[64,8], %y: f32[64,16], %w: f32[8,16]) {
-          %linear_backward, %linear_backward_1, %linear_backward_2 = linear_backward(%gy, %y, %w, need=(True, True, False))
-          %relu_backward: f32[64,16] = relu_backward(%linear_backward, %y)
-          return (%relu_backward, %linear_backward_1)
+        graph(%gy: f32[4,5], %h: f32[4,3], %w: f32[5,3]) {
+          %dh: f32[4,3], %dw: f32[5,3], %db: f32[5] = linear_backward(%gy, %h, %w, need=(True,
+              True, False))
+          %dx: f32[4,3] = relu_backward(%dh, %h)
+          return (%dx, %dw)
         }
 
     After::
 
-        graph(...)
+        graph(%gy: f32[4,5], %h: f32[4,3], %w: f32[5,3]) {
+          %dh: f32[4,3], %dw: f32[5,3], %db: f32[5] = linear_backward(%gy, %h, %w, need=(True,
+              True, False))
+          %dx: f32[4,3] = relu_backward_in_place(%dh, %h)
+          return (%dx, %dw)
+        }
     """
     chosen = set(nodes)
     b = Builder(graph)

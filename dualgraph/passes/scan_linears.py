@@ -54,13 +54,28 @@ def batch_scan_linears(graph: Graph, plans: dict, report: Report) -> Graph:
     Preserves: types, inputs and outputs, and values up to floating-point rounding (the
     weight gradients are summed over all rows in one GEMM instead of step by step).
 
-    Before::                                    After::
+    Before::
 
-        %s = scan(%a0, %xs, %w, body(a, x, w):      %s = scan(%xs, %g_rows..., body(x, ...):
-            %d = linear_backward(%g, %x, %w)            ... (no linear_backward, no add)
-            %a1 = add(%a, %d.1)                         return (..., %g))
-            return (%a1, %d.0))                     %d = linear_backward(%s.1, %xs, %w)
-                                                    %a = add(%a0, %d.1)
+        graph(%acc0: f32[3,5], %gs: f32[4,2,3], %xs: f32[4,2,5], %w: f32[3,5]) {
+          %acc: f32[3,5], %dxs: f32[4,2,5] = scan(%acc0, %gs, %xs, %w, body_graph=@body_graph,
+              num_carry=1, num_xs=2, length=4, reverse=True)
+            @body_graph = graph(%acc: f32[3,5], %g_t: f32[2,3], %x_t: f32[2,5], %w: f32[3,5]) {
+              %dx: f32[2,5], %dw: f32[3,5], %db: f32[3] = linear_backward(%g_t, %x_t, %w,
+                  need=(True, True, False))
+              %total: f32[3,5] = add(%acc, %dw)
+              return (%total, %dx)
+            }
+          return (%acc, %dxs)
+        }
+
+    After::
+
+        graph(%acc0: f32[3,5], %gs: f32[4,2,3], %xs: f32[4,2,5], %w: f32[3,5]) {
+          %dx_all: f32[4,2,5], %dw_all: f32[3,5], %db_all: f32[3] = linear_backward(%gs, %xs,
+              %w, need=(True, True, False))
+          %add: f32[3,5] = add(%acc0, %dw_all)
+          return (%add, %dx_all)
+        }
     """
     b = Builder(graph)
     for node in graph.nodes:

@@ -34,11 +34,26 @@ def share_conv_columns(graph: Graph, found: tuple, report: Report) -> Graph:
 
     Before::
 
-        graph(...)
+        graph(%x: f32[1,1,4,4], %w: f32[1,1,2,2], %gy: f32[1,1,3,3]) {
+          %y: f32[1,1,3,3] = conv2d(%x, %w, stride=(1, 1), padding=((0, 0), (0, 0)),
+              dilation=(1, 1), groups=1)
+          %gw: f32[1,1,2,2] = conv2d_weight_grad(%x, %gy, kernel_size=(2, 2), stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          return (%y, %gw)
+        }
 
     After::
 
-        graph(...)
+        graph(%x: f32[1,1,4,4], %w: f32[1,1,2,2], %gy: f32[1,1,3,3]) {
+          %x_columns: f32[1,4,12] = conv2d_columns(%x, kernel_size=(2, 2), stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          %y: f32[1,1,3,3] = conv2d_from_columns(%x_columns, %x, %w, stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          %gw: f32[1,1,2,2] = conv2d_weight_grad_from_columns(%x_columns, %x, %gy,
+              kernel_size=(2, 2), stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1),
+              groups=1)
+          return (%y, %gw)
+        }
     """
     keys, shared = found
     b = Builder(graph)
