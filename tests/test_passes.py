@@ -419,14 +419,14 @@ def test_run_pipeline_runs_what_is_enabled_and_names_unknown_passes():
         run_pipeline(g, passes={"dse"})
 
 
-def test_passes_names_a_lowering_rule_alone_or_lower_for_all():
-    """``passes=`` switches a lowering rule by its own name; ``lower`` names them all."""
+def test_passes_names_a_lowering_rule_as_it_names_a_pass():
+    """``passes=`` switches a lowering rule by its own name."""
     g, (x, w) = graph_with(((2, 3), "float32"), ((4, 3), "float32"))
     (y,) = g.add_node("linear", [x, w])
     g.set_outputs([node(g, "relu", y)])
-    for passes, fired in (({"linear_relu"}, True), ({"lower"}, True), (None, True),
-                          ({"lower": False}, False), ({"linear_relu": False}, False),
-                          ({"batch_linears"}, False)):
+    for passes, fired in (({"linear_relu"}, True), (None, True), (True, True),
+                          ({"linear_relu": False}, False), ({"batch_linears"}, False),
+                          (False, False)):
         new, _ = run_pipeline(g, passes, verify=True)
         assert (ops(new) == ["linear_relu"]) == fired, passes
 

@@ -2,7 +2,10 @@
 
 Each node becomes one line that calls its registry kernel (bound as a global of the
 generated module: ``k_matmul = REGISTRY['matmul'].kernel``) with attrs as literal keyword
-arguments and the user's source location as a comment. Elementwise ops whose scalar
+arguments and the user's source location as a comment, or the kernel its op's
+``specialise`` fits to the node's static types (``linear_blas``: a 2-D product of one BLAS
+dtype, without the kernel's checks). Codegen knows no op: choosing a kernel for a pattern
+of nodes is a lowering rule's work (``passes/lower.py``). Elementwise ops whose scalar
 expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
 buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
 compiled kernel (``f_add_2``); control flow (``cond``, ``while_loop``, ``scan``) calls its

@@ -53,7 +53,8 @@ PIPELINE = [
     schedule,
     plan_memory,        # analysis only: the plan is in its report
 ]
-PASS_NAMES = sorted({p.__name__ for p in PIPELINE} | set(RULE_NAMES))
+PASS_NAMES = sorted({p.__name__ for p in PIPELINE if not isinstance(p, Stage)}
+                    | set(RULE_NAMES))
 
 
 def run_pipeline(graph: Graph, passes=None, verify: bool = False) -> tuple[Graph, list]:
@@ -61,8 +62,8 @@ def run_pipeline(graph: Graph, passes=None, verify: bool = False) -> tuple[Graph
 
     ``passes`` (as ``dg.compile``'s, ``Executable``'s and ``Program``'s): None or True, all
     passes; False, none (the graph as given); a collection of names (``PASS_NAMES``: the
-    passes, and the lowering rules by their own names, ``lower`` for all of them), those
-    only; a dict ``{name: False}``, all but those. Returns the final graph and one Report
+    passes, and the lowering rules by their own names), those only; a dict
+    ``{name: False}``, all but those. Returns the final graph and one Report
     per pass run; ``verify=True`` checks the graph's invariants after every pass.
     """
     enabled = enabled_passes(passes)
@@ -99,6 +100,5 @@ def enabled_passes(passes):
     if unknown:
         raise ValueError(f"no passes named {unknown}; the passes are {PASS_NAMES}")
     if isinstance(passes, dict):
-        off = {name for name in names if not passes[name]}
-        return set(PASS_NAMES) - off - (set(RULE_NAMES) if "lower" in off else set())
-    return names | (set(RULE_NAMES) if "lower" in names else set())
+        return set(PASS_NAMES) - {name for name in names if not passes[name]}
+    return names

@@ -1,9 +1,9 @@
-"""``group_updates``: a training step's whole Adam/AdamW update in one node.
+"""``group_updates``: a training step's whole optimiser update in one node.
 
-An optimiser step is one ``adam_update`` node per parameter. Each is one call into the
-Adam loop plus Python around it, which costs more than the arithmetic for the many small
-parameters of a model (biases, LayerNorm weights: W3 has 29 parameters, 14 of them of 128
-floats). Grouping them leaves one call for the whole step.
+An optimiser step is one ``adam_update`` (``sgd_update``) node per parameter. Each is one
+call into the update loop plus Python around it, which costs more than the arithmetic for
+the many small parameters of a model (biases, LayerNorm weights). Grouping them leaves one
+call for the whole step.
 """
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ A row runs at the stage of the pipeline its precondition needs (``stage``):
 - ``"kernels"``: after ``fuse_elementwise`` (an op fusion left alone stays alone), so the
   rows choose the kernel a single node runs.
 
-``PIPELINE`` holds one :class:`Stage` per stage; ``passes=`` names a rule to switch it
-alone (``passes={"batch_linears": False}``), or ``lower`` for all of them.
+``PIPELINE`` holds one :class:`Stage` per stage (its reports are named ``lower``);
+``passes=`` names each rule as it names a pass (``passes={"batch_linears": False}``).
 """
 from __future__ import annotations
 
