@@ -8,7 +8,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 CORE_BUDGET = 20_000
 # lines per folder of the package ("." is the top-level modules): today's size plus room
 BUDGETS = {".": 1_900, "autograd": 700, "capture": 3_200, "codegen": 2_000, "graph": 1_600,
-           "kernels": 2_900, "ops": 6_300, "passes": 2_500,
+           "kernels": 2_900, "ops": 6_300,
+           "passes": 2_900,   # the lowering rule table, each rule's printed before/after
            "export": 2_500, "nn": 4_600, "optim": 1_500, "utils": 500}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 
