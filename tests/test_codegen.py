@@ -16,7 +16,7 @@ from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
 import dualgraph as dg
-from dualgraph.codegen import Executable, kernels, python
+from dualgraph.codegen import Executable, kernels
 from dualgraph.kernels import numba_available
 from dualgraph.graph import Graph
 from dualgraph.graph.interpret import interpret

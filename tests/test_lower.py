@@ -135,10 +135,10 @@ def test_the_docstring_example_of_each_lowering_rule_holds(rule):
     if rule.name == "relu_backward_in_place" and not numba_available():
         pytest.skip("the in-place loop is a Numba loop")
     before = EXAMPLES[rule.name]()
-    assert flat(str(before)) == example(rule.__doc__, "Before")
+    assert flat(str(before)) == example(rule.doc, "Before")
     after, report = rule(before)
     verify(after)
-    assert flat(str(after)) == example(rule.__doc__, "After")
+    assert flat(str(after)) == example(rule.doc, "After")
     assert report.changed and all(item.startswith(rule.name + ": ") for item in report.items)
     args = random_inputs(before, 2)
     if rule.name == "join_loss_gradient":

@@ -32,10 +32,12 @@ from .simplify import RULES, simplify
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
            "fuse_elementwise", "schedule", "plan_memory", "save_scan_residuals",
-           *RULE_NAMES]
+           "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
+           "group_updates", "linear_relu", "relu_backward_in_place"]
 
-# each lowering rule, run alone as a pass: ``batch_linears(graph) -> (graph, report)``
-globals().update({rule.name: rule for rule in LOWERING})
+# each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
+(batch_linears, share_conv_columns, join_loss_gradient, batch_scan_linears, group_updates,
+ linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [
     dce,                # drop what the outputs don't need, so later passes see less

@@ -29,19 +29,18 @@ from typing import Callable
 
 from .. import kernels
 from ..graph import Graph, Node, Value
+from ..ops.control import SCAN
+from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
 from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, blas_2d
-from ..ops.opdef import OpDef
+from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
+from ..ops.recurrent import LSTM_CELL_BACKWARD
 from .batch import batch_linears, loop_linear_groups
 from .core import Builder, Report, readers
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .scan_linears import batch_scan_linears, scan_plans
 from .share import share_conv_columns, shared_columns
-from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
-from ..ops.control import SCAN
-from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
-from ..ops.recurrent import LSTM_CELL_BACKWARD
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +53,8 @@ class LoweringRule:
     places where the precondition holds (nodes, or groups of nodes for a whole-graph
     grouping); falsy when there are none. ``rewrite(graph, matches, report)``: the new graph,
     each change counted in ``report``. ``repeat``: match again after a rewrite (one rewrite
-    can make another possible). Calling the rule runs it alone, as a pass.
+    can make another possible). ``doc``: the replacement's docstring, with the example.
+    Calling the rule runs it alone, as a pass.
     """
     name: str
     anchors: tuple | Callable
@@ -64,7 +64,7 @@ class LoweringRule:
     repeat: bool = False
 
     @property
-    def __doc__(self):   # the replacement's docstring, with the example
+    def doc(self) -> str:
         return self.rewrite.__doc__
 
     def anchored(self, ops: set) -> bool:
