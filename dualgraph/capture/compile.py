@@ -578,8 +578,9 @@ def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None,
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
 
-    ``passes`` selects the optimisation passes (None: all; False: none; names to run; or
-    ``{name: False}`` to switch some off). ``fast_math=True`` lets fused kernels use
+    ``passes`` selects the optimisation passes and lowering rules (None: all; False: none;
+    names to run; or ``{name: False}`` to switch some off), as everywhere
+    (``passes.run_pipeline``, ``passes.PASS_NAMES``). ``fast_math=True`` lets fused kernels use
     vectorised float32 exp/tanh approximations (~3e-7 relative error) instead of NumPy's.
 
     >>> import dualgraph as dg
