@@ -16,11 +16,13 @@ from graphs_for_tests import training_step
 from test_passes import random_graphs, random_inputs
 
 import dualgraph as dg
-from dualgraph.codegen import Executable, kernels, python
+from dualgraph.codegen import Executable, kernels
 from dualgraph.kernels import numba_available
 from dualgraph.graph import Graph
 from dualgraph.graph.interpret import interpret
 from dualgraph.shapes import ShapeError, Sym
+from dualgraph.ops.elementwise import RELU_BACKWARD_IN_PLACE
+from dualgraph.passes import relu_backward_in_place
 
 needs_numba = pytest.mark.skipif(not numba_available(), reason="Numba is not installed")
 
@@ -122,7 +124,7 @@ def test_random_graphs_equal_the_interpreter(graph, seed):
         setting = os.environ.get("DUALGRAPH_NUMBA")
         os.environ["DUALGRAPH_NUMBA"] = "0"       # fused groups via the NumPy fallback
         try:
-            opt = Executable(graph, passes="default")
+            opt = Executable(graph, passes=True)
             got = opt.run(args)
         finally:   # (as it was: a run of the suite with DUALGRAPH_NUMBA=0 keeps it)
             if setting is None:
@@ -140,7 +142,7 @@ def test_captured_training_step_equals_the_interpreter(monkeypatch):
     graph, args = training_step()
     want = interpret(graph, *args)
     assert_same(Executable(graph).run(args), want)
-    exe = Executable(graph, passes="default")
+    exe = Executable(graph, passes=True)
     assert any(n.op.name == "fused" for n in exe.graph.nodes)
     for _ in range(2):   # the second run reuses the buffers
         assert_same(exe.run(args), want, exact=False)
@@ -441,7 +443,7 @@ def update_graph(extra=None):
 
 
 def run_donated(graph):
-    exe = Executable(graph, passes="default", donate={0: 0})
+    exe = Executable(graph, passes=True, donate={0: 0})
     args = random_inputs(graph, 3)
     want = interpret(graph, *[a.copy() for a in args])
     p = args[0]
@@ -453,7 +455,7 @@ def run_donated(graph):
 @pytest.mark.parametrize("rows, dtype, applied", [
     (1, "float32", "= matvec_relu("),                        # inside the product
     (6, "float32", "add_bias_relu("),                        # with the bias, one loop
-    (6, "float64", "np.maximum(linear, 0, out=linear)")])    # in-place NumPy
+    (6, "float64", "= linear_blas_relu(")])                  # in-place NumPy
 def test_a_relu_after_a_linear_runs_in_place_only_where_nothing_else_reads_the_product(
         rows, dtype, applied):
     """The relu of a compiled ``linear`` is applied to the product's own array, with
@@ -478,7 +480,7 @@ def test_a_relu_after_a_linear_runs_in_place_only_where_nothing_else_reads_the_p
     x = rng.standard_normal((rows, 200)).astype(dtype)
     x[-1, 7] = np.nan      # NaN rows stay NaN, as np.maximum keeps them
     if not numba_available() and dtype == "float32":   # (in-place NumPy, as float64's)
-        applied = "np.maximum(linear, 0, out=linear)"
+        applied = "= linear_blas_relu("
     for fn, fused in ((alone, True), (product_returned, False), (product_read_twice, False)):
         with dg.no_grad():
             want = fn(dg.tensor(x))
@@ -539,11 +541,14 @@ def test_a_relu_backward_runs_in_place_only_on_a_linear_gradient_nothing_else_re
     (r,) = g.add_node("relu_backward", [gh, y])
     outs = [r] + ([g.add_node("mul", [gh, 3.0])[0]] if case == "read-twice" else [])
     g.set_outputs(outs + ([gh] if case == "returned" else []))
-    chosen = python.in_place_relu_backwards(g)
-    assert [n.op.name for n in chosen] == (["relu_backward"] if case == "alone" else [])
+    new, report = relu_backward_in_place(g)
+    chosen = [n.op.name for n in new.nodes if n.op is RELU_BACKWARD_IN_PLACE]
+    assert chosen == (["relu_backward_in_place"] if case == "alone" and numba_available()
+                      else [])
+    assert report.changed == bool(chosen)
     args = random_inputs(g, 4)
     want = interpret(g, *[a.copy() for a in args])
-    for got, e in zip(Executable(g).run(args), want, strict=True):
+    for got, e in zip(Executable(new).run(args), want, strict=True):
         np.testing.assert_array_equal(got, e)
 
 

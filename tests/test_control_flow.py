@@ -310,7 +310,7 @@ def test_a_scans_per_step_linears_become_one_gemm_outside_it():
     report = runs["batched"][2].explain()
     for what, n in (("hoisted linears", 2), ("batched linear gradients", 2),
                     ("hoisted weight gradients", 2)):  # (the cell's, mix's)
-        assert re.search(rf"batch_scan_linears: .*{what} {n}", report), report
+        assert re.search(rf"lower: .*{what} {n}", report), report
 
 
 def test_scan_reverse_and_structures():

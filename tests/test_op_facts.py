@@ -37,15 +37,6 @@ from dualgraph.ops.opdef import REGISTRY, Reduction
 
 ROOT = pathlib.Path(dualgraph.__file__).parent
 
-# Files whose op-name tables and comparisons other work on issue 23 removes: the lowering
-# rewrites (passes/{batch,scan_linears,share,join,group}.py and codegen/python.py's
-# linear / relu rewrites) become rows of one rule table, and the ONNX exporters move into
-# each OpDef. REMOVE each entry when that work is merged; the test then holds everywhere.
-PENDING_RULES_AND_ONNX = {
-    "passes/batch.py", "passes/scan_linears.py", "passes/share.py", "passes/join.py",
-    "passes/group.py", "codegen/python.py",
-}
-
 # Module-level collections whose strings happen to be op names but name something else.
 NOT_OP_NAMES = {
     ("nn/functional.py", "_REDUCTIONS"),   # the values of PyTorch's ``reduction=`` argument
@@ -160,7 +151,7 @@ def violations(root: pathlib.Path) -> list[str]:
 
 
 def test_no_op_name_decisions_outside_ops():
-    found = [v for v in violations(ROOT) if v.split(":")[0] not in PENDING_RULES_AND_ONNX]
+    found = violations(ROOT)
     assert not found, ("decide by OpDef objects or flags, not op names:\n  "
                        + "\n  ".join(found))
 

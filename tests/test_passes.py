@@ -409,12 +409,26 @@ def test_schedule_lowers_peak_memory():
 def test_run_pipeline_runs_what_is_enabled_and_names_unknown_passes():
     g, (x,) = graph_with(F32)
     g.set_outputs([node(g, "mul", x, 1)])
-    new, reports = run_pipeline(g, enabled={"simplify"}, verify=True)
+    new, reports = run_pipeline(g, passes={"simplify"}, verify=True)
     assert [r.name for r in reports] == ["simplify"] * PIPELINE.count(simplify)
     assert ops(new) == []
-    assert len(run_pipeline(g)[1]) == len(PIPELINE)
+    assert len(run_pipeline(g)[1]) == len(PIPELINE) == len(run_pipeline(g, True)[1])
+    assert run_pipeline(g, False) == (g, [])
+    assert "simplify" not in [r.name for r in run_pipeline(g, {"simplify": False})[1]]
     with pytest.raises(ValueError, match="no passes named"):
-        run_pipeline(g, enabled={"dse"})
+        run_pipeline(g, passes={"dse"})
+
+
+def test_passes_names_a_lowering_rule_as_it_names_a_pass():
+    """``passes=`` switches a lowering rule by its own name."""
+    g, (x, w) = graph_with(((2, 3), "float32"), ((4, 3), "float32"))
+    (y,) = g.add_node("linear", [x, w])
+    g.set_outputs([node(g, "relu", y)])
+    for passes, fired in (({"linear_relu"}, True), (None, True), (True, True),
+                          ({"linear_relu": False}, False), ({"batch_linears"}, False),
+                          (False, False)):
+        new, _ = run_pipeline(g, passes, verify=True)
+        assert (ops(new) == ["linear_relu"]) == fired, passes
 
 
 UNARY = ["exp", "neg", "tanh", "sin", "relu", "sigmoid", "abs"]

@@ -20,13 +20,15 @@ import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
-# Code lines per folder ("." is the top-level modules) and for the core: the sizes when the
-# count became code lines only, plus about 8% room (several branches were adding code at the
-# same time; the lead sets them to the merged sizes plus room once they are in).
-CORE_BUDGET = 14_300
-BUDGETS = {".": 1_190, "autograd": 410, "capture": 2_390, "codegen": 1_390, "graph": 1_040,
-           "kernels": 1_960, "ops": 5_250, "passes": 1_790,
-           "export": 1_300, "nn": 3_020, "optim": 980, "utils": 280}
+# Code lines per folder ("." is the top-level modules) and for the core: the sizes once
+# op facts, ONNX rules, lowering rules and CPU tuning had their final homes (ops/ holds each
+# op's ONNX export and import rule, passes/ the lowering rule table, kernels/ the tuning
+# module), plus about 6% room. A folder that needs more gets it in the commit that needs
+# it, with the reason beside the number.
+CORE_BUDGET = 15_250
+BUDGETS = {".": 1_140, "autograd": 400, "capture": 2_400, "codegen": 1_260, "graph": 1_000,
+           "kernels": 1_940, "ops": 5_200, "passes": 1_900,
+           "export": 1_230, "nn": 2_960, "optim": 980, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -26,7 +26,7 @@ from ..kernels import native
 from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
-from ..passes import PASS_NAMES, run_pipeline
+from ..passes import run_pipeline
 from .autodiff import build_backward, record_call
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
@@ -96,10 +96,10 @@ class Entry:
         self.capture = capture
         self.backward = backward
         start = time.perf_counter()
-        self.graph, self.reports = optimize(capture.graph, passes)
+        self.graph, self.reports = run_pipeline(capture.graph, passes)
         self.times = {"passes": time.perf_counter() - start}   # (seconds)
         self.executable = Executable(self.graph, fast_math=fast_math,
-                                     body_passes=executable_passes(passes),
+                                     body_passes=passes,
                                      donate=_writeback_inputs(capture))
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
@@ -114,11 +114,11 @@ class Entry:
         self.backward_executable = None
         if backward is not None:
             start = time.perf_counter()
-            graph, reports = optimize(backward.graph, passes)
+            graph, reports = run_pipeline(backward.graph, passes)
             self.reports += [r for r in reports]
             self.times["passes"] += time.perf_counter() - start
             self.backward_executable = Executable(graph, fast_math=fast_math,
-                                                  body_passes=executable_passes(passes))
+                                                  body_passes=passes)
             self.times["codegen"] += self.backward_executable.times["codegen_s"]
 
     def inputs(self, tensor_args: list) -> list:
@@ -250,31 +250,6 @@ def fresh_gradients(capture) -> tuple[list, list]:
              if kind == "grad" and id(t) in capture.had_grad and id(t) not in read]
     return ([t for t in fresh if not capture.had_grad[id(t)]],
             [t for t in fresh if capture.had_grad[id(t)]])
-
-
-def optimize(graph, passes):
-    """Run the pass pipeline; ``passes`` is None (all), False (none), names to run, or a
-    dict {name: False} switching passes off."""
-    enabled = _enabled_passes(passes)
-    if enabled is False:
-        return graph, []
-    return run_pipeline(graph, enabled=enabled)
-
-
-def _enabled_passes(passes):
-    """``compile``'s ``passes`` as the set of pass names to run (None: all; False: none)."""
-    if passes is None or passes is False:
-        return passes
-    if isinstance(passes, dict):
-        return {name for name in PASS_NAMES if passes.get(name, True)}
-    return set(passes)
-
-
-def executable_passes(passes):
-    """``compile``'s ``passes`` (None: all) as ``Executable``'s ("default": all; None: the
-    graph as given)."""
-    enabled = _enabled_passes(passes)
-    return "default" if enabled is None else (enabled or None)
 
 
 def _writeback_inputs(capture) -> dict:
@@ -622,8 +597,9 @@ def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None,
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
 
-    ``passes`` selects the optimisation passes (None: all; False: none; names to run; or
-    ``{name: False}`` to switch some off). ``fast_math=True`` lets fused kernels use
+    ``passes`` selects the optimisation passes and lowering rules (None: all; False: none;
+    names to run; or ``{name: False}`` to switch some off), as everywhere
+    (``passes.run_pipeline``, ``passes.PASS_NAMES``). ``fast_math=True`` lets fused kernels use
     vectorised float32 exp/tanh approximations (~3e-7 relative error) instead of NumPy's.
 
     >>> import dualgraph as dg

@@ -29,7 +29,6 @@ from ..graph.ir import Value
 from ..shapes import Sym
 from ..tensor import Tensor, as_array
 from .._pytree import flatten, unflatten
-from .compile import executable_passes
 from .subgraph import copy_nodes, needed_nodes
 from .trace import Tracer
 
@@ -138,7 +137,7 @@ class Session:
 
     def __init__(self, program: Program, passes=None):
         self.program = program
-        self.passes = executable_passes(passes)
+        self.passes = passes
         self._cache: dict = {}
 
     def run(self, fetches, feed_dict=None):

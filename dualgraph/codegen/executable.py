@@ -35,6 +35,7 @@ from ..kernels import native
 from ..graph.infer import bind_dim, format_binding, substitute
 from ..graph.interpret import interpret
 from ..ops.fused import FUSED
+from ..passes import run_pipeline
 from ..shapes import ShapeError, Sym
 from . import python
 from .buffers import assign_slots, donations
@@ -50,8 +51,9 @@ class _NoBuffers:
 class Executable:
     """A graph compiled to Python (+ Numba for fused groups): ``run(arrays)`` -> outputs.
 
-    ``passes``: None (run the graph as given), "default" / True (the whole passes
-    pipeline) or a collection of pass names (``{"dce", "cse", "fuse_elementwise"}``).
+    ``passes``: False (the default: run the graph as given), or as ``dg.compile``'s (see
+    ``passes.run_pipeline``, the one entry point): None or True, the whole pipeline; a
+    collection of pass names (``{"dce", "cse", "fuse_elementwise"}``); ``{name: False}``.
     ``fast_math`` lets fused float32 kernels use vectorised exp/tanh approximations (a few
     ulps from NumPy's; see ``codegen/kernels.py``). ``donate`` maps output positions to
     input positions whose arrays may receive them (a parameter's update written in place);
@@ -62,28 +64,26 @@ class Executable:
     ``reports`` holds the passes' reports and ``times`` where compile time went.
     """
 
-    def __init__(self, graph: Graph, passes=None, buffers: bool = True,
+    def __init__(self, graph: Graph, passes=False, buffers: bool = True,
                  fast_math: bool = False, donate: dict | None = None,
-                 body_passes="default"):
+                 body_passes=None):
         self.source_graph = graph
         self.fast_math = fast_math
         self.times: dict[str, float] = {}
         t0 = time.perf_counter()
-        self.graph, self.reports = _optimise(graph, passes)
+        self.graph, self.reports = run_pipeline(graph, passes)
         self.times["passes_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.bodies = Bodies(self.graph, body_passes, fast_math)
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
-        epilogues = python.relu_epilogues(self.graph)
-        fresh = self._fresh_nodes(epilogues)
+        fresh = self._fresh_nodes()
         self._slots = self._plan_slots(fresh) if buffers else []
         writers = {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
         self.donated = donations(self.graph, donate, fresh | writers) if donate else {}
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
         self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,
-                                       donated=self.donated, run_body=self.bodies.run,
-                                       epilogues=epilogues)
+                                       donated=self.donated, run_body=self.bodies.run)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
         self.first_run: tuple | None = None   # (seconds, kernels.native.Activity)
@@ -167,15 +167,12 @@ class Executable:
         from .program import compile_group
         return {n: compile_group(n, self.fast_math) for n in nodes}
 
-    def _fresh_nodes(self, epilogues: dict) -> dict:
+    def _fresh_nodes(self) -> dict:
         """The nodes whose code writes fresh memory (so ``out=`` works): "fused" or
-        "ufunc" (not a relu run inside the product before it, ``epilogues``: its line
-        names the product's array)."""
+        "ufunc"."""
         from . import ufuncs
         fresh = {}
         for node in self.graph.nodes:
-            if node in epilogues:
-                continue
             if node.op is FUSED:
                 if self.kernels[node].lowering is not None:   # (NumPy may return a view)
                     fresh[node] = "fused"
@@ -270,11 +267,3 @@ class Bodies:
     def run(self, graph: Graph, *arrays) -> list:
         """``graph``'s outputs for ``arrays``, from its compiled program."""
         return self.executables[id(graph)].run(arrays)
-
-
-def _optimise(graph: Graph, passes):
-    if passes is None or passes is False:
-        return graph, []
-    from ..passes import run_pipeline
-    enabled = None if passes is True or passes == "default" else set(passes)
-    return run_pipeline(graph, enabled=enabled)

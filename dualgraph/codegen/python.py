@@ -2,7 +2,10 @@
 
 Each node becomes one line that calls its registry kernel (bound as a global of the
 generated module: ``k_matmul = REGISTRY['matmul'].kernel``) with attrs as literal keyword
-arguments and the user's source location as a comment. Elementwise ops whose scalar
+arguments and the user's source location as a comment, or the kernel its op's
+``specialise`` fits to the node's static types (``linear_blas``: a 2-D product of one BLAS
+dtype, without the kernel's checks). Codegen knows no op: choosing a kernel for a pattern
+of nodes is a lowering rule's work (``passes/lower.py``). Elementwise ops whose scalar
 expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
 buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
 compiled kernel (``f_add_2``); control flow (``cond``, ``while_loop``, ``scan``) calls its
@@ -33,14 +36,10 @@ from typing import Callable
 
 import numpy as np
 
-from .. import kernels
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
-from ..kernels import matvec
-from ..ops import elementwise
 from ..ops.fused import FUSED
-from ..ops.linalg import BLAS_DTYPES
 from ..ops.opdef import OpDef
 from ..shapes import Sym
 from . import ufuncs
@@ -194,8 +193,7 @@ def last_uses(graph: Graph) -> dict[int, list[Value]]:
 
 def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = None,
              instrument: bool = False, name: str = "graph_fn",
-             donated: dict | None = None, run_body: Callable | None = None,
-             epilogues: dict | None = None) -> Program:
+             donated: dict | None = None, run_body: Callable | None = None) -> Program:
     """Compile ``graph`` into a Python function ``name(*inputs[, bufs][, on_node])``.
 
     ``slots`` maps values to indices into ``bufs`` (the preallocated outputs); ``fused``
@@ -203,8 +201,7 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
     compiler); ``instrument`` calls ``on_node(node, outputs)`` after each node (checked
     mode); ``donated`` maps output values to the inputs whose arrays they are written into
     (see ``buffers.donations``); ``run_body(graph, *arrays)`` runs the bodies of control
-    flow (default: the reference interpreter); ``epilogues``: :func:`relu_epilogues` of the
-    graph, if the caller has them (none when instrumenting: ``on_node`` sees every node).
+    flow (default: the reference interpreter).
     """
     has_bufs = bool(slots)
     slots = dict(slots or {})
@@ -225,16 +222,11 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
             + ('\nbufs: preallocated outputs, reused across calls."""' if has_bufs else '"""')]
     dead = last_uses(graph)
     if instrument:
-        epilogues, in_place = {}, set()
-    else:
-        epilogues = relu_epilogues(graph) if epilogues is None else epilogues
-        in_place = in_place_relu_backwards(graph)
-    if instrument:
         module.globals["NODES"] = list(graph.nodes)
     for i, node in enumerate(graph.nodes):
         for v in node.outputs:
             names[v] = namer.fresh(v.name)
-        body += node_lines(node, names, slots, module, fused, epilogues, in_place)
+        body += node_lines(node, names, slots, module, fused)
         if instrument:
             outs = ", ".join(names[v] for v in node.outputs)
             body.append(f"on_node(NODES[{i}], ({outs},))")
@@ -294,23 +286,9 @@ def compile_source(source: str, name: str, module_globals: dict) -> Program:
     return Program(source, module_globals[name], filename, module_globals)
 
 
-def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
-               epilogues: dict | None = None, in_place=frozenset()) -> list[str]:
-    """The line(s) computing ``node``'s outputs (``epilogues``: :func:`relu_epilogues`;
-    ``in_place``: :func:`in_place_relu_backwards`)."""
+def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> list[str]:
+    """The line(s) computing ``node``'s outputs."""
     comment = f"    # {_short_location(node.location)}" if node.location else ""
-    epilogues = epilogues or {}
-    if node in epilogues:
-        return [f"{names[node.outputs[0]]} = {names[node.inputs[0]]}    # (applied in "
-                "place above)"]
-    if node in in_place:
-        name = module.bind("relu_backward_in_place", elementwise.relu_backward_in_place)
-        g, y = (names[v] for v in node.inputs)
-        return [f"{names[node.outputs[0]]} = {name}({g}, {y})    # (into {g})"
-                + comment.replace("    # ", " ", 1)]
-    written = linear_lines(node, names, module, relu=node in epilogues.values())
-    if written:
-        return [written[0] + comment] + written[1:]
     outs = [names[v] for v in node.outputs]
     if node.op is FUSED and fused is not None:
         call = fused_call(node, names, slots, module, fused)
@@ -329,126 +307,18 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused,
     return lines
 
 
-def linear_lines(node: Node, names: dict, module: Module,
-                 relu: bool = False) -> list[str] | None:
-    """``linear`` of a 2-D input whose operands share its float32/float64 dtype, written
-    out as its kernel's fast path: one matmul, the bias added in place; with one row of
-    float32, the kernel's matrix-vector product on two cores (``kernels/matvec.py``).
-    ``relu`` (the product's only use is a relu: :func:`relu_epilogues`) is applied in
-    place too: inside the matrix-vector product, or with the bias in one float32 loop
-    (``add_bias_relu``: 6 us instead of 13 + 32 us on a 128 x 512 product). Spares a
-    call and its checks (an inference of W7 runs three of them in ~70 us)."""
-    if not _blas_linear(node):
-        return None
-    x, w, *rest = node.inputs
-    operands = [x, w, *[b for b in rest if b is not None]]
-    y = names[node.outputs[0]]
-    if _matvec_linear(node):   # a plan of its own: its shapes and flags worked out now
-        plan = matvec.Plan(x.ndim, *w.shape, len(operands) == 3, relu)
-        name = module.bind("matvec_relu" if relu else "matvec", plan)
-        return [f"{y} = {name}({', '.join(names[v] for v in operands)})"]
-    lines = [f"{y} = np.matmul({names[x]}, {names[w]}.T)"]
-    bias = names[operands[2]] if len(operands) == 3 else None
-    if relu and bias and _per_output_bias(node) and _fused_bias_relu(x):
-        name = module.bind("add_bias_relu", kernels.activations.add_bias_relu)
-        return lines + [f"{name}({y}, {bias})"]
-    if bias:
-        lines.append(f"{y} += {bias}")
-    if relu:
-        lines.append(f"np.maximum({y}, 0, out={y})")
-    return lines
-
-
-def _per_output_bias(node: Node) -> bool:
-    """The linear's bias, if any, has one entry per output (it also takes a scalar)."""
-    w, rest = node.inputs[1], node.inputs[2:]
-    return all(tuple(b.shape) == tuple(w.shape[:1]) for b in rest if b is not None)
-
-
-def _fused_bias_relu(x: Value) -> bool:
-    return x.dtype == np.float32 and kernels.numba_available()
-
-
-def _blas_linear(node: Node) -> bool:
-    """A ``linear`` of a 2-D input whose operands share its float32/float64 dtype."""
-    if node.op.name != "linear":
-        return False
-    x, w, *rest = node.inputs
-    return (x.ndim == 2 and w.ndim == 2 and x.dtype in BLAS_DTYPES
-            and all(isinstance(v, Value) and v.dtype == x.dtype
-                    for v in (x, w, *[b for b in rest if b is not None])))
-
-
-def _matvec_linear(node: Node) -> bool:
-    """A ``linear`` the code computes with ``kernels.matvec``: one row of float32 whose
-    shapes eager's ``linear`` computes there too (``matvec.product_shapes``)."""
-    if not _blas_linear(node):
-        return False
-    x, w, *rest = node.inputs
-    bias = next((b for b in rest if b is not None), None)
-    return (x.dtype == np.float32 and kernels.numba_available()
-            and matvec.product_shapes(tuple(x.shape), tuple(w.shape),
-                                      None if bias is None else tuple(bias.shape)))
-
-
-def relu_epilogues(graph: Graph) -> dict[Node, Node]:
-    """``{relu node: the linear node}`` for each relu whose input is the output of a
-    ``linear`` written as a matmul or a matrix-vector product (:func:`linear_lines`) and
-    used by nothing else (nor returned): the relu is applied to the product in place (in
-    the matrix-vector loop as it writes the rows, with the bias in one pass over a
-    matmul's result), and the relu's line only names the result. W7's inference saves two
-    NumPy calls, W1's training step two passes and two arrays."""
-    uses = _use_counts(graph)
-    made_by = {v: n for n in graph.nodes for v in n.outputs}
-    epilogues = {}
-    for node in graph.nodes:
-        if node.op.name != "relu" or not isinstance(node.inputs[0], Value):
-            continue
-        x = node.inputs[0]
-        producer = made_by.get(x)
-        if (producer is not None and _blas_linear(producer) and uses[x] == 1
-                and x not in graph.outputs):
-            epilogues[node] = producer
-    return epilogues
-
-
-def in_place_relu_backwards(graph: Graph) -> set[Node]:
-    """The ``relu_backward`` nodes whose gradient operand is a ``linear_backward``'s input
-    gradient (a fresh product) that nothing else reads (nor is returned): their line masks
-    that array in place (``ops.elementwise.relu_backward_in_place``) instead of writing a
-    new one. An MLP's backward then writes one activation-sized array fewer per hidden
-    layer (W1: 39 us a step, 3.11 -> 3.06 ms, interleaved in one process)."""
-    uses = _use_counts(graph)
-    made_by = {v: n for n in graph.nodes for v in n.outputs}
-    chosen = set()
-    for node in graph.nodes:
-        if node.op.name != "relu_backward" or not all(isinstance(v, Value)
-                                                       for v in node.inputs):
-            continue
-        g = node.inputs[0]
-        producer = made_by.get(g)
-        if (producer is not None and producer.op.name == "linear_backward"
-                and g is producer.outputs[0] and uses[g] == 1 and g not in graph.outputs):
-            chosen.add(node)
-    return chosen
-
-
-def _use_counts(graph: Graph) -> dict[Value, int]:
-    """How many node inputs read each value."""
-    uses: dict[Value, int] = {}
-    for node in graph.nodes:
-        for x in node.inputs:
-            if isinstance(x, Value):
-                uses[x] = uses.get(x, 0) + 1
-    return uses
-
-
 def operand(x, names: dict, module: Module) -> str:
     return names[x] if isinstance(x, Value) else literal(x, module)
 
 
 def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = None) -> str:
+    """A call of the node's kernel, or of the kernel its op's ``specialise`` fits to the
+    node's static types and attrs (bound once per module, called with the inputs only)."""
     args = [operand(x, names, module) for x in node.inputs]
+    special = node.op.specialise(*node.inputs, **node.attrs) if node.op.specialise else None
+    if special is not None:
+        name, kernel = special
+        return f"{module.bind(name, kernel)}({', '.join(args)})"
     args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
     outs = [(slots or {}).get(v) for v in node.outputs]
     if node.op.writes_out and any(s is not None for s in outs):

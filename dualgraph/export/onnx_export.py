@@ -50,7 +50,7 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
         traced(*example_inputs)
     capture = traced.capture
     _check_exportable(capture)
-    graph, _ = run_pipeline(capture.graph, enabled=EXPORT_PASSES)
+    graph, _ = run_pipeline(capture.graph, EXPORT_PASSES)
     output_names = _check_names(output_names, _default_output_names(len(graph.outputs)),
                                 "output_names")
     unknown = sorted(set(dynamic_axes) - set(input_names) - set(output_names))

@@ -79,7 +79,7 @@ class OnnxFunction:
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.label = label
-        self.executable = Executable(graph, passes="default")
+        self.executable = Executable(graph, passes=None)
 
     @property
     def code(self) -> str:

@@ -853,7 +853,7 @@ def relu_backward_in_place(g, out):
     """``relu_backward(g, out)`` written into ``g`` itself where the loop takes them
     (float32 of one shape, ``g`` C-contiguous and writeable), else a new array as the op's
     kernel gives: the compiled code's form where nothing else reads ``g``
-    (``codegen.python.in_place_relu_backwards``)."""
+    (the ``relu_backward_in_place`` op, which the lowering rule of that name chooses)."""
     if (g.shape == out.shape and g.flags.c_contiguous and g.flags.writeable
             and kernels.enabled(g, out)):
         kernels.activations.relu_backward_in_place(g.reshape(-1), kernels.flat(out))
@@ -872,6 +872,15 @@ RELU_BACKWARD = defop("relu_backward", _relu_backward_kernel, infer_binary,
                                                   creation.zeros_like(out)),  # relu'' = 0
                       saves="i", elementwise="where({1} > 0, {0}, 0)", onnx=None,
                       doc="g where the relu's output is positive, else 0: relu's gradient.")
+# Chosen by the lowering rule ``relu_backward_in_place`` after autodiff: no VJP. Its output
+# may be ``g`` itself, so it is a view of ``g`` to the memory plan.
+RELU_BACKWARD_IN_PLACE = defop(
+    "relu_backward_in_place", relu_backward_in_place, infer_binary, onnx=None,
+    view=True,
+    compiler_only=True,
+    decomposition=_relu_backward_decomposition,
+    doc="relu_backward(g, out) written into g itself where nothing else reads g.")
+
 RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
              vjp=lambda g, out, x: apply(RELU_BACKWARD, g, out), saves="o",
              elementwise="maximum({0}, 0)", onnx="Relu")

@@ -448,9 +448,79 @@ def _onnx_linear(e, node):
     return [e.op("Add", [y, b]) if b else y]
 
 
+def blas_2d(x, w, *bias) -> bool:
+    """A ``linear`` of a 2-D input whose operands (Values or arrays) share its
+    float32/float64 dtype: the kernel's fast path, with nothing to convert."""
+    return (x.ndim == 2 and w.ndim == 2 and x.dtype in BLAS_DTYPES
+            and all(hasattr(v, "dtype") and v.dtype == x.dtype for v in (w, *bias)))
+
+
+def _matmul_t(x, w):
+    return np.matmul(x, w.T)
+
+
+def _matmul_t_bias(x, w, b):
+    y = np.matmul(x, w.T)
+    y += b
+    return y
+
+
+def _matmul_t_relu(x, w, *bias):
+    y = np.matmul(x, w.T)
+    if bias:
+        y += bias[0]
+    np.maximum(y, 0, out=y)
+    return y
+
+
+def _matmul_t_add_bias_relu(x, w, b):
+    y = np.matmul(x, w.T)
+    kernels.activations.add_bias_relu(y, b)   # the bias and the relu in one pass
+    return y
+
+
+def _specialise(relu: bool):
+    """``specialise`` of ``linear`` (``relu=False``) and ``linear_relu``: for a 2-D product
+    of one BLAS dtype, the kernel's fast path without its checks: one row of float32 (the
+    shapes eager's ``linear`` computes there, ``matvec.product_shapes``) as a
+    ``matvec.Plan`` worked out now, the relu applied inside it as the rows are written;
+    else one matmul, the bias added in place, and the relu in place, with the bias in one
+    float32 loop (``add_bias_relu``) where the bias has one entry per output."""
+    def specialise(x, w, *bias):
+        if not blas_2d(x, w, *bias):
+            return None
+        float32 = x.dtype == np.float32 and kernels.numba_available()
+        if float32 and matvec.product_shapes(tuple(x.shape), tuple(w.shape),
+                                             tuple(bias[0].shape) if bias else None):
+            return ("matvec_relu" if relu else "matvec"), matvec.Plan(x.ndim, *w.shape,
+                                                                       bool(bias), relu)
+        if not relu:
+            return "linear_blas", _matmul_t_bias if bias else _matmul_t
+        if float32 and bias and tuple(bias[0].shape) == tuple(w.shape[:1]):
+            return "linear_add_bias_relu", _matmul_t_add_bias_relu
+        return "linear_blas_relu", _matmul_t_relu
+    return specialise
+
+
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
                decomposition=_linear_decomposition,
-               onnx=_onnx_linear)
+               onnx=_onnx_linear,
+               specialise=_specialise(relu=False))
+
+
+def _linear_relu_kernel(x, w, *bias):
+    y = _linear_kernel(x, w, *bias)   # (a fresh array)
+    np.maximum(y, 0, out=y)
+    return y
+
+
+# Made by the lowering rule ``linear_relu`` after autodiff, so it needs no VJP.
+LINEAR_RELU = defop("linear_relu", _linear_relu_kernel, _infer_linear, onnx=None,
+                    specialise=_specialise(relu=True),
+                    compiler_only=True,
+                    decomposition=lambda x, w, *bias: elementwise.relu(linear(x, w, *bias)),
+                    doc="relu(linear(x, w, b)) with the relu applied to the product's own "
+                        "array: no second array, and one pass for the bias and the relu.")
 
 
 def linear(input, weight, bias=None):

@@ -98,6 +98,12 @@ class OpDef:
     # and compare them. An ordinary op promoted to a primitive for speed may name one too.
     compiler_only: bool = False
     decomposition: Callable | None = None
+    # Codegen calls ``specialise(*inputs, **attrs)`` with the node's typed Values (and
+    # literals): ``(name, kernel)`` binds ``kernel(*inputs)``, fitted to those static types
+    # and attrs (no checks per call), in place of ``kernel``; None keeps ``kernel``.
+    specialise: Callable | None = None
+    # A group op names the op it runs many nodes of in one call (``group_updates``).
+    group_of: "OpDef | None" = None
 
     # -- ONNX: export and import ------------------------------------------------------------
     # How the exporter writes a node of this op; it reads nothing else. An ONNX op type

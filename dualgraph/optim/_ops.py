@@ -184,6 +184,7 @@ ADAM_UPDATE_GROUP = defop(
     decomposition=_grouped(_adam_decomposition, 5),
     num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
     writes_out=True,
+    group_of=ADAM_UPDATE,
     doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
         "exp_avg, exp_avg_sq, step) per parameter -> (param, exp_avg, exp_avg_sq) per "
         "parameter; the ``group_updates`` pass makes it, so that a compiled step runs its "
@@ -267,6 +268,7 @@ SGD_UPDATE_GROUP = defop(
     decomposition=_grouped(_sgd_decomposition, 3),
     num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
     onnx=None, writes_out=True,
+    group_of=SGD_UPDATE,
     doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "
         "momentum buffer) per parameter -> (param, buffer) per parameter; made by the "
         "``group_updates`` pass, as ``adam_update_group``.")

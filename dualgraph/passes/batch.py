@@ -3,69 +3,96 @@
 A Python loop that applies a layer to ``x[:, t]`` for every step ``t`` (an RNN's input
 projection) traces into one small ``linear`` per step, and autodiff adds one small
 ``linear_backward`` per step whose weight gradients are then summed. BLAS is much faster
-on one GEMM over all the rows: W4 (32 steps of 32x32 @ 32x512) spends 4x less in them.
-The same holds for a recurrent cell's own weight gradient (``lstm_cell_backward``
-computes ``d_gates^T @ h`` per step): it is hoisted out of the steps into one GEMM over
-the concatenated gate gradients and hidden states.
+on one GEMM over all the rows. The same holds for a recurrent cell's own weight gradient
+(``lstm_cell_backward`` computes ``d_gates^T @ h`` per step): it is hoisted out of the
+steps into one GEMM over the concatenated gate gradients and hidden states.
 """
 from __future__ import annotations
 
 from ..graph import Graph, Node, Value
 from ..graph.ir import is_literal
+from ..ops.elementwise import ADD
+from ..ops.linalg import LINEAR, LINEAR_BACKWARD
+from ..ops.recurrent import LSTM_CELL_BACKWARD
+from ..ops.shape import CAT, RESHAPE, SLICE
 from .core import Builder, Report, describe, readers
 
-_BATCHED = frozenset({"linear", "linear_backward", "lstm_cell_backward"})   # what it rewrites
+
+def loop_linear_groups(graph: Graph):
+    """The precondition, as ``(forward, backward, recurrent)`` groups (None: none at all):
+
+    - forward: ``linear`` nodes that share a weight and bias and read one position each of
+      the same tensor along one dim (``reshape(slice(x, t))``, dropping that dim), distinct
+      positions covering at least half of it;
+    - backward: their ``linear_backward`` nodes over a contiguous run of positions, when
+      each per-step weight and bias gradient is only summed by a tree of ``add``s;
+    - recurrent: the ``lstm_cell_backward`` steps of one weight whose weight (and bias)
+      gradients are summed that way.
+    """
+    consumers = readers(graph)
+    groups = (_forward_groups(graph), _backward_groups(graph, consumers),
+              _recurrent_groups(graph, consumers))
+    return groups if any(groups) else None
 
 
-def batch_linears(graph: Graph) -> tuple[Graph, Report]:
-    """Replace the ``linear`` nodes that share a weight and bias and read one position each
-    of the same tensor along one dim (``reshape(slice(x, t))``, dropping that dim) by one
-    ``linear`` of the whole tensor and a view per step; likewise their ``linear_backward``
-    nodes by one over the concatenated output gradients, when each per-step weight and bias
-    gradient is only summed by a tree of ``add``s (whose root then reads the batched
-    gradient). The ``lstm_cell_backward`` steps of one weight whose weight (and bias)
-    gradients are summed that way stop computing them; one ``linear_backward`` over the
-    concatenated gate gradients and hidden states computes the sums.
+def batch_linears(graph: Graph, groups: tuple, report: Report) -> Graph:
+    """Each forward group of ``loop_linear_groups`` becomes one ``linear`` of the whole
+    tensor and a view per step; each backward group one ``linear_backward`` over the
+    concatenated output gradients, whose gradients the sum trees' roots now read (the
+    per-step input gradients become views of the batched one); each recurrent group its
+    steps without their weight gradients and one ``linear_backward`` over the concatenated
+    gate gradients and hidden states after the last step.
 
     Preserves: types, inputs and outputs, and values up to floating-point rounding (the
     weight gradient is summed over all rows in one GEMM instead of per step). Nodes move
     only as far as the batched backward needs: what reads a per-step gradient waits for
-    it. A rewrite that would need a step's gradient before it exists is not made.
+    it. A rewrite that would need a step's gradient before it exists is not made (the
+    report says so).
 
-    Before::                                  After::
+    Before::
 
-        %s0 = slice(%x, index=(None, (0, 1, 1), None))    %y = linear(%x, %w, %b)
-        %x0 = reshape(%s0, shape=(32, 32))                 %v0 = slice(%y, index=(...))
-        %y0 = linear(%x0, %w, %b)                          %y0 = reshape(%v0, (32, 512))
-        ... the same for steps 1 .. 31                     ...
+        graph(%x: f32[2,2,3], %w: f32[4,3], %b: f32[4]) {
+          %s0: f32[2,1,3] = slice(%x, index=(None, (0, 1, 1), None))
+          %x0: f32[2,3] = reshape(%s0, shape=(2, 3))
+          %y0: f32[2,4] = linear(%x0, %w, %b)
+          %s1: f32[2,1,3] = slice(%x, index=(None, (1, 2, 1), None))
+          %x1: f32[2,3] = reshape(%s1, shape=(2, 3))
+          %y1: f32[2,4] = linear(%x1, %w, %b)
+          return (%y0, %y1)
+        }
+
+    After::
+
+        graph(%x: f32[2,2,3], %w: f32[4,3], %b: f32[4]) {
+          %s0: f32[2,1,3] = slice(%x, index=(None, (0, 1, 1), None))
+          %x0: f32[2,3] = reshape(%s0, shape=(2, 3))
+          %y0_all: f32[2,2,4] = linear(%x, %w, %b)
+          %slice: f32[2,1,4] = slice(%y0_all, index=(None, (0, 1, 1), None))
+          %y0: f32[2,4] = reshape(%slice, shape=(2, 4))
+          %s1: f32[2,1,3] = slice(%x, index=(None, (1, 2, 1), None))
+          %x1: f32[2,3] = reshape(%s1, shape=(2, 3))
+          %slice_1: f32[2,1,4] = slice(%y0_all, index=(None, (1, 2, 1), None))
+          %y1: f32[2,4] = reshape(%slice_1, shape=(2, 4))
+          return (%y0, %y1)
+        }
     """
-    report = Report("batch_linears", len(graph.nodes), len(graph.nodes))
-    if _BATCHED.isdisjoint({node.op.name for node in graph.nodes}):
-        return graph, report   # nothing it rewrites: no copy, and no use counts
-    consumers = readers(graph)
-    forward = _forward_groups(graph)
-    backward = _backward_groups(graph, consumers)
-    hoisted = _recurrent_groups(graph, consumers)
-    if not forward and not backward and not hoisted:
-        return graph, report
-    rewriter = _Rewriter(graph, forward, backward, hoisted, report)
-    new = rewriter.run()
+    new = _Rewriter(graph, *groups, report).run()
     if new is None:
         report.counts.clear()
         report.items = ["declined: a batched gradient would be needed before it exists"]
-        return graph, report
+        return graph
     report.nodes_after = len(new.nodes)
-    return new, report
+    return new
 
 
 def _step_of(x):
     """``(source, dim, position)`` when ``x = reshape(slice(source, one position along
     dim))`` with that dim dropped (not the last dim: the features); else None."""
     reshape = x.producer if isinstance(x, Value) else None
-    if reshape is None or reshape.op.name != "reshape":
+    if reshape is None or reshape.op is not RESHAPE:
         return None
     sliced = reshape.inputs[0].producer
-    if sliced is None or sliced.op.name != "slice":
+    if sliced is None or sliced.op is not SLICE:
         return None
     src, index = sliced.inputs[0], sliced.attrs["index"]
     picked = [(d, r) for d, r in enumerate(index) if r is not None]
@@ -86,12 +113,12 @@ def _covering(steps: list, size) -> bool:
             and isinstance(size, int) and 2 * len(steps) >= size)
 
 
-def _step_groups(graph: Graph, op_name: str, x_at: int, key) -> dict[tuple, list]:
-    """The ``op_name`` nodes whose operand ``x_at`` is one step of a tensor, grouped by
+def _step_groups(graph: Graph, op, x_at: int, key) -> dict[tuple, list]:
+    """The ``op`` nodes whose operand ``x_at`` is one step of a tensor, grouped by
     ``(source, dim) + key(node)``, as ``(position, node)`` pairs sorted by position."""
     groups: dict[tuple, list] = {}
     for node in graph.nodes:
-        if node.op.name == op_name:
+        if node.op is op:
             step = _step_of(node.inputs[x_at])
             if step is not None:
                 src, d, pos = step
@@ -100,13 +127,13 @@ def _step_groups(graph: Graph, op_name: str, x_at: int, key) -> dict[tuple, list
 
 
 def _forward_groups(graph: Graph) -> list[list]:
-    groups = _step_groups(graph, "linear", 0, lambda node: tuple(node.inputs[1:]))
+    groups = _step_groups(graph, LINEAR, 0, lambda node: tuple(node.inputs[1:]))
     return [steps for (src, d, *_), steps in groups.items() if _covering(steps, src.shape[d])]
 
 
 def _backward_groups(graph: Graph, consumers: dict) -> list[tuple]:
     """``(steps, weight-gradient root, bias-gradient root)`` per batchable group."""
-    groups = _step_groups(graph, "linear_backward", 1,
+    groups = _step_groups(graph, LINEAR_BACKWARD, 1,
                           lambda node: (node.inputs[2], node.attrs["need"]))
     found = []
     for (src, d, _, need), steps in groups.items():
@@ -128,7 +155,7 @@ def _recurrent_groups(graph: Graph, consumers: dict) -> list[tuple]:
     steps of one weight whose weight (and bias) gradients are only summed."""
     groups: dict[tuple, list] = {}
     for node in graph.nodes:
-        if node.op.name == "lstm_cell_backward" and node.attrs["need"][3]:
+        if node.op is LSTM_CELL_BACKWARD and node.attrs["need"][3]:
             key = (node.inputs[5], node.attrs["need"][4])
             groups.setdefault(key, []).append(node)
     found = []
@@ -148,7 +175,7 @@ def _sum_tree(leaves: list, consumers: dict):
         grew = False
         for v in list(inside - consumed):
             users = consumers.get(v, [])
-            if len(users) != 1 or isinstance(users[0], int) or users[0].op.name != "add":
+            if len(users) != 1 or isinstance(users[0], int) or users[0].op is not ADD:
                 continue
             a, b = users[0].inputs
             if (a is not b and a in inside and b in inside and a not in consumed
@@ -235,7 +262,7 @@ class _Rewriter:
         y = self.batched.get(id(steps))
         if y is None:
             weights = [self.b.get(x) for x in node.inputs[1:]]
-            (y,) = self.b.add("linear", [self.b.get(src)] + weights, {}, node.location,
+            (y,) = self.b.add(LINEAR, [self.b.get(src)] + weights, {}, node.location,
                               [node.outputs[0].name + "_all"])
             self.batched[id(steps)] = y
             self.report.count("batched linears", f"{len(steps)} x {describe(node)} -> "
@@ -244,8 +271,8 @@ class _Rewriter:
 
     def _step_view(self, whole, d, pos, like, node):
         index = tuple((pos, pos + 1, 1) if i == d else None for i in range(whole.ndim))
-        (part,) = self.b.add("slice", [whole], {"index": index}, node.location)
-        (view,) = self.b.add("reshape", [part], {"shape": tuple(like.shape)}, node.location,
+        (part,) = self.b.add(SLICE, [whole], {"index": index}, node.location)
+        (view,) = self.b.add(RESHAPE, [part], {"shape": tuple(like.shape)}, node.location,
                              [like.name])
         return view
 
@@ -261,9 +288,9 @@ class _Rewriter:
         if len(steps) != src.shape[d]:
             index = tuple((first, first + len(steps), 1) if i == d else None
                           for i in range(src.ndim))
-            (x,) = self.b.add("slice", [x], {"index": index}, node.location)
+            (x,) = self.b.add(SLICE, [x], {"index": index}, node.location)
         need = node.attrs["need"]
-        dx, dw, db = self.b.add("linear_backward", [grads, x, self.b.get(node.inputs[2])],
+        dx, dw, db = self.b.add(LINEAR_BACKWARD, [grads, x, self.b.get(node.inputs[2])],
                                 {"need": need}, node.location,
                                 [v.name + "_all" for v in node.outputs])
         if need[0]:
@@ -279,10 +306,10 @@ class _Rewriter:
 
     def _stacked(self, values: list, d: int, location):
         """``values`` (old values, one per step) stacked along a new dim ``d``."""
-        parts = [self.b.add("reshape", [self.b.get(v)],
+        parts = [self.b.add(RESHAPE, [self.b.get(v)],
                             {"shape": tuple(v.shape[:d]) + (1,) + tuple(v.shape[d:])},
                             location)[0] for v in values]
-        return self.b.add("cat", parts, {"dim": d}, location)[0]
+        return self.b.add(CAT, parts, {"dim": d}, location)[0]
 
     def _recurrent_step(self, node):
         """The step without its weight gradients; after the group's last step, the one GEMM
@@ -305,11 +332,11 @@ class _Rewriter:
             gates = self._stacked([n.outputs[0] for n in order], d, node.location)
             hidden = self._stacked([n.inputs[3] for n in order], d, node.location)
         else:
-            (gates,) = self.b.add("cat", [self.b.get(n.outputs[0]) for n in nodes],
+            (gates,) = self.b.add(CAT, [self.b.get(n.outputs[0]) for n in nodes],
                                   {"dim": 0}, node.location)
-            (hidden,) = self.b.add("cat", [self.b.get(n.inputs[3]) for n in nodes],
+            (hidden,) = self.b.add(CAT, [self.b.get(n.inputs[3]) for n in nodes],
                                    {"dim": 0}, node.location)
-        _, dw, db = self.b.add("linear_backward", [gates, hidden, self.b.get(node.inputs[5])],
+        _, dw, db = self.b.add(LINEAR_BACKWARD, [gates, hidden, self.b.get(node.inputs[5])],
                                {"need": (False, True, b_root is not None)}, node.location,
                                ["unused", "d_" + node.inputs[5].name, "d_bias"])
         self.b.env[w_root] = dw

@@ -14,12 +14,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Graph, Node, Value
+from ..ops.control import SCAN
+from ..ops.elementwise import ADD
+from ..ops.linalg import LINEAR, LINEAR_BACKWARD
+from ..ops.recurrent import LSTM_CELL_BACKWARD
 from .core import Builder, Report, new_scan_body, readers
 from .dce import dce
 
 
-def batch_scan_linears(graph: Graph) -> tuple[Graph, Report]:
-    """Rewrite each ``scan`` so that
+def scan_plans(graph: Graph) -> dict:
+    """The precondition, per ``scan`` node: what its body has to move out (a ``_Plan``, see
+    ``batch_scan_linears``); empty when no scan has anything."""
+    plans = {node: _plan(node) for node in graph.nodes if node.op is SCAN}
+    return {node: plan for node, plan in plans.items() if plan}
+
+
+def batch_scan_linears(graph: Graph, plans: dict, report: Report) -> Graph:
+    """Rewrite each scan of ``scan_plans`` so that
 
     - a body ``linear(x_t, w, b)`` of a scanned row ``x_t`` and captured ``w``, ``b`` is one
       ``linear`` of the whole scanned tensor before the scan, read as an extra xs;
@@ -37,45 +48,44 @@ def batch_scan_linears(graph: Graph) -> tuple[Graph, Report]:
       copy).
 
     Scans that save their carries for a gradient (``saves_carry``) get the first and last
-    rewrites only (their outputs end with the saved carries). Repeated until nothing
+    rewrites only (their outputs end with the saved carries). The rule repeats until nothing
     changes: hoisting one linear can make the next one's operand a scanned row.
 
     Preserves: types, inputs and outputs, and values up to floating-point rounding (the
     weight gradients are summed over all rows in one GEMM instead of step by step).
 
-    Before::                                    After::
+    Before::
 
-        %s = scan(%a0, %xs, %w, body(a, x, w):      %s = scan(%xs, %g_rows..., body(x, ...):
-            %d = linear_backward(%g, %x, %w)            ... (no linear_backward, no add)
-            %a1 = add(%a, %d.1)                         return (..., %g))
-            return (%a1, %d.0))                     %d = linear_backward(%s.1, %xs, %w)
-                                                    %a = add(%a0, %d.1)
+        graph(%acc0: f32[3,5], %gs: f32[4,2,3], %xs: f32[4,2,5], %w: f32[3,5]) {
+          %acc: f32[3,5], %dxs: f32[4,2,5] = scan(%acc0, %gs, %xs, %w, body_graph=@body_graph,
+              num_carry=1, num_xs=2, length=4, reverse=True)
+            @body_graph = graph(%acc: f32[3,5], %g_t: f32[2,3], %x_t: f32[2,5], %w: f32[3,5]) {
+              %dx: f32[2,5], %dw: f32[3,5], %db: f32[3] = linear_backward(%g_t, %x_t, %w,
+                  need=(True, True, False))
+              %total: f32[3,5] = add(%acc, %dw)
+              return (%total, %dx)
+            }
+          return (%acc, %dxs)
+        }
+
+    After::
+
+        graph(%acc0: f32[3,5], %gs: f32[4,2,3], %xs: f32[4,2,5], %w: f32[3,5]) {
+          %dx_all: f32[4,2,5], %dw_all: f32[3,5], %db_all: f32[3] = linear_backward(%gs, %xs,
+              %w, need=(True, True, False))
+          %add: f32[3,5] = add(%acc0, %dw_all)
+          return (%add, %dx_all)
+        }
     """
-    report = Report("batch_scan_linears", len(graph.nodes), len(graph.nodes))
-    changed = False
-    while True:   # a move can enable another (a linear of a hoisted linear)
-        new = _once(graph, report)
-        if new is None:
-            break
-        graph, changed = new, True
-    if changed:   # (a gradient moved out that no output reads: the pipeline's dce ran)
-        graph = dce(graph)[0]
-        report.nodes_after = len(graph.nodes)
-    return graph, report
-
-
-def _once(graph: Graph, report: Report):
-    """The graph with every scan rewritten once; None when no scan changes."""
-    plans = {node: _plan(node) for node in graph.nodes if node.op.name == "scan"}
-    if not any(plans.values()):
-        return None
     b = Builder(graph)
     for node in graph.nodes:
-        if plans.get(node):
+        if node in plans:
             _rewrite(b, node, plans[node], report)
         else:
             b.copy(node)
-    return b.finish()
+    graph = dce(b.finish())[0]   # (a gradient moved out that no output reads)
+    report.nodes_after = len(graph.nodes)
+    return graph
 
 
 @dataclass
@@ -120,7 +130,7 @@ class _Body:
         """``(k, add)`` when ``v`` is only added into carry ``k`` (``acc' = acc + v``, the sum
         only returned as carry ``k``, ``acc`` read by nothing else); else None."""
         users = self.readers.get(v, [])
-        if len(users) != 1 or isinstance(users[0], int) or users[0].op.name != "add":
+        if len(users) != 1 or isinstance(users[0], int) or users[0].op is not ADD:
             return None
         add = users[0]
         (acc,) = [x for x in add.inputs if x is not v] or [None]
@@ -135,18 +145,18 @@ def _plan(node: Node):
     body = _Body(node)
     plan = _Plan(body)
     for inner in body.graph.nodes:
-        if inner.op.name == "linear" and inner.inputs[0] in body.scanned and all(
+        if inner.op is LINEAR and inner.inputs[0] in body.scanned and all(
                 x is None or x in body.captured for x in inner.inputs[1:]):
             plan.hoisted.append(inner)
     for inner in ([] if body.saved else reversed(body.graph.nodes)):   # readers first
-        name, need = inner.op.name, inner.attrs.get("need")
-        if name == "linear_backward":
+        need = inner.attrs.get("need")
+        if inner.op is LINEAR_BACKWARD:
             g, x, w = inner.inputs
             if x in body.scanned and w in body.captured and body.per_step(g):
                 whole = not need[0] or body.only_stacked(inner.outputs[0], plan)
                 _take(plan, plan.sunk if whole else plan.weights, body, inner,
                       [k for k in (1, 2) if need[k]])
-        elif name == "lstm_cell_backward" and need[3]:
+        elif inner.op is LSTM_CELL_BACKWARD and need[3]:
             if inner.inputs[5] in body.captured and body.per_step(inner.inputs[3]):
                 _take(plan, plan.weights, body, inner, [k for k in (3, 4) if need[k]])
     plan.sunk.reverse()   # (in the body's order: one may read another's input gradient)
@@ -172,7 +182,7 @@ def _rewrite(b: Builder, node: Node, plan: _Plan, report: Report) -> None:
     """The scan with ``plan`` applied, and the nodes before and after it."""
     body = plan.body
     outer = [b.get(x) for x in node.inputs]
-    hoisted = [b.add("linear", [outer[body.scanned[h.inputs[0]]]] +
+    hoisted = [b.add(LINEAR, [outer[body.scanned[h.inputs[0]]]] +
                      [None if x is None else outer[body.graph.inputs.index(x)]
                       for x in h.inputs[1:]], {}, h.location, [h.outputs[0].name + "_all"])[0]
                for h in plan.hoisted]
@@ -214,11 +224,11 @@ def _rewrite(b: Builder, node: Node, plan: _Plan, report: Report) -> None:
 
     def add_to_carry(k, total):
         b.env[node.outputs[k]] = (total if _zeros(b, node.inputs[k]) else
-                                  b.add("add", [outer[k], total], {}, node.location)[0])
+                                  b.add(ADD, [outer[k], total], {}, node.location)[0])
 
     for inner, carries in plan.sunk:
         g, x_t, w = inner.inputs
-        dx, dw, db = b.add("linear_backward", [whole(g), whole(x_t), outer[
+        dx, dw, db = b.add(LINEAR_BACKWARD, [whole(g), whole(x_t), outer[
             body.graph.inputs.index(w)]], {"need": inner.attrs["need"]}, inner.location,
                            [v.name + "_all" for v in inner.outputs])
         sunk_dx[inner.outputs[0]] = dx
@@ -232,7 +242,7 @@ def _rewrite(b: Builder, node: Node, plan: _Plan, report: Report) -> None:
                      f"%{node.outputs[0].name}'s body -> %{dx.name} after it")
     for inner, carries in plan.weights:
         g, x_t, w, summed = _weight_gradient(inner)
-        _, dw, db = b.add("linear_backward", [whole(g), whole(x_t),
+        _, dw, db = b.add(LINEAR_BACKWARD, [whole(g), whole(x_t),
                                               outer[body.graph.inputs.index(w)]],
                           {"need": (False, True, summed[1] in carries)}, inner.location,
                           ["unused", "d_" + w.name, "d_" + w.name + "_bias"])
@@ -252,7 +262,7 @@ def _rewrite(b: Builder, node: Node, plan: _Plan, report: Report) -> None:
 def _weight_gradient(inner: Node) -> tuple:
     """``(g, x, w, (weight output, bias output))``: the node's weight gradient is
     ``g^T @ x`` (and its bias gradient ``g`` summed), one step's share."""
-    if inner.op.name == "lstm_cell_backward":    # d_gates^T @ h_prev
+    if inner.op is LSTM_CELL_BACKWARD:    # d_gates^T @ h_prev
         return inner.outputs[0], inner.inputs[3], inner.inputs[5], (3, 4)
     return (*inner.inputs, (1, 2))
 

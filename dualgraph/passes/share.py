@@ -2,41 +2,60 @@
 
 ``conv2d`` and ``conv2d_weight_grad`` each lay their input out as im2col columns (a copy
 as large as the input times the kernel size) before their GEMM. In a training step both
-read the same input with the same kernel and attrs, so the second copy is redone work:
-W2 (LeNet) copies ~11 MB a step twice.
+read the same input with the same kernel and attrs, so the second copy is redone work.
 """
 from __future__ import annotations
 
 from ..graph import Graph, Node, Value
+from ..ops.conv import (CONV2D, CONV2D_COLUMNS, CONV2D_FROM_COLUMNS, CONV2D_WEIGHT_GRAD,
+                        CONV2D_WEIGHT_GRAD_FROM_COLUMNS)
 from .core import Builder, Report, describe, nbytes
 
 _CONV = ("stride", "padding", "dilation", "groups")
 
 
-def share_conv_columns(graph: Graph) -> tuple[Graph, Report]:
-    """Where an input ``x`` is read by ``conv2d(x, w[, b])`` and by
-    ``conv2d_weight_grad(x, g)`` with the same kernel size and attrs (and one dtype),
-    compute its columns once: ``conv2d_columns(x)``, read by ``conv2d_from_columns`` and
+def shared_columns(graph: Graph) -> tuple[dict, set] | None:
+    """The precondition: an input ``x`` read by ``conv2d(x, w[, b])`` and by
+    ``conv2d_weight_grad(x, g)`` with the same kernel size and attrs, each of whose operands
+    share one dtype. Returns ``({node: key}, {the keys shared})``, or None."""
+    keys = {node: _key(node) for node in graph.nodes}
+    forward = {k for n, k in keys.items() if k is not None and n.op is CONV2D}
+    shared = {k for n, k in keys.items() if k in forward and n.op is CONV2D_WEIGHT_GRAD}
+    return (keys, shared) if shared else None
+
+
+def share_conv_columns(graph: Graph, found: tuple, report: Report) -> Graph:
+    """Each input of ``shared_columns`` has its columns computed once:
+    ``conv2d_columns(x)``, read by ``conv2d_from_columns`` and
     ``conv2d_weight_grad_from_columns``.
 
     Preserves: types, inputs and outputs, and values bit for bit (the same GEMMs on the
-    same columns). Graphs without such a pair are returned as they are.
+    same columns).
 
-    Before::                                  After::
+    Before::
 
-        %y = conv2d(%x, %w, %b, ...)              %cols = conv2d_columns(%x, ...)
-        ...                                       %y = conv2d_from_columns(%cols, %x, %w, %b)
-        %gw = conv2d_weight_grad(%x, %g, ...)     ...
-                                                  %gw = conv2d_weight_grad_from_columns(
-                                                      %cols, %x, %g, ...)
+        graph(%x: f32[1,1,4,4], %w: f32[1,1,2,2], %gy: f32[1,1,3,3]) {
+          %y: f32[1,1,3,3] = conv2d(%x, %w, stride=(1, 1), padding=((0, 0), (0, 0)),
+              dilation=(1, 1), groups=1)
+          %gw: f32[1,1,2,2] = conv2d_weight_grad(%x, %gy, kernel_size=(2, 2), stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          return (%y, %gw)
+        }
+
+    After::
+
+        graph(%x: f32[1,1,4,4], %w: f32[1,1,2,2], %gy: f32[1,1,3,3]) {
+          %x_columns: f32[1,4,12] = conv2d_columns(%x, kernel_size=(2, 2), stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          %y: f32[1,1,3,3] = conv2d_from_columns(%x_columns, %x, %w, stride=(1, 1),
+              padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+          %gw: f32[1,1,2,2] = conv2d_weight_grad_from_columns(%x_columns, %x, %gy,
+              kernel_size=(2, 2), stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1),
+              groups=1)
+          return (%y, %gw)
+        }
     """
-    report = Report("share_conv_columns", len(graph.nodes), len(graph.nodes))
-    keys = {node: _key(node) for node in graph.nodes}
-    forward = {k for n, k in keys.items() if k is not None and n.op.name == "conv2d"}
-    shared = {k for n, k in keys.items()
-              if k in forward and n.op.name == "conv2d_weight_grad"}
-    if not shared:
-        return graph, report
+    keys, shared = found
     b = Builder(graph)
     columns: dict[tuple, Value] = {}
     for node in graph.nodes:
@@ -47,30 +66,30 @@ def share_conv_columns(graph: Graph) -> tuple[Graph, Report]:
         x, kernel = key[0], key[1]
         attrs = {name: node.attrs[name] for name in _CONV}
         if key not in columns:
-            (columns[key],) = b.add("conv2d_columns", [b.get(x)],
+            (columns[key],) = b.add(CONV2D_COLUMNS, [b.get(x)],
                                     {"kernel_size": kernel, **attrs}, node.location,
                                     [f"{x.name}_columns"])
             report.count("shared", f"%{x.name}: {describe(node)}")
             report.bytes_saved += nbytes(columns[key])
         operands = [columns[key]] + [b.get(v) for v in node.inputs]
-        if node.op.name == "conv2d":
-            new = b.add("conv2d_from_columns", operands, attrs, node.location,
+        if node.op is CONV2D:
+            new = b.add(CONV2D_FROM_COLUMNS, operands, attrs, node.location,
                         [node.outputs[0].name])
         else:
-            new = b.add("conv2d_weight_grad_from_columns", operands,
+            new = b.add(CONV2D_WEIGHT_GRAD_FROM_COLUMNS, operands,
                         {"kernel_size": kernel, **attrs}, node.location,
                         [node.outputs[0].name])
         b.env[node.outputs[0]] = new[0]
     report.nodes_after = len(b.graph.nodes)
-    return b.finish(), report
+    return b.finish()
 
 
 def _key(node: Node):
     """``(input, kernel size, attrs...)`` of a conv or weight gradient whose operands share
     one dtype, else None."""
-    if node.op.name == "conv2d":
+    if node.op is CONV2D:
         kernel = tuple(node.inputs[1].shape[2:])
-    elif node.op.name == "conv2d_weight_grad":
+    elif node.op is CONV2D_WEIGHT_GRAD:
         kernel = tuple(node.attrs["kernel_size"])
     else:
         return None

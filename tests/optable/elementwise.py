@@ -233,3 +233,18 @@ def _relu_grad(m, a, v):
 
 
 CASES.append(OpCase("relu_backward", _relu_grad, [away(3, 4), In((3, 4))], dtypes=ALL))
+
+
+def _relu_grad_in_place(m, g, y):
+    """``relu_backward_in_place`` (chosen by the lowering rule of that name) vs torch's
+    relu gradient; it is given a copy of ``g``, which it overwrites."""
+    if m.__name__ == "torch":
+        return g * (y > 0)
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.elementwise import RELU_BACKWARD_IN_PLACE
+    return apply(RELU_BACKWARD_IN_PLACE, g * 1, y)
+
+
+CASES.append(OpCase("relu_backward_in_place", _relu_grad_in_place,
+                    [In((64, 130)), In((64, 130))], dtypes=("float32", "float64"),
+                    grad=False))

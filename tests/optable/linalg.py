@@ -85,3 +85,23 @@ CASES += [
     OpCase("linear_backward", _linear_grads,
            [In((2, 3, 4)), In((5, 4)), In((5,)), In((2, 3, 5))], dtypes=("float32", "float64")),
 ]
+
+
+def _linear_relu(m, x, w, *bias):
+    """``linear_relu`` (what the lowering rule of that name makes) vs torch's relu of a
+    linear."""
+    if m.__name__ == "torch":
+        return m.relu(m.nn.functional.linear(x, w, *bias))
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.linalg import LINEAR_RELU
+    return apply(LINEAR_RELU, x, w, *bias)
+
+
+CASES += [
+    OpCase("linear_relu", _linear_relu, [In((4, 3)), In((5, 3)), In((5,))], "bias",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("linear_relu", _linear_relu, [In((2, 4, 3)), In((5, 3))], "nobias-3d",
+           grad=False),
+    OpCase("linear_relu", _linear_relu, [In((1, 300)), In((200, 300)), In((200,))],
+           "batch-1", grad=False, atol=1e-4),   # (the matrix-vector loop)
+]

@@ -1,0 +1,255 @@
+"""Lowering: the rewrites that choose how a graph runs, as rows of one rule table.
+
+After autodiff a training step's graph holds the ops the user's code called and their
+gradients. The rows of ``RULES`` rewrite patterns of them into ops made for speed (one
+GEMM for a loop's per-step products, one im2col for a convolution and its weight gradient,
+a relu applied in place to the product before it, ...), so that codegen emits one call per
+node and knows no op. Each row is a :class:`LoweringRule`: the OpDefs it anchors on, its
+precondition (``match``: where it holds, or nothing), its replacement (``rewrite``), whose
+docstring has a before/after example (``tests/test_lower.py`` checks each), and a one-line
+comment. One driver, :func:`lower`, runs the rows and returns one Report whose items say,
+rule by rule, what changed (``explain()`` prints it).
+
+A row runs at the stage of the pipeline its precondition needs (``stage``):
+
+- ``"graph"``: after ``simplify`` (sums of slice gradients are joined into ``cat``s) and
+  before it runs again (a ``cat`` of the per-step blocks cut from one GEMM is that GEMM);
+- ``"scans"``: after ``save_scan_residuals`` (the reverse body reads what the forward
+  body saved, so its linears are the forward's own);
+- ``"kernels"``: after ``fuse_elementwise`` (an op fusion left alone stays alone), so the
+  rows choose the kernel a single node runs.
+
+``PIPELINE`` holds one :class:`Stage` per stage (its reports are named ``lower``);
+``passes=`` names each rule as it names a pass (``passes={"batch_linears": False}``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import kernels
+from ..graph import Graph, Node, Value
+from ..ops.control import SCAN
+from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
+from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
+from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, blas_2d
+from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
+from ..ops.recurrent import LSTM_CELL_BACKWARD
+from .batch import batch_linears, loop_linear_groups
+from .core import Builder, Report, readers
+from .group import group_updates, grouped_ops, update_groups
+from .join import join_loss_gradient, loss_gradient_pairs
+from .scan_linears import batch_scan_linears, scan_plans
+from .share import share_conv_columns, shared_columns
+
+
+@dataclass(frozen=True, eq=False)
+class LoweringRule:
+    """A row of the lowering table.
+
+    ``anchors``: the OpDefs the pattern is rooted at (a graph with none of them is left
+    alone without looking further), or a function giving them (read from the OpDefs' flags
+    when the rule runs: ops of a higher layer register later). ``match(graph)``: the
+    places where the precondition holds (nodes, or groups of nodes for a whole-graph
+    grouping); falsy when there are none. ``rewrite(graph, matches, report)``: the new graph,
+    each change counted in ``report``. ``repeat``: match again after a rewrite (one rewrite
+    can make another possible). ``doc``: the replacement's docstring, with the example.
+    Calling the rule runs it alone, as a pass.
+    """
+    name: str
+    anchors: tuple | Callable
+    match: Callable
+    rewrite: Callable
+    stage: str
+    repeat: bool = False
+
+    @property
+    def doc(self) -> str:
+        return self.rewrite.__doc__
+
+    def anchored(self, ops: set) -> bool:
+        anchors = self.anchors() if callable(self.anchors) else self.anchors
+        return not ops.isdisjoint(anchors)
+
+    def __call__(self, graph: Graph) -> tuple[Graph, Report]:
+        return lower(graph, [self], name=self.name)
+
+
+# -- the rows made for codegen: one node's kernel ---------------------------------------------
+def linear_relus(graph: Graph) -> dict[Node, Node]:
+    """The precondition: ``{linear node: relu node}`` where a relu reads a ``linear`` of a
+    2-D input whose operands share its float32/float64 dtype (``linalg.blas_2d``), whose
+    product nothing else reads nor returns."""
+    consumers = readers(graph)
+    found = {}
+    for node in graph.nodes:
+        x = node.inputs[0] if node.op is RELU else None
+        producer = x.producer if isinstance(x, Value) else None
+        if (producer is not None and producer.op is LINEAR and blas_2d(*producer.inputs)
+                and consumers[x] == [node]):
+            found[producer] = node
+    return found
+
+
+def linear_relu(graph: Graph, pairs: dict, report: Report) -> Graph:
+    """Each pair of ``linear_relus`` becomes one ``linear_relu`` at the linear's place,
+    named as the relu's result: its kernel applies the relu to the product's own array
+    (inside a batch-1 matrix-vector product as it writes the rows, with the bias in one
+    float32 loop over a matmul's result).
+
+    Preserves: types, inputs and outputs, and values bit for bit (the relu is exact; NaN
+    and -0.0 stay).
+
+    Before::
+
+        graph(%x: f32[4,3], %w: f32[5,3], %b: f32[5]) {
+          %y: f32[4,5] = linear(%x, %w, %b)
+          %h: f32[4,5] = relu(%y)
+          return (%h)
+        }
+
+    After::
+
+        graph(%x: f32[4,3], %w: f32[5,3], %b: f32[5]) {
+          %h: f32[4,5] = linear_relu(%x, %w, %b)
+          return (%h)
+        }
+    """
+    relus = set(pairs.values())
+    b = Builder(graph)
+    for node in graph.nodes:
+        relu = pairs.get(node)
+        if relu is not None:
+            (b.env[relu.outputs[0]],) = b.add(LINEAR_RELU, [b.get(x) for x in node.inputs],
+                                              {}, node.location, [relu.outputs[0].name])
+            report.count("relus in place", f"%{node.outputs[0].name} + "
+                                           f"%{relu.outputs[0].name} -> linear_relu")
+        elif node not in relus:
+            b.copy(node)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
+def masked_linear_gradients(graph: Graph) -> list[Node]:
+    """The precondition: the ``relu_backward`` nodes whose gradient operand is a
+    ``linear_backward``'s input gradient (a fresh product) that nothing else reads nor
+    returns, where the in-place loop exists (Numba)."""
+    if not kernels.numba_available():
+        return []
+    consumers = readers(graph)
+    found = []
+    for node in graph.nodes:
+        if node.op is not RELU_BACKWARD or not all(isinstance(v, Value) for v in node.inputs):
+            continue
+        g = node.inputs[0]
+        if (g.producer is not None and g.producer.op is LINEAR_BACKWARD
+                and g is g.producer.outputs[0] and consumers[g] == [node]):
+            found.append(node)
+    return found
+
+
+def relu_backward_in_place(graph: Graph, nodes: list, report: Report) -> Graph:
+    """Each node of ``masked_linear_gradients`` becomes ``relu_backward_in_place``, which
+    masks the gradient's own array: one activation-sized array fewer per hidden layer.
+
+    Preserves: types, inputs and outputs, and values bit for bit (the same loop).
+
+    Before::
+
+        graph(%gy: f32[4,5], %h: f32[4,3], %w: f32[5,3]) {
+          %dh: f32[4,3], %dw: f32[5,3], %db: f32[5] = linear_backward(%gy, %h, %w, need=(True,
+              True, False))
+          %dx: f32[4,3] = relu_backward(%dh, %h)
+          return (%dx, %dw)
+        }
+
+    After::
+
+        graph(%gy: f32[4,5], %h: f32[4,3], %w: f32[5,3]) {
+          %dh: f32[4,3], %dw: f32[5,3], %db: f32[5] = linear_backward(%gy, %h, %w, need=(True,
+              True, False))
+          %dx: f32[4,3] = relu_backward_in_place(%dh, %h)
+          return (%dx, %dw)
+        }
+    """
+    chosen = set(nodes)
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node not in chosen:
+            b.copy(node)
+            continue
+        (b.env[node.outputs[0]],) = b.add(RELU_BACKWARD_IN_PLACE,
+                                          [b.get(x) for x in node.inputs], {},
+                                          node.location, [node.outputs[0].name])
+        report.count("masked in place", f"%{node.inputs[0].name} by "
+                                        f"%{node.outputs[0].name}")
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
+RULES = [
+    # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
+    LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
+                 loop_linear_groups, batch_linears, "graph"),
+    # conv2d(x) and conv2d_weight_grad(x) -> one conv2d_columns(x) read by both GEMMs
+    LoweringRule("share_conv_columns", (CONV2D, CONV2D_WEIGHT_GRAD), shared_columns,
+                 share_conv_columns, "graph"),
+    # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
+    LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
+                 loss_gradient_pairs, join_loss_gradient, "graph"),
+    # a scan's linear(x_t) and their gradients -> one GEMM before / after the scan
+    LoweringRule("batch_scan_linears", (SCAN,), scan_plans, batch_scan_linears, "scans",
+                 repeat=True),
+    # a step's optimiser updates (only returned) -> one group op: one call
+    LoweringRule("group_updates", lambda: tuple(grouped_ops()), update_groups,
+                 group_updates, "kernels"),
+    # relu(linear(x, w, b)), the product read once -> linear_relu(x, w, b), in place
+    LoweringRule("linear_relu", (RELU,), linear_relus, linear_relu, "kernels"),
+    # relu_backward(linear_backward(...).dx, y), dx read once -> masked in place
+    LoweringRule("relu_backward_in_place", (RELU_BACKWARD,), masked_linear_gradients,
+                 relu_backward_in_place, "kernels"),
+]
+RULE_NAMES = sorted(rule.name for rule in RULES)
+
+
+def lower(graph: Graph, rules=RULES, name: str = "lower") -> tuple[Graph, Report]:
+    """Run ``rules`` in order on ``graph``, each where its anchors are and its precondition
+    holds. Returns the graph and one Report: the counts of every rule's changes, and one
+    item per change, prefixed by the rule's name.
+
+    Preserves what each rule's docstring says it does (types, inputs and outputs always).
+    A graph no rule matches is returned as it is.
+    """
+    report = Report(name, len(graph.nodes), len(graph.nodes))
+    ops = {node.op for node in graph.nodes}
+    for rule in rules:
+        if not rule.anchored(ops):
+            continue
+        step = Report(rule.name, len(graph.nodes), len(graph.nodes))
+        found = rule.match(graph)
+        while found:
+            graph = rule.rewrite(graph, found, step)
+            found = rule.match(graph) if rule.repeat else None
+        for kind, n in step.counts.items():
+            report.count(kind, n=n)
+        report.items += [f"{rule.name}: {item}" for item in step.items]
+        report.bytes_saved += step.bytes_saved
+        if step.changed:
+            ops = {node.op for node in graph.nodes}
+    report.nodes_after = len(graph.nodes)
+    return graph, report
+
+
+class Stage:
+    """The rows of one ``stage`` as a pass of the pipeline (named ``lower``)."""
+    __name__ = "lower"
+
+    def __init__(self, stage: str):
+        self.stage = stage
+        self.rules = [rule for rule in RULES if rule.stage == stage]
+
+    def __call__(self, graph: Graph, rules=None) -> tuple[Graph, Report]:
+        return lower(graph, self.rules if rules is None else rules)
+
+    def __repr__(self):
+        return f"lower[{self.stage}]"

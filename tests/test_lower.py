@@ -1,0 +1,150 @@
+"""The lowering rule table (``passes/lower.py``): each rule's docstring example holds.
+
+Each row's docstring shows a printed graph before the rule and after it; the test builds
+the before graph, checks that it prints as the docstring says, runs the rule alone, and
+checks the result against the after graph and, run, against the before graph's values.
+"""
+
+import numpy as np
+import pytest
+
+import dualgraph.optim   # noqa: F401  (registers the update ops group_updates groups)
+from dualgraph.graph import Graph, verify
+from dualgraph.kernels import numba_available
+from dualgraph.passes import LOWERING
+from test_passes import random_inputs
+
+
+def f32(g, name, *shape):
+    return g.add_input(shape, "float32", name=name)
+
+
+def loop_of_linears():
+    g = Graph()
+    x, w, b = f32(g, "x", 2, 2, 3), f32(g, "w", 4, 3), f32(g, "b", 4)
+    outs = []
+    for t in range(2):
+        (s,) = g.add_node("slice", [x], {"index": (None, (t, t + 1, 1), None)}, names=[f"s{t}"])
+        (x_t,) = g.add_node("reshape", [s], {"shape": (2, 3)}, names=[f"x{t}"])
+        outs += g.add_node("linear", [x_t, w, b], names=[f"y{t}"])
+    g.set_outputs(outs)
+    return g
+
+
+def conv_and_weight_grad():
+    g = Graph()
+    x, w, gy = f32(g, "x", 1, 1, 4, 4), f32(g, "w", 1, 1, 2, 2), f32(g, "gy", 1, 1, 3, 3)
+    attrs = dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+    (y,) = g.add_node("conv2d", [x, w], attrs, names=["y"])
+    (gw,) = g.add_node("conv2d_weight_grad", [x, gy], {"kernel_size": (2, 2), **attrs},
+                       names=["gw"])
+    g.set_outputs([y, gw])
+    return g
+
+
+def loss_and_gradient():
+    g = Graph()
+    x, seed = f32(g, "x", 4, 3), f32(g, "seed")
+    t = g.add_input((4,), "int64", name="t")
+    attrs = dict(ignore_index=-100, reduction="mean")
+    (loss,) = g.add_node("cross_entropy", [x, t], attrs, names=["loss"])
+    (dx,) = g.add_node("cross_entropy_backward", [seed, x, t], attrs, names=["dx"])
+    g.set_outputs([loss, dx])
+    return g
+
+
+def scan_summing_a_weight_gradient():
+    body = Graph()
+    acc, g_t, x_t, w = f32(body, "acc", 3, 5), f32(body, "g_t", 2, 3), f32(body, "x_t", 2, 5), \
+        f32(body, "w", 3, 5)
+    dx, dw, _ = body.add_node("linear_backward", [g_t, x_t, w], {"need": (True, True, False)},
+                              names=["dx", "dw", "db"])
+    (total,) = body.add_node("add", [acc, dw], names=["total"])
+    body.set_outputs([total, dx])
+    g = Graph()
+    inputs = [f32(g, "acc0", 3, 5), f32(g, "gs", 4, 2, 3), f32(g, "xs", 4, 2, 5),
+              f32(g, "w", 3, 5)]
+    g.set_outputs(list(g.add_node(
+        "scan", inputs, {"body_graph": body, "num_carry": 1, "num_xs": 2, "length": 4,
+                         "reverse": True}, names=["acc", "dxs"])))
+    return g
+
+
+def two_sgd_updates():
+    g = Graph()
+    attrs = dict(lr=0.1, momentum=0.9, dampening=0.0, nesterov=False)
+    outs = []
+    for p in ("p", "q"):
+        params = [f32(g, p + suffix, 3) for suffix in ("", "_grad", "_buf")]
+        outs += g.add_node("sgd_update", params, attrs, names=[p + "_new", p + "_buf_new"])
+    g.set_outputs(outs)
+    return g
+
+
+def relu_of_a_linear():
+    g = Graph()
+    x, w, b = f32(g, "x", 4, 3), f32(g, "w", 5, 3), f32(g, "b", 5)
+    (y,) = g.add_node("linear", [x, w, b], names=["y"])
+    g.set_outputs(list(g.add_node("relu", [y], names=["h"])))
+    return g
+
+
+def relu_gradient_of_a_linear_gradient():
+    g = Graph()
+    gy, h, w = f32(g, "gy", 4, 5), f32(g, "h", 4, 3), f32(g, "w", 5, 3)
+    dh, dw, _ = g.add_node("linear_backward", [gy, h, w], {"need": (True, True, False)},
+                           names=["dh", "dw", "db"])
+    g.set_outputs([*g.add_node("relu_backward", [dh, h], names=["dx"]), dw])
+    return g
+
+
+EXAMPLES = {
+    "batch_linears": loop_of_linears,
+    "share_conv_columns": conv_and_weight_grad,
+    "join_loss_gradient": loss_and_gradient,
+    "batch_scan_linears": scan_summing_a_weight_gradient,
+    "group_updates": two_sgd_updates,
+    "linear_relu": relu_of_a_linear,
+    "relu_backward_in_place": relu_gradient_of_a_linear_gradient,
+}
+
+
+def example(doc: str, label: str) -> str:
+    """The printed graph under ``label::`` in a docstring, its whitespace collapsed (the
+    docstring breaks lines longer than the house width)."""
+    lines = doc.split(f"{label}::\n", 1)[1].splitlines()
+    block = []
+    for line in lines:
+        if line.strip() and not line.startswith(" " * 8):
+            break   # (the next paragraph)
+        block.append(line)
+    assert "".join(block).strip(), f"no {label}:: example"
+    return flat("\n".join(block))
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_rule_has_an_example():
+    assert sorted(EXAMPLES) == sorted(rule.name for rule in LOWERING)
+
+
+@pytest.mark.parametrize("rule", LOWERING, ids=[rule.name for rule in LOWERING])
+def test_the_docstring_example_of_each_lowering_rule_holds(rule):
+    if rule.name == "relu_backward_in_place" and not numba_available():
+        pytest.skip("the in-place loop is a Numba loop")
+    before = EXAMPLES[rule.name]()
+    assert flat(str(before)) == example(rule.doc, "Before")
+    after, report = rule(before)
+    verify(after)
+    assert flat(str(after)) == example(rule.doc, "After")
+    assert report.changed and all(item.startswith(rule.name + ": ") for item in report.items)
+    args = random_inputs(before, 2)
+    if rule.name == "join_loss_gradient":
+        args[2] = np.arange(4) % 3
+    if rule.name == "group_updates":
+        args = [np.abs(a) for a in args]
+    for got, want in zip(after(*[a.copy() for a in args]), before(*[a.copy() for a in args]),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
