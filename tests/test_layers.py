@@ -48,11 +48,6 @@ ALLOWED: dict[tuple[str, str], str] = {}
 # import graph -> why. Like ALLOWED, every entry is a decision to defend, and it names the
 # whole component, so a module that joins or leaves it shows up.
 CYCLES: dict[frozenset[str], str] = {
-    frozenset({"kernels", "kernels.native", "kernels.build", "kernels.worker"}):
-        "a Loop (kernels/__init__.py) compiles through native.py, which compiles in the "
-        "worker or with build.py, both of which call back into native.py, and build.py "
-        "reads the Loop classes (not broken yet: moving the Loop classes out of "
-        "kernels/__init__.py and compile_and_store into build.py would break it)",
 }
 
 # outside packages dualgraph itself must never import: torch, jax and onnxruntime are test

@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import native
+from .decl import Helper, Intrinsic, helper   # noqa: F401  (the loops' modules use them)
 
 # Below this NumPy's per-call cost is already small. The compiler's fused kernels use the
 # same threshold, so an op and a fused group containing it take the same path.
@@ -45,36 +46,6 @@ def enabled(*arrays: np.ndarray) -> bool:
     """Whether the Numba loop should run on these arrays: float32 and big enough."""
     return (all(a.dtype == np.float32 for a in arrays)
             and arrays[0].size >= MIN_ELEMENTS and numba_available())
-
-
-class Helper:
-    """A scalar function the loops call. Called from Python it is the plain function
-    (``python``, if given, stands in for a Numba-only body); when a loop using it compiles,
-    Numba compiles it with ``options`` (``build.compiled_helper``)."""
-
-    def __init__(self, fn, options: dict, python=None):
-        self.fn, self.options, self.python = fn, options, python or fn
-        self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
-        self.__module__, self.__doc__ = fn.__module__, fn.__doc__
-
-    def __call__(self, *args):
-        return self.python(*args)
-
-
-def helper(fn=None, *, python=None, **options):
-    """Decorator: ``fn`` becomes a :class:`Helper`; ``options`` are Numba's ``njit``
-    options (e.g. ``inline="always"`` to inline it in Numba's IR)."""
-    if fn is None:
-        return lambda f: Helper(f, options, python)
-    return Helper(fn, options, python)
-
-
-class Intrinsic:
-    """A Numba intrinsic (``numba.extending.intrinsic``), declared without importing Numba:
-    ``fn(typingctx, *args) -> (signature, codegen)``, importing what it needs itself."""
-
-    def __init__(self, fn):
-        self.fn, self.__name__ = fn, fn.__name__
 
 
 class Loop:

@@ -32,14 +32,14 @@ from numba import carray, cfunc, njit, types
 from numba.core.caching import CacheImpl, InTreeCacheLocator, UserWideCacheLocator
 from numba.extending import intrinsic
 
-from . import Helper, Intrinsic, Loop
+from .abi import DATA_OFFSET, DIMS_OFFSET, JOB
 from .cache import kernels_hash
-from .native import DATA_OFFSET, DIMS_OFFSET, JOB
+from .decl import Helper, Intrinsic
 
 _numba_globals: dict[int, dict] = {}      # id(module globals) -> their Numba version
 _helpers: dict[Helper, object] = {}       # helper -> its dispatcher
 _intrinsics: dict[Intrinsic, object] = {}
-_dispatchers: dict[Loop, object] = {}
+_dispatchers: dict = {}             # loop (a kernels.Loop) -> its dispatcher
 _SCALARS = {"b": types.boolean, "i8": types.int64, "i4": types.int32, "f8": types.float64,
             "f4": types.float32}
 _cached_files: set[str] = set()           # source files of functions compiled with cache=True
@@ -114,7 +114,7 @@ def _globals_of(fn) -> dict:
     return done
 
 
-def dispatcher(loop: Loop):
+def dispatcher(loop):
     """Numba's dispatcher for ``loop`` (compiled per argument types, cached on disk by
     Numba); it releases the GIL."""
     fn = _dispatchers.get(loop)
@@ -124,7 +124,7 @@ def dispatcher(loop: Loop):
     return fn
 
 
-def entry(loop: Loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
+def entry(loop, codes: tuple, name: str) -> tuple[bytes, str, set]:
     """Compile a C-callable entry ``name`` calling ``loop`` on arguments of ``codes``
     (``native.signature``): its object code, its symbol, and the symbols it leaves for
     the linker to find. Codes that begin with ``native.JOB`` make a job entry: one int64

@@ -43,6 +43,8 @@ import numpy as np
 
 from .._helpers import write_atomic
 from . import worker
+from .worker import NumbaBroken
+from .abi import DATA_OFFSET, DIMS_OFFSET, JOB   # noqa: F401  (used as native.JOB)
 from .cache import cache_dir, kernels_hash, mark_used, prune_at_exit, writable
 
 # argument codes: an array is "<dtype code>[<ndim>]"
@@ -54,17 +56,6 @@ _SCALAR_CODES = {bool: "b", np.bool_: "b", int: "i8", np.int64: "i8", np.int32: 
                  float: "f8", np.float64: "f8", np.float32: "f4"}
 _C_SCALARS = {"b": ctypes.c_bool, "i8": ctypes.c_int64, "i4": ctypes.c_int32,
               "f8": ctypes.c_double, "f4": ctypes.c_float}
-# A platform assumption: NumPy's array struct (PyArrayObject_fields, which NumPy's C API
-# exposes) holds, after the 16-byte object header of a 64-bit CPython without debug
-# fields, the data pointer, then the number of dims, then the pointer to the dims. The
-# entries (``build.entry``) and ``memory.float32_vector`` read them there. It is checked
-# against a real array before any entry is used (``array_struct_known``); where it does
-# not hold, no native entry is loaded (loops run through Numba's dispatcher, which reads
-# arrays its own way) and the grouped optimiser updates, which read their parameters by
-# address, leave the work to NumPy (``optim/_ops.py``). ``tuning.report`` shows the check.
-DATA_OFFSET, DIMS_OFFSET = 16, 32
-# the first code of a job entry's signature (see ``build.entry``)
-JOB = "job"
 # Numba's helpers on the (unreachable) exception path of a C-callable entry
 ERROR_PATH = frozenset({"NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise",
                         "numba_gil_ensure", "numba_gil_release",
@@ -182,10 +173,6 @@ def _count(loaded: bool, seconds: float) -> None:
     else:
         activity.compiled += 1
         activity.compiled_s += seconds
-
-
-class NumbaBroken(RuntimeError):
-    """Numba is installed (so the loops are used) but does not import."""
 
 
 def _numba_build(loop):

@@ -24,13 +24,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from .cache import GENERATED, import_file
+from .cache import GENERATED
 
 IDLE_S = 60.0
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -48,8 +47,12 @@ _BOOTSTRAP = (
     "sys.modules['scipy'] = None\n"
     "import signal\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-    "from dualgraph.kernels.worker import serve\n"
+    "from dualgraph.kernels.server import serve\n"
     "serve()\n")
+
+
+class NumbaBroken(RuntimeError):
+    """Numba is installed (so the loops are used) but does not import."""
 
 
 class WorkerFailed(RuntimeError):
@@ -139,7 +142,7 @@ atexit.register(_close)
 def compile_entry(loop, codes: tuple, folder: Path, key: str) -> None:
     """Have the worker compile ``loop``'s entry for ``codes`` into ``folder`` under
     ``key`` (the files ``native.compile_and_store`` writes). Raises
-    ``native.NumbaBroken`` when Numba does not import there, :class:`WorkerFailed` for any
+    ``NumbaBroken`` when Numba does not import there, :class:`WorkerFailed` for any
     other failure."""
     request = {"module": loop.fn.__module__, "file": loop.fn.__code__.co_filename,
                "name": loop.fn.__name__, "codes": list(codes), "folder": str(folder),
@@ -155,45 +158,6 @@ def compile_entry(loop, codes: tuple, folder: Path, key: str) -> None:
                            f"while compiling {loop.__qualname__}")
     if "error" in answer:
         if answer.get("numba_broken"):
-            from .native import NumbaBroken
             raise NumbaBroken(answer["error"])
         raise WorkerFailed(f"compiling {loop.__qualname__} in the compile worker: "
                            f"{answer['error']}")
-
-
-def serve() -> None:
-    """The worker's main loop: answer requests from stdin until it closes or stays idle
-    for ``DUALGRAPH_COMPILE_WORKER_IDLE_S`` seconds."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)     # anything else printed (Numba, LLVM) goes to stderr, not the answers
-    idle_s = float(os.environ.get("DUALGRAPH_COMPILE_WORKER_IDLE_S", IDLE_S))
-    try:
-        from . import build   # noqa: F401  (Numba's import, before the first request)
-    except ImportError:
-        pass                  # (each request reports it)
-    while select.select([sys.stdin], [], [], idle_s)[0]:
-        line = sys.stdin.readline()
-        if not line:
-            return
-        answers.write(json.dumps(_answer(json.loads(line))) + "\n")
-
-
-def _answer(request: dict) -> dict:
-    from . import native
-    try:
-        loop = getattr(_module(request["module"], request["file"]), request["name"])
-        native.compile_and_store(loop, tuple(request["codes"]), Path(request["folder"]),
-                                 request["key"])
-    except native.NumbaBroken as e:
-        return {"error": str(e), "numba_broken": True}
-    except Exception as e:   # reported to the user's process, which decides what to do
-        return {"error": f"{type(e).__name__}: {e}"}
-    return {"ok": True}
-
-
-def _module(name: str, file: str):
-    """The module holding a loop: imported by name, or a generated kernel from its file."""
-    import importlib
-    if name in sys.modules or not name.startswith(GENERATED):
-        return importlib.import_module(name)
-    return import_file(name, file)
