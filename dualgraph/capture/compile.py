@@ -30,6 +30,7 @@ from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .fastpath import MISS, fast_path, still_bound
 from .guards import ModuleFacts, describe_guards, explain_miss, signature
+from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
@@ -108,7 +109,7 @@ class Entry:
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
-                      and not capture.grads_cleared
+                      and not capture.grads_cleared and not capture.py_writes
                       and all(k == "value" for k in capture.out_leaves))
         self.backward_executable = None
         if backward is not None:
@@ -156,10 +157,15 @@ class Entry:
         cleared; else a copy with that capture's (Adam's first and second steps)."""
         absent, replaced = fresh_gradients(capture)
         if ([id(t) for t in absent] == [id(t) for t in self.grads_absent]
-                and [id(t) for t in replaced] == [id(t) for t in self.grads_replaced]):
+                and [id(t) for t in replaced] == [id(t) for t in self.grads_replaced]
+                and capture.py_writes == self.capture.py_writes):
             return self
         entry = copy.copy(self)
         entry.grads_absent, entry.grads_replaced = absent, replaced
+        if capture.py_writes != self.capture.py_writes:   # (its own Python writes)
+            entry.capture = copy.copy(self.capture)
+            entry.capture.py_writes = capture.py_writes
+            entry.plain = self.plain and not capture.py_writes
         return entry
 
     def release_replaced_grads(self) -> None:
@@ -233,6 +239,8 @@ class Entry:
             taken.add(id(new))
         for t in cap.grads_cleared:
             t.grad = None
+        for slot, value in cap.py_writes:   # (the Python the graph stands for wrote them)
+            slot.set(value)
         return unflatten(cap.out_spec, leaves)
 
 
@@ -334,6 +342,7 @@ class Compiled:
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
+        self._slots: list = []   # the Python values the function reads (pyvalues.py)
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
@@ -356,20 +365,21 @@ class Compiled:
             # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
         if self._optimizers is None:
-            self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
+            self._find_scope()
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
-        sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers)
+        sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
+                        self._slots)
         entry = self.cache.get(sig)
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
-                                           self.leaf_names(args, kwargs))
+                                           self.leaf_names(args, kwargs), self._slots)
                 raise TypeError(f"this traced function was traced for other inputs: {reason}."
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
-            entry = self._capture(args, kwargs, sig, leaf_dynamic)
+            entry, sig = self._capture(args, kwargs, sig, leaf_dynamic)
             if entry is None:
                 return self.fn(*args, **kwargs)
             if self.check:
@@ -425,16 +435,52 @@ class Compiled:
         if not self._warned_limit:
             self._warned_limit = True
             reason, fix = explain_miss(sig, next(reversed(self.cache)),
-                                       self.leaf_names(args, kwargs))
+                                       self.leaf_names(args, kwargs), self._slots)
             warnings.warn(f"dg.compile: {self.retrace_limit} graphs captured for "
                           f"{_name(self.fn)}; running new signatures eagerly. Last retrace: "
                           f"{reason}. Fix: {fix}.", stacklevel=3)
             self.records.append(Record("limit", reason, fix))
         return self.fn(*args, **kwargs)
 
+    def _find_scope(self) -> None:
+        """At the first call: the optimisers and modules the function names, and the Python
+        values it can read (guarded from then on)."""
+        scope = scope_of(self.fn)
+        self._optimizers = [o for o in scope.values() if is_optimizer(o)]
+        self._module_facts.roots += [(name, m) for name, m in scope.items()
+                                     if is_module(m) and m is not self.module]
+        self._slots = find_slots(self.fn, self._optimizers)
+
+    def _python_writes(self, sig, module_before: dict) -> tuple[list, tuple]:
+        """After a trace: ``(slot, value)`` for each Python value it changed (written again
+        after every call of the graph), and ``sig`` with the slots it created (an
+        optimiser's first ``state["step"]``) guarded as absent, as they were before it.
+        Earlier signatures get them as absent too, as they were when those traced."""
+        known = {s.identity() for s in self._slots}
+        new = [s for s in find_slots(self.fn, self._optimizers) if s.identity() not in known]
+        before = sig[5] + tuple(fact(ABSENT) for _ in new)
+        slots = self._slots + new
+        written = [(s, s.get()) for s, b in zip(slots, before) if fact(s.get()) != b]
+        for s in self._module_facts.scalar_slots():
+            old = module_before.get(s.identity(), fact(ABSENT))
+            if fact(s.get()) != old:
+                written.append((s, s.get()))
+        if new:
+            self._slots = slots
+            pad = tuple(fact(ABSENT) for _ in new)
+            extend = lambda key: key[:5] + (key[5] + pad,)
+            self.cache = {extend(k): e for k, e in self.cache.items()}
+            self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
+            sig = extend(sig)
+        return written, sig
+
     # -- capturing -------------------------------------------------------------------------
-    def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
+    def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
+        """``(entry, sig)``: the entry for a new trace (None at a graph break) and the
+        signature it is cached under (it may guard Python values the trace created)."""
         names = self.leaf_names(args, kwargs)
+        module_before = {s.identity(): fact(s.get())
+                         for s in self._module_facts.scalar_slots()}
         tracer = Tracer(names=readable_names(self.fn))
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
@@ -457,12 +503,13 @@ class Compiled:
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:
-            return self._graph_break(e)
+            return self._graph_break(e), sig
         times = {"trace": traced - start}
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
         capture.graph.verify()
         capture.had_grad = had_grad
+        capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
         entry = self._same_graph(capture, backward)
         reused = entry is not None
@@ -473,18 +520,18 @@ class Compiled:
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
         elif self.cache:
-            reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
+            reason, fix = explain_miss(sig, next(reversed(self.cache)), names, self._slots)
             kind = "retrace"
             if reused:
                 reason += "; the same graph as before, so its compiled code is reused"
                 fix = "none needed: nothing was optimised or compiled again"
         else:
             reason, fix, kind = "first call", "", "capture"
-        self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),
+        self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names, self._slots),
                                    nodes=len(capture.graph.nodes), times=times,
                                    entry=None if reused else entry))
         self.cache[sig] = entry
-        return entry
+        return entry, sig
 
     def _same_graph(self, capture, backward) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the

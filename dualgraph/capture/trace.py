@@ -62,6 +62,8 @@ class Capture:
     # id -> whether it had a .grad when the trace began, for the parameters of the compiled
     # module and of the modules and optimisers the function names (``Compiled`` fills it in)
     had_grad: dict = field(default_factory=dict)
+    # (slot, value): the Python values the traced call wrote (capture/pyvalues.py)
+    py_writes: list = field(default_factory=list)
 
 
 class Tracer:
