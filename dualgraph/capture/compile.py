@@ -20,7 +20,9 @@ import numpy as np
 
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
-from ..dispatch import modes
+from ..dispatch import OpError, modes, op_error
+from ..graph.interpret import interpret
+from ..graph.ir import Value
 from ..errors import CaptureError
 from ..kernels import native
 from ..shapes import ShapeError, Sym
@@ -248,6 +250,38 @@ class _StaleGuard(Exception):
     pass
 
 
+def eager_error(entry, args, kwargs, err: Exception) -> Exception:
+    """What eager raises where ``entry``'s compiled code failed with ``err`` (an index out
+    of range, a zero-size ``max``): the captured graph runs again node by node with the
+    reference interpreter, and the node that fails gives the op, the user's line and the
+    input shapes, as ``dispatch`` words an eager failure. ``err`` itself when no node fails
+    (the error was not an op's)."""
+    leaves, _ = flatten((args, kwargs))
+    graph = entry.capture.graph
+    try:
+        arrays = entry.inputs([x for x in leaves if isinstance(x, Tensor)])
+    except Exception:
+        return err
+    env = dict(graph.constants)
+    env.update(zip(graph.inputs, arrays))
+    done = []
+
+    def keep(node, outs):
+        env.update(zip(node.outputs, outs))
+        done.append(node)
+
+    try:
+        interpret(graph, *arrays, on_node=keep)
+    except Exception as e:
+        if len(done) >= len(graph.nodes) or not any(
+                "while interpreting node" in n for n in getattr(e, "__notes__", ())):
+            return err
+        node = graph.nodes[len(done)]
+        inputs = [env[x] if isinstance(x, Value) else x for x in node.inputs]
+        return op_error(node.op, inputs, node.attrs, e, node.location)
+    return err
+
+
 def fresh_gradients(capture) -> tuple[list, list]:
     """The parameters (known to ``capture.had_grad``) whose ``.grad`` the step makes anew,
     unread: those without one when traced (a call must find none: eager might accumulate),
@@ -358,12 +392,19 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         fast = self._fast
         if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
-            out = fast(args, kwargs)
+            try:
+                out = fast(args, kwargs)
+            except OpError:
+                raise
+            except Exception as e:   # (a kernel failed: raise what eager raises)
+                raise eager_error(self._last, args, kwargs, e) from e
             if out is not MISS:
                 return out
         if self.eager_only or modes.tracer is not None:
             # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
+        if kwargs or any(type(a) is not Tensor for a in args):
+            args, kwargs = _arrays_as_tensors(args, kwargs)
         if self._optimizers is None:
             self._find_scope()
         leaves, spec = self._flatten(args, kwargs)
@@ -393,6 +434,10 @@ class Compiled:
             self._fast_paths.pop(sig, None)
             self._stale = str(stale)    # (the reason the next capture's record gives)
             return self(*args, **kwargs)
+        except OpError:
+            raise
+        except Exception as e:
+            raise eager_error(entry, args, kwargs, e) from e
         fast = self._fast_paths.get(sig, MISS)
         if fast is MISS or (fast is not None and not still_bound(fast)):
             # (made after a run: the arrays it binds passed the executable's type check)
@@ -629,6 +674,16 @@ class Compiled:
                              "nodes):")
                 lines += ["  " + line for r in body.reports for line in str(r).splitlines()]
         return "\n".join(lines)
+
+
+def _arrays_as_tensors(args, kwargs) -> tuple:
+    """The arguments with NumPy arrays made tensors (sharing their memory): eager ops take
+    an array as they take a tensor, and as a tensor it is a graph input, guarded by shape
+    and dtype, where an array would be baked into the graph as a constant."""
+    leaves, spec = flatten((args, kwargs))
+    if not any(type(x) is np.ndarray for x in leaves):
+        return args, kwargs
+    return unflatten(spec, [Tensor._make(x) if type(x) is np.ndarray else x for x in leaves])
 
 
 def _names_in(tree, base: str) -> list[str]:

@@ -42,16 +42,20 @@ def _np_key(ndim, indices, dims):
     return tuple(key)
 
 
-def _check_bounds(shape, indices, dims):
+def _check_bounds(shape, indices, dims, nonnegative=False):
     for d, i in zip(dims, indices):
         n = shape[d]
-        bad = (i < -n) | (i >= n)
+        bad = ((i < 0) if nonnegative else (i < -n)) | (i >= n)
         if bad.any():
+            if nonnegative:   # (only an embedding's lookup asks for it)
+                raise IndexError(f"index {i[bad].flat[0]} is out of range for {n} embeddings"
+                                 f" (rows of a table of shape {tuple(shape)}); indices must "
+                                 f"be in [0, {n})")
             raise IndexError(f"index {i[bad].flat[0]} is out of range for dim {d} with size "
                              f"{n} (tensor shape {tuple(shape)})")
 
 
-def _infer_index(x, *indices, dims):
+def _infer_index(x, *indices, dims, nonnegative=False):
     for i in indices:
         if dtypes.to_np(i.dtype).kind not in "iu":
             raise TypeError(f"tensors used as indices must be integer tensors, got {i.dtype}")
@@ -64,12 +68,12 @@ def _infer_index(x, *indices, dims):
     return ShapedType(shape, x.dtype)
 
 
-def _index_kernel(x, *indices, dims):
-    _check_bounds(x.shape, indices, dims)
+def _index_kernel(x, *indices, dims, nonnegative=False):
+    _check_bounds(x.shape, indices, dims, nonnegative)
     return x[_np_key(x.ndim, indices, dims)]
 
 
-def _index_vjp(g, out, x, *indices, dims):
+def _index_vjp(g, out, x, *indices, dims, nonnegative=False):
     return (apply(INDEX_BACKWARD, g, x, *indices, dims=dims),) + (None,) * len(indices)
 
 
@@ -135,13 +139,16 @@ def _from_onnx_gather(b, xs, attrs):
     return b.op(INDEX, x, i, dims=(b.dim(attrs.get("axis", 0), x.ndim),))
 
 
-INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims",),
+INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp,
+              attrs=("dims", "nonnegative"),
               saves="",
               onnx=_onnx_index,
               onnx_import={"Gather": _from_onnx_gather},
-              shape_fold=lambda x, i, dims: np.take(x, i, axis=dims[0]),
+              shape_fold=lambda x, i, dims, nonnegative=False: np.take(x, i, axis=dims[0]),
               doc="x[..., i0, ..., i1, ...]: integer tensors index the dims ``dims`` (sorted); "
-                  "adjacent index dims stay in place, separated ones go first, as in NumPy.")
+                  "adjacent index dims stay in place, separated ones go first, as in NumPy; "
+                  "``nonnegative=True`` (an embedding's lookup) rejects negative indices, "
+                  "as torch's embedding does, instead of counting from the end.")
 
 
 def _accumulate(out, key, v, indices, dims):
@@ -236,8 +243,11 @@ INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_p
                   doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")
 
 
-def index_dims(x, indices, dims):
-    """``x`` indexed by integer tensors ``indices`` on dims ``dims`` (sorted, distinct)."""
+def index_dims(x, indices, dims, nonnegative=False):
+    """``x`` indexed by integer tensors ``indices`` on dims ``dims`` (sorted, distinct);
+    ``nonnegative``: a negative index is out of range (an embedding's lookup)."""
+    if nonnegative:
+        return apply(INDEX, x, *indices, dims=tuple(dims), nonnegative=True)
     return apply(INDEX, x, *indices, dims=tuple(dims))
 
 
