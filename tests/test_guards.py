@@ -196,3 +196,40 @@ def test_fast_path_checks_python_values():
         scale = 4.0
         np.testing.assert_allclose(c(x).numpy(), f(x).numpy(), rtol=1e-6)
     assert bias == [1.0] and math.isfinite(scale)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: dg.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: dg.optim.Adam(ps, lr=0.01),
+    lambda ps: dg.optim.AdamW(ps, lr=0.01, weight_decay=0.1)])
+def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
+    """A schedule changing ``lr`` at every step retraces once, then feeds it to the graph."""
+    rng = np.random.default_rng(0)
+    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(12)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
+        opt = make_opt(model.parameters())
+        sched = dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # (no retrace limit, no graph break)
+            for x in xs:
+                fn(x)
+                sched.step()
+        results.append([p.detach().numpy().copy() for p in model.parameters()])
+        if compiled:
+            assert len(fn.cache) <= 3
+            assert "lr changed again" in fn.explain() and "graph input" in fn.explain()
+            assert fn._fast is not None   # (the fast path feeds it too)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

@@ -31,7 +31,7 @@ from . import check as checking
 from ..passes import PASS_NAMES, run_pipeline
 from .autodiff import build_backward, record_call
 from .fastpath import MISS, fast_path, still_bound
-from .guards import ModuleFacts, describe_guards, explain_miss, signature
+from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
@@ -377,6 +377,10 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
+        # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
+        self._hyper_inputs: dict = {}
+        self._dynamic = frozenset()   # its keys
+        self._hyper_changes: dict = {}   # (optimiser, group, key) -> retraces it caused
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
@@ -390,6 +394,8 @@ class Compiled:
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._hyper_inputs:
+            self._feed_hyper_inputs()
         fast = self._fast
         if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
             try:
@@ -410,8 +416,12 @@ class Compiled:
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
-                        self._slots)
+                        self._slots, self._dynamic)
         entry = self.cache.get(sig)
+        if entry is None and self.cache and not self.strict and self._new_hyper_inputs(sig):
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic)
+            entry = self.cache.get(sig)
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
@@ -496,6 +506,51 @@ class Compiled:
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
 
+    def _new_hyper_inputs(self, sig) -> bool:
+        """Make the learning rates that changed again since the last capture graph inputs
+        (a schedule sets them at every step: retracing at every step would soon reach the
+        limit; one change, a manual decay, retraces and keeps the number baked in, which
+        lets the optimiser use its fused update); whether there were any."""
+        last = next(reversed(self.cache))
+        changed = []
+        for key in changed_hyper(sig[4], last[4]):
+            self._hyper_changes[key] = self._hyper_changes.get(key, 0) + 1
+            if self._hyper_changes[key] >= 2:
+                changed.append(key)
+        for i, j, k in changed:
+            group = self._optimizers[i].param_groups[j]
+            value = group[k]
+            # (in the parameters' dtype: eager's Python float meets them as that dtype)
+            params = [p for p in group["params"] if p.dtype.is_floating_point]
+            dtype = params[0]._data.dtype if params else np.float32
+            self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
+            before = dict(last[4][i][1][j])[k]
+            self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
+                           f"to {value!r}; it is a graph input from now on, so later "
+                           "changes don't retrace")
+        self._dynamic = frozenset(self._hyper_inputs)
+        return bool(changed)
+
+    def _feed_hyper_inputs(self) -> None:
+        """Write the current values of the learning rates that are graph inputs into their
+        tensors (in place: the graph reads those arrays)."""
+        for (i, j, k), t in self._hyper_inputs.items():
+            groups = self._optimizers[i].param_groups
+            value = groups[j].get(k) if j < len(groups) else None
+            if type(value) is float or type(value) is int:   # (else a guard misses)
+                t._data[()] = value
+
+    def _swap_hyper_inputs(self, names: dict) -> list:
+        """While tracing, the learning rates that are graph inputs are their tensors (the
+        optimisers take tensor hyper-parameters); ``(group, key, value)`` to restore."""
+        swapped = []
+        for (i, j, k), t in self._hyper_inputs.items():
+            group = self._optimizers[i].param_groups[j]
+            swapped.append((group, k, group[k], t))
+            group[k] = t
+            names[id(t)] = f"optimizer{i}.param_groups[{j}][{k!r}]"
+        return swapped
+
     def _python_writes(self, sig, module_before: dict) -> tuple[list, tuple]:
         """After a trace: ``(slot, value)`` for each Python value it changed (written again
         after every call of the graph), and ``sig`` with the slots it created (an
@@ -530,6 +585,7 @@ class Compiled:
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         start = time.perf_counter()
+        swapped = self._swap_hyper_inputs(tracer.names)
         try:
             with tracer:
                 index = 0
@@ -549,6 +605,10 @@ class Compiled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:
             return self._graph_break(e), sig
+        finally:
+            for group, k, value, t in swapped:
+                if group[k] is t:
+                    group[k] = value
         times = {"trace": traced - start}
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced

@@ -107,7 +107,9 @@ def fast_path(compiled, entry, sig):
                   "    return MISS"]
     lines += ["if facts.get() != module_facts:", "    return MISS"]
     if optimizer_state:
-        lines += ["if optimizer_facts(optimizers) != optimizer_state:", "    return MISS"]
+        names["dynamic"] = frozenset(compiled._hyper_inputs)
+        lines += ["if optimizer_facts(optimizers, dynamic) != optimizer_state:",
+                  "    return MISS"]
     if values:   # (the Python values the function reads: globals, closures, dicts)
         names.update(read=read, slots=compiled._slots, values=values)
         lines += ["if read(slots) != values:", "    return MISS"]

@@ -12,6 +12,9 @@ from ..autograd.tape import grad_mode
 from ..tensor import Tensor
 from .pyvalues import ABSENT, Slot, fact, is_scalar, read
 
+# hyper-parameters made graph inputs once they change (schedulers set them at every step;
+# dualgraph's optimisers take them as tensors)
+DYNAMIC_HYPER = ("lr",)
 BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
              "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
@@ -69,20 +72,41 @@ class ModuleFacts:
                 for k, v in vars(m).items() if k != "training" and is_scalar(v)]
 
 
-def optimizer_facts(optimizers) -> tuple:
+def optimizer_facts(optimizers, dynamic=frozenset()) -> tuple:
     """Per optimiser the function uses: whether its state exists yet (the first step
-    creates it, a Python branch) and its Python-number hyper-parameters (baked in)."""
+    creates it, a Python branch) and its Python-number hyper-parameters (baked in), but
+    for those in ``dynamic`` (``(optimiser, group, key)``: graph inputs, see
+    ``Compiled._hyper_inputs``) only that they are still numbers."""
     out = []
-    for opt in optimizers:
-        hyper = tuple(tuple((k, v) for k, v in sorted(group.items())
+    for i, opt in enumerate(optimizers):
+        hyper = tuple(tuple((k, _input_fact(v) if dynamic and (i, j, k) in dynamic else v)
+                            for k, v in sorted(group.items())
                             if k != "params" and isinstance(v, (bool, int, float, tuple)))
-                      for group in opt.param_groups)
+                      for j, group in enumerate(opt.param_groups))
         out.append((len(opt.state), hyper))
     return tuple(out)
 
 
+def _input_fact(v):
+    return ("graph input", type(v))
+
+
+def changed_hyper(new: tuple, old: tuple) -> list:
+    """``(optimiser, group, key)`` of the learning rates (floats) that differ between the
+    optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule changing
+    them at every step does not retrace at every step."""
+    out = []
+    for i, (a, b) in enumerate(zip(new, old)):
+        for j, (ga, gb) in enumerate(zip(a[1], b[1])):
+            for (k, va), (kb, vb) in zip(ga, gb):
+                if (k == kb and k in DYNAMIC_HYPER and type(va) is float
+                        and type(vb) is float and va != vb):
+                    out.append((i, j, k))
+    return out
+
+
 def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=(),
-              slots=()) -> tuple:
+              slots=(), dynamic=frozenset()) -> tuple:
     """The guarded facts of one call, from its flattened arguments; ``slots``: the Python
     values the function reads (capture/pyvalues.py)."""
     if leaf_dynamic:
@@ -90,7 +114,8 @@ def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
     return (spec, facts, grad_mode.enabled, module_facts,
-            optimizer_facts(optimizers) if optimizers else (), read(slots) if slots else ())
+            optimizer_facts(optimizers, dynamic) if optimizers else (),
+            read(slots) if slots else ())
 
 
 def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
