@@ -79,10 +79,15 @@ def optimizer_facts(optimizers, dynamic=frozenset()) -> tuple:
     ``Compiled._hyper_inputs``) only that they are still numbers."""
     out = []
     for i, opt in enumerate(optimizers):
-        hyper = tuple(tuple((k, _input_fact(v) if dynamic and (i, j, k) in dynamic else v)
-                            for k, v in sorted(group.items())
-                            if k != "params" and isinstance(v, (bool, int, float, tuple)))
-                      for j, group in enumerate(opt.param_groups))
+        if dynamic:
+            hyper = tuple(tuple((k, _input_fact(v) if (i, j, k) in dynamic else v)
+                                for k, v in sorted(group.items())
+                                if k != "params" and isinstance(v, (bool, int, float, tuple)))
+                          for j, group in enumerate(opt.param_groups))
+        else:   # (the usual case, every call of a training step: kept lean)
+            hyper = tuple(tuple((k, v) for k, v in sorted(group.items())
+                                if k != "params" and isinstance(v, (bool, int, float, tuple)))
+                          for group in opt.param_groups)
         out.append((len(opt.state), hyper))
     return tuple(out)
 
