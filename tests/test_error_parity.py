@@ -64,11 +64,11 @@ PAIRS = [(case, m) for case in CASES if not REGISTRY[case.op].compiler_only
 
 
 # Known differences, left to fix (strict: a fix makes the pair pass and fails this list):
-# eager ``x[i] = v`` and ``one_hot`` check their indices in Python before any op, with
-# unlocated builtin errors, where the graph's index_put/index kernel raises an OpIndexError;
+# eager ``x[i] = v`` checks its indices in Python before any op, with an unlocated
+# IndexError, where the graph's index_put kernel raises an OpIndexError;
 # cross_entropy's uint8 targets of -100 overflow in NumPy eagerly; a 0-d bool/int input
 # to unsqueeze fails with unrelated AttributeErrors in both modes, differently worded.
-KNOWN = {"where-setitem-mask-extra-dim2", "index-one_hot-too-low0",
+KNOWN = {"where-setitem-mask-extra-dim2",
          "index_put-setitem-rows-empty-dim0", "index_put-setitem-int-empty-dim0",
          "index_put-setitem-int-too-high2", "index_put-setitem-int-too-low2",
          "cross_entropy-uint8-too-low1", "reshape-unsqueeze-0d-bool0",
@@ -115,3 +115,38 @@ def test_eager_and_compiled_fail_alike(case, mutation):
                 np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-5, equal_nan=True)
         else:
             assert c == e
+
+
+def _raised(call):
+    with pytest.raises(Exception) as info:
+        call()
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("fn,arg", [
+    (lambda x: dg.nn.functional.embedding(x, dg.ones(5, 3)), [-1, 2]),   # the last row, once
+    (lambda x: dg.nn.functional.embedding(x, dg.ones(5, 3)), [5, 2]),
+    (lambda x: dg.nn.functional.one_hot(x, 5), [-1, 2]),
+    (lambda x: x.amax(), np.zeros(0, np.float32)),
+    (lambda x: x @ dg.ones(4, 5), np.ones((2, 3), np.float32)),
+])
+def test_issue_cases_raise_alike(fn, arg):
+    x = dg.tensor(arg)
+    eager = _raised(lambda: fn(x))
+    assert _raised(lambda: dg.compile(fn)(x)) == eager
+    assert issubclass(eager[0], dg.OpError) and __file__ in eager[1]
+
+
+def test_issue_cases_that_work_compiled():
+    f = dg.compile(lambda x: (x * 2).sum(-1))   # dim -1 of a 0-d tensor, as torch takes it
+    assert f(dg.tensor(2.0)).item() == 4.0
+    lin = dg.nn.Linear(3, 2)
+    c = dg.compile(lin)
+    for value in (1.0, 2.0):   # a NumPy argument is a graph input, not a constant
+        a = np.full((2, 3), value, np.float32)
+        np.testing.assert_allclose(c(a).detach().numpy(), lin(a).detach().numpy(), rtol=1e-6)
+    w = np.ones(3, np.float32)
+    g = dg.compile(lambda x: x * w)
+    g(dg.ones(3))
+    w[:] = 2   # changed in place: read at every call, as eager reads it
+    assert g(dg.ones(3)).tolist() == [2.0, 2.0, 2.0]

@@ -47,10 +47,10 @@ def _check_bounds(shape, indices, dims, nonnegative=False):
         n = shape[d]
         bad = ((i < 0) if nonnegative else (i < -n)) | (i >= n)
         if bad.any():
-            if nonnegative:   # (only an embedding's lookup asks for it)
-                raise IndexError(f"index {i[bad].flat[0]} is out of range for {n} embeddings"
-                                 f" (rows of a table of shape {tuple(shape)}); indices must "
-                                 f"be in [0, {n})")
+            if nonnegative:   # (an embedding's or one_hot's lookup of rows)
+                raise IndexError(f"index {i[bad].flat[0]} is out of range for {n} rows (of "
+                                 f"a table of shape {tuple(shape)}); indices must be in "
+                                 f"[0, {n})")
             raise IndexError(f"index {i[bad].flat[0]} is out of range for dim {d} with size "
                              f"{n} (tensor shape {tuple(shape)})")
 
@@ -705,10 +705,7 @@ def one_hot(tensor, num_classes=-1):
         data = tensor._concrete("one_hot(num_classes=-1)")
         num_classes = int(data.max()) + 1 if data.size else 0
     eye = creation.constant(np.eye(num_classes, dtype=_INT64))
-    if type(tensor._data) is np.ndarray and tensor._data.size and tensor._data.min() < 0:
-        raise ValueError(f"one_hot: class values must be non-negative, got "
-                         f"{tensor._data.min()}")
-    return index_dims(eye, [tensor], (0,))
+    return index_dims(eye, [tensor], (0,), nonnegative=True)   # (a class of -1: an error)
 
 
 # -- sorting --------------------------------------------------------------------------------------
