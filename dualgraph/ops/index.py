@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
-from ..dispatch import apply
+from .._helpers import user_location
+from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, shape as shape_ops
@@ -369,7 +370,13 @@ class _Key:
         view = data[shape_ops.slice_key(self.basic)].reshape(self.view_shape)
         if self.arrays:
             indices = [a._data for a in self.arrays]
-            _check_bounds(view.shape, indices, self.dims)
+            try:
+                _check_bounds(view.shape, indices, self.dims)
+            except IndexError as e:   # (worded as the index_put node of a graph fails)
+                v = np.broadcast_to(value, tuple(self.result_shape()))
+                raise op_error(INDEX_PUT, [view, v, *indices],
+                               {"dims": tuple(self.dims), "accumulate": False}, e,
+                               user_location()) from None
             view[_np_key(view.ndim, indices, self.dims)] = value
         else:
             view[...] = value
