@@ -145,7 +145,8 @@ def find_slots(fn, optimizers) -> list[Slot]:
         if is_scalar(v):
             add(slot)
         elif isinstance(v, types.FunctionType):
-            function(v, depth + 1)
+            if not (v.__module__ or "").startswith("dualgraph."):   # (the library's own)
+                function(v, depth + 1)
         elif is_module(v):
             modules.append(v)
         elif is_optimizer(v):
