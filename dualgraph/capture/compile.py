@@ -632,7 +632,8 @@ class Compiled:
                 fix = "none needed: nothing was optimised or compiled again"
         else:
             reason, fix, kind = "first call", "", "capture"
-        self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names, self._slots),
+        guards = describe_guards(sig, names, self._slots)
+        self.records.append(Record(kind, reason, fix, guards=guards,
                                    nodes=len(capture.graph.nodes), times=times,
                                    entry=None if reused else entry))
         self.cache[sig] = entry
