@@ -233,3 +233,31 @@ def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
             assert fn._fast is not None   # (the fast path feeds it too)
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+class Config:
+    def __init__(self):
+        self.scale = 2.0
+
+
+class Configured(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+        self.extra = {"shift": 1.0}
+
+    def forward(self, x):
+        return x * self.config.scale + self.extra["shift"]
+
+
+def test_config_objects_and_dicts_a_module_holds_are_guarded():
+    m = Configured()
+    c = dg.compile(m)
+    x = dg.ones(3)
+    assert c(x).tolist() == [3.0] * 3
+    m.config.scale = 4.0            # in place: no module attribute assigned
+    assert c(x).tolist() == m(x).tolist() == [5.0] * 3
+    m.extra["shift"] = -1.0
+    assert c(x).tolist() == m(x).tolist() == [3.0] * 3
+    assert "self.config.scale changed from 2.0 to 4.0" in c.explain()
+    assert "self.extra['shift'] changed from 1.0 to -1.0" in c.explain()

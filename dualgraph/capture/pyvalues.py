@@ -13,7 +13,10 @@ Where slots are looked for (as TorchDynamo guards the attributes it reads):
   closure cells, holding a scalar, a dict of scalars or a plain object's scalar attributes;
   the same for the plain functions it names and the ``forward`` of its user-defined modules;
 - the public scalar attributes of its optimisers and the scalar items of their per-parameter
-  ``state`` dicts.
+  ``state`` dicts;
+- the scalar items of dicts and the public scalar attributes of plain objects (a config)
+  that its modules hold (``self.cfg["p"]``, ``self.config.dropout``): changed in place,
+  they would not show in the module facts.
 
 Module attributes (``self.scale``) are guarded with the module facts (capture/guards.py),
 which are recomputed only when some module attribute changed.
@@ -148,7 +151,7 @@ def find_slots(fn, optimizers) -> list[Slot]:
             if not (v.__module__ or "").startswith("dualgraph."):   # (the library's own)
                 function(v, depth + 1)
         elif is_module(v):
-            modules.append(v)
+            modules.append((name, v))
         elif is_optimizer(v):
             optimizer(v, name)
         elif not isinstance(v, (type, types.ModuleType, Tensor)):
@@ -161,26 +164,21 @@ def find_slots(fn, optimizers) -> list[Slot]:
                 if is_scalar(v):
                     add(Slot("state", (opt, param), k, f"{name}.state[{pos}][{k!r}]"))
 
-    modules = [fn] if is_module(fn) else []
+    modules = [("self", fn)] if is_module(fn) else []
     function(getattr(fn, "forward", fn), 0)
     for i, opt in enumerate(optimizers):
         optimizer(opt, f"optimizer{i}")
-    for m in _user_modules(modules):
-        function(getattr(m.forward, "__func__", m.forward), 1)
+    classes = set()
+    for prefix, root in modules:
+        for path, m in root.named_modules(prefix=prefix):
+            for k, v in list(vars(m).items()):   # (dicts and config objects it holds)
+                if not k.startswith("_") and (isinstance(v, dict) or _plain_object(v)):
+                    container(v, f"{path}.{k}", Slot("attr", m, k, ""), 0)
+            cls = type(m)   # (dualgraph's layers read only their own attributes)
+            if cls not in classes and not cls.__module__.startswith("dualgraph."):
+                classes.add(cls)
+                function(getattr(m.forward, "__func__", m.forward), 1)
     return list(found.values())
-
-
-def _user_modules(roots) -> list:
-    """The modules under ``roots`` whose class is not dualgraph's own (their ``forward`` may
-    read globals; dualgraph's layers read only their own attributes)."""
-    out, seen = [], set()
-    for root in roots:
-        for m in root.modules():
-            cls = type(m)
-            if cls not in seen and not cls.__module__.startswith("dualgraph."):
-                seen.add(cls)
-                out.append(m)
-    return out
 
 
 def _plain_object(obj) -> bool:
