@@ -403,7 +403,10 @@ class Compiled:
             except OpError:
                 raise
             except Exception as e:   # (a kernel failed: raise what eager raises)
-                raise eager_error(self._last, args, kwargs, e) from e
+                located = eager_error(self._last, args, kwargs, e)
+                if located is e:
+                    raise
+                raise located from e
             if out is not MISS:
                 return out
         if self.eager_only or modes.tracer is not None:
@@ -447,7 +450,10 @@ class Compiled:
         except OpError:
             raise
         except Exception as e:
-            raise eager_error(entry, args, kwargs, e) from e
+            located = eager_error(entry, args, kwargs, e)
+            if located is e:
+                raise
+            raise located from e
         fast = self._fast_paths.get(sig, MISS)
         if fast is MISS or (fast is not None and not still_bound(fast)):
             # (made after a run: the arrays it binds passed the executable's type check)
