@@ -261,3 +261,13 @@ def test_config_objects_and_dicts_a_module_holds_are_guarded():
     assert c(x).tolist() == m(x).tolist() == [3.0] * 3
     assert "self.config.scale changed from 2.0 to 4.0" in c.explain()
     assert "self.extra['shift'] changed from 1.0 to -1.0" in c.explain()
+
+
+def test_a_config_object_argument_is_guarded_by_its_values():
+    cfg = Config()
+    c = dg.compile(lambda x, cfg: x * cfg.scale)
+    x = dg.ones(2)
+    assert c(x, cfg).tolist() == [2.0, 2.0]
+    cfg.scale = 3.0   # the same object, another value
+    assert c(x, cfg).tolist() == [3.0, 3.0]
+    assert "cfg.scale changed from 2.0 to 3.0" in c.explain()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..autograd.tape import grad_mode
 from ..tensor import Tensor
-from .pyvalues import ABSENT, Slot, fact, is_scalar, read
+from .pyvalues import ABSENT, Slot, fact, is_scalar, object_scalars, read
 
 # hyper-parameters made graph inputs once they change (schedulers set them at every step;
 # dualgraph's optimisers take them as tensors)
@@ -29,7 +29,8 @@ def arg_facts(leaf, dynamic_dims: dict | None):
         return ("tensor", shape, leaf._data.dtype, bool(leaf.requires_grad))
     if leaf is None or isinstance(leaf, (bool, int, float, str)):
         return ("python", type(leaf).__name__, leaf)
-    return ("object", type(leaf).__name__, id(leaf))
+    # (a plain object's public scalar attributes too: ``fn(x, cfg)`` reads ``cfg.scale``)
+    return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
 def module_facts(roots) -> tuple:
@@ -134,7 +135,8 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
         elif fact[0] == "python":
             lines.append(f"{name} == {fact[2]!r} (a Python {fact[1]}, baked into the graph)")
         else:
-            lines.append(f"{name} is the same {fact[1]} object")
+            lines.append(f"{name} is the same {fact[1]} object, its public Python scalar "
+                         "attributes unchanged")
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
     if mod:
         lines.append("module training flags, parameter identities and the "
@@ -188,6 +190,14 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
             return (f"{name} changed from {b[2]!r} to {a[2]!r} (Python values are baked in)",
                     f"pass {name} as a tensor (dg.tensor(value)) so the graph takes it as an "
                     "input")
+        if a[0] == b[0] == "object" and a[1:3] == b[1:3]:
+            before = dict(b[3])
+            for k, v in a[3]:
+                if before.get(k) != v:
+                    old = _show(before[k][1]) if k in before else "absent"
+                    return (f"{name}.{k} changed from {old} to {_show(v[1])} (Python values "
+                            "are baked in)", BAKED_FIX)
+            return (f"{name}: an attribute was removed", BAKED_FIX)
         return (f"{name} changed from a {b[1]} to a {a[1]}", "pass arguments of one kind")
     if new[2] != old[2]:
         return ("grad mode changed", "expected: one graph with and one without grad")

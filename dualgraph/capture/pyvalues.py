@@ -211,6 +211,16 @@ def _contents(cell):
         return ABSENT
 
 
+def object_scalars(obj) -> tuple:
+    """``((name, fact), ...)`` of a plain object's public scalar attributes (none for other
+    objects): an argument that is a config object is guarded by them, not only by its
+    identity."""
+    if not _plain_object(obj):
+        return ()
+    return tuple(sorted((k, fact(v)) for k, v in vars(obj).items()
+                        if not k.startswith("_") and is_scalar(v)))
+
+
 def read(slots) -> tuple:
     """The guarded facts of ``slots`` now."""
     return tuple([fact(s.get()) for s in slots])
