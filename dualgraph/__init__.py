@@ -28,6 +28,9 @@ from . import jit, onnx, static  # noqa: F401,E402
 from .io import load, save  # noqa: F401,E402
 from .capture import compile  # noqa: F401,E402
 from .shapes import ShapeError  # noqa: F401
+from .dispatch import (OpError, OpIndexError, OpShapeError, OpTypeError,  # noqa: F401
+                       OpValueError)
+from .errors import CaptureError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
 

@@ -47,7 +47,39 @@ _new_tensor = object.__new__
 
 
 class OpError(RuntimeError):
-    """An op failed on its inputs; the message names the op, the shapes and the user line."""
+    """An op failed on its inputs; the message names the op, the user's line and the shapes.
+
+    Raised the same way eagerly and from compiled code (docs/errors.md): its subclasses
+    are also the builtin class the failure is (``except IndexError`` catches an
+    out-of-range index, as in eager NumPy or PyTorch code), and a compiled call's message
+    is the one eager gives for the same inputs.
+    """
+
+
+class OpShapeError(OpError, ShapeError):
+    """Shapes that don't fit the op (a ``ShapeError``, so also a ``ValueError``)."""
+
+
+class OpIndexError(OpError, IndexError):
+    """An index or dim out of range."""
+
+
+class OpTypeError(OpError, TypeError):
+    """A dtype or argument type the op does not take."""
+
+
+class OpValueError(OpError, ValueError):
+    """A value the op can't use (a zero-size ``max``, a bad attribute)."""
+
+
+def error_class(err: Exception) -> type:
+    """The ``OpError`` subclass for a failure ``err`` (IndexError first: NumPy's AxisError is
+    also a ValueError)."""
+    for kind, cls in ((ShapeError, OpShapeError), (IndexError, OpIndexError),
+                      (TypeError, OpTypeError), (ValueError, OpValueError)):
+        if isinstance(err, kind):
+            return cls
+    return OpError
 
 
 def apply(op, *args, **attrs):
@@ -61,10 +93,10 @@ def apply(op, *args, **attrs):
             arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         try:
             raw = op.kernel(*arrays, **attrs)
-        except (ShapeError, OpError, IndexError, TypeError, KeyError):
+        except (OpError, KeyError):
             raise
         except Exception as e:
-            raise _op_error(op, arrays, attrs, e) from e
+            raise op_error(op, arrays, attrs, e, user_location()) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
             raw = np.asarray(raw) if op.num_outputs == 1 else tuple(np.asarray(r) for r in raw)
         if grad_mode.anomaly and not grad_mode.in_backward:
@@ -144,18 +176,22 @@ def _freeze(args):
     return tuple(out)
 
 
-def _op_error(op, arrays, attrs, err) -> OpError:
+def op_error(op, arrays, attrs, err, location: str) -> OpError:
+    """The error of ``op`` failing with ``err`` on ``arrays`` (or, while tracing, Values) at
+    the user's ``location``: the same class and message eagerly, while tracing and when
+    compiled code fails (capture/compile.py locates the node and calls this)."""
     shapes = ", ".join(
         str(tuple(a.shape)) if hasattr(a, "shape") else repr(a) for a in arrays)
-    detail = str(err)
-    try:  # the shape rule usually explains the failure better than NumPy does
+    try:  # the shape and type rule explains a failure better than NumPy does
         op.infer(*arrays, **attrs)
-    except ShapeError as shape_err:
-        detail = str(shape_err)
+    except (ShapeError, TypeError, IndexError, ValueError) as rule_err:
+        err = rule_err
     except Exception:
         pass
-    return OpError(f"{op.name} failed at {user_location()} on inputs of shape {shapes}: "
-                   f"{detail}")
+    if isinstance(err, OpError):
+        return err
+    return error_class(err)(f"{op.name} failed at {location} on inputs of shape {shapes}: "
+                            f"{err}")
 
 
 def _check_forward_nan(op, arrays, raw):

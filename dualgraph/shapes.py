@@ -127,7 +127,9 @@ def normalize_dims(dims, ndim: int) -> tuple:
     if isinstance(dims, int):
         dims = (dims,)
     out = sorted({normalize_dim(d, ndim) for d in dims})
-    return tuple(out)
+    # a 0-d tensor's dim 0 (or -1) is the tensor itself, as torch takes it: nothing to
+    # reduce over (the array has no axis 0)
+    return tuple(out) if ndim else ()
 
 
 def numel(shape) -> int:

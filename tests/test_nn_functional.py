@@ -416,7 +416,7 @@ def test_embedding_max_norm_renormalises_used_rows():
 
 def test_embedding_errors():
     w = dg.randn(5, 2)
-    with pytest.raises(IndexError, match="index 5 is out of range for 5 embeddings"):
+    with pytest.raises(IndexError, match="index 5 is out of range for 5 rows"):
         F.embedding(dg.tensor([1, 5]), w)
     with pytest.raises(TypeError, match="indices must be an integer tensor"):
         F.embedding(dg.tensor([1.0]), w)

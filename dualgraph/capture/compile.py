@@ -20,7 +20,9 @@ import numpy as np
 
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
-from ..dispatch import modes
+from ..dispatch import OpError, modes, op_error
+from ..graph.interpret import interpret
+from ..graph.ir import Value
 from ..errors import CaptureError
 from ..kernels import native
 from ..shapes import ShapeError, Sym
@@ -30,7 +32,8 @@ from ..passes import run_pipeline
 from .autodiff import build_backward, record_call
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
-from .guards import ModuleFacts, describe_guards, explain_miss, signature
+from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
+from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
@@ -109,7 +112,7 @@ class Entry:
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
-                      and not capture.grads_cleared
+                      and not capture.grads_cleared and not capture.py_writes
                       and all(k == "value" for k in capture.out_leaves))
         self.backward_executable = None
         if backward is not None:
@@ -157,10 +160,15 @@ class Entry:
         cleared; else a copy with that capture's (Adam's first and second steps)."""
         absent, replaced = fresh_gradients(capture)
         if ([id(t) for t in absent] == [id(t) for t in self.grads_absent]
-                and [id(t) for t in replaced] == [id(t) for t in self.grads_replaced]):
+                and [id(t) for t in replaced] == [id(t) for t in self.grads_replaced]
+                and capture.py_writes == self.capture.py_writes):
             return self
         entry = copy.copy(self)
         entry.grads_absent, entry.grads_replaced = absent, replaced
+        if capture.py_writes != self.capture.py_writes:   # (its own Python writes)
+            entry.capture = copy.copy(self.capture)
+            entry.capture.py_writes = capture.py_writes
+            entry.plain = self.plain and not capture.py_writes
         return entry
 
     def release_replaced_grads(self) -> None:
@@ -234,11 +242,45 @@ class Entry:
             taken.add(id(new))
         for t in cap.grads_cleared:
             t.grad = None
+        for slot, value in cap.py_writes:   # (the Python the graph stands for wrote them)
+            slot.set(value)
         return unflatten(cap.out_spec, leaves)
 
 
 class _StaleGuard(Exception):
     pass
+
+
+def eager_error(entry, args, kwargs, err: Exception) -> Exception:
+    """What eager raises where ``entry``'s compiled code failed with ``err`` (an index out
+    of range, a zero-size ``max``): the captured graph runs again node by node with the
+    reference interpreter, and the node that fails gives the op, the user's line and the
+    input shapes, as ``dispatch`` words an eager failure. ``err`` itself when no node fails
+    (the error was not an op's)."""
+    leaves, _ = flatten((args, kwargs))
+    graph = entry.capture.graph
+    try:
+        arrays = entry.inputs([x for x in leaves if isinstance(x, Tensor)])
+    except Exception:
+        return err
+    env = dict(graph.constants)
+    env.update(zip(graph.inputs, arrays))
+    done = []
+
+    def keep(node, outs):
+        env.update(zip(node.outputs, outs))
+        done.append(node)
+
+    try:
+        interpret(graph, *arrays, on_node=keep)
+    except Exception as e:
+        if len(done) >= len(graph.nodes) or not any(
+                "while interpreting node" in n for n in getattr(e, "__notes__", ())):
+            return err
+        node = graph.nodes[len(done)]
+        inputs = [env[x] if isinstance(x, Value) else x for x in node.inputs]
+        return op_error(node.op, inputs, node.attrs, e, node.location)
+    return err
 
 
 def fresh_gradients(capture) -> tuple[list, list]:
@@ -310,6 +352,11 @@ class Compiled:
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
+        self._slots: list = []   # the Python values the function reads (pyvalues.py)
+        # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
+        self._hyper_inputs: dict = {}
+        self._dynamic = frozenset()   # its keys
+        self._hyper_changes: dict = {}   # (optimiser, group, key) -> retraces it caused
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
@@ -323,29 +370,46 @@ class Compiled:
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._hyper_inputs:
+            self._feed_hyper_inputs()
         fast = self._fast
         if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
-            out = fast(args, kwargs)
+            try:
+                out = fast(args, kwargs)
+            except OpError:
+                raise
+            except Exception as e:   # (a kernel failed: raise what eager raises)
+                located = eager_error(self._last, args, kwargs, e)
+                if located is e:
+                    raise
+                raise located from e
             if out is not MISS:
                 return out
         if self.eager_only or modes.tracer is not None:
             # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
+        if kwargs or any(type(a) is not Tensor for a in args):
+            args, kwargs = _arrays_as_tensors(args, kwargs)
         if self._optimizers is None:
-            self._optimizers = [o for o in scope_of(self.fn).values() if is_optimizer(o)]
+            self._find_scope()
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
-        sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers)
+        sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
+                        self._slots, self._dynamic)
         entry = self.cache.get(sig)
+        if entry is None and self.cache and not self.strict and self._new_hyper_inputs(sig):
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic)
+            entry = self.cache.get(sig)
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
-                                           self.leaf_names(args, kwargs))
+                                           self.leaf_names(args, kwargs), self._slots)
                 raise TypeError(f"this traced function was traced for other inputs: {reason}."
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
-            entry = self._capture(args, kwargs, sig, leaf_dynamic)
+            entry, sig = self._capture(args, kwargs, sig, leaf_dynamic)
             if entry is None:
                 return self.fn(*args, **kwargs)
             if self.check:
@@ -359,6 +423,13 @@ class Compiled:
             self._fast_paths.pop(sig, None)
             self._stale = str(stale)    # (the reason the next capture's record gives)
             return self(*args, **kwargs)
+        except OpError:
+            raise
+        except Exception as e:
+            located = eager_error(entry, args, kwargs, e)
+            if located is e:
+                raise
+            raise located from e
         fast = self._fast_paths.get(sig, MISS)
         if fast is MISS or (fast is not None and not still_bound(fast)):
             # (made after a run: the arrays it binds passed the executable's type check)
@@ -401,20 +472,102 @@ class Compiled:
         if not self._warned_limit:
             self._warned_limit = True
             reason, fix = explain_miss(sig, next(reversed(self.cache)),
-                                       self.leaf_names(args, kwargs))
+                                       self.leaf_names(args, kwargs), self._slots)
             warnings.warn(f"dg.compile: {self.retrace_limit} graphs captured for "
                           f"{_name(self.fn)}; running new signatures eagerly. Last retrace: "
                           f"{reason}. Fix: {fix}.", stacklevel=3)
             self.records.append(Record("limit", reason, fix))
         return self.fn(*args, **kwargs)
 
+    def _find_scope(self) -> None:
+        """At the first call: the optimisers and modules the function names, and the Python
+        values it can read (guarded from then on)."""
+        scope = scope_of(self.fn)
+        self._optimizers = [o for o in scope.values() if is_optimizer(o)]
+        self._module_facts.roots += [(name, m) for name, m in scope.items()
+                                     if is_module(m) and m is not self.module]
+        self._slots = find_slots(self.fn, self._optimizers)
+
+    def _new_hyper_inputs(self, sig) -> bool:
+        """Make the learning rates that changed again since the last capture graph inputs
+        (a schedule sets them at every step: retracing at every step would soon reach the
+        limit; one change, a manual decay, retraces and keeps the number baked in, which
+        lets the optimiser use its fused update); whether there were any."""
+        last = next(reversed(self.cache))
+        changed = []
+        for key in changed_hyper(sig[4], last[4]):
+            self._hyper_changes[key] = self._hyper_changes.get(key, 0) + 1
+            if self._hyper_changes[key] >= 2:
+                changed.append(key)
+        for i, j, k in changed:
+            group = self._optimizers[i].param_groups[j]
+            value = group[k]
+            # (in the parameters' dtype: eager's Python float meets them as that dtype)
+            params = [p for p in group["params"] if p.dtype.is_floating_point]
+            dtype = params[0]._data.dtype if params else np.float32
+            self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
+            before = dict(last[4][i][1][j])[k]
+            self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
+                           f"to {value!r}; it is a graph input from now on, so later "
+                           "changes don't retrace")
+        self._dynamic = frozenset(self._hyper_inputs)
+        return bool(changed)
+
+    def _feed_hyper_inputs(self) -> None:
+        """Write the current values of the learning rates that are graph inputs into their
+        tensors (in place: the graph reads those arrays)."""
+        for (i, j, k), t in self._hyper_inputs.items():
+            groups = self._optimizers[i].param_groups
+            value = groups[j].get(k) if j < len(groups) else None
+            if type(value) is float or type(value) is int:   # (else a guard misses)
+                t._data[()] = value
+
+    def _swap_hyper_inputs(self, names: dict) -> list:
+        """While tracing, the learning rates that are graph inputs are their tensors (the
+        optimisers take tensor hyper-parameters); ``(group, key, value)`` to restore."""
+        swapped = []
+        for (i, j, k), t in self._hyper_inputs.items():
+            group = self._optimizers[i].param_groups[j]
+            swapped.append((group, k, group[k], t))
+            group[k] = t
+            names[id(t)] = f"optimizer{i}.param_groups[{j}][{k!r}]"
+        return swapped
+
+    def _python_writes(self, sig, module_before: dict) -> tuple[list, tuple]:
+        """After a trace: ``(slot, value)`` for each Python value it changed (written again
+        after every call of the graph), and ``sig`` with the slots it created (an
+        optimiser's first ``state["step"]``) guarded as absent, as they were before it.
+        Earlier signatures get them as absent too, as they were when those traced."""
+        known = {s.identity() for s in self._slots}
+        new = [s for s in find_slots(self.fn, self._optimizers) if s.identity() not in known]
+        before = sig[5] + tuple(fact(ABSENT) for _ in new)
+        slots = self._slots + new
+        written = [(s, s.get()) for s, b in zip(slots, before) if fact(s.get()) != b]
+        for s in self._module_facts.scalar_slots():
+            old = module_before.get(s.identity(), fact(ABSENT))
+            if fact(s.get()) != old:
+                written.append((s, s.get()))
+        if new:
+            self._slots = slots
+            pad = tuple(fact(ABSENT) for _ in new)
+            extend = lambda key: key[:5] + (key[5] + pad,)
+            self.cache = {extend(k): e for k, e in self.cache.items()}
+            self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
+            sig = extend(sig)
+        return written, sig
+
     # -- capturing -------------------------------------------------------------------------
-    def _capture(self, args, kwargs, sig, leaf_dynamic) -> Entry | None:
+    def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
+        """``(entry, sig)``: the entry for a new trace (None at a graph break) and the
+        signature it is cached under (it may guard Python values the trace created)."""
         names = self.leaf_names(args, kwargs)
+        module_before = {s.identity(): fact(s.get())
+                         for s in self._module_facts.scalar_slots()}
         tracer = Tracer(names=readable_names(self.fn))
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         start = time.perf_counter()
+        swapped = self._swap_hyper_inputs(tracer.names)
         try:
             with tracer:
                 index = 0
@@ -433,12 +586,17 @@ class Compiled:
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:
-            return self._graph_break(e)
+            return self._graph_break(e), sig
+        finally:
+            for group, k, value, t in swapped:
+                if group[k] is t:
+                    group[k] = value
         times = {"trace": traced - start}
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
         capture.graph.verify()
         capture.had_grad = had_grad
+        capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
         entry = self._same_graph(capture, backward)
         reused = entry is not None
@@ -449,18 +607,19 @@ class Compiled:
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
         elif self.cache:
-            reason, fix = explain_miss(sig, next(reversed(self.cache)), names)
+            reason, fix = explain_miss(sig, next(reversed(self.cache)), names, self._slots)
             kind = "retrace"
             if reused:
                 reason += "; the same graph as before, so its compiled code is reused"
                 fix = "none needed: nothing was optimised or compiled again"
         else:
             reason, fix, kind = "first call", "", "capture"
-        self.records.append(Record(kind, reason, fix, guards=describe_guards(sig, names),
+        guards = describe_guards(sig, names, self._slots)
+        self.records.append(Record(kind, reason, fix, guards=guards,
                                    nodes=len(capture.graph.nodes), times=times,
                                    entry=None if reused else entry))
         self.cache[sig] = entry
-        return entry
+        return entry, sig
 
     def _same_graph(self, capture, backward) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the
@@ -576,6 +735,16 @@ class Compiled:
                              "nodes):")
                 lines += ["  " + line for r in body.reports for line in str(r).splitlines()]
         return "\n".join(lines)
+
+
+def _arrays_as_tensors(args, kwargs) -> tuple:
+    """The arguments with NumPy arrays made tensors (sharing their memory): eager ops take
+    an array as they take a tensor, and as a tensor it is a graph input, guarded by shape
+    and dtype, where an array would be baked into the graph as a constant."""
+    leaves, spec = flatten((args, kwargs))
+    if not any(type(x) is np.ndarray for x in leaves):
+        return args, kwargs
+    return unflatten(spec, [Tensor._make(x) if type(x) is np.ndarray else x for x in leaves])
 
 
 def _names_in(tree, base: str) -> list[str]:

@@ -76,6 +76,7 @@ from ..codegen.python import compile_source
 from ..dispatch import modes
 from ..tensor import Tensor
 from .guards import optimizer_facts
+from .pyvalues import read
 
 MISS = object()   # the fast path does not apply to this call
 
@@ -85,7 +86,7 @@ def fast_path(compiled, entry, sig):
     entry needs the general path (see the module docstring)."""
     if not applies(compiled, entry, sig):
         return None
-    _, facts, grad_enabled, module_facts, optimizer_state = sig
+    _, facts, grad_enabled, module_facts, optimizer_state, values = sig
     exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "grad_mode": grad_mode, "Tensor": Tensor,
              "make": Tensor._make, "graph_fn": exe.program.fn, "finish": entry.finish,
@@ -106,7 +107,12 @@ def fast_path(compiled, entry, sig):
                   "    return MISS"]
     lines += ["if facts.get() != module_facts:", "    return MISS"]
     if optimizer_state:
-        lines += ["if optimizer_facts(optimizers) != optimizer_state:", "    return MISS"]
+        names["dynamic"] = frozenset(compiled._hyper_inputs)
+        lines += ["if optimizer_facts(optimizers, dynamic) != optimizer_state:",
+                  "    return MISS"]
+    if values:   # (the Python values the function reads: globals, closures, dicts)
+        names.update(read=read, slots=compiled._slots, values=values)
+        lines += ["if read(slots) != values:", "    return MISS"]
     operands, captured, donated = [], [], []
     for k, (b, v) in enumerate(zip(capture.bindings, exe.graph.inputs)):
         if b.kind == "arg":
@@ -167,7 +173,7 @@ def applies(compiled, entry, sig) -> bool:
     arrays (inference: no optimiser, nothing donated), or a step whose results ``finish``
     rebuilds without recording anything on the autograd tape or copying an output that
     aliases an input."""
-    spec, facts, _, _, optimizer_state = sig
+    spec, facts, _, _, optimizer_state, _ = sig
     exe, capture = entry.executable, entry.capture
     common = (not (compiled.dynamic or compiled.check)
               and compiled._tensor_specs.get(len(facts)) is spec

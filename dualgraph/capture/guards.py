@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from ..autograd.tape import grad_mode
 from ..tensor import Tensor
+from .pyvalues import ABSENT, Slot, fact, is_scalar, object_scalars, read
+
+# hyper-parameters made graph inputs once they change (schedulers set them at every step;
+# dualgraph's optimisers take them as tensors)
+DYNAMIC_HYPER = ("lr",)
+BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
+             "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
 
 def arg_facts(leaf, dynamic_dims: dict | None):
@@ -22,79 +29,141 @@ def arg_facts(leaf, dynamic_dims: dict | None):
         return ("tensor", shape, leaf._data.dtype, bool(leaf.requires_grad))
     if leaf is None or isinstance(leaf, (bool, int, float, str)):
         return ("python", type(leaf).__name__, leaf)
-    return ("object", type(leaf).__name__, id(leaf))
+    # (a plain object's public scalar attributes too: ``fn(x, cfg)`` reads ``cfg.scale``)
+    return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
-def module_facts(module) -> tuple:
-    """Training flags of every submodule and the identity of every parameter."""
-    if module is None:
-        return ()
-    training = tuple(m.training for m in module.modules())
-    params = tuple(id(p) for p in module.parameters())
-    return (training, params)
+def module_facts(roots) -> tuple:
+    """Training flags of every submodule, the identity of every parameter and the Python
+    scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
+    graph), of each ``(name, module)`` in ``roots``."""
+    training, params, scalars = [], [], []
+    for prefix, root in roots:
+        for path, m in root.named_modules(prefix=prefix):
+            training.append(m.training)
+            scalars += [(path, k, type(v), v) for k, v in vars(m).items()
+                        if k != "training" and is_scalar(v)]
+        params += [id(p) for p in root.parameters()]
+    return (tuple(training), tuple(params), tuple(scalars))
 
 
 class ModuleFacts:
     """``module_facts``, recomputed only when some module changed: modules count their
-    attribute changes (``_structure_version``), so an unchanged model costs one check."""
+    attribute changes (``_structure_version``), so an unchanged model costs one check.
+    ``roots``: the compiled module (``self``) and the modules the function names."""
 
     def __init__(self, module):
-        self.module, self.version, self.facts = module, None, ()
+        self.roots = [("self", module)] if module is not None else []
+        self.version, self.facts = None, ()
 
     def get(self) -> tuple:
-        if self.module is None:
+        if not self.roots:
             return ()
-        counter = getattr(self.module, "_structure_version", None)
+        counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
         if version is None or version != self.version:
-            self.facts = module_facts(self.module)
+            self.facts = module_facts(self.roots)
             self.version = version
         return self.facts
 
+    def scalar_slots(self) -> list:
+        """The modules' scalar attributes as slots (to write back what a trace changed)."""
+        return [Slot("attr", m, k, f"{path}.{k}") for prefix, root in self.roots
+                for path, m in root.named_modules(prefix=prefix)
+                for k, v in vars(m).items() if k != "training" and is_scalar(v)]
 
-def optimizer_facts(optimizers) -> tuple:
+
+def optimizer_facts(optimizers, dynamic=frozenset()) -> tuple:
     """Per optimiser the function uses: whether its state exists yet (the first step
-    creates it, a Python branch) and its Python-number hyper-parameters (baked in)."""
+    creates it, a Python branch) and its Python-number hyper-parameters (baked in), but
+    for those in ``dynamic`` (``(optimiser, group, key)``: graph inputs, see
+    ``Compiled._hyper_inputs``) only that they are still numbers."""
     out = []
-    for opt in optimizers:
-        hyper = tuple(tuple((k, v) for k, v in sorted(group.items())
-                            if k != "params" and isinstance(v, (bool, int, float, tuple)))
-                      for group in opt.param_groups)
+    for i, opt in enumerate(optimizers):
+        if dynamic:
+            hyper = tuple(tuple((k, _input_fact(v) if (i, j, k) in dynamic else v)
+                                for k, v in sorted(group.items())
+                                if k != "params" and isinstance(v, (bool, int, float, tuple)))
+                          for j, group in enumerate(opt.param_groups))
+        else:   # (the usual case, every call of a training step: kept lean)
+            hyper = tuple(tuple((k, v) for k, v in sorted(group.items())
+                                if k != "params" and isinstance(v, (bool, int, float, tuple)))
+                          for group in opt.param_groups)
         out.append((len(opt.state), hyper))
     return tuple(out)
 
 
-def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=()) -> tuple:
-    """The guarded facts of one call, from its flattened arguments."""
+def _input_fact(v):
+    return ("graph input", type(v))
+
+
+def changed_hyper(new: tuple, old: tuple) -> list:
+    """``(optimiser, group, key)`` of the learning rates (floats) that differ between the
+    optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule changing
+    them at every step does not retrace at every step."""
+    out = []
+    for i, (a, b) in enumerate(zip(new, old)):
+        for j, (ga, gb) in enumerate(zip(a[1], b[1])):
+            for (k, va), (kb, vb) in zip(ga, gb):
+                if (k == kb and k in DYNAMIC_HYPER and type(va) is float
+                        and type(vb) is float and va != vb):
+                    out.append((i, j, k))
+    return out
+
+
+def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=(),
+              slots=(), dynamic=frozenset()) -> tuple:
+    """The guarded facts of one call, from its flattened arguments; ``slots``: the Python
+    values the function reads (capture/pyvalues.py)."""
     if leaf_dynamic:
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
     return (spec, facts, grad_mode.enabled, module_facts,
-            optimizer_facts(optimizers) if optimizers else ())
+            optimizer_facts(optimizers, dynamic) if optimizers else (),
+            read(slots) if slots else ())
 
 
-def describe_guards(sig, leaf_names: list) -> list[str]:
+def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     """The guards of a signature, as lines a user can read."""
-    spec, facts, grad_enabled, mod, opts = sig
+    spec, facts, grad_enabled, mod, opts, values = sig
     lines = []
-    for name, fact in zip(leaf_names, facts):
-        if fact[0] == "tensor":
-            lines.append(f"{name}: shape {fact[1]}, dtype {fact[2]}, "
-                         f"requires_grad={fact[3]}")
-        elif fact[0] == "python":
-            lines.append(f"{name} == {fact[2]!r} (a Python {fact[1]}, baked into the graph)")
+    for name, leaf in zip(leaf_names, facts):
+        if leaf[0] == "tensor":
+            lines.append(f"{name}: shape {leaf[1]}, dtype {leaf[2]}, "
+                         f"requires_grad={leaf[3]}")
+        elif leaf[0] == "python":
+            lines.append(f"{name} == {leaf[2]!r} (a Python {leaf[1]}, baked into the graph)")
         else:
-            lines.append(f"{name} is the same {fact[1]} object")
+            lines.append(f"{name} is the same {leaf[1]} object, its public Python scalar "
+                         "attributes unchanged")
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
     if mod:
-        lines.append("module training flags and parameter identities")
+        lines.append("module training flags, parameter identities and the "
+                     f"{len(mod[2])} Python scalar attributes of the modules")
+    for slot, (_, v) in zip(slots, values):
+        lines.append(f"{slot.name} == {_show(v)} (a Python value read, baked into the graph)")
     if opts:
         lines.append("optimiser state created and hyper-parameters (lr, ...) unchanged")
     return lines
 
 
-def explain_miss(new, old, leaf_names: list) -> tuple[str, str]:
+def _show(v) -> str:
+    return "absent" if v is ABSENT else repr(v)
+
+
+def _scalar_change(new: tuple, old: tuple) -> str:
+    """``self.scale changed from 2.0 to 5.0``: the first module attribute that differs."""
+    before = {(path, k): v for path, k, _, v in old}
+    after = {(path, k): v for path, k, _, v in new}
+    for (path, k) in list(after) + [key for key in before if key not in after]:
+        a, b = after.get((path, k), ABSENT), before.get((path, k), ABSENT)
+        if fact(a) != fact(b):
+            return f"{path}.{k} changed from {_show(b)} to {_show(a)}"
+    return "a module attribute changed"
+
+
+def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
     """(which guard failed, the suggested fix) for a call with signature ``new``."""
     if new[0] != old[0] or len(new[1]) != len(old[1]):
         return ("the structure of the arguments changed",
@@ -121,6 +190,14 @@ def explain_miss(new, old, leaf_names: list) -> tuple[str, str]:
             return (f"{name} changed from {b[2]!r} to {a[2]!r} (Python values are baked in)",
                     f"pass {name} as a tensor (dg.tensor(value)) so the graph takes it as an "
                     "input")
+        if a[0] == b[0] == "object" and a[1:3] == b[1:3]:
+            before = dict(b[3])
+            for k, v in a[3]:
+                if before.get(k) != v:
+                    old = _show(before[k][1]) if k in before else "absent"
+                    return (f"{name}.{k} changed from {old} to {_show(v[1])} (Python values "
+                            "are baked in)", BAKED_FIX)
+            return (f"{name}: an attribute was removed", BAKED_FIX)
         return (f"{name} changed from a {b[1]} to a {a[1]}", "pass arguments of one kind")
     if new[2] != old[2]:
         return ("grad mode changed", "expected: one graph with and one without grad")
@@ -128,8 +205,15 @@ def explain_miss(new, old, leaf_names: list) -> tuple[str, str]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",
                     "expected: one graph for training and one for evaluation")
-        return ("the module's parameters were replaced",
-                "update parameters in place (optimisers do) instead of assigning new ones")
+        if new[3][1] != old[3][1]:
+            return ("the module's parameters were replaced",
+                    "update parameters in place (optimisers do) instead of assigning new ones")
+        return (_scalar_change(new[3][2], old[3][2]) + " (Python values are baked in)",
+                BAKED_FIX)
+    for slot, a, b in zip(slots, new[5], old[5]):
+        if a != b:
+            return (f"{slot.name} changed from {_show(b[1])} to {_show(a[1])} (Python values "
+                    "are baked in)", BAKED_FIX)
     for a, b in zip(new[4], old[4]):
         if a[0] != b[0]:
             return ("an optimiser's state was created (its first step)",

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._helpers import format_site, user_site
 from .._pytree import flatten
-from ..dispatch import pop_tracer, push_tracer
+from ..dispatch import op_error, pop_tracer, push_tracer
 from ..errors import CaptureError
 from ..shapes import ShapeError
 from ..graph import Graph
@@ -63,6 +63,8 @@ class Capture:
     # module and of the modules and optimisers the function names (``Compiled`` fills it in)
     had_grad: dict = field(default_factory=dict)
     view: object = None   # the CapturedGraph ``Compiled.graph`` shows (capture/freeze.py)
+    # (slot, value): the Python values the traced call wrote (capture/pyvalues.py)
+    py_writes: list = field(default_factory=list)
 
 
 class Tracer:
@@ -76,18 +78,21 @@ class Tracer:
         self.names = names or {}                     # id(tensor) -> readable input name
         self._mutated: dict[int, Binding] = {}
         self._grad_written: dict[int, Tensor] = {}
+        self._arrays: dict[int, Tensor] = {}        # id(array) -> its tensor (array_tensor)
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
         self.program = None         # the dg.static.Program this tracer builds, if any
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
     def run(self, op, args, attrs):
-        inputs = [self.value_of(a) if isinstance(a, Tensor) else a for a in args]
+        inputs = [self.value_of(a) if isinstance(a, Tensor) else
+                  self.value_of(self.array_tensor(a)) if type(a) is np.ndarray else a
+                  for a in args]
         site = self.backward_site
         location = format_site(user_site()) if site is None else f"{format_site(site)} (vjp)"
         try:
             outs = self.graph.add_node(op, inputs, attrs, location=location)
-        except ShapeError as e:
-            raise ShapeError(f"{location}: {op.name}: {e}") from None
+        except (ShapeError, TypeError, IndexError, ValueError) as e:   # (as eager raises)
+            raise op_error(op, inputs, attrs, e, location) from None
         return outs[0] if op.num_outputs == 1 else outs
 
     def value_of(self, t: Tensor) -> Value:
@@ -103,6 +108,15 @@ class Tracer:
         if binding is not None:
             return binding.value
         return self.bind(t, "captured").value
+
+    def array_tensor(self, array: np.ndarray) -> Tensor:
+        """The tensor for a user's NumPy array that the traced code hands an op (eager ops
+        take arrays as tensors, sharing memory): a captured input, read from that array at
+        every call as eager reads it, where a constant would keep the trace's values."""
+        t = self._arrays.get(id(array))
+        if t is None:
+            t = self._arrays[id(array)] = Tensor._make(array)
+        return t
 
     def bind(self, t: Tensor, kind: str, name: str | None = None, shape=None,
              index: int = -1) -> Binding:

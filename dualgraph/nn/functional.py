@@ -502,13 +502,10 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
 
 
 # -- embedding -----------------------------------------------------------------------------------
-def _check_indices(input, num):
+def _check_indices(input):
+    # (the range is checked by the lookup, ``index`` with ``nonnegative``: compiled too)
     if input.is_floating_point() or input.dtype.np.kind not in "iu":
         raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype!r}")
-    data = _concrete(input)
-    if data is not None and data.size and (data.min() < 0 or data.max() >= num):
-        bad = data[(data < 0) | (data >= num)].flat[0]
-        raise IndexError(f"embedding: index {bad} is out of range for {num} embeddings")
 
 
 def _renorm_rows(weight, indices, max_norm, norm_type):
@@ -516,7 +513,7 @@ def _renorm_rows(weight, indices, max_norm, norm_type):
     and outside autograd (torch's ``embedding_renorm_``)."""
     with no_grad():
         flat = shape_ops.reshape(indices, (-1,))
-        rows = index_ops.index_dims(weight, [flat], (0,))
+        rows = index_ops.index_dims(weight, [flat], (0,), nonnegative=True)
         norms = red.norm(rows, norm_type, -1, keepdim=True)
         scale = ew.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
         commit_inplace(weight, index_ops.index_put_dims(weight, rows * scale, [flat], (0,)))
@@ -528,12 +525,12 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     row ``padding_idx`` gets no gradient. ``max_norm`` renormalises the rows used, in place.
     ``sparse`` is accepted but the gradient is always dense."""
     num = weight.shape[0]
-    _check_indices(input, num)
+    _check_indices(input)
     if scale_grad_by_freq:
         raise NotImplementedError("embedding: scale_grad_by_freq=True is not supported")
     if max_norm is not None:
         _renorm_rows(weight, input, max_norm, norm_type)
-    out = index_ops.index_dims(weight, [input], (0,))
+    out = index_ops.index_dims(weight, [input], (0,), nonnegative=True)
     if padding_idx is None:
         return out
     if padding_idx < 0:

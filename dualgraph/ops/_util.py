@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..dispatch import modes
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
 
@@ -41,7 +42,10 @@ def as_operand(x):
     if isinstance(x, (np.ndarray, list, tuple)):
         from ..tensor import as_array
         from .creation import constant   # (a graph constant while tracing)
-        return constant(as_array(x))
+        array = as_array(x)
+        if array is x and modes.building_graph():   # a user's array, shared eagerly
+            return modes.tracer.array_tensor(x)
+        return constant(array)
     raise TypeError(f"expected a tensor or a number, got {type(x).__name__}")
 
 

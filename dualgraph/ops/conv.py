@@ -648,10 +648,15 @@ def _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation=(1, 1))
     return out, pads
 
 
-def _infer_pool(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1)):
+def _check_pool_rank(name, x):
+    """(the kernels check it too: NumPy's windows would pool a 5-D input's last dims)"""
     if x.ndim not in (3, 4):
         raise ShapeError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
                          f"shape {tuple(x.shape)}")
+
+
+def _infer_pool(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1)):
+    _check_pool_rank(name, x)
     for a in range(2):
         if 2 * padding[a] > kernel_size[a]:
             raise ShapeError(f"{name}: padding {padding} must be at most half the kernel size "
@@ -665,6 +670,7 @@ def _infer_pool(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1
 
 
 def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    _check_pool_rank("max_pool2d", x)
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
@@ -815,6 +821,7 @@ def _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
 
 def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override):
+    _check_pool_rank("avg_pool2d", x)
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)

@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
-from ..dispatch import apply
+from .._helpers import user_location
+from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, shape as shape_ops
@@ -42,16 +43,20 @@ def _np_key(ndim, indices, dims):
     return tuple(key)
 
 
-def _check_bounds(shape, indices, dims):
+def _check_bounds(shape, indices, dims, nonnegative=False):
     for d, i in zip(dims, indices):
         n = shape[d]
-        bad = (i < -n) | (i >= n)
+        bad = ((i < 0) if nonnegative else (i < -n)) | (i >= n)
         if bad.any():
+            if nonnegative:   # (an embedding's or one_hot's lookup of rows)
+                raise IndexError(f"index {i[bad].flat[0]} is out of range for {n} rows (of "
+                                 f"a table of shape {tuple(shape)}); indices must be in "
+                                 f"[0, {n})")
             raise IndexError(f"index {i[bad].flat[0]} is out of range for dim {d} with size "
                              f"{n} (tensor shape {tuple(shape)})")
 
 
-def _infer_index(x, *indices, dims):
+def _infer_index(x, *indices, dims, nonnegative=False):
     for i in indices:
         if dtypes.to_np(i.dtype).kind not in "iu":
             raise TypeError(f"tensors used as indices must be integer tensors, got {i.dtype}")
@@ -64,12 +69,12 @@ def _infer_index(x, *indices, dims):
     return ShapedType(shape, x.dtype)
 
 
-def _index_kernel(x, *indices, dims):
-    _check_bounds(x.shape, indices, dims)
+def _index_kernel(x, *indices, dims, nonnegative=False):
+    _check_bounds(x.shape, indices, dims, nonnegative)
     return x[_np_key(x.ndim, indices, dims)]
 
 
-def _index_vjp(g, out, x, *indices, dims):
+def _index_vjp(g, out, x, *indices, dims, nonnegative=False):
     return (apply(INDEX_BACKWARD, g, x, *indices, dims=dims),) + (None,) * len(indices)
 
 
@@ -135,13 +140,16 @@ def _from_onnx_gather(b, xs, attrs):
     return b.op(INDEX, x, i, dims=(b.dim(attrs.get("axis", 0), x.ndim),))
 
 
-INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp, attrs=("dims",),
+INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp,
+              attrs=("dims", "nonnegative"),
               saves="",
               onnx=_onnx_index,
               onnx_import={"Gather": _from_onnx_gather},
-              shape_fold=lambda x, i, dims: np.take(x, i, axis=dims[0]),
+              shape_fold=lambda x, i, dims, nonnegative=False: np.take(x, i, axis=dims[0]),
               doc="x[..., i0, ..., i1, ...]: integer tensors index the dims ``dims`` (sorted); "
-                  "adjacent index dims stay in place, separated ones go first, as in NumPy.")
+                  "adjacent index dims stay in place, separated ones go first, as in NumPy; "
+                  "``nonnegative=True`` (an embedding's lookup) rejects negative indices, "
+                  "as torch's embedding does, instead of counting from the end.")
 
 
 def _accumulate(out, key, v, indices, dims):
@@ -236,8 +244,11 @@ INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_p
                   doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")
 
 
-def index_dims(x, indices, dims):
-    """``x`` indexed by integer tensors ``indices`` on dims ``dims`` (sorted, distinct)."""
+def index_dims(x, indices, dims, nonnegative=False):
+    """``x`` indexed by integer tensors ``indices`` on dims ``dims`` (sorted, distinct);
+    ``nonnegative``: a negative index is out of range (an embedding's lookup)."""
+    if nonnegative:
+        return apply(INDEX, x, *indices, dims=tuple(dims), nonnegative=True)
     return apply(INDEX, x, *indices, dims=tuple(dims))
 
 
@@ -359,7 +370,13 @@ class _Key:
         view = data[shape_ops.slice_key(self.basic)].reshape(self.view_shape)
         if self.arrays:
             indices = [a._data for a in self.arrays]
-            _check_bounds(view.shape, indices, self.dims)
+            try:
+                _check_bounds(view.shape, indices, self.dims)
+            except IndexError as e:   # (worded as the index_put node of a graph fails)
+                v = np.broadcast_to(value, tuple(self.result_shape()))
+                raise op_error(INDEX_PUT, [view, v, *indices],
+                               {"dims": tuple(self.dims), "accumulate": False}, e,
+                               user_location()) from None
             view[_np_key(view.ndim, indices, self.dims)] = value
         else:
             view[...] = value
@@ -695,10 +712,7 @@ def one_hot(tensor, num_classes=-1):
         data = tensor._concrete("one_hot(num_classes=-1)")
         num_classes = int(data.max()) + 1 if data.size else 0
     eye = creation.constant(np.eye(num_classes, dtype=_INT64))
-    if type(tensor._data) is np.ndarray and tensor._data.size and tensor._data.min() < 0:
-        raise ValueError(f"one_hot: class values must be non-negative, got "
-                         f"{tensor._data.min()}")
-    return index_dims(eye, [tensor], (0,))
+    return index_dims(eye, [tensor], (0,), nonnegative=True)   # (a class of -1: an error)
 
 
 # -- sorting --------------------------------------------------------------------------------------

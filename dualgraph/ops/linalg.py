@@ -346,6 +346,8 @@ def einsum(equation, *operands):
 
 # -- linear --------------------------------------------------------------------------------------
 def _linear_kernel(x, w, *bias):
+    if w.ndim != 2:   # (NumPy would broadcast a 3-D weight: the shape rule's error)
+        _infer_linear(x, w, *bias)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
     dt = x.dtype

@@ -50,6 +50,7 @@ def _cell(gates, c):
 
 def _lstm_kernel(xg, h, c, w_hh, *b_hh):
     """``(h', c', activated gates)``: the third output is kept for the backward only."""
+    _infer_lstm(xg, h, c, w_hh, *b_hh)   # (its dtype and shape checks, as a graph's)
     gates = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T).reshape(xg.shape)
     gates += xg
     if b_hh:

@@ -1,0 +1,273 @@
+"""Guards on the Python values a compiled function reads (capture/pyvalues.py): module
+attributes, globals, closures, dict items and a hand-written optimiser's Python state. A
+change retraces (``explain()`` names it) and what the traced Python wrote is written again
+after every call, so compiled results equal eager ones, value by value."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+
+
+class Scaled(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = dg.nn.Linear(3, 2)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_module_attribute_change_retraces_and_is_named():
+    m = Scaled()
+    c = dg.compile(m)
+    x = dg.randn(4, 3)
+    with dg.no_grad():
+        np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-6)
+        c(x)   # the fast path
+        m.scale = 5.0
+        np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-6)
+        m.lin.in_features_note = "x"   # an unread attribute: retraces, stays right
+        np.testing.assert_allclose(c(x).numpy(), m(x).numpy(), rtol=1e-6)
+    assert "self.scale changed from 2.0 to 5.0" in c.explain()
+
+
+SCALE = 3.0
+CONFIG = {"shift": 1.0, "inner": {"power": 2}}
+
+
+def uses_globals(x):
+    return (x * SCALE + CONFIG["shift"]) ** CONFIG["inner"]["power"]
+
+
+def test_global_and_dict_values_are_guarded():
+    global SCALE
+    c = dg.compile(uses_globals)
+    x = dg.randn(5)
+    for change in (lambda: None, lambda: globals().__setitem__("SCALE", 4.0),
+                   lambda: CONFIG.__setitem__("shift", -2.0),
+                   lambda: CONFIG["inner"].__setitem__("power", 3)):
+        change()
+        np.testing.assert_allclose(c(x).numpy(), uses_globals(x).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(c(x).numpy(), uses_globals(x).numpy(), rtol=1e-6)
+    SCALE = 3.0
+    CONFIG.update(shift=1.0, inner={"power": 2})
+    report = c.explain()
+    assert "SCALE changed from 3.0 to 4.0" in report
+    assert "CONFIG['shift'] changed from 1.0 to -2.0" in report
+    assert "CONFIG['inner']['power'] changed from 2 to 3" in report
+
+
+def test_closure_value_and_type_are_guarded():
+    k = 2
+    c = dg.compile(lambda x: x * k)
+    x = dg.tensor([1, 2, 3])
+    assert c(x).tolist() == [2, 4, 6]
+    k = 2.5   # (int * float: another dtype)
+    assert c(x).dtype == (x * k).dtype and c(x).tolist() == (x * k).tolist()
+
+
+def test_attribute_named_like_a_global_counter_does_not_retrace():
+    model = dg.nn.Linear(3, 1)
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step(x):   # names the attribute ``step``, not the global loop counter
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    c = dg.compile(train_step)
+    namespace = train_step.__globals__
+    x = dg.randn(4, 3)
+    for namespace["step"] in range(5):
+        c(x)
+    namespace.pop("step")
+    assert len(c.cache) <= 2
+
+
+def test_scope_module_training_flag_is_guarded():
+    model = dg.nn.Sequential(dg.nn.Linear(4, 4), dg.nn.Dropout(0.5))
+    c = dg.compile(lambda x: model(x))
+    x = dg.ones(2, 4)
+    with dg.no_grad():
+        c(x)
+        model.eval()
+        np.testing.assert_allclose(c(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+class Counting(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
+def test_python_writes_are_replayed():
+    m = Counting()
+    c = dg.compile(m)
+    x = dg.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (each call retraces: the count changes)
+        for _ in range(12):
+            c(x)
+    assert m.calls == 12
+
+
+class HandAdam:
+    """A user-written Adam keeping ``state["step"]`` a Python int, as real code does."""
+
+    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8):
+        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps}]
+        self.state = {}
+
+    def zero_grad(self):
+        for p in self.param_groups[0]["params"]:
+            p.grad = None
+
+    def step(self):
+        group = self.param_groups[0]
+        b1, b2 = group["betas"]
+        with dg.no_grad():
+            for p in group["params"]:
+                st = self.state.setdefault(p, {})
+                if not st:
+                    st["step"] = 0
+                    st["m"] = dg.state_like(p)
+                    st["v"] = dg.state_like(p)
+                st["step"] += 1
+                st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
+                st["v"].mul_(b2).add_(p.grad * p.grad, alpha=1 - b2)
+                c1, c2 = 1 - b1 ** st["step"], 1 - b2 ** st["step"]
+                denom = (st["v"] / c2).sqrt() + group["eps"]
+                p.sub_(st["m"] / denom * (group["lr"] / c1))
+
+
+def test_hand_written_optimiser_python_step_matches_eager():
+    rng = np.random.default_rng(0)
+    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(10)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Linear(4, 1)
+        opt = HandAdam(model.parameters())
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (the limit: later steps run eagerly)
+            for x in xs:
+                fn(x)
+        results.append([p.detach().numpy().copy() for p in model.parameters()])
+        steps = [st["step"] for st in opt.state.values()]
+        assert steps == [10, 10]
+        if compiled:
+            assert "optimizer" in fn.explain() or "opt.state" in fn.explain()
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fast_path_checks_python_values():
+    model = dg.nn.Linear(3, 2)
+    bias = [1.0]
+    scale = 2.0
+
+    def f(x):
+        return model(x) * scale
+
+    c = dg.compile(f)
+    x = dg.randn(1, 3)
+    with dg.no_grad():
+        c(x), c(x)
+        assert c._fast is not None and "read(slots)" in c._fast.source
+        scale = 4.0
+        np.testing.assert_allclose(c(x).numpy(), f(x).numpy(), rtol=1e-6)
+    assert bias == [1.0] and math.isfinite(scale)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: dg.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: dg.optim.Adam(ps, lr=0.01),
+    lambda ps: dg.optim.AdamW(ps, lr=0.01, weight_decay=0.1)])
+def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
+    """A schedule changing ``lr`` at every step retraces once, then feeds it to the graph."""
+    rng = np.random.default_rng(0)
+    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(12)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
+        opt = make_opt(model.parameters())
+        sched = dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # (no retrace limit, no graph break)
+            for x in xs:
+                fn(x)
+                sched.step()
+        results.append([p.detach().numpy().copy() for p in model.parameters()])
+        if compiled:
+            assert len(fn.cache) <= 3
+            assert "lr changed again" in fn.explain() and "graph input" in fn.explain()
+            assert fn._fast is not None   # (the fast path feeds it too)
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+class Config:
+    def __init__(self):
+        self.scale = 2.0
+
+
+class Configured(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+        self.extra = {"shift": 1.0}
+
+    def forward(self, x):
+        return x * self.config.scale + self.extra["shift"]
+
+
+def test_config_objects_and_dicts_a_module_holds_are_guarded():
+    m = Configured()
+    c = dg.compile(m)
+    x = dg.ones(3)
+    assert c(x).tolist() == [3.0] * 3
+    m.config.scale = 4.0            # in place: no module attribute assigned
+    assert c(x).tolist() == m(x).tolist() == [5.0] * 3
+    m.extra["shift"] = -1.0
+    assert c(x).tolist() == m(x).tolist() == [3.0] * 3
+    assert "self.config.scale changed from 2.0 to 4.0" in c.explain()
+    assert "self.extra['shift'] changed from 1.0 to -1.0" in c.explain()
+
+
+def test_a_config_object_argument_is_guarded_by_its_values():
+    cfg = Config()
+    c = dg.compile(lambda x, cfg: x * cfg.scale)
+    x = dg.ones(2)
+    assert c(x, cfg).tolist() == [2.0, 2.0]
+    cfg.scale = 3.0   # the same object, another value
+    assert c(x, cfg).tolist() == [3.0, 3.0]
+    assert "cfg.scale changed from 2.0 to 3.0" in c.explain()
