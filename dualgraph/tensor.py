@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes
+from . import devices, dtypes
 from ._helpers import user_location
 from .autograd.tape import AccumulateGrad
 from .errors import CONCRETE_FIX, CaptureError
@@ -81,8 +81,54 @@ class Tensor:
         return self._data.dtype.itemsize
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> devices.device:
+        """Where the tensor lives: always ``dg.device("cpu")``."""
+        return devices.CPU
+
+    is_cuda = False
+    is_cpu = True
+    is_meta = False
+
+    def get_device(self) -> int:
+        """-1, torch's answer for a CPU tensor."""
+        return -1
+
+    def cpu(self):
+        """This tensor (it is on the CPU already), as torch returns it."""
+        return self
+
+    def cuda(self, device=None, non_blocking: bool = False):
+        """Raises ``ValueError``: dualgraph has no CUDA device."""
+        devices.check("cuda")
+
+    def pin_memory(self, device=None):
+        """This tensor: there is no device to pin memory for (as ``DataLoader(pin_memory=)``
+        is accepted and ignored)."""
+        return self
+
+    def stride(self, dim=None):
+        """Elements to step in storage per index of each dim, as torch's (a broadcast dim
+        has stride 0). A traced tensor reports the strides of a contiguous array."""
+        data = self._data
+        if type(data) is np.ndarray:
+            strides = tuple(s // data.itemsize for s in data.strides)
+        else:
+            strides, step = (), 1
+            for d in reversed(tuple(data.shape)):
+                strides, step = (step,) + strides, step * d
+        return strides if dim is None else strides[dim]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        """Whether the elements lie in storage in row-major order without gaps."""
+        data = self._data
+        return type(data) is not np.ndarray or data.flags.c_contiguous
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a 0-d tensor's value, as torch does; other tensors
+        take only the empty spec (their ``str``)."""
+        if self._data.ndim == 0:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
 
     @property
     def is_leaf(self) -> bool:

@@ -29,7 +29,7 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "argsort", "nonzero", "one_hot", "pad"]
+           "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -685,6 +685,79 @@ def nonzero(input, *, as_tuple=False):
     return Tensor._make(np.argwhere(data).astype(_INT64))
 
 
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Repeat each entry of ``input`` along ``dim`` (of the flattened input when None)
+    ``repeats`` times: an int, or a 1-d int tensor with one count per entry (whose values
+    must be known: eager only). With no ``repeats``, ``input`` holds the counts and the
+    result repeats their indices, as ``torch.repeat_interleave``.
+
+    >>> dg.tensor([1, 2]).repeat_interleave(2)
+    tensor([1, 1, 2, 2])
+    """
+    if repeats is None:
+        counts = input
+        input, dim = creation.arange(counts.shape[0]), 0
+        repeats = counts
+    if dim is None:
+        input, dim = shape_ops.reshape(input, (-1,)), 0
+    d = normalize_dim(dim, input.ndim)
+    if isinstance(repeats, Tensor) and repeats.ndim == 0:
+        repeats = int(repeats._concrete("repeat_interleave(repeats=0-d tensor)"))
+    if isinstance(repeats, int):   # a view of repeated slices: traces with symbolic dims
+        shape = tuple(input.shape)
+        wide = shape_ops.expand(shape_ops.unsqueeze(input, d + 1),
+                                *shape[:d + 1], repeats, *shape[d + 1:])
+        return shape_ops.flatten(wide, d, d + 1)
+    counts = repeats._concrete("repeat_interleave(repeats=tensor)")
+    if counts.ndim != 1 or counts.shape[0] != input.shape[d] or (counts < 0).any():
+        raise ValueError(f"repeat_interleave: repeats must be {input.shape[d]} non-negative "
+                         f"counts (one per entry of dim {d}), got {counts.tolist()}")
+    index = np.repeat(np.arange(counts.shape[0]), counts)
+    return index_select(input, d, creation.constant(index.astype(_INT64)))
+
+
+def unfold(input, dimension, size, step):
+    """``Tensor.unfold``: the windows of ``size`` entries, every ``step``, along
+    ``dimension``, as a new last dim (the window count replaces ``dimension``).
+
+    >>> dg.arange(5.0).unfold(0, 2, 2)
+    tensor([[0., 1.],
+            [2., 3.]])
+    """
+    d = normalize_dim(dimension, max(input.ndim, 1))
+    length = input.shape[d] if input.ndim else 1
+    if size > length or step <= 0:
+        raise ValueError(f"unfold: size {size} must be at most the dim's length {length} and "
+                         f"step {step} positive")
+    count = (length - size) // step + 1
+    index = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
+    windows = index_select(input if input.ndim else shape_ops.reshape(input, (1,)), d,
+                           creation.constant(index.astype(_INT64)))
+    shape = tuple(windows.shape)
+    windows = shape_ops.reshape(windows, shape[:d] + (count, size) + shape[d + 1:])
+    return shape_ops.movedim(windows, d + 1, -1)
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values of ``input`` (of its slices along ``dim``), sorted; with
+    ``return_inverse`` also where each entry went, with ``return_counts`` how often each
+    value occurs, as ``torch.unique``. Data-dependent, so it runs eagerly only.
+
+    >>> dg.unique(dg.tensor([3, 1, 3]), return_counts=True)
+    (tensor([1, 3]), tensor([1, 2]))
+    """
+    data = input._concrete("unique()")
+    values, inverse, counts = np.unique(data, return_inverse=True, return_counts=True,
+                                        axis=dim)
+    out = [Tensor._make(values)]
+    if return_inverse:
+        shape = data.shape if dim is None else (data.shape[normalize_dim(dim, data.ndim)],)
+        out.append(Tensor._make(inverse.reshape(shape).astype(_INT64)))
+    if return_counts:
+        out.append(Tensor._make(counts.astype(_INT64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def one_hot(tensor, num_classes=-1):
     """``F.one_hot``: int64 indices -> int64 one-hot rows with ``num_classes`` columns (the
     largest index + 1 when -1)."""
@@ -850,4 +923,5 @@ METHODS = {
     "masked_select": masked_select, "take_along_dim": take_along_dim,
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
+    "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
 }
