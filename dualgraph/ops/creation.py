@@ -262,7 +262,8 @@ def clone(x) -> Tensor:
     return apply(CLONE, x)
 
 
-CLONE = defop("clone", lambda x: np.array(x, copy=True),
+# (row-major, so that a clone is contiguous: Tensor.contiguous() is a clone)
+CLONE = defop("clone", lambda x: np.array(x, copy=True, order="C"),
               lambda x: ShapedType(tuple(x.shape), x.dtype),
               vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity",
               # (graph values are never written in place: an Identity needs no copy)
