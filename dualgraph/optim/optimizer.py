@@ -186,13 +186,14 @@ class Optimizer:
 
 
 def _copy_state_value(p: Tensor, name: str, value):
-    """A private copy of one loaded state entry; the step counter keeps its own dtype."""
+    """A private copy of one loaded state entry; the schedule scalars (the step counter,
+    NAdam's momentum product: 0-d float64, see ``step_counter``) keep their own dtype."""
     if isinstance(value, np.ndarray):
         value = creation.tensor(value)
     if not isinstance(value, Tensor):
         return copy.deepcopy(value)
     value = value.detach()
-    if name != "step" and value.is_floating_point() and p.is_floating_point():
+    if name not in ("step", "mu_product") and value.is_floating_point() and p.is_floating_point():
         value = value.to(p.dtype)
     return creation.clone(value)
 
