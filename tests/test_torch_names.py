@@ -341,3 +341,49 @@ def test_random_fill_in_a_compiled_step_draws_fresh_numbers():
     first, second = compiled(w).numpy().copy(), compiled(w).numpy().copy()
     assert (np.abs(first) <= 1).all() and not np.array_equal(first, second)
     assert np.array_equal(w.numpy(), second)
+
+
+# -- module paths ----------------------------------------------------------------------------
+@pytest.mark.parametrize("statement", [
+    "import dualgraph.onnx; dualgraph.onnx.export",
+    "from dualgraph import jit; jit.trace",
+    "import dualgraph.jit as j; from dualgraph import onnx as o; o.load",
+    "from dualgraph.utils.data.dataloader import DataLoader",
+    "import dualgraph.utils.data.sampler as s; s.RandomSampler",
+    "from dualgraph.nn.modules.linear import Linear",
+    "from dualgraph.nn.modules.batchnorm import _BatchNorm",
+    "import dualgraph.backends.cudnn as cudnn; cudnn.benchmark = True",
+    "import dualgraph.cuda, dualgraph.accelerator",
+])
+def test_module_paths_import_first_in_a_fresh_interpreter(statement):
+    """Each path imported first, before anything else of dualgraph: no import cycle."""
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-c", statement], check=True)
+
+
+def test_torch_module_paths_name_the_same_objects():
+    from dualgraph.nn.modules.activation import MultiheadAttention, ReLU
+    from dualgraph.nn.modules.batchnorm import _BatchNorm
+    from dualgraph.nn.modules.container import Sequential
+    from dualgraph.nn.modules.module import Module
+    from dualgraph.utils.data.dataloader import DataLoader
+    from dualgraph.utils.data.dataset import Dataset
+    assert (MultiheadAttention, ReLU, Sequential, Module, DataLoader, Dataset) == (
+        nn.MultiheadAttention, nn.ReLU, nn.Sequential, nn.Module, dg.utils.data.DataLoader,
+        dg.utils.data.Dataset)
+    assert isinstance(nn.BatchNorm2d(3), _BatchNorm) and dg.nn.modules.Linear is nn.Linear
+    assert isinstance(torch.nn.BatchNorm2d(3), torch.nn.modules.batchnorm._BatchNorm)
+
+
+def test_jit_and_onnx_queries(tmp_path):
+    assert dg.jit.is_scripting() is torch.jit.is_scripting() is False
+    assert dg.jit.ignore(len) is len and dg.jit.unused(len) is len
+    seen = []
+    dg.compile(lambda x: seen.append(dg.jit.is_tracing()) or x * 2)(dg.ones(2))
+    assert seen == [True] and not dg.jit.is_tracing()
+    assert dg.onnx.is_in_onnx_export() is torch.onnx.is_in_onnx_export() is False
+    seen.clear()
+    dg.onnx.export(lambda x: seen.append(dg.onnx.is_in_onnx_export()) or x * 2,
+                   (dg.ones(2),), str(tmp_path / "double.onnx"))
+    assert seen == [True] and not dg.onnx.is_in_onnx_export()
