@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 
+import ml_dtypes
+import numpy as np
+
 from . import dtypes
 from .kernels import threads
 from .ops import creation
 from .tensor import Tensor
 
-__all__ = ["is_tensor", "numel", "set_num_threads", "get_num_threads",
+__all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial_seed", "seed",
+           "set_num_threads", "get_num_threads",
            "set_float32_matmul_precision", "get_float32_matmul_precision",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
            "IntTensor", "BoolTensor"]
@@ -23,6 +27,64 @@ __all__ = ["is_tensor", "numel", "set_num_threads", "get_num_threads",
 def is_tensor(obj) -> bool:
     """Whether ``obj`` is a dualgraph Tensor (Parameters included)."""
     return isinstance(obj, Tensor)
+
+
+def is_floating_point(input) -> bool:
+    """Whether ``input``'s dtype is a floating-point one."""
+    return input.is_floating_point()
+
+
+def initial_seed() -> int:
+    """The seed of the global generator (``dg.manual_seed``'s last argument)."""
+    return creation.default_generator.initial_seed()
+
+
+def seed() -> int:
+    """Seed the global generator from the operating system's entropy; returns the seed."""
+    value = int(np.random.SeedSequence().entropy % 2 ** 63)
+    creation.manual_seed(value)
+    return value
+
+
+class finfo:
+    """The limits of a floating-point dtype, as ``torch.finfo``: ``bits``, ``eps``, ``max``,
+    ``min``, ``tiny`` (= ``smallest_normal``), ``resolution``, ``dtype``; of the default
+    dtype when none is given.
+
+    >>> dg.finfo(dg.float32).min   # doctest: +SKIP
+    -3.4028234663852886e+38
+    """
+
+    def __init__(self, type=None):
+        dtype = dtypes.as_dtype(dtypes.get_default_dtype() if type is None else type)
+        if not dtype.is_floating_point:
+            raise TypeError(f"finfo needs a floating-point dtype, got {dtype!r}; use iinfo")
+        info = ml_dtypes.finfo(dtype.np)
+        self.bits, self.dtype = info.bits, dtype.name
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.tiny = self.smallest_normal = float(info.smallest_normal)
+        self.resolution = 10.0 ** -info.precision   # (torch's: a power of ten exactly)
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, "
+                f"eps={self.eps}, smallest_normal={self.tiny}, tiny={self.tiny}, "
+                f"dtype={self.dtype})")
+
+
+class iinfo:
+    """The limits of an integer dtype, as ``torch.iinfo``: ``bits``, ``max``, ``min``,
+    ``dtype``."""
+
+    def __init__(self, type):
+        dtype = dtypes.as_dtype(type)
+        if dtype.np.kind not in "iu":
+            raise TypeError(f"iinfo needs an integer dtype, got {dtype!r}; use finfo")
+        info = np.iinfo(dtype.np)
+        self.bits, self.max, self.min, self.dtype = info.bits, int(info.max), int(
+            info.min), dtype.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
 
 
 def numel(input) -> int:

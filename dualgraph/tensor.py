@@ -77,6 +77,9 @@ class Tensor:
     def numel(self) -> int:
         return int(np.prod(self._data.shape, dtype=np.int64))
 
+    nelement = numel
+    ndimension = dim
+
     def element_size(self) -> int:
         return self._data.dtype.itemsize
 

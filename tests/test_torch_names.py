@@ -65,6 +65,13 @@ def test_every_creation_function_takes_device(make):
             make(device)
 
 
+def test_float_creators_keep_requires_grad():
+    for make in (dg.zeros, dg.ones, dg.empty, dg.rand, dg.randn):
+        assert make(2, device="cpu", requires_grad=True).requires_grad
+    for make in (dg.zeros_like, dg.rand_like, dg.randn_like):
+        assert make(dg.ones(2), device="cpu", requires_grad=True).requires_grad
+
+
 def test_tensor_device_methods():
     x = dg.ones(2, 3)
     assert x.device == dg.device("cpu") and repr(x.device) == repr(torch.ones(1).device)
@@ -387,3 +394,30 @@ def test_jit_and_onnx_queries(tmp_path):
     dg.onnx.export(lambda x: seen.append(dg.onnx.is_in_onnx_export()) or x * 2,
                    (dg.ones(2),), str(tmp_path / "double.onnx"))
     assert seen == [True] and not dg.onnx.is_in_onnx_export()
+
+
+@pytest.mark.parametrize("name", ["float32", "float64", "float16", "bfloat16"])
+def test_finfo_matches_torch(name):
+    ours, theirs = dg.finfo(getattr(dg, name)), torch.finfo(getattr(torch, name))
+    for attr in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution", "dtype"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+
+
+def test_iinfo_seeds_and_small_queries_match_torch():
+    for name in ("int32", "int64"):
+        ours, theirs = dg.iinfo(getattr(dg, name)), torch.iinfo(getattr(torch, name))
+        assert (ours.bits, ours.max, ours.min, ours.dtype) == (
+            theirs.bits, theirs.max, theirs.min, theirs.dtype)
+    assert dg.finfo().eps == torch.finfo().eps
+    with pytest.raises(TypeError):
+        dg.finfo(dg.int64)
+    with pytest.raises(TypeError):
+        dg.iinfo(dg.float32)
+    dg.manual_seed(7)
+    assert dg.initial_seed() == 7
+    s = dg.seed()
+    assert dg.initial_seed() == s
+    x, t = dg.ones(2, 3), torch.ones(2, 3)
+    assert (x.nelement(), x.ndimension()) == (t.nelement(), t.ndimension())
+    assert dg.is_floating_point(x) == torch.is_floating_point(t)
+    assert dg.is_floating_point(dg.tensor([1])) == torch.is_floating_point(torch.tensor([1]))

@@ -170,7 +170,7 @@ def _random(size, generator, dtype, requires_grad, dist) -> Tensor:
         return traced_random(tuple(shape), dt, dist, generator)
     rng = rng_of(generator)
     sample = rng.random(_size(size)) if dist == "uniform" else rng.standard_normal(_size(size))
-    return Tensor._make(sample.astype(dt))
+    return _finish(sample.astype(dt), requires_grad)
 
 
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None) -> Tensor:
