@@ -96,6 +96,11 @@ CONFIGS = [
     ("RAdam", dict(lr=0.05)),
     ("RAdam", dict(lr=0.05, betas=(0.8, 0.9), weight_decay=0.1)),
     ("RAdam", dict(lr=0.05, weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+    ("Rprop", dict()),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2), maximize=True)),
+    ("ASGD", dict(lr=0.05)),
+    ("ASGD", dict(lr=0.05, lambd=0.1, alpha=0.5, t0=2, weight_decay=0.1)),
+    ("ASGD", dict(lr=0.05, t0=0, maximize=True)),
 ]
 
 
@@ -147,6 +152,8 @@ def _clone_state_dict(sd):
     ("Adamax", dict(lr=0.05)),
     ("NAdam", dict(lr=0.05)),
     ("RAdam", dict(lr=0.05)),
+    ("Rprop", dict(lr=0.05)),
+    ("ASGD", dict(lr=0.05, t0=1)),
 ])
 def test_state_dict_round_trip(name, kwargs):
     make = getattr(dg.optim, name)
@@ -176,6 +183,8 @@ def test_state_dict_round_trip(name, kwargs):
     ("Adamax", dict(lr=0.05)),
     ("NAdam", dict(lr=0.05)),
     ("RAdam", dict(lr=0.05)),
+    ("Rprop", dict(lr=0.05)),
+    ("ASGD", dict(lr=0.05, t0=1)),
 ])
 def test_state_dict_layout_matches_torch(name, kwargs):
     runs = _run_both(lambda lib, p: getattr(lib.optim, name)(p.values(), **kwargs),
@@ -528,7 +537,8 @@ def test_group_update_shared_with_openblas_threads_gives_the_same_bits(monkeypat
 
 @pytest.mark.parametrize("name,kwargs", [("Adadelta", {}), ("Adamax", dict(lr=0.05)),
                                          ("NAdam", dict(lr=0.05, weight_decay=0.1)),
-                                         ("RAdam", dict(lr=0.05))])
+                                         ("RAdam", dict(lr=0.05)), ("Rprop", dict(lr=0.05)),
+                                         ("ASGD", dict(lr=0.05, t0=3))])
 def test_compiled_step_matches_eager(name, kwargs):
     """The whole step captured with dg.compile: the step-dependent scalars (bias
     corrections, NAdam's schedule, RAdam's rectification switch at step 6) are graph

@@ -574,7 +574,7 @@ def test_torch_namespace_functions():
     assert not dg.jit.is_scripting() and not dg.onnx.is_in_onnx_export()
 
 
-@pytest.mark.parametrize("name", ["Adadelta", "Adamax", "NAdam", "RAdam"])
+@pytest.mark.parametrize("name", ["Adadelta", "Adamax", "NAdam", "RAdam", "Rprop", "ASGD"])
 def test_more_optimizers(name):
     w = dg.tensor([1.0, -2.0], requires_grad=True)
     opt = getattr(dg.optim, name)([w], lr=0.1)

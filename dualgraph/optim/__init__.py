@@ -5,7 +5,8 @@ from .adam import Adam, AdamW  # noqa: F401
 from .adaptive import Adadelta, Adamax, NAdam, RAdam  # noqa: F401
 from .optimizer import Optimizer  # noqa: F401
 from .rmsprop import RMSprop  # noqa: F401
+from .rprop import ASGD, Rprop  # noqa: F401
 from .sgd import SGD  # noqa: F401
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax",
-           "NAdam", "RAdam", "lr_scheduler"]
+           "NAdam", "RAdam", "Rprop", "ASGD", "lr_scheduler"]
