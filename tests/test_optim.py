@@ -558,3 +558,38 @@ def test_compiled_step_matches_eager(name, kwargs):
         run = dg.compile(step) if compiled else step
         runs.append([run().item() for _ in range(8)] + w.detach().numpy().tolist())
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(lr=0.5, history_size=3, max_iter=7),
+                                    dict(max_iter=4, max_eval=3)])
+def test_lbfgs_matches_torch(kwargs):
+    """LBFGS's steps (each up to max_iter iterations, re-evaluating the closure) next to
+    torch's, from the same weights; its state (iteration and evaluation counts) too. In
+    float64: over dozens of iterations float32 rounding differences grow past 1e-5."""
+    runs = {}
+    for lib in (dg, torch):
+        params = _params(lib, _start(6, dtype=np.float64))
+        opt = lib.optim.LBFGS(params.values(), **kwargs)
+
+        def closure():   # a convex problem: LBFGS converges instead of running off
+            opt.zero_grad()
+            x, y = _data(0, np.float64)
+            w, b = params["w"], params["b"]
+            loss = (((w * lib.tensor(x)).sum(1) - y) ** 2).sum() + ((b - 0.5) ** 4).sum() + (
+                w ** 2).sum() * 0.1
+            loss.backward()
+            return loss
+        losses = [float(opt.step(closure)) for _ in range(3)]
+        runs[lib] = (params, losses, opt.state[params["w"]])
+    _assert_params(runs[dg][0], runs[torch][0], "LBFGS")
+    np.testing.assert_allclose(runs[dg][1], runs[torch][1], rtol=1e-5)
+    assert (runs[dg][2]["n_iter"], runs[dg][2]["func_evals"]) == (
+        runs[torch][2]["n_iter"], runs[torch][2]["func_evals"])
+
+
+def test_lbfgs_refuses_what_it_lacks():
+    w = dg.zeros(2, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="strong_wolfe"):
+        dg.optim.LBFGS([w], line_search_fn="strong_wolfe")
+    with pytest.raises(ValueError, match="parameter groups"):
+        dg.optim.LBFGS([{"params": [w]}, {"params": [dg.zeros(1, requires_grad=True)]}])

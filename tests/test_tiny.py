@@ -583,6 +583,19 @@ def test_more_optimizers(name):
     assert abs(w[0].item()) < 1.0 and "step" in opt.state_dict()["state"][0]
 
 
+def test_lbfgs():
+    w = dg.tensor([1.0, -2.0], requires_grad=True)
+    opt = dg.optim.LBFGS([w])
+
+    def closure():
+        opt.zero_grad()
+        loss = ((w - 3) ** 2).sum()
+        loss.backward()
+        return loss
+    opt.step(closure)
+    assert np.allclose(values(w), [3.0, 3.0], atol=1e-4)
+
+
 def test_torch_module_paths():
     from dualgraph.nn.modules.linear import Linear
     from dualgraph.utils.data.dataloader import DataLoader
