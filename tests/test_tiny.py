@@ -560,6 +560,14 @@ def test_torch_namespace_functions():
     assert math.isclose(dg.atan2(dg.tensor(1.0), dg.tensor(1.0)).item(), math.pi / 4,
                         rel_tol=1e-6)
     assert math.isclose(dg.erfc(dg.tensor(0.0)).item(), 1.0)
+    assert values(dg.nan_to_num(dg.tensor([float("nan"), 1.0]))) == [0.0, 1.0]
+    assert dg.sinh(dg.tensor(0.0)).item() == 0.0 and dg.cosh(dg.tensor(0.0)).item() == 1.0
+    assert dg.ones(1).type() == "dualgraph.FloatTensor" and dg.ones(1).new(2).shape == (2,)
+    assert dg.empty(3).exponential_().min().item() >= 0
+    assert set(dg.empty(5).random_(2).tolist()) <= {0.0, 1.0}
+    assert dg.ones(2, 3).nelement() == 6 and dg.ones(2, 3).ndimension() == 2
+    assert dg.finfo(dg.float32).eps == 2.0 ** -23 and dg.iinfo(dg.int32).max == 2 ** 31 - 1
+    assert dg.is_floating_point(dg.ones(1)) and dg.initial_seed() >= 0
     assert dg.allclose(a, a + 1e-9) and dg.equal(a, a.clone()) and values(
         dg.isclose(a, a)) == [[True, True]] * 2
     assert dg.is_tensor(a) and dg.numel(a) == 4

@@ -326,6 +326,7 @@ COMPILED = [
     lambda a, b: a.repeat_interleave(2, dim=1).sum(1) + a.unfold(1, 2, 2).sum((1, 2))[:, None],
     lambda a, b: a.new_zeros(a.shape).copy_(b[0]) + a.where(a > 0, b),
     lambda a, b: dg.isclose(a, a + 1e-9).float() + a.type_as(b) * a.new_ones(4),
+    lambda a, b: dg.sinh(a) + dg.cosh(b) + dg.nan_to_num(a.log(), nan=-1.0),
 ]
 
 
@@ -421,3 +422,24 @@ def test_iinfo_seeds_and_small_queries_match_torch():
     assert (x.nelement(), x.ndimension()) == (t.nelement(), t.ndimension())
     assert dg.is_floating_point(x) == torch.is_floating_point(t)
     assert dg.is_floating_point(dg.tensor([1])) == torch.is_floating_point(torch.tensor([1]))
+
+
+def test_legacy_type_and_new_match_torch():
+    for data in ([1.5, 2.0], [1, 2], [True, False]):
+        d, t = dg.tensor(data), torch.tensor(data)
+        assert d.type().split(".")[1] == t.type().split(".")[1]
+        same(d.type(dg.LongTensor), t.type(torch.LongTensor))
+        same(d.type("torch.DoubleTensor"), t.type("torch.DoubleTensor"))
+        same(d.type(dg.float32), t.type(torch.float32))
+        same(d.new([3, 4]), t.new([3, 4]))
+        assert tuple(d.new(2, 3).shape) == tuple(t.new(2, 3).shape)
+        assert d.new(2).dtype == d.dtype
+
+
+def test_exponential_and_random_fills():
+    e = dg.empty(20000, dtype=dg.float64).exponential_(2.0, generator=dg.Generator(1))
+    assert e.min().item() >= 0 and abs(e.mean().item() - 0.5) < 0.02
+    r = dg.empty(2000).random_(3, 7)
+    assert r.dtype == dg.float32 and set(np.unique(r.numpy())) == {3.0, 4.0, 5.0, 6.0}
+    r = dg.zeros(2000, dtype=dg.int64).random_(4)
+    assert set(np.unique(r.numpy())) == {0, 1, 2, 3}

@@ -292,6 +292,13 @@ def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=Fals
     return full(size, fill_value, dtype or self.dtype, device, requires_grad)
 
 
+def new(self, *args) -> Tensor:
+    """Legacy ``x.new(*sizes)`` (zeros of that shape) / ``x.new(data)``, of ``x``'s dtype."""
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return zeros(*args, dtype=self.dtype)
+    return tensor(args[0], self.dtype)
+
+
 # -- in-place random fills: a fresh sample copied in (the old value's history is cut) ------
 def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
     """Fill with samples uniform in ``[a, b)``, as ``torch.Tensor.uniform_``.
@@ -306,6 +313,20 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
     """Fill with normal samples of ``mean`` and ``std``, as ``torch.Tensor.normal_``."""
     return self.copy_(randn(tuple(self.shape), generator=generator, dtype=self.dtype)
                       * std + mean)
+
+
+def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
+    """Fill with samples of the exponential distribution of rate ``lambd``."""
+    uniform = rand(tuple(self.shape), generator=generator, dtype=dtypes.float64)
+    return self.copy_(-(1 - uniform).log() / lambd)
+
+
+def random_(self, from_=0, to=None, *, generator=None) -> Tensor:
+    """Fill with integers uniform in ``[from_, to)`` (``random_(to)`` is ``[0, to)``); eager
+    only, like ``randint``."""
+    if to is None:
+        from_, to = 0, from_
+    return self.copy_(randint(from_, to, tuple(self.shape), generator=generator))
 
 
 def bernoulli(input, p=None, *, generator=None) -> Tensor:
@@ -347,7 +368,8 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None) -> Tensor:
 METHODS = {"clone": clone, "multinomial": multinomial, "new_tensor": new_tensor,
            "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
            "new_full": new_full, "uniform_": uniform_, "normal_": normal_,
-           "bernoulli": bernoulli, "bernoulli_": bernoulli_}
+           "bernoulli": bernoulli, "bernoulli_": bernoulli_, "exponential_": exponential_,
+           "random_": random_, "new": new}
 
 
 def state(size, fill_value=0, dtype=None) -> Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes, kernels
@@ -36,7 +37,7 @@ __all__ = [
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2", "arctan2",
-    "erfc", "lerp", "addcmul", "addcdiv",
+    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
     "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
@@ -379,6 +380,16 @@ def atan2(input, other):
 
 
 arctan2 = atan2
+
+
+def sinh(x):
+    """Hyperbolic sine, from ``expm1`` so that it stays accurate near 0."""
+    return (expm1(x) - expm1(-x)) / 2
+
+
+def cosh(x):
+    """Hyperbolic cosine."""
+    return (exp(x) + exp(-x)) / 2
 
 
 def rsqrt(x):
@@ -899,6 +910,22 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return logical_or(close, logical_and(isfinite(diff), diff <= atol + rtol * abs(other)))
 
 
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    """``input`` with NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by
+    default the dtype's largest and lowest finite values), as ``torch.nan_to_num``.
+
+    >>> dg.nan_to_num(dg.tensor([float("nan"), float("inf"), 1.0]), posinf=9.0)
+    tensor([0., 9., 1.])
+    """
+    if not is_float(input._data.dtype):
+        return input
+    info = ml_dtypes.finfo(input._data.dtype)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = where(eq(input, math.inf), posinf, where(eq(input, -math.inf), neginf, input))
+    return where(isnan(input), nan, out)
+
+
 def isfinite(input):
     return apply(ISFINITE, input)
 
@@ -1295,7 +1322,8 @@ _OUT_OF_PLACE = {
     "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
     "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
     "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
-    "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv,
+    "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv, "sinh": sinh, "cosh": cosh,
+    "nan_to_num": nan_to_num,
 }
 # add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
 _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()

@@ -34,6 +34,24 @@ def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
     return elementwise.cast_to(self, dtype)
 
 
+# Tensor.type()'s names, as torch's legacy tensor types (dg.FloatTensor, ...)
+TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+              "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+              "bool": "BoolTensor"}
+
+
+def type_(self, dtype=None, non_blocking=False):
+    """``x.type()`` names the type as torch does (``"dualgraph.FloatTensor"``);
+    ``x.type(dtype)`` casts, where ``dtype`` may also be a legacy type (``dg.LongTensor``)
+    or its name (``"torch.LongTensor"``)."""
+    if dtype is None:
+        return "dualgraph." + TYPE_NAMES[self.dtype.name]
+    if isinstance(dtype, str) and "." in dtype:
+        names = {name: dt for dt, name in TYPE_NAMES.items()}
+        dtype = names[dtype.rpartition(".")[2]]
+    return to(self, getattr(dtype, "dtype", dtype))
+
+
 def type_as(self, other):
     """This tensor cast to ``other``'s dtype (itself when they match)."""
     return to(self, other.dtype)
@@ -49,7 +67,7 @@ def install(method_tables):
         for name, fn in table.items():
             setattr(Tensor, name, fn)
     Tensor.to = to
-    Tensor.type = to
+    Tensor.type = type_
     Tensor.type_as = type_as
     Tensor.float = lambda self: to(self, dtypes.float32)
     Tensor.double = lambda self: to(self, dtypes.float64)

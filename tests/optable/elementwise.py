@@ -274,3 +274,16 @@ CASES += [
     OpCase("where", lambda m, a, b: a.clone().where(b > 0, b), [In((3, 4)), In((3, 4))],
            "where-method"),
 ]
+
+CASES += [
+    OpCase("sub", lambda m, a: m.sinh(a), [In((3, 4))], "sinh", dtypes=ALL),
+    OpCase("sub", lambda m, a: a.sinh(), [fixed([1e-9, -3e-8, 1e-4, 20.0], grad=False)],
+           "sinh-small", dtypes=F64, grad=False, atol=0, rtol=1e-12),
+    OpCase("add", lambda m, a: m.cosh(a), [In((3, 4))], "cosh", dtypes=ALL),
+    OpCase("where", lambda m, a: m.nan_to_num(a), [SPECIAL], "nan_to_num", dtypes=ALL,
+           grad=False),
+    OpCase("where", lambda m, a: a.nan_to_num(nan=1.5, posinf=3.0, neginf=-4.0), [In((3, 4))],
+           "nan_to_num-finite"),
+    OpCase("where", lambda m, a: m.nan_to_num(a * 0 + a.log()), [In((6,))],
+           "nan_to_num-log", dtypes=F64, grad=False),
+]
