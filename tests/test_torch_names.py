@@ -443,3 +443,17 @@ def test_exponential_and_random_fills():
     assert r.dtype == dg.float32 and set(np.unique(r.numpy())) == {3.0, 4.0, 5.0, 6.0}
     r = dg.zeros(2000, dtype=dg.int64).random_(4)
     assert set(np.unique(r.numpy())) == {0, 1, 2, 3}
+
+
+def test_slices_with_tensor_bounds_match_torch():
+    """``data[i:i + block]`` with ``i`` drawn by randint (a 0-d tensor), as GPT batches are
+    cut."""
+    for lib in (dg, torch):
+        data = lib.arange(20)
+        starts = lib.tensor([3, 0, 11])
+        got = lib.stack([data[i:i + 4] for i in starts]), data[starts[0]::starts[0]]
+        if lib is dg:
+            ours = got
+        else:
+            same(ours[0], got[0])
+            same(ours[1], got[1])

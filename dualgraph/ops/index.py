@@ -13,6 +13,7 @@ filled tensor (constant) or gathers edge rows (replicate/reflect/circular).
 """
 from __future__ import annotations
 
+import operator
 from collections import namedtuple
 
 import numpy as np
@@ -407,12 +408,13 @@ def _expand_ellipsis(items, ndim):
 
 def _slice_triple(s, n):
     """A slice as a normalised (start, stop, step), or None for the whole dim."""
-    if s.step is not None and int(s.step) <= 0:
+    # (bounds may be 0-d integer tensors, x[i:i + 16]: made ints before slices compare)
+    s = slice(*(None if v is None else operator.index(v) for v in (s.start, s.stop, s.step)))
+    if s.step is not None and s.step <= 0:
         raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
     if s == slice(None) or s == slice(None, None, 1):
         return None
-    start, stop, step = slice(*(None if v is None else int(v) for v in
-                                (s.start, s.stop, s.step))).indices(n)
+    start, stop, step = s.indices(n)
     stop = max(stop, start)
     return None if (start, stop, step) == (0, n, 1) else (start, stop, step)
 
