@@ -75,6 +75,8 @@ SCHEDULERS = {
         lambda s, o: s.PolynomialLR(o, total_iters=6, power=1.5),
         lambda s, o: s.MultiStepLR(o, milestones=[26, 30], gamma=0.5)],
         milestones=[4, 10, 16, 24]),
+    "warm_restarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=6, eta_min=0.01),
+    "warm_restarts_mult": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2),
     "chained": lambda s, o: s.ChainedScheduler([s.ExponentialLR(o, gamma=0.95),
                                                 s.StepLR(o, step_size=6, gamma=0.5)]),
 }
@@ -166,3 +168,33 @@ def test_tensor_lr_updated_in_place():
 def test_resume_needs_initial_lr():
     with pytest.raises(KeyError, match="initial_lr"):
         dg.optim.lr_scheduler.StepLR(_optimizer(dg), step_size=2, last_epoch=5)
+
+
+@pytest.mark.parametrize("T_mult", [1, 2, 3])
+def test_warm_restarts_fractional_epochs_match_torch(T_mult):
+    """Stepped once per batch with ``epoch + i / iters`` (and jumps back and forth), then
+    resumed from its state_dict."""
+    epochs = [e + i / 4 for e in range(12) for i in range(4)] + [30, 2.5, 7]
+    runs = {}
+    for lib in (dg, torch):
+        opt = _optimizer(lib)
+        sched = lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult,
+                                                                   eta_min=0.05)
+        lrs = []
+        for epoch in epochs:
+            opt.step()
+            sched.step(epoch)
+            lrs.append(sched.get_last_lr())
+        runs[lib] = lrs
+    np.testing.assert_allclose(runs[dg], runs[torch], rtol=1e-12)
+    opt = _optimizer(dg)
+    sched = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult)
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    resumed = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult)
+    resumed.load_state_dict(sched.state_dict())
+    sched.step()
+    resumed.step()
+    assert resumed.get_last_lr() == sched.get_last_lr()
+

@@ -36,7 +36,8 @@ from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR",
            "ConstantLR", "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
-           "SequentialLR", "ChainedScheduler", "OneCycleLR", "ReduceLROnPlateau"]
+           "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler", "OneCycleLR",
+           "ReduceLROnPlateau"]
 
 
 def _set(group: dict, key: str, value) -> None:
@@ -348,6 +349,62 @@ class CosineAnnealingLR(LRScheduler):
     def _closed_form_lr(self):
         cos = math.cos(math.pi * self.last_epoch / self.T_max)
         return [self.eta_min + (base - self.eta_min) * (1 + cos) / 2 for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the initial learning rate to ``eta_min`` over ``T_0`` epochs,
+    then restarting, each period ``T_mult`` times the previous (SGDR, Loshchilov & Hutter).
+    ``step(epoch)`` takes fractional epochs (``epoch + i / iters`` once per batch), as
+    torch's.
+
+    >>> import dualgraph as dg
+    >>> opt = dg.optim.SGD([dg.zeros(1, requires_grad=True)], lr=1.0)
+    >>> sched = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2)
+    >>> opt.step(); sched.step(); sched.get_last_lr()
+    [0.5]
+    """
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,
+                 last_epoch: int = -1):
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0 = self.T_i = T_0
+        self.T_mult = T_mult
+        self.eta_min = eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        cos = math.cos(math.pi * self.T_cur / self.T_i)
+        return [self.eta_min + (base - self.eta_min) * (1 + cos) / 2 for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        """Advance one epoch, or go to ``epoch`` (a float for a position within one)."""
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:   # a restart
+                self.T_cur -= self.T_i
+                self.T_i *= self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch < self.T_0:
+            self.T_i, self.T_cur = self.T_0, epoch
+        elif self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        else:   # the period that epoch falls in: T_0 * (1 + m + ... + m^(n-1)) <= epoch
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult ** n
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            _set(group, "lr", lr)
+        self._last_lr = _lrs(self.optimizer)
 
 
 class _Composite(LRScheduler):
