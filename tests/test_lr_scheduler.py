@@ -75,6 +75,15 @@ SCHEDULERS = {
         lambda s, o: s.PolynomialLR(o, total_iters=6, power=1.5),
         lambda s, o: s.MultiStepLR(o, milestones=[26, 30], gamma=0.5)],
         milestones=[4, 10, 16, 24]),
+    "cyclic": lambda s, o: s.CyclicLR(o, base_lr=0.1, max_lr=[1.0, 0.6], step_size_up=4),
+    "cyclic_asymmetric_triangular2": lambda s, o: s.CyclicLR(
+        o, 0.05, 0.5, step_size_up=3, step_size_down=5, mode="triangular2",
+        base_momentum=0.7, max_momentum=0.95),
+    "cyclic_exp_range": lambda s, o: s.CyclicLR(o, 0.1, 1.0, step_size_up=5, mode="exp_range",
+                                                gamma=0.95, cycle_momentum=False),
+    "cyclic_scale_fn": lambda s, o: s.CyclicLR(o, 0.1, 1.0, step_size_up=3,
+                                               scale_fn=lambda x: 0.9 ** x,
+                                               scale_mode="iterations"),
     "warm_restarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=6, eta_min=0.01),
     "warm_restarts_mult": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2),
     "chained": lambda s, o: s.ChainedScheduler([s.ExponentialLR(o, gamma=0.95),
@@ -197,4 +206,17 @@ def test_warm_restarts_fractional_epochs_match_torch(T_mult):
     sched.step()
     resumed.step()
     assert resumed.get_last_lr() == sched.get_last_lr()
+
+
+def test_cyclic_lr_cycles_adam_beta1_and_needs_momentum():
+    make = SCHEDULERS["cyclic"]
+    ours = _trajectory(dg, make, optimizer="Adam")
+    theirs = _trajectory(torch, make, optimizer="Adam")
+    np.testing.assert_allclose([m for _, m in ours], [m for _, m in theirs], rtol=1e-12)
+    plain = dg.optim.Adagrad([dg.zeros(1, requires_grad=True)])
+    with pytest.raises(ValueError, match="momentum"):
+        dg.optim.lr_scheduler.CyclicLR(plain, 0.1, 1.0)
+    sched = dg.optim.lr_scheduler.CyclicLR(plain, 0.1, 1.0, cycle_momentum=False,
+                                           scale_fn=lambda x: 1.0)
+    assert "scale_fn" not in sched.state_dict()
 

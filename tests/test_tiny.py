@@ -591,6 +591,18 @@ def test_more_optimizers(name):
     assert abs(w[0].item()) < 1.0 and "step" in opt.state_dict()["state"][0]
 
 
+def test_more_schedulers():
+    opt = dg.optim.SGD([dg.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
+    sched = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2)
+    opt.step()
+    sched.step(0.5)
+    assert 0.5 < sched.get_last_lr()[0] < 1.0
+    cyclic = dg.optim.lr_scheduler.CyclicLR(opt, 0.1, 1.0, step_size_up=2)
+    opt.step()
+    cyclic.step()
+    assert math.isclose(cyclic.get_last_lr()[0], 0.55)
+
+
 def test_lbfgs():
     w = dg.tensor([1.0, -2.0], requires_grad=True)
     opt = dg.optim.LBFGS([w])
