@@ -65,6 +65,15 @@ def test_every_creation_function_takes_device(make):
             make(device)
 
 
+def test_generator_takes_a_device():
+    for args, kwargs in (((), {"device": "cpu"}), (("cpu",), {}), ((dg.device("cpu"),), {})):
+        g = dg.Generator(*args, **kwargs)
+        assert g.device == dg.device("cpu") and repr(g.device) == repr(torch.Generator().device)
+        assert g.manual_seed(3).initial_seed() == 3
+    with pytest.raises(ValueError, match="not available"):
+        dg.Generator(device="cuda")
+
+
 def test_float_creators_keep_requires_grad():
     for make in (dg.zeros, dg.ones, dg.empty, dg.rand, dg.randn):
         assert make(2, device="cpu", requires_grad=True).requires_grad
