@@ -564,6 +564,9 @@ def test_torch_namespace_functions():
                         rel_tol=1e-6)
     assert math.isclose(dg.erfc(dg.tensor(0.0)).item(), 1.0)
     assert values(dg.nan_to_num(dg.tensor([float("nan"), 1.0]))) == [0.0, 1.0]
+    assert values(dg.diag(dg.tensor([1.0, 2.0]))) == [[1.0, 0.0], [0.0, 2.0]]
+    assert values(dg.diagonal(dg.eye(2))) == [1.0, 1.0]
+    assert tuple(dg.tensordot(dg.ones(2, 3), dg.ones(3, 4), dims=1).shape) == (2, 4)
     assert dg.sinh(dg.tensor(0.0)).item() == 0.0 and dg.cosh(dg.tensor(0.0)).item() == 1.0
     assert dg.ones(1).type() == "dualgraph.FloatTensor" and dg.ones(1).new(2).shape == (2,)
     assert dg.empty(3).exponential_().min().item() >= 0

@@ -336,6 +336,7 @@ COMPILED = [
     lambda a, b: a.new_zeros(a.shape).copy_(b[0]) + a.where(a > 0, b),
     lambda a, b: dg.isclose(a, a + 1e-9).float() + a.type_as(b) * a.new_ones(4),
     lambda a, b: dg.sinh(a) + dg.cosh(b) + dg.nan_to_num(a.log(), nan=-1.0),
+    lambda a, b: dg.diag(dg.diag(a, 1), 1) + dg.tensordot(a, b, dims=([1], [0])) + a.diagonal(),
 ]
 
 

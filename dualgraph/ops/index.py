@@ -30,7 +30,8 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique"]
+           "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
+           "diagonal"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -740,6 +741,49 @@ def unfold(input, dimension, size, step):
     return shape_ops.movedim(windows, d + 1, -1)
 
 
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """The ``offset`` diagonal of a matrix (above the main one for ``offset > 0``), as
+    ``torch.diagonal`` for 2-d input.
+
+    >>> dg.diagonal(dg.arange(9).reshape(3, 3), 1)
+    tensor([1, 5])
+    """
+    if input.ndim != 2 or {normalize_dim(dim1, 2), normalize_dim(dim2, 2)} != {0, 1}:
+        raise ValueError(f"diagonal: only 2-d input (dims 0 and 1) is supported, got shape "
+                         f"{tuple(input.shape)} with dims {dim1}, {dim2}")
+    if normalize_dim(dim1, 2) == 1:
+        offset = -offset
+    rows, cols = input.shape
+    start_row, start_col = max(-offset, 0), max(offset, 0)
+    n = max(min(rows - start_row, cols - start_col), 0)
+    at = np.arange(n, dtype=_INT64)
+    return getitem(input, (creation.constant(at + start_row), creation.constant(at + start_col)))
+
+
+_diagonal_of = diagonal   # (diag's argument ``diagonal`` hides the function, as in torch)
+
+
+def diag(input, diagonal=0):
+    """A 1-d tensor laid on the ``diagonal`` of a square matrix of zeros, or the diagonal
+    of a matrix (``diagonal(input, diagonal)``), as ``torch.diag``.
+
+    >>> dg.diag(dg.tensor([1.0, 2.0]))
+    tensor([[1., 0.],
+            [0., 2.]])
+    """
+    if input.ndim == 2:
+        return _diagonal_of(input, diagonal)
+    if input.ndim != 1:
+        raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {tuple(input.shape)}")
+    k = abs(diagonal)
+    n = input.shape[0] + k
+    mask = creation.constant(np.eye(n, k=diagonal, dtype=bool))
+    # the entry for row i (diagonal >= 0) or column j (< 0) is input[i] / input[j]
+    values = shape_ops.cat([input, creation.zeros(k, dtype=input.dtype)]) if k else input
+    values = shape_ops.unsqueeze(values, 1 if diagonal >= 0 else 0)
+    return elementwise.where(mask, values, 0)
+
+
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct values of ``input`` (of its slices along ``dim``), sorted; with
     ``return_inverse`` also where each entry went, with ``return_counts`` how often each
@@ -926,4 +970,5 @@ METHODS = {
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
+    "diag": diag, "diagonal": diagonal,
 }

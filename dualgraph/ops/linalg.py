@@ -23,7 +23,7 @@ from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
-           "baddbmm"]
+           "baddbmm", "tensordot"]
 
 
 def compute_dtype(dt: np.dtype) -> np.dtype:
@@ -132,6 +132,30 @@ def bmm(input, mat2):
         raise ShapeError(f"bmm: batch sizes differ: shapes {tuple(input.shape)} and "
                          f"{tuple(mat2.shape)}")
     return matmul(input, mat2)
+
+
+def tensordot(a, b, dims=2):
+    """Sum products over ``dims`` of ``a`` and ``b``: the last ``dims`` of ``a`` with the
+    first ``dims`` of ``b`` (an int), or the dims listed in ``([dims of a], [dims of
+    b])``, as ``torch.tensordot``; an ``einsum``.
+
+    >>> dg.tensordot(dg.ones(2, 3), dg.ones(3, 4), dims=1).shape
+    dualgraph.Size([2, 4])
+    """
+    if isinstance(dims, int):
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    dims_a = [d % a.ndim for d in dims_a]
+    dims_b = [d % b.ndim for d in dims_b]
+    letters = iter(string.ascii_letters)
+    sub_a = [next(letters) for _ in range(a.ndim)]
+    sub_b = [next(letters) for _ in range(b.ndim)]
+    for da, db in zip(dims_a, dims_b, strict=True):
+        sub_b[db] = sub_a[da]
+    out = ([s for d, s in enumerate(sub_a) if d not in dims_a]
+           + [s for d, s in enumerate(sub_b) if d not in dims_b])
+    return einsum(f"{''.join(sub_a)},{''.join(sub_b)}->{''.join(out)}", a, b)
 
 
 def _scaled_sum(input, product, beta, alpha):

@@ -99,3 +99,12 @@ CASES += [
     OpCase("matmul", lambda m, c, a, b: c.baddbmm(a, b, beta=2),
            [In((1, 4)), In((2, 3, 5)), In((2, 5, 4))], "baddbmm-broadcast"),
 ]
+
+CASES += [
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=1), [In((2, 3)), In((3, 4))],
+           "tensordot"),
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=([1, 2], [1, 0])),
+           [In((2, 3, 4)), In((4, 3, 5))], "tensordot-lists"),
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=0), [In((2,)), In((3,))],
+           "tensordot-outer"),
+]
