@@ -15,10 +15,10 @@ import numpy as np
 from . import dtypes
 from .kernels import threads
 from .ops import creation
-from .tensor import Tensor
+from .tensor import Tensor, print_options
 
 __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial_seed", "seed",
-           "set_num_threads", "get_num_threads",
+           "set_num_threads", "get_num_threads", "set_printoptions",
            "set_float32_matmul_precision", "get_float32_matmul_precision",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
            "IntTensor", "BoolTensor"]
@@ -103,6 +103,24 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """The number of threads dualgraph's big loops are split over."""
     return threads.thread_count()
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None) -> None:
+    """How tensors print, as ``torch.set_printoptions``: ``precision`` (digits after the
+    point), ``threshold`` (elements before the middle is elided), ``edgeitems``,
+    ``linewidth``; ``profile`` ``"default"``, ``"short"`` or ``"full"`` sets them all.
+    ``sci_mode`` is accepted and left to NumPy's choice."""
+    profiles = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80),
+                "full": (4, 2 ** 63 - 1, 3, 80)}
+    options = print_options
+    if profile is not None:
+        options.update(zip(("precision", "threshold", "edgeitems", "linewidth"),
+                           profiles[profile]))
+    for name, value in (("precision", precision), ("threshold", threshold),
+                        ("edgeitems", edgeitems), ("linewidth", linewidth)):
+        if value is not None:
+            options[name] = int(value)
 
 
 _matmul_precision = ["highest"]

@@ -16,6 +16,8 @@ from .errors import CONCRETE_FIX, CaptureError
 
 
 concretize_hook = None   # set by dg.jit.inspect while it runs
+# how tensors print (dg.set_printoptions changes them; torch's defaults)
+print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 
 
 class Tensor:
@@ -225,8 +227,11 @@ class Tensor:
         shown = data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data
         # As torch: whole numbers print as "1.", anything else with 4 fixed decimals.
         fixed = shown.dtype.kind == "f" and not np.all(np.mod(shown[np.isfinite(shown)], 1) == 0)
-        body = np.array2string(shown, separator=", ", prefix="tensor(", threshold=1000,
-                               precision=4, floatmode="fixed" if fixed else "maxprec")
+        opts = print_options
+        body = np.array2string(shown, separator=", ", prefix="tensor(",
+                               threshold=opts["threshold"], edgeitems=opts["edgeitems"],
+                               max_line_width=opts["linewidth"], precision=opts["precision"],
+                               floatmode="fixed" if fixed else "maxprec")
         extras = []
         if data.dtype != dtypes.default_float() and data.dtype not in (np.int64, np.bool_):
             extras.append(f"dtype={self.dtype!r}")

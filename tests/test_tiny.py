@@ -585,6 +585,9 @@ def test_torch_namespace_functions():
     assert dg.HalfTensor([1]).dtype == dg.float16 and dg.BoolTensor([1]).dtype == dg.bool
     assert dg.BFloat16Tensor([1]).dtype == dg.bfloat16
     dg.set_float32_matmul_precision(dg.get_float32_matmul_precision())
+    dg.set_printoptions(precision=2)
+    assert repr(dg.tensor([1.2345])) == "tensor([1.23])"
+    dg.set_printoptions(profile="default")
     assert not dg.jit.is_scripting() and not dg.onnx.is_in_onnx_export()
 
 

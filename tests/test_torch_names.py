@@ -467,3 +467,19 @@ def test_slices_with_tensor_bounds_match_torch():
         else:
             same(ours[0], got[0])
             same(ours[1], got[1])
+
+
+def test_set_printoptions_precision_matches_torch():
+    try:
+        for kwargs in ({"precision": 2}, {"precision": 6}, {"profile": "short"},
+                       {"profile": "default"}):
+            dg.set_printoptions(**kwargs)
+            torch.set_printoptions(**kwargs)
+            for data in ([1.23456789, -2.5], [[0.1, 2.0], [3.33333, 4.0]], [1.0, 2.0]):
+                assert repr(dg.tensor(data)) == repr(torch.tensor(data))
+        dg.set_printoptions(threshold=5, edgeitems=2)
+        assert repr(dg.arange(10)).replace(" ", "") == "tensor([0,1,...,8,9])"
+    finally:
+        dg.set_printoptions(profile="default")
+        torch.set_printoptions(profile="default")
+    assert repr(dg.arange(10)) == repr(torch.arange(10))
