@@ -10,7 +10,8 @@ tensor([2., 4.])
 from .kernels.tuning import configure as tune_cpu  # noqa: F401
 from . import autograd, dtypes  # noqa: F401
 from . import ops  # noqa: F401  (registers every op and binds Tensor methods)
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: F401
+                       set_grad_enabled)
 from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  # noqa: F401
                      float64, get_default_dtype, half, int, int32, int64, long,
                      set_default_dtype)
@@ -25,6 +26,9 @@ from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 from . import graph, io, nn, optim, utils  # noqa: F401,E402
 from . import jit, onnx, static  # noqa: F401,E402
+from . import accelerator, backends, cuda  # noqa: F401,E402
+from ._namespace import *  # noqa: F401,F403,E402
+from .devices import device  # noqa: F401,E402
 from .io import load, save  # noqa: F401,E402
 from .capture import compile  # noqa: F401,E402
 from .shapes import ShapeError  # noqa: F401

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .capture.ast import to_static  # noqa: F401
 from .capture.compile import Compiled
 from .capture.inspect import inspect  # noqa: F401
+from .dispatch import modes
 
 
 def trace(fn_or_module, example_inputs, *, check=False):
@@ -22,3 +23,22 @@ def trace(fn_or_module, example_inputs, *, check=False):
     traced = Compiled(fn_or_module, check=check, fullgraph=True, strict=True)
     traced(*example_inputs)
     return traced
+
+
+def is_scripting() -> bool:
+    """False: dualgraph has no TorchScript (models test it to skip script-only paths)."""
+    return False
+
+
+def is_tracing() -> bool:
+    """Whether a graph is being captured now (``dg.compile``, ``dg.jit.trace``), as torch's
+    is True inside ``torch.jit.trace``."""
+    return modes.building_graph()
+
+
+def ignore(fn=None, **kwargs):
+    """``@dg.jit.ignore`` / ``@dg.jit.unused``: the function itself (nothing is scripted)."""
+    return fn if fn is not None else (lambda f: f)
+
+
+unused = ignore

@@ -18,8 +18,22 @@ def export(fn_or_module, example_inputs, path, input_names=None, output_names=No
     >>> dg.onnx.export(lambda x: x * 2, (dg.ones(2),), "double.onnx")   # doctest: +SKIP
     """
     from .export.onnx_export import export_model
-    return export_model(fn_or_module, example_inputs, path, input_names=input_names,
-                        output_names=output_names, dynamic_axes=dynamic_axes, opset=opset)
+    _exporting.append(True)
+    try:
+        return export_model(fn_or_module, example_inputs, path, input_names=input_names,
+                            output_names=output_names, dynamic_axes=dynamic_axes,
+                            opset=opset)
+    finally:
+        _exporting.pop()
+
+
+_exporting: list = []   # one entry per export in progress
+
+
+def is_in_onnx_export() -> bool:
+    """Whether an ``export`` is tracing the model now (models test it to take an
+    export-friendly path), as ``torch.onnx.is_in_onnx_export``."""
+    return bool(_exporting)
 
 
 def load(path):

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes
+from . import devices, dtypes
 from ._helpers import user_location
 from .autograd.tape import AccumulateGrad
 from .errors import CONCRETE_FIX, CaptureError
 
 
 concretize_hook = None   # set by dg.jit.inspect while it runs
+# how tensors print (dg.set_printoptions changes them; torch's defaults)
+print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 
 
 class Tensor:
@@ -77,12 +79,61 @@ class Tensor:
     def numel(self) -> int:
         return int(np.prod(self._data.shape, dtype=np.int64))
 
+    nelement = numel
+    ndimension = dim
+
     def element_size(self) -> int:
         return self._data.dtype.itemsize
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> devices.device:
+        """Where the tensor lives: always ``dg.device("cpu")``."""
+        return devices.CPU
+
+    is_cuda = False
+    is_cpu = True
+    is_meta = False
+
+    def get_device(self) -> int:
+        """-1, torch's answer for a CPU tensor."""
+        return -1
+
+    def cpu(self):
+        """This tensor (it is on the CPU already), as torch returns it."""
+        return self
+
+    def cuda(self, device=None, non_blocking: bool = False):
+        """Raises ``ValueError``: dualgraph has no CUDA device."""
+        devices.check("cuda")
+
+    def pin_memory(self, device=None):
+        """This tensor: there is no device to pin memory for (as ``DataLoader(pin_memory=)``
+        is accepted and ignored)."""
+        return self
+
+    def stride(self, dim=None):
+        """Elements to step in storage per index of each dim, as torch's (a broadcast dim
+        has stride 0). A traced tensor reports the strides of a contiguous array."""
+        data = self._data
+        if type(data) is np.ndarray:
+            strides = tuple(s // data.itemsize for s in data.strides)
+        else:
+            strides, step = (), 1
+            for d in reversed(tuple(data.shape)):
+                strides, step = (step,) + strides, step * d
+        return strides if dim is None else strides[dim]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        """Whether the elements lie in storage in row-major order without gaps."""
+        data = self._data
+        return type(data) is not np.ndarray or data.flags.c_contiguous
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a 0-d tensor's value, as torch does; other tensors
+        take only the empty spec (their ``str``)."""
+        if self._data.ndim == 0:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
 
     @property
     def is_leaf(self) -> bool:
@@ -176,8 +227,11 @@ class Tensor:
         shown = data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data
         # As torch: whole numbers print as "1.", anything else with 4 fixed decimals.
         fixed = shown.dtype.kind == "f" and not np.all(np.mod(shown[np.isfinite(shown)], 1) == 0)
-        body = np.array2string(shown, separator=", ", prefix="tensor(", threshold=1000,
-                               precision=4, floatmode="fixed" if fixed else "maxprec")
+        opts = print_options
+        body = np.array2string(shown, separator=", ", prefix="tensor(",
+                               threshold=opts["threshold"], edgeitems=opts["edgeitems"],
+                               max_line_width=opts["linewidth"], precision=opts["precision"],
+                               floatmode="fixed" if fixed else "maxprec")
         extras = []
         if data.dtype != dtypes.default_float() and data.dtype not in (np.int64, np.bool_):
             extras.append(f"dtype={self.dtype!r}")

@@ -24,7 +24,7 @@ ROOT = pathlib.Path(dualgraph.__file__).parent
 # so ``ops.opdef`` is layer 1 while the rest of ``ops`` is layer 3. "" is the package itself.
 LAYERS = {
     "_helpers": 0, "kernels": 0, "dtypes": 0, "shapes": 0, "errors": 0,
-    "_pytree": 0, "_version": 0,
+    "_pytree": 0, "_version": 0, "devices": 0,
     "ops.opdef": 1, "graph": 1,
     "tensor": 2, "dispatch": 2, "autograd.tape": 2,
     "ops": 3, "autograd": 3,
@@ -33,7 +33,7 @@ LAYERS = {
     "capture": 6,
     "nn": 7, "optim": 7, "utils": 7, "amp": 7, "io": 7, "distributed": 7, "export": 7,
     "": 8, "__main__": 8, "tools": 8, "jit": 8, "static": 8, "demo": 8, "onnx": 8,
-    "profiler": 8,
+    "profiler": 8, "_namespace": 8, "cuda": 8, "backends": 8, "accelerator": 8,
 }
 
 # layer-7 packages reach less far down than their layer says (besides their own modules):

@@ -75,6 +75,17 @@ SCHEDULERS = {
         lambda s, o: s.PolynomialLR(o, total_iters=6, power=1.5),
         lambda s, o: s.MultiStepLR(o, milestones=[26, 30], gamma=0.5)],
         milestones=[4, 10, 16, 24]),
+    "cyclic": lambda s, o: s.CyclicLR(o, base_lr=0.1, max_lr=[1.0, 0.6], step_size_up=4),
+    "cyclic_asymmetric_triangular2": lambda s, o: s.CyclicLR(
+        o, 0.05, 0.5, step_size_up=3, step_size_down=5, mode="triangular2",
+        base_momentum=0.7, max_momentum=0.95),
+    "cyclic_exp_range": lambda s, o: s.CyclicLR(o, 0.1, 1.0, step_size_up=5, mode="exp_range",
+                                                gamma=0.95, cycle_momentum=False),
+    "cyclic_scale_fn": lambda s, o: s.CyclicLR(o, 0.1, 1.0, step_size_up=3,
+                                               scale_fn=lambda x: 0.9 ** x,
+                                               scale_mode="iterations"),
+    "warm_restarts": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=6, eta_min=0.01),
+    "warm_restarts_mult": lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2),
     "chained": lambda s, o: s.ChainedScheduler([s.ExponentialLR(o, gamma=0.95),
                                                 s.StepLR(o, step_size=6, gamma=0.5)]),
 }
@@ -166,3 +177,46 @@ def test_tensor_lr_updated_in_place():
 def test_resume_needs_initial_lr():
     with pytest.raises(KeyError, match="initial_lr"):
         dg.optim.lr_scheduler.StepLR(_optimizer(dg), step_size=2, last_epoch=5)
+
+
+@pytest.mark.parametrize("T_mult", [1, 2, 3])
+def test_warm_restarts_fractional_epochs_match_torch(T_mult):
+    """Stepped once per batch with ``epoch + i / iters`` (and jumps back and forth), then
+    resumed from its state_dict."""
+    epochs = [e + i / 4 for e in range(12) for i in range(4)] + [30, 2.5, 7]
+    runs = {}
+    for lib in (dg, torch):
+        opt = _optimizer(lib)
+        sched = lib.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult,
+                                                                   eta_min=0.05)
+        lrs = []
+        for epoch in epochs:
+            opt.step()
+            sched.step(epoch)
+            lrs.append(sched.get_last_lr())
+        runs[lib] = lrs
+    np.testing.assert_allclose(runs[dg], runs[torch], rtol=1e-12)
+    opt = _optimizer(dg)
+    sched = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult)
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    resumed = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=T_mult)
+    resumed.load_state_dict(sched.state_dict())
+    sched.step()
+    resumed.step()
+    assert resumed.get_last_lr() == sched.get_last_lr()
+
+
+def test_cyclic_lr_cycles_adam_beta1_and_needs_momentum():
+    make = SCHEDULERS["cyclic"]
+    ours = _trajectory(dg, make, optimizer="Adam")
+    theirs = _trajectory(torch, make, optimizer="Adam")
+    np.testing.assert_allclose([m for _, m in ours], [m for _, m in theirs], rtol=1e-12)
+    plain = dg.optim.Adagrad([dg.zeros(1, requires_grad=True)])
+    with pytest.raises(ValueError, match="momentum"):
+        dg.optim.lr_scheduler.CyclicLR(plain, 0.1, 1.0)
+    sched = dg.optim.lr_scheduler.CyclicLR(plain, 0.1, 1.0, cycle_momentum=False,
+                                           scale_fn=lambda x: 1.0)
+    assert "scale_fn" not in sched.state_dict()
+

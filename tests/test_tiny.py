@@ -364,6 +364,9 @@ SCHEDULERS = {   # one step from lr=1.0 -> the learning rate torch gives
     "OneCycleLR": (lambda s, o: s.OneCycleLR(o, max_lr=1.0, total_steps=4, pct_start=0.5,
                                              div_factor=2, anneal_strategy="linear"), 1.0),
     # a metric that stops improving: the second step halves the rate
+    "CosineAnnealingWarmRestarts": (lambda s, o: s.CosineAnnealingWarmRestarts(o, T_0=2),
+                                    0.5),
+    "CyclicLR": (lambda s, o: s.CyclicLR(o, 0.0, 1.0, step_size_up=2), 0.5),
     "ReduceLROnPlateau": (lambda s, o: s.ReduceLROnPlateau(o, factor=0.5, patience=0), 0.5),
 }
 
@@ -515,6 +518,105 @@ def test_graph(tmp_path):
 def test_onnx(tmp_path):
     dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx")
     assert values(dg.onnx.load(tmp_path / "m.onnx")(dg.ones(2))) == [2.0, 2.0]
+
+
+# -- the PyTorch names programs use (issue 24; thorough tests: test_torch_names.py) ----------
+
+def test_devices_and_cpu_only_queries():
+    x = dg.zeros(2, device=dg.device("cpu"))
+    assert x.device == dg.device("cpu") and x.cpu() is x and x.to("cpu") is x
+    assert not dg.cuda.is_available() and dg.cuda.device_count() == 0
+    assert not dg.accelerator.is_available() and not dg.backends.mps.is_available()
+    assert dg.backends.cudnn.enabled and dg.backends.cuda.matmul.allow_tf32 is False
+    with pytest.raises(ValueError, match="not available"):
+        x.cuda()
+
+
+def test_torch_tensor_methods():
+    x = dg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert f"{x.sum():.1f}" == "10.0" and x.stride() == (2, 1) and x.is_contiguous()
+    assert values(x.new_zeros(2)) == [0.0, 0.0] and values(x.new_ones(1)) == [1.0]
+    assert values(x.new_full((1,), 7.0)) == [7.0] and values(x.new_tensor([5])) == [5.0]
+    assert tuple(x.new_empty(3).shape) == (3,) and x.type_as(dg.tensor([1])).dtype == dg.int64
+    assert values(dg.zeros(2).copy_(dg.tensor([1.0, 2.0]))) == [1.0, 2.0]
+    y = dg.zeros(2)
+    assert values(y.lerp_(dg.ones(2), 0.5).addcmul_(y, y).addcdiv_(y, dg.ones(2))) == [1.5] * 2
+    assert values(dg.lerp(dg.zeros(1), dg.ones(1), 0.25)) == [0.25]
+    assert values(dg.addcmul(dg.ones(1), dg.ones(1), dg.ones(1), value=2)) == [3.0]
+    assert values(dg.addcdiv(dg.ones(1), dg.ones(1), dg.full((1,), 2.0))) == [1.5]
+    assert values(x.where(x > 2, 0.0)) == [[0.0, 0.0], [3.0, 4.0]]
+    assert values(dg.tensor([1, 2]).repeat_interleave(2)) == [1, 1, 2, 2]
+    assert values(dg.repeat_interleave(dg.tensor([1, 2]), 2)) == [1, 1, 2, 2]
+    assert values(dg.arange(4.0).unfold(0, 2, 2)) == [[0.0, 1.0], [2.0, 3.0]]
+    assert values(dg.unique(dg.tensor([2, 1, 2]))) == [1, 2]
+    assert 0 <= dg.empty(3).uniform_().min().item() and dg.empty(3).normal_().shape == (3,)
+    assert set(dg.empty(9).bernoulli_(0.5).tolist()) <= {0.0, 1.0}
+    assert values(dg.bernoulli(dg.ones(2))) == [1.0, 1.0]
+    assert tuple(dg.normal(0.0, 1.0, size=(2,)).shape) == (2,)
+    assert tuple(dg.randint(5, (3,)).shape) == (3,)
+
+
+def test_torch_namespace_functions():
+    a = dg.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert values(dg.addmm(dg.ones(2), a, a)) == [[2.0, 1.0], [1.0, 2.0]]
+    assert values(dg.baddbmm(dg.zeros(1, 2, 2), a[None], a[None])) == [values(a)]
+    assert math.isclose(dg.atan2(dg.tensor(1.0), dg.tensor(1.0)).item(), math.pi / 4,
+                        rel_tol=1e-6)
+    assert math.isclose(dg.erfc(dg.tensor(0.0)).item(), 1.0)
+    assert values(dg.nan_to_num(dg.tensor([float("nan"), 1.0]))) == [0.0, 1.0]
+    assert values(dg.diag(dg.tensor([1.0, 2.0]))) == [[1.0, 0.0], [0.0, 2.0]]
+    assert values(dg.diagonal(dg.eye(2))) == [1.0, 1.0]
+    assert tuple(dg.tensordot(dg.ones(2, 3), dg.ones(3, 4), dims=1).shape) == (2, 4)
+    assert dg.sinh(dg.tensor(0.0)).item() == 0.0 and dg.cosh(dg.tensor(0.0)).item() == 1.0
+    assert dg.ones(1).type() == "dualgraph.FloatTensor" and dg.ones(1).new(2).shape == (2,)
+    assert dg.empty(3).exponential_().min().item() >= 0
+    assert set(dg.empty(5).random_(2).tolist()) <= {0.0, 1.0}
+    assert dg.ones(2, 3).nelement() == 6 and dg.ones(2, 3).ndimension() == 2
+    assert dg.finfo(dg.float32).eps == 2.0 ** -23 and dg.iinfo(dg.int32).max == 2 ** 31 - 1
+    assert dg.is_floating_point(dg.ones(1)) and dg.initial_seed() >= 0
+    assert dg.allclose(a, a + 1e-9) and dg.equal(a, a.clone()) and values(
+        dg.isclose(a, a)) == [[True, True]] * 2
+    assert dg.is_tensor(a) and dg.numel(a) == 4
+    dg.set_num_threads(dg.get_num_threads())
+    with dg.inference_mode():
+        assert not dg.is_grad_enabled()
+    assert dg.LongTensor([1]).dtype == dg.int64 and isinstance(dg.ones(1), dg.FloatTensor)
+    assert dg.DoubleTensor(2).dtype == dg.float64 and dg.IntTensor([1]).dtype == dg.int32
+    assert dg.HalfTensor([1]).dtype == dg.float16 and dg.BoolTensor([1]).dtype == dg.bool
+    assert dg.BFloat16Tensor([1]).dtype == dg.bfloat16
+    dg.set_float32_matmul_precision(dg.get_float32_matmul_precision())
+    dg.set_printoptions(precision=2)
+    assert repr(dg.tensor([1.2345])) == "tensor([1.23])"
+    dg.set_printoptions(profile="default")
+    assert not dg.jit.is_scripting() and not dg.onnx.is_in_onnx_export()
+
+
+@pytest.mark.parametrize("name", ["Adadelta", "Adamax", "NAdam", "RAdam", "Rprop", "ASGD"])
+def test_more_optimizers(name):
+    w = dg.tensor([1.0, -2.0], requires_grad=True)
+    opt = getattr(dg.optim, name)([w], lr=0.1)
+    (w * w).sum().backward()
+    opt.step()
+    assert abs(w[0].item()) < 1.0 and "step" in opt.state_dict()["state"][0]
+
+
+def test_lbfgs():
+    w = dg.tensor([1.0, -2.0], requires_grad=True)
+    opt = dg.optim.LBFGS([w])
+
+    def closure():
+        opt.zero_grad()
+        loss = ((w - 3) ** 2).sum()
+        loss.backward()
+        return loss
+    opt.step(closure)
+    assert np.allclose(values(w), [3.0, 3.0], atol=1e-4)
+
+
+def test_torch_module_paths():
+    from dualgraph.nn.modules.linear import Linear
+    from dualgraph.utils.data.dataloader import DataLoader
+    assert Linear is nn.Linear and DataLoader is dg.utils.data.DataLoader
 
 
 @NOT_BUILT

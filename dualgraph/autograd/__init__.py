@@ -1,5 +1,5 @@
 """Eager autograd: the tape (recorded by dispatch), the backward engine and utilities."""
 from .engine import backward, grad  # noqa: F401
 from .gradcheck import GradcheckError, gradcheck  # noqa: F401
-from .tape import (detect_anomaly, enable_grad, is_grad_enabled, no_grad,  # noqa: F401
-                   set_grad_enabled)
+from .tape import (detect_anomaly, enable_grad, inference_mode,  # noqa: F401
+                   is_grad_enabled, no_grad, set_grad_enabled)

@@ -63,6 +63,20 @@ class no_grad(set_grad_enabled):
         super().__init__(False)
 
 
+class inference_mode(set_grad_enabled):
+    """As ``torch.inference_mode``: no gradient history inside, here exactly ``no_grad``
+    (dualgraph has no separate inference tensors). A context manager and a decorator, with
+    or without the call: ``@dg.inference_mode()``, ``@dg.inference_mode``."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):   # bare @inference_mode on a function
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True):
+        super().__init__(not mode)
+
+
 class enable_grad(set_grad_enabled):
     """Turn recording back on inside a ``no_grad`` block."""
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
-from .. import dtypes
+from .. import devices, dtypes
 from ..autograd import no_grad
 from ..ops import creation
 from ..ops.inplace import commit_inplace
@@ -533,7 +533,8 @@ class Module:
 
     def to(self, *args, **kwargs):
         """``module.to(dtype)`` casts floating-point parameters and buffers in place (the
-        Parameter objects stay the same); ``module.to("cpu")`` is accepted (only device)."""
+        Parameter objects stay the same); ``module.to("cpu")`` / ``to(dg.device("cpu"))`` are
+        accepted (the only device; others raise ``ValueError``)."""
         dtype = kwargs.pop("dtype", None)
         device = kwargs.pop("device", None)
         kwargs.pop("non_blocking", None)
@@ -542,12 +543,12 @@ class Module:
         for arg in args:
             if isinstance(arg, Tensor):
                 dtype = arg.dtype
-            elif isinstance(arg, str) and arg not in dtypes._BY_NAME:
+            elif isinstance(arg, devices.device) or (isinstance(arg, str)
+                                                      and arg not in dtypes._BY_NAME):
                 device = arg
             else:
                 dtype = arg
-        if device not in (None, "cpu"):
-            raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")
+        devices.check(device)
         if dtype is None:
             return self
         dtype = dtypes.as_dtype(dtype)
@@ -571,6 +572,11 @@ class Module:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        """Raises ``ValueError``: dualgraph has no CUDA device (``module.to(device)`` with
+        ``device`` chosen by ``dg.cuda.is_available()`` runs everywhere)."""
+        devices.check("cuda")
 
     # -- printing -------------------------------------------------------------------------
     def _get_name(self) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from .. import devices, dtypes
 from ..dispatch import apply, modes
 from ..shapes import ShapedType
 from ..tensor import Tensor, as_array, check_can_require_grad
@@ -14,12 +14,15 @@ from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa:
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
            "randn", "randint", "randperm", "multinomial", "rand_like", "randn_like", "clone",
+           "bernoulli", "normal",
            "Generator",
            "manual_seed", "default_generator", "state", "state_like"]
 
 
-def _finish(array: np.ndarray, requires_grad: bool) -> Tensor:
-    """The new tensor; made while tracing, it is a constant of the graph."""
+def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
+    """The new tensor; made while tracing, it is a constant of the graph. ``device``, as
+    every creation function's, must name the CPU."""
+    devices.check(device)
     tracer = modes.tracer
     t = Tensor._make(array if tracer is None else tracer.constant(array))
     if requires_grad:
@@ -38,10 +41,11 @@ def _float_dtype(dtype) -> np.dtype:
     return dtypes.default_float() if dtype is None else dtypes.to_np(dtype)
 
 
-def tensor(data, dtype=None, requires_grad: bool = False) -> Tensor:
+def tensor(data, dtype=None, device=None, requires_grad: bool = False,
+           pin_memory: bool = False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, numbers, arrays, tensors)."""
     array = np.array(as_array(data, dtype), copy=True)
-    return _finish(array, requires_grad)
+    return _finish(array, requires_grad, device)
 
 
 def constant(array: np.ndarray) -> Tensor:
@@ -51,7 +55,8 @@ def constant(array: np.ndarray) -> Tensor:
     return _finish(array, False)
 
 
-def as_tensor(data, dtype=None) -> Tensor:
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    devices.check(device)
     if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
         return data
     return Tensor._make(as_array(data, dtype))
@@ -65,29 +70,30 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return Tensor._make(array)
 
 
-def zeros(*size, dtype=None, requires_grad=False) -> Tensor:
-    return _finish(np.zeros(_size(size), _float_dtype(dtype)), requires_grad)
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.zeros(_size(size), _float_dtype(dtype)), requires_grad, device)
 
 
-def ones(*size, dtype=None, requires_grad=False) -> Tensor:
-    return _finish(np.ones(_size(size), _float_dtype(dtype)), requires_grad)
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.ones(_size(size), _float_dtype(dtype)), requires_grad, device)
 
 
-def empty(*size, dtype=None, requires_grad=False) -> Tensor:
-    return _finish(np.empty(_size(size), _float_dtype(dtype)), requires_grad)
+def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.empty(_size(size), _float_dtype(dtype)), requires_grad, device)
 
 
-def full(size, fill_value, dtype=None, requires_grad=False) -> Tensor:
+def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = dtypes.scalar_dtype(fill_value)
-    return _finish(np.full(_size((size,)), fill_value, dtypes.to_np(dtype)), requires_grad)
+    return _finish(np.full(_size((size,)), fill_value, dtypes.to_np(dtype)), requires_grad,
+                   device)
 
 
-def eye(n: int, m: int | None = None, dtype=None, requires_grad=False) -> Tensor:
-    return _finish(np.eye(n, m, dtype=_float_dtype(dtype)), requires_grad)
+def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(np.eye(n, m, dtype=_float_dtype(dtype)), requires_grad, device)
 
 
-def arange(start, end=None, step=1, dtype=None, requires_grad=False) -> Tensor:
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Values from ``start`` up to (not including) ``end``; int64 unless a bound is a float."""
     if end is None:
         start, end = 0, start
@@ -97,12 +103,13 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False) -> Tensor:
     dt = dtypes.to_np(dtype)
     n = int(np.ceil((end - start) / step))
     return _finish((start + step * np.arange(max(n, 0), dtype=np.float64)).astype(dt)
-                   if dt.kind == "f" else np.arange(start, end, step, dtype=dt), requires_grad)
+                   if dt.kind == "f" else np.arange(start, end, step, dtype=dt), requires_grad,
+                   device)
 
 
-def linspace(start, end, steps: int, dtype=None, requires_grad=False) -> Tensor:
+def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _finish(np.linspace(start, end, steps, dtype=np.float64).astype(_float_dtype(dtype)),
-                   requires_grad)
+                   requires_grad, device)
 
 
 def _full_like_kernel(x, fill_value, dtype):
@@ -122,8 +129,9 @@ FULL_LIKE = defop("full_like", _full_like_kernel,
                   shape_only=True)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
+def full_like(x, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A tensor shaped like ``x`` filled with ``fill_value`` (traces with symbolic shapes)."""
+    devices.check(device)
     dt = x._data.dtype if dtype is None else dtypes.to_np(dtype)
     out = apply(FULL_LIKE, x, fill_value=fill_value, dtype=dt)
     if requires_grad:
@@ -131,25 +139,27 @@ def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
     return out
 
 
-def zeros_like(x, dtype=None, requires_grad=False) -> Tensor:
-    return full_like(x, 0, dtype, requires_grad)
+def zeros_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full_like(x, 0, dtype, device, requires_grad)
 
 
-def ones_like(x, dtype=None, requires_grad=False) -> Tensor:
-    return full_like(x, 1, dtype, requires_grad)
+def ones_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full_like(x, 1, dtype, device, requires_grad)
 
 
-def empty_like(x, dtype=None, requires_grad=False) -> Tensor:
-    return full_like(x, 0, dtype, requires_grad)
+def empty_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full_like(x, 0, dtype, device, requires_grad)
 
 
-def rand(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform samples in [0, 1)."""
+    devices.check(device)
     return _random(size, generator, dtype, requires_grad, "uniform")
 
 
-def randn(*size, generator=None, dtype=None, requires_grad=False) -> Tensor:
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
+    devices.check(device)
     return _random(size, generator, dtype, requires_grad, "normal")
 
 
@@ -163,15 +173,25 @@ def _random(size, generator, dtype, requires_grad, dist) -> Tensor:
     return _finish(sample.astype(dt), requires_grad)
 
 
-def randint(low, high=None, size=(), generator=None, dtype=None) -> Tensor:
-    """Integers uniform in [low, high) (int64 by default)."""
+def randint(low, high=None, size=None, generator=None, dtype=None, device=None) -> Tensor:
+    """Integers uniform in [low, high) (int64 by default); as torch, ``randint(high, size)``
+    draws from [0, high).
+
+    >>> randint(10, (3,)).shape
+    dualgraph.Size([3])
+    """
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
+    devices.check(device)
     dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
-    return Tensor._make(rng_of(generator).integers(low, high, size=_size((size,))).astype(dt))
+    sample = rng_of(generator).integers(low, high, size=_size(((),) if size is None else (size,)))
+    return Tensor._make(sample.astype(dt))
 
 
-def randperm(n: int, generator=None, dtype=None) -> Tensor:
+def randperm(n: int, generator=None, dtype=None, device=None) -> Tensor:
+    devices.check(device)
     dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
     return Tensor._make(rng_of(generator).permutation(n).astype(dt))
 
@@ -227,12 +247,14 @@ def _multinomial_weights(input, num_samples, replacement) -> np.ndarray:
     return weights
 
 
-def rand_like(x, generator=None, dtype=None) -> Tensor:
-    return rand(tuple(x.shape), generator=generator, dtype=dtype or x.dtype)
+def rand_like(x, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return rand(tuple(x.shape), generator=generator, dtype=dtype or x.dtype, device=device,
+                  requires_grad=requires_grad)
 
 
-def randn_like(x, generator=None, dtype=None) -> Tensor:
-    return randn(tuple(x.shape), generator=generator, dtype=dtype or x.dtype)
+def randn_like(x, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return randn(tuple(x.shape), generator=generator, dtype=dtype or x.dtype, device=device,
+                  requires_grad=requires_grad)
 
 
 def clone(x) -> Tensor:
@@ -240,13 +262,114 @@ def clone(x) -> Tensor:
     return apply(CLONE, x)
 
 
-CLONE = defop("clone", lambda x: np.array(x, copy=True),
+# (row-major, so that a clone is contiguous: Tensor.contiguous() is a clone)
+CLONE = defop("clone", lambda x: np.array(x, copy=True, order="C"),
               lambda x: ShapedType(tuple(x.shape), x.dtype),
               vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity",
               # (graph values are never written in place: an Identity needs no copy)
               onnx_import={"Identity": lambda b, xs, attrs: xs[0]})
 
-METHODS = {"clone": clone, "multinomial": multinomial}
+# -- torch's Tensor.new_* : new tensors of this tensor's dtype (unless ``dtype`` is given) --
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """``x.new_tensor(data)``: ``dg.tensor(data)`` of ``x``'s dtype (unless ``dtype``)."""
+    return tensor(data, dtype or self.dtype, device, requires_grad)
+
+
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """``x.new_zeros(2, 3)``: zeros of ``x``'s dtype (unless ``dtype``)."""
+    return zeros(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return ones(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return empty(*size, dtype=dtype or self.dtype, device=device, requires_grad=requires_grad)
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return full(size, fill_value, dtype or self.dtype, device, requires_grad)
+
+
+def new(self, *args) -> Tensor:
+    """Legacy ``x.new(*sizes)`` (zeros of that shape) / ``x.new(data)``, of ``x``'s dtype."""
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return zeros(*args, dtype=self.dtype)
+    return tensor(args[0], self.dtype)
+
+
+# -- in-place random fills: a fresh sample copied in (the old value's history is cut) ------
+def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
+    """Fill with samples uniform in ``[a, b)``, as ``torch.Tensor.uniform_``.
+
+    >>> w = dg.empty(3).uniform_(-0.1, 0.1)
+    """
+    return self.copy_(rand(tuple(self.shape), generator=generator, dtype=self.dtype)
+                      * (b - a) + a)
+
+
+def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
+    """Fill with normal samples of ``mean`` and ``std``, as ``torch.Tensor.normal_``."""
+    return self.copy_(randn(tuple(self.shape), generator=generator, dtype=self.dtype)
+                      * std + mean)
+
+
+def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
+    """Fill with samples of the exponential distribution of rate ``lambd``."""
+    uniform = rand(tuple(self.shape), generator=generator, dtype=dtypes.float64)
+    return self.copy_(-(1 - uniform).log() / lambd)
+
+
+def random_(self, from_=0, to=None, *, generator=None) -> Tensor:
+    """Fill with integers uniform in ``[from_, to)`` (``random_(to)`` is ``[0, to)``); eager
+    only, like ``randint``."""
+    if to is None:
+        from_, to = 0, from_
+    return self.copy_(randint(from_, to, tuple(self.shape), generator=generator))
+
+
+def bernoulli(input, p=None, *, generator=None) -> Tensor:
+    """0/1 samples, 1 with probability ``input`` (or ``p``) per entry, of ``input``'s dtype,
+    as ``torch.bernoulli``.
+
+    >>> dg.bernoulli(dg.tensor([0.0, 1.0]))
+    tensor([0., 1.])
+    """
+    prob = input if p is None else p
+    draw = rand(tuple(input.shape), generator=generator, dtype=dtypes.float64)
+    return (draw < prob).to(input.dtype)
+
+
+def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:
+    """Fill with 0/1 samples, 1 with probability ``p`` (a number or a tensor)."""
+    return self.copy_(bernoulli(self, p, generator=generator))
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None) -> Tensor:
+    """Normal samples of ``mean`` and ``std`` (numbers, or tensors that broadcast), of
+    ``size`` when both are numbers, as ``torch.normal``.
+
+    >>> dg.normal(0.0, 1.0, size=(2, 3)).shape
+    dualgraph.Size([2, 3])
+    """
+    shapes = [tuple(v.shape) for v in (mean, std) if isinstance(v, Tensor)]
+    if size is None and not shapes:
+        raise ValueError("normal: give size=... when mean and std are numbers")
+    if size is not None:
+        shape = _size((size,))
+    else:
+        shape = tuple(np.broadcast_shapes(*shapes))
+    floats = [v._data.dtype for v in (mean, std) if isinstance(v, Tensor)]
+    return randn(shape, generator=generator, dtype=dtype or (floats[0] if floats else None)
+                 ) * std + mean
+
+
+METHODS = {"clone": clone, "multinomial": multinomial, "new_tensor": new_tensor,
+           "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
+           "new_full": new_full, "uniform_": uniform_, "normal_": normal_,
+           "bernoulli": bernoulli, "bernoulli_": bernoulli_, "exponential_": exponential_,
+           "random_": random_, "new": new}
 
 
 def state(size, fill_value=0, dtype=None) -> Tensor:

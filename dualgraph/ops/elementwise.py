@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes, kernels
+from ..autograd.tape import grad_mode
 from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes
@@ -34,11 +36,13 @@ __all__ = [
     # math
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
-    "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan",
+    "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2", "arctan2",
+    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
     "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
+    "isclose",
     # activations
     "sigmoid", "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu",
     "softplus", "mish", "hardtanh", "hardsigmoid", "hardswish", "logsigmoid",
@@ -353,6 +357,41 @@ arcsin, arccos, arctan = asin, acos, atan
 LN2, LN10 = math.log(2), math.log(10)
 
 
+def _atan2_vjp(g, out, y, x):
+    scale = g / (y * y + x * x)
+    return (unbroadcast(scale * x, y) if needs_grad(y) else None,
+            unbroadcast(-scale * y, x) if needs_grad(x) else None)
+
+
+# (a primitive: atan(y / x) with quadrant fixes is wrong on the axes and at the origin)
+ATAN2 = defop("atan2", binary_kernel(np.arctan2, float_result_type), infer_binary_float,
+              vjp=_atan2_vjp, elementwise="arctan2({0}, {1})", onnx=None,
+              doc="The angle of the point (other, input): atan(input / other) in the "
+                  "right quadrant, in [-pi, pi].")
+
+
+def atan2(input, other):
+    """Elementwise angle of the point ``(other, input)`` in radians, as ``torch.atan2``.
+
+    >>> dg.atan2(dg.tensor([1.0, -1.0]), dg.tensor([0.0, -1.0]))
+    tensor([ 1.5708, -2.3562])
+    """
+    return apply(ATAN2, as_operand(input), as_operand(other))
+
+
+arctan2 = atan2
+
+
+def sinh(x):
+    """Hyperbolic sine, from ``expm1`` so that it stays accurate near 0."""
+    return (expm1(x) - expm1(-x)) / 2
+
+
+def cosh(x):
+    """Hyperbolic cosine."""
+    return (exp(x) + exp(-x)) / 2
+
+
 def rsqrt(x):
     """``1 / sqrt(x)`` (torch's CPU kernel computes it the same way)."""
     return div(1, sqrt(x))
@@ -550,6 +589,46 @@ ERF = _unary("erf", _erf_array,
 def erf(x):
     """The error function (float64 results are within a few ulp of the true value)."""
     return apply(ERF, x)
+
+
+def _erfc_array(x):
+    """erfc of a float32/float64 array, computed directly (not as 1 - erf, which loses
+    every digit where erfc is small): Cody's branches for |x|, then erfc(-y) = 2 - erfc(y)."""
+    y = np.abs(x)
+    out = np.empty_like(y)
+    small = y <= 0.46875
+    mid = (y > 0.46875) & (y <= 4.0)
+    large = ~(small | mid)   # also NaN, which propagates
+    ys = y[small]
+    out[small] = 1 - ys * _rational(_ERF_A, _ERF_B, ys * ys)
+    ym = y[mid]
+    out[mid] = _exp_minus_square(ym) * _rational(_ERF_C, _ERF_D, ym)
+    # beyond 26.55 erfc(y) is below the smallest float64; clipping keeps inf out
+    yl = np.minimum(y[large], 26.55)
+    t = 1 / (yl * yl)
+    erfc = _exp_minus_square(yl) * (_ONE_OVER_SQRT_PI - t * _rational(_ERF_P, _ERF_Q, t)) / yl
+    out[large] = np.where(y[large] >= 26.55, 0, erfc)
+    return np.where(x < 0, 2 - out, out)
+
+
+def _onnx_erfc(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Sub", [e.scalar(1, dtype, "one"), e.op("Erf", [e.input(0, dtype)])])]
+
+
+ERFC = _unary("erfc", _erfc_array,
+              lambda g, out, x: -g * TWO_OVER_SQRT_PI * exp(-x * x), None, _onnx_erfc,
+              saves="i")
+
+
+def erfc(x):
+    """The complementary error function ``1 - erf(x)``, accurate where it is tiny (large
+    ``x``), as ``torch.erfc``.
+
+    >>> dg.erfc(dg.tensor([0.0, 5.0]))
+    tensor([1.0000e+00, 1.5375e-12])
+    """
+    return apply(ERFC, x)
 
 
 # -- comparisons ---------------------------------------------------------------------------------
@@ -812,6 +891,39 @@ def isnan(input):
 
 def isinf(input):
     return apply(ISINF, input)
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Where ``|input - other| <= atol + rtol * |other|`` (or the two are equal, infinities
+    included; NaNs are equal only with ``equal_nan``), as ``torch.isclose``.
+
+    >>> dg.isclose(dg.tensor([1.0, 2.0]), dg.tensor([1.0 + 1e-9, 2.1]))
+    tensor([ True, False])
+    """
+    input, other = as_operand(input), as_operand(other)
+    close = eq(input, other)
+    if _result_type(input, other) == np.bool_:
+        return close
+    if equal_nan:
+        close = logical_or(close, logical_and(isnan(input), isnan(other)))
+    diff = abs(sub(input, other))
+    return logical_or(close, logical_and(isfinite(diff), diff <= atol + rtol * abs(other)))
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    """``input`` with NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by
+    default the dtype's largest and lowest finite values), as ``torch.nan_to_num``.
+
+    >>> dg.nan_to_num(dg.tensor([float("nan"), float("inf"), 1.0]), posinf=9.0)
+    tensor([0., 9., 1.])
+    """
+    if not is_float(input._data.dtype):
+        return input
+    info = ml_dtypes.finfo(input._data.dtype)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = where(eq(input, math.inf), posinf, where(eq(input, -math.inf), neginf, input))
+    return where(isnan(input), nan, out)
 
 
 def isfinite(input):
@@ -1145,6 +1257,48 @@ def zero_(self):
     return fill_(self, 0)
 
 
+def copy_(self, src, non_blocking=False):
+    """Copy ``src`` (broadcast to this tensor's shape, cast to its dtype) into this tensor;
+    gradients flow to ``src`` and the old value's history is cut, as in torch.
+
+    >>> dg.zeros(2, 2).copy_(dg.tensor([1.0, 2.0]))
+    tensor([[1., 2.],
+            [1., 2.]])
+    """
+    src = as_operand(src)
+    shape = tuple(self._data.shape)
+    if broadcast_shapes(shape_of(src), shape) != shape:
+        raise ValueError(f"copy_: the source's shape {tuple(shape_of(src))} does not "
+                         f"broadcast to the destination's {shape}")
+    if tuple(shape_of(src)) == shape and not (grad_mode.enabled and self.requires_grad):
+        return commit_inplace(self, src)
+    return commit_inplace(self, where(True, src, source_of(self, src)))
+
+
+def lerp(input, end, weight):
+    """``input + weight * (end - input)``; ``weight`` a number or a tensor, as torch.lerp.
+
+    >>> dg.lerp(dg.tensor([0.0, 10.0]), dg.tensor([10.0, 20.0]), 0.5)
+    tensor([ 5., 15.])
+    """
+    return input + (end - input) * weight
+
+
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 * tensor2``, as torch.addcmul."""
+    return input + tensor1 * tensor2 * value
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 / tensor2``, as torch.addcdiv."""
+    return input + tensor1 / tensor2 * value
+
+
+def _where_method(self, condition, other):
+    """``x.where(condition, y)`` is ``where(condition, x, y)``."""
+    return where(condition, self, other)
+
+
 def _reflected(fn):
     return lambda self, other: fn(other, self)
 
@@ -1169,7 +1323,8 @@ _OUT_OF_PLACE = {
     "exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10,
     "log1p": log1p, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "absolute": abs, "sign": sign,
     "floor": floor, "ceil": ceil, "round": round, "trunc": trunc, "fix": trunc, "frac": frac,
-    "erf": erf, "sin": sin, "cos": cos, "tanh": tanh, "asin": asin, "acos": acos,
+    "erf": erf, "erfc": erfc, "atan2": atan2, "arctan2": atan2, "sin": sin, "cos": cos,
+    "tanh": tanh, "asin": asin, "acos": acos,
     "atan": atan, "arcsin": asin, "arccos": acos, "arctan": atan,
     "sigmoid": sigmoid, "relu": relu,
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,
@@ -1177,6 +1332,8 @@ _OUT_OF_PLACE = {
     "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
     "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
     "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
+    "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv, "sinh": sinh, "cosh": cosh,
+    "nan_to_num": nan_to_num,
 }
 # add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
 _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()
@@ -1185,7 +1342,8 @@ _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()
 METHODS = {
     **_OUT_OF_PLACE,
     **{name + "_": inplace(fn) for name, fn in _IN_PLACE.items()},
-    "fill_": fill_, "zero_": zero_,
+    "fill_": fill_, "zero_": zero_, "copy_": copy_, "where": _where_method,
+    "isclose": isclose,
     "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
     "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,

@@ -13,6 +13,7 @@ filled tensor (constant) or gathers edge rows (replicate/reflect/circular).
 """
 from __future__ import annotations
 
+import operator
 from collections import namedtuple
 
 import numpy as np
@@ -30,7 +31,8 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "argsort", "nonzero", "one_hot", "pad"]
+           "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
+           "diagonal"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -424,12 +426,13 @@ def _expand_ellipsis(items, ndim):
 
 def _slice_triple(s, n):
     """A slice as a normalised (start, stop, step), or None for the whole dim."""
-    if s.step is not None and int(s.step) <= 0:
+    # (bounds may be 0-d integer tensors, x[i:i + 16]: made ints before slices compare)
+    s = slice(*(None if v is None else operator.index(v) for v in (s.start, s.stop, s.step)))
+    if s.step is not None and s.step <= 0:
         raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
     if s == slice(None) or s == slice(None, None, 1):
         return None
-    start, stop, step = slice(*(None if v is None else int(v) for v in
-                                (s.start, s.stop, s.step))).indices(n)
+    start, stop, step = s.indices(n)
     stop = max(stop, start)
     return None if (start, stop, step) == (0, n, 1) else (start, stop, step)
 
@@ -702,6 +705,122 @@ def nonzero(input, *, as_tuple=False):
     return Tensor._make(np.argwhere(data).astype(_INT64))
 
 
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Repeat each entry of ``input`` along ``dim`` (of the flattened input when None)
+    ``repeats`` times: an int, or a 1-d int tensor with one count per entry (whose values
+    must be known: eager only). With no ``repeats``, ``input`` holds the counts and the
+    result repeats their indices, as ``torch.repeat_interleave``.
+
+    >>> dg.tensor([1, 2]).repeat_interleave(2)
+    tensor([1, 1, 2, 2])
+    """
+    if repeats is None:
+        counts = input
+        input, dim = creation.arange(counts.shape[0]), 0
+        repeats = counts
+    if dim is None:
+        input, dim = shape_ops.reshape(input, (-1,)), 0
+    d = normalize_dim(dim, input.ndim)
+    if isinstance(repeats, Tensor) and repeats.ndim == 0:
+        repeats = int(repeats._concrete("repeat_interleave(repeats=0-d tensor)"))
+    if isinstance(repeats, int):   # a view of repeated slices: traces with symbolic dims
+        shape = tuple(input.shape)
+        wide = shape_ops.expand(shape_ops.unsqueeze(input, d + 1),
+                                *shape[:d + 1], repeats, *shape[d + 1:])
+        return shape_ops.flatten(wide, d, d + 1)
+    counts = repeats._concrete("repeat_interleave(repeats=tensor)")
+    if counts.ndim != 1 or counts.shape[0] != input.shape[d] or (counts < 0).any():
+        raise ValueError(f"repeat_interleave: repeats must be {input.shape[d]} non-negative "
+                         f"counts (one per entry of dim {d}), got {counts.tolist()}")
+    index = np.repeat(np.arange(counts.shape[0]), counts)
+    return index_select(input, d, creation.constant(index.astype(_INT64)))
+
+
+def unfold(input, dimension, size, step):
+    """``Tensor.unfold``: the windows of ``size`` entries, every ``step``, along
+    ``dimension``, as a new last dim (the window count replaces ``dimension``).
+
+    >>> dg.arange(5.0).unfold(0, 2, 2)
+    tensor([[0., 1.],
+            [2., 3.]])
+    """
+    d = normalize_dim(dimension, max(input.ndim, 1))
+    length = input.shape[d] if input.ndim else 1
+    if size > length or step <= 0:
+        raise ValueError(f"unfold: size {size} must be at most the dim's length {length} and "
+                         f"step {step} positive")
+    count = (length - size) // step + 1
+    index = (np.arange(count)[:, None] * step + np.arange(size)).reshape(-1)
+    windows = index_select(input if input.ndim else shape_ops.reshape(input, (1,)), d,
+                           creation.constant(index.astype(_INT64)))
+    shape = tuple(windows.shape)
+    windows = shape_ops.reshape(windows, shape[:d] + (count, size) + shape[d + 1:])
+    return shape_ops.movedim(windows, d + 1, -1)
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """The ``offset`` diagonal of a matrix (above the main one for ``offset > 0``), as
+    ``torch.diagonal`` for 2-d input.
+
+    >>> dg.diagonal(dg.arange(9).reshape(3, 3), 1)
+    tensor([1, 5])
+    """
+    if input.ndim != 2 or {normalize_dim(dim1, 2), normalize_dim(dim2, 2)} != {0, 1}:
+        raise ValueError(f"diagonal: only 2-d input (dims 0 and 1) is supported, got shape "
+                         f"{tuple(input.shape)} with dims {dim1}, {dim2}")
+    if normalize_dim(dim1, 2) == 1:
+        offset = -offset
+    rows, cols = input.shape
+    start_row, start_col = max(-offset, 0), max(offset, 0)
+    n = max(min(rows - start_row, cols - start_col), 0)
+    at = np.arange(n, dtype=_INT64)
+    return getitem(input, (creation.constant(at + start_row), creation.constant(at + start_col)))
+
+
+_diagonal_of = diagonal   # (diag's argument ``diagonal`` hides the function, as in torch)
+
+
+def diag(input, diagonal=0):
+    """A 1-d tensor laid on the ``diagonal`` of a square matrix of zeros, or the diagonal
+    of a matrix (``diagonal(input, diagonal)``), as ``torch.diag``.
+
+    >>> dg.diag(dg.tensor([1.0, 2.0]))
+    tensor([[1., 0.],
+            [0., 2.]])
+    """
+    if input.ndim == 2:
+        return _diagonal_of(input, diagonal)
+    if input.ndim != 1:
+        raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {tuple(input.shape)}")
+    k = abs(diagonal)
+    n = input.shape[0] + k
+    mask = creation.constant(np.eye(n, k=diagonal, dtype=bool))
+    # the entry for row i (diagonal >= 0) or column j (< 0) is input[i] / input[j]
+    values = shape_ops.cat([input, creation.zeros(k, dtype=input.dtype)]) if k else input
+    values = shape_ops.unsqueeze(values, 1 if diagonal >= 0 else 0)
+    return elementwise.where(mask, values, 0)
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values of ``input`` (of its slices along ``dim``), sorted; with
+    ``return_inverse`` also where each entry went, with ``return_counts`` how often each
+    value occurs, as ``torch.unique``. Data-dependent, so it runs eagerly only.
+
+    >>> dg.unique(dg.tensor([3, 1, 3]), return_counts=True)
+    (tensor([1, 3]), tensor([1, 2]))
+    """
+    data = input._concrete("unique()")
+    values, inverse, counts = np.unique(data, return_inverse=True, return_counts=True,
+                                        axis=dim)
+    out = [Tensor._make(values)]
+    if return_inverse:
+        shape = data.shape if dim is None else (data.shape[normalize_dim(dim, data.ndim)],)
+        out.append(Tensor._make(inverse.reshape(shape).astype(_INT64)))
+    if return_counts:
+        out.append(Tensor._make(counts.astype(_INT64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def one_hot(tensor, num_classes=-1):
     """``F.one_hot``: int64 indices -> int64 one-hot rows with ``num_classes`` columns (the
     largest index + 1 when -1)."""
@@ -864,4 +983,6 @@ METHODS = {
     "masked_select": masked_select, "take_along_dim": take_along_dim,
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
+    "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
+    "diag": diag, "diagonal": diagonal,
 }

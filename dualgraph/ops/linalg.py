@@ -22,7 +22,8 @@ from . import shape as shape_ops
 from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
 from .opdef import defop
 
-__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear"]
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
+           "baddbmm", "tensordot"]
 
 
 def compute_dtype(dt: np.dtype) -> np.dtype:
@@ -131,6 +132,57 @@ def bmm(input, mat2):
         raise ShapeError(f"bmm: batch sizes differ: shapes {tuple(input.shape)} and "
                          f"{tuple(mat2.shape)}")
     return matmul(input, mat2)
+
+
+def tensordot(a, b, dims=2):
+    """Sum products over ``dims`` of ``a`` and ``b``: the last ``dims`` of ``a`` with the
+    first ``dims`` of ``b`` (an int), or the dims listed in ``([dims of a], [dims of
+    b])``, as ``torch.tensordot``; an ``einsum``.
+
+    >>> dg.tensordot(dg.ones(2, 3), dg.ones(3, 4), dims=1).shape
+    dualgraph.Size([2, 4])
+    """
+    if isinstance(dims, int):
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    dims_a = [d % a.ndim for d in dims_a]
+    dims_b = [d % b.ndim for d in dims_b]
+    letters = iter(string.ascii_letters)
+    sub_a = [next(letters) for _ in range(a.ndim)]
+    sub_b = [next(letters) for _ in range(b.ndim)]
+    for da, db in zip(dims_a, dims_b, strict=True):
+        sub_b[db] = sub_a[da]
+    out = ([s for d, s in enumerate(sub_a) if d not in dims_a]
+           + [s for d, s in enumerate(sub_b) if d not in dims_b])
+    return einsum(f"{''.join(sub_a)},{''.join(sub_b)}->{''.join(out)}", a, b)
+
+
+def _scaled_sum(input, product, beta, alpha):
+    """``beta * input + alpha * product``; as torch, ``beta=0`` ignores ``input`` (NaNs in
+    it included), and factors of 1 cost no op."""
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:   # (input still gets its zero gradient, as in torch)
+        return elementwise.where(False, input, product) if input.requires_grad else product
+    return (input if beta == 1 else input * beta) + product
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` for matrices ``mat1``, ``mat2`` and an
+    ``input`` that broadcasts to their product, as ``torch.addmm``.
+
+    >>> dg.addmm(dg.ones(2), dg.eye(2), dg.full((2, 2), 2.0))
+    tensor([[3., 3.],
+            [3., 3.]])
+    """
+    return _scaled_sum(input, mm(mat1, mat2), beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """``beta * input + alpha * bmm(batch1, batch2)``, as ``torch.baddbmm`` (the attention
+    scores' form ``baddbmm(bias, q, k.transpose(1, 2), alpha=scale)``)."""
+    return _scaled_sum(input, bmm(batch1, batch2), beta, alpha)
 
 
 def mv(input, vec):
@@ -538,4 +590,5 @@ def linear(input, weight, bias=None):
 
 METHODS = {"matmul": matmul, "__matmul__": matmul,
            "__rmatmul__": lambda self, other: matmul(other, self),
-           "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer}
+           "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer, "addmm": addmm,
+           "baddbmm": baddbmm}

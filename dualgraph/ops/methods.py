@@ -7,27 +7,54 @@ a ``METHODS`` dict and :func:`install` binds them. In-place variants (``add_``, 
 from __future__ import annotations
 
 
-from .. import dtypes
+from .. import devices, dtypes
 from ..autograd import engine
 from ..tensor import Tensor
-from . import elementwise
+from . import creation, elementwise
 from .inplace import inplace
 
 
-def to(self, *args, **kwargs):
-    """``x.to(dtype)`` / ``x.to("cpu")`` / ``x.to(other_tensor)``."""
-    dtype = kwargs.get("dtype")
+def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
+       memory_format=None):
+    """``x.to(dtype)``, ``x.to("cpu")``, ``x.to(dg.device("cpu"), dtype)``,
+    ``x.to(other_tensor)`` (its dtype), keywords ``dtype=``, ``device=``, ``copy=``. The
+    result is ``x`` itself when nothing changes (unless ``copy=True``); a device other than
+    the CPU raises ``ValueError``."""
     for a in args:
         if isinstance(a, Tensor):
             dtype = a.dtype
-        elif isinstance(a, str) and a not in dtypes._BY_NAME:
-            if a != "cpu":
-                raise ValueError(f"device {a!r} is not available; dualgraph runs on 'cpu'")
+        elif isinstance(a, devices.device) or (isinstance(a, str)
+                                                and a not in dtypes._BY_NAME):
+            device = a
         else:
             dtype = a
-    if dtype is None:
-        return self
+    devices.check(device)
+    if dtype is None or dtypes.to_np(dtype) == self._data.dtype:
+        return creation.clone(self) if copy else self
     return elementwise.cast_to(self, dtype)
+
+
+# Tensor.type()'s names, as torch's legacy tensor types (dg.FloatTensor, ...)
+TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+              "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+              "bool": "BoolTensor"}
+
+
+def type_(self, dtype=None, non_blocking=False):
+    """``x.type()`` names the type as torch does (``"dualgraph.FloatTensor"``);
+    ``x.type(dtype)`` casts, where ``dtype`` may also be a legacy type (``dg.LongTensor``)
+    or its name (``"torch.LongTensor"``)."""
+    if dtype is None:
+        return "dualgraph." + TYPE_NAMES[self.dtype.name]
+    if isinstance(dtype, str) and "." in dtype:
+        names = {name: dt for dt, name in TYPE_NAMES.items()}
+        dtype = names[dtype.rpartition(".")[2]]
+    return to(self, getattr(dtype, "dtype", dtype))
+
+
+def type_as(self, other):
+    """This tensor cast to ``other``'s dtype (itself when they match)."""
+    return to(self, other.dtype)
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -40,7 +67,8 @@ def install(method_tables):
         for name, fn in table.items():
             setattr(Tensor, name, fn)
     Tensor.to = to
-    Tensor.type = to
+    Tensor.type = type_
+    Tensor.type_as = type_as
     Tensor.float = lambda self: to(self, dtypes.float32)
     Tensor.double = lambda self: to(self, dtypes.float64)
     Tensor.half = lambda self: to(self, dtypes.float16)

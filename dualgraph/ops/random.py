@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import devices
 from ..dispatch import apply
 from ..shapes import ShapedType
 from ..tensor import Tensor
@@ -23,7 +24,10 @@ from .opdef import defop
 class Generator:
     """A random stream: ``g = dg.Generator().manual_seed(0)``; pass it as ``generator=g``."""
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, *, device=None):
+        if isinstance(seed, (str, devices.device)):   # torch's Generator(device)
+            seed, device = None, seed
+        devices.check(device)
         self._seed = 0 if seed is None else int(seed)
         self.rng = np.random.default_rng(self._seed)
 
@@ -37,6 +41,10 @@ class Generator:
 
     def initial_seed(self) -> int:
         return self._seed
+
+    @property
+    def device(self) -> devices.device:
+        return devices.CPU
 
     def get_state(self) -> dict:
         return self.rng.bit_generator.state

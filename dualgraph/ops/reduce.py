@@ -28,7 +28,7 @@ from .opdef import Reduction, defop
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "median",
            "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
-           "any", "count_nonzero", "softmax", "log_softmax"]
+           "any", "count_nonzero", "softmax", "log_softmax", "allclose", "equal"]
 
 _max = max   # the builtin, before this module shadows it
 
@@ -735,6 +735,21 @@ def any(input, dim=None, keepdim=False):
     return apply(ANY, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
 
 
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    """Whether ``isclose`` holds everywhere (a Python bool), as ``torch.allclose``.
+
+    >>> dg.allclose(dg.tensor([1.0, 2.0]), dg.tensor([1.0, 2.0 + 1e-7]))
+    True
+    """
+    return bool(all(ew.isclose(input, other, rtol, atol, equal_nan)))
+
+
+def equal(input, other) -> bool:
+    """Whether the two tensors have the same shape and the same values (a Python bool), as
+    ``torch.equal``."""
+    return tuple(input.shape) == tuple(other.shape) and bool(all(ew.eq(input, other)))
+
+
 def count_nonzero(input, dim=None):
     """The number of nonzero elements over ``dim`` (int64), as ``torch.count_nonzero``."""
     return sum(ew.ne(input, 0), dim)
@@ -883,5 +898,5 @@ METHODS = {
     "amin": amin, "argmax": argmax, "argmin": argmin, "median": median, "var": var,
     "std": std, "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
     "all": all, "any": any, "count_nonzero": count_nonzero, "softmax": softmax,
-    "log_softmax": log_softmax,
+    "log_softmax": log_softmax, "allclose": allclose, "equal": equal,
 }

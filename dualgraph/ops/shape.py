@@ -626,6 +626,12 @@ def tile(input, dims):
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
 
 
+def contiguous(self, memory_format=None):
+    """This tensor when its elements lie in row-major order (``is_contiguous()``), else a
+    row-major copy, as torch's. Traced values have no layout: always themselves."""
+    return self if self.is_contiguous() else creation.clone(self)
+
+
 METHODS = {
     "reshape": reshape, "view": reshape, "expand": expand, "permute": permute,
     "transpose": transpose, "swapaxes": transpose, "swapdims": transpose, "t": t,
@@ -634,6 +640,6 @@ METHODS = {
     "squeeze": squeeze, "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten,
     "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select,
     "repeat": repeat, "tile": tile, "flip": flip, "roll": roll, "movedim": movedim,
-    "moveaxis": movedim, "contiguous": lambda self, memory_format=None: self,
+    "moveaxis": movedim, "contiguous": contiguous,
     "view_as": view_as, "reshape_as": view_as, "expand_as": expand_as,
 }

@@ -15,29 +15,17 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
+from ..ops import elementwise
 from ..ops.inplace import commit_inplace
 from ..ops.opdef import defop
 from ..shapes import ShapedType
 
 
-def copy_(target, value):
-    """``target.copy_(value)``."""
-    return commit_inplace(target, value)
-
-
-def lerp_(target, end, weight):
-    """``target.lerp_(end, weight)``: ``target + weight * (end - target)``."""
-    return commit_inplace(target, target + (end - target) * weight)
-
-
-def addcmul_(target, t1, t2, value=1):
-    """``target.addcmul_(t1, t2, value=value)``: ``target + value * t1 * t2``."""
-    return commit_inplace(target, target + t1 * t2 * value)
-
-
-def addcdiv_(target, t1, t2, value=1):
-    """``target.addcdiv_(t1, t2, value=value)``: ``target + value * t1 / t2``."""
-    return commit_inplace(target, target + t1 / t2 * value)
+# torch's in-place Tensor methods, by the names the optimisers call them
+copy_ = elementwise.copy_
+lerp_ = elementwise.METHODS["lerp_"]
+addcmul_ = elementwise.METHODS["addcmul_"]
+addcdiv_ = elementwise.METHODS["addcdiv_"]
 
 
 def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None):

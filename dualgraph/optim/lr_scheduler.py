@@ -36,7 +36,8 @@ from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR",
            "ConstantLR", "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
-           "SequentialLR", "ChainedScheduler", "OneCycleLR", "ReduceLROnPlateau"]
+           "CosineAnnealingWarmRestarts", "SequentialLR", "ChainedScheduler", "OneCycleLR",
+           "CyclicLR", "ReduceLROnPlateau"]
 
 
 def _set(group: dict, key: str, value) -> None:
@@ -350,6 +351,62 @@ class CosineAnnealingLR(LRScheduler):
         return [self.eta_min + (base - self.eta_min) * (1 + cos) / 2 for base in self.base_lrs]
 
 
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the initial learning rate to ``eta_min`` over ``T_0`` epochs,
+    then restarting, each period ``T_mult`` times the previous (SGDR, Loshchilov & Hutter).
+    ``step(epoch)`` takes fractional epochs (``epoch + i / iters`` once per batch), as
+    torch's.
+
+    >>> import dualgraph as dg
+    >>> opt = dg.optim.SGD([dg.zeros(1, requires_grad=True)], lr=1.0)
+    >>> sched = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2)
+    >>> opt.step(); sched.step(); sched.get_last_lr()
+    [0.5]
+    """
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,
+                 last_epoch: int = -1):
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0 = self.T_i = T_0
+        self.T_mult = T_mult
+        self.eta_min = eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        cos = math.cos(math.pi * self.T_cur / self.T_i)
+        return [self.eta_min + (base - self.eta_min) * (1 + cos) / 2 for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        """Advance one epoch, or go to ``epoch`` (a float for a position within one)."""
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:   # a restart
+                self.T_cur -= self.T_i
+                self.T_i *= self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch < self.T_0:
+            self.T_i, self.T_cur = self.T_0, epoch
+        elif self.T_mult == 1:
+            self.T_cur = epoch % self.T_0
+        else:   # the period that epoch falls in: T_0 * (1 + m + ... + m^(n-1)) <= epoch
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+            self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+            self.T_i = self.T_0 * self.T_mult ** n
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            _set(group, "lr", lr)
+        self._last_lr = _lrs(self.optimizer)
+
+
 class _Composite(LRScheduler):
     """Shared by SequentialLR and ChainedScheduler: a list of schedulers of one optimiser,
     saved and loaded together."""
@@ -423,7 +480,36 @@ class ChainedScheduler(_Composite):
         self._last_lr = _lrs(self.optimizer)
 
 
-class OneCycleLR(LRScheduler):
+class _MomentumCycle:
+    """Shared by OneCycleLR and CyclicLR: with ``cycle_momentum`` they move each group's
+    momentum (or Adam's beta1) between ``base_momentum`` and ``max_momentum``."""
+
+    def _init_momentum(self, optimizer, cycle_momentum, base_momentum, max_momentum,
+                       last_epoch) -> None:
+        self.cycle_momentum = cycle_momentum
+        if not cycle_momentum:
+            return
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with "
+                             "`cycle_momentum` option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+        if last_epoch == -1:
+            for group, top, base in zip(
+                    optimizer.param_groups,
+                    _per_group("max_momentum", optimizer, max_momentum),
+                    _per_group("base_momentum", optimizer, base_momentum)):
+                self._set_momentum(group, top)
+                group["max_momentum"] = top
+                group["base_momentum"] = base
+
+    def _set_momentum(self, group: dict, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class OneCycleLR(_MomentumCycle, LRScheduler):
     """The 1cycle policy (Smith & Topin): warm up from ``max_lr / div_factor`` to ``max_lr``
     over ``pct_start`` of ``total_steps``, then anneal to ``initial_lr / final_div_factor``
     (``three_phase``: back to the initial rate first). With ``cycle_momentum`` the momentum
@@ -451,27 +537,9 @@ class OneCycleLR(LRScheduler):
                 group["initial_lr"] = top / div_factor
                 group["max_lr"] = top
                 group["min_lr"] = group["initial_lr"] / final_div_factor
-        self.cycle_momentum = cycle_momentum
-        if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with "
-                                 "`cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            if last_epoch == -1:
-                for group, top, base in zip(
-                        optimizer.param_groups,
-                        _per_group("max_momentum", optimizer, max_momentum),
-                        _per_group("base_momentum", optimizer, base_momentum)):
-                    self._set_momentum(group, top)
-                    group["max_momentum"] = top
-                    group["base_momentum"] = base
+        self._init_momentum(optimizer, cycle_momentum, base_momentum, max_momentum,
+                            last_epoch)
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group: dict, value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
@@ -497,6 +565,72 @@ class OneCycleLR(LRScheduler):
                 self._set_momentum(group, self._anneal(group[phase["start_momentum"]],
                                                        group[phase["end_momentum"]], pct))
         return lrs
+
+
+class CyclicLR(_MomentumCycle, LRScheduler):
+    """Cyclical learning rates (Smith): up from ``base_lr`` to ``max_lr`` in
+    ``step_size_up`` steps and down in ``step_size_down``, the amplitude scaled per cycle
+    (``mode``: ``"triangular"`` constant, ``"triangular2"`` halved each cycle,
+    ``"exp_range"`` ``gamma ** step``) or by ``scale_fn``; the momentum moves the other way
+    with ``cycle_momentum``. Step it after every batch.
+
+    >>> import dualgraph as dg
+    >>> opt = dg.optim.SGD([dg.zeros(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    >>> sched = dg.optim.lr_scheduler.CyclicLR(opt, 0.1, 1.0, step_size_up=2)
+    >>> opt.step(); sched.step(); sched.get_last_lr()
+    [0.55]
+    """
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for group, lr in zip(optimizer.param_groups, base_lrs):
+                _set(group, "lr", lr)
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = up if step_size_down is None else float(step_size_down)
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError(f"mode must be 'triangular', 'triangular2' or 'exp_range' "
+                             f"when scale_fn is None, got {mode!r}")
+        self.mode, self.gamma, self.scale_fn = mode, gamma, scale_fn
+        self.scale_mode = (scale_mode if scale_fn is not None
+                           else "iterations" if mode == "exp_range" else "cycle")
+        self._init_momentum(optimizer, cycle_momentum, base_momentum, max_momentum,
+                            last_epoch)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _scale(self, x):
+        if self.scale_fn is not None:
+            return self.scale_fn(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        up = x <= self.step_ratio
+        factor = x / self.step_ratio if up else (x - 1) / (self.step_ratio - 1)
+        scale = self._scale(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        if self.cycle_momentum:
+            for group in self.optimizer.param_groups:
+                top, base = group["max_momentum"], group["base_momentum"]
+                self._set_momentum(group, top - (top - base) * factor * scale)
+        return [base + (top - base) * factor * scale
+                for base, top in zip(self.base_lrs, self.max_lrs)]
+
+    def state_dict(self) -> dict:
+        """As the base's, without a ``scale_fn`` function (code is not state; torch drops
+        it too)."""
+        return {k: v for k, v in super().state_dict().items() if k != "scale_fn"}
 
 
 def _total_steps(total_steps, epochs, steps_per_epoch) -> int:

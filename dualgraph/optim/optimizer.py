@@ -185,14 +185,19 @@ class Optimizer:
                              for group, saved in zip(self.param_groups, saved_groups)]
 
 
+SCHEDULE_SCALARS = ("step", "mu_product", "eta", "mu")
+
+
 def _copy_state_value(p: Tensor, name: str, value):
-    """A private copy of one loaded state entry; the step counter keeps its own dtype."""
+    """A private copy of one loaded state entry; the schedule scalars (the step counter,
+    NAdam's momentum product, ASGD's eta and mu: 0-d float64, see ``step_counter``) keep
+    their own dtype."""
     if isinstance(value, np.ndarray):
         value = creation.tensor(value)
     if not isinstance(value, Tensor):
         return copy.deepcopy(value)
     value = value.detach()
-    if name != "step" and value.is_floating_point() and p.is_floating_point():
+    if name not in SCHEDULE_SCALARS and value.is_floating_point() and p.is_floating_point():
         value = value.to(p.dtype)
     return creation.clone(value)
 

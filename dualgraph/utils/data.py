@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -387,3 +388,10 @@ class DataLoader:
         if self.batch_sampler is None:
             return len(self.sampler)
         return len(self.batch_sampler)
+
+
+# torch's submodule paths (``torch.utils.data.dataloader.DataLoader``, ``...sampler``,
+# ``...dataset``) all name this one module, registered under each so that imports work
+dataloader = dataset = sampler = sys.modules[__name__]
+for _name in ("dataloader", "dataset", "sampler"):
+    sys.modules[f"{__name__}.{_name}"] = sys.modules[__name__]

@@ -248,3 +248,56 @@ def _relu_grad_in_place(m, g, y):
 CASES.append(OpCase("relu_backward_in_place", _relu_grad_in_place,
                     [In((64, 130)), In((64, 130))], dtypes=("float32", "float64"),
                     grad=False))
+
+# -- atan2, erfc, and torch's composites lerp / addcmul / addcdiv / isclose / copy_ -----------
+CASES += [
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [away(3, 4), away(4)], dtypes=ALL),
+    OpCase("atan2", lambda m, a, b: a.atan2(b), [In((2, 1, 3)), In((4, 1))], "broadcast",
+           dtypes=F64),
+    # the axes and the origin, where atan(y / x) would need fixing (no gradient at 0, 0)
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b),
+           [fixed([0.0, 1.0, -1.0, 0.0, 0.0, 2.0]), fixed([0.0, 0.0, 0.0, -1.0, 1.0, -3.0])],
+           "axes", dtypes=F64, grad=False),
+    OpCase("atan2", lambda m, a, b: m.arctan2(a, b), [signed_ints(5), signed_ints(5)], "int",
+           grad=False),
+    OpCase("erfc", lambda m, a: m.erfc(a), [In((3, 4))], dtypes=ALL),
+    OpCase("erfc", lambda m, a: a.erfc(), [uniform(50, low=-6.0, high=27.0)], "wide",
+           dtypes=F64, atol=0, rtol=1e-6),
+    OpCase("erfc", lambda m, a: m.erfc(a), [SPECIAL], "special", dtypes=F64, grad=False),
+    OpCase("erfc", lambda m, a: m.erfc(a), [In((4,), "int", -2, 3)], "int", grad=False),
+    OpCase("add", lambda m, a, b: m.lerp(a, b, 0.3), [In((3, 4)), In((4,))], "lerp",
+           dtypes=ALL),
+    OpCase("add", lambda m, a, b, w: a.lerp(b, w), [In((3, 4)), In((3, 4)), In((3, 4))],
+           "lerp-tensor-weight"),
+    OpCase("add", lambda m, a, b, c: m.addcmul(a, b, c, value=0.5),
+           [In((3, 4)), In((3, 1)), In((4,))], "addcmul", dtypes=ALL),
+    OpCase("div", lambda m, a, b, c: a.addcdiv(b, c, value=-2),
+           [In((3, 4)), In((3, 4)), away(4)], "addcdiv", dtypes=ALL),
+    OpCase("add", lambda m, a, b: a.clone().lerp_(b, 0.5).addcmul_(a, b).addcdiv_(b, a + 3),
+           [In((3, 4), "pos"), In((3, 4), "pos")], "inplace-lerp-addcmul-addcdiv"),
+    OpCase("eq", lambda m, a, b: m.isclose(a, a + b * 1e-6), [In((3, 4)), In((3, 4))],
+           "isclose", grad=False),
+    OpCase("eq", lambda m, a, b: a.isclose(b, rtol=0.5, atol=0.1, equal_nan=True),
+           [SPECIAL, fixed([np.nan, np.inf, np.inf, 0.05, -1.0, 2.9], grad=False)],
+           "isclose-special", dtypes=F64, grad=False),
+    OpCase("eq", lambda m, a, b: m.isclose(a, b), [In((6,), "int", 0, 3), In((6,), "int", 0, 3)],
+           "isclose-int", grad=False),
+    # copy_: the source broadcast into the destination, its gradient flowing to the source
+    OpCase("where", lambda m, a, b: (a * 2).copy_(b), [In((3, 4)), In((4,))], "copy_",
+           dtypes=ALL),
+    OpCase("where", lambda m, a, b: a.clone().where(b > 0, b), [In((3, 4)), In((3, 4))],
+           "where-method"),
+]
+
+CASES += [
+    OpCase("sub", lambda m, a: m.sinh(a), [In((3, 4))], "sinh", dtypes=ALL),
+    OpCase("sub", lambda m, a: a.sinh(), [fixed([1e-9, -3e-8, 1e-4, 20.0], grad=False)],
+           "sinh-small", dtypes=F64, grad=False, atol=0, rtol=1e-12),
+    OpCase("add", lambda m, a: m.cosh(a), [In((3, 4))], "cosh", dtypes=ALL),
+    OpCase("where", lambda m, a: m.nan_to_num(a), [SPECIAL], "nan_to_num", dtypes=ALL,
+           grad=False),
+    OpCase("where", lambda m, a: a.nan_to_num(nan=1.5, posinf=3.0, neginf=-4.0), [In((3, 4))],
+           "nan_to_num-finite"),
+    OpCase("where", lambda m, a: m.nan_to_num(a * 0 + a.log()), [In((6,))],
+           "nan_to_num-log", dtypes=F64, grad=False),
+]

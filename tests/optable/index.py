@@ -158,3 +158,26 @@ CASES += [
     OpCase("index_backward", first_grad(lambda a, i: a[:, i]),
            [In((2, 4, 3)), In((2, 5, 3)), idx(5, high=4)], "dim1"),
 ]
+
+# repeat_interleave (int counts: a view; tensor counts: an index) and Tensor.unfold
+CASES += [
+    OpCase("expand", lambda m, a: a.repeat_interleave(2, dim=1), [In((3, 4))],
+           "repeat_interleave"),
+    OpCase("expand", lambda m, a: m.repeat_interleave(a, 3), [In((2, 3))],
+           "repeat_interleave-flat"),
+    OpCase("index", lambda m, a: a.repeat_interleave(m.tensor([1, 0, 2]), dim=0),
+           [In((3, 4))], "repeat_interleave-tensor"),
+    OpCase("index", lambda m, a: a.unfold(1, 3, 2), [In((2, 7, 3))], "unfold"),
+    OpCase("index", lambda m, a: a.unfold(-1, 2, 1), [In((3, 4))], "unfold-last"),
+    OpCase("index", lambda m, a: a.unfold(0, 4, 4), [In((8,))], "unfold-chunks"),
+]
+
+# diag / diagonal: a diagonal read with index, a vector laid on one with where
+CASES += [
+    OpCase("index", lambda m, a: m.diag(a), [In((3, 4))], "diag-of-matrix"),
+    OpCase("index", lambda m, a: m.diag(a, -1), [In((4, 3))], "diag-below"),
+    OpCase("index", lambda m, a: a.diagonal(1, 1, 0), [In((3, 4))], "diagonal-swapped"),
+    OpCase("where", lambda m, a: m.diag(a), [In((3,))], "diag-of-vector"),
+    OpCase("where", lambda m, a: m.diag(a, 2), [In((3,))], "diag-of-vector-above"),
+    OpCase("where", lambda m, a: a.diag(-1), [In((2,))], "diag-of-vector-below"),
+]

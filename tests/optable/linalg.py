@@ -105,3 +105,26 @@ CASES += [
     OpCase("linear_relu", _linear_relu, [In((1, 300)), In((200, 300)), In((200,))],
            "batch-1", grad=False, atol=1e-4),   # (the matrix-vector loop)
 ]
+
+# torch's fused-looking composites: beta * input + alpha * product
+CASES += [
+    OpCase("matmul", lambda m, c, a, b: m.addmm(c, a, b), [In((4,)), In((3, 5)), In((5, 4))],
+           "addmm"),
+    OpCase("matmul", lambda m, c, a, b: c.addmm(a, b, beta=0.5, alpha=-2),
+           [In((3, 4)), In((3, 5)), In((5, 4))], "addmm-scaled", dtypes=("float32", "float64")),
+    OpCase("matmul", lambda m, c, a, b: m.addmm(c, a, b, beta=0),
+           [In((3, 4)), In((3, 5)), In((5, 4))], "addmm-beta0"),
+    OpCase("matmul", lambda m, c, a, b: m.baddbmm(c, a, b, alpha=0.25),
+           [In((2, 3, 4)), In((2, 3, 5)), In((2, 5, 4))], "baddbmm"),
+    OpCase("matmul", lambda m, c, a, b: c.baddbmm(a, b, beta=2),
+           [In((1, 4)), In((2, 3, 5)), In((2, 5, 4))], "baddbmm-broadcast"),
+]
+
+CASES += [
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=1), [In((2, 3)), In((3, 4))],
+           "tensordot"),
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=([1, 2], [1, 0])),
+           [In((2, 3, 4)), In((4, 3, 5))], "tensordot-lists"),
+    OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=0), [In((2,)), In((3,))],
+           "tensordot-outer"),
+]

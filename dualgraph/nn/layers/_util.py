@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ... import devices
 from ...ops import creation
 from .. import init
 from ..parameter import Parameter
@@ -54,9 +55,7 @@ def optional_parameter(module, name: str, shape, present: bool, device=None,
     module.register_parameter(name, new_parameter(shape, device, dtype) if present else None)
 
 
-def check_device(device) -> None:
-    if device not in (None, "cpu"):
-        raise ValueError(f"device {device!r} is not available; dualgraph runs on 'cpu'")
+check_device = devices.check
 
 
 def reset_kaiming_uniform(weight, bias) -> None:

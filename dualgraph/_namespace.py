@@ -1,0 +1,174 @@
+"""Names of torch's top-level namespace that are not ops: type tests, thread settings,
+matmul precision, the legacy typed constructors (``dg.LongTensor([1, 2])``).
+
+>>> import dualgraph as dg
+>>> dg.is_tensor(dg.zeros(2)), dg.numel(dg.zeros(2, 3))
+(True, 6)
+"""
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+
+from . import dtypes
+from .kernels import tuning
+from .ops import creation
+from .tensor import Tensor, print_options
+
+__all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial_seed", "seed",
+           "set_num_threads", "get_num_threads", "set_printoptions",
+           "set_float32_matmul_precision", "get_float32_matmul_precision",
+           "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+           "IntTensor", "BoolTensor"]
+
+
+def is_tensor(obj) -> bool:
+    """Whether ``obj`` is a dualgraph Tensor (Parameters included)."""
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input) -> bool:
+    """Whether ``input``'s dtype is a floating-point one."""
+    return input.is_floating_point()
+
+
+def initial_seed() -> int:
+    """The seed of the global generator (``dg.manual_seed``'s last argument)."""
+    return creation.default_generator.initial_seed()
+
+
+def seed() -> int:
+    """Seed the global generator from the operating system's entropy; returns the seed."""
+    value = int(np.random.SeedSequence().entropy % 2 ** 63)
+    creation.manual_seed(value)
+    return value
+
+
+class finfo:
+    """The limits of a floating-point dtype, as ``torch.finfo``: ``bits``, ``eps``, ``max``,
+    ``min``, ``tiny`` (= ``smallest_normal``), ``resolution``, ``dtype``; of the default
+    dtype when none is given.
+
+    >>> dg.finfo(dg.float32).min   # doctest: +SKIP
+    -3.4028234663852886e+38
+    """
+
+    def __init__(self, type=None):
+        dtype = dtypes.as_dtype(dtypes.get_default_dtype() if type is None else type)
+        if not dtype.is_floating_point:
+            raise TypeError(f"finfo needs a floating-point dtype, got {dtype!r}; use iinfo")
+        info = ml_dtypes.finfo(dtype.np)
+        self.bits, self.dtype = info.bits, dtype.name
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.tiny = self.smallest_normal = float(info.smallest_normal)
+        self.resolution = 10.0 ** -info.precision   # (torch's: a power of ten exactly)
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, "
+                f"eps={self.eps}, smallest_normal={self.tiny}, tiny={self.tiny}, "
+                f"dtype={self.dtype})")
+
+
+class iinfo:
+    """The limits of an integer dtype, as ``torch.iinfo``: ``bits``, ``max``, ``min``,
+    ``dtype``."""
+
+    def __init__(self, type):
+        dtype = dtypes.as_dtype(type)
+        if dtype.np.kind not in "iu":
+            raise TypeError(f"iinfo needs an integer dtype, got {dtype!r}; use finfo")
+        info = np.iinfo(dtype.np)
+        self.bits, self.max, self.min, self.dtype = info.bits, int(info.max), int(
+            info.min), dtype.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
+def numel(input) -> int:
+    """The number of elements of ``input``."""
+    return input.numel()
+
+
+def set_num_threads(n: int) -> None:
+    """Split dualgraph's big loops over ``n`` threads (``DUALGRAPH_NUM_THREADS``, which the
+    loops read, is set to ``n``); the BLAS library keeps its own thread count."""
+    if int(n) < 1:
+        raise ValueError(f"set_num_threads expects a positive number of threads, got {n}")
+    os.environ["DUALGRAPH_NUM_THREADS"] = str(int(n))
+
+
+def get_num_threads() -> int:
+    """The number of threads dualgraph's big loops are split over."""
+    return tuning.cores()
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None) -> None:
+    """How tensors print, as ``torch.set_printoptions``: ``precision`` (digits after the
+    point), ``threshold`` (elements before the middle is elided), ``edgeitems``,
+    ``linewidth``; ``profile`` ``"default"``, ``"short"`` or ``"full"`` sets them all.
+    ``sci_mode`` is accepted and left to NumPy's choice."""
+    profiles = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80),
+                "full": (4, 2 ** 63 - 1, 3, 80)}
+    options = print_options
+    if profile is not None:
+        options.update(zip(("precision", "threshold", "edgeitems", "linewidth"),
+                           profiles[profile]))
+    for name, value in (("precision", precision), ("threshold", threshold),
+                        ("edgeitems", edgeitems), ("linewidth", linewidth)):
+        if value is not None:
+            options[name] = int(value)
+
+
+_matmul_precision = ["highest"]
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Accepted for torch programs (``"highest"``, ``"high"``, ``"medium"``) and kept:
+    float32 matmuls on the CPU always run in full float32 precision."""
+    if precision not in ("highest", "high", "medium"):
+        raise ValueError(f"invalid float32 matmul precision {precision!r}: expected "
+                         "'highest', 'high' or 'medium'")
+    _matmul_precision[0] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    return _matmul_precision[0]
+
+
+class _TypedTensor(type):
+    """The class of ``dg.FloatTensor`` & co: calling one makes a Tensor of its dtype, and
+    ``isinstance(x, dg.LongTensor)`` tests a Tensor's dtype, as torch's legacy types do."""
+
+    def __call__(cls, *args, device=None):
+        if not args:
+            return creation.zeros(0, dtype=cls.dtype, device=device)
+        if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            # dg.FloatTensor(2, 3) is a new tensor of that shape (zeros; torch's is
+            # uninitialised memory)
+            return creation.zeros(*args, dtype=cls.dtype, device=device)
+        if len(args) > 1:
+            raise TypeError(f"{cls.__name__}() takes sizes or one sequence of data, got "
+                            f"{args!r}")
+        return creation.tensor(args[0], dtype=cls.dtype, device=device)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+
+def _typed(name: str, dtype) -> type:
+    return _TypedTensor(name, (), {"dtype": dtype, "__doc__": (
+        f"``dg.{name}(data)`` or ``dg.{name}(*sizes)``: a tensor of dtype "
+        f"{dtype!r}, as torch's legacy ``torch.{name}``.")})
+
+
+FloatTensor = _typed("FloatTensor", dtypes.float32)
+DoubleTensor = _typed("DoubleTensor", dtypes.float64)
+HalfTensor = _typed("HalfTensor", dtypes.float16)
+BFloat16Tensor = _typed("BFloat16Tensor", dtypes.bfloat16)
+LongTensor = _typed("LongTensor", dtypes.int64)
+IntTensor = _typed("IntTensor", dtypes.int32)
+BoolTensor = _typed("BoolTensor", dtypes.bool_)
