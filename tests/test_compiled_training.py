@@ -147,3 +147,39 @@ def test_compiled_training_equals_eager(name):
         lines = [line for line in fn.explain().splitlines()
                  if line.strip().startswith("lower:") and "shared" in line]
         assert lines and all(re.search(r"\bshared 1\b", line) for line in lines)
+
+
+def _rnn_language_model_run(compile_step: bool) -> list:
+    """Three steps of an LSTM language model that returns its hidden state after
+    ``loss.backward()`` and feeds it, detached, to the next step (as word-level language
+    models carry it across batches)."""
+    dg.manual_seed(0)
+    lstm, head = nn.LSTM(4, 8), nn.Linear(8, 3)
+    opt = dg.optim.SGD(list(lstm.parameters()) + list(head.parameters()), lr=0.1)
+
+    def step(x, h, c, y):
+        opt.zero_grad()
+        out, (h, c) = lstm(x, (h, c))
+        loss = F.cross_entropy(head(out).reshape(-1, 3), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss, h, c
+
+    step = dg.compile(step) if compile_step else step
+    rng = np.random.default_rng(1)
+    h, c, losses = dg.zeros(1, 2, 8), dg.zeros(1, 2, 8), []
+    for _ in range(3):
+        x = dg.tensor(rng.standard_normal((5, 2, 4)).astype(np.float32))
+        y = dg.tensor(rng.integers(0, 3, (5, 2)))
+        loss, h, c = step(x, h.detach(), c.detach(), y)
+        losses.append((loss.item(), h.detach().numpy().copy()))
+    return losses
+
+
+def test_a_step_may_return_tensors_whose_history_its_backward_freed():
+    """The hidden state returned after backward() (its history freed, as in eager) is a
+    plain result, not differentiated again; values equal eager's."""
+    for (loss_e, h_e), (loss_c, h_c) in zip(_rnn_language_model_run(False),
+                                            _rnn_language_model_run(True)):
+        np.testing.assert_allclose(loss_c, loss_e, rtol=1e-5)
+        np.testing.assert_allclose(h_c, h_e, rtol=1e-5, atol=1e-6)

@@ -32,11 +32,12 @@ class Backward:
 
 def build_backward(tracer, capture, result_tensors) -> Backward | None:
     """Trace the VJPs of the differentiable outputs, then split the joint graph in two."""
-    # Outputs whose graph the function already consumed (a training step returning its
-    # loss after loss.backward()) are not differentiated again.
+    # Outputs whose history the function's own backward() already freed (a training step
+    # returning its loss, or an RNN's last hidden state, after loss.backward()) are not
+    # differentiated again: eager would refuse a second backward through them too.
     diff_outputs = [i for i, t in enumerate(result_tensors)
                     if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
-                    and not getattr(t.grad_fn, "freed", False)]
+                    and not _reaches_freed(t.grad_fn)]
     diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
     if not diff_outputs or not diff_inputs:
         return None
@@ -50,6 +51,21 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
                   grad_values, diff_outputs, diff_inputs)
+
+
+def _reaches_freed(node) -> bool:
+    """Whether the backward from ``node`` would meet a node whose saved values a
+    backward() already freed."""
+    seen, stack = set(), [node]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if getattr(node, "freed", False):
+            return True
+        stack.extend(entry[0] for entry in getattr(node, "next", ()) or () if entry)
+    return False
 
 
 def _split(joint: Graph, capture, forward_outputs, cot_values, grad_values, diff_outputs,
