@@ -37,6 +37,7 @@ from ..ops.opdef import OpDef, get
 from ..shapes import ShapeError, Sym, infer_reshape
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
+from .onnx_check import node_problem, tensor_problem
 from .onnx_import_ops import import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -46,8 +47,11 @@ def load_model(path_or_model) -> "OnnxFunction":
     """Read an ONNX model (a path or an ``onnx.ModelProto``) into a graph and compile it.
 
     Loading never executes code from the file: ``onnx.load`` parses protobuf, tensors are
-    read with ``numpy_helper``. Raises :class:`OnnxError` naming the first node that can't
-    be imported and why.
+    read with ``numpy_helper``. Every node is checked against its op's ONNX schema before
+    it is converted (``onnx_check``). A malformed or unsupported model raises
+    :class:`OnnxError` naming the file, the first node that can't be imported (its name or
+    index, and op type) and why; no other exception escapes for a model's contents (a path
+    that can't be read is an ``OSError``, as for any file).
 
     >>> f = load_model("double.onnx")                     # doctest: +SKIP
     >>> f(np.ones(2, np.float32))                         # doctest: +SKIP
@@ -55,15 +59,36 @@ def load_model(path_or_model) -> "OnnxFunction":
     """
     onnx = require_onnx()
     if isinstance(path_or_model, (str, pathlib.Path)):
-        model = onnx.load(str(path_or_model))
         label = pathlib.Path(path_or_model).name
+        model = _read(onnx, pathlib.Path(path_or_model), label)
     elif isinstance(path_or_model, onnx.ModelProto):
         model, label = path_or_model, (path_or_model.graph.name or "model") + ".onnx"
     else:
         raise TypeError(f"load_model expects a path or an onnx.ModelProto, got "
                         f"{type(path_or_model).__name__}")
-    graph, input_names, output_names = _Importer(onnx, model, label).run()
-    return OnnxFunction(graph, input_names, output_names, label)
+    if not model.graph.output:
+        raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
+    importer = _Importer(onnx, model, label)
+    try:
+        graph, input_names, output_names = importer.run()
+        return OnnxFunction(graph, input_names, output_names, label)
+    except OnnxError:
+        raise
+    except Exception as e:   # (a bug of the import's: still a model it can't load, named)
+        raise importer.error(f"the import failed: {type(e).__name__}: {e}") from e
+
+
+def _read(onnx, path: pathlib.Path, label: str):
+    """The ModelProto in file ``path``, with its external data (an OSError when the file
+    can't be read; an OnnxError when it doesn't hold a model)."""
+    data = path.read_bytes()
+    try:
+        model = onnx.load_model_from_string(data)
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except Exception as e:   # (protobuf's DecodeError, a missing external data file, ...)
+        raise OnnxError(f"{label}: not a readable ONNX model ({type(e).__name__}: {e})") \
+            from None
+    return model
 
 
 class OnnxFunction:
@@ -141,14 +166,33 @@ class _Importer:
         self._initializers(g)
         inputs = [i for i in g.input if i.name not in self.env]   # (IR < 4 lists weights)
         for i in inputs:
+            if i.name in self.env or not i.name:
+                raise self.error(f"graph input {i.name!r} is named twice or has no name")
             self.env[i.name] = self._input(i)
         self._nodes(g)
         return self.graph, [i.name for i in inputs], [o.name for o in g.output]
 
     def _initializers(self, g) -> None:
         for init in g.initializer:
-            self.env[init.name] = self.onnx.numpy_helper.to_array(init)
+            if init.name in self.env:
+                raise self.error(f"initializer {init.name!r} is given twice")
+            self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
             self._names[id(self.env[init.name])] = init.name
+
+    def tensor(self, proto, what: str) -> np.ndarray:
+        """TensorProto ``proto`` (``what`` it is, for errors) as an array, its dims and data
+        checked."""
+        problem = tensor_problem(self.onnx, proto)
+        if problem is None:
+            try:
+                array = self.onnx.numpy_helper.to_array(proto)
+            except Exception as e:   # (data that does not fit the dims, external data)
+                problem = f"can't be read: {type(e).__name__}: {e}"
+            else:
+                if array.shape == tuple(proto.dims):
+                    return array
+                problem = f"holds data of shape {list(array.shape)} for dims {list(proto.dims)}"
+        raise self.error(f"{what} {problem}")
 
     def _nodes(self, g) -> list:
         """Convert ``g``'s nodes and set the graph's outputs; returns what the outputs are
@@ -205,6 +249,8 @@ class _Importer:
             raise OnnxError(f"{self.label}: input {info.name!r} is not a tensor of known rank; "
                             "dualgraph needs each input's rank (its dims may be symbolic)")
         dims = [self._dim(d, info.name, k) for k, d in enumerate(t.shape.dim)]
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            raise self.error(f"input {info.name!r} has negative dims {dims}")
         return self.graph.add_input(dims, self.onnx_dtype(t.elem_type, f"input {info.name!r}"),
                                     name=info.name)
 
@@ -231,7 +277,7 @@ class _Importer:
         try:
             return dtypes.to_np(self.onnx.helper.tensor_dtype_to_np_dtype(elem_type))
         except (TypeError, KeyError, ValueError):
-            name = self.onnx.TensorProto.DataType.Name(elem_type)
+            name = _type_name(self.onnx, elem_type)
             raise OnnxError(f"{self.where()}: {what} has ONNX type {name}, which dualgraph "
                             "has no dtype for (it has bool, int32, int64, float16, bfloat16, "
                             "float32, float64)") from None
@@ -246,16 +292,27 @@ class _Importer:
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
                              f"ONNX import ({len(rules)} op types are: see "
                              "dualgraph.export.onnx_import_ops.import_rules())")
+        problem = node_problem(self.onnx, node, self.opset)
+        if problem:
+            raise self.error(problem)
         missing = [n for n in node.input if n and not self.has(n)]
         if missing:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
-        outs = convert(self, xs, self._attrs(node))
+        try:
+            outs = convert(self, xs, self._attrs(node))
+        except OnnxError:
+            raise
+        except Exception as e:   # (a case the checks and the rule missed: still named)
+            raise self.error(f"the import failed: {type(e).__name__}: {e}") from e
         outs = outs if isinstance(outs, tuple) else (outs,)
         for k, name in enumerate(node.output):
             if not name:
                 continue
+            if name in self.env:
+                raise self.error(f"output {k} ({name!r}) is already defined by an earlier "
+                                 "node, input or initializer (ONNX names are assigned once)")
             if k >= len(outs) or outs[k] is None:
                 raise self.error(f"output {k} ({name!r}) is not supported by the import")
             self.env[name] = outs[k]
@@ -275,9 +332,12 @@ class _Importer:
 
     def _plain(self, val):
         if isinstance(val, bytes):
-            return val.decode()
+            try:
+                return val.decode()
+            except UnicodeDecodeError:
+                raise self.error(f"a string attr holds {val!r}, which is not UTF-8") from None
         if isinstance(val, self.onnx.TensorProto):
-            return self.onnx.numpy_helper.to_array(val)
+            return self.tensor(val, "a tensor attr")
         if isinstance(val, (list, tuple)):
             return tuple(self._plain(v) for v in val)
         return val
@@ -408,6 +468,13 @@ class _Importer:
 
     def slice_dims(self, x, index):
         return x if all(s is None for s in index) else self.op("slice", x, index=tuple(index))
+
+
+def _type_name(onnx, elem_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return f"number {elem_type}"
 
 
 def _default_opset(model) -> int:

@@ -429,15 +429,32 @@ def _pairs(attrs, key, n: int, default: int):
     return ((default,) + vals) if n == 1 else vals
 
 
-def _check_rank(b, x, what: str):
+# A window attr's numbers per spatial dim (pads: all the starts, then all the ends), and its
+# least value
+_WINDOW = {"kernel_shape": (1, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (2, 0),
+           "output_padding": (1, 0)}
+
+
+def _check_rank(b, x, attrs):
+    """The number of spatial dims of a Conv's, ConvTranspose's or pool's input ``x`` (1 or
+    2), its window attrs checked against it."""
+    what = b.node.op_type
     if x.ndim not in (3, 4):
         raise b.error(f"{what} of a {x.ndim - 2}-D input (shape {tuple(x.shape)}) is not "
                       "supported; dualgraph has 1-D and 2-D windows")
-    return x.ndim - 2
+    n = x.ndim - 2
+    for key, (per, least) in _WINDOW.items():
+        vals = list(attrs.get(key, ()))
+        if key in attrs and len(vals) != per * n:
+            raise b.error(f"{key} {vals} holds {len(vals)} numbers; the input (shape "
+                          f"{tuple(x.shape)}) has {n} spatial dims, so it needs {per * n}")
+        if any(v < least for v in vals):
+            raise b.error(f"{key} {vals} must all be at least {least}")
+    return n
 
 
 def _window_attrs(b, attrs, x, kernel):
-    n = _check_rank(b, x, b.node.op_type)
+    n = _check_rank(b, x, attrs)
     stride = _pairs(attrs, "strides", n, 1)
     dilation = _pairs(attrs, "dilations", n, 1)
     if n == 1:
@@ -460,7 +477,7 @@ def _conv(b, xs, attrs):
 
 def _conv_transpose(b, xs, attrs):
     x, w = xs[0], xs[1]
-    if _check_rank(b, x, "ConvTranspose") != 2 or "output_shape" in attrs:
+    if _check_rank(b, x, attrs) != 2 or "output_shape" in attrs:
         raise b.error("only 2-D ConvTranspose without output_shape is supported")
     kernel = tuple(w.shape[2:])
     stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
@@ -480,7 +497,7 @@ def _conv_transpose(b, xs, attrs):
 def _pool_attrs(b, xs, attrs):
     """(n, the input as 2-D, pool attrs, dilation) of a MaxPool or AveragePool node."""
     x = xs[0]
-    kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
+    kernel = _pairs(attrs, "kernel_shape", _check_rank(b, x, attrs), 1)
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
     if any(lo != hi for lo, hi in padding):
         raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
