@@ -16,6 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+# INT attrs that ONNX defines as 0 or 1 (whatever op has them): dualgraph reads them as
+# Python truth, ONNX's shape inference and runtimes as ``== 1`` or ``!= 0``, so another value
+# would be read differently
+_FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode",
+          "count_include_pad", "largest", "sorted", "training_mode", "allowzero", "exclusive",
+          "reverse", "detect_negative", "detect_positive", "upper", "fmod", "select_last_index",
+          "storage_order"}
 _SUB_BYTE = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}   # (packed: 2 or 4 a byte)
 
 
@@ -25,11 +32,55 @@ def node_problem(onnx, node, opset: int) -> str | None:
         schema = onnx.defs.get_schema(node.op_type, opset, "")
     except onnx.defs.SchemaError:
         return f"ONNX has no op {node.op_type} at opset {opset}"
-    return (_arity(node.op_type, "input", node.input, schema.inputs,
+    return (bad_name(list(node.input) + list(node.output), "the node's inputs and outputs")
+            or _arity(node.op_type, "input", node.input, schema.inputs,
                    schema.min_input, schema.max_input)
             or _arity(node.op_type, "output", node.output, schema.outputs,
                       schema.min_output, schema.max_output)
             or _attrs_problem(onnx, node, schema, opset))
+
+
+def input_types_problem(onnx, node, opset: int, dtypes) -> str | None:
+    """What is wrong with the types of ``node``'s inputs (``dtypes``: a NumPy dtype per input,
+    None where omitted; an ``object`` array is a shape, int64) under the schema's type
+    constraints, or None: each input has a type its parameter allows, and the inputs that
+    share a type variable (Add's A and B are both T) have the same one."""
+    schema = onnx.defs.get_schema(node.op_type, opset, "")
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    bound = {}
+    for k, dtype in enumerate(dtypes):
+        if dtype is None:
+            continue
+        formal = schema.inputs[min(k, len(schema.inputs) - 1)]
+        got = _tensor_type(onnx, dtype)
+        ok = allowed.get(formal.type_str, [formal.type_str])
+        if got not in ok:
+            names = ", ".join(t[7:-1] for t in ok if t.startswith("tensor("))
+            return (f"input {k} ({formal.name}) of {node.op_type} is a {got}, which it does "
+                    f"not take (it takes {names or 'no tensor'})")
+        if formal.is_homogeneous and formal.type_str in allowed:
+            first, other = bound.setdefault(formal.type_str, (k, got))
+            if other != got:
+                return (f"inputs {first} and {k} of {node.op_type} must have the same type "
+                        f"({formal.type_str}), got {other} and {got}")
+    return None
+
+
+def _tensor_type(onnx, dtype) -> str:
+    """ONNX's name of the type of a tensor of NumPy ``dtype``: ``tensor(float)``."""
+    if dtype == object:
+        return "tensor(int64)"
+    code = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return f"tensor({onnx.TensorProto.DataType.Name(code).lower()})"
+
+
+def bad_name(names, where: str) -> str | None:
+    """A sentence when one of ``names`` is not text (protobuf hands over a name that is not
+    UTF-8 as bytes), else None."""
+    for name in names:
+        if not isinstance(name, str):
+            return f"the name {name!r} in {where} is not UTF-8 text"
+    return None
 
 
 def _arity(op_type, what, names, formals, low, high) -> str | None:
@@ -63,6 +114,8 @@ def _attrs_problem(onnx, node, schema, opset: int) -> str | None:
             got = _attr_type_name(onnx, a.type)
             return (f"attr {a.name!r} of {node.op_type} must be {formal.type.name}, got "
                     f"{got}")
+        if a.name in _FLAGS and a.i not in (0, 1):
+            return f"attr {a.name!r} of {node.op_type} is {a.i}; it must be 0 or 1"
     missing = sorted(n for n, f in schema.attributes.items() if f.required and n not in seen)
     if missing:
         return f"{node.op_type} requires attr {missing[0]!r}, which the node lacks"

@@ -32,15 +32,16 @@ import numpy as np
 from .. import dtypes
 from ..codegen import Executable
 from ..graph import Graph
-from ..graph.ir import GraphError, Value, type_str
+from ..graph.ir import GraphError, Value, infer_types, type_str
 from ..ops.opdef import OpDef, get
-from ..shapes import ShapeError, Sym, infer_reshape
+from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
-from .onnx_check import node_problem, tensor_problem
+from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
 from .onnx_import_ops import import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
 
 
 def load_model(path_or_model) -> "OnnxFunction":
@@ -146,6 +147,8 @@ class _Importer:
     dualgraph's bodies are closed, so an outer run-time Value it reads becomes an input of
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
 
+    FOLD_LIMIT = FOLD_LIMIT
+
     def __init__(self, onnx, model, label: str, parent=None, scope: str = ""):
         self.onnx = onnx
         self.model = model
@@ -173,6 +176,11 @@ class _Importer:
         return self.graph, [i.name for i in inputs], [o.name for o in g.output]
 
     def _initializers(self, g) -> None:
+        """Read ``g``'s initializers (checking the names of all its values first)."""
+        problem = bad_name([v.name for part in (g.initializer, g.input, g.output) for v in part],
+                           "the graph's initializers, inputs and outputs")
+        if problem:
+            raise self.error(problem)
         for init in g.initializer:
             if init.name in self.env:
                 raise self.error(f"initializer {init.name!r} is given twice")
@@ -204,6 +212,7 @@ class _Importer:
         for o in g.output:
             outs.append(self._output(o.name, renamed=outs))
             results.append(self.lookup(o.name))
+            self._check_declared(o, outs[-1])
         self.graph.set_outputs(outs)
         return results
 
@@ -271,6 +280,21 @@ class _Importer:
             self.graph.rename(v, name)
         return v
 
+    def _check_declared(self, info, v: Value) -> None:
+        """Output ``info`` declares the dtype, rank and static dims that the graph computes,
+        where it declares them (a dim static in one and symbolic in the other may differ)."""
+        t = info.type.tensor_type
+        dtype = self.onnx_dtype(t.elem_type, f"output {info.name!r}") if t.elem_type else None
+        dims = [d.dim_value if d.HasField("dim_value") else "?" for d in t.shape.dim] \
+            if t.HasField("shape") else None
+        if dtype not in (None, v.dtype) or dims is not None and (
+                len(dims) != v.ndim or any(isinstance(d, int) and isinstance(n, int) and d != n
+                                           for d, n in zip(dims, v.shape))):
+            declared = ("" if dtype is None else f" {dtype}") + \
+                ("" if dims is None else f" of shape {dims}")
+            raise self.error(f"output {info.name!r} is declared{declared}, but the graph "
+                             f"computes {type_str(v.shape, v.dtype)}")
+
     def onnx_dtype(self, elem_type: int, what: str) -> np.dtype:
         """The NumPy dtype of an ONNX TensorProto type (an OnnxError when dualgraph lacks
         it)."""
@@ -300,6 +324,10 @@ class _Importer:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
+        problem = input_types_problem(self.onnx, node, self.opset,
+                                      [None if x is None else x.dtype for x in xs])
+        if problem:
+            raise self.error(problem)
         try:
             outs = convert(self, xs, self._attrs(node))
         except OnnxError:
@@ -357,9 +385,14 @@ class _Importer:
     def op(self, op, *inputs, **attrs):
         """``op(*inputs, **attrs)`` (an OpDef or a registry name): a new node, or, when no
         input is a run-time Value (and no attr holds a symbolic dim), the op's kernel run
-        now on the known arrays. One output is returned as it is, several as a tuple."""
+        now on the known arrays. One output is returned as it is, several as a tuple.
+
+        Ops with bodies and results over ``FOLD_LIMIT`` elements are never run now: loading
+        a model neither loops nor allocates on the model's say-so (a Loop of 2**40 steps, an
+        Expand to [2**20, 2**20] of a constant run when the model does)."""
         op = op if isinstance(op, OpDef) else get(op)
-        if not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs):
+        if (not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs)
+                and not op.bodies and self._small(op, inputs, attrs)):
             return self._fold(op, inputs, attrs)
         try:
             outs = self.graph.add_node(op, [self.value(x) for x in inputs], attrs,
@@ -367,6 +400,26 @@ class _Importer:
         except (GraphError, ShapeError, TypeError, IndexError) as e:
             raise self.error(str(e)) from e
         return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    def _small(op: OpDef, inputs, attrs) -> bool:
+        """Do ``op``'s results on these known inputs have at most FOLD_LIMIT elements? (Shape
+        values with symbolic dims are small; a call the shape rule refuses is left to
+        ``add_node``, which names the problem.)"""
+        if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
+            return True
+        types = [ShapedType(x.shape, x.dtype) if isinstance(x, np.ndarray) else x
+                 for x in inputs]
+        try:
+            return sum(numel(t.shape) for t in infer_types(op, types, attrs)) <= FOLD_LIMIT
+        except Exception:   # (the node's add_node raises the error, named)
+            return False
+
+    def check_size(self, count, what: str) -> None:
+        """A load-time array of ``count`` elements is at most FOLD_LIMIT of them."""
+        if count > FOLD_LIMIT:
+            raise self.error(f"the {what} would have {count} elements, more than the "
+                             f"{FOLD_LIMIT} that dualgraph computes when loading a model")
 
     def _fold(self, op: OpDef, inputs, attrs):
         if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
@@ -418,7 +471,10 @@ class _Importer:
 
     def ints(self, x, what: str, shape: bool = False) -> list:
         """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""
-        vals = self.static(x, what).reshape(-1).tolist()
+        x = self.static(x, what)
+        if x.dtype.kind not in "iuO":
+            raise self.error(f"the {what} must be integers, got a tensor of dtype {x.dtype}")
+        vals = x.reshape(-1).tolist()
         if not shape and any(isinstance(v, Sym) for v in vals):
             raise self.error(f"the {what} {vals} depend on symbolic dims; they must be "
                              "known numbers when the model is loaded")

@@ -180,10 +180,17 @@ def _split(b, xs, attrs):
     dim = b.dim(attrs.get("axis", 0), x.ndim)
     sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
     n = x.shape[dim]
+    outputs = len(b.node.output)
     if sizes is None:
-        count = attrs.get("num_outputs", len(b.node.output))
-        size = -(-n // count)
+        if b.opset >= 18 and "num_outputs" not in attrs:
+            raise b.error("Split needs its split input or its num_outputs attr (opset 18+)")
+        count = attrs.get("num_outputs", outputs)
+        size = -(-n // count) if count > 0 else 0
         sizes = [size] * (count - 1) + [n - size * (count - 1)]
+    if len(sizes) != outputs or isinstance(n, int) and (min(sizes) < 0 or sum(sizes) != n):
+        raise b.error(f"Split of a dim of size {n} into {sizes} (split or num_outputs) does "
+                      f"not fit its {outputs} outputs: the sizes must be at least 0, one per "
+                      "output, and add up to the dim")
     outs, start = [], 0
     for size in sizes:
         index = [None] * x.ndim
@@ -202,8 +209,15 @@ def _slice(b, xs, attrs):
         starts, ends = b.ints(xs[1], "starts", shape=True), b.ints(xs[2], "ends", shape=True)
         axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
         steps = b.ints(xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
-    axes = [b.dim(a, x.ndim) for a in (axes if axes is not None else range(len(starts)))]
+    axes = list(axes if axes is not None else range(len(starts)))
     steps = steps or [1] * len(starts)
+    if x.ndim == 0 or not len(starts) == len(ends) == len(axes) == len(steps):
+        raise b.error(f"Slice of a tensor of shape {tuple(x.shape)} needs as many starts, ends, "
+                      f"axes and steps (at most one per dim), got {starts}, {ends}, {axes}, "
+                      f"{steps}")
+    axes = [b.dim(a, x.ndim) for a in axes]
+    if len(set(axes)) != len(axes):
+        raise b.error(f"Slice's axes {axes} name a dim twice")
     index, flips = [None] * x.ndim, []
     for a, start, end, step in zip(axes, starts, ends, steps):
         index[a] = _slice_range(b, x.shape[a], start, end, step)
@@ -256,6 +270,7 @@ def _gather_elements(b, xs, attrs):
     if any(isinstance(d, Sym) for d in i.shape):
         raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
                       "not supported")
+    b.check_size(max(i.shape, default=0), "GatherElements' index grid")
     # x[grid_0, ..., i, ..., grid_n]: an index per dim, the others broadcast aranges
     grids = [np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
              for d, n in enumerate(i.shape)]
@@ -301,10 +316,14 @@ def _constant(b, xs, attrs):
 
 def _constant_of_shape(b, xs, attrs):
     shape = b.ints(xs[0], "shape", shape=True)
-    value = attrs.get("value", np.zeros(1, np.float32)).reshape(())
-    if not any(isinstance(d, Sym) for d in shape):
+    value = attrs.get("value", np.zeros(1, np.float32))
+    if value.size != 1 or any(isinstance(d, int) and d < 0 for d in shape):
+        raise b.error(f"ConstantOfShape needs a one-element value and a shape without "
+                      f"negative dims, got {value.size} elements and shape {shape}")
+    value = value.reshape(())
+    if _numel(shape) is not None and _numel(shape) <= b.FOLD_LIMIT:
         return np.full(shape, value, value.dtype)
-    return b.op("expand", value, shape=tuple(shape))
+    return b.op("expand", value, shape=tuple(shape))   # (filled when the model runs)
 
 
 def _range(b, xs, attrs):
@@ -313,6 +332,9 @@ def _range(b, xs, attrs):
     if object in (start.dtype, limit.dtype, delta.dtype):
         raise b.error("a Range up to a symbolic dim is not supported (its length would be "
                       "known only at run time)")
+    if delta == 0:
+        raise b.error("Range's delta is 0")
+    b.check_size(max(0, np.ceil((limit - start) / delta)), "Range's result")
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
@@ -348,6 +370,7 @@ def _pad_dim(b, x, dim, lo, hi, mode, value):
                       + tuple(x.shape[dim + 1:])) if p > 0 else None for p in (lo, hi)]
         parts = [p for p in (parts[0], x, parts[1]) if p is not None]
         return parts[0] if len(parts) == 1 else b.op("cat", *parts, dim=dim)
+    b.check_size(n + lo + hi, f"{mode}-padded dim")
     pos = np.arange(-lo, n + hi)
     if mode == "edge":
         pos = np.clip(pos, 0, n - 1)
@@ -535,6 +558,7 @@ def _flat_indices(b, x, where, attrs):
         raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
                       "in row-major storage order only")
     n, c, h, w = x.shape
+    b.check_size(n * c, "MaxPool's index offsets (one per plane)")
     starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
     return b.op("add", where, starts)
 
@@ -649,6 +673,7 @@ def _loop_as_scan(b, step, init: list, bound, n: int):
     captured = _align([step])
     g.inputs = [*carried, i, *g.inputs[1 + n:]]    # carry, xs (i), captured
     g.outputs = g.outputs[1:]                        # (the condition, always true)
+    b.check_size(bound, "trip count M (the scan's xs)")
     steps = np.arange(bound, dtype=np.int64)
     return _many(b.op("scan", *init, steps, *captured, body_graph=g, num_carry=n, num_xs=1,
                       length=bound, reverse=False))
@@ -686,6 +711,15 @@ def _scan(b, xs, attrs):
         raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
                       "not supported")
     k = attrs["num_scan_inputs"]
+    num_ys = len(b.node.output) - (len(xs) - k)
+    if not 1 <= k <= len(xs) or num_ys < 0:
+        raise b.error(f"num_scan_inputs={k} does not fit a Scan of {len(xs)} inputs and "
+                      f"{len(b.node.output)} outputs")
+    for key, count in (("scan_input_directions", k), ("scan_input_axes", k),
+                       ("scan_output_directions", num_ys), ("scan_output_axes", num_ys)):
+        if len(attrs.get(key, (0,) * count)) != count:
+            raise b.error(f"{key} {list(attrs[key])} must hold {count} numbers, one per scan "
+                          f"{key.split('_')[1]}")
     init, seqs = xs[:len(xs) - k], xs[len(xs) - k:]
     directions = set(attrs.get("scan_input_directions", (0,) * k))
     if len(directions) > 1:
