@@ -26,7 +26,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 CORE_BUDGET = 14_300
 BUDGETS = {".": 1_190, "autograd": 410, "capture": 2_390, "codegen": 1_390, "graph": 1_040,
            "kernels": 1_820, "ops": 5_250, "passes": 1_790,
-           "export": 1_300, "nn": 3_020, "optim": 980, "utils": 280}
+           "export": 1_500, "nn": 3_020, "optim": 980, "utils": 280}
+# export: +200 for the ONNX import's checks of malformed models (onnx_check.py: each node
+# against its op's schema, tensors' dims and data; the rules' attr-length, axis and size
+# checks), so that any malformed model is an OnnxError naming its node
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -18,10 +18,10 @@ import numpy as np
 
 # INT attrs that ONNX defines as 0 or 1 (whatever op has them): dualgraph reads them as
 # Python truth, ONNX's shape inference and runtimes as ``== 1`` or ``!= 0``, so another value
-# would be read differently
+# would be read differently (Mod's fmod too, checked by its rule: its name is an op's)
 _FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode",
           "count_include_pad", "largest", "sorted", "training_mode", "allowzero", "exclusive",
-          "reverse", "detect_negative", "detect_positive", "upper", "fmod", "select_last_index",
+          "reverse", "detect_negative", "detect_positive", "upper", "select_last_index",
           "storage_order"}
 _SUB_BYTE = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}   # (packed: 2 or 4 a byte)
 

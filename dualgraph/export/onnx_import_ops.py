@@ -66,6 +66,8 @@ def _pow(b, xs, attrs):
 
 
 def _mod(b, xs, attrs):
+    if attrs.get("fmod", 0) not in (0, 1):
+        raise b.error(f"attr 'fmod' of Mod is {attrs['fmod']}; it must be 0 or 1")
     return b.op("fmod" if attrs.get("fmod", 0) else "remainder", xs[0], xs[1])
 
 
