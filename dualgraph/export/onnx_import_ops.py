@@ -336,7 +336,7 @@ def _range(b, xs, attrs):
                       "known only at run time)")
     if delta == 0:
         raise b.error("Range's delta is 0")
-    b.check_size(max(0, np.ceil((limit - start) / delta)), "Range's result")
+    b.check_size(int(max(0, np.ceil((limit - start) / delta))), "Range's result")
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
