@@ -290,7 +290,28 @@ def mutated(draw):
 
 
 # -- the harness ------------------------------------------------------------------------------
-OUTCOMES = collections.Counter()
+OUTCOMES = collections.Counter()   # "loaded", or an OnnxError's cause
+CATEGORY = collections.Counter()   # the OnnxErrors by the kind of check
+
+
+# Which check an OnnxError comes from, by its message (the first that matches)
+CATEGORIES = [
+    ("not a model (parse)", r"not a readable ONNX model|has no outputs"),
+    ("op schema (counts, attrs, types)", r" takes .*(input|output)|is required, but|has no attr|"
+     r"requires attr|of \w+ must be [A-Z]|given twice|must be 0 or 1|has no op|same type|"
+     r"which it does not take|is not supported by dualgraph's ONNX import"),
+    ("tensor (dims, data, dtype)", r"initializer|tensor attr|negative dims|data type number|"
+     r"has ONNX type"),
+    ("graph (names, order, outputs)", r"reads |not computed|already defined|is declared|"
+     r"named twice|UTF-8|takes \d+ inputs; "),
+    ("load-time size bound", r"elements, more than"),
+    ("unexpected (wrapped)", r"the import failed"),
+    ("op semantics and support", r""),
+]
+
+
+def _category(message: str) -> str:
+    return next(name for name, pattern in CATEGORIES if re.search(pattern, message))
 
 
 def _cause(message: str) -> str:
@@ -319,6 +340,7 @@ def test_mutated_models_load_or_raise_onnx_error(case):
     except OnnxError as e:
         assert str(e).startswith("fuzzed.onnx"), str(e)
         OUTCOMES["OnnxError: " + _cause(str(e))] += 1
+        CATEGORY[_category(str(e))] += 1
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
@@ -334,5 +356,7 @@ def teardown_module():
         total = sum(OUTCOMES.values())
         print(f"\n{total} mutated models: {OUTCOMES['loaded']} loaded, "
               f"{total - OUTCOMES['loaded']} OnnxError")
-        for cause, count in OUTCOMES.most_common():
-            print(f"{count:7d}  {cause}")
+        for what, counts in (("OnnxErrors by check", CATEGORY), ("by cause", OUTCOMES)):
+            print(what)
+            for cause, count in counts.most_common():
+                print(f"{count:7d}  {cause}")

@@ -693,3 +693,18 @@ def test_a_truncated_file_is_an_onnx_error(tmp_path):
         dg.onnx.load(path)
     with pytest.raises(FileNotFoundError):   # a path that isn't there is not a model's fault
         dg.onnx.load(tmp_path / "missing.onnx")
+
+
+def test_external_data_is_read_from_beside_the_file_only(tmp_path):
+    path, model, x = tmp_path / "mlp.onnx", _mlp(), f32(3, 6)
+    want = dg.onnx.load(model)(x).numpy()
+    onnx.save_model(model, path, save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)
+    np.testing.assert_allclose(dg.onnx.load(path)(x).numpy(), want, rtol=1e-6)
+    # a ModelProto whose data was not loaded: not read from the working directory
+    with pytest.raises(OnnxError, match=r"initializer '\w+' keeps its data in an external "
+                                        r"file, which is read only when"):
+        dg.onnx.load(onnx.load(path, load_external_data=False))
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(OnnxError, match=r"mlp.onnx: not a readable ONNX model"):
+        dg.onnx.load(path)

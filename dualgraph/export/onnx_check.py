@@ -132,7 +132,8 @@ def _attr_type_name(onnx, t: int) -> str:
 def tensor_problem(onnx, proto) -> str | None:
     """What is wrong with TensorProto ``proto``'s dims and data, or None: negative dims, a
     data type ONNX lacks, raw data of the wrong length (``numpy_helper.to_array`` would
-    fail with a bare NumPy error, or read a different shape)."""
+    fail with a bare NumPy error, or read a different shape), data left in an external file
+    (``to_array`` would read it from a path relative to the working directory)."""
     dims = list(proto.dims)
     if any(d < 0 for d in dims):
         return f"has negative dims {dims}"
@@ -141,9 +142,11 @@ def tensor_problem(onnx, proto) -> str | None:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(proto.data_type))
     except (ValueError, KeyError, TypeError):
         return f"has data type number {proto.data_type}, which ONNX does not define"
-    if (proto.data_location == onnx.TensorProto.EXTERNAL or not proto.HasField("raw_data")
-            or dtype == object or type_name in _SUB_BYTE):
-        return None   # (onnx.load reads external data; to_array checks the other forms)
+    if proto.data_location == onnx.TensorProto.EXTERNAL:   # (a path's are read on loading)
+        return ("keeps its data in an external file, which is read only when the model is "
+                "loaded from its path (dg.onnx.load(path), or onnx.load(path) first)")
+    if not proto.HasField("raw_data") or dtype == object or type_name in _SUB_BYTE:
+        return None   # (to_array checks the typed fields' lengths)
     need = int(np.prod(dims, dtype=np.float64)) * dtype.itemsize
     if len(proto.raw_data) != need:
         return (f"({type_name} {dims}) holds {len(proto.raw_data)} bytes of raw data; its "

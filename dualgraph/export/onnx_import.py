@@ -38,10 +38,9 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import import_rules, tidy
+from .onnx_import_ops import FOLD_LIMIT, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
 
 
 def load_model(path_or_model) -> "OnnxFunction":
@@ -146,8 +145,6 @@ class _Importer:
     whose ``parent`` is the enclosing one: ONNX subgraphs read outer names freely, while
     dualgraph's bodies are closed, so an outer run-time Value it reads becomes an input of
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
-
-    FOLD_LIMIT = FOLD_LIMIT
 
     def __init__(self, onnx, model, label: str, parent=None, scope: str = ""):
         self.onnx = onnx

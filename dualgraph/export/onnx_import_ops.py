@@ -21,6 +21,7 @@ from ..ops.opdef import REGISTRY
 from ..shapes import ShapedType, Sym, numel
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
+FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
 
 
 def tidy(x):
@@ -323,7 +324,7 @@ def _constant_of_shape(b, xs, attrs):
         raise b.error(f"ConstantOfShape needs a one-element value and a shape without "
                       f"negative dims, got {value.size} elements and shape {shape}")
     value = value.reshape(())
-    if _numel(shape) is not None and _numel(shape) <= b.FOLD_LIMIT:
+    if _numel(shape) is not None and _numel(shape) <= FOLD_LIMIT:
         return np.full(shape, value, value.dtype)
     return b.op("expand", value, shape=tuple(shape))   # (filled when the model runs)
 
@@ -495,6 +496,9 @@ def _conv(b, xs, attrs):
     bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
     kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+    if tuple(attrs.get("kernel_shape", w.shape[2:])) != tuple(w.shape[2:]):
+        raise b.error(f"kernel_shape {list(attrs['kernel_shape'])} is not the weight's "
+                      f"window {list(w.shape[2:])} (shape {tuple(w.shape)})")
     y = b.op("conv2d", _as_2d(b, x), _as_2d(b, w), *bias, stride=stride,
              padding=padding, dilation=dilation, groups=int(attrs.get("group", 1)))
     return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
