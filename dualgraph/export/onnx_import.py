@@ -469,8 +469,9 @@ class _Importer:
     def ints(self, x, what: str, shape: bool = False) -> list:
         """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""
         x = self.static(x, what)
-        if x.dtype.kind not in "iuO":
-            raise self.error(f"the {what} must be integers, got a tensor of dtype {x.dtype}")
+        if x.dtype.kind not in "iuO" or x.ndim > 1:
+            raise self.error(f"the {what} must be a 0-d or 1-d tensor of integers, got "
+                             f"{x.dtype} of shape {list(x.shape)}")
         vals = x.reshape(-1).tolist()
         if not shape and any(isinstance(v, Sym) for v in vals):
             raise self.error(f"the {what} {vals} depend on symbolic dims; they must be "
