@@ -211,7 +211,8 @@ def _mutate(draw, model) -> str:
     kind = draw(st.sampled_from([
         "drop input", "duplicate input", "empty input", "drop output", "extra output",
         "rename input", "delete attr", "mutate attr", "add attr", "op type", "swap nodes",
-        "shrink raw data", "negative dim", "initializer dims", "data type", "input dim",
+        "shrink raw data", "negative dim", "initializer dims", "data type", "int values",
+        "input dim",
         "input type", "opset", "graph output"]))
     inits = list(model.graph.initializer)
     init = _pick(draw, inits)
@@ -254,6 +255,11 @@ def _mutate(draw, model) -> str:
         else:
             init.dims.append(draw(st.integers(0, 4))) if draw(st.booleans()) or not init.dims \
                 else init.dims.pop()
+    elif (kind == "int values" and init is not None and init.data_type == TensorProto.INT64
+          and init.raw_data and len(init.raw_data) % 8 == 0):
+        values = np.frombuffer(init.raw_data, np.int64).copy()   # (a shape, axes, pads, M)
+        values[draw(st.integers(0, values.size - 1))] = draw(INTS)
+        init.raw_data = values.tobytes()
     elif kind == "data type" and init is not None:
         init.data_type = draw(st.integers(0, 25))
     elif kind in ("input dim", "input type") and model.graph.input:
