@@ -302,6 +302,7 @@ CATEGORY = collections.Counter()   # the OnnxErrors by the kind of check
 
 # Which check an OnnxError comes from, by its message (the first that matches)
 CATEGORIES = [
+    ("unexpected (wrapped)", r"the import failed"),
     ("not a model (parse)", r"not a readable ONNX model|has no outputs"),
     ("op schema (counts, attrs, types)", r" takes .*(input|output)|is required, but|has no attr|"
      r"requires attr|of \w+ must be [A-Z]|given twice|must be 0 or 1|has no op|same type|"
@@ -311,7 +312,6 @@ CATEGORIES = [
     ("graph (names, order, outputs)", r"reads |not computed|already defined|is declared|"
      r"named twice|UTF-8|takes \d+ inputs; "),
     ("load-time size bound", r"elements, more than"),
-    ("unexpected (wrapped)", r"the import failed"),
     ("op semantics and support", r""),
 ]
 

@@ -672,6 +672,12 @@ MALFORMED = {
     "output_declared_another_type": (_wrong_output_type,
                                      r"output 'y' is declared int64, but the graph computes "
                                      r"f32\[2,3\]"),
+    "split_of_a_scalar": (lambda: _one_node("Split", {"x": np.float32(1.0)}, num_outputs=1,
+                                            opset=18),
+                          r"\(Split\): the input has shape \(\); it needs at least 1 dims"),
+    "input_with_more_elements_than_int64_counts": (
+        lambda: _one_node("Relu", {"x": np.broadcast_to(np.float32(0), (2 ** 32, 2 ** 32))}),
+        r"input 'x' has negative dims or more elements than an int64 counts"),
     "range_too_long_to_compute_at_load_time": (
         _range_model,
         r"the Range's result would have 1099511627776 elements, more than the 16777216"),

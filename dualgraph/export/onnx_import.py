@@ -255,8 +255,10 @@ class _Importer:
             raise OnnxError(f"{self.label}: input {info.name!r} is not a tensor of known rank; "
                             "dualgraph needs each input's rank (its dims may be symbolic)")
         dims = [self._dim(d, info.name, k) for k, d in enumerate(t.shape.dim)]
-        if any(isinstance(d, int) and d < 0 for d in dims):
-            raise self.error(f"input {info.name!r} has negative dims {dims}")
+        static = [d for d in dims if isinstance(d, int)]
+        if min(static, default=0) < 0 or np.prod(static, dtype=np.float64) >= 2 ** 63:
+            raise self.error(f"input {info.name!r} has negative dims or more elements than "
+                             f"an int64 counts: {dims}")
         return self.graph.add_input(dims, self.onnx_dtype(t.elem_type, f"input {info.name!r}"),
                                     name=info.name)
 
@@ -492,6 +494,13 @@ class _Importer:
         if not -ndim <= axis < max(ndim, 1):
             raise self.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
         return axis % max(ndim, 1)
+
+    def need_rank(self, x, low: int, what: str, high: int | None = None) -> None:
+        """``x`` (the node's ``what``) has ``low`` to ``high`` dims (at least ``low``)."""
+        if x.ndim < low or high is not None and x.ndim > high:
+            want = f"at least {low}" if high is None else str(low) if low == high else \
+                f"{low} to {high}"
+            raise self.error(f"the {what} has shape {tuple(x.shape)}; it needs {want} dims")
 
     def dims(self, axes, ndim: int) -> tuple:
         return tuple(sorted({self.dim(a, ndim) for a in axes}))

@@ -152,6 +152,8 @@ def _is_inf(b, xs, attrs):
 # -- matrix products ----------------------------------------------------------------------------
 def _gemm(b, xs, attrs):
     a, w = xs[0], xs[1]
+    b.need_rank(a, 2, "input A", 2)
+    b.need_rank(w, 2, "input B", 2)
     c = xs[2] if len(xs) > 2 else None
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if attrs.get("transA", 0):
@@ -180,6 +182,7 @@ def _size(b, xs, attrs):
 
 def _split(b, xs, attrs):
     x = xs[0]
+    b.need_rank(x, 1, "input")
     dim = b.dim(attrs.get("axis", 0), x.ndim)
     sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
     n = x.shape[dim]
@@ -252,12 +255,15 @@ def _scatter_nd(b, xs, attrs):
     """ScatterND -> index_put on the leading dims (ScatterND's updates are laid out as
     NumPy's x[i0, i1, ...] is); reduction "add" accumulates."""
     data, indices, updates = xs
+    b.need_rank(indices, 1, "indices")
     reduction = attrs.get("reduction", "none")
     if reduction not in ("none", "add"):
         raise b.error(f"ScatterND's reduction {reduction!r} is not supported (none, add)")
     k = indices.shape[-1]
-    if not isinstance(k, int):
-        raise b.error("ScatterND needs indices with a static last dim")
+    if not isinstance(k, int) or not 1 <= k <= data.ndim:
+        raise b.error(f"ScatterND needs indices with a static last dim of 1 to {data.ndim} "
+                      f"(one index per leading dim of the data), got shape "
+                      f"{tuple(indices.shape)}")
     columns = []
     for j in range(k):
         window = [None] * indices.ndim
@@ -269,6 +275,8 @@ def _scatter_nd(b, xs, attrs):
 
 def _gather_elements(b, xs, attrs):
     x, i = xs
+    b.need_rank(x, 1, "input")
+    b.need_rank(i, x.ndim, "indices", x.ndim)
     dim = b.dim(attrs.get("axis", 0), x.ndim)
     if any(isinstance(d, Sym) for d in i.shape):
         raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
@@ -285,11 +293,12 @@ def _gather_nd(b, xs, attrs):
     """GatherND (batch_dims 0): the last axis of the indices holds one index per leading
     dim of x, which is ``index`` over those dims with the columns as index tensors."""
     x, i = xs
+    b.need_rank(i, 1, "indices")
     if attrs.get("batch_dims", 0):
         raise b.error("GatherND with batch_dims is not supported")
-    if not _is_int(i) or isinstance(i.shape[-1], Sym):
-        raise b.error(f"GatherND's indices must be integers with a static last dim, got "
-                      f"{i.dtype} of shape {tuple(i.shape)}")
+    if not _is_int(i) or isinstance(i.shape[-1], Sym) or not 1 <= i.shape[-1] <= x.ndim:
+        raise b.error(f"GatherND's indices must be integers with a static last dim of 1 to "
+                      f"{x.ndim} (the input's dims), got {i.dtype} of shape {tuple(i.shape)}")
     lead = (None,) * (i.ndim - 1)
     columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
                for k in range(i.shape[-1])]
@@ -402,6 +411,7 @@ def _topk(b, xs, attrs):
     among equal values) cut to K, and the values it picks; ``sorted=0`` allows any order,
     sorted is one."""
     x = xs[0]
+    b.need_rank(x, 1, "input")
     dim = b.dim(attrs.get("axis", -1), x.ndim)
     k = int(b.ints(xs[1], "K")[0]) if b.opset >= 10 else int(attrs["k"])
     order = b.op("argsort", x, dim=dim, descending=bool(attrs.get("largest", 1)))
@@ -417,6 +427,7 @@ def _batch_norm(b, xs, attrs):
         raise b.error("training-mode BatchNormalization is not supported; export the "
                       "model in eval mode")
     x, scale, bias, mean, var = xs
+    b.need_rank(x, 2, "input")
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
     scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
     eps = float(attrs.get("epsilon", 1e-5))

@@ -530,6 +530,7 @@ def _cat_vjp(g, out, *xs, dim):
 
 def _from_onnx_concat(b, xs, attrs):
     xs = [x for x in xs if x is not None]
+    b.need_rank(xs[0], 1, "first input")
     dim = b.dim(attrs.get("axis", 1), xs[0].ndim)   # (required from opset 4; 1 before)
     return xs[0] if len(xs) == 1 else b.op(CAT, *xs, dim=dim)
 
