@@ -266,6 +266,9 @@ class _Importer:
         if d.HasField("dim_value"):
             return int(d.dim_value)
         text = d.dim_param if d.HasField("dim_param") else f"{name}_{k}"
+        problem = bad_name([text], f"dim {k} of input {name!r}")
+        if problem:
+            raise self.error(problem)
         text = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
         return Sym(text if text[:1].isalpha() or text[:1] == "_" else "d" + text)
 
@@ -331,6 +334,8 @@ class _Importer:
             outs = convert(self, xs, self._attrs(node))
         except OnnxError:
             raise
+        except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
+            raise self.error(str(e)) from e
         except Exception as e:   # (a case the checks and the rule missed: still named)
             raise self.error(f"the import failed: {type(e).__name__}: {e}") from e
         outs = outs if isinstance(outs, tuple) else (outs,)
