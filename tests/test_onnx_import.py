@@ -600,3 +600,123 @@ def test_branch_reading_an_unknown_name_is_an_error():
     with pytest.raises(OnnxError, match=r"node 'my_node' \(If\): then_branch: node #0 "
                                         r"\(Identity\): reads 'nowhere'"):
         dg.onnx.load(model)
+
+
+# -- malformed models: each an OnnxError naming the file, node and problem ------------------
+def _with_weight(op, array, raw=None, dims=None, **attrs):
+    """One ``op`` node reading initializer ``w`` (its raw data or dims then replaced)."""
+    model = _one_node(op, {}, **attrs)
+    w = numpy_helper.from_array(np.asarray(array), "w")
+    if raw is not None:
+        w.raw_data = raw
+    if dims is not None:
+        w.ClearField("dims")
+        w.dims.extend(dims)
+    model.graph.initializer.append(w)
+    model.graph.node[0].input[:] = ["w"]
+    return model
+
+
+def _emptied(model, k: int):
+    model.graph.node[0].input[k] = ""
+    return model
+
+
+def _huge_input(model):
+    for d in model.graph.input[0].type.tensor_type.shape.dim:
+        d.dim_value = 2 ** 32
+    return model
+
+
+def _wrong_output_type():
+    model = _one_node("Relu", {"x": f32(2, 3)})
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    return model
+
+
+def _range_model():
+    model = _one_node("Range", {})
+    model.graph.node[0].input[:] = ["start", "limit", "delta"]
+    model.graph.initializer.extend(numpy_helper.from_array(np.array(v, np.int64), n)
+                                   for n, v in (("start", 0), ("limit", 2 ** 40), ("delta", 1)))
+    return model
+
+
+MALFORMED = {
+    "concat_without_axis": (lambda: _one_node("Concat", {"a": f32(2), "b": f32(2)}),
+                            r"\(Concat\): Concat requires attr 'axis', which the node lacks"),
+    "reshape_with_one_input": (lambda: _one_node("Reshape", {"a": f32(2, 3)}),
+                               r"\(Reshape\): Reshape takes 2 inputs, got 1"),
+    "relu_with_two_inputs": (lambda: _one_node("Relu", {"a": f32(2), "b": f32(2)}),
+                             r"\(Relu\): Relu takes 1 input, got 2"),
+    "add_with_three_inputs": (lambda: _one_node("Add", {"a": f32(2), "b": f32(2), "c": f32(2)}),
+                              r"\(Add\): Add takes 2 inputs, got 3"),
+    "conv_pads_of_the_wrong_length": (
+        lambda: _one_node("Conv", {"x": f32(1, 1, 5, 5), "k": f32(1, 1, 3, 3)}, pads=[1, 1]),
+        r"\(Conv\): pads \[1, 1\] holds 2 numbers; the input \(shape \(1, 1, 5, 5\)\) has 2 "
+        r"spatial dims, so it needs 4"),
+    "empty_required_input": (
+        lambda: _emptied(_one_node("Gemm", {"a": f32(2, 3), "b": f32(3, 2)}), 1),
+        r"\(Gemm\): input 1 \(B\) of Gemm is required, but its name is empty"),
+    "attr_of_the_wrong_type": (
+        lambda: _one_node("Concat", {"a": f32(2), "b": f32(2)}, axis=0.0),
+        r"attr 'axis' of Concat must be INT, got FLOAT"),
+    "unknown_attr": (lambda: _one_node("Relu", {"a": f32(2)}, alpha=0.5),
+                     r"Relu \(opset 17\) has no attr 'alpha'"),
+    "inputs_of_two_types": (
+        lambda: _one_node("Add", {"a": f32(2), "b": i64(1, 2)}),
+        r"inputs 0 and 1 of Add must have the same type \(T\), got tensor\(float\) and "
+        r"tensor\(int64\)"),
+    "short_raw_data": (lambda: _with_weight("Relu", f32(2, 3), raw=b"\0" * 10),
+                       r"bad.onnx: initializer 'w' \(FLOAT \[2, 3\]\) holds 10 bytes of raw "
+                       r"data; its dims need 24"),
+    "negative_initializer_dim": (lambda: _with_weight("Relu", f32(2, 3), dims=[-2, 3]),
+                                 r"bad.onnx: initializer 'w' has negative dims \[-2, 3\]"),
+    "flag_attr_out_of_range": (lambda: _one_node("Gemm", {"a": f32(2, 3), "b": f32(3, 2)},
+                                                 transA=2),
+                               r"attr 'transA' of Gemm is 2; it must be 0 or 1"),
+    "output_declared_another_type": (_wrong_output_type,
+                                     r"output 'y' is declared int64, but the graph computes "
+                                     r"f32\[2,3\]"),
+    "split_of_a_scalar": (lambda: _one_node("Split", {"x": np.float32(1.0)}, num_outputs=1,
+                                            opset=18),
+                          r"\(Split\): the input has shape \(\); it needs at least 1 dims"),
+    "input_with_more_elements_than_int64_counts": (
+        lambda: _huge_input(_one_node("Relu", {"x": f32(2, 2)})),
+        r"input 'x' has negative dims or more elements than an int64 counts"),
+    "range_too_long_to_compute_at_load_time": (
+        _range_model,
+        r"the Range's result would have 1099511627776 elements, more than the 16777216"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_model_is_an_onnx_error_naming_the_node(name):
+    build, message = MALFORMED[name]
+    with pytest.raises(OnnxError, match=message) as info:
+        dg.onnx.load(build())
+    assert str(info.value).startswith("bad.onnx: ")
+
+
+def test_a_truncated_file_is_an_onnx_error(tmp_path):
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(_mlp().SerializeToString()[:-25])
+    with pytest.raises(OnnxError, match=r"cut.onnx: not a readable ONNX model \(DecodeError"):
+        dg.onnx.load(path)
+    with pytest.raises(FileNotFoundError):   # a path that isn't there is not a model's fault
+        dg.onnx.load(tmp_path / "missing.onnx")
+
+
+def test_external_data_is_read_from_beside_the_file_only(tmp_path):
+    path, model, x = tmp_path / "mlp.onnx", _mlp(), f32(3, 6)
+    want = dg.onnx.load(model)(x).numpy()
+    onnx.save_model(model, path, save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)
+    np.testing.assert_allclose(dg.onnx.load(path)(x).numpy(), want, rtol=1e-6)
+    # a ModelProto whose data was not loaded: not read from the working directory
+    with pytest.raises(OnnxError, match=r"initializer '\w+' keeps its data in an external "
+                                        r"file, which is read only when"):
+        dg.onnx.load(onnx.load(path, load_external_data=False))
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(OnnxError, match=r"mlp.onnx: not a readable ONNX model"):
+        dg.onnx.load(path)

@@ -29,11 +29,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ".", "backends", ops/ and optim/ grew by the torch names real programs use: CPU-only
 # device queries (dg.device, dg.cuda, dg.accelerator, dg.backends), top-level names, the
 # missing ops and Tensor methods (atan2, erfc, unfold, new_zeros, ...), and Adadelta,
-# Adamax, NAdam, RAdam, Rprop, ASGD, LBFGS and two schedulers.
+# Adamax, NAdam, RAdam, Rprop, ASGD, LBFGS and two schedulers. export/ +270: every ONNX
+# node checked against its schema before it is converted (export/onnx_check.py).
 CORE_BUDGET = 16_100
 BUDGETS = {".": 1_400, "autograd": 410, "backends": 40, "capture": 2_780, "codegen": 1_260,
            "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
-           "export": 1_230, "nn": 2_960, "optim": 1_370, "utils": 280}
+           "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

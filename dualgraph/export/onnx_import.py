@@ -32,12 +32,13 @@ import numpy as np
 from .. import dtypes
 from ..codegen import Executable
 from ..graph import Graph
-from ..graph.ir import GraphError, Value, type_str
+from ..graph.ir import GraphError, Value, infer_types, type_str
 from ..ops.opdef import OpDef, get
-from ..shapes import ShapeError, Sym, infer_reshape
+from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
-from .onnx_import_ops import import_rules, tidy
+from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
+from .onnx_import_ops import FOLD_LIMIT, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -46,8 +47,11 @@ def load_model(path_or_model) -> "OnnxFunction":
     """Read an ONNX model (a path or an ``onnx.ModelProto``) into a graph and compile it.
 
     Loading never executes code from the file: ``onnx.load`` parses protobuf, tensors are
-    read with ``numpy_helper``. Raises :class:`OnnxError` naming the first node that can't
-    be imported and why.
+    read with ``numpy_helper``. Every node is checked against its op's ONNX schema before
+    it is converted (``onnx_check``). A malformed or unsupported model raises
+    :class:`OnnxError` naming the file, the first node that can't be imported (its name or
+    index, and op type) and why; no other exception escapes for a model's contents (a path
+    that can't be read is an ``OSError``, as for any file).
 
     >>> f = load_model("double.onnx")                     # doctest: +SKIP
     >>> f(np.ones(2, np.float32))                         # doctest: +SKIP
@@ -55,15 +59,36 @@ def load_model(path_or_model) -> "OnnxFunction":
     """
     onnx = require_onnx()
     if isinstance(path_or_model, (str, pathlib.Path)):
-        model = onnx.load(str(path_or_model))
         label = pathlib.Path(path_or_model).name
+        model = _read(onnx, pathlib.Path(path_or_model), label)
     elif isinstance(path_or_model, onnx.ModelProto):
         model, label = path_or_model, (path_or_model.graph.name or "model") + ".onnx"
     else:
         raise TypeError(f"load_model expects a path or an onnx.ModelProto, got "
                         f"{type(path_or_model).__name__}")
-    graph, input_names, output_names = _Importer(onnx, model, label).run()
-    return OnnxFunction(graph, input_names, output_names, label)
+    if not model.graph.output:
+        raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
+    importer = _Importer(onnx, model, label)
+    try:
+        graph, input_names, output_names = importer.run()
+        return OnnxFunction(graph, input_names, output_names, label)
+    except OnnxError:
+        raise
+    except Exception as e:   # (a bug of the import's: still a model it can't load, named)
+        raise importer.error(f"the import failed: {type(e).__name__}: {e}") from e
+
+
+def _read(onnx, path: pathlib.Path, label: str):
+    """The ModelProto in file ``path``, with its external data (an OSError when the file
+    can't be read; an OnnxError when it doesn't hold a model)."""
+    data = path.read_bytes()
+    try:
+        model = onnx.load_model_from_string(data)
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except Exception as e:   # (protobuf's DecodeError, a missing external data file, ...)
+        raise OnnxError(f"{label}: not a readable ONNX model ({type(e).__name__}: {e})") \
+            from None
+    return model
 
 
 class OnnxFunction:
@@ -141,14 +166,38 @@ class _Importer:
         self._initializers(g)
         inputs = [i for i in g.input if i.name not in self.env]   # (IR < 4 lists weights)
         for i in inputs:
+            if i.name in self.env or not i.name:
+                raise self.error(f"graph input {i.name!r} is named twice or has no name")
             self.env[i.name] = self._input(i)
         self._nodes(g)
         return self.graph, [i.name for i in inputs], [o.name for o in g.output]
 
     def _initializers(self, g) -> None:
+        """Read ``g``'s initializers (checking the names of all its values first)."""
+        problem = bad_name([v.name for part in (g.initializer, g.input, g.output) for v in part],
+                           "the graph's initializers, inputs and outputs")
+        if problem:
+            raise self.error(problem)
         for init in g.initializer:
-            self.env[init.name] = self.onnx.numpy_helper.to_array(init)
+            if init.name in self.env:
+                raise self.error(f"initializer {init.name!r} is given twice")
+            self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
             self._names[id(self.env[init.name])] = init.name
+
+    def tensor(self, proto, what: str) -> np.ndarray:
+        """TensorProto ``proto`` (``what`` it is, for errors) as an array, its dims and data
+        checked."""
+        problem = tensor_problem(self.onnx, proto)
+        if problem is None:
+            try:
+                array = self.onnx.numpy_helper.to_array(proto)
+            except Exception as e:   # (data that does not fit the dims, external data)
+                problem = f"can't be read: {type(e).__name__}: {e}"
+            else:
+                if array.shape == tuple(proto.dims):
+                    return array
+                problem = f"holds data of shape {list(array.shape)} for dims {list(proto.dims)}"
+        raise self.error(f"{what} {problem}")
 
     def _nodes(self, g) -> list:
         """Convert ``g``'s nodes and set the graph's outputs; returns what the outputs are
@@ -160,6 +209,7 @@ class _Importer:
         for o in g.output:
             outs.append(self._output(o.name, renamed=outs))
             results.append(self.lookup(o.name))
+            self._check_declared(o, outs[-1])
         self.graph.set_outputs(outs)
         return results
 
@@ -205,6 +255,10 @@ class _Importer:
             raise OnnxError(f"{self.label}: input {info.name!r} is not a tensor of known rank; "
                             "dualgraph needs each input's rank (its dims may be symbolic)")
         dims = [self._dim(d, info.name, k) for k, d in enumerate(t.shape.dim)]
+        static = [d for d in dims if isinstance(d, int)]
+        if min(static, default=0) < 0 or np.prod(static, dtype=np.float64) >= 2 ** 63:
+            raise self.error(f"input {info.name!r} has negative dims or more elements than "
+                             f"an int64 counts: {dims}")
         return self.graph.add_input(dims, self.onnx_dtype(t.elem_type, f"input {info.name!r}"),
                                     name=info.name)
 
@@ -212,6 +266,9 @@ class _Importer:
         if d.HasField("dim_value"):
             return int(d.dim_value)
         text = d.dim_param if d.HasField("dim_param") else f"{name}_{k}"
+        problem = bad_name([text], f"dim {k} of input {name!r}")
+        if problem:
+            raise self.error(problem)
         text = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
         return Sym(text if text[:1].isalpha() or text[:1] == "_" else "d" + text)
 
@@ -225,13 +282,28 @@ class _Importer:
             self.graph.rename(v, name)
         return v
 
+    def _check_declared(self, info, v: Value) -> None:
+        """Output ``info`` declares the dtype, rank and static dims that the graph computes,
+        where it declares them (a dim static in one and symbolic in the other may differ)."""
+        t = info.type.tensor_type
+        dtype = self.onnx_dtype(t.elem_type, f"output {info.name!r}") if t.elem_type else None
+        dims = [d.dim_value if d.HasField("dim_value") else "?" for d in t.shape.dim] \
+            if t.HasField("shape") else None
+        if dtype not in (None, v.dtype) or dims is not None and (
+                len(dims) != v.ndim or any(isinstance(d, int) and isinstance(n, int) and d != n
+                                           for d, n in zip(dims, v.shape))):
+            declared = ("" if dtype is None else f" {dtype}") + \
+                ("" if dims is None else f" of shape {dims}")
+            raise self.error(f"output {info.name!r} is declared{declared}, but the graph "
+                             f"computes {type_str(v.shape, v.dtype)}")
+
     def onnx_dtype(self, elem_type: int, what: str) -> np.dtype:
         """The NumPy dtype of an ONNX TensorProto type (an OnnxError when dualgraph lacks
         it)."""
         try:
             return dtypes.to_np(self.onnx.helper.tensor_dtype_to_np_dtype(elem_type))
         except (TypeError, KeyError, ValueError):
-            name = self.onnx.TensorProto.DataType.Name(elem_type)
+            name = _type_name(self.onnx, elem_type)
             raise OnnxError(f"{self.where()}: {what} has ONNX type {name}, which dualgraph "
                             "has no dtype for (it has bool, int32, int64, float16, bfloat16, "
                             "float32, float64)") from None
@@ -246,16 +318,33 @@ class _Importer:
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
                              f"ONNX import ({len(rules)} op types are: see "
                              "dualgraph.export.onnx_import_ops.import_rules())")
+        problem = node_problem(self.onnx, node, self.opset)
+        if problem:
+            raise self.error(problem)
         missing = [n for n in node.input if n and not self.has(n)]
         if missing:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
-        outs = convert(self, xs, self._attrs(node))
+        problem = input_types_problem(self.onnx, node, self.opset,
+                                      [None if x is None else x.dtype for x in xs])
+        if problem:
+            raise self.error(problem)
+        try:
+            outs = convert(self, xs, self._attrs(node))
+        except OnnxError:
+            raise
+        except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
+            raise self.error(str(e)) from e
+        except Exception as e:   # (a case the checks and the rule missed: still named)
+            raise self.error(f"the import failed: {type(e).__name__}: {e}") from e
         outs = outs if isinstance(outs, tuple) else (outs,)
         for k, name in enumerate(node.output):
             if not name:
                 continue
+            if name in self.env:
+                raise self.error(f"output {k} ({name!r}) is already defined by an earlier "
+                                 "node, input or initializer (ONNX names are assigned once)")
             if k >= len(outs) or outs[k] is None:
                 raise self.error(f"output {k} ({name!r}) is not supported by the import")
             self.env[name] = outs[k]
@@ -275,9 +364,12 @@ class _Importer:
 
     def _plain(self, val):
         if isinstance(val, bytes):
-            return val.decode()
+            try:
+                return val.decode()
+            except UnicodeDecodeError:
+                raise self.error(f"a string attr holds {val!r}, which is not UTF-8") from None
         if isinstance(val, self.onnx.TensorProto):
-            return self.onnx.numpy_helper.to_array(val)
+            return self.tensor(val, "a tensor attr")
         if isinstance(val, (list, tuple)):
             return tuple(self._plain(v) for v in val)
         return val
@@ -297,9 +389,14 @@ class _Importer:
     def op(self, op, *inputs, **attrs):
         """``op(*inputs, **attrs)`` (an OpDef or a registry name): a new node, or, when no
         input is a run-time Value (and no attr holds a symbolic dim), the op's kernel run
-        now on the known arrays. One output is returned as it is, several as a tuple."""
+        now on the known arrays. One output is returned as it is, several as a tuple.
+
+        Ops with bodies and results over ``FOLD_LIMIT`` elements are never run now: loading
+        a model neither loops nor allocates on the model's say-so (a Loop of 2**40 steps, an
+        Expand to [2**20, 2**20] of a constant run when the model does)."""
         op = op if isinstance(op, OpDef) else get(op)
-        if not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs):
+        if (not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs)
+                and not op.bodies and self._small(op, inputs, attrs)):
             return self._fold(op, inputs, attrs)
         try:
             outs = self.graph.add_node(op, [self.value(x) for x in inputs], attrs,
@@ -307,6 +404,26 @@ class _Importer:
         except (GraphError, ShapeError, TypeError, IndexError) as e:
             raise self.error(str(e)) from e
         return outs[0] if len(outs) == 1 else outs
+
+    @staticmethod
+    def _small(op: OpDef, inputs, attrs) -> bool:
+        """Do ``op``'s results on these known inputs have at most FOLD_LIMIT elements? (Shape
+        values with symbolic dims are small; a call the shape rule refuses is left to
+        ``add_node``, which names the problem.)"""
+        if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
+            return True
+        types = [ShapedType(x.shape, x.dtype) if isinstance(x, np.ndarray) else x
+                 for x in inputs]
+        try:
+            return sum(numel(t.shape) for t in infer_types(op, types, attrs)) <= FOLD_LIMIT
+        except Exception:   # (the node's add_node raises the error, named)
+            return False
+
+    def check_size(self, count, what: str) -> None:
+        """A load-time array of ``count`` elements is at most FOLD_LIMIT of them."""
+        if count > FOLD_LIMIT:
+            raise self.error(f"the {what} would have {count} elements, more than the "
+                             f"{FOLD_LIMIT} that dualgraph computes when loading a model")
 
     def _fold(self, op: OpDef, inputs, attrs):
         if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
@@ -358,7 +475,11 @@ class _Importer:
 
     def ints(self, x, what: str, shape: bool = False) -> list:
         """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""
-        vals = self.static(x, what).reshape(-1).tolist()
+        x = self.static(x, what)
+        if x.dtype.kind not in "iuO" or x.ndim > 1:
+            raise self.error(f"the {what} must be a 0-d or 1-d tensor of integers, got "
+                             f"{x.dtype} of shape {list(x.shape)}")
+        vals = x.reshape(-1).tolist()
         if not shape and any(isinstance(v, Sym) for v in vals):
             raise self.error(f"the {what} {vals} depend on symbolic dims; they must be "
                              "known numbers when the model is loaded")
@@ -378,6 +499,13 @@ class _Importer:
         if not -ndim <= axis < max(ndim, 1):
             raise self.error(f"axis {axis} is out of range for a tensor with {ndim} dims")
         return axis % max(ndim, 1)
+
+    def need_rank(self, x, low: int, what: str, high: int | None = None) -> None:
+        """``x`` (the node's ``what``) has ``low`` to ``high`` dims (at least ``low``)."""
+        if x.ndim < low or high is not None and x.ndim > high:
+            want = f"at least {low}" if high is None else str(low) if low == high else \
+                f"{low} to {high}"
+            raise self.error(f"the {what} has shape {tuple(x.shape)}; it needs {want} dims")
 
     def dims(self, axes, ndim: int) -> tuple:
         return tuple(sorted({self.dim(a, ndim) for a in axes}))
@@ -408,6 +536,13 @@ class _Importer:
 
     def slice_dims(self, x, index):
         return x if all(s is None for s in index) else self.op("slice", x, index=tuple(index))
+
+
+def _type_name(onnx, elem_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return f"number {elem_type}"
 
 
 def _default_opset(model) -> int:

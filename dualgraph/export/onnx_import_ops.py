@@ -21,6 +21,7 @@ from ..ops.opdef import REGISTRY
 from ..shapes import ShapedType, Sym, numel
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
+FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
 
 
 def tidy(x):
@@ -66,6 +67,8 @@ def _pow(b, xs, attrs):
 
 
 def _mod(b, xs, attrs):
+    if attrs.get("fmod", 0) not in (0, 1):
+        raise b.error(f"attr 'fmod' of Mod is {attrs['fmod']}; it must be 0 or 1")
     return b.op("fmod" if attrs.get("fmod", 0) else "remainder", xs[0], xs[1])
 
 
@@ -149,6 +152,8 @@ def _is_inf(b, xs, attrs):
 # -- matrix products ----------------------------------------------------------------------------
 def _gemm(b, xs, attrs):
     a, w = xs[0], xs[1]
+    b.need_rank(a, 2, "input A", 2)
+    b.need_rank(w, 2, "input B", 2)
     c = xs[2] if len(xs) > 2 else None
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if attrs.get("transA", 0):
@@ -177,13 +182,21 @@ def _size(b, xs, attrs):
 
 def _split(b, xs, attrs):
     x = xs[0]
+    b.need_rank(x, 1, "input")
     dim = b.dim(attrs.get("axis", 0), x.ndim)
     sizes = b.attr_or_input(attrs, "split", xs, 1, since=13)
     n = x.shape[dim]
+    outputs = len(b.node.output)
     if sizes is None:
-        count = attrs.get("num_outputs", len(b.node.output))
-        size = -(-n // count)
+        if b.opset >= 18 and "num_outputs" not in attrs:
+            raise b.error("Split needs its split input or its num_outputs attr (opset 18+)")
+        count = attrs.get("num_outputs", outputs)
+        size = -(-n // count) if count > 0 else 0
         sizes = [size] * (count - 1) + [n - size * (count - 1)]
+    if len(sizes) != outputs or isinstance(n, int) and (min(sizes) < 0 or sum(sizes) != n):
+        raise b.error(f"Split of a dim of size {n} into {sizes} (split or num_outputs) does "
+                      f"not fit its {outputs} outputs: the sizes must be at least 0, one per "
+                      "output, and add up to the dim")
     outs, start = [], 0
     for size in sizes:
         index = [None] * x.ndim
@@ -202,8 +215,15 @@ def _slice(b, xs, attrs):
         starts, ends = b.ints(xs[1], "starts", shape=True), b.ints(xs[2], "ends", shape=True)
         axes = b.ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else None
         steps = b.ints(xs[4], "steps") if len(xs) > 4 and xs[4] is not None else None
-    axes = [b.dim(a, x.ndim) for a in (axes if axes is not None else range(len(starts)))]
+    axes = list(axes if axes is not None else range(len(starts)))
     steps = steps or [1] * len(starts)
+    if x.ndim == 0 or not len(starts) == len(ends) == len(axes) == len(steps):
+        raise b.error(f"Slice of a tensor of shape {tuple(x.shape)} needs as many starts, ends, "
+                      f"axes and steps (at most one per dim), got {starts}, {ends}, {axes}, "
+                      f"{steps}")
+    axes = [b.dim(a, x.ndim) for a in axes]
+    if len(set(axes)) != len(axes):
+        raise b.error(f"Slice's axes {axes} name a dim twice")
     index, flips = [None] * x.ndim, []
     for a, start, end, step in zip(axes, starts, ends, steps):
         index[a] = _slice_range(b, x.shape[a], start, end, step)
@@ -235,12 +255,15 @@ def _scatter_nd(b, xs, attrs):
     """ScatterND -> index_put on the leading dims (ScatterND's updates are laid out as
     NumPy's x[i0, i1, ...] is); reduction "add" accumulates."""
     data, indices, updates = xs
+    b.need_rank(indices, 1, "indices")
     reduction = attrs.get("reduction", "none")
     if reduction not in ("none", "add"):
         raise b.error(f"ScatterND's reduction {reduction!r} is not supported (none, add)")
     k = indices.shape[-1]
-    if not isinstance(k, int):
-        raise b.error("ScatterND needs indices with a static last dim")
+    if not isinstance(k, int) or not 1 <= k <= data.ndim:
+        raise b.error(f"ScatterND needs indices with a static last dim of 1 to {data.ndim} "
+                      f"(one index per leading dim of the data), got shape "
+                      f"{tuple(indices.shape)}")
     columns = []
     for j in range(k):
         window = [None] * indices.ndim
@@ -252,10 +275,13 @@ def _scatter_nd(b, xs, attrs):
 
 def _gather_elements(b, xs, attrs):
     x, i = xs
+    b.need_rank(x, 1, "input")
+    b.need_rank(i, x.ndim, "indices", x.ndim)
     dim = b.dim(attrs.get("axis", 0), x.ndim)
     if any(isinstance(d, Sym) for d in i.shape):
         raise b.error(f"GatherElements with indices of symbolic shape {tuple(i.shape)} is "
                       "not supported")
+    b.check_size(max(i.shape, default=0), "GatherElements' index grid")
     # x[grid_0, ..., i, ..., grid_n]: an index per dim, the others broadcast aranges
     grids = [np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
              for d, n in enumerate(i.shape)]
@@ -267,11 +293,12 @@ def _gather_nd(b, xs, attrs):
     """GatherND (batch_dims 0): the last axis of the indices holds one index per leading
     dim of x, which is ``index`` over those dims with the columns as index tensors."""
     x, i = xs
+    b.need_rank(i, 1, "indices")
     if attrs.get("batch_dims", 0):
         raise b.error("GatherND with batch_dims is not supported")
-    if not _is_int(i) or isinstance(i.shape[-1], Sym):
-        raise b.error(f"GatherND's indices must be integers with a static last dim, got "
-                      f"{i.dtype} of shape {tuple(i.shape)}")
+    if not _is_int(i) or isinstance(i.shape[-1], Sym) or not 1 <= i.shape[-1] <= x.ndim:
+        raise b.error(f"GatherND's indices must be integers with a static last dim of 1 to "
+                      f"{x.ndim} (the input's dims), got {i.dtype} of shape {tuple(i.shape)}")
     lead = (None,) * (i.ndim - 1)
     columns = [b.reshape(b.slice_dims(i, lead + ((k, k + 1, 1),)), tuple(i.shape[:-1]))
                for k in range(i.shape[-1])]
@@ -301,10 +328,14 @@ def _constant(b, xs, attrs):
 
 def _constant_of_shape(b, xs, attrs):
     shape = b.ints(xs[0], "shape", shape=True)
-    value = attrs.get("value", np.zeros(1, np.float32)).reshape(())
-    if not any(isinstance(d, Sym) for d in shape):
+    value = attrs.get("value", np.zeros(1, np.float32))
+    if value.size != 1 or any(isinstance(d, int) and d < 0 for d in shape):
+        raise b.error(f"ConstantOfShape needs a one-element value and a shape without "
+                      f"negative dims, got {value.size} elements and shape {shape}")
+    value = value.reshape(())
+    if _numel(shape) is not None and _numel(shape) <= FOLD_LIMIT:
         return np.full(shape, value, value.dtype)
-    return b.op("expand", value, shape=tuple(shape))
+    return b.op("expand", value, shape=tuple(shape))   # (filled when the model runs)
 
 
 def _range(b, xs, attrs):
@@ -313,6 +344,9 @@ def _range(b, xs, attrs):
     if object in (start.dtype, limit.dtype, delta.dtype):
         raise b.error("a Range up to a symbolic dim is not supported (its length would be "
                       "known only at run time)")
+    if delta == 0:
+        raise b.error("Range's delta is 0")
+    b.check_size(int(max(0, np.ceil((limit - start) / delta))), "Range's result")
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
@@ -348,6 +382,7 @@ def _pad_dim(b, x, dim, lo, hi, mode, value):
                       + tuple(x.shape[dim + 1:])) if p > 0 else None for p in (lo, hi)]
         parts = [p for p in (parts[0], x, parts[1]) if p is not None]
         return parts[0] if len(parts) == 1 else b.op("cat", *parts, dim=dim)
+    b.check_size(n + lo + hi, f"{mode}-padded dim")
     pos = np.arange(-lo, n + hi)
     if mode == "edge":
         pos = np.clip(pos, 0, n - 1)
@@ -376,6 +411,7 @@ def _topk(b, xs, attrs):
     among equal values) cut to K, and the values it picks; ``sorted=0`` allows any order,
     sorted is one."""
     x = xs[0]
+    b.need_rank(x, 1, "input")
     dim = b.dim(attrs.get("axis", -1), x.ndim)
     k = int(b.ints(xs[1], "K")[0]) if b.opset >= 10 else int(attrs["k"])
     order = b.op("argsort", x, dim=dim, descending=bool(attrs.get("largest", 1)))
@@ -391,6 +427,7 @@ def _batch_norm(b, xs, attrs):
         raise b.error("training-mode BatchNormalization is not supported; export the "
                       "model in eval mode")
     x, scale, bias, mean, var = xs
+    b.need_rank(x, 2, "input")
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
     scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
     eps = float(attrs.get("epsilon", 1e-5))
@@ -429,15 +466,32 @@ def _pairs(attrs, key, n: int, default: int):
     return ((default,) + vals) if n == 1 else vals
 
 
-def _check_rank(b, x, what: str):
+# A window attr's numbers per spatial dim (pads: all the starts, then all the ends), and its
+# least value
+_WINDOW = {"kernel_shape": (1, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (2, 0),
+           "output_padding": (1, 0)}
+
+
+def _check_rank(b, x, attrs):
+    """The number of spatial dims of a Conv's, ConvTranspose's or pool's input ``x`` (1 or
+    2), its window attrs checked against it."""
+    what = b.node.op_type
     if x.ndim not in (3, 4):
         raise b.error(f"{what} of a {x.ndim - 2}-D input (shape {tuple(x.shape)}) is not "
                       "supported; dualgraph has 1-D and 2-D windows")
-    return x.ndim - 2
+    n = x.ndim - 2
+    for key, (per, least) in _WINDOW.items():
+        vals = list(attrs.get(key, ()))
+        if key in attrs and len(vals) != per * n:
+            raise b.error(f"{key} {vals} holds {len(vals)} numbers; the input (shape "
+                          f"{tuple(x.shape)}) has {n} spatial dims, so it needs {per * n}")
+        if any(v < least for v in vals):
+            raise b.error(f"{key} {vals} must all be at least {least}")
+    return n
 
 
 def _window_attrs(b, attrs, x, kernel):
-    n = _check_rank(b, x, b.node.op_type)
+    n = _check_rank(b, x, attrs)
     stride = _pairs(attrs, "strides", n, 1)
     dilation = _pairs(attrs, "dilations", n, 1)
     if n == 1:
@@ -453,6 +507,9 @@ def _conv(b, xs, attrs):
     bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
     kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
+    if tuple(attrs.get("kernel_shape", w.shape[2:])) != tuple(w.shape[2:]):
+        raise b.error(f"kernel_shape {list(attrs['kernel_shape'])} is not the weight's "
+                      f"window {list(w.shape[2:])} (shape {tuple(w.shape)})")
     y = b.op("conv2d", _as_2d(b, x), _as_2d(b, w), *bias, stride=stride,
              padding=padding, dilation=dilation, groups=int(attrs.get("group", 1)))
     return y if n == 2 else b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:]))
@@ -460,7 +517,7 @@ def _conv(b, xs, attrs):
 
 def _conv_transpose(b, xs, attrs):
     x, w = xs[0], xs[1]
-    if _check_rank(b, x, "ConvTranspose") != 2 or "output_shape" in attrs:
+    if _check_rank(b, x, attrs) != 2 or "output_shape" in attrs:
         raise b.error("only 2-D ConvTranspose without output_shape is supported")
     kernel = tuple(w.shape[2:])
     stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
@@ -480,7 +537,7 @@ def _conv_transpose(b, xs, attrs):
 def _pool_attrs(b, xs, attrs):
     """(n, the input as 2-D, pool attrs, dilation) of a MaxPool or AveragePool node."""
     x = xs[0]
-    kernel = _pairs(attrs, "kernel_shape", x.ndim - 2, 1)
+    kernel = _pairs(attrs, "kernel_shape", _check_rank(b, x, attrs), 1)
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
     if any(lo != hi for lo, hi in padding):
         raise b.error(f"asymmetric pads {attrs.get('pads')} are not supported by "
@@ -518,6 +575,7 @@ def _flat_indices(b, x, where, attrs):
         raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
                       "in row-major storage order only")
     n, c, h, w = x.shape
+    b.check_size(n * c, "MaxPool's index offsets (one per plane)")
     starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
     return b.op("add", where, starts)
 
@@ -632,6 +690,7 @@ def _loop_as_scan(b, step, init: list, bound, n: int):
     captured = _align([step])
     g.inputs = [*carried, i, *g.inputs[1 + n:]]    # carry, xs (i), captured
     g.outputs = g.outputs[1:]                        # (the condition, always true)
+    b.check_size(bound, "trip count M (the scan's xs)")
     steps = np.arange(bound, dtype=np.int64)
     return _many(b.op("scan", *init, steps, *captured, body_graph=g, num_carry=n, num_xs=1,
                       length=bound, reverse=False))
@@ -669,6 +728,15 @@ def _scan(b, xs, attrs):
         raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
                       "not supported")
     k = attrs["num_scan_inputs"]
+    num_ys = len(b.node.output) - (len(xs) - k)
+    if not 1 <= k <= len(xs) or num_ys < 0:
+        raise b.error(f"num_scan_inputs={k} does not fit a Scan of {len(xs)} inputs and "
+                      f"{len(b.node.output)} outputs")
+    for key, count in (("scan_input_directions", k), ("scan_input_axes", k),
+                       ("scan_output_directions", num_ys), ("scan_output_axes", num_ys)):
+        if len(attrs.get(key, (0,) * count)) != count:
+            raise b.error(f"{key} {list(attrs[key])} must hold {count} numbers, one per scan "
+                          f"{key.split('_')[1]}")
     init, seqs = xs[:len(xs) - k], xs[len(xs) - k:]
     directions = set(attrs.get("scan_input_directions", (0,) * k))
     if len(directions) > 1:

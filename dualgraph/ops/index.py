@@ -137,6 +137,7 @@ def _onnx_index(e, node):
 
 def _from_onnx_gather(b, xs, attrs):
     x, i = xs
+    b.need_rank(x, 1, "input")
     if i.dtype.kind not in "biuO":
         raise b.error(f"Gather's indices have dtype {i.dtype}; they must be integers")
     return b.op(INDEX, x, i, dims=(b.dim(attrs.get("axis", 0), x.ndim),))

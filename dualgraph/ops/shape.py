@@ -57,8 +57,13 @@ def _onnx_reshape(e, node):
 # where the shape stays)
 def _from_onnx_reshape(b, xs, attrs):
     x = xs[0]
+    if b.opset < 5 and "shape" not in attrs:
+        raise b.error("Reshape before opset 5 needs its shape attr")
     shape = list(attrs["shape"]) if b.opset < 5 else b.ints(xs[1], "target shape", shape=True)
     if not attrs.get("allowzero", 0):
+        if any(type(d) is int and d == 0 for d in shape[x.ndim:]):
+            raise b.error(f"the target shape {shape} copies (with a 0) a dim past the input's "
+                          f"{x.ndim} dims (shape {tuple(x.shape)})")
         shape = [x.shape[i] if type(d) is int and d == 0 else d for i, d in enumerate(shape)]
     return b.reshape(x, shape)
 
@@ -66,6 +71,8 @@ def _from_onnx_reshape(b, xs, attrs):
 def _from_onnx_flatten(b, xs, attrs):
     x = xs[0]
     axis = attrs.get("axis", 1)
+    if not -x.ndim <= axis <= x.ndim:
+        raise b.error(f"axis {axis} is out of range for a tensor with {x.ndim} dims")
     axis = axis + x.ndim if axis < 0 else axis
     return b.reshape(x, (numel(x.shape[:axis]), numel(x.shape[axis:])))
 
@@ -83,6 +90,8 @@ def _from_onnx_unsqueeze(b, xs, attrs):
     if not axes:
         raise b.error("Unsqueeze needs axes")
     dims = b.dims(axes, x.ndim + len(axes))
+    if len(dims) != len(axes):
+        raise b.error(f"Unsqueeze's axes {axes} name a dim twice")
     rest = iter(x.shape)
     return b.reshape(x, [1 if i in dims else next(rest) for i in range(x.ndim + len(dims))])
 
@@ -171,6 +180,9 @@ def _inverse_perm(perm):
 def _from_onnx_transpose(b, xs, attrs):
     x = xs[0]
     perm = tuple(attrs.get("perm", range(x.ndim - 1, -1, -1)))
+    if sorted(perm) != list(range(x.ndim)):
+        raise b.error(f"perm {list(perm)} is not an order of the {x.ndim} dims of the input "
+                      f"(shape {tuple(x.shape)})")
     return x if perm == tuple(range(x.ndim)) else b.op(PERMUTE, x, perm=perm)
 
 
@@ -518,7 +530,8 @@ def _cat_vjp(g, out, *xs, dim):
 
 def _from_onnx_concat(b, xs, attrs):
     xs = [x for x in xs if x is not None]
-    dim = b.dim(attrs["axis"], xs[0].ndim)
+    b.need_rank(xs[0], 1, "first input")
+    dim = b.dim(attrs.get("axis", 1), xs[0].ndim)   # (required from opset 4; 1 before)
     return xs[0] if len(xs) == 1 else b.op(CAT, *xs, dim=dim)
 
 
