@@ -7,7 +7,9 @@ strings, None) is JSON stored in the header's ``__metadata__["dualgraph"]`` with
 version. Nothing is pickled, so loading a file never runs code.
 
 Writes are atomic: the bytes go to a temporary file in the target's directory, are
-fsync'ed, and replace the target with ``os.replace``; a failed save leaves the old file.
+fsync'ed, and replace the target with ``os.replace``; a failed or killed save leaves the old
+file, and the next save removes the temporary files of killed ones. Any problem with a file
+``dg.load`` reads raises :class:`LoadError`, nothing else (docs/reliability.md).
 
 >>> import dualgraph as dg, os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")

@@ -142,3 +142,23 @@ def test_a_constants_file_from_another_save_is_refused(tmp_path):
     os.replace(tmp_path / "b.safetensors", tmp_path / "a.safetensors")
     with pytest.raises(GraphFormatError, match="a.safetensors: does not match its graph"):
         dg.graph.load(a)
+
+
+def test_the_next_save_removes_what_killed_saves_left(tmp_path):
+    """Temp files of dead writers (and of versions that put no pid in the name) and pending
+    constants are removed; a temp file of a process still running is kept (it may be
+    mid-write)."""
+    dead = _in_child(lambda: None)
+    os.waitpid(dead, 0)
+    live = []
+    for name in ("g.json", "g.safetensors", "g.safetensors.0123456789abcdef", "s.dg"):
+        (tmp_path / f".{name}.{dead}.k2j4x9.tmp").write_bytes(b"half")
+        (tmp_path / f".{name}.k2j4x9.tmp").write_bytes(b"half")
+        live.append(f".{name}.{os.getpid()}.k2j4x9.tmp")
+        (tmp_path / live[-1]).write_bytes(b"being written")
+    (tmp_path / "g.safetensors.0123456789abcdef").write_bytes(b"pending")
+    (tmp_path / "other.safetensors.tmp").write_bytes(b"not ours")
+    _graph(1).save(tmp_path / "g.json")
+    dg.save(_state(1), tmp_path / "s.dg")
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["g.json", "g.safetensors", "s.dg", "other.safetensors.tmp"] + live)

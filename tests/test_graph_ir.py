@@ -477,6 +477,8 @@ def _rewrite(path, fn):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(version=99), "format version 99 is not supported"),
+    (lambda d: d.update(version=True), "format version True is not supported"),
+    (lambda d: d.update(version=1.0), "format version 1.0 is not supported"),
     (lambda d: d.update(format="x"), "not a dualgraph graph file"),
     (lambda d: d["graph"]["nodes"][0].update(op="evil"), r"nodes\[0\]: no op named 'evil'"),
     (lambda d: d["graph"]["nodes"][4]["attrs"].update(perm=[0, 0]), r"nodes\[4\] \(permute\)"),
@@ -515,6 +517,8 @@ def test_load_rejects_bad_files(tmp_path):
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(GraphFormatError, match="not a valid JSON graph file"):
         load(path)
+    with pytest.raises(GraphFormatError, match="name the graph file, not its .safetensors"):
+        load(cpath)
     assert issubclass(GraphFormatError, ValueError)
 
 

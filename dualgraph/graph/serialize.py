@@ -1,10 +1,13 @@
 """Saving and loading graphs: JSON for the structure, safetensors for the constants.
 
 ``save(graph, "model.json")`` writes two files: ``model.json`` (the program) and
-``model.safetensors`` beside it (the constants; see :func:`constants_path`). Each is written
-atomically (temp file, fsync, rename), constants first; the JSON records the constants
-file's size and SHA-256, so a pair that does not belong together (a crash between the two
-renames, a file copied from another save) is detected on load.
+``model.safetensors`` beside it (the constants; see :func:`constants_path`), atomically as a
+pair: the constants go (temp file, fsync, rename) to a pending name no old file knows, then
+``model.json``, which records their size and SHA-256, replaces the old one (the commit), and
+only then do the constants take their usual name; load looks under the pending name too.
+A kill at any point leaves the old or the new graph loadable, and a pair that does not
+belong together (a file copied from another save) is detected on load. Each save removes
+what killed saves to the same path left (docs/reliability.md).
 
 Loading never executes code: ops are looked up by name in the registry, dtypes by name in a
 fixed table, attrs decoded from a tagged JSON encoding, and the rebuilt graph re-runs every
