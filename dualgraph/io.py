@@ -142,15 +142,17 @@ def load(f, map_location=None, weights_only=None, mmap=None):
     A truncated, corrupted or foreign file raises :class:`LoadError` (a ``ValueError``)
     naming the file and what is wrong.
     """
-    if hasattr(f, "read"):
-        name, data = str(getattr(f, "name", "<file object>")), f.read()
-    else:
-        name = os.fspath(f)
-        try:
+    from_object = hasattr(f, "read")
+    name = str(getattr(f, "name", "<file object>")) if from_object else os.fspath(f)
+    try:
+        if from_object:
+            data = f.read()
+        else:
             with open(name, "rb") as fh:
                 data = fh.read()
-        except OSError as e:
-            raise LoadError(f"{name}: cannot read the file: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:   # ValueError: a closed file, text mode decoding
+        raise LoadError(f"{name}: cannot read the file: {getattr(e, 'strerror', None) or e}"
+                        ) from None
     if not isinstance(data, (bytes, bytearray)):
         raise LoadError(f"{name}: a file object opened in text mode; open it with 'rb'")
     tree = _read_structure(data, name)

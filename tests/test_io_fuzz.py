@@ -187,7 +187,16 @@ def test_saving_deeper_than_the_loader_reads_is_refused(tmp_path):
     assert dg.load(tmp_path / "ok.dg") == deep[0]
 
 
-def test_unreadable_paths_give_a_load_error(tmp_path):
+def test_unreadable_paths_and_file_objects_give_a_load_error(tmp_path):
     for path in (tmp_path / "missing.dg", tmp_path):
-        with pytest.raises(LoadError, match=str(path)):
+        with pytest.raises(LoadError, match=f"{path}: cannot read the file"):
             dg.load(path)
+    path = tmp_path / "good.dg"
+    path.write_bytes(GOOD)
+    for mode, problem in [("r", "cannot read the file"), ("a", "cannot read the file"),
+                          ("rb", "cannot read the file: read of closed file")]:
+        with open(path, mode) as f:
+            if mode == "rb":
+                f.close()
+            with pytest.raises(LoadError, match=f"{path}: {problem}"):
+                dg.load(f)
