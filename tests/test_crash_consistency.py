@@ -59,14 +59,25 @@ def _state_version(path) -> int:
 
 
 def _in_child(work) -> int:
-    """Fork a child that runs ``work()`` and then exits; returns its pid."""
+    """Fork a child that runs ``work()`` and then exits (status 0, or 1 if ``work``
+    raised); returns its pid."""
     pid = os.fork()
     if pid == 0:   # the child: never return into pytest
+        status = 1
         try:
             work()
+            status = 0
         finally:
-            os._exit(0)
+            os._exit(status)
     return pid
+
+
+def _wait(pid: int):
+    """How the child ended: "killed" (by SIGKILL) or its exit status (1: ``work`` raised)."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return "killed"
+    return os.WEXITSTATUS(status)
 
 
 CASES = {"graph": (lambda k, p: _graph(k).save(p), _graph_version, "g.json", 3),
@@ -94,7 +105,7 @@ def test_random_kills_leave_the_old_or_the_new_artefact(tmp_path, kind):
         pid = _in_child(work)
         time.sleep(rng.uniform(0, 3 * seconds))
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        assert _wait(pid) == "killed"   # mid-way through its saves
         seen.add(version(path))   # loads, and is exactly one of the versions
         leftovers += len(os.listdir(tmp_path)) > files_per_save
     save(0, path)
@@ -102,6 +113,9 @@ def test_random_kills_leave_the_old_or_the_new_artefact(tmp_path, kind):
     assert files == (["g.json", "g.safetensors"] if kind == "graph" else ["s.dg"])
     print(f"{kind}: {KILLS} kills, versions loaded afterwards {sorted(seen)}, "
           f"{leftovers} kills left files that the next save removed")
+
+
+STOPPED = 7
 
 
 @pytest.mark.parametrize("stop", ["before 1", "after 1", "after 2", "after 3"])
@@ -118,15 +132,15 @@ def test_a_graph_save_stopped_at_each_rename(tmp_path, stop):
         def replace(src, dst):
             calls.append(dst)
             if when == "before" and len(calls) == int(step):
-                os._exit(0)
+                os._exit(STOPPED)
             real_replace(src, dst)
             if len(calls) == int(step):
-                os._exit(0)
+                os._exit(STOPPED)
 
         os.replace = replace
         _graph(2).save(path)
 
-    os.waitpid(_in_child(work), 0)
+    assert _wait(_in_child(work)) == STOPPED   # (not 0: the save did reach the step)
     expected = 2 if stop in ("after 2", "after 3") else 1
     assert _graph_version(path) == expected
     _graph(3).save(path)
@@ -149,7 +163,7 @@ def test_the_next_save_removes_what_killed_saves_left(tmp_path):
     constants are removed; a temp file of a process still running is kept (it may be
     mid-write)."""
     dead = _in_child(lambda: None)
-    os.waitpid(dead, 0)
+    assert _wait(dead) == 0
     live = []
     for name in ("g.json", "g.safetensors", "g.safetensors.0123456789abcdef", "s.dg"):
         (tmp_path / f".{name}.{dead}.k2j4x9.tmp").write_bytes(b"half")
