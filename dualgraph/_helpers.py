@@ -142,6 +142,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def is_rust_panic(e: BaseException) -> bool:
+    """Whether ``e`` is pyo3's PanicException: how a Rust library (safetensors) reports a
+    panic on malformed input. It derives from BaseException, so ``except Exception`` misses it.
+
+    >>> is_rust_panic(ValueError())
+    False
+    """
+    return type(e).__name__ == "PanicException"
+
+
 def fsync_directory(directory: str) -> None:
     """Make a rename in ``directory`` durable (POSIX); not possible on every platform."""
     try:

@@ -28,7 +28,7 @@ import numpy as np
 from safetensors import SafetensorError, TensorSpec, deserialize, serialize
 
 from . import dtypes
-from ._helpers import remove_stale_temps, write_atomic
+from ._helpers import is_rust_panic, remove_stale_temps, write_atomic
 from .tensor import Tensor
 
 __all__ = ["save", "load", "LoadError", "MAX_DEPTH"]
@@ -139,8 +139,9 @@ def load(f, map_location=None, weights_only=None, mmap=None):
 
     ``map_location``, ``weights_only`` and ``mmap`` are accepted for torch compatibility
     and ignored: everything loads onto the CPU, and the format holds only data.
-    A truncated, corrupted or foreign file raises :class:`LoadError` (a ``ValueError``)
-    naming the file and what is wrong.
+    Any problem, an unreadable, truncated, corrupted or foreign file, nesting deeper than
+    :data:`MAX_DEPTH`, a format version other than 1 .. current, raises :class:`LoadError`
+    (a ``ValueError``) naming the file and what is wrong, and no other exception escapes.
     """
     from_object = hasattr(f, "read")
     name = str(getattr(f, "name", "<file object>")) if from_object else os.fspath(f)
@@ -160,8 +161,8 @@ def load(f, map_location=None, weights_only=None, mmap=None):
         arrays = {key: _to_array(view) for key, view in deserialize(data)}
     except (SafetensorError, KeyError, ValueError) as e:  # KeyError: an unknown dtype code
         raise LoadError(f"{name}: truncated or corrupted tensor data ({e})") from None
-    except BaseException as e:   # a Rust panic surfaces as pyo3's PanicException
-        if type(e).__name__ != "PanicException":
+    except BaseException as e:
+        if not is_rust_panic(e):
             raise
         raise LoadError(f"{name}: corrupted tensor data ({e})") from None
     return _Decoder(arrays, name).decode(tree, 0)

@@ -32,7 +32,7 @@ import numpy as np
 import safetensors
 
 from .. import dtypes
-from .._helpers import fsync_directory, remove_stale_temps, write_atomic
+from .._helpers import fsync_directory, is_rust_panic, remove_stale_temps, write_atomic
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from .ir import Graph, GraphError, Value, parse_dim, type_str
@@ -290,8 +290,8 @@ def _read_constants(cpath: str, meta) -> dict[str, np.ndarray]:
         entries = safetensors.deserialize(blob)
     except Exception as e:
         raise _Malformed(f"not a valid safetensors file: {e}") from None
-    except BaseException as e:   # a Rust panic surfaces as pyo3's PanicException
-        if type(e).__name__ != "PanicException":
+    except BaseException as e:
+        if not is_rust_panic(e):
             raise
         raise _Malformed(f"not a valid safetensors file: {e}") from None
     return {name: _decode_tensor(name, entry) for name, entry in entries}
