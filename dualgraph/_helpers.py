@@ -74,8 +74,10 @@ def write_atomic(path, data: bytes, durable: bool = True) -> None:
     rebuilt) but must never leave half-written."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
+    # The writer's pid in the name lets remove_stale_temps tell a killed writer's leftover
+    # from a file another process is writing right now.
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp",
+                               prefix=f".{os.path.basename(path)}.{os.getpid()}.")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -90,10 +92,67 @@ def write_atomic(path, data: bytes, durable: bool = True) -> None:
             pass
         raise
     if durable:
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
 
-def _fsync_directory(directory: str) -> None:
+def remove_stale_temps(path) -> int:
+    """Delete the temp files that :func:`write_atomic` calls for ``path`` (or for a name
+    starting with ``path`` and a dot) left behind when their process was killed; returns how
+    many. A temp file of a process that is still running is kept: it may be mid-write.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); open(os.path.join(d, ".m.json.999999999.x1.tmp"), "w").close()
+    >>> remove_stale_temps(os.path.join(d, "m.json")), os.listdir(d)
+    (1, [])
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = "." + os.path.basename(path) + "."
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        parts = name[len(prefix):-len(".tmp")].split(".")   # [..., pid, random]
+        pid = parts[-2] if len(parts) >= 2 else ""
+        if pid.isdigit() and _pid_alive(int(pid)):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+        except OSError:
+            pass   # removed by another process meanwhile, or not ours to remove
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True   # Windows' os.kill(pid, 0) would terminate the process
+    if pid == 0 or pid > 2 ** 31:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True   # exists but belongs to another user, or we cannot tell: keep it
+    return True
+
+
+def is_rust_panic(e: BaseException) -> bool:
+    """Whether ``e`` is pyo3's PanicException: how a Rust library (safetensors) reports a
+    panic on malformed input. It derives from BaseException, so ``except Exception`` misses it.
+
+    >>> is_rust_panic(ValueError())
+    False
+    """
+    return type(e).__name__ == "PanicException"
+
+
+def fsync_directory(directory: str) -> None:
     """Make a rename in ``directory`` durable (POSIX); not possible on every platform."""
     try:
         fd = os.open(directory, os.O_RDONLY)

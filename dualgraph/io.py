@@ -7,7 +7,9 @@ strings, None) is JSON stored in the header's ``__metadata__["dualgraph"]`` with
 version. Nothing is pickled, so loading a file never runs code.
 
 Writes are atomic: the bytes go to a temporary file in the target's directory, are
-fsync'ed, and replace the target with ``os.replace``; a failed save leaves the old file.
+fsync'ed, and replace the target with ``os.replace``; a failed or killed save leaves the old
+file, and the next save removes the temporary files of killed ones. Any problem with a file
+``dg.load`` reads raises :class:`LoadError`, nothing else (docs/reliability.md).
 
 >>> import dualgraph as dg, os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
@@ -26,10 +28,10 @@ import numpy as np
 from safetensors import SafetensorError, TensorSpec, deserialize, serialize
 
 from . import dtypes
-from ._helpers import write_atomic
+from ._helpers import is_rust_panic, remove_stale_temps, write_atomic
 from .tensor import Tensor
 
-__all__ = ["save", "load", "LoadError"]
+__all__ = ["save", "load", "LoadError", "MAX_DEPTH"]
 
 
 class LoadError(ValueError):
@@ -37,6 +39,11 @@ class LoadError(ValueError):
 
 FORMAT_KEY = "dualgraph"
 FORMAT_VERSION = 1
+# Containers (lists, tuples, dicts) nest at most this deep: loading deeper metadata would
+# exhaust Python's stack, so a file claiming it is refused, and dg.save does not write one.
+MAX_DEPTH = 100
+_DTYPE_NAMES = {d.name: d for d in dtypes.ALL}
+_TENSOR_DTYPES = {d.np for d in dtypes.ALL}
 
 # safetensors' dtype codes (what a file holds) -> NumPy dtypes; BF16 is ml_dtypes' bfloat16.
 _FROM_CODE = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16,
@@ -59,6 +66,10 @@ class _Encoder:
     def encode(self, obj, path: tuple):
         if obj is None or isinstance(obj, (bool, int, str)):
             return obj
+        if len(path) >= MAX_DEPTH and isinstance(obj, (list, tuple, dict)):
+            raise ValueError(f"dg.save can't store containers nested more than {MAX_DEPTH} "
+                             f"levels deep (at {_readable(path[:3])}...): dg.load refuses "
+                             "them, as it would a corrupted file")
         if isinstance(obj, float):
             return obj if math.isfinite(obj) else {"float": repr(obj)}
         if isinstance(obj, Tensor):
@@ -118,6 +129,7 @@ def save(obj, f) -> None:
     if hasattr(f, "write"):
         f.write(data)
         return
+    remove_stale_temps(f)   # of earlier saves to ``f`` that were killed
     write_atomic(f, data)
 
 
@@ -127,21 +139,33 @@ def load(f, map_location=None, weights_only=None, mmap=None):
 
     ``map_location``, ``weights_only`` and ``mmap`` are accepted for torch compatibility
     and ignored: everything loads onto the CPU, and the format holds only data.
-    A truncated, corrupted or foreign file raises :class:`LoadError` (a ``ValueError``)
-    naming the file and what is wrong.
+    Any problem, an unreadable, truncated, corrupted or foreign file, nesting deeper than
+    :data:`MAX_DEPTH`, a format version other than 1 .. current, raises :class:`LoadError`
+    (a ``ValueError``) naming the file and what is wrong, and no other exception escapes.
     """
-    if hasattr(f, "read"):
-        name, data = getattr(f, "name", "<file object>"), f.read()
-    else:
-        name = os.fspath(f)
-        with open(name, "rb") as fh:
-            data = fh.read()
+    from_object = hasattr(f, "read")
+    name = str(getattr(f, "name", "<file object>")) if from_object else os.fspath(f)
+    try:
+        if from_object:
+            data = f.read()
+        else:
+            with open(name, "rb") as fh:
+                data = fh.read()
+    except (OSError, ValueError) as e:   # ValueError: a closed file, text mode decoding
+        raise LoadError(f"{name}: cannot read the file: {getattr(e, 'strerror', None) or e}"
+                        ) from None
+    if not isinstance(data, (bytes, bytearray)):
+        raise LoadError(f"{name}: a file object opened in text mode; open it with 'rb'")
     tree = _read_structure(data, name)
     try:
         arrays = {key: _to_array(view) for key, view in deserialize(data)}
-    except (SafetensorError, KeyError) as e:  # KeyError: a dtype code we don't know
+    except (SafetensorError, KeyError, ValueError) as e:  # KeyError: an unknown dtype code
         raise LoadError(f"{name}: truncated or corrupted tensor data ({e})") from None
-    return _Decoder(arrays, name).decode(tree)
+    except BaseException as e:
+        if not is_rust_panic(e):
+            raise
+        raise LoadError(f"{name}: corrupted tensor data ({e})") from None
+    return _Decoder(arrays, name).decode(tree, 0)
 
 
 def _read_structure(data: bytes, name: str):
@@ -157,20 +181,25 @@ def _read_structure(data: bytes, name: str):
     try:
         header = json.loads(data[8:8 + size])
         meta = header.get("__metadata__") or {}
-    except (ValueError, AttributeError) as e:
-        raise LoadError(f"{name}: corrupted safetensors header ({e})") from None
-    if FORMAT_KEY not in meta:
+        dualgraph_meta = meta.get(FORMAT_KEY) if isinstance(meta, dict) else None
+    except (ValueError, AttributeError, RecursionError) as e:
+        raise LoadError(f"{name}: corrupted safetensors header ({e!r:.200})") from None
+    if not isinstance(dualgraph_meta, str):
         raise LoadError(f"{name}: a safetensors file that dg.save did not write (no "
                          f"'{FORMAT_KEY}' metadata); read its tensors with "
                          "safetensors.numpy.load_file")
     try:
-        structure = json.loads(meta[FORMAT_KEY])
+        structure = json.loads(dualgraph_meta)
         version, tree = structure["version"], structure["root"]
+    except RecursionError:
+        raise LoadError(f"{name}: corrupted dualgraph metadata: nested more than "
+                         f"{MAX_DEPTH} levels deep") from None
     except (ValueError, TypeError, KeyError) as e:
-        raise LoadError(f"{name}: corrupted dualgraph metadata ({e!r})") from None
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise LoadError(f"{name}: written in dualgraph format version {version}; this "
-                         f"dualgraph reads versions up to {FORMAT_VERSION} (upgrade it)")
+        raise LoadError(f"{name}: corrupted dualgraph metadata ({e!r:.200})") from None
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:   # not True or 1.0
+        upgrade = " (upgrade it)" if type(version) is int and version > FORMAT_VERSION else ""
+        raise LoadError(f"{name}: written in dualgraph format version {version!r:.40}; this "
+                         f"dualgraph reads versions 1 to {FORMAT_VERSION}{upgrade}")
     return tree
 
 
@@ -183,35 +212,56 @@ class _Decoder:
     def __init__(self, arrays: dict, name: str):
         self.arrays, self.name = arrays, name
 
-    def decode(self, node):
+    def decode(self, node, depth: int):
         if isinstance(node, list):
-            return [self.decode(v) for v in node]
+            return [self.decode(v, depth + 1) for v in self._deeper(node, depth)]
         if not isinstance(node, dict):
             return node
         tag = next(iter(node), None)
-        if tag == "tensor":
-            t = Tensor._make(self._array(node["tensor"]))
-            return t.requires_grad_() if node.get("requires_grad") else t
         decoders = {
+            "tensor": None,   # below: the one tag with an optional second key
             "ndarray": self._array,
             "float": lambda v: _SPECIAL_FLOATS[v],
-            "dtype": dtypes.as_dtype,
-            "tuple": lambda v: tuple(self.decode(x) for x in v),
-            "dict": lambda v: {self.decode(k): self.decode(x) for k, x in v},
-            "odict": lambda v: OrderedDict((self.decode(k), self.decode(x)) for k, x in v),
+            "dtype": lambda v: _DTYPE_NAMES[v],
+            "tuple": lambda v: tuple(self.decode(x, depth + 1) for x in self._deeper(v, depth)),
+            "dict": lambda v: {self.decode(k, depth + 1): self.decode(x, depth + 1)
+                               for k, x in self._deeper(v, depth)},
+            "odict": lambda v: OrderedDict((self.decode(k, depth + 1), self.decode(x, depth + 1))
+                                           for k, x in self._deeper(v, depth)),
         }
-        if len(node) != 1 or tag not in decoders:
-            raise self._corrupt(f"unknown node {node!r}")
+        if tag not in decoders or len(node) != 1 + (tag == "tensor" and "requires_grad" in node):
+            raise self._corrupt(f"unknown node {node!r:.80}")
         try:
+            if tag == "tensor":
+                return self._tensor(node["tensor"], node.get("requires_grad", False))
             return decoders[tag](node[tag])
         except LoadError:
             raise
         except (KeyError, TypeError, ValueError) as e:
-            raise self._corrupt(f"bad {tag} node ({e!r})") from None
+            raise self._corrupt(f"bad {tag} node ({e!r:.80})") from None
+
+    def _deeper(self, items, depth: int):
+        """``items`` of a container at ``depth``: a list, refused past MAX_DEPTH."""
+        if not isinstance(items, list):
+            raise TypeError(f"{items!r:.40} is not a list")
+        if depth >= MAX_DEPTH:
+            raise self._corrupt(f"nested more than {MAX_DEPTH} levels deep")
+        return items
+
+    def _tensor(self, name: str, requires_grad) -> Tensor:
+        array = self._array(name)
+        if array.dtype not in _TENSOR_DTYPES:
+            raise self._corrupt(f"tensor {name!r} has dtype {array.dtype}, not a Tensor's")
+        if requires_grad is not True and requires_grad is not False or (
+                requires_grad and array.dtype not in dtypes.FLOATING):
+            raise self._corrupt(f"tensor {name!r} of dtype {array.dtype} has requires_grad="
+                                f"{requires_grad!r:.20}")
+        t = Tensor._make(array)
+        return t.requires_grad_() if requires_grad else t
 
     def _array(self, name: str) -> np.ndarray:
-        if name not in self.arrays:
-            raise self._corrupt(f"the structure names a tensor {name!r} the file lacks")
+        if not isinstance(name, str) or name not in self.arrays:
+            raise self._corrupt(f"the structure names a tensor {name!r:.60} the file lacks")
         return self.arrays[name]
 
     def _corrupt(self, what: str) -> LoadError:

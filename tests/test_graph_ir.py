@@ -441,28 +441,32 @@ def test_constants_path():
         constants_path("model.safetensors")
 
 
-def test_save_is_atomic(tmp_path, monkeypatch):
+@pytest.mark.parametrize("failing_step, survivor", [(0, "first"), (1, "first"), (2, "second")])
+def test_save_is_atomic(tmp_path, monkeypatch, failing_step, survivor):
+    """A save that fails at any of its renames (the pending constants, the graph file: the
+    commit, the constants to their usual name) leaves a loadable graph: the old one before
+    the commit, the new one after it; the next save leaves only the two files."""
     path = tmp_path / "g.json"
-    first = mlp_graph()
-    first.save(path)
-    real_replace = os.replace
+    graphs = {"first": mlp_graph(), "second": _all_dtype_graph()}
+    graphs["first"].save(path)
+    real_replace, calls = os.replace, []
 
-    def crash_on_json(src, dst):
-        if str(dst).endswith(".json"):
+    def crash(src, dst):
+        calls.append(dst)
+        if len(calls) == failing_step + 1:
             raise OSError("power cut")
         real_replace(src, dst)
 
-    second = _all_dtype_graph()
-    monkeypatch.setattr(os, "replace", crash_on_json)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="power cut"):
-        second.save(path)
+        graphs["second"].save(path)
     monkeypatch.undo()
-    assert sorted(os.listdir(tmp_path)) == ["g.json", "g.safetensors"]  # no temp files left
-    # The new constants landed, the old JSON stayed: the pair is detected as mismatched.
-    with pytest.raises(GraphFormatError, match="does not match its graph file"):
-        load(path)
-    second.save(path)
-    assert str(load(path)) == str(second)
+    assert str(load(path)) == str(graphs[survivor])
+    leftovers = {"first": [], "second": ["g.safetensors." + calls[0].rsplit(".", 1)[1]]}
+    assert sorted(os.listdir(tmp_path)) == ["g.json", "g.safetensors"] + leftovers[survivor]
+    graphs["first"].save(path)
+    assert sorted(os.listdir(tmp_path)) == ["g.json", "g.safetensors"]
+    assert str(load(path)) == str(graphs["first"])
 
 
 def _rewrite(path, fn):
@@ -473,6 +477,8 @@ def _rewrite(path, fn):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(version=99), "format version 99 is not supported"),
+    (lambda d: d.update(version=True), "format version True is not supported"),
+    (lambda d: d.update(version=1.0), "format version 1.0 is not supported"),
     (lambda d: d.update(format="x"), "not a dualgraph graph file"),
     (lambda d: d["graph"]["nodes"][0].update(op="evil"), r"nodes\[0\]: no op named 'evil'"),
     (lambda d: d["graph"]["nodes"][4]["attrs"].update(perm=[0, 0]), r"nodes\[4\] \(permute\)"),
@@ -511,6 +517,8 @@ def test_load_rejects_bad_files(tmp_path):
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(GraphFormatError, match="not a valid JSON graph file"):
         load(path)
+    with pytest.raises(GraphFormatError, match="name the graph file, not its .safetensors"):
+        load(cpath)
     assert issubclass(GraphFormatError, ValueError)
 
 

@@ -30,9 +30,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # device queries (dg.device, dg.cuda, dg.accelerator, dg.backends), top-level names, the
 # missing ops and Tensor methods (atan2, erfc, unfold, new_zeros, ...), and Adadelta,
 # Adamax, NAdam, RAdam, Rprop, ASGD, LBFGS and two schedulers. export/ +270: every ONNX
-# node checked against its schema before it is converted (export/onnx_check.py).
+# node checked against its schema before it is converted (export/onnx_check.py). "."
+# +100: loaders that raise their own error for any input, saves atomic as a whole (io.py,
+# _helpers.py).
 CORE_BUDGET = 16_100
-BUDGETS = {".": 1_400, "autograd": 410, "backends": 40, "capture": 2_780, "codegen": 1_260,
+BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_780, "codegen": 1_260,
            "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
            "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

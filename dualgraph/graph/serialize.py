@@ -1,10 +1,13 @@
 """Saving and loading graphs: JSON for the structure, safetensors for the constants.
 
 ``save(graph, "model.json")`` writes two files: ``model.json`` (the program) and
-``model.safetensors`` beside it (the constants; see :func:`constants_path`). Each is written
-atomically (temp file, fsync, rename), constants first; the JSON records the constants
-file's size and SHA-256, so a pair that does not belong together (a crash between the two
-renames, a file copied from another save) is detected on load.
+``model.safetensors`` beside it (the constants; see :func:`constants_path`), atomically as a
+pair: the constants go (temp file, fsync, rename) to a pending name no old file knows, then
+``model.json``, which records their size and SHA-256, replaces the old one (the commit), and
+only then do the constants take their usual name; load looks under the pending name too.
+A kill at any point leaves the old or the new graph loadable, and a pair that does not
+belong together (a file copied from another save) is detected on load. Each save removes
+what killed saves to the same path left (docs/reliability.md).
 
 Loading never executes code: ops are looked up by name in the registry, dtypes by name in a
 fixed table, attrs decoded from a tagged JSON encoding, and the rebuilt graph re-runs every
@@ -23,12 +26,13 @@ import hashlib
 import json
 import math
 import os
+import re
 
 import numpy as np
 import safetensors
 
 from .. import dtypes
-from .._helpers import write_atomic
+from .._helpers import fsync_directory, is_rust_panic, remove_stale_temps, write_atomic
 from ..ops.opdef import REGISTRY
 from ..shapes import Sym
 from .ir import Graph, GraphError, Value, parse_dim, type_str
@@ -80,8 +84,47 @@ def save(graph: Graph, path) -> None:
            "constants": {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()},
            "graph": body}
     text = _dumps(doc)
-    write_atomic(constants_path(path), blob)
-    write_atomic(path, text.encode("utf-8"))
+    path = os.fspath(path)
+    cpath = constants_path(path)
+    for target in (path, cpath):
+        remove_stale_temps(target)
+    # The JSON's rename is the one commit point: before it the old JSON and the old
+    # constants are untouched; after it the new JSON finds its constants under the pending
+    # name until they take the usual name (load looks there too, by the recorded SHA-256).
+    pending = _pending_path(cpath, doc["constants"]["sha256"])
+    write_atomic(pending, blob)
+    try:
+        write_atomic(path, text.encode("utf-8"))
+    except BaseException:
+        _unlink(pending)   # not committed: the old graph file names the old constants
+        raise
+    os.replace(pending, cpath)
+    fsync_directory(os.path.dirname(os.path.abspath(cpath)))
+    _remove_pending(cpath)
+
+
+def _pending_path(cpath: str, sha256: str) -> str:
+    """Where a save puts the new constants before its commit: ``model.safetensors.<hash>``
+    (no graph's constants file ends that way, so :func:`_remove_pending` removes only these)."""
+    return f"{cpath}.{sha256[:16]}"
+
+
+def _remove_pending(cpath: str) -> None:
+    """Remove the pending constants that killed saves left beside ``cpath`` (once a save
+    has committed, no graph file names them)."""
+    directory, base = os.path.split(os.path.abspath(cpath))
+    for name in os.listdir(directory):
+        tail = name[len(base) + 1:]
+        if (name.startswith(base + ".") and len(tail) == 16
+                and all(c in "0123456789abcdef" for c in tail)):
+            _unlink(os.path.join(directory, name))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass   # already gone
 
 
 def _dumps(doc: dict) -> str:
@@ -175,7 +218,10 @@ def load(path) -> Graph:
     }
     """
     path = os.fspath(path)
-    cpath = constants_path(path)
+    try:
+        cpath = constants_path(path)
+    except ValueError as e:
+        raise GraphFormatError(str(e)) from None
     doc = _read_json(path)
     try:
         tensors = _read_constants(cpath, doc.get("constants"))
@@ -209,27 +255,43 @@ def _read_json(path: str) -> dict:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise GraphFormatError(f"{path}: not a dualgraph graph file (no \"format\": "
                                f"\"{FORMAT}\")")
-    if doc.get("version") != VERSION:
+    if type(doc.get("version")) is not int or doc["version"] != VERSION:   # not True, 1.0
         raise GraphFormatError(f"{path}: format version {doc.get('version')!r} is not "
                                f"supported (this dualgraph reads version {VERSION})")
     return doc
 
 
-def _read_constants(cpath: str, meta) -> dict[str, np.ndarray]:
-    blob = _read_bytes(cpath, "constants file")
+def _constants_bytes(cpath: str, meta) -> bytes:
+    """The constants the graph file's record names (size and SHA-256): in ``cpath``, or,
+    after a save killed between its commit and its last rename, under the pending name."""
     if not isinstance(meta, dict):
         raise _Malformed("the graph file has no \"constants\" record")
+    sha = meta.get("sha256")
+    pending = (_pending_path(cpath, sha)
+               if isinstance(sha, str) and re.fullmatch("[0-9a-f]{64}", sha) else None)
+    if pending is not None and not os.path.exists(cpath) and os.path.exists(pending):
+        cpath = pending
+    blob = _read_bytes(cpath, "constants file")
     digest = hashlib.sha256(blob).hexdigest()
-    if meta.get("bytes") != len(blob) or meta.get("sha256") != digest:
-        raise _Malformed(f"does not match its graph file ({len(blob)} bytes, sha256 "
-                         f"{digest[:12]}..., the graph file expects {meta.get('bytes')!r} "
-                         "bytes); it is truncated, changed, or from another save")
+    if meta.get("bytes") == len(blob) and sha == digest:
+        return blob
+    if pending is not None and pending != cpath and os.path.exists(pending):
+        other = _read_bytes(pending, "constants file")
+        if meta.get("bytes") == len(other) and sha == hashlib.sha256(other).hexdigest():
+            return other
+    raise _Malformed(f"does not match its graph file ({len(blob)} bytes, sha256 "
+                     f"{digest[:12]}..., the graph file expects {meta.get('bytes')!r} "
+                     "bytes); it is truncated, changed, or from another save")
+
+
+def _read_constants(cpath: str, meta) -> dict[str, np.ndarray]:
+    blob = _constants_bytes(cpath, meta)
     try:
         entries = safetensors.deserialize(blob)
     except Exception as e:
         raise _Malformed(f"not a valid safetensors file: {e}") from None
-    except BaseException as e:   # a Rust panic surfaces as pyo3's PanicException
-        if type(e).__name__ != "PanicException":
+    except BaseException as e:
+        if not is_rust_panic(e):
             raise
         raise _Malformed(f"not a valid safetensors file: {e}") from None
     return {name: _decode_tensor(name, entry) for name, entry in entries}

@@ -1,0 +1,73 @@
+"""What the loader fuzzers share: their settings, outcome statistics, a hang check and
+mutations of JSON documents.
+
+``DG_FUZZ_EXAMPLES`` sets the examples per fuzz test (CI runs a few, different each run);
+``--hypothesis-show-statistics`` lists the outcomes each test saw, e.g.::
+
+    DG_FUZZ_EXAMPLES=20000 PYTHONPATH=$PWD python -m pytest -p no:benchmark \\
+        tests/test_io_fuzz.py tests/test_graph_fuzz.py --hypothesis-show-statistics
+"""
+import contextlib
+import os
+import signal
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis.errors import InvalidArgument
+
+EXAMPLES = int(os.environ.get("DG_FUZZ_EXAMPLES", "0"))
+HANG_SECONDS = 20   # one load of a file of a few hundred bytes takes milliseconds
+
+
+def fuzz_settings(ci_examples: int) -> settings:
+    """Settings for a fuzz test: ``ci_examples`` examples, or ``DG_FUZZ_EXAMPLES``."""
+    return settings(max_examples=EXAMPLES or ci_examples, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def record(outcome: str) -> None:
+    """Count ``outcome`` (e.g. "loaded" or the start of an error) in the statistics."""
+    try:
+        event(outcome)
+    except InvalidArgument:
+        pass   # called outside a Hypothesis test
+
+
+def _on_alarm(signum, frame):
+    raise TimeoutError(f"a load took over {HANG_SECONDS} s: a hang")
+
+
+@contextlib.contextmanager
+def no_hang():
+    """Fail (TimeoutError) instead of hanging when the body runs over HANG_SECONDS."""
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(HANG_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def json_paths(node, prefix=()):
+    """Every path into a JSON document (keys and indices)."""
+    yield prefix
+    items = node.items() if isinstance(node, dict) else (
+        enumerate(node) if isinstance(node, list) else ())
+    for key, child in items:
+        yield from json_paths(child, prefix + (key,))
+
+
+def replace_paths(doc, replacements):
+    """``doc`` (changed in place where it can be) with each (path, value) replacement."""
+    for path, value in replacements:
+        if not path:
+            doc = value
+            continue
+        node = doc
+        try:
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            pass   # an earlier replacement removed this path
+    return doc
