@@ -556,7 +556,7 @@ def test_torch_tensor_methods():
     assert tuple(dg.randint(5, (3,)).shape) == (3,)
 
 
-def test_torch_namespace_functions():
+def test_torch_namespace_functions(monkeypatch):
     a = dg.tensor([[1.0, 0.0], [0.0, 1.0]])
     assert values(dg.addmm(dg.ones(2), a, a)) == [[2.0, 1.0], [1.0, 2.0]]
     assert values(dg.baddbmm(dg.zeros(1, 2, 2), a[None], a[None])) == [values(a)]
@@ -577,6 +577,8 @@ def test_torch_namespace_functions():
     assert dg.allclose(a, a + 1e-9) and dg.equal(a, a.clone()) and values(
         dg.isclose(a, a)) == [[True, True]] * 2
     assert dg.is_tensor(a) and dg.numel(a) == 4
+    # (set_num_threads sets DUALGRAPH_NUM_THREADS: the fixture puts it back afterwards)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(dg.get_num_threads()))
     dg.set_num_threads(dg.get_num_threads())
     with dg.inference_mode():
         assert not dg.is_grad_enabled()

@@ -255,7 +255,9 @@ def test_top_level_predicates_match_torch():
 
 
 def test_num_threads_round_trip(monkeypatch):
-    monkeypatch.delenv("DUALGRAPH_NUM_THREADS", raising=False)
+    # setenv first, so that the fixture puts the variable back (or removes it) afterwards:
+    # set_num_threads writes it, and later tests must not inherit it
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
     dg.set_num_threads(3)
     assert dg.get_num_threads() == 3
     with pytest.raises(ValueError):
