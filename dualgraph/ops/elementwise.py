@@ -562,22 +562,34 @@ def _exp_minus_square(y):
     return np.exp(-ysq * ysq) * np.exp(-(y - ysq) * (y + ysq))
 
 
+def _cody(y, clip: float):
+    """Cody's rational approximations on ``y = |x|`` (NaN propagates): ``(near, erf_near,
+    erfc_far)``: ``near`` marks y <= 0.46875, where ``erf_near`` is erf; ``erfc_far`` is erfc
+    on the rest, with y clipped at ``clip`` (beyond it erfc is below what the caller keeps),
+    which keeps inf out of the arithmetic."""
+    near = y <= 0.46875
+    yn = y[near]
+    erf_near = yn * _rational(_ERF_A, _ERF_B, yn * yn)
+    yf = y[~near]
+    erfc_far = np.empty_like(yf)
+    mid = yf <= 4.0
+    ym = yf[mid]
+    erfc_far[mid] = _exp_minus_square(ym) * _rational(_ERF_C, _ERF_D, ym)
+    yl = np.minimum(yf[~mid], clip)
+    t = 1 / (yl * yl)
+    erfc_far[~mid] = (_exp_minus_square(yl)
+                      * (_ONE_OVER_SQRT_PI - t * _rational(_ERF_P, _ERF_Q, t)) / yl)
+    return near, erf_near, erfc_far
+
+
 def _erf_array(x):
     """erf of a float32/float64 array, computed in its own dtype."""
     y = np.abs(x)
     out = np.empty_like(y)
-    small = y <= 0.46875
-    mid = (y > 0.46875) & (y <= 4.0)
-    large = ~(small | mid)   # also NaN, which propagates
-    ys = y[small]
-    out[small] = ys * _rational(_ERF_A, _ERF_B, ys * ys)
-    ym = y[mid]
-    out[mid] = 1 - _exp_minus_square(ym) * _rational(_ERF_C, _ERF_D, ym)
-    # erfc(10) < 1e-44, so clipping there keeps erf exact and inf out of the arithmetic
-    yl = np.minimum(y[large], 10.0)
-    t = 1 / (yl * yl)
-    erfc = _exp_minus_square(yl) * (_ONE_OVER_SQRT_PI - t * _rational(_ERF_P, _ERF_Q, t)) / yl
-    out[large] = 1 - erfc
+    # erfc(10) < 1e-44, so clipping there keeps erf exact
+    near, erf_near, erfc_far = _cody(y, 10.0)
+    out[near] = erf_near
+    out[~near] = 1 - erfc_far
     return np.copysign(out, x)
 
 
@@ -596,18 +608,11 @@ def _erfc_array(x):
     every digit where erfc is small): Cody's branches for |x|, then erfc(-y) = 2 - erfc(y)."""
     y = np.abs(x)
     out = np.empty_like(y)
-    small = y <= 0.46875
-    mid = (y > 0.46875) & (y <= 4.0)
-    large = ~(small | mid)   # also NaN, which propagates
-    ys = y[small]
-    out[small] = 1 - ys * _rational(_ERF_A, _ERF_B, ys * ys)
-    ym = y[mid]
-    out[mid] = _exp_minus_square(ym) * _rational(_ERF_C, _ERF_D, ym)
-    # beyond 26.55 erfc(y) is below the smallest float64; clipping keeps inf out
-    yl = np.minimum(y[large], 26.55)
-    t = 1 / (yl * yl)
-    erfc = _exp_minus_square(yl) * (_ONE_OVER_SQRT_PI - t * _rational(_ERF_P, _ERF_Q, t)) / yl
-    out[large] = np.where(y[large] >= 26.55, 0, erfc)
+    # beyond 26.55 erfc(y) is below the smallest float64
+    near, erf_near, erfc_far = _cody(y, 26.55)
+    out[near] = 1 - erf_near
+    out[~near] = erfc_far
+    out[y >= 26.55] = 0
     return np.where(x < 0, 2 - out, out)
 
 
