@@ -144,8 +144,18 @@ class Tensor:
 
     @property
     def data(self):
-        """The same storage without history (as torch's ``.data``)."""
+        """The same storage without history (as torch's ``.data``); ``p.data = t`` is set
+        in ``ops/inplace.py``."""
         return Tensor._make(self._data, base=self)
+
+    def _storage_owner(self):
+        """The tensor whose storage this one shares (through ``.data`` / ``.detach()``,
+        which share the version counter too), or itself: a trace writes an in-place update
+        of ``p.data`` to ``p`` and reads the alias as ``p``'s current value."""
+        t = self
+        while t._base is not None and t._base._version is t._version:
+            t = t._base
+        return t
 
     @property
     def _version_value(self) -> int:
