@@ -96,7 +96,7 @@ class Tracer:
         return outs[0] if op.num_outputs == 1 else outs
 
     def value_of(self, t: Tensor) -> Value:
-        if t._base is not None:   # p.data, p.detach(): p's storage, maybe updated since
+        if t._alias:   # p.data, p.detach(): p's storage, maybe updated since
             t = t._storage_owner()
         data = t._data
         if type(data) is Value:
