@@ -151,12 +151,14 @@ class Tensor:
         t._alias = True
         return t
 
-    def _storage_owner(self):
+    def _storage_owner(self, bound=()):
         """The tensor whose storage this one shares (through ``.data`` / ``.detach()``,
         which share the version counter too), or itself: a trace writes an in-place update
-        of ``p.data`` to ``p`` and reads the alias as ``p``'s current value."""
+        of ``p.data`` to ``p`` and reads the alias as ``p``'s current value. The search
+        stops at a tensor whose id is in ``bound`` (a traced function's argument
+        ``h.detach()`` is an input itself)."""
         t = self
-        while t._alias and t._base._version is t._version:
+        while t._alias and id(t) not in bound and t._base._version is t._version:
             t = t._base
         return t
 

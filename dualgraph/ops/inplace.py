@@ -83,8 +83,9 @@ def set_data(target: Tensor, value) -> None:
 def commit_write(target: Tensor, value) -> None:
     """While tracing: ``target`` (and the tensor whose storage it aliases) now holds the
     symbolic ``value``, written back after each call of the graph."""
-    owner = target._storage_owner()   # p.data.add_(...) updates p
-    modes.tracer.note_mutation(owner)
+    tracer = modes.tracer
+    owner = target._storage_owner(tracer._bound)   # p.data.add_(...) updates p
+    tracer.note_mutation(owner)
     owner._data = target._data = value
 
 
