@@ -234,3 +234,37 @@ def test_state_made_at_every_call_is_a_graph_break_naming_the_line():
         assert type(model.last._data) is np.ndarray
     np.testing.assert_allclose(model.last.detach().numpy(), eager.last.detach().numpy(),
                                rtol=1e-6)
+
+
+def test_state_made_before_a_graph_break_is_made_again_eagerly():
+    """A trace that made state and then hit a graph break leaves no symbolic tensor behind:
+    the places it stored into are put back (a new dict item removed, an attribute reset),
+    so the eager run makes the state itself and equals eager."""
+    def run(compiled):
+        dg.manual_seed(0)
+        model = CachedMask()
+        opt = Momentum(model.parameters())
+        x = dg.tensor(_data((2, 3, 4)))
+
+        def step(x):
+            for p in model.parameters():
+                p.grad = None
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            if loss.item() > 1e9:   # MARK-item-break
+                raise AssertionError
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        losses = [fn(x).item() for _ in range(3)]
+        return losses, [p.detach().numpy().copy() for p in model.parameters()], opt, model
+
+    losses_e, params_e, _, _ = run(False)
+    with pytest.warns(UserWarning, match=rf"{HERE}:{line_of('MARK-item-break')}"):
+        losses_c, params_c, opt, model = run(True)
+    np.testing.assert_allclose(losses_c, losses_e, rtol=1e-6)
+    for a, b in zip(params_c, params_e):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert all(type(buf._data) is np.ndarray for buf in opt.state.values())
+    assert type(model.mask._data) is np.ndarray

@@ -30,7 +30,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import run_pipeline
 from .autodiff import build_backward, record_call
-from .escape import created_state
+from .escape import created_state, places, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
@@ -582,6 +582,8 @@ class Compiled:
         tracer = Tracer(names=readable_names(self.fn))
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
+        roots = self._state_roots(leaves)
+        before = places(roots)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         try:
@@ -596,15 +598,15 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*args, **kwargs)
-                created = created_state(self._state_roots(leaves), tracer.graph,
-                                        tracer._bound, tracer.names)
+                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
                 capture = tracer.finish(result, [t for _, t in created])
                 created = [(name, _made_at(t._data)) for name, t in created]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
-        except CaptureError as e:
+        except CaptureError as e:   # (the eager run makes again the state the trace made)
+            undo(roots, tracer.graph, tracer._bound, before)
             return self._graph_break(e), sig
         finally:
             for group, k, value, t in swapped:
