@@ -640,8 +640,9 @@ class Compiled:
             reason, fix, kind = "first call", "", "capture"
         if created:   # (its Python took the branch that makes the state: not reusable)
             entry.created = created
-            reason += (f"; it made {', '.join(name for name, _ in created)} and kept "
-                       "it in Python state, so this graph runs once and the next call traces again")
+            reason += (f"; it made {', '.join(name for name, _ in created)} and kept it "
+                       "in Python state, so this graph runs once and the next call traces "
+                       "again")
         guards = describe_guards(sig, names, self._slots)
         self.records.append(Record(kind, reason, fix, guards=guards,
                                    nodes=len(capture.graph.nodes), times=times,
