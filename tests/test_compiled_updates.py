@@ -268,3 +268,19 @@ def test_state_made_before_a_graph_break_is_made_again_eagerly():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert all(type(buf._data) is np.ndarray for buf in opt.state.values())
     assert type(model.mask._data) is np.ndarray
+
+
+def test_setting_data_of_an_alias_is_a_graph_break_naming_the_line():
+    """``d = p.data; d.data = t`` makes ``d`` stop sharing ``p``'s storage eagerly: not
+    captured (its writeback would reach ``p``), a graph break; ``p`` stays as eager has it."""
+    p = nn.Parameter(dg.tensor([1.0, 2.0]))
+
+    def f(x):
+        alias = p.data
+        alias.data = x * 3   # MARK-alias-data
+        return alias + 0
+
+    with pytest.warns(UserWarning, match=rf"graph break .*{HERE}:{line_of('MARK-alias-data')}"):
+        out = dg.compile(f)(dg.tensor([1.0, 1.0]))
+    np.testing.assert_allclose(out.numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(p.detach().numpy(), [1.0, 2.0])

@@ -71,6 +71,10 @@ def set_data(target: Tensor, value) -> None:
         target._version = [target._version[0]]   # new storage: old aliases no longer share
         return
     new = modes.tracer.value_of(value)
+    if target._alias:   # (eagerly it stops sharing; its writeback would reach the owner)
+        raise CaptureError("assigning .data of an alias (t.data.data = ..., "
+                           "t.detach().data = ...)", format_site(user_site()),
+                           "Assign to the tensor itself: t.data = ...")
     if new.shape != target._data.shape or new.dtype != target._data.dtype:
         raise CaptureError(
             f"assigning .data of shape {tuple(new.shape)} {new.dtype} to a tensor of shape "
