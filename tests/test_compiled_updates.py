@@ -284,3 +284,51 @@ def test_setting_data_of_an_alias_is_a_graph_break_naming_the_line():
         out = dg.compile(f)(dg.tensor([1.0, 1.0]))
     np.testing.assert_allclose(out.numpy(), [3.0, 3.0])
     np.testing.assert_allclose(p.detach().numpy(), [1.0, 2.0])
+
+
+class HandAdam:
+    """Adam as tutorials write it: a per-parameter dict filled at the first step (moments
+    and a tensor step count), ``p -= ...`` under no_grad."""
+
+    def __init__(self, params, lr=0.01):
+        self.params, self.lr, self.state = list(params), lr, {}
+
+    def step(self):
+        with dg.no_grad():
+            for p in self.params:
+                st = self.state.setdefault(p, {})
+                if not st:
+                    st["m"], st["v"], st["t"] = dg.zeros_like(p), dg.zeros_like(p), dg.zeros(())
+                st["t"] += 1
+                st["m"].mul_(0.9).add_(p.grad, alpha=0.1)
+                st["v"].mul_(0.99).addcmul_(p.grad, p.grad, value=0.01)
+                m_hat = st["m"] / (1 - 0.9 ** st["t"])
+                v_hat = st["v"] / (1 - 0.99 ** st["t"])
+                p -= self.lr * m_hat / (v_hat.sqrt() + 1e-8)
+
+
+def test_hand_written_adam_with_lazy_state_dicts():
+    def run(compiled):
+        model = _model()
+        opt = HandAdam(model.parameters())
+
+        def step(x, y):
+            for p in model.parameters():
+                p.grad = None
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        losses = [fn(X, Y).item() for _ in range(6)]
+        return losses, [p.detach().numpy().copy() for p in model.parameters()], fn
+
+    losses_e, params_e, _ = run(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses_c, params_c, fn = run(True)
+    np.testing.assert_allclose(losses_c, losses_e, rtol=1e-5)
+    for a, b in zip(params_c, params_e):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert not fn.eager_only and len(fn.cache) == 1

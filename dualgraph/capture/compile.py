@@ -236,7 +236,8 @@ class Entry:
                     np.copyto(t._data, new)
                 t._version[0] += 1
             elif kind == "new":          # state the traced call made: a real tensor now
-                t._data = new if id(new) not in taken else new.copy()
+                # (its own array, writeable: later steps update it in place)
+                t._data = new if id(new) not in taken and new.flags.writeable else new.copy()
                 t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
