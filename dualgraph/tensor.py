@@ -28,6 +28,7 @@ class Tensor:
     grad_fn = None
     _output_nr = 0          # which output of grad_fn this tensor is
     _base = None            # the tensor this one is a view of
+    _alias = False          # a view of all of _base as it is (.data, .detach())
     _hooks = None           # gradient hooks of a leaf
     _retains_grad = False
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use
@@ -144,8 +145,22 @@ class Tensor:
 
     @property
     def data(self):
-        """The same storage without history (as torch's ``.data``)."""
-        return Tensor._make(self._data, base=self)
+        """The same storage without history (as torch's ``.data``); ``p.data = t`` is set
+        in ``ops/inplace.py``."""
+        t = Tensor._make(self._data, base=self)
+        t._alias = True
+        return t
+
+    def _storage_owner(self, bound=()):
+        """The tensor whose storage this one shares (through ``.data`` / ``.detach()``,
+        which share the version counter too), or itself: a trace writes an in-place update
+        of ``p.data`` to ``p`` and reads the alias as ``p``'s current value. The search
+        stops at a tensor whose id is in ``bound`` (a traced function's argument
+        ``h.detach()`` is an input itself)."""
+        t = self
+        while t._alias and id(t) not in bound and t._base._version is t._version:
+            t = t._base
+        return t
 
     @property
     def _version_value(self) -> int:
@@ -256,7 +271,9 @@ class Tensor:
 
     def detach(self):
         """A tensor that shares storage but has no history (changes are seen by both)."""
-        return Tensor._make(self._data, base=self)
+        t = Tensor._make(self._data, base=self)
+        t._alias = True
+        return t
 
     def detach_(self):
         self.grad_fn = None

@@ -30,6 +30,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import run_pipeline
 from .autodiff import build_backward, record_call
+from .escape import created_state, places, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
@@ -94,6 +95,8 @@ def _duration(seconds: float) -> str:
 class Entry:
     """A captured graph for one signature, ready to run; with ``backward`` (see
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
+
+    created = ()   # (name, source line) of the state its call made: then it runs only once
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False):
         self.capture = capture
@@ -232,6 +235,10 @@ class Entry:
                 if new is not t._data:   # (a donated input was updated in place)
                     np.copyto(t._data, new)
                 t._version[0] += 1
+            elif kind == "new":          # state the traced call made: a real tensor now
+                # (its own array, writeable: later steps update it in place)
+                t._data = new if id(new) not in taken and new.flags.writeable else new.copy()
+                t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
             elif (t.grad is not None and t.grad._data.shape == new.shape
@@ -309,6 +316,12 @@ def _writeback_inputs(capture) -> dict:
     return pairs
 
 
+def _made_at(value: Value) -> str:
+    """The user's line that computed ``value`` (a constant's is not recorded)."""
+    node = value.producer
+    return node.location if node is not None else "(a tensor made by the compiled function)"
+
+
 def _name_new_state(capture, names: dict, fn) -> None:
     """Name the inputs that had no readable name when they were bound: state the traced
     call created itself (an optimiser's first step makes its moments), now reachable."""
@@ -349,6 +362,7 @@ class Compiled:
         self._entry_keys: dict = {}   # id(entry) -> (capture_key, entry), once retraced
         self.records: list[Record] = []
         self.eager_only = False
+        self._made_state = False   # whether the latest capture made state (_run_once)
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -412,6 +426,9 @@ class Compiled:
             entry, sig = self._capture(args, kwargs, sig, leaf_dynamic)
             if entry is None:
                 return self.fn(*args, **kwargs)
+            if entry.created:
+                return self._run_once(entry, args, kwargs, leaves)
+            self._made_state = False
             if self.check:
                 self._last = entry
                 return checking.run_checked(self.fn, entry, args, kwargs)
@@ -566,6 +583,8 @@ class Compiled:
         tracer = Tracer(names=readable_names(self.fn))
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
+        roots = self._state_roots(leaves)
+        before = places(roots)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         try:
@@ -580,12 +599,15 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*args, **kwargs)
-                capture = tracer.finish(result)
+                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
+                capture = tracer.finish(result, [t for _, t in created])
+                created = [(name, _made_at(t._data)) for name, t in created]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
-        except CaptureError as e:
+        except CaptureError as e:   # (the eager run makes again the state the trace made)
+            undo(roots, tracer.graph, tracer._bound, before)
             return self._graph_break(e), sig
         finally:
             for group, k, value, t in swapped:
@@ -598,7 +620,7 @@ class Compiled:
         capture.had_grad = had_grad
         capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
-        entry = self._same_graph(capture, backward)
+        entry = None if created else self._same_graph(capture, backward)
         reused = entry is not None
         if not reused:
             entry = Entry(capture, backward, self.passes, self.fast_math)
@@ -612,14 +634,48 @@ class Compiled:
             if reused:
                 reason += "; the same graph as before, so its compiled code is reused"
                 fix = "none needed: nothing was optimised or compiled again"
+        elif self._made_state:
+            reason, fix, kind = "traced again with the state the previous call made", "", \
+                "retrace"
         else:
             reason, fix, kind = "first call", "", "capture"
+        if created:   # (its Python took the branch that makes the state: not reusable)
+            entry.created = created
+            reason += (f"; it made {', '.join(name for name, _ in created)} and kept it "
+                       "in Python state, so this graph runs once and the next call traces "
+                       "again")
         guards = describe_guards(sig, names, self._slots)
         self.records.append(Record(kind, reason, fix, guards=guards,
                                    nodes=len(capture.graph.nodes), times=times,
                                    entry=None if reused else entry))
-        self.cache[sig] = entry
+        if not created:
+            self.cache[sig] = entry
         return entry, sig
+
+    def _state_roots(self, leaves) -> dict:
+        """Where state the function keeps can be: its scope, its module (or the object
+        of a bound method) and the non-tensor objects it is passed."""
+        roots = dict(scope_of(self.fn))
+        owner = self.fn if is_module(self.fn) else getattr(self.fn, "__self__", None)
+        if owner is not None:
+            roots["self"] = owner
+        roots.update({f"argument {i}": leaf for i, leaf in enumerate(leaves)
+                      if not isinstance(leaf, Tensor)})
+        return roots
+
+    def _run_once(self, entry, args, kwargs, leaves):
+        """Run the graph of a call that made state (``entry.created``); the next call traces
+        again, with that state. State made anew at every call is a graph break."""
+        self._last = entry
+        result = entry.run(args, kwargs, leaves=leaves)
+        if self._made_state:
+            name, location = entry.created[0]
+            self._graph_break(CaptureError(
+                f"{name} is a tensor made at every call and kept in Python state", location,
+                "Make it once outside the compiled function (or register it as a buffer), "
+                "or return it instead of storing it."))
+        self._made_state = True
+        return result
 
     def _same_graph(self, capture, backward) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the

@@ -51,7 +51,8 @@ class Capture:
     Graph inputs are ``bindings`` in order; graph outputs are the user's outputs
     (``out_spec`` rebuilds their structure, ``out_consts`` holds non-tensor leaves), then
     one output per entry of ``writebacks``: ("data", tensor) writes the new value into the
-    tensor's storage; ("grad", tensor) makes it the tensor's ``.grad``.
+    tensor's storage; ("grad", tensor) makes it the tensor's ``.grad``; ("new", tensor) makes
+    it the storage of a tensor the traced call created and kept.
     """
     graph: Graph
     bindings: list
@@ -96,6 +97,8 @@ class Tracer:
         return outs[0] if op.num_outputs == 1 else outs
 
     def value_of(self, t: Tensor) -> Value:
+        if t._alias:   # p.data, p.detach(): p's storage, maybe updated since
+            t = t._storage_owner(self._bound)
         data = t._data
         if type(data) is Value:
             if data not in self.graph:
@@ -174,8 +177,10 @@ class Tracer:
         self._restore()
         return False
 
-    def finish(self, result) -> Capture:
-        """Turn the function's return value and the recorded side effects into outputs."""
+    def finish(self, result, created=()) -> Capture:
+        """Turn the function's return value and the recorded side effects into outputs;
+        ``created``: tensors the function made and kept (capture/escape.py), which become
+        real tensors holding their values after the call."""
         leaves, spec = flatten(result)
         self.result_leaves = leaves
         outputs, kinds = [], []
@@ -189,6 +194,9 @@ class Tracer:
         for binding in self._mutated.values():
             outputs.append(self.value_of(binding.tensor))
             capture.writebacks.append(("data", binding.tensor))
+        for t in created:
+            outputs.append(t._data)
+            capture.writebacks.append(("new", t))
         for leaf in self._touched_leaves():
             grad = leaf.grad
             if grad is None:

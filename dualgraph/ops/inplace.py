@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._helpers import format_site, user_site
 from ..autograd.tape import grad_mode
 from ..dispatch import modes
+from ..errors import CaptureError
 from ..tensor import Tensor
 
 
@@ -38,8 +40,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
                 "broadcast view); call .clone() first")
         np.copyto(data, result._data, casting="unsafe")
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
-        modes.tracer.note_mutation(target)
-        target._data = result.to(target.dtype)._data
+        commit_write(target, result.to(target.dtype)._data)
     target._version[0] += 1
     if result.requires_grad and grad_mode.enabled:
         result = result.to(target.dtype)
@@ -47,6 +48,49 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         target.grad_fn = result.grad_fn
         target._output_nr = result._output_nr
     return target
+
+
+def set_data(target: Tensor, value) -> None:
+    """``p.data = t``: ``p`` takes ``t``'s values without history, as torch's.
+
+    Eagerly ``p`` shares ``t``'s storage from then on (``.data`` / ``.detach()`` aliases
+    taken before keep the old storage). While tracing it is an in-place write of ``p``,
+    written back after each call as ``p.add_()`` is, so ``t`` must have ``p``'s shape and
+    dtype there::
+
+        with dg.no_grad():
+            p.data = p.data - lr * p.grad      # a hand-written SGD step
+    """
+    if not isinstance(value, Tensor):
+        raise TypeError(f"Tensor.data must be set to a Tensor, not {type(value).__name__}")
+    new = value._data
+    if new is target._data:      # p.data -= x: the in-place op already wrote p
+        return
+    if not modes.building_graph():
+        target._data = new
+        target._version = [target._version[0]]   # new storage: old aliases no longer share
+        return
+    new = modes.tracer.value_of(value)
+    if target._alias:   # (eagerly it stops sharing; its writeback would reach the owner)
+        raise CaptureError("assigning .data of an alias (t.data.data = ..., "
+                           "t.detach().data = ...)", format_site(user_site()),
+                           "Assign to the tensor itself: t.data = ...")
+    if new.shape != target._data.shape or new.dtype != target._data.dtype:
+        raise CaptureError(
+            f"assigning .data of shape {tuple(new.shape)} {new.dtype} to a tensor of shape "
+            f"{tuple(target._data.shape)} {target._data.dtype}", format_site(user_site()),
+            "Assign a value of the same shape and dtype (p.data.copy_(t)), or do it outside "
+            "the compiled function.")
+    commit_write(target, new)
+
+
+def commit_write(target: Tensor, value) -> None:
+    """While tracing: ``target`` (and the tensor whose storage it aliases) now holds the
+    symbolic ``value``, written back after each call of the graph."""
+    tracer = modes.tracer
+    owner = target._storage_owner(tracer._bound)   # p.data.add_(...) updates p
+    tracer.note_mutation(owner)
+    owner._data = target._data = value
 
 
 def source_of(target: Tensor, *others) -> Tensor:

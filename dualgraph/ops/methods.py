@@ -11,7 +11,7 @@ from .. import devices, dtypes
 from ..autograd import engine
 from ..tensor import Tensor
 from . import creation, elementwise
-from .inplace import inplace
+from .inplace import inplace, set_data
 
 
 def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
@@ -66,6 +66,7 @@ def install(method_tables):
     for table in method_tables:
         for name, fn in table.items():
             setattr(Tensor, name, fn)
+    Tensor.data = Tensor.data.setter(set_data)
     Tensor.to = to
     Tensor.type = type_
     Tensor.type_as = type_as

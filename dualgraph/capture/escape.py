@@ -1,0 +1,117 @@
+"""Tensors a trace made and left in Python state: ``self.state[p] = dg.zeros_like(p)``.
+
+Tracing runs the function's Python once, so a tensor the function makes and keeps (an
+optimiser's lazily created buffer, a module's cached attention mask) would hold a symbolic
+value after the trace, and the Python branch that made it (``if p not in self.state``) ran
+only because the state did not exist yet. :func:`created_state` finds such tensors in what
+the function can reach (its closure and globals, the modules, optimisers and plain objects
+they hold, their dicts, lists and tuples), so that the capture can compute them as outputs
+and make them real tensors (capture/compile.py runs that graph once, then traces again).
+A trace that ends in a graph break puts those places back as they were
+(:func:`places` before the trace, :func:`undo` after), so the eager run makes the state
+itself.
+
+>>> import dualgraph as dg
+>>> from dualgraph.capture.trace import Tracer
+>>> cache = {}
+>>> with Tracer() as tracer:
+...     cache["mask"] = dg.ones(2, 2).tril()
+>>> [name for name, _ in created_state({"cache": cache}, tracer.graph)]
+["cache['mask']"]
+"""
+from __future__ import annotations
+
+import types
+
+from ..graph.ir import Value
+from ..tensor import Tensor
+
+MAX_DEPTH = 6
+MAX_ITEMS = 10_000   # longer containers (a dataset held in a list) are not looked into
+_OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.MethodType, type)
+_ABSENT = object()
+
+
+def _walk(roots: dict, visit, skip=(), names=None) -> None:
+    """Call ``visit(name, obj, container, key)`` for every object reachable from ``roots``
+    (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
+    is the dict (or list, tuple) holding it under ``key``. Tensors are not looked into,
+    nor the objects whose ids are in ``skip``; ``names`` (id -> name) names tensor keys."""
+    seen, names = set(skip), names or {}
+
+    def walk(obj, name, container, key, depth):
+        if id(obj) in seen or depth > MAX_DEPTH:
+            return
+        seen.add(id(obj))
+        visit(name, obj, container, key)
+        if isinstance(obj, Tensor):
+            return
+        if isinstance(obj, dict):
+            holder, items = obj, [(f"{name}[{_key(k, names)}]", k, v) for k, v in obj.items()]
+        elif type(obj) in (list, tuple):
+            holder, items = obj, [(f"{name}[{i}]", i, v) for i, v in enumerate(obj)]
+        elif isinstance(obj, _OPAQUE):
+            return
+        else:
+            try:
+                holder = vars(obj)
+            except TypeError:   # (no __dict__)
+                return
+            items = [(f"{name}.{k}", k, v) for k, v in holder.items()]
+        if len(items) > MAX_ITEMS:
+            return
+        for child_name, k, child in items:
+            walk(child, child_name, holder, k, depth + 1)
+
+    for name, obj in roots.items():
+        walk(obj, name, None, None, 0)
+
+
+def created_state(roots: dict, graph, bound=(), names=None) -> list:
+    """``[(name, tensor)]``: the tensors reachable from ``roots`` (name -> object) that hold
+    a value of ``graph``, other than those whose ids are in ``bound`` (the graph's inputs,
+    given back their storage when the trace ends). ``names``: id(tensor) -> name, for the
+    tensors that key a dict (``opt.state[fc.weight]``)."""
+    return [(name, t) for name, t, _, _ in _created(roots, graph, bound, names)]
+
+
+def _created(roots, graph, bound, names) -> list:
+    found = []
+
+    def visit(name, obj, container, key):
+        if isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph:
+            found.append((name, obj, container, key))
+
+    _walk(roots, visit, bound, names)
+    return found
+
+
+def places(roots: dict) -> dict:
+    """``{(id(container), key): value}`` for every dict item and attribute reachable from
+    ``roots``: what :func:`undo` puts back."""
+    before = {}
+
+    def visit(name, obj, container, key):
+        if isinstance(container, dict):
+            before[(id(container), key)] = obj
+
+    _walk(roots, visit)
+    return before
+
+
+def undo(roots: dict, graph, bound, before: dict) -> None:
+    """Put the places where an aborted trace kept a tensor of ``graph`` back as they were
+    (``before``, from :func:`places`): the old value, or no item/attribute at all."""
+    for _, _, container, key in _created(roots, graph, bound, None):
+        if not isinstance(container, dict):
+            continue   # (a list or tuple item: not looked for before, nothing to restore)
+        old = before.get((id(container), key), _ABSENT)
+        if old is _ABSENT:
+            del container[key]
+        else:
+            container[key] = old
+
+
+def _key(k, names) -> str:
+    return names.get(id(k), "<tensor>") if isinstance(k, Tensor) else repr(k)
