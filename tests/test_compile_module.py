@@ -249,3 +249,18 @@ def test_scheduler_order_warning_for_any_optimiser(cls):
 def test_scheduler_rejects_what_is_no_optimiser():
     with pytest.raises(TypeError, match="is not an Optimizer: .*param_groups"):
         dg.optim.lr_scheduler.StepLR(object(), step_size=1)
+
+
+def test_deepcopy_compiles_a_copy_of_the_module():
+    model = _net()
+    compiled = dg.compile(model, mode="max-autotune", fullgraph=True)
+    x = dg.randn(3, 4)
+    before = _np(compiled(x))
+    twin = copy.deepcopy(compiled)    # (as an EMA of a compiled model is made)
+    assert isinstance(twin, Net) and twin._orig_mod is not model
+    assert twin.fullgraph is True and twin.compile_options["mode"] == "max-autotune"
+    np.testing.assert_allclose(_np(twin(x)), before, rtol=1e-6)
+    with dg.no_grad():
+        twin.fc2.bias.add_(1.0)
+    np.testing.assert_allclose(_np(twin(x)), before + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(_np(compiled(x)), before, rtol=1e-6)   # the original's own

@@ -414,6 +414,15 @@ class Compiled:
         else:
             object.__delattr__(self, name)
 
+    def __deepcopy__(self, memo):
+        # (the graphs bind the original's tensors: a copy of the module is compiled afresh,
+        # as copying a torch OptimizedModule gives a compiled copy, e.g. for a weight EMA)
+        return Compiled(copy.deepcopy(self.fn, memo), check=self.check,
+                        fullgraph=self.fullgraph, dynamic=copy.deepcopy(self.dynamic),
+                        passes=self.passes, fast_math=self.fast_math,
+                        retrace_limit=self.retrace_limit, strict=self.strict,
+                        compile_options=self.compile_options)
+
     def __repr__(self):
         if self.module is None:
             return f"<dg.compile of {_name(self.fn)}>"
