@@ -11,6 +11,7 @@ each break.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import time
 import warnings
@@ -348,8 +349,11 @@ class Compiled:
     """The callable ``dg.compile`` returns; see the module docstring."""
 
     def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None, passes=None,
-                 fast_math=False, retrace_limit=RETRACE_LIMIT, strict=False):
+                 fast_math=False, retrace_limit=RETRACE_LIMIT, strict=False,
+                 compile_options=None):
         self.fn = fn
+        # mode=, backend= and options= as given to dg.compile (see compile())
+        self.compile_options = dict(compile_options or {})
         self.passes = passes
         self.fast_math = fast_math   # fused kernels may use approximate exp/tanh
         self.strict = strict     # dg.jit.trace: a new signature is an error, not a retrace
@@ -381,6 +385,66 @@ class Compiled:
             self._params = list(inspect.signature(target).parameters)
         except (TypeError, ValueError):
             self._params = []
+        if self.compile_options.get("backend") == "eager":
+            self.eager_only = True
+        # (set last: from here on, assigning a name the compiled object lacks sets the
+        # module's attribute; see __setattr__)
+        self._forwarding = self.module is not None
+
+    # -- standing in for the module (as torch's OptimizedModule) ---------------------------
+    @property
+    def _orig_mod(self):
+        """The compiled module or function, under torch's ``OptimizedModule`` name."""
+        return self.fn
+
+    @property
+    def __class__(self):
+        # (isinstance(compiled, nn.Module) holds, as for torch's OptimizedModule, without
+        # capture importing nn; type(compiled) is still Compiled)
+        module = self.__dict__.get("module")
+        return Compiled if module is None else type(module)
+
+    def __getattr__(self, name):
+        # (called only when the compiled object has no such attribute: its own API, such
+        # as graph, code and explain(), comes first; the rest is the module's)
+        module = self.__dict__.get("module")
+        if module is None or name.startswith("__"):
+            raise AttributeError(f"'Compiled' object has no attribute {name!r}")
+        value = getattr(module, name)
+        if inspect.ismethod(value) and value.__self__ is module:
+            return _returning(self, value)
+        return value
+
+    def __setattr__(self, name, value):
+        if (not self.__dict__.get("_forwarding") or name in self.__dict__
+                or hasattr(Compiled, name)):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.module, name, value)
+
+    def __delattr__(self, name):
+        if self.__dict__.get("_forwarding") and name not in self.__dict__:
+            delattr(self.module, name)
+        else:
+            object.__delattr__(self, name)
+
+    def __deepcopy__(self, memo):
+        # (the graphs bind the original's tensors: a copy of the module is compiled afresh,
+        # as copying a torch OptimizedModule gives a compiled copy, e.g. for a weight EMA)
+        return Compiled(copy.deepcopy(self.fn, memo), check=self.check,
+                        fullgraph=self.fullgraph, dynamic=copy.deepcopy(self.dynamic),
+                        passes=self.passes, fast_math=self.fast_math,
+                        retrace_limit=self.retrace_limit, strict=self.strict,
+                        compile_options=self.compile_options)
+
+    def __repr__(self):
+        if self.module is None:
+            return f"<dg.compile of {_name(self.fn)}>"
+        return "Compiled(\n  (_orig_mod): " + repr(self.module).replace("\n", "\n  ") + "\n)"
+
+    def __dir__(self):
+        own = object.__dir__(self)
+        return sorted(set(own) | set(dir(self.module))) if self.module is not None else own
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -813,14 +877,38 @@ def _names_in(tree, base: str) -> list[str]:
     return [base]
 
 
+def _returning(compiled: Compiled, method):
+    """``method`` of the compiled module, returning the compiled object where the method
+    returns the module itself (``model = dg.compile(model).eval()``, ``.to(...)``)."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        out = method(*args, **kwargs)
+        return compiled if out is compiled.module else out
+    return call
+
+
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None,
-            fast_math=False):
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+BACKENDS = ("inductor", "aot_eager", "eager")
+OPTIONS = ("check", "passes", "fast_math")   # the options= keys: dg.compile's own
+
+
+def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None,
+            options=None, disable=False, check=False, passes=None, fast_math=False):
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
+
+    The keywords of ``torch.compile`` are accepted. ``backend="inductor"`` (the default)
+    captures and optimises; ``"aot_eager"`` captures and runs the graphs as traced, with no
+    optimisation passes; ``"eager"`` runs ``fn`` as written (no capture), to rule the
+    compiler out when debugging. ``mode`` (torch's names) is recorded and changes nothing:
+    the default compile already keeps the per-call overhead low. ``options`` is a dict of
+    this function's own options (``check``, ``passes``, ``fast_math``); ``disable=True``
+    returns ``fn`` itself. A compiled module stands in for the module (attributes,
+    ``train()``/``eval()``, ``state_dict()`` with the module's own keys).
 
     ``passes`` selects the optimisation passes and lowering rules (None: all; False: none;
     names to run; or ``{name: False}`` to switch some off), as everywhere
@@ -831,11 +919,52 @@ def compile(fn=None, *, check=False, fullgraph=False, dynamic=None, passes=None,
     >>> f = dg.compile(lambda x: dg.exp(x) * 2)
     >>> f(dg.zeros(2))
     tensor([2., 2.])
+    >>> m = dg.compile(dg.nn.Linear(2, 1), mode="reduce-overhead")
+    >>> m.eval().training, m.weight.shape == (1, 2), isinstance(m, dg.nn.Module)
+    (False, True, True)
     """
-    options = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                   fast_math=fast_math)
+    settings = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
+                    fast_math=fast_math)
+    settings.update(_torch_options(backend, mode, options, fullgraph, dynamic, passes))
+    if disable:
+        return (lambda f: f) if fn is None else fn
     if fn is None:
-        return lambda f: Compiled(f, **options)
-    return Compiled(fn, **options)
+        return lambda f: Compiled(f, **settings)
+    return Compiled(fn, **settings)
 
 
+def _torch_options(backend, mode, options, fullgraph, dynamic, passes) -> dict:
+    """Check ``torch.compile``'s keywords; the settings they give ``Compiled``."""
+    if mode not in MODES:
+        raise ValueError(f"dg.compile: unknown mode={mode!r}; expected one of "
+                         f"{', '.join(map(repr, MODES[1:]))} (recorded; none changes what "
+                         "runs)")
+    if mode is not None and options is not None:
+        raise RuntimeError("dg.compile: either mode or options can be specified, but both "
+                           "can't be specified at the same time (as torch.compile)")
+    if callable(backend):
+        raise TypeError("dg.compile: a callable backend (a torch FX compiler) can't take "
+                        "dualgraph's graphs; use backend='inductor' (the default), "
+                        "'aot_eager' or 'eager', and passes= to choose optimisation passes")
+    if backend not in BACKENDS:
+        raise ValueError(f"dg.compile: unknown backend={backend!r}; expected one of "
+                         f"{', '.join(map(repr, BACKENDS))}")
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"dg.compile: fullgraph must be True or False, got {fullgraph!r}")
+    if not (dynamic is None or isinstance(dynamic, (bool, dict))):
+        raise TypeError(f"dg.compile: dynamic must be None, True, False or a dict "
+                        f"{{argument: {{dim: name}}}}, got {dynamic!r}")
+    settings = {}
+    if options is not None:
+        unknown = sorted(set(options) - set(OPTIONS)) if isinstance(options, dict) else None
+        if unknown != []:
+            raise ValueError(f"dg.compile: options must be a dict with keys among "
+                             f"{', '.join(OPTIONS)} (torch's inductor options have no "
+                             f"counterpart here), got {options!r}")
+        settings.update(options)
+    if backend == "aot_eager":
+        if (settings.get("passes", passes)) not in (None, False):
+            raise ValueError("dg.compile: backend='aot_eager' runs no passes; drop passes=")
+        settings["passes"] = False
+    settings["compile_options"] = dict(backend=backend, mode=mode, options=options)
+    return settings

@@ -23,16 +23,17 @@ value in as a constant (and retracing whenever it changes).
 """
 from __future__ import annotations
 
+import functools
 import math
 import types
 import warnings
+import weakref
 from bisect import bisect_right
 from collections import Counter
 
 from ..ops import creation
 from ..ops.inplace import commit_inplace
 from ..tensor import Tensor
-from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR",
            "ConstantLR", "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
@@ -64,6 +65,36 @@ def _per_group(name: str, optimizer, value) -> list:
     return [value] * n
 
 
+def _check_optimizer(optimizer) -> None:
+    """An optimiser is what has ``param_groups`` (a list of dicts) and a ``step`` method:
+    ``dg.optim.Optimizer`` or a user's class written in its image without subclassing it."""
+    groups = getattr(optimizer, "param_groups", None)
+    if not (isinstance(groups, list) and all(isinstance(g, dict) for g in groups)
+            and callable(getattr(optimizer, "step", None))):
+        raise TypeError(f"{type(optimizer).__name__} is not an Optimizer: a scheduler needs "
+                        "an object with param_groups (a list of dicts) and a step() method")
+
+
+def _track_step_calls(optimizer) -> None:
+    """Wrap ``optimizer.step`` on the instance, as torch does, so that calling it marks
+    ``_opt_called``: the warning about calling the scheduler first then holds for every
+    optimiser, including a user's that overrides ``step`` or doesn't subclass Optimizer."""
+    step = optimizer.step
+    if getattr(step, "_marks_opt_called", False):
+        return
+    func = getattr(step, "__func__", None)
+    owner = weakref.ref(optimizer)   # (a bound method here would make a reference cycle)
+
+    @functools.wraps(step)
+    def marked_step(*args, **kwargs):
+        opt = owner()
+        opt._opt_called = True
+        return func(opt, *args, **kwargs) if func is not None else step(*args, **kwargs)
+
+    marked_step._marks_opt_called = True
+    optimizer.step = marked_step
+
+
 class LRScheduler:
     """Base class: keeps ``base_lrs`` (each group's ``initial_lr``) and ``last_epoch`` (the
     number of ``step()`` calls so far, -1 before the first), and after each ``step()`` writes
@@ -72,8 +103,8 @@ class LRScheduler:
     _is_initial = False
 
     def __init__(self, optimizer, last_epoch: int = -1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
+        _track_step_calls(optimizer)
         self.optimizer = optimizer
         for i, group in enumerate(optimizer.param_groups):
             if last_epoch == -1:
@@ -520,8 +551,7 @@ class OneCycleLR(_MomentumCycle, LRScheduler):
                  pct_start=0.3, anneal_strategy="cos", cycle_momentum=True,
                  base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
                  final_div_factor=1e4, three_phase=False, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         self.total_steps = _total_steps(total_steps, epochs, steps_per_epoch)
         if not 0 <= pct_start <= 1:
@@ -584,8 +614,7 @@ class CyclicLR(_MomentumCycle, LRScheduler):
     def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
                  mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
                  cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         base_lrs = _per_group("base_lr", optimizer, base_lr)
         if last_epoch == -1:
             for group, lr in zip(optimizer.param_groups, base_lrs):
@@ -676,8 +705,7 @@ class ReduceLROnPlateau(LRScheduler):
                  threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8):
         if factor >= 1.0:
             raise ValueError("ReduceLROnPlateau's factor should be < 1.0")
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         if threshold_mode not in ("rel", "abs"):

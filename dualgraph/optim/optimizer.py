@@ -119,7 +119,6 @@ class Optimizer:
     def step(self, closure=None):
         """Update every parameter that has a gradient. ``closure``, when given, re-evaluates
         the model and returns the loss (it runs with grad enabled); ``step`` returns it."""
-        self._opt_called = True   # lets a scheduler warn when it steps first
         loss = None
         if closure is not None:
             with enable_grad():

@@ -1,0 +1,266 @@
+"""``dg.compile(module)`` stands in for the module (as torch's ``OptimizedModule``), takes
+``torch.compile``'s keywords, and the scheduler's order warning holds for any optimiser."""
+import copy
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+
+
+class Net(dg.nn.Module):
+    def __init__(self, p=0.0):
+        super().__init__()
+        self.fc1 = dg.nn.Linear(4, 8)
+        self.drop = dg.nn.Dropout(p)
+        self.fc2 = dg.nn.Linear(8, 2)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.fc2(self.drop(dg.relu(self.fc1(x)))) * self.scale
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _net(p=0.0):
+    dg.manual_seed(0)
+    return Net(p)
+
+
+def test_compiled_module_is_the_module():
+    model = _net()
+    compiled = dg.compile(model)
+    x = dg.randn(3, 4)
+    assert isinstance(compiled, dg.nn.Module) and isinstance(compiled, Net)
+    assert compiled._orig_mod is model
+    assert compiled.fc1 is model.fc1 and compiled.scale == 1.0
+    np.testing.assert_allclose(_np(compiled(x)), _np(model(x)), rtol=1e-6)
+    assert compiled.graph is not None and "def " in compiled.code
+    assert "1 graph(s)" in compiled.explain()
+    assert "fc1" in dir(compiled) and "(_orig_mod): Net(" in repr(compiled)
+
+
+def test_attribute_assignment_reaches_the_module_and_retraces():
+    model = _net()
+    compiled = dg.compile(model)
+    x = dg.randn(3, 4)
+    before = _np(compiled(x))
+    compiled.scale = 3.0
+    assert model.scale == 3.0 and "scale" not in vars(compiled)
+    np.testing.assert_allclose(_np(compiled(x)), 3.0 * before, rtol=1e-6)
+    compiled.extra = dg.nn.Linear(2, 2)
+    assert model.extra is compiled.extra and "extra" in dict(model.named_children())
+    del compiled.extra
+    assert not hasattr(model, "extra")
+
+
+def test_module_methods_through_the_compiled_object():
+    model = _net()
+    compiled = dg.compile(model)
+    assert compiled.eval() is compiled and model.training is False
+    assert compiled.train() is compiled and model.training is True
+    assert [id(p) for p in compiled.parameters()] == [id(p) for p in model.parameters()]
+    assert [n for n, _ in compiled.named_parameters()] == [
+        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    compiled.zero_grad()
+    assert compiled.requires_grad_(False) is compiled
+    assert not any(p.requires_grad for p in model.parameters())
+    x = dg.randn(3, 4)
+    assert compiled.to(dg.float64) is compiled and model.fc1.weight.dtype == dg.float64
+    np.testing.assert_allclose(_np(compiled(x.double())), _np(model(x.double())), rtol=1e-12)
+
+
+def test_state_dict_keys_are_the_modules_and_round_trip():
+    model = _net()
+    compiled = dg.compile(model)
+    state = compiled.state_dict()
+    assert list(state) == list(model.state_dict()) == [
+        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    dg.manual_seed(1)
+    other = dg.compile(Net())
+    x = dg.randn(5, 4)
+    assert not np.allclose(_np(other(x)), _np(compiled(x)))
+    result = other.load_state_dict(state)
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    np.testing.assert_allclose(_np(other(x)), _np(compiled(x)), rtol=1e-6)
+
+
+def test_eval_and_train_switch_dropout_as_eagerly():
+    model = _net(p=0.5)
+    compiled = dg.compile(model)
+    x = dg.randn(64, 4)
+    compiled.eval()
+    np.testing.assert_allclose(_np(compiled(x)), _np(model(x)), rtol=1e-6)
+    compiled.train()
+    hidden = dg.compile(lambda t: model.drop(t))
+    ones = dg.ones(64, 8)
+    dropped = _np(hidden(ones))
+    assert set(np.unique(dropped)) == {0.0, 2.0}   # as eager's dropout: zeros or 1 / (1 - p)
+    assert not np.allclose(_np(compiled(x)), _np(model.eval()(x)))
+    model.train()
+    compiled.eval()
+    np.testing.assert_allclose(_np(compiled(x)), _np(model(x)), rtol=1e-6)
+    assert len(compiled.cache) == 2    # one graph per training flag
+
+
+def test_training_a_compiled_module_matches_eager():
+    eager = _net()
+    model = dg.compile(copy.deepcopy(eager))
+    x, y = dg.randn(16, 4), dg.randint(0, 2, (16,))
+    losses = []
+    for net in (eager, model):
+        opt = dg.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        run = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = dg.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            run.append(loss.item())
+        losses.append(run)
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_allclose(_np(b), _np(a), rtol=1e-5, atol=1e-7)
+
+
+def test_compiled_module_inside_a_compiled_step():
+    eager = _net()
+    model = dg.compile(copy.deepcopy(eager))
+    x, y = dg.randn(16, 4), dg.randint(0, 2, (16,))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+    eager_opt = dg.optim.SGD(eager.parameters(), lr=0.1)
+
+    @dg.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = dg.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):
+        loss = step(x, y)
+        eager_opt.zero_grad()
+        eager_loss = dg.nn.functional.cross_entropy(eager(x), y)
+        eager_loss.backward()
+        eager_opt.step()
+        np.testing.assert_allclose(loss.item(), eager_loss.item(), rtol=1e-5)
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_allclose(_np(b), _np(a), rtol=1e-5, atol=1e-7)
+    assert "model.fc1.weight" in str(step.graph)   # the module's parameters, by name
+    model.scale = eager.scale = 0.5   # set through the compiled object: retraced
+    eager_loss = dg.nn.functional.cross_entropy(eager(x), y)
+    np.testing.assert_allclose(step(x, y).item(), eager_loss.item(), rtol=1e-5)
+    assert "model.scale changed from 1.0 to 0.5" in step.explain()
+
+
+@pytest.mark.parametrize("mode", [None, "default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager", "eager"])
+def test_torch_compile_keywords(mode, backend):
+    model = _net()
+    compiled = dg.compile(model, mode=mode, backend=backend, dynamic=False, fullgraph=True)
+    x = dg.randn(3, 4)
+    np.testing.assert_allclose(_np(compiled(x)), _np(model(x)), rtol=1e-6)
+    assert compiled.compile_options == {"backend": backend, "mode": mode, "options": None}
+    assert len(compiled.cache) == (0 if backend == "eager" else 1)   # eager: no capture
+    if backend == "aot_eager":     # captured, no passes: the graph that runs is the traced one
+        assert compiled.passes is False
+        assert len(compiled.optimized_graph.nodes) == len(compiled.graph.nodes)
+
+
+def test_torch_compile_keyword_forms():
+    def f(x):
+        return dg.exp(x) * 2
+
+    assert dg.compile(f, disable=True) is f
+    assert dg.compile(disable=True)(f) is f
+    decorated = dg.compile(mode="max-autotune", fullgraph=True, dynamic=True)(f)
+    for n in (2, 5):
+        np.testing.assert_allclose(_np(decorated(dg.ones(n))), 2 * np.e * np.ones(n),
+                                   rtol=1e-6)
+    assert len(decorated.cache) == 1    # dynamic=True: one graph for both lengths
+    fast = dg.compile(f, options={"fast_math": True, "check": True})
+    assert fast.fast_math is True and fast.check is True
+    assert dg.compile(f, options={"passes": False}).passes is False
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(mode="fastest"), ValueError, "unknown mode='fastest'"),
+    (dict(backend="cudagraphs"), ValueError, "unknown backend='cudagraphs'"),
+    (dict(backend=lambda gm, inputs: gm.forward), TypeError, "callable backend"),
+    (dict(mode="default", options={}), RuntimeError, "both can't be specified"),
+    (dict(options={"triton.cudagraphs": True}), ValueError, "inductor options"),
+    (dict(options=["fast_math"]), ValueError, "options must be a dict"),
+    (dict(fullgraph="yes"), TypeError, "fullgraph must be True or False"),
+    (dict(dynamic="auto"), TypeError, "dynamic must be None, True, False or a dict"),
+    (dict(backend="aot_eager", passes=["cse"]), ValueError, "runs no passes"),
+])
+def test_torch_compile_keyword_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        dg.compile(lambda x: x, **kwargs)
+
+
+class UserSGD(dg.optim.Optimizer):
+    """A hand-written optimiser overriding ``step`` (never calls the base class's)."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.data.add_(p.grad, alpha=-group["lr"])
+
+
+class DuckSGD:
+    """An optimiser that doesn't subclass ``dg.optim.Optimizer``."""
+
+    def __init__(self, params, lr):
+        self.param_groups = [{"params": list(params), "lr": lr}]
+
+    def step(self):
+        for p in self.param_groups[0]["params"]:
+            p.data.add_(p.grad, alpha=-self.param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize("cls", [UserSGD, DuckSGD, dg.optim.SGD])
+def test_scheduler_order_warning_for_any_optimiser(cls):
+    w = dg.ones(2, requires_grad=True)
+    opt = cls([w], lr=0.1)
+    sched = dg.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    (w * w).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # optimiser first: no warning
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == 0.05
+    np.testing.assert_allclose(_np(w), [0.8, 0.8])
+    late = cls([dg.ones(2, requires_grad=True)], lr=0.1)
+    late_sched = dg.optim.lr_scheduler.ExponentialLR(late, gamma=0.5)
+    with pytest.warns(UserWarning, match="before optimizer.step"):   # scheduler first
+        late_sched.step()
+
+
+def test_scheduler_rejects_what_is_no_optimiser():
+    with pytest.raises(TypeError, match="is not an Optimizer: .*param_groups"):
+        dg.optim.lr_scheduler.StepLR(object(), step_size=1)
+
+
+def test_deepcopy_compiles_a_copy_of_the_module():
+    model = _net()
+    compiled = dg.compile(model, mode="max-autotune", fullgraph=True)
+    x = dg.randn(3, 4)
+    before = _np(compiled(x))
+    twin = copy.deepcopy(compiled)    # (as an EMA of a compiled model is made)
+    assert isinstance(twin, Net) and twin._orig_mod is not model
+    assert twin.fullgraph is True and twin.compile_options["mode"] == "max-autotune"
+    np.testing.assert_allclose(_np(twin(x)), before, rtol=1e-6)
+    with dg.no_grad():
+        twin.fc2.bias.add_(1.0)
+    np.testing.assert_allclose(_np(twin(x)), before + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(_np(compiled(x)), before, rtol=1e-6)   # the original's own
