@@ -1,0 +1,330 @@
+"""Differential test of ``dg.compile`` on generated training steps.
+
+A small grammar assembles a training step from the choices real loops make (``Program``
+below): the model (an MLP with optional LayerNorm and Dropout, in train or eval mode), the
+loss (cross-entropy or MSE), the update (SGD / SGD with momentum / Adam / AdamW, optionally
+with a scheduler changing ``lr`` every step, or hand-written: ``p.data.add_``, ``p -= ...``
+under ``no_grad``, ``p.data = ...``, a momentum whose buffers are made lazily at the first
+step), a Python counter or flag (in a closure dict or a module attribute) that changes the
+computation, gradient accumulation over two micro-batches with ``zero_grad`` every k steps,
+gradient clipping, a tensor hook, and what the step returns (nothing, the loss, the loss
+and detached logits, a tensor with history). Two identical copies (same weights, same
+data) run N steps, one eagerly and one under ``dg.compile``; the losses, returned tensors
+and parameters must agree (rtol 1e-5, atol 1e-6, float32). A compiled step may instead
+report a graph break (a warning naming this file's line), after which it runs eagerly: its
+results must then still equal eager's. A silent difference is a failure.
+
+Dropout in train mode with p > 0 draws different random numbers compiled (docs/capture.md,
+"Random numbers"), so a generated model uses it only in eval mode or with p = 0.
+
+The CI run checks ``DG_DIFF_EXAMPLES`` programs (default 100, seeded, so a failing id is
+reproducible: ``pytest tests/test_differential_steps.py -k 'program[17]'``). A longer run::
+
+    DG_DIFF_EXAMPLES=2000 PYTHONPATH=$PWD python -m pytest -p no:benchmark -n 2 \\
+        tests/test_differential_steps.py
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn as nn
+import dualgraph.nn.functional as F
+
+HERE = os.path.basename(__file__)
+EXAMPLES = int(os.environ.get("DG_DIFF_EXAMPLES", "100"))
+RTOL, ATOL = 1e-5, 1e-6
+IN, OUT, BATCH = 5, 3, 6
+
+UPDATES = ["sgd", "sgd_momentum", "adam", "adamw", "data_add", "no_grad_isub",
+           "data_assign", "lazy_momentum"]
+BUILTIN = {"sgd", "sgd_momentum", "adam", "adamw"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One generated training step: every choice the grammar makes."""
+    hidden: tuple            # hidden layer widths
+    layernorm: bool
+    dropout: str             # "none", "eval" (p=0.5, model in eval mode), "p0" (train, p=0)
+    loss: str                # "ce" or "mse"
+    update: str              # one of UPDATES
+    scheduler: str           # "none", "step", "lambda_set" (param_group['lr'] = ...)
+    sched_inside: bool       # the scheduler steps inside the compiled step, else after it
+    counter: str             # "none", "closure" (a dict), "module_attr" (a flag on the model)
+    micro: int               # micro-batches accumulated per step (1 or 2)
+    zero_every: int          # zero the gradients every k steps (1 or 2)
+    clip: bool
+    hook: bool               # register_hook(lambda g: g * 0.5) on a hidden activation
+    debug_str: bool          # str(loss) in the step (a graph break: the step runs eagerly)
+    returns: str             # "none", "loss", "loss_logits", "history"
+    steps: int
+
+
+def generate(seed: int) -> Program:
+    """The program numbered ``seed``: a seeded draw from the grammar."""
+    r = random.Random(seed)
+    update = r.choice(UPDATES)
+    prog = Program(
+        hidden=tuple(r.choice([4, 7]) for _ in range(r.randint(1, 2))),
+        layernorm=r.random() < 0.4,
+        dropout=r.choice(["none", "eval", "p0"]),
+        loss=r.choice(["ce", "mse"]),
+        update=update,
+        scheduler=r.choice(["none", "step", "lambda_set"]) if update in BUILTIN else "none",
+        sched_inside=r.random() < 0.5,
+        counter=r.choice(["none", "closure", "module_attr"]),
+        micro=r.choice([1, 2]),
+        zero_every=r.choice([1, 1, 2]),
+        clip=r.random() < 0.3,
+        hook=r.random() < 0.3,
+        debug_str=r.random() < 0.15,
+        returns=r.choice(["none", "loss", "loss_logits", "history"]),
+        steps=r.randint(3, 5))
+    # Known defects, pinned as strict xfails below and left out of the generation only in
+    # these exact combinations:
+    # - test_lr_set_inside_compiled_step: a param_group['lr'] set inside the step;
+    if prog.scheduler == "lambda_set" and prog.sched_inside:
+        prog = dataclasses.replace(prog, sched_inside=False)
+    # - test_python_side_effects_before_a_graph_break_run_twice: a graph break (StepLR
+    #   inside the step breaks once its lr is a graph input; str(loss)) with a Python
+    #   counter or flag the step changes before the break.
+    breaks = prog.debug_str or (prog.scheduler == "step" and prog.sched_inside)
+    if breaks and prog.counter != "none":
+        prog = dataclasses.replace(prog, counter="none")
+    return prog
+
+
+class Net(nn.Module):
+    """The generated MLP; ``flag`` is a Python attribute the step may toggle and read."""
+
+    def __init__(self, prog: Program):
+        super().__init__()
+        layers, width = [], IN
+        for h in prog.hidden:
+            layers.append(nn.Linear(width, h))
+            if prog.layernorm:
+                layers.append(nn.LayerNorm(h))
+            layers.append(nn.Tanh())
+            if prog.dropout != "none":
+                layers.append(nn.Dropout(0.5 if prog.dropout == "eval" else 0.0))
+            width = h
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, OUT)
+        self.hook = prog.hook
+        self.flag = False
+
+    def forward(self, x):
+        h = self.body(x)
+        if self.hook:
+            h.register_hook(lambda g: g * 0.5)
+        return self.head(h)
+
+
+class LazyMomentum:
+    """A hand-written SGD with momentum whose buffers are made at its first step."""
+
+    def __init__(self, params, lr=0.05, mu=0.9):
+        self.params, self.lr, self.mu, self.state = list(params), lr, mu, {}
+
+    def step(self):
+        with dg.no_grad():
+            for p in self.params:
+                if p not in self.state:
+                    self.state[p] = dg.zeros_like(p)
+                buf = self.state[p]
+                buf.mul_(self.mu).add_(p.grad)
+                p.add_(buf, alpha=-self.lr)
+
+
+def _optimizer(prog: Program, params):
+    if prog.update == "sgd":
+        return dg.optim.SGD(params, lr=0.05)
+    if prog.update == "sgd_momentum":
+        return dg.optim.SGD(params, lr=0.05, momentum=0.9)
+    if prog.update == "adam":
+        return dg.optim.Adam(params, lr=0.01)
+    if prog.update == "adamw":
+        return dg.optim.AdamW(params, lr=0.01, weight_decay=0.1)
+    if prog.update == "lazy_momentum":
+        return LazyMomentum(params)
+    return None
+
+
+def _hand_update(kind: str, params, lr: float):
+    """The hand-written SGD forms of real loops."""
+    if kind == "data_add":
+        for p in params:
+            p.data.add_(p.grad, alpha=-lr)
+    elif kind == "no_grad_isub":
+        with dg.no_grad():
+            for p in params:
+                p -= lr * p.grad
+    else:
+        for p in params:
+            p.data = p.data - lr * p.grad
+
+
+def _data(prog: Program, seed: int):
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(prog.steps):
+        xs = [dg.tensor(rng.standard_normal((BATCH, IN)).astype(np.float32))
+              for _ in range(prog.micro)]
+        if prog.loss == "ce":
+            ys = [dg.tensor(rng.integers(0, OUT, BATCH)) for _ in range(prog.micro)]
+        else:
+            ys = [dg.tensor(rng.standard_normal((BATCH, OUT)).astype(np.float32))
+                  for _ in range(prog.micro)]
+        batches.append((xs, ys))
+    return batches
+
+
+def build(prog: Program):
+    """A fresh model, optimiser and step function for ``prog`` (same weights every time)."""
+    dg.manual_seed(1234)
+    model = Net(prog)
+    if prog.dropout == "eval":
+        model.eval()
+    params = list(model.parameters())
+    opt = _optimizer(prog, params)
+    sched = None
+    if prog.scheduler == "step":
+        sched = dg.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    counter = {"n": 0}
+    lrs = {"lr": 0.05}
+
+    def schedule():
+        if sched is not None:
+            sched.step()
+        if prog.scheduler == "lambda_set":
+            for group in opt.param_groups:
+                group["lr"] = group["lr"] * 0.8
+
+    def step(xs, ys):
+        n = counter["n"]
+        if prog.counter == "closure":
+            counter["n"] += 1
+        if prog.counter == "module_attr":
+            model.flag = not model.flag
+        if n % prog.zero_every == 0:
+            if opt is not None and not isinstance(opt, LazyMomentum):
+                opt.zero_grad()
+            else:
+                model.zero_grad()
+        total = None
+        for x, y in zip(xs, ys):
+            logits = model(x)
+            loss = F.cross_entropy(logits, y) if prog.loss == "ce" else F.mse_loss(logits, y)
+            if prog.counter == "closure" and n % 2 == 1:
+                loss = loss * 0.5
+            if prog.counter == "module_attr" and model.flag:
+                loss = loss * 2.0
+            (loss / len(xs)).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        if prog.debug_str:
+            str(total)
+        if prog.clip:
+            nn.utils.clip_grad_norm_(params, 1.0)
+        if prog.update in BUILTIN or prog.update == "lazy_momentum":
+            opt.step()
+        else:
+            _hand_update(prog.update, params, lrs["lr"])
+        if prog.sched_inside:
+            schedule()
+        if prog.returns == "loss":
+            return total
+        if prog.returns == "loss_logits":
+            return total, logits.detach()
+        if prog.returns == "history":
+            return logits
+        return None
+
+    return model, step, (schedule if not prog.sched_inside else lambda: None), counter
+
+
+def _numbers(out) -> list:
+    if out is None:
+        return []
+    outs = out if isinstance(out, tuple) else (out,)
+    return [o.detach().numpy().copy() for o in outs]
+
+
+def run(prog: Program, seed: int, compiled: bool):
+    """Run ``prog``'s step ``prog.steps`` times; the outputs, final parameters and any
+    ``dg.compile`` warnings."""
+    model, step, schedule, counter = build(prog)
+    fn = dg.compile(step) if compiled else step
+    outs = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for xs, ys in _data(prog, seed):
+            outs.append(_numbers(fn(xs, ys)))
+            schedule()
+    params = [p.detach().numpy().copy() for p in model.parameters()]
+    state = (counter["n"], model.flag)
+    return outs, params, state, [str(w.message) for w in caught]
+
+
+def check(prog: Program, seed: int):
+    """Eager and compiled agree, or compiled reported a graph break naming a line here
+    and still agrees (the fallback is eager)."""
+    outs_e, params_e, state_e, _ = run(prog, seed, compiled=False)
+    outs_c, params_c, state_c, warned = run(prog, seed, compiled=True)
+    assert state_c == state_e, f"{prog}: Python state (counter, flag) differs; {warned}"
+    breaks = [w for w in warned if "graph break" in w]
+    for w in breaks:
+        assert HERE in w, f"graph break not naming the user's line: {w}"
+    for i, (a, b) in enumerate(zip(outs_c, outs_e)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(u, v, rtol=RTOL, atol=ATOL,
+                                       err_msg=f"{prog}: output of step {i}; {warned}")
+    for k, (u, v) in enumerate(zip(params_c, params_e)):
+        np.testing.assert_allclose(u, v, rtol=RTOL, atol=ATOL,
+                                   err_msg=f"{prog}: parameter {k}; {warned}")
+    return breaks
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES), ids=lambda s: f"program[{s}]")
+def test_generated_step_matches_eager(seed):
+    check(generate(seed), seed)
+
+
+def _pinned(**choices) -> Program:
+    base = dict(hidden=(7,), layernorm=False, dropout="none", loss="mse", update="sgd",
+                scheduler="none", sched_inside=False, counter="none", micro=1, zero_every=1,
+                clip=False, hook=False, debug_str=False, returns="loss", steps=5)
+    return Program(**{**base, **choices})
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "param_group['lr'] = lr * 0.8 inside the compiled step: at the third call lr has "
+    "become a graph input, the traced call stores a traced tensor in param_groups and "
+    "graph-breaks ('a tensor made at every call and kept in Python state'); that call's "
+    "lr decay is lost (lr stays 0.0512 for two calls) and param_groups keeps a Tensor "
+    "where eager has a float, so the parameters differ from eager after the break"))
+@pytest.mark.parametrize("update", ["sgd", "adam"])
+def test_lr_set_inside_compiled_step(update):
+    check(_pinned(update=update, scheduler="lambda_set", sched_inside=True), 1)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a graph break sends the call that broke to eager from its start, but the trace has "
+    "already run the Python before the break: a closure counter incremented (or a module "
+    "flag toggled) before it is changed twice at that call (counter 6 after 5 calls), "
+    "and what depends on it (a loss scaled every other step, zero_grad every k steps) "
+    "then differs from eager"))
+@pytest.mark.parametrize("choices", [dict(debug_str=True, counter="closure"),
+                                     dict(debug_str=True, counter="module_attr"),
+                                     dict(scheduler="step", sched_inside=True,
+                                          counter="closure", update="adam")],
+                         ids=["str_closure_counter", "str_module_flag", "steplr_counter"])
+def test_python_side_effects_before_a_graph_break_run_twice(choices):
+    check(_pinned(**choices), 2)
