@@ -101,7 +101,8 @@ class Slot:
 
     def identity(self) -> tuple:
         obj = tuple(map(id, self.obj)) if self.kind == "state" else id(self.obj)
-        return (self.kind, obj, self.key,
+        key = id(self.key) if isinstance(self.key, Tensor) else self.key   # (a parameter)
+        return (self.kind, obj, key,
                 None if self.parent is None else self.parent.identity())
 
 
@@ -119,16 +120,22 @@ def find_slots(fn, optimizers) -> list[Slot]:
         (None: ``obj`` itself). Large dicts (a vocabulary) are not guarded."""
         held = obj if parent is None else None
         if isinstance(obj, dict) and len(obj) <= MAX_DICT:
-            for k, v in list(obj.items()):
+            for pos, (k, v) in enumerate(list(obj.items())):
+                label = f"[{pos}]" if isinstance(k, Tensor) else f"[{k!r}]"
                 if is_scalar(v):
-                    add(Slot("item", held, k, f"{name}[{k!r}]", parent))
+                    add(Slot("item", held, k, f"{name}{label}", parent))
                 elif isinstance(v, dict) and depth < 2:
-                    container(v, f"{name}[{k!r}]", Slot("item", held, k, "", parent),
+                    container(v, f"{name}{label}", Slot("item", held, k, "", parent),
                               depth + 1)
         elif _plain_object(obj):
             for k, v in list(vars(obj).items()):
-                if is_scalar(v) and not k.startswith("_"):
+                if k.startswith("_"):
+                    continue
+                if is_scalar(v):
                     add(Slot("attr", held, k, f"{name}.{k}", parent))
+                elif isinstance(v, dict) and depth == 0:
+                    # (a hand-written optimiser's ``self.state[p]["step"]``, a Python int)
+                    container(v, f"{name}.{k}", Slot("attr", held, k, "", parent), 1)
 
     def function(f, depth):
         code = getattr(f, "__code__", None)
