@@ -1,14 +1,16 @@
 """Differential test of ``dg.compile`` on generated training steps.
 
 A small grammar assembles a training step from the choices real loops make (``Program``
-below): the model (an MLP with optional LayerNorm and Dropout, in train or eval mode), the
+below): the model (an MLP with optional LayerNorm or BatchNorm, Dropout in train or eval
+mode, a mask made lazily at its first forward), the
 loss (cross-entropy or MSE), the update (SGD / SGD with momentum / Adam / AdamW, optionally
 with a scheduler changing ``lr`` every step, or hand-written: ``p.data.add_``, ``p -= ...``
 under ``no_grad``, ``p.data = ...``, a momentum whose buffers are made lazily at the first
 step, an Adam with a Python int ``state["step"]``), a Python counter or flag (in a closure
 dict, a module attribute, a global; set by the step or between steps) that changes the
 computation, gradient accumulation over two micro-batches with ``zero_grad`` every k steps,
-gradient clipping, a tensor hook, and what the step returns (nothing, the loss, the loss
+gradient clipping, a tensor hook (on an activation or a parameter), ``zero_grad`` to None or
+zeros, an ``.item()`` branch (a graph break), and what the step returns (nothing, the loss, the loss
 and detached logits, a tensor with history). Two identical copies (same weights, same
 data) run N steps, one eagerly and one under ``dg.compile``; the losses, returned tensors
 and parameters must agree (rtol 1e-5, atol 1e-6, float32). A compiled step may instead
@@ -54,7 +56,8 @@ BUILTIN = {"sgd", "sgd_momentum", "adam", "adamw"}
 class Program:
     """One generated training step: every choice the grammar makes."""
     hidden: tuple            # hidden layer widths
-    layernorm: bool
+    norm: str                # "none", "layernorm", "batchnorm" (running stats in place)
+    lazy_mask: bool          # the forward makes ``self.mask`` at its first call, then reuses it
     dropout: str             # "none", "eval" (p=0.5, model in eval mode), "p0" (train, p=0)
     loss: str                # "ce" or "mse"
     update: str              # one of UPDATES
@@ -66,7 +69,10 @@ class Program:
     micro: int               # micro-batches accumulated per step (1 or 2)
     zero_every: int          # zero the gradients every k steps (1 or 2)
     clip: str                # "none", "norm" (clip_grad_norm_), "value" (clip_grad_value_)
-    hook: bool               # register_hook(lambda g: g * 0.5) on a hidden activation
+    hook: str                # "none"; register_hook(lambda g: g * 0.5) on a hidden
+    #                          activation ("activation") or on the head's weight ("param")
+    set_to_none: bool        # zero_grad(set_to_none=...)
+    item_branch: bool        # ``if loss.item() > 1e6:`` (a graph break)
     debug_str: bool          # str(loss) in the step (a graph break: the step runs eagerly)
     returns: str             # "none", "loss", "loss_logits", "history", "eval" (a
     #                          no_grad forward after the update)
@@ -79,7 +85,8 @@ def generate(seed: int) -> Program:
     update = r.choice(UPDATES)
     prog = Program(
         hidden=tuple(r.choice([4, 7]) for _ in range(r.randint(1, 2))),
-        layernorm=r.random() < 0.4,
+        norm=r.choice(["none", "none", "layernorm", "batchnorm"]),
+        lazy_mask=r.random() < 0.2,
         dropout=r.choice(["none", "eval", "p0"]),
         loss=r.choice(["ce", "mse"]),
         update=update,
@@ -89,7 +96,9 @@ def generate(seed: int) -> Program:
         micro=r.choice([1, 2]),
         zero_every=r.choice([1, 1, 2]),
         clip=r.choice(["none", "none", "norm", "value"]),
-        hook=r.random() < 0.3,
+        hook=r.choice(["none", "none", "activation", "param"]),
+        set_to_none=r.random() < 0.7,
+        item_branch=r.random() < 0.1,
         debug_str=r.random() < 0.15,
         returns=r.choice(["none", "loss", "loss_logits", "history", "eval"]),
         steps=r.randint(3, 5))
@@ -101,7 +110,7 @@ def generate(seed: int) -> Program:
     # - test_python_side_effects_before_a_graph_break_run_twice: a graph break (StepLR
     #   inside the step breaks once its lr is a graph input; str(loss)) with a Python
     #   counter or flag the step changes before the break.
-    breaks = prog.debug_str or (prog.scheduler == "step" and prog.sched_inside)
+    breaks = prog.debug_str or prog.item_branch or (prog.scheduler == "step" and prog.sched_inside)
     if breaks and prog.counter in ("closure", "module_attr"):
         prog = dataclasses.replace(prog, counter="none")
     return prog
@@ -115,20 +124,30 @@ class Net(nn.Module):
         layers, width = [], IN
         for h in prog.hidden:
             layers.append(nn.Linear(width, h))
-            if prog.layernorm:
+            if prog.norm == "layernorm":
                 layers.append(nn.LayerNorm(h))
+            if prog.norm == "batchnorm":
+                layers.append(nn.BatchNorm1d(h))
             layers.append(nn.Tanh())
             if prog.dropout != "none":
                 layers.append(nn.Dropout(0.5 if prog.dropout == "eval" else 0.0))
             width = h
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, OUT)
-        self.hook = prog.hook
+        self.hook = prog.hook == "activation"
+        if prog.hook == "param":
+            self.head.weight.register_hook(lambda g: g * 0.5)
+        self.lazy_mask = prog.lazy_mask
+        self.mask = None
         self.flag = False
         self.scale = 1.0
 
     def forward(self, x):
         h = self.body(x)
+        if self.lazy_mask:
+            if self.mask is None:
+                self.mask = (dg.arange(h.shape[1]) % 2 == 0).to(h.dtype) + 0.5
+            h = h * self.mask
         if self.hook and h.requires_grad:
             h.register_hook(lambda g: g * 0.5)
         return self.head(h)
@@ -248,9 +267,9 @@ def build(prog: Program):
             model.flag = not model.flag
         if n % prog.zero_every == 0:
             if opt is not None and prog.update not in HAND_OPTIMIZERS:
-                opt.zero_grad()
+                opt.zero_grad(set_to_none=prog.set_to_none)
             else:
-                model.zero_grad()
+                model.zero_grad(set_to_none=prog.set_to_none)
         total = None
         for x, y in zip(xs, ys):
             logits = model(x)
@@ -265,6 +284,8 @@ def build(prog: Program):
                 loss = loss * SCALE
             (loss / len(xs)).backward()
             total = loss.detach() if total is None else total + loss.detach()
+        if prog.item_branch and total.item() > 1e6:
+            total = total * 0
         if prog.debug_str:
             str(total)
         if prog.clip == "norm":
@@ -315,7 +336,7 @@ def run(prog: Program, seed: int, compiled: bool):
                 model.scale = 1.0 + 0.5 * (i % 3)
             if prog.counter == "global":
                 SCALE = 2.0 - 0.25 * i
-    params = [p.detach().numpy().copy() for p in model.parameters()]
+    params = [p.detach().numpy().copy() for p in [*model.parameters(), *model.buffers()]]
     state = (counter["n"], model.flag)
     return outs, params, state, [str(w.message) for w in caught]
 
@@ -346,9 +367,10 @@ def test_generated_step_matches_eager(seed):
 
 
 def _pinned(**choices) -> Program:
-    base = dict(hidden=(7,), layernorm=False, dropout="none", loss="mse", update="sgd",
+    base = dict(hidden=(7,), norm="none", lazy_mask=False, set_to_none=True,
+                item_branch=False, dropout="none", loss="mse", update="sgd",
                 scheduler="none", sched_inside=False, counter="none", micro=1, zero_every=1,
-                clip="none", hook=False, debug_str=False, returns="loss", steps=5)
+                clip="none", hook="none", debug_str=False, returns="loss", steps=5)
     return Program(**{**base, **choices})
 
 
