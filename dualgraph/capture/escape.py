@@ -33,15 +33,20 @@ _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
 _ABSENT = object()
 
 
-def _walk(roots: dict, visit, skip=(), names=None) -> None:
+def _walk(roots: dict, visit, skip=(), names=None, every_place=False) -> None:
     """Call ``visit(name, obj, container, key)`` for every object reachable from ``roots``
     (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
     is the dict (or list, tuple) holding it under ``key``. Tensors are not looked into,
-    nor the objects whose ids are in ``skip``; ``names`` (id -> name) names tensor keys."""
+    nor the objects whose ids are in ``skip``; ``names`` (id -> name) names tensor keys.
+    An object reached again is visited again only with ``every_place`` (and not walked)."""
     seen, names = set(skip), names or {}
 
     def walk(obj, name, container, key, depth):
-        if id(obj) in seen or depth > MAX_DEPTH:
+        if depth > MAX_DEPTH:
+            return
+        if id(obj) in seen:
+            if every_place:   # (``None`` or ``0`` held in several places: each is one)
+                visit(name, obj, container, key)
             return
         seen.add(id(obj))
         visit(name, obj, container, key)
@@ -96,7 +101,7 @@ def places(roots: dict) -> dict:
         if isinstance(container, dict):
             before[(id(container), key)] = obj
 
-    _walk(roots, visit)
+    _walk(roots, visit, every_place=True)
     return before
 
 
