@@ -28,53 +28,67 @@ STEPS = 10
 def run(name: str, mode: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
     proc = subprocess.run([sys.executable, str(RUN), name, mode, str(STEPS)], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-PROGRAMS = ["gpt"]
+# each program's results: lists of floats (losses, a VAE's samples) are compared with a
+# tolerance, lists of ints (generated tokens, correct counts) must be equal
+PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae"]
+
+
+def same(got: dict, want: dict, **tol) -> None:
+    assert set(got) == set(want)
+    for key in set(want) - {"framework", "compiled"}:
+        g, w = np.asarray(got[key]), np.asarray(want[key])
+        assert g.shape == w.shape and g.size > 0, key
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, err_msg=key, **tol)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=key)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_eager_matches_pytorch(name):
     want, got = run(name, "torch"), run(name, "eager")
     assert (want["framework"], got["framework"]) == ("torch", "dualgraph")
-    assert len(got["losses"]) == STEPS
-    np.testing.assert_allclose(got["losses"], want["losses"], rtol=1e-4)
-    for key in set(want) - {"losses", "framework", "compiled"}:
-        assert got[key] == want[key], key
+    same(got, want, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_compiled_matches_eager(name):
     eager, got = run(name, "eager"), run(name, "compiled")
-    np.testing.assert_allclose(got["losses"], eager["losses"], rtol=1e-5, atol=1e-6)
-    for key in set(eager) - {"losses", "framework", "compiled"}:
-        assert got[key] == eager[key], key
+    same(got, eager, rtol=1e-5, atol=1e-6)
     assert got["compiled"], "the program compiled nothing"
     for c in got["compiled"]:
-        assert c["graphs"] >= 1 and c["limit"] == 0 and c["breaks"] == 0, c["explain"]
+        # at most: the first call, the optimiser's first step creating its state, and the
+        # first change of a scheduled lr (a graph input from then on): never one per step
+        assert 1 <= c["graphs"] <= 3 and c["limit"] == 0 and c["breaks"] == 0, c["explain"]
 
 
 def test_alias_gives_dualgraphs_own_modules():
-    code = ("import dualgraph.compat as c, dualgraph as dg; c.install_torch_alias(); "
+    code = ("import sys, dualgraph.compat as c, dualgraph as dg; finders = list(sys.meta_path); "
+            "assert not c.torch_alias_installed() and 'torch' not in sys.modules; "
+            "c.install_torch_alias(); "
             "import torch, torch.nn as nn, torch.nn.functional as F, torch.optim; "
             "from torch.utils.data import DataLoader; import torch.utils.data.dataloader; "
             "from torch.nn.modules.linear import Linear; "
             "assert torch is dg and nn is dg.nn and F is dg.nn.functional; "
             "assert DataLoader is dg.utils.data.DataLoader and Linear is dg.nn.Linear; "
             "assert dg.__spec__.name == 'dualgraph' and dg.nn.__spec__.name == 'dualgraph.nn'; "
-            "c.remove_torch_alias(); import sys; assert 'torch' not in sys.modules; "
+            "c.remove_torch_alias(); assert sys.meta_path == finders; "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'torch']; "
             "import torch; assert torch is not dg and torch.__name__ == 'torch'")
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def test_alias_refuses_when_real_torch_is_loaded():
     import torch  # noqa: F401  (the oracle, loaded in this process)
+
     from dualgraph import compat
     with pytest.raises(RuntimeError, match="already imported"):
         compat.install_torch_alias()

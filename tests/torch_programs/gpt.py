@@ -2,6 +2,7 @@
 decay / no-decay parameter groups, a warmup + cosine learning-rate schedule that sets
 ``param_group['lr']`` every step, gradient clipping, weight tying and ``generate()``.
 Only ``import torch`` decides whether PyTorch or dualgraph runs it."""
+# ruff: noqa: PLR0402, C408, RUF059  (written as PyTorch programs are)
 import math
 
 import numpy as np
