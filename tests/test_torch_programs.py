@@ -56,9 +56,10 @@ def test_eager_matches_pytorch(name):
     same(got, want, rtol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["compiled", "compiled_model"])
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_compiled_matches_eager(name):
-    eager, got = run(name, "eager"), run(name, "compiled")
+def test_compiled_matches_eager(name, mode):
+    eager, got = run(name, "eager"), run(name, mode)
     same(got, eager, rtol=1e-5, atol=1e-6)
     assert got["compiled"], "the program compiled nothing"
     for c in got["compiled"]:

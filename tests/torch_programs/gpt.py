@@ -152,7 +152,9 @@ def main(steps=10, compile=False, seed=0):
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    if compile:
+    if compile == "model":  # as train.py scripts do: the module keeps its methods
+        model = torch.compile(model)
+    elif compile:
         train_step = torch.compile(train_step)
     losses = []
     model.train()

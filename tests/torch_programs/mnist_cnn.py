@@ -69,7 +69,9 @@ def main(steps=10, compile=False, seed=0, batch_size=8, epochs=2):
         optimizer.step()
         return loss
 
-    if compile:
+    if compile == "model":  # as train.py scripts do: the module keeps its methods
+        model = torch.compile(model)
+    elif compile:
         train_step = torch.compile(train_step)
     losses, correct = [], []
     for _ in range(epochs):

@@ -1,6 +1,7 @@
 """Run one program of this folder and print its results as JSON: ``python run.py NAME MODE
-STEPS`` with MODE ``torch`` (real PyTorch), ``eager`` or ``compiled`` (``import torch``
-answered by dualgraph through ``dualgraph.compat.install_torch_alias``). A fresh process
+STEPS`` with MODE ``torch`` (real PyTorch) or, with ``import torch`` answered by dualgraph
+through ``dualgraph.compat.install_torch_alias``, ``eager``, ``compiled`` (the training
+step compiled) or ``compiled_model`` (``model = torch.compile(model)``). A fresh process
 each time, so that the alias and the real torch never share one."""
 import importlib.util
 import json
@@ -41,7 +42,8 @@ def run(name, mode, steps):
     spec = importlib.util.spec_from_file_location(f"torch_program_{name}", path)
     program = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(program)
-    result = program.main(steps, compile=mode == "compiled")
+    compile = {"torch": False, "eager": False, "compiled": True, "compiled_model": "model"}
+    result = program.main(steps, compile=compile[mode])
     import torch
     result["framework"] = torch.__name__
     result["compiled"] = _summary(compiled)

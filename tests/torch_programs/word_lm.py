@@ -137,7 +137,9 @@ def train_model(kind, steps, compile, seed, ntokens=50, bsz=4, bptt=6):
                 total_loss += len(data) * criterion(output, targets).item()
         return total_loss / (len(data_source) - 1)
 
-    if compile:
+    if compile == "model":  # as train.py scripts do: the module keeps its methods
+        model = torch.compile(model)
+    elif compile:
         train_step = torch.compile(train_step)
     losses, best_val_loss = [], None
     half = steps // 2
