@@ -31,7 +31,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import run_pipeline
 from .autodiff import build_backward, record_call
-from .escape import created_state, places, undo
+from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
@@ -648,7 +648,7 @@ class Compiled:
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
-        before = places(roots)
+        before, cells = places(roots), scalar_cells(self.fn)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         try:
@@ -672,6 +672,7 @@ class Compiled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except CaptureError as e:   # (the eager run makes again the state the trace made)
             undo(roots, tracer.graph, tracer._bound, before)
+            restore_cells(cells)
             return self._graph_break(e), sig
         finally:
             for group, k, value, t in swapped:

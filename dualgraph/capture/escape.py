@@ -30,7 +30,11 @@ MAX_DEPTH = 6
 MAX_ITEMS = 10_000   # longer containers (a dataset held in a list) are not looked into
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
            types.MethodType, type)
-_ABSENT = object()
+class _Absent:
+    """A place that holds nothing (an item or attribute not there)."""
+
+
+_ABSENT = _Absent()
 
 
 def _walk(roots: dict, visit, skip=(), names=None, every_place=False) -> None:
@@ -93,30 +97,62 @@ def _created(roots, graph, bound, names) -> list:
 
 
 def places(roots: dict) -> dict:
-    """``{(id(container), key): value}`` for every dict item and attribute reachable from
-    ``roots``: what :func:`undo` puts back."""
+    """``{(id(container), key): (container, value)}`` for every dict item and attribute
+    reachable from ``roots``: what :func:`undo` puts back."""
     before = {}
 
     def visit(name, obj, container, key):
         if isinstance(container, dict):
-            before[(id(container), key)] = obj
+            before[(id(container), key)] = (container, obj)
 
     _walk(roots, visit, every_place=True)
     return before
 
 
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
 def undo(roots: dict, graph, bound, before: dict) -> None:
-    """Put the places where an aborted trace kept a tensor of ``graph`` back as they were
-    (``before``, from :func:`places`): the old value, or no item/attribute at all."""
+    """Put back what an aborted trace changed, so that the eager run of the same call
+    starts from the same Python state (``before``, from :func:`places`): the places where it
+    kept a tensor of ``graph`` (the old value, or no item/attribute at all), and the Python
+    scalars it changed (a counter incremented, a flag toggled before the break)."""
     for _, _, container, key in _created(roots, graph, bound, None):
         if not isinstance(container, dict):
             continue   # (a list or tuple item: not looked for before, nothing to restore)
-        old = before.get((id(container), key), _ABSENT)
+        old = before.get((id(container), key), (None, _ABSENT))[1]
         if old is _ABSENT:
             del container[key]
         else:
             container[key] = old
+    for (_, key), (container, old) in before.items():
+        now = container.get(key, _ABSENT)
+        if type(old) in _SCALARS and now is not old and type(now) in _SCALARS + (_Absent,):
+            container[key] = old
 
 
+def restore_cells(cells: list) -> None:
+    """Put back the Python scalars an aborted trace changed in closure cells
+    (``cells``: ``[(cell, value)]`` taken before it)."""
+    for cell, old in cells:
+        try:
+            now = cell.cell_contents
+        except ValueError:   # (emptied)
+            now = _ABSENT
+        if now is not old and type(now) in _SCALARS + (_Absent,):
+            cell.cell_contents = old
+
+
+def scalar_cells(fn) -> list:
+    """``[(cell, value)]`` for the closure cells of ``fn`` holding Python scalars."""
+    found = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if type(value) in _SCALARS:
+            found.append((cell, value))
+    return found
 def _key(k, names) -> str:
     return names.get(id(k), "<tensor>") if isinstance(k, Tensor) else repr(k)
