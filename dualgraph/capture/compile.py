@@ -252,7 +252,27 @@ class Entry:
             t.grad = None
         for slot, value in cap.py_writes:   # (the Python the graph stands for wrote them)
             slot.set(value)
+        for group, key, t in cap.hyper_writes:
+            group[key] = float(t._data)
         return unflatten(cap.out_spec, leaves)
+
+
+def _hyper_writes(swapped: list, tracer: Tracer) -> list:
+    """``(group, key, tensor)`` for each hyper-parameter that is a graph input and that the
+    traced call set to a traced scalar of its dtype (``group["lr"] = group["lr"] * 0.8``, a
+    scheduler's step inside the function): its tensor takes the new value as an in-place
+    update, so the graph outputs it, and the group holds the tensor again (not Python
+    state the call made). Another value (a Python float) is a Python write, as before."""
+    written = []
+    for group, key, _, t in swapped:
+        new = group[key]
+        if (new is not t and isinstance(new, Tensor) and type(new._data) is Value
+                and new.shape == () and new.dtype == t.dtype):
+            tracer.note_mutation(t)
+            t._data = new._data
+            group[key] = t
+            written.append((group, key, t))
+    return written
 
 
 class _StaleGuard(Exception):
@@ -663,6 +683,7 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*args, **kwargs)
+                hyper_writes = _hyper_writes(swapped, tracer)
                 created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
                 capture = tracer.finish(result, [t for _, t in created])
                 created = [(name, _made_at(t._data)) for name, t in created]
@@ -684,6 +705,7 @@ class Compiled:
         capture.graph.verify()
         capture.had_grad = had_grad
         capture.py_writes, sig = self._python_writes(sig, module_before)
+        capture.hyper_writes = hyper_writes
         _name_new_state(capture, tracer.names, self.fn)
         entry = None if created else self._same_graph(capture, backward)
         reused = entry is not None

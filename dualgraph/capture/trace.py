@@ -66,6 +66,10 @@ class Capture:
     view: object = None   # the CapturedGraph ``Compiled.graph`` shows (capture/freeze.py)
     # (slot, value): the Python values the traced call wrote (capture/pyvalues.py)
     py_writes: list = field(default_factory=list)
+    # (param group, key, tensor): hyper-parameters that are graph inputs and that the traced
+    # call set (``group["lr"] = ...``): their tensor is written back ("data"), then the
+    # group gets its value as a Python float again, as eager leaves it
+    hyper_writes: list = field(default_factory=list)
 
 
 class Tracer:
