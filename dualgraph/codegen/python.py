@@ -278,9 +278,12 @@ def wrap(statement: str, width: int = WIDTH) -> str:
 
 
 def compile_source(source: str, name: str, module_globals: dict) -> Program:
-    """``exec`` ``source`` as its own module registered in ``linecache``."""
+    """``exec`` ``source`` as its own module registered in ``linecache`` (named under
+    ``dualgraph.`` so that its NumPy floating-point warnings are silenced as the eager
+    kernels' are: dualgraph/_warnings.py)."""
     _counter[0] += 1
     filename = f"<dualgraph-generated-{_counter[0]}>"
+    module_globals.setdefault("__name__", f"dualgraph.generated_{_counter[0]}")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), module_globals)
     return Program(source, module_globals[name], filename, module_globals)

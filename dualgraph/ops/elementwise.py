@@ -363,9 +363,28 @@ def _atan2_vjp(g, out, y, x):
             unbroadcast(-scale * y, x) if needs_grad(x) else None)
 
 
+def _onnx_atan2(e, node):
+    """ONNX has no Atan2: atan(y / x), moved by pi where x is negative, toward y's side;
+    a sign is read as 1 / v < 0, which also tells -0.0 from 0.0, so the axes and the
+    origin's four signed zeros give NumPy's values (y itself where both are zero and x is
+    not negative). Both infinite gives NaN where NumPy gives a multiple of pi/4."""
+    dtype = node.outputs[0].dtype
+    y, x = e.inputs(dtype)
+    zero, one = e.scalar(0, dtype, "zero"), e.scalar(1, dtype, "one")
+    pi = e.scalar(math.pi, dtype, "pi")
+    negative = lambda v: e.op("Less", [e.op("Div", [one, v]), zero])
+    y_neg, x_neg = negative(y), negative(x)
+    angle = e.op("Atan", [e.op("Div", [y, x])])
+    turned = e.op("Where", [y_neg, e.op("Sub", [angle, pi]), e.op("Add", [angle, pi])])
+    general = e.op("Where", [x_neg, turned, angle])
+    origin = e.op("And", [e.op("Equal", [y, zero]), e.op("Equal", [x, zero])])
+    on_origin = e.op("Where", [x_neg, e.op("Where", [y_neg, e.op("Neg", [pi]), pi]), y])
+    return [e.op("Where", [origin, on_origin, general])]
+
+
 # (a primitive: atan(y / x) with quadrant fixes is wrong on the axes and at the origin)
 ATAN2 = defop("atan2", binary_kernel(np.arctan2, float_result_type), infer_binary_float,
-              vjp=_atan2_vjp, elementwise="arctan2({0}, {1})", onnx=None,
+              vjp=_atan2_vjp, elementwise="arctan2({0}, {1})", onnx=_onnx_atan2,
               doc="The angle of the point (other, input): atan(input / other) in the "
                   "right quadrant, in [-pi, pi].")
 
