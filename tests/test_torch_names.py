@@ -485,3 +485,19 @@ def test_set_printoptions_precision_matches_torch():
         dg.set_printoptions(profile="default")
         torch.set_printoptions(profile="default")
     assert repr(dg.arange(10)) == repr(torch.arange(10))
+
+
+def test_view_refuses_a_layout_it_cannot_share_as_torch_does():
+    """``x.t().view(-1)`` raised nothing and returned a copy, so writes through it missed
+    ``x`` silently; torch raises, pointing at ``reshape``. A view that fits shares."""
+    for lib in (torch, dg):
+        x = lib.arange(6.0).reshape(2, 3)
+        with pytest.raises(RuntimeError, match=r"view size is not compatible.*reshape"):
+            x.t().view(-1)
+        v = x.t().view(3, 2)          # (the same layout: a view)
+        v[0, 0] = 100.0
+        assert float(x[0, 0]) == 100.0
+        flat = x.view(6)
+        flat[1] = -1.0
+        assert float(x[0, 1]) == -1.0
+        assert x.t().reshape(-1).tolist() == [100.0, 3.0, -1.0, 4.0, 2.0, 5.0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import apply
+from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       normalize_dim, normalize_dims, numel)
 from . import creation
@@ -293,7 +293,39 @@ def unflatten(x, dim, sizes):
     return reshape(x, shape[:d] + sizes + shape[d + 1:])
 
 
+def view(x, *shape):
+    """``x`` with a new shape, sharing its storage, as torch's ``Tensor.view``. Where the
+    elements are not laid out for the new shape (a transpose flattened), it raises as torch
+    does, pointing at ``reshape`` (which copies): a silent copy would let writes through
+    the result miss ``x``. Traced values have no layout: a traced view is a reshape.
+
+    >>> x = dg.arange(6.0).reshape(2, 3)
+    >>> x.view(3, 2).shape, x.t().reshape(-1).shape
+    (dg.Size([3, 2]), dg.Size([6]))
+    """
+    if len(shape) == 1 and isinstance(shape[0], (dtypes.DType, np.dtype, type)):
+        raise TypeError(f"view(dtype) reinterprets bits, which dualgraph does not do; "
+                        f"convert values with .to({shape[0]}) instead")
+    data = x._data
+    if type(data) is np.ndarray and not data.flags.c_contiguous:
+        target = infer_reshape(tuple(x.shape), _shape_arg(shape))
+        try:
+            np.reshape(data, target, copy=False)
+        except ValueError:
+            raise OpError(f"view size is not compatible with input tensor's size and stride "
+                          f"(at least one dimension spans across two contiguous subspaces): "
+                          f"viewing shape {tuple(x.shape)} with strides "
+                          f"{tuple(s // data.itemsize for s in data.strides)} as {target} at "
+                          f"{user_location()}. Use .reshape(...) instead (it copies "
+                          f"where it must).") from None
+    return reshape(x, *shape)
+
+
 def view_as(x, other):
+    return view(x, tuple(other.shape))
+
+
+def reshape_as(x, other):
     return reshape(x, tuple(other.shape))
 
 
@@ -646,7 +678,7 @@ def contiguous(self, memory_format=None):
 
 
 METHODS = {
-    "reshape": reshape, "view": reshape, "expand": expand, "permute": permute,
+    "reshape": reshape, "view": view, "expand": expand, "permute": permute,
     "transpose": transpose, "swapaxes": transpose, "swapdims": transpose, "t": t,
     "T": property(lambda self: permute(self, tuple(range(self.ndim))[::-1])),
     "mT": property(_matrix_transpose),
@@ -654,5 +686,5 @@ METHODS = {
     "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select,
     "repeat": repeat, "tile": tile, "flip": flip, "roll": roll, "movedim": movedim,
     "moveaxis": movedim, "contiguous": contiguous,
-    "view_as": view_as, "reshape_as": view_as, "expand_as": expand_as,
+    "view_as": view_as, "reshape_as": reshape_as, "expand_as": expand_as,
 }
