@@ -23,6 +23,9 @@ class _Modes:
 
     tracer = None
     stack: list = []
+    # set once a write through a view gave its root a history (ops/views.py): ops recording
+    # autograd first refresh the stale views among their arguments with it
+    refresh_views = None
 
     def building_graph(self) -> bool:
         """Whether the active tracer builds a graph (checked mode's recorder, the other
@@ -107,6 +110,8 @@ def apply(op, *args, **attrs):
     if op.num_outputs == 1:
         if op.view:
             out = Tensor._make(raw, args[0])
+            out._view = (op, attrs)
+            out._view_version = out._version[0]
         else:   # Tensor._make, inlined: this is the hot path of every op
             out = _new_tensor(Tensor)
             out._data = raw
@@ -117,6 +122,8 @@ def apply(op, *args, **attrs):
         out = outs
 
     if op.vjp is not None and grad_mode.enabled:
+        if modes.refresh_views is not None:
+            modes.refresh_views(args)
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
                 _record(op, args, outs, attrs)

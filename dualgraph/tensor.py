@@ -29,6 +29,8 @@ class Tensor:
     _output_nr = 0          # which output of grad_fn this tensor is
     _base = None            # the tensor this one is a view of
     _alias = False          # a view of all of _base as it is (.data, .detach())
+    _view = None            # (view op, attrs) that made it from _base (ops/views.py)
+    _view_version = 0       # the storage's version its value and history are of
     _hooks = None           # gradient hooks of a leaf
     _retains_grad = False
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use

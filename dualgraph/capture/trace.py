@@ -24,6 +24,7 @@ from ..errors import CaptureError
 from ..shapes import ShapeError
 from ..graph import Graph
 from ..graph.ir import Value
+from ..ops.views import refresh
 from ..tensor import Tensor
 
 
@@ -82,6 +83,7 @@ class Tracer:
         self._grad_bound: dict[int, Binding] = {}   # id(leaf) -> binding of leaf.grad
         self.names = names or {}                     # id(tensor) -> readable input name
         self._mutated: dict[int, Binding] = {}
+        self._refreshed: dict[int, tuple] = {}   # stale views given new values (restored)
         self._grad_written: dict[int, Tensor] = {}
         self._arrays: dict[int, Tensor] = {}        # id(array) -> its tensor (array_tensor)
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
@@ -103,6 +105,8 @@ class Tracer:
     def value_of(self, t: Tensor) -> Value:
         if t._alias:   # p.data, p.detach(): p's storage, maybe updated since
             t = t._storage_owner(self._bound)
+        elif t._view is not None and t._view_version != t._version[0]:
+            refresh(t)   # a view whose base was written since: its view op again
         data = t._data
         if type(data) is Value:
             if data not in self.graph:
@@ -167,6 +171,13 @@ class Tracer:
             self._grad_bound[id(leaf)] = binding
         return binding.value
 
+    def note_refresh(self, view: Tensor) -> None:
+        """Called before a stale view takes a new traced value (ops/views.py): remember
+        what it held, to give back when the trace ends."""
+        if id(view) not in self._refreshed:
+            self._refreshed[id(view)] = (view, view._data, view.requires_grad, view.grad_fn,
+                                         view._output_nr, view._view_version)
+
     def note_grad(self, leaf: Tensor) -> None:
         """Called when backward sets ``leaf.grad`` to a traced value."""
         self._grad_written[id(leaf)] = leaf
@@ -221,6 +232,9 @@ class Tracer:
 
     def _restore(self):
         """Give every bound tensor back its storage and gradient from before the trace."""
+        for view, *before in reversed(self._refreshed.values()):
+            (view._data, view.requires_grad, view.grad_fn, view._output_nr,
+             view._view_version) = before
         for b in self.bindings:
             if b.kind == "grad":
                 continue

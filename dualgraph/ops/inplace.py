@@ -18,36 +18,73 @@ from ..autograd.tape import grad_mode
 from ..dispatch import modes
 from ..errors import CaptureError
 from ..tensor import Tensor
+from . import views
 
 
 def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     """Make ``target`` hold ``result``: write into its storage (so views see it), bump its
-    version (so saved copies are caught), and give it ``result``'s history."""
+    version (so saved copies are caught), and give it ``result``'s history. A write into a
+    view also gives the tensor it views the new history and, while tracing, the new value
+    (ops/views.py)."""
     if grad_mode.enabled and target.requires_grad and target.grad_fn is None:
         raise RuntimeError(
             "a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap the update in `with dg.no_grad():` or work on a clone")
-    base = target._base
-    if grad_mode.enabled and result.requires_grad and base is not None and base.requires_grad:
-        raise RuntimeError(
-            "in-place operations on a view of a tensor that requires grad are not supported; "
-            "compute the new value out of place (e.g. with dg.where or dg.cat)")
     data = target._data
-    if type(data) is np.ndarray and type(result._data) is np.ndarray:
+    eager = type(data) is np.ndarray and type(result._data) is np.ndarray
+    through = None   # (chain, root) of a view whose root takes the write
+    if target._view is not None and (not eager or grad_mode.enabled and (
+            result.requires_grad or target._base.requires_grad)):
+        through = _written_through(target, eager)
+    if eager:
         if not data.flags.writeable:
             raise RuntimeError(
                 "in-place operation on a tensor whose storage is read-only (an expanded or "
                 "broadcast view); call .clone() first")
         np.copyto(data, result._data, casting="unsafe")
+    elif through is not None:   # tracing: the root's new value, then the view's
+        chain, root = through
+        new_root = views.write_root(chain, root, result)
+        commit_write(root, new_root._data)
+        commit_write(target, result.to(target.dtype)._data)
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
         commit_write(target, result.to(target.dtype)._data)
     target._version[0] += 1
+    if through is not None and grad_mode.enabled and (
+            result.requires_grad or through[1].requires_grad):
+        chain, root = through
+        new_root = views.write_root(chain, root, result) if eager else new_root
+        root.requires_grad, root.grad_fn, root._output_nr = (True, new_root.grad_fn,
+                                                             new_root._output_nr)
+        modes.refresh_views = views.refresh_stale
+    if target._view is not None:
+        target._view_version = target._version[0]
     if result.requires_grad and grad_mode.enabled:
         result = result.to(target.dtype)
         target.requires_grad = True
         target.grad_fn = result.grad_fn
         target._output_nr = result._output_nr
     return target
+
+
+def _written_through(target: Tensor, eager: bool):
+    """``(chain, root)`` when a write into the view ``target`` reaches the tensor it views.
+    None where the "view" is a reshape's copy, which then stops being a view (later writes
+    to its base must not reach it); while tracing, also where it is a broadcast: eager code
+    can't write one (read-only), so such a traced chain is a value made functionally (a
+    converted loop's ``expand``ed initial value), not memory shared with the root. A view
+    of a leaf that requires grad is refused as torch refuses it."""
+    chain, root = views.chain_of(target)
+    shares, writeable = views.shares_root(chain, root)
+    if not shares or not (writeable or eager):
+        target._view = target._base = None
+        target._version = [target._version[0]]
+        return None
+    if grad_mode.enabled and root.requires_grad and root.grad_fn is None:
+        raise RuntimeError(
+            "a view of a leaf tensor that requires grad is being used in an in-place "
+            "operation; wrap the update in `with dg.no_grad():` or work on a clone")
+    return chain, root
 
 
 def set_data(target: Tensor, value) -> None:
@@ -100,6 +137,8 @@ def source_of(target: Tensor, *others) -> Tensor:
     invalidate it (``y.sin_()`` differentiates through the old ``y``, as in torch)."""
     if not grad_mode.enabled:
         return target
+    if target._view is not None and target._view_version != target._version[0]:
+        views.refresh(target)   # (its base was written since: compute from its new history)
     if not (target.requires_grad
             or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
         return target

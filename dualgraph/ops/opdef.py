@@ -69,6 +69,9 @@ class OpDef:
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
+    view_layout: Callable | None = None  # for a view op whose kernel may copy (reshape):
+    #                                  the op without copying, raising ValueError where it
+    #                                  would have to (ops/views.py replays layouts with it)
     writes_out: bool = False         # the kernel takes out=(array or None per output) and
                                      # writes there, elementwise (an out may be an input)
     doc: str = ""

@@ -1,0 +1,142 @@
+"""Writes through views: ``y[:, 1].mul_(3)`` changes ``y``, eagerly, in autograd and traced.
+
+A view op's output (``slice``, ``reshape``, ``permute``, ``expand``: ``OpDef.view``) records
+the op and attributes that made it from its base (``Tensor._view``), and the version of the
+storage it was made at (``Tensor._view_version``; views share their base's version counter).
+An in-place op on a view then has two effects beyond the view's own new value:
+
+- the root (the first tensor of the chain that is not such a view) takes the written value
+  in the viewed positions: eagerly its storage already holds it; its autograd history and,
+  while tracing, its symbolic value become ``where(mask, scatter(value), root)``, where
+  ``scatter`` is the chain's VJPs (each view op's VJP places a gradient where the view reads,
+  zeros elsewhere) and ``mask`` the same scatter of ones (constant: folded when compiled);
+- every other view of that storage made before is stale (the shared version moved on): the
+  next op that reads it replays its view op on its base's current value and history
+  (:func:`refresh`), as torch regenerates a view's ``grad_fn``.
+
+Whether a chain is a view at all is the layout's question: ``reshape`` copies where the
+strides can't give the new shape (``x.t().reshape(-1)``), and a write to that copy leaves
+``x`` alone. Eagerly the arrays answer it; while tracing there are no arrays, so
+:func:`shares_root` replays the chain on a stand-in array of the root's layout that owns no
+memory, which answers as NumPy would (and says which views are read-only broadcasts).
+
+>>> import dualgraph as dg
+>>> w = dg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+>>> y = w * 1.0
+>>> y[:, 1].mul_(3.0)
+tensor([ 6., 12.], grad_fn=<MulBackward>)
+>>> (y * y).sum().backward()
+>>> w.grad
+tensor([[ 2., 36.],
+        [ 6., 72.]])
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .._helpers import format_site, user_site
+from ..autograd.tape import no_grad
+from ..dispatch import apply, modes
+from ..errors import CaptureError
+from ..tensor import Tensor
+
+
+def chain_of(t: Tensor) -> tuple[list, Tensor]:
+    """``([t, t's base, ...], root)``: the views from ``t`` down to the first tensor that is
+    not a view op's output (``.data`` / ``.detach()`` aliases are roots: they are their own
+    tensors to autograd)."""
+    chain = []
+    while t._view is not None:
+        chain.append(t)
+        t = t._base
+    return chain, t
+
+
+def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
+    """``(shares, writeable)``: whether the chain's result is the root's memory (not a
+    reshape's copy), and whether it may be written (not an ``expand``'s broadcast). Eager
+    arrays answer directly; traced values by replaying the ops on a stand-in array with the
+    root's layout (a bound input's strides, else row-major) that owns no memory."""
+    target = chain[0]._data
+    if type(target) is np.ndarray and type(root._data) is np.ndarray:
+        return np.may_share_memory(target, root._data), target.flags.writeable
+    shape = tuple(root.shape)
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        if any(t._view[0].view_layout is not None for t in chain):
+            raise CaptureError("an in-place write through a reshape of a tensor with a "
+                               "dynamic dim (whether the reshape copies is not known)",
+                               format_site(user_site()),
+                               "Write into the tensor itself, or mark no dim dynamic.")
+        return True, True   # (slices and permutations never copy)
+    itemsize = np.dtype(root._data.dtype).itemsize
+    bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
+    strides = bound.array.strides if bound is not None else _row_major(shape, itemsize)
+    # (a stand-in of one element's memory, never read: its strides are all that matter)
+    element = np.zeros(itemsize, np.uint8).view(np.dtype((np.void, itemsize)))
+    stand_in = as_strided(element, shape=shape, strides=strides)
+    for t in reversed(chain):
+        op, attrs = t._view
+        try:
+            stand_in = (op.view_layout or op.kernel)(stand_in, **attrs)
+        except ValueError:   # a reshape that would copy
+            return False, True
+    return True, stand_in.flags.writeable
+
+
+def _row_major(shape, itemsize) -> tuple:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def scatter(chain: list, value: Tensor) -> Tensor:
+    """``value`` (the chain's target's shape) placed where the chain reads its root, zeros
+    elsewhere: the chain's VJPs, outermost view first."""
+    for t in chain:
+        op, attrs = t._view
+        value = op.vjp(value, t, t._base, **attrs)
+    return value
+
+
+def write_root(chain: list, root: Tensor, value: Tensor) -> Tensor:
+    """The root after ``value`` is written through the chain, as ops (recorded for autograd,
+    symbolic while tracing): ``where(mask, scatter(value), root)``. The root enters through
+    an alias with its own version counter, so the ``where`` node does not pin the root's
+    version (a later write to the root must not invalidate this one's backward: where's
+    gradient needs only the mask)."""
+    with no_grad():
+        mask = scatter(chain, value.new_ones(tuple(value.shape))).ne(0)
+    old = Tensor._make(root._data)
+    old.requires_grad, old.grad_fn, old._output_nr = (root.requires_grad, root.grad_fn,
+                                                      root._output_nr)
+    if root.requires_grad and root.grad_fn is None:
+        old._accumulator = root._accumulate_node()
+    return scatter(chain, value.to(root.dtype)).where(mask, old)
+
+
+def refresh(t: Tensor) -> None:
+    """Give the stale view ``t`` its base's current value (while tracing) and history: its
+    view op replayed on the base. Eagerly its array already shows the base's memory."""
+    base = t._base
+    if base._view is not None and base._view_version != base._version[0]:
+        refresh(base)
+    op, attrs = t._view
+    fresh = apply(op, base, **attrs)
+    if modes.tracer is not None:
+        modes.tracer.note_refresh(t)
+        t._data = fresh._data
+    t.requires_grad, t.grad_fn, t._output_nr = (fresh.requires_grad, fresh.grad_fn,
+                                                fresh._output_nr)
+    t._view_version = t._version[0]
+
+
+def refresh_stale(args) -> None:
+    """Refresh the stale views among an op's arguments (dispatch calls this once a write
+    through a view gave a root a history, when recording autograd)."""
+    for a in args:
+        if isinstance(a, Tensor) and a._view is not None \
+                and a._view_version != a._version[0]:
+            refresh(a)
