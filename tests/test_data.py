@@ -144,8 +144,8 @@ def test_iterable_dataset_batches_in_order():
 
 def test_loader_argument_errors():
     ds = list(range(4))
-    with pytest.raises(ValueError, match="num_workers=2 is not supported.*num_workers=0"):
-        data.DataLoader(ds, num_workers=2)
+    with pytest.raises(ValueError, match="num_workers option should be non-negative"):
+        data.DataLoader(ds, num_workers=-1)
     with pytest.raises(ValueError, match="sampler option is mutually exclusive with shuffle"):
         data.DataLoader(ds, sampler=data.SequentialSampler(ds), shuffle=True)
     with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive"):

@@ -127,6 +127,11 @@ class OpDef:
     # Reshape`` of a dynamic batch); None where such a value can't be an input.
     shape_fold: Callable | None = None
 
+    def __reduce__(self):
+        """Ops are singletons, as dtypes: copied and pickled by name (a view's tensor
+        records the op that made it, ops/views.py; deepcopy and multiprocessing copy it)."""
+        return get, (self.name,)
+
     def __post_init__(self):
         self.saves_inputs = "i" in self.saves
         self.saves_outputs = "o" in self.saves

@@ -4,7 +4,8 @@ A map-style :class:`Dataset` has ``__getitem__`` and ``__len__``; a sampler yiel
 into it; a :class:`BatchSampler` groups them; :class:`DataLoader` fetches the samples of
 each batch and merges them with ``collate_fn`` (:func:`default_collate` stacks tensors,
 numbers and arrays and recurses into tuples, lists and dicts). An :class:`IterableDataset`
-yields samples itself. Data is loaded in the calling process (``num_workers=0``).
+yields samples itself. Data is loaded in the calling process (``num_workers=0``) or by
+worker processes (``num_workers > 0``: utils/workers.py).
 
 >>> import dualgraph as dg
 >>> from dualgraph.utils.data import DataLoader, TensorDataset
@@ -27,11 +28,12 @@ from ..ops import creation
 from ..ops import shape as shape_ops
 from ..ops.random import Generator, rng_of
 from ..tensor import Tensor
+from .workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler",
            "SubsetRandomSampler", "BatchSampler", "DataLoader", "default_collate",
-           "default_convert"]
+           "default_convert", "get_worker_info", "WorkerInfo"]
 
 
 # -- datasets -------------------------------------------------------------------------------
@@ -175,6 +177,9 @@ def _epoch_rng(generator) -> np.random.Generator:
     return Generator(int(rng_of(None).integers(2**63))).rng
 
 
+_DRAW_BLOCK = 4096   # indices drawn at a time with replacement
+
+
 class RandomSampler(Sampler):
     """A random permutation of the indices each pass, or ``num_samples`` draws with
     replacement when ``replacement=True``."""
@@ -195,12 +200,17 @@ class RandomSampler(Sampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self):
+        """Drawn as consumed, a block at a time: ``num_samples`` may be far larger than
+        memory holds (a "practically infinite" sampler)."""
         n, rng = len(self.data_source), _epoch_rng(self.generator)
-        if self.replacement:
-            return iter(rng.integers(0, n, self.num_samples).tolist())
-        full, rest = divmod(self.num_samples, n)
-        perms = [rng.permutation(n) for _ in range(full)] + [rng.permutation(n)[:rest]]
-        return iter(np.concatenate(perms).tolist())
+        left = self.num_samples
+        while left > 0:
+            if self.replacement:
+                block = rng.integers(0, n, min(left, _DRAW_BLOCK))
+            else:
+                block = rng.permutation(n)[:left]
+            left -= len(block)
+            yield from block.tolist()
 
     def __len__(self):
         return self.num_samples
@@ -325,21 +335,34 @@ class DataLoader:
     for a reproducible stream) or, without one, from the global generator;
     ``sampler``/``batch_sampler`` choose the indices yourself. ``collate_fn`` merges the
     samples of a batch (default :func:`default_collate`). ``batch_size=None`` turns
-    batching off. ``num_workers`` must be 0: loading happens in this process.
-    ``pin_memory`` is accepted and ignored (there is no device to pin for).
+    batching off. ``num_workers > 0`` loads batches in that many worker processes
+    (utils/workers.py: ``worker_init_fn``, ``prefetch_factor``, ``persistent_workers``,
+    ``timeout``, ``multiprocessing_context`` as torch's). ``pin_memory`` is accepted and
+    ignored (there is no device to pin for).
     """
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None,
                  sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
-                 pin_memory: bool = False, drop_last: bool = False, generator=None):
+                 pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor: int | None = None, persistent_workers: bool = False,
+                 pin_memory_device: str = ""):
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use "
                              "num_workers=0 to disable multiprocessing.")
-        if num_workers > 0:
-            raise ValueError(f"num_workers={num_workers} is not supported: dualgraph loads "
-                             "data in the main process; pass num_workers=0")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in "
+                             "multiprocessing.let num_workers > 0 to enable multiprocessing, "
+                             "otherwise set prefetch_factor to None.")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
         self.dataset, self.num_workers, self.generator = dataset, num_workers, generator
-        self.pin_memory = pin_memory
+        self.pin_memory, self.timeout, self.worker_init_fn = pin_memory, timeout, worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.persistent_workers, self._pool = persistent_workers, None
         if isinstance(dataset, IterableDataset):
             for name, value in (("shuffle", shuffle), ("sampler", sampler),
                                 ("batch_sampler", batch_sampler)):
@@ -369,6 +392,11 @@ class DataLoader:
         self.collate_fn = collate_fn
 
     def __iter__(self):
+        # (a seed for the workers is drawn at every pass, workers or not, as torch draws
+        # it: a shuffled order does not depend on num_workers)
+        seed = int(rng_of(self.generator).integers(2**63 - max(self.num_workers, 1)))
+        if self.num_workers:
+            return self._through_workers(seed)
         if isinstance(self.dataset, IterableDataset):
             samples = iter(self.dataset)
             if self.batch_size is None:
@@ -379,6 +407,25 @@ class DataLoader:
         return (self.collate_fn([self.dataset[i] for i in batch])
                 for batch in self.batch_sampler)
 
+    def _through_workers(self, seed: int) -> WorkerIterator:
+        """A pass through the worker processes (started now with seeds from ``seed``, or
+        kept from the last pass when ``persistent_workers``)."""
+        if self._pool is None or not self._pool.processes:
+            self._pool = WorkerPool(self, seed)
+        if isinstance(self.dataset, IterableDataset):
+            return WorkerIterator(self, self._pool, None)
+        indices = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        return WorkerIterator(self, self._pool, iter(indices))
+
+    def _worker_parts(self) -> tuple:
+        """``(dataset, fetch)`` for a worker: ``fetch`` makes a batch from a batch of
+        indices (a sample from an index when batching is off), or from an
+        IterableDataset's iterator the stream of its batches."""
+        if isinstance(self.dataset, IterableDataset):
+            return self.dataset, _StreamFetch(self.collate_fn, self.batch_size, self.drop_last)
+        batched = self.batch_sampler is not None
+        return self.dataset, _IndexFetch(self.dataset, self.collate_fn, batched)
+
     def __len__(self):
         if isinstance(self.dataset, IterableDataset):
             n = len(self.dataset)
@@ -388,6 +435,31 @@ class DataLoader:
         if self.batch_sampler is None:
             return len(self.sampler)
         return len(self.batch_sampler)
+
+
+class _IndexFetch:
+    """A worker's fetch for a map-style dataset (a class, not a closure: picklable for
+    ``spawn``)."""
+
+    def __init__(self, dataset, collate_fn, batched: bool):
+        self.dataset, self.collate_fn, self.batched = dataset, collate_fn, batched
+
+    def __call__(self, index):
+        if self.batched:
+            return self.collate_fn([self.dataset[i] for i in index])
+        return self.collate_fn(self.dataset[index])
+
+
+class _StreamFetch:
+    """A worker's batches from its copy of an IterableDataset's stream."""
+
+    def __init__(self, collate_fn, batch_size, drop_last: bool):
+        self.collate_fn, self.batch_size, self.drop_last = collate_fn, batch_size, drop_last
+
+    def __call__(self, samples):
+        if self.batch_size is None:
+            return map(self.collate_fn, samples)
+        return map(self.collate_fn, _batched(samples, self.batch_size, self.drop_last))
 
 
 # torch's submodule paths (``torch.utils.data.dataloader.DataLoader``, ``...sampler``,
