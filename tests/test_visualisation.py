@@ -336,3 +336,13 @@ def test_rendered_in_chromium(tmp_path, layout):
         assert inked.mean() > 0.01, "the screenshot is blank"
         # the boxes and edges of both graphs: ink in the left and the middle third
         assert inked[100:, :400].mean() > 0.005 and inked[100:, 400:800].mean() > 0.005
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """docs/visualisation.md's Python blocks run as written, in that order."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "visualisation.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/visualisation.md", "exec"), {"__name__": "__docs__"})

@@ -26,11 +26,16 @@ function layout(drawing) {
     items.set(it.id, it);
     const textW = Math.max(...it.lines.map(l => l.length)) * CHAR_W + 2 * PAD;
     let w = textW, h = it.lines.length * LINE_H + 2 * PAD;
-    if (it.subs) {
+    if (it.subs) {   // the clusters side by side under the node's lines, each labelled
       it.subLayouts = it.subs.map(s => layout(s.drawing));
+      it.subLayouts.forEach((l, j) => {   // (as wide as its label, the drawing centred)
+        const labelW = it.subs[j].label.length * CHAR_W;
+        l.dx = Math.max(0, (labelW - l.w) / 2);
+        l.w = Math.max(l.w, labelW);
+      });
       const inner = it.subLayouts.reduce((a, l) => a + l.w + GAP_X, -GAP_X);
       w = Math.max(w, inner + 2 * PAD);
-      h += Math.max(...it.subLayouts.map(l => l.h)) + LINE_H + PAD;
+      h += Math.max(...it.subLayouts.map(l => l.h)) + LINE_H + 2 * PAD;
     }
     box.set(it.id, {x: 0, y: 0, w, h});
     rank.set(it.id, it.from.length ? 1 + Math.max(...it.from.map(f => rank.get(f))) : 0);
@@ -101,12 +106,12 @@ function draw(drawing, lay, parent, arrow) {
     (it.subs || []).forEach((sub, j) => {
       const sl = it.subLayouts[j];
       const c = svgEl("g", {id: sub.id, class: `cluster ${sub.kind}`,
-                            transform: `translate(${x},${it.lines.length * LINE_H + PAD})`},
+                            transform: `translate(${x},${it.lines.length * LINE_H + 2 * PAD})`},
                       g);
       svgEl("rect", {x: -PAD / 2, y: 0, width: sl.w + PAD, height: sl.h + LINE_H + PAD / 2,
                      rx: 6}, c);
       svgEl("text", {x: 2, y: LINE_H - 3}, c).textContent = sub.label;
-      draw(sub.drawing, sl, svgEl("g", {transform: `translate(0,${LINE_H})`}, c), arrow);
+      draw(sub.drawing, sl, svgEl("g", {transform: `translate(${sl.dx},${LINE_H})`}, c), arrow);
       x += sl.w + GAP_X;
     });
   }
