@@ -39,34 +39,35 @@ function layout(drawing) {
     }
     box.set(it.id, {x: 0, y: 0, w, h});
     rank.set(it.id, it.from.length ? 1 + Math.max(...it.from.map(f => rank.get(f))) : 0);
-    for (const f of it.from) readers.set(f, (readers.get(f) || []).concat(it.id));
+    for (const f of it.from) {
+      if (!readers.has(f)) readers.set(f, []);
+      readers.get(f).push(it.id);
+    }
   }
   // inputs and constants sit just above their first reader, not all in the top row
   for (const it of drawing.items) {
     if (!it.from.length && readers.has(it.id))
       rank.set(it.id, Math.max(0, Math.min(...readers.get(it.id).map(r => rank.get(r))) - 1));
   }
-  const rows = [];
-  for (const it of drawing.items) (rows[rank.get(it.id)] ||= []).push(it);
+  const byRank = [];
+  for (const it of drawing.items) (byRank[rank.get(it.id)] ||= []).push(it);
+  const rows = byRank.filter(Boolean);
   const order = new Map();
   const place = row => row.forEach((it, i) => order.set(it.id, i));
   rows.forEach(place);
   // order each row by the mean place of what its items read (fewer crossing edges)
   for (let sweep = 0; sweep < 2; sweep++) {
     for (const row of rows.slice(1)) {
-      if (!row) continue;
       const key = it => it.from.length ?
         it.from.reduce((a, f) => a + order.get(f), 0) / it.from.length : order.get(it.id);
       row.sort((a, b) => key(a) - key(b));
       place(row);
     }
   }
-  const widths = rows.map(row => row ?
-    row.reduce((a, it) => a + box.get(it.id).w + GAP_X, -GAP_X) : 0);
+  const widths = rows.map(row => row.reduce((a, it) => a + box.get(it.id).w + GAP_X, -GAP_X));
   const width = Math.max(...widths, 0);
   let y = 0;
   rows.forEach((row, r) => {
-    if (!row) return;
     let x = (width - widths[r]) / 2;
     const rowH = Math.max(...row.map(it => box.get(it.id).h));
     for (const it of row) {
