@@ -328,6 +328,22 @@ def test_rendered_in_chromium(tmp_path, layout):
     assert "<h2>linear_relu</h2>" in details and "h = model(x) * 2 * 3" in details
     assert '<tr data-buffer="0" class="hl">' in dom
     if layout == "js":
+        # clicks, by a script added to a copy of the page: a zoom button, a buffer's row,
+        # then a node of the first panel
+        clicks = """<script>
+          document.querySelector("#panel0 button.zoom").click();
+          document.querySelector('tr[data-buffer="1"]').click();
+          document.querySelector('[id="p0_n1"] rect').dispatchEvent(
+            new MouseEvent("click", {bubbles: true}));
+        </script></body>"""
+        clicked = tmp_path / "clicked.html"
+        clicked.write_text(open(path).read().replace("</body>", clicks))
+        dom = chromium(tmp_path, "--dump-dom", "file://" + str(clicked)).decode()
+        assert '<div class="canvas">' in dom and "fit to width</button>" in dom
+        assert '<tr data-buffer="1" class="hl">' in dom
+        assert re.search(r'<g id="p1_n1" class="node op hl"', dom)   # %linear_1, buffer 1
+        details = re.search(r'<aside id="details">(.*?)</aside>', dom, re.S)[1]
+        assert "<h2>relu</h2>" in details and "%relu: f32[16,8]" in details
         chromium(tmp_path, "--window-size=1200,900", f"--screenshot={tmp_path / 'shot.png'}",
                  url)
         pixels = png_pixels((tmp_path / "shot.png").read_bytes())

@@ -77,8 +77,9 @@ def render_html(graphs, plan=None, title: str = "graph", layout: str = "auto",
                        "drawing": drawing(graph, f"p{k}", planned, sources)})
         markup.append(f'    <section class="panel" id="panel{k}">\n'
                       f"      <h2>{html.escape(heading)}</h2>\n"
-                      f'      <p class="note">{html.escape(_summary(graph))}</p>\n'
-                      f'      <div class="canvas">{svg}</div>\n    </section>')
+                      f'      <p class="note">{html.escape(_summary(graph))} '
+                      '<button type="button" class="zoom">actual size</button></p>\n'
+                      f'      <div class="canvas fit">{svg}</div>\n    </section>')
     note = " ".join(notes) or ("Laid out by Graphviz." if graphviz else
                                "Laid out in the page (Graphviz's dot was not found).")
     template = string.Template((_HERE / "page.html").read_text(encoding="utf-8"))

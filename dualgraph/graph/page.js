@@ -173,6 +173,12 @@ data.panels.forEach((panel, k) => {
   else render(panel, canvas, `arrow${k}`);
 });
 document.addEventListener("click", event => {
+  const zoom = event.target.closest("button.zoom");
+  if (zoom) {   // a panel's graph fitted to its width, or at its own size (scrolled)
+    const fit = zoom.closest(".panel").querySelector(".canvas").classList.toggle("fit");
+    zoom.textContent = fit ? "actual size" : "fit to width";
+    return;
+  }
   const row = event.target.closest("tr[data-buffer]");
   if (row) return highlight(Number(row.dataset.buffer));
   const node = event.target.closest(".node");
