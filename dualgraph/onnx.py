@@ -47,3 +47,22 @@ def load(path):
     """
     from .export.onnx_import import load_model
     return load_model(path)
+
+
+def to_html(model, path) -> str:
+    """Write an ONNX model (a path, an ``onnx.ModelProto`` or what ``load`` returned) to
+    ``path`` as a self-contained HTML page: the imported graph and the optimised one side by
+    side, with the memory plan's buffers (see ``Graph.to_html``). Returns the path.
+
+    >>> import dualgraph as dg
+    >>> dg.onnx.to_html("double.onnx", "double.html")   # doctest: +SKIP
+    'double.html'
+    """
+    from .export.onnx_import import OnnxFunction
+    from .graph import write_html
+    from .passes import plan_in
+    function = model if isinstance(model, OnnxFunction) else load(model)
+    run = function.executable
+    # (sources=False: the locations name the model's nodes, not this machine's files)
+    return write_html(path, [("imported", run.source_graph), ("optimised", run.graph)],
+                      plan_in(run.reports), title=function.label, sources=False)

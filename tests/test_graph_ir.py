@@ -526,7 +526,14 @@ def test_load_rejects_bad_files(tmp_path):
 def test_to_dot(call_op):
     dot = nested_graph(call_op).to_dot()
     assert dot.startswith('digraph "graph" {') and dot.endswith("}")
-    assert "subgraph cluster_g_n0_s0" in dot and 'label="@body"' in dot
-    assert 'g_n0 [label="test_call(body=@body)\\n%test_call: f32[B,4]\\nmodel.py:31"];' in dot
+    # a subgraph is a cluster named by its node's op and attr; a node without `bodies` runs
+    # its subgraph as one group (as fused does): a filled cluster
+    assert "subgraph cluster_g_n0_s0" in dot and 'label="test_call @body"' in dot
+    assert 'id=cluster_g_n0_s0; style="filled,rounded"' in dot
+    assert ('g_n0 [id=g_n0, label="test_call(body=@body)\\n%test_call: f32[B,4]\\nmodel.py:31", '
+            'tooltip="model.py:31"];') in dot
+    assert ('g_n0_s0_c0 [id=g_n0_s0_c0, style=filled, fillcolor=lightgrey, '
+            'label="%k: f32[]"];') in dot
+    assert "g_n0_s0_out -> g_n0 [style=dashed];" in dot
     assert "g_in0 -> g_n0;" in dot and "g_n1 -> g_out;" in dot
     assert dot == nested_graph(call_op).to_dot()   # deterministic

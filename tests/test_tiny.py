@@ -509,6 +509,8 @@ def test_graph(tmp_path):
     assert isinstance(graph, dg.graph.Graph)
     assert str(graph).startswith("graph(%x: f32[3])")
     assert graph.to_dot().startswith("digraph")
+    assert "%x: f32[3]" in open(graph.to_html(tmp_path / "g.html")).read()
+    assert "optimised" in open(f.show(tmp_path / "f.html")).read()
     assert values(graph(dg.tensor([1.0, 2.0, 3.0]))[0]) == [3.0, 5.0, 7.0]
     graph.save(tmp_path / "g.json")
     loaded = dg.graph.load(tmp_path / "g.json")
@@ -518,6 +520,7 @@ def test_graph(tmp_path):
 def test_onnx(tmp_path):
     dg.onnx.export(lambda x: x * 2, (dg.ones(2),), tmp_path / "m.onnx")
     assert values(dg.onnx.load(tmp_path / "m.onnx")(dg.ones(2))) == [2.0, 2.0]
+    assert "imported" in open(dg.onnx.to_html(tmp_path / "m.onnx", tmp_path / "m.html")).read()
 
 
 # -- the PyTorch names programs use (issue 24; thorough tests: test_torch_names.py) ----------

@@ -13,8 +13,12 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import os
+import pathlib
+import tempfile
 import time
 import warnings
+import webbrowser
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +26,7 @@ import numpy as np
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
+from ..graph.html import write_html
 from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..errors import CaptureError
@@ -29,7 +34,7 @@ from ..kernels import native
 from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
-from ..passes import run_pipeline
+from ..passes import plan_in, run_pipeline
 from .autodiff import build_backward, record_call
 from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
@@ -837,6 +842,31 @@ class Compiled:
         if self._last is None:
             raise RuntimeError("nothing captured yet: call the compiled function first")
         return self._last.graph
+
+    def show(self, path=None, open_browser: bool = False) -> str:
+        """Write the latest capture as a self-contained HTML page and return its path: the
+        captured graph and the optimised one side by side (ops, shapes, dtypes, source lines,
+        fused groups as clusters) and the memory plan's buffers (``graph/html.py``). With no
+        ``path``, a new file in the temp directory; ``open_browser=True`` opens it.
+
+        >>> import dualgraph as dg, os, tempfile
+        >>> f = dg.compile(lambda x: dg.tanh(x * 2 * 3) + 1)
+        >>> _ = f(dg.ones(4))
+        >>> path = f.show(os.path.join(tempfile.mkdtemp(), "f.html"))
+        >>> "fused" in open(path).read()
+        True
+        """
+        entry = self._last
+        if entry is None:
+            raise RuntimeError("nothing captured yet: call the compiled function first")
+        if path is None:
+            fd, path = tempfile.mkstemp(prefix="dualgraph-", suffix=".html")
+            os.close(fd)
+        write_html(path, [("captured", entry.capture.graph), ("optimised", entry.graph)],
+                   plan_in(entry.reports), title=f"dg.compile of {_name(self.fn)}")
+        if open_browser:
+            webbrowser.open(pathlib.Path(path).resolve().as_uri())
+        return path
 
     @property
     def code(self) -> str:

@@ -2,9 +2,11 @@
 
 One module per job: ``ir`` (the data structures), ``printer`` (text), ``verify`` (the
 invariants), ``interpret`` (the reference executor), ``infer`` (re-typing for new input
-shapes), ``serialize`` (JSON + safetensors files) and ``dot`` (Graphviz).
+shapes), ``serialize`` (JSON + safetensors files), ``dot`` (Graphviz) and ``html`` (a
+self-contained page to view graphs in a browser).
 """
 from .dot import to_dot
+from .html import to_html, write_html
 from .infer import eval_dim, infer_shapes
 from .interpret import interpret
 from .ir import Graph, GraphError, Node, Value, parse_dim, subgraphs, type_str
@@ -19,8 +21,9 @@ Graph.__str__ = format_graph
 Graph.verify = verify
 Graph.__call__ = interpret
 Graph.to_dot = to_dot
+Graph.to_html = to_html
 Graph.save = save
 
 __all__ = ["Graph", "Node", "Value", "GraphError", "GraphFormatError", "verify", "interpret",
-           "infer_shapes", "load", "save", "constants_path", "to_dot", "format_graph",
-           "format_node", "subgraphs", "type_str", "parse_dim", "eval_dim"]
+           "infer_shapes", "load", "save", "constants_path", "to_dot", "to_html", "write_html",
+           "format_graph", "format_node", "subgraphs", "type_str", "parse_dim", "eval_dim"]

@@ -404,8 +404,9 @@ class Graph:
         self.outputs = values
 
     # The other modules' jobs are methods too: ``str(graph)`` (printer.format_graph),
-    # ``graph.verify()``, ``graph(*arrays)`` (interpret), ``graph.to_dot()`` and
-    # ``graph.save(path)``. graph/__init__.py binds them, since those modules import this one.
+    # ``graph.verify()``, ``graph(*arrays)`` (interpret), ``graph.to_dot()``,
+    # ``graph.to_html(path)`` and ``graph.save(path)``. graph/__init__.py binds them, since
+    # those modules import this one.
     def __repr__(self):
         return (f"<Graph: {len(self.inputs)} inputs, {len(self.constants)} constants, "
                 f"{len(self.nodes)} nodes, {len(self.outputs)} outputs>")

@@ -26,10 +26,10 @@ from .dce import dce
 from .fold import fold_constants
 from .fuse import fuse_elementwise
 from .lower import RULE_NAMES, RULES as LOWERING, LoweringRule, Stage, lower
-from .memory import MemoryPlan, plan_memory, schedule
+from .memory import MemoryPlan, plan_in, plan_memory, schedule
 from .simplify import RULES, simplify
 
-__all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "RULES",
+__all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
            "fuse_elementwise", "schedule", "plan_memory", "save_scan_residuals",
            "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",

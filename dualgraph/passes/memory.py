@@ -72,10 +72,28 @@ class MemoryPlan:
     live_peak: int = 0     # the most bytes alive at once in this order, without in-place
     peak_after: int = 0    # the sum of the planned buffers
 
+    def summary(self) -> str:
+        """``memory plan: 3 values in 2 buffers; peak 144 B -> 120 B (...)``: the first line
+        of ``str(plan)``."""
+        return (f"memory plan: {len(self.assignment)} values in {len(self.buffers)} buffers; "
+                f"peak {format_bytes(self.peak_before)} -> {format_bytes(self.peak_after)} "
+                f"(live at once, no in-place: {format_bytes(self.live_peak)})")
+
+    def table(self) -> list[tuple]:
+        """``(buffer id, dtype name, size, values)`` per buffer, for viewers: the size as
+        text (the shape when it is symbolic), the values as ``%b`` or ``%b (in place over
+        %a)``, in the order they take the buffer."""
+        over = {o: i for o, i in self.inplace}
+        values: dict[int, list[str]] = {k: [] for k in range(len(self.buffers))}
+        for v, k in self.assignment.items():
+            values[k].append(f"%{v.name}" + (f" (in place over %{over[v].name})"
+                                             if v in over else ""))
+        return [(k, dtype.name, format_bytes(size) if isinstance(size, int) else
+                 "[" + ",".join(map(str, size)) + "]", values[k])
+                for k, (dtype, size) in enumerate(self.buffers)]
+
     def __str__(self):
-        lines = [f"memory plan: {len(self.assignment)} values in {len(self.buffers)} buffers; "
-                 f"peak {format_bytes(self.peak_before)} -> {format_bytes(self.peak_after)} "
-                 f"(live at once, no in-place: {format_bytes(self.live_peak)})"]
+        lines = [self.summary()]
         by_buffer: dict[int, list[str]] = {}
         for v, k in self.assignment.items():
             by_buffer.setdefault(k, []).append(f"%{v.name}")
@@ -83,6 +101,12 @@ class MemoryPlan:
             lines.append(f"  buffer {k}: {', '.join(names)}")
         lines += [f"  in place: %{o.name} overwrites %{i.name}" for o, i in self.inplace]
         return "\n".join(lines)
+
+
+def plan_in(reports) -> MemoryPlan | None:
+    """The memory plan among a pipeline's reports (``run_pipeline``'s), or None (the first
+    one: a compiled step's forward graph's, before its backward's)."""
+    return next((r.data for r in reports if isinstance(r.data, MemoryPlan)), None)
 
 
 def plan_memory(graph: Graph) -> tuple[Graph, Report]:
