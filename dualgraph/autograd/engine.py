@@ -124,8 +124,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     results[i] = g
                 if capture is not None:
                     continue
-            elif inputs is not None:   # backward(inputs=...) accumulates only those
-                continue
+            elif capture is not None or inputs is not None:
+                continue   # grad() leaves every .grad alone; backward(inputs=...) all others
             _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
             continue
         if node.hooks:

@@ -7,13 +7,19 @@ autograd engine. The joint graph is then split, as AOTAutograd does, into a *for
 (which also returns the values the backward needs) and a *backward* graph (from those saved
 values and the cotangents to the input gradients). At run time the forward graph's outputs
 are recorded on the autograd tape as one node whose VJP runs the backward graph.
+
+A backward with ``create_graph=True`` (a gradient penalty, meta-learning) needs the
+gradient's own history, which the backward graph's arrays lack: there the node replays the
+forward graph op by op on the call's input tensors, recorded by autograd, and
+differentiates that (:class:`Replay`), so gradients of gradients are eager's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..autograd import engine
-from ..dispatch import _record
+from ..autograd.tape import grad_mode
+from ..dispatch import _record, apply
 from ..graph import Graph
 from ..graph.ir import Value
 from ..tensor import Tensor
@@ -109,28 +115,87 @@ class CompiledOp:
     differentiable_outputs = None
     name = "compiled"
 
-    def __init__(self, backward: Backward, executable, saved: list):
+    def __init__(self, backward: Backward, executable, saved: list, replay=None):
         self.backward, self.executable, self.saved = backward, executable, saved
+        self.replay = replay
         self.num_outputs = len(backward.diff_outputs)
 
     def vjp(self, g, out, *inputs):
         from ..ops.creation import zeros_like
         gs = (g,) if self.num_outputs == 1 else g
         outs = (out,) if self.num_outputs == 1 else out
-        cots = [(gi if gi is not None else zeros_like(o))._data for gi, o in zip(gs, outs)]
+        cotangents = [gi if gi is not None else zeros_like(o) for gi, o in zip(gs, outs)]
+        if grad_mode.enabled:   # create_graph: gradients with their own history
+            plan, tensors, kept = self.replay
+            return tuple(plan.gradients(tensors, kept, cotangents))
+        cots = [c._data for c in cotangents]
         results = iter(self.executable.run(self.saved + cots))
         grads = [Tensor._make(next(results)) if present else None
                  for present in self.backward.grad_present]
         return tuple(grads)
 
 
+class Replay:
+    """How a call's forward graph runs again, op by op on tensors, for a backward that
+    records its own history (``create_graph=True``): the nodes the differentiable outputs
+    need, and which graph inputs among them the call itself updates (a dropout's seed, a
+    running statistic), whose values before the call must be kept."""
+
+    def __init__(self, capture, backward: Backward):
+        graph = capture.graph
+        value_positions = [i for i, k in enumerate(capture.out_leaves) if k == "value"]
+        self.outputs = [graph.outputs[value_positions.index(i)] for i in backward.diff_outputs]
+        needed, self.nodes = set(self.outputs), []
+        for node in reversed(graph.nodes):
+            if any(v in needed for v in node.outputs):
+                self.nodes.append(node)
+                needed.update(x for x in node.inputs if isinstance(x, Value))
+        self.nodes.reverse()
+        self.graph, self.bindings = graph, capture.bindings
+        self.read = [v in needed for v in graph.inputs]
+        where = {id(b): k for k, b in enumerate(capture.bindings)}
+        self.diff_positions = [where[id(b)] for b in backward.diff_inputs]
+
+    def keep(self, arrays: list, written: set) -> list:
+        """Per graph input, what the replay reads of this call: copies of the inputs the
+        call updates in place (read before it runs), None for those it does not read."""
+        return [a.copy() if read and (b.kind == "grad" or id(b.tensor) in written) else None
+                for a, b, read in zip(arrays, self.bindings, self.read)]
+
+    def gradients(self, tensors: list, kept: list, cotangents: list) -> tuple:
+        """The gradients of the diff inputs, with history: the forward again on ``tensors``
+        (a call's input tensors, unchanged since: checked as eager checks saved tensors),
+        then eager autograd with ``create_graph=True``."""
+        env = {v: Tensor._make(a) for v, a in self.graph.constants.items()}
+        for v, read, (t, version), copy in zip(self.graph.inputs, self.read, tensors, kept):
+            if not read:
+                continue
+            if copy is not None:
+                env[v] = Tensor._make(copy)
+                continue
+            if t._version[0] != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: the compiled call's input {v.name} of shape "
+                    f"{tuple(t.shape)} (a second-order backward replays the call on it)")
+            env[v] = t
+        for node in self.nodes:
+            ins = [env[x] if isinstance(x, Value) else x for x in node.inputs]
+            outs = apply(node.op, *ins, **node.attrs)
+            env.update(zip(node.outputs, outs if isinstance(outs, tuple) else (outs,)))
+        targets = [tensors[k][0] for k in self.diff_positions]
+        return engine.grad([env[v] for v in self.outputs], targets, cotangents,
+                           retain_graph=True, create_graph=True, allow_unused=True)
+
+
 def record_call(backward: Backward, executable, user_leaves: list, saved: list, inputs,
-                shared=()):
+                shared=(), replay=None):
     """Put the differentiable outputs of this call on the autograd tape; ``inputs`` are
     this call's tensors for ``backward.diff_inputs``. ``shared`` are the tensors whose own
     arrays are among ``saved`` (weights, not copied): as eager autograd does for a saved
-    tensor, the backward checks that none was changed in place since."""
-    op = CompiledOp(backward, executable, saved)
+    tensor, the backward checks that none was changed in place since. ``replay``: ``(Replay,
+    [(tensor, version) per graph input], kept arrays)`` for a ``create_graph`` backward."""
+    op = CompiledOp(backward, executable, saved, replay)
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
     _record(op, inputs, outs, {})
     if shared and outs:

@@ -35,7 +35,7 @@ from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
-from .autodiff import build_backward, record_call
+from .autodiff import Replay, build_backward, record_call
 from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
@@ -132,6 +132,7 @@ class Entry:
             self.backward_executable = Executable(graph, fast_math=fast_math,
                                                   body_passes=passes)
             self.times["codegen"] += self.backward_executable.times["codegen_s"]
+            self.replay = Replay(capture, backward)
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -154,6 +155,9 @@ class Entry:
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
+        self._kept = None
+        if self.backward is not None and grad_mode.enabled:   # (before it updates them)
+            self._kept = self.replay.keep(arrays, self.written)
         self.release_replaced_grads()
         try:
             outs = self.executable.run(arrays, on_node=on_node)
@@ -232,8 +236,12 @@ class Entry:
         if self.backward is not None and grad_mode.enabled:
             inputs = [tensor_args[b.index] if b.kind == "arg" else b.tensor
                       for b in self.backward.diff_inputs]
+            bound = [(None, 0) if b.kind == "grad" else (t, t._version[0]) for b, t in zip(
+                cap.bindings, (tensor_args[b.index] if b.kind == "arg" else b.tensor
+                               for b in cap.bindings))]
+            kept = self._kept or [None] * len(bound)
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
-                        shared)
+                        shared, replay=(self.replay, bound, kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
         for (kind, t), new in zip(cap.writebacks, it):
