@@ -127,7 +127,7 @@ class CompiledOp:
         cotangents = [gi if gi is not None else zeros_like(o) for gi, o in zip(gs, outs)]
         if grad_mode.enabled:   # create_graph: gradients with their own history
             plan, tensors, kept = self.replay
-            return tuple(plan.gradients(tensors, kept, cotangents))
+            return tuple(plan.gradients(inputs, tensors, kept, cotangents))
         cots = [c._data for c in cotangents]
         results = iter(self.executable.run(self.saved + cots))
         grads = [Tensor._make(next(results)) if present else None
@@ -151,39 +151,33 @@ class Replay:
                 self.nodes.append(node)
                 needed.update(x for x in node.inputs if isinstance(x, Value))
         self.nodes.reverse()
-        self.graph, self.bindings = graph, capture.bindings
-        self.read = [v in needed for v in graph.inputs]
-        where = {id(b): k for k, b in enumerate(capture.bindings)}
-        self.diff_positions = [where[id(b)] for b in backward.diff_inputs]
+        self.graph = graph
+        read = [k for k, v in enumerate(graph.inputs) if v in needed]
+        # the inputs the call itself updates (or a .grad it reads) are kept from before it
+        self.kept = [k for k in read if capture.bindings[k].kind == "grad"
+                     or any(kind == "data" and t is capture.bindings[k].tensor
+                            for kind, t in capture.writebacks)]
+        self.read = [k for k in read if k not in self.kept]
 
-    def keep(self, arrays: list, written: set) -> list:
-        """Per graph input, what the replay reads of this call: copies of the inputs the
-        call updates in place (read before it runs), None for those it does not read."""
-        return [a.copy() if read and (b.kind == "grad" or id(b.tensor) in written) else None
-                for a, b, read in zip(arrays, self.bindings, self.read)]
-
-    def gradients(self, tensors: list, kept: list, cotangents: list) -> tuple:
-        """The gradients of the diff inputs, with history: the forward again on ``tensors``
-        (a call's input tensors, unchanged since: checked as eager checks saved tensors),
-        then eager autograd with ``create_graph=True``."""
+    def gradients(self, targets, tensors: dict, kept: dict, cotangents: list) -> tuple:
+        """The gradients of the diff inputs, with history: the forward again on
+        ``tensors`` (graph input position -> (a call's input tensor, its version then):
+        unchanged since, checked as eager checks saved tensors) and the ``kept`` copies,
+        then eager autograd with ``create_graph=True`` for ``targets`` (the diff inputs)."""
+        inputs = self.graph.inputs
         env = {v: Tensor._make(a) for v, a in self.graph.constants.items()}
-        for v, read, (t, version), copy in zip(self.graph.inputs, self.read, tensors, kept):
-            if not read:
-                continue
-            if copy is not None:
-                env[v] = Tensor._make(copy)
-                continue
+        env.update((inputs[k], Tensor._make(a)) for k, a in kept.items())
+        for k, (t, version) in tensors.items():
             if t._version[0] != version:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: the compiled call's input {v.name} of shape "
-                    f"{tuple(t.shape)} (a second-order backward replays the call on it)")
-            env[v] = t
+                    f"by an inplace operation: the compiled call's input {inputs[k].name} of "
+                    f"shape {tuple(t.shape)} (a second-order backward replays the call)")
+            env[inputs[k]] = t
         for node in self.nodes:
             ins = [env[x] if isinstance(x, Value) else x for x in node.inputs]
             outs = apply(node.op, *ins, **node.attrs)
             env.update(zip(node.outputs, outs if isinstance(outs, tuple) else (outs,)))
-        targets = [tensors[k][0] for k in self.diff_positions]
         return engine.grad([env[v] for v in self.outputs], targets, cotangents,
                            retain_graph=True, create_graph=True, allow_unused=True)
 
@@ -194,7 +188,8 @@ def record_call(backward: Backward, executable, user_leaves: list, saved: list, 
     this call's tensors for ``backward.diff_inputs``. ``shared`` are the tensors whose own
     arrays are among ``saved`` (weights, not copied): as eager autograd does for a saved
     tensor, the backward checks that none was changed in place since. ``replay``: ``(Replay,
-    [(tensor, version) per graph input], kept arrays)`` for a ``create_graph`` backward."""
+    {input position: (tensor, version)}, {input position: array kept})`` for a
+    ``create_graph`` backward."""
     op = CompiledOp(backward, executable, saved, replay)
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
     _record(op, inputs, outs, {})

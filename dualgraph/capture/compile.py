@@ -155,9 +155,8 @@ class Entry:
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
-        self._kept = None
         if self.backward is not None and grad_mode.enabled:   # (before it updates them)
-            self._kept = self.replay.keep(arrays, self.written)
+            self._kept = {k: arrays[k].copy() for k in self.replay.kept}
         self.release_replaced_grads()
         try:
             outs = self.executable.run(arrays, on_node=on_node)
@@ -236,12 +235,13 @@ class Entry:
         if self.backward is not None and grad_mode.enabled:
             inputs = [tensor_args[b.index] if b.kind == "arg" else b.tensor
                       for b in self.backward.diff_inputs]
-            bound = [(None, 0) if b.kind == "grad" else (t, t._version[0]) for b, t in zip(
-                cap.bindings, (tensor_args[b.index] if b.kind == "arg" else b.tensor
-                               for b in cap.bindings))]
-            kept = self._kept or [None] * len(bound)
+            read = {}
+            for k in self.replay.read:
+                b = cap.bindings[k]
+                t = tensor_args[b.index] if b.kind == "arg" else b.tensor
+                read[k] = (t, t._version[0])
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
-                        shared, replay=(self.replay, bound, kept))
+                        shared, replay=(self.replay, read, self._kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
         for (kind, t), new in zip(cap.writebacks, it):
