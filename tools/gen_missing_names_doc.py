@@ -65,12 +65,13 @@ def render() -> str:
     lines = [
         "# PyTorch names dualgraph does not have (generated)", "",
         "<!-- Written by `python tools/gen_missing_names_doc.py`; do not edit by hand. -->", "",
-        f"The public names of PyTorch {torch.__version__.split('+')[0]} (the version the tests "
-        "compare with) that have no counterpart of the same name in dualgraph, namespace by "
-        "namespace. A script that uses one of them fails with an `AttributeError` or "
-        "`ImportError` naming it. Names present in both may still differ in detail: "
-        "[Porting from PyTorch](../porting.md) lists those differences. This page is written "
-        "by `python tools/gen_missing_names_doc.py`; a test fails when it is out of date.", ""]
+        (f"The public names of PyTorch {torch.__version__.split('+')[0]} (the version the "
+         "tests compare with) that have no counterpart of the same name in dualgraph, "
+         "namespace by namespace. A script that uses one of them fails with an "
+         "`AttributeError` or `ImportError` naming it. Names present in both may still differ "
+         "in detail: [Porting from PyTorch](../porting.md) lists those differences. This page "
+         "is written by `python tools/gen_missing_names_doc.py`; a test fails when it is out "
+         "of date."), ""]
     for title, names, ours in namespaces():
         missing = sorted(n for n in names if not hasattr(ours, n))
         families = [f for f in FAMILIES if any(n.startswith(f) for n in missing)]

@@ -64,7 +64,7 @@ check it against them.
 
 def _load_registry():
     sys.path.insert(0, str(ROOT))
-    import dualgraph  # noqa: F401  (registers the op families)
+    import dualgraph  # (registers the op families)
     import dualgraph.optim  # noqa: F401  (the optimiser update ops)
     from dualgraph.ops import REGISTRY
     return REGISTRY
