@@ -46,8 +46,9 @@ tracing, fusion and ONNX export from the ops they use. Columns:
 - **signature**: the op's inputs, then `;` and its attributes (static values stored in the
   graph node); `*xs` takes any number of inputs. Outputs: how many (`n`: as many as the
   op's shape rule returns).
-- **dtypes**: the dtypes its rows in the op test table (`tests/optable/`) check against
-  PyTorch (other dtypes may work; these are tested).
+- **tested dtypes**: the input dtypes its rows in the op test table (`tests/optable/`)
+  check against PyTorch. Other dtypes often work too (most ops take every float dtype, and
+  integers where PyTorch does); these are the ones the tests compare.
 - **grad**: whether the op has a VJP (written with dualgraph ops, so gradients of gradients
   work too).
 - **ONNX export**: the ONNX op type, or the op types its export function builds; `-`: no
@@ -171,7 +172,8 @@ def description(op) -> str:
 
 
 def table(ops, rows) -> list:
-    lines = ["| op | signature | dtypes | grad | ONNX export | ONNX import | facts | what |",
+    lines = ["| op | signature | tested dtypes | grad | ONNX export | ONNX import | facts "
+             "| what |",
              "|---|---|---|---|---|---|---|---|"]
     for op in ops:
         lines.append(" | ".join([
