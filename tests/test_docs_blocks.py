@@ -21,8 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
-# An opening fence: its info string (language and attributes); a closing fence has none.
-FENCE = re.compile(r"^```(.*)$")
+# A fence, indented when it sits in a list item: its indent and info string (language and
+# attributes); a closing fence has no info string.
+FENCE = re.compile(r"^( *)```(.*)$")
 NOT_RUN = {"pycon", "text", "bash", "sh", "console", "json", "yaml", "toml", "ini"}
 PAGE_SECONDS = 120     # per page, a generous bound on two shared cores (pages take 1-6 s)
 
@@ -37,17 +38,18 @@ for path, line, source in json.load(sys.stdin):
 
 
 def fences(path: Path) -> list[tuple[str, int, str]]:
-    """The page's fenced blocks as (info string, line of the first code line, code)."""
-    blocks, info, start, body = [], None, 0, []
+    """The page's fenced blocks as (info string, line of the first code line, code), the
+    code without the fence's indent."""
+    blocks, info, start, indent, body = [], None, 0, "", []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         match = FENCE.match(line)
         if info is None and match:
-            info, start, body = match.group(1).strip(), number + 1, []
-        elif info is not None and line.rstrip() == "```":
+            indent, info, start, body = match.group(1), match.group(2).strip(), number + 1, []
+        elif info is not None and line.rstrip() == indent + "```":
             blocks.append((info, start, "\n".join(body) + "\n"))
             info = None
         elif info is not None:
-            body.append(line)
+            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
     assert info is None, f"{path}: a ``` fence opened at line {start - 1} is never closed"
     return blocks
 

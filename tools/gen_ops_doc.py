@@ -35,8 +35,9 @@ HEADER = """\
 Every operator dualgraph runs is one `OpDef` record in the registry
 (`dualgraph.ops.REGISTRY`, `dualgraph/ops/opdef.py`): its kernel, shape and dtype rule,
 VJP, fusion expression, flags and ONNX rules, read by eager execution, tracing, autograd,
-the passes, codegen and export alike (`architecture.md`). This page is written from
-the registry by `python tools/gen_ops_doc.py`; a test fails when it is out of date.
+the passes, codegen and export alike ([Architecture](../architecture.md)). This page is
+written from the registry by `python tools/gen_ops_doc.py`; a test fails when it is out
+of date.
 
 The functions and methods you call (`dg.exp`, `x.sum(1)`, `F.softmax`, `nn.Linear`, ...)
 are thin wrappers over these ops; many public functions are composites of several ops
