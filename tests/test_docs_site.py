@@ -65,3 +65,16 @@ def test_nothing_points_outside_the_repository(page):
         resolved = (page.parent / target).resolve()
         assert resolved.is_relative_to(ROOT) and resolved.exists(), (
             f"{page.relative_to(ROOT)}: link to {target}, which is not in the repository")
+
+
+def test_readme_is_a_short_users_page():
+    """The README starts with the two set-up commands, the second being exactly what CI runs
+    (.ci/run), and stays a page a newcomer reads to the end: run logs go to
+    docs/benchmarks.md."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move detail into docs/"
+    assert lines[:2] == ["# dualgraph", ""] and lines[2] == "```bash" and lines[5] == "```"
+    install, test = lines[3], lines[4]
+    assert install.startswith("pip install -e ") and "python -m dualgraph demo" in install
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert test == ci, f"README's test command {test!r} is not what .ci/run runs: {ci!r}"
