@@ -1,1 +1,1 @@
-"""dualgraph's benchmark suite: the workloads of shared/BENCHMARKS.md, side by side."""
+"""dualgraph's benchmark suite: the workloads of docs/benchmarks.md, side by side."""

@@ -6,8 +6,8 @@ implementation alone. The library's import is timed on its own, before the first
 the first call is building the model, tracing, optimising, compiling and running the first
 step (what ``import dualgraph``/``torch``/``jax`` costs is the same for every program).
 The parent checks that every implementation's first-step loss agrees (1e-4 relative)
-before it prints any ratio, then writes a markdown table and JSON in the shape fixed by
-shared/BENCHMARKS.md.
+before it prints any ratio, then writes a markdown table and JSON in the shape
+docs/benchmarks.md describes.
 
 dualgraph's CPU tuning (``dualgraph/kernels/tuning.py``) is set per child through
 ``DUALGRAPH_CPU_TUNING``: ``--tuning`` lists the settings to measure dualgraph under, each

@@ -49,8 +49,8 @@ def jax_jit(data):
     return step
 
 
-# torch.compile of this step ran past 150 s before dualgraph existed (shared/BENCHMARKS.md
-# notes it as aborted); it is left out so a full run stays under the runner's time limit.
+# torch.compile of this step ran past 150 s (measured before dualgraph existed, aborted); it
+# is left out so a full run stays under the runner's time limit.
 IMPLS = {name: impl for name, impl in torch_style_impls(build).items()
          if name != "torch_compile"}
 IMPLS["jax_jit"] = jax_jit
