@@ -291,7 +291,9 @@ class profile:
             self._names[exe] = name
         return name
 
-    def _record_range(self, name: str, start: int, end: int) -> None:
+    def add_range(self, name: str, start: int, end: int) -> None:
+        """Record a range from ``start`` to ``end`` (``time.perf_counter_ns``):
+        ``record_function``'s, and compiling's (``dg.compile`` reports it)."""
         stack = user_stack(STACK_DEPTH) if self.with_stack else ()
         self._raw.append((name, "range", start, end, _tid(), None, 0, stack))
 
@@ -325,7 +327,7 @@ class record_function(contextlib.ContextDecorator):
     def __exit__(self, *exc):
         end = _now()
         if self._prof is not None and _active and _active[0] is self._prof:
-            self._prof._record_range(self.name, self._start, end)
+            self._prof.add_range(self.name, self._start, end)
         return False
 
 
