@@ -74,11 +74,12 @@ def graph_summary(path: str) -> str:
 
     def count(g, depth):
         for node in g.nodes:
-            ops[node.op.name] += 1
+            ops[node.op] += 1
             nested[0] += depth > 0
             for _, body in subgraphs(node.attrs):
                 count(body, depth + 1)
     count(graph, 0)
+    ops = Counter({op.name: n for op, n in ops.items()})
     with open(path, encoding="utf-8") as f:
         version = json.load(f).get("version")
     inputs = [(v.name, type_str(v.shape, v.dtype)) for v in graph.inputs]
