@@ -95,6 +95,9 @@ def test_export_writes_an_onnx_model_that_onnxruntime_runs(tmp_path):
     assert bad.returncode == 2 and "Nope" in bad.stderr and "Traceback" not in bad.stderr
     bad = dualgraph("export", "mymodels:Net", "--shape", "1,three", cwd=tmp_path)
     assert bad.returncode == 2 and "--shape 1,three" in bad.stderr
+    bad = dualgraph("export", "mymodels:Net", "--shape", "1,3,9,9", cwd=tmp_path)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "(1, 3, 9, 9)" in bad.stderr and "Linear" in bad.stderr
 
 
 def test_show_summarises_an_onnx_model(tmp_path):

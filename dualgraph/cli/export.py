@@ -40,7 +40,13 @@ def run(args) -> int:
     dg.manual_seed(0)
     examples = tuple(dg.randn(*s).to(dtype) if dtype.is_floating_point
                      else dg.zeros(*s, dtype=dtype) for s in shapes)
-    dg.onnx.export(model, examples, args.output, opset=args.opset)
+    try:
+        dg.onnx.export(model, examples, args.output, opset=args.opset)
+    except (ValueError, TypeError, RuntimeError) as e:   # (OpError, OnnxError, ShapeError)
+        shapes = ", ".join(str(tuple(s)) for s in shapes)
+        print(f"dualgraph export: {args.target} on inputs of shape {shapes}: {e}",
+              file=sys.stderr)
+        return 1
     from .show import summary
     print(f"wrote {args.output}")
     print(summary(args.output), end="")

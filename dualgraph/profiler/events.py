@@ -197,7 +197,7 @@ def format_table(events, sort_by, row_limit, name_width, header) -> str:
     def line(cells):   # names and text columns to the left, numbers to the right
         return "  ".join(c.ljust(w) if i == 0 or h in ("Input Shapes", "Source Location")
                          else c.rjust(w) for i, (c, w, h) in enumerate(zip(cells, widths,
-                                                                            heads)))
+                                                                            heads))).rstrip()
     out = [header] if header else []
     out += [rule, line(heads), rule] + [line(r) for r in rows] + [rule]
     footer = f"Self CPU time total: {format_time(self_total)}"
