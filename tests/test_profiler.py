@@ -95,6 +95,23 @@ def test_fused_kernels_are_rows_named_by_their_ops():
     assert any(k.startswith("compiled::fused(") and "sin" in k for k in keys), keys
 
 
+def test_control_flow_bodies_are_programs_inside_their_node():
+    f = dg.compile(lambda x: dg.while_loop(lambda i, y: i < 3,
+                                           lambda i, y: (i + 1, dg.sin(y) * 2.0),
+                                           (dg.tensor(0), x))[1])
+    x = dg.ones(4)
+    f(x)
+    with profile() as prof:
+        got = f(x)
+    np.testing.assert_allclose(got.numpy(), f(x).numpy())
+    rows = counts(prof)
+    assert rows["compiled::while_loop"] == 1 and rows["compiled::lt"] == 4
+    (loop,) = [e for e in prof.events() if e.name == "compiled::while_loop"]
+    bodies = [e for e in loop.cpu_children]
+    assert len(bodies) == 7 and all(e.kind == "program" for e in bodies)   # 4 tests, 3 steps
+    assert loop.self_cpu_time_total < loop.cpu_time_total
+
+
 def test_not_profiling_leaves_no_hook_even_after_an_error():
     with pytest.raises(ZeroDivisionError):
         with profile():
@@ -257,3 +274,13 @@ def test_tensorboard_trace_handler_writes_a_trace_per_cycle(tmp_path):
     for name in files:
         with open(tmp_path / name) as fh:
             assert json.load(fh)["traceEvents"]
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
+@pytest.mark.parametrize("kw", [dict(wait=1, warmup=1, active=2), dict(wait=0, warmup=0,
+                                active=1, repeat=3), dict(wait=2, warmup=0, active=3,
+                                repeat=1, skip_first=2), dict(wait=0, warmup=2, active=1)])
+def test_schedule_matches_torch(kw):
+    torch_profiler = pytest.importorskip("torch.profiler")
+    ours, theirs = schedule(**kw), torch_profiler.schedule(**kw)
+    assert [ours(i).name for i in range(20)] == [theirs(i).name for i in range(20)]

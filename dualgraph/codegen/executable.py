@@ -164,11 +164,14 @@ class Executable:
 
     def timed_code(self) -> python.Program:
         """The code ``run_timed`` runs: ``.code``'s with a call of ``on_node`` after each
-        node, generated on first use (so that a program never profiled pays nothing)."""
+        node, generated on first use (so that a program never profiled pays nothing), with
+        its control-flow bodies' (whose generation would otherwise count in a node's time)."""
         if self._timed is None:
             self._timed = python.generate(self.graph, self._slot_of, self.kernels.__getitem__,
                                           instrument=True, donated=self.donated,
                                           run_body=self.bodies.run)
+            for body in self.bodies.executables.values():
+                body.timed_code()
         return self._timed
 
     def run_timed(self, arrays, on_node) -> list:
