@@ -284,3 +284,12 @@ def test_schedule_matches_torch(kw):
     torch_profiler = pytest.importorskip("torch.profiler")
     ours, theirs = schedule(**kw), torch_profiler.schedule(**kw)
     assert [ours(i).name for i in range(20)] == [theirs(i).name for i in range(20)]
+
+
+def test_events_while_recording_are_up_to_date():
+    with profile() as prof:
+        dg.ones(2) + 1.0
+        assert [e.name for e in prof.events()] == ["add"]
+        dg.ones(2) * 2.0
+        assert [e.name for e in prof.events()] == ["add", "mul"]
+        assert prof.events().wall_us > 0

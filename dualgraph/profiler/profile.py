@@ -127,7 +127,8 @@ class profile:
         self._since = 0
         self._step_start = None
         self._events = None
-        self._names: dict = {}   # node -> (name, shapes, stack) of a compiled node
+        # a compiled node -> its (name, shapes, stack); an Executable -> its program's name
+        self._names: dict = {}
 
     # -- the torch API ----------------------------------------------------------------------
     def __enter__(self):
@@ -145,16 +146,16 @@ class profile:
             self._begin()
 
     def stop(self) -> None:
-        if self.current_action in _RECORDING:
+        if self._recording():
             self._finish()
         self.current_action = ProfilerAction.NONE
 
     def step(self) -> None:
         """Mark the end of a step: the schedule decides whether the next one records."""
-        before = self.current_action
+        before, recording = self.current_action, self._recording()
         self.step_num += 1
         self.current_action = self.schedule(self.step_num)
-        if before in _RECORDING:
+        if recording:
             if before is ProfilerAction.RECORD_AND_SAVE or \
                     self.current_action not in _RECORDING:
                 self._finish()
@@ -165,10 +166,12 @@ class profile:
             self._begin()
 
     def events(self) -> EventList:
-        """Every event of the last recording, in start order (``FunctionEvent``s)."""
-        if self._events is None:
+        """Every event of the last recording (so far, while it records), in start order
+        (``FunctionEvent``s)."""
+        if self._events is None or self._recording():
             self._events = build_events(self._raw, self._base or 0)
-            self._events.wall_us = self._wall_ns / 1000
+            wall = self._wall_ns + (_now() - self._since if self._recording() else 0)
+            self._events.wall_us = wall / 1000
         return self._events
 
     def key_averages(self, group_by_input_shape: bool = False,
