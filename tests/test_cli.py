@@ -15,6 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = pathlib.Path(dg.__file__).resolve().parent
 
 MODELS = '''
+import numpy as np
+
 import dualgraph as dg
 from dualgraph import nn
 
@@ -30,9 +32,13 @@ class Net(nn.Module):
         return self.fc(self.drop(dg.relu(self.conv(x))).flatten(1))
 
 
-def make():
-    dg.manual_seed(0)
-    return Net()
+def make():   # weights from NumPy's generator: the same in every process, whatever ran before
+    net = Net()
+    rng = np.random.default_rng(0)
+    with dg.no_grad():
+        for p in net.parameters():
+            p.copy_(dg.tensor(rng.standard_normal(tuple(p.shape)).astype(np.float32) * 0.1))
+    return net
 '''
 
 
