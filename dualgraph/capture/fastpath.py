@@ -10,7 +10,8 @@ generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, call
 (1, 784) tensor under ``no_grad``, it writes::
 
     def fast_call(args, kwargs):
-        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False:
+        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None \
+                or grad_mode.enabled is not False:   # (one line in the generated code)
             return MISS
         a0, = args
         if type(a0) is not Tensor or a0.requires_grad is not False:
@@ -89,9 +90,10 @@ def fast_path(compiled, entry, sig):
         return None
     _, facts, grad_enabled, module_facts, optimizer_state, values = sig
     exe, capture = entry.executable, entry.capture
-    names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode, "Tensor": Tensor,
-             "make": Tensor._make, "graph_fn": exe.program.fn, "finish": entry.finish,
-             "facts": compiled._module_facts, "module_facts": module_facts,
+    names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode,
+             "Tensor": Tensor, "make": Tensor._make, "graph_fn": exe.program.fn,
+             "finish": entry.finish, "facts": compiled._module_facts,
+             "module_facts": module_facts,
              "optimizer_facts": optimizer_facts, "optimizers": compiled._optimizers,
              "optimizer_state": optimizer_state}
     # (a profiler times the nodes: the general path runs the timed copy of the code)
