@@ -10,8 +10,7 @@ generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, call
 (1, 784) tensor under ``no_grad``, it writes::
 
     def fast_call(args, kwargs):
-        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None \
-                or grad_mode.enabled is not False:   # (one line in the generated code)
+        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False:
             return MISS
         a0, = args
         if type(a0) is not Tensor or a0.requires_grad is not False:
