@@ -47,6 +47,18 @@ def user_site() -> tuple[str, int] | None:
     return None
 
 
+def user_stack(limit: int) -> tuple[str, ...]:
+    """``file:line`` of up to ``limit`` frames of the user's code calling into dualgraph,
+    innermost first (the profiler's ``with_stack``)."""
+    lines = []
+    f = sys._getframe(1)
+    while f is not None and len(lines) < limit:
+        if not _is_internal(f.f_code.co_filename):
+            lines.append(f"{f.f_code.co_filename}:{f.f_lineno}")
+        f = f.f_back
+    return tuple(lines)
+
+
 def format_site(site) -> str:
     return "<unknown>" if site is None else f"{site[0]}:{site[1]}"
 

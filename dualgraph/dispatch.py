@@ -35,6 +35,11 @@ class _Modes:
 
 modes = _Modes()
 
+# The active profiler (``dg.profiler.profile`` while it records) or None. ``apply`` tests
+# it once per op and nothing else, so that not profiling costs one global load; the
+# profiler sets it back to None while it runs an op through ``apply``.
+profiler = None
+
 
 def push_tracer(tracer):
     modes.stack.append(tracer)
@@ -86,6 +91,8 @@ def error_class(err: Exception) -> type:
 
 
 def apply(op, *args, **attrs):
+    if profiler is not None:
+        return profiler.op(op, args, attrs)
     tracer = modes.tracer
     if tracer is None:
         if len(args) == 2:   # binary ops dominate: skip the comprehension's frame

@@ -36,12 +36,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kept (capture/escape.py), and a compiled module that stands in for the module. utils/
 # +240: the DataLoader's worker processes (utils/workers.py). ops/ holds writes through
 # views (ops/views.py). graph/ +120: the HTML view of graphs (graph/html.py; its script
-# and template are not Python); tools/ (the command line's commands over the whole
-# library) starts at 80 with `show`.
+# and template are not Python). profiler/ (new, outside the core): dg.profiler,
+# torch.profiler's API over dispatch's and the Executable's hooks, its tables and Chrome
+# traces. cli/ (new): the dualgraph command, one module per subcommand (demo, bench, show,
+# export, profile).
 CORE_BUDGET = 16_300
-BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
-           "graph": 1_120, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
-           "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 520, "tools": 80}
+BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "cli": 320,
+           "codegen": 1_260, "graph": 1_120, "kernels": 1_940, "ops": 5_500,
+           "passes": 1_900, "export": 1_500, "nn": 2_960, "optim": 1_370, "profiler": 440,
+           "utils": 520}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import dispatch
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
@@ -520,7 +521,12 @@ class Compiled:
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
+            start = time.perf_counter_ns()
             entry, sig = self._capture(args, kwargs, sig, leaf_dynamic)
+            if dispatch.profiler is not None:   # a profile shows what capturing took
+                name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+                dispatch.profiler.add_range(f"dg.compile({name}): trace, optimise, codegen",
+                                            start, time.perf_counter_ns())
             if entry is None:
                 return self.fn(*args, **kwargs)
             if entry.created:

@@ -10,7 +10,7 @@ generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, call
 (1, 784) tensor under ``no_grad``, it writes::
 
     def fast_call(args, kwargs):
-        if kwargs or len(args) != 1 or modes.tracer is not None or grad_mode.enabled is not False:
+        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False:
             return MISS
         a0, = args
         if type(a0) is not Tensor or a0.requires_grad is not False:
@@ -71,6 +71,7 @@ where eager would now add to the one there.
 """
 from __future__ import annotations
 
+from .. import dispatch
 from ..autograd.tape import grad_mode
 from ..codegen.python import compile_source
 from ..dispatch import modes
@@ -88,12 +89,15 @@ def fast_path(compiled, entry, sig):
         return None
     _, facts, grad_enabled, module_facts, optimizer_state, values = sig
     exe, capture = entry.executable, entry.capture
-    names = {"MISS": MISS, "modes": modes, "grad_mode": grad_mode, "Tensor": Tensor,
-             "make": Tensor._make, "graph_fn": exe.program.fn, "finish": entry.finish,
-             "facts": compiled._module_facts, "module_facts": module_facts,
+    names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode,
+             "Tensor": Tensor, "make": Tensor._make, "graph_fn": exe.program.fn,
+             "finish": entry.finish, "facts": compiled._module_facts,
+             "module_facts": module_facts,
              "optimizer_facts": optimizer_facts, "optimizers": compiled._optimizers,
              "optimizer_state": optimizer_state}
+    # (a profiler times the nodes: the general path runs the timed copy of the code)
     lines = [f"if kwargs or len(args) != {len(facts)} or modes.tracer is not None"
+             " or dispatch.profiler is not None"
              f" or grad_mode.enabled is not {bool(grad_enabled)}:",
              "    return MISS"]
     if facts:

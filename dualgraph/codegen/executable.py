@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from .. import dispatch
 from ..graph import Graph
 from ..kernels import native
 from ..graph.infer import bind_dim, format_binding, substitute
@@ -81,11 +82,12 @@ class Executable:
         writers = {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
         self.donated = donations(self.graph, donate, fresh | writers) if donate else {}
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
-        slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
-        self.program = python.generate(self.graph, slot_of, self.kernels.__getitem__,
+        self._slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
+        self.program = python.generate(self.graph, self._slot_of, self.kernels.__getitem__,
                                        donated=self.donated, run_body=self.bodies.run)
         self.times["codegen_s"] = time.perf_counter() - t0
         self._instrumented = None
+        self._timed: python.Program | None = None
         self.first_run: tuple | None = None   # (seconds, kernels.native.Activity)
         self._buffers: dict = {}   # input signature -> list of slot arrays
         self._lock = threading.Lock()
@@ -144,16 +146,39 @@ class Executable:
         if on_node is not None:
             self._check(arrays)
             return self._instrumented_fn()(*arrays, on_node)
+        if dispatch.profiler is not None:   # it times each node: see ``run_timed``
+            return dispatch.profiler.program(self, arrays)
+        return self._call(self.program.fn, arrays)
+
+    def _call(self, fn, arrays, *extra):
         if not self._slots:
             self._check_cached(arrays)
-            return self.program.fn(*arrays)
+            return fn(*arrays, *extra)
         bufs = self._buffers_for(arrays)
         if not self._lock.acquire(blocking=False):   # another thread is using them
-            return self.program.fn(*arrays, _NoBuffers())
+            return fn(*arrays, _NoBuffers(), *extra)
         try:
-            return self.program.fn(*arrays, bufs)
+            return fn(*arrays, bufs, *extra)
         finally:
             self._lock.release()
+
+    def timed_code(self) -> python.Program:
+        """The code ``run_timed`` runs: ``.code``'s with a call of ``on_node`` after each
+        node, generated on first use (so that a program never profiled pays nothing), with
+        its control-flow bodies' (whose generation would otherwise count in a node's time)."""
+        if self._timed is None:
+            self._timed = python.generate(self.graph, self._slot_of, self.kernels.__getitem__,
+                                          instrument=True, donated=self.donated,
+                                          run_body=self.bodies.run)
+            for body in self.bodies.executables.values():
+                body.timed_code()
+        return self._timed
+
+    def run_timed(self, arrays, on_node) -> list:
+        """As ``run``, through :meth:`timed_code`, calling ``on_node(node, outputs)`` after
+        each node: the profiler times the nodes from it. Unlike checked mode's copy, it uses
+        the same buffers and kernels as ``run``, so the times are those of ``run``."""
+        return self._call(self.timed_code().fn, arrays, on_node)
 
     def interpret(self, arrays, on_node=None) -> list:
         """The reference interpreter on the optimised graph (the oracle for tests)."""
