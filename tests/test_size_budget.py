@@ -36,10 +36,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kept (capture/escape.py), and a compiled module that stands in for the module.
 # distributed/ (new): the MPI runtime with deadline-polled waits (mpi.py), torch.distributed's
 # collectives, data parallelism's buckets and communication hooks (compression, PowerSGD).
+# nn/ +100 and utils/ +40: DistributedDataParallel (nn/parallel.py), DistributedSampler.
 CORE_BUDGET = 16_300
 BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
            "distributed": 1_300, "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
-           "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 280}
+           "export": 1_500, "nn": 3_060, "optim": 1_370, "utils": 320}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import time
 
@@ -40,7 +41,8 @@ class DistributedError(OpError):
 
 
 class DeadlineError(DistributedError, TimeoutError):
-    """An operation did not complete within the process group's timeout."""
+    """An operation did not complete within the process group's timeout (or, sooner, once
+    mpiexec reported that a rank of the job died)."""
 
 
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MAX", "MIN")
@@ -105,7 +107,7 @@ class Communicator:
             if not open_:
                 return
             now = time.monotonic()
-            if now > deadline:
+            if now > deadline or _peer_died[0]:
                 self._expired(open_[0])
             if now > spin_until:
                 time.sleep(sleep)
@@ -116,13 +118,16 @@ class Communicator:
         peers = pending.peers if pending.peers is not None else others
         who = (f"rank {peers[0]}" if len(peers) == 1 else
                f"one or more of ranks {peers} (MPI does not say which)")
+        why = ("mpiexec reported that a process of the job died" if _peer_died[0] else
+               "a rank died, hangs, or called a different operation")
+        waited = time.monotonic() - pending.started
+        when = (f"was given up after {waited:.1f} s" if _peer_died[0] else
+                f"did not complete within {self.timeout:g} s")
         self.failed = True
         raise DeadlineError(
             f"{pending.what}, waited on at {user_location()}, on rank {self.rank} of "
-            f"{self.size} did not complete within "
-            f"{self.timeout:g} s: {who} did not arrive (a rank died, hangs, or called a "
-            "different operation). The job is aborted instead of hanging; raise the deadline "
-            f"with init_process_group(timeout=datetime.timedelta(...)) or {TIMEOUT_ENV}")
+            f"{self.size} {when}: {who} did not arrive ({why}). The job is aborted instead of hanging; raise the deadline with "
+            f"init_process_group(timeout=datetime.timedelta(...)) or {TIMEOUT_ENV}")
 
     failed = False
 
@@ -257,14 +262,21 @@ _BYTE = [None]   # MPI.BYTE once connected
 
 
 def _reduction_buffer(x: np.ndarray):
-    """(contiguous send array, wire view, back-conversion): bfloat16 (no MPI type) is
-    reduced in float32, bool as uint8 (its sum is an OR, as in torch)."""
+    """(contiguous send array, its form for MPI, back-conversion of the result): bfloat16
+    travels as 16-bit words (reduced by :func:`_bfloat16_op`), bool as uint8."""
     send = np.ascontiguousarray(x)
-    if x.dtype.kind == "V" or x.dtype.name == "bfloat16":
-        return send.astype(np.float32), lambda a: a, lambda a: a.astype(x.dtype)
+    if _is_bfloat16(x.dtype):
+        return send, lambda a: [a.view(np.uint16), _UINT16[0]], lambda a: a
     if x.dtype == np.bool_:
         return send.view(np.uint8), lambda a: a, lambda a: a.view(np.bool_)
     return send, lambda a: a, lambda a: a
+
+
+_UINT16 = [None]   # MPI.UINT16_T once connected
+
+
+def _is_bfloat16(dtype) -> bool:
+    return dtype.name == "bfloat16"
 
 
 def _mpi_op(mpi, op: str, dtype):
@@ -277,8 +289,27 @@ def _mpi_op(mpi, op: str, dtype):
         return None
     if dtype == np.bool_:   # or / and, as torch's sum / product of bools
         return {"SUM": mpi.MAX, "PRODUCT": mpi.MIN, "MAX": mpi.MAX, "MIN": mpi.MIN}[op]
+    if _is_bfloat16(dtype):
+        return _bfloat16_op(mpi, "SUM" if op == "AVG" else op, dtype)
     return {"SUM": mpi.SUM, "AVG": mpi.SUM, "PRODUCT": mpi.PROD, "MAX": mpi.MAX,
             "MIN": mpi.MIN}[op]
+
+
+_BF16_OPS: dict = {}
+_COMBINE = {"SUM": np.add, "PRODUCT": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+
+
+def _bfloat16_op(mpi, op: str, dtype):
+    """An MPI reduction over bfloat16 (MPI has no such type): each pair combined in
+    float32 and rounded back, so the data travels at 2 bytes an element."""
+    if op not in _BF16_OPS:
+        combine = _COMBINE[op]
+
+        def reduce(inbuf, inoutbuf, datatype):
+            a, b = np.frombuffer(inbuf, dtype), np.frombuffer(inoutbuf, dtype)
+            b[...] = combine(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
+        _BF16_OPS[op] = mpi.Op.Create(reduce, commute=True)
+    return _BF16_OPS[op]
 
 
 def _finish(op: str, size: int, from_wire):
@@ -300,7 +331,7 @@ def connect(timeout: float | None = None) -> Communicator:
                 "dualgraph.distributed needs mpi4py to run several processes: "
                 "pip install 'dualgraph[distributed]' (mpi4py and the mpich wheel)") from e
         return Communicator(None, timeout)
-    _BYTE[0] = MPI.BYTE
+    _BYTE[0], _UINT16[0] = MPI.BYTE, MPI.UINT16_T
     comm = Communicator(MPI, timeout)
     if comm.size > 1:
         _fail_stop(comm)
@@ -319,3 +350,10 @@ def _fail_stop(comm: Communicator) -> None:
         comm.abort(1)
     sys.excepthook = abort_on_error
     atexit.register(lambda: comm.failed and comm.abort(1))
+    # mpiexec (Hydra) signals SIGUSR1 to the other ranks when one dies, which would end
+    # them silently; note it instead, and the wait under way fails at once with its error
+    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGUSR1, lambda number, frame: _peer_died.__setitem__(0, True))
+
+
+_peer_died = [False]
