@@ -187,9 +187,19 @@ def _eager(*tensors) -> bool:
 
 def _start(kind, tensor: Tensor, write, *args, outputs=None):
     """Start ``comm.kind(array, *args)`` and return a Work whose wait writes the result
-    with ``write(array)``."""
-    pending = getattr(_c.comm(), kind)(tensor._data, *args)
+    with ``write(array)``; an allreduce or broadcast into a C-contiguous tensor itself
+    runs in place (MPI writes the storage: no copy)."""
+    data = tensor._data
+    if (kind in ("all_reduce", "broadcast") and outputs is not None and outputs[0] is tensor
+            and data.flags.c_contiguous and data.flags.writeable):
+        pending = getattr(_c.comm(), kind)(data, *args, inplace=True)
+        return Work(pending, lambda array: _bump(tensor), outputs)
+    pending = getattr(_c.comm(), kind)(data, *args)
     return Work(pending, write, outputs)
+
+
+def _bump(tensor: Tensor) -> None:
+    tensor._version[0] += 1
 
 
 def _into(tensor: Tensor):
@@ -201,12 +211,16 @@ def _into(tensor: Tensor):
 
 
 def _run(tensor, async_op, kind, op_fn, *args, target=None, write=None):
-    """The one path of every in-place collective: eagerly with ``async_op`` an MPI
-    operation started now; otherwise the registry op ``op_fn(tensor, *args)`` committed
-    into ``target`` (``tensor`` by default)."""
+    """The one path of every in-place collective: eagerly (no graph, no gradient) the MPI
+    operation, started now and waited for unless ``async_op``; otherwise the registry op
+    ``op_fn(tensor, *args)`` committed into ``target`` (``tensor`` by default)."""
     target = tensor if target is None else target
-    if async_op and _eager(tensor):
-        return _start(kind, tensor, write or _into(target), *args, outputs=[target])
+    if _eager(tensor):
+        work = _start(kind, tensor, write or _into(target), *args, outputs=[target])
+        if async_op:
+            return work
+        work.wait()
+        return None
     result = op_fn(tensor, *args)
     if write is not None:
         write(result)

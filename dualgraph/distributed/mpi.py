@@ -32,8 +32,14 @@ TIMEOUT_ENV = "DUALGRAPH_DIST_TIMEOUT"   # seconds; init_process_group(timeout=)
 DEFAULT_TIMEOUT = 300.0
 # the launchers' variables that say "started by mpiexec with more than one process"
 _LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
-SPIN_S = 2e-3       # Test() back to back this long before sleeping between calls
-MAX_SLEEP_S = 1e-3  # the longest sleep between two Test() calls
+# A wait calls Test() back to back for SPIN_S, as MPI's own blocking calls poll, then
+# sleeps between batches of POLLS calls, 10 us at first, doubling up to MAX_SLEEP_S. MPICH
+# moves a large message forward only inside such calls, so long sleeps cost bandwidth;
+# spinning for long takes the core from the rank being waited for when the machine has
+# more runnable processes than cores (docs/benchmarks.md has the measurements).
+SPIN_S = 2e-3
+MAX_SLEEP_S = 2e-4
+POLLS = 256
 
 
 class DistributedError(OpError):
@@ -88,6 +94,8 @@ class Communicator:
     # -- waiting ------------------------------------------------------------------------------
     def _testall(self, requests, pending) -> bool:
         try:
+            if len(requests) == 1:
+                return requests[0].Test()
             return self.mpi.Request.Testall(requests)
         except self.mpi.Exception as e:
             raise DistributedError(f"{pending.what} failed on rank {self.rank}: {e}") from e
@@ -102,16 +110,18 @@ class Communicator:
         :class:`DeadlineError` for the first one still open."""
         deadline = time.monotonic() + self.timeout
         spin_until, sleep = time.monotonic() + SPIN_S, 1e-5
-        while True:
-            open_ = [p for p in pendings if not p.test()]
-            if not open_:
-                return
-            now = time.monotonic()
-            if now > deadline or _peer_died[0]:
-                self._expired(open_[0])
-            if now > spin_until:
-                time.sleep(sleep)
-                sleep = min(2 * sleep, MAX_SLEEP_S)
+        for pending in pendings:
+            while not pending.done:
+                for _ in range(POLLS):   # (the clock is read once per POLLS tests)
+                    if pending.test():
+                        break
+                else:
+                    now = time.monotonic()
+                    if now > deadline or _peer_died[0]:
+                        self._expired(pending)
+                    if now > spin_until:
+                        time.sleep(sleep)
+                        sleep = min(2 * sleep, MAX_SLEEP_S)
 
     def _expired(self, pending: Pending):
         others = [r for r in range(self.size) if r != self.rank]
@@ -143,17 +153,20 @@ class Communicator:
             raise DistributedError(f"{what} could not start on rank {self.rank}: {e}") from e
         pending = Pending(self, what, requests if isinstance(requests, list) else [requests],
                           result, finish, peers)
+        self.in_flight = [p for p in self.in_flight if not p.done]   # (waited ones go)
         self.in_flight.append(pending)
         return pending
 
-    def all_reduce(self, x: np.ndarray, op: str = "SUM") -> Pending:
+    def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
+        """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
         send, as_wire, from_wire = _reduction_buffer(x)
-        out = np.empty_like(send)
+        out = send if inplace else np.empty_like(send)
         mpi_op = _mpi_op(self.mpi, op, x.dtype)
         if self.mpi is None:
             out[...] = send
         return self._start(f"all_reduce({op})", x, lambda: self.world.Iallreduce(
-            as_wire(send), as_wire(out), mpi_op), out, _finish(op, self.size, from_wire))
+            self.mpi.IN_PLACE if inplace else as_wire(send), as_wire(out), mpi_op), out,
+            _finish(op, self.size, from_wire))
 
     def reduce(self, x: np.ndarray, dst: int, op: str = "SUM") -> Pending:
         """The reduction on rank ``dst``; zeros on the others (a pure function of the
@@ -169,9 +182,9 @@ class Communicator:
             as_wire(send), as_wire(out) if self.rank == dst else None, mpi_op, root=dst),
             out, finish if self.rank == dst else from_wire)
 
-    def broadcast(self, x: np.ndarray, src: int) -> Pending:
+    def broadcast(self, x: np.ndarray, src: int, inplace: bool = False) -> Pending:
         _check_rank(src, self.size, "src")
-        out = np.array(x, order="C", copy=True)
+        out = x if inplace else np.array(x, order="C", copy=True)
         return self._start(f"broadcast(src={src})", x,
                            lambda: self.world.Ibcast(_bytes(out), root=src), out,
                            peers=None if self.rank == src else [src])

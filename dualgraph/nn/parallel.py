@@ -150,7 +150,7 @@ class DistributedDataParallel(Module):
             bucket.future = self._hook(self._state, grad_bucket)
             return
         np.divide(flat, self._comm.size, out=flat, casting="unsafe")
-        pending = self._comm.all_reduce(flat, "SUM")
+        pending = self._comm.all_reduce(flat, "SUM", inplace=True)
         bucket.future = dist.Future(pending.wait)
 
     def _finish(self) -> None:
