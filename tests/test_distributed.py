@@ -120,6 +120,33 @@ def test_a_lone_process_is_a_world_of_one(monkeypatch):
     np.testing.assert_allclose(model.module.bias.grad.numpy(), [2, 2])
 
 
+def test_small_allreduces_are_joined_into_one(monkeypatch):
+    """Communication fusion: a run of allreduces of one reduction and dtype becomes one
+    (compiled == eager); a result read by the next allreduce, or another reduction, ends
+    the run."""
+    import dualgraph.distributed.functional as F
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.ops import collective
+    from dualgraph.passes import fuse_all_reduces
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+
+    def step(a, b, c):
+        x = F.all_reduce(a * 2)
+        y = F.all_reduce(b)
+        z = F.all_reduce(x + c)    # reads x: a new run
+        w = F.all_reduce(c.sum(), "MAX")
+        return x, y, z, w
+    compiled = dg.compile(step)
+    args = [dg.randn(2, 3), dg.randn(4), dg.randn(2, 3)]
+    for got, want in zip(compiled(*args), step(*args)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert compiled.code.count("k_all_reduce(") == 3, compiled.code
+    fused, report = fuse_all_reduces(compiled.graph)
+    assert report.counts == {"joined": 1}
+    assert "cat(%reshape, %b, dim=0)" in str(fused), fused
+    assert fuse_all_reduces(compiled.graph, bucket_bytes=32)[1].counts == {}
+
+
 def test_distributed_sampler_splits_and_shuffles_by_epoch():
     from dualgraph.utils.data import DistributedSampler
     data = list(range(10))

@@ -136,8 +136,9 @@ class Communicator:
         self.failed = True
         raise DeadlineError(
             f"{pending.what}, waited on at {user_location()}, on rank {self.rank} of "
-            f"{self.size} {when}: {who} did not arrive ({why}). The job is aborted instead of hanging; raise the deadline with "
-            f"init_process_group(timeout=datetime.timedelta(...)) or {TIMEOUT_ENV}")
+            f"{self.size} {when}: {who} did not arrive ({why}). The job is aborted instead "
+            "of hanging; raise the deadline with init_process_group(timeout=datetime."
+            f"timedelta(...)) or {TIMEOUT_ENV}")
 
     failed = False
 

@@ -74,10 +74,10 @@ class DistributedDataParallel(Module):
         self._buckets = _make_buckets(params, bucket_cap_mb * (1 << 20))
         self._next = 0             # the next bucket to start (they start in order)
         self._active = False       # a reduction is under way in this backward
-        self._bucket_of = {}
+        self._bucket_of = {}   # id(parameter) -> its bucket
         for bucket in self._buckets:
-            for i, p in enumerate(bucket.params):
-                self._bucket_of[id(p)] = (bucket, i)
+            for p in bucket.params:
+                self._bucket_of[id(p)] = bucket
                 p.register_post_accumulate_grad_hook(self._grad_ready)
         with no_grad():
             self._sync(list(module.parameters()) + list(module.buffers()))
@@ -85,9 +85,11 @@ class DistributedDataParallel(Module):
     # -- the forward ----------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
         if self._active:
+            self._reset()
             raise RuntimeError(
                 "DistributedDataParallel: the previous backward's gradient reduction did not "
-                "finish (a backward ended in an error?); call zero_grad and run the step again")
+                "finish (a backward ended in an error?); its gradients are not averaged. Call "
+                "zero_grad and run the step again on every rank")
         if self.broadcast_buffers and self._comm.size > 1:
             with no_grad():
                 self._sync(list(self.module.buffers()))
@@ -132,8 +134,7 @@ class DistributedDataParallel(Module):
         if not self._active:
             self._active = True
             queue_callback(self._finish)
-        bucket, _ = self._bucket_of[id(param)]
-        bucket.waiting -= 1
+        self._bucket_of[id(param)].waiting -= 1
         if modes.tracer is None:
             while self._next < len(self._buckets) and not self._buckets[self._next].waiting:
                 self._start(self._buckets[self._next])
@@ -167,9 +168,12 @@ class DistributedDataParallel(Module):
                 reduced = reduced._data if isinstance(reduced, Tensor) else reduced
                 _write_grads(bucket, reduced)
         finally:
-            self._next, self._active = 0, False
-            for bucket in self._buckets:
-                bucket.waiting, bucket.future = len(bucket.params), None
+            self._reset()
+
+    def _reset(self) -> None:
+        self._next, self._active = 0, False
+        for bucket in self._buckets:
+            bucket.waiting, bucket.future = len(bucket.params), None
 
     def _finish_traced(self) -> None:
         """The buckets as ``all_reduce`` nodes of the graph being captured."""

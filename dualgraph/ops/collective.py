@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dispatch import apply
-from ..shapes import ShapedType
+from ..shapes import ShapedType, ShapeError
 from .opdef import defop
 
 __all__: list = []
@@ -49,16 +49,16 @@ def _same(x, **attrs):
 
 
 def _all_reduce_vjp(g, out, x, reduction):
-    op = reduction
-    if op in ("SUM", "AVG"):
-        return all_reduce(g, op)
-    if op in ("MAX", "MIN"):   # to the ranks that hold the extreme (each of them, on ties)
+    if reduction in ("SUM", "AVG"):
+        return all_reduce(g, reduction)
+    if reduction in ("MAX", "MIN"):   # to the ranks that hold the extreme (each of them, on ties)
         return all_reduce(g, "SUM") * (x == out).to(g.dtype)
     return all_reduce(g * out, "SUM") / x   # product: d(prod)/dx = prod / x
 
 
 ALL_REDUCE = defop(
-    "all_reduce", lambda x, reduction: comm().all_reduce(x, reduction).wait(), _same, _all_reduce_vjp,
+    "all_reduce", lambda x, reduction: comm().all_reduce(x, reduction).wait(), _same,
+    _all_reduce_vjp,
     attrs=("reduction",), saves="io", communicates=True,
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
 
@@ -99,7 +99,6 @@ ALL_GATHER = defop(
 def _infer_reduce_scatter(x, reduction):
     size = world()[1]
     if len(x.shape) == 0 or x.shape[0] != size:
-        from ..shapes import ShapeError
         raise ShapeError(f"reduce_scatter: input {tuple(x.shape)} must have {size} blocks "
                          "(one per rank) along dim 0")
     return ShapedType(tuple(x.shape[1:]), x.dtype)

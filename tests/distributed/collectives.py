@@ -153,5 +153,17 @@ for s in range(2):
 text = str(compiled.graph)
 assert "all_gather" in text and "all_reduce" in text and "broadcast" in text, text
 assert "collectives.py" in text, text   # nodes carry the user's line
+
+
+# per-tensor allreduces in a compiled function run as one (communication fusion)
+def average(*grads):
+    return [F.all_reduce(g, "AVG") for g in grads]
+
+
+grads = [dg.tensor(data(RANK, shape, "float32", 3)) for shape in [(4, 5), (5,), (3, 2, 2)]]
+averaged = dg.compile(average)
+for got, want in zip(averaged(*grads), average(*grads)):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+assert averaged.code.count("k_all_reduce(") == 1, averaged.code
 ok("compiled")
 dist.destroy_process_group()
