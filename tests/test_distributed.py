@@ -120,6 +120,29 @@ def test_a_lone_process_is_a_world_of_one(monkeypatch):
     np.testing.assert_allclose(model.module.bias.grad.numpy(), [2, 2])
 
 
+def test_post_accumulate_grad_hooks_and_end_of_backward_callbacks():
+    """What data parallelism is built on: a hook after .grad is accumulated (it sees the
+    sum), and a callback once the whole backward is done."""
+    from dualgraph.autograd.engine import queue_callback
+    w = dg.ones(3, requires_grad=True)
+    events = []
+
+    def hook(p):
+        events.append(("grad", p.grad.numpy().tolist()))
+        if len(events) == 1:
+            queue_callback(lambda: events.append(("done", w.grad.numpy().tolist())))
+    handle = w.register_post_accumulate_grad_hook(hook)
+    ((w * 2).sum() + (w * 3).sum()).backward()
+    assert events == [("grad", [5, 5, 5]), ("done", [5, 5, 5])]
+    handle.remove()
+    (w * 2).sum().backward()
+    assert len(events) == 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        (w * 2).register_post_accumulate_grad_hook(hook)
+    with pytest.raises(RuntimeError, match="during backward"):
+        queue_callback(lambda: None)
+
+
 def test_small_allreduces_are_joined_into_one(monkeypatch):
     """Communication fusion: a run of allreduces of one reduction and dtype becomes one
     (compiled == eager); a result read by the next allreduce, or another reduction, ends
