@@ -7,7 +7,7 @@ from ..graph import Graph
 from ..ops.collective import ALL_REDUCE
 from ..ops.shape import CAT, RESHAPE, SLICE
 from ..shapes import is_static
-from .core import Builder, Report, nbytes
+from .core import Builder, Report, format_bytes, nbytes
 
 BUCKET_BYTES = 25 << 20   # as data parallelism's default bucket: one message at most this
 
@@ -43,8 +43,11 @@ def fuse_all_reduces(graph: Graph, bucket_bytes: int = BUCKET_BYTES) -> tuple[Gr
     b = Builder(graph)
     for node in graph.nodes:
         if node in last_of:
-            _join(b, last_of[node])
-            report.count("joined", f"{len(last_of[node])} allreduces -> 1")
+            run = last_of[node]
+            _join(b, run)
+            report.count("joined", f"{len(run)} allreduces of "
+                         f"{format_bytes(sum(nbytes(n.outputs[0]) for n in run))} -> one "
+                         f"({', '.join(sorted({n.location or '?' for n in run}))})")
         elif node not in joined:
             b.copy(node)
     report.nodes_after = len(b.graph.nodes)
