@@ -37,8 +37,8 @@ _LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANK
 # moves a large message forward only inside such calls, so long sleeps cost bandwidth;
 # spinning for long takes the core from the rank being waited for when the machine has
 # more runnable processes than cores (docs/benchmarks.md has the measurements).
-SPIN_S = 2e-3
-MAX_SLEEP_S = 2e-4
+SPIN_S = 2e-4
+MAX_SLEEP_S = 1e-4
 POLLS = 256
 
 
