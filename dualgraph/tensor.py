@@ -32,6 +32,7 @@ class Tensor:
     _view = None            # (view op, attrs) that made it from _base (ops/views.py)
     _view_version = 0       # the storage's version its value and history are of
     _hooks = None           # gradient hooks of a leaf
+    _post_accumulate_hooks = None   # hooks called after backward accumulated into .grad
     _retains_grad = False
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use
 
@@ -297,6 +298,22 @@ class Tensor:
             hooks = self.grad_fn.hooks.setdefault(self._output_nr, [])
         hooks.append(hook)
         return _HookHandle(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(self)`` each time backward has accumulated a gradient into this
+        leaf's ``.grad`` (as torch's; data parallelism starts communication there).
+        Returns a handle with ``.remove()``.
+
+        >>> w = dg.ones(2, requires_grad=True)
+        >>> h = w.register_post_accumulate_grad_hook(lambda p: print(p.grad))
+        """
+        if not self.requires_grad or self.grad_fn is not None:
+            raise RuntimeError("post-accumulate-grad hooks can only be registered on leaf "
+                               "tensors that require grad")
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = []
+        self._post_accumulate_hooks.append(hook)
+        return _HookHandle(self._post_accumulate_hooks, hook)
 
     def retain_grad(self):
         """Keep ``.grad`` for a non-leaf tensor after backward."""

@@ -642,12 +642,10 @@ def test_distributed():
     assert dist.pipeline is not None
 
 
-@NOT_BUILT
 def test_distributed_data_parallel():
     assert issubclass(dg.nn.parallel.DistributedDataParallel, nn.Module)
 
 
-@NOT_BUILT
 def test_distributed_sampler():
     sampler = dg.utils.data.DistributedSampler(range(4), num_replicas=2, rank=0,
                                                shuffle=False)

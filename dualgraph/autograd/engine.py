@@ -101,9 +101,31 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
         with set_grad_enabled(create_graph):
             _propagate(pending, ready, owned, captured, capture, inputs, results,
                        retain_graph, create_graph)
+            while _callbacks and not outer:
+                _callbacks.pop(0)()
     finally:
         grad_mode.in_backward = outer
+        if not outer:
+            _callbacks.clear()
     return results
+
+
+_callbacks: list = []   # queue_callback's functions, run when the outermost backward ends
+
+
+def queue_callback(callback) -> None:
+    """Run ``callback()`` once the backward now running has propagated every gradient (as
+    torch's ``Variable._execution_engine.queue_callback``): data parallelism waits for its
+    gradient reductions there.
+
+    >>> w = dg.ones(2, requires_grad=True)
+    >>> _ = w.register_hook(lambda g: queue_callback(lambda: print("done")))
+    >>> (w * 2).sum().backward()
+    done
+    """
+    if not grad_mode.in_backward:
+        raise RuntimeError("queue_callback can only be called during backward")
+    _callbacks.append(callback)
 
 
 def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
@@ -127,6 +149,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
             elif capture is not None or inputs is not None:
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
             _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
+            for hook in node.leaf._post_accumulate_hooks or ():
+                hook(node.leaf)
             continue
         if node.hooks:
             for idx, hooks in node.hooks.items():

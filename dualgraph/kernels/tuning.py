@@ -143,6 +143,27 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def share_cores(n: int) -> None:
+    """Use ``n`` cores at most: dualgraph's loops (``DUALGRAPH_NUM_THREADS``) and the
+    threads of the OpenBLAS NumPy loaded. MPI ranks sharing a machine call it with their
+    share of its cores, so that two ranks on two cores run one thread each instead of four
+    threads fighting for two cores.
+
+    >>> share_cores(1)   # dg.distributed.init_process_group does this with 2 ranks, 2 cores
+    """
+    n = max(1, int(n))
+    os.environ["DUALGRAPH_NUM_THREADS"] = str(n)
+    found = openblas()
+    if found is None:
+        return
+    library = ctypes.CDLL(found.path)
+    setter = next((getattr(library, name) for name in _SET_THREADS_NAMES
+                   if hasattr(library, name)), None)
+    if setter is not None:
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+        setter(n)
+
+
 class OpenBLAS(NamedTuple):
     """The OpenBLAS this process loaded: its thread server's entry, its thread count and
     its 64-bit CBLAS ``sgemm`` (an address, or None)."""
@@ -156,6 +177,7 @@ class OpenBLAS(NamedTuple):
 # suffixes every public symbol; the server's own entry keeps its plain name)
 _THREAD_COUNT_NAMES = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
                        "scipy_openblas_get_num_threads", "openblas_get_num_threads64_")
+_SET_THREADS_NAMES = tuple(n.replace("get_", "set_") for n in _THREAD_COUNT_NAMES)
 # its CBLAS sgemm with 64-bit integers (NumPy's own build: ``batched.py`` calls it)
 _SGEMM_NAMES = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")
 

@@ -91,6 +91,9 @@ class OpDef:
     #                                  the template's function, so compiled == eager to the bit
     row_epilogue: RowEpilogue | None = None   # a fused group may end with this op, applied
     #                                  to each row as it is computed (see RowEpilogue)
+    communicates: bool = False       # talks to other processes (a collective, send, recv):
+    #                                  passes never fold, merge or drop it, and keep such
+    #                                  nodes in their order, which every rank must share
 
     # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
     # A compiler-only op (a fused or ``*_backward`` op that exists for speed: autodiff or a

@@ -21,6 +21,7 @@ import time
 from ..graph import Graph, verify as verify_graph
 from .core import Report
 from .residuals import save_scan_residuals
+from .communication import fuse_all_reduces
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
@@ -31,8 +32,8 @@ from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
-           "fuse_elementwise", "schedule", "plan_memory", "save_scan_residuals",
-           "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
+           "fuse_elementwise", "fuse_all_reduces", "schedule", "plan_memory",
+           "save_scan_residuals", "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
@@ -48,6 +49,7 @@ PIPELINE = [
     simplify,           # ... whose per-step blocks a cat may join again: the whole result
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead
+    fuse_all_reduces,   # communication fusion: runs of small allreduces -> one each
     save_scan_residuals,  # a scan's gradient reads the forward's values, not recomputes
     Stage("scans"),     # lowering rules: a scan's per-step linears -> one GEMM outside it
     fuse_elementwise,

@@ -40,6 +40,9 @@ def cse(graph: Graph) -> tuple[Graph, Report]:
             report.bytes_saved += nbytes(v)
     seen: dict[tuple, tuple] = {}
     for node in graph.nodes:
+        if node.op.communicates:   # two sends are two messages
+            b.copy(node)
+            continue
         inputs = [b.get(x) for x in node.inputs]
         key = node_key(node.op, inputs, node.attrs)
         if key in seen:
@@ -60,7 +63,8 @@ def _has_duplicates(graph: Graph) -> bool:
         return True
     seen: dict[tuple, Node] = {}
     for node in graph.nodes:
-        key = node_key(node.op, node.inputs, node.attrs)
+        key = node_key(node.op, node.inputs, node.attrs) + (
+            (id(node),) if node.op.communicates else ())
         if key in seen:
             return True
         seen[key] = node

@@ -10,7 +10,8 @@ def dce(graph: Graph) -> tuple[Graph, Report]:
 
     Preserves: the inputs (the signature), the outputs and every value they depend on, and
     the order of the nodes kept. Every op is pure, so a node whose results nobody reads can
-    go; the graph outputs are the roots.
+    go; the graph outputs are the roots, and so is every node that ``communicates`` (the
+    other ranks wait for it).
 
     Before::                              After::
 
@@ -21,7 +22,7 @@ def dce(graph: Graph) -> tuple[Graph, Report]:
     live = set(graph.outputs)
     kept = set()
     for node in reversed(graph.nodes):
-        if not live.isdisjoint(node.outputs):
+        if node.op.communicates or not live.isdisjoint(node.outputs):
             kept.add(node)
             live.update([x for x in node.inputs if isinstance(x, Value)])
     report = Report("dce", len(graph.nodes), len(kept))

@@ -52,6 +52,8 @@ def _evaluate(node: Node, constants: dict, max_elements: int):
     """The node's output arrays, or None when it must stay a node; ``constants`` maps the
     values known so far to their arrays."""
     shape_only = node.op.shape_only
+    if node.op.communicates:
+        return None   # every rank runs it at run time, in order with the others
     if not shape_only and not all(not isinstance(x, Value) or x in constants
                                   for x in node.inputs):
         return None   # (the common case, checked first: a big graph folds a few nodes)

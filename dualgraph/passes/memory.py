@@ -203,7 +203,8 @@ def schedule(graph: Graph) -> tuple[Graph, Report]:
     the nodes whose inputs are ready, runs the one that allocates least net of what it
     frees (ties: the original order). The new order is kept only when its peak is lower.
 
-    Preserves: the nodes themselves, a topological order, inputs and outputs.
+    Preserves: the nodes themselves, a topological order, inputs and outputs, and the
+    order among the nodes that communicate (every rank must issue them in the same order).
 
     Before (peak: %a, %b, %c alive)::     After (peak: two of them)::
 
@@ -233,8 +234,13 @@ def _greedy_order(graph: Graph) -> list[Node]:
     producer = {v: node for node in graph.nodes for v in node.outputs}
     readers: dict[Value, set] = {}   # root -> nodes still to read it
     waiting, users = {}, {}
+    last_communication = None   # communicating nodes keep their order: each waits for the last
     for node in graph.nodes:
         deps = {producer[x] for x in node.inputs if x in producer}
+        if node.op.communicates:
+            if last_communication is not None:
+                deps.add(last_communication)
+            last_communication = node
         waiting[node] = len(deps)
         for d in deps:
             users.setdefault(d, []).append(node)

@@ -26,14 +26,15 @@ import numpy as np
 
 from ..ops import creation
 from ..ops import shape as shape_ops
+from ..ops import collective
 from ..ops.random import Generator, rng_of
 from ..tensor import Tensor
 from .workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler",
-           "SubsetRandomSampler", "BatchSampler", "DataLoader", "default_collate",
-           "default_convert", "get_worker_info", "WorkerInfo"]
+           "SubsetRandomSampler", "BatchSampler", "DistributedSampler", "DataLoader",
+           "default_collate", "default_convert", "get_worker_info", "WorkerInfo"]
 
 
 # -- datasets -------------------------------------------------------------------------------
@@ -228,6 +229,56 @@ class SubsetRandomSampler(Sampler):
 
     def __len__(self):
         return len(self.indices)
+
+
+class DistributedSampler(Sampler):
+    """Rank ``rank``'s share of the indices, as torch's: every ``num_replicas``-th index of
+    one order common to all ranks (shuffled from ``seed + epoch`` when ``shuffle``; the
+    numbers differ from torch's for the same seed). Without ``drop_last`` the order is
+    padded by repeating its start so that every rank gets as many; with it the tail is
+    dropped. Call ``set_epoch`` before each epoch for a new order.
+
+    >>> sampler = DistributedSampler(dataset)      # ranks from dg.distributed
+    >>> loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    >>> for epoch in range(3):
+    ...     sampler.set_epoch(epoch)
+    """
+
+    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+        if num_replicas is None or rank is None:
+            world_rank, world_size = collective.world()
+            num_replicas = world_size if num_replicas is None else num_replicas
+            rank = world_rank if rank is None else rank
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}]")
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
+        n = len(dataset)
+        if drop_last and n % num_replicas:
+            self.num_samples = math.ceil((n - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(n / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self):
+        n = len(self.dataset)
+        if self.shuffle:
+            order = np.random.default_rng(self.seed + self.epoch).permutation(n)
+        else:
+            order = np.arange(n)
+        if self.drop_last:
+            order = order[:self.total_size]
+        else:
+            order = np.resize(order, self.total_size)   # repeats from the start
+        return iter(order[self.rank:self.total_size:self.num_replicas].tolist())
+
+    def __len__(self):
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
 
 class BatchSampler(Sampler):

@@ -1,0 +1,195 @@
+"""Data-parallel scaling on MPI: W1's MLP on 2 ranks against 1 process, and collectives
+against raw mpi4py.
+
+    python -m benchmarks.ddp_scaling              # runs every part, prints markdown tables
+    python -m benchmarks.ddp_scaling --json out.json
+
+The driver starts each part as its own job (``mpiexec -n 2 python -m benchmarks.ddp_scaling
+--part ...``, one thread per rank: ``DUALGRAPH_NUM_THREADS=1``, ``OMP_NUM_THREADS=1``) and
+reads the JSON line rank 0 prints:
+
+- ``train``: W1 (784-512-512-10 ReLU MLP, SGD momentum, global batch 128) as steps per
+  second: dualgraph in one process on the whole batch (eager and compiled), dualgraph
+  ``DistributedDataParallel`` on 2 ranks with 64 rows each (eager and compiled), and the
+  same with PyTorch (one process, and DDP over gloo on the same 2 processes).
+- ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
+  ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays, and the
+  bus bandwidth ``2 (n-1)/n * bytes / time``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+WARMUP, TIMED = 20, 100
+GLOBAL_BATCH = 128
+SIZES = (784, 512, 512, 10)
+
+
+def _data(rows: slice):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH, SIZES[0]), dtype=np.float32)
+    y = rng.integers(0, SIZES[-1], GLOBAL_BATCH)
+    return x[rows], y[rows]
+
+
+def _time_steps(step) -> float:
+    """Steps per second: the median step of TIMED after WARMUP."""
+    for _ in range(WARMUP):
+        step()
+    times = []
+    for _ in range(TIMED):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return 1.0 / float(np.median(times))
+
+
+def dualgraph_train(parallel: bool, compiled: bool) -> float:
+    import dualgraph as dg
+    import dualgraph.distributed as dist
+    from dualgraph.nn.parallel import DistributedDataParallel
+    dist.init_process_group("mpi")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    local = GLOBAL_BATCH // size
+    x, y = (dg.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
+    dg.manual_seed(0)
+    model = dg.nn.Sequential(dg.nn.Linear(784, 512), dg.nn.ReLU(), dg.nn.Linear(512, 512),
+                             dg.nn.ReLU(), dg.nn.Linear(512, 10))
+    if parallel:
+        model = DistributedDataParallel(model)
+    opt = dg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        loss = dg.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    run = dg.compile(step) if compiled else step
+    return _time_steps(run)
+
+
+def torch_train(parallel: bool) -> float:
+    import torch
+    import torch.distributed as tdist
+    torch.set_num_threads(1)
+    rank, size = int(os.environ.get("PMI_RANK", 0)), int(os.environ.get("PMI_SIZE", 1))
+    if parallel:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        tdist.init_process_group("gloo", rank=rank, world_size=size)
+    local = GLOBAL_BATCH // size
+    x, y = (torch.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 10))
+    if parallel:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return _time_steps(step)
+
+
+def collectives() -> list:
+    import dualgraph as dg
+    import dualgraph.distributed as dist
+    from mpi4py import MPI
+    dist.init_process_group("mpi")
+    comm, size, rows = MPI.COMM_WORLD, dist.get_world_size(), []
+    for kib in [1, 16, 256, 1024, 4096, 16384, 65536]:
+        n = kib * 256
+        a = np.ones(n, np.float32)
+        out = np.empty_like(a)
+        t = dg.tensor(a)
+        repeats = max(5, min(200, 2_000_000 // (n + 1000)))
+
+        def median(fn):
+            comm.Barrier()
+            for _ in range(3):
+                fn()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            return float(np.median(times))
+        raw = median(lambda: comm.Allreduce(a, out, MPI.SUM))
+        ours = median(lambda: dist.all_reduce(t))
+        rows.append({"bytes": a.nbytes, "mpi4py_us": raw * 1e6, "dualgraph_us": ours * 1e6,
+                     "busbw_GBps": 2 * (size - 1) / size * a.nbytes / ours / 1e9})
+    return rows
+
+
+def _part(name: str):
+    if name == "collectives":
+        return collectives()
+    impl, _, variant = name.partition(":")
+    if impl == "dualgraph":
+        return dualgraph_train("ddp" in variant, "compiled" in variant)
+    return torch_train("ddp" in variant)
+
+
+def _launch(part: str, ranks: int):
+    env = dict(os.environ, DUALGRAPH_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.getcwd())
+    command = [sys.executable, "-m", "benchmarks.ddp_scaling", "--part", part]
+    if ranks > 1:
+        command = ["mpiexec", "-n", str(ranks)] + command
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode:
+        raise RuntimeError(f"{part} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][0])[
+        "result"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part")
+    p.add_argument("--json")
+    args = p.parse_args()
+    if args.part:
+        result = _part(args.part)
+        if int(os.environ.get("PMI_RANK", 0)) == 0:
+            print(json.dumps({"result": result}), flush=True)
+        return
+    train = {}
+    for impl, variant, ranks in [("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
+                                 ("dualgraph", "single,compiled", 1),
+                                 ("dualgraph", "ddp,compiled", 2),
+                                 ("torch", "single", 1), ("torch", "ddp", 2)]:
+        train[f"{impl} {variant}"] = _launch(f"{impl}:{variant}", ranks)
+    coll = _launch("collectives", 2)
+    print("| implementation | steps/s (global batch 128) | vs its own single process |")
+    print("|---|---|---|")
+    for name, sps in train.items():
+        impl, variant = name.split(" ")
+        base = train[f"{impl} single" + (",compiled" if "compiled" in variant else "")]
+        print(f"| {name} | {sps:.1f} | {sps / base:.2f}x |")
+    print(f"\ndualgraph DDP eager vs PyTorch DDP/gloo: "
+          f"{train['dualgraph ddp'] / train['torch ddp']:.2f}x\n")
+    print("| bytes | mpi4py Allreduce (us) | dg.distributed.all_reduce (us) | ratio | "
+          "bus GB/s |")
+    print("|---|---|---|---|---|")
+    for row in coll:
+        print(f"| {row['bytes']} | {row['mpi4py_us']:.1f} | {row['dualgraph_us']:.1f} | "
+              f"{row['dualgraph_us'] / row['mpi4py_us']:.2f} | {row['busbw_GBps']:.2f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"train": train, "collectives": coll}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The plain hooks: an averaging allreduce, and the same on a 16-bit copy of the bucket.
+
+>>> ddp.register_comm_hook(None, fp16_compress_hook)
+"""
+from __future__ import annotations
+
+from ... import collectives as dist
+from ....dtypes import bfloat16, float16
+
+
+def allreduce_hook(process_group, bucket) -> dist.Future:
+    """Average the bucket over the ranks: divide by the world size, allreduce (sum)."""
+    return _allreduce_fut(bucket.buffer())
+
+
+def _allreduce_fut(tensor) -> dist.Future:
+    tensor.div_(dist.get_world_size())
+    return dist.all_reduce(tensor, async_op=True).get_future().then(
+        lambda fut: fut.value()[0])
+
+
+def _compress_hook(dtype):
+    def hook(process_group, bucket) -> dist.Future:
+        buffer = bucket.buffer()
+        compressed = (buffer / dist.get_world_size()).to(dtype)
+        fut = dist.all_reduce(compressed, async_op=True).get_future()
+
+        def decompress(fut):
+            buffer.copy_(fut.value()[0])
+            return buffer
+        return fut.then(decompress)
+    return hook
+
+
+fp16_compress_hook = _compress_hook(float16)
+fp16_compress_hook.__name__ = "fp16_compress_hook"
+fp16_compress_hook.__doc__ = """Allreduce the bucket as float16 (half the bytes), then
+write the average back in the gradients' dtype."""
+
+bf16_compress_hook = _compress_hook(bfloat16)
+bf16_compress_hook.__name__ = "bf16_compress_hook"
+bf16_compress_hook.__doc__ = """Allreduce the bucket as bfloat16 (half the bytes, float32's
+range), then write the average back in the gradients' dtype."""

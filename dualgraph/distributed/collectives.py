@@ -1,0 +1,357 @@
+"""``torch.distributed``'s process group and collectives on Tensors, in place, with
+``async_op=True`` handles; each runs the registry op of ``ops/collective.py``, or, eagerly
+with ``async_op=True``, starts the MPI operation at once (``mpi.py``)."""
+from __future__ import annotations
+
+import datetime
+import os
+
+import numpy as np
+
+from ..autograd.tape import grad_mode
+from ..dispatch import modes
+from ..kernels import tuning
+from ..ops import collective as _c
+from ..ops.inplace import commit_inplace
+from ..ops.shape import stack
+from ..tensor import Tensor
+from .mpi import DeadlineError, DistributedError, connect
+
+__all__ = ["init_process_group", "is_initialized", "is_available", "get_rank",
+           "get_world_size", "get_backend", "barrier", "destroy_process_group", "ReduceOp",
+           "Work", "Future", "GradBucket", "all_reduce", "reduce", "broadcast", "all_gather",
+           "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "send", "recv",
+           "isend", "irecv", "DeadlineError", "DistributedError"]
+
+
+class ReduceOp:
+    """How a reduction combines the ranks' values (``dist.ReduceOp.SUM``)."""
+    SUM = "SUM"
+    AVG = "AVG"
+    PRODUCT = "PRODUCT"
+    MAX = "MAX"
+    MIN = "MIN"
+
+
+def is_available() -> bool:
+    """True: MPI is the backend (mpi4py is needed only for more than one process)."""
+    return True
+
+
+def init_process_group(backend: str = "mpi", timeout: datetime.timedelta | None = None,
+                       world_size: int = -1, rank: int = -1, **_ignored) -> None:
+    """Join the world of ranks ``mpiexec`` started (a lone process is a world of size 1).
+
+    ``timeout`` is the deadline of every operation (default 300 s, or the environment's
+    ``DUALGRAPH_DIST_TIMEOUT`` seconds): past it the operation raises
+    :class:`DeadlineError` and the job is aborted. With several ranks on one machine each
+    uses its share of the cores (one each for two ranks on two cores) unless
+    ``DUALGRAPH_NUM_THREADS`` says otherwise.
+
+    >>> dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=60))
+    """
+    if backend not in ("mpi", None):
+        raise ValueError(f"backend {backend!r} is not available: dualgraph runs on MPI "
+                         "(backend='mpi'; launch with mpiexec -n N python script.py)")
+    if _c.STATE.comm is not None:
+        raise RuntimeError("init_process_group was called twice; call "
+                           "destroy_process_group() first")
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    comm = connect(seconds)
+    for name, given, actual in (("world_size", world_size, comm.size),
+                                ("rank", rank, comm.rank)):
+        if given not in (-1, None) and given != actual:
+            raise ValueError(f"init_process_group({name}={given}) but MPI says {actual}: "
+                             "mpiexec decides the ranks (mpiexec -n N)")
+    _c.STATE.comm = comm
+    if comm.size > 1 and "DUALGRAPH_NUM_THREADS" not in os.environ:
+        tuning.share_cores(tuning.cores() // comm.local_size())
+
+
+def is_initialized() -> bool:
+    return _c.STATE.comm is not None
+
+
+def get_rank(group=None) -> int:
+    return _c.comm().rank
+
+
+def get_world_size(group=None) -> int:
+    return _c.comm().size
+
+
+def get_backend(group=None) -> str:
+    _c.comm()
+    return "mpi"
+
+
+def destroy_process_group(group=None) -> None:
+    """Leave the process group (pending operations must have been waited on)."""
+    comm = _c.STATE.comm
+    if comm is not None:
+        comm.close()
+        _c.STATE.comm = None
+
+
+class Future:
+    """The result of an asynchronous operation (``torch.futures.Future``'s common subset):
+    ``wait()`` / ``value()`` return it, ``then(fn)`` is a future of ``fn(self)``."""
+
+    def __init__(self, resolve=None, value=None):
+        self._resolve, self._value = resolve, value
+        self._done = resolve is None
+
+    def wait(self):
+        if not self._done:
+            self._value, self._resolve, self._done = self._resolve(), None, True
+        return self._value
+
+    value = wait
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value) -> None:
+        self._value, self._resolve, self._done = value, None, True
+
+    def then(self, callback) -> "Future":
+        return Future(lambda: callback(self._waited()))
+
+    def _waited(self):
+        self.wait()
+        return self
+
+
+class Work:
+    """A started operation: ``wait()`` blocks (against the deadline) until it is done and
+    its tensors hold the result; ``is_completed()`` tests without blocking."""
+
+    def __init__(self, pending=None, finish=None, result=None):
+        self._pending, self._finish, self._result = pending, finish, result
+
+    def is_completed(self) -> bool:
+        return self._pending is None or self._pending.test()
+
+    def wait(self, timeout=None) -> bool:
+        if self._pending is not None:
+            array = self._pending.wait()
+            self._pending = None
+            if self._finish is not None:
+                self._finish(array)
+        return True
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self) -> Future:
+        return Future(self.result)
+
+
+class GradBucket:
+    """What a data-parallel communication hook gets (torch's ``dist.GradBucket``): one
+    bucket's gradients, flattened into ``buffer()`` in the order of ``parameters()``."""
+
+    def __init__(self, bucket, buffer: Tensor, last: bool):
+        self._bucket, self._buffer, self._last = bucket, buffer, last
+
+    def index(self) -> int:
+        return self._bucket.index
+
+    def buffer(self) -> Tensor:
+        return self._buffer
+
+    def set_buffer(self, tensor: Tensor) -> None:
+        np.copyto(self._buffer._data, tensor._data, casting="unsafe")
+
+    def parameters(self) -> list:
+        return list(self._bucket.params)
+
+    def gradients(self) -> list:
+        """Each parameter's gradient, as a view of ``buffer()``."""
+        b = self._bucket
+        return [Tensor._make(self._buffer._data[lo:hi].reshape(p._data.shape))
+                for p, lo, hi in zip(b.params, b.offsets, b.offsets[1:])]
+
+    def is_last(self) -> bool:
+        return self._last
+
+
+def _eager(*tensors) -> bool:
+    """Whether the call can start MPI at once (no graph being built, no gradient to
+    record): else it runs the registry op."""
+    if modes.tracer is not None:
+        return False
+    return not (grad_mode.enabled and any(t.requires_grad for t in tensors))
+
+
+def _start(kind, tensor: Tensor, write, *args, outputs=None):
+    """Start ``comm.kind(array, *args)`` and return a Work whose wait writes the result
+    with ``write(array)``; an allreduce or broadcast into a C-contiguous tensor itself
+    runs in place (MPI writes the storage: no copy)."""
+    data = tensor._data
+    if (kind in ("all_reduce", "broadcast") and outputs is not None and outputs[0] is tensor
+            and data.flags.c_contiguous and data.flags.writeable):
+        pending = getattr(_c.comm(), kind)(data, *args, inplace=True)
+        return Work(pending, lambda array: _bump(tensor), outputs)
+    pending = getattr(_c.comm(), kind)(data, *args)
+    return Work(pending, write, outputs)
+
+
+def _bump(tensor: Tensor) -> None:
+    tensor._version[0] += 1
+
+
+def _into(tensor: Tensor):
+    """A function writing an array into ``tensor``'s storage, as an in-place op does."""
+    def write(array):
+        np.copyto(tensor._data, array.reshape(tensor._data.shape), casting="unsafe")
+        tensor._version[0] += 1
+    return write
+
+
+def _run(tensor, async_op, kind, op_fn, *args, target=None, write=None):
+    """The one path of every in-place collective: eagerly (no graph, no gradient) the MPI
+    operation, started now and waited for unless ``async_op``; otherwise the registry op
+    ``op_fn(tensor, *args)`` committed into ``target`` (``tensor`` by default)."""
+    target = tensor if target is None else target
+    if _eager(tensor):
+        work = _start(kind, tensor, write or _into(target), *args, outputs=[target])
+        if async_op:
+            return work
+        work.wait()
+        return None
+    result = op_fn(tensor, *args)
+    if write is not None:
+        write(result)
+    else:
+        commit_inplace(target, result.reshape(tuple(target.shape)))
+    return Work(result=[target]) if async_op else None
+
+
+def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: bool = False):
+    """Reduce ``tensor`` over all ranks, in place.
+
+    >>> t = dg.ones(2)
+    >>> dist.all_reduce(t, op=dist.ReduceOp.SUM)   # t == world size
+    """
+    return _run(tensor, async_op, "all_reduce", _c.all_reduce, op)
+
+
+def reduce(tensor: Tensor, dst: int, op: str = ReduceOp.SUM, group=None,
+           async_op: bool = False):
+    """The reduction over all ranks into ``tensor`` on rank ``dst`` (the others' tensors are
+    left as they are)."""
+    mine = _c.comm().rank == dst
+
+    def write(result):
+        if mine:
+            (_into(tensor) if isinstance(result, np.ndarray) else
+             lambda r: commit_inplace(tensor, r))(result)
+    return _run(tensor, async_op, "reduce", _c.reduce, dst, op, write=write)
+
+
+def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False):
+    """Rank ``src``'s ``tensor`` into ``tensor`` on every rank."""
+    return _run(tensor, async_op, "broadcast", _c.broadcast, src)
+
+
+def _write_list(tensors):
+    def write(result):
+        for i, t in enumerate(tensors):
+            part = result[i]
+            if isinstance(part, Tensor):
+                commit_inplace(t, part)
+            else:
+                _into(t)(part)
+    return write
+
+
+def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = False):
+    """Every rank's ``tensor`` into ``tensor_list[rank]``.
+
+    >>> parts = [dg.zeros(2) for _ in range(dist.get_world_size())]
+    >>> dist.all_gather(parts, dg.ones(2))
+    """
+    _check_list(tensor_list, tensor, "all_gather")
+    return _run(tensor, async_op, "all_gather", _c.all_gather, write=_write_list(tensor_list))
+
+
+def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=None,
+                           async_op: bool = False):
+    """Every rank's input concatenated along dim 0 (or stacked, for an output of shape
+    ``[world size, *input.shape]``) into ``output_tensor``."""
+    _check_numel(output_tensor, input_tensor, get_world_size(), "all_gather_into_tensor")
+    return _run(input_tensor, async_op, "all_gather", _c.all_gather, target=output_tensor)
+
+
+def reduce_scatter(output: Tensor, input_list: list, op: str = ReduceOp.SUM, group=None,
+                   async_op: bool = False):
+    """The reduction over ranks of ``input_list[rank]`` into ``output``."""
+    _check_list(input_list, output, "reduce_scatter")
+    return _run(stack(list(input_list)), async_op, "reduce_scatter", _c.reduce_scatter, op,
+                target=output)
+
+
+def reduce_scatter_tensor(output: Tensor, input: Tensor, op: str = ReduceOp.SUM, group=None,
+                          async_op: bool = False):
+    """Block ``rank`` (along dim 0) of the reduction over ranks of ``input`` into
+    ``output``; ``input`` has world size times ``output``'s elements."""
+    size = get_world_size()
+    _check_numel(input, output, size, "reduce_scatter_tensor")
+    blocks = input.reshape(size, *output.shape)
+    return _run(blocks, async_op, "reduce_scatter", _c.reduce_scatter, op, target=output)
+
+
+def send(tensor: Tensor, dst: int, group=None, tag: int = 0) -> None:
+    """Send ``tensor`` to rank ``dst`` (returns when it may be changed again)."""
+    _c.send(tensor, dst, tag)
+
+
+def recv(tensor: Tensor, src: int | None = None, group=None, tag: int = 0) -> int:
+    """Receive into ``tensor`` from rank ``src``; returns ``src``."""
+    if src is None:
+        raise ValueError("recv needs src= (receiving from any rank is not supported)")
+    commit_inplace(tensor, _c.recv(tuple(tensor.shape), tensor._data.dtype, src, tag))
+    return src
+
+
+def isend(tensor: Tensor, dst: int, group=None, tag: int = 0) -> Work:
+    """``send`` started without waiting; ``tensor`` must not change until ``wait()``."""
+    if not _eager():
+        send(tensor, dst, tag=tag)
+        return Work()
+    return Work(_c.comm().send(tensor._data, dst, tag))
+
+
+def irecv(tensor: Tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
+    """``recv`` started without waiting; ``tensor`` holds the data after ``wait()``."""
+    if src is None or not _eager():
+        recv(tensor, src, tag=tag)
+        return Work()
+    buffer = np.empty(tensor._data.shape, tensor._data.dtype)
+    return Work(_c.comm().recv(buffer, src, tag), _into(tensor))
+
+
+def barrier(group=None, async_op: bool = False):
+    """Wait until every rank has called ``barrier``."""
+    work = Work(_c.comm().barrier())
+    if async_op:
+        return work
+    work.wait()
+
+
+def _check_list(tensors, like, what):
+    size = get_world_size()
+    if len(tensors) != size:
+        raise ValueError(f"{what}: a list of {len(tensors)} tensors for a world of {size}")
+    for t in tensors:
+        if tuple(t.shape) != tuple(like.shape):
+            raise ValueError(f"{what}: tensors of shape {tuple(t.shape)} and "
+                             f"{tuple(like.shape)}; all must have one shape")
+
+
+def _check_numel(big, small, size, what):
+    if big.numel() != size * small.numel():
+        raise ValueError(f"{what}: {tuple(big.shape)} must have world size ({size}) times "
+                         f"the elements of {tuple(small.shape)}")

@@ -1,0 +1,373 @@
+"""The MPI runtime under ``dg.distributed``: one communicator, non-blocking operations on
+NumPy arrays, and waits polled against a deadline. No Tensors here: the collective ops
+(``ops/collective.py``) and data parallelism call this module with arrays.
+
+Why every wait polls: MPI has no per-operation timeout, and a peer that died or hangs makes a
+blocking call spin forever. So every operation is started non-blocking (``Iallreduce``,
+``Ibcast``, ``Isend``, ...) and :meth:`Pending.wait` calls ``Test`` until it completes or
+the deadline passes; on expiry it raises :class:`DeadlineError` naming the operation and the
+ranks it waited for, and the job is aborted (``MPI.COMM_WORLD.Abort``) instead of hanging.
+MPICH moves a non-blocking operation forward only inside MPI calls, so the ``Test`` calls
+are also what makes communication progress while Python computes (data parallelism calls
+:meth:`Communicator.progress` during the backward).
+
+``mpi4py`` is imported only by :func:`connect`, so ``import dualgraph`` works without it; a
+single process without ``mpi4py`` (and not started by ``mpiexec``) gets a communicator of
+size 1 whose operations are copies.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from .._helpers import user_location
+from ..dispatch import OpError
+
+TIMEOUT_ENV = "DUALGRAPH_DIST_TIMEOUT"   # seconds; init_process_group(timeout=) wins
+DEFAULT_TIMEOUT = 300.0
+# the launchers' variables that say "started by mpiexec with more than one process"
+_LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+# A wait calls Test() back to back for SPIN_S, as MPI's own blocking calls poll, then
+# sleeps between batches of POLLS calls, 10 us at first, doubling up to MAX_SLEEP_S. MPICH
+# moves a large message forward only inside such calls, so long sleeps cost bandwidth;
+# spinning for long takes the core from the rank being waited for when the machine has
+# more runnable processes than cores (docs/benchmarks.md has the measurements).
+SPIN_S = 2e-4
+MAX_SLEEP_S = 1e-4
+POLLS = 256
+
+
+class DistributedError(OpError):
+    """A communication failed (a peer's MPI error, a mismatched call)."""
+
+
+class DeadlineError(DistributedError, TimeoutError):
+    """An operation did not complete within the process group's timeout (or, sooner, once
+    mpiexec reported that a rank of the job died)."""
+
+
+REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MAX", "MIN")
+
+
+class Pending:
+    """A started non-blocking operation: ``wait()`` returns its result array (polling
+    ``Test`` against the deadline), ``test()`` says whether it is done without waiting."""
+
+    def __init__(self, comm: "Communicator", what: str, requests: list, result,
+                 finish=None, peers=None):
+        self.comm, self.what, self.requests = comm, what, requests
+        self.result, self.finish, self.peers = result, finish, peers
+        self.done = not requests
+        self.started = time.monotonic()
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = self.comm._testall(self.requests, self)
+        return self.done
+
+    def wait(self):
+        if not self.done:
+            self.comm.wait_all([self])
+        if self.finish is not None:
+            self.result, self.finish = self.finish(self.result), None
+        return self.result
+
+
+class Communicator:
+    """The world: ``rank``, ``size``, and non-blocking operations that return
+    :class:`Pending`. ``mpi`` is mpi4py's ``MPI`` module (None for a lone process)."""
+
+    def __init__(self, mpi, timeout: float):
+        self.mpi, self.timeout = mpi, float(timeout)
+        self.world = mpi.COMM_WORLD.Dup() if mpi is not None else None
+        self.rank = self.world.Get_rank() if mpi is not None else 0
+        self.size = self.world.Get_size() if mpi is not None else 1
+        self.calls = 0           # operations started: names the one that timed out
+        self.in_flight: list = []   # started and not yet seen complete (progress())
+        self.mailbox: dict = {}     # a lone process's messages to itself, by tag
+
+    # -- waiting ------------------------------------------------------------------------------
+    def _testall(self, requests, pending) -> bool:
+        try:
+            if len(requests) == 1:
+                return requests[0].Test()
+            return self.mpi.Request.Testall(requests)
+        except self.mpi.Exception as e:
+            raise DistributedError(f"{pending.what} failed on rank {self.rank}: {e}") from e
+
+    def progress(self) -> None:
+        """Let MPI move the operations in flight forward (MPICH progresses only inside MPI
+        calls); cheap, never waits."""
+        self.in_flight = [p for p in self.in_flight if not p.test()]
+
+    def wait_all(self, pendings) -> None:
+        """Wait until every operation in ``pendings`` completes; past the deadline raise
+        :class:`DeadlineError` for the first one still open."""
+        deadline = time.monotonic() + self.timeout
+        spin_until, sleep = time.monotonic() + SPIN_S, 1e-5
+        for pending in pendings:
+            while not pending.done:
+                for _ in range(POLLS):   # (the clock is read once per POLLS tests)
+                    if pending.test():
+                        break
+                else:
+                    now = time.monotonic()
+                    if now > deadline or _peer_died[0]:
+                        self._expired(pending)
+                    if now > spin_until:
+                        time.sleep(sleep)
+                        sleep = min(2 * sleep, MAX_SLEEP_S)
+
+    def _expired(self, pending: Pending):
+        others = [r for r in range(self.size) if r != self.rank]
+        peers = pending.peers if pending.peers is not None else others
+        who = (f"rank {peers[0]}" if len(peers) == 1 else
+               f"one or more of ranks {peers} (MPI does not say which)")
+        why = ("mpiexec reported that a process of the job died" if _peer_died[0] else
+               "a rank died, hangs, or called a different operation")
+        waited = time.monotonic() - pending.started
+        when = (f"was given up after {waited:.1f} s" if _peer_died[0] else
+                f"did not complete within {self.timeout:g} s")
+        self.failed = True
+        raise DeadlineError(
+            f"{pending.what}, waited on at {user_location()}, on rank {self.rank} of "
+            f"{self.size} {when}: {who} did not arrive ({why}). The job is aborted instead "
+            "of hanging; raise the deadline with init_process_group(timeout=datetime."
+            f"timedelta(...)) or {TIMEOUT_ENV}")
+
+    failed = False
+
+    # -- operations -----------------------------------------------------------------------------
+    def _start(self, what, array, start, result, finish=None, peers=None) -> Pending:
+        self.calls += 1
+        what = f"{what} of {_describe(array)} (operation #{self.calls})"
+        if self.mpi is None:   # a lone process: the result is already there
+            return Pending(self, what, [], result, finish, peers)
+        try:
+            requests = start()
+        except self.mpi.Exception as e:
+            raise DistributedError(f"{what} could not start on rank {self.rank}: {e}") from e
+        pending = Pending(self, what, requests if isinstance(requests, list) else [requests],
+                          result, finish, peers)
+        self.in_flight = [p for p in self.in_flight if not p.done]   # (waited ones go)
+        self.in_flight.append(pending)
+        return pending
+
+    def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
+        """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
+        send, as_wire, from_wire = _reduction_buffer(x)
+        out = send if inplace else np.empty_like(send)
+        mpi_op = _mpi_op(self.mpi, op, x.dtype)
+        if self.mpi is None:
+            out[...] = send
+        return self._start(f"all_reduce({op})", x, lambda: self.world.Iallreduce(
+            self.mpi.IN_PLACE if inplace else as_wire(send), as_wire(out), mpi_op), out,
+            _finish(op, self.size, from_wire))
+
+    def reduce(self, x: np.ndarray, dst: int, op: str = "SUM") -> Pending:
+        """The reduction on rank ``dst``; zeros on the others (a pure function of the
+        inputs, which a graph and a VJP can use)."""
+        _check_rank(dst, self.size, "dst")
+        send, as_wire, from_wire = _reduction_buffer(x)
+        out = np.empty_like(send) if self.rank == dst else np.zeros_like(send)
+        mpi_op = _mpi_op(self.mpi, op, x.dtype)
+        if self.mpi is None:
+            out[...] = send
+        finish = _finish(op, self.size, from_wire)
+        return self._start(f"reduce({op}, dst={dst})", x, lambda: self.world.Ireduce(
+            as_wire(send), as_wire(out) if self.rank == dst else None, mpi_op, root=dst),
+            out, finish if self.rank == dst else from_wire)
+
+    def broadcast(self, x: np.ndarray, src: int, inplace: bool = False) -> Pending:
+        _check_rank(src, self.size, "src")
+        out = x if inplace else np.array(x, order="C", copy=True)
+        return self._start(f"broadcast(src={src})", x,
+                           lambda: self.world.Ibcast(_bytes(out), root=src), out,
+                           peers=None if self.rank == src else [src])
+
+    def all_gather(self, x: np.ndarray) -> Pending:
+        """The inputs of all ranks stacked along a new leading dim (``[size, *x.shape]``)."""
+        send = np.ascontiguousarray(x)
+        out = np.empty((self.size,) + x.shape, x.dtype)
+        if self.mpi is None:
+            out[0] = send
+        return self._start("all_gather", x, lambda: self.world.Iallgather(
+            _bytes(send), _bytes(out)), out)
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "SUM") -> Pending:
+        """Rank r gets the reduction of block r of ``x`` (``x`` is ``[size, *block]``)."""
+        if x.ndim == 0 or x.shape[0] != self.size:
+            raise ValueError(f"reduce_scatter: input of shape {x.shape} must have "
+                             f"{self.size} blocks (one per rank) along dim 0")
+        send, as_wire, from_wire = _reduction_buffer(x)
+        out = np.empty_like(send[0])
+        mpi_op = _mpi_op(self.mpi, op, x.dtype)
+        if self.mpi is None:
+            out[...] = send[0]
+        return self._start(f"reduce_scatter({op})", x, lambda: self.world.Ireduce_scatter_block(
+            as_wire(send), as_wire(out), mpi_op), out, _finish(op, self.size, from_wire))
+
+    def send(self, x: np.ndarray, dst: int, tag: int = 0) -> Pending:
+        _check_peer(dst, self.rank, self.size, "dst")
+        send = np.ascontiguousarray(x)
+        if self.mpi is None:   # a lone process sends to itself: the message waits here
+            self.mailbox.setdefault(tag, []).append(send.copy())
+        return self._start(f"send(dst={dst}, tag={tag})", x,
+                           lambda: self.world.Isend(_bytes(send), dst, tag), None, peers=[dst])
+
+    def recv(self, out: np.ndarray, src: int, tag: int = 0) -> Pending:
+        _check_peer(src, self.rank, self.size, "src")
+        if self.mpi is None:
+            if not self.mailbox.get(tag):
+                raise DistributedError(f"recv(tag={tag}) in a lone process: nothing was sent")
+            out[...] = self.mailbox[tag].pop(0).reshape(out.shape)
+        return self._start(f"recv(src={src}, tag={tag})", out,
+                           lambda: self.world.Irecv(_bytes(out), src, tag), out, peers=[src])
+
+    def barrier(self) -> Pending:
+        return self._start("barrier", np.empty(0), lambda: self.world.Ibarrier(), None)
+
+    def local_size(self) -> int:
+        """How many ranks share this machine."""
+        if self.mpi is None:
+            return 1
+        node = self.world.Split_type(self.mpi.COMM_TYPE_SHARED)
+        try:
+            return node.Get_size()
+        finally:
+            node.Free()
+
+    def abort(self, code: int = 1) -> None:
+        if self.mpi is not None and self.size > 1:
+            self.mpi.COMM_WORLD.Abort(code)
+
+    def close(self) -> None:
+        if self.world is not None:
+            self.world.Free()
+            self.world = None
+
+
+def _describe(x: np.ndarray) -> str:
+    return f"{x.dtype}{list(x.shape)}"
+
+
+def _check_rank(r: int, size: int, what: str) -> None:
+    if not 0 <= r < size:
+        raise ValueError(f"{what}={r} is not a rank of a world of size {size}")
+
+
+def _check_peer(r: int, me: int, size: int, what: str) -> None:
+    _check_rank(r, size, what)
+    if r == me and size > 1:   # (a blocking send to oneself would wait for its own recv)
+        raise ValueError(f"{what}={r} is this process's own rank; send to another rank")
+
+
+def _bytes(a: np.ndarray):
+    """``a`` as raw bytes for MPI: moving data needs no MPI type for bfloat16 or bool."""
+    return [a.reshape(-1).view(np.uint8), _BYTE[0]]
+
+
+_BYTE = [None]   # MPI.BYTE once connected
+
+
+def _reduction_buffer(x: np.ndarray):
+    """(contiguous send array, its form for MPI, back-conversion of the result): bfloat16
+    travels as 16-bit words (reduced by :func:`_bfloat16_op`), bool as uint8."""
+    send = np.ascontiguousarray(x)
+    if _is_bfloat16(x.dtype):
+        return send, lambda a: [a.view(np.uint16), _UINT16[0]], lambda a: a
+    if x.dtype == np.bool_:
+        return send.view(np.uint8), lambda a: a, lambda a: a.view(np.bool_)
+    return send, lambda a: a, lambda a: a
+
+
+_UINT16 = [None]   # MPI.UINT16_T once connected
+
+
+def _is_bfloat16(dtype) -> bool:
+    return dtype.name == "bfloat16"
+
+
+def _mpi_op(mpi, op: str, dtype):
+    op = str(op).upper()
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduce op {op!r}; use one of {REDUCE_OPS}")
+    if op == "AVG" and dtype.kind in "iub":
+        raise TypeError(f"ReduceOp.AVG needs a floating tensor, not {dtype}")
+    if mpi is None:
+        return None
+    if dtype == np.bool_:   # or / and, as torch's sum / product of bools
+        return {"SUM": mpi.MAX, "PRODUCT": mpi.MIN, "MAX": mpi.MAX, "MIN": mpi.MIN}[op]
+    if _is_bfloat16(dtype):
+        return _bfloat16_op(mpi, "SUM" if op == "AVG" else op, dtype)
+    return {"SUM": mpi.SUM, "AVG": mpi.SUM, "PRODUCT": mpi.PROD, "MAX": mpi.MAX,
+            "MIN": mpi.MIN}[op]
+
+
+_BF16_OPS: dict = {}
+_COMBINE = {"SUM": np.add, "PRODUCT": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+
+
+def _bfloat16_op(mpi, op: str, dtype):
+    """An MPI reduction over bfloat16 (MPI has no such type): each pair combined in
+    float32 and rounded back, so the data travels at 2 bytes an element."""
+    if op not in _BF16_OPS:
+        combine = _COMBINE[op]
+
+        def reduce(inbuf, inoutbuf, datatype):
+            a, b = np.frombuffer(inbuf, dtype), np.frombuffer(inoutbuf, dtype)
+            b[...] = combine(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
+        _BF16_OPS[op] = mpi.Op.Create(reduce, commute=True)
+    return _BF16_OPS[op]
+
+
+def _finish(op: str, size: int, from_wire):
+    if str(op).upper() != "AVG":
+        return from_wire
+    return lambda a: from_wire(np.divide(a, size, out=a, casting="unsafe"))
+
+
+# -- the one communicator of this process -------------------------------------------------------
+def connect(timeout: float | None = None) -> Communicator:
+    """Initialise MPI (once per process) and return a communicator over all its ranks."""
+    if timeout is None:
+        timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT))
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        if any(int(os.environ.get(v, "1") or 1) > 1 for v in _LAUNCH_SIZE):
+            raise ImportError(
+                "dualgraph.distributed needs mpi4py to run several processes: "
+                "pip install 'dualgraph[distributed]' (mpi4py and the mpich wheel)") from e
+        return Communicator(None, timeout)
+    _BYTE[0], _UINT16[0] = MPI.BYTE, MPI.UINT16_T
+    comm = Communicator(MPI, timeout)
+    if comm.size > 1:
+        _fail_stop(comm)
+    return comm
+
+
+def _fail_stop(comm: Communicator) -> None:
+    """An uncaught exception on one rank aborts the job (the other ranks would wait in
+    their next operation until the deadline); a rank whose deadline expired aborts at exit
+    too, since MPI's own finalisation would wait for the missing rank forever."""
+    previous = sys.excepthook
+
+    def abort_on_error(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        comm.abort(1)
+    sys.excepthook = abort_on_error
+    atexit.register(lambda: comm.failed and comm.abort(1))
+    # mpiexec (Hydra) signals SIGUSR1 to the other ranks when one dies, which would end
+    # them silently; note it instead, and the wait under way fails at once with its error
+    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGUSR1, lambda number, frame: _peer_died.__setitem__(0, True))
+
+
+_peer_died = [False]

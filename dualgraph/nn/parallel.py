@@ -1,0 +1,223 @@
+"""Data parallelism: ``DistributedDataParallel``, as torch's (docs/distributed.md).
+
+Each rank runs the module on its own part of the batch; after the backward every rank holds
+the gradients averaged over all ranks, so identical optimiser steps keep the replicas equal.
+The gradients are reduced in buckets: the parameters, in reverse registration order (about
+the order the backward produces their gradients), are grouped into buckets of at most
+``bucket_cap_mb``; a post-accumulate-grad hook counts each bucket's gradients, and when its
+last one is ready the bucket's non-blocking allreduce starts, while the backward computes
+the gradients of earlier layers. Buckets start strictly in order (MPI needs every rank to
+issue its collectives in one order). The same hooks call ``Test`` on the reductions in
+flight, which is what makes MPICH move them forward; when the backward ends, a callback
+starts the buckets still waiting (gradients a rank did not produce count as zeros), waits
+for all of them and writes the averages into ``.grad``.
+
+While a step is being captured by ``dg.compile`` the same buckets become ``all_reduce``
+nodes of the step's graph, at the end of the backward.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .. import distributed as dist
+from ..autograd.engine import queue_callback
+from ..autograd.tape import no_grad
+from ..dispatch import modes
+from ..ops import collective
+from ..ops.shape import cat
+from ..tensor import Tensor
+from .module import Module
+
+__all__ = ["DistributedDataParallel"]
+
+FIRST_BUCKET_BYTES = 1 << 20   # as torch: a small first bucket starts communication early
+
+
+class _Bucket:
+    """Parameters whose gradients are reduced together: their places in one flat array."""
+
+    def __init__(self, index: int, params: list):
+        self.index, self.params = index, params
+        self.sizes = [p.numel() for p in params]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).tolist()
+        self.flat = np.empty(self.offsets[-1], params[0]._data.dtype)
+        self.waiting = len(params)   # gradients not yet accumulated in this backward
+        self.future = None
+
+
+class DistributedDataParallel(Module):
+    """Replicate ``module`` on every rank and average its gradients over the ranks.
+
+    Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
+    every forward (``broadcast_buffers``). ``bucket_cap_mb`` bounds a bucket;
+    ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
+
+    >>> model = dg.nn.parallel.DistributedDataParallel(dg.nn.Linear(4, 2))
+    >>> loss = model(dg.randn(8, 4)).square().mean()
+    >>> loss.backward()       # .grad is the average over the ranks
+    """
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0,
+                 broadcast_buffers: bool = True, process_group=None,
+                 bucket_cap_mb: float = 25, find_unused_parameters: bool = False,
+                 gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 comm_hook=None, comm_state=None):
+        super().__init__()
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        self.require_backward_grad_sync = True
+        self._comm = collective.comm()
+        self._hook, self._state = comm_hook, comm_state
+        params = [p for p in module.parameters() if p.requires_grad]
+        self._buckets = _make_buckets(params, bucket_cap_mb * (1 << 20))
+        self._next = 0             # the next bucket to start (they start in order)
+        self._active = False       # a reduction is under way in this backward
+        self._bucket_of = {}   # id(parameter) -> its bucket
+        for bucket in self._buckets:
+            for p in bucket.params:
+                self._bucket_of[id(p)] = bucket
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+        with no_grad():
+            self._sync(list(module.parameters()) + list(module.buffers()))
+
+    # -- the forward ----------------------------------------------------------------------
+    def forward(self, *inputs, **kwargs):
+        if self._active:
+            self._reset()
+            raise RuntimeError(
+                "DistributedDataParallel: the previous backward's gradient reduction did not "
+                "finish (a backward ended in an error?); its gradients are not averaged. Call "
+                "zero_grad and run the step again on every rank")
+        if self.broadcast_buffers and self._comm.size > 1:
+            with no_grad():
+                self._sync(list(self.module.buffers()))
+        return self.module(*inputs, **kwargs)
+
+    def _sync(self, tensors):
+        """Rank 0's values into ``tensors`` on every rank (one collective per tensor)."""
+        for t in tensors:
+            dist.broadcast(t, 0)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backwards inside accumulate gradients locally, without communication; the first
+        backward after it reduces the sum of them all.
+
+        >>> with model.no_sync():
+        ...     model(x1).sum().backward()
+        >>> model(x2).sum().backward()      # reduces the gradients of both
+        """
+        before, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = before
+
+    def register_comm_hook(self, state, hook) -> None:
+        """Reduce each bucket with ``hook(state, bucket) -> Future`` (torch's shape): the
+        future's value is the bucket's reduced flat gradient (``bucket.buffer()``'s shape).
+        Built-in hooks are in ``dg.distributed.algorithms.ddp_comm_hooks``.
+
+        >>> from dualgraph.distributed.algorithms.ddp_comm_hooks import default_hooks
+        >>> model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        """
+        if self._hook is not None:
+            raise RuntimeError("register_comm_hook can only be called once")
+        self._hook, self._state = hook, state
+
+    # -- the reduction, driven by the backward ---------------------------------------------
+    def _grad_ready(self, param: Tensor) -> None:
+        if not self.require_backward_grad_sync:
+            return
+        if not self._active:
+            self._active = True
+            queue_callback(self._finish)
+        self._bucket_of[id(param)].waiting -= 1
+        if modes.tracer is None:
+            while self._next < len(self._buckets) and not self._buckets[self._next].waiting:
+                self._start(self._buckets[self._next])
+            self._comm.progress()
+
+    def _start(self, bucket: _Bucket) -> None:
+        self._next += 1
+        flat = bucket.flat
+        for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+            flat[lo:hi] = 0 if p.grad is None else p.grad._data.reshape(-1)
+        grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
+                                      bucket.index == len(self._buckets) - 1)
+        if self._hook is not None:
+            bucket.future = self._hook(self._state, grad_bucket)
+            return
+        np.divide(flat, self._comm.size, out=flat, casting="unsafe")
+        pending = self._comm.all_reduce(flat, "SUM", inplace=True)
+        bucket.future = dist.Future(pending.wait)
+
+    def _finish(self) -> None:
+        """At the end of the backward: start the buckets still waiting, wait for all of
+        them, and write the averages into the parameters' gradients."""
+        try:
+            if modes.tracer is not None:
+                self._finish_traced()
+                return
+            while self._next < len(self._buckets):
+                self._start(self._buckets[self._next])
+            for bucket in self._buckets:
+                reduced = bucket.future.wait()
+                reduced = reduced._data if isinstance(reduced, Tensor) else reduced
+                _write_grads(bucket, reduced)
+        finally:
+            self._reset()
+
+    def _reset(self) -> None:
+        self._next, self._active = 0, False
+        for bucket in self._buckets:
+            bucket.waiting, bucket.future = len(bucket.params), None
+
+    def _finish_traced(self) -> None:
+        """The buckets as ``all_reduce`` nodes of the graph being captured."""
+        if self._hook is not None:
+            raise NotImplementedError(
+                "DistributedDataParallel: communication hooks run eagerly; a step captured "
+                "by dg.compile reduces with the default allreduce. Remove the hook or run "
+                "this step eagerly")
+        for bucket in self._buckets:
+            missing = [name for name, p in self.module.named_parameters()
+                       if p.grad is None and any(p is q for q in bucket.params)]
+            if missing:   # (eagerly it depends on the other ranks: a graph can't know)
+                raise RuntimeError(
+                    f"DistributedDataParallel under dg.compile: parameters {missing} got no "
+                    "gradient in the captured step; set requires_grad=False on them, or "
+                    "run the step eagerly")
+            grads = [p.grad.reshape(-1) for p in bucket.params]
+            reduced = collective.all_reduce(cat(grads) / self._comm.size, "SUM")
+            for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+                p.grad = reduced[lo:hi].reshape(tuple(p.shape))
+
+
+def _make_buckets(params: list, cap_bytes: float) -> list:
+    """Reverse registration order, split by dtype and by size (the first bucket small)."""
+    buckets, current, size, cap = [], {}, {}, min(cap_bytes, FIRST_BUCKET_BYTES)
+    for p in reversed(params):
+        dtype = p._data.dtype
+        current.setdefault(dtype, []).append(p)
+        size[dtype] = size.get(dtype, 0) + p._data.nbytes
+        if size[dtype] >= cap:
+            buckets.append(_Bucket(len(buckets), current.pop(dtype)))
+            size[dtype], cap = 0, cap_bytes
+    for group in current.values():
+        buckets.append(_Bucket(len(buckets), group))
+    return buckets
+
+
+def _write_grads(bucket: _Bucket, reduced: np.ndarray) -> None:
+    for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
+        part = reduced[lo:hi].reshape(p._data.shape)
+        if p.grad is None:
+            if not part.any():   # no rank had a gradient for it: leave it None
+                continue
+            p.grad = Tensor._make(np.array(part))
+        else:
+            np.copyto(p.grad._data, part, casting="unsafe")
+            p.grad._version[0] += 1

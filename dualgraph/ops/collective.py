@@ -1,0 +1,168 @@
+"""Collective communication as registry ops: ``all_reduce``, ``reduce``, ``broadcast``,
+``all_gather``, ``reduce_scatter``, ``send`` and ``recv`` over the world of MPI ranks.
+
+Each is a pure function of its inputs on every rank (``reduce`` gives zeros off its
+destination), so it runs eagerly, traces into a graph node with the user's line, and has a
+VJP written with these same ops: the gradient of ``all_gather`` is ``reduce_scatter``, of
+``all_reduce(sum)`` is ``all_reduce(sum)``, of ``broadcast`` is ``reduce`` to the source.
+All ranks must run the same ops in the same order, as MPI requires; a graph is compiled the
+same way on every rank, so its nodes keep that order. The ops are flagged ``communicates``:
+passes never fold them or drop them.
+
+The kernels talk to the communicator ``STATE.comm`` that ``dg.distributed``'s
+``init_process_group`` installs (``distributed/mpi.py``); this module knows no MPI.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dispatch import apply
+from ..shapes import ShapedType, ShapeError
+from .opdef import defop
+
+__all__: list = []
+
+
+class _State:
+    comm = None   # distributed.mpi.Communicator once init_process_group ran
+
+
+STATE = _State()
+
+
+def comm():
+    """The process group's communicator; a clear error before ``init_process_group``."""
+    if STATE.comm is None:
+        raise RuntimeError("the default process group is not initialised: call "
+                           "dg.distributed.init_process_group() first")
+    return STATE.comm
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process."""
+    c = comm()
+    return c.rank, c.size
+
+
+def _same(x, **attrs):
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def _all_reduce_vjp(g, out, x, reduction):
+    if reduction in ("SUM", "AVG"):
+        return all_reduce(g, reduction)
+    if reduction in ("MAX", "MIN"):   # to the ranks that hold the extreme (each of them, on ties)
+        return all_reduce(g, "SUM") * (x == out).to(g.dtype)
+    return all_reduce(g * out, "SUM") / x   # product: d(prod)/dx = prod / x
+
+
+ALL_REDUCE = defop(
+    "all_reduce", lambda x, reduction: comm().all_reduce(x, reduction).wait(), _same,
+    _all_reduce_vjp,
+    attrs=("reduction",), saves="io", communicates=True,
+    doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
+
+
+def _infer_reduce(x, dst, reduction):
+    return _same(x)
+
+
+def _reduce_vjp(g, out, x, dst, reduction):
+    if reduction not in ("SUM", "AVG"):
+        raise NotImplementedError(f"the gradient of reduce({reduction!r}); use all_reduce")
+    g = broadcast(g, dst)
+    return g / world()[1] if reduction == "AVG" else g
+
+
+REDUCE = defop(
+    "reduce", lambda x, dst, reduction: comm().reduce(x, dst, reduction).wait(), _infer_reduce,
+    _reduce_vjp, attrs=("dst", "reduction"), saves="",
+    communicates=True,
+    doc="The reduction of ``x`` over all ranks on rank ``dst``, zeros on the others.")
+
+BROADCAST = defop(
+    "broadcast", lambda x, src: comm().broadcast(x, src).wait(), _same,
+    lambda g, out, x, src: reduce(g, src, "SUM"), attrs=("src",), saves="",
+    communicates=True, doc="Rank ``src``'s ``x`` on every rank.")
+
+
+def _infer_all_gather(x):
+    return ShapedType((world()[1],) + tuple(x.shape), x.dtype)
+
+
+ALL_GATHER = defop(
+    "all_gather", lambda x: comm().all_gather(x).wait(), _infer_all_gather,
+    lambda g, out, x: reduce_scatter(g, "SUM"), saves="", communicates=True,
+    doc="The ``x`` of every rank stacked along a new leading dim of size world size.")
+
+
+def _infer_reduce_scatter(x, reduction):
+    size = world()[1]
+    if len(x.shape) == 0 or x.shape[0] != size:
+        raise ShapeError(f"reduce_scatter: input {tuple(x.shape)} must have {size} blocks "
+                         "(one per rank) along dim 0")
+    return ShapedType(tuple(x.shape[1:]), x.dtype)
+
+
+def _reduce_scatter_vjp(g, out, x, reduction):
+    gathered = all_gather(g)
+    return gathered / world()[1] if reduction == "AVG" else gathered
+
+
+REDUCE_SCATTER = defop(
+    "reduce_scatter", lambda x, reduction: comm().reduce_scatter(x, reduction).wait(),
+    _infer_reduce_scatter, _reduce_scatter_vjp, attrs=("reduction",), saves="", communicates=True,
+    doc="Block ``rank`` of the reduction over all ranks of ``x`` (``[world size, ...]``).")
+
+
+def _send_kernel(x, dst, tag):
+    comm().send(x, dst, tag).wait()
+    return np.zeros((), np.int64)
+
+
+SEND = defop(
+    "send", _send_kernel, lambda x, dst, tag: ShapedType((), np.dtype(np.int64)),
+    attrs=("dst", "tag"), communicates=True,
+    doc="Send ``x`` to rank ``dst``; returns a token (0) that orders later ops after it.")
+
+
+def _recv_kernel(src, tag, shape, dtype):
+    out = np.empty(shape, dtype)
+    return comm().recv(out, src, tag).wait()
+
+
+RECV = defop(
+    "recv", _recv_kernel,
+    lambda src, tag, shape, dtype: ShapedType(tuple(shape), np.dtype(dtype)),
+    attrs=("src", "tag", "shape", "dtype"), communicates=True,
+    doc="A tensor of ``shape`` and ``dtype`` received from rank ``src``.")
+
+
+# -- the functions (Tensors in, Tensors out) ----------------------------------------------------
+def all_reduce(x, op: str = "SUM"):
+    return apply(ALL_REDUCE, x, reduction=str(op).upper())
+
+
+def reduce(x, dst: int, op: str = "SUM"):
+    return apply(REDUCE, x, dst=int(dst), reduction=str(op).upper())
+
+
+def broadcast(x, src: int):
+    return apply(BROADCAST, x, src=int(src))
+
+
+def all_gather(x):
+    return apply(ALL_GATHER, x)
+
+
+def reduce_scatter(x, op: str = "SUM"):
+    return apply(REDUCE_SCATTER, x, reduction=str(op).upper())
+
+
+def send(x, dst: int, tag: int = 0):
+    return apply(SEND, x, dst=int(dst), tag=int(tag))
+
+
+def recv(shape, dtype, src: int, tag: int = 0):
+    return apply(RECV, src=int(src), tag=int(tag), shape=tuple(int(d) for d in shape),
+                 dtype=np.dtype(dtype))

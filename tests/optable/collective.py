@@ -1,0 +1,38 @@
+"""Rows for the collectives, run in a world of one process (a lone communicator, no MPI):
+there each is the identity on its data (``all_gather`` adds a leading dim of 1), which is
+what torch computes for the row, and its VJP is the identity on the gradient. The values
+across two ranks, and their gradients, are checked against NumPy by
+``tests/test_distributed.py`` under ``mpiexec -n 2``."""
+from dualgraph.distributed.mpi import Communicator
+from dualgraph.ops import collective as c
+
+from . import In, OpCase
+
+if c.STATE.comm is None:
+    c.STATE.comm = Communicator(None, timeout=60.0)
+
+
+def _row(dg_fn, torch_fn):
+    return lambda m, *xs: torch_fn(*xs) if m.__name__ == "torch" else dg_fn(*xs)
+
+
+def _send_recv(x):
+    token = c.send(x, 0, tag=3)
+    return c.recv(tuple(x.shape), x._data.dtype, 0, tag=3) + token.to(x.dtype) * 0
+
+
+CASES = [
+    OpCase("all_reduce", _row(lambda x, op=op: c.all_reduce(x, op), lambda x: x.clone()),
+           [In((3, 4), "distinct")], op.lower(), dtypes=("float32", "float64", "float16"))
+    for op in ("SUM", "AVG", "MAX", "MIN")
+] + [
+    OpCase("all_reduce", _row(lambda x: c.all_reduce(x, "PRODUCT"), lambda x: x.clone()),
+           [In((3, 4), "pos")], "product"),
+    OpCase("reduce", _row(lambda x: c.reduce(x, 0), lambda x: x.clone()), [In((2, 3))]),
+    OpCase("broadcast", _row(lambda x: c.broadcast(x, 0), lambda x: x.clone()), [In((5,))],
+           dtypes=("float32", "bfloat16")),
+    OpCase("all_gather", _row(c.all_gather, lambda x: x.unsqueeze(0)), [In((2, 3))]),
+    OpCase("reduce_scatter", _row(c.reduce_scatter, lambda x: x[0].clone()), [In((1, 4))]),
+    OpCase("send", _row(_send_recv, lambda x: x.clone()), [In((2, 2))], grad=False),
+    OpCase("recv", _row(_send_recv, lambda x: x.clone()), [In((3,))], grad=False),
+]

@@ -1,0 +1,192 @@
+"""dg.distributed on two MPI ranks: each check runs ``mpiexec -n 2 python <script>`` (the
+scripts are in ``tests/distributed/``, one rank per core, ``DUALGRAPH_NUM_THREADS=1``) and
+reads what the ranks print; in-process checks cover a world of one process.
+
+Skipped, with the reason, where mpi4py (the ``distributed`` extra) is not installed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+try:
+    import mpi4py  # noqa: F401
+    MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+    MISSING = None if Path(MPIEXEC).exists() else "mpiexec is not on PATH"
+except ImportError:
+    MISSING = "mpi4py is not installed: pip install 'dualgraph[distributed]'"
+needs_mpi = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+
+def mpiexec(script: str, *args, ranks: int = 2, timeout: float = 120, flags=()):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DUALGRAPH_NUM_THREADS="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([MPIEXEC, *flags, "-n", str(ranks), sys.executable,
+                           str(HERE / "distributed" / script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def ok_lines(result, ranks: int = 2) -> list[str]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("OK ")]
+    return lines
+
+
+@needs_mpi
+def test_collectives_against_numpy_async_gradients_and_compiled():
+    lines = ok_lines(mpiexec("collectives.py"))
+    for check in ("dtypes and sizes", "non-contiguous", "async", "gradients", "compiled"):
+        assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
+
+
+@needs_mpi
+def test_ddp_equals_one_process_on_the_whole_batch():
+    lines = ok_lines(mpiexec("ddp.py"))
+    for check in ("ddp bucket_cap_mb=25", "ddp bucket_cap_mb=0.0001", "no_sync accumulation",
+                  "compiled ddp"):
+        assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
+
+
+@needs_mpi
+def test_compression_hooks_converge_like_plain_allreduce():
+    lines = ok_lines(mpiexec("hooks.py"))
+    for hook in ("user hook", "fp16_compress_hook", "bf16_compress_hook", "topk_hook",
+                 "powerSGD_hook"):
+        assert sum(line.startswith(f"OK {hook}") for line in lines) == 1, lines
+
+
+@needs_mpi
+def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path):
+    """Rank 1 stops (SIGSTOP: hung, or cut off) mid-step; rank 0 fails with DeadlineError
+    naming the operation, its line and rank 1 at the 2 s deadline, and the job ends."""
+    report = tmp_path / "report.txt"
+    result = mpiexec("fault.py", "freeze", report, timeout=60)
+    assert result.returncode != 0
+    assert report.exists(), result.stdout + result.stderr
+    waited, message = report.read_text().split("\n", 1)
+    assert 1.9 <= float(waited) <= 6.0, waited   # (the backward's own time on a busy machine)
+    assert message.startswith("DeadlineError: all_reduce(SUM)"), message
+    assert "rank 1 did not arrive" in message and "fault.py:" in message, message
+    assert "unreachable" not in result.stdout
+
+
+@needs_mpi
+def test_a_killed_rank_ends_the_job(tmp_path):
+    """Rank 1 is killed mid-step. mpiexec (Hydra) kills the whole job when a rank dies;
+    with -disable-auto-cleanup it signals the survivors (SIGUSR1), and rank 0's wait then
+    fails at once with the DeadlineError, unless Hydra's cleanup kills it first (a race in
+    Hydra). Either way the job ends well within the deadline instead of hanging."""
+    report = tmp_path / "report.txt"
+    result = mpiexec("fault.py", "kill", report, timeout=60, flags=["-disable-auto-cleanup"])
+    assert result.returncode != 0
+    assert "unreachable" not in result.stdout
+    if report.exists():
+        waited, message = report.read_text().split("\n", 1)
+        assert float(waited) <= 2.5, waited
+        assert message.startswith("DeadlineError: all_reduce(SUM)"), message
+        assert "rank 1 did not arrive" in message, message
+
+
+def test_a_lone_process_is_a_world_of_one(monkeypatch):
+    """Without mpiexec (and here without MPI at all) the collectives are copies."""
+    import dualgraph.distributed as dist
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective.STATE, "comm", None)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        dist.get_rank()
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+    assert (dist.get_rank(), dist.get_world_size()) == (0, 1)
+    t = dg.arange(4).float()
+    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+    assert work.wait() and work.is_completed()
+    np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3])
+    parts = [dg.zeros(4)]
+    dist.all_gather(parts, t)
+    np.testing.assert_array_equal(parts[0].numpy(), [0, 1, 2, 3])
+    model = dg.nn.parallel.DistributedDataParallel(dg.nn.Linear(3, 2), bucket_cap_mb=1e-5)
+    model(dg.ones(2, 3)).sum().backward()
+    np.testing.assert_allclose(model.module.bias.grad.numpy(), [2, 2])
+
+
+def test_post_accumulate_grad_hooks_and_end_of_backward_callbacks():
+    """What data parallelism is built on: a hook after .grad is accumulated (it sees the
+    sum), and a callback once the whole backward is done."""
+    from dualgraph.autograd.engine import queue_callback
+    w = dg.ones(3, requires_grad=True)
+    events = []
+
+    def hook(p):
+        events.append(("grad", p.grad.numpy().tolist()))
+        if len(events) == 1:
+            queue_callback(lambda: events.append(("done", w.grad.numpy().tolist())))
+    handle = w.register_post_accumulate_grad_hook(hook)
+    ((w * 2).sum() + (w * 3).sum()).backward()
+    assert events == [("grad", [5, 5, 5]), ("done", [5, 5, 5])]
+    handle.remove()
+    (w * 2).sum().backward()
+    assert len(events) == 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        (w * 2).register_post_accumulate_grad_hook(hook)
+    with pytest.raises(RuntimeError, match="during backward"):
+        queue_callback(lambda: None)
+
+
+def test_small_allreduces_are_joined_into_one(monkeypatch):
+    """Communication fusion: a run of allreduces of one reduction and dtype becomes one
+    (compiled == eager); a result read by the next allreduce, or another reduction, ends
+    the run."""
+    import dualgraph.distributed.functional as F
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.ops import collective
+    from dualgraph.passes import fuse_all_reduces
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+
+    def step(a, b, c):
+        x = F.all_reduce(a * 2)
+        y = F.all_reduce(b)
+        z = F.all_reduce(x + c)    # reads x: a new run
+        w = F.all_reduce(c.sum(), "MAX")
+        return x, y, z, w
+    compiled = dg.compile(step)
+    args = [dg.randn(2, 3), dg.randn(4), dg.randn(2, 3)]
+    for got, want in zip(compiled(*args), step(*args)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert compiled.code.count("k_all_reduce(") == 3, compiled.code
+    fused, report = fuse_all_reduces(compiled.graph)
+    assert report.counts == {"joined": 1}
+    assert "cat(%reshape, %b, dim=0)" in str(fused), fused
+    assert fuse_all_reduces(compiled.graph, bucket_bytes=32)[1].counts == {}
+
+
+def test_distributed_sampler_splits_and_shuffles_by_epoch():
+    from dualgraph.utils.data import DistributedSampler
+    data = list(range(10))
+    parts = [list(DistributedSampler(data, num_replicas=3, rank=r, shuffle=False))
+             for r in range(3)]
+    assert parts == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]   # padded, as torch
+    dropped = [list(DistributedSampler(data, num_replicas=3, rank=r, shuffle=False,
+                                       drop_last=True)) for r in range(3)]
+    assert dropped == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+    s = DistributedSampler(data, num_replicas=2, rank=0, seed=1)
+    first = list(s)
+    assert list(s) == first and len(s) == 5
+    s.set_epoch(1)
+    assert list(s) != first
+    everyone = []
+    for r in range(2):
+        other = DistributedSampler(data, num_replicas=2, rank=r, seed=1)
+        other.set_epoch(1)
+        everyone += list(other)
+    assert sorted(everyone) == data
