@@ -6,9 +6,10 @@ job restarted from a checkpoint continues the same loss curve.
 A checkpoint is a directory. :func:`save_checkpoint` is called by every rank: the ranks'
 own states (random streams, the sampler's seed, epoch and position) are gathered to rank
 0, which writes everything into one safetensors file (``dg.save``'s format: no pickle),
-then ``manifest.json``, naming that file with its size and SHA-256. Both are written atomically (a temporary file in the
-directory, fsync, rename), and the manifest's rename is the commit: a writer killed at any
-point leaves the manifest naming the previous, complete file. Files of killed writers
+then ``manifest.json``, naming that file with its size and SHA-256. Both are written
+atomically (a temporary file in the directory, fsync, rename), and the manifest's rename is
+the commit: a writer killed at any point leaves the manifest naming the previous, complete
+file. Files of killed writers
 (temporary files, a data file no manifest names) are removed by the next save, and the
 temporary ones by :func:`load_checkpoint` too. Loading verifies the size and the checksum
 before reading anything; every rank reads the file (the directory must be visible to all
