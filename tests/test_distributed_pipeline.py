@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from test_distributed import HERE, ROOT, mpiexec, needs_mpi, ok_lines
+from test_distributed import HERE, MPIEXEC, ROOT, mpiexec, needs_mpi, ok_lines
 
 import dualgraph as dg
 
@@ -166,3 +167,121 @@ def test_loading_verifies_the_checksum_and_the_world_size(tmp_path):
     name.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="SHA-256 is not the manifest's"):
         load_checkpoint(tmp_path, model=Weights(0))
+
+
+# -- two "hosts": network namespaces joined by a veth pair ----------------------------------
+LAUNCHER = """#!/bin/sh
+# mpiexec's ssh launcher runs: <this> [-x] HOST COMMAND; run COMMAND in HOST's namespace
+while [ "${1#-}" != "$1" ]; do shift; done
+host=$1; shift
+case "$host" in
+%s
+*) echo "netns launcher: unknown host $host" >&2; exit 1;;
+esac
+exec ip netns exec "$ns" sh -c "$*"
+"""
+HOSTS = ("10.77.0.1", "10.77.0.2")
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def _namespaces_or_skip():
+    """Two namespaces, each with one end of a veth pair named dgt0 and an address in it
+    (nothing is created outside them but the pair, which moves in at once)."""
+    if not sys.platform.startswith("linux") or shutil.which("ip") is None:
+        pytest.skip("the two-host test needs Linux network namespaces (the ip command)")
+    names = [f"dgtest{os.getpid()}{side}" for side in "ab"]
+    made = []
+    try:
+        for ns in names:
+            result = _ip("netns", "add", ns, check=False)
+            if result.returncode:
+                pytest.skip("the two-host test needs `ip netns add` (root, or "
+                            f"CAP_SYS_ADMIN): {result.stderr.strip()}")
+            made.append(ns)
+        ends = [f"dg{os.getpid() % 10_000_000}{side}" for side in "ab"]
+        _ip("link", "add", ends[0], "type", "veth", "peer", "name", ends[1])
+        for ns, end, address in zip(names, ends, HOSTS):
+            _ip("link", "set", end, "netns", ns)
+            _ip("-n", ns, "link", "set", end, "name", "dgt0")
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "dgt0")
+            _ip("-n", ns, "link", "set", "dgt0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+    except BaseException:
+        _remove_namespaces(made)
+        raise
+    return names
+
+
+def _remove_namespaces(names):
+    """Kill what still runs in them (the job's processes), then delete them (and the veth
+    pair with them)."""
+    for ns in names:
+        pids = _ip("netns", "pids", ns, check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        _ip("netns", "del", ns, check=False)
+
+
+def _wait_for(paths, seconds, job):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if all(p.exists() for p in paths):
+            return True
+        if job.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+@needs_mpi
+def test_two_hosts_over_tcp_ddp_and_a_cut_link(tmp_path):
+    """One rank in each of two network namespaces over TCP (MPICH's default transport
+    would use shared memory between them): DDP equals one process; cutting the link
+    (``ip link set down``) makes the next collective fail on both sides at the 2 s
+    deadline. The namespaces are always removed."""
+    names = _namespaces_or_skip()
+    job = None
+    try:
+        launcher = tmp_path / "netns_launcher.sh"
+        launcher.write_text(LAUNCHER % "\n".join(
+            f"{address}) ns={ns};;" for address, ns in zip(HOSTS, names)))
+        launcher.chmod(0o755)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), DUALGRAPH_NUM_THREADS="1",
+                   MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="dgt0")
+        env.pop("PYTEST_XDIST_WORKER", None)
+        log = tmp_path / "job.txt"
+        with open(log, "w") as out:
+            # mpiexec in the first namespace: its proxy on the second "host" reaches it
+            # over the veth pair (-iface)
+            job = subprocess.Popen(
+                ["ip", "netns", "exec", names[0], MPIEXEC, "-launcher", "ssh",
+                 "-launcher-exec", str(launcher), "-iface", "dgt0", "-hosts",
+                 ",".join(HOSTS), "-n", "2", sys.executable,
+                 str(HERE / "distributed" / "multihost.py"), str(tmp_path)],
+                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                start_new_session=True)
+        ready = [tmp_path / f"ready-{r}" for r in range(2)]
+        assert _wait_for(ready, 90, job), log.read_text()
+        netns = {p.read_text().split()[0] for p in ready}
+        assert len(netns) == 2, netns   # one rank in each namespace
+        _ip("-n", names[0], "link", "set", "dgt0", "down")
+        reports = [tmp_path / f"report-{r}" for r in range(2)]
+        assert _wait_for(reports, 10, job) or all(p.exists() for p in reports), (
+            "no deadline error 10 s after the link was cut (did MPI use shared memory?)\n"
+            + log.read_text())
+        for rank, report in enumerate(reports):
+            waited, message = report.read_text().split("\n", 1)
+            assert 1.9 <= float(waited) <= 3.5, (rank, waited)
+            assert message.startswith("DeadlineError: all_reduce(SUM)"), message
+            assert f"rank {1 - rank} did not arrive" in message, message
+    finally:
+        if job is not None and job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        _remove_namespaces(names)
