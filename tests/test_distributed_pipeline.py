@@ -285,3 +285,26 @@ def test_two_hosts_over_tcp_ddp_and_a_cut_link(tmp_path):
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
         _remove_namespaces(names)
+
+
+def test_a_checkpoint_brings_back_the_random_streams(tmp_path):
+    """dualgraph's stream and its compiled graphs' seed, NumPy's and Python's."""
+    import random
+    from dualgraph.distributed.checkpoint import load_checkpoint, save_checkpoint
+    from dualgraph.ops.random import default_generator
+    dg.manual_seed(3)
+    np.random.seed(3)
+    random.seed(3)
+    default_generator.seed_state._data[...] = 12345
+    save_checkpoint(tmp_path, step=0)
+
+    def draws():
+        return (dg.rand(3).numpy().tolist(), np.random.rand(3).tolist(), random.random(),
+                int(default_generator.seed_state._data))
+    want = draws()
+    dg.manual_seed(4)
+    np.random.seed(4)
+    random.seed(4)
+    default_generator._seed_state = None   # as in a new process
+    load_checkpoint(tmp_path)
+    assert draws() == want

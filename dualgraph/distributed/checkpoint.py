@@ -213,9 +213,10 @@ def _rng_state() -> dict:
 
 
 def _set_rng_state(state: dict) -> None:
-    default_generator.set_state(state["dualgraph"])
     if state["dualgraph_graph_seed"] is not None:   # compiled graphs' random streams
+        # (first: making the seed tensor draws from the stream set below)
         default_generator.seed_state._data[...] = state["dualgraph_graph_seed"]
+    default_generator.set_state(state["dualgraph"])
     numpy_state = state["numpy"]
     numpy_state["state"]["key"] = np.array(numpy_state["state"]["key"], np.uint32)
     np.random.set_state(numpy_state)
