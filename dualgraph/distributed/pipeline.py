@@ -157,7 +157,8 @@ class PipelineSchedule:
         else:
             grad = np.empty(out._data.shape, out._data.dtype)
             self._comm().recv(grad, st.index + 1, 2 * m + 1).wait()
-            out.backward(Tensor._make(grad))
+            if out.requires_grad:   # (not for a first stage without parameters)
+                out.backward(Tensor._make(grad))
         if not st.is_first:
             g = inp.grad
             grad = g._data if g is not None else np.zeros(inp._data.shape, inp._data.dtype)
