@@ -46,6 +46,8 @@ REACH = {"nn": 3, "optim": 3, "utils": 3, "amp": 3, "io": 3, "distributed": 3, "
 ALLOWED: dict[tuple[str, str], str] = {
     ("nn.parallel", "distributed"): "DistributedDataParallel is a Module (torch's "
     "nn.parallel) that reduces gradients with dg.distributed; distributed imports no nn",
+    ("distributed.checkpoint", "io"): "a distributed checkpoint is written in dg.save's "
+    "format (safetensors, no pickle); io imports no distributed",
 }
 
 # import cycles that stay for now: the modules of one strongly connected component of the
