@@ -193,7 +193,8 @@ def _onnx_lstm_cell(e, node):
 LSTM_CELL = defop("lstm_cell", _lstm_kernel, _infer_lstm, vjp=_lstm_vjp, num_outputs=3,
                   decomposition=_lstm_composite,
                   differentiable_outputs=(0, 1), saves="io",
-                  onnx=_onnx_lstm_cell)
+                  onnx=_onnx_lstm_cell,
+                  autocast="lower")
 LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _lstm_backward_kernel, _infer_lstm_backward,
                            compiler_only=True,
                            decomposition=_lstm_backward_decomposition,
