@@ -307,3 +307,198 @@ def test_casts_fuse_with_their_elementwise_neighbours():
     fused = [n for n in compiled._last.executable.graph.nodes if n.op is REGISTRY["fused"]]
     assert [[m.op.name for m in n.attrs["graph"].nodes] for n in fused] == [
         ["relu", "cast", "mul", "add"]]
+
+
+# -- GradScaler ------------------------------------------------------------------------------
+STEPS = 8
+BAD = {2: np.inf, 5: np.nan}   # step -> the value put into one input (an overflowing step)
+
+
+def _data(n=STEPS, batch=8):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((batch, 8)).astype(np.float32) for _ in range(n)]
+    ys = [rng.standard_normal((batch, 4)).astype(np.float32) for _ in range(n)]
+    for step, value in BAD.items():
+        xs[step][0, 0] = value
+    return xs, ys
+
+
+def _optimizers(m, kind):
+    if kind == "sgd":
+        return m.optim.SGD
+    return m.optim.Adam
+
+
+def _scaled_step(m, model, opt, scaler, clip, autocast=None):
+    """One training step with loss scaling, written once for torch and dualgraph."""
+    def step(x, y):
+        if autocast:
+            with m.autocast("cpu", dtype=getattr(m, autocast)):
+                loss = m.nn.functional.mse_loss(model(x), y)
+        else:
+            loss = m.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        if clip:
+            scaler.unscale_(opt)
+            m.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        return loss
+    return step
+
+
+def _setup(kind, seed=0):
+    ref, ours = _mlp(seed)
+    hyper = dict(lr=0.05, momentum=0.9) if kind == "sgd" else dict(lr=0.01)
+    t_opt = _optimizers(torch, kind)(ref.parameters(), **hyper)
+    d_opt = _optimizers(dg, kind)(ours.parameters(), **hyper)
+    scaling = dict(init_scale=2.0 ** 12, growth_interval=2, growth_factor=4.0,
+                   backoff_factor=0.25)
+    t_scaler = torch.amp.GradScaler("cpu", **scaling)
+    d_scaler = dg.amp.GradScaler(**scaling)
+    return (ref, t_opt, t_scaler), (ours, d_opt, d_scaler)
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["step", "unscale+clip"])
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_grad_scaler_matches_torch_step_by_step(kind, clip):
+    (ref, t_opt, t_scaler), (ours, d_opt, d_scaler) = _setup(kind)
+    t_step = _scaled_step(torch, ref, t_opt, t_scaler, clip)
+    d_step = _scaled_step(dg, ours, d_opt, d_scaler, clip)
+    compiled_model, compiled_opt, compiled_scaler = _setup(kind)[1]
+    compiled = dg.compile(_scaled_step(dg, compiled_model, compiled_opt, compiled_scaler,
+                                       clip), fullgraph=True)   # (no graph break)
+    xs, ys = _data()
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        before = [p.detach().numpy().copy() for p in ours.parameters()]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # (the injected inf and NaN)
+            t_step(torch.tensor(x), torch.tensor(y))
+            d_step(dg.tensor(x), dg.tensor(y))
+            compiled(dg.tensor(x), dg.tensor(y))
+        assert d_scaler.get_scale() == t_scaler.get_scale() == compiled_scaler.get_scale()
+        assert d_scaler.state_dict() == t_scaler.state_dict() == compiled_scaler.state_dict()
+        for p, q, r, b in zip(ref.parameters(), ours.parameters(),
+                              compiled_model.parameters(), before):
+            np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_array_equal(r.detach().numpy(), q.detach().numpy())
+            if i in BAD:   # skipped: not a bit changed
+                np.testing.assert_array_equal(q.detach().numpy(), b)
+    # the scale grew on clean pairs and backed off on the two bad steps
+    assert d_scaler.get_scale() == 2.0 ** 12 * 4 ** 3 * 0.25 ** 2
+
+
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_an_autocast_step_with_a_scaler_compiled_equals_eager(low):
+    (ref, t_opt, t_scaler), (ours, d_opt, d_scaler) = _setup("adam", seed=4)
+    eager = _scaled_step(dg, ours, d_opt, d_scaler, clip=True, autocast=low)
+    twin, twin_opt, twin_scaler = _setup("adam", seed=4)[1]
+    compiled = dg.compile(_scaled_step(dg, twin, twin_opt, twin_scaler, clip=True,
+                                       autocast=low), fullgraph=True)
+    t_step = _scaled_step(torch, ref, t_opt, t_scaler, clip=True, autocast=low)
+    xs, ys = _data()
+    for x, y in zip(xs, ys):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            a = eager(dg.tensor(x), dg.tensor(y))
+            b = compiled(dg.tensor(x), dg.tensor(y))
+            t = t_step(torch.tensor(x), torch.tensor(y))
+        np.testing.assert_array_equal(b.detach().numpy(), a.detach().numpy())
+        if np.isfinite(t.item()):
+            np.testing.assert_allclose(a.item(), t.item(), rtol=3e-2)
+        assert twin_scaler.get_scale() == d_scaler.get_scale() == t_scaler.get_scale()
+        for p, q in zip(ours.parameters(), twin.parameters()):
+            assert p.dtype == dg.float32
+            np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy())
+
+
+def _accumulating_step(model, opt, scaler, micro):
+    def step(x, y):
+        chunk = x.shape[0] // micro
+        for i in range(micro):
+            part = slice(i * chunk, (i + 1) * chunk)
+            loss = F.mse_loss(model(x[part]), y[part]) / micro
+            scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    return step
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_four_micro_batches_with_a_scaler_equal_one_big_batch(mode):
+    wrap = (lambda f: dg.compile(f, fullgraph=True)) if mode == "compiled" else (lambda f: f)
+    runs = []
+    for micro in (1, 4):
+        model = _mlp(5)[1]
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        scaler = dg.amp.GradScaler(init_scale=2.0 ** 8, growth_interval=2)
+        step = wrap(_accumulating_step(model, opt, scaler, micro))
+        xs, ys = _data(batch=16)
+        scales = []
+        for x, y in zip(xs, ys):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                step(dg.tensor(x), dg.tensor(y))
+            scales.append(scaler.get_scale())
+        runs.append((scales, [p.detach().numpy() for p in model.parameters()]))
+    (big_scales, big), (small_scales, small) = runs
+    assert big_scales == small_scales
+    for a, b in zip(big, small):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_grad_scaler_state_dict_round_trip_and_errors(tmp_path):
+    scaler = dg.amp.GradScaler(init_scale=8.0, growth_interval=3)
+    ref = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=3)
+    assert scaler.state_dict() == ref.state_dict()
+    w = dg.tensor([1.0, 2.0], requires_grad=True)
+    opt = dg.optim.SGD([w], lr=0.1)
+    scaler.scale((w * w).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    dg.save(scaler.state_dict(), tmp_path / "scaler")
+    other = dg.amp.GradScaler()
+    other.load_state_dict(dg.load(tmp_path / "scaler"))
+    assert other.state_dict() == scaler.state_dict() == {
+        "scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3,
+        "_growth_tracker": 1}
+    assert scaler.scale([dg.tensor(1.0), (dg.tensor(2.0),)])[1][0].item() == 16.0
+    scaler.scale((w * w).sum()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="after step"):
+        scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called since the last update"):
+        scaler.step(opt)
+    scaler.update(new_scale=2.0)
+    assert scaler.get_scale() == 2.0
+    with pytest.raises(RuntimeError, match="No inf checks"):
+        scaler.update()
+    off = dg.amp.GradScaler(enabled=False)
+    assert off.get_scale() == 1.0 and off.state_dict() == {}
+    assert off.scale(dg.tensor(3.0)).item() == 3.0
+    with pytest.raises(RuntimeError, match="state dict is empty"):
+        scaler.load_state_dict({})
+    with pytest.warns(UserWarning, match="CPU only"):
+        assert not dg.cuda.amp.GradScaler().is_enabled()
+    assert dg.cpu.amp.GradScaler(init_scale=4.0).get_scale() == 4.0
+
+
+def test_the_inference_fast_path_checks_autocast_too():
+    _, model = _mlp(6)
+    model.eval()
+    compiled = dg.compile(model)
+    x = dg.tensor(_arr(1, 8))
+    with dg.no_grad():
+        plain = [compiled(x) for _ in range(3)]   # (the later calls take the fast path)
+        assert compiled._fast is not None
+        with dg.autocast("cpu"):
+            low = compiled(x)
+        again = compiled(x)
+    assert low.dtype == dg.bfloat16 and again.dtype == dg.float32
+    np.testing.assert_array_equal(again.numpy(), plain[0].numpy())
