@@ -502,3 +502,55 @@ def test_the_inference_fast_path_checks_autocast_too():
         again = compiled(x)
     assert low.dtype == dg.bfloat16 and again.dtype == dg.float32
     np.testing.assert_array_equal(again.numpy(), plain[0].numpy())
+
+
+def test_docs_examples_run():
+    import pathlib
+    import re
+    doc = pathlib.Path(__file__).parent.parent / "docs" / "amp.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block, str(doc), "exec"), {"print": lambda *a: None})
+
+
+def test_a_cast_cached_eagerly_never_enters_a_graph_as_a_constant():
+    _, model = _mlp(7)
+    compiled = dg.compile(model)
+    x = dg.tensor(_arr(2, 8))
+    with dg.autocast("cpu"):
+        model(x)       # caches the weights' casts
+        compiled(x)    # traced in the same region: must read the weights, not the casts
+    with dg.no_grad():
+        model[0].weight.add_(1.0)
+    with dg.autocast("cpu"):
+        np.testing.assert_array_equal(compiled(x).detach().float().numpy(),
+                                      model(x).detach().float().numpy())
+
+
+def test_update_may_stay_outside_the_compiled_step():
+    runs = []
+    for compile_it in (False, True):
+        model = _mlp(8)[1]
+        opt = dg.optim.SGD(model.parameters(), lr=0.1)
+        scaler = dg.amp.GradScaler(init_scale=2.0 ** 6, growth_interval=2)
+
+        def step(x, y):
+            scaler.scale(F.mse_loss(model(x), y)).backward()
+            scaler.step(opt)
+            opt.zero_grad()
+
+        run = dg.compile(step, fullgraph=True) if compile_it else step
+        scales = []
+        for x, y in zip(*_data()):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                run(dg.tensor(x), dg.tensor(y))
+            scaler.update()
+            scales.append(scaler.get_scale())
+        with pytest.raises(RuntimeError, match="No inf checks"):
+            scaler.update()
+        runs.append((scales, [p.detach().numpy() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0] and min(runs[0][0]) < max(runs[0][0])
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)

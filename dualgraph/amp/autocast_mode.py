@@ -22,7 +22,7 @@ import warnings
 
 from .. import dtypes
 from ..autograd.tape import grad_mode
-from ..dispatch import autocast as _state
+from ..dispatch import autocast as _state, modes
 from ..ops.elementwise import cast_to
 
 _DEFAULT_DTYPE = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
@@ -46,7 +46,9 @@ def _cast(t, dtype):
     """``t`` cast to ``dtype``; a parameter's cast is made once per region while it is
     unchanged (a weight read at every step of a loop is cast once)."""
     cache = _region.cache
-    if cache is None or not t.requires_grad or t.grad_fn is not None:
+    # (never while tracing: a cast made eagerly before the trace would enter the graph as a
+    # constant, stale once the parameter changes; the graph's cse shares the casts anyway)
+    if cache is None or not t.requires_grad or t.grad_fn is not None or modes.tracer:
         return cast_to(t, dtype)
     key = (id(t), dtype, grad_mode.enabled)
     hit = cache.get(key)

@@ -57,7 +57,7 @@ class GradScaler:
     tensor([2048., 4096.])
     >>> scaler.step(opt); scaler.update()
     >>> w, scaler.get_scale()
-    (tensor([0.8, 1.6], requires_grad=True), 1024.0)
+    (tensor([0.8000, 1.6000], requires_grad=True), 1024.0)
     """
 
     def __init__(self, device: str = "cpu", init_scale: float = 2.0 ** 16,
@@ -84,6 +84,10 @@ class GradScaler:
         self._scale = creation.state((), init_scale, dtype=dtypes.float32)
         self._growth_tracker = creation.state((), 0, dtype=dtypes.int32)
         self._per_optimizer_states = defaultdict(_fresh_state)
+        # per optimiser, its found-inf flag: a state tensor too, written in place (1: inf or
+        # NaN, 0: clean, -1: nothing recorded since the last update), so a captured step
+        # that leaves ``update`` to eager code hands it over without a graph break
+        self._found_inf = {}
 
     # -- the training step -----------------------------------------------------------------
     def scale(self, outputs):
@@ -129,9 +133,11 @@ class GradScaler:
                     bad = not_finite if bad is None else elementwise.logical_or(bad,
                                                                                 not_finite)
                     g.mul_(inv_scale)
-            found = creation.zeros(()) if bad is None else elementwise.cast_to(
-                bad, dtypes.float32)
-        state["found_inf"] = found
+            flag = self._found_inf.get(id(optimizer))
+            if flag is None:
+                flag = self._found_inf[id(optimizer)] = creation.state((), -1.0)
+            flag.copy_(creation.zeros(()) if bad is None else bad)
+        state["found_inf"] = flag
         state["stage"] = _Stage.UNSCALED
 
     def step(self, optimizer, *args, **kwargs):
@@ -174,6 +180,9 @@ class GradScaler:
             else:
                 found = [s["found_inf"] for s in self._per_optimizer_states.values()
                          if s["found_inf"] is not None]
+                if not found:   # a compiled step's unscale_ wrote the flags, not this dict
+                    found = [f for f in self._found_inf.values()
+                             if type(f._data) is np.ndarray and f.item() >= 0]
                 if not found:
                     raise RuntimeError("No inf checks were recorded prior to update(): call "
                                        "step() (or unscale_()) first")
@@ -181,6 +190,8 @@ class GradScaler:
                 for f in found[1:]:
                     total = total + f
                 self._update_scale(total > 0)
+            for f in self._found_inf.values():
+                f.fill_(-1.0)
         self._per_optimizer_states = defaultdict(_fresh_state)
 
     def _update_scale(self, found):
