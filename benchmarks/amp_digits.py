@@ -11,8 +11,8 @@ result rounded to bfloat16. Part 2 trains the demo's CNN (``dualgraph/demo.py``:
 blocks with batch norm, a two-layer classifier, Adam) on scikit-learn's 8x8 digits with the
 same seed in float32 and under ``dg.autocast("cpu", dtype=bfloat16)``, eager and compiled,
 and reports the median step time (the best of ``--rounds`` runs, taken in turns) and the
-test accuracy after the last epoch (evaluated in the precision it trained in). Results go to stdout as a table; docs/benchmarks.md quotes a
-run.
+test accuracy after the last epoch (evaluated in the precision it trained in). Results go
+to stdout as a table; docs/benchmarks.md quotes a run.
 """
 from __future__ import annotations
 

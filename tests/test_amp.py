@@ -554,3 +554,9 @@ def test_update_may_stay_outside_the_compiled_step():
     assert runs[0][0] == runs[1][0] and min(runs[0][0]) < max(runs[0][0])
     for a, b in zip(runs[0][1], runs[1][1]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_benchmark_runs():
+    from benchmarks import amp_digits
+    ((n, *times),) = amp_digits.gemm((64,))
+    assert n == 64 and all(t > 0 for t in times)

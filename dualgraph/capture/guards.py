@@ -121,12 +121,12 @@ def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
-    return (spec, facts, modes(), module_facts,
+    return (spec, facts, mode_facts(), module_facts,
             optimizer_facts(optimizers, dynamic) if optimizers else (),
             read(slots) if slots else ())
 
 
-def modes() -> tuple:
+def mode_facts() -> tuple:
     """The modes a trace depends on: grad mode, and the dtype autocast casts to (None when
     it is off)."""
     return (grad_mode.enabled, None if autocast.dtype is None else autocast.dtype.name)
