@@ -54,7 +54,14 @@ CASES = [
     ("add", lambda m, T: T(X) + T(X)),
     ("cat", lambda m, T: m.cat([T(X), T(X)])),
     ("layer_norm", lambda m, T: m.nn.functional.layer_norm(T(X), (8,))),
+    ("batch_norm", lambda m, T: m.nn.functional.batch_norm(T(IMG), m.zeros(3), m.ones(3),
+                                                           training=True)),
     # a low-precision product feeding the next op
+    ("conv2d, batch_norm", lambda m, T: m.nn.functional.batch_norm(
+        m.nn.functional.conv2d(T(IMG), T(K)), m.zeros(4), m.ones(4), T(B[:4]), T(B[2:]),
+        training=True)),
+    ("conv2d, instance_norm", lambda m, T: m.nn.functional.instance_norm(
+        m.nn.functional.conv2d(T(IMG), T(K)))),
     ("linear, gelu", lambda m, T: m.nn.functional.gelu(m.nn.functional.linear(T(X), T(W)))),
     ("linear + float32", lambda m, T: m.nn.functional.linear(T(X), T(W)) + T(B)),
     ("linear, mse_loss", lambda m, T: m.nn.functional.mse_loss(
@@ -108,6 +115,23 @@ def test_reductions_of_low_precision_values_run_in_float32(name, fn, low, rtol):
     t, d = _both(fn, low)
     assert d.dtype == dg.float32 and t.dtype == getattr(torch, low)   # (docs/amp.md)
     _close(d, t, rtol)
+
+
+def test_an_lstm_runs_low_as_torch_s():
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(8, 16, batch_first=True)
+    ours = dg.nn.LSTM(8, 16, batch_first=True)
+    ours.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    with torch.autocast("cpu", dtype=torch.bfloat16):   # (torch's CPU LSTM has no float16)
+        t = ref(torch.tensor(X3))[0]
+    with dg.autocast("cpu", dtype=dg.bfloat16):
+        d = ours(dg.tensor(X3))[0]
+        compiled = dg.compile(lambda x: ours(x)[0])(dg.tensor(X3))
+    assert d.dtype == compiled.dtype == dg.bfloat16 and t.dtype == torch.bfloat16
+    _close(d, t, 2e-2)
+    np.testing.assert_array_equal(compiled.detach().float().numpy(), d.detach().float().numpy())
+    d.float().sum().backward()
+    assert all(p.grad.dtype == dg.float32 for p in ours.parameters())
 
 
 def test_the_policy_is_a_fact_of_each_op():
