@@ -181,8 +181,11 @@ def test_regions_nest_and_enabled_false_turns_autocast_off():
     with dg.autocast("cpu", dtype=dg.float16):
         assert dg.is_autocast_enabled() and dg.is_autocast_enabled("cpu")
         assert (w @ w).dtype == dg.float16
+        with dg.autocast("cpu"):   # (no dtype: the outer region's, as in torch)
+            assert (w @ w).dtype == dg.float16
         with dg.autocast("cpu", enabled=False):
             assert not dg.is_autocast_enabled() and (w @ w).dtype == dg.float32
+            assert dg.get_autocast_dtype("cpu") == dg.float16
             with dg.amp.autocast("cpu", dtype=dg.bfloat16):
                 assert (w @ w).dtype == dg.bfloat16
                 assert dg.get_autocast_dtype("cpu") == dg.bfloat16

@@ -88,7 +88,8 @@ class autocast(contextlib.ContextDecorator):
             raise ValueError(f"autocast: device_type must be 'cpu' or 'cuda', got "
                              f"{device_type!r}")
         self.device = device_type
-        self.fast_dtype = _DEFAULT_DTYPE[device_type] if dtype is None else \
+        # (no dtype: the one in force, so a nested region keeps its outer region's, as torch)
+        self.fast_dtype = get_autocast_dtype(device_type) if dtype is None else \
             dtypes.as_dtype(dtype)
         self._enabled = bool(enabled)
         self._cache_enabled = True if cache_enabled is None else bool(cache_enabled)
