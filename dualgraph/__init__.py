@@ -27,7 +27,10 @@ from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 from . import distributed, graph, io, nn, optim, utils  # noqa: F401,E402
 from . import jit, onnx, profiler, static  # noqa: F401,E402
-from . import accelerator, backends, cuda  # noqa: F401,E402
+from . import accelerator, backends, cpu, cuda  # noqa: F401,E402
+from . import amp  # noqa: F401,E402
+from .amp import (autocast, get_autocast_dtype, is_autocast_available,  # noqa: F401,E402
+                  is_autocast_enabled)
 from ._namespace import *  # noqa: F401,F403,E402
 from .devices import device  # noqa: F401,E402
 from .io import load, save  # noqa: F401,E402

@@ -10,6 +10,8 @@ bytes, seeding is a no-op. Calls that only make sense with a GPU raise a ``Runti
 """
 from __future__ import annotations
 
+from .amp import cuda as amp  # noqa: F401  (torch.cuda.amp: disabled here, with a warning)
+
 
 def _no_gpu(name: str):
     def call(*args, **kwargs):

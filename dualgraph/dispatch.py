@@ -8,14 +8,18 @@ is measured by the ``tiny_ops`` benchmark.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
+from . import dtypes
 from ._helpers import user_location, user_site
 from .autograd.tape import Node, grad_mode
 from .shapes import ShapeError
 from .tensor import Tensor
 
 _FLOAT_KINDS = "fV"  # "V" is how NumPy reports ml_dtypes' bfloat16
+_FLOAT32 = np.dtype(np.float32)
 
 
 class _Modes:
@@ -52,6 +56,31 @@ def pop_tracer():
 
 
 _new_tensor = object.__new__
+
+
+class _Autocast(threading.local):
+    """The autocast state apply reads (``dg.autocast`` sets it; the backward engine turns it
+    off, so a VJP computes in the dtypes its forward ran in). ``dtype``: the low float dtype
+    while autocast is on, else None. ``cast(tensor, dtype)``: makes the cast (an op call,
+    so eager runs it, tracing records it and autograd flows through it)."""
+
+    dtype = None
+    cast = None
+
+
+autocast = _Autocast()
+# the dtypes autocast converts: float64 is left alone (as PyTorch does), integers and bool
+# are never cast
+_AUTOCAST_FROM = frozenset(np.dtype(t) for t in ("float16", "float32", dtypes.bfloat16_np))
+
+
+def _autocast_args(op, args):
+    """``args`` with the float tensors cast as ``op.autocast`` asks: to the low dtype
+    ("lower") or to float32 ("float32")."""
+    want = autocast.dtype if op.autocast == "lower" else _FLOAT32
+    return tuple(autocast.cast(a, want) if isinstance(a, Tensor)
+                 and a._data.dtype in _AUTOCAST_FROM and a._data.dtype != want else a
+                 for a in args)
 
 
 class OpError(RuntimeError):
@@ -93,6 +122,8 @@ def error_class(err: Exception) -> type:
 def apply(op, *args, **attrs):
     if profiler is not None:
         return profiler.op(op, args, attrs)
+    if op.autocast is not None and autocast.dtype is not None:
+        args = _autocast_args(op, args)
     tracer = modes.tracer
     if tracer is None:
         if len(args) == 2:   # binary ops dominate: skip the comprehension's frame

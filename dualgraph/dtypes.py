@@ -177,3 +177,23 @@ def result_type(*operands) -> np.dtype:
         elif category(lower) > category(result):
             result = promote_types(result, lower)
     return result
+
+
+# dtype -> the wider dtypes that hold each of its values exactly (a cast there and back is
+# the identity); bool fits everywhere, int64 in no float (float64 has 53 bits of mantissa)
+_EXACT_IN = {
+    bool_.np: frozenset(d.np for d in ALL),
+    int32.np: frozenset({int64.np, float64.np}),
+    float16.np: frozenset({float32.np, float64.np}),
+    bfloat16_np: frozenset({float32.np, float64.np}),
+    float32.np: frozenset({float64.np}),
+}
+
+
+def holds_exactly(wide: np.dtype, narrow: np.dtype) -> bool:
+    """Whether every value of ``narrow`` is a value of ``wide`` (casting there is exact).
+
+    >>> holds_exactly(float32.np, bfloat16_np), holds_exactly(bfloat16_np, float32.np)
+    (True, False)
+    """
+    return wide == narrow or wide in _EXACT_IN.get(narrow, ())

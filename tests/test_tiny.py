@@ -430,7 +430,6 @@ def test_utils_checkpoint():
     assert values(x.grad) == [4.0]
 
 
-@NOT_BUILT
 def test_amp():
     with dg.amp.autocast(dtype=dg.bfloat16):
         assert (dg.ones(2, 2) @ dg.ones(2, 2)).dtype == dg.bfloat16

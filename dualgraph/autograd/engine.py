@@ -13,7 +13,7 @@ import heapq
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import modes
+from ..dispatch import autocast, modes
 from ..ops import creation
 from ..shapes import numel
 from ..tensor import Tensor
@@ -95,8 +95,9 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     captured = _capture_points(targets) if targets is not None else None
     results = [None] * (len(targets) if targets is not None else 0)
 
-    outer = grad_mode.in_backward
-    grad_mode.in_backward = True
+    outer, outer_autocast = grad_mode.in_backward, autocast.dtype
+    # (autocast off: each VJP computes in the dtypes its forward op ran in, as in PyTorch)
+    grad_mode.in_backward, autocast.dtype = True, None
     try:
         with set_grad_enabled(create_graph):
             _propagate(pending, ready, owned, captured, capture, inputs, results,
@@ -104,7 +105,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
             while _callbacks and not outer:
                 _callbacks.pop(0)()
     finally:
-        grad_mode.in_backward = outer
+        grad_mode.in_backward, autocast.dtype = outer, outer_autocast
         if not outer:
             _callbacks.clear()
     return results

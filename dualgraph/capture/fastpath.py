@@ -12,6 +12,8 @@ generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, call
     def fast_call(args, kwargs):
         if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False:
             return MISS
+        if autocast.dtype is not None:
+            return MISS
         a0, = args
         if type(a0) is not Tensor or a0.requires_grad is not False:
             return MISS
@@ -72,9 +74,10 @@ where eager would now add to the one there.
 from __future__ import annotations
 
 from .. import dispatch
+from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..codegen.python import compile_source
-from ..dispatch import modes
+from ..dispatch import autocast, modes
 from ..tensor import Tensor
 from .guards import optimizer_facts
 from .pyvalues import read
@@ -87,12 +90,12 @@ def fast_path(compiled, entry, sig):
     entry needs the general path (see the module docstring)."""
     if not applies(compiled, entry, sig):
         return None
-    _, facts, grad_enabled, module_facts, optimizer_state, values = sig
+    _, facts, (grad_enabled, low), module_facts, optimizer_state, values = sig
     exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode,
-             "Tensor": Tensor, "make": Tensor._make, "graph_fn": exe.program.fn,
-             "finish": entry.finish, "facts": compiled._module_facts,
-             "module_facts": module_facts,
+             "Tensor": Tensor, "autocast": autocast, "make": Tensor._make,
+             "graph_fn": exe.program.fn, "finish": entry.finish,
+             "facts": compiled._module_facts, "module_facts": module_facts,
              "optimizer_facts": optimizer_facts, "optimizers": compiled._optimizers,
              "optimizer_state": optimizer_state}
     # (a profiler times the nodes: the general path runs the timed copy of the code)
@@ -100,6 +103,11 @@ def fast_path(compiled, entry, sig):
              " or dispatch.profiler is not None"
              f" or grad_mode.enabled is not {bool(grad_enabled)}:",
              "    return MISS"]
+    if low is not None:   # (the usual call runs without autocast: one check of None)
+        names["low"] = dtypes.to_np(low)
+        lines += ["if autocast.dtype != low:", "    return MISS"]
+    else:
+        lines += ["if autocast.dtype is not None:", "    return MISS"]
     if facts:
         lines.append(", ".join(f"a{i}" for i in range(len(facts))) + ", = args")
     for i, (_, shape, dtype, requires_grad) in enumerate(facts):

@@ -1,7 +1,8 @@
 """Guards: what a cached graph assumed about its inputs, and why a call needs a new one.
 
 A call's *signature* is a tuple of hashable facts, one per argument leaf (tensor shape,
-dtype and requires_grad; Python scalar values), plus the grad mode and, for modules, the
+dtype and requires_grad; Python scalar values), plus the modes (grad mode, and autocast's
+dtype: a graph traced with autocast's casts never serves a call without) and, for modules, the
 training flags and parameter identities. Equal signatures reuse a graph. When a new
 signature misses the cache, :func:`explain_miss` compares it with the nearest cached one and
 says which guard failed and what to do about it.
@@ -9,6 +10,7 @@ says which guard failed and what to do about it.
 from __future__ import annotations
 
 from ..autograd.tape import grad_mode
+from ..dispatch import autocast
 from ..tensor import Tensor
 from .pyvalues import ABSENT, Slot, fact, is_scalar, object_scalars, read
 
@@ -119,14 +121,20 @@ def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
-    return (spec, facts, grad_mode.enabled, module_facts,
+    return (spec, facts, mode_facts(), module_facts,
             optimizer_facts(optimizers, dynamic) if optimizers else (),
             read(slots) if slots else ())
 
 
+def mode_facts() -> tuple:
+    """The modes a trace depends on: grad mode, and the dtype autocast casts to (None when
+    it is off)."""
+    return (grad_mode.enabled, None if autocast.dtype is None else autocast.dtype.name)
+
+
 def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     """The guards of a signature, as lines a user can read."""
-    spec, facts, grad_enabled, mod, opts, values = sig
+    spec, facts, (grad_enabled, low), mod, opts, values = sig
     lines = []
     for name, leaf in zip(leaf_names, facts):
         if leaf[0] == "tensor":
@@ -138,6 +146,7 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
             lines.append(f"{name} is the same {leaf[1]} object, its public Python scalar "
                          "attributes unchanged")
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
+    lines.append(f"autocast to {low}" if low else "autocast off")
     if mod:
         lines.append("module training flags, parameter identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
@@ -199,8 +208,11 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
                             "are baked in)", BAKED_FIX)
             return (f"{name}: an attribute was removed", BAKED_FIX)
         return (f"{name} changed from a {b[1]} to a {a[1]}", "pass arguments of one kind")
-    if new[2] != old[2]:
+    if new[2][0] != old[2][0]:
         return ("grad mode changed", "expected: one graph with and one without grad")
+    if new[2] != old[2]:
+        return (f"autocast changed from {old[2][1] or 'off'} to {new[2][1] or 'off'}",
+                "expected: one graph per autocast setting (its casts are graph nodes)")
     if new[3] != old[3]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",

@@ -102,6 +102,14 @@ def _per_channel(t, ndim: int):
     return None if t is None else shape_ops.reshape(t, (-1,) + (1,) * (ndim - 2))
 
 
+def _in_dtype_of(y, input):
+    """``y`` in ``input``'s dtype where that is half precision: batch norm's statistics run
+    in float32 under autocast (and its running buffers are float32), and torch's batch
+    norm returns its input's dtype."""
+    dt = input._data.dtype
+    return ew.cast_to(y, dt) if dt.itemsize == 2 and y._data.dtype != dt else y
+
+
 def _affine(y, weight, bias):
     if weight is not None:
         y = y * weight
@@ -382,7 +390,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             _update_running(running_mean, mean, momentum)
         if running_var is not None:
             _update_running(running_var, var * (count / (count - 1)), momentum)
-    return _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+    y = _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+    return _in_dtype_of(y, input)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -402,7 +411,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         _update_running(running_mean, red.mean(mean, 0), momentum)
     if running_var is not None:
         _update_running(running_var, red.mean(var, 0) * (count / (count - 1)), momentum)
-    return _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+    y = _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
+    return _in_dtype_of(y, input)
 
 
 def _normalized_dims(name, input, normalized_shape) -> tuple:

@@ -477,7 +477,8 @@ _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
                decomposition=_conv2d_decomposition,
                saves="i",
-               onnx=_onnx_conv2d)
+               onnx=_onnx_conv2d,
+               autocast="lower")
 CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_grad,
                           compiler_only=True,
                           decomposition=_input_grad_decomposition,

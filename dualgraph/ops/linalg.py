@@ -17,6 +17,7 @@ from .. import dtypes, kernels
 from ..dispatch import apply
 from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
+from ..tensor import Tensor
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
 from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
@@ -97,7 +98,8 @@ def _matmul_vjp(g, out, a, b):
 
 
 MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
-               onnx="MatMul")
+               onnx="MatMul",
+               autocast="lower")
 
 
 def matmul(input, other):
@@ -160,7 +162,12 @@ def tensordot(a, b, dims=2):
 
 def _scaled_sum(input, product, beta, alpha):
     """``beta * input + alpha * product``; as torch, ``beta=0`` ignores ``input`` (NaNs in
-    it included), and factors of 1 cost no op."""
+    it included), and factors of 1 cost no op. A float ``input`` takes a half-precision
+    product's dtype: torch's addmm and baddbmm run in the low dtype under autocast, input
+    included."""
+    if (product._data.dtype.itemsize == 2 and isinstance(input, Tensor)
+            and input.is_floating_point()):
+        input = elementwise.cast_to(input, product._data.dtype)
     if alpha != 1:
         product = product * alpha
     if beta == 0:   # (input still gets its zero gradient, as in torch)
@@ -305,7 +312,8 @@ EINSUM = defop("einsum", _einsum_kernel, _infer_einsum, vjp=_einsum_vjp, attrs=(
                saves="i",
                onnx=lambda e, node: [e.op("Einsum", e.inputs(),
                                           equation=node.attrs["equation"])],
-               onnx_import={"Einsum": _from_onnx_einsum})
+               onnx_import={"Einsum": _from_onnx_einsum},
+               autocast="lower")
 
 
 @functools.lru_cache(maxsize=256)
@@ -559,7 +567,8 @@ def _specialise(relu: bool):
 LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
                decomposition=_linear_decomposition,
                onnx=_onnx_linear,
-               specialise=_specialise(relu=False))
+               specialise=_specialise(relu=False),
+               autocast="lower")
 
 
 def _linear_relu_kernel(x, w, *bias):

@@ -218,7 +218,8 @@ CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entro
                       decomposition=_cross_entropy_decomposition,
                       attrs=("ignore_index", "reduction"), saves="i",
                       onnx=_onnx_cross_entropy,
-                      onnx_import={"SoftmaxCrossEntropyLoss": _from_onnx_cross_entropy})
+                      onnx_import={"SoftmaxCrossEntropyLoss": _from_onnx_cross_entropy},
+                      autocast="float32")
 CROSS_ENTROPY_BACKWARD = defop(
     "cross_entropy_backward", _cross_entropy_backward_kernel,
     lambda g, x, target, ignore_index, reduction: ShapedType(tuple(x.shape), x.dtype),

@@ -199,7 +199,8 @@ LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp
                    saves="io",
                    onnx=_onnx_layer_norm,
                    onnx_import={"LayerNormalization": _from_onnx_layer_norm},
-                   row_epilogue=_ROWS)
+                   row_epilogue=_ROWS,
+                   autocast="float32")
 LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
                             compiler_only=True,

@@ -94,6 +94,12 @@ class OpDef:
     communicates: bool = False       # talks to other processes (a collective, send, recv):
     #                                  passes never fold, merge or drop it, and keep such
     #                                  nodes in their order, which every rank must share
+    autocast: str | None = None      # what autocast does with the op's float inputs
+    #                                  (PyTorch's per-op policy, dualgraph/amp): "lower"
+    #                                  casts them to the low dtype (products, whose speed
+    #                                  and memory it buys), "float32" to float32 (sums,
+    #                                  exponentials, norms, losses: accuracy); None runs the
+    #                                  op on its inputs as they are, promoted to the widest
 
     # -- lowering: compiler-only ops and the rewrite rules that make them ------------------
     # A compiler-only op (a fused or ``*_backward`` op that exists for speed: autodiff or a
@@ -136,6 +142,9 @@ class OpDef:
         return get, (self.name,)
 
     def __post_init__(self):
+        if self.autocast not in (None, "lower", "float32"):
+            raise ValueError(f"op {self.name}: autocast must be None, 'lower' or 'float32', "
+                             f"got {self.autocast!r}")
         self.saves_inputs = "i" in self.saves
         self.saves_outputs = "o" in self.saves
 

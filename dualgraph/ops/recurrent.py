@@ -48,6 +48,21 @@ def _cell(gates, c):
     return o * np.tanh(c_new), c_new, np.concatenate(acts, axis=-1)
 
 
+def _half_in_float32(kernel):
+    """``kernel`` for operands of one half-precision dtype (an autocast step): run in
+    float32 and the results rounded back, as matmul's kernel does (NumPy has no
+    half-precision GEMM, and the cell's loops are float32), so they have the dtype the
+    shape rule promises."""
+    def run(*arrays, **attrs):
+        dts = {a.dtype for a in arrays}
+        low = dts.pop() if len(dts) == 1 else None
+        if low is None or not is_float(low) or low.itemsize != 2:
+            return kernel(*arrays, **attrs)
+        wide = (a.astype(np.float32) for a in arrays)
+        return tuple(out.astype(low) for out in kernel(*wide, **attrs))
+    return run
+
+
 def _lstm_kernel(xg, h, c, w_hh, *b_hh):
     """``(h', c', activated gates)``: the third output is kept for the backward only."""
     _infer_lstm(xg, h, c, w_hh, *b_hh)   # (its dtype and shape checks, as a graph's)
@@ -190,11 +205,13 @@ def _onnx_lstm_cell(e, node):
     return [h_new, c_new, None]
 
 
-LSTM_CELL = defop("lstm_cell", _lstm_kernel, _infer_lstm, vjp=_lstm_vjp, num_outputs=3,
-                  decomposition=_lstm_composite,
+LSTM_CELL = defop("lstm_cell", _half_in_float32(_lstm_kernel), _infer_lstm, vjp=_lstm_vjp,
+                  num_outputs=3, decomposition=_lstm_composite,
                   differentiable_outputs=(0, 1), saves="io",
-                  onnx=_onnx_lstm_cell)
-LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _lstm_backward_kernel, _infer_lstm_backward,
+                  onnx=_onnx_lstm_cell,
+                  autocast="lower")
+LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _half_in_float32(_lstm_backward_kernel),
+                           _infer_lstm_backward,
                            compiler_only=True,
                            decomposition=_lstm_backward_decomposition,
                            vjp=_lstm_backward_vjp, attrs=("need",), num_outputs=5, saves="i",

@@ -169,7 +169,8 @@ SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdi
             saves="",
             onnx=_onnx_reduce("ReduceSum"),
             onnx_import={"ReduceSum": _from_onnx_reduce(_sum_from_onnx, since=13)},
-            reduction=Reduction.SUM)
+            reduction=Reduction.SUM,
+            autocast="float32")
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None):
@@ -192,7 +193,8 @@ MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), sav
                  g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
              onnx=_onnx_reduce("ReduceMean"),
              onnx_import={"ReduceMean": _from_onnx_reduce(_reduction("mean"))},
-             reduction=Reduction.MEAN)
+             reduction=Reduction.MEAN,
+             autocast="float32")
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
@@ -237,7 +239,8 @@ PROD = defop("prod", _prod_kernel, _infer_prod, vjp=_prod_vjp, attrs=("dims", "k
              saves="i",
              onnx=_onnx_reduce("ReduceProd"),
              onnx_import={"ReduceProd": _from_onnx_reduce(_prod_from_onnx)},
-             reduction=Reduction.PROD)
+             reduction=Reduction.PROD,
+             autocast="float32")
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
@@ -523,7 +526,8 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
                   attrs=("dims", "keepdim"),
                   onnx=_onnx_reduce("ReduceLogSumExp"),
-                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))})
+                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))},
+                  autocast="float32")
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -591,7 +595,8 @@ NORM = defop("norm", _norm_kernel, lambda x, ord, dims, keepdim: _infer_reduce(x
              vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"),
              onnx=_onnx_norm,
              onnx_import={"ReduceL1": _from_onnx_reduce(_reduction("norm", ord=1.0)),
-                          "ReduceL2": _from_onnx_reduce(_reduction("norm", ord=2.0))})
+                          "ReduceL2": _from_onnx_reduce(_reduction("norm", ord=2.0))},
+             autocast="float32")
 
 
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
@@ -644,7 +649,8 @@ CUMSUM = defop("cumsum", _cumsum_kernel, _infer_cumulative, attrs=("dim", "rever
                vjp=lambda g, out, x, dim, reverse: apply(CUMSUM, g, dim=dim,
                                                          reverse=not reverse),
                onnx=_onnx_cumsum,
-               onnx_import={"CumSum": _from_onnx_cumsum})
+               onnx_import={"CumSum": _from_onnx_cumsum},
+               autocast="float32")
 
 
 def cumsum(input, dim, *, dtype=None):
@@ -690,7 +696,8 @@ def _onnx_cumprod(e, node):
 
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
                 attrs=("dim",),
-                onnx=_onnx_cumprod)
+                onnx=_onnx_cumprod,
+                autocast="float32")
 
 
 def cumprod(input, dim, *, dtype=None):
@@ -861,13 +868,15 @@ SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tup
                 vjp=lambda g, out, x, dim: apply(SOFTMAX_BACKWARD, g, out, dim=dim),
                 attrs=("dim",), saves="o",
                 onnx=_onnx_softmax("Softmax"),
-                onnx_import={"Softmax": _from_onnx_softmax("softmax")})
+                onnx_import={"Softmax": _from_onnx_softmax("softmax")},
+                autocast="float32")
 LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
                     lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
                     vjp=lambda g, out, x, dim: apply(LOG_SOFTMAX_BACKWARD, g, out, dim=dim),
                     attrs=("dim",), saves="o",
                     onnx=_onnx_softmax("LogSoftmax"),
-                    onnx_import={"LogSoftmax": _from_onnx_softmax("log_softmax")})
+                    onnx_import={"LogSoftmax": _from_onnx_softmax("log_softmax")},
+                    autocast="float32")
 
 
 def _softmax_like(op, name, input, dim, dtype):

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable
 
-from ..dtypes import result_type
+import numpy as np
+
+from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
 from ..ops.elementwise import ADD, CAST, DIV, LOG, MUL, NEG, POW, SUB
@@ -152,6 +154,14 @@ def _fold_scales(m):
     return None
 
 
+def _fold_casts(m):
+    # exact only when the first cast loses nothing (bf16 -> f32 -> bf16 is x; f32 -> bf16
+    # -> f32 rounds, so it stays)
+    if not holds_exactly(np.dtype(m.mid), m.x.dtype):
+        return None
+    return m.x if np.dtype(m.to) == m.x.dtype else call(CAST, [m.x], dtype=m.to)
+
+
 def _compose(p, q) -> tuple:
     # permute(permute(x, p), q)[i] reads x's dim p[q[i]]
     return tuple(p[i] for i in q)
@@ -236,6 +246,8 @@ RULES = [
     Rule(P(RESHAPE, x), lambda m: m.x, "reshape(x) -> x (same shape)"),
     Rule(P(EXPAND, x), lambda m: m.x, "expand(x) -> x (same shape)"),
     Rule(P(CAST, x), lambda m: m.x, "cast(x) -> x (same dtype)"),
+    Rule(P(CAST, P(CAST, x, dtype=Var("mid")), dtype=Var("to")), _fold_casts,
+         "cast(cast(x, wider), t) -> cast(x, t) (the first cast exact: x if t is x's)"),
     Rule(P(LOG, P(SOFTMAX, x, dim=dim)), lambda m: call(LOG_SOFTMAX, [m.x], dim=m.dim),
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P(ADD, P(MATMUL, x, P(PERMUTE, w, perm=(1, 0))), b),
@@ -251,7 +263,8 @@ RULES = [
 # -- the driver ------------------------------------------------------------------------------
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, --x, chains of scalar
-    multiplies, permute and reshape chains, no-op reshape/expand/cast, log(softmax),
+    multiplies, permute and reshape chains, no-op reshape/expand/cast, a cast after an
+    exact (widening) cast, log(softmax),
     x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
 
