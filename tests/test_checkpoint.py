@@ -329,3 +329,21 @@ def test_accumulating_four_micro_batches_equals_one_batch(compiled, ck):
 
     for a, b in zip(train(4), train(1)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_memory_plan_keeps_outputs_out_of_reused_buffers():
+    # a small output planned into the free buffer of a big dead value would hold it for
+    # the rest of the run, and the next big value would need a buffer of its own
+    from dualgraph.graph import Graph
+    from dualgraph.passes import plan_memory
+    g = Graph()
+    x = g.add_input((1000,), "float32", name="x")
+    (a,) = g.add_node("exp", [x])
+    (s,) = g.add_node("sum", [a], {"dims": (0,), "keepdim": True, "dtype": None})
+    (o,) = g.add_node("sum", [s], {"dims": (0,), "keepdim": False, "dtype": None})
+    (c,) = g.add_node("exp", [x])
+    (d,) = g.add_node("sum", [c], {"dims": (0,), "keepdim": False, "dtype": None})
+    g.set_outputs([o, d])
+    plan = plan_memory(g)[1].data
+    assert plan.assignment[a] == plan.assignment[c]
+    assert plan.peak_after < 2 * 4000
