@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -57,19 +58,25 @@ def measure(compiled: bool, checkpoint: bool, steps: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, help="BLAS threads of the children (as "
+                        "benchmarks.run's --threads: steadier on a busy machine)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         compiled, checkpoint = (c == "1" for c in args.child)
         print(json.dumps(measure(compiled, checkpoint, args.steps)))
         return
+    env = dict(os.environ)
+    if args.threads:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[name] = str(args.threads)
     rows = {}
     for compiled in (False, True):
         for checkpoint in (False, True):
             key = f"{int(compiled)}{int(checkpoint)}"
             done = subprocess.run([sys.executable, "-m", "benchmarks.checkpoint_memory",
                                    "--child", key, "--steps", str(args.steps)],
-                                  capture_output=True, text=True, check=True)
+                                  capture_output=True, text=True, check=True, env=env)
             rows[key] = json.loads(done.stdout.strip().splitlines()[-1])
     mib = lambda n: f"{n / 2**20:.2f} MiB"   # noqa: E731
     print("| mode | checkpoint | loss | traced at step start | step peak above start | "

@@ -91,6 +91,12 @@ class Checkpoint:
         return tuple(engine.run_backward(roots, root_grads, create, create,
                                          stop=list(self.edges)))
 
+    def release(self):
+        """Drop the saved inputs once the node is freed (after a backward without
+        ``retain_graph``), as the engine drops a node's saved tensors."""
+        self.args = self.kwargs = self.edges = None
+        self.rng.seeds = []
+
     def _outputs(self, result) -> list:
         leaves, _ = flatten(result)
         outs = [leaves[i] if i < len(leaves) else None for i in self.positions]

@@ -255,6 +255,9 @@ def _free(node: Node):
     node.inputs = None
     node.outputs = None
     node.versions = ()
+    release = getattr(node.op, "release", None)
+    if release is not None:   # (an op holding saved values of its own: a checkpoint's)
+        release()
 
 
 def _run_hooks(hooks, g):
