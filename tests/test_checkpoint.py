@@ -167,6 +167,15 @@ def test_misuse_errors():
 
     with pytest.raises(RuntimeError, match="recomputation .* returned"):
         checkpoint(flaky, x).sum().backward()
+    w1, w2 = dg.randn(3, requires_grad=True), dg.randn(3, requires_grad=True)
+    calls.clear()
+
+    def switching(t):
+        calls.append(1)
+        return t * (w1 if len(calls) == 1 else w2)
+
+    with pytest.raises(RuntimeError, match="reads 1 tensor.* its forward did not read"):
+        checkpoint(switching, x).sum().backward()
     with pytest.raises(ValueError, match="Unexpected keyword arguments: foo"):
         checkpoint_sequential([dg.nn.Tanh()], 1, x, foo=1)
     with pytest.raises(TypeError, match="callable"):
