@@ -78,7 +78,9 @@ def main():
                                    "--child", key, "--steps", str(args.steps)],
                                   capture_output=True, text=True, check=True, env=env)
             rows[key] = json.loads(done.stdout.strip().splitlines()[-1])
-    mib = lambda n: f"{n / 2**20:.2f} MiB"   # noqa: E731
+    def mib(n):
+        return f"{n / 2**20:.2f} MiB"
+
     print("| mode | checkpoint | loss | traced at step start | step peak above start | "
           "plan: live peak | plan: buffers | step ms (wall) | step ms (CPU) |")
     print("|---|---|---|---|---|---|---|---|---|")

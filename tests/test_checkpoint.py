@@ -190,7 +190,9 @@ def test_no_grad_and_nested_checkpoints():
     x = dg.randn(4, requires_grad=True)
     with dg.no_grad():
         assert not checkpoint(lambda t: t.exp(), x).requires_grad
-    inner = lambda t: checkpoint(lambda u: u.sin() * u, t) + t  # noqa: E731
+
+    def inner(t):
+        return checkpoint(lambda u: u.sin() * u, t) + t
     checkpoint(inner, x).sum().backward()
     got = x.grad.numpy().copy()
     x.grad = None
