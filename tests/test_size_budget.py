@@ -36,9 +36,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kept (capture/escape.py), and a compiled module that stands in for the module.
 # autograd/ +230: activation checkpointing (autograd/checkpoint.py: the region's node, its
 # recomputation eager and traced, torch's reentrant variant and checkpoint_sequential).
-# passes/ +120: rematerialisation (passes/remat.py: dg.compile's memory_budget).
-CORE_BUDGET = 16_300
-BUDGETS = {".": 1_500, "autograd": 640, "backends": 40, "capture": 2_980, "codegen": 1_260,
+# passes/ +120: rematerialisation (passes/remat.py: dg.compile's memory_budget). capture/
+# +30: memory_budget and the recomputation's locations. The core +380 for these.
+CORE_BUDGET = 16_680
+BUDGETS = {".": 1_500, "autograd": 640, "backends": 40, "capture": 3_010, "codegen": 1_260,
            "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 2_020,
            "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
