@@ -27,12 +27,13 @@ from .fold import fold_constants
 from .fuse import fuse_elementwise
 from .lower import RULE_NAMES, RULES as LOWERING, LoweringRule, Stage, lower
 from .memory import MemoryPlan, plan_memory, schedule
-from .remat import rematerialize
+from .remat import checkpoint_savings, rematerialize
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
-           "fuse_elementwise", "schedule", "rematerialize", "plan_memory",
+           "fuse_elementwise", "schedule", "checkpoint_savings", "rematerialize",
+           "plan_memory",
            "save_scan_residuals",
            "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
@@ -42,6 +43,7 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "RU
  linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [
+    checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
     dce,                # drop what the outputs don't need, so later passes see less
     cse,
     fold_constants,

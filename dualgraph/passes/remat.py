@@ -2,14 +2,16 @@
 
 Two sources of recomputation meet here. A checkpointed region (autograd/checkpoint.py) is
 already recomputed in the graph's backward part (its nodes are located ``(recompute)``):
-this pass reports what that saves. With a budget of live bytes (``dg.compile(...,
+``checkpoint_savings`` reports what that saves, ``rematerialize`` what it recomputes. With a budget of live bytes (``dg.compile(...,
 memory_budget=...)``), the pass itself picks values to recompute where they are read again
 after a long gap, cheapest first, until the peak fits.
 """
 from __future__ import annotations
 
 from ..graph import Graph, Node, Value
+from ..ops.control import RECOMPUTE_BARRIER
 from .core import Builder, Report, format_bytes, nbytes
+from .cse import cse
 from .memory import END, Liveness
 
 RECOMPUTED = " (recompute)"       # the location suffix of a checkpointed region's recomputation
@@ -49,8 +51,7 @@ def rematerialize(graph: Graph, budget: int | None = None) -> tuple[Graph, Repor
         report.items.append(
             f"checkpointed regions: {len(recomputed)} nodes recompute "
             f"{format_bytes(again)} of values in the backward instead of keeping them from "
-            f"the forward; peak live bytes {format_bytes(Liveness.of(graph).peak())} "
-            "(compare plan_memory's without the checkpoints)")
+            f"the forward (what that saves: checkpoint_savings)")
     if budget is None:
         return graph, report
     live = Liveness.of(graph)
@@ -74,6 +75,33 @@ def rematerialize(graph: Graph, budget: int | None = None) -> tuple[Graph, Repor
     report.bytes_saved += start - peak
     report.nodes_after = len(graph.nodes)
     report.data = peak <= budget
+    return graph, report
+
+
+def checkpoint_savings(graph: Graph) -> tuple[Graph, Report]:
+    """Analysis only (the graph is returned unchanged): the peak of live bytes in the
+    traced order, and what it would be if the checkpointed regions' forward values were
+    kept for the backward instead of recomputed: the graph with each
+    ``recompute_barrier`` read as its input, after ``cse`` merges each recomputation with
+    the forward it repeats. ``report.bytes_saved`` is the difference; ``report.data`` the
+    two peaks ``(with, kept)``. Run first, before fusion makes the two unmergeable.
+    """
+    report = Report("checkpoint_savings", len(graph.nodes), len(graph.nodes))
+    if not any(node.op is RECOMPUTE_BARRIER for node in graph.nodes):
+        return graph, report
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node.op is RECOMPUTE_BARRIER:
+            b.env[node.outputs[0]] = b.get(node.inputs[0])
+        else:
+            b.copy(node)
+    kept, _ = cse(b.finish())
+    now, before = Liveness.of(graph).peak(), Liveness.of(kept).peak()
+    report.data = (now, before)
+    report.bytes_saved = before - now
+    report.items.append(f"peak live bytes in the traced order {format_bytes(now)}; "
+                        f"{format_bytes(before)} if the forward kept what the checkpointed "
+                        "regions recompute")
     return graph, report
 
 
