@@ -56,8 +56,10 @@ def causal_mask() -> np.ndarray:
     return np.triu(np.full((SEQ, SEQ), -np.inf, dtype=np.float32), k=1)
 
 
-def build(lib, data):
-    """The GPT, AdamW and the training step, in dualgraph or torch."""
+def build(lib, data, checkpoint_blocks=False):
+    """The GPT, AdamW and the training step, in dualgraph or torch; ``checkpoint_blocks``
+    recomputes each block in the backward instead of keeping its activations
+    (benchmarks/checkpoint_memory.py)."""
     nn, F = lib.nn, lib.nn.functional
     mask = lib.tensor(causal_mask())
     positions = lib.arange(SEQ)
@@ -92,7 +94,10 @@ def build(lib, data):
         def forward(self, idx):
             x = self.wte(idx) + self.wpe(positions)
             for block in self.blocks:
-                x = block(x)
+                if checkpoint_blocks:
+                    x = lib.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+                else:
+                    x = block(x)
             return self.head(self.ln_f(x))
 
     return training_step(

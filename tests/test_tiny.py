@@ -422,7 +422,6 @@ def test_save_and_load(tmp_path):
     assert values(back["w"]) == [1.0, 2.0] and back["n"] == 3
 
 
-@NOT_BUILT
 def test_utils_checkpoint():
     from dualgraph.utils.checkpoint import checkpoint
     x = dg.tensor([2.0], requires_grad=True)

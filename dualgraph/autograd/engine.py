@@ -73,8 +73,13 @@ def _root_grad(t: Tensor, g):
     return g
 
 
-def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, inputs=None):
-    """Propagate gradients from ``roots``; returns the gradients of ``capture`` if given."""
+def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, inputs=None,
+                 stop=None):
+    """Propagate gradients from ``roots``; returns the gradients of ``capture`` if given.
+
+    ``stop``: edges ``(node, output index)`` where propagation ends (the boundary of a
+    checkpointed region, autograd/checkpoint.py): their nodes do not run, and the
+    gradients that reach them are returned, in order (None where none arrives)."""
     if retain_graph is None:
         retain_graph = create_graph
     pending: dict = {}            # node -> {output index: gradient so far}
@@ -94,19 +99,27 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     targets = capture if capture is not None else inputs
     captured = _capture_points(targets) if targets is not None else None
     results = [None] * (len(targets) if targets is not None else 0)
+    if stop is not None:
+        captured, results = {}, [None] * len(stop)
+        for i, edge in enumerate(stop):
+            captured.setdefault(edge, []).append(i)
+        stop = {edge[0] for edge in stop}
 
-    outer, outer_autocast = grad_mode.in_backward, autocast.dtype
+    outer = grad_mode.in_backward, grad_mode.partial
+    outer_autocast = autocast.dtype
     # (autocast off: each VJP computes in the dtypes its forward op ran in, as in PyTorch)
     grad_mode.in_backward, autocast.dtype = True, None
+    if stop is None:
+        grad_mode.partial = targets is not None
     try:
         with set_grad_enabled(create_graph):
             _propagate(pending, ready, owned, captured, capture, inputs, results,
-                       retain_graph, create_graph)
-            while _callbacks and not outer:
+                       retain_graph, create_graph, stop)
+            while _callbacks and not outer[0]:
                 _callbacks.pop(0)()
     finally:
-        grad_mode.in_backward, autocast.dtype = outer, outer_autocast
-        if not outer:
+        (grad_mode.in_backward, grad_mode.partial), autocast.dtype = outer, outer_autocast
+        if not outer[0]:
             _callbacks.clear()
     return results
 
@@ -130,7 +143,7 @@ def queue_callback(callback) -> None:
 
 
 def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
-               create_graph):
+               create_graph, stop=None):
     """Run nodes latest-first until no gradient is pending."""
     while ready:
         node = heapq.heappop(ready)[1]
@@ -139,6 +152,11 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
             mine = [i for i in map(id, grads.values()) if i in owned]
             owned.difference_update(mine)
+        if stop is not None and node in stop:
+            for idx, g in grads.items():
+                for i in captured.get((node, idx), ()):
+                    results[i] = g
+            continue
         if isinstance(node, AccumulateGrad):
             hooks = node.leaf._hooks
             g = _run_hooks(hooks, grads[0])
@@ -263,6 +281,9 @@ def _free(node: Node):
     node.inputs = None
     node.outputs = None
     node.versions = ()
+    release = getattr(node.op, "release", None)
+    if release is not None:   # (an op holding saved values of its own: a checkpoint's)
+        release()
 
 
 def _run_hooks(hooks, g):

@@ -19,6 +19,7 @@ class _GradMode(threading.local):
     enabled = True
     anomaly = False
     in_backward = False   # the engine is running VJPs (forward NaN checks stay quiet)
+    partial = False       # ... for some gradients only (grad(), backward(inputs=...))
 
 
 grad_mode = _GradMode()

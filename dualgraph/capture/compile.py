@@ -105,11 +105,13 @@ class Entry:
 
     created = ()   # (name, source line) of the state its call made: then it runs only once
 
-    def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False):
+    def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
+                 memory_budget=None):
         self.capture = capture
         self.backward = backward
         start = time.perf_counter()
-        self.graph, self.reports = run_pipeline(capture.graph, passes)
+        self.graph, self.reports = run_pipeline(capture.graph, passes,
+                                                memory_budget=memory_budget)
         self.times = {"passes": time.perf_counter() - start}   # (seconds)
         self.executable = Executable(self.graph, fast_math=fast_math,
                                      body_passes=passes,
@@ -127,7 +129,7 @@ class Entry:
         self.backward_executable = None
         if backward is not None:
             start = time.perf_counter()
-            graph, reports = run_pipeline(backward.graph, passes)
+            graph, reports = run_pipeline(backward.graph, passes, memory_budget=memory_budget)
             self.reports += [r for r in reports]
             self.times["passes"] += time.perf_counter() - start
             self.backward_executable = Executable(graph, fast_math=fast_math,
@@ -384,12 +386,13 @@ class Compiled:
 
     def __init__(self, fn, *, check=False, fullgraph=False, dynamic=None, passes=None,
                  fast_math=False, retrace_limit=RETRACE_LIMIT, strict=False,
-                 compile_options=None):
+                 compile_options=None, memory_budget=None):
         self.fn = fn
         # mode=, backend= and options= as given to dg.compile (see compile())
         self.compile_options = dict(compile_options or {})
         self.passes = passes
         self.fast_math = fast_math   # fused kernels may use approximate exp/tanh
+        self.memory_budget = _budget(memory_budget)   # bytes of live values, or None
         self.strict = strict     # dg.jit.trace: a new signature is an error, not a retrace
         self.module = fn if is_module(fn) else None
         self.check = check
@@ -469,7 +472,8 @@ class Compiled:
                         fullgraph=self.fullgraph, dynamic=copy.deepcopy(self.dynamic),
                         passes=self.passes, fast_math=self.fast_math,
                         retrace_limit=self.retrace_limit, strict=self.strict,
-                        compile_options=self.compile_options)
+                        compile_options=self.compile_options,
+                        memory_budget=self.memory_budget)
 
     def __repr__(self):
         if self.module is None:
@@ -722,6 +726,9 @@ class Compiled:
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
         capture.graph.verify()
+        for b in capture.bindings:   # (parameters read only through helpers it calls, too)
+            if b.kind == "captured" and id(b.tensor) not in had_grad:
+                had_grad[id(b.tensor)] = b.grad is not None
         capture.had_grad = had_grad
         capture.py_writes, sig = self._python_writes(sig, module_before)
         capture.hyper_writes = hyper_writes
@@ -729,7 +736,7 @@ class Compiled:
         entry = None if created else self._same_graph(capture, backward)
         reused = entry is not None
         if not reused:
-            entry = Entry(capture, backward, self.passes, self.fast_math)
+            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget)
             times.update(entry.times)
         stale, self._stale = self._stale, None
         if stale:
@@ -960,11 +967,12 @@ def _name(fn) -> str:
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 BACKENDS = ("inductor", "aot_eager", "eager")
-OPTIONS = ("check", "passes", "fast_math")   # the options= keys: dg.compile's own
+OPTIONS = ("check", "passes", "fast_math", "memory_budget")   # options= keys: dg.compile's own
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None,
-            options=None, disable=False, check=False, passes=None, fast_math=False):
+            options=None, disable=False, check=False, passes=None, fast_math=False,
+            memory_budget=None):
     """Capture ``fn`` (a function or module) into static graphs on first call per input
     signature; see :class:`Compiled`. Usable as ``@dg.compile`` or ``@dg.compile(...)``.
 
@@ -981,6 +989,10 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     names to run; or ``{name: False}`` to switch some off), as everywhere
     (``passes.run_pipeline``, ``passes.PASS_NAMES``). ``fast_math=True`` lets fused kernels use
     vectorised float32 exp/tanh approximations (~3e-7 relative error) instead of NumPy's.
+    ``memory_budget`` (bytes) caps the peak of live intermediate values of each graph: the
+    ``rematerialize`` pass recomputes cheap values (elementwise first, matrix products
+    last) instead of keeping them alive, and ``explain()`` says whether the budget was met
+    (docs/training.md).
 
     >>> import dualgraph as dg
     >>> f = dg.compile(lambda x: dg.exp(x) * 2)
@@ -991,13 +1003,23 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     (False, True, True)
     """
     settings = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                    fast_math=fast_math)
+                    fast_math=fast_math, memory_budget=memory_budget)
     settings.update(_torch_options(backend, mode, options, fullgraph, dynamic, passes))
     if disable:
         return (lambda f: f) if fn is None else fn
     if fn is None:
         return lambda f: Compiled(f, **settings)
     return Compiled(fn, **settings)
+
+
+def _budget(memory_budget):
+    if memory_budget is None:
+        return None
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or \
+            memory_budget < 0:
+        raise TypeError(f"dg.compile: memory_budget must be a number of bytes (an int >= 0) "
+                        f"or None, got {memory_budget!r}")
+    return memory_budget
 
 
 def _torch_options(backend, mode, options, fullgraph, dynamic, passes) -> dict:

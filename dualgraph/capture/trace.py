@@ -87,6 +87,7 @@ class Tracer:
         self._grad_written: dict[int, Tensor] = {}
         self._arrays: dict[int, Tensor] = {}        # id(array) -> its tensor (array_tensor)
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
+        self.recomputing = False    # while a checkpointed region is traced again (backward)
         self.program = None         # the dg.static.Program this tracer builds, if any
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
@@ -95,7 +96,10 @@ class Tracer:
                   self.value_of(self.array_tensor(a)) if type(a) is np.ndarray else a
                   for a in args]
         site = self.backward_site
-        location = format_site(user_site()) if site is None else f"{format_site(site)} (vjp)"
+        if site is not None:
+            location = f"{format_site(site)} (vjp)"
+        else:
+            location = format_site(user_site()) + (" (recompute)" if self.recomputing else "")
         try:
             outs = self.graph.add_node(op, inputs, attrs, location=location)
         except (ShapeError, TypeError, IndexError, ValueError) as e:   # (as eager raises)

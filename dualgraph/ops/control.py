@@ -814,3 +814,22 @@ def _scan_eager(f, init, x_leaves, x_spec, length, reverse):
 
 
 METHODS: dict = {}
+
+
+# -- the recomputation barrier of a checkpointed region ------------------------------------------
+def _barrier_infer(x, after):
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+RECOMPUTE_BARRIER = defop(
+    "recompute_barrier", lambda x, after: x, _barrier_infer,
+    vjp=lambda g, out, x, after: (g, None), saves="", view=True,
+    doc="``x`` itself, read once ``after`` is computed. A checkpointed region's backward "
+        "recomputes the region from its inputs passed through this op, with ``after`` an "
+        "incoming gradient: so no pass merges the recomputation with the forward (cse) or "
+        "runs it before the backward reaches the region (schedule).")
+
+
+def recompute_barrier(x: Tensor, after: Tensor) -> Tensor:
+    """``x``, as a value the graph computes only after ``after`` (see RECOMPUTE_BARRIER)."""
+    return apply(RECOMPUTE_BARRIER, x, after)

@@ -11,6 +11,9 @@ numbers differ from the eager stream's).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from .. import devices
@@ -85,11 +88,53 @@ RANDOM = defop("random", _random_kernel,
                doc="Samples of ``dist`` ('uniform' in [0, 1) or 'normal') from a seed input.")
 
 
+class _Draws(threading.local):
+    logs: tuple = ()     # lists the seeds of traced draws are appended to
+    replay = None        # seeds a recomputation draws from, in order, instead
+
+
+_draws = _Draws()
+
+
+@contextlib.contextmanager
+def recording_draws():
+    """``with recording_draws() as seeds:``, the seed value of every traced draw made
+    inside is appended to ``seeds`` (a checkpointed region's, autograd/checkpoint.py)."""
+    seeds: list = []
+    outer = _draws.logs
+    _draws.logs = outer + (seeds,)
+    try:
+        yield seeds
+    finally:
+        _draws.logs = outer
+
+
+@contextlib.contextmanager
+def replaying_draws(seeds: list):
+    """Traced draws inside read ``seeds`` in order and advance no seed state, so a
+    recomputation draws what the region's forward drew."""
+    outer, _draws.replay = _draws.replay, list(seeds)
+    try:
+        yield
+    finally:
+        _draws.replay = outer
+
+
 def traced_random(shape, dtype, dist: str, generator=None) -> Tensor:
     """A random tensor inside a traced function: a ``random`` node, then the seed state
     advances (a traced in-place update, written back after every call)."""
-    gen = generator or default_generator
-    seed = gen.seed_state
+    replay = _draws.replay
+    if replay is not None:
+        if not replay:
+            raise RuntimeError(
+                "checkpoint: the recomputation draws more random tensors than the forward "
+                "did; a checkpointed function must make the same draws every time it runs")
+        seed = replay.pop(0)
+    else:
+        seed = (generator or default_generator).seed_state
     out = apply(RANDOM, seed, shape=tuple(shape), dtype=np.dtype(dtype), dist=dist)
-    commit_inplace(seed, seed + 1)
+    for log in _draws.logs:   # (the value read, which the update below replaces)
+        log.append(Tensor._make(seed._data))
+    if replay is None:
+        commit_inplace(seed, seed + 1)
     return out

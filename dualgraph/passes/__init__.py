@@ -28,12 +28,14 @@ from .fold import fold_constants
 from .fuse import fuse_elementwise
 from .lower import RULE_NAMES, RULES as LOWERING, LoweringRule, Stage, lower
 from .memory import MemoryPlan, plan_in, plan_memory, schedule
+from .remat import checkpoint_savings, rematerialize
 from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
-           "fuse_elementwise", "fuse_all_reduces", "schedule", "plan_memory",
-           "save_scan_residuals", "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
+           "fuse_elementwise", "fuse_all_reduces", "schedule", "checkpoint_savings",
+           "rematerialize", "plan_memory", "save_scan_residuals", "batch_linears",
+           "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
@@ -41,6 +43,7 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
  linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [
+    checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
     dce,                # drop what the outputs don't need, so later passes see less
     cse,
     fold_constants,
@@ -55,20 +58,23 @@ PIPELINE = [
     fuse_elementwise,
     Stage("kernels"),   # lowering rules: one call for a step's updates, relus in place
     schedule,
+    rematerialize,      # what checkpoints recompute; with a memory budget, more to fit it
     plan_memory,        # analysis only: the plan is in its report
 ]
 PASS_NAMES = sorted({p.__name__ for p in PIPELINE if not isinstance(p, Stage)}
                     | set(RULE_NAMES))
 
 
-def run_pipeline(graph: Graph, passes=None, verify: bool = False) -> tuple[Graph, list]:
+def run_pipeline(graph: Graph, passes=None, verify: bool = False,
+                 memory_budget: int | None = None) -> tuple[Graph, list]:
     """The one entry point into the pass pipeline: run ``PIPELINE`` on ``graph``.
 
     ``passes`` (as ``dg.compile``'s, ``Executable``'s and ``Program``'s): None or True, all
     passes; False, none (the graph as given); a collection of names (``PASS_NAMES``: the
     passes, and the lowering rules by their own names), those only; a dict
     ``{name: False}``, all but those. Returns the final graph and one Report
-    per pass run; ``verify=True`` checks the graph's invariants after every pass.
+    per pass run; ``verify=True`` checks the graph's invariants after every pass;
+    ``memory_budget`` (bytes of live values) is ``rematerialize``'s budget.
     """
     enabled = enabled_passes(passes)
     if enabled is False:
@@ -82,7 +88,12 @@ def run_pipeline(graph: Graph, passes=None, verify: bool = False) -> tuple[Graph
         elif enabled is not None and run.__name__ not in enabled:
             continue
         start = time.perf_counter()
-        graph, report = run(graph, rules) if isinstance(run, Stage) else run(graph)
+        if isinstance(run, Stage):
+            graph, report = run(graph, rules)
+        elif run is rematerialize:
+            graph, report = run(graph, memory_budget)
+        else:
+            graph, report = run(graph)
         report.seconds = time.perf_counter() - start
         if verify:
             verify_graph(graph)

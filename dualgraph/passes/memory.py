@@ -115,8 +115,10 @@ def plan_memory(graph: Graph) -> tuple[Graph, Report]:
     Walking the nodes in order, each root output takes, in this order of preference: the
     buffer of an input of an elementwise op that dies at this node and has exactly its type
     (in place; not when another input is a view of it); the smallest free buffer of its
-    dtype that is large enough (the same shape when symbolic); a new buffer. A buffer is
-    freed after the last read of the root holding it. The plan (``report.data``, a
+    dtype that is large enough (the same shape when symbolic); a new buffer. A graph
+    output takes no free buffer (it holds its buffer to the end of the run, where a value
+    read later might have reused it). A buffer is freed after the last read of the root
+    holding it. The plan (``report.data``, a
     MemoryPlan) maps each value to a buffer id.
 
     Before::                              After (report.data)::
@@ -145,8 +147,8 @@ def plan_memory(graph: Graph) -> tuple[Graph, Report]:
                 donors.remove(donor)
                 k = buffer_of[donor]
                 plan.inplace.append((v, donor))
-            else:
-                k = _take(plan, free, v)
+            else:   # (an output outlives the run: a free buffer it took would stay taken)
+                k = _take(plan, [] if live.last_use[v] == END else free, v)
             buffer_of[v] = k
             holder[k] = v
         for r in dies_at.get(i, ()):

@@ -1,2 +1,2 @@
-"""Utilities: data loading (mirrors torch.utils)."""
-from . import data  # noqa: F401
+"""Utilities: data loading and activation checkpointing (mirror torch.utils)."""
+from . import checkpoint, data  # noqa: F401

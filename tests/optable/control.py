@@ -82,7 +82,15 @@ def _scan_reverse(lib, c, h, xs):
     return carry, _stack_ys(lib, ys)
 
 
+def _barrier(lib, x, after):
+    # (torch has no such op: the value is x itself; its gradient flows to x only)
+    if lib.__name__ == "dualgraph":
+        return control.recompute_barrier(x, after)
+    return x.view_as(x)
+
+
 CASES = [
+    OpCase("recompute_barrier", _barrier, [In((2, 3)), In((3,))]),
     OpCase("cond", captured(_cond), [In((3,), "pos"), In((3,))], "true"),
     OpCase("cond", captured(_cond), [In((2, 3), "pos"), In((3,))], "broadcast"),
     OpCase("cond", captured(_cond_tuple), [In((3,), "pos"), In((3,))], "tuple-false"),
