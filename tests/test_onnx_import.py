@@ -428,10 +428,48 @@ def test_unsupported_op_names_the_node():
         dg.onnx.load(model)
 
 
-def test_reshape_to_a_shape_computed_at_run_time_is_an_error():
-    model = _one_node("Reshape", {"x": f32(2, 3), "shape": i64(3, 2)})
-    with pytest.raises(OnnxError, match=r"node 'my_node' \(Reshape\): the target shape must "
-                                        r"be known when the model is loaded"):
+def test_a_shape_given_as_an_input_specialises_the_model_on_its_value():
+    # Reshape's shape and ReduceSum's axes are graph inputs: the model is imported and
+    # compiled per value of them (cached), the other inputs stay run-time inputs
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+        helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    fn = dg.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = f32(2, 6)
+    for shape, axis in [((3, 4), 0), ((4, 3), 1), ((3, 4), 0), ((12, 1), 0)]:
+        got = fn(x, i64(*shape), i64(axis)).numpy()
+        np.testing.assert_allclose(got, x.reshape(shape).sum(axis), rtol=1e-6)
+    assert len(fn.cache) == 3
+    assert {v.name for v in fn.graph.inputs} == {"x"}
+
+
+def test_a_shape_computed_in_a_loop_body_is_an_error():
+    # the Slice's end is the loop-carried value: not a graph input to specialise on
+    body = helper.make_graph(
+        [helper.make_node("Slice", ["x", "zero", "n"], ["part"]),
+         helper.make_node("ReduceSum", ["part"], ["s"], keepdims=1),
+         helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Identity", ["n"], ["n_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("n_out", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(i64(0), "zero")])
+    node = helper.make_node("Loop", ["m", "", "n0"], ["n_end", "ys"], name="loop", body=body)
+    graph = helper.make_graph([node], "bad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("ys", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(2, np.int64), "m"),
+         numpy_helper.from_array(i64(3), "n0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): body: node #0 \(Slice\): the "
+                                        r"ends must be known when the model is loaded"):
         dg.onnx.load(model)
 
 

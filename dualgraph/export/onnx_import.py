@@ -68,14 +68,60 @@ def load_model(path_or_model) -> "OnnxFunction":
                         f"{type(path_or_model).__name__}")
     if not model.graph.output:
         raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
-    importer = _Importer(onnx, model, label)
+    _check_op_types(onnx, model, label)
     try:
-        graph, input_names, output_names = importer.run()
-        return OnnxFunction(graph, input_names, output_names, label)
-    except OnnxError:
+        return OnnxFunction(*_import(onnx, model, label, {}), label)
+    except _NeedsValues as need:
+        return _Specialised(onnx, model, label, need.names)
+
+
+def _import(onnx, model, label: str, bound: dict):
+    """(graph, input names, output names) of ``model``, the inputs named in ``bound`` taken
+    as the known arrays it gives (``_NeedsValues`` when more must be)."""
+    importer = _Importer(onnx, model, label, bound=bound)
+    try:
+        return importer.run()
+    except (OnnxError, _NeedsValues):
         raise
     except Exception as e:   # (a bug of the import's: still a model it can't load, named)
         raise importer.error(f"the import failed: {type(e).__name__}: {e}") from e
+
+
+def _check_op_types(onnx, model, label: str) -> None:
+    """One error naming every node, subgraphs included, whose op type the import lacks:
+    each node's name (or index) and op type, its domain where not the default one, and the
+    model's opset for the domain."""
+    rules, opsets = import_rules(), {i.domain: i.version for i in model.opset_import}
+    missing, kinds = [], {}   # (kinds: the op types, in order, once each)
+
+    def walk(graph, path):
+        for k, node in enumerate(graph.node):
+            name = f"{path}node '{node.name}'" if node.name else f"{path}node #{k}"
+            if node.domain not in _DEFAULT_DOMAINS or node.op_type not in rules:
+                domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS \
+                    else ""
+                kinds[f"{node.op_type}{domain}"] = None
+                missing.append(f"{name} ({node.op_type})")
+            for a in node.attribute:
+                for g in ([a.g] if a.type == a.GRAPH else list(a.graphs)):
+                    walk(g, f"{name}: {a.name}: ")
+    walk(model.graph, "")
+    if missing:
+        used = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in opsets.items())
+        raise OnnxError(f"{label}: {', '.join(missing)}: op type{'s' * (len(kinds) > 1)} "
+                        f"{', '.join(kinds)} {'are' if len(kinds) > 1 else 'is'} not supported "
+                        f"by dualgraph's ONNX import at the model's opsets ({used}); "
+                        f"{len(rules)} op types are: see "
+                        "dualgraph.export.onnx_import_ops.import_rules()")
+
+
+class _NeedsValues(Exception):
+    """A shape, axes or count that the import must know is computed from these graph
+    inputs: the model is imported once their values are given (``_Specialised``)."""
+
+    def __init__(self, names):
+        super().__init__(sorted(names))
+        self.names = set(names)
 
 
 def _read(onnx, path: pathlib.Path, label: str):
@@ -132,6 +178,44 @@ def _as_array(x, dtype) -> np.ndarray:
     return np.asarray(x, dtype=dtype)
 
 
+class _Specialised(OnnxFunction):
+    """A model in which a shape, axes or count (Reshape's shape, Reduce*'s axes, TopK's K, a
+    Loop's trip count, ...) is a graph input rather than a constant. dualgraph's graphs have
+    static shapes, so the model is imported and compiled for each value of those inputs it
+    is called with, as ``dg.jit.compile`` specialises on a Python scalar: the graph is cached
+    per value (the guard), and the other inputs stay run-time inputs. ``graph`` is the last
+    one run."""
+
+    def __init__(self, onnx, model, label: str, names):
+        self.onnx, self.model, self.label = onnx, model, label
+        inits = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+        self.by_value = set(names)
+        self.cache: dict = {}
+        self.graph = self.executable = None
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.input_names):
+            raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        given = dict(zip(self.input_names, inputs))
+        while True:
+            bound = {n: _as_array(given[n], None) for n in sorted(self.by_value)}
+            key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in bound.items())
+            if key in self.cache:
+                break
+            try:
+                graph, names, _ = _import(self.onnx, self.model, self.label, bound)
+            except _NeedsValues as need:
+                self.by_value |= need.names
+                continue
+            self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label), names)
+        run, names = self.cache[key]
+        self.graph, self.executable = run.graph, run.executable
+        return run(*(given[n] for n in names))
+
+
 # -- the importer ---------------------------------------------------------------------------
 class _Importer:
     """Walks the ONNX graph once, node by node, building the dualgraph graph.
@@ -146,7 +230,8 @@ class _Importer:
     dualgraph's bodies are closed, so an outer run-time Value it reads becomes an input of
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
 
-    def __init__(self, onnx, model, label: str, parent=None, scope: str = ""):
+    def __init__(self, onnx, model, label: str, parent=None, scope: str = "",
+                 bound: dict | None = None):
         self.onnx = onnx
         self.model = model
         self.label = label
@@ -160,6 +245,7 @@ class _Importer:
         self._lifted: dict[Value, Value] = {}    # outer Value -> its input here
         self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
+        self.bound = bound or {}                  # graph input name -> its given value
 
     def run(self):
         g = self.model.graph
@@ -169,8 +255,21 @@ class _Importer:
             if i.name in self.env or not i.name:
                 raise self.error(f"graph input {i.name!r} is named twice or has no name")
             self.env[i.name] = self._input(i)
+            if i.name in self.bound:   # (checked against the declared type, then known)
+                self.env[i.name] = self._bind(i.name, self.env[i.name])
+        self.graph.inputs = [v for v in self.graph.inputs if v.name not in self.bound]
         self._nodes(g)
-        return self.graph, [i.name for i in inputs], [o.name for o in g.output]
+        names = [i.name for i in inputs if i.name not in self.bound]
+        return self.graph, names, [o.name for o in g.output]
+
+    def _bind(self, name: str, v: Value) -> np.ndarray:
+        array = np.asarray(self.bound[name], dtype=v.dtype)
+        if array.ndim != v.ndim or any(isinstance(d, int) and d != n
+                                       for d, n in zip(v.shape, array.shape)):
+            raise OnnxError(f"{self.label}: input {name!r} is {type_str(v.shape, v.dtype)}, "
+                            f"got an array of shape {list(array.shape)}")
+        self._names[id(array)] = name
+        return array
 
     def _initializers(self, g) -> None:
         """Read ``g``'s initializers (checking the names of all its values first)."""
@@ -332,7 +431,7 @@ class _Importer:
             raise self.error(problem)
         try:
             outs = convert(self, xs, self._attrs(node))
-        except OnnxError:
+        except (OnnxError, _NeedsValues):
             raise
         except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
             raise self.error(str(e)) from e
@@ -468,10 +567,37 @@ class _Importer:
         """The known array of an input that must be known at load time (a shape, axes)."""
         if isinstance(x, np.ndarray):
             return x
+        names = self._root_inputs(x)
+        if names:
+            raise _NeedsValues(names)
         raise self.error(f"the {what} must be known when the model is loaded (an "
                          "initializer, a Constant or arithmetic on shapes); here it is "
                          "computed at run time, which dualgraph's ONNX import does not "
                          "support (dualgraph's shapes are static)")
+
+    def _root_inputs(self, x: Value):
+        """The names of the top-level graph inputs that ``x`` is computed from, or None when
+        it depends on anything else (a loop's carried value)."""
+        names, seen, todo = set(), set(), [(self, x)]
+        while todo:
+            imp, v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v.producer is not None:
+                if v.producer.op.bodies:
+                    return None
+                todo += [(imp, u) for u in v.producer.inputs if isinstance(u, Value)]
+            elif v in imp.graph.constants:
+                continue
+            elif imp.parent is None:
+                names.add(v.name)
+            else:   # (an outer Value that the subgraph lifted, or one of its own inputs)
+                outer = [o for o, inner in imp._lifted.items() if inner is v]
+                if not outer:
+                    return None
+                todo.append((imp.parent, outer[0]))
+        return names or None
 
     def ints(self, x, what: str, shape: bool = False) -> list:
         """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""
