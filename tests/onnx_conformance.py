@@ -203,7 +203,7 @@ def classify(message: str) -> str:
     """The category of an OnnxError's message."""
     if "is not supported by dualgraph's ONNX import" in message:
         return "unsupported op"
-    if "has no dtype for" in message or "is used at run time; dualgraph has" in message:
+    if "has no dtype for" in message:
         return "dtype"
     if ("must be known when the model is loaded" in message
             or "they must be known numbers when the model is loaded" in message

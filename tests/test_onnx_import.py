@@ -482,8 +482,9 @@ def test_weighted_softmax_cross_entropy_is_an_error():
 
 
 def test_unsupported_dtype_and_domain_are_errors():
-    model = _one_node("Relu", {"x": np.zeros(3, np.uint8)})
-    with pytest.raises(OnnxError, match="UINT8"):
+    model = _one_node("Identity", {"x": np.array(["a"], object)})
+    with pytest.raises(OnnxError, match="input 'x' has ONNX type STRING, which dualgraph has "
+                                        "no dtype for"):
         dg.onnx.load(model)
     model = _one_node("Relu", {"x": f32(3)})
     model.graph.node[0].domain = "com.microsoft"
@@ -498,6 +499,33 @@ def test_slicing_a_symbolic_dim_at_a_fixed_offset_is_an_error():
     with pytest.raises(OnnxError, match=r"node 'cut' \(Slice\): slicing 1:2:1 of the "
                                         r"symbolic dim N"):
         dg.onnx.load(model)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16, np.uint32,
+                                   np.uint64])
+def test_integer_widths(dtype):
+    x = np.array([[0, 7, 100], [3, 120, 5]], dtype)
+    y = np.array([[1, 2, 3], [4, 5, 6]], dtype)
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("Max", ["s", "x"], ["m"]),
+             helper.make_node("Cast", ["m"], ["z"], to=TensorProto.INT64)]
+    fn = dg.onnx.load(_model(nodes, {"x": x, "y": y}, 17, ["s", "z"]))
+    s, z = fn(x, y)
+    assert s.numpy().dtype == dtype
+    np.testing.assert_array_equal(s.numpy(), x + y)
+    np.testing.assert_array_equal(z.numpy(), np.maximum(x + y, x).astype(np.int64))
+
+
+def test_cast_to_float8_saturates():
+    x = np.array([1.0, 500.0, -1e6, np.inf, np.nan, 0.3], np.float32)
+    f8 = dg.dtypes.NARROW[0].np   # float8_e4m3fn: largest finite 448
+    fn = dg.onnx.load(_model([helper.make_node("Cast", ["x"], ["y"],
+                                               to=TensorProto.FLOAT8E4M3FN)],
+                             {"x": x}, 19, ["y"]))
+    y = fn(x).numpy()
+    assert y.dtype == f8
+    np.testing.assert_array_equal(y.astype(np.float32)[:4], [1.0, 448.0, -448.0, 448.0])
+    assert np.isnan(y.astype(np.float32)[4])
 
 
 def test_cast_to_bfloat16():

@@ -41,6 +41,7 @@ from .onnx_check import bad_name, input_types_problem, node_problem, tensor_prob
 from .onnx_import_ops import FOLD_LIMIT, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
 
 
 def load_model(path_or_model) -> "OnnxFunction":
@@ -404,8 +405,7 @@ class _Importer:
         except (TypeError, KeyError, ValueError):
             name = _type_name(self.onnx, elem_type)
             raise OnnxError(f"{self.where()}: {what} has ONNX type {name}, which dualgraph "
-                            "has no dtype for (it has bool, int32, int64, float16, bfloat16, "
-                            "float32, float64)") from None
+                            f"has no dtype for (it has {_DTYPE_NAMES})") from None
 
     # -- nodes --
     def _convert(self, node) -> None:
@@ -560,8 +560,7 @@ class _Importer:
             dtypes.to_np(x.dtype)
         except TypeError:
             raise self.error(f"a tensor of dtype {x.dtype} is used at run time; dualgraph "
-                             "has bool, int32, int64, float16, bfloat16, float32 and "
-                             "float64") from None
+                             f"has no dtype for it (it has {_DTYPE_NAMES})") from None
 
     def static(self, x, what: str) -> np.ndarray:
         """The known array of an input that must be known at load time (a shape, axes)."""
