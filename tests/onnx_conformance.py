@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import glob
 import os
 import re
@@ -265,13 +266,37 @@ def run(pattern: str = "", verbose: bool = False, out=sys.stdout) -> dict:
     return results
 
 
+FAILING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_conformance_failing.txt")
+
+
+@functools.cache
+def failing() -> dict:
+    """{case name: category} of the cases listed as not passing yet (``FAILING``)."""
+    with open(FAILING) as f:
+        rows = [line.split(maxsplit=1) for line in f if line.strip() and line[0] != "#"]
+    return {name: category.strip() for name, category in rows}
+
+
+def write_failing(results: dict) -> None:
+    lines = [f"{name} {category}\n" for name, (category, _) in sorted(results.items())
+             if category != "pass"]
+    with open(FAILING, "w") as f:
+        f.write("# ONNX conformance cases that dualgraph's import does not pass yet, with why;\n"
+                "# written by: PYTHONPATH=$PWD python -m tests.onnx_conformance --write-failing\n")
+        f.writelines(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pattern", nargs="?", default="", help="a regex of case names")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print each failure's category and message")
+    parser.add_argument("--write-failing", action="store_true",
+                        help=f"rewrite {os.path.basename(FAILING)} (a full run only)")
     args = parser.parse_args(argv)
-    run(args.pattern, args.verbose)
+    results = run(args.pattern, args.verbose)
+    if args.write_failing and not args.pattern:
+        write_failing(results)
 
 
 if __name__ == "__main__":

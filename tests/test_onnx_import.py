@@ -236,6 +236,9 @@ def test_the_table_covers_every_converter():
     covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
                 "BitwiseOr", "BitwiseXor", "BitwiseNot", "If", "Loop",
                 "Scan"}   # (tested by the models below)
+    # and the op types of the ONNX conformance cases that pass (tests/test_onnx_conformance.py)
+    import onnx_conformance as conf
+    covered |= {c.op for c in conf.cases() if c.name not in conf.failing()}
     assert set(import_rules()) <= covered, sorted(set(import_rules()) - covered)
 
 
@@ -422,9 +425,30 @@ def _one_node(op, inputs, outputs=("y",), opset=17, **attrs):
 
 
 def test_unsupported_op_names_the_node():
-    model = _one_node("Hardmax", {"x": f32(2, 3)})
-    with pytest.raises(OnnxError, match=r"bad.onnx: node 'my_node' \(Hardmax\): op type "
-                                        r"Hardmax is not supported.*\d+ op types"):
+    model = _one_node("TfIdfVectorizer", {"x": f32(2, 3)})
+    with pytest.raises(OnnxError, match=r"bad.onnx: node 'my_node' \(TfIdfVectorizer\): op "
+                                        r"type TfIdfVectorizer is not supported.*\d+ op types"):
+        dg.onnx.load(model)
+
+
+def test_one_error_names_every_unsupported_node():
+    # a supported node, two unsupported ones (one without a name), one inside a subgraph
+    branch = helper.make_graph([helper.make_node("Unique", ["x"], ["u"], name="inner")], "b",
+                               [], [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="fine"),
+             helper.make_node("TfIdfVectorizer", ["r"], ["t"], name="tf"),
+             helper.make_node("Unique", ["t"], ["y"]),
+             helper.make_node("If", ["c"], ["z"], name="choose", then_branch=branch,
+                              else_branch=branch)]
+    graph = helper.make_graph(nodes, "bad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxError, match=r"bad.onnx: node 'tf' \(TfIdfVectorizer\), node #2 "
+                                        r"\(Unique\), node 'choose': else_branch: node 'inner' "
+                                        r"\(Unique\), .*: op types TfIdfVectorizer, Unique are "
+                                        r"not supported .* \(ai.onnx 17\)"):
         dg.onnx.load(model)
 
 

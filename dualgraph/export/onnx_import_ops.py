@@ -149,6 +149,121 @@ def _is_inf(b, xs, attrs):
     return b.op("full_like", x, fill_value=False, dtype=np.dtype(np.bool_))
 
 
+def _unary(fn):
+    """An elementwise op written with other ops: ``fn(b, x, attrs)``."""
+    return lambda b, xs, attrs: fn(b, xs[0], attrs)
+
+
+def _half(b, y):
+    return b.op("mul", y, 0.5)
+
+
+def _sinh(b, x, attrs):
+    return _half(b, b.op("sub", b.op("exp", x), b.op("exp", b.op("neg", x))))
+
+
+def _cosh(b, x, attrs):
+    return _half(b, b.op("add", b.op("exp", x), b.op("exp", b.op("neg", x))))
+
+
+def _asinh(b, x, attrs):   # log(x + sqrt(x^2 + 1)), odd: computed on |x| for precision
+    ax = b.op("abs", x)
+    y = b.op("log", b.op("add", ax, b.op("sqrt", b.op("add", b.op("mul", ax, ax), 1.0))))
+    return b.op("mul", y, b.op("sign", x))
+
+
+def _acosh(b, x, attrs):
+    return b.op("log", b.op("add", x, b.op("sqrt", b.op("sub", b.op("mul", x, x), 1.0))))
+
+
+def _atanh(b, x, attrs):
+    return _half(b, b.op("log", b.op("div", b.op("add", 1.0, x), b.op("sub", 1.0, x))))
+
+
+def _celu(b, x, attrs):
+    alpha = float(attrs.get("alpha", 1.0))
+    neg = b.op("mul", b.op("expm1", b.op("div", b.op("minimum", x, 0.0), alpha)), alpha)
+    return b.op("add", b.op("maximum", x, 0.0), neg)
+
+
+def _swish(b, x, attrs):
+    return b.op("mul", x, b.op("sigmoid", b.op("mul", x, float(attrs.get("alpha", 1.0)))))
+
+
+def _thresholded_relu(b, x, attrs):
+    return b.op("where", b.op("gt", x, float(attrs.get("alpha", 1.0))), x, 0.0)
+
+
+def _shrink(b, x, attrs):
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    low = b.cast(b.op("add", x, bias), x.dtype)
+    high = b.cast(b.op("sub", x, bias), x.dtype)
+    zero = b.op("full_like", x, fill_value=0, dtype=x.dtype)
+    return b.op("where", b.op("lt", x, -lambd), low,
+                b.op("where", b.op("gt", x, lambd), high, zero))
+
+
+def _mish(b, x, attrs):
+    return b.op("mul", x, b.op("tanh", b.op("softplus", x, beta=1.0, threshold=20.0)))
+
+
+def _bit_shift(b, xs, attrs):
+    """BitShift: a product or a floor quotient by 2**y, in 64 bits, then wrapped to x's
+    type as a shift wraps. A shift out of range (negative, or the type's width or more)
+    gives 0, or -1 for a right shift of a negative value (the sign bit fills it)."""
+    x, y = xs
+    direction = attrs["direction"]
+    if direction not in ("LEFT", "RIGHT"):
+        raise b.error(f"BitShift's direction {direction!r} is not LEFT or RIGHT")
+    wide = np.dtype(np.uint64 if x.dtype == np.uint64 else np.int64)
+    inside = b.op("bitwise_and", b.op("ge", y, 0), b.op("lt", y, 8 * x.dtype.itemsize))
+    power = b.op("pow", np.asarray(2, wide), b.cast(b.op("where", inside, y, 0), wide))
+    out = b.op("mul" if direction == "LEFT" else "floor_divide", b.cast(x, wide), power)
+    outside = np.zeros((), x.dtype)
+    if direction == "RIGHT" and x.dtype.kind == "i":
+        outside = b.op("where", b.op("lt", x, 0), np.asarray(-1, x.dtype), outside)
+    return b.op("where", inside, b.cast(out, x.dtype), outside)
+
+
+def _hardmax(b, xs, attrs):
+    """1 at the first largest value along ``axis`` (opset 13+; before, over the dims from
+    ``axis`` on as one), 0 elsewhere."""
+    x = xs[0]
+    axis = b.dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim)
+    flat = x if b.opset >= 13 else b.reshape(x, tuple(x.shape[:axis]) + (-1,))
+    dim = axis if b.opset >= 13 else flat.ndim - 1
+    top = b.op("argmax", flat, dim=dim, keepdim=True)
+    count = flat.shape[dim]
+    positions = np.arange(count).reshape([-1 if k == dim else 1 for k in range(flat.ndim)])
+    y = b.cast(b.op("eq", top, positions), x.dtype)
+    return b.reshape(y, tuple(x.shape))
+
+
+def _lp_normalization(b, xs, attrs):
+    x = xs[0]
+    dim = b.dim(attrs.get("axis", -1), x.ndim)
+    p = attrs.get("p", 2)
+    norm = b.op("norm", x, ord=float(p), dims=(dim,), keepdim=True)
+    return b.op("div", x, b.op("where", b.op("eq", norm, 0), 1.0, norm))   # (0 stays 0)
+
+
+def _eye_like(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 2, "input", 2)
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"EyeLike of symbolic shape {tuple(x.shape)} is not supported")
+    dtype = b.onnx_dtype(attrs["dtype"], "EyeLike's dtype") if "dtype" in attrs else x.dtype
+    b.check_size(numel(x.shape), "EyeLike's result")
+    return np.eye(*x.shape, k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+def _reduce_log_sum(b, xs, attrs):
+    dims, keep = b.reduce_dims(xs, attrs)
+    x = xs[0]
+    return b.op("log", x if dims is None else b.op("sum", x, dims=dims, keepdim=keep,
+                                                      dtype=x.dtype))
+
+
 # -- matrix products ----------------------------------------------------------------------------
 def _gemm(b, xs, attrs):
     a, w = xs[0], xs[1]
@@ -423,16 +538,164 @@ def _topk(b, xs, attrs):
 
 # -- normalisation ------------------------------------------------------------------------------
 def _batch_norm(b, xs, attrs):
-    if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
-        raise b.error("training-mode BatchNormalization is not supported; export the "
-                      "model in eval mode")
+    """BatchNormalization. In training mode (opset 14+) it normalises with the batch's mean
+    and biased variance and also returns the running statistics updated by ``momentum``."""
     x, scale, bias, mean, var = xs
     b.need_rank(x, 2, "input")
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    training = attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1
+    if training:
+        dims = (0,) + tuple(range(2, x.ndim))
+        momentum = float(attrs.get("momentum", 0.9))
+        batch_mean = b.op("mean", x, dims=dims, keepdim=False)
+        centred = b.op("sub", x, b.reshape(batch_mean, per_channel))
+        batch_var = b.op("mean", b.op("mul", centred, centred), dims=dims, keepdim=False)
+        running = [b.op("add", b.op("mul", old, momentum), b.op("mul", new, 1 - momentum))
+                   for old, new in ((mean, batch_mean), (var, batch_var))]
+        mean, var = batch_mean, batch_var
     scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
     eps = float(attrs.get("epsilon", 1e-5))
     a = b.op("div", scale, b.op("sqrt", b.op("add", var, eps)))
-    return b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+    y = b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+    return (y, *running) if training else y
+
+
+def _normalize(b, x, dims, eps):
+    """(x - mean) / sqrt(var + eps) over ``dims`` (the biased variance, as ONNX's norms)."""
+    mean = b.op("mean", x, dims=dims, keepdim=True)
+    centred = b.op("sub", x, mean)
+    var = b.op("mean", b.op("mul", centred, centred), dims=dims, keepdim=True)
+    return b.op("div", centred, b.op("sqrt", b.op("add", var, eps)))
+
+
+def _per_channel(b, p, ndim):
+    """A (C,) parameter shaped to scale dim 1 of an input with ``ndim`` dims."""
+    return b.reshape(p, (p.shape[0],) + (1,) * (ndim - 2))
+
+
+def _instance_norm(b, xs, attrs):
+    x, scale, bias = xs
+    b.need_rank(x, 3, "input")
+    y = _normalize(b, x, tuple(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)))
+    return b.op("add", b.op("mul", y, _per_channel(b, scale, x.ndim)),
+                _per_channel(b, bias, x.ndim))
+
+
+def _group_norm(b, xs, attrs):
+    """GroupNormalization: statistics per (sample, group); the scale and bias are per
+    channel (opset 21) or per group (opset 18, repeated over the group's channels)."""
+    x, scale, bias = xs
+    b.need_rank(x, 3, "input")
+    groups, c = int(attrs["num_groups"]), x.shape[1]
+    if not isinstance(c, int) or groups < 1 or c % groups:
+        raise b.error(f"GroupNormalization of {c} channels into {groups} groups")
+    grouped = b.reshape(x, (x.shape[0], groups, c // groups) + tuple(x.shape[2:]))
+    y = b.reshape(_normalize(b, grouped, tuple(range(2, grouped.ndim)),
+                             float(attrs.get("epsilon", 1e-5))), tuple(x.shape))
+    if scale.shape[0] != c:   # (per group)
+        scale, bias = (b.reshape(b.op("expand", b.reshape(p, (groups, 1)),
+                                      shape=(groups, c // groups)), (c,))
+                       for p in (scale, bias))
+    return b.op("add", b.op("mul", y, _per_channel(b, scale, x.ndim)),
+                _per_channel(b, bias, x.ndim))
+
+
+def _mean_variance_norm(b, xs, attrs):
+    x = xs[0]
+    return _normalize(b, x, b.dims(attrs.get("axes", (0, 2, 3)), x.ndim), 1e-9)
+
+
+def _rms_norm(b, xs, attrs):
+    """RMSNormalization: x / sqrt(mean(x^2) + eps) over the dims from ``axis`` on, in
+    float32 for narrower floats (stash_type 1), times the scale."""
+    x, scale = xs
+    dims = tuple(range(b.dim(attrs.get("axis", -1), x.ndim), x.ndim))
+    wide = b.cast(x, np.float32) if x.dtype.itemsize < 4 else x
+    square = b.op("mean", b.op("mul", wide, wide), dims=dims, keepdim=True)
+    rms = b.op("sqrt", b.op("add", square, float(attrs.get("epsilon", 1e-5))))
+    return b.cast(b.op("mul", b.op("div", wide, rms), scale), x.dtype)
+
+
+def _lrn(b, xs, attrs):
+    """LRN: x / (bias + alpha / size * (sum of squares over a window of channels))**beta,
+    the window from c - floor((size-1)/2) to c + ceil((size-1)/2)."""
+    x = xs[0]
+    b.need_rank(x, 3, "input")
+    size = int(attrs["size"])
+    alpha, beta = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75))
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    square = b.op("mul", x, x)
+    padded = _pad_dim(b, square, 1, lo, hi, "constant", 0)
+    c = x.shape[1]
+    total = None
+    for k in range(size):
+        window = b.slice_dims(padded, [(k, k + c, 1) if d == 1 else None
+                                       for d in range(x.ndim)])
+        total = window if total is None else b.op("add", total, window)
+    scale = b.op("add", b.op("mul", total, alpha / size), float(attrs.get("bias", 1.0)))
+    return b.op("div", x, b.op("pow", scale, beta))
+
+
+def _depth_to_space(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 4, "input", 4)
+    n, c, h, w = x.shape
+    k = int(attrs["blocksize"])
+    if attrs.get("mode", "DCR") == "DCR":
+        y = b.reshape(x, (n, k, k, c // (k * k), h, w))
+        y = b.op("permute", y, perm=(0, 3, 4, 1, 5, 2))
+    else:
+        y = b.reshape(x, (n, c // (k * k), k, k, h, w))
+        y = b.op("permute", y, perm=(0, 1, 4, 2, 5, 3))
+    return b.reshape(y, (n, c // (k * k), h * k, w * k))
+
+
+def _space_to_depth(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 4, "input", 4)
+    n, c, h, w = x.shape
+    k = int(attrs["blocksize"])
+    y = b.reshape(x, (n, c, h // k, k, w // k, k))
+    crd = attrs.get("mode", "DCR") == "CRD"
+    y = b.op("permute", y, perm=(0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
+    return b.reshape(y, (n, c * k * k, h // k, w // k))
+
+
+def _one_hot(b, xs, attrs):
+    """OneHot: ``on`` where the index (negative ones counted from ``depth``) is the position
+    along the new ``axis``, else ``off``."""
+    indices, depth, values = xs
+    depth = int(np.asarray(b.static(depth, "depth")).reshape(-1)[0])
+    ndim = indices.ndim + 1
+    axis = b.dim(attrs.get("axis", -1), ndim)
+    idx = b.op("where", b.op("lt", indices, 0), b.op("add", indices, depth), indices)
+    idx = b.reshape(idx, tuple(indices.shape[:axis]) + (1,) + tuple(indices.shape[axis:]))
+    positions = np.arange(depth).reshape([-1 if k == axis else 1 for k in range(ndim)])
+    hit = b.op("eq", idx, positions)
+    off, on = (b.reshape(b.slice_dims(values, [(k, k + 1, 1)]), ()) for k in (0, 1))
+    return b.op("where", hit, on, off)
+
+
+def _scatter_elements(b, xs, attrs):
+    """ScatterElements (and the old Scatter) -> index_put at the positions the indices
+    name along ``axis`` and their own positions in the other dims."""
+    x, i, updates = xs
+    b.need_rank(x, 1, "input")
+    reduction = attrs.get("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise b.error(f"ScatterElements' reduction {reduction!r} is not supported (none, add)")
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
+    if any(isinstance(d, Sym) for d in i.shape):
+        raise b.error(f"ScatterElements with indices of symbolic shape {tuple(i.shape)} is "
+                      "not supported")
+    n = x.shape[dim]
+    i = b.op("where", b.op("lt", i, 0), b.op("add", i, n), i)
+    grids = [np.broadcast_to(np.arange(m).reshape([-1 if k == d else 1
+                                                   for k in range(x.ndim)]), i.shape)
+             for d, m in enumerate(i.shape)]
+    grids[dim] = i
+    return b.op("index_put", x, b.cast(updates, x.dtype), *grids, dims=tuple(range(x.ndim)),
+                accumulate=reduction == "add")
 
 
 # -- convolution and pooling --------------------------------------------------------------------
@@ -786,17 +1049,29 @@ CONVERTERS = {
     # activations
     "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Selu": _selu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softsign": _softsign, "Gelu": _gelu,
+    "Tan": _unary(lambda b, x, attrs: b.op("div", b.op("sin", x), b.op("cos", x))),
+    "Sinh": _unary(_sinh), "Cosh": _unary(_cosh), "Asinh": _unary(_asinh),
+    "Acosh": _unary(_acosh), "Atanh": _unary(_atanh), "Celu": _unary(_celu),
+    "Swish": _unary(_swish), "ThresholdedRelu": _unary(_thresholded_relu),
+    "Shrink": _unary(_shrink), "Mish": _unary(_mish), "BitShift": _bit_shift,
+    "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
+    "ReduceLogSum": _reduce_log_sum,
     # matrix products
     "Gemm": _gemm,
     # shapes and indexing
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
-    "Tile": _tile, "Pad": _pad,
+    "Tile": _tile, "Pad": _pad, "DepthToSpace": _depth_to_space,
+    "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
+    "Scatter": _scatter_elements,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
     # normalisation, convolution, pooling
-    "BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
+    "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
+    "RMSNormalization": _rms_norm, "LRN": _lrn,
+    "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow

@@ -425,12 +425,15 @@ def _onnx_arg(op_type: str):
 
 def _from_onnx_arg(name: str):
     def convert(b, xs, attrs):
-        if attrs.get("select_last_index", 0):
-            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
-                          "argmin return the first index)")
+        """ArgMax and ArgMin; ``select_last_index`` is the first index of the flipped dim,
+        counted from the end."""
         x = xs[0]
-        return b.op(name, x, dim=b.dim(attrs.get("axis", 0), x.ndim),
-                    keepdim=bool(attrs.get("keepdims", 1)))
+        dim = b.dim(attrs.get("axis", 0), x.ndim)
+        keep = bool(attrs.get("keepdims", 1))
+        if not attrs.get("select_last_index", 0):
+            return b.op(name, x, dim=dim, keepdim=keep)
+        first = b.op(name, b.op("flip", x, dims=(dim,)), dim=dim, keepdim=keep)
+        return b.op("sub", x.shape[dim] - 1, first)
     return convert
 
 
@@ -688,9 +691,28 @@ def _onnx_cumprod(e, node):
     return [products if wide == out else e.cast(products, out)]
 
 
+def _from_onnx_cumprod(b, xs, attrs):
+    """CumProd: ``reverse`` runs it on the flipped dim; ``exclusive`` shifts the products one
+    place, a 1 first."""
+    x = xs[0]
+    dim = b.dim(b.ints(xs[1], "axis")[0], x.ndim)
+    if attrs.get("reverse", 0):
+        x = b.op("flip", x, dims=(dim,))
+    if attrs.get("exclusive", 0) and x.shape[dim] != 0:
+        index = [None] * x.ndim
+        index[dim] = (0, x.shape[dim] - 1, 1)
+        ones = b.op("full_like", b.slice_dims(x, [(0, 1, 1) if k == dim else None
+                                                  for k in range(x.ndim)]),
+                    fill_value=1, dtype=x.dtype)
+        x = b.op("cat", ones, b.slice_dims(x, index), dim=dim)
+    y = b.cast(b.op(CUMPROD, x, dim=dim), x.dtype)
+    return b.op("flip", y, dims=(dim,)) if attrs.get("reverse", 0) else y
+
+
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
                 attrs=("dim",),
-                onnx=_onnx_cumprod)
+                onnx=_onnx_cumprod,
+                onnx_import={"CumProd": _from_onnx_cumprod})
 
 
 def cumprod(input, dim, *, dtype=None):
