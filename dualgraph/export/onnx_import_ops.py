@@ -698,6 +698,107 @@ def _scatter_elements(b, xs, attrs):
                 accumulate=reduction == "add")
 
 
+# -- attention ----------------------------------------------------------------------------------
+def _heads(b, x, heads):
+    """(B, S, H*D) -> (B, H, S, D)."""
+    n, length, hidden = x.shape
+    return b.op("permute", b.reshape(x, (n, length, heads, hidden // heads)), perm=(0, 2, 1, 3))
+
+
+def _blocked(b, allowed, dtype):
+    """0 where ``allowed`` (a bool array or Value), -inf elsewhere, in ``dtype``."""
+    if isinstance(allowed, np.ndarray):
+        return np.where(allowed, 0, -np.inf).astype(dtype)
+    return b.op("where", allowed, np.zeros((), dtype), np.asarray(-np.inf, dtype))
+
+
+def _add_bias(b, bias, more):
+    return more if bias is None else b.op("add", bias, more)
+
+
+def _attention_bias(b, attrs, q, mask, offset, nonpad, kv_len):
+    """The additive bias of Attention's scores (None for none): the mask (a bool mask as
+    0 / -inf, padded to the keys with -inf), the causal and sliding-window limits aligned
+    to the bottom right (``offset`` keys precede the queries: the past keys, or per batch
+    ``nonpad - q_len``), and the keys past ``nonpad``."""
+    q_len, dtype = q.shape[2], q.dtype
+    if mask is not None:
+        if mask.shape[-1] != kv_len:
+            mask = _pad_dim(b, mask, mask.ndim - 1, 0, kv_len - mask.shape[-1], "constant",
+                            False if mask.dtype == np.bool_ else -np.inf)
+        if mask.dtype == np.bool_:
+            mask = _blocked(b, mask, dtype)
+    bias = mask
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    if nonpad is not None and offset is None:   # (per batch: (B, 1, 1, 1))
+        offset = b.op("sub", b.reshape(b.cast(nonpad, np.int64), (-1, 1, 1, 1)), q_len)
+    offset = 0 if offset is None else offset
+    diff = b.op("sub", b.op("add", i, offset), j)   # the query's position minus the key's
+    limits = []
+    if attrs.get("is_causal", 0):
+        limits.append(b.op("ge", diff, 0))
+    left, right = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
+    if left >= 0:
+        limits.append(b.op("le", diff, left))
+    if right >= 0:
+        limits.append(b.op("ge", diff, -right))
+    for limit in limits:
+        bias = _add_bias(b, bias, _blocked(b, limit, dtype))
+    if nonpad is not None:
+        inside = b.op("lt", j, b.reshape(b.cast(nonpad, np.int64), (-1, 1)))
+        bias = _add_bias(b, bias, b.reshape(_blocked(b, inside, dtype), (-1, 1, 1, kv_len)))
+    return bias
+
+
+def _attention(b, xs, attrs):
+    """Attention (opset 23+): softmax(q k^T * scale + bias) v over (B, H, S, D) heads (3-D
+    inputs are split into ``q_num_heads`` and ``kv_num_heads`` heads), with the past keys
+    and values prepended, grouped-query heads repeated, a softcap, and the four
+    ``qk_matmul_output_mode`` outputs. A query row that the bias blocks entirely gives 0."""
+    q, k, v, mask, past_k, past_v, nonpad = (list(xs) + [None] * 7)[:7]
+    three = q.ndim == 3
+    if three:
+        q = _heads(b, q, attrs["q_num_heads"])
+        k, v = (_heads(b, t, attrs["kv_num_heads"]) for t in (k, v))
+    b.need_rank(q, 4, "query", 4)
+    scale = attrs.get("scale")
+    scale = 1 / np.sqrt(q.shape[3]) if scale is None else scale
+    root = float(q.dtype.type(np.sqrt(scale)))   # (both sides scaled, as the reference)
+    if past_k is not None:
+        k, v = b.op("cat", past_k, k, dim=2), b.op("cat", past_v, v, dim=2)
+    present_k, present_v = k, v
+    offset = past_k.shape[2] if past_k is not None else None
+    bias = _attention_bias(b, attrs, q, mask, offset, nonpad, k.shape[2])
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads != kv_heads and heads % kv_heads == 0:   # grouped-query: repeat each kv head
+        n, _, length, size = k.shape
+        k, v = (b.reshape(b.op("expand", b.reshape(t, (n, kv_heads, 1, length, t.shape[3])),
+                                 shape=(n, kv_heads, heads // kv_heads, length, t.shape[3])),
+                          (n, heads, length, t.shape[3])) for t in (k, v))
+    scores = b.op("matmul", b.op("mul", q, root),
+                  b.op("permute", b.op("mul", k, root), perm=(0, 1, 3, 2)))
+    softcap = float(attrs.get("softcap", 0.0))
+    if softcap > 0:
+        scores = b.op("mul", b.op("tanh", b.op("div", scores, softcap)), softcap)
+    mode = attrs.get("qk_matmul_output_mode", 0)
+    biased = scores if bias is None else b.op("add", scores, bias)
+    exposed = biased if mode == 2 else scores
+    if "softmax_precision" in attrs:
+        biased = b.cast(biased, b.onnx_dtype(attrs["softmax_precision"], "softmax_precision"))
+    p = b.op("softmax", biased, dim=3)
+    if bias is not None:   # (rows with no key to attend: 0, not softmax's NaN)
+        blocked = b.op("isinf", b.op("amax", bias, dims=(bias.ndim - 1,), keepdim=True))
+        p = b.op("where", blocked, np.zeros((), p.dtype), p)
+    if mode == 3:
+        exposed = p
+    y = b.op("matmul", b.cast(p, q.dtype), v)
+    if three:
+        y = b.op("permute", y, perm=(0, 2, 1, 3))
+        y = b.reshape(y, (y.shape[0], y.shape[1], -1))
+    return y, present_k, present_v, b.cast(exposed, q.dtype)
+
+
 # -- convolution and pooling --------------------------------------------------------------------
 def _window_pads(b, attrs, hw, kernel, stride, dilation):
     """((top, bottom), (left, right)) from ``pads`` or ``auto_pad``."""
@@ -1057,7 +1158,7 @@ CONVERTERS = {
     "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
-    "Gemm": _gemm,
+    "Gemm": _gemm, "Attention": _attention,
     # shapes and indexing
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
