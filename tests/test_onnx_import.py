@@ -497,12 +497,14 @@ def test_a_shape_computed_in_a_loop_body_is_an_error():
         dg.onnx.load(model)
 
 
-def test_weighted_softmax_cross_entropy_is_an_error():
-    model = _one_node("SoftmaxCrossEntropyLoss",
-                      {"x": f32(2, 3), "t": i64(0, 2), "w": f32(3, low=0.5)})
-    with pytest.raises(OnnxError, match=r"\(SoftmaxCrossEntropyLoss\): .* without class "
-                                        r"weights; got scores of rank 2 with weights"):
-        dg.onnx.load(model)
+def test_weighted_softmax_cross_entropy_of_images():
+    # (N, C, H, W) scores, class weights, an ignored label: against onnxruntime
+    x, t = f32(2, 3, 4, 5), RNG.integers(0, 3, (2, 4, 5)).astype(np.int64)
+    t[0, 0, :2] = 1
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "w"], ["loss", "log_prob"],
+                            ignore_index=1)
+    model = _model([node], {"x": x, "t": t, "w": W(f32(3, low=0.5))}, 17, ["loss", "log_prob"])
+    _run_both(model, {"x": x, "t": t}, *LOOSE)
 
 
 def test_unsupported_dtype_and_domain_are_errors():

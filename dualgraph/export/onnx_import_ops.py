@@ -698,6 +698,57 @@ def _scatter_elements(b, xs, attrs):
                 accumulate=reduction == "add")
 
 
+# -- losses -------------------------------------------------------------------------------------
+def _nll(b, log_prob, labels, weight, attrs):
+    """NegativeLogLikelihoodLoss of ``log_prob`` (N, C, d...) at ``labels`` (N, d...): minus
+    the picked entry, times the class weight (0 at ``ignore_index``); "mean" divides by the
+    weights' sum (the count of targets not ignored, without weights)."""
+    b.need_rank(log_prob, 2, "input")
+    n, c = log_prob.shape[:2]
+    rest = tuple(log_prob.shape[2:])
+    flat = b.reshape(log_prob, (n, c, -1))
+    t = b.reshape(labels, (n, -1))
+    ignore = attrs.get("ignore_index")
+    ignored = None if ignore is None else b.op("eq", t, int(ignore))
+    safe = t if ignored is None else b.op("where", ignored, np.zeros((), t.dtype), t)
+    rows = np.arange(n).reshape(n, 1)
+    cols = np.arange(flat.shape[2]).reshape(1, -1)
+    picked = b.op("index", flat, rows, safe, cols, dims=(0, 1, 2))
+    w = None if weight is None else b.op("index", weight, safe, dims=(0,))
+    if ignored is not None:
+        w = b.op("where", ignored, np.zeros((), log_prob.dtype),
+                 np.ones((), log_prob.dtype) if w is None else w)
+    loss = b.op("neg", picked) if w is None else b.op("mul", b.op("neg", picked), w)
+    reduction = attrs.get("reduction", "mean")
+    if reduction == "none":
+        return b.reshape(loss, (n,) + rest)
+    total = b.op("sum", loss, dims=(0, 1), keepdim=False, dtype=log_prob.dtype)
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise b.error(f"reduction {reduction!r} is not one of none, sum and mean")
+    if w is None:
+        return b.op("div", total, float(numel(loss.shape)))
+    return b.op("div", total, b.op("sum", w, dims=(0, 1), keepdim=False, dtype=w.dtype))
+
+
+def _nll_loss(b, xs, attrs):
+    x, labels, weight = (list(xs) + [None])[:3]
+    return _nll(b, x, labels, weight, attrs)
+
+
+def _softmax_cross_entropy(b, xs, attrs):
+    """SoftmaxCrossEntropyLoss: the NLL loss of the log-softmax over the classes (dim 1),
+    which is also its second output."""
+    x, labels, weight = (list(xs) + [None])[:3]
+    log_prob = b.op("log_softmax", x, dim=1)
+    if x.ndim == 2 and weight is None:   # (dualgraph's cross_entropy: any batch, symbolic too)
+        ignore = attrs.get("ignore_index", np.iinfo(np.int64).min)
+        return b.op("cross_entropy", x, labels, ignore_index=int(ignore),
+                    reduction=attrs.get("reduction", "mean")), log_prob
+    return _nll(b, log_prob, labels, weight, attrs), log_prob
+
+
 # -- attention ----------------------------------------------------------------------------------
 def _heads(b, x, heads):
     """(B, S, H*D) -> (B, H, S, D)."""
@@ -1159,6 +1210,8 @@ CONVERTERS = {
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
     "Gemm": _gemm, "Attention": _attention,
+    # losses
+    "NegativeLogLikelihoodLoss": _nll_loss, "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
     # shapes and indexing
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
