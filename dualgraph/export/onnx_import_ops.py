@@ -749,6 +749,157 @@ def _softmax_cross_entropy(b, xs, attrs):
     return _nll(b, log_prob, labels, weight, attrs), log_prob
 
 
+# -- resize -------------------------------------------------------------------------------------
+def _resize_coeffs(mode: str, attrs, ratio: float, scale: float) -> np.ndarray:
+    """The weights of one output position's neighbours, ``ratio`` in (0, 1] past the left
+    one (ONNX's Resize reference: nearest, linear and cubic, with antialias)."""
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        rule = attrs.get("nearest_mode", "round_prefer_floor")
+        left = {"round_prefer_floor": ratio <= 0.5, "round_prefer_ceil": ratio < 0.5,
+                "floor": True, "ceil": False}[rule]
+        return np.array([float(left), float(not left)])
+    antialias = attrs.get("antialias", 0) and scale < 1
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        coeffs = np.clip(1 - np.abs(args), 0, 1)
+        return coeffs / coeffs.sum()
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+
+    def cubic(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+    if not antialias:
+        return np.array([cubic(ratio + 1), cubic(ratio), cubic(1 - ratio), cubic(2 - ratio)])
+    start = int(np.floor(-2 / scale) + 1)
+    coeffs = np.array([cubic(scale * (i - ratio)) for i in range(start, 2 - start)])
+    return coeffs / coeffs.sum()
+
+
+def _resize_axis(b, attrs, mode, n: int, out: int, scale: float, roi):
+    """The matrix (out, n) that resizes one axis of length ``n`` to ``out``, and a mask of
+    the output positions outside the input (tf_crop_and_resize) or None."""
+    how = attrs.get("coordinate_transformation_mode", "half_pixel" if b.opset >= 11 else
+                    "asymmetric")
+    y = np.arange(out, dtype=np.float64)
+    width = scale * n
+    outside = None
+    if how == "align_corners":
+        x = np.zeros(out) if width == 1 else y * (n - 1) / (width - 1)
+    elif how == "asymmetric":
+        x = y / scale
+    elif how == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(out, (hi - lo) * (n - 1) / 2) if width == 1 else \
+            y * (hi - lo) * (n - 1) / (width - 1)
+        x = x + lo * (n - 1)
+        outside = (x < 0) | (x > n - 1)
+    elif how == "pytorch_half_pixel":
+        x = np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif how == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif how == "half_pixel_symmetric":
+        x = n / 2 * (1 - out / width) + (y + 0.5) / scale - 0.5
+    else:
+        raise b.error(f"coordinate_transformation_mode {how!r} is not supported")
+    left = np.floor(x).astype(np.int64)
+    ratios = np.where(x == left, 1.0, x - left)
+    coeffs = np.stack([_resize_coeffs(mode, attrs, float(r), scale) for r in ratios]) \
+        if out else np.zeros((0, 2))
+    k = coeffs.shape[1]
+    pad = (k + 1) // 2
+    padded = x + pad
+    p = np.floor(padded).astype(np.int64)
+    frac = padded - p
+    if k % 2 == 0:
+        first = np.where(frac == 0, -(k // 2), -(k // 2) + 1)
+    else:
+        first = np.where(frac <= 0.5, -((k - 1) // 2), -((k - 1) // 2) + 1)
+    idx = (p + first)[:, None] + np.arange(k)[None, :] - pad
+    if attrs.get("exclude_outside", 0):
+        coeffs = np.where((idx < 0) | (idx >= n), 0.0, coeffs)
+        total = coeffs.sum(axis=1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    matrix = np.zeros((out, n))
+    np.add.at(matrix, (np.repeat(np.arange(out), k), np.clip(idx, 0, n - 1).reshape(-1)),
+              coeffs.reshape(-1))
+    return matrix, outside
+
+
+def _resize(b, xs, attrs):
+    """Resize (and Upsample): separable, so each resized axis is a product with a matrix
+    of weights computed when loading (its rows the output positions); nearest picks with
+    ``index`` instead, exact for any dtype. Computed in float64 and cast back, as ONNX's
+    reference does."""
+    x = xs[0]
+    if b.node.op_type == "Upsample":   # (asymmetric coordinates, the nearest pixel below)
+        attrs = dict(attrs, nearest_mode="floor")
+    if b.node.op_type == "Upsample" or b.opset < 11:
+        roi, sizes = None, None
+        scales = attrs.get("scales") if len(xs) < 2 else b.static(xs[1], "scales")
+    else:
+        roi, scales, sizes = (list(xs[1:]) + [None] * 3)[:3]
+        roi, scales, sizes = (None if t is None or (isinstance(t, np.ndarray) and t.size == 0)
+                              else b.static(t, what)
+                              for t, what in ((roi, "roi"), (scales, "scales"),
+                                              (sizes, "sizes")))
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"Resize of symbolic shape {tuple(x.shape)} is not supported")
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic", "bilinear"):
+        raise b.error(f"Resize mode {mode!r} is not supported")
+    mode = "linear" if mode == "bilinear" else mode
+    r = x.ndim
+    axes = [b.dim(a, r) for a in attrs.get("axes", range(r))]
+    shape = list(x.shape)
+    if sizes is not None:
+        sizes = [int(v) for v in np.reshape(sizes, -1)]
+        factors = {a: sizes[i] / shape[a] for i, a in enumerate(axes)}
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            common = pick(factors.values())
+            factors = dict.fromkeys(axes, common)
+            sizes = [int(common * shape[a] + 0.5) for a in axes]
+        outs = dict(zip(axes, sizes))
+    else:
+        factors = {a: float(v) for a, v in zip(axes, np.reshape(scales, -1))}
+        outs = {a: int(factors[a] * shape[a]) for a in axes}
+    rois = {}
+    if roi is not None:
+        roi = np.reshape(roi, -1).astype(np.float64)
+        rois = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
+    y = x if mode == "nearest" else b.cast(x, np.float64)
+    for a in axes:
+        n, out, factor = shape[a], outs[a], factors[a]
+        span = rois.get(a, (0.0, 1.0))
+        if out == n and np.isclose(factor, 1.0) and np.allclose(span, (0.0, 1.0)):
+            continue
+        b.check_size(out * n, "Resize's weights")
+        matrix, outside = _resize_axis(b, attrs, mode, n, out, factor, span)
+        if mode == "nearest":
+            y = b.op("index", y, matrix.argmax(axis=1), dims=(a,))
+        else:
+            moved = _move_axis(b, y, a, y.ndim - 1)
+            y = _move_axis(b, b.op("matmul", moved, np.ascontiguousarray(matrix.T)),
+                           y.ndim - 1, a)
+        if outside is not None and outside.any():
+            where = outside.reshape([-1 if k == a else 1 for k in range(r)])
+            fill = np.asarray(attrs.get("extrapolation_value", 0.0), y.dtype)
+            y = b.op("where", where, fill, y)
+    if y.dtype != x.dtype and x.dtype.kind in "iu":   # (saturating, as the reference)
+        info = np.iinfo(x.dtype)
+        y = b.op("minimum", b.op("maximum", b.op("round", y), float(info.min)),
+                 float(info.max))
+    return b.cast(y, x.dtype)
+
+
 # -- attention ----------------------------------------------------------------------------------
 def _heads(b, x, heads):
     """(B, S, H*D) -> (B, H, S, D)."""
@@ -1215,7 +1366,8 @@ CONVERTERS = {
     # shapes and indexing
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
-    "Tile": _tile, "Pad": _pad, "DepthToSpace": _depth_to_space,
+    "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
+    "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
