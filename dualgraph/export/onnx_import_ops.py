@@ -900,6 +900,149 @@ def _resize(b, xs, attrs):
     return b.cast(y, x.dtype)
 
 
+# -- recurrent layers ---------------------------------------------------------------------------
+_RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_RNN_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
+                    "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+
+
+def _activation(b, name: str, alpha, beta):
+    """The ONNX recurrent layers' activation ``name`` as a function of a Value."""
+    rules = {
+        "Sigmoid": lambda x: b.op("sigmoid", x), "Tanh": lambda x: b.op("tanh", x),
+        "Relu": lambda x: b.op("relu", x),
+        "LeakyRelu": lambda x: _leaky_relu(b, [x], {"alpha": alpha if alpha is not None
+                                                    else 0.01}),
+        "ThresholdedRelu": lambda x: _thresholded_relu(b, x, {"alpha": alpha or 1.0}),
+        "HardSigmoid": lambda x: _hard_sigmoid_of(b, x, 0.2 if alpha is None else alpha,
+                                                  0.5 if beta is None else beta),
+        "Affine": lambda x: b.op("add", b.op("mul", x, alpha), beta),
+        "ScaledTanh": lambda x: b.op("mul", b.op("tanh", b.op("mul", x, beta)), alpha),
+        "Elu": lambda x: b.op("elu", x, alpha=1.0 if alpha is None else alpha),
+        "Softsign": lambda x: _softsign(b, [x], {}),
+        "Softplus": lambda x: b.op("softplus", x, beta=1.0, threshold=20.0),
+    }
+    if name not in rules:
+        raise b.error(f"activation {name!r} is not supported")
+    return rules[name]
+
+
+def _part(b, x, dim: int, k: int, size: int):
+    """Part ``k`` of ``x`` cut into parts of ``size`` along ``dim``."""
+    index = [None] * x.ndim
+    index[dim] = (k * size, (k + 1) * size, 1)
+    return b.slice_dims(x, index)
+
+
+def _recurrent(b, xs, attrs):
+    """RNN, GRU and LSTM, unrolled over the (static) sequence: per direction, the input
+    projections of every step in one product, then one step's gates after another, as the
+    ONNX equations give them (gate orders: GRU z r h, LSTM i o f c; peepholes i o f).
+    ``sequence_lens`` keeps a finished sequence's state and gives zeros past its end."""
+    kind = b.node.op_type
+    x, w, r, bias, lens, h0 = (list(xs) + [None] * 6)[:6]
+    c0, peep = ((list(xs[6:]) + [None, None])[:2]) if kind == "LSTM" else (None, None)
+    layout = attrs.get("layout", 0)
+    if layout:
+        x = b.op("permute", x, perm=(1, 0, 2))
+        h0, c0 = (None if t is None else b.op("permute", t, perm=(1, 0, 2)) for t in (h0, c0))
+    steps, batch, _ = x.shape
+    hidden = int(attrs.get("hidden_size", w.shape[1] // _RNN_GATES[kind]))
+    if not isinstance(steps, int):
+        raise b.error(f"{kind} over a symbolic number of steps {steps} is not supported")
+    direction = attrs.get("direction", "forward")
+    dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    if lens is not None and True in dirs:
+        raise b.error(f"{kind} in reverse with sequence_lens is not supported")
+    names = list(attrs.get("activations", _RNN_ACTIVATIONS[kind] * len(dirs)))
+    per = len(_RNN_ACTIVATIONS[kind])
+    alphas = list(attrs.get("activation_alpha", ())) + [None] * len(names)
+    betas = list(attrs.get("activation_beta", ())) + [None] * len(names)
+    clip = attrs.get("clip")
+    gates = _RNN_GATES[kind]
+    ys, last_h, last_c = [], [], []
+    for d, backwards in enumerate(dirs):
+        f, g, h = ([_activation(b, names[d * per + k], alphas[d * per + k],
+                                betas[d * per + k]) for k in range(per)] + [None, None])[:3]
+
+        def pick(t, k=d):
+            return b.reshape(_part(b, t, 0, k, 1), tuple(t.shape[1:]))
+        wd, rd = pick(w), pick(r)
+        proj = b.op("matmul", x, b.op("permute", wd, perm=(1, 0)))   # (steps, batch, G*h)
+        rb = None
+        if bias is not None:
+            bd = pick(bias)
+            wb, rb = _part(b, bd, 0, 0, gates * hidden), _part(b, bd, 0, 1, gates * hidden)
+            proj = b.op("add", proj, wb if kind == "GRU" else b.op("add", wb, rb))
+        state = pick(h0) if h0 is not None else np.zeros((batch, hidden), x.dtype)
+        cell = pick(c0) if c0 is not None else np.zeros((batch, hidden), x.dtype)
+        p = pick(peep) if peep is not None else None
+        outs = [None] * steps
+        for t in (range(steps - 1, -1, -1) if backwards else range(steps)):
+            xt = b.reshape(_part(b, proj, 0, t, 1), (batch, gates * hidden))
+
+            def part(v, k):
+                return _part(b, v, v.ndim - 1, k, hidden)
+            clipped = (lambda v: v) if clip is None else \
+                (lambda v: b.op("minimum", b.op("maximum", v, -clip), clip))
+            if kind == "GRU":
+                rz = b.op("matmul", state, b.op("permute", rd, perm=(1, 0)))
+                if rb is not None:
+                    rz = b.op("add", rz, rb)
+                z = f(clipped(b.op("add", part(xt, 0), part(rz, 0))))
+                reset = f(clipped(b.op("add", part(xt, 1), part(rz, 1))))
+                if attrs.get("linear_before_reset", 0):
+                    hh = b.op("mul", reset, part(rz, 2))
+                else:
+                    rh = _part(b, rd, 0, 2, hidden)
+                    hh = b.op("matmul", b.op("mul", reset, state),
+                              b.op("permute", rh, perm=(1, 0)))
+                    if rb is not None:
+                        hh = b.op("add", hh, _part(b, rb, 0, 2, hidden))
+                cand = g(clipped(b.op("add", part(xt, 2), hh)))
+                new = b.op("add", b.op("mul", b.op("sub", 1.0, z), cand), b.op("mul", z, state))
+            else:
+                pre = b.op("add", xt, b.op("matmul", state, b.op("permute", rd, perm=(1, 0))))
+                if kind == "RNN":
+                    new = f(clipped(pre))
+                else:
+                    peeps = [None] * 3 if p is None else \
+                        [_part(b, p, 0, k, hidden) for k in range(3)]
+
+                    def gate(k, pk, c):
+                        v = part(pre, k)
+                        return f(clipped(v if pk is None else b.op("add", v, b.op("mul", pk, c))))
+                    i = gate(0, peeps[0], cell)
+                    forget = gate(2, peeps[2], cell)
+                    if attrs.get("input_forget", 0):
+                        forget = b.op("sub", 1.0, i)
+                    cell_new = b.op("add", b.op("mul", forget, cell),
+                                    b.op("mul", i, g(clipped(part(pre, 3)))))
+                    o = gate(1, peeps[1], cell_new)
+                    new = b.op("mul", o, h(cell_new))
+            if lens is not None:   # (finished sequences keep their state)
+                going = b.reshape(b.op("lt", t, lens), (batch, 1))
+                new = b.op("where", going, new, state)
+                if kind == "LSTM":
+                    cell_new = b.op("where", going, cell_new, cell)
+                outs[t] = b.op("where", going, new, np.zeros((), x.dtype))
+            else:
+                outs[t] = new
+            state = new
+            if kind == "LSTM":
+                cell = cell_new
+        ys.append(b.op("cat", *[b.reshape(o, (1, 1, batch, hidden)) for o in outs], dim=0))
+        last_h.append(b.reshape(state, (1, batch, hidden)))
+        last_c.append(b.reshape(cell, (1, batch, hidden)) if kind == "LSTM" else None)
+    y = ys[0] if len(ys) == 1 else b.op("cat", *ys, dim=1)   # (steps, dirs, batch, hidden)
+    yh = last_h[0] if len(dirs) == 1 else b.op("cat", *last_h, dim=0)
+    yc = None if kind != "LSTM" else last_c[0] if len(dirs) == 1 else b.op("cat", *last_c, dim=0)
+    if layout:
+        y = b.op("permute", y, perm=(2, 0, 1, 3))
+        yh, yc = (None if t is None else b.op("permute", t, perm=(1, 0, 2)) for t in (yh, yc))
+    return (y, yh, yc) if kind == "LSTM" else (y, yh)
+
+
 # -- attention ----------------------------------------------------------------------------------
 def _heads(b, x, heads):
     """(B, S, H*D) -> (B, H, S, D)."""
@@ -1361,6 +1504,8 @@ CONVERTERS = {
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
     "Gemm": _gemm, "Attention": _attention,
+    # recurrent layers
+    "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent,
     # losses
     "NegativeLogLikelihoodLoss": _nll_loss, "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
     # shapes and indexing
