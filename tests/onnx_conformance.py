@@ -202,7 +202,7 @@ def run_case(case: Case, timeout: int = 120) -> tuple[str, str]:
 
 def classify(message: str) -> str:
     """The category of an OnnxError's message."""
-    if "is not supported by dualgraph's ONNX import" in message:
+    if "not supported by dualgraph's ONNX import" in message:
         return "unsupported op"
     if "has no dtype for" in message:
         return "dtype"

@@ -1211,8 +1211,40 @@ def _window_attrs(b, attrs, x, kernel):
     return n, stride, padding, dilation
 
 
+def _conv3d(b, xs, attrs):
+    """A 3-D Conv as one 2-D conv per offset of the kernel's depth: the input's depth slices
+    at that offset (strided) folded into the batch, the products summed."""
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    kernel = tuple(w.shape[2:])
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"a 3-D Conv of symbolic shape {tuple(x.shape)} is not supported")
+    (lo, hi), depth = pads[0], x.shape[2]
+    if lo or hi:
+        x = _pad_dim(b, x, 2, lo, hi, "constant", 0)
+    out = (depth + lo + hi - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    n, c = x.shape[:2]
+    total = None
+    for k in range(kernel[0]):
+        start = k * dilation[0]
+        part = b.slice_dims(x, [None, None, (start, start + stride[0] * (out - 1) + 1,
+                                             stride[0]), None, None])
+        part = b.reshape(b.op("permute", part, perm=(0, 2, 1, 3, 4)),
+                         (n * out, c) + tuple(x.shape[3:]))
+        wk = b.reshape(_part(b, w, 2, k, 1), tuple(w.shape[:2]) + kernel[1:])
+        y = b.op("conv2d", part, wk, stride=stride[1:], padding=tuple(pads[1:]),
+                 dilation=dilation[1:], groups=int(attrs.get("group", 1)))
+        total = y if total is None else b.op("add", total, y)
+    y = b.op("permute", b.reshape(total, (n, out) + tuple(total.shape[1:])),
+             perm=(0, 2, 1, 3, 4))
+    return y if bias is None else b.op("add", y, b.reshape(bias, (-1, 1, 1, 1)))
+
+
 def _conv(b, xs, attrs):
     x, w = xs[0], xs[1]
+    if x.ndim == 5:
+        return _conv3d(b, xs, attrs)
     bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
     kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
@@ -1261,6 +1293,8 @@ def _pool_result(y, n: int, b):
 
 
 def _max_pool(b, xs, attrs):
+    if _needs_window_sum(b, xs[0], attrs, "max") and len([o for o in b.node.output if o]) == 1:
+        return _window_pool(b, xs[0], attrs, "max")
     n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
     y, where = b.op("max_pool2d", x2, dilation=dilation, **pool)
     if len([o for o in b.node.output if o]) > 1:
@@ -1269,12 +1303,100 @@ def _max_pool(b, xs, attrs):
 
 
 def _average_pool(b, xs, attrs):
+    if _needs_window_sum(b, xs[0], attrs, "avg"):
+        return _window_pool(b, xs[0], attrs, "avg")
     n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
-    if dilation != (1, 1):
-        raise b.error("dilated AveragePool is not supported")
     y = b.op("avg_pool2d", x2, count_include_pad=bool(attrs.get("count_include_pad", 0)),
              divisor_override=None, **pool)
     return _pool_result(y, n, b)
+
+
+def _lp_pool(b, xs, attrs):
+    return _window_pool(b, xs[0], attrs, "lp")
+
+
+def _nd_windows(b, attrs, x, kernel):
+    """(strides, dilations, (start, end) pads) per spatial dim, for any number of them."""
+    n = x.ndim - 2
+    stride = tuple(attrs.get("strides", (1,) * n))
+    dilation = tuple(attrs.get("dilations", (1,) * n))
+    if len(kernel) != n or len(stride) != n or len(dilation) != n:
+        raise b.error(f"the window attrs of a {n}-D {b.node.op_type} need {n} numbers each")
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        pads = attrs.get("pads", (0,) * 2 * n) if auto == "NOTSET" else (0,) * 2 * n
+        return stride, dilation, list(zip(pads[:n], pads[n:]))
+    if auto not in ("SAME_UPPER", "SAME_LOWER") or any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"auto_pad={auto!r} needs static spatial dims and SAME_UPPER, "
+                      "SAME_LOWER, VALID or NOTSET")
+    pads = []
+    for size, k, st, d in zip(x.shape[2:], kernel, stride, dilation):
+        total = max(0, (-(-size // st) - 1) * st + (k - 1) * d + 1 - size)
+        small = total // 2
+        pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return stride, dilation, pads
+
+
+def _needs_window_sum(b, x, attrs, kind) -> bool:
+    """Whether a pool needs ``_window_pool``: dualgraph's pools take 1-D and 2-D windows
+    with pads that are symmetric and at most half the kernel, and undilated averages."""
+    if x.ndim not in (3, 4) or "kernel_shape" not in attrs:
+        return x.ndim == 5
+    kernel = tuple(attrs["kernel_shape"])
+    if len(kernel) != x.ndim - 2:
+        return False   # (the old path names the problem)
+    _, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    return any(lo != hi or 2 * lo > k for (lo, hi), k in zip(pads, kernel)) or (
+        kind == "avg" and any(d != 1 for d in dilation))
+
+
+def _window_pool(b, x, attrs, kind):
+    """A max, average or Lp pool of any number of spatial dims, any pads and dilations: the
+    input padded explicitly, one strided slice per kernel offset, combined elementwise. An
+    average divides by the count of the window's elements inside the input (and the pads,
+    with count_include_pad), computed when loading; ceil_mode's last window may overhang."""
+    kernel = tuple(attrs["kernel_shape"])
+    if any(isinstance(d, Sym) for d in x.shape[2:]):
+        raise b.error(f"{b.node.op_type} of symbolic spatial dims {tuple(x.shape[2:])}")
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    ceil = attrs.get("ceil_mode", 0)
+    sizes, outs, extras = list(x.shape[2:]), [], []
+    for size, k, st, d, (lo, hi) in zip(sizes, kernel, stride, dilation, pads):
+        span = size + lo + hi - d * (k - 1) - 1
+        out = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (out - 1) * st >= size + lo:   # (a window must start inside)
+            out -= 1
+        outs.append(max(out, 0))
+        extras.append(max(0, (out - 1) * st + d * (k - 1) + 1 - (size + lo + hi)))
+    if kind == "max":
+        fill = -np.inf if x.dtype.kind == "f" or x.dtype.kind == "V" else np.iinfo(x.dtype).min
+    else:
+        fill = 0
+    xp = x
+    for a, ((lo, hi), extra) in enumerate(zip(pads, extras)):
+        if lo or hi or extra:
+            xp = _pad_dim(b, xp, a + 2, lo, hi + extra, "constant", fill)
+    p = float(attrs.get("p", 2))
+    acc, offsets = None, list(np.ndindex(*kernel))
+    for offset in offsets:
+        index = [None, None] + [(o * d, o * d + st * (n - 1) + 1, st)
+                                for o, d, st, n in zip(offset, dilation, stride, outs)]
+        part = b.slice_dims(xp, index)
+        if kind == "lp":
+            part = b.op("pow", b.op("abs", part), p)
+        acc = part if acc is None else b.op("maximum" if kind == "max" else "add", acc, part)
+    if kind == "lp":
+        return b.op("pow", acc, 1 / p)
+    if kind == "avg":
+        mask = np.zeros([n + lo + hi + e for n, (lo, hi), e in zip(sizes, pads, extras)])
+        inside = attrs.get("count_include_pad", 0)
+        mask[tuple(slice(0 if inside else lo, lo + n + (hi if inside else 0))
+                   for n, (lo, hi) in zip(sizes, pads))] = 1
+        count = sum(mask[tuple(slice(o * d, o * d + st * (n - 1) + 1, st)
+                               for o, d, st, n in zip(offset, dilation, stride, outs))]
+                    for offset in offsets)
+        acc = b.cast(b.op("div", acc, np.maximum(count, 1).astype(x.dtype)), x.dtype)
+    return acc
 
 
 def _flat_indices(b, x, where, attrs):
@@ -1523,7 +1645,7 @@ CONVERTERS = {
     "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
     "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _conv, "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool, "AveragePool": _average_pool,
+    "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow
     "If": _if, "Loop": _loop, "Scan": _scan,
