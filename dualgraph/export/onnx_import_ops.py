@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
@@ -696,6 +697,138 @@ def _scatter_elements(b, xs, attrs):
     grids[dim] = i
     return b.op("index_put", x, b.cast(updates, x.dtype), *grids, dims=tuple(range(x.ndim)),
                 accumulate=reduction == "add")
+
+
+# -- quantisation -------------------------------------------------------------------------------
+_QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
+                 "int16": (-32768, 32767), "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3),
+                 "int2": (-2, 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _quant_param(b, p, x, axis: int, block: int):
+    """A scale or zero point shaped to broadcast against ``x``: one value, one per index of
+    ``axis``, or (``block``) one per block of that many indices along it."""
+    if p is None or p.ndim == 0:
+        return p
+    if numel(p.shape) == 1:
+        return b.reshape(p, ())
+    axis = b.dim(axis, x.ndim)
+    if not block:
+        return b.reshape(p, tuple(-1 if k == axis else 1 for k in range(x.ndim)))
+    shape = tuple(p.shape)
+    spread = b.op("expand", b.reshape(p, shape[:axis + 1] + (1,) + shape[axis + 1:]),
+                  shape=shape[:axis + 1] + (block,) + shape[axis + 1:])
+    whole = b.reshape(spread, shape[:axis] + (shape[axis] * block,) + shape[axis + 1:])
+    return _part(b, whole, axis, 0, x.shape[axis])
+
+
+def _quantize(b, x, scale, zero, dtype, saturate=True):
+    """round(x / scale) + zero, clipped to ``dtype``'s range (float8 and float4 types: the
+    saturating cast)."""
+    y = b.cast(x, np.float32) if scale is None else \
+        b.op("div", b.cast(x, np.float32), b.cast(scale, np.float32))
+    if dtype.name in _QUANT_RANGES:
+        y = b.op("round", y)
+        if zero is not None:
+            y = b.op("add", y, b.cast(zero, np.float32))
+        lo, hi = _QUANT_RANGES[dtype.name]
+        return b.cast(b.op("minimum", b.op("maximum", y, float(lo)), float(hi)), dtype)
+    if zero is not None and "float4" in dtype.name:
+        y = b.op("add", y, b.cast(zero, np.float32))
+    if saturate:
+        big = float(ml_dtypes.finfo(dtype).max)
+        y = b.op("minimum", b.op("maximum", y, -big), big)
+    return b.cast(y, dtype)
+
+
+def _quantize_linear(b, xs, attrs):
+    x, scale, zero = (list(xs) + [None])[:3]
+    axis, block = attrs.get("axis", 1), int(attrs.get("block_size", 0))
+    dtype = zero.dtype if zero is not None else \
+        b.onnx_dtype(attrs["output_dtype"], "output_dtype") if attrs.get("output_dtype") \
+        else np.dtype(np.uint8)
+    if "precision" in attrs:
+        wide = b.onnx_dtype(attrs["precision"], "precision")
+        x, scale = b.cast(x, wide), b.cast(scale, wide)
+    return _quantize(b, x, _quant_param(b, scale, x, axis, block),
+                     _quant_param(b, zero, x, axis, block), dtype,
+                     bool(attrs.get("saturate", 1)))
+
+
+def _dequantize_linear(b, xs, attrs):
+    x, scale, zero = (list(xs) + [None])[:3]
+    axis, block = attrs.get("axis", 1), int(attrs.get("block_size", 0))
+    y = b.cast(x, np.float32)
+    if zero is not None and x.dtype.kind in "iu" or zero is not None and \
+            x.dtype.name in ("int4", "uint4", "int2", "uint2"):
+        y = b.op("sub", y, b.cast(_quant_param(b, zero, x, axis, block), np.float32))
+    y = b.op("mul", y, _quant_param(b, scale, x, axis, block))
+    dtype = b.onnx_dtype(attrs["output_dtype"], "output_dtype") if attrs.get("output_dtype") \
+        else scale.dtype
+    return b.cast(y, dtype)
+
+
+def _dynamic_quantize_linear(b, xs, attrs):
+    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto 0..255."""
+    x = xs[0]
+    every = tuple(range(x.ndim))
+    hi = b.op("maximum", b.op("amax", x, dims=every, keepdim=False), 0.0)
+    lo = b.op("minimum", b.op("amin", x, dims=every, keepdim=False), 0.0)
+    span = b.op("sub", hi, lo)
+    scale = b.op("div", b.op("where", b.op("eq", span, 0), 1.0, span), 255.0)
+    zero = b.op("round", b.op("minimum", b.op("maximum", b.op("div", b.op("neg", lo), scale),
+                                               0.0), 255.0))
+    y = b.op("minimum", b.op("maximum", b.op("add", b.op("round", b.op("div", x, scale)),
+                                                   zero), 0.0), 255.0)
+    u8 = np.dtype(np.uint8)
+    return b.cast(y, u8), b.cast(scale, x.dtype), b.cast(zero, u8)
+
+
+def _integer_operands(b, pairs):
+    """int32 operands less their zero points (None: none)."""
+    return [b.cast(v, np.int32) if z is None else
+            b.op("sub", b.cast(v, np.int32), b.cast(z, np.int32)) for v, z in pairs]
+
+
+def _matmul_integer(b, xs, attrs):
+    a, c, za, zc = (list(xs) + [None, None])[:4]
+    if zc is not None and zc.ndim == 1 and numel(zc.shape) > 1:   # (per column of c)
+        zc = b.reshape(zc, (1, -1))
+    if za is not None and za.ndim == 1 and numel(za.shape) > 1:   # (per row of a)
+        za = b.reshape(za, (-1, 1))
+    left, right = _integer_operands(b, [(a, za), (c, zc)])
+    # (exact in float64 while the sums stay below 2**53)
+    return b.cast(b.op("matmul", b.cast(left, np.float64), b.cast(right, np.float64)), np.int32)
+
+
+def _qlinear_matmul(b, xs, attrs):
+    a, sa, za, c, sc, zc, sy, zy = xs
+    product = _matmul_integer(b, [a, c, za, zc], {})
+    scale = b.op("div", b.op("mul", b.cast(sa, np.float64), b.cast(sc, np.float64)),
+                 b.cast(sy, np.float64))
+    y = b.op("mul", b.cast(product, np.float64), scale)
+    return _quantize(b, y, None, zy, zy.dtype)
+
+
+def _conv_integer(b, xs, attrs):
+    x, w, zx, zw = (list(xs) + [None, None])[:4]
+    if zw is not None and zw.ndim == 1 and numel(zw.shape) > 1:
+        zw = b.reshape(zw, (-1,) + (1,) * (w.ndim - 1))
+    left, right = _integer_operands(b, [(x, zx), (w, zw)])
+    y = _conv(b, [b.cast(left, np.float64), b.cast(right, np.float64)], attrs)
+    return b.cast(b.op("round", y), np.int32)
+
+
+def _qlinear_conv(b, xs, attrs):
+    x, sx, zx, w, sw, zw, sy, zy, bias = (list(xs) + [None])[:9]
+    y = b.cast(_conv_integer(b, [x, w, zx, zw], attrs), np.float64)
+    if bias is not None:
+        y = b.op("add", y, b.reshape(b.cast(bias, np.float64), (-1,) + (1,) * (x.ndim - 2)))
+    scale = b.op("mul", b.cast(sx, np.float64), b.cast(sw, np.float64))
+    if scale.ndim == 1 and numel(scale.shape) > 1:
+        scale = b.reshape(scale, (-1,) + (1,) * (x.ndim - 2))
+    y = b.op("div", b.op("mul", y, scale), b.cast(sy, np.float64))
+    return _quantize(b, y, None, zy, zy.dtype)
 
 
 # -- losses -------------------------------------------------------------------------------------
@@ -1626,6 +1759,11 @@ CONVERTERS = {
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
     "Gemm": _gemm, "Attention": _attention,
+    # quantisation
+    "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
+    "DynamicQuantizeLinear": _dynamic_quantize_linear, "MatMulInteger": _matmul_integer,
+    "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer,
+    "QLinearConv": _qlinear_conv,
     # recurrent layers
     "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent,
     # losses
