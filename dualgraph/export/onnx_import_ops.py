@@ -1277,6 +1277,72 @@ def _attention(b, xs, attrs):
     return y, present_k, present_v, b.cast(exposed, q.dtype)
 
 
+def _rotary_embedding(b, xs, attrs):
+    """RotaryEmbedding: the first ``rotary_embedding_dim`` features of each head rotated
+    as pairs (the halves, or neighbours when ``interleaved``) by the cached cos and sin at
+    each position (``position_ids`` pick the cache's rows)."""
+    x, cos, sin, positions = (list(xs) + [None])[:4]
+    shape = tuple(x.shape)
+    y = b.op("permute", x, perm=(0, 2, 1, 3)) if x.ndim == 4 else \
+        b.reshape(x, shape[:2] + (attrs["num_heads"], -1))        # (B, S, H, D)
+    size = y.shape[3]
+    rot = int(attrs.get("rotary_embedding_dim", 0)) or size
+    if positions is not None:
+        cos, sin = (b.op("index", c, positions, dims=(0,)) for c in (cos, sin))
+    cos, sin = (b.reshape(c, tuple(c.shape[:-1]) + (1, c.shape[-1])) for c in (cos, sin))
+    turned = _part(b, y, 3, 0, rot)
+    if attrs.get("interleaved", 0):
+        pairs = b.reshape(turned, tuple(turned.shape[:3]) + (rot // 2, 2))
+        x1, x2 = (b.reshape(_part(b, pairs, 4, k, 1), tuple(pairs.shape[:4])) for k in (0, 1))
+    else:
+        x1, x2 = _part(b, turned, 3, 0, rot // 2), _part(b, turned, 3, 1, rot // 2)
+    real = b.op("sub", b.op("mul", cos, x1), b.op("mul", sin, x2))
+    imag = b.op("add", b.op("mul", sin, x1), b.op("mul", cos, x2))
+    if attrs.get("interleaved", 0):
+        parts = [b.reshape(t, tuple(t.shape) + (1,)) for t in (real, imag)]
+        turned = b.reshape(b.op("cat", *parts, dim=4), tuple(turned.shape))
+    else:
+        turned = b.op("cat", real, imag, dim=3)
+    if rot < size:
+        turned = b.op("cat", turned, b.slice_dims(y, [None, None, None, (rot, size, 1)]), dim=3)
+    return b.op("permute", turned, perm=(0, 2, 1, 3)) if x.ndim == 4 else \
+        b.reshape(turned, shape)
+
+
+def _center_crop_pad(b, xs, attrs):
+    """CenterCropPad: each named axis cut or zero-padded about its centre to the size asked
+    (the odd element on the far side)."""
+    x, sizes = xs
+    sizes = b.ints(sizes, "shape")
+    axes = [b.dim(a, x.ndim) for a in attrs.get("axes", range(x.ndim))]
+    for a, want in zip(axes, sizes):
+        n = x.shape[a]
+        if want < n:
+            start = (n - want) // 2
+            x = _part(b, b.slice_dims(x, [(start, n, 1) if k == a else None
+                                          for k in range(x.ndim)]), a, 0, want)
+        elif want > n:
+            lo = (want - n) // 2
+            x = _pad_dim(b, x, a, lo, want - n - lo, "constant", 0)
+    return x
+
+
+def _window(kind):
+    """HannWindow, HammingWindow, BlackmanWindow of a size known when loading."""
+    def convert(b, xs, attrs):
+        n = int(b.ints(xs[0], "size")[0])
+        b.check_size(n, "window")
+        length = n if attrs.get("periodic", 1) else n - 1
+        k = np.arange(n) * 2 * np.pi / max(length, 1)
+        a0 = {"hann": 0.5, "hamming": 25 / 46, "blackman": 0.42}[kind]
+        w = a0 - (1 - a0 if kind != "blackman" else 0.5) * np.cos(k)
+        if kind == "blackman":
+            w = w + 0.08 * np.cos(2 * k)
+        dtype = b.onnx_dtype(attrs.get("output_datatype", 1), "output_datatype")
+        return w.astype(dtype)
+    return convert
+
+
 # -- convolution and pooling --------------------------------------------------------------------
 def _window_pads(b, attrs, hw, kernel, stride, dilation):
     """((top, bottom), (left, right)) from ``pads`` or ``auto_pad``."""
@@ -1779,6 +1845,9 @@ CONVERTERS = {
     # reductions
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
     # normalisation, convolution, pooling
+    "RotaryEmbedding": _rotary_embedding, "CenterCropPad": _center_crop_pad,
+    "HannWindow": _window("hann"), "HammingWindow": _window("hamming"),
+    "BlackmanWindow": _window("blackman"),
     "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
     "RMSNormalization": _rms_norm, "LRN": _lrn,
