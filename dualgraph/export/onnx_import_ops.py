@@ -1309,6 +1309,28 @@ def _rotary_embedding(b, xs, attrs):
         b.reshape(turned, shape)
 
 
+def _causal_conv_with_state(b, xs, attrs):
+    """CausalConvWithState: a depthwise 1-D conv over the past state (zeros if none) then
+    the input, with an optional SiLU; the new state is the last k - 1 positions."""
+    x, w, bias, past = (list(xs) + [None, None])[:4]
+    n, c, length = x.shape
+    k = w.shape[2]
+    past = np.zeros((n, c, k - 1), x.dtype) if past is None else past
+    padded = b.op("cat", past, x, dim=2) if k > 1 else x
+    y = _conv(b, [padded, w] + ([bias] if bias is not None else []), {"group": c})
+    if attrs.get("activation", "none") in ("silu", "swish"):
+        wide = b.cast(y, np.float32)
+        y = b.cast(b.op("mul", wide, b.op("sigmoid", wide)), x.dtype)
+    total = padded.shape[2]
+    return y, b.slice_dims(padded, [None, None, (total - (k - 1), total, 1)])
+
+
+def _swiglu(b, xs, attrs):
+    a, c = xs
+    gate = b.cast(b.op("sigmoid", b.op("mul", a, float(attrs.get("alpha", 1.0)))), a.dtype)
+    return b.op("mul", b.op("mul", a, gate), c)
+
+
 def _center_crop_pad(b, xs, attrs):
     """CenterCropPad: each named axis cut or zero-padded about its centre to the size asked
     (the odd element on the far side)."""
@@ -1846,6 +1868,7 @@ CONVERTERS = {
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
     # normalisation, convolution, pooling
     "RotaryEmbedding": _rotary_embedding, "CenterCropPad": _center_crop_pad,
+    "CausalConvWithState": _causal_conv_with_state, "SwiGLU": _swiglu,
     "HannWindow": _window("hann"), "HammingWindow": _window("hamming"),
     "BlackmanWindow": _window("blackman"),
     "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
