@@ -1176,6 +1176,110 @@ def _recurrent(b, xs, attrs):
     return (y, yh, yc) if kind == "LSTM" else (y, yh)
 
 
+# -- grid sampling ------------------------------------------------------------------------------
+def _reflect(b, x, low: float, high: float):
+    """``x`` reflected at ``low`` and ``high`` until inside (as ONNX's GridSample)."""
+    span = high - low
+    if span <= 0:
+        return b.op("full_like", x, fill_value=low, dtype=x.dtype)
+    out = x
+    for below in (True, False):
+        dx = b.op("sub", low, x) if below else b.op("sub", x, high)
+        n = b.op("floor", b.op("div", dx, span))
+        r = b.op("sub", dx, b.op("mul", n, span))
+        even = b.op("eq", b.op("fmod", n, 2.0), 0.0)
+        near, far = (b.op("add", low, r), b.op("sub", high, r))
+        moved = b.op("where", even, near if below else far, far if below else near)
+        out = b.op("where", b.op("lt", x, low) if below else b.op("gt", x, high), moved, out)
+    return out
+
+
+def _grid_sample(b, xs, attrs):
+    """GridSample of any number of spatial dims: each output position's source coordinates
+    (the grid's last axis, innermost dim first) un-normalised, moved inside by the padding
+    mode, and the input gathered at the 2 (linear), 4 (cubic) or 1 (nearest) neighbours per
+    dim, weighted; outside pixels read 0 ("zeros"), the border, or their reflection."""
+    x, grid = xs
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "linear"),
+                                                          attrs.get("mode", "linear"))
+    padding = attrs.get("padding_mode", "zeros")
+    align = bool(attrs.get("align_corners", 0))
+    dims = tuple(x.shape[2:])
+    nd, n = len(dims), x.shape[0]
+    if any(isinstance(d, Sym) for d in x.shape + grid.shape):
+        raise b.error("GridSample of symbolic shapes is not supported")
+    grid = b.cast(grid, np.float64)
+    coords, borders = [], []
+    for i, size in enumerate(dims):
+        g = b.reshape(_part(b, grid, grid.ndim - 1, nd - 1 - i, 1), tuple(grid.shape[:-1]))
+        v = b.op("mul", b.op("add", g, 1.0), (size - 1) / 2) if align else \
+            b.op("div", b.op("sub", b.op("mul", b.op("add", g, 1.0), size), 1.0), 2.0)
+        if mode == "nearest":
+            v = b.op("round", v)
+        low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if padding == "border":
+            v = b.op("minimum", b.op("maximum", v, 0.0), float(size - 1))
+        elif padding == "reflection":
+            v = _reflect(b, v, low, high)
+        coords.append(v)
+        borders.append((low, high))
+    taps = {"nearest": [0], "linear": [0, 1], "cubic": [-1, 0, 1, 2]}[mode]
+    per_dim = []
+    for v, size, (low, high) in zip(coords, dims, borders):
+        base = v if mode == "nearest" else b.op("floor", v)
+        t = b.op("sub", v, base)
+        if mode == "linear":
+            weights = [b.op("sub", 1.0, t), t]
+        elif mode == "cubic":
+            a = -0.75
+            weights = [_cubic_weight(b, b.op("add", t, 1.0), a), _cubic_weight(b, t, a),
+                       _cubic_weight(b, b.op("sub", 1.0, t), a),
+                       _cubic_weight(b, b.op("sub", 2.0, t), a)]
+        else:
+            weights = [None]
+        options = []
+        for tap, w in zip(taps, weights):
+            i = b.op("add", base, float(tap))
+            if padding == "zeros":
+                inside = b.op("bitwise_and", b.op("ge", i, 0.0), b.op("le", i, size - 1.0))
+            else:
+                if padding == "reflection":
+                    i = _reflect(b, i, low, high)
+                inside = None
+            i = b.cast(b.op("minimum", b.op("maximum", i, 0.0), float(size - 1)), np.int64)
+            options.append((i, w, inside))
+        per_dim.append(options)
+    batch = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    total = None
+    for combo in np.ndindex(*[len(taps)] * nd):
+        picks = [per_dim[d][k] for d, k in enumerate(combo)]
+        v = b.op("index", x, batch, *[p[0] for p in picks], dims=(0,) + tuple(range(2, 2 + nd)))
+        v = b.op("permute", b.cast(v, np.float64), perm=(0, v.ndim - 1) +
+                 tuple(range(1, v.ndim - 1)))   # (N, *out, C) -> (N, C, *out)
+        weight = None
+        for i, w, inside in picks:
+            if inside is not None:
+                mask = b.cast(inside, np.float64)
+                w = mask if w is None else b.op("mul", w, mask)
+            if w is not None:
+                weight = w if weight is None else b.op("mul", weight, w)
+        if weight is not None:
+            v = b.op("mul", v, b.reshape(weight, (n, 1) + tuple(weight.shape[1:])))
+        total = v if total is None else b.op("add", total, v)
+    return b.cast(total, x.dtype)
+
+
+def _cubic_weight(b, t, a):
+    """Keys' cubic convolution weight at distance ``t`` (0 <= t < 2)."""
+    t = b.op("abs", t)
+    t2 = b.op("mul", t, t)
+    t3 = b.op("mul", t2, t)
+    near = b.op("add", b.op("sub", b.op("mul", t3, a + 2), b.op("mul", t2, a + 3)), 1.0)
+    far = b.op("sub", b.op("add", b.op("sub", b.op("mul", t3, a), b.op("mul", t2, 5 * a)),
+                           b.op("mul", t, 8 * a)), 4 * a)
+    return b.op("where", b.op("le", t, 1.0), near, far)
+
+
 # -- attention ----------------------------------------------------------------------------------
 def _heads(b, x, heads):
     """(B, S, H*D) -> (B, H, S, D)."""
@@ -1860,6 +1964,7 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
+    "GridSample": _grid_sample,
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
