@@ -890,8 +890,8 @@ def _resize_coeffs(mode: str, attrs, ratio: float, scale: float) -> np.ndarray:
         if float(ratio).is_integer():
             return np.array([0.0, 1.0])
         rule = attrs.get("nearest_mode", "round_prefer_floor")
-        left = {"round_prefer_floor": ratio <= 0.5, "round_prefer_ceil": ratio < 0.5,
-                "floor": True, "ceil": False}[rule]
+        left = ratio <= 0.5 if rule == "round_prefer_floor" else \
+            ratio < 0.5 if rule == "round_prefer_ceil" else rule == "floor"
         return np.array([float(left), float(not left)])
     antialias = attrs.get("antialias", 0) and scale < 1
     if mode == "linear":
@@ -1223,7 +1223,7 @@ def _grid_sample(b, xs, attrs):
             v = _reflect(b, v, low, high)
         coords.append(v)
         borders.append((low, high))
-    taps = {"nearest": [0], "linear": [0, 1], "cubic": [-1, 0, 1, 2]}[mode]
+    taps = [0] if mode == "nearest" else [0, 1] if mode == "linear" else [-1, 0, 1, 2]
     per_dim = []
     for v, size, (low, high) in zip(coords, dims, borders):
         base = v if mode == "nearest" else b.op("floor", v)
@@ -1582,22 +1582,49 @@ def _conv(b, xs, attrs):
 
 
 def _conv_transpose(b, xs, attrs):
+    """ConvTranspose (1-D as 2-D of unit height) -> conv2d_input_grad. ``output_shape`` or
+    SAME ``auto_pad`` (the input's size times the stride) give the pads: the total needed
+    split with the odd one at the end (SAME_UPPER, and output_shape) or the start
+    (SAME_LOWER); an output larger than the pads allow grows at the end."""
     x, w = xs[0], xs[1]
-    if _check_rank(b, x, attrs) != 2 or "output_shape" in attrs:
-        raise b.error("only 2-D ConvTranspose without output_shape is supported")
+    one = _check_rank(b, x, attrs) == 1
+    if one:
+        x, w, attrs = _as_2d(b, x), _as_2d(b, w), dict(attrs)
+        for key, unit in (("strides", 1), ("dilations", 1), ("output_padding", 0),
+                          ("kernel_shape", 1), ("output_shape", 1)):
+            if key in attrs:
+                attrs[key] = (unit,) + tuple(attrs[key])[-1:]
+        if "pads" in attrs:
+            attrs["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
     kernel = tuple(w.shape[2:])
     stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
-    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        raise b.error("ConvTranspose with auto_pad SAME is not supported")
-    padding = _window_pads(b, attrs, x.shape[-2:], kernel, stride, dilation)
-    extra = _pairs(attrs, "output_padding", 2, 0)
+    extra = list(_pairs(attrs, "output_padding", 2, 0))
+    auto = attrs.get("auto_pad", "NOTSET")
+    wanted = attrs.get("output_shape")
+    if wanted is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = tuple(n * s for n, s in zip(x.shape[-2:], stride))
+    if wanted is not None:
+        wanted = tuple(wanted)[-2:]
+        padding = []
+        for k, (n, s, e, kk, d, want) in enumerate(zip(x.shape[-2:], stride, extra, kernel,
+                                                       dilation, wanted)):
+            total = s * (n - 1) + e + (kk - 1) * d + 1 - want
+            if total < 0:
+                extra[k], total = e - total, 0
+            small = total // 2
+            padding.append((total - small, small) if auto == "SAME_LOWER" else
+                           (small, total - small))
+        padding = tuple(padding)
+    else:
+        padding = _window_pads(b, dict(attrs, auto_pad="NOTSET" if auto == "NOTSET"
+                                       else "VALID"), x.shape[-2:], kernel, stride, dilation)
     size = tuple(s * (n - 1) + e + (k - 1) * d + 1 - lo - hi for n, s, e, k, d, (lo, hi)
                  in zip(x.shape[-2:], stride, extra, kernel, dilation, padding))
     y = b.op("conv2d_input_grad", x, w, input_size=size, stride=stride, padding=padding,
              dilation=dilation, groups=int(attrs.get("group", 1)))
     if len(xs) > 2 and xs[2] is not None:
         y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
-    return y
+    return b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:])) if one else y
 
 
 def _pool_attrs(b, xs, attrs):

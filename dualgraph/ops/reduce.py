@@ -121,8 +121,23 @@ def _from_onnx_reduce(reduce, since: int = 18):
     return convert
 
 
-def _reduction(name: str, **fixed):
-    return lambda b, x, dims, keep: b.op(name, x, dims=dims, keepdim=keep, **fixed)
+def _reduction(name: str, empty=None, **fixed):
+    """``name`` over dims; where a reduced dim is 0 long and ``empty`` is given, ONNX's
+    result of an empty reduction: ``empty(dtype)`` everywhere (-inf for ReduceMax)."""
+    def reduce(b, x, dims, keep):
+        if empty is not None and 0 in [x.shape[d] for d in dims]:   # (any is this module's)
+            shape = [1 if d in dims else n for d, n in enumerate(x.shape) if keep or d not in dims]
+            return b.op("expand", np.asarray(empty(x.dtype), x.dtype), shape=tuple(shape))
+        return b.op(name, x, dims=dims, keepdim=keep, **fixed)
+    return reduce
+
+
+def _lowest(dtype):
+    return False if dtype == np.bool_ else -np.inf if is_float(dtype) else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    return True if dtype == np.bool_ else np.inf if is_float(dtype) else np.iinfo(dtype).max
 
 
 # ONNX's ReduceSum and ReduceProd keep x's dtype; dualgraph's sum and prod of ints give int64
@@ -261,12 +276,12 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMax"),
-             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax"))},
+             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax", _lowest))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMin"),
-             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin"))},
+             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin", _highest))},
              reduction=Reduction.MIN)
 
 
@@ -526,7 +541,8 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
                   attrs=("dims", "keepdim"),
                   onnx=_onnx_reduce("ReduceLogSumExp"),
-                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))})
+                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(
+                      _reduction("logsumexp", lambda dtype: -np.inf))})
 
 
 def logsumexp(input, dim, keepdim=False):
