@@ -330,6 +330,17 @@ class _Importer:
         sub.results = sub._nodes(proto)
         return sub
 
+    def inline(self, proto) -> tuple:
+        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs), its
+        nodes converted here as if they were the enclosing graph's."""
+        node, index = self.node, self.index
+        for init in proto.initializer:
+            self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
+        for self.index, inner in enumerate(proto.node):
+            self._convert(inner)
+        self.node, self.index = node, index
+        return tuple(self.lookup(o.name) for o in proto.output)
+
     # -- names in scope --
     def has(self, name: str) -> bool:
         return name in self.env or self.parent is not None and self.parent.has(name)

@@ -1194,6 +1194,22 @@ def _reflect(b, x, low: float, high: float):
     return out
 
 
+def _affine_grid(b, xs, attrs):
+    """AffineGrid: the normalised coordinates of each output position (x fastest, then y,
+    z), with a 1, times each batch's theta transposed."""
+    theta, size = xs
+    size = b.ints(size, "size")
+    spatial = size[2:]
+    align = attrs.get("align_corners", 0)
+    axes = [np.linspace(-1, 1, n) if align else (2 * np.arange(n) + 1) / n - 1
+            for n in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")[::-1]   # (x, y[, z]) over (D,) H, W
+    base = np.stack(list(mesh) + [np.ones(spatial)], axis=-1).reshape(-1, len(spatial) + 1)
+    b.check_size(base.size, "AffineGrid's base grid")
+    grid = b.op("matmul", base.astype(theta.dtype), b.op("permute", theta, perm=(0, 2, 1)))
+    return b.reshape(grid, (size[0],) + tuple(spatial) + (len(spatial),))
+
+
 def _grid_sample(b, xs, attrs):
     """GridSample of any number of spatial dims: each output position's source coordinates
     (the grid's last axis, innermost dim first) un-normalised, moved inside by the padding
@@ -1820,6 +1836,8 @@ def _if(b, xs, attrs):
     pred = xs[0]
     if _numel(pred.shape) != 1:
         raise b.error(f"the condition has shape {tuple(pred.shape)}; it must have one element")
+    if isinstance(pred, np.ndarray) and pred.dtype != object:   # (known: the branch taken)
+        return b.inline(attrs["then_branch" if pred.reshape(-1)[0] else "else_branch"])
     pred = b.reshape(pred, ())
     then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
     _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
@@ -1991,7 +2009,7 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
-    "GridSample": _grid_sample,
+    "GridSample": _grid_sample, "AffineGrid": _affine_grid,
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
