@@ -1194,6 +1194,55 @@ def _reflect(b, x, low: float, high: float):
     return out
 
 
+def _dft(b, xs, attrs):
+    """DFT along ``axis`` of a real (..., 1) or complex (..., 2) signal: products with the
+    cos and sin matrices (computed when loading, in float64), the signal cut or zero-padded
+    to ``dft_length`` first; ``onesided`` keeps the first n // 2 + 1 bins, or with
+    ``inverse`` takes them as a Hermitian spectrum and gives the real signal."""
+    x = xs[0]
+    length = xs[1] if len(xs) > 1 else None
+    if b.opset >= 20:
+        axis = b.ints(xs[2], "axis")[0] if len(xs) > 2 and xs[2] is not None else -2
+    else:
+        axis = attrs.get("axis", 1)
+    axis = b.dim(axis, x.ndim)
+    inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
+    parts = [_part(b, x, x.ndim - 1, k, 1) for k in range(x.shape[-1])]
+    parts = [_move_axis(b, b.cast(b.reshape(p, tuple(p.shape[:-1])), np.float64), axis,
+                        x.ndim - 2) for p in parts]
+    n_in = parts[0].shape[-1]
+    half = inverse and onesided
+    n = int(b.ints(length, "dft_length")[0]) if length is not None else \
+        2 * (n_in - 1) if half else n_in
+    b.check_size(n * n, "DFT's matrices")
+    if half:   # (the bins -> the full spectrum, mirrored and conjugated)
+        k = np.arange(n)
+        mirror = np.where(k <= n // 2, k, n - k)
+        keep = np.zeros((n_in, n))
+        keep[np.clip(mirror, 0, n_in - 1), k] = 1.0
+        flip = keep * np.where(k <= n // 2, 1.0, -1.0)
+    else:
+        keep = np.eye(n_in, n)
+        flip = keep
+    n_out = n // 2 + 1 if onesided and not inverse else n
+    theta = 2 * np.pi * np.outer(np.arange(n), np.arange(n_out)) / n
+    sign = 1.0 if inverse else -1.0
+    cos, sin = np.cos(theta), sign * np.sin(theta)
+    a = parts[0]
+    bi = parts[1] if len(parts) > 1 else None
+    real = b.op("matmul", a, keep @ cos)
+    imag = b.op("matmul", a, keep @ sin)
+    if bi is not None:
+        real = b.op("sub", real, b.op("matmul", bi, flip @ sin))
+        imag = b.op("add", imag, b.op("matmul", bi, flip @ cos))
+    outs = [real] if half else [real, imag]
+    if inverse:
+        outs = [b.op("div", o, float(n)) for o in outs]
+    outs = [_move_axis(b, b.reshape(o, tuple(o.shape) + (1,)), x.ndim - 2, axis) for o in outs]
+    y = outs[0] if len(outs) == 1 else b.op("cat", *outs, dim=x.ndim - 1)
+    return b.cast(y, x.dtype)
+
+
 def _affine_grid(b, xs, attrs):
     """AffineGrid: the normalised coordinates of each output position (x fastest, then y,
     z), with a 1, times each batch's theta transposed."""
@@ -2009,7 +2058,7 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
-    "GridSample": _grid_sample, "AffineGrid": _affine_grid,
+    "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft,
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
