@@ -38,7 +38,7 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import FOLD_LIMIT, import_rules, tidy
+from .onnx_import_ops import FOLD_LIMIT, Sequence, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
@@ -71,7 +71,8 @@ def load_model(path_or_model) -> "OnnxFunction":
         raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
     _check_op_types(onnx, model, label)
     try:
-        return OnnxFunction(*_import(onnx, model, label, {}), label)
+        graph, names, outputs, layout = _import(onnx, model, label, {})
+        return OnnxFunction(graph, names, outputs, label, layout)
     except _NeedsValues as need:
         return _Specialised(onnx, model, label, need.names)
 
@@ -146,8 +147,9 @@ class OnnxFunction:
     Tensor for a model with one output, else a tuple in ``output_names`` order.
     """
 
-    def __init__(self, graph: Graph, input_names, output_names, label: str):
+    def __init__(self, graph: Graph, input_names, output_names, label: str, layout=None):
         self.graph = graph
+        self.layout = layout or [None] * len(output_names)   # (a sequence: its length)
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.label = label
@@ -162,7 +164,10 @@ class OnnxFunction:
             raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
         arrays = [_as_array(x, v.dtype) for x, v in zip(inputs, self.graph.inputs)]
-        outs = [Tensor._make(a) for a in self.executable.run(arrays)]
+        flat = [Tensor._make(a) for a in self.executable.run(arrays)]
+        outs = []
+        for count in self.layout:   # (a sequence output is a list of its tensors)
+            outs.append(flat.pop(0) if count is None else [flat.pop(0) for _ in range(count)])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def __repr__(self):
@@ -207,11 +212,12 @@ class _Specialised(OnnxFunction):
             if key in self.cache:
                 break
             try:
-                graph, names, _ = _import(self.onnx, self.model, self.label, bound)
+                graph, names, _, layout = _import(self.onnx, self.model, self.label, bound)
             except _NeedsValues as need:
                 self.by_value |= need.names
                 continue
-            self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label), names)
+            self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label,
+                                            layout), names)
         run, names = self.cache[key]
         self.graph, self.executable = run.graph, run.executable
         return run(*(given[n] for n in names))
@@ -247,6 +253,7 @@ class _Importer:
         self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
         self.bound = bound or {}                  # graph input name -> its given value
+        self.layout: list = []   # per output: None (a tensor) or a sequence's length
 
     def run(self):
         g = self.model.graph
@@ -261,7 +268,7 @@ class _Importer:
         self.graph.inputs = [v for v in self.graph.inputs if v.name not in self.bound]
         self._nodes(g)
         names = [i.name for i in inputs if i.name not in self.bound]
-        return self.graph, names, [o.name for o in g.output]
+        return self.graph, names, [o.name for o in g.output], self.layout
 
     def _bind(self, name: str, v: Value) -> np.ndarray:
         array = np.asarray(self.bound[name], dtype=v.dtype)
@@ -307,7 +314,14 @@ class _Importer:
         self.node = None
         outs, results = [], []
         for o in g.output:
+            seq = self.lookup(o.name) if self.has(o.name) else None
+            if isinstance(seq, Sequence) and self.parent is None:   # (its tensors, in order)
+                outs += [self.value(t) for t in seq]
+                self.layout.append(len(seq))
+                results.append(seq)
+                continue
             outs.append(self._output(o.name, renamed=outs))
+            self.layout.append(None)
             results.append(self.lookup(o.name))
             self._check_declared(o, outs[-1])
         self.graph.set_outputs(outs)
@@ -437,7 +451,8 @@ class _Importer:
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
         problem = input_types_problem(self.onnx, node, self.opset,
-                                      [None if x is None else x.dtype for x in xs])
+                                      [None if x is None or isinstance(x, Sequence) else x.dtype
+                                       for x in xs])
         if problem:
             raise self.error(problem)
         try:
@@ -448,7 +463,7 @@ class _Importer:
             raise self.error(str(e)) from e
         except Exception as e:   # (a case the checks and the rule missed: still named)
             raise self.error(f"the import failed: {type(e).__name__}: {e}") from e
-        outs = outs if isinstance(outs, tuple) else (outs,)
+        outs = outs if isinstance(outs, tuple) and not isinstance(outs, Sequence) else (outs,)
         for k, name in enumerate(node.output):
             if not name:
                 continue

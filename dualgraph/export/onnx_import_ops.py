@@ -1835,6 +1835,79 @@ def _global_pool(name):
     return convert
 
 
+# -- sequences ----------------------------------------------------------------------------------
+class Sequence(tuple):
+    """An ONNX sequence inside a model: known when loading as a tuple of its tensors (graph
+    Values or arrays), so that its ops (SequenceAt, ConcatFromSequence, ...) become the
+    tensor ops they pick. A model's inputs and outputs can't be sequences."""
+
+    dtype = np.dtype(object)
+    ndim = shape = None
+
+
+def _position(b, n: int, x, default: int, inclusive: bool = False) -> int:
+    """A sequence position (negative from the end): -n to n - 1, or to n (``inclusive``)."""
+    k = default if x is None else int(b.ints(x, "position")[0])
+    if not -n <= k <= (n if inclusive else n - 1):
+        raise b.error(f"position {k} is out of range for a sequence of {n} tensors")
+    return k + n if k < 0 else k
+
+
+def _sequence_insert(b, xs, attrs):
+    seq, x, where = (list(xs) + [None])[:3]
+    k = _position(b, len(seq), where, len(seq), inclusive=True)
+    return Sequence(seq[:k] + (x,) + seq[k:])
+
+
+def _sequence_erase(b, xs, attrs):
+    seq, where = (list(xs) + [None])[:2]
+    k = _position(b, len(seq), where, -1)
+    return Sequence(seq[:k] + seq[k + 1:])
+
+
+def _split_to_sequence(b, xs, attrs):
+    x, split = (list(xs) + [None])[:2]
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
+    n = x.shape[dim]
+    if split is None:
+        parts = [1] * n
+    else:
+        sizes = b.ints(split, "split")
+        parts = sizes if len(sizes) > 1 or np.ndim(split) else \
+            [sizes[0]] * (n // sizes[0]) + ([n % sizes[0]] if n % sizes[0] else [])
+    outs, start = [], 0
+    for size in parts:
+        index = [None] * x.ndim
+        index[dim] = (start, start + size, 1)
+        piece = b.slice_dims(x, index)
+        if split is None and not attrs.get("keepdims", 1):
+            piece = b.reshape(piece, tuple(d for k, d in enumerate(x.shape) if k != dim))
+        outs.append(piece)
+        start += size
+    return Sequence(outs)
+
+
+def _concat_from_sequence(b, xs, attrs):
+    seq = xs[0]
+    first = seq[0]
+    if attrs.get("new_axis", 0):
+        dim = b.dim(attrs["axis"], first.ndim + 1)
+        seq = [b.reshape(t, tuple(t.shape[:dim]) + (1,) + tuple(t.shape[dim:])) for t in seq]
+    else:
+        dim = b.dim(attrs["axis"], first.ndim)
+    return seq[0] if len(seq) == 1 else b.op("cat", *seq, dim=dim)
+
+
+SEQUENCE_CONVERTERS = {
+    "SequenceConstruct": lambda b, xs, attrs: Sequence(xs),
+    "SequenceEmpty": lambda b, xs, attrs: Sequence(),
+    "SequenceLength": lambda b, xs, attrs: np.array(len(xs[0]), np.int64),
+    "SequenceAt": lambda b, xs, attrs: xs[0][_position(b, len(xs[0]), xs[1], 0)],
+    "SequenceInsert": _sequence_insert, "SequenceErase": _sequence_erase,
+    "SplitToSequence": _split_to_sequence, "ConcatFromSequence": _concat_from_sequence,
+}
+
+
 # -- control flow -------------------------------------------------------------------------------
 # If -> cond, Loop -> scan (a fixed trip count) or while_loop, Scan -> scan. Each subgraph is
 # imported by ``b.body`` into a closed graph; the outer Values it reads are extra operands.
@@ -2078,6 +2151,7 @@ CONVERTERS = {
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow
     "If": _if, "Loop": _loop, "Scan": _scan,
+    **SEQUENCE_CONVERTERS,
 }
 
 
