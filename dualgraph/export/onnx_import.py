@@ -16,7 +16,10 @@ are, when they come from initializers, Constant nodes or arithmetic on shapes: a
 inputs are all known runs *now*, on the registry kernels, instead of becoming a node
 (``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
 symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains: the ops of such
-chains compute them with their ``OpDef.shape_fold``.
+chains compute them with their ``OpDef.shape_fold``. Where such a tensor is computed from
+graph inputs (a Reshape's shape or a Loop's trip count given as an input), the model is
+imported when it is called, for those inputs' values, and cached per value
+(``_Specialised``).
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
