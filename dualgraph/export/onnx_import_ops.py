@@ -637,6 +637,40 @@ def _lrn(b, xs, attrs):
     return b.op("div", x, b.op("pow", scale, beta))
 
 
+def _reverse_sequence(b, xs, attrs):
+    """ReverseSequence: the first ``sequence_lens[i]`` steps of sequence i reversed, picked
+    with ``index`` (the lengths must be known: as an input, the model is specialised on
+    them)."""
+    x, lens = xs
+    lens = b.ints(lens, "sequence_lens")
+    t_axis, b_axis = attrs.get("time_axis", 0), attrs.get("batch_axis", 1)
+    steps, batch = x.shape[t_axis], x.shape[b_axis]
+    t = np.arange(steps).reshape(-1, 1)
+    n = np.asarray(lens).reshape(1, -1)
+    order = np.where(t < n, n - 1 - t, t)                      # (steps, batch)
+    rows = np.broadcast_to(np.arange(batch).reshape(1, -1), order.shape)
+    picks = (order, rows) if t_axis == 0 else (rows.T, order.T)
+    return b.op("index", x, *picks, dims=(0, 1))
+
+
+def _tensor_scatter(b, xs, attrs):
+    """TensorScatter: the update written into the cache along ``axis`` from each batch's
+    write index on (wrapping around with mode "circular"), with ``index_put``."""
+    cache, update, where = (list(xs) + [None])[:3]
+    axis = b.dim(attrs.get("axis", -2), cache.ndim)
+    length, steps = cache.shape[axis], update.shape[axis]
+    lead = [1] * (axis + 1)
+    grids = [np.arange(n).reshape(lead[:d] + [-1] + lead[d + 1:])
+             for d, n in enumerate(cache.shape[:axis])]
+    pos = np.arange(steps).reshape(lead[:axis] + [-1])
+    if where is not None:
+        pos = b.op("add", b.reshape(b.cast(where, np.int64), [-1] + lead[1:]), pos)
+    if attrs.get("mode", "linear") == "circular":
+        pos = b.op("remainder", pos, length)
+    return b.op("index_put", cache, update, *grids, pos, dims=tuple(range(axis + 1)),
+                accumulate=False)
+
+
 def _depth_to_space(b, xs, attrs):
     x = xs[0]
     b.need_rank(x, 4, "input", 4)
@@ -1816,6 +1850,27 @@ def _window_pool(b, x, attrs, kind):
     return acc
 
 
+def _max_unpool(b, xs, attrs):
+    """MaxUnpool: the values written at their (whole-tensor, row-major) indices into zeros
+    of the unpooled shape (``output_shape``, or what the pool's attrs give)."""
+    x, where, shape = (list(xs) + [None])[:3]
+    kernel = tuple(attrs["kernel_shape"])
+    n = len(kernel)
+    stride = tuple(attrs.get("strides", (1,) * n))
+    pads = tuple(attrs.get("pads", (0,) * 2 * n))
+    natural = tuple(x.shape[:2]) + tuple((m - 1) * st - pads[k] - pads[k + n] + kk for k, (
+        m, st, kk) in enumerate(zip(x.shape[2:], stride, kernel)))
+    zeros = np.zeros(numel(natural), x.dtype)
+    flat = b.op("index_put", zeros, b.reshape(x, (-1,)), b.reshape(where, (-1,)), dims=(0,),
+                accumulate=False)
+    y = b.reshape(flat, natural)
+    if shape is not None:   # (a larger output: zeros after each spatial dim's end)
+        for d, (have, want) in enumerate(zip(natural, b.ints(shape, "output_shape"))):
+            if want > have:
+                y = _pad_dim(b, y, d, 0, want - have, "constant", 0)
+    return y
+
+
 def _flat_indices(b, x, where, attrs):
     """MaxPool's Indices: dualgraph's count within each H x W plane, ONNX's over the
     whole NCHW tensor (plane k starts at k * H * W)."""
@@ -2132,9 +2187,10 @@ CONVERTERS = {
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
     "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft,
-    "DepthToSpace": _depth_to_space,
-    "SpaceToDepth": _space_to_depth, "OneHot": _one_hot, "ScatterElements": _scatter_elements,
-    "Scatter": _scatter_elements,
+    "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
+    "ReverseSequence": _reverse_sequence, "OneHot": _one_hot,
+    "TensorScatter": _tensor_scatter,
+    "ScatterElements": _scatter_elements, "Scatter": _scatter_elements,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
@@ -2148,6 +2204,7 @@ CONVERTERS = {
     "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
+    "MaxUnpool": _max_unpool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow
     "If": _if, "Loop": _loop, "Scan": _scan,
