@@ -1432,6 +1432,50 @@ def _attention_bias(b, attrs, q, mask, offset, nonpad, kv_len):
     return bias
 
 
+def _linear_attention(b, xs, attrs):
+    """LinearAttention, step by step over the (static) sequence in float32: the state
+    (B, H_kv, d_k, d_v) decays by exp(decay) ("gated"), takes beta times the value's
+    difference from what it retrieves for the key ("delta"), adds key x value, and each
+    query reads it (kv heads repeated for grouped queries), times the scale."""
+    q, k, v, past, decay, beta = (list(xs) + [None] * 6)[:6]
+    heads, kv_heads = attrs["q_num_heads"], attrs["kv_num_heads"]
+    rule = attrs.get("update_rule", "gated_delta")
+    n, steps = q.shape[0], q.shape[1]
+    f32 = np.dtype(np.float32)
+    q4, k4, v4 = (b.cast(_heads(b, t, h), f32) for t, h in ((q, heads), (k, kv_heads),
+                                                              (v, kv_heads)))
+    d_k, d_v = k4.shape[3], v4.shape[3]
+    scale = attrs.get("scale") or 1 / np.sqrt(d_k)
+    if decay is not None:
+        decay = b.cast(b.reshape(decay, (n, steps, kv_heads, -1)), f32)   # (B, T, H, 1|d_k)
+    if beta is not None:
+        beta = b.cast(b.reshape(beta, (n, steps, beta.shape[-1], 1)), f32)
+    state = b.cast(past, f32) if past is not None else np.zeros((n, kv_heads, d_k, d_v), f32)
+    outs = []
+    for t in range(steps):
+        def at(x, axis=2):
+            return b.reshape(_part(b, x, axis, t, 1),
+                             tuple(d for a, d in enumerate(x.shape) if a != axis))
+        qt, kt, vt = at(q4), at(k4), at(v4)
+        if rule in ("gated", "gated_delta"):
+            g = b.op("exp", at(decay, 1))                                   # (B, H, 1|d_k)
+            state = b.op("mul", state, b.reshape(g, tuple(g.shape) + (1,)))
+        if rule in ("delta", "gated_delta"):
+            got = b.op("einsum", state, kt, equation="bhdm,bhd->bhm")
+            vt = b.op("mul", at(beta, 1), b.op("sub", vt, got))
+        state = b.op("add", state, b.op("einsum", kt, vt, equation="bhd,bhm->bhdm"))
+        read = state
+        if heads != kv_heads:
+            shape = tuple(state.shape)
+            read = b.reshape(b.op("expand", b.reshape(state, shape[:2] + (1,) + shape[2:]),
+                                  shape=shape[:2] + (heads // kv_heads,) + shape[2:]),
+                             (n, heads) + shape[2:])
+        y = b.op("mul", b.op("einsum", qt, read, equation="bhd,bhdm->bhm"), float(scale))
+        outs.append(b.reshape(y, (n, 1, heads * d_v)))
+    y = outs[0] if len(outs) == 1 else b.op("cat", *outs, dim=1)
+    return b.cast(y, q.dtype), b.cast(state, past.dtype if past is not None else q.dtype)
+
+
 def _attention(b, xs, attrs):
     """Attention (opset 23+): softmax(q k^T * scale + bias) v over (B, H, S, D) heads (3-D
     inputs are split into ``q_num_heads`` and ``kv_num_heads`` heads), with the past keys
@@ -2172,7 +2216,7 @@ CONVERTERS = {
     "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
-    "Gemm": _gemm, "Attention": _attention,
+    "Gemm": _gemm, "Attention": _attention, "LinearAttention": _linear_attention,
     # quantisation
     "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
     "DynamicQuantizeLinear": _dynamic_quantize_linear, "MatMulInteger": _matmul_integer,
