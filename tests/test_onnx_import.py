@@ -470,6 +470,7 @@ def test_a_shape_given_as_an_input_specialises_the_model_on_its_value():
         np.testing.assert_allclose(got, x.reshape(shape).sum(axis), rtol=1e-6)
     assert len(fn.cache) == 3
     assert {v.name for v in fn.graph.inputs} == {"x"}
+    assert "imported per value of axes, shape; 3 imported" in repr(fn)
 
 
 def test_a_shape_computed_in_a_loop_body_is_an_error():

@@ -225,6 +225,11 @@ class _Specialised(OnnxFunction):
         self.graph, self.executable = run.graph, run.executable
         return run(*(given[n] for n in names))
 
+    def __repr__(self):
+        return (f"<OnnxFunction {self.label}: ({', '.join(self.input_names)}) -> "
+                f"({', '.join(self.output_names)}), imported per value of "
+                f"{', '.join(sorted(self.by_value))}; {len(self.cache)} imported>")
+
 
 # -- the importer ---------------------------------------------------------------------------
 class _Importer:
