@@ -1277,6 +1277,20 @@ def _dft(b, xs, attrs):
     return b.cast(y, x.dtype)
 
 
+def _stft(b, xs, attrs):
+    """STFT: the signal's frames (every ``frame_step``), times the window, through DFT."""
+    x, step, window, length = (list(xs) + [None, None])[:4]
+    step = int(b.ints(step, "frame_step")[0])
+    size = int(b.ints(length, "frame_length")[0]) if length is not None else window.shape[0]
+    count = (x.shape[1] - size) // step + 1
+    positions = np.arange(count).reshape(-1, 1) * step + np.arange(size).reshape(1, -1)
+    frames = b.op("index", x, positions, dims=(1,))            # (B, frames, size, 1|2)
+    if window is not None:
+        frames = b.op("mul", frames, b.reshape(b.cast(window, x.dtype), (1, 1, size, 1)))
+    return _dft(b, [frames, None, np.asarray(2)],
+                {"axis": 2, "onesided": attrs.get("onesided", 1)})
+
+
 def _affine_grid(b, xs, attrs):
     """AffineGrid: the normalised coordinates of each output position (x fastest, then y,
     z), with a 1, times each batch's theta transposed."""
@@ -2230,7 +2244,7 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
-    "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft,
+    "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft, "STFT": _stft,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
     "ReverseSequence": _reverse_sequence, "OneHot": _one_hot,
     "TensorScatter": _tensor_scatter,
