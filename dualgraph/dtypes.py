@@ -72,7 +72,10 @@ for _d in NARROW:
     _d.is_floating_point = _d.name not in _NARROW_INTS
 EXTRA = (int8, uint8, int16, uint16, uint32, uint64) + NARROW
 FLOATING = tuple(d.np for d in ALL + EXTRA if d.is_floating_point)
-_BY_NP = {d.np: d for d in ALL + EXTRA}
+# (tensor.py converts NumPy data of a dtype outside _BY_NP, as before EXTRA: a uint8 array
+# becomes an int64 tensor unless a dtype is asked for; to_np and as_dtype know every dtype)
+_BY_NP = {d.np: d for d in ALL}
+_ANY_BY_NP = {d.np: d for d in ALL + EXTRA}
 _BY_NAME = {d.name: d for d in ALL + EXTRA}
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32)
 
@@ -112,7 +115,7 @@ def to_np(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt in _BY_NP:
+    if dt in _ANY_BY_NP:
         return dt
     raise TypeError(
         f"unsupported dtype {dtype!r}; dualgraph supports "
@@ -122,13 +125,13 @@ def to_np(dtype) -> np.dtype:
 def from_np(np_dtype) -> DType:
     """The DType for a NumPy dtype; unsupported NumPy dtypes raise a TypeError."""
     try:
-        return _BY_NP[np_dtype]
+        return _ANY_BY_NP[np_dtype]
     except KeyError:
-        return _BY_NP[to_np(np_dtype)]
+        return _ANY_BY_NP[to_np(np_dtype)]
 
 
 def as_dtype(dtype) -> DType:
-    return _BY_NP[to_np(dtype)]
+    return _ANY_BY_NP[to_np(dtype)]
 
 
 import builtins as _builtins  # noqa: E402  (after the aliases that shadow the names)

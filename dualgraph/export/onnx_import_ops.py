@@ -374,7 +374,10 @@ def _scatter_nd(b, xs, attrs):
     b.need_rank(indices, 1, "indices")
     reduction = attrs.get("reduction", "none")
     if reduction not in ("none", "add"):
-        raise b.error(f"ScatterND's reduction {reduction!r} is not supported (none, add)")
+        known = np.asarray(b.static(indices, "indices"), np.int64)
+        coords = known.reshape(-1, indices.shape[-1])
+        rest = tuple(updates.shape[indices.ndim - 1:])
+        return _scatter_reduce(b, data, coords, b.reshape(updates, (-1,) + rest), reduction)
     k = indices.shape[-1]
     if not isinstance(k, int) or not 1 <= k <= data.ndim:
         raise b.error(f"ScatterND needs indices with a static last dim of 1 to {data.ndim} "
@@ -711,15 +714,47 @@ def _one_hot(b, xs, attrs):
     return b.op("where", hit, on, off)
 
 
+def _scatter_reduce(b, x, coords: np.ndarray, updates, reduction: str):
+    """Updates combined into ``x`` at ``coords`` (known: one row of leading-dim indices per
+    update) by "mul", "max" or "min": in rounds, each writing at most one update per
+    position (a position named n times takes n rounds), so repeats combine in order."""
+    if reduction not in ("mul", "max", "min"):
+        raise b.error(f"reduction {reduction!r} is not one of none, add, mul, max and min")
+    combine = "mul" if reduction == "mul" else "maximum" if reduction == "max" else "minimum"
+    coords = np.where(coords < 0, coords + np.asarray(x.shape[:coords.shape[1]]), coords)
+    seen: dict = {}
+    rounds: list = []
+    for row, key in enumerate(map(tuple, coords.tolist())):
+        r = seen.get(key, 0)
+        seen[key] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(row)
+    dims = tuple(range(coords.shape[1]))
+    for rows in rounds:
+        cols = [coords[rows, d] for d in dims]
+        now = b.op("index", x, *cols, dims=dims)
+        new = b.op(combine, now, b.op("index", updates, np.asarray(rows), dims=(0,)))
+        x = b.op("index_put", x, b.cast(new, x.dtype), *cols, dims=dims, accumulate=False)
+    return x
+
+
 def _scatter_elements(b, xs, attrs):
     """ScatterElements (and the old Scatter) -> index_put at the positions the indices
     name along ``axis`` and their own positions in the other dims."""
     x, i, updates = xs
     b.need_rank(x, 1, "input")
     reduction = attrs.get("reduction", "none")
-    if reduction not in ("none", "add"):
-        raise b.error(f"ScatterElements' reduction {reduction!r} is not supported (none, add)")
     dim = b.dim(attrs.get("axis", 0), x.ndim)
+    if reduction not in ("none", "add"):
+        known = np.asarray(b.static(i, "indices"), np.int64)
+        known = np.where(known < 0, known + x.shape[dim], known)
+        coords = np.stack([known.reshape(-1) if d == dim else
+                           np.broadcast_to(np.arange(n).reshape([-1 if k == d else 1 for k in
+                                                                  range(x.ndim)]),
+                                           known.shape).reshape(-1)
+                           for d, n in enumerate(known.shape)], axis=1)
+        return _scatter_reduce(b, x, coords, b.reshape(updates, (-1,)), reduction)
     if any(isinstance(d, Sym) for d in i.shape):
         raise b.error(f"ScatterElements with indices of symbolic shape {tuple(i.shape)} is "
                       "not supported")
