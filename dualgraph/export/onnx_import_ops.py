@@ -95,10 +95,50 @@ def _clip(b, xs, attrs):
 
 
 def _dropout(b, xs, attrs):
-    if attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
-                                         and b.static(xs[2], "training_mode").any()):
+    """Dropout in inference (or with a ratio of 0): the input, and a mask of trues."""
+    training = attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
+                                                 and b.static(xs[2], "training_mode").any())
+    ratio = xs[1] if len(xs) > 1 and xs[1] is not None else attrs.get("ratio", 0.5)
+    if training and np.any(b.static(ratio, "ratio") if not isinstance(ratio, float) else ratio):
         raise b.error("training-mode Dropout is not supported; export the model in eval mode")
     return xs[0], b.op("full_like", xs[0], fill_value=True, dtype=np.dtype(np.bool_))
+
+
+def _compress(b, xs, attrs):
+    """Compress: the slices along ``axis`` (of the flattened input without one) where the
+    condition holds; the condition sets the output's length, so it must be known (as a
+    graph input, the model is specialised on it)."""
+    x, cond = xs
+    keep = np.flatnonzero(np.asarray(b.static(cond, "condition"), bool).reshape(-1))
+    if "axis" not in attrs:
+        x, dim = b.reshape(x, (-1,)), 0
+    else:
+        dim = b.dim(attrs["axis"], x.ndim)
+    keep = keep[keep < x.shape[dim]]
+    return b.op("index", x, keep.astype(np.int64), dims=(dim,))
+
+
+def _mel_weight_matrix(b, xs, attrs):
+    """MelWeightMatrix of sizes and frequencies known when loading (ONNX's formula)."""
+    bins, length, rate, low, high = (float(np.asarray(b.static(v, "argument")).reshape(-1)[0])
+                                     for v in xs)
+    bins, length, rate = int(bins), int(length), int(rate)
+    b.check_size((length // 2 + 1) * bins, "MelWeightMatrix")
+    points = np.arange(bins + 2)
+    low_mel, high_mel = (2595 * np.log1p(f / 700) / np.log(10) for f in (low, high))
+    hz = 700 * np.expm1((points * (high_mel - low_mel) / (bins + 2) + low_mel) / 2595
+                        * np.log(10))
+    edges = (((length + 1) * hz) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):
+        lo, mid, hi = edges[i:i + 3]
+        if mid == lo:
+            out[mid, i] = 1
+        else:
+            out[lo:mid + 1, i] = (np.arange(lo, mid + 1) - lo) / (mid - lo)
+        if hi > mid:
+            out[mid:hi, i] = (hi - np.arange(mid, hi)) / (hi - mid)
+    return out.astype(b.onnx_dtype(attrs.get("output_datatype", 1), "output_datatype"))
 
 
 def _leaky_relu(b, xs, attrs):
@@ -413,8 +453,16 @@ def _gather_nd(b, xs, attrs):
     dim of x, which is ``index`` over those dims with the columns as index tensors."""
     x, i = xs
     b.need_rank(i, 1, "indices")
-    if attrs.get("batch_dims", 0):
-        raise b.error("GatherND with batch_dims is not supported")
+    lead = int(attrs.get("batch_dims", 0))
+    if lead:   # (the batch dims' own positions as the first index columns)
+        if any(isinstance(d, Sym) for d in i.shape[:lead]):
+            raise b.error("GatherND with batch_dims over symbolic dims is not supported")
+        grids = [np.broadcast_to(np.arange(n).reshape([-1 if k == d else 1
+                                                        for k in range(i.ndim - 1)] + [1]),
+                                 tuple(i.shape[:-1]) + (1,))
+                 for d, n in enumerate(i.shape[:lead])]
+        return _gather_nd(b, [x, b.op("cat", *[g.astype(i.dtype) for g in grids], i,
+                                      dim=i.ndim - 1)], {})
     if not _is_int(i) or isinstance(i.shape[-1], Sym) or not 1 <= i.shape[-1] <= x.ndim:
         raise b.error(f"GatherND's indices must be integers with a static last dim of 1 to "
                       f"{x.ndim} (the input's dims), got {i.dtype} of shape {tuple(i.shape)}")
@@ -2279,6 +2327,7 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
+    "Compress": _compress, "MelWeightMatrix": _mel_weight_matrix,
     "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft, "STFT": _stft,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
     "ReverseSequence": _reverse_sequence, "OneHot": _one_hot,
