@@ -34,14 +34,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # +100: loaders that raise their own error for any input, saves atomic as a whole (io.py,
 # _helpers.py). capture/ +200 more: updates through .data captured, state a step creates
 # kept (capture/escape.py), and a compiled module that stands in for the module. export/
-# +1250: the ONNX import of the op types of onnx's conformance suite that dualgraph has no
+# +1400: the ONNX import of the op types of onnx's conformance suite that dualgraph has no
 # single op for (attention, recurrent layers, resize, grid sampling, losses, quantisation,
-# norms, DFT, sequences, ...),
+# norms, DFT, sequences, the training ops, ...),
 # each a converter into registry ops, and the import's specialisation on shape inputs.
 CORE_BUDGET = 16_300
 BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
            "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
-           "export": 2_750, "nn": 2_960, "optim": 1_370, "utils": 280}
+           "export": 2_900, "nn": 2_960, "optim": 1_370, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -41,7 +41,7 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import FOLD_LIMIT, Sequence, import_rules, tidy
+from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
@@ -102,7 +102,7 @@ def _check_op_types(onnx, model, label: str) -> None:
     def walk(graph, path):
         for k, node in enumerate(graph.node):
             name = f"{path}node '{node.name}'" if node.name else f"{path}node #{k}"
-            if node.domain not in _DEFAULT_DOMAINS or node.op_type not in rules:
+            if not _supported(rules, node):
                 domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS \
                     else ""
                 kinds[f"{node.op_type}{domain}"] = None
@@ -118,6 +118,14 @@ def _check_op_types(onnx, model, label: str) -> None:
                         f"by dualgraph's ONNX import at the model's opsets ({used}); "
                         f"{len(rules)} op types are: see "
                         "dualgraph.export.onnx_import_ops.import_rules()")
+
+
+def _supported(rules, node) -> bool:
+    """Whether the import has a rule for ``node``: its op type, in the default domain or
+    the one ``DOMAINS`` names for the op type (the training ops')."""
+    want = DOMAINS.get(node.op_type)
+    return node.op_type in rules and (node.domain == want if want else
+                                      node.domain in _DEFAULT_DOMAINS)
 
 
 class _NeedsValues(Exception):
@@ -445,12 +453,14 @@ class _Importer:
         self.node = node
         rules = import_rules()
         convert = rules.get(node.op_type)
-        if node.domain not in _DEFAULT_DOMAINS or convert is None:
+        if not _supported(rules, node):
             domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS else ""
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
                              f"ONNX import ({len(rules)} op types are: see "
                              "dualgraph.export.onnx_import_ops.import_rules())")
-        problem = node_problem(self.onnx, node, self.opset)
+        opset = self.opset if node.domain in _DEFAULT_DOMAINS else \
+            next(i.version for i in self.model.opset_import if i.domain == node.domain)
+        problem = node_problem(self.onnx, node, opset)
         if problem:
             raise self.error(problem)
         missing = [n for n in node.input if n and not self.has(n)]
@@ -458,7 +468,7 @@ class _Importer:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
-        problem = input_types_problem(self.onnx, node, self.opset,
+        problem = input_types_problem(self.onnx, node, opset,
                                       [None if x is None or isinstance(x, Sequence) else x.dtype
                                        for x in xs])
         if problem:

@@ -147,8 +147,10 @@ def _leaky_relu(b, xs, attrs):
 
 
 def _prelu(b, xs, attrs):
-    x = xs[0]
-    return b.op("where", b.op("lt", x, 0), b.op("mul", x, xs[1]), x)
+    x, slope = xs
+    if b.opset < 7 and slope.ndim == 1 and x.ndim > 2:   # (before opset 7: per channel)
+        slope = _per_channel(b, slope, x.ndim)
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, slope), x)
 
 
 def _selu(b, xs, attrs):
@@ -814,6 +816,56 @@ def _scatter_elements(b, xs, attrs):
     grids[dim] = i
     return b.op("index_put", x, b.cast(updates, x.dtype), *grids, dims=tuple(range(x.ndim)),
                 accumulate=reduction == "add")
+
+
+# -- training ops (domain ai.onnx.preview.training) ----------------------------------------------
+def _optimizer(kind):
+    """Adagrad, Momentum and Adam: one update of every tensor X_i by its gradient G_i and
+    state, from the learning rate R and step count T, as the ONNX definitions give it; the
+    outputs are the new tensors, then the new states."""
+    def convert(b, xs, attrs):
+        rate, step = b.reshape(xs[0], ()), b.cast(b.reshape(xs[1], ()), np.float64)
+        per = {"Adagrad": 3, "Momentum": 3, "Adam": 4}[kind]
+        n = (len(xs) - 2) // per
+        groups = [xs[2 + k * n:2 + (k + 1) * n] for k in range(per)]
+        norm = float(attrs.get("norm_coefficient", 0.0))
+        outs = [[] for _ in range(per - 1)]
+        for x, g, *state in zip(*groups):
+            g = b.op("add", b.op("mul", x, norm), g)
+            if kind == "Adagrad":
+                r = b.op("div", rate, b.op("add", b.op("mul", step,
+                                                        float(attrs.get("decay_factor", 0.0))),
+                                             1.0))
+                h = b.op("add", state[0], b.op("mul", g, g))
+                root = b.op("add", b.op("sqrt", h), float(attrs.get("epsilon", 0.0)))
+                new = [b.op("sub", x, b.op("div", b.op("mul", r, g), root)), h]
+            elif kind == "Momentum":
+                alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
+                scale = b.op("where", b.op("gt", step, 0.0), beta, 1.0)
+                v = b.op("add", b.op("mul", state[0], alpha), b.op("mul", g, scale))
+                move = v if attrs.get("mode", "standard") == "standard" else \
+                    b.op("add", g, b.op("mul", v, alpha))
+                new = [b.op("sub", x, b.op("mul", rate, move)), v]
+            else:
+                alpha, beta = float(attrs.get("alpha", 0.9)), float(attrs.get("beta", 0.999))
+                v = b.op("add", b.op("mul", state[0], alpha), b.op("mul", g, 1 - alpha))
+                h = b.op("add", b.op("mul", state[1], beta),
+                         b.op("mul", b.op("mul", g, g), 1 - beta))
+                root = b.op("add", b.op("sqrt", h), float(attrs.get("epsilon", 1e-6)))
+                fix = b.op("div", b.op("sqrt", b.op("sub", 1.0, b.op("pow", beta, step))),
+                           b.op("sub", 1.0, b.op("pow", alpha, step)))
+                r = b.op("where", b.op("gt", step, 0.0), b.op("mul", rate, fix), rate)
+                x_new = b.op("sub", x, b.op("mul", r, b.op("div", v, root)))
+                x_new = b.op("mul", x_new, 1 - float(attrs.get("norm_coefficient_post", 0.0)))
+                new = [x_new, v, h]
+            for k, t in enumerate(new):
+                outs[k].append(b.cast(t, x.dtype))
+        return tuple(t for part in outs for t in part)
+    return convert
+
+
+# The op types imported from a domain other than the default one, and that domain.
+DOMAINS = dict.fromkeys(("Adagrad", "Momentum", "Adam"), "ai.onnx.preview.training")
 
 
 # -- quantisation -------------------------------------------------------------------------------
@@ -2314,6 +2366,9 @@ CONVERTERS = {
     "ReduceLogSum": _reduce_log_sum,
     # matrix products
     "Gemm": _gemm, "Attention": _attention, "LinearAttention": _linear_attention,
+    # training
+    "Adagrad": _optimizer("Adagrad"), "Momentum": _optimizer("Momentum"),
+    "Adam": _optimizer("Adam"),
     # quantisation
     "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
     "DynamicQuantizeLinear": _dynamic_quantize_linear, "MatMulInteger": _matmul_integer,
