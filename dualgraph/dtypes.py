@@ -58,9 +58,25 @@ bool_ = DType("bool", np.bool_)
 half, float, double, long, int = float16, float32, float64, int64, int32  # torch aliases
 
 ALL = (bool_, int32, int64, float16, bfloat16, float32, float64)
-FLOATING = tuple(d.np for d in ALL if d.is_floating_point)
+# The other integer widths and the 8-, 4- and 2-bit types of ml_dtypes, which ONNX models
+# use (quantised weights, byte images): arrays of them run through the NumPy and ml_dtypes
+# kernels of the ops that accept them, as PyTorch's uint8 or float8_e4m3fn tensors do; they
+# are not in ALL, the dtypes that dg.save and graph files store.
+int8, uint8, int16 = DType("int8", np.int8), DType("uint8", np.uint8), DType("int16", np.int16)
+uint16, uint32, uint64 = (DType(f"uint{n}", f"uint{n}") for n in (16, 32, 64))
+_NARROW_INTS = ("int4", "uint4", "int2", "uint2")
+NARROW = tuple(DType(n, getattr(ml_dtypes, n)) for n in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn") + _NARROW_INTS)
+for _d in NARROW:
+    _d.is_floating_point = _d.name not in _NARROW_INTS
+EXTRA = (int8, uint8, int16, uint16, uint32, uint64) + NARROW
+FLOATING = tuple(d.np for d in ALL + EXTRA if d.is_floating_point)
+# (tensor.py converts NumPy data of a dtype outside _BY_NP, as before EXTRA: a uint8 array
+# becomes an int64 tensor unless a dtype is asked for; to_np and as_dtype know every dtype)
 _BY_NP = {d.np: d for d in ALL}
-_BY_NAME = {d.name: d for d in ALL}
+_ANY_BY_NP = {d.np: d for d in ALL + EXTRA}
+_BY_NAME = {d.name: d for d in ALL + EXTRA}
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32)
 
 _default_float = float32.np
@@ -99,23 +115,23 @@ def to_np(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt in _BY_NP:
+    if dt in _ANY_BY_NP:
         return dt
     raise TypeError(
         f"unsupported dtype {dtype!r}; dualgraph supports "
-        + ", ".join(d.name for d in ALL))
+        + ", ".join(d.name for d in ALL + EXTRA))
 
 
 def from_np(np_dtype) -> DType:
     """The DType for a NumPy dtype; unsupported NumPy dtypes raise a TypeError."""
     try:
-        return _BY_NP[np_dtype]
+        return _ANY_BY_NP[np_dtype]
     except KeyError:
-        return _BY_NP[to_np(np_dtype)]
+        return _ANY_BY_NP[to_np(np_dtype)]
 
 
 def as_dtype(dtype) -> DType:
-    return _BY_NP[to_np(dtype)]
+    return _ANY_BY_NP[to_np(dtype)]
 
 
 import builtins as _builtins  # noqa: E402  (after the aliases that shadow the names)
@@ -128,21 +144,36 @@ _BOOL, _INT, _FLOAT = 0, 1, 2
 def category(dt: np.dtype) -> int:
     if dt.kind == "b":
         return _BOOL
-    if dt.kind in "iu":
+    if dt.kind in "iu" or dt.name in _NARROW_INTS:
         return _INT
     return _FLOAT
 
 
+def _bits(dt: np.dtype) -> int:
+    return int(dt.name[-1]) if dt.name in _NARROW_INTS else 8 * dt.itemsize
+
+
+def _unsigned(dt: np.dtype) -> bool:
+    return dt.kind == "u" or dt.name in ("uint4", "uint2")
+
+
 def promote_types(a: np.dtype, b: np.dtype) -> np.dtype:
-    """Promotion of two tensor dtypes of the same priority class."""
+    """Promotion of two tensor dtypes of the same priority class: the wider type, except
+    that two floats of one width (float16 and bfloat16, two float8s) give float32, and a
+    signed with an unsigned integer the narrowest signed one that holds both (uint8 with
+    int8 is int16, as in PyTorch; with uint64, int64)."""
     if a == b:
         return a
     ca, cb = category(a), category(b)
     if ca != cb:
         return a if ca > cb else b
-    if ca == _FLOAT and {a, b} == {float16.np, bfloat16_np}:
+    if ca == _FLOAT and _bits(a) == _bits(b):
         return float32.np
-    return a if a.itemsize >= b.itemsize else b
+    if ca == _INT and _unsigned(a) != _unsigned(b):
+        u, s = (a, b) if _unsigned(a) else (b, a)
+        bits = min(max(2 * _bits(u), _bits(s), 8), 64)
+        return np.dtype(f"int{bits}")
+    return a if _bits(a) >= _bits(b) else b
 
 
 def scalar_dtype(value) -> np.dtype:

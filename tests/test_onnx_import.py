@@ -236,6 +236,10 @@ def test_the_table_covers_every_converter():
     covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
                 "BitwiseOr", "BitwiseXor", "BitwiseNot", "If", "Loop",
                 "Scan"}   # (tested by the models below)
+    # and the op types of the ONNX conformance cases that pass (tests/test_onnx_conformance.py)
+    import onnx_conformance as conf
+    covered |= {node.op_type for c in conf.cases() if c.name not in conf.failing()
+                for node in c.load()[0].graph.node}
     assert set(import_rules()) <= covered, sorted(set(import_rules()) - covered)
 
 
@@ -422,30 +426,93 @@ def _one_node(op, inputs, outputs=("y",), opset=17, **attrs):
 
 
 def test_unsupported_op_names_the_node():
-    model = _one_node("Hardmax", {"x": f32(2, 3)})
-    with pytest.raises(OnnxError, match=r"bad.onnx: node 'my_node' \(Hardmax\): op type "
-                                        r"Hardmax is not supported.*\d+ op types"):
+    model = _one_node("TfIdfVectorizer", {"x": f32(2, 3)})
+    with pytest.raises(OnnxError, match=r"bad.onnx: node 'my_node' \(TfIdfVectorizer\): op "
+                                        r"type TfIdfVectorizer is not supported.*\d+ op types"):
         dg.onnx.load(model)
 
 
-def test_reshape_to_a_shape_computed_at_run_time_is_an_error():
-    model = _one_node("Reshape", {"x": f32(2, 3), "shape": i64(3, 2)})
-    with pytest.raises(OnnxError, match=r"node 'my_node' \(Reshape\): the target shape must "
-                                        r"be known when the model is loaded"):
+def test_one_error_names_every_unsupported_node():
+    # a supported node, two unsupported ones (one without a name), one inside a subgraph
+    branch = helper.make_graph([helper.make_node("Unique", ["x"], ["u"], name="inner")], "b",
+                               [], [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="fine"),
+             helper.make_node("TfIdfVectorizer", ["r"], ["t"], name="tf"),
+             helper.make_node("Unique", ["t"], ["y"]),
+             helper.make_node("If", ["c"], ["z"], name="choose", then_branch=branch,
+                              else_branch=branch)]
+    graph = helper.make_graph(nodes, "bad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxError, match=r"bad.onnx: node 'tf' \(TfIdfVectorizer\), node #2 "
+                                        r"\(Unique\), node 'choose': else_branch: node 'inner' "
+                                        r"\(Unique\), .*: op types TfIdfVectorizer, Unique are "
+                                        r"not supported .* \(ai.onnx 17\)"):
         dg.onnx.load(model)
 
 
-def test_weighted_softmax_cross_entropy_is_an_error():
-    model = _one_node("SoftmaxCrossEntropyLoss",
-                      {"x": f32(2, 3), "t": i64(0, 2), "w": f32(3, low=0.5)})
-    with pytest.raises(OnnxError, match=r"\(SoftmaxCrossEntropyLoss\): .* without class "
-                                        r"weights; got scores of rank 2 with weights"):
+def test_a_shape_given_as_an_input_specialises_the_model_on_its_value():
+    # Reshape's shape and ReduceSum's axes are graph inputs: the model is imported and
+    # compiled per value of them (cached), the other inputs stay run-time inputs
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+        helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    fn = dg.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = f32(2, 6)
+    for shape, axis in [((3, 4), 0), ((4, 3), 1), ((3, 4), 0), ((12, 1), 0)]:
+        got = fn(x, i64(*shape), i64(axis)).numpy()
+        np.testing.assert_allclose(got, x.reshape(shape).sum(axis), rtol=1e-6)
+    assert len(fn.cache) == 3
+    assert {v.name for v in fn.graph.inputs} == {"x"}
+    assert "imported per value of axes, shape; 3 imported" in repr(fn)
+
+
+def test_a_shape_computed_in_a_loop_body_is_an_error():
+    # the Slice's end is the loop-carried value: not a graph input to specialise on
+    body = helper.make_graph(
+        [helper.make_node("Slice", ["x", "zero", "n"], ["part"]),
+         helper.make_node("ReduceSum", ["part"], ["s"], keepdims=1),
+         helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Identity", ["n"], ["n_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("n_out", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(i64(0), "zero")])
+    node = helper.make_node("Loop", ["m", "", "n0"], ["n_end", "ys"], name="loop", body=body)
+    graph = helper.make_graph([node], "bad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("ys", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(2, np.int64), "m"),
+         numpy_helper.from_array(i64(3), "n0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): body: node #0 \(Slice\): the "
+                                        r"ends must be known when the model is loaded"):
         dg.onnx.load(model)
+
+
+def test_weighted_softmax_cross_entropy_of_images():
+    # (N, C, H, W) scores, class weights, an ignored label: against onnxruntime
+    x, t = f32(2, 3, 4, 5), RNG.integers(0, 3, (2, 4, 5)).astype(np.int64)
+    t[0, 0, :2] = 1
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "w"], ["loss", "log_prob"],
+                            ignore_index=1)
+    model = _model([node], {"x": x, "t": t, "w": W(f32(3, low=0.5))}, 17, ["loss", "log_prob"])
+    _run_both(model, {"x": x, "t": t}, *LOOSE)
 
 
 def test_unsupported_dtype_and_domain_are_errors():
-    model = _one_node("Relu", {"x": np.zeros(3, np.uint8)})
-    with pytest.raises(OnnxError, match="UINT8"):
+    model = _one_node("Identity", {"x": np.array(["a"], object)})
+    with pytest.raises(OnnxError, match="input 'x' has ONNX type STRING, which dualgraph has "
+                                        "no dtype for"):
         dg.onnx.load(model)
     model = _one_node("Relu", {"x": f32(3)})
     model.graph.node[0].domain = "com.microsoft"
@@ -460,6 +527,33 @@ def test_slicing_a_symbolic_dim_at_a_fixed_offset_is_an_error():
     with pytest.raises(OnnxError, match=r"node 'cut' \(Slice\): slicing 1:2:1 of the "
                                         r"symbolic dim N"):
         dg.onnx.load(model)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16, np.uint32,
+                                   np.uint64])
+def test_integer_widths(dtype):
+    x = np.array([[0, 7, 100], [3, 120, 5]], dtype)
+    y = np.array([[1, 2, 3], [4, 5, 6]], dtype)
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("Max", ["s", "x"], ["m"]),
+             helper.make_node("Cast", ["m"], ["z"], to=TensorProto.INT64)]
+    fn = dg.onnx.load(_model(nodes, {"x": x, "y": y}, 17, ["s", "z"]))
+    s, z = fn(x, y)
+    assert s.numpy().dtype == dtype
+    np.testing.assert_array_equal(s.numpy(), x + y)
+    np.testing.assert_array_equal(z.numpy(), np.maximum(x + y, x).astype(np.int64))
+
+
+def test_cast_to_float8_saturates():
+    x = np.array([1.0, 500.0, -1e6, np.inf, np.nan, 0.3], np.float32)
+    f8 = dg.dtypes.NARROW[0].np   # float8_e4m3fn: largest finite 448
+    fn = dg.onnx.load(_model([helper.make_node("Cast", ["x"], ["y"],
+                                               to=TensorProto.FLOAT8E4M3FN)],
+                             {"x": x}, 19, ["y"]))
+    y = fn(x).numpy()
+    assert y.dtype == f8
+    np.testing.assert_array_equal(y.astype(np.float32)[:4], [1.0, 448.0, -448.0, 448.0])
+    assert np.isnan(y.astype(np.float32)[4])
 
 
 def test_cast_to_bfloat16():

@@ -50,11 +50,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # recomputation eager and traced, torch's reentrant variant and checkpoint_sequential).
 # passes/ +120: rematerialisation (passes/remat.py: dg.compile's memory_budget). capture/
 # +30: memory_budget and the recomputation's locations. The core +460 for these and the
-# fused allreduces (passes/communication.py).
-CORE_BUDGET = 16_960
-BUDGETS = {".": 1_530, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
+# fused allreduces (passes/communication.py). export/ +1400: the ONNX import of the op
+# types of onnx's conformance suite that dualgraph has no single op for (attention,
+# recurrent layers, resize, grid sampling, losses, quantisation, norms, DFT, sequences,
+# the training ops, ...), each a converter into registry ops, and the import's
+# specialisation on shape inputs; "." +30 for the integer, float8 and 4-bit dtypes
+# (dtypes.py) it reads, and the core with them.
+CORE_BUDGET = 17_000
+BUDGETS = {".": 1_560, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 1_940, "ops": 5_650, "passes": 2_060, "export": 1_500, "nn": 3_060,
+           "kernels": 1_940, "ops": 5_650, "passes": 2_060, "export": 2_900, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

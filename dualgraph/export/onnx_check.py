@@ -26,10 +26,14 @@ _FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode",
 _SUB_BYTE = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}   # (packed: 2 or 4 a byte)
 
 
+def _domain(node) -> str:
+    return "" if node.domain in ("", "ai.onnx") else node.domain
+
+
 def node_problem(onnx, node, opset: int) -> str | None:
     """What is wrong with ``node`` under its op's schema at ``opset``, or None."""
     try:
-        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        schema = onnx.defs.get_schema(node.op_type, opset, _domain(node))
     except onnx.defs.SchemaError:
         return f"ONNX has no op {node.op_type} at opset {opset}"
     return (bad_name(list(node.input) + list(node.output), "the node's inputs and outputs")
@@ -45,7 +49,7 @@ def input_types_problem(onnx, node, opset: int, dtypes) -> str | None:
     None where omitted; an ``object`` array is a shape, int64) under the schema's type
     constraints, or None: each input has a type its parameter allows, and the inputs that
     share a type variable (Add's A and B are both T) have the same one."""
-    schema = onnx.defs.get_schema(node.op_type, opset, "")
+    schema = onnx.defs.get_schema(node.op_type, opset, _domain(node))
     allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
     bound = {}
     for k, dtype in enumerate(dtypes):

@@ -16,7 +16,10 @@ are, when they come from initializers, Constant nodes or arithmetic on shapes: a
 inputs are all known runs *now*, on the registry kernels, instead of becoming a node
 (``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
 symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains: the ops of such
-chains compute them with their ``OpDef.shape_fold``.
+chains compute them with their ``OpDef.shape_fold``. Where such a tensor is computed from
+graph inputs (a Reshape's shape or a Loop's trip count given as an input), the model is
+imported when it is called, for those inputs' values, and cached per value
+(``_Specialised``).
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
@@ -38,9 +41,10 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import FOLD_LIMIT, import_rules, tidy
+from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
 
 
 def load_model(path_or_model) -> "OnnxFunction":
@@ -68,14 +72,69 @@ def load_model(path_or_model) -> "OnnxFunction":
                         f"{type(path_or_model).__name__}")
     if not model.graph.output:
         raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
-    importer = _Importer(onnx, model, label)
+    _check_op_types(onnx, model, label)
     try:
-        graph, input_names, output_names = importer.run()
-        return OnnxFunction(graph, input_names, output_names, label)
-    except OnnxError:
+        graph, names, outputs, layout = _import(onnx, model, label, {})
+        return OnnxFunction(graph, names, outputs, label, layout)
+    except _NeedsValues as need:
+        return _Specialised(onnx, model, label, need.names)
+
+
+def _import(onnx, model, label: str, bound: dict):
+    """(graph, input names, output names) of ``model``, the inputs named in ``bound`` taken
+    as the known arrays it gives (``_NeedsValues`` when more must be)."""
+    importer = _Importer(onnx, model, label, bound=bound)
+    try:
+        return importer.run()
+    except (OnnxError, _NeedsValues):
         raise
     except Exception as e:   # (a bug of the import's: still a model it can't load, named)
         raise importer.error(f"the import failed: {type(e).__name__}: {e}") from e
+
+
+def _check_op_types(onnx, model, label: str) -> None:
+    """One error naming every node, subgraphs included, whose op type the import lacks:
+    each node's name (or index) and op type, its domain where not the default one, and the
+    model's opset for the domain."""
+    rules, opsets = import_rules(), {i.domain: i.version for i in model.opset_import}
+    missing, kinds = [], {}   # (kinds: the op types, in order, once each)
+
+    def walk(graph, path):
+        for k, node in enumerate(graph.node):
+            name = f"{path}node '{node.name}'" if node.name else f"{path}node #{k}"
+            if not _supported(rules, node):
+                domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS \
+                    else ""
+                kinds[f"{node.op_type}{domain}"] = None
+                missing.append(f"{name} ({node.op_type})")
+            for a in node.attribute:
+                for g in ([a.g] if a.type == a.GRAPH else list(a.graphs)):
+                    walk(g, f"{name}: {a.name}: ")
+    walk(model.graph, "")
+    if missing:
+        used = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in opsets.items())
+        raise OnnxError(f"{label}: {', '.join(missing)}: op type{'s' * (len(kinds) > 1)} "
+                        f"{', '.join(kinds)} {'are' if len(kinds) > 1 else 'is'} not supported "
+                        f"by dualgraph's ONNX import at the model's opsets ({used}); "
+                        f"{len(rules)} op types are: see "
+                        "dualgraph.export.onnx_import_ops.import_rules()")
+
+
+def _supported(rules, node) -> bool:
+    """Whether the import has a rule for ``node``: its op type, in the default domain or
+    the one ``DOMAINS`` names for the op type (the training ops')."""
+    want = DOMAINS.get(node.op_type)
+    return node.op_type in rules and (node.domain == want if want else
+                                      node.domain in _DEFAULT_DOMAINS)
+
+
+class _NeedsValues(Exception):
+    """A shape, axes or count that the import must know is computed from these graph
+    inputs: the model is imported once their values are given (``_Specialised``)."""
+
+    def __init__(self, names):
+        super().__init__(sorted(names))
+        self.names = set(names)
 
 
 def _read(onnx, path: pathlib.Path, label: str):
@@ -99,8 +158,9 @@ class OnnxFunction:
     Tensor for a model with one output, else a tuple in ``output_names`` order.
     """
 
-    def __init__(self, graph: Graph, input_names, output_names, label: str):
+    def __init__(self, graph: Graph, input_names, output_names, label: str, layout=None):
         self.graph = graph
+        self.layout = layout or [None] * len(output_names)   # (a sequence: its length)
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.label = label
@@ -115,7 +175,10 @@ class OnnxFunction:
             raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
         arrays = [_as_array(x, v.dtype) for x, v in zip(inputs, self.graph.inputs)]
-        outs = [Tensor._make(a) for a in self.executable.run(arrays)]
+        flat = [Tensor._make(a) for a in self.executable.run(arrays)]
+        outs = []
+        for count in self.layout:   # (a sequence output is a list of its tensors)
+            outs.append(flat.pop(0) if count is None else [flat.pop(0) for _ in range(count)])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def __repr__(self):
@@ -132,6 +195,50 @@ def _as_array(x, dtype) -> np.ndarray:
     return np.asarray(x, dtype=dtype)
 
 
+class _Specialised(OnnxFunction):
+    """A model in which a shape, axes or count (Reshape's shape, Reduce*'s axes, TopK's K, a
+    Loop's trip count, ...) is a graph input rather than a constant. dualgraph's graphs have
+    static shapes, so the model is imported and compiled for each value of those inputs it
+    is called with, as ``dg.jit.compile`` specialises on a Python scalar: the graph is cached
+    per value (the guard), and the other inputs stay run-time inputs. ``graph`` is the last
+    one run."""
+
+    def __init__(self, onnx, model, label: str, names):
+        self.onnx, self.model, self.label = onnx, model, label
+        inits = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+        self.by_value = set(names)
+        self.cache: dict = {}
+        self.graph = self.executable = None
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.input_names):
+            raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        given = dict(zip(self.input_names, inputs))
+        while True:
+            bound = {n: _as_array(given[n], None) for n in sorted(self.by_value)}
+            key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in bound.items())
+            if key in self.cache:
+                break
+            try:
+                graph, names, _, layout = _import(self.onnx, self.model, self.label, bound)
+            except _NeedsValues as need:
+                self.by_value |= need.names
+                continue
+            self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label,
+                                            layout), names)
+        run, names = self.cache[key]
+        self.graph, self.executable = run.graph, run.executable
+        return run(*(given[n] for n in names))
+
+    def __repr__(self):
+        return (f"<OnnxFunction {self.label}: ({', '.join(self.input_names)}) -> "
+                f"({', '.join(self.output_names)}), imported per value of "
+                f"{', '.join(sorted(self.by_value))}; {len(self.cache)} imported>")
+
+
 # -- the importer ---------------------------------------------------------------------------
 class _Importer:
     """Walks the ONNX graph once, node by node, building the dualgraph graph.
@@ -146,7 +253,8 @@ class _Importer:
     dualgraph's bodies are closed, so an outer run-time Value it reads becomes an input of
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
 
-    def __init__(self, onnx, model, label: str, parent=None, scope: str = ""):
+    def __init__(self, onnx, model, label: str, parent=None, scope: str = "",
+                 bound: dict | None = None):
         self.onnx = onnx
         self.model = model
         self.label = label
@@ -160,6 +268,8 @@ class _Importer:
         self._lifted: dict[Value, Value] = {}    # outer Value -> its input here
         self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
+        self.bound = bound or {}                  # graph input name -> its given value
+        self.layout: list = []   # per output: None (a tensor) or a sequence's length
 
     def run(self):
         g = self.model.graph
@@ -169,8 +279,21 @@ class _Importer:
             if i.name in self.env or not i.name:
                 raise self.error(f"graph input {i.name!r} is named twice or has no name")
             self.env[i.name] = self._input(i)
+            if i.name in self.bound:   # (checked against the declared type, then known)
+                self.env[i.name] = self._bind(i.name, self.env[i.name])
+        self.graph.inputs = [v for v in self.graph.inputs if v.name not in self.bound]
         self._nodes(g)
-        return self.graph, [i.name for i in inputs], [o.name for o in g.output]
+        names = [i.name for i in inputs if i.name not in self.bound]
+        return self.graph, names, [o.name for o in g.output], self.layout
+
+    def _bind(self, name: str, v: Value) -> np.ndarray:
+        array = np.asarray(self.bound[name], dtype=v.dtype)
+        if array.ndim != v.ndim or any(isinstance(d, int) and d != n
+                                       for d, n in zip(v.shape, array.shape)):
+            raise OnnxError(f"{self.label}: input {name!r} is {type_str(v.shape, v.dtype)}, "
+                            f"got an array of shape {list(array.shape)}")
+        self._names[id(array)] = name
+        return array
 
     def _initializers(self, g) -> None:
         """Read ``g``'s initializers (checking the names of all its values first)."""
@@ -207,7 +330,14 @@ class _Importer:
         self.node = None
         outs, results = [], []
         for o in g.output:
+            seq = self.lookup(o.name) if self.has(o.name) else None
+            if isinstance(seq, Sequence) and self.parent is None:   # (its tensors, in order)
+                outs += [self.value(t) for t in seq]
+                self.layout.append(len(seq))
+                results.append(seq)
+                continue
             outs.append(self._output(o.name, renamed=outs))
+            self.layout.append(None)
             results.append(self.lookup(o.name))
             self._check_declared(o, outs[-1])
         self.graph.set_outputs(outs)
@@ -229,6 +359,17 @@ class _Importer:
                 sub.graph.add_input(t.shape, t.dtype, name=info.name)
         sub.results = sub._nodes(proto)
         return sub
+
+    def inline(self, proto) -> tuple:
+        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs), its
+        nodes converted here as if they were the enclosing graph's."""
+        node, index = self.node, self.index
+        for init in proto.initializer:
+            self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
+        for self.index, inner in enumerate(proto.node):
+            self._convert(inner)
+        self.node, self.index = node, index
+        return tuple(self.lookup(o.name) for o in proto.output)
 
     # -- names in scope --
     def has(self, name: str) -> bool:
@@ -305,20 +446,21 @@ class _Importer:
         except (TypeError, KeyError, ValueError):
             name = _type_name(self.onnx, elem_type)
             raise OnnxError(f"{self.where()}: {what} has ONNX type {name}, which dualgraph "
-                            "has no dtype for (it has bool, int32, int64, float16, bfloat16, "
-                            "float32, float64)") from None
+                            f"has no dtype for (it has {_DTYPE_NAMES})") from None
 
     # -- nodes --
     def _convert(self, node) -> None:
         self.node = node
         rules = import_rules()
         convert = rules.get(node.op_type)
-        if node.domain not in _DEFAULT_DOMAINS or convert is None:
+        if not _supported(rules, node):
             domain = f" of domain {node.domain!r}" if node.domain not in _DEFAULT_DOMAINS else ""
             raise self.error(f"op type {node.op_type}{domain} is not supported by dualgraph's "
                              f"ONNX import ({len(rules)} op types are: see "
                              "dualgraph.export.onnx_import_ops.import_rules())")
-        problem = node_problem(self.onnx, node, self.opset)
+        opset = self.opset if node.domain in _DEFAULT_DOMAINS else \
+            next(i.version for i in self.model.opset_import if i.domain == node.domain)
+        problem = node_problem(self.onnx, node, opset)
         if problem:
             raise self.error(problem)
         missing = [n for n in node.input if n and not self.has(n)]
@@ -326,19 +468,20 @@ class _Importer:
             raise self.error(f"reads {missing[0]!r}, which no earlier node computes (the "
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
-        problem = input_types_problem(self.onnx, node, self.opset,
-                                      [None if x is None else x.dtype for x in xs])
+        problem = input_types_problem(self.onnx, node, opset,
+                                      [None if x is None or isinstance(x, Sequence) else x.dtype
+                                       for x in xs])
         if problem:
             raise self.error(problem)
         try:
             outs = convert(self, xs, self._attrs(node))
-        except OnnxError:
+        except (OnnxError, _NeedsValues):
             raise
         except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
             raise self.error(str(e)) from e
         except Exception as e:   # (a case the checks and the rule missed: still named)
             raise self.error(f"the import failed: {type(e).__name__}: {e}") from e
-        outs = outs if isinstance(outs, tuple) else (outs,)
+        outs = outs if isinstance(outs, tuple) and not isinstance(outs, Sequence) else (outs,)
         for k, name in enumerate(node.output):
             if not name:
                 continue
@@ -461,17 +604,43 @@ class _Importer:
             dtypes.to_np(x.dtype)
         except TypeError:
             raise self.error(f"a tensor of dtype {x.dtype} is used at run time; dualgraph "
-                             "has bool, int32, int64, float16, bfloat16, float32 and "
-                             "float64") from None
+                             f"has no dtype for it (it has {_DTYPE_NAMES})") from None
 
     def static(self, x, what: str) -> np.ndarray:
         """The known array of an input that must be known at load time (a shape, axes)."""
         if isinstance(x, np.ndarray):
             return x
+        names = self._root_inputs(x)
+        if names:
+            raise _NeedsValues(names)
         raise self.error(f"the {what} must be known when the model is loaded (an "
                          "initializer, a Constant or arithmetic on shapes); here it is "
                          "computed at run time, which dualgraph's ONNX import does not "
                          "support (dualgraph's shapes are static)")
+
+    def _root_inputs(self, x: Value):
+        """The names of the top-level graph inputs that ``x`` is computed from, or None when
+        it depends on anything else (a loop's carried value)."""
+        names, seen, todo = set(), set(), [(self, x)]
+        while todo:
+            imp, v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v.producer is not None:
+                if v.producer.op.bodies:
+                    return None
+                todo += [(imp, u) for u in v.producer.inputs if isinstance(u, Value)]
+            elif v in imp.graph.constants:
+                continue
+            elif imp.parent is None:
+                names.add(v.name)
+            else:   # (an outer Value that the subgraph lifted, or one of its own inputs)
+                outer = [o for o, inner in imp._lifted.items() if inner is v]
+                if not outer:
+                    return None
+                todo.append((imp.parent, outer[0]))
+        return names or None
 
     def ints(self, x, what: str, shape: bool = False) -> list:
         """A known 0-d or 1-d input as a list of ints; a ``shape`` may hold Syms too."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
@@ -94,10 +95,50 @@ def _clip(b, xs, attrs):
 
 
 def _dropout(b, xs, attrs):
-    if attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
-                                         and b.static(xs[2], "training_mode").any()):
+    """Dropout in inference (or with a ratio of 0): the input, and a mask of trues."""
+    training = attrs.get("training_mode", 0) or (len(xs) > 2 and xs[2] is not None
+                                                 and b.static(xs[2], "training_mode").any())
+    ratio = xs[1] if len(xs) > 1 and xs[1] is not None else attrs.get("ratio", 0.5)
+    if training and np.any(b.static(ratio, "ratio") if not isinstance(ratio, float) else ratio):
         raise b.error("training-mode Dropout is not supported; export the model in eval mode")
     return xs[0], b.op("full_like", xs[0], fill_value=True, dtype=np.dtype(np.bool_))
+
+
+def _compress(b, xs, attrs):
+    """Compress: the slices along ``axis`` (of the flattened input without one) where the
+    condition holds; the condition sets the output's length, so it must be known (as a
+    graph input, the model is specialised on it)."""
+    x, cond = xs
+    keep = np.flatnonzero(np.asarray(b.static(cond, "condition"), bool).reshape(-1))
+    if "axis" not in attrs:
+        x, dim = b.reshape(x, (-1,)), 0
+    else:
+        dim = b.dim(attrs["axis"], x.ndim)
+    keep = keep[keep < x.shape[dim]]
+    return b.op("index", x, keep.astype(np.int64), dims=(dim,))
+
+
+def _mel_weight_matrix(b, xs, attrs):
+    """MelWeightMatrix of sizes and frequencies known when loading (ONNX's formula)."""
+    bins, length, rate, low, high = (float(np.asarray(b.static(v, "argument")).reshape(-1)[0])
+                                     for v in xs)
+    bins, length, rate = int(bins), int(length), int(rate)
+    b.check_size((length // 2 + 1) * bins, "MelWeightMatrix")
+    points = np.arange(bins + 2)
+    low_mel, high_mel = (2595 * np.log1p(f / 700) / np.log(10) for f in (low, high))
+    hz = 700 * np.expm1((points * (high_mel - low_mel) / (bins + 2) + low_mel) / 2595
+                        * np.log(10))
+    edges = (((length + 1) * hz) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):
+        lo, mid, hi = edges[i:i + 3]
+        if mid == lo:
+            out[mid, i] = 1
+        else:
+            out[lo:mid + 1, i] = (np.arange(lo, mid + 1) - lo) / (mid - lo)
+        if hi > mid:
+            out[mid:hi, i] = (hi - np.arange(mid, hi)) / (hi - mid)
+    return out.astype(b.onnx_dtype(attrs.get("output_datatype", 1), "output_datatype"))
 
 
 def _leaky_relu(b, xs, attrs):
@@ -106,8 +147,10 @@ def _leaky_relu(b, xs, attrs):
 
 
 def _prelu(b, xs, attrs):
-    x = xs[0]
-    return b.op("where", b.op("lt", x, 0), b.op("mul", x, xs[1]), x)
+    x, slope = xs
+    if b.opset < 7 and slope.ndim == 1 and x.ndim > 2:   # (before opset 7: per channel)
+        slope = _per_channel(b, slope, x.ndim)
+    return b.op("where", b.op("lt", x, 0), b.op("mul", x, slope), x)
 
 
 def _selu(b, xs, attrs):
@@ -147,6 +190,121 @@ def _is_inf(b, xs, attrs):
     if neg or pos:
         return b.op("bitwise_and", b.op("isinf", x), b.op("gt" if pos else "lt", x, 0))
     return b.op("full_like", x, fill_value=False, dtype=np.dtype(np.bool_))
+
+
+def _unary(fn):
+    """An elementwise op written with other ops: ``fn(b, x, attrs)``."""
+    return lambda b, xs, attrs: fn(b, xs[0], attrs)
+
+
+def _half(b, y):
+    return b.op("mul", y, 0.5)
+
+
+def _sinh(b, x, attrs):
+    return _half(b, b.op("sub", b.op("exp", x), b.op("exp", b.op("neg", x))))
+
+
+def _cosh(b, x, attrs):
+    return _half(b, b.op("add", b.op("exp", x), b.op("exp", b.op("neg", x))))
+
+
+def _asinh(b, x, attrs):   # log(x + sqrt(x^2 + 1)), odd: computed on |x| for precision
+    ax = b.op("abs", x)
+    y = b.op("log", b.op("add", ax, b.op("sqrt", b.op("add", b.op("mul", ax, ax), 1.0))))
+    return b.op("mul", y, b.op("sign", x))
+
+
+def _acosh(b, x, attrs):
+    return b.op("log", b.op("add", x, b.op("sqrt", b.op("sub", b.op("mul", x, x), 1.0))))
+
+
+def _atanh(b, x, attrs):
+    return _half(b, b.op("log", b.op("div", b.op("add", 1.0, x), b.op("sub", 1.0, x))))
+
+
+def _celu(b, x, attrs):
+    alpha = float(attrs.get("alpha", 1.0))
+    neg = b.op("mul", b.op("expm1", b.op("div", b.op("minimum", x, 0.0), alpha)), alpha)
+    return b.op("add", b.op("maximum", x, 0.0), neg)
+
+
+def _swish(b, x, attrs):
+    return b.op("mul", x, b.op("sigmoid", b.op("mul", x, float(attrs.get("alpha", 1.0)))))
+
+
+def _thresholded_relu(b, x, attrs):
+    return b.op("where", b.op("gt", x, float(attrs.get("alpha", 1.0))), x, 0.0)
+
+
+def _shrink(b, x, attrs):
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    low = b.cast(b.op("add", x, bias), x.dtype)
+    high = b.cast(b.op("sub", x, bias), x.dtype)
+    zero = b.op("full_like", x, fill_value=0, dtype=x.dtype)
+    return b.op("where", b.op("lt", x, -lambd), low,
+                b.op("where", b.op("gt", x, lambd), high, zero))
+
+
+def _mish(b, x, attrs):
+    return b.op("mul", x, b.op("tanh", b.op("softplus", x, beta=1.0, threshold=20.0)))
+
+
+def _bit_shift(b, xs, attrs):
+    """BitShift: a product or a floor quotient by 2**y, in 64 bits, then wrapped to x's
+    type as a shift wraps. A shift out of range (negative, or the type's width or more)
+    gives 0, or -1 for a right shift of a negative value (the sign bit fills it)."""
+    x, y = xs
+    direction = attrs["direction"]
+    if direction not in ("LEFT", "RIGHT"):
+        raise b.error(f"BitShift's direction {direction!r} is not LEFT or RIGHT")
+    wide = np.dtype(np.uint64 if x.dtype == np.uint64 else np.int64)
+    inside = b.op("bitwise_and", b.op("ge", y, 0), b.op("lt", y, 8 * x.dtype.itemsize))
+    power = b.op("pow", np.asarray(2, wide), b.cast(b.op("where", inside, y, 0), wide))
+    out = b.op("mul" if direction == "LEFT" else "floor_divide", b.cast(x, wide), power)
+    outside = np.zeros((), x.dtype)
+    if direction == "RIGHT" and x.dtype.kind == "i":
+        outside = b.op("where", b.op("lt", x, 0), np.asarray(-1, x.dtype), outside)
+    return b.op("where", inside, b.cast(out, x.dtype), outside)
+
+
+def _hardmax(b, xs, attrs):
+    """1 at the first largest value along ``axis`` (opset 13+; before, over the dims from
+    ``axis`` on as one), 0 elsewhere."""
+    x = xs[0]
+    axis = b.dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim)
+    flat = x if b.opset >= 13 else b.reshape(x, tuple(x.shape[:axis]) + (-1,))
+    dim = axis if b.opset >= 13 else flat.ndim - 1
+    top = b.op("argmax", flat, dim=dim, keepdim=True)
+    count = flat.shape[dim]
+    positions = np.arange(count).reshape([-1 if k == dim else 1 for k in range(flat.ndim)])
+    y = b.cast(b.op("eq", top, positions), x.dtype)
+    return b.reshape(y, tuple(x.shape))
+
+
+def _lp_normalization(b, xs, attrs):
+    x = xs[0]
+    dim = b.dim(attrs.get("axis", -1), x.ndim)
+    p = attrs.get("p", 2)
+    norm = b.op("norm", x, ord=float(p), dims=(dim,), keepdim=True)
+    return b.op("div", x, b.op("where", b.op("eq", norm, 0), 1.0, norm))   # (0 stays 0)
+
+
+def _eye_like(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 2, "input", 2)
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"EyeLike of symbolic shape {tuple(x.shape)} is not supported")
+    dtype = b.onnx_dtype(attrs["dtype"], "EyeLike's dtype") if "dtype" in attrs else x.dtype
+    b.check_size(numel(x.shape), "EyeLike's result")
+    return np.eye(*x.shape, k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+def _reduce_log_sum(b, xs, attrs):
+    dims, keep = b.reduce_dims(xs, attrs)
+    x = xs[0]
+    return b.op("log", x if dims is None else b.op("sum", x, dims=dims, keepdim=keep,
+                                                      dtype=x.dtype))
 
 
 # -- matrix products ----------------------------------------------------------------------------
@@ -258,7 +416,10 @@ def _scatter_nd(b, xs, attrs):
     b.need_rank(indices, 1, "indices")
     reduction = attrs.get("reduction", "none")
     if reduction not in ("none", "add"):
-        raise b.error(f"ScatterND's reduction {reduction!r} is not supported (none, add)")
+        known = np.asarray(b.static(indices, "indices"), np.int64)
+        coords = known.reshape(-1, indices.shape[-1])
+        rest = tuple(updates.shape[indices.ndim - 1:])
+        return _scatter_reduce(b, data, coords, b.reshape(updates, (-1,) + rest), reduction)
     k = indices.shape[-1]
     if not isinstance(k, int) or not 1 <= k <= data.ndim:
         raise b.error(f"ScatterND needs indices with a static last dim of 1 to {data.ndim} "
@@ -294,8 +455,16 @@ def _gather_nd(b, xs, attrs):
     dim of x, which is ``index`` over those dims with the columns as index tensors."""
     x, i = xs
     b.need_rank(i, 1, "indices")
-    if attrs.get("batch_dims", 0):
-        raise b.error("GatherND with batch_dims is not supported")
+    lead = int(attrs.get("batch_dims", 0))
+    if lead:   # (the batch dims' own positions as the first index columns)
+        if any(isinstance(d, Sym) for d in i.shape[:lead]):
+            raise b.error("GatherND with batch_dims over symbolic dims is not supported")
+        grids = [np.broadcast_to(np.arange(n).reshape([-1 if k == d else 1
+                                                        for k in range(i.ndim - 1)] + [1]),
+                                 tuple(i.shape[:-1]) + (1,))
+                 for d, n in enumerate(i.shape[:lead])]
+        return _gather_nd(b, [x, b.op("cat", *[g.astype(i.dtype) for g in grids], i,
+                                      dim=i.ndim - 1)], {})
     if not _is_int(i) or isinstance(i.shape[-1], Sym) or not 1 <= i.shape[-1] <= x.ndim:
         raise b.error(f"GatherND's indices must be integers with a static last dim of 1 to "
                       f"{x.ndim} (the input's dims), got {i.dtype} of shape {tuple(i.shape)}")
@@ -423,16 +592,1173 @@ def _topk(b, xs, attrs):
 
 # -- normalisation ------------------------------------------------------------------------------
 def _batch_norm(b, xs, attrs):
-    if attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1:
-        raise b.error("training-mode BatchNormalization is not supported; export the "
-                      "model in eval mode")
+    """BatchNormalization. In training mode (opset 14+) it normalises with the batch's mean
+    and biased variance and also returns the running statistics updated by ``momentum``."""
     x, scale, bias, mean, var = xs
     b.need_rank(x, 2, "input")
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    training = attrs.get("training_mode", 0) or len([o for o in b.node.output if o]) > 1
+    if training:
+        dims = (0,) + tuple(range(2, x.ndim))
+        momentum = float(attrs.get("momentum", 0.9))
+        batch_mean = b.op("mean", x, dims=dims, keepdim=False)
+        centred = b.op("sub", x, b.reshape(batch_mean, per_channel))
+        batch_var = b.op("mean", b.op("mul", centred, centred), dims=dims, keepdim=False)
+        running = [b.op("add", b.op("mul", old, momentum), b.op("mul", new, 1 - momentum))
+                   for old, new in ((mean, batch_mean), (var, batch_var))]
+        mean, var = batch_mean, batch_var
     scale, bias, mean, var = (b.reshape(p, per_channel) for p in (scale, bias, mean, var))
     eps = float(attrs.get("epsilon", 1e-5))
     a = b.op("div", scale, b.op("sqrt", b.op("add", var, eps)))
-    return b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+    y = b.op("add", b.op("mul", b.op("sub", x, mean), a), bias)
+    return (y, *running) if training else y
+
+
+def _normalize(b, x, dims, eps):
+    """(x - mean) / sqrt(var + eps) over ``dims`` (the biased variance, as ONNX's norms)."""
+    mean = b.op("mean", x, dims=dims, keepdim=True)
+    centred = b.op("sub", x, mean)
+    var = b.op("mean", b.op("mul", centred, centred), dims=dims, keepdim=True)
+    return b.op("div", centred, b.op("sqrt", b.op("add", var, eps)))
+
+
+def _per_channel(b, p, ndim):
+    """A (C,) parameter shaped to scale dim 1 of an input with ``ndim`` dims."""
+    return b.reshape(p, (p.shape[0],) + (1,) * (ndim - 2))
+
+
+def _instance_norm(b, xs, attrs):
+    x, scale, bias = xs
+    b.need_rank(x, 3, "input")
+    y = _normalize(b, x, tuple(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)))
+    return b.op("add", b.op("mul", y, _per_channel(b, scale, x.ndim)),
+                _per_channel(b, bias, x.ndim))
+
+
+def _group_norm(b, xs, attrs):
+    """GroupNormalization: statistics per (sample, group); the scale and bias are per
+    channel (opset 21) or per group (opset 18, repeated over the group's channels)."""
+    x, scale, bias = xs
+    b.need_rank(x, 3, "input")
+    groups, c = int(attrs["num_groups"]), x.shape[1]
+    if not isinstance(c, int) or groups < 1 or c % groups:
+        raise b.error(f"GroupNormalization of {c} channels into {groups} groups")
+    grouped = b.reshape(x, (x.shape[0], groups, c // groups) + tuple(x.shape[2:]))
+    y = b.reshape(_normalize(b, grouped, tuple(range(2, grouped.ndim)),
+                             float(attrs.get("epsilon", 1e-5))), tuple(x.shape))
+    if scale.shape[0] != c:   # (per group)
+        scale, bias = (b.reshape(b.op("expand", b.reshape(p, (groups, 1)),
+                                      shape=(groups, c // groups)), (c,))
+                       for p in (scale, bias))
+    return b.op("add", b.op("mul", y, _per_channel(b, scale, x.ndim)),
+                _per_channel(b, bias, x.ndim))
+
+
+def _mean_variance_norm(b, xs, attrs):
+    x = xs[0]
+    return _normalize(b, x, b.dims(attrs.get("axes", (0, 2, 3)), x.ndim), 1e-9)
+
+
+def _rms_norm(b, xs, attrs):
+    """RMSNormalization: x / sqrt(mean(x^2) + eps) over the dims from ``axis`` on, in
+    float32 for narrower floats (stash_type 1), times the scale."""
+    x, scale = xs
+    dims = tuple(range(b.dim(attrs.get("axis", -1), x.ndim), x.ndim))
+    wide = b.cast(x, np.float32) if x.dtype.itemsize < 4 else x
+    square = b.op("mean", b.op("mul", wide, wide), dims=dims, keepdim=True)
+    rms = b.op("sqrt", b.op("add", square, float(attrs.get("epsilon", 1e-5))))
+    return b.cast(b.op("mul", b.op("div", wide, rms), scale), x.dtype)
+
+
+def _lrn(b, xs, attrs):
+    """LRN: x / (bias + alpha / size * (sum of squares over a window of channels))**beta,
+    the window from c - floor((size-1)/2) to c + ceil((size-1)/2)."""
+    x = xs[0]
+    b.need_rank(x, 3, "input")
+    size = int(attrs["size"])
+    alpha, beta = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75))
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    square = b.op("mul", x, x)
+    padded = _pad_dim(b, square, 1, lo, hi, "constant", 0)
+    c = x.shape[1]
+    total = None
+    for k in range(size):
+        window = b.slice_dims(padded, [(k, k + c, 1) if d == 1 else None
+                                       for d in range(x.ndim)])
+        total = window if total is None else b.op("add", total, window)
+    scale = b.op("add", b.op("mul", total, alpha / size), float(attrs.get("bias", 1.0)))
+    return b.op("div", x, b.op("pow", scale, beta))
+
+
+def _reverse_sequence(b, xs, attrs):
+    """ReverseSequence: the first ``sequence_lens[i]`` steps of sequence i reversed, picked
+    with ``index`` (the lengths must be known: as an input, the model is specialised on
+    them)."""
+    x, lens = xs
+    lens = b.ints(lens, "sequence_lens")
+    t_axis, b_axis = attrs.get("time_axis", 0), attrs.get("batch_axis", 1)
+    steps, batch = x.shape[t_axis], x.shape[b_axis]
+    t = np.arange(steps).reshape(-1, 1)
+    n = np.asarray(lens).reshape(1, -1)
+    order = np.where(t < n, n - 1 - t, t)                      # (steps, batch)
+    rows = np.broadcast_to(np.arange(batch).reshape(1, -1), order.shape)
+    picks = (order, rows) if t_axis == 0 else (rows.T, order.T)
+    return b.op("index", x, *picks, dims=(0, 1))
+
+
+def _tensor_scatter(b, xs, attrs):
+    """TensorScatter: the update written into the cache along ``axis`` from each batch's
+    write index on (wrapping around with mode "circular"), with ``index_put``."""
+    cache, update, where = (list(xs) + [None])[:3]
+    axis = b.dim(attrs.get("axis", -2), cache.ndim)
+    length, steps = cache.shape[axis], update.shape[axis]
+    lead = [1] * (axis + 1)
+    grids = [np.arange(n).reshape(lead[:d] + [-1] + lead[d + 1:])
+             for d, n in enumerate(cache.shape[:axis])]
+    pos = np.arange(steps).reshape(lead[:axis] + [-1])
+    if where is not None:
+        pos = b.op("add", b.reshape(b.cast(where, np.int64), [-1] + lead[1:]), pos)
+    if attrs.get("mode", "linear") == "circular":
+        pos = b.op("remainder", pos, length)
+    return b.op("index_put", cache, update, *grids, pos, dims=tuple(range(axis + 1)),
+                accumulate=False)
+
+
+def _depth_to_space(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 4, "input", 4)
+    n, c, h, w = x.shape
+    k = int(attrs["blocksize"])
+    if attrs.get("mode", "DCR") == "DCR":
+        y = b.reshape(x, (n, k, k, c // (k * k), h, w))
+        y = b.op("permute", y, perm=(0, 3, 4, 1, 5, 2))
+    else:
+        y = b.reshape(x, (n, c // (k * k), k, k, h, w))
+        y = b.op("permute", y, perm=(0, 1, 4, 2, 5, 3))
+    return b.reshape(y, (n, c // (k * k), h * k, w * k))
+
+
+def _space_to_depth(b, xs, attrs):
+    x = xs[0]
+    b.need_rank(x, 4, "input", 4)
+    n, c, h, w = x.shape
+    k = int(attrs["blocksize"])
+    y = b.reshape(x, (n, c, h // k, k, w // k, k))
+    crd = attrs.get("mode", "DCR") == "CRD"
+    y = b.op("permute", y, perm=(0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
+    return b.reshape(y, (n, c * k * k, h // k, w // k))
+
+
+def _one_hot(b, xs, attrs):
+    """OneHot: ``on`` where the index (negative ones counted from ``depth``) is the position
+    along the new ``axis``, else ``off``."""
+    indices, depth, values = xs
+    depth = int(np.asarray(b.static(depth, "depth")).reshape(-1)[0])
+    ndim = indices.ndim + 1
+    axis = b.dim(attrs.get("axis", -1), ndim)
+    idx = b.op("where", b.op("lt", indices, 0), b.op("add", indices, depth), indices)
+    idx = b.reshape(idx, tuple(indices.shape[:axis]) + (1,) + tuple(indices.shape[axis:]))
+    positions = np.arange(depth).reshape([-1 if k == axis else 1 for k in range(ndim)])
+    hit = b.op("eq", idx, positions)
+    off, on = (b.reshape(b.slice_dims(values, [(k, k + 1, 1)]), ()) for k in (0, 1))
+    return b.op("where", hit, on, off)
+
+
+def _scatter_reduce(b, x, coords: np.ndarray, updates, reduction: str):
+    """Updates combined into ``x`` at ``coords`` (known: one row of leading-dim indices per
+    update) by "mul", "max" or "min": in rounds, each writing at most one update per
+    position (a position named n times takes n rounds), so repeats combine in order."""
+    if reduction not in ("mul", "max", "min"):
+        raise b.error(f"reduction {reduction!r} is not one of none, add, mul, max and min")
+    combine = "mul" if reduction == "mul" else "maximum" if reduction == "max" else "minimum"
+    coords = np.where(coords < 0, coords + np.asarray(x.shape[:coords.shape[1]]), coords)
+    seen: dict = {}
+    rounds: list = []
+    for row, key in enumerate(map(tuple, coords.tolist())):
+        r = seen.get(key, 0)
+        seen[key] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(row)
+    dims = tuple(range(coords.shape[1]))
+    for rows in rounds:
+        cols = [coords[rows, d] for d in dims]
+        now = b.op("index", x, *cols, dims=dims)
+        new = b.op(combine, now, b.op("index", updates, np.asarray(rows), dims=(0,)))
+        x = b.op("index_put", x, b.cast(new, x.dtype), *cols, dims=dims, accumulate=False)
+    return x
+
+
+def _scatter_elements(b, xs, attrs):
+    """ScatterElements (and the old Scatter) -> index_put at the positions the indices
+    name along ``axis`` and their own positions in the other dims."""
+    x, i, updates = xs
+    b.need_rank(x, 1, "input")
+    reduction = attrs.get("reduction", "none")
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
+    if reduction not in ("none", "add"):
+        known = np.asarray(b.static(i, "indices"), np.int64)
+        known = np.where(known < 0, known + x.shape[dim], known)
+        coords = np.stack([known.reshape(-1) if d == dim else
+                           np.broadcast_to(np.arange(n).reshape([-1 if k == d else 1 for k in
+                                                                  range(x.ndim)]),
+                                           known.shape).reshape(-1)
+                           for d, n in enumerate(known.shape)], axis=1)
+        return _scatter_reduce(b, x, coords, b.reshape(updates, (-1,)), reduction)
+    if any(isinstance(d, Sym) for d in i.shape):
+        raise b.error(f"ScatterElements with indices of symbolic shape {tuple(i.shape)} is "
+                      "not supported")
+    n = x.shape[dim]
+    i = b.op("where", b.op("lt", i, 0), b.op("add", i, n), i)
+    grids = [np.broadcast_to(np.arange(m).reshape([-1 if k == d else 1
+                                                   for k in range(x.ndim)]), i.shape)
+             for d, m in enumerate(i.shape)]
+    grids[dim] = i
+    return b.op("index_put", x, b.cast(updates, x.dtype), *grids, dims=tuple(range(x.ndim)),
+                accumulate=reduction == "add")
+
+
+# -- training ops (domain ai.onnx.preview.training) ----------------------------------------------
+def _optimizer(kind):
+    """Adagrad, Momentum and Adam: one update of every tensor X_i by its gradient G_i and
+    state, from the learning rate R and step count T, as the ONNX definitions give it; the
+    outputs are the new tensors, then the new states."""
+    def convert(b, xs, attrs):
+        rate, step = b.reshape(xs[0], ()), b.cast(b.reshape(xs[1], ()), np.float64)
+        per = {"Adagrad": 3, "Momentum": 3, "Adam": 4}[kind]
+        n = (len(xs) - 2) // per
+        groups = [xs[2 + k * n:2 + (k + 1) * n] for k in range(per)]
+        norm = float(attrs.get("norm_coefficient", 0.0))
+        outs = [[] for _ in range(per - 1)]
+        for x, g, *state in zip(*groups):
+            g = b.op("add", b.op("mul", x, norm), g)
+            if kind == "Adagrad":
+                r = b.op("div", rate, b.op("add", b.op("mul", step,
+                                                        float(attrs.get("decay_factor", 0.0))),
+                                             1.0))
+                h = b.op("add", state[0], b.op("mul", g, g))
+                root = b.op("add", b.op("sqrt", h), float(attrs.get("epsilon", 0.0)))
+                new = [b.op("sub", x, b.op("div", b.op("mul", r, g), root)), h]
+            elif kind == "Momentum":
+                alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
+                scale = b.op("where", b.op("gt", step, 0.0), beta, 1.0)
+                v = b.op("add", b.op("mul", state[0], alpha), b.op("mul", g, scale))
+                move = v if attrs.get("mode", "standard") == "standard" else \
+                    b.op("add", g, b.op("mul", v, alpha))
+                new = [b.op("sub", x, b.op("mul", rate, move)), v]
+            else:
+                alpha, beta = float(attrs.get("alpha", 0.9)), float(attrs.get("beta", 0.999))
+                v = b.op("add", b.op("mul", state[0], alpha), b.op("mul", g, 1 - alpha))
+                h = b.op("add", b.op("mul", state[1], beta),
+                         b.op("mul", b.op("mul", g, g), 1 - beta))
+                root = b.op("add", b.op("sqrt", h), float(attrs.get("epsilon", 1e-6)))
+                fix = b.op("div", b.op("sqrt", b.op("sub", 1.0, b.op("pow", beta, step))),
+                           b.op("sub", 1.0, b.op("pow", alpha, step)))
+                r = b.op("where", b.op("gt", step, 0.0), b.op("mul", rate, fix), rate)
+                x_new = b.op("sub", x, b.op("mul", r, b.op("div", v, root)))
+                x_new = b.op("mul", x_new, 1 - float(attrs.get("norm_coefficient_post", 0.0)))
+                new = [x_new, v, h]
+            for k, t in enumerate(new):
+                outs[k].append(b.cast(t, x.dtype))
+        return tuple(t for part in outs for t in part)
+    return convert
+
+
+# The op types imported from a domain other than the default one, and that domain.
+DOMAINS = dict.fromkeys(("Adagrad", "Momentum", "Adam"), "ai.onnx.preview.training")
+
+
+# -- quantisation -------------------------------------------------------------------------------
+_QUANT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
+                 "int16": (-32768, 32767), "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3),
+                 "int2": (-2, 1), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _quant_param(b, p, x, axis: int, block: int):
+    """A scale or zero point shaped to broadcast against ``x``: one value, one per index of
+    ``axis``, or (``block``) one per block of that many indices along it."""
+    if p is None or p.ndim == 0:
+        return p
+    if numel(p.shape) == 1:
+        return b.reshape(p, ())
+    axis = b.dim(axis, x.ndim)
+    if not block:
+        return b.reshape(p, tuple(-1 if k == axis else 1 for k in range(x.ndim)))
+    shape = tuple(p.shape)
+    spread = b.op("expand", b.reshape(p, shape[:axis + 1] + (1,) + shape[axis + 1:]),
+                  shape=shape[:axis + 1] + (block,) + shape[axis + 1:])
+    whole = b.reshape(spread, shape[:axis] + (shape[axis] * block,) + shape[axis + 1:])
+    return _part(b, whole, axis, 0, x.shape[axis])
+
+
+def _quantize(b, x, scale, zero, dtype, saturate=True):
+    """round(x / scale) + zero, clipped to ``dtype``'s range (float8 and float4 types: the
+    saturating cast)."""
+    y = b.cast(x, np.float32) if scale is None else \
+        b.op("div", b.cast(x, np.float32), b.cast(scale, np.float32))
+    if dtype.name in _QUANT_RANGES:
+        y = b.op("round", y)
+        if zero is not None:
+            y = b.op("add", y, b.cast(zero, np.float32))
+        lo, hi = _QUANT_RANGES[dtype.name]
+        return b.cast(b.op("minimum", b.op("maximum", y, float(lo)), float(hi)), dtype)
+    if zero is not None and "float4" in dtype.name:
+        y = b.op("add", y, b.cast(zero, np.float32))
+    if saturate:
+        big = float(ml_dtypes.finfo(dtype).max)
+        y = b.op("minimum", b.op("maximum", y, -big), big)
+    return b.cast(y, dtype)
+
+
+def _quantize_linear(b, xs, attrs):
+    x, scale, zero = (list(xs) + [None])[:3]
+    axis, block = attrs.get("axis", 1), int(attrs.get("block_size", 0))
+    dtype = zero.dtype if zero is not None else \
+        b.onnx_dtype(attrs["output_dtype"], "output_dtype") if attrs.get("output_dtype") \
+        else np.dtype(np.uint8)
+    if "precision" in attrs:
+        wide = b.onnx_dtype(attrs["precision"], "precision")
+        x, scale = b.cast(x, wide), b.cast(scale, wide)
+    return _quantize(b, x, _quant_param(b, scale, x, axis, block),
+                     _quant_param(b, zero, x, axis, block), dtype,
+                     bool(attrs.get("saturate", 1)))
+
+
+def _dequantize_linear(b, xs, attrs):
+    x, scale, zero = (list(xs) + [None])[:3]
+    axis, block = attrs.get("axis", 1), int(attrs.get("block_size", 0))
+    y = b.cast(x, np.float32)
+    if zero is not None and x.dtype.kind in "iu" or zero is not None and \
+            x.dtype.name in ("int4", "uint4", "int2", "uint2"):
+        y = b.op("sub", y, b.cast(_quant_param(b, zero, x, axis, block), np.float32))
+    y = b.op("mul", y, _quant_param(b, scale, x, axis, block))
+    dtype = b.onnx_dtype(attrs["output_dtype"], "output_dtype") if attrs.get("output_dtype") \
+        else scale.dtype
+    return b.cast(y, dtype)
+
+
+def _dynamic_quantize_linear(b, xs, attrs):
+    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto 0..255."""
+    x = xs[0]
+    every = tuple(range(x.ndim))
+    hi = b.op("maximum", b.op("amax", x, dims=every, keepdim=False), 0.0)
+    lo = b.op("minimum", b.op("amin", x, dims=every, keepdim=False), 0.0)
+    span = b.op("sub", hi, lo)
+    scale = b.op("div", b.op("where", b.op("eq", span, 0), 1.0, span), 255.0)
+    zero = b.op("round", b.op("minimum", b.op("maximum", b.op("div", b.op("neg", lo), scale),
+                                               0.0), 255.0))
+    y = b.op("minimum", b.op("maximum", b.op("add", b.op("round", b.op("div", x, scale)),
+                                                   zero), 0.0), 255.0)
+    u8 = np.dtype(np.uint8)
+    return b.cast(y, u8), b.cast(scale, x.dtype), b.cast(zero, u8)
+
+
+def _integer_operands(b, pairs):
+    """int32 operands less their zero points (None: none)."""
+    return [b.cast(v, np.int32) if z is None else
+            b.op("sub", b.cast(v, np.int32), b.cast(z, np.int32)) for v, z in pairs]
+
+
+def _matmul_integer(b, xs, attrs):
+    a, c, za, zc = (list(xs) + [None, None])[:4]
+    if zc is not None and zc.ndim == 1 and numel(zc.shape) > 1:   # (per column of c)
+        zc = b.reshape(zc, (1, -1))
+    if za is not None and za.ndim == 1 and numel(za.shape) > 1:   # (per row of a)
+        za = b.reshape(za, (-1, 1))
+    left, right = _integer_operands(b, [(a, za), (c, zc)])
+    # (exact in float64 while the sums stay below 2**53)
+    return b.cast(b.op("matmul", b.cast(left, np.float64), b.cast(right, np.float64)), np.int32)
+
+
+def _qlinear_matmul(b, xs, attrs):
+    a, sa, za, c, sc, zc, sy, zy = xs
+    product = _matmul_integer(b, [a, c, za, zc], {})
+    scale = b.op("div", b.op("mul", b.cast(sa, np.float64), b.cast(sc, np.float64)),
+                 b.cast(sy, np.float64))
+    y = b.op("mul", b.cast(product, np.float64), scale)
+    return _quantize(b, y, None, zy, zy.dtype)
+
+
+def _conv_integer(b, xs, attrs):
+    x, w, zx, zw = (list(xs) + [None, None])[:4]
+    if zw is not None and zw.ndim == 1 and numel(zw.shape) > 1:
+        zw = b.reshape(zw, (-1,) + (1,) * (w.ndim - 1))
+    left, right = _integer_operands(b, [(x, zx), (w, zw)])
+    y = _conv(b, [b.cast(left, np.float64), b.cast(right, np.float64)], attrs)
+    return b.cast(b.op("round", y), np.int32)
+
+
+def _qlinear_conv(b, xs, attrs):
+    x, sx, zx, w, sw, zw, sy, zy, bias = (list(xs) + [None])[:9]
+    y = b.cast(_conv_integer(b, [x, w, zx, zw], attrs), np.float64)
+    if bias is not None:
+        y = b.op("add", y, b.reshape(b.cast(bias, np.float64), (-1,) + (1,) * (x.ndim - 2)))
+    scale = b.op("mul", b.cast(sx, np.float64), b.cast(sw, np.float64))
+    if scale.ndim == 1 and numel(scale.shape) > 1:
+        scale = b.reshape(scale, (-1,) + (1,) * (x.ndim - 2))
+    y = b.op("div", b.op("mul", y, scale), b.cast(sy, np.float64))
+    return _quantize(b, y, None, zy, zy.dtype)
+
+
+# -- losses -------------------------------------------------------------------------------------
+def _nll(b, log_prob, labels, weight, attrs):
+    """NegativeLogLikelihoodLoss of ``log_prob`` (N, C, d...) at ``labels`` (N, d...): minus
+    the picked entry, times the class weight (0 at ``ignore_index``); "mean" divides by the
+    weights' sum (the count of targets not ignored, without weights)."""
+    b.need_rank(log_prob, 2, "input")
+    n, c = log_prob.shape[:2]
+    rest = tuple(log_prob.shape[2:])
+    flat = b.reshape(log_prob, (n, c, -1))
+    t = b.reshape(labels, (n, -1))
+    ignore = attrs.get("ignore_index")
+    ignored = None if ignore is None else b.op("eq", t, int(ignore))
+    safe = t if ignored is None else b.op("where", ignored, np.zeros((), t.dtype), t)
+    rows = np.arange(n).reshape(n, 1)
+    cols = np.arange(flat.shape[2]).reshape(1, -1)
+    picked = b.op("index", flat, rows, safe, cols, dims=(0, 1, 2))
+    w = None if weight is None else b.op("index", weight, safe, dims=(0,))
+    if ignored is not None:
+        w = b.op("where", ignored, np.zeros((), log_prob.dtype),
+                 np.ones((), log_prob.dtype) if w is None else w)
+    loss = b.op("neg", picked) if w is None else b.op("mul", b.op("neg", picked), w)
+    reduction = attrs.get("reduction", "mean")
+    if reduction == "none":
+        return b.reshape(loss, (n,) + rest)
+    total = b.op("sum", loss, dims=(0, 1), keepdim=False, dtype=log_prob.dtype)
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise b.error(f"reduction {reduction!r} is not one of none, sum and mean")
+    if w is None:
+        return b.op("div", total, float(numel(loss.shape)))
+    return b.op("div", total, b.op("sum", w, dims=(0, 1), keepdim=False, dtype=w.dtype))
+
+
+def _nll_loss(b, xs, attrs):
+    x, labels, weight = (list(xs) + [None])[:3]
+    return _nll(b, x, labels, weight, attrs)
+
+
+def _softmax_cross_entropy(b, xs, attrs):
+    """SoftmaxCrossEntropyLoss: the NLL loss of the log-softmax over the classes (dim 1),
+    which is also its second output."""
+    x, labels, weight = (list(xs) + [None])[:3]
+    log_prob = b.op("log_softmax", x, dim=1)
+    if x.ndim == 2 and weight is None:   # (dualgraph's cross_entropy: any batch, symbolic too)
+        ignore = attrs.get("ignore_index", np.iinfo(np.int64).min)
+        return b.op("cross_entropy", x, labels, ignore_index=int(ignore),
+                    reduction=attrs.get("reduction", "mean")), log_prob
+    return _nll(b, log_prob, labels, weight, attrs), log_prob
+
+
+# -- resize -------------------------------------------------------------------------------------
+def _resize_coeffs(mode: str, attrs, ratio: float, scale: float) -> np.ndarray:
+    """The weights of one output position's neighbours, ``ratio`` in (0, 1] past the left
+    one (ONNX's Resize reference: nearest, linear and cubic, with antialias)."""
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        rule = attrs.get("nearest_mode", "round_prefer_floor")
+        left = ratio <= 0.5 if rule == "round_prefer_floor" else \
+            ratio < 0.5 if rule == "round_prefer_ceil" else rule == "floor"
+        return np.array([float(left), float(not left)])
+    antialias = attrs.get("antialias", 0) and scale < 1
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        coeffs = np.clip(1 - np.abs(args), 0, 1)
+        return coeffs / coeffs.sum()
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+
+    def cubic(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+    if not antialias:
+        return np.array([cubic(ratio + 1), cubic(ratio), cubic(1 - ratio), cubic(2 - ratio)])
+    start = int(np.floor(-2 / scale) + 1)
+    coeffs = np.array([cubic(scale * (i - ratio)) for i in range(start, 2 - start)])
+    return coeffs / coeffs.sum()
+
+
+def _resize_axis(b, attrs, mode, n: int, out: int, scale: float, roi):
+    """The matrix (out, n) that resizes one axis of length ``n`` to ``out``, and a mask of
+    the output positions outside the input (tf_crop_and_resize) or None."""
+    how = attrs.get("coordinate_transformation_mode", "half_pixel" if b.opset >= 11 else
+                    "asymmetric")
+    y = np.arange(out, dtype=np.float64)
+    width = scale * n
+    outside = None
+    if how == "align_corners":
+        x = np.zeros(out) if width == 1 else y * (n - 1) / (width - 1)
+    elif how == "asymmetric":
+        x = y / scale
+    elif how == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(out, (hi - lo) * (n - 1) / 2) if width == 1 else \
+            y * (hi - lo) * (n - 1) / (width - 1)
+        x = x + lo * (n - 1)
+        outside = (x < 0) | (x > n - 1)
+    elif how == "pytorch_half_pixel":
+        x = np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif how == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif how == "half_pixel_symmetric":
+        x = n / 2 * (1 - out / width) + (y + 0.5) / scale - 0.5
+    else:
+        raise b.error(f"coordinate_transformation_mode {how!r} is not supported")
+    left = np.floor(x).astype(np.int64)
+    ratios = np.where(x == left, 1.0, x - left)
+    coeffs = np.stack([_resize_coeffs(mode, attrs, float(r), scale) for r in ratios]) \
+        if out else np.zeros((0, 2))
+    k = coeffs.shape[1]
+    pad = (k + 1) // 2
+    padded = x + pad
+    p = np.floor(padded).astype(np.int64)
+    frac = padded - p
+    if k % 2 == 0:
+        first = np.where(frac == 0, -(k // 2), -(k // 2) + 1)
+    else:
+        first = np.where(frac <= 0.5, -((k - 1) // 2), -((k - 1) // 2) + 1)
+    idx = (p + first)[:, None] + np.arange(k)[None, :] - pad
+    if attrs.get("exclude_outside", 0):
+        coeffs = np.where((idx < 0) | (idx >= n), 0.0, coeffs)
+        total = coeffs.sum(axis=1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    matrix = np.zeros((out, n))
+    np.add.at(matrix, (np.repeat(np.arange(out), k), np.clip(idx, 0, n - 1).reshape(-1)),
+              coeffs.reshape(-1))
+    return matrix, outside
+
+
+def _resize(b, xs, attrs):
+    """Resize (and Upsample): separable, so each resized axis is a product with a matrix
+    of weights computed when loading (its rows the output positions); nearest picks with
+    ``index`` instead, exact for any dtype. Computed in float64 and cast back, as ONNX's
+    reference does."""
+    x = xs[0]
+    if b.node.op_type == "Upsample":   # (asymmetric coordinates, the nearest pixel below)
+        attrs = dict(attrs, nearest_mode="floor")
+    if b.node.op_type == "Upsample" or b.opset < 11:
+        roi, sizes = None, None
+        scales = attrs.get("scales") if len(xs) < 2 else b.static(xs[1], "scales")
+    else:
+        roi, scales, sizes = (list(xs[1:]) + [None] * 3)[:3]
+        roi, scales, sizes = (None if t is None or (isinstance(t, np.ndarray) and t.size == 0)
+                              else b.static(t, what)
+                              for t, what in ((roi, "roi"), (scales, "scales"),
+                                              (sizes, "sizes")))
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"Resize of symbolic shape {tuple(x.shape)} is not supported")
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic", "bilinear"):
+        raise b.error(f"Resize mode {mode!r} is not supported")
+    mode = "linear" if mode == "bilinear" else mode
+    r = x.ndim
+    axes = [b.dim(a, r) for a in attrs.get("axes", range(r))]
+    shape = list(x.shape)
+    if sizes is not None:
+        sizes = [int(v) for v in np.reshape(sizes, -1)]
+        factors = {a: sizes[i] / shape[a] for i, a in enumerate(axes)}
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            common = pick(factors.values())
+            factors = dict.fromkeys(axes, common)
+            sizes = [int(common * shape[a] + 0.5) for a in axes]
+        outs = dict(zip(axes, sizes))
+    else:
+        factors = {a: float(v) for a, v in zip(axes, np.reshape(scales, -1))}
+        outs = {a: int(factors[a] * shape[a]) for a in axes}
+    rois = {}
+    if roi is not None:
+        roi = np.reshape(roi, -1).astype(np.float64)
+        rois = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
+    y = x if mode == "nearest" else b.cast(x, np.float64)
+    for a in axes:
+        n, out, factor = shape[a], outs[a], factors[a]
+        span = rois.get(a, (0.0, 1.0))
+        if out == n and np.isclose(factor, 1.0) and np.allclose(span, (0.0, 1.0)):
+            continue
+        b.check_size(out * n, "Resize's weights")
+        matrix, outside = _resize_axis(b, attrs, mode, n, out, factor, span)
+        if mode == "nearest":
+            y = b.op("index", y, matrix.argmax(axis=1), dims=(a,))
+        else:
+            moved = _move_axis(b, y, a, y.ndim - 1)
+            y = _move_axis(b, b.op("matmul", moved, np.ascontiguousarray(matrix.T)),
+                           y.ndim - 1, a)
+        if outside is not None and outside.any():
+            where = outside.reshape([-1 if k == a else 1 for k in range(r)])
+            fill = np.asarray(attrs.get("extrapolation_value", 0.0), y.dtype)
+            y = b.op("where", where, fill, y)
+    if y.dtype != x.dtype and x.dtype.kind in "iu":   # (saturating, as the reference)
+        info = np.iinfo(x.dtype)
+        y = b.op("minimum", b.op("maximum", b.op("round", y), float(info.min)),
+                 float(info.max))
+    return b.cast(y, x.dtype)
+
+
+# -- recurrent layers ---------------------------------------------------------------------------
+_RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_RNN_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
+                    "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+
+
+def _activation(b, name: str, alpha, beta):
+    """The ONNX recurrent layers' activation ``name`` as a function of a Value."""
+    rules = {
+        "Sigmoid": lambda x: b.op("sigmoid", x), "Tanh": lambda x: b.op("tanh", x),
+        "Relu": lambda x: b.op("relu", x),
+        "LeakyRelu": lambda x: _leaky_relu(b, [x], {"alpha": alpha if alpha is not None
+                                                    else 0.01}),
+        "ThresholdedRelu": lambda x: _thresholded_relu(b, x, {"alpha": alpha or 1.0}),
+        "HardSigmoid": lambda x: _hard_sigmoid_of(b, x, 0.2 if alpha is None else alpha,
+                                                  0.5 if beta is None else beta),
+        "Affine": lambda x: b.op("add", b.op("mul", x, alpha), beta),
+        "ScaledTanh": lambda x: b.op("mul", b.op("tanh", b.op("mul", x, beta)), alpha),
+        "Elu": lambda x: b.op("elu", x, alpha=1.0 if alpha is None else alpha),
+        "Softsign": lambda x: _softsign(b, [x], {}),
+        "Softplus": lambda x: b.op("softplus", x, beta=1.0, threshold=20.0),
+    }
+    if name not in rules:
+        raise b.error(f"activation {name!r} is not supported")
+    return rules[name]
+
+
+def _part(b, x, dim: int, k: int, size: int):
+    """Part ``k`` of ``x`` cut into parts of ``size`` along ``dim``."""
+    index = [None] * x.ndim
+    index[dim] = (k * size, (k + 1) * size, 1)
+    return b.slice_dims(x, index)
+
+
+def _recurrent(b, xs, attrs):
+    """RNN, GRU and LSTM, unrolled over the (static) sequence: per direction, the input
+    projections of every step in one product, then one step's gates after another, as the
+    ONNX equations give them (gate orders: GRU z r h, LSTM i o f c; peepholes i o f).
+    ``sequence_lens`` keeps a finished sequence's state and gives zeros past its end."""
+    kind = b.node.op_type
+    x, w, r, bias, lens, h0 = (list(xs) + [None] * 6)[:6]
+    c0, peep = ((list(xs[6:]) + [None, None])[:2]) if kind == "LSTM" else (None, None)
+    layout = attrs.get("layout", 0)
+    if layout:
+        x = b.op("permute", x, perm=(1, 0, 2))
+        h0, c0 = (None if t is None else b.op("permute", t, perm=(1, 0, 2)) for t in (h0, c0))
+    steps, batch, _ = x.shape
+    hidden = int(attrs.get("hidden_size", w.shape[1] // _RNN_GATES[kind]))
+    if not isinstance(steps, int):
+        raise b.error(f"{kind} over a symbolic number of steps {steps} is not supported")
+    direction = attrs.get("direction", "forward")
+    dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    if lens is not None and True in dirs:
+        raise b.error(f"{kind} in reverse with sequence_lens is not supported")
+    names = list(attrs.get("activations", _RNN_ACTIVATIONS[kind] * len(dirs)))
+    per = len(_RNN_ACTIVATIONS[kind])
+    alphas = list(attrs.get("activation_alpha", ())) + [None] * len(names)
+    betas = list(attrs.get("activation_beta", ())) + [None] * len(names)
+    clip = attrs.get("clip")
+    gates = _RNN_GATES[kind]
+    ys, last_h, last_c = [], [], []
+    for d, backwards in enumerate(dirs):
+        f, g, h = ([_activation(b, names[d * per + k], alphas[d * per + k],
+                                betas[d * per + k]) for k in range(per)] + [None, None])[:3]
+
+        def pick(t, k=d):
+            return b.reshape(_part(b, t, 0, k, 1), tuple(t.shape[1:]))
+        wd, rd = pick(w), pick(r)
+        proj = b.op("matmul", x, b.op("permute", wd, perm=(1, 0)))   # (steps, batch, G*h)
+        rb = None
+        if bias is not None:
+            bd = pick(bias)
+            wb, rb = _part(b, bd, 0, 0, gates * hidden), _part(b, bd, 0, 1, gates * hidden)
+            proj = b.op("add", proj, wb if kind == "GRU" else b.op("add", wb, rb))
+        state = pick(h0) if h0 is not None else np.zeros((batch, hidden), x.dtype)
+        cell = pick(c0) if c0 is not None else np.zeros((batch, hidden), x.dtype)
+        p = pick(peep) if peep is not None else None
+        outs = [None] * steps
+        for t in (range(steps - 1, -1, -1) if backwards else range(steps)):
+            xt = b.reshape(_part(b, proj, 0, t, 1), (batch, gates * hidden))
+
+            def part(v, k):
+                return _part(b, v, v.ndim - 1, k, hidden)
+            clipped = (lambda v: v) if clip is None else \
+                (lambda v: b.op("minimum", b.op("maximum", v, -clip), clip))
+            if kind == "GRU":
+                rz = b.op("matmul", state, b.op("permute", rd, perm=(1, 0)))
+                if rb is not None:
+                    rz = b.op("add", rz, rb)
+                z = f(clipped(b.op("add", part(xt, 0), part(rz, 0))))
+                reset = f(clipped(b.op("add", part(xt, 1), part(rz, 1))))
+                if attrs.get("linear_before_reset", 0):
+                    hh = b.op("mul", reset, part(rz, 2))
+                else:
+                    rh = _part(b, rd, 0, 2, hidden)
+                    hh = b.op("matmul", b.op("mul", reset, state),
+                              b.op("permute", rh, perm=(1, 0)))
+                    if rb is not None:
+                        hh = b.op("add", hh, _part(b, rb, 0, 2, hidden))
+                cand = g(clipped(b.op("add", part(xt, 2), hh)))
+                new = b.op("add", b.op("mul", b.op("sub", 1.0, z), cand), b.op("mul", z, state))
+            else:
+                pre = b.op("add", xt, b.op("matmul", state, b.op("permute", rd, perm=(1, 0))))
+                if kind == "RNN":
+                    new = f(clipped(pre))
+                else:
+                    peeps = [None] * 3 if p is None else \
+                        [_part(b, p, 0, k, hidden) for k in range(3)]
+
+                    def gate(k, pk, c):
+                        v = part(pre, k)
+                        return f(clipped(v if pk is None else b.op("add", v, b.op("mul", pk, c))))
+                    i = gate(0, peeps[0], cell)
+                    forget = gate(2, peeps[2], cell)
+                    if attrs.get("input_forget", 0):
+                        forget = b.op("sub", 1.0, i)
+                    cell_new = b.op("add", b.op("mul", forget, cell),
+                                    b.op("mul", i, g(clipped(part(pre, 3)))))
+                    o = gate(1, peeps[1], cell_new)
+                    new = b.op("mul", o, h(cell_new))
+            if lens is not None:   # (finished sequences keep their state)
+                going = b.reshape(b.op("lt", t, lens), (batch, 1))
+                new = b.op("where", going, new, state)
+                if kind == "LSTM":
+                    cell_new = b.op("where", going, cell_new, cell)
+                outs[t] = b.op("where", going, new, np.zeros((), x.dtype))
+            else:
+                outs[t] = new
+            state = new
+            if kind == "LSTM":
+                cell = cell_new
+        ys.append(b.op("cat", *[b.reshape(o, (1, 1, batch, hidden)) for o in outs], dim=0))
+        last_h.append(b.reshape(state, (1, batch, hidden)))
+        last_c.append(b.reshape(cell, (1, batch, hidden)) if kind == "LSTM" else None)
+    y = ys[0] if len(ys) == 1 else b.op("cat", *ys, dim=1)   # (steps, dirs, batch, hidden)
+    yh = last_h[0] if len(dirs) == 1 else b.op("cat", *last_h, dim=0)
+    yc = None if kind != "LSTM" else last_c[0] if len(dirs) == 1 else b.op("cat", *last_c, dim=0)
+    if layout:
+        y = b.op("permute", y, perm=(2, 0, 1, 3))
+        yh, yc = (None if t is None else b.op("permute", t, perm=(1, 0, 2)) for t in (yh, yc))
+    return (y, yh, yc) if kind == "LSTM" else (y, yh)
+
+
+# -- grid sampling ------------------------------------------------------------------------------
+def _reflect(b, x, low: float, high: float):
+    """``x`` reflected at ``low`` and ``high`` until inside (as ONNX's GridSample)."""
+    span = high - low
+    if span <= 0:
+        return b.op("full_like", x, fill_value=low, dtype=x.dtype)
+    out = x
+    for below in (True, False):
+        dx = b.op("sub", low, x) if below else b.op("sub", x, high)
+        n = b.op("floor", b.op("div", dx, span))
+        r = b.op("sub", dx, b.op("mul", n, span))
+        even = b.op("eq", b.op("fmod", n, 2.0), 0.0)
+        near, far = (b.op("add", low, r), b.op("sub", high, r))
+        moved = b.op("where", even, near if below else far, far if below else near)
+        out = b.op("where", b.op("lt", x, low) if below else b.op("gt", x, high), moved, out)
+    return out
+
+
+def _dft(b, xs, attrs):
+    """DFT along ``axis`` of a real (..., 1) or complex (..., 2) signal: products with the
+    cos and sin matrices (computed when loading, in float64), the signal cut or zero-padded
+    to ``dft_length`` first; ``onesided`` keeps the first n // 2 + 1 bins, or with
+    ``inverse`` takes them as a Hermitian spectrum and gives the real signal."""
+    x = xs[0]
+    length = xs[1] if len(xs) > 1 else None
+    if b.opset >= 20:
+        axis = b.ints(xs[2], "axis")[0] if len(xs) > 2 and xs[2] is not None else -2
+    else:
+        axis = attrs.get("axis", 1)
+    axis = b.dim(axis, x.ndim)
+    inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
+    parts = [_part(b, x, x.ndim - 1, k, 1) for k in range(x.shape[-1])]
+    parts = [_move_axis(b, b.cast(b.reshape(p, tuple(p.shape[:-1])), np.float64), axis,
+                        x.ndim - 2) for p in parts]
+    n_in = parts[0].shape[-1]
+    half = inverse and onesided
+    n = int(b.ints(length, "dft_length")[0]) if length is not None else \
+        2 * (n_in - 1) if half else n_in
+    b.check_size(n * n, "DFT's matrices")
+    if half:   # (the bins -> the full spectrum, mirrored and conjugated)
+        k = np.arange(n)
+        mirror = np.where(k <= n // 2, k, n - k)
+        keep = np.zeros((n_in, n))
+        keep[np.clip(mirror, 0, n_in - 1), k] = 1.0
+        flip = keep * np.where(k <= n // 2, 1.0, -1.0)
+    else:
+        keep = np.eye(n_in, n)
+        flip = keep
+    n_out = n // 2 + 1 if onesided and not inverse else n
+    theta = 2 * np.pi * np.outer(np.arange(n), np.arange(n_out)) / n
+    sign = 1.0 if inverse else -1.0
+    cos, sin = np.cos(theta), sign * np.sin(theta)
+    a = parts[0]
+    bi = parts[1] if len(parts) > 1 else None
+    real = b.op("matmul", a, keep @ cos)
+    imag = b.op("matmul", a, keep @ sin)
+    if bi is not None:
+        real = b.op("sub", real, b.op("matmul", bi, flip @ sin))
+        imag = b.op("add", imag, b.op("matmul", bi, flip @ cos))
+    outs = [real] if half else [real, imag]
+    if inverse:
+        outs = [b.op("div", o, float(n)) for o in outs]
+    outs = [_move_axis(b, b.reshape(o, tuple(o.shape) + (1,)), x.ndim - 2, axis) for o in outs]
+    y = outs[0] if len(outs) == 1 else b.op("cat", *outs, dim=x.ndim - 1)
+    return b.cast(y, x.dtype)
+
+
+def _stft(b, xs, attrs):
+    """STFT: the signal's frames (every ``frame_step``), times the window, through DFT."""
+    x, step, window, length = (list(xs) + [None, None])[:4]
+    step = int(b.ints(step, "frame_step")[0])
+    size = int(b.ints(length, "frame_length")[0]) if length is not None else window.shape[0]
+    count = (x.shape[1] - size) // step + 1
+    positions = np.arange(count).reshape(-1, 1) * step + np.arange(size).reshape(1, -1)
+    frames = b.op("index", x, positions, dims=(1,))            # (B, frames, size, 1|2)
+    if window is not None:
+        frames = b.op("mul", frames, b.reshape(b.cast(window, x.dtype), (1, 1, size, 1)))
+    return _dft(b, [frames, None, np.asarray(2)],
+                {"axis": 2, "onesided": attrs.get("onesided", 1)})
+
+
+def _affine_grid(b, xs, attrs):
+    """AffineGrid: the normalised coordinates of each output position (x fastest, then y,
+    z), with a 1, times each batch's theta transposed."""
+    theta, size = xs
+    size = b.ints(size, "size")
+    spatial = size[2:]
+    align = attrs.get("align_corners", 0)
+    axes = [np.linspace(-1, 1, n) if align else (2 * np.arange(n) + 1) / n - 1
+            for n in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")[::-1]   # (x, y[, z]) over (D,) H, W
+    base = np.stack(list(mesh) + [np.ones(spatial)], axis=-1).reshape(-1, len(spatial) + 1)
+    b.check_size(base.size, "AffineGrid's base grid")
+    grid = b.op("matmul", base.astype(theta.dtype), b.op("permute", theta, perm=(0, 2, 1)))
+    return b.reshape(grid, (size[0],) + tuple(spatial) + (len(spatial),))
+
+
+def _grid_sample(b, xs, attrs):
+    """GridSample of any number of spatial dims: each output position's source coordinates
+    (the grid's last axis, innermost dim first) un-normalised, moved inside by the padding
+    mode, and the input gathered at the 2 (linear), 4 (cubic) or 1 (nearest) neighbours per
+    dim, weighted; outside pixels read 0 ("zeros"), the border, or their reflection."""
+    x, grid = xs
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "linear"),
+                                                          attrs.get("mode", "linear"))
+    padding = attrs.get("padding_mode", "zeros")
+    align = bool(attrs.get("align_corners", 0))
+    dims = tuple(x.shape[2:])
+    nd, n = len(dims), x.shape[0]
+    if any(isinstance(d, Sym) for d in x.shape + grid.shape):
+        raise b.error("GridSample of symbolic shapes is not supported")
+    grid = b.cast(grid, np.float64)
+    coords, borders = [], []
+    for i, size in enumerate(dims):
+        g = b.reshape(_part(b, grid, grid.ndim - 1, nd - 1 - i, 1), tuple(grid.shape[:-1]))
+        v = b.op("mul", b.op("add", g, 1.0), (size - 1) / 2) if align else \
+            b.op("div", b.op("sub", b.op("mul", b.op("add", g, 1.0), size), 1.0), 2.0)
+        if mode == "nearest":
+            v = b.op("round", v)
+        low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if padding == "border":
+            v = b.op("minimum", b.op("maximum", v, 0.0), float(size - 1))
+        elif padding == "reflection":
+            v = _reflect(b, v, low, high)
+        coords.append(v)
+        borders.append((low, high))
+    taps = [0] if mode == "nearest" else [0, 1] if mode == "linear" else [-1, 0, 1, 2]
+    per_dim = []
+    for v, size, (low, high) in zip(coords, dims, borders):
+        base = v if mode == "nearest" else b.op("floor", v)
+        t = b.op("sub", v, base)
+        if mode == "linear":
+            weights = [b.op("sub", 1.0, t), t]
+        elif mode == "cubic":
+            a = -0.75
+            weights = [_cubic_weight(b, b.op("add", t, 1.0), a), _cubic_weight(b, t, a),
+                       _cubic_weight(b, b.op("sub", 1.0, t), a),
+                       _cubic_weight(b, b.op("sub", 2.0, t), a)]
+        else:
+            weights = [None]
+        options = []
+        for tap, w in zip(taps, weights):
+            i = b.op("add", base, float(tap))
+            if padding == "zeros":
+                inside = b.op("bitwise_and", b.op("ge", i, 0.0), b.op("le", i, size - 1.0))
+            else:
+                if padding == "reflection":
+                    i = _reflect(b, i, low, high)
+                inside = None
+            i = b.cast(b.op("minimum", b.op("maximum", i, 0.0), float(size - 1)), np.int64)
+            options.append((i, w, inside))
+        per_dim.append(options)
+    batch = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    total = None
+    for combo in np.ndindex(*[len(taps)] * nd):
+        picks = [per_dim[d][k] for d, k in enumerate(combo)]
+        v = b.op("index", x, batch, *[p[0] for p in picks], dims=(0,) + tuple(range(2, 2 + nd)))
+        v = b.op("permute", b.cast(v, np.float64), perm=(0, v.ndim - 1) +
+                 tuple(range(1, v.ndim - 1)))   # (N, *out, C) -> (N, C, *out)
+        weight = None
+        for i, w, inside in picks:
+            if inside is not None:
+                mask = b.cast(inside, np.float64)
+                w = mask if w is None else b.op("mul", w, mask)
+            if w is not None:
+                weight = w if weight is None else b.op("mul", weight, w)
+        if weight is not None:
+            v = b.op("mul", v, b.reshape(weight, (n, 1) + tuple(weight.shape[1:])))
+        total = v if total is None else b.op("add", total, v)
+    return b.cast(total, x.dtype)
+
+
+def _cubic_weight(b, t, a):
+    """Keys' cubic convolution weight at distance ``t`` (0 <= t < 2)."""
+    t = b.op("abs", t)
+    t2 = b.op("mul", t, t)
+    t3 = b.op("mul", t2, t)
+    near = b.op("add", b.op("sub", b.op("mul", t3, a + 2), b.op("mul", t2, a + 3)), 1.0)
+    far = b.op("sub", b.op("add", b.op("sub", b.op("mul", t3, a), b.op("mul", t2, 5 * a)),
+                           b.op("mul", t, 8 * a)), 4 * a)
+    return b.op("where", b.op("le", t, 1.0), near, far)
+
+
+# -- attention ----------------------------------------------------------------------------------
+def _heads(b, x, heads):
+    """(B, S, H*D) -> (B, H, S, D)."""
+    n, length, hidden = x.shape
+    return b.op("permute", b.reshape(x, (n, length, heads, hidden // heads)), perm=(0, 2, 1, 3))
+
+
+def _blocked(b, allowed, dtype):
+    """0 where ``allowed`` (a bool array or Value), -inf elsewhere, in ``dtype``."""
+    if isinstance(allowed, np.ndarray):
+        return np.where(allowed, 0, -np.inf).astype(dtype)
+    return b.op("where", allowed, np.zeros((), dtype), np.asarray(-np.inf, dtype))
+
+
+def _add_bias(b, bias, more):
+    return more if bias is None else b.op("add", bias, more)
+
+
+def _attention_bias(b, attrs, q, mask, offset, nonpad, kv_len):
+    """The additive bias of Attention's scores (None for none): the mask (a bool mask as
+    0 / -inf, padded to the keys with -inf), the causal and sliding-window limits aligned
+    to the bottom right (``offset`` keys precede the queries: the past keys, or per batch
+    ``nonpad - q_len``), and the keys past ``nonpad``."""
+    q_len, dtype = q.shape[2], q.dtype
+    if mask is not None:
+        if mask.shape[-1] != kv_len:
+            mask = _pad_dim(b, mask, mask.ndim - 1, 0, kv_len - mask.shape[-1], "constant",
+                            False if mask.dtype == np.bool_ else -np.inf)
+        if mask.dtype == np.bool_:
+            mask = _blocked(b, mask, dtype)
+    bias = mask
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    if nonpad is not None and offset is None:   # (per batch: (B, 1, 1, 1))
+        offset = b.op("sub", b.reshape(b.cast(nonpad, np.int64), (-1, 1, 1, 1)), q_len)
+    offset = 0 if offset is None else offset
+    diff = b.op("sub", b.op("add", i, offset), j)   # the query's position minus the key's
+    limits = []
+    if attrs.get("is_causal", 0):
+        limits.append(b.op("ge", diff, 0))
+    left, right = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
+    if left >= 0:
+        limits.append(b.op("le", diff, left))
+    if right >= 0:
+        limits.append(b.op("ge", diff, -right))
+    for limit in limits:
+        bias = _add_bias(b, bias, _blocked(b, limit, dtype))
+    if nonpad is not None:
+        inside = b.op("lt", j, b.reshape(b.cast(nonpad, np.int64), (-1, 1)))
+        bias = _add_bias(b, bias, b.reshape(_blocked(b, inside, dtype), (-1, 1, 1, kv_len)))
+    return bias
+
+
+def _linear_attention(b, xs, attrs):
+    """LinearAttention, step by step over the (static) sequence in float32: the state
+    (B, H_kv, d_k, d_v) decays by exp(decay) ("gated"), takes beta times the value's
+    difference from what it retrieves for the key ("delta"), adds key x value, and each
+    query reads it (kv heads repeated for grouped queries), times the scale."""
+    q, k, v, past, decay, beta = (list(xs) + [None] * 6)[:6]
+    heads, kv_heads = attrs["q_num_heads"], attrs["kv_num_heads"]
+    rule = attrs.get("update_rule", "gated_delta")
+    n, steps = q.shape[0], q.shape[1]
+    f32 = np.dtype(np.float32)
+    q4, k4, v4 = (b.cast(_heads(b, t, h), f32) for t, h in ((q, heads), (k, kv_heads),
+                                                              (v, kv_heads)))
+    d_k, d_v = k4.shape[3], v4.shape[3]
+    scale = attrs.get("scale") or 1 / np.sqrt(d_k)
+    if decay is not None:
+        decay = b.cast(b.reshape(decay, (n, steps, kv_heads, -1)), f32)   # (B, T, H, 1|d_k)
+    if beta is not None:
+        beta = b.cast(b.reshape(beta, (n, steps, beta.shape[-1], 1)), f32)
+    state = b.cast(past, f32) if past is not None else np.zeros((n, kv_heads, d_k, d_v), f32)
+    outs = []
+    for t in range(steps):
+        def at(x, axis=2):
+            return b.reshape(_part(b, x, axis, t, 1),
+                             tuple(d for a, d in enumerate(x.shape) if a != axis))
+        qt, kt, vt = at(q4), at(k4), at(v4)
+        if rule in ("gated", "gated_delta"):
+            g = b.op("exp", at(decay, 1))                                   # (B, H, 1|d_k)
+            state = b.op("mul", state, b.reshape(g, tuple(g.shape) + (1,)))
+        if rule in ("delta", "gated_delta"):
+            got = b.op("einsum", state, kt, equation="bhdm,bhd->bhm")
+            vt = b.op("mul", at(beta, 1), b.op("sub", vt, got))
+        state = b.op("add", state, b.op("einsum", kt, vt, equation="bhd,bhm->bhdm"))
+        read = state
+        if heads != kv_heads:
+            shape = tuple(state.shape)
+            read = b.reshape(b.op("expand", b.reshape(state, shape[:2] + (1,) + shape[2:]),
+                                  shape=shape[:2] + (heads // kv_heads,) + shape[2:]),
+                             (n, heads) + shape[2:])
+        y = b.op("mul", b.op("einsum", qt, read, equation="bhd,bhdm->bhm"), float(scale))
+        outs.append(b.reshape(y, (n, 1, heads * d_v)))
+    y = outs[0] if len(outs) == 1 else b.op("cat", *outs, dim=1)
+    return b.cast(y, q.dtype), b.cast(state, past.dtype if past is not None else q.dtype)
+
+
+def _attention(b, xs, attrs):
+    """Attention (opset 23+): softmax(q k^T * scale + bias) v over (B, H, S, D) heads (3-D
+    inputs are split into ``q_num_heads`` and ``kv_num_heads`` heads), with the past keys
+    and values prepended, grouped-query heads repeated, a softcap, and the four
+    ``qk_matmul_output_mode`` outputs. A query row that the bias blocks entirely gives 0."""
+    q, k, v, mask, past_k, past_v, nonpad = (list(xs) + [None] * 7)[:7]
+    three = q.ndim == 3
+    if three:
+        q = _heads(b, q, attrs["q_num_heads"])
+        k, v = (_heads(b, t, attrs["kv_num_heads"]) for t in (k, v))
+    b.need_rank(q, 4, "query", 4)
+    scale = attrs.get("scale")
+    scale = 1 / np.sqrt(q.shape[3]) if scale is None else scale
+    root = float(q.dtype.type(np.sqrt(scale)))   # (both sides scaled, as the reference)
+    if past_k is not None:
+        k, v = b.op("cat", past_k, k, dim=2), b.op("cat", past_v, v, dim=2)
+    present_k, present_v = k, v
+    offset = past_k.shape[2] if past_k is not None else None
+    bias = _attention_bias(b, attrs, q, mask, offset, nonpad, k.shape[2])
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads != kv_heads and heads % kv_heads == 0:   # grouped-query: repeat each kv head
+        n, _, length, size = k.shape
+        k, v = (b.reshape(b.op("expand", b.reshape(t, (n, kv_heads, 1, length, t.shape[3])),
+                                 shape=(n, kv_heads, heads // kv_heads, length, t.shape[3])),
+                          (n, heads, length, t.shape[3])) for t in (k, v))
+    scores = b.op("matmul", b.op("mul", q, root),
+                  b.op("permute", b.op("mul", k, root), perm=(0, 1, 3, 2)))
+    softcap = float(attrs.get("softcap", 0.0))
+    if softcap > 0:
+        scores = b.op("mul", b.op("tanh", b.op("div", scores, softcap)), softcap)
+    mode = attrs.get("qk_matmul_output_mode", 0)
+    biased = scores if bias is None else b.op("add", scores, bias)
+    exposed = biased if mode == 2 else scores
+    if "softmax_precision" in attrs:
+        biased = b.cast(biased, b.onnx_dtype(attrs["softmax_precision"], "softmax_precision"))
+    p = b.op("softmax", biased, dim=3)
+    if bias is not None:   # (rows with no key to attend: 0, not softmax's NaN)
+        blocked = b.op("isinf", b.op("amax", bias, dims=(bias.ndim - 1,), keepdim=True))
+        p = b.op("where", blocked, np.zeros((), p.dtype), p)
+    if mode == 3:
+        exposed = p
+    y = b.op("matmul", b.cast(p, q.dtype), v)
+    if three:
+        y = b.op("permute", y, perm=(0, 2, 1, 3))
+        y = b.reshape(y, (y.shape[0], y.shape[1], -1))
+    return y, present_k, present_v, b.cast(exposed, q.dtype)
+
+
+def _rotary_embedding(b, xs, attrs):
+    """RotaryEmbedding: the first ``rotary_embedding_dim`` features of each head rotated
+    as pairs (the halves, or neighbours when ``interleaved``) by the cached cos and sin at
+    each position (``position_ids`` pick the cache's rows)."""
+    x, cos, sin, positions = (list(xs) + [None])[:4]
+    shape = tuple(x.shape)
+    y = b.op("permute", x, perm=(0, 2, 1, 3)) if x.ndim == 4 else \
+        b.reshape(x, shape[:2] + (attrs["num_heads"], -1))        # (B, S, H, D)
+    size = y.shape[3]
+    rot = int(attrs.get("rotary_embedding_dim", 0)) or size
+    if positions is not None:
+        cos, sin = (b.op("index", c, positions, dims=(0,)) for c in (cos, sin))
+    cos, sin = (b.reshape(c, tuple(c.shape[:-1]) + (1, c.shape[-1])) for c in (cos, sin))
+    turned = _part(b, y, 3, 0, rot)
+    if attrs.get("interleaved", 0):
+        pairs = b.reshape(turned, tuple(turned.shape[:3]) + (rot // 2, 2))
+        x1, x2 = (b.reshape(_part(b, pairs, 4, k, 1), tuple(pairs.shape[:4])) for k in (0, 1))
+    else:
+        x1, x2 = _part(b, turned, 3, 0, rot // 2), _part(b, turned, 3, 1, rot // 2)
+    real = b.op("sub", b.op("mul", cos, x1), b.op("mul", sin, x2))
+    imag = b.op("add", b.op("mul", sin, x1), b.op("mul", cos, x2))
+    if attrs.get("interleaved", 0):
+        parts = [b.reshape(t, tuple(t.shape) + (1,)) for t in (real, imag)]
+        turned = b.reshape(b.op("cat", *parts, dim=4), tuple(turned.shape))
+    else:
+        turned = b.op("cat", real, imag, dim=3)
+    if rot < size:
+        turned = b.op("cat", turned, b.slice_dims(y, [None, None, None, (rot, size, 1)]), dim=3)
+    return b.op("permute", turned, perm=(0, 2, 1, 3)) if x.ndim == 4 else \
+        b.reshape(turned, shape)
+
+
+def _causal_conv_with_state(b, xs, attrs):
+    """CausalConvWithState: a depthwise 1-D conv over the past state (zeros if none) then
+    the input, with an optional SiLU; the new state is the last k - 1 positions."""
+    x, w, bias, past = (list(xs) + [None, None])[:4]
+    n, c, length = x.shape
+    k = w.shape[2]
+    past = np.zeros((n, c, k - 1), x.dtype) if past is None else past
+    padded = b.op("cat", past, x, dim=2) if k > 1 else x
+    y = _conv(b, [padded, w] + ([bias] if bias is not None else []), {"group": c})
+    if attrs.get("activation", "none") in ("silu", "swish"):
+        wide = b.cast(y, np.float32)
+        y = b.cast(b.op("mul", wide, b.op("sigmoid", wide)), x.dtype)
+    total = padded.shape[2]
+    return y, b.slice_dims(padded, [None, None, (total - (k - 1), total, 1)])
+
+
+def _swiglu(b, xs, attrs):
+    a, c = xs
+    gate = b.cast(b.op("sigmoid", b.op("mul", a, float(attrs.get("alpha", 1.0)))), a.dtype)
+    return b.op("mul", b.op("mul", a, gate), c)
+
+
+def _center_crop_pad(b, xs, attrs):
+    """CenterCropPad: each named axis cut or zero-padded about its centre to the size asked
+    (the odd element on the far side)."""
+    x, sizes = xs
+    sizes = b.ints(sizes, "shape")
+    axes = [b.dim(a, x.ndim) for a in attrs.get("axes", range(x.ndim))]
+    for a, want in zip(axes, sizes):
+        n = x.shape[a]
+        if want < n:
+            start = (n - want) // 2
+            x = _part(b, b.slice_dims(x, [(start, n, 1) if k == a else None
+                                          for k in range(x.ndim)]), a, 0, want)
+        elif want > n:
+            lo = (want - n) // 2
+            x = _pad_dim(b, x, a, lo, want - n - lo, "constant", 0)
+    return x
+
+
+def _window(kind):
+    """HannWindow, HammingWindow, BlackmanWindow of a size known when loading."""
+    def convert(b, xs, attrs):
+        n = int(b.ints(xs[0], "size")[0])
+        b.check_size(n, "window")
+        length = n if attrs.get("periodic", 1) else n - 1
+        k = np.arange(n) * 2 * np.pi / max(length, 1)
+        a0 = {"hann": 0.5, "hamming": 25 / 46, "blackman": 0.42}[kind]
+        w = a0 - (1 - a0 if kind != "blackman" else 0.5) * np.cos(k)
+        if kind == "blackman":
+            w = w + 0.08 * np.cos(2 * k)
+        dtype = b.onnx_dtype(attrs.get("output_datatype", 1), "output_datatype")
+        return w.astype(dtype)
+    return convert
 
 
 # -- convolution and pooling --------------------------------------------------------------------
@@ -502,8 +1828,40 @@ def _window_attrs(b, attrs, x, kernel):
     return n, stride, padding, dilation
 
 
+def _conv3d(b, xs, attrs):
+    """A 3-D Conv as one 2-D conv per offset of the kernel's depth: the input's depth slices
+    at that offset (strided) folded into the batch, the products summed."""
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    kernel = tuple(w.shape[2:])
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"a 3-D Conv of symbolic shape {tuple(x.shape)} is not supported")
+    (lo, hi), depth = pads[0], x.shape[2]
+    if lo or hi:
+        x = _pad_dim(b, x, 2, lo, hi, "constant", 0)
+    out = (depth + lo + hi - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    n, c = x.shape[:2]
+    total = None
+    for k in range(kernel[0]):
+        start = k * dilation[0]
+        part = b.slice_dims(x, [None, None, (start, start + stride[0] * (out - 1) + 1,
+                                             stride[0]), None, None])
+        part = b.reshape(b.op("permute", part, perm=(0, 2, 1, 3, 4)),
+                         (n * out, c) + tuple(x.shape[3:]))
+        wk = b.reshape(_part(b, w, 2, k, 1), tuple(w.shape[:2]) + kernel[1:])
+        y = b.op("conv2d", part, wk, stride=stride[1:], padding=tuple(pads[1:]),
+                 dilation=dilation[1:], groups=int(attrs.get("group", 1)))
+        total = y if total is None else b.op("add", total, y)
+    y = b.op("permute", b.reshape(total, (n, out) + tuple(total.shape[1:])),
+             perm=(0, 2, 1, 3, 4))
+    return y if bias is None else b.op("add", y, b.reshape(bias, (-1, 1, 1, 1)))
+
+
 def _conv(b, xs, attrs):
     x, w = xs[0], xs[1]
+    if x.ndim == 5:
+        return _conv3d(b, xs, attrs)
     bias = xs[2:3] if len(xs) > 2 and xs[2] is not None else []
     kernel = tuple(w.shape[2:]) if w.ndim == 4 else (1,) + tuple(w.shape[2:])
     n, stride, padding, dilation = _window_attrs(b, attrs, x, kernel)
@@ -516,22 +1874,49 @@ def _conv(b, xs, attrs):
 
 
 def _conv_transpose(b, xs, attrs):
+    """ConvTranspose (1-D as 2-D of unit height) -> conv2d_input_grad. ``output_shape`` or
+    SAME ``auto_pad`` (the input's size times the stride) give the pads: the total needed
+    split with the odd one at the end (SAME_UPPER, and output_shape) or the start
+    (SAME_LOWER); an output larger than the pads allow grows at the end."""
     x, w = xs[0], xs[1]
-    if _check_rank(b, x, attrs) != 2 or "output_shape" in attrs:
-        raise b.error("only 2-D ConvTranspose without output_shape is supported")
+    one = _check_rank(b, x, attrs) == 1
+    if one:
+        x, w, attrs = _as_2d(b, x), _as_2d(b, w), dict(attrs)
+        for key, unit in (("strides", 1), ("dilations", 1), ("output_padding", 0),
+                          ("kernel_shape", 1), ("output_shape", 1)):
+            if key in attrs:
+                attrs[key] = (unit,) + tuple(attrs[key])[-1:]
+        if "pads" in attrs:
+            attrs["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
     kernel = tuple(w.shape[2:])
     stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
-    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        raise b.error("ConvTranspose with auto_pad SAME is not supported")
-    padding = _window_pads(b, attrs, x.shape[-2:], kernel, stride, dilation)
-    extra = _pairs(attrs, "output_padding", 2, 0)
+    extra = list(_pairs(attrs, "output_padding", 2, 0))
+    auto = attrs.get("auto_pad", "NOTSET")
+    wanted = attrs.get("output_shape")
+    if wanted is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = tuple(n * s for n, s in zip(x.shape[-2:], stride))
+    if wanted is not None:
+        wanted = tuple(wanted)[-2:]
+        padding = []
+        for k, (n, s, e, kk, d, want) in enumerate(zip(x.shape[-2:], stride, extra, kernel,
+                                                       dilation, wanted)):
+            total = s * (n - 1) + e + (kk - 1) * d + 1 - want
+            if total < 0:
+                extra[k], total = e - total, 0
+            small = total // 2
+            padding.append((total - small, small) if auto == "SAME_LOWER" else
+                           (small, total - small))
+        padding = tuple(padding)
+    else:
+        padding = _window_pads(b, dict(attrs, auto_pad="NOTSET" if auto == "NOTSET"
+                                       else "VALID"), x.shape[-2:], kernel, stride, dilation)
     size = tuple(s * (n - 1) + e + (k - 1) * d + 1 - lo - hi for n, s, e, k, d, (lo, hi)
                  in zip(x.shape[-2:], stride, extra, kernel, dilation, padding))
     y = b.op("conv2d_input_grad", x, w, input_size=size, stride=stride, padding=padding,
              dilation=dilation, groups=int(attrs.get("group", 1)))
     if len(xs) > 2 and xs[2] is not None:
         y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
-    return y
+    return b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:])) if one else y
 
 
 def _pool_attrs(b, xs, attrs):
@@ -552,6 +1937,8 @@ def _pool_result(y, n: int, b):
 
 
 def _max_pool(b, xs, attrs):
+    if _needs_window_sum(b, xs[0], attrs, "max") and len([o for o in b.node.output if o]) == 1:
+        return _window_pool(b, xs[0], attrs, "max")
     n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
     y, where = b.op("max_pool2d", x2, dilation=dilation, **pool)
     if len([o for o in b.node.output if o]) > 1:
@@ -560,12 +1947,121 @@ def _max_pool(b, xs, attrs):
 
 
 def _average_pool(b, xs, attrs):
+    if _needs_window_sum(b, xs[0], attrs, "avg"):
+        return _window_pool(b, xs[0], attrs, "avg")
     n, x2, pool, dilation = _pool_attrs(b, xs, attrs)
-    if dilation != (1, 1):
-        raise b.error("dilated AveragePool is not supported")
     y = b.op("avg_pool2d", x2, count_include_pad=bool(attrs.get("count_include_pad", 0)),
              divisor_override=None, **pool)
     return _pool_result(y, n, b)
+
+
+def _lp_pool(b, xs, attrs):
+    return _window_pool(b, xs[0], attrs, "lp")
+
+
+def _nd_windows(b, attrs, x, kernel):
+    """(strides, dilations, (start, end) pads) per spatial dim, for any number of them."""
+    n = x.ndim - 2
+    stride = tuple(attrs.get("strides", (1,) * n))
+    dilation = tuple(attrs.get("dilations", (1,) * n))
+    if len(kernel) != n or len(stride) != n or len(dilation) != n:
+        raise b.error(f"the window attrs of a {n}-D {b.node.op_type} need {n} numbers each")
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        pads = attrs.get("pads", (0,) * 2 * n) if auto == "NOTSET" else (0,) * 2 * n
+        return stride, dilation, list(zip(pads[:n], pads[n:]))
+    if auto not in ("SAME_UPPER", "SAME_LOWER") or any(isinstance(d, Sym) for d in x.shape):
+        raise b.error(f"auto_pad={auto!r} needs static spatial dims and SAME_UPPER, "
+                      "SAME_LOWER, VALID or NOTSET")
+    pads = []
+    for size, k, st, d in zip(x.shape[2:], kernel, stride, dilation):
+        total = max(0, (-(-size // st) - 1) * st + (k - 1) * d + 1 - size)
+        small = total // 2
+        pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return stride, dilation, pads
+
+
+def _needs_window_sum(b, x, attrs, kind) -> bool:
+    """Whether a pool needs ``_window_pool``: dualgraph's pools take 1-D and 2-D windows
+    with pads that are symmetric and at most half the kernel, and undilated averages."""
+    if x.ndim not in (3, 4) or "kernel_shape" not in attrs:
+        return x.ndim == 5
+    kernel = tuple(attrs["kernel_shape"])
+    if len(kernel) != x.ndim - 2:
+        return False   # (the old path names the problem)
+    _, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    return any(lo != hi or 2 * lo > k for (lo, hi), k in zip(pads, kernel)) or (
+        kind == "avg" and any(d != 1 for d in dilation))
+
+
+def _window_pool(b, x, attrs, kind):
+    """A max, average or Lp pool of any number of spatial dims, any pads and dilations: the
+    input padded explicitly, one strided slice per kernel offset, combined elementwise. An
+    average divides by the count of the window's elements inside the input (and the pads,
+    with count_include_pad), computed when loading; ceil_mode's last window may overhang."""
+    kernel = tuple(attrs["kernel_shape"])
+    if any(isinstance(d, Sym) for d in x.shape[2:]):
+        raise b.error(f"{b.node.op_type} of symbolic spatial dims {tuple(x.shape[2:])}")
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    ceil = attrs.get("ceil_mode", 0)
+    sizes, outs, extras = list(x.shape[2:]), [], []
+    for size, k, st, d, (lo, hi) in zip(sizes, kernel, stride, dilation, pads):
+        span = size + lo + hi - d * (k - 1) - 1
+        out = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (out - 1) * st >= size + lo:   # (a window must start inside)
+            out -= 1
+        outs.append(max(out, 0))
+        extras.append(max(0, (out - 1) * st + d * (k - 1) + 1 - (size + lo + hi)))
+    if kind == "max":
+        fill = -np.inf if x.dtype.kind == "f" or x.dtype.kind == "V" else np.iinfo(x.dtype).min
+    else:
+        fill = 0
+    xp = x
+    for a, ((lo, hi), extra) in enumerate(zip(pads, extras)):
+        if lo or hi or extra:
+            xp = _pad_dim(b, xp, a + 2, lo, hi + extra, "constant", fill)
+    p = float(attrs.get("p", 2))
+    acc, offsets = None, list(np.ndindex(*kernel))
+    for offset in offsets:
+        index = [None, None] + [(o * d, o * d + st * (n - 1) + 1, st)
+                                for o, d, st, n in zip(offset, dilation, stride, outs)]
+        part = b.slice_dims(xp, index)
+        if kind == "lp":
+            part = b.op("pow", b.op("abs", part), p)
+        acc = part if acc is None else b.op("maximum" if kind == "max" else "add", acc, part)
+    if kind == "lp":
+        return b.op("pow", acc, 1 / p)
+    if kind == "avg":
+        mask = np.zeros([n + lo + hi + e for n, (lo, hi), e in zip(sizes, pads, extras)])
+        inside = attrs.get("count_include_pad", 0)
+        mask[tuple(slice(0 if inside else lo, lo + n + (hi if inside else 0))
+                   for n, (lo, hi) in zip(sizes, pads))] = 1
+        count = sum(mask[tuple(slice(o * d, o * d + st * (n - 1) + 1, st)
+                               for o, d, st, n in zip(offset, dilation, stride, outs))]
+                    for offset in offsets)
+        acc = b.cast(b.op("div", acc, np.maximum(count, 1).astype(x.dtype)), x.dtype)
+    return acc
+
+
+def _max_unpool(b, xs, attrs):
+    """MaxUnpool: the values written at their (whole-tensor, row-major) indices into zeros
+    of the unpooled shape (``output_shape``, or what the pool's attrs give)."""
+    x, where, shape = (list(xs) + [None])[:3]
+    kernel = tuple(attrs["kernel_shape"])
+    n = len(kernel)
+    stride = tuple(attrs.get("strides", (1,) * n))
+    pads = tuple(attrs.get("pads", (0,) * 2 * n))
+    natural = tuple(x.shape[:2]) + tuple((m - 1) * st - pads[k] - pads[k + n] + kk for k, (
+        m, st, kk) in enumerate(zip(x.shape[2:], stride, kernel)))
+    zeros = np.zeros(numel(natural), x.dtype)
+    flat = b.op("index_put", zeros, b.reshape(x, (-1,)), b.reshape(where, (-1,)), dims=(0,),
+                accumulate=False)
+    y = b.reshape(flat, natural)
+    if shape is not None:   # (a larger output: zeros after each spatial dim's end)
+        for d, (have, want) in enumerate(zip(natural, b.ints(shape, "output_shape"))):
+            if want > have:
+                y = _pad_dim(b, y, d, 0, want - have, "constant", 0)
+    return y
 
 
 def _flat_indices(b, x, where, attrs):
@@ -585,6 +2081,79 @@ def _global_pool(name):
         x = xs[0]
         return b.op(name, x, dims=tuple(range(2, x.ndim)), keepdim=True)
     return convert
+
+
+# -- sequences ----------------------------------------------------------------------------------
+class Sequence(tuple):
+    """An ONNX sequence inside a model: known when loading as a tuple of its tensors (graph
+    Values or arrays), so that its ops (SequenceAt, ConcatFromSequence, ...) become the
+    tensor ops they pick. A model's inputs and outputs can't be sequences."""
+
+    dtype = np.dtype(object)
+    ndim = shape = None
+
+
+def _position(b, n: int, x, default: int, inclusive: bool = False) -> int:
+    """A sequence position (negative from the end): -n to n - 1, or to n (``inclusive``)."""
+    k = default if x is None else int(b.ints(x, "position")[0])
+    if not -n <= k <= (n if inclusive else n - 1):
+        raise b.error(f"position {k} is out of range for a sequence of {n} tensors")
+    return k + n if k < 0 else k
+
+
+def _sequence_insert(b, xs, attrs):
+    seq, x, where = (list(xs) + [None])[:3]
+    k = _position(b, len(seq), where, len(seq), inclusive=True)
+    return Sequence(seq[:k] + (x,) + seq[k:])
+
+
+def _sequence_erase(b, xs, attrs):
+    seq, where = (list(xs) + [None])[:2]
+    k = _position(b, len(seq), where, -1)
+    return Sequence(seq[:k] + seq[k + 1:])
+
+
+def _split_to_sequence(b, xs, attrs):
+    x, split = (list(xs) + [None])[:2]
+    dim = b.dim(attrs.get("axis", 0), x.ndim)
+    n = x.shape[dim]
+    if split is None:
+        parts = [1] * n
+    else:
+        sizes = b.ints(split, "split")
+        parts = sizes if len(sizes) > 1 or np.ndim(split) else \
+            [sizes[0]] * (n // sizes[0]) + ([n % sizes[0]] if n % sizes[0] else [])
+    outs, start = [], 0
+    for size in parts:
+        index = [None] * x.ndim
+        index[dim] = (start, start + size, 1)
+        piece = b.slice_dims(x, index)
+        if split is None and not attrs.get("keepdims", 1):
+            piece = b.reshape(piece, tuple(d for k, d in enumerate(x.shape) if k != dim))
+        outs.append(piece)
+        start += size
+    return Sequence(outs)
+
+
+def _concat_from_sequence(b, xs, attrs):
+    seq = xs[0]
+    first = seq[0]
+    if attrs.get("new_axis", 0):
+        dim = b.dim(attrs["axis"], first.ndim + 1)
+        seq = [b.reshape(t, tuple(t.shape[:dim]) + (1,) + tuple(t.shape[dim:])) for t in seq]
+    else:
+        dim = b.dim(attrs["axis"], first.ndim)
+    return seq[0] if len(seq) == 1 else b.op("cat", *seq, dim=dim)
+
+
+SEQUENCE_CONVERTERS = {
+    "SequenceConstruct": lambda b, xs, attrs: Sequence(xs),
+    "SequenceEmpty": lambda b, xs, attrs: Sequence(),
+    "SequenceLength": lambda b, xs, attrs: np.array(len(xs[0]), np.int64),
+    "SequenceAt": lambda b, xs, attrs: xs[0][_position(b, len(xs[0]), xs[1], 0)],
+    "SequenceInsert": _sequence_insert, "SequenceErase": _sequence_erase,
+    "SplitToSequence": _split_to_sequence, "ConcatFromSequence": _concat_from_sequence,
+}
 
 
 # -- control flow -------------------------------------------------------------------------------
@@ -637,6 +2206,8 @@ def _if(b, xs, attrs):
     pred = xs[0]
     if _numel(pred.shape) != 1:
         raise b.error(f"the condition has shape {tuple(pred.shape)}; it must have one element")
+    if isinstance(pred, np.ndarray) and pred.dtype != object:   # (known: the branch taken)
+        return b.inline(attrs["then_branch" if pred.reshape(-1)[0] else "else_branch"])
     pred = b.reshape(pred, ())
     then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
     _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
@@ -786,21 +2357,55 @@ CONVERTERS = {
     # activations
     "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Selu": _selu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softsign": _softsign, "Gelu": _gelu,
+    "Tan": _unary(lambda b, x, attrs: b.op("div", b.op("sin", x), b.op("cos", x))),
+    "Sinh": _unary(_sinh), "Cosh": _unary(_cosh), "Asinh": _unary(_asinh),
+    "Acosh": _unary(_acosh), "Atanh": _unary(_atanh), "Celu": _unary(_celu),
+    "Swish": _unary(_swish), "ThresholdedRelu": _unary(_thresholded_relu),
+    "Shrink": _unary(_shrink), "Mish": _unary(_mish), "BitShift": _bit_shift,
+    "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
+    "ReduceLogSum": _reduce_log_sum,
     # matrix products
-    "Gemm": _gemm,
+    "Gemm": _gemm, "Attention": _attention, "LinearAttention": _linear_attention,
+    # training
+    "Adagrad": _optimizer("Adagrad"), "Momentum": _optimizer("Momentum"),
+    "Adam": _optimizer("Adam"),
+    # quantisation
+    "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
+    "DynamicQuantizeLinear": _dynamic_quantize_linear, "MatMulInteger": _matmul_integer,
+    "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer,
+    "QLinearConv": _qlinear_conv,
+    # recurrent layers
+    "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent,
+    # losses
+    "NegativeLogLikelihoodLoss": _nll_loss, "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
     # shapes and indexing
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
-    "Tile": _tile, "Pad": _pad,
+    "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
+    "Compress": _compress, "MelWeightMatrix": _mel_weight_matrix,
+    "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft, "STFT": _stft,
+    "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
+    "ReverseSequence": _reverse_sequence, "OneHot": _one_hot,
+    "TensorScatter": _tensor_scatter,
+    "ScatterElements": _scatter_elements, "Scatter": _scatter_elements,
     "Constant": _constant, "ConstantOfShape": _constant_of_shape, "Range": _range,
     # reductions
     "ReduceSumSquare": _reduce_sum_square, "TopK": _topk,
     # normalisation, convolution, pooling
-    "BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv_transpose,
-    "MaxPool": _max_pool, "AveragePool": _average_pool,
+    "RotaryEmbedding": _rotary_embedding, "CenterCropPad": _center_crop_pad,
+    "CausalConvWithState": _causal_conv_with_state, "SwiGLU": _swiglu,
+    "HannWindow": _window("hann"), "HammingWindow": _window("hamming"),
+    "BlackmanWindow": _window("blackman"),
+    "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
+    "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
+    "RMSNormalization": _rms_norm, "LRN": _lrn,
+    "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
+    "MaxUnpool": _max_unpool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
     # control flow
     "If": _if, "Loop": _loop, "Scan": _scan,
+    **SEQUENCE_CONVERTERS,
 }
 
 

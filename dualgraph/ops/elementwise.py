@@ -786,8 +786,16 @@ def _cast_kernel(x, dtype):
     return x.astype(dtype)
 
 
-def _from_onnx_cast(b, xs, attrs):
-    return b.cast(xs[0], b.onnx_dtype(attrs["to"], "Cast's target"))
+def _from_onnx_cast(b, xs, attrs, to=None):
+    """Cast and CastLike: with ``saturate`` (the default) a float cast to a float8 or float4
+    type clamps to its largest finite value, where ml_dtypes' cast gives inf or NaN."""
+    x = xs[0]
+    to = np.dtype(to if to is not None else b.onnx_dtype(attrs["to"], "Cast's target"))
+    narrow = {d.np for d in dtypes.NARROW if d.is_floating_point}
+    if attrs.get("saturate", 1) and to in narrow and x.dtype in dtypes.FLOATING:
+        big = float(ml_dtypes.finfo(to).max)
+        x = b.op("minimum", b.op("maximum", x, -big), big)
+    return b.cast(x, to)
 
 
 CAST = defop("cast", _cast_kernel, lambda x, dtype: ShapedType(tuple(x.shape), np.dtype(dtype)),
@@ -796,7 +804,8 @@ CAST = defop("cast", _cast_kernel, lambda x, dtype: ShapedType(tuple(x.shape), n
              differentiable_outputs=None, elementwise="cast({0})",
              onnx=lambda e, node: [e.cast(e.input(0), node.attrs["dtype"])],
              onnx_import={"Cast": _from_onnx_cast,
-                          "CastLike": lambda b, xs, attrs: b.cast(xs[0], xs[1].dtype)},
+                          "CastLike": lambda b, xs, attrs: _from_onnx_cast(b, xs, attrs,
+                                                                           xs[1].dtype)},
              # (a shape value stays ints and Syms under an integer cast)
              shape_fold=lambda x, dtype: x if np.dtype(dtype).kind in "iu" else x.astype(dtype))
 

@@ -198,27 +198,10 @@ def _onnx_cross_entropy(e, node):
                  ignore_index=node.attrs["ignore_index"], reduction=node.attrs["reduction"])]
 
 
-def _from_onnx_cross_entropy(b, xs, attrs):
-    """SoftmaxCrossEntropyLoss of scores (N, C) without class weights -> cross_entropy (and
-    the log-probabilities, if asked for); without ``ignore_index`` no target is ignored."""
-    x, labels = xs[0], xs[1]
-    weighted = len(xs) > 2 and xs[2] is not None
-    if weighted or x.ndim != 2:
-        raise b.error("SoftmaxCrossEntropyLoss is supported for scores (N, C) without "
-                      f"class weights; got scores of rank {x.ndim}"
-                      + (" with weights" if weighted else ""))
-    ignore = int(attrs.get("ignore_index", np.iinfo(np.int64).min))
-    loss = b.op(CROSS_ENTROPY, x, labels, ignore_index=ignore,
-                reduction=attrs.get("reduction", "mean"))
-    wants_log_prob = len(b.node.output) > 1 and b.node.output[1]
-    return (loss, b.op("log_softmax", x, dim=1)) if wants_log_prob else loss
-
-
 CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entropy, vjp=_vjp,
                       decomposition=_cross_entropy_decomposition,
                       attrs=("ignore_index", "reduction"), saves="i",
                       onnx=_onnx_cross_entropy,
-                      onnx_import={"SoftmaxCrossEntropyLoss": _from_onnx_cross_entropy},
                       autocast="float32")
 CROSS_ENTROPY_BACKWARD = defop(
     "cross_entropy_backward", _cross_entropy_backward_kernel,

@@ -121,8 +121,23 @@ def _from_onnx_reduce(reduce, since: int = 18):
     return convert
 
 
-def _reduction(name: str, **fixed):
-    return lambda b, x, dims, keep: b.op(name, x, dims=dims, keepdim=keep, **fixed)
+def _reduction(name: str, empty=None, **fixed):
+    """``name`` over dims; where a reduced dim is 0 long and ``empty`` is given, ONNX's
+    result of an empty reduction: ``empty(dtype)`` everywhere (-inf for ReduceMax)."""
+    def reduce(b, x, dims, keep):
+        if empty is not None and 0 in [x.shape[d] for d in dims]:   # (any is this module's)
+            shape = [1 if d in dims else n for d, n in enumerate(x.shape) if keep or d not in dims]
+            return b.op("expand", np.asarray(empty(x.dtype), x.dtype), shape=tuple(shape))
+        return b.op(name, x, dims=dims, keepdim=keep, **fixed)
+    return reduce
+
+
+def _lowest(dtype):
+    return False if dtype == np.bool_ else -np.inf if is_float(dtype) else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    return True if dtype == np.bool_ else np.inf if is_float(dtype) else np.iinfo(dtype).max
 
 
 # ONNX's ReduceSum and ReduceProd keep x's dtype; dualgraph's sum and prod of ints give int64
@@ -264,12 +279,12 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMax"),
-             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax"))},
+             onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax", _lowest))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
              onnx=_onnx_reduce("ReduceMin"),
-             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin"))},
+             onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin", _highest))},
              reduction=Reduction.MIN)
 
 
@@ -428,12 +443,15 @@ def _onnx_arg(op_type: str):
 
 def _from_onnx_arg(name: str):
     def convert(b, xs, attrs):
-        if attrs.get("select_last_index", 0):
-            raise b.error("select_last_index=1 is not supported (dualgraph's argmax and "
-                          "argmin return the first index)")
+        """ArgMax and ArgMin; ``select_last_index`` is the first index of the flipped dim,
+        counted from the end."""
         x = xs[0]
-        return b.op(name, x, dim=b.dim(attrs.get("axis", 0), x.ndim),
-                    keepdim=bool(attrs.get("keepdims", 1)))
+        dim = b.dim(attrs.get("axis", 0), x.ndim)
+        keep = bool(attrs.get("keepdims", 1))
+        if not attrs.get("select_last_index", 0):
+            return b.op(name, x, dim=dim, keepdim=keep)
+        first = b.op(name, b.op("flip", x, dims=(dim,)), dim=dim, keepdim=keep)
+        return b.op("sub", x.shape[dim] - 1, first)
     return convert
 
 
@@ -526,7 +544,8 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
                   attrs=("dims", "keepdim"),
                   onnx=_onnx_reduce("ReduceLogSumExp"),
-                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(_reduction("logsumexp"))},
+                  onnx_import={"ReduceLogSumExp": _from_onnx_reduce(
+                      _reduction("logsumexp", lambda dtype: -np.inf))},
                   autocast="float32")
 
 
@@ -694,9 +713,28 @@ def _onnx_cumprod(e, node):
     return [products if wide == out else e.cast(products, out)]
 
 
+def _from_onnx_cumprod(b, xs, attrs):
+    """CumProd: ``reverse`` runs it on the flipped dim; ``exclusive`` shifts the products one
+    place, a 1 first."""
+    x = xs[0]
+    dim = b.dim(b.ints(xs[1], "axis")[0], x.ndim)
+    if attrs.get("reverse", 0):
+        x = b.op("flip", x, dims=(dim,))
+    if attrs.get("exclusive", 0) and x.shape[dim] != 0:
+        index = [None] * x.ndim
+        index[dim] = (0, x.shape[dim] - 1, 1)
+        ones = b.op("full_like", b.slice_dims(x, [(0, 1, 1) if k == dim else None
+                                                  for k in range(x.ndim)]),
+                    fill_value=1, dtype=x.dtype)
+        x = b.op("cat", ones, b.slice_dims(x, index), dim=dim)
+    y = b.cast(b.op(CUMPROD, x, dim=dim), x.dtype)
+    return b.op("flip", y, dims=(dim,)) if attrs.get("reverse", 0) else y
+
+
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
                 attrs=("dim",),
                 onnx=_onnx_cumprod,
+                onnx_import={"CumProd": _from_onnx_cumprod},
                 autocast="float32")
 
 
