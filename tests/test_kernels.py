@@ -1,5 +1,5 @@
 """The eager Numba loops (``dualgraph/kernels``) against PyTorch and against the NumPy
-kernels they replace (tanh-GELU, the LSTM step, softmax, LayerNorm, row scatter-add, Adam,
+kernels they replace (erf, the exact and tanh GELUs, the LSTM step, softmax, LayerNorm, row scatter-add, Adam,
 max pooling, relu's gradient, sin and cos; forward and backward), on float32 inputs big
 enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
 size), including the extremes (saturated tanh, infinities, NaN). The op table's small
@@ -299,21 +299,92 @@ def test_relu_backward_in_place_writes_the_gradient_itself_only_where_it_may():
     np.testing.assert_array_equal(got, want)
 
 
-def test_compiled_gelu_equals_eager_to_the_bit():
+@pytest.mark.parametrize("approximate,names", [("tanh", ("gelu_tanh32", "gelu_tanh_backward32")),
+                                               ("none", ("gelu32", "gelu_backward32"))])
+def test_compiled_gelu_equals_eager_to_the_bit(approximate, names):
     """A fused kernel calls the eager loop's scalar function: the same bits, forward and
     backward (the compiler's exact mode keeps NumPy's libm results elsewhere)."""
     x = np.random.default_rng(10).normal(0, 3, (64, 128)).astype(np.float32)
 
     def step(x):
-        y = dg.nn.functional.gelu(x * 1.5 + 0.25, approximate="tanh")
+        y = dg.nn.functional.gelu(x * 1.5 + 0.25, approximate=approximate)
         (g,) = dg.autograd.grad((y * y).sum(), x)
-        return y, g
+        return y, g, dg.erf(x) * 2 - 1
     compiled = dg.compile(step)
     for got, want in zip(compiled(dg.tensor(x, requires_grad=True)),
                          step(dg.tensor(x, requires_grad=True))):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
     kernel_code = compiled._last.executable.kernel_code()
-    assert "gelu_tanh32(" in kernel_code and "gelu_tanh_backward32(" in kernel_code
+    assert all(f"{name}(" in kernel_code for name in names + ("erf32",))
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many float32 values lie between a and b (0 where equal; signed zeros equal)."""
+    def ordered(v):
+        i = v.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def erf_inputs():
+    rng = np.random.default_rng(14)
+    x = np.concatenate([rng.normal(0, 2, 60000), np.linspace(-4.5, 4.5, 40001),
+                        rng.uniform(-1e-3, 1e-3, 2000),
+                        [0.875, 2.375, 3.85, -3.85, 3.8499, 1e-30, -1e-40, 30.0]])
+    x = x.astype(np.float32)
+    x[:5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    return x
+
+
+def test_erf_is_within_an_ulp_of_correctly_rounded_and_of_torch(monkeypatch):
+    """float32 erf computes in float64 and rounds once: at most 1 ulp from the correctly
+    rounded result (and from torch's, itself within 1 ulp), signed zeros and NaN kept, at
+    every size (a fused kernel of a few elements calls ``erf32`` too)."""
+    from math import erf
+    x = erf_inputs()
+    g = np.random.default_rng(15).normal(size=x.size).astype(np.float32)
+
+    def run():
+        xs = dg.tensor(x, requires_grad=True)
+        y = dg.erf(xs)
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy(), dg.erf(dg.tensor(x[:7])).numpy()
+    (y, dx, few), (y_np, _, _) = both_paths(run, monkeypatch, expect="erf")
+    want = np.array([erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    known = ~np.isnan(x)
+    assert _ulps(y[known], want[known]).max() <= 1
+    assert np.isnan(y[4]) and np.signbit(y[1]) and y[2] == 1 and y[3] == -1
+    np.testing.assert_array_equal(few, y[:7])
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.erf(xt)
+    yt.backward(torch.tensor(g))
+    assert _ulps(y[known], yt.detach().numpy()[known]).max() <= 1
+    assert _ulps(y_np[known], y[known]).max() <= 4   # (Cody's NumPy kernel, in float32)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_gelu_forward_and_gradient_match_torch_and_numpy(monkeypatch):
+    """The exact (erf) GELU, ``nn.GELU()``'s default: one float32 loop each way."""
+    x, g = gelu_inputs(), np.random.default_rng(1).normal(size=8192).astype(np.float32)
+
+    def run():
+        xt = dg.tensor(x, requires_grad=True)
+        y = dg.nn.GELU()(xt)
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xt.grad.numpy()
+    (y, dx), (y_np, dx_np) = both_paths(run, monkeypatch, expect="gelu_backward")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.GELU()(xt)
+    yt.backward(torch.tensor(g))
+    finite = np.isfinite(x)
+    # (torch's float32 1 + erf cancels where x is very negative; the loop sums in float64)
+    np.testing.assert_allclose(y[finite], yt.detach().numpy()[finite], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(y[finite], y_np[finite], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(dx[finite], xt.grad.numpy()[finite], rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(dx[finite], dx_np[finite], rtol=1e-5, atol=2e-6)
+    assert y[6] == np.inf and y[3] == 0 and y[2] == 30 and np.isnan(y[7]) == np.isnan(y_np[7])
+    x[100] = np.nan
+    assert np.isnan(dg.nn.functional.gelu(dg.tensor(x)).numpy()[100])
 
 
 @pytest.mark.parametrize("blas_threads", ["1", "0"])
