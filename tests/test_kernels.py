@@ -636,9 +636,12 @@ def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypat
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"padding": 2, "dilation": (2, 1)}, {"groups": 2}])
+@pytest.mark.parametrize("kwargs", [{"padding": (5, 3)}, {"padding": (9, 3), "dilation": (2, 1)},
+                                    {"padding": (5, 4), "groups": 2}])
 def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
-    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns)."""
+    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns,
+    where the padding is wider than the kernel's span, so that it is not a conv of the
+    output gradient with the flipped weight)."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((8, 4, 15, 13), dtype=np.float32)
     w = rng.standard_normal((6, 4 // kwargs.get("groups", 1), 5, 3), dtype=np.float32)
@@ -654,3 +657,50 @@ def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
     yt.backward(torch.cos(torch.arange(yt.numel(), dtype=torch.float32)).reshape(yt.shape))
     np.testing.assert_allclose(fast, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
+
+
+CONVS = [   # x shape, w shape, conv2d kwargs: every conv_method, padding, stride, dilation
+    ((2, 6, 9, 11), (6, 1, 3, 3), {"padding": 1, "groups": 6}),
+    ((3, 4, 10, 9), (8, 1, 3, 5), {"stride": 2, "padding": (2, 1), "groups": 4}),   # x2
+    ((2, 5, 12, 12), (5, 1, 3, 3), {"padding": 3, "dilation": 2, "groups": 5}),
+    ((2, 5, 8, 7), (5, 1, 3, 3), {"stride": (2, 1), "groups": 5}),
+    ((3, 8, 9, 9), (8, 2, 3, 3), {"padding": 1, "groups": 4}),                        # grouped
+    ((2, 6, 8, 8), (12, 6, 1, 1), {}),                                                 # 1x1
+    ((2, 6, 9, 8), (4, 6, 1, 1), {"stride": 2}),
+    ((4, 3, 23, 21), (5, 3, 3, 3), {"padding": 1}),
+    ((2, 4, 17, 19), (3, 4, 5, 3), {"stride": 2, "padding": (2, 0), "dilation": (1, 2)}),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs", CONVS)
+@pytest.mark.parametrize("block_bytes", [1 << 20, 512])
+def test_conv_kernels_match_torch(monkeypatch, x_shape, w_shape, kwargs, block_bytes):
+    """conv2d forward, input and weight gradient against torch for each ``conv_method``:
+    the depthwise loops (padding, stride, dilation as index ranges, a channel multiplier
+    of 2 taking the blocked GEMMs), a grouped and 1x1 convs, and the blocked im2col with
+    several images per block or (``COLUMN_BLOCK_BYTES`` of 512) a few rows per block."""
+    from dualgraph.ops import conv
+    monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(17)
+    x, w = rng.standard_normal(x_shape, dtype=np.float32), rng.standard_normal(w_shape,
+                                                                             dtype=np.float32)
+    b = rng.standard_normal(w_shape[0], dtype=np.float32)
+    results = []
+    for lib in (dg, torch):
+        xs, ws, bs = (lib.tensor(a, requires_grad=True) for a in (x, w, b))
+        y = lib.nn.functional.conv2d(xs, ws, bs, **kwargs)
+        y.backward(lib.tensor(np.cos(np.arange(y.numel(), dtype=np.float32)).reshape(
+            y.shape)))
+        results.append([t.detach().numpy() for t in (y, xs.grad, ws.grad, bs.grad)])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    method = conv.conv_method(x_shape, w_shape, *(
+        (lambda s=1, p=0, d=1, g=1: ((s, s) if type(s) is int else s,
+                                     ((p, p), (p, p)) if type(p) is int else tuple(
+                                         (v, v) for v in p),
+                                     (d, d) if type(d) is int else d, g))(
+            kwargs.get("stride", 1), kwargs.get("padding", 0), kwargs.get("dilation", 1),
+            kwargs.get("groups", 1))))
+    depthwise = w_shape[1] == 1 and w_shape[0] == kwargs.get("groups", 1)
+    assert (method == "depthwise") == depthwise
+    assert (method == "pointwise") == (w_shape[2:] == (1, 1) and not kwargs)
