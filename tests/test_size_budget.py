@@ -34,9 +34,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # +100: loaders that raise their own error for any input, saves atomic as a whole (io.py,
 # _helpers.py). capture/ +200 more: updates through .data captured, state a step creates
 # kept (capture/escape.py), and a compiled module that stands in for the module.
+# kernels/ +140: depthwise convolution's direct loops (kernels/conv.py) and the float32
+# erf and exact-GELU loops with their float64 polynomials (fastmath.erf32).
 CORE_BUDGET = 16_300
 BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
-           "graph": 1_000, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
+           "graph": 1_000, "kernels": 2_080, "ops": 5_500, "passes": 1_900,
            "export": 1_500, "nn": 2_960, "optim": 1_370, "utils": 280}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
