@@ -1,6 +1,7 @@
 """The eager Numba loops (``dualgraph/kernels``) against PyTorch and against the NumPy
-kernels they replace (erf, the exact and tanh GELUs, the LSTM step, softmax, LayerNorm, row scatter-add, Adam,
-max pooling, relu's gradient, sin and cos; forward and backward), on float32 inputs big
+kernels they replace (erf, the exact and tanh GELUs, the LSTM step, softmax, LayerNorm,
+row scatter-add, Adam, max pooling, relu's gradient, sin and cos, depthwise convolution;
+forward and backward), on float32 inputs big
 enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
 size), including the extremes (saturated tanh, infinities, NaN). The op table's small
 inputs cover the NumPy path."""
@@ -694,13 +695,10 @@ def test_conv_kernels_match_torch(monkeypatch, x_shape, w_shape, kwargs, block_b
         results.append([t.detach().numpy() for t in (y, xs.grad, ws.grad, bs.grad)])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    method = conv.conv_method(x_shape, w_shape, *(
-        (lambda s=1, p=0, d=1, g=1: ((s, s) if type(s) is int else s,
-                                     ((p, p), (p, p)) if type(p) is int else tuple(
-                                         (v, v) for v in p),
-                                     (d, d) if type(d) is int else d, g))(
-            kwargs.get("stride", 1), kwargs.get("padding", 0), kwargs.get("dilation", 1),
-            kwargs.get("groups", 1))))
+    two = lambda v: (v, v) if type(v) is int else tuple(v)   # noqa: E731
+    padding = tuple((p, p) for p in two(kwargs.get("padding", 0)))
+    method = conv.conv_method(x_shape, w_shape, two(kwargs.get("stride", 1)), padding,
+                              two(kwargs.get("dilation", 1)), kwargs.get("groups", 1))
     depthwise = w_shape[1] == 1 and w_shape[0] == kwargs.get("groups", 1)
     assert (method == "depthwise") == depthwise
     assert (method == "pointwise") == (w_shape[2:] == (1, 1) and not kwargs)
