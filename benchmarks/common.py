@@ -95,3 +95,52 @@ def jax_adam_step(loss_fn, data, lr, weight_decay=0.0, betas=(0.9, 0.999), eps=1
             state["params"], state["m"], state["v"], jnp.float32(state["t"]), x, y)
         return float(loss)
     return step
+
+
+def onnxruntime_from_torch(build, check, name: str):
+    """The onnxruntime peer of an inference workload: ``build(torch, data)``'s model
+    exported by ``torch.onnx.export`` (the TorchScript exporter: the dynamo one needs
+    onnxscript), run with its intra-op threads capped as the other libraries' are."""
+    def impl(data):
+        import os
+        import tempfile
+
+        import onnxruntime as ort
+        import torch
+        model, *inputs = build(torch, data)
+        options = ort.SessionOptions()
+        if os.environ.get("OMP_NUM_THREADS"):
+            options.intra_op_num_threads = int(os.environ["OMP_NUM_THREADS"])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{name}.onnx")
+            with torch.no_grad():
+                torch.onnx.export(model, tuple(inputs), path, dynamo=False,
+                                  input_names=[f"input{i}" for i in range(len(inputs))])
+            session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feed = {f"input{i}": x.numpy() for i, x in enumerate(inputs)}
+        return lambda: float(check(session.run(None, feed)[0]))
+    return impl
+
+
+def random_state(model, seed: int) -> dict:
+    """NumPy values for every entry of ``model``'s state dict (any library's): He-scaled
+    normal weights for convolutions and linears, BatchNorm/LayerNorm scales near 1, small
+    biases and running means, running variances in [0.5, 1.5]; integer counters as
+    they are. Every implementation loads the same values."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    state = {}
+    for key, value in model.state_dict().items():
+        shape = tuple(value.shape)
+        if "int" in str(value.dtype):
+            state[key] = np.zeros(shape, np.int64)
+        elif key.endswith("running_var"):
+            state[key] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        elif len(shape) >= 2:
+            fan_in = int(np.prod(shape[1:]))
+            state[key] = (rng.standard_normal(shape) * np.sqrt(2 / fan_in)).astype(np.float32)
+        elif key.endswith("weight"):
+            state[key] = rng.uniform(0.8, 1.2, shape).astype(np.float32)
+        else:
+            state[key] = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+    return state

@@ -29,7 +29,12 @@ import time
 
 WORKLOADS = {"W1": "w1_mlp_train", "W2": "w2_cnn_train", "W3": "w3_gpt_train",
              "W4": "w4_lstm_train", "W5": "w5_fused_elementwise", "W6": "w6_tiny_ops",
-             "W7": "w7_mlp_infer_latency"}
+             "W7": "w7_mlp_infer_latency", "W8": "w8_resnet18_infer",
+             "W8/16": "w8_resnet18_infer", "W9": "w9_mobilenet_infer",
+             "W9/16": "w9_mobilenet_infer", "W10": "w10_encoder_infer",
+             "W10/16": "w10_encoder_infer", "W11": "w11_resnet_cifar_train"}
+# A workload run at another batch than its module's default: ``make_data(batch=...)``
+BATCHES = {"W8/16": 16, "W9/16": 16, "W10/16": 16}
 ALL_IMPLS = ["dualgraph_eager", "dualgraph_compiled", "dualgraph_compiled_scan",
              "dualgraph_to_static", "torch_eager", "torch_compile", "jax_jit", "onnxruntime"]
 WARMUP, TIMED = 5, 20      # at least; a workload module may ask for more (WARMUP, TIMED)
@@ -42,7 +47,8 @@ def measure(workload_id: str, impl: str) -> dict:
     """Runs in the child: import, build + first call, warm-up, timed steps, peak RSS."""
     import numpy as np
     mod = importlib.import_module(f"benchmarks.{WORKLOADS[workload_id]}")
-    data = mod.make_data()
+    data = (mod.make_data(batch=BATCHES[workload_id]) if workload_id in BATCHES
+            else mod.make_data())
     t0 = time.perf_counter()
     importlib.import_module(library(impl))
     import_s = time.perf_counter() - t0
@@ -274,7 +280,8 @@ WORKLOAD_NAMES = {}
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    # (the real-model workloads, W8 on, take minutes each: run them with --workloads)
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7")
     parser.add_argument("--impls", default=",".join(ALL_IMPLS))
     parser.add_argument("--json", default=None, help="write the JSON report here")
     parser.add_argument("--threads", type=int, default=None,

@@ -241,6 +241,9 @@ SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
     "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
     "isfinite")}
 SCALAR_FUNCTIONS["erf"] = ew._erf_array
+SCALAR_FUNCTIONS["gelu"] = lambda x: 0.5 * x * (1 + ew._erf_array(x / np.sqrt(2)))
+SCALAR_FUNCTIONS["gelu_backward"] = lambda g, x: g * (
+    0.5 * (1 + ew._erf_array(x / np.sqrt(2))) + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi))
 # ops whose template names one shared scalar function: their textbook formulas
 _K, _C = np.sqrt(2 / np.pi), 0.044715
 SCALAR_FUNCTIONS["gelu_tanh"] = lambda x: 0.5 * x * (1 + np.tanh(_K * (x + _C * x ** 3)))
@@ -277,3 +280,34 @@ def test_elementwise_expression_agrees_with_the_kernel(op):
         want = op.kernel(*inputs, **attrs)
     np.testing.assert_allclose(np.asarray(got, dtype=want.dtype), want, rtol=1e-12,
                                atol=1e-12)
+
+
+# -- small powers as products ---------------------------------------------------------------------
+POWERS = {2.0: lambda x: x * x, 3.0: lambda x: x * x * x, 4: lambda x: (x * x) * (x * x),
+          0.5: np.sqrt, -0.5: lambda x: 1 / np.sqrt(x), -1.0: lambda x: 1 / x,
+          -2.0: lambda x: 1 / (x * x), -3: lambda x: 1 / (x * x * x)}
+
+
+@pytest.mark.parametrize("exponent", list(POWERS))
+def test_small_powers_are_products_eager_and_compiled_and_match_torch(exponent):
+    """x ** c for c = +-0.5 and integers up to 4: products, sqrt and a reciprocal (torch's
+    own formulas for 2, 3, +-0.5, -1, -2), the same bits eager and compiled (simplify
+    rewrites the pow node into those ops), gradients as torch's."""
+    rng = np.random.default_rng(16)
+    x = (rng.uniform(0.2, 3, 4096) * rng.choice([-1, 1], 4096)).astype(np.float32)
+    if exponent in (0.5, -0.5):
+        x = np.abs(x)
+    g = rng.normal(size=x.size).astype(np.float32)
+    xs = dg.tensor(x, requires_grad=True)
+    y = xs ** exponent
+    y.backward(dg.tensor(g))
+    np.testing.assert_array_equal(y.detach().numpy(), POWERS[exponent](x).astype(np.float32))
+    xt = torch.tensor(x, requires_grad=True)
+    yt = xt.pow(exponent)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(y.detach().numpy(), yt.detach().numpy(), rtol=3e-7)
+    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=2e-6)
+    compiled = dg.compile(lambda t: (t ** exponent + 1,))
+    (got,) = compiled(dg.tensor(x))
+    np.testing.assert_array_equal(got.numpy(), y.detach().numpy() + 1)
+    assert "as the kernel" in compiled.explain()

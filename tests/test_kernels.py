@@ -1,6 +1,7 @@
 """The eager Numba loops (``dualgraph/kernels``) against PyTorch and against the NumPy
-kernels they replace (tanh-GELU, the LSTM step, softmax, LayerNorm, row scatter-add, Adam,
-max pooling, relu's gradient, sin and cos; forward and backward), on float32 inputs big
+kernels they replace (erf, the exact and tanh GELUs, the LSTM step, softmax, LayerNorm,
+row scatter-add, Adam, max pooling, relu's gradient, sin and cos, depthwise convolution;
+forward and backward), on float32 inputs big
 enough to take the Numba path (``kernels.MIN_ELEMENTS``; sin and cos take it at every
 size), including the extremes (saturated tanh, infinities, NaN). The op table's small
 inputs cover the NumPy path."""
@@ -299,21 +300,92 @@ def test_relu_backward_in_place_writes_the_gradient_itself_only_where_it_may():
     np.testing.assert_array_equal(got, want)
 
 
-def test_compiled_gelu_equals_eager_to_the_bit():
+@pytest.mark.parametrize("approximate,names", [("tanh", ("gelu_tanh32", "gelu_tanh_backward32")),
+                                               ("none", ("gelu32", "gelu_backward32"))])
+def test_compiled_gelu_equals_eager_to_the_bit(approximate, names):
     """A fused kernel calls the eager loop's scalar function: the same bits, forward and
     backward (the compiler's exact mode keeps NumPy's libm results elsewhere)."""
     x = np.random.default_rng(10).normal(0, 3, (64, 128)).astype(np.float32)
 
     def step(x):
-        y = dg.nn.functional.gelu(x * 1.5 + 0.25, approximate="tanh")
+        y = dg.nn.functional.gelu(x * 1.5 + 0.25, approximate=approximate)
         (g,) = dg.autograd.grad((y * y).sum(), x)
-        return y, g
+        return y, g, dg.erf(x) * 2 - 1
     compiled = dg.compile(step)
     for got, want in zip(compiled(dg.tensor(x, requires_grad=True)),
                          step(dg.tensor(x, requires_grad=True))):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
     kernel_code = compiled._last.executable.kernel_code()
-    assert "gelu_tanh32(" in kernel_code and "gelu_tanh_backward32(" in kernel_code
+    assert all(f"{name}(" in kernel_code for name in names + ("erf32",))
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many float32 values lie between a and b (0 where equal; signed zeros equal)."""
+    def ordered(v):
+        i = v.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def erf_inputs():
+    rng = np.random.default_rng(14)
+    x = np.concatenate([rng.normal(0, 2, 60000), np.linspace(-4.5, 4.5, 40001),
+                        rng.uniform(-1e-3, 1e-3, 2000),
+                        [0.875, 2.375, 3.85, -3.85, 3.8499, 1e-30, -1e-40, 30.0]])
+    x = x.astype(np.float32)
+    x[:5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    return x
+
+
+def test_erf_is_within_an_ulp_of_correctly_rounded_and_of_torch(monkeypatch):
+    """float32 erf computes in float64 and rounds once: at most 1 ulp from the correctly
+    rounded result (and from torch's, itself within 1 ulp), signed zeros and NaN kept, at
+    every size (a fused kernel of a few elements calls ``erf32`` too)."""
+    from math import erf
+    x = erf_inputs()
+    g = np.random.default_rng(15).normal(size=x.size).astype(np.float32)
+
+    def run():
+        xs = dg.tensor(x, requires_grad=True)
+        y = dg.erf(xs)
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy(), dg.erf(dg.tensor(x[:7])).numpy()
+    (y, dx, few), (y_np, _, _) = both_paths(run, monkeypatch, expect="erf")
+    want = np.array([erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    known = ~np.isnan(x)
+    assert _ulps(y[known], want[known]).max() <= 1
+    assert np.isnan(y[4]) and np.signbit(y[1]) and y[2] == 1 and y[3] == -1
+    np.testing.assert_array_equal(few, y[:7])
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.erf(xt)
+    yt.backward(torch.tensor(g))
+    assert _ulps(y[known], yt.detach().numpy()[known]).max() <= 1
+    assert _ulps(y_np[known], y[known]).max() <= 4   # (Cody's NumPy kernel, in float32)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=2e-6, atol=1e-7)
+
+
+def test_gelu_forward_and_gradient_match_torch_and_numpy(monkeypatch):
+    """The exact (erf) GELU, ``nn.GELU()``'s default: one float32 loop each way."""
+    x, g = gelu_inputs(), np.random.default_rng(1).normal(size=8192).astype(np.float32)
+
+    def run():
+        xt = dg.tensor(x, requires_grad=True)
+        y = dg.nn.GELU()(xt)
+        y.backward(dg.tensor(g))
+        return y.detach().numpy(), xt.grad.numpy()
+    (y, dx), (y_np, dx_np) = both_paths(run, monkeypatch, expect="gelu_backward")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.GELU()(xt)
+    yt.backward(torch.tensor(g))
+    finite = np.isfinite(x)
+    # (torch's float32 1 + erf cancels where x is very negative; the loop sums in float64)
+    np.testing.assert_allclose(y[finite], yt.detach().numpy()[finite], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(y[finite], y_np[finite], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(dx[finite], xt.grad.numpy()[finite], rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(dx[finite], dx_np[finite], rtol=1e-5, atol=2e-6)
+    assert y[6] == np.inf and y[3] == 0 and y[2] == 30 and np.isnan(y[7]) == np.isnan(y_np[7])
+    x[100] = np.nan
+    assert np.isnan(dg.nn.functional.gelu(dg.tensor(x)).numpy()[100])
 
 
 @pytest.mark.parametrize("blas_threads", ["1", "0"])
@@ -565,9 +637,12 @@ def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypat
     np.testing.assert_allclose(ws.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=2e-3)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"padding": 2, "dilation": (2, 1)}, {"groups": 2}])
+@pytest.mark.parametrize("kwargs", [{"padding": (5, 3)}, {"padding": (9, 3), "dilation": (2, 1)},
+                                    {"padding": (5, 4), "groups": 2}])
 def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
-    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns)."""
+    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns,
+    where the padding is wider than the kernel's span, so that it is not a conv of the
+    output gradient with the flipped weight)."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((8, 4, 15, 13), dtype=np.float32)
     w = rng.standard_normal((6, 4 // kwargs.get("groups", 1), 5, 3), dtype=np.float32)
@@ -583,3 +658,47 @@ def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
     yt.backward(torch.cos(torch.arange(yt.numel(), dtype=torch.float32)).reshape(yt.shape))
     np.testing.assert_allclose(fast, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
+
+
+CONVS = [   # x shape, w shape, conv2d kwargs: every conv_method, padding, stride, dilation
+    ((2, 6, 9, 11), (6, 1, 3, 3), {"padding": 1, "groups": 6}),
+    ((3, 4, 10, 9), (8, 1, 3, 5), {"stride": 2, "padding": (2, 1), "groups": 4}),   # x2
+    ((2, 5, 12, 12), (5, 1, 3, 3), {"padding": 3, "dilation": 2, "groups": 5}),
+    ((2, 5, 8, 7), (5, 1, 3, 3), {"stride": (2, 1), "groups": 5}),
+    ((3, 8, 9, 9), (8, 2, 3, 3), {"padding": 1, "groups": 4}),                        # grouped
+    ((2, 6, 8, 8), (12, 6, 1, 1), {}),                                                 # 1x1
+    ((2, 6, 9, 8), (4, 6, 1, 1), {"stride": 2}),
+    ((4, 3, 23, 21), (5, 3, 3, 3), {"padding": 1}),
+    ((2, 4, 17, 19), (3, 4, 5, 3), {"stride": 2, "padding": (2, 0), "dilation": (1, 2)}),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs", CONVS)
+@pytest.mark.parametrize("block_bytes", [1 << 20, 512])
+def test_conv_kernels_match_torch(monkeypatch, x_shape, w_shape, kwargs, block_bytes):
+    """conv2d forward, input and weight gradient against torch for each ``conv_method``:
+    the depthwise loops (padding, stride, dilation as index ranges, a channel multiplier
+    of 2 taking the blocked GEMMs), a grouped and 1x1 convs, and the blocked im2col with
+    several images per block or (``COLUMN_BLOCK_BYTES`` of 512) a few rows per block."""
+    from dualgraph.ops import conv
+    monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(17)
+    x, w = rng.standard_normal(x_shape, dtype=np.float32), rng.standard_normal(w_shape,
+                                                                             dtype=np.float32)
+    b = rng.standard_normal(w_shape[0], dtype=np.float32)
+    results = []
+    for lib in (dg, torch):
+        xs, ws, bs = (lib.tensor(a, requires_grad=True) for a in (x, w, b))
+        y = lib.nn.functional.conv2d(xs, ws, bs, **kwargs)
+        y.backward(lib.tensor(np.cos(np.arange(y.numel(), dtype=np.float32)).reshape(
+            y.shape)))
+        results.append([t.detach().numpy() for t in (y, xs.grad, ws.grad, bs.grad)])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    two = lambda v: (v, v) if type(v) is int else tuple(v)   # noqa: E731
+    padding = tuple((p, p) for p in two(kwargs.get("padding", 0)))
+    method = conv.conv_method(x_shape, w_shape, two(kwargs.get("stride", 1)), padding,
+                              two(kwargs.get("dilation", 1)), kwargs.get("groups", 1))
+    depthwise = w_shape[1] == 1 and w_shape[0] == kwargs.get("groups", 1)
+    assert (method == "depthwise") == depthwise
+    assert (method == "pointwise") == (w_shape[2:] == (1, 1) and not kwargs)

@@ -156,6 +156,12 @@ SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplif
     ("x-0", lambda g, x: node(g, "exp", node(g, "sub", x, 0.0)), ["exp"]),
     ("x/1", lambda g, x: node(g, "exp", node(g, "div", x, 1)), ["exp"]),
     ("x**1", lambda g, x: node(g, "exp", node(g, "pow", x, 1)), ["exp"]),
+    ("x**3.0", lambda g, x: node(g, "pow", x, 3.0), ["mul", "mul"]),
+    ("x**4", lambda g, x: node(g, "pow", x, 4), ["mul", "mul", "mul"]),   # (cse: x*x once)
+    ("x**0.5", lambda g, x: node(g, "pow", x, 0.5), ["sqrt"]),
+    ("x**-2.0", lambda g, x: node(g, "pow", x, -2.0), ["mul", "div"]),
+    ("x**-3", lambda g, x: node(g, "pow", x, -3), ["mul", "mul", "div"]),   # (nested calls)
+    ("x**const(-1)", lambda g, x: node(g, "pow", x, g.add_constant(np.float32(-1))), ["div"]),
     ("--x", lambda g, x: node(g, "exp", node(g, "neg", node(g, "neg", x))), ["exp"]),
     ("scale chain", _scale_chain, ["mul"]),
     ("permute twice", lambda g, x: node(g, "exp", node(g, "permute", node(
@@ -179,6 +185,13 @@ def test_simplify_rule(name, build, left):
     assert report.counts["rewrites"] >= 1
     assert ops(dce(new)[0]) == left
     assert [(v.shape, v.dtype) for v in new.outputs] == [(v.shape, v.dtype) for v in g.outputs]
+
+
+@pytest.mark.parametrize("exponent", [2.2, 1.5, 0, 5.0])
+def test_simplify_keeps_pow_without_a_small_integer_or_half_exponent(exponent):
+    g, (x, i) = graph_with(F32, ((3,), "int32"))
+    g.set_outputs([node(g, "pow", x, exponent), node(g, "pow", i, 2.0)])   # (int: cast first)
+    assert ops(dce(run(simplify, g)[0])[0]) == ["pow", "pow"]
 
 
 def test_simplify_makes_linear_from_matmul_with_a_transposed_weight():

@@ -1,16 +1,20 @@
-"""One-pass float32 loops for the tanh-GELU, the LSTM cell and ReLU, forward and backward.
+"""One-pass float32 loops for erf, the GELUs, the LSTM cell and ReLU, forward and backward.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
 with ``fastmath``'s vectorisable ``tanh32``, ``sigmoid32`` (``(1 + tanh(x / 2)) / 2`` as
-there) and ``gelu_tanh32`` (which the compiler's fused kernels call too).
+there), ``gelu_tanh32``, ``erf32`` and ``gelu32`` (which the compiler's fused kernels call
+too). The erf and exact-GELU loops run at every float32 size (their ops' kernels call them
+for any float32 array): a fused kernel calls their scalar functions at any size too, so
+compiled equals eager to the bit.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import helper, loop
-from .fastmath import gelu_tanh32, gelu_tanh_backward32, sigmoid32, tanh32
+from .fastmath import (erf32, gelu32, gelu_backward32, gelu_tanh32, gelu_tanh_backward32,
+                       sigmoid32, tanh32)
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -33,6 +37,31 @@ def gelu_tanh_backward(start, stop, g, x, out):
     gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu_tanh_backward32(gs[i], xs[i])
+
+
+@loop
+def erf(start, stop, x, out):
+    """``out = erf(x)`` over elements ``start:stop`` of flat arrays (as :func:`gelu_tanh`)."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = erf32(xs[i])
+
+
+@loop
+def gelu(start, stop, x, out):
+    """``out = x Phi(x)`` over elements ``start:stop`` of flat arrays (as
+    :func:`gelu_tanh`)."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = gelu32(xs[i])
+
+
+@loop
+def gelu_backward(start, stop, g, x, out):
+    """``out = g * d/dx gelu(x)`` over elements ``start:stop`` of flat arrays."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = gelu_backward32(gs[i], xs[i])
 
 
 @helper(inline="always")

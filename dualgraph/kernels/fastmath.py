@@ -17,6 +17,16 @@ to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
   then Taylor polynomials for sin and cos of ``r`` (both 1e-17 relative on that interval)
   and the quadrant of ``k`` picking one. The eager sin/cos loops and the fused kernels both
   call them, so compiled and eager agree to the bit.
+- ``erf32``: computed in float64 and rounded once (correctly rounded float32 results in
+  all but ~1% of arguments, and those 1 ulp off): three polynomials, each a Chebyshev
+  least-squares fit (``numpy.polynomial.chebyshev.chebfit`` at 4000 Chebyshev nodes of the
+  piece, against float64 ``erf``) rewritten as a polynomial in the piece's variable ``u``
+  mapped to [-1, 1]: ``erf(x) / x`` in ``x^2`` on ``|x| < 0.875`` (degree 7, relative
+  error 5e-12), ``erf`` on [0.875, 2.375) (degree 12) and [2.375, 3.85) (degree 11; both
+  absolute error below 3e-11); from 3.85 on, erf rounds to 1 in float32. Every element
+  evaluates all three (selects, not branches, so the loop vectorises); rational forms
+  (Cody's) need two float64 divisions, which took most of the time. ``gelu32`` and
+  ``gelu_backward32`` build on the same float64 value.
 
 Every function is a plain Python function here (a ``kernels.Helper``), so the module
 imports, and the formulas can be tested, without Numba; Numba compiles them when a loop
@@ -59,6 +69,23 @@ _TANH_B = tuple(F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04,
 _ONE, _HALF, _ZERO, _INF = F(1.0), F(0.5), F(0.0), F(np.inf)
 _TWO, _FOUR, _MINUS_TWO = F(2.0), F(4.0), F(-2.0)
 _GELU_K, _GELU_C, _GELU_C3 = F(np.sqrt(2 / np.pi)), F(0.044715), F(3 * 0.044715)
+# erf's pieces (module docstring): coefficients from the highest power down; each piece
+# maps its interval [lo, hi) to u in [-1, 1] as u = v * scale - shift
+_ERF_NEAR = (-1.2884047999770292e-08, 2.736337459629054e-07, -5.0897540051596774e-06,
+             8.216009815231245e-05, -0.0011217030788183003, 0.012622533418767597,
+             -0.11501988579659911, 0.9995275084270665)
+_ERF_MID = (2.1751194051696507e-06, -5.421688079838296e-06, -1.9228691459163865e-05,
+            0.00010598034414701775, -5.8267361772935613e-05, -0.0008255110903875217,
+            0.0025657121065333272, -0.0005066282722487332, -0.015731390656823097,
+            0.048448386818429466, -0.07355667229525986, 0.06035419424414449,
+            0.9784437332199695)
+_ERF_FAR = (-2.5313847892936295e-07, 4.268175440619384e-07, 1.6232588578934954e-06,
+            -1.020304941966105e-05, 3.2951814234063355e-05, -7.650010955421848e-05,
+            0.00013347710469751803, -0.0001759619475420124, 0.0001720118227163956,
+            -0.00011851812857893231, 5.163230430372685e-05, 0.9999892613360121)
+_ERF_T1, _ERF_T2, _ERF_ONE = 0.875, 2.375, 3.85   # the pieces' bounds; erf = 1 from _ERF_ONE
+_SQRT_HALF64 = 0.7071067811865476
+_INV_SQRT_2PI = F(1 / np.sqrt(2 * np.pi))
 
 
 _PI2_INV = 0.63661977236758134308        # 2 / pi
@@ -209,6 +236,83 @@ def gelu_tanh_backward32(g, x):
     one_plus, sech2 = _tanh_terms(_GELU_K * x * (_ONE + _GELU_C * x2))
     slope = _HALF * _GELU_K * x * (_ONE + _GELU_C3 * x2) * sech2
     return g * (_HALF * one_plus + slope)
+
+
+def _fma_py(a, b, c):
+    return a * b + c   # (in Python: rounded twice; the formulas' tests allow for it)
+
+
+@Intrinsic
+def _fma_intrinsic(typingctx, a, b, c):
+    """LLVM's ``fma`` of three float64s: one rounding whatever fast-math flags the loop
+    inlining it has (a fused kernel ending in a reduction has "reassoc"; an eager loop
+    none), so the eager loop and every fused kernel compute the same bits; it vectorises
+    (where the CPU lacks FMA, LLVM calls libm's fma, still exact)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, sig, args):
+        f64 = ir.DoubleType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64, [f64] * 3),
+                                            "llvm.fma.f64")
+        return builder.call(fn, args)
+    return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@helper(python=_fma_py, **_INLINED)
+def _fma(a, b, c):
+    return _fma_intrinsic(a, b, c)
+
+
+@helper(**_INLINED)
+def _horner(coefficients, u):
+    r = 0.0
+    for c in coefficients:
+        r = _fma(r, u, c)
+    return r
+
+
+@helper(**_INLINED)
+def _erf64(d):
+    """erf of a float64 ``d`` to ~3e-11 absolute (5e-12 relative near 0; see the module
+    docstring), exact 0 at 0 (with its sign) and +-1 from |d| = 3.85; NaN gives +-1 (the
+    float32 callers keep a NaN argument)."""
+    y = abs(d)
+    near = d * _horner(_ERF_NEAR, _fma(d * d, 2 / _ERF_T1 ** 2, -1.0))
+    mid = _horner(_ERF_MID, _fma(y, 2 / (_ERF_T2 - _ERF_T1),
+                                 -(_ERF_T2 + _ERF_T1) / (_ERF_T2 - _ERF_T1)))
+    far = _horner(_ERF_FAR, _fma(y, 2 / (_ERF_ONE - _ERF_T2),
+                                 -(_ERF_ONE + _ERF_T2) / (_ERF_ONE - _ERF_T2)))
+    r = mid if y < _ERF_T2 else far
+    r = r if y < _ERF_ONE else 1.0
+    r = -r if d < 0 else r
+    return near if y < _ERF_T1 else r
+
+
+@helper(**_INLINED)
+def erf32(x):
+    """``erf`` for float32 scalars, correctly rounded but for ~1% of arguments (1 ulp)."""
+    r = np.float32(_erf64(np.float64(x)))
+    return x if x != x else r
+
+
+@helper(**_INLINED)
+def gelu32(x):
+    """``x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))`` for float32 scalars, in float64 and
+    rounded once (so ``1 + erf`` does not cancel in float32 where x is very negative)."""
+    d = np.float64(x)
+    r = np.float32(0.5 * d * (1.0 + _erf64(d * _SQRT_HALF64)))
+    return x if x != x else r
+
+
+@helper(**_INLINED)
+def gelu_backward32(g, x):
+    """``g * d/dx gelu(x) = g (Phi(x) + x phi(x))`` for float32 scalars."""
+    d = np.float64(x)
+    cdf = np.float32(0.5 * (1.0 + _erf64(d * _SQRT_HALF64)))
+    pdf = exp32(-_HALF * x * x) * _INV_SQRT_2PI
+    r = g * (cdf + x * pdf)
+    return x if x != x else r
 
 
 @helper(**_INLINED)

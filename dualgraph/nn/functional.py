@@ -378,18 +378,24 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: running_mean and running_var are needed when "
                              "training=False")
-        mean = _per_channel(running_mean, input.ndim)
-        y = (input - mean) * ew.rsqrt(_per_channel(running_var, input.ndim) + eps)
-    else:
-        count = input.numel() // input.shape[1]
-        if count <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got "
-                             f"input size {_shape(input)}")
-        y, mean, var = _standardize(input, dims, eps)
-        if running_mean is not None:
-            _update_running(running_mean, mean, momentum)
-        if running_var is not None:
-            _update_running(running_var, var * (count / (count - 1)), momentum)
+        # torch's inference form: per channel alpha = weight / sqrt(var + eps) and
+        # beta = bias - mean * alpha, then one multiply and one add over the activations
+        # (the four passes of (x - mean) * rsqrt(var + eps) * weight + bias were most of
+        # an eval-mode CNN's eager time)
+        alpha = ew.rsqrt(running_var + eps)
+        alpha = alpha if weight is None else alpha * weight
+        beta = -running_mean * alpha if bias is None else bias - running_mean * alpha
+        y = input * _per_channel(alpha, input.ndim) + _per_channel(beta, input.ndim)
+        return _in_dtype_of(y, input)
+    count = input.numel() // input.shape[1]
+    if count <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got "
+                         f"input size {_shape(input)}")
+    y, mean, var = _standardize(input, dims, eps)
+    if running_mean is not None:
+        _update_running(running_mean, mean, momentum)
+    if running_var is not None:
+        _update_running(running_var, var * (count / (count - 1)), momentum)
     y = _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
     return _in_dtype_of(y, input)
 

@@ -9,13 +9,14 @@ avg-pool ops are each other's, so double backward works. The 1-D forms are the 2
 a unit height; adaptive average pooling is avg_pool2d when the sizes divide, else two small
 averaging matmuls.
 
-Kernels: im2col is a strided view of the padded input (no copy) laid out by one copy as
-``cols[g, (c, i, j), (n, h, w)]``, then ONE GEMM per group. With stride 1 the output rows
-are as wide as the padded input's (a few junk columns), which makes every kernel
-position's columns one contiguous run of the flattened input: the copy and its adjoint
-move long runs, not rows of Wo. The adjoint adds columns back with one add per kernel
-position (kh*kw adds, never a loop over pixels or batch elements). Non-overlapping
-unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
+Kernels (``conv_method`` chooses): a 1x1 conv is one batched GEMM on the input as it is;
+a depthwise conv a direct loop (``kernels/conv.py``); any other conv copies im2col columns
+``cols[g, (c, i, j), (n, h, w)]`` (a strided view of the padded input) a cache-sized block
+of images or rows at a time, one GEMM per block and group. A stride-1 conv's input
+gradient is the conv of the output gradient with the flipped weight (the same blocks);
+other strides multiply into columns and add them back with one add per kernel position
+(kh*kw adds, never a loop over pixels or batch elements). Non-overlapping unpadded max
+pooling has a fast path. Float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
@@ -99,45 +100,6 @@ def _conv_out_hw(hw, kernel, stride, padding, dilation):
                  for a in range(2))
 
 
-def _im2col(x, kernel, stride, padding, dilation, groups):
-    """``x (N, C, H, W)`` -> ``cols (G, C/G*kh*kw, N*Ho*R)``, ``(Ho, Wo)`` and the row
-    width R, by one copy of a strided view, so that each conv GEMM is ONE large matmul per
-    group. Stride 1 lays outputs on rows of the padded width (R = Wp, see
-    :func:`_flat_windows`); other strides gather the windows themselves (R = Wo)."""
-    n, c, h, w = x.shape
-    out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
-    xp = _pad(x, padding).reshape(n, groups, c // groups, *_padded(h, w, padding))
-    if stride == (1, 1):
-        cols, width = _flat_windows(xp, kernel, dilation, out_hw), xp.shape[-1]
-    else:
-        win = _windows(xp, kernel, stride, dilation, out_hw)       # N G Cg Ho Wo kh kw
-        cols, width = np.ascontiguousarray(win.transpose(1, 2, 5, 6, 0, 3, 4)), out_hw[1]
-    return cols.reshape(groups, -1, n * out_hw[0] * width), out_hw, width
-
-
-def _flat_windows(xp, kernel, dilation, out_hw):
-    """Stride-1 im2col of ``xp (N, G, Cg, Hp, Wp)`` on flattened padded planes, as
-    ``(G, Cg, kh, kw, N, Ho*Wp)``.
-
-    Output pixel (h, v) reads padded pixel ``(h + i*dh) * Wp + v + j*dw`` at kernel
-    position (i, j): with outputs laid out on rows of width Wp (the last Wp - Wo of each
-    row are junk), each kernel position's columns are ONE contiguous run of the flat plane,
-    so the copy moves long runs instead of rows of Wo. The tail past the last run is zeroed
-    so that junk columns stay finite."""
-    xp = np.ascontiguousarray(xp)
-    n, g, cg, _, wp = xp.shape
-    (kh, kw), (ho, wo) = kernel, out_hw
-    run = (ho - 1) * wp + wo
-    s = xp.strides
-    view = as_strided(xp, (g, cg, kh, kw, n, run),
-                      (s[1], s[2], s[3] * dilation[0], s[4] * dilation[1], s[0], s[4]),
-                      writeable=False)
-    cols = np.empty((g, cg, kh, kw, n, ho * wp), xp.dtype)
-    cols[..., :run] = view
-    cols[..., run:] = 0
-    return cols
-
-
 def _padded(h, w, padding):
     return h + sum(padding[0]), w + sum(padding[1])
 
@@ -152,27 +114,182 @@ def _grad_matrix(g, groups, width):
     return out.reshape(groups, c // groups, -1)
 
 
+# -- blocked im2col: the eager kernels ------------------------------------------------------
+# A whole-batch im2col is the input times kh*kw (46 MB for a 64 x 32 x 26 x 26 input and a
+# 3x3 kernel): written to memory, read back by the GEMM, and the GEMM's (Cout, N, Ho, Wo)
+# result transposed again; on a 3x3 conv that copying cost more than the GEMM. Here the
+# columns are built a block at a time (whole images, or rows of one image, up to
+# ``COLUMN_BLOCK_BYTES``) in one buffer that stays in cache while its GEMM reads it, and the
+# GEMM writes (N, Cout, Ho, Wo) directly where a block is one image. ``conv_method`` picks
+# among this, a plain GEMM for 1x1 convs and a direct loop for depthwise convs.
+COLUMN_BLOCK_BYTES = 1 << 20   # a block's columns: about half this CPU's 2 MB L2
+
+
+def conv_method(x_shape, w_shape, stride, padding, dilation, groups) -> str:
+    """How the eager conv kernels compute a convolution of these shapes and attrs:
+
+    - ``"pointwise"``: a 1x1 kernel with stride 1 and no padding: the input is already the
+      GEMM's right operand, (C/G, H*W) per image and group; one batched GEMM, no copy.
+    - ``"depthwise"``: one input and one output channel per group (MobileNet's 3x3
+      layers): C independent small 2-D filters, whose per-group GEMMs (1 x kh*kw x Ho*Wo)
+      would be all overhead; a direct loop (``kernels.conv``) over each plane, vectorised
+      along its rows, with padding, stride and dilation as index ranges (no padded copy).
+    - ``"blocked"``: anything else: im2col a block at a time (``COLUMN_BLOCK_BYTES``) and
+      one GEMM per block and group.
+    """
+    cout, cg, kh, kw = w_shape
+    if (kh, kw) == (1, 1) and stride == (1, 1) and not any(padding[0] + padding[1]):
+        return "pointwise"
+    if groups > 1 and cg == 1 and cout == groups and kernels.numba_available():
+        return "depthwise"
+    return "blocked"
+
+
+def columns_fit_one_block(x_shape, w_shape, stride, padding, dilation, groups,
+                          itemsize) -> bool:
+    """Whether the eager kernels im2col the whole batch as one block (the blocked method,
+    the batch's columns within ``COLUMN_BLOCK_BYTES``): only then does sharing one whole
+    im2col between a conv and its weight gradient (``passes.share_conv_columns``) cost no
+    more memory traffic than each kernel's own blocks."""
+    if not all(type(d) is int for d in tuple(x_shape) + tuple(w_shape)):
+        return False   # (a symbolic batch)
+    if conv_method(x_shape, w_shape, stride, padding, dilation, groups) != "blocked":
+        return False
+    n, c, h, w = x_shape
+    ho, wo = _conv_out_hw((h, w), w_shape[2:], stride, padding, dilation)
+    return n * ho * wo * c * w_shape[2] * w_shape[3] * itemsize <= COLUMN_BLOCK_BYTES
+
+
+def _blocks(n, ho, row_bytes):
+    """``(i0, i1, r0, r1)`` blocks covering ``n`` images of ``ho`` output rows, each
+    ``row_bytes`` of columns: several whole images per block where an image's columns fit
+    in ``COLUMN_BLOCK_BYTES``, else runs of rows of one image."""
+    if row_bytes * ho <= COLUMN_BLOCK_BYTES:
+        per = max(1, COLUMN_BLOCK_BYTES // (row_bytes * ho))
+        return [(i, min(i + per, n), 0, ho) for i in range(0, n, per)]
+    rows = max(1, COLUMN_BLOCK_BYTES // row_bytes)
+    return [(i, i + 1, r, min(r + rows, ho)) for i in range(n) for r in range(0, ho, rows)]
+
+
+def _columns(padded, kernel, stride, dilation, out_hw, rows, out):
+    """Copy the im2col of output rows ``rows = (r0, r1)`` of the padded images ``padded
+    (n, G, Cg, Hp, Wp)`` into ``out (G, Cg*kh*kw, n*(r1-r0)*Wo)``, columns ordered (image,
+    row, col): one copy of a strided view of the windows."""
+    (kh, kw), (r0, r1) = kernel, rows
+    n, groups, cg = padded.shape[:3]
+    win = _windows(padded, kernel, stride, dilation, out_hw)          # n G Cg Ho Wo kh kw
+    np.copyto(out.reshape(groups, cg, kh, kw, n, r1 - r0, out_hw[1]),
+              win[:, :, :, r0:r1].transpose(1, 2, 5, 6, 0, 3, 4))
+    return out
+
+
+def _padded_images(x, padding, groups):
+    n, c, h, w = x.shape
+    return _pad(x, padding).reshape(n, groups, c // groups, *_padded(h, w, padding))
+
+
+def _block_columns(x, kernel, stride, padding, dilation, groups):
+    """Yield ``(i0, i1, r0, r1, cols)`` for the blocks of :func:`_blocks`: ``cols`` the
+    block's im2col (:func:`_columns`), in one buffer reused by every block (use it before
+    taking the next). Padding is applied per block of images, never to the whole batch."""
+    n, c, h, w = x.shape
+    (kh, kw), cg = kernel, c // groups
+    out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
+    blocks = _blocks(n, out_hw[0], c * kh * kw * out_hw[1] * x.itemsize)
+    i0, i1, r0, r1 = blocks[0]
+    buf = np.empty((groups, cg * kh * kw, (i1 - i0) * (r1 - r0) * out_hw[1]), x.dtype)
+    padded, at = None, None
+    for i0, i1, r0, r1 in blocks:
+        if at != (i0, i1):   # (a run of row blocks pads its image once)
+            padded, at = _padded_images(x[i0:i1], padding, groups), (i0, i1)
+        cols = buf[..., :(i1 - i0) * (r1 - r0) * out_hw[1]]
+        yield i0, i1, r0, r1, _columns(padded, kernel, stride, dilation, out_hw, (r0, r1),
+                                       cols)
+
+
+def _gemm_block(wm, cols, out, i0, i1, r0, r1):
+    """The conv's GEMM on a block's columns, into ``out[i0:i1, :, r0:r1]`` (``wm (G,
+    Cout/G, Cg*kh*kw)``): straight into the output where the block is one whole image."""
+    n, cout, ho, wo = out.shape
+    groups = wm.shape[0]
+    if (i1 - i0, r1 - r0) == (1, ho):
+        np.matmul(wm, cols, out=out[i0].reshape(groups, cout // groups, ho * wo))
+        return
+    y = np.matmul(wm, cols).reshape(groups, cout // groups, i1 - i0, r1 - r0, wo)
+    out[i0:i1, :, r0:r1] = y.transpose(2, 0, 1, 3, 4).reshape(i1 - i0, cout, r1 - r0, wo)
+
+
+def _weight_grad_block(g, cols, i0, i1, r0, r1, part):
+    """``part (G, Cout/G, Cg*kh*kw)`` = the weight gradient's GEMM on one block: the
+    block of ``g (N, Cout, Ho, Wo)`` times the block's columns, transposed. Few outputs
+    and long rows (LeNet's first layer) take ``kernels.products.a_bt``."""
+    groups, cog = part.shape[:2]
+    gb = g[i0:i1, :, r0:r1].reshape(i1 - i0, groups, cog, -1)
+    gb = gb[0] if i1 - i0 == 1 else np.ascontiguousarray(gb.transpose(1, 2, 0, 3))
+    gb = gb.reshape(groups, cog, -1)
+    if kernels.products.wanted(gb[0], cols[0]):
+        for k in range(groups):
+            kernels.products.a_bt(np.ascontiguousarray(gb[k]), cols[k], part[k])
+        return part
+    return np.matmul(gb, cols.transpose(0, 2, 1), out=part)
+
+
+def _conv_blocked(x, w, bias):
+    """conv2d by ``conv_method``: ``(x, w, bias)`` in one BLAS dtype; -> (N, Cout, Ho, Wo)."""
+    def conv(stride, padding, dilation, groups):
+        n, c, h, wd = x.shape
+        cout, cg, kh, kw = w.shape
+        ho, wo = _conv_out_hw((h, wd), (kh, kw), stride, padding, dilation)
+        cog = cout // groups
+        wm = w.reshape(groups, cog, cg * kh * kw)
+        method = conv_method(x.shape, w.shape, stride, padding, dilation, groups)
+        out = np.empty((n, cout, ho, wo), x.dtype)
+        if method == "pointwise":
+            np.matmul(wm, x.reshape(n, groups, cg, h * wd),
+                      out=out.reshape(n, groups, cog, ho * wo))
+        elif method == "depthwise":
+            kernels.conv.depthwise(x, w, out, stride, padding, dilation)
+        else:
+            for i0, i1, r0, r1, cols in _block_columns(x, (kh, kw), stride, padding,
+                                                       dilation, groups):
+                _gemm_block(wm, cols, out, i0, i1, r0, r1)
+        if bias:
+            out += bias[0].reshape(-1, 1, 1)
+        return out
+    return conv
+
+
 def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
     (x, w, *bias), dt = linalg.blas_operands(x, w, *bias)
-    cols, _, _ = _im2col(x, w.shape[2:], stride, padding, dilation, groups)
-    return cast(_conv_gemm(cols, x.shape, w, bias, stride, padding, dilation, groups), dt)
+    return cast(_conv_blocked(x, w, bias)(stride, padding, dilation, groups), dt)
 
 
-def _conv_gemm(cols, x_shape, w, bias, stride, padding, dilation, groups):
-    """The conv's GEMM on im2col ``cols`` and its output ``(N, Cout, Ho, Wo)``."""
-    n, cout = x_shape[0], w.shape[0]
-    ho, wo = _conv_out_hw(x_shape[2:], w.shape[2:], stride, padding, dilation)
-    width = cols.shape[-1] // (n * ho)
-    y = np.matmul(w.reshape(groups, cout // groups, -1), cols)     # G Cog N*Ho*R
-    out = np.empty((n, cout, ho, wo), y.dtype)
-    out[...] = y.reshape(cout, n, ho, width)[..., :wo].transpose(1, 0, 2, 3)
-    if bias:
-        out += bias[0].reshape(-1, 1, 1)
-    return out
+def _flipped_weight(w, groups):
+    """The weight of the convolution that is a stride-1 conv's input gradient: channels
+    in and out swapped within each group, the kernel turned 180 degrees."""
+    cout, cg, kh, kw = w.shape
+    swapped = w.reshape(groups, cout // groups, cg, kh, kw).transpose(0, 2, 1, 3, 4)
+    return np.ascontiguousarray(swapped.reshape(groups * cg, cout // groups, kh, kw)[
+        ..., ::-1, ::-1])
 
 
 def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     (g, w), dt = linalg.blas_operands(g, w)
+    span = [dilation[a] * (w.shape[2 + a] - 1) for a in range(2)]
+    full = tuple((span[a] - padding[a][0], span[a] - padding[a][1]) for a in range(2))
+    if conv_method(g.shape, w.shape, stride, padding, dilation, groups) == "depthwise":
+        out = np.empty((g.shape[0], w.shape[0], *input_size), g.dtype)
+        kernels.conv.depthwise_input_grad(g, w, out, stride, padding, dilation)
+        return cast(out, dt)
+    if stride == (1, 1) and min(full[0] + full[1]) >= 0 and w.shape[1] >= w.shape[0] // groups:
+        # the input gradient of a stride-1 conv is a conv of g, padded by the kernel's span
+        # less the padding, with the flipped weight: the forward's blocked GEMMs. Only
+        # where the input has at least as many channels as the output: that GEMM has Cin
+        # rows and Cout*kh*kw columns to copy, and with few rows (LeNet's 16 -> 6: 5.5 ms,
+        # 0.7 ms the other way) the copies dominate; the columns way below multiplies
+        # first (Cin*kh*kw rows, Cout deep) and adds the columns back.
+        flipped = _flipped_weight(w, groups)
+        return cast(_conv_blocked(g, flipped, ())(stride, full, dilation, groups), dt)
     n, ho, wo = g.shape[0], g.shape[2], g.shape[3]
     cout, cg, kh, kw = w.shape
     padded = _padded(*input_size, padding)
@@ -189,9 +306,11 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
 
 
 def _flat_col2im(cols, padded, dilation):
-    """The adjoint of :func:`_flat_windows`: ``cols (C, kh, kw, N, Ho, Wp)`` summed into
-    ``(N, C, Hp, Wp)`` with one contiguous-run add per kernel position (float32: one
-    pass per output plane, ``kernels.scatter.add_shifted_runs``)."""
+    """Stride-1 col2im from columns on rows of the padded width (output pixel (h, v) of
+    kernel position (i, j) is padded pixel ``(h + i*dh) * Wp + v + j*dw``, so each
+    position's columns are one contiguous run of the flat plane): ``cols (C, kh, kw, N,
+    Ho, Wp)`` summed into ``(N, C, Hp, Wp)`` with one run add per kernel position
+    (float32: one pass per output plane, ``kernels.scatter.add_shifted_runs``)."""
     c, kh, kw, n, ho, wp = cols.shape
     run = (ho - 1) * wp + wp - dilation[1] * (kw - 1)   # (Ho - 1) full rows, then Wo
     flat = cols.reshape(c, kh * kw, n, ho * wp)
@@ -210,28 +329,37 @@ def _flat_col2im(cols, padded, dilation):
 
 def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
     (x, g), dt = linalg.blas_operands(x, g)
-    cols, _, _ = _im2col(x, kernel_size, stride, padding, dilation, groups)
-    return cast(_weight_grad_gemm(cols, g, kernel_size, groups), dt)
-
-
-def _weight_grad_gemm(cols, g, kernel_size, groups):
-    """The weight gradient's GEMM on im2col ``cols`` of the input."""
-    width = cols.shape[-1] // (g.shape[0] * g.shape[2])
-    gm = _grad_matrix(g, groups, width)
-    if kernels.products.wanted(gm[0], cols[0]):   # few outputs, long rows: not the BLAS
-        gw = np.empty((groups, gm.shape[1], cols.shape[1]), gm.dtype)
-        for k in range(groups):
-            kernels.products.a_bt(gm[k], np.ascontiguousarray(cols[k]), gw[k])
-    else:
-        gw = np.matmul(gm, cols.transpose(0, 2, 1))   # G Cog Kg
-    return gw.reshape(g.shape[1], -1, *kernel_size)
+    n, cout, ho, wo = g.shape
+    cg, cog = x.shape[1] // groups, cout // groups
+    method = conv_method(x.shape, (cout, cg) + tuple(kernel_size), stride, padding, dilation,
+                         groups)
+    if method == "depthwise":
+        gw = np.empty((cout, 1) + tuple(kernel_size), g.dtype)
+        kernels.conv.depthwise_weight_grad(x, g, gw, stride, padding, dilation)
+        return cast(gw, dt)
+    gw = np.zeros((groups, cog, cg * kernel_size[0] * kernel_size[1]), g.dtype)
+    part = np.empty_like(gw)
+    if method == "pointwise":   # sum over images of g_i x_i^T
+        xs = x.reshape(n, groups, cg, -1).transpose(0, 1, 3, 2)
+        for i in range(n):
+            gw += np.matmul(g[i].reshape(groups, cog, -1), xs[i], out=part)
+        return cast(gw.reshape(cout, cg, *kernel_size), dt)
+    for i0, i1, r0, r1, cols in _block_columns(x, kernel_size, stride, padding, dilation,
+                                               groups):
+        gw += _weight_grad_block(g, cols, i0, i1, r0, r1, part)
+    return cast(gw.reshape(cout, cg, *kernel_size), dt)
 
 
 # -- the same GEMMs on shared columns (passes.share_conv_columns: one im2col of an input
 # for both the conv and its weight gradient) -------------------------------------------------
 def _columns_kernel(x, *, kernel_size, stride, padding, dilation, groups):
     (x,), _ = linalg.blas_operands(x)
-    return _im2col(x, kernel_size, stride, padding, dilation, groups)[0]
+    n, c = x.shape[:2]
+    out_hw = _conv_out_hw(x.shape[2:], kernel_size, stride, padding, dilation)
+    out = np.empty((groups, c // groups * kernel_size[0] * kernel_size[1],
+                    n * out_hw[0] * out_hw[1]), x.dtype)
+    return _columns(_padded_images(x, padding, groups), kernel_size, stride, dilation,
+                    out_hw, (0, out_hw[0]), out)
 
 
 def _infer_columns(x, *, kernel_size, stride, padding, dilation, groups):
@@ -239,9 +367,8 @@ def _infer_columns(x, *, kernel_size, stride, padding, dilation, groups):
     w_shape = (groups, c // groups) + tuple(kernel_size)
     ho, wo = _check_conv(x.shape, w_shape, None, "conv2d_columns", stride, padding, dilation,
                          groups)
-    width = _padded(*x.shape[2:], padding)[1] if stride == (1, 1) else wo
     k = c // groups * kernel_size[0] * kernel_size[1]
-    return ShapedType((groups, k, n * ho * width), linalg.compute_dtype(x.dtype))
+    return ShapedType((groups, k, n * ho * wo), linalg.compute_dtype(x.dtype))
 
 
 def _conv_from_columns_kernel(cols, x, w, *bias, stride, padding, dilation, groups):
@@ -249,7 +376,13 @@ def _conv_from_columns_kernel(cols, x, w, *bias, stride, padding, dilation, grou
     the pass uses these ops only where x, w and bias share one dtype)."""
     dt = dtypes.result_type(x, w, *bias)
     (w, *bias), _ = linalg.blas_operands(w, *bias)
-    return cast(_conv_gemm(cols, x.shape, w, bias, stride, padding, dilation, groups), dt)
+    n, cout = x.shape[0], w.shape[0]
+    ho, wo = _conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    out = np.empty((n, cout, ho, wo), cols.dtype)
+    _gemm_block(w.reshape(groups, cout // groups, -1), cols, out, 0, n, 0, ho)
+    if bias:
+        out += bias[0].reshape(-1, 1, 1)
+    return cast(out, dt)
 
 
 def _infer_conv_from_columns(cols, x, w, *bias, **conv):
@@ -261,7 +394,10 @@ def _weight_grad_from_columns_kernel(cols, x, g, *, kernel_size, stride, padding
     """``conv2d_weight_grad(x, g)`` from ``cols = conv2d_columns(x)``."""
     dt = dtypes.result_type(x, g)
     (g,), _ = linalg.blas_operands(g)
-    return cast(_weight_grad_gemm(cols, g, kernel_size, groups), dt)
+    n, cout, ho, _ = g.shape
+    part = np.empty((groups, cout // groups, cols.shape[1]), cols.dtype)
+    gw = _weight_grad_block(g, cols, 0, n, 0, ho, part)
+    return cast(gw.reshape(cout, -1, *kernel_size), dt)
 
 
 def _infer_weight_grad_from_columns(cols, x, g, **attrs):
@@ -339,44 +475,34 @@ def _weight_grad_vjp(gy, out, x, g, *, kernel_size, **conv):
 
 
 # -- decompositions: the compiler-only conv ops from index, einsum and matmul ------------------
-def _window_positions(padded_hw, kernel_size, stride, dilation, out_hw, width):
+def _window_positions(padded_hw, kernel_size, stride, dilation, out_hw):
     """Where window element (i, j) of output (h, v) sits in a flattened padded plane: an
-    int64 array ``(kh, kw, Ho, width)``, and the mask ``(Ho, width)`` of the positions that
-    hold one. With ``width`` the padded width (stride 1), a row's last ``width - Wo``
-    positions read on into the next row, as :func:`_flat_windows`'s junk columns do; the
-    junk after the last row is masked (its positions point at pixel 0)."""
+    int64 array ``(kh, kw, Ho, Wo)``."""
     (kh, kw), (ho, wo), wp = kernel_size, out_hw, padded_hw[1]
     rows = (np.arange(ho).reshape(ho, 1) * stride[0]
             + np.arange(kh).reshape(kh, 1, 1, 1) * dilation[0])
-    cols = np.arange(width) * stride[1] + np.arange(kw).reshape(kw, 1, 1) * dilation[1]
-    live = np.arange(ho * width).reshape(ho, width) < (ho - 1) * width + wo
-    return np.where(live, rows * wp + cols, 0), live
+    cols = np.arange(wo) * stride[1] + np.arange(kw).reshape(kw, 1, 1) * dilation[1]
+    return rows * wp + cols
 
 
-def _unfold(x, kernel_size, stride, padding, dilation, groups, width=None):
-    """The windows of ``x (N, C, H, W)`` as ``(N, G, C/G, kh, kw, Ho, width)`` (width Wo
-    unless given), zero where :func:`_window_positions` masks, by one index of the
-    flattened padded planes."""
+def _unfold(x, kernel_size, stride, padding, dilation, groups):
+    """The windows of ``x (N, C, H, W)`` as ``(N, G, C/G, kh, kw, Ho, Wo)``, by one index
+    of the flattened padded planes."""
     n, c, h, w = x.shape
     out_hw = _conv_out_hw((h, w), kernel_size, stride, padding, dilation)
     padded = _padded(h, w, padding)
     (pt, pb), (pl, pr) = padding
     flat = shape_ops.reshape(index.pad(x, (pl, pr, pt, pb)),
                              (n, groups, c // groups, padded[0] * padded[1]))
-    where, live = _window_positions(padded, kernel_size, stride, dilation, out_hw,
-                                    width or out_hw[1])
-    cols = index.index_dims(flat, [creation.constant(where)], (3,))
-    if not live.all():
-        cols = index.masked_fill(cols, creation.constant(~live), 0)
-    return cols, out_hw
+    where = _window_positions(padded, kernel_size, stride, dilation, out_hw)
+    return index.index_dims(flat, [creation.constant(where)], (3,)), out_hw
 
 
 def _fold(cols, padded_hw, stride, dilation, out_hw):
     """The adjoint of :func:`_unfold` (width Wo): ``cols (M..., kh, kw, Ho, Wo)`` added into
     zero padded planes ``(M..., Hp, Wp)``; repeated positions sum."""
     lead = tuple(cols.shape[:-4])
-    where, _ = _window_positions(padded_hw, tuple(cols.shape[-4:-2]), stride, dilation,
-                                 out_hw, out_hw[1])
+    where = _window_positions(padded_hw, tuple(cols.shape[-4:-2]), stride, dilation, out_hw)
     zeros = creation.zeros(lead + (padded_hw[0] * padded_hw[1],), dtype=cols.dtype)
     flat = index.index_put_dims(zeros, cols, [creation.constant(where)], (len(lead),),
                                 accumulate=True)
@@ -398,17 +524,16 @@ def _conv2d_decomposition(x, w, *bias, stride, padding, dilation, groups):
 
 
 def _columns_decomposition(x, *, kernel_size, stride, padding, dilation, groups):
-    """:func:`_im2col`'s layout ``(G, C/G*kh*kw, N*Ho*R)``, R as there."""
+    """:func:`_columns`'s layout ``(G, C/G*kh*kw, N*Ho*Wo)``."""
     ho, wo = _conv_out_hw(tuple(x.shape[2:]), kernel_size, stride, padding, dilation)
-    width = _padded(*x.shape[2:], padding)[1] if stride == (1, 1) else wo
     x = x.to(linalg.compute_dtype(x.dtype.np))
-    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups, width)
+    cols, _ = _unfold(x, kernel_size, stride, padding, dilation, groups)
     cols = shape_ops.permute(cols, (1, 2, 3, 4, 0, 5, 6))
-    return shape_ops.reshape(cols, (groups, -1, x.shape[0] * ho * width))
+    return shape_ops.reshape(cols, (groups, -1, x.shape[0] * ho * wo))
 
 
 def _from_columns_decomposition(cols, x, w, *bias, stride, padding, dilation, groups):
-    """The conv's GEMM on the columns, junk columns dropped (:func:`_conv_gemm`)."""
+    """The conv's GEMM on the columns (:func:`_gemm_block`)."""
     n, cout = x.shape[0], w.shape[0]
     ho, wo = _conv_out_hw(tuple(x.shape[2:]), tuple(w.shape[2:]), stride, padding, dilation)
     y = linalg.matmul(shape_ops.reshape(w, (groups, cout // groups, -1)), cols)
@@ -421,8 +546,8 @@ def _from_columns_decomposition(cols, x, w, *bias, stride, padding, dilation, gr
 
 def _weight_grad_from_columns_decomposition(cols, x, g, *, kernel_size, stride, padding,
                                             dilation, groups):
-    """The weight gradient's GEMM on the columns (:func:`_weight_grad_gemm`): ``g`` laid
-    out as they are, zero in their junk columns."""
+    """The weight gradient's GEMM on the columns (:func:`_weight_grad_block`): ``g`` laid
+    out as they are."""
     n, cout, ho, wo = g.shape
     width = cols.shape[-1] // (n * ho)
     gm = index.pad(shape_ops.permute(g, (1, 0, 2, 3)), (0, width - wo))

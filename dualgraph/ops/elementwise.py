@@ -94,8 +94,54 @@ DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binar
             onnx_import={})   # (ONNX's Div truncates integers: export/onnx_import_ops.py)
 
 
+# -- x ** c for small integer and half-integer c: products and a square root -------------------
+# A general power costs ~70 ns an element in NumPy's float32 loop, a product ~0.5 ns. torch
+# computes x**2, x**3, x**0.5, x**-0.5, x**-1 and x**-2 so (products, sqrt, 1/...), in this
+# order of operations; x**4 and x**-3, x**-4 here differ from a correctly rounded power by a
+# rounding or two of the products. (x**1.5 as x*sqrt(x) would be NaN at -inf, where pow is
+# inf: half-integers other than +-0.5 keep pow, whose special values are C's.) The pow
+# kernel applies it eagerly, and simplify's rule rewrites such a pow node into the same ops
+# (passes/simplify.py), so compiled == eager.
+POWER_PRODUCTS_MAX = 4
+_PRODUCT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def power_by_products(dtype, exponent) -> bool:
+    """Whether ``x ** exponent`` for ``x`` of (result) dtype ``dtype`` computes as products
+    (:func:`expand_power`): a float32/float64 result and a Python number exponent that is
+    +-0.5 or a nonzero integer up to 4 in size (``x ** 0`` is 1 even for NaN: NumPy's)."""
+    return (np.dtype(dtype) in _PRODUCT_DTYPES and type(exponent) in (int, float)
+            and (abs(exponent) == 0.5
+                 or (0 < abs(exponent) <= POWER_PRODUCTS_MAX
+                     and float(exponent).is_integer())))
+
+
+def expand_power(x, exponent, mul, sqrt, reciprocal):
+    """``x ** exponent`` (where :func:`power_by_products` holds) from ``mul(a, b)``,
+    ``sqrt(a)`` and ``reciprocal(a)``: NumPy functions for the kernel, graph calls for the
+    rewrite.
+
+    >>> expand_power(np.float32(2), -3, np.multiply, np.sqrt, lambda a: 1 / a)
+    0.125
+    """
+    whole = int(abs(exponent))
+    if whole == 0:   # (+-0.5)
+        result = sqrt(x)
+    elif whole == 1:
+        result = x
+    else:   # x*x, (x*x)*x, (x*x)*(x*x)
+        square = mul(x, x)
+        result = square if whole == 2 else mul(square, x if whole == 3 else square)
+    return reciprocal(result) if exponent < 0 else result
+
+
 def _pow_kernel(a, b):
     dt = dtypes.result_type(a, b)
+    exponent = b.item() if type(b) is np.ndarray and b.ndim == 0 else b   # (ONNX's Pow)
+    if power_by_products(dt, exponent):
+        result = expand_power(cast(a, dt), exponent, np.multiply, np.sqrt,
+                              lambda v: np.divide(1.0, v, dtype=dt))
+        return result.copy() if result is a else result
     return np.power(cast(a, dt), cast(b, dt))
 
 
@@ -601,7 +647,25 @@ def _cody(y, clip: float):
     return near, erf_near, erfc_far
 
 
-def _erf_array(x):
+def _loop32(name: str, numpy_kernel):
+    """``numpy_kernel(*arrays)``, or for float32 arrays (at every size: a fused kernel calls
+    the loop's scalar function, ``OpDef.scalar32``, at any size, and compiled must equal
+    eager) the range loop ``kernels.activations.<name>`` over them, flat, broadcast to the
+    last one's shape."""
+    def kernel(*arrays):
+        x = arrays[-1]
+        if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
+            return numpy_kernel(*arrays)
+        out = np.empty(x.shape, np.float32)
+        flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
+        run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
+                 threads=threads_for(x.size))
+        return out
+    kernel.__name__ = name
+    return kernel
+
+
+def _erf_cody(x):
     """erf of a float32/float64 array, computed in its own dtype."""
     y = np.abs(x)
     out = np.empty_like(y)
@@ -612,9 +676,13 @@ def _erf_array(x):
     return np.copysign(out, x)
 
 
+# (float32: kernels/fastmath.py's erf32, correctly rounded but for ~1% of arguments, 1 ulp
+# off; Cody's masked NumPy passes took ~60 ns an element, the loop ~1 ns)
+_erf_array = _loop32("erf", _erf_cody)
 ERF = _unary("erf", _erf_array,
              lambda g, out, x: g * TWO_OVER_SQRT_PI * exp(-x * x), "erf({0})", "Erf",
-             saves="i")
+             saves="i",
+             scalar32="erf32")
 
 
 def erf(x):
@@ -1107,14 +1175,25 @@ def logsigmoid(input):
     return -softplus(-input)
 
 
-def _gelu_array(x):
-    return x * 0.5 * (1 + _erf_array(x * (1 / math.sqrt(2))))
+def _gelu_numpy(x):
+    return x * 0.5 * (1 + _erf_cody(x * (1 / math.sqrt(2))))
 
 
-def _gelu_vjp(g, out, x):
+def _gelu_composite(x):
+    """The exact GELU from elementwise ops: what the VJP of its backward differentiates."""
+    return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+
+
+def _gelu_backward_decomposition(g, x):
+    """``g * gelu'(x) = g (Phi(x) + x phi(x))`` from elementwise ops."""
     cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
     pdf = exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
     return g * (cdf + x * pdf)
+
+
+def _gelu_backward_numpy(g, x):
+    cdf = 0.5 * (1 + _erf_cody(x * (1 / math.sqrt(2))))
+    return g * (cdf + x * np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi)))
 
 
 def _onnx_gelu(approximate: str):
@@ -1135,9 +1214,6 @@ def _onnx_gelu(approximate: str):
     return export
 
 
-# The exact gelu is a primitive so that it runs as one erf pass with a two-term VJP.
-GELU = _unary("gelu", _gelu_array, _gelu_vjp, "0.5 * {0} * (1 + erf({0} * 0.7071067811865476))",
-              _onnx_gelu("none"), saves="i")
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
@@ -1213,18 +1289,39 @@ def _gelu_tanh_backward_decomposition(g, x):
     return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * slope)
 
 
-def _gelu_tanh_backward_vjp(gg, out, g, x):
-    from ..autograd.engine import grad
-    from ..autograd.tape import enable_grad
-    with enable_grad():   # backward = g * gelu'(x): linear in g, and d/dx through gelu''
-        xl = x.detach().requires_grad_()
-        y = _gelu_tanh_composite(xl)
-        dg_ = grad(y, xl, gg, create_graph=True)[0] if needs_grad(g) else None
-        dx = None
-        if needs_grad(x):
-            (first,) = grad(y, xl, g, create_graph=True)
-            (dx,) = grad(first, xl, gg, create_graph=True)
-        return dg_, dx
+def _backward_vjp(composite):
+    """The VJP of ``backward(g, x) = g * f'(x)`` for an activation ``f`` given as a
+    composite of elementwise ops: linear in g, and d/dx through f''."""
+    def vjp(gg, out, g, x):
+        from ..autograd.engine import grad
+        from ..autograd.tape import enable_grad
+        with enable_grad():
+            xl = x.detach().requires_grad_()
+            y = composite(xl)
+            dg_ = grad(y, xl, gg, create_graph=True)[0] if needs_grad(g) else None
+            dx = None
+            if needs_grad(x):
+                (first,) = grad(y, xl, g, create_graph=True)
+                (dx,) = grad(first, xl, gg, create_graph=True)
+            return dg_, dx
+    return vjp
+
+
+# The exact GELU is a primitive with a fused backward, as the tanh form below: one float32
+# pass each way (kernels/fastmath.py's gelu32 and gelu_backward32, which fused kernels call
+# too), where the composite took eight.
+GELU = _unary("gelu", _loop32("gelu", _gelu_numpy),
+              lambda g, out, x: apply(GELU_BACKWARD, g, x), "gelu({0})", _onnx_gelu("none"),
+              saves="i",
+              scalar32="gelu32")
+GELU_BACKWARD = defop("gelu_backward",
+                      _float_binary(_loop32("gelu_backward", _gelu_backward_numpy)),
+                      lambda g, x: ShapedType(tuple(x.shape), x.dtype),
+                      compiler_only=True,
+                      decomposition=_gelu_backward_decomposition,
+                      vjp=_backward_vjp(_gelu_composite), saves="i",
+                      elementwise="gelu_backward({0}, {1})", onnx=None,
+                      scalar32="gelu_backward32")
 
 
 # (Their eager float32 loops apply kernels/fastmath.py's gelu_tanh32 / gelu_tanh_backward32
@@ -1237,7 +1334,7 @@ GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backwa
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
                            compiler_only=True,
                            decomposition=_gelu_tanh_backward_decomposition,
-                           vjp=_gelu_tanh_backward_vjp, saves="i",
+                           vjp=_backward_vjp(_gelu_tanh_composite), saves="i",
                            elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
                            scalar32="gelu_tanh_backward32")
 

@@ -3,12 +3,15 @@
 ``conv2d`` and ``conv2d_weight_grad`` each lay their input out as im2col columns (a copy
 as large as the input times the kernel size) before their GEMM. In a training step both
 read the same input with the same kernel and attrs, so the second copy is redone work.
+Only for convs whose whole batch's columns are one cache-sized block of the eager kernels
+(``ops.conv.columns_fit_one_block``): bigger ones build their columns a block at a time,
+in cache, which a whole-batch im2col shared between two nodes would undo.
 """
 from __future__ import annotations
 
 from ..graph import Graph, Node, Value
 from ..ops.conv import (CONV2D, CONV2D_COLUMNS, CONV2D_FROM_COLUMNS, CONV2D_WEIGHT_GRAD,
-                        CONV2D_WEIGHT_GRAD_FROM_COLUMNS)
+                        CONV2D_WEIGHT_GRAD_FROM_COLUMNS, columns_fit_one_block)
 from .core import Builder, Report, describe, nbytes
 
 _CONV = ("stride", "padding", "dilation", "groups")
@@ -45,7 +48,7 @@ def share_conv_columns(graph: Graph, found: tuple, report: Report) -> Graph:
     After::
 
         graph(%x: f32[1,1,4,4], %w: f32[1,1,2,2], %gy: f32[1,1,3,3]) {
-          %x_columns: f32[1,4,12] = conv2d_columns(%x, kernel_size=(2, 2), stride=(1, 1),
+          %x_columns: f32[1,4,9] = conv2d_columns(%x, kernel_size=(2, 2), stride=(1, 1),
               padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
           %y: f32[1,1,3,3] = conv2d_from_columns(%x_columns, %x, %w, stride=(1, 1),
               padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
@@ -86,7 +89,7 @@ def share_conv_columns(graph: Graph, found: tuple, report: Report) -> Graph:
 
 def _key(node: Node):
     """``(input, kernel size, attrs...)`` of a conv or weight gradient whose operands share
-    one dtype, else None."""
+    one dtype and whose batch's columns are one block, else None."""
     if node.op is CONV2D:
         kernel = tuple(node.inputs[1].shape[2:])
     elif node.op is CONV2D_WEIGHT_GRAD:
@@ -96,4 +99,8 @@ def _key(node: Node):
     operands = [v for v in node.inputs if isinstance(v, Value)]
     if len({v.dtype for v in operands}) != 1 or not all(type(k) is int for k in kernel):
         return None
-    return (node.inputs[0], kernel) + tuple(node.attrs[name] for name in _CONV)
+    x, attrs = node.inputs[0], tuple(node.attrs[name] for name in _CONV)
+    w_shape = (1, x.shape[1] // node.attrs["groups"]) + kernel   # (Cout does not matter)
+    if not columns_fit_one_block(x.shape, w_shape, *attrs, x.dtype.itemsize):
+        return None
+    return (x, kernel) + attrs

@@ -4,8 +4,8 @@ A rule is a row ``Rule(pattern, replacement, comment)``. Patterns are trees of `
 *inputs, **attrs)`` (``op`` an OpDef) whose leaves are ``Var``s (bind any operand,
 optionally tested) or, for attrs, plain values that must be equal; ``P(op, Parts(name))``
 binds all the inputs of a variadic op (``cat``) as one list. A replacement gets the
-bindings (``m.x``) and returns an existing Value, a ``Call`` to emit instead (itself
-simplified again), or None to decline.
+bindings (``m.x``; ``m.constants``: the graph's constant arrays) and returns an existing
+Value, a ``Call`` to emit instead (itself simplified again), or None to decline.
 
 The driver, not the rules, guarantees safety: a rewrite is taken only when the replacement
 has exactly the type (shape, dims, dtype) of the value it replaces. Some rules lean on that
@@ -22,7 +22,8 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import ADD, CAST, DIV, LOG, MUL, NEG, POW, SUB
+from ..ops.elementwise import (ADD, CAST, DIV, LOG, MUL, NEG, POW, SQRT, SUB, expand_power,
+                               power_by_products)
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
 from ..ops.reduce import LOG_SOFTMAX, SOFTMAX
@@ -134,6 +135,15 @@ def _is_value(x, constants) -> bool:
     return isinstance(x, Value)
 
 
+def _scalar(x, constants):
+    """The number a literal or 0-d constant holds (None for anything else)."""
+    if _is_number(x):
+        return x
+    if isinstance(x, Value) and x in constants and constants[x].ndim == 0:
+        return constants[x].item()
+    return None
+
+
 def _is_identity(perm, constants) -> bool:
     return tuple(perm) == tuple(range(len(perm)))
 
@@ -160,6 +170,16 @@ def _fold_casts(m):
     if not holds_exactly(np.dtype(m.mid), m.x.dtype):
         return None
     return m.x if np.dtype(m.to) == m.x.dtype else call(CAST, [m.x], dtype=m.to)
+
+
+def _power_products(m):
+    # the pow kernel's own products (ops/elementwise.py), so compiled == eager: only where
+    # x already has the result's dtype (the kernel casts first; the driver checks types)
+    exponent = _scalar(m.c, m.constants)
+    if exponent is None or not power_by_products(m.x.dtype, exponent):
+        return None
+    return expand_power(m.x, exponent, lambda a, b: call(MUL, [a, b]),
+                        lambda a: call(SQRT, [a]), lambda a: call(DIV, [1.0, a]))
 
 
 def _compose(p, q) -> tuple:
@@ -234,6 +254,8 @@ RULES = [
     Rule(P(SUB, x, ZERO), lambda m: m.x, "x-0 -> x"),
     Rule(P(DIV, x, ONE), lambda m: m.x, "x/1 -> x"),
     Rule(P(POW, x, ONE), lambda m: m.x, "x**1 -> x"),
+    Rule(P(POW, x, Var("c", lambda v, k: _scalar(v, k) is not None)), _power_products,
+         "x**2 -> x*x, x**3 -> x*x*x, x**0.5 -> sqrt(x), x**-1 -> 1/x, ... (as the kernel)"),
     Rule(P(NEG, P(NEG, x)), lambda m: m.x, "-(-x) -> x"),
     Rule(P(MUL, P(MUL, x, c), d), _fold_scales, "(x*c)*d -> x*(c*d)"),
     Rule(P(PERMUTE, x, perm=Var("id", _is_identity)), lambda m: m.x, "permute(x, id) -> x"),
@@ -262,9 +284,9 @@ RULES = [
 
 # -- the driver ------------------------------------------------------------------------------
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
-    """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, --x, chains of scalar
-    multiplies, permute and reshape chains, no-op reshape/expand/cast, a cast after an
-    exact (widening) cast, log(softmax),
+    """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
+    half powers as products, --x, chains of scalar multiplies, permute and reshape chains,
+    no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
     x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
 
@@ -309,7 +331,7 @@ def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int)
             continue
         if want is None:
             (want,) = infer_types(root.op, root.inputs, root.attrs)
-        new = rule.replace(SimpleNamespace(**env))
+        new = rule.replace(SimpleNamespace(**env, constants=b.graph.constants))
         if isinstance(new, Value) and same_type(new, want):
             report.count("rewrites", f"{rule.comment}: %{names[0]} -> %{new.name}")
             return (new,)
@@ -324,14 +346,19 @@ def _emit(b: Builder, root: Call, node, rules: dict, report: Report, depth: int)
 
 
 def _emit_inputs(b: Builder, c: Call, node, rules: dict, report: Report, depth: int) -> Call:
-    """``c`` with the Calls among its inputs emitted (and simplified) first; a rewrite
-    declined after that leaves them for ``dce``."""
+    """``c`` with the Calls among its inputs (at any depth: ``1 / (x*x*x)``) emitted (and
+    simplified) first, innermost first; a rewrite declined after that leaves them for
+    ``dce``."""
     if not any(isinstance(x, Call) for x in c.inputs):
         return c
-    if any(isinstance(x, Call) and (x.op is None or _typed(x) is None) for x in c.inputs):
-        return Call(None, c.inputs, c.attrs)   # (declined)
-    inputs = [_emit(b, x, node, rules, report, depth + 1)[0] if isinstance(x, Call) else x
-              for x in c.inputs]
+    inputs = []
+    for x in c.inputs:
+        if isinstance(x, Call):
+            x = _emit_inputs(b, x, node, rules, report, depth)
+            if x.op is None or _typed(x) is None:
+                return Call(None, c.inputs, c.attrs)   # (declined)
+            x = _emit(b, x, node, rules, report, depth + 1)[0]
+        inputs.append(x)
     return Call(c.op, inputs, c.attrs)
 
 

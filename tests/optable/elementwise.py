@@ -195,7 +195,9 @@ CASES = [
     OpCase("gelu_tanh", lambda m, a: m.nn.functional.gelu(a, approximate="tanh"),
            [uniform(40, low=-8.0, high=8.0)], "wide", dtypes=F64),
     # the fused backward, and through its decomposition the second derivative
-    OpCase("gelu_tanh_backward", lambda m, a, v: _gelu_grad(m, a, v),
+    OpCase("gelu_tanh_backward", lambda m, a, v: _gelu_grad(m, a, v, "tanh"),
+           [In((3, 4)), In((3, 4))], dtypes=F64),
+    OpCase("gelu_backward", lambda m, a, v: _gelu_grad(m, a, v, "none"),
            [In((3, 4)), In((3, 4))], dtypes=F64),
     OpCase("elu", lambda m, a: m.nn.functional.elu(a), [In((3, 4))], dtypes=ALL),
     OpCase("elu", lambda m, a: m.nn.functional.elu(a, alpha=0.5),
@@ -213,13 +215,13 @@ CASES = [
 ]
 
 
-def _gelu_grad(m, a, v):
-    """d gelu_tanh(a) / da contracted with v, differentiable (its gradients are second
+def _gelu_grad(m, a, v, approximate):
+    """d gelu(a) / da contracted with v, differentiable (its gradients are second
     derivatives); also under no_grad, where finite differences evaluate it."""
     with m.enable_grad():
         if not a.requires_grad:
             a.requires_grad_()
-        y = m.nn.functional.gelu(a, approximate="tanh")
+        y = m.nn.functional.gelu(a, approximate=approximate)
         return m.autograd.grad(y, a, v, create_graph=True)[0]
 
 
