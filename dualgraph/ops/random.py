@@ -39,8 +39,15 @@ class Generator:
         self.rng = np.random.default_rng(self._seed)
         state = getattr(self, "_seed_state", None)
         if state is not None:   # compiled graphs hold this tensor: reseed it in place
-            state._data[...] = self.rng.integers(0, 2 ** 62)
+            state._data[...] = self._graph_seed()
         return self
+
+    def _graph_seed(self) -> int:
+        """The first seed compiled graphs draw from: a function of the stream's seed, not a
+        draw from the stream, so that compiling a random op never shifts eager's numbers
+        (``dg.manual_seed(0); dg.rand(4)`` is the same whatever ran before)."""
+        return int(np.random.SeedSequence([self._seed, 0x5EED]).generate_state(
+            1, np.uint64)[0] % 2 ** 62)
 
     def initial_seed(self) -> int:
         return self._seed
@@ -57,10 +64,9 @@ class Generator:
 
     @property
     def seed_state(self) -> Tensor:
-        """The persistent seed traced random nodes read (drawn from this stream once)."""
+        """The persistent seed traced random nodes read (:meth:`_graph_seed` at first)."""
         if getattr(self, "_seed_state", None) is None:
-            seed = self.rng.integers(0, 2 ** 62)
-            self._seed_state = Tensor._make(np.array(seed, dtype=np.int64))
+            self._seed_state = Tensor._make(np.array(self._graph_seed(), dtype=np.int64))
         return self._seed_state
 
 
