@@ -111,6 +111,10 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
     arg_values = [v for v, b in zip(graph.inputs, capture.bindings) if b.kind == "arg"]
     names = {v: n for v, n in zip(arg_values, input_names)}
     e = Emitter(onnx, opset, names)
+    for v in reversed(arg_values):   # (the first input that has a dim binds its name)
+        for axis, d in enumerate(v.shape):
+            if isinstance(d, Sym) and d.coef == 1 and len(d.names) == 1:
+                e.dims[d.names[0]] = (names[v], axis)
     used = {x for node in graph.nodes for x in node.inputs} | set(graph.outputs)
     for v, b in zip(graph.inputs, capture.bindings):
         if b.kind != "arg" and v in used:

@@ -71,6 +71,19 @@ def _uniform_checks(m, a):
 CASES.append(OpCase("random", _uniform_checks, [In((3, 4))], grad=False))
 
 
+# `full` is what dg.zeros/ones/full become while tracing a symbolic size (``x.shape[0]`` of a
+# dynamic batch); the row makes the node with a static shape.
+def _full(m, a):
+    if m.__name__ == "torch":
+        return m.full(tuple(a.shape), 0.5) * a
+    from dualgraph.dispatch import apply
+    return apply(m.ops.creation.FULL, shape=tuple(a.shape), fill_value=0.5,
+                 dtype=a._data.dtype) * a
+
+
+CASES.append(OpCase("full", _full, [In((2, 3))]))
+
+
 # The fused LSTM step (hidden projection inside) and its fused backward (double backward
 # goes through the latter); with and without the hidden bias.
 def _lstm(m, xg, h, c, w, *b):
