@@ -69,3 +69,26 @@ def test_creation_on_a_dynamic_batch_compiles_and_exports(tmp_path):
 def test_rnn_layers_with_zero_initial_states_export_with_a_dynamic_batch(tmp_path):
     for layer in (nn.LSTM(4, 5, batch_first=True), nn.GRU(4, 5, batch_first=True)):
         check_batches(layer.eval(), (2, 3, 4), tmp_path)
+
+
+class PoolNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 2)
+
+    def forward(self, x):
+        return self.fc(nn.functional.max_pool2d(self.conv(x).relu(), 2).flatten(1))
+
+
+def test_max_pool_exports_no_dead_indices_and_loads_back_with_a_dynamic_batch(tmp_path):
+    model = PoolNet()
+    proto = check_batches(model, (2, 3, 8, 8), tmp_path)
+    types = [n.op_type for n in proto.graph.node]
+    assert "Mod" not in types
+    assert [len(n.output) for n in proto.graph.node if n.op_type == "MaxPool"] == [1]
+    loaded = dg.onnx.load(tmp_path / "m.onnx")
+    for b in (2, 5):
+        x = dg.randn(b, 3, 8, 8)
+        np.testing.assert_allclose(loaded(x).numpy(), eager_list(model, x)[0], rtol=1e-4,
+                                   atol=1e-5)

@@ -143,13 +143,48 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         axes = dynamic_axes.get(name)
         graph_outputs.append(value_info(onnx, name, v, _output_dims(v, name, axes)))
     inputs = [value_info(onnx, names[v], v) for v in arg_values]
-    body = onnx.helper.make_graph(e.nodes, "dualgraph", inputs, graph_outputs,
-                                  initializer=e.initializers)
+    nodes, initializers = _prune(onnx, opset, e.nodes, e.initializers, output_names)
+    body = onnx.helper.make_graph(nodes, "dualgraph", inputs, graph_outputs,
+                                  initializer=initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
     model = onnx.helper.make_model(body, opset_imports=opsets, producer_name="dualgraph",
                                    producer_version=__version__)
     model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
     return model
+
+
+def _prune(onnx, opset: int, nodes: list, initializers: list, outputs: list):
+    """Only what the model's outputs need: nodes none of whose outputs is read are dropped
+    (max_pool2d's indices and their Mod when only the values are used), optional outputs
+    nothing reads are left out (MaxPool's Indices), and so are unread initializers."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if not needed.intersection(node.output):
+            continue
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        names = list(node.output)
+        while (len(names) > 1 and names[-1] not in needed and schema.outputs[
+                min(len(names), len(schema.outputs)) - 1].option.name == "Optional"):
+            names.pop()
+        if len(names) < len(node.output):
+            del node.output[len(names):]
+        needed.update(node.input)
+        needed.update(_outer_names(node))
+        kept.append(node)
+    return kept[::-1], [t for t in initializers if t.name in needed]
+
+
+def _outer_names(node) -> set:
+    """The names a node's subgraphs (If branches, Loop and Scan bodies) read, their own
+    included: a subgraph reads the enclosing graph's names freely."""
+    names = set()
+    for attr in node.attribute:
+        for g in list(attr.g.node and [attr.g]) + list(attr.graphs):
+            for inner in g.node:
+                names.update(inner.input)
+                names.update(_outer_names(inner))
+    return names
 
 
 def _default_output_names(n: int) -> list:
