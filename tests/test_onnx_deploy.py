@@ -92,3 +92,59 @@ def test_max_pool_exports_no_dead_indices_and_loads_back_with_a_dynamic_batch(tm
         x = dg.randn(b, 3, 8, 8)
         np.testing.assert_allclose(loaded(x).numpy(), eager_list(model, x)[0], rtol=1e-4,
                                    atol=1e-5)
+
+
+def resnet18(nn_lib, width=8, classes=10):
+    """ResNet-18's layout (four stages of two basic blocks, downsampling shortcuts) at a
+    small width, in torch.nn or dualgraph.nn."""
+    def block(cin, cout, stride):
+        class Block(nn_lib.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = nn_lib.Conv2d(cin, cout, 3, stride, 1, bias=False)
+                self.bn1 = nn_lib.BatchNorm2d(cout)
+                self.conv2 = nn_lib.Conv2d(cout, cout, 3, 1, 1, bias=False)
+                self.bn2 = nn_lib.BatchNorm2d(cout)
+                self.down = None if stride == 1 and cin == cout else nn_lib.Sequential(
+                    nn_lib.Conv2d(cin, cout, 1, stride, bias=False), nn_lib.BatchNorm2d(cout))
+
+            def forward(self, x):
+                y = self.bn2(self.conv2(self.bn1(self.conv1(x)).relu()))
+                return (y + (x if self.down is None else self.down(x))).relu()
+        return Block()
+    widths = [width, 2 * width, 4 * width, 8 * width]
+    layers = [nn_lib.Conv2d(3, width, 7, 2, 3, bias=False), nn_lib.BatchNorm2d(width),
+              nn_lib.ReLU(), nn_lib.MaxPool2d(3, 2, 1)]
+    cin = width
+    for k, w in enumerate(widths):
+        layers += [block(cin, w, 1 if k == 0 else 2), block(w, w, 1)]
+        cin = w
+    layers += [nn_lib.AdaptiveAvgPool2d(1), nn_lib.Flatten(), nn_lib.Linear(cin, classes)]
+    return nn_lib.Sequential(*layers)
+
+
+def randomise_batch_norms(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(dg.randn(c) * 0.1)
+            m.running_var.copy_(dg.rand(c) + 0.5)
+            m.weight.data.copy_(dg.rand(c) + 0.5)
+            m.bias.data.copy_(dg.randn(c) * 0.1)
+
+
+def test_resnet18_folds_batch_norm_into_its_convs(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = resnet18(nn)
+    randomise_batch_norms(model)
+    model.eval()
+    proto = check_batches(model, (2, 3, 32, 32), tmp_path, atol=1e-4)
+    types = [n.op_type for n in proto.graph.node]
+    assert "BatchNormalization" not in types and "Sqrt" not in types
+    reference = resnet18(torch.nn).eval()
+    path = tmp_path / "torch.onnx"
+    torch.onnx.export(reference, (torch.randn(2, 3, 32, 32),), str(path), dynamo=False)
+    torch_types = [n.op_type for n in onnx.load(str(path)).graph.node
+                   if n.op_type != "Identity"]
+    assert len(types) <= len(torch_types) == 49, (types, torch_types)
+    assert types.count("Conv") == torch_types.count("Conv") == 20

@@ -23,6 +23,7 @@ from ..capture.compile import Compiled
 from ..passes import run_pipeline
 from ..shapes import Sym
 from .errors import OnnxError, require_onnx
+from .onnx_fold import fold_for_inference
 from .onnx_ops import Emitter, value_info
 
 EXPORT_PASSES = {"dce", "cse", "fold_constants", "simplify"}
@@ -51,6 +52,9 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
     capture = traced.capture
     _check_exportable(capture)
     graph, _ = run_pipeline(capture.graph, EXPORT_PASSES)
+    known = {v: np.asarray(b.tensor._data) for v, b in zip(graph.inputs, capture.bindings)
+             if b.kind != "arg"}
+    graph = fold_for_inference(graph, known)
     output_names = _check_names(output_names, _default_output_names(len(graph.outputs)),
                                 "output_names")
     unknown = sorted(set(dynamic_axes) - set(input_names) - set(output_names))
