@@ -17,23 +17,22 @@ def export(fn_or_module, example_inputs, path, input_names=None, output_names=No
     >>> import dualgraph as dg
     >>> dg.onnx.export(lambda x: x * 2, (dg.ones(2),), "double.onnx")   # doctest: +SKIP
     """
+    from ._helpers import onnx_exports
     from .export.onnx_export import export_model
-    _exporting.append(True)
+    onnx_exports.append(True)
     try:
         return export_model(fn_or_module, example_inputs, path, input_names=input_names,
                             output_names=output_names, dynamic_axes=dynamic_axes,
                             opset=opset)
     finally:
-        _exporting.pop()
-
-
-_exporting: list = []   # one entry per export in progress
+        onnx_exports.pop()
 
 
 def is_in_onnx_export() -> bool:
     """Whether an ``export`` is tracing the model now (models test it to take an
     export-friendly path), as ``torch.onnx.is_in_onnx_export``."""
-    return bool(_exporting)
+    from ._helpers import onnx_exports
+    return bool(onnx_exports)
 
 
 def load(path):

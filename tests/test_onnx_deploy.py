@@ -148,3 +148,57 @@ def test_resnet18_folds_batch_norm_into_its_convs(tmp_path):
                    if n.op_type != "Identity"]
     assert len(types) <= len(torch_types) == 49, (types, torch_types)
     assert types.count("Conv") == torch_types.count("Conv") == 20
+
+
+RNN_LAYERS = [
+    ("LSTM", dict()), ("LSTM", dict(num_layers=2, bidirectional=True)),
+    ("LSTM", dict(bias=False, batch_first=False)), ("GRU", dict()),
+    ("GRU", dict(num_layers=2, bidirectional=True)), ("RNN", dict(nonlinearity="relu")),
+    ("RNN", dict(bidirectional=True, bias=False)),
+]
+
+
+@pytest.mark.parametrize("kind, options", RNN_LAYERS, ids=lambda p: str(p))
+def test_recurrent_layers_export_as_onnx_recurrent_ops(kind, options, tmp_path):
+    options = {"batch_first": True, **options}
+    layer = getattr(nn, kind)(4, 5, **options).eval()
+    shape = (2, 3, 4) if options["batch_first"] else (3, 2, 4)
+    if options["batch_first"]:
+        proto = check_batches(layer, shape, tmp_path)
+    else:   # (the batch is dim 1: export it with a dynamic sequence length instead)
+        proto = check_batches(layer, shape, tmp_path, batches=(3, 6))
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("RNN" if kind == "RNN" else kind) == options.get("num_layers", 1)
+    assert len(ops) < 12 * options.get("num_layers", 1)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_sequence_op_matches_the_step_by_step_layer_with_initial_states(kind):
+    from dualgraph._helpers import onnx_exports
+    layer = getattr(nn, kind)(3, 4, num_layers=2, bidirectional=True)
+    x = dg.randn(5, 2, 3)
+    states = (dg.randn(4, 2, 4), dg.randn(4, 2, 4)) if kind == "LSTM" else dg.randn(4, 2, 4)
+    with dg.no_grad():
+        want = layer(x, states)
+        onnx_exports.append(True)
+        try:
+            got = layer(x, states)
+        finally:
+            onnx_exports.pop()
+    flat = [want[0], *want[1]] if kind == "LSTM" else list(want)
+    flat_got = [got[0], *got[1]] if kind == "LSTM" else list(got)
+    for g, w in zip(flat_got, flat):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_with_initial_states_as_inputs_exports(tmp_path):
+    layer = nn.LSTM(3, 4, batch_first=True).eval()
+    x, h, c = dg.randn(2, 5, 3), dg.randn(1, 2, 4), dg.randn(1, 2, 4)
+    proto = dg.onnx.export(lambda x, h, c: layer(x, (h, c)), (x, h, c), tmp_path / "m.onnx",
+                           input_names=["x", "h", "c"])
+    assert "LSTM" in [n.op_type for n in proto.graph.node]
+    got = run_ort(proto, [x.numpy(), h.numpy(), c.numpy()])
+    with dg.no_grad():
+        out, (hn, cn) = layer(x, (h, c))
+    for g, w in zip(got, (out, hn, cn)):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)

@@ -117,6 +117,51 @@ CASES += [
 ]
 
 
+# A whole recurrent layer in ONNX's layout (what nn.LSTM/GRU/RNN become while exporting to
+# ONNX); torch's side is ONNX's definition written step by step.
+def _sequence(mode):
+    def fn(m, x, w, r, b, *states):
+        if m.__name__ != "torch":
+            return m.ops.recurrent.rnn_sequence(x, w, r, b, *states, mode=mode)
+        directions, gh, hidden = r.shape
+        if not states:
+            states = (m.zeros(directions, x.shape[1], hidden),) * (2 if mode == "LSTM" else 1)
+        ys, hs, cs = [], [], []
+        for d in range(directions):
+            h, c = states[0][d], states[-1][d]
+            out = [None] * x.shape[0]
+            for t in (range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])):
+                xg, hg = x[t] @ w[d].T + b[d, :gh], h @ r[d].T + b[d, gh:]
+                if mode == "LSTM":
+                    i, o, f, g = (xg + hg).chunk(4, -1)
+                    c = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
+                    h = m.sigmoid(o) * m.tanh(c)
+                elif mode == "GRU":
+                    (xz, xr, xn), (hz, hr, hn) = xg.chunk(3, -1), hg.chunk(3, -1)
+                    z = m.sigmoid(xz + hz)
+                    h = (1 - z) * m.tanh(xn + m.sigmoid(xr + hr) * hn) + z * h
+                else:
+                    h = m.relu(xg + hg)
+                out[t] = h
+            ys.append(m.stack(out, 0))
+            hs.append(h)
+            cs.append(c if mode == "LSTM" else h)
+        return m.stack(ys, 1), m.stack(hs, 0), m.stack(cs, 0)
+    return fn
+
+
+CASES += [
+    OpCase("rnn_sequence", _sequence("LSTM"), [In((3, 2, 3)), In((2, 8, 3)), In((2, 8, 2)),
+                                                In((2, 16)), In((2, 2, 2)), In((2, 2, 2))],
+           "lstm-bidirectional", grad=False),
+    OpCase("rnn_sequence", _sequence("GRU"), [In((3, 2, 3)), In((1, 6, 3)), In((1, 6, 2)),
+                                               In((1, 12))], "gru", grad=False),
+    OpCase("rnn_sequence", _sequence("RNN_RELU"), [In((3, 2, 3)), In((1, 2, 3)),
+                                                    In((1, 2, 2)), In((1, 4)), In((1, 2, 2))],
+           "rnn-relu", grad=False),
+]
+
+
 # Fused layer norm and its backward (whose gradients are the second derivatives).
 def _ln(m, x, w, b):
     return m.nn.functional.layer_norm(x, (4,), w, b)
