@@ -202,3 +202,27 @@ def test_lstm_with_initial_states_as_inputs_exports(tmp_path):
         out, (hn, cn) = layer(x, (h, c))
     for g, w in zip(got, (out, hn, cn)):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+class Mixed(nn.Module):
+    """Ops whose ONNX form changed across opsets: Reduce* (axes an input from 18), Split
+    (num_outputs from 18), LayerNormalization, LSTM, pooling, Resize-free CNN parts."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, batch_first=True, bidirectional=True)
+        self.ln = nn.LayerNorm(12)
+        self.attn = nn.TransformerEncoderLayer(12, 2, 16, batch_first=True)
+
+    def forward(self, x):
+        y = self.attn(self.ln(self.lstm(x)[0]))
+        a, b = y.chunk(2, -1)
+        return y.mean(1).softmax(-1) + y.amax(1) + (a * b).sum(1).repeat(1, 2)
+
+
+@pytest.mark.parametrize("opset", range(17, onnx.defs.onnx_opset_version() + 1))
+def test_every_opset_from_17_to_the_newest(opset, tmp_path):
+    model = Mixed().eval()
+    check_batches(model, (2, 3, 4), tmp_path, opset=opset, atol=1e-4)
+    proto = check_batches(PoolNet(), (2, 3, 8, 8), tmp_path, opset=opset)
+    assert proto.opset_import[0].version == opset
