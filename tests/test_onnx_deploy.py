@@ -226,3 +226,32 @@ def test_every_opset_from_17_to_the_newest(opset, tmp_path):
     check_batches(model, (2, 3, 4), tmp_path, opset=opset, atol=1e-4)
     proto = check_batches(PoolNet(), (2, 3, 8, 8), tmp_path, opset=opset)
     assert proto.opset_import[0].version == opset
+
+
+def test_check_reports_ops_folding_dynamic_dims_and_errors_at_two_sizes():
+    report = dg.onnx.check(resnet18(nn).eval(), dg.randn(2, 3, 32, 32), {"input": {0: "B"}})
+    assert report.ok and report.nodes == 48
+    ops = {name: types for name, _, types, _ in report.ops}
+    assert ops["conv2d"] == ["Conv"] and ops["max_pool2d"] == ["MaxPool"]
+    assert report.dynamic == {"input": {0: "B"}, "output": {0: "B"}}
+    assert [sizes for sizes, _, _ in report.comparisons] == ["input[2, 3, 32, 32]",
+                                                             "input[5, 3, 32, 32]"]
+    assert all(rel < 1e-5 for _, _, rel in report.comparisons)
+    text = str(report)
+    assert "conv2d x20 -> Conv" in text and "folded for inference" in text
+
+
+def test_check_names_control_flow_and_what_has_no_onnx_form():
+    def branchy(x):
+        return dg.cond(x.sum() > 0, lambda x: x * 2, lambda x: x - 1, (x,))
+    report = dg.onnx.check(branchy, dg.randn(3))
+    assert [(op, types) for op, _, types in report.control_flow] == [("cond", ["If"])]
+    assert report.ok and "at other sizes (no dim is dynamic)" in str(report)
+
+    def noisy(x):
+        return x + dg.rand(3)   # the line the report names
+    report = dg.onnx.check(noisy, dg.randn(3))
+    assert not report.ok and report.model is None
+    assert any("random has no ONNX form" in why and "test_onnx_deploy.py:" in where
+               for where, why in report.problems)
+    assert "NO ONNX FORM" in str(report)

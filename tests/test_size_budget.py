@@ -39,9 +39,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # and template are not Python); tools/ (the command line's commands over the whole
 # library) starts at 80 with `show`. export/ +350: inference folding for the ONNX export
 # (export/onnx_fold.py: BatchNorm into conv, constant subgraphs), only what the outputs need
-# written, and dg.onnx.check's pre-flight report (export/onnx_preflight.py).
+# written, and dg.onnx.check's pre-flight report (export/onnx_preflight.py; "." +20: its
+# entry point in onnx.py).
 CORE_BUDGET = 16_300
-BUDGETS = {".": 1_500, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
+BUDGETS = {".": 1_520, "autograd": 410, "backends": 40, "capture": 2_980, "codegen": 1_260,
            "graph": 1_120, "kernels": 1_940, "ops": 5_500, "passes": 1_900,
            "export": 1_850, "nn": 2_960, "optim": 1_370, "utils": 520, "tools": 80}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
