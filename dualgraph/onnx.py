@@ -51,12 +51,8 @@ def check(fn_or_module, example_inputs, dynamic_axes=None, input_names=None, ops
     True
     """
     from .export.onnx_preflight import check_model
-    onnx_exports.append(True)
-    try:
-        return check_model(fn_or_module, example_inputs, dynamic_axes=dynamic_axes,
-                           input_names=input_names, opset=opset, tolerance=tolerance)
-    finally:
-        onnx_exports.pop()
+    return check_model(fn_or_module, example_inputs, dynamic_axes=dynamic_axes,
+                       input_names=input_names, opset=opset, tolerance=tolerance)
 
 
 def load(path):

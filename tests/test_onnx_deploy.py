@@ -255,3 +255,13 @@ def test_check_names_control_flow_and_what_has_no_onnx_form():
     assert any("random has no ONNX form" in why and "test_onnx_deploy.py:" in where
                for where, why in report.problems)
     assert "NO ONNX FORM" in str(report)
+
+
+
+def test_check_traces_a_gru_as_one_onnx_node_and_compares_at_two_sizes():
+    from dualgraph._helpers import onnx_exports
+    report = dg.onnx.check(nn.GRU(3, 4, batch_first=True), dg.randn(2, 5, 3),
+                           {"input": {0: "B", 1: "T"}})
+    assert report.ok and len(report.comparisons) == 2
+    assert ("rnn_sequence", 1, ["GRU"]) in [op[:3] for op in report.ops]
+    assert not onnx_exports   # (the export path is taken while tracing only)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._helpers import onnx_exports
 from ..autograd.tape import no_grad
+from ..graph import Value
 from ..shapes import Sym
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
@@ -84,7 +86,11 @@ def check_model(fn, example_inputs, dynamic_axes=None, input_names=None, opset=N
     opset = _check_opset(onnx, opset)
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    traced = trace_for_export(fn, example_inputs, input_names, None, dynamic_axes)
+    onnx_exports.append(True)   # (layers take their export path while traced, not after)
+    try:
+        traced = trace_for_export(fn, example_inputs, input_names, None, dynamic_axes)
+    finally:
+        onnx_exports.pop()
     report = OnnxCheck()
     report.tolerance, report.folded = tolerance, traced.folded
     log: list = []
@@ -113,7 +119,7 @@ def _describe(report: OnnxCheck, log: list) -> None:
         where = node.location or "(no source line)"
         if isinstance(result, OnnxError):
             failed.update(node.outputs)
-            if any(x in failed for x in node.inputs if not isinstance(x, (int, float))):
+            if any(x in failed for x in node.inputs if isinstance(x, Value)):
                 continue   # (it reads what an op reported above makes)
             if exporter(node.op) is None:
                 types = None
