@@ -130,7 +130,7 @@ def _describe(report: OnnxCheck, log: list) -> None:
             types = list(dict.fromkeys(result))
         if node.op.bodies:
             report.control_flow.append((node.op.name, where, types or []))
-        entry = by_op.setdefault(node.op.name, [node.op.name, 0, types, where])
+        entry = by_op.setdefault(node.op, [node.op.name, 0, types, where])
         entry[1] += 1
         if types is None:
             entry[2] = None

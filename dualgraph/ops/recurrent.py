@@ -229,6 +229,7 @@ def _sigmoid(x):
 
 
 def _sequence_kernel(x, w, r, b, *states, mode):
+    _infer_sequence(x, w, r, b, *states, mode=mode)   # (its checks, as a graph's)
     directions, hidden = r.shape[0], r.shape[-1]
     gh = _SEQ_GATES[mode] * hidden
     if not states:
@@ -264,7 +265,21 @@ def _infer_sequence(x, w, r, b, *states, mode):
         raise ValueError(f"rnn_sequence: mode must be one of {sorted(_SEQ_GATES)}, got {mode}")
     if states and len(states) != (2 if mode == "LSTM" else 1):
         raise ShapeError("rnn_sequence: an LSTM takes h0 and c0, the others h0 only")
-    shape = (r.shape[0], x.shape[1], r.shape[-1])
+    directions, hidden = (r.shape[0], r.shape[-1]) if r.ndim == 3 else (0, 0)
+    gh = _SEQ_GATES[mode] * hidden
+    shape = (directions, x.shape[1] if x.ndim == 3 else 0, hidden)
+    want = {"x": (x, ("T", "B", "F")), "w": (w, (directions, gh, x.shape[-1])),
+            "r": (r, (directions, gh, hidden)), "b": (b, (directions, 2 * gh))}
+    want.update({f"state {k}": (s, shape) for k, s in enumerate(states)})
+    for name, (t, dims) in want.items():
+        if (t.ndim != len(dims) or t.dtype != x.dtype or directions not in (1, 2)
+                or any(isinstance(d, int) and d != n for d, n in zip(dims, t.shape))):
+            raise ShapeError(f"rnn_sequence ({mode}): {name} has shape {tuple(t.shape)} and "
+                             f"dtype {t.dtype}; it must be {dims} of {x.dtype} (x "
+                             f"{tuple(x.shape)}, r {tuple(r.shape)}, 1 or 2 directions, "
+                             f"hidden size {hidden} > 0)")
+    if hidden == 0:
+        raise ShapeError(f"rnn_sequence ({mode}): the hidden size (r {tuple(r.shape)}) is 0")
     state = ShapedType(shape, x.dtype)
     return ShapedType((x.shape[0],) + shape, x.dtype), state, state
 
