@@ -218,7 +218,8 @@ METHODS: dict = {}
 # computes exactly. Its operands follow ONNX's layout: x (T, B, F); per direction stacked
 # w (D, G*H, F), r (D, G*H, H), b (D, 2*G*H) (input then hidden biases), gates in ONNX's
 # order (LSTM i, o, f, c; GRU z, r, h; the layer reorders torch's); h0 and, for LSTM, c0
-# (D, B, H), zeros where left out. Outputs y (T, D, B, H), h_n and c_n (D, B, H; for GRU and RNN c_n is h_n).
+# (D, B, H), zeros where left out. Outputs y (T, D, B, H), h_n and c_n (D, B, H; for GRU and
+# RNN c_n is h_n).
 # Direction 1 of two runs backwards in time. GRU applies its hidden weights before the
 # reset gate (ONNX's linear_before_reset=1), as torch does.
 _SEQ_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
