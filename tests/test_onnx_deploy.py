@@ -226,6 +226,9 @@ def test_every_opset_from_17_to_the_newest(opset, tmp_path):
     check_batches(model, (2, 3, 4), tmp_path, opset=opset, atol=1e-4)
     proto = check_batches(PoolNet(), (2, 3, 8, 8), tmp_path, opset=opset)
     assert proto.opset_import[0].version == opset
+    # (an LSTM with proj_size has no ONNX op: its steps are written out, each split in four)
+    check_batches(nn.LSTM(4, 6, proj_size=3, batch_first=True).eval(), (2, 3, 4), tmp_path,
+                  opset=opset)
 
 
 def test_check_reports_ops_folding_dynamic_dims_and_errors_at_two_sizes():

@@ -183,7 +183,8 @@ def _onnx_lstm_cell(e, node):
     gates = e.op("Add", [e.input(0), e.op("MatMul", [h, e.op("Transpose", [e.input(3)])])])
     if len(node.inputs) > 4 and node.inputs[4] is not None:
         gates = e.op("Add", [gates, e.input(4)])
-    i, f, g, o = e.op("Split", [gates], outputs=4, axis=-1, num_outputs=4)
+    i, f, g, o = e.op("Split", [gates], outputs=4, axis=-1,   # (num_outputs: opset 18)
+                      num_outputs=4 if e.opset >= 18 else None)
     c_new = e.op("Add", [e.op("Mul", [e.op("Sigmoid", [f]), c]),
                          e.op("Mul", [e.op("Sigmoid", [i]), e.op("Tanh", [g])])])
     h_new = e.op("Mul", [e.op("Sigmoid", [o]), e.op("Tanh", [c_new])])
