@@ -11,6 +11,7 @@ import pytest
 
 import dualgraph as dg
 import dualgraph.nn as nn
+from dualgraph.export.errors import OnnxError
 
 
 def run_ort(model, arrays):
@@ -268,3 +269,47 @@ def test_check_traces_a_gru_as_one_onnx_node_and_compares_at_two_sizes():
     assert report.ok and len(report.comparisons) == 2
     assert ("rnn_sequence", 1, ["GRU"]) in [op[:3] for op in report.ops]
     assert not onnx_exports   # (the export path is taken while tracing only)
+
+
+@pytest.mark.parametrize("opset", sorted({17, onnx.defs.onnx_opset_version()}))
+def test_every_op_row_exports_at_the_oldest_and_newest_opset(opset, tmp_path):
+    """The op table's rows (test_onnx_export.py runs them at the default opset, 18)."""
+    from test_onnx_export import EXPORT_CASES, as_list
+    from test_ops import case_function, make_inputs
+    # onnxruntime 1.32 computes ReduceLogSumExp at opset 28 as log(sum(exp(x))) (inf for x
+    # near 1000; at 18 to 26 it is stable): a runtime's limit, the model is ONNX's op
+    runtime_limits = {"logsumexp-stable"} if opset >= 27 else set()
+    failures = []
+    for case in EXPORT_CASES:
+        if case.id in runtime_limits:
+            continue
+        fn, tensors = case_function(case, make_inputs(case, "float32"))
+        try:
+            model = dg.onnx.export(fn, tensors, tmp_path / "m.onnx", opset=opset)
+        except (dg.errors.CaptureError, OnnxError) as err:
+            if "Unrecognized" in str(err):
+                failures.append((case.id, str(err)[:200]))
+            continue   # (no graph, no ONNX form, or an op the opset lacks, said so)
+        except onnx.checker.ValidationError as err:
+            failures.append((case.id, str(err)[:200]))
+            continue
+        want = [t.detach().numpy() for t in as_list(fn(*tensors))]
+        try:
+            got = run_ort(model, [t.numpy() for t in tensors])
+        except Exception as err:   # (onnxruntime lacks kernels for some types per opset)
+            if "NOT_IMPLEMENTED" in str(err):
+                continue
+            raise
+        for g, w in zip(got, want):
+            if g.shape != w.shape or not np.allclose(g, w, rtol=max(case.rtol, 1e-4),
+                                                     atol=max(case.atol, 1e-5),
+                                                     equal_nan=True):
+                failures.append((case.id, "values differ"))
+    assert not failures, failures
+
+
+def test_an_op_the_opset_lacks_is_an_error_naming_the_line(tmp_path):
+    with pytest.raises(OnnxError, match=r"test_onnx_deploy.py:\d+ needs ONNX's BitwiseAnd, "
+                                        "which opset 17 lacks"):
+        dg.onnx.export(lambda a, b: a & b, (dg.tensor([1, 2]), dg.tensor([3, 1])),
+                       tmp_path / "m.onnx", opset=17)

@@ -214,7 +214,12 @@ def _prune(onnx, opset: int, nodes: list, initializers: list, outputs: list):
     for node in reversed(nodes):
         if not needed.intersection(node.output):
             continue
-        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            raise OnnxError(f"the export of {node.doc_string or node.name} needs ONNX's "
+                            f"{node.op_type}, which opset {opset} lacks; export with a newer "
+                            "opset") from None
         names = list(node.output)
         while (len(names) > 1 and names[-1] not in needed and schema.outputs[
                 min(len(names), len(schema.outputs)) - 1].option.name == "Optional"):
