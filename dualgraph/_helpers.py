@@ -8,6 +8,9 @@ import tempfile
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB_WRAPPERS = ("contextlib.py", "functools.py")
+# one entry per ``dg.onnx.export`` in progress (dualgraph/onnx.py): layers read it to take the
+# path ONNX writes as one op (nn/rnn.py's recurrent layers)
+onnx_exports: list = []
 _internal: dict[str, bool] = {}  # filename -> is it dualgraph's own (or a wrapper) frame?
 
 

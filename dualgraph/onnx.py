@@ -6,6 +6,8 @@ The implementations live in ``dualgraph/export/``; they are imported on first us
 """
 from __future__ import annotations
 
+from ._helpers import onnx_exports
+
 
 def export(fn_or_module, example_inputs, path, input_names=None, output_names=None,
            dynamic_axes=None, opset=None):
@@ -18,22 +20,39 @@ def export(fn_or_module, example_inputs, path, input_names=None, output_names=No
     >>> dg.onnx.export(lambda x: x * 2, (dg.ones(2),), "double.onnx")   # doctest: +SKIP
     """
     from .export.onnx_export import export_model
-    _exporting.append(True)
+    onnx_exports.append(True)
     try:
         return export_model(fn_or_module, example_inputs, path, input_names=input_names,
                             output_names=output_names, dynamic_axes=dynamic_axes,
                             opset=opset)
     finally:
-        _exporting.pop()
-
-
-_exporting: list = []   # one entry per export in progress
+        onnx_exports.pop()
 
 
 def is_in_onnx_export() -> bool:
     """Whether an ``export`` is tracing the model now (models test it to take an
     export-friendly path), as ``torch.onnx.is_in_onnx_export``."""
-    return bool(_exporting)
+    return bool(onnx_exports)
+
+
+def check(fn_or_module, example_inputs, dynamic_axes=None, input_names=None, opset=None,
+          tolerance: float = 1e-4):
+    """A pre-flight report on exporting ``fn_or_module`` (traced on ``example_inputs`` as
+    ``export`` traces it; ``dynamic_axes`` and ``input_names`` as there), written nowhere:
+    every op and the ONNX ops it becomes (or that it has none, with the user's line), how
+    each control-flow construct is lowered, which dims stay dynamic, and, when onnxruntime
+    is installed, the largest error of onnxruntime against eager at the example sizes and
+    with each dynamic dim 3 larger. ``print`` it; ``.ok`` says whether it exports and
+    agrees within ``tolerance`` (relative to the outputs' largest magnitude).
+
+    >>> import dualgraph as dg
+    >>> report = dg.onnx.check(dg.nn.Linear(4, 2), dg.randn(3, 4), {"input": {0: "B"}})
+    >>> report.ok
+    True
+    """
+    from .export.onnx_preflight import check_model
+    return check_model(fn_or_module, example_inputs, dynamic_axes=dynamic_axes,
+                       input_names=input_names, opset=opset, tolerance=tolerance)
 
 
 def load(path):

@@ -59,6 +59,10 @@ CYCLES: dict[frozenset[str], str] = {
 # outside packages dualgraph itself must never import: torch, jax and onnxruntime are test
 # oracles only, and pickle would make loading a file run code
 FORBIDDEN = {"torch", "jax", "jaxlib", "onnxruntime", "tensorflow", "pickle", "dill"}
+# (module, forbidden package) -> why it may import it, inside a function, when installed
+ORACLE_USES = {("export.onnx_preflight", "onnxruntime"):
+               "dg.onnx.check compares the exported model in onnxruntime, the runtime it is "
+               "exported for, with eager; without onnxruntime it says it did not compare"}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -159,7 +163,8 @@ def test_graph_reads_only_the_registry_of_ops():
 
 def test_no_test_oracle_or_pickle_is_imported():
     bad = [f"{_path(name)}:{line} imports {imported[1:]}" for name, line, imported in EDGES
-           if imported.startswith("!") and imported[1:] in FORBIDDEN]
+           if imported.startswith("!") and imported[1:] in FORBIDDEN
+           and (name, imported[1:]) not in ORACLE_USES]
     assert not bad, "\n".join(bad)
 
 

@@ -23,6 +23,7 @@ from ..capture.compile import Compiled
 from ..passes import run_pipeline
 from ..shapes import Sym
 from .errors import OnnxError, require_onnx
+from .onnx_fold import fold_for_inference
 from .onnx_ops import Emitter, value_info
 
 EXPORT_PASSES = {"dce", "cse", "fold_constants", "simplify"}
@@ -35,6 +36,30 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
     """``dg.onnx.export``: see ``dualgraph/onnx.py``. Returns the ModelProto written."""
     onnx = require_onnx()
     opset = _check_opset(onnx, opset)
+    traced = trace_for_export(fn, example_inputs, input_names, output_names, dynamic_axes)
+    problem = exportable_problem(traced.capture)
+    if problem:
+        raise OnnxError(problem)
+    model = to_model(onnx, traced, opset)
+    onnx.checker.check_model(model)
+    write_atomic(path, model.SerializeToString())
+    return model
+
+
+class Traced:
+    """What the export writes: the folded graph, the capture (its inputs' bindings), the
+    input and output names and ``dynamic_axes``."""
+
+    def __init__(self, graph, capture, input_names, output_names, dynamic_axes, folded):
+        self.graph, self.capture = graph, capture
+        self.input_names, self.output_names = input_names, output_names
+        self.dynamic_axes, self.folded = dynamic_axes, folded
+
+
+def trace_for_export(fn, example_inputs, input_names=None, output_names=None,
+                     dynamic_axes=None) -> Traced:
+    """Trace ``fn`` on ``example_inputs`` as the export does (no gradients, the export's
+    passes, inference folding)."""
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
@@ -49,18 +74,21 @@ def export_model(fn, example_inputs, path, input_names=None, output_names=None,
     with no_grad():
         traced(*example_inputs)
     capture = traced.capture
-    _check_exportable(capture)
     graph, _ = run_pipeline(capture.graph, EXPORT_PASSES)
+    # (a tensor the function updates, a generator's state, is no constant)
+    written = {id(t) for _, t in capture.writebacks}
+    known = {v: np.asarray(b.tensor._data) for v, b in zip(graph.inputs, capture.bindings)
+             if b.kind != "arg" and id(b.tensor) not in written}
+    before = len(graph.nodes)
+    graph = fold_for_inference(graph, known)
     output_names = _check_names(output_names, _default_output_names(len(graph.outputs)),
                                 "output_names")
     unknown = sorted(set(dynamic_axes) - set(input_names) - set(output_names))
     if unknown:
         raise ValueError(f"dynamic_axes names {unknown}, which are neither inputs "
                          f"{input_names} nor outputs {output_names}")
-    model = _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset)
-    onnx.checker.check_model(model)
-    write_atomic(path, model.SerializeToString())
-    return model
+    return Traced(graph, capture, input_names, output_names, dynamic_axes,
+                  before - len(graph.nodes))
 
 
 def _check_opset(onnx, opset) -> int:
@@ -95,22 +123,34 @@ def _dynamic_leaves(dynamic_axes: dict, input_names: list, leaf_names: list) -> 
     return dynamic or None
 
 
-def _check_exportable(capture) -> None:
+def exportable_problem(capture) -> str | None:
+    """Why the traced function can't be an ONNX model as a whole, or None."""
     if capture.writebacks:
-        raise OnnxError("the exported function changes tensors it does not return (e.g. "
-                        "BatchNorm's running statistics in training mode, or an in-place "
-                        "update of a parameter); ONNX models are pure functions. Call "
-                        "model.eval() before exporting, or return the new values")
+        return ("the exported function changes tensors it does not return (e.g. "
+                "BatchNorm's running statistics in training mode, an in-place update of a "
+                "parameter, a random generator's state); ONNX models are pure functions. "
+                "Call model.eval() before exporting, or return the new values")
     consts = [k[1] for k in capture.out_leaves if k != "value"]
     if consts:
-        raise OnnxError(f"the exported function returns non-tensor values {consts}; an ONNX "
-                        "model returns tensors only")
+        return (f"the exported function returns non-tensor values {consts}; an ONNX model "
+                "returns tensors only")
+    return None
 
 
-def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, opset):
+def to_model(onnx, traced: Traced, opset: int, log: list | None = None):
+    """The ONNX model of ``traced``. With ``log`` (``dg.onnx.check``), each node's ONNX op
+    types, or the error that stops it, are appended to it as (node, types or OnnxError),
+    and a node that fails does not stop the others (the model is then None)."""
+    graph, capture = traced.graph, traced.capture
+    input_names, output_names = traced.input_names, traced.output_names
+    dynamic_axes = traced.dynamic_axes
     arg_values = [v for v, b in zip(graph.inputs, capture.bindings) if b.kind == "arg"]
     names = {v: n for v, n in zip(arg_values, input_names)}
     e = Emitter(onnx, opset, names)
+    for v in reversed(arg_values):   # (the first input that has a dim binds its name)
+        for axis, d in enumerate(v.shape):
+            if isinstance(d, Sym) and d.coef == 1 and len(d.names) == 1:
+                e.dims[d.names[0]] = (names[v], axis)
     used = {x for node in graph.nodes for x in node.inputs} | set(graph.outputs)
     for v, b in zip(graph.inputs, capture.bindings):
         if b.kind != "arg" and v in used:
@@ -127,7 +167,20 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         if v.producer is not None:
             wanted.setdefault(v, name)
     for node in graph.nodes:
-        e.export_node(node, wanted)
+        if log is None:
+            e.export_node(node, wanted)
+            continue
+        start = len(e.nodes)
+        try:
+            e.export_node(node, wanted)
+        except OnnxError as err:
+            log.append((node, err))
+            continue
+        log.append((node, e.nodes[start:]))
+    if log is not None and any(isinstance(r, OnnxError) for _, r in log):
+        log[:] = [(node, r if isinstance(r, OnnxError) else [n.op_type for n in r])
+                  for node, r in log]
+        return None
     graph_outputs = []
     for v, name in zip(outputs, output_names):
         if v not in names:
@@ -139,13 +192,56 @@ def _to_model(onnx, graph, capture, input_names, output_names, dynamic_axes, ops
         axes = dynamic_axes.get(name)
         graph_outputs.append(value_info(onnx, name, v, _output_dims(v, name, axes)))
     inputs = [value_info(onnx, names[v], v) for v in arg_values]
-    body = onnx.helper.make_graph(e.nodes, "dualgraph", inputs, graph_outputs,
-                                  initializer=e.initializers)
+    nodes, initializers = _prune(onnx, opset, e.nodes, e.initializers, output_names)
+    if log is not None:   # (the ONNX op types of each node that the outputs need)
+        kept = {id(n) for n in nodes}
+        log[:] = [(node, [n.op_type for n in made if id(n) in kept]) for node, made in log]
+    body = onnx.helper.make_graph(nodes, "dualgraph", inputs, graph_outputs,
+                                  initializer=initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
     model = onnx.helper.make_model(body, opset_imports=opsets, producer_name="dualgraph",
                                    producer_version=__version__)
     model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
     return model
+
+
+def _prune(onnx, opset: int, nodes: list, initializers: list, outputs: list):
+    """Only what the model's outputs need: nodes none of whose outputs is read are dropped
+    (max_pool2d's indices and their Mod when only the values are used), optional outputs
+    nothing reads are left out (MaxPool's Indices), and so are unread initializers."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if not needed.intersection(node.output):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            raise OnnxError(f"the export of {node.doc_string or node.name} needs ONNX's "
+                            f"{node.op_type}, which opset {opset} lacks; export with a newer "
+                            "opset") from None
+        names = list(node.output)
+        while (len(names) > 1 and names[-1] not in needed and schema.outputs[
+                min(len(names), len(schema.outputs)) - 1].option.name == "Optional"):
+            names.pop()
+        if len(names) < len(node.output):
+            del node.output[len(names):]
+        needed.update(node.input)
+        needed.update(_outer_names(node))
+        kept.append(node)
+    return kept[::-1], [t for t in initializers if t.name in needed]
+
+
+def _outer_names(node) -> set:
+    """The names a node's subgraphs (If branches, Loop and Scan bodies) read, their own
+    included: a subgraph reads the enclosing graph's names freely."""
+    names = set()
+    for attr in node.attribute:
+        for g in list(attr.g.node and [attr.g]) + list(attr.graphs):
+            for inner in g.node:
+                names.update(inner.input)
+                names.update(_outer_names(inner))
+    return names
 
 
 def _default_output_names(n: int) -> list:

@@ -52,6 +52,7 @@ class Emitter:
         self._count = 0
         self.node_names = UniqueNames()
         self.node = None             # the dualgraph node being exported (for errors)
+        self.dims: dict = {}         # symbolic dim name -> (ONNX input name, axis)
 
     def reserve(self, names) -> None:
         """Keep ``names`` (the model's output names) from being handed out by ``fresh``."""
@@ -70,6 +71,31 @@ class Emitter:
         name = self.fresh(base)
         self.initializers.append(self.onnx.numpy_helper.from_array(np.asarray(array), name))
         return name
+
+    def shape(self, dims) -> str:
+        """A 1-d int64 tensor holding ``dims`` (ints and Syms): a constant, or, when a dim
+        is symbolic, a Concat of the dims read from the model's inputs with Shape."""
+        if not any(isinstance(d, Sym) for d in dims):
+            return self.ints(dims)
+        return self.op("Concat", [self._dim(d) for d in dims], axis=0)
+
+    def _dim(self, d) -> str:
+        """One dim as a 1-element int64 tensor (``3*B``: Mul of B's Shape slice and 3)."""
+        if not isinstance(d, Sym):
+            return self.ints([d])
+        parts = []
+        for name in d.names:
+            if name not in self.dims:
+                raise self.fail(f"its shape holds the symbolic dim {d}, which is no input's "
+                                "dim", "give the size from an input's shape")
+            source, axis = self.dims[name]
+            parts.append(self.op("Shape", [source], start=axis, end=axis + 1))
+        if d.coef != 1:
+            parts.append(self.ints([d.coef]))
+        out = parts[0]
+        for part in parts[1:]:
+            out = self.op("Mul", [out, part])
+        return out
 
     def ints(self, values) -> str:
         """A 1-d int64 constant (shapes, axes, starts, ...)."""
@@ -236,7 +262,7 @@ class Emitter:
         # ONNX names are unique across a model's graphs; constants live in the main graph
         sub._taken, sub.node_names, sub.initializers = (self._taken, self.node_names,
                                                         self.initializers)
-        sub.node = self.node
+        sub.node, sub.dims = self.node, self.dims
         names = [sub.fresh(base) for base, _ in formal]
         outputs = emit(sub, names)
         made = {o for n in sub.nodes for o in n.output}

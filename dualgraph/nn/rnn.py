@@ -24,6 +24,7 @@ import numbers
 import warnings
 from typing import Callable, NamedTuple
 
+from .._helpers import onnx_exports
 from ..ops import creation, elementwise, recurrent
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
@@ -90,6 +91,9 @@ class _Mode(NamedTuple):
 _MODES = {"RNN_TANH": _Mode(1, 1, _tanh_step), "RNN_RELU": _Mode(1, 1, _relu_step),
           "LSTM": _Mode(4, 2, _lstm_step), "GRU": _Mode(3, 1, _gru_step)}
 _CELL_MODES = {"tanh": "RNN_TANH", "relu": "RNN_RELU"}
+# torch's gate blocks in ONNX's order: LSTM (i, f, g, o) -> (i, o, f, c), GRU (r, z, n) ->
+# (z, r, h)
+_ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN_TANH": (0,), "RNN_RELU": (0,)}
 
 
 def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
@@ -241,6 +245,10 @@ class RNNBase(Module):
         for layer in range(self.num_layers):
             if layer > 0 and self.dropout > 0 and self.training:
                 x = F.dropout(x, self.dropout, True)
+            if onnx_exports and not self.proj_size:   # (ONNX's LSTM has no projection)
+                x, layer_finals = self._sequence_layer(x, hx and states, layer)
+                finals += layer_finals
+                continue
             outputs = []
             for direction in range(self._directions):
                 index = layer * self._directions + direction
@@ -255,6 +263,31 @@ class RNNBase(Module):
             output = shape_ops.squeeze(output, 0 if self.batch_first else 1)
             h_n = tuple(shape_ops.squeeze(h, 1) for h in h_n)
         return output, h_n
+
+    def _sequence_layer(self, x, states: list, layer: int):
+        """Layer ``layer`` over ``x`` (T, B, F) as one ``rnn_sequence`` op, which the ONNX
+        export writes as ONNX's LSTM, GRU or RNN op (``states`` None: zeros, which ONNX
+        leaves out): the output (T, B, D*H) and the final state tuple per direction."""
+        directions = range(self._directions)
+        perm = _ONNX_GATES[self.mode]
+
+        def onnx_order(t):
+            parts = shape_ops.chunk(t, len(perm), 0)
+            return shape_ops.cat([parts[k] for k in perm], 0)
+
+        def stacked(make):
+            return shape_ops.stack([make(self._weights(layer, d)) for d in directions], 0)
+        w, r = stacked(lambda v: onnx_order(v.w_ih)), stacked(lambda v: onnx_order(v.w_hh))
+        if self.bias:
+            b = stacked(lambda v: shape_ops.cat([onnx_order(v.b_ih), onnx_order(v.b_hh)], 0))
+        else:
+            b = creation.zeros(len(directions), 2 * r.shape[1], dtype=x.dtype)
+        first = [states[layer * self._directions + d] for d in directions] if states else []
+        initial = [shape_ops.stack(parts, 0) for parts in zip(*first)]
+        y, h_n, c_n = recurrent.rnn_sequence(x, w, r, b, *initial, mode=self.mode)
+        out = shape_ops.flatten(y.permute(0, 2, 1, 3), 2)   # (T, B, D*H)
+        finals = [(h_n[d], c_n[d]) if self.mode == "LSTM" else (h_n[d],) for d in directions]
+        return out, finals
 
     def _check_input(self, x):
         dtype = self.weight_ih_l0.dtype

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import devices, dtypes
 from ..dispatch import apply, modes
-from ..shapes import ShapedType
+from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
 from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa: F401
@@ -32,9 +32,38 @@ def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
 
 
 def _size(size) -> tuple:
+    """The dims of a creation function's ``size``: ints, or Syms while tracing with dynamic
+    dims (``x.shape[0]`` of a dynamic batch)."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return tuple(s if isinstance(s, Sym) else int(s) for s in size)
+
+
+def _filled(size, fill_value, dtype, requires_grad, device) -> Tensor:
+    """``size`` filled with ``fill_value``: a constant of a traced graph, or, where a dim is
+    symbolic, a ``full`` node whose shape the graph computes from its inputs' shapes when it
+    runs (ONNX: ConstantOfShape of the dims read with Shape)."""
+    shape = _size(size)
+    if not any(isinstance(d, Sym) for d in shape):
+        array = (np.zeros(shape, dtype) if fill_value == 0 else    # (calloc: no fill pass)
+                 np.full(shape, fill_value, dtype))
+        return _finish(array, requires_grad, device)
+    devices.check(device)
+    out = apply(FULL, shape=shape, fill_value=fill_value, dtype=np.dtype(dtype))
+    if requires_grad:
+        out.requires_grad_()
+    return out
+
+
+def _onnx_full(e, node):
+    value = np.asarray([node.attrs["fill_value"]], dtype=node.attrs["dtype"])
+    return [e.op("ConstantOfShape", [e.shape(node.attrs["shape"])],
+                 value=e.onnx.numpy_helper.from_array(value))]
+
+
+FULL = defop("full", lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype),
+             lambda shape, fill_value, dtype: ShapedType(tuple(shape), np.dtype(dtype)),
+             attrs=("shape", "fill_value", "dtype"), onnx=_onnx_full)
 
 
 def _float_dtype(dtype) -> np.dtype:
@@ -71,22 +100,21 @@ def from_numpy(array: np.ndarray) -> Tensor:
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.zeros(_size(size), _float_dtype(dtype)), requires_grad, device)
+    return _filled(size, 0, _float_dtype(dtype), requires_grad, device)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.ones(_size(size), _float_dtype(dtype)), requires_grad, device)
+    return _filled(size, 1, _float_dtype(dtype), requires_grad, device)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.empty(_size(size), _float_dtype(dtype)), requires_grad, device)
+    return _filled(size, 0, _float_dtype(dtype), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = dtypes.scalar_dtype(fill_value)
-    return _finish(np.full(_size((size,)), fill_value, dtypes.to_np(dtype)), requires_grad,
-                   device)
+    return _filled((size,), fill_value, dtypes.to_np(dtype), requires_grad, device)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=False) -> Tensor:

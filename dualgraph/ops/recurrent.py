@@ -198,7 +198,8 @@ def _onnx_lstm_cell(e, node):
     gates = e.op("Add", [e.input(0), e.op("MatMul", [h, e.op("Transpose", [e.input(3)])])])
     if len(node.inputs) > 4 and node.inputs[4] is not None:
         gates = e.op("Add", [gates, e.input(4)])
-    i, f, g, o = e.op("Split", [gates], outputs=4, axis=-1, num_outputs=4)
+    i, f, g, o = e.op("Split", [gates], outputs=4, axis=-1,   # (num_outputs: opset 18)
+                      num_outputs=4 if e.opset >= 18 else None)
     c_new = e.op("Add", [e.op("Mul", [e.op("Sigmoid", [f]), c]),
                          e.op("Mul", [e.op("Sigmoid", [i]), e.op("Tanh", [g])])])
     h_new = e.op("Mul", [e.op("Sigmoid", [o]), e.op("Tanh", [c_new])])
@@ -227,3 +228,112 @@ def lstm_cell(xg, h, c, w_hh, b_hh=None):
 
 
 METHODS: dict = {}
+
+
+# -- a whole recurrent layer as one op (what the ONNX export writes as LSTM, GRU or RNN) -----
+# The layers in nn/rnn.py run step by step (a node per step once traced); while exporting to
+# ONNX they run each layer as one ``rnn_sequence`` node instead, which ONNX's LSTM/GRU/RNN op
+# computes exactly. Its operands follow ONNX's layout: x (T, B, F); per direction stacked
+# w (D, G*H, F), r (D, G*H, H), b (D, 2*G*H) (input then hidden biases), gates in ONNX's
+# order (LSTM i, o, f, c; GRU z, r, h; the layer reorders torch's); h0 and, for LSTM, c0
+# (D, B, H), zeros where left out. Outputs y (T, D, B, H), h_n and c_n (D, B, H; for GRU and
+# RNN c_n is h_n).
+# Direction 1 of two runs backwards in time. GRU applies its hidden weights before the
+# reset gate (ONNX's linear_before_reset=1), as torch does.
+_SEQ_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def _sigmoid(x):
+    return 0.5 * (1 + np.tanh(0.5 * x))
+
+
+def _sequence_kernel(x, w, r, b, *states, mode):
+    _infer_sequence(x, w, r, b, *states, mode=mode)   # (its checks, as a graph's)
+    directions, hidden = r.shape[0], r.shape[-1]
+    gh = _SEQ_GATES[mode] * hidden
+    if not states:
+        zeros = np.zeros((directions, x.shape[1], hidden), x.dtype)
+        states = (zeros, zeros) if mode == "LSTM" else (zeros,)
+    h0, c0 = states[0], states[1:]
+    y = np.empty((x.shape[0], directions) + h0.shape[1:], x.dtype)
+    h_n, c_n = np.empty_like(h0), np.empty_like(h0)
+    for d in range(directions):
+        xs = x @ w[d].T + b[d, :gh]
+        h, c = h0[d], (c0[0][d] if c0 else None)
+        for t in (range(x.shape[0] - 1, -1, -1) if d == 1 else range(x.shape[0])):
+            hg = h @ r[d].T + b[d, gh:]
+            if mode == "LSTM":
+                i, o, f, g = np.split(xs[t] + hg, 4, -1)
+                c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+                h = _sigmoid(o) * np.tanh(c)
+            elif mode == "GRU":
+                (xz, xr, xn), (hz, hr, hn) = np.split(xs[t], 3, -1), np.split(hg, 3, -1)
+                z, n = _sigmoid(xz + hz), np.tanh(xn + _sigmoid(xr + hr) * hn)
+                h = (1 - z) * n + z * h
+            else:
+                h = xs[t] + hg
+                h = np.tanh(h) if mode == "RNN_TANH" else np.maximum(h, 0)
+            y[t, d] = h
+        h_n[d] = h
+        c_n[d] = h if c is None else c
+    return y, h_n, c_n
+
+
+def _infer_sequence(x, w, r, b, *states, mode):
+    if mode not in _SEQ_GATES:
+        raise ValueError(f"rnn_sequence: mode must be one of {sorted(_SEQ_GATES)}, got {mode}")
+    if states and len(states) != (2 if mode == "LSTM" else 1):
+        raise ShapeError("rnn_sequence: an LSTM takes h0 and c0, the others h0 only")
+    directions, hidden = (r.shape[0], r.shape[-1]) if r.ndim == 3 else (0, 0)
+    gh = _SEQ_GATES[mode] * hidden
+    shape = (directions, x.shape[1] if x.ndim == 3 else 0, hidden)
+    want = {"x": (x, ("T", "B", "F")), "w": (w, (directions, gh, x.shape[-1])),
+            "r": (r, (directions, gh, hidden)), "b": (b, (directions, 2 * gh))}
+    want.update({f"state {k}": (s, shape) for k, s in enumerate(states)})
+    for name, (t, dims) in want.items():
+        if (t.ndim != len(dims) or t.dtype != x.dtype or directions not in (1, 2)
+                or any(isinstance(d, int) and d != n for d, n in zip(dims, t.shape))):
+            raise ShapeError(f"rnn_sequence ({mode}): {name} has shape {tuple(t.shape)} and "
+                             f"dtype {t.dtype}; it must be {dims} of {x.dtype} (x "
+                             f"{tuple(x.shape)}, r {tuple(r.shape)}, 1 or 2 directions, "
+                             f"hidden size {hidden} > 0)")
+    if hidden == 0:
+        raise ShapeError(f"rnn_sequence ({mode}): the hidden size (r {tuple(r.shape)}) is 0")
+    state = ShapedType(shape, x.dtype)
+    return ShapedType((x.shape[0],) + shape, x.dtype), state, state
+
+
+def _onnx_sequence(e, node):
+    mode = node.attrs["mode"]
+    directions, _, hidden = node.inputs[2].shape
+    attrs = dict(hidden_size=int(hidden),
+                 direction="bidirectional" if directions == 2 else "forward")
+    inputs = [e.input(k) for k in range(len(node.inputs))]
+    inputs[4:4] = [""]   # (no sequence_lens: every sequence is T long)
+    if mode == "LSTM":
+        op_type = "LSTM"
+    elif mode == "GRU":
+        op_type, attrs["linear_before_reset"] = "GRU", 1
+    else:
+        op_type = "RNN"
+        attrs["activations"] = ["Tanh" if mode == "RNN_TANH" else "Relu"] * directions
+    outs = e.outputs(op_type, inputs, 3 if mode == "LSTM" else 2, **attrs)
+    return outs if mode == "LSTM" else outs + [e.same(outs[1])]   # (c_n is h_n)
+
+
+RNN_SEQUENCE = defop("rnn_sequence", _sequence_kernel, _infer_sequence, attrs=("mode",),
+                     num_outputs=3, onnx=_onnx_sequence)
+
+
+def rnn_sequence(x, w, r, b, h0=None, c0=None, mode: str = "LSTM"):
+    """One recurrent layer over the whole sequence as one op, in ONNX's layout (see above):
+    ``(y (T, D, B, H), h_n, c_n)``.
+
+    >>> import dualgraph as dg
+    >>> y, h, c = rnn_sequence(dg.ones(5, 2, 3), dg.zeros(1, 8, 3), dg.zeros(1, 8, 2),
+    ...                        dg.zeros(1, 16), dg.zeros(1, 2, 2), dg.zeros(1, 2, 2))
+    >>> tuple(y.shape), tuple(h.shape)
+    ((5, 1, 2, 2), (1, 2, 2))
+    """
+    args = (x, w, r, b) + tuple(s for s in (h0, c0) if s is not None)
+    return apply(RNN_SEQUENCE, *args, mode=mode)

@@ -10,7 +10,8 @@ from .core import Builder, Report, describe, nbytes, numel
 MAX_FOLD_ELEMENTS = 1 << 20   # larger results stay computed: they would bloat the graph
 
 
-def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple[Graph, Report]:
+def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS,
+                   known: dict | None = None) -> tuple[Graph, Report]:
     """Evaluate, with the registry kernel, each node whose inputs are all constants or
     literals, and replace its outputs by constants; a ``shape_only`` op (``full_like``) of
     a static shape folds too, whatever its input. Folding runs in node order, so folded
@@ -18,6 +19,8 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
 
     Preserves: every value's type and (bitwise) value, the inputs and outputs. Results of
     more than ``max_elements`` elements, symbolic shapes and symbolic attrs are not folded.
+    ``known`` maps inputs to the arrays they hold (the ONNX export's parameters, which it
+    writes as constants): nodes of those fold too.
 
     Before::                              After::
 
@@ -28,11 +31,14 @@ def fold_constants(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> tuple
         return (%y)
     """
     report = Report("fold_constants", len(graph.nodes), len(graph.nodes))
+    known = known or {}
     start = next((i for i, node in enumerate(graph.nodes) if node.op.shape_only or all(
-        not isinstance(x, Value) or x in graph.constants for x in node.inputs)), None)
+        not isinstance(x, Value) or x in graph.constants or x in known
+        for x in node.inputs)), None)
     if start is None:
         return graph, report   # nothing starts a fold: no copy (graphs are immutable)
     b = Builder(graph)
+    b.arrays.update(known)   # (read as arrays by the folds; other readers keep the input)
     b.keep(graph.nodes[:start])   # (the nodes before the first that may fold stay)
     for node in graph.nodes[start:]:
         results = _evaluate(node, b.arrays, max_elements)

@@ -71,6 +71,19 @@ def _uniform_checks(m, a):
 CASES.append(OpCase("random", _uniform_checks, [In((3, 4))], grad=False))
 
 
+# `full` is what dg.zeros/ones/full become while tracing a symbolic size (``x.shape[0]`` of a
+# dynamic batch); the row makes the node with a static shape.
+def _full(m, a):
+    if m.__name__ == "torch":
+        return m.full(tuple(a.shape), 0.5) * a
+    from dualgraph.dispatch import apply
+    return apply(m.ops.creation.FULL, shape=tuple(a.shape), fill_value=0.5,
+                 dtype=a._data.dtype) * a
+
+
+CASES.append(OpCase("full", _full, [In((2, 3))]))
+
+
 # The fused LSTM step (hidden projection inside) and its fused backward (double backward
 # goes through the latter); with and without the hidden bias.
 def _lstm(m, xg, h, c, w, *b):
@@ -101,6 +114,51 @@ CASES += [
                                                In((2, 2)), In((2, 2)), In((8, 2)), In((8,))]),
     OpCase("lstm_cell_backward", _lstm_grads, [In((2, 2), grad=False), In((2, 8)),
                                                In((2, 2)), In((2, 2)), In((8, 2))], "no-bias"),
+]
+
+
+# A whole recurrent layer in ONNX's layout (what nn.LSTM/GRU/RNN become while exporting to
+# ONNX); torch's side is ONNX's definition written step by step.
+def _sequence(mode):
+    def fn(m, x, w, r, b, *states):
+        if m.__name__ != "torch":
+            return m.ops.recurrent.rnn_sequence(x, w, r, b, *states, mode=mode)
+        directions, gh, hidden = r.shape
+        if not states:
+            states = (m.zeros(directions, x.shape[1], hidden),) * (2 if mode == "LSTM" else 1)
+        ys, hs, cs = [], [], []
+        for d in range(directions):
+            h, c = states[0][d], states[-1][d]
+            out = [None] * x.shape[0]
+            for t in (range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])):
+                xg, hg = x[t] @ w[d].T + b[d, :gh], h @ r[d].T + b[d, gh:]
+                if mode == "LSTM":
+                    i, o, f, g = (xg + hg).chunk(4, -1)
+                    c = m.sigmoid(f) * c + m.sigmoid(i) * m.tanh(g)
+                    h = m.sigmoid(o) * m.tanh(c)
+                elif mode == "GRU":
+                    (xz, xr, xn), (hz, hr, hn) = xg.chunk(3, -1), hg.chunk(3, -1)
+                    z = m.sigmoid(xz + hz)
+                    h = (1 - z) * m.tanh(xn + m.sigmoid(xr + hr) * hn) + z * h
+                else:
+                    h = m.relu(xg + hg)
+                out[t] = h
+            ys.append(m.stack(out, 0))
+            hs.append(h)
+            cs.append(c if mode == "LSTM" else h)
+        return m.stack(ys, 1), m.stack(hs, 0), m.stack(cs, 0)
+    return fn
+
+
+CASES += [
+    OpCase("rnn_sequence", _sequence("LSTM"), [In((3, 2, 3)), In((2, 8, 3)), In((2, 8, 2)),
+                                                In((2, 16)), In((2, 2, 2)), In((2, 2, 2))],
+           "lstm-bidirectional", grad=False),
+    OpCase("rnn_sequence", _sequence("GRU"), [In((3, 2, 3)), In((1, 6, 3)), In((1, 6, 2)),
+                                               In((1, 12))], "gru", grad=False),
+    OpCase("rnn_sequence", _sequence("RNN_RELU"), [In((3, 2, 3)), In((1, 2, 3)),
+                                                    In((1, 2, 2)), In((1, 4)), In((1, 2, 2))],
+           "rnn-relu", grad=False),
 ]
 
 
