@@ -6,6 +6,7 @@ A workload's ``build(lib, data)`` is written once against the torch-style API (`
 returning the loss tensor, or a forward pass whose output ``check`` reduces, in NumPy, to
 the float that the runner compares across implementations.
 """
+import numpy as np
 
 
 def torch_style_impls(build, check=None, inference=False) -> dict:
@@ -144,3 +145,28 @@ def random_state(model, seed: int) -> dict:
         else:
             state[key] = (rng.standard_normal(shape) * 0.05).astype(np.float32)
     return state
+
+
+def image_classifier(model_fn, seed: int, name: str, batch: int = 1):
+    """``(make_data, build, check, IMPLS)`` of an image classifier's inference workload:
+    ``model_fn(lib)``'s architecture with random weights and 3x224x224 images drawn from
+    ``seed``, run in eval mode by every torch-style implementation and by onnxruntime (the
+    model as ``torch.onnx.export`` writes it); the mean absolute logit is compared."""
+    def make_data(batch=batch):
+        import dualgraph as dg
+        rng = np.random.default_rng(seed)
+        return {"params": random_state(model_fn(dg), seed),
+                "x": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
+
+    def build(lib, data):
+        model = model_fn(lib)
+        model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
+        model.eval()
+        return model, lib.tensor(data["x"])
+
+    def check(logits):
+        return np.abs(np.asarray(logits)).mean()
+
+    impls = {**torch_style_impls(build, check=check, inference=True),
+             "onnxruntime": onnxruntime_from_torch(build, check, name)}
+    return make_data, build, check, impls

@@ -7,9 +7,8 @@ written once against the torch-style API (``lib`` is ``dualgraph`` or ``torch``)
 implementations is the mean absolute logit, taken in NumPy. onnxruntime runs the model as
 ``torch.onnx.export`` writes it.
 """
-import numpy as np
 
-from .common import onnxruntime_from_torch, random_state, torch_style_impls
+from .common import image_classifier
 
 ID, NAME = "W8", "resnet18_infer"
 WARMUP, TIMED = 3, 10     # steps of 0.05-2 s
@@ -53,23 +52,4 @@ def resnet18(lib, classes=1000):
                          nn.Linear(512, classes))
 
 
-def make_data(batch=BATCH):
-    import dualgraph as dg
-    rng = np.random.default_rng(8)
-    return {"params": random_state(resnet18(dg), 8),
-            "x": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
-
-
-def build(lib, data):
-    model = resnet18(lib)
-    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
-    model.eval()
-    return model, lib.tensor(data["x"])
-
-
-def check(logits):
-    return np.abs(np.asarray(logits)).mean()
-
-
-IMPLS = {**torch_style_impls(build, check=check, inference=True),
-         "onnxruntime": onnxruntime_from_torch(build, check, NAME)}
+make_data, build, check, IMPLS = image_classifier(resnet18, 8, NAME, BATCH)

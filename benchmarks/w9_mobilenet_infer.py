@@ -7,9 +7,8 @@ channels, global average pooling, a 1000-way linear head), written once against 
 torch-style API. Batch 1 (``W9``) and 16 (``W9/16``); forward only. The compared value is
 the mean absolute logit; onnxruntime runs the model as ``torch.onnx.export`` writes it.
 """
-import numpy as np
 
-from .common import onnxruntime_from_torch, random_state, torch_style_impls
+from .common import image_classifier
 
 ID, NAME = "W9", "mobilenet_infer"
 WARMUP, TIMED = 3, 10
@@ -56,23 +55,4 @@ def mobilenet_v2(lib, classes=1000):
                          nn.Linear(1280, classes))
 
 
-def make_data(batch=BATCH):
-    import dualgraph as dg
-    rng = np.random.default_rng(9)
-    return {"params": random_state(mobilenet_v2(dg), 9),
-            "x": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
-
-
-def build(lib, data):
-    model = mobilenet_v2(lib)
-    model.load_state_dict({k: lib.tensor(v) for k, v in data["params"].items()})
-    model.eval()
-    return model, lib.tensor(data["x"])
-
-
-def check(logits):
-    return np.abs(np.asarray(logits)).mean()
-
-
-IMPLS = {**torch_style_impls(build, check=check, inference=True),
-         "onnxruntime": onnxruntime_from_torch(build, check, NAME)}
+make_data, build, check, IMPLS = image_classifier(mobilenet_v2, 9, NAME, BATCH)
