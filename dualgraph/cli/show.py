@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 
-HELP = "summarise a saved graph (.json) or an ONNX model (.onnx)"
+HELP = "summarise a saved graph (.json) or an ONNX model (.onnx); --html draws it"
 
 
 def add_arguments(parser) -> None:
