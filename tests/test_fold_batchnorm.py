@@ -50,8 +50,8 @@ def test_batchnorm_folds_into_the_layer_with_the_same_values(kind, bias):
     after, report = fold_batchnorm(before)
     verify(after)
     assert [n.op.name for n in after.nodes] == [kind]
-    assert report.items == [f"fold_batchnorm: %y + 3 per-channel steps -> {kind} %out "
-                            "with folded weight and bias"]
+    assert report.items == [(f"fold_batchnorm: %y + 3 per-channel steps -> {kind} %out "
+                             "with folded weight and bias")]
     (got,), (want,) = after(*args), before(*args)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
@@ -68,6 +68,7 @@ def test_where_the_precondition_fails_the_graph_is_left_alone(kind, case):
 def test_an_imported_onnx_batchnorm_folds_and_explain_says_so(tmp_path):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
+
     import dualgraph as dg
     r = np.random.default_rng(1)
     arrays = {"W": r.standard_normal((4, 3, 3, 3)), "s": r.standard_normal(4),
