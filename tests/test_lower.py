@@ -98,7 +98,21 @@ def relu_gradient_of_a_linear_gradient():
     return g
 
 
+def batchnorm_after_a_linear():
+    g = Graph()
+    x = f32(g, "x", 2, 3)
+    w = g.add_constant(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), name="w")
+    b = g.add_constant(np.array([0.5, 1, 1.5, 2], np.float32), name="b")
+    mean = g.add_constant(np.full(4, 0.5, np.float32), name="mean")
+    scale = g.add_constant(np.full(4, 2, np.float32), name="scale")
+    (y,) = g.add_node("linear", [x, w, b], names=["y"])
+    (c,) = g.add_node("sub", [y, mean], names=["c"])
+    g.set_outputs(list(g.add_node("mul", [c, scale], names=["h"])))
+    return g
+
+
 EXAMPLES = {
+    "fold_batchnorm": batchnorm_after_a_linear,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,

@@ -35,6 +35,7 @@ from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
+from .affine import LAYERS, affine_chains, fold_affine_chains
 from .batch import batch_linears, loop_linear_groups
 from .core import Builder, Report, readers
 from .group import group_updates, grouped_ops, update_groups
@@ -187,7 +188,56 @@ def relu_backward_in_place(graph: Graph, nodes: list, report: Report) -> Graph:
     return b.finish()
 
 
+# -- the rows made for inference: what constants alone determine -----------------------------
+def constant_affine_chains(graph: Graph) -> dict:
+    """The precondition: ``passes/affine.py``'s ``affine_chains`` over the graph's own
+    constants (a compiled model whose parameters were frozen into the graph, a trace of an
+    eval model, an ONNX import): a conv2d or linear with constant weight and bias whose
+    output only a per-channel chain of constant ``add``/``sub``/``mul``/``div`` reads
+    (eval-mode BatchNorm, its ``1 / sqrt(var + eps)`` folded by ``fold_constants``)."""
+    return affine_chains(graph, graph.constants)
+
+
+def fold_batchnorm(graph: Graph, chains: dict, report: Report) -> Graph:
+    """Each chain of ``constant_affine_chains`` folds into its layer: per channel,
+    ``conv(x, W, b) * s + t`` is ``conv(x, W * s, b * s + t)`` (one layer, its weight and
+    bias new constants computed in float64), named as the chain's last value. A layer whose
+    output is also read elsewhere or returned, or whose weight is not a constant, is left
+    alone.
+
+    Preserves: types, inputs and outputs; values up to rounding (the products are taken in
+    float64 and rounded once to the layer's dtype).
+
+    Before::
+
+        graph(%x: f32[2,3]) {
+          %w: f32[4,3] = constant
+          %b: f32[4] = constant([0.5, 1.0, 1.5, 2.0])
+          %mean: f32[4] = constant([0.5, 0.5, 0.5, 0.5])
+          %scale: f32[4] = constant([2.0, 2.0, 2.0, 2.0])
+          %y: f32[2,4] = linear(%x, %w, %b)
+          %c: f32[2,4] = sub(%y, %mean)
+          %h: f32[2,4] = mul(%c, %scale)
+          return (%h)
+        }
+
+    After::
+
+        graph(%x: f32[2,3]) {
+          %w: f32[4,3] = constant
+          %w_bias: f32[4] = constant([0.0, 1.0, 2.0, 3.0])
+          %h: f32[2,4] = linear(%x, %w, %w_bias)
+          return (%h)
+        }
+    """
+    return fold_affine_chains(graph, chains, graph.constants, report)
+
+
 RULES = [
+    # linear/conv2d(x, W, b) * s + t by per-channel constants, W and b constant ->
+    # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
+    LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
+                 "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
