@@ -131,13 +131,29 @@ def _busy(n):
     return a
 
 
+def _best_of(attempts, measure):
+    """``measure()`` returns (recorded, wall): the first attempt whose recorded total is
+    within 10% under the wall time passes. A time slice the scheduler gives another
+    process between two calls is wall time no profiler can see; a profiler that loses
+    time loses it at every attempt."""
+    seen = []
+    for _ in range(attempts):
+        recorded, wall_us = measure()
+        seen.append((recorded, wall_us))
+        assert recorded <= wall_us            # never more than the wall time
+        if recorded >= 0.9 * wall_us:
+            return
+    raise AssertionError(f"recorded / wall time (us) in {attempts} attempts: {seen}")
+
+
 def test_totals_are_within_ten_percent_of_wall_time():
-    start = time.perf_counter()
-    with profile() as prof:
-        _busy(384)
-    wall_us = (time.perf_counter() - start) * 1e6
-    total = prof.key_averages().self_cpu_time_total
-    assert 0.9 * wall_us <= total <= wall_us
+    def measure():
+        start = time.perf_counter()
+        with profile() as prof:
+            _busy(384)
+        wall_us = (time.perf_counter() - start) * 1e6
+        return prof.key_averages().self_cpu_time_total, wall_us
+    _best_of(3, measure)
     # a range around everything: the self times add up to it, no time counted twice
     with profile() as prof:
         with record_function("all"):
@@ -151,16 +167,16 @@ def test_compiled_totals_are_within_ten_percent_of_wall_time():
     a = dg.tensor(np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32))
     f(a)
     f(a)
-    start = time.perf_counter()
-    with profile() as prof:
-        for _ in range(4):
-            f(a)
-    wall_us = (time.perf_counter() - start) * 1e6
-    events = prof.events()
-    programs = [e for e in events if e.kind == "program"]
-    nodes = sum(e.cpu_time_total for e in events if e.kind == "node")
-    assert 0.9 * wall_us <= sum(e.cpu_time_total for e in programs) <= wall_us
-    assert 0.9 * wall_us <= nodes <= wall_us
+
+    def measure(kind):
+        start = time.perf_counter()
+        with profile() as prof:
+            for _ in range(4):
+                f(a)
+        wall_us = (time.perf_counter() - start) * 1e6
+        return sum(e.cpu_time_total for e in prof.events() if e.kind == kind), wall_us
+    _best_of(3, lambda: measure("program"))
+    _best_of(3, lambda: measure("node"))
 
 
 def test_chrome_trace_is_valid_json_with_nested_complete_events(tmp_path):
