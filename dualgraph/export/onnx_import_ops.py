@@ -2065,12 +2065,16 @@ def _max_unpool(b, xs, attrs):
 
 
 def _flat_indices(b, x, where, attrs):
-    """MaxPool's Indices: dualgraph's count within each H x W plane, ONNX's over the
-    whole NCHW tensor (plane k starts at k * H * W)."""
-    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape) or attrs.get("storage_order"):
+    """MaxPool's Indices: dualgraph's row-major count within each H x W plane, ONNX's over
+    the whole NCHW tensor (plane k starts at k * H * W), column-major within the plane
+    (``h + w * H``) when ``storage_order`` is 1."""
+    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape):
         raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
-                      "in row-major storage order only")
+                      "only")
     n, c, h, w = x.shape
+    if attrs.get("storage_order"):
+        where = b.op("add", b.op("floor_divide", where, w),
+                     b.op("mul", b.op("remainder", where, w), h))
     b.check_size(n * c, "MaxPool's index offsets (one per plane)")
     starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
     return b.op("add", where, starts)
