@@ -62,11 +62,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # outputs need written, and dg.onnx.check's pre-flight report (export/onnx_preflight.py;
 # "." +20: its entry point in onnx.py), and ops/ +100 for the ops the export needs: `full`
 # (a creation over symbolic dims) and `rnn_sequence` (a recurrent layer as one op); ops/ +80: conv_method's choice among 1x1 GEMMs,
-# depthwise loops and blocked im2col, and the pow-by-products form.
+# depthwise loops and blocked im2col, and the pow-by-products form. export/ +100: the last
+# conformance cases of the common op types (opset 8 Scan, MaxPool's column-major indices, ...).
 CORE_BUDGET = 17_400
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_830, "passes": 2_060, "export": 3_250, "nn": 3_060,
+           "kernels": 2_080, "ops": 5_830, "passes": 2_060, "export": 3_350, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -2300,8 +2300,7 @@ def _scan(b, xs, attrs):
     in the order of xs: so the inputs must share one direction; an output of the other
     direction is flipped."""
     if b.opset < 9:
-        raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
-                      "not supported")
+        return _scan8(b, xs, attrs)
     k = attrs["num_scan_inputs"]
     num_ys = len(b.node.output) - (len(xs) - k)
     if not 1 <= k <= len(xs) or num_ys < 0:
@@ -2338,6 +2337,42 @@ def _scan(b, xs, attrs):
     out_axes = attrs.get("scan_output_axes", (0,) * len(ys))
     ys = [b.op("flip", y, dims=(0,)) if bool(d) != reverse else y for y, d in zip(ys, out_dirs)]
     return (*outs[:n], *(_move_axis(b, y, 0, b.dim(a, y.ndim)) for y, a in zip(ys, out_axes)))
+
+
+def _scan8(b, xs, attrs):
+    """Scan (opset 8 form): every input and output has a leading batch axis, the scan axis
+    is axis 1, and the outputs are stacked in iteration order. Each batch row runs as one
+    opset 9 Scan (the body sees single rows) and the rows are stacked again."""
+    lens, xs = xs[0], xs[1:]
+    if not xs or any(isinstance(x.shape[0], Sym) for x in xs) or len(
+            {x.shape[0] for x in xs}) != 1:
+        raise b.error("an opset 8 Scan needs one static batch size on all its inputs, "
+                      f"not {[tuple(map(str, x.shape)) for x in xs]}")
+    batch = xs[0].shape[0]
+    k = attrs["num_scan_inputs"]
+    if lens is not None and not isinstance(lens, np.ndarray):
+        raise b.error("an opset 8 Scan's sequence_lens must be a constant")
+    if lens is not None and np.any(np.asarray(lens) != xs[-1].shape[1]):
+        raise b.error(f"sequence_lens {np.asarray(lens).tolist()} shorter than the scan "
+                      f"inputs' {xs[-1].shape[1]} steps are not supported")
+    dirs = tuple(attrs.get("directions", (0,) * k))
+    row_attrs = {"num_scan_inputs": k, "body": attrs["body"], "scan_input_directions": dirs}
+    rows = [_scan(_Opset9(b), [b.reshape(b.slice_dims(x, ((i, i + 1, 1),) + (None,) * (
+        x.ndim - 1)), x.shape[1:]) for x in xs], row_attrs) for i in range(batch)]
+    return tuple(b.op("cat", *[b.reshape(r[j], (1, *r[j].shape)) for r in rows], dim=0)
+                 for j in range(len(rows[0])))
+
+
+class _Opset9:
+    """The importer as an opset 9 one (for _scan8's rows): the rest is the importer's."""
+
+    opset = 9
+
+    def __init__(self, b):
+        self._b = b
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
 
 
 def _move_axis(b, x, source: int, target: int):
