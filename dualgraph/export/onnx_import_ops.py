@@ -1660,7 +1660,7 @@ def _attention(b, xs, attrs):
     exposed = biased if mode == 2 else scores
     if "softmax_precision" in attrs:
         biased = b.cast(biased, b.onnx_dtype(attrs["softmax_precision"], "softmax_precision"))
-    p = b.op("softmax", biased, dim=3)
+    p = import_rules()["Softmax"](b, [biased], {"axis": 3})   # (as ONNX rounds in float16)
     if bias is not None:   # (rows with no key to attend: 0, not softmax's NaN)
         blocked = b.op("isinf", b.op("amax", bias, dims=(bias.ndim - 1,), keepdim=True))
         p = b.op("where", blocked, np.zeros((), p.dtype), p)
