@@ -1879,6 +1879,8 @@ def _conv_transpose(b, xs, attrs):
     split with the odd one at the end (SAME_UPPER, and output_shape) or the start
     (SAME_LOWER); an output larger than the pads allow grows at the end."""
     x, w = xs[0], xs[1]
+    if x.ndim == 5:
+        return _conv_transpose3d(b, xs, attrs)
     one = _check_rank(b, x, attrs) == 1
     if one:
         x, w, attrs = _as_2d(b, x), _as_2d(b, w), dict(attrs)
@@ -1917,6 +1919,46 @@ def _conv_transpose(b, xs, attrs):
     if len(xs) > 2 and xs[2] is not None:
         y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
     return b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:])) if one else y
+
+
+def _conv_transpose3d(b, xs, attrs):
+    """A 3-D ConvTranspose as one 2-D ConvTranspose per offset of the kernel's depth: the
+    input's depth slices folded into the batch, each result spread to every stride-th output
+    depth from the offset (times the dilation), the parts summed, then the depth pads cut."""
+    x, w = xs[0], xs[1]
+    if "output_shape" in attrs or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") \
+            or any(isinstance(d, Sym) for d in x.shape):
+        raise b.error("a 3-D ConvTranspose is supported with static shapes and explicit pads "
+                      f"only, not output_shape or SAME auto_pad (input {tuple(x.shape)})")
+    kernel = tuple(w.shape[2:])
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    extra = tuple(attrs.get("output_padding", (0, 0, 0)))
+    plane = dict(attrs, **{key: tuple(attrs[key])[1:] for key in (
+        "strides", "dilations", "output_padding", "kernel_shape") if key in attrs})
+    if "pads" in attrs:
+        plane["pads"] = tuple(attrs["pads"][k] for k in (1, 2, 4, 5))
+    n, c, depth = x.shape[:3]
+    flat = b.reshape(b.op("permute", x, perm=(0, 2, 1, 3, 4)), (n * depth, c) + x.shape[3:])
+    full = stride[0] * (depth - 1) + (kernel[0] - 1) * dilation[0] + 1 + extra[0]
+    total = None
+    for k in range(kernel[0]):
+        wk = b.reshape(_part(b, w, 2, k, 1), tuple(w.shape[:2]) + kernel[1:])
+        y = _conv_transpose(b, [flat, wk], plane)                 # (n * depth, oc, h, w)
+        rest = tuple(y.shape[1:])
+        y = b.reshape(y, (n, depth, 1) + rest)
+        if stride[0] > 1:   # (stride - 1 zero slices after each input depth)
+            y = b.op("cat", y, np.zeros((n, depth, stride[0] - 1) + rest, y.dtype), dim=2)
+        y = _part(b, b.reshape(y, (n, depth * stride[0]) + rest), 1, 0,
+                  stride[0] * (depth - 1) + 1)
+        start = k * dilation[0]
+        y = _pad_dim(b, y, 1, start, full - start - y.shape[1], "constant", 0)
+        total = y if total is None else b.op("add", total, y)
+    (lo, hi) = pads[0]
+    y = b.slice_dims(total, [None, (lo, full - hi, 1), None, None, None])
+    y = b.op("permute", y, perm=(0, 2, 1, 3, 4))
+    if len(xs) > 2 and xs[2] is not None:
+        y = b.op("add", y, b.reshape(xs[2], (-1, 1, 1, 1)))
+    return y
 
 
 def _pool_attrs(b, xs, attrs):
