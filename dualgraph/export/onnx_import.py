@@ -360,16 +360,23 @@ class _Importer:
         sub.results = sub._nodes(proto)
         return sub
 
-    def inline(self, proto) -> tuple:
-        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs), its
-        nodes converted here as if they were the enclosing graph's."""
-        node, index = self.node, self.index
+    def inline(self, proto, inputs=()) -> tuple:
+        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs, or one
+        step of an unrolled Loop: ``inputs`` bind its inputs), its nodes converted here as
+        if they were the enclosing graph's; its own names go out of scope after (a Loop
+        step is inlined again with the same names)."""
+        node, index, before = self.node, self.index, dict(self.env)
+        for info, x in zip(proto.input, inputs):
+            self.env[info.name] = x
         for init in proto.initializer:
             self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
         for self.index, inner in enumerate(proto.node):
             self._convert(inner)
         self.node, self.index = node, index
-        return tuple(self.lookup(o.name) for o in proto.output)
+        outs = tuple(self.lookup(o.name) for o in proto.output)
+        self.env.clear()
+        self.env.update(before)
+        return outs
 
     # -- names in scope --
     def has(self, name: str) -> bool:

@@ -20,6 +20,7 @@ from ..graph import Graph
 from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
 from ..shapes import ShapedType, Sym, numel
+from .errors import OnnxError
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
@@ -2277,7 +2278,14 @@ def _loop(b, xs, attrs):
     n = len(init)
     bound = None if m is None else b.ints(m, "trip count M")[0]
     types = [_type(b, x) for x in init]
-    step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    try:
+        step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    except OnnxError:   # (one that needs the iteration number as a known value: unrolled)
+        if bound is None or bound > _UNROLL:
+            raise
+        if first is not None and not _known_true(b.static(first, "Loop's first condition")):
+            raise
+        return _loop_unrolled(b, proto, init, bound)
     again = step.results[0]
     fixed = _known_true(again) and (first is None or _known_true(first))
     num_ys = len(proto.output) - 1 - n
@@ -2291,6 +2299,29 @@ def _loop(b, xs, attrs):
                       "static, so only a Loop with a known trip count M and a condition that "
                       "stays true may have scan outputs")
     return _loop_as_while(b, step, init, bound, first)
+
+
+# The most steps a Loop is unrolled to when its body needs its iteration number as a known
+# value (a Slice at it, say): each step's nodes are imported again.
+_UNROLL = 64
+
+
+def _loop_unrolled(b, proto, init: list, bound: int):
+    """A Loop unrolled: its body inlined once per step with the iteration number known, the
+    condition to stay known true; the scan outputs stacked."""
+    n, ys = len(init), []
+    carried = list(init)
+    for i in range(bound):
+        outs = b.inline(proto, [np.asarray(i, np.int64), np.asarray(True), *carried])
+        if not _known_true(outs[0]):
+            raise b.error("the Loop's body needs its iteration number as a known value, so "
+                          "it is unrolled, and then its condition must be known to stay true")
+        carried, ys = list(outs[1:1 + n]), ys + [outs[1 + n:]]
+    if len(proto.output) > 1 + n and not ys:
+        raise b.error("a Loop of 0 steps with scan outputs (their shape is unknown)")
+    stacked = [b.op("cat", *[b.reshape(y[j], (1, *y[j].shape)) for y in ys], dim=0)
+               for j in range(len(proto.output) - 1 - n)]
+    return (*carried, *stacked)
 
 
 def _known_true(x) -> bool:
