@@ -473,8 +473,7 @@ def test_a_shape_given_as_an_input_specialises_the_model_on_its_value():
     assert "imported per value of axes, shape; 3 imported" in repr(fn)
 
 
-def test_a_shape_computed_in_a_loop_body_is_an_error():
-    # the Slice's end is the loop-carried value: not a graph input to specialise on
+def _loop_slicing_by_its_carried_value(steps: int):
     body = helper.make_graph(
         [helper.make_node("Slice", ["x", "zero", "n"], ["part"]),
          helper.make_node("ReduceSum", ["part"], ["s"], keepdims=1),
@@ -491,12 +490,24 @@ def test_a_shape_computed_in_a_loop_body_is_an_error():
     graph = helper.make_graph([node], "bad", [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("ys", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array(2, np.int64), "m"),
+        [numpy_helper.from_array(np.array(steps, np.int64), "m"),
          numpy_helper.from_array(i64(3), "n0")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_shape_computed_in_a_loop_body_is_an_error():
+    # the Slice's end is the loop-carried value: not a graph input to specialise on, and
+    # the loop is too long to unroll
+    model = _loop_slicing_by_its_carried_value(100)
     with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): body: node #0 \(Slice\): the "
                                         r"ends must be known when the model is loaded"):
         dg.onnx.load(model)
+
+
+def test_a_short_loop_whose_body_needs_known_values_is_unrolled():
+    x = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    ys = dg.onnx.load(_loop_slicing_by_its_carried_value(2))(x)
+    np.testing.assert_array_equal(np.asarray(ys), [[7.0], [7.0]])
 
 
 def test_weighted_softmax_cross_entropy_of_images():

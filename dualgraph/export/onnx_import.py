@@ -41,7 +41,7 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, import_rules, tidy
+from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, SequenceOutput, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
@@ -336,6 +336,10 @@ class _Importer:
                 self.layout.append(len(seq))
                 results.append(seq)
                 continue
+            if isinstance(seq, Sequence):
+                raise SequenceOutput(self.error(
+                    f"output {o.name!r} of a subgraph is a sequence; dualgraph's control flow "
+                    "carries tensors only"))
             outs.append(self._output(o.name, renamed=outs))
             self.layout.append(None)
             results.append(self.lookup(o.name))

@@ -2140,6 +2140,10 @@ class Sequence(tuple):
     ndim = shape = None
 
 
+class SequenceOutput(OnnxError):
+    """A subgraph whose output is a sequence (control flow carries tensors only)."""
+
+
 def _position(b, n: int, x, default: int, inclusive: bool = False) -> int:
     """A sequence position (negative from the end): -n to n - 1, or to n (``inclusive``)."""
     k = default if x is None else int(b.ints(x, "position")[0])
@@ -2256,7 +2260,11 @@ def _if(b, xs, attrs):
     if isinstance(pred, np.ndarray) and pred.dtype != object:   # (known: the branch taken)
         return b.inline(attrs["then_branch" if pred.reshape(-1)[0] else "else_branch"])
     pred = b.reshape(pred, ())
-    then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    try:
+        then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    except SequenceOutput:   # (branches of sequences aren't a cond: specialised on the
+        b.static(pred, "condition")   # condition's value when the inputs give it)
+        raise
     _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
                  [v.type for v in other.graph.outputs], ("in then_branch", "in else_branch"))
     captured = _align([then, other])
