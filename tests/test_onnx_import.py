@@ -825,3 +825,38 @@ def test_external_data_is_read_from_beside_the_file_only(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(OnnxError, match=r"mlp.onnx: not a readable ONNX model"):
         dg.onnx.load(path)
+
+
+@pytest.mark.parametrize("stride,pads,dilation,extra,group", [
+    ((2, 1, 3), (1, 0, 1, 1, 0, 1), (2, 1, 1), (1, 0, 2), 1),
+    ((3, 2, 2), (2, 1, 0, 2, 1, 0), (1, 2, 1), (2, 1, 1), 2)])
+def test_conv_transpose_3d_matches_torch(stride, pads, dilation, extra, group):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 4, 3, 4, 5)), rng.standard_normal((4, 3, 3, 2, 3))
+    x, w, bias = x.astype(np.float32), w.astype(np.float32), f32(3 * group)
+    model = _one_node("ConvTranspose", {"x": x, "w": w, "b": bias}, strides=stride, pads=pads,
+                      dilations=dilation, output_padding=extra, group=group)
+    want = torch.nn.functional.conv_transpose3d(
+        *map(torch.tensor, (x, w, bias)), stride=stride, padding=pads[:3],
+        output_padding=extra, groups=group, dilation=dilation).numpy()
+    np.testing.assert_allclose(np.asarray(dg.onnx.load(model)(x, w, bias)), want, atol=1e-5)
+
+
+def test_opset_8_scan_runs_each_batch_row_in_iteration_order():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "n"], ["so"]), helper.make_node("Mul", ["so", "n"], ["o"])],
+        "body", [helper.make_tensor_value_info(k, TensorProto.FLOAT, [2]) for k in "sn"],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, [2]) for k in ("so", "o")])
+    i, x = f32(3, 2), f32(3, 4, 2)
+    model = _one_node("Scan", {"i": i, "x": x}, outputs=("y", "z"), opset=8, body=body,
+                      num_scan_inputs=1, directions=[1])
+    model.graph.node[0].input.insert(0, "")   # (no sequence_lens)
+    y, z = dg.onnx.load(model)(i, x)
+    want_z = np.zeros_like(x)
+    s = i.copy()
+    for t in range(4):   # (backwards over the steps, the outputs in iteration order)
+        s = s + x[:, 3 - t]
+        want_z[:, t] = s * x[:, 3 - t]
+    np.testing.assert_allclose(np.asarray(y), s, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(z), want_z, rtol=1e-6)
