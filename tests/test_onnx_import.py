@@ -473,8 +473,7 @@ def test_a_shape_given_as_an_input_specialises_the_model_on_its_value():
     assert "imported per value of axes, shape; 3 imported" in repr(fn)
 
 
-def test_a_shape_computed_in_a_loop_body_is_an_error():
-    # the Slice's end is the loop-carried value: not a graph input to specialise on
+def _loop_slicing_by_its_carried_value(steps: int):
     body = helper.make_graph(
         [helper.make_node("Slice", ["x", "zero", "n"], ["part"]),
          helper.make_node("ReduceSum", ["part"], ["s"], keepdims=1),
@@ -491,12 +490,24 @@ def test_a_shape_computed_in_a_loop_body_is_an_error():
     graph = helper.make_graph([node], "bad", [
         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("ys", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array(2, np.int64), "m"),
+        [numpy_helper.from_array(np.array(steps, np.int64), "m"),
          numpy_helper.from_array(i64(3), "n0")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_shape_computed_in_a_loop_body_is_an_error():
+    # the Slice's end is the loop-carried value: not a graph input to specialise on, and
+    # the loop is too long to unroll
+    model = _loop_slicing_by_its_carried_value(100)
     with pytest.raises(OnnxError, match=r"node 'loop' \(Loop\): body: node #0 \(Slice\): the "
                                         r"ends must be known when the model is loaded"):
         dg.onnx.load(model)
+
+
+def test_a_short_loop_whose_body_needs_known_values_is_unrolled():
+    x = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    ys = dg.onnx.load(_loop_slicing_by_its_carried_value(2))(x)
+    np.testing.assert_array_equal(np.asarray(ys), [[7.0], [7.0]])
 
 
 def test_weighted_softmax_cross_entropy_of_images():
@@ -814,3 +825,38 @@ def test_external_data_is_read_from_beside_the_file_only(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(OnnxError, match=r"mlp.onnx: not a readable ONNX model"):
         dg.onnx.load(path)
+
+
+@pytest.mark.parametrize("stride,pads,dilation,extra,group", [
+    ((2, 1, 3), (1, 0, 1, 1, 0, 1), (2, 1, 1), (1, 0, 2), 1),
+    ((3, 2, 2), (2, 1, 0, 2, 1, 0), (1, 2, 1), (2, 1, 1), 2)])
+def test_conv_transpose_3d_matches_torch(stride, pads, dilation, extra, group):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 4, 3, 4, 5)), rng.standard_normal((4, 3, 3, 2, 3))
+    x, w, bias = x.astype(np.float32), w.astype(np.float32), f32(3 * group)
+    model = _one_node("ConvTranspose", {"x": x, "w": w, "b": bias}, strides=stride, pads=pads,
+                      dilations=dilation, output_padding=extra, group=group)
+    want = torch.nn.functional.conv_transpose3d(
+        *map(torch.tensor, (x, w, bias)), stride=stride, padding=pads[:3],
+        output_padding=extra, groups=group, dilation=dilation).numpy()
+    np.testing.assert_allclose(np.asarray(dg.onnx.load(model)(x, w, bias)), want, atol=1e-5)
+
+
+def test_opset_8_scan_runs_each_batch_row_in_iteration_order():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "n"], ["so"]), helper.make_node("Mul", ["so", "n"], ["o"])],
+        "body", [helper.make_tensor_value_info(k, TensorProto.FLOAT, [2]) for k in "sn"],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, [2]) for k in ("so", "o")])
+    i, x = f32(3, 2), f32(3, 4, 2)
+    model = _one_node("Scan", {"i": i, "x": x}, outputs=("y", "z"), opset=8, body=body,
+                      num_scan_inputs=1, directions=[1])
+    model.graph.node[0].input.insert(0, "")   # (no sequence_lens)
+    y, z = dg.onnx.load(model)(i, x)
+    want_z = np.zeros_like(x)
+    s = i.copy()
+    for t in range(4):   # (backwards over the steps, the outputs in iteration order)
+        s = s + x[:, 3 - t]
+        want_z[:, t] = s * x[:, 3 - t]
+    np.testing.assert_allclose(np.asarray(y), s, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(z), want_z, rtol=1e-6)

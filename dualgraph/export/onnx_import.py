@@ -41,7 +41,7 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, import_rules, tidy
+from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, SequenceOutput, import_rules, tidy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
@@ -336,6 +336,10 @@ class _Importer:
                 self.layout.append(len(seq))
                 results.append(seq)
                 continue
+            if isinstance(seq, Sequence):
+                raise SequenceOutput(self.error(
+                    f"output {o.name!r} of a subgraph is a sequence; dualgraph's control flow "
+                    "carries tensors only"))
             outs.append(self._output(o.name, renamed=outs))
             self.layout.append(None)
             results.append(self.lookup(o.name))
@@ -360,16 +364,23 @@ class _Importer:
         sub.results = sub._nodes(proto)
         return sub
 
-    def inline(self, proto) -> tuple:
-        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs), its
-        nodes converted here as if they were the enclosing graph's."""
-        node, index = self.node, self.index
+    def inline(self, proto, inputs=()) -> tuple:
+        """The outputs of subgraph ``proto`` (an If branch taken whatever the inputs, or one
+        step of an unrolled Loop: ``inputs`` bind its inputs), its nodes converted here as
+        if they were the enclosing graph's; its own names go out of scope after (a Loop
+        step is inlined again with the same names)."""
+        node, index, before = self.node, self.index, dict(self.env)
+        for info, x in zip(proto.input, inputs):
+            self.env[info.name] = x
         for init in proto.initializer:
             self.env[init.name] = self.tensor(init, f"initializer {init.name!r}")
         for self.index, inner in enumerate(proto.node):
             self._convert(inner)
         self.node, self.index = node, index
-        return tuple(self.lookup(o.name) for o in proto.output)
+        outs = tuple(self.lookup(o.name) for o in proto.output)
+        self.env.clear()
+        self.env.update(before)
+        return outs
 
     # -- names in scope --
     def has(self, name: str) -> bool:

@@ -20,6 +20,7 @@ from ..graph import Graph
 from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
 from ..shapes import ShapedType, Sym, numel
+from .errors import OnnxError
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
@@ -1660,7 +1661,7 @@ def _attention(b, xs, attrs):
     exposed = biased if mode == 2 else scores
     if "softmax_precision" in attrs:
         biased = b.cast(biased, b.onnx_dtype(attrs["softmax_precision"], "softmax_precision"))
-    p = b.op("softmax", biased, dim=3)
+    p = import_rules()["Softmax"](b, [biased], {"axis": 3})   # (as ONNX rounds in float16)
     if bias is not None:   # (rows with no key to attend: 0, not softmax's NaN)
         blocked = b.op("isinf", b.op("amax", bias, dims=(bias.ndim - 1,), keepdim=True))
         p = b.op("where", blocked, np.zeros((), p.dtype), p)
@@ -1879,6 +1880,8 @@ def _conv_transpose(b, xs, attrs):
     split with the odd one at the end (SAME_UPPER, and output_shape) or the start
     (SAME_LOWER); an output larger than the pads allow grows at the end."""
     x, w = xs[0], xs[1]
+    if x.ndim == 5:
+        return _conv_transpose3d(b, xs, attrs)
     one = _check_rank(b, x, attrs) == 1
     if one:
         x, w, attrs = _as_2d(b, x), _as_2d(b, w), dict(attrs)
@@ -1917,6 +1920,46 @@ def _conv_transpose(b, xs, attrs):
     if len(xs) > 2 and xs[2] is not None:
         y = b.op("add", y, b.reshape(xs[2], (xs[2].shape[0], 1, 1)))
     return b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:])) if one else y
+
+
+def _conv_transpose3d(b, xs, attrs):
+    """A 3-D ConvTranspose as one 2-D ConvTranspose per offset of the kernel's depth: the
+    input's depth slices folded into the batch, each result spread to every stride-th output
+    depth from the offset (times the dilation), the parts summed, then the depth pads cut."""
+    x, w = xs[0], xs[1]
+    if "output_shape" in attrs or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") \
+            or any(isinstance(d, Sym) for d in x.shape):
+        raise b.error("a 3-D ConvTranspose is supported with static shapes and explicit pads "
+                      f"only, not output_shape or SAME auto_pad (input {tuple(x.shape)})")
+    kernel = tuple(w.shape[2:])
+    stride, dilation, pads = _nd_windows(b, attrs, x, kernel)
+    extra = tuple(attrs.get("output_padding", (0, 0, 0)))
+    plane = dict(attrs, **{key: tuple(attrs[key])[1:] for key in (
+        "strides", "dilations", "output_padding", "kernel_shape") if key in attrs})
+    if "pads" in attrs:
+        plane["pads"] = tuple(attrs["pads"][k] for k in (1, 2, 4, 5))
+    n, c, depth = x.shape[:3]
+    flat = b.reshape(b.op("permute", x, perm=(0, 2, 1, 3, 4)), (n * depth, c) + x.shape[3:])
+    full = stride[0] * (depth - 1) + (kernel[0] - 1) * dilation[0] + 1 + extra[0]
+    total = None
+    for k in range(kernel[0]):
+        wk = b.reshape(_part(b, w, 2, k, 1), tuple(w.shape[:2]) + kernel[1:])
+        y = _conv_transpose(b, [flat, wk], plane)                 # (n * depth, oc, h, w)
+        rest = tuple(y.shape[1:])
+        y = b.reshape(y, (n, depth, 1) + rest)
+        if stride[0] > 1:   # (stride - 1 zero slices after each input depth)
+            y = b.op("cat", y, np.zeros((n, depth, stride[0] - 1) + rest, y.dtype), dim=2)
+        y = _part(b, b.reshape(y, (n, depth * stride[0]) + rest), 1, 0,
+                  stride[0] * (depth - 1) + 1)
+        start = k * dilation[0]
+        y = _pad_dim(b, y, 1, start, full - start - y.shape[1], "constant", 0)
+        total = y if total is None else b.op("add", total, y)
+    (lo, hi) = pads[0]
+    y = b.slice_dims(total, [None, (lo, full - hi, 1), None, None, None])
+    y = b.op("permute", y, perm=(0, 2, 1, 3, 4))
+    if len(xs) > 2 and xs[2] is not None:
+        y = b.op("add", y, b.reshape(xs[2], (-1, 1, 1, 1)))
+    return y
 
 
 def _pool_attrs(b, xs, attrs):
@@ -2065,12 +2108,16 @@ def _max_unpool(b, xs, attrs):
 
 
 def _flat_indices(b, x, where, attrs):
-    """MaxPool's Indices: dualgraph's count within each H x W plane, ONNX's over the
-    whole NCHW tensor (plane k starts at k * H * W)."""
-    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape) or attrs.get("storage_order"):
+    """MaxPool's Indices: dualgraph's row-major count within each H x W plane, ONNX's over
+    the whole NCHW tensor (plane k starts at k * H * W), column-major within the plane
+    (``h + w * H``) when ``storage_order`` is 1."""
+    if x.ndim != 4 or any(isinstance(d, Sym) for d in x.shape):
         raise b.error("MaxPool's Indices output is supported for 2-D pools of static shape "
-                      "in row-major storage order only")
+                      "only")
     n, c, h, w = x.shape
+    if attrs.get("storage_order"):
+        where = b.op("add", b.op("floor_divide", where, w),
+                     b.op("mul", b.op("remainder", where, w), h))
     b.check_size(n * c, "MaxPool's index offsets (one per plane)")
     starts = (np.arange(n * c, dtype=np.int64) * (h * w)).reshape(n, c, 1, 1)
     return b.op("add", where, starts)
@@ -2091,6 +2138,10 @@ class Sequence(tuple):
 
     dtype = np.dtype(object)
     ndim = shape = None
+
+
+class SequenceOutput(OnnxError):
+    """A subgraph whose output is a sequence (control flow carries tensors only)."""
 
 
 def _position(b, n: int, x, default: int, inclusive: bool = False) -> int:
@@ -2209,7 +2260,11 @@ def _if(b, xs, attrs):
     if isinstance(pred, np.ndarray) and pred.dtype != object:   # (known: the branch taken)
         return b.inline(attrs["then_branch" if pred.reshape(-1)[0] else "else_branch"])
     pred = b.reshape(pred, ())
-    then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    try:
+        then, other = (b.body(attrs[k], [], k) for k in ("then_branch", "else_branch"))
+    except SequenceOutput:   # (branches of sequences aren't a cond: specialised on the
+        b.static(pred, "condition")   # condition's value when the inputs give it)
+        raise
     _check_types(b, "output", b.node.output, [v.type for v in then.graph.outputs],
                  [v.type for v in other.graph.outputs], ("in then_branch", "in else_branch"))
     captured = _align([then, other])
@@ -2231,7 +2286,14 @@ def _loop(b, xs, attrs):
     n = len(init)
     bound = None if m is None else b.ints(m, "trip count M")[0]
     types = [_type(b, x) for x in init]
-    step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    try:
+        step = b.body(proto, [INT64, np.asarray(True), *types], "body")
+    except OnnxError:   # (one that needs the iteration number as a known value: unrolled)
+        if bound is None or bound > _UNROLL:
+            raise
+        if first is not None and not _known_true(b.static(first, "Loop's first condition")):
+            raise
+        return _loop_unrolled(b, proto, init, bound)
     again = step.results[0]
     fixed = _known_true(again) and (first is None or _known_true(first))
     num_ys = len(proto.output) - 1 - n
@@ -2245,6 +2307,29 @@ def _loop(b, xs, attrs):
                       "static, so only a Loop with a known trip count M and a condition that "
                       "stays true may have scan outputs")
     return _loop_as_while(b, step, init, bound, first)
+
+
+# The most steps a Loop is unrolled to when its body needs its iteration number as a known
+# value (a Slice at it, say): each step's nodes are imported again.
+_UNROLL = 64
+
+
+def _loop_unrolled(b, proto, init: list, bound: int):
+    """A Loop unrolled: its body inlined once per step with the iteration number known, the
+    condition to stay known true; the scan outputs stacked."""
+    n, ys = len(init), []
+    carried = list(init)
+    for i in range(bound):
+        outs = b.inline(proto, [np.asarray(i, np.int64), np.asarray(True), *carried])
+        if not _known_true(outs[0]):
+            raise b.error("the Loop's body needs its iteration number as a known value, so "
+                          "it is unrolled, and then its condition must be known to stay true")
+        carried, ys = list(outs[1:1 + n]), ys + [outs[1 + n:]]
+    if len(proto.output) > 1 + n and not ys:
+        raise b.error("a Loop of 0 steps with scan outputs (their shape is unknown)")
+    stacked = [b.op("cat", *[b.reshape(y[j], (1, *y[j].shape)) for y in ys], dim=0)
+               for j in range(len(proto.output) - 1 - n)]
+    return (*carried, *stacked)
 
 
 def _known_true(x) -> bool:
@@ -2296,8 +2381,7 @@ def _scan(b, xs, attrs):
     in the order of xs: so the inputs must share one direction; an output of the other
     direction is flipped."""
     if b.opset < 9:
-        raise b.error("the opset 8 form of Scan (with a batch axis and sequence_lens) is "
-                      "not supported")
+        return _scan8(b, xs, attrs)
     k = attrs["num_scan_inputs"]
     num_ys = len(b.node.output) - (len(xs) - k)
     if not 1 <= k <= len(xs) or num_ys < 0:
@@ -2334,6 +2418,42 @@ def _scan(b, xs, attrs):
     out_axes = attrs.get("scan_output_axes", (0,) * len(ys))
     ys = [b.op("flip", y, dims=(0,)) if bool(d) != reverse else y for y, d in zip(ys, out_dirs)]
     return (*outs[:n], *(_move_axis(b, y, 0, b.dim(a, y.ndim)) for y, a in zip(ys, out_axes)))
+
+
+def _scan8(b, xs, attrs):
+    """Scan (opset 8 form): every input and output has a leading batch axis, the scan axis
+    is axis 1, and the outputs are stacked in iteration order. Each batch row runs as one
+    opset 9 Scan (the body sees single rows) and the rows are stacked again."""
+    lens, xs = xs[0], xs[1:]
+    if not xs or any(isinstance(x.shape[0], Sym) for x in xs) or len(
+            {x.shape[0] for x in xs}) != 1:
+        raise b.error("an opset 8 Scan needs one static batch size on all its inputs, "
+                      f"not {[tuple(map(str, x.shape)) for x in xs]}")
+    batch = xs[0].shape[0]
+    k = attrs["num_scan_inputs"]
+    if lens is not None and not isinstance(lens, np.ndarray):
+        raise b.error("an opset 8 Scan's sequence_lens must be a constant")
+    if lens is not None and np.any(np.asarray(lens) != xs[-1].shape[1]):
+        raise b.error(f"sequence_lens {np.asarray(lens).tolist()} shorter than the scan "
+                      f"inputs' {xs[-1].shape[1]} steps are not supported")
+    dirs = tuple(attrs.get("directions", (0,) * k))
+    row_attrs = {"num_scan_inputs": k, "body": attrs["body"], "scan_input_directions": dirs}
+    rows = [_scan(_Opset9(b), [b.reshape(b.slice_dims(x, ((i, i + 1, 1),) + (None,) * (
+        x.ndim - 1)), x.shape[1:]) for x in xs], row_attrs) for i in range(batch)]
+    return tuple(b.op("cat", *[b.reshape(r[j], (1, *r[j].shape)) for r in rows], dim=0)
+                 for j in range(len(rows[0])))
+
+
+class _Opset9:
+    """The importer as an opset 9 one (for _scan8's rows): the rest is the importer's."""
+
+    opset = 9
+
+    def __init__(self, b):
+        self._b = b
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
 
 
 def _move_axis(b, x, source: int, target: int):

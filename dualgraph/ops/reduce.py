@@ -894,6 +894,11 @@ def _from_onnx_softmax(name: str):
         x = xs[0]
         dim = b.dim(attrs.get("axis", -1 if b.opset >= 13 else 1), x.ndim)
         if b.opset >= 13 or dim == x.ndim - 1:
+            if name == "softmax" and x.dtype.kind == "f" and x.dtype.itemsize < 4:
+                # ONNX's Softmax is its function body, each step rounded to float16 (the
+                # reference's values); dualgraph's softmax rounds once from float32.
+                e = b.op("exp", b.op("sub", x, b.op("amax", x, dims=(dim,), keepdim=True)))
+                return b.op("div", e, b.op("sum", e, dims=(dim,), keepdim=True, dtype=x.dtype))
             return b.op(name, x, dim=dim)
         # before opset 13 the input is taken as a matrix [prod(dims < axis), prod(rest)]
         flat = b.reshape(x, (numel(x.shape[:dim]), numel(x.shape[dim:])))
