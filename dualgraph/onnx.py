@@ -36,13 +36,15 @@ def is_in_onnx_export() -> bool:
 
 
 def check(fn_or_module, example_inputs, dynamic_axes=None, input_names=None, opset=None,
-          tolerance: float = 1e-4):
+          tolerance: float = 1e-4, runtime=None):
     """A pre-flight report on exporting ``fn_or_module`` (traced on ``example_inputs`` as
     ``export`` traces it; ``dynamic_axes`` and ``input_names`` as there), written nowhere:
     every op and the ONNX ops it becomes (or that it has none, with the user's line), how
-    each control-flow construct is lowered, which dims stay dynamic, and, when onnxruntime
-    is installed, the largest error of onnxruntime against eager at the example sizes and
-    with each dynamic dim 3 larger. ``print`` it; ``.ok`` says whether it exports and
+    each control-flow construct is lowered, which dims stay dynamic, and the largest error
+    of a runtime running the exported file against eager at the example sizes and with each
+    dynamic dim 3 larger. ``runtime(model_bytes, {input name: array}) -> [arrays]`` runs it
+    (give one that calls onnxruntime, the usual deployment target: docs/onnx.md); without
+    one, dualgraph's own ONNX import does. ``print`` it; ``.ok`` says whether it exports and
     agrees within ``tolerance`` (relative to the outputs' largest magnitude).
 
     >>> import dualgraph as dg
@@ -52,7 +54,8 @@ def check(fn_or_module, example_inputs, dynamic_axes=None, input_names=None, ops
     """
     from .export.onnx_preflight import check_model
     return check_model(fn_or_module, example_inputs, dynamic_axes=dynamic_axes,
-                       input_names=input_names, opset=opset, tolerance=tolerance)
+                       input_names=input_names, opset=opset, tolerance=tolerance,
+                       runtime=runtime)
 
 
 def load(path):

@@ -60,9 +60,7 @@ CYCLES: dict[frozenset[str], str] = {
 # oracles only, and pickle would make loading a file run code
 FORBIDDEN = {"torch", "jax", "jaxlib", "onnxruntime", "tensorflow", "pickle", "dill"}
 # (module, forbidden package) -> why it may import it, inside a function, when installed
-ORACLE_USES = {("export.onnx_preflight", "onnxruntime"):
-               "dg.onnx.check compares the exported model in onnxruntime, the runtime it is "
-               "exported for, with eager; without onnxruntime it says it did not compare"}
+ORACLE_USES: dict = {}   # (dualgraph imports no peer: dg.onnx.check takes the caller's runtime)
 
 
 def _module_name(path: pathlib.Path) -> str:

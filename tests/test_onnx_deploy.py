@@ -232,8 +232,15 @@ def test_every_opset_from_17_to_the_newest(opset, tmp_path):
                   opset=opset)
 
 
+def onnxruntime_cpu(model_bytes, feeds):
+    """The runtime a user gives dg.onnx.check (dualgraph itself never imports onnxruntime)."""
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
 def test_check_reports_ops_folding_dynamic_dims_and_errors_at_two_sizes():
-    report = dg.onnx.check(resnet18(nn).eval(), dg.randn(2, 3, 32, 32), {"input": {0: "B"}})
+    report = dg.onnx.check(resnet18(nn).eval(), dg.randn(2, 3, 32, 32), {"input": {0: "B"}},
+                           runtime=onnxruntime_cpu)
     assert report.ok and report.nodes == 48
     ops = {name: types for name, _, types, _ in report.ops}
     assert ops["conv2d"] == ["Conv"] and ops["max_pool2d"] == ["MaxPool"]
@@ -243,6 +250,11 @@ def test_check_reports_ops_folding_dynamic_dims_and_errors_at_two_sizes():
     assert all(rel < 1e-5 for _, _, rel in report.comparisons)
     text = str(report)
     assert "conv2d x20 -> Conv" in text and "folded for inference" in text
+    assert "onnxruntime_cpu vs eager at input[5, 3, 32, 32]" in text
+    # without a runtime, dualgraph's own import reads the file back
+    report = dg.onnx.check(resnet18(nn).eval(), dg.randn(2, 3, 32, 32), {"input": {0: "B"}})
+    assert report.ok and len(report.comparisons) == 2
+    assert "dualgraph's ONNX import vs eager" in str(report)
 
 
 def test_check_names_control_flow_and_what_has_no_onnx_form():
@@ -265,7 +277,7 @@ def test_check_names_control_flow_and_what_has_no_onnx_form():
 def test_check_traces_a_gru_as_one_onnx_node_and_compares_at_two_sizes():
     from dualgraph._helpers import onnx_exports
     report = dg.onnx.check(nn.GRU(3, 4, batch_first=True), dg.randn(2, 5, 3),
-                           {"input": {0: "B", 1: "T"}})
+                           {"input": {0: "B", 1: "T"}}, runtime=onnxruntime_cpu)
     assert report.ok and len(report.comparisons) == 2
     assert ("rnn_sequence", 1, ["GRU"]) in [op[:3] for op in report.ops]
     assert not onnx_exports   # (the export path is taken while tracing only)
