@@ -51,29 +51,34 @@ def _time_steps(step) -> float:
     return 1.0 / float(np.median(times))
 
 
-def dualgraph_train(parallel: bool, compiled: bool) -> float:
-    import dualgraph as dg
-    import dualgraph.distributed as dist
-    from dualgraph.nn.parallel import DistributedDataParallel
-    dist.init_process_group("mpi")
-    rank, size = dist.get_rank(), dist.get_world_size()
+def _mlp_step(lib, rank: int, size: int, parallel: bool):
+    """W1's SGD step in ``lib`` (dualgraph or torch: one torch-style definition) on this
+    rank's share of the global batch, the model wrapped in ``lib``'s DDP if ``parallel``."""
     local = GLOBAL_BATCH // size
-    x, y = (dg.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
-    dg.manual_seed(0)
-    model = dg.nn.Sequential(dg.nn.Linear(784, 512), dg.nn.ReLU(), dg.nn.Linear(512, 512),
-                             dg.nn.ReLU(), dg.nn.Linear(512, 10))
+    x, y = (lib.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
+    lib.manual_seed(0)
+    nn = lib.nn
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
     if parallel:
-        model = DistributedDataParallel(model)
-    opt = dg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         opt.zero_grad()
-        loss = dg.nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss
-    run = dg.compile(step) if compiled else step
-    return _time_steps(run)
+    return step
+
+
+def dualgraph_train(parallel: bool, compiled: bool) -> float:
+    import dualgraph as dg
+    import dualgraph.distributed as dist
+    dist.init_process_group("mpi")
+    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel)
+    return _time_steps(dg.compile(step) if compiled else step)
 
 
 def torch_train(parallel: bool) -> float:
@@ -85,22 +90,7 @@ def torch_train(parallel: bool) -> float:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
         tdist.init_process_group("gloo", rank=rank, world_size=size)
-    local = GLOBAL_BATCH // size
-    x, y = (torch.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 10))
-    if parallel:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    return _time_steps(step)
+    return _time_steps(_mlp_step(torch, rank, size, parallel))
 
 
 def collectives() -> list:
