@@ -235,7 +235,7 @@ def test_the_table_covers_every_converter():
     covered = {p.values[0] for p in CASES}
     covered |= {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "BitwiseAnd",
                 "BitwiseOr", "BitwiseXor", "BitwiseNot", "If", "Loop",
-                "Scan"}   # (tested by the models below)
+                "Scan", "Optional"}   # (tested by the models below)
     # and the op types of the ONNX conformance cases that pass (tests/test_onnx_conformance.py)
     import onnx_conformance as conf
     covered |= {node.op_type for c in conf.cases() if c.name not in conf.failing()
@@ -860,3 +860,101 @@ def test_opset_8_scan_runs_each_batch_row_in_iteration_order():
         want_z[:, t] = s * x[:, 3 - t]
     np.testing.assert_allclose(np.asarray(y), s, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(z), want_z, rtol=1e-6)
+
+
+# -- sequences and optionals ------------------------------------------------------------------
+def _seq(name, shape):
+    return helper.make_value_info(name, helper.make_sequence_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, shape)))
+
+
+def _optional(name, elem_type):
+    return helper.make_value_info(name, helper.make_optional_type_proto(elem_type))
+
+
+def test_sequence_input_and_output_are_imported_per_length():
+    # a sequence input arrives as a list; the model is imported per length (and shapes) of
+    # it, cached; a sequence output is a list
+    mk = helper.make_node
+    nodes = [mk("SequenceInsert", ["s", "x"], ["s2"]),
+             mk("ConcatFromSequence", ["s2"], ["cat"], axis=0),
+             mk("SequenceMap", ["s2", "x"], ["scaled"], body=_body(
+                 [mk("Mul", ["a", "w"], ["b"])], [("a", np.float32, ["N"]),
+                                                  ("w", np.float32, ["M"])],
+                 [("b", np.float32, ["N"])]))]
+    graph = helper.make_graph(nodes, "seqs", [_seq("s", ["N"]),
+                                              _typed("x", np.float32, [3])],
+                              [_typed("cat", np.float32, ["C"]), _seq("scaled", ["N"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    fn = dg.onnx.load(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = f32(3)
+    for s in ([f32(3), f32(3)], [f32(3)], [f32(3), f32(3)]):
+        cat, scaled = fn(s, x)
+        want_cat, want_scaled = sess.run(None, {"s": s, "x": x})
+        np.testing.assert_allclose(cat.numpy(), want_cat, rtol=1e-6)
+        assert len(scaled) == len(want_scaled) == len(s) + 1
+        for g, w in zip(scaled, want_scaled):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-6)
+    assert len(fn.cache) == 2
+    assert "imported per length of its sequences" in repr(fn)
+
+
+def test_optional_input_and_output():
+    # an optional input is its value or None; OptionalHasElement is known per call, so the
+    # If picks a branch when the model is imported; an empty optional output is None
+    mk = helper.make_node
+    then = _body([mk("OptionalGetElement", ["o"], ["v"]), mk("Add", ["v", "x"], ["t"])], [],
+                 [("t", np.float32, [2])])
+    other = _body([mk("Identity", ["x"], ["e"])], [], [("e", np.float32, [2])])
+    tensor2 = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
+    nodes = [mk("OptionalHasElement", ["o"], ["has"]),
+             mk("If", ["has"], ["y"], then_branch=then, else_branch=other),
+             mk("Optional", [], ["nothing"], type=tensor2),
+             mk("Optional", ["y"], ["some"])]
+    graph = helper.make_graph(nodes, "opt", [_optional("o", tensor2), _typed("x", np.float32, [2])],
+                              [_typed("y", np.float32, [2]), _optional("nothing", tensor2),
+                               _optional("some", tensor2)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
+    fn = dg.onnx.load(model)
+    o, x = f32(2), f32(2)
+    y, nothing, some = fn(o, x)
+    np.testing.assert_allclose(y.numpy(), o + x, rtol=1e-6)
+    assert nothing is None
+    np.testing.assert_allclose(some.numpy(), o + x, rtol=1e-6)
+    y, _, _ = fn(None, x)
+    np.testing.assert_array_equal(y.numpy(), x)
+    assert len(fn.cache) == 2
+
+
+def test_loop_carrying_a_sequence_is_unrolled():
+    # a Loop whose carried value is a sequence grows it by one tensor per step (ONNX's
+    # loop13_seq): unrolled, its trip count known
+    mk = helper.make_node
+    body = helper.make_graph(
+        [mk("Identity", ["c"], ["c_out"]), mk("Add", ["i", "one"], ["end"]),
+         mk("Unsqueeze", ["end", "zero"], ["ends"]), mk("Slice", ["x", "zero", "ends"], ["part"]),
+         mk("SequenceInsert", ["s", "part"], ["s_out"])],
+        "body", [_typed("i", np.int64, []), _typed("c", np.bool_, []), _seq("s", None)],
+        [_typed("c_out", np.bool_, []), _seq("s_out", None)],
+        [numpy_helper.from_array(i64(1)[0], "one"), numpy_helper.from_array(i64(0), "zero")])
+    graph = helper.make_graph(
+        [mk("SequenceEmpty", [], ["s0"]), mk("Loop", ["m", "", "s0"], ["parts"], body=body)],
+        "grow", [_typed("x", np.float32, [4])], [_seq("parts", None)],
+        [numpy_helper.from_array(np.array(3, np.int64), "m")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = f32(4)
+    parts = dg.onnx.load(model)(x)
+    assert [p.numpy().tolist() for p in parts] == [x[:k].tolist() for k in (1, 2, 3)]
+
+
+def test_a_map_input_is_an_error():
+    info = helper.make_value_info("m", helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    graph = helper.make_graph([helper.make_node("Identity", ["m"], ["y"])], "map", [info],
+                              [helper.make_value_info("y", info.type)])
+    fn = dg.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(OnnxError, match="input 'm' is of ONNX type kind map_type"):
+        fn({1: np.float32(2)})

@@ -41,10 +41,12 @@ from ..shapes import ShapedType, ShapeError, Sym, infer_reshape, numel
 from ..tensor import Tensor
 from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
-from .onnx_import_ops import DOMAINS, FOLD_LIMIT, Sequence, SequenceOutput, import_rules, tidy
+from .onnx_import_ops import (DOMAINS, FOLD_LIMIT, STRUCTURED, Optional, Sequence,
+                              SequenceOutput, import_rules, tidy)
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
+EMPTY = "empty"   # (the layout of an output that is an empty optional: None)
 
 
 def load_model(path_or_model) -> "OnnxFunction":
@@ -73,6 +75,9 @@ def load_model(path_or_model) -> "OnnxFunction":
     if not model.graph.output:
         raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
     _check_op_types(onnx, model, label)
+    if any(not i.type.HasField("tensor_type") for i in model.graph.input):
+        from .onnx_structured import Structured   # (sequence or optional inputs)
+        return Structured(onnx, model, label)
     try:
         graph, names, outputs, layout = _import(onnx, model, label, {})
         return OnnxFunction(graph, names, outputs, label, layout)
@@ -160,7 +165,8 @@ class OnnxFunction:
 
     def __init__(self, graph: Graph, input_names, output_names, label: str, layout=None):
         self.graph = graph
-        self.layout = layout or [None] * len(output_names)   # (a sequence: its length)
+        # per output: None (a tensor), a sequence's length, or EMPTY (an empty optional)
+        self.layout = layout or [None] * len(output_names)
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.label = label
@@ -170,15 +176,19 @@ class OnnxFunction:
     def code(self) -> str:
         return self.executable.code
 
-    def __call__(self, *inputs):
+    def _check_count(self, inputs) -> None:
         if len(inputs) != len(self.input_names):
             raise TypeError(f"{self.label} takes {len(self.input_names)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
+
+    def __call__(self, *inputs):
+        self._check_count(inputs)
         arrays = [_as_array(x, v.dtype) for x, v in zip(inputs, self.graph.inputs)]
         flat = [Tensor._make(a) for a in self.executable.run(arrays)]
         outs = []
         for count in self.layout:   # (a sequence output is a list of its tensors)
-            outs.append(flat.pop(0) if count is None else [flat.pop(0) for _ in range(count)])
+            outs.append(None if count == EMPTY else flat.pop(0) if count is None else
+                        [flat.pop(0) for _ in range(count)])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def __repr__(self):
@@ -331,15 +341,22 @@ class _Importer:
         outs, results = [], []
         for o in g.output:
             seq = self.lookup(o.name) if self.has(o.name) else None
-            if isinstance(seq, Sequence) and self.parent is None:   # (its tensors, in order)
+            if isinstance(seq, STRUCTURED) and self.parent is not None:
+                raise SequenceOutput(self.error(
+                    f"output {o.name!r} of a subgraph is a sequence or an optional; "
+                    "dualgraph's control flow carries tensors only"))
+            if isinstance(seq, Optional):   # (a model's output: its value, or None)
+                seq = seq.value
+                if seq is None or not isinstance(seq, Sequence):
+                    self.layout.append(EMPTY if seq is None else None)
+                    outs += [] if seq is None else [self.value(seq)]
+                    results.append(seq)
+                    continue
+            if isinstance(seq, Sequence):   # (its tensors, in order)
                 outs += [self.value(t) for t in seq]
                 self.layout.append(len(seq))
                 results.append(seq)
                 continue
-            if isinstance(seq, Sequence):
-                raise SequenceOutput(self.error(
-                    f"output {o.name!r} of a subgraph is a sequence; dualgraph's control flow "
-                    "carries tensors only"))
             outs.append(self._output(o.name, renamed=outs))
             self.layout.append(None)
             results.append(self.lookup(o.name))
@@ -480,7 +497,7 @@ class _Importer:
                              "model's nodes must be in topological order)")
         xs = [self.lookup(n) if n else None for n in node.input]
         problem = input_types_problem(self.onnx, node, opset,
-                                      [None if x is None or isinstance(x, Sequence) else x.dtype
+                                      [None if x is None or isinstance(x, STRUCTURED) else x.dtype
                                        for x in xs])
         if problem:
             raise self.error(problem)

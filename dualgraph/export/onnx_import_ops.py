@@ -2134,14 +2134,31 @@ def _global_pool(name):
 class Sequence(tuple):
     """An ONNX sequence inside a model: known when loading as a tuple of its tensors (graph
     Values or arrays), so that its ops (SequenceAt, ConcatFromSequence, ...) become the
-    tensor ops they pick. A model's inputs and outputs can't be sequences."""
+    tensor ops they pick. A model's sequence output is a list of its tensors; a sequence
+    input is read per call as a tensor input per element (``onnx_structured``)."""
 
     dtype = np.dtype(object)
     ndim = shape = None
 
 
+class Optional:
+    """An ONNX optional inside a model: known when loading to hold ``value`` (a tensor or a
+    Sequence) or nothing (``value`` None), so that OptionalHasElement is a known bool and
+    OptionalGetElement the value itself."""
+
+    dtype = np.dtype(object)
+    ndim = shape = None
+
+    def __init__(self, value=None):
+        self.value = value
+
+
+STRUCTURED = (Sequence, Optional)   # (what a model's values are besides tensors)
+
+
 class SequenceOutput(OnnxError):
-    """A subgraph whose output is a sequence (control flow carries tensors only)."""
+    """A subgraph whose output is a sequence or an optional (control flow carries tensors
+    only)."""
 
 
 def _position(b, n: int, x, default: int, inclusive: bool = False) -> int:
@@ -2197,6 +2214,31 @@ def _concat_from_sequence(b, xs, attrs):
     return seq[0] if len(seq) == 1 else b.op("cat", *seq, dim=dim)
 
 
+def _sequence_map(b, xs, attrs):
+    """SequenceMap: the body inlined once per position of the sequences (their lengths are
+    known when loading), given their tensors there and the tensor inputs whole; each output
+    collects its tensors into a sequence."""
+    n = len(xs[0])
+    if any(isinstance(x, Sequence) and len(x) != n for x in xs):
+        raise b.error(f"its sequences have {[len(x) for x in xs if isinstance(x, Sequence)]} "
+                      "tensors; they must have as many")
+    steps = [b.inline(attrs["body"], [x[i] if isinstance(x, Sequence) else x for x in xs])
+             for i in range(n)]
+    return tuple(Sequence(step[j] for step in steps) for j in range(len(b.node.output)))
+
+
+def _optional_get_element(b, xs, attrs):
+    x = xs[0]
+    if isinstance(x, Optional) and x.value is None:
+        raise b.error("it reads the value of an empty optional")
+    return x.value if isinstance(x, Optional) else x
+
+
+def _optional_has_element(b, xs, attrs):
+    x = xs[0] if xs else None   # (an omitted input: an empty optional)
+    return np.asarray(x is not None and not (isinstance(x, Optional) and x.value is None))
+
+
 SEQUENCE_CONVERTERS = {
     "SequenceConstruct": lambda b, xs, attrs: Sequence(xs),
     "SequenceEmpty": lambda b, xs, attrs: Sequence(),
@@ -2204,6 +2246,10 @@ SEQUENCE_CONVERTERS = {
     "SequenceAt": lambda b, xs, attrs: xs[0][_position(b, len(xs[0]), xs[1], 0)],
     "SequenceInsert": _sequence_insert, "SequenceErase": _sequence_erase,
     "SplitToSequence": _split_to_sequence, "ConcatFromSequence": _concat_from_sequence,
+    "SequenceMap": _sequence_map,
+    "Optional": lambda b, xs, attrs: Optional(xs[0] if xs else None),
+    "OptionalHasElement": _optional_has_element,
+    "OptionalGetElement": _optional_get_element,
 }
 
 
@@ -2285,10 +2331,13 @@ def _loop(b, xs, attrs):
     proto = attrs["body"]
     n = len(init)
     bound = None if m is None else b.ints(m, "trip count M")[0]
-    types = [_type(b, x) for x in init]
     try:
+        if any(isinstance(x, STRUCTURED) for x in init):
+            raise b.error("it carries sequences or optionals; dualgraph's loops carry tensors")
+        types = [_type(b, x) for x in init]
         step = b.body(proto, [INT64, np.asarray(True), *types], "body")
-    except OnnxError:   # (one that needs the iteration number as a known value: unrolled)
+    except OnnxError:   # (one that needs the iteration number as a known value, or carries
+        # sequences: unrolled)
         if bound is None or bound > _UNROLL:
             raise
         if first is not None and not _known_true(b.static(first, "Loop's first condition")):
