@@ -205,6 +205,36 @@ def test_lstm_with_initial_states_as_inputs_exports(tmp_path):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("options", [dict(), dict(num_layers=2, bidirectional=True)],
+                         ids=["one layer", "two layers, bidirectional"])
+def test_lstm_with_projections_exports_as_a_scan_and_loads_back(options, tmp_path):
+    # ONNX's LSTM has no projection (proj_size): each layer and direction is a Scan whose
+    # body is the cell, which onnxruntime and dualgraph's import run at any batch size
+    layer = nn.LSTM(4, 6, proj_size=3, batch_first=True, **options).eval()
+    proto = check_batches(layer, (2, 3, 4), tmp_path)
+    ops = [n.op_type for n in proto.graph.node]
+    assert "LSTM" not in ops
+    assert ops.count("Scan") == options.get("num_layers", 1) * (1 + options.get(
+        "bidirectional", False))
+    loaded = dg.onnx.load(tmp_path / "m.onnx")
+    for b in (2, 5):
+        x = dg.randn(b, 3, 4)
+        for g, w in zip(loaded(x), eager_list(layer, x)):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_with_projections_exports_with_a_dynamic_sequence_length(tmp_path):
+    # (a Scan runs as many steps as its input has: onnxruntime runs other lengths; dualgraph's
+    # import needs a static one, its scan's)
+    layer = nn.LSTM(4, 6, proj_size=3, batch_first=True).eval()
+    proto = dg.onnx.export(layer, (dg.randn(2, 3, 4),), tmp_path / "m.onnx", input_names=["x"],
+                           dynamic_axes={"x": {0: "B", 1: "T"}})
+    for b, t in ((2, 3), (5, 7)):
+        x = dg.randn(b, t, 4)
+        for g, w in zip(run_ort(proto, [x.numpy()]), eager_list(layer, x)):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
 class Mixed(nn.Module):
     """Ops whose ONNX form changed across opsets: Reduce* (axes an input from 18), Split
     (num_outputs from 18), LayerNormalization, LSTM, pooling, Resize-free CNN parts."""
@@ -227,7 +257,7 @@ def test_every_opset_from_17_to_the_newest(opset, tmp_path):
     check_batches(model, (2, 3, 4), tmp_path, opset=opset, atol=1e-4)
     proto = check_batches(PoolNet(), (2, 3, 8, 8), tmp_path, opset=opset)
     assert proto.opset_import[0].version == opset
-    # (an LSTM with proj_size has no ONNX op: its steps are written out, each split in four)
+    # (an LSTM with proj_size has no ONNX op: a Scan of its cell)
     check_batches(nn.LSTM(4, 6, proj_size=3, batch_first=True).eval(), (2, 3, 4), tmp_path,
                   opset=opset)
 

@@ -25,7 +25,7 @@ import warnings
 from typing import Callable, NamedTuple
 
 from .._helpers import onnx_exports
-from ..ops import creation, elementwise, recurrent
+from ..ops import control, creation, elementwise, recurrent
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
 from ..tensor import Tensor
@@ -105,6 +105,17 @@ def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
         state = step(steps[t], state, w)
         outputs[t] = state[0]
     return shape_ops.stack(outputs, 0), state
+
+
+def _scan_direction(x, state: tuple, w: _Weights, step, reverse: bool):
+    """``_run_direction`` as one ``dg.scan`` over the time steps, its body one step (the
+    ONNX export writes it as a Scan, whatever the sequence's length)."""
+    def body(carry, xg):
+        new = step(xg, carry, w)
+        return new, new[0]
+    state, outputs = control.scan(body, tuple(state), linear(x, w.w_ih, w.b_ih),
+                                  reverse=reverse)
+    return outputs, state
 
 
 def _check_size(name: str, value):
@@ -250,10 +261,12 @@ class RNNBase(Module):
                 finals += layer_finals
                 continue
             outputs = []
+            # (exported, a layer ONNX's ops can't express runs as a scan: an ONNX Scan)
+            run = _scan_direction if onnx_exports else _run_direction
             for direction in range(self._directions):
                 index = layer * self._directions + direction
-                out, final = _run_direction(x, states[index], self._weights(layer, direction),
-                                            _MODES[self.mode].step, reverse=direction == 1)
+                out, final = run(x, states[index], self._weights(layer, direction),
+                                 _MODES[self.mode].step, reverse=direction == 1)
                 outputs.append(out)
                 finals.append(final)
             x = outputs[0] if len(outputs) == 1 else shape_ops.cat(outputs, -1)
