@@ -1277,8 +1277,9 @@ def _recurrent(b, xs, attrs):
             bd = pick(bias)
             wb, rb = _part(b, bd, 0, 0, gates * hidden), _part(b, bd, 0, 1, gates * hidden)
             proj = b.op("add", proj, wb if kind == "GRU" else b.op("add", wb, rb))
-        state = pick(h0) if h0 is not None else np.zeros((batch, hidden), x.dtype)
-        cell = pick(c0) if c0 is not None else np.zeros((batch, hidden), x.dtype)
+        zeros = b.op("full", shape=(batch, hidden), fill_value=0, dtype=x.dtype)  # (a batch
+        state = pick(h0) if h0 is not None else zeros   # that may be symbolic: not np.zeros)
+        cell = pick(c0) if c0 is not None else zeros
         p = pick(peep) if peep is not None else None
         outs = [None] * steps
         for t in (range(steps - 1, -1, -1) if backwards else range(steps)):
