@@ -866,7 +866,22 @@ def _optimizer(kind):
 
 
 # The op types imported from a domain other than the default one, and that domain.
-DOMAINS = dict.fromkeys(("Adagrad", "Momentum", "Adam"), "ai.onnx.preview.training")
+DOMAINS = {**dict.fromkeys(("Adagrad", "Momentum", "Adam"), "ai.onnx.preview.training"),
+           **dict.fromkeys(("Binarizer", "ArrayFeatureExtractor"), "ai.onnx.ml")}
+
+
+# -- the classical-ML domain's plain math (ai.onnx.ml) -------------------------------------------
+def _binarizer(b, xs, attrs):
+    x = xs[0]
+    above = b.op("gt", x, np.asarray(attrs.get("threshold", 0.0), x.dtype))
+    return b.op("where", above, np.ones((), x.dtype), np.zeros((), x.dtype))
+
+
+def _array_feature_extractor(b, xs, attrs):
+    """The elements of X at indices Y along its last axis (a 1-D X gives a [1, n] result)."""
+    x, y = xs
+    x = b.reshape(x, (1, *x.shape)) if x.ndim == 1 else x
+    return b.op("index", x, b.reshape(y, (numel(y.shape),)), dims=(x.ndim - 1,))
 
 
 # -- quantisation -------------------------------------------------------------------------------
@@ -1923,6 +1938,32 @@ def _conv_transpose(b, xs, attrs):
     return b.reshape(y, tuple(y.shape[:2]) + tuple(y.shape[3:])) if one else y
 
 
+def _col2im(b, xs, attrs):
+    """Col2Im (torch's fold): the columns [N, C * prod(block), L] summed back into the image,
+    each block at its place: a ConvTranspose with a group per channel whose one-hot weight
+    puts column entry k at block position k."""
+    x = xs[0]
+    image, block = b.ints(xs[1], "image_shape"), b.ints(xs[2], "block_shape")
+    n = len(image)
+    stride, dilation = attrs.get("strides", (1,) * n), attrs.get("dilations", (1,) * n)
+    pads = attrs.get("pads", (0,) * 2 * n)
+    k = numel(block)
+    counts = [(i + lo + hi - d * (kk - 1) - 1) // s + 1 for i, kk, s, d, lo, hi in
+              zip(image, block, stride, dilation, pads[:n], pads[n:])]
+    if (len(block) != n or n not in (2, 3) or len(stride) != n or len(pads) != 2 * n
+            or not isinstance(x.shape[1], int) or x.shape[1] % k or numel(counts) != x.shape[2]):
+        raise b.error(f"input {tuple(x.shape)}, image_shape {image} and block_shape {block} "
+                      "do not fit (a 2-D or 3-D image, C * prod(block) rows, one column per "
+                      f"block place: {counts})")
+    c = x.shape[1] // k
+    cols = b.reshape(x, (x.shape[0], c * k, *counts))
+    w = np.tile(np.eye(k, dtype=x.dtype).reshape(k, 1, *block), (c, 1) + (1,) * n)
+    extra = [i + lo + hi - (s * (m - 1) + d * (kk - 1) + 1) for i, lo, hi, s, m, d, kk in
+             zip(image, pads[:n], pads[n:], stride, counts, dilation, block)]
+    return _conv_transpose(b, [cols, w], {"strides": stride, "dilations": dilation,
+                                          "pads": pads, "group": c, "output_padding": extra})
+
+
 def _conv_transpose3d(b, xs, attrs):
     """A 3-D ConvTranspose as one 2-D ConvTranspose per offset of the kernel's depth: the
     input's depth slices folded into the batch, each result spread to every stride-th output
@@ -2569,7 +2610,8 @@ CONVERTERS = {
     "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
     "RMSNormalization": _rms_norm, "LRN": _lrn,
-    "Conv": _conv, "ConvTranspose": _conv_transpose,
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "Col2Im": _col2im,
+    "Binarizer": _binarizer, "ArrayFeatureExtractor": _array_feature_extractor,
     "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
     "MaxUnpool": _max_unpool,
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("amax"),
