@@ -19,8 +19,6 @@ Size([5])
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .errors import OnnxError
 from .onnx_import import OnnxFunction, _as_array, load_model
 
