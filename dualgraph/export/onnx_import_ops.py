@@ -301,6 +301,39 @@ def _eye_like(b, xs, attrs):
     return np.eye(*x.shape, k=int(attrs.get("k", 0)), dtype=dtype)
 
 
+def _det(b, xs, attrs):
+    """Det of [..., n, n] by Gaussian elimination with partial pivoting, unrolled over the
+    n columns: each step swaps the pivot row in (a product with the permutation matrix
+    I - d d^T, d = e_k - e_pivot: no per-matrix gather), multiplies the determinant by the
+    pivot (and -1 for a swap) and clears the column below it."""
+    a = xs[0]
+    n = a.shape[-1]
+    if a.ndim < 2 or a.shape[-2] != n or not isinstance(n, int):
+        raise b.error(f"Det takes square matrices [..., n, n] with a static n, got "
+                      f"{tuple(a.shape)}")
+    batch, lead = tuple(a.shape[:-2]), [None] * (a.ndim - 2)
+    one = np.ones((), a.dtype)
+    det, eye = one, np.eye(n, dtype=a.dtype)
+    for k in range(n):
+        col = b.reshape(b.slice_dims(a, lead + [(k, n, 1), (k, k + 1, 1)]), (*batch, n - k))
+        q = b.op("add", b.op("argmax", b.op("abs", col), dim=a.ndim - 2, keepdim=True), k)
+        d = b.op("sub", eye[k], b.cast(b.op("eq", q, np.arange(n)), a.dtype))   # [..., n]
+        swap = b.op("mul", b.reshape(d, (*batch, n, 1)), b.reshape(d, (*batch, 1, n)))
+        a = b.op("matmul", b.op("sub", eye, swap), a)
+        pivot = b.reshape(b.slice_dims(a, lead + [(k, k + 1, 1)] * 2), batch)
+        swapped = b.op("eq", b.reshape(q, batch), k)
+        det = b.op("mul", det, b.op("where", swapped, pivot, b.op("neg", pivot)))
+        if k + 1 < n:   # (a zero pivot: det is 0 whatever the rows below become)
+            safe = b.op("where", b.op("eq", pivot, 0.0), one, pivot)
+            factor = b.op("div", b.slice_dims(a, lead + [(k + 1, n, 1), (k, k + 1, 1)]),
+                          b.reshape(safe, (*batch, 1, 1)))
+            rest = b.op("sub", b.slice_dims(a, lead + [(k + 1, n, 1), None]),
+                        b.op("mul", factor, b.slice_dims(a, lead + [(k, k + 1, 1), None])))
+            a = b.op("cat", b.slice_dims(a, lead + [(0, k + 1, 1), None]), rest,
+                     dim=a.ndim - 2)
+    return det
+
+
 def _reduce_log_sum(b, xs, attrs):
     dims, keep = b.reduce_dims(xs, attrs)
     x = xs[0]
@@ -2574,7 +2607,7 @@ CONVERTERS = {
     "Swish": _unary(_swish), "ThresholdedRelu": _unary(_thresholded_relu),
     "Shrink": _unary(_shrink), "Mish": _unary(_mish), "BitShift": _bit_shift,
     "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
-    "ReduceLogSum": _reduce_log_sum,
+    "ReduceLogSum": _reduce_log_sum, "Det": _det,
     # matrix products
     "Gemm": _gemm, "Attention": _attention, "LinearAttention": _linear_attention,
     # training
