@@ -218,6 +218,12 @@ CASES = [
     case("AveragePool", [X4], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
          count_include_pad=1),
     case("GlobalAveragePool", [X4]), case("GlobalMaxPool", [X4]),
+    # regions of images: inside, over the edges, on the second image
+    *[case("RoiAlign", [X4, np.array([[0.5, 1.0, 3.5, 4.0], [-1.5, -0.7, 2.2, 6.5],
+                                      [2.0, 2.0, 2.6, 2.4]], np.float32), i64(1, 0, 1)],
+           opset=16, output_height=3, output_width=2, sampling_ratio=2, spatial_scale=0.9,
+           mode=mode, coordinate_transformation_mode=how, tol=LOOSE)
+      for mode in ("avg", "max") for how in ("half_pixel", "output_half_pixel")],
     # determinants (a singular matrix among them: its zero pivot)
     case("Det", [np.concatenate([f32(3, 5, 5), np.ones((1, 5, 5), np.float32)])], opset=22,
          tol=LOOSE),

@@ -1395,6 +1395,67 @@ def _recurrent(b, xs, attrs):
     return (y, yh, yc) if kind == "LSTM" else (y, yh)
 
 
+# -- region pooling -----------------------------------------------------------------------------
+def _roi_axis(b, start, end, bins: int, samples: int, size: int, aligned: bool):
+    """RoiAlign's sample points along one axis, [R, bins, samples] per region: the lower
+    and upper pixel, the fraction between them and whether the point is inside (the
+    reference's clamping: at most 1 before the first pixel, none past the last)."""
+    rois = start.shape[0]
+    length = b.op("sub", end, start)
+    if not aligned:
+        length = b.op("maximum", length, 1.0)
+    where = (np.arange(bins)[:, None] + (np.arange(samples)[None, :] + 0.5) / samples) / bins
+    pos = b.op("add", b.reshape(start, (rois, 1, 1)),
+               b.op("mul", b.reshape(length, (rois, 1, 1)), where.astype(start.dtype)))
+    inside = b.op("bitwise_and", b.op("ge", pos, -1.0), b.op("le", pos, float(size)))
+    pos = b.op("maximum", pos, 0.0)
+    low = b.op("floor", pos)
+    last = b.op("ge", low, float(size - 1))
+    low = b.op("where", last, np.asarray(size - 1, pos.dtype), low)
+    frac = b.op("where", last, np.zeros((), pos.dtype), b.op("sub", pos, low))
+    high = b.op("where", last, low, b.op("add", low, 1.0))
+    return b.cast(low, np.int64), b.cast(high, np.int64), frac, inside
+
+
+def _roi_align(b, xs, attrs):
+    """RoiAlign: per region and output cell, ``sampling_ratio``**2 bilinear samples of the
+    region's image (gathered by batch index and pixel), averaged, or for ``mode`` max the
+    largest weighted corner value (as the reference defines it)."""
+    x, rois, index = xs
+    ratio = attrs.get("sampling_ratio", 0)
+    if ratio <= 0:
+        raise b.error("sampling_ratio 0 (samples per bin from each region's size, known only "
+                      "at run time) is not supported; dualgraph's shapes are static")
+    oh, ow = attrs.get("output_height", 1), attrs.get("output_width", 1)
+    aligned = attrs.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    corners = [b.op("sub", b.op("mul", b.reshape(_part(b, rois, 1, k, 1), (rois.shape[0],)),
+                                float(attrs.get("spatial_scale", 1.0))), 0.5 * aligned)
+               for k in range(4)]   # x1, y1, x2, y2
+    ys = _roi_axis(b, corners[1], corners[3], oh, ratio, x.shape[2], aligned)
+    xw = _roi_axis(b, corners[0], corners[2], ow, ratio, x.shape[3], aligned)
+    rows, cols = (rois.shape[0], oh, ratio, 1, 1), (rois.shape[0], 1, 1, ow, ratio)
+    batch = b.reshape(index, (rois.shape[0], 1, 1, 1, 1))
+    terms = []
+    for iy, wy in ((0, b.op("sub", 1.0, ys[2])), (1, ys[2])):
+        for ix, wx in ((0, b.op("sub", 1.0, xw[2])), (1, xw[2])):
+            w = b.op("mul", b.reshape(wy, rows), b.reshape(wx, cols))
+            w = b.op("where", b.op("bitwise_and", b.reshape(ys[3], rows),
+                                   b.reshape(xw[3], cols)), w, np.zeros((), w.dtype))
+            v = b.op("index", x, batch, b.reshape(ys[iy], rows), b.reshape(xw[ix], cols),
+                     dims=(0, 2, 3))   # [R, oh, ratio, ow, ratio, C]
+            terms.append(b.op("mul", v, b.reshape(w, (*w.shape, 1))))
+    if attrs.get("mode", "avg") == "max":
+        y = b.op("amax", _stack(b, terms), dims=(0, 3, 5), keepdim=False)
+    else:
+        y = b.op("mean", b.op("add", b.op("add", terms[0], terms[1]),
+                              b.op("add", terms[2], terms[3])), dims=(2, 4), keepdim=False)
+    return b.op("permute", y, perm=(0, 3, 1, 2))
+
+
+def _stack(b, xs):
+    return b.op("cat", *[b.reshape(t, (1, *t.shape)) for t in xs], dim=0)
+
+
 # -- grid sampling ------------------------------------------------------------------------------
 def _reflect(b, x, low: float, high: float):
     """``x`` reflected at ``low`` and ``high`` until inside (as ONNX's GridSample)."""
@@ -2644,6 +2705,7 @@ CONVERTERS = {
     "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
     "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _conv, "ConvTranspose": _conv_transpose, "Col2Im": _col2im,
+    "RoiAlign": _roi_align,
     "Binarizer": _binarizer, "ArrayFeatureExtractor": _array_feature_extractor,
     "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
     "MaxUnpool": _max_unpool,
