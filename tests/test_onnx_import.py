@@ -967,3 +967,16 @@ def test_a_map_input_is_an_error():
     fn = dg.onnx.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(OnnxError, match="input 'm' is of ONNX type kind map_type"):
         fn({1: np.float32(2)})
+
+
+def test_deform_conv_matches_onnx_reference():
+    # offsets that move taps over the image's edges, two offset groups, two weight groups,
+    # stride, dilation, padding, a mask and a bias; onnx's reference evaluator is the oracle
+    from onnx.reference import ReferenceEvaluator
+    feeds = {"x": f32(2, 4, 6, 7), "w": f32(6, 2, 3, 2), "offset": 2 * f32(2, 24, 3, 6),
+             "b": f32(6), "mask": f32(2, 12, 3, 6, low=0.0)}
+    model = _one_node("DeformConv", feeds, opset=19, kernel_shape=[3, 2], strides=[2, 1],
+                      dilations=[1, 2], pads=[1, 0, 1, 1], group=2, offset_group=2)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = dg.onnx.load(model)(*feeds.values()).numpy()
+    np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-5)

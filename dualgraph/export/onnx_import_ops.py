@@ -1564,7 +1564,7 @@ def _grid_sample(b, xs, attrs):
     padding = attrs.get("padding_mode", "zeros")
     align = bool(attrs.get("align_corners", 0))
     dims = tuple(x.shape[2:])
-    nd, n = len(dims), x.shape[0]
+    nd = len(dims)
     if any(isinstance(d, Sym) for d in x.shape + grid.shape):
         raise b.error("GridSample of symbolic shapes is not supported")
     grid = b.cast(grid, np.float64)
@@ -1582,6 +1582,14 @@ def _grid_sample(b, xs, attrs):
             v = _reflect(b, v, low, high)
         coords.append(v)
         borders.append((low, high))
+    return _interpolate(b, x, coords, mode, padding, borders)
+
+
+def _interpolate(b, x, coords: list, mode: str, padding: str, borders: list):
+    """``x`` (N, C, *dims) read at the float64 pixel coordinates ``coords`` (one tensor
+    (N, *out) per dim), interpolated by ``mode`` from the neighbours; with padding "zeros"
+    a neighbour outside reads 0. Returns (N, C, *out) in ``x``'s dtype."""
+    dims, nd, n = tuple(x.shape[2:]), len(coords), x.shape[0]
     taps = [0] if mode == "nearest" else [0, 1] if mode == "linear" else [-1, 0, 1, 2]
     per_dim = []
     for v, size, (low, high) in zip(coords, dims, borders):
@@ -1608,7 +1616,7 @@ def _grid_sample(b, xs, attrs):
             i = b.cast(b.op("minimum", b.op("maximum", i, 0.0), float(size - 1)), np.int64)
             options.append((i, w, inside))
         per_dim.append(options)
-    batch = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    batch = np.arange(n).reshape((n,) + (1,) * (coords[0].ndim - 1))
     total = None
     for combo in np.ndindex(*[len(taps)] * nd):
         picks = [per_dim[d][k] for d, k in enumerate(combo)]
@@ -1626,6 +1634,51 @@ def _grid_sample(b, xs, attrs):
             v = b.op("mul", v, b.reshape(weight, (n, 1) + tuple(weight.shape[1:])))
         total = v if total is None else b.op("add", total, v)
     return b.cast(total, x.dtype)
+
+
+def _deform_conv(b, xs, attrs):
+    """DeformConv (torchvision's deform_conv2d): each kernel tap samples its offset group's
+    channels bilinearly at the tap's place plus its learned offset (a neighbour outside
+    reads 0, as GridSample's "zeros"), times the mask; the taps of every channel then go
+    through the weights as one grouped product."""
+    x, w, offset, bias, mask = (list(xs) + [None] * 5)[:5]
+    if x.ndim != 4 or any(isinstance(d, Sym) for d in (*x.shape, *offset.shape)):
+        raise b.error(f"DeformConv of a 2-D image of static shape is supported, not "
+                      f"{tuple(x.shape)}")
+    n, c, h, width = x.shape
+    out_c, per_group, kh, kw = w.shape
+    stride, dilation = _pairs(attrs, "strides", 2, 1), _pairs(attrs, "dilations", 2, 1)
+    pads, group = attrs.get("pads", (0, 0, 0, 0)), attrs.get("group", 1)
+    groups, (oh, ow), k = attrs.get("offset_group", 1), offset.shape[2:], kh * kw
+    want = [(size + lo + hi - d * (kk - 1) - 1) // s + 1 for size, lo, hi, d, kk, s in
+            zip((h, width), pads[:2], pads[2:], dilation, (kh, kw), stride)]
+    if want != [oh, ow] or c % groups or offset.shape[1] != 2 * groups * k:
+        raise b.error(f"the offsets {tuple(offset.shape)} do not fit an output of {want} "
+                      f"with {groups} offset groups of a {kh}x{kw} kernel over {c} channels")
+    rows = np.arange(oh, dtype=np.float64)[:, None] * stride[0] - pads[0]
+    cols = np.arange(ow, dtype=np.float64)[None, :] * stride[1] - pads[1]
+    offset = b.cast(offset, np.float64)
+    taps = []
+    for g in range(groups):
+        image = _part(b, x, 1, g, c // groups)
+        for t in range(k):
+            at = [b.op("add", b.reshape(_part(b, offset, 1, (g * k + t) * 2 + axis, 1),
+                                        (n, oh, ow)), base)   # (y, x: pixel coordinates)
+                  for axis, base in ((0, rows + t // kw * dilation[0]),
+                                     (1, cols + t % kw * dilation[1]))]
+            v = _interpolate(b, image, at, "linear", "zeros", [(-0.5, h - 0.5),
+                                                               (-0.5, width - 0.5)])
+            if mask is not None:
+                v = b.op("mul", v, b.reshape(_part(b, mask, 1, g * k + t, 1), (n, 1, oh, ow)))
+            taps.append(v)
+    per = c // groups   # taps[g * k + t]: [N, per, oh, ow] -> columns [N, C, k, oh, ow]
+    columns = b.op("cat", *[b.op("cat", *[b.reshape(taps[g * k + t], (n, per, 1, oh, ow))
+                                          for t in range(k)], dim=2) for g in range(groups)],
+                   dim=1)
+    y = b.op("matmul", b.reshape(w, (group, out_c // group, per_group * k)),
+             b.reshape(columns, (n, group, per_group * k, oh * ow)))
+    y = b.reshape(y, (n, out_c, oh, ow))
+    return y if bias is None else b.op("add", y, b.reshape(bias, (out_c, 1, 1)))
 
 
 def _cubic_weight(b, t, a):
@@ -2705,7 +2758,7 @@ CONVERTERS = {
     "GroupNormalization": _group_norm, "MeanVarianceNormalization": _mean_variance_norm,
     "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _conv, "ConvTranspose": _conv_transpose, "Col2Im": _col2im,
-    "RoiAlign": _roi_align,
+    "RoiAlign": _roi_align, "DeformConv": _deform_conv,
     "Binarizer": _binarizer, "ArrayFeatureExtractor": _array_feature_extractor,
     "MaxPool": _max_pool, "AveragePool": _average_pool, "LpPool": _lp_pool,
     "MaxUnpool": _max_unpool,
