@@ -27,12 +27,12 @@ from ..autograd.tape import no_grad
 from ..dispatch import modes
 from ..ops import collective
 from ..ops.shape import cat
+from ..passes.communication import FIRST_BUCKET_BYTES   # (compiled steps bucket alike)
 from ..tensor import Tensor
 from .module import Module
 
 __all__ = ["DistributedDataParallel"]
 
-FIRST_BUCKET_BYTES = 1 << 20   # as torch: a small first bucket starts communication early
 
 
 class _Bucket:

@@ -63,6 +63,55 @@ ALL_REDUCE = defop(
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
 
 
+# -- an allreduce split in two, so that it overlaps the computation between -------------------
+# ``overlap_communication`` (passes/communication.py) replaces a compiled graph's
+# ``all_reduce`` by ``all_reduce_start`` where its input is ready, ``all_reduce_progress``
+# after the work that follows (MPICH moves a message forward only inside MPI calls), and
+# ``all_reduce_wait`` where its result is first read. The started operations are kept here
+# by the id of the array MPI writes, which the start returns and the wait reads.
+_STARTED: dict = {}
+
+
+def _start_kernel(x, reduction):
+    pending = comm().all_reduce(x, reduction)
+    _STARTED[id(pending.result)] = pending
+    return pending.result
+
+
+def _progress_kernel(handle):
+    comm().progress()
+    return handle
+
+
+def _wait_kernel(handle, x, reduction):
+    pending = _STARTED.pop(id(handle), None)
+    if pending is None:
+        if comm().size > 1:
+            raise RuntimeError("all_reduce_wait: no allreduce was started into this array "
+                               "(a graph whose all_reduce_start did not run)")
+        return handle   # a lone process: the start's result is the reduction
+    return pending.wait()
+
+
+ALL_REDUCE_START = defop(
+    "all_reduce_start", _start_kernel, _same, attrs=("reduction",), communicates=True,
+    compiler_only=True, decomposition=lambda x, reduction: all_reduce(x, reduction),
+    doc="Starts the allreduce of ``x`` without waiting; its value is the reduction once "
+        "``all_reduce_wait`` has read it.")
+
+ALL_REDUCE_PROGRESS = defop(
+    "all_reduce_progress", _progress_kernel, _same, communicates=True, compiler_only=True,
+    decomposition=lambda handle: handle,
+    doc="Lets MPI move the started operations forward; returns its input.")
+
+ALL_REDUCE_WAIT = defop(
+    "all_reduce_wait", _wait_kernel, lambda handle, x, reduction: _same(handle),
+    attrs=("reduction",), communicates=True, compiler_only=True,
+    decomposition=lambda handle, x, reduction: handle,
+    doc="Waits for the allreduce started into ``handle`` (its input ``x`` is read by MPI "
+        "until then) and returns the reduction.")
+
+
 def _infer_reduce(x, dst, reduction):
     return _same(x)
 
