@@ -13,7 +13,9 @@ starts the buckets still waiting (gradients a rank did not produce count as zero
 for all of them and writes the averages into ``.grad``.
 
 While a step is being captured by ``dg.compile`` the same buckets become ``all_reduce``
-nodes of the step's graph, at the end of the backward.
+nodes of the step's graph (``compressed_all_reduce`` with the fp16 / bf16 compression
+hooks), at the end of the backward; the compiler's passes start each where its gradients
+are ready (``passes/communication.py``).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from .. import distributed as dist
 from ..autograd.engine import queue_callback
 from ..autograd.tape import no_grad
 from ..dispatch import modes
+from ..distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from ..ops import collective
 from ..ops.shape import cat
 from ..passes.communication import FIRST_BUCKET_BYTES   # (compiled steps bucket alike)
@@ -177,11 +180,13 @@ class DistributedDataParallel(Module):
 
     def _finish_traced(self) -> None:
         """The buckets as ``all_reduce`` nodes of the graph being captured."""
-        if self._hook is not None:
+        wire = getattr(self._hook, "wire_dtype", None)
+        if self._hook is not None and wire is None and self._hook is not allreduce_hook:
             raise NotImplementedError(
-                "DistributedDataParallel: communication hooks run eagerly; a step captured "
-                "by dg.compile reduces with the default allreduce. Remove the hook or run "
-                "this step eagerly")
+                f"DistributedDataParallel: the communication hook {_name(self._hook)} runs "
+                "eagerly only; under dg.compile the default allreduce and the fp16 / bf16 "
+                "compression hooks (a graph rewrite, passes/communication.py) are "
+                "available. Run this step eagerly, or use one of those")
         for bucket in self._buckets:
             missing = [name for name, p in self.module.named_parameters()
                        if p.grad is None and any(p is q for q in bucket.params)]
@@ -191,9 +196,15 @@ class DistributedDataParallel(Module):
                     "gradient in the captured step; set requires_grad=False on them, or "
                     "run the step eagerly")
             grads = [p.grad.reshape(-1) for p in bucket.params]
-            reduced = collective.all_reduce(cat(grads) / self._comm.size, "SUM")
+            averaged = cat(grads) / self._comm.size
+            reduced = (collective.all_reduce(averaged, "SUM") if wire is None else
+                       collective.compressed_all_reduce(averaged, "SUM", wire))
             for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
                 p.grad = reduced[lo:hi].reshape(tuple(p.shape))
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _make_buckets(params: list, cap_bytes: float) -> list:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from .opdef import defop
@@ -61,6 +62,28 @@ ALL_REDUCE = defop(
     _all_reduce_vjp,
     attrs=("reduction",), saves="io", communicates=True,
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
+
+
+def _compressed_kernel(x, reduction, dtype):
+    sent = x.astype(dtype)
+    return comm().all_reduce(sent, reduction).wait().astype(x.dtype)
+
+
+def _infer_compressed(x, reduction, dtype):
+    if reduction not in ("SUM", "AVG"):
+        raise ShapeError(f"compressed_all_reduce: reduction {reduction!r}; a compressed "
+                         "allreduce sums or averages")
+    return _same(x)
+
+
+COMPRESSED_ALL_REDUCE = defop(
+    "compressed_all_reduce", _compressed_kernel, _infer_compressed,
+    lambda g, out, x, reduction, dtype: compressed_all_reduce(g, reduction, dtype),
+    attrs=("reduction", "dtype"), saves="", communicates=True,
+    doc="The sum (or average) of ``x`` over all ranks sent as ``dtype`` (half the bytes "
+        "for a 16-bit one): ``x`` rounded to ``dtype``, reduced in it, and the result "
+        "converted back to ``x``'s dtype. A data-parallel compression hook's graph form; "
+        "the lowering rule ``compress_all_reduces`` makes it those three nodes.")
 
 
 # -- an allreduce split in two, so that it overlaps the computation between -------------------
@@ -190,6 +213,10 @@ RECV = defop(
 # -- the functions (Tensors in, Tensors out) ----------------------------------------------------
 def all_reduce(x, op: str = "SUM"):
     return apply(ALL_REDUCE, x, reduction=str(op).upper())
+
+
+def compressed_all_reduce(x, op: str = "SUM", dtype="float16"):
+    return apply(COMPRESSED_ALL_REDUCE, x, reduction=str(op).upper(), dtype=dtypes.to_np(dtype))
 
 
 def reduce(x, dst: int, op: str = "SUM"):

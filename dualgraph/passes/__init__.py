@@ -36,12 +36,13 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "fuse_elementwise", "fuse_all_reduces", "overlap_communication", "schedule",
            "checkpoint_savings",
            "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm",
-           "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
+           "batch_linears", "share_conv_columns", "join_loss_gradient", "compress_all_reduces",
+           "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, batch_scan_linears,
- group_updates, linear_relu, relu_backward_in_place) = LOWERING
+(fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, compress_all_reduces,
+ batch_scan_linears, group_updates, linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

@@ -7,7 +7,8 @@ import math
 
 from ..graph import Graph, Value
 from ..ops.collective import (ALL_REDUCE, ALL_REDUCE_PROGRESS, ALL_REDUCE_START,
-                              ALL_REDUCE_WAIT)
+                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE)
+from ..ops.elementwise import CAST
 from ..ops.shape import CAT, RESHAPE, SLICE
 from ..shapes import is_static
 from .core import Builder, Report, format_bytes, nbytes, readers
@@ -317,3 +318,53 @@ def _unsplit_idle(plan: list) -> list:
                 continue
         out.append(item)
     return out
+
+
+def compressed_all_reduces(graph: Graph) -> list:
+    """The precondition: every ``compressed_all_reduce`` node of a static shape."""
+    return [n for n in graph.nodes
+            if n.op is COMPRESSED_ALL_REDUCE and is_static(n.inputs[0].shape)]
+
+
+def compress_all_reduces(graph: Graph, nodes: list, report: Report) -> Graph:
+    """Each ``compressed_all_reduce`` (a data-parallel compression hook's graph form:
+    ``fp16_compress_hook``, ``bf16_compress_hook``) becomes the quantisation around a plain
+    allreduce: a cast to the wire dtype, ``all_reduce`` in it, a cast back. Then
+    ``fuse_all_reduces`` joins the 16-bit allreduces into buckets and
+    ``overlap_communication`` starts them early, as any allreduce.
+
+    Preserves: types, inputs and outputs, and values bit for bit (the same casts and
+    reduction the op's kernel and the eager hook run).
+
+    Before::
+
+        graph(%g: f32[4]) {
+          %r: f32[4] = compressed_all_reduce(%g, reduction='SUM', dtype=float16)
+          return (%r)
+        }
+
+    After::
+
+        graph(%g: f32[4]) {
+          %cast: f16[4] = cast(%g, dtype=float16)
+          %all_reduce: f16[4] = all_reduce(%cast, reduction='SUM')
+          %r: f32[4] = cast(%all_reduce, dtype=float32)
+          return (%r)
+        }
+    """
+    todo = set(nodes)
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node not in todo:
+            b.copy(node)
+            continue
+        (x,), (out,) = [b.get(v) for v in node.inputs], node.outputs
+        wire = node.attrs["dtype"]
+        (sent,) = b.add(CAST, [x], {"dtype": wire}, node.location)
+        (summed,) = b.add(ALL_REDUCE, [sent], {"reduction": node.attrs["reduction"]},
+                          node.location)
+        (b.env[out],) = b.add(CAST, [summed], {"dtype": out.dtype}, node.location,
+                              names=[out.name])
+        report.count("compress_all_reduces", f"{format_bytes(nbytes(out))} sent as {wire} "
+                     f"({node.location or '?'})")
+    return b.finish()

@@ -36,6 +36,9 @@ CASES = [
 ] + [
     OpCase("all_reduce", _row(lambda x: c.all_reduce(x, "PRODUCT"), lambda x: x.clone()),
            [In((3, 4), "pos")], "product"),
+    OpCase("compressed_all_reduce",
+           _row(lambda x: c.compressed_all_reduce(x, "SUM", "float16"),
+                lambda x: x.half().to(x.dtype)), [In((3, 4))], grad=False),
     OpCase("reduce", _row(lambda x: c.reduce(x, 0), lambda x: x.clone()), [In((2, 3))]),
     OpCase("broadcast", _row(lambda x: c.broadcast(x, 0), lambda x: x.clone()), [In((5,))],
            dtypes=("float32", "bfloat16")),

@@ -1,5 +1,9 @@
 """The plain hooks: an averaging allreduce, and the same on a 16-bit copy of the bucket.
 
+A compression hook's ``wire_dtype`` is its graph form: in a step compiled by ``dg.compile``
+DDP reduces each bucket with ``compressed_all_reduce(..., dtype=wire_dtype)``, which the
+lowering rule ``compress_all_reduces`` makes a cast, an allreduce and a cast back.
+
 >>> ddp.register_comm_hook(None, fp16_compress_hook)
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ def _compress_hook(dtype):
             buffer.copy_(fut.value()[0])
             return buffer
         return fut.then(decompress)
+    hook.wire_dtype = dtype   # its graph form under dg.compile: compressed_all_reduce
     return hook
 
 
