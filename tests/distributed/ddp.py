@@ -123,4 +123,23 @@ ddp = DDP(model, bucket_cap_mb=1e-3)
 run = train(ddp, [RANK], compiled=True)
 check("compiled ddp", flat(ddp.module), flat(ref_model))
 assert str(run.graph).count("= all_reduce(") == len(ddp._buckets), str(run.graph)
+# ZeroRedundancyOptimizer: each rank keeps and updates half of Adam's state, the owners
+# broadcast the new values: the same parameters as the unsharded optimiser
+from dualgraph.distributed.optim import ZeroRedundancyOptimizer   # noqa: E402
+
+for sharded in (False, True):
+    model = DDP(make(RANK), bucket_cap_mb=1e-3)
+    opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=dg.optim.Adam, lr=1e-2)
+           if sharded else dg.optim.Adam(model.parameters(), lr=1e-2))
+    for s in range(STEPS):
+        x, y = batch(s, 0, [RANK])
+        opt.zero_grad()
+        dg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    if not sharded:
+        unsharded = flat(model.module)
+        continue
+    owned = [p for p in model.parameters() if opt.owner[id(p)] == RANK and p.grad is not None]
+    assert 0 < len(opt.state) == len(owned) < len(list(model.parameters())), len(opt.state)
+    check("ZeroRedundancyOptimizer", flat(model.module), unsharded)
 dist.destroy_process_group()
