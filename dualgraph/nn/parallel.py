@@ -146,14 +146,19 @@ class DistributedDataParallel(Module):
     def _start(self, bucket: _Bucket) -> None:
         self._next += 1
         flat = bucket.flat
+        # the default reduction averages: each gradient is divided as it is copied in (one
+        # pass over it); a hook gets the gradients as they are
+        scale = 1 if self._hook is not None else self._comm.size
         for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
-            flat[lo:hi] = 0 if p.grad is None else p.grad._data.reshape(-1)
-        grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
-                                      bucket.index == len(self._buckets) - 1)
+            if p.grad is None:
+                flat[lo:hi] = 0
+            else:
+                np.divide(p.grad._data.reshape(-1), scale, out=flat[lo:hi], casting="unsafe")
         if self._hook is not None:
+            grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
+                                          bucket.index == len(self._buckets) - 1)
             bucket.future = self._hook(self._state, grad_bucket)
             return
-        np.divide(flat, self._comm.size, out=flat, casting="unsafe")
         pending = self._comm.all_reduce(flat, "SUM", inplace=True)
         bucket.future = dist.Future(pending.wait)
 
