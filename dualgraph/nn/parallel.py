@@ -27,10 +27,9 @@ from .. import distributed as dist
 from ..autograd.engine import queue_callback
 from ..autograd.tape import no_grad
 from ..dispatch import modes
-from ..distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from ..ops import collective
+from ..ops.collective import FIRST_BUCKET_BYTES
 from ..ops.shape import cat
-from ..passes.communication import FIRST_BUCKET_BYTES   # (compiled steps bucket alike)
 from ..tensor import Tensor
 from .module import Module
 
@@ -185,8 +184,8 @@ class DistributedDataParallel(Module):
 
     def _finish_traced(self) -> None:
         """The buckets as ``all_reduce`` nodes of the graph being captured."""
-        wire = getattr(self._hook, "wire_dtype", None)
-        if self._hook is not None and wire is None and self._hook is not allreduce_hook:
+        wire = getattr(self._hook, "wire_dtype", None)   # (None: the plain allreduce)
+        if self._hook is not None and not hasattr(self._hook, "wire_dtype"):
             raise NotImplementedError(
                 f"DistributedDataParallel: the communication hook {_name(self._hook)} runs "
                 "eagerly only; under dg.compile the default allreduce and the fp16 / bf16 "

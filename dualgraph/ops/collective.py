@@ -24,6 +24,9 @@ from .opdef import defop
 __all__: list = []
 
 
+FIRST_BUCKET_BYTES = 1 << 20   # as torch's DDP: a small first bucket starts communicating early
+
+
 class _State:
     comm = None   # distributed.mpi.Communicator once init_process_group ran
 

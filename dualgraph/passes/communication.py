@@ -7,14 +7,13 @@ import math
 
 from ..graph import Graph, Value
 from ..ops.collective import (ALL_REDUCE, ALL_REDUCE_PROGRESS, ALL_REDUCE_START,
-                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE)
+                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE, FIRST_BUCKET_BYTES)
 from ..ops.elementwise import CAST
 from ..ops.shape import CAT, RESHAPE, SLICE
 from ..shapes import is_static
 from .core import Builder, Report, format_bytes, nbytes, readers
 
 BUCKET_BYTES = 25 << 20   # as data parallelism's default bucket: one message at most this
-FIRST_BUCKET_BYTES = 1 << 20   # as torch's DDP: a small first bucket starts communicating early
 
 
 def fuse_all_reduces(graph: Graph, bucket_bytes: int = BUCKET_BYTES) -> tuple[Graph, Report]:
