@@ -190,7 +190,7 @@ class Communicator:
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
         send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-        wire, mpi_op, finish = self._reduction(op, x.dtype)
+        wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
         out = send if inplace else np.empty_like(send)
         if self.mpi is None:
             out[...] = send
@@ -208,7 +208,7 @@ class Communicator:
             found = (as_wire, _mpi_op(self.mpi, op, dtype),
                      _finish(op, self.size, from_wire), self)
             _REDUCTIONS[key] = found
-        return found[:3]
+        return found
 
     def reduce(self, x: np.ndarray, dst: int, op: str = "SUM") -> Pending:
         """The reduction on rank ``dst``; zeros on the others (a pure function of the
