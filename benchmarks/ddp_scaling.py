@@ -13,7 +13,8 @@ reads the JSON line rank 0 prints:
   ``DistributedDataParallel`` on 2 ranks with 64 rows each (eager and compiled), and the
   same with PyTorch (one process, and DDP over gloo on the same 2 processes); and, as
   extra rows, DDP with ``ZeroRedundancyOptimizer`` (the update sharded; eager: its step
-  broadcasts outside a compiled graph) in both.
+  broadcasts outside a compiled graph) and DDP with ``gradient_as_bucket_view=True``
+  (gradients zeroed in place: the backward accumulates into the buckets) in both.
 - ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
   ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays, and the
   bus bandwidth ``2 (n-1)/n * bytes / time``.
@@ -56,10 +57,13 @@ def _time_steps(step) -> float:
     return 1.0 / float(np.median(times))
 
 
-def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False):
+def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False,
+              view: bool = False):
     """W1's SGD step in ``lib`` (dualgraph or torch: one torch-style definition) on this
     rank's share of the global batch, the model wrapped in ``lib``'s DDP if ``parallel``,
-    the optimiser sharded by ``lib``'s ZeroRedundancyOptimizer if ``zero``."""
+    the optimiser sharded by ``lib``'s ZeroRedundancyOptimizer if ``zero``; ``view``: DDP
+    with ``gradient_as_bucket_view=True`` and gradients zeroed in place (the backward
+    accumulates into the buckets)."""
     local = GLOBAL_BATCH // size
     x, y = (lib.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
     lib.manual_seed(0)
@@ -67,7 +71,7 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False):
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
     if parallel:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=view)
     if zero:
         opt = lib.distributed.optim.ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=lib.optim.SGD, lr=0.01, momentum=0.9)
@@ -75,7 +79,7 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False):
         opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not view)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
@@ -83,15 +87,15 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False):
     return step
 
 
-def dualgraph_train(parallel: bool, compiled: bool, zero: bool) -> float:
+def dualgraph_train(parallel: bool, compiled: bool, zero: bool, view: bool) -> float:
     import dualgraph as dg
     import dualgraph.distributed as dist
     dist.init_process_group("mpi")
-    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel, zero)
+    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel, zero, view)
     return _time_steps(dg.compile(step) if compiled else step)
 
 
-def torch_train(parallel: bool, zero: bool) -> float:
+def torch_train(parallel: bool, zero: bool, view: bool) -> float:
     import torch
     import torch.distributed as tdist
     torch.set_num_threads(1)
@@ -102,7 +106,7 @@ def torch_train(parallel: bool, zero: bool) -> float:
         tdist.init_process_group("gloo", rank=rank, world_size=size)
     if zero:
         import torch.distributed.optim  # noqa: F401 (torch.distributed.optim is a submodule)
-    return _time_steps(_mlp_step(torch, rank, size, parallel, zero))
+    return _time_steps(_mlp_step(torch, rank, size, parallel, zero, view))
 
 
 def collectives() -> list:
@@ -140,8 +144,9 @@ def _part(name: str):
         return collectives()
     impl, _, variant = name.partition(":")
     if impl == "dualgraph":
-        return dualgraph_train("ddp" in variant, "compiled" in variant, "zero" in variant)
-    return torch_train("ddp" in variant, "zero" in variant)
+        return dualgraph_train("ddp" in variant, "compiled" in variant, "zero" in variant,
+                               "view" in variant)
+    return torch_train("ddp" in variant, "zero" in variant, "view" in variant)
 
 
 def _launch(part: str, ranks: int):
@@ -174,8 +179,9 @@ def main():
                                      ("dualgraph", "single,compiled", 1),
                                      ("dualgraph", "ddp,compiled", 2),
                                      ("dualgraph", "ddp,zero", 2),
+                                     ("dualgraph", "ddp,view", 2),
                                      ("torch", "single", 1), ("torch", "ddp", 2),
-                                     ("torch", "ddp,zero", 2)]:
+                                     ("torch", "ddp,zero", 2), ("torch", "ddp,view", 2)]:
             name = f"{impl} {variant}"
             train[name] = max(train.get(name, 0.0), _launch(f"{impl}:{variant}", ranks))
         rows = _launch("collectives", 2)

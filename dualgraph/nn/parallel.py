@@ -55,6 +55,10 @@ class DistributedDataParallel(Module):
     Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
     every forward (``broadcast_buffers``). ``bucket_cap_mb`` bounds a bucket;
     ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
+    ``gradient_as_bucket_view``: after the reduction each ``.grad`` is a view of its
+    bucket's flat array instead of a copy (one pass over the gradients fewer a step, and
+    with ``zero_grad(set_to_none=False)`` the backward accumulates straight into the
+    bucket); as in torch, a ``.grad`` kept across steps changes with the next backward.
 
     >>> model = dg.nn.parallel.DistributedDataParallel(dg.nn.Linear(4, 2))
     >>> loss = model(dg.randn(8, 4)).square().mean()
@@ -70,6 +74,7 @@ class DistributedDataParallel(Module):
         self.module = module
         self.broadcast_buffers = broadcast_buffers
         self.require_backward_grad_sync = True
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self._comm = collective.comm()
         self._hook, self._state = comm_hook, comm_state
         params = [p for p in module.parameters() if p.requires_grad]
@@ -173,7 +178,7 @@ class DistributedDataParallel(Module):
             for bucket in self._buckets:
                 reduced = bucket.future.wait()
                 reduced = reduced._data if isinstance(reduced, Tensor) else reduced
-                _write_grads(bucket, reduced)
+                _write_grads(bucket, reduced, self.gradient_as_bucket_view)
         finally:
             self._reset()
 
@@ -226,13 +231,20 @@ def _make_buckets(params: list, cap_bytes: float) -> list:
     return buckets
 
 
-def _write_grads(bucket: _Bucket, reduced: np.ndarray) -> None:
+def _write_grads(bucket: _Bucket, reduced: np.ndarray, as_view: bool) -> None:
+    """The reduced gradients into ``.grad``: copies, or (``as_view``, where the reduction
+    is the bucket's own array) views of the bucket."""
+    as_view = as_view and reduced is bucket.flat
     for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
         part = reduced[lo:hi].reshape(p._data.shape)
-        if p.grad is None:
-            if not part.any():   # no rank had a gradient for it: leave it None
-                continue
+        if p.grad is None and not part.any():   # no rank had a gradient: leave it None
+            continue
+        if as_view and (p.grad is None or not np.may_share_memory(p.grad._data, part)):
+            p.grad = Tensor._make(part)
+        elif p.grad is None:
             p.grad = Tensor._make(np.array(part))
+        elif as_view:   # (already the view: the backward accumulated into the bucket)
+            p.grad._version[0] += 1
         else:
             np.copyto(p.grad._data, part, casting="unsafe")
             p.grad._version[0] += 1

@@ -105,6 +105,19 @@ for cap in (25, 1e-4):
     assert ddp.module.unused.weight.grad is None
     np.testing.assert_array_equal(ddp.module.scale.numpy(), np.ones(32))
 
+# gradients as views of the buckets: the same result, and .grad shares the bucket's memory
+for set_to_none in (True, False):
+    ddp = DDP(make(RANK), bucket_cap_mb=1e-3, gradient_as_bucket_view=True)
+    opt = dg.optim.Adam(ddp.parameters(), lr=1e-2)
+    for s in range(STEPS):
+        x, y = batch(s, 0, [RANK])
+        opt.zero_grad(set_to_none=set_to_none)
+        dg.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    check(f"gradient_as_bucket_view set_to_none={set_to_none}", flat(ddp.module), want)
+    bucket = ddp._bucket_of[id(ddp.module.a.weight)]
+    assert np.shares_memory(ddp.module.a.weight.grad.numpy(), bucket.flat)
+
 # no_sync: two micro-batches per step, the first without communication == one big batch
 ref_model = make(0)
 train(ref_model, range(SIZE), micro_steps=2)
