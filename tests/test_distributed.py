@@ -172,6 +172,14 @@ def test_small_allreduces_are_joined_into_one(monkeypatch):
     assert "cat(%reshape, %b, dim=0)" in str(fused), fused
     assert fuse_all_reduces(compiled.graph, bucket_bytes=32)[1].counts == {}
 
+    def chained(a, b):   # a view of one allreduce's result prepares the next one's input
+        x = F.all_reduce(a * 2)
+        y = F.all_reduce(b)
+        return y, F.all_reduce(x.reshape(-1) + 1)
+    compiled = dg.compile(chained)
+    for got, want in zip(compiled(*args[:2]), chained(*args[:2])):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
 
 def test_distributed_sampler_splits_and_shuffles_by_epoch():
     from dualgraph.utils.data import DistributedSampler

@@ -130,8 +130,8 @@ def overlap_communication(graph: Graph) -> tuple[Graph, Report]:
     node that finishes its last gradient, with the nodes that only prepare its input: the
     ``cat`` of a bucket, the division by the world size), ``all_reduce_wait`` as late as
     possible (before the first node that reads the result other than a view cutting it into
-    gradients, as an optimiser's update), and
-    between them an ``all_reduce_progress`` after every node that writes at least
+    gradients, as an optimiser's update), and between them an ``all_reduce_progress``
+    after every node that writes at least
     ``POLL_BYTES``: MPICH moves a message forward only inside MPI calls, so without them
     the message would travel only once the wait is reached. The report names, per
     allreduce, where it starts and where it is waited on (``explain()`` prints it).
@@ -179,11 +179,12 @@ def overlap_communication(graph: Graph) -> tuple[Graph, Report]:
     new = b.finish()
     for i, node in enumerate(n for n in reductions if n in starts):
         start, polls, wait = where[node]
-        report.count("overlapped", f"all_reduce #{i} of {format_bytes(nbytes(node.outputs[0]))} "
-                     f"({node.location or '?'}): starts at node {start} after "
-                     f"{_describe_at(new, start - 1)}, waited on at node {wait} before "
-                     f"{_describe_at(new, _first_use(new, wait))}; {wait - start - 1} nodes between "
-                     f"({polls} progress polls)")
+        size = format_bytes(nbytes(node.outputs[0]))
+        report.count("overlapped", (
+            f"all_reduce #{i} of {size} ({node.location or '?'}): starts at node {start} "
+            f"after {_describe_at(new, start - 1)}, waited on at node {wait} before "
+            f"{_describe_at(new, _first_use(new, wait))}; {wait - start - 1} nodes between "
+            f"({polls} progress polls)"))
     report.nodes_after = len(new.nodes)
     return new, report
 
@@ -222,8 +223,10 @@ def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
     def wait(a):
         in_flight.remove(a)
         plan.append(("wait", a))
-        plan.extend(("node", n) for n in views[a])
-        done.update(views[a])
+        for n in views[a]:
+            if n not in done:   # (a view may also prepare another allreduce's input)
+                plan.append(("node", n))
+                done.add(n)
 
     def wait_for_inputs(nodes):
         for n in nodes:
@@ -243,7 +246,8 @@ def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
             a = queue.pop(0)
             wait_for_inputs([*prep[a], a])
             for n in prep[a]:
-                emit(n)
+                if n not in done:
+                    emit(n)
             plan.append(("start", a))
             done.add(a)
             in_flight.append(a)
