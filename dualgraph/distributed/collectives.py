@@ -196,8 +196,9 @@ def _start(kind, tensor: Tensor, write, *args, target=None):
     or broadcast into a C-contiguous tensor itself runs in place (MPI writes the storage:
     no copy)."""
     data = tensor._data
+    flags = data.flags
     if (kind in ("all_reduce", "broadcast") and target is tensor
-            and data.flags.c_contiguous and data.flags.writeable):
+            and flags.c_contiguous and flags.writeable):
         return getattr(_c.comm(), kind)(data, *args, inplace=True), _bumper(tensor)
     return getattr(_c.comm(), kind)(data, *args), write or _into(target)
 

@@ -189,7 +189,7 @@ class Communicator:
 
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
-        send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
         wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
         out = send if inplace else np.empty_like(send)
         if self.mpi is None:
