@@ -70,7 +70,7 @@ class Pending:
         self.comm, self.label, self.array, self.number = comm, label, array, number
         self.requests, self.result, self.finish, self.peers = requests, result, finish, peers
         self.done = not requests
-        self.started = time.monotonic()
+        self.started = None   # when a wait began (wait_all sets it: the clock costs)
 
     def _spin(self) -> None:
         """A few ``Test`` calls first, without the deadline's clock: a small message
@@ -135,9 +135,11 @@ class Communicator:
     def wait_all(self, pendings) -> None:
         """Wait until every operation in ``pendings`` completes; past the deadline raise
         :class:`DeadlineError` for the first one still open."""
-        deadline = time.monotonic() + self.timeout
-        spin_until, sleep = time.monotonic() + SPIN_S, 1e-5
+        now = time.monotonic()
+        deadline, spin_until, sleep = now + self.timeout, now + SPIN_S, 1e-5
         for pending in pendings:
+            if pending.started is None:
+                pending.started = now
             while not pending.done:
                 for _ in range(POLLS):   # (the clock is read once per POLLS tests)
                     if pending.test():
