@@ -173,6 +173,9 @@ class Communicator:
 
     # -- operations -----------------------------------------------------------------------------
     def _start(self, what, array, start, result, finish=None, peers=None) -> Pending:
+        """Start an operation on ``array``, the contiguous buffer MPI reads: the pending
+        operation holds it (a copy made for a non-contiguous tensor must outlive MPI's
+        reading it)."""
         self.calls += 1
         if self.mpi is None:   # a lone process: the result is already there
             return Pending(self, what, array, self.calls, [], result, finish, peers)
@@ -196,7 +199,7 @@ class Communicator:
         out = send if inplace else np.empty_like(send)
         if self.mpi is None:
             out[...] = send
-        return self._start(f"all_reduce({op})", x, lambda: self.world.Iallreduce(
+        return self._start(f"all_reduce({op})", send, lambda: self.world.Iallreduce(
             self.mpi.IN_PLACE if inplace else wire(send), wire(out), mpi_op), out, finish)
 
     def _reduction(self, op: str, dtype):
@@ -222,7 +225,7 @@ class Communicator:
         if self.mpi is None:
             out[...] = send
         finish = _finish(op, self.size, from_wire)
-        return self._start(f"reduce({op}, dst={dst})", x, lambda: self.world.Ireduce(
+        return self._start(f"reduce({op}, dst={dst})", send, lambda: self.world.Ireduce(
             as_wire(send), as_wire(out) if self.rank == dst else None, mpi_op, root=dst),
             out, finish if self.rank == dst else from_wire)
 
@@ -239,7 +242,7 @@ class Communicator:
         out = np.empty((self.size,) + x.shape, x.dtype)
         if self.mpi is None:
             out[0] = send
-        return self._start("all_gather", x, lambda: self.world.Iallgather(
+        return self._start("all_gather", send, lambda: self.world.Iallgather(
             _bytes(send), _bytes(out)), out)
 
     def reduce_scatter(self, x: np.ndarray, op: str = "SUM") -> Pending:
@@ -252,7 +255,7 @@ class Communicator:
         mpi_op = _mpi_op(self.mpi, op, x.dtype)
         if self.mpi is None:
             out[...] = send[0]
-        return self._start(f"reduce_scatter({op})", x, lambda: self.world.Ireduce_scatter_block(
+        return self._start(f"reduce_scatter({op})", send, lambda: self.world.Ireduce_scatter_block(
             as_wire(send), as_wire(out), mpi_op), out, _finish(op, self.size, from_wire))
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> Pending:
@@ -260,7 +263,7 @@ class Communicator:
         send = np.ascontiguousarray(x)
         if self.mpi is None:   # a lone process sends to itself: the message waits here
             self.mailbox.setdefault(tag, []).append(send.copy())
-        return self._start(f"send(dst={dst}, tag={tag})", x,
+        return self._start(f"send(dst={dst}, tag={tag})", send,
                            lambda: self.world.Isend(_bytes(send), dst, tag), None, peers=[dst])
 
     def recv(self, out: np.ndarray, src: int, tag: int = 0) -> Pending:

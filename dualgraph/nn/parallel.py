@@ -36,7 +36,6 @@ from .module import Module
 __all__ = ["DistributedDataParallel"]
 
 
-
 class _Bucket:
     """Parameters whose gradients are reduced together: their places in one flat array."""
 
