@@ -247,3 +247,30 @@ def test_compiled_ddp_starts_each_bucket_during_the_backward(monkeypatch):
     report = compiled.explain()
     assert "overlap_communication" in report and "starts at node" in report, report
     assert "waited on at node" in report and "before sgd_update_group" in report, report
+
+
+def test_zero_redundancy_optimizer_in_one_process_is_the_optimizer(monkeypatch):
+    """A world of one: the rank owns every parameter, the result is the wrapped
+    optimiser's, and its state_dict round-trips (2 ranks: tests/distributed/ddp.py)."""
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.distributed.optim import ZeroRedundancyOptimizer
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+
+    def train(make_opt):
+        dg.manual_seed(0)
+        net = dg.nn.Linear(4, 3)
+        opt = make_opt(net.parameters())
+        for _ in range(3):
+            opt.zero_grad()
+            net(dg.ones(2, 4)).square().sum().backward()
+            opt.step()
+        return net, opt
+    net, opt = train(lambda ps: ZeroRedundancyOptimizer(ps, optimizer_class=dg.optim.Adam,
+                                                        lr=0.1))
+    ref, _ = train(lambda ps: dg.optim.Adam(ps, lr=0.1))
+    for p, q in zip(net.parameters(), ref.parameters()):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+    assert set(opt.owner.values()) == {0} and len(opt.state) == 2
+    opt.load_state_dict(opt.state_dict())
+    assert opt.param_groups[0]["lr"] == 0.1
