@@ -2,7 +2,7 @@
 against raw mpi4py.
 
     python -m benchmarks.ddp_scaling              # runs every part, prints markdown tables
-    python -m benchmarks.ddp_scaling --json out.json
+    python -m benchmarks.ddp_scaling --rounds 5 --json out.json
 
 The driver starts each part as its own job (``mpiexec -n 2 python -m benchmarks.ddp_scaling
 --part ...``, one thread per rank: ``DUALGRAPH_NUM_THREADS=1``, ``OMP_NUM_THREADS=1``) and
@@ -11,10 +11,16 @@ reads the JSON line rank 0 prints:
 - ``train``: W1 (784-512-512-10 ReLU MLP, SGD momentum, global batch 128) as steps per
   second: dualgraph in one process on the whole batch (eager and compiled), dualgraph
   ``DistributedDataParallel`` on 2 ranks with 64 rows each (eager and compiled), and the
-  same with PyTorch (one process, and DDP over gloo on the same 2 processes).
+  same with PyTorch (one process, and DDP over gloo on the same 2 processes); and, as
+  extra rows, DDP with ``ZeroRedundancyOptimizer`` (the update sharded; eager: its step
+  broadcasts outside a compiled graph) and DDP with ``gradient_as_bucket_view=True``
+  (gradients zeroed in place: the backward accumulates into the buckets) in both.
 - ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
   ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays, and the
   bus bandwidth ``2 (n-1)/n * bytes / time``.
+
+The machine may be shared: ``--rounds N`` runs every part N times, one round after another
+(so that load hits all of them alike), and keeps each part's best round.
 """
 from __future__ import annotations
 
@@ -51,9 +57,13 @@ def _time_steps(step) -> float:
     return 1.0 / float(np.median(times))
 
 
-def _mlp_step(lib, rank: int, size: int, parallel: bool):
+def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False,
+              view: bool = False):
     """W1's SGD step in ``lib`` (dualgraph or torch: one torch-style definition) on this
-    rank's share of the global batch, the model wrapped in ``lib``'s DDP if ``parallel``."""
+    rank's share of the global batch, the model wrapped in ``lib``'s DDP if ``parallel``,
+    the optimiser sharded by ``lib``'s ZeroRedundancyOptimizer if ``zero``; ``view``: DDP
+    with ``gradient_as_bucket_view=True`` and gradients zeroed in place (the backward
+    accumulates into the buckets)."""
     local = GLOBAL_BATCH // size
     x, y = (lib.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
     lib.manual_seed(0)
@@ -61,11 +71,15 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool):
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
     if parallel:
-        model = nn.parallel.DistributedDataParallel(model)
-    opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=view)
+    if zero:
+        opt = lib.distributed.optim.ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=lib.optim.SGD, lr=0.01, momentum=0.9)
+    else:
+        opt = lib.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not view)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
@@ -73,15 +87,15 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool):
     return step
 
 
-def dualgraph_train(parallel: bool, compiled: bool) -> float:
+def dualgraph_train(parallel: bool, compiled: bool, zero: bool, view: bool) -> float:
     import dualgraph as dg
     import dualgraph.distributed as dist
     dist.init_process_group("mpi")
-    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel)
+    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel, zero, view)
     return _time_steps(dg.compile(step) if compiled else step)
 
 
-def torch_train(parallel: bool) -> float:
+def torch_train(parallel: bool, zero: bool, view: bool) -> float:
     import torch
     import torch.distributed as tdist
     torch.set_num_threads(1)
@@ -90,7 +104,9 @@ def torch_train(parallel: bool) -> float:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
         tdist.init_process_group("gloo", rank=rank, world_size=size)
-    return _time_steps(_mlp_step(torch, rank, size, parallel))
+    if zero:
+        import torch.distributed.optim  # noqa: F401 (torch.distributed.optim is a submodule)
+    return _time_steps(_mlp_step(torch, rank, size, parallel, zero, view))
 
 
 def collectives() -> list:
@@ -128,8 +144,9 @@ def _part(name: str):
         return collectives()
     impl, _, variant = name.partition(":")
     if impl == "dualgraph":
-        return dualgraph_train("ddp" in variant, "compiled" in variant)
-    return torch_train("ddp" in variant)
+        return dualgraph_train("ddp" in variant, "compiled" in variant, "zero" in variant,
+                               "view" in variant)
+    return torch_train("ddp" in variant, "zero" in variant, "view" in variant)
 
 
 def _launch(part: str, ranks: int):
@@ -149,19 +166,28 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part")
     p.add_argument("--json")
+    p.add_argument("--rounds", type=int, default=3, help="runs of every part; the best kept")
     args = p.parse_args()
     if args.part:
         result = _part(args.part)
         if int(os.environ.get("PMI_RANK", 0)) == 0:
             print(json.dumps({"result": result}), flush=True)
         return
-    train = {}
-    for impl, variant, ranks in [("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
-                                 ("dualgraph", "single,compiled", 1),
-                                 ("dualgraph", "ddp,compiled", 2),
-                                 ("torch", "single", 1), ("torch", "ddp", 2)]:
-        train[f"{impl} {variant}"] = _launch(f"{impl}:{variant}", ranks)
-    coll = _launch("collectives", 2)
+    train, coll = {}, None
+    for _ in range(args.rounds):
+        for impl, variant, ranks in [("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
+                                     ("dualgraph", "single,compiled", 1),
+                                     ("dualgraph", "ddp,compiled", 2),
+                                     ("dualgraph", "ddp,zero", 2),
+                                     ("dualgraph", "ddp,view", 2),
+                                     ("torch", "single", 1), ("torch", "ddp", 2),
+                                     ("torch", "ddp,zero", 2), ("torch", "ddp,view", 2)]:
+            name = f"{impl} {variant}"
+            train[name] = max(train.get(name, 0.0), _launch(f"{impl}:{variant}", ranks))
+        rows = _launch("collectives", 2)
+        coll = rows if coll is None else [
+            {k: min(a[k], b[k]) if k.endswith("_us") else max(a[k], b[k]) for k in a}
+            for a, b in zip(coll, rows)]
     print("| implementation | steps/s (global batch 128) | vs its own single process |")
     print("|---|---|---|")
     for name, sps in train.items():
@@ -169,7 +195,9 @@ def main():
         base = train[f"{impl} single" + (",compiled" if "compiled" in variant else "")]
         print(f"| {name} | {sps:.1f} | {sps / base:.2f}x |")
     print(f"\ndualgraph DDP eager vs PyTorch DDP/gloo: "
-          f"{train['dualgraph ddp'] / train['torch ddp']:.2f}x\n")
+          f"{train['dualgraph ddp'] / train['torch ddp']:.2f}x; compiled: "
+          f"{train['dualgraph ddp,compiled'] / train['torch ddp']:.2f}x (best of "
+          f"{args.rounds} rounds)\n")
     print("| bytes | mpi4py Allreduce (us) | dg.distributed.all_reduce (us) | ratio | "
           "bus GB/s |")
     print("|---|---|---|---|---|")

@@ -111,11 +111,24 @@ def batchnorm_after_a_linear():
     return g
 
 
+def compressed_all_reduce():
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.ops import collective
+    if collective.STATE.comm is None:   # (a world of one process: no MPI)
+        collective.STATE.comm = Communicator(None, timeout=60.0)
+    g = Graph()
+    x = f32(g, "g", 4)
+    g.set_outputs(list(g.add_node("compressed_all_reduce", [x], {
+        "reduction": "SUM", "dtype": np.dtype("float16")}, names=["r"])))
+    return g
+
+
 EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,
+    "compress_all_reduces": compressed_all_reduce,
     "batch_scan_linears": scan_summing_a_weight_gradient,
     "group_updates": two_sgd_updates,
     "linear_relu": relu_of_a_linear,

@@ -70,11 +70,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). export/ +150:
 # sequence and optional inputs (export/onnx_structured.py: a model imported per call
 # structure), the Optional ops and SequenceMap; +150: Col2Im, Det (pivoted elimination),
-# RoiAlign, DeformConv and ai.onnx.ml's Binarizer and ArrayFeatureExtractor.
-CORE_BUDGET = 17_520
+# RoiAlign, DeformConv and ai.onnx.ml's Binarizer and ArrayFeatureExtractor. passes/ +180 and
+# ops/ +50: compiled data parallelism's communication schedule (passes/communication.py:
+# overlap_communication, the compress_all_reduces rule; the all_reduce start / progress /
+# wait and compressed_all_reduce ops); the core +230 with them.
+CORE_BUDGET = 17_750
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_830, "passes": 2_180, "export": 3_600, "nn": 3_060,
+           "kernels": 2_080, "ops": 5_880, "passes": 2_360, "export": 3_600, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

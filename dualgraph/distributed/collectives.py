@@ -182,24 +182,32 @@ def _eager(*tensors) -> bool:
     record): else it runs the registry op."""
     if modes.tracer is not None:
         return False
-    return not (grad_mode.enabled and any(t.requires_grad for t in tensors))
+    if not grad_mode.enabled:
+        return True
+    for t in tensors:
+        if t.requires_grad:
+            return False
+    return True
 
 
-def _start(kind, tensor: Tensor, write, *args, outputs=None):
-    """Start ``comm.kind(array, *args)`` and return a Work whose wait writes the result
-    with ``write(array)``; an allreduce or broadcast into a C-contiguous tensor itself
-    runs in place (MPI writes the storage: no copy)."""
+def _start(kind, tensor: Tensor, write, *args, target=None):
+    """Start ``comm.kind(array, *args)``: (the pending operation, the function that
+    writes its result into ``target`` once done, ``write`` or a copy into it). An allreduce
+    or broadcast into a C-contiguous tensor itself runs in place (MPI writes the storage:
+    no copy)."""
     data = tensor._data
-    if (kind in ("all_reduce", "broadcast") and outputs is not None and outputs[0] is tensor
-            and data.flags.c_contiguous and data.flags.writeable):
-        pending = getattr(_c.comm(), kind)(data, *args, inplace=True)
-        return Work(pending, lambda array: _bump(tensor), outputs)
-    pending = getattr(_c.comm(), kind)(data, *args)
-    return Work(pending, write, outputs)
+    flags = data.flags
+    if (kind in ("all_reduce", "broadcast") and target is tensor
+            and flags.c_contiguous and flags.writeable):
+        return getattr(_c.comm(), kind)(data, *args, inplace=True), _bumper(tensor)
+    return getattr(_c.comm(), kind)(data, *args), write or _into(target)
 
 
-def _bump(tensor: Tensor) -> None:
-    tensor._version[0] += 1
+def _bumper(tensor: Tensor):
+    """A write for a result MPI already put in ``tensor``'s storage: its version moves."""
+    def bump(array):
+        tensor._version[0] += 1
+    return bump
 
 
 def _into(tensor: Tensor):
@@ -216,10 +224,10 @@ def _run(tensor, async_op, kind, op_fn, *args, target=None, write=None):
     ``op_fn(tensor, *args)`` committed into ``target`` (``tensor`` by default)."""
     target = tensor if target is None else target
     if _eager(tensor):
-        work = _start(kind, tensor, write or _into(target), *args, outputs=[target])
+        pending, finish = _start(kind, tensor, write, *args, target=target)
         if async_op:
-            return work
-        work.wait()
+            return Work(pending, finish, [target])
+        finish(pending.wait())
         return None
     result = op_fn(tensor, *args)
     if write is not None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._helpers import user_location
 from ..dispatch import OpError
+from ..dtypes import bfloat16_np
 
 TIMEOUT_ENV = "DUALGRAPH_DIST_TIMEOUT"   # seconds; init_process_group(timeout=) wins
 DEFAULT_TIMEOUT = 300.0
@@ -40,6 +41,7 @@ _LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANK
 SPIN_S = 2e-4
 MAX_SLEEP_S = 1e-4
 POLLS = 256
+FIRST_POLLS = 64   # Test calls a wait makes before it starts the deadline's clock
 
 
 class DistributedError(OpError):
@@ -56,14 +58,37 @@ REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MAX", "MIN")
 
 class Pending:
     """A started non-blocking operation: ``wait()`` returns its result array (polling
-    ``Test`` against the deadline), ``test()`` says whether it is done without waiting."""
+    ``Test`` against the deadline), ``test()`` says whether it is done without waiting.
+    ``what`` (the operation, its array and its number, for errors) is written only when
+    an error needs it: formatting costs more than a small allreduce."""
 
-    def __init__(self, comm: "Communicator", what: str, requests: list, result,
-                 finish=None, peers=None):
-        self.comm, self.what, self.requests = comm, what, requests
-        self.result, self.finish, self.peers = result, finish, peers
+    __slots__ = ("comm", "label", "array", "number", "requests", "result", "finish", "peers",
+                 "done", "started")
+
+    def __init__(self, comm: "Communicator", label: str, array, number: int, requests: list,
+                 result, finish=None, peers=None):
+        self.comm, self.label, self.array, self.number = comm, label, array, number
+        self.requests, self.result, self.finish, self.peers = requests, result, finish, peers
         self.done = not requests
-        self.started = time.monotonic()
+        self.started = None   # when a wait began (wait_all sets it: the clock costs)
+
+    def _spin(self) -> None:
+        """A few ``Test`` calls first, without the deadline's clock: a small message
+        completes within them."""
+        if len(self.requests) == 1:
+            test = self.requests[0].Test
+            try:
+                for _ in range(FIRST_POLLS):
+                    if test():
+                        self.done = True
+                        return
+            except self.comm.mpi.Exception as e:
+                raise DistributedError(f"{self.what} failed on rank {self.comm.rank}: "
+                                       f"{e}") from e
+
+    @property
+    def what(self) -> str:
+        return f"{self.label} of {_describe(self.array)} (operation #{self.number})"
 
     def test(self) -> bool:
         if not self.done:
@@ -71,6 +96,8 @@ class Pending:
         return self.done
 
     def wait(self):
+        if not self.done:
+            self._spin()
         if not self.done:
             self.comm.wait_all([self])
         if self.finish is not None:
@@ -108,9 +135,11 @@ class Communicator:
     def wait_all(self, pendings) -> None:
         """Wait until every operation in ``pendings`` completes; past the deadline raise
         :class:`DeadlineError` for the first one still open."""
-        deadline = time.monotonic() + self.timeout
-        spin_until, sleep = time.monotonic() + SPIN_S, 1e-5
+        now = time.monotonic()
+        deadline, spin_until, sleep = now + self.timeout, now + SPIN_S, 1e-5
         for pending in pendings:
+            if pending.started is None:
+                pending.started = now
             while not pending.done:
                 for _ in range(POLLS):   # (the clock is read once per POLLS tests)
                     if pending.test():
@@ -144,30 +173,47 @@ class Communicator:
 
     # -- operations -----------------------------------------------------------------------------
     def _start(self, what, array, start, result, finish=None, peers=None) -> Pending:
+        """Start an operation on ``array``, the contiguous buffer MPI reads: the pending
+        operation holds it (a copy made for a non-contiguous tensor must outlive MPI's
+        reading it)."""
         self.calls += 1
-        what = f"{what} of {_describe(array)} (operation #{self.calls})"
         if self.mpi is None:   # a lone process: the result is already there
-            return Pending(self, what, [], result, finish, peers)
+            return Pending(self, what, array, self.calls, [], result, finish, peers)
         try:
             requests = start()
         except self.mpi.Exception as e:
+            what = Pending(self, what, array, self.calls, [], None).what
             raise DistributedError(f"{what} could not start on rank {self.rank}: {e}") from e
-        pending = Pending(self, what, requests if isinstance(requests, list) else [requests],
+        pending = Pending(self, what, array, self.calls,
+                          requests if isinstance(requests, list) else [requests],
                           result, finish, peers)
-        self.in_flight = [p for p in self.in_flight if not p.done]   # (waited ones go)
+        if len(self.in_flight) >= 8:
+            self.in_flight = [p for p in self.in_flight if not p.done]   # (waited ones go)
         self.in_flight.append(pending)
         return pending
 
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
-        send, as_wire, from_wire = _reduction_buffer(x)
+        send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
+        wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
         out = send if inplace else np.empty_like(send)
-        mpi_op = _mpi_op(self.mpi, op, x.dtype)
         if self.mpi is None:
             out[...] = send
-        return self._start(f"all_reduce({op})", x, lambda: self.world.Iallreduce(
-            self.mpi.IN_PLACE if inplace else as_wire(send), as_wire(out), mpi_op), out,
-            _finish(op, self.size, from_wire))
+        return self._start(f"all_reduce({op})", send, lambda: self.world.Iallreduce(
+            self.mpi.IN_PLACE if inplace else wire(send), wire(out), mpi_op), out, finish)
+
+    def _reduction(self, op: str, dtype):
+        """(the arrays' form for MPI, the MPI op, the result's finish) of a reduction
+        ``op`` over ``dtype``, made once per pair: a small allreduce's time is mostly this
+        kind of Python work."""
+        key = (op, dtype)
+        found = _REDUCTIONS.get(key)
+        if found is None or found[3] is not self:
+            as_wire, from_wire = _wire(dtype)
+            found = (as_wire, _mpi_op(self.mpi, op, dtype),
+                     _finish(op, self.size, from_wire), self)
+            _REDUCTIONS[key] = found
+        return found
 
     def reduce(self, x: np.ndarray, dst: int, op: str = "SUM") -> Pending:
         """The reduction on rank ``dst``; zeros on the others (a pure function of the
@@ -179,7 +225,7 @@ class Communicator:
         if self.mpi is None:
             out[...] = send
         finish = _finish(op, self.size, from_wire)
-        return self._start(f"reduce({op}, dst={dst})", x, lambda: self.world.Ireduce(
+        return self._start(f"reduce({op}, dst={dst})", send, lambda: self.world.Ireduce(
             as_wire(send), as_wire(out) if self.rank == dst else None, mpi_op, root=dst),
             out, finish if self.rank == dst else from_wire)
 
@@ -196,7 +242,7 @@ class Communicator:
         out = np.empty((self.size,) + x.shape, x.dtype)
         if self.mpi is None:
             out[0] = send
-        return self._start("all_gather", x, lambda: self.world.Iallgather(
+        return self._start("all_gather", send, lambda: self.world.Iallgather(
             _bytes(send), _bytes(out)), out)
 
     def reduce_scatter(self, x: np.ndarray, op: str = "SUM") -> Pending:
@@ -209,7 +255,7 @@ class Communicator:
         mpi_op = _mpi_op(self.mpi, op, x.dtype)
         if self.mpi is None:
             out[...] = send[0]
-        return self._start(f"reduce_scatter({op})", x, lambda: self.world.Ireduce_scatter_block(
+        return self._start(f"reduce_scatter({op})", send, lambda: self.world.Ireduce_scatter_block(
             as_wire(send), as_wire(out), mpi_op), out, _finish(op, self.size, from_wire))
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> Pending:
@@ -217,7 +263,7 @@ class Communicator:
         send = np.ascontiguousarray(x)
         if self.mpi is None:   # a lone process sends to itself: the message waits here
             self.mailbox.setdefault(tag, []).append(send.copy())
-        return self._start(f"send(dst={dst}, tag={tag})", x,
+        return self._start(f"send(dst={dst}, tag={tag})", send,
                            lambda: self.world.Isend(_bytes(send), dst, tag), None, peers=[dst])
 
     def recv(self, out: np.ndarray, src: int, tag: int = 0) -> Pending:
@@ -276,21 +322,32 @@ _BYTE = [None]   # MPI.BYTE once connected
 
 
 def _reduction_buffer(x: np.ndarray):
-    """(contiguous send array, its form for MPI, back-conversion of the result): bfloat16
-    travels as 16-bit words (reduced by :func:`_bfloat16_op`), bool as uint8."""
-    send = np.ascontiguousarray(x)
-    if _is_bfloat16(x.dtype):
-        return send, lambda a: [a.view(np.uint16), _UINT16[0]], lambda a: a
-    if x.dtype == np.bool_:
-        return send.view(np.uint8), lambda a: a, lambda a: a.view(np.bool_)
-    return send, lambda a: a, lambda a: a
+    """(contiguous send array, its form for MPI, back-conversion of the result)."""
+    return (np.ascontiguousarray(x), *_wire(x.dtype))
+
+
+def _wire(dtype):
+    """(an array's form for MPI, the result's back-conversion) for arrays of ``dtype``:
+    bfloat16 travels as 16-bit words (reduced by :func:`_bfloat16_op`), bool as uint8."""
+    if _is_bfloat16(dtype):
+        return lambda a: [a.view(np.uint16), _UINT16[0]], _itself
+    if dtype == np.bool_:
+        return lambda a: a.view(np.uint8), _itself
+    return _itself, _itself
+
+
+def _itself(a):
+    return a
 
 
 _UINT16 = [None]   # MPI.UINT16_T once connected
 
 
 def _is_bfloat16(dtype) -> bool:
-    return dtype.name == "bfloat16"
+    return dtype == bfloat16_np
+
+
+_REDUCTIONS: dict = {}   # (op, dtype) -> what Communicator._reduction made for them
 
 
 def _mpi_op(mpi, op: str, dtype):

@@ -13,7 +13,9 @@ starts the buckets still waiting (gradients a rank did not produce count as zero
 for all of them and writes the averages into ``.grad``.
 
 While a step is being captured by ``dg.compile`` the same buckets become ``all_reduce``
-nodes of the step's graph, at the end of the backward.
+nodes of the step's graph (``compressed_all_reduce`` with the fp16 / bf16 compression
+hooks), at the end of the backward; the compiler's passes start each where its gradients
+are ready (``passes/communication.py``).
 """
 from __future__ import annotations
 
@@ -26,13 +28,12 @@ from ..autograd.engine import queue_callback
 from ..autograd.tape import no_grad
 from ..dispatch import modes
 from ..ops import collective
+from ..ops.collective import FIRST_BUCKET_BYTES
 from ..ops.shape import cat
 from ..tensor import Tensor
 from .module import Module
 
 __all__ = ["DistributedDataParallel"]
-
-FIRST_BUCKET_BYTES = 1 << 20   # as torch: a small first bucket starts communication early
 
 
 class _Bucket:
@@ -53,6 +54,10 @@ class DistributedDataParallel(Module):
     Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
     every forward (``broadcast_buffers``). ``bucket_cap_mb`` bounds a bucket;
     ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
+    ``gradient_as_bucket_view``: after the reduction each ``.grad`` is a view of its
+    bucket's flat array instead of a copy (one pass over the gradients fewer a step, and
+    with ``zero_grad(set_to_none=False)`` the backward accumulates straight into the
+    bucket); as in torch, a ``.grad`` kept across steps changes with the next backward.
 
     >>> model = dg.nn.parallel.DistributedDataParallel(dg.nn.Linear(4, 2))
     >>> loss = model(dg.randn(8, 4)).square().mean()
@@ -68,6 +73,7 @@ class DistributedDataParallel(Module):
         self.module = module
         self.broadcast_buffers = broadcast_buffers
         self.require_backward_grad_sync = True
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self._comm = collective.comm()
         self._hook, self._state = comm_hook, comm_state
         params = [p for p in module.parameters() if p.requires_grad]
@@ -143,14 +149,19 @@ class DistributedDataParallel(Module):
     def _start(self, bucket: _Bucket) -> None:
         self._next += 1
         flat = bucket.flat
+        # the default reduction averages: each gradient is divided as it is copied in (one
+        # pass over it); a hook gets the gradients as they are
+        scale = 1 if self._hook is not None else self._comm.size
         for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
-            flat[lo:hi] = 0 if p.grad is None else p.grad._data.reshape(-1)
-        grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
-                                      bucket.index == len(self._buckets) - 1)
+            if p.grad is None:
+                flat[lo:hi] = 0
+            else:
+                np.divide(p.grad._data.reshape(-1), scale, out=flat[lo:hi], casting="unsafe")
         if self._hook is not None:
+            grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
+                                          bucket.index == len(self._buckets) - 1)
             bucket.future = self._hook(self._state, grad_bucket)
             return
-        np.divide(flat, self._comm.size, out=flat, casting="unsafe")
         pending = self._comm.all_reduce(flat, "SUM", inplace=True)
         bucket.future = dist.Future(pending.wait)
 
@@ -166,7 +177,7 @@ class DistributedDataParallel(Module):
             for bucket in self._buckets:
                 reduced = bucket.future.wait()
                 reduced = reduced._data if isinstance(reduced, Tensor) else reduced
-                _write_grads(bucket, reduced)
+                _write_grads(bucket, reduced, self.gradient_as_bucket_view)
         finally:
             self._reset()
 
@@ -177,11 +188,13 @@ class DistributedDataParallel(Module):
 
     def _finish_traced(self) -> None:
         """The buckets as ``all_reduce`` nodes of the graph being captured."""
-        if self._hook is not None:
+        wire = getattr(self._hook, "wire_dtype", None)   # (None: the plain allreduce)
+        if self._hook is not None and not hasattr(self._hook, "wire_dtype"):
             raise NotImplementedError(
-                "DistributedDataParallel: communication hooks run eagerly; a step captured "
-                "by dg.compile reduces with the default allreduce. Remove the hook or run "
-                "this step eagerly")
+                f"DistributedDataParallel: the communication hook {_name(self._hook)} runs "
+                "eagerly only; under dg.compile the default allreduce and the fp16 / bf16 "
+                "compression hooks (a graph rewrite, passes/communication.py) are "
+                "available. Run this step eagerly, or use one of those")
         for bucket in self._buckets:
             missing = [name for name, p in self.module.named_parameters()
                        if p.grad is None and any(p is q for q in bucket.params)]
@@ -191,9 +204,15 @@ class DistributedDataParallel(Module):
                     "gradient in the captured step; set requires_grad=False on them, or "
                     "run the step eagerly")
             grads = [p.grad.reshape(-1) for p in bucket.params]
-            reduced = collective.all_reduce(cat(grads) / self._comm.size, "SUM")
+            averaged = cat(grads) / self._comm.size
+            reduced = (collective.all_reduce(averaged, "SUM") if wire is None else
+                       collective.compressed_all_reduce(averaged, "SUM", wire))
             for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
                 p.grad = reduced[lo:hi].reshape(tuple(p.shape))
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _make_buckets(params: list, cap_bytes: float) -> list:
@@ -211,13 +230,20 @@ def _make_buckets(params: list, cap_bytes: float) -> list:
     return buckets
 
 
-def _write_grads(bucket: _Bucket, reduced: np.ndarray) -> None:
+def _write_grads(bucket: _Bucket, reduced: np.ndarray, as_view: bool) -> None:
+    """The reduced gradients into ``.grad``: copies, or (``as_view``, where the reduction
+    is the bucket's own array) views of the bucket."""
+    as_view = as_view and reduced is bucket.flat
     for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
         part = reduced[lo:hi].reshape(p._data.shape)
-        if p.grad is None:
-            if not part.any():   # no rank had a gradient for it: leave it None
-                continue
+        if p.grad is None and not part.any():   # no rank had a gradient: leave it None
+            continue
+        if as_view and (p.grad is None or not np.may_share_memory(p.grad._data, part)):
+            p.grad = Tensor._make(part)
+        elif p.grad is None:
             p.grad = Tensor._make(np.array(part))
+        elif as_view:   # (already the view: the backward accumulated into the bucket)
+            p.grad._version[0] += 1
         else:
             np.copyto(p.grad._data, part, casting="unsafe")
             p.grad._version[0] += 1

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from .opdef import defop
 
 __all__: list = []
+
+
+FIRST_BUCKET_BYTES = 1 << 20   # as torch's DDP: a small first bucket starts communicating early
 
 
 class _State:
@@ -61,6 +65,77 @@ ALL_REDUCE = defop(
     _all_reduce_vjp,
     attrs=("reduction",), saves="io", communicates=True,
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
+
+
+def _compressed_kernel(x, reduction, dtype):
+    sent = x.astype(dtype)
+    return comm().all_reduce(sent, reduction).wait().astype(x.dtype)
+
+
+def _infer_compressed(x, reduction, dtype):
+    if reduction not in ("SUM", "AVG"):
+        raise ShapeError(f"compressed_all_reduce: reduction {reduction!r}; a compressed "
+                         "allreduce sums or averages")
+    return _same(x)
+
+
+COMPRESSED_ALL_REDUCE = defop(
+    "compressed_all_reduce", _compressed_kernel, _infer_compressed,
+    lambda g, out, x, reduction, dtype: compressed_all_reduce(g, reduction, dtype),
+    attrs=("reduction", "dtype"), saves="", communicates=True,
+    doc="The sum (or average) of ``x`` over all ranks sent as ``dtype`` (half the bytes "
+        "for a 16-bit one): ``x`` rounded to ``dtype``, reduced in it, and the result "
+        "converted back to ``x``'s dtype. A data-parallel compression hook's graph form; "
+        "the lowering rule ``compress_all_reduces`` makes it those three nodes.")
+
+
+# -- an allreduce split in two, so that it overlaps the computation between -------------------
+# ``overlap_communication`` (passes/communication.py) replaces a compiled graph's
+# ``all_reduce`` by ``all_reduce_start`` where its input is ready, ``all_reduce_progress``
+# after the work that follows (MPICH moves a message forward only inside MPI calls), and
+# ``all_reduce_wait`` where its result is first read. The started operations are kept here
+# by the id of the array MPI writes, which the start returns and the wait reads.
+_STARTED: dict = {}
+
+
+def _start_kernel(x, reduction):
+    pending = comm().all_reduce(x, reduction)
+    _STARTED[id(pending.result)] = pending
+    return pending.result
+
+
+def _progress_kernel(handle):
+    comm().progress()
+    return handle
+
+
+def _wait_kernel(handle, x, reduction):
+    pending = _STARTED.pop(id(handle), None)
+    if pending is None:
+        if comm().size > 1:
+            raise RuntimeError("all_reduce_wait: no allreduce was started into this array "
+                               "(a graph whose all_reduce_start did not run)")
+        return handle   # a lone process: the start's result is the reduction
+    return pending.wait()
+
+
+ALL_REDUCE_START = defop(
+    "all_reduce_start", _start_kernel, _same, attrs=("reduction",), communicates=True,
+    compiler_only=True, decomposition=lambda x, reduction: all_reduce(x, reduction),
+    doc="Starts the allreduce of ``x`` without waiting; its value is the reduction once "
+        "``all_reduce_wait`` has read it.")
+
+ALL_REDUCE_PROGRESS = defop(
+    "all_reduce_progress", _progress_kernel, _same, communicates=True, compiler_only=True,
+    decomposition=lambda handle: handle,
+    doc="Lets MPI move the started operations forward; returns its input.")
+
+ALL_REDUCE_WAIT = defop(
+    "all_reduce_wait", _wait_kernel, lambda handle, x, reduction: _same(handle),
+    attrs=("reduction",), communicates=True, compiler_only=True,
+    decomposition=lambda handle, x, reduction: handle,
+    doc="Waits for the allreduce started into ``handle`` (its input ``x`` is read by MPI "
+        "until then) and returns the reduction.")
 
 
 def _infer_reduce(x, dst, reduction):
@@ -141,6 +216,10 @@ RECV = defop(
 # -- the functions (Tensors in, Tensors out) ----------------------------------------------------
 def all_reduce(x, op: str = "SUM"):
     return apply(ALL_REDUCE, x, reduction=str(op).upper())
+
+
+def compressed_all_reduce(x, op: str = "SUM", dtype="float16"):
+    return apply(COMPRESSED_ALL_REDUCE, x, reduction=str(op).upper(), dtype=dtypes.to_np(dtype))
 
 
 def reduce(x, dst: int, op: str = "SUM"):

@@ -21,7 +21,7 @@ import time
 from ..graph import Graph, verify as verify_graph
 from .core import Report
 from .residuals import save_scan_residuals
-from .communication import fuse_all_reduces
+from .communication import fuse_all_reduces, overlap_communication
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
@@ -33,14 +33,16 @@ from .simplify import RULES, simplify
 
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
-           "fuse_elementwise", "fuse_all_reduces", "schedule", "checkpoint_savings",
+           "fuse_elementwise", "fuse_all_reduces", "overlap_communication", "schedule",
+           "checkpoint_savings",
            "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm",
-           "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
+           "batch_linears", "share_conv_columns", "join_loss_gradient", "compress_all_reduces",
+           "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, batch_scan_linears,
- group_updates, linear_relu, relu_backward_in_place) = LOWERING
+(fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, compress_all_reduces,
+ batch_scan_linears, group_updates, linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
@@ -59,6 +61,7 @@ PIPELINE = [
     Stage("kernels"),   # lowering rules: one call for a step's updates, relus in place
     schedule,
     rematerialize,      # what checkpoints recompute; with a memory budget, more to fit it
+    overlap_communication,  # each allreduce started where its input is ready, waited late
     plan_memory,        # analysis only: the plan is in its report
 ]
 PASS_NAMES = sorted({p.__name__ for p in PIPELINE if not isinstance(p, Stage)}

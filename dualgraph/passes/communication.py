@@ -1,13 +1,17 @@
-"""Communication fusion: many small allreduces become a few large ones."""
+"""Communication passes: many small allreduces become a few large ones
+(``fuse_all_reduces``), and each overlaps the computation after its input is ready
+(``overlap_communication``)."""
 from __future__ import annotations
 
 import math
 
-from ..graph import Graph
-from ..ops.collective import ALL_REDUCE
+from ..graph import Graph, Value
+from ..ops.collective import (ALL_REDUCE, ALL_REDUCE_PROGRESS, ALL_REDUCE_START,
+                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE, FIRST_BUCKET_BYTES)
+from ..ops.elementwise import CAST
 from ..ops.shape import CAT, RESHAPE, SLICE
 from ..shapes import is_static
-from .core import Builder, Report, format_bytes, nbytes
+from .core import Builder, Report, format_bytes, nbytes, readers
 
 BUCKET_BYTES = 25 << 20   # as data parallelism's default bucket: one message at most this
 
@@ -18,7 +22,9 @@ def fuse_all_reduces(graph: Graph, bucket_bytes: int = BUCKET_BYTES) -> tuple[Gr
     a slice of it: every allreduce costs a latency, so few large ones beat many small
     ones. A run ends at any other communicating node (every rank keeps the order of its
     communications) and before any node that reads a result of the run (the joined
-    allreduce takes the place of the run's last node).
+    allreduce takes the place of the run's last node). The graph's first joined allreduce
+    stops at ``FIRST_BUCKET_BYTES``, as data parallelism's first bucket: it can start
+    while the rest of the backward runs (``overlap_communication``).
 
     Preserves: every value (an allreduce of a concatenation is the concatenation of the
     allreduces: the reductions are elementwise), inputs and outputs, and the order of the
@@ -57,11 +63,14 @@ def fuse_all_reduces(graph: Graph, bucket_bytes: int = BUCKET_BYTES) -> tuple[Gr
 def _runs(graph: Graph, bucket_bytes: int) -> list[list]:
     """The runs of two or more allreduces to join, in node order."""
     runs, run, results, size = [], [], set(), 0
+    cap = min(bucket_bytes, FIRST_BUCKET_BYTES)   # (the first allreduce's, then bucket_bytes)
 
     def close():
-        nonlocal run, size
+        nonlocal run, size, cap
         if len(run) > 1:
             runs.append(run)
+        if run:
+            cap = bucket_bytes
         run, size = [], 0
         results.clear()
 
@@ -85,6 +94,8 @@ def _runs(graph: Graph, bucket_bytes: int) -> list[list]:
         run.append(node)
         results.add(out)
         size += nbytes(out)
+        if size >= cap:
+            close()
     close()
     return runs
 
@@ -108,3 +119,255 @@ def _join(b: Builder, run: list) -> None:
             (part,) = b.add(RESHAPE, [part], {"shape": tuple(out.shape)}, node.location)
         b.env[out] = part
         offset += n
+
+
+POLL_BYTES = 1 << 14   # a node writing this much is worth a progress poll after it
+
+
+def overlap_communication(graph: Graph) -> tuple[Graph, Report]:
+    """Each ``all_reduce`` split in two, so that its communication overlaps the computation
+    between: ``all_reduce_start`` as soon as its input can be computed (right after the
+    node that finishes its last gradient, with the nodes that only prepare its input: the
+    ``cat`` of a bucket, the division by the world size), ``all_reduce_wait`` as late as
+    possible (before the first node that reads the result other than a view cutting it into
+    gradients, as an optimiser's update), and between them an ``all_reduce_progress``
+    after every node that writes at least
+    ``POLL_BYTES``: MPICH moves a message forward only inside MPI calls, so without them
+    the message would travel only once the wait is reached. The report names, per
+    allreduce, where it starts and where it is waited on (``explain()`` prints it).
+
+    Preserves: every value (the start, polls and wait compute the allreduce), inputs and
+    outputs, and the order of the communicating nodes among themselves (each start keeps
+    its place among the other collectives, as every rank must). An allreduce that nothing
+    could overlap (its wait would follow its start) is left whole.
+
+    Before::                                    After::
+
+        %g = linear_backward(...)                   %g = linear_backward(...)
+        %s = div(%g, 2)                             %s = div(%g, 2)
+        %dx = linear_backward(...)                  %h = all_reduce_start(%s)
+        %a = all_reduce(%s)                         %dx = linear_backward(...)
+        %w = sub(%p, %a)                            %h1 = all_reduce_progress(%h)
+                                                    %a = all_reduce_wait(%h1, %s)
+                                                    %w = sub(%p, %a)
+    """
+    report = Report("overlap_communication", len(graph.nodes), len(graph.nodes))
+    reductions = [n for n in graph.nodes if n.op is ALL_REDUCE]
+    if not reductions:
+        return graph, report
+    plan = _overlap_plan(graph, reductions)
+    starts = {a for kind, a in plan if kind == "start"}
+    if not starts:
+        return graph, report
+    b = Builder(graph)
+    handles, where = {}, {}
+    for kind, node in plan:
+        if kind == "node":
+            b.copy(node)
+        elif kind == "start":
+            (handles[node],) = b.add(ALL_REDUCE_START, [b.get(node.inputs[0])],
+                                     dict(node.attrs), node.location)
+            where[node] = [len(b.graph.nodes) - 1, 0]
+        elif kind == "progress":
+            (handles[node],) = b.add(ALL_REDUCE_PROGRESS, [handles[node]], {}, node.location)
+            where[node][1] += 1
+        else:
+            (b.env[node.outputs[0]],) = b.add(
+                ALL_REDUCE_WAIT, [handles[node], b.get(node.inputs[0])], dict(node.attrs),
+                node.location)
+            where[node].append(len(b.graph.nodes) - 1)
+    new = b.finish()
+    for i, node in enumerate(n for n in reductions if n in starts):
+        start, polls, wait = where[node]
+        size = format_bytes(nbytes(node.outputs[0]))
+        report.count("overlapped", (
+            f"all_reduce #{i} of {size} ({node.location or '?'}): starts at node {start} "
+            f"after {_describe_at(new, start - 1)}, waited on at node {wait} before "
+            f"{_describe_at(new, _first_use(new, wait))}; {wait - start - 1} nodes between "
+            f"({polls} progress polls)"))
+    report.nodes_after = len(new.nodes)
+    return new, report
+
+
+def _first_use(graph: Graph, i: int) -> int:
+    """The first node after ``i`` that is not a view (the wait's result cut in pieces)."""
+    i += 1
+    while i < len(graph.nodes) and graph.nodes[i].op.view:
+        i += 1
+    return i
+
+
+def _describe_at(graph: Graph, i: int) -> str:
+    if not 0 <= i < len(graph.nodes):
+        return "the graph's start" if i < 0 else "the return"
+    node = graph.nodes[i]
+    return f"{node.op.name} ({node.location or '?'})"
+
+
+def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
+    """The new order as ``(kind, node)`` items: "node" (copied), "start", "progress" and
+    "wait" of an allreduce."""
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    consumers = readers(graph)
+    prep = {a: _preparation(graph, a, index, consumers) for a in reductions}
+    preparing = {n for nodes in prep.values() for n in nodes}
+    producer = {v: n for n in graph.nodes for v in n.outputs}
+    needs = {a: {producer[x] for n in [*prep[a], a] for x in n.inputs if x in producer}
+             - set(prep[a]) for a in reductions}
+    communicating = [n for n in graph.nodes if n.op.communicates]
+    earlier = {a: set(communicating[:communicating.index(a)]) for a in reductions}
+    views = {a: _views_of_result(graph, a, index) for a in reductions}
+    result_of = {v: a for a in reductions for n in [a, *views[a]] for v in n.outputs}
+    plan, done, in_flight, queue = [], set(), [], list(reductions)
+
+    def wait(a):
+        in_flight.remove(a)
+        plan.append(("wait", a))
+        for n in views[a]:
+            if n not in done:   # (a view may also prepare another allreduce's input)
+                plan.append(("node", n))
+                done.add(n)
+
+    def wait_for_inputs(nodes):
+        for n in nodes:
+            for x in n.inputs:
+                a = result_of.get(x)
+                if a in in_flight:
+                    wait(a)
+
+    def emit(node):
+        plan.append(("node", node))
+        done.add(node)
+        if in_flight and sum(nbytes(v) for v in node.outputs) >= POLL_BYTES:
+            plan.append(("progress", in_flight[-1]))
+
+    def start_ready():
+        while queue and needs[queue[0]] <= done and earlier[queue[0]] <= done:
+            a = queue.pop(0)
+            wait_for_inputs([*prep[a], a])
+            for n in prep[a]:
+                if n not in done:
+                    emit(n)
+            plan.append(("start", a))
+            done.add(a)
+            in_flight.append(a)
+
+    start_ready()
+    deferred = preparing.union(*views.values())
+    for node in graph.nodes:
+        if node in done or node in deferred:
+            continue
+        if node.op is ALL_REDUCE:   # (what it needs comes before it: done, or waited for)
+            wait_for_inputs([*prep[node], node])
+            start_ready()
+            assert node in done, f"overlap_communication could not start {node}"
+            continue
+        wait_for_inputs([node])
+        emit(node)
+        start_ready()
+    for a in reductions:
+        if a in in_flight:
+            wait(a)
+    return _unsplit_idle(plan)
+
+
+def _views_of_result(graph: Graph, a, index: dict) -> list:
+    """The view nodes (slices, reshapes) that only cut ``a``'s result into pieces: they
+    move with its wait, which can then come as late as the first real use."""
+    chain, found = set(a.outputs), []
+    for node in graph.nodes[index[a] + 1:]:
+        inputs = [x for x in node.inputs if isinstance(x, Value)]
+        if node.op.view and inputs and all(x in chain for x in inputs):
+            chain.update(node.outputs)
+            found.append(node)
+    return found
+
+
+def _preparation(graph: Graph, a, index: dict, consumers: dict) -> list:
+    """The nodes that only prepare ``a``'s input (every value they make is read only by
+    them or by ``a``, none is communicating nor a graph output), in node order: they move
+    with the start."""
+    prep, frontier = set(), {x.producer for x in a.inputs
+                             if isinstance(x, Value) and x.producer is not None}
+    for i in range(index[a] - 1, -1, -1):
+        if not frontier:
+            break
+        node = graph.nodes[i]
+        if node not in frontier:
+            continue
+        frontier.discard(node)
+        if node.op.communicates or not all(
+                r is a or r in prep for v in node.outputs for r in consumers.get(v, ())):
+            continue
+        prep.add(node)
+        frontier.update(x.producer for x in node.inputs
+                        if isinstance(x, Value) and x.producer is not None)
+    return sorted(prep, key=index.__getitem__)
+
+
+def _unsplit_idle(plan: list) -> list:
+    """An allreduce whose wait would follow its start (only polls of its own between) is
+    left whole: there is nothing to overlap."""
+    out = []
+    for item in plan:
+        kind, node = item
+        if kind == "wait":
+            back = len(out) - 1
+            while back >= 0 and out[back] == ("progress", node):
+                back -= 1
+            if back >= 0 and out[back] == ("start", node):
+                del out[back:]
+                out.append(("node", node))
+                continue
+        out.append(item)
+    return out
+
+
+def compressed_all_reduces(graph: Graph) -> list:
+    """The precondition: every ``compressed_all_reduce`` node of a static shape."""
+    return [n for n in graph.nodes
+            if n.op is COMPRESSED_ALL_REDUCE and is_static(n.inputs[0].shape)]
+
+
+def compress_all_reduces(graph: Graph, nodes: list, report: Report) -> Graph:
+    """Each ``compressed_all_reduce`` (a data-parallel compression hook's graph form:
+    ``fp16_compress_hook``, ``bf16_compress_hook``) becomes the quantisation around a plain
+    allreduce: a cast to the wire dtype, ``all_reduce`` in it, a cast back. Then
+    ``fuse_all_reduces`` joins the 16-bit allreduces into buckets and
+    ``overlap_communication`` starts them early, as any allreduce.
+
+    Preserves: types, inputs and outputs, and values bit for bit (the same casts and
+    reduction the op's kernel and the eager hook run).
+
+    Before::
+
+        graph(%g: f32[4]) {
+          %r: f32[4] = compressed_all_reduce(%g, reduction='SUM', dtype=float16)
+          return (%r)
+        }
+
+    After::
+
+        graph(%g: f32[4]) {
+          %cast: f16[4] = cast(%g, dtype=float16)
+          %all_reduce: f16[4] = all_reduce(%cast, reduction='SUM')
+          %r: f32[4] = cast(%all_reduce, dtype=float32)
+          return (%r)
+        }
+    """
+    todo = set(nodes)
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node not in todo:
+            b.copy(node)
+            continue
+        (x,), (out,) = [b.get(v) for v in node.inputs], node.outputs
+        wire = node.attrs["dtype"]
+        (sent,) = b.add(CAST, [x], {"dtype": wire}, node.location)
+        (summed,) = b.add(ALL_REDUCE, [sent], {"reduction": node.attrs["reduction"]},
+                          node.location)
+        (b.env[out],) = b.add(CAST, [summed], {"dtype": out.dtype}, node.location,
+                              names=[out.name])
+        report.count("compress_all_reduces", f"{format_bytes(nbytes(out))} sent as {wire} "
+                     f"({node.location or '?'})")
+    return b.finish()

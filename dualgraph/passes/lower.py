@@ -29,6 +29,7 @@ from typing import Callable
 
 from .. import kernels
 from ..graph import Graph, Node, Value
+from ..ops.collective import COMPRESSED_ALL_REDUCE
 from ..ops.control import SCAN
 from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
 from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
@@ -37,6 +38,7 @@ from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
 from .affine import LAYERS, affine_chains, fold_affine_chains
 from .batch import batch_linears, loop_linear_groups
+from .communication import compress_all_reduces, compressed_all_reduces
 from .core import Builder, Report, readers
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
@@ -247,6 +249,9 @@ RULES = [
     # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
     LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
                  loss_gradient_pairs, join_loss_gradient, "graph"),
+    # compressed_all_reduce(x) (a compression hook) -> cast, all_reduce, cast back
+    LoweringRule("compress_all_reduces", (COMPRESSED_ALL_REDUCE,), compressed_all_reduces,
+                 compress_all_reduces, "graph"),
     # a scan's linear(x_t) and their gradients -> one GEMM before / after the scan
     LoweringRule("batch_scan_linears", (SCAN,), scan_plans, batch_scan_linears, "scans",
                  repeat=True),

@@ -26,23 +26,23 @@ Y = rng.integers(0, 5, (STEPS, 2, SIZE * LOCAL))
 
 
 class Net(dg.nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=32):
         super().__init__()
-        self.a = dg.nn.Linear(12, 32)
-        self.b = dg.nn.Linear(32, 32)
-        self.c = dg.nn.Linear(32, 5)
+        self.a = dg.nn.Linear(12, hidden)
+        self.b = dg.nn.Linear(hidden, hidden)
+        self.c = dg.nn.Linear(hidden, 5)
         self.unused = dg.nn.Linear(3, 3)   # no gradient: must not stall the reduction
-        self.register_buffer("scale", dg.ones(32))
+        self.register_buffer("scale", dg.ones(hidden))
 
     def forward(self, x):
         h = dg.tanh(self.a(x)) * self.scale
         return self.c(dg.relu(self.b(h)))
 
 
-def make(seed):
+def make(seed, hidden=32):
     """A model initialised from ``seed``, its buffer too (DDP must broadcast rank 0's)."""
     dg.manual_seed(seed)
-    net = Net()
+    net = Net(hidden)
     net.scale.mul_(1 + seed)
     return net
 
@@ -105,6 +105,19 @@ for cap in (25, 1e-4):
     assert ddp.module.unused.weight.grad is None
     np.testing.assert_array_equal(ddp.module.scale.numpy(), np.ones(32))
 
+# gradients as views of the buckets: the same result, and .grad shares the bucket's memory
+for set_to_none in (True, False):
+    ddp = DDP(make(RANK), bucket_cap_mb=1e-3, gradient_as_bucket_view=True)
+    opt = dg.optim.Adam(ddp.parameters(), lr=1e-2)
+    for s in range(STEPS):
+        x, y = batch(s, 0, [RANK])
+        opt.zero_grad(set_to_none=set_to_none)
+        dg.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    check(f"gradient_as_bucket_view set_to_none={set_to_none}", flat(ddp.module), want)
+    bucket = ddp._bucket_of[id(ddp.module.a.weight)]
+    assert np.shares_memory(ddp.module.a.weight.grad.numpy(), bucket.flat)
+
 # no_sync: two micro-batches per step, the first without communication == one big batch
 ref_model = make(0)
 train(ref_model, range(SIZE), micro_steps=2)
@@ -123,4 +136,38 @@ ddp = DDP(model, bucket_cap_mb=1e-3)
 run = train(ddp, [RANK], compiled=True)
 check("compiled ddp", flat(ddp.module), flat(ref_model))
 assert str(run.graph).count("= all_reduce(") == len(ddp._buckets), str(run.graph)
+
+# compiled with buckets large enough not to be joined (the first closes at 1 MB): the first
+# starts during the backward and is polled and waited on before the update; the same
+# parameters as eager DDP (a 600-wide layer's sums split by rank round differently from
+# one process's, 2e-5 after 10 Adam steps, eager as compiled)
+eager = DDP(make(RANK, hidden=600))
+eager.module.unused.requires_grad_(False)
+train(eager, [RANK])
+model = make(RANK, hidden=600)
+model.unused.requires_grad_(False)
+ddp = DDP(model)
+run = train(ddp, [RANK], compiled=True)
+check("compiled ddp overlapped", flat(ddp.module), flat(eager.module))
+assert len(ddp._buckets) == 2 and "k_all_reduce_start(" in run.code, run.code
+assert "k_all_reduce_progress(" in run.code and "k_all_reduce_wait(" in run.code, run.code
+# ZeroRedundancyOptimizer: each rank keeps and updates half of Adam's state, the owners
+# broadcast the new values: the same parameters as the unsharded optimiser
+from dualgraph.distributed.optim import ZeroRedundancyOptimizer   # noqa: E402
+
+for sharded in (False, True):
+    model = DDP(make(RANK), bucket_cap_mb=1e-3)
+    opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=dg.optim.Adam, lr=1e-2)
+           if sharded else dg.optim.Adam(model.parameters(), lr=1e-2))
+    for s in range(STEPS):
+        x, y = batch(s, 0, [RANK])
+        opt.zero_grad()
+        dg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    if not sharded:
+        unsharded = flat(model.module)
+        continue
+    owned = [p for p in model.parameters() if opt.owner[id(p)] == RANK and p.grad is not None]
+    assert 0 < len(opt.state) == len(owned) < len(list(model.parameters())), len(opt.state)
+    check("ZeroRedundancyOptimizer", flat(model.module), unsharded)
 dist.destroy_process_group()

@@ -4,6 +4,7 @@ what torch computes for the row, and its VJP is the identity on the gradient. Th
 across two ranks, and their gradients, are checked against NumPy by
 ``tests/test_distributed.py`` under ``mpiexec -n 2``."""
 from dualgraph.distributed.mpi import Communicator
+from dualgraph.dispatch import apply
 from dualgraph.ops import collective as c
 
 from . import In, OpCase
@@ -21,6 +22,13 @@ def _send_recv(x):
     return c.recv(tuple(x.shape), x._data.dtype, 0, tag=3) + token.to(x.dtype) * 0
 
 
+def _split(x):
+    """The allreduce as the compiled graph runs it: started, polled, waited on."""
+    handle = apply(c.ALL_REDUCE_START, x, reduction="SUM")
+    handle = apply(c.ALL_REDUCE_PROGRESS, handle)
+    return apply(c.ALL_REDUCE_WAIT, handle, x, reduction="SUM")
+
+
 CASES = [
     OpCase("all_reduce", _row(lambda x, op=op: c.all_reduce(x, op), lambda x: x.clone()),
            [In((3, 4), "distinct")], op.lower(), dtypes=("float32", "float64", "float16"))
@@ -28,6 +36,9 @@ CASES = [
 ] + [
     OpCase("all_reduce", _row(lambda x: c.all_reduce(x, "PRODUCT"), lambda x: x.clone()),
            [In((3, 4), "pos")], "product"),
+    OpCase("compressed_all_reduce",
+           _row(lambda x: c.compressed_all_reduce(x, "SUM", "float16"),
+                lambda x: x.half().to(x.dtype)), [In((3, 4))], grad=False),
     OpCase("reduce", _row(lambda x: c.reduce(x, 0), lambda x: x.clone()), [In((2, 3))]),
     OpCase("broadcast", _row(lambda x: c.broadcast(x, 0), lambda x: x.clone()), [In((5,))],
            dtypes=("float32", "bfloat16")),
@@ -35,4 +46,7 @@ CASES = [
     OpCase("reduce_scatter", _row(c.reduce_scatter, lambda x: x[0].clone()), [In((1, 4))]),
     OpCase("send", _row(_send_recv, lambda x: x.clone()), [In((2, 2))], grad=False),
     OpCase("recv", _row(_send_recv, lambda x: x.clone()), [In((3,))], grad=False),
+] + [
+    OpCase(name, _row(_split, lambda x: x.clone()), [In((3, 4))], grad=False)
+    for name in ("all_reduce_start", "all_reduce_progress", "all_reduce_wait")
 ]

@@ -1,5 +1,10 @@
 """The plain hooks: an averaging allreduce, and the same on a 16-bit copy of the bucket.
 
+A hook's ``wire_dtype`` is its graph form: in a step compiled by ``dg.compile`` DDP reduces
+each bucket with ``compressed_all_reduce(..., dtype=wire_dtype)`` (which the lowering rule
+``compress_all_reduces`` makes a cast, an allreduce and a cast back), or with a plain
+``all_reduce`` where it is None. A hook without one runs eagerly only.
+
 >>> ddp.register_comm_hook(None, fp16_compress_hook)
 """
 from __future__ import annotations
@@ -11,6 +16,9 @@ from ....dtypes import bfloat16, float16
 def allreduce_hook(process_group, bucket) -> dist.Future:
     """Average the bucket over the ranks: divide by the world size, allreduce (sum)."""
     return _allreduce_fut(bucket.buffer())
+
+
+allreduce_hook.wire_dtype = None   # its graph form: the plain allreduce
 
 
 def _allreduce_fut(tensor) -> dist.Future:
@@ -29,6 +37,7 @@ def _compress_hook(dtype):
             buffer.copy_(fut.value()[0])
             return buffer
         return fut.then(decompress)
+    hook.wire_dtype = dtype   # its graph form under dg.compile: compressed_all_reduce
     return hook
 
 
