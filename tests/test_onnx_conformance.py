@@ -32,6 +32,14 @@ COMMON = {
 }
 # Cases of the common op types that do not pass yet (none now: keep it so).
 COMMON_NOT_YET: set = set()
+# Cases whose outcome depends on the CPU's BLAS rounding, not on the import: an expected
+# failure where they fail (not a strict one: they pass on other CPUs).
+CPU_DEPENDENT = {
+    "test_squeezenet": "its random weights give logits near 9e9 and identical classes: "
+    "expected softmax 0.001 each. OpenBLAS's GEMM rounds some output rows of the last "
+    "convolution one float32 step (1024) apart on some CPUs (AMD EPYC), and softmax turns "
+    "that step into 0 or 1/32 (onnxruntime's GEMM rounds every row alike)",
+}
 
 
 @functools.cache
@@ -44,6 +52,8 @@ def test_case(name):
     if name in conf.failing():
         pytest.xfail(f"listed as failing ({conf.failing()[name]})")
     category, message = conf.run_case(_cases()[name])
+    if category != "pass" and name in CPU_DEPENDENT:
+        pytest.xfail(f"on this CPU: {CPU_DEPENDENT[name]}")
     assert category == "pass", f"{name}: {category}: {message}"
 
 
