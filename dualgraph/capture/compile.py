@@ -44,7 +44,7 @@ from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, s
 from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
-from .split import Splitter
+from .split import SplitTracer
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
 
@@ -422,6 +422,7 @@ class Compiled:
         self.records: list[Record] = []
         self.eager_only = False
         self._split = None   # the Splitter once a graph break splits the function
+        self._split_result = None   # (the result of the call that found the break)
         self._made_state = False   # whether the latest capture made state (_run_once)
         self._warned_limit = False
         self._last: Entry | None = None
@@ -553,8 +554,9 @@ class Compiled:
                 dispatch.profiler.add_range(f"dg.compile({name}): trace, optimise, codegen",
                                             start, time.perf_counter_ns())
             if entry is None:
-                if self._split is not None:
-                    return self._split(args, kwargs)
+                if self._split is not None:   # (split: it ran as it was traced)
+                    result, self._split_result = self._split_result, None
+                    return result
                 return self.fn(*args, **kwargs)
             if entry.created:
                 return self._run_once(entry, args, kwargs, leaves)
@@ -710,12 +712,19 @@ class Compiled:
         names = self.leaf_names(args, kwargs)
         module_before = {s.identity(): fact(s.get())
                          for s in self._module_facts.scalar_slots()}
-        tracer = Tracer(names=readable_names(self.fn))
+        # (a graph break where Python needs a value splits the function from that call)
+        split = not (self.fullgraph or self.strict)
+        names_in_scope = readable_names(self.fn)
+        tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
                                                             leaf_dynamic)
         except CaptureError as e:
-            return self._graph_break(e, split=True), sig
+            self._split = None
+            return self._graph_break(e), sig
+        if split and tracer.broke:   # (the rest of this call is the splitter's)
+            self._split_result = self._split.finish(tracer, capture, backward, args, kwargs)
+            return None, sig
         capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
         entry = None if created else self._same_graph(capture, backward)
@@ -850,14 +859,12 @@ class Compiled:
             params += [p for group in opt.param_groups for p in group["params"]]
         return params
 
-    def _graph_break(self, e: CaptureError, split=False):
-        """A break: with ``fullgraph`` it raises; a trace's break splits the function there
-        from now on (capture/split.py); else the function runs eagerly from now on."""
+    def _graph_break(self, e: CaptureError):
+        """A break that does not split the function (capture/split.py splits at those where
+        Python needs a value): with ``fullgraph`` it raises, else the function runs eagerly
+        from now on."""
         if self.fullgraph:
             raise e
-        if split and not self.strict:
-            self._split, self._fast = Splitter(self), None
-            return None
         self.records.append(Record("break", e.reason, e.fix, e.location))
         warnings.warn(f"dg.compile: graph break in {_name(self.fn)} at {e.location}: "
                       f"{e.reason}; running it eagerly from now on. {e.fix}", stacklevel=4)

@@ -36,7 +36,7 @@ import numpy as np
 from .._helpers import _is_internal, format_site, user_site
 from .._pytree import flatten
 from ..codegen import Executable
-from ..errors import CaptureError
+from ..errors import CONCRETE_FIX, CaptureError
 from ..graph import Graph
 from ..graph.ir import Value
 from ..passes import run_pipeline
@@ -104,9 +104,9 @@ class SplitTracer(Tracer):
     docstring): ``env`` holds the arrays of the graph's inputs and of the values the
     pieces run so far computed; nodes before ``cut`` ran in a piece."""
 
-    def __init__(self, splitter, names):
-        super().__init__(names=names)
-        self.splitter = splitter
+    def __init__(self, names=None, compiled=None):
+        super().__init__(names)
+        self.compiled = compiled   # (None in a control-flow body's tracer: ops/control.py)
         self.env: dict[Value, np.ndarray] = {}
         self.cut = 0
         self.ran: list = []       # (piece, first node, end node) of this call's pieces
@@ -145,6 +145,11 @@ class SplitTracer(Tracer):
         """The value of traced tensor ``t`` that a break (``what``: "item()", ...) needs,
         read-only (writing to it would not change the tensor, as eager's would)."""
         location = format_site(user_site())
+        if type(t._data) is Value and t._data not in self.graph:   # (a dg.cond body's)
+            raise CaptureError(f"{what} on a traced tensor", location, CONCRETE_FIX)
+        if self.compiled._split is None:   # (the first break: split from this call on)
+            self.compiled._split = Splitter(self.compiled)
+        self.splitter = self.compiled._split
         value = self.value_of(t)
         if value not in self.env and value not in self.graph.constants:
             start = self.cut
@@ -292,8 +297,7 @@ class Splitter:
 
     def __call__(self, args, kwargs):
         c = self.compiled
-        tracer = SplitTracer(self, readable_names(c.fn))
-        leaves, _ = flatten((args, kwargs))
+        tracer = SplitTracer(readable_names(c.fn), c)
         try:
             capture, backward, _, _ = c._trace(tracer, args, kwargs,
                                                c.leaf_names(args, kwargs), [])
@@ -301,6 +305,12 @@ class Splitter:
             c._split = None
             c._graph_break(e)
             return c.fn(*args, **kwargs)
+        return self.finish(tracer, capture, backward, args, kwargs)
+
+    def finish(self, tracer, capture, backward, args, kwargs):
+        """Run the last piece of a call traced by ``tracer``; the call's result."""
+        c = self.compiled
+        leaves, _ = flatten((args, kwargs))
         if len(self.pieces) > MAX_PIECES:
             self._give_up(f"more than {MAX_PIECES} different pieces compiled")
         tracer.learn()
