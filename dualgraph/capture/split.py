@@ -28,6 +28,7 @@ function runs eagerly from that call on (``Compiled._graph_break``).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 
@@ -35,7 +36,9 @@ import numpy as np
 
 from .._helpers import _is_internal, format_site, user_site
 from .._pytree import flatten
+from ..autograd.tape import no_grad
 from ..codegen import Executable
+from ..dispatch import modes
 from ..errors import CONCRETE_FIX, CaptureError
 from ..graph import Graph
 from ..graph.ir import Value
@@ -73,12 +76,13 @@ class Piece:
             g = copy_nodes(self.graph, self.graph.inputs, self.graph.nodes, produced)
             kept, outs = range(len(produced)), run_once(g, arrays)
         else:
-            if self.executable is None:
-                g = copy_nodes(self.graph, self.graph.inputs, self.graph.nodes,
-                               [produced[i] for i in self.outputs])
-                g, _ = run_pipeline(g, passes)
-                self.executable = Executable(g, fast_math=fast_math, body_passes=passes)
-            kept, outs = self.outputs, self.executable.run(arrays)
+            with outside_trace():   # (the passes fold constants by running kernels too)
+                if self.executable is None:
+                    g = copy_nodes(self.graph, self.graph.inputs, self.graph.nodes,
+                                   [produced[i] for i in self.outputs])
+                    g, _ = run_pipeline(g, passes)
+                    self.executable = Executable(g, fast_math=fast_math, body_passes=passes)
+                kept, outs = self.outputs, self.executable.run(arrays)
         # (an output that is an input's array, or a view of one, is copied: the last piece
         # may update that input in place, a parameter, before it reads the output)
         return [(i, a.copy() if any(a is x or (a.base is not None and
@@ -236,7 +240,21 @@ class SplitTracer(Tracer):
 
 def run_once(graph: Graph, arrays: list) -> list:
     """``graph``'s outputs for ``arrays``, by its code generated without optimising it."""
-    return Executable(graph).run(arrays)
+    with outside_trace():
+        return Executable(graph).run(arrays)
+
+
+@contextlib.contextmanager
+def outside_trace():
+    """Run compiled code in the middle of a trace: the kernels' own calls of dualgraph
+    functions (on Python numbers) must run, not be recorded."""
+    stack, tracer = modes.stack, modes.tracer
+    modes.stack, modes.tracer = [], None
+    try:
+        with no_grad():
+            yield
+    finally:
+        modes.stack, modes.tracer = stack, tracer
 
 
 def _reads(nodes, produced: set, constants) -> list:
