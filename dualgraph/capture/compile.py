@@ -725,6 +725,7 @@ class Compiled:
         if split and tracer.broke:   # (the rest of this call is the splitter's)
             self._split_result = self._split.finish(tracer, capture, backward, args, kwargs)
             return None, sig
+        capture.graph.verify()
         capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
         entry = None if created else self._same_graph(capture, backward)
@@ -801,7 +802,6 @@ class Compiled:
         times = {"trace": traced - start}
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
-        capture.graph.verify()
         for b in capture.bindings:   # (parameters read only through helpers it calls, too)
             if b.kind == "captured" and id(b.tensor) not in had_grad:
                 had_grad[id(b.tensor)] = b.grad is not None

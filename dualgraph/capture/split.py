@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -175,9 +176,13 @@ class SplitTracer(Tracer):
         produced = [v for node in nodes for v in node.outputs]
         reads = _reads(nodes, set(produced), self.graph.constants)
         self._recompute([r for r in reads if r not in self.env])
-        graph = copy_nodes(self.graph, reads, nodes, [])
-        key = (graph_key(graph), produced.index(value))
-        piece = self.splitter.piece(key, graph, location, reason)
+        constants = self.graph.constants
+        used = {x: constants[x] for n in nodes for x in n.inputs
+                if isinstance(x, Value) and x in constants}
+        key = (graph_key(SimpleNamespace(inputs=reads, constants=used, nodes=nodes,
+                                         outputs=())), produced.index(value))
+        piece = self.splitter.piece(key, lambda: copy_nodes(self.graph, reads, nodes, []),
+                                    location, reason)
         for i, array in piece.run([self.env[r] for r in reads], self.splitter.passes,
                                   self.splitter.fast_math):
             self.env[produced[i]] = array
@@ -288,9 +293,11 @@ class Splitter:
         self.lasts: dict = {}    # role key of the last piece -> its Entry
         self.breaks: set = set()
 
-    def piece(self, key, graph, location, reason) -> Piece:
+    def piece(self, key, make_graph, location, reason) -> Piece:
+        """The piece of ``key``; a new one's graph is ``make_graph()``."""
         piece = self.pieces.get(key)
         if piece is None:
+            graph = make_graph()
             piece = self.pieces[key] = Piece(key, graph, location, reason)
             self._record(f"before the break at {location}", graph.nodes)
         return piece
@@ -346,6 +353,7 @@ class Splitter:
         if entry is not None:
             return entry.rebound(capture, backward)
         c = self.compiled
+        capture.graph.verify()
         entry = Entry(capture, backward, self.passes, self.fast_math, c.memory_budget)
         self.lasts[key] = entry
         self._record("after the last break" if tracer.ran else "(no break this call)",
