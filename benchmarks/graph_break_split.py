@@ -3,9 +3,10 @@ the same step run eagerly (what a graph break cost before: the whole function fe
 eager) and against the step without the print, compiled whole: ``python -m
 benchmarks.graph_break_split``.
 
-Two models: W1's MLP (784-512-512-10, batch 128, SGD with momentum: matrix products
-dominate) and a small MLP (32-64-64-10, batch 16: the per-call cost of dualgraph's Python
-dominates). The print writes ``h.mean()`` of the first hidden activation to a string
+Three models, SGD with momentum: W1's MLP (784-512-512-10, batch 128: matrix products
+dominate), a small MLP (32-64-64-10, batch 16: the per-call cost of dualgraph's Python
+dominates) and a small CNN (two 3x3 convolutions with ReLU and max-pooling, 3x32x32
+images, batch 32). The print writes ``h.mean()`` of the first layer's output to a string
 buffer. A split step traces its Python at every call (capture/split.py), so its cost over
 the unsplit compiled step is that trace, the pieces' launches and the print itself.
 The variants run interleaved, round by round; each reports its best round (the median
@@ -22,11 +23,25 @@ import warnings
 
 import numpy as np
 
-MODELS = {"w1_mlp": ((784, 512, 512, 10), 128), "small_mlp": ((32, 64, 64, 10), 16)}
+MODELS = {"w1_mlp": (("mlp", 784, 512, 512, 10), 128),
+          "small_mlp": (("mlp", 32, 64, 64, 10), 16),
+          "small_cnn": (("cnn", 3, 16, 32, 10), 32)}
 VARIANTS = ("eager", "split", "whole")   # eager fallback, split at the print, no print
 
 
-def build(dg, sizes, batch, variant):
+def layers(nn, kind, *sizes):
+    """The model's blocks: the print follows the first."""
+    if kind == "mlp":
+        blocks = [nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(sizes, sizes[1:])]
+        blocks[-1] = blocks[-1][0]
+        return blocks
+    channels, c1, c2, classes = sizes
+    return [nn.Sequential(nn.Conv2d(channels, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)),
+            nn.Sequential(nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)),
+            nn.Sequential(nn.Flatten(), nn.Linear(c2 * 8 * 8, classes))]
+
+
+def build(dg, spec, batch, variant):
     """The step of ``variant`` and its arguments (same weights and data for all)."""
     nn = dg.nn
     dg.manual_seed(0)
@@ -35,13 +50,11 @@ def build(dg, sizes, batch, variant):
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+            self.blocks = nn.ModuleList(layers(nn, *spec))
 
         def forward(self, x):
-            for i, layer in enumerate(self.layers):
-                x = layer(x)
-                if i < len(self.layers) - 1:
-                    x = dg.relu(x)
+            for i, block in enumerate(self.blocks):
+                x = block(x)
                 if i == 0 and variant != "whole":
                     print("h", x.mean(), file=sink)   # the debugging line
             return x
@@ -57,8 +70,9 @@ def build(dg, sizes, batch, variant):
         return loss
 
     rng = np.random.default_rng(0)
-    x = dg.tensor(rng.standard_normal((batch, sizes[0])).astype(np.float32))
-    y = dg.tensor(rng.integers(0, sizes[-1], batch))
+    shape = (batch, spec[1]) if spec[0] == "mlp" else (batch, spec[1], 32, 32)
+    x = dg.tensor(rng.standard_normal(shape).astype(np.float32))
+    y = dg.tensor(rng.integers(0, spec[-1], batch))
     return (step if variant == "eager" else dg.compile(step)), x, y
 
 
@@ -68,8 +82,8 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    for name, (sizes, batch) in MODELS.items():
-        steps = {v: build(dg, sizes, batch, v) for v in VARIANTS}
+    for name, (spec, batch) in MODELS.items():
+        steps = {v: build(dg, spec, batch, v) for v in VARIANTS}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for fn, x, y in steps.values():   # (warm-up: traces, compiles, kernels)
