@@ -217,3 +217,56 @@ def test_an_unsplittable_break_still_falls_back_to_eager():
         for _ in range(3):
             np.testing.assert_allclose(fn(x).numpy(), [2.0, 2.0])
     np.testing.assert_allclose(kept["t"].numpy(), [4.0, 4.0])
+
+
+def test_break_between_backward_and_update():
+    """``print(clip_grad_norm_(...).item())`` between backward and step: the update is the
+    last piece, reading the gradients the piece before computed."""
+    def run_clip(compiled):
+        dg.manual_seed(0)
+        out = io.StringIO()
+        model = Net(out)
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            print(f"grad norm {norm.item():.5f}", file=out)
+            opt.step()
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x, y in data():
+                fn(x, y)
+        return [p.detach().numpy().copy() for p in model.parameters()], out.getvalue(), fn
+
+    params_e, printed_e, _ = run_clip(False)
+    params_c, printed_c, fn = run_clip(True)
+    assert_same(params_c, params_e)
+    assert printed_c == printed_e and printed_e.count("grad norm") == STEPS
+    assert pieces(fn) >= 2 and any("sgd" in n.op.name for n in fn.capture.graph.nodes)
+
+
+def test_dynamic_batch_with_a_break():
+    """``dynamic=True`` with a print: the first call traces with a symbolic batch, later
+    calls split with their own shapes; values equal eager's for two batch sizes."""
+    dg.manual_seed(0)
+    model = nn.Linear(4, 2)
+    sink = io.StringIO()
+
+    def f(x):
+        h = model(x)
+        print(h.sum(), file=sink)
+        return h * 2
+
+    fn = dg.compile(f, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (3, 5, 3):
+            x = dg.ones(n, 4)
+            np.testing.assert_allclose(fn(x).detach().numpy(), f(x).detach().numpy(),
+                                       rtol=1e-6)
+    lines = sink.getvalue().splitlines()
+    assert lines[0::2] == lines[1::2]

@@ -116,6 +116,7 @@ class SplitTracer(Tracer):
         self.cut = 0
         self.ran: list = []       # (piece, first node, end node) of this call's pieces
         self.broke = False
+        self.new_pieces = False   # whether a piece ran for the first time (kept every value)
         self._hook = None
 
     def __enter__(self):
@@ -183,6 +184,7 @@ class SplitTracer(Tracer):
                                          outputs=())), produced.index(value))
         piece = self.splitter.piece(key, lambda: copy_nodes(self.graph, reads, nodes, []),
                                     location, reason)
+        self.new_pieces |= piece.outputs is None
         for i, array in piece.run([self.env[r] for r in reads], self.splitter.passes,
                                   self.splitter.fast_math):
             self.env[produced[i]] = array
@@ -354,6 +356,8 @@ class Splitter:
             return entry.rebound(capture, backward)
         c = self.compiled
         capture.graph.verify()
+        if tracer.new_pieces:   # (its pieces kept every value: the next call's differs)
+            return Entry(capture, backward, False, self.fast_math)
         entry = Entry(capture, backward, self.passes, self.fast_math, c.memory_budget)
         self.lasts[key] = entry
         self._record("after the last break" if tracer.ran else "(no break this call)",
