@@ -17,8 +17,8 @@ function has one, :class:`Splitter` runs it at every call under a :class:`SplitT
   in the forward of a training step so keeps forward, backward and update in compiled code.
 
 The values a piece outputs are the ones later code read from it at the previous call
-(the first call interprets a new piece node by node and keeps all its values); a value a
-later piece needs and no piece kept is computed again there. Random ops read the
+(a new piece's first run keeps all its values, unoptimised, and so does that call's last
+piece); a value later code needs and no piece kept is computed again. Random ops read the
 generator's seed state as in any graph, so a split step draws the numbers the unsplit
 compiled step draws. Tensors made after a break (``dg.tensor(numpy_result)``) are inputs
 of the pieces, not constants, so that their values do not make a new piece at every call.
@@ -60,11 +60,11 @@ BREAK_FIX = ("The function is split there: the code before and after it is compi
 
 
 class Piece:
-    """One compiled piece: the code between two breaks, keyed by its structure."""
+    """One compiled piece: the code between two breaks (``graph``: its inputs are the values
+    it reads; no outputs)."""
 
-    def __init__(self, key, graph: Graph, broke_at: str, reason: str):
-        self.key, self.graph = key, graph   # (inputs: the values it reads; no outputs)
-        self.broke_at, self.reason = broke_at, reason
+    def __init__(self, graph: Graph):
+        self.graph = graph
         self.wanted: set[int] = set()       # positions among its values later code reads
         self.outputs: list[int] | None = None   # those the executable returns
         self.executable = None
@@ -183,7 +183,7 @@ class SplitTracer(Tracer):
         key = (graph_key(SimpleNamespace(inputs=reads, constants=used, nodes=nodes,
                                          outputs=())), produced.index(value))
         piece = self.splitter.piece(key, lambda: copy_nodes(self.graph, reads, nodes, []),
-                                    location, reason)
+                                    location)
         self.new_pieces |= piece.outputs is None
         for i, array in piece.run([self.env[r] for r in reads], self.splitter.passes,
                                   self.splitter.fast_math):
@@ -295,12 +295,12 @@ class Splitter:
         self.lasts: dict = {}    # role key of the last piece -> its Entry
         self.breaks: set = set()
 
-    def piece(self, key, make_graph, location, reason) -> Piece:
+    def piece(self, key, make_graph, location) -> Piece:
         """The piece of ``key``; a new one's graph is ``make_graph()``."""
         piece = self.pieces.get(key)
         if piece is None:
             graph = make_graph()
-            piece = self.pieces[key] = Piece(key, graph, location, reason)
+            piece = self.pieces[key] = Piece(graph)
             self._record(f"before the break at {location}", graph.nodes)
         return piece
 
