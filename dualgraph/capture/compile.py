@@ -723,7 +723,8 @@ class Compiled:
             self._split = None
             return self._graph_break(e), sig
         if split and tracer.broke:   # (the rest of this call is the splitter's)
-            self._split_result = self._split.finish(tracer, capture, backward, args, kwargs)
+            self._split_result = self._split.finish(tracer, capture, backward, args, kwargs,
+                                                    times)
             return None, sig
         capture.graph.verify()
         capture.py_writes, sig = self._python_writes(sig, module_before)
@@ -968,6 +969,8 @@ class Compiled:
             else:
                 lines.append(f"{i}. retrace limit reached ({r.detail}); new signatures run "
                              f"eagerly. fix: {r.fix}")
+        if self._split is not None:
+            lines.append(self._split.describe())
         if self._last is not None:
             entry = self._last
             lines.append(f"passes on the latest graph ({len(entry.capture.graph.nodes)} -> "

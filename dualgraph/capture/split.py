@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -294,6 +295,7 @@ class Splitter:
         self.pieces: dict = {}   # key -> Piece
         self.lasts: dict = {}    # role key of the last piece -> its Entry
         self.breaks: set = set()
+        self.costs = (0.0, 0.0)   # (seconds) the latest call's trace, then its last piece
 
     def piece(self, key, make_graph, location) -> Piece:
         """The piece of ``key``; a new one's graph is ``make_graph()``."""
@@ -326,17 +328,19 @@ class Splitter:
         c = self.compiled
         tracer = SplitTracer(readable_names(c.fn), c)
         try:
-            capture, backward, _, _ = c._trace(tracer, args, kwargs,
-                                               c.leaf_names(args, kwargs), [])
+            capture, backward, _, times = c._trace(tracer, args, kwargs,
+                                                   c.leaf_names(args, kwargs), [])
         except CaptureError as e:   # (not a value Python needs: eager from now on)
             c._split = None
             c._graph_break(e)
             return c.fn(*args, **kwargs)
-        return self.finish(tracer, capture, backward, args, kwargs)
+        return self.finish(tracer, capture, backward, args, kwargs, times)
 
-    def finish(self, tracer, capture, backward, args, kwargs):
-        """Run the last piece of a call traced by ``tracer``; the call's result."""
+    def finish(self, tracer, capture, backward, args, kwargs, times):
+        """Run the last piece of a call traced by ``tracer`` (``times``: the trace's, as
+        ``Compiled._trace`` gives them); the call's result."""
         c = self.compiled
+        start = time.perf_counter()
         leaves, _ = flatten((args, kwargs))
         if len(self.pieces) > MAX_PIECES:
             self._give_up(f"more than {MAX_PIECES} different pieces compiled")
@@ -346,7 +350,17 @@ class Splitter:
         if skipped and backward is not None:
             entry.replay = _NoReplay()
         c._last = entry
-        return entry.run(args, kwargs, leaves=leaves)
+        result = entry.run(args, kwargs, leaves=leaves)
+        self.costs = (sum(times.values()), time.perf_counter() - start)
+        return result
+
+    def describe(self) -> str:
+        """The ``explain()`` line on what splitting costs at every call."""
+        trace, last = self.costs
+        return (f"split at {len(self.breaks)} graph break(s): every call runs the function's "
+                f"Python again, recording its ops (the latest call: {trace * 1e3:.1f} ms with "
+                f"the pieces before the breaks, then {last * 1e3:.1f} ms for the last piece); "
+                "remove the breaks for one graph run from its guards alone")
 
     def _last_piece(self, capture, backward, tracer):
         from .compile import Entry, RETRACE_LIMIT
