@@ -270,3 +270,37 @@ def test_dynamic_batch_with_a_break():
                                        rtol=1e-6)
     lines = sink.getvalue().splitlines()
     assert lines[0::2] == lines[1::2]
+
+
+def test_learning_rate_set_every_step_becomes_an_input_of_the_split_step():
+    """nanoGPT's loop sets ``param_group['lr']`` before every step: split, as unsplit, the
+    rate becomes a graph input after its second change, so the step is not compiled again
+    at every call (nor sent to eager at the retrace limit)."""
+    def run_schedule(compiled, steps=12):
+        dg.manual_seed(0)
+        out = io.StringIO()
+        model = Net(out)
+        opt = dg.optim.AdamW(model.parameters(), lr=0.01)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            print(f"loss {loss.item():.4f}", file=out)
+            loss.backward()
+            opt.step()
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, (x, y) in enumerate(data(steps)):
+                for group in opt.param_groups:
+                    group["lr"] = 0.01 * (i + 1) / steps
+                fn(x, y)
+        return [p.detach().numpy().copy() for p in model.parameters()], out.getvalue(), fn
+
+    params_e, printed_e, _ = run_schedule(False)
+    params_c, printed_c, fn = run_schedule(True)
+    for u, v in zip(params_c, params_e, strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-6)
+    assert printed_c == printed_e
+    assert not fn.eager_only and pieces(fn) <= 5, fn.explain()

@@ -535,7 +535,8 @@ class Compiled:
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
                         self._slots, self._dynamic)
         entry = self.cache.get(sig)
-        if entry is None and self.cache and not self.strict and self._new_hyper_inputs(sig):
+        if (entry is None and self.cache and not self.strict
+                and self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])):
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic)
             entry = self.cache.get(sig)
@@ -637,14 +638,14 @@ class Compiled:
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
 
-    def _new_hyper_inputs(self, sig) -> bool:
+    def _new_hyper_inputs(self, facts, last) -> bool:
         """Make the learning rates that changed again since the last capture graph inputs
         (a schedule sets them at every step: retracing at every step would soon reach the
         limit; one change, a manual decay, retraces and keeps the number baked in, which
-        lets the optimiser use its fused update); whether there were any."""
-        last = next(reversed(self.cache))
+        lets the optimiser use its fused update); whether there were any. ``facts`` and
+        ``last``: the optimisers' facts now and at the last capture (guards.py)."""
         changed = []
-        for key in changed_hyper(sig[4], last[4]):
+        for key in changed_hyper(facts, last):
             self._hyper_changes[key] = self._hyper_changes.get(key, 0) + 1
             if self._hyper_changes[key] >= 2:
                 changed.append(key)
@@ -655,7 +656,7 @@ class Compiled:
             params = [p for p in group["params"] if p.dtype.is_floating_point]
             dtype = params[0]._data.dtype if params else np.float32
             self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
-            before = dict(last[4][i][1][j])[k]
+            before = dict(last[i][1][j])[k]
             self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
                            f"to {value!r}; it is a graph input from now on, so later "
                            "changes don't retrace")

@@ -46,6 +46,7 @@ from ..graph import Graph
 from ..graph.ir import Value
 from ..passes import run_pipeline
 from ..tensor import Tensor
+from .guards import optimizer_facts
 from .reuse import capture_key, graph_key
 from .scope import readable_names
 from .subgraph import copy_nodes
@@ -296,6 +297,7 @@ class Splitter:
         self.lasts: dict = {}    # role key of the last piece -> its Entry
         self.breaks: set = set()
         self.costs = (0.0, 0.0)   # (seconds) the latest call's trace, then its last piece
+        self.hyper = ()   # the optimisers' hyper-parameters at the latest call (guards.py)
 
     def piece(self, key, make_graph, location) -> Piece:
         """The piece of ``key``; a new one's graph is ``make_graph()``."""
@@ -326,6 +328,11 @@ class Splitter:
 
     def __call__(self, args, kwargs):
         c = self.compiled
+        if c._optimizers:   # (a learning rate set at every step: a graph input, as unsplit)
+            facts = optimizer_facts(c._optimizers, c._dynamic)
+            if self.hyper and c._new_hyper_inputs(facts, self.hyper):
+                facts = optimizer_facts(c._optimizers, c._dynamic)
+            self.hyper = facts
         tracer = SplitTracer(readable_names(c.fn), c)
         try:
             capture, backward, _, times = c._trace(tracer, args, kwargs,
