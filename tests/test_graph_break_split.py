@@ -304,3 +304,19 @@ def test_learning_rate_set_every_step_becomes_an_input_of_the_split_step():
         np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-6)
     assert printed_c == printed_e
     assert not fn.eager_only and pieces(fn) <= 5, fn.explain()
+
+
+def test_a_step_returning_loss_item_is_not_compiled_again_at_every_call():
+    """``return loss.item()``: the Python number the step returns differs at every call;
+    it is not part of what the last piece is cached by."""
+    _, step, _, _ = step_for("none")
+
+    def logged(x, y):
+        return step(x, y).item()
+
+    fn = dg.compile(logged)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = [fn(x, y) for x, y in data(10)]
+    assert len(set(values)) == 10 and all(type(v) is float for v in values)
+    assert not fn.eager_only and pieces(fn) <= 3, fn.explain()

@@ -29,6 +29,7 @@ function runs eagerly from that call on (``Compiled._graph_break``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 import time
 import warnings
@@ -371,7 +372,10 @@ class Splitter:
 
     def _last_piece(self, capture, backward, tracer):
         from .compile import Entry, RETRACE_LIMIT
-        key = capture_key(capture, backward, tensor_key=_roles(capture))
+        # (by role; and not by the Python values it returns: ``return loss.item()``)
+        keyed = copy.copy(capture)
+        keyed.out_leaves = [k if k == "value" else ("const", None) for k in capture.out_leaves]
+        key = capture_key(keyed, backward, tensor_key=_roles(capture))
         entry = self.lasts.get(key)
         if entry is not None:
             return entry.rebound(capture, backward)
