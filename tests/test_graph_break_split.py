@@ -320,3 +320,16 @@ def test_a_step_returning_loss_item_is_not_compiled_again_at_every_call():
         values = [fn(x, y) for x, y in data(10)]
     assert len(set(values)) == 10 and all(type(v) is float for v in values)
     assert not fn.eager_only and pieces(fn) <= 3, fn.explain()
+
+
+def test_split_is_timed_against_eager_and_the_faster_is_kept():
+    """After its first calls a split function alternates split and eager calls, then keeps
+    the faster (a small step: eager, often); either way the results are eager's and
+    ``explain()`` gives both times."""
+    losses_e, params_e, printed_e, *_ = run("format", False, steps=20)
+    losses_c, params_c, printed_c, _, fn, _ = run("format", True, steps=20)
+    assert_same(losses_c, losses_e)
+    assert_same(params_c, params_e)
+    assert printed_c == printed_e
+    text = fn.explain()
+    assert "ms per call, eager" in text and "(the best of 3 calls each" in text, text

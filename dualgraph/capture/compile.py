@@ -54,7 +54,7 @@ RETRACE_LIMIT = 8
 @dataclass
 class Record:
     """One entry of ``explain()``: a capture, a graph break or a fallback."""
-    kind: str                       # "capture", "retrace", "break", "piece", "limit"
+    kind: str                       # "capture", "retrace", "break", "piece", "limit", "eager"
     detail: str
     fix: str = ""
     location: str = ""
@@ -967,6 +967,8 @@ class Compiled:
                 lines.append(f"{i}. compiled piece {r.detail}: {r.nodes} nodes")
                 if r.times:
                     lines.append("   time: " + r.describe_times())
+            elif r.kind == "eager":
+                lines.append(f"{i}. running eagerly from now on: {r.detail}. fix: {r.fix}")
             else:
                 lines.append(f"{i}. retrace limit reached ({r.detail}); new signatures run "
                              f"eagerly. fix: {r.fix}")

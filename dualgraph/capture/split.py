@@ -55,6 +55,8 @@ from .trace import Binding, Tracer
 
 tensor_module = sys.modules[Tensor.__module__]
 MAX_PIECES = 32     # pieces compiled per function before it runs eagerly
+COMPARE_AFTER = 8   # split calls (compiling the pieces) before split is timed against eager
+SAMPLES = 3         # calls of each, alternating: the faster is kept
 LATE_OUTPUTS = 2    # recompiles of a piece to output more values; then it outputs them all
 
 BREAK_FIX = ("The function is split there: the code before and after it is compiled and "
@@ -299,6 +301,9 @@ class Splitter:
         self.breaks: set = set()
         self.costs = (0.0, 0.0)   # (seconds) the latest call's trace, then its last piece
         self.hyper = ()   # the optimisers' hyper-parameters at the latest call (guards.py)
+        self.calls = 0
+        self.timings = {"split": [], "eager": []}   # (seconds) while comparing the two
+        self.verdict = None   # what the comparison found, once made
 
     def piece(self, key, make_graph, location) -> Piece:
         """The piece of ``key``; a new one's graph is ``make_graph()``."""
@@ -328,6 +333,33 @@ class Splitter:
                                             times=dict(entry.times) if entry else {}))
 
     def __call__(self, args, kwargs):
+        """One call: split (traced), or, while comparing the two, eager every other call."""
+        self.calls += 1
+        if self.calls <= COMPARE_AFTER or self.verdict is not None:
+            return self._split_call(args, kwargs)
+        times = self.timings
+        mode = "eager" if len(times["eager"]) <= len(times["split"]) else "split"
+        start = time.perf_counter()
+        if mode == "eager":
+            result = self.compiled.fn(*args, **kwargs)
+        else:
+            result = self._split_call(args, kwargs)
+        times[mode].append(time.perf_counter() - start)
+        if min(len(t) for t in times.values()) >= SAMPLES:
+            self._decide()
+        return result
+
+    def _decide(self) -> None:
+        """Keep splitting if it was faster than eager, else run eagerly from now on."""
+        split, eager = min(self.timings["split"]), min(self.timings["eager"])
+        self.verdict = (f"split {split * 1e3:.2f} ms per call, eager {eager * 1e3:.2f} ms "
+                        f"(the best of {SAMPLES} calls each, alternating)")
+        if split > eager:
+            self._give_up(f"the split function ran slower than eagerly ({self.verdict})",
+                          "remove the graph breaks above (or move them out of the compiled "
+                          "function) to run it as one compiled graph")
+
+    def _split_call(self, args, kwargs):
         c = self.compiled
         if c._optimizers:   # (a learning rate set at every step: a graph input, as unsplit)
             facts = optimizer_facts(c._optimizers, c._dynamic)
@@ -365,10 +397,11 @@ class Splitter:
     def describe(self) -> str:
         """The ``explain()`` line on what splitting costs at every call."""
         trace, last = self.costs
+        compared = f"; compared with eager: {self.verdict}, split kept" if self.verdict else ""
         return (f"split at {len(self.breaks)} graph break(s): every call runs the function's "
                 f"Python again, recording its ops (the latest call: {trace * 1e3:.1f} ms with "
-                f"the pieces before the breaks, then {last * 1e3:.1f} ms for the last piece); "
-                "remove the breaks for one graph run from its guards alone")
+                f"the pieces before the breaks, then {last * 1e3:.1f} ms for the last piece)"
+                f"{compared}; remove the breaks for one graph run from its guards alone")
 
     def _last_piece(self, capture, backward, tracer):
         from .compile import Entry, RETRACE_LIMIT
@@ -392,13 +425,13 @@ class Splitter:
                           "Python that change every call?)")
         return entry
 
-    def _give_up(self, why: str) -> None:
+    def _give_up(self, why: str, fix: str = "make the values the graph breaks above "
+                 "compute the same at every call, or remove the breaks") -> None:
         """Run eagerly from the next call on (this one's pieces still run)."""
         from .compile import Record
         c = self.compiled
         c._split, c.eager_only = None, True
-        c.records.append(Record("limit", why, "look at the graph breaks above; make the "
-                                "values they compute the same at every call"))
+        c.records.append(Record("eager", why, fix))
         warnings.warn(f"dg.compile: {why} for a function split at graph breaks; running it "
                       "eagerly from now on", stacklevel=_user_stacklevel())
 
