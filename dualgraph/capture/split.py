@@ -446,7 +446,7 @@ def _roles(capture):
 
 
 def source_lines(nodes) -> str:
-    """``step.py:12-14, model.py:30``: the user's lines that recorded ``nodes``."""
+    """``step.py:12-14,20; model.py:30``: the user's lines that recorded ``nodes``."""
     lines: dict[str, set] = {}
     for node in nodes:
         location = (node.location or "").split(" ")[0]
