@@ -23,6 +23,11 @@ generator's seed state as in any graph, so a split step draws the numbers the un
 compiled step draws. Tensors made after a break (``dg.tensor(numpy_result)``) are inputs
 of the pieces, not constants, so that their values do not make a new piece at every call.
 
+Tracing at every call costs what eager's Python costs and more (2-4 ms for a small
+training step), so after ``COMPARE_AFTER`` calls a split function runs eagerly every other
+call, ``SAMPLES`` times each, and keeps the faster. It also runs eagerly from then on when
+its pieces keep changing (more than ``MAX_PIECES`` pieces, or ``RETRACE_LIMIT`` last
+pieces: a Python number from a break used in tensor math is baked into the next piece).
 A trace that meets something else it can't capture raises CaptureError as before: then the
 function runs eagerly from that call on (``Compiled._graph_break``).
 """
