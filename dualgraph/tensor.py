@@ -234,14 +234,19 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __str__(self):
-        if type(self._data) is not np.ndarray:   # print(x) inside a captured function
-            self._concrete("print()/str()")
-        return self.__repr__()
+        data = self._data
+        if type(data) is not np.ndarray:   # print(x) inside a captured function
+            data = self._concrete("print()/str()")   # (a graph break: its value, split)
+        return self._show(data)
 
     def __repr__(self):
         data = self._data
         if type(data) is not np.ndarray:
             return f"tensor(<traced {data}>)"
+        return self._show(data)
+
+    def _show(self, data: np.ndarray) -> str:
+        """``tensor([...], dtype=..., grad_fn=...)`` with ``data`` as the values."""
         shown = data.astype(np.float32) if data.dtype == dtypes.bfloat16_np else data
         # As torch: whole numbers print as "1.", anything else with 4 fixed decimals.
         fixed = shown.dtype.kind == "f" and not np.all(np.mod(shown[np.isfinite(shown)], 1) == 0)

@@ -10,13 +10,16 @@ at the first step, an Adam with a Python int ``state["step"]``), a Python counte
 (in a closure dict, a module attribute, a global; set by the step or between steps) that
 changes the computation, gradient accumulation over two micro-batches with ``zero_grad``
 every k steps (to None or to zeros), gradient clipping, a tensor hook (on an activation or
-a parameter), an ``.item()`` branch or ``str(loss)`` (graph breaks), and what the step
+a parameter), an ``.item()`` branch, ``str(loss)``, a print of an activation in the
+forward, ``f"{loss.item():.4f}"`` before the backward or NumPy called on the logits
+(graph breaks, at which the compiled step is split), and what the step
 returns (nothing, the loss, the loss and detached logits, a tensor with history, a
 ``no_grad`` forward). Two identical copies (same weights, same data) run 3-5 steps, one
 eagerly and one under ``dg.compile``; the returned tensors, parameters, buffers and the
 Python counters must agree (rtol 1e-5, atol 1e-6, float32). A compiled step may instead
-report a graph break (a warning naming this file's line), after which it runs eagerly:
-its results must then still equal eager's. A silent difference is a failure.
+report a graph break (a warning naming this file's line): the step is then split there
+(capture/split.py), ``explain()`` must list the compiled pieces, and the results, what the
+breaks printed included, must still equal eager's. A silent difference is a failure.
 
 Dropout in train mode with p > 0 draws different random numbers compiled (docs/capture.md,
 "Random numbers"), so a generated model uses it only in eval mode or with p = 0.
@@ -30,6 +33,7 @@ reproducible: ``pytest tests/test_differential_steps.py -k 'program[17]'``). A l
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import random
 import warnings
@@ -78,6 +82,9 @@ class Program:
     returns: str             # "none", "loss", "loss_logits", "history", "eval" (a
     #                          no_grad forward after the update)
     steps: int
+    debug_print: str         # "none", "activation" (print(h.mean()) in the forward),
+    #                          "loss_format" (f"{loss.item():.4f}" before backward), "numpy"
+    #                          (the loss scaled by a NumPy function of the logits): breaks
 
 
 def generate(seed: int) -> Program:
@@ -102,7 +109,8 @@ def generate(seed: int) -> Program:
         item_branch=r.random() < 0.1,
         debug_str=r.random() < 0.15,
         returns=r.choice(["none", "loss", "loss_logits", "history", "eval"]),
-        steps=r.randint(3, 5))
+        steps=r.randint(3, 5),
+        debug_print=r.choice(["none", "none", "activation", "loss_format", "numpy"]))
 
 
 class Net(nn.Module):
@@ -133,9 +141,13 @@ class Net(nn.Module):
         self.mask = None
         self.flag = False
         self.scale = 1.0
+        self.debug = prog.debug_print == "activation"
+        self.sink = io.StringIO()   # what the step prints
 
     def forward(self, x):
         h = self.body(x)
+        if self.debug:
+            print("activation", h.mean(), file=self.sink)
         if self.lazy_mask:
             if self.mask is None:
                 self.mask = (dg.arange(h.shape[1]) % 2 == 0).to(h.dtype) + 0.5
@@ -274,6 +286,11 @@ def build(prog: Program):
                 loss = loss * model.scale
             if prog.counter == "global":
                 loss = loss * SCALE
+            if prog.debug_print == "loss_format":
+                print(f"loss {loss.item():.4f}", file=model.sink)
+            if prog.debug_print == "numpy":
+                spread = np.tanh(logits.detach().numpy()).std()
+                loss = loss * dg.tensor(1.0 + 0.1 * spread, dtype=dg.float32)
             (loss / len(xs)).backward()
             total = loss.detach() if total is None else total + loss.detach()
         if prog.item_branch and total.item() > 1e6:
@@ -312,8 +329,9 @@ def _numbers(out) -> list:
 
 
 def run(prog: Program, seed: int, compiled: bool):
-    """Run ``prog``'s step ``prog.steps`` times; the outputs, final parameters and any
-    ``dg.compile`` warnings."""
+    """Run ``prog``'s step ``prog.steps`` times; the outputs, final parameters, Python
+    state (with what the step printed), any ``dg.compile`` warnings and, compiled, the
+    ``explain()`` report."""
     global SCALE
     SCALE = 1.0
     model, step, schedule, counter = build(prog)
@@ -329,19 +347,25 @@ def run(prog: Program, seed: int, compiled: bool):
             if prog.counter == "global":
                 SCALE = 2.0 - 0.25 * i
     params = [p.detach().numpy().copy() for p in [*model.parameters(), *model.buffers()]]
-    state = (counter["n"], model.flag)
-    return outs, params, state, [str(w.message) for w in caught]
+    state = (counter["n"], model.flag, model.sink.getvalue())
+    report = fn.explain() if compiled else ""
+    return outs, params, state, [str(w.message) for w in caught], report
 
 
 def check(prog: Program, seed: int):
-    """Eager and compiled agree, or compiled reported a graph break naming a line here
-    and still agrees (the fallback is eager)."""
-    outs_e, params_e, state_e, _ = run(prog, seed, compiled=False)
-    outs_c, params_c, state_c, warned = run(prog, seed, compiled=True)
-    assert state_c == state_e, f"{prog}: Python state (counter, flag) differs; {warned}"
+    """Eager and compiled agree; a graph break names a line here and splits the step
+    (``explain()`` lists compiled pieces; it does not fall back to eager)."""
+    outs_e, params_e, state_e, _, _ = run(prog, seed, compiled=False)
+    outs_c, params_c, state_c, warned, report = run(prog, seed, compiled=True)
+    assert state_c == state_e, f"{prog}: Python state (counter, flag, prints) differs; {warned}"
     breaks = [w for w in warned if "graph break" in w]
     for w in breaks:
         assert HERE in w, f"graph break not naming the user's line: {w}"
+        assert "split there" in w, f"{prog}: a break sent the step to eager: {w}"
+    if breaks:
+        assert "compiled piece" in report and "running it eagerly" not in report, report
+    if prog.item_branch or prog.debug_str or prog.debug_print != "none":
+        assert breaks, f"{prog}: no graph break reported; {warned}"
     for i, (a, b) in enumerate(zip(outs_c, outs_e)):
         assert len(a) == len(b)
         for u, v in zip(a, b):
@@ -362,7 +386,8 @@ def _pinned(**choices) -> Program:
     base = dict(hidden=(7,), norm="none", lazy_mask=False, set_to_none=True,
                 item_branch=False, dropout="none", loss="mse", update="sgd",
                 scheduler="none", sched_inside=False, counter="none", micro=1, zero_every=1,
-                clip="none", hook="none", debug_str=False, returns="loss", steps=5)
+                clip="none", hook="none", debug_str=False, returns="loss", steps=5,
+                debug_print="none")
     return Program(**{**base, **choices})
 
 

@@ -74,8 +74,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +50: compiled data parallelism's communication schedule (passes/communication.py:
 # overlap_communication, the compress_all_reduces rule; the all_reduce start / progress /
 # wait and compressed_all_reduce ops); the core +230 with them.
-CORE_BUDGET = 17_750
-BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
+# capture/ +340 and the core +410 with it: a compiled function split at its graph breaks (capture/split.py: the
+# pieces, their cache and what each keeps, the last piece over the values they computed,
+# the learning rates made inputs, the timing against eager).
+CORE_BUDGET = 18_160
+BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_430,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
            "kernels": 2_080, "ops": 5_880, "passes": 2_360, "export": 3_600, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}

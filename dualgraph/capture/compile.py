@@ -44,6 +44,7 @@ from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, s
 from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
+from .split import SplitTracer
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
 
@@ -53,7 +54,7 @@ RETRACE_LIMIT = 8
 @dataclass
 class Record:
     """One entry of ``explain()``: a capture, a graph break or a fallback."""
-    kind: str                       # "capture", "retrace", "break", "limit"
+    kind: str                       # "capture", "retrace", "break", "piece", "limit", "eager"
     detail: str
     fix: str = ""
     location: str = ""
@@ -118,10 +119,7 @@ class Entry:
                                      donate=_writeback_inputs(capture))
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
-        self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
-        self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
-        self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
-        self.grads_absent, self.grads_replaced = fresh_gradients(capture)
+        self._bind(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
                       and not capture.grads_cleared and not capture.py_writes
@@ -136,6 +134,24 @@ class Entry:
                                                   body_passes=passes)
             self.times["codegen"] += self.backward_executable.times["codegen_s"]
             self.replay = Replay(capture, backward)
+
+    def _bind(self, capture) -> None:
+        """The facts about the tensors ``capture`` binds and writes that a call uses."""
+        self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
+        self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
+        self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
+        self.grads_absent, self.grads_replaced = fresh_gradients(capture)
+
+    def rebound(self, capture, backward) -> "Entry":
+        """This entry's compiled code for another capture of the same program, binding
+        other tensors in the same roles (a split call traces at every call: its captures'
+        keys match by role, capture/split.py)."""
+        entry = copy.copy(self)
+        entry.capture, entry.backward = capture, backward
+        entry._bind(capture)
+        if backward is not None:
+            entry.replay = Replay(capture, backward)
+        return entry
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
@@ -282,7 +298,9 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
     written = []
     for group, key, _, t in swapped:
         new = group[key]
-        if (new is not t and isinstance(new, Tensor) and type(new._data) is Value
+        if new is t and id(t) in tracer._mutated:   # (a scheduler's in-place update, in a
+            written.append((group, key, t))        # split call: its float() is a break)
+        elif (new is not t and isinstance(new, Tensor) and type(new._data) is Value
                 and new.shape == () and new.dtype == t.dtype):
             tracer.note_mutation(t)
             t._data = new._data
@@ -403,6 +421,8 @@ class Compiled:
         self._entry_keys: dict = {}   # id(entry) -> (capture_key, entry), once retraced
         self.records: list[Record] = []
         self.eager_only = False
+        self._split = None   # the Splitter once a graph break splits the function
+        self._split_result = None   # (the result of the call that found the break)
         self._made_state = False   # whether the latest capture made state (_run_once)
         self._warned_limit = False
         self._last: Entry | None = None
@@ -504,6 +524,8 @@ class Compiled:
         if self.eager_only or modes.tracer is not None:
             # (called while another capture traces: its ops join that graph, inlined)
             return self.fn(*args, **kwargs)
+        if self._split is not None:   # (a graph break: pieces traced at every call)
+            return self._split(args, kwargs)
         if kwargs or any(type(a) is not Tensor for a in args):
             args, kwargs = _arrays_as_tensors(args, kwargs)
         if self._optimizers is None:
@@ -513,7 +535,8 @@ class Compiled:
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
                         self._slots, self._dynamic)
         entry = self.cache.get(sig)
-        if entry is None and self.cache and not self.strict and self._new_hyper_inputs(sig):
+        if (entry is None and self.cache and not self.strict
+                and self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])):
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic)
             entry = self.cache.get(sig)
@@ -532,6 +555,9 @@ class Compiled:
                 dispatch.profiler.add_range(f"dg.compile({name}): trace, optimise, codegen",
                                             start, time.perf_counter_ns())
             if entry is None:
+                if self._split is not None:   # (split: it ran as it was traced)
+                    result, self._split_result = self._split_result, None
+                    return result
                 return self.fn(*args, **kwargs)
             if entry.created:
                 return self._run_once(entry, args, kwargs, leaves)
@@ -612,14 +638,14 @@ class Compiled:
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
 
-    def _new_hyper_inputs(self, sig) -> bool:
+    def _new_hyper_inputs(self, facts, last) -> bool:
         """Make the learning rates that changed again since the last capture graph inputs
         (a schedule sets them at every step: retracing at every step would soon reach the
         limit; one change, a manual decay, retraces and keeps the number baked in, which
-        lets the optimiser use its fused update); whether there were any."""
-        last = next(reversed(self.cache))
+        lets the optimiser use its fused update); whether there were any. ``facts`` and
+        ``last``: the optimisers' facts now and at the last capture (guards.py)."""
         changed = []
-        for key in changed_hyper(sig[4], last[4]):
+        for key in changed_hyper(facts, last):
             self._hyper_changes[key] = self._hyper_changes.get(key, 0) + 1
             if self._hyper_changes[key] >= 2:
                 changed.append(key)
@@ -630,7 +656,7 @@ class Compiled:
             params = [p for p in group["params"] if p.dtype.is_floating_point]
             dtype = params[0]._data.dtype if params else np.float32
             self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
-            before = dict(last[4][i][1][j])[k]
+            before = dict(last[i][1][j])[k]
             self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
                            f"to {value!r}; it is a graph input from now on, so later "
                            "changes don't retrace")
@@ -687,51 +713,22 @@ class Compiled:
         names = self.leaf_names(args, kwargs)
         module_before = {s.identity(): fact(s.get())
                          for s in self._module_facts.scalar_slots()}
-        tracer = Tracer(names=readable_names(self.fn))
-        had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
-        leaves, _ = flatten((args, kwargs))
-        roots = self._state_roots(leaves)
-        before, cells = places(roots), scalar_cells(self.fn)
-        start = time.perf_counter()
-        swapped = self._swap_hyper_inputs(tracer.names)
+        # (a graph break where Python needs a value splits the function from that call)
+        split = not (self.fullgraph or self.strict)
+        names_in_scope = readable_names(self.fn)
+        tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
-            with tracer:
-                index = 0
-                for i, leaf in enumerate(leaves):
-                    if isinstance(leaf, Tensor):
-                        dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None
-                        shape = None
-                        if dyn:
-                            shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
-                        tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
-                        index += 1
-                result = self.fn(*args, **kwargs)
-                hyper_writes = _hyper_writes(swapped, tracer)
-                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
-                capture = tracer.finish(result, [t for _, t in created])
-                created = [(name, _made_at(t._data)) for name, t in created]
-                traced = time.perf_counter()
-                backward = None
-                if grad_mode.enabled:
-                    backward = build_backward(tracer, capture, tracer.result_leaves)
-        except CaptureError as e:   # (the eager run makes again the state the trace made)
-            undo(roots, tracer.graph, tracer._bound, before)
-            restore_cells(cells)
+            capture, backward, created, times = self._trace(tracer, args, kwargs, names,
+                                                            leaf_dynamic)
+        except CaptureError as e:
+            self._split = None
             return self._graph_break(e), sig
-        finally:
-            for group, k, value, t in swapped:
-                if group[k] is t:
-                    group[k] = value
-        times = {"trace": traced - start}
-        if backward is not None:
-            times["autodiff"] = time.perf_counter() - traced
+        if split and tracer.broke:   # (the rest of this call is the splitter's)
+            self._split_result = self._split.finish(tracer, capture, backward, args, kwargs,
+                                                    times)
+            return None, sig
         capture.graph.verify()
-        for b in capture.bindings:   # (parameters read only through helpers it calls, too)
-            if b.kind == "captured" and id(b.tensor) not in had_grad:
-                had_grad[id(b.tensor)] = b.grad is not None
-        capture.had_grad = had_grad
         capture.py_writes, sig = self._python_writes(sig, module_before)
-        capture.hyper_writes = hyper_writes
         _name_new_state(capture, tracer.names, self.fn)
         entry = None if created else self._same_graph(capture, backward)
         reused = entry is not None
@@ -764,6 +761,55 @@ class Compiled:
         if not created:
             self.cache[sig] = entry
         return entry, sig
+
+    def _trace(self, tracer, args, kwargs, names, leaf_dynamic) -> tuple:
+        """``(capture, backward, created, times)``: one trace of the function by
+        ``tracer``, with its arguments bound (``names``; ``leaf_dynamic``: their dynamic
+        dims), the state it made (``[(name, line)]``) and the seconds it took. A graph break
+        raises CaptureError once the Python state the trace changed is put back."""
+        had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
+        leaves, _ = flatten((args, kwargs))
+        roots = self._state_roots(leaves)
+        before, cells = places(roots), scalar_cells(self.fn)
+        start = time.perf_counter()
+        swapped = self._swap_hyper_inputs(tracer.names)
+        try:
+            with tracer:
+                index = 0
+                for i, leaf in enumerate(leaves):
+                    if isinstance(leaf, Tensor):
+                        dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None
+                        shape = None
+                        if dyn:
+                            shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
+                        tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
+                        index += 1
+                result = self.fn(*args, **kwargs)
+                hyper_writes = _hyper_writes(swapped, tracer)
+                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
+                capture = tracer.finish(result, [t for _, t in created])
+                created = [(name, _made_at(t._data)) for name, t in created]
+                traced = time.perf_counter()
+                backward = None
+                if grad_mode.enabled:
+                    backward = build_backward(tracer, capture, tracer.result_leaves)
+        except CaptureError:   # (the eager run makes again the state the trace made)
+            undo(roots, tracer.graph, tracer._bound, before)
+            restore_cells(cells)
+            raise
+        finally:
+            for group, k, value, t in swapped:
+                if group[k] is t:
+                    group[k] = value
+        times = {"trace": traced - start}
+        if backward is not None:
+            times["autodiff"] = time.perf_counter() - traced
+        for b in capture.bindings:   # (parameters read only through helpers it calls, too)
+            if b.kind == "captured" and id(b.tensor) not in had_grad:
+                had_grad[id(b.tensor)] = b.grad is not None
+        capture.had_grad = had_grad
+        capture.hyper_writes = hyper_writes
+        return capture, backward, created, times
 
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
@@ -816,6 +862,9 @@ class Compiled:
         return params
 
     def _graph_break(self, e: CaptureError):
+        """A break that does not split the function (capture/split.py splits at those where
+        Python needs a value): with ``fullgraph`` it raises, else the function runs eagerly
+        from now on."""
         if self.fullgraph:
             raise e
         self.records.append(Record("break", e.reason, e.fix, e.location))
@@ -900,7 +949,8 @@ class Compiled:
         capture's compile time went (tracing, autodiff, the passes, code generation, and
         the first forward and backward runs with the kernels they compiled or loaded),
         and the passes' reports (each with its run time)."""
-        lines = [f"dg.compile report for {_name(self.fn)}: {len(self.cache)} graph(s), "
+        graphs = len(self.cache) + sum(r.kind == "piece" for r in self.records)
+        lines = [f"dg.compile report for {_name(self.fn)}: {graphs} graph(s), "
                  f"{sum(r.kind == 'break' for r in self.records)} graph break(s)"]
         for i, r in enumerate(self.records, 1):
             if r.kind in ("capture", "retrace"):
@@ -913,9 +963,17 @@ class Compiled:
             elif r.kind == "break":
                 lines.append(f"{i}. graph break at {r.location}: {r.detail}")
                 lines.append(f"   fix: {r.fix}")
+            elif r.kind == "piece":
+                lines.append(f"{i}. compiled piece {r.detail}: {r.nodes} nodes")
+                if r.times:
+                    lines.append("   time: " + r.describe_times())
+            elif r.kind == "eager":
+                lines.append(f"{i}. running eagerly from now on: {r.detail}. fix: {r.fix}")
             else:
                 lines.append(f"{i}. retrace limit reached ({r.detail}); new signatures run "
                              f"eagerly. fix: {r.fix}")
+        if self._split is not None:
+            lines.append(self._split.describe())
         if self._last is not None:
             entry = self._last
             lines.append(f"passes on the latest graph ({len(entry.capture.graph.nodes)} -> "

@@ -27,17 +27,19 @@ from ..graph import Graph
 from ..graph.ir import Value
 
 
-def capture_key(capture, backward=None) -> tuple:
-    """The key of one capture (and its backward half, if any)."""
-    bindings = tuple((b.kind, id(b.tensor), b.index) for b in capture.bindings)
-    writebacks = tuple((kind, id(t)) for kind, t in capture.writebacks)
-    cleared = tuple(id(t) for t in capture.grads_cleared)
+def capture_key(capture, backward=None, tensor_key=id) -> tuple:
+    """The key of one capture (and its backward half, if any). ``tensor_key`` keys each
+    tensor it binds or writes (by default its identity; a split call's pieces, traced at
+    every call, key them by the role they play: capture/split.py)."""
+    bindings = tuple((b.kind, tensor_key(b.tensor), b.index) for b in capture.bindings)
+    writebacks = tuple((kind, tensor_key(t)) for kind, t in capture.writebacks)
+    cleared = tuple(tensor_key(t) for t in capture.grads_cleared)
     leaves = tuple(leaf if leaf == "value" else ("const", _freeze(leaf[1]))
                    for leaf in capture.out_leaves)
     back = None
     if backward is not None:
         back = (graph_key(backward.graph), backward.num_saved, tuple(backward.diff_outputs),
-                tuple((b.kind, id(b.tensor), b.index) for b in backward.diff_inputs),
+                tuple((b.kind, tensor_key(b.tensor), b.index) for b in backward.diff_inputs),
                 tuple(backward.grad_present))
     return (graph_key(capture.graph), bindings, writebacks, cleared, repr(capture.out_spec),
             leaves, back)

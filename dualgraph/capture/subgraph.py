@@ -31,9 +31,9 @@ def copy_nodes(source: Graph, inputs, nodes, outputs) -> Graph:
                 raise ValueError(f"{v!r} is neither an input nor produced by the nodes kept")
             env[v] = g.add_constant(source.constants[v], name=v.name)
         return env[v]
-    for node in nodes:
-        outs = g.add_node(node.op, [get(x) for x in node.inputs], node.attrs, node.location,
-                          names=[v.name for v in node.outputs])
+    for node in nodes:   # (copy_node: inputs of the same types keep the output types)
+        outs = g.copy_node(node, [get(x) for x in node.inputs],
+                           names=[v.name for v in node.outputs])
         env.update(zip(node.outputs, outs))
     g.set_outputs([get(v) for v in outputs])
     return g
