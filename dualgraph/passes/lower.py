@@ -37,6 +37,7 @@ from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
 from .affine import LAYERS, affine_chains, fold_affine_chains
 from .batch import batch_linears, loop_linear_groups
+from .epilogue import conv_epilogue, conv_epilogues
 from .core import Builder, Report, readers
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
@@ -238,6 +239,9 @@ RULES = [
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
                  "graph"),
+    # act(conv2d(x, W, b) [+ r]) [+ r], the intermediates read only along the chain ->
+    # conv2d_epilogue: bias, residual and activation in one pass over the conv's output
+    LoweringRule("conv_epilogue", (CONV2D,), conv_epilogues, conv_epilogue, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
