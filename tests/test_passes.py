@@ -175,6 +175,9 @@ SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplif
     ("log softmax", lambda g, x: node(g, "log", node(g, "softmax", x, dim=1)),
      ["log_softmax"]),
     ("clamp", lambda g, x: _clamp(g, x, 0.0, 6.0), ["maximum", "minimum"]),
+    ("global avg_pool2d", lambda g, x: node(g, "avg_pool2d", node(
+        g, "reshape", x, shape=(1, 3, 4)), kernel_size=(3, 4), stride=(3, 4), padding=(0, 0),
+        ceil_mode=False, count_include_pad=True, divisor_override=None), ["reshape", "mean"]),
 ]
 
 

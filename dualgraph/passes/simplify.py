@@ -24,9 +24,10 @@ from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
 from ..ops.elementwise import (ADD, CAST, DIV, GT, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW,
                                SQRT, SUB, WHERE, expand_power, power_by_products)
+from ..ops.conv import AVG_POOL2D
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
-from ..ops.reduce import LOG_SOFTMAX, SOFTMAX
+from ..ops.reduce import LOG_SOFTMAX, MEAN, SOFTMAX
 from ..ops.shape import CAT, EXPAND, PERMUTE, RESHAPE, SLICE, SLICE_BACKWARD
 from .core import Builder, Report
 
@@ -189,6 +190,17 @@ def _bound_by(op):
     return lambda m: call(op, [m.x, m.c]) if m.c == m.d else None
 
 
+def _global_mean(m):
+    # an average pool whose one window is the whole unpadded plane (global average
+    # pooling: adaptive_avg_pool2d(x, 1), squeeze-and-excitation) is a mean: one reduction
+    # where the pool's kernel adds the plane's kh*kw shifted views one by one
+    x, kernel, pads = m.x, tuple(m.k), tuple(m.pad)
+    if (isinstance(x, Value) and x.ndim >= 3 and kernel == tuple(x.shape[-2:])
+            and not any(pads) and not m.divisor):
+        return call(MEAN, [x], dims=(x.ndim - 2, x.ndim - 1), keepdim=True)
+    return None
+
+
 def _compose(p, q) -> tuple:
     # permute(permute(x, p), q)[i] reads x's dim p[q[i]]
     return tuple(p[i] for i in q)
@@ -281,6 +293,9 @@ RULES = [
          "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
     Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
          "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(AVG_POOL2D, x, kernel_size=Var("k"), padding=Var("pad"),
+           divisor_override=Var("divisor")), _global_mean,
+         "avg_pool2d(x) over the whole plane -> mean(x, dims=(-2, -1), keepdim=True)"),
     Rule(P(LOG, P(SOFTMAX, x, dim=dim)), lambda m: call(LOG_SOFTMAX, [m.x], dim=m.dim),
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P(ADD, P(MATMUL, x, P(PERMUTE, w, perm=(1, 0))), b),
@@ -297,7 +312,7 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), permute and reshape chains,
+    as maximum (and minimum), global average pooling as a mean, permute and reshape chains,
     no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
     x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
