@@ -16,7 +16,8 @@ import numpy as np
 from . import helper, loop
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
 
-ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh")
+ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
+               "hardsigmoid")
 F = np.float32
 _ZERO, _THREE, _SIX = F(0), F(3), F(6)
 
@@ -59,6 +60,9 @@ def _activate(row, act, lo, hi):
     elif act == 7:
         for i in range(row.size):
             row[i] = gelu_tanh32(row[i])
+    elif act == 8:
+        for i in range(row.size):
+            row[i] = _clamp(row[i] + _THREE, _ZERO, _SIX) / _SIX
 
 
 @loop

@@ -36,8 +36,9 @@ def activation(y, act: str, bounds=(-np.inf, np.inf)):
         return ew.sigmoid(y)
     if act == "silu":
         return y * ew.sigmoid(y)
-    if act == "hardswish":
-        return y * (ew.minimum(ew.maximum(y + 3.0, 0.0), 6.0) / 6.0)
+    if act in ("hardswish", "hardsigmoid"):
+        gate = ew.minimum(ew.maximum(y + 3.0, 0.0), 6.0) / 6.0
+        return y * gate if act == "hardswish" else gate
     if act == "gelu":
         return ew.gelu(y)
     if act == "gelu_tanh":
@@ -63,8 +64,9 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
         return ew.SIGMOID.kernel(y)
     if act == "silu":
         return y * ew.SIGMOID.kernel(y)
-    if act == "hardswish":
-        return y * (np.minimum(np.maximum(y + 3, 0), 6) / 6)
+    if act in ("hardswish", "hardsigmoid"):
+        gate = np.minimum(np.maximum(y + 3, 0), 6) / 6
+        return y * gate if act == "hardswish" else gate
     if act in ("gelu", "gelu_tanh"):
         return (ew.GELU if act == "gelu" else ew.GELU_TANH).kernel(y)
     return y

@@ -11,8 +11,9 @@ else needs it. The activations, as the graph spells them after ``simplify``:
 
 - ``relu(y)``; ``sigmoid(y)``; ``gelu(y)`` (exact or tanh);
 - clamp (ReLU6, hardtanh): ``minimum(maximum(y, lo), hi)`` or either alone;
-- SiLU: ``y * sigmoid(y)``;
-- hard-swish: ``y * (minimum(maximum(y + 3, 0), 6) / 6)``.
+- hard-sigmoid: ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's spelling) or
+  ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid as imported);
+- SiLU: ``y * sigmoid(y)``; hard-swish: ``y * hardsigmoid(y)`` (either spelling).
 
 Squeeze-and-excitation's ``x * sigmoid(conv(relu(conv(mean(x)))))`` keeps its pooling and
 its scaling as they are (each one pass over ``x``, which the elementwise fusion already
@@ -200,46 +201,60 @@ def _activation(y: Value, live: dict):
     """``(act, bounds, nodes, out)`` for an activation of ``y`` (module docstring)."""
     same = lambda n: n.outputs[0].dtype == y.dtype and tuple(n.outputs[0].shape) == \
         tuple(y.shape)
-    for op, act in ((RELU, "relu"), (GELU, "gelu"), (GELU_TANH, "gelu_tanh")):
+    for op, act in ((RELU, "relu"), (GELU, "gelu"), (GELU_TANH, "gelu_tanh"),
+                    (SIGMOID, "sigmoid")):
         node = _unary(y, live, op)
         if node is not None and same(node):
             return act, (-np.inf, np.inf), [node], node.outputs[0]
-    users = [n for n in live.get(y, []) if isinstance(n, Node)]
-    if len(users) == 1 and users[0].op is SIGMOID and len(live[y]) == 1 and same(users[0]):
-        return "sigmoid", (-np.inf, np.inf), users, users[0].outputs[0]
     clamp = _clamp(y, live)
     if clamp is not None and all(same(n) for n in clamp[0]):
         nodes, lo, hi, out = clamp
         return "clamp", (lo, hi), nodes, out
-    if len(users) == 2 and len(live[y]) == 2:
-        return _silu(y, users, live, same) or _hardswish(y, users, live, same)
+    gate = _hardsigmoid(y, live)
+    if gate is not None and all(same(n) for n in gate[0]):
+        return "hardsigmoid", (-np.inf, np.inf), gate[0], gate[1]
+    users = [n for n in live.get(y, []) if isinstance(n, Node)]
+    if len(users) == 2 and len(live[y]) == 2:   # (y * gate(y): either reader the product)
+        for mul, first in (users, users[::-1]):
+            gated = {SIGMOID: _sigmoid_gate, ADD: _hardsigmoid, MUL: _hardsigmoid}.get(first.op)
+            gate = gated(y, {**live, y: [first]}) if gated is not None else None
+            if (mul.op is MUL and same(mul) and gate is not None
+                    and _only(gate[1], live) is mul
+                    and {id(x) for x in mul.inputs} == {id(y), id(gate[1])}):
+                act = "silu" if first.op is SIGMOID else "hardswish"
+                return act, (-np.inf, np.inf), gate[0] + [mul], mul.outputs[0]
     return None
 
 
-def _silu(y, users, live, same):
-    """``y * sigmoid(y)``: ``y`` read by the sigmoid and the product only."""
-    sig = next((n for n in users if n.op is SIGMOID), None)
-    mul = next((n for n in users if n.op is MUL), None)
-    if sig is None or mul is None or _only(sig.outputs[0], live) is not mul:
-        return None
-    if {id(x) for x in mul.inputs} != {id(y), id(sig.outputs[0])} or not same(mul):
-        return None
-    return "silu", (-np.inf, np.inf), [sig, mul], mul.outputs[0]
+def _sigmoid_gate(y: Value, live: dict):
+    node = _unary(y, live, SIGMOID)
+    return ([node], node.outputs[0]) if node is not None else None
 
 
-def _hardswish(y, users, live, same):
-    """``y * (minimum(maximum(y + 3, 0), 6) / 6)``."""
-    add = next((n for n in users if n.op is ADD), None)
-    mul = next((n for n in users if n.op is MUL), None)
-    if add is None or mul is None or _number(add.inputs[1]) != 3.0 or add.inputs[0] is not y:
+def _scaled(y: Value, live: dict, op, c: float):
+    """``op(y, c)`` (a scalar ``c``) as its node; None otherwise."""
+    node = _only(y, live)
+    if node is None or node.op is not op:
         return None
-    clamp = _clamp(add.outputs[0], live)
-    if clamp is None or clamp[1:3] != (0.0, 6.0):
+    a, b = node.inputs
+    b = _number(b)   # (ONNX's float32 attributes: 1/6 to float32 precision)
+    return node if a is y and b is not None and abs(b - c) <= 1e-6 * abs(c) else None
+
+
+def _hardsigmoid(y: Value, live: dict):
+    """``(nodes, out)`` of hard-sigmoid spelt ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's
+    relu6(y + 3) / 6) or ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid,
+    as ``dg.onnx.load`` imports it); None otherwise."""
+    add = _scaled(y, live, ADD, 3.0)
+    if add is not None:
+        clamp = _clamp(add.outputs[0], live)
+        if clamp is None or clamp[1:3] != (0.0, 6.0):
+            return None
+        div = _scaled(clamp[3], live, DIV, 6.0)
+        return ([add, *clamp[0], div], div.outputs[0]) if div is not None else None
+    mul = _scaled(y, live, MUL, 1 / 6)
+    shift = _scaled(mul.outputs[0], live, ADD, 0.5) if mul is not None else None
+    clamp = _clamp(shift.outputs[0], live) if shift is not None else None
+    if clamp is None or clamp[1:3] != (0.0, 1.0):
         return None
-    div = _only(clamp[3], live)
-    if (div is None or div.op is not DIV or div.inputs[0] is not clamp[3]
-            or _number(div.inputs[1]) != 6.0 or _only(div.outputs[0], live) is not mul):
-        return None
-    if mul.inputs[0] is not y or mul.inputs[1] is not div.outputs[0] or not same(mul):
-        return None
-    return "hardswish", (-np.inf, np.inf), [add, *clamp[0], div, mul], mul.outputs[0]
+    return [mul, shift, *clamp[0]], clamp[3]

@@ -191,7 +191,8 @@ def conv_epilogue(act, residual_at=None, **conv_attrs):
         if residual and residual_at == "before":
             y = y + residual[0]
         y = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "sigmoid": m.sigmoid,
-             "silu": F.silu, "hardswish": F.hardswish, "gelu": F.gelu,
+             "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+             "gelu": F.gelu,
              "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act](y)
         return y + residual[0] if residual and residual_at == "after" else y
     return fn
@@ -204,7 +205,7 @@ CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy
            dtypes=("float32", "float64"), grad=False, atol=1e-4)
     for act, at in [("relu", "before"), ("clamp", None), ("sigmoid", "after"), ("silu", None),
                     ("hardswish", "after"), ("gelu", None), ("gelu_tanh", "before"),
-                    ("none", "before")]
+                    ("none", "before"), ("hardsigmoid", None)]
 ] + [
     OpCase("conv2d_epilogue", conv_epilogue("clamp", groups=4, stride=(2, 2)),
            [In((1, 4, 9, 9)), In((4, 1, 3, 3)), In((4,))], "depthwise-small", grad=False),
