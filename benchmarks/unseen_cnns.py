@@ -25,6 +25,8 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from .common import random_state  # noqa: E402
+
 
 def fire(lib, cin, squeeze, expand):
     nn = lib.nn
@@ -125,24 +127,6 @@ def mobilenetv3(lib, classes=1000):
 MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3}
 
 
-def random_state(model, rng) -> dict:
-    state = {}
-    for key, value in model.state_dict().items():
-        shape = tuple(value.shape)
-        if "int" in str(value.dtype):
-            state[key] = np.zeros(shape, np.int64)
-        elif key.endswith("running_var"):
-            state[key] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        elif len(shape) >= 2:
-            fan_in = int(np.prod(shape[1:]))
-            state[key] = (rng.standard_normal(shape) * np.sqrt(2 / fan_in)).astype(np.float32)
-        elif key.endswith("weight"):
-            state[key] = rng.uniform(0.8, 1.2, shape).astype(np.float32)
-        else:
-            state[key] = (rng.standard_normal(shape) * 0.05).astype(np.float32)
-    return state
-
-
 def implementations(name: str, batch: int, tmp: str) -> dict:
     """``{engine: (call, output of one call)}`` for one model and batch size."""
     import onnxruntime as ort
@@ -153,7 +137,7 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
     dg.set_num_threads(1)
     rng = np.random.default_rng(0)
     reference = MODELS[name](torch).eval()
-    state = random_state(reference, rng)
+    state = random_state(reference, 0)
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model = MODELS[name](dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
