@@ -39,7 +39,7 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, conv_epilogue, batch_linears, share_conv_columns, join_loss_gradient,
+(fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, join_loss_gradient,
  batch_scan_linears, group_updates, linear_relu, relu_backward_in_place) = LOWERING
 
 PIPELINE = [

@@ -239,15 +239,16 @@ RULES = [
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
                  "graph"),
-    # act(conv2d(x, W, b) [+ r]) [+ r], the intermediates read only along the chain ->
-    # conv2d_epilogue: bias, residual and activation in one pass over the conv's output
-    LoweringRule("conv_epilogue", (CONV2D,), conv_epilogues, conv_epilogue, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
     # conv2d(x) and conv2d_weight_grad(x) -> one conv2d_columns(x) read by both GEMMs
     LoweringRule("share_conv_columns", (CONV2D, CONV2D_WEIGHT_GRAD), shared_columns,
                  share_conv_columns, "graph"),
+    # act(conv2d(x, W, b) [+ r]) [+ r], the intermediates read only along the chain ->
+    # conv2d_epilogue: bias, residual and activation in one pass over the conv's output
+    # (after share_conv_columns: a training step's conv sharing its im2col keeps it)
+    LoweringRule("conv_epilogue", (CONV2D,), conv_epilogues, conv_epilogue, "graph"),
     # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
     LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
                  loss_gradient_pairs, join_loss_gradient, "graph"),
