@@ -122,8 +122,19 @@ def relu_of_a_residual_conv():
     return g
 
 
+def max_pool_read_for_values():
+    g = Graph()
+    x = f32(g, "x", 1, 2, 5, 5)
+    y, _ = g.add_node("max_pool2d", [x], dict(kernel_size=(3, 3), stride=(2, 2),
+                                              padding=(0, 0), dilation=(1, 1),
+                                              ceil_mode=False), names=["y", "i"])
+    g.set_outputs([y])
+    return g
+
+
 EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
+    "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,

@@ -67,15 +67,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # with the lowering rule fold_batchnorm (BatchNorm folded in any graph with constant weights);
 # the core +120 with it. export/ keeps its budget after giving that away: the last conformance
 # cases of the common op types (opset 8 Scan, MaxPool's column-major indices, ...), and
-# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). passes/ +180:
+# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). passes/ +200:
 # the conv_epilogue lowering rule (passes/epilogue.py: conv + bias + activation + residual,
-# torch's and ONNX's spellings) and simplify's clamp and global-pooling rows; ops/ +70:
-# its op conv2d_epilogue (ops/epilogue.py); capture/ keeps its budget with freezing for
-# inference (capture/freeze.py); the core +390 with them.
-CORE_BUDGET = 17_910
+# torch's and ONNX's spellings), max_pool_values, and simplify's clamp and global-pooling
+# rows; ops/ +80: their ops conv2d_epilogue and max_pool2d_values (ops/epilogue.py);
+# capture/ keeps its budget with freezing for inference (capture/freeze.py); the core +420
+# with them.
+CORE_BUDGET = 17_940
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_900, "passes": 2_360, "export": 3_300, "nn": 3_060,
+           "kernels": 2_080, "ops": 5_910, "passes": 2_380, "export": 3_300, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -1,4 +1,6 @@
-"""``conv2d_epilogue``: a convolution with its bias, activation and residual add as one op.
+"""Ops the inference lowering rules make: ``conv2d_epilogue`` (a convolution with its bias,
+activation and residual add as one op) and ``max_pool2d_values`` (max pooling without the
+argmax indices nobody reads).
 
 ``conv2d_epilogue(x, w, b[, r], act=, bounds=, residual=)`` is ``act(conv2d(x, w, b) + r)``
 (``residual="before"``) or ``act(conv2d(x, w, b)) + r`` (``"after"``), or without ``r``
@@ -19,6 +21,8 @@ from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_rows, threads_for
 from . import conv as conv_ops
 from . import elementwise as ew
+from . import linalg
+from ._util import cast
 from .opdef import defop
 
 RESIDUAL = (None, "before", "after")
@@ -106,3 +110,25 @@ CONV2D_EPILOGUE = defop(
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")
+
+
+def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    """A running ``np.maximum`` over the kernel positions (NaN wins, as in torch): one pass
+    each, where ``max_pool2d``'s argmax tracking takes five."""
+    (x,), dt = linalg.blas_operands(x)
+    out_hw, pads = conv_ops._pool_geometry(x.shape[-2:], kernel_size, stride, padding,
+                                           ceil_mode, dilation)
+    win = conv_ops._windows(conv_ops._pad(x, pads, -np.inf), kernel_size, stride, dilation,
+                            out_hw)
+    best = win[..., 0, 0].copy()
+    for pos in range(1, kernel_size[0] * kernel_size[1]):
+        np.maximum(best, win[..., pos // kernel_size[1], pos % kernel_size[1]], out=best)
+    return cast(best, dt)
+
+
+MAX_POOL2D_VALUES = defop(
+    "max_pool2d_values", _max_values_kernel,
+    lambda x, **pool: conv_ops._infer_max_pool(x, **pool)[0],
+    attrs=conv_ops.MAX_POOL2D.attrs, saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, **pool: apply(conv_ops.MAX_POOL2D, x, **pool)[0],
+    doc="max_pool2d's values alone (made where its indices are unread: inference)")

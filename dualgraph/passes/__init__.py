@@ -34,13 +34,14 @@ from .simplify import RULES, simplify
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
            "fuse_elementwise", "fuse_all_reduces", "schedule", "checkpoint_savings",
-           "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm", "conv_epilogue",
+           "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm", "conv_epilogue", "max_pool_values",
            "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
            "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, join_loss_gradient,
- batch_scan_linears, group_updates, linear_relu, relu_backward_in_place) = LOWERING
+(fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, max_pool_values,
+ join_loss_gradient, batch_scan_linears, group_updates, linear_relu,
+ relu_backward_in_place) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

@@ -30,7 +30,7 @@ from ..ops.conv import CONV2D
 from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
                                SIGMOID)
 from ..ops.epilogue import CONV2D_EPILOGUE
-from .core import Builder, Report, readers
+from .core import Builder, Report, live_readers, needed
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Epilogue:
 
 def conv_epilogues(graph: Graph) -> dict:
     """The precondition (see the module docstring): ``{conv2d node: Epilogue}``."""
-    live = _live_readers(graph)
+    live = live_readers(graph)   # (a clamp's comparisons, dead after simplify, read y)
     found = {}
     for node in graph.nodes:
         if node.op is CONV2D and isinstance(node.inputs[0], Value):
@@ -87,10 +87,10 @@ def conv_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
     """
     at_last = {plan.nodes[-1]: (conv, plan) for conv, plan in plans.items()}
     skip = {n for plan in plans.values() for n in plan.nodes} | set(plans)
-    needed = _needed(graph)
+    live = needed(graph)
     b = Builder(graph)
     for node in graph.nodes:
-        if not any(v in needed for v in node.outputs):
+        if not any(v in live for v in node.outputs):
             continue   # (dead: it may read a value the epilogue no longer makes)
         if node in at_last:
             conv, plan = at_last[node]
@@ -113,23 +113,6 @@ def conv_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
 
 
 # -- matching -------------------------------------------------------------------------------------
-def _needed(graph: Graph) -> set:
-    """The values the outputs need (``simplify`` leaves the nodes it made dead for ``dce``:
-    a clamp's old comparisons still read its input)."""
-    needed = set(graph.outputs)
-    for node in reversed(graph.nodes):
-        if any(v in needed for v in node.outputs):
-            needed.update(x for x in node.inputs if isinstance(x, Value))
-    return needed
-
-
-def _live_readers(graph: Graph) -> dict:
-    """``readers`` among the nodes the outputs need."""
-    needed = _needed(graph)
-    return {v: [n for n in users if not isinstance(n, Node) or n.outputs[0] in needed]
-            for v, users in readers(graph).items()}
-
-
 def _chain(y: Value, live: dict) -> Epilogue | None:
     plan, v = Epilogue([]), y
     v = _residual(v, live, plan, "before")

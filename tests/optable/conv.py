@@ -210,3 +210,26 @@ CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy
     OpCase("conv2d_epilogue", conv_epilogue("clamp", groups=4, stride=(2, 2)),
            [In((1, 4, 9, 9)), In((4, 1, 3, 3)), In((4,))], "depthwise-small", grad=False),
 ]
+
+
+def pool_values(**attrs):
+    """max_pool2d_values (what passes.max_pool_values makes) vs torch's max pooling."""
+    pool = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),
+                ceil_mode=True)
+    pool.update(attrs)
+
+    def fn(m, x):
+        if m.__name__ == "torch":
+            return m.nn.functional.max_pool2d(x, **pool)
+        from dualgraph.ops.epilogue import MAX_POOL2D_VALUES
+        return apply(MAX_POOL2D_VALUES, x, **pool)
+    return fn
+
+
+CASES += [
+    OpCase("max_pool2d_values", pool_values(), [D(2, 3, 9, 9)], "3x3-s2-ceil",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("max_pool2d_values", pool_values(kernel_size=(2, 2), padding=(0, 0),
+                                            ceil_mode=False), [D(1, 2, 6, 8)], "2x2",
+           grad=False),
+]
