@@ -71,9 +71,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the conv_epilogue lowering rule (passes/epilogue.py: conv + bias + activation + residual,
 # torch's and ONNX's spellings), max_pool_values, and simplify's clamp and global-pooling
 # rows; ops/ +80: their ops conv2d_epilogue and max_pool2d_values (ops/epilogue.py);
-# capture/ keeps its budget with freezing for inference (capture/freeze.py); the core +420
+# capture/ keeps its budget with freezing for inference (capture/freeze.py); the core +430
 # with them.
-CORE_BUDGET = 17_940
+CORE_BUDGET = 17_950
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
            "kernels": 2_080, "ops": 5_910, "passes": 2_380, "export": 3_300, "nn": 3_060,
