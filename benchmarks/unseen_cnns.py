@@ -3,7 +3,8 @@
 ``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
 
 ``python -m benchmarks.unseen_cnns [--models squeezenet,efficientnet,mobilenetv3]
-[--batches 1,16] [--rounds 5]``. The models are written once against the torch-style API
+[--batches 1,16] [--rounds 5]`` (``--models resnet18,mobilenetv2``: the suite's W8 and W9
+models, measured the same way). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
 EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation) and a
 MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same random
@@ -15,6 +16,7 @@ engine's ratio to onnxruntime's CPU time. Outputs are compared with torch's firs
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -124,7 +126,14 @@ def mobilenetv3(lib, classes=1000):
                          nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, classes))
 
 
-MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3}
+def suite_model(module: str, name: str):
+    """A workload's model (W8's ResNet-18, W9's MobileNetV2), measured the same way."""
+    return lambda lib: getattr(importlib.import_module(f"benchmarks.{module}"), name)(lib)
+
+
+MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
+          "resnet18": suite_model("w8_resnet18_infer", "resnet18"),
+          "mobilenetv2": suite_model("w9_mobilenet_infer", "mobilenet_v2")}
 
 
 def implementations(name: str, batch: int, tmp: str) -> dict:
@@ -188,7 +197,7 @@ def measure(name: str, batch: int, rounds: int) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default="squeezenet,efficientnet,mobilenetv3")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
