@@ -168,3 +168,38 @@ def test_onnx_spellings_of_the_activations_take_the_epilogue(act, tmp_path):
         np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
     ops = [n.op.name for n in loaded.executable.graph.nodes]
     assert ops == ["conv2d_epilogue", "conv2d_epilogue"], ops
+
+
+def down_block(lib):
+    """ResNet's downsampling block: relu(bn(conv(x)) + bn(conv1x1(x)))."""
+    nn = lib.nn
+
+    class Down(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.main = nn.Sequential(nn.Conv2d(4, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8))
+            self.down = nn.Sequential(nn.Conv2d(4, 8, 1, 2, bias=False), nn.BatchNorm2d(8))
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.main(x) + self.down(x))
+    return Down()
+
+
+def test_two_convolutions_meeting_at_one_residual_add():
+    """Both convs of :func:`down_block` match the add; one takes it, the other stays a
+    conv whose result is the residual."""
+    model, reference = down_block(dg), down_block(torch)
+    state = random_state(model, np.random.default_rng(1))
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    model.eval(), reference.eval()
+    x = np.random.default_rng(2).standard_normal((2, 4, 9, 9)).astype(np.float32)
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        got = compiled(dg.tensor(x)).numpy()
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    ops = sorted(n.op.name for n in compiled.optimized_graph.nodes)
+    assert ops == ["conv2d", "conv2d_epilogue"], ops

@@ -48,12 +48,21 @@ class Epilogue:
 def conv_epilogues(graph: Graph) -> dict:
     """The precondition (see the module docstring): ``{conv2d node: Epilogue}``."""
     live = live_readers(graph)   # (a clamp's comparisons, dead after simplify, read y)
-    found = {}
+    found, claimed, removed, residuals = {}, set(), set(), set()
     for node in graph.nodes:
         if node.op is CONV2D and isinstance(node.inputs[0], Value):
             plan = _chain(node.outputs[0], live)
-            if plan is not None:
+            if plan is None:
+                continue
+            # two convs meeting at one add (ResNet's downsampling block) both match it:
+            # the first takes it, and no plan may read a value another one removes
+            gone = {node.outputs[0]} | {n.outputs[0] for n in plan.nodes[:-1]}
+            if (claimed.isdisjoint(plan.nodes) and plan.residual not in removed
+                    and gone.isdisjoint(residuals)):
                 found[node] = plan
+                claimed.update(plan.nodes)
+                removed |= gone
+                residuals.add(plan.residual)
     return found
 
 
