@@ -123,8 +123,31 @@ def compressed_all_reduce():
     return g
 
 
+def relu_of_a_residual_conv():
+    g = Graph()
+    x, w, b, r = f32(g, "x", 1, 2, 4, 4), f32(g, "w", 2, 2, 3, 3), f32(g, "b", 2), \
+        f32(g, "r", 1, 2, 4, 4)
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    (y,) = g.add_node("conv2d", [x, w, b], attrs, names=["y"])
+    (s,) = g.add_node("add", [y, r], names=["s"])
+    g.set_outputs(list(g.add_node("relu", [s], names=["h"])))
+    return g
+
+
+def max_pool_read_for_values():
+    g = Graph()
+    x = f32(g, "x", 1, 2, 5, 5)
+    y, _ = g.add_node("max_pool2d", [x], dict(kernel_size=(3, 3), stride=(2, 2),
+                                              padding=(0, 0), dilation=(1, 1),
+                                              ceil_mode=False), names=["y", "i"])
+    g.set_outputs([y])
+    return g
+
+
 EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
+    "max_pool_values": max_pool_read_for_values,
+    "conv_epilogue": relu_of_a_residual_conv,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,

@@ -174,7 +174,17 @@ SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplif
                                                    dtype=np.dtype("float32"))), ["exp"]),
     ("log softmax", lambda g, x: node(g, "log", node(g, "softmax", x, dim=1)),
      ["log_softmax"]),
+    ("clamp", lambda g, x: _clamp(g, x, 0.0, 6.0), ["maximum", "minimum"]),
+    ("global avg_pool2d", lambda g, x: node(g, "avg_pool2d", node(
+        g, "reshape", x, shape=(1, 3, 4)), kernel_size=(3, 4), stride=(3, 4), padding=(0, 0),
+        ceil_mode=False, count_include_pad=True, divisor_override=None), ["reshape", "mean"]),
 ]
+
+
+def _clamp(g, x, lo, hi):
+    """dg.clamp's graph: where(x < lo, lo, x), then where(. > hi, hi, .)."""
+    low = node(g, "where", node(g, "lt", x, lo), lo, x)
+    return node(g, "where", node(g, "gt", low, hi), hi, low)
 
 
 @pytest.mark.parametrize("name,build,left", SIMPLIFIES, ids=[s[0] for s in SIMPLIFIES])
@@ -185,6 +195,20 @@ def test_simplify_rule(name, build, left):
     assert report.counts["rewrites"] >= 1
     assert ops(dce(new)[0]) == left
     assert [(v.shape, v.dtype) for v in new.outputs] == [(v.shape, v.dtype) for v in g.outputs]
+
+
+def test_simplify_clamp_keeps_its_values():
+    """maximum/minimum give clamp's values, NaN and infinities included; another bound in
+    the where than in the comparison is left alone."""
+    g, (x,) = graph_with(F32)
+    other = node(g, "where", node(g, "lt", x, 0.0), 1.0, x)
+    g.set_outputs([_clamp(g, x, -1.0, 2.0), other])
+    new, _ = run(simplify, g)
+    assert ops(dce(new)[0]).count("where") == 1
+    a = np.array([[np.nan, -np.inf, np.inf, -0.0], [-3, -1, 0, 1], [2, 2.5, 5, -1.5]],
+                 np.float32)
+    for got, want in zip(interpret(dce(new)[0], a), interpret(g, a)):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("exponent", [2.2, 1.5, 0, 5.0])

@@ -77,10 +77,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +340 and the core +410 with it: a compiled function split at its graph breaks (capture/split.py: the
 # pieces, their cache and what each keeps, the last piece over the values they computed,
 # the learning rates made inputs, the timing against eager).
-CORE_BUDGET = 18_160
-BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_430,
+# passes/ +200:
+# the conv_epilogue lowering rule (passes/epilogue.py: conv + bias + activation + residual,
+# torch's and ONNX's spellings), max_pool_values, and simplify's clamp and global-pooling
+# rows; ops/ +80: their ops conv2d_epilogue and max_pool2d_values (ops/epilogue.py);
+# capture/ +70 with freezing for inference (capture/freeze.py); the core +500
+# with them.
+CORE_BUDGET = 18_680
+BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_500,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_880, "passes": 2_360, "export": 3_600, "nn": 3_060,
+           "kernels": 2_080, "ops": 5_980, "passes": 2_560, "export": 3_600, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

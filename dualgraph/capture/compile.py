@@ -39,7 +39,7 @@ from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
 from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
-from .freeze import CapturedGraph
+from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .pyvalues import ABSENT, fact, find_slots
 from .reuse import capture_key
@@ -49,6 +49,8 @@ from .scope import is_module, is_optimizer, readable_names, scope_of
 from .trace import Capture, Tracer
 
 RETRACE_LIMIT = 8
+# distinct changes of frozen parameters (retraces) after which they are graph inputs again
+FREEZE_LIMIT = 2
 
 
 @dataclass
@@ -105,6 +107,8 @@ class Entry:
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
     created = ()   # (name, source line) of the state its call made: then it runs only once
+    frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
+    traced = None  # the capture as traced, when ``capture`` is its frozen form
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
                  memory_budget=None):
@@ -171,6 +175,9 @@ class Entry:
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
+        for f in self.frozen:
+            if f.changed():
+                raise _StaleGuard(f.change(), f)
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
@@ -310,7 +317,11 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
 
 
 class _StaleGuard(Exception):
-    pass
+    """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
+
+    def __init__(self, reason: str, frozen=None):
+        super().__init__(reason)
+        self.frozen = frozen
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -437,6 +448,10 @@ class Compiled:
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
         self._fast = None               # the last call's, tried first
         self._stale: str | None = None  # why the last entry was dropped, if it was
+        # no_grad calls read the module's parameters and buffers as constants (guarded);
+        # off with passes=False, and once they changed FREEZE_LIMIT times
+        self._freezing = passes is not False
+        self._freeze_changes: set = set()   # (id, storage id, version) of each change seen
         target = fn.forward if self.module is not None else fn
         try:
             self._params = list(inspect.signature(target).parameters)
@@ -572,6 +587,8 @@ class Compiled:
             del self.cache[sig]
             self._fast_paths.pop(sig, None)
             self._stale = str(stale)    # (the reason the next capture's record gives)
+            if stale.frozen is not None:
+                self._frozen_changed(stale.frozen)
             return self(*args, **kwargs)
         except OpError:
             raise
@@ -586,6 +603,27 @@ class Compiled:
             fast = self._fast_paths[sig] = fast_path(self, entry, sig)
         self._fast = fast
         return result
+
+    def _frozen_changed(self, frozen) -> None:
+        """Count a change of a frozen tensor (entries of other signatures that see the same
+        change count it once); at the FREEZE_LIMIT-th, stop freezing: parameters that change
+        between inference calls (training with evaluation in between) would retrace often."""
+        t = frozen.tensor
+        self._freeze_changes.add((id(t), id(t._data), t._version[0]))
+        if len(self._freeze_changes) >= FREEZE_LIMIT and self._freezing:
+            self._freezing = False
+            self._stale += (f"; frozen parameters changed {len(self._freeze_changes)} times, "
+                            "so from now on they are graph inputs, not constants")
+            for sig, entry in list(self.cache.items()):   # (theirs would go stale too)
+                if entry.frozen:
+                    del self.cache[sig]
+                    self._fast_paths.pop(sig, None)
+
+    def _freezable(self) -> set:
+        """The ids of the parameters and buffers of the compiled module and of the modules
+        the function names: what a no_grad call may freeze."""
+        modules = [m for _, m in self._module_facts.roots]
+        return {id(t) for m in modules for t in (*m.parameters(), *m.buffers())}
 
     def _flatten(self, args, kwargs):
         """``flatten((args, kwargs))``; the usual call, tensors only, without walking it."""
@@ -730,11 +768,16 @@ class Compiled:
         capture.graph.verify()
         capture.py_writes, sig = self._python_writes(sig, module_before)
         _name_new_state(capture, tracer.names, self.fn)
-        entry = None if created else self._same_graph(capture, backward)
+        traced, frozen = capture, []
+        if backward is None and not created and self._freezing:
+            capture, frozen = freeze_parameters(capture, self._freezable())
+        entry = None if created else self._same_graph(capture, backward, frozen)
         reused = entry is not None
         if not reused:
             entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget)
             times.update(entry.times)
+            if frozen:
+                entry.frozen, entry.traced = frozen, traced
         stale, self._stale = self._stale, None
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
@@ -755,6 +798,9 @@ class Compiled:
                        "in Python state, so this graph runs once and the next call traces "
                        "again")
         guards = describe_guards(sig, names, self._slots)
+        if frozen:
+            guards.append(f"{len(frozen)} parameters and buffers frozen as constants, "
+                          "each guarded by its storage and version")
         self.records.append(Record(kind, reason, fix, guards=guards,
                                    nodes=len(capture.graph.nodes), times=times,
                                    entry=None if reused else entry))
@@ -836,14 +882,19 @@ class Compiled:
         self._made_state = True
         return result
 
-    def _same_graph(self, capture, backward) -> Entry | None:
+    def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the
-        gradients ``capture`` assumes absent or cleared: :meth:`Entry.assuming`). Keys are
-        computed only once there is a retrace (a single capture never needs one)."""
+        gradients ``capture`` assumes absent or cleared: :meth:`Entry.assuming`), and
+        frozen from the same tensors in the same state as ``frozen`` (its guards then hold
+        for this capture too). Keys are computed only once there is a retrace (a single
+        capture never needs one)."""
         if not self.cache:
             return None
         keys = self._entry_keys     # (holding each entry, so that its id stays its own)
-        live = {id(entry): entry for entry in self.cache.values()}
+        state = [(id(f.tensor), id(f.array), f.version) for f in frozen]
+        live = {id(entry): entry for entry in self.cache.values()
+                if [(id(f.tensor), id(f.array), f.version) for f in entry.frozen] == state
+                and not any(f.changed() for f in entry.frozen)}
         for i, entry in live.items():
             if i not in keys:
                 keys[i] = (capture_key(entry.capture, entry.backward), entry)
@@ -881,7 +932,7 @@ class Compiled:
         inputs bind to arguments and state, and what its outputs become."""
         if self._last is None:
             raise RuntimeError("nothing captured yet: call the compiled function first")
-        return self._last.capture
+        return self._last.traced or self._last.capture
 
     @property
     def graph(self) -> CapturedGraph:

@@ -22,14 +22,18 @@ generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, call
             return MISS
         if facts.get() != module_facts:
             return MISS
-        if (cap_1._data is not array_1
-            or cap_2._data is not array_2):
+        if (frozen_0._data is not farray_0 or frozen_0._version[0] != 1
+            or frozen_1._data is not farray_1 or frozen_1._version[0] != 1):
             return MISS
-        return make(graph_fn(x0, array_1, array_2)[0])
+        return make(graph_fn(x0)[0])
 
 Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
-retraces and explains as before; the captured tensors' arrays must be the very arrays
-whose types the executable checked (a parameter given new data takes the general path).
+retraces and explains as before. The weight and bias are constants of the graph there
+(frozen under ``no_grad``, capture/freeze.py): valid while each tensor holds the same
+array at the same version. Tensors the graph reads as inputs (when they require grad, or
+the step updates them) are passed as operands instead, and their arrays must be the very
+arrays whose types the executable checked (a parameter given new data takes the general
+path): ``cap_1._data is not array_1`` returns ``MISS``.
 
 A training step (an optimiser's update and the gradients written back, nothing recorded
 on the autograd tape) gets the same inlined guards, plus its optimisers' facts (state
@@ -145,6 +149,10 @@ def fast_path(compiled, entry, sig):
             flags = f"{operands[-1]}.flags"
             donated.append(f"{flags}.writeable" if b.kind == "captured"
                            else f"{flags}.writeable and {flags}.c_contiguous")
+    for k, f in enumerate(entry.frozen):   # (constants now: valid while unchanged)
+        names[f"frozen_{k}"], names[f"farray_{k}"] = f.tensor, f.array
+        captured.append(f"frozen_{k}._data is not farray_{k}"
+                        f" or frozen_{k}._version[0] != {f.version}")
     if captured:
         lines += ["if (" + "\n        or ".join(captured) + "):", "    return MISS"]
     if donated:
@@ -168,7 +176,7 @@ def fast_path(compiled, entry, sig):
     fast_call = compile_source(source, "fast_call", names).fn   # (tracebacks show it)
     fast_call.source = source
     fast_call.bound = [(b.tensor, b.tensor._data) for b in capture.bindings
-                       if b.kind == "captured"]
+                       if b.kind == "captured"] + [(f.tensor, f.array) for f in entry.frozen]
     return fast_call
 
 

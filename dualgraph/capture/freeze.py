@@ -12,13 +12,26 @@ graph itself (it prints and runs as before) that also knows its capture, so that
 become constants holding their values at save time, and only the function's outputs are
 returned. ``save(path, freeze=False)`` writes :meth:`CapturedGraph.unfrozen` instead, whose
 inputs are the arguments then the tensors read, in the printed order.
+
+:func:`freeze_parameters` freezes a compiled *inference* call the same way, for speed
+(torch's ``torch.jit.freeze`` and inductor's freezing): a module called under
+``dg.no_grad()`` reads its parameters and buffers as constants, so that the passes fold
+what they alone determine (eval-mode BatchNorm into its convolution, ``fold_batchnorm``).
+The constants are read-only views of the tensors' own arrays (no copy), and the call is
+guarded by each tensor's identity of storage and version counter (:class:`Frozen`): an
+optimiser step, ``load_state_dict``, an in-place op or ``p.data = t`` makes the frozen
+graph stale and the call traces again with the new values. (Writes that bypass the
+tensor, through an array from ``t.numpy()``, are not seen, as in torch.)
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from ..graph import Graph
 from ..graph.ir import GraphError, type_str
+from ..tensor import Tensor
 from .subgraph import needed_nodes
 from .trace import Capture
 
@@ -148,3 +161,63 @@ def _current_value(v, tensor) -> np.ndarray:
     array = np.array(array, copy=True, order="C")
     array.flags.writeable = False
     return array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Frozen:
+    """A tensor frozen into a compiled graph as a constant: valid while ``tensor`` holds
+    ``array`` (the same storage) at ``version`` (no in-place write since)."""
+    tensor: Tensor
+    array: np.ndarray
+    version: int
+    name: str
+
+    def changed(self) -> bool:
+        return self.tensor._data is not self.array or self.tensor._version[0] != self.version
+
+    def change(self) -> str:
+        """What changed, for ``explain()``: the dtype or shape (``model.double()``), else
+        the values."""
+        a, old = self.tensor._data, self.array
+        if a.dtype != old.dtype or a.shape != old.shape:
+            return (f"captured tensor {self.name} is now {a.dtype} {tuple(a.shape)}, traced "
+                    f"as {old.dtype} {tuple(old.shape)}")
+        return (f"{self.name}, frozen into the graph as a constant, changed (an in-place "
+                "update, load_state_dict, .data =)")
+
+
+def freeze_parameters(capture: Capture, freezable: set) -> tuple[Capture, list]:
+    """``(capture, frozen)``: ``capture`` with the tensors it reads by identity whose ids are
+    in ``freezable`` (a module's parameters and buffers), and that it does not write, made
+    constants of its graph (read-only views of their arrays, not copies), and the
+    :class:`Frozen` guards of those tensors. ``capture`` itself when there are none.
+
+    >>> import dualgraph as dg
+    >>> m = dg.nn.Linear(2, 1)
+    >>> with dg.no_grad():
+    ...     capture = dg.jit.trace(m, dg.ones(3, 2)).capture
+    >>> frozen_capture, frozen = freeze_parameters(capture, {id(p) for p in m.parameters()})
+    >>> [v.name for v in frozen_capture.graph.inputs], [f.name for f in frozen]
+    (['input'], ['weight', 'bias'])
+    """
+    written = {id(t) for _, t in capture.writebacks}
+    graph, bindings, frozen, constants = Graph(), [], [], []
+    for v, b in zip(capture.graph.inputs, capture.bindings):
+        array = b.tensor._data
+        if (b.kind == "captured" and id(b.tensor) in freezable and id(b.tensor) not in written
+                and type(array) is np.ndarray and array.flags.c_contiguous
+                and array.dtype == v.dtype and array.shape == tuple(v.shape)):
+            view = array.view()
+            view.flags.writeable = False   # (the view only: the tensor stays writeable)
+            constants.append((v, view))
+            frozen.append(Frozen(b.tensor, array, b.tensor._version[0], v.name))
+        else:
+            graph.share_input(v)
+            bindings.append(b)
+    if not frozen:
+        return capture, []
+    for v, array in constants + list(capture.graph.constants.items()):
+        graph.share_constant(v, array)
+    graph.share_nodes(capture.graph.nodes)
+    graph.set_outputs(capture.graph.outputs)
+    return dataclasses.replace(capture, graph=graph, bindings=bindings, view=None), frozen

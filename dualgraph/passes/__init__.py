@@ -34,15 +34,15 @@ from .simplify import RULES, simplify
 __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "plan_in", "RULES",
            "LOWERING", "LoweringRule", "lower", "dce", "cse", "fold_constants", "simplify",
            "fuse_elementwise", "fuse_all_reduces", "overlap_communication", "schedule",
-           "checkpoint_savings",
-           "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm",
-           "batch_linears", "share_conv_columns", "join_loss_gradient", "compress_all_reduces",
-           "batch_scan_linears",
-           "group_updates", "linear_relu", "relu_backward_in_place"]
+           "checkpoint_savings", "rematerialize", "plan_memory", "save_scan_residuals",
+           "fold_batchnorm", "batch_linears", "share_conv_columns", "conv_epilogue",
+           "max_pool_values", "join_loss_gradient", "compress_all_reduces",
+           "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, compress_all_reduces,
- batch_scan_linears, group_updates, linear_relu, relu_backward_in_place) = LOWERING
+(fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, max_pool_values,
+ join_loss_gradient, compress_all_reduces, batch_scan_linears, group_updates, linear_relu,
+ relu_backward_in_place) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
@@ -50,7 +50,8 @@ PIPELINE = [
     cse,
     fold_constants,
     simplify,
-    Stage("graph"),     # lowering rules: BatchNorm into its layer, a loop's linears -> one GEMM
+    Stage("graph"),     # lowering rules: BatchNorm into its layer, conv epilogues, a loop's
+    #                     linears -> one GEMM
     simplify,           # ... whose per-step blocks a cat may join again: the whole result
     cse,                # rewrites can make expressions equal (x*2*3 and x*6)
     dce,                # ... and leave the rewritten nodes dead

@@ -155,6 +155,23 @@ def readers(graph: Graph) -> dict:
     return found
 
 
+def needed(graph: Graph) -> set:
+    """The values the outputs need (``simplify`` leaves the nodes it made dead for ``dce``:
+    a rule running before ``dce`` must not count their reads)."""
+    found = set(graph.outputs)
+    for node in reversed(graph.nodes):
+        if any(v in found for v in node.outputs):
+            found.update(x for x in node.inputs if isinstance(x, Value))
+    return found
+
+
+def live_readers(graph: Graph, live: set | None = None) -> dict:
+    """``readers`` among the nodes the outputs need (``live``: :func:`needed`)."""
+    live = needed(graph) if live is None else live
+    return {v: [n for n in users if not isinstance(n, Node) or n.outputs[0] in live]
+            for v, users in readers(graph).items()}
+
+
 def new_scan_body(body: Graph, num_carry: int, num_xs: int, added: list, suffix: str,
                   dropped_carries=()) -> tuple[Graph, dict]:
     """A fresh graph to rebuild a scan's ``body`` in: its carry inputs but

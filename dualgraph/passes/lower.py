@@ -38,8 +38,11 @@ from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
 from .affine import LAYERS, affine_chains, fold_affine_chains
 from .batch import batch_linears, loop_linear_groups
+from ..ops.conv import MAX_POOL2D
+from ..ops.epilogue import MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
-from .core import Builder, Report, readers
+from .core import Builder, Report, live_readers, needed, readers
+from .epilogue import conv_epilogue, conv_epilogues
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .scan_linears import batch_scan_linears, scan_plans
@@ -235,6 +238,51 @@ def fold_batchnorm(graph: Graph, chains: dict, report: Report) -> Graph:
     return fold_affine_chains(graph, chains, graph.constants, report)
 
 
+def unread_pool_indices(graph: Graph) -> list[Node]:
+    """The precondition: the ``max_pool2d`` nodes whose indices (the second output) no
+    live node reads nor the graph returns (inference: only the backward reads them)."""
+    live = live_readers(graph)
+    return [n for n in graph.nodes if n.op is MAX_POOL2D and not live.get(n.outputs[1])]
+
+
+def max_pool_values(graph: Graph, nodes: list, report: Report) -> Graph:
+    """Each node of ``unread_pool_indices`` becomes ``max_pool2d_values``, named as its
+    values: a running maximum, without the comparisons and masks that track the argmax
+    (one NumPy pass per kernel position instead of five). Dead nodes are dropped.
+
+    Preserves: types, inputs and outputs, and values bit for bit (NaN wins, as before).
+
+    Before::
+
+        graph(%x: f32[1,2,5,5]) {
+          %y: f32[1,2,2,2], %i: i64[1,2,2,2] = max_pool2d(%x, kernel_size=(3, 3), stride=(2,
+              2), padding=(0, 0), dilation=(1, 1), ceil_mode=False)
+          return (%y)
+        }
+
+    After::
+
+        graph(%x: f32[1,2,5,5]) {
+          %y: f32[1,2,2,2] = max_pool2d_values(%x, kernel_size=(3, 3), stride=(2, 2),
+              padding=(0, 0), dilation=(1, 1), ceil_mode=False)
+          return (%y)
+        }
+    """
+    chosen, live = set(nodes), needed(graph)
+    b = Builder(graph)
+    for node in graph.nodes:
+        if not any(v in live for v in node.outputs):
+            continue
+        if node not in chosen:
+            b.copy(node)
+            continue
+        (b.env[node.outputs[0]],) = b.add(MAX_POOL2D_VALUES, [b.get(node.inputs[0])],
+                                          node.attrs, node.location, [node.outputs[0].name])
+        report.count("pools without indices", f"%{node.outputs[0].name}")
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
 RULES = [
     # linear/conv2d(x, W, b) * s + t by per-channel constants, W and b constant ->
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
@@ -246,6 +294,13 @@ RULES = [
     # conv2d(x) and conv2d_weight_grad(x) -> one conv2d_columns(x) read by both GEMMs
     LoweringRule("share_conv_columns", (CONV2D, CONV2D_WEIGHT_GRAD), shared_columns,
                  share_conv_columns, "graph"),
+    # act(conv2d(x, W, b) [+ r]) [+ r], the intermediates read only along the chain ->
+    # conv2d_epilogue: bias, residual and activation in one pass over the conv's output
+    # (after share_conv_columns: a training step's conv sharing its im2col keeps it)
+    LoweringRule("conv_epilogue", (CONV2D,), conv_epilogues, conv_epilogue, "graph"),
+    # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
+    LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
+                 "graph"),
     # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
     LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
                  loss_gradient_pairs, join_loss_gradient, "graph"),

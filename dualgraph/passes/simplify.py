@@ -22,11 +22,12 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import (ADD, CAST, DIV, LOG, MUL, NEG, POW, SQRT, SUB, expand_power,
-                               power_by_products)
+from ..ops.elementwise import (ADD, CAST, DIV, GT, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW,
+                               SQRT, SUB, WHERE, expand_power, power_by_products)
+from ..ops.conv import AVG_POOL2D
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
-from ..ops.reduce import LOG_SOFTMAX, SOFTMAX
+from ..ops.reduce import LOG_SOFTMAX, MEAN, SOFTMAX
 from ..ops.shape import CAT, EXPAND, PERMUTE, RESHAPE, SLICE, SLICE_BACKWARD
 from .core import Builder, Report
 
@@ -182,6 +183,24 @@ def _power_products(m):
                         lambda a: call(SQRT, [a]), lambda a: call(DIV, [1.0, a]))
 
 
+def _bound_by(op):
+    # clamp's where(x < lo, lo, x) is maximum(x, lo) (and where(x > hi, hi, x) minimum):
+    # both keep x's NaN; a fused loop runs them in one pass where the where and its bool
+    # mask are two NumPy passes (comparisons do not fuse)
+    return lambda m: call(op, [m.x, m.c]) if m.c == m.d else None
+
+
+def _global_mean(m):
+    # an average pool whose one window is the whole unpadded plane (global average
+    # pooling: adaptive_avg_pool2d(x, 1), squeeze-and-excitation) is a mean: one reduction
+    # where the pool's kernel adds the plane's kh*kw shifted views one by one
+    x, kernel, pads = m.x, tuple(m.k), tuple(m.pad)
+    if (isinstance(x, Value) and x.ndim >= 3 and kernel == tuple(x.shape[-2:])
+            and not any(pads) and not m.divisor):
+        return call(MEAN, [x], dims=(x.ndim - 2, x.ndim - 1), keepdim=True)
+    return None
+
+
 def _compose(p, q) -> tuple:
     # permute(permute(x, p), q)[i] reads x's dim p[q[i]]
     return tuple(p[i] for i in q)
@@ -270,6 +289,13 @@ RULES = [
     Rule(P(CAST, x), lambda m: m.x, "cast(x) -> x (same dtype)"),
     Rule(P(CAST, P(CAST, x, dtype=Var("mid")), dtype=Var("to")), _fold_casts,
          "cast(cast(x, wider), t) -> cast(x, t) (the first cast exact: x if t is x's)"),
+    Rule(P(WHERE, P(LT, x, c), d, x), _bound_by(MAXIMUM),
+         "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
+    Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
+         "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(AVG_POOL2D, x, kernel_size=Var("k"), padding=Var("pad"),
+           divisor_override=Var("divisor")), _global_mean,
+         "avg_pool2d(x) over the whole plane -> mean(x, dims=(-2, -1), keepdim=True)"),
     Rule(P(LOG, P(SOFTMAX, x, dim=dim)), lambda m: call(LOG_SOFTMAX, [m.x], dim=m.dim),
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P(ADD, P(MATMUL, x, P(PERMUTE, w, perm=(1, 0))), b),
@@ -285,7 +311,8 @@ RULES = [
 # -- the driver ------------------------------------------------------------------------------
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
-    half powers as products, --x, chains of scalar multiplies, permute and reshape chains,
+    half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
+    as maximum (and minimum), global average pooling as a mean, permute and reshape chains,
     no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
     x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.

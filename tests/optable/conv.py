@@ -170,3 +170,66 @@ CASES = [
                                                 count_include_pad=False), x, g),
         [In((2, 2, 6, 5), grad=False), In((2, 2, 4, 3))], "double-backward"),
 ]
+
+
+def conv_epilogue(act, residual_at=None, **conv_attrs):
+    """conv2d_epilogue (what passes.conv_epilogue makes) vs torch's conv, activation and
+    residual add."""
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    attrs.update(conv_attrs)
+    bounds = (0.0, 6.0) if act == "clamp" else (float("-inf"), float("inf"))
+
+    def fn(m, x, w, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.epilogue import CONV2D_EPILOGUE
+            return apply(CONV2D_EPILOGUE, x, w, b, *residual, act=act, bounds=bounds,
+                         residual_at=residual_at, **attrs)
+        F = m.nn.functional
+        (ph, _), (pw, _) = attrs["padding"]
+        y = F.conv2d(x, w, b, stride=attrs["stride"], padding=(ph, pw),
+                     dilation=attrs["dilation"], groups=attrs["groups"])
+        if residual and residual_at == "before":
+            y = y + residual[0]
+        y = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "sigmoid": m.sigmoid,
+             "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+             "gelu": F.gelu,
+             "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act](y)
+        return y + residual[0] if residual and residual_at == "after" else y
+    return fn
+
+
+CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy's passes)
+    OpCase("conv2d_epilogue", conv_epilogue(act, at),
+           [In((2, 8, 18, 18)), In((8, 8, 3, 3)), In((8,))]
+           + ([In((2, 8, 18, 18))] if at else []), f"{act}-{at}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at in [("relu", "before"), ("clamp", None), ("sigmoid", "after"), ("silu", None),
+                    ("hardswish", "after"), ("gelu", None), ("gelu_tanh", "before"),
+                    ("none", "before"), ("hardsigmoid", None)]
+] + [
+    OpCase("conv2d_epilogue", conv_epilogue("clamp", groups=4, stride=(2, 2)),
+           [In((1, 4, 9, 9)), In((4, 1, 3, 3)), In((4,))], "depthwise-small", grad=False),
+]
+
+
+def pool_values(**attrs):
+    """max_pool2d_values (what passes.max_pool_values makes) vs torch's max pooling."""
+    pool = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),
+                ceil_mode=True)
+    pool.update(attrs)
+
+    def fn(m, x):
+        if m.__name__ == "torch":
+            return m.nn.functional.max_pool2d(x, **pool)
+        from dualgraph.ops.epilogue import MAX_POOL2D_VALUES
+        return apply(MAX_POOL2D_VALUES, x, **pool)
+    return fn
+
+
+CASES += [
+    OpCase("max_pool2d_values", pool_values(), [D(2, 3, 9, 9)], "3x3-s2-ceil",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("max_pool2d_values", pool_values(kernel_size=(2, 2), padding=(0, 0),
+                                            ceil_mode=False), [D(1, 2, 6, 8)], "2x2",
+           grad=False),
+]

@@ -1,0 +1,212 @@
+"""CNNs outside the suite, for inference, one thread per engine: dualgraph (the module
+``dg.compile``d and called under ``no_grad``; the torch export loaded with
+``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
+
+``python -m benchmarks.unseen_cnns [--models squeezenet,efficientnet,mobilenetv3]
+[--batches 1,16] [--rounds 5]`` (``--models resnet18,mobilenetv2``: the suite's W8 and W9
+models, measured the same way). The models are written once against the torch-style API
+(``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
+EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation) and a
+MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same random
+weights in both libraries. Each implementation runs once per round, in turns; reported:
+the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
+machine, and fair between one-thread engines) and the best wall time, in ms, and each
+engine's ratio to onnxruntime's CPU time. Outputs are compared with torch's first.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+import time
+
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = "1"
+
+import numpy as np  # noqa: E402
+
+from .common import random_state  # noqa: E402
+
+
+def fire(lib, cin, squeeze, expand):
+    nn = lib.nn
+
+    class Fire(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.squeeze = nn.Sequential(nn.Conv2d(cin, squeeze, 1), nn.ReLU())
+            self.e1 = nn.Sequential(nn.Conv2d(squeeze, expand, 1), nn.ReLU())
+            self.e3 = nn.Sequential(nn.Conv2d(squeeze, expand, 3, padding=1), nn.ReLU())
+
+        def forward(self, x):
+            s = self.squeeze(x)
+            return lib.cat([self.e1(s), self.e3(s)], 1)
+    return Fire()
+
+
+def squeezenet(lib, classes=1000):
+    """torchvision's SqueezeNet 1.1."""
+    nn = lib.nn
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, 2), nn.ReLU(), pool(),
+        fire(lib, 64, 16, 64), fire(lib, 128, 16, 64), pool(),
+        fire(lib, 128, 32, 128), fire(lib, 256, 32, 128), pool(),
+        fire(lib, 256, 48, 192), fire(lib, 384, 48, 192), fire(lib, 384, 64, 256),
+        fire(lib, 512, 64, 256),
+        nn.Dropout(0.5), nn.Conv2d(512, classes, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten())
+
+
+def conv_bn(lib, cin, cout, k, stride=1, groups=1, act=None):
+    nn = lib.nn
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout)]
+    return layers + ([getattr(nn, act)()] if act else [])
+
+
+def mbconv(lib, cin, cout, k, stride, expand, act, gate, se_ratio):
+    """An inverted residual block: 1x1 expansion, kxk depthwise, squeeze-and-excitation
+    (``gate``: the gate's activation), 1x1 linear projection, residual when shapes
+    allow."""
+    nn = lib.nn
+    hidden = cin * expand
+    layers = conv_bn(lib, cin, hidden, 1, act=act) if expand != 1 else []
+    layers += conv_bn(lib, hidden, hidden, k, stride, groups=hidden, act=act)
+    squeezed = max(1, int(cin * se_ratio))
+    se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(hidden, squeezed, 1),
+                       getattr(nn, act)(), nn.Conv2d(squeezed, hidden, 1), getattr(nn, gate)())
+    project = nn.Sequential(*conv_bn(lib, hidden, cout, 1))
+    body = nn.Sequential(*layers)
+    residual = stride == 1 and cin == cout
+
+    class MBConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.se, self.project = body, se, project
+
+        def forward(self, x):
+            h = self.body(x)
+            y = self.project(h * self.se(h))
+            return x + y if residual else y
+    return MBConv()
+
+
+def efficientnet(lib, classes=1000):
+    """EfficientNet-B0's stages (expansion, channels, blocks, stride, kernel)."""
+    nn = lib.nn
+    stages = [(1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3),
+              (6, 112, 3, 1, 5), (6, 192, 4, 2, 5), (6, 320, 1, 1, 3)]
+    layers, cin = conv_bn(lib, 3, 32, 3, 2, act="SiLU"), 32
+    for expand, cout, count, stride, k in stages:
+        for i in range(count):
+            layers.append(mbconv(lib, cin, cout, k, stride if i == 0 else 1, expand, "SiLU",
+                                 "Sigmoid", 0.25))
+            cin = cout
+    layers += conv_bn(lib, cin, 1280, 1, act="SiLU")
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(1280, classes))
+
+
+def mobilenetv3(lib, classes=1000):
+    """A MobileNetV3-small-like stack: hard-swish and ReLU blocks, hard-sigmoid gates."""
+    nn = lib.nn
+    blocks = [(3, 1, 16, "ReLU", 2), (3, 4, 24, "ReLU", 2), (3, 3, 24, "ReLU", 1),
+              (5, 4, 40, "Hardswish", 2), (5, 6, 40, "Hardswish", 1),
+              (5, 3, 48, "Hardswish", 1), (5, 6, 96, "Hardswish", 2),
+              (5, 6, 96, "Hardswish", 1)]
+    layers, cin = conv_bn(lib, 3, 16, 3, 2, act="Hardswish"), 16
+    for k, expand, cout, act, stride in blocks:
+        layers.append(mbconv(lib, cin, cout, k, stride, expand, act, "Hardsigmoid", 0.25))
+        cin = cout
+    layers += conv_bn(lib, cin, 576, 1, act="Hardswish")
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, classes))
+
+
+def suite_model(module: str, name: str):
+    """A workload's model (W8's ResNet-18, W9's MobileNetV2), measured the same way."""
+    return lambda lib: getattr(importlib.import_module(f"benchmarks.{module}"), name)(lib)
+
+
+MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
+          "resnet18": suite_model("w8_resnet18_infer", "resnet18"),
+          "mobilenetv2": suite_model("w9_mobilenet_infer", "mobilenet_v2")}
+
+
+def implementations(name: str, batch: int, tmp: str) -> dict:
+    """``{engine: (call, output of one call)}`` for one model and batch size."""
+    import onnxruntime as ort
+    import torch
+
+    import dualgraph as dg
+    torch.set_num_threads(1)
+    dg.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    reference = MODELS[name](torch).eval()
+    state = random_state(reference, 0)
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    model = MODELS[name](dg).eval()
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    path = os.path.join(tmp, f"{name}_{batch}.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    loaded = dg.onnx.load(path)
+    compiled = dg.compile(model)
+    tx, dx = torch.tensor(x), dg.tensor(x)
+
+    def run_compiled():
+        with dg.no_grad():
+            return compiled(dx).numpy()
+
+    def run_torch():
+        with torch.no_grad():
+            return reference(tx).numpy()
+    calls = {"onnxruntime": lambda: session.run(None, {"x": x})[0],
+             "dg_compiled": run_compiled,
+             "dg_onnx_load": lambda: np.asarray(loaded(dx).numpy()),
+             "torch_eager": run_torch}
+    return {k: (f, f()) for k, f in calls.items()}
+
+
+def measure(name: str, batch: int, rounds: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        impls = implementations(name, batch, tmp)
+    want = impls["torch_eager"][1]
+    cpu = {k: np.inf for k in impls}
+    wall = dict(cpu)
+    for _ in range(rounds):
+        for k, (call, _) in impls.items():
+            c, w = time.process_time(), time.perf_counter()
+            call()
+            cpu[k] = min(cpu[k], time.process_time() - c)
+            wall[k] = min(wall[k], time.perf_counter() - w)
+    error = {k: float(np.abs(out - want).max() / max(1e-6, np.abs(want).max()))
+             for k, (_, out) in impls.items()}
+    return {k: dict(cpu_ms=round(1e3 * cpu[k], 2), wall_ms=round(1e3 * wall[k], 2),
+                    vs_onnxruntime=round(cpu[k] / cpu["onnxruntime"], 2),
+                    rel_error=f"{error[k]:.1e}") for k in impls}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="squeezenet,efficientnet,mobilenetv3")
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    for name in args.models.split(","):
+        for batch in map(int, args.batches.split(",")):
+            for engine, row in measure(name, batch, args.rounds).items():
+                print(f"{name} batch {batch} {engine}: {row}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""A convolution's epilogue in one pass: per output plane, the bias, a residual added
+before or after the activation, and the activation, written over the conv's own result
+(``ops/epilogue.py``'s ``conv2d_epilogue``; the compiler's ``conv_epilogue`` rule makes it).
+
+Unfused, a conv with bias, ReLU6 and a residual is the bias pass in the conv kernel and a
+fused loop (or four NumPy passes and two bool arrays for clamp's ``where``s) that reads
+the result again and writes another array. Here each plane of ``(N*C, H*W)`` is read and
+written once while it is in cache. The activations are those of ``ACTIVATIONS`` (codes
+in that order), with the formulas the fused kernels use (``fastmath``'s ``sigmoid32``,
+``gelu32``, ``gelu_tanh32``); NaN stays NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import helper, loop
+from .fastmath import gelu32, gelu_tanh32, sigmoid32
+
+ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
+               "hardsigmoid")
+F = np.float32
+_ZERO, _THREE, _SIX = F(0), F(3), F(6)
+
+
+@helper(inline="always")
+def _clamp(v, lo, hi):
+    """``min(max(v, lo), hi)`` keeping NaN (a comparison with NaN is false)."""
+    if v < lo:
+        v = lo
+    if v > hi:
+        v = hi
+    return v
+
+
+@helper(inline="always")
+def _activate(row, act, lo, hi):
+    """``ACTIVATIONS[act]`` of each element of the float32 ``row``, in place (one loop per
+    activation, so that each vectorises)."""
+    if act == 1:
+        for i in range(row.size):
+            v = row[i]
+            row[i] = _ZERO if v < _ZERO else v
+    elif act == 2:
+        for i in range(row.size):
+            row[i] = _clamp(row[i], lo, hi)
+    elif act == 3:
+        for i in range(row.size):
+            row[i] = sigmoid32(row[i])
+    elif act == 4:
+        for i in range(row.size):
+            v = row[i]
+            row[i] = v * sigmoid32(v)
+    elif act == 5:
+        for i in range(row.size):
+            v = row[i]
+            row[i] = v * (_clamp(v + _THREE, _ZERO, _SIX) / _SIX)
+    elif act == 6:
+        for i in range(row.size):
+            row[i] = gelu32(row[i])
+    elif act == 7:
+        for i in range(row.size):
+            row[i] = gelu_tanh32(row[i])
+    elif act == 8:
+        for i in range(row.size):
+            row[i] = _clamp(row[i] + _THREE, _ZERO, _SIX) / _SIX
+
+
+@loop
+def planes(start, stop, out, bias, residual, act, lo, hi, where):
+    """Planes ``start:stop`` of ``out (N*C, H*W)``, in place: ``act(out + bias[c] (+ r))``
+    (``where`` 1: the residual ``r = residual[p]`` is added before the activation, 2: after
+    it, 0: none; ``residual`` is then any 2-D float32 array). A plane stays in cache
+    through its three short loops."""
+    channels = bias.shape[0]
+    for p in range(start, stop):
+        b, row = bias[p % channels], out[p]
+        if where == 1:
+            r = residual[p]
+            for i in range(row.size):
+                row[i] = row[i] + b + r[i]
+        else:
+            for i in range(row.size):
+                row[i] = row[i] + b
+        _activate(row, act, lo, hi)
+        if where == 2:
+            r = residual[p]
+            for i in range(row.size):
+                row[i] = row[i] + r[i]

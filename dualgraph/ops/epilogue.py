@@ -1,0 +1,134 @@
+"""Ops the inference lowering rules make: ``conv2d_epilogue`` (a convolution with its bias,
+activation and residual add as one op) and ``max_pool2d_values`` (max pooling without the
+argmax indices nobody reads).
+
+``conv2d_epilogue(x, w, b[, r], act=, bounds=, residual=)`` is ``act(conv2d(x, w, b) + r)``
+(``residual="before"``) or ``act(conv2d(x, w, b)) + r`` (``"after"``), or without ``r``
+``act(conv2d(x, w, b))``; ``act`` is one of ``kernels/epilogue.py``'s ``ACTIVATIONS``
+(``"clamp"`` between ``bounds = (lo, hi)``: ReLU6, hardtanh). The lowering rule
+``conv_epilogue`` (``passes/epilogue.py``) makes it from those ops after autodiff, so it
+has no VJP; its decomposition is the ops it replaces. The kernel runs the conv without
+its bias, then one loop over the output planes adds the bias and the residual and applies
+the activation in place (float32 with Numba; NumPy's passes otherwise).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..dispatch import apply
+from ..kernels.epilogue import ACTIVATIONS
+from ..kernels.threads import run_rows, threads_for
+from . import conv as conv_ops
+from . import elementwise as ew
+from . import linalg
+from ._util import cast
+from .opdef import defop
+
+RESIDUAL = (None, "before", "after")
+
+
+def activation(y, act: str, bounds=(-np.inf, np.inf)):
+    """``act`` of the tensor ``y`` with the ordinary ops the rule matched."""
+    lo, hi = bounds
+    if act == "relu":
+        return ew.relu(y)
+    if act == "clamp":
+        y = y if lo == -np.inf else ew.maximum(y, lo)
+        return y if hi == np.inf else ew.minimum(y, hi)
+    if act == "sigmoid":
+        return ew.sigmoid(y)
+    if act == "silu":
+        return y * ew.sigmoid(y)
+    if act in ("hardswish", "hardsigmoid"):
+        gate = ew.minimum(ew.maximum(y + 3.0, 0.0), 6.0) / 6.0
+        return y * gate if act == "hardswish" else gate
+    if act == "gelu":
+        return ew.gelu(y)
+    if act == "gelu_tanh":
+        return ew.gelu(y, approximate="tanh")
+    return y
+
+
+def _decomposition(x, w, b, *residual, act, bounds, residual_at, **conv):
+    y = apply(conv_ops.CONV2D, x, w, b, **conv)
+    if residual and residual_at == "before":
+        y = y + residual[0]
+    y = activation(y, act, bounds)
+    return y + residual[0] if residual and residual_at == "after" else y
+
+
+def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
+    """``act`` of the array ``y``, in place where NumPy can."""
+    if act == "relu":
+        return np.maximum(y, 0, out=y)
+    if act == "clamp":
+        return np.minimum(np.maximum(y, bounds[0], out=y), bounds[1], out=y)
+    if act == "sigmoid":
+        return ew.SIGMOID.kernel(y)
+    if act == "silu":
+        return y * ew.SIGMOID.kernel(y)
+    if act in ("hardswish", "hardsigmoid"):
+        gate = np.minimum(np.maximum(y + 3, 0), 6) / 6
+        return y * gate if act == "hardswish" else gate
+    if act in ("gelu", "gelu_tanh"):
+        return (ew.GELU if act == "gelu" else ew.GELU_TANH).kernel(y)
+    return y
+
+
+def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
+    y = conv_ops.CONV2D.kernel(x, w, **conv)
+    b = b.astype(y.dtype, copy=False)
+    r = residual[0].astype(y.dtype, copy=False) if residual else None
+    n, c = y.shape[:2]
+    if (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
+            and (r is None or r.flags.c_contiguous)):
+        where = RESIDUAL.index(residual_at) if r is not None else 0
+        rows = r.reshape(n * c, -1) if r is not None else np.zeros((1, 1), y.dtype)
+        run_rows(kernels.epilogue.planes, n * c, y.reshape(n * c, -1), np.ascontiguousarray(b),
+                 rows, ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]),
+                 where, threads=threads_for(y.size))
+        return y
+    y = y + b.reshape(-1, 1, 1)
+    if r is not None and residual_at == "before":
+        y += r
+    y = _numpy_activation(y, act, bounds)
+    return y + r if r is not None and residual_at == "after" else y
+
+
+def _infer(x, w, b, *residual, act, bounds, residual_at, **conv):
+    out = conv_ops.CONV2D.infer(x, w, b, **conv)
+    if residual and tuple(residual[0].shape) != tuple(out.shape):
+        raise ValueError(f"conv2d_epilogue: residual of shape {tuple(residual[0].shape)} "
+                         f"for an output of shape {tuple(out.shape)}")
+    return out
+
+
+CONV2D_EPILOGUE = defop(
+    "conv2d_epilogue", _kernel, _infer,
+    attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
+    compiler_only=True, decomposition=_decomposition,
+    doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
+        "to the conv's output in one pass, in place")
+
+
+def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    """A running ``np.maximum`` over the kernel positions (NaN wins, as in torch): one pass
+    each, where ``max_pool2d``'s argmax tracking takes five."""
+    (x,), dt = linalg.blas_operands(x)
+    out_hw, pads = conv_ops._pool_geometry(x.shape[-2:], kernel_size, stride, padding,
+                                           ceil_mode, dilation)
+    win = conv_ops._windows(conv_ops._pad(x, pads, -np.inf), kernel_size, stride, dilation,
+                            out_hw)
+    best = win[..., 0, 0].copy()
+    for pos in range(1, kernel_size[0] * kernel_size[1]):
+        np.maximum(best, win[..., pos // kernel_size[1], pos % kernel_size[1]], out=best)
+    return cast(best, dt)
+
+
+MAX_POOL2D_VALUES = defop(
+    "max_pool2d_values", _max_values_kernel,
+    lambda x, **pool: conv_ops._infer_max_pool(x, **pool)[0],
+    attrs=conv_ops.MAX_POOL2D.attrs, saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, **pool: apply(conv_ops.MAX_POOL2D, x, **pool)[0],
+    doc="max_pool2d's values alone (made where its indices are unread: inference)")

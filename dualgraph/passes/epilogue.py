@@ -1,0 +1,252 @@
+"""The ``conv_epilogue`` lowering rule: a convolution, its activation and a residual add
+become one ``conv2d_epilogue`` (``ops/epilogue.py``), whose kernel applies the bias, the
+residual and the activation to the conv's output in one pass, in place.
+
+The precondition, per ``conv2d`` node, along the chain from its output: an optional
+residual ``add`` of a value of the same type (``r``: the chain value is read by the add
+only), then an optional activation (below), then, where there was no residual before it,
+an optional residual ``add`` after it; at least one of them. Each value of the chain but
+the last is read only inside the chain (not by other nodes, not returned), so nothing
+else needs it. The activations, as the graph spells them after ``simplify``:
+
+- ``relu(y)``; ``sigmoid(y)``; ``gelu(y)`` (exact or tanh);
+- clamp (ReLU6, hardtanh): ``minimum(maximum(y, lo), hi)`` or either alone;
+- hard-sigmoid: ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's spelling) or
+  ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid as imported);
+- SiLU: ``y * sigmoid(y)``; hard-swish: ``y * hardsigmoid(y)`` (either spelling).
+
+Squeeze-and-excitation's ``x * sigmoid(conv(relu(conv(mean(x)))))`` keeps its pooling and
+its scaling as they are (each one pass over ``x``, which the elementwise fusion already
+makes); its two small convolutions' activations take the epilogue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph import Graph, Node, Value
+from ..ops.conv import CONV2D
+from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
+                               SIGMOID)
+from ..ops.epilogue import CONV2D_EPILOGUE
+from .core import Builder, Report, live_readers, needed
+
+
+@dataclass
+class Epilogue:
+    """What one ``conv2d_epilogue`` replaces: ``nodes`` (after the conv), the activation,
+    its bounds, the residual and where it is added, and the chain's last value."""
+    nodes: list
+    act: str = "none"
+    bounds: tuple = (-np.inf, np.inf)
+    residual: Value | None = None
+    residual_at: str | None = None
+    last: Value | None = None
+
+
+def conv_epilogues(graph: Graph) -> dict:
+    """The precondition (see the module docstring): ``{conv2d node: Epilogue}``."""
+    live = live_readers(graph)   # (a clamp's comparisons, dead after simplify, read y)
+    found, claimed, removed, residuals = {}, set(), set(), set()
+    for node in graph.nodes:
+        if node.op is CONV2D and isinstance(node.inputs[0], Value):
+            plan = _chain(node.outputs[0], live)
+            if plan is None:
+                continue
+            # two convs meeting at one add (ResNet's downsampling block) both match it:
+            # the first takes it, and no plan may read a value another one removes
+            gone = {node.outputs[0]} | {n.outputs[0] for n in plan.nodes[:-1]}
+            if (claimed.isdisjoint(plan.nodes) and plan.residual not in removed
+                    and gone.isdisjoint(residuals)):
+                found[node] = plan
+                claimed.update(plan.nodes)
+                removed |= gone
+                residuals.add(plan.residual)
+    return found
+
+
+def conv_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
+    """Each conv of ``conv_epilogues`` and its chain become one ``conv2d_epilogue`` at the
+    chain's last node, named as its last value (a conv without bias gets a zero bias
+    constant). Dead nodes are dropped.
+
+    Preserves: types, inputs and outputs; values up to the rounding of the activations'
+    float32 formulas (sigmoid and SiLU within a few ulps; relu, clamp, residual adds and
+    the GELUs as the unfused kernels compute them).
+
+    Before::
+
+        graph(%x: f32[1,2,4,4], %w: f32[2,2,3,3], %b: f32[2], %r: f32[1,2,4,4]) {
+          %y: f32[1,2,4,4] = conv2d(%x, %w, %b, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1), groups=1)
+          %s: f32[1,2,4,4] = add(%y, %r)
+          %h: f32[1,2,4,4] = relu(%s)
+          return (%h)
+        }
+
+    After::
+
+        graph(%x: f32[1,2,4,4], %w: f32[2,2,3,3], %b: f32[2], %r: f32[1,2,4,4]) {
+          %h: f32[1,2,4,4] = conv2d_epilogue(%x, %w, %b, %r, act='relu', bounds=(-inf, inf),
+              residual_at='before', stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1),
+              groups=1)
+          return (%h)
+        }
+    """
+    at_last = {plan.nodes[-1]: (conv, plan) for conv, plan in plans.items()}
+    skip = {n for plan in plans.values() for n in plan.nodes} | set(plans)
+    live = needed(graph)
+    b = Builder(graph)
+    for node in graph.nodes:
+        if not any(v in live for v in node.outputs):
+            continue   # (dead: it may read a value the epilogue no longer makes)
+        if node in at_last:
+            conv, plan = at_last[node]
+            x, w, *bias = [b.get(v) for v in conv.inputs]
+            if not bias or bias[0] is None:
+                bias = [b.graph.add_constant(np.zeros(w.shape[0], conv.outputs[0].dtype),
+                                             name=f"{conv.outputs[0].name}_bias")]
+            inputs = [x, w, bias[0]] + ([b.get(plan.residual)] if plan.residual else [])
+            (b.env[plan.last],) = b.add(
+                CONV2D_EPILOGUE, inputs,
+                dict(act=plan.act, bounds=plan.bounds, residual_at=plan.residual_at,
+                     **conv.attrs), node.location, [plan.last.name])
+            what = plan.act + (f", residual {plan.residual_at}" if plan.residual else "")
+            report.count("epilogues", f"%{conv.outputs[0].name} + {len(plan.nodes)} nodes "
+                                      f"({what}) -> conv2d_epilogue %{plan.last.name}")
+        elif node not in skip:
+            b.copy(node)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
+# -- matching -------------------------------------------------------------------------------------
+def _chain(y: Value, live: dict) -> Epilogue | None:
+    plan, v = Epilogue([]), y
+    v = _residual(v, live, plan, "before")
+    act = _activation(v, live)
+    if act is not None:
+        plan.act, plan.bounds, nodes, v = act
+        plan.nodes += nodes
+    if plan.residual is None:
+        v = _residual(v, live, plan, "after")
+    if not plan.nodes:
+        return None
+    plan.last = v
+    return plan
+
+
+def _only(v: Value, live: dict) -> Node | None:
+    """The one node reading ``v`` (once), when nothing else reads or returns it."""
+    users = live.get(v, [])
+    return users[0] if len(users) == 1 and isinstance(users[0], Node) else None
+
+
+def _residual(v: Value, live: dict, plan: Epilogue, at: str) -> Value:
+    node = _only(v, live)
+    if node is None or node.op is not ADD:
+        return v
+    other = node.inputs[1] if node.inputs[0] is v else node.inputs[0]
+    out = node.outputs[0]
+    if (isinstance(other, Value) and other is not v and tuple(other.shape) == tuple(v.shape)
+            and other.dtype == v.dtype == out.dtype and tuple(out.shape) == tuple(v.shape)):
+        plan.nodes.append(node)
+        plan.residual, plan.residual_at = other, at
+        return out
+    return v
+
+
+def _number(x):
+    return float(x) if type(x) in (int, float) else None
+
+
+def _unary(v: Value, live: dict, op) -> Node | None:
+    node = _only(v, live)
+    return node if node is not None and node.op is op and node.inputs[0] is v else None
+
+
+def _bound(v: Value, live: dict, op):
+    """``op(v, c)`` (maximum or minimum by a number), as ``(node, c)``; or None."""
+    node = _only(v, live)
+    if node is None or node.op is not op:
+        return None
+    a, c = node.inputs
+    return (node, _number(c)) if a is v and _number(c) is not None else None
+
+
+def _clamp(v: Value, live: dict):
+    """clamp as ``(nodes, lo, hi, out)`` (a maximum, a minimum, or both in that order)."""
+    nodes, lo, hi = [], -np.inf, np.inf
+    low = _bound(v, live, MAXIMUM)
+    if low is not None:
+        nodes.append(low[0])
+        lo, v = low[1], low[0].outputs[0]
+    high = _bound(v, live, MINIMUM)
+    if high is not None:
+        nodes.append(high[0])
+        hi, v = high[1], high[0].outputs[0]
+    return (nodes, lo, hi, v) if nodes else None
+
+
+def _activation(y: Value, live: dict):
+    """``(act, bounds, nodes, out)`` for an activation of ``y`` (module docstring)."""
+    same = lambda n: n.outputs[0].dtype == y.dtype and tuple(n.outputs[0].shape) == \
+        tuple(y.shape)
+    for op, act in ((RELU, "relu"), (GELU, "gelu"), (GELU_TANH, "gelu_tanh"),
+                    (SIGMOID, "sigmoid")):
+        node = _unary(y, live, op)
+        if node is not None and same(node):
+            return act, (-np.inf, np.inf), [node], node.outputs[0]
+    clamp = _clamp(y, live)
+    if clamp is not None and all(same(n) for n in clamp[0]):
+        nodes, lo, hi, out = clamp
+        return "clamp", (lo, hi), nodes, out
+    gate = _hardsigmoid(y, live)
+    if gate is not None and all(same(n) for n in gate[0]):
+        return "hardsigmoid", (-np.inf, np.inf), gate[0], gate[1]
+    users = [n for n in live.get(y, []) if isinstance(n, Node)]
+    if len(users) == 2 and len(live[y]) == 2:   # (y * gate(y): either reader the product)
+        for mul, first in (users, users[::-1]):
+            gated = {SIGMOID: _sigmoid_gate, ADD: _hardsigmoid, MUL: _hardsigmoid}.get(first.op)
+            gate = gated(y, {**live, y: [first]}) if gated is not None else None
+            if (mul.op is MUL and same(mul) and gate is not None
+                    and _only(gate[1], live) is mul
+                    and {id(x) for x in mul.inputs} == {id(y), id(gate[1])}):
+                act = "silu" if first.op is SIGMOID else "hardswish"
+                return act, (-np.inf, np.inf), gate[0] + [mul], mul.outputs[0]
+    return None
+
+
+def _sigmoid_gate(y: Value, live: dict):
+    node = _unary(y, live, SIGMOID)
+    return ([node], node.outputs[0]) if node is not None else None
+
+
+def _scaled(y: Value, live: dict, op, c: float):
+    """``op(y, c)`` (a scalar ``c``) as its node; None otherwise."""
+    node = _only(y, live)
+    if node is None or node.op is not op:
+        return None
+    a, b = node.inputs
+    b = _number(b)   # (ONNX's float32 attributes: 1/6 to float32 precision)
+    return node if a is y and b is not None and abs(b - c) <= 1e-6 * abs(c) else None
+
+
+def _hardsigmoid(y: Value, live: dict):
+    """``(nodes, out)`` of hard-sigmoid spelt ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's
+    relu6(y + 3) / 6) or ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid,
+    as ``dg.onnx.load`` imports it); None otherwise."""
+    add = _scaled(y, live, ADD, 3.0)
+    if add is not None:
+        clamp = _clamp(add.outputs[0], live)
+        if clamp is None or clamp[1:3] != (0.0, 6.0):
+            return None
+        div = _scaled(clamp[3], live, DIV, 6.0)
+        return ([add, *clamp[0], div], div.outputs[0]) if div is not None else None
+    mul = _scaled(y, live, MUL, 1 / 6)
+    shift = _scaled(mul.outputs[0], live, ADD, 0.5) if mul is not None else None
+    clamp = _clamp(shift.outputs[0], live) if shift is not None else None
+    if clamp is None or clamp[1:3] != (0.0, 1.0):
+        return None
+    return [mul, shift, *clamp[0]], clamp[3]
