@@ -21,6 +21,7 @@ from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
 from ..shapes import ShapedType, Sym, numel
 from .errors import OnnxError
+from .onnx_runtime import RunTimeValue
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
@@ -508,12 +509,20 @@ def _constant_of_shape(b, xs, attrs):
     return b.op("expand", value, shape=tuple(shape))   # (filled when the model runs)
 
 
+def _range_type(start, limit, delta):
+    """``[(shape, dtype)]`` of a Range from 0 to a symbolic dim by 1 (``arange(T)``: its
+    length is that dim); None for another (its length is a fresh dim)."""
+    if isinstance(limit, Sym) and start == 0 and delta == 1:
+        return [((limit,), np.dtype(np.int64))]
+    return None
+
+
 def _range(b, xs, attrs):
     start, limit, delta = (b.static(x, "Range's start, limit and delta").reshape(())
                            for x in xs)
-    if object in (start.dtype, limit.dtype, delta.dtype):
-        raise b.error("a Range up to a symbolic dim is not supported (its length would be "
-                      "known only at run time)")
+    if object in (start.dtype, limit.dtype, delta.dtype):   # (counted as the model runs)
+        raise RunTimeValue(None, "Range's start, limit and delta",
+                           _range_type(start.item(), limit.item(), delta.item()))
     if delta == 0:
         raise b.error("Range's delta is 0")
     b.check_size(int(max(0, np.ceil((limit - start) / delta))), "Range's result")
