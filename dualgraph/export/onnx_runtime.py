@@ -106,8 +106,11 @@ def hint(node, xs, attrs) -> list | None:
     if x is None or not hasattr(x, "shape"):
         return None
     shape = list(x.shape)
-    if op.startswith("Reduce") and attrs.get("keepdims", 1):
-        return [[None] * len(shape)]
+    if op.startswith("Reduce"):   # (axes of a known count: the rank the kernel checks)
+        count = xs[1].shape[0] if len(xs) > 1 and xs[1] is not None else None
+        if attrs.get("keepdims", 1):
+            return [[None] * len(shape)]
+        return [[None] * (len(shape) - count)] if isinstance(count, int) else None
     if op == "TopK" and -len(shape) <= attrs.get("axis", -1) < len(shape):
         shape[attrs.get("axis", -1)] = None
         return [shape, shape]
