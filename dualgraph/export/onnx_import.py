@@ -10,16 +10,17 @@ BatchNormalization a few elementwise ops). Graph inputs keep their ONNX names an
 symbolic dims (``dim_param``); initializers become constants; every node's location names
 the ONNX node, so a printed graph or an error points back into the model.
 
-Shapes are static in dualgraph's IR: the attributes that ONNX passes as tensors (Reshape's
-shape, Slice's starts, Reduce*'s axes, ...) must be known when the model is loaded. They
-are, when they come from initializers, Constant nodes or arithmetic on shapes: an op whose
-inputs are all known runs *now*, on the registry kernels, instead of becoming a node
-(``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
-symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains: the ops of such
-chains compute them with their ``OpDef.shape_fold``. Where such a tensor is computed from
-graph inputs (a Reshape's shape or a Loop's trip count given as an input), the model is
-imported when it is called, for those inputs' values, and cached per value
-(``_Specialised``).
+The attributes that ONNX passes as tensors (Reshape's shape, Slice's starts, Reduce*'s
+axes, ...) are known when loading where they come from initializers, Constant nodes or
+arithmetic on shapes: an op whose inputs are all known runs *now*, on the registry kernels,
+instead of becoming a node (``Shape -> Gather -> Concat -> Reshape`` folds to one reshape).
+Known shape values may hold symbolic dims (``[B, 12, 64]``), so a dynamic batch survives
+such chains: the ops of such chains compute them with their ``OpDef.shape_fold``. Where such
+a value is computed at run time (a Reshape's shape given as an input, ``T - 1``), the node
+becomes a ``by_value`` node that runs its import rule on the values as the model runs, its
+results' sizes fresh symbolic dims (``onnx_runtime``). Where a node has no such form (a
+Loop's trip count), the model is imported when it is called, for the values of the graph
+inputs it comes from, and cached per value (``_Specialised``).
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
@@ -217,12 +218,11 @@ def _as_array(x, dtype) -> np.ndarray:
 
 
 class _Specialised(OnnxFunction):
-    """A model in which a shape, axes or count (Reshape's shape, Reduce*'s axes, TopK's K, a
-    Loop's trip count, ...) is a graph input rather than a constant. dualgraph's graphs have
-    static shapes, so the model is imported and compiled for each value of those inputs it
-    is called with, as ``dg.jit.compile`` specialises on a Python scalar: the graph is cached
-    per value (the guard), and the other inputs stay run-time inputs. ``graph`` is the last
-    one run."""
+    """A model in which a count that has no run-time form (a Loop's trip count, see
+    ``onnx_runtime``) is computed from graph inputs rather than known: the model is
+    imported and compiled for each value of those inputs it is called with, as
+    ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per value (the
+    guard), and the other inputs stay run-time inputs. ``graph`` is the last one run."""
 
     def __init__(self, onnx, model, label: str, names):
         self.onnx, self.model, self.label = onnx, model, label
