@@ -142,6 +142,27 @@ def test_arithmetic_on_a_symbolic_dim_runs_as_the_model_runs(imports):
     assert imports == {"imports": 1, "compiles": 1}
 
 
+def test_data_sized_results_nonzero_and_unique(imports):
+    # the values set the results' lengths: NonZero's indices gather the positive elements,
+    # Unique's counts are summed
+    mk = helper.make_node
+    nodes = [mk("Constant", [], ["zero"], value_float=0.0), mk("Greater", ["x", "zero"], ["pos"]),
+             mk("NonZero", ["pos"], ["where"]), mk("Transpose", ["where"], ["pairs"]),
+             mk("GatherND", ["x", "pairs"], ["picked"]),
+             mk("Unique", ["ids"], ["u", "first", "inverse", "counts"], sorted=0),
+             mk("ReduceSum", ["counts"], ["total"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [vi("x", TP.FLOAT, [3, 4]), vi("ids", TP.INT64, ["N"])],
+                              [vi("picked", TP.FLOAT, None), vi("u", TP.INT64, None),
+                               vi("inverse", TP.INT64, None), vi("total", TP.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    fn, sess = dg.onnx.load(model), session(model)
+    assert len(fn.run_time_nodes) == 2
+    for n in (5, 1, 9):
+        compare(fn, sess, {"x": RNG.standard_normal((3, 4)).astype(np.float32),
+                           "ids": RNG.integers(0, 4, n).astype(np.int64)})
+    assert imports == {"imports": 1, "compiles": 1}
+
+
 def test_a_loop_whose_trip_count_is_an_input_is_imported_per_value():
     # a Loop has no run-time form: the fallback imports the model per value of M
     body = helper.make_graph(
