@@ -107,6 +107,9 @@ def test_parameters_given_as_inputs_run_at_several_values_with_one_import(import
                      split=i64(*split))
         compare(fn, sess, feeds)
     assert imports == {"imports": 1, "compiles": 1}
+    assert fn.explain().startswith("params.onnx: one import serves every input: 9 nodes read "
+                                   "a shape, axes or count computed as the model runs")
+    assert "params.onnx: node #0 (Reshape)" in fn.explain()
 
 
 def test_a_result_unlike_the_graph_assumed_is_an_error():
@@ -181,6 +184,11 @@ def test_a_loop_whose_trip_count_is_an_input_is_imported_per_value():
         compare(fn, sess, {"m": np.array(m), "a0": np.ones(2, np.float32),
                            "x": np.array([1.0, 2.0], np.float32)})
     assert "imported per value of m; 2 imported" in repr(fn)
+    assert fn.explain() == (
+        "g.onnx: imported per value of m (2 imports so far): g.onnx: node #0 (Loop): its trip "
+        "count M has no run-time form (a Loop's trip count, an If choosing between "
+        "sequences, a result of unknown rank, or a node that can't work over the sizes "
+        "run-time nodes make)")
 
 
 # -- torch-exported models ---------------------------------------------------------------------

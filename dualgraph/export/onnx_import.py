@@ -80,7 +80,7 @@ def load_model(path_or_model) -> "OnnxFunction":
     try:
         return _function(importer)
     except _NeedsValues as need:
-        return _Specialised(onnx, model, label, need.names)
+        return _Specialised(onnx, model, label, need.names, need.where)
     except Exception:
         if not importer.run_time_nodes:
             raise
@@ -88,7 +88,8 @@ def load_model(path_or_model) -> "OnnxFunction":
     try:
         return _function(_Importer(onnx, model, label, run_time=False))
     except _NeedsValues as need:
-        return _Specialised(onnx, model, label, need.names)
+        return _Specialised(onnx, model, label, need.names,
+                            f"{need.where} (the model's run-time nodes can't be imported)")
 
 
 def _function(importer: "_Importer") -> "OnnxFunction":
@@ -150,9 +151,9 @@ class _NeedsValues(Exception):
     """A shape, axes or count that the import must know is computed from these graph
     inputs: the model is imported once their values are given (``_Specialised``)."""
 
-    def __init__(self, names):
+    def __init__(self, names, where: str = ""):
         super().__init__(sorted(names))
-        self.names = set(names)
+        self.names, self.where = set(names), where
 
 
 def _read(onnx, path: pathlib.Path, label: str):
@@ -210,6 +211,20 @@ class OnnxFunction:
                          for n, v in zip(self.output_names, self.graph.outputs))
         return f"<OnnxFunction {self.label}: ({ins}) -> ({outs}), {len(self.graph.nodes)} nodes>"
 
+    def explain(self) -> str:
+        """How the model's shapes, axes and counts are known: when loading, or as it runs
+        (its ``by_value`` nodes and the symbolic dims they make)."""
+        if not self.run_time_nodes:
+            return (f"{self.label}: one import serves every input: each shape, axes and "
+                    "count is known when loading (or a product of the inputs' symbolic dims)")
+        made = sorted({d for n in self.graph.nodes if n.op.name == "by_value"
+                       for shape in n.attrs["shapes"] for d in shape if isinstance(d, str)})
+        lines = "".join(f"\n  {where}" for where in self.run_time_nodes)
+        return (f"{self.label}: one import serves every input: {len(self.run_time_nodes)} "
+                "nodes read a shape, axes or count computed as the model runs, their "
+                f"results sized by the symbolic dims {', '.join(made) or 'of the inputs'}:"
+                f"{lines}")
+
 
 def _as_array(x, dtype) -> np.ndarray:
     if isinstance(x, Tensor):
@@ -224,8 +239,8 @@ class _Specialised(OnnxFunction):
     ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per value (the
     guard), and the other inputs stay run-time inputs. ``graph`` is the last one run."""
 
-    def __init__(self, onnx, model, label: str, names):
-        self.onnx, self.model, self.label = onnx, model, label
+    def __init__(self, onnx, model, label: str, names, why: str = ""):
+        self.onnx, self.model, self.label, self.why = onnx, model, label, why
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -259,6 +274,12 @@ class _Specialised(OnnxFunction):
         return (f"<OnnxFunction {self.label}: ({', '.join(self.input_names)}) -> "
                 f"({', '.join(self.output_names)}), imported per value of "
                 f"{', '.join(sorted(self.by_value))}; {len(self.cache)} imported>")
+
+    def explain(self) -> str:
+        return (f"{self.label}: imported per value of {', '.join(sorted(self.by_value))} "
+                f"({len(self.cache)} imports so far): {self.why} has no run-time form (a "
+                "Loop's trip count, an If choosing between sequences, a result of unknown "
+                "rank, or a node that can't work over the sizes run-time nodes make)")
 
 
 # -- the importer ---------------------------------------------------------------------------
@@ -667,7 +688,7 @@ class _Importer:
                 a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute) or any(
                 isinstance(x, Sequence) for x in xs):
             if need.names:
-                raise _NeedsValues(need.names)
+                raise _NeedsValues(need.names, f"{self.where()}: its {need.what}")
             raise self.error(f"the {need.what} must be known when the model is loaded (an "
                              "initializer, a Constant or arithmetic on shapes); here it is "
                              "computed at run time, and the node has no run-time form (see "
