@@ -217,7 +217,7 @@ class OnnxFunction:
         if not self.run_time_nodes:
             return (f"{self.label}: one import serves every input: each shape, axes and "
                     "count is known when loading (or a product of the inputs' symbolic dims)")
-        made = sorted({d for n in self.graph.nodes if n.op.name == "by_value"
+        made = sorted({d for n in self.graph.nodes if n.op is get("by_value")
                        for shape in n.attrs["shapes"] for d in shape if isinstance(d, str)})
         lines = "".join(f"\n  {where}" for where in self.run_time_nodes)
         return (f"{self.label}: one import serves every input: {len(self.run_time_nodes)} "

@@ -205,6 +205,9 @@ class HostFunction:
     def __call__(self, *arrays):
         raise NotImplementedError
 
+    def __repr__(self):
+        return f"<{type(self).__name__}>"
+
 
 def check_attr(name: str, val) -> object:
     """Check an attr value is one the IR can print and serialise; NumPy scalars become
