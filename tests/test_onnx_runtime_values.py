@@ -127,17 +127,24 @@ def test_a_result_unlike_the_graph_assumed_is_an_error():
 
 
 def test_arithmetic_on_a_symbolic_dim_runs_as_the_model_runs(imports):
-    # Range(0, T - 1): T - 1 is no product of dims, so it is computed as the model runs and
-    # the Gather's result has a fresh dim
+    # Range(0, T - 1) and a Slice from T // 2: T - 1 and T // 2 are no products of dims,
+    # so they are computed as the model runs, and the results have fresh dims
     mk = helper.make_node
     nodes = [mk("Shape", ["x"], ["s"]), mk("Constant", [], ["one"], value_int=1),
              mk("Gather", ["s", "one"], ["t"], axis=0), mk("Sub", ["t", "one"], ["t1"]),
              mk("Constant", [], ["zero"], value_int=0),
              mk("Range", ["zero", "t1", "one"], ["idx"]),
              mk("Gather", ["x", "idx"], ["head"], axis=1),
-             mk("ReduceMean", ["head"], ["y"], axes=[1], keepdims=0)]
+             mk("ReduceMean", ["head"], ["y"], axes=[1], keepdims=0),
+             mk("Constant", [], ["two"], value_int=2), mk("Div", ["t", "two"], ["half"]),
+             mk("Unsqueeze", ["half", "first"], ["half1"]),
+             mk("Slice", ["x", "half1", "end", "axis"], ["tail"])]
     graph = helper.make_graph(nodes, "g", [vi("x", TP.FLOAT, ["B", "T"])],
-                              [vi("y", TP.FLOAT, ["B"]), vi("head", TP.FLOAT, ["B", None])])
+                              [vi("y", TP.FLOAT, ["B"]), vi("head", TP.FLOAT, ["B", None]),
+                               vi("tail", TP.FLOAT, ["B", None])],
+                              [onnx.numpy_helper.from_array(i64(2 ** 62), "end"),
+                               onnx.numpy_helper.from_array(i64(1), "axis"),
+                               onnx.numpy_helper.from_array(i64(0), "first")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     fn, sess = dg.onnx.load(model), session(model)
     for shape in [(2, 5), (3, 2), (1, 9)]:

@@ -19,7 +19,7 @@ from .. import dtypes
 from ..graph import Graph
 from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
-from ..shapes import ShapedType, Sym, numel
+from ..shapes import ShapedType, ShapeError, Sym, numel
 from .errors import OnnxError
 from .onnx_runtime import RunTimeValue
 
@@ -60,9 +60,13 @@ def _div(b, xs, attrs):
     if not (_is_int(a) and _is_int(c)):
         return b.op("div", a, c)
     if object in (a.dtype, c.dtype) and not any(isinstance(x, Value) for x in xs):
-        return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+        try:
+            return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+        except (ShapeError, TypeError):   # (T // 2 is no product of dims: as it runs)
+            pass
     q = b.op("div", b.cast(a, np.float64), b.cast(c, np.float64))
-    return b.cast(b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
+    dtype = np.int64 if object in (a.dtype, c.dtype) else dtypes.result_type(a, c)
+    return b.cast(b.op("trunc", q), dtype)   # ONNX: truncating
 
 
 def _pow(b, xs, attrs):
