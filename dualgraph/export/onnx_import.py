@@ -89,7 +89,8 @@ def load_model(path_or_model) -> "OnnxFunction":
         return _function(_Importer(onnx, model, label, run_time=False))
     except _NeedsValues as need:
         return _Specialised(onnx, model, label, need.names,
-                            f"{need.where} (the model's run-time nodes can't be imported)")
+                            f"{need.where} (the model's run-time nodes can't be imported)",
+                            run_time=False)
 
 
 def _function(importer: "_Importer") -> "OnnxFunction":
@@ -237,10 +238,13 @@ class _Specialised(OnnxFunction):
     ``onnx_runtime``) is computed from graph inputs rather than known: the model is
     imported and compiled for each value of those inputs it is called with, as
     ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per value (the
-    guard), and the other inputs stay run-time inputs. ``graph`` is the last one run."""
+    guard), and the other inputs stay run-time inputs (the other values computed at run
+    time are read as it runs, unless ``run_time`` is False or that import fails).
+    ``graph`` is the last one run."""
 
-    def __init__(self, onnx, model, label: str, names, why: str = ""):
+    def __init__(self, onnx, model, label: str, names, why: str = "", run_time=True):
         self.onnx, self.model, self.label, self.why = onnx, model, label, why
+        self.run_time = run_time
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -260,9 +264,14 @@ class _Specialised(OnnxFunction):
                 break
             try:
                 graph, names, _, layout = _import(_Importer(
-                    self.onnx, self.model, self.label, bound=bound, run_time=False))
+                    self.onnx, self.model, self.label, bound=bound, run_time=self.run_time))
             except _NeedsValues as need:
                 self.by_value |= need.names
+                continue
+            except Exception:
+                if not self.run_time:
+                    raise
+                self.run_time = False   # (per value only, as for a model that needs it)
                 continue
             self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label,
                                             layout), names)
