@@ -67,14 +67,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # with the lowering rule fold_batchnorm (BatchNorm folded in any graph with constant weights);
 # the core +120 with it. export/ keeps its budget after giving that away: the last conformance
 # cases of the common op types (opset 8 Scan, MaxPool's column-major indices, ...), and
-# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). export/ +180, ops/
+# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). export/ +200, ops/
 # +40: shapes, axes and counts computed as an imported model runs (export/onnx_runtime.py,
 # ops/dynamic.py's by_value and dims_tensor) in place of a re-import per value, and the
 # data-sized NonZero, Unique and NonMaxSuppression that run so; the core +60 with them.
 CORE_BUDGET = 17_580
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_870, "passes": 2_180, "export": 3_480, "nn": 3_060,
+           "kernels": 2_080, "ops": 5_870, "passes": 2_180, "export": 3_500, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
