@@ -83,10 +83,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # rows; ops/ +80: their ops conv2d_epilogue and max_pool2d_values (ops/epilogue.py);
 # capture/ +70 with freezing for inference (capture/freeze.py); the core +500
 # with them.
-CORE_BUDGET = 18_680
+# export/ +200, ops/
+# +40: shapes, axes and counts computed as an imported model runs (export/onnx_runtime.py,
+# ops/dynamic.py's by_value and dims_tensor) in place of a re-import per value, and the
+# data-sized NonZero, Unique and NonMaxSuppression that run so; the core +60 with them.
+CORE_BUDGET = 18_740
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_500,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_980, "passes": 2_560, "export": 3_600, "nn": 3_060,
+           "kernels": 2_080, "ops": 6_020, "passes": 2_560, "export": 3_820, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

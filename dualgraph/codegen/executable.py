@@ -197,7 +197,12 @@ class Executable:
         "ufunc"."""
         from . import ufuncs
         fresh = {}
+        bound = {n for v in self.graph.inputs for d in v.shape if isinstance(d, Sym)
+                 for n in d.names}
         for node in self.graph.nodes:
+            if any(isinstance(d, Sym) and not bound.issuperset(d.names)
+                   for v in node.outputs for d in v.shape):
+                continue   # (a size known only once a node ran: no buffer planned ahead)
             if node.op is FUSED:
                 if self.kernels[node].lowering is not None:   # (NumPy may return a view)
                     fresh[node] = "fused"

@@ -149,9 +149,15 @@ def sym_expr(dim: Sym) -> str:
 def bind_syms(graph: Graph, names: dict) -> list[str]:
     """Lines binding every symbolic dim name of the inputs from their shapes
     (``B = x.shape[0]``); a dim of several names is solved once the others are known."""
-    known: set[str] = set()
+    return bind_dims(graph.inputs, names, set())
+
+
+def bind_dims(values, names: dict, known: set) -> list[str]:
+    """Lines binding the symbolic dim names of ``values`` that are not in ``known`` (which
+    they join) from their shapes: the inputs' at the top, and after a node whose results'
+    sizes depend on its inputs' values (``by_value``), the new dims it made."""
     lines = []
-    pending = [(names[v], i, d) for v in graph.inputs for i, d in enumerate(v.shape)
+    pending = [(names[v], i, d) for v in values for i, d in enumerate(v.shape)
                if isinstance(d, Sym)]
     progress = True
     while pending and progress:
@@ -208,7 +214,10 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
     donated = donated or {}
     syms = sorted({n for v in graph.inputs for d in v.shape if isinstance(d, Sym)
                    for n in d.names})
-    namer = Namer(syms + ["bufs", "on_node", "NODES"])
+    made = {n for node in graph.nodes for v in node.outputs for d in v.shape
+            if isinstance(d, Sym) for n in d.names} - set(syms)   # (by the nodes: bound
+    known = set(syms)                                                # where they appear)
+    namer = Namer(syms + sorted(made) + ["bufs", "on_node", "NODES"])
     module = Module(namer, run_body)
     names: dict[Value, str] = {}
     for v in graph.inputs:
@@ -227,6 +236,9 @@ def generate(graph: Graph, slots: dict | None = None, fused: Callable | None = N
         for v in node.outputs:
             names[v] = namer.fresh(v.name)
         body += node_lines(node, names, slots, module, fused)
+        if made and any(isinstance(d, Sym) and not known.issuperset(d.names)
+                        for v in node.outputs for d in v.shape):
+            body += bind_dims(node.outputs, names, known)
         if instrument:
             outs = ", ".join(names[v] for v in node.outputs)
             body.append(f"on_node(NODES[{i}], ({outs},))")

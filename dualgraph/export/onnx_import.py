@@ -10,16 +10,17 @@ BatchNormalization a few elementwise ops). Graph inputs keep their ONNX names an
 symbolic dims (``dim_param``); initializers become constants; every node's location names
 the ONNX node, so a printed graph or an error points back into the model.
 
-Shapes are static in dualgraph's IR: the attributes that ONNX passes as tensors (Reshape's
-shape, Slice's starts, Reduce*'s axes, ...) must be known when the model is loaded. They
-are, when they come from initializers, Constant nodes or arithmetic on shapes: an op whose
-inputs are all known runs *now*, on the registry kernels, instead of becoming a node
-(``Shape -> Gather -> Concat -> Reshape`` folds to one reshape). Known shape values may hold
-symbolic dims (``[B, 12, 64]``), so a dynamic batch survives such chains: the ops of such
-chains compute them with their ``OpDef.shape_fold``. Where such a tensor is computed from
-graph inputs (a Reshape's shape or a Loop's trip count given as an input), the model is
-imported when it is called, for those inputs' values, and cached per value
-(``_Specialised``).
+The attributes that ONNX passes as tensors (Reshape's shape, Slice's starts, Reduce*'s
+axes, ...) are known when loading where they come from initializers, Constant nodes or
+arithmetic on shapes: an op whose inputs are all known runs *now*, on the registry kernels,
+instead of becoming a node (``Shape -> Gather -> Concat -> Reshape`` folds to one reshape).
+Known shape values may hold symbolic dims (``[B, 12, 64]``), so a dynamic batch survives
+such chains: the ops of such chains compute them with their ``OpDef.shape_fold``. Where such
+a value is computed at run time (a Reshape's shape given as an input, ``T - 1``), the node
+becomes a ``by_value`` node that runs its import rule on the values as the model runs, its
+results' sizes fresh symbolic dims (``onnx_runtime``). Where a node has no such form (a
+Loop's trip count), the model is imported when it is called, for the values of the graph
+inputs it comes from, and cached per value (``_Specialised``).
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
@@ -43,6 +44,8 @@ from .errors import OnnxError, require_onnx
 from .onnx_check import bad_name, input_types_problem, node_problem, tensor_problem
 from .onnx_import_ops import (DOMAINS, FOLD_LIMIT, STRUCTURED, Optional, Sequence,
                               SequenceOutput, import_rules, tidy)
+from .onnx_runtime import (RunTimeNode, RunTimeValue, by_value_shapes, hint, inferred_types,
+                           result_types)
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
@@ -78,17 +81,34 @@ def load_model(path_or_model) -> "OnnxFunction":
     if any(not i.type.HasField("tensor_type") for i in model.graph.input):
         from .onnx_structured import Structured   # (sequence or optional inputs)
         return Structured(onnx, model, label)
+    importer = _Importer(onnx, model, label)
     try:
-        graph, names, outputs, layout = _import(onnx, model, label, {})
-        return OnnxFunction(graph, names, outputs, label, layout)
+        return _function(importer)
     except _NeedsValues as need:
-        return _Specialised(onnx, model, label, need.names)
+        return _Specialised(onnx, model, label, need.names, need.where)
+    except Exception:
+        if not importer.run_time_nodes:
+            raise
+    # (a node over the run-time nodes' fresh dims can't be imported: per value, as before)
+    try:
+        return _function(_Importer(onnx, model, label, run_time=False))
+    except _NeedsValues as need:
+        return _Specialised(onnx, model, label, need.names,
+                            f"{need.where} (the model's run-time nodes can't be imported)",
+                            run_time=False)
 
 
-def _import(onnx, model, label: str, bound: dict):
-    """(graph, input names, output names) of ``model``, the inputs named in ``bound`` taken
-    as the known arrays it gives (``_NeedsValues`` when more must be)."""
-    importer = _Importer(onnx, model, label, bound=bound)
+def _function(importer: "_Importer") -> "OnnxFunction":
+    graph, names, outputs, layout = _import(importer)
+    fn = OnnxFunction(graph, names, outputs, importer.label, layout)
+    fn.run_time_nodes = list(importer.run_time_nodes)
+    return fn
+
+
+def _import(importer: "_Importer"):
+    """(graph, input names, output names, layout) of the importer's model, the inputs
+    named in its ``bound`` taken as the known arrays it gives (``_NeedsValues`` when more
+    must be)."""
     try:
         return importer.run()
     except (OnnxError, _NeedsValues):
@@ -137,9 +157,9 @@ class _NeedsValues(Exception):
     """A shape, axes or count that the import must know is computed from these graph
     inputs: the model is imported once their values are given (``_Specialised``)."""
 
-    def __init__(self, names):
+    def __init__(self, names, where: str = ""):
         super().__init__(sorted(names))
-        self.names = set(names)
+        self.names, self.where = set(names), where
 
 
 def _read(onnx, path: pathlib.Path, label: str):
@@ -161,7 +181,11 @@ class OnnxFunction:
     ``graph`` is the imported graph (before optimisation), ``input_names`` and
     ``output_names`` the model's, ``code`` the generated Python that runs it. Returns one
     Tensor for a model with one output, else a tuple in ``output_names`` order.
+    ``run_time_nodes`` names the nodes whose shapes, axes or counts are values computed
+    as the model runs (each a ``by_value`` node: see ``onnx_runtime``).
     """
+
+    run_time_nodes: list = []
 
     def __init__(self, graph: Graph, input_names, output_names, label: str, layout=None):
         self.graph = graph
@@ -198,6 +222,20 @@ class OnnxFunction:
                          for n, v in zip(self.output_names, self.graph.outputs))
         return f"<OnnxFunction {self.label}: ({ins}) -> ({outs}), {len(self.graph.nodes)} nodes>"
 
+    def explain(self) -> str:
+        """How the model's shapes, axes and counts are known: when loading, or as it runs
+        (its ``by_value`` nodes and the symbolic dims they make)."""
+        if not self.run_time_nodes:
+            return (f"{self.label}: one import serves every input: each shape, axes and "
+                    "count is known when loading (or a product of the inputs' symbolic dims)")
+        made = sorted({d for n in self.graph.nodes if n.op is get("by_value")
+                       for shape in n.attrs["shapes"] for d in shape if isinstance(d, str)})
+        lines = "".join(f"\n  {where}" for where in self.run_time_nodes)
+        return (f"{self.label}: one import serves every input: {len(self.run_time_nodes)} "
+                "nodes read a shape, axes or count computed as the model runs, their "
+                f"results sized by the symbolic dims {', '.join(made) or 'of the inputs'}:"
+                f"{lines}")
+
 
 def _as_array(x, dtype) -> np.ndarray:
     if isinstance(x, Tensor):
@@ -206,15 +244,17 @@ def _as_array(x, dtype) -> np.ndarray:
 
 
 class _Specialised(OnnxFunction):
-    """A model in which a shape, axes or count (Reshape's shape, Reduce*'s axes, TopK's K, a
-    Loop's trip count, ...) is a graph input rather than a constant. dualgraph's graphs have
-    static shapes, so the model is imported and compiled for each value of those inputs it
-    is called with, as ``dg.jit.compile`` specialises on a Python scalar: the graph is cached
-    per value (the guard), and the other inputs stay run-time inputs. ``graph`` is the last
-    one run."""
+    """A model in which a count that has no run-time form (a Loop's trip count, see
+    ``onnx_runtime``) is computed from graph inputs rather than known: the model is
+    imported and compiled for each value of those inputs it is called with, as
+    ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per value (the
+    guard), and the other inputs stay run-time inputs (the other values computed at run
+    time are read as it runs, unless ``run_time`` is False or that import fails).
+    ``graph`` is the last one run."""
 
-    def __init__(self, onnx, model, label: str, names):
-        self.onnx, self.model, self.label = onnx, model, label
+    def __init__(self, onnx, model, label: str, names, why: str = "", run_time=True):
+        self.onnx, self.model, self.label, self.why = onnx, model, label, why
+        self.run_time = run_time
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -233,9 +273,15 @@ class _Specialised(OnnxFunction):
             if key in self.cache:
                 break
             try:
-                graph, names, _, layout = _import(self.onnx, self.model, self.label, bound)
+                graph, names, _, layout = _import(_Importer(
+                    self.onnx, self.model, self.label, bound=bound, run_time=self.run_time))
             except _NeedsValues as need:
                 self.by_value |= need.names
+                continue
+            except Exception:
+                if not self.run_time:
+                    raise
+                self.run_time = False   # (per value only, as for a model that needs it)
                 continue
             self.cache[key] = (OnnxFunction(graph, names, self.output_names, self.label,
                                             layout), names)
@@ -247,6 +293,12 @@ class _Specialised(OnnxFunction):
         return (f"<OnnxFunction {self.label}: ({', '.join(self.input_names)}) -> "
                 f"({', '.join(self.output_names)}), imported per value of "
                 f"{', '.join(sorted(self.by_value))}; {len(self.cache)} imported>")
+
+    def explain(self) -> str:
+        return (f"{self.label}: imported per value of {', '.join(sorted(self.by_value))} "
+                f"({len(self.cache)} imports so far): {self.why} has no run-time form (a "
+                "Loop's trip count, an If choosing between sequences, a result of unknown "
+                "rank, or a node that can't work over the sizes run-time nodes make)")
 
 
 # -- the importer ---------------------------------------------------------------------------
@@ -264,7 +316,7 @@ class _Importer:
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
 
     def __init__(self, onnx, model, label: str, parent=None, scope: str = "",
-                 bound: dict | None = None):
+                 bound: dict | None = None, run_time: bool = True, eager: bool = False):
         self.onnx = onnx
         self.model = model
         self.label = label
@@ -280,6 +332,14 @@ class _Importer:
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
         self.bound = bound or {}                  # graph input name -> its given value
         self.layout: list = []   # per output: None (a tensor) or a sequence's length
+        # a node needing a value computed at run time becomes a ``by_value`` node (else the
+        # model is imported per value); ``eager``: every op is computed now (that node's
+        # kernel runs its import rule so)
+        self.run_time, self.eager = run_time and parent is None, eager
+        self.run_time_nodes: list[str] = []   # the ONNX nodes made ``by_value`` nodes
+        self._types: dict | None = None       # ONNX's inferred types, when first needed
+        self._dims: dict = {}                 # ONNX dim_param -> a fresh dim
+        self._made = 0                        # fresh dims made
 
     def run(self):
         g = self.model.graph
@@ -438,8 +498,7 @@ class _Importer:
         problem = bad_name([text], f"dim {k} of input {name!r}")
         if problem:
             raise self.error(problem)
-        text = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
-        return Sym(text if text[:1].isalpha() or text[:1] == "_" else "d" + text)
+        return _as_sym(text)
 
     def _output(self, name: str, renamed) -> Value:
         """The Value of graph output ``name``, which takes that name when a node makes it
@@ -501,8 +560,12 @@ class _Importer:
                                        for x in xs])
         if problem:
             raise self.error(problem)
+        attrs = self._attrs(node)
         try:
-            outs = convert(self, xs, self._attrs(node))
+            try:
+                outs = convert(self, xs, attrs)
+            except RunTimeValue as need:
+                outs = self._by_value(node, convert, xs, attrs, need)
         except (OnnxError, _NeedsValues):
             raise
         except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
@@ -566,9 +629,12 @@ class _Importer:
         a model neither loops nor allocates on the model's say-so (a Loop of 2**40 steps, an
         Expand to [2**20, 2**20] of a constant run when the model does)."""
         op = op if isinstance(op, OpDef) else get(op)
-        if (not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs)
-                and not op.bodies and self._small(op, inputs, attrs)):
+        if self.eager or (not any(isinstance(x, Value) for x in inputs) and not _has_sym(attrs)
+                          and not op.bodies and self._small(op, inputs, attrs)):
             return self._fold(op, inputs, attrs)
+        return self._node(op, inputs, attrs)
+
+    def _node(self, op: OpDef, inputs, attrs):
         try:
             outs = self.graph.add_node(op, [self.value(x) for x in inputs], attrs,
                                        location=self.where())
@@ -592,20 +658,18 @@ class _Importer:
 
     def check_size(self, count, what: str) -> None:
         """A load-time array of ``count`` elements is at most FOLD_LIMIT of them."""
-        if count > FOLD_LIMIT:
+        if count > FOLD_LIMIT and not self.eager:
             raise self.error(f"the {what} would have {count} elements, more than the "
                              f"{FOLD_LIMIT} that dualgraph computes when loading a model")
 
     def _fold(self, op: OpDef, inputs, attrs):
         if any(isinstance(x, np.ndarray) and x.dtype == object for x in inputs):
-            if op.shape_fold is None:
-                raise self.error(f"{op.name} of a shape with symbolic dims can't be computed "
-                                 "when loading; only shape arithmetic (gather, concat, "
-                                 "reshape, slice, mul, ...) can")
-            try:
-                return tidy(op.shape_fold(*inputs, **attrs))
-            except (TypeError, ShapeError) as e:   # (Sym arithmetic that has no int result)
-                raise self.error(f"{op.name} of a shape with symbolic dims: {e}") from e
+            try:   # (else Sym arithmetic that has no Sym result, T - 1: run when it runs)
+                if op.shape_fold is not None:
+                    return tidy(op.shape_fold(*inputs, **attrs))
+            except (TypeError, ShapeError):
+                pass
+            return self._node(op, inputs, attrs)
         try:
             out = op.kernel(*inputs, **attrs)
         except (ValueError, TypeError, IndexError) as e:
@@ -618,10 +682,12 @@ class _Importer:
         if not isinstance(x, np.ndarray):
             return x
         hit = self._constants.get(id(x))
+        if hit is None and x.dtype == object:   # (dims, some symbolic: sized as it runs)
+            values = tuple(d if isinstance(d, Sym) else int(d) for d in x.reshape(-1).tolist())
+            hit = self._constants[id(x)] = (x, self._node(
+                get("dims_tensor"), (), dict(values=values, shape=x.shape,
+                                             dtype=np.dtype(np.int64))))
         if hit is None:
-            if x.dtype == object:
-                raise self.error(f"the shape value {list(x)} holds symbolic dims, so it "
-                                 "can't be used as a tensor (only as a shape)")
             self._check_dtype(x)
             name = self._names.get(id(x), "const")
             hit = self._constants[id(x)] = (x, self.graph.add_constant(x, name=name))
@@ -638,13 +704,75 @@ class _Importer:
         """The known array of an input that must be known at load time (a shape, axes)."""
         if isinstance(x, np.ndarray):
             return x
-        names = self._root_inputs(x)
-        if names:
-            raise _NeedsValues(names)
-        raise self.error(f"the {what} must be known when the model is loaded (an "
-                         "initializer, a Constant or arithmetic on shapes); here it is "
-                         "computed at run time, which dualgraph's ONNX import does not "
-                         "support (dualgraph's shapes are static)")
+        raise RunTimeValue(self._root_inputs(x), what)
+
+    def _by_value(self, node, convert, xs, attrs, need: RunTimeValue):
+        """``node`` as one ``by_value`` node: its import rule run as the model runs, on the
+        run-time values of the inputs that are Values (or dims with symbolic sizes)."""
+        types = need.types or self._result_types(node, hint(node, xs, attrs))
+        if not self.run_time or types is None or any(
+                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute) or any(
+                isinstance(x, STRUCTURED) for x in xs):
+            if need.names:
+                raise _NeedsValues(need.names, f"{self.where()}: its {need.what}")
+            raise self.error(f"the {need.what} must be known when the model is loaded (an "
+                             "initializer, a Constant or arithmetic on shapes); here it is "
+                             "computed at run time, and the node has no run-time form (see "
+                             "dualgraph.export.onnx_runtime)")
+        slots = [k for k, x in enumerate(xs) if isinstance(x, Value) or
+                 isinstance(x, np.ndarray) and x.dtype == object]
+        eager = _Importer(self.onnx, self.model, self.label, eager=True)
+        eager.node, eager.index = node, self.index
+        keep = [k for k, name in enumerate(node.output) if name]
+        fn = RunTimeNode(convert, eager, [None if k in slots else x for k, x in enumerate(xs)],
+                         slots, attrs, keep)
+        made = {n for shape, _ in types for d in shape if isinstance(d, Sym)
+                for n in d.names} - self._bound_names()
+        outs = self._node(get("by_value"), [xs[k] for k in slots],
+                          dict(fn=fn, shapes=by_value_shapes(types, made),
+                               dtypes=tuple(dtype for _, dtype in types)))
+        self.run_time_nodes.append(self.where())
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        result = [None] * len(node.output)
+        for k, v in zip(keep, outs):
+            result[k] = v
+        return tuple(result)
+
+    def _bound_names(self) -> set:
+        """The names of the symbolic dims known before the next node runs: the inputs'
+        and those the graph's nodes made so far."""
+        return {n for v in self.graph.inputs for d in v.shape if isinstance(d, Sym)
+                for n in d.names} | {n for node in self.graph.nodes for v in node.outputs
+                                     for d in v.shape if isinstance(d, Sym) for n in d.names}
+
+    def _result_types(self, node, shapes):
+        """The (shape, dtype) of ``node``'s named outputs, as ONNX's shape inference gives
+        them (None where it gives no rank)."""
+        if self._types is None:
+            self._types = inferred_types(self.onnx, self.model)
+        inputs = {n for v in self.graph.inputs for d in v.shape if isinstance(d, Sym)
+                  for n in d.names}
+
+        def dim_of(param):
+            sym = _as_sym(param) if param else None
+            if sym is not None and sym.names[0] in inputs:
+                return sym
+            if param and param in self._dims:
+                return self._dims[param]
+            fresh = self._fresh_dim()
+            if param:
+                self._dims[param] = fresh
+            return fresh
+        return result_types(node, self._types,
+                            lambda t: self.onnx_dtype(t, "a run-time result"), dim_of, shapes)
+
+    def _fresh_dim(self) -> Sym:
+        """A new symbolic dim, ``R1``, ``R2``, ...: a size that a node's values set."""
+        taken = self._bound_names()
+        while True:
+            self._made += 1
+            if f"R{self._made}" not in taken:
+                return Sym(f"R{self._made}")
 
     def _root_inputs(self, x: Value):
         """The names of the top-level graph inputs that ``x`` is computed from, or None when
@@ -678,8 +806,7 @@ class _Importer:
                              f"{x.dtype} of shape {list(x.shape)}")
         vals = x.reshape(-1).tolist()
         if not shape and any(isinstance(v, Sym) for v in vals):
-            raise self.error(f"the {what} {vals} depend on symbolic dims; they must be "
-                             "known numbers when the model is loaded")
+            raise RunTimeValue(None, what)   # (numbers as the model runs)
         return [v if isinstance(v, Sym) else int(v) for v in vals]
 
     def attr_or_input(self, attrs, name: str, xs, k: int, since: int):
@@ -747,6 +874,12 @@ def _default_opset(model) -> int:
         if imp.domain in _DEFAULT_DOMAINS:
             return int(imp.version)
     return 1
+
+
+def _as_sym(text: str) -> Sym:
+    """The symbolic dim of ONNX's ``dim_param`` ``text``, its name a Python identifier."""
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+    return Sym(text if text[:1].isalpha() or text[:1] == "_" else "d" + text)
 
 
 def _has_sym(val) -> bool:

@@ -19,8 +19,9 @@ from .. import dtypes
 from ..graph import Graph
 from ..graph.ir import Value, type_str
 from ..ops.opdef import REGISTRY
-from ..shapes import ShapedType, Sym, numel
+from ..shapes import ShapedType, ShapeError, Sym, numel
 from .errors import OnnxError
+from .onnx_runtime import RunTimeValue
 
 _BIG = 2 ** 62   # a Slice end at or past this means "to the end", whatever the dim's size
 FOLD_LIMIT = 2 ** 24   # elements of an array computed when loading (see _Importer.op)
@@ -59,9 +60,13 @@ def _div(b, xs, attrs):
     if not (_is_int(a) and _is_int(c)):
         return b.op("div", a, c)
     if object in (a.dtype, c.dtype) and not any(isinstance(x, Value) for x in xs):
-        return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+        try:
+            return tidy(np.floor_divide(a, c))   # a symbolic shape: sizes are positive
+        except (ShapeError, TypeError):   # (T // 2 is no product of dims: as it runs)
+            pass
     q = b.op("div", b.cast(a, np.float64), b.cast(c, np.float64))
-    return b.cast(b.op("trunc", q), dtypes.result_type(a, c))   # ONNX: truncating
+    dtype = np.int64 if object in (a.dtype, c.dtype) else dtypes.result_type(a, c)
+    return b.cast(b.op("trunc", q), dtype)   # ONNX: truncating
 
 
 def _pow(b, xs, attrs):
@@ -117,6 +122,74 @@ def _compress(b, xs, attrs):
         dim = b.dim(attrs["axis"], x.ndim)
     keep = keep[keep < x.shape[dim]]
     return b.op("index", x, keep.astype(np.int64), dims=(dim,))
+
+
+def _nonzero(b, xs, attrs):
+    """NonZero: the indices of the nonzero elements, one row per dim (their count is set
+    by the values: as the model runs, a ``by_value`` node)."""
+    x = b.static(xs[0], "input")
+    return np.array(np.nonzero(x), np.int64).reshape(x.ndim, -1)
+
+
+def _unique(b, xs, attrs):
+    """Unique: the distinct values (or slices along ``axis``), sorted or in the order they
+    first appear, with their first indices, each element's index among them and their
+    counts (sizes set by the values: as the model runs, a ``by_value`` node)."""
+    x = b.static(xs[0], "input")
+    axis = None if attrs.get("axis") is None else b.dim(attrs["axis"], x.ndim)
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                          return_counts=True, axis=axis)
+    if not attrs.get("sorted", 1):   # (in order of first appearance)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y = np.take(y, order, axis=axis or 0)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return (y, first.astype(np.int64), inverse.reshape(-1).astype(np.int64),
+            counts.astype(np.int64))
+
+
+def _non_max_suppression(b, xs, attrs):
+    """NonMaxSuppression: per batch and class, boxes by score (the lower index first among
+    equal scores), each kept unless its IoU with a kept one exceeds the threshold, up to
+    ``max_output_boxes_per_class`` of them; rows (batch, class, box) in that order, as
+    ONNX's reference. The count kept is set by the values: as the model runs, a
+    ``by_value`` node."""
+    boxes, scores = (b.static(x, what) for x, what in zip(xs, ("boxes", "scores")))
+    count, iou_max, low = (None if len(xs) <= k or xs[k] is None else
+                           np.asarray(b.static(xs[k], what)).reshape(-1)
+                           for k, what in ((2, "max_output_boxes_per_class"),
+                                           (3, "iou_threshold"), (4, "score_threshold")))
+    count = 0 if count is None or not count.size else int(count[0])
+    iou_max = 0.0 if iou_max is None or not iou_max.size else float(iou_max[0])
+    if attrs.get("center_point_box", 0):   # (x, y, w, h) -> corners
+        cx, cy, w, h = np.moveaxis(boxes.astype(np.float64), -1, 0)
+        lo, hi = np.stack([cx - w / 2, cy - h / 2], -1), np.stack([cx + w / 2, cy + h / 2], -1)
+    else:   # (y1, x1, y2, x2) in either order
+        corners = boxes.astype(np.float64)[..., [1, 0, 3, 2]]
+        lo, hi = np.minimum(corners[..., :2], corners[..., 2:]), \
+            np.maximum(corners[..., :2], corners[..., 2:])
+    area = np.prod(hi - lo, axis=-1)
+    rows = []
+    for n, c in np.ndindex(scores.shape[:2]):
+        score = scores[n, c]
+        order = np.lexsort((np.arange(score.size), -score))
+        if low is not None and low.size:
+            order = order[score[order] > low[0]]
+        kept = []
+        for i in order:
+            if len(kept) >= count:
+                break
+            inter = np.prod(np.clip(np.minimum(hi[n, i], hi[n, kept]) -
+                                    np.maximum(lo[n, i], lo[n, kept]), 0, None), axis=-1)
+            union = area[n, i] + area[n, kept] - inter
+            with np.errstate(divide="ignore", invalid="ignore"):
+                over = (inter > 0) & (area[n, i] > 0) & (area[n, kept] > 0) & \
+                    (union > 0) & (inter / union > iou_max)
+            if not over.any():
+                kept.append(i)
+        rows += [(n, c, i) for i in kept]
+    return np.array(rows, np.int64).reshape(-1, 3)
 
 
 def _mel_weight_matrix(b, xs, attrs):
@@ -541,12 +614,20 @@ def _constant_of_shape(b, xs, attrs):
     return b.op("expand", value, shape=tuple(shape))   # (filled when the model runs)
 
 
+def _range_type(start, limit, delta):
+    """``[(shape, dtype)]`` of a Range from 0 to a symbolic dim by 1 (``arange(T)``: its
+    length is that dim); None for another (its length is a fresh dim)."""
+    if isinstance(limit, Sym) and start == 0 and delta == 1:
+        return [((limit,), np.dtype(np.int64))]
+    return None
+
+
 def _range(b, xs, attrs):
     start, limit, delta = (b.static(x, "Range's start, limit and delta").reshape(())
                            for x in xs)
-    if object in (start.dtype, limit.dtype, delta.dtype):
-        raise b.error("a Range up to a symbolic dim is not supported (its length would be "
-                      "known only at run time)")
+    if object in (start.dtype, limit.dtype, delta.dtype):   # (counted as the model runs)
+        raise RunTimeValue(None, "Range's start, limit and delta",
+                           _range_type(start.item(), limit.item(), delta.item()))
     if delta == 0:
         raise b.error("Range's delta is 0")
     b.check_size(int(max(0, np.ceil((limit - start) / delta))), "Range's result")
@@ -2740,7 +2821,8 @@ CONVERTERS = {
     "Shape": _shape, "Size": _size, "Split": _split, "Slice": _slice,
     "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
     "Tile": _tile, "Pad": _pad, "Resize": _resize, "Upsample": _resize,
-    "Compress": _compress, "MelWeightMatrix": _mel_weight_matrix,
+    "Compress": _compress, "MelWeightMatrix": _mel_weight_matrix, "NonZero": _nonzero,
+    "Unique": _unique, "NonMaxSuppression": _non_max_suppression,
     "GridSample": _grid_sample, "AffineGrid": _affine_grid, "DFT": _dft, "STFT": _stft,
     "DepthToSpace": _depth_to_space, "SpaceToDepth": _space_to_depth,
     "ReverseSequence": _reverse_sequence, "OneHot": _one_hot,

@@ -197,6 +197,18 @@ def subgraphs(attrs: dict):
         yield from walk(key, attrs[key])
 
 
+class HostFunction:
+    """Base of an attr that is a Python function a kernel calls (``by_value``'s ``fn``: an
+    imported ONNX node's rule, run on values known only as the graph runs). It prints as
+    its repr and can't be serialised (``save`` names it)."""
+
+    def __call__(self, *arrays):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__}>"
+
+
 def check_attr(name: str, val) -> object:
     """Check an attr value is one the IR can print and serialise; NumPy scalars become
     Python scalars (kernels and shape rules treat them alike)."""
@@ -204,7 +216,7 @@ def check_attr(name: str, val) -> object:
         val = val.item()
     if type(val) in _LITERALS or type(val) is str or val is Ellipsis:
         return val
-    if isinstance(val, (Sym, Graph)):
+    if isinstance(val, (Sym, Graph, HostFunction)):
         return val
     if isinstance(val, (np.dtype, dtypes.DType)) or (
             isinstance(val, type) and issubclass(val, np.generic)):
