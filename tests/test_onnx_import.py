@@ -443,11 +443,11 @@ def test_unsupported_op_names_the_node():
 
 def test_one_error_names_every_unsupported_node():
     # a supported node, two unsupported ones (one without a name), one inside a subgraph
-    branch = helper.make_graph([helper.make_node("Det", ["x"], ["u"], name="inner")], "b",
+    branch = helper.make_graph([helper.make_node("Bernoulli", ["x"], ["u"], name="inner")], "b",
                                [], [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="fine"),
              helper.make_node("TfIdfVectorizer", ["r"], ["t"], name="tf"),
-             helper.make_node("Det", ["t"], ["y"]),
+             helper.make_node("Bernoulli", ["t"], ["y"]),
              helper.make_node("If", ["c"], ["z"], name="choose", then_branch=branch,
                               else_branch=branch)]
     graph = helper.make_graph(nodes, "bad", [
@@ -456,8 +456,8 @@ def test_one_error_names_every_unsupported_node():
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(OnnxError, match=r"bad.onnx: node 'tf' \(TfIdfVectorizer\), node #2 "
-                                        r"\(Det\), node 'choose': else_branch: node 'inner' "
-                                        r"\(Det\), .*: op types TfIdfVectorizer, Det are "
+                                        r"\(Bernoulli\), node 'choose': else_branch: node 'inner' "
+                                        r"\(Bernoulli\), .*: op types TfIdfVectorizer, Bernoulli are "
                                         r"not supported .* \(ai.onnx 17\)"):
         dg.onnx.load(model)
 
