@@ -143,6 +143,8 @@ def apply(op, *args, **attrs):
         if grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:
+        if tracer.numbers:   # (Python numbers traced as graph inputs: capture/symbolic.py)
+            args = tracer.lift(args)
         raw = tracer.run(op, args, attrs)
 
     if op.num_outputs == 1:

@@ -67,9 +67,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # with the lowering rule fold_batchnorm (BatchNorm folded in any graph with constant weights);
 # the core +120 with it. export/ keeps its budget after giving that away: the last conformance
 # cases of the common op types (opset 8 Scan, MaxPool's column-major indices, ...), and
-# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import).
-CORE_BUDGET = 17_520
-BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
+# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). capture/ +310
+# and the core +370: Python numbers that change made graph inputs (capture/symbolic.py:
+# the symbolic number, its slots' feeding and writes, the fallback to a guard) and
+# dg.compile's callable backend (codegen/executable.py's Backend).
+CORE_BUDGET = 17_890
+BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_400,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
            "kernels": 2_080, "ops": 5_830, "passes": 2_180, "export": 3_300, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}

@@ -41,10 +41,11 @@ from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
-from .pyvalues import ABSENT, fact, find_slots
+from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
+from .symbolic import NeedsValue, NumberInputs, leaked
 from .trace import Capture, Tracer
 
 RETRACE_LIMIT = 8
@@ -106,7 +107,7 @@ class Entry:
     created = ()   # (name, source line) of the state its call made: then it runs only once
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
-                 memory_budget=None):
+                 memory_budget=None, backend=None):
         self.capture = capture
         self.backward = backward
         start = time.perf_counter()
@@ -115,7 +116,7 @@ class Entry:
         self.times = {"passes": time.perf_counter() - start}   # (seconds)
         self.executable = Executable(self.graph, fast_math=fast_math,
                                      body_passes=passes,
-                                     donate=_writeback_inputs(capture))
+                                     donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
@@ -133,7 +134,7 @@ class Entry:
             self.reports += [r for r in reports]
             self.times["passes"] += time.perf_counter() - start
             self.backward_executable = Executable(graph, fast_math=fast_math,
-                                                  body_passes=passes)
+                                                  body_passes=passes, backend=backend)
             self.times["codegen"] += self.backward_executable.times["codegen_s"]
             self.replay = Replay(capture, backward)
 
@@ -270,6 +271,8 @@ class Entry:
             slot.set(value)
         for group, key, t in cap.hyper_writes:
             group[key] = float(t._data)
+        for slot, t in cap.number_writes:   # (a Python number of the slot's type again)
+            slot.set(t._data.item())
         return unflatten(cap.out_spec, leaves)
 
 
@@ -412,6 +415,8 @@ class Compiled:
         self._hyper_inputs: dict = {}
         self._dynamic = frozenset()   # its keys
         self._hyper_changes: dict = {}   # (optimiser, group, key) -> retraces it caused
+        self._numbers = NumberInputs()   # Python numbers that are graph inputs (symbolic.py)
+        self._number_note = None   # the counters the latest trace made inputs (explain())
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
@@ -488,6 +493,8 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if self._hyper_inputs:
             self._feed_hyper_inputs()
+        if self._numbers.holders:
+            self._numbers.feed()
         fast = self._fast
         if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
             try:
@@ -513,7 +520,8 @@ class Compiled:
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
                         self._slots, self._dynamic)
         entry = self.cache.get(sig)
-        if entry is None and self.cache and not self.strict and self._new_hyper_inputs(sig):
+        if (entry is None and self.cache and not self.strict
+                and self._new_hyper_inputs(sig) | self._new_number_inputs(sig)):
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic)
             entry = self.cache.get(sig)
@@ -657,28 +665,122 @@ class Compiled:
             names[id(t)] = f"optimizer{i}.param_groups[{j}][{k!r}]"
         return swapped
 
-    def _python_writes(self, sig, module_before: dict) -> tuple[list, tuple]:
+    def _python_writes(self, sig, module_before: dict, numbers: list,
+                       number_writes: list) -> tuple[list, tuple]:
         """After a trace: ``(slot, value)`` for each Python value it changed (written again
         after every call of the graph), and ``sig`` with the slots it created (an
         optimiser's first ``state["step"]``) guarded as absent, as they were before it.
-        Earlier signatures get them as absent too, as they were when those traced."""
+        Earlier signatures get them as absent too, as they were when those traced.
+        ``numbers``: the slots that were graph inputs in this trace (``number_writes``: the
+        Python values it gave them), not compared here. A slot the trace changed to another
+        int or float (a counter) is a graph input from the next trace on."""
         known = {s.identity() for s in self._slots}
         new = [s for s in find_slots(self.fn, self._optimizers) if s.identity() not in known]
         before = sig[5] + tuple(fact(ABSENT) for _ in new)
-        slots = self._slots + new
-        written = [(s, s.get()) for s, b in zip(slots, before) if fact(s.get()) != b]
+        inputs = {id(slot) for slot, _, _ in numbers}
+        written = [(s, s.get()) for s, b in zip(self._slots + new, before)
+                   if id(s) not in inputs and fact(s.get()) != b] + number_writes
         for s in self._module_facts.scalar_slots():
             old = module_before.get(s.identity(), fact(ABSENT))
             if fact(s.get()) != old:
                 written.append((s, s.get()))
+        self._add_slots(new)
+        counters = [s.name for s, value in written if self._number_input(s, type(value))]
+        if counters:
+            self._number_note = (f"{', '.join(counters)} (changed by the call) a graph input "
+                                 "from now on")
+        return written, self._padded(sig)
+
+    def _add_slots(self, new: list) -> None:
+        """Guard the slots ``new`` too; the cached signatures have them absent, as they
+        were when those traced."""
         if new:
-            self._slots = slots
-            pad = tuple(fact(ABSENT) for _ in new)
-            extend = lambda key: key[:5] + (key[5] + pad,)
-            self.cache = {extend(k): e for k, e in self.cache.items()}
+            self._slots = self._slots + new
+            self.cache = {self._padded(k): e for k, e in self.cache.items()}
             self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
-            sig = extend(sig)
-        return written, sig
+
+    def _padded(self, sig: tuple) -> tuple:
+        """``sig`` with the slots added since it was computed, absent."""
+        missing = len(self._slots) - len(sig[5])
+        return sig[:5] + (sig[5] + (fact(ABSENT),) * missing,) if missing else sig
+
+    def _number_input(self, slot, kind) -> bool:
+        """Make ``slot`` (holding a ``kind``) a graph input from the next trace on (see
+        capture/symbolic.py): a module attribute is guarded as a slot from then on, not
+        with the module's facts. Whether it became one."""
+        own = next((s for s in self._slots if s.identity() == slot.identity()), None)
+        if own is None:
+            if kind not in (int, float) or slot.identity() in self._numbers.baked:
+                return False
+            own = slot
+            self._add_slots([slot])
+        if not self._numbers.promote(own, kind):
+            return False
+        owner = own.container()
+        if own.kind == "attr" and is_module(owner):
+            self._module_facts.inputs.add((id(owner), own.key))
+            self._module_facts.version = None
+        self._fast_paths, self._fast = {}, None
+        return True
+
+    def _new_number_inputs(self, sig) -> bool:
+        """Make the Python ints and floats that changed since the last capture (a counter,
+        a float attribute a schedule sets) graph inputs; whether there were any."""
+        last = next(reversed(self.cache))
+        made = []
+        for slot, a, b in zip(list(self._slots), sig[5], last[5]):
+            if (a != b and a[0] is b[0] and b[1] is not INPUT
+                    and self._number_input(slot, a[0])):
+                made.append(f"{slot.name} changed from {b[1]!r} to {a[1]!r}")
+        if sig[3] and last[3]:
+            old = {(path, k): (t, v) for path, k, t, v in last[3][2]}
+            modules = {path: m for prefix, root in self._module_facts.roots
+                       for path, m in root.named_modules(prefix=prefix)}
+            for path, k, t, v in sig[3][2]:
+                b = old.get((path, k))
+                if (b is not None and b[0] is t and b[1] != v and path in modules
+                        and self._number_input(Slot("attr", modules[path], k,
+                                                    f"{path}.{k}"), t)):
+                    made.append(f"{path}.{k} changed from {b[1]!r} to {v!r}")
+        if made:
+            self._stale = (f"{'; '.join(made)}: a graph input from now on (fed at every "
+                           "call), so later changes don't retrace")
+        return bool(made)
+
+    def _number_writes(self, tracer, numbers: list, roots: dict, result) -> tuple:
+        """After a trace with Python numbers as graph inputs: their writes
+        (``NumberInputs.writes``); raises :class:`NeedsValue` where the trace can't be used
+        (a use needed a value, even one the function caught; a traced number kept where
+        the capture does not write it back)."""
+        writes = self._numbers.writes(tracer, numbers)
+        kept = leaked(roots, flatten(result)[0])
+        if kept is not None:   # (name, where)
+            tracer.number_uses.append((kept[0], f"kept as a value: {kept[1]}",
+                                       "the end of the call"))
+        if tracer.number_uses:
+            name, use, location = tracer.number_uses[0]
+            raise NeedsValue(f"{name}: {use} at {location}")
+        return writes
+
+    def _bake_numbers(self, numbers: list, uses: list, error) -> None:
+        """A trace with Python numbers as graph inputs failed (a use needed a value, or
+        ``error``): they keep their values baked in and guarded from now on (all of them:
+        one more trace, where finding the one to blame could take one per number)."""
+        bad = [slot for slot, _, _ in numbers]
+        if uses:
+            name, use, location = uses[0]
+            why = f"the value of {name} is used as a Python number ({use}) at {location}"
+        else:
+            why = f"tracing them as graph inputs failed ({type(error).__name__}: {error})"
+        for slot in bad:
+            self._numbers.bake(slot, why)
+            owner = slot.container()
+            if slot.kind == "attr" and is_module(owner):
+                self._module_facts.inputs.discard((id(owner), slot.key))
+                self._module_facts.version = None
+        self._fast_paths, self._fast = {}, None
+        self._stale = (f"{', '.join(s.name for s in bad)} not made graph inputs: {why}; "
+                       "they stay baked in and guarded (a change retraces)")
 
     # -- capturing -------------------------------------------------------------------------
     def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
@@ -694,6 +796,8 @@ class Compiled:
         before, cells = places(roots), scalar_cells(self.fn)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
+        numbers = self._numbers.swap_in(tracer, tracer.names)
+        number_writes, baked = [], False
         try:
             with tracer:
                 index = 0
@@ -707,6 +811,8 @@ class Compiled:
                         index += 1
                 result = self.fn(*args, **kwargs)
                 hyper_writes = _hyper_writes(swapped, tracer)
+                if numbers:
+                    number_writes = self._number_writes(tracer, numbers, roots, result)
                 created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
                 capture = tracer.finish(result, [t for _, t in created])
                 created = [(name, _made_at(t._data)) for name, t in created]
@@ -714,14 +820,26 @@ class Compiled:
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
-        except CaptureError as e:   # (the eager run makes again the state the trace made)
+        except Exception as e:   # (the eager run makes again the state the trace made)
+            if not (numbers or isinstance(e, CaptureError)):
+                raise
+            self._numbers.restore(numbers)
             undo(roots, tracer.graph, tracer._bound, before)
             restore_cells(cells)
-            return self._graph_break(e), sig
+            if not numbers:
+                return self._graph_break(e), sig
+            # (a Python number traced as an input may be the cause: traced again, baked in)
+            self._bake_numbers(numbers, tracer.number_uses, e)
+            baked = True
         finally:
             for group, k, value, t in swapped:
                 if group[k] is t:
                     group[k] = value
+        if baked:
+            leaves, spec = self._flatten(args, kwargs)
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic)
+            return self._capture(args, kwargs, sig, leaf_dynamic)
         times = {"trace": traced - start}
         if backward is not None:
             times["autodiff"] = time.perf_counter() - traced
@@ -730,15 +848,20 @@ class Compiled:
             if b.kind == "captured" and id(b.tensor) not in had_grad:
                 had_grad[id(b.tensor)] = b.grad is not None
         capture.had_grad = had_grad
-        capture.py_writes, sig = self._python_writes(sig, module_before)
+        number_writes, number_py = number_writes or ([], [])
+        capture.py_writes, sig = self._python_writes(sig, module_before, numbers, number_py)
         capture.hyper_writes = hyper_writes
+        capture.number_writes = number_writes
         _name_new_state(capture, tracer.names, self.fn)
         entry = None if created else self._same_graph(capture, backward)
         reused = entry is not None
         if not reused:
-            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget)
+            backend = self.compile_options.get("backend")
+            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
+                          backend if callable(backend) else None)
             times.update(entry.times)
         stale, self._stale = self._stale, None
+        note, self._number_note = self._number_note, None
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
         elif self.cache:
@@ -752,6 +875,8 @@ class Compiled:
                 "retrace"
         else:
             reason, fix, kind = "first call", "", "capture"
+        if note:
+            reason += f"; {note}"
         if created:   # (its Python took the branch that makes the state: not reusable)
             entry.created = created
             reason += (f"; it made {', '.join(name for name, _ in created)} and kept it "
@@ -979,7 +1104,15 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     The keywords of ``torch.compile`` are accepted. ``backend="inductor"`` (the default)
     captures and optimises; ``"aot_eager"`` captures and runs the graphs as traced, with no
     optimisation passes; ``"eager"`` runs ``fn`` as written (no capture), to rule the
-    compiler out when debugging. ``mode`` (torch's names) is recorded and changes nothing:
+    compiler out when debugging. A callable backend is a compiler of dualgraph's graphs
+    (not torch FX graphs): ``backend(graph, example_inputs)`` is called once per graph
+    that runs (a capture's forward and, when it is differentiated, its backward), at its
+    first run, with the optimised ``dg.graph.Graph`` (printable; ``graph(*arrays)`` runs it
+    in the reference interpreter) and that run's NumPy input arrays, one per
+    ``graph.inputs``; it returns a callable taking those arrays positionally and returning
+    a list of arrays, one per ``graph.outputs``, run in place of the generated code, or
+    None to run the generated code (a backend that only inspects). A callable that can't
+    take the inputs, or returns the wrong number of outputs, is a clear error. ``mode`` (torch's names) is recorded and changes nothing:
     the default compile already keeps the per-call overhead low. ``options`` is a dict of
     this function's own options (``check``, ``passes``, ``fast_math``); ``disable=True``
     returns ``fn`` itself. A compiled module stands in for the module (attributes,
@@ -1001,6 +1134,14 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     >>> m = dg.compile(dg.nn.Linear(2, 1), mode="reduce-overhead")
     >>> m.eval().training, m.weight.shape == (1, 2), isinstance(m, dg.nn.Module)
     (False, True, True)
+    >>> seen = []
+    >>> def inspect_only(graph, example_inputs):
+    ...     seen.append([node.op.name for node in graph.nodes])
+    ...     return None                # (run dualgraph's generated code)
+    >>> dg.compile(lambda x: dg.exp(x) * 2, backend=inspect_only)(dg.zeros(2))
+    tensor([2., 2.])
+    >>> seen
+    [['fused']]
     """
     settings = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
                     fast_math=fast_math, memory_budget=memory_budget)
@@ -1031,11 +1172,7 @@ def _torch_options(backend, mode, options, fullgraph, dynamic, passes) -> dict:
     if mode is not None and options is not None:
         raise RuntimeError("dg.compile: either mode or options can be specified, but both "
                            "can't be specified at the same time (as torch.compile)")
-    if callable(backend):
-        raise TypeError("dg.compile: a callable backend (a torch FX compiler) can't take "
-                        "dualgraph's graphs; use backend='inductor' (the default), "
-                        "'aot_eager' or 'eager', and passes= to choose optimisation passes")
-    if backend not in BACKENDS:
+    if not callable(backend) and backend not in BACKENDS:
         raise ValueError(f"dg.compile: unknown backend={backend!r}; expected one of "
                          f"{', '.join(map(repr, BACKENDS))}")
     if not isinstance(fullgraph, bool):

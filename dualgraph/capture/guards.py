@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..autograd.tape import grad_mode
 from ..dispatch import autocast
 from ..tensor import Tensor
-from .pyvalues import ABSENT, Slot, fact, is_scalar, object_scalars, read
+from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 
 # hyper-parameters made graph inputs once they change (schedulers set them at every step;
 # dualgraph's optimisers take them as tensors)
@@ -35,16 +35,17 @@ def arg_facts(leaf, dynamic_dims: dict | None):
     return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
-def module_facts(roots) -> tuple:
+def module_facts(roots, inputs=frozenset()) -> tuple:
     """Training flags of every submodule, the identity of every parameter and the Python
     scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
-    graph), of each ``(name, module)`` in ``roots``."""
+    graph), of each ``(name, module)`` in ``roots``; not those in ``inputs``
+    (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py)."""
     training, params, scalars = [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
-                        if k != "training" and is_scalar(v)]
+                        if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
         params += [id(p) for p in root.parameters()]
     return (tuple(training), tuple(params), tuple(scalars))
 
@@ -57,6 +58,7 @@ class ModuleFacts:
     def __init__(self, module):
         self.roots = [("self", module)] if module is not None else []
         self.version, self.facts = None, ()
+        self.inputs: set = set()   # (id(module), name) of the attributes that are inputs
 
     def get(self) -> tuple:
         if not self.roots:
@@ -64,7 +66,7 @@ class ModuleFacts:
         counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
         if version is None or version != self.version:
-            self.facts = module_facts(self.roots)
+            self.facts = module_facts(self.roots, self.inputs)
             self.version = version
         return self.facts
 
@@ -150,8 +152,13 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     if mod:
         lines.append("module training flags, parameter identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
-    for slot, (_, v) in zip(slots, values):
-        lines.append(f"{slot.name} == {_show(v)} (a Python value read, baked into the graph)")
+    for slot, (kind, v) in zip(slots, values):
+        if v is INPUT:
+            lines.append(f"{slot.name}: a Python {kind.__name__}, fed to the graph as an "
+                         "input at every call")
+        else:
+            lines.append(f"{slot.name} == {_show(v)} (a Python value read, baked into the "
+                         "graph)")
     if opts:
         lines.append("optimiser state created and hyper-parameters (lr, ...) unchanged")
     return lines

@@ -208,13 +208,13 @@ FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves=
 
 
 def add(a, b, *, alpha=1):
-    if type(alpha) is Tensor or alpha != 1:   # (a tensor alpha, a traced lr, has no bool)
+    if type(alpha) not in (int, float) or alpha != 1:   # (a tensor or traced alpha: no bool)
         b = mul(b, alpha)
     return apply(ADD, as_operand(a), as_operand(b))
 
 
 def sub(a, b, *, alpha=1):
-    if type(alpha) is Tensor or alpha != 1:
+    if type(alpha) not in (int, float) or alpha != 1:
         b = mul(b, alpha)
     return apply(SUB, as_operand(a), as_operand(b))
 
