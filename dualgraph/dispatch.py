@@ -187,6 +187,9 @@ def _record(op, args, outs, attrs):
                                   (a._accumulate_node(), 0))
                 continue
         next_nodes.append(None)
+    if op.saved_inputs is not None:   # (the VJP reads only these inputs: check them alone)
+        versions = [(a, a._version[0]) for i, a in enumerate(args)
+                    if i in op.saved_inputs and isinstance(a, Tensor)]
     node = Node(op, args, outs, attrs, next_nodes, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop

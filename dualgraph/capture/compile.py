@@ -685,7 +685,8 @@ class Compiled:
             if fact(s.get()) != old:
                 written.append((s, s.get()))
         self._add_slots(new)
-        counters = [s.name for s, value in written if self._number_input(s, type(value))]
+        counters = list(dict.fromkeys(s.name for s, value in written
+                                      if self._number_input(s, type(value))))
         if counters:
             self._number_note = (f"{', '.join(counters)} (changed by the call) a graph input "
                                  "from now on")
