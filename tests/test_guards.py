@@ -271,3 +271,28 @@ def test_a_config_object_argument_is_guarded_by_its_values():
     cfg.scale = 3.0   # the same object, another value
     assert c(x, cfg).tolist() == [3.0, 3.0]
     assert "cfg.scale changed from 2.0 to 3.0" in c.explain()
+
+
+def test_python_random_inside_the_function_is_a_graph_break_not_baked():
+    """Found writing a seq2seq program (tests/torch_programs/seq2seq_gru.py): teacher forcing
+    drawn with ``random.random()`` inside the compiled step was baked into the trace, so
+    every call took the branch of the first. Drawing from Python's or NumPy's global
+    generator while tracing is a graph break now, and the eager run draws the same numbers
+    as a plain eager run."""
+    import random
+
+    def f(x):
+        if random.random() < 0.5:
+            x = x * 2
+        return x + float(np.random.uniform())
+
+    random.seed(0)
+    np.random.seed(0)
+    eager = [f(dg.ones(2)).tolist() for _ in range(6)]
+    random.seed(0)
+    np.random.seed(0)
+    c = dg.compile(f)
+    with pytest.warns(UserWarning, match="random module"):
+        got = [c(dg.ones(2)).tolist() for _ in range(6)]
+    assert got == eager
+    assert "graph break" in c.explain()

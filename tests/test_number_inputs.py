@@ -81,12 +81,26 @@ def test_hand_written_adam_int_step_is_a_graph_input():
     assert fn._fast is not None   # (the fast path feeds it too)
 
 
-def test_math_sqrt_of_the_step_keeps_it_baked_and_correct():
-    """``math.sqrt`` needs the value: the step stays guarded (retraces, then eager)."""
-    eager_losses, eager_params, _ = _adam_run(False, sqrt=math.sqrt, steps=12)
+def test_math_sqrt_of_the_bias_correction_is_traced():
+    """``math.sqrt(c2)``, as hand-written Adams write it, takes the traced number."""
+    sqrt = lambda c2: math.sqrt(c2)   # noqa: E731  (math.sqrt read at the call)
+    eager_losses, eager_params, _ = _adam_run(False, sqrt=sqrt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses, params, fn = _adam_run(True, sqrt=sqrt)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-6, atol=1e-7)
+    for a, b in zip(params, eager_params):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert len(fn.records) == 2 and math.sqrt(4.0) == 2.0
+
+
+def test_another_math_function_keeps_the_step_baked_and_correct():
+    """``math.exp`` needs the value: the step stays guarded (retraces, then eager)."""
+    decay = lambda c2: c2 ** 0.5 * math.exp(-c2)   # noqa: E731
+    eager_losses, eager_params, _ = _adam_run(False, sqrt=decay, steps=12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # (the retrace limit)
-        losses, params, fn = _adam_run(True, sqrt=math.sqrt, steps=12)
+        losses, params, fn = _adam_run(True, sqrt=decay, steps=12)
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-6, atol=1e-7)
     for a, b in zip(params, eager_params):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -15,6 +15,7 @@ import functools
 import inspect
 import os
 import pathlib
+import random
 import tempfile
 import time
 import warnings
@@ -45,7 +46,7 @@ from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .scope import is_module, is_optimizer, readable_names, scope_of
-from .symbolic import NeedsValue, NumberInputs, leaked
+from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, Tracer
 
 RETRACE_LIMIT = 8
@@ -296,6 +297,30 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
 
 class _StaleGuard(Exception):
     pass
+
+
+def _random_states() -> tuple:
+    """The state of Python's ``random`` and of NumPy's global generator: a trace that draws
+    from them would bake the numbers drawn into the graph."""
+    state = np.random.get_state()
+    return random.getstate(), state[1].tobytes(), state[2:]
+
+
+def _set_random_states(states: tuple) -> None:
+    py, key, rest = states
+    random.setstate(py)
+    np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
+
+
+def _python_random_break(fn) -> CaptureError:
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+    return CaptureError(
+        "Python's random module (or NumPy's global generator) was drawn from while tracing: "
+        "the numbers drawn would be baked into the graph, the same at every call", where,
+        "Draw them outside the compiled function and pass them in (a bool or a tensor), "
+        "or use dualgraph's random ops (dg.rand, dg.randint, dropout), which draw anew at "
+        "every call.")
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -795,12 +820,13 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
+        random_before = _random_states()
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names)
         number_writes, baked = [], False
         try:
-            with tracer:
+            with tracer, math_functions(bool(numbers)):
                 index = 0
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
@@ -811,6 +837,8 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*args, **kwargs)
+                if _random_states() != random_before:
+                    raise _python_random_break(self.fn)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if numbers:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
@@ -827,6 +855,7 @@ class Compiled:
             self._numbers.restore(numbers)
             undo(roots, tracer.graph, tracer._bound, before)
             restore_cells(cells)
+            _set_random_states(random_before)   # (the eager run draws the same numbers)
             if not numbers:
                 return self._graph_break(e), sig
             # (a Python number traced as an input may be the cause: traced again, baked in)

@@ -14,9 +14,9 @@ from ..dispatch import autocast
 from ..tensor import Tensor
 from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 
-# hyper-parameters made graph inputs once they change (schedulers set them at every step;
-# dualgraph's optimisers take them as tensors)
-DYNAMIC_HYPER = ("lr",)
+# hyper-parameters made graph inputs once they change (schedulers set them at every step:
+# OneCycleLR and CyclicLR move momentum too; dualgraph's optimisers take them as tensors)
+DYNAMIC_HYPER = ("lr", "momentum")
 BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
              "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
@@ -102,9 +102,9 @@ def _input_fact(v):
 
 
 def changed_hyper(new: tuple, old: tuple) -> list:
-    """``(optimiser, group, key)`` of the learning rates (floats) that differ between the
-    optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule changing
-    them at every step does not retrace at every step."""
+    """``(optimiser, group, key)`` of the learning rates and momentums (floats) that differ
+    between the optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule
+    changing them at every step does not retrace at every step."""
     out = []
     for i, (a, b) in enumerate(zip(new, old)):
         for j, (ga, gb) in enumerate(zip(a[1], b[1])):

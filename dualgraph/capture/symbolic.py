@@ -13,7 +13,8 @@ fed to the graph at every call and a value the trace wrote back (``state["step"]
 a graph output, written back as a Python number of its type.
 
 What needs the number's value in Python can't be traced: control flow (``if step % 10 ==
-0``), a shape or an index (``range(step)``), ``math.sqrt(step)``, a format, an op attribute.
+0``), a shape or an index (``range(step)``), ``math.exp(step)`` (``math.sqrt`` is taken,
+:func:`math_functions`), a format, an op attribute.
 Such a use raises :class:`NeedsValue` and is recorded on the tracer (in case the function
 catches it), and the capture traces again with the value baked in and guarded, as before:
 never a baked value that isn't guarded. Bools always stay guarded: they pick branches.
@@ -29,6 +30,9 @@ never a baked value that isn't guarded. Bools always stay guarded: they pick bra
 ['cast', 'pow', 'sub', 'cast', 'mul']
 """
 from __future__ import annotations
+
+import contextlib
+import math
 
 import numpy as np
 
@@ -146,6 +150,29 @@ class SymNumber:
 
     def __repr__(self):
         return f"<traced Python {self.kind.__name__} {self.name}>"
+
+
+@contextlib.contextmanager
+def math_functions(active: bool):
+    """While a trace has symbolic numbers: ``math.sqrt`` (read from the ``math`` module at
+    the call, as ``math.sqrt(c2)`` does) takes them too, giving the float64 square root
+    NumPy computes, correctly rounded as ``math.sqrt``'s (a hand-written Adam's
+    ``math.sqrt(bias_correction2)``). Other math functions need the value."""
+    if not active:
+        yield
+        return
+    real = math.sqrt
+
+    def sqrt(x):
+        if isinstance(x, SymNumber):
+            return SymNumber(x.tracer, float, x.name, tensor=ew.sqrt(ew.cast_to(x.tensor, F64)))
+        return real(x)
+
+    math.sqrt = sqrt
+    try:
+        yield
+    finally:
+        math.sqrt = real
 
 
 def lift(args) -> tuple:
