@@ -296,3 +296,42 @@ def test_python_random_inside_the_function_is_a_graph_break_not_baked():
         got = [c(dg.ones(2)).tolist() for _ in range(6)]
     assert got == eager
     assert "graph break" in c.explain()
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: dg.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3),
+    lambda ps: dg.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    lambda ps: dg.optim.AdamW(ps, lr=0.01),
+    lambda ps: dg.optim.NAdam(ps, lr=0.01)])
+def test_cycled_momentum_becomes_a_graph_input(make_opt):
+    """Found by a CIFAR ResNet program (tests/torch_programs/resnet_cifar.py): OneCycleLR
+    moves SGD's momentum (Adam's beta1) at every step too, which retraced at every step
+    until the limit."""
+    xs = [dg.tensor(np.random.default_rng(i).standard_normal((8, 4)).astype(np.float32))
+          for i in range(12)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
+        opt = make_opt(model.parameters())
+        sched = dg.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=12)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for x in xs:
+                fn(x)
+                sched.step()
+        results.append([p.detach().numpy().copy() for p in model.parameters()])
+        if compiled:
+            assert len(fn.cache) <= 3
+            assert "changed again" in fn.explain()
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)

@@ -662,7 +662,12 @@ class Compiled:
             # (in the parameters' dtype: eager's Python float meets them as that dtype)
             params = [p for p in group["params"] if p.dtype.is_floating_point]
             dtype = params[0]._data.dtype if params else np.float32
-            self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
+            if type(value) is tuple:   # (Adam's betas, beta1 cycled: float64, as the bias
+                # corrections computed from them, so that 1 - beta2 ** t stays precise)
+                holder = tuple(Tensor._make(np.array(v, np.float64)) for v in value)
+            else:
+                holder = Tensor._make(np.array(value, dtype))
+            self._hyper_inputs[(i, j, k)] = holder
             before = dict(last[4][i][1][j])[k]
             self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
                            f"to {value!r}; it is a graph input from now on, so later "
@@ -678,6 +683,9 @@ class Compiled:
             value = groups[j].get(k) if j < len(groups) else None
             if type(value) is float or type(value) is int:   # (else a guard misses)
                 t._data[()] = value
+            elif type(value) is tuple and type(t) is tuple and len(value) == len(t):
+                for holder, v in zip(t, value):
+                    holder._data[()] = v
 
     def _swap_hyper_inputs(self, names: dict) -> list:
         """While tracing, the learning rates that are graph inputs are their tensors (the
@@ -687,7 +695,9 @@ class Compiled:
             group = self._optimizers[i].param_groups[j]
             swapped.append((group, k, group[k], t))
             group[k] = t
-            names[id(t)] = f"optimizer{i}.param_groups[{j}][{k!r}]"
+            name = f"optimizer{i}.param_groups[{j}][{k!r}]"
+            for n, holder in enumerate(t) if type(t) is tuple else ((None, t),):
+                names[id(holder)] = name if n is None else f"{name}[{n}]"
         return swapped
 
     def _python_writes(self, sig, module_before: dict, numbers: list,

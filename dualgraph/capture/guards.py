@@ -15,8 +15,9 @@ from ..tensor import Tensor
 from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 
 # hyper-parameters made graph inputs once they change (schedulers set them at every step:
-# OneCycleLR and CyclicLR move momentum too; dualgraph's optimisers take them as tensors)
-DYNAMIC_HYPER = ("lr", "momentum")
+# OneCycleLR and CyclicLR move momentum, or Adam's beta1, too; dualgraph's optimisers take
+# them as tensors)
+DYNAMIC_HYPER = ("lr", "momentum", "betas")
 BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
              "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
@@ -102,17 +103,22 @@ def _input_fact(v):
 
 
 def changed_hyper(new: tuple, old: tuple) -> list:
-    """``(optimiser, group, key)`` of the learning rates and momentums (floats) that differ
+    """``(optimiser, group, key)`` of the learning rates, momentums and betas that differ
     between the optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule
     changing them at every step does not retrace at every step."""
     out = []
     for i, (a, b) in enumerate(zip(new, old)):
         for j, (ga, gb) in enumerate(zip(a[1], b[1])):
             for (k, va), (kb, vb) in zip(ga, gb):
-                if (k == kb and k in DYNAMIC_HYPER and type(va) is float
-                        and type(vb) is float and va != vb):
+                if (k == kb and k in DYNAMIC_HYPER and _floats(va) and _floats(vb)
+                        and va != vb):
                     out.append((i, j, k))
     return out
+
+
+def _floats(v) -> bool:
+    """A float, or a tuple of floats (Adam's betas)."""
+    return type(v) is float or (type(v) is tuple and all(type(x) is float for x in v))
 
 
 def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=(),
