@@ -277,3 +277,33 @@ def test_closure_number(value):
     out = [c(dg.ones(2)).tolist() for _ in range(6)]
     assert out == [[value * (i + 2)] * 2 for i in range(6)]
     assert type(scale) is type(value) and len(c.records) == 2
+
+
+def test_python_number_arguments_that_change_become_inputs():
+    model = dg.nn.Linear(4, 2)
+
+    def f(x, scale, k, flag=True):
+        y = model(x) * scale + k / 3
+        return y if flag else -y
+
+    c = dg.compile(f)
+    x = dg.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(12):
+            np.testing.assert_array_equal(c(x, 0.5 + i, i, flag=i < 6).detach().numpy(),
+                                          f(x, 0.5 + i, i, flag=i < 6).detach().numpy())
+    assert len(c.cache) <= 3   # (the flag is a bool: one graph each)
+    report = c.explain()
+    assert "scale changed from 0.5 to 1.5" in report and "k changed from 0 to 1" in report
+    assert "scale: a Python float, fed to the graph as an input" in report
+
+
+def test_a_number_argument_used_as_a_size_stays_baked():
+    def g(x, n):
+        return x[:n].sum()
+
+    c = dg.compile(g)
+    for n in (1, 2, 3, 4):
+        assert float(c(dg.arange(6.0), n)) == float(g(dg.arange(6.0), n))
+    assert len(c.cache) == 4 and "n not made graph inputs" in c.explain()

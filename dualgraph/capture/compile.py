@@ -543,13 +543,15 @@ class Compiled:
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
-                        self._slots, self._dynamic)
+                        self._slots, self._dynamic, self._numbers.args)
         entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
-                and self._new_hyper_inputs(sig) | self._new_number_inputs(sig)):
+                and self._new_hyper_inputs(sig) | self._new_number_inputs(sig, leaves, args, kwargs)):
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
-                            self._optimizers, self._slots, self._dynamic)
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
+        if self._numbers.args:
+            self._numbers.feed_args(leaves)
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
@@ -759,11 +761,18 @@ class Compiled:
         self._fast_paths, self._fast = {}, None
         return True
 
-    def _new_number_inputs(self, sig) -> bool:
+    def _new_number_inputs(self, sig, leaves, args, kwargs) -> bool:
         """Make the Python ints and floats that changed since the last capture (a counter,
-        a float attribute a schedule sets) graph inputs; whether there were any."""
+        a float attribute a schedule sets, a number argument) graph inputs; whether there
+        were any."""
         last = next(reversed(self.cache))
         made = []
+        if sig[0] == last[0] and len(sig[1]) == len(last[1]):
+            for i, (a, b) in enumerate(zip(sig[1], last[1])):
+                if (a != b and a[0] == b[0] == "python" and a[1] == b[1]
+                        and b[2] is not INPUT and self._numbers.promote_arg(i, leaves[i])):
+                    name = self.leaf_names(args, kwargs)[i]
+                    made.append(f"{name} changed from {b[2]!r} to {a[2]!r}")
         for slot, a, b in zip(list(self._slots), sig[5], last[5]):
             if (a != b and a[0] is b[0] and b[1] is not INPUT
                     and self._number_input(slot, a[0])):
@@ -798,11 +807,17 @@ class Compiled:
             raise NeedsValue(f"{name}: {use} at {location}")
         return writes
 
-    def _bake_numbers(self, numbers: list, uses: list, error) -> None:
+    def _bake_numbers(self, numbers: list, uses: list, error, arg_numbers=(),
+                      names=()) -> None:
         """A trace with Python numbers as graph inputs failed (a use needed a value, or
         ``error``): they keep their values baked in and guarded from now on (all of them:
         one more trace, where finding the one to blame could take one per number)."""
         bad = [slot for slot, _, _ in numbers]
+        for i in arg_numbers:   # (argument leaves: baked in and guarded by value again)
+            self._numbers.args.pop(i, None)
+            self._numbers.baked_args.add(i)
+        bad_names = [s.name for s in bad] + [names[i] if i < len(names) else f"argument {i}"
+                                              for i in arg_numbers]
         if uses:
             name, use, location = uses[0]
             why = f"the value of {name} is used as a Python number ({use}) at {location}"
@@ -815,7 +830,7 @@ class Compiled:
                 self._module_facts.inputs.discard((id(owner), slot.key))
                 self._module_facts.version = None
         self._fast_paths, self._fast = {}, None
-        self._stale = (f"{', '.join(s.name for s in bad)} not made graph inputs: {why}; "
+        self._stale = (f"{', '.join(bad_names)} not made graph inputs: {why}; "
                        "they stay baked in and guarded (a change retraces)")
 
     # -- capturing -------------------------------------------------------------------------
@@ -834,9 +849,14 @@ class Compiled:
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names)
+        call_args, call_kwargs = args, kwargs
+        if self._numbers.args:   # (the Python number arguments that are graph inputs)
+            call_args, call_kwargs = unflatten(
+                flatten((args, kwargs))[1], self._numbers.swap_args(tracer, leaves, names))
+        symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, baked = [], False
         try:
-            with tracer, math_functions(bool(numbers)):
+            with tracer, math_functions(symbolic):
                 index = 0
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
@@ -846,11 +866,11 @@ class Compiled:
                             shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
-                result = self.fn(*args, **kwargs)
+                result = self.fn(*call_args, **call_kwargs)
                 if _random_states() != random_before:
                     raise _python_random_break(self.fn)
                 hyper_writes = _hyper_writes(swapped, tracer)
-                if numbers:
+                if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
                 created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
                 capture = tracer.finish(result, [t for _, t in created])
@@ -860,16 +880,16 @@ class Compiled:
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except Exception as e:   # (the eager run makes again the state the trace made)
-            if not (numbers or isinstance(e, CaptureError)):
+            if not (symbolic or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
             undo(roots, tracer.graph, tracer._bound, before)
             restore_cells(cells)
             _set_random_states(random_before)   # (the eager run draws the same numbers)
-            if not numbers:
+            if not symbolic:
                 return self._graph_break(e), sig
             # (a Python number traced as an input may be the cause: traced again, baked in)
-            self._bake_numbers(numbers, tracer.number_uses, e)
+            self._bake_numbers(numbers, tracer.number_uses, e, tracer.arg_numbers, names)
             baked = True
         finally:
             for group, k, value, t in swapped:
@@ -878,7 +898,7 @@ class Compiled:
         if baked:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
-                            self._optimizers, self._slots, self._dynamic)
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
             return self._capture(args, kwargs, sig, leaf_dynamic)
         times = {"trace": traced - start}
         if backward is not None:

@@ -122,13 +122,19 @@ def _floats(v) -> bool:
 
 
 def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=(),
-              slots=(), dynamic=frozenset()) -> tuple:
+              slots=(), dynamic=frozenset(), number_args=None) -> tuple:
     """The guarded facts of one call, from its flattened arguments; ``slots``: the Python
-    values the function reads (capture/pyvalues.py)."""
+    values the function reads (capture/pyvalues.py); ``number_args``: ``{position: (type,
+    tensor)}`` of the Python number arguments that are graph inputs (only their type is
+    guarded, capture/symbolic.py)."""
     if leaf_dynamic:
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
+    if number_args:
+        facts = tuple(("python", f[1], INPUT)
+                      if i in number_args and type(leaves[i]) is number_args[i][0] else f
+                      for i, f in enumerate(facts))
     return (spec, facts, mode_facts(), module_facts,
             optimizer_facts(optimizers, dynamic) if optimizers else (),
             read(slots) if slots else ())
@@ -148,6 +154,9 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
         if leaf[0] == "tensor":
             lines.append(f"{name}: shape {leaf[1]}, dtype {leaf[2]}, "
                          f"requires_grad={leaf[3]}")
+        elif leaf[0] == "python" and leaf[2] is INPUT:
+            lines.append(f"{name}: a Python {leaf[1]}, fed to the graph as an input at every "
+                         "call")
         elif leaf[0] == "python":
             lines.append(f"{name} == {leaf[2]!r} (a Python {leaf[1]}, baked into the graph)")
         else:

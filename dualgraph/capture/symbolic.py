@@ -212,6 +212,33 @@ class NumberInputs:
     def __init__(self):
         self.holders: dict = {}   # slot identity -> (slot, 0-d int64/float64 tensor)
         self.baked: dict = {}     # slot identity -> why it stays baked in
+        # the same for the function's Python number arguments, by argument leaf position
+        self.args: dict = {}      # leaf position -> (kind, 0-d tensor)
+        self.baked_args: set = set()
+
+    def promote_arg(self, index: int, value) -> bool:
+        """Make argument leaf ``index`` (now ``value``, an int or float) a graph input."""
+        kind = type(value)
+        if index in self.baked_args or index in self.args or kind not in (int, float):
+            return False
+        self.args[index] = (kind, Tensor._make(np.array(value, I64 if kind is int else F64)))
+        return True
+
+    def feed_args(self, leaves) -> None:
+        for i, (kind, holder) in self.args.items():
+            if i < len(leaves) and type(leaves[i]) is kind:
+                holder._data[()] = leaves[i]
+
+    def swap_args(self, tracer, leaves, names: list) -> list:
+        """The argument leaves with a :class:`SymNumber` for each that is a graph input
+        (and holds a number of its type); the positions swapped are ``tracer.arg_numbers``."""
+        leaves = list(leaves)
+        for i, (kind, holder) in self.args.items():
+            if i < len(leaves) and type(leaves[i]) is kind:
+                name = names[i] if i < len(names) else f"argument {i}"
+                leaves[i] = SymNumber(tracer, kind, name, holder=holder)
+                tracer.arg_numbers.append(i)
+        return leaves
 
     def promote(self, slot, kind) -> bool:
         """Make ``slot`` (holding a ``kind``, int or float) a graph input from the next

@@ -96,6 +96,7 @@ class Tracer:
         self.program = None         # the dg.static.Program this tracer builds, if any
         self.numbers = False        # whether Python numbers are traced (capture/symbolic.py)
         self.number_uses: list = []   # (name, use, location): where one needed its value
+        self.arg_numbers: list = []   # positions of the argument leaves traced as numbers
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
     def run(self, op, args, attrs):
