@@ -345,8 +345,8 @@ def view(x, *shape):
     if len(shape) == 1 and isinstance(shape[0], (dtypes.DType, np.dtype, type, str)):
         dt = dtypes.to_np(shape[0])
         data = x._data
-        if (type(data) is np.ndarray and dt.itemsize != data.dtype.itemsize and data.size
-                and data.shape[-1] > 1 and data.strides[-1] != data.itemsize):
+        if (type(data) is np.ndarray and dt.itemsize != data.dtype.itemsize and data.ndim
+                and data.size and data.shape[-1] > 1 and data.strides[-1] != data.itemsize):
             raise ValueError(
                 f"view(dtype): the last dim must be contiguous (stride 1) to view "
                 f"{data.dtype.name} as {dt.name} (different element sizes), but its "
