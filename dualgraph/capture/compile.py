@@ -854,7 +854,7 @@ class Compiled:
             call_args, call_kwargs = unflatten(
                 flatten((args, kwargs))[1], self._numbers.swap_args(tracer, leaves, names))
         symbolic = bool(numbers or tracer.arg_numbers)
-        number_writes, baked = [], False
+        number_writes, baked, random_break = [], False, None
         try:
             with tracer, math_functions(symbolic):
                 index = 0
@@ -868,7 +868,8 @@ class Compiled:
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
                 if _random_states() != random_before:
-                    raise _python_random_break(self.fn)
+                    random_break = _python_random_break(self.fn)
+                    raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
@@ -886,7 +887,7 @@ class Compiled:
             undo(roots, tracer.graph, tracer._bound, before)
             restore_cells(cells)
             _set_random_states(random_before)   # (the eager run draws the same numbers)
-            if not symbolic:
+            if not symbolic or e is random_break:   # (not the numbers' doing)
                 return self._graph_break(e), sig
             # (a Python number traced as an input may be the cause: traced again, baked in)
             self._bake_numbers(numbers, tracer.number_uses, e, tracer.arg_numbers, names)
