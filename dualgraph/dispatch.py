@@ -143,6 +143,8 @@ def apply(op, *args, **attrs):
         if grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:
+        if tracer.numbers:   # (Python numbers traced as graph inputs: capture/symbolic.py)
+            args = tracer.lift(args)
         raw = tracer.run(op, args, attrs)
 
     if op.num_outputs == 1:
@@ -185,6 +187,9 @@ def _record(op, args, outs, attrs):
                                   (a._accumulate_node(), 0))
                 continue
         next_nodes.append(None)
+    if op.saved_inputs is not None:   # (the VJP reads only these inputs: check them alone)
+        versions = [(a, a._version[0]) for i, a in enumerate(args)
+                    if i in op.saved_inputs and isinstance(a, Tensor)]
     node = Node(op, args, outs, attrs, next_nodes, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop

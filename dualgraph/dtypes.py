@@ -184,6 +184,8 @@ def scalar_dtype(value) -> np.dtype:
         return int64.np
     if isinstance(value, builtins_float):
         return _default_float
+    if getattr(value, "symbolic_number", False):   # (a traced Python number: its kind's)
+        return scalar_dtype(value.kind(0))
     raise TypeError(f"expected a tensor or a Python number, got {type(value).__name__}")
 
 

@@ -114,7 +114,8 @@ def test_guards_retrace_and_explain_name_the_failed_guard_and_fix():
     report = cf.explain()
     assert "x.shape[0] changed from 2 to 3" in report
     assert "mark dim 0 dynamic" in report
-    assert "k changed from 2.0 to 3.0" in report and "pass k as a tensor" in report
+    # (a Python number argument that changes: a graph input from then on)
+    assert "k changed from 2.0 to 3.0" in report and "graph input from now on" in report
     assert "x.dtype changed from float32 to float64" in report
     assert len(cf.cache) == 4
 

@@ -191,7 +191,6 @@ def test_torch_compile_keyword_forms():
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(mode="fastest"), ValueError, "unknown mode='fastest'"),
     (dict(backend="cudagraphs"), ValueError, "unknown backend='cudagraphs'"),
-    (dict(backend=lambda gm, inputs: gm.forward), TypeError, "callable backend"),
     (dict(mode="default", options={}), RuntimeError, "both can't be specified"),
     (dict(options={"triton.cudagraphs": True}), ValueError, "inductor options"),
     (dict(options=["fast_math"]), ValueError, "options must be a dict"),

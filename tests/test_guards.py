@@ -121,63 +121,7 @@ def test_python_writes_are_replayed():
     assert m.calls == 12
 
 
-class HandAdam:
-    """A user-written Adam keeping ``state["step"]`` a Python int, as real code does."""
-
-    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-8):
-        self.param_groups = [{"params": list(params), "lr": lr, "betas": betas, "eps": eps}]
-        self.state = {}
-
-    def zero_grad(self):
-        for p in self.param_groups[0]["params"]:
-            p.grad = None
-
-    def step(self):
-        group = self.param_groups[0]
-        b1, b2 = group["betas"]
-        with dg.no_grad():
-            for p in group["params"]:
-                st = self.state.setdefault(p, {})
-                if not st:
-                    st["step"] = 0
-                    st["m"] = dg.state_like(p)
-                    st["v"] = dg.state_like(p)
-                st["step"] += 1
-                st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
-                st["v"].mul_(b2).add_(p.grad * p.grad, alpha=1 - b2)
-                c1, c2 = 1 - b1 ** st["step"], 1 - b2 ** st["step"]
-                denom = (st["v"] / c2).sqrt() + group["eps"]
-                p.sub_(st["m"] / denom * (group["lr"] / c1))
-
-
-def test_hand_written_optimiser_python_step_matches_eager():
-    rng = np.random.default_rng(0)
-    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(10)]
-    results = []
-    for compiled in (False, True):
-        dg.manual_seed(0)
-        model = dg.nn.Linear(4, 1)
-        opt = HandAdam(model.parameters())
-
-        def step(x):
-            opt.zero_grad()
-            loss = (model(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss
-
-        fn = dg.compile(step) if compiled else step
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # (the limit: later steps run eagerly)
-            for x in xs:
-                fn(x)
-        results.append([p.detach().numpy().copy() for p in model.parameters()])
-        steps = [st["step"] for st in opt.state.values()]
-        assert steps == [10, 10]
-        if compiled:
-            assert "optimizer" in fn.explain() or "opt.state" in fn.explain()
-    for a, b in zip(*results):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+# (a hand-written optimiser's Python int step: tests/test_number_inputs.py)
 
 
 def test_fast_path_checks_python_values():
@@ -198,12 +142,27 @@ def test_fast_path_checks_python_values():
     assert bias == [1.0] and math.isfinite(scale)
 
 
-@pytest.mark.parametrize("make_opt", [
-    lambda ps: dg.optim.SGD(ps, lr=0.1, momentum=0.9),
-    lambda ps: dg.optim.Adam(ps, lr=0.01),
-    lambda ps: dg.optim.AdamW(ps, lr=0.01, weight_decay=0.1)])
-def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
-    """A schedule changing ``lr`` at every step retraces once, then feeds it to the graph."""
+def _lambda_lr(opt):
+    return dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
+
+
+def _one_cycle(opt):
+    return dg.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=12)
+
+
+@pytest.mark.parametrize("make_opt, make_sched", [
+    (lambda ps: dg.optim.SGD(ps, lr=0.1, momentum=0.9), _lambda_lr),
+    (lambda ps: dg.optim.Adam(ps, lr=0.01), _lambda_lr),
+    (lambda ps: dg.optim.AdamW(ps, lr=0.01, weight_decay=0.1), _lambda_lr),
+    # (found by a CIFAR ResNet program, tests/torch_programs/resnet_cifar.py: OneCycleLR
+    # moves SGD's momentum, or Adam's beta1, at every step too)
+    (lambda ps: dg.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3), _one_cycle),
+    (lambda ps: dg.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True), _one_cycle),
+    (lambda ps: dg.optim.AdamW(ps, lr=0.01), _one_cycle),
+    (lambda ps: dg.optim.NAdam(ps, lr=0.01), _one_cycle)])
+def test_scheduled_learning_rate_becomes_a_graph_input(make_opt, make_sched):
+    """A schedule changing ``lr`` (and momentum) at every step retraces once, then feeds
+    it to the graph."""
     rng = np.random.default_rng(0)
     xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(12)]
     results = []
@@ -211,7 +170,7 @@ def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
         dg.manual_seed(0)
         model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
         opt = make_opt(model.parameters())
-        sched = dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
+        sched = make_sched(opt)
 
         def step(x):
             opt.zero_grad()
@@ -229,7 +188,7 @@ def test_scheduled_learning_rate_becomes_a_graph_input(make_opt):
         results.append([p.detach().numpy().copy() for p in model.parameters()])
         if compiled:
             assert len(fn.cache) <= 3
-            assert "lr changed again" in fn.explain() and "graph input" in fn.explain()
+            assert "changed again" in fn.explain() and "graph input" in fn.explain()
             assert fn._fast is not None   # (the fast path feeds it too)
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -271,3 +230,28 @@ def test_a_config_object_argument_is_guarded_by_its_values():
     cfg.scale = 3.0   # the same object, another value
     assert c(x, cfg).tolist() == [3.0, 3.0]
     assert "cfg.scale changed from 2.0 to 3.0" in c.explain()
+
+
+def test_python_random_inside_the_function_is_a_graph_break_not_baked():
+    """Found writing a seq2seq program (tests/torch_programs/seq2seq_gru.py): teacher forcing
+    drawn with ``random.random()`` inside the compiled step was baked into the trace, so
+    every call took the branch of the first. Drawing from Python's or NumPy's global
+    generator while tracing is a graph break now, and the eager run draws the same numbers
+    as a plain eager run."""
+    import random
+
+    def f(x):
+        if random.random() < 0.5:
+            x = x * 2
+        return x + float(np.random.uniform())
+
+    random.seed(0)
+    np.random.seed(0)
+    eager = [f(dg.ones(2)).tolist() for _ in range(6)]
+    random.seed(0)
+    np.random.seed(0)
+    c = dg.compile(f)
+    with pytest.warns(UserWarning, match="random module"):
+        got = [c(dg.ones(2)).tolist() for _ in range(6)]
+    assert got == eager
+    assert "graph break" in c.explain()

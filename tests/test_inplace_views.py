@@ -180,3 +180,22 @@ def _generated(seed: int):
 @pytest.mark.parametrize("seed", range(40))
 def test_generated_write_through_views_matches_torch(seed):
     check(_generated(seed))
+
+
+@pytest.mark.parametrize("act", ["leaky_relu", "hardtanh", "elu", "silu", "hardswish", "relu"])
+def test_inplace_activation_after_a_layer_differentiates_as_torch(act):
+    """Found by a DCGAN (tests/torch_programs/dcgan.py): ``LeakyReLU(0.2, inplace=True)``
+    after BatchNorm failed backward's version check (its where() and mul nodes kept the
+    overwritten input), where torch differentiates in-place activations from their result."""
+    rng = np.random.default_rng(0)
+    x0, w0 = rng.standard_normal((4, 3)), rng.standard_normal((3, 3))
+    grads = []
+    for lib in (dg, torch):
+        x = lib.tensor(x0, requires_grad=True)
+        w = lib.tensor(w0, requires_grad=True)
+        h = lib.nn.functional.batch_norm(x @ w, None, None, training=True)
+        y = getattr(lib.nn.functional, act)(h, inplace=True)
+        (y * y).sum().backward()
+        grads.append((x.grad.numpy(), w.grad.numpy()))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

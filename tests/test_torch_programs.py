@@ -35,7 +35,10 @@ def run(name: str, mode: str) -> dict:
 
 # each program's results: lists of floats (losses, a VAE's samples) are compared with a
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
-PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae"]
+PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru"]
+# graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
+# per-epoch schedule, whose one change retraces (a second would make that lr an input)
+EXTRA_GRAPHS = {"resnet_cifar": 1}
 
 
 def same(got: dict, want: dict, **tol) -> None:
@@ -65,7 +68,8 @@ def test_compiled_matches_eager(name, mode):
     for c in got["compiled"]:
         # at most: the first call, the optimiser's first step creating its state, and the
         # first change of a scheduled lr (a graph input from then on): never one per step
-        assert 1 <= c["graphs"] <= 3 and c["limit"] == 0 and c["breaks"] == 0, c["explain"]
+        most = 3 + EXTRA_GRAPHS.get(name, 0)
+        assert 1 <= c["graphs"] <= most and c["limit"] == 0 and c["breaks"] == 0, c["explain"]
 
 
 def test_alias_gives_dualgraphs_own_modules():

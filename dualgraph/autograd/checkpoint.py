@@ -39,6 +39,7 @@ class Checkpoint:
 
     name = "checkpoint"
     saves_inputs = saves_outputs = False
+    saved_inputs = None
     differentiable_outputs = None
 
     def __init__(self, function, args, kwargs, positions, types, rng, edges, reentrant):

@@ -112,6 +112,7 @@ class CompiledOp:
 
     saves_inputs = False
     saves_outputs = False
+    saved_inputs = None
     differentiable_outputs = None
     name = "compiled"
 

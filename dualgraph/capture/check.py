@@ -28,6 +28,8 @@ class CheckError(AssertionError):
 class Recorder:
     """An eager mode that logs each op's outputs (dispatch hands it every call)."""
 
+    numbers = False   # (no traced Python numbers: capture/symbolic.py)
+
     def __init__(self):
         self.log: list[tuple] = []
 

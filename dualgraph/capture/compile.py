@@ -15,6 +15,7 @@ import functools
 import inspect
 import os
 import pathlib
+import random
 import tempfile
 import time
 import warnings
@@ -41,11 +42,12 @@ from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
-from .pyvalues import ABSENT, fact, find_slots
+from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .split import SplitTracer
 from .scope import is_module, is_optimizer, readable_names, scope_of
+from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, Tracer
 
 RETRACE_LIMIT = 8
@@ -111,7 +113,7 @@ class Entry:
     traced = None  # the capture as traced, when ``capture`` is its frozen form
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
-                 memory_budget=None):
+                 memory_budget=None, backend=None):
         self.capture = capture
         self.backward = backward
         start = time.perf_counter()
@@ -120,7 +122,7 @@ class Entry:
         self.times = {"passes": time.perf_counter() - start}   # (seconds)
         self.executable = Executable(self.graph, fast_math=fast_math,
                                      body_passes=passes,
-                                     donate=_writeback_inputs(capture))
+                                     donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
         self._bind(capture)
@@ -135,7 +137,7 @@ class Entry:
             self.reports += [r for r in reports]
             self.times["passes"] += time.perf_counter() - start
             self.backward_executable = Executable(graph, fast_math=fast_math,
-                                                  body_passes=passes)
+                                                  body_passes=passes, backend=backend)
             self.times["codegen"] += self.backward_executable.times["codegen_s"]
             self.replay = Replay(capture, backward)
 
@@ -293,6 +295,8 @@ class Entry:
             slot.set(value)
         for group, key, t in cap.hyper_writes:
             group[key] = float(t._data)
+        for slot, t in cap.number_writes:   # (a Python number of the slot's type again)
+            slot.set(t._data.item())
         return unflatten(cap.out_spec, leaves)
 
 
@@ -316,12 +320,41 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
     return written
 
 
+class _BakedNumbers(Exception):
+    """A trace failed where Python numbers traced as graph inputs may be the cause: they are
+    baked in and guarded now, and the function is traced again."""
+
+
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
     def __init__(self, reason: str, frozen=None):
         super().__init__(reason)
         self.frozen = frozen
+
+
+def _random_states() -> tuple:
+    """The state of Python's ``random`` and of NumPy's global generator: a trace that draws
+    from them would bake the numbers drawn into the graph."""
+    state = np.random.get_state()
+    return random.getstate(), state[1].tobytes(), state[2:]
+
+
+def _set_random_states(states: tuple) -> None:
+    py, key, rest = states
+    random.setstate(py)
+    np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
+
+
+def _python_random_break(fn) -> CaptureError:
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+    return CaptureError(
+        "Python's random module (or NumPy's global generator) was drawn from while tracing: "
+        "the numbers drawn would be baked into the graph, the same at every call", where,
+        "Draw them outside the compiled function and pass them in (a bool or a tensor), "
+        "or use dualgraph's random ops (dg.rand, dg.randint, dropout), which draw anew at "
+        "every call.")
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -443,6 +476,8 @@ class Compiled:
         self._hyper_inputs: dict = {}
         self._dynamic = frozenset()   # its keys
         self._hyper_changes: dict = {}   # (optimiser, group, key) -> retraces it caused
+        self._numbers = NumberInputs()   # Python numbers that are graph inputs (symbolic.py)
+        self._number_note = None   # the counters the latest trace made inputs (explain())
         self._module_facts = ModuleFacts(self.module)
         self._tensor_specs: dict = {}   # number of tensor arguments -> their spec
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
@@ -523,6 +558,8 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if self._hyper_inputs:
             self._feed_hyper_inputs()
+        if self._numbers.holders:
+            self._numbers.feed()
         fast = self._fast
         if fast is not None:   # (the last entry's guards and call inlined: fastpath.py)
             try:
@@ -548,13 +585,16 @@ class Compiled:
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
-                        self._slots, self._dynamic)
+                        self._slots, self._dynamic, self._numbers.args)
         entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
-                and self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])):
+                and (self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])
+                     | self._new_number_inputs(sig, leaves, args, kwargs))):
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
-                            self._optimizers, self._slots, self._dynamic)
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
+        if self._numbers.args:
+            self._numbers.feed_args(leaves)
         if entry is None:
             if self.strict and self.cache:
                 reason, fix = explain_miss(sig, next(iter(self.cache)),
@@ -693,7 +733,12 @@ class Compiled:
             # (in the parameters' dtype: eager's Python float meets them as that dtype)
             params = [p for p in group["params"] if p.dtype.is_floating_point]
             dtype = params[0]._data.dtype if params else np.float32
-            self._hyper_inputs[(i, j, k)] = Tensor._make(np.array(value, dtype))
+            if type(value) is tuple:   # (Adam's betas, beta1 cycled: float64, as the bias
+                # corrections computed from them, so that 1 - beta2 ** t stays precise)
+                holder = tuple(Tensor._make(np.array(v, np.float64)) for v in value)
+            else:
+                holder = Tensor._make(np.array(value, dtype))
+            self._hyper_inputs[(i, j, k)] = holder
             before = dict(last[i][1][j])[k]
             self._stale = (f"optimiser hyper-parameter {k} changed again, from {before!r} "
                            f"to {value!r}; it is a graph input from now on, so later "
@@ -709,6 +754,9 @@ class Compiled:
             value = groups[j].get(k) if j < len(groups) else None
             if type(value) is float or type(value) is int:   # (else a guard misses)
                 t._data[()] = value
+            elif type(value) is tuple and type(t) is tuple and len(value) == len(t):
+                for holder, v in zip(t, value):
+                    holder._data[()] = v
 
     def _swap_hyper_inputs(self, names: dict) -> list:
         """While tracing, the learning rates that are graph inputs are their tensors (the
@@ -718,31 +766,141 @@ class Compiled:
             group = self._optimizers[i].param_groups[j]
             swapped.append((group, k, group[k], t))
             group[k] = t
-            names[id(t)] = f"optimizer{i}.param_groups[{j}][{k!r}]"
+            name = f"optimizer{i}.param_groups[{j}][{k!r}]"
+            for n, holder in enumerate(t) if type(t) is tuple else ((None, t),):
+                names[id(holder)] = name if n is None else f"{name}[{n}]"
         return swapped
 
-    def _python_writes(self, sig, module_before: dict) -> tuple[list, tuple]:
+    def _python_writes(self, sig, module_before: dict, numbers: list,
+                       number_writes: list) -> tuple[list, tuple]:
         """After a trace: ``(slot, value)`` for each Python value it changed (written again
         after every call of the graph), and ``sig`` with the slots it created (an
         optimiser's first ``state["step"]``) guarded as absent, as they were before it.
-        Earlier signatures get them as absent too, as they were when those traced."""
+        Earlier signatures get them as absent too, as they were when those traced.
+        ``numbers``: the slots that were graph inputs in this trace (``number_writes``: the
+        Python values it gave them), not compared here. A slot the trace changed to another
+        int or float (a counter) is a graph input from the next trace on."""
         known = {s.identity() for s in self._slots}
         new = [s for s in find_slots(self.fn, self._optimizers) if s.identity() not in known]
         before = sig[5] + tuple(fact(ABSENT) for _ in new)
-        slots = self._slots + new
-        written = [(s, s.get()) for s, b in zip(slots, before) if fact(s.get()) != b]
+        inputs = {id(slot) for slot, _, _ in numbers}
+        written = [(s, s.get()) for s, b in zip(self._slots + new, before)
+                   if id(s) not in inputs and fact(s.get()) != b] + number_writes
         for s in self._module_facts.scalar_slots():
             old = module_before.get(s.identity(), fact(ABSENT))
             if fact(s.get()) != old:
                 written.append((s, s.get()))
+        self._add_slots(new)
+        counters = list(dict.fromkeys(s.name for s, value in written
+                                      if self._number_input(s, type(value))))
+        if counters:
+            self._number_note = (f"{', '.join(counters)} (changed by the call) a graph input "
+                                 "from now on")
+        return written, self._padded(sig)
+
+    def _add_slots(self, new: list) -> None:
+        """Guard the slots ``new`` too; the cached signatures have them absent, as they
+        were when those traced."""
         if new:
-            self._slots = slots
-            pad = tuple(fact(ABSENT) for _ in new)
-            extend = lambda key: key[:5] + (key[5] + pad,)
-            self.cache = {extend(k): e for k, e in self.cache.items()}
+            self._slots = self._slots + new
+            self.cache = {self._padded(k): e for k, e in self.cache.items()}
             self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
-            sig = extend(sig)
-        return written, sig
+
+    def _padded(self, sig: tuple) -> tuple:
+        """``sig`` with the slots added since it was computed, absent."""
+        missing = len(self._slots) - len(sig[5])
+        return sig[:5] + (sig[5] + (fact(ABSENT),) * missing,) if missing else sig
+
+    def _number_input(self, slot, kind) -> bool:
+        """Make ``slot`` (holding a ``kind``) a graph input from the next trace on (see
+        capture/symbolic.py): a module attribute is guarded as a slot from then on, not
+        with the module's facts. Whether it became one."""
+        own = next((s for s in self._slots if s.identity() == slot.identity()), None)
+        if own is None:
+            if kind not in (int, float) or slot.identity() in self._numbers.baked:
+                return False
+            own = slot
+            self._add_slots([slot])
+        if not self._numbers.promote(own, kind):
+            return False
+        owner = own.container()
+        if own.kind == "attr" and is_module(owner):
+            self._module_facts.inputs.add((id(owner), own.key))
+            self._module_facts.version = None
+        self._fast_paths, self._fast = {}, None
+        return True
+
+    def _new_number_inputs(self, sig, leaves, args, kwargs) -> bool:
+        """Make the Python ints and floats that changed since the last capture (a counter,
+        a float attribute a schedule sets, a number argument) graph inputs; whether there
+        were any."""
+        last = next(reversed(self.cache))
+        made = []
+        if sig[0] == last[0] and len(sig[1]) == len(last[1]):
+            for i, (a, b) in enumerate(zip(sig[1], last[1])):
+                if (a != b and a[0] == b[0] == "python" and a[1] == b[1]
+                        and b[2] is not INPUT and self._numbers.promote_arg(i, leaves[i])):
+                    name = self.leaf_names(args, kwargs)[i]
+                    made.append(f"{name} changed from {b[2]!r} to {a[2]!r}")
+        for slot, a, b in zip(list(self._slots), sig[5], last[5]):
+            if (a != b and a[0] is b[0] and b[1] is not INPUT
+                    and self._number_input(slot, a[0])):
+                made.append(f"{slot.name} changed from {b[1]!r} to {a[1]!r}")
+        if sig[3] and last[3]:
+            old = {(path, k): (t, v) for path, k, t, v in last[3][2]}
+            modules = {path: m for prefix, root in self._module_facts.roots
+                       for path, m in root.named_modules(prefix=prefix)}
+            for path, k, t, v in sig[3][2]:
+                b = old.get((path, k))
+                if (b is not None and b[0] is t and b[1] != v and path in modules
+                        and self._number_input(Slot("attr", modules[path], k,
+                                                    f"{path}.{k}"), t)):
+                    made.append(f"{path}.{k} changed from {b[1]!r} to {v!r}")
+        if made:
+            self._stale = (f"{'; '.join(made)}: a graph input from now on (fed at every "
+                           "call), so later changes don't retrace")
+        return bool(made)
+
+    def _number_writes(self, tracer, numbers: list, roots: dict, result) -> tuple:
+        """After a trace with Python numbers as graph inputs: their writes
+        (``NumberInputs.writes``); raises :class:`NeedsValue` where the trace can't be used
+        (a use needed a value, even one the function caught; a traced number kept where
+        the capture does not write it back)."""
+        writes = self._numbers.writes(tracer, numbers)
+        kept = leaked(roots, flatten(result)[0])
+        if kept is not None:   # (name, where)
+            tracer.number_uses.append((kept[0], f"kept as a value: {kept[1]}",
+                                       "the end of the call"))
+        if tracer.number_uses:
+            name, use, location = tracer.number_uses[0]
+            raise NeedsValue(f"{name}: {use} at {location}")
+        return writes
+
+    def _bake_numbers(self, numbers: list, uses: list, error, arg_numbers=(),
+                      names=()) -> None:
+        """A trace with Python numbers as graph inputs failed (a use needed a value, or
+        ``error``): they keep their values baked in and guarded from now on (all of them:
+        one more trace, where finding the one to blame could take one per number)."""
+        bad = [slot for slot, _, _ in numbers]
+        for i in arg_numbers:   # (argument leaves: baked in and guarded by value again)
+            self._numbers.args.pop(i, None)
+            self._numbers.baked_args.add(i)
+        bad_names = [s.name for s in bad] + [names[i] if i < len(names) else f"argument {i}"
+                                              for i in arg_numbers]
+        if uses:
+            name, use, location = uses[0]
+            why = f"the value of {name} is used as a Python number ({use}) at {location}"
+        else:
+            why = f"tracing them as graph inputs failed ({type(error).__name__}: {error})"
+        for slot in bad:
+            self._numbers.bake(slot, why)
+            owner = slot.container()
+            if slot.kind == "attr" and is_module(owner):
+                self._module_facts.inputs.discard((id(owner), slot.key))
+                self._module_facts.version = None
+        self._fast_paths, self._fast = {}, None
+        self._stale = (f"{', '.join(bad_names)} not made graph inputs: {why}; "
+                       "they stay baked in and guarded (a change retraces)")
 
     # -- capturing -------------------------------------------------------------------------
     def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
@@ -751,8 +909,10 @@ class Compiled:
         names = self.leaf_names(args, kwargs)
         module_before = {s.identity(): fact(s.get())
                          for s in self._module_facts.scalar_slots()}
-        # (a graph break where Python needs a value splits the function from that call)
-        split = not (self.fullgraph or self.strict)
+        # (a graph break where Python needs a value splits the function from that call; not
+        # while Python numbers are traced as graph inputs: a break bakes them in first)
+        split = not (self.fullgraph or self.strict or self._numbers.holders
+                     or self._numbers.args)
         names_in_scope = readable_names(self.fn)
         tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
@@ -761,12 +921,18 @@ class Compiled:
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
+        except _BakedNumbers:
+            leaves, spec = self._flatten(args, kwargs)
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
+            return self._capture(args, kwargs, sig, leaf_dynamic)
         if split and tracer.broke:   # (the rest of this call is the splitter's)
             self._split_result = self._split.finish(tracer, capture, backward, args, kwargs,
                                                     times)
             return None, sig
         capture.graph.verify()
-        capture.py_writes, sig = self._python_writes(sig, module_before)
+        capture.py_writes, sig = self._python_writes(sig, module_before,
+                                                     capture.numbers_traced, capture.number_py)
         _name_new_state(capture, tracer.names, self.fn)
         traced, frozen = capture, []
         if backward is None and not created and self._freezing:
@@ -774,11 +940,14 @@ class Compiled:
         entry = None if created else self._same_graph(capture, backward, frozen)
         reused = entry is not None
         if not reused:
-            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget)
+            backend = self.compile_options.get("backend")
+            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
+                          backend if callable(backend) else None)
             times.update(entry.times)
             if frozen:
                 entry.frozen, entry.traced = frozen, traced
         stale, self._stale = self._stale, None
+        note, self._number_note = self._number_note, None
         if stale:
             reason, fix, kind = stale, "none needed: traced again for it", "retrace"
         elif self.cache:
@@ -792,6 +961,8 @@ class Compiled:
                 "retrace"
         else:
             reason, fix, kind = "first call", "", "capture"
+        if note:
+            reason += f"; {note}"
         if created:   # (its Python took the branch that makes the state: not reusable)
             entry.created = created
             reason += (f"; it made {', '.join(name for name, _ in created)} and kept it "
@@ -808,19 +979,31 @@ class Compiled:
             self.cache[sig] = entry
         return entry, sig
 
-    def _trace(self, tracer, args, kwargs, names, leaf_dynamic) -> tuple:
+    def _trace(self, tracer, args, kwargs, names, leaf_dynamic, as_inputs=True) -> tuple:
         """``(capture, backward, created, times)``: one trace of the function by
         ``tracer``, with its arguments bound (``names``; ``leaf_dynamic``: their dynamic
         dims), the state it made (``[(name, line)]``) and the seconds it took. A graph break
-        raises CaptureError once the Python state the trace changed is put back."""
+        raises CaptureError once the Python state the trace changed is put back; a failure
+        that a Python number traced as a graph input may have caused raises _BakedNumbers
+        (they are baked in now: trace again). ``as_inputs``: trace the numbers that are graph
+        inputs as such (False: as the values they hold, as a split call, which runs its
+        Python at every call, does)."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
+        random_before = _random_states()
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
+        numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
+        call_args, call_kwargs = args, kwargs
+        if as_inputs and self._numbers.args:   # (the Python number arguments that are inputs)
+            call_args, call_kwargs = unflatten(
+                flatten((args, kwargs))[1], self._numbers.swap_args(tracer, leaves, names))
+        symbolic = bool(numbers or tracer.arg_numbers)
+        number_writes, random_break = [], None
         try:
-            with tracer:
+            with tracer, math_functions(symbolic):
                 index = 0
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
@@ -830,8 +1013,13 @@ class Compiled:
                             shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
-                result = self.fn(*args, **kwargs)
+                result = self.fn(*call_args, **call_kwargs)
+                if _random_states() != random_before:
+                    random_break = _python_random_break(self.fn)
+                    raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)
+                if symbolic:
+                    number_writes = self._number_writes(tracer, numbers, roots, result)
                 created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
                 capture = tracer.finish(result, [t for _, t in created])
                 created = [(name, _made_at(t._data)) for name, t in created]
@@ -839,10 +1027,18 @@ class Compiled:
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
-        except CaptureError:   # (the eager run makes again the state the trace made)
+        except Exception as e:   # (the eager run makes again the state the trace made)
+            if not (symbolic or isinstance(e, CaptureError)):
+                raise
+            self._numbers.restore(numbers)
             undo(roots, tracer.graph, tracer._bound, before)
             restore_cells(cells)
-            raise
+            _set_random_states(random_before)   # (the eager run draws the same numbers)
+            if not symbolic or e is random_break:   # (not the numbers' doing)
+                raise
+            # (a Python number traced as an input may be the cause: traced again, baked in)
+            self._bake_numbers(numbers, tracer.number_uses, e, tracer.arg_numbers, names)
+            raise _BakedNumbers() from e
         finally:
             for group, k, value, t in swapped:
                 if group[k] is t:
@@ -855,6 +1051,8 @@ class Compiled:
                 had_grad[id(b.tensor)] = b.grad is not None
         capture.had_grad = had_grad
         capture.hyper_writes = hyper_writes
+        capture.number_writes, capture.number_py = number_writes or ([], [])
+        capture.numbers_traced = numbers
         return capture, backward, created, times
 
     def _state_roots(self, leaves) -> dict:
@@ -1088,7 +1286,15 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     The keywords of ``torch.compile`` are accepted. ``backend="inductor"`` (the default)
     captures and optimises; ``"aot_eager"`` captures and runs the graphs as traced, with no
     optimisation passes; ``"eager"`` runs ``fn`` as written (no capture), to rule the
-    compiler out when debugging. ``mode`` (torch's names) is recorded and changes nothing:
+    compiler out when debugging. A callable backend is a compiler of dualgraph's graphs
+    (not torch FX graphs): ``backend(graph, example_inputs)`` is called once per graph
+    that runs (a capture's forward and, when it is differentiated, its backward), at its
+    first run, with the optimised ``dg.graph.Graph`` (printable; ``graph(*arrays)`` runs it
+    in the reference interpreter) and that run's NumPy input arrays, one per
+    ``graph.inputs``; it returns a callable taking those arrays positionally and returning
+    a list of arrays, one per ``graph.outputs``, run in place of the generated code, or
+    None to run the generated code (a backend that only inspects). A callable that can't
+    take the inputs, or returns the wrong number of outputs, is a clear error. ``mode`` (torch's names) is recorded and changes nothing:
     the default compile already keeps the per-call overhead low. ``options`` is a dict of
     this function's own options (``check``, ``passes``, ``fast_math``); ``disable=True``
     returns ``fn`` itself. A compiled module stands in for the module (attributes,
@@ -1110,6 +1316,14 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=
     >>> m = dg.compile(dg.nn.Linear(2, 1), mode="reduce-overhead")
     >>> m.eval().training, m.weight.shape == (1, 2), isinstance(m, dg.nn.Module)
     (False, True, True)
+    >>> seen = []
+    >>> def inspect_only(graph, example_inputs):
+    ...     seen.append([node.op.name for node in graph.nodes])
+    ...     return None                # (run dualgraph's generated code)
+    >>> dg.compile(lambda x: dg.exp(x) * 2, backend=inspect_only)(dg.zeros(2))
+    tensor([2., 2.])
+    >>> seen
+    [['fused']]
     """
     settings = dict(check=check, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
                     fast_math=fast_math, memory_budget=memory_budget)
@@ -1140,11 +1354,7 @@ def _torch_options(backend, mode, options, fullgraph, dynamic, passes) -> dict:
     if mode is not None and options is not None:
         raise RuntimeError("dg.compile: either mode or options can be specified, but both "
                            "can't be specified at the same time (as torch.compile)")
-    if callable(backend):
-        raise TypeError("dg.compile: a callable backend (a torch FX compiler) can't take "
-                        "dualgraph's graphs; use backend='inductor' (the default), "
-                        "'aot_eager' or 'eager', and passes= to choose optimisation passes")
-    if backend not in BACKENDS:
+    if not callable(backend) and backend not in BACKENDS:
         raise ValueError(f"dg.compile: unknown backend={backend!r}; expected one of "
                          f"{', '.join(map(repr, BACKENDS))}")
     if not isinstance(fullgraph, bool):

@@ -96,6 +96,14 @@ def _created(roots, graph, bound, names) -> list:
     return found
 
 
+def reachable(roots: dict, cls) -> list:
+    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``."""
+    found = []
+    _walk(roots, lambda name, obj, container, key: found.append((name, obj))
+          if isinstance(obj, cls) else None)
+    return found
+
+
 def places(roots: dict) -> dict:
     """``{(id(container), key): (container, value)}`` for every dict item and attribute
     reachable from ``roots``: what :func:`undo` puts back."""
@@ -127,7 +135,7 @@ def undo(roots: dict, graph, bound, before: dict) -> None:
             container[key] = old
     for (_, key), (container, old) in before.items():
         now = container.get(key, _ABSENT)
-        if type(old) in _SCALARS and now is not old and type(now) in _SCALARS + (_Absent,):
+        if type(old) in _SCALARS and now is not old and _restorable(now):
             container[key] = old
 
 
@@ -139,8 +147,14 @@ def restore_cells(cells: list) -> None:
             now = cell.cell_contents
         except ValueError:   # (emptied)
             now = _ABSENT
-        if now is not old and type(now) in _SCALARS + (_Absent,):
+        if now is not old and _restorable(now):
             cell.cell_contents = old
+
+
+def _restorable(now) -> bool:
+    """Whether a place an aborted trace left holding ``now`` is given its old scalar back:
+    a scalar, nothing, or a traced Python number (capture/symbolic.py)."""
+    return type(now) in _SCALARS + (_Absent,) or getattr(now, "symbolic_number", False)
 
 
 def scalar_cells(fn) -> list:

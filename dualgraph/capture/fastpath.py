@@ -198,7 +198,7 @@ def applies(compiled, entry, sig) -> bool:
     common = (not (compiled.dynamic or compiled.check)
               and compiled._tensor_specs.get(len(facts)) is spec
               and all(f[0] == "tensor" for f in facts)
-              and not exe._slots)
+              and not exe._slots and exe.backend is None)
     if not common:
         return False
     if entry.plain:

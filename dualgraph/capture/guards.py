@@ -12,11 +12,12 @@ from __future__ import annotations
 from ..autograd.tape import grad_mode
 from ..dispatch import autocast
 from ..tensor import Tensor
-from .pyvalues import ABSENT, Slot, fact, is_scalar, object_scalars, read
+from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 
-# hyper-parameters made graph inputs once they change (schedulers set them at every step;
-# dualgraph's optimisers take them as tensors)
-DYNAMIC_HYPER = ("lr",)
+# hyper-parameters made graph inputs once they change (schedulers set them at every step:
+# OneCycleLR and CyclicLR move momentum, or Adam's beta1, too; dualgraph's optimisers take
+# them as tensors)
+DYNAMIC_HYPER = ("lr", "momentum", "betas")
 BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
              "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
@@ -35,16 +36,17 @@ def arg_facts(leaf, dynamic_dims: dict | None):
     return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
-def module_facts(roots) -> tuple:
+def module_facts(roots, inputs=frozenset()) -> tuple:
     """Training flags of every submodule, the identity of every parameter and the Python
     scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
-    graph), of each ``(name, module)`` in ``roots``."""
+    graph), of each ``(name, module)`` in ``roots``; not those in ``inputs``
+    (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py)."""
     training, params, scalars = [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
-                        if k != "training" and is_scalar(v)]
+                        if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
         params += [id(p) for p in root.parameters()]
     return (tuple(training), tuple(params), tuple(scalars))
 
@@ -57,6 +59,7 @@ class ModuleFacts:
     def __init__(self, module):
         self.roots = [("self", module)] if module is not None else []
         self.version, self.facts = None, ()
+        self.inputs: set = set()   # (id(module), name) of the attributes that are inputs
 
     def get(self) -> tuple:
         if not self.roots:
@@ -64,7 +67,7 @@ class ModuleFacts:
         counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
         if version is None or version != self.version:
-            self.facts = module_facts(self.roots)
+            self.facts = module_facts(self.roots, self.inputs)
             self.version = version
         return self.facts
 
@@ -100,27 +103,38 @@ def _input_fact(v):
 
 
 def changed_hyper(new: tuple, old: tuple) -> list:
-    """``(optimiser, group, key)`` of the learning rates (floats) that differ between the
-    optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule changing
-    them at every step does not retrace at every step."""
+    """``(optimiser, group, key)`` of the learning rates, momentums and betas that differ
+    between the optimiser facts ``new`` and ``old``: made graph inputs, so that a schedule
+    changing them at every step does not retrace at every step."""
     out = []
     for i, (a, b) in enumerate(zip(new, old)):
         for j, (ga, gb) in enumerate(zip(a[1], b[1])):
             for (k, va), (kb, vb) in zip(ga, gb):
-                if (k == kb and k in DYNAMIC_HYPER and type(va) is float
-                        and type(vb) is float and va != vb):
+                if (k == kb and k in DYNAMIC_HYPER and _floats(va) and _floats(vb)
+                        and va != vb):
                     out.append((i, j, k))
     return out
 
 
+def _floats(v) -> bool:
+    """A float, or a tuple of floats (Adam's betas)."""
+    return type(v) is float or (type(v) is tuple and all(type(x) is float for x in v))
+
+
 def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=(),
-              slots=(), dynamic=frozenset()) -> tuple:
+              slots=(), dynamic=frozenset(), number_args=None) -> tuple:
     """The guarded facts of one call, from its flattened arguments; ``slots``: the Python
-    values the function reads (capture/pyvalues.py)."""
+    values the function reads (capture/pyvalues.py); ``number_args``: ``{position: (type,
+    tensor)}`` of the Python number arguments that are graph inputs (only their type is
+    guarded, capture/symbolic.py)."""
     if leaf_dynamic:
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
+    if number_args:
+        facts = tuple(("python", f[1], INPUT)
+                      if i in number_args and type(leaves[i]) is number_args[i][0] else f
+                      for i, f in enumerate(facts))
     return (spec, facts, mode_facts(), module_facts,
             optimizer_facts(optimizers, dynamic) if optimizers else (),
             read(slots) if slots else ())
@@ -140,6 +154,9 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
         if leaf[0] == "tensor":
             lines.append(f"{name}: shape {leaf[1]}, dtype {leaf[2]}, "
                          f"requires_grad={leaf[3]}")
+        elif leaf[0] == "python" and leaf[2] is INPUT:
+            lines.append(f"{name}: a Python {leaf[1]}, fed to the graph as an input at every "
+                         "call")
         elif leaf[0] == "python":
             lines.append(f"{name} == {leaf[2]!r} (a Python {leaf[1]}, baked into the graph)")
         else:
@@ -150,8 +167,13 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     if mod:
         lines.append("module training flags, parameter identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
-    for slot, (_, v) in zip(slots, values):
-        lines.append(f"{slot.name} == {_show(v)} (a Python value read, baked into the graph)")
+    for slot, (kind, v) in zip(slots, values):
+        if v is INPUT:
+            lines.append(f"{slot.name}: a Python {kind.__name__}, fed to the graph as an "
+                         "input at every call")
+        else:
+            lines.append(f"{slot.name} == {_show(v)} (a Python value read, baked into the "
+                         "graph)")
     if opts:
         lines.append("optimiser state created and hyper-parameters (lr, ...) unchanged")
     return lines

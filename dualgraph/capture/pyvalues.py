@@ -51,17 +51,36 @@ def fact(v) -> tuple:
     return (type(v), v)
 
 
+class _Input:
+    """In a guard's fact, the value of a slot that is a graph input (capture/symbolic.py):
+    only its type is guarded."""
+
+    def __repr__(self):
+        return "a graph input"
+
+
+INPUT = _Input()
+
+
 class Slot:
     """A place holding a Python value: ``kind`` "cell" (a closure cell), "item" (``obj[key]``,
     a dict: globals, a config dict), "attr" (``obj.key``, in its ``__dict__``) or "state"
     (``opt.state[param][key]``, looked up anew so that a replaced state dict is seen).
     ``parent`` is the slot holding ``obj`` when it is reached through one (``config["p"]``
-    through the global ``config``), so a rebound container is seen too."""
+    through the global ``config``), so a rebound container is seen too. ``number`` is
+    ``int`` or ``float`` when the slot is a graph input (capture/symbolic.py): a value of that
+    type is fed to the graph, not baked in, and only its type is guarded."""
 
-    __slots__ = ("kind", "obj", "key", "name", "parent")
+    __slots__ = ("kind", "obj", "key", "name", "parent", "number")
 
     def __init__(self, kind, obj, key, name, parent=None):
         self.kind, self.obj, self.key, self.name, self.parent = kind, obj, key, name, parent
+        self.number = None
+
+    def fact(self) -> tuple:
+        """What its guard compares now."""
+        v = self.get()
+        return (type(v), INPUT) if type(v) is self.number else (type(v), v)
 
     def container(self):
         return self.obj if self.parent is None else self.parent.get()
@@ -230,7 +249,7 @@ def object_scalars(obj) -> tuple:
 
 def read(slots) -> tuple:
     """The guarded facts of ``slots`` now."""
-    return tuple([fact(s.get()) for s in slots])
+    return tuple([s.fact() for s in slots])
 
 
 def writes(slots, before: tuple) -> list:

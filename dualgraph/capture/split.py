@@ -374,7 +374,8 @@ class Splitter:
         tracer = SplitTracer(readable_names(c.fn), c)
         try:
             capture, backward, _, times = c._trace(tracer, args, kwargs,
-                                                   c.leaf_names(args, kwargs), [])
+                                                   c.leaf_names(args, kwargs), [],
+                                                   as_inputs=False)
         except CaptureError as e:   # (not a value Python needs: eager from now on)
             c._split = None
             c._graph_break(e)

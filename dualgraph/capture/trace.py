@@ -26,6 +26,7 @@ from ..graph import Graph
 from ..graph.ir import Value
 from ..ops.views import refresh
 from ..tensor import Tensor
+from . import symbolic
 
 
 @dataclass
@@ -71,6 +72,10 @@ class Capture:
     # call set (``group["lr"] = ...``): their tensor is written back ("data"), then the
     # group gets its value as a Python float again, as eager leaves it
     hyper_writes: list = field(default_factory=list)
+    # (slot, tensor): Python numbers that are graph inputs and that the traced call set to
+    # a traced value (``state["step"] += 1``): the tensor is written back ("data"), then the
+    # slot gets its value as a Python number again (capture/symbolic.py)
+    number_writes: list = field(default_factory=list)
 
 
 class Tracer:
@@ -89,9 +94,16 @@ class Tracer:
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
         self.recomputing = False    # while a checkpointed region is traced again (backward)
         self.program = None         # the dg.static.Program this tracer builds, if any
+        self.numbers = False        # whether Python numbers are traced (capture/symbolic.py)
+        self.number_uses: list = []   # (name, use, location): where one needed its value
+        self.arg_numbers: list = []   # positions of the argument leaves traced as numbers
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
     def run(self, op, args, attrs):
+        if self.numbers:
+            number = symbolic.in_attrs(attrs)
+            if number is not None:
+                number.needs_value(f"the attribute of {op.name}, a static value")
         inputs = [self.value_of(a) if isinstance(a, Tensor) else
                   self.value_of(self.array_tensor(a)) if type(a) is np.ndarray else a
                   for a in args]
@@ -105,6 +117,11 @@ class Tracer:
         except (ShapeError, TypeError, IndexError, ValueError) as e:   # (as eager raises)
             raise op_error(op, inputs, attrs, e, location) from None
         return outs[0] if op.num_outputs == 1 else outs
+
+    def lift(self, args) -> tuple:
+        """``args`` with the traced Python numbers among them as tensors
+        (capture/symbolic.py)."""
+        return symbolic.lift(args)
 
     def value_of(self, t: Tensor) -> Value:
         if t._alias:   # p.data, p.detach(): p's storage, maybe updated since

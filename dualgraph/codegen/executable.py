@@ -25,6 +25,7 @@ def graph_fn(x, bufs):
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 
@@ -49,6 +50,67 @@ class _NoBuffers:
         return None
 
 
+class Backend:
+    """A user's compiler for a graph (``dg.compile(backend=fn)``). ``fn(graph,
+    example_inputs)`` is called once, at the first run: ``graph`` is the optimised
+    :class:`Graph` (``print(graph)`` shows it; ``graph(*arrays)`` runs it in the reference
+    interpreter) and ``example_inputs`` that run's input arrays, one per ``graph.inputs``.
+    It returns a callable taking those arrays positionally and returning a sequence of
+    arrays, one per ``graph.outputs``, which runs in place of the generated code from then
+    on; or None, to run the generated code (a backend that only inspects or counts)."""
+
+    def __init__(self, fn, graph: Graph):
+        self.fn, self.graph = fn, graph
+        self.name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.made = False
+        self.callable = None
+
+    def compiled(self, arrays):
+        """The backend's callable (None: the generated code), made at the first call."""
+        if not self.made:
+            self.made = True
+            try:
+                out = self.fn(self.graph, list(arrays))
+            except AttributeError as e:   # (torch's backends: gm.forward, gm.graph.nodes)
+                raise TypeError(f"dg.compile: backend {self.name} failed on the graph it was "
+                                f"given ({e}); a callable backend receives a "
+                                "dg.graph.Graph and NumPy arrays, not a torch FX "
+                                "GraphModule and tensors (docs/capture.md)") from e
+            if out is not None and not callable(out):
+                raise TypeError(f"dg.compile: backend {self.name} returned "
+                                f"{type(out).__name__}; it must return a callable taking "
+                                f"the graph's {len(self.graph.inputs)} input arrays (or None "
+                                "to run dualgraph's generated code)")
+            if out is not None:
+                try:
+                    inspect.signature(out).bind(*arrays)
+                except TypeError as e:
+                    raise TypeError(f"dg.compile: the callable backend {self.name} returned "
+                                    f"can't take the graph's {len(arrays)} input arrays "
+                                    f"({e}); it is called with one array per graph input, "
+                                    "positionally") from None
+                except ValueError:   # (no signature to check: a builtin)
+                    pass
+            self.callable = out
+        return self.callable
+
+    def run(self, fn, arrays) -> list:
+        outs = fn(*arrays)
+        n = len(self.graph.outputs)
+        if not isinstance(outs, (list, tuple)) or len(outs) != n:
+            got = f"{len(outs)} values" if isinstance(outs, (list, tuple)) else \
+                type(outs).__name__
+            raise TypeError(f"dg.compile: the callable of backend {self.name} returned {got}; "
+                            f"it must return a list of {n} arrays, one per graph output")
+        outs = [o if type(o) is np.ndarray else np.asarray(o) for o in outs]
+        for o, v in zip(outs, self.graph.outputs):
+            if o.dtype != v.dtype or o.ndim != len(v.shape):
+                raise TypeError(f"dg.compile: the callable of backend {self.name} returned "
+                                f"a {o.dtype} array of shape {o.shape} for graph output "
+                                f"{v!r}")
+        return outs
+
+
 class Executable:
     """A graph compiled to Python (+ Numba for fused groups): ``run(arrays)`` -> outputs.
 
@@ -63,11 +125,14 @@ class Executable:
     ``body_passes``: as ``passes``, for the bodies of the graph's control flow, each
     compiled to an Executable of its own (:class:`Bodies`).
     ``reports`` holds the passes' reports and ``times`` where compile time went.
+    ``backend``: a user's compiler (``dg.compile(backend=callable)``), given the graph and
+    the first run's input arrays; the callable it returns runs in place of the generated
+    code (:class:`Backend`).
     """
 
     def __init__(self, graph: Graph, passes=False, buffers: bool = True,
                  fast_math: bool = False, donate: dict | None = None,
-                 body_passes=None):
+                 body_passes=None, backend=None):
         self.source_graph = graph
         self.fast_math = fast_math
         self.times: dict[str, float] = {}
@@ -91,6 +156,7 @@ class Executable:
         self.first_run: tuple | None = None   # (seconds, kernels.native.Activity)
         self._buffers: dict = {}   # input signature -> list of slot arrays
         self._lock = threading.Lock()
+        self.backend = Backend(backend, self.graph) if backend is not None else None
 
     @property
     def code(self) -> str:
@@ -148,6 +214,10 @@ class Executable:
             return self._instrumented_fn()(*arrays, on_node)
         if dispatch.profiler is not None:   # it times each node: see ``run_timed``
             return dispatch.profiler.program(self, arrays)
+        if self.backend is not None:
+            fn = self.backend.compiled(arrays)
+            if fn is not None:
+                return self.backend.run(fn, arrays)
         return self._call(self.program.fn, arrays)
 
     def _call(self, fn, arrays, *extra):

@@ -46,6 +46,8 @@ def as_operand(x):
         if array is x and modes.building_graph():   # a user's array, shared eagerly
             return modes.tracer.array_tensor(x)
         return constant(array)
+    if getattr(x, "symbolic_number", False):   # a traced Python number (capture/symbolic.py)
+        return x
     raise TypeError(f"expected a tensor or a number, got {type(x).__name__}")
 
 

@@ -41,7 +41,8 @@ __all__ = [
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
     "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+    "bitwise_right_shift", "isnan", "isinf", "isfinite",
     "isclose",
     # activations
     "sigmoid", "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu",
@@ -208,13 +209,13 @@ FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves=
 
 
 def add(a, b, *, alpha=1):
-    if type(alpha) is Tensor or alpha != 1:   # (a tensor alpha, a traced lr, has no bool)
+    if type(alpha) not in (int, float) or alpha != 1:   # (a tensor or traced alpha: no bool)
         b = mul(b, alpha)
     return apply(ADD, as_operand(a), as_operand(b))
 
 
 def sub(a, b, *, alpha=1):
-    if type(alpha) is Tensor or alpha != 1:
+    if type(alpha) not in (int, float) or alpha != 1:
         b = mul(b, alpha)
     return apply(SUB, as_operand(a), as_operand(b))
 
@@ -834,7 +835,7 @@ def _onnx_where(e, node):
     return [e.op("Where", [e.input(0, np.bool_), e.input(1, dtype), e.input(2, dtype)])]
 
 
-WHERE = defop("where", _where_kernel, _infer_where, saves="i",
+WHERE = defop("where", _where_kernel, _infer_where, saves="0",   # (the condition only)
               vjp=lambda g, out, c, a, b: (
                   None,
                   unbroadcast(where(c, g, 0.0), a) if needs_grad(a) else None,
@@ -925,6 +926,23 @@ BITWISE_NOT = defop("bitwise_not", _bitwise_kernel(np.invert), infer_same,
                     elementwise="invert({0})",
                     onnx=_onnx_bitwise("Not", "BitwiseNot"),
                     onnx_import={"Not": None, "BitwiseNot": None})
+
+
+# (integers only; ONNX's BitShift takes unsigned integers only: not exported)
+BITWISE_LEFT_SHIFT = defop("bitwise_left_shift", _bitwise_kernel(np.left_shift),
+                           infer_binary, saves="")
+BITWISE_RIGHT_SHIFT = defop("bitwise_right_shift", _bitwise_kernel(np.right_shift),
+                            infer_binary, saves="")
+
+
+def bitwise_left_shift(input, other):
+    """``input << other`` on integer tensors, as torch."""
+    return apply(BITWISE_LEFT_SHIFT, as_operand(input), as_operand(other))
+
+
+def bitwise_right_shift(input, other):
+    """``input >> other`` on integer tensors (arithmetic for signed ones), as torch."""
+    return apply(BITWISE_RIGHT_SHIFT, as_operand(input), as_operand(other))
 
 
 def bitwise_and(input, other):
@@ -1032,9 +1050,19 @@ def isfinite(input):
 
 
 # -- activations ---------------------------------------------------------------------------------
-def _activation(x, out, inplace):
-    """Honour the ``inplace=`` flag of torch.nn.functional's activations."""
-    return commit_inplace(x, out) if inplace else out
+def _activation(x, fn, inplace, reads_input=True):
+    """``fn(x)``; with ``inplace=True`` (torch.nn.functional's flag) written into ``x``.
+    Eagerly, while autograd records, ``fn`` then reads a copy of ``x`` unless its VJPs
+    don't read the input (``reads_input=False``: relu's reads its output): the nodes it
+    records keep their inputs and check their versions at backward, and the write would
+    change ``x`` under them (torch's in-place activations differentiate from their result).
+    Traced, the write makes a new value and the nodes keep the old one: no copy."""
+    if not inplace:
+        return fn(x)
+    src = x
+    if reads_input and grad_mode.enabled and x.requires_grad and type(x._data) is np.ndarray:
+        src = x.clone()
+    return commit_inplace(x, fn(src))
 
 
 def _sigmoid_array(x):
@@ -1100,7 +1128,7 @@ RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
 
 
 def relu(input, inplace=False):
-    return _activation(input, apply(RELU, input), inplace)
+    return _activation(input, lambda x: apply(RELU, x), inplace, reads_input=False)
 
 
 def _elu_array(x, alpha):
@@ -1118,7 +1146,7 @@ ELU = defop("elu", _float_kernel(_elu_array), infer_float, attrs=("alpha",), sav
 
 
 def elu(input, alpha=1.0, inplace=False):
-    return _activation(input, apply(ELU, input, alpha=float(alpha)), inplace)
+    return _activation(input, lambda x: apply(ELU, x, alpha=float(alpha)), inplace)
 
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -1126,12 +1154,12 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def selu(input, inplace=False):
-    return _activation(input, elu(input, SELU_ALPHA) * SELU_SCALE, inplace)
+    return _activation(input, lambda x: elu(x, SELU_ALPHA) * SELU_SCALE, inplace)
 
 
 def celu(input, alpha=1.0, inplace=False):
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
-    return _activation(input, elu(input / alpha, 1.0) * alpha, inplace)
+    return _activation(input, lambda x: elu(x / alpha, 1.0) * alpha, inplace)
 
 
 def _softplus_array(x, beta, threshold):
@@ -1349,19 +1377,19 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    return _activation(input, input * sigmoid(input), inplace)
+    return _activation(input, lambda x: x * sigmoid(x), inplace)
 
 
 def mish(input, inplace=False):
-    return _activation(input, input * tanh(softplus(input)), inplace)
+    return _activation(input, lambda x: x * tanh(softplus(x)), inplace)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _activation(input, where(input > 0, input, input * negative_slope), inplace)
+    return _activation(input, lambda x: where(x > 0, x, x * negative_slope), inplace)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _activation(input, clamp(input, min_val, max_val), inplace)
+    return _activation(input, lambda x: clamp(x, min_val, max_val), inplace)
 
 
 def relu6(input, inplace=False):
@@ -1369,11 +1397,11 @@ def relu6(input, inplace=False):
 
 
 def hardsigmoid(input, inplace=False):
-    return _activation(input, relu6(input + 3) / 6, inplace)
+    return _activation(input, lambda x: relu6(x + 3) / 6, inplace)
 
 
 def hardswish(input, inplace=False):
-    return _activation(input, input * hardsigmoid(input), inplace)
+    return _activation(input, lambda x: x * hardsigmoid(x), inplace)
 
 
 # -- in-place methods ----------------------------------------------------------------------------
@@ -1462,6 +1490,7 @@ _OUT_OF_PLACE = {
     "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
     "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
     "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
+    "bitwise_left_shift": bitwise_left_shift, "bitwise_right_shift": bitwise_right_shift,
     "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv, "sinh": sinh, "cosh": cosh,
     "nan_to_num": nan_to_num,
 }
@@ -1487,6 +1516,9 @@ METHODS = {
     "__and__": bitwise_and, "__rand__": _reflected(bitwise_and),
     "__or__": bitwise_or, "__ror__": _reflected(bitwise_or),
     "__xor__": bitwise_xor, "__rxor__": _reflected(bitwise_xor),
+    "__lshift__": bitwise_left_shift, "__rlshift__": _reflected(bitwise_left_shift),
+    "__rshift__": bitwise_right_shift, "__rrshift__": _reflected(bitwise_right_shift),
+    "__ilshift__": inplace(bitwise_left_shift), "__irshift__": inplace(bitwise_right_shift),
     "__neg__": neg, "__abs__": abs, "__invert__": bitwise_not,
     "__ifloordiv__": inplace(floor_divide), "__imod__": inplace(remainder),
     "__iand__": inplace(bitwise_and), "__ior__": inplace(bitwise_or),

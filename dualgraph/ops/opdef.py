@@ -66,7 +66,8 @@ class OpDef:
     attrs: tuple = ()
     num_outputs: int | None = 1     # None: as many as infer returns (fused)
     elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
-    saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none
+    saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none;
+    #                                  digits: only those inputs ("0": where's condition)
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     view: bool = False               # the output may share memory with input 0
     view_layout: Callable | None = None  # for a view op whose kernel may copy (reshape):
@@ -145,8 +146,10 @@ class OpDef:
         if self.autocast not in (None, "lower", "float32"):
             raise ValueError(f"op {self.name}: autocast must be None, 'lower' or 'float32', "
                              f"got {self.autocast!r}")
-        self.saves_inputs = "i" in self.saves
+        some = tuple(int(c) for c in self.saves if c.isdigit())
+        self.saves_inputs = "i" in self.saves or bool(some)
         self.saves_outputs = "o" in self.saves
+        self.saved_inputs = some or None   # (None: all of them, when saves_inputs)
 
     def __repr__(self):
         return f"<op {self.name}>"

@@ -294,19 +294,64 @@ def unflatten(x, dim, sizes):
     return reshape(x, shape[:d] + sizes + shape[d + 1:])
 
 
+def _bitcast_shape(shape: tuple, src: np.dtype, dst: np.dtype) -> tuple:
+    """The shape of ``shape`` in ``src`` seen as ``dst``: the same, or the last dim scaled
+    by the element sizes (torch's rule, and its errors)."""
+    if src.itemsize == dst.itemsize:
+        return shape
+    names = f"{src.name} as {dst.name} (different element sizes)"
+    if not shape:
+        raise ValueError(f"view(dtype): a 0-d tensor can't view {names}")
+    last = shape[-1] * src.itemsize
+    if last % dst.itemsize:
+        raise ValueError(f"view(dtype): the last dim, of size {shape[-1]}, must be divisible "
+                         f"by {dst.itemsize // src.itemsize} to view {names}")
+    return shape[:-1] + (last // dst.itemsize,)
+
+
+def _bitcast_kernel(x, dtype):
+    dt = np.dtype(dtype)
+    _bitcast_shape(tuple(x.shape), x.dtype, dt)   # (its errors)
+    return np.array(x, order="C").view(dt)   # (a copy: see view)
+
+
+# (no VJP: torch's view(dtype) is not differentiable, whatever the dtypes)
+BITCAST = defop("bitcast", _bitcast_kernel,
+                lambda x, dtype: ShapedType(
+                    _bitcast_shape(tuple(x.shape), np.dtype(x.dtype), np.dtype(dtype)),
+                    np.dtype(dtype)),
+                attrs=("dtype",), saves="")
+
+
 def view(x, *shape):
     """``x`` with a new shape, sharing its storage, as torch's ``Tensor.view``. Where the
     elements are not laid out for the new shape (a transpose flattened), it raises as torch
     does, pointing at ``reshape`` (which copies): a silent copy would let writes through
     the result miss ``x``. Traced values have no layout: a traced view is a reshape.
 
+    ``x.view(dtype)`` reinterprets the bytes as ``dtype``, as torch: the shape is kept for a
+    dtype of the same element size, else the last dim is scaled by the sizes (it must be
+    contiguous, and divisible when the element grows). Unlike torch, the result is a copy
+    (writes to it don't reach ``x``), and it never requires grad (as torch's).
+
     >>> x = dg.arange(6.0).reshape(2, 3)
     >>> x.view(3, 2).shape, x.t().reshape(-1).shape
     (dg.Size([3, 2]), dg.Size([6]))
+    >>> dg.tensor([1.0, -2.0]).view(dg.int32)
+    tensor([ 1065353216, -1073741824], dtype=dg.int32)
+    >>> dg.ones(2, 4).view(dg.float16).shape
+    dg.Size([2, 8])
     """
-    if len(shape) == 1 and isinstance(shape[0], (dtypes.DType, np.dtype, type)):
-        raise TypeError(f"view(dtype) reinterprets bits, which dualgraph does not do; "
-                        f"convert values with .to({shape[0]}) instead")
+    if len(shape) == 1 and isinstance(shape[0], (dtypes.DType, np.dtype, type, str)):
+        dt = dtypes.to_np(shape[0])
+        data = x._data
+        if (type(data) is np.ndarray and dt.itemsize != data.dtype.itemsize and data.ndim
+                and data.size and data.shape[-1] > 1 and data.strides[-1] != data.itemsize):
+            raise ValueError(
+                f"view(dtype): the last dim must be contiguous (stride 1) to view "
+                f"{data.dtype.name} as {dt.name} (different element sizes), but its "
+                f"stride is {data.strides[-1] // data.itemsize}; call .contiguous() first")
+        return apply(BITCAST, x, dtype=dt)
     data = x._data
     if type(data) is np.ndarray and not data.flags.c_contiguous:
         target = infer_reshape(tuple(x.shape), _shape_arg(shape))

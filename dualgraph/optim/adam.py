@@ -73,6 +73,7 @@ def _fusable(p, grad, group) -> bool:
     amsgrad, and parameter, gradient and state of one float dtype of at least 32 bits
     (half precision keeps the op-by-op path and its promotion rules)."""
     return (not group["amsgrad"] and isinstance(group["lr"], (int, float))
+            and isinstance(group["betas"][0], (int, float))
             and p.dtype == grad.dtype and p.dtype.np.kind == "f" and p.dtype.np.itemsize >= 4)
 
 

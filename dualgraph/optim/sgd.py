@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ops import creation
+from ..tensor import Tensor
 from . import _ops
 from .optimizer import Optimizer, check_hyper, regularized_grad
 
@@ -34,7 +35,7 @@ class SGD(Optimizer):
     def _update(self, p, grad, state, group):
         grad = regularized_grad(p, grad, group)
         momentum = group["momentum"]
-        if momentum != 0:
+        if isinstance(momentum, Tensor) or momentum != 0:   # (a tensor: a graph input)
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = _ops.copy_(creation.state_like(p), grad)
