@@ -665,12 +665,28 @@ CONVS = [   # x shape, w shape, conv2d kwargs: every conv_method, padding, strid
     ((3, 4, 10, 9), (8, 1, 3, 5), {"stride": 2, "padding": (2, 1), "groups": 4}),   # x2
     ((2, 5, 12, 12), (5, 1, 3, 3), {"padding": 3, "dilation": 2, "groups": 5}),
     ((2, 5, 8, 7), (5, 1, 3, 3), {"stride": (2, 1), "groups": 5}),
+    # rows of 16 outputs or more: the row loops (the ones above take the channel tiles)
+    ((2, 3, 7, 37), (3, 1, 3, 3), {"padding": 1, "groups": 3}),
+    ((1, 17, 9, 41), (17, 1, 3, 5), {"stride": (1, 2), "padding": (0, 2), "groups": 17}),
+    ((2, 4, 11, 50), (4, 1, 5, 3), {"stride": 3, "padding": (2, 3), "dilation": (1, 2),
+                                    "groups": 4}),
     ((3, 8, 9, 9), (8, 2, 3, 3), {"padding": 1, "groups": 4}),                        # grouped
     ((2, 6, 8, 8), (12, 6, 1, 1), {}),                                                 # 1x1
     ((2, 6, 9, 8), (4, 6, 1, 1), {"stride": 2}),
     ((4, 3, 23, 21), (5, 3, 3, 3), {"padding": 1}),
     ((2, 4, 17, 19), (3, 4, 5, 3), {"stride": 2, "padding": (2, 0), "dilation": (1, 2)}),
 ]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs", [c for c in CONVS if "groups" in c[2]])
+def test_depthwise_gradients_by_finite_differences(x_shape, w_shape, kwargs):
+    """The direct loops' two gradients in float64 (the same loops as float32), by
+    finite differences of the loop's own forward: rows and tiles, strides, dilations."""
+    rng = np.random.default_rng(3)
+    xs = dg.tensor(rng.standard_normal((1,) + x_shape[1:]), requires_grad=True)
+    ws = dg.tensor(rng.standard_normal(w_shape), requires_grad=True)
+    assert dg.autograd.gradcheck(lambda a, b: dg.nn.functional.conv2d(a, b, **kwargs),
+                                 (xs, ws), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,kwargs", CONVS)

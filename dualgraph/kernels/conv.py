@@ -2,14 +2,25 @@
 gradients, as direct loops over NCHW planes.
 
 As a grouped GEMM each channel's product is 1 x kh*kw x Ho*Wo: all overhead, and im2col
-copies the input kh*kw times for it. Here each output plane is accumulated tap by tap
-(``kh * kw`` passes over a plane that stays in L1), the inner loop running along a row so
-that it vectorises. Padding, stride and dilation are index ranges: for tap ``(i, j)``
-output row ``r`` reads input row ``r * sh + i * dh - top`` when that is inside the input,
-and output columns ``v0 <= v < v1`` read ``v * sw + j * dw - left`` (:func:`_columns`), so
-nothing is padded or copied. Planes (forward and input gradient) or channels (weight
-gradient) are shared among threads (``threads.run_rows``); each is computed by one thread
-in one order, so the bits do not depend on the split.
+copies the input kh*kw times for it. Here each output row is accumulated tap by tap in a
+row buffer that stays in L1, every tap one contiguous multiply-add along the row that
+vectorises. Padding, stride and dilation are index ranges: for tap ``(i, j)`` output row
+``r`` reads input row ``r * sh + i * dh - top`` when that is inside the input, and
+positions ``v0 <= v < v1`` read column ``v + j * dw - left`` (:func:`_columns`), so
+nothing is padded or copied. A column stride ``sw`` > 1 is computed at stride 1 over the
+``(Wo - 1) * sw + 1`` positions and every ``sw``-th kept (``sw`` times the multiply-adds,
+but vectorised: a strided load runs a scalar loop, ~6x slower here); the gradients expand
+the output gradient's rows with zeros in between the same way.
+
+Rows of fewer than ``TILE_WIDTH`` outputs (MobileNet's 7x7 layers) are too short to
+vectorise along: there a tile of ``BLOCK`` channels of one image is copied into scratch as
+(H, W, BLOCK), channels last, each tap is one vector operation over the tile's channels,
+and the result is copied back to NCHW (:func:`_forward_tiles`).
+
+Work is shared among threads (``threads.run_rows``) as worker slots: slot ``t`` of
+``workers`` takes a contiguous run of planes, channels or tiles (:func:`_share`) with its
+own scratch ``[t]``. Each plane or channel is computed by one slot in one order, so the
+bits do not depend on the number of threads.
 """
 from __future__ import annotations
 
@@ -17,12 +28,145 @@ import numpy as np
 
 from . import helper, loop
 from .threads import run_rows, threads_for
+from .tuning import cores
+
+BLOCK = 16          # channels per tile: one AVX-512 vector of float32
+TILE_WIDTH = 16     # output rows shorter than this take the channel tiles
 
 
 @helper(inline="always")
-def _columns(j, sw, dw, left, width, out_width):
-    """``(v0, v1, offset)``: the output columns whose tap-``j`` input column
-    ``v * sw + offset`` (offset ``j * dw - left``) lies inside ``[0, width)``."""
+def _columns(j, dw, left, width, positions):
+    """``(v0, v1, offset)``: the positions ``v`` whose tap-``j`` input column ``v +
+    offset`` (offset ``j * dw - left``) lies inside ``[0, width)``."""
+    offset = j * dw - left
+    return max(0, -offset), min(positions, width - offset), offset
+
+
+@helper(inline="always")
+def _share(t, workers, items):
+    """Slot ``t``'s run ``[first, last)`` of ``items`` shared among ``workers`` slots."""
+    return t * items // workers, (t + 1) * items // workers
+
+
+@helper(inline="always")
+def _axpy(dst, a, src):
+    """``dst[u] += a * src[u]``: with both 1-D views indexed from 0, Numba has no negative
+    index to wrap, and the loop vectorises (an index like ``v + offset`` would not)."""
+    for u in range(dst.size):
+        dst[u] += a * src[u]
+
+
+@helper(inline="always")
+def _dot(a, b):
+    """``sum(a[u] * b[u])`` over ``a``'s length (vectorised with the loop's reassoc)."""
+    total = np.float32(0.0)
+    for u in range(a.size):
+        total += a[u] * b[u]
+    return total
+
+
+@helper(inline="always")
+def _spread(acc, row, sw):
+    """``acc`` (``(len(row) - 1) * sw + 1`` long) = ``row`` with ``sw - 1`` zeros between
+    values; returns it."""
+    acc[:] = 0
+    for v in range(row.size):
+        acc[v * sw] = row[v]
+    return acc
+
+
+@loop
+def _forward(start, stop, x, w, out, acc, sh, sw, dh, dw, top, left):
+    """Slots ``start:stop`` of ``acc.shape[0]``: planes of ``out (N*C, Ho, Wo)`` from ``x
+    (N*C, H, W)``, ``w (C, kh, kw)``, each row summed in the slot's ``acc``."""
+    channels, kh, kw = w.shape
+    height, width = x.shape[1], x.shape[2]
+    out_height, out_width = out.shape[1], out.shape[2]
+    positions = (out_width - 1) * sw + 1
+    for t in range(start, stop):
+        row_acc = acc[t, :positions]
+        first, last = _share(t, acc.shape[0], x.shape[0])
+        for p in range(first, last):
+            c = p % channels
+            for r in range(out_height):
+                orow = out[p, r]
+                target = orow if sw == 1 else row_acc   # (stride 1: straight into out)
+                target[:] = 0
+                for i in range(kh):
+                    y = r * sh + i * dh - top
+                    if y < 0 or y >= height:
+                        continue
+                    row = x[p, y]
+                    for j in range(kw):
+                        v0, v1, offset = _columns(j, dw, left, width, positions)
+                        if v1 > v0:
+                            _axpy(target[v0:v1], w[c, i, j], row[v0 + offset:v1 + offset])
+                if sw != 1:
+                    for v in range(out_width):
+                        orow[v] = row_acc[v * sw]
+
+
+@loop
+def _input_grad(start, stop, g, w, out, acc, sh, sw, dh, dw, top, left):
+    """Slots ``start:stop``: planes of the input gradient ``out (N*C, H, W)`` from ``g
+    (N*C, Ho, Wo)``, the forward's reads as additions (``g``'s rows spread to stride 1
+    in ``acc``)."""
+    channels, kh, kw = w.shape
+    height, width = out.shape[1], out.shape[2]
+    out_height, out_width = g.shape[1], g.shape[2]
+    positions = (out_width - 1) * sw + 1
+    for t in range(start, stop):
+        spread = acc[t, :positions]
+        first, last = _share(t, acc.shape[0], g.shape[0])
+        for p in range(first, last):
+            c = p % channels
+            out[p] = 0
+            for r in range(out_height):
+                row_g = g[p, r] if sw == 1 else _spread(spread, g[p, r], sw)
+                for i in range(kh):
+                    y = r * sh + i * dh - top
+                    if y < 0 or y >= height:
+                        continue
+                    row = out[p, y]
+                    for j in range(kw):
+                        v0, v1, offset = _columns(j, dw, left, width, positions)
+                        if v1 > v0:
+                            _axpy(row[v0 + offset:v1 + offset], w[c, i, j], row_g[v0:v1])
+
+
+@loop(fastmath={"reassoc", "nsz"})
+def _weight_grad(start, stop, x, g, out, acc, sh, sw, dh, dw, top, left):
+    """Slots ``start:stop``: channels of ``out (C, kh, kw)``, each the sum over images and
+    positions of ``g * x`` at each tap (``x (N, C, H, W)``, ``g (N, C, Ho, Wo)``, ``g``'s
+    rows spread to stride 1 in ``acc``)."""
+    images, channels, height, width = x.shape
+    kh, kw = out.shape[1], out.shape[2]
+    out_height, out_width = g.shape[2], g.shape[3]
+    positions = (out_width - 1) * sw + 1
+    for t in range(start, stop):
+        spread = acc[t, :positions]
+        first, last = _share(t, acc.shape[0], channels)
+        for c in range(first, last):
+            out[c] = 0
+            for n in range(images):
+                for r in range(out_height):
+                    row_g = g[n, c, r] if sw == 1 else _spread(spread, g[n, c, r], sw)
+                    for i in range(kh):
+                        y = r * sh + i * dh - top
+                        if y < 0 or y >= height:
+                            continue
+                        row = x[n, c, y]
+                        for j in range(kw):
+                            v0, v1, offset = _columns(j, dw, left, width, positions)
+                            if v1 > v0:
+                                out[c, i, j] += _dot(row_g[v0:v1], row[v0 + offset:v1 + offset])
+
+
+# -- channel tiles: rows too short to vectorise along ------------------------------------------
+@helper(inline="always")
+def _tile_columns(j, sw, dw, left, width, out_width):
+    """``(v0, v1, offset)``: the output columns whose tap-``j`` input column ``v * sw +
+    offset`` lies inside ``[0, width)`` (the tiles index columns, not runs)."""
     offset = j * dw - left
     v0 = max(0, (sw - 1 - offset) // sw)
     v1 = min(out_width, (width - 1 - offset) // sw + 1)
@@ -30,96 +174,146 @@ def _columns(j, sw, dw, left, width, out_width):
 
 
 @loop
-def _forward(start, stop, x, w, out, sh, sw, dh, dw, top, left):
-    """Planes ``start:stop`` of ``out (N*C, Ho, Wo)`` from ``x (N*C, H, W)``, ``w (C, kh,
-    kw)``."""
-    channels, kh, kw = w.shape
-    height, width = x.shape[1], x.shape[2]
-    out_height, out_width = out.shape[1], out.shape[2]
-    for p in range(start, stop):
-        c, xp, op = p % channels, x[p], out[p]
-        op[:, :] = 0
-        for i in range(kh):
-            for j in range(kw):
-                wv = w[c, i, j]
-                v0, v1, offset = _columns(j, sw, dw, left, width, out_width)
-                for r in range(out_height):
+def _forward_tiles(start, stop, x, w, out, xt, ot, sh, sw, dh, dw, top, left):
+    """Slots ``start:stop`` of ``xt.shape[0]``: tiles (image, channel block) of ``out (N,
+    C, Ho, Wo)`` from ``x (N, C, H, W)`` and the channel-blocked weight ``w (C/BLOCK, kh,
+    kw, BLOCK)``, through the slot's scratch ``xt (H, W, BLOCK)``, ``ot (Ho, Wo, BLOCK)``."""
+    images, channels, height, width = x.shape
+    blocks, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    out_height, out_width = out.shape[2], out.shape[3]
+    for t in range(start, stop):
+        first, last = _share(t, xt.shape[0], images * blocks)
+        for tile in range(first, last):
+            n, b = tile // blocks, tile % blocks
+            c0 = b * BLOCK
+            count = min(BLOCK, channels - c0)
+            for y in range(height):
+                for v in range(width):
+                    for k in range(count):
+                        xt[t, y, v, k] = x[n, c0 + k, y, v]
+            ot[t] = 0
+            for r in range(out_height):
+                for i in range(kh):
                     y = r * sh + i * dh - top
-                    if 0 <= y < height:
-                        row, orow = xp[y], op[r]
+                    if y < 0 or y >= height:
+                        continue
+                    for j in range(kw):
+                        v0, v1, offset = _tile_columns(j, sw, dw, left, width, out_width)
                         for v in range(v0, v1):
-                            orow[v] += wv * row[v * sw + offset]
+                            u = v * sw + offset
+                            for k in range(BLOCK):
+                                ot[t, r, v, k] += w[b, i, j, k] * xt[t, y, u, k]
+            for r in range(out_height):
+                for v in range(out_width):
+                    for k in range(count):
+                        out[n, c0 + k, r, v] = ot[t, r, v, k]
 
 
 @loop
-def _input_grad(start, stop, g, w, out, sh, sw, dh, dw, top, left):
-    """Planes ``start:stop`` of the input gradient ``out (N*C, H, W)`` from ``g (N*C, Ho,
-    Wo)``: the forward's reads as additions."""
-    channels, kh, kw = w.shape
-    height, width = out.shape[1], out.shape[2]
-    out_height, out_width = g.shape[1], g.shape[2]
-    for p in range(start, stop):
-        c, gp, op = p % channels, g[p], out[p]
-        op[:, :] = 0
-        for i in range(kh):
-            for j in range(kw):
-                wv = w[c, i, j]
-                v0, v1, offset = _columns(j, sw, dw, left, width, out_width)
-                for r in range(out_height):
-                    y = r * sh + i * dh - top
-                    if 0 <= y < height:
-                        row, grow = op[y], gp[r]
-                        for v in range(v0, v1):
-                            row[v * sw + offset] += wv * grow[v]
-
-
-@loop(fastmath={"reassoc", "nsz"})
-def _weight_grad(start, stop, x, g, out, sh, sw, dh, dw, top, left):
-    """Channels ``start:stop`` of ``out (C, kh, kw)``, each the sum over images and
-    positions of ``g * x`` at each tap (``x (N, C, H, W)``, ``g (N, C, Ho, Wo)``)."""
-    images, channels, height, width = x.shape
-    kh, kw = out.shape[1], out.shape[2]
+def _input_grad_tiles(start, stop, g, w, out, gt, ot, sh, sw, dh, dw, top, left):
+    """Slots ``start:stop``: the input gradient ``out (N, C, H, W)`` from ``g (N, C, Ho,
+    Wo)`` by :func:`_forward_tiles`'s tiles, its reads as additions (scratch ``gt (Ho, Wo,
+    BLOCK)``, ``ot (H, W, BLOCK)``)."""
+    images, channels, height, width = out.shape
+    blocks, kh, kw = w.shape[0], w.shape[1], w.shape[2]
     out_height, out_width = g.shape[2], g.shape[3]
-    for c in range(start, stop):
-        for i in range(kh):
-            for j in range(kw):
-                v0, v1, offset = _columns(j, sw, dw, left, width, out_width)
-                total = 0.0
-                for n in range(images):
-                    for r in range(out_height):
-                        y = r * sh + i * dh - top
-                        if 0 <= y < height:
-                            row, grow = x[n, c, y], g[n, c, r]
-                            for v in range(v0, v1):
-                                total += grow[v] * row[v * sw + offset]
-                out[c, i, j] = total
+    for t in range(start, stop):
+        first, last = _share(t, gt.shape[0], images * blocks)
+        for tile in range(first, last):
+            n, b = tile // blocks, tile % blocks
+            c0 = b * BLOCK
+            count = min(BLOCK, channels - c0)
+            for r in range(out_height):
+                for v in range(out_width):
+                    for k in range(count):
+                        gt[t, r, v, k] = g[n, c0 + k, r, v]
+            ot[t] = 0
+            for r in range(out_height):
+                for i in range(kh):
+                    y = r * sh + i * dh - top
+                    if y < 0 or y >= height:
+                        continue
+                    for j in range(kw):
+                        v0, v1, offset = _tile_columns(j, sw, dw, left, width, out_width)
+                        for v in range(v0, v1):
+                            u = v * sw + offset
+                            for k in range(BLOCK):
+                                ot[t, y, u, k] += w[b, i, j, k] * gt[t, r, v, k]
+            for y in range(height):
+                for v in range(width):
+                    for k in range(count):
+                        out[n, c0 + k, y, v] = ot[t, y, v, k]
 
 
+def _blocked_weight(w):
+    """``w (C, 1, kh, kw)`` as ``(ceil(C/BLOCK), kh, kw, BLOCK)``, zero past C."""
+    c, _, kh, kw = w.shape
+    blocks = -(-c // BLOCK)
+    out = np.zeros((blocks * BLOCK, kh, kw), w.dtype)
+    out[:c] = w.reshape(c, kh, kw)
+    return np.ascontiguousarray(out.reshape(blocks, BLOCK, kh, kw).transpose(0, 2, 3, 1))
+
+
+# -- entries ----------------------------------------------------------------------------------
 def _geometry(stride, padding, dilation):
     return stride[0], stride[1], dilation[0], dilation[1], padding[0][0], padding[1][0]
+
+
+def _workers(items: int, size: int) -> int:
+    """How many slots to share ``items`` among, for a loop touching ``size`` elements."""
+    return max(1, min(items, threads_for(size) or cores()))
+
+
+def _run(rows_loop, items, a, w, out, out_width, stride, padding, dilation, size):
+    """``rows_loop`` over ``items`` shared among worker slots, each with a row buffer."""
+    workers = _workers(items, size)
+    acc = np.empty((workers, (out_width - 1) * stride[1] + 1), a.dtype)
+    run_rows(rows_loop, workers, a, w, out, acc, *_geometry(stride, padding, dilation),
+             threads=workers)
+
+
+def _run_tiles(tiles_loop, a, w, out, in_hw, out_hw, stride, padding, dilation):
+    """``tiles_loop`` over ``a``'s images and channel blocks, with scratch per slot."""
+    n, c = a.shape[:2]
+    workers = _workers(n * -(-c // BLOCK), out.size)
+    scratch_in = np.empty((workers, *in_hw, BLOCK), a.dtype)
+    scratch_out = np.empty((workers, *out_hw, BLOCK), a.dtype)
+    run_rows(tiles_loop, workers, np.ascontiguousarray(a), _blocked_weight(w), out,
+             scratch_in, scratch_out, *_geometry(stride, padding, dilation), threads=workers)
+
+
+def _planes(a):
+    return np.ascontiguousarray(a).reshape(-1, *a.shape[2:])
+
+
+def _taps(w):
+    return np.ascontiguousarray(w).reshape(w.shape[0], *w.shape[2:])
 
 
 def depthwise(x, w, out, stride, padding, dilation):
     """``out (N, C, Ho, Wo)`` = the depthwise conv of ``x (N, C, H, W)`` with ``w (C, 1,
     kh, kw)`` (attrs as ``conv2d``'s, padding ``((top, bottom), (left, right))``)."""
-    n, c = x.shape[:2]
-    run_rows(_forward, n * c, np.ascontiguousarray(x).reshape(n * c, *x.shape[2:]),
-             np.ascontiguousarray(w).reshape(c, *w.shape[2:]), out.reshape(n * c, *out.shape[2:]),
-             *_geometry(stride, padding, dilation), threads=threads_for(out.size))
+    if out.shape[3] < TILE_WIDTH:
+        _run_tiles(_forward_tiles, x, w, out, x.shape[2:], out.shape[2:], stride, padding,
+                   dilation)
+        return
+    _run(_forward, x.shape[0] * x.shape[1], _planes(x), _taps(w), _planes(out),
+         out.shape[3], stride, padding, dilation, out.size)
 
 
 def depthwise_input_grad(g, w, out, stride, padding, dilation):
     """``out (N, C, H, W)``: the input gradient of :func:`depthwise` for output gradient
     ``g (N, C, Ho, Wo)``."""
-    n, c = g.shape[:2]
-    run_rows(_input_grad, n * c, np.ascontiguousarray(g).reshape(n * c, *g.shape[2:]),
-             np.ascontiguousarray(w).reshape(c, *w.shape[2:]), out.reshape(n * c, *out.shape[2:]),
-             *_geometry(stride, padding, dilation), threads=threads_for(out.size))
+    if g.shape[3] < TILE_WIDTH:
+        _run_tiles(_input_grad_tiles, g, w, out, g.shape[2:], out.shape[2:], stride,
+                   padding, dilation)
+        return
+    _run(_input_grad, g.shape[0] * g.shape[1], _planes(g), _taps(w), _planes(out),
+         g.shape[3], stride, padding, dilation, out.size)
 
 
 def depthwise_weight_grad(x, g, out, stride, padding, dilation):
     """``out (C, 1, kh, kw)``: the weight gradient of :func:`depthwise`."""
     c = x.shape[1]
-    run_rows(_weight_grad, c, np.ascontiguousarray(x), np.ascontiguousarray(g),
-             out.reshape(c, *out.shape[2:]), *_geometry(stride, padding, dilation),
-             threads=threads_for(x.size))
+    _run(_weight_grad, c, np.ascontiguousarray(x), np.ascontiguousarray(g),
+         out.reshape(c, *out.shape[2:]), g.shape[3], stride, padding, dilation, x.size)
