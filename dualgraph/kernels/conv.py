@@ -75,32 +75,91 @@ def _spread(acc, row, sw):
     return acc
 
 
+@helper(inline="always")
+def _row_taps(target, x, p, wc, r, v_lo, v_hi, sh, dh, dw, top, left):
+    """``target[v_lo:v_hi] +=`` every tap's contribution to output row ``r`` of plane
+    ``p`` at positions ``v_lo:v_hi`` (``wc (kh, kw)``: the plane's taps), one contiguous
+    multiply-add per tap."""
+    kh, kw = wc.shape
+    height, width = x.shape[1], x.shape[2]
+    for i in range(kh):
+        y = r * sh + i * dh - top
+        if y < 0 or y >= height:
+            continue
+        row = x[p, y]
+        for j in range(kw):
+            v0, v1, offset = _columns(j, dw, left, width, v_hi)
+            v0 = max(v0, v_lo)
+            if v1 > v0:
+                _axpy(target[v0:v1], wc[i, j], row[v0 + offset:v1 + offset])
+
+
+@helper(inline="always")
+def _point(x, p, wc, r, v, sh, dh, dw, top, left):
+    """The sum of every inside tap at output row ``r``, position ``v`` of plane ``p``: the
+    few columns by the edges, where a run per tap would cost more than the sums."""
+    kh, kw = wc.shape
+    height, width = x.shape[1], x.shape[2]
+    total = x[p, 0, 0] * 0
+    for i in range(kh):
+        y = r * sh + i * dh - top
+        if 0 <= y < height:
+            for j in range(kw):
+                col = v + j * dw - left
+                if 0 <= col < width:
+                    total += wc[i, j] * x[p, y, col]
+    return total
+
+
+@helper(inline="always")
+def _row_3x3(target, x, p, wc, y, v0, v1, offset, dh, dw):
+    """``target[v0:v1] =`` the nine taps of a 3x3 kernel on input rows ``y, y + dh, y +
+    2 dh`` (all inside), columns ``v + offset + j * dw`` (all inside): one pass, nine
+    loads and multiply-adds per output, each input row a view indexed from 0."""
+    a0, a1, a2 = x[p, y, v0 + offset:], x[p, y + dh, v0 + offset:], x[p, y + 2 * dh, v0 + offset:]
+    b0, b1, b2 = a0[dw:], a1[dw:], a2[dw:]
+    c0, c1, c2 = a0[2 * dw:], a1[2 * dw:], a2[2 * dw:]
+    w00, w01, w02 = wc[0, 0], wc[0, 1], wc[0, 2]
+    w10, w11, w12 = wc[1, 0], wc[1, 1], wc[1, 2]
+    w20, w21, w22 = wc[2, 0], wc[2, 1], wc[2, 2]
+    out = target[v0:v1]
+    for u in range(out.size):
+        out[u] = (w00 * a0[u] + w01 * b0[u] + w02 * c0[u] + w10 * a1[u] + w11 * b1[u]
+                  + w12 * c1[u] + w20 * a2[u] + w21 * b2[u] + w22 * c2[u])
+
+
 @loop
 def _forward(start, stop, x, w, out, acc, sh, sw, dh, dw, top, left):
     """Slots ``start:stop`` of ``acc.shape[0]``: planes of ``out (N*C, Ho, Wo)`` from ``x
-    (N*C, H, W)``, ``w (C, kh, kw)``, each row summed in the slot's ``acc``."""
+    (N*C, H, W)``, ``w (C, kh, kw)``, each row summed in the slot's ``acc`` (stride 1:
+    in the output row itself). A 3x3 kernel's rows whose three input rows are inside
+    take :func:`_row_3x3` on the columns where all taps are inside."""
     channels, kh, kw = w.shape
     height, width = x.shape[1], x.shape[2]
     out_height, out_width = out.shape[1], out.shape[2]
     positions = (out_width - 1) * sw + 1
+    # the positions where every tap's column is inside: [inner0, inner1)
+    inner0 = max(0, left)
+    inner1 = min(positions, width - (kw - 1) * dw + left)
     for t in range(start, stop):
         row_acc = acc[t, :positions]
         first, last = _share(t, acc.shape[0], x.shape[0])
         for p in range(first, last):
-            c = p % channels
+            wc = w[p % channels]
             for r in range(out_height):
                 orow = out[p, r]
                 target = orow if sw == 1 else row_acc   # (stride 1: straight into out)
-                target[:] = 0
-                for i in range(kh):
-                    y = r * sh + i * dh - top
-                    if y < 0 or y >= height:
-                        continue
-                    row = x[p, y]
-                    for j in range(kw):
-                        v0, v1, offset = _columns(j, dw, left, width, positions)
-                        if v1 > v0:
-                            _axpy(target[v0:v1], w[c, i, j], row[v0 + offset:v1 + offset])
+                y = r * sh - top
+                if (kh == 3 and kw == 3 and y >= 0 and y + 2 * dh < height
+                        and inner1 > inner0):
+                    _row_3x3(target, x, p, wc, y, inner0, inner1, -left, dh, dw)
+                    for v in range(inner0):
+                        target[v] = _point(x, p, wc, r, v, sh, dh, dw, top, left)
+                    for v in range(inner1, positions):
+                        target[v] = _point(x, p, wc, r, v, sh, dh, dw, top, left)
+                else:
+                    target[:] = 0
+                    _row_taps(target, x, p, wc, r, 0, positions, sh, dh, dw, top, left)
                 if sw != 1:
                     for v in range(out_width):
                         orow[v] = row_acc[v * sw]
@@ -303,7 +362,15 @@ def depthwise(x, w, out, stride, padding, dilation):
 
 def depthwise_input_grad(g, w, out, stride, padding, dilation):
     """``out (N, C, H, W)``: the input gradient of :func:`depthwise` for output gradient
-    ``g (N, C, Ho, Wo)``."""
+    ``g (N, C, Ho, Wo)``. At stride 1 that is the forward conv of ``g`` with the kernel
+    turned 180 degrees and the padding the dilated kernel's span less the forward's (less
+    than 0 where the forward's is wider: the index ranges take that too)."""
+    if stride == (1, 1):
+        span = [dilation[a] * (w.shape[2 + a] - 1) for a in range(2)]
+        depthwise(g, w[:, :, ::-1, ::-1], out, stride,
+                  tuple((span[a] - padding[a][0], span[a] - padding[a][1]) for a in range(2)),
+                  dilation)
+        return
     if g.shape[3] < TILE_WIDTH:
         _run_tiles(_input_grad_tiles, g, w, out, g.shape[2:], out.shape[2:], stride,
                    padding, dilation)
