@@ -222,24 +222,27 @@ def _weight_grad(start, stop, x, g, out, acc, sh, sw, dh, dw, top, left):
 
 
 # -- channel tiles: rows too short to vectorise along ------------------------------------------
+# A tile's rows are flat, (position, channel) with BLOCK channels per position, so a tap
+# on a run of positions is one contiguous multiply-add over ``run * BLOCK`` values, the
+# weights repeated along the run (``wrep``). (A loop of BLOCK over the channels alone is
+# unrolled by LLVM into scalar operations, ~5x slower.) Strides go through positions as
+# in the row loops.
 @helper(inline="always")
-def _tile_columns(j, sw, dw, left, width, out_width):
-    """``(v0, v1, offset)``: the output columns whose tap-``j`` input column ``v * sw +
-    offset`` lies inside ``[0, width)`` (the tiles index columns, not runs)."""
-    offset = j * dw - left
-    v0 = max(0, (sw - 1 - offset) // sw)
-    v1 = min(out_width, (width - 1 - offset) // sw + 1)
-    return v0, v1, offset
+def _tile_tap(dst, wk, src, count):
+    for m in range(count):
+        dst[m] += wk[m] * src[m]
 
 
 @loop
-def _forward_tiles(start, stop, x, w, out, xt, ot, sh, sw, dh, dw, top, left):
+def _forward_tiles(start, stop, x, wrep, out, xt, ot, sh, sw, dh, dw, top, left):
     """Slots ``start:stop`` of ``xt.shape[0]``: tiles (image, channel block) of ``out (N,
-    C, Ho, Wo)`` from ``x (N, C, H, W)`` and the channel-blocked weight ``w (C/BLOCK, kh,
-    kw, BLOCK)``, through the slot's scratch ``xt (H, W, BLOCK)``, ``ot (Ho, Wo, BLOCK)``."""
+    C, Ho, Wo)`` from ``x (N, C, H, W)`` and the repeated channel-blocked weight ``wrep
+    (C/BLOCK, kh, kw, positions * BLOCK)``, through the slot's scratch rows ``xt (H, W *
+    BLOCK)`` and ``ot (Ho, positions * BLOCK)``."""
     images, channels, height, width = x.shape
-    blocks, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
     out_height, out_width = out.shape[2], out.shape[3]
+    positions = (out_width - 1) * sw + 1
     for t in range(start, stop):
         first, last = _share(t, xt.shape[0], images * blocks)
         for tile in range(first, last):
@@ -249,7 +252,7 @@ def _forward_tiles(start, stop, x, w, out, xt, ot, sh, sw, dh, dw, top, left):
             for y in range(height):
                 for v in range(width):
                     for k in range(count):
-                        xt[t, y, v, k] = x[n, c0 + k, y, v]
+                        xt[t, y, v * BLOCK + k] = x[n, c0 + k, y, v]
             ot[t] = 0
             for r in range(out_height):
                 for i in range(kh):
@@ -257,35 +260,36 @@ def _forward_tiles(start, stop, x, w, out, xt, ot, sh, sw, dh, dw, top, left):
                     if y < 0 or y >= height:
                         continue
                     for j in range(kw):
-                        v0, v1, offset = _tile_columns(j, sw, dw, left, width, out_width)
-                        for v in range(v0, v1):
-                            u = v * sw + offset
-                            for k in range(BLOCK):
-                                ot[t, r, v, k] += w[b, i, j, k] * xt[t, y, u, k]
+                        v0, v1, offset = _columns(j, dw, left, width, positions)
+                        if v1 > v0:
+                            _tile_tap(ot[t, r, v0 * BLOCK:], wrep[b, i, j],
+                                      xt[t, y, (v0 + offset) * BLOCK:], (v1 - v0) * BLOCK)
             for r in range(out_height):
                 for v in range(out_width):
                     for k in range(count):
-                        out[n, c0 + k, r, v] = ot[t, r, v, k]
+                        out[n, c0 + k, r, v] = ot[t, r, v * sw * BLOCK + k]
 
 
 @loop
-def _input_grad_tiles(start, stop, g, w, out, gt, ot, sh, sw, dh, dw, top, left):
+def _input_grad_tiles(start, stop, g, wrep, out, gt, ot, sh, sw, dh, dw, top, left):
     """Slots ``start:stop``: the input gradient ``out (N, C, H, W)`` from ``g (N, C, Ho,
-    Wo)`` by :func:`_forward_tiles`'s tiles, its reads as additions (scratch ``gt (Ho, Wo,
-    BLOCK)``, ``ot (H, W, BLOCK)``)."""
+    Wo)`` by :func:`_forward_tiles`'s tiles, its reads as additions (``g`` spread to
+    positions in ``gt (Ho, positions * BLOCK)``, ``ot (H, W * BLOCK)``)."""
     images, channels, height, width = out.shape
-    blocks, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
     out_height, out_width = g.shape[2], g.shape[3]
+    positions = (out_width - 1) * sw + 1
     for t in range(start, stop):
         first, last = _share(t, gt.shape[0], images * blocks)
         for tile in range(first, last):
             n, b = tile // blocks, tile % blocks
             c0 = b * BLOCK
             count = min(BLOCK, channels - c0)
+            gt[t] = 0
             for r in range(out_height):
                 for v in range(out_width):
                     for k in range(count):
-                        gt[t, r, v, k] = g[n, c0 + k, r, v]
+                        gt[t, r, v * sw * BLOCK + k] = g[n, c0 + k, r, v]
             ot[t] = 0
             for r in range(out_height):
                 for i in range(kh):
@@ -293,24 +297,26 @@ def _input_grad_tiles(start, stop, g, w, out, gt, ot, sh, sw, dh, dw, top, left)
                     if y < 0 or y >= height:
                         continue
                     for j in range(kw):
-                        v0, v1, offset = _tile_columns(j, sw, dw, left, width, out_width)
-                        for v in range(v0, v1):
-                            u = v * sw + offset
-                            for k in range(BLOCK):
-                                ot[t, y, u, k] += w[b, i, j, k] * gt[t, r, v, k]
+                        v0, v1, offset = _columns(j, dw, left, width, positions)
+                        if v1 > v0:
+                            _tile_tap(ot[t, y, (v0 + offset) * BLOCK:], wrep[b, i, j],
+                                      gt[t, r, v0 * BLOCK:], (v1 - v0) * BLOCK)
             for y in range(height):
                 for v in range(width):
                     for k in range(count):
-                        out[n, c0 + k, y, v] = ot[t, y, v, k]
+                        out[n, c0 + k, y, v] = ot[t, y, v * BLOCK + k]
 
 
-def _blocked_weight(w):
-    """``w (C, 1, kh, kw)`` as ``(ceil(C/BLOCK), kh, kw, BLOCK)``, zero past C."""
+def _repeated_weight(w, positions):
+    """``w (C, 1, kh, kw)`` as ``(ceil(C/BLOCK), kh, kw, positions * BLOCK)``: each
+    block's taps repeated along the positions, zero past C."""
     c, _, kh, kw = w.shape
     blocks = -(-c // BLOCK)
     out = np.zeros((blocks * BLOCK, kh, kw), w.dtype)
     out[:c] = w.reshape(c, kh, kw)
-    return np.ascontiguousarray(out.reshape(blocks, BLOCK, kh, kw).transpose(0, 2, 3, 1))
+    blocked = out.reshape(blocks, BLOCK, kh, kw).transpose(0, 2, 3, 1)[:, :, :, None, :]
+    return np.ascontiguousarray(np.broadcast_to(
+        blocked, (blocks, kh, kw, positions, BLOCK))).reshape(blocks, kh, kw, -1)
 
 
 # -- entries ----------------------------------------------------------------------------------
@@ -331,14 +337,17 @@ def _run(rows_loop, items, a, w, out, out_width, stride, padding, dilation, size
              threads=workers)
 
 
-def _run_tiles(tiles_loop, a, w, out, in_hw, out_hw, stride, padding, dilation):
-    """``tiles_loop`` over ``a``'s images and channel blocks, with scratch per slot."""
+def _run_tiles(tiles_loop, a, w, out, in_rows, out_rows, positions, stride, padding,
+               dilation):
+    """``tiles_loop`` over ``a``'s images and channel blocks, with scratch per slot:
+    ``in_rows``/``out_rows`` rows of ``(width, positions)`` by ``BLOCK`` values."""
     n, c = a.shape[:2]
     workers = _workers(n * -(-c // BLOCK), out.size)
-    scratch_in = np.empty((workers, *in_hw, BLOCK), a.dtype)
-    scratch_out = np.empty((workers, *out_hw, BLOCK), a.dtype)
-    run_rows(tiles_loop, workers, np.ascontiguousarray(a), _blocked_weight(w), out,
-             scratch_in, scratch_out, *_geometry(stride, padding, dilation), threads=workers)
+    scratch_in = np.empty((workers, in_rows[0], in_rows[1] * BLOCK), a.dtype)
+    scratch_out = np.empty((workers, out_rows[0], out_rows[1] * BLOCK), a.dtype)
+    run_rows(tiles_loop, workers, np.ascontiguousarray(a), _repeated_weight(w, positions),
+             out, scratch_in, scratch_out, *_geometry(stride, padding, dilation),
+             threads=workers)
 
 
 def _planes(a):
@@ -353,8 +362,9 @@ def depthwise(x, w, out, stride, padding, dilation):
     """``out (N, C, Ho, Wo)`` = the depthwise conv of ``x (N, C, H, W)`` with ``w (C, 1,
     kh, kw)`` (attrs as ``conv2d``'s, padding ``((top, bottom), (left, right))``)."""
     if out.shape[3] < TILE_WIDTH:
-        _run_tiles(_forward_tiles, x, w, out, x.shape[2:], out.shape[2:], stride, padding,
-                   dilation)
+        positions = (out.shape[3] - 1) * stride[1] + 1
+        _run_tiles(_forward_tiles, x, np.ascontiguousarray(w), out, x.shape[2:],
+                   (out.shape[2], positions), positions, stride, padding, dilation)
         return
     _run(_forward, x.shape[0] * x.shape[1], _planes(x), _taps(w), _planes(out),
          out.shape[3], stride, padding, dilation, out.size)
@@ -372,8 +382,9 @@ def depthwise_input_grad(g, w, out, stride, padding, dilation):
                   dilation)
         return
     if g.shape[3] < TILE_WIDTH:
-        _run_tiles(_input_grad_tiles, g, w, out, g.shape[2:], out.shape[2:], stride,
-                   padding, dilation)
+        positions = (g.shape[3] - 1) * stride[1] + 1
+        _run_tiles(_input_grad_tiles, g, w, out, (g.shape[2], positions), out.shape[2:],
+                   positions, stride, padding, dilation)
         return
     _run(_input_grad, g.shape[0] * g.shape[1], _planes(g), _taps(w), _planes(out),
          g.shape[3], stride, padding, dilation, out.size)
