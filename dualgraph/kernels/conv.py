@@ -221,90 +221,128 @@ def _weight_grad(start, stop, x, g, out, acc, sh, sw, dh, dw, top, left):
                                 out[c, i, j] += _dot(row_g[v0:v1], row[v0 + offset:v1 + offset])
 
 
-# -- channel tiles: rows too short to vectorise along ------------------------------------------
-# A tile's rows are flat, (position, channel) with BLOCK channels per position, so a tap
-# on a run of positions is one contiguous multiply-add over ``run * BLOCK`` values, the
-# weights repeated along the run (``wrep``). (A loop of BLOCK over the channels alone is
-# unrolled by LLVM into scalar operations, ~5x slower.) Strides go through positions as
-# in the row loops.
+# -- channel blocks: rows too short to vectorise along ----------------------------------------
+# The tensors go to a blocked layout first, (N, C/BLOCK, H, W * BLOCK) with BLOCK channels
+# per position (NCHW16c; two NumPy transposes, a small share here: these are the small
+# planes), so a tap on a run of positions is one contiguous multiply-add over ``run *
+# BLOCK`` values, the weights repeated along the run (``wrep``). (A loop of BLOCK over the
+# channels alone is unrolled by LLVM into scalar operations, ~5x slower.) Strides go
+# through positions as in the row loops: the input gradient's ``g`` is spread first.
 @helper(inline="always")
-def _tile_tap(dst, wk, src, count):
+def _block_tap(dst, wk, src, count):
     for m in range(count):
         dst[m] += wk[m] * src[m]
 
 
 @loop
-def _forward_tiles(start, stop, x, wrep, out, xt, ot, sh, sw, dh, dw, top, left):
-    """Slots ``start:stop`` of ``xt.shape[0]``: tiles (image, channel block) of ``out (N,
-    C, Ho, Wo)`` from ``x (N, C, H, W)`` and the repeated channel-blocked weight ``wrep
-    (C/BLOCK, kh, kw, positions * BLOCK)``, through the slot's scratch rows ``xt (H, W *
-    BLOCK)`` and ``ot (Ho, positions * BLOCK)``."""
-    images, channels, height, width = x.shape
+def _forward_blocks(start, stop, xb, wrep, ob, sh, dh, dw, top, left):
+    """Tiles ``start:stop`` (image, channel block) of ``ob (N, C/BLOCK, Ho, positions *
+    BLOCK)`` from ``xb (N, C/BLOCK, H, W * BLOCK)`` and ``wrep (C/BLOCK, kh, kw, positions
+    * BLOCK)``, at stride 1 along the positions."""
     blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
-    out_height, out_width = out.shape[2], out.shape[3]
-    positions = (out_width - 1) * sw + 1
-    for t in range(start, stop):
-        first, last = _share(t, xt.shape[0], images * blocks)
-        for tile in range(first, last):
-            n, b = tile // blocks, tile % blocks
-            c0 = b * BLOCK
-            count = min(BLOCK, channels - c0)
-            for y in range(height):
-                for v in range(width):
-                    for k in range(count):
-                        xt[t, y, v * BLOCK + k] = x[n, c0 + k, y, v]
-            ot[t] = 0
-            for r in range(out_height):
-                for i in range(kh):
-                    y = r * sh + i * dh - top
-                    if y < 0 or y >= height:
-                        continue
-                    for j in range(kw):
-                        v0, v1, offset = _columns(j, dw, left, width, positions)
-                        if v1 > v0:
-                            _tile_tap(ot[t, r, v0 * BLOCK:], wrep[b, i, j],
-                                      xt[t, y, (v0 + offset) * BLOCK:], (v1 - v0) * BLOCK)
-            for r in range(out_height):
-                for v in range(out_width):
-                    for k in range(count):
-                        out[n, c0 + k, r, v] = ot[t, r, v * sw * BLOCK + k]
+    height, width = xb.shape[2], xb.shape[3] // BLOCK
+    out_height, positions = ob.shape[2], ob.shape[3] // BLOCK
+    for tile in range(start, stop):
+        n, b = tile // blocks, tile % blocks
+        ob[n, b] = 0
+        for r in range(out_height):
+            for i in range(kh):
+                y = r * sh + i * dh - top
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    v0, v1, offset = _columns(j, dw, left, width, positions)
+                    if v1 > v0:
+                        _block_tap(ob[n, b, r, v0 * BLOCK:], wrep[b, i, j],
+                                   xb[n, b, y, (v0 + offset) * BLOCK:], (v1 - v0) * BLOCK)
 
 
 @loop
-def _input_grad_tiles(start, stop, g, wrep, out, gt, ot, sh, sw, dh, dw, top, left):
-    """Slots ``start:stop``: the input gradient ``out (N, C, H, W)`` from ``g (N, C, Ho,
-    Wo)`` by :func:`_forward_tiles`'s tiles, its reads as additions (``g`` spread to
-    positions in ``gt (Ho, positions * BLOCK)``, ``ot (H, W * BLOCK)``)."""
-    images, channels, height, width = out.shape
+def _input_grad_blocks(start, stop, gb, wrep, ob, sh, dh, dw, top, left):
+    """Tiles ``start:stop``: the input gradient ``ob (N, C/BLOCK, H, W * BLOCK)`` from the
+    spread ``gb (N, C/BLOCK, Ho, positions * BLOCK)``, :func:`_forward_blocks`'s reads as
+    additions."""
     blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
-    out_height, out_width = g.shape[2], g.shape[3]
-    positions = (out_width - 1) * sw + 1
+    height, width = ob.shape[2], ob.shape[3] // BLOCK
+    out_height, positions = gb.shape[2], gb.shape[3] // BLOCK
+    for tile in range(start, stop):
+        n, b = tile // blocks, tile % blocks
+        ob[n, b] = 0
+        for r in range(out_height):
+            for i in range(kh):
+                y = r * sh + i * dh - top
+                if y < 0 or y >= height:
+                    continue
+                for j in range(kw):
+                    v0, v1, offset = _columns(j, dw, left, width, positions)
+                    if v1 > v0:
+                        _block_tap(ob[n, b, y, (v0 + offset) * BLOCK:], wrep[b, i, j],
+                                   gb[n, b, r, v0 * BLOCK:], (v1 - v0) * BLOCK)
+
+
+@loop
+def _blocks_in(start, stop, src, dst, spread):
+    """Tiles ``start:stop``: ``dst[t, y, (v * spread) * BLOCK + k] = src[t, k, y, v]`` (``src
+    (T, BLOCK, H, W)``, ``dst (T, H, P * BLOCK)``, zero first where ``spread`` > 1): a
+    transpose NumPy runs ~7x slower (2.5 ns an element)."""
+    height, width = src.shape[2], src.shape[3]
     for t in range(start, stop):
-        first, last = _share(t, gt.shape[0], images * blocks)
-        for tile in range(first, last):
-            n, b = tile // blocks, tile % blocks
-            c0 = b * BLOCK
-            count = min(BLOCK, channels - c0)
-            gt[t] = 0
-            for r in range(out_height):
-                for v in range(out_width):
-                    for k in range(count):
-                        gt[t, r, v * sw * BLOCK + k] = g[n, c0 + k, r, v]
-            ot[t] = 0
-            for r in range(out_height):
-                for i in range(kh):
-                    y = r * sh + i * dh - top
-                    if y < 0 or y >= height:
-                        continue
-                    for j in range(kw):
-                        v0, v1, offset = _columns(j, dw, left, width, positions)
-                        if v1 > v0:
-                            _tile_tap(ot[t, y, (v0 + offset) * BLOCK:], wrep[b, i, j],
-                                      gt[t, r, v0 * BLOCK:], (v1 - v0) * BLOCK)
-            for y in range(height):
-                for v in range(width):
-                    for k in range(count):
-                        out[n, c0 + k, y, v] = ot[t, y, v * BLOCK + k]
+        if spread > 1:
+            dst[t] = 0
+        for y in range(height):
+            for v in range(width):
+                at = v * spread * BLOCK
+                for k in range(BLOCK):
+                    dst[t, y, at + k] = src[t, k, y, v]
+
+
+@loop
+def _blocks_out(start, stop, src, dst, step):
+    """Tiles ``start:stop``: ``dst[t, k, y, v] = src[t, y, (v * step) * BLOCK + k]``."""
+    height, width = dst.shape[2], dst.shape[3]
+    for t in range(start, stop):
+        for y in range(height):
+            for v in range(width):
+                at = v * step * BLOCK
+                for k in range(BLOCK):
+                    dst[t, k, y, v] = src[t, y, at + k]
+
+
+def _padded_channels(a):
+    """``a (N, C, H, W)`` with zero channels up to a multiple of BLOCK (``a`` itself when
+    it is one)."""
+    n, c, h, w = a.shape
+    extra = -c % BLOCK
+    if not extra:
+        return np.ascontiguousarray(a)
+    return np.concatenate([a, np.zeros((n, extra, h, w), a.dtype)], axis=1)
+
+
+def to_blocks(a, spread=1):
+    """``a (N, C, H, W)`` in the blocked layout ``(N, ceil(C/BLOCK), H, P * BLOCK)``, zero
+    past C; with ``spread`` > 1 the columns spread to ``P = (W - 1) * spread + 1``
+    positions, zeros between."""
+    a = _padded_channels(a)
+    n, c, h, w = a.shape
+    out = np.empty((n, c // BLOCK, h, ((w - 1) * spread + 1) * BLOCK), a.dtype)
+    tiles = n * c // BLOCK
+    run_rows(_blocks_in, tiles, a.reshape(tiles, BLOCK, h, w),
+             out.reshape(tiles, h, -1), spread, threads=threads_for(out.size))
+    return out
+
+
+def from_blocks(ab, out, step=1):
+    """``out (N, C, H, W)`` = the blocked ``ab (N, C/BLOCK, H, P * BLOCK)``, keeping every
+    ``step``-th position."""
+    n, blocks, h = ab.shape[:3]
+    c, w = out.shape[1], out.shape[3]
+    whole = (out if c == blocks * BLOCK and out.flags.c_contiguous
+             else np.empty((n, blocks * BLOCK, h, w), out.dtype))
+    tiles = n * blocks
+    run_rows(_blocks_out, tiles, ab.reshape(tiles, h, -1),
+             whole.reshape(tiles, BLOCK, h, w), step, threads=threads_for(out.size))
+    if whole is not out:
+        out[...] = whole[:, :c]
 
 
 def _repeated_weight(w, positions):
@@ -337,17 +375,13 @@ def _run(rows_loop, items, a, w, out, out_width, stride, padding, dilation, size
              threads=workers)
 
 
-def _run_tiles(tiles_loop, a, w, out, in_rows, out_rows, positions, stride, padding,
-               dilation):
-    """``tiles_loop`` over ``a``'s images and channel blocks, with scratch per slot:
-    ``in_rows``/``out_rows`` rows of ``(width, positions)`` by ``BLOCK`` values."""
-    n, c = a.shape[:2]
-    workers = _workers(n * -(-c // BLOCK), out.size)
-    scratch_in = np.empty((workers, in_rows[0], in_rows[1] * BLOCK), a.dtype)
-    scratch_out = np.empty((workers, out_rows[0], out_rows[1] * BLOCK), a.dtype)
-    run_rows(tiles_loop, workers, np.ascontiguousarray(a), _repeated_weight(w, positions),
-             out, scratch_in, scratch_out, *_geometry(stride, padding, dilation),
-             threads=workers)
+def _run_blocks(blocks_loop, ab, w, ob, stride, padding, dilation):
+    """``blocks_loop`` over the tiles (image, channel block) of blocked ``ab`` into ``ob``."""
+    tiles = ab.shape[0] * ab.shape[1]
+    positions = max(ab.shape[3], ob.shape[3]) // BLOCK
+    sh, _, dh, dw, top, left = _geometry(stride, padding, dilation)
+    run_rows(blocks_loop, tiles, ab, _repeated_weight(w, positions), ob, sh, dh, dw, top,
+             left, threads=threads_for(ob.size))
 
 
 def _planes(a):
@@ -362,9 +396,10 @@ def depthwise(x, w, out, stride, padding, dilation):
     """``out (N, C, Ho, Wo)`` = the depthwise conv of ``x (N, C, H, W)`` with ``w (C, 1,
     kh, kw)`` (attrs as ``conv2d``'s, padding ``((top, bottom), (left, right))``)."""
     if out.shape[3] < TILE_WIDTH:
-        positions = (out.shape[3] - 1) * stride[1] + 1
-        _run_tiles(_forward_tiles, x, np.ascontiguousarray(w), out, x.shape[2:],
-                   (out.shape[2], positions), positions, stride, padding, dilation)
+        n, c, ho, wo = out.shape
+        ob = np.empty((n, -(-c // BLOCK), ho, ((wo - 1) * stride[1] + 1) * BLOCK), x.dtype)
+        _run_blocks(_forward_blocks, to_blocks(x), w, ob, stride, padding, dilation)
+        from_blocks(ob, out, stride[1])
         return
     _run(_forward, x.shape[0] * x.shape[1], _planes(x), _taps(w), _planes(out),
          out.shape[3], stride, padding, dilation, out.size)
@@ -382,9 +417,11 @@ def depthwise_input_grad(g, w, out, stride, padding, dilation):
                   dilation)
         return
     if g.shape[3] < TILE_WIDTH:
-        positions = (g.shape[3] - 1) * stride[1] + 1
-        _run_tiles(_input_grad_tiles, g, w, out, (g.shape[2], positions), out.shape[2:],
-                   positions, stride, padding, dilation)
+        n, c, h, wd = out.shape
+        ob = np.empty((n, -(-c // BLOCK), h, wd * BLOCK), g.dtype)
+        _run_blocks(_input_grad_blocks, to_blocks(g, stride[1]), w, ob, stride, padding,
+                    dilation)
+        from_blocks(ob, out)
         return
     _run(_input_grad, g.shape[0] * g.shape[1], _planes(g), _taps(w), _planes(out),
          g.shape[3], stride, padding, dilation, out.size)
