@@ -718,3 +718,20 @@ def test_conv_kernels_match_torch(monkeypatch, x_shape, w_shape, kwargs, block_b
     depthwise = w_shape[1] == 1 and w_shape[0] == kwargs.get("groups", 1)
     assert (method == "depthwise") == depthwise
     assert (method == "pointwise") == (w_shape[2:] == (1, 1) and not kwargs)
+
+
+@pytest.mark.parametrize("shape,kwargs", [
+    ((2, 3, 15, 17), {"kernel_size": 3, "stride": 2, "padding": 1}),              # ResNet's
+    ((1, 4, 12, 11), {"kernel_size": (3, 2), "stride": (1, 2), "dilation": (2, 1)}),
+    ((2, 2, 9, 10), {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
+    ((1, 3, 20, 20), {"kernel_size": 5, "stride": 3, "padding": 2, "ceil_mode": True}),
+])
+def test_max_pool_loop_matches_torch(shape, kwargs):
+    """``kernels.pooling.max_pool`` (any window): values and torch's argmax indices, with
+    padding, dilation, ceil mode and repeated maxima (the first wins)."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, shape).astype(np.float32)    # ties in most windows
+    got = dg.nn.functional.max_pool2d(dg.tensor(x), return_indices=True, **kwargs)
+    want = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kwargs)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
