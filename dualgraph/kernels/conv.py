@@ -12,15 +12,17 @@ nothing is padded or copied. A column stride ``sw`` > 1 is computed at stride 1 
 but vectorised: a strided load runs a scalar loop, ~6x slower here); the gradients expand
 the output gradient's rows with zeros in between the same way.
 
-Rows of fewer than ``TILE_WIDTH`` outputs (MobileNet's 7x7 layers) are too short to
-vectorise along: there a tile of ``BLOCK`` channels of one image is copied into scratch as
-(H, W, BLOCK), channels last, each tap is one vector operation over the tile's channels,
-and the result is copied back to NCHW (:func:`_forward_tiles`).
+Rows of fewer than ``TILE_WIDTH`` outputs (MobileNet's 7x7 and 14x14 layers) are too short
+to vectorise along: there the tensors go to a blocked layout, ``BLOCK`` channels last
+within each block (NCHW16c: :func:`to_blocks`, :func:`from_blocks`), and each tap on a run
+of positions is one contiguous multiply-add over the run's channels (:func:`_blocks`,
+which takes a tensor already in that layout, for a layout pass that keeps it).
 
-Work is shared among threads (``threads.run_rows``) as worker slots: slot ``t`` of
-``workers`` takes a contiguous run of planes, channels or tiles (:func:`_share`) with its
-own scratch ``[t]``. Each plane or channel is computed by one slot in one order, so the
-bits do not depend on the number of threads.
+Work is shared among threads (``threads.run_rows``): the row loops as worker slots, slot
+``t`` of ``workers`` taking a contiguous run of planes or channels (:func:`_share`) with
+its own row buffer ``acc[t]``; the blocked loops as tiles (image, channel block). Each
+plane, channel or tile is computed by one thread in one order, so the bits do not depend
+on the number of threads.
 """
 from __future__ import annotations
 
@@ -235,13 +237,16 @@ def _block_tap(dst, wk, src, count):
 
 
 @loop
-def _forward_blocks(start, stop, xb, wrep, ob, sh, dh, dw, top, left):
-    """Tiles ``start:stop`` (image, channel block) of ``ob (N, C/BLOCK, Ho, positions *
-    BLOCK)`` from ``xb (N, C/BLOCK, H, W * BLOCK)`` and ``wrep (C/BLOCK, kh, kw, positions
-    * BLOCK)``, at stride 1 along the positions."""
+def _blocks(start, stop, ab, wrep, ob, adjoint, sh, dh, dw, top, left):
+    """Tiles ``start:stop`` (image, channel block) of the blocked conv at stride 1 along the
+    positions, with ``wrep (C/BLOCK, kh, kw, positions * BLOCK)``: forward, ``ob (N,
+    C/BLOCK, Ho, positions * BLOCK)`` from ``ab (N, C/BLOCK, H, W * BLOCK)``; ``adjoint``,
+    the input gradient ``ob (N, C/BLOCK, H, W * BLOCK)`` from the spread ``ab (N, C/BLOCK,
+    Ho, positions * BLOCK)``, the forward's reads as additions."""
     blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
-    height, width = xb.shape[2], xb.shape[3] // BLOCK
-    out_height, positions = ob.shape[2], ob.shape[3] // BLOCK
+    image, grid = (ob, ab) if adjoint else (ab, ob)
+    height, width = image.shape[2], image.shape[3] // BLOCK
+    out_height, positions = grid.shape[2], grid.shape[3] // BLOCK
     for tile in range(start, stop):
         n, b = tile // blocks, tile % blocks
         ob[n, b] = 0
@@ -252,32 +257,14 @@ def _forward_blocks(start, stop, xb, wrep, ob, sh, dh, dw, top, left):
                     continue
                 for j in range(kw):
                     v0, v1, offset = _columns(j, dw, left, width, positions)
-                    if v1 > v0:
-                        _block_tap(ob[n, b, r, v0 * BLOCK:], wrep[b, i, j],
-                                   xb[n, b, y, (v0 + offset) * BLOCK:], (v1 - v0) * BLOCK)
-
-
-@loop
-def _input_grad_blocks(start, stop, gb, wrep, ob, sh, dh, dw, top, left):
-    """Tiles ``start:stop``: the input gradient ``ob (N, C/BLOCK, H, W * BLOCK)`` from the
-    spread ``gb (N, C/BLOCK, Ho, positions * BLOCK)``, :func:`_forward_blocks`'s reads as
-    additions."""
-    blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
-    height, width = ob.shape[2], ob.shape[3] // BLOCK
-    out_height, positions = gb.shape[2], gb.shape[3] // BLOCK
-    for tile in range(start, stop):
-        n, b = tile // blocks, tile % blocks
-        ob[n, b] = 0
-        for r in range(out_height):
-            for i in range(kh):
-                y = r * sh + i * dh - top
-                if y < 0 or y >= height:
-                    continue
-                for j in range(kw):
-                    v0, v1, offset = _columns(j, dw, left, width, positions)
-                    if v1 > v0:
-                        _block_tap(ob[n, b, y, (v0 + offset) * BLOCK:], wrep[b, i, j],
-                                   gb[n, b, r, v0 * BLOCK:], (v1 - v0) * BLOCK)
+                    if v1 <= v0:
+                        continue
+                    run = image[n, b, y, (v0 + offset) * BLOCK:]
+                    at = grid[n, b, r, v0 * BLOCK:]
+                    if adjoint:
+                        _block_tap(run, wrep[b, i, j], at, (v1 - v0) * BLOCK)
+                    else:
+                        _block_tap(at, wrep[b, i, j], run, (v1 - v0) * BLOCK)
 
 
 @loop
@@ -375,13 +362,13 @@ def _run(rows_loop, items, a, w, out, out_width, stride, padding, dilation, size
              threads=workers)
 
 
-def _run_blocks(blocks_loop, ab, w, ob, stride, padding, dilation):
-    """``blocks_loop`` over the tiles (image, channel block) of blocked ``ab`` into ``ob``."""
+def _run_blocks(ab, w, ob, adjoint, stride, padding, dilation):
+    """:func:`_blocks` over the tiles (image, channel block) of ``ab`` into ``ob``."""
     tiles = ab.shape[0] * ab.shape[1]
     positions = max(ab.shape[3], ob.shape[3]) // BLOCK
     sh, _, dh, dw, top, left = _geometry(stride, padding, dilation)
-    run_rows(blocks_loop, tiles, ab, _repeated_weight(w, positions), ob, sh, dh, dw, top,
-             left, threads=threads_for(ob.size))
+    run_rows(_blocks, tiles, ab, _repeated_weight(w, positions), ob, adjoint, sh, dh, dw,
+             top, left, threads=threads_for(ob.size))
 
 
 def _planes(a):
@@ -398,7 +385,7 @@ def depthwise(x, w, out, stride, padding, dilation):
     if out.shape[3] < TILE_WIDTH:
         n, c, ho, wo = out.shape
         ob = np.empty((n, -(-c // BLOCK), ho, ((wo - 1) * stride[1] + 1) * BLOCK), x.dtype)
-        _run_blocks(_forward_blocks, to_blocks(x), w, ob, stride, padding, dilation)
+        _run_blocks(to_blocks(x), w, ob, False, stride, padding, dilation)
         from_blocks(ob, out, stride[1])
         return
     _run(_forward, x.shape[0] * x.shape[1], _planes(x), _taps(w), _planes(out),
@@ -419,8 +406,7 @@ def depthwise_input_grad(g, w, out, stride, padding, dilation):
     if g.shape[3] < TILE_WIDTH:
         n, c, h, wd = out.shape
         ob = np.empty((n, -(-c // BLOCK), h, wd * BLOCK), g.dtype)
-        _run_blocks(_input_grad_blocks, to_blocks(g, stride[1]), w, ob, stride, padding,
-                    dilation)
+        _run_blocks(to_blocks(g, stride[1]), w, ob, True, stride, padding, dilation)
         from_blocks(ob, out)
         return
     _run(_input_grad, g.shape[0] * g.shape[1], _planes(g), _taps(w), _planes(out),
