@@ -7,8 +7,6 @@ matmul precision, the legacy typed constructors (``dg.LongTensor([1, 2])``).
 """
 from __future__ import annotations
 
-import os
-
 import ml_dtypes
 import numpy as np
 
