@@ -268,6 +268,34 @@ def _blocks(start, stop, ab, wrep, ob, adjoint, sh, dh, dw, top, left):
 
 
 @loop
+def _weight_grad_blocks(start, stop, xb, gb, acc, sh, dh, dw, top, left):
+    """Channel blocks ``start:stop`` of the weight gradient, before its sum over positions:
+    ``acc (C/BLOCK, kh, kw, positions * BLOCK)`` += ``x * g`` at each tap, over every image
+    and row, from ``xb (N, C/BLOCK, H, W * BLOCK)`` and the spread ``gb (N, C/BLOCK, Ho,
+    positions * BLOCK)`` (one block's images in one order: the bits do not depend on
+    threads)."""
+    images, kh, kw = xb.shape[0], acc.shape[1], acc.shape[2]
+    height, width = xb.shape[2], xb.shape[3] // BLOCK
+    out_height, positions = gb.shape[2], gb.shape[3] // BLOCK
+    for b in range(start, stop):
+        acc[b] = 0
+        for n in range(images):
+            for r in range(out_height):
+                for i in range(kh):
+                    y = r * sh + i * dh - top
+                    if y < 0 or y >= height:
+                        continue
+                    for j in range(kw):
+                        v0, v1, offset = _columns(j, dw, left, width, positions)
+                        if v1 > v0:
+                            dst = acc[b, i, j, v0 * BLOCK:]
+                            run = xb[n, b, y, (v0 + offset) * BLOCK:]
+                            at = gb[n, b, r, v0 * BLOCK:]
+                            for m in range((v1 - v0) * BLOCK):
+                                dst[m] += run[m] * at[m]
+
+
+@loop
 def _blocks_in(start, stop, src, dst, spread):
     """Tiles ``start:stop``: ``dst[t, y, (v * spread) * BLOCK + k] = src[t, k, y, v]`` (``src
     (T, BLOCK, H, W)``, ``dst (T, H, P * BLOCK)``, zero first where ``spread`` > 1): a
@@ -414,7 +442,18 @@ def depthwise_input_grad(g, w, out, stride, padding, dilation):
 
 
 def depthwise_weight_grad(x, g, out, stride, padding, dilation):
-    """``out (C, 1, kh, kw)``: the weight gradient of :func:`depthwise`."""
+    """``out (C, 1, kh, kw)``: the weight gradient of :func:`depthwise` (rows under
+    ``TILE_WIDTH``: in the blocked layout, summed over positions at the end)."""
     c = x.shape[1]
+    if g.shape[3] < TILE_WIDTH:
+        xb, gb = to_blocks(x), to_blocks(g, stride[1])
+        blocks, kh, kw = xb.shape[1], out.shape[2], out.shape[3]
+        acc = np.empty((blocks, kh, kw, gb.shape[3]), x.dtype)
+        sh, _, dh, dw, top, left = _geometry(stride, padding, dilation)
+        run_rows(_weight_grad_blocks, blocks, xb, gb, acc, sh, dh, dw, top, left,
+                 threads=threads_for(x.size))
+        sums = acc.reshape(blocks, kh, kw, -1, BLOCK).sum(axis=3)       # blocks kh kw BLOCK
+        out[...] = sums.transpose(0, 3, 1, 2).reshape(-1, 1, kh, kw)[:c]
+        return
     _run(_weight_grad, c, np.ascontiguousarray(x), np.ascontiguousarray(g),
          out.reshape(c, *out.shape[2:]), g.shape[3], stride, padding, dilation, x.size)
