@@ -735,3 +735,22 @@ def test_max_pool_loop_matches_torch(shape, kwargs):
     want = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kwargs)
     np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
     np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+
+
+@pytest.mark.parametrize("channels,spread", [(16, 1), (21, 1), (5, 2), (40, 3)])
+def test_blocked_layout_round_trip(channels, spread):
+    """``kernels.conv.to_blocks``/``from_blocks`` (the NCHW16c layout of the small-plane
+    loops): channels padded with zeros to a multiple of 16, columns spread with zeros
+    between, and back (every ``spread``-th position) to the same array."""
+    from dualgraph.kernels import conv
+    x = np.random.default_rng(2).standard_normal((2, channels, 3, 5), dtype=np.float32)
+    blocked = conv.to_blocks(x, spread)
+    five = blocked.reshape(2, -(-channels // 16), 3, -1, 16)
+    assert five.shape[3] == 4 * spread + 1
+    np.testing.assert_array_equal(five[:, 0, :, ::spread, 0], x[:, 0])
+    assert not five[..., channels % 16 or 16:][:, -1].any()
+    if spread > 1:
+        assert not five[:, :, :, 1::spread].any()
+    back = np.empty_like(x)
+    conv.from_blocks(blocked, back, spread)
+    np.testing.assert_array_equal(back, x)
