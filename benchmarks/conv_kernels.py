@@ -1,67 +1,114 @@
-"""Micro-benchmark: conv2d and max_pool2d forward + backward, dualgraph vs torch (eager, CPU).
+"""Micro-benchmark: conv2d forward, input gradient and weight gradient, per ``conv_method``,
+on layers of four model families, dualgraph's eager kernels vs torch (same thread count)
+and, for the forward, onnxruntime (a one-node ONNX Conv).
 
-Run ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m benchmarks.conv_kernels``. The
-layers are LeNet's: the kernels' cost is im2col + one GEMM, so these show how far NumPy +
-BLAS are from torch's native kernels. Times are the best of 20 in process CPU time, which a
-busy machine disturbs less than wall time (single-threaded, the two agree).
+Run ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUALGRAPH_NUM_THREADS=1 python -m
+benchmarks.conv_kernels [NAME-PART ...]`` (the arguments pick layers by name). Times are the
+best of 5: process CPU time on one thread (a busy machine disturbs it less than wall time),
+wall time on more. Each line: the method, GFLOP of the forward, then dualgraph / peer = ratio.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import numpy as np
-import torch
 
-import dualgraph as dg
-
-LAYERS = [  # name, input shape, weight shape, padding
-    ("conv1 1->6 28x28 k5 p2", (64, 1, 28, 28), (6, 1, 5, 5), 2),
-    ("conv2 6->16 14x14 k5", (64, 6, 14, 14), (16, 6, 5, 5), 0),
+# name, input shape, weight shape, stride, padding, groups
+LAYERS = [
+    ("mnist c1", (64, 1, 28, 28), (32, 1, 3, 3), 1, 0, 1),
+    ("mnist c2", (64, 32, 26, 26), (64, 32, 3, 3), 1, 0, 1),
+    ("cifar 16", (64, 16, 32, 32), (16, 16, 3, 3), 1, 1, 1),
+    ("cifar 16->32 s2", (64, 16, 32, 32), (32, 16, 3, 3), 2, 1, 1),
+    ("cifar 64", (64, 64, 8, 8), (64, 64, 3, 3), 1, 1, 1),
+    ("cifar 1x1 s2", (64, 16, 32, 32), (32, 16, 1, 1), 2, 0, 1),
+    ("r18 conv1 b1", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1),
+    ("r18 64 b1", (1, 64, 56, 56), (64, 64, 3, 3), 1, 1, 1),
+    ("r18 64 b16", (16, 64, 56, 56), (64, 64, 3, 3), 1, 1, 1),
+    ("r18 512 b16", (16, 512, 7, 7), (512, 512, 3, 3), 1, 1, 1),
+    ("mb dw32 b1", (1, 32, 112, 112), (32, 1, 3, 3), 1, 1, 32),
+    ("mb dw96s2 b1", (1, 96, 112, 112), (96, 1, 3, 3), 2, 1, 96),
+    ("mb dw384 b1", (1, 384, 14, 14), (384, 1, 3, 3), 1, 1, 384),
+    ("mb dw960 b1", (1, 960, 7, 7), (960, 1, 3, 3), 1, 1, 960),
+    ("mb dw144 b16", (16, 144, 56, 56), (144, 1, 3, 3), 1, 1, 144),
+    ("mb dw96s2 b16", (16, 96, 112, 112), (96, 1, 3, 3), 2, 1, 96),
+    ("mb dw960 b16", (16, 960, 7, 7), (960, 1, 3, 3), 1, 1, 960),
+    ("mb pw 144->24 b16", (16, 144, 56, 56), (24, 144, 1, 1), 1, 0, 1),
 ]
-POOLS = [("maxpool 2x2 64x6x28x28", (64, 6, 28, 28)), ("maxpool 2x2 64x16x10x10",
-                                                          (64, 16, 10, 10))]
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "1"))
+CLOCK = time.process_time if THREADS == 1 else time.perf_counter
 
 
-def best_ms(fn, repeat=20):
+def best_ms(fn, repeat=5):
     fn()
     times = []
     for _ in range(repeat):
-        t0 = time.process_time()
+        t0 = CLOCK()
         fn()
-        times.append(time.process_time() - t0)
+        times.append(CLOCK() - t0)
     return 1e3 * min(times)
 
 
-def step(lib, f, args, layer):
-    def run():
-        for t in args:
-            t.grad = None
-        out = layer(f, *args)
-        out.backward(lib.ones_like(out))
-    return run
+def onnxruntime_conv(x, w, stride, padding, groups):
+    """A session running one ONNX Conv of ``x`` with the constant ``w``."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
+                            pads=[padding] * 4, group=groups)
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x})
 
 
-def compare(name, arrays, layer):
-    t_args = [torch.tensor(a, requires_grad=True) for a in arrays]
-    d_args = [dg.tensor(a, requires_grad=True) for a in arrays]
-    ms_fwd_d = best_ms(lambda: layer(dg.nn.functional, *[t.detach() for t in d_args]))
-    ms_fwd_t = best_ms(lambda: layer(torch.nn.functional, *[t.detach() for t in t_args]))
-    ms_d = best_ms(step(dg, dg.nn.functional, d_args, layer))
-    ms_t = best_ms(step(torch, torch.nn.functional, t_args, layer))
-    print(f"{name:26s} fwd {ms_fwd_d:7.2f} ms vs torch {ms_fwd_t:6.2f} ms | fwd+bwd "
-          f"{ms_d:7.2f} ms vs torch {ms_t:6.2f} ms ({ms_d / ms_t:4.1f}x)")
+def measure(layer):
+    import torch
 
-
-def main():
+    from dualgraph.ops import conv
+    name, xs, ws, s, p, g = layer
     rng = np.random.default_rng(0)
-    print(f"torch threads: {torch.get_num_threads()}")
-    for name, xs, ws, pad in LAYERS:
-        arrays = [rng.standard_normal(s).astype(np.float32) for s in (xs, ws, ws[:1])]
-        compare(name, arrays, lambda f, x, w, b, pad=pad: f.conv2d(x, w, b, padding=pad))
-    for name, xs in POOLS:
-        arrays = [rng.standard_normal(xs).astype(np.float32)]
-        compare(name, arrays, lambda f, x: f.max_pool2d(x, 2))
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.standard_normal(ws, dtype=np.float32) / 10
+    attrs = dict(stride=(s, s), padding=((p, p), (p, p)), dilation=(1, 1), groups=g)
+    gy = rng.standard_normal(conv._conv2d_kernel(x, w, **attrs).shape, dtype=np.float32)
+    tx, tw, tg = map(torch.tensor, (x, w, gy))
+
+    def torch_grad(mask):
+        return lambda: torch.ops.aten.convolution_backward(
+            tg, tx, tw, None, [s, s], [p, p], [1, 1], False, [0, 0], g, mask)
+    ours = [lambda: conv._conv2d_kernel(x, w, **attrs),
+            lambda: conv._input_grad_kernel(gy, w, input_size=xs[2:], **attrs),
+            lambda: conv._weight_grad_kernel(x, gy, kernel_size=ws[2:], **attrs)]
+    peers = [lambda: torch.nn.functional.conv2d(tx, tw, None, s, p, 1, g),
+             torch_grad([True, False, False]), torch_grad([False, True, False])]
+    ort_ms = best_ms(onnxruntime_conv(x, w, s, p, g))
+    cells = []
+    for label, mine, peer in zip(("fwd", "dx", "dw"), ours, peers):
+        a, b = best_ms(mine), best_ms(peer)
+        cells.append(f"{label} {a:7.2f}/{b:6.2f}={a / b:4.1f}x")
+        if label == "fwd":
+            cells.append(f"ort {ort_ms:6.2f}={a / ort_ms:4.1f}x")
+    method = conv.conv_method(xs, ws, (s, s), ((p, p), (p, p)), (1, 1), g)
+    gflop = 2 * np.prod(gy.shape) * np.prod(ws[1:]) / 1e9
+    print(f"{name:18s} {method:9s} {gflop:5.2f} GF  " + "  ".join(cells), flush=True)
+
+
+def main(parts):
+    import torch
+    torch.set_num_threads(THREADS)
+    print(f"threads {THREADS}; dualgraph / torch (fwd, dx, dw), dualgraph / onnxruntime (fwd)")
+    for layer in LAYERS:
+        if not parts or any(part in layer[0] for part in parts):
+            measure(layer)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -7,8 +7,6 @@ matmul precision, the legacy typed constructors (``dg.LongTensor([1, 2])``).
 """
 from __future__ import annotations
 
-import os
-
 import ml_dtypes
 import numpy as np
 
@@ -93,11 +91,14 @@ def numel(input) -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Split dualgraph's big loops over ``n`` threads (``DUALGRAPH_NUM_THREADS``, which the
-    loops read, is set to ``n``); the BLAS library keeps its own thread count."""
+    """Use ``n`` threads for intra-op work, as ``torch.set_num_threads``: one count for
+    both pools dualgraph's kernels run on, the threads of NumPy's OpenBLAS (GEMMs, and the
+    loops whose rows are handed to its workers) and dualgraph's own loops
+    (``DUALGRAPH_NUM_THREADS``), so that neither oversubscribes the cores the other uses
+    (``kernels.tuning.share_cores``)."""
     if int(n) < 1:
         raise ValueError(f"set_num_threads expects a positive number of threads, got {n}")
-    os.environ["DUALGRAPH_NUM_THREADS"] = str(int(n))
+    tuning.share_cores(int(n))
 
 
 def get_num_threads() -> int:

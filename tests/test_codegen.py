@@ -187,10 +187,12 @@ def broadcast_group():
     c = g.add_input((8, 32, 1), "float32", name="c")    # a column
     s = g.add_input((), "float32", name="s")            # a scalar
     m = g.add_input((8, 1, 16), "float32", name="m")    # none: broadcast first
+    p = g.add_input((32, 1), "float32", name="p")       # a cycle: per channel, as a bias
     (h,) = g.add_node("mul", [x, a])
     (h,) = g.add_node("add", [h, c])
     (h,) = g.add_node("mul", [h, s])
     (h,) = g.add_node("sub", [h, m])
+    (h,) = g.add_node("add", [h, p])
     (h,) = g.add_node("abs", [h])
     (h,) = g.add_node("sqrt", [h])
     (h2,) = g.add_node("mul", [h, 0.5])
@@ -208,7 +210,7 @@ def test_fused_kernel_equals_numpy_with_broadcasting_and_a_row_reduction():
     assert len(fused) == 1   # the final sub reads the mean: it runs after the group
     (kernel,) = exe.kernels.values()
     assert kernel.lowering is not None and kernel.lowering.kinds == [
-        "full", "row", "col", "scalar", "materialise"]
+        "full", "row", "col", "scalar", "materialise", "cycle"]
     rng = np.random.default_rng(1)
     for seed in range(2):
         args = [rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs]

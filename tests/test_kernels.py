@@ -665,12 +665,28 @@ CONVS = [   # x shape, w shape, conv2d kwargs: every conv_method, padding, strid
     ((3, 4, 10, 9), (8, 1, 3, 5), {"stride": 2, "padding": (2, 1), "groups": 4}),   # x2
     ((2, 5, 12, 12), (5, 1, 3, 3), {"padding": 3, "dilation": 2, "groups": 5}),
     ((2, 5, 8, 7), (5, 1, 3, 3), {"stride": (2, 1), "groups": 5}),
+    # rows of 16 outputs or more: the row loops (the ones above take the channel tiles)
+    ((2, 3, 7, 37), (3, 1, 3, 3), {"padding": 1, "groups": 3}),
+    ((1, 17, 9, 41), (17, 1, 3, 5), {"stride": (1, 2), "padding": (0, 2), "groups": 17}),
+    ((2, 4, 11, 50), (4, 1, 5, 3), {"stride": 3, "padding": (2, 3), "dilation": (1, 2),
+                                    "groups": 4}),
     ((3, 8, 9, 9), (8, 2, 3, 3), {"padding": 1, "groups": 4}),                        # grouped
     ((2, 6, 8, 8), (12, 6, 1, 1), {}),                                                 # 1x1
     ((2, 6, 9, 8), (4, 6, 1, 1), {"stride": 2}),
     ((4, 3, 23, 21), (5, 3, 3, 3), {"padding": 1}),
     ((2, 4, 17, 19), (3, 4, 5, 3), {"stride": 2, "padding": (2, 0), "dilation": (1, 2)}),
 ]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs", [c for c in CONVS if "groups" in c[2]])
+def test_depthwise_gradients_by_finite_differences(x_shape, w_shape, kwargs):
+    """The direct loops' two gradients in float64 (the same loops as float32), by
+    finite differences of the loop's own forward: rows and tiles, strides, dilations."""
+    rng = np.random.default_rng(3)
+    xs = dg.tensor(rng.standard_normal((1,) + x_shape[1:]), requires_grad=True)
+    ws = dg.tensor(rng.standard_normal(w_shape), requires_grad=True)
+    assert dg.autograd.gradcheck(lambda a, b: dg.nn.functional.conv2d(a, b, **kwargs),
+                                 (xs, ws), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,kwargs", CONVS)
@@ -702,3 +718,39 @@ def test_conv_kernels_match_torch(monkeypatch, x_shape, w_shape, kwargs, block_b
     depthwise = w_shape[1] == 1 and w_shape[0] == kwargs.get("groups", 1)
     assert (method == "depthwise") == depthwise
     assert (method == "pointwise") == (w_shape[2:] == (1, 1) and not kwargs)
+
+
+@pytest.mark.parametrize("shape,kwargs", [
+    ((2, 3, 15, 17), {"kernel_size": 3, "stride": 2, "padding": 1}),              # ResNet's
+    ((1, 4, 12, 11), {"kernel_size": (3, 2), "stride": (1, 2), "dilation": (2, 1)}),
+    ((2, 2, 9, 10), {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
+    ((1, 3, 20, 20), {"kernel_size": 5, "stride": 3, "padding": 2, "ceil_mode": True}),
+])
+def test_max_pool_loop_matches_torch(shape, kwargs):
+    """``kernels.pooling.max_pool`` (any window): values and torch's argmax indices, with
+    padding, dilation, ceil mode and repeated maxima (the first wins)."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, shape).astype(np.float32)    # ties in most windows
+    got = dg.nn.functional.max_pool2d(dg.tensor(x), return_indices=True, **kwargs)
+    want = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kwargs)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+
+
+@pytest.mark.parametrize("channels,spread", [(16, 1), (21, 1), (5, 2), (40, 3)])
+def test_blocked_layout_round_trip(channels, spread):
+    """``kernels.conv.to_blocks``/``from_blocks`` (the NCHW16c layout of the small-plane
+    loops): channels padded with zeros to a multiple of 16, columns spread with zeros
+    between, and back (every ``spread``-th position) to the same array."""
+    from dualgraph.kernels import conv
+    x = np.random.default_rng(2).standard_normal((2, channels, 3, 5), dtype=np.float32)
+    blocked = conv.to_blocks(x, spread)
+    five = blocked.reshape(2, -(-channels // 16), 3, -1, 16)
+    assert five.shape[3] == 4 * spread + 1
+    np.testing.assert_array_equal(five[:, 0, :, ::spread, 0], x[:, 0])
+    assert not five[..., channels % 16 or 16:][:, -1].any()
+    if spread > 1:
+        assert not five[:, :, :, 1::spread].any()
+    back = np.empty_like(x)
+    conv.from_blocks(blocked, back, spread)
+    np.testing.assert_array_equal(back, x)

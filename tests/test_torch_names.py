@@ -10,6 +10,7 @@ import torch
 
 import dualgraph as dg
 from dualgraph import nn
+from dualgraph.kernels import tuning
 
 
 def same(got, want, rtol=1e-6, atol=1e-7):
@@ -258,10 +259,18 @@ def test_num_threads_round_trip(monkeypatch):
     # setenv first, so that the fixture puts the variable back (or removes it) afterwards:
     # set_num_threads writes it, and later tests must not inherit it
     monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
-    dg.set_num_threads(3)
-    assert dg.get_num_threads() == 3
-    with pytest.raises(ValueError):
-        dg.set_num_threads(0)
+    blas = tuning.openblas()
+    before = blas.threads() if blas else None
+    try:
+        dg.set_num_threads(3)
+        assert dg.get_num_threads() == 3
+        if blas:   # one count for both pools: OpenBLAS's threads follow
+            assert blas.threads() == 3
+        with pytest.raises(ValueError):
+            dg.set_num_threads(0)
+    finally:
+        if blas:
+            tuning.share_cores(before)
 
 
 def test_inference_mode_forms():

@@ -156,6 +156,12 @@ def _kind(shape, out_shape, k) -> str | None:
                      ("col", lead_full and trail_one), ("scalar", lead_one and trail_one)):
         if ok:
             return kind
+    # "cycle": one value per row, repeating every len(input) rows: ones, then full lead
+    # dims, then ones (a per-channel (C, 1, 1) against (N, C, H, W) split after C). It
+    # would otherwise be materialised to the whole shape, a copy per call.
+    ones = next((a for a in range(k) if padded[a] != 1), k)
+    if trail_one and padded[ones:k] == tuple(out_shape[ones:k]):
+        return "cycle"
     return None
 
 
@@ -306,8 +312,9 @@ class Lowering:
             arr = f"in{i}"
             var[u] = f"x{i}"
             params.append(arr)
-            if kind in ("col", "scalar"):   # one value per row: read once
-                hoisted.append(f"{var[u]} = {arr}[{'r' if kind == 'col' else '0'}]")
+            if kind in ("col", "scalar", "cycle"):   # one value per row: read once
+                at = {"col": "r", "scalar": "0", "cycle": f"r % {arr}.size"}[kind]
+                hoisted.append(f"{var[u]} = {arr}[{at}]")
             elif kind == "row":
                 loads.append(f"{var[u]} = {arr}[j]")
             else:   # this row's slice: indices from 0 let LLVM drop the wraparound checks

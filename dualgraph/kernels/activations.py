@@ -1,4 +1,5 @@
-"""One-pass float32 loops for erf, the GELUs, the LSTM cell and ReLU, forward and backward.
+"""One-pass float32 loops for erf, the GELUs, the LSTM cell and ReLU, forward and backward,
+and ``where``'s select.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
@@ -113,6 +114,26 @@ def relu_backward(g, y, out):
     """``out = g where y > 0, else 0`` over flat arrays (y: relu's output)."""
     for i in range(y.size):
         out[i] = g[i] if y[i] > _ZERO else _ZERO
+
+
+@loop
+def select(start, stop, cond, a, b, out):
+    """``out = a where cond else b`` over elements ``start:stop`` of flat arrays: a
+    branch-free select (NumPy's ``where`` branches per element here: ~5x slower on a
+    random mask)."""
+    cs, as_, bs, outs = cond[start:stop], a[start:stop], b[start:stop], out[start:stop]
+    for i in range(cs.size):
+        outs[i] = as_[i] if cs[i] else bs[i]
+
+
+@loop
+def select_value(start, stop, cond, value, other, out, when):
+    """``out = value where cond == when else other``: :func:`select` with one side a
+    number (ReLU6's and clamp's bounds, a gradient's zero), which vectorises fully
+    (~30x NumPy's ``where``)."""
+    cs, others, outs = cond[start:stop], other[start:stop], out[start:stop]
+    for i in range(cs.size):
+        outs[i] = value if cs[i] == when else others[i]
 
 
 @loop

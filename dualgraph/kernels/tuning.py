@@ -343,9 +343,25 @@ def report() -> dict:
     return {"tricks": sorted(active), "cores": cores(),
             "openblas": found.path if found else None,
             "openblas_threads": found.threads() if found else None,
+            "openblas_core": _core_name(found),
             "blas_jobs": blas_jobs(), "matvec_helper": matvec_helper(),
             "malloc_applied": _malloc.applied,
             "array_struct_known": native.array_struct_known()}
+
+
+def _core_name(found: OpenBLAS | None) -> str | None:
+    """The CPU kernels OpenBLAS chose as it loaded (``OPENBLAS_CORETYPE`` overrides its
+    choice: "Haswell" AVX2 kernels on an AVX-512 CPU run GEMMs at ~60% speed), if it says."""
+    if found is None:
+        return None
+    library = ctypes.CDLL(found.path)
+    name = next((getattr(library, n) for n in ("openblas_get_corename",
+                                               "scipy_openblas_get_corename64_")
+                 if hasattr(library, n)), None)
+    if name is None:
+        return None
+    name.restype = ctypes.c_char_p
+    return name().decode()
 
 
 def _from_environment() -> None:

@@ -27,6 +27,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes, kernels
 from ..dispatch import apply
+from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, ShapeError
 from . import creation, index, linalg, reduce
 from . import shape as shape_ops
@@ -806,6 +807,15 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
         best = np.empty((planes.shape[0],) + tuple(out_hw), x.dtype)
         where = np.empty(best.shape, np.int64)
         kernels.pooling.max_pool_2x2(planes, best, where)
+        shape = x.shape[:-2] + tuple(out_hw)
+        return cast(best.reshape(shape), dt), where.reshape(shape)
+    if kernels.enabled(x) and not np.isnan(x).any():
+        planes = np.ascontiguousarray(x).reshape((-1,) + hw)
+        best = np.empty((planes.shape[0],) + tuple(out_hw), x.dtype)
+        where = np.empty(best.shape, np.int64)
+        run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where,
+                 *kernel_size, *stride, *dilation, padding[0], padding[1],
+                 threads=threads_for(planes.size))
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)

@@ -822,7 +822,29 @@ clip = clamp
 # -- where and casts -----------------------------------------------------------------------------
 def _where_kernel(cond, a, b):
     dt = dtypes.result_type(a, b)
-    return np.where(cond, cast(a, dt), cast(b, dt))
+    a, b = cast(a, dt), cast(b, dt)
+    shape = np.broadcast_shapes(np.shape(cond), np.shape(a), np.shape(b))
+    if dt == np.float32 and math.prod(shape) >= kernels.MIN_ELEMENTS and (
+            kernels.numba_available()):
+        return _select(cond, a, b, shape)
+    return np.where(cond, a, b)
+
+
+def _select(cond, a, b, shape):
+    """float32 ``where`` by the loops of ``kernels.activations`` (NumPy's branches per
+    element: 5-30x slower); a one-element side (ReLU6's bound) stays a number."""
+    out = np.empty(shape, np.float32)
+    full = lambda v: kernels.flat(np.broadcast_to(v, shape))  # noqa: E731
+    c = full(np.asarray(cond, bool))
+    if np.size(a) == 1 or np.size(b) == 1:
+        value, other, when = (a, b, True) if np.size(a) == 1 else (b, a, False)
+        run_rows(kernels.activations.select_value, out.size, c,
+                 np.float32(np.reshape(value, ())), full(other), out.reshape(-1), when,
+                 threads=threads_for(out.size))
+    else:
+        run_rows(kernels.activations.select, out.size, c, full(a), full(b),
+                 out.reshape(-1), threads=threads_for(out.size))
+    return out
 
 
 def _infer_where(cond, a, b):
