@@ -5,8 +5,7 @@ thread, do not deadlock or mix up results with several Python threads calling at
 a forked child of a process that used them, and in two processes running at once on the
 same two cores (as two MPI ranks on one machine); they turn off with one core or the
 switch, and back off when a shared job keeps waiting for a thread that is not running.
-The malloc trick is tested in ``test_allocator.py``; the AVX-512 kernels' switch
-(``"avx512"``) at the end."""
+The malloc trick is tested in ``test_allocator.py``."""
 import ctypes
 import json
 import os
@@ -19,7 +18,7 @@ import pytest
 
 import dualgraph as dg
 from dualgraph import kernels
-from dualgraph.kernels import blas_core, blas_threads, matvec, tuning
+from dualgraph.kernels import blas_threads, matvec, tuning
 from dualgraph.ops.opdef import REGISTRY
 
 needs_tricks = pytest.mark.skipif(
@@ -90,7 +89,7 @@ def posted() -> int:
 
 
 def test_the_switch_reads_names_and_rejects_typos():
-    assert tuning.parse("") == tuning.parse("default") == {"blas", "matvec", "avx512"}
+    assert tuning.parse("") == tuning.parse("default") == {"blas", "matvec"}
     assert tuning.parse("1") == tuning.parse("ON") == tuning.parse("all") == tuning.TRICKS
     assert tuning.parse("0") == tuning.parse("off") == frozenset()
     assert tuning.parse(" blas , malloc ") == {"blas", "malloc"}
@@ -190,7 +189,7 @@ cores = {cores!r}
 if cores:
     os.sched_setaffinity(0, cores)
 from test_tuning import alone, same, workload, posted
-from dualgraph.kernels import blas_core, blas_threads, matvec, tuning
+from dualgraph.kernels import blas_threads, matvec, tuning
 run = workload()
 want = alone(run)
 calls = []
@@ -285,48 +284,3 @@ def test_a_job_that_starts_late_is_a_stall_and_two_make_the_calls_run_alone(monk
     np.testing.assert_array_equal(gelu(x), want)
     assert backoff.stalls == 3 and backoff.alone == 2 * tuning.FIRST_BACKOFF
     assert counted["blas"] == 3 + tuning.FIRST_BACKOFF
-
-
-needs_avx512_cpu = pytest.mark.skipif(
-    blas_core._library() is None or not blas_core.cpu_flags().issuperset(blas_core.AVX512),
-    reason="the switch needs NumPy's DYNAMIC_ARCH OpenBLAS on an AVX-512 CPU")
-SWITCH_AND_BACK = """
-import numpy as np
-from dualgraph.kernels import blas_core, tuning
-rng = np.random.default_rng(3)
-a = rng.standard_normal((200, 300), dtype=np.float32)
-b = rng.standard_normal((300, 150), dtype=np.float32)
-want = a.astype(np.float64) @ b
-cores = [blas_core.core()]
-np.testing.assert_allclose(a @ b, want, rtol=1e-4, atol=1e-4)
-before = tuning.configure("off")
-cores.append(blas_core.core())
-np.testing.assert_allclose(a @ b, want, rtol=1e-4, atol=1e-4)
-tuning.configure(before)
-cores.append(tuning.report()["openblas_core"])
-np.testing.assert_allclose(a @ b, want, rtol=1e-4, atol=1e-4)
-print(*cores)
-"""
-
-
-def _cores(**env) -> list[str]:
-    """The OpenBLAS cores a fresh process runs: after import, switched off, on again."""
-    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    out = subprocess.run([sys.executable, "-c", SWITCH_AND_BACK], capture_output=True,
-                         text=True, timeout=120, env={**environ, **env})
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
-
-
-@needs_avx512_cpu
-def test_avx512_switches_openblas_kernels_and_back_with_products_still_right():
-    """On an AVX-512 CPU the default runs OpenBLAS's AVX-512 kernels; switched off, the
-    core OpenBLAS chose itself; the products agree with float64's each way."""
-    on, off, again = _cores()
-    assert on == again == "SkylakeX"
-    assert off.lower() in blas_core.AVX2_CORES + ("skylakex", "cooperlake")
-
-
-@needs_avx512_cpu
-def test_a_users_openblas_coretype_wins():
-    assert _cores(OPENBLAS_CORETYPE="Haswell") == ["Haswell"] * 3

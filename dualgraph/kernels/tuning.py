@@ -17,10 +17,6 @@ The tricks, by name:
 - ``"matvec"``: a helper thread that, once woken, polls for the next batch-1 product for
   about a millisecond before it sleeps again (``matvec.py``): waking a sleeping thread
   costs more than the product.
-- ``"avx512"``: where NumPy's OpenBLAS took an AVX-512 CPU newer than itself for an AVX2
-  one (AMD Zen 4 with current wheels), switch it to its AVX-512 GEMM kernels
-  (``blas_core.py``): every float32 GEMM about twice as fast. It changes NumPy's products
-  for the whole process, by rounding only; a user's ``OPENBLAS_CORETYPE`` wins.
 - ``"malloc"``: raise glibc's mmap and trim thresholds (``mallopt``) so that the MB-sized
   activations a step frees are reused by the next step instead of being unmapped and
   page-faulted in again. This one changes the whole process (every library in it gets
@@ -32,8 +28,8 @@ The switch is ``DUALGRAPH_CPU_TUNING``, read once, when dualgraph is imported, a
 ==========================  =====================================================
 ``DUALGRAPH_CPU_TUNING``    tricks on
 ==========================  =====================================================
-unset, ``default``          ``blas``, ``matvec``, ``avx512`` (:data:`DEFAULT`)
-``1``, ``on``, ``all``      ``blas``, ``matvec``, ``avx512``, ``malloc`` (:data:`TRICKS`)
+unset, ``default``          ``blas``, ``matvec`` (:data:`DEFAULT`)
+``1``, ``on``, ``all``      ``blas``, ``matvec``, ``malloc`` (:data:`TRICKS`)
 ``0``, ``off``              none: every loop runs on the calling thread or a plain
                             pool of sleeping threads, malloc is left alone
 ``blas,malloc`` (a list)    exactly those
@@ -42,8 +38,6 @@ unset, ``default``          ``blas``, ``matvec``, ``avx512`` (:data:`DEFAULT`)
 Why the default is what it is: ``blas`` and ``matvec`` touch nothing outside
 dualgraph's own kernels (they run only while one of its loops runs, and only on the cores
 this process may use) and each backs off where it would fight for a core (below);
-``avx512`` changes only which of OpenBLAS's own kernels compute a product (the ones its
-own detection would pick on a CPU it knew);
 ``malloc`` changes the process for everyone in it, so it is never applied unless asked
 for: ``import dualgraph`` leaves malloc's settings as they were. :func:`configure` with
 ``malloc`` applies it at once; without it, a process where it was applied gets glibc's
@@ -85,11 +79,9 @@ import warnings
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
-from . import blas_core
-
 SWITCH = "DUALGRAPH_CPU_TUNING"
-TRICKS = frozenset({"blas", "matvec", "avx512", "malloc"})
-DEFAULT = frozenset({"blas", "matvec", "avx512"})
+TRICKS = frozenset({"blas", "matvec", "malloc"})
+DEFAULT = frozenset({"blas", "matvec"})
 _OFF, _ON = ("0", "off", "none", "false", "no"), ("1", "on", "all", "true", "yes")
 
 active: frozenset = frozenset()     # the tricks on now (``"blas" in tuning.active``)
@@ -119,9 +111,9 @@ def configure(setting: bool | str | Iterable[str] = True) -> frozenset:
     before, which a later call takes back.
 
     >>> import dualgraph as dg
-    >>> before = dg.tune_cpu("default")     # malloc left alone
+    >>> before = dg.tune_cpu("blas,matvec")     # the default: malloc left alone
     >>> sorted(dg.kernels.tuning.active)
-    ['avx512', 'blas', 'matvec']
+    ['blas', 'matvec']
     >>> _ = dg.tune_cpu(before)
     """
     global active
@@ -136,10 +128,6 @@ def configure(setting: bool | str | Iterable[str] = True) -> frozenset:
     before, active = active, tricks
     if ("malloc" in tricks) != _malloc.applied:
         _malloc.set(on="malloc" in tricks)
-    if "avx512" in tricks:
-        blas_core.use_avx512()
-    else:
-        blas_core.restore()
     return before
 
 
@@ -355,7 +343,6 @@ def report() -> dict:
     return {"tricks": sorted(active), "cores": cores(),
             "openblas": found.path if found else None,
             "openblas_threads": found.threads() if found else None,
-            "openblas_core": blas_core.core(),
             "blas_jobs": blas_jobs(), "matvec_helper": matvec_helper(),
             "malloc_applied": _malloc.applied,
             "array_struct_known": native.array_struct_known()}
