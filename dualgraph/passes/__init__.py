@@ -36,11 +36,12 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "fuse_elementwise", "fuse_all_reduces", "schedule", "checkpoint_savings",
            "rematerialize", "plan_memory", "save_scan_residuals", "fold_batchnorm",
            "batch_linears", "share_conv_columns", "join_loss_gradient", "batch_scan_linears",
-           "group_updates", "linear_relu", "relu_backward_in_place"]
+           "group_updates", "linear_relu", "relu_backward_in_place", "fuse_attention"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (fold_batchnorm, batch_linears, share_conv_columns, join_loss_gradient, batch_scan_linears,
- group_updates, linear_relu, relu_backward_in_place) = LOWERING
+ group_updates, linear_relu, relu_backward_in_place) = LOWERING[:8]
+fuse_attention = next(rule for rule in LOWERING if rule.name == "fuse_attention")
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
