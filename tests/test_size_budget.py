@@ -67,11 +67,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # with the lowering rule fold_batchnorm (BatchNorm folded in any graph with constant weights);
 # the core +120 with it. export/ keeps its budget after giving that away: the last conformance
 # cases of the common op types (opset 8 Scan, MaxPool's column-major indices, ...), and
-# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import).
-CORE_BUDGET = 17_520
+# dg.onnx.check's runtime= (the caller's runtime, or dualgraph's import). passes/ +110,
+# ops/ +50, kernels/ +30 (issue 26, transformers): the lowering rule fuse_attention
+# (passes/attention.py), its compiler-only op (ops/attention.py) and its head-block loop
+# (kernels/attention.py), the select loop of an eager where; the core +250 with them.
+CORE_BUDGET = 17_770
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_090,
            "cli": 320, "codegen": 1_260, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_080, "ops": 5_830, "passes": 2_180, "export": 3_300, "nn": 3_060,
+           "kernels": 2_110, "ops": 5_880, "passes": 2_290, "export": 3_300, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
