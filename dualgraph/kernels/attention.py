@@ -92,7 +92,8 @@ def attend(q, kt, v, mask, scale: float, divide: bool, fill, heads_out: bool):
     else:
         out = view = np.empty(batch + (m, ev), np.float32)
     layouts = [_layout(x) for x in operands + [view]]
-    if any(lay is None for lay in layouts) or layouts[3][5] != NO_TRANS or 0 in out.shape:
+    if (any(lay is None for lay in layouts) or layouts[3][5] != NO_TRANS
+            or 0 in out.shape or 0 in q.shape or 0 in kt.shape):
         return None
     count = math.prod(batch)
     if mask is None:

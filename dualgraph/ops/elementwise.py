@@ -824,7 +824,8 @@ def _where_kernel(cond, a, b):
     a, b = cast(a, dt), cast(b, dt)
     shape = broadcast_shapes(shape_of(cond), shape_of(a), shape_of(b))
     if (math.prod(shape) >= kernels.MIN_ELEMENTS and kernels.numba_available()
-            and dt.kind in "fiu" and np.asarray(cond).dtype == np.bool_):
+            and (dt.kind in "iu" or dt in (np.float32, np.float64))   # (no float16 loops)
+            and np.asarray(cond).dtype == np.bool_):
         out = np.empty(shape, dt)
         flats = [kernels.flat(np.broadcast_to(x, shape)) for x in (cond, a, b)]
         run_rows(kernels.activations.select, out.size, *flats, out.reshape(-1),
