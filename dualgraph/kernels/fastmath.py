@@ -26,14 +26,14 @@ to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
   absolute error below 3e-11); from 3.85 on, erf rounds to 1 in float32. Every element
   evaluates all three (selects, not branches, so the loop vectorises); rational forms
   (Cody's) need two float64 divisions, which took most of the time.
-  ``gelu_backward32`` builds on the same float64 value.
 - ``gelu32``: ``x Phi(x)`` in float32, near the speed of the tanh form (computed from the
   float64 erf it took 3x torch's time): ``Phi = erfc(|y|) / 2`` for negative x and
   ``1 - erfc(|y|) / 2`` otherwise (``y = x / sqrt 2``), ``erfc(a) = exp(-a^2) R(t)``
   with ``R`` a Chebyshev fit of ``erfc(a) exp(a^2)`` in ``t = 1 / (1 + a / 2)`` on
   [0, 5.5] (degree 8, relative error 7e-7 evaluated in float32); 0 from 5.5 on. The tail
   of very negative x keeps its relative accuracy (no ``1 + erf`` cancelling, as in
-  torch's float32 formula).
+  torch's float32 formula). ``gelu_backward32`` shares ``Phi`` and its ``exp(-x^2 / 2)``
+  with the density ``phi``.
 
 Every function is a plain Python function here (a ``kernels.Helper``), so the module
 imports, and the formulas can be tested, without Numba; Numba compiles them when a loop
@@ -314,17 +314,20 @@ def erf32(x):
 @helper(**_INLINED)
 def gelu32(x):
     """``x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))`` for float32 scalars, in float32 through
-    ``erfc(|y|) = exp(-y^2) R(|y|)`` (module docstring), ``y = x / sqrt 2``: ``Phi =
-    erfc / 2`` for negative x, so that the tail keeps its relative accuracy instead of
-    cancelling in ``1 + erf``, and ``1 - erfc / 2`` otherwise. Selects, not branches."""
-    y = x * _SQRT_HALF32
-    a = abs(y)
+    ``erfc`` (:func:`_twice_phi`; module docstring). Selects, not branches."""
+    return _HALF * x * _twice_phi(x, exp32_nonpositive(-_HALF * (x * x)))
+
+
+@helper(**_INLINED)
+def _twice_phi(x, e):
+    """``2 Phi(x)`` given ``e = exp(-x^2 / 2)``: ``erfc(|y|)`` for negative x, so that the
+    tail keeps its relative accuracy instead of cancelling in ``1 + erf``, and
+    ``2 - erfc(|y|)`` otherwise; ``y = x / sqrt 2``, ``erfc(a) = exp(-a^2) R(t)``."""
+    a = abs(x * _SQRT_HALF32)
     t = _ONE / (_ONE + _HALF * a)
-    # (a^2 as x^2 / 2: one rounding, not y's and then the square's)
-    erfc = exp32_nonpositive(-_HALF * (x * x)) * _horner32(
-        _ERFCX, t * _ERFCX_SCALE - _ERFCX_SHIFT)
+    erfc = e * _horner32(_ERFCX, t * _ERFCX_SCALE - _ERFCX_SHIFT)
     erfc = erfc if a < _ERFC_END else _ZERO
-    return _HALF * x * (erfc if y < _ZERO else _TWO - erfc)
+    return erfc if x < _ZERO else _TWO - erfc
 
 
 @helper(**_INLINED)
@@ -338,10 +341,8 @@ def _horner32(coefficients, u):
 @helper(**_INLINED)
 def gelu_backward32(g, x):
     """``g * d/dx gelu(x) = g (Phi(x) + x phi(x))`` for float32 scalars."""
-    d = np.float64(x)
-    cdf = np.float32(0.5 * (1.0 + _erf64(d * _SQRT_HALF64)))
-    pdf = exp32(-_HALF * x * x) * _INV_SQRT_2PI
-    r = g * (cdf + x * pdf)
+    e = exp32_nonpositive(-_HALF * (x * x))     # (phi's and Phi's exponential)
+    r = g * (_HALF * _twice_phi(x, e) + x * (e * _INV_SQRT_2PI))
     return x if x != x else r
 
 
