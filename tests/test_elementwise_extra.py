@@ -311,3 +311,20 @@ def test_small_powers_are_products_eager_and_compiled_and_match_torch(exponent):
     (got,) = compiled(dg.tensor(x))
     np.testing.assert_array_equal(got.numpy(), y.detach().numpy() + 1)
     assert "as the kernel" in compiled.explain()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "int8"])
+def test_where_on_big_mixed_masks_equals_numpy(dtype):
+    """From kernels.MIN_ELEMENTS on, ``where`` runs a select loop (NumPy's branches per
+    element): the same values, broadcast operands and a Python scalar included."""
+    from dualgraph.ops import REGISTRY
+    rng = np.random.default_rng(3)
+    cond = rng.random((64, 100)) < 0.5
+    a = (rng.standard_normal((64, 100)) * 10).astype(dtype)
+    b = (rng.standard_normal((1, 100)) * 10).astype(dtype)
+    kernel = REGISTRY["where"].kernel
+    got = kernel(cond, a, b)
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got, np.where(cond, a, b))
+    filled = kernel(cond[:1], a, -7)
+    np.testing.assert_array_equal(filled, np.where(cond[:1], a, np.array(-7, dtype)))

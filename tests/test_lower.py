@@ -144,6 +144,16 @@ def max_pool_read_for_values():
     return g
 
 
+def scaled_dot_product_attention():
+    g = Graph()
+    q, kt, v = f32(g, "q", 2, 3, 4), f32(g, "kt", 2, 4, 5), f32(g, "v", 2, 5, 4)
+    (s,) = g.add_node("matmul", [q, kt], names=["s"])
+    (scaled,) = g.add_node("mul", [s, 0.5], names=["scaled"])
+    (p,) = g.add_node("softmax", [scaled], {"dim": 2}, names=["p"])
+    g.set_outputs(list(g.add_node("matmul", [p, v], names=["o"])))
+    return g
+
+
 EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
@@ -156,6 +166,7 @@ EXAMPLES = {
     "group_updates": two_sgd_updates,
     "linear_relu": relu_of_a_linear,
     "relu_backward_in_place": relu_gradient_of_a_linear_gradient,
+    "fuse_attention": scaled_dot_product_attention,
 }
 
 

@@ -641,7 +641,8 @@ def _attend(query, key, value, mask, dropout_p: float, scale: float, safe: bool)
     ``mask`` is None, a bool tensor (True = take part) or a float tensor added to the scores,
     broadcastable to (..., L, S). With ``safe`` a query whose keys are all masked out gets
     zero weights (torch's SDPA) instead of NaN (torch's MHA weights)."""
-    scores = linalg.matmul(query * scale, shape_ops.transpose(key, -2, -1))
+    scores = linalg.matmul(query, shape_ops.transpose(key, -2, -1)) * scale   # (as users
+    # write it: the lowering rule fuse_attention makes one kernel of it)
     if mask is not None and mask.dtype == dtypes.bool_:
         scores = index_ops.masked_fill(scores, ew.logical_not(mask), -math.inf)
     elif mask is not None:
@@ -708,7 +709,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise TypeError(f"attn_mask must be bool or float, got {attn_mask.dtype}")
     mask = _causal_mask(query.shape[-2], key.shape[-2]) if is_causal else attn_mask
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    return _attend(query, key, value, mask, dropout_p, scale, safe=True)[0]
+    # (a causal mask leaves every query its first key: no row needs the fully-masked guard)
+    return _attend(query, key, value, mask, dropout_p, scale, safe=not is_causal)[0]
 
 
 # -- multi-head attention ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
-from . import (collective, control, conv, creation, dynamic, elementwise, epilogue,  # noqa: F401
-               fused, index, linalg, loss, methods, norm, recurrent, reduce, shape)
+from . import (attention, collective, control, conv, creation, dynamic, elementwise,  # noqa: F401
+               epilogue, fused, index, linalg, loss, methods, norm, recurrent, reduce, shape)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
 methods.install([control.METHODS, elementwise.METHODS, reduce.METHODS, shape.METHODS,

@@ -37,12 +37,13 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "checkpoint_savings", "rematerialize", "plan_memory", "save_scan_residuals",
            "fold_batchnorm", "batch_linears", "share_conv_columns", "conv_epilogue",
            "max_pool_values", "join_loss_gradient", "compress_all_reduces",
-           "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place"]
+           "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
+           "fuse_attention"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, max_pool_values,
  join_loss_gradient, compress_all_reduces, batch_scan_linears, group_updates, linear_relu,
- relu_backward_in_place) = LOWERING
+ relu_backward_in_place, fuse_attention) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

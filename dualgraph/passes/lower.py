@@ -36,7 +36,9 @@ from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
+from ..ops.reduce import SOFTMAX
 from .affine import LAYERS, affine_chains, fold_affine_chains
+from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import MAX_POOL2D_VALUES
@@ -318,6 +320,13 @@ RULES = [
     # relu_backward(linear_backward(...).dx, y), dx read once -> masked in place
     LoweringRule("relu_backward_in_place", (RELU_BACKWARD,), masked_linear_gradients,
                  relu_backward_in_place, "kernels"),
+]
+
+# -- the rows made for transformers ------------------------------------------------------------
+RULES += [
+    # matmul(softmax(matmul(q, kt) * c (+ mask), -1), v) [-> heads after the sequence],
+    # the scores and weights read by nothing else -> attention(q, kt, v[, mask]): per head
+    LoweringRule("fuse_attention", (SOFTMAX,), attention_patterns, fuse_attention, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

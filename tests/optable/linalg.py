@@ -1,4 +1,6 @@
 """Rows for the linear algebra ops: matmul (and mm/bmm/mv/dot/outer), einsum, linear."""
+import numpy as np
+
 from . import In, OpCase
 from .conv import first_grad
 
@@ -127,4 +129,45 @@ CASES += [
            [In((2, 3, 4)), In((4, 3, 5))], "tensordot-lists"),
     OpCase("einsum", lambda m, a, b: m.tensordot(a, b, dims=0), [In((2,)), In((3,))],
            "tensordot-outer"),
+]
+
+
+def _attention(scale, divide=False, fill=None, heads_out=False):
+    """``attention`` (what the lowering rule ``fuse_attention`` makes) vs torch's ops:
+    ``softmax(q @ kt * scale (+ mask | masked_fill)) @ v``."""
+    def fn(m, q, kt, v, *mask):
+        if m.__name__ == "torch":
+            s = q @ kt
+            s = s / scale if divide else s * scale
+            if mask:
+                s = s.masked_fill(mask[0], fill) if fill is not None else s + mask[0]
+            out = s.softmax(-1) @ v
+            return out.transpose(-3, -2) if heads_out else out
+        from dualgraph.dispatch import apply
+        from dualgraph.ops.attention import ATTENTION
+        return apply(ATTENTION, q, kt, v, *mask, scale=scale, divide=divide, fill=fill,
+                     heads_out=heads_out)
+    return fn
+
+
+def _heads(rng, dtype, shape=(2, 6, 3, 4), perm=(0, 2, 1, 3)):
+    """A head-split view as attention's operands are: (b, t, h, e) permuted to (b, h, t, e)."""
+    return rng.standard_normal(shape).astype(dtype).transpose(perm)
+
+
+CASES += [
+    OpCase("attention", _attention(0.5), [In((2, 5, 4)), In((2, 4, 6)), In((2, 6, 3))],
+           "plain", dtypes=("float32", "float64"), grad=False),
+    OpCase("attention", _attention(2.0, divide=True, heads_out=True),
+           [In((), kind="custom", fn=_heads), In((), kind="custom", fn=lambda r, d: _heads(
+               r, d, perm=(0, 2, 3, 1))), In((), kind="custom", fn=_heads), In((6, 6))],
+           "heads-additive-mask", dtypes=("float32", "float64"), grad=False),
+    OpCase("attention", _attention(0.5, fill=float("-inf")),
+           [In((2, 3, 6, 4)), In((2, 3, 4, 6)), In((2, 3, 6, 4)),
+            In((), kind="custom", fn=lambda r, d: np.triu(np.ones((6, 6), bool), 1))],
+           "causal-fill", dtypes=("float32", "float64"), grad=False),
+    OpCase("attention", _attention(0.25, fill=-1e4),
+           [In((2, 3, 6, 4)), In((2, 3, 4, 6)), In((2, 3, 6, 4)),
+            In((), kind="custom", fn=lambda r, d: r.random((2, 1, 1, 6)) < 0.4)],
+           "padding-fill", dtypes=("float32", "float64"), grad=False),
 ]
