@@ -67,7 +67,7 @@ def load(path):
     >>> dg.onnx.load("double.onnx")(dg.ones(2))   # doctest: +SKIP
     tensor([2., 2.])
     """
-    from .export.onnx_import import load_model
+    from .export.onnx_load import load as load_model
     return load_model(path)
 
 

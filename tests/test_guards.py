@@ -255,3 +255,30 @@ def test_python_random_inside_the_function_is_a_graph_break_not_baked():
         got = [c(dg.ones(2)).tolist() for _ in range(6)]
     assert got == eager
     assert "graph break" in c.explain()
+
+
+def test_a_module_tensor_assigned_anew_retraces():
+    """A graph reads the tensors it captured by identity: a module's plain tensor attribute
+    or buffer assigned a new tensor must not leave the compiled call on the old one."""
+    class Masked(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = dg.nn.Linear(3, 3)
+            self.mask = dg.ones(3)
+            self.register_buffer("shift", dg.ones(3))
+
+        def forward(self, x):
+            return self.lin(x) * self.mask + self.shift
+
+    m = Masked()
+    c = dg.compile(m)
+    x = dg.randn(2, 3)
+    for grad in (True, False):
+        with dg.set_grad_enabled(grad):
+            m.mask, m.shift = dg.ones(3), dg.ones(3)
+            c(x), c(x)
+            m.mask = dg.zeros(3)
+            np.testing.assert_array_equal(c(x).detach().numpy(), m(x).detach().numpy())
+            m.shift = dg.full((3,), 2.0)
+            np.testing.assert_array_equal(c(x).detach().numpy(), m(x).detach().numpy())
+    assert "self.shift was assigned anew" in c.explain()

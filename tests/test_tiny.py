@@ -631,7 +631,6 @@ def test_profiler():
 
 # -- distributed ---------------------------------------------------------------------------
 
-@NOT_BUILT
 def test_distributed():
     dist = dg.distributed
     assert all(callable(getattr(dist, n)) for n in (

@@ -20,7 +20,6 @@ import tempfile
 import time
 import warnings
 import webbrowser
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,7 +31,6 @@ from ..graph.html import write_html
 from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..errors import CaptureError
-from ..kernels import native
 from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
@@ -45,63 +43,16 @@ from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, s
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
+from .records import RETRACE_LIMIT, Record, _name
 from .split import SplitTracer
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, Tracer
 
-RETRACE_LIMIT = 8
+# calls in a row that make state a compiled function keeps, after which it runs eagerly
+MADE_STATE_LIMIT = 3
 # distinct changes of frozen parameters (retraces) after which they are graph inputs again
 FREEZE_LIMIT = 2
-
-
-@dataclass
-class Record:
-    """One entry of ``explain()``: a capture, a graph break or a fallback."""
-    kind: str                       # "capture", "retrace", "break", "piece", "limit", "eager"
-    detail: str
-    fix: str = ""
-    location: str = ""
-    guards: list = field(default_factory=list)
-    nodes: int = 0
-    times: dict = field(default_factory=dict)   # phase -> seconds, in order (a capture's)
-    entry: "Entry | None" = None    # the entry this capture compiled (not one it reused)
-
-    def describe_times(self) -> str:
-        """``trace 41.0 ms, ..., first run 1.21 s (kernels: 3 compiled in 0.93 s)``: the
-        phases of the capture, then the first run of each graph compiled for it, and the
-        kernels its exact groups compiled at their second call (tiered)."""
-        parts = [f"{phase} {_duration(seconds)}" for phase, seconds in self.times.items()]
-        if self.entry is not None:
-            for name, exe in (("first run", self.entry.executable),
-                              ("first backward", self.entry.backward_executable)):
-                if exe is not None and exe.first_run is not None:
-                    parts.append(f"{name} {_describe_run(*exe.first_run)}")
-                    late = exe.deferred_compiles()
-                    if late is not None and _kernels(late):
-                        parts.append(f"then at its second call: kernels: {_kernels(late)}")
-        return ", ".join(parts)
-
-
-def _describe_run(seconds: float, kernels: native.Activity) -> str:
-    made = _kernels(kernels)
-    return _duration(seconds) + (f" (kernels: {made})" if made else "")
-
-
-def _kernels(kernels: native.Activity) -> str:
-    """``3 compiled in 0.93 s, 2 loaded from the disk cache in 4.0 ms`` (empty: none)."""
-    made = []
-    if kernels.compiled:
-        made.append(f"{kernels.compiled} compiled in {_duration(kernels.compiled_s)}")
-    if kernels.loaded:
-        made.append(f"{kernels.loaded} loaded from the disk cache in "
-                    f"{_duration(kernels.loaded_s)}")
-    return ", ".join(made)
-
-
-def _duration(seconds: float) -> str:
-    """``1.23 s`` from a second on, ``12.3 ms`` below (compile phases span both)."""
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
 class Entry:
@@ -467,7 +418,7 @@ class Compiled:
         self.eager_only = False
         self._split = None   # the Splitter once a graph break splits the function
         self._split_result = None   # (the result of the call that found the break)
-        self._made_state = False   # whether the latest capture made state (_run_once)
+        self._made_state = 0   # how many calls in a row made state (_run_once)
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -616,7 +567,7 @@ class Compiled:
                 return self.fn(*args, **kwargs)
             if entry.created:
                 return self._run_once(entry, args, kwargs, leaves)
-            self._made_state = False
+            self._made_state = 0
             if self.check:
                 self._last = entry
                 return checking.run_checked(self.fn, entry, args, kwargs)
@@ -637,6 +588,7 @@ class Compiled:
             if located is e:
                 raise
             raise located from e
+        self._made_state = 0   # (a call that made no state: not made at every call)
         fast = self._fast_paths.get(sig, MISS)
         if fast is MISS or (fast is not None and not still_bound(fast)):
             # (made after a run: the arrays it binds passed the executable's type check)
@@ -940,9 +892,7 @@ class Compiled:
         entry = None if created else self._same_graph(capture, backward, frozen)
         reused = entry is not None
         if not reused:
-            backend = self.compile_options.get("backend")
-            entry = Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
-                          backend if callable(backend) else None)
+            entry = self.new_entry(capture, backward)
             times.update(entry.times)
             if frozen:
                 entry.frozen, entry.traced = frozen, traced
@@ -1055,6 +1005,15 @@ class Compiled:
         capture.numbers_traced = numbers
         return capture, backward, created, times
 
+    def new_entry(self, capture, backward, passes=None) -> Entry:
+        """``capture`` compiled with this function's settings (``passes=False``: as traced,
+        for a split function's first last piece)."""
+        backend = self.compile_options.get("backend")
+        if passes is False:
+            return Entry(capture, backward, False, self.fast_math)
+        return Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
+                     backend if callable(backend) else None)
+
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
         of a bound method) and the non-tensor objects it is passed."""
@@ -1068,16 +1027,17 @@ class Compiled:
 
     def _run_once(self, entry, args, kwargs, leaves):
         """Run the graph of a call that made state (``entry.created``); the next call traces
-        again, with that state. State made anew at every call is a graph break."""
+        again, with that state. State made anew at every call (MADE_STATE_LIMIT calls in a
+        row: a mask made again whenever the length changes makes it twice) is a graph break."""
         self._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
-        if self._made_state:
+        self._made_state += 1
+        if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
             self._graph_break(CaptureError(
                 f"{name} is a tensor made at every call and kept in Python state", location,
                 "Make it once outside the compiled function (or register it as a buffer), "
                 "or return it instead of storing it."))
-        self._made_state = True
         return result
 
     def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
@@ -1266,10 +1226,6 @@ def _returning(compiled: Compiled, method):
         out = method(*args, **kwargs)
         return compiled if out is compiled.module else out
     return call
-
-
-def _name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -3,9 +3,10 @@
 A call's *signature* is a tuple of hashable facts, one per argument leaf (tensor shape,
 dtype and requires_grad; Python scalar values), plus the modes (grad mode, and autocast's
 dtype: a graph traced with autocast's casts never serves a call without) and, for modules, the
-training flags and parameter identities. Equal signatures reuse a graph. When a new
-signature misses the cache, :func:`explain_miss` compares it with the nearest cached one and
-says which guard failed and what to do about it.
+training flags, parameter identities and the identities of their tensor attributes and
+buffers. Equal signatures reuse a graph. When a new signature misses the cache,
+:func:`explain_miss` compares it with the nearest cached one and says which guard failed
+and what to do about it.
 """
 from __future__ import annotations
 
@@ -40,15 +41,19 @@ def module_facts(roots, inputs=frozenset()) -> tuple:
     """Training flags of every submodule, the identity of every parameter and the Python
     scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
     graph), of each ``(name, module)`` in ``roots``; not those in ``inputs``
-    (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py)."""
-    training, params, scalars = [], [], []
+    (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py); and the
+    identity of the tensors the modules hold as buffers or plain attributes."""
+    training, params, scalars, tensors = [], [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
                         if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
+            # (a graph reads a captured tensor by identity: one assigned anew is another)
+            tensors += [(path, k, id(v)) for k, v in vars(m).items() if isinstance(v, Tensor)]
+            tensors += [(path, k, id(v)) for k, v in m._buffers.items()]
         params += [id(p) for p in root.parameters()]
-    return (tuple(training), tuple(params), tuple(scalars))
+    return (tuple(training), tuple(params), tuple(scalars), tuple(tensors))
 
 
 class ModuleFacts:
@@ -165,7 +170,7 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
     lines.append(f"autocast to {low}" if low else "autocast off")
     if mod:
-        lines.append("module training flags, parameter identities and the "
+        lines.append("module training flags, parameter and tensor-attribute identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
     for slot, (kind, v) in zip(slots, values):
         if v is INPUT:
@@ -242,6 +247,11 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
         if new[3][1] != old[3][1]:
             return ("the module's parameters were replaced",
                     "update parameters in place (optimisers do) instead of assigning new ones")
+        if new[3][3] != old[3][3]:
+            changed = sorted({f"{p}.{k}" if p else k for p, k, _ in set(new[3][3]) ^ set(old[3][3])})
+            return (f"the module's tensor {', '.join(changed)} was assigned anew (a graph reads "
+                    "the tensor it captured)", "update it in place (t.copy_(new)) instead of "
+                    "assigning a new tensor, if it changes at every call")
         return (_scalar_change(new[3][2], old[3][2]) + " (Python values are baked in)",
                 BAKED_FIX)
     for slot, a, b in zip(slots, new[5], old[5]):

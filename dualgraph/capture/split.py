@@ -53,6 +53,7 @@ from ..graph.ir import Value
 from ..passes import run_pipeline
 from ..tensor import Tensor
 from .guards import optimizer_facts
+from .records import RETRACE_LIMIT, Record, _name
 from .reuse import capture_key, graph_key
 from .scope import readable_names
 from .subgraph import copy_nodes
@@ -324,7 +325,6 @@ class Splitter:
         if (location, reason) in self.breaks:
             return
         self.breaks.add((location, reason))
-        from .compile import Record, _name
         self.compiled.records.append(Record("break", reason + "; split there", BREAK_FIX,
                                             location))
         warnings.warn(f"dg.compile: graph break in {_name(self.compiled.fn)} at {location}: "
@@ -332,7 +332,6 @@ class Splitter:
                       "compiled pieces)", stacklevel=_user_stacklevel())
 
     def _record(self, where: str, nodes, entry=None) -> None:
-        from .compile import Record
         detail = f"{where} (lines {source_lines(nodes)})"
         self.compiled.records.append(Record("piece", detail, nodes=len(nodes), entry=entry,
                                             times=dict(entry.times) if entry else {}))
@@ -410,7 +409,6 @@ class Splitter:
                 f"{compared}; remove the breaks for one graph run from its guards alone")
 
     def _last_piece(self, capture, backward, tracer):
-        from .compile import Entry, RETRACE_LIMIT
         # (by role; and not by the Python values it returns: ``return loss.item()``)
         keyed = copy.copy(capture)
         keyed.out_leaves = [k if k == "value" else ("const", None) for k in capture.out_leaves]
@@ -421,8 +419,8 @@ class Splitter:
         c = self.compiled
         capture.graph.verify()
         if tracer.new_pieces:   # (its pieces kept every value: the next call's differs)
-            return Entry(capture, backward, False, self.fast_math)
-        entry = Entry(capture, backward, self.passes, self.fast_math, c.memory_budget)
+            return c.new_entry(capture, backward, passes=False)
+        entry = c.new_entry(capture, backward)
         self.lasts[key] = entry
         self._record("after the last break" if tracer.ran else "(no break this call)",
                      tracer.graph.nodes[tracer.cut:], entry)
@@ -434,7 +432,6 @@ class Splitter:
     def _give_up(self, why: str, fix: str = "make the values the graph breaks above "
                  "compute the same at every call, or remove the breaks") -> None:
         """Run eagerly from the next call on (this one's pieces still run)."""
-        from .compile import Record
         c = self.compiled
         c._split, c.eager_only = None, True
         c.records.append(Record("eager", why, fix))

@@ -15,6 +15,6 @@ graph and differentiates); ``dg.distributed.functional`` has the out-of-place fo
 """
 from .collectives import *  # noqa: F401,F403
 from .collectives import __all__ as _collectives
-from . import algorithms, functional, optim  # noqa: F401,E402
+from . import algorithms, functional, optim, pipeline  # noqa: F401,E402
 
 __all__ = _collectives + ["algorithms", "functional", "optim"]

@@ -52,8 +52,9 @@ _DTYPE_NAMES = ", ".join(d.name for d in dtypes.ALL + dtypes.EXTRA)
 EMPTY = "empty"   # (the layout of an output that is an empty optional: None)
 
 
-def load_model(path_or_model) -> "OnnxFunction":
-    """Read an ONNX model (a path or an ``onnx.ModelProto``) into a graph and compile it.
+def read_model(path_or_model) -> tuple:
+    """``(onnx, model, label)``: an ONNX model (a path or an ``onnx.ModelProto``) read and
+    its op types checked; :func:`import_model` turns it into a compiled function.
 
     Loading never executes code from the file: ``onnx.load`` parses protobuf, tensors are
     read with ``numpy_helper``. Every node is checked against its op's ONNX schema before
@@ -61,10 +62,6 @@ def load_model(path_or_model) -> "OnnxFunction":
     :class:`OnnxError` naming the file, the first node that can't be imported (its name or
     index, and op type) and why; no other exception escapes for a model's contents (a path
     that can't be read is an ``OSError``, as for any file).
-
-    >>> f = load_model("double.onnx")                     # doctest: +SKIP
-    >>> f(np.ones(2, np.float32))                         # doctest: +SKIP
-    tensor([2., 2.])
     """
     onnx = require_onnx()
     if isinstance(path_or_model, (str, pathlib.Path)):
@@ -78,9 +75,22 @@ def load_model(path_or_model) -> "OnnxFunction":
     if not model.graph.output:
         raise OnnxError(f"{label}: the model's graph has no outputs (is it an ONNX model?)")
     _check_op_types(onnx, model, label)
-    if any(not i.type.HasField("tensor_type") for i in model.graph.input):
-        from .onnx_structured import Structured   # (sequence or optional inputs)
-        return Structured(onnx, model, label)
+    return onnx, model, label
+
+
+def load_model(path_or_model) -> "OnnxFunction":
+    """:func:`import_model` of the model :func:`read_model` reads, whose inputs are tensors
+    (``onnx_load.load`` takes any model).
+
+    >>> f = load_model("double.onnx")                     # doctest: +SKIP
+    >>> f(np.ones(2, np.float32))                         # doctest: +SKIP
+    tensor([2., 2.])
+    """
+    return import_model(*read_model(path_or_model))
+
+
+def import_model(onnx, model, label: str) -> "OnnxFunction":
+    """The compiled function of ``model`` (read and checked by :func:`read_model`)."""
     importer = _Importer(onnx, model, label)
     try:
         return _function(importer)

@@ -159,7 +159,7 @@ def _dynamic_dims(traced) -> dict:
 
 def _dualgraph_runtime(model_bytes: bytes, feeds: dict) -> list:
     """Run an ONNX file with dualgraph's own import (the default ``runtime``)."""
-    from .onnx_import import load_model
+    from .onnx_load import load as load_model
     run = load_model(require_onnx().load_model_from_string(model_bytes))
     out = run(*[Tensor._make(a) for a in feeds.values()])
     return [np.asarray(t._data) for t in _tensors(out)]
