@@ -173,8 +173,62 @@ def test_data_sized_results_nonzero_and_unique(imports):
     assert imports == {"imports": 1, "compiles": 1}
 
 
-def test_a_loop_whose_trip_count_is_an_input_is_imported_per_value():
-    # a Loop has no run-time form: the fallback imports the model per value of M
+def counter_loop(m_nodes, inputs, cond_nodes=()):
+    """A Loop of trip count ``m`` (made by ``m_nodes``) carrying a cumulative sum ``acc +=
+    x`` and a running total of the iteration numbers, no scan outputs; ``cond_nodes`` set
+    the body's condition ``c_out`` (else the incoming one)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "x"], ["acc_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+         helper.make_node("Add", ["tot", "fi"], ["tot_out"]),
+         *(cond_nodes or [helper.make_node("Identity", ["c"], ["c_out"])])],
+        "body", [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("acc", TP.FLOAT, [2]),
+                 vi("tot", TP.FLOAT, [])],
+        [vi("c_out", TP.BOOL, []), vi("acc_out", TP.FLOAT, [2]), vi("tot_out", TP.FLOAT, [])])
+    loop = helper.make_node("Loop", ["m", "", "a0", "t0"], ["acc_end", "tot_end"], body=body)
+    graph = helper.make_graph([*m_nodes, loop], "g", [*inputs, vi("a0", TP.FLOAT, [2]),
+                                                      vi("t0", TP.FLOAT, []),
+                                                      vi("x", TP.FLOAT, [2])],
+                              [vi("acc_end", TP.FLOAT, [2]), vi("tot_end", TP.FLOAT, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def loop_feeds(**given):
+    return {"a0": RNG.standard_normal(2).astype(np.float32), "t0": np.array(0.5, np.float32),
+            "x": RNG.standard_normal(2).astype(np.float32), **given}
+
+
+def test_a_loop_whose_trip_count_is_an_input_runs_every_count_with_one_import(imports):
+    # no scan outputs: a while_loop testing the iteration number against M as it runs
+    model = counter_loop([], [vi("m", TP.INT64, [])])
+    fn, sess = dg.onnx.load(model), session(model)
+    for m in (0, 1, 3, 7):
+        compare(fn, sess, loop_feeds(m=np.array(m)))
+    assert "imported per value" not in repr(fn) + fn.explain()
+    assert imports == {"imports": 1, "compiles": 1}
+
+
+def test_a_loop_whose_trip_count_is_computed_from_an_input_shape_with_one_import(imports):
+    # M = Shape(s)[0], s of a symbolic length; and a condition computed in the body too
+    m_nodes = [helper.make_node("Shape", ["s"], ["shape"]),
+               helper.make_node("Constant", [], ["zero"], value=helper.make_tensor(
+                   "zero", TP.INT64, [], [0])),
+               helper.make_node("Gather", ["shape", "zero"], ["m"])]
+    stop = [helper.make_node("ReduceSum", ["acc_out"], ["sum"], keepdims=0),
+            helper.make_node("Less", ["sum", "limit"], ["c_out"])]
+    model = counter_loop(m_nodes, [vi("s", TP.FLOAT, ["n"])], stop)
+    model.graph.initializer.append(helper.make_tensor("limit", TP.FLOAT, [], [4.0]))
+    fn, sess = dg.onnx.load(model), session(model)
+    for m in (0, 1, 3, 7):
+        for x in (np.array([0.5, 0.25], np.float32), np.array([1.5, 1.0], np.float32)):
+            compare(fn, sess, loop_feeds(s=np.zeros(m, np.float32), a0=np.zeros(2, np.float32),
+                                         x=x))
+    assert "imported per value" not in repr(fn) + fn.explain()
+    assert imports == {"imports": 1, "compiles": 1}
+
+
+def test_a_loop_with_scan_outputs_whose_trip_count_is_an_input_is_imported_per_value():
+    # the scan outputs' length is M: the fallback imports the model per value of M
     body = helper.make_graph(
         [helper.make_node("Add", ["acc", "x"], ["acc_out"]),
          helper.make_node("Identity", ["c"], ["c_out"]),
@@ -193,9 +247,9 @@ def test_a_loop_whose_trip_count_is_an_input_is_imported_per_value():
     assert "imported per value of m; 2 imported" in repr(fn)
     assert fn.explain() == (
         "g.onnx: imported per value of m (2 imports so far): g.onnx: node #0 (Loop): its trip "
-        "count M has no run-time form (a Loop's trip count, an If choosing between "
-        "sequences, a result of unknown rank, or a node that can't work over the sizes "
-        "run-time nodes make)")
+        "count M has no run-time form (a Loop's trip count with scan outputs, an If choosing "
+        "between sequences, a result of unknown rank, or a node that can't work over the "
+        "sizes run-time nodes make)")
 
 
 # -- torch-exported models ---------------------------------------------------------------------

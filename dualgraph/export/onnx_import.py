@@ -18,9 +18,9 @@ Known shape values may hold symbolic dims (``[B, 12, 64]``), so a dynamic batch 
 such chains: the ops of such chains compute them with their ``OpDef.shape_fold``. Where such
 a value is computed at run time (a Reshape's shape given as an input, ``T - 1``), the node
 becomes a ``by_value`` node that runs its import rule on the values as the model runs, its
-results' sizes fresh symbolic dims (``onnx_runtime``). Where a node has no such form (a
-Loop's trip count), the model is imported when it is called, for the values of the graph
-inputs it comes from, and cached per value (``_Specialised``).
+results' sizes fresh symbolic dims (``onnx_runtime``). Where a node has no such form (the
+trip count of a Loop with scan outputs), the model is imported when it is called, for the
+values of the graph inputs it comes from, and cached per value (``_Specialised``).
 
 >>> import dualgraph as dg
 >>> f = dg.onnx.load("mlp.onnx")                        # doctest: +SKIP
@@ -254,13 +254,13 @@ def _as_array(x, dtype) -> np.ndarray:
 
 
 class _Specialised(OnnxFunction):
-    """A model in which a count that has no run-time form (a Loop's trip count, see
-    ``onnx_runtime``) is computed from graph inputs rather than known: the model is
-    imported and compiled for each value of those inputs it is called with, as
-    ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per value (the
-    guard), and the other inputs stay run-time inputs (the other values computed at run
-    time are read as it runs, unless ``run_time`` is False or that import fails).
-    ``graph`` is the last one run."""
+    """A model in which a count that has no run-time form (the trip count of a Loop
+    with scan outputs, see ``onnx_runtime``) is computed from graph inputs rather than
+    known: the model is imported and compiled for each value of those inputs it is called
+    with, as ``dg.jit.compile`` specialises on a Python scalar: the graph is cached per
+    value (the guard), and the other inputs stay run-time inputs (the other values
+    computed at run time are read as it runs, unless ``run_time`` is False or that import
+    fails). ``graph`` is the last one run."""
 
     def __init__(self, onnx, model, label: str, names, why: str = "", run_time=True):
         self.onnx, self.model, self.label, self.why = onnx, model, label, why
@@ -307,8 +307,9 @@ class _Specialised(OnnxFunction):
     def explain(self) -> str:
         return (f"{self.label}: imported per value of {', '.join(sorted(self.by_value))} "
                 f"({len(self.cache)} imports so far): {self.why} has no run-time form (a "
-                "Loop's trip count, an If choosing between sequences, a result of unknown "
-                "rank, or a node that can't work over the sizes run-time nodes make)")
+                "Loop's trip count with scan outputs, an If choosing between sequences, a "
+                "result of unknown rank, or a node that can't work over the sizes run-time "
+                "nodes make)")
 
 
 # -- the importer ---------------------------------------------------------------------------

@@ -2595,12 +2595,18 @@ def _loop(b, xs, attrs):
     """Loop -> scan when it runs a fixed number of times (a known trip count M and a
     condition that stays true), the ys being its scan outputs; else -> while_loop, carrying
     the iteration number and the condition too, which then can't have scan outputs (their
-    length would be known only at run time). Inside the body the incoming condition is
-    always true (the body runs only then)."""
+    length would be known only at run time). A trip count M computed at run time is the
+    while_loop's operand (one import serves every M); with scan outputs, or a body that
+    must be unrolled, M must be known (the model is then imported per value of M). Inside
+    the body the incoming condition is always true (the body runs only then)."""
     m, first, *init = xs
     proto = attrs["body"]
     n = len(init)
-    bound = None if m is None else b.ints(m, "trip count M")[0]
+    late = None   # (M computed at run time: why it is not known)
+    try:
+        bound = None if m is None else b.ints(m, "trip count M")[0]
+    except RunTimeValue as e:
+        bound, late = b.reshape(m, ()), e
     try:
         if any(isinstance(x, STRUCTURED) for x in init):
             raise b.error("it carries sequences or optionals; dualgraph's loops carry tensors")
@@ -2608,6 +2614,8 @@ def _loop(b, xs, attrs):
         step = b.body(proto, [INT64, np.asarray(True), *types], "body")
     except OnnxError:   # (one that needs the iteration number as a known value, or carries
         # sequences: unrolled)
+        if late is not None:
+            raise late from None
         if bound is None or bound > _UNROLL:
             raise
         if first is not None and not _known_true(b.static(first, "Loop's first condition")):
@@ -2618,7 +2626,9 @@ def _loop(b, xs, attrs):
     num_ys = len(proto.output) - 1 - n
     _check_types(b, "loop-carried value", [i.name for i in proto.input[2:]], types,
                  [v.type for v in step.graph.outputs[1:1 + n]])
-    if fixed:
+    if num_ys and late is not None:
+        raise late
+    if fixed and late is None:
         return _loop_as_scan(b, step, init, bound, n)
     if num_ys:
         raise b.error(f"its {num_ys} scan outputs have a length known only at run time (the "
@@ -2673,23 +2683,28 @@ def _loop_as_scan(b, step, init: list, bound, n: int):
 
 def _loop_as_while(b, step, init: list, bound, first):
     """while_loop carrying (the iteration number, the condition, the loop-carried values):
-    the condition graph is ``condition and i < M``."""
+    the condition graph is ``condition and i < M``. An M known only at run time (an int,
+    else a 0-d tensor) is the last operand, which the body takes and leaves unread."""
     g = step.graph
     i = g.inputs[0]
     captured = _align([step])
     cond_in = g.add_input((), np.bool_, name="cond")
     g.inputs = [i, cond_in, *g.inputs[1:-1]]
     g.outputs = [g.add_node("add", [i, 1], location=b.where())[0], *g.outputs]
+    late = [] if bound is None or isinstance(bound, int) else [bound]
+    for _ in late:
+        g.add_input((), np.int64, name="M")
     test = Graph()
     ins = [test.add_input(v.shape, v.dtype, name=v.name) for v in g.inputs]
     going = ins[1]
     if bound is not None:
-        below = test.add_node("lt", [ins[0], bound], location=b.where())[0]
+        below = test.add_node("lt", [ins[0], ins[-1] if late else bound],
+                              location=b.where())[0]
         going = test.add_node("bitwise_and", [going, below], location=b.where())[0]
     test.set_outputs([going])
     start = [np.zeros((), np.int64), np.asarray(True) if first is None else b.reshape(first, ())]
-    outs = b.op("while_loop", *start, *init, *captured, cond_graph=test, body_graph=g,
-                max_iters=None)
+    outs = b.op("while_loop", *start, *init, *captured, *late, cond_graph=test,
+                body_graph=g, max_iters=None)
     return tuple(outs[2:-1])
 
 

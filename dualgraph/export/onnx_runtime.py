@@ -11,10 +11,12 @@ fresh symbolic dim for each size set by the values; later nodes are imported ove
 dims, as over a dynamic batch, and the generated code reads them off the results.
 
 A node gets no run-time form where ONNX can't infer its results' ranks, where it has
-subgraphs (a Loop's trip count, an If's condition that picks branches of different types),
-and where its results are sequences: the model is then imported per value of the graph
-inputs the value comes from (``onnx_import._Specialised``), as it is when a later node
-can't work over the fresh dims (broadcasting one with another symbolic dim).
+subgraphs (the trip count of a Loop with scan outputs, an If's condition that picks
+branches of different types), and where its results are sequences: the model is then
+imported per value of the graph inputs the value comes from (``onnx_import._Specialised``),
+as it is when a later node can't work over the fresh dims (broadcasting one with another
+symbolic dim). (A Loop without scan outputs is a while_loop that reads its trip count as
+it runs.)
 """
 from __future__ import annotations
 
