@@ -35,6 +35,7 @@ from ..ops.inplace import commit_inplace
 from ..ops.linalg import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.shape import *  # noqa: F401,F403
+from .resample import interpolate, pixel_shuffle, pixel_unshuffle, upsample  # noqa: F401
 
 # The star imports above bring torch-style ``sum``, ``max``, ``abs``... into this module;
 # the code below always names ops through their family (``red.sum``), never bare.
@@ -626,6 +627,37 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``||x1 - x2 + eps||_p`` along the last dim."""
     return red.norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """``1 - cos`` where ``target`` is 1, ``max(0, cos - margin)`` where it is -1, the
+    cosine taken along dim 1 (or the only dim), as torch's."""
+    reduction = _reduction(size_average, reduce, reduction)
+    cos = cosine_similarity(input1, input2, dim=input1.ndim - 1, eps=1e-8)
+    loss = ew.where(target > 0, 1.0 - cos, ew.clamp_min(cos - margin, 0.0))
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """``max(0, -target * (input1 - input2) + margin)``: ``target`` 1 ranks ``input1``
+    higher, -1 ranks ``input2`` higher."""
+    reduction = _reduction(size_average, reduce, reduction)
+    return _reduce(ew.clamp_min(-target * (input1 - input2) + margin, 0.0), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """``max(0, d(anchor, positive) - d(anchor, negative) + margin)`` with ``d`` the
+    ``p``-norm :func:`pairwise_distance`; ``swap`` uses the smaller of the two negative
+    distances (the distance swap of Balntas et al.)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = ew.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(ew.clamp_min(d_pos - d_neg + margin, 0.0), reduction)
 
 
 # -- the attention core ------------------------------------------------------------------------
