@@ -10,16 +10,16 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import dtypes
+from . import dtypes, shapes
 from .kernels import tuning
-from .ops import creation
-from .tensor import Tensor, print_options
+from .ops import creation, shape as shape_ops
+from .tensor import Size, Tensor, print_options
 
 __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial_seed", "seed",
            "set_num_threads", "get_num_threads", "set_printoptions",
            "set_float32_matmul_precision", "get_float32_matmul_precision",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
-           "IntTensor", "BoolTensor"]
+           "IntTensor", "BoolTensor", "broadcast_shapes", "broadcast_tensors", "_assert"]
 
 
 def is_tensor(obj) -> bool:
@@ -173,3 +173,22 @@ BFloat16Tensor = _typed("BFloat16Tensor", dtypes.bfloat16)
 LongTensor = _typed("LongTensor", dtypes.int64)
 IntTensor = _typed("IntTensor", dtypes.int32)
 BoolTensor = _typed("BoolTensor", dtypes.bool_)
+
+
+def broadcast_shapes(*shapes_) -> Size:
+    """The shape that tensors of ``shapes_`` broadcast to, as ``torch.broadcast_shapes``."""
+    return Size(shapes.broadcast_shapes(*(
+        (s,) if isinstance(s, int) else tuple(s) for s in shapes_)))
+
+
+def broadcast_tensors(*tensors) -> tuple:
+    """The tensors expanded to their common broadcast shape (views, as torch's)."""
+    shape = shapes.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    return tuple(t if tuple(t.shape) == shape else shape_ops.expand(t, shape)
+                 for t in tensors)
+
+
+def _assert(condition, message) -> None:
+    """``torch._assert``: ``assert`` that scripted code can call; raises AssertionError."""
+    if not condition:
+        raise AssertionError(message)
