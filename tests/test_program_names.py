@@ -240,3 +240,28 @@ def test_policy_gradient_loss_compiled_matches_eager():
     got.backward()
     np.testing.assert_allclose(got.item(), want.item(), rtol=1e-6)
     np.testing.assert_allclose(logits.grad.numpy(), grad, rtol=1e-5, atol=1e-6)
+
+
+# -- small names ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "NAdam"])
+def test_optimizers_accept_torchs_implementation_choices(name):
+    """nanoGPT-style ``AdamW(groups, lr=..., fused=use_fused)``: how torch runs the update,
+    the same update here; a user's subclass keeps its own signature."""
+    w = dg.nn.Parameter(dg.ones(3))
+    opt = getattr(dg.optim, name)([w], lr=0.1, foreach=False, fused=False, capturable=False)
+    assert opt.param_groups[0]["lr"] == 0.1
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        getattr(dg.optim, name)([w], lr=0.1, differentiable=True)
+
+    class Mine(dg.optim.SGD):
+        def __init__(self, params, foreach="mine"):
+            super().__init__(params, lr=0.5)
+            self.mine = foreach
+    assert Mine([w], foreach=3).mine == 3
+
+
+def test_index_with_a_range_matches_torch():
+    """``log_probs[range(batch), actions]`` (policy-gradient code)."""
+    x = RNG.standard_normal((4, 3))
+    idx = np.array([2, 0, 1, 1])
+    compare(lambda lib, f, t, i: t[range(4), i], x, idx)

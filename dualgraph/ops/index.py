@@ -405,8 +405,9 @@ def _index_item(k):
             raise IndexError(f"tensors used as indices must be integer or bool tensors, got "
                              f"{k.dtype!r}")
         return k
-    if isinstance(k, (list, np.ndarray)):
-        array = as_array(k) if len(k) else np.zeros(0, _INT64)
+    if isinstance(k, (list, range, np.ndarray)):   # (``x[range(n), labels]``, as torch)
+        array = as_array(list(k) if isinstance(k, range) else k) if len(k) else \
+            np.zeros(0, _INT64)
         return _index_item(Tensor._make(array))
     raise IndexError(f"unsupported index {k!r} of type {type(k).__name__}; use ints, slices, "
                      "None, ..., integer or bool tensors")
