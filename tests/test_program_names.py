@@ -265,3 +265,59 @@ def test_index_with_a_range_matches_torch():
     x = RNG.standard_normal((4, 3))
     idx = np.array([2, 0, 1, 1])
     compare(lambda lib, f, t, i: t[range(4), i], x, idx)
+
+
+def test_softmax_without_dim_picks_torchs_implicit_dim():
+    """Old programs call ``F.log_softmax(x)``; torch warns and picks dim 1 for 2-d input."""
+    x = RNG.standard_normal((2, 3, 4))
+    for lib, f in ((dg, F), (torch, TF)):
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            y = f.log_softmax(lib.tensor(x))
+        if lib is dg:
+            ours = y.numpy()
+    np.testing.assert_allclose(ours, y.numpy(), atol=1e-12)
+    compare(lambda lib, f, t: f.softmax(t, dim=1, _stacklevel=5), x)
+
+
+def test_linalg_norms_sparse_meshgrid_cdist_match_torch():
+    a, b = RNG.standard_normal((3, 4)), RNG.standard_normal((5, 4))
+    compare(lambda lib, f, t: lib.linalg.vector_norm(t, 3, dim=1), a)
+    compare(lambda lib, f, t: lib.linalg.matrix_norm(t), a)
+    compare(lambda lib, f, t: lib.linalg.norm(t), a)
+    compare(lambda lib, f, t: lib.linalg.norm(t, dim=0), a)
+    compare(lambda lib, f, t, u: lib.cdist(t, u), a, b)
+    compare(lambda lib, f, t, u: lib.cdist(t, u, p=1.0), a, b)
+    for indexing in ("ij", "xy"):
+        for ours, theirs in zip(dg.meshgrid(dg.arange(3), dg.arange(4), dg.arange(2),
+                                            indexing=indexing),
+                                torch.meshgrid(torch.arange(3), torch.arange(4),
+                                               torch.arange(2), indexing=indexing)):
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    idx, val = np.array([[0, 2, 2, 1], [1, 0, 0, 3]]), RNG.standard_normal(4)
+    for size in (None, (4, 5)):
+        extra = () if size is None else (size,)
+        ours = dg.sparse_coo_tensor(dg.tensor(idx), dg.tensor(val), *extra)
+        theirs = torch.sparse_coo_tensor(torch.tensor(idx), torch.tensor(val), *extra)
+        np.testing.assert_allclose(ours.to_dense().numpy(), theirs.to_dense().numpy())
+        rhs = RNG.standard_normal((ours.shape[1], 2))
+        np.testing.assert_allclose(dg.sparse.mm(ours, dg.tensor(rhs)).numpy(),
+                                   torch.sparse.mm(theirs, torch.tensor(rhs)).numpy(),
+                                   atol=1e-12)
+    assert dg.version.cuda is None and dg.version.__version__ == dg.__version__
+
+
+def test_weighted_random_sampler_and_gumbel_softmax():
+    counts = np.bincount(list(dg.utils.data.WeightedRandomSampler(
+        dg.tensor([1.0, 0.0, 3.0]), 4000, generator=dg.Generator().manual_seed(0))), minlength=3)
+    assert counts[1] == 0 and abs(counts[2] / 4000 - 0.75) < 0.03
+    drawn = list(dg.utils.data.WeightedRandomSampler([1.0, 1.0, 0.0, 2.0], 3, replacement=False))
+    assert sorted(drawn) == [0, 1, 3]
+    with pytest.raises(ValueError, match="only 3 weights are > 0"):
+        dg.utils.data.WeightedRandomSampler([1.0, 1.0, 0.0, 2.0], 4, replacement=False)
+    logits = dg.tensor(RNG.standard_normal((4, 5)), requires_grad=True)
+    y = F.gumbel_softmax(logits, tau=0.5, hard=True)
+    assert (y.sum(-1) == 1).all().item() and ((y == 0) | (y == 1)).all().item()
+    (y * dg.arange(5.0)).sum().backward()
+    assert logits.grad is not None and float(logits.grad.abs().sum()) > 0
+    soft = F.gumbel_softmax(logits, tau=2.0)
+    np.testing.assert_allclose(soft.sum(-1).detach().numpy(), 1.0, rtol=1e-12)

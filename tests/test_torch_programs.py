@@ -35,7 +35,7 @@ def run(name: str, mode: str) -> dict:
 
 # each program's results: lists of floats (losses, a VAE's samples) are compared with a
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
-PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru", "vit", "unet", "actor_critic", "siamese", "super_resolution"]
+PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru", "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence"]
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last

@@ -589,6 +589,20 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return red.softmax(-input, dim, dtype)
 
 
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax (concrete) distribution over ``dim``: softmax of
+    ``(logits + Gumbel noise) / tau``; ``hard`` gives the one-hot argmax forward with the
+    soft sample's gradient (the straight-through estimator)."""
+    uniform = creation.rand(*_shape(logits), dtype=logits.dtype)
+    gumbels = -ew.log(-ew.log(ew.clamp_min(uniform, eps)) + eps)
+    y_soft = red.softmax((logits + gumbels) / tau, dim)
+    if not hard:
+        return y_soft
+    index = red.argmax(y_soft, dim, keepdim=True)
+    y_hard = index_ops.scatter(creation.zeros_like(y_soft), dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
+
+
 def softsign(input):
     """``x / (1 + |x|)``."""
     return input / (ew.abs(input) + 1)

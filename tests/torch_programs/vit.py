@@ -12,7 +12,6 @@ import math
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class PatchEmbed(nn.Module):
