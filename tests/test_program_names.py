@@ -321,3 +321,18 @@ def test_weighted_random_sampler_and_gumbel_softmax():
     assert logits.grad is not None and float(logits.grad.abs().sum()) > 0
     soft = F.gumbel_softmax(logits, tau=2.0)
     np.testing.assert_allclose(soft.sum(-1).detach().numpy(), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_sequence_matches_torch(batch_first, side):
+    seqs = [RNG.standard_normal((n, 3)) for n in (2, 5, 1)]
+    ours = dg.nn.utils.rnn.pad_sequence([dg.tensor(s, requires_grad=True) for s in seqs],
+                                        batch_first=batch_first, padding_value=-1.0,
+                                        padding_side=side)
+    theirs = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs],
+                                             batch_first=batch_first, padding_value=-1.0,
+                                             padding_side=side)
+    np.testing.assert_array_equal(ours.detach().numpy(), theirs.numpy())
+    with pytest.raises(NotImplementedError, match="pad_sequence"):
+        dg.nn.utils.rnn.pack_padded_sequence(ours, [5, 2, 1])
