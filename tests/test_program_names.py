@@ -336,3 +336,32 @@ def test_pad_sequence_matches_torch(batch_first, side):
     np.testing.assert_array_equal(ours.detach().numpy(), theirs.numpy())
     with pytest.raises(NotImplementedError, match="pad_sequence"):
         dg.nn.utils.rnn.pack_padded_sequence(ours, [5, 2, 1])
+
+
+def test_bincount_searchsorted_bucketize_match_torch():
+    """A confusion matrix (``bincount(n * target + pred, minlength=n * n)``) and bucketing,
+    as evaluation code writes them; searchsorted traces (compiled == eager)."""
+    x = RNG.integers(0, 6, 20)
+    w = RNG.uniform(0, 1, 20)
+    for kwargs in ({}, {"minlength": 9}):
+        np.testing.assert_array_equal(dg.bincount(dg.tensor(x), **kwargs).numpy(),
+                                      torch.bincount(torch.tensor(x), **kwargs).numpy())
+    ours = dg.bincount(dg.tensor(x), weights=dg.tensor(w.astype(np.float32)))
+    theirs = torch.bincount(torch.tensor(x), weights=torch.tensor(w.astype(np.float32)))
+    assert ours.dtype == dg.float32 and theirs.dtype == torch.float32
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="non-negative"):
+        dg.bincount(dg.tensor([-1, 2]))
+    seq = np.sort(RNG.integers(0, 10, (3, 6)), axis=1).astype(np.float64)
+    vals = RNG.integers(-1, 11, (3, 4)).astype(np.float64)
+    for right in (False, True):
+        want = torch.searchsorted(torch.tensor(seq), torch.tensor(vals), right=right).numpy()
+        np.testing.assert_array_equal(
+            dg.searchsorted(dg.tensor(seq), dg.tensor(vals), right=right).numpy(), want)
+        compiled = dg.compile(lambda s, v, right=right: dg.searchsorted(s, v, right=right))
+        np.testing.assert_array_equal(compiled(dg.tensor(seq), dg.tensor(vals)).numpy(), want)
+        np.testing.assert_array_equal(
+            dg.bucketize(dg.tensor(vals), dg.tensor(seq[0]), right=right).numpy(),
+            torch.bucketize(torch.tensor(vals), torch.tensor(seq[0]), right=right).numpy())
+    assert dg.searchsorted(dg.tensor(seq[0]), dg.tensor(vals[0]), out_int32=True).dtype == \
+        dg.int32
