@@ -24,7 +24,7 @@ RUN = HERE / "torch_programs" / "run.py"
 STEPS = 10
 # the programs written after issue 24's own, run for fewer steps to keep the file's time
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
-                             "time_sequence"], 6)
+                             "time_sequence", "gcn"], 6)
 
 
 @functools.cache
@@ -39,7 +39,9 @@ def run(name: str, mode: str) -> dict:
 
 # each program's results: lists of floats (losses, a VAE's samples) are compared with a
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
-PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru", "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence"]
+PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
+            "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
+            "gcn"]
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
