@@ -365,3 +365,13 @@ def test_bincount_searchsorted_bucketize_match_torch():
             torch.bucketize(torch.tensor(vals), torch.tensor(seq[0]), right=right).numpy())
     assert dg.searchsorted(dg.tensor(seq[0]), dg.tensor(vals[0]), out_int32=True).dtype == \
         dg.int32
+
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((2, 3, 8, 6), 2),
+                                        ((3, 7, 5), (None, 3)), ((2, 3, 5, 5), 1)])
+def test_adaptive_max_pool_matches_torch(shape, size):
+    x = RNG.standard_normal(shape)
+    compare(lambda lib, f, t: f.adaptive_max_pool2d(t, size), x)
+    compare(lambda lib, f, t: lib.nn.AdaptiveMaxPool2d(size)(t), x)
+    compare(lambda lib, f, t: f.adaptive_max_pool1d(t.flatten(-2), 4), x)

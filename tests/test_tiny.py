@@ -263,6 +263,8 @@ for _name in LOSSES:
 LAYERS["CrossEntropyLoss"] = (nn.CrossEntropyLoss, [(4, 3), (4, "int")], ())
 LAYERS["NLLLoss"] = (nn.NLLLoss, [(4, 3), (4, "int")], ())
 LAYERS.update({
+    "AdaptiveMaxPool1d": (lambda: nn.AdaptiveMaxPool1d(3), [(1, 2, 7)], (1, 2, 3)),
+    "AdaptiveMaxPool2d": (lambda: nn.AdaptiveMaxPool2d((1, 2)), [(1, 2, 4, 4)], (1, 2, 1, 2)),
     "Upsample": (lambda: nn.Upsample(scale_factor=2), [(1, 2, 3, 3)], (1, 2, 6, 6)),
     "UpsamplingNearest2d": (lambda: nn.UpsamplingNearest2d(size=4), [(1, 2, 3, 3)],
                             (1, 2, 4, 4)),

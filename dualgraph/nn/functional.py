@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..autograd import no_grad
-from ..ops import creation, index as index_ops, linalg, reduce as red
+from ..ops import conv as conv_ops, creation, index as index_ops, linalg, reduce as red
 from ..ops import loss as loss_ops
 from ..ops import elementwise as ew
 from ..ops import norm as norm_ops
@@ -587,6 +587,37 @@ def glu(input, dim=-1):
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
     """``softmax(-input, dim)``."""
     return red.softmax(-input, dim, dtype)
+
+
+def _window(i: int, n: int, out: int) -> slice:
+    """Output position ``i``'s input window of adaptive pooling (torch's floor/ceil)."""
+    return slice(i * n // out, -(-(i + 1) * n // out))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max pooling of (N, C, H, W) or (C, H, W) input to a fixed ``output_size`` (an int,
+    or a pair whose None entries keep the input's size), as torch's: max_pool2d when the
+    sizes divide, else a max over each of torch's uneven windows."""
+    if return_indices:
+        raise NotImplementedError("adaptive_max_pool2d: return_indices=True is not supported")
+    hw = tuple(input.shape[-2:])
+    sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    out = tuple(hw[a] if sizes[a] is None else int(sizes[a]) for a in range(2))
+    if hw[0] % out[0] == 0 and hw[1] % out[1] == 0:
+        k = (hw[0] // out[0], hw[1] // out[1])
+        return input if k == (1, 1) else conv_ops.max_pool2d(input, k)
+    rows = [red.amax(input[..., _window(i, hw[0], out[0]), :], -2, keepdim=True)
+            for i in range(out[0])]
+    x = shape_ops.cat(rows, -2)
+    return shape_ops.cat([red.amax(x[..., _window(j, hw[1], out[1])], -1, keepdim=True)
+                          for j in range(out[1])], -1)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max pooling of (N, C, L) or (C, L) input to length ``output_size``."""
+    size = output_size if isinstance(output_size, int) else output_size[0]
+    pooled = adaptive_max_pool2d(shape_ops.unsqueeze(input, -2), (1, size), return_indices)
+    return shape_ops.squeeze(pooled, -2)
 
 
 def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):

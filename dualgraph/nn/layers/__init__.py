@@ -15,8 +15,8 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss,  # noqa: F40
                    TripletMarginLoss)
 from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,  # noqa: F401
                    InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm)
-from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d,  # noqa: F401
-                      AvgPool2d, MaxPool1d, MaxPool2d)
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,  # noqa: F401
+                      AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d)
 from .resample import (ConstantPad1d, ConstantPad2d, PixelShuffle,  # noqa: F401
                        PixelUnshuffle, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
                        ReplicationPad2d, Upsample, UpsamplingBilinear2d,
@@ -30,7 +30,7 @@ __all__ = [
     # linear, shape, convolution, pooling
     "Identity", "Linear", "Bilinear", "Flatten", "Unflatten", "Conv1d", "Conv2d",
     "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d",
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     # resampling and padding
     "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle",
     "PixelUnshuffle", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
