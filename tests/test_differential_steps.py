@@ -529,3 +529,48 @@ def test_loss_history_list_of_detached_tensors():
     appended to lists, and a kept ``detach`` owns its storage)."""
     check(_pinned(keep="list_detach", steps=5), 4)
     check(_pinned(keep="list_detach", returns="history", update="adam", steps=4), 5)
+
+
+def _hook_and_random_steps():
+    """Two idioms of third-party loops the capture does not yet keep compiled: a forward
+    hook storing an activation in a dict that the loss reads (feature extraction,
+    perceptual losses) and teacher forcing drawn with Python's ``random``."""
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, 7), nn.Tanh(), nn.Linear(7, OUT))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+    feats = {}
+    model[1].register_forward_hook(lambda m, i, o: feats.__setitem__("act", o))
+    rand = random.Random(0)
+
+    def step(x, y):
+        opt.zero_grad()
+        teacher = rand.random() < 0.5
+        out = model(x if teacher else x * 0.5)
+        loss = F.mse_loss(out, y) + 0.01 * feats["act"].pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    return model, step
+
+
+def test_hook_kept_activation_and_python_random_fall_back_to_eager_equal():
+    """Found with third-party idioms: each is a graph break naming its line, after which
+    the step runs eagerly with eager's results (never a silent difference)."""
+    rng = np.random.default_rng(0)
+    batches = [(dg.tensor(rng.standard_normal((BATCH, IN)).astype(np.float32)),
+                dg.tensor(rng.standard_normal((BATCH, OUT)).astype(np.float32)))
+               for _ in range(4)]
+    results = []
+    for compiled in (False, True):
+        model, step = _hook_and_random_steps()
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            losses = [float(fn(x, y)) for x, y in batches]
+        results.append((losses, [p.detach().numpy().copy() for p in model.parameters()],
+                        [str(w.message) for w in caught if "graph break" in str(w.message)]))
+    (losses_e, params_e, _), (losses_c, params_c, breaks) = results
+    assert breaks and all(HERE in w for w in breaks), breaks
+    np.testing.assert_allclose(losses_c, losses_e, rtol=RTOL, atol=ATOL)
+    for u, v in zip(params_c, params_e):
+        np.testing.assert_allclose(u, v, rtol=RTOL, atol=ATOL)
