@@ -25,9 +25,10 @@ from .ops.index import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
-from . import distributed, graph, io, nn, optim, utils  # noqa: F401,E402
+from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F401,E402
 from . import jit, onnx, profiler, static  # noqa: F401,E402
-from . import accelerator, backends, cpu, cuda  # noqa: F401,E402
+from . import accelerator, backends, cpu, cuda, linalg, sparse, version  # noqa: F401,E402
+from .sparse import sparse_coo_tensor  # noqa: F401,E402
 from . import amp  # noqa: F401,E402
 from .amp import (autocast, get_autocast_dtype, is_autocast_available,  # noqa: F401,E402
                   is_autocast_enabled)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import dtypes
+from . import dtypes, shapes
 from .kernels import tuning
-from .ops import creation
-from .tensor import Tensor, print_options
+from .ops import creation, linalg, reduce as red, shape as shape_ops
+from .tensor import Size, Tensor, print_options
 
 __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial_seed", "seed",
            "set_num_threads", "get_num_threads", "set_printoptions",
            "set_float32_matmul_precision", "get_float32_matmul_precision",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
-           "IntTensor", "BoolTensor"]
+           "IntTensor", "BoolTensor", "broadcast_shapes", "broadcast_tensors", "_assert",
+           "meshgrid", "cdist", "spmm", "use_deterministic_algorithms",
+           "are_deterministic_algorithms_enabled"]
 
 
 def is_tensor(obj) -> bool:
@@ -173,3 +175,63 @@ BFloat16Tensor = _typed("BFloat16Tensor", dtypes.bfloat16)
 LongTensor = _typed("LongTensor", dtypes.int64)
 IntTensor = _typed("IntTensor", dtypes.int32)
 BoolTensor = _typed("BoolTensor", dtypes.bool_)
+
+
+def broadcast_shapes(*shapes_) -> Size:
+    """The shape that tensors of ``shapes_`` broadcast to, as ``torch.broadcast_shapes``."""
+    return Size(shapes.broadcast_shapes(*(
+        (s,) if isinstance(s, int) else tuple(s) for s in shapes_)))
+
+
+def broadcast_tensors(*tensors) -> tuple:
+    """The tensors expanded to their common broadcast shape (views, as torch's)."""
+    shape = shapes.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    return tuple(t if tuple(t.shape) == shape else shape_ops.expand(t, shape)
+                 for t in tensors)
+
+
+def _assert(condition, message) -> None:
+    """``torch._assert``: ``assert`` that scripted code can call; raises AssertionError."""
+    if not condition:
+        raise AssertionError(message)
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple:
+    """Coordinate grids of 1-d tensors, as ``torch.meshgrid`` ('ij' or 'xy' indexing)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    swap = indexing == "xy" and len(tensors) >= 2
+    order = [1, 0, *range(2, len(tensors))] if swap else list(range(len(tensors)))
+    shape = tuple(tensors[k].numel() for k in order)
+    grids = []
+    for axis, k in enumerate(order):
+        view = [1] * len(tensors)
+        view[axis] = -1
+        grids.append((k, shape_ops.expand(shape_ops.reshape(tensors[k], tuple(view)), shape)))
+    return tuple(g for _, g in sorted(grids, key=lambda kg: kg[0]))
+
+
+def cdist(x1, x2, p: float = 2.0, compute_mode=None):
+    """The ``p``-norm distance between each row of ``x1`` (..., P, M) and each row of
+    ``x2`` (..., R, M): (..., P, R), as ``torch.cdist``."""
+    diff = shape_ops.unsqueeze(x1, -2) - shape_ops.unsqueeze(x2, -3)
+    return red.norm(diff, p, -1)
+
+
+def spmm(input, mat2):
+    """``torch.spmm``: a matrix product (dualgraph's tensors are dense)."""
+    return linalg.mm(input, mat2)
+
+
+_deterministic = [False]
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Recorded only: dualgraph's CPU kernels are deterministic already."""
+    _deterministic[0] = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _deterministic[0]

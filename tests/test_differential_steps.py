@@ -14,7 +14,11 @@ a parameter), an ``.item()`` branch, ``str(loss)``, a print of an activation in 
 forward, ``f"{loss.item():.4f}"`` before the backward or NumPy called on the logits
 (graph breaks, at which the compiled step is split), and what the step
 returns (nothing, the loss, the loss and detached logits, a tensor with history, a
-``no_grad`` forward). Two identical copies (same weights, same data) run 3-5 steps, one
+``no_grad`` forward). Idioms of third-party programs (tests/torch_programs/): a Python list
+the step appends ``loss.detach()`` or ``loss.item()`` to, an exponential moving average of
+the parameters updated under ``no_grad``, gradients clamped through ``p.grad.data``, a
+cross-entropy masked with ``where`` or written as ``Categorical(logits=...).log_prob``,
+and a gradient penalty through ``autograd.grad(..., create_graph=True)``. Two identical copies (same weights, same data) run 3-5 steps, one
 eagerly and one under ``dg.compile``; the returned tensors, parameters, buffers and the
 Python counters must agree (rtol 1e-5, atol 1e-6, float32). A compiled step may instead
 report a graph break (a warning naming this file's line): the step is then split there
@@ -85,6 +89,13 @@ class Program:
     debug_print: str         # "none", "activation" (print(h.mean()) in the forward),
     #                          "loss_format" (f"{loss.item():.4f}" before backward), "numpy"
     #                          (the loss scaled by a NumPy function of the logits): breaks
+    keep: str = "none"       # "list_detach" / "list_item": the step appends the loss to a
+    #                          Python list (detached / as a float); the list is compared
+    ema: bool = False        # an EMA copy of the parameters updated under no_grad
+    grad_clamp: bool = False  # p.grad.data.clamp_(-0.5, 0.5) before the update
+    ce_form: str = "plain"   # "masked" (where over the per-sample losses), "categorical"
+    #                          (-Categorical(logits=...).log_prob(y).mean()); with loss "ce"
+    penalty: bool = False    # + the squared input-gradient norm (create_graph=True)
 
 
 def generate(seed: int) -> Program:
@@ -110,7 +121,12 @@ def generate(seed: int) -> Program:
         debug_str=r.random() < 0.15,
         returns=r.choice(["none", "loss", "loss_logits", "history", "eval"]),
         steps=r.randint(3, 5),
-        debug_print=r.choice(["none", "none", "activation", "loss_format", "numpy"]))
+        debug_print=r.choice(["none", "none", "activation", "loss_format", "numpy"]),
+        keep=r.choice(["none", "none", "list_detach", "list_item"]),
+        ema=r.random() < 0.25,
+        grad_clamp=r.random() < 0.2,
+        ce_form=r.choice(["plain", "plain", "masked", "categorical"]),
+        penalty=r.random() < 0.15)
 
 
 class Net(nn.Module):
@@ -255,6 +271,9 @@ def build(prog: Program):
         sched = dg.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     counter = {"n": 0}
     lrs = {"lr": 0.05}
+    model.history = []   # (a plain list attribute: what the step keeps, compared)
+    ema = [p.detach().clone() for p in params] if prog.ema else []
+    model.ema = ema
 
     def schedule():
         if sched is not None:
@@ -276,8 +295,13 @@ def build(prog: Program):
                 model.zero_grad(set_to_none=prog.set_to_none)
         total = None
         for x, y in zip(xs, ys):
+            if prog.penalty:
+                x = x.clone().requires_grad_(True)
             logits = model(x)
-            loss = F.cross_entropy(logits, y) if prog.loss == "ce" else F.mse_loss(logits, y)
+            loss = _loss(prog, logits, y)
+            if prog.penalty:
+                g, = dg.autograd.grad(logits.sum(), x, create_graph=True)
+                loss = loss + 0.1 * (g ** 2).sum(dim=1).mean()
             if prog.counter == "closure" and n % 2 == 1:
                 loss = loss * 0.5
             if prog.counter == "module_attr" and model.flag:
@@ -301,10 +325,22 @@ def build(prog: Program):
             nn.utils.clip_grad_norm_(params, 1.0)
         if prog.clip == "value":
             nn.utils.clip_grad_value_(params, 0.05)
+        if prog.grad_clamp:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.data.clamp_(-0.5, 0.5)
         if opt is not None:
             opt.step()
         else:
             _hand_update(prog.update, params, lrs["lr"])
+        if prog.ema:
+            with dg.no_grad():
+                for e, p in zip(ema, params):
+                    e.mul_(0.8).add_(p.detach(), alpha=0.2)
+        if prog.keep == "list_detach":
+            model.history.append(total.detach())
+        if prog.keep == "list_item":
+            model.history.append(total.item())
         if prog.sched_inside:
             schedule()
         if prog.returns == "loss":
@@ -319,6 +355,18 @@ def build(prog: Program):
         return None
 
     return model, step, (schedule if not prog.sched_inside else lambda: None), counter
+
+
+def _loss(prog: Program, logits, y):
+    if prog.loss == "mse":
+        return F.mse_loss(logits, y)
+    if prog.ce_form == "masked":
+        losses = F.cross_entropy(logits, y, reduction="none")
+        mask = y != 0
+        return dg.where(mask, losses, dg.zeros_like(losses)).sum() / mask.sum().clamp(min=1)
+    if prog.ce_form == "categorical":
+        return -dg.distributions.Categorical(logits=logits).log_prob(y).mean()
+    return F.cross_entropy(logits, y)
 
 
 def _numbers(out) -> list:
@@ -346,9 +394,12 @@ def run(prog: Program, seed: int, compiled: bool):
                 model.scale = 1.0 + 0.5 * (i % 3)
             if prog.counter == "global":
                 SCALE = 2.0 - 0.25 * i
-    params = [p.detach().numpy().copy() for p in [*model.parameters(), *model.buffers()]]
-    state = (counter["n"], model.flag, model.sink.getvalue())
+    params = [p.detach().numpy().copy() for p in [*model.parameters(), *model.buffers(),
+                                                   *model.ema]]
+    kept = [float(h) for h in model.history]
+    state = (counter["n"], model.flag, model.sink.getvalue(), len(kept))
     report = fn.explain() if compiled else ""
+    outs.append([np.asarray(kept)])
     return outs, params, state, [str(w.message) for w in caught], report
 
 
@@ -359,12 +410,19 @@ def check(prog: Program, seed: int):
     outs_c, params_c, state_c, warned, report = run(prog, seed, compiled=True)
     assert state_c == state_e, f"{prog}: Python state (counter, flag, prints) differs; {warned}"
     breaks = [w for w in warned if "graph break" in w]
+    # a tensor appended to a list at every call is not yet replayed by a graph (as
+    # TorchDynamo replays such side effects): after MADE_STATE_LIMIT calls that each made
+    # one, the step runs eagerly, with a warning naming the list
+    kept_every_call = [w for w in breaks if "made at every call and kept" in w]
+    assert not kept_every_call or prog.keep == "list_detach", kept_every_call
     for w in breaks:
         assert HERE in w, f"graph break not naming the user's line: {w}"
-        assert "split there" in w, f"{prog}: a break sent the step to eager: {w}"
-    if breaks:
+        assert "split there" in w or w in kept_every_call, \
+            f"{prog}: a break sent the step to eager: {w}"
+    if breaks and not kept_every_call:
         assert "compiled piece" in report and "running it eagerly" not in report, report
-    if prog.item_branch or prog.debug_str or prog.debug_print != "none":
+    if prog.item_branch or prog.debug_str or prog.debug_print != "none" or \
+            prog.keep == "list_item":
         assert breaks, f"{prog}: no graph break reported; {warned}"
     for i, (a, b) in enumerate(zip(outs_c, outs_e)):
         assert len(a) == len(b)
@@ -460,3 +518,59 @@ def test_graph_break_after_lazy_state_restores_a_shared_none():
         out = dg.compile(step)(x)
     np.testing.assert_allclose(out.detach().numpy(), step(x).detach().numpy())
     assert isinstance(model.mask, dg.Tensor)
+
+
+def test_loss_history_list_of_detached_tensors():
+    """Found with the programs of tests/torch_programs/: ``history.append(loss.detach())``
+    in a compiled step. The kept tensor became real after the first call but still aliased
+    the trace's intermediate ``loss`` (``detach`` shares storage), so the next trace read
+    a value of the first graph and broke, and the eager fallback then crashed on the
+    traced tensor that trace had appended (an aborted trace now takes back what it
+    appended to lists, and a kept ``detach`` owns its storage)."""
+    check(_pinned(keep="list_detach", steps=5), 4)
+    check(_pinned(keep="list_detach", returns="history", update="adam", steps=4), 5)
+
+
+def _hook_and_random_steps():
+    """Two idioms of third-party loops the capture does not yet keep compiled: a forward
+    hook storing an activation in a dict that the loss reads (feature extraction,
+    perceptual losses) and teacher forcing drawn with Python's ``random``."""
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, 7), nn.Tanh(), nn.Linear(7, OUT))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+    feats = {}
+    model[1].register_forward_hook(lambda m, i, o: feats.__setitem__("act", o))
+    rand = random.Random(0)
+
+    def step(x, y):
+        opt.zero_grad()
+        teacher = rand.random() < 0.5
+        out = model(x if teacher else x * 0.5)
+        loss = F.mse_loss(out, y) + 0.01 * feats["act"].pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    return model, step
+
+
+def test_hook_kept_activation_and_python_random_fall_back_to_eager_equal():
+    """Found with third-party idioms: each is a graph break naming its line, after which
+    the step runs eagerly with eager's results (never a silent difference)."""
+    rng = np.random.default_rng(0)
+    batches = [(dg.tensor(rng.standard_normal((BATCH, IN)).astype(np.float32)),
+                dg.tensor(rng.standard_normal((BATCH, OUT)).astype(np.float32)))
+               for _ in range(4)]
+    results = []
+    for compiled in (False, True):
+        model, step = _hook_and_random_steps()
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            losses = [float(fn(x, y)) for x, y in batches]
+        results.append((losses, [p.detach().numpy().copy() for p in model.parameters()],
+                        [str(w.message) for w in caught if "graph break" in str(w.message)]))
+    (losses_e, params_e, _), (losses_c, params_c, breaks) = results
+    assert breaks and all(HERE in w for w in breaks), breaks
+    np.testing.assert_allclose(losses_c, losses_e, rtol=RTOL, atol=ATOL)
+    for u, v in zip(params_c, params_e):
+        np.testing.assert_allclose(u, v, rtol=RTOL, atol=ATOL)

@@ -262,6 +262,31 @@ for _name in LOSSES:
     LAYERS[_name] = (getattr(nn, _name), [(2, 3, "prob"), (2, 3, "prob")], ())
 LAYERS["CrossEntropyLoss"] = (nn.CrossEntropyLoss, [(4, 3), (4, "int")], ())
 LAYERS["NLLLoss"] = (nn.NLLLoss, [(4, 3), (4, "int")], ())
+LAYERS.update({
+    "AdaptiveMaxPool1d": (lambda: nn.AdaptiveMaxPool1d(3), [(1, 2, 7)], (1, 2, 3)),
+    "AdaptiveMaxPool2d": (lambda: nn.AdaptiveMaxPool2d((1, 2)), [(1, 2, 4, 4)], (1, 2, 1, 2)),
+    "Upsample": (lambda: nn.Upsample(scale_factor=2), [(1, 2, 3, 3)], (1, 2, 6, 6)),
+    "UpsamplingNearest2d": (lambda: nn.UpsamplingNearest2d(size=4), [(1, 2, 3, 3)],
+                            (1, 2, 4, 4)),
+    "UpsamplingBilinear2d": (lambda: nn.UpsamplingBilinear2d(scale_factor=2), [(1, 2, 3, 3)],
+                             (1, 2, 6, 6)),
+    "PixelShuffle": (lambda: nn.PixelShuffle(2), [(1, 8, 3, 3)], (1, 2, 6, 6)),
+    "PixelUnshuffle": (lambda: nn.PixelUnshuffle(2), [(1, 2, 4, 4)], (1, 8, 2, 2)),
+    "ReflectionPad1d": (lambda: nn.ReflectionPad1d(1), [(1, 2, 3)], (1, 2, 5)),
+    "ReflectionPad2d": (lambda: nn.ReflectionPad2d(1), [(1, 2, 3, 3)], (1, 2, 5, 5)),
+    "ReplicationPad1d": (lambda: nn.ReplicationPad1d(2), [(1, 2, 3)], (1, 2, 7)),
+    "ReplicationPad2d": (lambda: nn.ReplicationPad2d((1, 0, 0, 1)), [(1, 2, 3, 3)],
+                         (1, 2, 4, 4)),
+    "ConstantPad1d": (lambda: nn.ConstantPad1d(1, 0.5), [(1, 2, 3)], (1, 2, 5)),
+    "ConstantPad2d": (lambda: nn.ConstantPad2d(1, 0.5), [(1, 2, 3, 3)], (1, 2, 5, 5)),
+    "ZeroPad1d": (lambda: nn.ZeroPad1d(1), [(1, 2, 3)], (1, 2, 5)),
+    "ZeroPad2d": (lambda: nn.ZeroPad2d(1), [(1, 2, 3, 3)], (1, 2, 5, 5)),
+    "PairwiseDistance": (nn.PairwiseDistance, [(4, 3), (4, 3)], (4,)),
+    "CosineSimilarity": (nn.CosineSimilarity, [(4, 3), (4, 3)], (4,)),
+    "TripletMarginLoss": (nn.TripletMarginLoss, [(4, 3), (4, 3), (4, 3)], ()),
+    "CosineEmbeddingLoss": (nn.CosineEmbeddingLoss, [(4, 3), (4, 3), (4,)], ()),
+    "MarginRankingLoss": (nn.MarginRankingLoss, [(4,), (4,), (4,)], ()),
+})
 # containers and bases, smoke-tested below rather than called on an input
 NOT_LAYERS = {"Module", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
               "RNNBase", "RNNCellBase"}

@@ -231,6 +231,9 @@ class Entry:
             elif kind == "new":          # state the traced call made: a real tensor now
                 # (its own array, writeable: later steps update it in place)
                 t._data = new if id(new) not in taken and new.flags.writeable else new.copy()
+                if t._alias and type(t._base._data) is Value:
+                    # (``loss.detach()`` kept: its base is an intermediate of the trace)
+                    t._base, t._alias, t._version = None, False, [0]
                 t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place

@@ -105,12 +105,12 @@ def reachable(roots: dict, cls) -> list:
 
 
 def places(roots: dict) -> dict:
-    """``{(id(container), key): (container, value)}`` for every dict item and attribute
-    reachable from ``roots``: what :func:`undo` puts back."""
+    """``{(id(container), key): (container, value)}`` for every dict item, attribute and
+    list item reachable from ``roots``: what :func:`undo` puts back."""
     before = {}
 
     def visit(name, obj, container, key):
-        if isinstance(container, dict):
+        if isinstance(container, (dict, list)):
             before[(id(container), key)] = (container, obj)
 
     _walk(roots, visit, every_place=True)
@@ -125,15 +125,22 @@ def undo(roots: dict, graph, bound, before: dict) -> None:
     starts from the same Python state (``before``, from :func:`places`): the places where it
     kept a tensor of ``graph`` (the old value, or no item/attribute at all), and the Python
     scalars it changed (a counter incremented, a flag toggled before the break)."""
+    appended = []   # (list, index): items a list gained (``history.append(loss)``)
     for _, _, container, key in _created(roots, graph, bound, None):
-        if not isinstance(container, dict):
-            continue   # (a list or tuple item: not looked for before, nothing to restore)
+        if not isinstance(container, (dict, list)):
+            continue   # (a tuple item: it cannot have been set by the trace)
         old = before.get((id(container), key), (None, _ABSENT))[1]
-        if old is _ABSENT:
-            del container[key]
-        else:
+        if old is not _ABSENT:
             container[key] = old
+        elif isinstance(container, list):
+            appended.append((container, key))
+        else:
+            del container[key]
+    for container, key in sorted(appended, key=lambda ck: -ck[1]):
+        del container[key:]   # (and whatever the trace appended after it)
     for (_, key), (container, old) in before.items():
+        if isinstance(container, list):
+            continue
         now = container.get(key, _ABSENT)
         if type(old) in _SCALARS and now is not old and _restorable(now):
             container[key] = old

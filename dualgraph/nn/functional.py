@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..autograd import no_grad
-from ..ops import creation, index as index_ops, linalg, reduce as red
+from ..ops import conv as conv_ops, creation, index as index_ops, linalg, reduce as red
 from ..ops import loss as loss_ops
 from ..ops import elementwise as ew
 from ..ops import norm as norm_ops
@@ -35,6 +35,7 @@ from ..ops.inplace import commit_inplace
 from ..ops.linalg import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.shape import *  # noqa: F401,F403
+from .resample import interpolate, pixel_shuffle, pixel_unshuffle, upsample  # noqa: F401
 
 # The star imports above bring torch-style ``sum``, ``max``, ``abs``... into this module;
 # the code below always names ops through their family (``red.sum``), never bare.
@@ -588,6 +589,51 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return red.softmax(-input, dim, dtype)
 
 
+def _window(i: int, n: int, out: int) -> slice:
+    """Output position ``i``'s input window of adaptive pooling (torch's floor/ceil)."""
+    return slice(i * n // out, -(-(i + 1) * n // out))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max pooling of (N, C, H, W) or (C, H, W) input to a fixed ``output_size`` (an int,
+    or a pair whose None entries keep the input's size), as torch's: max_pool2d when the
+    sizes divide, else a max over each of torch's uneven windows."""
+    if return_indices:
+        raise NotImplementedError("adaptive_max_pool2d: return_indices=True is not supported")
+    hw = tuple(input.shape[-2:])
+    sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    out = tuple(hw[a] if sizes[a] is None else int(sizes[a]) for a in range(2))
+    if hw[0] % out[0] == 0 and hw[1] % out[1] == 0:
+        k = (hw[0] // out[0], hw[1] // out[1])
+        return input if k == (1, 1) else conv_ops.max_pool2d(input, k)
+    rows = [red.amax(input[..., _window(i, hw[0], out[0]), :], -2, keepdim=True)
+            for i in range(out[0])]
+    x = shape_ops.cat(rows, -2)
+    return shape_ops.cat([red.amax(x[..., _window(j, hw[1], out[1])], -1, keepdim=True)
+                          for j in range(out[1])], -1)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max pooling of (N, C, L) or (C, L) input to length ``output_size``."""
+    size = output_size if isinstance(output_size, int) else output_size[0]
+    pooled = adaptive_max_pool2d(shape_ops.unsqueeze(input, -2), (1, size), return_indices)
+    return shape_ops.squeeze(pooled, -2)
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax (concrete) distribution over ``dim``: softmax of
+    ``(logits + Gumbel noise) / tau``; ``hard`` gives the one-hot argmax forward with the
+    soft sample's gradient (the straight-through estimator)."""
+    uniform = creation.rand(*_shape(logits), dtype=logits.dtype)
+    gumbels = -ew.log(-ew.log(ew.clamp_min(uniform, eps)) + eps)
+    y_soft = red.softmax((logits + gumbels) / tau, dim)
+    if not hard:
+        return y_soft
+    index = red.argmax(y_soft, dim, keepdim=True)
+    y_hard = index_ops.scatter(creation.zeros_like(y_soft), dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
+
+
 def softsign(input):
     """``x / (1 + |x|)``."""
     return input / (ew.abs(input) + 1)
@@ -626,6 +672,37 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``||x1 - x2 + eps||_p`` along the last dim."""
     return red.norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """``1 - cos`` where ``target`` is 1, ``max(0, cos - margin)`` where it is -1, the
+    cosine taken along dim 1 (or the only dim), as torch's."""
+    reduction = _reduction(size_average, reduce, reduction)
+    cos = cosine_similarity(input1, input2, dim=input1.ndim - 1, eps=1e-8)
+    loss = ew.where(target > 0, 1.0 - cos, ew.clamp_min(cos - margin, 0.0))
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """``max(0, -target * (input1 - input2) + margin)``: ``target`` 1 ranks ``input1``
+    higher, -1 ranks ``input2`` higher."""
+    reduction = _reduction(size_average, reduce, reduction)
+    return _reduce(ew.clamp_min(-target * (input1 - input2) + margin, 0.0), reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """``max(0, d(anchor, positive) - d(anchor, negative) + margin)`` with ``d`` the
+    ``p``-norm :func:`pairwise_distance`; ``swap`` uses the smaller of the two negative
+    distances (the distance swap of Balntas et al.)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = ew.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(ew.clamp_min(d_pos - d_neg + margin, 0.0), reduction)
 
 
 # -- the attention core ------------------------------------------------------------------------

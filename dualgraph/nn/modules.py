@@ -15,7 +15,8 @@ from . import attention, containers, module, rnn
 from .attention import *  # noqa: F401,F403
 from .containers import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
                          Sequential)
-from .layers import activation, conv, dropout, embedding, linear, loss, norm, pooling
+from .layers import (activation, conv, dropout, embedding, linear, loss, norm, pooling,
+                     resample)
 from .layers import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
 from .rnn import *  # noqa: F401,F403
@@ -26,7 +27,8 @@ _PATHS = {
     "flatten": (linear,), "conv": (conv,), "activation": (activation, attention),
     "loss": (loss,), "dropout": (dropout,), "pooling": (pooling,), "batchnorm": (norm,),
     "instancenorm": (norm,), "normalization": (norm,), "sparse": (embedding,),
-    "rnn": (rnn,), "transformer": (attention,),
+    "rnn": (rnn,), "transformer": (attention,), "distance": (loss,),
+    "pixelshuffle": (resample,), "upsampling": (resample,), "padding": (resample,),
 }
 
 

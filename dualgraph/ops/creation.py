@@ -393,7 +393,13 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None) -> Tensor:
                  ) * std + mean
 
 
-METHODS = {"clone": clone, "multinomial": multinomial, "new_tensor": new_tensor,
+def to_dense(self, dtype=None, *, masked_grad=None) -> Tensor:
+    """The tensor itself (cast to ``dtype``): dualgraph's tensors are dense already
+    (``dg.sparse_coo_tensor`` makes a dense one)."""
+    return self if dtype is None else self.to(dtype)
+
+
+METHODS = {"clone": clone, "to_dense": to_dense, "multinomial": multinomial, "new_tensor": new_tensor,
            "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
            "new_full": new_full, "uniform_": uniform_, "normal_": normal_,
            "bernoulli": bernoulli, "bernoulli_": bernoulli_, "exponential_": exponential_,

@@ -24,7 +24,7 @@ from .._helpers import user_location
 from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
 from ..tensor import Tensor, as_array
-from . import creation, elementwise, shape as shape_ops
+from . import creation, elementwise, reduce as red, shape as shape_ops
 from ._util import needs_grad, shape_of
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
@@ -32,7 +32,7 @@ from .opdef import defop
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
            "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
-           "diagonal"]
+           "diagonal", "bincount", "searchsorted", "bucketize"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -405,8 +405,9 @@ def _index_item(k):
             raise IndexError(f"tensors used as indices must be integer or bool tensors, got "
                              f"{k.dtype!r}")
         return k
-    if isinstance(k, (list, np.ndarray)):
-        array = as_array(k) if len(k) else np.zeros(0, _INT64)
+    if isinstance(k, (list, range, np.ndarray)):   # (``x[range(n), labels]``, as torch)
+        array = as_array(list(k) if isinstance(k, range) else k) if len(k) else \
+            np.zeros(0, _INT64)
         return _index_item(Tensor._make(array))
     raise IndexError(f"unsupported index {k!r} of type {type(k).__name__}; use ints, slices, "
                      "None, ..., integer or bool tensors")
@@ -974,6 +975,44 @@ def pad(input, pad, mode="constant", value=None):
                      "'circular'")
 
 
+def bincount(input, weights=None, minlength=0):
+    """How often each value of a 1-d non-negative integer tensor occurs (or the sum of its
+    ``weights``), of length ``max(input) + 1`` or ``minlength``: int64, or the weights'
+    dtype, as ``torch.bincount``. Eager only (its length is data)."""
+    x = input._concrete("bincount()")
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x.size and x.min() < 0):
+        raise ValueError(f"bincount only supports 1-d non-negative integral inputs, got "
+                         f"{input.dtype!r} of shape {tuple(input.shape)}")
+    w = None if weights is None else weights._concrete("bincount()")
+    out = np.bincount(x, w, int(minlength))
+    return Tensor._make(out.astype(_INT64 if w is None else w.dtype))
+
+
+def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None,
+                 sorter=None):
+    """For each of ``values``, the index in the last dim of ``sorted_sequence`` where it
+    would be inserted to keep it sorted (after equal entries with ``right`` or
+    ``side='right'``), as ``torch.searchsorted``: counts of the smaller entries, so it
+    traces into a graph (cost: entries x values)."""
+    if sorter is not None:
+        raise NotImplementedError("searchsorted: sorter= is not supported; sort first")
+    right = right or side == "right"
+    if not isinstance(values, Tensor):
+        values = creation.tensor(values, dtype=sorted_sequence.dtype)
+    seq = shape_ops.unsqueeze(sorted_sequence, -2) if sorted_sequence.ndim > 1 \
+        else sorted_sequence
+    below = seq <= shape_ops.unsqueeze(values, -1) if right \
+        else seq < shape_ops.unsqueeze(values, -1)
+    out = red.sum(below.to(dtypes.int64), -1)
+    return out.to(dtypes.int32) if out_int32 else out
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False):
+    """The bucket of each of ``input`` between the sorted 1-d ``boundaries``, as
+    ``torch.bucketize``: ``searchsorted(boundaries, input, right=right)``."""
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
 METHODS = {
     "__getitem__": getitem, "__setitem__": setitem,
     "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
@@ -985,5 +1024,5 @@ METHODS = {
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
-    "diag": diag, "diagonal": diagonal,
+    "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,
 }

@@ -11,6 +11,7 @@ follow torch: ``max(x, dim)`` routes the gradient to the returned index, while f
 from __future__ import annotations
 
 import math
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -925,12 +926,15 @@ LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
 def _softmax_like(op, name, input, dim, dtype):
     x = _cast_arg(input, dtype)
     if dim is None:
-        raise TypeError(f"{name}() needs dim= (the dim whose entries sum to one)")
+        # torch's deprecated implicit choice, which old programs still rely on
+        dim = 0 if x.ndim in (0, 1, 3) else 1
+        warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+                      f"call to include dim=X as an argument.", stacklevel=4)
     _require_float(x, name)
     return apply(op, x, dim=normalize_dim(dim, x.ndim))
 
 
-def softmax(input, dim=None, dtype=None):
+def softmax(input, dim=None, dtype=None, _stacklevel=3):
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably (max subtracted), as
     ``torch.softmax``; ``dtype=`` casts the input first.
 
@@ -940,7 +944,7 @@ def softmax(input, dim=None, dtype=None):
     return _softmax_like(SOFTMAX, "softmax", input, dim, dtype)
 
 
-def log_softmax(input, dim=None, dtype=None):
+def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
     """``x - logsumexp(x, dim)`` along ``dim``, as ``torch.log_softmax``."""
     return _softmax_like(LOG_SOFTMAX, "log_softmax", input, dim, dtype)
 

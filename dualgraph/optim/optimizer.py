@@ -11,6 +11,7 @@ outputs of the graph (functionalisation).
 from __future__ import annotations
 
 import copy
+import functools
 from collections import defaultdict
 
 import numpy as np
@@ -43,6 +44,26 @@ class Optimizer:
     >>> [g["lr"] for g in opt.param_groups]
     [0.1, 0.5]
     """
+
+    def __init_subclass__(cls, **kwargs):
+        """dualgraph's optimisers accept torch's implementation choices (``foreach``,
+        ``fused``, ``capturable``), which change how torch runs an update, not what it
+        computes: one loop (fused by ``dg.compile``) serves them all. A user's subclass
+        keeps its own signature."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or not cls.__module__.startswith("dualgraph."):
+            return
+
+        @functools.wraps(init)
+        def __init__(self, *args, foreach=None, fused=None, capturable=False,
+                     differentiable=False, **kw):
+            if differentiable:
+                raise NotImplementedError(
+                    f"{cls.__name__}(differentiable=True) is not supported: differentiate "
+                    f"through a hand-written update (tensor ops outside no_grad) instead")
+            init(self, *args, **kw)
+        cls.__init__ = __init__
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults

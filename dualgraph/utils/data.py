@@ -33,7 +33,7 @@ from .workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler",
-           "SubsetRandomSampler", "BatchSampler", "DistributedSampler", "DataLoader",
+           "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DistributedSampler", "DataLoader",
            "default_collate", "default_convert", "get_worker_info", "WorkerInfo"]
 
 
@@ -229,6 +229,41 @@ class SubsetRandomSampler(Sampler):
 
     def __len__(self):
         return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probability proportional to ``weights`` (with
+    replacement by default), as torch's: oversampling rare classes."""
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or \
+                num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got "
+                             f"num_samples={num_samples}")
+        w = np.asarray(weights.tolist() if hasattr(weights, "tolist") else weights,
+                       dtype=np.float64).reshape(-1)
+        if w.size == 0 or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+            raise ValueError(f"WeightedRandomSampler: weights must be finite, non-negative "
+                             f"and not all zero, got {w.tolist()[:8]}")
+        if not replacement and num_samples > np.count_nonzero(w):
+            raise ValueError(f"WeightedRandomSampler: {num_samples} samples without "
+                             f"replacement, but only {np.count_nonzero(w)} weights are > 0")
+        self.weights, self.num_samples = w, num_samples
+        self.replacement, self.generator = replacement, generator
+
+    def __iter__(self):
+        rng, p = _epoch_rng(self.generator), self.weights / self.weights.sum()
+        if not self.replacement:
+            yield from rng.choice(len(p), self.num_samples, replace=False, p=p).tolist()
+            return
+        left = self.num_samples
+        while left > 0:
+            block = rng.choice(len(p), min(left, _DRAW_BLOCK), p=p)
+            left -= len(block)
+            yield from block.tolist()
+
+    def __len__(self):
+        return self.num_samples
 
 
 class DistributedSampler(Sampler):

@@ -27,7 +27,9 @@ def _summary(compiled):
     for c in compiled:
         c = getattr(c, "_compiled", c)
         kinds = [r.kind for r in c.records]
-        out.append({"graphs": len(c.cache), "breaks": kinds.count("break"),
+        # (a split function's pieces are graphs too, as explain() counts them)
+        out.append({"graphs": len(c.cache) + kinds.count("piece"),
+                    "breaks": kinds.count("break"),
                     "limit": kinds.count("limit"), "explain": c.explain()})
     return out
 

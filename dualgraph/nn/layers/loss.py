@@ -125,3 +125,64 @@ class KLDivLoss(_Loss):
 
     def forward(self, input, target):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class MarginRankingLoss(_Loss):
+    """``max(0, -y * (x1 - x2) + margin)``: learning which of two scores ranks higher."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1, input2, target):
+        return F.margin_ranking_loss(input1, input2, target, self.margin,
+                                     reduction=self.reduction)
+
+
+class CosineEmbeddingLoss(_Loss):
+    """``1 - cos(x1, x2)`` for similar pairs (y = 1), ``max(0, cos - margin)`` otherwise."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1, input2, target):
+        return F.cosine_embedding_loss(input1, input2, target, self.margin,
+                                       reduction=self.reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """``max(0, d(a, p) - d(a, n) + margin)`` with the ``p``-norm distance."""
+
+    def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
+                 swap: bool = False, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+
+    def forward(self, anchor, positive, negative):
+        return F.triplet_margin_loss(anchor, positive, negative, self.margin, self.p,
+                                     self.eps, self.swap, reduction=self.reduction)
+
+
+class PairwiseDistance(Module):
+    """``F.pairwise_distance`` as a layer (torch's nn.PairwiseDistance)."""
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class CosineSimilarity(Module):
+    """``F.cosine_similarity`` as a layer (torch's nn.CosineSimilarity)."""
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)

@@ -131,3 +131,26 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPool):
     whose None entries keep the input's size)."""
 
     _ndim = 2
+
+
+class _AdaptiveMaxPool(_AdaptiveAvgPool):
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        self._check(input)
+        pool = F.adaptive_max_pool1d if self._ndim == 1 else F.adaptive_max_pool2d
+        return pool(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPool):
+    """Max over (N, C, L) or (C, L) input down to length ``output_size``."""
+
+    _ndim = 1
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPool):
+    """Max over (N, C, H, W) or (C, H, W) input down to ``output_size``."""
+
+    _ndim = 2

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import no_grad
-from ..ops import creation, elementwise, reduce, shape
-from ..ops.inplace import commit_inplace
-from ..tensor import Tensor
+from ...autograd import no_grad
+from ...ops import creation, elementwise, reduce, shape
+from ...ops.inplace import commit_inplace
+from ...tensor import Tensor
+from . import rnn  # noqa: F401  (torch.nn.utils.rnn)
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
            "vector_to_parameters"]
