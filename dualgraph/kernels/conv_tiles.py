@@ -36,6 +36,9 @@ TILE_BYTES = 2 << 20
 # The shifted GEMMs (:func:`shifted`) copy the weight into tap-major order at each call, a
 # pass over it that pays from a few hundred output positions per weight element on.
 SHIFT_MIN_POSITIONS = 512
+# Each tap's GEMM is as deep as the input has channels; shallower, its output's nine
+# read-modify-write passes cost more than the im2col they save.
+SHIFT_MIN_CHANNELS = 64
 
 
 @helper(inline="always")
@@ -69,13 +72,16 @@ def columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left)
             src = x[n, c, y]
             for v in range(v0):
                 d[v] = 0
+            part, run = d[v0:v1], src[v0 * sw + offset:]
             if sw == 1:
-                part, run = d[v0:v1], src[v0 + offset:v1 + offset]
                 for u in range(part.size):
                     part[u] = run[u]
+            elif sw == 2:   # (a constant stride: LLVM vectorises the deinterleaving)
+                for u in range(part.size):
+                    part[u] = run[2 * u]
             else:
-                for v in range(v0, v1):
-                    d[v] = src[v * sw + offset]
+                for u in range(part.size):
+                    part[u] = run[u * sw]
             for v in range(v1, wo):
                 d[v] = 0
 
@@ -84,28 +90,33 @@ def columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left)
 def scatter(start, stop, tile, out, q0, ho, pitch, bias, residual, act, lo, hi, where):
     """Channels ``start:stop`` of ``tile (Cout, rows*pitch)``, the GEMM's result for the
     batch's output rows ``q0:q0+rows`` (row ``q`` is image ``q // ho``), each of whose
-    ``pitch`` columns the first ``Wo`` are kept, into ``out (N, Cout, ho*Wo)`` as
+    ``pitch`` columns the first ``Wo`` are kept, into the planes ``out (N*Cout, ho*Wo)`` as
     ``act(tile + bias[c] (+ r))`` (``where`` 1: ``r = residual`` (shaped as ``out``) added
-    before the activation, 2: after it, 0: none), ``epilogue.planes``'s arithmetic."""
-    wo = out.shape[2] // ho
+    before the activation, 2: after it, 0: none), ``epilogue.planes``'s arithmetic. (2-D
+    arrays: a run of a row of one is contiguous to Numba, and its loops vectorise.)"""
+    wo, cout = out.shape[1] // ho, bias.shape[0]
     rows = tile.shape[1] // pitch
     for c in range(start, stop):
         b = bias[c]
-        for t in range(rows):
-            n, a = (q0 + t) // ho, ((q0 + t) % ho) * wo
-            src, dst = tile[c, t * pitch:t * pitch + wo], out[n, c, a:a + wo]
+        t = 0
+        while t < rows:   # runs of rows of one image, contiguous in both when pitch == wo
+            n, r = (q0 + t) // ho, (q0 + t) % ho
+            m = min(rows - t, ho - r) if pitch == wo else 1
+            size, a = m * wo, r * wo
+            src, dst = tile[c, t * pitch:t * pitch + size], out[n * cout + c, a:a + size]
             if where == 1:
-                r = residual[n, c, a:a + wo]
-                for u in range(wo):
-                    dst[u] = src[u] + b + r[u]
+                res = residual[n * cout + c, a:a + size]
+                for u in range(size):
+                    dst[u] = src[u] + b + res[u]
             else:
-                for u in range(wo):
+                for u in range(size):
                     dst[u] = src[u] + b
             _activate(dst, act, lo, hi)
             if where == 2:
-                r = residual[n, c, a:a + wo]
-                for u in range(wo):
-                    dst[u] = dst[u] + r[u]
+                res = residual[n * cout + c, a:a + size]
+                for u in range(size):
+                    dst[u] = dst[u] + res[u]
+            t += m
 
 
 def tile_rows(batch_rows: int, row_bytes: int) -> int:
@@ -124,8 +135,8 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     ``out``, added before (``where`` 1) or after (2) it): by :func:`shifted` GEMMs where
     they apply, else on tiles of im2col columns."""
     x = np.ascontiguousarray(x)
-    out3 = out.reshape(out.shape[0], out.shape[1], -1)
-    epilogue = (bias, _rows(residual, out3.shape), act, np.float32(lo), np.float32(hi), where)
+    out2 = out.reshape(out.shape[0] * out.shape[1], -1)
+    epilogue = (bias, _rows(residual, out2.shape), act, np.float32(lo), np.float32(hi), where)
     if shifted(x.shape, w.shape, stride, padding, dilation, groups):
         return _shifted(x, w, out, padding, dilation, epilogue)
     n, c = x.shape[:2]
@@ -144,7 +155,7 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
         run_rows(columns, depth, x, cols, q0, ho, wo, *geometry, threads=threads_for(cols.size))
         tile = result[:cout * size].reshape(cout, size)
         np.matmul(wm, cols.reshape(groups, -1, size), out=tile.reshape(groups, -1, size))
-        run_rows(scatter, cout, tile, out3, q0, ho, wo, *epilogue,
+        run_rows(scatter, cout, tile, out2, q0, ho, wo, *epilogue,
                  threads=threads_for(tile.size))
     return out
 
@@ -171,7 +182,7 @@ def shifted(x_shape, w_shape, stride, padding, dilation, groups) -> bool:
     wp = wd + padding[1][0] + padding[1][1]
     wo = wp - dilation[1] * (kw - 1)
     ho = h + padding[0][0] + padding[0][1] - dilation[0] * (kh - 1)
-    return (stride == (1, 1) and groups == 1 and kh * kw > 1 and c >= 16
+    return (stride == (1, 1) and groups == 1 and kh * kw > 1 and c >= SHIFT_MIN_CHANNELS
             and 8 * (wp - wo) <= wo and n * ho * wo >= SHIFT_MIN_POSITIONS
             and _sgemm() is not None)
 
@@ -192,7 +203,7 @@ def _shifted(x, w, out, padding, dilation, epilogue):
     padded = np.zeros(c * plane + dilation[1] * (kw - 1), x.dtype)   # (the last shift's tail)
     inside = padded[:c * plane].reshape(c, hp, wp)[:, top:top + h, left:left + wd]
     tile = np.empty((cout, size), x.dtype)
-    sgemm, out3 = _sgemm(), out.reshape(n, cout, -1)
+    sgemm, out2 = _sgemm(), out.reshape(n * cout, -1)
     for i in range(n):
         inside[...] = x[i]
         for a in range(kh):
@@ -201,7 +212,7 @@ def _shifted(x, w, out, padding, dilation, epilogue):
                 sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, cout, size, c, 1.0, taps[a, b].ctypes.data,
                       c, padded.ctypes.data + shift, plane, 0.0 if a == b == 0 else 1.0,
                       tile.ctypes.data, size)
-        run_rows(scatter, cout, tile, out3, i * ho, ho, wp, *epilogue,
+        run_rows(scatter, cout, tile, out2, i * ho, ho, wp, *epilogue,
                  threads=threads_for(tile.size))
     return out
 
@@ -226,7 +237,7 @@ def conv_pointwise(x, w, out, groups, bias, residual=None, where=0, act=0, lo=-n
 
 def _rows(residual, shape):
     """The residual as ``(N, Cout, Ho*Wo)`` rows, contiguous (the loops' native entries
-    take contiguous arrays); a zero ``(1, 1, 1)`` placeholder without one."""
+    take contiguous arrays); a zero placeholder of ``shape``'s rank without one."""
     if residual is None:
-        return np.zeros((1, 1, 1), np.float32)
+        return np.zeros((1,) * len(shape), np.float32)
     return np.ascontiguousarray(residual, np.float32).reshape(shape)
