@@ -1,7 +1,7 @@
 """The float32 convolution kernels of ``kernels/conv_tiles.py`` (shifted GEMMs, im2col
-tiles, 1x1 GEMMs per image), with their epilogues, against torch: shapes outside any model
-(odd sizes, asymmetric padding, dilation, groups, strides), batch 1, 3 and 16, and the
-epilogue's activations and residuals."""
+tiles) and the 1x1 and grouped convs beside them, with their epilogues, against torch:
+shapes outside any model (odd sizes, asymmetric padding, dilation, groups, strides), batch
+1, 3 and 16, and the epilogue's activations and residuals."""
 import numpy as np
 import pytest
 
@@ -77,8 +77,8 @@ def test_epilogue_matches_torch(case, act, residual_at):
 
 
 def test_each_method_is_taken():
-    """The cases above cover the shifted GEMMs, the im2col tiles over several tiles and
-    the 1x1 GEMMs (a change of thresholds must not leave a path untested)."""
+    """The cases above cover the shifted GEMMs and the im2col tiles over several tiles (a
+    change of thresholds must not leave a path untested)."""
     shifted = [c for c in CASES if conv_tiles.shifted((c[0], c[1], c[2], c[3]),
                                                       (c[4], c[1] // c[9], *c[5]), *c[6:])]
     assert len(shifted) == 3

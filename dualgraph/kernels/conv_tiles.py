@@ -9,9 +9,8 @@ stride and dilation as index arithmetic: no padded copy, no strided NumPy view),
 ``(G, Cout/G, Cg*kh*kw) @ (G, Cg*kh*kw, rows*Wo)`` writes a tile buffer, and
 :func:`scatter` moves the tile to the output planes adding the bias (and a residual) and
 applying the activation on the way, one pass while the tile is in cache instead of
-another pass over the whole output. A 1x1 stride-1 unpadded conv needs no columns: each
-image is its own GEMM operand, the GEMM writes the image's output planes and
-``epilogue.planes`` finishes them while they are in cache (:func:`conv_pointwise`).
+another pass over the whole output. A stride-1 conv with enough channels needs no
+columns at all (:func:`shifted`).
 
 The column rows (and the scatter's channels) are shared among threads (``run_rows``);
 the GEMMs take OpenBLAS's threads. Each element is summed by one GEMM call in OpenBLAS's
@@ -217,26 +216,8 @@ def _shifted(x, w, out, padding, dilation, epilogue):
     return out
 
 
-def conv_pointwise(x, w, out, groups, bias, residual=None, where=0, act=0, lo=-np.inf,
-                   hi=np.inf):
-    """:func:`conv` for a 1x1 stride-1 unpadded ``w``: per image, one GEMM on the input
-    itself into the image's output planes, then ``epilogue.planes`` over them."""
-    from .epilogue import planes
-    n, c = x.shape[:2]
-    cout = w.shape[0]
-    x = np.ascontiguousarray(x).reshape(n, groups, c // groups, -1)
-    wm = np.ascontiguousarray(w).reshape(groups, cout // groups, c // groups)
-    out3 = out.reshape(n, cout, -1)
-    res3 = _rows(residual, out3.shape)
-    for i in range(n):
-        np.matmul(wm, x[i], out=out3[i].reshape(groups, cout // groups, -1))
-        run_rows(planes, cout, out3[i], bias, res3[i if where else 0], act, np.float32(lo),
-                 np.float32(hi), where, threads=threads_for(out3[i].size))
-    return out
-
-
 def _rows(residual, shape):
-    """The residual as ``(N, Cout, Ho*Wo)`` rows, contiguous (the loops' native entries
+    """The residual as ``(N*Cout, Ho*Wo)`` rows, contiguous (the loops' native entries
     take contiguous arrays); a zero placeholder of ``shape``'s rank without one."""
     if residual is None:
         return np.zeros((1,) * len(shape), np.float32)

@@ -102,23 +102,21 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
 def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilation, groups):
     """The float32 kernel of ``kernels/conv_tiles.py``, which applies the epilogue to each
     tile's GEMM result while it is in cache; None where it does not apply (another dtype,
-    no Numba, a depthwise conv: its direct loop, then the epilogue's own pass)."""
+    no Numba; a depthwise conv: its direct loop; a 1x1 conv: one batched GEMM on the input
+    as it is, which measured faster than a GEMM and the epilogue per image), which then
+    runs the conv and the epilogue's own pass."""
     if not (kernels.numba_available() and x.dtype == w.dtype == b.dtype == np.float32
             and all(r.dtype == np.float32 for r in residual)):
         return None
-    method = conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups)
-    if method == "depthwise":
+    if conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups) != "blocked":
         return None
     hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.empty((x.shape[0], w.shape[0], *hw), np.float32)
     epilogue = dict(residual=residual[0] if residual else None,
                     where=RESIDUAL.index(residual_at) if residual else 0,
                     act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
-    b = np.ascontiguousarray(b)
-    if method == "pointwise":
-        return kernels.conv_tiles.conv_pointwise(x, w, out, groups, b, **epilogue)
-    return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b,
-                                   **epilogue)
+    return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups,
+                                   np.ascontiguousarray(b), **epilogue)
 
 
 def _infer(x, w, b, *residual, act, bounds, residual_at, **conv):
