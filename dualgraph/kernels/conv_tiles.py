@@ -13,8 +13,8 @@ another pass over the whole output. A stride-1 conv with enough channels needs n
 columns at all (:func:`shifted`).
 
 The column rows (and the scatter's channels) are shared among threads (``run_rows``);
-the GEMMs take OpenBLAS's threads. Each element is summed by one GEMM call in OpenBLAS's
-order, so the bits do not depend on the number of threads.
+the GEMMs take OpenBLAS's threads. Each element is summed by one GEMM call (the shifted
+form: ``kh*kw`` calls in tap order), so the bits do not depend on the number of threads.
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from .epilogue import _activate
 from .threads import run_rows, threads_for
 
 # A tile's columns: a few times L2, so that the GEMM's panels are wide (OpenBLAS repacks
-# them anyway, and a narrow GEMM of a few hundred columns runs at a fraction of its rate)
-# while the columns written are still in the last-level cache when the GEMM reads them.
+# them anyway) while the columns written are still in the last-level cache when the GEMM
+# reads them (1 to 8 MB measured alike on ResNet's 3x3 layers).
 TILE_BYTES = 2 << 20
 # The shifted GEMMs (:func:`shifted`) copy the weight into tap-major order at each call, a
 # pass over it that pays from a few hundred output positions per weight element on.
