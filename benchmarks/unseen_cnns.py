@@ -3,8 +3,9 @@
 ``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
 
 ``python -m benchmarks.unseen_cnns [--models squeezenet,efficientnet,mobilenetv3]
-[--batches 1,16] [--rounds 5]`` (``--models resnet18,mobilenetv2``: the suite's W8 and W9
-models, measured the same way). The models are written once against the torch-style API
+[--batches 1,16] [--rounds 5] [--threads=1]`` (``--models resnet18,mobilenetv2``: the
+suite's W8 and W9 models, measured the same way; ``--threads=2``: every engine on two
+threads, set before NumPy loads OpenBLAS, so it must be spelt with ``=``). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
 EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation) and a
 MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same random
@@ -22,8 +23,10 @@ import sys
 import tempfile
 import time
 
-for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_name] = "1"
+THREADS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--threads=")), 1))
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "DUALGRAPH_NUM_THREADS"):
+    os.environ[_name] = str(THREADS)
 
 import numpy as np  # noqa: E402
 
@@ -142,8 +145,8 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
     import torch
 
     import dualgraph as dg
-    torch.set_num_threads(1)
-    dg.set_num_threads(1)
+    torch.set_num_threads(THREADS)
+    dg.set_num_threads(THREADS)
     rng = np.random.default_rng(0)
     reference = MODELS[name](torch).eval()
     state = random_state(reference, 0)
@@ -156,7 +159,7 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
         torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
                           input_names=["x"])
     options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     loaded = dg.onnx.load(path)
     compiled = dg.compile(model)
@@ -200,8 +203,10 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default="squeezenet,efficientnet,mobilenetv3")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="read before NumPy loads")
     args = parser.parse_args(argv)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {THREADS} "
+          "thread(s) per engine", flush=True)
     for name in args.models.split(","):
         for batch in map(int, args.batches.split(",")):
             for engine, row in measure(name, batch, args.rounds).items():

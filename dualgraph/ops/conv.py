@@ -250,6 +250,10 @@ def _conv_blocked(x, w, bias):
                       out=out.reshape(n, groups, cog, ho * wo))
         elif method == "depthwise":
             kernels.conv.depthwise(x, w, out, stride, padding, dilation)
+        elif kernels.enabled(x) and kernels.conv_tiles.shifted(x.shape, w.shape, stride,
+                                                               padding, dilation, groups):
+            b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
+            return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
         else:
             for i0, i1, r0, r1, cols in _block_columns(x, (kh, kw), stride, padding,
                                                        dilation, groups):

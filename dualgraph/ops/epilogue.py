@@ -77,6 +77,9 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
 
 
 def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
+    tiled = _tiled(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at, **conv)
+    if tiled is not None:
+        return tiled
     y = conv_ops.CONV2D.kernel(x, w, **conv)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
@@ -94,6 +97,26 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
         y += r
     y = _numpy_activation(y, act, bounds)
     return y + r if r is not None and residual_at == "after" else y
+
+
+def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilation, groups):
+    """The float32 kernel of ``kernels/conv_tiles.py``, which applies the epilogue to each
+    tile's GEMM result while it is in cache; None where it does not apply (another dtype,
+    no Numba; a depthwise conv: its direct loop; a 1x1 conv: one batched GEMM on the input
+    as it is, which measured faster than a GEMM and the epilogue per image), which then
+    runs the conv and the epilogue's own pass."""
+    if not (kernels.numba_available() and x.dtype == w.dtype == b.dtype == np.float32
+            and all(r.dtype == np.float32 for r in residual)):
+        return None
+    if conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups) != "blocked":
+        return None
+    hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    out = np.empty((x.shape[0], w.shape[0], *hw), np.float32)
+    epilogue = dict(residual=residual[0] if residual else None,
+                    where=RESIDUAL.index(residual_at) if residual else 0,
+                    act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+    return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups,
+                                   np.ascontiguousarray(b), **epilogue)
 
 
 def _infer(x, w, b, *residual, act, bounds, residual_at, **conv):

@@ -1,0 +1,224 @@
+"""Convolution as GEMMs on cache-sized tiles of im2col columns, with the epilogue (bias,
+activation, residual add) applied to each tile's result while it is in cache.
+
+A tile is a run of output rows counted over the whole batch (row ``q`` is image ``q //
+Ho``, row ``q % Ho``), so small images at a large batch make one wide GEMM and a large
+image several; its columns ``cols (C*kh*kw, rows*Wo)`` are written by :func:`columns`
+straight from the unpadded input (padding as zeros written where a tap falls outside,
+stride and dilation as index arithmetic: no padded copy, no strided NumPy view), the GEMM
+``(G, Cout/G, Cg*kh*kw) @ (G, Cg*kh*kw, rows*Wo)`` writes a tile buffer, and
+:func:`scatter` moves the tile to the output planes adding the bias (and a residual) and
+applying the activation on the way, one pass while the tile is in cache instead of
+another pass over the whole output. A stride-1 conv with enough channels needs no
+columns at all (:func:`shifted`).
+
+The column rows (and the scatter's channels) are shared among threads (``run_rows``);
+the GEMMs take OpenBLAS's threads. Each element is summed by one GEMM call (the shifted
+form: ``kh*kw`` calls in tap order), so the bits do not depend on the number of threads.
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+from . import blas_threads, helper, loop
+from .batched import NO_TRANS, ROW_MAJOR
+from .epilogue import _activate
+from .threads import run_rows, threads_for
+
+# A tile's columns: a few times L2, so that the GEMM's panels are wide (OpenBLAS repacks
+# them anyway) while the columns written are still in the last-level cache when the GEMM
+# reads them (1 to 8 MB measured alike on ResNet's 3x3 layers).
+TILE_BYTES = 2 << 20
+# The shifted GEMMs (:func:`shifted`) copy the weight into tap-major order at each call, a
+# pass over it that pays from a few hundred output positions per weight element on.
+SHIFT_MIN_POSITIONS = 512
+# Each tap's GEMM is as deep as the input has channels; shallower, its output's nine
+# read-modify-write passes cost more than the im2col they save.
+SHIFT_MIN_CHANNELS = 64
+
+
+@helper(inline="always")
+def _inside(offset, step, width, positions):
+    """``(v0, v1)``: the positions ``v < positions`` whose input column ``v * step +
+    offset`` lies inside ``[0, width)``."""
+    v0 = 0 if offset >= 0 else (step - 1 - offset) // step
+    v1 = min(positions, (width - offset + step - 1) // step) if width > offset else 0
+    return min(v0, positions), max(v0, v1)
+
+
+@loop
+def columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left):
+    """Rows ``start:stop`` of ``cols (C*kh*kw, T)``: row ``(c, i, j)`` holds tap ``(i,
+    j)`` of channel ``c`` for the ``T / wo`` output rows from batch row ``q0`` of ``x (N,
+    C, H, W)``, zero where the tap falls in the padding."""
+    height, width = x.shape[2], x.shape[3]
+    rows = cols.shape[1] // wo
+    for k in range(start, stop):
+        c, i, j = k // (kh * kw), (k // kw) % kh, k % kw
+        offset = j * dw - left
+        v0, v1 = _inside(offset, sw, width, wo)
+        dst = cols[k]
+        for t in range(rows):
+            q = q0 + t
+            n, y = q // ho, (q % ho) * sh + i * dh - top
+            d = dst[t * wo:(t + 1) * wo]
+            if y < 0 or y >= height:
+                d[:] = 0
+                continue
+            src = x[n, c, y]
+            for v in range(v0):
+                d[v] = 0
+            part, run = d[v0:v1], src[v0 * sw + offset:]
+            if sw == 1:
+                for u in range(part.size):
+                    part[u] = run[u]
+            elif sw == 2:   # (a constant stride: LLVM vectorises the deinterleaving)
+                for u in range(part.size):
+                    part[u] = run[2 * u]
+            else:
+                for u in range(part.size):
+                    part[u] = run[u * sw]
+            for v in range(v1, wo):
+                d[v] = 0
+
+
+@loop
+def scatter(start, stop, tile, out, q0, ho, pitch, bias, residual, act, lo, hi, where):
+    """Channels ``start:stop`` of ``tile (Cout, rows*pitch)``, the GEMM's result for the
+    batch's output rows ``q0:q0+rows`` (row ``q`` is image ``q // ho``), each of whose
+    ``pitch`` columns the first ``Wo`` are kept, into the planes ``out (N*Cout, ho*Wo)`` as
+    ``act(tile + bias[c] (+ r))`` (``where`` 1: ``r = residual`` (shaped as ``out``) added
+    before the activation, 2: after it, 0: none), ``epilogue.planes``'s arithmetic. (2-D
+    arrays: a run of a row of one is contiguous to Numba, and its loops vectorise.)"""
+    wo, cout = out.shape[1] // ho, bias.shape[0]
+    rows = tile.shape[1] // pitch
+    for c in range(start, stop):
+        b = bias[c]
+        t = 0
+        while t < rows:   # runs of rows of one image, contiguous in both when pitch == wo
+            n, r = (q0 + t) // ho, (q0 + t) % ho
+            m = min(rows - t, ho - r) if pitch == wo else 1
+            size, a = m * wo, r * wo
+            src, dst = tile[c, t * pitch:t * pitch + size], out[n * cout + c, a:a + size]
+            if where == 1:
+                res = residual[n * cout + c, a:a + size]
+                for u in range(size):
+                    dst[u] = src[u] + b + res[u]
+            else:
+                for u in range(size):
+                    dst[u] = src[u] + b
+            _activate(dst, act, lo, hi)
+            if where == 2:
+                res = residual[n * cout + c, a:a + size]
+                for u in range(size):
+                    dst[u] = dst[u] + res[u]
+            t += m
+
+
+def tile_rows(batch_rows: int, row_bytes: int) -> int:
+    """Output rows per tile: as many as fit in ``TILE_BYTES`` of columns (at least one),
+    evened out over the tiles so the last is not a sliver."""
+    rows = max(1, min(batch_rows, TILE_BYTES // max(1, row_bytes)))
+    tiles = -(-batch_rows // rows)
+    return -(-batch_rows // tiles)
+
+
+def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, where=0,
+         act=0, lo=-np.inf, hi=np.inf):
+    """``out (N, Cout, Ho, Wo)`` = the float32 conv of ``x (N, C, H, W)`` with ``w (Cout,
+    C/G, kh, kw)`` and ``bias (Cout,)``, with the epilogue of :func:`scatter` (``act`` a
+    code of ``epilogue.ACTIVATIONS`` between ``lo`` and ``hi``; ``residual`` shaped as
+    ``out``, added before (``where`` 1) or after (2) it): by :func:`shifted` GEMMs where
+    they apply, else on tiles of im2col columns."""
+    x = np.ascontiguousarray(x)
+    out2 = out.reshape(out.shape[0] * out.shape[1], -1)
+    epilogue = (bias, _rows(residual, out2.shape), act, np.float32(lo), np.float32(hi), where)
+    if shifted(x.shape, w.shape, stride, padding, dilation, groups):
+        return _shifted(x, w, out, padding, dilation, epilogue)
+    n, c = x.shape[:2]
+    cout, cg, kh, kw = w.shape
+    ho, wo = out.shape[2:]
+    wm = np.ascontiguousarray(w).reshape(groups, cout // groups, cg * kh * kw)
+    depth = c * kh * kw
+    rows = tile_rows(n * ho, depth * wo * x.itemsize)
+    buf = np.empty(depth * rows * wo, x.dtype)
+    result = np.empty(cout * rows * wo, x.dtype)
+    geometry = (kh, kw, stride[0], stride[1], dilation[0], dilation[1], padding[0][0],
+                padding[1][0])
+    for q0 in range(0, n * ho, rows):
+        size = (min(q0 + rows, n * ho) - q0) * wo
+        cols = buf[:depth * size].reshape(depth, size)
+        run_rows(columns, depth, x, cols, q0, ho, wo, *geometry, threads=threads_for(cols.size))
+        tile = result[:cout * size].reshape(cout, size)
+        np.matmul(wm, cols.reshape(groups, -1, size), out=tile.reshape(groups, -1, size))
+        run_rows(scatter, cout, tile, out2, q0, ho, wo, *epilogue,
+                 threads=threads_for(tile.size))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _sgemm():
+    """OpenBLAS's 64-bit-integer ``cblas_sgemm`` as a ctypes function (ctypes releases the
+    GIL around it), or None where NumPy's BLAS has none."""
+    address = blas_threads.sgemm_address()
+    if address is None:
+        return None
+    i32, i64, f32, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    return ctypes.CFUNCTYPE(None, i32, i32, i32, i64, i64, i64, f32, ptr, i64, ptr, i64, f32,
+                            ptr, i64)(address)
+
+
+def shifted(x_shape, w_shape, stride, padding, dilation, groups) -> bool:
+    """Whether a conv runs as shifted GEMMs (:func:`_shifted`): stride 1, one group, a
+    kernel wider than 1x1, at most an eighth of the computed columns wasted on the padding
+    (``Wp - Wo <= Wo / 8``), enough channels for a GEMM's depth and enough output
+    positions to pay for the weight's copy, with OpenBLAS's ``cblas_sgemm`` at hand."""
+    n, c, h, wd = x_shape
+    kh, kw = w_shape[2:]
+    wp = wd + padding[1][0] + padding[1][1]
+    wo = wp - dilation[1] * (kw - 1)
+    ho = h + padding[0][0] + padding[0][1] - dilation[0] * (kh - 1)
+    return (stride == (1, 1) and groups == 1 and kh * kw > 1 and c >= SHIFT_MIN_CHANNELS
+            and 8 * (wp - wo) <= wo and n * ho * wo >= SHIFT_MIN_POSITIONS
+            and _sgemm() is not None)
+
+
+def _shifted(x, w, out, padding, dilation, epilogue):
+    """A stride-1 conv with no im2col: on an image padded into rows of the padded width
+    ``Wp``, tap ``(i, j)``'s input for every output position is the padded planes shifted
+    by ``i*dh*Wp + j*dw``, a ``(C, Ho*Wp)`` matrix that BLAS reads in place (leading
+    dimension ``Hp*Wp``). So each image's output, on rows of width ``Wp`` (the last ``Wp -
+    Wo`` columns of each row wrap around and are dropped), is ``kh*kw`` GEMMs ``w[:, :, i,
+    j] @ shifted`` accumulated by ``sgemm``'s beta, then :func:`scatter`."""
+    n, c, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    (top, bottom), (left, right) = padding
+    hp, wp, ho = h + top + bottom, wd + left + right, out.shape[2]
+    plane, size = hp * wp, ho * wp
+    taps = np.ascontiguousarray(w.transpose(2, 3, 0, 1))         # kh kw Cout C
+    padded = np.zeros(c * plane + dilation[1] * (kw - 1), x.dtype)   # (the last shift's tail)
+    inside = padded[:c * plane].reshape(c, hp, wp)[:, top:top + h, left:left + wd]
+    tile = np.empty((cout, size), x.dtype)
+    sgemm, out2 = _sgemm(), out.reshape(n * cout, -1)
+    for i in range(n):
+        inside[...] = x[i]
+        for a in range(kh):
+            for b in range(kw):
+                shift = (a * dilation[0] * wp + b * dilation[1]) * x.itemsize
+                sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, cout, size, c, 1.0, taps[a, b].ctypes.data,
+                      c, padded.ctypes.data + shift, plane, 0.0 if a == b == 0 else 1.0,
+                      tile.ctypes.data, size)
+        run_rows(scatter, cout, tile, out2, i * ho, ho, wp, *epilogue,
+                 threads=threads_for(tile.size))
+    return out
+
+
+def _rows(residual, shape):
+    """The residual as ``(N*Cout, Ho*Wo)`` rows, contiguous (the loops' native entries
+    take contiguous arrays); a zero placeholder of ``shape``'s rank without one."""
+    if residual is None:
+        return np.zeros((1,) * len(shape), np.float32)
+    return np.ascontiguousarray(residual, np.float32).reshape(shape)

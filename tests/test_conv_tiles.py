@@ -1,0 +1,98 @@
+"""The float32 convolution kernels of ``kernels/conv_tiles.py`` (shifted GEMMs, im2col
+tiles) and the 1x1 and grouped convs beside them, with their epilogues, against torch:
+shapes outside any model (odd sizes, asymmetric padding, dilation, groups, strides), batch
+1, 3 and 16, and the epilogue's activations and residuals."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+from dualgraph.kernels import conv_tiles  # noqa: E402
+from dualgraph.kernels.epilogue import ACTIVATIONS  # noqa: E402
+from dualgraph.ops import conv as conv_ops  # noqa: E402
+from dualgraph.ops.epilogue import CONV2D_EPILOGUE  # noqa: E402
+
+F = torch.nn.functional
+# n, c, h, w, cout, (kh, kw), stride, ((top, bottom), (left, right)), dilation, groups
+CASES = [
+    (1, 64, 24, 24, 8, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),      # shifted
+    (3, 65, 19, 23, 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),      # shifted, odd
+    (2, 64, 21, 70, 7, (3, 5), (1, 1), ((0, 2), (2, 1)), (1, 2), 1),      # shifted, dilated
+    (16, 16, 7, 7, 12, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),      # 7x7: im2col
+    (1, 3, 33, 31, 8, (7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1),       # stem-like
+    (3, 8, 13, 11, 6, (3, 3), (2, 1), ((1, 0), (1, 2)), (1, 1), 2),       # groups, strides
+    (2, 6, 9, 12, 4, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),        # 1x1 strided
+    (2, 12, 10, 9, 6, (3, 2), (1, 3), ((2, 2), (0, 1)), (2, 1), 3),       # dilation, groups
+    (3, 10, 9, 7, 15, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 5),       # 1x1 grouped
+    (16, 24, 6, 6, 9, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),       # 1x1
+]
+
+
+def _torch_conv(x, w, b, stride, padding, dilation, groups):
+    (top, bottom), (left, right) = padding
+    xp = F.pad(torch.tensor(x), (left, right, top, bottom))
+    return F.conv2d(xp, torch.tensor(w), torch.tensor(b), stride, 0, dilation, groups)
+
+
+def _data(case, seed=0):
+    n, c, h, wd, cout, k, stride, padding, dilation, groups = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = (rng.standard_normal((cout, c // groups, *k)) / np.sqrt(c * k[0])).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    return x, w, b, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_conv2d_kernel_matches_torch(case):
+    x, w, b, attrs = _data(case)
+    want = _torch_conv(x, w, b, **attrs).numpy()
+    got = conv_ops.CONV2D.kernel(x, w, b, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+ACTS = {"relu": F.relu, "clamp": lambda y: y.clamp(0.0, 6.0), "sigmoid": torch.sigmoid,
+        "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+        "gelu": F.gelu, "none": lambda y: y}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("act,residual_at", [("relu", "before"), ("clamp", None),
+                                             ("silu", "after"), ("hardswish", None),
+                                             ("sigmoid", "before"), ("none", "after")])
+def test_epilogue_matches_torch(case, act, residual_at):
+    x, w, b, attrs = _data(case, 1)
+    y = _torch_conv(x, w, b, **attrs)
+    r = np.random.default_rng(2).standard_normal(tuple(y.shape)).astype(np.float32)
+    if residual_at == "before":
+        y = y + torch.tensor(r)
+    want = ACTS[act](y)
+    if residual_at == "after":
+        want = want + torch.tensor(r)
+    got = CONV2D_EPILOGUE.kernel(x, w, b, *([r] if residual_at else []), act=act,
+                                 bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf),
+                                 residual_at=residual_at, **attrs)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=2e-5)
+
+
+def test_each_method_is_taken():
+    """The cases above cover the shifted GEMMs and the im2col tiles over several tiles (a
+    change of thresholds must not leave a path untested)."""
+    shifted = [c for c in CASES if conv_tiles.shifted((c[0], c[1], c[2], c[3]),
+                                                      (c[4], c[1] // c[9], *c[5]), *c[6:])]
+    assert len(shifted) == 3
+    assert conv_tiles.tile_rows(16 * 7, 1 << 20) < 16 * 7    # several tiles
+    assert conv_tiles.tile_rows(10, 100) == 10
+
+
+def test_tiles_split_rows_evenly():
+    for rows, row_bytes in [(112, 150_000), (7, 10 ** 7), (3136, 4000), (1, 1)]:
+        per = conv_tiles.tile_rows(rows, row_bytes)
+        tiles = -(-rows // per)
+        assert 1 <= per <= rows and tiles * per - rows < tiles
+        assert per * row_bytes <= conv_tiles.TILE_BYTES or per == 1
+
+
+def test_activation_codes_are_the_epilogue_module_s():
+    assert set(ACTS) <= set(ACTIVATIONS)
