@@ -338,7 +338,7 @@ def _twice_phi(x, e):
 def _horner32(coefficients, u):
     r = _ZERO
     for c in coefficients:
-        r = _fma(r, u, c)   # (one rounding a step, in every loop alike: a third faster)
+        r = _fma(r, u, c)   # (one rounding a step, in every loop alike, and faster)
     return r
 
 
