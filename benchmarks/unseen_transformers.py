@@ -11,7 +11,7 @@ post-LayerNorm BERT-style encoder on int64 token ids. The same random weights in
 libraries. ``--threads`` is every engine's thread count (environment variables set before
 NumPy loads). Each implementation runs once per round, in turns; reported: the best CPU time
 of a call (``time.process_time``) and the best wall time, in ms, and each engine's ratio
-to onnxruntime's CPU time. Outputs are compared with torch's.
+to onnxruntime's CPU time (``unseen_cnns.compare``). Outputs are compared with torch's.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 
 def _threads(argv) -> int:
@@ -35,6 +34,7 @@ if __name__ == "__main__":   # before NumPy loads OpenBLAS
 import numpy as np  # noqa: E402
 
 from .common import random_state  # noqa: E402
+from .unseen_cnns import compare, engines  # noqa: E402  (after NumPy: it sets 1 thread)
 
 
 def vit(lib, image=224, patch=16, width=192, depth=12, heads=3, hidden=768, classes=1000):
@@ -104,7 +104,6 @@ MODELS = {"vit": vit, "encoder": encoder}
 
 def implementations(name: str, batch: int, threads: int, tmp: str) -> dict:
     """``{engine: (call, output of one call)}`` for one model and batch size."""
-    import onnxruntime as ort
     import torch
 
     import dualgraph as dg
@@ -116,48 +115,12 @@ def implementations(name: str, batch: int, threads: int, tmp: str) -> dict:
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model = MODELS[name](dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-    path = os.path.join(tmp, f"{name}_{batch}.onnx")
-    with torch.no_grad():
-        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
-                          input_names=["x"])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    loaded = dg.onnx.load(path)
-    compiled = dg.compile(model)
-    tx, dx = torch.tensor(x), dg.tensor(x)
-
-    def run_compiled():
-        with dg.no_grad():
-            return compiled(dx).numpy()
-
-    def run_torch():
-        with torch.no_grad():
-            return reference(tx).numpy()
-    calls = {"onnxruntime": lambda: session.run(None, {"x": x})[0],
-             "dg_compiled": run_compiled,
-             "dg_onnx_load": lambda: np.asarray(loaded(dx).numpy()),
-             "torch_eager": run_torch}
-    return {k: (f, f()) for k, f in calls.items()}
+    return engines(reference, model, x, os.path.join(tmp, f"{name}_{batch}.onnx"), threads)
 
 
 def measure(name: str, batch: int, threads: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        impls = implementations(name, batch, threads, tmp)
-    want = impls["torch_eager"][1]
-    cpu = {k: np.inf for k in impls}
-    wall = dict(cpu)
-    for _ in range(rounds):
-        for k, (call, _) in impls.items():
-            c, w = time.process_time(), time.perf_counter()
-            call()
-            cpu[k] = min(cpu[k], time.process_time() - c)
-            wall[k] = min(wall[k], time.perf_counter() - w)
-    error = {k: float(np.abs(out - want).max() / max(1e-6, np.abs(want).max()))
-             for k, (_, out) in impls.items()}
-    return {k: dict(cpu_ms=round(1e3 * cpu[k], 2), wall_ms=round(1e3 * wall[k], 2),
-                    vs_onnxruntime=round(cpu[k] / cpu["onnxruntime"], 2),
-                    rel_error=f"{error[k]:.1e}") for k in impls}
+        return compare(implementations(name, batch, threads, tmp), rounds)
 
 
 def main(argv=None) -> None:

@@ -13,6 +13,8 @@ the activation in place (float32 with Numba; NumPy's passes otherwise).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import kernels
@@ -86,16 +88,25 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
     y = conv_ops.CONV2D.kernel(x, w, **conv)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
-    n, c = y.shape[:2]
-    if (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
-            and (r is None or r.flags.c_contiguous)):
-        where = RESIDUAL.index(residual_at) if r is not None else 0
-        rows = r.reshape(n * c, -1) if r is not None else np.zeros((1, 1), y.dtype)
-        run_rows(kernels.epilogue.planes, n * c, y.reshape(n * c, -1), np.ascontiguousarray(b),
-                 rows, ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]),
-                 where, threads=threads_for(y.size))
+    if _in_place(kernels.epilogue.planes, y, math.prod(y.shape[2:]), b, r, act, bounds,
+                 residual_at):
         return y
     return _numpy_tail(y + b.reshape(-1, 1, 1), r, act, bounds, residual_at)
+
+
+def _in_place(loop, y, width, b, r, act, bounds, residual_at) -> bool:
+    """Run ``loop`` (``kernels/epilogue.py``'s ``planes`` or ``rows``) over ``y`` as rows of
+    ``width``, in place, where it can (float32 and Numba, contiguous arrays); whether it
+    did."""
+    if not (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
+            and (r is None or r.flags.c_contiguous)):
+        return False
+    where = RESIDUAL.index(residual_at) if r is not None else 0
+    rows = r.reshape(-1, width) if r is not None else np.zeros((1, 1), y.dtype)
+    run_rows(loop, y.size // width, y.reshape(-1, width), np.ascontiguousarray(b), rows,
+             ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]), where,
+             threads=threads_for(y.size))
+    return True
 
 
 def _numpy_tail(y: np.ndarray, r, act: str, bounds, residual_at) -> np.ndarray:
@@ -109,16 +120,20 @@ def _add_in_place(y, r):
     return y
 
 
-def _infer(x, w, b, *residual, act, bounds, residual_at, **conv):
-    out = conv_ops.CONV2D.infer(x, w, b, **conv)
-    if residual and tuple(residual[0].shape) != tuple(out.shape):
-        raise ValueError(f"conv2d_epilogue: residual of shape {tuple(residual[0].shape)} "
-                         f"for an output of shape {tuple(out.shape)}")
-    return out
+def _infer_for(layer):
+    """The shape rule of ``layer``'s epilogue op: the layer's, the residual of its shape."""
+    def infer(x, w, b, *residual, act, bounds, residual_at, **attrs):
+        out = layer.infer(x, w, b, **attrs)
+        if residual and tuple(residual[0].shape) != tuple(out.shape):
+            raise ValueError(f"{layer.name}_epilogue: residual of shape "
+                             f"{tuple(residual[0].shape)} for an output of shape "
+                             f"{tuple(out.shape)}")
+        return out
+    return infer
 
 
 CONV2D_EPILOGUE = defop(
-    "conv2d_epilogue", _kernel, _infer,
+    "conv2d_epilogue", _kernel, _infer_for(conv_ops.CONV2D),
     attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
@@ -137,30 +152,14 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at):
     y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
-    if (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
-            and (r is None or r.flags.c_contiguous)):
-        where = RESIDUAL.index(residual_at) if r is not None else 0
-        n = y.shape[-1]
-        rows = r.reshape(-1, n) if r is not None else np.zeros((1, 1), y.dtype)
-        run_rows(kernels.epilogue.rows, y.size // n, y.reshape(-1, n),
-                 np.ascontiguousarray(b), rows, ACTIVATIONS.index(act),
-                 np.float32(bounds[0]), np.float32(bounds[1]), where,
-                 threads=threads_for(y.size))
+    if _in_place(kernels.epilogue.rows, y, y.shape[-1], b, r, act, bounds, residual_at):
         return y
     y += b
     return _numpy_tail(y, r, act, bounds, residual_at)
 
 
-def _linear_infer(x, w, b, *residual, act, bounds, residual_at):
-    out = linalg.LINEAR.infer(x, w, b)
-    if residual and tuple(residual[0].shape) != tuple(out.shape):
-        raise ValueError(f"linear_epilogue: residual of shape {tuple(residual[0].shape)} "
-                         f"for an output of shape {tuple(out.shape)}")
-    return out
-
-
 LINEAR_EPILOGUE = defop(
-    "linear_epilogue", _linear_kernel, _linear_infer,
+    "linear_epilogue", _linear_kernel, _infer_for(linalg.LINEAR),
     attrs=("act", "bounds", "residual_at"), saves="", onnx=None,
     compiler_only=True, decomposition=_linear_decomposition,
     doc="act(linear(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
