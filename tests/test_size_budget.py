@@ -105,12 +105,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (kernels/attention.py), the select loop of an eager where; the core +250 with them.
 # export/ +20: a Loop whose trip count is computed at run time is a while_loop reading it
 # (one import for every count) rather than a re-import per value.
-# passes/ +20, ops/ +20, kernels/ +20 (issue 26, transformers): the linear_epilogue rule
-# (passes/epilogue.py), its op and its rows loop, and fastmath's float32 FMA.
+# passes/ +20, ops/ +20, kernels/ +40 (issue 26, transformers): the linear_epilogue rule
+# (passes/epilogue.py), its op and its rows loop, fastmath's float32 FMA, and the float32
+# loop of a power by products.
 CORE_BUDGET = 19_980
 BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_900,
            "cli": 320, "codegen": 1_280, "distributed": 1_300, "graph": 1_120,
-           "kernels": 2_450, "ops": 6_160, "passes": 2_690, "export": 3_840, "nn": 3_060,
+           "kernels": 2_470, "ops": 6_160, "passes": 2_690, "export": 3_840, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
