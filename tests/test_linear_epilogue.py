@@ -62,8 +62,7 @@ def test_linear_with_activation_and_residual_equals_eager_and_torch(act, kwargs,
     r = rng.normal(0, 1, rows + (hidden,)).astype(np.float32)
     got, eager, want, ops = run_all(
         lambda lib: branch(lib, width, hidden, act, kwargs, residual), x, r)
-    takes = residual is not None or act not in ("ReLU", "Identity")
-    assert ("linear_epilogue" in ops) == takes, ops
+    assert ("linear_epilogue" in ops) == (residual is not None or act != "Identity"), ops
     np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -83,6 +82,20 @@ def test_big_products_take_the_numba_rows_loop_and_float64_the_numpy_path():
                                     np.float64)
     assert "linear_epilogue" in ops and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_relu_alone_of_a_2d_linear_stays_linear_relu():
+    """``linear_relu`` applies a batch-1 product's relu as it writes the rows: a 2-D linear
+    and its relu are left to it; a 3-D one's relu takes the epilogue."""
+    rng = np.random.default_rng(4)
+    for shape, op in (((1, 37), "linear_relu"), ((5, 37), "linear_relu"),
+                      ((2, 5, 37), "linear_epilogue")):
+        x, r = rng.normal(size=shape).astype(np.float32), np.zeros(1, np.float32)
+        got, eager, want, ops = run_all(lambda lib: branch(lib, 37, 45, "ReLU", {}, None),
+                                        x, r)
+        assert op in ops, ops
+        np.testing.assert_array_equal(got, eager)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_product_read_elsewhere_keeps_its_linear():

@@ -21,8 +21,8 @@ its scaling as they are (each one pass over ``x``, which the elementwise fusion 
 makes); its two small convolutions' activations take the epilogue.
 
 A ``linear`` qualifies when its operands share a float32/float64 dtype and its weight is
-2-D; a chain that is a ReLU alone stays for the ``linear_relu`` rule (whose batch-1 product
-applies it as it writes the rows). A transformer's blocks are where this pays: the FFN's
+2-D; a chain that is a ReLU alone on a 2-D input stays for the ``linear_relu`` rule (whose
+batch-1 product applies it as it writes the rows). A transformer's blocks are where this pays: the FFN's
 ``gelu(linear(x))`` and the ``x + linear(y)`` residual branches each write one array
 instead of two or three.
 """
@@ -37,7 +37,7 @@ from ..ops.conv import CONV2D
 from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
                                SIGMOID)
 from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
-from ..ops.linalg import BLAS_DTYPES, LINEAR
+from ..ops.linalg import BLAS_DTYPES, LINEAR, blas_2d
 from .core import Builder, Report, live_readers, needed
 
 
@@ -65,7 +65,8 @@ def linear_epilogues(graph: Graph) -> dict:
         return (x.dtype in BLAS_DTYPES and w.ndim == 2
                 and all(isinstance(v, Value) and v.dtype == x.dtype
                         for v in [w, *bias] if v is not None)
-                and (plan.act != "relu" or plan.residual is not None))
+                and (plan.act != "relu" or plan.residual is not None
+                     or not blas_2d(*node.inputs)))
     return _epilogues(graph, LINEAR, wanted)
 
 

@@ -328,7 +328,7 @@ RULES += [
     # the scores and weights read by nothing else -> attention(q, kt, v[, mask]): per head
     LoweringRule("fuse_attention", (SOFTMAX,), attention_patterns, fuse_attention, "graph"),
     # act(linear(x, W, b) [+ r]) [+ r], the intermediates read only along the chain (not a
-    # relu alone: linear_relu's) -> linear_epilogue: one pass over the product's rows
+    # relu alone of a 2-D x: linear_relu's) -> linear_epilogue: one pass over its rows
     LoweringRule("linear_epilogue", (LINEAR,), linear_epilogues, linear_epilogue, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
