@@ -141,7 +141,6 @@ MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3":
 
 def implementations(name: str, batch: int, tmp: str) -> dict:
     """``{engine: (call, output of one call)}`` for one model and batch size."""
-    import onnxruntime as ort
     import torch
 
     import dualgraph as dg
@@ -154,12 +153,22 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
     model = MODELS[name](dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
     x = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
-    path = os.path.join(tmp, f"{name}_{batch}.onnx")
+    return engines(reference, model, x, os.path.join(tmp, f"{name}_{batch}.onnx"), THREADS)
+
+
+def engines(reference, model, x: np.ndarray, path: str, threads: int) -> dict:
+    """``{engine: (call, output of one call)}`` of the torch module ``reference`` and the
+    dualgraph module ``model`` (same weights) on the input ``x``: onnxruntime and
+    ``dg.onnx.load`` run ``reference``'s export (written to ``path``)."""
+    import onnxruntime as ort
+    import torch
+
+    import dualgraph as dg
     with torch.no_grad():
         torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
                           input_names=["x"])
     options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     loaded = dg.onnx.load(path)
     compiled = dg.compile(model)
@@ -181,7 +190,13 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
 
 def measure(name: str, batch: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        impls = implementations(name, batch, tmp)
+        return compare(implementations(name, batch, tmp), rounds)
+
+
+def compare(impls: dict, rounds: int) -> dict:
+    """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns: its best
+    CPU and wall times, its CPU time over onnxruntime's, its output's error against
+    torch's."""
     want = impls["torch_eager"][1]
     cpu = {k: np.inf for k in impls}
     wall = dict(cpu)

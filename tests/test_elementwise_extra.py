@@ -313,6 +313,20 @@ def test_small_powers_are_products_eager_and_compiled_and_match_torch(exponent):
     assert "as the kernel" in compiled.explain()
 
 
+@pytest.mark.parametrize("exponent", list(POWERS) + [1, -4.0])
+def test_the_float32_power_loop_keeps_the_products_bits_on_special_values(exponent):
+    """From kernels.MIN_ELEMENTS on, a float32 power by products is one loop: the bits of
+    NumPy's products (NaN, infinities, signed zeros, subnormals, a strided input)."""
+    x = np.random.default_rng(2).normal(0, 3, (80, 130)).astype(np.float32)
+    x.flat[:7] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-41]
+    view = x[:, ::2]   # (not contiguous)
+    with np.errstate(all="ignore"):
+        formula = {**POWERS, 1: np.copy, -4.0: lambda v: 1 / ((v * v) * (v * v))}[exponent]
+        want = formula(view).astype(np.float32)
+    got = dg.tensor(view).pow(exponent).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "int8"])
 def test_where_on_big_mixed_masks_equals_numpy(dtype):
     """From kernels.MIN_ELEMENTS on, ``where`` runs a select loop (NumPy's branches per

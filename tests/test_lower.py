@@ -154,6 +154,15 @@ def scaled_dot_product_attention():
     return g
 
 
+def residual_gelu_of_a_linear():
+    g = Graph()
+    x, w, b, r = f32(g, "x", 2, 3, 4), f32(g, "w", 5, 4), f32(g, "b", 5), f32(g, "r", 2, 3, 5)
+    (y,) = g.add_node("linear", [x, w, b], names=["y"])
+    (h,) = g.add_node("gelu", [y], names=["h"])
+    g.set_outputs(list(g.add_node("add", [r, h], names=["s"])))
+    return g
+
+
 EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
@@ -167,6 +176,7 @@ EXAMPLES = {
     "linear_relu": relu_of_a_linear,
     "relu_backward_in_place": relu_gradient_of_a_linear_gradient,
     "fuse_attention": scaled_dot_product_attention,
+    "linear_epilogue": residual_gelu_of_a_linear,
 }
 
 

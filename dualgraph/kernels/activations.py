@@ -49,6 +49,24 @@ def erf(start, stop, x, out):
 
 
 @loop
+def power(start, stop, x, out, whole, negative):
+    """``out = x ** e`` over elements ``start:stop`` of flat arrays (as :func:`gelu_tanh`),
+    ``e = +-whole`` (``whole`` 0: +-0.5, a square root), as ``ops.elementwise.expand_power``
+    computes it: products, a square root, one reciprocal; the same bits in one pass."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        v = xs[i]
+        if whole == 0:
+            r = np.sqrt(v)
+        elif whole == 1:
+            r = v
+        else:
+            square = v * v
+            r = square if whole == 2 else square * (v if whole == 3 else square)
+        outs[i] = _ONE / r if negative else r
+
+
+@loop
 def gelu(start, stop, x, out):
     """``out = x Phi(x)`` over elements ``start:stop`` of flat arrays (as
     :func:`gelu_tanh`)."""

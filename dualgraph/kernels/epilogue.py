@@ -1,6 +1,7 @@
 """A convolution's epilogue in one pass: per output plane, the bias, a residual added
 before or after the activation, and the activation, written over the conv's own result
-(``ops/epilogue.py``'s ``conv2d_epilogue``; the compiler's ``conv_epilogue`` rule makes it).
+(``ops/epilogue.py``'s ``conv2d_epilogue``; the compiler's ``conv_epilogue`` rule makes it);
+and a linear layer's, per row of its product (``rows``: ``linear_epilogue``).
 
 Unfused, a conv with bias, ReLU6 and a residual is the bias pass in the conv kernel and a
 fused loop (or four NumPy passes and two bool arrays for clamp's ``where``s) that reads
@@ -81,6 +82,27 @@ def planes(start, stop, out, bias, residual, act, lo, hi, where):
         else:
             for i in range(row.size):
                 row[i] = row[i] + b
+        _activate(row, act, lo, hi)
+        if where == 2:
+            r = residual[p]
+            for i in range(row.size):
+                row[i] = row[i] + r[i]
+
+
+@loop
+def rows(start, stop, out, bias, residual, act, lo, hi, where):
+    """Rows ``start:stop`` of a product ``out (M, N)``, in place: ``act(out + bias (+ r))``
+    with one bias entry per column (``linear_epilogue``; ``where`` and ``residual`` as in
+    :func:`planes`, the residual ``(M, N)``). A row stays in cache through its loops."""
+    for p in range(start, stop):
+        row = out[p]
+        if where == 1:
+            r = residual[p]
+            for i in range(row.size):
+                row[i] = row[i] + bias[i] + r[i]
+        else:
+            for i in range(row.size):
+                row[i] = row[i] + bias[i]
         _activate(row, act, lo, hi)
         if where == 2:
             r = residual[p]

@@ -259,19 +259,23 @@ def _fma_py(a, b, c):
 
 @Intrinsic
 def _fma_intrinsic(typingctx, a, b, c):
-    """LLVM's ``fma`` of three float64s: one rounding whatever fast-math flags the loop
-    inlining it has (a fused kernel ending in a reduction has "reassoc"; an eager loop
-    none), so the eager loop and every fused kernel compute the same bits; it vectorises
-    (where the CPU lacks FMA, LLVM calls libm's fma, still exact)."""
+    """LLVM's ``fma`` of three float64s, or of three float32s when ``a`` is one: one
+    rounding whatever fast-math flags the loop inlining it has (a fused kernel ending in a
+    reduction has "reassoc"; an eager loop none), so the eager loop and every fused kernel
+    compute the same bits; it vectorises (where the CPU lacks FMA, LLVM calls libm's fma,
+    still exact)."""
     from llvmlite import ir
     from numba.core import cgutils, types
 
+    single = a == types.float32
+    kind = types.float32 if single else types.float64
+
     def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64, [f64] * 3),
-                                            "llvm.fma.f64")
+        t = ir.FloatType() if single else ir.DoubleType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t] * 3),
+                                            "llvm.fma.f32" if single else "llvm.fma.f64")
         return builder.call(fn, args)
-    return types.float64(types.float64, types.float64, types.float64), codegen
+    return kind(kind, kind, kind), codegen
 
 
 @helper(python=_fma_py, **_INLINED)
@@ -334,7 +338,7 @@ def _twice_phi(x, e):
 def _horner32(coefficients, u):
     r = _ZERO
     for c in coefficients:
-        r = r * u + c
+        r = _fma(r, u, c)   # (one rounding a step, in every loop alike, and faster)
     return r
 
 

@@ -112,8 +112,8 @@ def power_by_products(dtype, exponent) -> bool:
     (:func:`expand_power`): a float32/float64 result and a Python number exponent that is
     +-0.5 or a nonzero integer up to 4 in size (``x ** 0`` is 1 even for NaN: NumPy's)."""
     return (np.dtype(dtype) in _PRODUCT_DTYPES and type(exponent) in (int, float)
-            and (abs(exponent) == 0.5
-                 or (0 < abs(exponent) <= POWER_PRODUCTS_MAX
+            and (math.fabs(exponent) == 0.5   # (math's: this module's abs is the op)
+                 or (0 < math.fabs(exponent) <= POWER_PRODUCTS_MAX
                      and float(exponent).is_integer())))
 
 
@@ -125,7 +125,7 @@ def expand_power(x, exponent, mul, sqrt, reciprocal):
     >>> expand_power(np.float32(2), -3, np.multiply, np.sqrt, lambda a: 1 / a)
     0.125
     """
-    whole = int(abs(exponent))
+    whole = int(math.fabs(exponent))
     if whole == 0:   # (+-0.5)
         result = sqrt(x)
     elif whole == 1:
@@ -140,6 +140,11 @@ def _pow_kernel(a, b):
     dt = dtypes.result_type(a, b)
     exponent = b.item() if type(b) is np.ndarray and b.ndim == 0 else b   # (ONNX's Pow)
     if power_by_products(dt, exponent):
+        if type(a) is np.ndarray and a.dtype == dt == np.float32 and kernels.enabled(a):
+            out = np.empty(a.shape, dt)   # (one float32 pass where NumPy makes two or three)
+            run_rows(kernels.activations.power, a.size, kernels.flat(a), out.reshape(-1),
+                     int(math.fabs(exponent)), exponent < 0, threads=threads_for(a.size))
+            return out
         result = expand_power(cast(a, dt), exponent, np.multiply, np.sqrt,
                               lambda v: np.divide(1.0, v, dtype=dt))
         return result.copy() if result is a else result

@@ -1,6 +1,6 @@
-"""Ops the inference lowering rules make: ``conv2d_epilogue`` (a convolution with its bias,
-activation and residual add as one op) and ``max_pool2d_values`` (max pooling without the
-argmax indices nobody reads).
+"""Ops the inference lowering rules make: ``conv2d_epilogue`` and ``linear_epilogue`` (a
+convolution or a linear layer with its bias, activation and residual add as one op) and
+``max_pool2d_values`` (max pooling without the argmax indices nobody reads).
 
 ``conv2d_epilogue(x, w, b[, r], act=, bounds=, residual=)`` is ``act(conv2d(x, w, b) + r)``
 (``residual="before"``) or ``act(conv2d(x, w, b)) + r`` (``"after"``), or without ``r``
@@ -12,6 +12,8 @@ its bias, then one loop over the output planes adds the bias and the residual an
 the activation in place (float32 with Numba; NumPy's passes otherwise).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -50,12 +52,18 @@ def activation(y, act: str, bounds=(-np.inf, np.inf)):
     return y
 
 
-def _decomposition(x, w, b, *residual, act, bounds, residual_at, **conv):
-    y = apply(conv_ops.CONV2D, x, w, b, **conv)
+def _tail(y, residual, act, bounds, residual_at, activate=activation, add=lambda a, b: a + b):
+    """The epilogue after the layer's (biased) output ``y``: the residual before the
+    activation, the activation, or the residual after it (tensors, or NumPy arrays with
+    ``activate=_numpy_activation`` and an in-place ``add``)."""
     if residual and residual_at == "before":
-        y = y + residual[0]
-    y = activation(y, act, bounds)
+        y = add(y, residual[0])
+    y = activate(y, act, bounds)
     return y + residual[0] if residual and residual_at == "after" else y
+
+
+def _decomposition(x, w, b, *residual, act, bounds, residual_at, **conv):
+    return _tail(apply(conv_ops.CONV2D, x, w, b, **conv), residual, act, bounds, residual_at)
 
 
 def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
@@ -83,20 +91,10 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
     y = conv_ops.CONV2D.kernel(x, w, **conv)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
-    n, c = y.shape[:2]
-    if (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
-            and (r is None or r.flags.c_contiguous)):
-        where = RESIDUAL.index(residual_at) if r is not None else 0
-        rows = r.reshape(n * c, -1) if r is not None else np.zeros((1, 1), y.dtype)
-        run_rows(kernels.epilogue.planes, n * c, y.reshape(n * c, -1), np.ascontiguousarray(b),
-                 rows, ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]),
-                 where, threads=threads_for(y.size))
+    if _in_place(kernels.epilogue.planes, y, math.prod(y.shape[2:]), b, r, act, bounds,
+                 residual_at):
         return y
-    y = y + b.reshape(-1, 1, 1)
-    if r is not None and residual_at == "before":
-        y += r
-    y = _numpy_activation(y, act, bounds)
-    return y + r if r is not None and residual_at == "after" else y
+    return _numpy_tail(y + b.reshape(-1, 1, 1), r, act, bounds, residual_at)
 
 
 def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilation, groups):
@@ -119,20 +117,76 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilati
                                    np.ascontiguousarray(b), **epilogue)
 
 
-def _infer(x, w, b, *residual, act, bounds, residual_at, **conv):
-    out = conv_ops.CONV2D.infer(x, w, b, **conv)
-    if residual and tuple(residual[0].shape) != tuple(out.shape):
-        raise ValueError(f"conv2d_epilogue: residual of shape {tuple(residual[0].shape)} "
-                         f"for an output of shape {tuple(out.shape)}")
-    return out
+def _in_place(loop, y, width, b, r, act, bounds, residual_at) -> bool:
+    """Run ``loop`` (``kernels/epilogue.py``'s ``planes`` or ``rows``) over ``y`` as rows of
+    ``width``, in place, where it can (float32 and Numba, contiguous arrays); whether it
+    did."""
+    if not (kernels.enabled(y) and y.flags.c_contiguous and y.flags.writeable
+            and (r is None or r.flags.c_contiguous)):
+        return False
+    where = RESIDUAL.index(residual_at) if r is not None else 0
+    rows = r.reshape(-1, width) if r is not None else np.zeros((1, 1), y.dtype)
+    run_rows(loop, y.size // width, y.reshape(-1, width), np.ascontiguousarray(b), rows,
+             ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]), where,
+             threads=threads_for(y.size))
+    return True
+
+
+def _numpy_tail(y: np.ndarray, r, act: str, bounds, residual_at) -> np.ndarray:
+    """``_tail`` of the array ``y`` (which it may overwrite) in NumPy."""
+    return _tail(y, () if r is None else (r,), act, bounds, residual_at,
+                 _numpy_activation, _add_in_place)
+
+
+def _add_in_place(y, r):
+    y += r
+    return y
+
+
+def _infer_for(layer):
+    """The shape rule of ``layer``'s epilogue op: the layer's, the residual of its shape."""
+    def infer(x, w, b, *residual, act, bounds, residual_at, **attrs):
+        out = layer.infer(x, w, b, **attrs)
+        if residual and tuple(residual[0].shape) != tuple(out.shape):
+            raise ValueError(f"{layer.name}_epilogue: residual of shape "
+                             f"{tuple(residual[0].shape)} for an output of shape "
+                             f"{tuple(out.shape)}")
+        return out
+    return infer
 
 
 CONV2D_EPILOGUE = defop(
-    "conv2d_epilogue", _kernel, _infer,
+    "conv2d_epilogue", _kernel, _infer_for(conv_ops.CONV2D),
     attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")
+
+
+def _linear_decomposition(x, w, b, *residual, act, bounds, residual_at):
+    return _tail(apply(linalg.LINEAR, x, w, b), residual, act, bounds, residual_at)
+
+
+def _linear_kernel(x, w, b, *residual, act, bounds, residual_at):
+    """The product without its bias (``linear``'s kernel: a GEMM, or the batch-1 product),
+    then one loop over its rows adds the bias and the residual and applies the activation
+    in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
+    ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one."""
+    y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
+    b = b.astype(y.dtype, copy=False)
+    r = residual[0].astype(y.dtype, copy=False) if residual else None
+    if _in_place(kernels.epilogue.rows, y, y.shape[-1], b, r, act, bounds, residual_at):
+        return y
+    y += b
+    return _numpy_tail(y, r, act, bounds, residual_at)
+
+
+LINEAR_EPILOGUE = defop(
+    "linear_epilogue", _linear_kernel, _infer_for(linalg.LINEAR),
+    attrs=("act", "bounds", "residual_at"), saves="", onnx=None,
+    compiler_only=True, decomposition=_linear_decomposition,
+    doc="act(linear(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
+        "to the product's rows in one pass, in place")
 
 
 def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):

@@ -1,8 +1,9 @@
-"""The ``conv_epilogue`` lowering rule: a convolution, its activation and a residual add
-become one ``conv2d_epilogue`` (``ops/epilogue.py``), whose kernel applies the bias, the
-residual and the activation to the conv's output in one pass, in place.
+"""The ``conv_epilogue`` and ``linear_epilogue`` lowering rules: a convolution (a linear
+layer), its activation and a residual add become one ``conv2d_epilogue``
+(``linear_epilogue``; ``ops/epilogue.py``), whose kernel applies the bias, the residual and
+the activation to the layer's output in one pass, in place.
 
-The precondition, per ``conv2d`` node, along the chain from its output: an optional
+The precondition, per ``conv2d`` (``linear``) node, along the chain from its output: an optional
 residual ``add`` of a value of the same type (``r``: the chain value is read by the add
 only), then an optional activation (below), then, where there was no residual before it,
 an optional residual ``add`` after it; at least one of them. Each value of the chain but
@@ -18,6 +19,12 @@ else needs it. The activations, as the graph spells them after ``simplify``:
 Squeeze-and-excitation's ``x * sigmoid(conv(relu(conv(mean(x)))))`` keeps its pooling and
 its scaling as they are (each one pass over ``x``, which the elementwise fusion already
 makes); its two small convolutions' activations take the epilogue.
+
+A ``linear`` qualifies when its operands share a float32/float64 dtype and its weight is
+2-D; a chain that is a ReLU alone on a 2-D input stays for the ``linear_relu`` rule (whose
+batch-1 product applies it as it writes the rows). A transformer's blocks are where this pays: the FFN's
+``gelu(linear(x))`` and the ``x + linear(y)`` residual branches each write one array
+instead of two or three.
 """
 from __future__ import annotations
 
@@ -29,7 +36,8 @@ from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
 from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
                                SIGMOID)
-from ..ops.epilogue import CONV2D_EPILOGUE
+from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
+from ..ops.linalg import BLAS_DTYPES, LINEAR, blas_2d
 from .core import Builder, Report, live_readers, needed
 
 
@@ -47,12 +55,30 @@ class Epilogue:
 
 def conv_epilogues(graph: Graph) -> dict:
     """The precondition (see the module docstring): ``{conv2d node: Epilogue}``."""
+    return _epilogues(graph, CONV2D, lambda node, plan: True)
+
+
+def linear_epilogues(graph: Graph) -> dict:
+    """The precondition (see the module docstring): ``{linear node: Epilogue}``."""
+    def wanted(node: Node, plan: Epilogue) -> bool:
+        x, w, *bias = node.inputs
+        return (x.dtype in BLAS_DTYPES and w.ndim == 2
+                and all(isinstance(v, Value) and v.dtype == x.dtype
+                        for v in [w, *bias] if v is not None)
+                and (plan.act != "relu" or plan.residual is not None
+                     or not blas_2d(*node.inputs)))
+    return _epilogues(graph, LINEAR, wanted)
+
+
+def _epilogues(graph: Graph, layer, wanted) -> dict:
+    """``{node: Epilogue}`` for the ``layer`` nodes whose chain matches and ``wanted(node,
+    plan)`` holds."""
     live = live_readers(graph)   # (a clamp's comparisons, dead after simplify, read y)
     found, claimed, removed, residuals = {}, set(), set(), set()
     for node in graph.nodes:
-        if node.op is CONV2D and isinstance(node.inputs[0], Value):
+        if node.op is layer and isinstance(node.inputs[0], Value):
             plan = _chain(node.outputs[0], live)
-            if plan is None:
+            if plan is None or not wanted(node, plan):
                 continue
             # two convs meeting at one add (ResNet's downsampling block) both match it:
             # the first takes it, and no plan may read a value another one removes
@@ -94,6 +120,40 @@ def conv_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
           return (%h)
         }
     """
+    return _fuse(graph, plans, report, CONV2D_EPILOGUE)
+
+
+def linear_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
+    """Each linear of ``linear_epilogues`` and its chain become one ``linear_epilogue`` at
+    the chain's last node, named as its last value (a linear without bias gets a zero bias
+    constant). Dead nodes are dropped.
+
+    Preserves: types, inputs and outputs; values as ``conv_epilogue`` does (the product is
+    the same GEMM, its bias added as ``linear`` adds it).
+
+    Before::
+
+        graph(%x: f32[2,3,4], %w: f32[5,4], %b: f32[5], %r: f32[2,3,5]) {
+          %y: f32[2,3,5] = linear(%x, %w, %b)
+          %h: f32[2,3,5] = gelu(%y)
+          %s: f32[2,3,5] = add(%r, %h)
+          return (%s)
+        }
+
+    After::
+
+        graph(%x: f32[2,3,4], %w: f32[5,4], %b: f32[5], %r: f32[2,3,5]) {
+          %s: f32[2,3,5] = linear_epilogue(%x, %w, %b, %r, act='gelu', bounds=(-inf, inf),
+              residual_at='after')
+          return (%s)
+        }
+    """
+    return _fuse(graph, plans, report, LINEAR_EPILOGUE)
+
+
+def _fuse(graph: Graph, plans: dict, report: Report, fused) -> Graph:
+    """The rewrite of ``conv_epilogue`` and ``linear_epilogue``: each layer node of ``plans``
+    and its chain as one ``fused`` node."""
     at_last = {plan.nodes[-1]: (conv, plan) for conv, plan in plans.items()}
     skip = {n for plan in plans.values() for n in plan.nodes} | set(plans)
     live = needed(graph)
@@ -109,12 +169,12 @@ def conv_epilogue(graph: Graph, plans: dict, report: Report) -> Graph:
                                              name=f"{conv.outputs[0].name}_bias")]
             inputs = [x, w, bias[0]] + ([b.get(plan.residual)] if plan.residual else [])
             (b.env[plan.last],) = b.add(
-                CONV2D_EPILOGUE, inputs,
+                fused, inputs,
                 dict(act=plan.act, bounds=plan.bounds, residual_at=plan.residual_at,
                      **conv.attrs), node.location, [plan.last.name])
             what = plan.act + (f", residual {plan.residual_at}" if plan.residual else "")
             report.count("epilogues", f"%{conv.outputs[0].name} + {len(plan.nodes)} nodes "
-                                      f"({what}) -> conv2d_epilogue %{plan.last.name}")
+                                      f"({what}) -> {fused.name} %{plan.last.name}")
         elif node not in skip:
             b.copy(node)
     report.nodes_after = len(b.graph.nodes)

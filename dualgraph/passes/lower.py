@@ -44,7 +44,7 @@ from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
 from .core import Builder, Report, live_readers, needed, readers
-from .epilogue import conv_epilogue, conv_epilogues
+from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .scan_linears import batch_scan_linears, scan_plans
@@ -327,6 +327,9 @@ RULES += [
     # matmul(softmax(matmul(q, kt) * c (+ mask), -1), v) [-> heads after the sequence],
     # the scores and weights read by nothing else -> attention(q, kt, v[, mask]): per head
     LoweringRule("fuse_attention", (SOFTMAX,), attention_patterns, fuse_attention, "graph"),
+    # act(linear(x, W, b) [+ r]) [+ r], the intermediates read only along the chain (not a
+    # relu alone of a 2-D x: linear_relu's) -> linear_epilogue: one pass over its rows
+    LoweringRule("linear_epilogue", (LINEAR,), linear_epilogues, linear_epilogue, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -188,14 +188,20 @@ def conv_epilogue(act, residual_at=None, **conv_attrs):
         (ph, _), (pw, _) = attrs["padding"]
         y = F.conv2d(x, w, b, stride=attrs["stride"], padding=(ph, pw),
                      dilation=attrs["dilation"], groups=attrs["groups"])
-        if residual and residual_at == "before":
-            y = y + residual[0]
-        y = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "sigmoid": m.sigmoid,
-             "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
-             "gelu": F.gelu,
-             "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act](y)
-        return y + residual[0] if residual and residual_at == "after" else y
+        return torch_tail(m, y, residual, act, residual_at)
     return fn
+
+
+def torch_tail(m, y, residual, act, residual_at):
+    """torch's activation and residual add after a layer's output ``y`` (the epilogues')."""
+    F = m.nn.functional
+    if residual and residual_at == "before":
+        y = y + residual[0]
+    y = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "sigmoid": m.sigmoid,
+         "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+         "gelu": F.gelu,
+         "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act](y)
+    return y + residual[0] if residual and residual_at == "after" else y
 
 
 CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy's passes)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import In, OpCase
-from .conv import first_grad
+from .conv import first_grad, torch_tail
 
 LOW = ("float32", "float64", "float16", "bfloat16")
 
@@ -106,6 +106,34 @@ CASES += [
            grad=False),
     OpCase("linear_relu", _linear_relu, [In((1, 300)), In((200, 300)), In((200,))],
            "batch-1", grad=False, atol=1e-4),   # (the matrix-vector loop)
+]
+
+def _linear_epilogue(act, residual_at=None):
+    """``linear_epilogue`` (what the lowering rule of that name makes) vs torch's linear,
+    activation and residual add."""
+    bounds = (0.0, 6.0) if act == "clamp" else (float("-inf"), float("inf"))
+
+    def fn(m, x, w, b, *residual):
+        if m.__name__ == "torch":
+            return torch_tail(m, m.nn.functional.linear(x, w, b), residual, act, residual_at)
+        from dualgraph.dispatch import apply
+        from dualgraph.ops.epilogue import LINEAR_EPILOGUE
+        return apply(LINEAR_EPILOGUE, x, w, b, *residual, act=act, bounds=bounds,
+                     residual_at=residual_at)
+    return fn
+
+
+CASES += [   # (products past the float32 loop's threshold, one below it, one of batch 1)
+    OpCase("linear_epilogue", _linear_epilogue(act, at),
+           [In(rows + (37,)), In((width, 37)), In((width,))]
+           + ([In(rows + (width,))] if at else []), f"{act}-{at}-{rows}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for (act, at), rows, width in [
+        (("gelu", None), (3, 70), 129), (("gelu_tanh", "before"), (2, 5, 9), 33),
+        (("relu", "after"), (1, 1, 7), 300), (("silu", "after"), (9,), 600),
+        (("clamp", "before"), (60, 2), 70), (("hardswish", None), (3, 71), 65),
+        (("sigmoid", None), (3, 4), 5), (("none", "before"), (1, 300), 200),
+        (("hardsigmoid", "after"), (7, 11), 13)]
 ]
 
 # torch's fused-looking composites: beta * input + alpha * product
