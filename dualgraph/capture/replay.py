@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..graph.ir import HostFunction, check_attr
 
 MADE = "made_after_break"   # the name of an input made from a value computed after a break
@@ -115,6 +117,6 @@ def same(new, old) -> bool:
         return len(new) == len(old) and all(map(same, new, old))
     if kind is slice:
         return all(same(getattr(new, a), getattr(old, a)) for a in ("start", "stop", "step"))
-    if kind in (int, bool, str):
+    if kind in (int, bool, str) or isinstance(old, np.dtype):
         return new == old
-    return new is old   # (dtypes are canonical objects; Values, Syms, graphs by identity)
+    return new is old   # (Values, Syms, graphs, host functions, None: by identity)

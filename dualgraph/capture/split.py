@@ -415,6 +415,7 @@ class Splitter:
         self.costs = (0.0, 0.0)   # (seconds) the latest call's trace, then its last piece
         self.hyper = ()   # the optimisers' hyper-parameters at the latest call (guards.py)
         self.calls = 0
+        self.replays = 0   # calls that replayed the whole tape of the call before
         self.timings = {"split": [], "eager": []}   # (seconds) while comparing the two
         self.verdict = None   # what the comparison found, once made
         self.tape = None      # the latest settled call, replayed by the next (replay.py)
@@ -500,6 +501,8 @@ class Splitter:
         entry = self._replayed(tracer, capture) if tracer.replayed is not None else None
         if entry is None:
             entry = self._cut(tracer, capture, backward)
+        else:
+            self.replays += 1
         c._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
         self.costs = (sum(times.values()), time.perf_counter() - start)
@@ -535,9 +538,11 @@ class Splitter:
         trace, last = self.costs
         compared = f"; compared with eager: {self.verdict}, split kept" if self.verdict else ""
         return (f"split at {len(self.breaks)} graph break(s): every call runs the function's "
-                f"Python again, recording its ops (the latest call: {trace * 1e3:.1f} ms with "
-                f"the pieces before the breaks, then {last * 1e3:.1f} ms for the last piece)"
-                f"{compared}; remove the breaks for one graph run from its guards alone")
+                f"Python again, replaying the ops of the call before while they are the same "
+                f"({self.replays} of {self.calls} calls replayed it all; the latest call: "
+                f"{trace * 1e3:.1f} ms with the pieces before the breaks, then "
+                f"{last * 1e3:.1f} ms for the last piece){compared}; remove the breaks for "
+                "one graph run from its guards alone")
 
     def _last_piece(self, capture, backward, tracer):
         key = capture_key(_keyed(capture), backward, tensor_key=_roles(capture))
