@@ -77,15 +77,20 @@ class Tape:
         if k >= len(self.nodes):
             return None
         node = self.nodes[k]
-        if (node.op is not op or len(node.inputs) != len(inputs)
-                or not all(map(same, inputs, node.inputs))):
+        own = node.inputs
+        if node.op is not op or len(own) != len(inputs):
             return None
-        own = node.attrs
-        if len(own) != len(attrs or ()):
-            return None
-        for name, value in (attrs or {}).items():
-            if name not in own or not same(value, own[name]):
+        for new, old in zip(inputs, own):   # (mostly the very Values: no call)
+            if new is not old and not same(new, old):
                 return None
+        own = node.attrs
+        if len(own) != (len(attrs) if attrs else 0):
+            return None
+        if attrs:
+            for name, new in attrs.items():
+                old = own.get(name, same)   # (``same``: no such attr)
+                if new is not old and not same(new, old):
+                    return None
         return node
 
     def done(self, tracer) -> bool:

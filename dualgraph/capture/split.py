@@ -100,9 +100,9 @@ class Piece:
                 kept, outs = self.outputs, self.executable.run(arrays)
         # (an output that is an input's array, or a view of one, is copied: the last piece
         # may update that input in place, a parameter, before it reads the output)
-        return [(i, a.copy() if any(a is x or (a.base is not None and
-                                               np.may_share_memory(a, x)) for x in arrays)
-                 else a) for i, a in zip(kept, outs)]
+        ids = {id(x) for x in arrays}
+        return [(i, a.copy() if id(a) in ids or (a.base is not None and any(
+            np.may_share_memory(a, x) for x in arrays)) else a) for i, a in zip(kept, outs)]
 
     def keep(self, wanted: set) -> bool:
         """Output ``wanted`` (positions) from the next call on; whether that is a change."""
