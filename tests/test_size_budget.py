@@ -106,9 +106,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # export/ +20: a Loop whose trip count is computed at run time is a while_loop reading it
 # (one import for every count) rather than a re-import per value.
 # capture/ +200 and the core +200 (issue 24): a split function's calls replay the previous
-# call's tape (capture/replay.py) instead of building and keying a new graph each call.
+# call's tape (capture/replay.py) instead of building and keying a new graph each call;
+# +20: a compiled call's in-place update of a tensor argument written into that argument.
 CORE_BUDGET = 20_180
-BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 4_100,
+BUDGETS = {".": 1_580, "amp": 320, "autograd": 640, "backends": 40, "capture": 4_120,
            "cli": 320, "codegen": 1_280, "distributed": 1_300, "graph": 1_120,
            "kernels": 2_430, "ops": 6_140, "passes": 2_670, "export": 3_840, "nn": 3_060,
            "optim": 1_370, "profiler": 440, "utils": 560}

@@ -95,6 +95,11 @@ class Entry:
     def _bind(self, capture) -> None:
         """The facts about the tensors ``capture`` binds and writes that a call uses."""
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
+        # writebacks into a tensor argument: into the argument of the call, by position
+        # (the capture holds the traced call's tensor)
+        args = {id(b.tensor): b.index for b in capture.bindings if b.kind == "arg"}
+        self.arg_writes = {j: args[id(t)] for j, (kind, t) in enumerate(capture.writebacks)
+                           if kind == "data" and id(t) in args}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
@@ -223,8 +228,10 @@ class Entry:
                         shared, replay=(self.replay, read, self._kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
-        for (kind, t), new in zip(cap.writebacks, it):
+        for j, ((kind, t), new) in enumerate(zip(cap.writebacks, it)):
             if kind == "data":
+                if j in self.arg_writes:
+                    t = tensor_args[self.arg_writes[j]]
                 if new is not t._data:   # (a donated input was updated in place)
                     np.copyto(t._data, new)
                 t._version[0] += 1
