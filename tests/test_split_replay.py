@@ -175,3 +175,37 @@ def test_replay_compares_literals_type_for_type():
     assert same(dg.float32, np.dtype("float32")) and same(np.float32, np.dtype("float32"))
     assert not same(dg.float64, np.dtype("float32"))
     assert same(slice(0, 3), slice(0, 3)) and not same(slice(0, 3), slice(0, 3.0))
+
+
+def test_numpy_global_draws_in_split_calls_are_eagers():
+    """From its third call the step adds noise drawn from NumPy's global generator, before
+    and after the break: a split call takes them as constants compared by bytes (before the
+    break) or as inputs (after it), never baked in, so its values are eager's draw for draw.
+    """
+    def run_noise(compiled):
+        dg.manual_seed(0)
+        np.random.seed(5)
+        layer = nn.Linear(WIDTH, 2)
+        out, calls = io.StringIO(), [0]
+
+        def step(x):
+            calls[0] += 1
+            h = layer(x)
+            if calls[0] > 2:
+                h = h + dg.tensor(np.random.standard_normal(2).astype(np.float32))
+            print(f"{h.sum().item():.5f}", file=out)
+            if calls[0] > 2:
+                h = h * dg.tensor(np.float32(np.random.uniform(0.5, 1.5)))
+            return h.detach()
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values = [fn(x).numpy().copy() for x, _ in batches(7)]
+        return values, out.getvalue(), fn
+
+    want, printed_e, _ = run_noise(False)
+    got, printed_c, fn = run_noise(True)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert printed_c == printed_e and fn._split is not None, fn.explain()

@@ -291,9 +291,13 @@ class _StaleGuard(Exception):
         self.frozen = frozen
 
 
-def _random_states() -> tuple:
-    """The state of Python's ``random`` and of NumPy's global generator: a trace that draws
-    from them would bake the numbers drawn into the graph."""
+def _random_states(numpy: bool = True) -> tuple:
+    """The state of Python's ``random`` and (with ``numpy``) of NumPy's global generator: a
+    trace that draws from them would bake the numbers drawn into the graph. (A split call,
+    which runs its Python at every call, compares what it makes of them with the tape or
+    keys: NumPy's state, slow to read, is left out there.)"""
+    if not numpy:
+        return random.getstate(), None, None
     state = np.random.get_state()
     return random.getstate(), state[1].tobytes(), state[2:]
 
@@ -301,7 +305,8 @@ def _random_states() -> tuple:
 def _set_random_states(states: tuple) -> None:
     py, key, rest = states
     random.setstate(py)
-    np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
+    if key is not None:
+        np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
 
 
 def _python_random_break(fn) -> CaptureError:
@@ -949,7 +954,7 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
-        random_before = _random_states()
+        random_before = _random_states(numpy=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -971,7 +976,7 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
-                if _random_states() != random_before:
+                if _random_states(numpy=as_inputs) != random_before:
                     random_break = _python_random_break(self.fn)
                     raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)

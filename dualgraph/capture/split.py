@@ -23,8 +23,11 @@ generator's seed state as in any graph, so a split step draws the numbers the un
 compiled step draws. Tensors made after a break (``dg.tensor(numpy_result)``) are inputs
 of the pieces, not constants, so that their values do not make a new piece at every call.
 
-Tracing at every call costs what eager's Python costs and more (2-4 ms for a small
-training step), so after ``COMPARE_AFTER`` calls a split function runs eagerly every other
+A call whose pieces have settled is a tape the next call replays (capture/replay.py): its
+ops are compared with the tape's instead of building a graph, and a call that matched all
+of it runs the tape's compiled last piece. What remains at every call is the Python (the
+user's and dualgraph's, as eager runs it, without the kernels), so after ``COMPARE_AFTER``
+calls a split function runs eagerly every other
 call, ``SAMPLES`` times each, and keeps the faster. It also runs eagerly from then on when
 its pieces keep changing (more than ``MAX_PIECES`` pieces, or ``RETRACE_LIMIT`` last
 pieces: a Python number from a break used in tensor math is baked into the next piece).
