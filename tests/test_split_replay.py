@@ -140,29 +140,6 @@ def test_python_state_that_changes_the_ops_is_never_replayed_wrongly():
         assert not fn.eager_only, fn.explain()
 
 
-def test_a_replay_that_meets_another_shape_traces_on():
-    """The same tensor argument position with another batch size: the input's facts differ
-    from the tape's, so the call is traced (and its values are eager's)."""
-    dg.manual_seed(0)
-    model = nn.Linear(4, 2)
-    sink = io.StringIO()
-
-    def f(x):
-        h = model(x)
-        print(h.sum(), file=sink)
-        return h * 2
-
-    fn = dg.compile(f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for n in (3, 3, 3, 5, 5, 3):
-            x = dg.ones(n, 4) * n
-            np.testing.assert_allclose(fn(x).detach().numpy(), f(x).detach().numpy(),
-                                       rtol=1e-6)
-    lines = sink.getvalue().splitlines()
-    assert lines[0::2] == lines[1::2]
-
-
 def test_replay_compares_literals_type_for_type():
     """What the replay takes as the tape's literal or attr: ``1``, ``1.0`` and ``True``
     differ, so do ``0.0`` and ``-0.0``; NaN is never the same; NumPy scalars and dtypes are
