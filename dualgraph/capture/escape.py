@@ -55,7 +55,7 @@ def _walk(roots: dict, visit, skip=(), every_place=False) -> None:
             return
         seen.add(id(obj))
         visit(name, obj, container, key)
-        if isinstance(obj, Tensor):
+        if type(obj) in _SCALARS or isinstance(obj, Tensor):   # (nothing inside)
             return
         if isinstance(obj, dict):
             holder, items, sep = obj, list(obj.items()), "["
