@@ -332,3 +332,20 @@ def test_hand_written_adam_with_lazy_state_dicts():
     for a, b in zip(params_c, params_e):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert not fn.eager_only and len(fn.cache) == 1
+
+
+def test_in_place_update_of_a_tensor_argument_reaches_each_calls_argument():
+    """``x.mul_(2)`` on an argument: every call's own argument is updated (not the tensor
+    the first call traced), by the general path and the fast path alike."""
+    def f(x, y):
+        x.mul_(2.0)
+        y.add_(x)
+        return x * 1.0
+
+    compiled = dg.compile(f)
+    for i in range(4):
+        a, b = dg.tensor([1.0, 3.0]) * (i + 1), dg.ones(2)
+        a2, b2 = a.clone(), b.clone()
+        got, want = compiled(a, b), f(a2, b2)
+        for u, v in ((got, want), (a, a2), (b, b2)):
+            np.testing.assert_array_equal(u.numpy(), v.numpy())

@@ -225,11 +225,59 @@ def test_binary_cross_entropy_clamps_logs_at_minus_100():
     p = np.array([0.0, 1.0, 0.0, 1.0, 0.5])
     t = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
     out = compare(lambda lib, f, p, t: f.binary_cross_entropy(p, t, reduction="none"), p, t,
-                  grads=[])
-    assert out.numpy()[0] == 100.0
+                  grads=[0])
+    assert out.detach().numpy()[0] == 100.0
     x = dg.tensor(p, requires_grad=True)
     F.binary_cross_entropy(x, dg.tensor(t)).backward()
     assert np.isfinite(x.grad.numpy()).all()
+
+
+EDGE_PROBABILITIES = [0.0, 1e-30, 0.5, 1 - 1e-7, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_binary_cross_entropy_gradient_at_0_and_1_is_torchs(dtype, compiled):
+    """torch's gradient is ``(p - t) / max(p (1 - p), 1e-12)`` times the incoming one,
+    also where the value's logs are clamped (p = 0, 1, 1e-30): large and of the right
+    sign, where the clamped logs' slope would be 0 (or 1/p = 3e29 at 1e-30)."""
+    p = np.repeat(np.array(EDGE_PROBABILITIES, dtype), 3)
+    t = np.tile(np.array([0.0, 0.3, 1.0], dtype), len(EDGE_PROBABILITIES))
+    w = RNG.uniform(0.5, 2.0, p.shape).astype(dtype)
+    for reduction in REDUCTIONS:
+        theirs = torch.tensor(p, requires_grad=True)
+        ref = TF.binary_cross_entropy(theirs, torch.tensor(t), torch.tensor(w),
+                                      reduction=reduction)
+        ref.sum().backward()
+
+        def loss(x, t, w):
+            return F.binary_cross_entropy(x, t, w, reduction=reduction)
+        fn = dg.compile(loss) if compiled else loss
+        for _ in range(2 if compiled else 1):
+            ours = dg.tensor(p, requires_grad=True)
+            out = fn(ours, dg.tensor(t), dg.tensor(w))
+            out.sum().backward()
+            np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-6)
+            np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5,
+                                       err_msg=reduction)
+
+
+def test_binary_cross_entropy_gradient_of_gradient_is_torchs():
+    """The gradient's own derivative (a gradient penalty through the loss) is torch's
+    double backward outside the band where ``p (1 - p) < 1e-12`` (inside it, it is the
+    capped quotient's, ``1 / 1e-12``; torch's double backward adds 1e-12 to p and 1 - p
+    instead: a difference of its own, below 1e-9 from 0 or 1)."""
+    p = np.array([1e-3, 0.2, 0.5, 0.9, 1 - 1e-6])
+    t = np.array([0.3, 1.0, 0.3, 0.0, 0.7])
+    theirs = torch.tensor(p, requires_grad=True)
+    g, = torch.autograd.grad(TF.binary_cross_entropy(theirs, torch.tensor(t)), theirs,
+                             create_graph=True)
+    (g * g).sum().backward()
+    ours = dg.tensor(p, requires_grad=True)
+    h, = dg.autograd.grad(F.binary_cross_entropy(ours, dg.tensor(t)), ours, create_graph=True)
+    (h * h).sum().backward()
+    np.testing.assert_allclose(h.detach().numpy(), g.detach().numpy(), rtol=1e-7)
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5)
 
 
 def test_binary_cross_entropy_errors():

@@ -113,8 +113,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # loop of a power by products.
 # ops/ +20: ops/epilogue.py holds both the per-tile conv path and the shared row pass of
 # the conv and linear epilogues (two branches merged).
-CORE_BUDGET = 20_280
-BUDGETS = {".": 1_660, "amp": 320, "autograd": 640, "backends": 40, "capture": 3_920, "cli": 320,
+# capture/ +200 and the core +200 (issue 24): a split function's calls replay the previous
+# call's tape (capture/replay.py) instead of building and keying a new graph each call;
+# +20: a compiled call's in-place update of a tensor argument written into that argument.
+CORE_BUDGET = 20_480
+BUDGETS = {".": 1_660, "amp": 320, "autograd": 640, "backends": 40, "capture": 4_140, "cli": 320,
            "codegen": 1_280, "distributed": 1_300, "graph": 1_120, "kernels": 2_620, "ops": 6_210,
            "passes": 2_690, "export": 3_840, "nn": 3_380, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}

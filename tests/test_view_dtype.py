@@ -83,3 +83,54 @@ def test_view_dtype_in_a_compiled_computation_and_float_bits_tricks():
                                  .nan_to_num()).sum())(y)
     loss.backward()
     assert y.grad is not None and y.grad.shape == (3, 8)
+
+
+@pytest.mark.parametrize("dst", ["int32", "float16", "float64", "int64"])
+def test_view_dtype_shares_memory_as_torch(dst):
+    """Writes through the view reach the tensor, and the tensor's later writes reach the
+    view, as torch's; the view has no autograd link to it (the gradient is unchanged)."""
+    t = torch.arange(8.0).reshape(2, 4)
+    ours = dg.tensor(t.numpy())
+    tv, ov = t.view(getattr(torch, dst)), ours.view(getattr(dg, dst))
+    tv[0, 0] = 7
+    ov[0, 0] = 7
+    np.testing.assert_array_equal(ours.numpy(), t.numpy())
+    t.add_(1.5)
+    ours.add_(1.5)
+    np.testing.assert_array_equal(ov.numpy(), tv.numpy())
+    a = dg.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x = a * 2
+    x.view(getattr(dg, dst)).zero_()
+    x.sum().backward()
+    np.testing.assert_array_equal(x.detach().numpy(), np.zeros(4, np.float32))
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0] * 4)
+
+
+def test_view_dtype_under_compile_equals_eager_or_breaks():
+    """A compiled function reads the bits the tensor holds when the view is read (a write
+    to the tensor after the view was made is seen), and a write through the view is a
+    graph break: the function runs eagerly, with eager's results."""
+    def read_after_write(x):
+        bits = x.view(dg.int32)
+        x.mul_(2.0)
+        return bits >> 23
+
+    def write_through(x):
+        x.view(dg.int32).add_(1)
+        return x * 1.0
+
+    for fn in (read_after_write, write_through):
+        compiled = dg.compile(fn)
+        for _ in range(3):
+            a, b = dg.tensor([1.0, 3.0, 0.5]), dg.tensor([1.0, 3.0, 0.5])
+            with pytest.warns(UserWarning, match="graph break") if (
+                    fn is write_through and _ == 0) else _no_warning():
+                got = compiled(a)
+            want = fn(b)
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _no_warning():
+    import contextlib
+    return contextlib.nullcontext()

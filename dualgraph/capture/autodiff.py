@@ -38,13 +38,7 @@ class Backward:
 
 def build_backward(tracer, capture, result_tensors) -> Backward | None:
     """Trace the VJPs of the differentiable outputs, then split the joint graph in two."""
-    # Outputs whose history the function's own backward() already freed (a training step
-    # returning its loss, or an RNN's last hidden state, after loss.backward()) are not
-    # differentiated again: eager would refuse a second backward through them too.
-    diff_outputs = [i for i, t in enumerate(result_tensors)
-                    if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
-                    and not _reaches_freed(t.grad_fn)]
-    diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
+    diff_outputs, diff_inputs = differentiable(capture, result_tensors)
     if not diff_outputs or not diff_inputs:
         return None
     graph = capture.graph
@@ -57,6 +51,20 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
                   grad_values, diff_outputs, diff_inputs)
+
+
+def differentiable(capture, result_tensors) -> tuple[list, list]:
+    """The positions of the differentiable outputs among ``result_tensors`` and the
+    bindings of ``capture`` whose tensors receive gradients: the backward half is built
+    when both are non-empty."""
+    # Outputs whose history the function's own backward() already freed (a training step
+    # returning its loss, or an RNN's last hidden state, after loss.backward()) are not
+    # differentiated again: eager would refuse a second backward through them too.
+    diff_outputs = [i for i, t in enumerate(result_tensors)
+                    if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
+                    and not _reaches_freed(t.grad_fn)]
+    diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
+    return diff_outputs, diff_inputs
 
 
 def _reaches_freed(node) -> bool:

@@ -95,6 +95,11 @@ class Entry:
     def _bind(self, capture) -> None:
         """The facts about the tensors ``capture`` binds and writes that a call uses."""
         self.written = {id(t) for kind, t in capture.writebacks if kind == "data"}
+        # writebacks into a tensor argument: into the argument of the call, by position
+        # (the capture holds the traced call's tensor)
+        args = {id(b.tensor): b.index for b in capture.bindings if b.kind == "arg"}
+        self.arg_writes = {j: args[id(t)] for j, (kind, t) in enumerate(capture.writebacks)
+                           if kind == "data" and id(t) in args}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
@@ -223,8 +228,10 @@ class Entry:
                         shared, replay=(self.replay, read, self._kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
-        for (kind, t), new in zip(cap.writebacks, it):
+        for j, ((kind, t), new) in enumerate(zip(cap.writebacks, it)):
             if kind == "data":
+                if j in self.arg_writes:
+                    t = tensor_args[self.arg_writes[j]]
                 if new is not t._data:   # (a donated input was updated in place)
                     np.copyto(t._data, new)
                 t._version[0] += 1
@@ -287,9 +294,13 @@ class _StaleGuard(Exception):
         self.frozen = frozen
 
 
-def _random_states() -> tuple:
-    """The state of Python's ``random`` and of NumPy's global generator: a trace that draws
-    from them would bake the numbers drawn into the graph."""
+def _random_states(numpy: bool = True) -> tuple:
+    """The state of Python's ``random`` and (with ``numpy``) of NumPy's global generator: a
+    trace that draws from them would bake the numbers drawn into the graph. (A split call,
+    which runs its Python at every call, compares what it makes of them with the tape or
+    keys: NumPy's state, slow to read, is left out there.)"""
+    if not numpy:
+        return random.getstate(), None, None
     state = np.random.get_state()
     return random.getstate(), state[1].tobytes(), state[2:]
 
@@ -297,7 +308,8 @@ def _random_states() -> tuple:
 def _set_random_states(states: tuple) -> None:
     py, key, rest = states
     random.setstate(py)
-    np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
+    if key is not None:
+        np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
 
 
 def _python_random_break(fn) -> CaptureError:
@@ -945,7 +957,7 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
-        random_before = _random_states()
+        random_before = _random_states(numpy=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -967,7 +979,7 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
-                if _random_states() != random_before:
+                if _random_states(numpy=as_inputs) != random_before:
                     random_break = _python_random_break(self.fn)
                     raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)

@@ -37,13 +37,14 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def _walk(roots: dict, visit, skip=(), names=None, every_place=False) -> None:
-    """Call ``visit(name, obj, container, key)`` for every object reachable from ``roots``
+def _walk(roots: dict, visit, skip=(), every_place=False) -> None:
+    """Call ``visit(path, obj, container, key)`` for every object reachable from ``roots``
     (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
-    is the dict (or list, tuple) holding it under ``key``. Tensors are not looked into,
-    nor the objects whose ids are in ``skip``; ``names`` (id -> name) names tensor keys.
-    An object reached again is visited again only with ``every_place`` (and not walked)."""
-    seen, names = set(skip), names or {}
+    is the dict (or list, tuple) holding it under ``key``, ``path`` what :func:`_name`
+    makes its name of (built only for the few objects a visit names). Tensors are not
+    looked into, nor the objects whose ids are in ``skip``. An object reached again is
+    visited again only with ``every_place`` (and not walked)."""
+    seen = set(skip)
 
     def walk(obj, name, container, key, depth):
         if depth > MAX_DEPTH:
@@ -54,12 +55,12 @@ def _walk(roots: dict, visit, skip=(), names=None, every_place=False) -> None:
             return
         seen.add(id(obj))
         visit(name, obj, container, key)
-        if isinstance(obj, Tensor):
+        if type(obj) in _SCALARS or isinstance(obj, Tensor):   # (nothing inside)
             return
         if isinstance(obj, dict):
-            holder, items = obj, [(f"{name}[{_key(k, names)}]", k, v) for k, v in obj.items()]
+            holder, items, sep = obj, list(obj.items()), "["
         elif type(obj) in (list, tuple):
-            holder, items = obj, [(f"{name}[{i}]", i, v) for i, v in enumerate(obj)]
+            holder, items, sep = obj, list(enumerate(obj)), "["
         elif isinstance(obj, _OPAQUE):
             return
         else:
@@ -67,11 +68,11 @@ def _walk(roots: dict, visit, skip=(), names=None, every_place=False) -> None:
                 holder = vars(obj)
             except TypeError:   # (no __dict__)
                 return
-            items = [(f"{name}.{k}", k, v) for k, v in holder.items()]
+            items, sep = list(holder.items()), "."
         if len(items) > MAX_ITEMS:
             return
-        for child_name, k, child in items:
-            walk(child, child_name, holder, k, depth + 1)
+        for k, child in items:
+            walk(child, (name, sep, k), holder, k, depth + 1)
 
     for name, obj in roots.items():
         walk(obj, name, None, None, 0)
@@ -88,20 +89,31 @@ def created_state(roots: dict, graph, bound=(), names=None) -> list:
 def _created(roots, graph, bound, names) -> list:
     found = []
 
-    def visit(name, obj, container, key):
+    def visit(path, obj, container, key):
         if isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph:
-            found.append((name, obj, container, key))
+            found.append((_name(path, names or {}), obj, container, key))
 
-    _walk(roots, visit, bound, names)
+    _walk(roots, visit, bound)
     return found
 
 
 def reachable(roots: dict, cls) -> list:
     """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``."""
     found = []
-    _walk(roots, lambda name, obj, container, key: found.append((name, obj))
+    _walk(roots, lambda path, obj, container, key: found.append((_name(path, {}), obj))
           if isinstance(obj, cls) else None)
     return found
+
+
+def _name(path, names: dict) -> str:
+    """The name of the object a walk reached by ``path`` (a root's name, or ``(parent's
+    path, "[" or ".", key)``): ``model.cache['mask']``, ``opt.state[fc.weight]``;
+    ``names`` (id -> name) names tensor keys."""
+    parts = []
+    while type(path) is tuple:
+        path, sep, key = path
+        parts.append(f"[{_key(key, names)}]" if sep == "[" else f".{key}")
+    return path + "".join(reversed(parts))
 
 
 def places(roots: dict) -> dict:

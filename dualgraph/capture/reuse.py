@@ -31,18 +31,24 @@ def capture_key(capture, backward=None, tensor_key=id) -> tuple:
     """The key of one capture (and its backward half, if any). ``tensor_key`` keys each
     tensor it binds or writes (by default its identity; a split call's pieces, traced at
     every call, key them by the role they play: capture/split.py)."""
-    bindings = tuple((b.kind, tensor_key(b.tensor), b.index) for b in capture.bindings)
-    writebacks = tuple((kind, tensor_key(t)) for kind, t in capture.writebacks)
-    cleared = tuple(tensor_key(t) for t in capture.grads_cleared)
-    leaves = tuple(leaf if leaf == "value" else ("const", _freeze(leaf[1]))
-                   for leaf in capture.out_leaves)
     back = None
     if backward is not None:
         back = (graph_key(backward.graph), backward.num_saved, tuple(backward.diff_outputs),
                 tuple((b.kind, tensor_key(b.tensor), b.index) for b in backward.diff_inputs),
                 tuple(backward.grad_present))
-    return (graph_key(capture.graph), bindings, writebacks, cleared, repr(capture.out_spec),
-            leaves, back)
+    return (graph_key(capture.graph),) + io_key(capture, tensor_key) + (back,)
+
+
+def io_key(capture, tensor_key=id) -> tuple:
+    """The part of :func:`capture_key` that is not a graph: which tensors feed the inputs,
+    what is written back, how the outputs are rebuilt (a split call replayed on the same
+    graph compares only this: capture/replay.py)."""
+    bindings = tuple((b.kind, tensor_key(b.tensor), b.index) for b in capture.bindings)
+    writebacks = tuple((kind, tensor_key(t)) for kind, t in capture.writebacks)
+    cleared = tuple(tensor_key(t) for t in capture.grads_cleared)
+    leaves = tuple(leaf if leaf == "value" else ("const", _freeze(leaf[1]))
+                   for leaf in capture.out_leaves)
+    return (bindings, writebacks, cleared, repr(capture.out_spec), leaves)
 
 
 def graph_key(graph: Graph) -> tuple:

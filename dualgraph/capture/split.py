@@ -23,8 +23,11 @@ generator's seed state as in any graph, so a split step draws the numbers the un
 compiled step draws. Tensors made after a break (``dg.tensor(numpy_result)``) are inputs
 of the pieces, not constants, so that their values do not make a new piece at every call.
 
-Tracing at every call costs what eager's Python costs and more (2-4 ms for a small
-training step), so after ``COMPARE_AFTER`` calls a split function runs eagerly every other
+A call whose pieces have settled is a tape the next call replays (capture/replay.py): its
+ops are compared with the tape's instead of building a graph, and a call that matched all
+of it runs the tape's compiled last piece. What remains at every call is the Python (the
+user's and dualgraph's, as eager runs it, without the kernels), so after ``COMPARE_AFTER``
+calls a split function runs eagerly every other
 call, ``SAMPLES`` times each, and keeps the faster. It also runs eagerly from then on when
 its pieces keep changing (more than ``MAX_PIECES`` pieces, or ``RETRACE_LIMIT`` last
 pieces: a Python number from a break used in tensor math is baked into the next piece).
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 import sys
 import time
 import warnings
@@ -44,7 +48,7 @@ import numpy as np
 
 from .._helpers import _is_internal, format_site, user_site
 from .._pytree import flatten
-from ..autograd.tape import no_grad
+from ..autograd.tape import grad_mode, no_grad
 from ..codegen import Executable
 from ..dispatch import modes
 from ..errors import CONCRETE_FIX, CaptureError
@@ -52,9 +56,11 @@ from ..graph import Graph
 from ..graph.ir import Value
 from ..passes import run_pipeline
 from ..tensor import Tensor
+from .autodiff import differentiable
 from .guards import optimizer_facts
 from .records import RETRACE_LIMIT, Record, _name
-from .reuse import capture_key, graph_key
+from .replay import MADE, Tape
+from .reuse import capture_key, graph_key, io_key
 from .scope import readable_names
 from .subgraph import copy_nodes
 from .trace import Binding, Tracer
@@ -97,38 +103,52 @@ class Piece:
                 kept, outs = self.outputs, self.executable.run(arrays)
         # (an output that is an input's array, or a view of one, is copied: the last piece
         # may update that input in place, a parameter, before it reads the output)
-        return [(i, a.copy() if any(a is x or (a.base is not None and
-                                               np.may_share_memory(a, x)) for x in arrays)
-                 else a) for i, a in zip(kept, outs)]
+        ids = {id(x) for x in arrays}
+        return [(i, a.copy() if id(a) in ids or (a.base is not None and any(
+            np.may_share_memory(a, x) for x in arrays)) else a) for i, a in zip(kept, outs)]
 
-    def keep(self, wanted: set) -> None:
-        """Output ``wanted`` (positions) from the next call on."""
+    def keep(self, wanted: set) -> bool:
+        """Output ``wanted`` (positions) from the next call on; whether that is a change."""
         if self.outputs is None:
             self.wanted |= wanted
             self.outputs = sorted(self.wanted)
-        elif not wanted <= set(self.outputs):
+            return True
+        if not wanted <= set(self.outputs):
             self.wanted |= wanted
             self.recompiles += 1
             everything = range(sum(len(n.outputs) for n in self.graph.nodes))
             self.outputs = sorted(self.wanted if self.recompiles <= LATE_OUTPUTS
                                   else everything)
             self.executable = None
+            return True
+        return False
 
 
 class SplitTracer(Tracer):
     """A trace that computes the value a graph break needs and goes on (see the module
     docstring): ``env`` holds the arrays of the graph's inputs and of the values the
-    pieces run so far computed; nodes before ``cut`` ran in a piece."""
+    pieces run so far computed; nodes before ``cut`` ran in a piece. With a ``tape`` (the
+    previous call's record) it replays that call while the Python does the same
+    (capture/replay.py): ``graph`` is then the tape's and ``pos`` the nodes matched."""
 
-    def __init__(self, names=None, compiled=None):
+    def __init__(self, names=None, compiled=None, tape=None):
         super().__init__(names)
         self.compiled = compiled   # (None in a control-flow body's tracer: ops/control.py)
         self.env: dict[Value, np.ndarray] = {}
         self.cut = 0
-        self.ran: list = []       # (piece, first node, end node) of this call's pieces
+        # (piece, first node, end node, position of the break's value, the values it
+        # reads, the values it makes) of this call's pieces
+        self.ran: list = []
         self.broke = False
         self.new_pieces = False   # whether a piece ran for the first time (kept every value)
         self._hook = None
+        self.tape, self.pos = tape, 0
+        if tape is not None:
+            self.graph = tape.graph
+        self.replayed = None      # the tape, when the call matched all of it
+        self.input_facts: list = []   # per input: (kind, index, made after a break, shape,
+        self.made: list = []          # dtype); the constants made before the first break
+        self.fn_nodes = 0             # the nodes when the function returned
 
     def __enter__(self):
         self._hook = tensor_module.concretize_hook
@@ -153,10 +173,72 @@ class SplitTracer(Tracer):
         return value
 
     def constant(self, array):
-        if not self.broke:
-            return super().constant(array)
-        # (made after a break: maybe from a value Python computed, different every call)
-        return self.bind(Tensor._make(np.asarray(array)), "captured", "made_after_break").value
+        if self.broke:   # (maybe from a value Python computed, different every call)
+            return self.bind(Tensor._make(np.asarray(array)), "captured", MADE).value
+        value = None
+        if self.tape is not None:
+            value = self.tape.constant(len(self.made), np.asarray(array))
+            if value is None:
+                self.diverge()
+        if value is None:
+            value = super().constant(array)
+        self.made.append(value)
+        return value
+
+    def new_input(self, t, kind, name, shape, dtype, index=-1):
+        facts = (kind, index, name == MADE, tuple(shape), dtype)
+        self.input_facts.append(facts)
+        if self.tape is not None:
+            value = self.tape.input(len(self.bindings), t, facts)
+            if value is not None:
+                return value
+            self.diverge()
+        return super().new_input(t, kind, name, shape, dtype, index)
+
+    def add(self, op, inputs, attrs):
+        if self.tape is not None:
+            node = self.tape.node(self.pos, op, inputs, attrs)
+            if node is not None:
+                self.pos += 1
+                return node.outputs[0] if op.num_outputs == 1 else node.outputs
+            self.diverge()
+        return super().add(op, inputs, attrs)
+
+    def diverge(self) -> None:
+        """End the replay: the graph matched so far becomes this call's own (sharing the
+        tape's Values), and the call goes on tracing into it."""
+        tape, self.tape = self.tape, None
+        graph = Graph()
+        for b in self.bindings:
+            graph.share_input(b.value)
+        for value in self.made:
+            if not graph.share_constant(value, tape.graph.constants[value]):
+                raise AssertionError(f"replay: constant {value!r} can't be shared")
+        if graph.share_nodes(tape.nodes[:self.pos]) != self.pos:
+            raise AssertionError("replay: the nodes matched can't be shared")
+        self.graph = graph
+
+    def finish(self, result, created=()):
+        tape = self.tape
+        if tape is not None and not tape.done(self):
+            self.diverge()
+            tape = None
+        self.fn_nodes = self.pos if tape is not None else len(self.graph.nodes)
+        if tape is None:
+            return super().finish(result, created)
+        outputs = self.graph.outputs
+        capture = super().finish(result, created)
+        new = self.graph.outputs
+        if (len(new) != len(outputs) or not all(map(operator.is_, new, outputs))
+                or (grad_mode.enabled and all(differentiable(capture, self.result_leaves)))):
+            # (other outputs, or a backward half to build: a graph of its own after all)
+            self.graph.outputs = outputs
+            self.diverge()
+            self.graph.set_outputs(new)
+            capture.graph = self.graph
+        else:
+            self.replayed = tape
+        return capture
 
     def concretize(self, t: Tensor, what: str) -> np.ndarray:
         """The value of traced tensor ``t`` that a break (``what``: "item()", ...) needs,
@@ -169,11 +251,11 @@ class SplitTracer(Tracer):
         self.splitter = self.compiled._split
         value = self.value_of(t)
         if value not in self.env and value not in self.graph.constants:
-            start = self.cut
-            if not any(value in n.outputs for n in self.graph.nodes[start:]):
+            end = self.pos if self.tape is not None else len(self.graph.nodes)
+            if not any(value in n.outputs for n in self.graph.nodes[self.cut:end]):
                 self._recompute([value])
-            else:
-                self._run_piece(value, location, f"{what} on a traced tensor")
+            elif not self._replay_piece(value):
+                self._run_piece(value, location)
         self.splitter.note_break(location, f"{what} on a traced tensor")
         self.broke = True
         array = self.env.get(value)
@@ -183,11 +265,25 @@ class SplitTracer(Tracer):
         array.flags.writeable = False
         return array
 
-    def _run_piece(self, value: Value, location: str, reason: str) -> None:
+    def _replay_piece(self, value: Value) -> bool:
+        """Run the tape's next piece when it ends here with ``value``; whether it ran (a
+        replay that meets another break ends: ``diverge``)."""
+        tape = self.tape
+        if tape is None:
+            return False
+        k = len(self.ran)
+        if k < len(tape.ran):
+            piece, start, end, broke, reads, produced = tape.ran[k]
+            if start == self.cut and end == self.pos and produced[broke] is value:
+                self._run(piece, end, broke, reads, produced)
+                return True
+        self.diverge()
+        return False
+
+    def _run_piece(self, value: Value, location: str) -> None:
         nodes = self.graph.nodes[self.cut:]
         produced = [v for node in nodes for v in node.outputs]
         reads = _reads(nodes, set(produced), self.graph.constants)
-        self._recompute([r for r in reads if r not in self.env])
         constants = self.graph.constants
         used = {x: constants[x] for n in nodes for x in n.inputs
                 if isinstance(x, Value) and x in constants}
@@ -195,12 +291,17 @@ class SplitTracer(Tracer):
                                          outputs=())), produced.index(value))
         piece = self.splitter.piece(key, lambda: copy_nodes(self.graph, reads, nodes, []),
                                     location)
+        self._run(piece, len(self.graph.nodes), produced.index(value), reads, produced)
+
+    def _run(self, piece: Piece, end: int, broke: int, reads: list, produced: list) -> None:
+        """Run ``piece`` (the nodes from ``cut`` to ``end``) on the values known."""
+        self._recompute([r for r in reads if r not in self.env])
         self.new_pieces |= piece.outputs is None
         for i, array in piece.run([self.env[r] for r in reads], self.splitter.passes,
                                   self.splitter.fast_math):
             self.env[produced[i]] = array
-        self.ran.append((piece, self.cut, len(self.graph.nodes), produced.index(value)))
-        self.cut = len(self.graph.nodes)
+        self.ran.append((piece, self.cut, end, broke, reads, produced))
+        self.cut = end
 
     def _recompute(self, values: list) -> None:
         """Compute ``values`` (of nodes that ran in a piece that did not keep them) from
@@ -218,23 +319,26 @@ class SplitTracer(Tracer):
         g = copy_nodes(self.graph, reads, nodes, values)
         self.env.update(zip(values, run_once(g, [self.env[r] for r in reads])))
 
-    def learn(self) -> None:
+    def learn(self) -> bool:
         """After the call: each piece keeps, from the next call on, the values that later
-        code read from it (its break's value too)."""
+        code read from it (its break's value too). Whether any piece changed."""
         read_after = set(self.graph.outputs)
-        ends = sorted({end for _, _, end, _ in self.ran}, reverse=True)
+        ends = sorted({end for _, _, end, *_ in self.ran}, reverse=True)
         later, position = {}, len(self.graph.nodes)
         for end in ends:
             for node in self.graph.nodes[end:position]:
                 read_after.update(x for x in node.inputs if isinstance(x, Value))
             later[end], position = set(read_after), end
-        for piece, start, end, broke in self.ran:
-            produced = [v for node in self.graph.nodes[start:end] for v in node.outputs]
-            piece.keep({i for i, v in enumerate(produced) if v in later[end]} | {broke})
+        changed = False
+        for piece, start, end, broke, _, produced in self.ran:
+            changed |= piece.keep({i for i, v in enumerate(produced) if v in later[end]}
+                                  | {broke})
+        return changed
 
-    def cut_forward(self, capture) -> int:
+    def cut_forward(self, capture) -> tuple[int, list]:
         """Make the values the pieces computed inputs of the last piece (``capture``'s
-        graph, by name: the forward half is a copy); the number of nodes it then skips."""
+        graph, by name: the forward half is a copy); the number of nodes it then skips, and
+        those values (of this tracer's graph)."""
         graph = capture.graph
         computed = {v.name: a for v, a in self.env.items()
                     if v.producer is not None and v in self.graph}
@@ -248,12 +352,18 @@ class SplitTracer(Tracer):
         keep.reverse()
         cut = [v for node in graph.nodes for v in node.outputs if v in known and v in needed]
         if not cut:
-            return 0
+            return 0, []
         capture.graph = copy_nodes(graph, list(graph.inputs) + cut, keep, graph.outputs)
+        ours = {v.name: v for v in self.env}
+        self.bind_cut(capture, [ours[v.name] for v in cut])
+        return len(graph.nodes) - len(keep), [ours[v.name] for v in cut]
+
+    def bind_cut(self, capture, cut: list) -> None:
+        """Feed the last piece's inputs for ``cut`` (values of this tracer's graph) from
+        the arrays the pieces computed."""
         for v in cut:
-            array = computed[v.name]
+            array = self.env[v]
             capture.bindings.append(Binding("captured", Tensor._make(array), v, array))
-        return len(graph.nodes) - len(keep)
 
 
 def run_once(graph: Graph, arrays: list) -> list:
@@ -308,8 +418,10 @@ class Splitter:
         self.costs = (0.0, 0.0)   # (seconds) the latest call's trace, then its last piece
         self.hyper = ()   # the optimisers' hyper-parameters at the latest call (guards.py)
         self.calls = 0
+        self.replays = 0   # calls that replayed the whole tape of the call before
         self.timings = {"split": [], "eager": []}   # (seconds) while comparing the two
         self.verdict = None   # what the comparison found, once made
+        self.tape = None      # the latest settled call, replayed by the next (replay.py)
 
     def piece(self, key, make_graph, location) -> Piece:
         """The piece of ``key``; a new one's graph is ``make_graph()``."""
@@ -370,7 +482,7 @@ class Splitter:
             if self.hyper and c._new_hyper_inputs(facts, self.hyper):
                 facts = optimizer_facts(c._optimizers, c._dynamic)
             self.hyper = facts
-        tracer = SplitTracer(readable_names(c.fn), c)
+        tracer = SplitTracer(readable_names(c.fn), c, self.tape)
         try:
             capture, backward, _, times = c._trace(tracer, args, kwargs,
                                                    c.leaf_names(args, kwargs), [],
@@ -389,30 +501,54 @@ class Splitter:
         leaves, _ = flatten((args, kwargs))
         if len(self.pieces) > MAX_PIECES:
             self._give_up(f"more than {MAX_PIECES} different pieces compiled")
-        tracer.learn()
-        skipped = tracer.cut_forward(capture)
-        entry = self._last_piece(capture, backward, tracer)
-        if skipped and backward is not None:
-            entry.replay = _NoReplay()
+        entry = self._replayed(tracer, capture) if tracer.replayed is not None else None
+        if entry is None:
+            entry = self._cut(tracer, capture, backward)
+        else:
+            self.replays += 1
         c._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
         self.costs = (sum(times.values()), time.perf_counter() - start)
         return result
+
+    def _cut(self, tracer, capture, backward):
+        """The last piece of a call traced (not replayed to its end): the pieces learn what
+        later code read, the graph is cut after them, and its compiled code found or made.
+        A call whose pieces had settled is the tape the next call replays."""
+        changed = tracer.learn()
+        settled = not (changed or tracer.new_pieces) and backward is None
+        key = io_key(_keyed(capture), _roles(capture)) if settled else None
+        skipped, cut = tracer.cut_forward(capture)
+        entry = self._last_piece(capture, backward, tracer)
+        if skipped and backward is not None:
+            entry.replay = _NoReplay()
+        self.tape = Tape(tracer, cut, capture.graph, entry, key) if settled else None
+        return entry
+
+    def _replayed(self, tracer, capture):
+        """The tape's last piece for a call that replayed all of it, when its capture binds
+        and writes the same tensors by role (else None: cut as a trace is)."""
+        tape = tracer.replayed
+        if (any(v not in tracer.env for v in tape.cut)
+                or io_key(_keyed(capture), _roles(capture)) != tape.key):
+            return None
+        capture.graph = tape.last
+        tracer.bind_cut(capture, tape.cut)
+        return tape.entry.rebound(capture, None)
 
     def describe(self) -> str:
         """The ``explain()`` line on what splitting costs at every call."""
         trace, last = self.costs
         compared = f"; compared with eager: {self.verdict}, split kept" if self.verdict else ""
         return (f"split at {len(self.breaks)} graph break(s): every call runs the function's "
-                f"Python again, recording its ops (the latest call: {trace * 1e3:.1f} ms with "
-                f"the pieces before the breaks, then {last * 1e3:.1f} ms for the last piece)"
-                f"{compared}; remove the breaks for one graph run from its guards alone")
+                f"Python again, replaying the ops of the call before while they are the same "
+                f"({self.replays} of {self.calls} calls replayed it all; the latest call: "
+                f"{trace * 1e3:.1f} ms with the pieces before the breaks, then "
+                f"{last * 1e3:.1f} ms for the last piece){compared}; remove the breaks for "
+                "one graph run from its guards alone")
 
     def _last_piece(self, capture, backward, tracer):
-        # (by role; and not by the Python values it returns: ``return loss.item()``)
-        keyed = copy.copy(capture)
-        keyed.out_leaves = [k if k == "value" else ("const", None) for k in capture.out_leaves]
-        key = capture_key(keyed, backward, tensor_key=_roles(capture))
+        key = capture_key(_keyed(capture), backward, tensor_key=_roles(capture))
         entry = self.lasts.get(key)
         if entry is not None:
             return entry.rebound(capture, backward)
@@ -437,6 +573,14 @@ class Splitter:
         c.records.append(Record("eager", why, fix))
         warnings.warn(f"dg.compile: {why} for a function split at graph breaks; running it "
                       "eagerly from now on", stacklevel=_user_stacklevel())
+
+
+def _keyed(capture):
+    """``capture`` as a split call's last piece is keyed: not by the Python values it
+    returns (``return loss.item()``)."""
+    keyed = copy.copy(capture)
+    keyed.out_leaves = [k if k == "value" else ("const", None) for k in capture.out_leaves]
+    return keyed
 
 
 def _roles(capture):

@@ -107,6 +107,11 @@ class Tracer:
         inputs = [self.value_of(a) if isinstance(a, Tensor) else
                   self.value_of(self.array_tensor(a)) if type(a) is np.ndarray else a
                   for a in args]
+        return self.add(op, inputs, attrs)
+
+    def add(self, op, inputs: list, attrs: dict):
+        """The node of ``op`` on ``inputs`` (Values and literals), at the user's line: its
+        output Value (a tuple of them for an op with several)."""
         site = self.backward_site
         if site is not None:
             location = f"{format_site(site)} (vjp)"
@@ -156,8 +161,8 @@ class Tracer:
         ``shape`` may replace dims with Syms (dynamic dims)."""
         array = t._data
         name = name or self.names.get(id(t)) or ("arg" if kind == "arg" else "captured")
-        value = self.graph.add_input(array.shape if shape is None else shape, array.dtype,
-                                     name=name)
+        value = self.new_input(t, kind, name, array.shape if shape is None else shape,
+                               array.dtype, index)
         binding = Binding(kind, t, value, array, t.grad, index,
                           (t.grad_fn, t._output_nr, t._accumulator))
         self.bindings.append(binding)
@@ -167,6 +172,10 @@ class Tracer:
         # node on the outer tape, connected to the input's real history).
         t.grad_fn, t._accumulator = None, None
         return binding
+
+    def new_input(self, t: Tensor, kind: str, name: str, shape, dtype, index: int = -1):
+        """The graph input that tensor ``t`` (or its ``.grad``: ``kind`` "grad") feeds."""
+        return self.graph.add_input(shape, dtype, name=name)
 
     def constant(self, array: np.ndarray) -> Value:
         """A tensor made inside the traced function (dg.zeros, dg.tensor, ...)."""
@@ -185,8 +194,8 @@ class Tracer:
         binding = self._grad_bound.get(id(leaf))
         if binding is None:
             grad = leaf.grad
-            value = self.graph.add_input(grad._data.shape, grad._data.dtype,
-                                         name=self.names.get(id(leaf), "leaf") + ".grad")
+            value = self.new_input(leaf, "grad", self.names.get(id(leaf), "leaf") + ".grad",
+                                   grad._data.shape, grad._data.dtype)
             binding = Binding("grad", leaf, value, None)
             self.bindings.append(binding)
             self._grad_bound[id(leaf)] = binding

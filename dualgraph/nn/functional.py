@@ -283,6 +283,23 @@ def _clamped_log(x, log_fn, valid):
     return ew.clamp_min(ew.where(valid, log_fn(safe), -100.0), -100.0)
 
 
+def _bce_gradient_shape(p, t):
+    """A function of ``p`` whose derivative is torch's gradient of binary cross entropy,
+    ``(p - t) / max(p (1 - p), 1e-12)``: ``-(t log p + (1 - t) log(1 - p))`` where
+    ``p (1 - p) >= 1e-12`` (its derivative is that quotient; its second derivative torch's
+    double backward), ``(p^2 / 2 - t p) / 1e-12`` nearer 0 and 1, where torch caps the
+    quotient's denominator (and the clamped logs of the value have no useful slope: a
+    certain wrong prediction would get a gradient of 0, or 1/p = 1e30). Its value is never
+    used; both branches stay finite, so that where's gradients carry no NaN."""
+    near = ew.lt(p.detach() * (1 - p.detach()), _BCE_EPS)
+    safe = ew.where(near, 0.5, p)
+    inside = -(t * ew.log(safe) + (1 - t) * ew.log1p(-safe))
+    return ew.where(near, (p * p * 0.5 - t * p) * (1 / _BCE_EPS), inside)
+
+
+_BCE_EPS = 1e-12   # torch's cap of the BCE gradient's denominator (EPSILON in Loss.cpp)
+
+
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """``-(t log(p) + (1 - t) log(1 - p))`` for probabilities ``input``; each log is
@@ -296,9 +313,14 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if data is not None and data.size and not ((data >= 0) & (data <= 1)).all():
         raise ValueError("binary_cross_entropy: all elements of input should be between 0 "
                          "and 1 (apply sigmoid, or use binary_cross_entropy_with_logits)")
-    log_p = _clamped_log(input, ew.log, input > 0)
-    log_q = _clamped_log(input, lambda p: ew.log1p(-p), input < 1)
-    loss = -(target * log_p + (1 - target) * log_q)
+    p = input.detach()
+    log_p = _clamped_log(p, ew.log, p > 0)
+    log_q = _clamped_log(p, lambda p: ew.log1p(-p), p < 1)
+    loss = -(target * log_p + (1 - target) * log_q)   # (the value, and target's gradient)
+    if input.requires_grad:   # (plus zero, whose gradient is torch's for the input)
+        shaped = _bce_gradient_shape(input, target.detach() if hasattr(target, "detach")
+                                     else target)
+        loss = loss + (shaped - shaped.detach())
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

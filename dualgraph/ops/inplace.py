@@ -73,8 +73,16 @@ def _written_through(target: Tensor, eager: bool):
     to its base must not reach it); while tracing, also where it is a broadcast: eager code
     can't write one (read-only), so such a traced chain is a value made functionally (a
     converted loop's ``expand``ed initial value), not memory shared with the root. A view
-    of a leaf that requires grad is refused as torch refuses it."""
+    of a leaf that requires grad is refused as torch refuses it. A chain through a view of
+    the bytes (``view(dtype)``, no VJP) shares memory but not history, as torch's: eagerly
+    the write reaches the root's memory only; while tracing it is a graph break."""
     chain, root = views.chain_of(target)
+    if any(t._view[0].vjp is None for t in chain):
+        if eager:
+            return None
+        raise CaptureError("an in-place write through a view(dtype) of another tensor",
+                           format_site(user_site()), "Write into the tensor itself, or "
+                           "move the write out of the compiled function.")
     shares, writeable = views.shares_root(chain, root)
     if not shares or not (writeable or eager):
         target._view = target._base = None

@@ -312,15 +312,19 @@ def _bitcast_shape(shape: tuple, src: np.dtype, dst: np.dtype) -> tuple:
 def _bitcast_kernel(x, dtype):
     dt = np.dtype(dtype)
     _bitcast_shape(tuple(x.shape), x.dtype, dt)   # (its errors)
-    return np.array(x, order="C").view(dt)   # (a copy: see view)
+    try:
+        return x.view(dt)   # (x's memory, as torch's: a write through either is seen by both)
+    except ValueError:      # (elements of another size along a strided last dim: a copy)
+        return np.array(x, order="C").view(dt)
 
 
-# (no VJP: torch's view(dtype) is not differentiable, whatever the dtypes)
+# (no VJP: torch's view(dtype) is not differentiable, whatever the dtypes; a view of its
+# input's memory, as torch's, but not an autograd view: ops/inplace.py)
 BITCAST = defop("bitcast", _bitcast_kernel,
                 lambda x, dtype: ShapedType(
                     _bitcast_shape(tuple(x.shape), np.dtype(x.dtype), np.dtype(dtype)),
                     np.dtype(dtype)),
-                attrs=("dtype",), saves="")
+                attrs=("dtype",), saves="", view=True)
 
 
 def view(x, *shape):
@@ -331,8 +335,10 @@ def view(x, *shape):
 
     ``x.view(dtype)`` reinterprets the bytes as ``dtype``, as torch: the shape is kept for a
     dtype of the same element size, else the last dim is scaled by the sizes (it must be
-    contiguous, and divisible when the element grows). Unlike torch, the result is a copy
-    (writes to it don't reach ``x``), and it never requires grad (as torch's).
+    contiguous, and divisible when the element grows). It shares ``x``'s memory, as torch's:
+    a write through either changes both (but not ``x``'s gradient history: it never requires
+    grad, as torch's). Under ``dg.compile`` it reads the current bits of ``x``; a write
+    through it there is a graph break.
 
     >>> x = dg.arange(6.0).reshape(2, 3)
     >>> x.view(3, 2).shape, x.t().reshape(-1).shape
@@ -341,6 +347,10 @@ def view(x, *shape):
     tensor([ 1065353216, -1073741824], dtype=dg.int32)
     >>> dg.ones(2, 4).view(dg.float16).shape
     dg.Size([2, 8])
+    >>> x = dg.ones(2)
+    >>> _ = x.view(dg.int32).add_(1)   # the next float up, 1 + 2**-23
+    >>> (x - 1).tolist()
+    [1.1920928955078125e-07, 1.1920928955078125e-07]
     """
     if len(shape) == 1 and isinstance(shape[0], (dtypes.DType, np.dtype, type, str)):
         dt = dtypes.to_np(shape[0])

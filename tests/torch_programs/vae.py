@@ -51,12 +51,13 @@ def init_weights(model, seed):
         for name, v in model.state_dict().items()})
 
 
-def main(steps=10, compile=False, seed=0, batch_size=8):
-    model = VAE()
+def main(steps=10, compile=False, seed=0, batch_size=8, sizes=(64, 32, 4), side=8):
+    d_in, d_hidden, d_latent = sizes
+    model = VAE(d_in, d_hidden, d_latent)
     init_weights(model, seed)
     optimizer = optim.Adam(model.parameters(), lr=1e-3)
     rng = np.random.default_rng(seed + 1)
-    images = rng.uniform(0.0, 1.0, (steps, batch_size, 1, 8, 8)).astype(np.float32)
+    images = rng.uniform(0.0, 1.0, (steps, batch_size, 1, side, side)).astype(np.float32)
 
     def train_step(data, eps):
         optimizer.zero_grad()
@@ -74,10 +75,10 @@ def main(steps=10, compile=False, seed=0, batch_size=8):
     losses = []
     for i in range(steps):
         data = torch.from_numpy(images[i])
-        eps = torch.tensor(rng.normal(0.0, 1.0, (batch_size, 4)), dtype=torch.float32)
+        eps = torch.tensor(rng.normal(0.0, 1.0, (batch_size, d_latent)), dtype=torch.float32)
         losses.append(train_step(data, eps).item() / batch_size)
     model.eval()
     with torch.no_grad():
-        z = torch.tensor(rng.normal(0.0, 1.0, (4, 4)), dtype=torch.float32)
+        z = torch.tensor(rng.normal(0.0, 1.0, (4, d_latent)), dtype=torch.float32)
         sample = model.decode(z)
     return {"losses": losses, "sample_means": sample.mean(dim=1).tolist()}
