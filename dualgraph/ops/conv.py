@@ -198,12 +198,22 @@ def _block_columns(x, kernel, stride, padding, dilation, groups):
     out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
     blocks = _blocks(n, out_hw[0], c * kh * kw * out_hw[1] * x.itemsize)
     i0, i1, r0, r1 = blocks[0]
-    buf = np.empty((groups, cg * kh * kw, (i1 - i0) * (r1 - r0) * out_hw[1]), x.dtype)
+    buf = np.empty(c * kh * kw * (i1 - i0) * (r1 - r0) * out_hw[1], x.dtype)
+    # (a "same" conv's rows as runs of the input planes: no padded copy)
+    direct = kernels.enabled(x) and kernels.conv_columns.same_width(x.shape, kernel, stride,
+                                                                    padding, dilation)
+    x = np.ascontiguousarray(x) if direct else x
     padded, at = None, None
     for i0, i1, r0, r1 in blocks:
+        size = c * kh * kw * (i1 - i0) * (r1 - r0) * out_hw[1]
+        cols = buf[:size].reshape(groups, cg * kh * kw, -1)
+        if direct:
+            kernels.conv_columns.im2col(x, cols.reshape(c * kh * kw, -1), kernel, padding,
+                                        dilation, (i0, i1), (r0, r1))
+            yield i0, i1, r0, r1, cols
+            continue
         if at != (i0, i1):   # (a run of row blocks pads its image once)
             padded, at = _padded_images(x[i0:i1], padding, groups), (i0, i1)
-        cols = buf[..., :(i1 - i0) * (r1 - r0) * out_hw[1]]
         yield i0, i1, r0, r1, _columns(padded, kernel, stride, dilation, out_hw, (r0, r1),
                                        cols)
 
@@ -299,6 +309,11 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
     if stride == (1, 1):
         xp = _flat_col2im(cols.reshape(groups * cg, kh, kw, n, ho, width), padded, dilation)
+    elif kernels.enabled(cols):
+        out = np.empty((n, groups * cg, *input_size), cols.dtype)
+        return cast(kernels.conv_columns.col2im(cols.reshape(groups * cg * kh * kw, -1), out,
+                                                (kh, kw), stride, padding, dilation,
+                                                (ho, wo)), dt)
     else:
         cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
         xp = _col2im(cols, padded, stride, dilation)                  # N G Cg Hp Wp
