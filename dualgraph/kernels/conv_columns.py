@@ -86,11 +86,12 @@ def _im2col(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height):
 
 
 @loop
-def _col2im(start, stop, cols, out, kh, kw, sh, sw, dh, dw, top, left, ho, wo):
-    """Planes ``start:stop`` (image-major) of ``out (N, C, H, W)`` = the sum of the
-    column runs of ``cols (C*kh*kw, N*ho*wo)`` that read them (the adjoint of an im2col
-    of the whole batch), kernel positions in order."""
+def _col2im(start, stop, cols, out, kh, kw, sh, sw, dh, dw, top, left, wo):
+    """Planes ``start:stop`` (image-major) of ``out (n, C, H, W)`` = the sum of the
+    column runs of ``cols (n, C*kh*kw, Ho*wo)`` that read them (the adjoint of an im2col
+    of these images), kernel positions in order."""
     channels, height, width = out.shape[1], out.shape[2], out.shape[3]
+    ho = cols.shape[2] // wo
     for p in range(start, stop):
         n, c = p // channels, p % channels
         plane = out[n, c]
@@ -100,7 +101,7 @@ def _col2im(start, stop, cols, out, kh, kw, sh, sw, dh, dw, top, left, ho, wo):
                 v0, v1, offset = _inside(j, dw, left, width, sw, wo)
                 if v1 == v0:
                     continue
-                source = cols[(c * kh + i) * kw + j, n * ho * wo:]
+                source = cols[n, (c * kh + i) * kw + j]
                 for r in range(ho):
                     y = r * sh + i * dh - top
                     if y < 0 or y >= height:
@@ -134,11 +135,11 @@ def im2col(x, out, kernel, padding, dilation, images, rows):
     return out
 
 
-def col2im(cols, out, kernel, stride, padding, dilation, out_hw):
-    """``out (N, C, H, W)`` = every column of ``cols (C*kh*kw, N*Ho*Wo)`` (``out_hw`` =
-    (Ho, Wo)) added where an im2col of ``out``'s shape would have read it; returns
+def col2im(cols, out, kernel, stride, padding, dilation, out_width):
+    """``out (n, C, H, W)`` = every column of ``cols (n, C*kh*kw, Ho*Wo)`` (``out_width``
+    = Wo) added where an im2col of ``out``'s images would have read it; returns
     ``out``."""
     run_rows(_col2im, out.shape[0] * out.shape[1], cols, out, kernel[0], kernel[1],
              stride[0], stride[1], dilation[0], dilation[1], padding[0][0], padding[1][0],
-             out_hw[0], out_hw[1], threads=threads_for(out.size))
+             out_width, threads=threads_for(out.size))
     return out

@@ -304,21 +304,38 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     n, ho, wo = g.shape[0], g.shape[2], g.shape[3]
     cout, cg, kh, kw = w.shape
     padded = _padded(*input_size, padding)
-    width = padded[1] if stride == (1, 1) else wo
     wm = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
+    if stride != (1, 1) and g.dtype == np.float32 and kernels.numba_available():
+        # (at every size: the NumPy form below is kh*kw strided adds of transposed views)
+        return cast(_col2im_blocks(g, wm, input_size, (kh, kw), stride, padding, dilation), dt)
+    width = padded[1] if stride == (1, 1) else wo
     cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
     if stride == (1, 1):
         xp = _flat_col2im(cols.reshape(groups * cg, kh, kw, n, ho, width), padded, dilation)
-    elif kernels.enabled(cols):
-        out = np.empty((n, groups * cg, *input_size), cols.dtype)
-        return cast(kernels.conv_columns.col2im(cols.reshape(groups * cg * kh * kw, -1), out,
-                                                (kh, kw), stride, padding, dilation,
-                                                (ho, wo)), dt)
     else:
         cols = cols.reshape(groups, cg, kh, kw, n, ho, wo).transpose(4, 0, 1, 2, 3, 5, 6)
         xp = _col2im(cols, padded, stride, dilation)                  # N G Cg Hp Wp
         xp = xp.reshape(n, groups * cg, *padded)
     return cast(_crop(xp, padding, input_size), dt)
+
+
+def _col2im_blocks(g, wm, input_size, kernel, stride, padding, dilation):
+    """The input gradient ``(N, C, H, W)`` from ``g (N, Cout, Ho, Wo)`` and ``wm (G, Kg,
+    Cout/G)`` (the weight, transposed per group) a block of images at a time: each
+    image's columns ``wm @ g_i`` (``g`` as it is laid out: no transpose) in one buffer
+    that stays in cache, summed into the block's planes by ``kernels.conv_columns``."""
+    n, cout, ho, wo = g.shape
+    groups, k = wm.shape[:2]
+    out = np.empty((n, groups * k // (kernel[0] * kernel[1]), *input_size), g.dtype)
+    per = max(1, COLUMN_BLOCK_BYTES // (groups * k * ho * wo * g.itemsize))
+    buf = np.empty((min(per, n), groups, k, ho * wo), g.dtype)
+    gm = np.ascontiguousarray(g).reshape(n, groups, cout // groups, ho * wo)
+    for i0 in range(0, n, per):
+        cols = buf[:min(per, n - i0)]
+        np.matmul(wm, gm[i0:i0 + per], out=cols)
+        kernels.conv_columns.col2im(cols.reshape(len(cols), groups * k, -1), out[i0:i0 + per],
+                                    kernel, stride, padding, dilation, wo)
+    return out
 
 
 def _flat_col2im(cols, padded, dilation):
