@@ -9,14 +9,18 @@ plane: :func:`im2col` copies it at once and zeroes the few columns that hang ove
 padding (a 16 x 32 x 32 image's columns: ~55 us against ~85 us). Other geometries keep
 NumPy's copy, which a loop of one short run per output row did not beat.
 
-col2im is the adjoint for every geometry: each plane of the input gradient summed from its
-column runs while it is in L1, straight into the unpadded result (NumPy's form added one
-strided, transposed view per kernel position over the whole padded batch, then cropped
-it: a stride-2 3x3 layer's input gradient 17 -> 8 ms).
+col2im is the adjoint, for every geometry: the input gradient of a conv that is not the
+forward conv of the output gradient (strides above 1, fewer input than output channels,
+padding wider than the kernel) is, per block of images, one GEMM giving each image's
+columns from the output gradient as it is laid out, then :func:`col2im` summing each
+plane from its column runs while they are in cache, straight into the unpadded result.
+NumPy's form transposed the output gradient, made the whole batch's columns, and added
+one strided, transposed view per kernel position over the padded batch before cropping
+it (a stride-2 3x3 layer's input gradient at batch 64: 16 -> 7 ms).
 
 Rows of the columns (im2col) and planes (col2im) are shared among threads; each is
 written by one thread in one order, so the bits do not depend on the thread count (the
-copies are exact; the sums add in the kernel positions' order, as NumPy's form did).
+copies are exact; the sums add in the kernel positions' order).
 """
 from __future__ import annotations
 

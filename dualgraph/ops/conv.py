@@ -14,9 +14,9 @@ a depthwise conv a direct loop (``kernels/conv.py``); any other conv copies im2c
 ``cols[g, (c, i, j), (n, h, w)]`` (a strided view of the padded input) a cache-sized block
 of images or rows at a time, one GEMM per block and group. A stride-1 conv's input
 gradient is the conv of the output gradient with the flipped weight (the same blocks);
-other strides multiply into columns and add them back with one add per kernel position
-(kh*kw adds, never a loop over pixels or batch elements). Non-overlapping unpadded max
-pooling has a fast path. Float16/bfloat16 are computed in float32.
+other input gradients multiply into each image's columns and add them back
+(``kernels/conv_columns.py``; in NumPy, one add per kernel position). Non-overlapping
+unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
@@ -305,8 +305,8 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     cout, cg, kh, kw = w.shape
     padded = _padded(*input_size, padding)
     wm = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
-    if stride != (1, 1) and g.dtype == np.float32 and kernels.numba_available():
-        # (at every size: the NumPy form below is kh*kw strided adds of transposed views)
+    if g.dtype == np.float32 and kernels.numba_available():
+        # (at every size: the NumPy forms below take kh*kw passes over the whole batch)
         return cast(_col2im_blocks(g, wm, input_size, (kh, kw), stride, padding, dilation), dt)
     width = padded[1] if stride == (1, 1) else wo
     cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
@@ -342,20 +342,13 @@ def _flat_col2im(cols, padded, dilation):
     """Stride-1 col2im from columns on rows of the padded width (output pixel (h, v) of
     kernel position (i, j) is padded pixel ``(h + i*dh) * Wp + v + j*dw``, so each
     position's columns are one contiguous run of the flat plane): ``cols (C, kh, kw, N,
-    Ho, Wp)`` summed into ``(N, C, Hp, Wp)`` with one run add per kernel position
-    (float32: one pass per output plane, ``kernels.scatter.add_shifted_runs``)."""
+    Ho, Wp)`` summed into ``(N, C, Hp, Wp)`` with one run add per kernel position."""
     c, kh, kw, n, ho, wp = cols.shape
     run = (ho - 1) * wp + wp - dilation[1] * (kw - 1)   # (Ho - 1) full rows, then Wo
     flat = cols.reshape(c, kh * kw, n, ho * wp)
-    starts = [(pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
-              for pos in range(kh * kw)]
-    if kernels.enabled(flat):
-        out = np.empty((n, c, padded[0] * wp), cols.dtype)
-        kernels.scatter.add_shifted_runs(np.ascontiguousarray(flat),
-                                         np.array(starts, np.int64), run, out)
-        return out.reshape(n, c, *padded)
     out = np.zeros((c, n, padded[0] * wp), cols.dtype)
-    for pos, start in enumerate(starts):
+    for pos in range(kh * kw):
+        start = (pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
         out[..., start:start + run] += flat[:, pos, :, :run]
     return out.reshape(c, n, *padded).transpose(1, 0, 2, 3)
 
