@@ -111,7 +111,7 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "attention", "batched", "conv", "conv_columns", "epilogue",
+_LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_columns", "epilogue",
                  "normalization", "optim", "pooling", "products", "scatter", "trig")
 
 
