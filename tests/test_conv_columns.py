@@ -42,8 +42,8 @@ def conv_and_grads(lib, x, w, b, kwargs):
                          + [c + ("_col2im",) for c in STRIDED])
 def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, kwargs, loop,
                                                  block_bytes):
-    """The loop named ``loop`` runs (every input is big enough: ``kernels.MIN_ELEMENTS``);
-    every result is torch's (to float32 rounding) and the output and weight gradient are the
+    """The loop named ``loop`` runs (the same convs' inputs are big enough for it:
+    ``kernels.MIN_ELEMENTS``; col2im runs at every size); every result is torch's (to float32 rounding) and the output and weight gradient are the
     NumPy kernels' bits (im2col copies exactly); with a 2 kB column block a same conv's columns come a few
     rows of one image at a time, a strided conv's input gradient one image at a time."""
     monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
