@@ -640,7 +640,7 @@ def test_a_bt_loop_matches_float64_and_computes_a_conv_weight_gradient(monkeypat
 @pytest.mark.parametrize("kwargs", [{"padding": (5, 3)}, {"padding": (9, 3), "dilation": (2, 1)},
                                     {"padding": (5, 4), "groups": 2}])
 def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
-    """``scatter.add_shifted_runs`` (a stride-1 conv's input gradient from its columns,
+    """``conv_columns.col2im`` on a stride-1 conv's input gradient (from its columns,
     where the padding is wider than the kernel's span, so that it is not a conv of the
     output gradient with the flipped weight)."""
     rng = np.random.default_rng(4)
@@ -652,7 +652,7 @@ def test_conv_input_gradient_loop_matches_torch_and_numpy(monkeypatch, kwargs):
         y = dg.nn.functional.conv2d(xs, dg.tensor(w), **kwargs)
         y.backward(dg.tensor(np.cos(np.arange(y.numel(), dtype=np.float32)).reshape(y.shape)))
         return xs.grad.numpy()
-    fast, slow = both_paths(run, monkeypatch, expect="add_shifted_runs")
+    fast, slow = both_paths(run, monkeypatch, expect="_col2im")
     xt = torch.tensor(x, requires_grad=True)
     yt = torch.nn.functional.conv2d(xt, torch.tensor(w), **kwargs)
     yt.backward(torch.cos(torch.arange(yt.numel(), dtype=torch.float32)).reshape(yt.shape))

@@ -111,8 +111,9 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "attention", "batched", "conv", "conv_tiles", "epilogue", "normalization",
-                 "optim", "pooling", "products", "scatter", "trig")
+_LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_columns",
+                 "conv_tiles", "epilogue", "normalization", "optim", "pooling", "products", "scatter",
+                 "trig")
 
 
 def __getattr__(name: str):

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..autograd import no_grad
+from ..ops import batch_norm as batch_norm_ops
 from ..ops import conv as conv_ops, creation, index as index_ops, linalg, reduce as red
 from ..ops import loss as loss_ops
 from ..ops import elementwise as ew
@@ -396,7 +397,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Batch normalisation of ``input`` (N, C, ...) per channel. Training uses the batch's
     statistics and, when running buffers are given, updates them in place with
     ``momentum`` (the variance unbiased, as torch); evaluation uses the running buffers."""
-    dims = _channel_dims(input, "batch_norm")
+    _channel_dims(input, "batch_norm")
     if not training:
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm: running_mean and running_var are needed when "
@@ -414,12 +415,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if count <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got "
                          f"input size {_shape(input)}")
-    y, mean, var = _standardize(input, dims, eps)
+    y, mean, var = batch_norm_ops.batch_norm_train(input, weight, bias, eps)
     if running_mean is not None:
         _update_running(running_mean, mean, momentum)
     if running_var is not None:
         _update_running(running_var, var * (count / (count - 1)), momentum)
-    y = _affine(y, _per_channel(weight, input.ndim), _per_channel(bias, input.ndim))
     return _in_dtype_of(y, input)
 
 

@@ -14,9 +14,9 @@ a depthwise conv a direct loop (``kernels/conv.py``); any other conv copies im2c
 ``cols[g, (c, i, j), (n, h, w)]`` (a strided view of the padded input) a cache-sized block
 of images or rows at a time, one GEMM per block and group. A stride-1 conv's input
 gradient is the conv of the output gradient with the flipped weight (the same blocks);
-other strides multiply into columns and add them back with one add per kernel position
-(kh*kw adds, never a loop over pixels or batch elements). Non-overlapping unpadded max
-pooling has a fast path. Float16/bfloat16 are computed in float32.
+other input gradients multiply into each image's columns and add them back
+(``kernels/conv_columns.py``; in NumPy, one add per kernel position). Non-overlapping
+unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 """
 from __future__ import annotations
 
@@ -198,12 +198,22 @@ def _block_columns(x, kernel, stride, padding, dilation, groups):
     out_hw = _conv_out_hw((h, w), kernel, stride, padding, dilation)
     blocks = _blocks(n, out_hw[0], c * kh * kw * out_hw[1] * x.itemsize)
     i0, i1, r0, r1 = blocks[0]
-    buf = np.empty((groups, cg * kh * kw, (i1 - i0) * (r1 - r0) * out_hw[1]), x.dtype)
+    buf = np.empty(c * kh * kw * (i1 - i0) * (r1 - r0) * out_hw[1], x.dtype)
+    # (a "same" conv's rows as runs of the input planes: no padded copy)
+    direct = kernels.enabled(x) and kernels.conv_columns.same_width(x.shape, kernel, stride,
+                                                                    padding, dilation)
+    x = np.ascontiguousarray(x) if direct else x
     padded, at = None, None
     for i0, i1, r0, r1 in blocks:
+        size = c * kh * kw * (i1 - i0) * (r1 - r0) * out_hw[1]
+        cols = buf[:size].reshape(groups, cg * kh * kw, -1)
+        if direct:
+            kernels.conv_columns.im2col(x, cols.reshape(c * kh * kw, -1), kernel, padding,
+                                        dilation, (i0, i1), (r0, r1))
+            yield i0, i1, r0, r1, cols
+            continue
         if at != (i0, i1):   # (a run of row blocks pads its image once)
             padded, at = _padded_images(x[i0:i1], padding, groups), (i0, i1)
-        cols = buf[..., :(i1 - i0) * (r1 - r0) * out_hw[1]]
         yield i0, i1, r0, r1, _columns(padded, kernel, stride, dilation, out_hw, (r0, r1),
                                        cols)
 
@@ -298,8 +308,11 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     n, ho, wo = g.shape[0], g.shape[2], g.shape[3]
     cout, cg, kh, kw = w.shape
     padded = _padded(*input_size, padding)
-    width = padded[1] if stride == (1, 1) else wo
     wm = w.reshape(groups, cout // groups, -1).transpose(0, 2, 1)
+    if g.dtype == np.float32 and kernels.numba_available():
+        # (at every size: the NumPy forms below take kh*kw passes over the whole batch)
+        return cast(_col2im_blocks(g, wm, input_size, (kh, kw), stride, padding, dilation), dt)
+    width = padded[1] if stride == (1, 1) else wo
     cols = np.matmul(wm, _grad_matrix(g, groups, width))              # G Kg N*Ho*R
     if stride == (1, 1):
         xp = _flat_col2im(cols.reshape(groups * cg, kh, kw, n, ho, width), padded, dilation)
@@ -310,24 +323,36 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
     return cast(_crop(xp, padding, input_size), dt)
 
 
+def _col2im_blocks(g, wm, input_size, kernel, stride, padding, dilation):
+    """The input gradient ``(N, C, H, W)`` from ``g (N, Cout, Ho, Wo)`` and ``wm (G, Kg,
+    Cout/G)`` (the weight, transposed per group) a block of images at a time: each
+    image's columns ``wm @ g_i`` (``g`` as it is laid out: no transpose) in one buffer
+    that stays in cache, summed into the block's planes by ``kernels.conv_columns``."""
+    n, cout, ho, wo = g.shape
+    groups, k = wm.shape[:2]
+    out = np.empty((n, groups * k // (kernel[0] * kernel[1]), *input_size), g.dtype)
+    per = max(1, COLUMN_BLOCK_BYTES // (groups * k * ho * wo * g.itemsize))
+    buf = np.empty((min(per, n), groups, k, ho * wo), g.dtype)
+    gm = np.ascontiguousarray(g).reshape(n, groups, cout // groups, ho * wo)
+    for i0 in range(0, n, per):
+        cols = buf[:min(per, n - i0)]
+        np.matmul(wm, gm[i0:i0 + per], out=cols)
+        kernels.conv_columns.col2im(cols.reshape(len(cols), groups * k, -1), out[i0:i0 + per],
+                                    kernel, stride, padding, dilation, wo)
+    return out
+
+
 def _flat_col2im(cols, padded, dilation):
     """Stride-1 col2im from columns on rows of the padded width (output pixel (h, v) of
     kernel position (i, j) is padded pixel ``(h + i*dh) * Wp + v + j*dw``, so each
     position's columns are one contiguous run of the flat plane): ``cols (C, kh, kw, N,
-    Ho, Wp)`` summed into ``(N, C, Hp, Wp)`` with one run add per kernel position
-    (float32: one pass per output plane, ``kernels.scatter.add_shifted_runs``)."""
+    Ho, Wp)`` summed into ``(N, C, Hp, Wp)`` with one run add per kernel position."""
     c, kh, kw, n, ho, wp = cols.shape
     run = (ho - 1) * wp + wp - dilation[1] * (kw - 1)   # (Ho - 1) full rows, then Wo
     flat = cols.reshape(c, kh * kw, n, ho * wp)
-    starts = [(pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
-              for pos in range(kh * kw)]
-    if kernels.enabled(flat):
-        out = np.empty((n, c, padded[0] * wp), cols.dtype)
-        kernels.scatter.add_shifted_runs(np.ascontiguousarray(flat),
-                                         np.array(starts, np.int64), run, out)
-        return out.reshape(n, c, *padded)
     out = np.zeros((c, n, padded[0] * wp), cols.dtype)
-    for pos, start in enumerate(starts):
+    for pos in range(kh * kw):
+        start = (pos // kw) * dilation[0] * wp + (pos % kw) * dilation[1]
         out[..., start:start + run] += flat[:, pos, :, :run]
     return out.reshape(c, n, *padded).transpose(1, 0, 2, 3)
 

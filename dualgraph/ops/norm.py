@@ -142,24 +142,30 @@ def _vjp(g, out, x, weight, bias, n_dims, eps):
     return dx, dw if weight is not None else None, db if bias is not None else None
 
 
-def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
-    """Second derivatives, by autodiff of the composite's first derivatives (the bias
-    drops out of them; mean and 1/std are caches of x)."""
+def second_derivatives(first_of, gg, g, x, weight):
+    """The VJP of a fused normalisation's backward (the op ``(g, x, weight, ...) -> (dx,
+    dweight, dbias)``) for cotangents ``gg``, as ``(d g, d x, d weight)``: by autodiff of
+    the composite's first derivatives, ``first_of(x, weight)`` giving the composite's
+    output without bias (the bias drops out of them; the saved statistics are caches of
+    x)."""
     from ..autograd.engine import grad
     from ..autograd.tape import enable_grad
     with enable_grad():
         gl, xl = g.detach().requires_grad_(), x.detach().requires_grad_()
         wl = None if weight is None else weight.detach().requires_grad_()
-        y = layer_norm_composite(xl, wl, None, n_dims, eps)[0]
         wrt = [xl] + ([wl] if wl is not None else [])
-        firsts = grad(y, wrt, gl, create_graph=True)
+        firsts = grad(first_of(xl, wl), wrt, gl, create_graph=True)
         cots = [gg[0]] + ([gg[1]] if wl is not None else [])
         pairs = [(f, c) for f, c in zip(firsts, cots) if c is not None]
         outs = grad([f for f, _ in pairs], [gl] + wrt, [c for _, c in pairs],
                     create_graph=True, allow_unused=True)
-    dg, dx = outs[0], outs[1]
-    dw = outs[2] if wl is not None else None
-    return dg, dx, dw, None, None
+    return outs[0], outs[1], outs[2] if wl is not None else None
+
+
+def _backward_vjp(gg, out, g, x, weight, mean, rstd, n_dims, eps):
+    first = second_derivatives(
+        lambda xl, wl: layer_norm_composite(xl, wl, None, n_dims, eps)[0], gg, g, x, weight)
+    return (*first, None, None)
 
 
 # Over the last dim, a fused group can normalise each row it computes while it is in cache

@@ -190,3 +190,27 @@ CASES += [
            "no-affine"),
     OpCase("layer_norm_backward", _ln_grads, [In((2, 4)), In((4,)), In((2, 4))]),
 ]
+
+
+# Training-mode batch norm and its backward (whose gradients are the second derivatives).
+def _bn(m, x, w, b):
+    return m.nn.functional.batch_norm(x, None, None, w, b, training=True)
+
+
+def _bn_grads(m, x, w, v):
+    """First derivatives of training-mode batch_norm (create_graph), also under no_grad."""
+    with m.enable_grad():
+        for t in (x, w):
+            if not t.requires_grad:
+                t.requires_grad_()
+        y = m.nn.functional.batch_norm(x, None, None, w, None, training=True)
+        return m.autograd.grad(y, [x, w], v, create_graph=True)
+
+
+CASES += [
+    OpCase("batch_norm", _bn, [In((3, 2, 4)), In((2,)), In((2,))],
+           dtypes=("float32", "float64", "float16", "bfloat16")),
+    OpCase("batch_norm", lambda m, x: m.nn.functional.batch_norm(x, None, None, training=True),
+           [In((4, 3))], "no-affine"),
+    OpCase("batch_norm_backward", _bn_grads, [In((3, 2, 2)), In((2,)), In((3, 2, 2))]),
+]
