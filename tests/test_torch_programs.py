@@ -93,11 +93,13 @@ def test_vae_at_the_classic_size_trains_as_torch_does():
     """784-400-20 with weights that saturate the decoder's sigmoid: binary cross-entropy
     at probabilities 0 and 1 takes torch's gradient, so the losses follow torch's (within
     float32 summation order over losses of ~1e8, amplified by training), eager and
-    compiled."""
+    compiled. Compiled code computes the decoder's sigmoid in its fused epilogue, an ulp
+    or two from NumPy's; this saturated model amplifies those as it does torch's, so the
+    compiled losses are held to eager within the tolerance eager is held to torch."""
     want, got = run("vae_classic", "torch"), run("vae_classic", "eager")
     same(got, want, rtol=2e-3)
     assert np.isfinite(got["losses"]).all() and got["losses"][-1] < got["losses"][0] / 100
-    same(run("vae_classic", "compiled"), got, rtol=1e-5, atol=1e-6)
+    same(run("vae_classic", "compiled"), got, rtol=2e-3)
 
 
 def test_alias_gives_dualgraphs_own_modules():

@@ -120,6 +120,8 @@ def _backward_decomposition(g, x, weight, mean, var, eps):
 
 
 def _vjp(g, out, x, weight, bias, eps):
+    # (reads the statistics, never y: an in-place activation after the layer, ReLU(inplace=
+    # True), is legal as in torch, hence saves="i" below)
     dx, dw, db = apply(BATCH_NORM_BACKWARD, g[0], x, weight, out[1], out[2], eps=eps)
     return dx, dw if weight is not None else None, db if bias is not None else None
 
@@ -153,7 +155,7 @@ def _onnx_batch_norm(e, node):
 
 BATCH_NORM = defop("batch_norm", _forward_kernel, _infer, vjp=_vjp,
                    decomposition=batch_norm_composite, attrs=("eps",), num_outputs=3,
-                   differentiable_outputs=(0,), saves="io", onnx=_onnx_batch_norm,
+                   differentiable_outputs=(0,), saves="i", onnx=_onnx_batch_norm,
                    autocast="float32")
 BATCH_NORM_BACKWARD = defop("batch_norm_backward", _backward_kernel, _infer_backward,
                             vjp=_backward_vjp, attrs=("eps",), compiler_only=True,
