@@ -168,9 +168,10 @@ class GradBucket:
         return list(self._bucket.params)
 
     def gradients(self) -> list:
-        """Each parameter's gradient, as a view of ``buffer()``."""
+        """Each parameter's gradient, as a view of ``buffer()`` (Tensor ops: a hook's
+        graph form reads them from a traced buffer too)."""
         b = self._bucket
-        return [Tensor._make(self._buffer._data[lo:hi].reshape(p._data.shape))
+        return [self._buffer[lo:hi].reshape(tuple(p.shape))
                 for p, lo, hi in zip(b.params, b.offsets, b.offsets[1:])]
 
     def is_last(self) -> bool:
