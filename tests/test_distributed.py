@@ -55,6 +55,7 @@ def test_ddp_equals_one_process_on_the_whole_batch():
     lines = ok_lines(mpiexec("ddp.py"))
     for check in ("ddp bucket_cap_mb=25", "ddp bucket_cap_mb=0.0001", "no_sync accumulation",
                   "compiled ddp (", "compiled ddp overlapped", "ZeroRedundancyOptimizer",
+                  "compiled ZeroRedundancyOptimizer",
                   "gradient_as_bucket_view set_to_none=True",
                   "gradient_as_bucket_view set_to_none=False"):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
