@@ -72,11 +72,13 @@ def test_compression_hooks_converge_like_plain_allreduce():
 
 
 @needs_mpi
-def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path):
+@pytest.mark.parametrize("mode", ["freeze", "freeze-all_reduce"])
+def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path, mode):
     """Rank 1 stops (SIGSTOP: hung, or cut off) mid-step; rank 0 fails with DeadlineError
-    naming the operation, its line and rank 1 at the 2 s deadline, and the job ends."""
+    naming the operation, its line and rank 1 at the 2 s deadline, and the job ends (in
+    DDP's bucket reduction, and in a plain blocking all_reduce)."""
     report = tmp_path / "report.txt"
-    result = mpiexec("fault.py", "freeze", report, timeout=60)
+    result = mpiexec("fault.py", mode, report, timeout=60)
     assert result.returncode != 0
     assert report.exists(), result.stdout + result.stderr
     waited, message = report.read_text().split("\n", 1)
