@@ -3,10 +3,11 @@ entries (by magnitude) of its bucket, as (index, value) pairs gathered from ever
 keeps what it did not send in a residual that is added to its next gradient, so that no
 gradient is lost, only delayed (Stich et al., "Sparsified SGD with memory", 2018).
 
-The compression is written once, with dualgraph ops (:func:`sparsify`): the eager hook runs
-it, and under ``dg.compile`` it is the hook's graph form (``topk_hook.graph_form``), which
-DDP inserts around the bucket's collectives when the step is captured, the residual a
-tensor the graph reads and writes back.
+The compression is written once, with dualgraph ops (:func:`select` before the gathers,
+:func:`densify` after): the eager hook runs them around non-blocking gathers, and under
+``dg.compile`` they are the hook's graph form (:func:`sparsify`), traced around the bucket's
+``all_gather`` nodes when the step is captured, the residual a tensor the graph reads and
+writes back.
 
 >>> ddp.register_comm_hook(TopKState(ratio=0.01), topk_hook)
 """
@@ -42,26 +43,49 @@ class TopKState:
         return self.residuals[index]
 
 
-def sparsify(state: TopKState, bucket) -> Tensor:
-    """The bucket's average over the ranks from each rank's top ``state.ratio`` entries
-    (of its gradient plus residual); the residual keeps the rest. Dualgraph ops only, so
-    that it runs eagerly and traces into a step's graph alike."""
+def select(state: TopKState, bucket) -> tuple:
+    """(indices, values) of this rank's top ``state.ratio`` entries of its gradient plus
+    residual; the residual keeps the rest. Dualgraph ops only, as :func:`densify`: they run
+    eagerly and trace into a step's graph alike."""
     residual = state.residual(bucket)
     corrected = bucket.buffer() + residual
     k = max(1, int(state.ratio * corrected.numel()))
     index = argsort(corrected.abs(), descending=True)[:k]
     values = corrected[index]
     residual.copy_(index_put(corrected, (index,), zeros_like(values)))
-    size = dist.get_world_size()
-    all_index = collective.all_gather(index).reshape(-1)
-    all_values = collective.all_gather(values).reshape(-1) / size
-    return index_put(zeros_like(corrected), (all_index,), all_values, accumulate=True)
+    return index, values
+
+
+def densify(bucket, all_index: Tensor, all_values: Tensor) -> Tensor:
+    """The dense average of what every rank sent (``[world size, k]`` indices and values)."""
+    buffer = bucket.buffer()
+    return index_put(zeros_like(buffer), (all_index.reshape(-1),),
+                     all_values.reshape(-1) / dist.get_world_size(), accumulate=True)
+
+
+def sparsify(state: TopKState, bucket) -> Tensor:
+    """The hook's graph form: :func:`select`, an ``all_gather`` each of the indices and the
+    values, :func:`densify`."""
+    index, values = select(state, bucket)
+    return densify(bucket, collective.all_gather(index), collective.all_gather(values))
 
 
 def topk_hook(state: TopKState, bucket) -> dist.Future:
     """Send the top ``state.ratio`` of the bucket (plus its residual), average what all
-    ranks sent into a dense bucket (:func:`sparsify`, run now)."""
-    return dist.Future(value=sparsify(state, bucket))
+    ranks sent into a dense bucket: the gathers start now, the future densifies."""
+    index, values = select(state, bucket)
+    size = dist.get_world_size()
+    all_index = Tensor._make(np.empty((size,) + tuple(index.shape), np.int64))
+    all_values = Tensor._make(np.empty((size,) + tuple(values.shape),
+                                       dtypes.to_np(values.dtype)))
+    works = [dist.all_gather_into_tensor(all_index, index, async_op=True),
+             dist.all_gather_into_tensor(all_values, values, async_op=True)]
+
+    def finish():
+        for work in works:
+            work.wait()
+        return densify(bucket, all_index, all_values)
+    return dist.Future(finish)
 
 
 topk_hook.graph_form = sparsify   # under dg.compile: the same ops, traced into the step
