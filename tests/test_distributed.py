@@ -67,7 +67,8 @@ def test_compression_hooks_converge_like_plain_allreduce():
     for hook in ("user hook", "fp16_compress_hook", "bf16_compress_hook", "topk_hook",
                  "powerSGD_hook", "compiled fp16_compress_hook", "compiled bf16_compress_hook",
                  "compiled topk_hook", "compiled powerSGD_hook (",
-                 "compiled powerSGD_hook in its warm-up raises"):
+                 "compiled powerSGD_hook in its warm-up raises",
+                 "converged compiled topk_hook", "converged compiled powerSGD_hook"):
         assert sum(line.startswith(f"OK {hook}") for line in lines) == 1, lines
 
 

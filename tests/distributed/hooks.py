@@ -33,21 +33,26 @@ X, Y = X[order], Y[order]
 TRAIN, BATCH, EPOCHS = 1400, 32, 4
 
 
-def accuracy(hook=None, state=None):
+def accuracy(hook=None, state=None, compiled=False):
+    """Test accuracy after EPOCHS of data-parallel SGD; ``compiled``: the step under
+    dg.compile (PowerSGD's warm-up steps eagerly)."""
     dg.manual_seed(0)
     model = DDP(dg.nn.Sequential(dg.nn.Linear(64, 64), dg.nn.ReLU(), dg.nn.Linear(64, 10)),
                 bucket_cap_mb=0.001)
     if hook is not None:
         model.register_comm_hook(state, hook)
     opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        dg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    fast = dg.compile(step) if compiled else step
     for _ in range(EPOCHS):
         for start in range(0, TRAIN, BATCH * SIZE):
             rows = slice(start + RANK * BATCH, start + (RANK + 1) * BATCH)
-            opt.zero_grad()
-            loss = dg.nn.functional.cross_entropy(model(dg.tensor(X[rows])),
-                                                  dg.tensor(Y[rows]))
-            loss.backward()
-            opt.step()
+            warm_up = getattr(state, "iter", 1) < getattr(state, "start_powerSGD_iter", 0)
+            (step if warm_up else fast)(dg.tensor(X[rows]), dg.tensor(Y[rows]))
     with dg.no_grad():
         predicted = model(dg.tensor(X[TRAIN:])).argmax(1).numpy()
     params = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
@@ -79,6 +84,14 @@ for name, hook, state in [
     got = accuracy(hook, state)
     assert got >= baseline - 0.01, f"{name}: accuracy {got:.3f}, uncompressed {baseline:.3f}"
     ok(f"{name} {got:.3f} (uncompressed {baseline:.3f})")
+# the same with the step compiled (the hooks' graph forms)
+for name, hook, state in [
+        ("topk_hook", topk_hook.topk_hook, topk_hook.TopKState(ratio=0.25)),
+        ("powerSGD_hook", powerSGD_hook.powerSGD_hook,
+         powerSGD_hook.PowerSGDState(None, matrix_approximation_rank=4, start_powerSGD_iter=5))]:
+    got = accuracy(hook, state, compiled=True)
+    assert got >= baseline - 0.01, f"{name}: accuracy {got:.3f}, uncompressed {baseline:.3f}"
+    ok(f"converged compiled {name} {got:.3f} (uncompressed {baseline:.3f})")
 assert seen and seen[-1][2] and {i for i, _, _ in seen} == {0, 1}, seen[:4]
 
 
