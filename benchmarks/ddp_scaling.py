@@ -3,6 +3,7 @@ against raw mpi4py.
 
     python -m benchmarks.ddp_scaling              # runs every part, prints markdown tables
     python -m benchmarks.ddp_scaling --rounds 5 --json out.json
+    python -m benchmarks.ddp_scaling --breakdown  # where an eager DDP step's time goes
 
 The driver starts each part as its own job (``mpiexec -n 2 python -m benchmarks.ddp_scaling
 --part ...``, one thread per rank: ``DUALGRAPH_NUM_THREADS=1``, ``OMP_NUM_THREADS=1``) and
@@ -15,6 +16,9 @@ reads the JSON line rank 0 prints:
   extra rows, DDP with ``ZeroRedundancyOptimizer`` (the update sharded; eager: its step
   broadcasts outside a compiled graph) and DDP with ``gradient_as_bucket_view=True``
   (gradients zeroed in place: the backward accumulates into the buckets) in both.
+- ``breakdown`` (only with ``--breakdown``): where an eager DDP step's time goes on rank 0
+  (forward, backward, the end-of-backward wait, update, process CPU time), against the
+  same step of one process on 64 rows in the same job.
 - ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
   ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays, and the
   bus bandwidth ``2 (n-1)/n * bytes / time``.
@@ -57,6 +61,16 @@ def _time_steps(step) -> float:
     return 1.0 / float(np.median(times))
 
 
+def _mlp(lib, rank: int, size: int):
+    """(x, y, model): this rank's share of the global batch and W1's MLP in ``lib``."""
+    local = GLOBAL_BATCH // size
+    x, y = (lib.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
+    lib.manual_seed(0)
+    nn = lib.nn
+    return x, y, nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512),
+                               nn.ReLU(), nn.Linear(512, 10))
+
+
 def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False,
               view: bool = False):
     """W1's SGD step in ``lib`` (dualgraph or torch: one torch-style definition) on this
@@ -64,12 +78,8 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False,
     the optimiser sharded by ``lib``'s ZeroRedundancyOptimizer if ``zero``; ``view``: DDP
     with ``gradient_as_bucket_view=True`` and gradients zeroed in place (the backward
     accumulates into the buckets)."""
-    local = GLOBAL_BATCH // size
-    x, y = (lib.tensor(a) for a in _data(slice(rank * local, (rank + 1) * local)))
-    lib.manual_seed(0)
+    x, y, model = _mlp(lib, rank, size)
     nn = lib.nn
-    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                          nn.Linear(512, 10))
     if parallel:
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=view)
     if zero:
@@ -139,9 +149,51 @@ def collectives() -> list:
     return rows
 
 
+def breakdown() -> dict:
+    """Where an eager DDP step's time goes on this rank (W1, 64 rows), medians in ms of wall
+    time: forward, backward up to its end (the buckets' copies and starts included), the
+    end-of-backward wait for the reductions and the writes into ``.grad``, the update, and
+    the step's process CPU time; and the same step of one process on 64 rows."""
+    import dualgraph as dg
+    import dualgraph.distributed as dist
+    from dualgraph.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("mpi")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    finish, waits = DDP._finish, []
+
+    def timed_finish(self):
+        start = time.perf_counter()
+        finish(self)
+        waits.append(time.perf_counter() - start)
+    DDP._finish = timed_finish
+    rows = {}
+    for parallel in (False, True):
+        x, y, model = _mlp(dg, rank, size)
+        model = DDP(model) if parallel else model
+        opt = dg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        marks = []
+        for i in range(WARMUP + TIMED):
+            t0, c0 = time.perf_counter(), time.process_time()
+            opt.zero_grad()
+            loss = dg.nn.functional.cross_entropy(model(x), y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            opt.step()
+            t3, c3 = time.perf_counter(), time.process_time()
+            wait = waits[-1] if parallel else 0.0
+            marks.append((t1 - t0, t2 - t1 - wait, wait, t3 - t2, t3 - t0, c3 - c0))
+        keys = ("forward", "backward", "finish", "update", "step", "cpu")
+        medians = np.median(np.array(marks[WARMUP:]), axis=0) * 1e3
+        rows["ddp" if parallel else "single"] = dict(zip(keys, medians.round(3).tolist()))
+    return rows
+
+
 def _part(name: str):
     if name == "collectives":
         return collectives()
+    if name == "breakdown":
+        return breakdown()
     impl, _, variant = name.partition(":")
     if impl == "dualgraph":
         return dualgraph_train("ddp" in variant, "compiled" in variant, "zero" in variant,
@@ -167,7 +219,16 @@ def main():
     p.add_argument("--part")
     p.add_argument("--json")
     p.add_argument("--rounds", type=int, default=3, help="runs of every part; the best kept")
+    p.add_argument("--breakdown", action="store_true",
+                   help="only where an eager DDP step's time goes (2 ranks)")
     args = p.parse_args()
+    if args.breakdown:
+        rows = _launch("breakdown", 2)
+        print("| rank 0, 64 rows | " + " | ".join(rows["ddp"]) + " |")
+        print("|---" * (1 + len(rows["ddp"])) + "|")
+        for name, row in rows.items():
+            print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in row.values()) + " |")
+        return
     if args.part:
         result = _part(args.part)
         if int(os.environ.get("PMI_RANK", 0)) == 0:

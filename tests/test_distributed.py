@@ -55,6 +55,7 @@ def test_ddp_equals_one_process_on_the_whole_batch():
     lines = ok_lines(mpiexec("ddp.py"))
     for check in ("ddp bucket_cap_mb=25", "ddp bucket_cap_mb=0.0001", "no_sync accumulation",
                   "compiled ddp (", "compiled ddp overlapped", "ZeroRedundancyOptimizer",
+                  "compiled ZeroRedundancyOptimizer",
                   "gradient_as_bucket_view set_to_none=True",
                   "gradient_as_bucket_view set_to_none=False"):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
@@ -64,16 +65,21 @@ def test_ddp_equals_one_process_on_the_whole_batch():
 def test_compression_hooks_converge_like_plain_allreduce():
     lines = ok_lines(mpiexec("hooks.py"))
     for hook in ("user hook", "fp16_compress_hook", "bf16_compress_hook", "topk_hook",
-                 "powerSGD_hook", "compiled fp16_compress_hook", "compiled bf16_compress_hook"):
+                 "powerSGD_hook", "compiled fp16_compress_hook", "compiled bf16_compress_hook",
+                 "compiled topk_hook", "compiled powerSGD_hook (",
+                 "compiled powerSGD_hook in its warm-up raises",
+                 "converged compiled topk_hook", "converged compiled powerSGD_hook"):
         assert sum(line.startswith(f"OK {hook}") for line in lines) == 1, lines
 
 
 @needs_mpi
-def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path):
+@pytest.mark.parametrize("mode", ["freeze", "freeze-all_reduce"])
+def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path, mode):
     """Rank 1 stops (SIGSTOP: hung, or cut off) mid-step; rank 0 fails with DeadlineError
-    naming the operation, its line and rank 1 at the 2 s deadline, and the job ends."""
+    naming the operation, its line and rank 1 at the 2 s deadline, and the job ends (in
+    DDP's bucket reduction, and in a plain blocking all_reduce)."""
     report = tmp_path / "report.txt"
-    result = mpiexec("fault.py", "freeze", report, timeout=60)
+    result = mpiexec("fault.py", mode, report, timeout=60)
     assert result.returncode != 0
     assert report.exists(), result.stdout + result.stderr
     waited, message = report.read_text().split("\n", 1)
@@ -179,6 +185,48 @@ def test_small_allreduces_are_joined_into_one(monkeypatch):
     compiled = dg.compile(chained)
     for got, want in zip(compiled(*args[:2]), chained(*args[:2])):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_hook_graph_forms_in_a_lone_process(monkeypatch):
+    """A compiled DDP step with the top-k or PowerSGD hook (their graph forms, with their
+    state written back by the graph) equals the eager hook over 4 steps in a world of one;
+    a hook without a graph form raises under dg.compile, naming it."""
+    from dualgraph.distributed.algorithms.ddp_comm_hooks import powerSGD_hook, topk_hook
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.nn.parallel import DistributedDataParallel as DDP
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+    rng = np.random.default_rng(0)
+    batches = [(dg.tensor(rng.standard_normal((8, 6), dtype=np.float32)),
+                dg.tensor(rng.integers(0, 3, 8))) for _ in range(4)]
+
+    def train(hook, state, compiled):
+        dg.manual_seed(0)
+        model = DDP(dg.nn.Sequential(dg.nn.Linear(6, 16), dg.nn.ReLU(), dg.nn.Linear(16, 3)),
+                    bucket_cap_mb=1e-4)
+        model.register_comm_hook(state, hook)
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            dg.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        run = dg.compile(step) if compiled else step
+        for x, y in batches:
+            run(x, y)
+        return np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+
+    for hook, make_state in [
+            (topk_hook.topk_hook, lambda: topk_hook.TopKState(ratio=0.3)),
+            (powerSGD_hook.powerSGD_hook, lambda: powerSGD_hook.PowerSGDState(
+                None, matrix_approximation_rank=2, start_powerSGD_iter=0))]:
+        np.testing.assert_allclose(train(hook, make_state(), True),
+                                   train(hook, make_state(), False), rtol=1e-6, atol=1e-7)
+
+    def my_hook(state, bucket):
+        return topk_hook.topk_hook(state, bucket)
+    with pytest.raises(NotImplementedError, match="my_hook has no graph form"):
+        train(my_hook, topk_hook.TopKState(), True)
 
 
 def test_distributed_sampler_splits_and_shuffles_by_epoch():

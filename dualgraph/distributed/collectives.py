@@ -168,9 +168,10 @@ class GradBucket:
         return list(self._bucket.params)
 
     def gradients(self) -> list:
-        """Each parameter's gradient, as a view of ``buffer()``."""
+        """Each parameter's gradient, as a view of ``buffer()`` (Tensor ops: a hook's
+        graph form reads them from a traced buffer too)."""
         b = self._bucket
-        return [Tensor._make(self._buffer._data[lo:hi].reshape(p._data.shape))
+        return [self._buffer[lo:hi].reshape(tuple(p.shape))
                 for p, lo, hi in zip(b.params, b.offsets, b.offsets[1:])]
 
     def is_last(self) -> bool:
@@ -243,6 +244,14 @@ def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: boo
     >>> t = dg.ones(2)
     >>> dist.all_reduce(t, op=dist.ReduceOp.SUM)   # t == world size
     """
+    data = tensor._data
+    if not async_op and modes.tracer is None and not tensor.requires_grad and type(
+            data) is np.ndarray:   # (the short path, no handle: a small one is mostly this)
+        flags = data.flags
+        if flags.c_contiguous and flags.writeable:
+            _c.comm().all_reduce_now(data, op)
+            tensor._version[0] += 1
+            return None
     return _run(tensor, async_op, "all_reduce", _c.all_reduce, op)
 
 

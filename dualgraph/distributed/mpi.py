@@ -42,6 +42,10 @@ SPIN_S = 2e-4
 MAX_SLEEP_S = 1e-4
 POLLS = 256
 FIRST_POLLS = 64   # Test calls a wait makes before it starts the deadline's clock
+# MPICH's in-place allreduce of a medium message goes through a temporary buffer of its own:
+# from 16 KiB to 256 KiB reducing into a scratch array and copying back was 0-14% faster
+# here (docs/benchmarks.md, issue 28); below, and from 256 KiB up, in place is faster
+OUT_OF_PLACE = (16 << 10, 256 << 10)
 
 
 class DistributedError(OpError):
@@ -117,6 +121,7 @@ class Communicator:
         self.calls = 0           # operations started: names the one that timed out
         self.in_flight: list = []   # started and not yet seen complete (progress())
         self.mailbox: dict = {}     # a lone process's messages to itself, by tag
+        self._scratch = np.empty(0, np.uint8)   # all_reduce_now's out-of-place result
 
     # -- waiting ------------------------------------------------------------------------------
     def _testall(self, requests, pending) -> bool:
@@ -201,6 +206,35 @@ class Communicator:
             out[...] = send
         return self._start(f"all_reduce({op})", send, lambda: self.world.Iallreduce(
             self.mpi.IN_PLACE if inplace else wire(send), wire(out), mpi_op), out, finish)
+
+    def all_reduce_now(self, x: np.ndarray, op: str = "SUM") -> np.ndarray:
+        """``all_reduce(x, op, inplace=True).wait()`` (``x`` C-contiguous) with the least
+        Python on the way: a small message completes within the first ``Test`` calls, and
+        only one that does not gets a :class:`Pending` and the deadline's wait."""
+        wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
+        self.calls += 1
+        if self.mpi is None:
+            return finish(x)
+        out = None
+        if OUT_OF_PLACE[0] <= x.nbytes < OUT_OF_PLACE[1]:
+            if self._scratch.nbytes < x.nbytes:
+                self._scratch = np.empty(OUT_OF_PLACE[1], np.uint8)
+            out = self._scratch[:x.nbytes].view(x.dtype).reshape(x.shape)
+        try:
+            request = (self.world.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op) if out is None
+                       else self.world.Iallreduce(wire(x), wire(out), mpi_op))
+            test = request.Test
+            for _ in range(FIRST_POLLS):
+                if test():
+                    break
+            else:
+                self.wait_all([Pending(self, f"all_reduce({op})", x, self.calls, [request], x)])
+        except self.mpi.Exception as e:
+            what = Pending(self, f"all_reduce({op})", x, self.calls, [], None).what
+            raise DistributedError(f"{what} failed on rank {self.rank}: {e}") from e
+        if out is not None:
+            np.copyto(x, out)
+        return finish(x)
 
     def _reduction(self, op: str, dtype):
         """(the arrays' form for MPI, the MPI op, the result's finish) of a reduction

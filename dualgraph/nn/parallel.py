@@ -13,9 +13,10 @@ starts the buckets still waiting (gradients a rank did not produce count as zero
 for all of them and writes the averages into ``.grad``.
 
 While a step is being captured by ``dg.compile`` the same buckets become ``all_reduce``
-nodes of the step's graph (``compressed_all_reduce`` with the fp16 / bf16 compression
-hooks), at the end of the backward; the compiler's passes start each where its gradients
-are ready (``passes/communication.py``).
+nodes of the step's graph, at the end of the backward (with a communication hook, its graph
+form: ``compressed_all_reduce`` for the fp16 / bf16 hooks, the top-k and PowerSGD hooks'
+ops around their collectives); the compiler's passes start each allreduce where its
+gradients are ready (``passes/communication.py``).
 """
 from __future__ import annotations
 
@@ -187,14 +188,15 @@ class DistributedDataParallel(Module):
             bucket.waiting, bucket.future = len(bucket.params), None
 
     def _finish_traced(self) -> None:
-        """The buckets as ``all_reduce`` nodes of the graph being captured."""
-        wire = getattr(self._hook, "wire_dtype", None)   # (None: the plain allreduce)
-        if self._hook is not None and not hasattr(self._hook, "wire_dtype"):
+        """The buckets as nodes of the graph being captured: an ``all_reduce`` each, or the
+        hook's graph form (its ops traced around the bucket's collectives)."""
+        graph_form = getattr(self._hook, "graph_form", None)
+        if self._hook is not None and graph_form is None:
             raise NotImplementedError(
-                f"DistributedDataParallel: the communication hook {_name(self._hook)} runs "
-                "eagerly only; under dg.compile the default allreduce and the fp16 / bf16 "
-                "compression hooks (a graph rewrite, passes/communication.py) are "
-                "available. Run this step eagerly, or use one of those")
+                f"DistributedDataParallel: the communication hook {_name(self._hook)} has no "
+                "graph form (a `graph_form(state, bucket) -> Tensor` attribute written with "
+                "dualgraph ops), so it runs eagerly only; the built-in hooks have one. Run "
+                "this step eagerly, or give the hook a graph form")
         for bucket in self._buckets:
             missing = [name for name, p in self.module.named_parameters()
                        if p.grad is None and any(p is q for q in bucket.params)]
@@ -203,10 +205,12 @@ class DistributedDataParallel(Module):
                     f"DistributedDataParallel under dg.compile: parameters {missing} got no "
                     "gradient in the captured step; set requires_grad=False on them, or "
                     "run the step eagerly")
-            grads = [p.grad.reshape(-1) for p in bucket.params]
-            averaged = cat(grads) / self._comm.size
-            reduced = (collective.all_reduce(averaged, "SUM") if wire is None else
-                       collective.compressed_all_reduce(averaged, "SUM", wire))
+            grads = cat([p.grad.reshape(-1) for p in bucket.params])
+            if graph_form is None:
+                reduced = collective.all_reduce(grads / self._comm.size, "SUM")
+            else:
+                last = bucket.index == len(self._buckets) - 1
+                reduced = graph_form(self._state, dist.GradBucket(bucket, grads, last))
             for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
                 p.grad = reduced[lo:hi].reshape(tuple(p.shape))
 

@@ -44,7 +44,7 @@ def rounded(a, dtype):
 
 
 for dtype in DTYPES:
-    for shape in [(1,), (7, 3), (1000, 65)]:
+    for shape in [(1,), (7, 3), (100, 65), (1000, 65)]:   # (100, 65): 26 KB as float32
         inputs = [rounded(data(r, shape, dtype), dtype) for r in range(SIZE)]
         mine = data(RANK, shape, dtype)
         for op, want in [("SUM", sum(inputs)), ("MAX", np.max(inputs, 0)),

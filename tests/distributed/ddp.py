@@ -155,19 +155,30 @@ assert "k_all_reduce_progress(" in run.code and "k_all_reduce_wait(" in run.code
 # broadcast the new values: the same parameters as the unsharded optimiser
 from dualgraph.distributed.optim import ZeroRedundancyOptimizer   # noqa: E402
 
-for sharded in (False, True):
-    model = DDP(make(RANK), bucket_cap_mb=1e-3)
+for sharded, compiled in ((False, False), (True, False), (True, True)):
+    net = make(RANK)
+    net.unused.requires_grad_(False)   # (a compiled DDP step needs every gradient)
+    model = DDP(net, bucket_cap_mb=1e-3)
     opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=dg.optim.Adam, lr=1e-2)
            if sharded else dg.optim.Adam(model.parameters(), lr=1e-2))
-    for s in range(STEPS):
-        x, y = batch(s, 0, [RANK])
+
+    def zero_step(x, y):
         opt.zero_grad()
         dg.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+    run = dg.compile(zero_step) if compiled else zero_step
+    for s in range(STEPS):
+        run(*batch(s, 0, [RANK]))
     if not sharded:
         unsharded = flat(model.module)
         continue
     owned = [p for p in model.parameters() if opt.owner[id(p)] == RANK and p.grad is not None]
     assert 0 < len(opt.state) == len(owned) < len(list(model.parameters())), len(opt.state)
-    check("ZeroRedundancyOptimizer", flat(model.module), unsharded)
+    if not compiled:
+        check("ZeroRedundancyOptimizer", flat(model.module), unsharded)
+        continue
+    # the sharded update and the owners' broadcasts are nodes of the step's graph (one per
+    # shard, after DDP's broadcast of the buffer)
+    assert str(run.graph).count("= broadcast(") == 1 + SIZE, str(run.graph)
+    check("compiled ZeroRedundancyOptimizer", flat(model.module), unsharded)
 dist.destroy_process_group()

@@ -1,8 +1,9 @@
 """Run by tests/test_distributed.py as ``mpiexec -n 2 python fault.py MODE REPORT``: rank 1
 stops in the middle of a data-parallel step ("freeze": SIGSTOP, a hung rank or a cut
 network; "kill": SIGKILL), and rank 0's next collective must fail with the deadline error
-(2 s here) instead of waiting forever. Rank 0 writes the error and the seconds it waited
-to REPORT, then the error aborts the job."""
+(2 s here) instead of waiting forever ("freeze-all_reduce": rank 1 stops before a plain
+``dist.all_reduce``, the short path of a blocking one). Rank 0 writes the error and the
+seconds it waited to REPORT, then the error aborts the job."""
 import datetime
 import os
 import signal
@@ -24,6 +25,8 @@ for step in range(3):
         time.sleep(120)
     start = time.monotonic()
     try:
+        if MODE == "freeze-all_reduce" and step == 2:
+            dist.all_reduce(dg.ones(4))
         loss.backward()
     except dist.DistributedError as e:
         with open(REPORT, "w") as f:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autograd.tape import no_grad
 from ...dispatch import modes
 from ...ops import collective
+from ...ops.shape import cat
 
 
 class ZeroRedundancyOptimizer:
@@ -24,10 +26,11 @@ class ZeroRedundancyOptimizer:
 
     ``params``: tensors or parameter groups, as any optimiser; ``defaults``: the wrapped
     optimiser's keyword arguments. ``param_groups`` are the local optimiser's (an LR
-    scheduler changes them on every rank alike). Not supported: ``overlap_with_ddp`` and
-    ``parameters_as_bucket_view`` (accepted as False only), a step inside ``dg.compile``
-    (the broadcasts run eagerly: compile the forward and backward, step outside), and
-    ``consolidate_state_dict`` (each rank's ``state_dict()`` holds its own shard).
+    scheduler changes them on every rank alike). Inside ``dg.compile`` the step is part of
+    the graph: the shard's update, then one ``broadcast`` node per rank's shard. Not
+    supported: ``overlap_with_ddp`` and ``parameters_as_bucket_view`` (accepted as False
+    only), and ``consolidate_state_dict`` (each rank's ``state_dict()`` holds its own
+    shard).
     """
 
     def __init__(self, params, optimizer_class, process_group=None,
@@ -69,14 +72,12 @@ class ZeroRedundancyOptimizer:
 
     def step(self, closure=None):
         """Update this rank's shard, then give every rank every shard's new values."""
-        if modes.tracer is not None:
-            raise NotImplementedError(
-                "ZeroRedundancyOptimizer.step inside dg.compile: its broadcasts run eagerly; "
-                "compile the forward and backward and call step() outside the compiled "
-                "function, or use an unsharded optimiser")
         loss = self.optim.step(closure) if self.optim is not None else None
         if self._comm.size > 1:
-            self._sync()
+            if modes.tracer is not None:
+                self._sync_traced()
+            else:
+                self._sync()
         return loss
 
     def _sync(self) -> None:
@@ -92,6 +93,23 @@ class ZeroRedundancyOptimizer:
             pending.wait()
             if owner != rank:
                 _unpack(flat, shard)
+
+    def _sync_traced(self) -> None:
+        """Inside ``dg.compile``: per shard a ``broadcast`` node from its owner of the
+        shard's parameters concatenated, and the other ranks' parameters set from it (in
+        place: the compiled step writes them back)."""
+        with no_grad():
+            for owner, shard in enumerate(self._shards):
+                if not shard:
+                    continue
+                flat = collective.broadcast(cat([p.reshape(-1) for p in shard]), owner)
+                if owner == self._comm.rank:
+                    continue
+                offset = 0
+                for p in shard:
+                    n = p.numel()
+                    p.copy_(flat[offset:offset + n].reshape(tuple(p.shape)))
+                    offset += n
 
     def state_dict(self) -> dict:
         """This rank's shard of the optimiser state (torch's needs consolidate first)."""

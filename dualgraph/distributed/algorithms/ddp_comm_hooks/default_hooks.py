@@ -1,9 +1,9 @@
 """The plain hooks: an averaging allreduce, and the same on a 16-bit copy of the bucket.
 
-A hook's ``wire_dtype`` is its graph form: in a step compiled by ``dg.compile`` DDP reduces
-each bucket with ``compressed_all_reduce(..., dtype=wire_dtype)`` (which the lowering rule
-``compress_all_reduces`` makes a cast, an allreduce and a cast back), or with a plain
-``all_reduce`` where it is None. A hook without one runs eagerly only.
+A hook's ``graph_form(state, bucket) -> Tensor`` is what DDP traces for a bucket in a step
+compiled by ``dg.compile``: here ``compressed_all_reduce(..., dtype)`` (which the lowering
+rule ``compress_all_reduces`` makes a cast, an allreduce and a cast back), or a plain
+``all_reduce``. A hook without one runs eagerly only.
 
 >>> ddp.register_comm_hook(None, fp16_compress_hook)
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ... import collectives as dist
 from ....dtypes import bfloat16, float16
+from ....ops import collective as _c
 
 
 def allreduce_hook(process_group, bucket) -> dist.Future:
@@ -18,7 +19,8 @@ def allreduce_hook(process_group, bucket) -> dist.Future:
     return _allreduce_fut(bucket.buffer())
 
 
-allreduce_hook.wire_dtype = None   # its graph form: the plain allreduce
+allreduce_hook.graph_form = lambda state, bucket: _c.all_reduce(
+    bucket.buffer() / dist.get_world_size(), "SUM")
 
 
 def _allreduce_fut(tensor) -> dist.Future:
@@ -37,7 +39,8 @@ def _compress_hook(dtype):
             buffer.copy_(fut.value()[0])
             return buffer
         return fut.then(decompress)
-    hook.wire_dtype = dtype   # its graph form under dg.compile: compressed_all_reduce
+    hook.graph_form = lambda state, bucket: _c.compressed_all_reduce(   # (under dg.compile)
+        bucket.buffer() / dist.get_world_size(), "SUM", dtype)
     return hook
 
 

@@ -3,48 +3,89 @@ entries (by magnitude) of its bucket, as (index, value) pairs gathered from ever
 keeps what it did not send in a residual that is added to its next gradient, so that no
 gradient is lost, only delayed (Stich et al., "Sparsified SGD with memory", 2018).
 
+The compression is written once, with dualgraph ops (:func:`select` before the gathers,
+:func:`densify` after): the eager hook runs them around non-blocking gathers, and under
+``dg.compile`` they are the hook's graph form (:func:`sparsify`), traced around the bucket's
+``all_gather`` nodes when the step is captured, the residual a tensor the graph reads and
+writes back.
+
 >>> ddp.register_comm_hook(TopKState(ratio=0.01), topk_hook)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ... import collectives as dist
+from .... import dtypes
+from ....ops import collective
+from ....ops.creation import zeros_like
+from ....ops.index import argsort, index_put
 from ....tensor import Tensor
+from ... import collectives as dist
 
 
 class TopKState:
     """``ratio``: the fraction of each bucket's entries a rank sends per step (at least
-    one); ``residuals``: per bucket, what was not sent yet."""
+    one); ``residuals``: per bucket, what was not sent yet (a tensor)."""
 
     def __init__(self, ratio: float = 0.01):
         if not 0 < ratio <= 1:
             raise ValueError(f"TopKState(ratio={ratio}): the ratio must be in (0, 1]")
         self.ratio = ratio
-        self.residuals: dict[int, np.ndarray] = {}
+        self.residuals: dict[int, Tensor] = {}
+
+    def residual(self, bucket) -> Tensor:
+        """The bucket's residual, zeros the first time (made outside any trace: a tensor
+        the compiled step reads and updates in place, as it would an optimiser's state)."""
+        index = bucket.index()
+        if index not in self.residuals:
+            b = bucket.buffer()
+            self.residuals[index] = Tensor._make(np.zeros(tuple(b.shape), dtypes.to_np(b.dtype)))
+        return self.residuals[index]
+
+
+def select(state: TopKState, bucket) -> tuple:
+    """(indices, values) of this rank's top ``state.ratio`` entries of its gradient plus
+    residual; the residual keeps the rest. Dualgraph ops only, as :func:`densify`: they run
+    eagerly and trace into a step's graph alike."""
+    residual = state.residual(bucket)
+    corrected = bucket.buffer() + residual
+    k = max(1, int(state.ratio * corrected.numel()))
+    index = argsort(corrected.abs(), descending=True)[:k]
+    values = corrected[index]
+    residual.copy_(index_put(corrected, (index,), zeros_like(values)))
+    return index, values
+
+
+def densify(bucket, all_index: Tensor, all_values: Tensor) -> Tensor:
+    """The dense average of what every rank sent (``[world size, k]`` indices and values)."""
+    buffer = bucket.buffer()
+    return index_put(zeros_like(buffer), (all_index.reshape(-1),),
+                     all_values.reshape(-1) / dist.get_world_size(), accumulate=True)
+
+
+def sparsify(state: TopKState, bucket) -> Tensor:
+    """The hook's graph form: :func:`select`, an ``all_gather`` each of the indices and the
+    values, :func:`densify`."""
+    index, values = select(state, bucket)
+    return densify(bucket, collective.all_gather(index), collective.all_gather(values))
 
 
 def topk_hook(state: TopKState, bucket) -> dist.Future:
     """Send the top ``state.ratio`` of the bucket (plus its residual), average what all
-    ranks sent into a dense bucket."""
-    buffer = bucket.buffer()
-    flat = buffer.numpy()
-    corrected = flat + state.residuals.get(bucket.index(), 0)
-    k = max(1, int(state.ratio * corrected.size))
-    index = np.argpartition(np.abs(corrected), corrected.size - k)[-k:].astype(np.int64)
-    values = corrected[index]
-    corrected[index] = 0
-    state.residuals[bucket.index()] = corrected
+    ranks sent into a dense bucket: the gathers start now, the future densifies."""
+    index, values = select(state, bucket)
     size = dist.get_world_size()
-    all_index = Tensor._make(np.empty(size * k, np.int64))
-    all_values = Tensor._make(np.empty(size * k, flat.dtype))
-    works = [dist.all_gather_into_tensor(all_index, Tensor._make(index), async_op=True),
-             dist.all_gather_into_tensor(all_values, Tensor._make(values), async_op=True)]
+    all_index = Tensor._make(np.empty((size,) + tuple(index.shape), np.int64))
+    all_values = Tensor._make(np.empty((size,) + tuple(values.shape),
+                                       dtypes.to_np(values.dtype)))
+    works = [dist.all_gather_into_tensor(all_index, index, async_op=True),
+             dist.all_gather_into_tensor(all_values, values, async_op=True)]
 
-    def densify():
+    def finish():
         for work in works:
             work.wait()
-        flat[...] = 0
-        np.add.at(flat, all_index.numpy(), all_values.numpy() / size)
-        return buffer
-    return dist.Future(densify)
+        return densify(bucket, all_index, all_values)
+    return dist.Future(finish)
+
+
+topk_hook.graph_form = sparsify   # under dg.compile: the same ops, traced into the step
