@@ -131,3 +131,23 @@ def test_the_op_equals_its_decomposition_and_checks_the_residual():
     with pytest.raises(ValueError, match="residual of shape"):
         LINEAR_EPILOGUE.infer(x, w, b, r[:, :3], act="none", bounds=(0, 0),
                               residual_at="before")
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "SiLU"])
+def test_a_saturated_sigmoid_is_accurate_relative_to_its_value(act):
+    """Pre-activations of about -20 to -45 through the rows loop: sigmoid's tiny values
+    to a relative ulp or two, as eager and torch give them, not 0 (a
+    binary cross-entropy takes their log)."""
+    rng = np.random.default_rng(5)
+    x = -np.abs(rng.normal(size=(3, 129, 67))).astype(np.float32) * 4
+    r = np.zeros((3, 129, 1030), np.float32)
+    make = lambda lib: branch(lib, 67, 1030, act, {}, None)   # noqa: E731
+    reference = make(torch)
+    with torch.no_grad():
+        reference.fc.weight.copy_(torch.rand(1030, 67) * 0.1)
+        reference.fc.bias.fill_(-20.0)
+    got, eager, want, ops = run_all(lambda lib: reference if lib is torch else make(lib), x, r)
+    assert "linear_epilogue" in ops and np.abs(want).min() > 0
+    assert np.log(np.abs(want)).max() < -18   # (where the tanh form gave 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=0)
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=0)
