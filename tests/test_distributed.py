@@ -51,6 +51,17 @@ def test_collectives_against_numpy_async_gradients_and_compiled():
 
 
 @needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_process_groups_collectives_non_members_and_deadlines(ranks):
+    """new_group over the even and the odd ranks (groups of one on 2 ranks, real MPI
+    sub-communicators on 4, oversubscribed: about 8 s on 2 cores)."""
+    lines = ok_lines(mpiexec("groups.py", ranks=ranks))
+    checks = ["ranks", "collectives", "non-members", "gradients and compiled"]
+    for check in checks + ["deadline names group and global ranks"] * (ranks >= 4):
+        assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
+
+
+@needs_mpi
 def test_ddp_equals_one_process_on_the_whole_batch():
     lines = ok_lines(mpiexec("ddp.py"))
     for check in ("ddp bucket_cap_mb=25", "ddp bucket_cap_mb=0.0001", "no_sync accumulation",

@@ -15,13 +15,16 @@ from ..ops import collective as _c
 from ..ops.inplace import commit_inplace
 from ..ops.shape import stack
 from ..tensor import Tensor
+from . import groups as _g
+from .groups import *  # noqa: F401,F403
+from .groups import group_peer, resolve
 from .mpi import DeadlineError, DistributedError, connect
 
 __all__ = ["init_process_group", "is_initialized", "is_available", "get_rank",
            "get_world_size", "get_backend", "barrier", "destroy_process_group", "ReduceOp",
            "Work", "Future", "GradBucket", "all_reduce", "reduce", "broadcast", "all_gather",
            "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "send", "recv",
-           "isend", "irecv", "DeadlineError", "DistributedError"]
+           "isend", "irecv", "DeadlineError", "DistributedError", *_g.__all__]
 
 
 class ReduceOp:
@@ -73,11 +76,13 @@ def is_initialized() -> bool:
 
 
 def get_rank(group=None) -> int:
-    return _c.comm().rank
+    """This process's rank in the world, or in ``group`` (-1 if it is not a member)."""
+    return _c.comm().rank if group is None else group.rank()
 
 
 def get_world_size(group=None) -> int:
-    return _c.comm().size
+    """The number of ranks of the world, or of ``group`` (-1 on a non-member)."""
+    return _c.comm().size if group is None else group.size()
 
 
 def get_backend(group=None) -> str:
@@ -86,7 +91,12 @@ def get_backend(group=None) -> str:
 
 
 def destroy_process_group(group=None) -> None:
-    """Leave the process group (pending operations must have been waited on)."""
+    """Leave ``group``, or (None) the world and every group (pending operations must have
+    been waited on)."""
+    if group is not None and group.key is not None:
+        _g.destroy(group)
+        return
+    _g.destroy_all()
     comm = _c.STATE.comm
     if comm is not None:
         comm.close()
@@ -191,7 +201,7 @@ def _eager(*tensors) -> bool:
     return True
 
 
-def _start(kind, tensor: Tensor, write, *args, target=None):
+def _start(kind, tensor: Tensor, write, *args, target=None, group=None):
     """Start ``comm.kind(array, *args)``: (the pending operation, the function that
     writes its result into ``target`` once done, ``write`` or a copy into it). An allreduce
     or broadcast into a C-contiguous tensor itself runs in place (MPI writes the storage:
@@ -200,8 +210,8 @@ def _start(kind, tensor: Tensor, write, *args, target=None):
     flags = data.flags
     if (kind in ("all_reduce", "broadcast") and target is tensor
             and flags.c_contiguous and flags.writeable):
-        return getattr(_c.comm(), kind)(data, *args, inplace=True), _bumper(tensor)
-    return getattr(_c.comm(), kind)(data, *args), write or _into(target)
+        return getattr(_c.comm(group), kind)(data, *args, inplace=True), _bumper(tensor)
+    return getattr(_c.comm(group), kind)(data, *args), write or _into(target)
 
 
 def _bumper(tensor: Tensor):
@@ -219,18 +229,19 @@ def _into(tensor: Tensor):
     return write
 
 
-def _run(tensor, async_op, kind, op_fn, *args, target=None, write=None):
+def _run(tensor, async_op, kind, op_fn, *args, target=None, write=None, group=None):
     """The one path of every in-place collective: eagerly (no graph, no gradient) the MPI
     operation, started now and waited for unless ``async_op``; otherwise the registry op
-    ``op_fn(tensor, *args)`` committed into ``target`` (``tensor`` by default)."""
+    ``op_fn(tensor, *args, group=)`` committed into ``target`` (``tensor`` by default).
+    ``group``: the ops' name of the group (``resolve``)."""
     target = tensor if target is None else target
     if _eager(tensor):
-        pending, finish = _start(kind, tensor, write, *args, target=target)
+        pending, finish = _start(kind, tensor, write, *args, target=target, group=group)
         if async_op:
             return Work(pending, finish, [target])
         finish(pending.wait())
         return None
-    result = op_fn(tensor, *args)
+    result = op_fn(tensor, *args, group=group)
     if write is not None:
         write(result)
     else:
@@ -244,33 +255,38 @@ def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: boo
     >>> t = dg.ones(2)
     >>> dist.all_reduce(t, op=dist.ReduceOp.SUM)   # t == world size
     """
+    key = resolve(group)
     data = tensor._data
     if not async_op and modes.tracer is None and not tensor.requires_grad and type(
             data) is np.ndarray:   # (the short path, no handle: a small one is mostly this)
         flags = data.flags
         if flags.c_contiguous and flags.writeable:
-            _c.comm().all_reduce_now(data, op)
+            _c.comm(key).all_reduce_now(data, op)
             tensor._version[0] += 1
             return None
-    return _run(tensor, async_op, "all_reduce", _c.all_reduce, op)
+    return _run(tensor, async_op, "all_reduce", _c.all_reduce, op, group=key)
 
 
 def reduce(tensor: Tensor, dst: int, op: str = ReduceOp.SUM, group=None,
            async_op: bool = False):
-    """The reduction over all ranks into ``tensor`` on rank ``dst`` (the others' tensors are
-    left as they are)."""
+    """The reduction over all ranks (of ``group``) into ``tensor`` on global rank ``dst``
+    (the others' tensors are left as they are)."""
+    key = resolve(group)
     mine = _c.comm().rank == dst
+    dst = group_peer(group, dst, "dst")
 
     def write(result):
         if mine:
             (_into(tensor) if isinstance(result, np.ndarray) else
              lambda r: commit_inplace(tensor, r))(result)
-    return _run(tensor, async_op, "reduce", _c.reduce, dst, op, write=write)
+    return _run(tensor, async_op, "reduce", _c.reduce, dst, op, write=write, group=key)
 
 
 def broadcast(tensor: Tensor, src: int, group=None, async_op: bool = False):
-    """Rank ``src``'s ``tensor`` into ``tensor`` on every rank."""
-    return _run(tensor, async_op, "broadcast", _c.broadcast, src)
+    """Global rank ``src``'s ``tensor`` into ``tensor`` on every rank (of ``group``)."""
+    key = resolve(group)
+    return _run(tensor, async_op, "broadcast", _c.broadcast, group_peer(group, src, "src"),
+                group=key)
 
 
 def _write_list(tensors):
@@ -290,78 +306,90 @@ def all_gather(tensor_list: list, tensor: Tensor, group=None, async_op: bool = F
     >>> parts = [dg.zeros(2) for _ in range(dist.get_world_size())]
     >>> dist.all_gather(parts, dg.ones(2))
     """
-    _check_list(tensor_list, tensor, "all_gather")
-    return _run(tensor, async_op, "all_gather", _c.all_gather, write=_write_list(tensor_list))
+    key = resolve(group)
+    _check_list(tensor_list, tensor, "all_gather", group)
+    return _run(tensor, async_op, "all_gather", _c.all_gather, write=_write_list(tensor_list),
+                group=key)
 
 
 def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=None,
                            async_op: bool = False):
     """Every rank's input concatenated along dim 0 (or stacked, for an output of shape
     ``[world size, *input.shape]``) into ``output_tensor``."""
-    _check_numel(output_tensor, input_tensor, get_world_size(), "all_gather_into_tensor")
-    return _run(input_tensor, async_op, "all_gather", _c.all_gather, target=output_tensor)
+    key = resolve(group)
+    _check_numel(output_tensor, input_tensor, get_world_size(group), "all_gather_into_tensor")
+    return _run(input_tensor, async_op, "all_gather", _c.all_gather, target=output_tensor,
+                group=key)
 
 
 def reduce_scatter(output: Tensor, input_list: list, op: str = ReduceOp.SUM, group=None,
                    async_op: bool = False):
     """The reduction over ranks of ``input_list[rank]`` into ``output``."""
-    _check_list(input_list, output, "reduce_scatter")
+    key = resolve(group)
+    _check_list(input_list, output, "reduce_scatter", group)
     return _run(stack(list(input_list)), async_op, "reduce_scatter", _c.reduce_scatter, op,
-                target=output)
+                target=output, group=key)
 
 
 def reduce_scatter_tensor(output: Tensor, input: Tensor, op: str = ReduceOp.SUM, group=None,
                           async_op: bool = False):
     """Block ``rank`` (along dim 0) of the reduction over ranks of ``input`` into
     ``output``; ``input`` has world size times ``output``'s elements."""
-    size = get_world_size()
+    key = resolve(group)
+    size = get_world_size(group)
     _check_numel(input, output, size, "reduce_scatter_tensor")
     blocks = input.reshape(size, *output.shape)
-    return _run(blocks, async_op, "reduce_scatter", _c.reduce_scatter, op, target=output)
+    return _run(blocks, async_op, "reduce_scatter", _c.reduce_scatter, op, target=output,
+                group=key)
 
 
 def send(tensor: Tensor, dst: int, group=None, tag: int = 0) -> None:
-    """Send ``tensor`` to rank ``dst`` (returns when it may be changed again)."""
-    _c.send(tensor, dst, tag)
+    """Send ``tensor`` to global rank ``dst`` (returns when it may be changed again)."""
+    key = resolve(group)
+    _c.send(tensor, group_peer(group, dst, "dst"), tag, key)
 
 
 def recv(tensor: Tensor, src: int | None = None, group=None, tag: int = 0) -> int:
-    """Receive into ``tensor`` from rank ``src``; returns ``src``."""
+    """Receive into ``tensor`` from global rank ``src``; returns ``src``."""
     if src is None:
         raise ValueError("recv needs src= (receiving from any rank is not supported)")
-    commit_inplace(tensor, _c.recv(tuple(tensor.shape), tensor._data.dtype, src, tag))
+    key = resolve(group)
+    commit_inplace(tensor, _c.recv(tuple(tensor.shape), tensor._data.dtype,
+                                   group_peer(group, src, "src"), tag, key))
     return src
 
 
 def isend(tensor: Tensor, dst: int, group=None, tag: int = 0) -> Work:
     """``send`` started without waiting; ``tensor`` must not change until ``wait()``."""
     if not _eager():
-        send(tensor, dst, tag=tag)
+        send(tensor, dst, group, tag=tag)
         return Work()
-    return Work(_c.comm().send(tensor._data, dst, tag))
+    key = resolve(group)
+    return Work(_c.comm(key).send(tensor._data, group_peer(group, dst, "dst"), tag))
 
 
 def irecv(tensor: Tensor, src: int | None = None, group=None, tag: int = 0) -> Work:
     """``recv`` started without waiting; ``tensor`` holds the data after ``wait()``."""
     if src is None or not _eager():
-        recv(tensor, src, tag=tag)
+        recv(tensor, src, group, tag=tag)
         return Work()
+    key = resolve(group)
     buffer = np.empty(tensor._data.shape, tensor._data.dtype)
-    return Work(_c.comm().recv(buffer, src, tag), _into(tensor))
+    return Work(_c.comm(key).recv(buffer, group_peer(group, src, "src"), tag), _into(tensor))
 
 
 def barrier(group=None, async_op: bool = False):
-    """Wait until every rank has called ``barrier``."""
-    work = Work(_c.comm().barrier())
+    """Wait until every rank (of ``group``) has called ``barrier``."""
+    work = Work(_c.comm(resolve(group)).barrier())
     if async_op:
         return work
     work.wait()
 
 
-def _check_list(tensors, like, what):
-    size = get_world_size()
+def _check_list(tensors, like, what, group=None):
+    size = get_world_size(group)
     if len(tensors) != size:
-        raise ValueError(f"{what}: a list of {len(tensors)} tensors for a world of {size}")
+        raise ValueError(f"{what}: a list of {len(tensors)} tensors for a group of {size}")
     for t in tensors:
         if tuple(t.shape) != tuple(like.shape):
             raise ValueError(f"{what}: tensors of shape {tuple(t.shape)} and "

@@ -1,5 +1,5 @@
-"""The MPI runtime under ``dg.distributed``: one communicator, non-blocking operations on
-NumPy arrays, and waits polled against a deadline. No Tensors here: the collective ops
+"""The MPI runtime under ``dg.distributed``: communicators (the world and its sub-groups),
+non-blocking operations on NumPy arrays, and waits polled against a deadline. No Tensors here: the collective ops
 (``ops/collective.py``) and data parallelism call this module with arrays.
 
 Why every wait polls: MPI has no per-operation timeout, and a peer that died or hangs makes a
@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class Pending:
                         self.done = True
                         return
             except self.comm.mpi.Exception as e:
-                raise DistributedError(f"{self.what} failed on rank {self.comm.rank}: "
+                raise DistributedError(f"{self.what} failed on {self.comm.where()}: "
                                        f"{e}") from e
 
     @property
@@ -110,18 +111,62 @@ class Pending:
 
 
 class Communicator:
-    """The world: ``rank``, ``size``, and non-blocking operations that return
-    :class:`Pending`. ``mpi`` is mpi4py's ``MPI`` module (None for a lone process)."""
+    """The world, or a sub-group of it: ``rank``, ``size`` (in this communicator), and
+    non-blocking operations that return :class:`Pending`. ``mpi`` is mpi4py's ``MPI``
+    module (None for a lone process); ``ranks`` are a sub-group's members as ranks of the
+    world (None for the world itself), which errors name."""
 
-    def __init__(self, mpi, timeout: float):
-        self.mpi, self.timeout = mpi, float(timeout)
-        self.world = mpi.COMM_WORLD.Dup() if mpi is not None else None
-        self.rank = self.world.Get_rank() if mpi is not None else 0
-        self.size = self.world.Get_size() if mpi is not None else 1
+    def __init__(self, mpi, timeout: float, handle=None, ranks: tuple | None = None):
+        self.mpi, self.timeout, self.ranks = mpi, float(timeout), ranks
+        if handle is None and mpi is not None:
+            handle = mpi.COMM_WORLD.Dup()
+        self.handle = handle     # the MPI communicator (None for a lone process)
+        self.rank = handle.Get_rank() if handle is not None else 0
+        self.size = handle.Get_size() if handle is not None else 1
         self.calls = 0           # operations started: names the one that timed out
         self.in_flight: list = []   # started and not yet seen complete (progress())
         self.mailbox: dict = {}     # a lone process's messages to itself, by tag
         self._scratch = np.empty(0, np.uint8)   # all_reduce_now's out-of-place result
+        self._reductions: dict = {}   # (op, dtype) -> what _reduction made for them
+
+    def name(self, rank: int) -> str:
+        """Rank ``rank`` of this communicator, as errors name it (with its world rank in a
+        sub-group)."""
+        if self.ranks is None:
+            return f"rank {rank}"
+        return f"group rank {rank} (global rank {self.ranks[rank]})"
+
+    def where(self) -> str:
+        """This process, as errors name it: its rank, and the group's members."""
+        if self.ranks is None:
+            return f"rank {self.rank} of {self.size}"
+        return (f"{self.name(self.rank)} of {self.size} in the group of global ranks "
+                f"{list(self.ranks)}")
+
+    def new_group(self, ranks: tuple, make: bool = True) -> "Communicator | None":
+        """A communicator over ``ranks`` (sorted ranks of this one, which must be the world):
+        every rank calls it with the same ``ranks`` (checked, against the deadline), the
+        members get the sub-group, the others None (and all None without ``make``: the
+        check only)."""
+        digest = np.array([len(ranks), zlib.crc32(np.asarray(ranks, np.int64).tobytes())],
+                          np.int64)
+        seen = np.empty((self.size, 2), np.int64)
+        seen[0] = digest
+        self._start(f"new_group({list(ranks)})", digest, lambda: self.handle.Iallgather(
+            digest, seen), seen).wait()
+        differ = [r for r in range(self.size) if not (seen[r] == digest).all()]
+        if differ:
+            raise DistributedError(
+                f"new_group({list(ranks)}) on {self.where()}: ranks {differ} called it with "
+                "other ranks (every rank must call new_group, in the same order, with the "
+                "same ranks)")
+        member = self.rank in ranks
+        if not make:
+            return None
+        if self.mpi is None:
+            return Communicator(None, self.timeout, None, tuple(ranks)) if member else None
+        handle = self.handle.Split(0 if member else self.mpi.UNDEFINED, self.rank)
+        return Communicator(self.mpi, self.timeout, handle, tuple(ranks)) if member else None
 
     # -- waiting ------------------------------------------------------------------------------
     def _testall(self, requests, pending) -> bool:
@@ -130,7 +175,7 @@ class Communicator:
                 return requests[0].Test()
             return self.mpi.Request.Testall(requests)
         except self.mpi.Exception as e:
-            raise DistributedError(f"{pending.what} failed on rank {self.rank}: {e}") from e
+            raise DistributedError(f"{pending.what} failed on {self.where()}: {e}") from e
 
     def progress(self) -> None:
         """Let MPI move the operations in flight forward (MPICH progresses only inside MPI
@@ -160,21 +205,23 @@ class Communicator:
     def _expired(self, pending: Pending):
         others = [r for r in range(self.size) if r != self.rank]
         peers = pending.peers if pending.peers is not None else others
-        who = (f"rank {peers[0]}" if len(peers) == 1 else
-               f"one or more of ranks {peers} (MPI does not say which)")
+        if len(peers) == 1:
+            who = self.name(peers[0])
+        elif self.ranks is None:
+            who = f"one or more of ranks {peers} (MPI does not say which)"
+        else:
+            who = (f"one or more of group ranks {peers} (global ranks "
+                   f"{[self.ranks[r] for r in peers]}; MPI does not say which)")
         why = ("mpiexec reported that a process of the job died" if _peer_died[0] else
                "a rank died, hangs, or called a different operation")
         waited = time.monotonic() - pending.started
         when = (f"was given up after {waited:.1f} s" if _peer_died[0] else
                 f"did not complete within {self.timeout:g} s")
-        self.failed = True
+        _failed[0] = True
         raise DeadlineError(
-            f"{pending.what}, waited on at {user_location()}, on rank {self.rank} of "
-            f"{self.size} {when}: {who} did not arrive ({why}). The job is aborted instead "
+            f"{pending.what}, waited on at {user_location()}, on {self.where()} {when}: {who} did not arrive ({why}). The job is aborted instead "
             "of hanging; raise the deadline with init_process_group(timeout=datetime."
             f"timedelta(...)) or {TIMEOUT_ENV}")
-
-    failed = False
 
     # -- operations -----------------------------------------------------------------------------
     def _start(self, what, array, start, result, finish=None, peers=None) -> Pending:
@@ -188,7 +235,7 @@ class Communicator:
             requests = start()
         except self.mpi.Exception as e:
             what = Pending(self, what, array, self.calls, [], None).what
-            raise DistributedError(f"{what} could not start on rank {self.rank}: {e}") from e
+            raise DistributedError(f"{what} could not start on {self.where()}: {e}") from e
         pending = Pending(self, what, array, self.calls,
                           requests if isinstance(requests, list) else [requests],
                           result, finish, peers)
@@ -200,18 +247,18 @@ class Communicator:
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
         send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
-        wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
+        wire, mpi_op, finish = self._reduction(op, x.dtype)
         out = send if inplace else np.empty_like(send)
         if self.mpi is None:
             out[...] = send
-        return self._start(f"all_reduce({op})", send, lambda: self.world.Iallreduce(
+        return self._start(f"all_reduce({op})", send, lambda: self.handle.Iallreduce(
             self.mpi.IN_PLACE if inplace else wire(send), wire(out), mpi_op), out, finish)
 
     def all_reduce_now(self, x: np.ndarray, op: str = "SUM") -> np.ndarray:
         """``all_reduce(x, op, inplace=True).wait()`` (``x`` C-contiguous) with the least
         Python on the way: a small message completes within the first ``Test`` calls, and
         only one that does not gets a :class:`Pending` and the deadline's wait."""
-        wire, mpi_op, finish, _ = self._reduction(op, x.dtype)
+        wire, mpi_op, finish = self._reduction(op, x.dtype)
         self.calls += 1
         if self.mpi is None:
             return finish(x)
@@ -221,8 +268,8 @@ class Communicator:
                 self._scratch = np.empty(OUT_OF_PLACE[1], np.uint8)
             out = self._scratch[:x.nbytes].view(x.dtype).reshape(x.shape)
         try:
-            request = (self.world.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op) if out is None
-                       else self.world.Iallreduce(wire(x), wire(out), mpi_op))
+            request = (self.handle.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op) if out is None
+                       else self.handle.Iallreduce(wire(x), wire(out), mpi_op))
             test = request.Test
             for _ in range(FIRST_POLLS):
                 if test():
@@ -231,7 +278,7 @@ class Communicator:
                 self.wait_all([Pending(self, f"all_reduce({op})", x, self.calls, [request], x)])
         except self.mpi.Exception as e:
             what = Pending(self, f"all_reduce({op})", x, self.calls, [], None).what
-            raise DistributedError(f"{what} failed on rank {self.rank}: {e}") from e
+            raise DistributedError(f"{what} failed on {self.where()}: {e}") from e
         if out is not None:
             np.copyto(x, out)
         return finish(x)
@@ -241,12 +288,11 @@ class Communicator:
         ``op`` over ``dtype``, made once per pair: a small allreduce's time is mostly this
         kind of Python work."""
         key = (op, dtype)
-        found = _REDUCTIONS.get(key)
-        if found is None or found[3] is not self:
+        found = self._reductions.get(key)
+        if found is None:
             as_wire, from_wire = _wire(dtype)
-            found = (as_wire, _mpi_op(self.mpi, op, dtype),
-                     _finish(op, self.size, from_wire), self)
-            _REDUCTIONS[key] = found
+            found = (as_wire, _mpi_op(self.mpi, op, dtype), _finish(op, self.size, from_wire))
+            self._reductions[key] = found
         return found
 
     def reduce(self, x: np.ndarray, dst: int, op: str = "SUM") -> Pending:
@@ -259,7 +305,7 @@ class Communicator:
         if self.mpi is None:
             out[...] = send
         finish = _finish(op, self.size, from_wire)
-        return self._start(f"reduce({op}, dst={dst})", send, lambda: self.world.Ireduce(
+        return self._start(f"reduce({op}, dst={dst})", send, lambda: self.handle.Ireduce(
             as_wire(send), as_wire(out) if self.rank == dst else None, mpi_op, root=dst),
             out, finish if self.rank == dst else from_wire)
 
@@ -267,7 +313,7 @@ class Communicator:
         _check_rank(src, self.size, "src")
         out = x if inplace else np.array(x, order="C", copy=True)
         return self._start(f"broadcast(src={src})", x,
-                           lambda: self.world.Ibcast(_bytes(out), root=src), out,
+                           lambda: self.handle.Ibcast(_bytes(out), root=src), out,
                            peers=None if self.rank == src else [src])
 
     def all_gather(self, x: np.ndarray) -> Pending:
@@ -276,7 +322,7 @@ class Communicator:
         out = np.empty((self.size,) + x.shape, x.dtype)
         if self.mpi is None:
             out[0] = send
-        return self._start("all_gather", send, lambda: self.world.Iallgather(
+        return self._start("all_gather", send, lambda: self.handle.Iallgather(
             _bytes(send), _bytes(out)), out)
 
     def reduce_scatter(self, x: np.ndarray, op: str = "SUM") -> Pending:
@@ -289,7 +335,7 @@ class Communicator:
         mpi_op = _mpi_op(self.mpi, op, x.dtype)
         if self.mpi is None:
             out[...] = send[0]
-        return self._start(f"reduce_scatter({op})", send, lambda: self.world.Ireduce_scatter_block(
+        return self._start(f"reduce_scatter({op})", send, lambda: self.handle.Ireduce_scatter_block(
             as_wire(send), as_wire(out), mpi_op), out, _finish(op, self.size, from_wire))
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> Pending:
@@ -298,7 +344,7 @@ class Communicator:
         if self.mpi is None:   # a lone process sends to itself: the message waits here
             self.mailbox.setdefault(tag, []).append(send.copy())
         return self._start(f"send(dst={dst}, tag={tag})", send,
-                           lambda: self.world.Isend(_bytes(send), dst, tag), None, peers=[dst])
+                           lambda: self.handle.Isend(_bytes(send), dst, tag), None, peers=[dst])
 
     def recv(self, out: np.ndarray, src: int, tag: int = 0) -> Pending:
         _check_peer(src, self.rank, self.size, "src")
@@ -307,16 +353,16 @@ class Communicator:
                 raise DistributedError(f"recv(tag={tag}) in a lone process: nothing was sent")
             out[...] = self.mailbox[tag].pop(0).reshape(out.shape)
         return self._start(f"recv(src={src}, tag={tag})", out,
-                           lambda: self.world.Irecv(_bytes(out), src, tag), out, peers=[src])
+                           lambda: self.handle.Irecv(_bytes(out), src, tag), out, peers=[src])
 
     def barrier(self) -> Pending:
-        return self._start("barrier", np.empty(0), lambda: self.world.Ibarrier(), None)
+        return self._start("barrier", np.empty(0), lambda: self.handle.Ibarrier(), None)
 
     def local_size(self) -> int:
         """How many ranks share this machine."""
         if self.mpi is None:
             return 1
-        node = self.world.Split_type(self.mpi.COMM_TYPE_SHARED)
+        node = self.handle.Split_type(self.mpi.COMM_TYPE_SHARED)
         try:
             return node.Get_size()
         finally:
@@ -327,9 +373,9 @@ class Communicator:
             self.mpi.COMM_WORLD.Abort(code)
 
     def close(self) -> None:
-        if self.world is not None:
-            self.world.Free()
-            self.world = None
+        if self.handle is not None:
+            self.handle.Free()
+            self.handle = None
 
 
 def _describe(x: np.ndarray) -> str:
@@ -379,9 +425,6 @@ _UINT16 = [None]   # MPI.UINT16_T once connected
 
 def _is_bfloat16(dtype) -> bool:
     return dtype == bfloat16_np
-
-
-_REDUCTIONS: dict = {}   # (op, dtype) -> what Communicator._reduction made for them
 
 
 def _mpi_op(mpi, op: str, dtype):
@@ -454,7 +497,7 @@ def _fail_stop(comm: Communicator) -> None:
         sys.stderr.flush()
         comm.abort(1)
     sys.excepthook = abort_on_error
-    atexit.register(lambda: comm.failed and comm.abort(1))
+    atexit.register(lambda: _failed[0] and comm.abort(1))
     # mpiexec (Hydra) signals SIGUSR1 to the other ranks when one dies, which would end
     # them silently; note it instead, and the wait under way fails at once with its error
     if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
@@ -462,3 +505,4 @@ def _fail_stop(comm: Communicator) -> None:
 
 
 _peer_died = [False]
+_failed = [False]   # a deadline expired here (on any communicator): abort at exit

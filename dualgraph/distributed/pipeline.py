@@ -26,11 +26,14 @@ most ``num_stages`` micro-batches' activations). A stage may be compiled
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .. import dtypes
 from ..ops import collective as _c
 from ..tensor import Tensor
+from .groups import resolve
 
 __all__ = ["split_module", "PipelineStage", "PipelineSchedule", "ScheduleGPipe",
            "Schedule1F1B"]
@@ -41,14 +44,16 @@ _DTYPES = tuple(np.dtype(d.np) for d in dtypes.ALL)
 _MAX_DIMS = 8
 
 
-def split_module(model, num_stages: int | None = None, stage_index: int | None = None):
-    """Stage ``stage_index`` (default: this rank) of ``model`` cut into ``num_stages``
-    (default: the world size): a list or tuple gives its item, a ``Sequential`` a slice of
-    consecutive layers (as many per stage as possible, the first stages taking one more).
+def split_module(model, num_stages: int | None = None, stage_index: int | None = None,
+                 group=None):
+    """Stage ``stage_index`` (default: this rank in ``group``, the world by default) of
+    ``model`` cut into ``num_stages`` (default: the group's size): a list or tuple gives its
+    item, a ``Sequential`` a slice of consecutive layers (as many per stage as possible, the
+    first stages taking one more).
 
     >>> part = split_module(dg.nn.Sequential(a, b, c), 2, 0)   # Sequential(a, b)
     """
-    rank, size = _c.world()
+    rank, size = _c.world(resolve(group))
     num_stages = size if num_stages is None else num_stages
     stage_index = rank if stage_index is None else stage_index
     if not 0 <= stage_index < num_stages:
@@ -70,14 +75,19 @@ def split_module(model, num_stages: int | None = None, stage_index: int | None =
 class PipelineStage:
     """This rank's part of the pipeline: ``module`` (any callable of one tensor returning
     one tensor, e.g. a ``Sequential`` slice or ``dg.compile(part)``) is stage
-    ``stage_index`` of ``num_stages``; stage ``s`` runs on rank ``s``."""
+    ``stage_index`` of ``num_stages``; stage ``s`` runs on rank ``s`` of ``group`` (the
+    world by default; a ``dist.new_group`` to combine the pipeline with data parallelism:
+    then wrap ``module`` in ``DistributedDataParallel(module, process_group=...)`` over the
+    ranks that hold the same stage)."""
 
-    def __init__(self, module, stage_index: int, num_stages: int, device=None):
-        rank, size = _c.world()
+    def __init__(self, module, stage_index: int, num_stages: int, device=None, group=None):
+        self.group = resolve(group)
+        rank, size = _c.world(self.group)
         if num_stages != size or stage_index != rank:
-            raise ValueError(f"stage {stage_index} of {num_stages} on rank {rank} of {size}: "
-                             "run one stage per rank (mpiexec -n NUM_STAGES), stage s on "
-                             "rank s")
+            where = "rank" if self.group is None else "group rank"
+            raise ValueError(f"stage {stage_index} of {num_stages} on {where} {rank} of "
+                             f"{size}: run one stage per rank of the group (mpiexec -n "
+                             f"NUM_STAGES, or a group of NUM_STAGES ranks), stage s on rank s")
         self.module, self.index, self.num_stages = module, stage_index, num_stages
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
 
@@ -117,8 +127,10 @@ class PipelineSchedule:
         self._weights = [(hi - lo) / batch for lo, hi in zip(bounds, bounds[1:])]
         self._x, self._target, self._saved, self._sends = x, target, {}, []
         self._losses = []
+        order = self.order()
+        self._last_backward = [m for action, m in order if action == "B"][-1]
         try:
-            for action, m in self.order():
+            for action, m in order:
                 (self._forward if action == "F" else self._backward)(m)
             self._comm().wait_all(self._sends)
         finally:
@@ -132,7 +144,7 @@ class PipelineSchedule:
 
     # -- one micro-batch ----------------------------------------------------------------------
     def _comm(self):
-        return _c.comm()
+        return _c.comm(self.stage.group)
 
     def _forward(self, m: int) -> None:
         st = self.stage
@@ -152,17 +164,25 @@ class PipelineSchedule:
     def _backward(self, m: int) -> None:
         st = self.stage
         inp, out = self._saved.pop(m)
-        if st.is_last:
-            (out * self._weights[m]).backward()
-        else:
-            grad = np.empty(out._data.shape, out._data.dtype)
-            self._comm().recv(grad, st.index + 1, 2 * m + 1).wait()
-            if out.requires_grad:   # (not for a first stage without parameters)
-                out.backward(Tensor._make(grad))
+        with self._no_sync_unless(m == self._last_backward):
+            if st.is_last:
+                (out * self._weights[m]).backward()
+            else:
+                grad = np.empty(out._data.shape, out._data.dtype)
+                self._comm().recv(grad, st.index + 1, 2 * m + 1).wait()
+                if out.requires_grad:   # (not for a first stage without parameters)
+                    out.backward(Tensor._make(grad))
         if not st.is_first:
             g = inp.grad
             grad = g._data if g is not None else np.zeros(inp._data.shape, inp._data.dtype)
             self._sends.append(self._comm().send(grad, st.index - 1, 2 * m + 1))
+
+    def _no_sync_unless(self, last: bool):
+        """A data-parallel stage (one with ``no_sync``, as ``DistributedDataParallel``)
+        reduces its gradients once per step, in the step's last backward: the earlier
+        micro-batches' backwards accumulate locally."""
+        no_sync = getattr(self.stage.module, "no_sync", None)
+        return contextlib.nullcontext() if last or no_sync is None else no_sync()
 
     def _send_activation(self, array: np.ndarray, m: int) -> None:
         if array.ndim > _MAX_DIMS or array.dtype not in _DTYPES:

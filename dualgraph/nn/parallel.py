@@ -53,7 +53,9 @@ class DistributedDataParallel(Module):
     """Replicate ``module`` on every rank and average its gradients over the ranks.
 
     Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
-    every forward (``broadcast_buffers``). ``bucket_cap_mb`` bounds a bucket;
+    every forward (``broadcast_buffers``). ``process_group`` (a ``dist.new_group``): the
+    replicas are the ranks of that group (its first rank's values are broadcast), not
+    the world. ``bucket_cap_mb`` bounds a bucket;
     ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
     ``gradient_as_bucket_view``: after the reduction each ``.grad`` is a view of its
     bucket's flat array instead of a copy (one pass over the gradients fewer a step, and
@@ -75,7 +77,9 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.require_backward_grad_sync = True
         self.gradient_as_bucket_view = gradient_as_bucket_view
-        self._comm = collective.comm()
+        self.process_group = process_group   # (None: the world)
+        self._group = dist.groups.resolve(process_group)
+        self._comm = collective.comm(self._group)
         self._hook, self._state = comm_hook, comm_state
         params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = _make_buckets(params, bucket_cap_mb * (1 << 20))
@@ -103,9 +107,11 @@ class DistributedDataParallel(Module):
         return self.module(*inputs, **kwargs)
 
     def _sync(self, tensors):
-        """Rank 0's values into ``tensors`` on every rank (one collective per tensor)."""
+        """The values of the process group's rank 0 into ``tensors`` on its every rank (one
+        collective per tensor)."""
+        src = dist.get_global_rank(self.process_group, 0)
         for t in tensors:
-            dist.broadcast(t, 0)
+            dist.broadcast(t, src, group=self.process_group)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -207,7 +213,7 @@ class DistributedDataParallel(Module):
                     "run the step eagerly")
             grads = cat([p.grad.reshape(-1) for p in bucket.params])
             if graph_form is None:
-                reduced = collective.all_reduce(grads / self._comm.size, "SUM")
+                reduced = collective.all_reduce(grads / self._comm.size, "SUM", self._group)
             else:
                 last = bucket.index == len(self._buckets) - 1
                 reduced = graph_form(self._state, dist.GradBucket(bucket, grads, last))

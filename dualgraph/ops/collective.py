@@ -5,7 +5,10 @@ Each is a pure function of its inputs on every rank (``reduce`` gives zeros off 
 destination), so it runs eagerly, traces into a graph node with the user's line, and has a
 VJP written with these same ops: the gradient of ``all_gather`` is ``reduce_scatter``, of
 ``all_reduce(sum)`` is ``all_reduce(sum)``, of ``broadcast`` is ``reduce`` to the source.
-All ranks must run the same ops in the same order, as MPI requires; a graph is compiled the
+An op runs over the world, or over a sub-group of it (``new_group``) named by its attr
+``group``, the tuple of the group's global ranks (absent for the world); ``dst`` and ``src``
+are then ranks within the group. All ranks (of the group) must run the same ops in the same
+order, as MPI requires; a graph is compiled the
 same way on every rank, so its nodes keep that order. The ops are flagged ``communicates``:
 passes never fold them or drop them.
 
@@ -28,51 +31,70 @@ FIRST_BUCKET_BYTES = 1 << 20   # as torch's DDP: a small first bucket starts com
 
 
 class _State:
-    comm = None   # distributed.mpi.Communicator once init_process_group ran
+    def __init__(self):
+        self.comm = None     # distributed.mpi.Communicator once init_process_group ran
+        self.groups = {}     # global ranks -> each sub-group's Communicator (None outside it)
 
 
 STATE = _State()
 
 
-def comm():
-    """The process group's communicator; a clear error before ``init_process_group``."""
+def comm(group: tuple | None = None):
+    """The communicator of the world (``group`` None) or of the sub-group of those global
+    ranks; a clear error before ``init_process_group`` or on a rank outside the group."""
     if STATE.comm is None:
         raise RuntimeError("the default process group is not initialised: call "
                            "dg.distributed.init_process_group() first")
-    return STATE.comm
+    if group is None:
+        return STATE.comm
+    found = STATE.groups.get(group)
+    if found is None:
+        raise RuntimeError(
+            f"global rank {STATE.comm.rank} is not a member of the process group of global "
+            f"ranks {list(group)} (or the group was destroyed): only its members may run "
+            "collectives on it; test dist.get_rank(group) >= 0 first")
+    return found
 
 
-def world() -> tuple[int, int]:
-    """(rank, world size) of this process."""
-    c = comm()
+def world(group: tuple | None = None) -> tuple[int, int]:
+    """(rank, size) of this process in the world, or in the sub-group ``group``."""
+    c = comm(group)
     return c.rank, c.size
+
+
+def progress() -> None:
+    """Let MPI move every operation in flight forward, on the world and the sub-groups."""
+    STATE.comm.progress()
+    for c in STATE.groups.values():
+        if c is not None:
+            c.progress()
 
 
 def _same(x, **attrs):
     return ShapedType(tuple(x.shape), x.dtype)
 
 
-def _all_reduce_vjp(g, out, x, reduction):
+def _all_reduce_vjp(g, out, x, reduction, group=None):
     if reduction in ("SUM", "AVG"):
-        return all_reduce(g, reduction)
+        return all_reduce(g, reduction, group)
     if reduction in ("MAX", "MIN"):   # to the ranks that hold the extreme (each of them, on ties)
-        return all_reduce(g, "SUM") * (x == out).to(g.dtype)
-    return all_reduce(g * out, "SUM") / x   # product: d(prod)/dx = prod / x
+        return all_reduce(g, "SUM", group) * (x == out).to(g.dtype)
+    return all_reduce(g * out, "SUM", group) / x   # product: d(prod)/dx = prod / x
 
 
 ALL_REDUCE = defop(
-    "all_reduce", lambda x, reduction: comm().all_reduce(x, reduction).wait(), _same,
-    _all_reduce_vjp,
-    attrs=("reduction",), saves="io", communicates=True,
+    "all_reduce", lambda x, reduction, group=None: comm(group).all_reduce(x, reduction).wait(),
+    _same, _all_reduce_vjp,
+    attrs=("reduction", "group"), saves="io", communicates=True,
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
 
 
-def _compressed_kernel(x, reduction, dtype):
+def _compressed_kernel(x, reduction, dtype, group=None):
     sent = x.astype(dtype)
-    return comm().all_reduce(sent, reduction).wait().astype(x.dtype)
+    return comm(group).all_reduce(sent, reduction).wait().astype(x.dtype)
 
 
-def _infer_compressed(x, reduction, dtype):
+def _infer_compressed(x, reduction, dtype, group=None):
     if reduction not in ("SUM", "AVG"):
         raise ShapeError(f"compressed_all_reduce: reduction {reduction!r}; a compressed "
                          "allreduce sums or averages")
@@ -81,8 +103,9 @@ def _infer_compressed(x, reduction, dtype):
 
 COMPRESSED_ALL_REDUCE = defop(
     "compressed_all_reduce", _compressed_kernel, _infer_compressed,
-    lambda g, out, x, reduction, dtype: compressed_all_reduce(g, reduction, dtype),
-    attrs=("reduction", "dtype"), saves="", communicates=True,
+    lambda g, out, x, reduction, dtype, group=None: compressed_all_reduce(g, reduction, dtype,
+                                                                          group),
+    attrs=("reduction", "dtype", "group"), saves="", communicates=True,
     doc="The sum (or average) of ``x`` over all ranks sent as ``dtype`` (half the bytes "
         "for a 16-bit one): ``x`` rounded to ``dtype``, reduced in it, and the result "
         "converted back to ``x``'s dtype. A data-parallel compression hook's graph form; "
@@ -98,21 +121,21 @@ COMPRESSED_ALL_REDUCE = defop(
 _STARTED: dict = {}
 
 
-def _start_kernel(x, reduction):
-    pending = comm().all_reduce(x, reduction)
+def _start_kernel(x, reduction, group=None):
+    pending = comm(group).all_reduce(x, reduction)
     _STARTED[id(pending.result)] = pending
     return pending.result
 
 
 def _progress_kernel(handle):
-    comm().progress()
+    progress()
     return handle
 
 
-def _wait_kernel(handle, x, reduction):
+def _wait_kernel(handle, x, reduction, group=None):
     pending = _STARTED.pop(id(handle), None)
     if pending is None:
-        if comm().size > 1:
+        if comm(group).size > 1:
             raise RuntimeError("all_reduce_wait: no allreduce was started into this array "
                                "(a graph whose all_reduce_start did not run)")
         return handle   # a lone process: the start's result is the reduction
@@ -120,8 +143,9 @@ def _wait_kernel(handle, x, reduction):
 
 
 ALL_REDUCE_START = defop(
-    "all_reduce_start", _start_kernel, _same, attrs=("reduction",), communicates=True,
-    compiler_only=True, decomposition=lambda x, reduction: all_reduce(x, reduction),
+    "all_reduce_start", _start_kernel, _same, attrs=("reduction", "group"), communicates=True,
+    compiler_only=True,
+    decomposition=lambda x, reduction, group=None: all_reduce(x, reduction, group),
     doc="Starts the allreduce of ``x`` without waiting; its value is the reduction once "
         "``all_reduce_wait`` has read it.")
 
@@ -131,117 +155,124 @@ ALL_REDUCE_PROGRESS = defop(
     doc="Lets MPI move the started operations forward; returns its input.")
 
 ALL_REDUCE_WAIT = defop(
-    "all_reduce_wait", _wait_kernel, lambda handle, x, reduction: _same(handle),
-    attrs=("reduction",), communicates=True, compiler_only=True,
-    decomposition=lambda handle, x, reduction: handle,
+    "all_reduce_wait", _wait_kernel, lambda handle, x, reduction, group=None: _same(handle),
+    attrs=("reduction", "group"), communicates=True, compiler_only=True,
+    decomposition=lambda handle, x, reduction, group=None: handle,
     doc="Waits for the allreduce started into ``handle`` (its input ``x`` is read by MPI "
         "until then) and returns the reduction.")
 
 
-def _infer_reduce(x, dst, reduction):
-    return _same(x)
-
-
-def _reduce_vjp(g, out, x, dst, reduction):
+def _reduce_vjp(g, out, x, dst, reduction, group=None):
     if reduction not in ("SUM", "AVG"):
         raise NotImplementedError(f"the gradient of reduce({reduction!r}); use all_reduce")
-    g = broadcast(g, dst)
-    return g / world()[1] if reduction == "AVG" else g
+    g = broadcast(g, dst, group)
+    return g / world(group)[1] if reduction == "AVG" else g
 
 
 REDUCE = defop(
-    "reduce", lambda x, dst, reduction: comm().reduce(x, dst, reduction).wait(), _infer_reduce,
-    _reduce_vjp, attrs=("dst", "reduction"), saves="",
+    "reduce", lambda x, dst, reduction, group=None: comm(group).reduce(x, dst, reduction).wait(),
+    _same, _reduce_vjp, attrs=("dst", "reduction", "group"), saves="",
     communicates=True,
     doc="The reduction of ``x`` over all ranks on rank ``dst``, zeros on the others.")
 
 BROADCAST = defop(
-    "broadcast", lambda x, src: comm().broadcast(x, src).wait(), _same,
-    lambda g, out, x, src: reduce(g, src, "SUM"), attrs=("src",), saves="",
+    "broadcast", lambda x, src, group=None: comm(group).broadcast(x, src).wait(), _same,
+    lambda g, out, x, src, group=None: reduce(g, src, "SUM", group), attrs=("src", "group"),
+    saves="",
     communicates=True, doc="Rank ``src``'s ``x`` on every rank.")
 
 
-def _infer_all_gather(x):
-    return ShapedType((world()[1],) + tuple(x.shape), x.dtype)
+def _infer_all_gather(x, group=None):
+    return ShapedType((world(group)[1],) + tuple(x.shape), x.dtype)
 
 
 ALL_GATHER = defop(
-    "all_gather", lambda x: comm().all_gather(x).wait(), _infer_all_gather,
-    lambda g, out, x: reduce_scatter(g, "SUM"), saves="", communicates=True,
+    "all_gather", lambda x, group=None: comm(group).all_gather(x).wait(), _infer_all_gather,
+    lambda g, out, x, group=None: reduce_scatter(g, "SUM", group), attrs=("group",), saves="",
+    communicates=True,
     doc="The ``x`` of every rank stacked along a new leading dim of size world size.")
 
 
-def _infer_reduce_scatter(x, reduction):
-    size = world()[1]
+def _infer_reduce_scatter(x, reduction, group=None):
+    size = world(group)[1]
     if len(x.shape) == 0 or x.shape[0] != size:
         raise ShapeError(f"reduce_scatter: input {tuple(x.shape)} must have {size} blocks "
                          "(one per rank) along dim 0")
     return ShapedType(tuple(x.shape[1:]), x.dtype)
 
 
-def _reduce_scatter_vjp(g, out, x, reduction):
-    gathered = all_gather(g)
-    return gathered / world()[1] if reduction == "AVG" else gathered
+def _reduce_scatter_vjp(g, out, x, reduction, group=None):
+    gathered = all_gather(g, group)
+    return gathered / world(group)[1] if reduction == "AVG" else gathered
 
 
 REDUCE_SCATTER = defop(
-    "reduce_scatter", lambda x, reduction: comm().reduce_scatter(x, reduction).wait(),
-    _infer_reduce_scatter, _reduce_scatter_vjp, attrs=("reduction",), saves="", communicates=True,
+    "reduce_scatter",
+    lambda x, reduction, group=None: comm(group).reduce_scatter(x, reduction).wait(),
+    _infer_reduce_scatter, _reduce_scatter_vjp, attrs=("reduction", "group"), saves="",
+    communicates=True,
     doc="Block ``rank`` of the reduction over all ranks of ``x`` (``[world size, ...]``).")
 
 
-def _send_kernel(x, dst, tag):
-    comm().send(x, dst, tag).wait()
+def _send_kernel(x, dst, tag, group=None):
+    comm(group).send(x, dst, tag).wait()
     return np.zeros((), np.int64)
 
 
 SEND = defop(
-    "send", _send_kernel, lambda x, dst, tag: ShapedType((), np.dtype(np.int64)),
-    attrs=("dst", "tag"), communicates=True,
+    "send", _send_kernel, lambda x, dst, tag, group=None: ShapedType((), np.dtype(np.int64)),
+    attrs=("dst", "tag", "group"), communicates=True,
     doc="Send ``x`` to rank ``dst``; returns a token (0) that orders later ops after it.")
 
 
-def _recv_kernel(src, tag, shape, dtype):
+def _recv_kernel(src, tag, shape, dtype, group=None):
     out = np.empty(shape, dtype)
-    return comm().recv(out, src, tag).wait()
+    return comm(group).recv(out, src, tag).wait()
 
 
 RECV = defop(
     "recv", _recv_kernel,
-    lambda src, tag, shape, dtype: ShapedType(tuple(shape), np.dtype(dtype)),
-    attrs=("src", "tag", "shape", "dtype"), communicates=True,
+    lambda src, tag, shape, dtype, group=None: ShapedType(tuple(shape), np.dtype(dtype)),
+    attrs=("src", "tag", "shape", "dtype", "group"), communicates=True,
     doc="A tensor of ``shape`` and ``dtype`` received from rank ``src``.")
 
 
 # -- the functions (Tensors in, Tensors out) ----------------------------------------------------
-def all_reduce(x, op: str = "SUM"):
-    return apply(ALL_REDUCE, x, reduction=str(op).upper())
+# ``group``: a sub-group's global ranks (a tuple), or None for the world (no attr at all, so
+# that graphs over the world print and serialise as before)
+def _on(group) -> dict:
+    return {} if group is None else {"group": tuple(int(r) for r in group)}
 
 
-def compressed_all_reduce(x, op: str = "SUM", dtype="float16"):
-    return apply(COMPRESSED_ALL_REDUCE, x, reduction=str(op).upper(), dtype=dtypes.to_np(dtype))
+def all_reduce(x, op: str = "SUM", group=None):
+    return apply(ALL_REDUCE, x, reduction=str(op).upper(), **_on(group))
 
 
-def reduce(x, dst: int, op: str = "SUM"):
-    return apply(REDUCE, x, dst=int(dst), reduction=str(op).upper())
+def compressed_all_reduce(x, op: str = "SUM", dtype="float16", group=None):
+    return apply(COMPRESSED_ALL_REDUCE, x, reduction=str(op).upper(), dtype=dtypes.to_np(dtype),
+                 **_on(group))
 
 
-def broadcast(x, src: int):
-    return apply(BROADCAST, x, src=int(src))
+def reduce(x, dst: int, op: str = "SUM", group=None):
+    return apply(REDUCE, x, dst=int(dst), reduction=str(op).upper(), **_on(group))
 
 
-def all_gather(x):
-    return apply(ALL_GATHER, x)
+def broadcast(x, src: int, group=None):
+    return apply(BROADCAST, x, src=int(src), **_on(group))
 
 
-def reduce_scatter(x, op: str = "SUM"):
-    return apply(REDUCE_SCATTER, x, reduction=str(op).upper())
+def all_gather(x, group=None):
+    return apply(ALL_GATHER, x, **_on(group))
 
 
-def send(x, dst: int, tag: int = 0):
-    return apply(SEND, x, dst=int(dst), tag=int(tag))
+def reduce_scatter(x, op: str = "SUM", group=None):
+    return apply(REDUCE_SCATTER, x, reduction=str(op).upper(), **_on(group))
 
 
-def recv(shape, dtype, src: int, tag: int = 0):
+def send(x, dst: int, tag: int = 0, group=None):
+    return apply(SEND, x, dst=int(dst), tag=int(tag), **_on(group))
+
+
+def recv(shape, dtype, src: int, tag: int = 0, group=None):
     return apply(RECV, src=int(src), tag=int(tag), shape=tuple(int(d) for d in shape),
-                 dtype=np.dtype(dtype))
+                 dtype=np.dtype(dtype), **_on(group))

@@ -364,8 +364,8 @@ def compress_all_reduces(graph: Graph, nodes: list, report: Report) -> Graph:
         (x,), (out,) = [b.get(v) for v in node.inputs], node.outputs
         wire = node.attrs["dtype"]
         (sent,) = b.add(CAST, [x], {"dtype": wire}, node.location)
-        (summed,) = b.add(ALL_REDUCE, [sent], {"reduction": node.attrs["reduction"]},
-                          node.location)
+        attrs = {k: v for k, v in node.attrs.items() if k != "dtype"}   # (reduction, group)
+        (summed,) = b.add(ALL_REDUCE, [sent], attrs, node.location)
         (b.env[out],) = b.add(CAST, [summed], {"dtype": out.dtype}, node.location,
                               names=[out.name])
         report.count("compress_all_reduces", f"{format_bytes(nbytes(out))} sent as {wire} "

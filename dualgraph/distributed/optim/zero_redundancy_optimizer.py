@@ -19,6 +19,7 @@ from ...autograd.tape import no_grad
 from ...dispatch import modes
 from ...ops import collective
 from ...ops.shape import cat
+from ..groups import resolve
 
 
 class ZeroRedundancyOptimizer:
@@ -39,7 +40,8 @@ class ZeroRedundancyOptimizer:
         if parameters_as_bucket_view or overlap_with_ddp:
             raise NotImplementedError("ZeroRedundancyOptimizer: parameters_as_bucket_view "
                                       "and overlap_with_ddp are not supported")
-        self._comm = collective.comm()
+        self._group = resolve(process_group)   # (the ranks that share the state; the world)
+        self._comm = collective.comm(self._group)
         groups = list(params)
         if groups and not isinstance(groups[0], dict):
             groups = [{"params": groups}]
@@ -102,7 +104,8 @@ class ZeroRedundancyOptimizer:
             for owner, shard in enumerate(self._shards):
                 if not shard:
                     continue
-                flat = collective.broadcast(cat([p.reshape(-1) for p in shard]), owner)
+                flat = collective.broadcast(cat([p.reshape(-1) for p in shard]), owner,
+                                            self._group)
                 if owner == self._comm.rank:
                     continue
                 offset = 0

@@ -12,35 +12,39 @@ from __future__ import annotations
 from ... import collectives as dist
 from ....dtypes import bfloat16, float16
 from ....ops import collective as _c
+from ...groups import resolve
 
 
 def allreduce_hook(process_group, bucket) -> dist.Future:
-    """Average the bucket over the ranks: divide by the world size, allreduce (sum)."""
-    return _allreduce_fut(bucket.buffer())
+    """Average the bucket over the ranks (of ``process_group``, the state; None for the
+    world): divide by their number, allreduce (sum)."""
+    return _allreduce_fut(bucket.buffer(), process_group)
 
 
-allreduce_hook.graph_form = lambda state, bucket: _c.all_reduce(
-    bucket.buffer() / dist.get_world_size(), "SUM")
+allreduce_hook.graph_form = lambda process_group, bucket: _c.all_reduce(
+    bucket.buffer() / dist.get_world_size(process_group), "SUM",
+    resolve(process_group))
 
 
-def _allreduce_fut(tensor) -> dist.Future:
-    tensor.div_(dist.get_world_size())
-    return dist.all_reduce(tensor, async_op=True).get_future().then(
+def _allreduce_fut(tensor, process_group) -> dist.Future:
+    tensor.div_(dist.get_world_size(process_group))
+    return dist.all_reduce(tensor, group=process_group, async_op=True).get_future().then(
         lambda fut: fut.value()[0])
 
 
 def _compress_hook(dtype):
     def hook(process_group, bucket) -> dist.Future:
         buffer = bucket.buffer()
-        compressed = (buffer / dist.get_world_size()).to(dtype)
-        fut = dist.all_reduce(compressed, async_op=True).get_future()
+        compressed = (buffer / dist.get_world_size(process_group)).to(dtype)
+        fut = dist.all_reduce(compressed, group=process_group, async_op=True).get_future()
 
         def decompress(fut):
             buffer.copy_(fut.value()[0])
             return buffer
         return fut.then(decompress)
-    hook.graph_form = lambda state, bucket: _c.compressed_all_reduce(   # (under dg.compile)
-        bucket.buffer() / dist.get_world_size(), "SUM", dtype)
+    hook.graph_form = lambda process_group, bucket: _c.compressed_all_reduce(   # (compiled)
+        bucket.buffer() / dist.get_world_size(process_group), "SUM", dtype,
+        resolve(process_group))
     return hook
 
 

@@ -27,6 +27,7 @@ from ....ops.elementwise import where
 from ....ops.shape import cat, stack
 from ....tensor import Tensor
 from ... import collectives as dist
+from ...groups import resolve
 from .default_hooks import allreduce_hook
 
 
@@ -77,7 +78,7 @@ def powerSGD_hook(state: PowerSGDState, bucket) -> dist.Future:
     (:func:`compress`, run now); a plain allreduce for the first steps."""
     if state.iter < state.start_powerSGD_iter:
         state.maybe_increase_iter(bucket)
-        return allreduce_hook(None, bucket)
+        return allreduce_hook(state.process_group, bucket)
     averaged = compress(state, bucket)
     state.maybe_increase_iter(bucket)
     return dist.Future(value=averaged)
@@ -87,7 +88,8 @@ def compress(state: PowerSGDState, bucket) -> Tensor:
     """The bucket averaged over the ranks, its large matrices as ``P Q^T`` (error feedback
     and warm start in ``state``). Dualgraph ops only: it runs eagerly and traces into a
     step's graph alike."""
-    size, r = dist.get_world_size(), state.matrix_approximation_rank
+    size, r = dist.get_world_size(state.process_group), state.matrix_approximation_rank
+    group = resolve(state.process_group)
     flat = bucket.buffer()
     if state.use_error_feedback:
         error = state.error(bucket)
@@ -102,14 +104,14 @@ def compress(state: PowerSGDState, bucket) -> Tensor:
     out = list(pieces)
     plain = [i for i in range(len(pieces)) if i not in matrices]
     if plain:
-        summed = _all_reduce_each([pieces[i] for i in plain])
+        summed = _all_reduce_each([pieces[i] for i in plain], group)
         for i, s in zip(plain, summed):
             out[i] = s / size
     np_dtype = dtypes.to_np(flat.dtype)
     qs = {i: state.q(bucket, i, m.shape[1], np_dtype) for i, m in matrices.items()}
-    ps = _all_reduce_each([m @ qs[i] for i, m in matrices.items()])
+    ps = _all_reduce_each([m @ qs[i] for i, m in matrices.items()], group)
     ps = [_orthogonalise(p, state.orthogonalization_epsilon) for p in ps]
-    new_qs = _all_reduce_each([m.T @ p for m, p in zip(matrices.values(), ps)])
+    new_qs = _all_reduce_each([m.T @ p for m, p in zip(matrices.values(), ps)], group)
     for (i, m), p, q in zip(matrices.items(), ps, new_qs):
         out[i] = (p @ (q.T / size)).reshape(tuple(pieces[i].shape))
         if state.warm_start:
@@ -135,11 +137,12 @@ def _graph_form(state: PowerSGDState, bucket) -> Tensor:
 powerSGD_hook.graph_form = _graph_form
 
 
-def _all_reduce_each(tensors: list) -> list:
-    """The sum over the ranks of each tensor (one message for all)."""
+def _all_reduce_each(tensors: list, group) -> list:
+    """The sum over the ranks (of ``group``, the ops' name of it) of each tensor (one
+    message for all)."""
     if not tensors:
         return []
-    summed = collective.all_reduce(cat([t.reshape(-1) for t in tensors]), "SUM")
+    summed = collective.all_reduce(cat([t.reshape(-1) for t in tensors]), "SUM", group)
     out, offset = [], 0
     for t in tensors:
         n = math.prod(t.shape)

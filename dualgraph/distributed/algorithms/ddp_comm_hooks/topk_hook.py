@@ -21,16 +21,18 @@ from ....ops.creation import zeros_like
 from ....ops.index import argsort, index_put
 from ....tensor import Tensor
 from ... import collectives as dist
+from ...groups import resolve
 
 
 class TopKState:
     """``ratio``: the fraction of each bucket's entries a rank sends per step (at least
-    one); ``residuals``: per bucket, what was not sent yet (a tensor)."""
+    one); ``residuals``: per bucket, what was not sent yet (a tensor); ``process_group``:
+    the ranks that average (DDP's ``process_group``; None for the world)."""
 
-    def __init__(self, ratio: float = 0.01):
+    def __init__(self, ratio: float = 0.01, process_group=None):
         if not 0 < ratio <= 1:
             raise ValueError(f"TopKState(ratio={ratio}): the ratio must be in (0, 1]")
-        self.ratio = ratio
+        self.ratio, self.process_group = ratio, process_group
         self.residuals: dict[int, Tensor] = {}
 
     def residual(self, bucket) -> Tensor:
@@ -60,26 +62,28 @@ def densify(bucket, all_index: Tensor, all_values: Tensor) -> Tensor:
     """The dense average of what every rank sent (``[world size, k]`` indices and values)."""
     buffer = bucket.buffer()
     return index_put(zeros_like(buffer), (all_index.reshape(-1),),
-                     all_values.reshape(-1) / dist.get_world_size(), accumulate=True)
+                     all_values.reshape(-1) / all_values.shape[0], accumulate=True)
 
 
 def sparsify(state: TopKState, bucket) -> Tensor:
     """The hook's graph form: :func:`select`, an ``all_gather`` each of the indices and the
     values, :func:`densify`."""
     index, values = select(state, bucket)
-    return densify(bucket, collective.all_gather(index), collective.all_gather(values))
+    group = resolve(state.process_group)
+    return densify(bucket, collective.all_gather(index, group),
+                   collective.all_gather(values, group))
 
 
 def topk_hook(state: TopKState, bucket) -> dist.Future:
     """Send the top ``state.ratio`` of the bucket (plus its residual), average what all
     ranks sent into a dense bucket: the gathers start now, the future densifies."""
     index, values = select(state, bucket)
-    size = dist.get_world_size()
+    size = dist.get_world_size(state.process_group)
     all_index = Tensor._make(np.empty((size,) + tuple(index.shape), np.int64))
     all_values = Tensor._make(np.empty((size,) + tuple(values.shape),
                                        dtypes.to_np(values.dtype)))
-    works = [dist.all_gather_into_tensor(all_index, index, async_op=True),
-             dist.all_gather_into_tensor(all_values, values, async_op=True)]
+    works = [dist.all_gather_into_tensor(out, x, group=state.process_group, async_op=True)
+             for out, x in ((all_index, index), (all_values, values))]
 
     def finish():
         for work in works:

@@ -1,0 +1,142 @@
+"""Run by tests/test_distributed.py as ``mpiexec -n N python groups.py`` (N = 2 or 4):
+process sub-groups. Every rank makes the group of the even ranks and the group of the odd
+ranks (on 2 ranks, groups of one); collectives on each, eager, async, differentiated and
+compiled, equal NumPy over the group's members; non-members get -1 and an error; a
+mismatched new_group is an error on every rank; on 4 ranks, a member that does not arrive
+makes the other fail at the deadline with an error naming group and global ranks. Prints
+``OK <check>`` per check on rank 0."""
+import numpy as np
+
+import dualgraph as dg
+import dualgraph.distributed as dist
+import dualgraph.distributed.functional as F
+from dualgraph.distributed import mpi
+from dualgraph.ops import collective
+
+dist.init_process_group("mpi")
+RANK, SIZE = dist.get_rank(), dist.get_world_size()
+evens = dist.new_group([r for r in range(SIZE) if r % 2 == 0])
+odds = dist.new_group(range(1, SIZE, 2))
+mine, other = (evens, odds) if RANK % 2 == 0 else (odds, evens)
+members = dist.get_process_group_ranks(mine)
+
+
+def ok(check):
+    dist.barrier()   # (every rank got here: their asserts passed)
+    if RANK == 0:
+        print(f"OK {check}", flush=True)
+
+
+# -- ranks ------------------------------------------------------------------------------------
+assert members == list(range(RANK % 2, SIZE, 2)), members
+assert dist.get_rank(mine) == members.index(RANK) == mine.rank()
+assert dist.get_world_size(mine) == len(members)
+assert dist.get_rank(other) == dist.get_world_size(other) == -1
+assert other == dist.GroupMember.NON_GROUP_MEMBER and mine != dist.GroupMember.NON_GROUP_MEMBER
+assert dist.get_group_rank(mine, RANK) == dist.get_rank(mine)
+assert dist.get_global_rank(mine, 0) == members[0]
+assert dist.new_group(range(SIZE)) is dist.group.WORLD is dist.GroupMember.WORLD
+assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(SIZE))
+ok("ranks")
+
+# -- collectives against NumPy over the group's members ---------------------------------------
+values = {r: np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1) for r in range(SIZE)}
+want_sum = sum(values[r] for r in members)
+t = dg.tensor(values[RANK])
+dist.all_reduce(t, group=mine)
+np.testing.assert_allclose(t.numpy(), want_sum)
+t = dg.tensor(values[RANK])
+work = dist.all_reduce(t, op=dist.ReduceOp.MAX, group=mine, async_op=True)
+work.wait()
+np.testing.assert_allclose(t.numpy(), values[members[-1]])
+big = dg.tensor(np.full(40_000, RANK + 1.0, np.float32))   # (the out-of-place size)
+dist.all_reduce(big, group=mine)
+np.testing.assert_allclose(big.numpy(), sum(r + 1.0 for r in members))
+t = dg.tensor(values[RANK])
+dist.broadcast(t, src=members[-1], group=mine)   # src is a global rank
+np.testing.assert_allclose(t.numpy(), values[members[-1]])
+parts = [dg.zeros(2, 3) for _ in members]
+dist.all_gather(parts, dg.tensor(values[RANK]), group=mine)
+for p, r in zip(parts, members):
+    np.testing.assert_allclose(p.numpy(), values[r])
+out = dg.zeros(3)
+dist.reduce_scatter_tensor(out, dg.tensor(np.ones((len(members), 3), np.float32) * (RANK + 1)),
+                           group=mine)
+np.testing.assert_allclose(out.numpy(), sum(r + 1.0 for r in members))
+t = dg.tensor(values[RANK])
+dist.reduce(t, dst=members[0], group=mine)
+np.testing.assert_allclose(t.numpy(), want_sum if RANK == members[0] else values[RANK])
+if len(members) > 1:   # point to point between the group's first two members
+    first, second = members[:2]
+    if RANK == first:
+        dist.send(dg.tensor(values[RANK]), dst=second, group=mine, tag=3)
+    elif RANK == second:
+        got = dg.zeros(2, 3)
+        dist.irecv(got, src=first, group=mine, tag=3).wait()
+        np.testing.assert_allclose(got.numpy(), values[first])
+dist.barrier(group=mine)
+ok("collectives")
+
+# -- non-members, bad arguments, a mismatched new_group -----------------------------------------
+for call in (lambda: dist.all_reduce(dg.ones(2), group=other),
+             lambda: dist.barrier(group=other),
+             lambda: F.all_gather(dg.ones(2), group=other)):
+    try:
+        call()
+        raise AssertionError("a non-member's collective did not raise")
+    except RuntimeError as e:
+        assert f"global rank {RANK} is not a member of the process group" in str(e), e
+try:
+    dist.broadcast(dg.ones(2), src=dist.get_global_rank(other, 0), group=mine)
+    raise AssertionError("a src outside the group did not raise")
+except ValueError as e:
+    assert "is not a rank of the group of global ranks" in str(e), e
+try:
+    dist.new_group([RANK])   # every rank a group of itself: the ranks' calls differ
+    raise AssertionError("a mismatched new_group did not raise")
+except dist.DistributedError as e:
+    assert "called it with other ranks" in str(e), e
+ok("non-members")
+
+# -- gradients through group collectives, and a compiled function with them ----------------------
+x = dg.tensor(values[RANK], requires_grad=True)
+y = F.all_reduce(x * x, group=mine)
+y.sum().backward()   # d/dx of sum over members of their x^2, summed over members' outputs
+np.testing.assert_allclose(x.grad.numpy(), 2 * values[RANK] * len(members), rtol=1e-6)
+g = F.all_gather_tensor(x, group=mine)
+assert tuple(g.shape) == (len(members), 2, 3)
+
+
+def step(a):
+    s = F.all_reduce(a * 2, group=mine)
+    return s, F.broadcast(a, src=members[0], group=mine), F.all_reduce(a)
+
+
+compiled = dg.compile(step)
+for got, want in zip(compiled(dg.tensor(values[RANK])), step(dg.tensor(values[RANK]))):
+    np.testing.assert_allclose(got.numpy(), want.numpy())
+printed = str(compiled.graph)
+assert f"group={tuple(members)}" in printed, printed
+ok("gradients and compiled")
+
+# -- a member that does not arrive: the deadline names group and global ranks ---------------------
+if SIZE >= 4:
+    sub = collective.comm(mine.key)
+    if dist.get_rank(mine) == 0:
+        sub.timeout = 1.0
+        try:
+            dist.all_reduce(dg.ones(3), group=mine)
+            raise AssertionError("the deadline did not expire")
+        except dist.DeadlineError as e:
+            message = str(e)
+            assert f"group rank 1 (global rank {members[1]}) did not arrive" in message, message
+            assert f"on group rank 0 (global rank {RANK}) of {len(members)}" in message, message
+            assert "groups.py:" in message, message
+        mpi._failed[0] = False   # (the late member's allreduce completes this one below)
+    dist.barrier()
+    if dist.get_rank(mine) == 1:
+        dist.all_reduce(dg.ones(3), group=mine)   # late: after rank 0's deadline
+    ok("deadline names group and global ranks")
+
+dist.destroy_process_group(mine)
+dist.destroy_process_group()
