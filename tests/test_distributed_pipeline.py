@@ -29,6 +29,17 @@ def test_pipeline_equals_the_unsplit_model_gpipe_and_1f1b_eager_and_compiled():
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 
 
+@needs_mpi
+def test_pipeline_times_data_parallel_equals_the_unsplit_model():
+    """2 stages x 2 replicas on 4 ranks (oversubscribed: about 8 s on 2 cores): pipeline
+    groups and DDP groups, eager and compiled stages, both schedules."""
+    lines = ok_lines(mpiexec("pipeline_dp.py", ranks=4))
+    for schedule in ("ScheduleGPipe", "Schedule1F1B"):
+        for mode in ("eager", "compiled"):
+            assert sum(line.startswith(f"OK {schedule} x DDP {mode}") for line in lines) == 1, \
+                lines
+
+
 def test_split_module_and_schedule_orders(monkeypatch):
     from dualgraph.distributed.mpi import Communicator
     from dualgraph.distributed.pipeline import (PipelineStage, Schedule1F1B, ScheduleGPipe,
