@@ -255,15 +255,15 @@ def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: boo
     >>> t = dg.ones(2)
     >>> dist.all_reduce(t, op=dist.ReduceOp.SUM)   # t == world size
     """
-    key = resolve(group)
+    key = None if group is None else resolve(group)
     data = tensor._data
     if not async_op and modes.tracer is None and not tensor.requires_grad and type(
-            data) is np.ndarray:   # (the short path, no handle: a small one is mostly this)
-        flags = data.flags
-        if flags.c_contiguous and flags.writeable:
-            _c.comm(key).all_reduce_now(data, op)
-            tensor._version[0] += 1
-            return None
+            data) is np.ndarray and data.flags.carray:
+        # the short path (C-contiguous and writeable: in place), no handle: the time of a
+        # small allreduce is mostly this Python
+        _c.comm(key).all_reduce_now(data, op)
+        tensor._version[0] += 1
+        return None
     return _run(tensor, async_op, "all_reduce", _c.all_reduce, op, group=key)
 
 

@@ -42,11 +42,7 @@ _LAUNCH_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANK
 SPIN_S = 2e-4
 MAX_SLEEP_S = 1e-4
 POLLS = 256
-FIRST_POLLS = 64   # Test calls a wait makes before it starts the deadline's clock
-# MPICH's in-place allreduce of a medium message goes through a temporary buffer of its own:
-# from 16 KiB to 256 KiB reducing into a scratch array and copying back was 0-14% faster
-# here (docs/benchmarks.md, issue 28); below, and from 256 KiB up, in place is faster
-OUT_OF_PLACE = (16 << 10, 256 << 10)
+FIRST_POLLS = 512  # Test calls a wait makes before it starts the deadline's clock (~100 us)
 
 
 class DistributedError(OpError):
@@ -126,8 +122,8 @@ class Communicator:
         self.calls = 0           # operations started: names the one that timed out
         self.in_flight: list = []   # started and not yet seen complete (progress())
         self.mailbox: dict = {}     # a lone process's messages to itself, by tag
-        self._scratch = np.empty(0, np.uint8)   # all_reduce_now's out-of-place result
         self._reductions: dict = {}   # (op, dtype) -> what _reduction made for them
+        self._last = (None, None, None)   # all_reduce_now's last (op, dtype, reduction)
 
     def name(self, rank: int) -> str:
         """Rank ``rank`` of this communicator, as errors name it (with its world rank in a
@@ -258,29 +254,27 @@ class Communicator:
         """``all_reduce(x, op, inplace=True).wait()`` (``x`` C-contiguous) with the least
         Python on the way: a small message completes within the first ``Test`` calls, and
         only one that does not gets a :class:`Pending` and the deadline's wait."""
-        wire, mpi_op, finish = self._reduction(op, x.dtype)
+        dtype, last = x.dtype, self._last
+        if last[0] is op and last[1] is dtype:   # (as the call before: a dtype hashes slowly)
+            wire, mpi_op, finish = last[2]
+        else:
+            wire, mpi_op, finish = found = self._reduction(op, dtype)
+            self._last = (op, dtype, found)
         self.calls += 1
         if self.mpi is None:
             return finish(x)
-        out = None
-        if OUT_OF_PLACE[0] <= x.nbytes < OUT_OF_PLACE[1]:
-            if self._scratch.nbytes < x.nbytes:
-                self._scratch = np.empty(OUT_OF_PLACE[1], np.uint8)
-            out = self._scratch[:x.nbytes].view(x.dtype).reshape(x.shape)
         try:
-            request = (self.handle.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op) if out is None
-                       else self.handle.Iallreduce(wire(x), wire(out), mpi_op))
-            test = request.Test
-            for _ in range(FIRST_POLLS):
-                if test():
+            request = self.handle.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op)
+            polls = FIRST_POLLS   # (this loop's form was the fastest to see completion)
+            while not request.Test():
+                polls -= 1
+                if not polls:
+                    self.wait_all([Pending(self, f"all_reduce({op})", x, self.calls, [request],
+                                           x)])
                     break
-            else:
-                self.wait_all([Pending(self, f"all_reduce({op})", x, self.calls, [request], x)])
         except self.mpi.Exception as e:
             what = Pending(self, f"all_reduce({op})", x, self.calls, [], None).what
             raise DistributedError(f"{what} failed on {self.where()}: {e}") from e
-        if out is not None:
-            np.copyto(x, out)
         return finish(x)
 
     def _reduction(self, op: str, dtype):
