@@ -54,9 +54,11 @@ def test_collectives_against_numpy_async_gradients_and_compiled():
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_process_groups_collectives_non_members_and_deadlines(ranks):
     """new_group over the even and the odd ranks (groups of one on 2 ranks, real MPI
-    sub-communicators on 4, oversubscribed: about 8 s on 2 cores)."""
+    sub-communicators on 4, oversubscribed: about 14 s on 2 cores)."""
     lines = ok_lines(mpiexec("groups.py", ranks=ranks))
-    checks = ["ranks", "collectives", "non-members", "gradients and compiled"]
+    checks = ["ranks", "collectives", "non-members", "gradients and compiled"] + [
+        f"ddp over a group {name}" for name in ("eager", "compiled", "fp16 hook compiled",
+                                                "ZeroRedundancyOptimizer")]
     for check in checks + ["deadline names group and global ranks"] * (ranks >= 4):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 
@@ -137,6 +139,48 @@ def test_a_lone_process_is_a_world_of_one(monkeypatch):
     model = dg.nn.parallel.DistributedDataParallel(dg.nn.Linear(3, 2), bucket_cap_mb=1e-5)
     model(dg.ones(2, 3)).sum().backward()
     np.testing.assert_allclose(model.module.bias.grad.numpy(), [2, 2])
+
+
+def test_process_groups_in_a_lone_process(monkeypatch, tmp_path):
+    """A world of one: every group is the world; bad ranks and bad groups are clear errors;
+    a graph over a sub-group prints and serialises its group attr; errors of a sub-group's
+    communicator name group and global ranks."""
+    import dualgraph.distributed as dist
+    import dualgraph.distributed.functional as F
+    from dualgraph.distributed.mpi import Communicator, Pending
+    from dualgraph.graph import serialize
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective, "STATE", collective._State())
+    collective.STATE.comm = Communicator(None, 5.0)
+    assert dist.new_group([0]) is dist.group.WORLD and dist.new_group() is dist.group.WORLD
+    assert dist.get_process_group_ranks(dist.group.WORLD) == [0]
+    assert dist.get_rank(dist.group.WORLD) == 0 and dist.get_world_size(dist.group.WORLD) == 1
+    for bad in ([1], [0, 0], []):
+        with pytest.raises(ValueError, match="distinct ranks of the world"):
+            dist.new_group(bad)
+    with pytest.raises(TypeError, match="pass a group made by dist.new_group"):
+        dist.all_reduce(dg.ones(2), group=[0])
+    with pytest.raises(ValueError, match="src=3 is not a rank of the group"):
+        dist.broadcast(dg.ones(2), src=3, group=dist.group.WORLD)
+    # a sub-group's communicator, as a member of ranks (2, 5) sees it (group rank 0)
+    sub = Communicator(None, 5.0, None, (2, 5))
+    collective.STATE.groups[(2, 5)] = sub
+    group = dist.ProcessGroup((2, 5))
+    assert dist.get_process_group_ranks(group) == [2, 5]
+    assert dist.get_global_rank(group, 1) == 5 and dist.get_group_rank(group, 5) == 1
+    compiled = dg.compile(lambda x: F.all_reduce(x * 2, group=group))
+    np.testing.assert_array_equal(compiled(dg.ones(3)).numpy(), [2, 2, 2])
+    assert "all_reduce(%mul, reduction='SUM', group=(2, 5))" in str(compiled.graph)
+    serialize.save(compiled.graph, tmp_path / "g.json")
+    assert str(serialize.load(tmp_path / "g.json")) == str(compiled.graph)
+    sub.size = 2   # (as if the other member were there: it names it)
+    pending = Pending(sub, "all_reduce(SUM)", np.ones(3, np.float32), 7, [], None)
+    pending.started = 0.0
+    monkeypatch.setattr("dualgraph.distributed.mpi._failed", [False])   # (set by the error)
+    with pytest.raises(dist.DeadlineError, match=r"on group rank 0 \(global rank 2\) of 2 in "
+                       r"the group of global ranks \[2, 5\].*group rank 1 \(global rank 5\) "
+                       "did not arrive"):
+        sub._expired(pending)
 
 
 def test_post_accumulate_grad_hooks_and_end_of_backward_callbacks():

@@ -2,7 +2,9 @@
 process sub-groups. Every rank makes the group of the even ranks and the group of the odd
 ranks (on 2 ranks, groups of one); collectives on each, eager, async, differentiated and
 compiled, equal NumPy over the group's members; non-members get -1 and an error; a
-mismatched new_group is an error on every rank; on 4 ranks, a member that does not arrive
+mismatched new_group is an error on every rank; DistributedDataParallel over a group
+(eager, compiled, with the fp16 hook compiled, with ZeroRedundancyOptimizer over the group)
+equals one process on the rows of the group's ranks; on 4 ranks, a member that does not arrive
 makes the other fail at the deadline with an error naming group and global ranks. Prints
 ``OK <check>`` per check on rank 0."""
 import numpy as np
@@ -118,6 +120,51 @@ for got, want in zip(compiled(dg.tensor(values[RANK])), step(dg.tensor(values[RA
 printed = str(compiled.graph)
 assert f"group={tuple(members)}" in printed, printed
 ok("gradients and compiled")
+
+# -- data parallelism over a group: DDP (eager, compiled, a hook compiled) and ZeRO ------------
+from dualgraph.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from dualgraph.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
+from dualgraph.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((4, SIZE, 3, 5)).astype(np.float32)   # step, rank, rows, features
+Y = rng.integers(0, 2, (4, SIZE, 3))
+
+
+def net(seed):
+    dg.manual_seed(seed)
+    return dg.nn.Sequential(dg.nn.Linear(5, 8), dg.nn.Tanh(), dg.nn.Linear(8, 2))
+
+
+def train(model, rows, compiled=False, zero=False):
+    params = model.parameters()
+    opt = (ZeroRedundancyOptimizer(params, dg.optim.Adam, process_group=mine, lr=0.05) if zero
+           else dg.optim.Adam(params, lr=0.05))
+
+    def step(x, y):
+        opt.zero_grad()
+        dg.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    run = dg.compile(step) if compiled else step
+    for s in range(len(X)):
+        run(dg.tensor(X[s, rows].reshape(-1, 5)), dg.tensor(Y[s, rows].reshape(-1)))
+    return np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]), run
+
+
+want, _ = train(net(members[0]), members)   # one process on the rows of the group
+for name, hook, compiled, zero in (("eager", None, False, False), ("compiled", None, True, False),
+                                   ("fp16 hook compiled", default_hooks.fp16_compress_hook,
+                                    True, False), ("ZeroRedundancyOptimizer", None, False, True)):
+    model = DDP(net(RANK), process_group=mine)   # (rank 0 of the group's values win)
+    if hook is not None:
+        model.register_comm_hook(mine, hook)
+    got, run = train(model, [RANK], compiled, zero)
+    tolerance = 1e-3 if hook is not None else 1e-6   # (fp16 rounds the gradients)
+    rel = np.max(np.abs(got - want)) / np.max(np.abs(want))
+    assert rel <= tolerance, f"DDP over {members}, {name}: parameters differ by {rel:.1e}"
+    if compiled and len(members) > 1:
+        assert f"group={tuple(members)}" in str(run.graph), run.graph
+    ok(f"ddp over a group {name}")
 
 # -- a member that does not arrive: the deadline names group and global ranks ---------------------
 if SIZE >= 4:
