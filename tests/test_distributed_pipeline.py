@@ -33,7 +33,7 @@ def test_pipeline_equals_the_unsplit_model_gpipe_and_1f1b_eager_and_compiled():
 def test_pipeline_times_data_parallel_equals_the_unsplit_model():
     """2 stages x 2 replicas on 4 ranks (oversubscribed: about 8 s on 2 cores): pipeline
     groups and DDP groups, eager and compiled stages, both schedules."""
-    lines = ok_lines(mpiexec("pipeline_dp.py", ranks=4))
+    lines = ok_lines(mpiexec("pipeline.py", "dp", ranks=4))
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
         for mode in ("eager", "compiled"):
             assert sum(line.startswith(f"OK {schedule} x DDP {mode}") for line in lines) == 1, \
