@@ -57,8 +57,8 @@ def test_process_groups_collectives_non_members_and_deadlines(ranks):
     sub-communicators on 4, oversubscribed: about 14 s on 2 cores)."""
     lines = ok_lines(mpiexec("groups.py", ranks=ranks))
     checks = ["ranks", "collectives", "non-members", "gradients and compiled"] + [
-        f"ddp over a group {name}" for name in ("eager", "compiled", "fp16 hook compiled",
-                                                "ZeroRedundancyOptimizer")]
+        f"ddp over a group {name}" for name in ("eager", "compiled", "allreduce_hook",
+                                                "fp16 hook compiled", "ZeroRedundancyOptimizer")]
     for check in checks + ["deadline names group and global ranks"] * (ranks >= 4):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 

@@ -160,10 +160,13 @@ class Work:
 
 class GradBucket:
     """What a data-parallel communication hook gets (torch's ``dist.GradBucket``): one
-    bucket's gradients, flattened into ``buffer()`` in the order of ``parameters()``."""
+    bucket's gradients, flattened into ``buffer()`` in the order of ``parameters()``;
+    ``process_group`` is the DDP's (None: the world), which the built-in hooks reduce over
+    when their state names no group."""
 
-    def __init__(self, bucket, buffer: Tensor, last: bool):
+    def __init__(self, bucket, buffer: Tensor, last: bool, process_group=None):
         self._bucket, self._buffer, self._last = bucket, buffer, last
+        self.process_group = process_group
 
     def index(self) -> int:
         return self._bucket.index

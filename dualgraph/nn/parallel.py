@@ -166,7 +166,8 @@ class DistributedDataParallel(Module):
                 np.divide(p.grad._data.reshape(-1), scale, out=flat[lo:hi], casting="unsafe")
         if self._hook is not None:
             grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
-                                          bucket.index == len(self._buckets) - 1)
+                                          bucket.index == len(self._buckets) - 1,
+                                          self.process_group)
             bucket.future = self._hook(self._state, grad_bucket)
             return
         pending = self._comm.all_reduce(flat, "SUM", inplace=True)
@@ -216,7 +217,8 @@ class DistributedDataParallel(Module):
                 reduced = collective.all_reduce(grads / self._comm.size, "SUM", self._group)
             else:
                 last = bucket.index == len(self._buckets) - 1
-                reduced = graph_form(self._state, dist.GradBucket(bucket, grads, last))
+                reduced = graph_form(self._state, dist.GradBucket(bucket, grads, last,
+                                                                  self.process_group))
             for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
                 p.grad = reduced[lo:hi].reshape(tuple(p.shape))
 

@@ -152,14 +152,17 @@ def train(model, rows, compiled=False, zero=False):
 
 
 want, _ = train(net(members[0]), members)   # one process on the rows of the group
-for name, hook, compiled, zero in (("eager", None, False, False), ("compiled", None, True, False),
-                                   ("fp16 hook compiled", default_hooks.fp16_compress_hook,
-                                    True, False), ("ZeroRedundancyOptimizer", None, False, True)):
+for name, hook, state, compiled, zero in (
+        ("eager", None, None, False, False), ("compiled", None, None, True, False),
+        ("allreduce_hook", default_hooks.allreduce_hook, mine, False, False),
+        # (a built-in hook whose state names no group reduces over the DDP's)
+        ("fp16 hook compiled", default_hooks.fp16_compress_hook, None, True, False),
+        ("ZeroRedundancyOptimizer", None, None, False, True)):
     model = DDP(net(RANK), process_group=mine)   # (rank 0 of the group's values win)
     if hook is not None:
-        model.register_comm_hook(mine, hook)
+        model.register_comm_hook(state, hook)
     got, run = train(model, [RANK], compiled, zero)
-    tolerance = 1e-3 if hook is not None else 1e-6   # (fp16 rounds the gradients)
+    tolerance = 1e-3 if "fp16" in name else 1e-6   # (fp16 rounds the gradients)
     rel = np.max(np.abs(got - want)) / np.max(np.abs(want))
     assert rel <= tolerance, f"DDP over {members}, {name}: parameters differ by {rel:.1e}"
     if compiled and len(members) > 1:

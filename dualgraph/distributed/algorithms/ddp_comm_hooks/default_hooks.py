@@ -15,15 +15,24 @@ from ....ops import collective as _c
 from ...groups import resolve
 
 
+def group_of(process_group, bucket):
+    """The group a hook reduces over: its state's ``process_group`` if given, else the
+    DDP's (so that a hook registered with ``None`` on a DDP over a group stays in it)."""
+    return process_group if process_group is not None else bucket.process_group
+
+
 def allreduce_hook(process_group, bucket) -> dist.Future:
-    """Average the bucket over the ranks (of ``process_group``, the state; None for the
-    world): divide by their number, allreduce (sum)."""
-    return _allreduce_fut(bucket.buffer(), process_group)
+    """Average the bucket over the ranks (of ``process_group``, the state; None: the
+    DDP's): divide by their number, allreduce (sum)."""
+    return _allreduce_fut(bucket.buffer(), group_of(process_group, bucket))
 
 
-allreduce_hook.graph_form = lambda process_group, bucket: _c.all_reduce(
-    bucket.buffer() / dist.get_world_size(process_group), "SUM",
-    resolve(process_group))
+def _allreduce_graph_form(process_group, bucket):
+    group = group_of(process_group, bucket)
+    return _c.all_reduce(bucket.buffer() / dist.get_world_size(group), "SUM", resolve(group))
+
+
+allreduce_hook.graph_form = _allreduce_graph_form
 
 
 def _allreduce_fut(tensor, process_group) -> dist.Future:
@@ -34,17 +43,19 @@ def _allreduce_fut(tensor, process_group) -> dist.Future:
 
 def _compress_hook(dtype):
     def hook(process_group, bucket) -> dist.Future:
-        buffer = bucket.buffer()
-        compressed = (buffer / dist.get_world_size(process_group)).to(dtype)
-        fut = dist.all_reduce(compressed, group=process_group, async_op=True).get_future()
+        buffer, group = bucket.buffer(), group_of(process_group, bucket)
+        compressed = (buffer / dist.get_world_size(group)).to(dtype)
+        fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
 
         def decompress(fut):
             buffer.copy_(fut.value()[0])
             return buffer
         return fut.then(decompress)
-    hook.graph_form = lambda process_group, bucket: _c.compressed_all_reduce(   # (compiled)
-        bucket.buffer() / dist.get_world_size(process_group), "SUM", dtype,
-        resolve(process_group))
+    def graph_form(process_group, bucket):   # (under dg.compile)
+        group = group_of(process_group, bucket)
+        return _c.compressed_all_reduce(bucket.buffer() / dist.get_world_size(group), "SUM",
+                                        dtype, resolve(group))
+    hook.graph_form = graph_form
     return hook
 
 

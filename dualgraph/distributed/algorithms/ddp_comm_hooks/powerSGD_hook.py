@@ -28,7 +28,7 @@ from ....ops.shape import cat, stack
 from ....tensor import Tensor
 from ... import collectives as dist
 from ...groups import resolve
-from .default_hooks import allreduce_hook
+from .default_hooks import allreduce_hook, group_of
 
 
 class PowerSGDState:
@@ -78,7 +78,7 @@ def powerSGD_hook(state: PowerSGDState, bucket) -> dist.Future:
     (:func:`compress`, run now); a plain allreduce for the first steps."""
     if state.iter < state.start_powerSGD_iter:
         state.maybe_increase_iter(bucket)
-        return allreduce_hook(state.process_group, bucket)
+        return allreduce_hook(state.process_group, bucket)   # (None: the DDP's group)
     averaged = compress(state, bucket)
     state.maybe_increase_iter(bucket)
     return dist.Future(value=averaged)
@@ -88,8 +88,9 @@ def compress(state: PowerSGDState, bucket) -> Tensor:
     """The bucket averaged over the ranks, its large matrices as ``P Q^T`` (error feedback
     and warm start in ``state``). Dualgraph ops only: it runs eagerly and traces into a
     step's graph alike."""
-    size, r = dist.get_world_size(state.process_group), state.matrix_approximation_rank
-    group = resolve(state.process_group)
+    process_group = group_of(state.process_group, bucket)
+    size, r = dist.get_world_size(process_group), state.matrix_approximation_rank
+    group = resolve(process_group)
     flat = bucket.buffer()
     if state.use_error_feedback:
         error = state.error(bucket)

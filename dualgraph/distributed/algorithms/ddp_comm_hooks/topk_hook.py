@@ -22,12 +22,13 @@ from ....ops.index import argsort, index_put
 from ....tensor import Tensor
 from ... import collectives as dist
 from ...groups import resolve
+from .default_hooks import group_of
 
 
 class TopKState:
     """``ratio``: the fraction of each bucket's entries a rank sends per step (at least
     one); ``residuals``: per bucket, what was not sent yet (a tensor); ``process_group``:
-    the ranks that average (DDP's ``process_group``; None for the world)."""
+    the ranks that average (None: the DDP's)."""
 
     def __init__(self, ratio: float = 0.01, process_group=None):
         if not 0 < ratio <= 1:
@@ -69,7 +70,7 @@ def sparsify(state: TopKState, bucket) -> Tensor:
     """The hook's graph form: :func:`select`, an ``all_gather`` each of the indices and the
     values, :func:`densify`."""
     index, values = select(state, bucket)
-    group = resolve(state.process_group)
+    group = resolve(group_of(state.process_group, bucket))
     return densify(bucket, collective.all_gather(index, group),
                    collective.all_gather(values, group))
 
@@ -78,11 +79,12 @@ def topk_hook(state: TopKState, bucket) -> dist.Future:
     """Send the top ``state.ratio`` of the bucket (plus its residual), average what all
     ranks sent into a dense bucket: the gathers start now, the future densifies."""
     index, values = select(state, bucket)
-    size = dist.get_world_size(state.process_group)
+    group = group_of(state.process_group, bucket)
+    size = dist.get_world_size(group)
     all_index = Tensor._make(np.empty((size,) + tuple(index.shape), np.int64))
     all_values = Tensor._make(np.empty((size,) + tuple(values.shape),
                                        dtypes.to_np(values.dtype)))
-    works = [dist.all_gather_into_tensor(out, x, group=state.process_group, async_op=True)
+    works = [dist.all_gather_into_tensor(out, x, group=group, async_op=True)
              for out, x in ((all_index, index), (all_values, values))]
 
     def finish():
