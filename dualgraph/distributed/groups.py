@@ -75,7 +75,8 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
               use_local_synchronization: bool = False, group_desc=None) -> ProcessGroup:
     """A process group of the global ``ranks`` (all of them by default). Every rank of the
     world must call it, in the same order, with the same ranks; the ranks outside get a
-    non-member group. ``timeout`` is ignored (the world's deadline applies).
+    non-member group. ``timeout`` (a ``timedelta`` or seconds): the deadline of the group's
+    operations (the world's by default).
 
     >>> evens = dist.new_group([r for r in range(dist.get_world_size()) if r % 2 == 0])
     """
@@ -93,6 +94,9 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
     sub = world.new_group(members, make=not known)
     if not known:
         _c.STATE.groups[members] = sub
+    sub = _c.STATE.groups[members]
+    if timeout is not None and sub is not None:
+        sub.timeout = getattr(timeout, "total_seconds", lambda: timeout)()
     return ProcessGroup(members)
 
 

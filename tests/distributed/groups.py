@@ -7,6 +7,8 @@ mismatched new_group is an error on every rank; DistributedDataParallel over a g
 equals one process on the rows of the group's ranks; on 4 ranks, a member that does not arrive
 makes the other fail at the deadline with an error naming group and global ranks. Prints
 ``OK <check>`` per check on rank 0."""
+import datetime
+
 import numpy as np
 
 import dualgraph as dg
@@ -171,9 +173,10 @@ for name, hook, state, compiled, zero in (
 
 # -- a member that does not arrive: the deadline names group and global ranks ---------------------
 if SIZE >= 4:
-    sub = collective.comm(mine.key)
+    evens = dist.new_group(range(0, SIZE, 2), timeout=datetime.timedelta(seconds=1))
+    odds = dist.new_group(range(1, SIZE, 2), timeout=1.0)   # (the same groups, a 1 s deadline)
+    assert collective.comm(mine.key).timeout == 1.0
     if dist.get_rank(mine) == 0:
-        sub.timeout = 1.0
         try:
             dist.all_reduce(dg.ones(3), group=mine)
             raise AssertionError("the deadline did not expire")
