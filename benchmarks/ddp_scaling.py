@@ -152,7 +152,8 @@ def collectives() -> list:
         best = {}
         for _ in range(3):   # interleaved, the best median of each kept (a shared machine)
             for name, fn in (("raw", lambda: comm.Allreduce(a, out, MPI.SUM)),
-                             ("inplace", lambda: spin(comm.Iallreduce(MPI.IN_PLACE, a, MPI.SUM))),
+                             ("inplace",
+                              lambda: spin(comm.Iallreduce(MPI.IN_PLACE, a, MPI.SUM))),
                              ("ours", lambda: dist.all_reduce(t))):
                 best[name] = min(best.get(name, 1.0), median(fn))
         rows.append({"bytes": a.nbytes, "mpi4py_us": best["raw"] * 1e6,
@@ -263,13 +264,13 @@ def main():
         return
     train, coll = {}, None
     for _ in range(args.rounds):
-        for impl, variant, ranks in [] if args.collectives else [("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
-                                     ("dualgraph", "single,compiled", 1),
-                                     ("dualgraph", "ddp,compiled", 2),
-                                     ("dualgraph", "ddp,zero", 2),
-                                     ("dualgraph", "ddp,view", 2),
-                                     ("torch", "single", 1), ("torch", "ddp", 2),
-                                     ("torch", "ddp,zero", 2), ("torch", "ddp,view", 2)]:
+        runs = [] if args.collectives else [
+            ("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
+            ("dualgraph", "single,compiled", 1), ("dualgraph", "ddp,compiled", 2),
+            ("dualgraph", "ddp,zero", 2), ("dualgraph", "ddp,view", 2),
+            ("torch", "single", 1), ("torch", "ddp", 2), ("torch", "ddp,zero", 2),
+            ("torch", "ddp,view", 2)]
+        for impl, variant, ranks in runs:
             name = f"{impl} {variant}"
             train[name] = max(train.get(name, 0.0), _launch(f"{impl}:{variant}", ranks))
         rows = _launch("collectives", 2)

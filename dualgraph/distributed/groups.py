@@ -58,7 +58,8 @@ class ProcessGroup:
     def __repr__(self) -> str:
         if self._ranks is None:
             return "ProcessGroup(WORLD)"
-        return f"ProcessGroup(ranks={list(self._ranks)}{'' if self.is_member() else ', not a member'})"
+        outside = "" if self.is_member() else ", not a member"
+        return f"ProcessGroup(ranks={list(self._ranks)}{outside})"
 
 
 class GroupMember:

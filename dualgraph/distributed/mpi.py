@@ -1,6 +1,7 @@
 """The MPI runtime under ``dg.distributed``: communicators (the world and its sub-groups),
-non-blocking operations on NumPy arrays, and waits polled against a deadline. No Tensors here: the collective ops
-(``ops/collective.py``) and data parallelism call this module with arrays.
+non-blocking operations on NumPy arrays, and waits polled against a deadline. No Tensors
+here: the collective ops (``ops/collective.py``) and data parallelism call this module with
+arrays.
 
 Why every wait polls: MPI has no per-operation timeout, and a peer that died or hangs makes a
 blocking call spin forever. So every operation is started non-blocking (``Iallreduce``,
@@ -215,9 +216,10 @@ class Communicator:
                 f"did not complete within {self.timeout:g} s")
         _failed[0] = True
         raise DeadlineError(
-            f"{pending.what}, waited on at {user_location()}, on {self.where()} {when}: {who} did not arrive ({why}). The job is aborted instead "
-            "of hanging; raise the deadline with init_process_group(timeout=datetime."
-            f"timedelta(...)) or {TIMEOUT_ENV}")
+            f"{pending.what}, waited on at {user_location()}, on {self.where()} {when}: "
+            f"{who} did not arrive ({why}). The job is aborted instead of hanging; raise the "
+            "deadline with init_process_group(timeout=datetime.timedelta(...)) or "
+            f"{TIMEOUT_ENV}")
 
     # -- operations -----------------------------------------------------------------------------
     def _start(self, what, array, start, result, finish=None, peers=None) -> Pending:
