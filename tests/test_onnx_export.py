@@ -203,7 +203,9 @@ def test_dynamic_axes_through_a_reshape(tmp_path):
     proto = dg.onnx.export(fn, (dg.randn(3, 4, 5),), tmp_path / "m.onnx",
                            dynamic_axes={"x": [0]})
     x = dg.randn(7, 4, 5)
-    np.testing.assert_allclose(run_ort(proto, [x.numpy()])[0], fn(x).numpy(), rtol=1e-5)
+    # a sum of 20 unseeded normals can be near zero: an absolute floor for its rounding
+    np.testing.assert_allclose(run_ort(proto, [x.numpy()])[0], fn(x).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_a_mean_over_a_dynamic_dim_counts_at_run_time(tmp_path):
