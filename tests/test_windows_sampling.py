@@ -150,3 +150,10 @@ def test_a_3d_cnn_step_and_a_warp_compile_equal_to_eager():
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
     for a, b in zip(results[1][1], results[0][1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_in_place_relu_after_max_pool_matches_torch():
+    """Max pooling's gradient reads its indices, not its values (``saved_outputs``), so
+    ``nn.ReLU(inplace=True)`` after ``nn.MaxPool2d`` differentiates, as in torch."""
+    compare(lambda lib, F, x: F.relu(F.max_pool2d(x * 1, 2), inplace=True), _x(2, 3, 6, 6))
+    compare(lambda lib, F, x: (x * 1).max(1).values.relu_(), _x(3, 4))
