@@ -157,3 +157,13 @@ def test_in_place_relu_after_max_pool_matches_torch():
     ``nn.ReLU(inplace=True)`` after ``nn.MaxPool2d`` differentiates, as in torch."""
     compare(lambda lib, F, x: F.relu(F.max_pool2d(x * 1, 2), inplace=True), _x(2, 3, 6, 6))
     compare(lambda lib, F, x: (x * 1).max(1).values.relu_(), _x(3, 4))
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+def test_conv3d_layer_padding_modes_match_torch(mode):
+    import torch
+    ref = torch.nn.Conv3d(2, 3, 3, padding=1, padding_mode=mode).double()
+    ours = dg.nn.Conv3d(2, 3, 3, padding=1, padding_mode=mode, dtype=dg.float64)
+    ours.load_state_dict({k: dg.tensor(v.numpy()) for k, v in ref.state_dict().items()})
+    assert repr(ours) == repr(ref)
+    compare(lambda lib, F, x: (ours if lib is dg else ref)(x), _x(1, 2, 4, 5, 6))
