@@ -107,24 +107,28 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         raise TypeError(f"grid_sample: input and grid must have the same floating dtype, "
                         f"got {input.dtype} and {grid.dtype}")
     n, c, h, w = input.shape
-    ho, wo = grid.shape[1:3]
     ix = _source(grid[..., 0], w, padding_mode, bool(align_corners))
     iy = _source(grid[..., 1], h, padding_mode, bool(align_corners))
     planes = shape_ops.reshape(input, (n, c, h * w))
-
-    def tap(x, y):
-        """The pixels at integer positions (x, y) (N, Ho, Wo), zero outside the image."""
-        x, y = x.long(), y.long()
-        inside = ew.logical_and(ew.logical_and(ew.ge(x, 0), ew.lt(x, w)),
-                                ew.logical_and(ew.ge(y, 0), ew.lt(y, h)))
-        flat = ew.clamp(y, 0, h - 1) * w + ew.clamp(x, 0, w - 1)
-        where = shape_ops.expand(shape_ops.reshape(flat, (n, 1, ho * wo)), (n, c, ho * wo))
-        values = shape_ops.reshape(index.gather(planes, 2, where), (n, c, ho, wo))
-        return values * shape_ops.unsqueeze(inside.to(input.dtype), 1)
-
     if mode == "nearest":
-        return tap(ew.round(ix), ew.round(iy))
+        return _taps(planes, [ew.round(ix)], [ew.round(iy)], None, (h, w))
     x0, y0 = ew.floor(ix), ew.floor(iy)
-    wx, wy = shape_ops.unsqueeze(ix - x0, 1), shape_ops.unsqueeze(iy - y0, 1)
-    return ((tap(x0, y0) * (1 - wx) + tap(x0 + 1, y0) * wx) * (1 - wy)
-            + (tap(x0, y0 + 1) * (1 - wx) + tap(x0 + 1, y0 + 1) * wx) * wy)
+    wx, wy = ix - x0, iy - y0
+    weights = [(1 - wx) * (1 - wy), wx * (1 - wy), (1 - wx) * wy, wx * wy]
+    return _taps(planes, [x0, x0 + 1, x0, x0 + 1], [y0, y0, y0 + 1, y0 + 1], weights, (h, w))
+
+
+def _taps(planes, xs, ys, weights, hw):
+    """The weighted sum of the pixels of ``planes`` (N, C, H * W) at the integer
+    positions ``xs``, ``ys`` (each (N, Ho, Wo)), zero outside the image: one gather for
+    every tap (the four neighbours of bilinear sampling, or the nearest pixel)."""
+    (h, w), (n, c) = hw, tuple(planes.shape[:2])
+    ho, wo, k = xs[0].shape[1], xs[0].shape[2], len(xs)
+    x, y = shape_ops.stack(xs, 1).long(), shape_ops.stack(ys, 1).long()   # (N, K, Ho, Wo)
+    inside = ew.logical_and(ew.logical_and(ew.ge(x, 0), ew.lt(x, w)),
+                            ew.logical_and(ew.ge(y, 0), ew.lt(y, h))).to(planes.dtype)
+    flat = ew.clamp(y, 0, h - 1) * w + ew.clamp(x, 0, w - 1)
+    where = shape_ops.expand(shape_ops.reshape(flat, (n, 1, k * ho * wo)), (n, c, k * ho * wo))
+    values = shape_ops.reshape(index.gather(planes, 2, where), (n, c, k, ho, wo))
+    scale = inside if weights is None else shape_ops.stack(weights, 1) * inside
+    return (values * shape_ops.unsqueeze(scale, 1)).sum(2)
