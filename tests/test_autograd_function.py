@@ -170,6 +170,23 @@ def test_needs_input_grad_and_non_differentiable_outputs():
     assert values.requires_grad and not index.requires_grad
 
 
+def test_numbers_among_the_outputs():
+    class Twice(dg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, 5
+
+        @staticmethod
+        def backward(ctx, g, g_number):
+            assert g_number is None
+            return g * 2
+
+    x = dg.ones(2, requires_grad=True)
+    y, n = Twice.apply(x)
+    y.sum().backward()
+    assert n == 5 and x.grad.tolist() == [2.0, 2.0]
+
+
 def test_second_order_matches_torch():
     x0 = RNG.standard_normal(3)
     x, xt = dg.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)

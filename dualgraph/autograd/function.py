@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .._helpers import format_site, user_site
 from ..dispatch import _freeze, modes
 from ..ops import creation
@@ -38,6 +40,9 @@ from ..tensor import Tensor
 from .tape import Node, grad_mode, no_grad
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+# stands on the tape for an output that is no tensor (forward may return numbers too)
+_ABSENT = Tensor._make(np.empty(0))
 
 
 class FunctionCtx:
@@ -104,7 +109,7 @@ class FunctionOp:
         grads = (g,) if self.num_outputs == 1 else tuple(g)
         outs = (out,) if self.num_outputs == 1 else out
         if self.ctx.materialize_grads:
-            grads = tuple(creation.zeros_like(o) if gi is None else gi
+            grads = tuple(creation.zeros_like(o) if gi is None and o is not _ABSENT else gi
                           for gi, o in zip(grads, outs))
         result = self.cls.backward(self.ctx, *grads)
         if not isinstance(result, tuple):
@@ -217,7 +222,8 @@ def _record(cls, ctx, args, positions, outs):
     edges = [_edge(t) if t.requires_grad else None for t in tensors]
     saved = {id(t): t for t in ctx._saved if t is not None}
     versions = [(t, t._version[0]) for t in saved.values()]
-    node = Node(op, tensors, outs, {}, edges, versions, site)
+    node = Node(op, tensors, tuple(o if isinstance(o, Tensor) else _ABSENT for o in outs), {},
+                edges, versions, site)
     for i in diff:
         outs[i].requires_grad = True
         outs[i].grad_fn = node
