@@ -25,6 +25,12 @@ from .ops.index import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
+from .ops.windows import conv3d, max_pool3d  # noqa: F401
+from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
+from .ops.decompositions import METHODS as _matrix_methods
+# torch's top-level forms: torch.svd returns V (some=True), torch.qr takes some=
+inverse, pinverse, svd, qr, cholesky = (_matrix_methods[k] for k in (
+    "inverse", "pinverse", "svd", "qr", "cholesky"))
 from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F401,E402
 from . import jit, onnx, profiler, static  # noqa: F401,E402
 from . import accelerator, backends, cpu, cuda, linalg, sparse, version  # noqa: F401,E402

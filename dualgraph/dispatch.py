@@ -205,7 +205,7 @@ def _record(op, args, outs, attrs):
             t.requires_grad = True
             t.grad_fn = node
             t._output_nr = i
-        if op.saves_outputs:
+        if op.saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
             versions.append((t, t._version[0]))
 
 

@@ -1,18 +1,29 @@
-"""``dg.linalg``: the norms of ``torch.linalg`` (``vector_norm``, ``matrix_norm`` in the
-Frobenius form, ``norm``), built on ``dg.norm``. Decompositions and solvers (``inv``,
-``solve``, ``svd``, ...) are not implemented (docs/reference/missing.md).
+"""``dg.linalg``: ``torch.linalg``'s norms, decompositions and solvers.
+
+The decompositions and solvers are registry ops (dualgraph/ops/decompositions.py: NumPy's
+LAPACK forward, torch's gradients); ``det``, ``pinv``, ``lstsq``, ``matrix_rank``,
+``solve_triangular`` and the matrix norms other than Frobenius are compositions of them.
 
 >>> import dualgraph as dg
 >>> dg.linalg.vector_norm(dg.tensor([3.0, 4.0])).item()
 5.0
+>>> dg.linalg.solve(dg.tensor([[2.0, 0.0], [0.0, 4.0]]), dg.tensor([2.0, 2.0])).tolist()
+[1.0, 0.5]
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from .ops import reduce as red
+from .ops import decompositions as dec, linalg as products, reduce as red
+from .ops.decompositions import (cholesky, det, eigh, eigvalsh, inv, matrix_exp,  # noqa: F401
+                                 matrix_rank, pinv, qr, slogdet, solve, solve_triangular,
+                                 svd, svdvals)
+from .tensor import Tensor
 
-__all__ = ["vector_norm", "matrix_norm", "norm"]
+__all__ = ["vector_norm", "matrix_norm", "norm", "inv", "inv_ex", "solve", "det", "slogdet",
+           "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "lstsq",
+           "pinv", "matrix_exp", "matrix_rank", "solve_triangular", "multi_dot"]
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
@@ -21,11 +32,27 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
-    """The Frobenius norm over the two ``dim``; other ``ord`` are not implemented."""
-    if ord != "fro":
-        raise NotImplementedError(f"dg.linalg.matrix_norm: ord={ord!r} is not implemented "
-                                  f"(only 'fro'); it needs singular values")
-    return vector_norm(A, 2, tuple(dim), keepdim, dtype=dtype)
+    """The ``ord`` norm of the matrices over the two ``dim``: 'fro', 'nuc' (sum of the
+    singular values), 2 and -2 (the largest and smallest), 1, -1, inf and -inf (the
+    largest or smallest column or row sum of absolute values), as torch's."""
+    A = A if dtype is None else A.to(dtype)
+    dim = tuple(d % A.ndim for d in dim)
+    if ord == "fro":
+        return vector_norm(A, 2, dim, keepdim)
+    moved = A.movedim(dim, (-2, -1))
+    if ord in ("nuc", 2, -2):
+        s = dec.svdvals(moved)
+        out = s.sum(-1) if ord == "nuc" else s.max(-1).values if ord == 2 else s.min(-1).values
+    elif ord in (1, -1, math.inf, -math.inf):
+        sums = moved.abs().sum(-2 if ord in (1, -1) else -1)
+        out = sums.max(-1).values if ord > 0 else sums.min(-1).values
+    else:
+        raise ValueError(f"dg.linalg.matrix_norm: ord must be 'fro', 'nuc', 2, -2, 1, -1, "
+                         f"inf or -inf, got {ord!r}")
+    if keepdim:
+        for d in sorted(dim):
+            out = out.unsqueeze(d)
+    return out
 
 
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
@@ -35,6 +62,59 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
                                 and len(tuple(dim)) == 2):
         return matrix_norm(A, "fro" if ord is None else ord, (-2, -1) if dim is None else dim,
                            keepdim, dtype=dtype)
-    if ord is not None and dim is None and A.ndim == 2 and ord not in (2, math.inf):
+    if ord is not None and dim is None and A.ndim == 2:
         return matrix_norm(A, ord, keepdim=keepdim, dtype=dtype)
     return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
+class _InvEx(NamedTuple):
+    inverse: Tensor
+    info: Tensor
+
+
+class _CholeskyEx(NamedTuple):
+    L: Tensor
+    info: Tensor
+
+
+def inv_ex(A, *, check_errors=False):
+    """``(inverse, info)``: as ``inv`` (a singular matrix raises here too)."""
+    out = inv(A)
+    return _InvEx(out, red.sum(out, (-2, -1)).long() * 0)
+
+
+def cholesky_ex(A, *, upper=False, check_errors=False):
+    """``(L, info)``: as ``cholesky`` (a matrix that is not positive-definite raises)."""
+    out = cholesky(A, upper=upper)
+    return _CholeskyEx(out, red.sum(out, (-2, -1)).long() * 0)
+
+
+class _Lstsq(NamedTuple):
+    solution: Tensor
+    residuals: Tensor
+    rank: Tensor
+    singular_values: Tensor
+
+
+def lstsq(A, B, rcond=None, *, driver=None):
+    """The least-squares solution of ``A X = B`` (the minimum-norm one where ``A`` lacks
+    full rank), ``pinv(A) @ B``, as ``torch.linalg.lstsq`` with its CPU default driver
+    'gelsy': ``residuals`` and ``singular_values`` are empty, ``rank`` is counted."""
+    vector = B.ndim == A.ndim - 1
+    b = B.unsqueeze(-1) if vector else B
+    solution = products.matmul(pinv(A, rtol=rcond), b)
+    empty = A.new_zeros((0,))
+    return _Lstsq(solution.squeeze(-1) if vector else solution, empty,
+                  matrix_rank(A, rtol=rcond), empty)
+
+
+def multi_dot(tensors):
+    """The product of a list of matrices (the first may be a vector, and the last)."""
+    tensors = list(tensors)
+    if len(tensors) < 2:
+        raise ValueError("multi_dot(): expected at least 2 tensors but got "
+                         f"{len(tensors)}")
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = products.matmul(out, t)
+    return out

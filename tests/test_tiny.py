@@ -201,6 +201,12 @@ def test_parameter():
 LAYERS = {
     "AdaptiveAvgPool1d": (lambda: nn.AdaptiveAvgPool1d(2), [(1, 2, 6)], (1, 2, 2)),
     "AdaptiveAvgPool2d": (lambda: nn.AdaptiveAvgPool2d(2), [(1, 2, 4, 4)], (1, 2, 2, 2)),
+    "AdaptiveAvgPool3d": (lambda: nn.AdaptiveAvgPool3d(2), [(1, 2, 4, 4, 3)], (1, 2, 2, 2, 2)),
+    "MaxPool3d": (lambda: nn.MaxPool3d(2), [(1, 2, 4, 4, 4)], (1, 2, 2, 2, 2)),
+    "AvgPool3d": (lambda: nn.AvgPool3d(2), [(1, 2, 4, 4, 4)], (1, 2, 2, 2, 2)),
+    "Conv3d": (lambda: nn.Conv3d(2, 3, 3, padding=1), [(1, 2, 4, 4, 4)], (1, 3, 4, 4, 4)),
+    "Unfold": (lambda: nn.Unfold(2), [(1, 2, 4, 4)], (1, 8, 9)),
+    "Fold": (lambda: nn.Fold((4, 4), 2), [(1, 8, 9)], (1, 2, 4, 4)),
     "AvgPool1d": (lambda: nn.AvgPool1d(2), [(1, 2, 6)], (1, 2, 3)),
     "AvgPool2d": (lambda: nn.AvgPool2d(2), [(1, 2, 4, 4)], (1, 2, 2, 2)),
     "MaxPool1d": (lambda: nn.MaxPool1d(2), [(1, 2, 6)], (1, 2, 3)),

@@ -167,12 +167,18 @@ class Replay:
                      or any(kind == "data" and t is capture.bindings[k].tensor
                             for kind, t in capture.writebacks)]
         self.read = [k for k in read if k not in self.kept]
+        self.custom_functions = capture.custom_functions
 
     def gradients(self, targets, tensors: dict, kept: dict, cotangents: list) -> tuple:
         """The gradients of the diff inputs, with history: the forward again on
         ``tensors`` (graph input position -> (a call's input tensor, its version then):
         unchanged since, checked as eager checks saved tensors) and the ``kept`` copies,
         then eager autograd with ``create_graph=True`` for ``targets`` (the diff inputs)."""
+        if self.custom_functions:   # (their backward is the user's, not their ops' VJPs)
+            raise RuntimeError(
+                "dg.compile: create_graph=True backward through a compiled call that "
+                f"applies custom autograd functions ({', '.join(self.custom_functions)}) "
+                "is not supported; call the function uncompiled for gradients of gradients")
         inputs = self.graph.inputs
         env = {v: Tensor._make(a) for v, a in self.graph.constants.items()}
         env.update((inputs[k], Tensor._make(a)) for k, a in kept.items())

@@ -76,6 +76,9 @@ class Capture:
     # a traced value (``state["step"] += 1``): the tensor is written back ("data"), then the
     # slot gets its value as a Python number again (capture/symbolic.py)
     number_writes: list = field(default_factory=list)
+    # "Fn.apply at file:line" per custom autograd function the call applied: their
+    # backward is the user's, which a replay of the forward's ops would not call
+    custom_functions: list = field(default_factory=list)
 
 
 class Tracer:
@@ -93,6 +96,7 @@ class Tracer:
         self._arrays: dict[int, Tensor] = {}        # id(array) -> its tensor (array_tensor)
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
         self.recomputing = False    # while a checkpointed region is traced again (backward)
+        self.custom_functions: list = []   # custom autograd functions applied (autograd/function.py)
         self.program = None         # the dg.static.Program this tracer builds, if any
         self.numbers = False        # whether Python numbers are traced (capture/symbolic.py)
         self.number_uses: list = []   # (name, use, location): where one needed its value
@@ -236,6 +240,7 @@ class Tracer:
             else:
                 kinds.append(("const", leaf))
         capture = Capture(self.graph, self.bindings, spec, kinds)
+        capture.custom_functions = list(self.custom_functions)
         for binding in self._mutated.values():
             outputs.append(self.value_of(binding.tensor))
             capture.writebacks.append(("data", binding.tensor))

@@ -35,7 +35,9 @@ from ..ops.index import *  # noqa: F401,F403
 from ..ops.inplace import commit_inplace
 from ..ops.linalg import *  # noqa: F401,F403
 from ..ops.reduce import *  # noqa: F401,F403
+from ..ops.sampling import *  # noqa: F401,F403
 from ..ops.shape import *  # noqa: F401,F403
+from ..ops.windows import *  # noqa: F401,F403
 from .resample import interpolate, pixel_shuffle, pixel_unshuffle, upsample  # noqa: F401
 
 # The star imports above bring torch-style ``sum``, ``max``, ``abs``... into this module;

@@ -29,6 +29,7 @@ _PATHS = {
     "instancenorm": (norm,), "normalization": (norm,), "sparse": (embedding,),
     "rnn": (rnn,), "transformer": (attention,), "distance": (loss,),
     "pixelshuffle": (resample,), "upsampling": (resample,), "padding": (resample,),
+    "fold": (conv,),
 }
 
 

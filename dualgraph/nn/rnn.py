@@ -19,13 +19,14 @@ loads as is. Gate order is torch's too: LSTM (i, f, g, o), GRU (r, z, n) with
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
 from typing import Callable, NamedTuple
 
 from .._helpers import onnx_exports
-from ..ops import control, creation, elementwise, recurrent
+from ..ops import control, creation, elementwise, index, recurrent
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
 from ..tensor import Tensor
@@ -34,6 +35,7 @@ from . import init
 from .layers._util import check_device, new_parameter, optional_parameter
 from .module import Module
 from .parameter import Parameter
+from .utils.rnn import PackedSequence
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -105,6 +107,22 @@ def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
         state = step(steps[t], state, w)
         outputs[t] = state[0]
     return shape_ops.stack(outputs, 0), state
+
+
+def _packed_direction(x, state: tuple, w: _Weights, step, reverse: bool, sizes=()):
+    """``_run_direction`` over the data (N, F) of a PackedSequence with ``sizes`` (its
+    batch sizes): step t runs on the first ``sizes[t]`` sequences (the longest first),
+    the others keep their state. The outputs are packed as the input."""
+    steps = shape_ops.split(linear(x, w.w_ih, w.b_ih), sizes, 0)
+    outputs = [None] * len(steps)
+    batch = sizes[0]
+    for t in (reversed(range(len(steps))) if reverse else range(len(steps))):
+        n = sizes[t]
+        new = step(steps[t], state if n == batch else tuple(s[:n] for s in state), w)
+        outputs[t] = new[0]
+        state = new if n == batch else tuple(shape_ops.cat([a, s[n:]], 0)
+                                             for a, s in zip(new, state))
+    return shape_ops.cat(outputs, 0), state
 
 
 def _scan_direction(x, state: tuple, w: _Weights, step, reverse: bool):
@@ -236,6 +254,8 @@ class RNNBase(Module):
         """The shared forward: ``hx`` is None or the tuple of initial state tensors, each
         (layers * directions, B, size) or, for unbatched input, without the B dim. Returns
         the output and the tuple of final states in the same layout."""
+        if isinstance(input, PackedSequence):
+            return self._run_packed(input, hx)
         name = type(self).__name__
         if input.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D "
@@ -251,31 +271,52 @@ class RNNBase(Module):
             hx = None if hx is None else tuple(shape_ops.unsqueeze(h, 1) for h in hx)
         x = shape_ops.transpose(input, 0, 1) if self.batch_first else input  # (T, B, F)
         self._check_input(x)
-        states = self._initial_states(x, hx)
-        finals = []
-        for layer in range(self.num_layers):
-            if layer > 0 and self.dropout > 0 and self.training:
-                x = F.dropout(x, self.dropout, True)
-            if onnx_exports and not self.proj_size:   # (ONNX's LSTM has no projection)
-                x, layer_finals = self._sequence_layer(x, hx and states, layer)
-                finals += layer_finals
-                continue
-            outputs = []
-            # (exported, a layer ONNX's ops can't express runs as a scan: an ONNX Scan)
-            run = _scan_direction if onnx_exports else _run_direction
-            for direction in range(self._directions):
-                index = layer * self._directions + direction
-                out, final = run(x, states[index], self._weights(layer, direction),
-                                 _MODES[self.mode].step, reverse=direction == 1)
-                outputs.append(out)
-                finals.append(final)
-            x = outputs[0] if len(outputs) == 1 else shape_ops.cat(outputs, -1)
+        states = self._initial_states(x.shape[1], x.dtype, hx)
+        # (exported, a layer ONNX's ops can't express runs as a scan: an ONNX Scan)
+        x, h_n = self._layers(x, states, hx, _scan_direction if onnx_exports else _run_direction)
         output = shape_ops.transpose(x, 0, 1) if self.batch_first else x
-        h_n = tuple(shape_ops.stack(parts, 0) for parts in zip(*finals))
         if not batched:
             output = shape_ops.squeeze(output, 0 if self.batch_first else 1)
             h_n = tuple(shape_ops.squeeze(h, 1) for h in h_n)
         return output, h_n
+
+    def _layers(self, x, states: list, hx, run):
+        """Every layer and direction over ``x``, each direction by ``run``: the last
+        layer's output and the final states, stacked (layers * directions, B, size)."""
+        finals = []
+        for layer in range(self.num_layers):
+            if layer > 0 and self.dropout > 0 and self.training:
+                x = F.dropout(x, self.dropout, True)
+            if onnx_exports and run is _scan_direction and not self.proj_size:
+                x, layer_finals = self._sequence_layer(x, hx and states, layer)
+                finals += layer_finals   # (ONNX's LSTM has no projection)
+                continue
+            outputs = []
+            for direction in range(self._directions):
+                k = layer * self._directions + direction
+                out, final = run(x, states[k], self._weights(layer, direction),
+                                 _MODES[self.mode].step, reverse=direction == 1)
+                outputs.append(out)
+                finals.append(final)
+            x = outputs[0] if len(outputs) == 1 else shape_ops.cat(outputs, -1)
+        return x, tuple(shape_ops.stack(parts, 0) for parts in zip(*finals))
+
+    def _run_packed(self, packed: PackedSequence, hx: tuple | None):
+        """``_run`` over a PackedSequence: the output packed as the input, the final
+        states (those of each sequence's last step) in the batch's order."""
+        x, sizes = packed.data, packed.sizes()
+        if x.ndim != 2:
+            raise ValueError(f"{type(self).__name__}: a PackedSequence's data must be 2-D "
+                             f"(steps, input_size), got {x.ndim}-D")
+        self._check_input(x)
+        if hx is not None and packed.sorted_indices is not None:   # (into the data's order)
+            hx = tuple(index.index_select(h, 1, packed.sorted_indices) for h in hx)
+        states = self._initial_states(sizes[0], x.dtype, hx)
+        run = functools.partial(_packed_direction, sizes=sizes)
+        x, h_n = self._layers(x, states, hx, run)
+        if packed.unsorted_indices is not None:
+            h_n = tuple(index.index_select(h, 1, packed.unsorted_indices) for h in h_n)
+        return packed._replace(data=x), h_n
 
     def _sequence_layer(self, x, states: list, layer: int):
         """Layer ``layer`` over ``x`` (T, B, F) as one ``rnn_sequence`` op, which the ONNX
@@ -312,11 +353,11 @@ class RNNBase(Module):
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {x.shape[-1]}")
 
-    def _initial_states(self, x, hx: tuple | None) -> list[tuple]:
+    def _initial_states(self, batch: int, dtype, hx: tuple | None) -> list[tuple]:
         """One state tuple per layer and direction: zeros, or the slices of ``hx``."""
-        count, batch = self.num_layers * self._directions, x.shape[1]
+        count = self.num_layers * self._directions
         if hx is None:
-            hx = tuple(creation.zeros(count, batch, size, dtype=x.dtype)
+            hx = tuple(creation.zeros(count, batch, size, dtype=dtype)
                        for size in self._state_sizes())
         for i, (h, size) in enumerate(zip(hx, self._state_sizes())):
             expected = (count, batch, size)

@@ -1,8 +1,9 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
 from . import (attention, batch_norm, collective, control, conv, creation,  # noqa: F401
-               dynamic, elementwise, epilogue, fused, index, linalg, loss, methods, norm,
-               recurrent, reduce, shape)
+               decompositions, dynamic, elementwise, epilogue, fused, index, linalg, loss,
+               methods, norm, recurrent, reduce, shape)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
 methods.install([control.METHODS, elementwise.METHODS, reduce.METHODS, shape.METHODS,
-                 index.METHODS, linalg.METHODS, conv.METHODS, creation.METHODS])
+                 index.METHODS, linalg.METHODS, conv.METHODS, creation.METHODS,
+                 decompositions.METHODS])

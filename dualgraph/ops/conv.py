@@ -960,6 +960,7 @@ def _onnx_max_pool2d(e, node):
 MAX_POOL2D = defop("max_pool2d", _max_pool_kernel, _infer_max_pool, vjp=_max_pool_vjp,
                    attrs=("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
                    num_outputs=2, differentiable_outputs=(0,), saves="o",
+                   saved_outputs=(1,),
                    onnx=_onnx_max_pool2d)
 MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", _max_pool_backward_kernel,
                             _infer_max_pool_backward, vjp=_max_pool_backward_vjp,

@@ -69,6 +69,9 @@ class OpDef:
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none;
     #                                  digits: only those inputs ("0": where's condition)
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
+    saved_outputs: tuple | None = None   # with "o" in saves: the outputs the VJP reads
+    #                                  (None: all); an in-place change of another output
+    #                                  (relu_ of a max-pool's values) is then no error
     view: bool = False               # the output may share memory with input 0
     view_layout: Callable | None = None  # for a view op whose kernel may copy (reshape):
     #                                  the op without copying, raising ValueError where it

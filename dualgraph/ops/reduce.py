@@ -345,9 +345,11 @@ def _onnx_with_index(reduce_type: str, arg_type: str):
 
 MAX = defop("max", _with_index_kernel(np.argmax), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
+            saved_outputs=(1,),
             onnx=_onnx_with_index("ReduceMax", "ArgMax"))
 MIN = defop("min", _with_index_kernel(np.argmin), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
+            saved_outputs=(1,),
             onnx=_onnx_with_index("ReduceMin", "ArgMin"))
 
 

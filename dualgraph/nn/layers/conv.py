@@ -1,4 +1,4 @@
-"""Convolution layers: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, as in ``torch.nn``.
+"""Convolution layers: Conv1d/2d/3d, ConvTranspose1d/2d, Unfold and Fold, as in ``torch.nn``.
 
 One base class holds what they share (argument normalisation, parameters, torch's default
 init and printed form); each subclass names its functional and its input layout.
@@ -149,6 +149,14 @@ class Conv2d(_Conv):
     _conv = staticmethod(F.conv2d)
 
 
+class Conv3d(_Conv):
+    """3-D convolution of (N, C_in, D, H, W) or (C_in, D, H, W) input, as ``torch.nn.Conv3d``
+    (computed by one 2-D convolution, ops/windows.py)."""
+
+    _spatial = ("D", "H", "W")
+    _conv = staticmethod(F.conv3d)
+
+
 class _ConvTranspose(_ConvNd):
     _transposed = True
     _conv = None
@@ -204,3 +212,36 @@ class ConvTranspose2d(_ConvTranspose):
 
     _spatial = ("H", "W")
     _conv = staticmethod(F.conv_transpose2d)
+
+
+class Unfold(Module):
+    """The sliding windows of (N, C, H, W) input as columns (N, C * kH * kW, L), as
+    ``torch.nn.Unfold`` (``F.unfold``)."""
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation = kernel_size, dilation
+        self.padding, self.stride = padding, stride
+
+    def forward(self, input):
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, dilation={self.dilation}, "
+                f"padding={self.padding}, stride={self.stride}")
+
+
+class Fold(Unfold):
+    """Columns (N, C * kH * kW, L) summed back into (N, C, *output_size), as
+    ``torch.nn.Fold`` (``F.fold``)."""
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size, dilation, padding, stride)
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding,
+                      self.stride)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}, " + super().extra_repr()

@@ -1,4 +1,5 @@
-"""Pooling layers: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d, as in ``torch.nn``.
+"""Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, as in
+``torch.nn``.
 
 Settings are stored as given (an int stays an int), so the printed forms match torch's.
 """
@@ -8,7 +9,10 @@ from .. import functional as F
 from ..module import Module
 from ._util import check_input
 
-_LAYOUTS = {1: (("N", "C", "L"), ("C", "L")), 2: (("N", "C", "H", "W"), ("C", "H", "W"))}
+_LAYOUTS = {1: (("N", "C", "L"), ("C", "L")), 2: (("N", "C", "H", "W"), ("C", "H", "W")),
+            3: (("N", "C", "D", "H", "W"), ("C", "D", "H", "W"))}
+_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_ADAPTIVE = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
 
 
 class _Pool(Module):
@@ -31,8 +35,7 @@ class _MaxPoolNd(_Pool):
 
     def forward(self, input):
         self._check(input)
-        pool = F.max_pool1d if self._ndim == 1 else F.max_pool2d
-        return pool(input, self.kernel_size, self.stride, self.padding, self.dilation,
+        return _MAX[self._ndim](input, self.kernel_size, self.stride, self.padding, self.dilation,
                     ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
     def extra_repr(self) -> str:
@@ -86,6 +89,7 @@ class AvgPool2d(_Pool):
     """Average over sliding windows of (N, C, H, W) or (C, H, W) input."""
 
     _ndim = 2
+    _pool = staticmethod(F.avg_pool2d)
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
                  count_include_pad=True, divisor_override=None):
@@ -99,11 +103,24 @@ class AvgPool2d(_Pool):
 
     def forward(self, input):
         self._check(input)
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+        return self._pool(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, D, H, W) or (C, D, H, W) input."""
+
+    _ndim = 3
+
+
+class AvgPool3d(AvgPool2d):
+    """Average over sliding windows of (N, C, D, H, W) or (C, D, H, W) input."""
+
+    _ndim = 3
+    _pool = staticmethod(F.avg_pool3d)
 
 
 class _AdaptiveAvgPool(_Pool):
@@ -113,8 +130,7 @@ class _AdaptiveAvgPool(_Pool):
 
     def forward(self, input):
         self._check(input)
-        pool = F.adaptive_avg_pool1d if self._ndim == 1 else F.adaptive_avg_pool2d
-        return pool(input, self.output_size)
+        return _ADAPTIVE[self._ndim](input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -131,6 +147,13 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPool):
     whose None entries keep the input's size)."""
 
     _ndim = 2
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPool):
+    """Average (N, C, D, H, W) or (C, D, H, W) input down to ``output_size`` (an int, or a
+    triple whose None entries keep the input's size)."""
+
+    _ndim = 3
 
 
 class _AdaptiveMaxPool(_AdaptiveAvgPool):

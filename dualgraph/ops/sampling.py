@@ -1,0 +1,134 @@
+"""Sampling an image at computed positions, as torch.nn.functional's ``affine_grid`` and
+``grid_sample`` (spatial transformer networks, warping, deformable sampling).
+
+Both are compositions of registry ops: ``affine_grid`` is one product of a constant base
+grid with ``theta``; ``grid_sample`` maps the grid's [-1, 1] coordinates to pixel
+positions (with the padding mode's clamping or reflection), gathers the four neighbours
+(bilinear) or the nearest pixel, and weighs them. Gradients with respect to the image and
+to the grid (hence ``theta``) are the ops' VJPs; positions clamped at a border get no
+gradient, as in torch.
+
+>>> import dualgraph as dg
+>>> theta = dg.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+>>> img = dg.arange(16.0).reshape(1, 1, 4, 4)
+>>> out = grid_sample(img, affine_grid(theta, [1, 1, 4, 4]))   # the identity transform
+>>> bool((out - img).abs().max() < 1e-5)
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..shapes import ShapeError
+from . import creation, elementwise as ew, index, linalg
+from . import shape as shape_ops
+
+__all__ = ["affine_grid", "grid_sample"]
+
+_PADDING_MODES = ("zeros", "border", "reflection")
+
+
+def _base_coordinates(size: int, align_corners: bool) -> np.ndarray:
+    """The normalised coordinates of ``size`` pixel centres (or corners)."""
+    lin = np.linspace(-1.0, 1.0, size)
+    return lin if align_corners else lin * (size - 1) / size
+
+
+def affine_grid(theta, size, align_corners=None):
+    """The sampling grid (N, H, W, 2) (or (N, D, H, W, 3)) of the affine maps ``theta``
+    (N, 2, 3) (or (N, 3, 4)) for an output of ``size`` (N, C, H, W) (or (N, C, D, H, W)),
+    as ``torch.nn.functional.affine_grid``; the last dim is (x, y[, z])."""
+    size = [int(s) for s in size]
+    k = len(size) - 2
+    if k not in (2, 3):
+        raise ValueError(f"affine_grid: size must be 4-D (N, C, H, W) or 5-D (N, C, D, H, "
+                         f"W), got {size}")
+    if tuple(theta.shape) != (size[0], k, k + 1):
+        raise ValueError(f"affine_grid: expected theta of shape ({size[0]}, {k}, {k + 1}) "
+                         f"for size {size}, got {tuple(theta.shape)}")
+    if not theta.dtype.is_floating_point:
+        raise TypeError(f"affine_grid: theta must be floating point, got {theta.dtype}")
+    spatial = size[2:]
+    axes = np.meshgrid(*[_base_coordinates(s, bool(align_corners)) for s in spatial],
+                       indexing="ij")
+    base = np.stack(list(axes[::-1]) + [np.ones(spatial)], -1).reshape(-1, k + 1)
+    grid = linalg.matmul(creation.tensor(base, dtype=theta.dtype), linalg.mT(theta))
+    return shape_ops.reshape(grid, [size[0]] + spatial + [k])
+
+
+def _clip(c, high: float):
+    """``c`` clamped to [0, high], with no gradient where it was clamped (torch's)."""
+    inside = ew.logical_and(ew.gt(c, 0.0), ew.lt(c, high))
+    return ew.where(inside, c, ew.clamp(c.detach(), 0.0, high))
+
+
+def _reflect(c, twice_low: int, twice_high: int):
+    """``c`` reflected into [twice_low / 2, twice_high / 2] as often as it takes."""
+    if twice_low == twice_high:
+        return creation.zeros_like(c)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    d = ew.abs(c - low)
+    extra = ew.fmod(d, span)
+    even = ew.eq(ew.remainder(ew.floor(d / span), 2.0), 0.0)
+    return ew.where(even, extra + low, span - extra + low)
+
+
+def _source(coord, size: int, padding_mode: str, align_corners: bool):
+    """Pixel positions of normalised coordinates along an axis of ``size`` pixels."""
+    if align_corners:
+        c = (coord + 1) * ((size - 1) / 2)
+    else:
+        c = ((coord + 1) * size - 1) / 2
+    if padding_mode == "border":
+        c = _clip(c, size - 1)
+    elif padding_mode == "reflection":
+        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
+        c = _clip(c, size - 1)
+    return c
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """``input`` (N, C, H, W) sampled at ``grid`` (N, Ho, Wo, 2) of (x, y) positions in
+    [-1, 1]: (N, C, Ho, Wo), as ``torch.nn.functional.grid_sample``. ``mode``
+    'bilinear' or 'nearest'; ``padding_mode`` 'zeros', 'border' or 'reflection';
+    ``align_corners`` False by default (-1 and 1 are the outer pixels' edges)."""
+    if mode not in ("bilinear", "nearest"):
+        raise NotImplementedError(f"grid_sample: mode {mode!r} is not supported (only "
+                                  f"'bilinear' and 'nearest')")
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING_MODES}, got "
+                         f"{padding_mode!r}")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 \
+            or grid.shape[0] != input.shape[0]:
+        raise ShapeError(f"grid_sample: expected input (N, C, H, W) and grid (N, Ho, Wo, 2) "
+                         f"with the same N, got {tuple(input.shape)} and {tuple(grid.shape)} "
+                         f"(5-D volumes are not supported)")
+    if input.dtype != grid.dtype or not input.dtype.is_floating_point:
+        raise TypeError(f"grid_sample: input and grid must have the same floating dtype, "
+                        f"got {input.dtype} and {grid.dtype}")
+    n, c, h, w = input.shape
+    ix = _source(grid[..., 0], w, padding_mode, bool(align_corners))
+    iy = _source(grid[..., 1], h, padding_mode, bool(align_corners))
+    planes = shape_ops.reshape(input, (n, c, h * w))
+    if mode == "nearest":
+        return _taps(planes, [ew.round(ix)], [ew.round(iy)], None, (h, w))
+    x0, y0 = ew.floor(ix), ew.floor(iy)
+    wx, wy = ix - x0, iy - y0
+    weights = [(1 - wx) * (1 - wy), wx * (1 - wy), (1 - wx) * wy, wx * wy]
+    return _taps(planes, [x0, x0 + 1, x0, x0 + 1], [y0, y0, y0 + 1, y0 + 1], weights, (h, w))
+
+
+def _taps(planes, xs, ys, weights, hw):
+    """The weighted sum of the pixels of ``planes`` (N, C, H * W) at the integer
+    positions ``xs``, ``ys`` (each (N, Ho, Wo)), zero outside the image: one gather for
+    every tap (the four neighbours of bilinear sampling, or the nearest pixel)."""
+    (h, w), (n, c) = hw, tuple(planes.shape[:2])
+    ho, wo, k = xs[0].shape[1], xs[0].shape[2], len(xs)
+    x, y = shape_ops.stack(xs, 1).long(), shape_ops.stack(ys, 1).long()   # (N, K, Ho, Wo)
+    inside = ew.logical_and(ew.logical_and(ew.ge(x, 0), ew.lt(x, w)),
+                            ew.logical_and(ew.ge(y, 0), ew.lt(y, h))).to(planes.dtype)
+    flat = ew.clamp(y, 0, h - 1) * w + ew.clamp(x, 0, w - 1)
+    where = shape_ops.expand(shape_ops.reshape(flat, (n, 1, k * ho * wo)), (n, c, k * ho * wo))
+    values = shape_ops.reshape(index.gather(planes, 2, where), (n, c, k, ho, wo))
+    scale = inside if weights is None else shape_ops.stack(weights, 1) * inside
+    return (values * shape_ops.unsqueeze(scale, 1)).sum(2)
