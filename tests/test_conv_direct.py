@@ -1,9 +1,10 @@
 """Depthwise and narrow grouped convolutions through ``kernels/conv_direct.py`` (phase
-planes, taps summed in registers, the epilogue per band) against torch, on shapes outside
-any model: odd sizes, channel multiplier 2 and 3, groups 2/3/4, dilation 2, strides 2 and
-(2, 3), batch 1/3/16, padding 0/1/2 and asymmetric, 1x1 to 7x7 kernels; each activation
-and residual of the epilogue; and the same convs eager, under ``dg.compile`` and through
-``dg.onnx.load``."""
+planes, taps summed in registers, the epilogue per band) beyond test_conv_tiles.py's
+shapes and epilogues (``DIRECT``: odd sizes, channel multipliers 2 and 3, groups 2-4,
+dilation, strides, batch 1/3/16, padding 0-2 and asymmetric, 1x1 to 7x7 kernels): float64,
+the bits on one or three threads, a block with BatchNorm, activations and a residual eager,
+under ``dg.compile`` and through ``dg.onnx.load``, and the gradients of the convs whose
+forward alone is direct."""
 import numpy as np
 import pytest
 
@@ -12,58 +13,15 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 from dualgraph.kernels import conv_direct  # noqa: E402
-from dualgraph.kernels.epilogue import ACTIVATIONS  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
-from dualgraph.ops.epilogue import CONV2D_EPILOGUE  # noqa: E402
+
+from test_conv_tiles import DIRECT, _data, _torch_conv  # noqa: E402
 
 F = torch.nn.functional
-# n, c, h, w, cout, (kh, kw), stride, ((top, bottom), (left, right)), dilation, groups
-CASES = [
-    (1, 16, 23, 23, 16, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16),    # depthwise
-    (3, 7, 13, 17, 14, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 7),      # multiplier 2
-    (16, 5, 9, 8, 5, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 5),        # 5x5, batch 16
-    (1, 6, 19, 21, 18, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 6),      # dilation, x3
-    (3, 8, 12, 15, 8, (3, 3), (2, 3), ((0, 2), (1, 0)), (1, 1), 4),       # groups 4, strides
-    (1, 6, 11, 10, 9, (3, 2), (1, 1), ((1, 0), (0, 1)), (2, 1), 3),       # groups 3
-    (3, 4, 10, 31, 6, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 2),       # 1x1 strided
-    (1, 3, 30, 29, 3, (7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 3),       # 7x7
-    (16, 9, 7, 7, 9, (3, 3), (2, 2), ((0, 0), (0, 0)), (1, 1), 9),        # no padding
-]
-
-
-def _data(case, seed=0):
-    n, c, h, wd, cout, k, stride, padding, dilation, groups = case
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
-    w = rng.standard_normal((cout, c // groups, *k)).astype(np.float32)
-    b = rng.standard_normal(cout).astype(np.float32)
-    return x, w, b, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-
-
-def _torch_conv(x, w, b, stride, padding, dilation, groups):
-    (top, bottom), (left, right) = padding
-    xp = F.pad(torch.tensor(x), (left, right, top, bottom))
-    return F.conv2d(xp, torch.tensor(w), torch.tensor(b), stride, 0, dilation, groups)
-
-
-def test_cases_take_the_direct_loop():
-    """Every case above runs conv_direct's loop (a threshold change must not leave them
-    on the GEMMs untested)."""
-    for case in CASES:
-        x, w, _, attrs = _data(case)
-        assert conv_ops.conv_method(x.shape, w.shape, **attrs) in ("depthwise", "direct")
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_conv2d_matches_torch(case):
-    x, w, b, attrs = _data(case)
-    want = _torch_conv(x, w, b, **attrs).numpy()
-    got = conv_ops.CONV2D.kernel(x, w, b, **attrs)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
 
 
 def test_float64_stays_float64():
-    x, w, b, attrs = _data(CASES[1])
+    x, w, b, attrs = _data(DIRECT[1])
     x, w, b = (a.astype(np.float64) for a in (x, w, b))
     want = _torch_conv(x, w, b, **attrs).numpy()
     got = conv_ops.CONV2D.kernel(x, w, b, **attrs)
@@ -71,30 +29,9 @@ def test_float64_stays_float64():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-ACTS = {"relu": F.relu, "clamp": lambda y: y.clamp(0, 6), "sigmoid": torch.sigmoid,
-        "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
-        "gelu": F.gelu, "none": lambda y: y}
-
-
-@pytest.mark.parametrize("case", CASES[:5])
-@pytest.mark.parametrize("act", list(ACTS))
-@pytest.mark.parametrize("residual_at", [None, "before", "after"])
-def test_epilogue_matches_torch(case, act, residual_at):
-    x, w, b, attrs = _data(case)
-    y = _torch_conv(x, w, b, **attrs)
-    r = np.random.default_rng(1).standard_normal(tuple(y.shape)).astype(np.float32)
-    rt = torch.tensor(r)
-    want = ACTS[act](y + rt if residual_at == "before" else y)
-    want = want + rt if residual_at == "after" else want
-    got = CONV2D_EPILOGUE.kernel(x, w, b, *([r] if residual_at else []), act=act,
-                                 bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf),
-                                 residual_at=residual_at, **attrs)
-    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=3e-5)
-
-
 def test_bits_do_not_depend_on_threads(monkeypatch):
     """Each output is summed by one thread in tap order: two slots give one's bits."""
-    x, w, b, attrs = _data(CASES[2])
+    x, w, b, attrs = _data(DIRECT[2])
     out = [np.empty((16, 5, 9, 8), np.float32) for _ in range(2)]
     monkeypatch.setattr(conv_direct, "threads_for", lambda size: 1)
     conv_direct.conv(x, w, out[0], attrs["stride"], attrs["padding"], attrs["dilation"],
@@ -104,10 +41,6 @@ def test_bits_do_not_depend_on_threads(monkeypatch):
     conv_direct.conv(x, w, out[1], attrs["stride"], attrs["padding"], attrs["dilation"],
                      attrs["groups"], b)
     np.testing.assert_array_equal(out[0], out[1])
-
-
-def test_activation_codes_are_the_epilogue_module_s():
-    assert set(ACTS) <= set(ACTIVATIONS)
 
 
 class Block(dg.nn.Module):
@@ -182,7 +115,7 @@ def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]])
+@pytest.mark.parametrize("case", [DIRECT[1], DIRECT[4], DIRECT[5]])
 def test_gradients_of_direct_convs_match_torch(case):
     """A multiplier or a grouped conv's forward is the direct loop, its gradients the
     blocked GEMMs: both against torch."""
