@@ -137,8 +137,8 @@ def conv_method(x_shape, w_shape, stride, padding, dilation, groups) -> str:
       would be all overhead; forward, a direct loop over zero-padded phase planes
       (``kernels.conv_direct``), the gradients direct loops over each plane
       (``kernels.conv``), with padding, stride and dilation as index ranges.
-    - ``"direct"``: other grouped convs with one or a few channels per group (a channel
-      multiplier, ResNeXt's narrow groups: ``kernels.conv_direct.wanted``): the forward
+    - ``"direct"``: other grouped convs with few channels per group (a channel
+      multiplier, ResNeXt's groups: ``kernels.conv_direct.wanted``): the forward
       is the same direct loop, the gradients are blocked.
     - ``"blocked"``: anything else: im2col a block at a time (``COLUMN_BLOCK_BYTES``) and
       one GEMM per block and group.
