@@ -1,5 +1,6 @@
 """The float32 convolution kernels of ``kernels/conv_tiles.py`` (shifted GEMMs, im2col
-tiles) and the 1x1 and grouped convs beside them, with their epilogues, against torch:
+tiles), ``kernels/conv_direct.py`` (depthwise with multipliers 1-3, groups 2-4) and the
+1x1 and grouped convs beside them, with their epilogues, against torch:
 shapes outside any model (odd sizes, asymmetric padding, dilation, groups, strides), batch
 1, 3 and 16, and the epilogue's activations and residuals."""
 import numpy as np
@@ -27,6 +28,18 @@ CASES = [
     (3, 10, 9, 7, 15, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 5),       # 1x1 grouped
     (16, 24, 6, 6, 9, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),       # 1x1
 ]
+DIRECT = [   # depthwise and narrow grouped convs: kernels/conv_direct.py
+    (1, 16, 23, 23, 16, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16),    # depthwise
+    (3, 7, 13, 17, 14, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 7),      # multiplier 2
+    (16, 5, 9, 8, 5, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 5),        # 5x5, batch 16
+    (1, 6, 19, 21, 18, (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 6),      # dilation, x3
+    (3, 8, 12, 15, 8, (3, 3), (2, 3), ((0, 2), (1, 0)), (1, 1), 4),       # groups 4, strides
+    (1, 6, 11, 10, 9, (3, 2), (1, 1), ((1, 0), (0, 1)), (2, 1), 3),       # groups 3
+    (3, 4, 10, 31, 6, (1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 2),       # 1x1 strided
+    (1, 3, 30, 29, 3, (7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 3),       # 7x7
+    (16, 9, 7, 7, 9, (3, 3), (2, 2), ((0, 0), (0, 0)), (1, 1), 9),        # no padding
+    (2, 32, 9, 11, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),      # 16 x 24 a group
+]
 
 
 def _torch_conv(x, w, b, stride, padding, dilation, groups):
@@ -44,7 +57,7 @@ def _data(case, seed=0):
     return x, w, b, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + DIRECT)
 def test_conv2d_kernel_matches_torch(case):
     x, w, b, attrs = _data(case)
     want = _torch_conv(x, w, b, **attrs).numpy()
@@ -57,7 +70,7 @@ ACTS = {"relu": F.relu, "clamp": lambda y: y.clamp(0.0, 6.0), "sigmoid": torch.s
         "gelu": F.gelu, "none": lambda y: y}
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + DIRECT)
 @pytest.mark.parametrize("act,residual_at", [("relu", "before"), ("clamp", None),
                                              ("silu", "after"), ("hardswish", None),
                                              ("sigmoid", "before"), ("none", "after")])
@@ -77,11 +90,14 @@ def test_epilogue_matches_torch(case, act, residual_at):
 
 
 def test_each_method_is_taken():
-    """The cases above cover the shifted GEMMs and the im2col tiles over several tiles (a
-    change of thresholds must not leave a path untested)."""
+    """The cases above cover the shifted GEMMs, the im2col tiles over several tiles and the
+    direct loop (a change of thresholds must not leave a path untested)."""
     shifted = [c for c in CASES if conv_tiles.shifted((c[0], c[1], c[2], c[3]),
                                                       (c[4], c[1] // c[9], *c[5]), *c[6:])]
     assert len(shifted) == 3
+    for c in DIRECT:
+        x, w, _, attrs = _data(c)
+        assert conv_ops.conv_method(x.shape, w.shape, **attrs) in ("depthwise", "direct")
     assert conv_tiles.tile_rows(16 * 7, 1 << 20) < 16 * 7    # several tiles
     assert conv_tiles.tile_rows(10, 100) == 10
 

@@ -112,8 +112,8 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
 
 
 _LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_columns",
-                 "conv_tiles", "epilogue", "normalization", "optim", "pooling", "products", "scatter",
-                 "trig")
+                 "conv_direct", "conv_tiles", "epilogue", "normalization", "optim", "pooling",
+                 "products", "scatter", "trig")
 
 
 def __getattr__(name: str):

@@ -1,10 +1,11 @@
-"""Depthwise convolution (one input and one output channel per group), forward and both
-gradients, as direct loops over NCHW planes.
+"""Depthwise convolution's gradients (one input and one output channel per group) as
+direct loops over NCHW planes; its forward (and the stride-1 input gradient, which is a
+forward conv) is ``conv_direct``'s loop.
 
 As a grouped GEMM each channel's product is 1 x kh*kw x Ho*Wo: all overhead, and im2col
-copies the input kh*kw times for it. Here each output row is accumulated tap by tap in a
-row buffer that stays in L1, every tap one contiguous multiply-add along the row that
-vectorises. Padding, stride and dilation are index ranges: for tap ``(i, j)`` output row
+copies the input kh*kw times for it. Here each row of the result is accumulated tap by
+tap in a row buffer that stays in L1, every tap one contiguous multiply-add along the row
+that vectorises. Padding, stride and dilation are index ranges: for tap ``(i, j)`` output row
 ``r`` reads input row ``r * sh + i * dh - top`` when that is inside the input, and
 positions ``v0 <= v < v1`` read column ``v + j * dw - left`` (:func:`_columns`), so
 nothing is padded or copied. A column stride ``sw`` > 1 is computed at stride 1 over the
@@ -15,8 +16,7 @@ the output gradient's rows with zeros in between the same way.
 Rows of fewer than ``TILE_WIDTH`` outputs (MobileNet's 7x7 and 14x14 layers) are too short
 to vectorise along: there the tensors go to a blocked layout, ``BLOCK`` channels last
 within each block (NCHW16c: :func:`to_blocks`, :func:`from_blocks`), and each tap on a run
-of positions is one contiguous multiply-add over the run's channels (:func:`_blocks`,
-which takes a tensor already in that layout, for a layout pass that keeps it).
+of positions is one contiguous multiply-add over the run's channels (:func:`_blocks`).
 
 Work is shared among threads (``threads.run_rows``): the row loops as worker slots, slot
 ``t`` of ``workers`` taking a contiguous run of planes or channels (:func:`_share`) with
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
+from . import conv_direct, helper, loop
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -75,96 +75,6 @@ def _spread(acc, row, sw):
     for v in range(row.size):
         acc[v * sw] = row[v]
     return acc
-
-
-@helper(inline="always")
-def _row_taps(target, x, p, wc, r, v_lo, v_hi, sh, dh, dw, top, left):
-    """``target[v_lo:v_hi] +=`` every tap's contribution to output row ``r`` of plane
-    ``p`` at positions ``v_lo:v_hi`` (``wc (kh, kw)``: the plane's taps), one contiguous
-    multiply-add per tap."""
-    kh, kw = wc.shape
-    height, width = x.shape[1], x.shape[2]
-    for i in range(kh):
-        y = r * sh + i * dh - top
-        if y < 0 or y >= height:
-            continue
-        row = x[p, y]
-        for j in range(kw):
-            v0, v1, offset = _columns(j, dw, left, width, v_hi)
-            v0 = max(v0, v_lo)
-            if v1 > v0:
-                _axpy(target[v0:v1], wc[i, j], row[v0 + offset:v1 + offset])
-
-
-@helper(inline="always")
-def _point(x, p, wc, r, v, sh, dh, dw, top, left):
-    """The sum of every inside tap at output row ``r``, position ``v`` of plane ``p``: the
-    few columns by the edges, where a run per tap would cost more than the sums."""
-    kh, kw = wc.shape
-    height, width = x.shape[1], x.shape[2]
-    total = x[p, 0, 0] * 0
-    for i in range(kh):
-        y = r * sh + i * dh - top
-        if 0 <= y < height:
-            for j in range(kw):
-                col = v + j * dw - left
-                if 0 <= col < width:
-                    total += wc[i, j] * x[p, y, col]
-    return total
-
-
-@helper(inline="always")
-def _row_3x3(target, x, p, wc, y, v0, v1, offset, dh, dw):
-    """``target[v0:v1] =`` the nine taps of a 3x3 kernel on input rows ``y, y + dh, y +
-    2 dh`` (all inside), columns ``v + offset + j * dw`` (all inside): one pass, nine
-    loads and multiply-adds per output, each input row a view indexed from 0."""
-    a0, a1, a2 = x[p, y, v0 + offset:], x[p, y + dh, v0 + offset:], x[p, y + 2 * dh, v0 + offset:]
-    b0, b1, b2 = a0[dw:], a1[dw:], a2[dw:]
-    c0, c1, c2 = a0[2 * dw:], a1[2 * dw:], a2[2 * dw:]
-    w00, w01, w02 = wc[0, 0], wc[0, 1], wc[0, 2]
-    w10, w11, w12 = wc[1, 0], wc[1, 1], wc[1, 2]
-    w20, w21, w22 = wc[2, 0], wc[2, 1], wc[2, 2]
-    out = target[v0:v1]
-    for u in range(out.size):
-        out[u] = (w00 * a0[u] + w01 * b0[u] + w02 * c0[u] + w10 * a1[u] + w11 * b1[u]
-                  + w12 * c1[u] + w20 * a2[u] + w21 * b2[u] + w22 * c2[u])
-
-
-@loop
-def _forward(start, stop, x, w, out, acc, sh, sw, dh, dw, top, left):
-    """Slots ``start:stop`` of ``acc.shape[0]``: planes of ``out (N*C, Ho, Wo)`` from ``x
-    (N*C, H, W)``, ``w (C, kh, kw)``, each row summed in the slot's ``acc`` (stride 1:
-    in the output row itself). A 3x3 kernel's rows whose three input rows are inside
-    take :func:`_row_3x3` on the columns where all taps are inside."""
-    channels, kh, kw = w.shape
-    height, width = x.shape[1], x.shape[2]
-    out_height, out_width = out.shape[1], out.shape[2]
-    positions = (out_width - 1) * sw + 1
-    # the positions where every tap's column is inside: [inner0, inner1)
-    inner0 = max(0, left)
-    inner1 = min(positions, width - (kw - 1) * dw + left)
-    for t in range(start, stop):
-        row_acc = acc[t, :positions]
-        first, last = _share(t, acc.shape[0], x.shape[0])
-        for p in range(first, last):
-            wc = w[p % channels]
-            for r in range(out_height):
-                orow = out[p, r]
-                target = orow if sw == 1 else row_acc   # (stride 1: straight into out)
-                y = r * sh - top
-                if (kh == 3 and kw == 3 and y >= 0 and y + 2 * dh < height
-                        and inner1 > inner0):
-                    _row_3x3(target, x, p, wc, y, inner0, inner1, -left, dh, dw)
-                    for v in range(inner0):
-                        target[v] = _point(x, p, wc, r, v, sh, dh, dw, top, left)
-                    for v in range(inner1, positions):
-                        target[v] = _point(x, p, wc, r, v, sh, dh, dw, top, left)
-                else:
-                    target[:] = 0
-                    _row_taps(target, x, p, wc, r, 0, positions, sh, dh, dw, top, left)
-                if sw != 1:
-                    for v in range(out_width):
-                        orow[v] = row_acc[v * sw]
 
 
 @loop
@@ -237,16 +147,14 @@ def _block_tap(dst, wk, src, count):
 
 
 @loop
-def _blocks(start, stop, ab, wrep, ob, adjoint, sh, dh, dw, top, left):
-    """Tiles ``start:stop`` (image, channel block) of the blocked conv at stride 1 along the
-    positions, with ``wrep (C/BLOCK, kh, kw, positions * BLOCK)``: forward, ``ob (N,
-    C/BLOCK, Ho, positions * BLOCK)`` from ``ab (N, C/BLOCK, H, W * BLOCK)``; ``adjoint``,
-    the input gradient ``ob (N, C/BLOCK, H, W * BLOCK)`` from the spread ``ab (N, C/BLOCK,
-    Ho, positions * BLOCK)``, the forward's reads as additions."""
+def _blocks(start, stop, gb, wrep, ob, sh, dh, dw, top, left):
+    """Tiles ``start:stop`` (image, channel block) of the blocked input gradient at stride 1
+    along the positions, with ``wrep (C/BLOCK, kh, kw, positions * BLOCK)``: ``ob (N,
+    C/BLOCK, H, W * BLOCK)`` from the spread output gradient ``gb (N, C/BLOCK, Ho,
+    positions * BLOCK)``, the forward's reads as additions."""
     blocks, kh, kw = wrep.shape[0], wrep.shape[1], wrep.shape[2]
-    image, grid = (ob, ab) if adjoint else (ab, ob)
-    height, width = image.shape[2], image.shape[3] // BLOCK
-    out_height, positions = grid.shape[2], grid.shape[3] // BLOCK
+    height, width = ob.shape[2], ob.shape[3] // BLOCK
+    out_height, positions = gb.shape[2], gb.shape[3] // BLOCK
     for tile in range(start, stop):
         n, b = tile // blocks, tile % blocks
         ob[n, b] = 0
@@ -257,14 +165,9 @@ def _blocks(start, stop, ab, wrep, ob, adjoint, sh, dh, dw, top, left):
                     continue
                 for j in range(kw):
                     v0, v1, offset = _columns(j, dw, left, width, positions)
-                    if v1 <= v0:
-                        continue
-                    run = image[n, b, y, (v0 + offset) * BLOCK:]
-                    at = grid[n, b, r, v0 * BLOCK:]
-                    if adjoint:
-                        _block_tap(run, wrep[b, i, j], at, (v1 - v0) * BLOCK)
-                    else:
-                        _block_tap(at, wrep[b, i, j], run, (v1 - v0) * BLOCK)
+                    if v1 > v0:
+                        _block_tap(ob[n, b, y, (v0 + offset) * BLOCK:], wrep[b, i, j],
+                                   gb[n, b, r, v0 * BLOCK:], (v1 - v0) * BLOCK)
 
 
 @loop
@@ -390,12 +293,11 @@ def _run(rows_loop, items, a, w, out, out_width, stride, padding, dilation, size
              threads=workers)
 
 
-def _run_blocks(ab, w, ob, adjoint, stride, padding, dilation):
-    """:func:`_blocks` over the tiles (image, channel block) of ``ab`` into ``ob``."""
-    tiles = ab.shape[0] * ab.shape[1]
-    positions = max(ab.shape[3], ob.shape[3]) // BLOCK
+def _run_blocks(gb, w, ob, stride, padding, dilation):
+    """:func:`_blocks` over the tiles (image, channel block) of ``gb`` into ``ob``."""
+    tiles = gb.shape[0] * gb.shape[1]
     sh, _, dh, dw, top, left = _geometry(stride, padding, dilation)
-    run_rows(_blocks, tiles, ab, _repeated_weight(w, positions), ob, adjoint, sh, dh, dw,
+    run_rows(_blocks, tiles, gb, _repeated_weight(w, gb.shape[3] // BLOCK), ob, sh, dh, dw,
              top, left, threads=threads_for(ob.size))
 
 
@@ -409,15 +311,10 @@ def _taps(w):
 
 def depthwise(x, w, out, stride, padding, dilation):
     """``out (N, C, Ho, Wo)`` = the depthwise conv of ``x (N, C, H, W)`` with ``w (C, 1,
-    kh, kw)`` (attrs as ``conv2d``'s, padding ``((top, bottom), (left, right))``)."""
-    if out.shape[3] < TILE_WIDTH:
-        n, c, ho, wo = out.shape
-        ob = np.empty((n, -(-c // BLOCK), ho, ((wo - 1) * stride[1] + 1) * BLOCK), x.dtype)
-        _run_blocks(to_blocks(x), w, ob, False, stride, padding, dilation)
-        from_blocks(ob, out, stride[1])
-        return
-    _run(_forward, x.shape[0] * x.shape[1], _planes(x), _taps(w), _planes(out),
-         out.shape[3], stride, padding, dilation, out.size)
+    kh, kw)`` (attrs as ``conv2d``'s, padding ``((top, bottom), (left, right))``, which may
+    be negative): ``conv_direct``'s loop."""
+    conv_direct.conv(x, w, out, stride, padding, dilation, x.shape[1],
+                     np.zeros(x.shape[1], x.dtype))
 
 
 def depthwise_input_grad(g, w, out, stride, padding, dilation):
@@ -434,7 +331,7 @@ def depthwise_input_grad(g, w, out, stride, padding, dilation):
     if g.shape[3] < TILE_WIDTH:
         n, c, h, wd = out.shape
         ob = np.empty((n, -(-c // BLOCK), h, wd * BLOCK), g.dtype)
-        _run_blocks(to_blocks(g, stride[1]), w, ob, True, stride, padding, dilation)
+        _run_blocks(to_blocks(g, stride[1]), w, ob, stride, padding, dilation)
         from_blocks(ob, out)
         return
     _run(_input_grad, g.shape[0] * g.shape[1], _planes(g), _taps(w), _planes(out),

@@ -10,7 +10,8 @@ a unit height; adaptive average pooling is avg_pool2d when the sizes divide, els
 averaging matmuls.
 
 Kernels (``conv_method`` chooses): a 1x1 conv is one batched GEMM on the input as it is;
-a depthwise conv a direct loop (``kernels/conv.py``); any other conv copies im2col columns
+a depthwise or narrow grouped conv a direct loop (``kernels/conv_direct.py``,
+``kernels/conv.py``); any other conv copies im2col columns
 ``cols[g, (c, i, j), (n, h, w)]`` (a strided view of the padded input) a cache-sized block
 of images or rows at a time, one GEMM per block and group. A stride-1 conv's input
 gradient is the conv of the output gradient with the flipped weight (the same blocks);
@@ -133,16 +134,23 @@ def conv_method(x_shape, w_shape, stride, padding, dilation, groups) -> str:
       GEMM's right operand, (C/G, H*W) per image and group; one batched GEMM, no copy.
     - ``"depthwise"``: one input and one output channel per group (MobileNet's 3x3
       layers): C independent small 2-D filters, whose per-group GEMMs (1 x kh*kw x Ho*Wo)
-      would be all overhead; a direct loop (``kernels.conv``) over each plane, vectorised
-      along its rows, with padding, stride and dilation as index ranges (no padded copy).
+      would be all overhead; forward, a direct loop over zero-padded phase planes
+      (``kernels.conv_direct``), the gradients direct loops over each plane
+      (``kernels.conv``), with padding, stride and dilation as index ranges.
+    - ``"direct"``: other grouped convs with few channels per group (a channel
+      multiplier, ResNeXt's groups: ``kernels.conv_direct.wanted``): the forward
+      is the same direct loop, the gradients are blocked.
     - ``"blocked"``: anything else: im2col a block at a time (``COLUMN_BLOCK_BYTES``) and
       one GEMM per block and group.
     """
     cout, cg, kh, kw = w_shape
     if (kh, kw) == (1, 1) and stride == (1, 1) and not any(padding[0] + padding[1]):
         return "pointwise"
-    if groups > 1 and cg == 1 and cout == groups and kernels.numba_available():
-        return "depthwise"
+    if groups > 1 and kernels.numba_available():
+        if cg == 1 and cout == groups:
+            return "depthwise"
+        if kernels.conv_direct.wanted(w_shape, groups):
+            return "direct"
     return "blocked"
 
 
@@ -258,8 +266,9 @@ def _conv_blocked(x, w, bias):
         if method == "pointwise":
             np.matmul(wm, x.reshape(n, groups, cg, h * wd),
                       out=out.reshape(n, groups, cog, ho * wo))
-        elif method == "depthwise":
-            kernels.conv.depthwise(x, w, out, stride, padding, dilation)
+        elif method in ("depthwise", "direct"):   # (the bias added in the same pass)
+            b = bias[0] if bias else np.zeros(cout, x.dtype)
+            return kernels.conv_direct.conv(x, w, out, stride, padding, dilation, groups, b)
         elif kernels.enabled(x) and kernels.conv_tiles.shifted(x.shape, w.shape, stride,
                                                                padding, dilation, groups):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)

@@ -98,23 +98,26 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
 
 
 def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilation, groups):
-    """The float32 kernel of ``kernels/conv_tiles.py``, which applies the epilogue to each
-    tile's GEMM result while it is in cache; None where it does not apply (another dtype,
-    no Numba; a depthwise conv: its direct loop; a 1x1 conv: one batched GEMM on the input
-    as it is, which measured faster than a GEMM and the epilogue per image), which then
-    runs the conv and the epilogue's own pass."""
+    """The float32 kernels that apply the epilogue while the result is in cache: each
+    tile's GEMM result (``kernels/conv_tiles.py``), or each band of a depthwise or narrow
+    grouped conv's direct loop (``kernels/conv_direct.py``); None where neither applies
+    (another dtype, no Numba; a 1x1 conv: one batched GEMM on the input as it is, which
+    measured faster than a GEMM and the epilogue per image), which then runs the conv and
+    the epilogue's own pass."""
     if not (kernels.numba_available() and x.dtype == w.dtype == b.dtype == np.float32
             and all(r.dtype == np.float32 for r in residual)):
         return None
-    if conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups) != "blocked":
+    method = conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups)
+    if method == "pointwise":
         return None
     hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.empty((x.shape[0], w.shape[0], *hw), np.float32)
     epilogue = dict(residual=residual[0] if residual else None,
                     where=RESIDUAL.index(residual_at) if residual else 0,
                     act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
-    return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups,
-                                   np.ascontiguousarray(b), **epilogue)
+    kernel = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
+    return kernel.conv(x, w, out, stride, padding, dilation, groups, np.ascontiguousarray(b),
+                       **epilogue)
 
 
 def _in_place(loop, y, width, b, r, act, bounds, residual_at) -> bool:

@@ -1,0 +1,135 @@
+"""Depthwise and narrow grouped convolutions through ``kernels/conv_direct.py`` (phase
+planes, taps summed in registers, the epilogue per band) beyond test_conv_tiles.py's
+shapes and epilogues (``DIRECT``: odd sizes, channel multipliers 2 and 3, groups 2-4,
+dilation, strides, batch 1/3/16, padding 0-2 and asymmetric, 1x1 to 7x7 kernels): float64,
+the bits on one or three threads, a block with BatchNorm, activations and a residual eager,
+under ``dg.compile`` and through ``dg.onnx.load``, and the gradients of the convs whose
+forward alone is direct."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.kernels import conv_direct  # noqa: E402
+from dualgraph.ops import conv as conv_ops  # noqa: E402
+
+from test_conv_tiles import DIRECT, _data, _torch_conv  # noqa: E402
+
+F = torch.nn.functional
+
+
+def test_float64_stays_float64():
+    x, w, b, attrs = _data(DIRECT[1])
+    x, w, b = (a.astype(np.float64) for a in (x, w, b))
+    want = _torch_conv(x, w, b, **attrs).numpy()
+    got = conv_ops.CONV2D.kernel(x, w, b, **attrs)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_bits_do_not_depend_on_threads(monkeypatch):
+    """Each output is summed by one thread in tap order: two slots give one's bits."""
+    x, w, b, attrs = _data(DIRECT[2])
+    out = [np.empty((16, 5, 9, 8), np.float32) for _ in range(2)]
+    monkeypatch.setattr(conv_direct, "threads_for", lambda size: 1)
+    conv_direct.conv(x, w, out[0], attrs["stride"], attrs["padding"], attrs["dilation"],
+                     attrs["groups"], b)
+    monkeypatch.setattr(conv_direct, "threads_for", lambda size: None)
+    monkeypatch.setattr(conv_direct, "cores", lambda: 3)
+    conv_direct.conv(x, w, out[1], attrs["stride"], attrs["padding"], attrs["dilation"],
+                     attrs["groups"], b)
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+class Block(dg.nn.Module):
+    """A depthwise-separable block with a channel multiplier, a grouped conv and a
+    residual: every conv is direct, each with BatchNorm and an activation to fold."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        nn = dg.nn
+        self.layers = nn.Sequential(
+            nn.Conv2d(c, 2 * c, 3, 2, 1, groups=c, bias=False), nn.BatchNorm2d(2 * c),
+            nn.ReLU6(),
+            nn.Conv2d(2 * c, 2 * c, 5, 1, 4, dilation=2, groups=2 * c), nn.Hardswish(),
+            nn.Conv2d(2 * c, 2 * c, 3, 1, 1, groups=3), nn.BatchNorm2d(2 * c), nn.SiLU())
+
+    def forward(self, x):
+        h = self.layers(x)
+        return h + self.layers[-3](h)
+
+
+def _models():
+    nn = torch.nn
+    c = 6
+    reference = nn.Sequential(
+        nn.Conv2d(c, 2 * c, 3, 2, 1, groups=c, bias=False), nn.BatchNorm2d(2 * c), nn.ReLU6(),
+        nn.Conv2d(2 * c, 2 * c, 5, 1, 4, dilation=2, groups=2 * c), nn.Hardswish(),
+        nn.Conv2d(2 * c, 2 * c, 3, 1, 1, groups=3), nn.BatchNorm2d(2 * c), nn.SiLU())
+    rng = np.random.default_rng(3)
+    state = {}
+    for k, v in reference.state_dict().items():
+        if "num_batches" in k:
+            state[k] = np.zeros((), np.int64)
+        elif k.endswith("running_var"):
+            state[k] = rng.uniform(0.5, 1.5, tuple(v.shape)).astype(np.float32)
+        else:
+            state[k] = (0.3 * rng.standard_normal(tuple(v.shape))).astype(np.float32)
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    model = Block()
+    model.layers.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    return reference.eval(), model.eval()
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
+    reference, model = _models()
+    x = np.random.default_rng(batch).standard_normal((batch, 6, 17, 15)).astype(np.float32)
+    with torch.no_grad():
+        h = reference(torch.tensor(x))
+        want = (h + reference[5](h)).numpy()
+    with dg.no_grad():
+        eager = model(dg.tensor(x)).numpy()
+        compiled_fn = dg.compile(model)
+        compiled = compiled_fn(dg.tensor(x)).numpy()
+    np.testing.assert_allclose(eager, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compiled, want, rtol=1e-4, atol=1e-4)
+    assert "conv2d_epilogue" in str(compiled_fn.optimized_graph)
+
+    class Exported(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = reference
+
+        def forward(self, x):
+            h = self.layers(x)
+            return h + self.layers[5](h)
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        torch.onnx.export(Exported().eval(), (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("case", [DIRECT[1], DIRECT[4], DIRECT[5]])
+def test_gradients_of_direct_convs_match_torch(case):
+    """A multiplier or a grouped conv's forward is the direct loop, its gradients the
+    blocked GEMMs: both against torch."""
+    x, w, b, attrs = _data(case)
+    xs, ws, bs = (dg.tensor(a, requires_grad=True) for a in (x, w, b))
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    (top, bottom), (left, right) = attrs["padding"]
+    y = dg.nn.functional.conv2d(dg.nn.functional.pad(xs, (left, right, top, bottom)), ws, bs,
+                                attrs["stride"], 0, attrs["dilation"], attrs["groups"])
+    yt = F.conv2d(F.pad(xt, (left, right, top, bottom)), wt, bt, attrs["stride"], 0,
+                  attrs["dilation"], attrs["groups"])
+    g = np.cos(np.arange(yt.numel(), dtype=np.float32)).reshape(tuple(yt.shape))
+    y.backward(dg.tensor(g))
+    yt.backward(torch.tensor(g))
+    for got, want in [(y, yt), (xs.grad, xt.grad), (ws.grad, wt.grad), (bs.grad, bt.grad)]:
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4,
+                                   atol=1e-4)
