@@ -2,12 +2,18 @@
 dualgraph (the module ``dg.compile``d and called under ``no_grad``; the torch export loaded
 with ``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
 
-``python -m benchmarks.unseen_transformers [--models vit,encoder] [--batches 1,16]
-[--rounds 5] [--threads 1]``. ``vit`` is a ViT-tiny-like model written as timm writes it
-(16x16 patches of a 224x224 image by a strided convolution, a class token, 12 pre-LayerNorm
-blocks of width 192 with 3 heads, the q/k/v heads taken by ``reshape``, ``permute`` and
-``unbind``, an exact-GELU MLP of 768, a linear head on the class token); ``encoder`` is W10's
-post-LayerNorm BERT-style encoder on int64 token ids. The same random weights in both
+``python -m benchmarks.unseen_transformers [--models vit,encoder,bert,gpt,t5]
+[--batches 1,16] [--rounds 5] [--threads 1]``. ``vit`` is a ViT-tiny-like model written as
+timm writes it (16x16 patches of a 224x224 image by a strided convolution, a class token,
+12 pre-LayerNorm blocks of width 192 with 3 heads, the q/k/v heads taken by ``reshape``,
+``permute`` and ``unbind``, an exact-GELU MLP of 768, a linear head on the class token);
+``encoder`` is W10's post-LayerNorm BERT-style encoder on int64 token ids; ``bert`` a
+BERT-style encoder written as Hugging Face writes it (separate q/k/v linears, the scores
+divided by sqrt(64), an additive padding mask); ``gpt`` a nanoGPT-style decoder (one q/k/v
+linear split in three, the causal mask by ``masked_fill``, tanh GELU, an LM head on every
+token); ``t5`` a T5-style pre-norm encoder (RMSNorm spelt with ``rsqrt``, no biases,
+unscaled scores, a padding mask). The padded models' ids end in padding: row i of a batch
+keeps its first 128 - 9 i tokens. The same random weights in both
 libraries. ``--threads`` is every engine's thread count (environment variables set before
 NumPy loads). Each implementation runs once per round, in turns; reported: the best CPU time
 of a call (``time.process_time``) and the best wall time, in ms, and each engine's ratio
@@ -16,6 +22,7 @@ to onnxruntime's CPU time (``unseen_cnns.compare``). Outputs are compared with t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -92,14 +99,157 @@ def encoder(lib):
     return w10(lib)
 
 
+VOCAB, SEQ, PAD = 8192, 128, 0
+
+
+def heads_of(x, heads):
+    """(B, T, C) -> (B, heads, T, C / heads), as Hugging Face's ``transpose_for_scores``."""
+    b, t, c = x.shape
+    return x.view(b, t, heads, c // heads).transpose(1, 2)
+
+
+def bert(lib, width=256, depth=4, heads=4, hidden=1024):
+    """A BERT-style post-LayerNorm encoder written as Hugging Face's ``BertSelfAttention``:
+    three separate q/k/v linears on one input, the scores divided by sqrt(head size), and
+    an additive padding mask ``(1 - keep) * finfo.min`` made from the ids (token 0 is
+    padding); exact-GELU FFN."""
+    nn = lib.nn
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
+            self.out = nn.Linear(width, width)
+            self.ln1 = nn.LayerNorm(width, eps=1e-12)
+            self.up, self.down = nn.Linear(width, hidden), nn.Linear(hidden, width)
+            self.act = nn.GELU()
+            self.ln2 = nn.LayerNorm(width, eps=1e-12)
+
+        def forward(self, x, bias):
+            q, k, v = (heads_of(f(x), heads) for f in (self.query, self.key, self.value))
+            att = q @ k.transpose(-1, -2) / math.sqrt(width // heads) + bias
+            y = (att.softmax(dim=-1) @ v).permute(0, 2, 1, 3).reshape(x.shape)
+            x = self.ln1(self.out(y) + x)
+            return self.ln2(self.down(self.act(self.up(x))) + x)
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(VOCAB, width)
+            self.positions = nn.Embedding(SEQ, width)
+            self.ln = nn.LayerNorm(width, eps=1e-12)
+            self.layers = nn.ModuleList([Layer() for _ in range(depth)])
+
+        def forward(self, ids):
+            keep = (ids != PAD).float()[:, None, None, :]
+            bias = (1.0 - keep) * lib.finfo(lib.float32).min
+            x = self.ln(self.tokens(ids) + self.positions(lib.arange(ids.shape[1])))
+            for layer in self.layers:
+                x = layer(x, bias)
+            return x
+    return Bert()
+
+
+def gpt(lib, width=384, depth=6, heads=6):
+    """A nanoGPT-style pre-LayerNorm decoder: one q/k/v linear split in three, the causal
+    mask by ``masked_fill`` with -inf, tanh-GELU MLP, tied-free LM head on every token."""
+    nn = lib.nn
+    F = lib.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+            self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+        def attend(self, x):
+            b, t, c = x.shape
+            q, k, v = (heads_of(y, heads) for y in self.qkv(x).split(c, dim=2))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // heads))
+            causal = lib.ones(t, t).tril().view(1, 1, t, t)
+            att = att.masked_fill(causal == 0, float("-inf"))
+            y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c)
+            return self.proj(y)
+
+        def forward(self, x):
+            x = x + self.attend(self.ln1(x))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(VOCAB, width)
+            self.positions = nn.Embedding(SEQ, width)
+            self.blocks = nn.ModuleList([Block() for _ in range(depth)])
+            self.ln = nn.LayerNorm(width)
+            self.head = nn.Linear(width, VOCAB, bias=False)
+
+        def forward(self, ids):
+            x = self.tokens(ids) + self.positions(lib.arange(ids.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+    return GPT()
+
+
+def t5(lib, width=256, depth=4, heads=4, hidden=1024):
+    """A T5-style pre-norm encoder: RMSNorm written as T5's ``T5LayerNorm`` (the mean of
+    squares, ``rsqrt``, a weight), linears without bias, unscaled scores with the additive
+    padding mask, a ReLU FFN."""
+    nn = lib.nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(lib.ones(width))
+
+        def forward(self, x):
+            return self.weight * (x * lib.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = RMSNorm(), RMSNorm()
+            self.q, self.k, self.v, self.o = (nn.Linear(width, width, bias=False)
+                                              for _ in range(4))
+            self.wi = nn.Linear(width, hidden, bias=False)
+            self.wo = nn.Linear(hidden, width, bias=False)
+
+        def forward(self, x, bias):
+            h = self.norm1(x)
+            q, k, v = (heads_of(f(h), heads) for f in (self.q, self.k, self.v))
+            att = (q @ k.transpose(3, 2) + bias).softmax(dim=-1)
+            x = x + self.o((att @ v).transpose(1, 2).reshape(x.shape))
+            return x + self.wo(lib.relu(self.wi(self.norm2(x))))
+
+    class T5(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(VOCAB, width)
+            self.layers = nn.ModuleList([Layer() for _ in range(depth)])
+            self.norm = RMSNorm()
+
+        def forward(self, ids):
+            bias = (ids == PAD).float()[:, None, None, :] * -1e9
+            x = self.tokens(ids)
+            for layer in self.layers:
+                x = layer(x, bias)
+            return self.norm(x)
+    return T5()
+
+
 def example(name: str, batch: int, rng) -> np.ndarray:
     if name == "vit":
         return rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
-    from .w10_encoder_infer import SEQ, VOCAB
-    return rng.integers(0, VOCAB, (batch, SEQ)).astype(np.int64)
+    ids = rng.integers(1, VOCAB, (batch, SEQ)).astype(np.int64)
+    if name in ("bert", "t5"):     # padding: row i keeps its first SEQ - 9 i tokens
+        for i in range(batch):
+            ids[i, max(1, SEQ - 9 * i):] = PAD
+    return ids
 
 
-MODELS = {"vit": vit, "encoder": encoder}
+MODELS = {"vit": vit, "encoder": encoder, "bert": bert, "gpt": gpt, "t5": t5}
 
 
 def implementations(name: str, batch: int, threads: int, tmp: str) -> dict:
@@ -125,7 +275,7 @@ def measure(name: str, batch: int, threads: int, rounds: int) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="vit,encoder")
+    parser.add_argument("--models", default="vit,encoder,bert,gpt,t5")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
