@@ -163,7 +163,43 @@ def residual_gelu_of_a_linear():
     return g
 
 
+def biased_matmul_by_a_constant():
+    g = Graph()
+    x = f32(g, "x", 2, 3, 4)
+    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), name="w")
+    b = g.add_constant(np.linspace(0, 1, 5, dtype=np.float32), name="b")
+    (y,) = g.add_node("matmul", [x, w], names=["y"])
+    g.set_outputs(list(g.add_node("add", [y, b], names=["h"])))
+    return g
+
+
+def two_linears_of_one_input():
+    g = Graph()
+    x = f32(g, "x", 2, 3, 4)
+    wq = g.add_constant(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), name="wq")
+    wk = g.add_constant(np.linspace(1, 2, 16, dtype=np.float32).reshape(4, 4), name="wk")
+    (q,) = g.add_node("linear", [x, wq], names=["q"])
+    (k,) = g.add_node("linear", [x, wk], names=["k"])
+    g.set_outputs([q, k])
+    return g
+
+
+def layer_norm_of_a_residual_linear():
+    g = Graph()
+    x, w, b = f32(g, "x", 2, 3, 4), f32(g, "w", 5, 4), f32(g, "b", 5)
+    r, gain, shift = f32(g, "r", 2, 3, 5), f32(g, "g", 5), f32(g, "s", 5)
+    (y,) = g.add_node("linear_epilogue", [x, w, b, r], dict(
+        act="none", bounds=(-np.inf, np.inf), residual_at="before"), names=["y"])
+    n, _, _ = g.add_node("layer_norm", [y, gain, shift], dict(n_dims=1, eps=1e-5),
+                         names=["n", "mean", "rstd"])
+    g.set_outputs([n])
+    return g
+
+
 EXAMPLES = {
+    "linear_norm": layer_norm_of_a_residual_linear,
+    "constant_linears": biased_matmul_by_a_constant,
+    "join_linears": two_linears_of_one_input,
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,
