@@ -196,7 +196,21 @@ def layer_norm_of_a_residual_linear():
     return g
 
 
+def rms_norm_as_written():
+    g = Graph()
+    x, w = f32(g, "x", 2, 3, 4), f32(g, "w", 4)
+    (p,) = g.add_node("mul", [x, x], names=["p"])
+    (m,) = g.add_node("mean", [p], {"dims": (2,), "keepdim": True}, names=["m"])
+    (s,) = g.add_node("add", [m, 1e-6], names=["s"])
+    (r,) = g.add_node("sqrt", [s], names=["r"])
+    (d,) = g.add_node("div", [1, r], names=["d"])
+    (n,) = g.add_node("mul", [x, d], names=["n"])
+    g.set_outputs(list(g.add_node("mul", [n, w], names=["y"])))
+    return g
+
+
 EXAMPLES = {
+    "fuse_rms_norm": rms_norm_as_written,
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,
     "join_linears": two_linears_of_one_input,

@@ -164,6 +164,8 @@ def test_encoder_compiled_and_onnx_loaded_equal_torch_and_onnxruntime(
         assert ops["linear"] == depth                   # join_linears: q, k, v as one
         if norm == "post":                              # linear_norm: every LayerNorm
             assert ops["linear_norm"] == 2 * depth and "layer_norm" not in ops
+        if norm == "rms":                               # fuse_rms_norm: every RMSNorm
+            assert ops["rms_norm"] == 2 * depth
 
 
 def test_training_keeps_separate_linears_and_norms():
@@ -200,3 +202,29 @@ def test_a_weight_read_elsewhere_is_not_transposed():
     g.set_outputs([y, s])
     after, report = constant_linears(g)
     assert not report.changed and ops_of(after) == ops_of(g)
+
+
+@pytest.mark.parametrize("spelling", ["rsqrt", "functional", "no-weight"])
+def test_rms_norm_fused_after_a_residual_equals_eager_and_torch(spelling):
+    """RMSNorm of a residual sum (the sum read by nothing else): the rule makes it one
+    ``rms_norm``, which the elementwise fusion puts after the add as a row epilogue."""
+    rng = np.random.default_rng(3)
+    x, r = (rng.standard_normal((3, 7, 67)).astype(np.float32) for _ in range(2))
+    w = rng.uniform(0.5, 1.5, 67).astype(np.float32)
+
+    def f(lib, x, r, w):
+        s = x + r
+        if spelling == "functional":
+            return lib.nn.functional.rms_norm(s, (67,), w, 1e-6)
+        y = s * lib.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return y if spelling == "no-weight" else y * w
+    args = [dg.tensor(a) for a in (x, r, w)]
+    compiled = dg.compile(lambda *a: f(dg, *a))
+    got = compiled(*args).numpy()
+    eager = f(dg, *args).numpy()
+    want = f(torch, *(torch.tensor(a) for a in (x, r, w))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fused = [n for n in compiled.optimized_graph.nodes if n.op.name == "fused"]
+    assert len(fused) == 1
+    assert [n.op.name for n in fused[0].attrs["graph"].nodes] == ["add", "rms_norm"]

@@ -162,6 +162,21 @@ CASES += [   # (odd widths; rows past the float32 loop's threshold, a few rows, 
         (("none", None), (1, 1, 7), 300), (("relu", "after"), (40, 3), 1)]
 ]
 
+def _rms_norm(m, x, w):
+    """``rms_norm`` (what the rule ``fuse_rms_norm`` makes) vs torch's ``F.rms_norm``."""
+    if m.__name__ == "torch":
+        return m.nn.functional.rms_norm(x, x.shape[-1:], w, 1e-6)
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.norm import RMS_NORM
+    return apply(RMS_NORM, x, w, eps=1e-6)[0]
+
+
+CASES += [   # (rows past the float32 loop's threshold, odd widths, one row)
+    OpCase("rms_norm", _rms_norm, [In(shape), In(shape[-1:])], f"{shape}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-5)
+    for shape in [(3, 70, 129), (2, 5, 9), (1, 300), (40, 1)]
+]
+
 # torch's fused-looking composites: beta * input + alpha * product
 CASES += [
     OpCase("matmul", lambda m, c, a, b: m.addmm(c, a, b), [In((4,)), In((3, 5)), In((5, 4))],
