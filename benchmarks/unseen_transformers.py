@@ -152,7 +152,7 @@ def bert(lib, width=256, depth=4, heads=4, hidden=1024):
 
 def gpt(lib, width=384, depth=6, heads=6):
     """A nanoGPT-style pre-LayerNorm decoder: one q/k/v linear split in three, the causal
-    mask by ``masked_fill`` with -inf, tanh-GELU MLP, tied-free LM head on every token."""
+    mask by ``masked_fill`` with -inf, tanh-GELU MLP, an untied LM head on every token."""
     nn = lib.nn
     F = lib.nn.functional
 

@@ -163,11 +163,15 @@ def residual_gelu_of_a_linear():
     return g
 
 
+def ramp(g, name, lo, hi, *shape):
+    """A constant of evenly spaced float32 values from ``lo`` to ``hi``."""
+    return g.add_constant(np.linspace(lo, hi, int(np.prod(shape)), dtype=np.float32)
+                          .reshape(shape), name=name)
+
+
 def biased_matmul_by_a_constant():
     g = Graph()
-    x = f32(g, "x", 2, 3, 4)
-    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), name="w")
-    b = g.add_constant(np.linspace(0, 1, 5, dtype=np.float32), name="b")
+    x, w, b = f32(g, "x", 2, 3, 4), ramp(g, "w", -1, 1, 4, 5), ramp(g, "b", 0, 1, 5)
     (y,) = g.add_node("matmul", [x, w], names=["y"])
     g.set_outputs(list(g.add_node("add", [y, b], names=["h"])))
     return g
@@ -175,9 +179,7 @@ def biased_matmul_by_a_constant():
 
 def two_linears_of_one_input():
     g = Graph()
-    x = f32(g, "x", 2, 3, 4)
-    wq = g.add_constant(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), name="wq")
-    wk = g.add_constant(np.linspace(1, 2, 16, dtype=np.float32).reshape(4, 4), name="wk")
+    x, wq, wk = f32(g, "x", 2, 3, 4), ramp(g, "wq", -1, 1, 3, 4), ramp(g, "wk", 1, 2, 4, 4)
     (q,) = g.add_node("linear", [x, wq], names=["q"])
     (k,) = g.add_node("linear", [x, wk], names=["k"])
     g.set_outputs([q, k])

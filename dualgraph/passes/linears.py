@@ -28,17 +28,12 @@ from ..ops.epilogue import LINEAR_EPILOGUE, LINEAR_NORM
 from ..ops.linalg import BLAS_DTYPES, LINEAR, MATMUL
 from ..ops.norm import LAYER_NORM
 from ..ops.shape import SLICE
-from .core import Builder, Report, live_readers
+from .core import Report, live_readers, only_reader, rebuild
 
 
 def _constant(graph: Graph, x):
     """The array of ``x`` where it is a constant of ``graph``, else None."""
     return graph.constants.get(x) if isinstance(x, Value) else None
-
-
-def _only_reader(live: dict, v: Value) -> Node | None:
-    users = live.get(v, [])
-    return users[0] if len(users) == 1 and isinstance(users[0], Node) else None
 
 
 def matmuls_by_constants(graph: Graph) -> dict:
@@ -69,7 +64,7 @@ def matmuls_by_constants(graph: Graph) -> dict:
 
 def _bias_add(graph: Graph, live: dict, matmul: Node) -> Node | None:
     y = matmul.outputs[0]
-    add = _only_reader(live, y)
+    add = only_reader(live, y)
     if add is None or add.op is not ADD:
         return None
     a, b = add.inputs
@@ -111,16 +106,9 @@ def constant_linears(graph: Graph, found: dict, report: Report) -> Graph:
           return (%h)
         }
     """
-    last = {(add or node): node for node, add in found.items()}
-    adds = {add for add in found.values() if add is not None}
-    b = Builder(graph)
     transposed: dict = {}
-    for node in graph.nodes:
-        matmul = last.get(node)
-        if matmul is None:
-            if node not in found and node not in adds:
-                b.copy(node)
-            continue
+
+    def emit(b, node, matmul):
         x, w = matmul.inputs
         if w not in transposed:
             transposed[w] = b.graph.add_constant(np.ascontiguousarray(graph.constants[w].T),
@@ -136,8 +124,10 @@ def constant_linears(graph: Graph, found: dict, report: Report) -> Graph:
         (b.env[out],) = b.add(LINEAR, operands, {}, node.location, [out.name])
         report.count("linears", f"%{matmul.outputs[0].name}"
                                 f"{' + bias' if node is not matmul else ''} -> linear")
-    report.nodes_after = len(b.graph.nodes)
-    return b.finish()
+    new = rebuild(graph, {(add or node): node for node, add in found.items()},
+                  set(found) | {add for add in found.values() if add is not None}, emit)
+    report.nodes_after = len(new.nodes)
+    return new
 
 
 def linears_sharing_inputs(graph: Graph) -> list[list[Node]]:
@@ -152,7 +142,7 @@ def linears_sharing_inputs(graph: Graph) -> list[list[Node]]:
             continue
         x, w, *bias = node.inputs
         arrays = [_constant(graph, v) for v in [w, *bias]]
-        reader = _only_reader(live, node.outputs[0])
+        reader = only_reader(live, node.outputs[0])
         if (any(a is None for a in arrays) or arrays[0].ndim != 2 or x.dtype not in BLAS_DTYPES
                 or any(v.dtype != x.dtype for v in [w, *bias])
                 or (bias and arrays[1].shape != (arrays[0].shape[0],))
@@ -190,15 +180,7 @@ def join_linears(graph: Graph, groups: list, report: Report) -> Graph:
           return (%q, %k)
         }
     """
-    first = {nodes[0]: nodes for nodes in groups}
-    joined = {node for nodes in groups for node in nodes}
-    b = Builder(graph)
-    for node in graph.nodes:
-        nodes = first.get(node)
-        if nodes is None:
-            if node not in joined:
-                b.copy(node)
-            continue
+    def emit(b, node, nodes):
         operands = [b.get(node.inputs[0])]
         for k in range(1, len(node.inputs)):
             stacked = np.concatenate([graph.constants[n.inputs[k]] for n in nodes])
@@ -215,8 +197,10 @@ def join_linears(graph: Graph, groups: list, report: Report) -> Graph:
             start = stop
         report.count("joined linears", f"{len(nodes)} linears of %{node.inputs[0].name} -> "
                                        f"%{whole.name}", n=len(nodes))
-    report.nodes_after = len(b.graph.nodes)
-    return b.finish()
+    new = rebuild(graph, {nodes[0]: nodes for nodes in groups},
+                  {node for nodes in groups for node in nodes}, emit)
+    report.nodes_after = len(new.nodes)
+    return new
 
 
 def norms_of_linears(graph: Graph) -> list[Node]:
@@ -233,7 +217,7 @@ def norms_of_linears(graph: Graph) -> list[Node]:
         v, weight, shift = node.inputs
         layer = v.producer if isinstance(v, Value) else None
         if (layer is None or layer.op not in (LINEAR, LINEAR_EPILOGUE)
-                or _only_reader(live, v) is not node
+                or only_reader(live, v) is not node
                 or any(live.get(out) for out in node.outputs[1:])
                 or not all(isinstance(p, Value) and p.dtype == v.dtype
                            and tuple(p.shape) == tuple(v.shape[-1:]) for p in (weight, shift))
@@ -272,17 +256,8 @@ def linear_norm(graph: Graph, norms: list, report: Report) -> Graph:
           return (%n)
         }
     """
-    chosen = {node.inputs[0].producer: node for node in norms}
-    layers = set(chosen)
-    b = Builder(graph)
-    for node in graph.nodes:
-        if node in layers:
-            continue
-        if node not in chosen.values():
-            b.copy(node)
-            continue
+    def emit(b, node, layer):
         v, weight, shift = node.inputs
-        layer = v.producer
         x, w, *rest = layer.inputs
         if layer.op is LINEAR_EPILOGUE:
             bias, residual, attrs = rest[0], rest[1:], dict(layer.attrs)
@@ -295,5 +270,7 @@ def linear_norm(graph: Graph, norms: list, report: Report) -> Graph:
         (b.env[out],) = b.add(LINEAR_NORM, operands, {**attrs, "eps": node.attrs["eps"]},
                               node.location, [out.name])
         report.count("norms in linears", f"%{v.name} + %{out.name} -> linear_norm")
-    report.nodes_after = len(b.graph.nodes)
-    return b.finish()
+    new = rebuild(graph, {node: node.inputs[0].producer for node in norms},
+                  {node.inputs[0].producer for node in norms}, emit)
+    report.nodes_after = len(new.nodes)
+    return new

@@ -26,21 +26,7 @@ from ..graph import Graph, Node, Value
 from ..ops.elementwise import ADD, DIV, MUL, SQRT
 from ..ops.norm import RMS_NORM
 from ..ops.reduce import MEAN
-from .core import Builder, Report, live_readers
-
-
-def _only_reader(live: dict, v: Value) -> Node | None:
-    users = live.get(v, [])
-    return users[0] if len(users) == 1 and isinstance(users[0], Node) else None
-
-
-def _number(graph: Graph, x):
-    """``x`` as a float where it is a number or a one-element constant (ONNX's), else
-    None."""
-    if isinstance(x, Value):
-        arr = graph.constants.get(x)
-        return float(arr.reshape(-1)[0]) if arr is not None and arr.size == 1 else None
-    return float(x) if type(x) in (int, float) else None
+from .core import Report, live_readers, number, only_reader, rebuild
 
 
 def _other(node: Node, v: Value):
@@ -66,26 +52,26 @@ def rms_norm_patterns(graph: Graph) -> list[tuple[list[Node], Value, Value | Non
 
 
 def _rest(graph: Graph, live: dict, square: Node, x: Value):
-    mean = _only_reader(live, square.outputs[0])
+    mean = only_reader(live, square.outputs[0])
     if (mean is None or mean.op is not MEAN or tuple(mean.attrs["dims"]) != (x.ndim - 1,)
             or not mean.attrs["keepdim"] or mean.outputs[0].dtype != x.dtype):
         return None
-    add = _only_reader(live, mean.outputs[0])
-    eps = _number(graph, _other(add, mean.outputs[0])) if add is not None and add.op is ADD else None
-    sqrt = _only_reader(live, add.outputs[0]) if eps is not None else None
+    add = only_reader(live, mean.outputs[0])
+    eps = number(graph, _other(add, mean.outputs[0])) if add is not None and add.op is ADD else None
+    sqrt = only_reader(live, add.outputs[0]) if eps is not None else None
     if sqrt is None or sqrt.op is not SQRT:
         return None
-    div = _only_reader(live, sqrt.outputs[0])
+    div = only_reader(live, sqrt.outputs[0])
     if (div is None or div.op is not DIV or div.inputs[1] is not sqrt.outputs[0]
-            or _number(graph, div.inputs[0]) != 1.0):
+            or number(graph, div.inputs[0]) != 1.0):
         return None
-    scale = _only_reader(live, div.outputs[0])
+    scale = only_reader(live, div.outputs[0])
     if scale is None or scale.op is not MUL or _other(scale, div.outputs[0]) is not x:
         return None
     nodes, y = [square, mean, add, sqrt, div, scale], scale.outputs[0]
     if tuple(y.shape) != tuple(x.shape) or y.dtype != x.dtype:
         return None
-    last, weight = _only_reader(live, y), None
+    last, weight = only_reader(live, y), None
     if last is not None and last.op is MUL:
         w = _other(last, y)
         if (isinstance(w, Value) and w is not y and tuple(w.shape) == tuple(x.shape[-1:])
@@ -123,22 +109,15 @@ def fuse_rms_norm(graph: Graph, matches: list, report: Report) -> Graph:
           return (%y)
         }
     """
-    last = {m[0][-1]: m for m in matches}
-    replaced = {node for m in matches for node in m[0]}
-    b = Builder(graph)
-    for node in graph.nodes:
-        m = last.get(node)
-        if m is None:
-            if node not in replaced:
-                b.copy(node)
-            continue
-        nodes, x, weight, eps = m
+    def emit(b, node, match):
+        nodes, x, weight, eps = match
         w = (b.get(weight) if weight is not None else
              b.graph.add_constant(np.ones(x.shape[-1], x.dtype), name=x.name + "_ones"))
         out = node.outputs[0]
-        y, _ = b.add(RMS_NORM, [b.get(x), w], {"eps": eps}, node.location,
-                     [out.name, out.name + "_rstd"])
-        b.env[out] = y
+        (b.env[out], _) = b.add(RMS_NORM, [b.get(x), w], {"eps": eps}, node.location,
+                                [out.name, out.name + "_rstd"])
         report.count("rms norms", f"{len(nodes)} nodes -> %{out.name}")
-    report.nodes_after = len(b.graph.nodes)
-    return b.finish()
+    new = rebuild(graph, {m[0][-1]: m for m in matches},
+                  {node for m in matches for node in m[0]}, emit)
+    report.nodes_after = len(new.nodes)
+    return new
