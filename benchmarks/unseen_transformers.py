@@ -18,6 +18,8 @@ libraries. ``--threads`` is every engine's thread count (environment variables s
 NumPy loads). Each implementation runs once per round, in turns; reported: the best CPU time
 of a call (``time.process_time``) and the best wall time, in ms, and each engine's ratio
 to onnxruntime's CPU time (``unseen_cnns.compare``). Outputs are compared with torch's.
+``--without constant_linears,join_linears`` also runs dualgraph's two paths without those
+passes or rules, in the same rounds (a before/after in one process).
 """
 from __future__ import annotations
 
@@ -252,8 +254,10 @@ def example(name: str, batch: int, rng) -> np.ndarray:
 MODELS = {"vit": vit, "encoder": encoder, "bert": bert, "gpt": gpt, "t5": t5}
 
 
-def implementations(name: str, batch: int, threads: int, tmp: str) -> dict:
-    """``{engine: (call, output of one call)}`` for one model and batch size."""
+def implementations(name: str, batch: int, threads: int, tmp: str, without=()) -> dict:
+    """``{engine: (call, output of one call)}`` for one model and batch size; with
+    ``without`` (pass or rule names), the compiled module and the import also run without
+    them (``dg_compiled_without``, ``dg_onnx_load_without``), in the same rounds."""
     import torch
 
     import dualgraph as dg
@@ -265,12 +269,26 @@ def implementations(name: str, batch: int, threads: int, tmp: str) -> dict:
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model = MODELS[name](dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
-    return engines(reference, model, x, os.path.join(tmp, f"{name}_{batch}.onnx"), threads)
+    impls = engines(reference, model, x, os.path.join(tmp, f"{name}_{batch}.onnx"), threads)
+    if without:
+        from dualgraph.codegen import Executable
+        off = {rule: False for rule in without}
+        compiled = dg.compile(model, passes=off)
+        imported = Executable(dg.onnx.load(os.path.join(tmp, f"{name}_{batch}.onnx"))
+                              .executable.source_graph, passes=off)
+
+        def run_compiled():
+            with dg.no_grad():
+                return compiled(dg.tensor(x)).numpy()
+        impls["dg_compiled_without"] = (run_compiled, run_compiled())
+        run_imported = lambda: np.asarray(imported.run([x])[0])
+        impls["dg_onnx_load_without"] = (run_imported, run_imported())
+    return impls
 
 
-def measure(name: str, batch: int, threads: int, rounds: int) -> dict:
+def measure(name: str, batch: int, threads: int, rounds: int, without=()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        return compare(implementations(name, batch, threads, tmp), rounds)
+        return compare(implementations(name, batch, threads, tmp, without), rounds)
 
 
 def main(argv=None) -> None:
@@ -279,12 +297,16 @@ def main(argv=None) -> None:
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--without", default="", help="comma-separated passes or rules: "
+                        "dualgraph also runs without them, in the same rounds")
     args = parser.parse_args(argv)
+    without = [r for r in args.without.split(",") if r]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
           f"{args.threads} thread(s) per engine", flush=True)
     for name in args.models.split(","):
         for batch in map(int, args.batches.split(",")):
-            for engine, row in measure(name, batch, args.threads, args.rounds).items():
+            rows = measure(name, batch, args.threads, args.rounds, without)
+            for engine, row in rows.items():
                 print(f"{name} batch {batch} {engine}: {row}", flush=True)
 
 
