@@ -228,3 +228,25 @@ def test_rms_norm_fused_after_a_residual_equals_eager_and_torch(spelling):
     fused = [n for n in compiled.optimized_graph.nodes if n.op.name == "fused"]
     assert len(fused) == 1
     assert [n.op.name for n in fused[0].attrs["graph"].nodes] == ["add", "rms_norm"]
+
+
+@pytest.mark.parametrize("norm", ["post", "rms"])
+def test_rules_on_an_import_with_symbolic_batch_and_sequence(tmp_path, norm):
+    """An export with dynamic batch and sequence dims: one import serves (2, 9), (3, 5) and
+    (1, 1) ids with the rules applied over symbolic shapes, as onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    _, ref = twins(36, 3, 2, norm, 0)
+    path = str(tmp_path / "dynamic.onnx")
+    ids = np.random.default_rng(0).integers(1, 50, (2, 9))
+    torch.onnx.export(ref, (torch.tensor(ids),), path, input_names=["ids"], dynamo=False,
+                      dynamic_axes={"ids": {0: "B", 1: "T"}})
+    loaded = dg.onnx.load(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch, seq in ((2, 9), (3, 5), (1, 1)):
+        ids = np.random.default_rng(batch).integers(1, 50, (batch, seq))
+        ids[-1, max(1, seq - 2):] = 0
+        np.testing.assert_allclose(loaded(dg.tensor(ids)).numpy(),
+                                   session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
+    ops = ops_of(loaded.executable.graph)
+    assert ops["linear"] == 2 and "matmul" not in ops
+    assert ops["linear_norm" if norm == "post" else "rms_norm"] == 4
