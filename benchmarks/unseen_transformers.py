@@ -195,19 +195,24 @@ def gpt(lib, width=384, depth=6, heads=6):
     return GPT()
 
 
+def rms_norm(lib, width):
+    """RMSNorm as T5's ``T5LayerNorm`` writes it: the mean of squares, ``rsqrt``, a weight."""
+    class RMSNorm(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = lib.nn.Parameter(lib.ones(width))
+
+        def forward(self, x):
+            return self.weight * (x * lib.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    return RMSNorm()
+
+
 def t5(lib, width=256, depth=4, heads=4, hidden=1024):
     """A T5-style pre-norm encoder: RMSNorm written as T5's ``T5LayerNorm`` (the mean of
     squares, ``rsqrt``, a weight), linears without bias, unscaled scores with the additive
     padding mask, a ReLU FFN."""
     nn = lib.nn
-
-    class RMSNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(lib.ones(width))
-
-        def forward(self, x):
-            return self.weight * (x * lib.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    RMSNorm = lambda: rms_norm(lib, width)
 
     class Layer(nn.Module):
         def __init__(self):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import dualgraph as dg
+from benchmarks.unseen_transformers import rms_norm
 from dualgraph.ops.attention import ATTENTION
 
 
@@ -61,16 +62,8 @@ def encoder(lib, width, heads, depth, norm):
     nn = lib.nn
     bias = norm != "rms"
 
-    class RMSNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(lib.ones(width))
-
-        def forward(self, x):
-            return self.weight * (x * lib.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
-
     def layer_norm():
-        return RMSNorm() if norm == "rms" else nn.LayerNorm(width)
+        return rms_norm(lib, width) if norm == "rms" else nn.LayerNorm(width)
 
     class Layer(nn.Module):
         def __init__(self):
