@@ -163,7 +163,59 @@ def residual_gelu_of_a_linear():
     return g
 
 
+def ramp(g, name, lo, hi, *shape):
+    """A constant of evenly spaced float32 values from ``lo`` to ``hi``."""
+    return g.add_constant(np.linspace(lo, hi, int(np.prod(shape)), dtype=np.float32)
+                          .reshape(shape), name=name)
+
+
+def biased_matmul_by_a_constant():
+    g = Graph()
+    x, w, b = f32(g, "x", 2, 3, 4), ramp(g, "w", -1, 1, 4, 5), ramp(g, "b", 0, 1, 5)
+    (y,) = g.add_node("matmul", [x, w], names=["y"])
+    g.set_outputs(list(g.add_node("add", [y, b], names=["h"])))
+    return g
+
+
+def two_linears_of_one_input():
+    g = Graph()
+    x, wq, wk = f32(g, "x", 2, 3, 4), ramp(g, "wq", -1, 1, 3, 4), ramp(g, "wk", 1, 2, 4, 4)
+    (q,) = g.add_node("linear", [x, wq], names=["q"])
+    (k,) = g.add_node("linear", [x, wk], names=["k"])
+    g.set_outputs([q, k])
+    return g
+
+
+def layer_norm_of_a_residual_linear():
+    g = Graph()
+    x, w, b = f32(g, "x", 2, 3, 4), f32(g, "w", 5, 4), f32(g, "b", 5)
+    r, gain, shift = f32(g, "r", 2, 3, 5), f32(g, "g", 5), f32(g, "s", 5)
+    (y,) = g.add_node("linear_epilogue", [x, w, b, r], dict(
+        act="none", bounds=(-np.inf, np.inf), residual_at="before"), names=["y"])
+    n, _, _ = g.add_node("layer_norm", [y, gain, shift], dict(n_dims=1, eps=1e-5),
+                         names=["n", "mean", "rstd"])
+    g.set_outputs([n])
+    return g
+
+
+def rms_norm_as_written():
+    g = Graph()
+    x, w = f32(g, "x", 2, 3, 4), f32(g, "w", 4)
+    (p,) = g.add_node("mul", [x, x], names=["p"])
+    (m,) = g.add_node("mean", [p], {"dims": (2,), "keepdim": True}, names=["m"])
+    (s,) = g.add_node("add", [m, 1e-6], names=["s"])
+    (r,) = g.add_node("sqrt", [s], names=["r"])
+    (d,) = g.add_node("div", [1, r], names=["d"])
+    (n,) = g.add_node("mul", [x, d], names=["n"])
+    g.set_outputs(list(g.add_node("mul", [n, w], names=["y"])))
+    return g
+
+
 EXAMPLES = {
+    "fuse_rms_norm": rms_norm_as_written,
+    "linear_norm": layer_norm_of_a_residual_linear,
+    "constant_linears": biased_matmul_by_a_constant,
+    "join_linears": two_linears_of_one_input,
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,

@@ -36,12 +36,15 @@ def blocks(start, stop, w, scores, mask, scale, mode, fill):
     """Head blocks ``start:stop``. ``w`` holds int64 words: sgemm's address; for ``q``,
     ``kt``, ``v`` and the result its data pointer and ``batched._layout``'s words (inner
     count, outer and inner slice bytes, leading dim, CBLAS flag); the scratch's pointer;
-    then Lq, Lk, E, Ev. ``scores`` is the (Lq, Lk) scratch, ``mask`` (blocks, Lq, Lk)
-    (broadcast; read only with a mask mode), ``scale``/``fill`` float32."""
+    then Lq, Lk, E, Ev. ``scores`` is the (Lq, Lk) scratch, ``mask`` (blocks / heads,
+    heads, Lq, Lk) (a broadcast view, block i at ``[i // heads, i % heads]``; read only
+    with a mask mode), ``scale``/``fill`` float32."""
     m, n, k, ev = w[26], w[27], w[28], w[29]
+    heads = mask.shape[1]
     for i in range(start, stop):
         _sgemm(w[0], w[6], w[12], m, n, k, _at(w, _Q, i), w[5], _at(w, _KT, i), w[11],
                w[_SCORES], n)
+        block_mask = mask[i // heads, i % heads]
         for r in range(m):
             row = scores[r]
             if mode & DIVIDE:
@@ -51,11 +54,11 @@ def blocks(start, stop, w, scores, mask, scale, mode, fill):
                 for j in range(n):
                     row[j] = row[j] * scale
             if mode & ADD_MASK:
-                mrow = mask[i, r]
+                mrow = block_mask[r]
                 for j in range(n):
                     row[j] = row[j] + mrow[j]
             elif mode & FILL_MASK:
-                mrow = mask[i, r]
+                mrow = block_mask[r]
                 for j in range(n):
                     if mrow[j]:
                         row[j] = fill
@@ -96,16 +99,18 @@ def attend(q, kt, v, mask, scale: float, divide: bool, fill, heads_out: bool):
             or 0 in out.shape or 0 in q.shape or 0 in kt.shape):
         return None
     count = math.prod(batch)
+    heads = batch[-1] if batch else 1
     if mask is None:
-        mode, mask3 = 0, np.broadcast_to(F(0), (count, m, n))
-    else:
+        mode, mask4 = 0, np.broadcast_to(F(0), (count // heads, heads, m, n))
+    else:   # (a padding mask broadcast over the heads and queries stays a view: the
+        # heads are indexed apart, where one dim of blocks would copy it, MBs per call)
         mode = ADD_MASK if fill is None else FILL_MASK
-        mask3 = np.broadcast_to(mask, batch + (m, n)).reshape(count, m, n)
+        mask4 = np.broadcast_to(mask, batch + (m, n)).reshape(count // heads, heads, m, n)
     scores = np.empty((m, n), np.float32)
     words = [sgemm_address()]
     for x, lay in zip(operands + [view], layouts):
         words += [x.ctypes.data, *lay[1:]]
     words = np.array(words + [scores.ctypes.data, m, n, k, ev], np.int64)
-    blocks(0, count, words, scores, mask3, F(scale), mode | (DIVIDE if divide else 0),
+    blocks(0, count, words, scores, mask4, F(scale), mode | (DIVIDE if divide else 0),
            F(0 if fill is None else fill))
     return out

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import helper, loop
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
+from .normalization import _REDUCE, normalise_row
 
 ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
                "hardsigmoid")
@@ -90,22 +91,36 @@ def planes(start, stop, out, bias, residual, act, lo, hi, where):
                 row[i] = row[i] + r[i]
 
 
+@helper(inline="always")
+def _row_tail(row, bias, r, act, lo, hi, where):
+    """``act(row + bias (+ r))`` (+ r) of one row, in place (:func:`rows`)."""
+    if where == 1:
+        for i in range(row.size):
+            row[i] = row[i] + bias[i] + r[i]
+    else:
+        for i in range(row.size):
+            row[i] = row[i] + bias[i]
+    _activate(row, act, lo, hi)
+    if where == 2:
+        for i in range(row.size):
+            row[i] = row[i] + r[i]
+
+
 @loop
 def rows(start, stop, out, bias, residual, act, lo, hi, where):
     """Rows ``start:stop`` of a product ``out (M, N)``, in place: ``act(out + bias (+ r))``
     with one bias entry per column (``linear_epilogue``; ``where`` and ``residual`` as in
     :func:`planes`, the residual ``(M, N)``). A row stays in cache through its loops."""
     for p in range(start, stop):
+        _row_tail(out[p], bias, residual[p if where else 0], act, lo, hi, where)
+
+
+@loop(fastmath=_REDUCE)
+def rows_norm(start, stop, out, bias, residual, act, lo, hi, where, weight, shift, eps):
+    """:func:`rows`, then each row normalised as LayerNorm's loop does it
+    (``normalization.normalise_row``: zero mean, unit variance, ``* weight + shift``) while
+    it is in cache (``linear_norm``)."""
+    for p in range(start, stop):
         row = out[p]
-        if where == 1:
-            r = residual[p]
-            for i in range(row.size):
-                row[i] = row[i] + bias[i] + r[i]
-        else:
-            for i in range(row.size):
-                row[i] = row[i] + bias[i]
-        _activate(row, act, lo, hi)
-        if where == 2:
-            r = residual[p]
-            for i in range(row.size):
-                row[i] = row[i] + r[i]
+        _row_tail(row, bias, residual[p if where else 0], act, lo, hi, where)
+        normalise_row(row, weight, shift, eps, row)

@@ -182,6 +182,26 @@ def layer_norm(start, stop, x, weight, bias, eps, out, mean_out, rstd_out):
         mean_out[r], rstd_out[r] = normalise_row(x[r], weight, bias, eps, out[r])
 
 
+@helper(inline="always")
+def rms_row(row, weight, eps, out):
+    """One row divided by its root mean square, ``row / sqrt(mean(row**2) + eps)``, then
+    ``* weight`` (RMSNorm, T5's LayerNorm); returns 1/rms."""
+    sq = _ZERO
+    for j in range(row.size):
+        sq += row[j] * row[j]
+    rstd = _ONE / F(math.sqrt(sq / F(row.size) + eps))
+    for j in range(row.size):
+        out[j] = row[j] * rstd * weight[j]
+    return rstd
+
+
+@loop(fastmath=_REDUCE)
+def rms_norm(start, stop, x, weight, eps, out, rstd_out):
+    """:func:`rms_row` for rows ``start:stop`` of ``x``."""
+    for r in range(start, stop):
+        rstd_out[r] = rms_row(x[r], weight, eps, out[r])
+
+
 @loop(fastmath=_REDUCE)
 def layer_norm_backward(g, x, weight, mean, rstd, dx_out, dw_out, db_out):
     """Gradients of :func:`layer_norm` for input, weight and bias (``dw_out``/``db_out``

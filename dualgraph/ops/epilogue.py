@@ -24,6 +24,7 @@ from ..kernels.threads import run_rows, threads_for
 from . import conv as conv_ops
 from . import elementwise as ew
 from . import linalg
+from . import norm
 from ._util import cast
 from .opdef import defop
 
@@ -190,6 +191,53 @@ LINEAR_EPILOGUE = defop(
     compiler_only=True, decomposition=_linear_decomposition,
     doc="act(linear(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the product's rows in one pass, in place")
+
+
+def _linear_norm_decomposition(x, w, b, weight, shift, *residual, act, bounds, residual_at,
+                               eps):
+    y = _linear_decomposition(x, w, b, *residual, act=act, bounds=bounds,
+                              residual_at=residual_at)
+    return apply(norm.LAYER_NORM, y, weight, shift, n_dims=1, eps=eps)[0]
+
+
+def _linear_norm_kernel(x, w, b, weight, shift, *residual, act, bounds, residual_at, eps):
+    """``linear_epilogue``'s product and row pass, then each row normalised in the same
+    pass (``kernels/epilogue.py``'s ``rows_norm``: LayerNorm's own row function) where
+    the loop runs; else the epilogue, then LayerNorm's kernel."""
+    y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
+    b = b.astype(y.dtype, copy=False)
+    r = residual[0].astype(y.dtype, copy=False) if residual else None
+    width = y.shape[-1]
+    if (kernels.enabled(y, weight, shift) and y.flags.c_contiguous and width
+            and (r is None or r.flags.c_contiguous)):
+        where = RESIDUAL.index(residual_at) if r is not None else 0
+        rows = r.reshape(-1, width) if r is not None else np.zeros((1, 1), y.dtype)
+        run_rows(kernels.epilogue.rows_norm, y.size // width, y.reshape(-1, width),
+                 np.ascontiguousarray(b), rows, ACTIVATIONS.index(act),
+                 np.float32(bounds[0]), np.float32(bounds[1]), where, kernels.flat(weight),
+                 kernels.flat(shift), np.float32(eps), threads=threads_for(y.size))
+        return y
+    y += b
+    y = _numpy_tail(y, r, act, bounds, residual_at)
+    return norm.LAYER_NORM.kernel(y, weight, shift, n_dims=1, eps=eps)[0]
+
+
+def _infer_linear_norm(x, w, b, weight, shift, *residual, act, bounds, residual_at, eps):
+    out = _infer_for(linalg.LINEAR)(x, w, b, *residual, act=act, bounds=bounds,
+                                    residual_at=residual_at)
+    for p in (weight, shift):
+        if tuple(p.shape) != tuple(out.shape[-1:]):
+            raise ValueError(f"linear_norm: LayerNorm parameter of shape {tuple(p.shape)} "
+                             f"for rows of {out.shape[-1]}")
+    return out
+
+
+LINEAR_NORM = defop(
+    "linear_norm", _linear_norm_kernel, _infer_linear_norm,
+    attrs=("act", "bounds", "residual_at", "eps"), saves="", onnx=None,
+    compiler_only=True, decomposition=_linear_norm_decomposition,
+    doc="layer_norm(act(linear(x, w, b) [+ r]) [+ r]): linear_epilogue's row pass, then "
+        "each row normalised (LayerNorm over the last dim) while it is in cache")
 
 
 def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):

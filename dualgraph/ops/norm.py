@@ -214,6 +214,40 @@ LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             num_outputs=3, saves="i", onnx=None)
 
 
+def _rms_norm_kernel(x, weight, eps):
+    width = x.shape[-1] if x.ndim else 0
+    if kernels.enabled(x, weight) and width:
+        rows = kernels.rows(x, width)
+        y, rstd = np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype)
+        run_rows(kernels.normalization.rms_norm, len(rows), rows, kernels.flat(weight),
+                 np.float32(eps), y.reshape(rows.shape), rstd, threads=threads_for(x.size))
+        return y, rstd.reshape(_stats_shape(x, 1))
+    rstd = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.asarray(eps, x.dtype))
+    return x * rstd * weight, rstd.astype(x.dtype, copy=False)
+
+
+def _infer_rms_norm(x, weight, eps):
+    if not x.shape or tuple(weight.shape) != tuple(x.shape[-1:]):
+        raise ValueError(f"rms_norm: weight of shape {tuple(weight.shape)} for rows of "
+                         f"input {tuple(x.shape)}: it must be (last dim,)")
+    return (ShapedType(tuple(x.shape), x.dtype),
+            ShapedType(tuple(x.shape[:-1]) + (1,), x.dtype))
+
+
+def _rms_norm_decomposition(x, weight, eps):
+    rstd = 1.0 / ew.sqrt(red.mean(x * x, (x.ndim - 1,), keepdim=True) + eps)
+    return x * rstd * weight, rstd
+
+
+RMS_NORM = defop("rms_norm", _rms_norm_kernel, _infer_rms_norm, attrs=("eps",),
+                 num_outputs=2, saves="", onnx=None, compiler_only=True,
+                 decomposition=_rms_norm_decomposition,
+                 row_epilogue=RowEpilogue("dualgraph.kernels.normalization", "rms_row",
+                                          attrs=("eps",), stats=("rstd",)),
+                 doc="x / sqrt(mean(x**2, -1) + eps) * weight (RMSNorm), and the 1/rms "
+                     "per row: one loop over each row in cache")
+
+
 def layer_norm(x, n_dims: int, weight=None, bias=None, eps: float = 1e-5):
     """Normalise over the last ``n_dims`` dims, then scale and shift: one fused op, eager
     and traced (its float32 loop reads each row twice while it is in cache, which the

@@ -38,12 +38,14 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "fold_batchnorm", "batch_linears", "share_conv_columns", "conv_epilogue",
            "max_pool_values", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
-           "fuse_attention", "linear_epilogue"]
+           "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
+           "linear_norm", "join_linears"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
-(fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue, max_pool_values,
- join_loss_gradient, compress_all_reduces, batch_scan_linears, group_updates, linear_relu,
- relu_backward_in_place, fuse_attention, linear_epilogue) = LOWERING
+(constant_linears, fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue,
+ max_pool_values, join_loss_gradient, compress_all_reduces, batch_scan_linears, group_updates,
+ linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue, fuse_rms_norm,
+ linear_norm, join_linears) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

@@ -27,7 +27,7 @@ from ..ops.elementwise import ADD, DIV, MUL, WHERE
 from ..ops.linalg import MATMUL
 from ..ops.reduce import SOFTMAX
 from ..ops.shape import PERMUTE
-from .core import Builder, Report, readers
+from .core import Builder, Report, number, only_reader, readers
 
 
 @dataclass
@@ -39,26 +39,11 @@ class Match:
     out: Value
 
 
-def _number(graph: Graph, x):
-    """``x`` as a Python float where it is a number or a one-element constant, else None."""
-    if isinstance(x, Value):
-        arr = graph.constants.get(x)
-        return float(np.asarray(arr).reshape(-1)[0]) if arr is not None and arr.size == 1 \
-            else None
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
-def _only_reader(consumers: dict, v: Value):
-    """The one node that reads ``v`` (once), where ``v`` is not returned; else None."""
-    found = consumers.get(v, [])
-    return found[0] if len(found) == 1 and isinstance(found[0], Node) else None
-
-
 def _producer(consumers: dict, x, reader: Node):
     """The node making ``x`` where ``reader`` is its only reader."""
     if not isinstance(x, Value) or x.producer is None:
         return None
-    return x.producer if _only_reader(consumers, x) is reader else None
+    return x.producer if only_reader(consumers, x) is reader else None
 
 
 def attention_patterns(graph: Graph) -> list[Match]:
@@ -78,7 +63,7 @@ def attention_patterns(graph: Graph) -> list[Match]:
 
 def _match(graph: Graph, consumers: dict, softmax: Node) -> Match | None:
     p = softmax.outputs[0]
-    last = _only_reader(consumers, p)
+    last = only_reader(consumers, p)
     if last is None or last.op is not MATMUL or last.inputs[0] is not p:
         return None
     attrs = dict(scale=1.0, divide=False, fill=None, heads_out=False)
@@ -86,7 +71,7 @@ def _match(graph: Graph, consumers: dict, softmax: Node) -> Match | None:
     step = _producer(consumers, s, softmax)
     if step is not None and step.op is WHERE:              # masked_fill(s, mask, fill)
         cond, fill, s = step.inputs
-        attrs["fill"] = _number(graph, fill)
+        attrs["fill"] = number(graph, fill)
         if attrs["fill"] is None or not isinstance(cond, Value) or cond.dtype != np.bool_:
             return None
         mask = [cond]
@@ -101,9 +86,9 @@ def _match(graph: Graph, consumers: dict, softmax: Node) -> Match | None:
         step = _producer(consumers, s, step)
     if step is not None and step.op in (MUL, DIV):         # s * scale, s / scale
         a, b = step.inputs
-        if step.op is MUL and _number(graph, a) is not None:
+        if step.op is MUL and number(graph, a) is not None:
             a, b = b, a
-        scale = _number(graph, b)
+        scale = number(graph, b)
         if scale is None:
             return None
         attrs.update(scale=scale, divide=step.op is DIV)
@@ -118,7 +103,7 @@ def _match(graph: Graph, consumers: dict, softmax: Node) -> Match | None:
         return None
     nodes.insert(0, step)
     out = last.outputs[0]
-    after, n = _only_reader(consumers, out), out.ndim
+    after, n = only_reader(consumers, out), out.ndim
     if (after is not None and after.op is PERMUTE and n >= 3 and tuple(after.attrs["perm"])
             == tuple(range(n - 3)) + (n - 2, n - 3, n - 1)):
         attrs["heads_out"] = True

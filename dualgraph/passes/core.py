@@ -172,6 +172,35 @@ def live_readers(graph: Graph, live: set | None = None) -> dict:
             for v, users in readers(graph).items()}
 
 
+def only_reader(read_by: dict, v) -> Node | None:
+    """The one node that reads ``v`` (once) where nothing else reads or returns it (in
+    ``read_by``: :func:`readers` or :func:`live_readers`); else None."""
+    users = read_by.get(v, [])
+    return users[0] if len(users) == 1 and isinstance(users[0], Node) else None
+
+
+def number(graph: Graph, x) -> float | None:
+    """``x`` as a float where it is a Python number or a one-element constant of ``graph``
+    (an imported model's scalars), else None."""
+    if isinstance(x, Value):
+        arr = graph.constants.get(x)
+        return float(arr.reshape(-1)[0]) if arr is not None and arr.size == 1 else None
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def rebuild(graph: Graph, at: dict, dropped: set, emit) -> Graph:
+    """A rewrite's new graph: each node of ``graph`` copied, but those in ``dropped``
+    and those keyed in ``at``, at whose place ``emit(builder, node, at[node])`` adds the
+    replacement (mapping the old values it replaces in ``builder.env``)."""
+    b = Builder(graph)
+    for node in graph.nodes:
+        if node in at:
+            emit(b, node, at[node])
+        elif node not in dropped:
+            b.copy(node)
+    return b.finish()
+
+
 def new_scan_body(body: Graph, num_carry: int, num_xs: int, added: list, suffix: str,
                   dropped_carries=()) -> tuple[Graph, dict]:
     """A fresh graph to rebuild a scan's ``body`` in: its carry inputs but

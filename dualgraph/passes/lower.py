@@ -33,10 +33,11 @@ from ..ops.collective import COMPRESSED_ALL_REDUCE
 from ..ops.control import SCAN
 from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
 from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
-from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, blas_2d
+from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, MATMUL, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
-from ..ops.reduce import SOFTMAX
+from ..ops.norm import LAYER_NORM
+from ..ops.reduce import MEAN, SOFTMAX
 from .affine import LAYERS, affine_chains, fold_affine_chains
 from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
@@ -47,6 +48,9 @@ from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
+from .norms import fuse_rms_norm, rms_norm_patterns
+from .linears import (constant_linears, join_linears, linear_norm, linears_sharing_inputs,
+                      matmuls_by_constants, norms_of_linears)
 from .scan_linears import batch_scan_linears, scan_plans
 from .share import share_conv_columns, shared_columns
 
@@ -286,6 +290,10 @@ def max_pool_values(graph: Graph, nodes: list, report: Report) -> Graph:
 
 
 RULES = [
+    # matmul(x, W) [+ b], W (and b) constant -> linear(x, Wᵀ, b): ONNX's spelling of a
+    # linear layer takes the rules below made for linears
+    LoweringRule("constant_linears", (MATMUL,), matmuls_by_constants, constant_linears,
+                 "graph"),
     # linear/conv2d(x, W, b) * s + t by per-channel constants, W and b constant ->
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
@@ -330,6 +338,15 @@ RULES += [
     # act(linear(x, W, b) [+ r]) [+ r], the intermediates read only along the chain (not a
     # relu alone of a 2-D x: linear_relu's) -> linear_epilogue: one pass over its rows
     LoweringRule("linear_epilogue", (LINEAR,), linear_epilogues, linear_epilogue, "graph"),
+    # x * rsqrt(mean(x * x, -1) + eps) [* w] (RMSNorm as written) -> rms_norm(x, w): one
+    # loop per row, and a row epilogue for the elementwise fusion
+    LoweringRule("fuse_rms_norm", (MEAN,), rms_norm_patterns, fuse_rms_norm, "graph"),
+    # layer_norm(linear_epilogue(x, W, b[, r])) (or of a linear), its statistics unread ->
+    # linear_norm: the row normalised in the epilogue's pass (post-norm transformers)
+    LoweringRule("linear_norm", (LAYER_NORM,), norms_of_linears, linear_norm, "graph"),
+    # linear(x, Wq), linear(x, Wk), ... with constant weights (q/k/v projections), no
+    # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
+    LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -136,6 +136,47 @@ CASES += [   # (products past the float32 loop's threshold, one below it, one of
         (("hardsigmoid", "after"), (7, 11), 13)]
 ]
 
+def _linear_norm(act, residual_at=None):
+    """``linear_norm`` (what the lowering rule of that name makes) vs torch's linear,
+    activation, residual add and LayerNorm over the last dim."""
+    bounds = (float("-inf"), float("inf"))
+
+    def fn(m, x, w, b, weight, shift, *residual):
+        if m.__name__ == "torch":
+            y = torch_tail(m, m.nn.functional.linear(x, w, b), residual, act, residual_at)
+            return m.nn.functional.layer_norm(y, y.shape[-1:], weight, shift, 1e-5)
+        from dualgraph.dispatch import apply
+        from dualgraph.ops.epilogue import LINEAR_NORM
+        return apply(LINEAR_NORM, x, w, b, weight, shift, *residual, act=act, bounds=bounds,
+                     residual_at=residual_at, eps=1e-5)
+    return fn
+
+
+CASES += [   # (odd widths; rows past the float32 loop's threshold, a few rows, batch 1)
+    OpCase("linear_norm", _linear_norm(act, at),
+           [In(rows + (37,)), In((width, 37)), In((width,)), In((width,)), In((width,))]
+           + ([In(rows + (width,))] if at else []), f"{act}-{at}-{rows}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for (act, at), rows, width in [
+        (("none", "before"), (3, 70), 129), (("gelu", None), (2, 5, 9), 33),
+        (("none", None), (1, 1, 7), 300), (("relu", "after"), (40, 3), 1)]
+]
+
+def _rms_norm(m, x, w):
+    """``rms_norm`` (what the rule ``fuse_rms_norm`` makes) vs torch's ``F.rms_norm``."""
+    if m.__name__ == "torch":
+        return m.nn.functional.rms_norm(x, x.shape[-1:], w, 1e-6)
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.norm import RMS_NORM
+    return apply(RMS_NORM, x, w, eps=1e-6)[0]
+
+
+CASES += [   # (rows past the float32 loop's threshold, odd widths, one row)
+    OpCase("rms_norm", _rms_norm, [In(shape), In(shape[-1:])], f"{shape}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-5)
+    for shape in [(3, 70, 129), (2, 5, 9), (1, 300), (40, 1)]
+]
+
 # torch's fused-looking composites: beta * input + alpha * product
 CASES += [
     OpCase("matmul", lambda m, c, a, b: m.addmm(c, a, b), [In((4,)), In((3, 5)), In((5, 4))],

@@ -1,0 +1,245 @@
+"""Transformer inference under the lowering rules, on shapes outside the benchmark suite:
+the attention kernel against torch (heads 1, 3 and 12; sequences 1, 7 and 129; additive,
+causal and padding masks, rows with every key masked), and small Hugging-Face-style
+encoders (separate q/k/v linears, post- or pre-norm, RMSNorm) compiled and loaded from
+torch's ONNX export, against eager dualgraph, torch and onnxruntime, with the rules
+``constant_linears``, ``join_linears``, ``linear_norm`` and ``fuse_attention`` firing."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from benchmarks.unseen_transformers import rms_norm
+from dualgraph.ops.attention import ATTENTION
+
+
+def _heads(batch, heads, seq, width, rng):
+    """q, k, v as a projection's strided head views (batch, heads, seq, width)."""
+    qkv = rng.standard_normal((batch, seq, 3, heads, width)).astype(np.float32)
+    return qkv.transpose(2, 0, 3, 1, 4)
+
+
+@pytest.mark.parametrize("batch,heads,seq,mask", [
+    (1, 1, 1, "none"), (3, 3, 7, "causal"), (1, 12, 129, "additive"), (3, 1, 129, "padding"),
+    (1, 3, 7, "all-masked"), (3, 12, 1, "padding"), (1, 3, 129, "causal")])
+def test_attention_kernel_equals_torch(batch, heads, seq, mask):
+    rng = np.random.default_rng(seq + heads)
+    q, k, v = _heads(batch, heads, seq, 8 if heads == 12 else 5, rng)
+    attrs = dict(scale=0.3, divide=False, fill=None, heads_out=True)
+    extra, tmask = [], None
+    if mask == "additive":        # broadcast over the heads
+        m = rng.standard_normal((batch, 1, seq, seq)).astype(np.float32)
+        extra, tmask = [m], torch.tensor(m)
+    elif mask in ("causal", "all-masked", "padding"):
+        m = np.triu(np.ones((seq, seq), bool), 1)[None, None]
+        if mask == "padding":     # the last keys of each sequence; a row of one key keeps it
+            m = np.zeros((batch, 1, 1, seq), bool)
+            m[:, :, :, max(1, seq - 2):] = True
+        if mask == "all-masked":  # the first query sees no key: torch gives NaN there
+            m = np.broadcast_to(m, (batch, heads, seq, seq)).copy()
+            m[:, :, 0, :] = True
+        extra, attrs["fill"] = [m], float("-inf")
+        tmask = torch.zeros(m.shape).masked_fill(torch.tensor(m), float("-inf"))
+    got = dg.dispatch.apply(ATTENTION, *[dg.tensor(np.ascontiguousarray(a))
+                                         for a in (q, np.swapaxes(k, -1, -2), v)],
+                            *[dg.tensor(a) for a in extra], **attrs).numpy()
+    tq, tk, tv = (torch.tensor(np.ascontiguousarray(a)) for a in (q, k, v))
+    s = tq @ tk.transpose(-1, -2) * 0.3
+    want = ((s if tmask is None else s + tmask).softmax(-1) @ tv).transpose(1, 2).numpy()
+    assert got.shape == want.shape == (batch, seq, heads, v.shape[-1])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got).any() == (mask == "all-masked")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def encoder(lib, width, heads, depth, norm):
+    """A Hugging-Face-style encoder: q/k/v as three linears of one input, an additive
+    padding mask from the ids (token 0), exact GELU; ``norm`` "post" (BERT's LayerNorm
+    after each residual), "pre" (LayerNorm before each branch) or "rms" (T5's RMSNorm by
+    ``rsqrt``, no biases, no scale on the scores)."""
+    nn = lib.nn
+    bias = norm != "rms"
+
+    def layer_norm():
+        return rms_norm(lib, width) if norm == "rms" else nn.LayerNorm(width)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(width, width, bias=bias)
+                                              for _ in range(4))
+            self.up = nn.Linear(width, 2 * width + 1, bias=bias)
+            self.down = nn.Linear(2 * width + 1, width, bias=bias)
+            self.ln1, self.ln2 = layer_norm(), layer_norm()
+
+        def attend(self, x, mask):
+            b, t, c = x.shape
+            q, k, v = (f(x).view(b, t, heads, c // heads).transpose(1, 2)
+                       for f in (self.q, self.k, self.v))
+            s = q @ k.transpose(-1, -2)
+            s = (s if norm == "rms" else s / math.sqrt(c // heads)) + mask
+            return self.o((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))
+
+        def forward(self, x, mask):
+            ffn = lambda h: self.down(nn.functional.gelu(self.up(h)))
+            if norm == "post":
+                x = self.ln1(x + self.attend(x, mask))
+                return self.ln2(x + ffn(x))
+            x = x + self.attend(self.ln1(x), mask)
+            return x + ffn(self.ln2(x))
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(50, width)
+            self.layers = nn.ModuleList([Layer() for _ in range(depth)])
+
+        def forward(self, ids):
+            mask = (ids == 0).float()[:, None, None, :] * -1e9
+            x = self.tokens(ids)
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+    return Encoder()
+
+
+def twins(width, heads, depth, norm, seed):
+    torch.manual_seed(seed)
+    ref = encoder(torch, width, heads, depth, norm).eval()
+    ours = encoder(dg, width, heads, depth, norm).eval()
+    ours.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in
+                          ref.state_dict().items()})
+    return ours, ref
+
+
+def ops_of(graph) -> dict:
+    found = {}
+    for node in graph.nodes:
+        found[node.op.name] = found.get(node.op.name, 0) + 1
+    return found
+
+
+CASES = [(36, 3, 2, "post", 1, 7), (24, 1, 1, "pre", 3, 129), (48, 12, 2, "rms", 2, 9),
+         (30, 3, 1, "post", 1, 1)]
+
+
+@pytest.mark.parametrize("width,heads,depth,norm,batch,seq", CASES)
+def test_encoder_compiled_and_onnx_loaded_equal_torch_and_onnxruntime(
+        tmp_path, width, heads, depth, norm, batch, seq):
+    ort = pytest.importorskip("onnxruntime")
+    ours, ref = twins(width, heads, depth, norm, seq)
+    ids = np.random.default_rng(seq).integers(1, 50, (batch, seq))
+    ids[-1, max(1, seq - 3):] = 0          # padding at the end of the last sequence
+    with torch.no_grad():
+        want = ref(torch.tensor(ids)).numpy()
+        path = str(tmp_path / "encoder.onnx")
+        torch.onnx.export(ref, (torch.tensor(ids),), path, input_names=["ids"],
+                          dynamo=False)
+    compiled = dg.compile(ours)
+    with dg.no_grad():
+        got = compiled(dg.tensor(ids)).numpy()
+        eager = ours(dg.tensor(ids)).numpy()
+    loaded = dg.onnx.load(path)
+    from_onnx = loaded(dg.tensor(ids)).numpy()
+    runtime = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, {"ids": ids})[0]
+    tol = dict(rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, eager, **tol)
+    np.testing.assert_allclose(got, want, **tol)
+    np.testing.assert_allclose(from_onnx, runtime, **tol)
+    np.testing.assert_allclose(from_onnx, want, **tol)
+    for graph in (compiled.optimized_graph, loaded.executable.graph):
+        ops = ops_of(graph)
+        assert "matmul" not in ops                      # constant_linears (ONNX), attention
+        assert ops.get("attention") == depth            # fuse_attention, the padding mask
+        assert ops["linear"] == depth                   # join_linears: q, k, v as one
+        if norm == "post":                              # linear_norm: every LayerNorm
+            assert ops["linear_norm"] == 2 * depth and "layer_norm" not in ops
+        if norm == "rms":                               # fuse_rms_norm: every RMSNorm
+            assert ops["rms_norm"] == 2 * depth
+
+
+def test_training_keeps_separate_linears_and_norms():
+    """The rules read constant weights: a training step (parameters as inputs) keeps its
+    linears and LayerNorms, and its gradients are eager's."""
+    ours, _ = twins(36, 3, 1, "post", 0)
+    ours.train()
+    ids = np.random.default_rng(0).integers(1, 50, (2, 5))
+
+    def step(fn):
+        ours.zero_grad()
+        loss = fn(dg.tensor(ids)).square().mean()
+        loss.backward()
+        return [loss.item()] + [p.grad.numpy().copy() for p in ours.parameters()]
+    compiled = dg.compile(ours)
+    got, want = step(compiled), step(ours)
+    ops = ops_of(compiled._last.graph)
+    assert "linear_norm" not in ops and ops["layer_norm"] == 2
+    assert ops["linear"] + ops["linear_epilogue"] == 6     # (q, k, v not joined)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_weight_read_elsewhere_is_not_transposed():
+    """``constant_linears`` leaves a matmul whose weight something else reads too (a weight
+    tied to an embedding): a transposed copy would double it."""
+    from dualgraph.graph import Graph
+    from dualgraph.passes import constant_linears
+    g = Graph()
+    x = g.add_input((2, 4), "float32", name="x")
+    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), name="w")
+    (y,) = g.add_node("matmul", [x, w], names=["y"])
+    (s,) = g.add_node("neg", [w], names=["s"])
+    g.set_outputs([y, s])
+    after, report = constant_linears(g)
+    assert not report.changed and ops_of(after) == ops_of(g)
+
+
+@pytest.mark.parametrize("spelling", ["rsqrt", "functional", "no-weight"])
+def test_rms_norm_fused_after_a_residual_equals_eager_and_torch(spelling):
+    """RMSNorm of a residual sum (the sum read by nothing else): the rule makes it one
+    ``rms_norm``, which the elementwise fusion puts after the add as a row epilogue."""
+    rng = np.random.default_rng(3)
+    x, r = (rng.standard_normal((3, 7, 67)).astype(np.float32) for _ in range(2))
+    w = rng.uniform(0.5, 1.5, 67).astype(np.float32)
+
+    def f(lib, x, r, w):
+        s = x + r
+        if spelling == "functional":
+            return lib.nn.functional.rms_norm(s, (67,), w, 1e-6)
+        y = s * lib.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return y if spelling == "no-weight" else y * w
+    args = [dg.tensor(a) for a in (x, r, w)]
+    compiled = dg.compile(lambda *a: f(dg, *a))
+    got = compiled(*args).numpy()
+    eager = f(dg, *args).numpy()
+    want = f(torch, *(torch.tensor(a) for a in (x, r, w))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fused = [n for n in compiled.optimized_graph.nodes if n.op.name == "fused"]
+    assert len(fused) == 1
+    assert [n.op.name for n in fused[0].attrs["graph"].nodes] == ["add", "rms_norm"]
+
+
+@pytest.mark.parametrize("norm", ["post", "rms"])
+def test_rules_on_an_import_with_symbolic_batch_and_sequence(tmp_path, norm):
+    """An export with dynamic batch and sequence dims: one import serves (2, 9), (3, 5) and
+    (1, 1) ids with the rules applied over symbolic shapes, as onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    _, ref = twins(36, 3, 2, norm, 0)
+    path = str(tmp_path / "dynamic.onnx")
+    ids = np.random.default_rng(0).integers(1, 50, (2, 9))
+    torch.onnx.export(ref, (torch.tensor(ids),), path, input_names=["ids"], dynamo=False,
+                      dynamic_axes={"ids": {0: "B", 1: "T"}})
+    loaded = dg.onnx.load(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for batch, seq in ((2, 9), (3, 5), (1, 1)):
+        ids = np.random.default_rng(batch).integers(1, 50, (batch, seq))
+        ids[-1, max(1, seq - 2):] = 0
+        np.testing.assert_allclose(loaded(dg.tensor(ids)).numpy(),
+                                   session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
+    ops = ops_of(loaded.executable.graph)
+    assert ops["linear"] == 2 and "matmul" not in ops
+    assert ops["linear_norm" if norm == "post" else "rms_norm"] == 4
