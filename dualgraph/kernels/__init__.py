@@ -15,11 +15,11 @@ without starting Numba at all (which costs 0.6-1 s); Numba is imported only to c
 from __future__ import annotations
 
 import importlib.util
-import os
 from functools import lru_cache
 
 import numpy as np
 
+from .._helpers import getenv
 from . import native
 from .decl import Helper, Intrinsic, helper   # noqa: F401  (the loops' modules use them)
 
@@ -39,7 +39,7 @@ def _numba_installed() -> bool:
 def numba_available() -> bool:
     """Numba is installed and not switched off with ``DUALGRAPH_NUMBA=0`` (this does not
     import it)."""
-    return os.environ.get("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
+    return getenv("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
 
 
 def enabled(*arrays: np.ndarray) -> bool:
