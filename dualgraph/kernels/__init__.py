@@ -44,8 +44,12 @@ def numba_available() -> bool:
 
 def enabled(*arrays: np.ndarray) -> bool:
     """Whether the Numba loop should run on these arrays: float32 and big enough."""
-    return (all(a.dtype == np.float32 for a in arrays)
-            and arrays[0].size >= MIN_ELEMENTS and numba_available())
+    if arrays[0].size < MIN_ELEMENTS:
+        return False
+    for a in arrays:   # (a loop, not all() of a generator: this runs at many ops' calls)
+        if a.dtype != np.float32:
+            return False
+    return numba_available()
 
 
 class Loop:
