@@ -14,6 +14,24 @@ onnx_exports: list = []
 _internal: dict[str, bool] = {}  # filename -> is it dualgraph's own (or a wrapper) frame?
 
 
+_env_keys: dict[str, object] = {}   # name -> os.environ's key for it
+
+
+def getenv(name: str, default: str | None = None) -> str | None:
+    """``os.environ.get(name, default)`` at a dict lookup's cost: the mapping's ``get`` of
+    an unset name raises and catches a KeyError inside (~4 us), and kernels ask for their
+    switches (``DUALGRAPH_NUMBA``) at every call. It reads the dict ``os.environ`` writes
+    to, so a change (``monkeypatch.setenv``) is seen at once."""
+    data = getattr(os.environ, "_data", None)
+    if data is None:   # (not CPython's os.environ)
+        return os.environ.get(name, default)
+    key = _env_keys.get(name)
+    if key is None:
+        key = _env_keys[name] = os.environ.encodekey(name)
+    value = data.get(key)
+    return default if value is None else os.environ.decodevalue(value)
+
+
 def _is_internal(filename: str) -> bool:
     internal = _internal.get(filename)
     if internal is None:

@@ -142,11 +142,14 @@ _BOOL, _INT, _FLOAT = 0, 1, 2
 
 
 def category(dt: np.dtype) -> int:
-    if dt.kind == "b":
+    kind = dt.kind
+    if kind == "b":
         return _BOOL
-    if dt.kind in "iu" or dt.name in _NARROW_INTS:
+    if kind in "iu":
         return _INT
-    return _FLOAT
+    if kind == "f":   # (before ``dt.name``, which NumPy computes in Python at each call)
+        return _FLOAT
+    return _INT if dt.name in _NARROW_INTS else _FLOAT
 
 
 def _bits(dt: np.dtype) -> int:

@@ -112,12 +112,12 @@ def normalize_dim(dim: int, ndim: int, what: str = "dim") -> int:
     """A possibly negative dim -> its index, with a clear error when out of range."""
     if not isinstance(dim, int):
         raise TypeError(f"{what} must be an int, got {type(dim).__name__}")
-    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
-    if not lo <= dim <= hi:
+    n = ndim if ndim > 1 else 1   # (a 0-d tensor takes dim 0 and -1, as torch)
+    if not -n <= dim < n:
         raise IndexError(
             f"{what} {dim} is out of range for a tensor with {ndim} dims "
-            f"(expected a value in [{lo}, {hi}])")
-    return dim % max(ndim, 1)
+            f"(expected a value in [{-n}, {n - 1}])")
+    return dim % n
 
 
 def normalize_dims(dims, ndim: int) -> tuple:

@@ -91,3 +91,19 @@ def test_compare_lists_every_runs_ratios_side_by_side():
     assert lines[4] == "| dg eager / torch eager | 2.00 3.00 |"
     assert compare.geomean_speedups(reports) == ["4.00", "2.00"]
     assert compare.bandwidth_shares(reports) == ["30%", "30%"]
+
+
+def test_the_programs_report_gives_ratios_of_the_same_computation_only():
+    """``torch_programs_eager``: each program's CPU-time ratio, none where the first losses
+    differ (another computation), a failed run named, and the geometric mean."""
+    from benchmarks import torch_programs_eager as tpe
+    row = {"cpu_ms": 10.0, "wall_ms": 12.0, "first": 2.0}
+    best = {"a": {"torch": row, "dualgraph": dict(row, cpu_ms=20.0)},
+            "b": {"torch": row, "dualgraph": dict(row, cpu_ms=5.0, first=2.5)},
+            "c": {"torch": row, "dualgraph": {"error": ["boom"]}}}
+    lines = tpe.report(best, ["a", "b", "c"], 10)
+    assert lines[1].split()[:4] == ["a", "10.0", "20.0", "2.00"]
+    assert lines[2].split()[3] == "nan" and lines[2].endswith("losses differ")
+    assert lines[3].startswith("c") and "failed" in lines[3] and "boom" in lines[3]
+    assert lines[4] == "geometric mean of the ratios: 2.00 over 1 programs"
+    assert set(tpe.PROGRAMS) >= {"gpt", "mnist_cnn", "vae", "vit", "word_lm"}

@@ -175,6 +175,11 @@ SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplif
     ("log softmax", lambda g, x: node(g, "log", node(g, "softmax", x, dim=1)),
      ["log_softmax"]),
     ("clamp", lambda g, x: _clamp(g, x, 0.0, 6.0), ["maximum", "minimum"]),
+    ("where(True)", lambda g, x: node(g, "exp", node(g, "where", True, x, 0.0)), ["exp"]),
+    ("zero_() then +", lambda g, x: node(g, "exp", node(g, "add", node(
+        g, "where", True, 0, x), x)), ["exp"]),   # (a fill with 0, then x+0)
+    ("where(all False)", lambda g, x: node(g, "exp", node(g, "where", g.add_constant(
+        np.zeros(4, bool)), 1.0, x)), ["exp"]),
     ("global avg_pool2d", lambda g, x: node(g, "avg_pool2d", node(
         g, "reshape", x, shape=(1, 3, 4)), kernel_size=(3, 4), stride=(3, 4), padding=(0, 0),
         ceil_mode=False, count_include_pad=True, divisor_override=None), ["reshape", "mean"]),
@@ -208,6 +213,31 @@ def test_simplify_clamp_keeps_its_values():
     a = np.array([[np.nan, -np.inf, np.inf, -0.0], [-3, -1, 0, 1], [2, 2.5, 5, -1.5]],
                  np.float32)
     for got, want in zip(interpret(dce(new)[0], a), interpret(g, a)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_simplify_takes_the_branch_of_a_constant_where_broadcast_and_cast_as_where():
+    """where(True, a, b) is a (False: b) with where's broadcast and dtype: a row becomes
+    an expand, an int a cast, a number a fill (full_like an operand of the result's shape,
+    symbols included, else full); a condition of mixed values is kept."""
+    g, (x, row, i) = graph_with((("B", 4), "float32"), ((4,), "float32"), ((3, 4), "int32"))
+    mixed = g.add_constant(np.array([True, False, True, True]))
+    outs = [node(g, "where", True, row, x), node(g, "where", g.add_constant(
+        np.ones((3, 4), bool)), i, 0.5), node(g, "where", False, x, 2.0),
+        node(g, "where", g.add_constant(np.ones((3, 1), bool)), 7, row),
+        node(g, "where", True, 3, i),
+        node(g, "where", mixed, row, 0.0)]
+    g.set_outputs(outs)
+    new, report = simplify(g)
+    verify(new)
+    assert report.counts["rewrites"] == 5
+    assert [v.producer.op.name for v in new.outputs] == [
+        "expand", "cast", "full_like", "full", "full_like", "where"]
+    assert [(v.shape, v.dtype) for v in new.outputs] == [(v.shape, v.dtype) for v in outs]
+    args = [np.ones((2, 4), np.float32), np.arange(4, dtype=np.float32),
+            np.arange(12, dtype=np.int32).reshape(3, 4)]
+    for got, want in zip(interpret(new, *args), interpret(g, *args), strict=True):
+        assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
 
 

@@ -183,8 +183,13 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         if not retain_graph:
             _free(node)
         for edge, g in zip(node.next, input_grads):
-            if edge is not None and g is not None:
-                _add(pending, ready, owned, edge[0], edge[1], g)
+            if g is not None:   # (_call_vjp gives None where the edge is None)
+                target = edge[0]
+                if target in pending:
+                    _add(pending, ready, owned, target, edge[1], g)
+                else:   # (_add's first case, inlined: most gradients have one source)
+                    pending[target] = {edge[1]: g}
+                    heapq.heappush(ready, (-target.seq, target))
 
 
 def _capture_points(targets) -> dict:

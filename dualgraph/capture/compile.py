@@ -247,6 +247,7 @@ class Entry:
             elif (t.grad is not None and t.grad._data.shape == new.shape
                   and (id(t) in self.grads_read or id(t.grad) in self.bound)):
                 np.copyto(t.grad._data, new)   # a gradient the step kept: the same tensor
+                t.grad._version[0] += 1        # (written in place, as eager accumulates)
             else:   # a gradient made in the step (as eager makes a new one): no copy
                 t.grad = Tensor._make(new if id(new) not in taken else new.copy())
             taken.add(id(new))

@@ -241,7 +241,10 @@ class Tracer:
                 kinds.append(("const", leaf))
         capture = Capture(self.graph, self.bindings, spec, kinds)
         capture.custom_functions = list(self.custom_functions)
+        superseded = self._superseded_grads()
         for binding in self._mutated.values():
+            if id(binding.tensor) in superseded:
+                continue
             outputs.append(self.value_of(binding.tensor))
             capture.writebacks.append(("data", binding.tensor))
         for t in created:
@@ -256,6 +259,15 @@ class Tracer:
                 capture.writebacks.append(("grad", leaf))
         self.graph.set_outputs(outputs)
         return capture
+
+    def _superseded_grads(self) -> set:
+        """Ids of gradient tensors written in place (``zero_grad(set_to_none=False)``'s
+        ``zero_()``) whose leaf's gradient the call then sets again: the gradient's
+        writeback copies the final value into the same tensor after the call, so the
+        earlier value need not be an output (nor computed)."""
+        return {id(b.grad) for b in self.bindings
+                if b.kind != "grad" and b.grad is not None and b.tensor.grad is not b.grad
+                and b.tensor.grad is not None and type(b.tensor.grad._data) is Value}
 
     def _touched_leaves(self):
         seen = {}

@@ -15,11 +15,11 @@ without starting Numba at all (which costs 0.6-1 s); Numba is imported only to c
 from __future__ import annotations
 
 import importlib.util
-import os
 from functools import lru_cache
 
 import numpy as np
 
+from .._helpers import getenv
 from . import native
 from .decl import Helper, Intrinsic, helper   # noqa: F401  (the loops' modules use them)
 
@@ -39,13 +39,17 @@ def _numba_installed() -> bool:
 def numba_available() -> bool:
     """Numba is installed and not switched off with ``DUALGRAPH_NUMBA=0`` (this does not
     import it)."""
-    return os.environ.get("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
+    return getenv("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
 
 
 def enabled(*arrays: np.ndarray) -> bool:
     """Whether the Numba loop should run on these arrays: float32 and big enough."""
-    return (all(a.dtype == np.float32 for a in arrays)
-            and arrays[0].size >= MIN_ELEMENTS and numba_available())
+    if arrays[0].size < MIN_ELEMENTS:
+        return False
+    for a in arrays:   # (a loop, not all() of a generator: this runs at many ops' calls)
+        if a.dtype != np.float32:
+            return False
+    return numba_available()
 
 
 class Loop:

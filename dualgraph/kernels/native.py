@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._helpers import write_atomic
+from .._helpers import getenv, write_atomic
 from . import worker
 from .worker import NumbaBroken
 from .abi import DATA_OFFSET, DIMS_OFFSET, JOB   # noqa: F401  (used as native.JOB)
@@ -192,7 +192,7 @@ def _numba_build(loop):
 def enabled() -> bool:
     """Machine code is cached and loaded (``DUALGRAPH_NATIVE=0`` switches it off), llvmlite
     imports, and NumPy's array struct is laid out as the entries read it."""
-    return os.environ.get("DUALGRAPH_NATIVE", "1") != "0" and _usable()
+    return getenv("DUALGRAPH_NATIVE", "1") != "0" and _usable()
 
 
 @lru_cache(maxsize=None)

@@ -140,6 +140,11 @@ class OpDef:
     # Reshape`` of a dynamic batch); None where such a value can't be an input.
     shape_fold: Callable | None = None
 
+    # (not a field) what the engine calls when it frees a node of this op: a Checkpoint's
+    # ``release`` drops its saved inputs; an OpDef saves none of its own. A class attribute,
+    # so that the engine's lookup is not a failed one (which raises inside getattr).
+    release = None
+
     def __reduce__(self):
         """Ops are singletons, as dtypes: copied and pickled by name (a view's tensor
         records the op that made it, ops/views.py; deepcopy and multiprocessing copy it)."""

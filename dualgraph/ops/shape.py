@@ -29,6 +29,8 @@ __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxe
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    if all(type(d) is int for d in shape):   # (the common case: nothing to convert)
+        return tuple(shape)
     return tuple(int(d) if not hasattr(d, "name") else d for d in shape)
 
 
@@ -109,8 +111,9 @@ RESHAPE = defop("reshape", _reshape_kernel,
 
 def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
-    shape = infer_reshape(tuple(x.shape), _shape_arg(shape))
-    if shape == tuple(x.shape):
+    current = tuple(x._data.shape)
+    shape = infer_reshape(current, _shape_arg(shape))
+    if shape == current:
         return x
     return apply(RESHAPE, x, shape=shape)
 
@@ -496,7 +499,7 @@ SLICE_UPDATE = defop("slice_update", _slice_update_kernel, _infer_slice_update,
 
 def slice_dims(x, index):
     """``x[index]`` for ``index``: one ``(start, stop, step)`` or None per dim (a view)."""
-    if all(s is None for s in index):
+    if index.count(None) == len(index):   # (all None: C's loop, not a generator's)
         return x
     return apply(SLICE, x, index=tuple(index))
 
@@ -504,7 +507,7 @@ def slice_dims(x, index):
 def slice_update(x, v, index):
     """A copy of ``x`` whose block ``index`` (as :func:`slice_dims`) holds ``v``."""
     v = cast_like(v, x)
-    if all(s is None for s in index):
+    if index.count(None) == len(index):
         return v
     return apply(SLICE_UPDATE, x, v, index=tuple(index))
 

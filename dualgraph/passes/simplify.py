@@ -25,6 +25,7 @@ from ..graph.ir import infer_types, same_type
 from ..ops.elementwise import (ADD, CAST, DIV, GT, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW,
                                SQRT, SUB, WHERE, expand_power, power_by_products)
 from ..ops.conv import AVG_POOL2D
+from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
 from ..ops.reduce import LOG_SOFTMAX, MEAN, SOFTMAX
@@ -124,10 +125,15 @@ def _is_number(x, constants=None) -> bool:
 
 
 def _equals(n):
-    """True for the literal ``n`` (not a bool) or a constant whose elements all equal it."""
+    """True for the literal ``n`` (not a bool), a constant whose elements all equal it, or
+    a fill with it (``full``, ``full_like``: what a chosen ``where`` branch becomes)."""
     def test(x, constants):
         if isinstance(x, Value):
-            return x in constants and bool((constants[x] == n).all())
+            if x in constants:
+                return bool((constants[x] == n).all())
+            node = x.producer
+            return (node is not None and node.op in (FULL, FULL_LIKE)
+                    and _is_number(node.attrs["fill_value"]) and node.attrs["fill_value"] == n)
         return _is_number(x) and x == n
     return test
 
@@ -142,6 +148,17 @@ def _scalar(x, constants):
         return x
     if isinstance(x, Value) and x in constants and constants[x].ndim == 0:
         return constants[x].item()
+    return None
+
+
+def _constant_truth(x, constants):
+    """True or False for a bool literal or a constant whose elements are all one of them
+    (None for anything else)."""
+    if type(x) is bool:
+        return x
+    if isinstance(x, Value) and x in constants and constants[x].dtype == np.bool_:
+        values = constants[x]
+        return True if values.all() else False if not values.any() else None
     return None
 
 
@@ -198,6 +215,29 @@ def _global_mean(m):
     if (isinstance(x, Value) and x.ndim >= 3 and kernel == tuple(x.shape[-2:])
             and not any(pads) and not m.divisor):
         return call(MEAN, [x], dims=(x.ndim - 2, x.ndim - 1), keepdim=True)
+    return None
+
+
+def _chosen_branch(m):
+    # where(True, a, b) is a and where(False, a, b) is b, broadcast to the result's shape
+    # and cast to its dtype, as the kernel does (zero_() and fill_() trace as where(True,
+    # value, x)); a number becomes a fill, shaped like an operand of the result's shape
+    # when the shape has symbols
+    want = WHERE.infer(m.cond, m.a, m.b)
+    shape, dtype = tuple(want.shape), np.dtype(want.dtype)
+    chosen = m.a if _constant_truth(m.cond, m.constants) else m.b
+    if isinstance(chosen, Value):
+        same_shape = tuple(chosen.shape) == shape
+        if chosen.dtype != dtype:
+            chosen = call(CAST, [chosen], dtype=dtype)
+        return chosen if same_shape else call(EXPAND, [chosen], shape=shape)
+    if not _is_number(chosen) and type(chosen) is not bool:
+        return None
+    like = [v for v in (m.cond, m.a, m.b) if isinstance(v, Value) and tuple(v.shape) == shape]
+    if like:
+        return call(FULL_LIKE, [like[0]], fill_value=chosen, dtype=dtype)
+    if all(type(n) is int for n in shape):
+        return call(FULL, [], shape=shape, fill_value=chosen, dtype=dtype)
     return None
 
 
@@ -293,6 +333,9 @@ RULES = [
          "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
     Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
          "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(WHERE, Var("cond", lambda v, k: _constant_truth(v, k) is not None), Var("a"),
+           Var("b")), _chosen_branch,
+         "where(True, a, b) -> a, where(False, a, b) -> b (broadcast and cast as where)"),
     Rule(P(AVG_POOL2D, x, kernel_size=Var("k"), padding=Var("pad"),
            divisor_override=Var("divisor")), _global_mean,
          "avg_pool2d(x) over the whole plane -> mean(x, dims=(-2, -1), keepdim=True)"),
@@ -312,7 +355,7 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), global average pooling as a mean, permute and reshape chains,
+    as maximum (and minimum), a where with a constant condition as the chosen branch, global average pooling as a mean, permute and reshape chains,
     no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
     x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.

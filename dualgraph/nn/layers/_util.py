@@ -37,9 +37,11 @@ def _fits(shape: tuple, layout: tuple) -> bool:
         return _fits(shape[:len(head)], head) and _fits(shape[len(shape) - len(tail):], tail)
     if len(shape) != len(layout):
         return False
-    # symbolic sizes (while tracing) are not ints and are not checked
-    return all(not isinstance(want, int) or not isinstance(got, int) or got == want
-               for got, want in zip(shape, layout))
+    for got, want in zip(shape, layout):   # (a loop: every layer call checks its input)
+        # symbolic sizes (while tracing) are not ints and are not checked
+        if isinstance(want, int) and isinstance(got, int) and got != want:
+            return False
+    return True
 
 
 def new_parameter(shape, device=None, dtype=None) -> Parameter:
