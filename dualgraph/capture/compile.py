@@ -47,7 +47,7 @@ from .records import RETRACE_LIMIT, Record, _name
 from .split import SplitTracer
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
-from .trace import Capture, Tracer
+from .trace import Capture, StaleTensorError, Tracer
 
 # calls in a row that make state a compiled function keeps, after which it runs eagerly
 MADE_STATE_LIMIT = 3
@@ -985,7 +985,7 @@ class Compiled:
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
-                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
+                created = created_state(roots, tracer)
                 capture = tracer.finish(result, [t for _, t in created])
                 created = [(name, _made_at(t._data)) for name, t in created]
                 traced = time.perf_counter()
@@ -996,7 +996,7 @@ class Compiled:
             if not (symbolic or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
-            undo(roots, tracer.graph, tracer._bound, before)
+            undo(roots, tracer, before)
             restore_cells(cells)
             _set_random_states(random_before)   # (the eager run draws the same numbers)
             if not symbolic or e is random_break:   # (not the numbers' doing)
@@ -1088,8 +1088,8 @@ class Compiled:
     def _graph_break(self, e: CaptureError):
         """A break that does not split the function (capture/split.py splits at those where
         Python needs a value): with ``fullgraph`` it raises, else the function runs eagerly
-        from now on."""
-        if self.fullgraph:
+        from now on. A kept tensor of another trace can't run eagerly either: it raises."""
+        if self.fullgraph or isinstance(e, StaleTensorError):
             raise e
         self.records.append(Record("break", e.reason, e.fix, e.location))
         warnings.warn(f"dg.compile: graph break in {_name(self.fn)} at {e.location}: "

@@ -16,7 +16,7 @@ itself.
 >>> cache = {}
 >>> with Tracer() as tracer:
 ...     cache["mask"] = dg.ones(2, 2).tril()
->>> [name for name, _ in created_state({"cache": cache}, tracer.graph)]
+>>> [name for name, _ in created_state({"cache": cache}, tracer)]
 ["cache['mask']"]
 """
 from __future__ import annotations
@@ -78,22 +78,25 @@ def _walk(roots: dict, visit, skip=(), every_place=False) -> None:
         walk(obj, name, None, None, 0)
 
 
-def created_state(roots: dict, graph, bound=(), names=None) -> list:
-    """``[(name, tensor)]``: the tensors reachable from ``roots`` (name -> object) that hold
-    a value of ``graph``, other than those whose ids are in ``bound`` (the graph's inputs,
-    given back their storage when the trace ends). ``names``: id(tensor) -> name, for the
-    tensors that key a dict (``opt.state[fc.weight]``)."""
-    return [(name, t) for name, t, _, _ in _created(roots, graph, bound, names)]
+def created_state(roots: dict, tracer) -> list:
+    """``[(name, tensor)]``: the tensors reachable from ``roots`` (name -> object) that
+    ``tracer`` made, holding values of its graph, other than its inputs (given back their
+    storage when the trace ends); named by the tracer's ``names`` (id(tensor) -> name) where
+    a tensor keys a dict (``opt.state[fc.weight]``). A tensor an earlier call made and left
+    where no walk found it holds no value of this call, even when its Value is one of this
+    graph's (a replayed call's Values are the tape's): it is not this call's state."""
+    return [(name, t) for name, t, _, _ in _created(roots, tracer, tracer.names)]
 
 
-def _created(roots, graph, bound, names) -> list:
-    found = []
+def _created(roots, tracer, names) -> list:
+    found, graph, made_by = [], tracer.graph, (0, tracer.trace_id)
 
     def visit(path, obj, container, key):
-        if isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph:
+        if (isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph
+                and obj._trace_id in made_by):
             found.append((_name(path, names or {}), obj, container, key))
 
-    _walk(roots, visit, bound)
+    _walk(roots, visit, tracer._bound)
     return found
 
 
@@ -132,13 +135,13 @@ def places(roots: dict) -> dict:
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
-def undo(roots: dict, graph, bound, before: dict) -> None:
+def undo(roots: dict, tracer, before: dict) -> None:
     """Put back what an aborted trace changed, so that the eager run of the same call
     starts from the same Python state (``before``, from :func:`places`): the places where it
     kept a tensor of ``graph`` (the old value, or no item/attribute at all), and the Python
     scalars it changed (a counter incremented, a flag toggled before the break)."""
     appended = []   # (list, index): items a list gained (``history.append(loss)``)
-    for _, _, container, key in _created(roots, graph, bound, None):
+    for _, _, container, key in _created(roots, tracer, None):
         if not isinstance(container, (dict, list)):
             continue   # (a tuple item: it cannot have been set by the trace)
         old = before.get((id(container), key), (None, _ABSENT))[1]

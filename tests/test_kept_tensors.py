@@ -1,0 +1,171 @@
+"""Tensors a compiled step makes and keeps in Python state, read at a later call.
+
+A split call replays the call before (capture/replay.py): its ops' outputs are the tape's
+Values, the same objects at every call. A tensor kept where the walk for kept state does
+not look (a helper's global, a closure cell, a default argument, a registry object, deeper
+than the walk goes, a container too long to walk) holds such a Value after its call; read
+by a later call it must never be taken for that call's value of the same op: the call
+gives eager's values or raises StaleTensorError naming the line that read it.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn as nn
+from dualgraph.capture import split
+from dualgraph.capture.trace import StaleTensorError
+
+CALLS = 12
+
+_KEPT: list = []   # a global of the helpers below, not of the steps
+
+
+def _keep_in_global(t):
+    _KEPT.append(t)
+
+
+def _fetch_from_global(k):
+    return _KEPT[k]
+
+
+class _Registry:
+    """A module-level registry object the steps reach only through functions."""
+
+    def __init__(self):
+        self.items = {}
+
+
+_REGISTRY = _Registry()
+
+
+def _register(t):
+    _REGISTRY.items[len(_REGISTRY.items)] = t
+
+
+def _registered(k):
+    return _REGISTRY.items[k]
+
+
+class _Nest:
+    """An object chain deeper than the walk for kept state goes."""
+
+    def __init__(self, depth):
+        self.inner = _Nest(depth - 1) if depth else None
+        self.kept = []
+
+
+def place(kind: str):
+    """``(keep(t), fetch(k))`` for a hiding place, fresh for each run; and the objects the
+    step names (a closure variable) to reach it."""
+    if kind == "helper global":
+        _KEPT.clear()
+        return _keep_in_global, _fetch_from_global
+    if kind == "registry":
+        _REGISTRY.items.clear()
+        return _register, _registered
+    if kind == "closure cell":
+        store = []
+        return store.append, store.__getitem__   # (builtin methods: opaque to the walk)
+    if kind == "default argument":
+        def keep(t, _store=[]):
+            _store.append(t)
+
+        def fetch(k, _store=keep.__defaults__[0]):
+            return _store[k]
+        return keep, fetch
+    if kind == "deep":
+        nest = _Nest(8)
+        bottom = nest
+        while bottom.inner is not None:
+            bottom = bottom.inner
+        return (lambda t: bottom.kept.append(t)), (lambda k: bottom.kept[k])
+    if kind == "long list":
+        big = [None] * 10_001
+        count = [0]
+
+        def keep(t):
+            big[count[0]] = t
+            count[0] += 1
+        return keep, big.__getitem__
+    raise ValueError(kind)
+
+
+PLACES = ("helper global", "registry", "closure cell", "default argument", "deep",
+          "long list")
+
+
+def run(kind, lag, first_read, where, compiled):
+    """Per call, its output (or the error it raised, then stop)."""
+    keep, fetch = place(kind)
+    dg.manual_seed(0)
+    layer = nn.Linear(3, 3)
+    calls = [0]
+
+    def step(x):
+        calls[0] += 1
+        h = layer(x).tanh()
+        if where == "before":
+            keep(h * 2)
+        if h.sum().item() > 100:   # (a graph break: the step is split here)
+            h = h * 0
+        if where == "after":
+            keep(h * 3)
+        out = h + 1
+        if calls[0] >= first_read:
+            out = out + fetch(calls[0] - 1 - lag)   # MARK-read
+        return out.detach()
+
+    fn = dg.compile(step) if compiled else step
+    outs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(CALLS):
+            x = dg.tensor(np.full((2, 3), 0.1 * (i + 1), np.float32))
+            try:
+                outs.append(fn(x).numpy().copy())
+            except StaleTensorError as e:
+                outs.append(e)
+                break
+    return outs
+
+
+@pytest.fixture(autouse=True)
+def split_kept(monkeypatch):
+    monkeypatch.setattr(split, "COMPARE_AFTER", float("inf"))
+
+
+@pytest.mark.parametrize("kind", PLACES)
+@pytest.mark.parametrize("lag", [1, 2, 5])
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("replayed", [True, False])
+def test_a_tensor_kept_out_of_sight_is_eagers_or_an_error(kind, lag, where, replayed):
+    """Read ``lag`` calls after it was made, by a replayed call (from call 8: the tape has
+    settled) or by the first calls (traced): eager's value, or StaleTensorError at the
+    line that read it; never another call's value of the same op."""
+    first_read = 8 if replayed else lag + 1
+    want = run(kind, lag, first_read, where, False)
+    got = run(kind, lag, first_read, where, True)
+    for call, (a, b) in enumerate(zip(got, want)):
+        if isinstance(a, Exception):
+            assert call + 1 >= first_read, a
+            assert "MARK-read" in open(__file__).read().splitlines()[
+                int(a.location.rsplit(":", 1)[1]) - 1], a.location
+            assert "another capture" in str(a)
+            break
+        np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=f"call {call + 1}")
+    else:
+        assert len(got) == len(want) == CALLS
+
+
+def test_the_error_names_the_line_and_the_fix():
+    """The error of a stale read says what happened and where to keep the tensor."""
+    got = run("closure cell", 1, 8, "after", True)
+    error = got[-1]
+    assert isinstance(error, StaleTensorError), got
+    assert error.location.startswith(__file__.rsplit("/", 1)[-1]) or __file__ in \
+        error.location or "test_kept_tensors.py" in error.location
+    assert "module attribute" in error.fix and "return them" in error.fix
