@@ -169,3 +169,62 @@ def test_the_error_names_the_line_and_the_fix():
     assert error.location.startswith(__file__.rsplit("/", 1)[-1]) or __file__ in \
         error.location or "test_kept_tensors.py" in error.location
     assert "module attribute" in error.fix and "return them" in error.fix
+
+
+def kept_every_call(kind: str, compiled: bool, calls: int = 12):
+    """A training step that keeps a tensor it makes in Python state at every call: its
+    losses, parameters and every kept tensor, and the compiled function."""
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    history, feats = [], {}
+    if kind == "hook attribute":   # (feature extraction: the module keeps its output)
+        model[1].register_forward_hook(lambda m, i, o: setattr(m, "act", o.detach()))
+    if kind == "hook dict read by the loss":   # (a perceptual loss)
+        model[1].register_forward_hook(lambda m, i, o: feats.__setitem__("act", o))
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        if kind == "hook dict read by the loss":
+            loss = loss + 0.01 * feats["act"].pow(2).mean()
+        if kind == "previous call's, read":
+            if hasattr(model, "previous"):
+                loss = loss + 0.1 * (model.previous * loss).mean()
+            model.previous = loss.detach()
+        loss.backward()
+        opt.step()
+        if kind == "history":
+            history.append(loss.detach())
+        return loss.detach()
+
+    fn = dg.compile(step) if compiled else step
+    rng = np.random.default_rng(0)
+    losses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (no graph break, no fallback)
+        for _ in range(calls):
+            x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+            losses.append(fn(x, dg.zeros(5, 2)).numpy().copy())
+    kept = [t.numpy().copy() for t in history]
+    kept += [getattr(m, name).numpy().copy() for m, name in ((model[1], "act"),
+                                                             (model, "previous"))
+             if hasattr(m, name)]
+    kept += [t.detach().numpy().copy() for t in feats.values()]
+    return losses + [p.detach().numpy().copy() for p in model.parameters()] + kept, fn
+
+
+@pytest.mark.parametrize("kind", ["history", "hook attribute", "hook dict read by the loss",
+                                  "previous call's, read"])
+def test_a_step_keeping_a_tensor_every_call_stays_compiled_and_equal(kind):
+    """``history.append(loss.detach())``, a hook's ``self.act = out``: after three calls
+    that each made the state, the step runs its Python at every call (so what it keeps,
+    and when, is eager's) with its ops compiled and replayed, not eagerly."""
+    want, _ = kept_every_call(kind, False)
+    got, fn = kept_every_call(kind, True)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not fn.eager_only and fn._split is not None, fn.explain()
+    assert fn._split.replays >= 6, fn.explain()
+    assert "Python state at every call" in fn.explain()

@@ -15,7 +15,6 @@ import functools
 import inspect
 import os
 import pathlib
-import random
 import tempfile
 import time
 import warnings
@@ -40,11 +39,12 @@ from .escape import created_state, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
+from .pyrandom import Draws, PythonRandom
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .records import RETRACE_LIMIT, Record, _name
-from .split import SplitTracer
+from .split import SplitTracer, Splitter
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, StaleTensorError, Tracer
@@ -292,35 +292,6 @@ class _StaleGuard(Exception):
     def __init__(self, reason: str, frozen=None):
         super().__init__(reason)
         self.frozen = frozen
-
-
-def _random_states(numpy: bool = True) -> tuple:
-    """The state of Python's ``random`` and (with ``numpy``) of NumPy's global generator: a
-    trace that draws from them would bake the numbers drawn into the graph. (A split call,
-    which runs its Python at every call, compares what it makes of them with the tape or
-    keys: NumPy's state, slow to read, is left out there.)"""
-    if not numpy:
-        return random.getstate(), None, None
-    state = np.random.get_state()
-    return random.getstate(), state[1].tobytes(), state[2:]
-
-
-def _set_random_states(states: tuple) -> None:
-    py, key, rest = states
-    random.setstate(py)
-    if key is not None:
-        np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
-
-
-def _python_random_break(fn) -> CaptureError:
-    code = getattr(getattr(fn, "forward", fn), "__code__", None)
-    where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
-    return CaptureError(
-        "Python's random module (or NumPy's global generator) was drawn from while tracing: "
-        "the numbers drawn would be baked into the graph, the same at every call", where,
-        "Draw them outside the compiled function and pass them in (a bool or a tensor), "
-        "or use dualgraph's random ops (dg.rand, dg.randint, dropout), which draw anew at "
-        "every call.")
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -885,6 +856,15 @@ class Compiled:
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
                                                             leaf_dynamic)
+        except PythonRandom as e:   # (its Python must run at every call, drawing anew)
+            self._split = None
+            if not split:
+                return self._graph_break(e), sig
+            self._every_call("it draws from Python's random module, NumPy's global "
+                             "generator or a generator object: the numbers drawn steer its "
+                             "Python or its ops", e.location, e.fix)
+            self._split_result = self._split(args, kwargs)
+            return None, sig
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
@@ -957,7 +937,7 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
-        random_before = _random_states(numpy=as_inputs)
+        draws = Draws(roots, every=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -979,8 +959,8 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
-                if _random_states(numpy=as_inputs) != random_before:
-                    random_break = _python_random_break(self.fn)
+                if as_inputs and draws.drawn():
+                    random_break = PythonRandom(self.fn)
                     raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
@@ -998,7 +978,7 @@ class Compiled:
             self._numbers.restore(numbers)
             undo(roots, tracer, before)
             restore_cells(cells)
-            _set_random_states(random_before)   # (the eager run draws the same numbers)
+            draws.restore()   # (the eager run draws the same numbers)
             if not symbolic or e is random_break:   # (not the numbers' doing)
                 raise
             # (a Python number traced as an input may be the cause: traced again, baked in)
@@ -1043,17 +1023,34 @@ class Compiled:
     def _run_once(self, entry, args, kwargs, leaves):
         """Run the graph of a call that made state (``entry.created``); the next call traces
         again, with that state. State made anew at every call (MADE_STATE_LIMIT calls in a
-        row: a mask made again whenever the length changes makes it twice) is a graph break."""
+        row: a mask made again whenever the length changes makes it twice;
+        ``history.append(loss.detach())``, a hook's ``self.act = out``) can't be one graph:
+        the Python that keeps it must run at every call (a list it grows, read by
+        ``len()``, is no guard), so the function runs its Python at every call from then
+        on, replaying the call before, as a split function does (capture/split.py)."""
         self._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
         self._made_state += 1
         if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
-            self._graph_break(CaptureError(
-                f"{name} is a tensor made at every call and kept in Python state", location,
-                "Make it once outside the compiled function (or register it as a buffer), "
-                "or return it instead of storing it."))
+            fix = ("Make it once outside the compiled function (or register it as a buffer), "
+                   "or return it instead of storing it, for one graph run from its guards "
+                   "alone.")
+            if self.fullgraph or self.strict or self._numbers.holders or self._numbers.args:
+                self._graph_break(CaptureError(f"{name} is a tensor made at every call and "
+                                               "kept in Python state", location, fix))
+            else:
+                self._every_call(f"it keeps a tensor it makes in Python state at every call "
+                                 f"({name})", location, fix)
         return result
+
+    def _every_call(self, why: str, location: str, fix: str) -> None:
+        """Run the function's Python at every call from now on (``why``), its ops compiled
+        and replayed as a split function's (capture/split.py), instead of eagerly."""
+        self._split, self._fast = Splitter(self, why), None
+        self.records.append(Record("python", f"{why}: its Python runs at every call from now "
+                                   "on, replaying the call before, its ops compiled", fix,
+                                   location))
 
     def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the
@@ -1191,6 +1188,8 @@ class Compiled:
                 lines.append(f"{i}. compiled piece {r.detail}: {r.nodes} nodes")
                 if r.times:
                     lines.append("   time: " + r.describe_times())
+            elif r.kind == "python":
+                lines.append(f"{i}. {r.detail} (at {r.location}). fix: {r.fix}")
             elif r.kind == "eager":
                 lines.append(f"{i}. running eagerly from now on: {r.detail}. fix: {r.fix}")
             else:

@@ -28,6 +28,7 @@ from ..tensor import Tensor
 
 MAX_DEPTH = 6
 MAX_ITEMS = 10_000   # longer containers (a dataset held in a list) are not looked into
+_METHODS = (types.MethodType, types.BuiltinMethodType)
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
            types.MethodType, type)
 class _Absent:
@@ -101,10 +102,16 @@ def _created(roots, tracer, names) -> list:
 
 
 def reachable(roots: dict, cls) -> list:
-    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``."""
+    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``, also as
+    the object of a bound method (``draw = rng.random``)."""
     found = []
-    _walk(roots, lambda path, obj, container, key: found.append((_name(path, {}), obj))
-          if isinstance(obj, cls) else None)
+
+    def visit(path, obj, container, key):
+        owner = obj.__self__ if isinstance(obj, _METHODS) else obj
+        if isinstance(owner, cls):
+            found.append((_name(path, {}), owner))
+
+    _walk(roots, visit)
     return found
 
 
