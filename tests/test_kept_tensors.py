@@ -196,16 +196,21 @@ def kept_every_call(kind: str, compiled: bool, calls: int = 12):
         opt.step()
         if kind == "history":
             history.append(loss.detach())
+        if kind == "dict item":
+            feats["loss"] = loss.detach() * 2
         return loss.detach()
 
     fn = dg.compile(step) if compiled else step
     rng = np.random.default_rng(0)
-    losses = []
+    losses, held = [], []   # (held: what the caller takes out after each call, kept)
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # (no graph break, no fallback)
         for _ in range(calls):
             x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
             losses.append(fn(x, dg.zeros(5, 2)).numpy().copy())
+            held += [t for t in (getattr(model[1], "act", None), feats.get("loss"))
+                     if t is not None]
+    losses += [t.numpy().copy() for t in held]   # (each its own call's value, at the end)
     kept = [t.numpy().copy() for t in history]
     kept += [getattr(m, name).numpy().copy() for m, name in ((model[1], "act"),
                                                              (model, "previous"))
@@ -215,16 +220,36 @@ def kept_every_call(kind: str, compiled: bool, calls: int = 12):
 
 
 @pytest.mark.parametrize("kind", ["history", "hook attribute", "hook dict read by the loss",
-                                  "previous call's, read"])
+                                  "previous call's, read", "dict item"])
 def test_a_step_keeping_a_tensor_every_call_stays_compiled_and_equal(kind):
-    """``history.append(loss.detach())``, a hook's ``self.act = out``: after three calls
-    that each made the state, the step runs its Python at every call (so what it keeps,
-    and when, is eager's) with its ops compiled and replayed, not eagerly."""
+    """``history.append(loss.detach())``, a hook's ``self.act = out.detach()``: after three
+    calls that each made the state, a step that replaces a detached tensor in a dict item
+    or an attribute (and does not read the one before) is one graph that stores a new
+    tensor there after each run; any other (a list it grows, a tensor with history, the
+    one before read) runs its Python at every call (so what it keeps, and when, is
+    eager's) with its ops compiled and replayed. Never eagerly."""
     want, _ = kept_every_call(kind, False)
     got, fn = kept_every_call(kind, True)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert not fn.eager_only and fn._split is not None, fn.explain()
-    assert fn._split.replays >= 6, fn.explain()
-    assert "Python state at every call" in fn.explain()
+    assert not fn.eager_only, fn.explain()
+    if kind in ("hook attribute", "dict item"):
+        assert fn._split is None and "stores a new tensor there" in fn.explain()
+        assert len(fn.records) == 4, fn.explain()   # (3 captures, then no more traces)
+    else:
+        assert fn._split is not None and fn._split.replays >= 6, fn.explain()
+        assert "Python state at every call" in fn.explain()
+
+
+def test_a_history_longer_than_the_walk_goes_keeps_real_tensors(monkeypatch):
+    """The walk for kept state looks at a long list's latest items (where ``append`` puts
+    them), so a history longer than MAX_ITEMS still gets a real tensor at every call."""
+    from dualgraph.capture import escape
+    monkeypatch.setattr(escape, "MAX_ITEMS", 4)
+    want, _ = kept_every_call("history", False, calls=15)
+    got, fn = kept_every_call("history", True, calls=15)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not fn.eager_only, fn.explain()

@@ -35,7 +35,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .escape import created_state, places, restore_cells, scalar_cells, undo
+from .escape import kept_places, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
@@ -60,6 +60,7 @@ class Entry:
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
     created = ()   # (name, source line) of the state its call made: then it runs only once
+    stores = False  # whether each run keeps new tensors where the traced call kept its own
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
 
@@ -228,6 +229,7 @@ class Entry:
                         shared, replay=(self.replay, read, self._kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
+        made = 0
         for j, ((kind, t), new) in enumerate(zip(cap.writebacks, it)):
             if kind == "data":
                 if j in self.arg_writes:
@@ -237,7 +239,14 @@ class Entry:
                 t._version[0] += 1
             elif kind == "new":          # state the traced call made: a real tensor now
                 # (its own array, writeable: later steps update it in place)
-                t._data = new if id(new) not in taken and new.flags.writeable else new.copy()
+                array = new if id(new) not in taken and new.flags.writeable else new.copy()
+                made += 1
+                if self.stores and type(t._data) is not Value:   # (a later run: a new one,
+                    container, key = cap.kept[made - 1]           # where the trace kept it)
+                    container[key] = Tensor._make(array)
+                    taken.add(id(new))
+                    continue
+                t._data = array
                 if t._alias and type(t._base._data) is Value:
                     # (``loss.detach()`` kept: its base is an intermediate of the trace)
                     t._base, t._alias, t._version = None, False, [0]
@@ -405,6 +414,7 @@ class Compiled:
         self._split = None   # the Splitter once a graph break splits the function
         self._split_result = None   # (the result of the call that found the break)
         self._made_state = 0   # how many calls in a row made state (_run_once)
+        self._made_by = None   # the entry of the latest call that made state
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -552,7 +562,7 @@ class Compiled:
                     return result
                 return self.fn(*args, **kwargs)
             if entry.created:
-                return self._run_once(entry, args, kwargs, leaves)
+                return self._run_once(entry, args, kwargs, leaves, sig)
             self._made_state = 0
             if self.check:
                 self._last = entry
@@ -965,9 +975,10 @@ class Compiled:
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
-                created = created_state(roots, tracer)
-                capture = tracer.finish(result, [t for _, t in created])
-                created = [(name, _made_at(t._data)) for name, t in created]
+                kept = kept_places(roots, tracer)
+                capture = tracer.finish(result, [t for _, t, _, _ in kept])
+                capture.kept = [(container, key) for _, _, container, key in kept]
+                created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
@@ -1020,7 +1031,7 @@ class Compiled:
                       if not isinstance(leaf, Tensor)})
         return roots
 
-    def _run_once(self, entry, args, kwargs, leaves):
+    def _run_once(self, entry, args, kwargs, leaves, sig):
         """Run the graph of a call that made state (``entry.created``); the next call traces
         again, with that state. State made anew at every call (MADE_STATE_LIMIT calls in a
         row: a mask made again whenever the length changes makes it twice;
@@ -1031,6 +1042,9 @@ class Compiled:
         self._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
         self._made_state += 1
+        previous, self._made_by = self._made_by, entry
+        if self._made_state >= MADE_STATE_LIMIT and self._stores(entry, previous, sig):
+            return result
         if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
             fix = ("Make it once outside the compiled function (or register it as a buffer), "
@@ -1043,6 +1057,39 @@ class Compiled:
                 self._every_call(f"it keeps a tensor it makes in Python state at every call "
                                  f"({name})", location, fix)
         return result
+
+    def _stores(self, entry, previous, sig) -> bool:
+        """Cache ``entry``, the graph of a call that kept tensors it made where the call
+        before kept its own, as a graph that stores new ones there after each run, when
+        that is what its Python does at every call: each is a dict item or an attribute
+        replaced (not a list it grows: a ``len()`` read would be no guard), none requires
+        grad, and the call did not read the previous ones (a graph reads its inputs by
+        identity). Whether it did."""
+        cap = entry.capture
+        if previous is None or [(id(c), k) for c, k in cap.kept] != [
+                (id(c), k) for c, k in previous.capture.kept]:
+            return False
+        made = [t for kind, t in cap.writebacks if kind == "new"]
+        before = {id(t) for kind, t in previous.capture.writebacks if kind == "new"}
+        if (not all(isinstance(c, dict) for c, _ in cap.kept)
+                or any(t.requires_grad for t in made)
+                or any(id(b.tensor) in before for b in cap.bindings)):
+            return False
+        modules = {id(vars(m)): m for _, root in self._module_facts.roots
+                   for _, m in root.named_modules()}
+        for container, key in cap.kept:   # (not guarded by identity: the graph sets them)
+            if id(container) in modules:
+                self._module_facts.kept.add((id(modules[id(container)]), key))
+        self._module_facts.version = None
+        names = ", ".join(name for name, _ in entry.created)
+        location = entry.created[0][1]
+        entry.created, entry.stores, self._made_state = (), True, 0
+        self.cache[sig[:3] + (self._module_facts.get(),) + sig[4:]] = entry
+        self.records.append(Record(
+            "python", f"it keeps a tensor it makes at every call ({names}), replacing the "
+            "one of the call before: its graph runs from its guards alone and stores a new "
+            "tensor there after each run", "none needed", location))
+        return True
 
     def _every_call(self, why: str, location: str, fix: str) -> None:
         """Run the function's Python at every call from now on (``why``), its ops compiled

@@ -96,6 +96,9 @@ class Capture:
     # a traced value (``state["step"] += 1``): the tensor is written back ("data"), then the
     # slot gets its value as a Python number again (capture/symbolic.py)
     number_writes: list = field(default_factory=list)
+    # (container, key) where the traced call kept each tensor it made, in the order of the
+    # ("new", tensor) writebacks (a graph that stores them anew at every run: compile.py)
+    kept: list = field(default_factory=list)
 
 
 class Tracer:
