@@ -32,6 +32,11 @@ MAX_ITEMS = 10_000   # longer dicts (a vocabulary) are not looked into; of a lon
 _METHODS = (types.MethodType, types.BuiltinMethodType)
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
            types.MethodType, type)
+# (sets: not looked into, as before, without the cost of failing to)
+_NOTHING_INSIDE = (Tensor, set, frozenset) + _OPAQUE
+_NO_DICT = _NOTHING_INSIDE + (tuple,)
+
+
 class _Absent:
     """A place that holds nothing (an item or attribute not there)."""
 
@@ -55,23 +60,17 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
             return
         seen.add(id(obj))
         visit(name, obj, container, key)
-        if type(obj) in _SCALARS or isinstance(obj, Tensor):   # (nothing inside)
+        kind = type(obj)
+        if kind in _SCALARS or isinstance(obj, _NOTHING_INSIDE):
             return
-        if isinstance(obj, dict):
-            holder, items, sep = obj, list(obj.items()), "["
-        elif type(obj) in (list, tuple):   # (a long list: its latest items, as appended)
+        if kind is list or kind is tuple:   # (a long list: its latest items, as appended)
             start = max(len(obj) - MAX_ITEMS, 0)
-            holder, items, sep = obj, list(enumerate(obj[start:], start)), "["
-        elif isinstance(obj, _OPAQUE):
-            return
+            holder, items, sep = obj, enumerate(obj[start:] if start else obj, start), "["
         else:
-            try:
-                holder = vars(obj)
-            except TypeError:   # (no __dict__)
+            holder = obj if isinstance(obj, dict) else getattr(obj, "__dict__", None)
+            if holder is None or len(holder) > MAX_ITEMS:
                 return
-            items, sep = list(holder.items()), "."
-        if len(items) > MAX_ITEMS:
-            return
+            items, sep = holder.items(), "[" if holder is obj else "."
         for k, child in items:
             if leaf is not None and (type(child) in _SCALARS or isinstance(child, Tensor)):
                 leaf((name, sep, k), child, holder, k)
@@ -150,7 +149,7 @@ def places(roots: dict) -> dict:
 
     def visit(name, obj, container, key):
         holder = obj if type(obj) is list or isinstance(obj, dict) else None
-        if holder is None and not isinstance(obj, _OPAQUE + (tuple, Tensor) + _SCALARS):
+        if holder is None and type(obj) not in _SCALARS and not isinstance(obj, _NO_DICT):
             holder = getattr(obj, "__dict__", None)
         if holder is not None and (type(holder) is list or len(holder) <= MAX_ITEMS):
             before[id(holder)] = (holder, holder.copy())

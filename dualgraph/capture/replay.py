@@ -14,8 +14,9 @@ type for type) are those of the tape's next node gets that node's outputs, and n
 made; a tensor bound as an input must be the tape's next one (the same tensor, or the same
 argument position or tensor made after a break, or state the call before made, with the
 same shape and dtype); a constant must have the same bytes; a break whose piece is the
-tape's next runs that piece's compiled code directly. A call that matched the whole tape, with the same outputs, and the same
-bindings, writebacks and output structure by role, runs the tape's compiled last piece.
+tape's next runs that piece's compiled code directly. A call that matched the whole tape,
+with the same outputs, and the same bindings, writebacks and output structure by role,
+runs the tape's compiled last piece.
 
 The first difference (Python took another branch, a shape or a dtype changed, another
 tensor was read) ends the replay (:meth:`SplitTracer.diverge`): the graph matched so far
