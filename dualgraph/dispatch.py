@@ -160,6 +160,9 @@ def apply(op, *args, **attrs):
     else:
         outs = tuple(Tensor._make(r) for r in raw)
         out = outs
+    if tracer is not None:   # (a Value is its trace's alone: a replayed call's are the
+        for t in outs:       # tape's own, capture/replay.py)
+            t._trace_id = tracer.trace_id
 
     if op.vjp is not None and grad_mode.enabled:
         if modes.refresh_views is not None:
@@ -217,6 +220,7 @@ def _freeze(args):
     for a in args:
         if isinstance(a, Tensor) and type(a._data) is not np.ndarray:
             alias = Tensor._make(a._data)
+            alias._trace_id = a._trace_id
             alias.requires_grad, alias.grad_fn = a.requires_grad, a.grad_fn
             alias._output_nr = a._output_nr
             if a.requires_grad and a.grad_fn is None:   # a leaf: share its accumulator

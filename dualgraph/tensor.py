@@ -35,6 +35,7 @@ class Tensor:
     _post_accumulate_hooks = None   # hooks called after backward accumulated into .grad
     _retains_grad = False
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use
+    _trace_id = 0           # the trace whose Value it holds, when made by one (capture/)
 
     def __init__(self, data=None, *, dtype=None, requires_grad: bool = False):
         """``dg.Tensor(data)`` as in torch; prefer ``dg.tensor(data)``."""

@@ -206,10 +206,11 @@ def test_state_made_at_the_first_step_is_captured(model_cls):
         assert type(model.mask._data) is np.ndarray and "model.mask" in fn.explain()
 
 
-def test_state_made_at_every_call_is_a_graph_break_naming_the_line():
-    """A tensor stored anew at every call can't be one graph's input: after two calls the
-    function runs eagerly, with a warning naming the line; results equal eager's and the
-    stored tensor is never left symbolic."""
+def test_state_made_at_every_call_runs_the_python_at_every_call():
+    """A tensor stored anew at every call can't be one graph's input: after three calls the
+    function runs its Python at every call (its ops compiled and replayed, no warning, not
+    eagerly), with ``explain()`` naming the line; results equal eager's and the stored
+    tensor is never left symbolic."""
     class Keeps(nn.Module):
         def __init__(self):
             super().__init__()
@@ -226,8 +227,11 @@ def test_state_made_at_every_call_is_a_graph_break_naming_the_line():
     model = Keeps()
     cf = dg.compile(model)
     xs = [dg.tensor(_data((2, 3)) + i) for i in range(4)]
-    with pytest.warns(UserWarning, match=rf"graph break .*{HERE}:{line_of('MARK-keeps')}"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         outs = [cf(x) for x in xs]
+    assert "Python state at every call (self.last)" in cf.explain()
+    assert f"{HERE}:{line_of('MARK-keeps')}" in cf.explain() and not cf.eager_only
     for x, out in zip(xs, outs):
         np.testing.assert_allclose(out.detach().numpy(), eager(x).detach().numpy(),
                                    rtol=1e-6)

@@ -1,8 +1,11 @@
 """A split function's calls replay the call before (capture/replay.py): generated training
 steps with graph breaks at varied places (prints, ``.item()`` in branches and loop counts,
-NumPy on the values), Python state that changes the ops without a break, and constants,
-run eagerly and compiled side by side; losses, parameters, what they printed and their
-Python counters must be eager's, and the calls that do the same must replay."""
+NumPy on the values), Python state that changes the ops without a break, constants, and
+tensors kept somewhere (where the walk for kept state looks, or out of its sight) and read
+at later calls, run eagerly and compiled side by side; losses, parameters, what they
+printed and their Python counters must be eager's (or, for a tensor kept out of sight and
+read by a later call, StaleTensorError at that call), and the calls that do the same must
+replay."""
 from __future__ import annotations
 
 import io
@@ -16,11 +19,16 @@ import dualgraph as dg
 import dualgraph.nn as nn
 import dualgraph.nn.functional as F
 from dualgraph.capture import split
+from dualgraph.capture.trace import StaleTensorError
+from test_kept_tensors import place
 
 WIDTH, BATCH, STEPS = 6, 8, 10
 # statement kinds; those marked * break the graph
 GRAMMAR = ("linear", "tanh", "print*", "format*", "branch*", "loop*", "numpy*", "parity",
-           "sign", "constant")
+           "sign", "constant", "keep", "reread")
+# where "keep" keeps ``h``: seen by the walk for kept state, or out of its sight
+SEEN = ("module attribute", "closure dict")
+HIDDEN = ("helper global", "closure cell", "default argument", "deep", "long list")
 
 
 def program(seed: int) -> list:
@@ -40,7 +48,10 @@ def build(kinds: list, seed: int):
     params = list(layers.parameters()) + list(head.parameters())
     opt = (dg.optim.Adam(params, lr=0.01) if seed % 2 else
            dg.optim.SGD(params, lr=0.05, momentum=0.9))
-    out, state = io.StringIO(), {"calls": 0, "high": 0}
+    out, state = io.StringIO(), {"calls": 0, "high": 0, "kept": 0}
+    where, lag, start = keeping(seed)
+    head.kept, box = [], {"items": []}   # (seen: the step names them)
+    keep, fetch = place(where) if where in HIDDEN else (None, None)
 
     def step(x, y):
         state["calls"] += 1
@@ -75,12 +86,32 @@ def build(kinds: list, seed: int):
                 h = h * (1.0 if state["calls"] % 2 else -1.0)
             elif kind == "constant":
                 h = h + dg.ones(WIDTH) * 0.1
+            elif kind == "keep":
+                t = h.detach() * 0.5
+                if where == "module attribute":
+                    head.kept.append(t)
+                elif where == "closure dict":
+                    box["items"].append(t)
+                else:
+                    keep(t)
+                state["kept"] += 1
+            elif kind == "reread" and state["kept"] > lag and state["calls"] > start:
+                k = state["kept"] - 1 - lag
+                h = h + (head.kept[k] if where == "module attribute" else
+                         box["items"][k] if where == "closure dict" else fetch(k))
         loss = F.mse_loss(head(h), y)
         loss.backward()
         opt.step()
         return loss.detach()
 
     return step, params, out, state
+
+
+def keeping(seed: int) -> tuple:
+    """Where a step's "keep" keeps its tensor (seen or hidden, even odds), how many keeps
+    back "reread" reads, and after which call it starts (5: in the replayed calls)."""
+    rng = random.Random(seed + 1000)
+    return rng.choice(rng.choice((SEEN, HIDDEN))), rng.randint(0, 2), rng.choice((0, 5))
 
 
 def batches(seed: int) -> list:
@@ -91,11 +122,19 @@ def batches(seed: int) -> list:
 
 
 def run(kinds, seed, compiled):
+    """Losses (the last one StaleTensorError, if a call raised it: then it stops),
+    parameters, what the step printed, its Python counters and the function."""
     step, params, out, state = build(kinds, seed)
     fn = dg.compile(step) if compiled else step
+    losses = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        losses = [fn(x, y).numpy().copy() for x, y in batches(seed)]
+        for x, y in batches(seed):
+            try:
+                losses.append(fn(x, y).numpy().copy())
+            except StaleTensorError as e:
+                losses.append(e)
+                break
     return losses, [p.detach().numpy().copy() for p in params], out.getvalue(), state, fn
 
 
@@ -105,15 +144,39 @@ def split_kept(monkeypatch):
     monkeypatch.setattr(split, "COMPARE_AFTER", float("inf"))
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_generated_split_steps_match_eager(seed):
-    kinds = program(seed)
+def check(kinds, seed):
+    """Compiled as eager; or, for a tensor kept out of the walk's sight and read by a later
+    call, eager until the call that read it raises StaleTensorError."""
     losses_e, params_e, printed_e, state_e, _ = run(kinds, seed, False)
     losses_c, params_c, printed_c, state_c, fn = run(kinds, seed, True)
+    label = f"{kinds}, {keeping(seed)}"
+    if isinstance(losses_c[-1], StaleTensorError):
+        assert keeping(seed)[0] in HIDDEN and "reread" in kinds, label
+        losses_c.pop()
+        for a, b in zip(losses_c, losses_e[:len(losses_c)]):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=label)
+        return
     for a, b in zip(losses_c + params_c, losses_e + params_e, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=str(kinds))
-    assert printed_c == printed_e and state_c == state_e, kinds
-    assert fn._split is not None or fn.eager_only, kinds
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=label)
+    assert printed_c == printed_e and state_c == state_e, label
+    assert fn._split is not None or fn.eager_only, label
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_generated_split_steps_match_eager(seed):
+    check(program(seed), seed)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_generated_steps_keeping_a_tensor_somewhere_and_reading_it_later(seed):
+    """A "keep" and a "reread" in every program, in either order, the place and how many
+    keeps back drawn from the seed: a tensor of the same call (read after its keep, 0
+    back), of an earlier call, seen or hidden."""
+    kinds = program(seed)
+    rng = random.Random(seed + 2000)
+    for kind in ("keep", "reread"):
+        kinds.insert(rng.randrange(len(kinds) + 1), kind)
+    check(kinds, seed)
 
 
 def test_a_step_that_does_the_same_replays_every_call():

@@ -29,6 +29,7 @@ class Recorder:
     """An eager mode that logs each op's outputs (dispatch hands it every call)."""
 
     numbers = False   # (no traced Python numbers: capture/symbolic.py)
+    trace_id = 0      # (its tensors hold arrays, not a trace's Values)
 
     def __init__(self):
         self.log: list[tuple] = []

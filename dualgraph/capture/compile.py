@@ -15,7 +15,6 @@ import functools
 import inspect
 import os
 import pathlib
-import random
 import tempfile
 import time
 import warnings
@@ -36,18 +35,19 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .escape import created_state, places, restore_cells, scalar_cells, undo
+from .escape import kept_places, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
+from .pyrandom import Draws, PythonRandom
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .records import RETRACE_LIMIT, Record, _name
-from .split import SplitTracer
+from .split import SplitTracer, Splitter
 from .scope import is_module, is_optimizer, readable_names, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
-from .trace import Capture, Tracer
+from .trace import Capture, StaleTensorError, Tracer
 
 # calls in a row that make state a compiled function keeps, after which it runs eagerly
 MADE_STATE_LIMIT = 3
@@ -60,6 +60,7 @@ class Entry:
     capture/autodiff.py) its differentiable outputs join the caller's autograd tape."""
 
     created = ()   # (name, source line) of the state its call made: then it runs only once
+    stores = False  # whether each run keeps new tensors where the traced call kept its own
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
 
@@ -228,6 +229,7 @@ class Entry:
                         shared, replay=(self.replay, read, self._kept))
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
+        made = 0
         for j, ((kind, t), new) in enumerate(zip(cap.writebacks, it)):
             if kind == "data":
                 if j in self.arg_writes:
@@ -237,7 +239,14 @@ class Entry:
                 t._version[0] += 1
             elif kind == "new":          # state the traced call made: a real tensor now
                 # (its own array, writeable: later steps update it in place)
-                t._data = new if id(new) not in taken and new.flags.writeable else new.copy()
+                array = new if id(new) not in taken and new.flags.writeable else new.copy()
+                made += 1
+                if self.stores and type(t._data) is not Value:   # (a later run: a new one,
+                    container, key = cap.kept[made - 1]           # where the trace kept it)
+                    container[key] = Tensor._make(array)
+                    taken.add(id(new))
+                    continue
+                t._data = array
                 if t._alias and type(t._base._data) is Value:
                     # (``loss.detach()`` kept: its base is an intermediate of the trace)
                     t._base, t._alias, t._version = None, False, [0]
@@ -293,35 +302,6 @@ class _StaleGuard(Exception):
     def __init__(self, reason: str, frozen=None):
         super().__init__(reason)
         self.frozen = frozen
-
-
-def _random_states(numpy: bool = True) -> tuple:
-    """The state of Python's ``random`` and (with ``numpy``) of NumPy's global generator: a
-    trace that draws from them would bake the numbers drawn into the graph. (A split call,
-    which runs its Python at every call, compares what it makes of them with the tape or
-    keys: NumPy's state, slow to read, is left out there.)"""
-    if not numpy:
-        return random.getstate(), None, None
-    state = np.random.get_state()
-    return random.getstate(), state[1].tobytes(), state[2:]
-
-
-def _set_random_states(states: tuple) -> None:
-    py, key, rest = states
-    random.setstate(py)
-    if key is not None:
-        np.random.set_state(("MT19937", np.frombuffer(key, np.uint32).copy()) + tuple(rest))
-
-
-def _python_random_break(fn) -> CaptureError:
-    code = getattr(getattr(fn, "forward", fn), "__code__", None)
-    where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
-    return CaptureError(
-        "Python's random module (or NumPy's global generator) was drawn from while tracing: "
-        "the numbers drawn would be baked into the graph, the same at every call", where,
-        "Draw them outside the compiled function and pass them in (a bool or a tensor), "
-        "or use dualgraph's random ops (dg.rand, dg.randint, dropout), which draw anew at "
-        "every call.")
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -435,6 +415,7 @@ class Compiled:
         self._split = None   # the Splitter once a graph break splits the function
         self._split_result = None   # (the result of the call that found the break)
         self._made_state = 0   # how many calls in a row made state (_run_once)
+        self._made_by = None   # the entry of the latest call that made state
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -582,7 +563,7 @@ class Compiled:
                     return result
                 return self.fn(*args, **kwargs)
             if entry.created:
-                return self._run_once(entry, args, kwargs, leaves)
+                return self._run_once(entry, args, kwargs, leaves, sig)
             self._made_state = 0
             if self.check:
                 self._last = entry
@@ -886,6 +867,15 @@ class Compiled:
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
                                                             leaf_dynamic)
+        except PythonRandom as e:   # (its Python must run at every call, drawing anew)
+            self._split = None
+            if not split:
+                return self._graph_break(e), sig
+            self._every_call("it draws from Python's random module, NumPy's global "
+                             "generator or a generator object: the numbers drawn steer its "
+                             "Python or its ops", e.location, e.fix)
+            self._split_result = self._split(args, kwargs)
+            return None, sig
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
@@ -958,7 +948,7 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
-        random_before = _random_states(numpy=as_inputs)
+        draws = Draws(roots, every=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -980,15 +970,16 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
-                if _random_states(numpy=as_inputs) != random_before:
-                    random_break = _python_random_break(self.fn)
+                if as_inputs and draws.drawn():
+                    random_break = PythonRandom(self.fn)
                     raise random_break
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
-                created = created_state(roots, tracer.graph, tracer._bound, tracer.names)
-                capture = tracer.finish(result, [t for _, t in created])
-                created = [(name, _made_at(t._data)) for name, t in created]
+                kept = kept_places(roots, tracer)
+                capture = tracer.finish(result, [t for _, t, _, _ in kept])
+                capture.kept = [(container, key) for _, _, container, key in kept]
+                created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
@@ -997,9 +988,9 @@ class Compiled:
             if not (symbolic or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
-            undo(roots, tracer.graph, tracer._bound, before)
+            undo(roots, tracer, before)
             restore_cells(cells)
-            _set_random_states(random_before)   # (the eager run draws the same numbers)
+            draws.restore()   # (the eager run draws the same numbers)
             if not symbolic or e is random_break:   # (not the numbers' doing)
                 raise
             # (a Python number traced as an input may be the cause: traced again, baked in)
@@ -1041,20 +1032,73 @@ class Compiled:
                       if not isinstance(leaf, Tensor)})
         return roots
 
-    def _run_once(self, entry, args, kwargs, leaves):
+    def _run_once(self, entry, args, kwargs, leaves, sig):
         """Run the graph of a call that made state (``entry.created``); the next call traces
         again, with that state. State made anew at every call (MADE_STATE_LIMIT calls in a
-        row: a mask made again whenever the length changes makes it twice) is a graph break."""
+        row: a mask made again whenever the length changes makes it twice;
+        ``history.append(loss.detach())``, a hook's ``self.act = out``) can't be one graph:
+        the Python that keeps it must run at every call (a list it grows, read by
+        ``len()``, is no guard), so the function runs its Python at every call from then
+        on, replaying the call before, as a split function does (capture/split.py)."""
         self._last = entry
         result = entry.run(args, kwargs, leaves=leaves)
         self._made_state += 1
+        previous, self._made_by = self._made_by, entry
+        if self._made_state >= MADE_STATE_LIMIT and self._stores(entry, previous, sig):
+            return result
         if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
-            self._graph_break(CaptureError(
-                f"{name} is a tensor made at every call and kept in Python state", location,
-                "Make it once outside the compiled function (or register it as a buffer), "
-                "or return it instead of storing it."))
+            fix = ("Make it once outside the compiled function (or register it as a buffer), "
+                   "or return it instead of storing it, for one graph run from its guards "
+                   "alone.")
+            if self.fullgraph or self.strict or self._numbers.holders or self._numbers.args:
+                self._graph_break(CaptureError(f"{name} is a tensor made at every call and "
+                                               "kept in Python state", location, fix))
+            else:
+                self._every_call(f"it keeps a tensor it makes in Python state at every call "
+                                 f"({name})", location, fix)
         return result
+
+    def _stores(self, entry, previous, sig) -> bool:
+        """Cache ``entry``, the graph of a call that kept tensors it made where the call
+        before kept its own, as a graph that stores new ones there after each run, when
+        that is what its Python does at every call: each is a dict item or an attribute
+        replaced (not a list it grows: a ``len()`` read would be no guard), none requires
+        grad, and the call did not read the previous ones (a graph reads its inputs by
+        identity). Whether it did."""
+        cap = entry.capture
+        if previous is None or [(id(c), k) for c, k in cap.kept] != [
+                (id(c), k) for c, k in previous.capture.kept]:
+            return False
+        made = [t for kind, t in cap.writebacks if kind == "new"]
+        before = {id(t) for kind, t in previous.capture.writebacks if kind == "new"}
+        if (not all(isinstance(c, dict) for c, _ in cap.kept)
+                or any(t.requires_grad for t in made)
+                or any(id(b.tensor) in before for b in cap.bindings)):
+            return False
+        modules = {id(vars(m)): m for _, root in self._module_facts.roots
+                   for _, m in root.named_modules()}
+        for container, key in cap.kept:   # (not guarded by identity: the graph sets them)
+            if id(container) in modules:
+                self._module_facts.kept.add((id(modules[id(container)]), key))
+        self._module_facts.version = None
+        names = ", ".join(name for name, _ in entry.created)
+        location = entry.created[0][1]
+        entry.created, entry.stores, self._made_state = (), True, 0
+        self.cache[sig[:3] + (self._module_facts.get(),) + sig[4:]] = entry
+        self.records.append(Record(
+            "python", f"it keeps a tensor it makes at every call ({names}), replacing the "
+            "one of the call before: its graph runs from its guards alone and stores a new "
+            "tensor there after each run", "none needed", location))
+        return True
+
+    def _every_call(self, why: str, location: str, fix: str) -> None:
+        """Run the function's Python at every call from now on (``why``), its ops compiled
+        and replayed as a split function's (capture/split.py), instead of eagerly."""
+        self._split, self._fast = Splitter(self, why), None
+        self.records.append(Record("python", f"{why}: its Python runs at every call from now "
+                                   "on, replaying the call before, its ops compiled", fix,
+                                   location))
 
     def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the
@@ -1089,8 +1133,8 @@ class Compiled:
     def _graph_break(self, e: CaptureError):
         """A break that does not split the function (capture/split.py splits at those where
         Python needs a value): with ``fullgraph`` it raises, else the function runs eagerly
-        from now on."""
-        if self.fullgraph:
+        from now on. A kept tensor of another trace can't run eagerly either: it raises."""
+        if self.fullgraph or isinstance(e, StaleTensorError):
             raise e
         self.records.append(Record("break", e.reason, e.fix, e.location))
         warnings.warn(f"dg.compile: graph break in {_name(self.fn)} at {e.location}: "
@@ -1192,6 +1236,8 @@ class Compiled:
                 lines.append(f"{i}. compiled piece {r.detail}: {r.nodes} nodes")
                 if r.times:
                     lines.append("   time: " + r.describe_times())
+            elif r.kind == "python":
+                lines.append(f"{i}. {r.detail} (at {r.location}). fix: {r.fix}")
             elif r.kind == "eager":
                 lines.append(f"{i}. running eagerly from now on: {r.detail}. fix: {r.fix}")
             else:

@@ -16,7 +16,7 @@ itself.
 >>> cache = {}
 >>> with Tracer() as tracer:
 ...     cache["mask"] = dg.ones(2, 2).tril()
->>> [name for name, _ in created_state({"cache": cache}, tracer.graph)]
+>>> [name for name, _ in created_state({"cache": cache}, tracer)]
 ["cache['mask']"]
 """
 from __future__ import annotations
@@ -27,9 +27,16 @@ from ..graph.ir import Value
 from ..tensor import Tensor
 
 MAX_DEPTH = 6
-MAX_ITEMS = 10_000   # longer containers (a dataset held in a list) are not looked into
+MAX_ITEMS = 10_000   # longer dicts (a vocabulary) are not looked into; of a longer list
+                     # or tuple (a dataset, a kept history), only the last MAX_ITEMS items
+_METHODS = (types.MethodType, types.BuiltinMethodType)
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
            types.MethodType, type)
+# (sets: not looked into, as before, without the cost of failing to)
+_NOTHING_INSIDE = (Tensor, set, frozenset) + _OPAQUE
+_NO_DICT = _NOTHING_INSIDE + (tuple,)
+
+
 class _Absent:
     """A place that holds nothing (an item or attribute not there)."""
 
@@ -37,71 +44,89 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def _walk(roots: dict, visit, skip=(), every_place=False) -> None:
+def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
     """Call ``visit(path, obj, container, key)`` for every object reachable from ``roots``
     (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
     is the dict (or list, tuple) holding it under ``key``, ``path`` what :func:`_name`
     makes its name of (built only for the few objects a visit names). Tensors are not
-    looked into, nor the objects whose ids are in ``skip``. An object reached again is
-    visited again only with ``every_place`` (and not walked)."""
+    looked into, nor the objects whose ids are in ``skip``; an object reached again is not
+    visited again. With ``leaf``, the tensors and scalars a container holds are handed to
+    ``leaf(path, obj, container, key)`` instead, at every place (a kept history of a
+    thousand losses is a thousand calls of ``leaf``, not of the walk)."""
     seen = set(skip)
 
     def walk(obj, name, container, key, depth):
-        if depth > MAX_DEPTH:
-            return
-        if id(obj) in seen:
-            if every_place:   # (``None`` or ``0`` held in several places: each is one)
-                visit(name, obj, container, key)
+        if depth > MAX_DEPTH or id(obj) in seen:
             return
         seen.add(id(obj))
         visit(name, obj, container, key)
-        if type(obj) in _SCALARS or isinstance(obj, Tensor):   # (nothing inside)
+        kind = type(obj)
+        if kind in _SCALARS or isinstance(obj, _NOTHING_INSIDE):
             return
-        if isinstance(obj, dict):
-            holder, items, sep = obj, list(obj.items()), "["
-        elif type(obj) in (list, tuple):
-            holder, items, sep = obj, list(enumerate(obj)), "["
-        elif isinstance(obj, _OPAQUE):
-            return
+        if kind is list or kind is tuple:   # (a long list: its latest items, as appended)
+            start = max(len(obj) - MAX_ITEMS, 0)
+            holder, items, sep = obj, enumerate(obj[start:] if start else obj, start), "["
         else:
-            try:
-                holder = vars(obj)
-            except TypeError:   # (no __dict__)
+            holder = obj if isinstance(obj, dict) else getattr(obj, "__dict__", None)
+            if holder is None or len(holder) > MAX_ITEMS:
                 return
-            items, sep = list(holder.items()), "."
-        if len(items) > MAX_ITEMS:
-            return
+            items, sep = holder.items(), "[" if holder is obj else "."
         for k, child in items:
-            walk(child, (name, sep, k), holder, k, depth + 1)
+            if leaf is not None and (type(child) in _SCALARS or isinstance(child, Tensor)):
+                leaf((name, sep, k), child, holder, k)
+            else:
+                walk(child, (name, sep, k), holder, k, depth + 1)
 
     for name, obj in roots.items():
         walk(obj, name, None, None, 0)
 
 
-def created_state(roots: dict, graph, bound=(), names=None) -> list:
-    """``[(name, tensor)]``: the tensors reachable from ``roots`` (name -> object) that hold
-    a value of ``graph``, other than those whose ids are in ``bound`` (the graph's inputs,
-    given back their storage when the trace ends). ``names``: id(tensor) -> name, for the
-    tensors that key a dict (``opt.state[fc.weight]``)."""
-    return [(name, t) for name, t, _, _ in _created(roots, graph, bound, names)]
+def _ignore(path, obj, container, key) -> None:
+    """A ``leaf`` of :func:`_walk` for walks that look for no tensor or scalar."""
 
 
-def _created(roots, graph, bound, names) -> list:
-    found = []
+def created_state(roots: dict, tracer) -> list:
+    """``[(name, tensor)]``: the tensors reachable from ``roots`` (name -> object) that
+    ``tracer`` made, holding values of its graph, other than its inputs (given back their
+    storage when the trace ends); named by the tracer's ``names`` (id(tensor) -> name) where
+    a tensor keys a dict (``opt.state[fc.weight]``). A tensor an earlier call made and left
+    where no walk found it holds no value of this call, even when its Value is one of this
+    graph's (a replayed call's Values are the tape's): it is not this call's state."""
+    return [(name, t) for name, t, _, _ in _created(roots, tracer, tracer.names)]
+
+
+def kept_places(roots: dict, tracer) -> list:
+    """``[(name, tensor, container, key)]``: :func:`created_state` with where each is kept
+    (the dict, attribute dict or list, and its key)."""
+    return _created(roots, tracer, tracer.names)
+
+
+def _created(roots, tracer, names) -> list:
+    found, graph, made_by, bound = [], tracer.graph, (0, tracer.trace_id), tracer._bound
+    seen = set()
 
     def visit(path, obj, container, key):
-        if isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph:
+        if (isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph
+                and obj._trace_id in made_by and id(obj) not in bound
+                and id(obj) not in seen):   # (a tensor kept in two places is one)
+            seen.add(id(obj))
             found.append((_name(path, names or {}), obj, container, key))
 
-    _walk(roots, visit, bound)
+    _walk(roots, visit, bound, leaf=visit)
     return found
 
 
 def reachable(roots: dict, cls) -> list:
-    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``."""
+    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``, also as
+    the object of a bound method (``draw = rng.random``)."""
     found = []
-    _walk(roots, lambda path, obj, container, key: found.append((_name(path, {}), obj))
-          if isinstance(obj, cls) else None)
+
+    def visit(path, obj, container, key):
+        owner = obj.__self__ if isinstance(obj, _METHODS) else obj
+        if isinstance(owner, cls):
+            found.append((_name(path, {}), owner))
+
+    _walk(roots, visit, leaf=_ignore)
     return found
 
 
@@ -117,31 +142,35 @@ def _name(path, names: dict) -> str:
 
 
 def places(roots: dict) -> dict:
-    """``{(id(container), key): (container, value)}`` for every dict item, attribute and
-    list item reachable from ``roots``: what :func:`undo` puts back."""
+    """``{id(container): (container, a shallow copy)}`` for every list, dict and attribute
+    dict (of at most MAX_ITEMS items) reachable from ``roots``: what :func:`undo` puts
+    back."""
     before = {}
 
     def visit(name, obj, container, key):
-        if isinstance(container, (dict, list)):
-            before[(id(container), key)] = (container, obj)
+        holder = obj if type(obj) is list or isinstance(obj, dict) else None
+        if holder is None and type(obj) not in _SCALARS and not isinstance(obj, _NO_DICT):
+            holder = getattr(obj, "__dict__", None)
+        if holder is not None and (type(holder) is list or len(holder) <= MAX_ITEMS):
+            before[id(holder)] = (holder, holder.copy())
 
-    _walk(roots, visit, every_place=True)
+    _walk(roots, visit, leaf=_ignore)
     return before
 
 
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
-def undo(roots: dict, graph, bound, before: dict) -> None:
+def undo(roots: dict, tracer, before: dict) -> None:
     """Put back what an aborted trace changed, so that the eager run of the same call
     starts from the same Python state (``before``, from :func:`places`): the places where it
     kept a tensor of ``graph`` (the old value, or no item/attribute at all), and the Python
     scalars it changed (a counter incremented, a flag toggled before the break)."""
     appended = []   # (list, index): items a list gained (``history.append(loss)``)
-    for _, _, container, key in _created(roots, graph, bound, None):
+    for _, _, container, key in _created(roots, tracer, None):
         if not isinstance(container, (dict, list)):
             continue   # (a tuple item: it cannot have been set by the trace)
-        old = before.get((id(container), key), (None, _ABSENT))[1]
+        old = _held(before.get(id(container)), key)
         if old is not _ABSENT:
             container[key] = old
         elif isinstance(container, list):
@@ -150,12 +179,24 @@ def undo(roots: dict, graph, bound, before: dict) -> None:
             del container[key]
     for container, key in sorted(appended, key=lambda ck: -ck[1]):
         del container[key:]   # (and whatever the trace appended after it)
-    for (_, key), (container, old) in before.items():
-        if isinstance(container, list):
+    for container, copied in before.values():
+        if type(copied) is list:
             continue
-        now = container.get(key, _ABSENT)
-        if type(old) in _SCALARS and now is not old and _restorable(now):
-            container[key] = old
+        for key, old in copied.items():
+            now = container.get(key, _ABSENT)
+            if type(old) in _SCALARS and now is not old and _restorable(now):
+                container[key] = old
+
+
+def _held(saved, key):
+    """What a container held under ``key`` before the trace (``saved``: its entry of
+    :func:`places`, or None: it was not there), or _ABSENT."""
+    if saved is None:
+        return _ABSENT
+    copied = saved[1]
+    if type(copied) is list:
+        return copied[key] if key < len(copied) else _ABSENT
+    return copied.get(key, _ABSENT)
 
 
 def restore_cells(cells: list) -> None:

@@ -37,12 +37,13 @@ def arg_facts(leaf, dynamic_dims: dict | None):
     return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
-def module_facts(roots, inputs=frozenset()) -> tuple:
+def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     """Training flags of every submodule, the identity of every parameter and the Python
     scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
     graph), of each ``(name, module)`` in ``roots``; not those in ``inputs``
     (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py); and the
-    identity of the tensors the modules hold as buffers or plain attributes."""
+    identity of the tensors the modules hold as buffers or plain attributes, but for those
+    in ``kept`` (tensors the graph itself stores there at every call, compile.py)."""
     training, params, scalars, tensors = [], [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
@@ -50,7 +51,8 @@ def module_facts(roots, inputs=frozenset()) -> tuple:
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
                         if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
             # (a graph reads a captured tensor by identity: one assigned anew is another)
-            tensors += [(path, k, id(v)) for k, v in vars(m).items() if isinstance(v, Tensor)]
+            tensors += [(path, k, id(v)) for k, v in vars(m).items()
+                        if isinstance(v, Tensor) and (id(m), k) not in kept]
             tensors += [(path, k, id(v)) for k, v in m._buffers.items()]
         params += [id(p) for p in root.parameters()]
     return (tuple(training), tuple(params), tuple(scalars), tuple(tensors))
@@ -65,6 +67,7 @@ class ModuleFacts:
         self.roots = [("self", module)] if module is not None else []
         self.version, self.facts = None, ()
         self.inputs: set = set()   # (id(module), name) of the attributes that are inputs
+        self.kept: set = set()     # (id(module), name) of tensor attributes a graph stores
 
     def get(self) -> tuple:
         if not self.roots:
@@ -72,7 +75,7 @@ class ModuleFacts:
         counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
         if version is None or version != self.version:
-            self.facts = module_facts(self.roots, self.inputs)
+            self.facts = module_facts(self.roots, self.inputs, self.kept)
             self.version = version
         return self.facts
 

@@ -13,7 +13,7 @@ RETRACE_LIMIT = 8   # graphs cached per compiled function before it runs eagerly
 @dataclass
 class Record:
     """One entry of ``explain()``: a capture, a graph break or a fallback."""
-    kind: str                       # "capture", "retrace", "break", "piece", "limit", "eager"
+    kind: str   # "capture", "retrace", "break", "piece", "limit", "eager", "python"
     detail: str
     fix: str = ""
     location: str = ""

@@ -12,10 +12,11 @@ The next call runs its Python under a tracer that *replays* the tape
 (``SplitTracer(tape=...)``): an op call whose op, inputs (the very Values) and attrs (equal,
 type for type) are those of the tape's next node gets that node's outputs, and no node is
 made; a tensor bound as an input must be the tape's next one (the same tensor, or the same
-argument position or tensor made after a break, with the same shape and dtype); a constant
-must have the same bytes; a break whose piece is the tape's next runs that piece's compiled
-code directly. A call that matched the whole tape, with the same outputs, and the same
-bindings, writebacks and output structure by role, runs the tape's compiled last piece.
+argument position or tensor made after a break, or state the call before made, with the
+same shape and dtype); a constant must have the same bytes; a break whose piece is the
+tape's next runs that piece's compiled code directly. A call that matched the whole tape,
+with the same outputs, and the same bindings, writebacks and output structure by role,
+runs the tape's compiled last piece.
 
 The first difference (Python took another branch, a shape or a dtype changed, another
 tensor was read) ends the replay (:meth:`SplitTracer.diverge`): the graph matched so far
@@ -40,7 +41,7 @@ class Tape:
     last piece reads as inputs; ``last``: the last piece's graph; ``entry``: its compiled
     code; ``key``: the role key of the call's capture before the cut (split.py)."""
 
-    def __init__(self, tracer, cut: list, last, entry, key):
+    def __init__(self, tracer, cut: list, last, entry, key, capture):
         self.graph = tracer.graph
         self.nodes = self.graph.nodes[:tracer.fn_nodes]
         self.outputs = self.graph.outputs
@@ -50,6 +51,13 @@ class Tape:
         self.made = [(v, self.graph.constants[v]) for v in tracer.made]
         self.ran = list(tracer.ran)
         self.cut, self.last, self.entry, self.key = cut, last, entry, key
+        self.made_state(capture)
+
+    def made_state(self, capture) -> None:
+        """Note the state the latest call that matched (``capture``) made and kept
+        (``history.append(loss.detach())``, ``self.last = h``): the next call may read
+        those tensors where this one read the state the call before made."""
+        self.kept = {id(t) for kind, t in capture.writebacks if kind == "new"}
 
     def input(self, k: int, tensor, facts: tuple):
         """The Value of the ``k``-th input when ``tensor`` with ``facts`` (kind, index,
@@ -57,7 +65,8 @@ class Tape:
         if k >= len(self.inputs):
             return None
         own, must_be, value = self.inputs[k]
-        if own != facts or (must_be is not None and must_be is not tensor):
+        if own != facts or (must_be is not None and must_be is not tensor
+                            and id(tensor) not in self.kept):
             return None
         return value
 

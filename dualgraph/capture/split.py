@@ -409,8 +409,9 @@ class _NoReplay:
 class Splitter:
     """A compiled function split at its graph breaks (see the module docstring)."""
 
-    def __init__(self, compiled):
+    def __init__(self, compiled, reason: str = ""):
         self.compiled = compiled
+        self.reason = reason   # why its Python runs at every call, when no break split it
         self.passes, self.fast_math = compiled.passes, compiled.fast_math
         self.pieces: dict = {}   # key -> Piece
         self.lasts: dict = {}    # role key of the last piece -> its Entry
@@ -522,7 +523,7 @@ class Splitter:
         entry = self._last_piece(capture, backward, tracer)
         if skipped and backward is not None:
             entry.replay = _NoReplay()
-        self.tape = Tape(tracer, cut, capture.graph, entry, key) if settled else None
+        self.tape = Tape(tracer, cut, capture.graph, entry, key, capture) if settled else None
         return entry
 
     def _replayed(self, tracer, capture):
@@ -532,6 +533,7 @@ class Splitter:
         if (any(v not in tracer.env for v in tape.cut)
                 or io_key(_keyed(capture), _roles(capture)) != tape.key):
             return None
+        tape.made_state(capture)
         capture.graph = tape.last
         tracer.bind_cut(capture, tape.cut)
         return tape.entry.rebound(capture, None)
@@ -540,12 +542,15 @@ class Splitter:
         """The ``explain()`` line on what splitting costs at every call."""
         trace, last = self.costs
         compared = f"; compared with eager: {self.verdict}, split kept" if self.verdict else ""
-        return (f"split at {len(self.breaks)} graph break(s): every call runs the function's "
+        where, fix = (f"split at {len(self.breaks)} graph break(s)",
+                      "; remove the breaks for one graph run from its guards alone")
+        if not self.breaks:
+            where, fix = f"no graph break, but {self.reason}", ""
+        return (f"{where}: every call runs the function's "
                 f"Python again, replaying the ops of the call before while they are the same "
                 f"({self.replays} of {self.calls} calls replayed it all; the latest call: "
                 f"{trace * 1e3:.1f} ms with the pieces before the breaks, then "
-                f"{last * 1e3:.1f} ms for the last piece){compared}; remove the breaks for "
-                "one graph run from its guards alone")
+                f"{last * 1e3:.1f} ms for the last piece){compared}{fix}")
 
     def _last_piece(self, capture, backward, tracer):
         key = capture_key(_keyed(capture), backward, tensor_key=_roles(capture))

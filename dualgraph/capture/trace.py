@@ -13,6 +13,7 @@ values and the caller writes them back (see :class:`Capture`).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,25 @@ from ..graph.ir import Value
 from ..ops.views import refresh
 from ..tensor import Tensor
 from . import symbolic
+
+
+_TRACE_IDS = itertools.count(1)   # (0: a tensor no trace made)
+
+
+class StaleTensorError(CaptureError):
+    """A tensor an earlier trace made (and left where no walk for kept state found it)
+    read by a later one: it holds that trace's symbolic value, no array, so the call can't
+    run eagerly either; raised, never a graph break."""
+
+    def __init__(self, location: str):
+        super().__init__(
+            "using a traced tensor from another capture (kept from an earlier call, where "
+            "the compiled function does not look for the state it keeps?)", location,
+            "Don't keep tensors from inside a compiled function where it can't reach them "
+            "(a helper's global or closure cell, a default argument, deep inside an object): "
+            "return them, or keep them in a module attribute, a global or closure variable "
+            "of the function, or the optimiser's state, where they become real tensors "
+            "after each call.")
 
 
 @dataclass
@@ -79,6 +99,9 @@ class Capture:
     # "Fn.apply at file:line" per custom autograd function the call applied: their
     # backward is the user's, which a replay of the forward's ops would not call
     custom_functions: list = field(default_factory=list)
+    # (container, key) where the traced call kept each tensor it made, in the order of the
+    # ("new", tensor) writebacks (a graph that stores them anew at every run: compile.py)
+    kept: list = field(default_factory=list)
 
 
 class Tracer:
@@ -86,6 +109,10 @@ class Tracer:
 
     def __init__(self, names: dict | None = None):
         self.graph = Graph()
+        # Which trace made a tensor (dispatch stamps its outputs): a split call replaying
+        # the call before hands out that call's Values again (capture/replay.py), so a
+        # tensor kept from it holds a Value of this graph that is not this call's.
+        self.trace_id = next(_TRACE_IDS)
         self.bindings: list[Binding] = []
         self._bound: dict[int, Binding] = {}        # id(tensor) -> binding (args, captured)
         self._grad_bound: dict[int, Binding] = {}   # id(leaf) -> binding of leaf.grad
@@ -139,11 +166,9 @@ class Tracer:
             refresh(t)   # a view whose base was written since: its view op again
         data = t._data
         if type(data) is Value:
-            if data not in self.graph:
-                raise CaptureError(
-                    "using a traced tensor from another capture (kept from an earlier trace?)",
-                    format_site(user_site()), "Don't keep tensors from inside a compiled "
-                    "function in Python state; return them instead.")
+            made_by = t._trace_id
+            if data not in self.graph or (made_by and made_by != self.trace_id):
+                raise StaleTensorError(format_site(user_site()))
             return data
         binding = self._bound.get(id(t))
         if binding is not None:
@@ -171,7 +196,7 @@ class Tracer:
                           (t.grad_fn, t._output_nr, t._accumulator))
         self.bindings.append(binding)
         self._bound[id(t)] = binding
-        t._data = value
+        t._data, t._trace_id = value, self.trace_id
         # Inside the graph an input is a leaf: gradients stop here (the compiled call is one
         # node on the outer tape, connected to the input's real history).
         t.grad_fn, t._accumulator = None, None
@@ -209,8 +234,9 @@ class Tracer:
         """Called before a stale view takes a new traced value (ops/views.py): remember
         what it held, to give back when the trace ends."""
         if id(view) not in self._refreshed:
-            self._refreshed[id(view)] = (view, view._data, view.requires_grad, view.grad_fn,
-                                         view._output_nr, view._view_version)
+            self._refreshed[id(view)] = (view, view._data, view._trace_id,
+                                         view.requires_grad, view.grad_fn, view._output_nr,
+                                         view._view_version)
 
     def note_grad(self, leaf: Tensor) -> None:
         """Called when backward sets ``leaf.grad`` to a traced value."""
@@ -280,7 +306,7 @@ class Tracer:
     def _restore(self):
         """Give every bound tensor back its storage and gradient from before the trace."""
         for view, *before in reversed(self._refreshed.values()):
-            (view._data, view.requires_grad, view.grad_fn, view._output_nr,
+            (view._data, view._trace_id, view.requires_grad, view.grad_fn, view._output_nr,
              view._view_version) = before
         for b in self.bindings:
             if b.kind == "grad":

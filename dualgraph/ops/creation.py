@@ -24,7 +24,11 @@ def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     every creation function's, must name the CPU."""
     devices.check(device)
     tracer = modes.tracer
-    t = Tensor._make(array if tracer is None else tracer.constant(array))
+    if tracer is None:
+        t = Tensor._make(array)
+    else:
+        t = Tensor._make(tracer.constant(array))
+        t._trace_id = tracer.trace_id
     if requires_grad:
         check_can_require_grad(array.dtype)
         t.requires_grad = True

@@ -136,6 +136,7 @@ def commit_write(target: Tensor, value) -> None:
     owner = target._storage_owner(tracer._bound)   # p.data.add_(...) updates p
     tracer.note_mutation(owner)
     owner._data = target._data = value
+    owner._trace_id = target._trace_id = tracer.trace_id   # (this trace's value now)
 
 
 def source_of(target: Tensor, *others) -> Tensor:

@@ -127,7 +127,7 @@ def refresh(t: Tensor) -> None:
     fresh = apply(op, base, **attrs)
     if modes.tracer is not None:
         modes.tracer.note_refresh(t)
-        t._data = fresh._data
+        t._data, t._trace_id = fresh._data, fresh._trace_id
     t.requires_grad, t.grad_fn, t._output_nr = (fresh.requires_grad, fresh.grad_fn,
                                                 fresh._output_nr)
     t._view_version = t._version[0]

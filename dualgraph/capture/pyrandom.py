@@ -1,0 +1,101 @@
+"""Python-level random generators a trace may draw from.
+
+A number drawn from Python's ``random``, NumPy's global generator or a generator object of
+the user's (``random.Random(0)``, ``np.random.default_rng()``, a ``RandomState``) while
+tracing would be baked into the graph: every later call would take the first call's branch
+or scale. :class:`Draws` notes their states before a trace; a trace that changed one can't
+be one graph (``compile.py`` then runs the function's Python at every call, which draws as
+eager does), and an aborted trace puts them back, so that the run that follows draws the
+same numbers.
+
+>>> import random
+>>> rand = random.Random(0)
+>>> draws = Draws({"rand": rand}, every=True)
+>>> _ = rand.random()
+>>> draws.drawn()
+True
+>>> draws.restore()
+>>> draws.drawn()
+False
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from ..errors import CaptureError
+from .escape import reachable
+from .records import _name
+
+_GLOBAL_NUMPY = np.random.mtrand._rand   # (what np.random.uniform() draws from)
+
+
+class Draws:
+    """The states of the generators a trace may draw from: Python's global one, and with
+    ``every`` NumPy's global one (slow to read: left out of a split call's traces, which
+    run their Python at every call) and those reachable from ``roots`` (name -> object)."""
+
+    def __init__(self, roots: dict, every: bool):
+        self.generators = [random._inst]
+        if every:
+            self.generators.append(_GLOBAL_NUMPY)
+            for _, g in reachable(roots, _KINDS):
+                if all(g is not known for known in self.generators):
+                    self.generators.append(g)
+        self.before = [_state(g) for g in self.generators]
+
+    def drawn(self) -> bool:
+        """Whether any of them was drawn from since."""
+        return not all(_same(_state(g), s) for g, s in zip(self.generators, self.before))
+
+    def restore(self) -> None:
+        """Put their states back."""
+        for g, state in zip(self.generators, self.before):
+            _set_state(g, state)
+
+
+_KINDS = (random.Random, np.random.Generator, np.random.RandomState)
+
+
+def _state(g):
+    if isinstance(g, np.random.Generator):
+        return g.bit_generator.state
+    return g.getstate() if isinstance(g, random.Random) else g.get_state()
+
+
+def _set_state(g, state) -> None:
+    if isinstance(g, np.random.Generator):
+        g.bit_generator.state = state
+    elif isinstance(g, random.Random):
+        g.setstate(state)
+    else:
+        g.set_state(state)
+
+
+def _same(a, b) -> bool:
+    """Equal states (NumPy's hold arrays: compared by value)."""
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.shape == b.shape and bool((a == b).all())
+    if isinstance(a, dict):
+        return (isinstance(b, dict) and a.keys() == b.keys()
+                and all(_same(a[k], b[k]) for k in a))
+    if isinstance(a, tuple):
+        return (isinstance(b, tuple) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b)))
+    return a == b
+
+
+class PythonRandom(CaptureError):
+    """A trace drew from a Python-level generator (see the module docstring)."""
+
+    def __init__(self, fn):
+        code = getattr(getattr(fn, "forward", fn), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+        super().__init__(
+            "Python's random module, NumPy's global generator or a generator object was "
+            "drawn from while tracing: the numbers drawn would be baked into the graph, the "
+            "same at every call", where,
+            "Draw them outside the compiled function and pass them in (a bool or a "
+            "tensor), or use dualgraph's random ops (dg.rand, dg.randint, dropout), which "
+            "draw anew at every call.")

@@ -1,0 +1,255 @@
+"""Tensors a compiled step makes and keeps in Python state, read at a later call.
+
+A split call replays the call before (capture/replay.py): its ops' outputs are the tape's
+Values, the same objects at every call. A tensor kept where the walk for kept state does
+not look (a helper's global, a closure cell, a default argument, a registry object, deeper
+than the walk goes, a container too long to walk) holds such a Value after its call; read
+by a later call it must never be taken for that call's value of the same op: the call
+gives eager's values or raises StaleTensorError naming the line that read it.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn as nn
+from dualgraph.capture import split
+from dualgraph.capture.trace import StaleTensorError
+
+CALLS = 12
+
+_KEPT: list = []   # a global of the helpers below, not of the steps
+
+
+def _keep_in_global(t):
+    _KEPT.append(t)
+
+
+def _fetch_from_global(k):
+    return _KEPT[k]
+
+
+class _Registry:
+    """A module-level registry object the steps reach only through functions."""
+
+    def __init__(self):
+        self.items = {}
+
+
+_REGISTRY = _Registry()
+
+
+def _register(t):
+    _REGISTRY.items[len(_REGISTRY.items)] = t
+
+
+def _registered(k):
+    return _REGISTRY.items[k]
+
+
+class _Nest:
+    """An object chain deeper than the walk for kept state goes."""
+
+    def __init__(self, depth):
+        self.inner = _Nest(depth - 1) if depth else None
+        self.kept = []
+
+
+def place(kind: str):
+    """``(keep(t), fetch(k))`` for a hiding place, fresh for each run; and the objects the
+    step names (a closure variable) to reach it."""
+    if kind == "helper global":
+        _KEPT.clear()
+        return _keep_in_global, _fetch_from_global
+    if kind == "registry":
+        _REGISTRY.items.clear()
+        return _register, _registered
+    if kind == "closure cell":
+        store = []
+        return store.append, store.__getitem__   # (builtin methods: opaque to the walk)
+    if kind == "default argument":
+        def keep(t, _store=[]):
+            _store.append(t)
+
+        def fetch(k, _store=keep.__defaults__[0]):
+            return _store[k]
+        return keep, fetch
+    if kind == "deep":
+        nest = _Nest(8)
+        bottom = nest
+        while bottom.inner is not None:
+            bottom = bottom.inner
+        return (lambda t: bottom.kept.append(t)), (lambda k: bottom.kept[k])
+    if kind == "long list":
+        big = [None] * 10_001
+        count = [0]
+
+        def keep(t):
+            big[count[0]] = t
+            count[0] += 1
+        return keep, big.__getitem__
+    raise ValueError(kind)
+
+
+PLACES = ("helper global", "registry", "closure cell", "default argument", "deep",
+          "long list")
+
+
+def run(kind, lag, first_read, where, compiled):
+    """Per call, its output (or the error it raised, then stop)."""
+    keep, fetch = place(kind)
+    dg.manual_seed(0)
+    layer = nn.Linear(3, 3)
+    calls = [0]
+
+    def step(x):
+        calls[0] += 1
+        h = layer(x).tanh()
+        if where == "before":
+            keep(h * 2)
+        if h.sum().item() > 100:   # (a graph break: the step is split here)
+            h = h * 0
+        if where == "after":
+            keep(h * 3)
+        out = h + 1
+        if calls[0] >= first_read:
+            out = out + fetch(calls[0] - 1 - lag)   # MARK-read
+        return out.detach()
+
+    fn = dg.compile(step) if compiled else step
+    outs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(CALLS):
+            x = dg.tensor(np.full((2, 3), 0.1 * (i + 1), np.float32))
+            try:
+                outs.append(fn(x).numpy().copy())
+            except StaleTensorError as e:
+                outs.append(e)
+                break
+    return outs
+
+
+@pytest.fixture(autouse=True)
+def split_kept(monkeypatch):
+    monkeypatch.setattr(split, "COMPARE_AFTER", float("inf"))
+
+
+@pytest.mark.parametrize("kind", PLACES)
+@pytest.mark.parametrize("lag", [1, 2, 5])
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("replayed", [True, False])
+def test_a_tensor_kept_out_of_sight_is_eagers_or_an_error(kind, lag, where, replayed):
+    """Read ``lag`` calls after it was made, by a replayed call (from call 8: the tape has
+    settled) or by the first calls (traced): eager's value, or StaleTensorError at the
+    line that read it; never another call's value of the same op."""
+    first_read = 8 if replayed else lag + 1
+    want = run(kind, lag, first_read, where, False)
+    got = run(kind, lag, first_read, where, True)
+    for call, (a, b) in enumerate(zip(got, want)):
+        if isinstance(a, Exception):
+            assert call + 1 >= first_read, a
+            assert "MARK-read" in open(__file__).read().splitlines()[
+                int(a.location.rsplit(":", 1)[1]) - 1], a.location
+            assert "another capture" in str(a)
+            break
+        np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=f"call {call + 1}")
+    else:
+        assert len(got) == len(want) == CALLS
+
+
+def test_the_error_names_the_line_and_the_fix():
+    """The error of a stale read says what happened and where to keep the tensor."""
+    got = run("closure cell", 1, 8, "after", True)
+    error = got[-1]
+    assert isinstance(error, StaleTensorError), got
+    assert error.location.startswith(__file__.rsplit("/", 1)[-1]) or __file__ in \
+        error.location or "test_kept_tensors.py" in error.location
+    assert "module attribute" in error.fix and "return them" in error.fix
+
+
+def kept_every_call(kind: str, compiled: bool, calls: int = 12):
+    """A training step that keeps a tensor it makes in Python state at every call: its
+    losses, parameters and every kept tensor, and the compiled function."""
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    history, feats = [], {}
+    if kind == "hook attribute":   # (feature extraction: the module keeps its output)
+        model[1].register_forward_hook(lambda m, i, o: setattr(m, "act", o.detach()))
+    if kind == "hook dict read by the loss":   # (a perceptual loss)
+        model[1].register_forward_hook(lambda m, i, o: feats.__setitem__("act", o))
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        if kind == "hook dict read by the loss":
+            loss = loss + 0.01 * feats["act"].pow(2).mean()
+        if kind == "previous call's, read":
+            if hasattr(model, "previous"):
+                loss = loss + 0.1 * (model.previous * loss).mean()
+            model.previous = loss.detach()
+        loss.backward()
+        opt.step()
+        if kind == "history":
+            history.append(loss.detach())
+        if kind == "dict item":
+            feats["loss"] = loss.detach() * 2
+        return loss.detach()
+
+    fn = dg.compile(step) if compiled else step
+    rng = np.random.default_rng(0)
+    losses, held = [], []   # (held: what the caller takes out after each call, kept)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (no graph break, no fallback)
+        for _ in range(calls):
+            x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+            losses.append(fn(x, dg.zeros(5, 2)).numpy().copy())
+            held += [t for t in (getattr(model[1], "act", None), feats.get("loss"))
+                     if t is not None]
+    losses += [t.numpy().copy() for t in held]   # (each its own call's value, at the end)
+    kept = [t.numpy().copy() for t in history]
+    kept += [getattr(m, name).numpy().copy() for m, name in ((model[1], "act"),
+                                                             (model, "previous"))
+             if hasattr(m, name)]
+    kept += [t.detach().numpy().copy() for t in feats.values()]
+    return losses + [p.detach().numpy().copy() for p in model.parameters()] + kept, fn
+
+
+@pytest.mark.parametrize("kind", ["history", "hook attribute", "hook dict read by the loss",
+                                  "previous call's, read", "dict item"])
+def test_a_step_keeping_a_tensor_every_call_stays_compiled_and_equal(kind):
+    """``history.append(loss.detach())``, a hook's ``self.act = out.detach()``: after three
+    calls that each made the state, a step that replaces a detached tensor in a dict item
+    or an attribute (and does not read the one before) is one graph that stores a new
+    tensor there after each run; any other (a list it grows, a tensor with history, the
+    one before read) runs its Python at every call (so what it keeps, and when, is
+    eager's) with its ops compiled and replayed. Never eagerly."""
+    want, _ = kept_every_call(kind, False)
+    got, fn = kept_every_call(kind, True)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not fn.eager_only, fn.explain()
+    if kind in ("hook attribute", "dict item"):
+        assert fn._split is None and "stores a new tensor there" in fn.explain()
+        assert len(fn.records) == 4, fn.explain()   # (3 captures, then no more traces)
+    else:
+        assert fn._split is not None and fn._split.replays >= 6, fn.explain()
+        assert "Python state at every call" in fn.explain()
+
+
+def test_a_history_longer_than_the_walk_goes_keeps_real_tensors(monkeypatch):
+    """The walk for kept state looks at a long list's latest items (where ``append`` puts
+    them), so a history longer than MAX_ITEMS still gets a real tensor at every call."""
+    from dualgraph.capture import escape
+    monkeypatch.setattr(escape, "MAX_ITEMS", 4)
+    want, _ = kept_every_call("history", False, calls=15)
+    got, fn = kept_every_call("history", True, calls=15)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not fn.eager_only, fn.explain()
