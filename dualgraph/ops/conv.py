@@ -266,8 +266,8 @@ def _conv_blocked(x, w, bias):
         if method == "pointwise":
             np.matmul(wm, x.reshape(n, groups, cg, h * wd),
                       out=out.reshape(n, groups, cog, ho * wo))
-        elif method in ("depthwise", "direct"):   # (the bias added in the same pass)
-            b = bias[0] if bias else np.zeros(cout, x.dtype)
+        elif method in ("depthwise", "direct") and (not bias or bias[0].shape == (cout,)):
+            b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_direct.conv(x, w, out, stride, padding, dilation, groups, b)
         elif kernels.enabled(x) and kernels.conv_tiles.shifted(x.shape, w.shape, stride,
                                                                padding, dilation, groups):
