@@ -2,7 +2,7 @@
 from . import lr_scheduler  # noqa: F401
 from .adagrad import Adagrad  # noqa: F401
 from .adam import Adam, AdamW  # noqa: F401
-from .adaptive import Adadelta, Adamax, NAdam, RAdam  # noqa: F401
+from .adaptive import Adadelta, Adamax, NAdam, RAdam, SparseAdam  # noqa: F401
 from .lbfgs import LBFGS  # noqa: F401
 from .optimizer import Optimizer  # noqa: F401
 from .rmsprop import RMSprop  # noqa: F401
@@ -10,5 +10,5 @@ from .rprop import ASGD, Rprop  # noqa: F401
 from .sgd import SGD  # noqa: F401
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax",
-           "NAdam", "RAdam", "Rprop", "ASGD", "LBFGS",
+           "SparseAdam", "NAdam", "RAdam", "Rprop", "ASGD", "LBFGS",
            "lr_scheduler"]

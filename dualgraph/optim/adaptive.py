@@ -1,4 +1,4 @@
-"""Adadelta, Adamax, NAdam and RAdam, as torch.optim's (same arguments, defaults, update
+"""Adadelta, Adamax, NAdam, RAdam and SparseAdam, as torch.optim's (same arguments, defaults, update
 arithmetic and state-dict keys).
 
 As in Adam, the step count is a 0-d float64 tensor, so every quantity that depends on it
@@ -187,3 +187,50 @@ class RAdam(Optimizer):
         update = elementwise.where(rho_t > 5.0, corrected * lr * adaptive * rect,
                                    corrected * lr)
         p.add_(update, alpha=-1.0)
+
+
+class SparseAdam(Optimizer):
+    """SparseAdam: Adam that updates only the rows a step's gradient reaches, for embedding
+    tables with ``sparse=True``. dualgraph's gradients are dense (``sparse=True`` is
+    accepted), so the rows reached are those whose gradient is not all zero; their moments
+    and values follow torch's SparseAdam (``eps`` added to ``sqrt(v)`` before the bias
+    correction, folded into the step size), and the other rows keep their moments and
+    values. One difference: a row looked up whose gradient is exactly zero is left alone,
+    where torch would decay its moments.
+
+    >>> import dualgraph as dg
+    >>> emb = dg.nn.Embedding(4, 2, sparse=True)
+    >>> opt = dg.optim.SparseAdam(emb.parameters(), lr=0.1)
+    >>> emb(dg.tensor([1, 3])).sum().backward()
+    >>> before = emb.weight.detach().clone()
+    >>> opt.step()
+    >>> bool((emb.weight[0] == before[0]).all()), bool((emb.weight[1] != before[1]).all())
+    (True, True)
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, maximize=False):
+        check_hyper("learning rate", lr)
+        check_hyper("epsilon value", eps)
+        super().__init__(params, dict(lr=lr, betas=_check_betas(betas), eps=eps,
+                                      maximize=maximize))
+
+    def _init_state(self, p, group):
+        return {"step": step_counter(), "exp_avg": creation.state_like(p),
+                "exp_avg_sq": creation.state_like(p)}
+
+    def _update(self, p, grad, state, group):
+        beta1, beta2 = group["betas"]
+        step = state["step"].add_(1)
+        grad = -grad if group["maximize"] else grad
+        reached = grad.ne(0)
+        if grad.ndim > 1:
+            reached = reached.any(dim=tuple(range(1, grad.ndim)), keepdim=True)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        m = elementwise.where(reached, exp_avg * beta1 + grad * (1 - beta1), exp_avg)
+        v = elementwise.where(reached, exp_avg_sq * beta2 + grad * grad * (1 - beta2),
+                              exp_avg_sq)
+        _ops.copy_(exp_avg, m)
+        _ops.copy_(exp_avg_sq, v)
+        step_size = group["lr"] * (1 - beta2 ** step).sqrt() / (1 - beta1 ** step)
+        update = m / (elementwise.sqrt(v) + group["eps"]) * step_size
+        p.sub_(elementwise.where(reached, update, 0.0))
