@@ -4,7 +4,7 @@ padding as index ranges (no padded copy).
 NumPy's im2col pads a block of images (one copy) and then copies a 7-D strided view of
 the windows into the columns (a second copy, whose runs are one output row each). Where
 the output rows are as wide as the input's and both strides are 1 (a "same" conv: 3x3
-with padding 1, ResNet's layers), the rows of one tap are one contiguous run of the input
+with padding 1, a residual block's layers), the rows of one tap are one contiguous run of the input
 plane: :func:`im2col` copies it at once and zeroes the few columns that hang over the
 padding (a 16 x 32 x 32 image's columns: ~55 us against ~85 us). Other geometries keep
 NumPy's copy, which a loop of one short run per output row did not beat.

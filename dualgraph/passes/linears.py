@@ -9,14 +9,15 @@ linears: the epilogues (``linear_epilogue``, ``linear_relu``), the batch-1 produ
 GEMM for all leading dims.
 
 ``join_linears``: attention's query, key and value projections written as three
-``nn.Linear`` of one input (Hugging Face's BERT, T5, Llama) are three GEMMs reading the
-same rows; one GEMM of the three weights stacked reads them once and runs a wider, more
-efficient product. Its result is cut into the three outputs by ``slice`` views.
+``nn.Linear`` of one input (separate ``q_proj``/``k_proj``/``v_proj`` layers) are three
+GEMMs reading the same rows; one GEMM of the three weights stacked reads them once and
+runs a wider, more efficient product. Its result is cut into the three outputs by
+``slice`` views.
 
-``linear_norm``: a post-norm transformer (BERT, W10) normalises ``x + linear(y)``; after
-``linear_epilogue`` has added the bias and the residual in one pass over the product's
-rows, LayerNorm read and wrote them again. ``linear_norm`` normalises each row in that
-same pass.
+``linear_norm``: a post-norm block (LayerNorm after the residual add) normalises
+``x + linear(y)``; after ``linear_epilogue`` has added the bias and the residual in one
+pass over the product's rows, LayerNorm read and wrote them again. ``linear_norm``
+normalises each row in that same pass.
 """
 from __future__ import annotations
 
