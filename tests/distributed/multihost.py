@@ -61,6 +61,9 @@ while True:
     except dist.DistributedError as e:
         with open(os.path.join(OUT, f"report-{RANK}"), "w") as f:
             f.write(f"{time.monotonic() - start:.2f}\n{type(e).__name__}: {e}\n")
+        # the raise aborts the whole job at exit: give the other rank, whose allreduce may
+        # have started a little later (a busy machine), time to reach its own deadline
+        time.sleep(1.5)
         raise
     t.fill_(1.0)
     time.sleep(0.02)
