@@ -100,10 +100,23 @@ class Entry:
         # (the capture holds the traced call's tensor)
         args = {id(b.tensor): b.index for b in capture.bindings if b.kind == "arg"}
         self.arg_writes = {j: args[id(t)] for j, (kind, t) in enumerate(capture.writebacks)
-                           if kind == "data" and id(t) in args}
+                           if kind in ("data", "grad") and id(t) in args}
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
+        # the same for the ``.grad`` of a tensor argument (a leaf passed in): the graph reads,
+        # writes or clears this call's argument's gradient, and a gradient written fresh
+        # (not read) needs an argument without one, as at the trace (else eager adds to it)
+        self.arg_grads_read = {k: args[id(b.tensor)] for k, b in enumerate(capture.bindings)
+                               if b.kind == "grad" and id(b.tensor) in args}
+        self.arg_grads_fresh = [args[id(t)] for kind, t in capture.writebacks
+                                if kind == "grad" and id(t) in args
+                                and id(t) not in self.grads_read]
+        self.arg_grads_cleared = {id(t): args[id(t)] for t in capture.grads_cleared
+                                  if id(t) in args}
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
+        passthrough = _passthrough_outputs(capture)
+        self.passthrough = {i: b for i, _, b in passthrough}
+        self.passthrough_outputs = {j for _, j, _ in passthrough}
 
     def rebound(self, capture, backward) -> "Entry":
         """This entry's compiled code for another capture of the same program, binding
@@ -118,13 +131,15 @@ class Entry:
 
     def inputs(self, tensor_args: list) -> list:
         arrays = []
-        for b in self.capture.bindings:
+        for k, b in enumerate(self.capture.bindings):
             if b.kind == "arg":
                 arrays.append(tensor_args[b.index]._data)
             elif b.kind == "captured":
                 arrays.append(b.tensor._data)
             else:
-                grad = b.tensor.grad
+                owner = tensor_args[self.arg_grads_read[k]] if k in self.arg_grads_read \
+                    else b.tensor
+                grad = owner.grad
                 if grad is None:
                     raise _StaleGuard("a gradient the graph accumulates into is now None")
                 arrays.append(grad._data)
@@ -139,6 +154,8 @@ class Entry:
                 raise _StaleGuard(f.change(), f)
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
+        if any(tensor_args[i].grad is not None for i in self.arg_grads_fresh):
+            raise _StaleGuard("a tensor argument traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
         if self.backward is not None and grad_mode.enabled:   # (before it updates them)
             self._kept = {k: arrays[k].copy() for k in self.replay.kept}
@@ -206,6 +223,8 @@ class Entry:
         n_saved = self.backward.num_saved if self.backward is not None else 0
         shared = []   # tensors whose own arrays the backward keeps: guarded by versions
         for i, k in self.aliased:   # an output that is an input's storage (or a view)
+            if i in self.passthrough_outputs:
+                continue            # (the bound tensor itself is returned: below)
             tensor = self._bound_tensor(k, tensor_args)
             if i >= len(outs) - n_saved and tensor is not None:
                 shared.append(tensor)
@@ -227,13 +246,16 @@ class Entry:
                 read[k] = (t, t._version[0])
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
                         shared, replay=(self.replay, read, self._kept))
+        for i, b in self.passthrough.items():   # ``return x``: x itself, as eager returns it
+            leaves[i] = tensor_args[b.index] if b.kind == "arg" else b.tensor
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
         made = 0
         for j, ((kind, t), new) in enumerate(zip(cap.writebacks, it)):
+            traced = t
+            if j in self.arg_writes:   # (this call's argument, not the traced call's)
+                t = tensor_args[self.arg_writes[j]]
             if kind == "data":
-                if j in self.arg_writes:
-                    t = tensor_args[self.arg_writes[j]]
                 if new is not t._data:   # (a donated input was updated in place)
                     np.copyto(t._data, new)
                 t._version[0] += 1
@@ -254,13 +276,15 @@ class Entry:
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
             elif (t.grad is not None and t.grad._data.shape == new.shape
-                  and (id(t) in self.grads_read or id(t.grad) in self.bound)):
+                  and (id(traced) in self.grads_read or id(t.grad) in self.bound)):
                 np.copyto(t.grad._data, new)   # a gradient the step kept: the same tensor
                 t.grad._version[0] += 1        # (written in place, as eager accumulates)
             else:   # a gradient made in the step (as eager makes a new one): no copy
                 t.grad = Tensor._make(new if id(new) not in taken else new.copy())
             taken.add(id(new))
         for t in cap.grads_cleared:
+            if id(t) in self.arg_grads_cleared:
+                t = tensor_args[self.arg_grads_cleared[id(t)]]
             t.grad = None
         for slot, value in cap.py_writes:   # (the Python the graph stands for wrote them)
             slot.set(value)
@@ -377,6 +401,19 @@ def _name_new_state(capture, names: dict, fn) -> None:
         for b in unnamed:
             if id(b.tensor) in names:
                 capture.graph.rename(b.value, names[id(b.tensor)])
+
+
+def _passthrough_outputs(capture) -> list:
+    """``(output leaf position, graph output, binding)`` of each output that is a bound
+    tensor itself, unchanged by the call (``return x, y``): the call returns that very
+    tensor, as eager does (its identity, and gradients through it reach it by the caller's
+    tape; inside the graph it is a leaf, so the graph's backward has no path from that
+    output to it)."""
+    graph = capture.graph
+    bound = {v: b for v, b in zip(graph.inputs, capture.bindings) if b.kind != "grad"}
+    values = [i for i, kind in enumerate(capture.out_leaves) if kind == "value"]
+    return [(i, j, bound[graph.outputs[j]]) for j, i in enumerate(values)
+            if graph.outputs[j] in bound]
 
 
 def _outputs_aliasing_inputs(graph) -> list:

@@ -13,6 +13,7 @@ on purpose: ``reshape(x) -> x`` fires only when the reshape did not change the s
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable
@@ -176,10 +177,27 @@ class Rule:
 
 def _fold_scales(m):
     # only when the whole chain stays in x's dtype (an int chain times a float would move
-    # the point where it becomes float)
-    if result_type(m.x, m.c) == result_type(m.x, m.d) == m.x.dtype:
-        return call(MUL, [m.x, m.c * m.d])
-    return None
+    # the point where it becomes float) and x*(c*d) equals (x*c)*d: for integers when c*d
+    # is in the dtype's range (wrapped products agree either way); for floats when c or d
+    # is a power of two (scaling by it commutes with rounding, so both round once) and
+    # neither shrinks (|c|, |d| >= 1: an intermediate overflows only if the result does,
+    # and nothing rounds twice among subnormals). (x*0.1)*3 rounds twice and x*0.3 once:
+    # they differ in the last bit, so it stays two products (one fused loop anyway).
+    dtype = m.x.dtype
+    if not result_type(m.x, m.c) == result_type(m.x, m.d) == dtype:
+        return None
+    product = m.c * m.d
+    if np.issubdtype(dtype, np.integer):
+        bounds = np.iinfo(dtype)
+        exact = bounds.min <= product <= bounds.max
+    else:
+        exact = (min(abs(m.c), abs(m.d)) >= 1
+                 and (_power_of_two(m.c) or _power_of_two(m.d)))
+    return call(MUL, [m.x, product]) if exact else None
+
+
+def _power_of_two(v) -> bool:
+    return math.frexp(float(v))[0] in (0.5, -0.5)
 
 
 def _fold_casts(m):
@@ -316,7 +334,7 @@ RULES = [
     Rule(P(POW, x, Var("c", lambda v, k: _scalar(v, k) is not None)), _power_products,
          "x**2 -> x*x, x**3 -> x*x*x, x**0.5 -> sqrt(x), x**-1 -> 1/x, ... (as the kernel)"),
     Rule(P(NEG, P(NEG, x)), lambda m: m.x, "-(-x) -> x"),
-    Rule(P(MUL, P(MUL, x, c), d), _fold_scales, "(x*c)*d -> x*(c*d)"),
+    Rule(P(MUL, P(MUL, x, c), d), _fold_scales, "(x*c)*d -> x*(c*d) (when exact)"),
     Rule(P(PERMUTE, x, perm=Var("id", _is_identity)), lambda m: m.x, "permute(x, id) -> x"),
     Rule(P(PERMUTE, P(PERMUTE, x, perm=p), perm=q),
          lambda m: call(PERMUTE, [m.x], perm=_compose(m.p, m.q)),

@@ -1,0 +1,363 @@
+"""Differential test of ``dg.compile`` on generated tensor programs.
+
+Each program is a random chain of the ops real model code is made of: elementwise math
+with broadcasting against every kind of partner (same shape, a row, a column, a reduced
+``keepdim`` result, a Python number), reductions, softmax and layer norm, views
+(transpose, permute, slices with steps, reshape, unsqueeze + expand), concatenation,
+matrix products, ``where`` with a comparison, clamps, dtype changes and in-place updates
+of intermediate tensors (also through a view). The generator runs each statement eagerly
+as it writes it, so it knows every shape and picks only valid operands; a program is
+Python source, printed in full when a check fails.
+
+Every program runs eagerly and under ``dg.compile`` (forward values, and gradients of a
+loss through the program both inside the compiled function and through its outputs),
+on two calls with fresh values of the same shapes and a third call with another leading
+dimension; compiled results must equal eager's (float32: rtol 1e-4, atol 1e-5; float64:
+1e-9). A compiled result that silently differs is a failure; so is a crash in one mode
+that the other does not have, but for eager's in-place version check, which a compiled
+backward does not need (docs/capture.md, "One difference from eager").
+
+``DG_GRAPH_EXAMPLES`` sets the programs per mode (CI: 60, seeded; a failing id is
+reproducible: ``pytest tests/test_generated_graphs.py -k 'forward-17'``).
+"""
+from __future__ import annotations
+
+import os
+import random
+import textwrap
+
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn.functional as F
+
+EXAMPLES = int(os.environ.get("DG_GRAPH_EXAMPLES", "60"))
+
+UNARY = [
+    "{x}.neg()", "{x}.abs()", "{x}.clamp(-3, 3).exp()", "({x}.abs() + 1).log()",
+    "({x}.abs() + 0.5).sqrt()", "{x}.tanh()", "{x}.sigmoid()", "F.relu({x})",
+    "F.gelu({x})", "F.gelu({x}, approximate='tanh')", "F.silu({x})", "{x}.sin()",
+    "{x}.cos()", "{x} * {x}", "{x}.pow(2)", "{x}.pow(3)", "({x}.abs() + 0.1).pow(0.5)",
+    "({x}.abs() + 1).reciprocal()", "F.softplus({x})", "F.leaky_relu({x}, 0.1)",
+    "F.elu({x})", "F.hardswish({x})", "F.relu6({x} * 3)", "{x}.clamp(min=-0.5)",
+    "{x}.clamp(-1.0, 0.7)", "({x}.abs() + 0.5).rsqrt()", "F.hardtanh({x})",
+    "{x}.erf()", "F.mish({x})", "{x}.square()", "2.0 * {x} - 1.0",
+]
+BINARY = ["{x} + {y}", "{x} - {y}", "{x} * {y}", "{x} / ({y}.abs() + 1)",
+          "dg.maximum({x}, {y})", "dg.minimum({x}, {y})",
+          "dg.where({x} > {y}, {x}, {y} * 2)", "{x} * {y}.sigmoid()"]
+REDUCE = ["{x}.sum(dim={d}, keepdim=True)", "{x}.mean(dim={d}, keepdim=True)",
+          "{x}.amax(dim={d}, keepdim=True)", "{x}.sum(dim={d})", "{x}.mean(dim={d})",
+          "F.softmax({x}, dim={d})", "F.log_softmax({x}, dim={d})",
+          "{x}.var(dim={d}, keepdim=True)", "{x}.cumsum(dim={d})",
+          "({x} - {x}.mean(dim={d}, keepdim=True))"]
+INPLACE = ["{x}.add_(1.0)", "{x}.mul_(0.5)", "{x}.clamp_(-2, 2)", "{x}.relu_()",
+           "{x}.sub_({y})", "{x}.mul_({y})"]
+
+
+class Generator:
+    """Writes one program statement by statement, running each eagerly to know shapes."""
+
+    def __init__(self, seed: int, dtype):
+        self.r = random.Random(seed)
+        self.dtype = dtype
+        self.lines: list[str] = []
+        self.env = {"dg": dg, "F": F}
+        self.names: list[str] = []
+        self.count = 0
+        rows = self.r.choice([3, 4, 5])
+        self.input_shapes = [(rows,) + shape for shape in
+                             self.r.choice([[(4,), (4,)], [(3, 4), (4,)], [(2, 3), (3,)],
+                                            [(4,), (1,)], [(2, 4), (2, 4)]])]
+        rng = np.random.default_rng(seed)
+        self.inputs = [dg.tensor(rng.standard_normal(s), dtype=dtype) for s in self.input_shapes]
+        for i, value in enumerate(self.inputs):
+            self.env[f"x{i}"] = value
+            self.names.append(f"x{i}")
+
+    def shape(self, name):
+        return tuple(self.env[name].shape)
+
+    def emit(self, expr: str) -> None:
+        """Run ``name = expr`` eagerly; keep it when it runs and gives a small float tensor."""
+        name = f"t{self.count}"
+        try:
+            value = eval(expr, self.env)
+        except Exception:
+            return
+        if not isinstance(value, dg.Tensor) or value.ndim == 0 or value.numel() > 4096 \
+                or not value.dtype.is_floating_point:
+            return
+        self.count += 1
+        self.env[name] = value
+        self.names.append(name)
+        self.lines.append(f"{name} = {expr}")
+
+    def partner(self, x: str) -> str:
+        """An operand that broadcasts against ``x``."""
+        shape = self.shape(x)
+        same = [n for n in self.names if self.shape(n) == shape and n != x]
+        kind = self.r.choice(["same", "row", "column", "number", "reduced"])
+        if kind == "same" and same:
+            return self.r.choice(same)
+        if kind == "number":
+            return repr(round(self.r.uniform(-2, 2), 3))
+        if kind == "reduced":
+            d = self.r.randrange(len(shape))
+            return f"{x}.mean(dim={d}, keepdim=True)"
+        rows = [n for n in self.names if self.shape(n) == shape[-1:]]
+        if kind == "row" and rows:
+            return self.r.choice(rows)
+        if kind == "column" and len(shape) >= 2:
+            return f"{x}[..., :1]"
+        return x
+
+    def view(self, x: str) -> str:
+        shape = self.shape(x)
+        n = len(shape)
+        options = [f"{x}.reshape(-1)", f"{x}.unsqueeze(0)", f"{x}[1:]"]
+        if n >= 2:
+            options += [f"{x}.transpose(0, 1)", f"{x}.t()" if n == 2 else f"{x}.transpose(-1, -2)",
+                        f"{x}[:, ::2]", f"{x}.reshape({x}.shape[0], -1)",
+                        f"{x}.unsqueeze(1).expand(-1, 2, *{x}.shape[1:]).reshape("
+                        f"{x}.shape[0] * 2, *{x}.shape[1:])"]
+        if n == 3:
+            options += [f"{x}.permute(2, 0, 1)", f"{x}[:, 1, :]", f"{x}.flatten(1)"]
+        return self.r.choice(options)
+
+    def statement(self) -> None:
+        x = self.r.choice(self.names[-4:] + self.names)
+        shape = self.shape(x)
+        kind = self.r.choices(
+            ["unary", "binary", "reduce", "view", "cat", "matmul", "norm", "cast", "inplace"],
+            weights=[6, 6, 3, 3, 1, 2, 1, 1, 2])[0]
+        if kind == "unary":
+            self.emit(self.r.choice(UNARY).format(x=x))
+        elif kind == "binary":
+            y = self.partner(x)
+            first, second = (x, y) if self.r.random() < 0.7 else (y, x)
+            self.emit(self.r.choice(BINARY).format(x=first, y=second))
+        elif kind == "reduce":
+            self.emit(self.r.choice(REDUCE).format(x=x, d=self.r.randrange(-len(shape), len(shape))))
+        elif kind == "view":
+            self.emit(self.view(x))
+        elif kind == "cat":
+            self.emit(f"dg.cat([{x}, {x} * 0.5], dim={self.r.randrange(len(shape))})")
+        elif kind == "matmul":
+            others = [n for n in self.names if self.shape(n)[-1] == shape[-1]]
+            y = self.r.choice(others)
+            self.emit(f"{x} @ {y}.transpose(-1, -2)" if len(self.shape(y)) >= 2 else f"{x} @ {y}")
+        elif kind == "norm":
+            self.emit(f"F.layer_norm({x}, {x}.shape[-1:])")
+        elif kind == "cast":
+            other = "dg.float64" if self.dtype == dg.float32 else "dg.float32"
+            self.emit(f"({x}.to({other}) * 1.5).to({x}.dtype)")
+        else:
+            target = f"t{self.count}"
+            self.emit(f"{x} * 1.0")             # a fresh intermediate to write into
+            if target not in self.env:
+                return
+            y = self.partner(target)
+            write = self.r.choice(INPLACE).format(x=target, y=y)
+            if self.r.random() < 0.3 and len(self.shape(target)) >= 2:
+                write = self.r.choice(["{x}[0].add_(2.0)", "{x}[:, 0].mul_(-1.0)",
+                                       "{x}[..., 1:].zero_()"]).format(x=target)
+            try:
+                exec(write, self.env)
+            except Exception:
+                return
+            self.lines.append(write)
+
+    def program(self, statements: int) -> str:
+        while self.count < statements:
+            before = len(self.lines)
+            self.statement()
+            if len(self.lines) == before and self.r.random() < 0.05:
+                break
+        outputs = self.r.sample(self.names[len(self.inputs):], k=min(2, self.count)) or ["x0"]
+        if self.names[-1] not in outputs:
+            outputs.append(self.names[-1])
+        body = "\n".join(self.lines + ["return " + ", ".join(outputs)])
+        args = ", ".join(f"x{i}" for i in range(len(self.inputs)))
+        return f"def program({args}):\n{textwrap.indent(body, '    ')}\n"
+
+
+def build(seed: int, dtype):
+    gen = Generator(seed, dtype)
+    source = gen.program(statements=gen.r.randint(4, 12))
+    namespace = {"dg": dg, "F": F}
+    exec(compile(source, f"<generated program {seed}>", "exec"), namespace)
+    return source, namespace["program"], gen.input_shapes
+
+
+def fresh_inputs(shapes, seed, dtype, rows=None, requires_grad=False):
+    rng = np.random.default_rng(seed)
+    return [dg.tensor(rng.standard_normal(((rows,) + s[1:]) if rows else s), dtype=dtype,
+                      requires_grad=requires_grad) for s in shapes]
+
+
+def loss_of(outputs):
+    total = 0
+    for i, out in enumerate(outputs):
+        total = total + (out * (i + 1.5)).sin().sum()
+    return total
+
+
+def tolerances(dtype):
+    return (1e-4, 1e-5) if dtype == dg.float32 else (1e-9, 1e-10)
+
+
+def assert_same(eager, compiled, source, what, dtype):
+    rtol, atol = tolerances(dtype)
+    assert len(eager) == len(compiled), source
+    for i, (e, c) in enumerate(zip(eager, compiled)):
+        if e is None or c is None:
+            assert e is None and c is None, f"{what} {i}: one is None\n{source}"
+            continue
+        assert tuple(e.shape) == tuple(c.shape), f"{what} {i}: shapes\n{source}"
+        assert e.dtype == c.dtype, f"{what} {i}: dtypes {e.dtype} {c.dtype}\n{source}"
+        np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=f"{what} {i} differs\n{source}")
+
+
+def as_tuple(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def calls(shapes):
+    """(seed, rows) of each checked call: two of the traced shape, one of another."""
+    return [(1, None), (2, None), (3, shapes[0][0] + 2)]
+
+
+def run_both(eager_call, compiled_call, source):
+    """Both calls' results, or None when eager raises (another leading dimension can make
+    a generated program invalid: its partners were picked by shape); compiled must then
+    raise too."""
+    try:
+        eager = eager_call()
+    except Exception as error:
+        if "modified by an in-place operation" in str(error):
+            compiled_call()   # (compiled keeps every value: docs/capture.md, "One difference")
+            return None
+        with pytest.raises(Exception):
+            compiled_call()
+        print(f"eager raised {type(error).__name__}; so did compiled\n{source}")
+        return None
+    return eager, compiled_call()
+
+
+@pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_forward(seed, dtype):
+    source, program, shapes = build(seed, dtype)
+    compiled = dg.compile(program)
+    for call_seed, rows in calls(shapes):
+        inputs = fresh_inputs(shapes, call_seed, dtype, rows)
+        both = run_both(lambda: as_tuple(program(*inputs)), lambda: as_tuple(compiled(*inputs)),
+                        source)
+        if both:
+            assert_same(*both, source, f"call {call_seed}: output", dtype)
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_backward_inside(seed):
+    """The loss's backward inside the compiled function: gradients of the inputs."""
+    dtype = dg.float64
+    source, program, shapes = build(seed, dtype)
+
+    def step(*inputs):
+        loss = loss_of(as_tuple(program(*inputs)))
+        loss.backward()
+        return loss
+
+    compiled = dg.compile(step)
+    for call_seed, rows in calls(shapes):
+        def run(fn):
+            inputs = fresh_inputs(shapes, call_seed, dtype, rows, requires_grad=True)
+            loss = fn(*inputs)
+            return [loss.detach()] + [x.grad for x in inputs]
+
+        both = run_both(lambda: run(step), lambda: run(compiled), source)
+        if both:
+            assert_same(*both, source, f"call {call_seed}: loss and gradient", dtype)
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_backward_through_outputs(seed):
+    """The loss's backward outside, through the compiled function's outputs."""
+    dtype = dg.float64
+    source, program, shapes = build(seed, dtype)
+    compiled = dg.compile(program)
+    for call_seed, rows in calls(shapes):
+        def run(fn):
+            inputs = fresh_inputs(shapes, call_seed, dtype, rows, requires_grad=True)
+            outputs = as_tuple(fn(*inputs))
+            differentiable = [o for o in outputs if o.requires_grad]
+            if differentiable:
+                loss_of(differentiable).backward()
+            return [x.grad for x in inputs]
+
+        both = run_both(lambda: run(program), lambda: run(compiled), source)
+        if both:
+            assert_same(*both, source, f"call {call_seed}: gradient", dtype)
+
+
+# -- what the generator found, as named cases -------------------------------------------------
+def test_gradient_of_a_tensor_argument_at_every_call():
+    """A leaf passed as an argument, backward inside the compiled step: each call's own
+    argument gets its gradient (the traced call's tensor did, and later arguments kept
+    None); an argument with a gradient accumulates as in eager; cleared, it starts anew."""
+    def step(x, w):
+        loss = ((x @ w).tanh() ** 2).sum()
+        loss.backward()
+        return loss
+
+    rng = np.random.default_rng(0)
+    xs0, w0 = [rng.standard_normal((4, 3)) for _ in range(6)], rng.standard_normal((3, 2))
+    grads = []
+    for fn in (step, dg.compile(step)):
+        w = dg.tensor(w0, requires_grad=True)
+        seen = []
+        for i, x0 in enumerate(xs0):
+            x = dg.tensor(x0, requires_grad=True)
+            fn(x, w)
+            if i % 2:
+                fn(x, w)                        # x's gradient accumulates
+            if i == 3:
+                x.grad, w.grad = None, None     # cleared: made anew
+                fn(x, w)
+            seen.append((x.grad.numpy().copy(), w.grad.numpy().copy()))
+        grads.append(seen)
+    for (xe, we), (xc, wc) in zip(*grads):
+        np.testing.assert_allclose(xc, xe, rtol=1e-12)
+        np.testing.assert_allclose(wc, we, rtol=1e-12)
+
+
+def test_an_argument_returned_as_it_is_is_the_argument():
+    """``return x, x * 2``: eager returns x itself, so a loss through it reaches x; the
+    compiled call returned a fresh tensor without history (the gradient lost its part)."""
+    def program(x):
+        return x, x * 2.0
+
+    compiled = dg.compile(program)
+    for _ in range(2):
+        x = dg.tensor(np.ones((2, 2)), requires_grad=True)
+        same, double = compiled(x)
+        assert same is x
+        (same * 1.0 + double * 10.0).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 2), 21.0))
+
+
+@pytest.mark.parametrize("c, d, folded", [(2, 3, True), (3.0, 0.5, False), (0.1, 3, False),
+                                          (4.0, -1.5, True)])
+def test_scale_chains_fold_only_when_exact(c, d, folded):
+    """``(x*c)*d -> x*(c*d)`` rounds once where the chain rounds twice: it applies only
+    where both give the same bits (one factor a power of two, neither below 1 in size)."""
+    def program(x):
+        return (x * c) * d
+
+    compiled = dg.compile(program)
+    x = dg.tensor(np.random.default_rng(0).standard_normal(1000), dtype=dg.float32)
+    np.testing.assert_array_equal(compiled(x).numpy(), program(x).numpy())
+    assert ("x*(c*d)" in compiled.explain()) == folded
