@@ -128,11 +128,6 @@ class Tensor:
                 strides, step = (step,) + strides, step * d
         return strides if dim is None else strides[dim]
 
-    def is_contiguous(self, memory_format=None) -> bool:
-        """Whether the elements lie in storage in row-major order without gaps."""
-        data = self._data
-        return type(data) is not np.ndarray or data.flags.c_contiguous
-
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` formats a 0-d tensor's value, as torch does; other tensors
         take only the empty spec (their ``str``)."""

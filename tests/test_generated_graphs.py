@@ -3,9 +3,11 @@
 Each program is a random chain of the ops real model code is made of: elementwise math
 with broadcasting against every kind of partner (same shape, a row, a column, a reduced
 ``keepdim`` result, a Python number), reductions, softmax and layer norm, views
-(transpose, permute, slices with steps, reshape, unsqueeze + expand), concatenation,
-matrix products, ``where`` with a comparison, clamps, dtype changes and in-place updates
-of intermediate tensors (also through a view). The generator runs each statement eagerly
+(transpose, permute, slices with steps, reshape, unsqueeze + expand), concatenation and
+stacking, matrix products, ``where`` with a comparison, clamps, sorts and top-k, gathers
+and indexing by integer and boolean tensors, dtype changes, Python numbers read from
+tensors (``.item()``, ``float()``, a branch on a tensor's value: graph breaks), and
+in-place updates of intermediate tensors and of the arguments (also through a view). The generator runs each statement eagerly
 as it writes it, so it knows every shape and picks only valid operands; a program is
 Python source, printed in full when a check fails.
 
@@ -52,6 +54,22 @@ REDUCE = ["{x}.sum(dim={d}, keepdim=True)", "{x}.mean(dim={d}, keepdim=True)",
           "F.softmax({x}, dim={d})", "F.log_softmax({x}, dim={d})",
           "{x}.var(dim={d}, keepdim=True)", "{x}.cumsum(dim={d})",
           "({x} - {x}.mean(dim={d}, keepdim=True))"]
+SHAPED = [   # further ops real code uses: some change the shape, some read indices
+    "{x}.flip(0)", "{x}.roll(1, 0)", "{x}.masked_fill({x} > 0.5, 0.0)",
+    "{x}.logsumexp(dim={d}, keepdim=True)", "{x}.std(dim={d}, keepdim=True)",
+    "{x}.norm(dim={d}, keepdim=True)", "{x}.prod(dim={d}, keepdim=True)",
+    "{x}.sort(dim={d})[0]", "{x}.sort(dim={d}, descending=True)[0]", "{x}.max(dim={d})[0]",
+    "{x}.min(dim={d}, keepdim=True).values", "dg.stack([{x}, {x}.sin()], dim={d})",
+    "{x}.chunk(2, dim={d})[0]", "{x}.split(1, dim={d})[-1]",
+    "{x}.gather({d}, {x}.argmax(dim={d}, keepdim=True))", "{x}[{x}.argmax(dim=0)]",
+    "{x}.index_select(0, dg.tensor([0, 0, 1]))", "{x}[{x} > 0].sum() * {x}",
+    "{x}.unsqueeze(-1) * {x}.unsqueeze(-2)", "dg.where({x} > 0, {x}, 0.0)",
+    "{x}.detach() * {x}", "{x}.squeeze(0).unsqueeze(0)", "{x}.cumprod(dim={d})",
+    "{x} * {x}.abs().max().item()", "({x} * 2 if {x}.sum() > 0 else {x} * 3)",
+    "{x} * float({x}.mean())", "{x}[..., dg.tensor([True, False] * 2)[:{x}.shape[-1]]]",
+    "{x}.topk(1, dim={d})[0]", "dg.clamp({x}, min={x}.mean())", "{x}.sum() + {x}",
+    "{x}.abs().amin(dim={d}, keepdim=True)", "{x}.t().contiguous().t()" ,
+]
 INPLACE = ["{x}.add_(1.0)", "{x}.mul_(0.5)", "{x}.clamp_(-2, 2)", "{x}.relu_()",
            "{x}.sub_({y})", "{x}.mul_({y})"]
 
@@ -130,9 +148,22 @@ class Generator:
         x = self.r.choice(self.names[-4:] + self.names)
         shape = self.shape(x)
         kind = self.r.choices(
-            ["unary", "binary", "reduce", "view", "cat", "matmul", "norm", "cast", "inplace"],
-            weights=[6, 6, 3, 3, 1, 2, 1, 1, 2])[0]
-        if kind == "unary":
+            ["unary", "binary", "reduce", "view", "cat", "matmul", "norm", "cast", "inplace",
+             "shaped", "write_arg"],
+            weights=[6, 6, 3, 3, 1, 2, 1, 1, 2, 4, 1])[0]
+        if kind == "shaped":
+            self.emit(self.r.choice(SHAPED).format(x=x, d=self.r.randrange(-len(shape), len(shape))))
+        elif kind == "write_arg":   # in place into an argument (also through a view)
+            target = self.r.choice(self.names[:len(self.inputs)])
+            write = self.r.choice(["{x}.add_(0.5)", "{x}.mul_(-1.0)", "{x}[0] = 3.0",
+                                   "{x}[..., :1].zero_()", "{x}.clamp_(max=0.5)"]
+                                  ).format(x=target)
+            try:
+                exec(write, self.env)
+            except Exception:
+                return
+            self.lines.append(write)
+        elif kind == "unary":
             self.emit(self.r.choice(UNARY).format(x=x))
         elif kind == "binary":
             y = self.partner(x)
@@ -253,11 +284,13 @@ def test_forward(seed, dtype):
     source, program, shapes = build(seed, dtype)
     compiled = dg.compile(program)
     for call_seed, rows in calls(shapes):
-        inputs = fresh_inputs(shapes, call_seed, dtype, rows)
-        both = run_both(lambda: as_tuple(program(*inputs)), lambda: as_tuple(compiled(*inputs)),
-                        source)
+        def run(fn):   # (the outputs, then the arguments: a program may write into them)
+            inputs = fresh_inputs(shapes, call_seed, dtype, rows)
+            return as_tuple(fn(*inputs)) + tuple(inputs)
+
+        both = run_both(lambda: run(program), lambda: run(compiled), source)
         if both:
-            assert_same(*both, source, f"call {call_seed}: output", dtype)
+            assert_same(*both, source, f"call {call_seed}: outputs and arguments", dtype)
 
 
 @pytest.mark.parametrize("seed", range(EXAMPLES))
@@ -361,3 +394,51 @@ def test_scale_chains_fold_only_when_exact(c, d, folded):
     x = dg.tensor(np.random.default_rng(0).standard_normal(1000), dtype=dg.float32)
     np.testing.assert_array_equal(compiled(x).numpy(), program(x).numpy())
     assert ("x*(c*d)" in compiled.explain()) == folded
+
+
+@pytest.mark.parametrize("case", ["contiguous_then_write_base", "write_the_contiguous_copy",
+                                  "reshape_copy_then_write_base", "is_contiguous"])
+def test_contiguous_and_copying_reshapes_are_copies_when_traced(case):
+    """Traced values had no layout: ``contiguous()`` returned the tensor itself and a
+    reshape that copies eagerly stayed a view, so a write to the base reached the "copy"
+    (or a write to the copy reached the argument) only when compiled."""
+    def program(x):
+        if case == "contiguous_then_write_base":
+            t = x.t().contiguous().t()
+            x[0] = 3.0
+            return F.layer_norm(t, t.shape[-1:])
+        if case == "write_the_contiguous_copy":
+            h = x.t().contiguous()
+            h[0] = 0.0
+            return h * 1
+        if case == "reshape_copy_then_write_base":
+            t = x.t().reshape(-1)
+            x[0] = 3.0
+            return t * 1
+        return dg.tensor([float(x.is_contiguous()), float(x.t().is_contiguous()),
+                          float(x[:1].is_contiguous())])
+
+    a = np.random.default_rng(0).standard_normal((4, 4))
+    xe, xc = dg.tensor(a), dg.tensor(a)
+    expected, got = program(xe), dg.compile(program)(xc)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(xc.numpy(), xe.numpy())
+
+
+def test_a_value_a_split_call_computed_keeps_its_gradient_when_returned():
+    """A graph break (a branch on a tensor) splits the call; ``t`` from the first piece,
+    returned as it is, must stay on the tape (the whole call's backward covers it)."""
+    def program(x):
+        t = x * 1.5
+        u = t * 2 if t.sum() > 0 else t * 3
+        return u, t
+
+    compiled = dg.compile(program)
+    for sign in (1, -1, 1):
+        grads = []
+        for fn in (program, compiled):
+            x = dg.tensor(np.full(3, float(sign)), requires_grad=True)
+            u, t = fn(x)
+            (u * 10 + t).sum().backward()
+            grads.append(x.grad.numpy())
+        np.testing.assert_array_equal(grads[1], grads[0])

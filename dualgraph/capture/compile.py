@@ -408,9 +408,11 @@ def _passthrough_outputs(capture) -> list:
     tensor itself, unchanged by the call (``return x, y``): the call returns that very
     tensor, as eager does (its identity, and gradients through it reach it by the caller's
     tape; inside the graph it is a leaf, so the graph's backward has no path from that
-    output to it)."""
+    output to it). Not the values a split call's pieces computed: those are stand-ins
+    (the whole call's backward covers them)."""
     graph = capture.graph
-    bound = {v: b for v, b in zip(graph.inputs, capture.bindings) if b.kind != "grad"}
+    bound = {v: b for v, b in zip(graph.inputs, capture.bindings)
+             if b.kind != "grad" and not b.cut}
     values = [i for i, kind in enumerate(capture.out_leaves) if kind == "value"]
     return [(i, j, bound[graph.outputs[j]]) for j, i in enumerate(values)
             if graph.outputs[j] in bound]

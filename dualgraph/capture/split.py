@@ -363,7 +363,8 @@ class SplitTracer(Tracer):
         the arrays the pieces computed."""
         for v in cut:
             array = self.env[v]
-            capture.bindings.append(Binding("captured", Tensor._make(array), v, array))
+            capture.bindings.append(Binding("captured", Tensor._make(array), v, array,
+                                            cut=True))
 
 
 def run_once(graph: Graph, arrays: list) -> list:

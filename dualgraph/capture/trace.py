@@ -64,6 +64,7 @@ class Binding:
     grad: object = None            # tensor.grad when first seen, restored when tracing ends
     index: int = -1                # for "arg": the position among the tensor arguments
     history: tuple = ()            # (grad_fn, output index, accumulator), restored at the end
+    cut: bool = False              # a value an earlier piece of a split call computed
 
 
 @dataclass

@@ -16,7 +16,7 @@ from .. import dtypes
 from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       normalize_dim, normalize_dims, numel)
-from . import creation
+from . import creation, views
 from ._util import cast, needs_grad, sum_to
 from .opdef import defop
 
@@ -115,7 +115,7 @@ def reshape(x, *shape):
     shape = infer_reshape(current, _shape_arg(shape))
     if shape == current:
         return x
-    return apply(RESHAPE, x, shape=shape)
+    return views.own_if_copied(apply(RESHAPE, x, shape=shape))
 
 
 def _infer_expand(x, shape):
@@ -732,8 +732,14 @@ def tile(input, dims):
 
 def contiguous(self, memory_format=None):
     """This tensor when its elements lie in row-major order (``is_contiguous()``), else a
-    row-major copy, as torch's. Traced values have no layout: always themselves."""
-    return self if self.is_contiguous() else creation.clone(self)
+    row-major copy, as torch's; traced, where eager would copy (ops/views.py)."""
+    return self if views.is_contiguous(self) else creation.clone(self)
+
+
+def is_contiguous(self, memory_format=None) -> bool:
+    """Whether the elements lie in storage in row-major order without gaps (traced: as
+    they would eagerly, ops/views.py)."""
+    return views.is_contiguous(self)
 
 
 METHODS = {
@@ -744,6 +750,6 @@ METHODS = {
     "squeeze": squeeze, "unsqueeze": unsqueeze, "flatten": flatten, "unflatten": unflatten,
     "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "select": select,
     "repeat": repeat, "tile": tile, "flip": flip, "roll": roll, "movedim": movedim,
-    "moveaxis": movedim, "contiguous": contiguous,
+    "moveaxis": movedim, "contiguous": contiguous, "is_contiguous": is_contiguous,
     "view_as": view_as, "reshape_as": reshape_as, "expand_as": expand_as,
 }

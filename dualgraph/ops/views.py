@@ -61,14 +61,29 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
     target = chain[0]._data
     if type(target) is np.ndarray and type(root._data) is np.ndarray:
         return np.may_share_memory(target, root._data), target.flags.writeable
-    shape = tuple(root.shape)
-    if not all(isinstance(d, (int, np.integer)) for d in shape):
+    stand_in = eager_layout(chain, root)
+    if stand_in is ANY_LAYOUT:
         if any(t._view[0].view_layout is not None for t in chain):
             raise CaptureError("an in-place write through a reshape of a tensor with a "
                                "dynamic dim (whether the reshape copies is not known)",
                                format_site(user_site()),
                                "Write into the tensor itself, or mark no dim dynamic.")
         return True, True   # (slices and permutations never copy)
+    if stand_in is None:   # (a reshape that copies)
+        return False, True
+    return True, stand_in.flags.writeable
+
+
+ANY_LAYOUT = object()   # the layout of a chain from a root with a dynamic dim: not known
+
+
+def eager_layout(chain: list, root: Tensor):
+    """A stand-in array with the strides the chain's result has when run eagerly (from
+    the root's: a bound input's strides, else row-major), owning no memory; None when a
+    reshape in the chain copies; ``ANY_LAYOUT`` for a root with a dynamic dim."""
+    shape = tuple(root.shape)
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        return ANY_LAYOUT
     itemsize = np.dtype(root._data.dtype).itemsize
     bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
     strides = bound.array.strides if bound is not None else _row_major(shape, itemsize)
@@ -80,8 +95,42 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
         try:
             stand_in = (op.view_layout or op.kernel)(stand_in, **attrs)
         except ValueError:   # a reshape that would copy
-            return False, True
-    return True, stand_in.flags.writeable
+            return None
+    return stand_in
+
+
+def own_if_copied(t: Tensor) -> Tensor:
+    """``t``, a view op's result, as a tensor of its own when the op copied (a reshape of
+    a layout the strides can't give, ``x.t().reshape(-1)``; traced: where it copies
+    eagerly): a later write to its base does not reach it, nor a write to it the base,
+    so it neither shares the base's version counter nor is refreshed from it."""
+    chain, root = chain_of(t)
+    if type(t._data) is np.ndarray and type(root._data) is np.ndarray:
+        shares = np.may_share_memory(t._data, root._data)
+    else:   # (a dynamic dim's reshape: taken as a view, as before it was known)
+        shares = eager_layout(chain, root) is not None
+    if shares:
+        return t
+    t._view, t._base, t._version, t._view_version = None, None, [0], 0
+    return t
+
+
+def is_contiguous(t: Tensor) -> bool:
+    """Whether ``t``'s elements lie in row-major order, as eagerly: a traced value answers
+    from its view chain replayed on its root's layout (``eager_layout``), so
+    ``contiguous()`` copies while tracing exactly where it copies eagerly, and a write to
+    the copy (or to its base) stays apart as it does eagerly."""
+    data = t._data
+    if type(data) is np.ndarray:
+        return data.flags.c_contiguous
+    chain, root = chain_of(t)
+    if not chain:   # (a traced op's result: row-major, as eager kernels return)
+        bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
+        return bound is None or bound.array.flags.c_contiguous
+    stand_in = eager_layout(chain, root)
+    # (a reshape's copy is row-major; a dynamic dim's layout is not known: taken as
+    # row-major, so ``contiguous()`` there is the tensor itself, docs/capture.md)
+    return stand_in is None or stand_in is ANY_LAYOUT or stand_in.flags.c_contiguous
 
 
 def _row_major(shape, itemsize) -> tuple:
