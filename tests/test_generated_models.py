@@ -261,3 +261,30 @@ def assert_compiled_whole(compiled, description):
     summary = compiled.explain().splitlines()[0]
     assert "0 graph break(s)" in summary and " 0 graph(s)" not in summary, \
         f"{summary}\n{description}"
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_onnx_export_and_import_match_eager(seed, tmp_path):
+    """The eval-mode model exported to ONNX (dynamic batch) runs in onnxruntime, and comes
+    back through ``dg.onnx.load``, with eager's logits."""
+    ort = pytest.importorskip("onnxruntime")
+    eager_model, _, shape, description = twin_models(seed, dg.float32)
+    eager_model.eval()
+    tokens = description.startswith("tokens")
+    path = str(tmp_path / "model.onnx")
+    example = inputs(shape, 30, 2, tokens, dg.float32)
+    dg.onnx.export(eager_model, (example,), path, input_names=["x"], output_names=["y"],
+                   dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    imported = dg.onnx.load(path)
+    with dg.no_grad():
+        for call, batch in enumerate([2, 5]):
+            x = inputs(shape, 40 + call, batch, tokens, dg.float32)
+            expected = eager_model(x).numpy()
+            got = session.run(None, {"x": x.numpy()})[0]
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"onnxruntime, batch {batch}\n{description}")
+            loaded = imported(x)
+            loaded = loaded[0] if isinstance(loaded, (tuple, list)) else loaded
+            np.testing.assert_allclose(loaded.numpy(), expected, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"dg.onnx.load, batch {batch}\n{description}")

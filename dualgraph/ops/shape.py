@@ -132,18 +132,21 @@ def _infer_expand(x, shape):
 
 
 def _onnx_expand(e, node):
-    """ONNX's Expand broadcasts: a symbolic target dim equal to the input's becomes 1."""
+    """ONNX's Expand broadcasts: a target dim equal to the input's (or -1) becomes 1, and
+    a symbolic one where the input has 1 (``arange(t).expand(x.shape[0], t)`` for a
+    dynamic batch) is read from the model input that has it (``e.shape``)."""
     x, shape = node.inputs[0], node.attrs["shape"]
     lead = len(shape) - x.ndim
     target = []
     for k, d in enumerate(shape):
         if not isinstance(d, (int, np.integer)) or d == -1:
-            if k < lead or x.shape[k - lead] != d and d != -1:
-                raise e.fail(f"the symbolic target dim {d} is not the input's",
-                             "keep that dim static")
-            d = 1
-        target.append(int(d))
-    return [e.op("Expand", [e.input(0), e.ints(target)])]
+            if d == -1 or k >= lead and x.shape[k - lead] == d:
+                d = 1
+            elif k >= lead and x.shape[k - lead] != 1:
+                raise e.fail(f"the symbolic target dim {d} is not the input's dim "
+                             f"{x.shape[k - lead]}", "keep that dim static")
+        target.append(d if isinstance(d, Sym) else int(d))
+    return [e.op("Expand", [e.input(0), e.shape(target)])]
 
 
 def _from_onnx_expand(b, xs, attrs):
