@@ -68,7 +68,17 @@ SHAPED = [   # further ops real code uses: some change the shape, some read indi
     "{x} * {x}.abs().max().item()", "({x} * 2 if {x}.sum() > 0 else {x} * 3)",
     "{x} * float({x}.mean())", "{x}[..., dg.tensor([True, False] * 2)[:{x}.shape[-1]]]",
     "{x}.topk(1, dim={d})[0]", "dg.clamp({x}, min={x}.mean())", "{x}.sum() + {x}",
-    "{x}.abs().amin(dim={d}, keepdim=True)", "{x}.t().contiguous().t()" ,
+    "{x}.abs().amin(dim={d}, keepdim=True)", "{x}.t().contiguous().t()",
+    "F.pad({x}, (1, 2))", "F.pad({x}, (1, 1), value=0.5)", "F.normalize({x}, dim={d})",
+    "dg.einsum('...i,...i->...', {x}, {x})", "dg.bmm({x}, {x}.transpose(-1, -2))",
+    "{x}.scatter_add({d}, {x}.argsort(dim={d}), {x})", "{x}.argsort(dim={d}).to({x}.dtype)",
+    "{x}.repeat(2, *[1] * ({x}.ndim - 1))", "{x}.sign() * {x}.abs().sqrt()",
+    "{x}.round() + {x}.floor() - {x}.ceil()", "{x}.remainder(1.0)", "{x}.expm1()",
+    "dg.atan2({x}, {x}.flip(0))", "{x}.log1p().nan_to_num()", "F.dropout({x}, p=0.0)",
+    "{x}.new_zeros({x}.shape).index_add(0, dg.tensor([0, 0]), {x}[:2])",
+    "{x}.masked_fill({x} < {x}.mean(), float('-inf')).softmax(dim=-1)",
+    "dg.tril({x})", "dg.triu({x}, 1)", "{x}.diagonal(dim1=-2, dim2=-1)",
+    "{x}.nan_to_num(posinf=1.0) * ({x} > 0)", "({x} > 0).float() * {x}",
 ]
 INPLACE = ["{x}.add_(1.0)", "{x}.mul_(0.5)", "{x}.clamp_(-2, 2)", "{x}.relu_()",
            "{x}.sub_({y})", "{x}.mul_({y})"]
