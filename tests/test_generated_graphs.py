@@ -304,6 +304,23 @@ def test_forward(seed, dtype):
 
 
 @pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_forward_with_a_dynamic_leading_dim(seed):
+    """``dynamic=True``: one graph with symbolic dims for calls of several leading sizes."""
+    dtype = dg.float32
+    source, program, shapes = build(seed, dtype)
+    compiled = dg.compile(program, dynamic=True)
+    for call_seed, rows in [(1, None), (2, shapes[0][0] + 1), (3, shapes[0][0] + 3),
+                            (4, None)]:
+        def run(fn):
+            inputs = fresh_inputs(shapes, call_seed, dtype, rows)
+            return as_tuple(fn(*inputs)) + tuple(inputs)
+
+        both = run_both(lambda: run(program), lambda: run(compiled), source)
+        if both:
+            assert_same(*both, source, f"call {call_seed}: outputs and arguments", dtype)
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
 def test_backward_inside(seed):
     """The loss's backward inside the compiled function: gradients of the inputs."""
     dtype = dg.float64
@@ -452,3 +469,20 @@ def test_a_value_a_split_call_computed_keeps_its_gradient_when_returned():
             (u * 10 + t).sum().backward()
             grads.append(x.grad.numpy())
         np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_symbolic_dims_a_trace_cannot_keep_fall_back_to_static_shapes():
+    """``dynamic=True`` with an op whose shape rule needs the dim as a number (a slice of
+    the dynamic dim) raised a TypeError from inside the trace; now the function warns,
+    naming the line, and traces with static shapes (one graph per shape)."""
+    def program(x):
+        return x[1:] * 2
+
+    compiled = dg.compile(program, dynamic=True)
+    with pytest.warns(UserWarning, match="symbolic dims.*static shapes"):
+        compiled(dg.ones(3, 2))
+    for n in (3, 4, 6):
+        x = dg.tensor(np.arange(n * 2.0).reshape(n, 2))
+        np.testing.assert_array_equal(compiled(x).numpy(), program(x).numpy())
+    report = compiled.explain()
+    assert "symbolic dims given up at" in report and "test_generated_graphs.py" in report

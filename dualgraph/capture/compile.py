@@ -17,12 +17,14 @@ import os
 import pathlib
 import tempfile
 import time
+import traceback
 import warnings
 import webbrowser
 
 import numpy as np
 
 from .. import dispatch
+from .._helpers import _is_internal
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
@@ -313,6 +315,15 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
             group[key] = t
             written.append((group, key, t))
     return written
+
+
+class _StaticDims(Exception):
+    """A trace with symbolic dims failed (``error``): an op that can't take them yet; the
+    function is traced again with static shapes (``Compiled._static_from_now``)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _BakedNumbers(Exception):
@@ -918,6 +929,12 @@ class Compiled:
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
+        except _StaticDims as e:
+            self._static_from_now(e.error)
+            leaves, spec = self._flatten(args, kwargs)
+            sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                            self._slots, self._dynamic, self._numbers.args)
+            return self._capture(args, kwargs, sig, [])
         except _BakedNumbers:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
@@ -1024,14 +1041,17 @@ class Compiled:
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
         except Exception as e:   # (the eager run makes again the state the trace made)
-            if not (symbolic or isinstance(e, CaptureError)):
+            dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
+            if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
             undo(roots, tracer, before)
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
-            if not symbolic or e is random_break:   # (not the numbers' doing)
+            if e is random_break or not (symbolic or dims):   # (not the numbers' doing)
                 raise
+            if not symbolic:   # (symbolic dims may be the cause: traced again, static)
+                raise _StaticDims(e) from e
             # (a Python number traced as an input may be the cause: traced again, baked in)
             self._bake_numbers(numbers, tracer.number_uses, e, tracer.arg_numbers, names)
             raise _BakedNumbers() from e
@@ -1169,6 +1189,21 @@ class Compiled:
             params += [p for group in opt.param_groups for p in group["params"]]
         return params
 
+    def _static_from_now(self, error: Exception) -> None:
+        """Dims marked dynamic that a trace could not keep symbolic (an op that computes
+        with a dim as a Python int): a warning naming the line, then static shapes (one
+        graph per shape, each guarded) for this function from now on, as if ``dynamic``
+        were not given. A user's own error comes back from the static trace, as eager's."""
+        frames = traceback.extract_tb(error.__traceback__)
+        user = [f for f in frames if not _is_internal(f.filename)] or frames
+        where = f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
+        self.records.append(Record("static", f"{type(error).__name__}: {error}",
+                                   "none needed (or give the failing op static dims)", where))
+        warnings.warn(f"dg.compile: {_name(self.fn)} could not be traced with symbolic dims "
+                      f"({type(error).__name__}: {error}, at {where}); it is traced with "
+                      "static shapes from now on (one graph per shape)", stacklevel=4)
+        self.dynamic = None
+
     def _graph_break(self, e: CaptureError):
         """A break that does not split the function (capture/split.py splits at those where
         Python needs a value): with ``fullgraph`` it raises, else the function runs eagerly
@@ -1277,6 +1312,9 @@ class Compiled:
                     lines.append("   time: " + r.describe_times())
             elif r.kind == "python":
                 lines.append(f"{i}. {r.detail} (at {r.location}). fix: {r.fix}")
+            elif r.kind == "static":
+                lines.append(f"{i}. symbolic dims given up at {r.location} ({r.detail}): "
+                             f"static shapes from now on. fix: {r.fix}")
             elif r.kind == "eager":
                 lines.append(f"{i}. running eagerly from now on: {r.detail}. fix: {r.fix}")
             else:

@@ -13,7 +13,8 @@ RETRACE_LIMIT = 8   # graphs cached per compiled function before it runs eagerly
 @dataclass
 class Record:
     """One entry of ``explain()``: a capture, a graph break or a fallback."""
-    kind: str   # "capture", "retrace", "break", "piece", "limit", "eager", "python"
+    kind: str   # "capture", "retrace", "break", "piece", "limit", "eager", "python",
+    #             "static" (symbolic dims given up)
     detail: str
     fix: str = ""
     location: str = ""
