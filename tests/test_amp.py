@@ -601,3 +601,22 @@ def test_the_benchmark_runs():
     from benchmarks import amp_digits
     ((n, *times),) = amp_digits.gemm((64,))
     assert n == 64 and all(t > 0 for t in times)
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
+def test_recurrent_layer_after_a_bfloat16_layer_under_autocast(kind):
+    """A float32 GRU/LSTM/RNN given a Linear's bfloat16 output under autocast runs in
+    bfloat16, as torch's does (it raised the input/weight dtype mismatch), eager and
+    compiled."""
+    tm = torch.nn.Sequential(torch.nn.Linear(4, 4), getattr(torch.nn, kind)(4, 5, batch_first=True))
+    dm = dg.nn.Sequential(dg.nn.Linear(4, 4), getattr(dg.nn, kind)(4, 5, batch_first=True))
+    dm.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = tm[1](tm[0](torch.tensor(x)))[0]
+    with dg.no_grad(), dg.autocast("cpu", dtype=dg.bfloat16):
+        eager = dm[1](dm[0](dg.tensor(x)))[0]
+        compiled = dg.compile(lambda v: dm[1](dm[0](v))[0])(dg.tensor(x))
+    assert eager.dtype == compiled.dtype == dg.bfloat16
+    np.testing.assert_allclose(eager.float().numpy(), expected.float().numpy(), atol=8e-3)
+    np.testing.assert_array_equal(compiled.float().numpy(), eager.float().numpy())

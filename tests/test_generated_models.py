@@ -7,7 +7,8 @@ an Embedding) Linear layers, LayerNorm, multi-head self-attention (with a causal
 padding mask), Transformer encoder layers (post- and pre-norm), GRU and LSTM, a Conv1d
 over time and residual blocks. A head pools to a vector and classifies.
 
-Two copies with the same weights train for three steps (cross-entropy, SGD with momentum,
+Two copies with the same weights train for three steps (cross-entropy; SGD with momentum,
+Nesterov and weight decay, Adam, AdamW or RMSprop; sometimes ``clip_grad_norm_``;
 ``zero_grad``/``backward``/``step`` in one function), one eagerly and one under
 ``dg.compile``: losses, parameters and buffers (BatchNorm's running statistics) must agree
 (float64: rtol 1e-7). Then both run in eval mode under ``no_grad``, where compiling
@@ -29,6 +30,9 @@ import dualgraph.nn.functional as F
 
 EXAMPLES = int(os.environ.get("DG_MODEL_EXAMPLES", "16"))
 CLASSES = 3
+OPTIMIZERS = [("SGD", {"lr": 0.05, "momentum": 0.9}), ("Adam", {"lr": 0.01}),
+              ("AdamW", {"lr": 0.01, "weight_decay": 0.1}), ("RMSprop", {"lr": 0.01}),
+              ("SGD", {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3})]
 ACTS = ["ReLU", "GELU", "SiLU", "Tanh", "Hardswish", "LeakyReLU", "ReLU6", None]
 
 
@@ -209,14 +213,19 @@ def twin_models(seed, dtype):
 def test_training_steps_match_eager(seed):
     eager_model, compiled_model, shape, description = twin_models(seed, dg.float64)
     tokens = description.startswith("tokens")
+    r = random.Random(seed)
+    optimizer, clip = r.choice(OPTIMIZERS), r.random() < 0.3
+    description += f" / {optimizer[0]}" + (" / clip_grad_norm_" if clip else "")
     steps = []
     for model in (eager_model, compiled_model):
-        opt = dg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        opt = getattr(dg.optim, optimizer[0])(model.parameters(), **optimizer[1])
 
         def step(x, y, model=model, opt=opt):
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
             return loss
 
@@ -288,3 +297,23 @@ def test_onnx_export_and_import_match_eager(seed, tmp_path):
             loaded = loaded[0] if isinstance(loaded, (tuple, list)) else loaded
             np.testing.assert_allclose(loaded.numpy(), expected, rtol=1e-4, atol=1e-5,
                                        err_msg=f"dg.onnx.load, batch {batch}\n{description}")
+
+
+@pytest.mark.parametrize("seed", range(0, EXAMPLES, 2))
+def test_autocast_inference_matches_eager(seed):
+    """Under ``dg.autocast`` (bfloat16, torch's per-op policy) the compiled eval model
+    computes what eager computes: each op in the dtype the policy gives it."""
+    eager_model, compiled_model, shape, description = twin_models(seed, dg.float32)
+    tokens = description.startswith("tokens")
+    for model in (eager_model, compiled_model):
+        model.eval()
+    compiled = dg.compile(compiled_model)
+    with dg.no_grad(), dg.autocast("cpu", dtype=dg.bfloat16):
+        for call in range(2):
+            x = inputs(shape, 50 + call, 3, tokens, dg.float32)
+            expected, got = eager_model(x), compiled(x)
+            assert got.dtype == expected.dtype, description
+            np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(),
+                                       rtol=2e-2, atol=2e-2,
+                                       err_msg=f"call {call}\n{description}")
+    assert_compiled_whole(compiled, description)

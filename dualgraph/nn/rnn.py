@@ -26,6 +26,7 @@ import warnings
 from typing import Callable, NamedTuple
 
 from .._helpers import onnx_exports
+from ..dispatch import autocast
 from ..ops import control, creation, elementwise, index, recurrent
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
@@ -345,7 +346,9 @@ class RNNBase(Module):
 
     def _check_input(self, x):
         dtype = self.weight_ih_l0.dtype
-        if x.dtype != dtype:
+        # (under autocast the recurrence's op casts input, states and weights alike: a
+        # float32 layer takes the bfloat16 output of a previous layer, as torch's does)
+        if x.dtype != dtype and not (autocast.dtype is not None and x.is_floating_point()):
             raise ValueError(f"RNN input dtype ({x.dtype}) does not match weight dtype "
                              f"({dtype}). Convert input: input.to({dtype}), or convert model: "
                              f"model.to({x.dtype})")
