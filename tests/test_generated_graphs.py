@@ -258,7 +258,7 @@ def assert_same(eager, compiled, source, what, dtype):
             continue
         assert tuple(e.shape) == tuple(c.shape), f"{what} {i}: shapes\n{source}"
         assert e.dtype == c.dtype, f"{what} {i}: dtypes {e.dtype} {c.dtype}\n{source}"
-        np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=rtol, atol=atol,
+        np.testing.assert_allclose(c.detach().numpy(), e.detach().numpy(), rtol=rtol, atol=atol,
                                    err_msg=f"{what} {i} differs\n{source}")
 
 
@@ -486,3 +486,37 @@ def test_symbolic_dims_a_trace_cannot_keep_fall_back_to_static_shapes():
         np.testing.assert_array_equal(compiled(x).numpy(), program(x).numpy())
     report = compiled.explain()
     assert "symbolic dims given up at" in report and "test_generated_graphs.py" in report
+
+
+@pytest.mark.parametrize("seed", range(0, EXAMPLES, 2))
+def test_calls_that_switch_signatures(seed):
+    """One compiled function called with a random sequence of signatures (dtype, leading
+    size, requires_grad, grad mode): each call takes the graph its guards select (or
+    traces one), on the fast path or the general one, and equals eager."""
+    source, _, shapes = build(seed, dg.float64)
+    namespace = {"dg": dg, "F": F}
+    exec(compile(source, f"<generated program {seed}>", "exec"), namespace)
+    program = namespace["program"]
+    compiled = dg.compile(program)
+    r = random.Random(seed)
+    for call in range(8):
+        dtype = r.choice([dg.float32, dg.float64])
+        rows = r.choice([None, None, shapes[0][0] + 1])
+        grad = r.random() < 0.5
+        no_grad = r.random() < 0.3
+
+        def run(fn):
+            inputs = fresh_inputs(shapes, call, dtype, rows, requires_grad=grad)
+            if no_grad:
+                with dg.no_grad():
+                    return list(as_tuple(fn(*inputs)))
+            outputs = as_tuple(fn(*inputs))
+            differentiable = [o for o in outputs if o.requires_grad]
+            if differentiable:
+                loss_of(differentiable).backward()
+            return list(outputs) + [x.grad for x in inputs]
+
+        both = run_both(lambda: run(program), lambda: run(compiled), source)
+        if both:
+            assert_same(*both, source, f"call {call} ({dtype}, rows {rows}, grad {grad}, "
+                        f"no_grad {no_grad})", dtype)
