@@ -159,6 +159,8 @@ def test_encoder_compiled_and_onnx_loaded_equal_torch_and_onnxruntime(
             assert ops["linear_norm"] == 2 * depth and "layer_norm" not in ops
         if norm == "rms":                               # fuse_rms_norm: every RMSNorm
             assert ops["rms_norm"] == 2 * depth
+        layouts = set(_weights(graph).values())         # weights_kn: NN products
+        assert layouts == {"nk" if batch * seq == 1 else "kn"}
 
 
 def test_training_keeps_separate_linears_and_norms():
@@ -194,6 +196,64 @@ def test_a_weight_read_elsewhere_is_not_transposed():
     (s,) = g.add_node("neg", [w], names=["s"])
     g.set_outputs([y, s])
     after, report = constant_linears(g)
+    assert not report.changed and ops_of(after) == ops_of(g)
+
+
+def _weights(graph):
+    """``{linear-like node: how its weight is read}``: "kn" where a ``permute`` of a
+    constant makes it (``weights_kn``), "nk" where it is the constant itself."""
+    found = {}
+    for node in graph.nodes:
+        if node.op.name in ("linear", "linear_relu", "linear_epilogue", "linear_norm"):
+            w = node.inputs[1]
+            permuted = w.producer is not None and w.producer.op.name == "permute"
+            assert permuted or w in graph.constants
+            found[node] = "kn" if permuted else "nk"
+    return found
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
+    """``weights_kn`` stores a frozen linear's weight (K, N) where its input has two rows
+    or more, as a column-major view with the same values (an NN product); a one-row
+    product (the batch-1 loop reads the weight's rows) keeps it (N, K). Compiled equals
+    eager and torch for a linear with and without bias, an epilogue and a ReLU."""
+    rng = np.random.default_rng(rows)
+    state = {"0.weight": rng.standard_normal((33, 24)), "0.bias": rng.standard_normal(33),
+             "2.weight": rng.standard_normal((5, 33)), "3.weight": rng.standard_normal((7, 5))}
+    state = {k: v.astype(np.float32) for k, v in state.items()}
+
+    def make(lib):
+        nn = lib.nn
+        return nn.Sequential(nn.Linear(24, 33), nn.GELU(), nn.Linear(33, 5, bias=False),
+                             nn.Linear(5, 7, bias=False), nn.ReLU())
+    ours, ref = make(dg), make(torch)
+    ours.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    ref.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    x = rng.standard_normal((rows, 24)).astype(np.float32)
+    compiled = dg.compile(ours)
+    with dg.no_grad(), torch.no_grad():
+        got, eager = compiled(dg.tensor(x)).numpy(), ours(dg.tensor(x)).numpy()
+        want = ref(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    layouts = _weights(compiled.optimized_graph)
+    assert len(layouts) == 3
+    assert set(layouts.values()) == {"nk" if rows == 1 else "kn"}
+
+
+def test_a_weight_read_as_anything_else_keeps_its_layout():
+    """A weight also read as an input (tied to an embedding that is indexed, here a
+    ``neg``) is left as it is: a transposed copy would add to it."""
+    from dualgraph.graph import Graph
+    from dualgraph.passes import weights_kn
+    g = Graph()
+    x = g.add_input((3, 4), "float32", name="x")
+    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4), name="w")
+    (y,) = g.add_node("linear", [x, w], names=["y"])
+    (s,) = g.add_node("neg", [w], names=["s"])
+    g.set_outputs([y, s])
+    after, report = weights_kn(g)
     assert not report.changed and ops_of(after) == ops_of(g)
 
 

@@ -18,6 +18,14 @@ runs a wider, more efficient product. Its result is cut into the three outputs b
 ``x + linear(y)``; after ``linear_epilogue`` has added the bias and the residual in one
 pass over the product's rows, LayerNorm read and wrote them again. ``linear_norm``
 normalises each row in that same pass.
+
+``weights_kn``: a linear's constant weight ``W (N, K)`` makes its product ``x @ Wᵀ``,
+which OpenBLAS runs as an NT product, packing ``W`` from memory at every call. Stored
+``(K, N)`` (a ``permute`` view of the transposed copy, so the kernel's ``x @ w.T`` is an
+NN product of two row-major operands) the same product packs faster: as fast or faster on
+every shape measured, most where the weight is read from memory (a weight evicted by the
+rest of a model, or few rows: docs/benchmarks.md). A one-row product keeps ``(N, K)``:
+the batch-1 loop (``kernels/matvec.py``) reads the weight's rows.
 """
 from __future__ import annotations
 
@@ -26,10 +34,14 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..ops.elementwise import ADD, RELU
 from ..ops.epilogue import LINEAR_EPILOGUE, LINEAR_NORM
-from ..ops.linalg import BLAS_DTYPES, LINEAR, MATMUL
+from ..ops.linalg import BLAS_DTYPES, LINEAR, LINEAR_RELU, MATMUL
 from ..ops.norm import LAYER_NORM
-from ..ops.shape import SLICE
-from .core import Report, live_readers, only_reader, rebuild
+from ..ops.shape import PERMUTE, SLICE
+from ..shapes import Sym
+from .core import Builder, Report, live_readers, only_reader, rebuild
+
+# the ops whose second input is a linear layer's (N, K) weight, read by ``linear``'s kernel
+WEIGHT_READERS = (LINEAR, LINEAR_RELU, LINEAR_EPILOGUE, LINEAR_NORM)
 
 
 def _constant(graph: Graph, x):
@@ -275,3 +287,70 @@ def linear_norm(graph: Graph, norms: list, report: Report) -> Graph:
                   {node.inputs[0].producer for node in norms}, emit)
     report.nodes_after = len(new.nodes)
     return new
+
+
+def _rows_at_least_two(x: Value) -> bool:
+    """Whether the product of ``x``'s leading dims is 2 or more whatever its symbols are
+    (a symbol counts as 1)."""
+    rows = 1
+    for d in x.shape[:-1]:
+        rows *= 1 if isinstance(d, Sym) else d
+    return rows >= 2
+
+
+def weights_to_transpose(graph: Graph) -> list[Value]:
+    """The precondition of ``weights_kn``: the 2-D constants of float32/float64 that only
+    ``WEIGHT_READERS`` nodes read, each as its weight (second input) and none as anything
+    else, each of an input of the weight's dtype with two rows or more."""
+    live = live_readers(graph)
+    found = []
+    for w, arr in graph.constants.items():
+        users = live.get(w, [])
+        if (arr.ndim == 2 and w.dtype in BLAS_DTYPES and users
+                and all(isinstance(u, Node) and u.op in WEIGHT_READERS and u.inputs[1] is w
+                        and w not in (u.inputs[0], *u.inputs[2:])
+                        and isinstance(u.inputs[0], Value) and u.inputs[0].dtype == w.dtype
+                        and _rows_at_least_two(u.inputs[0]) for u in users)):
+            found.append(w)
+    return found
+
+
+def weights_kn(graph: Graph, weights: list, report: Report) -> Graph:
+    """Each weight of ``weights_to_transpose`` becomes a ``(K, N)`` constant (its transpose,
+    row-major) and a ``permute`` view of it before its first reader, named as the weight:
+    the readers get the same ``(N, K)`` values, and their kernel's ``x @ w.T`` is a
+    product of two row-major matrices.
+
+    Preserves: types, inputs and outputs; values up to rounding (the BLAS may block the
+    same sums differently).
+
+    Before::
+
+        graph(%x: f32[4,3]) {
+          %w: f32[5,3] = constant
+          %y: f32[4,5] = linear(%x, %w)
+          return (%y)
+        }
+
+    After::
+
+        graph(%x: f32[4,3]) {
+          %w_kn: f32[3,5] = constant
+          %w: f32[5,3] = permute(%w_kn, perm=(1, 0))
+          %y: f32[4,5] = linear(%x, %w)
+          return (%y)
+        }
+    """
+    pending = set(weights)
+    b = Builder(graph)
+    for node in graph.nodes:
+        w = node.inputs[1] if node.op in WEIGHT_READERS else None
+        if w in pending:
+            pending.discard(w)
+            kn = b.graph.add_constant(np.ascontiguousarray(graph.constants[w].T),
+                                      name=w.name + "_kn")
+            (b.env[w],) = b.add(PERMUTE, [kn], {"perm": (1, 0)}, node.location, [w.name])
+            report.count("weights stored (K, N)", f"%{w.name}")
+        b.copy(node)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
