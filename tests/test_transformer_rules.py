@@ -204,18 +204,21 @@ def test_training_keeps_separate_linears_and_norms():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_a_weight_read_elsewhere_is_not_transposed():
-    """``constant_linears`` leaves a matmul whose weight something else reads too (a weight
-    tied to an embedding): a transposed copy would double it."""
+@pytest.mark.parametrize("rule,op,shape", [("constant_linears", "matmul", (4, 5)),
+                                           ("weights_kn", "linear", (5, 4))])
+def test_a_weight_read_elsewhere_is_not_transposed(rule, op, shape):
+    """``constant_linears`` leaves a matmul, ``weights_kn`` a linear, whose weight
+    something else reads too (a weight tied to an embedding, here a ``neg``): a
+    transposed copy would double it."""
+    from dualgraph import passes
     from dualgraph.graph import Graph
-    from dualgraph.passes import constant_linears
     g = Graph()
     x = g.add_input((2, 4), "float32", name="x")
-    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), name="w")
-    (y,) = g.add_node("matmul", [x, w], names=["y"])
+    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(shape), name="w")
+    (y,) = g.add_node(op, [x, w], names=["y"])
     (s,) = g.add_node("neg", [w], names=["s"])
     g.set_outputs([y, s])
-    after, report = constant_linears(g)
+    after, report = getattr(passes, rule)(g)
     assert not report.changed and ops_of(after) == ops_of(g)
 
 
@@ -260,21 +263,6 @@ def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
     layouts = _weights(compiled.optimized_graph)
     assert len(layouts) == 3
     assert set(layouts.values()) == {"nk" if rows == 1 else "kn"}
-
-
-def test_a_weight_read_as_anything_else_keeps_its_layout():
-    """A weight also read as an input (tied to an embedding that is indexed, here a
-    ``neg``) is left as it is: a transposed copy would add to it."""
-    from dualgraph.graph import Graph
-    from dualgraph.passes import weights_kn
-    g = Graph()
-    x = g.add_input((3, 4), "float32", name="x")
-    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4), name="w")
-    (y,) = g.add_node("linear", [x, w], names=["y"])
-    (s,) = g.add_node("neg", [w], names=["s"])
-    g.set_outputs([y, s])
-    after, report = weights_kn(g)
-    assert not report.changed and ops_of(after) == ops_of(g)
 
 
 @pytest.mark.parametrize("spelling", ["rsqrt", "functional", "no-weight"])
