@@ -238,8 +238,8 @@ def _weights(graph):
 @pytest.mark.parametrize("rows", [1, 2, 7])
 def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
     """``weights_kn`` stores a frozen linear's weight (K, N) where its input has two rows
-    or more, as a column-major view with the same values (an NN product); a one-row
-    product (the batch-1 loop reads the weight's rows) keeps it (N, K). Compiled equals
+    or more, as a column-major view with the same values (an NN product); a product of
+    one row (the batch-1 loop reads the weight's rows) keeps it (N, K). Compiled equals
     eager and torch for a linear with and without bias, an epilogue and a ReLU."""
     rng = np.random.default_rng(rows)
     state = {"0.weight": rng.standard_normal((33, 24)), "0.bias": rng.standard_normal(33),
@@ -310,4 +310,5 @@ def test_rules_on_an_import_with_symbolic_batch_and_sequence(tmp_path, norm):
                                    session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
     ops = ops_of(loaded.executable.graph)
     assert ops["linear"] == 2 and "matmul" not in ops
+    assert set(_weights(loaded.executable.graph).values()) == {"kn"}   # (symbolic rows)
     assert ops["linear_norm" if norm == "post" else "rms_norm"] == 4

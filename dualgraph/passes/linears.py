@@ -24,10 +24,12 @@ which OpenBLAS runs as an NT product, packing ``W`` from memory at every call. S
 ``(K, N)`` (a ``permute`` view of the transposed copy, so the kernel's ``x @ w.T`` is an
 NN product of two row-major operands) the same product packs faster: as fast or faster on
 every shape measured, most where the weight is read from memory (a weight evicted by the
-rest of a model, or few rows: docs/benchmarks.md). A one-row product keeps ``(N, K)``:
-the batch-1 loop (``kernels/matvec.py``) reads the weight's rows.
+rest of a model, or few rows: docs/benchmarks.md). A product known to have one row
+keeps ``(N, K)``: the batch-1 loop (``kernels/matvec.py``) reads the weight's rows.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -289,19 +291,19 @@ def linear_norm(graph: Graph, norms: list, report: Report) -> Graph:
     return new
 
 
-def _rows_at_least_two(x: Value) -> bool:
-    """Whether the product of ``x``'s leading dims is 2 or more whatever its symbols are
-    (a symbol counts as 1)."""
-    rows = 1
-    for d in x.shape[:-1]:
-        rows *= 1 if isinstance(d, Sym) else d
-    return rows >= 2
+def _more_than_one_row(x: Value) -> bool:
+    """Whether ``x``'s leading dims may hold more than one row: some are symbolic (an
+    import with dynamic batch and sequence dims), or their product is 2 or more."""
+    dims = x.shape[:-1]
+    return any(isinstance(d, Sym) for d in dims) or math.prod(dims) >= 2
 
 
 def weights_to_transpose(graph: Graph) -> list[Value]:
     """The precondition of ``weights_kn``: the 2-D constants of float32/float64 that only
     ``WEIGHT_READERS`` nodes read, each as its weight (second input) and none as anything
-    else, each of an input of the weight's dtype with two rows or more."""
+    else, each of an input of the weight's dtype that may have more than one row (symbolic
+    rows count: a one-row call then runs NumPy's GEMV on the (K, N) weight, as fast on
+    one thread as the batch-1 loop)."""
     live = live_readers(graph)
     found = []
     for w, arr in graph.constants.items():
@@ -310,7 +312,7 @@ def weights_to_transpose(graph: Graph) -> list[Value]:
                 and all(isinstance(u, Node) and u.op in WEIGHT_READERS and u.inputs[1] is w
                         and w not in (u.inputs[0], *u.inputs[2:])
                         and isinstance(u.inputs[0], Value) and u.inputs[0].dtype == w.dtype
-                        and _rows_at_least_two(u.inputs[0]) for u in users)):
+                        and _more_than_one_row(u.inputs[0]) for u in users)):
             found.append(w)
     return found
 
