@@ -12,7 +12,8 @@ BERT-style encoder written as Hugging Face writes it (separate q/k/v linears, th
 divided by sqrt(64), an additive padding mask); ``gpt`` a nanoGPT-style decoder (one q/k/v
 linear split in three, the causal mask by ``masked_fill``, tanh GELU, an LM head on every
 token); ``t5`` a T5-style pre-norm encoder (RMSNorm spelt with ``rsqrt``, no biases,
-unscaled scores, a padding mask). The padded models' ids end in padding: row i of a batch
+unscaled scores, a padding mask); ``distil`` (not run by default) the ``bert`` model with
+6 layers of width 384 and 6 heads. The padded models' ids end in padding: row i of a batch
 keeps its first 128 - 9 i tokens. The same random weights in both
 libraries. ``--threads`` is every engine's thread count (environment variables set before
 NumPy loads). Each implementation runs once per round, in turns; reported: the best CPU time
@@ -250,13 +251,19 @@ def example(name: str, batch: int, rng) -> np.ndarray:
     if name == "vit":
         return rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
     ids = rng.integers(1, VOCAB, (batch, SEQ)).astype(np.int64)
-    if name in ("bert", "t5"):     # padding: row i keeps its first SEQ - 9 i tokens
+    if name in ("bert", "t5", "distil"):     # padding: row i keeps its first SEQ - 9 i tokens
         for i in range(batch):
             ids[i, max(1, SEQ - 9 * i):] = PAD
     return ids
 
 
-MODELS = {"vit": vit, "encoder": encoder, "bert": bert, "gpt": gpt, "t5": t5}
+def distil(lib):
+    """The BERT-style encoder at a DistilBERT-like depth with a MiniLM-like width: 6 layers
+    of width 384, 6 heads, FFN 1536 (a shape outside the other models)."""
+    return bert(lib, width=384, depth=6, heads=6, hidden=1536)
+
+
+MODELS = {"vit": vit, "encoder": encoder, "bert": bert, "gpt": gpt, "t5": t5, "distil": distil}
 
 
 def implementations(name: str, batch: int, threads: int, tmp: str, without=()) -> dict:

@@ -186,6 +186,13 @@ def two_linears_of_one_input():
     return g
 
 
+def linear_by_a_constant():
+    g = Graph()
+    x, w = f32(g, "x", 4, 3), ramp(g, "w", -1, 1, 5, 3)
+    g.set_outputs(list(g.add_node("linear", [x, w], names=["y"])))
+    return g
+
+
 def layer_norm_of_a_residual_linear():
     g = Graph()
     x, w, b = f32(g, "x", 2, 3, 4), f32(g, "w", 5, 4), f32(g, "b", 5)
@@ -216,6 +223,7 @@ EXAMPLES = {
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,
     "join_linears": two_linears_of_one_input,
+    "weights_kn": linear_by_a_constant,
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,

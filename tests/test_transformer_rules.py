@@ -54,6 +54,26 @@ def test_attention_kernel_equals_torch(batch, heads, seq, mask):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_attention_kernel_plans_by_layout():
+    """The kernel works out a plan once per kind of call (shapes and strides): calls of one
+    shape with operands laid out otherwise (contiguous, strided head views, heads of 24
+    and 64 wide), with and without a mask, in turns, each equal torch's."""
+    rng = np.random.default_rng(5)
+    cases = []
+    for width in (24, 64):
+        q, k, v = _heads(2, 3, 9, width, rng)
+        cases += [(q, k, v), tuple(np.ascontiguousarray(a) for a in (q, k, v))]
+    mask = rng.standard_normal((2, 1, 9, 9)).astype(np.float32)
+    for _ in range(2):
+        for (q, k, v), masked in ((c, m) for c in cases for m in (False, True)):
+            got = ATTENTION.kernel(q, np.swapaxes(k, -1, -2), v, *([mask] if masked else []),
+                                   scale=0.5, divide=True, fill=None, heads_out=False)
+            tq, tk, tv = (torch.tensor(np.ascontiguousarray(a)) for a in (q, k, v))
+            s = tq @ tk.transpose(-1, -2) / 0.5 + (torch.tensor(mask) if masked else 0)
+            np.testing.assert_allclose(got, (s.softmax(-1) @ tv).numpy(), rtol=1e-5,
+                                       atol=1e-5)
+
+
 def encoder(lib, width, heads, depth, norm):
     """A Hugging-Face-style encoder: q/k/v as three linears of one input, an additive
     padding mask from the ids (token 0), exact GELU; ``norm`` "post" (BERT's LayerNorm
@@ -159,6 +179,8 @@ def test_encoder_compiled_and_onnx_loaded_equal_torch_and_onnxruntime(
             assert ops["linear_norm"] == 2 * depth and "layer_norm" not in ops
         if norm == "rms":                               # fuse_rms_norm: every RMSNorm
             assert ops["rms_norm"] == 2 * depth
+        layouts = set(_weights(graph).values())         # weights_kn: NN products
+        assert layouts == {"nk" if batch * seq == 1 else "kn"}
 
 
 def test_training_keeps_separate_linears_and_norms():
@@ -182,19 +204,65 @@ def test_training_keeps_separate_linears_and_norms():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_a_weight_read_elsewhere_is_not_transposed():
-    """``constant_linears`` leaves a matmul whose weight something else reads too (a weight
-    tied to an embedding): a transposed copy would double it."""
+@pytest.mark.parametrize("rule,op,shape", [("constant_linears", "matmul", (4, 5)),
+                                           ("weights_kn", "linear", (5, 4))])
+def test_a_weight_read_elsewhere_is_not_transposed(rule, op, shape):
+    """``constant_linears`` leaves a matmul, ``weights_kn`` a linear, whose weight
+    something else reads too (a weight tied to an embedding, here a ``neg``): a
+    transposed copy would double it."""
+    from dualgraph import passes
     from dualgraph.graph import Graph
-    from dualgraph.passes import constant_linears
     g = Graph()
     x = g.add_input((2, 4), "float32", name="x")
-    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5), name="w")
-    (y,) = g.add_node("matmul", [x, w], names=["y"])
+    w = g.add_constant(np.linspace(-1, 1, 20, dtype=np.float32).reshape(shape), name="w")
+    (y,) = g.add_node(op, [x, w], names=["y"])
     (s,) = g.add_node("neg", [w], names=["s"])
     g.set_outputs([y, s])
-    after, report = constant_linears(g)
+    after, report = getattr(passes, rule)(g)
     assert not report.changed and ops_of(after) == ops_of(g)
+
+
+def _weights(graph):
+    """``{linear-like node: how its weight is read}``: "kn" where a ``permute`` of a
+    constant makes it (``weights_kn``), "nk" where it is the constant itself."""
+    found = {}
+    for node in graph.nodes:
+        if node.op.name in ("linear", "linear_relu", "linear_epilogue", "linear_norm"):
+            w = node.inputs[1]
+            permuted = w.producer is not None and w.producer.op.name == "permute"
+            assert permuted or w in graph.constants
+            found[node] = "kn" if permuted else "nk"
+    return found
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
+    """``weights_kn`` stores a frozen linear's weight (K, N) where its input has two rows
+    or more, as a column-major view with the same values (an NN product); a product of
+    one row (the batch-1 loop reads the weight's rows) keeps it (N, K). Compiled equals
+    eager and torch for a linear with and without bias, an epilogue and a ReLU."""
+    rng = np.random.default_rng(rows)
+    state = {"0.weight": rng.standard_normal((33, 24)), "0.bias": rng.standard_normal(33),
+             "2.weight": rng.standard_normal((5, 33)), "3.weight": rng.standard_normal((7, 5))}
+    state = {k: v.astype(np.float32) for k, v in state.items()}
+
+    def make(lib):
+        nn = lib.nn
+        return nn.Sequential(nn.Linear(24, 33), nn.GELU(), nn.Linear(33, 5, bias=False),
+                             nn.Linear(5, 7, bias=False), nn.ReLU())
+    ours, ref = make(dg), make(torch)
+    ours.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    ref.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    x = rng.standard_normal((rows, 24)).astype(np.float32)
+    compiled = dg.compile(ours)
+    with dg.no_grad(), torch.no_grad():
+        got, eager = compiled(dg.tensor(x)).numpy(), ours(dg.tensor(x)).numpy()
+        want = ref(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    layouts = _weights(compiled.optimized_graph)
+    assert len(layouts) == 3
+    assert set(layouts.values()) == {"nk" if rows == 1 else "kn"}
 
 
 @pytest.mark.parametrize("spelling", ["rsqrt", "functional", "no-weight"])
@@ -242,4 +310,5 @@ def test_rules_on_an_import_with_symbolic_batch_and_sequence(tmp_path, norm):
                                    session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
     ops = ops_of(loaded.executable.graph)
     assert ops["linear"] == 2 and "matmul" not in ops
+    assert set(_weights(loaded.executable.graph).values()) == {"kn"}   # (symbolic rows)
     assert ops["linear_norm" if norm == "post" else "rms_norm"] == 4

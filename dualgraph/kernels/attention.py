@@ -82,35 +82,67 @@ def wanted(*arrays) -> bool:
             and native.enabled() and sgemm_address() is not None)
 
 
+class _Plan:
+    """What :func:`attend` works out once per kind of call (the operands' shapes and
+    strides): the result's shape, :func:`blocks`' words with the five pointers left
+    blank, the block count, the mask's shapes (broadcast, then as ``blocks`` reads it) and
+    a zero mask of that shape. Per call only the pointers change: working the layouts out
+    again took most of a small head block's time."""
+
+    def __init__(self, shape, words, count, masked, blocked):
+        self.shape, self.words, self.count = shape, words, count
+        self.masked, self.blocked = masked, blocked
+        self.no_mask = np.broadcast_to(F(0), blocked)
+
+
+_plans: dict = {}
+_POINTERS = [_Q, _KT, _V, _OUT, _SCORES]
+
+
+def _plan(q, kt, v, heads_out: bool) -> _Plan | None:
+    """The plan of calls with operands shaped and laid out as these; None where a matrix
+    is not one ``sgemm`` reads as it is or the batch dims do not nest in two strides."""
+    batch = np.broadcast_shapes(q.shape[:-2], kt.shape[:-2], v.shape[:-2])
+    (m, k), n, ev = q.shape[-2:], kt.shape[-1], v.shape[-1]
+    operands = [np.broadcast_to(x, batch + x.shape[-2:]) for x in (q, kt, v)]
+    shape = batch[:-1] + (m, batch[-1], ev) if heads_out else batch + (m, ev)
+    view = np.empty(shape, np.float32)
+    view = np.swapaxes(view, -2, -3) if heads_out else view
+    layouts = [_layout(x) for x in operands + [view]]
+    if (any(lay is None for lay in layouts) or layouts[3][5] != NO_TRANS
+            or 0 in shape or 0 in q.shape or 0 in kt.shape):
+        return None
+    count = math.prod(batch)
+    heads = batch[-1] if batch else 1
+    words = [sgemm_address()]
+    for lay in layouts:
+        words += [0, *lay[1:]]
+    words = np.array(words + [0, m, n, k, ev], np.int64)
+    return _Plan(shape, words, count, batch + (m, n), (count // heads, heads, m, n))
+
+
 def attend(q, kt, v, mask, scale: float, divide: bool, fill, heads_out: bool):
     """``softmax(q @ kt * scale (+ mask | masked to fill)) @ v`` as the ``attention`` op
     defines it, by :func:`blocks`; None (nothing done) where an operand's matrices are not
     ones ``sgemm`` reads as they are or the batch dims do not nest in two strides."""
-    batch = np.broadcast_shapes(q.shape[:-2], kt.shape[:-2], v.shape[:-2])
-    (m, k), n, ev = q.shape[-2:], kt.shape[-1], v.shape[-1]
-    operands = [np.broadcast_to(x, batch + x.shape[-2:]) for x in (q, kt, v)]
-    if heads_out:
-        out = np.empty(batch[:-1] + (m, batch[-1], ev), np.float32)
-        view = np.swapaxes(out, -2, -3)
-    else:
-        out = view = np.empty(batch + (m, ev), np.float32)
-    layouts = [_layout(x) for x in operands + [view]]
-    if (any(lay is None for lay in layouts) or layouts[3][5] != NO_TRANS
-            or 0 in out.shape or 0 in q.shape or 0 in kt.shape):
+    key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, heads_out)
+    if key not in _plans:
+        if len(_plans) >= 256:     # (shapes that keep changing: keep the recent ones)
+            _plans.clear()
+        _plans[key] = _plan(q, kt, v, heads_out)
+    plan = _plans[key]
+    if plan is None:
         return None
-    count = math.prod(batch)
-    heads = batch[-1] if batch else 1
     if mask is None:
-        mode, mask4 = 0, np.broadcast_to(F(0), (count // heads, heads, m, n))
+        mode, mask4 = 0, plan.no_mask
     else:   # (a padding mask broadcast over the heads and queries stays a view: the
         # heads are indexed apart, where one dim of blocks would copy it, MBs per call)
         mode = ADD_MASK if fill is None else FILL_MASK
-        mask4 = np.broadcast_to(mask, batch + (m, n)).reshape(count // heads, heads, m, n)
-    scores = np.empty((m, n), np.float32)
-    words = [sgemm_address()]
-    for x, lay in zip(operands + [view], layouts):
-        words += [x.ctypes.data, *lay[1:]]
-    words = np.array(words + [scores.ctypes.data, m, n, k, ev], np.int64)
-    blocks(0, count, words, scores, mask4, F(scale), mode | (DIVIDE if divide else 0),
+        mask4 = np.broadcast_to(mask, plan.masked).reshape(plan.blocked)
+    out = np.empty(plan.shape, np.float32)
+    scores = np.empty(plan.blocked[2:], np.float32)
+    words = plan.words.copy()
+    words[_POINTERS] = [x.ctypes.data for x in (q, kt, v, out, scores)]
+    blocks(0, plan.count, words, scores, mask4, F(scale), mode | (DIVIDE if divide else 0),
            F(0 if fill is None else fill))
     return out

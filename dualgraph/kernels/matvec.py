@@ -244,9 +244,13 @@ def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
     """Whether :func:`matvec` should compute this ``linear``: float32 operands of
     :func:`product_shapes`, Numba available. Eager asks this and the compiler asks
     :func:`product_shapes` of the same shapes, so a product runs the same loop (and gives
-    the same bits) either way."""
+    the same bits) either way. A weight not stored row-major (a frozen weight stored
+    (K, N), ``passes/linears.py``'s ``weights_kn``, where the rows are symbolic) is left to
+    NumPy's GEMV, which reads it as it is (as fast on one thread): the loop would copy it
+    at every call."""
     return (product_shapes(x.shape, w.shape, None if bias is None else bias.shape)
-            and (bias is None or bias.dtype == np.float32) and enabled(w, x))
+            and (bias is None or bias.dtype == np.float32) and w.flags.c_contiguous
+            and enabled(w, x))
 
 
 def product_shapes(x_shape: tuple, w_shape: tuple, bias_shape: tuple | None) -> bool:

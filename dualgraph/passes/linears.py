@@ -18,18 +18,32 @@ runs a wider, more efficient product. Its result is cut into the three outputs b
 ``x + linear(y)``; after ``linear_epilogue`` has added the bias and the residual in one
 pass over the product's rows, LayerNorm read and wrote them again. ``linear_norm``
 normalises each row in that same pass.
+
+``weights_kn``: a linear's constant weight ``W (N, K)`` makes its product ``x @ Wᵀ``,
+which OpenBLAS runs as an NT product, packing ``W`` from memory at every call. Stored
+``(K, N)`` (a ``permute`` view of the transposed copy, so the kernel's ``x @ w.T`` is an
+NN product of two row-major operands) the same product packs faster: as fast or faster on
+every shape measured, most where the weight is read from memory (a weight evicted by the
+rest of a model, or few rows: docs/benchmarks.md). A product known to have one row
+keeps ``(N, K)``: the batch-1 loop (``kernels/matvec.py``) reads the weight's rows.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..graph import Graph, Node, Value
 from ..ops.elementwise import ADD, RELU
 from ..ops.epilogue import LINEAR_EPILOGUE, LINEAR_NORM
-from ..ops.linalg import BLAS_DTYPES, LINEAR, MATMUL
+from ..ops.linalg import BLAS_DTYPES, LINEAR, LINEAR_RELU, MATMUL
 from ..ops.norm import LAYER_NORM
-from ..ops.shape import SLICE
-from .core import Report, live_readers, only_reader, rebuild
+from ..ops.shape import PERMUTE, SLICE
+from ..shapes import Sym
+from .core import Builder, Report, live_readers, only_reader, rebuild
+
+# the ops whose second input is a linear layer's (N, K) weight, read by ``linear``'s kernel
+WEIGHT_READERS = (LINEAR, LINEAR_RELU, LINEAR_EPILOGUE, LINEAR_NORM)
 
 
 def _constant(graph: Graph, x):
@@ -275,3 +289,70 @@ def linear_norm(graph: Graph, norms: list, report: Report) -> Graph:
                   {node.inputs[0].producer for node in norms}, emit)
     report.nodes_after = len(new.nodes)
     return new
+
+
+def _more_than_one_row(x: Value) -> bool:
+    """Whether ``x``'s leading dims may hold more than one row: some are symbolic (an
+    import with dynamic batch and sequence dims), or their product is 2 or more."""
+    dims = x.shape[:-1]
+    return any(isinstance(d, Sym) for d in dims) or math.prod(dims) >= 2
+
+
+def weights_to_transpose(graph: Graph) -> list[Value]:
+    """The precondition of ``weights_kn``: the 2-D constants of float32/float64 that only
+    ``WEIGHT_READERS`` nodes read, each as its weight (second input) and none as anything
+    else, each of an input of the weight's dtype that may have more than one row (symbolic
+    rows count: a one-row call then runs NumPy's GEMV on the (K, N) weight, as fast on
+    one thread as the batch-1 loop)."""
+    live = live_readers(graph)
+    found = []
+    for w, arr in graph.constants.items():
+        users = live.get(w, [])
+        if (arr.ndim == 2 and w.dtype in BLAS_DTYPES and users
+                and all(isinstance(u, Node) and u.op in WEIGHT_READERS and u.inputs[1] is w
+                        and w not in (u.inputs[0], *u.inputs[2:])
+                        and isinstance(u.inputs[0], Value) and u.inputs[0].dtype == w.dtype
+                        and _more_than_one_row(u.inputs[0]) for u in users)):
+            found.append(w)
+    return found
+
+
+def weights_kn(graph: Graph, weights: list, report: Report) -> Graph:
+    """Each weight of ``weights_to_transpose`` becomes a ``(K, N)`` constant (its transpose,
+    row-major) and a ``permute`` view of it before its first reader, named as the weight:
+    the readers get the same ``(N, K)`` values, and their kernel's ``x @ w.T`` is a
+    product of two row-major matrices.
+
+    Preserves: types, inputs and outputs; values up to rounding (the BLAS may block the
+    same sums differently).
+
+    Before::
+
+        graph(%x: f32[4,3]) {
+          %w: f32[5,3] = constant
+          %y: f32[4,5] = linear(%x, %w)
+          return (%y)
+        }
+
+    After::
+
+        graph(%x: f32[4,3]) {
+          %w_kn: f32[3,5] = constant
+          %w: f32[5,3] = permute(%w_kn, perm=(1, 0))
+          %y: f32[4,5] = linear(%x, %w)
+          return (%y)
+        }
+    """
+    pending = set(weights)
+    b = Builder(graph)
+    for node in graph.nodes:
+        w = node.inputs[1] if node.op in WEIGHT_READERS else None
+        if w in pending:
+            pending.discard(w)
+            kn = b.graph.add_constant(np.ascontiguousarray(graph.constants[w].T),
+                                      name=w.name + "_kn")
+            (b.env[w],) = b.add(PERMUTE, [kn], {"perm": (1, 0)}, node.location, [w.name])
+            report.count("weights stored (K, N)", f"%{w.name}")
+        b.copy(node)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()

@@ -49,8 +49,9 @@ from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epi
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
-from .linears import (constant_linears, join_linears, linear_norm, linears_sharing_inputs,
-                      matmuls_by_constants, norms_of_linears)
+from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
+                      linears_sharing_inputs, matmuls_by_constants, norms_of_linears,
+                      weights_kn, weights_to_transpose)
 from .scan_linears import batch_scan_linears, scan_plans
 from .share import share_conv_columns, shared_columns
 
@@ -347,6 +348,9 @@ RULES += [
     # linear(x, Wq), linear(x, Wk), ... with constant weights (q/k/v projections), no
     # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
     LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
+    # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
+    # two rows or more -> linear(x, permute(W_kn)): an NN product (after linear_relu)
+    LoweringRule("weights_kn", WEIGHT_READERS, weights_to_transpose, weights_kn, "kernels"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 
