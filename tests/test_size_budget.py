@@ -157,9 +157,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +40 (issue 26, transformers): the weights_kn rule (passes/linears.py: a frozen
 # linear weight stored (K, N), an NN product). kernels/ +20: the attention kernel's plan
 # per kind of call (kernels/attention.py: layouts worked out once, not at every call).
-CORE_BUDGET = 21_950
-BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_280, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 2_830, "ops": 6_920,
+# capture/ +60, ops/ +30 and the core +90 (generated programs against eager): a tensor
+# argument's gradient at every call, an argument returned as it is, symbolic dims given up
+# for static shapes (capture/compile.py); the layout of a traced view for contiguous() and
+# a copying reshape (ops/views.py).
+CORE_BUDGET = 22_040
+BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_340, "cli": 320,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 2_830, "ops": 6_950,
            "passes": 3_010, "export": 3_840, "nn": 3_520, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
