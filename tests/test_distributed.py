@@ -284,6 +284,27 @@ def test_hook_graph_forms_in_a_lone_process(monkeypatch):
         train(my_hook, topk_hook.TopKState(), True)
 
 
+def test_an_mpi_rank_shares_the_cores_and_keeps_freed_memory(monkeypatch):
+    """init_process_group with several ranks (kernels/tuning.join_mpi): OpenBLAS and the
+    loops get the rank's share of the cores, or DUALGRAPH_NUM_THREADS where it is set, and
+    the malloc trick is on unless DUALGRAPH_CPU_TUNING says otherwise."""
+    from dualgraph.kernels import tuning
+    calls = []
+    monkeypatch.setattr(tuning, "share_cores", calls.append)
+    monkeypatch.setattr(tuning, "configure", lambda tricks: calls.append(sorted(tricks)))
+    monkeypatch.setattr(tuning, "active", frozenset({"blas"}))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv(tuning.SWITCH, raising=False)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    tuning.join_mpi(2)
+    assert calls == [1, ["blas", "malloc"]]
+    calls.clear()
+    monkeypatch.delenv("DUALGRAPH_NUM_THREADS")
+    monkeypatch.setenv(tuning.SWITCH, "default")
+    tuning.join_mpi(2)
+    assert calls == [2]
+
+
 def test_distributed_sampler_splits_and_shuffles_by_epoch():
     from dualgraph.utils.data import DistributedSampler
     data = list(range(10))
