@@ -12,6 +12,10 @@ exactly. The kinds:
 - ``pipeline`` (4 ranks): 2 stages x 2 replicas, Schedule1F1B, each stage's DDP over the
   ranks that hold it (the stages' parameters differ: each rank's shard holds its own).
 
+``... killed DIR OUT KIND...`` (between the two) starts a save in which rank 1 is killed
+(SIGKILL) with its shard's temporary file written: the job ends, and ``resume`` must still
+load the checkpoint of ``first`` and remove the temporary file.
+
 With ``ddp``, ``first`` also makes a save fail on rank 1 only (an ``extra`` ``dg.save``
 can't store): every rank raises, naming rank 1, and the directory keeps the previous
 checkpoint's files only; ``resume`` also loads into a job whose rank 1 has another model:
@@ -19,6 +23,7 @@ every rank raises, naming rank 1 and the first shape that differs."""
 import json
 import os
 import random
+import signal
 import sys
 
 import numpy as np
@@ -138,6 +143,12 @@ def expect_error(call, *words):
 
 for kind in KINDS:
     where = os.path.join(DIR, kind)
+    if MODE == "killed":   # rank 1 dies (SIGKILL) with its shard's temporary file written
+        model, opt, sampler, scaler, step = setup(kind, 0)
+        if RANK == 1:
+            os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+        save_checkpoint(where, model=model, optimizer=opt, step=99)
+        raise AssertionError("the job outlived its killed rank")
     if MODE == "first":
         run = setup(kind, 0)
         report(kind, "full", train(*run, 0, TOTAL, 0)[0])
@@ -161,6 +172,8 @@ for kind in KINDS:
         rest, _ = train(model, opt, sampler, scaler, step, info["step"], TOTAL,
                         info["position"])
         report(kind, "resumed", rest)
+        dist.barrier()   # (rank 0 removed the temporary files of killed writers)
+        assert not [n for n in os.listdir(where) if n.endswith(".tmp")], os.listdir(where)
         if kind == "ddp":   # rank 1 built another model: every rank says so
             other = dg.nn.Module()   # (DDP's state keys, no broadcast of unequal shapes)
             other.module = net(33 if RANK == 1 else 32)
