@@ -75,8 +75,9 @@ def save_checkpoint(path, *, model=None, optimizer=None, scaler=None, sampler=No
     if serial[0] < 0:
         raise CheckpointError(f"{path}: rank 0 could not create the checkpoint directory "
                               "(its error says why); the previous checkpoint is unchanged")
-    report = {"layout": _layout(model, optimizer, size)}
+    report = {}
     try:
+        report["layout"] = _layout(model, optimizer, size)
         own = {"rng": _rng_state(), "sampler": _sampler_state(sampler, position)}
         state = {"step": step, "extra": extra, "rank": rank, "own": json.dumps(own)}
         state.update({name: obj.state_dict() for name, obj in
