@@ -53,9 +53,9 @@ class DistributedDataParallel(Module):
     """Replicate ``module`` on every rank and average its gradients over the ranks.
 
     Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
-    every forward (``broadcast_buffers``), all of them in one message. ``process_group`` (a ``dist.new_group``): the
-    replicas are the ranks of that group (its first rank's values are broadcast), not
-    the world. ``bucket_cap_mb`` bounds a bucket;
+    every forward (``broadcast_buffers``), all of them in one message. ``process_group``
+    (a ``dist.new_group``): the replicas are the ranks of that group (its first rank's
+    values are broadcast), not the world. ``bucket_cap_mb`` bounds a bucket;
     ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
     ``gradient_as_bucket_view``: after the reduction each ``.grad`` is a view of its
     bucket's flat array instead of a copy (one pass over the gradients fewer a step, and
