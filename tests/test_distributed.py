@@ -306,6 +306,24 @@ def test_an_mpi_rank_shares_the_cores_and_keeps_freed_memory(monkeypatch):
     assert calls == [2]
 
 
+def test_ddp_broadcasts_parameters_and_buffers_packed_in_messages_of_a_bounded_size(
+        monkeypatch):
+    """DDP's broadcast of rank 0's values: tensors packed as bytes, in order, a message
+    closed before it would pass PACK_BYTES (one larger tensor goes alone)."""
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.nn import parallel
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+    model = parallel.DistributedDataParallel(
+        dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.BatchNorm1d(3)))
+    sent = []
+    monkeypatch.setattr(parallel.DistributedDataParallel, "_broadcast_packed",
+                        lambda self, tensors: sent.append([tuple(t.shape) for t in tensors]))
+    monkeypatch.setattr(parallel, "PACK_BYTES", 40)
+    model._sync(list(model.module.parameters()) + list(model.module.buffers()))
+    assert sent == [[(3, 4)], [(3,), (3,), (3,)], [(3,), (3,), ()]]
+
+
 def test_distributed_sampler_splits_and_shuffles_by_epoch():
     from dualgraph.utils.data import DistributedSampler
     data = list(range(10))

@@ -36,6 +36,8 @@ from .module import Module
 
 __all__ = ["DistributedDataParallel"]
 
+PACK_BYTES = 32 << 20   # at most this much is copied into one message (plus one tensor)
+
 
 class _Bucket:
     """Parameters whose gradients are reduced together: their places in one flat array."""
@@ -108,17 +110,25 @@ class DistributedDataParallel(Module):
 
     def _sync(self, tensors):
         """The values of the process group's rank 0 into ``tensors`` on its every rank:
-        eagerly one broadcast of all of them packed as bytes (a module's many small
-        buffers, three a norm layer, cost one message instead of one each); while a step is
-        captured, one ``broadcast`` node per tensor."""
+        eagerly one broadcast of them packed as bytes per ``PACK_BYTES`` (a module's many
+        small buffers, three a norm layer, cost one message instead of one each); while a
+        step is captured, one ``broadcast`` node per tensor."""
         if modes.tracer is not None:
             src = dist.get_global_rank(self.process_group, 0)
             for t in tensors:
                 dist.broadcast(t, src, group=self.process_group)
             return
+        pack, size = [], 0
+        for t in tensors + [None]:   # (None: the end, sends what is left)
+            if pack and (t is None or size + t._data.nbytes > PACK_BYTES):
+                self._broadcast_packed(pack)
+                pack, size = [], 0
+            if t is not None:
+                pack.append(t)
+                size += t._data.nbytes
+
+    def _broadcast_packed(self, tensors) -> None:
         arrays = [t._data for t in tensors]
-        if not arrays:
-            return
         packed = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8)
                                  for a in arrays])
         self._comm.broadcast(packed, 0, inplace=True).wait()
