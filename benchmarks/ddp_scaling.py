@@ -16,7 +16,9 @@ reads the JSON line rank 0 prints:
   same with PyTorch (one process, and DDP over gloo on the same 2 processes); and, as
   extra rows, DDP with ``ZeroRedundancyOptimizer`` (the update sharded; eager: its step
   broadcasts outside a compiled graph) and DDP with ``gradient_as_bucket_view=True``
-  (gradients zeroed in place: the backward accumulates into the buckets) in both.
+  (gradients zeroed in place: the backward accumulates into the buckets) in both; and
+  ``single,half``: one process on 64 rows (a rank's share), whose ratio to the 128-row
+  step is the most 2 ranks on 2 cores could reach (the bound, with free communication).
 - ``breakdown`` (only with ``--breakdown``): where an eager DDP step's time goes on rank 0
   (forward, backward, the end-of-backward wait, update, process CPU time), against the
   same step of one process on 64 rows in the same job.
@@ -100,11 +102,14 @@ def _mlp_step(lib, rank: int, size: int, parallel: bool, zero: bool = False,
     return step
 
 
-def dualgraph_train(parallel: bool, compiled: bool, zero: bool, view: bool) -> float:
+def dualgraph_train(parallel: bool, compiled: bool, zero: bool, view: bool,
+                    half: bool = False) -> float:
+    """``half``: one process on a rank's share of 2 ranks (64 rows): the bound on scaling."""
     import dualgraph as dg
     import dualgraph.distributed as dist
     dist.init_process_group("mpi")
-    step = _mlp_step(dg, dist.get_rank(), dist.get_world_size(), parallel, zero, view)
+    size = 2 if half else dist.get_world_size()
+    step = _mlp_step(dg, dist.get_rank(), size, parallel, zero, view)
     return _time_steps(dg.compile(step) if compiled else step)
 
 
@@ -211,7 +216,7 @@ def _part(name: str):
     impl, _, variant = name.partition(":")
     if impl == "dualgraph":
         return dualgraph_train("ddp" in variant, "compiled" in variant, "zero" in variant,
-                               "view" in variant)
+                               "view" in variant, "half" in variant)
     return torch_train("ddp" in variant, "zero" in variant, "view" in variant)
 
 
@@ -267,6 +272,7 @@ def main():
         runs = [] if args.collectives else [
             ("dualgraph", "single", 1), ("dualgraph", "ddp", 2),
             ("dualgraph", "single,compiled", 1), ("dualgraph", "ddp,compiled", 2),
+            ("dualgraph", "single,half", 1), ("dualgraph", "single,compiled,half", 1),
             ("dualgraph", "ddp,zero", 2), ("dualgraph", "ddp,view", 2),
             ("torch", "single", 1), ("torch", "ddp", 2), ("torch", "ddp,zero", 2),
             ("torch", "ddp,view", 2)]

@@ -70,7 +70,8 @@ def test_ddp_equals_one_process_on_the_whole_batch():
                   "compiled ddp (", "compiled ddp overlapped", "ZeroRedundancyOptimizer",
                   "compiled ZeroRedundancyOptimizer",
                   "gradient_as_bucket_view set_to_none=True",
-                  "gradient_as_bucket_view set_to_none=False"):
+                  "gradient_as_bucket_view set_to_none=False",
+                  "buffers of several dtypes broadcast in one message"):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 
 
@@ -282,6 +283,45 @@ def test_hook_graph_forms_in_a_lone_process(monkeypatch):
         return topk_hook.topk_hook(state, bucket)
     with pytest.raises(NotImplementedError, match="my_hook has no graph form"):
         train(my_hook, topk_hook.TopKState(), True)
+
+
+def test_an_mpi_rank_shares_the_cores_and_keeps_freed_memory(monkeypatch):
+    """init_process_group with several ranks (kernels/tuning.join_mpi): OpenBLAS and the
+    loops get the rank's share of the cores, or DUALGRAPH_NUM_THREADS where it is set, and
+    the malloc trick is on unless DUALGRAPH_CPU_TUNING says otherwise."""
+    from dualgraph.kernels import tuning
+    calls = []
+    monkeypatch.setattr(tuning, "share_cores", calls.append)
+    monkeypatch.setattr(tuning, "configure", lambda tricks: calls.append(sorted(tricks)))
+    monkeypatch.setattr(tuning, "active", frozenset({"blas"}))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv(tuning.SWITCH, raising=False)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    tuning.join_mpi(2)
+    assert calls == [1, ["blas", "malloc"]]
+    calls.clear()
+    monkeypatch.delenv("DUALGRAPH_NUM_THREADS")
+    monkeypatch.setenv(tuning.SWITCH, "default")
+    tuning.join_mpi(2)
+    assert calls == [2]
+
+
+def test_ddp_broadcasts_parameters_and_buffers_packed_in_messages_of_a_bounded_size(
+        monkeypatch):
+    """DDP's broadcast of rank 0's values: tensors packed as bytes, in order, a message
+    closed before it would pass PACK_BYTES (one larger tensor goes alone)."""
+    from dualgraph.distributed.mpi import Communicator
+    from dualgraph.nn import parallel
+    from dualgraph.ops import collective
+    monkeypatch.setattr(collective.STATE, "comm", Communicator(None, 5.0))
+    model = parallel.DistributedDataParallel(
+        dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.BatchNorm1d(3)))
+    sent = []
+    monkeypatch.setattr(parallel.DistributedDataParallel, "_broadcast_packed",
+                        lambda self, tensors: sent.append([tuple(t.shape) for t in tensors]))
+    monkeypatch.setattr(parallel, "PACK_BYTES", 40)
+    model._sync(list(model.module.parameters()) + list(model.module.buffers()))
+    assert sent == [[(3, 4)], [(3,), (3,), (3,)], [(3,), (3,), ()]]
 
 
 def test_distributed_sampler_splits_and_shuffles_by_epoch():

@@ -62,21 +62,50 @@ def test_split_module_and_schedule_orders(monkeypatch):
         PipelineStage(model, 1, 2)
 
 
+def _resume(tmp_path, kinds, ranks, kill=False):
+    """6 steps in one go == 3 steps, a checkpoint, and 3 more in new processes (other
+    seeds), bit for bit, on every rank (tests/distributed/checkpoint.py); ``kill``: a save
+    whose rank 1 is killed mid-write comes between."""
+    for run in ("first", "killed", "resume") if kill else ("first", "resume"):
+        # (a killed job saves its first kind only: it ends there)
+        result = mpiexec("checkpoint.py", run, tmp_path / "ckpt", tmp_path,
+                         *(kinds[:1] if run == "killed" else kinds), ranks=ranks)
+        if run == "killed":
+            assert result.returncode != 0 and "outlived" not in result.stderr, result.stderr
+            names = os.listdir(tmp_path / "ckpt" / kinds[0])   # the dead rank's temporary
+            assert any(n.endswith(".tmp") for n in names), names   # file, until a load
+            continue
+        assert result.returncode == 0, result.stdout + result.stderr
+    for kind in kinds:
+        for rank in range(ranks):
+            def read(run):
+                return json.loads((tmp_path / f"{kind}-{run}-{rank}.json").read_text())
+            full, first, resumed = read("full"), read("first"), read("resumed")
+            assert len(full) == 6 and first == full[:3], (kind, rank, first, full)
+            assert resumed == full[3:], (kind, rank, resumed, full)
+        names = sorted(os.listdir(tmp_path / "ckpt" / kind))
+        want = ["checkpoint-00000000-rank%05d.safetensors" % r for r in range(ranks)]
+        assert set(want + ["manifest.json"]) <= set(names), names
+        assert kill or len(names) == len(want) + 1, names   # (a killed save's shards stay
+        #                                                   until the next save)
+
+
 @needs_mpi
 def test_resume_from_a_checkpoint_continues_the_same_loss_curve(tmp_path):
-    """6 steps in one go == 3 steps, a checkpoint, and 3 more in new processes (other
-    seeds), bit for bit, on both ranks: model, Adam, scaler, sampler epoch and position,
-    and the dualgraph, NumPy and Python random streams all come back."""
-    ckpt = tmp_path / "ckpt"
-    for run in ("first", "resume"):
-        result = mpiexec("checkpoint.py", run, ckpt, tmp_path)
-        assert result.returncode == 0, result.stdout + result.stderr
-    for rank in range(2):
-        def read(run):
-            return json.loads((tmp_path / f"{run}-{rank}.json").read_text())
-        full, first, resumed = read("full"), read("first"), read("resumed")
-        assert len(full) == 6 and first == full[:3], (first, full)
-        assert resumed == full[3:], (resumed, full)
+    """Data parallel (dropout) and ZeRO (each rank's shard of Adam's moments) on 2 ranks:
+    model, optimiser, scaler, sampler epoch and position, and the dualgraph, NumPy and
+    Python random streams all come back on every rank. A save that fails on one rank
+    leaves the previous checkpoint, and so does one whose rank 1 is killed mid-write (the
+    temporary file it leaves is removed when the job loads); a rank whose model differs
+    makes every rank raise."""
+    _resume(tmp_path, ["ddp", "zero"], 2, kill=True)
+
+
+@needs_mpi
+def test_resume_a_pipeline_times_data_parallel_job(tmp_path):
+    """2 stages x 2 replicas on 4 ranks (oversubscribed, about 15 s on 2 cores): every
+    rank's shard holds its own stage, and the resumed job continues every rank's curve."""
+    _resume(tmp_path, ["pipeline"], 4)
 
 
 class Weights:
@@ -160,7 +189,7 @@ def test_a_checkpoint_writer_killed_mid_write_from_outside(tmp_path):
         writer.wait()
     assert writer.returncode == -signal.SIGKILL
     from dualgraph.distributed.checkpoint import load_checkpoint
-    model = Weights(0)
+    model = Weights(0, 4_000_000)
     step = load_checkpoint(tmp_path, model=model)["step"]
     assert step >= 2 and np.all(model.w.numpy() == step)
     assert _temporary_files(tmp_path) == []
@@ -177,7 +206,20 @@ def test_loading_verifies_the_checksum_and_the_world_size(tmp_path):
     data[-1] ^= 1
     name.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="SHA-256 is not the manifest's"):
-        load_checkpoint(tmp_path, model=Weights(0))
+        load_checkpoint(tmp_path, model=Weights(0, 10))
+    save_checkpoint(tmp_path, model=Weights(4, 10), step=4)
+    with pytest.raises(CheckpointError, match=r"rank 0: this rank's model state \(name, "
+                       r"shape\) differ from the checkpoint's: item 0 was \['w', \[10\]\], "
+                       r"is \['w', \[3\]\]"):
+        load_checkpoint(tmp_path, model=Weights(0, 3))
+    with pytest.raises(CheckpointError, match="the checkpoint has no optimizer state"):
+        load_checkpoint(tmp_path, model=Weights(0, 10), optimizer=Weights(0))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["world_size"] = 2
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="written by 2 ranks, loaded by 1; restart "
+                       "with mpiexec -n 2"):
+        load_checkpoint(tmp_path, model=Weights(0, 10))
 
 
 # -- two "hosts": network namespaces joined by a veth pair ----------------------------------

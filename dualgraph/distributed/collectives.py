@@ -4,7 +4,6 @@ with ``async_op=True``, starts the MPI operation at once (``mpi.py``)."""
 from __future__ import annotations
 
 import datetime
-import os
 
 import numpy as np
 
@@ -49,7 +48,8 @@ def init_process_group(backend: str = "mpi", timeout: datetime.timedelta | None 
     ``DUALGRAPH_DIST_TIMEOUT`` seconds): past it the operation raises
     :class:`DeadlineError` and the job is aborted. With several ranks on one machine each
     uses its share of the cores (one each for two ranks on two cores) unless
-    ``DUALGRAPH_NUM_THREADS`` says otherwise.
+    ``DUALGRAPH_NUM_THREADS`` says otherwise, and glibc keeps freed memory for reuse (the
+    ``malloc`` trick of ``dg.tune_cpu``, unless ``DUALGRAPH_CPU_TUNING`` says otherwise).
 
     >>> dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=60))
     """
@@ -67,8 +67,8 @@ def init_process_group(backend: str = "mpi", timeout: datetime.timedelta | None 
             raise ValueError(f"init_process_group({name}={given}) but MPI says {actual}: "
                              "mpiexec decides the ranks (mpiexec -n N)")
     _c.STATE.comm = comm
-    if comm.size > 1 and "DUALGRAPH_NUM_THREADS" not in os.environ:
-        tuning.share_cores(tuning.cores() // comm.local_size())
+    if comm.size > 1:
+        tuning.join_mpi(comm.local_size())
 
 
 def is_initialized() -> bool:

@@ -164,6 +164,26 @@ def share_cores(n: int) -> None:
         setter(n)
 
 
+def join_mpi(local_ranks: int) -> None:
+    """Tune this process as one of ``local_ranks`` MPI ranks on this machine
+    (``dg.distributed.init_process_group`` with more than one rank):
+
+    - its loops and OpenBLAS use its share of the cores, or ``DUALGRAPH_NUM_THREADS``
+      where that is set: OpenBLAS left at its own count (a thread per core of the machine)
+      would fight with the other ranks, and with this rank, for the cores;
+    - ``malloc`` is on, unless ``DUALGRAPH_CPU_TUNING`` says otherwise: MPI allocates and
+      frees message-sized temporary buffers inside its collectives, and with glibc's
+      dynamic thresholds those frees unmap them or trim the heap, so that a data-parallel
+      step page-faults megabytes of fresh zeroed memory back in (MPI's buffers, the next
+      step's gradients and activations), which slows every phase of the step
+      (docs/benchmarks.md has the measurements).
+    """
+    told = "DUALGRAPH_NUM_THREADS" in os.environ
+    share_cores(cores() if told else cores() // max(1, local_ranks))
+    if SWITCH not in os.environ and "malloc" not in active:
+        configure(active | {"malloc"})
+
+
 class OpenBLAS(NamedTuple):
     """The OpenBLAS this process loaded: its thread server's entry, its thread count and
     its 64-bit CBLAS ``sgemm`` (an address, or None)."""

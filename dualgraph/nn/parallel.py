@@ -36,6 +36,8 @@ from .module import Module
 
 __all__ = ["DistributedDataParallel"]
 
+PACK_BYTES = 32 << 20   # at most this much is copied into one message (plus one tensor)
+
 
 class _Bucket:
     """Parameters whose gradients are reduced together: their places in one flat array."""
@@ -53,9 +55,9 @@ class DistributedDataParallel(Module):
     """Replicate ``module`` on every rank and average its gradients over the ranks.
 
     Parameters and buffers are broadcast from rank 0 when it is made, buffers again before
-    every forward (``broadcast_buffers``). ``process_group`` (a ``dist.new_group``): the
-    replicas are the ranks of that group (its first rank's values are broadcast), not
-    the world. ``bucket_cap_mb`` bounds a bucket;
+    every forward (``broadcast_buffers``), all of them in one message. ``process_group``
+    (a ``dist.new_group``): the replicas are the ranks of that group (its first rank's
+    values are broadcast), not the world. ``bucket_cap_mb`` bounds a bucket;
     ``comm_hook`` (or :meth:`register_comm_hook`) replaces the averaging allreduce.
     ``gradient_as_bucket_view``: after the reduction each ``.grad`` is a view of its
     bucket's flat array instead of a copy (one pass over the gradients fewer a step, and
@@ -107,11 +109,36 @@ class DistributedDataParallel(Module):
         return self.module(*inputs, **kwargs)
 
     def _sync(self, tensors):
-        """The values of the process group's rank 0 into ``tensors`` on its every rank (one
-        collective per tensor)."""
-        src = dist.get_global_rank(self.process_group, 0)
-        for t in tensors:
-            dist.broadcast(t, src, group=self.process_group)
+        """The values of the process group's rank 0 into ``tensors`` on its every rank:
+        eagerly one broadcast of them packed as bytes per ``PACK_BYTES`` (a module's many
+        small buffers, three a norm layer, cost one message instead of one each); while a
+        step is captured, one ``broadcast`` node per tensor."""
+        if modes.tracer is not None:
+            src = dist.get_global_rank(self.process_group, 0)
+            for t in tensors:
+                dist.broadcast(t, src, group=self.process_group)
+            return
+        pack, size = [], 0
+        for t in tensors + [None]:   # (None: the end, sends what is left)
+            if pack and (t is None or size + t._data.nbytes > PACK_BYTES):
+                self._broadcast_packed(pack)
+                pack, size = [], 0
+            if t is not None:
+                pack.append(t)
+                size += t._data.nbytes
+
+    def _broadcast_packed(self, tensors) -> None:
+        arrays = [t._data for t in tensors]
+        packed = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                                 for a in arrays])
+        self._comm.broadcast(packed, 0, inplace=True).wait()
+        if self._comm.rank == 0:
+            return
+        offset = 0
+        for t, a in zip(tensors, arrays):
+            a[...] = packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
+            t._version[0] += 1
+            offset += a.nbytes
 
     @contextlib.contextmanager
     def no_sync(self):

@@ -1,15 +1,22 @@
 """Run by tests/test_distributed.py as ``mpiexec -n 2 python collectives.py``: every
 collective against NumPy on several dtypes and sizes, non-contiguous tensors, async
 handles, gradients through the collectives, and a compiled function with collectives equal
-to eager. Rank 0 prints ``OK <check>`` per check; a failure on any rank aborts the job."""
+to eager; before them, that a rank uses DUALGRAPH_NUM_THREADS=1 thread in OpenBLAS too. Rank 0 prints ``OK <check>`` per check; a failure on any rank aborts the job."""
+import os
+
 import numpy as np
 
 import dualgraph as dg
 import dualgraph.distributed as dist
 import dualgraph.distributed.functional as F
+from dualgraph.kernels import tuning
 
 dist.init_process_group("mpi")
 RANK, SIZE = dist.get_rank(), dist.get_world_size()
+# (run with DUALGRAPH_NUM_THREADS=1: OpenBLAS follows it, and freed memory is kept)
+blas = tuning.openblas()
+assert blas is None or blas.threads() == 1, f"OpenBLAS runs {blas.threads()} threads"
+assert "malloc" in tuning.active or tuning.SWITCH in os.environ, tuning.active
 
 
 def ok(check):

@@ -1,8 +1,10 @@
 """Run by tests/test_distributed.py as ``mpiexec -n 2 python ddp.py``: data parallelism on
 two ranks equals one process training on the concatenated batch (parameters within 1e-6
 relative after 10 steps), with 25 MB buckets and with tiny ones, with ``no_sync``
-gradient accumulation, with a parameter the forward does not use, and compiled. Prints
-``OK <check>`` per check."""
+gradient accumulation, with a parameter the forward does not use, and compiled; and
+buffers of several dtypes (a BatchNorm's, bool, float64) different on every rank become
+rank 0's, in one broadcast when DDP is made and before each forward. Prints ``OK <check>``
+per check."""
 import contextlib
 
 import numpy as np
@@ -181,4 +183,44 @@ for sharded, compiled in ((False, False), (True, False), (True, True)):
     # shard, after DDP's broadcast of the buffer)
     assert str(run.graph).count("= broadcast(") == 1 + SIZE, str(run.graph)
     check("compiled ZeroRedundancyOptimizer", flat(model.module), unsharded)
+
+
+# -- buffers of several dtypes, different on every rank: rank 0's everywhere, in one message --
+def norm_net(seed):
+    dg.manual_seed(seed)
+    net = dg.nn.Sequential(dg.nn.Linear(12, 8), dg.nn.BatchNorm1d(8), dg.nn.Linear(8, 5))
+    net.register_buffer("flag", dg.tensor([seed % 2 == 0]))
+    net.register_buffer("wide", dg.tensor(np.full((2, 3), seed, np.float64)))
+    return net
+
+
+def state(module):
+    return [t.numpy().copy() for t in module.state_dict().values()]
+
+
+def as_float64(module):
+    return np.concatenate([x.astype(np.float64).ravel() for x in state(module)])
+
+
+def rank0s(module):
+    """Rank 0's state, on every rank (every rank calls it: a broadcast)."""
+    values = dg.tensor(as_float64(module))
+    dist.broadcast(values, 0)
+    return values.numpy()
+
+
+from dualgraph.ops import collective   # noqa: E402
+
+calls = collective.comm().calls
+model = DDP(norm_net(RANK))
+assert collective.comm().calls - calls == 1, "parameters and buffers: one broadcast"
+assert all(x.dtype == y.dtype and np.array_equal(x, y)
+           for x, y in zip(state(model.module), state(norm_net(0))))
+model(batch(0, 0, [RANK])[0])   # (training: each rank its own running statistics)
+differ = not np.array_equal(as_float64(model.module), rank0s(model.module))
+assert differ == (RANK != 0)
+model.eval()
+model(batch(0, 0, [RANK])[0])   # broadcasts the buffers first, then changes nothing
+assert np.array_equal(as_float64(model.module), rank0s(model.module)), "buffers differ"
+ok("buffers of several dtypes broadcast in one message")
 dist.destroy_process_group()
