@@ -112,3 +112,31 @@ def test_tiles_split_rows_evenly():
 
 def test_activation_codes_are_the_epilogue_module_s():
     assert set(ACTS) <= set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("geometry", [
+    # (n, c, h, w), (kh, kw), stride, dilation, (top, left): padding on both sides
+    ((2, 3, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),      # "same": one run per image
+    ((3, 2, 7, 7), (1, 1), (1, 1), (1, 1), (0, 0)),      # 1x1: whole planes
+    ((2, 4, 13, 13), (7, 7), (1, 1), (2, 2), (3, 2)),    # taps wholly in the padding
+    ((2, 3, 11, 10), (3, 3), (2, 2), (1, 1), (1, 1)),    # stride 2: row by row
+    ((1, 2, 9, 9), (5, 3), (3, 1), (1, 2), (2, 0)),      # uneven stride and dilation
+    ((2, 5, 6, 5), (3, 1), (1, 2), (1, 1), (4, 1)),      # padding over the whole height
+])
+def test_columns_match_torch_unfold_on_every_tile(geometry):
+    """The im2col tiles (``columns``), every split of the batch's output rows into tiles
+    (one row, part of an image, whole images, tiles across images), against torch's
+    ``unfold``; a tile's columns are fully overwritten."""
+    (n, c, h, w), (kh, kw), stride, dilation, (top, left) = geometry
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    want = F.unfold(torch.tensor(x), (kh, kw), dilation, (top, left), stride).numpy()
+    ho = (h + 2 * top - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * left - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    whole = want.transpose(1, 0, 2).reshape(c * kh * kw, n * ho * wo)   # (taps, batch rows)
+    for rows in sorted({1, 2, ho - 1 or 1, ho, n * ho // 2 + 1, n * ho}):
+        for q0 in range(0, n * ho, rows):
+            size = (min(q0 + rows, n * ho) - q0) * wo
+            cols = np.full((c * kh * kw, size), np.nan, np.float32)
+            conv_tiles.columns(0, c * kh * kw, x, cols, q0, ho, wo, kh, kw, *stride,
+                               *dilation, top, left)
+            np.testing.assert_array_equal(cols, whole[:, q0 * wo:q0 * wo + size])
