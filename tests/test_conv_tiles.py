@@ -140,3 +140,24 @@ def test_columns_match_torch_unfold_on_every_tile(geometry):
             conv_tiles.columns(0, c * kh * kw, x, cols, q0, ho, wo, kh, kw, *stride,
                                *dilation, top, left)
             np.testing.assert_array_equal(cols, whole[:, q0 * wo:q0 * wo + size])
+
+
+@pytest.mark.parametrize("act,bounds", [("relu", (-np.inf, np.inf)), ("clamp", (0.0, 6.0)),
+                                        ("none", (-np.inf, np.inf))])
+def test_one_pass_epilogue_rounds_as_the_sum_then_the_activation(act, bounds):
+    """The bias and ReLU or clamp in one pass (``epilogue.planes`` after a 1x1 conv's GEMM,
+    ``conv_tiles.scatter`` after a tile's) give the bits of the float32 sum, then the
+    activation; NaN stays NaN."""
+    activate = {"relu": lambda v: np.maximum(v, 0), "clamp": lambda v: np.clip(v, *bounds),
+                "none": lambda v: v}[act]
+    x, w, b, attrs = _data((2, 12, 9, 7, 20, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1))
+    x[0, 0, 0, :3] = np.nan, np.inf, -np.inf
+    for shape, conv in [(w.shape, attrs), ((20, 12, 3, 3), dict(attrs, padding=((1, 1),) * 2))]:
+        wt = np.resize(w, shape)
+        y = _torch_conv(x, wt, np.zeros_like(b), **conv).numpy() + b.reshape(-1, 1, 1)
+        want = activate(y)
+        got = CONV2D_EPILOGUE.kernel(x, wt, b, act=act, bounds=bounds, residual_at=None,
+                                     **conv)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        ours = conv_ops.CONV2D.kernel(x, wt, **conv) + b.reshape(-1, 1, 1)
+        np.testing.assert_array_equal(got, activate(ours))

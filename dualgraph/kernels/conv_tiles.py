@@ -25,7 +25,7 @@ import numpy as np
 
 from . import blas_threads, helper, loop
 from .batched import NO_TRANS, ROW_MAJOR
-from .epilogue import _activate
+from .epilogue import _activate, _add_activate
 from .threads import run_rows, threads_for
 
 # A tile's columns: a few times L2, so that the GEMM's panels are wide (OpenBLAS repacks
@@ -132,10 +132,9 @@ def scatter(start, stop, tile, out, q0, ho, pitch, bias, residual, act, lo, hi, 
                 res = residual[n * cout + c, a:a + size]
                 for u in range(size):
                     dst[u] = src[u] + b + res[u]
+                _activate(dst, act, lo, hi)
             else:
-                for u in range(size):
-                    dst[u] = src[u] + b
-            _activate(dst, act, lo, hi)
+                _add_activate(dst, src, b, act, lo, hi)
             if where == 2:
                 res = residual[n * cout + c, a:a + size]
                 for u in range(size):
