@@ -161,3 +161,27 @@ def test_one_pass_epilogue_rounds_as_the_sum_then_the_activation(act, bounds):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         ours = conv_ops.CONV2D.kernel(x, wt, **conv) + b.reshape(-1, 1, 1)
         np.testing.assert_array_equal(got, activate(ours))
+
+
+@pytest.mark.parametrize("pool", [
+    # (n, c, h, w), kernel, stride, padding, dilation, ceil_mode
+    ((2, 8, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), False),     # the stem's 3x3/2 pool
+    ((1, 20, 15, 15), (3, 3), (2, 2), (0, 0), (1, 1), True),     # ceil mode's last window
+    ((3, 16, 9, 12), (2, 3), (1, 3), (1, 0), (2, 1), False),     # dilation, stride 3
+    ((1, 64, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1), False),
+])
+def test_max_pool_values_match_torch_with_nan(pool):
+    """The inference max pool without indices (``max_pool2d_values``), float32 and
+    float64, against torch, NaN and infinities included (NaN wins)."""
+    from dualgraph.ops.epilogue import MAX_POOL2D_VALUES
+    shape, kernel, stride, padding, dilation, ceil = pool
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x[0, 0, 1, :3] = np.nan, np.inf, -np.inf
+    x[-1, -1, -1, -1] = np.nan
+    want = F.max_pool2d(torch.tensor(x), kernel, stride, padding, dilation,
+                        ceil_mode=ceil).numpy()
+    attrs = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                 ceil_mode=ceil)
+    np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x, **attrs), want)
+    np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x.astype(np.float64), **attrs),
+                                  want)
