@@ -185,3 +185,57 @@ def test_max_pool_values_match_torch_with_nan(pool):
     np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x, **attrs), want)
     np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x.astype(np.float64), **attrs),
                                   want)
+
+
+def _dense_block(lib):
+    """Dense convs of every path (a 7x7/2 stem on 3 channels, 5 and 17 channels, dilation
+    2, 1x1 stride 1 and 2, a residual), each with BatchNorm or a bias and an activation
+    for the compiler to fold into ``conv2d_epilogue``; written once for torch and
+    dualgraph."""
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 5, 7, 2, 3, bias=False), nn.BatchNorm2d(5),
+                                      nn.ReLU())
+            self.wide = nn.Sequential(nn.Conv2d(5, 17, 3, 1, 2, dilation=2), nn.ReLU6(),
+                                      nn.Conv2d(17, 17, 1), nn.SiLU())
+            self.conv = nn.Conv2d(17, 17, 5, 1, 2)
+            self.down = nn.Sequential(nn.Conv2d(17, 5, 1, 2), nn.Hardswish())
+
+        def forward(self, x):
+            h = self.wide(self.stem(x))
+            return self.down(lib.relu(h + self.conv(h)))
+    return Block()
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_dense_block_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
+    import dualgraph as dg
+    reference = _dense_block(torch)
+    rng = np.random.default_rng(5)
+    state = {k: (rng.uniform(0.5, 1.5, tuple(v.shape)) if k.endswith("running_var") else
+                 0.3 * rng.standard_normal(tuple(v.shape))).astype(v.numpy().dtype)
+             for k, v in reference.state_dict().items()}
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    model = _dense_block(dg)
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    reference.eval(), model.eval()
+    x = rng.standard_normal((batch, 3, 29, 23)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    with dg.no_grad():
+        eager = model(dg.tensor(x)).numpy()
+        compiled_fn = dg.compile(model)
+        compiled = compiled_fn(dg.tensor(x)).numpy()
+    np.testing.assert_allclose(eager, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compiled, want, rtol=1e-4, atol=1e-4)
+    assert str(compiled_fn.optimized_graph).count("conv2d_epilogue") >= 4
+    path = str(tmp_path / "dense.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
+                               atol=1e-4)
