@@ -223,19 +223,14 @@ def test_dense_block_eager_compiled_and_onnx_import_match_torch(tmp_path, batch)
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
     reference.eval(), model.eval()
     x = rng.standard_normal((batch, 3, 29, 23)).astype(np.float32)
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
-    with dg.no_grad():
-        eager = model(dg.tensor(x)).numpy()
-        compiled_fn = dg.compile(model)
-        compiled = compiled_fn(dg.tensor(x)).numpy()
-    np.testing.assert_allclose(eager, want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(compiled, want, rtol=1e-4, atol=1e-4)
-    assert str(compiled_fn.optimized_graph).count("conv2d_epilogue") >= 4
     path = str(tmp_path / "dense.onnx")
     with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
         torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
                           input_names=["x"])
-    loaded = dg.onnx.load(path)
-    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
-                               atol=1e-4)
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        for run in (model, compiled, dg.onnx.load(path)):   # eager, compiled, imported
+            got = np.asarray(run(dg.tensor(x)).numpy())
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert str(compiled.optimized_graph).count("conv2d_epilogue") >= 4
