@@ -50,16 +50,22 @@ def best_ms(fn, repeat=5):
     return 1e3 * min(times)
 
 
-def onnxruntime_conv(x, w, stride, padding, groups):
-    """A session running one ONNX Conv of ``x`` with the constant ``w``."""
+def onnxruntime_conv(x, w, stride, padding, groups, bias=None, relu=False):
+    """A session running one ONNX Conv of ``x`` with the constant ``w`` (and ``bias``),
+    then a Relu if ``relu`` (which onnxruntime fuses into the conv)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
-    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
-                            pads=[padding] * 4, group=groups)
+    inputs, constants = ["x", "w"], [numpy_helper.from_array(w, "w")]
+    if bias is not None:
+        inputs.append("b")
+        constants.append(numpy_helper.from_array(bias, "b"))
+    nodes = [helper.make_node("Conv", inputs, ["c" if relu else "y"], strides=[stride] * 2,
+                              pads=[padding] * 4, group=groups)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     graph = helper.make_graph(
-        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w")])
+        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     options = ort.SessionOptions()

@@ -112,3 +112,125 @@ def test_tiles_split_rows_evenly():
 
 def test_activation_codes_are_the_epilogue_module_s():
     assert set(ACTS) <= set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("geometry", [
+    # (n, c, h, w), (kh, kw), stride, dilation, (top, left): padding on both sides
+    ((2, 3, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),      # "same": one run per image
+    ((3, 2, 7, 7), (1, 1), (1, 1), (1, 1), (0, 0)),      # 1x1: whole planes
+    ((2, 4, 13, 13), (7, 7), (1, 1), (2, 2), (3, 2)),    # taps wholly in the padding
+    ((2, 3, 11, 10), (3, 3), (2, 2), (1, 1), (1, 1)),    # stride 2: row by row
+    ((1, 2, 9, 9), (5, 3), (3, 1), (1, 2), (2, 0)),      # uneven stride and dilation
+    ((2, 5, 6, 5), (3, 1), (1, 2), (1, 1), (4, 1)),      # padding over the whole height
+])
+def test_columns_match_torch_unfold_on_every_tile(geometry):
+    """The im2col tiles (``columns``), every split of the batch's output rows into tiles
+    (one row, part of an image, whole images, tiles across images), against torch's
+    ``unfold``; a tile's columns are fully overwritten."""
+    (n, c, h, w), (kh, kw), stride, dilation, (top, left) = geometry
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    want = F.unfold(torch.tensor(x), (kh, kw), dilation, (top, left), stride).numpy()
+    ho = (h + 2 * top - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * left - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    whole = want.transpose(1, 0, 2).reshape(c * kh * kw, n * ho * wo)   # (taps, batch rows)
+    for rows in sorted({1, 2, ho - 1 or 1, ho, n * ho // 2 + 1, n * ho}):
+        for q0 in range(0, n * ho, rows):
+            size = (min(q0 + rows, n * ho) - q0) * wo
+            cols = np.full((c * kh * kw, size), np.nan, np.float32)
+            conv_tiles.columns(0, c * kh * kw, x, cols, q0, ho, wo, kh, kw, *stride,
+                               *dilation, top, left)
+            np.testing.assert_array_equal(cols, whole[:, q0 * wo:q0 * wo + size])
+
+
+@pytest.mark.parametrize("act,bounds", [("relu", (-np.inf, np.inf)), ("clamp", (0.0, 6.0)),
+                                        ("none", (-np.inf, np.inf))])
+def test_one_pass_epilogue_rounds_as_the_sum_then_the_activation(act, bounds):
+    """The bias and ReLU or clamp in one pass (``epilogue.planes`` after a 1x1 conv's GEMM,
+    ``conv_tiles.scatter`` after a tile's) give the bits of the float32 sum, then the
+    activation; NaN stays NaN."""
+    activate = {"relu": lambda v: np.maximum(v, 0), "clamp": lambda v: np.clip(v, *bounds),
+                "none": lambda v: v}[act]
+    x, w, b, attrs = _data((2, 12, 9, 7, 20, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1))
+    x[0, 0, 0, :3] = np.nan, np.inf, -np.inf
+    for shape, conv in [(w.shape, attrs), ((20, 12, 3, 3), dict(attrs, padding=((1, 1),) * 2))]:
+        wt = np.resize(w, shape)
+        y = _torch_conv(x, wt, np.zeros_like(b), **conv).numpy() + b.reshape(-1, 1, 1)
+        want = activate(y)
+        got = CONV2D_EPILOGUE.kernel(x, wt, b, act=act, bounds=bounds, residual_at=None,
+                                     **conv)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        ours = conv_ops.CONV2D.kernel(x, wt, **conv) + b.reshape(-1, 1, 1)
+        np.testing.assert_array_equal(got, activate(ours))
+
+
+@pytest.mark.parametrize("pool", [
+    # (n, c, h, w), kernel, stride, padding, dilation, ceil_mode
+    ((2, 8, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), False),     # the stem's 3x3/2 pool
+    ((1, 20, 15, 15), (3, 3), (2, 2), (0, 0), (1, 1), True),     # ceil mode's last window
+    ((3, 16, 9, 12), (2, 3), (1, 3), (1, 0), (2, 1), False),     # dilation, stride 3
+    ((1, 64, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1), False),
+])
+def test_max_pool_values_match_torch_with_nan(pool):
+    """The inference max pool without indices (``max_pool2d_values``), float32 and
+    float64, against torch, NaN and infinities included (NaN wins)."""
+    from dualgraph.ops.epilogue import MAX_POOL2D_VALUES
+    shape, kernel, stride, padding, dilation, ceil = pool
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x[0, 0, 1, :3] = np.nan, np.inf, -np.inf
+    x[-1, -1, -1, -1] = np.nan
+    want = F.max_pool2d(torch.tensor(x), kernel, stride, padding, dilation,
+                        ceil_mode=ceil).numpy()
+    attrs = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                 ceil_mode=ceil)
+    np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x, **attrs), want)
+    np.testing.assert_array_equal(MAX_POOL2D_VALUES.kernel(x.astype(np.float64), **attrs),
+                                  want)
+
+
+def _dense_block(lib):
+    """Dense convs of every path (a 7x7/2 stem on 3 channels, 5 and 17 channels, dilation
+    2, 1x1 stride 1 and 2, a residual), each with BatchNorm or a bias and an activation
+    for the compiler to fold into ``conv2d_epilogue``; written once for torch and
+    dualgraph."""
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 5, 7, 2, 3, bias=False), nn.BatchNorm2d(5),
+                                      nn.ReLU())
+            self.wide = nn.Sequential(nn.Conv2d(5, 17, 3, 1, 2, dilation=2), nn.ReLU6(),
+                                      nn.Conv2d(17, 17, 1), nn.SiLU())
+            self.conv = nn.Conv2d(17, 17, 5, 1, 2)
+            self.down = nn.Sequential(nn.Conv2d(17, 5, 1, 2), nn.Hardswish())
+
+        def forward(self, x):
+            h = self.wide(self.stem(x))
+            return self.down(lib.relu(h + self.conv(h)))
+    return Block()
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_dense_block_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
+    import dualgraph as dg
+    reference = _dense_block(torch)
+    rng = np.random.default_rng(5)
+    state = {k: (rng.uniform(0.5, 1.5, tuple(v.shape)) if k.endswith("running_var") else
+                 0.3 * rng.standard_normal(tuple(v.shape))).astype(v.numpy().dtype)
+             for k, v in reference.state_dict().items()}
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    model = _dense_block(dg)
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    reference.eval(), model.eval()
+    x = rng.standard_normal((batch, 3, 29, 23)).astype(np.float32)
+    path = str(tmp_path / "dense.onnx")
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        for run in (model, compiled, dg.onnx.load(path)):   # eager, compiled, imported
+            got = np.asarray(run(dg.tensor(x)).numpy())
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert str(compiled.optimized_graph).count("conv2d_epilogue") >= 4

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import blas_threads, helper, loop
 from .batched import NO_TRANS, ROW_MAJOR
-from .epilogue import _activate
+from .epilogue import _activate, _add_activate
 from .threads import run_rows, threads_for
 
 # A tile's columns: a few times L2, so that the GEMM's panels are wide (OpenBLAS repacks
@@ -44,45 +44,70 @@ SHIFT_MIN_CHANNELS = 64
 def _inside(offset, step, width, positions):
     """``(v0, v1)``: the positions ``v < positions`` whose input column ``v * step +
     offset`` lies inside ``[0, width)``."""
-    v0 = 0 if offset >= 0 else (step - 1 - offset) // step
+    v0 = min(positions, 0 if offset >= 0 else (step - 1 - offset) // step)
     v1 = min(positions, (width - offset + step - 1) // step) if width > offset else 0
-    return min(v0, positions), max(v0, v1)
+    return v0, max(v0, v1)
 
 
 @loop
 def columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left):
     """Rows ``start:stop`` of ``cols (C*kh*kw, T)``: row ``(c, i, j)`` holds tap ``(i,
     j)`` of channel ``c`` for the ``T / wo`` output rows from batch row ``q0`` of ``x (N,
-    C, H, W)``, zero where the tap falls in the padding."""
-    height, width = x.shape[2], x.shape[3]
+    C, H, W)``, zero where the tap falls in the padding. Per tap, the output rows are
+    taken a run of rows of one image at a time, their rows inside the input found once
+    (:func:`_inside`); where input and output rows have one width (stride 1 and "same"
+    padding across, or a 1x1 kernel) the run is one contiguous copy of the input plane,
+    whose columns that fall in the padding are then zeroed (else a copy per row: the
+    runs of a few elements of small planes cost more in their set-up than in copying)."""
+    channels, height, width = x.shape[1], x.shape[2], x.shape[3]
+    src = x.reshape(-1)
     rows = cols.shape[1] // wo
+    whole = sh == 1 and sw == 1 and width == wo
     for k in range(start, stop):
         c, i, j = k // (kh * kw), (k // kw) % kh, k % kw
         offset = j * dw - left
         v0, v1 = _inside(offset, sw, width, wo)
         dst = cols[k]
-        for t in range(rows):
-            q = q0 + t
-            n, y = q // ho, (q % ho) * sh + i * dh - top
-            d = dst[t * wo:(t + 1) * wo]
-            if y < 0 or y >= height:
-                d[:] = 0
-                continue
-            src = x[n, c, y]
-            for v in range(v0):
-                d[v] = 0
-            part, run = d[v0:v1], src[v0 * sw + offset:]
-            if sw == 1:
+        n, r, t = q0 // ho, q0 % ho, 0
+        while t < rows:
+            m = min(rows - t, ho - r)
+            oy = r * sh + i * dh - top            # the input row of the run's first row
+            u0, u1 = _inside(oy, sh, height, m)   # its rows inside the input
+            base, plane = t * wo, (n * channels + c) * height * width
+            _zero(dst, base, base + u0 * wo)
+            _zero(dst, base + u1 * wo, base + m * wo)
+            if whole and u1 > u0 and v1 > v0:
+                a, b = base + u0 * wo + v0, base + (u1 - 1) * wo + v1
+                part, run = dst[a:b], src[a + plane + oy * width + offset - base:]
                 for u in range(part.size):
                     part[u] = run[u]
-            elif sw == 2:   # (a constant stride: LLVM vectorises the deinterleaving)
-                for u in range(part.size):
-                    part[u] = run[2 * u]
+                for u in range(u0, u1):
+                    _zero(dst, base + u * wo, base + u * wo + v0)
+                    _zero(dst, base + u * wo + v1, base + (u + 1) * wo)
             else:
-                for u in range(part.size):
-                    part[u] = run[u * sw]
-            for v in range(v1, wo):
-                d[v] = 0
+                for u in range(u0, u1):
+                    d = base + u * wo
+                    _zero(dst, d, d + v0)
+                    _zero(dst, d + v1, d + wo)
+                    part = dst[d + v0:d + v1]
+                    run = src[plane + (oy + u * sh) * width + v0 * sw + offset:]
+                    if sw == 1:
+                        for v in range(part.size):
+                            part[v] = run[v]
+                    elif sw == 2:   # (a constant stride: LLVM vectorises the deinterleaving)
+                        for v in range(part.size):
+                            part[v] = run[2 * v]
+                    else:
+                        for v in range(part.size):
+                            part[v] = run[v * sw]
+            t, n, r = t + m, n + 1, 0
+
+
+@helper(inline="always")
+def _zero(a, start, stop):
+    """``a[start:stop] = 0``."""
+    for p in range(start, stop):
+        a[p] = 0
 
 
 @loop
@@ -107,10 +132,9 @@ def scatter(start, stop, tile, out, q0, ho, pitch, bias, residual, act, lo, hi, 
                 res = residual[n * cout + c, a:a + size]
                 for u in range(size):
                     dst[u] = src[u] + b + res[u]
+                _activate(dst, act, lo, hi)
             else:
-                for u in range(size):
-                    dst[u] = src[u] + b
-            _activate(dst, act, lo, hi)
+                _add_activate(dst, src, b, act, lo, hi)
             if where == 2:
                 res = residual[n * cout + c, a:a + size]
                 for u in range(size):

@@ -68,12 +68,31 @@ def _activate(row, act, lo, hi):
             row[i] = _clamp(row[i] + _THREE, _ZERO, _SIX) / _SIX
 
 
+@helper(inline="always")
+def _add_activate(row, src, b, act, lo, hi):
+    """``row = act(src + b)`` for a scalar ``b`` (``src`` may be ``row``): one pass for
+    ReLU and clamp (the common epilogues: half the time of the sum's pass and then the
+    activation's), else the sum, then :func:`_activate`'s pass. The same roundings either
+    way (``+ 0`` as in :func:`_activate`)."""
+    if act == 1:
+        for i in range(row.size):
+            v = src[i] + b + _ZERO
+            row[i] = _ZERO if v < _ZERO else v
+    elif act == 2:
+        for i in range(row.size):
+            row[i] = _clamp(src[i] + b, lo, hi)
+    else:
+        for i in range(row.size):
+            row[i] = src[i] + b
+        _activate(row, act, lo, hi)
+
+
 @loop
 def planes(start, stop, out, bias, residual, act, lo, hi, where):
     """Planes ``start:stop`` of ``out (N*C, H*W)``, in place: ``act(out + bias[c] (+ r))``
     (``where`` 1: the residual ``r = residual[p]`` is added before the activation, 2: after
     it, 0: none; ``residual`` is then any 2-D float32 array). A plane stays in cache
-    through its three short loops."""
+    through its short loops."""
     channels = bias.shape[0]
     for p in range(start, stop):
         b, row = bias[p % channels], out[p]
@@ -81,10 +100,9 @@ def planes(start, stop, out, bias, residual, act, lo, hi, where):
             r = residual[p]
             for i in range(row.size):
                 row[i] = row[i] + b + r[i]
+            _activate(row, act, lo, hi)
         else:
-            for i in range(row.size):
-                row[i] = row[i] + b
-        _activate(row, act, lo, hi)
+            _add_activate(row, row, b, act, lo, hi)
         if where == 2:
             r = residual[p]
             for i in range(row.size):
