@@ -23,6 +23,8 @@ depend on the number of threads.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import helper, loop
@@ -143,6 +145,25 @@ def wanted(w_shape, groups) -> bool:
     return groups > 1 and (cg == 1 or cg * (cout // groups) <= DIRECT_MAX_PRODUCT)
 
 
+@lru_cache(maxsize=256)
+def _layout(cg, kh, kw, ho, wo, stride, dilation, itemsize):
+    """``(hq, wq, phase, band, offsets)`` of a conv's phase planes (module docstring):
+    rows and row width of a phase plane, its size in the scratch, output rows a band,
+    and each tap's offset (``TAPS`` a pass, the padding taps' 0; shared, never
+    written). Computed once per geometry: on a batch-1 layer of small planes this Python
+    loop was a fifth of the call."""
+    (sh, sw), (dh, dw) = stride, dilation
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    phase = (hq + 1) * wq + VECTOR        # (a band's last pass reads up to VECTOR past it)
+    offsets = np.zeros(-(-cg * kh * kw // TAPS) * TAPS, np.int64)
+    for k in range(cg * kh * kw):
+        ch, i, j = k // (kh * kw), k // kw % kh, k % kw
+        which = (ch * sh + i * dh % sh) * sw + j * dw % sw
+        offsets[k] = which * phase + i * dh // sh * wq + j * dw // sw
+    band = max(1, min(ho, BAND_BYTES // (itemsize * wq)))
+    return hq, wq, phase, band, offsets
+
+
 def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, where=0, act=0,
          lo=-np.inf, hi=np.inf):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with ``w (Cout, C/G, kh,
@@ -153,27 +174,20 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     n, c = x.shape[:2]
     cout, cg, kh, kw = w.shape
     ho, wo = out.shape[2:]
-    (sh, sw), (dh, dw) = stride, dilation
-    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
-    phase = (hq + 1) * wq + VECTOR        # (a band's last pass reads up to VECTOR past it)
-    taps = -(-cg * kh * kw // TAPS) * TAPS
-    offsets = np.zeros(taps, np.int64)
-    for k in range(cg * kh * kw):
-        ch, i, j = k // (kh * kw), k // kw % kh, k % kw
-        which = (ch * sh + i * dh % sh) * sw + j * dw % sw
-        offsets[k] = which * phase + i * dh // sh * wq + j * dw // sw
+    hq, wq, phase, band, offsets = _layout(cg, kh, kw, ho, wo, tuple(stride),
+                                           tuple(dilation), dt.itemsize)
+    taps = offsets.size
     wt = np.zeros((cout, taps), dt)
     wt[:, :cg * kh * kw] = w.reshape(cout, -1)
-    band = max(1, min(ho, BAND_BYTES // (dt.itemsize * wq)))
     items = n * groups
     workers = max(1, min(items, threads_for(out.size * cg * kh * kw) or cores()))
-    scratch = np.empty((workers, cg * sh * sw * phase), dt)
+    scratch = np.empty((workers, cg * stride[0] * stride[1] * phase), dt)
     acc = np.empty((workers, -(-band * wq // VECTOR) * VECTOR), dt)
     out2 = out.reshape(n * cout, ho * wo)
     res = (np.zeros((1, 1), dt) if residual is None
            else np.ascontiguousarray(residual, dt).reshape(out2.shape))
     run_rows(_direct, workers, x, wt, offsets, out2, scratch, acc,
              np.ascontiguousarray(bias, dt), res, act, dt.type(lo), dt.type(hi),
-             where, cg, ho, wo, hq, wq, band, sh, sw, padding[0][0], padding[1][0],
-             threads=workers)
+             where, cg, ho, wo, hq, wq, band, stride[0], stride[1], padding[0][0],
+             padding[1][0], threads=workers)
     return out
