@@ -137,7 +137,8 @@ def test_gradients_of_direct_convs_match_torch(case):
 
 # Depthwise shapes of every kind the loop takes (n, c, multiplier, h, w, k, stride,
 # padding, dilation), each with one epilogue: (activation, bounds, where the residual
-# goes). Planes 1x1, 5x7 and 57x57; channels 1, 3, 17 and 96; kernels 3, 5 and 7.
+# goes). Planes 1x1, 5x7 and 57x57; channels 1, 3, 17 and 96; kernels 3, 5 and 7; stride 2
+# on rows of ``PAIR_MIN_WIDTH`` or more (both column phases filled in one pass) and fewer.
 EPILOGUES = [("none", None, None), ("relu", None, "before"), ("clamp", (0, 6), None),
              ("sigmoid", None, "after"), ("silu", None, None), ("hardswish", None, "before")]
 DEPTHWISE = [
@@ -146,6 +147,7 @@ DEPTHWISE = [
     (1, 3, 1, 57, 57, 7, 1, 3, 1), (1, 17, 1, 5, 7, 3, 1, 2, 2), (16, 3, 1, 5, 7, 7, 2, 3, 1),
     (3, 96, 1, 14, 14, 5, 1, 0, 1), (1, 17, 2, 9, 11, 3, 1, 0, 2),
     (1, 3, 1, 1, 1, 5, 2, 2, 1), (16, 1, 2, 7, 7, 3, 1, 1, 1),
+    (1, 3, 1, 30, 31, 3, 2, 0, 1), (3, 17, 1, 29, 40, 7, 2, 3, 2),   # rows in phase pairs
 ]
 
 
