@@ -83,10 +83,11 @@ def _models():
     return reference.eval(), model.eval()
 
 
-@pytest.mark.parametrize("batch", [1, 3, 16])
-def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
+@pytest.mark.parametrize("batch, size", [(1, (17, 15)), (3, (17, 15)), (16, (17, 15)),
+                                         (2, (33, 35))])   # (rows filled in phase pairs)
+def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch, size):
     reference, model = _models()
-    x = np.random.default_rng(batch).standard_normal((batch, 6, 17, 15)).astype(np.float32)
+    x = np.random.default_rng(batch).standard_normal((batch, 6, *size)).astype(np.float32)
     with torch.no_grad():
         h = reference(torch.tensor(x))
         want = (h + reference[5](h)).numpy()
