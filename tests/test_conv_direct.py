@@ -83,10 +83,11 @@ def _models():
     return reference.eval(), model.eval()
 
 
-@pytest.mark.parametrize("batch", [1, 3, 16])
-def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch):
+@pytest.mark.parametrize("batch, size", [(1, (17, 15)), (3, (17, 15)), (16, (17, 15)),
+                                         (2, (33, 35))])   # (rows filled in phase pairs)
+def test_eager_compiled_and_onnx_import_match_torch(tmp_path, batch, size):
     reference, model = _models()
-    x = np.random.default_rng(batch).standard_normal((batch, 6, 17, 15)).astype(np.float32)
+    x = np.random.default_rng(batch).standard_normal((batch, 6, *size)).astype(np.float32)
     with torch.no_grad():
         h = reference(torch.tensor(x))
         want = (h + reference[5](h)).numpy()
@@ -133,3 +134,44 @@ def test_gradients_of_direct_convs_match_torch(case):
     for got, want in [(y, yt), (xs.grad, xt.grad), (ws.grad, wt.grad), (bs.grad, bt.grad)]:
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4,
                                    atol=1e-4)
+
+
+# Depthwise shapes of every kind the loop takes (n, c, multiplier, h, w, k, stride,
+# padding, dilation), each with one epilogue: (activation, bounds, where the residual
+# goes). Planes 1x1, 5x7 and 57x57; channels 1, 3, 17 and 96; kernels 3, 5 and 7; stride 2
+# on rows of ``PAIR_MIN_WIDTH`` or more (both column phases filled in one pass) and fewer.
+EPILOGUES = [("none", None, None), ("relu", None, "before"), ("clamp", (0, 6), None),
+             ("sigmoid", None, "after"), ("silu", None, None), ("hardswish", None, "before")]
+DEPTHWISE = [
+    (1, 1, 1, 1, 1, 3, 1, 1, 1), (3, 3, 2, 5, 7, 3, 2, 1, 1), (16, 17, 1, 5, 7, 5, 1, 2, 1),
+    (1, 96, 1, 57, 57, 3, 2, 1, 1), (3, 17, 2, 57, 57, 5, 2, 2, 1),
+    (1, 3, 1, 57, 57, 7, 1, 3, 1), (1, 17, 1, 5, 7, 3, 1, 2, 2), (16, 3, 1, 5, 7, 7, 2, 3, 1),
+    (3, 96, 1, 14, 14, 5, 1, 0, 1), (1, 17, 2, 9, 11, 3, 1, 0, 2),
+    (1, 3, 1, 1, 1, 5, 2, 2, 1), (16, 1, 2, 7, 7, 3, 1, 1, 1),
+    (1, 3, 1, 30, 31, 3, 2, 0, 1), (3, 17, 1, 29, 40, 7, 2, 3, 2),   # rows in phase pairs
+]
+
+
+@pytest.mark.parametrize("i, case", list(enumerate(DEPTHWISE)))
+def test_depthwise_with_each_epilogue_matches_torch(i, case):
+    """The direct loop with the compiled epilogue's arguments, against torch's conv, its
+    activation and the residual, on the shapes above."""
+    from dualgraph.kernels.epilogue import ACTIVATIONS
+    n, c, mult, h, w, k, s, p, d = case
+    act, bounds, residual_at = EPILOGUES[i % len(EPILOGUES)]
+    rng = np.random.default_rng(i)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((c * mult, 1, k, k)).astype(np.float32) / k
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(b), s, p, d, c)
+    r = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    act_fn = {"none": lambda t: t, "relu": F.relu, "clamp": lambda t: t.clamp(0, 6),
+              "sigmoid": torch.sigmoid, "silu": F.silu, "hardswish": F.hardswish}[act]
+    want = act_fn(y + torch.tensor(r) if residual_at == "before" else y)
+    want = (want + torch.tensor(r) if residual_at == "after" else want).numpy()
+    out = np.full(tuple(y.shape), np.nan, np.float32)
+    where = {None: 0, "before": 1, "after": 2}[residual_at]
+    lo, hi = bounds or (-np.inf, np.inf)
+    conv_direct.conv(x, weight, out, (s, s), ((p, p), (p, p)), (d, d), c, b,
+                     r if where else None, where, ACTIVATIONS.index(act), lo, hi)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

@@ -23,6 +23,8 @@ depend on the number of threads.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import helper, loop
@@ -35,6 +37,9 @@ BAND_BYTES = 8 << 10   # a band of sums: a quarter of L1
 VECTOR = 32            # band lengths are multiples of this (8 lanes, unrolled 4 by LLVM),
 #                        so no band ends in a scalar remainder loop
 TAPS = 9               # taps per pass over a band (a 3x3 kernel's)
+# From this input width on, a column stride of 2 fills both column phases of a row in one
+# pass over it (``_fill_pair``); on narrower rows its edge loops cost more than it saves.
+PAIR_MIN_WIDTH = 28
 
 
 @helper(inline="always")
@@ -69,6 +74,28 @@ def _fill(dst, src, v0, v1, step, start):
             d[u] = s[u * step]
 
 
+@helper(inline="always")
+def _fill_pair(even, odd, src, left, wq):
+    """``even[v] = src[2v - left]``, ``odd[v] = src[2v + 1 - left]`` where those columns
+    are inside ``src`` and ``v < wq``: one input row into its two column phases (stride
+    2), the positions both phases take in one loop that reads the row once."""
+    e0, e1 = _inside(-left, 2, src.size, wq)
+    o0, o1 = _inside(1 - left, 2, src.size, wq)
+    lo, hi = max(e0, o0), max(max(e0, o0), min(e1, o1))
+    de, do, s = even[lo:hi], odd[lo:hi], src[2 * lo - left:]
+    for u in range(de.size):
+        de[u] = s[2 * u]
+        do[u] = s[2 * u + 1]
+    for v in range(e0, min(lo, e1)):     # (at most a position at either end)
+        even[v] = src[2 * v - left]
+    for v in range(max(hi, e0), e1):
+        even[v] = src[2 * v - left]
+    for v in range(o0, min(lo, o1)):
+        odd[v] = src[2 * v + 1 - left]
+    for v in range(max(hi, o0), o1):
+        odd[v] = src[2 * v + 1 - left]
+
+
 @loop(fastmath={"contract"})
 def _direct(start, stop, x, wt, offsets, out, scratch, acc, bias, residual, act, lo, hi,
             where, cg, ho, wo, hq, wq, band, sh, sw, top, left):
@@ -84,6 +111,7 @@ def _direct(start, stop, x, wt, offsets, out, scratch, acc, bias, residual, act,
     cog = cout // groups
     phase = scratch.shape[1] // (cg * sh * sw)
     items = images * groups
+    pair = sw == 2 and width >= PAIR_MIN_WIDTH
     for t in range(start, stop):
         buf, sums = scratch[t], acc[t]
         buf[:] = 0    # (the padding: every item writes the same inside positions)
@@ -92,7 +120,7 @@ def _direct(start, stop, x, wt, offsets, out, scratch, acc, bias, residual, act,
             n, g = item // groups, item % groups
             for c in range(cg):
                 for a in range(sh):
-                    for b in range(sw):
+                    for b in range(0 if pair else sw):
                         v0, v1 = _inside(b - left, sw, width, wq)
                         base = ((c * sh + a) * sw + b) * phase
                         for y in range(hq + 1):
@@ -100,6 +128,13 @@ def _direct(start, stop, x, wt, offsets, out, scratch, acc, bias, residual, act,
                             if 0 <= row < height and v1 > v0:
                                 _fill(buf[base + y * wq:], x[n, g * cg + c, row], v0, v1, sw,
                                       b - left)
+                    if pair:   # (both column phases of a row in one pass over it)
+                        base = (c * sh + a) * 2 * phase
+                        for y in range(hq + 1):
+                            row = y * sh + a - top
+                            if 0 <= row < height:
+                                _fill_pair(buf[base + y * wq:], buf[base + phase + y * wq:],
+                                           x[n, g * cg + c, row], left, wq)
             for o in range(g * cog, (g + 1) * cog):
                 p, bo = n * cout + o, bias[o]
                 for r0 in range(0, ho, band):
@@ -143,6 +178,25 @@ def wanted(w_shape, groups) -> bool:
     return groups > 1 and (cg == 1 or cg * (cout // groups) <= DIRECT_MAX_PRODUCT)
 
 
+@lru_cache(maxsize=256)
+def _layout(cg, kh, kw, ho, wo, stride, dilation, itemsize):
+    """``(hq, wq, phase, band, offsets)`` of a conv's phase planes (module docstring):
+    rows and row width of a phase plane, its size in the scratch, output rows a band,
+    and each tap's offset (``TAPS`` a pass, the padding taps' 0; shared, never
+    written). Computed once per geometry: on a batch-1 layer of small planes this Python
+    loop was a fifth of the call."""
+    (sh, sw), (dh, dw) = stride, dilation
+    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
+    phase = (hq + 1) * wq + VECTOR        # (a band's last pass reads up to VECTOR past it)
+    offsets = np.zeros(-(-cg * kh * kw // TAPS) * TAPS, np.int64)
+    for k in range(cg * kh * kw):
+        ch, i, j = k // (kh * kw), k // kw % kh, k % kw
+        which = (ch * sh + i * dh % sh) * sw + j * dw % sw
+        offsets[k] = which * phase + i * dh // sh * wq + j * dw // sw
+    band = max(1, min(ho, BAND_BYTES // (itemsize * wq)))
+    return hq, wq, phase, band, offsets
+
+
 def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, where=0, act=0,
          lo=-np.inf, hi=np.inf):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with ``w (Cout, C/G, kh,
@@ -153,27 +207,20 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     n, c = x.shape[:2]
     cout, cg, kh, kw = w.shape
     ho, wo = out.shape[2:]
-    (sh, sw), (dh, dw) = stride, dilation
-    hq, wq = ho + (kh - 1) * dh // sh, wo + (kw - 1) * dw // sw
-    phase = (hq + 1) * wq + VECTOR        # (a band's last pass reads up to VECTOR past it)
-    taps = -(-cg * kh * kw // TAPS) * TAPS
-    offsets = np.zeros(taps, np.int64)
-    for k in range(cg * kh * kw):
-        ch, i, j = k // (kh * kw), k // kw % kh, k % kw
-        which = (ch * sh + i * dh % sh) * sw + j * dw % sw
-        offsets[k] = which * phase + i * dh // sh * wq + j * dw // sw
+    hq, wq, phase, band, offsets = _layout(cg, kh, kw, ho, wo, tuple(stride),
+                                           tuple(dilation), dt.itemsize)
+    taps = offsets.size
     wt = np.zeros((cout, taps), dt)
     wt[:, :cg * kh * kw] = w.reshape(cout, -1)
-    band = max(1, min(ho, BAND_BYTES // (dt.itemsize * wq)))
     items = n * groups
     workers = max(1, min(items, threads_for(out.size * cg * kh * kw) or cores()))
-    scratch = np.empty((workers, cg * sh * sw * phase), dt)
+    scratch = np.empty((workers, cg * stride[0] * stride[1] * phase), dt)
     acc = np.empty((workers, -(-band * wq // VECTOR) * VECTOR), dt)
     out2 = out.reshape(n * cout, ho * wo)
     res = (np.zeros((1, 1), dt) if residual is None
            else np.ascontiguousarray(residual, dt).reshape(out2.shape))
     run_rows(_direct, workers, x, wt, offsets, out2, scratch, acc,
              np.ascontiguousarray(bias, dt), res, act, dt.type(lo), dt.type(hi),
-             where, cg, ho, wo, hq, wq, band, sh, sw, padding[0][0], padding[1][0],
-             threads=workers)
+             where, cg, ho, wo, hq, wq, band, stride[0], stride[1], padding[0][0],
+             padding[1][0], threads=workers)
     return out
