@@ -81,10 +81,15 @@ SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
                                       unbroadcast(neg(g), b) if needs_grad(b) else None),
             elementwise="{0} - {1}", onnx="Sub",
             shape_fold=np.subtract)
-MUL = defop("mul", binary_kernel(np.multiply), infer_binary,
-            vjp=lambda g, out, a, b: (
-                unbroadcast(apply(MUL, g, b), a) if needs_grad(a) else None,
-                unbroadcast(apply(MUL, g, a), b) if needs_grad(b) else None),
+def _mul_vjp(g, out, a, b):
+    # (the inputs' checks inline: this is the commonest VJP of all)
+    return (unbroadcast(apply(MUL, g, b), a) if isinstance(a, Tensor) and a.requires_grad
+            else None,
+            unbroadcast(apply(MUL, g, a), b) if isinstance(b, Tensor) and b.requires_grad
+            else None)
+
+
+MUL = defop("mul", binary_kernel(np.multiply), infer_binary, vjp=_mul_vjp,
             elementwise="{0} * {1}", onnx="Mul",
             commutative=True,
             shape_fold=np.multiply)
