@@ -1173,6 +1173,8 @@ RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
 
 
 def relu(input, inplace=False):
+    if not inplace:   # (the common call, without _activation's two frames)
+        return apply(RELU, input)
     return _activation(input, lambda x: apply(RELU, x), inplace, reads_input=False)
 
 
