@@ -8,13 +8,12 @@ is measured by the ``tiny_ops`` benchmark.
 """
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 
 from . import dtypes
-from ._helpers import _internal, _is_internal, user_location
+from ._helpers import user_location, user_site
 from .autograd.tape import Node, departures, grad_mode
 from .shapes import ShapeError
 from .tensor import Tensor
@@ -180,37 +179,22 @@ def _record(op, args, outs, attrs, tracer):
     """Make the backward Node of ``op``'s call and make it the outputs' ``grad_fn``: per
     input the edge its gradient takes, the versions of the tensors the VJP will read (an
     in-place change before backward is then an error, not a wrong gradient) and the user's
-    line (``user_site``'s walk, inlined: this runs at every recorded op)."""
+    line."""
     if tracer is not None:
         args = _freeze(args)
     edges = []
     versions = []
     saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
-    i = 0
-    for a in args:
+    for i, a in enumerate(args):
+        edge = None
         if isinstance(a, Tensor):
             if saved is None or i in saved:
                 versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
-                edges.append((fn, a._output_nr) if fn is not None else
-                             (a._accumulate_node(), 0))
-                i += 1
-                continue
-        edges.append(None)
-        i += 1
-    f = sys._getframe(2)   # (the caller of apply)
-    known = _internal
-    while f is not None:
-        filename = f.f_code.co_filename
-        internal = known.get(filename)
-        if internal is None:
-            internal = _is_internal(filename)
-        if not internal:
-            break
-        f = f.f_back
-    node = Node(op, args, outs, attrs, edges, versions,
-                None if f is None else (filename, f.f_lineno))
+                edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
+        edges.append(edge)
+    node = Node(op, args, outs, attrs, edges, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop
         t = outs[0]
