@@ -29,6 +29,7 @@ grad_mode = _GradMode()
 # a plain lookup, and dispatch asks for two at every op: where a count is 0 every thread has
 # the default, so the op skips the thread-local read (an exact shortcut, never a guess).
 departures = {"enabled": 0, "anomaly": 0}
+_departures_lock = threading.Lock()   # (threads enter and leave blocks at once)
 
 
 def is_grad_enabled() -> bool:
@@ -50,12 +51,14 @@ class _SetFlag(contextlib.ContextDecorator):
         self.prev.append(getattr(grad_mode, self.flag))
         setattr(grad_mode, self.flag, self.value)
         if self.departs:
-            departures[self.flag] += 1
+            with _departures_lock:
+                departures[self.flag] += 1
 
     def __exit__(self, *exc):
         setattr(grad_mode, self.flag, self.prev.pop())
         if self.departs:
-            departures[self.flag] -= 1
+            with _departures_lock:
+                departures[self.flag] -= 1
         return False
 
 
