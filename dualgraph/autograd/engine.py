@@ -231,7 +231,7 @@ def _add(pending, ready, owned, node, out_nr, g):
 
 
 def _call_vjp(node: Node, grads: dict):
-    if node.freed:
+    if node.inputs is None:   # (freed)
         raise RuntimeError(
             f"trying to backward through the graph a second time at {node!r} (saved values "
             "were freed after the first backward); pass retain_graph=True to the first "
@@ -288,8 +288,7 @@ def _fit(node: Node, inp, g):
 
 
 def _free(node: Node):
-    node.freed = True
-    node.inputs = node.outputs = None
+    node.inputs = node.outputs = None   # (and so node.freed)
     node.versions = ()
     release = getattr(node.op, "release", None)
     if release is not None:   # (an op holding saved values of its own: a checkpoint's)

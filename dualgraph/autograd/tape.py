@@ -125,12 +125,11 @@ class Node:
     needs none; it is fixed at record time, so later in-place ops on an input do not
     rewire this node."""
 
-    # Dispatch makes one per recorded op: the rarely set ``hooks`` and ``freed`` live on
-    # the class until set (in the ``__dict__`` slot, which stays unallocated until then).
+    # Dispatch makes one per recorded op: the rarely set ``hooks`` live on the class until
+    # set (in the ``__dict__`` slot, which stays unallocated until then).
     __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "site", "seq",
                  "__dict__", "__weakref__")
     hooks = None     # {output index: [hook, ...]} from register_hook on outputs
-    freed = False    # the engine dropped its saved tensors (backward without retain_graph)
 
     def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, site):
         self.seq = next(_sequence)
@@ -141,6 +140,12 @@ class Node:
         self.next = next_nodes
         self.versions = versions
         self.site = site      # (file, line) of the user's call; see `location`
+
+    @property
+    def freed(self) -> bool:
+        """Whether the engine dropped its saved tensors (a backward without
+        ``retain_graph``): it has no inputs then."""
+        return self.inputs is None
 
     @property
     def location(self) -> str:
