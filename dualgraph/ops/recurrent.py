@@ -219,12 +219,19 @@ LSTM_CELL = defop("lstm_cell", _half_in_float32(_lstm_kernel), _infer_lstm, vjp=
                   differentiable_outputs=(0, 1), saves="io",
                   onnx=_onnx_lstm_cell,
                   autocast="lower")
-LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _half_in_float32(_lstm_backward_kernel),
-                           _infer_lstm_backward,
-                           compiler_only=True,
-                           decomposition=_lstm_backward_decomposition,
-                           vjp=_lstm_backward_vjp, attrs=("need",), num_outputs=5, saves="i",
-                           onnx=None)
+
+
+def _cell_backward_op(name, kernel, infer, decomposition, vjp, num_outputs):
+    """A fused cell's backward op: compiler-only (the cell's VJP makes it), its ``need``
+    attr the gradients to compute, run in float32 for half-precision operands."""
+    return defop(name, _half_in_float32(kernel), infer, compiler_only=True,
+                 decomposition=decomposition, vjp=vjp, attrs=("need",),
+                 num_outputs=num_outputs, saves="i", onnx=None)
+
+
+LSTM_CELL_BACKWARD = _cell_backward_op("lstm_cell_backward", _lstm_backward_kernel,
+                                       _infer_lstm_backward, _lstm_backward_decomposition,
+                                       _lstm_backward_vjp, 5)
 
 
 def lstm_cell(xg, h, c, w_hh, b_hh=None):
@@ -349,12 +356,9 @@ GRU_CELL = defop("gru_cell", _half_in_float32(_gru_kernel), _infer_gru, vjp=_gru
                  saves="io",
                  onnx=_onnx_gru_cell,
                  autocast="lower")
-GRU_CELL_BACKWARD = defop("gru_cell_backward", _half_in_float32(_gru_backward_kernel),
-                          _infer_gru_backward,
-                          compiler_only=True,
-                          decomposition=_gru_backward_decomposition,
-                          vjp=_gru_backward_vjp, attrs=("need",), num_outputs=4, saves="i",
-                          onnx=None)
+GRU_CELL_BACKWARD = _cell_backward_op("gru_cell_backward", _gru_backward_kernel,
+                                      _infer_gru_backward, _gru_backward_decomposition,
+                                      _gru_backward_vjp, 4)
 
 
 def gru_cell(xg, h, w_hh, b_hh=None):
