@@ -14,7 +14,7 @@ import numpy as np
 
 from . import dtypes
 from ._helpers import user_location, user_site
-from .autograd.tape import Node, grad_mode
+from .autograd.tape import Node, departures, grad_mode
 from .shapes import ShapeError
 from .tensor import Tensor
 
@@ -140,7 +140,7 @@ def apply(op, *args, **attrs):
             raise op_error(op, arrays, attrs, e, user_location()) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
             raw = np.asarray(raw) if op.num_outputs == 1 else tuple(np.asarray(r) for r in raw)
-        if grad_mode.anomaly and not grad_mode.in_backward:
+        if departures["anomaly"] and grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:
         if tracer.numbers:   # (Python numbers traced as graph inputs: capture/symbolic.py)
@@ -164,36 +164,37 @@ def apply(op, *args, **attrs):
         for t in outs:       # tape's own, capture/replay.py)
             t._trace_id = tracer.trace_id
 
-    if op.vjp is not None and grad_mode.enabled:
+    # (departures: no thread has grad mode off, so this one has it on; tape.py)
+    if op.vjp is not None and (not departures["enabled"] or grad_mode.enabled):
         if modes.refresh_views is not None:
             modes.refresh_views(args)
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
-                _record(op, args, outs, attrs)
+                _record(op, args, outs, attrs, tracer)
                 break
     return out
 
 
-def _record(op, args, outs, attrs):
-    next_nodes = []
-    versions = []
-    if modes.tracer is not None:
+def _record(op, args, outs, attrs, tracer):
+    """Make the backward Node of ``op``'s call and make it the outputs' ``grad_fn``: per
+    input the edge its gradient takes, the versions of the tensors the VJP will read (an
+    in-place change before backward is then an error, not a wrong gradient) and the user's
+    line."""
+    if tracer is not None:
         args = _freeze(args)
-    saves_inputs = op.saves_inputs
-    for a in args:
+    edges = []
+    versions = []
+    saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
+    for i, a in enumerate(args):
+        edge = None
         if isinstance(a, Tensor):
-            if saves_inputs:
+            if saved is None or i in saved:
                 versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
-                next_nodes.append((fn, a._output_nr) if fn is not None else
-                                  (a._accumulate_node(), 0))
-                continue
-        next_nodes.append(None)
-    if op.saved_inputs is not None:   # (the VJP reads only these inputs: check them alone)
-        versions = [(a, a._version[0]) for i, a in enumerate(args)
-                    if i in op.saved_inputs and isinstance(a, Tensor)]
-    node = Node(op, args, outs, attrs, next_nodes, versions, user_site())
+                edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
+        edges.append(edge)
+    node = Node(op, args, outs, attrs, edges, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop
         t = outs[0]

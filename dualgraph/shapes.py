@@ -76,8 +76,13 @@ def _monomial(coef: int, names: tuple):
     return Sym(coef=coef, names=names) if names else coef
 
 
+_INT = frozenset((int,))
+
+
 def is_static(shape) -> bool:
-    return all(type(d) is int for d in shape)
+    """Whether every dim is a plain int (no symbolic dims). (The set of the dims' types,
+    built in C: shape checks of every reshape and slice ask this.)"""
+    return set(map(type, shape)) <= _INT
 
 
 ShapedType = namedtuple("ShapedType", "shape dtype")
@@ -150,6 +155,11 @@ def infer_reshape(shape, new_shape) -> tuple:
     """Resolve a single -1 in ``new_shape`` and check the element count is kept."""
     new_shape = tuple(new_shape)
     total = numel(shape)
+    if -1 not in new_shape and is_static(new_shape) and is_static(shape):   # the common case
+        if numel(new_shape) != total:
+            raise ShapeError(f"cannot reshape a tensor of shape {tuple(shape)} ({total} "
+                             f"elements) to {new_shape} ({numel(new_shape)} elements)")
+        return new_shape
     if new_shape.count(-1) > 1:
         raise ShapeError(f"reshape to {new_shape}: only one dim can be -1")
     if -1 in new_shape:
@@ -163,7 +173,4 @@ def infer_reshape(shape, new_shape) -> tuple:
             raise ShapeError(f"cannot reshape a tensor of shape {tuple(shape)} "
                              f"({total} elements) to {new_shape}")
         return tuple(total // known if d == -1 else d for d in new_shape)
-    if is_static(shape) and is_static(new_shape) and numel(new_shape) != total:
-        raise ShapeError(f"cannot reshape a tensor of shape {tuple(shape)} ({total} elements) "
-                         f"to {new_shape} ({numel(new_shape)} elements)")
-    return new_shape
+    return new_shape   # (symbolic dims: the element counts can't be compared here)

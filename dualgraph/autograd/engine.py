@@ -17,7 +17,7 @@ from ..dispatch import autocast, modes
 from ..ops import creation
 from ..shapes import numel
 from ..tensor import Tensor
-from .tape import AccumulateGrad, Node, grad_mode, set_grad_enabled
+from .tape import AccumulateGrad, Node, departures, grad_mode, set_grad_enabled
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -179,17 +179,22 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
                     results[i] = g
+        inputs_of = node.inputs   # (before _free drops them)
         input_grads = _call_vjp(node, grads)
         if not retain_graph:
             _free(node)
-        for edge, g in zip(node.next, input_grads):
-            if g is not None:   # (_call_vjp gives None where the edge is None)
-                target = edge[0]
-                if target in pending:
-                    _add(pending, ready, owned, target, edge[1], g)
-                else:   # (_add's first case, inlined: most gradients have one source)
-                    pending[target] = {edge[1]: g}
-                    heapq.heappush(ready, (-target.seq, target))
+        for edge, inp, g in zip(node.next, inputs_of, input_grads):
+            if edge is None or g is None:
+                continue
+            if (type(g) is not Tensor or g._data.shape != inp._data.shape
+                    or g._data.dtype is not inp._data.dtype):
+                g = _fit(node, inp, g)
+            target = edge[0]
+            if target in pending:
+                _add(pending, ready, owned, target, edge[1], g)
+            else:   # (_add's first case, inlined: most gradients have one source)
+                pending[target] = {edge[1]: g}
+                heapq.heappush(ready, (-target.seq, target))
 
 
 def _capture_points(targets) -> dict:
@@ -226,7 +231,7 @@ def _add(pending, ready, owned, node, out_nr, g):
 
 
 def _call_vjp(node: Node, grads: dict):
-    if node.freed:
+    if node.inputs is None:   # (freed)
         raise RuntimeError(
             f"trying to backward through the graph a second time at {node!r} (saved values "
             "were freed after the first backward); pass retain_graph=True to the first "
@@ -262,29 +267,28 @@ def _call_vjp(node: Node, grads: dict):
     if len(result) != len(node.inputs):
         raise AssertionError(f"vjp of {node.op.name} returned {len(result)} gradients for "
                              f"{len(node.inputs)} inputs")
-    if grad_mode.anomaly:
+    if departures["anomaly"] and grad_mode.anomaly:
         _check_backward_nan(node, result)
-    fixed = []
-    for edge, inp, gi in zip(node.next, node.inputs, result):
-        if edge is None or gi is None:
-            fixed.append(None)
-            continue
-        if not isinstance(gi, Tensor):   # a VJP may return a plain number
-            gi = creation.full_like(inp, gi)
-        data, want = gi._data, inp._data
-        if data.shape != want.shape:
-            raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
-                                 f"{data.shape} for an input of shape {want.shape}")
-        if data.dtype is not want.dtype and data.dtype != want.dtype:
-            gi = gi.to(dtypes.from_np(want.dtype))
-        fixed.append(gi)
-    return fixed
+    return result
+
+
+def _fit(node: Node, inp, g):
+    """Input ``inp``'s gradient ``g`` from ``node``'s VJP as a Tensor of ``inp``'s dtype,
+    checked to have its shape (a VJP may return a plain number, or compute in another
+    dtype)."""
+    if not isinstance(g, Tensor):
+        g = creation.full_like(inp, g)
+    data, want = g._data, inp._data
+    if data.shape != want.shape:
+        raise AssertionError(f"vjp of {node.op.name} gave a gradient of shape "
+                             f"{data.shape} for an input of shape {want.shape}")
+    if data.dtype is not want.dtype and data.dtype != want.dtype:
+        g = g.to(dtypes.from_np(want.dtype))
+    return g
 
 
 def _free(node: Node):
-    node.freed = True
-    node.inputs = None
-    node.outputs = None
+    node.inputs = node.outputs = None   # (and so node.freed)
     node.versions = ()
     release = getattr(node.op, "release", None)
     if release is not None:   # (an op holding saved values of its own: a checkpoint's)

@@ -24,6 +24,13 @@ class _GradMode(threading.local):
 
 grad_mode = _GradMode()
 
+# How many ``with`` blocks, in all threads together, are now setting each flag away from its
+# default (``enabled`` off, ``anomaly`` on). Reading a thread-local flag costs several times
+# a plain lookup, and dispatch asks for two at every op: where a count is 0 every thread has
+# the default, so the op skips the thread-local read (an exact shortcut, never a guess).
+departures = {"enabled": 0, "anomaly": 0}
+_departures_lock = threading.Lock()   # (threads enter and leave blocks at once)
+
 
 def is_grad_enabled() -> bool:
     return grad_mode.enabled
@@ -38,13 +45,20 @@ class _SetFlag(contextlib.ContextDecorator):
     def __init__(self, value: bool):
         self.value = value
         self.prev = []
+        self.departs = value != getattr(_GradMode, self.flag)
 
     def __enter__(self):
         self.prev.append(getattr(grad_mode, self.flag))
         setattr(grad_mode, self.flag, self.value)
+        if self.departs:
+            with _departures_lock:
+                departures[self.flag] += 1
 
     def __exit__(self, *exc):
         setattr(grad_mode, self.flag, self.prev.pop())
+        if self.departs:
+            with _departures_lock:
+                departures[self.flag] -= 1
         return False
 
 
@@ -111,8 +125,11 @@ class Node:
     needs none; it is fixed at record time, so later in-place ops on an input do not
     rewire this node."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "site",
-                 "hooks", "freed", "seq", "__weakref__")
+    # Dispatch makes one per recorded op: the rarely set ``hooks`` live on the class until
+    # set (in the ``__dict__`` slot, which stays unallocated until then).
+    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "site", "seq",
+                 "__dict__", "__weakref__")
+    hooks = None     # {output index: [hook, ...]} from register_hook on outputs
 
     def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, site):
         self.seq = next(_sequence)
@@ -123,8 +140,12 @@ class Node:
         self.next = next_nodes
         self.versions = versions
         self.site = site      # (file, line) of the user's call; see `location`
-        self.hooks = None     # {output index: [hook, ...]} from register_hook on outputs
-        self.freed = False
+
+    @property
+    def freed(self) -> bool:
+        """Whether the engine dropped its saved tensors (a backward without
+        ``retain_graph``): it has no inputs then."""
+        return self.inputs is None
 
     @property
     def location(self) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..autograd import engine
 from ..autograd.tape import grad_mode
-from ..dispatch import _record, apply
+from ..dispatch import _record, apply, modes
 from ..graph import Graph
 from ..graph.ir import Value
 from ..tensor import Tensor
@@ -207,6 +207,6 @@ def record_call(backward: Backward, executable, user_leaves: list, saved: list, 
     ``create_graph`` backward."""
     op = CompiledOp(backward, executable, saved, replay)
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
-    _record(op, inputs, outs, {})
+    _record(op, inputs, outs, {}, modes.tracer)
     if shared and outs:
         outs[0].grad_fn.versions.extend((t, t._version[0]) for t in shared)

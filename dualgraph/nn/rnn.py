@@ -76,13 +76,8 @@ def _lstm_step(xg, state, w: _Weights):
 
 def _gru_step(xg, state, w: _Weights):
     (h,) = state
-    x_r, x_z, x_n = shape_ops.chunk(xg, 3, -1)
-    # b_hn stays inside the reset gate's product, as in torch (and cuDNN).
-    h_r, h_z, h_n = shape_ops.chunk(linear(h, w.w_hh, w.b_hh), 3, -1)
-    r = elementwise.sigmoid(x_r + h_r)
-    z = elementwise.sigmoid(x_z + h_z)
-    n = elementwise.tanh(x_n + r * h_n)
-    return ((1 - z) * n + z * h,)
+    # (b_hn stays inside the reset gate's product, as in torch and cuDNN)
+    return (recurrent.gru_cell(xg, h, w.w_hh, w.b_hh),)   # one fused op per step
 
 
 class _Mode(NamedTuple):

@@ -81,10 +81,15 @@ SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
                                       unbroadcast(neg(g), b) if needs_grad(b) else None),
             elementwise="{0} - {1}", onnx="Sub",
             shape_fold=np.subtract)
-MUL = defop("mul", binary_kernel(np.multiply), infer_binary,
-            vjp=lambda g, out, a, b: (
-                unbroadcast(apply(MUL, g, b), a) if needs_grad(a) else None,
-                unbroadcast(apply(MUL, g, a), b) if needs_grad(b) else None),
+def _mul_vjp(g, out, a, b):
+    # (the inputs' checks inline: this is the commonest VJP of all)
+    return (unbroadcast(apply(MUL, g, b), a) if isinstance(a, Tensor) and a.requires_grad
+            else None,
+            unbroadcast(apply(MUL, g, a), b) if isinstance(b, Tensor) and b.requires_grad
+            else None)
+
+
+MUL = defop("mul", binary_kernel(np.multiply), infer_binary, vjp=_mul_vjp,
             elementwise="{0} * {1}", onnx="Mul",
             commutative=True,
             shape_fold=np.multiply)
@@ -330,13 +335,21 @@ def _trig_array(name: str):
     """np.sin / np.cos, or for float32 (at every size) the loop of ``kernels.trig``, which
     a fused kernel's ``sin32`` / ``cos32`` match bit for bit."""
     ufunc = getattr(np, name)
+    entry = None   # the loop's machine code for aligned flat float32 arrays, once known
 
     def kernel(x):
+        nonlocal entry
         if x.dtype != np.float32 or not kernels.numba_available():
             return ufunc(x)
-        out = np.empty(x.shape, np.float32)
-        getattr(kernels.trig, name)(kernels.flat(x), out.reshape(-1))
-        return out
+        flat = kernels.flat(x)
+        out = np.empty(flat.shape, np.float32)
+        if not flat.flags.aligned:   # (a view into a byte buffer: the loop's own checks)
+            getattr(kernels.trig, name)(flat, out)
+        else:   # (working out the argument types costs more than 16 sines)
+            if entry is None:
+                entry = getattr(kernels.trig, name).entry(flat, out)
+            entry(flat, out)
+        return out.reshape(x.shape)
     kernel.__name__ = name
     return kernel
 
@@ -1160,6 +1173,8 @@ RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
 
 
 def relu(input, inplace=False):
+    if not inplace:   # (the common call, without _activation's two frames)
+        return apply(RELU, input)
     return _activation(input, lambda x: apply(RELU, x), inplace, reads_input=False)
 
 

@@ -1,4 +1,4 @@
-"""Fused recurrent-cell ops: the LSTM cell's gate arithmetic in one kernel.
+"""Fused recurrent-cell ops: the LSTM and GRU cells' gate arithmetic in one kernel each.
 
 An LSTM step is two matmuls and then a dozen small elementwise ops on the gates; run one
 op at a time, their dispatch and temporaries cost more than the matmuls (torch fuses them
@@ -170,24 +170,32 @@ def _lstm_backward_decomposition(gh, gc, xg, h, c, w_hh, *rest, need):
             dw if need[3] else zeros_like(dw), db if need[4] else zeros_like(db))
 
 
-def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
-    """Second derivatives: autodiff of the first derivatives of :func:`_lstm_composite`
-    (the activated gates are a cache, so they get no gradient of their own)."""
+def _second_derivatives(composite, cotangents, inputs, gg, need):
+    """A fused cell backward's VJP: autodiff of the first derivatives of ``composite``
+    (the cell written with linear and elementwise ops; its first outputs are the ones the
+    ``cotangents`` are for) at ``inputs``; ``gg`` are the cotangents of the backward's
+    outputs, ``need`` which of them it computed. The saved activations (the backward's last
+    input) are a cache, so they get no gradient of their own."""
     from ..autograd.engine import grad
     from ..autograd.tape import enable_grad
-    b_hh = rest[:-1]
     with enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (gh, gc, xg, h, c, w_hh, *b_hh)]
-        h_new, c_new, _ = _lstm_composite(*leaves[2:6], *(leaves[6:] or [None]))
-        firsts = grad([h_new, c_new], leaves[2:], leaves[:2], create_graph=True,
-                      allow_unused=True)
+        cots = [t.detach().requires_grad_() for t in cotangents]
+        ins = [t.detach().requires_grad_() for t in inputs]
+        outs = composite(*ins)[:len(cots)]
+        firsts = grad(list(outs), ins, cots, create_graph=True, allow_unused=True)
         pairs = [(f, cot) for f, cot, n in zip(firsts, gg, need)
                  if n and cot is not None and f is not None]
         if not pairs:
-            return (None,) * (len(leaves) + 1)
-        seconds = grad([f for f, _ in pairs], leaves, [cot for _, cot in pairs],
+            return (None,) * (len(cots) + len(ins) + 1)
+        seconds = grad([f for f, _ in pairs], cots + ins, [cot for _, cot in pairs],
                        create_graph=True, allow_unused=True)
     return tuple(seconds) + (None,)
+
+
+def _lstm_backward_vjp(gg, out, gh, gc, xg, h, c, w_hh, *rest, need):
+    """Second derivatives: autodiff of the first derivatives of :func:`_lstm_composite`."""
+    return _second_derivatives(_lstm_composite, (gh, gc), (xg, h, c, w_hh, *rest[:-1]), gg,
+                               need)
 
 
 def _onnx_lstm_cell(e, node):
@@ -211,12 +219,19 @@ LSTM_CELL = defop("lstm_cell", _half_in_float32(_lstm_kernel), _infer_lstm, vjp=
                   differentiable_outputs=(0, 1), saves="io",
                   onnx=_onnx_lstm_cell,
                   autocast="lower")
-LSTM_CELL_BACKWARD = defop("lstm_cell_backward", _half_in_float32(_lstm_backward_kernel),
-                           _infer_lstm_backward,
-                           compiler_only=True,
-                           decomposition=_lstm_backward_decomposition,
-                           vjp=_lstm_backward_vjp, attrs=("need",), num_outputs=5, saves="i",
-                           onnx=None)
+
+
+def _cell_backward_op(name, kernel, infer, decomposition, vjp, num_outputs):
+    """A fused cell's backward op: compiler-only (the cell's VJP makes it), its ``need``
+    attr the gradients to compute, run in float32 for half-precision operands."""
+    return defop(name, _half_in_float32(kernel), infer, compiler_only=True,
+                 decomposition=decomposition, vjp=vjp, attrs=("need",),
+                 num_outputs=num_outputs, saves="i", onnx=None)
+
+
+LSTM_CELL_BACKWARD = _cell_backward_op("lstm_cell_backward", _lstm_backward_kernel,
+                                       _infer_lstm_backward, _lstm_backward_decomposition,
+                                       _lstm_backward_vjp, 5)
 
 
 def lstm_cell(xg, h, c, w_hh, b_hh=None):
@@ -225,6 +240,133 @@ def lstm_cell(xg, h, c, w_hh, b_hh=None):
     weight and bias: the hidden projection runs inside the op, so a step is one node."""
     h_new, c_new, _ = apply(LSTM_CELL, xg, h, c, w_hh, *(() if b_hh is None else (b_hh,)))
     return h_new, c_new
+
+
+# -- the GRU step (torch's gate order r, z, n), as the LSTM's: one node each way ------------
+def _gru_kernel(xg, h, w_hh, *b_hh):
+    """``(h', activations [r | z | n | hn])``: hn is the hidden projection's n block (the
+    reset gate multiplies it, bias included, as torch does); the second output is kept
+    for the backward only."""
+    _infer_gru(xg, h, w_hh, *b_hh)   # (its dtype and shape checks, as a graph's)
+    hg = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T).reshape(xg.shape)
+    if b_hh:
+        hg += b_hh[0]
+    n = h.shape[-1]
+    rz = _sigmoid(xg[..., :2 * n] + hg[..., :2 * n])
+    r, z, hn = rz[..., :n], rz[..., n:], hg[..., 2 * n:]
+    new = np.tanh(xg[..., 2 * n:] + r * hn)
+    return new + z * (h - new), np.concatenate([rz, new, hn], axis=-1)
+
+
+def _infer_gru(xg, h, w_hh, *b_hh):
+    xs, hs, ws = tuple(xg.shape), tuple(h.shape), tuple(w_hh.shape)
+    if xs[:-1] != hs[:-1] or xs[-1] != 3 * hs[-1] or ws != (3 * hs[-1], hs[-1]) or (
+            b_hh and tuple(b_hh[0].shape) != (3 * hs[-1],)):
+        raise ShapeError(f"gru_cell: input gates of shape {xs}, hidden state {hs}, "
+                         f"weight_hh {ws} (and bias_hh) don't fit: the state must be "
+                         "(..., n), the gates (..., 3n) with the same leading dims, the "
+                         "weight (3n, n) and the bias (3n,)")
+    dts = {t.dtype for t in (xg, h, w_hh, *b_hh)}
+    if len(dts) != 1 or not is_float(xg.dtype):
+        raise TypeError(f"gru_cell: gates, state and weights must be of one float dtype, "
+                        f"got {sorted(str(d) for d in dts)}")
+    return ShapedType(hs, h.dtype), ShapedType(hs[:-1] + (4 * hs[-1],), h.dtype)
+
+
+def _gru_backward_kernel(gh, xg, h, w_hh, *rest, need):
+    """Gradients of (input gates, h, weight_hh, bias_hh), each only if ``need`` says so (a
+    free broadcast zero stands in for the others; the gates' is a by-product)."""
+    n = h.shape[-1]
+    acts = rest[-1]
+    r, z, new, hn = (acts[..., k * n:(k + 1) * n] for k in range(4))
+    d_new = gh * (1 - z) * (1 - new * new)
+    d_r = d_new * hn * r * (1 - r)
+    d_z = gh * (h - new) * z * (1 - z)
+    d_xg = np.concatenate([d_r, d_z, d_new], axis=-1)
+    d2 = np.concatenate([d_r, d_z, d_new * r], axis=-1).reshape(-1, 3 * n)
+    dh = gh * z + (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(h.shape, h.dtype)
+    dw = d2.T @ h.reshape(-1, n) if need[2] else zeros_view(w_hh.shape, h.dtype)
+    db = d2.sum(axis=0) if need[3] else zeros_view((3 * n,), h.dtype)
+    return d_xg, dh, dw, db
+
+
+def _infer_gru_backward(gh, xg, h, w_hh, *rest, need):
+    return tuple(ShapedType(shape, h.dtype) for shape in
+                 (tuple(xg.shape), tuple(h.shape), tuple(w_hh.shape), (tuple(w_hh.shape)[0],)))
+
+
+def _gru_composite(xg, h, w_hh, b_hh=None):
+    """The same step from linear and elementwise ops, ``(h', activations)`` as the kernel:
+    what the double backward differentiates."""
+    from .linalg import linear
+    x_r, x_z, x_n = shape_ops.chunk(xg, 3, -1)
+    h_r, h_z, h_n = shape_ops.chunk(linear(h, w_hh, b_hh), 3, -1)
+    r, z = ew.sigmoid(x_r + h_r), ew.sigmoid(x_z + h_z)
+    new = ew.tanh(x_n + r * h_n)
+    return new + z * (h - new), shape_ops.cat([r, z, new, h_n], -1)
+
+
+def _gru_vjp(g, out, xg, h, w_hh, *b_hh):
+    need = tuple(needs_grad(t) for t in (xg, h, w_hh)) + (bool(b_hh) and needs_grad(b_hh[0]),)
+    grads = apply(GRU_CELL_BACKWARD, _zeros_for(g[0], out[0]), xg, h, w_hh, *b_hh, out[1],
+                  need=need)
+    return tuple(gi if n else None for gi, n in zip(grads, need))[:3 + len(b_hh)]
+
+
+def _gru_backward_decomposition(gh, xg, h, w_hh, *rest, need):
+    """:func:`_gru_backward_kernel` from elementwise and matrix ops on the saved
+    activations (zeros where ``need`` leaves a gradient out, as the kernel)."""
+    from .creation import zeros_like
+    r, z, new, hn = shape_ops.chunk(rest[-1], 4, -1)
+    d_new = gh * (1 - z) * (1 - new * new)
+    d_r, d_z = d_new * hn * r * (1 - r), gh * (h - new) * z * (1 - z)
+    d2 = shape_ops.cat([d_r, d_z, d_new * r], -1)
+    d2 = shape_ops.reshape(d2, (-1, d2.shape[-1]))
+    dh = gh * z + shape_ops.reshape(d2 @ w_hh, tuple(h.shape))
+    dw = d2.t() @ shape_ops.reshape(h, (-1, h.shape[-1]))
+    db = d2.sum(0)
+    return (shape_ops.cat([d_r, d_z, d_new], -1), dh if need[1] else zeros_like(dh),
+            dw if need[2] else zeros_like(dw), db if need[3] else zeros_like(db))
+
+
+def _gru_backward_vjp(gg, out, gh, xg, h, w_hh, *rest, need):
+    """Second derivatives: autodiff of the first derivatives of :func:`_gru_composite`."""
+    return _second_derivatives(_gru_composite, (gh,), (xg, h, w_hh, *rest[:-1]), gg, need)
+
+
+def _onnx_gru_cell(e, node):
+    """One GRU step from its input gates ``xg``: the hidden projection (bias included)
+    split as torch orders the gates (reset, update, new); the second output, the
+    activations the backward reads, has no use in an inference model."""
+    h = e.input(1)
+    hg = e.op("MatMul", [h, e.op("Transpose", [e.input(2)])])
+    if len(node.inputs) > 3 and node.inputs[3] is not None:
+        hg = e.op("Add", [hg, e.input(3)])
+    split = {"outputs": 3, "axis": -1, "num_outputs": 3 if e.opset >= 18 else None}
+    x_r, x_z, x_n = e.op("Split", [e.input(0)], **split)
+    h_r, h_z, h_n = e.op("Split", [hg], **split)
+    r = e.op("Sigmoid", [e.op("Add", [x_r, h_r])])
+    z = e.op("Sigmoid", [e.op("Add", [x_z, h_z])])
+    new = e.op("Tanh", [e.op("Add", [x_n, e.op("Mul", [r, h_n])])])
+    return [e.op("Add", [new, e.op("Mul", [z, e.op("Sub", [h, new])])]), None]
+
+
+GRU_CELL = defop("gru_cell", _half_in_float32(_gru_kernel), _infer_gru, vjp=_gru_vjp,
+                 num_outputs=2, decomposition=_gru_composite, differentiable_outputs=(0,),
+                 saves="io",
+                 onnx=_onnx_gru_cell,
+                 autocast="lower")
+GRU_CELL_BACKWARD = _cell_backward_op("gru_cell_backward", _gru_backward_kernel,
+                                      _infer_gru_backward, _gru_backward_decomposition,
+                                      _gru_backward_vjp, 4)
+
+
+def gru_cell(xg, h, w_hh, b_hh=None):
+    """``h'`` of a GRU step (torch's gate order r, z, n) from the input's gate
+    pre-activations ``xg = W_ih x + b_ih``, the state ``h`` and the hidden-to-hidden weight
+    and bias: one node a step, as :func:`lstm_cell`."""
+    h_new, _ = apply(GRU_CELL, xg, h, w_hh, *(() if b_hh is None else (b_hh,)))
+    return h_new
 
 
 METHODS: dict = {}

@@ -170,7 +170,8 @@ def _sum_kernel(x, dims, keepdim, dtype=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
-    return np.asarray(np.sum(x, axis=dims, keepdims=keepdim, dtype=out_dt))
+    # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call)
+    return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim))
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):

@@ -10,12 +10,14 @@ it needs both families.)
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import dtypes
 from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
-                      normalize_dim, normalize_dims, numel)
+                      is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
 from ._util import cast, needs_grad, sum_to
 from .opdef import defop
@@ -29,7 +31,7 @@ __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxe
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    if all(type(d) is int for d in shape):   # (the common case: nothing to convert)
+    if is_static(shape):   # (the common case: nothing to convert)
         return tuple(shape)
     return tuple(int(d) if not hasattr(d, "name") else d for d in shape)
 
@@ -398,7 +400,15 @@ def expand_as(x, other):
 # -- slice / slice_update: strided blocks (views) and their functional write ------------------
 def slice_key(index):
     """The NumPy key of a ``slice`` op's ``index`` (one ``(start, stop, step)`` or None per
-    dim)."""
+    dim). Cached: a loop over ``x[:, t]`` slices with a few keys over and over."""
+    try:
+        return _slice_key(tuple(index))
+    except TypeError:   # (an unhashable bound)
+        return _slice_key.__wrapped__(index)
+
+
+@functools.lru_cache(maxsize=1024)
+def _slice_key(index):
     return tuple(slice(None) if s is None else slice(*s) for s in index)
 
 

@@ -123,6 +123,39 @@ CASES += [
 ]
 
 
+# The fused GRU step and its fused backward, as the LSTM's.
+def _gru(m, xg, h, w, *b):
+    if m.__name__ == "torch":
+        x_r, x_z, x_n = xg.chunk(3, -1)
+        h_r, h_z, h_n = (h @ w.T + (b[0] if b else 0)).chunk(3, -1)
+        r, z = m.sigmoid(x_r + h_r), m.sigmoid(x_z + h_z)
+        n = m.tanh(x_n + r * h_n)
+        return (1 - z) * n + z * h
+    return m.ops.recurrent.gru_cell(xg, h, w, *b)
+
+
+def _gru_grads(m, gh, *inputs):
+    """First gradients (create_graph), so the row's own gradients are second derivatives."""
+    with m.enable_grad():
+        for t in inputs:
+            if not t.requires_grad:
+                t.requires_grad_()
+        h = _gru(m, *inputs)
+        return m.autograd.grad((h * gh).sum() + (h * h).sum(), inputs, create_graph=True)
+
+
+GRU_INPUTS = [In((3, 6)), In((3, 2)), In((6, 2))]
+CASES += [
+    OpCase("gru_cell", _gru, GRU_INPUTS + [In((6,))], "bias", dtypes=("float32", "float64")),
+    OpCase("gru_cell", _gru, GRU_INPUTS, "no-bias"),
+    OpCase("gru_cell", _gru, [In((5, 6)), In((5, 2)), In((6, 2))], "batch5"),
+    OpCase("gru_cell_backward", _gru_grads, [In((2, 2), grad=False), In((2, 6)), In((2, 2)),
+                                             In((6, 2)), In((6,))]),
+    OpCase("gru_cell_backward", _gru_grads, [In((2, 2), grad=False), In((2, 6)), In((2, 2)),
+                                             In((6, 2))], "no-bias"),
+]
+
+
 # A whole recurrent layer in ONNX's layout (what nn.LSTM/GRU/RNN become while exporting to
 # ONNX); torch's side is ONNX's definition written step by step.
 def _sequence(mode):
