@@ -51,13 +51,11 @@ def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, 
     (im2col copies exactly) where the blocks' GEMMs are NumPy's; with a 2 kB column block
     a same conv's columns come a few rows of one image at a time, a strided conv's input
     gradient one image at a time. ``_forward``: the same convs by ``kernels.conv_batch``'s
-    loops (its weight gradient too; a grouped conv's forward is ``conv_direct``'s), a block
-    of 2 kB of columns being one image (the ``_im2col`` cases turn them off)."""
+    row-shifted GEMMs (its weight gradient too; a grouped conv's forward is
+    ``conv_direct``'s; the ``_im2col`` cases turn them off)."""
     monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
-    batch = kernels.conv_batch
-    monkeypatch.setattr(batch, "BLOCK_BYTES", block_bytes)
     if loop == "_im2col":
-        monkeypatch.setattr(batch, "MAX_IMAGE_BYTES", 0)
+        monkeypatch.setattr(kernels.conv_batch, "MAX_COLUMN_BYTES", 0)
     rng = np.random.default_rng(26)
     x = rng.standard_normal(x_shape, dtype=np.float32)
     w = rng.standard_normal(w_shape, dtype=np.float32)
@@ -80,7 +78,7 @@ def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, 
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         # the input gradient: per-image GEMMs may round a column differently; a narrow
         # grouped conv's output: conv_direct's loop (without Numba, the columns' GEMM)
-        # conv_batch's GEMMs: other blocks, the weight gradient summed by sgemm's beta
+        # conv_batch's GEMMs: a sum per kernel row, the weight gradient's by sgemm's beta
         if i == 1 or (i == 0 and kwargs.get("groups", 1) > 1) or loop == "_forward":
             tolerance = 1e-4 if loop == "_forward" else 1e-5
             np.testing.assert_allclose(got, numpy_got, rtol=tolerance, atol=tolerance)
