@@ -1,5 +1,6 @@
-"""``kernels/conv_batch.py``: a "same" conv's forward, flipped-weight input gradient and
-weight gradient as GEMMs on row-shifted columns. Checked on shapes outside the benchmark
+"""``kernels/conv_batch.py``: a stride-1 conv's forward, flipped-weight input gradient and
+weight gradient as GEMMs on row-shifted columns (output rows as wide as the input's, or
+narrower). Checked on shapes outside the benchmark
 suite (channels 3/5/17, kernels 1x3/3x3/5x5, paddings 0-2, dilation 2, groups 1/2, batch
 1/3) by the adjoint identities a bilinear op's derivatives must satisfy (the exact form
 of a finite-difference check: conv is linear in each argument), against torch, and in a
@@ -23,6 +24,8 @@ CASES = [   # x shape, w shape, padding ((top, bottom), (left, right)), dilation
     ((1, 3, 41, 37), (24, 3, 3, 3), ((2, 2), (2, 2)), (2, 2), 1),
     ((3, 16, 9, 33), (12, 16, 1, 3), ((0, 0), (1, 1)), (1, 1), 1),
     ((3, 5, 8, 40), (32, 5, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),
+    ((3, 5, 12, 26), (24, 5, 3, 3), ((0, 0), (0, 0)), (1, 1), 1),     # (output rows
+    ((2, 17, 11, 13), (20, 17, 5, 3), ((1, 0), (0, 1)), (1, 1), 1),   # narrower than input's)
 ]
 
 

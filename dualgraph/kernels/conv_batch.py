@@ -36,7 +36,7 @@ import numpy as np
 
 from . import blas_threads, loop, native, numba_available
 from .batched import NO_TRANS, TRANS, sgemm_add
-from .conv_columns import same_columns, same_width
+from .conv_columns import same_columns
 
 # One image's columns at most (bytes): the columns and the image's output stay in L2 or
 # the last-level cache while the kernel rows' GEMMs read them.
@@ -44,20 +44,23 @@ MAX_COLUMN_BYTES = 4 << 20
 
 
 @loop
-def _forward(start, stop, x, wr, out, cols, sgemm, height, ho, kh, kw, dh, dw, top, left,
-             first):
-    """Images ``start:stop`` of ``out (N, Cout, Ho*W)`` = the conv of ``x (N, C, H*W)``
+def _forward(start, stop, x, wr, out, cols, tile, sgemm, height, ho, kh, kw, dh, dw, top,
+             left, first):
+    """Images ``start:stop`` of ``out (N, Cout, Ho*Wo)`` = the conv of ``x (N, C, H*W)``
     (``height`` = H) with ``wr (kh, G, Cout/G, Cg*kw)`` (the weight, kernel rows first),
     the columns of each image in ``cols (C*kw, H*W)``; kernel row ``first`` (one whose
     input rows are all inside the image, or -1: the output is zeroed first) writes, the
-    others add."""
+    others add. Output rows narrower than the input's (Wo < W) are computed W wide into
+    ``tile (Cout, Ho*W)`` (the last W - Wo of each row read past the row: dropped)."""
     groups, cog, kg = wr.shape[1:]
     width = x.shape[2] // height
     cout, plane, positions = groups * cog, height * width, ho * width
+    wo = out.shape[2] // ho
     for n in range(start, stop):
         same_columns(0, cols.shape[0], x, cols, 1, kw, dh, dw, 0, left, n, 0, height, height)
+        target = tile if wo < width else out[n]
         if first < 0:
-            out[n] = 0
+            target[:] = 0
         for t in range(kh):
             i = (first + t) % kh if first >= 0 else t
             y0 = i * dh - top
@@ -68,21 +71,36 @@ def _forward(start, stop, x, wr, out, cols, sgemm, height, ho, kh, kw, dh, dw, t
                 sgemm_add(sgemm, NO_TRANS, NO_TRANS, cog, (rb - ra) * width, kg,
                           wr.ctypes.data + 4 * (i * groups + g) * cog * kg, kg,
                           cols.ctypes.data + 4 * (g * kg * plane + (ra + y0) * width), plane,
-                          out.ctypes.data + 4 * ((n * cout + g * cog) * positions + ra * width),
+                          target.ctypes.data + 4 * (g * cog * positions + ra * width),
                           positions, 0 if t == 0 and first >= 0 else 1)
+        if wo < width:
+            for c in range(cout):
+                for r in range(ho):
+                    out[n, c, r * wo:(r + 1) * wo] = tile[c, r * width:r * width + wo]
 
 
 @loop
-def _weight_grad(start, stop, x, gy, gwt, cols, sgemm, height, ho, kh, kw, dh, dw, top,
+def _weight_grad(start, stop, x, gy, gwt, cols, tile, sgemm, height, ho, kh, kw, dh, dw, top,
                  left):
     """``gwt (kh, G, Cg*kw, Cout/G)`` (zeros) += the weight gradient, transposed and
     kernel rows first, of images ``start:stop`` of ``x (N, C, H*W)`` given the output
-    gradient ``gy (N, Cout, Ho*W)``, each image's columns in ``cols (C*kw, H*W)``."""
+    gradient ``gy (N, Cout, Ho*Wo)``, each image's columns in ``cols (C*kw, H*W)``. Output
+    rows narrower than the input's are first laid out W wide in ``tile (Cout, Ho*W)``,
+    zero past Wo."""
     groups, kg, cog = gwt.shape[1:]
     width = x.shape[2] // height
     cout, plane, positions = groups * cog, height * width, ho * width
+    wo = gy.shape[2] // ho
     for n in range(start, stop):
         same_columns(0, cols.shape[0], x, cols, 1, kw, dh, dw, 0, left, n, 0, height, height)
+        source = gy[n]
+        if wo < width:
+            for c in range(cout):
+                for r in range(ho):
+                    row = tile[c, r * width:(r + 1) * width]
+                    row[:wo] = gy[n, c, r * wo:(r + 1) * wo]
+                    row[wo:] = 0
+            source = tile
         for i in range(kh):
             y0 = i * dh - top
             ra, rb = max(0, -y0), min(ho, height - y0)
@@ -91,25 +109,27 @@ def _weight_grad(start, stop, x, gy, gwt, cols, sgemm, height, ho, kh, kw, dh, d
             for g in range(groups):
                 sgemm_add(sgemm, NO_TRANS, TRANS, kg, cog, (rb - ra) * width,
                           cols.ctypes.data + 4 * (g * kg * plane + (ra + y0) * width), plane,
-                          gy.ctypes.data + 4 * ((n * cout + g * cog) * positions + ra * width),
+                          source.ctypes.data + 4 * (g * cog * positions + ra * width),
                           positions, gwt.ctypes.data + 4 * (i * groups + g) * kg * cog, cog, 1)
 
 
 def wanted(x_shape, w_shape, stride, padding, dilation, dtype) -> bool:
     """Whether :func:`conv` and :func:`weight_grad` take a conv of a ``dtype`` input of
-    ``x_shape`` with a weight of ``w_shape``: float32, a "same" conv
-    (``conv_columns.same_width``), one image's columns within ``MAX_COLUMN_BYTES``, Numba's
-    native entries and OpenBLAS's 64-bit ``sgemm`` at hand."""
+    ``x_shape`` with a weight of ``w_shape``: float32, strides 1, output rows at most as
+    wide as the input's (the left and right padding within the kernel's span), one
+    image's columns within ``MAX_COLUMN_BYTES``, Numba's native entries and OpenBLAS's
+    64-bit ``sgemm`` at hand."""
     c, h, wd = x_shape[1:]
     kh, kw = w_shape[2:]
     ho = h + padding[0][0] + padding[0][1] - dilation[0] * (kh - 1)
-    return (dtype == np.float32 and same_width(x_shape, (kh, kw), stride, padding, dilation)
-            and ho > 0 and 4 * c * kw * h * wd <= MAX_COLUMN_BYTES and numba_available()
+    wo = wd + padding[1][0] + padding[1][1] - dilation[1] * (kw - 1)
+    return (dtype == np.float32 and tuple(stride) == (1, 1) and ho > 0 and 0 < wo <= wd
+            and 4 * c * kw * h * wd <= MAX_COLUMN_BYTES and numba_available()
             and native.enabled() and blas_threads.sgemm_address() is not None)
 
 
 def conv(x, w, out, padding, dilation, groups):
-    """``out (N, Cout, Ho, W)`` = the conv (stride 1, no bias) of ``x (N, C, H, W)`` with
+    """``out (N, Cout, Ho, Wo)`` = the conv (stride 1, no bias) of ``x (N, C, H, W)`` with
     ``w (Cout, C/G, kh, kw)``, as :func:`wanted` accepts; returns ``out``."""
     x = np.ascontiguousarray(x)
     n, c, h, wd = x.shape
@@ -124,21 +144,23 @@ def conv(x, w, out, padding, dilation, groups):
             first = i
             break
     _forward(0, n, x.reshape(n, c, h * wd), wr, out.reshape(n, cout, -1),
-             np.empty((c * kw, h * wd), np.float32), blas_threads.sgemm_address(), h, ho, kh,
-             kw, *dilation, padding[0][0], padding[1][0], first)
+             np.empty((c * kw, h * wd), np.float32), np.empty((cout, ho * wd), np.float32),
+             blas_threads.sgemm_address(), h, ho, kh, kw, *dilation, padding[0][0],
+             padding[1][0], first)
     return out
 
 
 def weight_grad(x, gy, kernel, padding, dilation, groups):
     """The weight gradient ``(Cout, C/G, kh, kw)`` of the conv (stride 1) of ``x (N, C, H,
-    W)`` given its output gradient ``gy (N, Cout, Ho, W)``, as :func:`wanted` accepts."""
+    W)`` given its output gradient ``gy (N, Cout, Ho, Wo)``, as :func:`wanted` accepts."""
     x, gy = np.ascontiguousarray(x), np.ascontiguousarray(gy, np.float32)
     n, c, h, wd = x.shape
     cout, ho = gy.shape[1:3]
     (kh, kw), cg, cog = kernel, c // groups, cout // groups
     gwt = np.zeros((kh, groups, cg * kw, cog), np.float32)
     _weight_grad(0, n, x.reshape(n, c, h * wd), gy.reshape(n, cout, -1), gwt,
-                 np.empty((c * kw, h * wd), np.float32), blas_threads.sgemm_address(), h, ho,
-                 kh, kw, *dilation, padding[0][0], padding[1][0])
+                 np.empty((c * kw, h * wd), np.float32), np.empty((cout, ho * wd), np.float32),
+                 blas_threads.sgemm_address(), h, ho, kh, kw, *dilation, padding[0][0],
+                 padding[1][0])
     return np.ascontiguousarray(gwt.reshape(kh, groups, cg, kw, cog).transpose(
         1, 4, 2, 0, 3)).reshape(cout, cg, kh, kw)
