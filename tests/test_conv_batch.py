@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dualgraph as dg
+from benchmarks.common import training_step
 from dualgraph import kernels
 from dualgraph.ops import conv
 
@@ -108,18 +109,12 @@ def test_training_step_compiled_equals_eager_and_torch(batch, channels):
         lib.manual_seed(0)
         model = _net(lib, channels)
         if name == "eager":
-            state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-        model.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
-        opt = lib.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def step(xs, ys):
-            opt.zero_grad()
-            loss = lib.nn.functional.cross_entropy(model(xs), ys)
-            loss.backward()
-            opt.step()
-            return loss
+            data = {"params": {k: v.numpy().copy() for k, v in model.state_dict().items()},
+                    "x": x, "y": y}
+        step, xs, ys = training_step(lib, model, data, lambda ps, lib=lib: lib.optim.SGD(
+            ps, lr=0.1, momentum=0.9))
         fn = dg.compile(step) if compiled else step
-        losses = [float(fn(lib.tensor(x), lib.tensor(y)).item()) for _ in range(2)]
+        losses = [float(fn(xs, ys).item()) for _ in range(2)]
         results[name] = losses, {k: v.detach().numpy().copy()
                                  for k, v in model.state_dict().items()}
     for name in ("compiled", "torch"):

@@ -34,13 +34,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blas_threads, loop, native, numba_available
+from . import blas_threads, helper, loop, native, numba_available
 from .batched import NO_TRANS, TRANS, sgemm_add
 from .conv_columns import same_columns
 
 # One image's columns at most (bytes): the columns and the image's output stay in L2 or
 # the last-level cache while the kernel rows' GEMMs read them.
 MAX_COLUMN_BYTES = 4 << 20
+
+
+@helper(inline="always")
+def _rows(i, dh, top, ho, height):
+    """``(y0, ra, rb)``: kernel row ``i`` of output row ``r`` reads input row ``r + y0``,
+    inside the image for the output rows ``ra:rb`` (empty where ``rb <= ra``)."""
+    y0 = i * dh - top
+    return y0, max(0, -y0), min(ho, height - y0)
 
 
 @loop
@@ -53,9 +61,8 @@ def _forward(start, stop, x, wr, out, cols, tile, sgemm, height, ho, kh, kw, dh,
     others add. Output rows narrower than the input's (Wo < W) are computed W wide into
     ``tile (Cout, Ho*W)`` (the last W - Wo of each row read past the row: dropped)."""
     groups, cog, kg = wr.shape[1:]
-    width = x.shape[2] // height
+    width, wo = x.shape[2] // height, out.shape[2] // ho
     cout, plane, positions = groups * cog, height * width, ho * width
-    wo = out.shape[2] // ho
     for n in range(start, stop):
         same_columns(0, cols.shape[0], x, cols, 1, kw, dh, dw, 0, left, n, 0, height, height)
         target = tile if wo < width else out[n]
@@ -63,8 +70,7 @@ def _forward(start, stop, x, wr, out, cols, tile, sgemm, height, ho, kh, kw, dh,
             target[:] = 0
         for t in range(kh):
             i = (first + t) % kh if first >= 0 else t
-            y0 = i * dh - top
-            ra, rb = max(0, -y0), min(ho, height - y0)
+            y0, ra, rb = _rows(i, dh, top, ho, height)
             if rb <= ra:
                 continue
             for g in range(groups):
@@ -88,9 +94,8 @@ def _weight_grad(start, stop, x, gy, gwt, cols, tile, sgemm, height, ho, kh, kw,
     rows narrower than the input's are first laid out W wide in ``tile (Cout, Ho*W)``,
     zero past Wo."""
     groups, kg, cog = gwt.shape[1:]
-    width = x.shape[2] // height
+    width, wo = x.shape[2] // height, gy.shape[2] // ho
     cout, plane, positions = groups * cog, height * width, ho * width
-    wo = gy.shape[2] // ho
     for n in range(start, stop):
         same_columns(0, cols.shape[0], x, cols, 1, kw, dh, dw, 0, left, n, 0, height, height)
         source = gy[n]
@@ -102,8 +107,7 @@ def _weight_grad(start, stop, x, gy, gwt, cols, tile, sgemm, height, ho, kh, kw,
                     row[wo:] = 0
             source = tile
         for i in range(kh):
-            y0 = i * dh - top
-            ra, rb = max(0, -y0), min(ho, height - y0)
+            y0, ra, rb = _rows(i, dh, top, ho, height)
             if rb <= ra:
                 continue
             for g in range(groups):
