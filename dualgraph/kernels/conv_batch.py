@@ -41,6 +41,9 @@ from .conv_columns import same_columns
 # One image's columns at most (bytes): the columns and the image's output stay in L2 or
 # the last-level cache while the kernel rows' GEMMs read them.
 MAX_COLUMN_BYTES = 4 << 20
+# Each kernel row's GEMM is C*kw deep and reads and writes the whole output: shallower than
+# this, those passes cost more than an im2col's one GEMM (a 1-channel 3x3 conv: 2x slower).
+MIN_DEPTH = 4
 
 
 @helper(inline="always")
@@ -122,13 +125,14 @@ def wanted(x_shape, w_shape, stride, padding, dilation, dtype) -> bool:
     ``x_shape`` with a weight of ``w_shape``: float32, strides 1, output rows at most as
     wide as the input's (the left and right padding within the kernel's span), one
     image's columns within ``MAX_COLUMN_BYTES``, Numba's native entries and OpenBLAS's
-    64-bit ``sgemm`` at hand."""
+    64-bit ``sgemm`` at hand, and GEMMs at least ``MIN_DEPTH`` deep."""
     c, h, wd = x_shape[1:]
     kh, kw = w_shape[2:]
     ho = h + padding[0][0] + padding[0][1] - dilation[0] * (kh - 1)
     wo = wd + padding[1][0] + padding[1][1] - dilation[1] * (kw - 1)
     return (dtype == np.float32 and tuple(stride) == (1, 1) and ho > 0 and 0 < wo <= wd
-            and 4 * c * kw * h * wd <= MAX_COLUMN_BYTES and numba_available()
+            and MIN_DEPTH <= c * kw and 4 * c * kw * h * wd <= MAX_COLUMN_BYTES
+            and numba_available()
             and native.enabled() and blas_threads.sgemm_address() is not None)
 
 
