@@ -15,7 +15,10 @@ from dualgraph import kernels
 from dualgraph.ops import conv
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
+pytestmark = pytest.mark.skipif(
+    not kernels.conv_batch.wanted((1, 8, 4, 4), (8, 8, 3, 3), (1, 1), ((1, 1), (1, 1)),
+                                  (1, 1), np.float32),
+    reason="no Numba native entries or no OpenBLAS 64-bit sgemm")
 
 CASES = [   # x shape, w shape, padding ((top, bottom), (left, right)), dilation, groups
     #          (weights of over products.MAX_OUTPUTS elements: fewer take products.a_bt)
