@@ -19,7 +19,9 @@ SAME = [   # x shape, w shape, conv2d kwargs: output rows as wide as the input's
     ((3, 6, 11, 29), (4, 3, 3, 3), {"padding": (0, 1), "groups": 2}),
     ((1, 3, 41, 37), (5, 3, 3, 3), {"padding": 2, "dilation": 2}),
     ((3, 5, 9, 33), (8, 5, 2, 3), {"padding": (1, 1), "dilation": (2, 1)}),
-]
+    ((3, 17, 13, 11), (20, 17, 3, 3), {"padding": 1}),   # (weight gradients of over
+    ((2, 12, 9, 31), (24, 6, 3, 3), {"padding": (2, 1), "groups": 2, "dilation": (2, 1)}),
+]   # products.MAX_OUTPUTS elements, which conv_batch's loop computes)
 STRIDED = [   # the input gradient through col2im (and every conv of SAME with fewer input
     #            channels than output channels)
     ((3, 5, 17, 23), (7, 5, 3, 3), {"stride": 2, "padding": 1}),
@@ -39,14 +41,24 @@ def conv_and_grads(lib, x, w, b, kwargs):
 
 @pytest.mark.parametrize("block_bytes", [1 << 20, 2048])
 @pytest.mark.parametrize("x_shape,w_shape,kwargs,loop", [c + ("_im2col",) for c in SAME]
+                         + [c + ("_forward",) for c in SAME]
                          + [c + ("_col2im",) for c in STRIDED])
 def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, kwargs, loop,
                                                  block_bytes):
     """The loop named ``loop`` runs (the same convs' inputs are big enough for it:
-    ``kernels.MIN_ELEMENTS``; col2im runs at every size); every result is torch's (to float32 rounding) and the output and weight gradient are the
-    NumPy kernels' bits (im2col copies exactly); with a 2 kB column block a same conv's columns come a few
-    rows of one image at a time, a strided conv's input gradient one image at a time."""
+    ``kernels.MIN_ELEMENTS``; col2im runs at every size); every result is torch's (to
+    float32 rounding) and the output and weight gradient are the NumPy kernels' bits
+    (im2col copies exactly) where the blocks' GEMMs are NumPy's; with a 2 kB column block
+    a same conv's columns come a few rows of one image at a time, a strided conv's input
+    gradient one image at a time. ``_forward``: the same convs by ``kernels.conv_batch``'s
+    row-shifted GEMMs (its weight gradient too; a grouped conv's forward is
+    ``conv_direct``'s; the ``_im2col`` cases turn them off)."""
     monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
+    if loop == "_forward" and not kernels.conv_batch.wanted(
+            x_shape, w_shape, (1, 1), ((1, 1), (1, 1)), (1, 1), np.float32):
+        pytest.skip("no Numba native entries or no OpenBLAS 64-bit sgemm")
+    if loop == "_im2col":
+        monkeypatch.setattr(kernels.conv_batch, "MAX_COLUMN_BYTES", 0)
     rng = np.random.default_rng(26)
     x = rng.standard_normal(x_shape, dtype=np.float32)
     w = rng.standard_normal(w_shape, dtype=np.float32)
@@ -56,7 +68,10 @@ def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, 
     monkeypatch.setattr(kernels.Loop, "__call__",
                         lambda self, *args: ran.append(self.__name__) or call(self, *args))
     fast = conv_and_grads(dg, x, w, b, kwargs)
-    assert loop in ran
+    direct = kwargs.get("groups", 1) > 1   # (forward and input gradient: conv_direct's)
+    assert (loop in ran or loop == "_forward" and direct)
+    assert ("_weight_grad" in ran) == (loop == "_forward"
+                                       and np.prod(w_shape) > kernels.products.MAX_OUTPUTS)
     monkeypatch.undo()
     monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)
     monkeypatch.setenv("DUALGRAPH_NUMBA", "0")
@@ -66,8 +81,10 @@ def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, 
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         # the input gradient: per-image GEMMs may round a column differently; a narrow
         # grouped conv's output: conv_direct's loop (without Numba, the columns' GEMM)
-        if i == 1 or (i == 0 and kwargs.get("groups", 1) > 1):
-            np.testing.assert_allclose(got, numpy_got, rtol=1e-5, atol=1e-5)
+        # conv_batch's GEMMs: a sum per kernel row, the weight gradient's by sgemm's beta
+        if i == 1 or (i == 0 and kwargs.get("groups", 1) > 1) or loop == "_forward":
+            tolerance = 1e-4 if loop == "_forward" else 1e-5
+            np.testing.assert_allclose(got, numpy_got, rtol=tolerance, atol=tolerance)
         else:
             np.testing.assert_array_equal(got, numpy_got)
 

@@ -115,9 +115,9 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_columns",
-                 "conv_direct", "conv_tiles", "epilogue", "normalization", "optim", "pooling",
-                 "products", "scatter", "trig")
+_LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_batch",
+                 "conv_columns", "conv_direct", "conv_tiles", "epilogue", "normalization",
+                 "optim", "pooling", "products", "scatter", "trig")
 
 
 def __getattr__(name: str):

@@ -27,6 +27,22 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112   # CBLAS's enums
 _WORDS = 18               # a product's words, in the order ``sgemm_slices`` reads them
 
 
+def _emit_sgemm(builder, args, beta):
+    """The call ``c = a @ b + beta * c`` by the CBLAS ``sgemm`` at address ``args[0]``
+    (64-bit integers, row-major, alpha 1), ``args`` as the intrinsics below take them."""
+    from llvmlite import ir
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    floats = f32.as_pointer()
+    kind = ir.FunctionType(ir.VoidType(), [i32, i32, i32] + [ir.IntType(64)] * 3 + [
+        f32, floats, ir.IntType(64), floats, ir.IntType(64), f32, floats, ir.IntType(64)])
+    call = builder.inttoptr(args[0], kind.as_pointer())
+    fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc = args[:12]
+    builder.call(call, [i32(ROW_MAJOR), builder.trunc(ta, i32), builder.trunc(tb, i32),
+                        m, n, k, f32(1.0), builder.inttoptr(a, floats), lda,
+                        builder.inttoptr(b, floats), ldb, beta,
+                        builder.inttoptr(c, floats), ldc])
+
+
 @Intrinsic
 def _sgemm(typingctx, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc):
     """``c = a @ b`` by the CBLAS ``sgemm`` at address ``function`` (64-bit integers,
@@ -36,18 +52,25 @@ def _sgemm(typingctx, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ld
     from numba.core import types
 
     def codegen(context, builder, signature, args):
-        i32, f32 = ir.IntType(32), ir.FloatType()
-        floats = f32.as_pointer()
-        kind = ir.FunctionType(ir.VoidType(), [i32, i32, i32] + [ir.IntType(64)] * 3 + [
-            f32, floats, ir.IntType(64), floats, ir.IntType(64), f32, floats, ir.IntType(64)])
-        call = builder.inttoptr(args[0], kind.as_pointer())
-        fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc = args
-        builder.call(call, [i32(ROW_MAJOR), builder.trunc(ta, i32), builder.trunc(tb, i32),
-                            m, n, k, f32(1.0), builder.inttoptr(a, floats), lda,
-                            builder.inttoptr(b, floats), ldb, f32(0.0),
-                            builder.inttoptr(c, floats), ldc])
+        _emit_sgemm(builder, args, ir.FloatType()(0.0))
         return context.get_dummy_value()
     return types.void(*[types.int64] * 12), codegen
+
+
+@Intrinsic
+def sgemm_add(typingctx, function, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, add):
+    """As ``_sgemm``, and where ``add`` is not 0 ``c += a @ b`` (sgemm's beta 1): one
+    product summed over several calls without another pass."""
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        beta = builder.select(builder.icmp_signed("!=", args[12], ir.IntType(64)(0)),
+                              f32(1.0), f32(0.0))
+        _emit_sgemm(builder, args, beta)
+        return context.get_dummy_value()
+    return types.void(*[types.int64] * 13), codegen
 
 
 @loop

@@ -71,8 +71,8 @@ def _same_rows(dst, plane, r0, r1, y0, height, width, v0, v1, offset):
         _zero(run, r * width + v1, (r + 1) * width)
 
 
-@loop
-def _im2col(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height):
+@helper
+def same_columns(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height):
     """Rows ``start:stop`` of ``out (C*kh*kw, n*(r1-r0)*W)``: row ``(c, i, j)`` holds
     tap ``(i, j)`` of channel ``c`` for output rows ``r0:r1`` of images ``i0:i0+n`` of
     ``x (N, C, H*W)`` (``height`` = H; strides 1, output width W), columns ordered (image,
@@ -87,6 +87,12 @@ def _im2col(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height):
         for n in range(images):
             _same_rows(row[n * rows * width:(n + 1) * rows * width], x[i0 + n, c], r0, r1,
                        i * dh - top, height, width, v0, v1, offset)
+
+
+@loop
+def _im2col(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height):
+    """:func:`same_columns` as a loop of its own."""
+    same_columns(start, stop, x, out, kh, kw, dh, dw, top, left, i0, r0, r1, height)
 
 
 @loop

@@ -1,0 +1,127 @@
+"""``kernels/conv_batch.py``: a stride-1 conv's forward, flipped-weight input gradient and
+weight gradient as GEMMs on row-shifted columns (output rows as wide as the input's, or
+narrower). Checked on shapes outside the benchmark
+suite (channels 3/5/17, kernels 1x3/3x3/5x5, paddings 0-2, dilation 2, groups 1/2, batch
+1/3) by the adjoint identities a bilinear op's derivatives must satisfy (the exact form
+of a finite-difference check: conv is linear in each argument), against torch, and in a
+training step of a small residual network with BatchNorm, compiled against eager and
+torch. (``tests/test_conv_columns.py`` checks the same convs against NumPy's kernels.)"""
+import numpy as np
+import pytest
+
+import dualgraph as dg
+from benchmarks.common import training_step
+from dualgraph import kernels
+from dualgraph.ops import conv
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(
+    not kernels.conv_batch.wanted((1, 8, 4, 4), (8, 8, 3, 3), (1, 1), ((1, 1), (1, 1)),
+                                  (1, 1), np.float32),
+    reason="no Numba native entries or no OpenBLAS 64-bit sgemm")
+
+CASES = [   # x shape, w shape, padding ((top, bottom), (left, right)), dilation, groups
+    #          (weights of over products.MAX_OUTPUTS elements: fewer take products.a_bt)
+    ((3, 5, 17, 19), (13, 5, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),
+    ((1, 17, 13, 21), (17, 17, 5, 5), ((2, 2), (2, 2)), (1, 1), 1),
+    ((3, 6, 15, 31), (24, 3, 3, 3), ((0, 2), (1, 1)), (1, 1), 2),
+    ((1, 3, 41, 37), (24, 3, 3, 3), ((2, 2), (2, 2)), (2, 2), 1),
+    ((3, 16, 9, 33), (12, 16, 1, 3), ((0, 0), (1, 1)), (1, 1), 1),
+    ((3, 5, 8, 40), (32, 5, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),
+    ((3, 5, 12, 26), (24, 5, 3, 3), ((0, 0), (0, 0)), (1, 1), 1),     # (output rows
+    ((2, 17, 11, 13), (20, 17, 5, 3), ((1, 0), (0, 1)), (1, 1), 1),   # narrower than input's)
+]
+
+
+def _ran(monkeypatch):
+    ran = []
+    call = kernels.Loop.__call__
+    monkeypatch.setattr(kernels.Loop, "__call__",
+                        lambda self, *args: ran.append(self.__name__) or call(self, *args))
+    return ran
+
+
+@pytest.mark.parametrize("x_shape,w_shape,padding,dilation,groups", CASES)
+def test_row_shifted_gemms_are_adjoint_and_match_torch(monkeypatch, x_shape, w_shape, padding,
+                                                       dilation, groups):
+    """<g, conv(x, w)> = <weight_grad(x, g), w> = <input_grad(g, w), x> (in float64), and
+    each kernel is torch's to float32 rounding."""
+    rng = np.random.default_rng(sum(x_shape))
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    attrs = dict(stride=(1, 1), padding=padding, dilation=dilation, groups=groups)
+    assert kernels.conv_batch.wanted(x_shape, w_shape, (1, 1), padding, dilation, x.dtype)
+    ran = _ran(monkeypatch)
+    y = conv._conv2d_kernel(x, w, **attrs)
+    g = rng.standard_normal(y.shape, dtype=np.float32)
+    gw = conv._weight_grad_kernel(x, g, kernel_size=w_shape[2:], **attrs)
+    gx = conv._input_grad_kernel(g, w, input_size=x_shape[2:], **attrs)
+    monkeypatch.undo()
+    direct = conv.conv_method(x_shape, w_shape, (1, 1), padding, dilation, groups) == "direct"
+    assert ("_forward" in ran) != direct and "_weight_grad" in ran
+
+    def dot(a, b):
+        return float(np.sum(a.astype(np.float64) * b.astype(np.float64)))
+    scale = np.sqrt(y.size * np.prod(w_shape[1:]))
+    assert abs(dot(g, y) - dot(gw, w)) < 1e-4 * scale
+    assert abs(dot(g, y) - dot(gx, x)) < 1e-4 * scale
+
+    (top, bottom), (left, right) = padding
+    tx, tw, tg = (torch.tensor(a, dtype=torch.float64) for a in (x, w, g))
+    tx = torch.nn.functional.pad(tx, (left, right, top, bottom))
+    want = torch.ops.aten.convolution_backward(
+        tg, tx, tw, None, [1, 1], [0, 0], list(dilation), False, [0, 0], groups,
+        [True, True, False])
+    want_y = torch.nn.functional.conv2d(tx, tw, None, 1, 0, dilation, groups)
+    np.testing.assert_allclose(y, want_y.numpy(), rtol=1e-4, atol=1e-4 * np.sqrt(scale))
+    np.testing.assert_allclose(gw, want[1].numpy(), rtol=1e-4, atol=1e-4 * scale)
+    want_x = want[0][..., top:top + x_shape[2], left:left + x_shape[3]]
+    np.testing.assert_allclose(gx, want_x.numpy(), rtol=1e-4, atol=1e-4 * np.sqrt(scale))
+
+
+def _net(lib, channels):
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(channels)
+            self.conv2 = nn.Conv2d(channels, channels, 5, padding=2, bias=False)
+            self.bn2 = nn.BatchNorm2d(channels)
+
+        def forward(self, x):
+            y = nn.functional.relu(self.bn1(self.conv1(x)))
+            return nn.functional.relu(self.bn2(self.conv2(y)) + x)
+    return nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), Block(),
+                         nn.Conv2d(channels, channels, 3, padding=2, dilation=2, groups=1),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 4))
+
+
+@pytest.mark.parametrize("batch,channels", [(3, 5), (1, 17)])
+def test_training_step_compiled_equals_eager_and_torch(batch, channels):
+    """Two SGD steps of a residual block with BatchNorm in training mode on 19x23
+    images, whose convs take the row-shifted GEMMs: the compiled step's losses and
+    weights are eager's and torch's."""
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((batch, 3, 19, 23), dtype=np.float32)
+    y = rng.integers(0, 4, batch)
+    results = {}
+    for name, lib, compiled in (("eager", dg, False), ("compiled", dg, True),
+                                ("torch", torch, False)):
+        lib.manual_seed(0)
+        model = _net(lib, channels)
+        if name == "eager":
+            data = {"params": {k: v.numpy().copy() for k, v in model.state_dict().items()},
+                    "x": x, "y": y}
+        step, xs, ys = training_step(lib, model, data, lambda ps, lib=lib: lib.optim.SGD(
+            ps, lr=0.1, momentum=0.9))
+        fn = dg.compile(step) if compiled else step
+        losses = [float(fn(xs, ys).item()) for _ in range(2)]
+        results[name] = losses, {k: v.detach().numpy().copy()
+                                 for k, v in model.state_dict().items()}
+    for name in ("compiled", "torch"):
+        np.testing.assert_allclose(results[name][0], results["eager"][0], rtol=1e-4)
+        for key, value in results["eager"][1].items():
+            np.testing.assert_allclose(results[name][1][key], value, rtol=1e-3, atol=1e-4,
+                                       err_msg=f"{name}: {key}")
