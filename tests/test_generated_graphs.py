@@ -288,29 +288,13 @@ def run_both(eager_call, compiled_call, source):
     return eager, compiled_call()
 
 
-@pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("seed", range(EXAMPLES))
-def test_forward(seed, dtype):
+def check_forward(seed, dtype, shapes_of_calls, **options):
+    """The program of ``seed`` compiled with ``options`` against eager, on calls of
+    ``(seed, leading size or None)`` from ``shapes_of_calls(shapes)``: its outputs, then
+    its arguments (a program may write into them)."""
     source, program, shapes = build(seed, dtype)
-    compiled = dg.compile(program)
-    for call_seed, rows in calls(shapes):
-        def run(fn):   # (the outputs, then the arguments: a program may write into them)
-            inputs = fresh_inputs(shapes, call_seed, dtype, rows)
-            return as_tuple(fn(*inputs)) + tuple(inputs)
-
-        both = run_both(lambda: run(program), lambda: run(compiled), source)
-        if both:
-            assert_same(*both, source, f"call {call_seed}: outputs and arguments", dtype)
-
-
-@pytest.mark.parametrize("seed", range(EXAMPLES))
-def test_forward_with_a_dynamic_leading_dim(seed):
-    """``dynamic=True``: one graph with symbolic dims for calls of several leading sizes."""
-    dtype = dg.float32
-    source, program, shapes = build(seed, dtype)
-    compiled = dg.compile(program, dynamic=True)
-    for call_seed, rows in [(1, None), (2, shapes[0][0] + 1), (3, shapes[0][0] + 3),
-                            (4, None)]:
+    compiled = dg.compile(program, **options)
+    for call_seed, rows in shapes_of_calls(shapes):
         def run(fn):
             inputs = fresh_inputs(shapes, call_seed, dtype, rows)
             return as_tuple(fn(*inputs)) + tuple(inputs)
@@ -318,6 +302,19 @@ def test_forward_with_a_dynamic_leading_dim(seed):
         both = run_both(lambda: run(program), lambda: run(compiled), source)
         if both:
             assert_same(*both, source, f"call {call_seed}: outputs and arguments", dtype)
+
+
+@pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_forward(seed, dtype):
+    check_forward(seed, dtype, calls)
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_forward_with_a_dynamic_leading_dim(seed):
+    """``dynamic=True``: one graph with symbolic dims for calls of several leading sizes."""
+    check_forward(seed, dg.float32, lambda shapes: [
+        (1, None), (2, shapes[0][0] + 1), (3, shapes[0][0] + 3), (4, None)], dynamic=True)
 
 
 @pytest.mark.parametrize("seed", range(EXAMPLES))
