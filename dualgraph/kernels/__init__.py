@@ -58,6 +58,8 @@ class Loop:
     there). Compiled, it runs without the GIL, so a loop over a range of rows can run on
     several threads at once (``threads.run_rows``)."""
 
+    flat_entry = None   # the entry a caller keeps for its one kind of call (flat float32)
+
     def __init__(self, fn, fastmath=False):
         self.fn, self.fastmath = fn, fastmath
         self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__

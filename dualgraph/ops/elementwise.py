@@ -335,19 +335,19 @@ def _trig_array(name: str):
     """np.sin / np.cos, or for float32 (at every size) the loop of ``kernels.trig``, which
     a fused kernel's ``sin32`` / ``cos32`` match bit for bit."""
     ufunc = getattr(np, name)
-    entry = None   # the loop's machine code for aligned flat float32 arrays, once known
 
     def kernel(x):
-        nonlocal entry
         if x.dtype != np.float32 or not kernels.numba_available():
             return ufunc(x)
         flat = kernels.flat(x)
         out = np.empty(flat.shape, np.float32)
+        loop = getattr(kernels.trig, name)
         if not flat.flags.aligned:   # (a view into a byte buffer: the loop's own checks)
-            getattr(kernels.trig, name)(flat, out)
-        else:   # (working out the argument types costs more than 16 sines)
+            loop(flat, out)
+        else:   # (working out the argument types costs more than 16 sines: kept once known)
+            entry = loop.flat_entry
             if entry is None:
-                entry = getattr(kernels.trig, name).entry(flat, out)
+                entry = loop.flat_entry = loop.entry(flat, out)
             entry(flat, out)
         return out.reshape(x.shape)
     kernel.__name__ = name
