@@ -517,3 +517,25 @@ def test_calls_that_switch_signatures(seed):
         if both:
             assert_same(*both, source, f"call {call} ({dtype}, rows {rows}, grad {grad}, "
                         f"no_grad {no_grad})", dtype)
+
+
+def test_an_argument_whose_gradient_the_step_clears_itself():
+    """``x.grad = None`` inside the step, then backward: the traced call had no gradient,
+    later calls have the previous one, which the step replaces unread (the check for an
+    argument traced without a gradient retraced forever here)."""
+    def step(x):
+        y = x
+        for _ in range(3):
+            y = y * 0.9 + 0.1 * dg.sin(y)
+        loss = y.sum()
+        x.grad = None
+        loss.backward()
+        return loss
+
+    compiled = dg.compile(step)
+    xs = [dg.tensor(np.linspace(0, 1, 5), requires_grad=True) for _ in range(2)]
+    for _ in range(4):
+        losses = [float(fn(x)) for fn, x in zip((step, compiled), xs)]
+        assert losses[0] == losses[1]
+        np.testing.assert_array_equal(xs[1].grad.numpy(), xs[0].grad.numpy())
+    assert len(compiled.cache) == 1

@@ -106,11 +106,14 @@ class Entry:
         self.grads_read = {id(b.tensor) for b in capture.bindings if b.kind == "grad"}
         # the same for the ``.grad`` of a tensor argument (a leaf passed in): the graph reads,
         # writes or clears this call's argument's gradient, and a gradient written fresh
-        # (not read) needs an argument without one, as at the trace (else eager adds to it)
+        # (not read) where the traced argument had none needs an argument without one (else
+        # eager adds to it); one the traced call had and replaced unread (``x.grad = None``
+        # in the step) is replaced again
         self.arg_grads_read = {k: args[id(b.tensor)] for k, b in enumerate(capture.bindings)
                                if b.kind == "grad" and id(b.tensor) in args}
+        had = {id(b.tensor): b.grad is not None for b in capture.bindings if b.kind == "arg"}
         self.arg_grads_fresh = [args[id(t)] for kind, t in capture.writebacks
-                                if kind == "grad" and id(t) in args
+                                if kind == "grad" and id(t) in args and not had[id(t)]
                                 and id(t) not in self.grads_read]
         self.arg_grads_cleared = {id(t): args[id(t)] for t in capture.grads_cleared
                                   if id(t) in args}
