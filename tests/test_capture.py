@@ -726,3 +726,21 @@ def test_the_fast_paths_docstring_shows_the_code_it_generates():
         f(dg.randn(1, 784))
     shown = textwrap.indent(f._fast.source, "    ")
     assert shown in fastpath.__doc__, f"update capture/fastpath.py's example to:\n{shown}"
+
+
+def test_a_guard_failing_again_after_its_own_trace_runs_eagerly(monkeypatch):
+    """A guard that fails right after the trace meant to satisfy it looped (retrace, fail,
+    retrace ...) to the recursion limit; the third time in one call the function runs
+    eagerly from then on, with a warning, and gives eager's result."""
+    stale_guard = sys.modules[Entry.__module__]._StaleGuard
+
+    def always_stale(self, *args, **kwargs):
+        raise stale_guard("a fact no trace can fix")
+
+    monkeypatch.setattr(Entry, "run", always_stale)
+    cf = dg.compile(lambda x: x * 2 + 1)
+    with pytest.warns(UserWarning, match="guard failed right after tracing again"):
+        out = cf(dg.ones(3))
+    close(out, np.full(3, 3.0))
+    close(cf(dg.ones(2)), np.full(2, 3.0))
+    assert cf.eager_only and "running eagerly from now on" in cf.explain()

@@ -476,6 +476,7 @@ class Compiled:
         # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
         self._hyper_inputs: dict = {}
         self._dynamic = frozenset()   # its keys
+        self._stale_depth = 0         # calls again after a failed guard, within one call
         self._hyper_changes: dict = {}   # (optimiser, group, key) -> retraces it caused
         self._numbers = NumberInputs()   # Python numbers that are graph inputs (symbolic.py)
         self._number_note = None   # the counters the latest trace made inputs (explain())
@@ -630,7 +631,7 @@ class Compiled:
             self._stale = str(stale)    # (the reason the next capture's record gives)
             if stale.frozen is not None:
                 self._frozen_changed(stale.frozen)
-            return self(*args, **kwargs)
+            return self._retraced_call(stale, args, kwargs)
         except OpError:
             raise
         except Exception as e:
@@ -1191,6 +1192,24 @@ class Compiled:
         for opt in self._optimizers or ():
             params += [p for group in opt.param_groups for p in group["params"]]
         return params
+
+    def _retraced_call(self, stale, args, kwargs):
+        """The call again, traced anew because a guard of the cached graph failed; a guard
+        that fails again right after its own trace (a fact the trace can't fix) would loop,
+        so the third time in one call the function runs eagerly from then on, warning."""
+        self._stale_depth += 1
+        try:
+            if self._stale_depth <= 2:
+                return self(*args, **kwargs)
+            self.records.append(Record("eager", f"a guard failed again right after tracing "
+                                       f"({stale})", "none: eager gives the right result"))
+            warnings.warn(f"dg.compile: {_name(self.fn)}: a guard failed right after "
+                          f"tracing again ({stale}); running it eagerly from now on",
+                          stacklevel=3)
+            self.eager_only, self._fast = True, None
+            return self.fn(*args, **kwargs)
+        finally:
+            self._stale_depth -= 1
 
     def _static_from_now(self, error: Exception) -> None:
         """Dims marked dynamic that a trace could not keep symbolic (an op that computes
