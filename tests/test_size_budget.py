@@ -182,8 +182,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # conv and its weight gradient as GEMMs on row-shifted columns in one compiled loop over
 # the batch that calls OpenBLAS's sgemm by address (kernels/conv_batch.py;
 # batched.sgemm_add).
-CORE_BUDGET = 22_350
-BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_340, "cli": 320,
+# capture/ +20 and the core +20: an argument's gradient replaced unread by the step_ and a
+# guard failing again after its own trace running eagerly (not retracing without end).
+CORE_BUDGET = 22_370
+BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_080,
            "passes": 3_010, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
