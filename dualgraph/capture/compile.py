@@ -117,6 +117,9 @@ class Entry:
                                 and id(t) not in self.grads_read]
         self.arg_grads_cleared = {id(t): args[id(t)] for t in capture.grads_cleared
                                   if id(t) in args}
+        # (any of these: the general path's finish, not the fast path: fastpath.applies)
+        self.arg_grads = bool(self.arg_grads_read or self.arg_grads_cleared or any(
+            capture.writebacks[j][0] == "grad" for j in self.arg_writes))
         self.bound = {id(b.tensor) for b in capture.bindings if b.kind != "grad"}
         self.grads_absent, self.grads_replaced = fresh_gradients(capture)
         passthrough = _passthrough_outputs(capture)

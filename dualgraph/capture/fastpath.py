@@ -205,11 +205,4 @@ def applies(compiled, entry, sig) -> bool:
         return (not optimizer_state and not exe._donated_inputs and capture.out_spec is None
                 and len(entry.graph.outputs) == 1
                 and all(b.kind in ("arg", "captured") for b in capture.bindings))
-    return (entry.backward is None and not entry.aliased   # (a tensor argument's gradient:
-            and not (entry.arg_grads_read or entry.arg_grads_cleared   # the general path's)
-                     or _writes_arg_grads(entry)))
-
-
-def _writes_arg_grads(entry) -> bool:
-    """Whether the entry writes the ``.grad`` of a tensor argument (read or not)."""
-    return any(entry.capture.writebacks[j][0] == "grad" for j in entry.arg_writes)
+    return entry.backward is None and not entry.aliased and not entry.arg_grads

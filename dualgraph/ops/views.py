@@ -104,11 +104,11 @@ def own_if_copied(t: Tensor) -> Tensor:
     a layout the strides can't give, ``x.t().reshape(-1)``; traced: where it copies
     eagerly): a later write to its base does not reach it, nor a write to it the base,
     so it neither shares the base's version counter nor is refreshed from it."""
-    chain, root = chain_of(t)
-    if type(t._data) is np.ndarray and type(root._data) is np.ndarray:
-        shares = np.may_share_memory(t._data, root._data)
+    base = t._base
+    if type(t._data) is np.ndarray and type(base._data) is np.ndarray:
+        shares = np.may_share_memory(t._data, base._data)   # (eager: its own base, no walk)
     else:   # (a dynamic dim's reshape: taken as a view, as before it was known)
-        shares = eager_layout(chain, root) is not None
+        shares = eager_layout(*chain_of(t)) is not None
     if shares:
         return t
     t._view, t._base, t._version, t._view_version = None, None, [0], 0
