@@ -56,23 +56,32 @@ def best_ms(fn, repeat=5):
     return 1e3 * min(times)
 
 
-def onnxruntime_conv(x, w, stride, padding, groups, bias=None, relu=False):
+def onnxruntime_conv(x, w, stride, padding, groups, bias=None, act=None):
     """A session running one ONNX Conv of ``x`` with the constant ``w`` (and ``bias``),
-    then a Relu if ``relu`` (which onnxruntime fuses into the conv)."""
+    then the nodes of ``act`` ("relu", "relu6", "silu" or "hardswish"; onnxruntime fuses
+    the activation into the conv where it can)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     inputs, constants = ["x", "w"], [numpy_helper.from_array(w, "w")]
     if bias is not None:
         inputs.append("b")
         constants.append(numpy_helper.from_array(bias, "b"))
-    nodes = [helper.make_node("Conv", inputs, ["c" if relu else "y"], strides=[stride] * 2,
+    nodes = [helper.make_node("Conv", inputs, ["c" if act else "y"], strides=[stride] * 2,
                               pads=[padding] * 4, group=groups)]
-    if relu:
-        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    if act == "relu6":
+        constants += [numpy_helper.from_array(np.float32(0), "lo"),
+                      numpy_helper.from_array(np.float32(6), "hi")]
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    elif act == "silu":
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]),
+                  helper.make_node("Mul", ["c", "s"], ["y"])]
+    elif act:
+        nodes.append(helper.make_node({"relu": "Relu", "hardswish": "HardSwish"}[act],
+                                      ["c"], ["y"]))
     graph = helper.make_graph(
         nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS

@@ -74,7 +74,7 @@ def measure(name, cin, cout, k, stride, size, pad, batch) -> dict:
     out = (size + 2 * pad - k) // stride + 1
     a = np.ascontiguousarray(w.reshape(cout, -1))
     cols = rng.standard_normal((cin * k * k, batch * out * out), dtype=np.float32)
-    ort = onnxruntime_conv(x, w, stride, pad, 1, bias=b, relu=True)
+    ort = onnxruntime_conv(x, w, stride, pad, 1, bias=b, act="relu")
     tx, tw, tb = map(torch.tensor, (x, w, b))
 
     def torch_conv():

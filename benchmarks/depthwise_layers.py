@@ -21,6 +21,8 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 
 import numpy as np  # noqa: E402
 
+from .conv_kernels import onnxruntime_conv  # noqa: E402
+
 # name, channels, plane, kernel, stride, activation (the models' own, 224x224 input)
 LAYERS = [
     ("v2 32 112", 32, 112, 3, 1, "relu6"), ("v2 96 112/2", 96, 112, 3, 2, "relu6"),
@@ -41,9 +43,6 @@ LAYERS = [
     ("odd 72 57/2 k5", 72, 57, 5, 2, "relu6"), ("odd 240 27 k5", 240, 27, 5, 1, "silu"),
     ("odd 64 40 k7", 64, 40, 7, 1, "relu"), ("odd 100 33/2 k7", 100, 33, 7, 2, "hardswish"),
 ]
-ONNX_ACT = {"relu": ["Relu"], "relu6": ["Clip"], "silu": ["Sigmoid", "Mul"],
-            "hardswish": ["HardSwish"]}
-
 
 def best_ms(fns, rounds):
     """``{name: best CPU ms}`` of each callable of ``fns``, called once per round in turns."""
@@ -56,34 +55,6 @@ def best_ms(fns, rounds):
             fn()
             best[k] = min(best[k], time.process_time() - t0)
     return {k: 1e3 * v for k, v in best.items()}
-
-
-def onnxruntime_layer(x, w, b, stride, pad, act):
-    """A session running one depthwise Conv of ``x`` and its activation's nodes."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2,
-                              pads=[pad] * 4, group=w.shape[0])]
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
-    if act == "relu6":
-        inits += [numpy_helper.from_array(np.float32(0), "lo"),
-                  numpy_helper.from_array(np.float32(6), "hi")]
-        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
-    elif act == "silu":
-        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]),
-                  helper.make_node("Mul", ["c", "s"], ["y"])]
-    else:
-        nodes.append(helper.make_node(ONNX_ACT[act][0], ["c"], ["y"]))
-    graph = helper.make_graph(
-        nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, {"x": x})
 
 
 def measure(layer, batch, rounds):
@@ -112,7 +83,7 @@ def measure(layer, batch, rounds):
     def run_torch():
         with torch.no_grad():
             return tact(f.conv2d(tx, tw, tb, s, p, 1, c))
-    fns = {"dualgraph": ours, "onnxruntime": onnxruntime_layer(x, w, b, s, p, act),
+    fns = {"dualgraph": ours, "onnxruntime": onnxruntime_conv(x, w, s, p, c, bias=b, act=act),
            "torch": run_torch}
     ms = best_ms(fns, rounds)
     ours_ms, ort_ms, torch_ms = ms["dualgraph"], ms["onnxruntime"], ms["torch"]
