@@ -143,7 +143,7 @@ def test_a_lone_process_is_a_world_of_one(monkeypatch):
 
 
 def test_process_groups_in_a_lone_process(monkeypatch, tmp_path):
-    """A world of one: every group is the world; bad ranks and bad groups are clear errors;
+    """A world of one: each new group its own; bad ranks and bad groups are clear errors;
     a graph over a sub-group prints and serialises its group attr; errors of a sub-group's
     communicator name group and global ranks."""
     import dualgraph.distributed as dist
@@ -153,7 +153,12 @@ def test_process_groups_in_a_lone_process(monkeypatch, tmp_path):
     from dualgraph.ops import collective
     monkeypatch.setattr(collective, "STATE", collective._State())
     collective.STATE.comm = Communicator(None, 5.0)
-    assert dist.new_group([0]) is dist.group.WORLD and dist.new_group() is dist.group.WORLD
+    ones, again = dist.new_group([0]), dist.new_group()   # groups of their own, as in torch
+    assert ones.key == (0,) and again.key == (0, "#1") and ones != again != dist.group.WORLD
+    assert dist.get_rank(again) == 0 and repr(again) == "ProcessGroup(ranks=[0] #1)"
+    with pytest.raises(RuntimeError, match=r"not a member of the process group of global "
+                       r"ranks \[0\] #7 \(or the group was destroyed\)"):
+        dist.all_reduce(dg.ones(2), group=dist.ProcessGroup((0,), (0, "#7")))
     assert dist.get_process_group_ranks(dist.group.WORLD) == [0]
     assert dist.get_rank(dist.group.WORLD) == 0 and dist.get_world_size(dist.group.WORLD) == 1
     for bad in ([1], [0, 0], []):

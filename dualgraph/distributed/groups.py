@@ -1,5 +1,6 @@
 """Process sub-groups (``torch.distributed.new_group``): a set of the world's ranks that
-collectives can run over, on its own MPI communicator (``MPI_Comm_split``).
+collectives can run over, each group on its own MPI communicator (``MPI_Comm_split``), so
+that the operations of two groups, even of the same ranks, never match each other.
 
 Every rank of the world calls ``new_group(ranks)``, in the same order and with the same
 ranks (checked, against the deadline); the members get a :class:`ProcessGroup` they pass as
@@ -27,13 +28,16 @@ class ProcessGroup:
     the group, -1 outside it), ``size()``, ``ranks`` (global, increasing). The world's
     group is ``dist.group.WORLD``."""
 
-    def __init__(self, ranks: tuple | None):
+    def __init__(self, ranks: tuple | None, key: tuple | None = None):
         self._ranks = ranks    # None: the world (its ranks are read once it exists)
+        self._key = ranks if key is None else key
 
     @property
     def key(self) -> tuple | None:
-        """What the collective ops name the group by: its global ranks, None for the world."""
-        return self._ranks
+        """What the collective ops name the group by (their attr ``group``): its global
+        ranks, then ``'#n'`` for the n-th later group of the same ranks; None for the
+        world."""
+        return self._key
 
     @property
     def ranks(self) -> tuple:
@@ -43,7 +47,7 @@ class ProcessGroup:
         return self._ranks is None or _c.comm().rank in self._ranks
 
     def rank(self) -> int:
-        return _c.comm(self._ranks).rank if self.is_member() else -1
+        return _c.comm(self._key).rank if self.is_member() else -1
 
     def size(self) -> int:
         return len(self.ranks) if self.is_member() else -1
@@ -51,7 +55,7 @@ class ProcessGroup:
     def __eq__(self, other) -> bool:
         if other is GroupMember.NON_GROUP_MEMBER:
             return not self.is_member()
-        return isinstance(other, ProcessGroup) and other._ranks == self._ranks
+        return isinstance(other, ProcessGroup) and other._key == self._key
 
     __hash__ = object.__hash__
 
@@ -59,7 +63,8 @@ class ProcessGroup:
         if self._ranks is None:
             return "ProcessGroup(WORLD)"
         outside = "" if self.is_member() else ", not a member"
-        return f"ProcessGroup(ranks={list(self._ranks)}{outside})"
+        later = "".join(f" {n}" for n in self._key[len(self._ranks):])
+        return f"ProcessGroup(ranks={list(self._ranks)}{later}{outside})"
 
 
 class GroupMember:
@@ -74,10 +79,11 @@ group = GroupMember   # (dist.group.WORLD, as torch)
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
               use_local_synchronization: bool = False, group_desc=None) -> ProcessGroup:
-    """A process group of the global ``ranks`` (all of them by default). Every rank of the
-    world must call it, in the same order, with the same ranks; the ranks outside get a
-    non-member group. ``timeout`` (a ``timedelta`` or seconds): the deadline of the group's
-    operations (the world's by default).
+    """A process group of the global ``ranks`` (all of them by default) on a communicator
+    of its own: another group of the same ranks (or the world) runs its operations
+    independently. Every rank of the world must call it, in the same order, with the same
+    ranks; the ranks outside get a non-member group. ``timeout`` (a ``timedelta`` or
+    seconds): the deadline of the group's operations (the world's by default).
 
     >>> evens = dist.new_group([r for r in range(dist.get_world_size()) if r % 2 == 0])
     """
@@ -87,18 +93,16 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
             0 <= members[0] and members[-1] < world.size):
         raise ValueError(f"new_group({ranks!r}): give distinct ranks of the world (0 to "
                          f"{world.size - 1}), at least one")
-    if members == tuple(range(world.size)):
-        return GroupMember.WORLD
-    # every rank records every group (None where it is not a member), so that all agree
-    # whether these ranks have a communicator already: the same ranks again share it
-    known = members in _c.STATE.groups
-    sub = world.new_group(members, make=not known)
-    if not known:
-        _c.STATE.groups[members] = sub
-    sub = _c.STATE.groups[members]
+    # every rank counts the groups of each set of ranks (all ranks make every group, in the
+    # same order), so all name the n-th later group of the same ranks alike: ``(*ranks, '#n')``
+    later = _c.STATE.made.get(members, 0)
+    _c.STATE.made[members] = later + 1
+    key = members + (f"#{later}",) if later else members
+    sub = world.new_group(members)
+    _c.STATE.groups[key] = sub   # (None on a rank outside the group)
     if timeout is not None and sub is not None:
         sub.timeout = getattr(timeout, "total_seconds", lambda: timeout)()
-    return ProcessGroup(members)
+    return ProcessGroup(members, key)
 
 
 def resolve(group) -> tuple | None:
@@ -150,4 +154,4 @@ def destroy_all() -> None:
     for sub in _c.STATE.groups.values():
         if sub is not None:
             sub.close()
-    _c.STATE.groups = {}
+    _c.STATE.groups, _c.STATE.made = {}, {}

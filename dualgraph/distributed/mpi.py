@@ -140,11 +140,10 @@ class Communicator:
         return (f"{self.name(self.rank)} of {self.size} in the group of global ranks "
                 f"{list(self.ranks)}")
 
-    def new_group(self, ranks: tuple, make: bool = True) -> "Communicator | None":
-        """A communicator over ``ranks`` (sorted ranks of this one, which must be the world):
-        every rank calls it with the same ``ranks`` (checked, against the deadline), the
-        members get the sub-group, the others None (and all None without ``make``: the
-        check only)."""
+    def new_group(self, ranks: tuple) -> "Communicator | None":
+        """A new communicator over ``ranks`` (sorted ranks of this one, which must be the
+        world): every rank calls it with the same ``ranks`` (checked, against the deadline),
+        the members get the sub-group, the others None."""
         digest = np.array([len(ranks), zlib.crc32(np.asarray(ranks, np.int64).tobytes())],
                           np.int64)
         seen = np.empty((self.size, 2), np.int64)
@@ -158,8 +157,6 @@ class Communicator:
                 "other ranks (every rank must call new_group, in the same order, with the "
                 "same ranks)")
         member = self.rank in ranks
-        if not make:
-            return None
         if self.mpi is None:
             return Communicator(None, self.timeout, None, tuple(ranks)) if member else None
         handle = self.handle.Split(0 if member else self.mpi.UNDEFINED, self.rank)

@@ -6,7 +6,9 @@ destination), so it runs eagerly, traces into a graph node with the user's line,
 VJP written with these same ops: the gradient of ``all_gather`` is ``reduce_scatter``, of
 ``all_reduce(sum)`` is ``all_reduce(sum)``, of ``broadcast`` is ``reduce`` to the source.
 An op runs over the world, or over a sub-group of it (``new_group``) named by its attr
-``group``, the tuple of the group's global ranks (absent for the world); ``dst`` and ``src``
+``group``, the tuple of the group's global ranks (absent for the world), followed by
+``'#n'`` for the n-th later group of the same ranks (each group has its own communicator,
+so the ops of two groups never match each other); ``dst`` and ``src``
 are then ranks within the group. All ranks (of the group) must run the same ops in the same
 order, as MPI requires; a graph is compiled the
 same way on every rank, so its nodes keep that order. The ops are flagged ``communicates``:
@@ -33,15 +35,17 @@ FIRST_BUCKET_BYTES = 1 << 20   # as torch's DDP: a small first bucket starts com
 class _State:
     def __init__(self):
         self.comm = None     # distributed.mpi.Communicator once init_process_group ran
-        self.groups = {}     # global ranks -> each sub-group's Communicator (None outside it)
+        self.groups = {}     # a group's key -> its Communicator (None outside it)
+        self.made = {}       # global ranks -> how many groups of them new_group made
 
 
 STATE = _State()
 
 
 def comm(group: tuple | None = None):
-    """The communicator of the world (``group`` None) or of the sub-group of those global
-    ranks; a clear error before ``init_process_group`` or on a rank outside the group."""
+    """The communicator of the world (``group`` None) or of the sub-group with that key
+    (its global ranks, and ``'#n'`` for a later group of the same ranks); a clear error
+    before ``init_process_group`` or on a rank outside the group."""
     if STATE.comm is None:
         raise RuntimeError("the default process group is not initialised: call "
                            "dg.distributed.init_process_group() first")
@@ -50,10 +54,18 @@ def comm(group: tuple | None = None):
     found = STATE.groups.get(group)
     if found is None:
         raise RuntimeError(
-            f"global rank {STATE.comm.rank} is not a member of the process group of global "
-            f"ranks {list(group)} (or the group was destroyed): only its members may run "
+            f"global rank {STATE.comm.rank} is not a member of the process group of "
+            f"{describe(group)} (or the group was destroyed): only its members may run "
             "collectives on it; test dist.get_rank(group) >= 0 first")
     return found
+
+
+def describe(group: tuple) -> str:
+    """A sub-group's key as errors name it: ``global ranks [0, 2]`` (``#1`` after it for
+    the first later group of the same ranks)."""
+    later = group[-1] if isinstance(group[-1], str) else ""
+    ranks = group[:-1] if later else group
+    return f"global ranks {list(ranks)}" + (f" {later}" if later else "")
 
 
 def world(group: tuple | None = None) -> tuple[int, int]:
@@ -241,7 +253,7 @@ RECV = defop(
 # ``group``: a sub-group's global ranks (a tuple), or None for the world (no attr at all, so
 # that graphs over the world print and serialise as before)
 def _on(group) -> dict:
-    return {} if group is None else {"group": tuple(int(r) for r in group)}
+    return {} if group is None else {"group": tuple(group)}
 
 
 def all_reduce(x, op: str = "SUM", group=None):

@@ -39,7 +39,9 @@ assert dist.get_rank(other) == dist.get_world_size(other) == -1
 assert other == dist.GroupMember.NON_GROUP_MEMBER and mine != dist.GroupMember.NON_GROUP_MEMBER
 assert dist.get_group_rank(mine, RANK) == dist.get_rank(mine)
 assert dist.get_global_rank(mine, 0) == members[0]
-assert dist.new_group(range(SIZE)) is dist.group.WORLD is dist.GroupMember.WORLD
+whole = dist.new_group(range(SIZE))   # all ranks: a group of its own, not the world
+assert whole != dist.group.WORLD and dist.get_rank(whole) == RANK and whole.key == tuple(
+    range(SIZE)) and dist.group.WORLD is dist.GroupMember.WORLD
 assert dist.get_process_group_ranks(dist.group.WORLD) == list(range(SIZE))
 ok("ranks")
 
@@ -101,6 +103,54 @@ try:
 except dist.DistributedError as e:
     assert "called it with other ranks" in str(e), e
 ok("non-members")
+
+# -- two groups of the same ranks: communicators of their own ---------------------------------
+# Each member starts the same operations on the two groups in its own order (the first
+# member a's then b's, the others b's then a's) and waits in yet another: on one shared
+# communicator MPI would match A's allreduce with B's and the sends across the groups.
+def twins(ranks):
+    a, b = dist.new_group(ranks), dist.new_group(ranks, timeout=7)
+    assert a != b and b.key[:-1] == tuple(ranks) and f" {b.key[-1]})" in repr(b), (a, b)
+    assert collective.comm(b.key).timeout == 7.0 != collective.comm(a.key).timeout
+    first = dist.get_rank(a) == 0
+    ta, tb = dg.tensor(np.full(40_000, RANK + 1.0, np.float32)), dg.tensor(
+        np.full(3, 10.0 * (RANK + 1), np.float32))
+    ba, bb = dg.tensor(np.full(5, RANK, np.float32)), dg.tensor(np.full(5, -RANK, np.float32))
+    starts = [lambda: dist.all_reduce(ta, group=a, async_op=True),
+              lambda: dist.broadcast(ba, src=ranks[-1], group=a, async_op=True),
+              lambda: dist.all_reduce(tb, op=dist.ReduceOp.MAX, group=b, async_op=True),
+              lambda: dist.broadcast(bb, src=ranks[0], group=b, async_op=True)]
+    works = [start() for start in (starts if first else starts[2:] + starts[:2])]
+    for w in works[::-1] if first else works[1::2] + works[::2]:
+        w.wait()
+    np.testing.assert_allclose(ta.numpy(), sum(r + 1.0 for r in ranks))
+    np.testing.assert_allclose(tb.numpy(), 10.0 * (ranks[-1] + 1))
+    np.testing.assert_allclose(ba.numpy(), ranks[-1])
+    np.testing.assert_allclose(bb.numpy(), -ranks[0])
+    if len(ranks) > 1:   # a send on each group, with the same tag, received in reverse order
+        if RANK == ranks[0]:
+            sends = [dist.isend(dg.tensor(np.full(4, v, np.float32)), dst=ranks[1], group=g,
+                                tag=9) for v, g in ((1.0, a), (2.0, b))]
+            for w in sends:
+                w.wait()
+        elif RANK == ranks[1]:
+            got_b, got_a = dg.zeros(4), dg.zeros(4)
+            wb = dist.irecv(got_b, src=ranks[0], group=b, tag=9)
+            dist.irecv(got_a, src=ranks[0], group=a, tag=9).wait()
+            wb.wait()
+            np.testing.assert_allclose(got_a.numpy(), 1.0)
+            np.testing.assert_allclose(got_b.numpy(), 2.0)
+    dist.destroy_process_group(a)
+    dist.destroy_process_group(b)
+
+
+twins(tuple(range(SIZE)))
+for ranks in ([r for r in range(SIZE) if r % 2 == 0], list(range(1, SIZE, 2))):
+    if RANK in ranks:
+        twins(tuple(ranks))
+    else:   # (every rank makes every group)
+        dist.new_group(ranks), dist.new_group(ranks, timeout=7)
+ok("groups of the same ranks are independent")
 
 # -- gradients through group collectives, and a compiled function with them ----------------------
 x = dg.tensor(values[RANK], requires_grad=True)
@@ -177,7 +227,8 @@ for name, hook, state, compiled, zero in (
 # -- a member that does not arrive: the deadline names group and global ranks ---------------------
 if SIZE >= 4:
     evens = dist.new_group(range(0, SIZE, 2), timeout=datetime.timedelta(seconds=1))
-    odds = dist.new_group(range(1, SIZE, 2), timeout=1.0)   # (the same groups, a 1 s deadline)
+    odds = dist.new_group(range(1, SIZE, 2), timeout=1.0)   # (the same ranks, a 1 s deadline)
+    mine = evens if RANK % 2 == 0 else odds
     assert collective.comm(mine.key).timeout == 1.0
     if dist.get_rank(mine) == 0:
         try:
