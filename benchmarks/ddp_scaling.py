@@ -3,7 +3,7 @@ against raw mpi4py.
 
     python -m benchmarks.ddp_scaling              # runs every part, prints markdown tables
     python -m benchmarks.ddp_scaling --rounds 5 --json out.json
-    python -m benchmarks.ddp_scaling --breakdown  # where an eager DDP step's time goes
+    python -m benchmarks.ddp_scaling --breakdown  # where a DDP step's time goes, per rank
     python -m benchmarks.ddp_scaling --collectives --rounds 2   # the allreduce table only
 
 The driver starts each part as its own job (``mpiexec -n 2 python -m benchmarks.ddp_scaling
@@ -22,9 +22,10 @@ reads the JSON line rank 0 prints:
   ``single,half,concurrent``: two such processes started together (``mpiexec -n 2``, no
   DDP, no communication), the slower one's steps per second: the real bound of 2 ranks on
   2 cores (shared memory bandwidth, caches, frequency), which DDP's ratio is judged by.
-- ``breakdown`` (only with ``--breakdown``): where an eager DDP step's time goes on rank 0
-  (forward, backward, the end-of-backward wait, update, process CPU time), against the
-  same step of one process on 64 rows in the same job.
+- ``breakdown`` (only with ``--breakdown``): where a DDP step's time goes on each rank,
+  eager and compiled (step wall and CPU time; the allreduce starts, progress polls and
+  waits in wall and CPU time, their calls, the ``Test`` polls of the waits), against the
+  same 64-row step without DDP in the same job.
 - ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
   ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays (and its
   in-place ``Iallreduce`` with a ``Test`` loop, what dualgraph runs underneath), the best
@@ -175,42 +176,64 @@ def collectives() -> list:
 
 
 def breakdown() -> dict:
-    """Where an eager DDP step's time goes on this rank (W1, 64 rows), medians in ms of wall
-    time: forward, backward up to its end (the buckets' copies and starts included), the
-    end-of-backward wait for the reductions and the writes into ``.grad``, the update, and
-    the step's process CPU time; and the same step of one process on 64 rows."""
+    """Where a DDP step's time goes on each rank (W1, 64 rows a rank), eager and compiled,
+    against the same step without DDP in the same job: per step (medians of wall and
+    process CPU ms) and the communication's share (means per step of wall ms, thread CPU
+    ms and calls): the allreduce starts (the buckets' copies not included), the progress
+    polls during the backward, and the waits (``Pending.wait``: polling until the reduction
+    is there; ``tests`` counts the polls the waits made)."""
     import dualgraph as dg
     import dualgraph.distributed as dist
-    from dualgraph.nn.parallel import DistributedDataParallel as DDP
+    from dualgraph.distributed import mpi
     dist.init_process_group("mpi")
     rank, size = dist.get_rank(), dist.get_world_size()
-    finish, waits = DDP._finish, []
+    spent = {}
 
-    def timed_finish(self):
-        start = time.perf_counter()
-        finish(self)
-        waits.append(time.perf_counter() - start)
-    DDP._finish = timed_finish
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                got = spent.setdefault(name, [0.0, 0.0, 0])
+                got[0] += time.perf_counter() - wall
+                got[1] += time.thread_time() - cpu
+                got[2] += 1
+        return run
+    mpi.Communicator.all_reduce = timed("start", mpi.Communicator.all_reduce)
+    mpi.Communicator.progress = timed("progress", mpi.Communicator.progress)
+    mpi.Pending.wait = timed("wait", mpi.Pending.wait)
+    test = mpi.Pending.test
+
+    def counted(self):
+        spent.setdefault("tests", [0.0, 0.0, 0])[2] += 1
+        return test(self)
+    mpi.Pending.test = counted
     rows = {}
-    for parallel in (False, True):
-        x, y, model = _mlp(dg, rank, size)
-        model = DDP(model) if parallel else model
-        opt = dg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        marks = []
-        for i in range(WARMUP + TIMED):
-            t0, c0 = time.perf_counter(), time.process_time()
-            opt.zero_grad()
-            loss = dg.nn.functional.cross_entropy(model(x), y)
-            t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
-            opt.step()
-            t3, c3 = time.perf_counter(), time.process_time()
-            wait = waits[-1] if parallel else 0.0
-            marks.append((t1 - t0, t2 - t1 - wait, wait, t3 - t2, t3 - t0, c3 - c0))
-        keys = ("forward", "backward", "finish", "update", "step", "cpu")
-        medians = np.median(np.array(marks[WARMUP:]), axis=0) * 1e3
-        rows["ddp" if parallel else "single"] = dict(zip(keys, medians.round(3).tolist()))
+    for compiled in (False, True):
+        for parallel in (False, True):
+            step = _mlp_step(dg, rank, size, parallel)
+            run = dg.compile(step) if compiled else step
+            for _ in range(WARMUP):
+                run()
+            spent.clear()
+            marks = []
+            for _ in range(TIMED):
+                wall, cpu = time.perf_counter(), time.process_time()
+                run()
+                marks.append((time.perf_counter() - wall, time.process_time() - cpu))
+            row = dict(zip(("step", "cpu"), (np.median(np.array(marks), axis=0) * 1e3)))
+            for part, calls in (("start", "starts"), ("progress", "polls"), ("wait", "waits")):
+                got = spent.get(part, [0.0, 0.0, 0])
+                row.update({f"{part} wall": got[0] / TIMED * 1e3,
+                            f"{part} cpu": got[1] / TIMED * 1e3, calls: got[2] / TIMED})
+            row["tests"] = spent.get("tests", [0, 0, 0])[2] / TIMED
+            values = dg.tensor(np.array(list(row.values())))   # every rank's row, to rank 0
+            parts = [dg.zeros_like(values) for _ in range(size)]
+            dist.all_gather(parts, values)
+            name = ("compiled " if compiled else "") + ("ddp" if parallel else "single")
+            for r, got in enumerate(parts):
+                rows[f"{name}, rank {r}"] = dict(zip(row, got.numpy().round(3).tolist()))
     return rows
 
 
@@ -263,8 +286,9 @@ def main():
     args = p.parse_args()
     if args.breakdown:
         rows = _launch("breakdown", 2)
-        print("| rank 0, 64 rows | " + " | ".join(rows["ddp"]) + " |")
-        print("|---" * (1 + len(rows["ddp"])) + "|")
+        keys = next(iter(rows.values()))
+        print("| 64 rows a rank, ms per step | " + " | ".join(keys) + " |")
+        print("|---" * (1 + len(keys)) + "|")
         for name, row in rows.items():
             print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in row.values()) + " |")
         return

@@ -44,6 +44,11 @@ SPIN_S = 2e-4
 MAX_SLEEP_S = 1e-4
 POLLS = 256
 FIRST_POLLS = 512  # Test calls a wait makes before it starts the deadline's clock (~100 us)
+# An in-place allreduce of this many bytes (inclusive) runs out of place into a scratch
+# array, copied back: MPICH's intranode in-place algorithm costs 1.25-1.4x its out-of-place
+# one at 32-128 KiB (the copy back and its Python, 2-5 us, less than that from 32 KiB), and
+# is the faster one from 512 KiB (docs/benchmarks.md, 2026-12-03).
+OUT_OF_PLACE_BYTES = (32 << 10, 256 << 10)
 
 
 class DistributedError(OpError):
@@ -125,6 +130,8 @@ class Communicator:
         self.mailbox: dict = {}     # a lone process's messages to itself, by tag
         self._reductions: dict = {}   # (op, dtype) -> what _reduction made for them
         self._last = (None, None, None)   # all_reduce_now's last (op, dtype, reduction)
+        self._scratch = None   # all_reduce_now's out-of-place results (OUT_OF_PLACE_BYTES)
+        self._scratch_views: dict = {}   # (shape, dtype number) -> a view of it
 
     def name(self, rank: int) -> str:
         """Rank ``rank`` of this communicator, as errors name it (with its world rank in a
@@ -240,9 +247,12 @@ class Communicator:
         return pending
 
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
-        """``inplace``: the result overwrites ``x`` (C-contiguous), no copy is made."""
+        """``inplace``: the result overwrites ``x`` (C-contiguous; of OUT_OF_PLACE_BYTES,
+        MPI writes a new array, copied into ``x`` by the wait)."""
         send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
         wire, mpi_op, finish = self._reduction(op, x.dtype)
+        if inplace and _out_of_place(x.nbytes):
+            inplace, finish = False, _into(x, finish)
         out = send if inplace else np.empty_like(send)
         if self.mpi is None:
             out[...] = send
@@ -262,8 +272,10 @@ class Communicator:
         self.calls += 1
         if self.mpi is None:
             return finish(x)
+        out = self._scratch_for(x) if _out_of_place(x.nbytes) else None
         try:
-            request = self.handle.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op)
+            request = (self.handle.Iallreduce(self.mpi.IN_PLACE, wire(x), mpi_op) if out is None
+                       else self.handle.Iallreduce(wire(x), wire(out), mpi_op))
             polls = FIRST_POLLS   # (this loop's form was the fastest to see completion)
             while not request.Test():
                 polls -= 1
@@ -274,7 +286,23 @@ class Communicator:
         except self.mpi.Exception as e:
             what = Pending(self, f"all_reduce({op})", x, self.calls, [], None).what
             raise DistributedError(f"{what} failed on {self.where()}: {e}") from e
+        if out is not None:
+            np.copyto(x, out)
         return finish(x)
+
+    def _scratch_for(self, x: np.ndarray) -> np.ndarray:
+        """An array like ``x`` in this communicator's scratch memory (kept: a fresh one of
+        this size would page-fault in every call)."""
+        key = (x.shape, x.dtype.num)   # (the number: a dtype hashes slowly)
+        view = self._scratch_views.get(key)
+        if view is None or view.dtype != x.dtype:
+            if self._scratch is None:
+                self._scratch = np.empty(OUT_OF_PLACE_BYTES[1], np.uint8)
+            if len(self._scratch_views) > 64:
+                self._scratch_views.clear()
+            view = self._scratch[:x.nbytes].view(x.dtype).reshape(x.shape)
+            self._scratch_views[key] = view
+        return view
 
     def _reduction(self, op: str, dtype):
         """(the arrays' form for MPI, the MPI op, the result's finish) of a reduction
@@ -369,6 +397,19 @@ class Communicator:
         if self.handle is not None:
             self.handle.Free()
             self.handle = None
+
+
+def _out_of_place(nbytes: int) -> bool:
+    return OUT_OF_PLACE_BYTES[0] <= nbytes <= OUT_OF_PLACE_BYTES[1]
+
+
+def _into(x: np.ndarray, finish):
+    """A result's ``finish`` that also copies it into ``x`` (an in-place allreduce run out
+    of place)."""
+    def copy_back(out):
+        np.copyto(x, out)
+        return finish(x)
+    return copy_back
 
 
 def _describe(x: np.ndarray) -> str:

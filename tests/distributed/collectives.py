@@ -51,7 +51,9 @@ def rounded(a, dtype):
 
 
 for dtype in DTYPES:
-    for shape in [(1,), (7, 3), (100, 65), (1000, 65)]:   # (100, 65): 26 KB as float32
+    # (100, 65): 26 KB as float32; 52 KB as float64 and (1000, 65) as 16-bit, 260 KB as
+    # float32 are reduced out of place (mpi.OUT_OF_PLACE_BYTES)
+    for shape in [(1,), (7, 3), (100, 65), (1000, 65)]:
         inputs = [rounded(data(r, shape, dtype), dtype) for r in range(SIZE)]
         mine = data(RANK, shape, dtype)
         for op, want in [("SUM", sum(inputs)), ("MAX", np.max(inputs, 0)),
@@ -92,8 +94,9 @@ np.testing.assert_allclose(base.numpy()[::2], data(0, (10,), "float64")[::2])
 np.testing.assert_allclose(base.numpy()[1::2], data(RANK, (10,), "float64")[1::2])
 ok("non-contiguous")
 
-# async handles: several in flight, completed by wait(), results in place
-ts = [dg.tensor(data(RANK, (5000,), "float32", s)) for s in range(4)]
+# async handles: several in flight, completed by wait(), results in place (80 KB each:
+# MPI reduces them out of place, the wait copies into the tensors: mpi.OUT_OF_PLACE_BYTES)
+ts = [dg.tensor(data(RANK, (20000,), "float32", s)) for s in range(4)]
 works = [dist.all_reduce(t, async_op=True) for t in ts]
 out = dg.zeros(SIZE * 3)
 works.append(dist.all_gather_into_tensor(out, dg.full((3,), float(RANK)), async_op=True))
@@ -101,7 +104,7 @@ for w in works:
     w.wait()
     assert w.is_completed()
 for s, t in enumerate(ts):
-    np.testing.assert_allclose(t.numpy(), sum(data(r, (5000,), "float32", s)
+    np.testing.assert_allclose(t.numpy(), sum(data(r, (20000,), "float32", s)
                                               for r in range(SIZE)), rtol=1e-6)
 np.testing.assert_array_equal(out.numpy(), np.repeat(np.arange(SIZE), 3))
 fut = dist.all_reduce(dg.ones(2), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
