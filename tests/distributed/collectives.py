@@ -51,8 +51,8 @@ def rounded(a, dtype):
 
 
 for dtype in DTYPES:
-    # (100, 65): 26 KB as float32; 52 KB as float64 and (1000, 65) as 16-bit, 260 KB as
-    # float32 are reduced out of place (mpi.OUT_OF_PLACE_BYTES)
+    # (100, 65): 26 KB as float32; 52 KB as float64 and (1000, 65) as 16-bit (130 KB)
+    # are reduced out of place (mpi.OUT_OF_PLACE_BYTES)
     for shape in [(1,), (7, 3), (100, 65), (1000, 65)]:
         inputs = [rounded(data(r, shape, dtype), dtype) for r in range(SIZE)]
         mine = data(RANK, shape, dtype)

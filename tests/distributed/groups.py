@@ -230,19 +230,22 @@ if SIZE >= 4:
     odds = dist.new_group(range(1, SIZE, 2), timeout=1.0)   # (the same ranks, a 1 s deadline)
     mine = evens if RANK % 2 == 0 else odds
     assert collective.comm(mine.key).timeout == 1.0
-    if dist.get_rank(mine) == 0:
-        try:
-            dist.all_reduce(dg.ones(3), group=mine)
-            raise AssertionError("the deadline did not expire")
-        except dist.DeadlineError as e:
-            message = str(e)
-            assert f"group rank 1 (global rank {members[1]}) did not arrive" in message, message
-            assert f"on group rank 0 (global rank {RANK}) of {len(members)}" in message, message
-            assert "groups.py:" in message, message
-        mpi._failed[0] = False   # (the late member's allreduce completes this one below)
-    dist.barrier()
-    if dist.get_rank(mine) == 1:
-        dist.all_reduce(dg.ones(3), group=mine)   # late: after rank 0's deadline
+    for n in (3, 16384):   # (64 KB: reduced out of place, mpi.OUT_OF_PLACE_BYTES)
+        if dist.get_rank(mine) == 0:
+            try:
+                dist.all_reduce(dg.ones(n), group=mine)
+                raise AssertionError("the deadline did not expire")
+            except dist.DeadlineError as e:
+                message = str(e)
+                assert f"group rank 1 (global rank {members[1]}) did not arrive" in message, (
+                    message)
+                assert f"on group rank 0 (global rank {RANK}) of {len(members)}" in message, (
+                    message)
+                assert f"float32[{n}]" in message and "groups.py:" in message, message
+            mpi._failed[0] = False   # (the late member's allreduce completes this one below)
+        dist.barrier()
+        if dist.get_rank(mine) == 1:
+            dist.all_reduce(dg.ones(n), group=mine)   # late: after rank 0's deadline
     ok("deadline names group and global ranks")
 
 dist.destroy_process_group(mine)
