@@ -3,7 +3,12 @@ in one pass, any other window likewise, and the backward's scatter of gradients 
 per kernel position plus masks and index arithmetic for the same result."""
 from __future__ import annotations
 
-from . import loop
+import numpy as np
+
+from . import helper, loop
+from .simd import LANES, broadcast, load, load_even, maximum_nan, store
+
+F = np.float32
 
 
 @loop
@@ -70,3 +75,66 @@ def max_pool_backward(g, index, out):
         target, grads, where = out[p], g[p], index[p]
         for k in range(grads.size):
             target[where[k]] += grads[k]
+
+
+@helper(inline="always")
+def _scalar_max(plane, height, width, y0, x0, kh, kw, dh, dw):
+    """The maximum of one window (positions outside the plane skipped), NaN if any value
+    in it is NaN, as in torch."""
+    b = -np.inf
+    for a in range(kh):
+        y = y0 + a * dh
+        if 0 <= y < height:
+            for c in range(kw):
+                col = x0 + c * dw
+                if 0 <= col < width:
+                    v = plane[y * width + col]
+                    if not v <= b:    # (greater, or NaN)
+                        b = v
+                    if b != b:
+                        return b
+    return b
+
+
+@helper(inline="always")
+def _vector_max(plane, width, y0, a0, a1, x0, kw, sw, dh, dw):
+    """The maxima of eight windows side by side (rows ``a0:a1`` of the window inside the
+    plane, every column inside): each tap one eight-lane load (every other column at
+    stride 2) and a NaN-keeping maximum."""
+    b = broadcast(F(-np.inf))
+    for a in range(a0, a1):
+        o = (y0 + a * dh) * width + x0
+        for c in range(kw):
+            v = load(plane, o + c * dw) if sw == 1 else load_even(plane, o + c * dw)
+            b = maximum_nan(b, v)
+    return b
+
+
+@loop
+def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                    left):
+    """Planes ``start:stop`` of the flat planes ``x (P, H*W)`` max-pooled into ``best (P,
+    Ho*Wo)`` (NaN where a window holds one, as in torch), the window of output ``(i, j)``
+    starting at ``(i * sh - top, j * sw - left)`` with dilation ``(dh, dw)``; positions
+    outside the plane are skipped (padding, ceil mode). At column stride 1 or 2 the
+    outputs whose windows lie inside the row go eight at a time (:func:`_vector_max`; the
+    row's last eight end at its last such output, recomputing some), the others one by
+    one. NumPy's running maximum took a pass over the output per tap."""
+    first = -(-left // sw)                                          # (the outputs whose
+    last = min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)    # columns are inside)
+    if sw > 2 or last + 1 - first < LANES:
+        first, last = wo, wo - 1      # (all one by one)
+    for p in range(start, stop):
+        plane, out = x[p], best[p]
+        for i in range(ho):
+            y0 = i * sh - top
+            a0, a1 = max(0, -(y0 // dh)), min(kh, -((y0 - height) // dh))
+            row = out[i * wo:(i + 1) * wo]
+            for j in range(first, last + 1, LANES):
+                j = min(j, last + 1 - LANES)
+                store(row, j, _vector_max(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh,
+                                          dw))
+            for j in range(min(first, wo)):
+                row[j] = _scalar_max(plane, height, width, y0, j * sw - left, kh, kw, dh, dw)
+            for j in range(max(first, last + 1), wo):
+                row[j] = _scalar_max(plane, height, width, y0, j * sw - left, kh, kw, dh, dw)

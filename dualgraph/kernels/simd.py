@@ -157,14 +157,18 @@ def fma(typingctx, a, b, c):
     kind = _same_vectors(a, b, c)
 
     def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        from numba.core import cgutils
-        vector = args[0].type
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [vector] * 3),
-            f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}")
-        return builder.call(fn, list(args))
+        return _call(builder, f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}", args)
     return kind(a, b, c), codegen
+
+
+def _call(builder, name, args):
+    """A call of the LLVM intrinsic ``name`` on vectors of one type, returning one."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    vector = args[0].type
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vector, [vector] * len(args)), name)
+    return builder.call(fn, list(args))
 
 
 def _compare(context, builder, kind, op, a, b):
@@ -191,6 +195,17 @@ def minimum(typingctx, a, b):
 
     def codegen(context, builder, signature, args):
         return builder.select(_compare(context, builder, kind, "<", *args), *args)
+    return kind(a, b), codegen
+
+
+@Intrinsic
+def maximum_nan(typingctx, a, b):
+    """The larger of ``a`` and ``b`` lane-wise, NaN where either is NaN (``llvm.maximum``:
+    ``vmaxps`` and a blend of the unordered lanes on AVX)."""
+    kind = _same_vectors(a, b)
+
+    def codegen(context, builder, signature, args):
+        return _call(builder, f"llvm.maximum.v{LANES}f{kind.dtype.bitwidth}", args)
     return kind(a, b), codegen
 
 

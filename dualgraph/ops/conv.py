@@ -895,6 +895,22 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return cast(best, dt), np.take(offsets, arg) + (rows * hw[1] + cols)
 
 
+def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
+    ``kernels.pooling.max_pool_values`` (eight windows a vector, NaN kept), planes shared
+    among threads; None where that loop does not run (another dtype, no Numba)."""
+    if not kernels.enabled(x):
+        return None
+    hw = x.shape[-2:]
+    out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
+    planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
+    best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
+    run_rows(kernels.pooling.max_pool_values, planes.shape[0], planes, best, *hw, *out_hw,
+             *kernel_size, *stride, *dilation, padding[0], padding[1],
+             threads=threads_for(planes.size))
+    return best.reshape(x.shape[:-2] + tuple(out_hw))
+
+
 def _tiled_max_pool(win, hw):
     """Max pooling over non-overlapping, unpadded windows ``win (..., Ho, Wo, kh, kw)``:
     the values and torch's flat argmax indices, or None when a window holds a NaN (the
