@@ -8,11 +8,9 @@ turns, as ``benchmarks.depthwise_layers``'.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from .depthwise_layers import best_ms   # (sets one thread per engine before NumPy loads)
+from .depthwise_layers import best_ms, run_layers   # (sets one thread per engine before NumPy loads)
 
 import numpy as np  # noqa: E402
 
@@ -70,18 +68,7 @@ def measure(layer, batch, rounds):
 
 
 def main(argv=None):
-    import torch
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", default="1,16")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("parts", nargs="*")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.1f}; best CPU ms of {args.rounds}, one thread")
-    for batch in map(int, args.batches.split(",")):
-        for layer in LAYERS:
-            if not args.parts or any(part in layer[0] for part in args.parts):
-                measure(layer, batch, args.rounds)
+    run_layers(argv, __doc__, LAYERS, measure, 7)
 
 
 if __name__ == "__main__":

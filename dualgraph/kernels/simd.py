@@ -178,24 +178,20 @@ def _compare(context, builder, kind, op, a, b):
     return builder.icmp_signed(op, a, b)
 
 
-@Intrinsic
-def maximum(typingctx, a, b):
-    """``a > b ? a : b`` lane-wise (``vmaxps``)."""
-    kind = _same_vectors(a, b)
+def _choose(name, op, doc):
+    """An intrinsic ``a <op> b ? a : b`` lane-wise."""
+    def typer(typingctx, a, b):
+        kind = _same_vectors(a, b)
 
-    def codegen(context, builder, signature, args):
-        return builder.select(_compare(context, builder, kind, ">", *args), *args)
-    return kind(a, b), codegen
+        def codegen(context, builder, signature, args):
+            return builder.select(_compare(context, builder, kind, op, *args), *args)
+        return kind(a, b), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
 
 
-@Intrinsic
-def minimum(typingctx, a, b):
-    """``a < b ? a : b`` lane-wise (``vminps``)."""
-    kind = _same_vectors(a, b)
-
-    def codegen(context, builder, signature, args):
-        return builder.select(_compare(context, builder, kind, "<", *args), *args)
-    return kind(a, b), codegen
+maximum = _choose("maximum", ">", "``a > b ? a : b`` lane-wise (``vmaxps``).")
+minimum = _choose("minimum", "<", "``a < b ? a : b`` lane-wise (``vminps``).")
 
 
 @Intrinsic
