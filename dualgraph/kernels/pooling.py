@@ -110,6 +110,20 @@ def _vector_max(plane, width, y0, a0, a1, x0, kw, sw, dh, dw):
     return b
 
 
+@helper(inline="always")
+def inside_columns(width, wo, kw, sw, dw, left):
+    """``(first, last)``: the outputs of a row whose windows' columns are all inside it."""
+    return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
+
+
+def vectorised(width, wo, kw, sw, dw, left) -> bool:
+    """Whether :func:`max_pool_values` takes eight windows at a time on such rows (else
+    it is slower than NumPy's running maximum: strides over 2, rows of fewer than eight
+    inside outputs)."""
+    first, last = inside_columns(width, wo, kw, sw, dw, left)
+    return sw <= 2 and last + 1 - first >= LANES
+
+
 @loop
 def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                     left):
@@ -120,9 +134,8 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     outputs whose windows lie inside the row go eight at a time (:func:`_vector_max`; the
     row's last eight end at its last such output, recomputing some), the others one by
     one. NumPy's running maximum took a pass over the output per tap."""
-    first = -(-left // sw)                                          # (the outputs whose
-    last = min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)    # columns are inside)
-    if sw > 2 or last + 1 - first < LANES:
+    first, last = inside_columns(width, wo, kw, sw, dw, left)
+    if not (sw <= 2 and last + 1 - first >= LANES):
         first, last = wo, wo - 1      # (all one by one)
     for p in range(start, stop):
         plane, out = x[p], best[p]

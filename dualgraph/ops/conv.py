@@ -898,11 +898,15 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
     ``kernels.pooling.max_pool_values`` (eight windows a vector, NaN kept), planes shared
-    among threads; None where that loop does not run (another dtype, no Numba)."""
+    among threads; None where that loop does not run (another dtype, no Numba) or would
+    take the windows one by one (``pooling.vectorised``)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
+    if not kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
+                                      dilation[1], padding[1]):
+        return None
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
     best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
     run_rows(kernels.pooling.max_pool_values, planes.shape[0], planes, best, *hw, *out_hw,
