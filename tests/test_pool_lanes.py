@@ -1,5 +1,5 @@
-"""Max pooling's values by ``kernels/pooling.py``'s eight-lane loop (``max_pool_values``)
-against torch: planes 1x1 to 57x57, kernels 2 and 3, strides 1-3, padding, dilation 2 and
+"""Max pooling by ``kernels/pooling.py``'s eight-lane loop (``max_pool``: values, and
+positions for the backward) against torch: planes 1x1 to 57x57, kernels 2 and 3, strides 1-3, padding, dilation 2 and
 ceil mode, NaN and infinities; the compiled inference path and ``dg.onnx.load`` that run
 it; and max pooling's gradient (the indices' loop) beside it."""
 import numpy as np
@@ -24,14 +24,15 @@ POOLS = [
 ]
 
 
-def _values(x, k, s, p, d, ceil):
+def _pool(x, k, s, p, d, ceil, indices=False):
     """The loop on every plane of ``x`` at once (no size threshold)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
-    pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo, k, k, s, s,
-                            d, d, p, p)
-    return out.reshape(n, c, ho, wo)
+    where = np.full((n * c, ho * wo) if indices else (1, 0), -5, np.int64)
+    pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, h, w, ho, wo, k, k, s, s,
+                     d, d, p, p)
+    return out.reshape(n, c, ho, wo), where.reshape(n, c, ho, wo) if indices else None
 
 
 @pytest.mark.parametrize("case", POOLS)
@@ -41,7 +42,21 @@ def test_values_match_torch_with_nan_and_infinities(case):
     x = rng.standard_normal(shape).astype(np.float32)
     x.flat[rng.integers(0, x.size, 4)] = np.nan, np.inf, -np.inf, np.nan
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
-    np.testing.assert_array_equal(_values(x, k, s, p, d, ceil), want)
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil)[0], want)
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_indices_match_torch(case):
+    """Values and flat positions (no NaN: the op checks; ties in a window: the first)."""
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = rng.integers(-3, 4, shape).astype(np.float32)     # (many ties)
+    x.flat[rng.integers(0, x.size, 2)] = np.inf, -np.inf
+    want, want_at = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil,
+                                 return_indices=True)
+    got, got_at = _pool(x, k, s, p, d, ceil, indices=True)
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(got_at, want_at.numpy())
 
 
 def test_op_takes_the_loop_from_its_size_on():
