@@ -107,8 +107,9 @@ def test_machine_code_is_ymm_fma_and_max():
 
 GENERIC = """
 import numpy as np
-from test_simd import _fma_max, _transpose
+from test_simd import _fma_max, _transpose, test_intrinsics_match_numpy
 from dualgraph.kernels import build
+test_intrinsics_match_numpy()
 x = np.linspace(-2, 2, 40, dtype=np.float32)
 out = np.zeros(40, np.float32)
 fn = build.dispatcher(_fma_max)
@@ -126,7 +127,8 @@ assert "ymm" not in asm and "fmaf" not in asm and "mulps" in asm, asm
                     reason="needs an x86-64 CPU")
 def test_generic_x86_64_compiles_and_is_correct(tmp_path):
     """With Numba's target CPU forced to a baseline x86-64 (SSE2, no AVX nor FMA) the same
-    loops compile to ``xmm`` multiplies and adds (no ``fmaf`` calls) and are correct."""
+    loops compile to ``xmm`` multiplies and adds (no ``fmaf`` calls) and are correct, every
+    intrinsic among them."""
     env = dict(os.environ, NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="+sse,+sse2,+cx8,+fxsr,"
                "+mmx,+cmov", NUMBA_CACHE_DIR=str(tmp_path), DUALGRAPH_NATIVE="0",
                DUALGRAPH_CACHE_DIR=str(tmp_path),
