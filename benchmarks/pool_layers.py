@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from .depthwise_layers import best_ms, run_layers   # (sets one thread per engine before NumPy loads)
+# (depthwise_layers sets one thread per engine before NumPy loads)
+from .depthwise_layers import best_ms, run_layers
 
 import numpy as np  # noqa: E402
 

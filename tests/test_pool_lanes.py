@@ -1,7 +1,7 @@
 """Max pooling by ``kernels/pooling.py``'s eight-lane loop (``max_pool``: values, and
-positions for the backward) against torch: planes 1x1 to 57x57, kernels 2 and 3, strides 1-3, padding, dilation 2 and
-ceil mode, NaN and infinities; the compiled inference path and ``dg.onnx.load`` that run
-it; and max pooling's gradient (the indices' loop) beside it."""
+positions for the backward) against torch: planes 1x1 to 57x57, kernels 2 and 3, strides
+1-3, padding, dilation 2 and ceil mode, NaN and infinities, ties for the positions; the
+compiled inference path and ``dg.onnx.load`` that run it; and max pooling's gradient."""
 import numpy as np
 import pytest
 

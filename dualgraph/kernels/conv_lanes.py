@@ -9,10 +9,10 @@ eight consecutive floats, NCHW8c inside the kernel), so that every tap of every 
 position is one eight-lane multiply-add, ``sum += w[tap] * plane[position + offset]``, with
 nothing special at the edges, for any plane size, stride and dilation. Four output
 positions of a row are summed at a time (each tap's weights loaded once for them). The sums
-(from the bias) are transposed back into the eight output planes, and the epilogue
-(activation, residual) runs on each plane while it is in cache. A last block of fewer than
-eight channels uses the same sums with zero weights in the spare lanes; its planes move
-element by element.
+(from the bias) are activated in place and transposed back into the eight output planes;
+with a residual, transposed first and the epilogue run on each plane while it is in cache.
+A last block of fewer than eight channels uses the same sums with zero weights in the spare
+lanes; its planes move element by element.
 
 Items are shared among threads (``threads.run_rows``) as in ``conv_direct``; each output
 is summed by one thread in tap order, so the bits do not depend on the thread count.
@@ -155,7 +155,7 @@ def _depthwise(start, stop, x, wt, bias, out, residual, scratch, stages, acc, ac
 
 
 # Up to this many output positions a plane the eight-lane loop measured faster than
-# ``conv_direct``'s rows (0.4-0.9x its time on 7x7 to 56x56 outputs, stride 1 and 2, 3x3
+# ``conv_direct``'s rows (0.3-0.86x its time on 7x7 to 56x56 outputs, stride 1 and 2, 3x3
 # to 7x7 kernels); on a 112x112 output 1.5x slower (the interleaved plane leaves L2).
 MAX_POSITIONS = 56 * 56
 

@@ -121,8 +121,8 @@ def broadcast(typingctx, scalar):
         kind = context.get_value_type(signature.return_type)
         one = builder.insert_element(ir.Constant(kind, ir.Undefined), args[0],
                                      ir.IntType(32)(0))
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined),
-                                      ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
     return vector_type(scalar)(scalar), codegen
 
 
