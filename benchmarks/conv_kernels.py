@@ -60,8 +60,7 @@ def onnxruntime_conv(x, w, stride, padding, groups, bias=None, act=None):
     """A session running one ONNX Conv of ``x`` with the constant ``w`` (and ``bias``),
     then the nodes of ``act`` ("relu", "relu6", "silu" or "hardswish"; onnxruntime fuses
     the activation into the conv where it can)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     inputs, constants = ["x", "w"], [numpy_helper.from_array(w, "w")]
     if bias is not None:
         inputs.append("b")
@@ -78,9 +77,17 @@ def onnxruntime_conv(x, w, stride, padding, groups, bias=None, act=None):
     elif act:
         nodes.append(helper.make_node({"relu": "Relu", "hardswish": "HardSwish"}[act],
                                       ["c"], ["y"]))
+    return onnxruntime_nodes(x, nodes, constants)
+
+
+def onnxruntime_nodes(x, nodes, constants=()):
+    """A session (``THREADS`` threads) running ``nodes`` (ONNX nodes from input ``x`` to
+    output ``y``, with the initialisers ``constants``) on ``x``."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
     graph = helper.make_graph(
-        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
+        nodes, "layer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(constants))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     options = ort.SessionOptions()

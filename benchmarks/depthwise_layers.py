@@ -92,19 +92,25 @@ def measure(layer, batch, rounds):
           flush=True)
 
 
-def main(argv=None):
+def run_layers(argv, doc, layers, measure, rounds):
+    """The command line of a per-layer table: ``measure(layer, batch, rounds)`` for each
+    batch of ``--batches`` and each of ``layers`` whose name holds a given part."""
     import torch
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--batches", default="1,16")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("parts", nargs="*")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()[0]:.1f}; best CPU ms of {args.rounds}, one thread")
     for batch in map(int, args.batches.split(",")):
-        for layer in LAYERS:
+        for layer in layers:
             if not args.parts or any(part in layer[0] for part in args.parts):
                 measure(layer, batch, args.rounds)
+
+
+def main(argv=None):
+    run_layers(argv, __doc__, LAYERS, measure, 5)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ shapes and epilogues (``DIRECT``: odd sizes, channel multipliers 2 and 3, groups
 dilation, strides, batch 1/3/16, padding 0-2 and asymmetric, 1x1 to 7x7 kernels): float64,
 the bits on one or three threads, a block with BatchNorm, activations and a residual eager,
 under ``dg.compile`` and through ``dg.onnx.load``, and the gradients of the convs whose
-forward alone is direct."""
+forward alone is direct; depthwise convs also in blocks of eight channels
+(``kernels/conv_lanes.py``)."""
 import numpy as np
 import pytest
 
@@ -12,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
-from dualgraph.kernels import conv_direct  # noqa: E402
+from dualgraph.kernels import conv_direct, conv_lanes  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
 
 from test_conv_tiles import DIRECT, _data, _torch_conv  # noqa: E402
@@ -41,6 +42,24 @@ def test_bits_do_not_depend_on_threads(monkeypatch):
     conv_direct.conv(x, w, out[1], attrs["stride"], attrs["padding"], attrs["dilation"],
                      attrs["groups"], b)
     np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_lanes_bits_do_not_depend_on_threads(monkeypatch):
+    """The same for the blocks of eight channels (17 channels: a partial block)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 17, 14, 14)).astype(np.float32)
+    w = rng.standard_normal((17, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    out = [np.empty((3, 17, 7, 7), np.float32) for _ in range(2)]
+    assert conv_lanes.wanted(x.shape, w.shape, (7, 7), ((1, 1), (1, 1)), 17, x.dtype)
+    monkeypatch.setattr(conv_lanes, "threads_for", lambda size: 1)
+    conv_direct.conv(x, w, out[0], (2, 2), ((1, 1), (1, 1)), (1, 1), 17, b)
+    monkeypatch.setattr(conv_lanes, "threads_for", lambda size: None)
+    monkeypatch.setattr(conv_lanes, "cores", lambda: 4)
+    conv_direct.conv(x, w, out[1], (2, 2), ((1, 1), (1, 1)), (1, 1), 17, b)
+    np.testing.assert_array_equal(out[0], out[1])
+    want = F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), 2, 1, 1, 17).numpy()
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-5)
 
 
 class Block(dg.nn.Module):
@@ -149,15 +168,23 @@ DEPTHWISE = [
     (3, 96, 1, 14, 14, 5, 1, 0, 1), (1, 17, 2, 9, 11, 3, 1, 0, 2),
     (1, 3, 1, 1, 1, 5, 2, 2, 1), (16, 1, 2, 7, 7, 3, 1, 1, 1),
     (1, 3, 1, 30, 31, 3, 2, 0, 1), (3, 17, 1, 29, 40, 7, 2, 3, 2),   # rows in phase pairs
+    # blocks of eight channels (kernels/conv_lanes.py): 8, 9 and 96 channels, 7x7 to 28x28
+    (1, 8, 1, 7, 7, 3, 1, 1, 1), (16, 9, 1, 14, 14, 3, 2, 1, 1), (3, 96, 1, 7, 7, 5, 1, 2, 2),
+    (1, 8, 1, 14, 14, 7, 1, 3, 1), (16, 24, 1, 28, 28, 3, 2, 1, 1), (3, 9, 1, 5, 7, 3, 2, 0, 1),
 ]
 
 
+@pytest.mark.parametrize("lanes", [False, True])
 @pytest.mark.parametrize("i, case", list(enumerate(DEPTHWISE)))
-def test_depthwise_with_each_epilogue_matches_torch(i, case):
+def test_depthwise_with_each_epilogue_matches_torch(i, case, lanes, monkeypatch):
     """The direct loop with the compiled epilogue's arguments, against torch's conv, its
-    activation and the residual, on the shapes above."""
+    activation and the residual, on the shapes above; with ``lanes`` every depthwise conv
+    of multiplier 1 in blocks of eight channels (``conv_lanes``), else none."""
     from dualgraph.kernels.epilogue import ACTIVATIONS
     n, c, mult, h, w, k, s, p, d = case
+    monkeypatch.setattr(conv_lanes, "MAX_POSITIONS", 1 << 30 if lanes else 0)
+    if lanes and mult > 1:
+        pytest.skip("a channel multiplier is conv_direct's alone")
     act, bounds, residual_at = EPILOGUES[i % len(EPILOGUES)]
     rng = np.random.default_rng(i)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)

@@ -27,7 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import helper, loop
+from . import conv_lanes, helper, loop
+from .conv_lanes import finish
 from .conv_tiles import _inside
 from .epilogue import _activate
 from .threads import run_rows, threads_for
@@ -147,21 +148,10 @@ def _direct(start, stop, x, wt, offsets, out, scratch, acc, bias, residual, act,
                         _activate(s, act, lo, hi)
                     for r in range(r0, r1):
                         dst, row = out[p, r * wo:(r + 1) * wo], s[(r - r0) * wq:]
-                        if where == 0:
-                            for v in range(wo):
-                                dst[v] = row[v]
-                            continue
-                        res = residual[p, r * wo:(r + 1) * wo]
-                        if where == 1:
-                            for v in range(wo):
-                                dst[v] = row[v] + res[v]
-                            _activate(dst, act, lo, hi)
-                        else:
-                            for v in range(wo):
-                                dst[v] = row[v]
-                            _activate(dst, act, lo, hi)
-                            for v in range(wo):
-                                dst[v] = dst[v] + res[v]
+                        for v in range(wo):
+                            dst[v] = row[v]
+                        if where != 0:
+                            finish(dst, residual[p, r * wo:(r + 1) * wo], where, act, lo, hi)
 
 
 # Up to this ``Cin/G * Cout/G`` a group's GEMM (Cout/G x Cin/G*kh*kw) is too small to pay
@@ -201,9 +191,13 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
          lo=-np.inf, hi=np.inf):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with ``w (Cout, C/G, kh,
     kw)`` and ``bias (Cout,)`` (one float dtype), with the epilogue of ``conv_tiles.conv``
-    (same arguments; padding may be negative: the input is cropped)."""
+    (same arguments; padding may be negative: the input is cropped). Depthwise convs
+    with small output planes run ``conv_lanes``' loop instead (``conv_lanes.wanted``)."""
     x = np.ascontiguousarray(x)
     dt = x.dtype
+    if conv_lanes.wanted(x.shape, w.shape, out.shape[2:], padding, groups, dt):
+        return conv_lanes.conv(x, w, out, stride, padding, dilation, bias, residual, where,
+                               act, lo, hi)
     n, c = x.shape[:2]
     cout, cg, kh, kw = w.shape
     ho, wo = out.shape[2:]

@@ -3,7 +3,13 @@ in one pass, any other window likewise, and the backward's scatter of gradients 
 per kernel position plus masks and index arithmetic for the same result."""
 from __future__ import annotations
 
-from . import loop
+import numpy as np
+
+from . import helper, loop
+from .simd import (LANES, add, broadcast, load, load_even, maximum, maximum_nan, store,
+                   where_greater)
+
+F = np.float32
 
 
 @loop
@@ -33,36 +39,6 @@ def max_pool_2x2(x, best, index):
 
 
 @loop
-def max_pool(start, stop, x, best, index, kh, kw, sh, sw, dh, dw, top, left):
-    """Any window (planes ``start:stop`` of ``x (P, H, W)``, no NaN in them): ``best (P,
-    Ho, Wo)`` and ``index`` as :func:`max_pool_2x2`'s, the window at output ``(i, j)``
-    starting at ``(i * sh - top, j * sw - left)`` with dilation ``(dh, dw)``. Positions
-    outside the plane (padding, ceil mode's last window) are skipped: they would be
-    -inf, which never wins over the first inside position. Rows and columns in window
-    order: the first maximum wins, as in torch (NumPy needed a pass and two masks per
-    window position: ResNet's 3x3/2 pool 30x slower)."""
-    height, width = x.shape[1], x.shape[2]
-    for p in range(start, stop):
-        plane = x[p]
-        for i in range(best.shape[1]):
-            y0 = i * sh - top
-            for j in range(best.shape[2]):
-                x0 = j * sw - left
-                b, k = plane[0, 0], -1
-                for a in range(kh):
-                    y = y0 + a * dh
-                    if 0 <= y < height:
-                        for c in range(kw):
-                            col = x0 + c * dw
-                            if 0 <= col < width:
-                                v = plane[y, col]
-                                if k < 0 or v > b:
-                                    b, k = v, y * width + col
-                best[p, i, j] = b
-                index[p, i, j] = k
-
-
-@loop
 def max_pool_backward(g, index, out):
     """``out[p, index[p, k]] += g[p, k]``: gradients back to the maxima (``out`` zeroed,
     shape (P, H * W); windows that share a maximum add up)."""
@@ -70,3 +46,117 @@ def max_pool_backward(g, index, out):
         target, grads, where = out[p], g[p], index[p]
         for k in range(grads.size):
             target[where[k]] += grads[k]
+
+
+@helper(inline="always")
+def _scalar_max(plane, height, width, y0, x0, kh, kw, dh, dw):
+    """The maximum of one window (positions outside the plane skipped) and its flat
+    position in the plane: the first maximum in window order, or the first NaN (NaN wins),
+    as in torch."""
+    b, k = F(-np.inf), -1
+    for a in range(kh):
+        y = y0 + a * dh
+        if 0 <= y < height:
+            for c in range(kw):
+                col = x0 + c * dw
+                if 0 <= col < width:
+                    v = plane[y * width + col]
+                    if k < 0 or not v <= b:    # (greater, or NaN)
+                        b, k = v, y * width + col
+                        if b != b:
+                            return b, k
+    return b, k
+
+
+@helper(inline="always")
+def _tap(plane, o, sw):
+    """Eight windows' values at one tap: columns ``o``, ``o + sw``, ... (``sw`` 1 or 2)."""
+    return load(plane, o) if sw == 1 else load_even(plane, o)
+
+
+@helper(inline="always")
+def _vector_max(plane, width, y0, a0, a1, x0, kw, sw, dh, dw):
+    """The maxima of eight windows side by side (rows ``a0:a1`` of the window inside the
+    plane, every column inside): each tap one eight-lane load (every other column at
+    stride 2) and a NaN-keeping maximum."""
+    b = broadcast(F(-np.inf))
+    for a in range(a0, a1):
+        o = (y0 + a * dh) * width + x0
+        for c in range(kw):
+            b = maximum_nan(b, _tap(plane, o + c * dw, sw))
+    return b
+
+
+@helper(inline="always")
+def _vector_argmax(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, steps):
+    """:func:`_vector_max` (no NaN in the windows) with each maximum's flat position in
+    the plane, as floats (exact below 2^24): the first maximum in window order wins, the
+    position vector taking the tap's where its value is greater."""
+    o = (y0 + a0 * dh) * width + x0
+    b, k = _tap(plane, o, sw), add(broadcast(F(o)), steps)
+    for a in range(a0, a1):
+        o = (y0 + a * dh) * width + x0
+        for c in range(1 if a == a0 else 0, kw):
+            v = _tap(plane, o + c * dw, sw)
+            k = where_greater(v, b, add(broadcast(F(o + c * dw)), steps), k)
+            b = maximum(v, b)
+    return b, k
+
+
+@helper(inline="always")
+def inside_columns(width, wo, kw, sw, dw, left):
+    """``(first, last)``: the outputs of a row whose windows' columns are all inside it."""
+    return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
+
+
+def vectorised(width, wo, kw, sw, dw, left) -> bool:
+    """Whether :func:`max_pool` takes eight windows at a time on such rows (else it is
+    slower than NumPy's running maximum: strides over 2, rows of fewer than eight inside
+    outputs)."""
+    first, last = inside_columns(width, wo, kw, sw, dw, left)
+    return sw <= 2 and last + 1 - first >= LANES
+
+
+@loop
+def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+             left):
+    """Planes ``start:stop`` of the flat planes ``x (P, H*W)`` max-pooled into ``best (P,
+    Ho*Wo)``, and where ``index`` has columns, each maximum's flat position in its plane
+    into it (``index (P, Ho*Wo)``, int64; then no NaN in ``x``: the caller checks; else
+    NaN wins, as in torch). The window of output ``(i, j)`` starts at ``(i * sh - top, j *
+    sw - left)`` with dilation ``(dh, dw)``; positions outside the plane are skipped
+    (padding, ceil mode). At column stride 1 or 2 the outputs whose windows lie inside
+    the row go eight at a time (:func:`_vector_max`, :func:`_vector_argmax`; the row's
+    last eight end at its last such output, recomputing some), the others one by one.
+    NumPy's running maximum took a pass over the output per tap (five with the argmax)."""
+    track = index.shape[1] > 0
+    first, last = inside_columns(width, wo, kw, sw, dw, left)
+    if not (sw <= 2 and last + 1 - first >= LANES):
+        first, last = wo, wo - 1      # (all one by one)
+    steps = load(np.arange(LANES).astype(F) * F(sw), 0)   # (lane l: column l * sw)
+    places = np.empty(wo + LANES, F)   # (a row's positions as floats)
+    for p in range(start, stop):
+        plane, out = x[p], best[p]
+        for i in range(ho):
+            y0 = i * sh - top
+            a0, a1 = max(0, -(y0 // dh)), min(kh, -((y0 - height) // dh))
+            row = out[i * wo:(i + 1) * wo]
+            for j in range(first, last + 1, LANES):
+                j = min(j, last + 1 - LANES)
+                if track:
+                    b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh,
+                                          dw, steps)
+                    store(row, j, b)
+                    store(places, j, k)
+                else:
+                    store(row, j, _vector_max(plane, width, y0, a0, a1, j * sw - left, kw, sw,
+                                              dh, dw))
+            if track:
+                for j in range(first, last + 1):
+                    index[p, i * wo + j] = np.int64(places[j])
+            for j in range(wo):
+                if j < first or j > last:
+                    b, k = _scalar_max(plane, height, width, y0, j * sw - left, kh, kw, dh, dw)
+                    row[j] = b
+                    if track:
+                        index[p, i * wo + j] = k

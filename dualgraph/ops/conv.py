@@ -861,15 +861,9 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
         kernels.pooling.max_pool_2x2(planes, best, where)
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
-    if kernels.enabled(x) and not np.isnan(x).any():
-        planes = np.ascontiguousarray(x).reshape((-1,) + hw)
-        best = np.empty((planes.shape[0],) + tuple(out_hw), x.dtype)
-        where = np.empty(best.shape, np.int64)
-        run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where,
-                 *kernel_size, *stride, *dilation, padding[0], padding[1],
-                 threads=threads_for(planes.size))
-        shape = x.shape[:-2] + tuple(out_hw)
-        return cast(best.reshape(shape), dt), where.reshape(shape)
+    if kernels.enabled(x) and hw[0] * hw[1] < 1 << 24 and not np.isnan(x).any():
+        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, True)
+        return cast(best, dt), where
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
         fast = _tiled_max_pool(win, hw)
@@ -893,6 +887,34 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     i, j = np.divmod(np.arange(kernel_size[0] * kernel_size[1]), kernel_size[1])
     offsets = i * dilation[0] * hw[1] + j * dilation[1]
     return cast(best, dt), np.take(offsets, arg) + (rows * hw[1] + cols)
+
+
+def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
+    ``kernels.pooling.max_pool`` (eight windows a vector, NaN kept), planes shared
+    among threads; None where that loop does not run (another dtype, no Numba) or would
+    take the windows one by one (``pooling.vectorised``)."""
+    if not kernels.enabled(x):
+        return None
+    hw = x.shape[-2:]
+    out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
+    if not kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
+                                      dilation[1], padding[1]):
+        return None
+    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, False)[0]
+
+
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, indices):
+    """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
+    threads: the maxima and, if ``indices``, their flat positions (else None)."""
+    hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
+    planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
+    best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
+    where = np.empty(best.shape if indices else (1, 0), np.int64)
+    run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where, *hw, *out_hw,
+             *kernel_size, *stride, *dilation, padding[0], padding[1],
+             threads=threads_for(planes.size))
+    return best.reshape(shape), where.reshape(shape) if indices else None
 
 
 def _tiled_max_pool(win, hw):

@@ -241,8 +241,12 @@ LINEAR_NORM = defop(
 
 
 def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
-    """A running ``np.maximum`` over the kernel positions (NaN wins, as in torch): one pass
-    each, where ``max_pool2d``'s argmax tracking takes five."""
+    """``conv_ops.max_pool_values``' loop, or a running ``np.maximum`` over the kernel
+    positions (NaN wins, as in torch): one pass each, where ``max_pool2d``'s argmax
+    tracking takes five."""
+    fast = conv_ops.max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if fast is not None:
+        return fast
     (x,), dt = linalg.blas_operands(x)
     out_hw, pads = conv_ops._pool_geometry(x.shape[-2:], kernel_size, stride, padding,
                                            ceil_mode, dilation)

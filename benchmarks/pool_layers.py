@@ -1,0 +1,76 @@
+"""Micro-benchmark: max pooling layers as compiled inference runs them (the values alone,
+``max_pool2d_values``: ``kernels/pooling.py``'s eight-lane loop), against NumPy's running
+maximum (the kernel it replaced), onnxruntime's MaxPool node and torch eager.
+
+Run ``python -m benchmarks.pool_layers [--batches 1,16] [--rounds 7] [NAME-PART ...]`` (one
+thread per engine). Times are the best process CPU time of ``--rounds`` calls, engines in
+turns, as ``benchmarks.depthwise_layers``'.
+"""
+from __future__ import annotations
+
+import sys
+
+# (depthwise_layers sets one thread per engine before NumPy loads)
+from .depthwise_layers import best_ms, run_layers
+
+import numpy as np  # noqa: E402
+
+from .conv_kernels import onnxruntime_nodes  # noqa: E402
+
+# name, channels, plane, kernel, stride, padding, dilation, ceil mode (224x224 inputs)
+LAYERS = [
+    ("squeezenet1.0 96 109", 96, 109, 3, 2, 0, 1, True),
+    ("squeezenet1.0 256 54", 256, 54, 3, 2, 0, 1, True),
+    ("squeezenet1.0 512 27", 512, 27, 3, 2, 0, 1, True),
+    ("squeezenet1.1 64 111", 64, 111, 3, 2, 0, 1, True),
+    ("squeezenet1.1 128 55", 128, 55, 3, 2, 0, 1, True),
+    ("resnet 64 112", 64, 112, 3, 2, 1, 1, False),
+    ("vgg 64 224 k2", 64, 224, 2, 2, 0, 1, False),
+    ("vgg 512 28 k2", 512, 28, 2, 2, 0, 1, False),
+    # shapes of no model here: stride 1 (inception-like branch), dilation, odd planes
+    ("odd 192 28 s1", 192, 28, 3, 1, 1, 1, False),
+    ("odd 40 57 k3 d2", 40, 57, 3, 2, 1, 2, True),
+    ("odd 24 13 k2 s1", 24, 13, 2, 1, 0, 1, False),
+]
+
+
+def measure(layer, batch, rounds):
+    import torch
+    from onnx import helper
+
+    from dualgraph.ops import conv as conv_ops
+    from dualgraph.ops.epilogue import MAX_POOL2D_VALUES
+    name, c, size, k, s, p, d, ceil = layer
+    x = np.random.default_rng(0).standard_normal((batch, c, size, size), dtype=np.float32)
+    pool = dict(kernel_size=(k, k), stride=(s, s), padding=(p, p), dilation=(d, d),
+                ceil_mode=ceil)
+    tx = torch.tensor(x)
+    fast = conv_ops.max_pool_values
+
+    def numpy_passes():     # (the running maximum, with the loop switched off)
+        conv_ops.max_pool_values = lambda *args: None
+        try:
+            return MAX_POOL2D_VALUES.kernel(x, **pool)
+        finally:
+            conv_ops.max_pool_values = fast
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                            pads=[p] * 4, dilations=[d, d], ceil_mode=int(ceil))
+    fns = {"dualgraph": lambda: MAX_POOL2D_VALUES.kernel(x, **pool), "numpy": numpy_passes,
+           "onnxruntime": onnxruntime_nodes(x, [node]),
+           "torch": lambda: torch.nn.functional.max_pool2d(tx, k, s, p, d, ceil)}
+    want = torch.nn.functional.max_pool2d(tx, k, s, p, d, ceil).numpy()
+    assert np.array_equal(fns["dualgraph"](), want), name
+    ms = best_ms(fns, rounds)
+    ours = ms["dualgraph"]
+    print(f"{name:22s} b{batch:<3d} dualgraph {ours:7.3f}  numpy {ms['numpy']:7.3f}  ort "
+          f"{ms['onnxruntime']:7.3f}  torch {ms['torch']:7.3f}  /numpy {ours / ms['numpy']:4.2f}"
+          f"  /ort {ours / ms['onnxruntime']:4.2f}  /torch {ours / ms['torch']:4.2f}", flush=True)
+
+
+def main(argv=None):
+    run_layers(argv, __doc__, LAYERS, measure, 7)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

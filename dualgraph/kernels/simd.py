@@ -1,0 +1,264 @@
+"""Eight-lane vectors for the loops: load, store, broadcast, arithmetic and shuffles of
+``<8 x float>`` (or ``<8 x i32>``) values, each intrinsic a few LLVM instructions.
+
+Numba compiles with LLVM's SLP vectoriser off, so eight scalar sums kept side by side (eight
+channels of a depthwise conv, eight windows of a pool) stay eight scalar registers; only
+whole loops vectorise. A loop that keeps eight channels in the lanes of one vector says so
+here: a value of :func:`vector_type` is an LLVM vector in Numba's data model, so it lives
+in one ``ymm`` register where the CPU has AVX (on SSE-only CPUs LLVM splits it into two
+``xmm`` registers: same results, half the speed), ``fma`` becomes ``vfmadd`` where the CPU
+has FMA (``llvm.fmuladd``: a multiply and an add where it has not, never a library call),
+``maximum`` ``vmaxps``.
+
+Loads and stores take a 1-D contiguous array and an element offset, unaligned and
+unchecked: the caller keeps ``offset + 8`` (``+ 15`` for :func:`load_even`) within the
+array. ``maximum``/``minimum`` are ``a > b ? a : b`` (``<``): where ``b`` is NaN they
+return ``a``, as x86's ``maxps`` does; callers that must propagate NaN check for it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from . import Intrinsic
+
+LANES = 8
+
+
+@lru_cache(maxsize=None)
+def vector_type(dtype):
+    """The Numba type of an eight-lane vector of the Numba scalar type ``dtype`` (made and
+    registered with Numba's data model once per process)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import models, register_model
+
+    class Vector(types.Type):
+        def __init__(self, dtype):
+            self.dtype = dtype
+            super().__init__(name=f"Vector{LANES}({dtype})")
+
+    @register_model(Vector)
+    class VectorModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            element = dmm.lookup(fe_type.dtype).get_value_type()
+            super().__init__(dmm, fe_type, ir.VectorType(element, LANES))
+
+    return Vector(dtype)
+
+
+def _is_vector(t) -> bool:
+    return type(t).__name__ == "Vector" and getattr(t, "dtype", None) is not None
+
+
+def _pointer(context, builder, array_type, array, offset):
+    """The address of element ``offset`` of the 1-D contiguous ``array`` as a pointer to a
+    vector of its elements."""
+    from llvmlite import ir
+    data = context.make_array(array_type)(context, builder, array).data
+    element = builder.gep(data, [offset])
+    return builder.bitcast(element, ir.VectorType(element.type.pointee, LANES).as_pointer())
+
+
+def _check_array(array):
+    from numba.core import types
+    if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"):
+        raise TypeError(f"an eight-lane load or store needs a 1-D contiguous array, not {array}")
+
+
+@Intrinsic
+def load(typingctx, array, offset):
+    """``array[offset:offset + 8]`` as a vector (unaligned)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.load(pointer, align=array.dtype.bitwidth // 8)
+    return vector_type(array.dtype)(array, offset), codegen
+
+
+@Intrinsic
+def load_even(typingctx, array, offset):
+    """``array[offset:offset + 16:2]`` as a vector: two loads (of elements ``offset`` to
+    ``offset + 14``: nothing past the last one read) and a shuffle of their even lanes."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        i64, align = ir.IntType(64), array.dtype.bitwidth // 8
+        low = builder.load(_pointer(context, builder, signature.args[0], args[0], args[1]),
+                           align=align)
+        high = builder.load(_pointer(context, builder, signature.args[0], args[0],
+                                     builder.add(args[1], i64(LANES - 1))), align=align)
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0, 2, 4, 6, 9, 11, 13, 15])
+        return builder.shuffle_vector(low, high, mask)
+    return vector_type(array.dtype)(array, offset), codegen
+
+
+@Intrinsic
+def store(typingctx, array, offset, value):
+    """``array[offset:offset + 8] = value`` (unaligned)."""
+    from numba.core import types
+    _check_array(array)
+    if not (_is_vector(value) and value.dtype == array.dtype):
+        raise TypeError(f"cannot store {value} into {array}")
+
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
+        builder.store(args[2], pointer, align=array.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+    return types.void(array, offset, value), codegen
+
+
+@Intrinsic
+def broadcast(typingctx, scalar):
+    """A vector of ``scalar`` in every lane."""
+    from numba.core import types
+    if not isinstance(scalar, (types.Float, types.Integer)):
+        raise TypeError(f"cannot broadcast {scalar}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        kind = context.get_value_type(signature.return_type)
+        one = builder.insert_element(ir.Constant(kind, ir.Undefined), args[0],
+                                     ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+    return vector_type(scalar)(scalar), codegen
+
+
+def _same_vectors(*values):
+    if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
+        raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")
+    return values[0]
+
+
+def _binary(name, float_op, int_op):
+    """An intrinsic applying ``builder.<float_op>`` (floats) or ``<int_op>`` lane-wise."""
+    def typer(typingctx, a, b):
+        from numba.core import types
+        kind = _same_vectors(a, b)
+        op = float_op if isinstance(kind.dtype, types.Float) else int_op
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, op)(args[0], args[1])
+        return kind(a, b), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return Intrinsic(typer)
+
+
+add = _binary("add", "fadd", "add")
+subtract = _binary("subtract", "fsub", "sub")
+multiply = _binary("multiply", "fmul", "mul")
+
+
+@Intrinsic
+def fma(typingctx, a, b, c):
+    """``a * b + c`` lane-wise, fused where the CPU has FMA (``llvm.fmuladd``)."""
+    kind = _same_vectors(a, b, c)
+
+    def codegen(context, builder, signature, args):
+        return _call(builder, f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}", args)
+    return kind(a, b, c), codegen
+
+
+def _call(builder, name, args):
+    """A call of the LLVM intrinsic ``name`` on vectors of one type, returning one."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    vector = args[0].type
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vector, [vector] * len(args)), name)
+    return builder.call(fn, list(args))
+
+
+def _compare(context, builder, kind, op, a, b):
+    from numba.core import types
+    if isinstance(kind.dtype, types.Float):
+        return builder.fcmp_ordered(op, a, b)
+    return builder.icmp_signed(op, a, b)
+
+
+def _choose(name, op, doc):
+    """An intrinsic ``a <op> b ? a : b`` lane-wise."""
+    def typer(typingctx, a, b):
+        kind = _same_vectors(a, b)
+
+        def codegen(context, builder, signature, args):
+            return builder.select(_compare(context, builder, kind, op, *args), *args)
+        return kind(a, b), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
+
+
+maximum = _choose("maximum", ">", "``a > b ? a : b`` lane-wise (``vmaxps``).")
+minimum = _choose("minimum", "<", "``a < b ? a : b`` lane-wise (``vminps``).")
+
+
+@Intrinsic
+def maximum_nan(typingctx, a, b):
+    """The larger of ``a`` and ``b`` lane-wise, NaN where either is NaN (``llvm.maximum``:
+    ``vmaxps`` and a blend of the unordered lanes on AVX)."""
+    kind = _same_vectors(a, b)
+
+    def codegen(context, builder, signature, args):
+        return _call(builder, f"llvm.maximum.v{LANES}f{kind.dtype.bitwidth}", args)
+    return kind(a, b), codegen
+
+
+@Intrinsic
+def where_greater(typingctx, a, b, x, y):
+    """``a > b ? x : y`` lane-wise (``x``, ``y`` may be of another element type: with
+    ``x = a, y = b`` the maximum, with positions the place it came from)."""
+    kind = _same_vectors(a, b)
+    _same_vectors(x, y)
+
+    def codegen(context, builder, signature, args):
+        return builder.select(_compare(context, builder, kind, ">", args[0], args[1]),
+                              args[2], args[3])
+    return x(a, b, x, y), codegen
+
+
+@Intrinsic
+def transpose(typingctx, src, src_offset, src_stride, dst, dst_offset, dst_stride):
+    """An 8x8 block transposed between arrays: ``dst[dst_offset + j * dst_stride + i] =
+    src[src_offset + i * src_stride + j]`` for ``i, j < 8`` (eight loads, the shuffles of
+    an AVX transpose, eight stores; ``src`` and ``dst`` must not overlap)."""
+    from numba.core import types
+    _check_array(src)
+    _check_array(dst)
+    if src.dtype != dst.dtype or src.dtype.bitwidth != 32:
+        raise TypeError(f"an 8x8 transpose needs two arrays of one 32-bit type, not {src}, {dst}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        s_type, _, _, d_type = signature.args[:4]
+        source, s0, s_step, target, d0, d_step = args
+        align = src.dtype.bitwidth // 8
+        rows = [builder.load(_pointer(context, builder, s_type, source,
+                                      builder.add(s0, builder.mul(s_step, s0.type(i)))),
+                             align=align) for i in range(LANES)]
+        for column, row in enumerate(_transposed(builder, rows, ir)):
+            builder.store(row, _pointer(context, builder, d_type, target,
+                                        builder.add(d0, builder.mul(d_step, d0.type(column)))),
+                          align=align)
+        return context.get_dummy_value()
+    return types.void(src, src_offset, src_stride, dst, dst_offset, dst_stride), codegen
+
+
+def _transposed(builder, rows, ir):
+    """The columns of eight 8-lane rows: three rounds of two-input shuffles (pairs of lanes,
+    then of pairs, then of halves: ``unpcklps``, ``shufps``, ``vperm2f128`` on AVX)."""
+    def shuffle(a, b, lanes):
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                                                        lanes))
+    lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    t = [shuffle(rows[i], rows[i + 1], lanes) for i in range(0, LANES, 2) for lanes in (lo, hi)]
+    # t[0]: r0 r1 interleaved (lanes 0, 1, 4, 5), t[1]: (2, 3, 6, 7); t[2], t[3] of r2, r3...
+    lo2, hi2 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    u = [shuffle(t[a], t[a + 2], lanes) for a in (0, 1, 4, 5) for lanes in (lo2, hi2)]
+    # u[0]: column 0 of rows 0-3 then column 4; u[1]: columns 1, 5; u[2]: 2, 6; u[3]: 3, 7;
+    # u[4:8] the same of rows 4-7
+    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    low = [shuffle(u[k], u[k + 4], first) for k in range(4)]
+    high = [shuffle(u[k], u[k + 4], second) for k in range(4)]
+    return low + high

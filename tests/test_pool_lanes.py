@@ -1,0 +1,119 @@
+"""Max pooling by ``kernels/pooling.py``'s eight-lane loop (``max_pool``: values, and
+positions for the backward) against torch: planes 1x1 to 57x57, kernels 2 and 3, strides
+1-3, padding, dilation 2 and ceil mode, NaN and infinities, ties for the positions; the
+compiled inference path and ``dg.onnx.load`` that run it; and max pooling's gradient."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.kernels import pooling  # noqa: E402
+from dualgraph.ops import conv as conv_ops  # noqa: E402
+
+F = torch.nn.functional
+
+# (n, c, h, w), kernel, stride, padding, dilation, ceil mode
+POOLS = [
+    ((1, 1, 1, 1), 2, 2, 1, 1, True), ((3, 3, 5, 7), 2, 1, 1, 1, True),
+    ((1, 8, 7, 7), 3, 2, 1, 1, False), ((16, 9, 14, 14), 3, 1, 1, 1, False),
+    ((2, 17, 57, 57), 3, 2, 0, 1, True), ((1, 96, 57, 57), 3, 2, 1, 2, False),
+    ((1, 3, 14, 14), 2, 2, 0, 1, False), ((3, 5, 29, 40), 3, 3, 1, 1, True),
+    ((1, 4, 23, 37), 2, 1, 0, 2, False), ((1, 2, 33, 16), 3, 2, 1, 1, True),
+]
+
+
+def _pool(x, k, s, p, d, ceil, indices=False):
+    """The loop on every plane of ``x`` at once (no size threshold)."""
+    n, c, h, w = x.shape
+    (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
+    out = np.full((n * c, ho * wo), 7.0, np.float32)
+    where = np.full((n * c, ho * wo) if indices else (1, 0), -5, np.int64)
+    pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, h, w, ho, wo, k, k, s, s,
+                     d, d, p, p)
+    return out.reshape(n, c, ho, wo), where.reshape(n, c, ho, wo) if indices else None
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_values_match_torch_with_nan_and_infinities(case):
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 4)] = np.nan, np.inf, -np.inf, np.nan
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil)[0], want)
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_indices_match_torch(case):
+    """Values and flat positions (no NaN: the op checks; ties in a window: the first)."""
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = rng.integers(-3, 4, shape).astype(np.float32)     # (many ties)
+    x.flat[rng.integers(0, x.size, 2)] = np.inf, -np.inf
+    want, want_at = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil,
+                                 return_indices=True)
+    got, got_at = _pool(x, k, s, p, d, ceil, indices=True)
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(got_at, want_at.numpy())
+
+
+def test_op_takes_the_loop_from_its_size_on():
+    x = np.random.default_rng(0).standard_normal((2, 16, 30, 31)).astype(np.float32)
+    got = conv_ops.max_pool_values(x, (3, 3), (2, 2), (1, 1), (1, 1), True)
+    want = F.max_pool2d(torch.tensor(x), 3, 2, 1, 1, ceil_mode=True).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert conv_ops.max_pool_values(x.astype(np.float64), (3, 3), (2, 2), (1, 1), (1, 1),
+                                    True) is None
+
+
+class Pools(torch.nn.Module):
+    """Two pools as in a small CNN: a padded 3x3/2 pool and a 3x3/2 ceil-mode one."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.first = torch.nn.MaxPool2d(3, 2, padding=1)
+        self.second = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+
+    def forward(self, x):
+        return self.second(self.first(self.conv(x).relu()))
+
+
+def test_compiled_and_onnx_import_match_torch(tmp_path):
+    reference = Pools().eval()
+    model = dg.nn.Sequential(dg.nn.Conv2d(3, 16, 3, padding=1), dg.nn.ReLU(),
+                             dg.nn.MaxPool2d(3, 2, padding=1),
+                             dg.nn.MaxPool2d(3, 2, ceil_mode=True))
+    model[0].weight.data = dg.tensor(reference.conv.weight.detach().numpy())
+    model[0].bias.data = dg.tensor(reference.conv.bias.detach().numpy())
+    x = np.random.default_rng(1).standard_normal((2, 3, 45, 47)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    with dg.no_grad():
+        compiled_fn = dg.compile(model.eval())
+        compiled = compiled_fn(dg.tensor(x)).numpy()
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
+    assert "max_pool2d_values" in str(compiled_fn.optimized_graph)
+    path = str(tmp_path / "pools.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [POOLS[3], POOLS[4], POOLS[7]])
+def test_gradient_matches_torch(case):
+    shape, k, s, p, d, ceil = case
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    xs, xt = dg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y = dg.nn.functional.max_pool2d(xs, k, s, p, d, ceil_mode=ceil)
+    yt = F.max_pool2d(xt, k, s, p, d, ceil_mode=ceil)
+    g = np.cos(np.arange(yt.numel(), dtype=np.float32)).reshape(tuple(yt.shape))
+    y.backward(dg.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_array_equal(y.detach().numpy(), yt.detach().numpy())
+    np.testing.assert_allclose(xs.grad.numpy(), xt.grad.numpy(), rtol=1e-6, atol=1e-6)

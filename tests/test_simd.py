@@ -1,0 +1,139 @@
+"""The eight-lane intrinsics of ``kernels/simd.py`` against NumPy at odd offsets and
+lengths, the machine code they become (``ymm`` FMA and max on an AVX2 CPU), and the same
+loops compiled for a generic x86-64 CPU (SSE only), where LLVM splits the vectors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from dualgraph.kernels import build, loop  # noqa: E402
+from dualgraph.kernels.simd import (add, broadcast, fma, load, load_even, maximum,  # noqa: E402
+                                    maximum_nan, minimum, multiply, store, subtract,
+                                    transpose, where_greater)
+
+
+@loop
+def _arithmetic(a, x, y, z, out, at):
+    """Each intrinsic's result at ``out[k * 8 + at:]``, from ``x``, ``y``, ``z`` at odd
+    offsets."""
+    s = broadcast(a)
+    u, v, w = load(x, 3), load(y, 5), load(z, 1)
+    store(out, at, fma(u, v, w))
+    store(out, 8 + at, add(u, s))
+    store(out, 16 + at, subtract(u, v))
+    store(out, 24 + at, multiply(u, v))
+    store(out, 32 + at, maximum(u, v))
+    store(out, 40 + at, minimum(u, v))
+    store(out, 48 + at, where_greater(u, v, w, s))
+    store(out, 56 + at, load_even(x, 1))
+    store(out, 64 + at, maximum_nan(u, w))
+
+
+@loop
+def _fma_max(a, x, y, out):
+    """``out = max(a * x + y, 0)`` eight at a time (the remainder untouched)."""
+    s, zero = broadcast(a), broadcast(np.float32(0))
+    for i in range(0, out.size - 7, 8):
+        store(out, i, maximum(fma(s, load(x, i), load(y, i)), zero))
+
+
+@loop
+def _transpose(x, at, stride, out, out_at, out_stride):
+    transpose(x, at, stride, out, out_at, out_stride)
+
+
+def test_intrinsics_match_numpy():
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal(n).astype(np.float32) for n in (19, 13, 9))
+    x[4], z[3] = np.nan, np.nan     # (maximum_nan keeps both; the others as NumPy's ops)
+    out = np.full(75, np.nan, np.float32)
+    _arithmetic(np.float32(0.5), x, y, z, out, 3)
+    u, v, w = x[3:11], y[5:13], z[1:9]
+    want = [u * v + w, u + np.float32(0.5), u - v, u * v, np.where(u > v, u, v),
+            np.where(u < v, u, v), np.where(u > v, w, np.float32(0.5)), x[1:17:2],
+            np.maximum(u, w)]
+    for k, expected in enumerate(want):
+        np.testing.assert_allclose(out[3 + 8 * k:11 + 8 * k], expected, rtol=1e-6, atol=1e-6)
+    assert np.isnan(out[:3]).all()    # (nothing written outside the eight lanes)
+
+
+@pytest.mark.parametrize("n", [8, 13, 64, 1003])
+def test_loop_over_odd_lengths(n):
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal((2, n)).astype(np.float32)
+    out = np.full(n, -1, np.float32)
+    _fma_max(np.float32(1.5), x, y, out)
+    full = n - n % 8
+    np.testing.assert_allclose(out[:full], np.maximum(1.5 * x[:full] + y[:full], 0), rtol=1e-6,
+                               atol=1e-6)
+    assert (out[full:] == -1).all()
+
+
+@pytest.mark.parametrize("at, stride, out_at, out_stride", [(0, 8, 0, 8), (3, 11, 5, 9),
+                                                             (1, 17, 0, 8)])
+def test_transpose_matches_numpy(at, stride, out_at, out_stride):
+    x = np.arange(200, dtype=np.float32)
+    out = np.full(200, -1, np.float32)
+    _transpose(x, at, stride, out, out_at, out_stride)
+    want = np.full(200, -1, np.float32)
+    for i in range(8):
+        want[out_at + np.arange(8) * out_stride + i] = x[at + i * stride + np.arange(8)]
+    np.testing.assert_array_equal(out, want)
+
+
+def _flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split())
+    return set()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not {"avx2", "fma"} <= _flags(),
+                    reason="needs an x86 CPU with AVX2 and FMA")
+def test_machine_code_is_ymm_fma_and_max():
+    x = np.ones(16, np.float32)
+    out = np.empty(16, np.float32)
+    dispatcher = build.dispatcher(_fma_max)
+    dispatcher(np.float32(1), x, x, out)
+    asm = "\n".join(dispatcher.inspect_asm().values())
+    assert any("vfmadd" in line and "ymm" in line for line in asm.splitlines())
+    assert any("vmaxps" in line and "ymm" in line for line in asm.splitlines())
+
+
+GENERIC = """
+import numpy as np
+from test_simd import _fma_max, _transpose, test_intrinsics_match_numpy
+from dualgraph.kernels import build
+test_intrinsics_match_numpy()
+x = np.linspace(-2, 2, 40, dtype=np.float32)
+out = np.zeros(40, np.float32)
+fn = build.dispatcher(_fma_max)
+fn(np.float32(2), x, x[::-1].copy(), out)
+assert np.allclose(out, np.maximum(2 * x + x[::-1], 0), atol=1e-6), out
+t = np.zeros(64, np.float32)
+build.dispatcher(_transpose)(np.arange(64, dtype=np.float32), 0, 8, t, 0, 8)
+assert (t == np.arange(64, dtype=np.float32).reshape(8, 8).T.ravel()).all()
+asm = "\\n".join(fn.inspect_asm().values())
+assert "ymm" not in asm and "fmaf" not in asm and "mulps" in asm, asm
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "sse2" not in _flags(),
+                    reason="needs an x86-64 CPU")
+def test_generic_x86_64_compiles_and_is_correct(tmp_path):
+    """With Numba's target CPU forced to a baseline x86-64 (SSE2, no AVX nor FMA) the same
+    loops compile to ``xmm`` multiplies and adds (no ``fmaf`` calls) and are correct, every
+    intrinsic among them."""
+    env = dict(os.environ, NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="+sse,+sse2,+cx8,+fxsr,"
+               "+mmx,+cmov", NUMBA_CACHE_DIR=str(tmp_path), DUALGRAPH_NATIVE="0",
+               DUALGRAPH_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(__file__),
+                                           os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", GENERIC], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
