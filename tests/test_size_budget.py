@@ -184,9 +184,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # batched.sgemm_add).
 # capture/ +20 and the core +20: an argument's gradient replaced unread by the step_ and a
 # guard failing again after its own trace running eagerly (not retracing without end).
-CORE_BUDGET = 22_370
+# kernels/ +35, ops/ +40 and the core +75 (issue 26, CNN inference's per-node cost): a 1x1
+# conv with its epilogue and a mean over trailing dims fitted to their static shapes at
+# codegen (kernels.epilogue.pointwise, row_means; the ops' ``specialise``).
+CORE_BUDGET = 22_445
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_080,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_060, "ops": 7_120,
            "passes": 3_010, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

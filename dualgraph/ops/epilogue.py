@@ -159,9 +159,18 @@ def _infer_for(layer):
     return infer
 
 
+def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
+    """A 1x1 conv's GEMM and epilogue fitted to the node's static shapes
+    (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; None for other convs."""
+    return conv_ops.specialise_pointwise(
+        f"conv1x1_{act}", x, w, b, *residual, act=ACTIVATIONS.index(act), bounds=bounds,
+        where=RESIDUAL.index(residual_at) if residual else 0, **conv)
+
+
 CONV2D_EPILOGUE = defop(
     "conv2d_epilogue", _kernel, _infer_for(conv_ops.CONV2D),
     attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
+    specialise=_specialise,
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")

@@ -1,0 +1,116 @@
+"""CNN inference's whole-graph costs (issue 26): the kernels codegen fits to a node's
+static shapes (a 1x1 convolution with its epilogue, a mean over trailing dims), each
+compiled result checked against eager dualgraph and torch on odd shapes, with the cases
+the fitting must leave to the op's kernel."""
+import numpy as np
+import pytest
+
+import dualgraph as dg
+import dualgraph.nn.functional as F
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+ACTS = {"none": (lambda v: v, lambda v: v), "relu": (F.relu, TF.relu),
+        "relu6": (F.relu6, TF.relu6), "silu": (F.silu, TF.silu),
+        "hardswish": (F.hardswish, TF.hardswish), "gelu": (F.gelu, TF.gelu),
+        "sigmoid": (dg.sigmoid, torch.sigmoid)}
+
+
+def _arrays(rng, *shapes):
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _both(fn, arrays):
+    """``fn`` compiled (twice: the first call traces) and eager on dualgraph tensors."""
+    compiled = dg.compile(fn)
+    tensors = [dg.tensor(a) for a in arrays]
+    with dg.no_grad():
+        compiled(*tensors)
+        got = compiled(*tensors).numpy()
+        eager = fn(*tensors).numpy()
+    return compiled, got, eager
+
+
+@pytest.mark.parametrize("act", sorted(ACTS))
+@pytest.mark.parametrize("residual_at", [None, "before", "after"])
+@pytest.mark.parametrize("shape", [(1, 7, 5, 3), (3, 6, 1, 1), (2, 5, 17, 19)])
+def test_1x1_conv_epilogue_fitted_to_its_shapes(act, residual_at, shape):
+    """A 1x1 conv with bias, activation and residual (every placement): one GEMM and one
+    plane loop bound as ``conv1x1_<act>``, equal to eager and to torch."""
+    rng = np.random.default_rng(0)
+    n, c, h, w = shape
+    x, wt, b, r = _arrays(rng, shape, (4, c, 1, 1), (4,), (n, 4, h, w))
+    ours, theirs = ACTS[act]
+
+    def fn(lib, f):
+        def run(x, wt, b, r):
+            y = lib.nn.functional.conv2d(x, wt, b)
+            y = y + r if residual_at == "before" else y
+            y = f(y)
+            return y + r if residual_at == "after" else y
+        return run
+    compiled, got, eager = _both(fn(dg, ours), [x, wt, b, r])
+    want = fn(torch, theirs)(*map(torch.tensor, (x, wt, b, r))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if act != "none" or residual_at:
+        assert "= conv1x1_" in compiled.code, compiled.code
+
+
+@pytest.mark.parametrize("groups,bias", [(1, False), (1, True), (3, True)])
+def test_plain_1x1_conv_fitted(groups, bias):
+    """``conv2d`` alone (grouped, with and without bias) is fitted too: ``conv1x1``."""
+    rng = np.random.default_rng(1)
+    x, wt, b = _arrays(rng, (2, 6, 5, 7), (9, 6 // groups, 1, 1), (9,))
+    fn = (lambda x, w, b: F.conv2d(x, w, b, groups=groups)) if bias else \
+        (lambda x, w, b: F.conv2d(x, w, groups=groups) * 1.0)
+    compiled, got, eager = _both(fn, [x, wt, b])
+    want = TF.conv2d(torch.tensor(x), torch.tensor(wt), torch.tensor(b) if bias else None,
+                     groups=groups).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert "= conv1x1(" in compiled.code, compiled.code
+
+
+def test_convs_that_are_not_pointwise_keep_their_kernel():
+    """A strided or padded 1x1 conv, a 3x3 conv and a float64 one are not fitted."""
+    rng = np.random.default_rng(2)
+    x, w1, w3, b = _arrays(rng, (1, 4, 9, 9), (4, 4, 1, 1), (4, 4, 3, 3), (4,))
+    fn = lambda x, w1, w3, b: F.relu(F.conv2d(F.relu(F.conv2d(x, w1, b, stride=2)), w3, b,
+                                              padding=1)) + F.conv2d(x, w1, padding=1)[..., 1:6, 1:6]
+    compiled, got, eager = _both(fn, [x, w1, w3, b])
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    assert "conv1x1" not in compiled.code, compiled.code
+    x64 = [a.astype(np.float64) for a in (x, w1, b)]
+    compiled, got, eager = _both(lambda x, w, b: F.relu(F.conv2d(x, w, b)), x64)
+    np.testing.assert_allclose(got, eager, rtol=1e-12)
+    assert "conv1x1" not in compiled.code
+
+
+@pytest.mark.parametrize("shape,dims,keepdim", [
+    ((2, 5, 7, 3), (2, 3), True), ((1, 9, 1, 1), (-2, -1), False), ((4, 33), (1,), True),
+    ((3, 2, 5), (0, 1, 2), False)])
+def test_mean_over_trailing_dims_fitted(shape, dims, keepdim):
+    """``mean`` over an input's trailing dims (global average pooling) runs one row loop
+    (``row_means``); values as eager's and torch's."""
+    (x,) = _arrays(np.random.default_rng(3), shape)
+    fn = lambda x: dg.mean(x, dim=dims, keepdim=keepdim)
+    compiled, got, eager = _both(fn, [x])
+    want = torch.mean(torch.tensor(x), dim=dims, keepdim=keepdim).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert "= row_means(" in compiled.code, compiled.code
+
+
+def test_mean_not_over_trailing_dims_or_of_a_view():
+    """A mean over a leading dim keeps the kernel; a mean of a transposed view (not
+    contiguous) is fitted and reads the view correctly."""
+    (x,) = _arrays(np.random.default_rng(4), (3, 4, 5))
+    compiled, got, eager = _both(lambda x: dg.mean(x, dim=(0,)), [x])
+    np.testing.assert_allclose(got, eager, rtol=1e-6)
+    assert "row_means" not in compiled.code
+    compiled, got, eager = _both(lambda x: dg.mean(x.permute(2, 0, 1), dim=(1, 2)), [x])
+    np.testing.assert_allclose(got, x.mean(axis=(0, 1)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-6)
+    assert "= row_means(" in compiled.code, compiled.code
