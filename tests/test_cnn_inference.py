@@ -114,3 +114,89 @@ def test_mean_not_over_trailing_dims_or_of_a_view():
     np.testing.assert_allclose(got, x.mean(axis=(0, 1)), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-6)
     assert "= row_means(" in compiled.code, compiled.code
+
+
+def fire(lib, cin=5, squeeze=3, expand=4, tail=None):
+    """SqueezeNet's fire module: a 1x1 squeeze, then 1x1 and 3x3 expansions joined along
+    the channels; ``tail(lib, e1, e3, cat)`` may change what is returned."""
+    nn = lib.nn
+
+    class Fire(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.squeeze = nn.Sequential(nn.Conv2d(cin, squeeze, 1), nn.ReLU())
+            self.e1 = nn.Conv2d(squeeze, expand, 1)
+            self.e3 = nn.Sequential(nn.Conv2d(squeeze, expand, 3, padding=1), nn.ReLU6())
+
+        def forward(self, x):
+            s = self.squeeze(x)
+            e1, e3 = self.e1(s), self.e3(s)
+            cat = lib.cat([e1, e3], 1)
+            return cat if tail is None else tail(lib, e1, e3, s)
+    return Fire()
+
+
+def _fire_pair(tail=None):
+    model, reference = fire(dg, tail=tail).eval(), fire(torch, tail=tail).eval()
+    rng = np.random.default_rng(5)
+    state = {k: rng.standard_normal(v.shape).astype(np.float32) * 0.5
+             for k, v in reference.state_dict().items()}
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    return model, reference
+
+
+def _ops(compiled):
+    return [n.op.name for n in compiled.optimized_graph.nodes]
+
+
+@pytest.mark.parametrize("batch,size", [(1, 9), (3, 7), (2, 1)])
+def test_cat_of_convs_written_in_place(batch, size):
+    """A fire module's cat of two conv results becomes one conv2d_cat (each conv writes
+    its channels of the output: at batch 1 in place, else copied), equal to eager and to
+    torch."""
+    model, reference = _fire_pair()
+    (x,) = _arrays(np.random.default_rng(6), (batch, 5, size, size))
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        compiled(dg.tensor(x))
+        got = compiled(dg.tensor(x)).numpy()
+        eager = model(dg.tensor(x)).numpy()
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert "conv2d_cat" in _ops(compiled) and "cat" not in _ops(compiled), _ops(compiled)
+
+
+@pytest.mark.parametrize("tail,why", [
+    (lambda lib, e1, e3, s: lib.cat([e1, e3], 1) + e1.sum(), "a member read elsewhere"),
+    (lambda lib, e1, e3, s: lib.cat([e1, e3], 2), "along another dim"),
+    (lambda lib, e1, e3, s: lib.cat([e1, s, e3], 1), "an input not made by a conv"),
+    (lambda lib, e1, e3, s: lib.cat([e1, e1], 1), "one conv joined twice")])
+def test_cat_that_must_stay(tail, why):
+    """Where the precondition fails the cat stays, and the values are torch's."""
+    model, reference = _fire_pair(tail)
+    (x,) = _arrays(np.random.default_rng(7), (1, 5, 6, 6))
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        got = compiled(dg.tensor(x)).numpy()
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert "cat" in _ops(compiled) and "conv2d_cat" not in _ops(compiled), (why, _ops(compiled))
+
+
+def test_cat_of_convs_in_an_onnx_import(tmp_path):
+    """torch's export of fire modules, loaded with ``dg.onnx.load``, takes the rule too."""
+    pytest.importorskip("onnx")
+    _, reference = _fire_pair()
+    x = torch.randn(1, 5, 8, 8)
+    path = str(tmp_path / "fire.onnx")
+    torch.onnx.export(reference, (x,), path, dynamo=False, input_names=["x"])
+    loaded = dg.onnx.load(path)
+    got = loaded(dg.tensor(x.numpy())).numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, reference(x).numpy(), rtol=1e-5, atol=1e-5)
+    ops = [n.op.name for n in loaded.executable.graph.nodes]
+    assert "conv2d_cat" in ops and "cat" not in ops, ops

@@ -166,8 +166,10 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
     epilogue = bias or act or where
     entry = []   # (the loop's compiled entry, found at the first call)
 
-    def run(x, wt, *rest):
-        out = np.empty((n, cout, h, w), np.float32)
+    def run(x, wt, *rest, out=None):
+        """(``out``: a C-contiguous float32 array of the output's shape to write, a slice
+        of a concatenation's; a fresh one otherwise)"""
+        out = np.empty((n, cout, h, w), np.float32) if out is None else out
         np.matmul(wt.reshape(w_view), x.reshape(x_view), out=out.reshape(gemm_view))
         if not epilogue or not out.size:
             return out
