@@ -73,8 +73,10 @@ def test_plain_1x1_conv_fitted(groups, bias):
     assert "= conv1x1(" in compiled.code, compiled.code
 
 
-def test_convs_that_are_not_pointwise_keep_their_kernel():
-    """A strided or padded 1x1 conv, a 3x3 conv and a float64 one are not fitted."""
+def test_convs_that_are_not_pointwise():
+    """A strided or padded 1x1 conv and a 3x3 conv are not fitted as 1x1 convs (those with
+    an epilogue run their tiles' kernel, fitted: ``conv_tiles_<act>``); a float64 conv
+    keeps the op's kernel."""
     rng = np.random.default_rng(2)
     x, w1, w3, b = _arrays(rng, (1, 4, 9, 9), (4, 4, 1, 1), (4, 4, 3, 3), (4,))
     fn = lambda x, w1, w3, b: F.relu(F.conv2d(F.relu(F.conv2d(x, w1, b, stride=2)), w3, b,
@@ -82,10 +84,24 @@ def test_convs_that_are_not_pointwise_keep_their_kernel():
     compiled, got, eager = _both(fn, [x, w1, w3, b])
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
     assert "conv1x1" not in compiled.code, compiled.code
+    assert compiled.code.count("= conv_tiles_relu") == 2, compiled.code
     x64 = [a.astype(np.float64) for a in (x, w1, b)]
     compiled, got, eager = _both(lambda x, w, b: F.relu(F.conv2d(x, w, b)), x64)
     np.testing.assert_allclose(got, eager, rtol=1e-12)
-    assert "conv1x1" not in compiled.code
+    assert "conv1x1" not in compiled.code and "conv_tiles" not in compiled.code
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_depthwise_conv_epilogue_fitted(batch):
+    """A depthwise conv with its hard-swish and a residual: the direct loop, fitted
+    (``conv_direct_hardswish``), equal to eager and to torch."""
+    x, w, b = _arrays(np.random.default_rng(8), (batch, 6, 9, 11), (6, 1, 3, 3), (6,))
+    run = lambda lib, F: lambda x, w, b: F.hardswish(F.conv2d(x, w, b, 2, 1, groups=6))
+    compiled, got, eager = _both(run(dg, F), [x, w, b])
+    want = run(torch, TF)(*map(torch.tensor, (x, w, b))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert "= conv_direct_hardswish(" in compiled.code, compiled.code
 
 
 @pytest.mark.parametrize("shape,dims,keepdim", [

@@ -172,11 +172,31 @@ def _infer_for(layer):
 
 
 def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
-    """A 1x1 conv's GEMM and epilogue fitted to the node's static shapes
-    (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; None for other convs."""
-    return conv_ops.specialise_pointwise(
-        f"conv1x1_{act}", x, w, b, *residual, act=ACTIVATIONS.index(act), bounds=bounds,
-        where=RESIDUAL.index(residual_at) if residual else 0, **conv)
+    """The kernel fitted to the node's static shapes: a 1x1 conv's GEMM and epilogue
+    (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; a float32 conv that
+    ``_tiled`` runs by tiles or a direct loop, with its method, output shape and epilogue
+    codes worked out once, as ``conv_tiles_<act>`` / ``conv_direct_<act>``; else None."""
+    where = RESIDUAL.index(residual_at) if residual else 0
+    fitted = conv_ops.specialise_pointwise(f"conv1x1_{act}", x, w, b, *residual,
+                                           act=ACTIVATIONS.index(act), bounds=bounds,
+                                           where=where, **conv)
+    if fitted is not None or not (kernels.numba_available() and is_static(x.shape) and all(
+            getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
+        return fitted
+    method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
+    if method == "pointwise":
+        return None
+    shape = (x.shape[0], w.shape[0], *conv_ops._conv_out_hw(
+        x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
+    module = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
+    geometry = tuple(conv[k] for k in conv_ops._CONV_ATTRS)
+    codes = dict(where=where, act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+
+    def run(x, w, b, *residual, out=None):
+        out = np.empty(shape, np.float32) if out is None else out
+        return module.conv(x, w, out, *geometry, np.ascontiguousarray(b),
+                           residual=residual[0] if residual else None, **codes)
+    return f"conv_{'tiles' if method == 'blocked' else 'direct'}_{act}", run
 
 
 CONV2D_EPILOGUE = defop(
