@@ -9,6 +9,7 @@ import pytest
 import dualgraph as dg
 
 torch = pytest.importorskip("torch")
+from test_cnn_inference import onnx_round_trip  # noqa: E402
 
 ACTIVATIONS = ["ReLU", "ReLU6", "SiLU", "Hardswish", "GELU", "Sigmoid", "Hardtanh", None]
 
@@ -153,20 +154,13 @@ def test_onnx_spellings_of_the_activations_take_the_epilogue(act, tmp_path):
     """torch.onnx's HardSwish/HardSigmoid/Clip as ``dg.onnx.load`` imports them (x * clamp(x
     / 6 + 0.5, 0, 1), ...) are matched too: every conv of the loaded model is one
     conv2d_epilogue, and the values are torch's."""
-    pytest.importorskip("onnx")
     model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
                                 getattr(torch.nn, act)(), torch.nn.Conv2d(8, 8, 1),
                                 getattr(torch.nn, act)()).eval()
     with torch.no_grad():
         model[1].running_var.uniform_(0.5, 2.0)
-    x = torch.randn(2, 4, 10, 10)
-    path = str(tmp_path / "block.onnx")
-    torch.onnx.export(model, (x,), path, dynamo=False, input_names=["x"])
-    loaded = dg.onnx.load(path)
-    got = loaded(dg.tensor(x.numpy())).numpy()
-    with torch.no_grad():
-        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
-    ops = [n.op.name for n in loaded.executable.graph.nodes]
+    ops = onnx_round_trip(model, torch.randn(2, 4, 10, 10), str(tmp_path / "block.onnx"),
+                          rtol=1e-4, atol=1e-5)
     assert ops == ["conv2d_epilogue", "conv2d_epilogue"], ops
 
 

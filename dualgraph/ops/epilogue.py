@@ -1,5 +1,6 @@
 """Ops the inference lowering rules make: ``conv2d_epilogue`` and ``linear_epilogue`` (a
-convolution or a linear layer with its bias, activation and residual add as one op) and
+convolution or a linear layer with its bias, activation and residual add as one op),
+``conv2d_cat`` (convolutions written into their channels of one concatenation) and
 ``max_pool2d_values`` (max pooling without the argmax indices nobody reads).
 
 ``conv2d_epilogue(x, w, b[, r], act=, bounds=, residual=)`` is ``act(conv2d(x, w, b) + r)``
