@@ -9,7 +9,7 @@ import pytest
 import dualgraph as dg
 
 torch = pytest.importorskip("torch")
-from test_cnn_inference import onnx_round_trip  # noqa: E402
+from test_cnn_inference import compiled_eager_torch, onnx_round_trip  # noqa: E402
 
 ACTIVATIONS = ["ReLU", "ReLU6", "SiLU", "Hardswish", "GELU", "Sigmoid", "Hardtanh", None]
 
@@ -111,13 +111,7 @@ def test_compiled_cnn_block_stack_equals_eager_and_torch(seed, batch):
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = rng.standard_normal((batch, 8, 12, 12)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        for _ in range(2):   # (the second call takes the fast path)
-            got = compiled(dg.tensor(x)).numpy()
-        eager = model(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, eager, want = compiled_eager_torch(model, reference, x)
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4 * scale)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
@@ -139,11 +133,7 @@ def test_residual_before_and_after_the_activation(act):
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, _, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     (node,) = compiled.optimized_graph.nodes
     assert (node.op.name, node.attrs["residual_at"]) == ("conv2d_epilogue", "before")
@@ -189,11 +179,7 @@ def test_two_convolutions_meeting_at_one_residual_add():
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = np.random.default_rng(2).standard_normal((2, 4, 9, 9)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, _, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     ops = sorted(n.op.name for n in compiled.optimized_graph.nodes)
     assert ops == ["conv2d", "conv2d_epilogue"], ops

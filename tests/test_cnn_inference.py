@@ -162,6 +162,20 @@ def _fire_pair(tail=None):
     return model, reference
 
 
+def compiled_eager_torch(model, reference, x):
+    """``model`` compiled (called twice: the second call takes the fast path) and eager
+    under ``no_grad``, and torch's ``reference``, on the array ``x``: ``(compiled, got,
+    eager, want)``."""
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        for _ in range(2):
+            got = compiled(dg.tensor(x)).numpy()
+        eager = model(dg.tensor(x)).numpy()
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    return compiled, got, eager, want
+
+
 def _ops(compiled):
     return [n.op.name for n in compiled.optimized_graph.nodes]
 
@@ -173,13 +187,7 @@ def test_cat_of_convs_written_in_place(batch, size):
     torch."""
     model, reference = _fire_pair()
     (x,) = _arrays(np.random.default_rng(6), (batch, 5, size, size))
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        compiled(dg.tensor(x))
-        got = compiled(dg.tensor(x)).numpy()
-        eager = model(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, eager, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert "conv2d_cat" in _ops(compiled) and "cat" not in _ops(compiled), _ops(compiled)
@@ -194,11 +202,7 @@ def test_cat_that_must_stay(tail, why):
     """Where the precondition fails the cat stays, and the values are torch's."""
     model, reference = _fire_pair(tail)
     (x,) = _arrays(np.random.default_rng(7), (1, 5, 6, 6))
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, _, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert "cat" in _ops(compiled) and "conv2d_cat" not in _ops(compiled), (why, _ops(compiled))
 
