@@ -9,6 +9,7 @@ import pytest
 import dualgraph as dg
 
 torch = pytest.importorskip("torch")
+from test_cnn_inference import compiled_eager_torch, onnx_round_trip  # noqa: E402
 
 ACTIVATIONS = ["ReLU", "ReLU6", "SiLU", "Hardswish", "GELU", "Sigmoid", "Hardtanh", None]
 
@@ -110,13 +111,7 @@ def test_compiled_cnn_block_stack_equals_eager_and_torch(seed, batch):
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = rng.standard_normal((batch, 8, 12, 12)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        for _ in range(2):   # (the second call takes the fast path)
-            got = compiled(dg.tensor(x)).numpy()
-        eager = model(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, eager, want = compiled_eager_torch(model, reference, x)
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4 * scale)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
@@ -138,11 +133,7 @@ def test_residual_before_and_after_the_activation(act):
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, _, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     (node,) = compiled.optimized_graph.nodes
     assert (node.op.name, node.attrs["residual_at"]) == ("conv2d_epilogue", "before")
@@ -153,20 +144,13 @@ def test_onnx_spellings_of_the_activations_take_the_epilogue(act, tmp_path):
     """torch.onnx's HardSwish/HardSigmoid/Clip as ``dg.onnx.load`` imports them (x * clamp(x
     / 6 + 0.5, 0, 1), ...) are matched too: every conv of the loaded model is one
     conv2d_epilogue, and the values are torch's."""
-    pytest.importorskip("onnx")
     model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
                                 getattr(torch.nn, act)(), torch.nn.Conv2d(8, 8, 1),
                                 getattr(torch.nn, act)()).eval()
     with torch.no_grad():
         model[1].running_var.uniform_(0.5, 2.0)
-    x = torch.randn(2, 4, 10, 10)
-    path = str(tmp_path / "block.onnx")
-    torch.onnx.export(model, (x,), path, dynamo=False, input_names=["x"])
-    loaded = dg.onnx.load(path)
-    got = loaded(dg.tensor(x.numpy())).numpy()
-    with torch.no_grad():
-        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
-    ops = [n.op.name for n in loaded.executable.graph.nodes]
+    ops = onnx_round_trip(model, torch.randn(2, 4, 10, 10), str(tmp_path / "block.onnx"),
+                          rtol=1e-4, atol=1e-5)
     assert ops == ["conv2d_epilogue", "conv2d_epilogue"], ops
 
 
@@ -195,11 +179,7 @@ def test_two_convolutions_meeting_at_one_residual_add():
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     model.eval(), reference.eval()
     x = np.random.default_rng(2).standard_normal((2, 4, 9, 9)).astype(np.float32)
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
+    compiled, got, _, want = compiled_eager_torch(model, reference, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     ops = sorted(n.op.name for n in compiled.optimized_graph.nodes)
     assert ops == ["conv2d", "conv2d_epilogue"], ops

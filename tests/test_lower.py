@@ -134,6 +134,18 @@ def relu_of_a_residual_conv():
     return g
 
 
+def cat_of_two_convs():
+    g = Graph()
+    x, w, b, v = f32(g, "x", 1, 2, 4, 4), f32(g, "w", 3, 2, 1, 1), f32(g, "b", 3), \
+        f32(g, "v", 3, 2, 3, 3)
+    attrs = lambda pad: dict(stride=(1, 1), padding=(pad, pad), dilation=(1, 1), groups=1)
+    (y,) = g.add_node("conv2d", [x, w, b], attrs((0, 0)), names=["y"])
+    (z,) = g.add_node("conv2d_epilogue", [x, v, b], dict(
+        act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs((1, 1))), names=["z"])
+    g.set_outputs(list(g.add_node("cat", [y, z], {"dim": 1}, names=["c"])))
+    return g
+
+
 def max_pool_read_for_values():
     g = Graph()
     x = f32(g, "x", 1, 2, 5, 5)
@@ -227,6 +239,7 @@ EXAMPLES = {
     "fold_batchnorm": batchnorm_after_a_linear,
     "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,
+    "conv_cat": cat_of_two_convs,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,

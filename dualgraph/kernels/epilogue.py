@@ -17,6 +17,7 @@ import numpy as np
 from . import helper, loop
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
 from .normalization import _REDUCE, normalise_row
+from .threads import run_rows, threads_for
 
 ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
                "hardsigmoid")
@@ -142,3 +143,45 @@ def rows_norm(start, stop, out, bias, residual, act, lo, hi, where, weight, shif
         row = out[p]
         _row_tail(row, bias, residual[p if where else 0], act, lo, hi, where)
         normalise_row(row, weight, shift, eps, row)
+
+
+def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, bias: bool,
+              where: int):
+    """A 1x1, stride-1, unpadded float32 convolution of inputs of the static ``x_shape``
+    (N, C, H, W) into ``cout`` channels, with its epilogue (``act``: an index into
+    ``ACTIVATIONS``; ``where`` as in :func:`planes`), fitted to those shapes once: the
+    compiler's ``specialise`` of ``conv2d`` and ``conv2d_epilogue`` binds the returned
+    ``run(x, w[, b][, r])``, which is one batched GEMM into a fresh output and then, where
+    there is a bias, an activation or a residual, :func:`planes` over it through the loop's
+    compiled entry. A call does no shape arithmetic, no method choice and no type
+    dispatch: at batch 1 on small planes (squeeze-and-excitation's 1x1 convs on a 1x1
+    plane) that work was most of the node's time."""
+    n, c, h, w = x_shape
+    planes_shape, count = (n * cout, h * w), n * cout
+    x_view, w_view = (n, groups, c // groups, h * w), (groups, cout // groups, c // groups)
+    gemm_view = (n, groups, cout // groups, h * w)
+    lo, hi = np.float32(bounds[0]), np.float32(bounds[1])
+    no_residual = np.zeros((1, 1), np.float32)
+    zero_bias = np.zeros(cout, np.float32)
+    epilogue = bias or act or where
+    entry = []   # (the loop's compiled entry, found at the first call)
+
+    def run(x, wt, *rest, out=None):
+        """(``out``: a C-contiguous float32 array of the output's shape to write, a slice
+        of a concatenation's; a fresh one otherwise)"""
+        out = np.empty((n, cout, h, w), np.float32) if out is None else out
+        np.matmul(wt.reshape(w_view), x.reshape(x_view), out=out.reshape(gemm_view))
+        if not epilogue or not out.size:
+            return out
+        r = np.ascontiguousarray(rest[-1]).reshape(planes_shape) if where else no_residual
+        args = (out.reshape(planes_shape), np.ascontiguousarray(rest[0]) if bias else zero_bias,
+                r, act, lo, hi, where)
+        threads = threads_for(out.size)
+        if threads != 1:
+            run_rows(planes, count, *args, threads=threads)
+            return out
+        if not entry:
+            entry.append(planes.entry(0, count, *args))
+        entry[0](0, count, *args)
+        return out
+    return run

@@ -55,6 +55,18 @@ def softmax(start, stop, x, out):
             o[j] = o[j] / total
 
 
+@loop(fastmath=_REDUCE)
+def row_means(start, stop, x, out):
+    """``out[r] = sum(x[r]) / len(x[r])`` for rows ``start:stop``: a mean over an array's
+    trailing dims (global average pooling's) as one vectorised sum a row."""
+    width = F(x.shape[1])
+    for r in range(start, stop):
+        row, total = x[r], _ZERO
+        for j in range(row.size):
+            total += row[j]
+        out[r] = total / width
+
+
 @helper(inline="always")
 def _row_exp_sum(row, m):
     """``sum(exp(row - m))``: the softmax denominator of a row whose maximum is ``m``."""

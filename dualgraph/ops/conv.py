@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes, kernels
 from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
-from ..shapes import ShapedType, ShapeError
+from ..shapes import ShapedType, ShapeError, is_static
 from . import creation, index, linalg, reduce
 from . import shape as shape_ops
 from ._util import cast, is_float, needs_grad
@@ -651,9 +651,28 @@ def _onnx_conv2d_input_grad(e, node):
                  group=a["groups"], output_padding=extra if any(extra) else None)]
 
 
+def specialise_pointwise(name: str, x, w, *rest, stride, padding, dilation, groups, act=0,
+                         bounds=(-np.inf, np.inf), where=0):
+    """``specialise`` (codegen) of a convolution whose ``conv_method`` is ``"pointwise"``
+    (1x1, stride 1, unpadded), of static shapes, every operand float32 and Numba there:
+    ``(name, kernels.epilogue.pointwise(...))``, the GEMM and the epilogue fitted to
+    these shapes once; else None (the op's kernel). ``rest`` is the bias (if any) and
+    the residual (``where`` 1 or 2), Values of the graph."""
+    if not (kernels.numba_available() and is_static(x.shape)
+            and all(getattr(v, "dtype", None) == np.float32 for v in (x, w, *rest))
+            and conv_method(tuple(x.shape), tuple(w.shape), stride, padding, dilation,
+                            groups) == "pointwise"):
+        return None
+    bias = len(rest) > (1 if where else 0)
+    return name, kernels.epilogue.pointwise(tuple(x.shape), w.shape[0], groups, act, bounds,
+                                            bias, where)
+
+
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
                decomposition=_conv2d_decomposition,
+               specialise=lambda *inputs, **conv: specialise_pointwise("conv1x1", *inputs,
+                                                                       **conv),
                saves="i",
                onnx=_onnx_conv2d,
                autocast="lower")

@@ -1,5 +1,6 @@
 """Ops the inference lowering rules make: ``conv2d_epilogue`` and ``linear_epilogue`` (a
-convolution or a linear layer with its bias, activation and residual add as one op) and
+convolution or a linear layer with its bias, activation and residual add as one op),
+``conv2d_cat`` (convolutions written into their channels of one concatenation) and
 ``max_pool2d_values`` (max pooling without the argmax indices nobody reads).
 
 ``conv2d_epilogue(x, w, b[, r], act=, bounds=, residual=)`` is ``act(conv2d(x, w, b) + r)``
@@ -14,6 +15,7 @@ the activation in place (float32 with Numba; NumPy's passes otherwise).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
@@ -21,10 +23,12 @@ from .. import kernels
 from ..dispatch import apply
 from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_rows, threads_for
+from ..shapes import is_static
 from . import conv as conv_ops
 from . import elementwise as ew
 from . import linalg
 from . import norm
+from . import shape as shape_ops
 from ._util import cast
 from .opdef import defop
 
@@ -85,36 +89,45 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
     return y
 
 
-def _kernel(x, w, b, *residual, act, bounds, residual_at, **conv):
-    tiled = _tiled(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at, **conv)
+def _kernel(x, w, b, *residual, act, bounds, residual_at, out=None, **conv):
+    """(``out``: a C-contiguous array of the output's shape and dtype to write, a slice of
+    a concatenation's: ``conv2d_cat``; a fresh one otherwise)"""
+    tiled = _tiled(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
+                   out=out, **conv)
     if tiled is not None:
         return tiled
     y = conv_ops.CONV2D.kernel(x, w, **conv)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
-    if _in_place(kernels.epilogue.planes, y, math.prod(y.shape[2:]), b, r, act, bounds,
-                 residual_at):
+    if not _in_place(kernels.epilogue.planes, y, math.prod(y.shape[2:]), b, r, act, bounds,
+                     residual_at):
+        y = _numpy_tail(y + b.reshape(-1, 1, 1), r, act, bounds, residual_at)
+    if out is None:
         return y
-    return _numpy_tail(y + b.reshape(-1, 1, 1), r, act, bounds, residual_at)
+    out[...] = y
+    return out
 
 
-def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilation, groups):
+def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, dilation,
+           groups):
     """The float32 kernels that apply the epilogue while the result is in cache: each
-    tile's GEMM result (``kernels/conv_tiles.py``), or each band of a depthwise or narrow
-    grouped conv's direct loop (``kernels/conv_direct.py``); None where neither applies
-    (another dtype, no Numba; a 1x1 conv: one batched GEMM on the input as it is, which
-    measured faster than a GEMM and the epilogue per image), which then runs the conv and
-    the epilogue's own pass."""
+    tile's GEMM result (``kernels/conv_tiles.py``), each band of a depthwise or narrow
+    grouped conv's direct loop (``kernels/conv_direct.py``), or a 1x1 conv's one batched
+    GEMM on the input as it is and then its planes (``kernels.epilogue.pointwise``: that
+    measured faster than a GEMM and the epilogue per image); None where none applies
+    (another dtype, no Numba), which then runs the conv and the epilogue's own pass."""
     if not (kernels.numba_available() and x.dtype == w.dtype == b.dtype == np.float32
             and all(r.dtype == np.float32 for r in residual)):
         return None
+    where = RESIDUAL.index(residual_at) if residual else 0
     method = conv_ops.conv_method(x.shape, w.shape, stride, padding, dilation, groups)
     if method == "pointwise":
-        return None
+        run = kernels.epilogue.pointwise(x.shape, w.shape[0], groups, ACTIVATIONS.index(act),
+                                         bounds, True, where)
+        return run(x, w, b, *residual, out=out)
     hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
-    out = np.empty((x.shape[0], w.shape[0], *hw), np.float32)
-    epilogue = dict(residual=residual[0] if residual else None,
-                    where=RESIDUAL.index(residual_at) if residual else 0,
+    out = np.empty((x.shape[0], w.shape[0], *hw), np.float32) if out is None else out
+    epilogue = dict(residual=residual[0] if residual else None, where=where,
                     act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
     kernel = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
     return kernel.conv(x, w, out, stride, padding, dilation, groups, np.ascontiguousarray(b),
@@ -159,12 +172,124 @@ def _infer_for(layer):
     return infer
 
 
+def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
+    """The kernel fitted to the node's static shapes: a 1x1 conv's GEMM and epilogue
+    (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; a float32 conv that
+    ``_tiled`` runs by tiles or a direct loop, with its method, output shape and epilogue
+    codes worked out once, as ``conv_tiles_<act>`` / ``conv_direct_<act>``; else None."""
+    where = RESIDUAL.index(residual_at) if residual else 0
+    fitted = conv_ops.specialise_pointwise(f"conv1x1_{act}", x, w, b, *residual,
+                                           act=ACTIVATIONS.index(act), bounds=bounds,
+                                           where=where, **conv)
+    if fitted is not None or not (kernels.numba_available() and is_static(x.shape) and all(
+            getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
+        return fitted
+    method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
+    if method == "pointwise":
+        return None
+    shape = (x.shape[0], w.shape[0], *conv_ops._conv_out_hw(
+        x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
+    module = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
+    geometry = tuple(conv[k] for k in conv_ops._CONV_ATTRS)
+    codes = dict(where=where, act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+
+    def run(x, w, b, *residual, out=None):
+        out = np.empty(shape, np.float32) if out is None else out
+        return module.conv(x, w, out, *geometry, np.ascontiguousarray(b),
+                           residual=residual[0] if residual else None, **codes)
+    return f"conv_{'tiles' if method == 'blocked' else 'direct'}_{act}", run
+
+
 CONV2D_EPILOGUE = defop(
     "conv2d_epilogue", _kernel, _infer_for(conv_ops.CONV2D),
     attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
+    specialise=_specialise,
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")
+
+
+def _members(inputs: tuple, members: tuple):
+    """``conv2d_cat``'s inputs and ``members`` attr as ``[(inputs, conv2d_epilogue's
+    attrs)]``, one per member: ``members`` holds ``(arity, act, bounds, residual_at,
+    stride, padding, dilation, groups)`` each, its inputs ``arity`` of ``inputs`` in turn."""
+    parts, at = [], 0
+    for arity, act, bounds, residual_at, *conv in members:
+        attrs = dict(act=act, bounds=bounds, residual_at=residual_at,
+                     **dict(zip(conv_ops._CONV_ATTRS, conv)))
+        parts.append((inputs[at:at + arity], attrs))
+        at += arity
+    return parts
+
+
+def _cat_kernel(*inputs, members):
+    """Each member's conv and epilogue written straight into its channels of the one
+    output (``_kernel``'s ``out``) where that block is contiguous (batch 1); else computed
+    and copied there, as ``cat`` would."""
+    parts = _members(inputs, members)
+    ys = [CONV2D_EPILOGUE.infer(*args, **attrs) for args, attrs in parts]
+    n, _, ho, wo = ys[0].shape
+    out = np.empty((n, sum(y.shape[1] for y in ys), ho, wo), ys[0].dtype)
+    start = 0
+    for (args, attrs), y in zip(parts, ys):
+        block = out[:, start:start + y.shape[1]]
+        start += y.shape[1]
+        if block.flags.c_contiguous:
+            _kernel(*args, **attrs, out=block)
+        else:
+            block[...] = _kernel(*args, **attrs)
+    return out
+
+
+def _specialise_cat(*inputs, members):
+    """``conv2d_cat`` fitted to the node's static shapes: the output's shape, each member's
+    channels and its kernel (a 1x1 conv's fitted GEMM and planes where ``_specialise``
+    gives one, else ``_kernel`` with its attrs) worked out once; a call allocates the
+    output and runs each member into its channels (copied there where they are not
+    contiguous: batch > 1). None for symbolic shapes."""
+    out = _infer_cat(*inputs, members=members)
+    if not is_static(out.shape):
+        return None
+    runs, start = [], 0
+    for args, attrs in _members(inputs, members):
+        cout = args[1].shape[0]
+        fitted = _specialise(*args, **attrs)
+        run = fitted[1] if fitted is not None else partial(_kernel, **attrs)
+        runs.append((run, len(args), slice(start, start + cout)))
+        start += cout
+    shape, dtype, whole = tuple(out.shape), out.dtype, out.shape[0] == 1
+
+    def run_members(*arrays):
+        y, at = np.empty(shape, dtype), 0
+        for run, arity, channels in runs:
+            if whole:
+                run(*arrays[at:at + arity], out=y[:, channels])
+            else:
+                y[:, channels] = run(*arrays[at:at + arity])
+            at += arity
+        return y
+    return "conv_cat", run_members
+
+
+def _infer_cat(*inputs, members):
+    ys = [CONV2D_EPILOGUE.infer(*args, **attrs) for args, attrs in _members(inputs, members)]
+    if len({(y.shape[0], *y.shape[2:], y.dtype) for y in ys}) != 1:
+        raise ValueError("conv2d_cat: members of different batch, plane size or dtype: "
+                         f"{[(tuple(y.shape), str(y.dtype)) for y in ys]}")
+    return ys[0]._replace(shape=(ys[0].shape[0], sum(y.shape[1] for y in ys),
+                                 *ys[0].shape[2:]))
+
+
+def _cat_decomposition(*inputs, members):
+    return shape_ops.cat([_decomposition(*args, **attrs)
+                          for args, attrs in _members(inputs, members)], 1)
+
+
+CONV2D_CAT = defop(
+    "conv2d_cat", _cat_kernel, _infer_cat, attrs=("members",), saves="", onnx=None,
+    compiler_only=True, decomposition=_cat_decomposition, specialise=_specialise_cat,
+    doc="cat([conv2d_epilogue(...), ...], dim=1): each member conv written into its own "
+        "channels of the concatenation, no copy")
 
 
 def _linear_decomposition(x, w, b, *residual, act, bounds, residual_at):

@@ -19,7 +19,8 @@ import numpy as np
 from .. import dtypes, kernels
 from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
-from ..shapes import ShapedType, normalize_dim, normalize_dims, numel, reduced_shape
+from ..shapes import (ShapedType, is_static, normalize_dim, normalize_dims, numel,
+                      reduced_shape)
 from ..tensor import Tensor
 from . import creation
 from . import elementwise as ew
@@ -205,7 +206,40 @@ def _mean_kernel(x, dims, keepdim):
     return np.asarray(np.mean(_widen(x), axis=dims, keepdims=keepdim)).astype(x.dtype)
 
 
+def _specialise_mean(x, dims, keepdim):
+    """``specialise`` (codegen) of a float32 mean over an input's trailing dims, of static
+    shape (global average pooling, ``mean(x, (2, 3))``): the input as rows, one compiled
+    row loop (``kernels.normalization.row_means``) called through its entry, fitted to the
+    shape once. NumPy's ``mean`` over two small trailing axes costs tens of microseconds a
+    call in its iterator; the loop costs a few. None otherwise (the kernel)."""
+    shape = tuple(x.shape)
+    tail = sorted(d % len(shape) for d in dims) if shape else []
+    if not (kernels.numba_available() and x.dtype == np.float32 and tail and is_static(shape)
+            and tail == list(range(len(shape) - len(tail), len(shape)))):
+        return None
+    rows = math.prod(shape[:len(shape) - len(tail)])
+    width = math.prod(shape[len(shape) - len(tail):])
+    out_shape = reduced_shape(shape, dims, keepdim)
+    if not rows or not width:
+        return None
+    entry = []   # (the loop's compiled entry, found at the first call)
+
+    def run(x):
+        out = np.empty(out_shape, np.float32)
+        args = (np.ascontiguousarray(x).reshape(rows, width), out.reshape(rows))
+        if threads_for(rows * width) != 1:
+            run_rows(kernels.normalization.row_means, rows, *args,
+                     threads=threads_for(rows * width))
+            return out
+        if not entry:
+            entry.append(kernels.normalization.row_means.entry(0, rows, *args))
+        entry[0](0, rows, *args)
+        return out
+    return "row_means", run
+
+
 MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",
+             specialise=_specialise_mean,
              vjp=lambda g, out, x, dims, keepdim: _expand_back(
                  g / _reduced_size(x, dims), tuple(x.shape), dims, keepdim),
              onnx=_onnx_reduce("ReduceMean"),

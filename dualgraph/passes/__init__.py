@@ -36,16 +36,16 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "fuse_elementwise", "fuse_all_reduces", "overlap_communication", "schedule",
            "checkpoint_savings", "rematerialize", "plan_memory", "save_scan_residuals",
            "fold_batchnorm", "batch_linears", "share_conv_columns", "conv_epilogue",
-           "max_pool_values", "join_loss_gradient", "compress_all_reduces",
+           "max_pool_values", "conv_cat", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
            "linear_norm", "join_linears", "weights_kn"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (constant_linears, fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue,
- max_pool_values, join_loss_gradient, compress_all_reduces, batch_scan_linears, group_updates,
- linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue, fuse_rms_norm,
- linear_norm, join_linears, weights_kn) = LOWERING
+ max_pool_values, conv_cat, join_loss_gradient, compress_all_reduces, batch_scan_linears,
+ group_updates, linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue,
+ fuse_rms_norm, linear_norm, join_linears, weights_kn) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

@@ -38,12 +38,14 @@ from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
 from ..ops.norm import LAYER_NORM
 from ..ops.reduce import MEAN, SOFTMAX
+from ..ops.shape import CAT
 from .affine import LAYERS, affine_chains, fold_affine_chains
 from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
+from .concat import conv_cat, conv_cats
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .group import group_updates, grouped_ops, update_groups
@@ -312,6 +314,9 @@ RULES = [
     # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
     LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
                  "graph"),
+    # cat([conv2d(...) or conv2d_epilogue(...), ...], dim=1), each read only by the cat ->
+    # conv2d_cat: each conv writes its own channels of the one output (after conv_epilogue)
+    LoweringRule("conv_cat", (CAT,), conv_cats, conv_cat, "graph"),
     # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
     LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
                  loss_gradient_pairs, join_loss_gradient, "graph"),

@@ -218,6 +218,30 @@ CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy
 ]
 
 
+def conv_cat(m, x, w1, w3, b1, b3):
+    """conv2d_cat (what passes.conv_cat makes) of a 1x1 and a 3x3 conv vs torch's cat of
+    the two convs."""
+    conv = dict(stride=(1, 1), dilation=(1, 1), groups=1)
+    if m.__name__ != "torch":
+        from dualgraph.ops.epilogue import CONV2D_CAT
+        inf = (float("-inf"), float("inf"))
+        members = ((3, "none", inf, None, (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+                   (3, "silu", inf, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1))
+        return apply(CONV2D_CAT, x, w1, b1, x, w3, b3, members=members)
+    F = m.nn.functional
+    return m.cat([F.conv2d(x, w1, b1, **conv), F.silu(F.conv2d(x, w3, b3, padding=1, **conv))],
+                 1)
+
+
+CASES += [
+    OpCase("conv2d_cat", conv_cat, [In((1, 3, 7, 6)), In((4, 3, 1, 1)), In((5, 3, 3, 3)),
+                                    In((4,)), In((5,))], "batch1", dtypes=("float32", "float64"),
+           grad=False, atol=1e-4),
+    OpCase("conv2d_cat", conv_cat, [In((2, 3, 5, 5)), In((4, 3, 1, 1)), In((5, 3, 3, 3)),
+                                    In((4,)), In((5,))], "batch2", grad=False, atol=1e-4),
+]
+
+
 def pool_values(**attrs):
     """max_pool2d_values (what passes.max_pool_values makes) vs torch's max pooling."""
     pool = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),
