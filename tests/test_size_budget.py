@@ -195,7 +195,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +65, passes/ +35 and the core +120 (issue 26): the conv_cat rule (passes/concat.py)
 # and its op conv2d_cat (fitted to its shapes), each conv writing its own channels of the cat.
 # ops/ +15 and the core +15: conv2d_epilogue's tiled and direct convs fitted too.
-CORE_BUDGET = 22_950
+# The core +10 merging the eight-lane and the CNN-inference branches (both in ops/, kernels/).
+CORE_BUDGET = 22_960
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_405, "ops": 7_220,
            "passes": 3_045, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
