@@ -274,7 +274,7 @@ def _conv_blocked(x, w, bias):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
         elif _batch_loop(x, w.shape, stride, padding, dilation):
-            kernels.conv_batch.conv(x, w, out, padding, dilation, groups)
+            kernels.conv_batch.conv(x, w, out, stride, padding, dilation, groups)
         else:
             for i0, i1, r0, r1, cols in _block_columns(x, (kh, kw), stride, padding,
                                                        dilation, groups):
@@ -395,8 +395,8 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups)
         return cast(gw.reshape(cout, cg, *kernel_size), dt)
     if (_batch_loop(x, (cout, cg) + tuple(kernel_size), stride, padding, dilation)
             and gw.size > kernels.products.MAX_OUTPUTS):   # (few outputs: products.a_bt)
-        return cast(kernels.conv_batch.weight_grad(x, g, kernel_size, padding, dilation,
-                                                   groups), dt)
+        return cast(kernels.conv_batch.weight_grad(x, g, kernel_size, stride, padding,
+                                                   dilation, groups), dt)
     for i0, i1, r0, r1, cols in _block_columns(x, kernel_size, stride, padding, dilation,
                                                groups):
         gw += _weight_grad_block(g, cols, i0, i1, r0, r1, part)
