@@ -61,6 +61,8 @@ def test_row_shifted_gemms_are_adjoint_and_match_torch(monkeypatch, x_shape, w_s
     w = rng.standard_normal(w_shape, dtype=np.float32)
     attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     assert kernels.conv_batch.wanted(x_shape, w_shape, stride, padding, dilation, x.dtype)
+    # (every case's weight gradient by the loop: shallower ones take the blocked GEMM)
+    monkeypatch.setattr(kernels.conv_batch, "GRAD_MIN_DEPTH", kernels.conv_batch.MIN_DEPTH)
     ran = _ran(monkeypatch)
     y = conv._conv2d_kernel(x, w, **attrs)
     g = rng.standard_normal(y.shape, dtype=np.float32)
@@ -137,3 +139,18 @@ def test_training_step_compiled_equals_eager_and_torch(batch, channels):
         for key, value in results["eager"][1].items():
             np.testing.assert_allclose(results[name][1][key], value, rtol=1e-3, atol=1e-4,
                                        err_msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,taken", [
+    ((64, 16, 32, 32), (32, 16, 3, 3), (2, 2), True),
+    ((1, 256, 7, 7), (256, 256, 3, 3), (1, 1), False),      # 12k weights a position
+    ((1, 256, 14, 14), (512, 256, 3, 3), (2, 2), False),
+    ((16, 128, 28, 28), (256, 128, 3, 3), (2, 2), True),    # 94 a position
+])
+def test_many_weights_per_output_position_keep_the_blocked_gemm(x_shape, w_shape, stride,
+                                                                taken):
+    """Each image's GEMMs pack the weight again: with more weight elements per output
+    position of the batch than ``MAX_WEIGHTS_PER_POSITION`` the blocked im2col's GEMMs
+    take the conv."""
+    assert kernels.conv_batch.wanted(x_shape, w_shape, stride, ((1, 1), (1, 1)), (1, 1),
+                                     np.float32) == taken

@@ -72,8 +72,9 @@ def test_conv_column_loops_match_torch_and_numpy(monkeypatch, x_shape, w_shape, 
     assert (loop in ran or loop == "_forward" and direct)
     if loop != "_col2im":   # (a strided conv's forward and weight gradient: conv_batch's
         #                          row phases where it takes them)
-        assert ("_weight_grad" in ran) == (loop == "_forward"
-                                           and np.prod(w_shape) > kernels.products.MAX_OUTPUTS)
+        assert ("_weight_grad" in ran) == (
+            loop == "_forward" and np.prod(w_shape) > kernels.products.MAX_OUTPUTS
+            and w_shape[1] * w_shape[3] >= kernels.conv_batch.GRAD_MIN_DEPTH)
     batched = "_forward" in ran or "_weight_grad" in ran
     monkeypatch.undo()
     monkeypatch.setattr(conv, "COLUMN_BLOCK_BYTES", block_bytes)

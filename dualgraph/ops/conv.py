@@ -394,6 +394,7 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups)
             gw += np.matmul(g[i].reshape(groups, cog, -1), xs[i], out=part)
         return cast(gw.reshape(cout, cg, *kernel_size), dt)
     if (_batch_loop(x, (cout, cg) + tuple(kernel_size), stride, padding, dilation)
+            and cg * kernel_size[1] >= kernels.conv_batch.GRAD_MIN_DEPTH
             and gw.size > kernels.products.MAX_OUTPUTS):   # (few outputs: products.a_bt)
         return cast(kernels.conv_batch.weight_grad(x, g, kernel_size, stride, padding,
                                                    dilation, groups), dt)
