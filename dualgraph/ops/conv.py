@@ -287,7 +287,8 @@ def _conv_blocked(x, w, bias):
 
 def _batch_loop(x, w_shape, stride, padding, dilation) -> bool:
     """Whether the blocked method's GEMMs run in one compiled loop over the batch
-    (``kernels.conv_batch``: no Python call per block; a "same" float32 conv)."""
+    (``kernels.conv_batch``: no Python call per block; float32, stride 1 with output
+    rows at most as wide as the input's, or strides above 1 by row phases)."""
     return (x.size >= kernels.MIN_ELEMENTS
             and kernels.conv_batch.wanted(x.shape, w_shape, stride, padding, dilation,
                                           x.dtype))
