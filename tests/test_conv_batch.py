@@ -107,7 +107,7 @@ def _net(lib, channels):
             return nn.functional.relu(self.bn2(self.conv2(y)) + x)
     return nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), Block(),
                          nn.Conv2d(channels, channels, 3, padding=2, dilation=2, groups=1),
-                         nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1),
+                         nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1), nn.ReLU(),
                          nn.Conv2d(2 * channels, 2 * channels, 1, stride=2),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * channels, 4))
 
@@ -115,8 +115,8 @@ def _net(lib, channels):
 @pytest.mark.parametrize("batch,channels", [(3, 5), (1, 17)])
 def test_training_step_compiled_equals_eager_and_torch(batch, channels):
     """Two SGD steps of a residual block with BatchNorm in training mode on 19x23
-    images, whose convs take the row-shifted GEMMs: the compiled step's losses and
-    weights are eager's and torch's."""
+    images, then stride-2 convs, whose convs take the row-shifted GEMMs: the compiled
+    step's losses and weights are eager's and torch's."""
     rng = np.random.default_rng(channels)
     x = rng.standard_normal((batch, 3, 19, 23), dtype=np.float32)
     y = rng.integers(0, 4, batch)
@@ -154,3 +154,38 @@ def test_many_weights_per_output_position_keep_the_blocked_gemm(x_shape, w_shape
     take the conv."""
     assert kernels.conv_batch.wanted(x_shape, w_shape, stride, ((1, 1), (1, 1)), (1, 1),
                                      np.float32) == taken
+
+
+@pytest.mark.parametrize("channels,stride,hw", [(17, 2, (19, 23)), (16, 1, (19, 23)),
+                                               (5, 2, (39, 45))])
+def test_compiled_conv_relu_epilogue_equals_eager(monkeypatch, channels, stride, hw):
+    """``relu(conv2d(x, w, b))`` in a compiled training step becomes ``conv2d_epilogue``,
+    which runs the row-shifted GEMMs and then the epilogue's pass where they take the conv
+    (17 and 16 channels), else the im2col tiles (5 channels at stride 2: shallow
+    columns). The batch's im2col is over ``COLUMN_BLOCK_BYTES``, so no im2col is shared
+    with the weight gradient instead. Its loss and gradients are eager's."""
+    from dualgraph.ops import epilogue
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((16, channels, *hw), dtype=np.float32)
+    w = (rng.standard_normal((24, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32)
+    b = rng.standard_normal(24, dtype=np.float32)
+
+    def step(x, w, b):
+        y = dg.nn.functional.relu(dg.nn.functional.conv2d(x, w, b, stride=stride, padding=1))
+        loss = (y * y).mean()
+        loss.backward()
+        return loss
+
+    taken = []
+    row_shifted = epilogue._row_shifted
+    monkeypatch.setattr(epilogue, "_row_shifted",
+                        lambda *a: taken.append(row_shifted(*a)) or taken[-1])
+    results = []
+    for fn in (step, dg.compile(step)):
+        ws, bs = dg.tensor(w, requires_grad=True), dg.tensor(b, requires_grad=True)
+        loss = fn(dg.tensor(x), ws, bs)
+        results.append([loss.item(), ws.grad.numpy(), bs.grad.numpy()])
+    assert taken == [channels > 5]
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
+    for got, want in zip(results[1][1:], results[0][1:]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
