@@ -157,12 +157,12 @@ def test_many_weights_per_output_position_keep_the_blocked_gemm(x_shape, w_shape
 
 
 @pytest.mark.parametrize("channels,stride,hw", [(17, 2, (19, 23)), (16, 1, (19, 23)),
-                                               (5, 2, (39, 45))])
+                                               (5, 2, (39, 45)), (64, 1, (9, 17))])
 def test_compiled_conv_relu_epilogue_equals_eager(monkeypatch, channels, stride, hw):
     """``relu(conv2d(x, w, b))`` in a compiled training step becomes ``conv2d_epilogue``,
     which runs the row-shifted GEMMs and then the epilogue's pass where they take the conv
     (17 and 16 channels), else the im2col tiles (5 channels at stride 2: shallow
-    columns). The batch's im2col is over ``COLUMN_BLOCK_BYTES``, so no im2col is shared
+    columns) or the shifted GEMMs with the epilogue in their pass (64). The batch's im2col is over ``COLUMN_BLOCK_BYTES``, so no im2col is shared
     with the weight gradient instead. Its loss and gradients are eager's."""
     from dualgraph.ops import epilogue
     rng = np.random.default_rng(channels)
@@ -185,7 +185,7 @@ def test_compiled_conv_relu_epilogue_equals_eager(monkeypatch, channels, stride,
         ws, bs = dg.tensor(w, requires_grad=True), dg.tensor(b, requires_grad=True)
         loss = fn(dg.tensor(x), ws, bs)
         results.append([loss.item(), ws.grad.numpy(), bs.grad.numpy()])
-    assert taken == [channels > 5]
+    assert taken == [5 < channels < 64]
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
     for got, want in zip(results[1][1:], results[0][1:]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

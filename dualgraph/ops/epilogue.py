@@ -128,9 +128,12 @@ def _row_shifted(x, w, stride, padding, dilation) -> bool:
     strided one with shallow columns (``C*kw`` under 16; a 3-channel 3x3 stride-2 first
     layer at batch 16: 12.1 ms, the tiles 11.1). Measured on LeNet's 5x5 convs 0.65 / 1.13
     ms against the tiles' 0.88 / 1.26, CIFAR's 16 -> 16 3x3 at batch 64 5.6 against 7.5,
-    a 3-channel 7x7 stride-2 layer at batch 1 3.5 against 3.8."""
+    a 3-channel 7x7 stride-2 layer at batch 1 3.5 against 3.8. Not where the conv takes
+    the shifted GEMMs (``conv_tiles.shifted``: 64 channels or more), whose epilogue the
+    tiles' kernel applies in the same pass."""
     return (conv_ops._batch_loop(x, w.shape, stride, padding, dilation)
-            and (tuple(stride) == (1, 1) or x.shape[1] * w.shape[3] >= 16))
+            and (tuple(stride) == (1, 1) or x.shape[1] * w.shape[3] >= 16)
+            and not kernels.conv_tiles.shifted(x.shape, w.shape, stride, padding, dilation, 1))
 
 
 def _in_place(loop, y, width, b, r, act, bounds, residual_at) -> bool:
