@@ -122,17 +122,26 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, stride, padding, dilati
                        **epilogue)
 
 
+ROW_SHIFTED_MAX_WEIGHTS = 32   # (per output position of the batch: ``_row_shifted``)
+
+
 def _row_shifted(x, w, stride, padding, dilation) -> bool:
     """Whether the conv's own kernel, the row-shifted GEMMs of ``kernels/conv_batch.py``
     and then the epilogue's pass, beats the tiles: everywhere they take a conv but a
     strided one with shallow columns (``C*kw`` under 16; a 3-channel 3x3 stride-2 first
     layer at batch 16: 12.1 ms, the tiles 11.1). Measured on LeNet's 5x5 convs 0.65 / 1.13
     ms against the tiles' 0.88 / 1.26, CIFAR's 16 -> 16 3x3 at batch 64 5.6 against 7.5,
-    a 3-channel 7x7 stride-2 layer at batch 1 3.5 against 3.8. Not where the conv takes
-    the shifted GEMMs (``conv_tiles.shifted``: 64 channels or more), whose epilogue the
-    tiles' kernel applies in the same pass."""
+    a 3-channel 7x7 stride-2 layer at batch 1 3.5 against 3.8, a 32 -> 64 3x3 stride-2
+    layer on 112x112 at batch 1 (6 weights a position) 1.68 against 1.83. Not where the
+    conv takes the shifted GEMMs (``conv_tiles.shifted``: 64 channels or more), whose
+    epilogue the tiles' kernel applies in the same pass, nor with more than
+    ``ROW_SHIFTED_MAX_WEIGHTS`` weight elements per output position of the batch (a 64 ->
+    128 3x3 stride-2 layer on 56x56 at batch 1, 94 a position: 1.69 against 1.60)."""
+    n, ho, wo = x.shape[0], *conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride,
+                                                   padding, dilation)
     return (conv_ops._batch_loop(x, w.shape, stride, padding, dilation)
             and (tuple(stride) == (1, 1) or x.shape[1] * w.shape[3] >= 16)
+            and math.prod(w.shape) <= ROW_SHIFTED_MAX_WEIGHTS * n * ho * wo
             and not kernels.conv_tiles.shifted(x.shape, w.shape, stride, padding, dilation, 1))
 
 
