@@ -51,6 +51,12 @@ def _inside(offset, step, width, positions):
 
 @loop
 def columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left):
+    """:func:`tap_columns` as a loop of its own (``run_rows`` shares its rows)."""
+    tap_columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left)
+
+
+@helper
+def tap_columns(start, stop, x, cols, q0, ho, wo, kh, kw, sh, sw, dh, dw, top, left):
     """Rows ``start:stop`` of ``cols (C*kh*kw, T)``: row ``(c, i, j)`` holds tap ``(i,
     j)`` of channel ``c`` for the ``T / wo`` output rows from batch row ``q0`` of ``x (N,
     C, H, W)``, zero where the tap falls in the padding. Per tap, the output rows are

@@ -273,8 +273,8 @@ def _conv_blocked(x, w, bias):
                                                                padding, dilation, groups):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
-        elif _batch_loop(x, w.shape, stride, padding, dilation):
-            kernels.conv_batch.conv(x, w, out, padding, dilation, groups)
+        elif _batch_loop(x.shape, x.dtype, w.shape, stride, padding, dilation):
+            kernels.conv_batch.conv(x, w, out, stride, padding, dilation, groups)
         else:
             for i0, i1, r0, r1, cols in _block_columns(x, (kh, kw), stride, padding,
                                                        dilation, groups):
@@ -285,12 +285,12 @@ def _conv_blocked(x, w, bias):
     return conv
 
 
-def _batch_loop(x, w_shape, stride, padding, dilation) -> bool:
+def _batch_loop(x_shape, dtype, w_shape, stride, padding, dilation) -> bool:
     """Whether the blocked method's GEMMs run in one compiled loop over the batch
-    (``kernels.conv_batch``: no Python call per block; a "same" float32 conv)."""
-    return (x.size >= kernels.MIN_ELEMENTS
-            and kernels.conv_batch.wanted(x.shape, w_shape, stride, padding, dilation,
-                                          x.dtype))
+    (``kernels.conv_batch``: no Python call per block; float32, stride 1 with output
+    rows at most as wide as the input's, or strides above 1 by row phases)."""
+    return (math.prod(x_shape) >= kernels.MIN_ELEMENTS
+            and kernels.conv_batch.wanted(x_shape, w_shape, stride, padding, dilation, dtype))
 
 
 def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
@@ -393,10 +393,12 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups)
         for i in range(n):
             gw += np.matmul(g[i].reshape(groups, cog, -1), xs[i], out=part)
         return cast(gw.reshape(cout, cg, *kernel_size), dt)
-    if (_batch_loop(x, (cout, cg) + tuple(kernel_size), stride, padding, dilation)
+    if (_batch_loop(x.shape, x.dtype, (cout, cg) + tuple(kernel_size), stride, padding,
+                    dilation)
+            and cg * kernel_size[1] >= kernels.conv_batch.GRAD_MIN_DEPTH
             and gw.size > kernels.products.MAX_OUTPUTS):   # (few outputs: products.a_bt)
-        return cast(kernels.conv_batch.weight_grad(x, g, kernel_size, padding, dilation,
-                                                   groups), dt)
+        return cast(kernels.conv_batch.weight_grad(x, g, kernel_size, stride, padding,
+                                                   dilation, groups), dt)
     for i0, i1, r0, r1, cols in _block_columns(x, kernel_size, stride, padding, dilation,
                                                groups):
         gw += _weight_grad_block(g, cols, i0, i1, r0, r1, part)

@@ -125,6 +125,8 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
         run = kernels.epilogue.pointwise(x.shape, w.shape[0], groups, ACTIVATIONS.index(act),
                                          bounds, True, where)
         return run(x, w, b, *residual, out=out)
+    if method == "blocked" and _row_shifted(x.shape, w.shape, stride, padding, dilation):
+        return None
     hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.empty((x.shape[0], w.shape[0], *hw), np.float32) if out is None else out
     epilogue = dict(residual=residual[0] if residual else None, where=where,
@@ -132,6 +134,30 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
     kernel = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
     return kernel.conv(x, w, out, stride, padding, dilation, groups, np.ascontiguousarray(b),
                        **epilogue)
+
+
+ROW_SHIFTED_MAX_WEIGHTS = 32   # (per output position of the batch: ``_row_shifted``)
+
+
+def _row_shifted(x_shape, w_shape, stride, padding, dilation) -> bool:
+    """Whether the conv's own kernel, the row-shifted GEMMs of ``kernels/conv_batch.py``
+    and then the epilogue's pass, beats the tiles: everywhere they take a conv but a
+    strided one with shallow columns (``C*kw`` under 16; a 3-channel 3x3 stride-2 first
+    layer at batch 16: 12.1 ms, the tiles 11.1). Measured on LeNet's 5x5 convs 0.65 / 1.13
+    ms against the tiles' 0.88 / 1.26, CIFAR's 16 -> 16 3x3 at batch 64 5.6 against 7.5,
+    a 3-channel 7x7 stride-2 layer at batch 1 3.5 against 3.8, a 32 -> 64 3x3 stride-2
+    layer on 112x112 at batch 1 (6 weights a position) 1.68 against 1.83. Not where the
+    conv takes the shifted GEMMs (``conv_tiles.shifted``: 64 channels or more), whose
+    epilogue the tiles' kernel applies in the same pass, nor with more than
+    ``ROW_SHIFTED_MAX_WEIGHTS`` weight elements per output position of the batch (a 64 ->
+    128 3x3 stride-2 layer on 56x56 at batch 1, 94 a position: 1.69 against 1.60)."""
+    n, ho, wo = x_shape[0], *conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride,
+                                                   padding, dilation)
+    return (conv_ops._batch_loop(x_shape, np.dtype(np.float32), w_shape, stride, padding,
+                                 dilation)      # (float32: the callers' check)
+            and (tuple(stride) == (1, 1) or x_shape[1] * w_shape[3] >= 16)
+            and math.prod(w_shape) <= ROW_SHIFTED_MAX_WEIGHTS * n * ho * wo
+            and not kernels.conv_tiles.shifted(x_shape, w_shape, stride, padding, dilation, 1))
 
 
 def _in_place(loop, y, width, b, r, act, bounds, residual_at) -> bool:
@@ -185,8 +211,9 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
             getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
         return fitted
     method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
-    if method == "pointwise":
-        return None
+    if method == "pointwise" or (method == "blocked" and _row_shifted(
+            tuple(x.shape), tuple(w.shape), conv["stride"], conv["padding"], conv["dilation"])):
+        return None     # (the row-shifted GEMMs and the epilogue's pass: ``_kernel``)
     shape = (x.shape[0], w.shape[0], *conv_ops._conv_out_hw(
         x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
     module = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
