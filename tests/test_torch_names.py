@@ -329,6 +329,21 @@ def test_repeat_interleave_forms_match_torch():
         same(fn(dg), fn(torch))
 
 
+@pytest.mark.parametrize("sizes", [(2, 1), (1, 1), (1, 2), (2, 2, 1), (3, 1, 1)])
+def test_repeat_and_tile_copy_as_torch_does(sizes):
+    """``repeat`` makes a new tensor: a later write to the source does not show through it,
+    and it may be written in place (``style.repeat(b, 1, 1, 1)`` then ``div_``)."""
+    results = []
+    for m in (dg, torch):
+        x = m.arange(3.0).reshape(1, 3)
+        y, t = x.repeat(*sizes), x.tile(sizes)
+        x.add_(10)
+        y.mul_(2)
+        results.append((y, t, x))
+    for got, want in zip(*results):
+        same(got, want)
+
+
 def test_in_place_random_fills():
     g = dg.Generator(0)
     w = dg.empty(20000).uniform_(-2.0, 3.0, generator=g)
