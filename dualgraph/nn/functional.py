@@ -538,7 +538,15 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``."""
+    """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``.
+    Other ranks warn, as torch's deprecation does, and drop along the first two dims as
+    torch's do: a (N, C) input (a recurrent layer's last output) element by element."""
+    if input.ndim not in (3, 4) and input.ndim >= 2:
+        warnings.warn(f"dropout2d: got a {input.ndim}-D input {_shape(input)}; dropout2d "
+                      "drops channels of 3-D or 4-D inputs; use dropout for this one",
+                      stacklevel=2)
+        lead = _shape(input)[:2]
+        return _dropout(input, p, training, inplace, lead + (1,) * (input.ndim - 2))
     return _feature_dropout("dropout2d", input, p, training, inplace, 4)
 
 
