@@ -184,10 +184,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # batched.sgemm_add).
 # capture/ +20 and the core +20: an argument's gradient replaced unread by the step_ and a
 # guard failing again after its own trace running eagerly (not retracing without end).
-CORE_BUDGET = 22_370
+# nn/ +50, ops/ +10 and the core +10 (real programs, issue 26): nn.utils.weight_norm
+# (nn/utils/weight_norm.py), dropout2d of other ranks, size= of the creation functions, a
+# repeat that copies.
+CORE_BUDGET = 22_380
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_080,
-           "passes": 3_010, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_090,
+           "passes": 3_010, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
