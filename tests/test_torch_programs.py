@@ -23,8 +23,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 RUN = HERE / "torch_programs" / "run.py"
 STEPS = 10
 # the programs written after issue 24's own, run for fewer steps to keep the file's time
+NEW_PROGRAMS = ["tcn", "forward_forward", "makemore_wavenet", "realnvp", "gat", "mobilenet_se",
+                "fast_neural_style", "mnist_rnn"]   # (issue 26's unseen programs)
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
-                             "time_sequence", "gcn"], 6)
+                             "time_sequence", "gcn"] + NEW_PROGRAMS, 6)
 
 
 @functools.cache
@@ -41,7 +43,7 @@ def run(name: str, mode: str) -> dict:
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
-            "gcn", "spatial_transformer", "sentiment_packed"]
+            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -51,7 +53,9 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # sentiment_packed packs batches of 3 different length profiles (Python ints that packing
 # reads, guarded as TorchDynamo's would be): a graph each, and the compiled model's eval
 # calls (no_grad) one more each
-EXTRA_GRAPHS = {"resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3}
+# mnist_rnn's StepLR changes lr every epoch: the second change makes it a graph input
+EXTRA_GRAPHS = {"resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+                "mnist_rnn": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it)
