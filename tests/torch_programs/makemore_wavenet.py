@@ -144,10 +144,9 @@ def main(steps=10, compile=False, seed=0, block_size=8, n_embd=6, n_hidden=16):
     rng = np.random.default_rng(seed)
     with torch.no_grad():  # the same starting weights in every framework, from NumPy
         for p in model.parameters():
-            if p.ndim == 2:
-                p.copy_(torch.tensor(rng.normal(0, 1, tuple(p.shape)).astype(np.float32))
-                        / p.shape[0] ** 0.5 if p.shape[0] != vocab_size
-                        else torch.tensor(rng.normal(0, 1, tuple(p.shape)).astype(np.float32)))
+            if p.ndim == 2:   # (as the layers draw them: randn, over sqrt(fan_in) but the table)
+                w = torch.tensor(rng.normal(0, 1, tuple(p.shape)).astype(np.float32))
+                p.copy_(w if p is model.layers[0].weight else w / p.shape[0] ** 0.5)
         model.layers[-1].weight *= 0.1
     parameters = model.parameters()
     for p in parameters:
