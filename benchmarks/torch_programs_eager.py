@@ -14,6 +14,10 @@ of both is compared (1e-3 relative) so that a ratio is of the same computation.
 ``--threads`` sets every engine's thread count (environment variables, before NumPy loads).
 ``--profile NAME`` runs one program eagerly under dualgraph in this process with cProfile and
 prints its hotspots (``benchmarks.profile``'s table), to see what is above its share.
+``--per-step`` reports instead the CPU time of a step, with dualgraph's compiled step as a
+third framework: each process times ``main(steps)`` and ``main(2 * steps)`` after the
+warm-up, and a step is their difference over ``steps`` (what the run around the steps and
+each ``main``'s compiling cost cancel out of, as long as both runs capture the same graphs).
 """
 from __future__ import annotations
 
@@ -45,19 +49,25 @@ def _runner():
     return runner
 
 
-def child(name: str, framework: str, steps: int) -> dict:
+def child(name: str, framework: str, steps: int, per_step: bool = False) -> dict:
     """Run program ``name`` under ``framework`` once to warm up, then time it (this
-    process); returns the times and the program's first loss."""
+    process); returns the times and the program's first loss (``per_step``: and the CPU
+    time of a step, from a second run of twice the steps)."""
     runner = _runner()
-    mode = "torch" if framework == "torch" else "eager"
+    mode = {"dualgraph": "eager"}.get(framework, framework)
     runner.run(name, mode, WARM_STEPS)
     cpu, wall = time.process_time(), time.perf_counter()
     result = runner.run(name, mode, steps)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     first = next((v[0] for v in result.values() if isinstance(v, list) and v
                   and isinstance(v[0], float)), None)
-    return {"cpu_ms": 1e3 * cpu, "wall_ms": 1e3 * wall, "first": first,
-            "framework": result["framework"]}
+    out = {"cpu_ms": 1e3 * cpu, "wall_ms": 1e3 * wall, "first": first,
+           "framework": result["framework"]}
+    if per_step:
+        twice = time.process_time()
+        runner.run(name, mode, 2 * steps)
+        out["step_ms"] = 1e3 * (time.process_time() - twice - cpu) / steps
+    return out
 
 
 def profile(name: str, steps: int) -> None:
@@ -74,14 +84,15 @@ def profile(name: str, steps: int) -> None:
     print("\n".join(hotspots(stats, 1, 30)))
 
 
-def measure(name: str, framework: str, steps: int, threads: int) -> dict:
+def measure(name: str, framework: str, steps: int, threads: int, per_step=False) -> dict:
     """``child`` in a fresh process, with ``threads`` threads for every engine."""
     env = dict(os.environ, PYTHONPATH=str(PROGRAMS_DIR.parent.parent))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "DUALGRAPH_NUM_THREADS"):
         env[var] = str(threads)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.torch_programs_eager", "--child",
-                           name, framework, str(steps)], env=env, capture_output=True,
+                           name, framework, str(steps)] + ["--per-step"] * per_step,
+                          env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"]}
@@ -112,6 +123,21 @@ def report(best: dict, programs, steps: int) -> list[str]:
     return lines
 
 
+def report_steps(best: dict, programs, steps: int) -> list[str]:
+    """One line per program: the CPU ms of a step under torch, dualgraph eager and
+    dualgraph compiled, and the two ratios to torch's."""
+    lines = [f"{'program':18s} {'torch':>8s} {'eager':>8s} {'compiled':>8s} {'eager/t':>8s} "
+             f"{'comp/t':>8s}  (CPU ms a step, from {steps} and {2 * steps} steps)"]
+    for name in programs:
+        got = [best[name].get(f, {}) for f in FRAMEWORKS + ("compiled",)]
+        if any("step_ms" not in g for g in got):
+            lines.append(f"{name:18s} failed: {[g.get('error') for g in got]}")
+            continue
+        t, e, c = (g["step_ms"] for g in got)
+        lines.append(f"{name:18s} {t:8.2f} {e:8.2f} {c:8.2f} {e / t:8.2f} {c / t:8.2f}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.torch_programs_eager")
     parser.add_argument("--programs", default=",".join(PROGRAMS))
@@ -119,6 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", metavar="NAME")
+    parser.add_argument("--per-step", action="store_true")
     parser.add_argument("--child", nargs=3, metavar=("NAME", "FRAMEWORK", "STEPS"))
     args = parser.parse_args(argv)
     if args.profile:
@@ -126,20 +153,21 @@ def main(argv=None) -> int:
         return 0
     if args.child:
         name, framework, steps = args.child
-        print(json.dumps(child(name, framework, int(steps))))
+        print(json.dumps(child(name, framework, int(steps), args.per_step)))
         return 0
     programs = args.programs.split(",")
     best: dict = {name: {} for name in programs}
     for _ in range(args.rounds):
         for name in programs:
-            for framework in FRAMEWORKS:
-                got = measure(name, framework, args.steps, args.threads)
+            for framework in FRAMEWORKS + ("compiled",) * args.per_step:
+                got = measure(name, framework, args.steps, args.threads, args.per_step)
+                key = "step_ms" if args.per_step else "cpu_ms"
                 old = best[name].get(framework)
-                if old is None or "error" in old or got.get("cpu_ms", math.inf) < old["cpu_ms"]:
+                if old is None or "error" in old or got.get(key, math.inf) < old[key]:
                     best[name][framework] = got
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
           f"{args.threads} thread(s) per engine")
-    print("\n".join(report(best, programs, args.steps)))
+    print("\n".join((report_steps if args.per_step else report)(best, programs, args.steps)))
     return 0
 
 

@@ -440,6 +440,19 @@ def test_channel_dropout_zeros_whole_channels(fn, shape):
     assert 0.35 < (planes[..., 0] == 0).mean() < 0.65
 
 
+@pytest.mark.parametrize("shape", [(40, 50), (6, 40, 2, 2, 2)])
+def test_dropout2d_of_other_ranks_warns_and_drops_as_torch(shape):
+    """torch takes a 2-D (N, C) input to ``Dropout2d`` (its MNIST-RNN example does), with
+    a deprecation warning, dropping along the first two dims: element by element there."""
+    with pytest.warns(UserWarning, match="dropout2d"):
+        y = F.dropout2d(dg.ones(*shape), 0.5).numpy()
+    planes = y.reshape(shape[:2] + (-1,))
+    assert ((planes == 0).all(-1) | (planes == 2).all(-1)).all()
+    assert 0.4 < (planes[..., 0] == 0).mean() < 0.6
+    with pytest.warns(UserWarning, match="dropout2d"):
+        assert F.dropout2d(dg.ones(*shape), 0.5, training=False).shape == shape
+
+
 # -- embedding -----------------------------------------------------------------------------------
 def test_embedding_matches_torch_and_padding_gets_no_gradient():
     w = normal(10, 4)

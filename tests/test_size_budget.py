@@ -201,10 +201,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the blocked GEMMs kept for many weights per output position and shallow weight gradients;
 # ops/ +10: the compiled epilogue's choice of them over the im2col tiles.
 # The core +10, ops/ +10, kernels/ +15 merging the conv-training branch (after i-cnn).
-CORE_BUDGET = 23_000
+# nn/ +50, ops/ +10 and the core +10 (real programs, issue 26): nn.utils.weight_norm
+# (nn/utils/weight_norm.py), dropout2d of other ranks, size= of the creation functions, a
+# repeat that copies.
+CORE_BUDGET = 23_010
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_435, "ops": 7_240,
-           "passes": 3_045, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_435, "ops": 7_250,
+           "passes": 3_045, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -171,6 +171,21 @@ def test_randint_forms(args, kwargs):
     assert ((got.numpy() >= low) & (got.numpy() < high)).all()
 
 
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty", "rand", "randn"])
+def test_creation_takes_size_as_torch_does(name):
+    """``torch.empty(size=(2, 3))`` (as graph-attention code writes its parameters), the
+    dims one by one, or as one tuple; both at once is refused as torch refuses it."""
+    for args, kwargs in [((2, 3), {}), (((2, 3),), {}), ((), {"size": (2, 3)}),
+                         ((), {"size": [2, 3]})]:
+        got, want = getattr(dg, name)(*args, **kwargs), getattr(torch, name)(*args, **kwargs)
+        assert tuple(got.shape) == tuple(want.shape) == (2, 3)
+    if name in ("zeros", "ones"):
+        np.testing.assert_array_equal(getattr(dg, name)(size=(2,)).numpy(),
+                                      getattr(torch, name)(size=(2,)).numpy())
+    with pytest.raises(TypeError, match="given twice"):
+        getattr(dg, name)(2, size=(3,))
+
+
 def test_new_tensor_methods_match_torch():
     for src in ([1, 2], [1.5, -2.0]):
         d, t = dg.tensor(src), torch.tensor(src)
@@ -312,6 +327,21 @@ def test_repeat_interleave_forms_match_torch():
                lambda m: m.tensor([[1, 2], [3, 4]]).repeat_interleave(m.tensor([1, 2]), dim=0),
                lambda m: m.tensor([[1, 2], [3, 4]]).repeat_interleave(m.tensor(3), dim=1)):
         same(fn(dg), fn(torch))
+
+
+@pytest.mark.parametrize("sizes", [(2, 1), (1, 1), (1, 2), (2, 2, 1), (3, 1, 1)])
+def test_repeat_and_tile_copy_as_torch_does(sizes):
+    """``repeat`` makes a new tensor: a later write to the source does not show through it,
+    and it may be written in place (``style.repeat(b, 1, 1, 1)`` then ``div_``)."""
+    results = []
+    for m in (dg, torch):
+        x = m.arange(3.0).reshape(1, 3)
+        y, t = x.repeat(*sizes), x.tile(sizes)
+        x.add_(10)
+        y.mul_(2)
+        results.append((y, t, x))
+    for got, want in zip(*results):
+        same(got, want)
 
 
 def test_in_place_random_fills():

@@ -24,7 +24,7 @@ import webbrowser
 import numpy as np
 
 from .. import dispatch
-from .._helpers import _is_internal
+from .._helpers import _is_internal, user_location
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
@@ -321,6 +321,16 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
             group[key] = t
             written.append((group, key, t))
     return written
+
+
+def _refuse_repeated_tensors(leaves) -> None:
+    """One tensor passed as two arguments (``model(x, mask, mask)``) would be two graph
+    inputs with one traced value: the function runs eagerly instead (a graph break naming
+    the call), as calls with the same tensors keep doing."""
+    tensors = [id(t) for t in leaves if isinstance(t, Tensor)]
+    if len(set(tensors)) != len(tensors):
+        raise CaptureError("the same tensor passed as two arguments", user_location(),
+                           "Pass it once, or pass a .clone() as the second one.")
 
 
 class _StaticDims(Exception):
@@ -1024,6 +1034,7 @@ class Compiled:
         try:
             with tracer, math_functions(symbolic):
                 index = 0
+                _refuse_repeated_tensors(leaves)
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
                         dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None

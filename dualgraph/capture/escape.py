@@ -103,7 +103,10 @@ def kept_places(roots: dict, tracer) -> list:
 
 def _created(roots, tracer, names) -> list:
     found, graph, made_by, bound = [], tracer.graph, (0, tracer.trace_id), tracer._bound
-    seen = set()
+    # views from before the trace that a write through their base made stale and the
+    # trace refreshed (``buf = base[i]`` after ``base[j].copy_(...)``): they hold a
+    # traced value until the trace ends and gets them back, but the trace did not make them
+    seen = {i for i, (_, data, *_) in tracer._refreshed.items() if type(data) is not Value}
 
     def visit(path, obj, container, key):
         if (isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph

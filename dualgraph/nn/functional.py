@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from .. import dtypes
+from .._helpers import user_location
 from ..autograd import no_grad
 from ..ops import batch_norm as batch_norm_ops
 from ..ops import conv as conv_ops, creation, index as index_ops, linalg, reduce as red
@@ -538,7 +539,15 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``."""
+    """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``.
+    Other ranks warn, as torch's deprecation does, and drop along the first two dims as
+    torch's do: a (N, C) input (a recurrent layer's last output) element by element."""
+    if input.ndim not in (3, 4) and input.ndim >= 2:
+        warnings.warn(f"dropout2d at {user_location()}: got a {input.ndim}-D input "
+                      f"{_shape(input)}; dropout2d drops channels of 3-D or 4-D inputs; use "
+                      "dropout for this one", stacklevel=2)
+        lead = _shape(input)[:2]
+        return _dropout(input, p, training, inplace, lead + (1,) * (input.ndim - 2))
     return _feature_dropout("dropout2d", input, p, training, inplace, 4)
 
 

@@ -35,6 +35,16 @@ def _finish(array: np.ndarray, requires_grad: bool, device=None) -> Tensor:
     return t
 
 
+def _dims(dims: tuple, size) -> tuple:
+    """A creation function's dims given as ``zeros(2, 3)``, ``zeros((2, 3))`` or, as torch
+    also takes them, ``zeros(size=(2, 3))``."""
+    if size is None:
+        return dims
+    if dims:
+        raise TypeError(f"the dims are given twice: {dims} and size={size!r}; give one")
+    return (size,)
+
+
 def _size(size) -> tuple:
     """The dims of a creation function's ``size``: ints, or Syms while tracing with dynamic
     dims (``x.shape[0]`` of a dynamic batch)."""
@@ -103,16 +113,16 @@ def from_numpy(array: np.ndarray) -> Tensor:
     return Tensor._make(array)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 0, _float_dtype(dtype), requires_grad, device)
+def zeros(*dims, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled(_dims(dims, size), 0, _float_dtype(dtype), requires_grad, device)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 1, _float_dtype(dtype), requires_grad, device)
+def ones(*dims, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled(_dims(dims, size), 1, _float_dtype(dtype), requires_grad, device)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _filled(size, 0, _float_dtype(dtype), requires_grad, device)
+def empty(*dims, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _filled(_dims(dims, size), 0, _float_dtype(dtype), requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -183,16 +193,18 @@ def empty_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
     return full_like(x, 0, dtype, device, requires_grad)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def rand(*dims, size=None, generator=None, dtype=None, device=None,
+         requires_grad=False) -> Tensor:
     """Uniform samples in [0, 1)."""
     devices.check(device)
-    return _random(size, generator, dtype, requires_grad, "uniform")
+    return _random(_dims(dims, size), generator, dtype, requires_grad, "uniform")
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn(*dims, size=None, generator=None, dtype=None, device=None,
+          requires_grad=False) -> Tensor:
     """Standard normal samples."""
     devices.check(device)
-    return _random(size, generator, dtype, requires_grad, "normal")
+    return _random(_dims(dims, size), generator, dtype, requires_grad, "normal")
 
 
 def _random(size, generator, dtype, requires_grad, dist) -> Tensor:

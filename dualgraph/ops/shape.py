@@ -725,7 +725,8 @@ def roll(input, shifts, dims=None):
 
 def repeat(x, *sizes):
     """Tile ``x`` ``sizes[i]`` times along dim i (``Tensor.repeat``); extra leading sizes add
-    new dims."""
+    new dims. A new tensor, as torch's: never a view of ``x`` (the reshapes below give one
+    where the repeated dims have size 1, which would show later writes to ``x``)."""
     sizes = _shape_arg(sizes)
     if len(sizes) < x.ndim:
         raise ValueError(f"repeat: got {len(sizes)} sizes {sizes} for a tensor with "
@@ -734,7 +735,8 @@ def repeat(x, *sizes):
     # Interleave a broadcast dim before every dim: (1, s0, 1, s1) -> (r0, s0, r1, s1).
     x = reshape(x, tuple(d for s in shape for d in (1, s)))
     x = expand(x, tuple(d for r, s in zip(sizes, shape) for d in (r, s)))
-    return reshape(x, tuple(r * s for r, s in zip(sizes, shape)))
+    out = reshape(x, tuple(r * s for r, s in zip(sizes, shape)))
+    return creation.clone(out) if out._view is not None else out
 
 
 def tile(input, dims):

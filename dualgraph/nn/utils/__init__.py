@@ -1,4 +1,5 @@
-"""``dg.nn.utils``: gradient clipping and flattening parameters, as ``torch.nn.utils``.
+"""``dg.nn.utils``: gradient clipping, flattening parameters and weight normalisation, as
+``torch.nn.utils``.
 
 Everything here is Tensor ops under ``no_grad`` (no ``.item()`` unless asked for with
 ``error_if_nonfinite``), so clipping inside a captured training step becomes graph nodes.
@@ -12,9 +13,10 @@ from ...ops import creation, elementwise, reduce, shape
 from ...ops.inplace import commit_inplace
 from ...tensor import Tensor
 from . import rnn  # noqa: F401  (torch.nn.utils.rnn)
+from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
-           "vector_to_parameters"]
+           "vector_to_parameters", "weight_norm", "remove_weight_norm"]
 
 
 def _as_list(parameters) -> list:
