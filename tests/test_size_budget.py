@@ -184,9 +184,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # batched.sgemm_add).
 # capture/ +20 and the core +20: an argument's gradient replaced unread by the step_ and a
 # guard failing again after its own trace running eagerly (not retracing without end).
-CORE_BUDGET = 22_370
+# ops/ +90 and the core +90: smooth_l1_loss and its backward as one op each (kernel, shape
+# rule, VJP, ONNX export, decompositions), ten recorded ops before.
+CORE_BUDGET = 22_460
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_080,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_170,
            "passes": 3_010, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

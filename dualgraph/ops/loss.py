@@ -1,4 +1,5 @@
-"""Softmax cross-entropy on class indices as one op: ``cross_entropy`` and its backward.
+"""Losses as one op each: softmax cross-entropy on class indices (``cross_entropy``) and
+the smooth L1 / Huber loss (``smooth_l1_loss``), with their backward ops.
 
 As a composite, ``F.cross_entropy(logits, classes)`` is a log-softmax followed by a dozen
 small ops (which targets are ignored, a gather of the target classes, a masked sum, a
@@ -13,6 +14,11 @@ of gradients still work; the two compiler-only ops name that form as their decom
 
 The op covers the common case: logits (N, C), integer targets (N,), no class weights, no
 label smoothing; ``F.cross_entropy`` composes the other cases from log-softmax and gathers.
+
+``F.smooth_l1_loss`` (and ``F.huber_loss``, ``delta`` times it with ``beta=delta``) was ten
+recorded ops forward (sub, abs, lt, two muls, sub, mul, where, div, mean) and as many
+backward, on the one-element losses of a value head; as one op it is a NumPy pass each
+way, its backward the slope ``d / beta`` inside ``|d| < beta``, ``sign(d)`` outside.
 """
 from __future__ import annotations
 
@@ -21,11 +27,12 @@ import numpy as np
 from .. import kernels
 from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
-from ..shapes import ShapedType, ShapeError
+from ..shapes import ShapedType, ShapeError, broadcast_shapes, numel
 from . import elementwise as ew
 from . import index as index_ops
 from . import reduce as red
 from . import shape as shape_ops
+from ._util import needs_grad, sum_to
 from .opdef import defop
 
 __all__: list = []
@@ -167,14 +174,20 @@ def _vjp(g, out, x, target, ignore_index, reduction):
                  reduction=reduction), None
 
 
-def _backward_vjp(gg, dx, g, x, target, ignore_index, reduction):
-    from ..autograd.engine import grad
-    from ..autograd.tape import enable_grad
-    with enable_grad():
-        gl, xl = g.detach().requires_grad_(), x.detach().requires_grad_()
-        first = cross_entropy_backward_composite(gl, xl, target, ignore_index, reduction)
-        dg, dxx = grad(first, [gl, xl], gg, create_graph=True, allow_unused=True)
-    return dg, dxx, None
+def composite_vjp(composite):
+    """The VJP of a backward op whose own form is ``composite`` (written with ops): the
+    autodiff of that form, so gradients of gradients work; integer inputs get None."""
+    def vjp(gg, out, *inputs, **attrs):
+        from ..autograd.engine import grad
+        from ..autograd.tape import enable_grad
+        with enable_grad():
+            leaves = [t.detach().requires_grad_() if t.is_floating_point() else t
+                      for t in inputs]
+            wrt = [t for t in leaves if t.requires_grad]
+            got = iter(grad(composite(*leaves, **attrs), wrt, gg, create_graph=True,
+                            allow_unused=True))
+        return tuple(next(got) if t.requires_grad else None for t in leaves)
+    return vjp
 
 
 def _cross_entropy_decomposition(x, target, ignore_index, reduction):
@@ -208,7 +221,8 @@ CROSS_ENTROPY_BACKWARD = defop(
     lambda g, x, target, ignore_index, reduction: ShapedType(tuple(x.shape), x.dtype),
     compiler_only=True,
     decomposition=cross_entropy_backward_composite,
-    vjp=_backward_vjp, attrs=("ignore_index", "reduction"), saves="i", onnx=None)
+    vjp=composite_vjp(cross_entropy_backward_composite),
+    attrs=("ignore_index", "reduction"), saves="i", onnx=None)
 
 
 def _with_grad_decomposition(x, target, g, ignore_index, reduction):
@@ -235,3 +249,122 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     apply."""
     return apply(CROSS_ENTROPY, logits, target, ignore_index=int(ignore_index),
                  reduction=reduction)
+
+
+# -- smooth L1 (Huber) ---------------------------------------------------------------------------
+def smooth_l1_composite(d, beta: float):
+    """The elementwise smooth L1 loss of differences ``d`` from ops: ``0.5 d**2 / beta``
+    inside ``|d| < beta``, ``|d| - beta / 2`` outside; ``|d|`` for ``beta=0``."""
+    size = ew.abs(d)
+    if beta == 0:
+        return size
+    return ew.where(size < beta, 0.5 * d * d, beta * (size - 0.5 * beta)) / beta
+
+
+def _reduce_losses(losses, reduction: str):
+    """Per-element ``losses`` as ``reduction`` asks, in their dtype (half precision
+    accumulated in float32; the mean of none is NaN, as torch's)."""
+    if reduction == "none":
+        return losses
+    total = np.add.reduce(red._widen(losses), axis=None, dtype=None)
+    if reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = total / losses.size
+    return np.asarray(total).astype(losses.dtype)
+
+
+def _smooth_l1_kernel(x, y, beta, reduction):
+    d = x - y
+    size = np.abs(d)
+    if beta == 0:
+        return _reduce_losses(size, reduction)
+    half = d.dtype.type(0.5)
+    losses = np.where(size < beta, half * d * d / d.dtype.type(beta),
+                      size - d.dtype.type(0.5 * beta))
+    return _reduce_losses(losses.astype(d.dtype, copy=False), reduction)
+
+
+def _infer_smooth_l1(x, y, beta, reduction):
+    if x.dtype != y.dtype or np.dtype(x.dtype).kind not in "fV":
+        raise TypeError(f"smooth_l1_loss: input and target must be floats of one dtype, got "
+                        f"{x.dtype} and {y.dtype}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"smooth_l1_loss: reduction must be one of {REDUCTIONS}, got "
+                         f"{reduction!r}")
+    shape = broadcast_shapes(tuple(x.shape), tuple(y.shape))
+    return ShapedType(shape if reduction == "none" else (), x.dtype)
+
+
+def _smooth_l1_backward_kernel(g, x, y, beta, reduction):
+    d = x - y
+    slope = np.sign(d) if beta == 0 else np.where(np.abs(d) < beta, d / d.dtype.type(beta),
+                                                  np.sign(d))
+    if reduction == "mean":
+        g = g / d.dtype.type(max(d.size, 1))
+    return (slope * g).astype(d.dtype, copy=False)
+
+
+def smooth_l1_backward_composite(g, x, y, beta, reduction):
+    """The gradient of the losses' ``reduction`` with respect to ``d = x - y`` from ops
+    (what the second derivative differentiates)."""
+    d = x - y
+    slope = ew.sign(d)
+    if beta != 0:
+        slope = ew.where(ew.abs(d) < beta, d / beta, slope)
+    if reduction == "mean":
+        g = g / max(numel(tuple(d.shape)), 1)
+    return slope * g
+
+
+def _smooth_l1_vjp(g, out, x, y, beta, reduction):
+    gd = apply(SMOOTH_L1_BACKWARD, g, x, y, beta=beta, reduction=reduction)
+    return (sum_to(gd, tuple(x.shape)) if needs_grad(x) else None,
+            -sum_to(gd, tuple(y.shape)) if needs_grad(y) else None)
+
+
+def _smooth_l1_decomposition(x, y, beta, reduction):
+    losses = smooth_l1_composite(x - y, beta)
+    if reduction == "none":
+        return losses
+    return red.mean(losses) if reduction == "mean" else red.sum(losses)
+
+
+def _onnx_smooth_l1(e, node):
+    """Sub, Abs, and (for beta > 0) the two branches and a Where, then the reduction."""
+    x, beta = node.inputs[0], node.attrs["beta"]
+    d = e.op("Sub", [e.input(0), e.input(1)])
+    loss = e.op("Abs", [d])
+    if beta != 0:
+        quadratic = e.op("Div", [e.op("Mul", [e.op("Mul", [d, d]), e.scalar(0.5, x.dtype)]),
+                                 e.scalar(beta, x.dtype)])
+        linear = e.op("Sub", [loss, e.scalar(0.5 * beta, x.dtype)])
+        loss = e.op("Where", [e.op("Less", [loss, e.scalar(beta, x.dtype)]), quadratic,
+                              linear])
+    reduction = node.attrs["reduction"]
+    if reduction == "none":
+        return [loss]
+    axes = list(range(len(broadcast_shapes(tuple(x.shape), tuple(node.inputs[1].shape)))))
+    return [e.reduce("ReduceMean" if reduction == "mean" else "ReduceSum", loss, axes, False)]
+
+
+SMOOTH_L1_LOSS = defop("smooth_l1_loss", _smooth_l1_kernel, _infer_smooth_l1,
+                       vjp=_smooth_l1_vjp, decomposition=_smooth_l1_decomposition,
+                       attrs=("beta", "reduction"), saves="i", onnx=_onnx_smooth_l1,
+                       autocast="float32",
+                       doc="The smooth L1 loss of input x against target y (same float "
+                           "dtype, broadcast), reduced by ``reduction``.")
+SMOOTH_L1_BACKWARD = defop(
+    "smooth_l1_backward", _smooth_l1_backward_kernel,
+    lambda g, x, y, beta, reduction: ShapedType(
+        broadcast_shapes(tuple(x.shape), tuple(y.shape)), x.dtype),
+    compiler_only=True, decomposition=smooth_l1_backward_composite,
+    vjp=composite_vjp(smooth_l1_backward_composite), attrs=("beta", "reduction"),
+    saves="i", onnx=None,
+    doc="The gradient of smooth_l1_loss(x, y) with respect to x - y, for the loss's "
+        "gradient g.")
+
+
+def smooth_l1_loss(input, target, beta: float = 1.0, reduction: str = "mean"):
+    """The smooth L1 loss as one op (see the module docstring); ``F.smooth_l1_loss`` and
+    ``F.huber_loss`` call it for float tensors of one dtype."""
+    return apply(SMOOTH_L1_LOSS, input, target, beta=float(beta), reduction=reduction)
