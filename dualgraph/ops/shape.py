@@ -1,11 +1,12 @@
 """Shape ops: reshape/view, permute/transpose, expand, squeeze/unsqueeze, flatten, cat,
 stack, split/chunk/narrow/unbind, repeat/tile, flip, roll, movedim.
 
-Six primitives carry everything: ``reshape``, ``expand``, ``permute`` and ``slice`` are views
-(they share storage with their input in eager mode, ``view=True``); ``slice_update`` (write a
-block into a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are
-composites: transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow/unbind
-are slices, stack is unsqueeze + cat, roll is slices + cat. (``pad`` lives in ops/index.py:
+Seven primitives carry everything: ``reshape``, ``expand``, ``permute``, ``slice`` and
+``select`` (one position of a dim, the dim dropped: ``x[i]``, unbind) are views (they share
+storage with their input in eager mode, ``view=True``); ``slice_update`` (write a block into
+a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are composites:
+transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow are slices, unbind
+is selects, stack is unsqueeze + cat, roll is slices + cat. (``pad`` lives in ops/index.py:
 it needs both families.)
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import OpError, apply, user_location
+from ..dispatch import OpError, apply, modes, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
@@ -113,11 +114,15 @@ RESHAPE = defop("reshape", _reshape_kernel,
 
 def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
-    current = tuple(x._data.shape)
+    data = x._data
+    current = tuple(data.shape)
     shape = infer_reshape(current, _shape_arg(shape))
     if shape == current:
         return x
-    return views.own_if_copied(apply(RESHAPE, x, shape=shape))
+    out = apply(RESHAPE, x, shape=shape)
+    if type(data) is np.ndarray and data.flags.c_contiguous and data.size:
+        return out   # (a row-major array reshapes without a copy: nothing to check)
+    return views.own_if_copied(out)
 
 
 def _infer_expand(x, shape):
@@ -275,8 +280,8 @@ def squeeze(x, dim=None):
 
 def unsqueeze(x, dim):
     """Insert a size-1 dim at ``dim`` (in ``[-x.ndim - 1, x.ndim]``)."""
-    d = normalize_dim(dim, x.ndim + 1)
-    shape = tuple(x.shape)
+    shape = tuple(x._data.shape)
+    d = normalize_dim(dim, len(shape) + 1)
     return reshape(x, shape[:d] + (1,) + shape[d:])
 
 
@@ -551,6 +556,46 @@ def narrow(x, dim, start, length):
     return _dim_slice(x, d, start, start + length)
 
 
+# -- select: one position of a dim, the dim dropped (a view) ---------------------------------
+@functools.lru_cache(maxsize=256)
+def _select_key(dim, index):
+    """The NumPy key of ``select``: ``...`` after the int keeps a 0-d result an array (a
+    view), where ``a[i]`` of a 1-d array would give a scalar copy."""
+    return (slice(None),) * dim + (index, Ellipsis)
+
+
+def _infer_select(x, dim, index):
+    shape = tuple(x.shape)
+    if not 0 <= dim < len(shape) or not 0 <= index < shape[dim]:
+        raise IndexError(f"select: index {index} of dim {dim} is out of range for shape "
+                         f"{shape}")
+    return ShapedType(shape[:dim] + shape[dim + 1:], x.dtype)
+
+
+def _select_vjp(g, out, x, dim, index):
+    """The slice's gradient of the kept dim (the two nodes a slice and a reshape give, which
+    the passes read: batched steps, joined slice gradients)."""
+    block = tuple(x.shape[:dim]) + (1,) + tuple(x.shape[dim + 1:])
+    return apply(SLICE_BACKWARD, reshape(g, block), x,
+                 index=tuple((index, index + 1, 1) if k == dim else None
+                             for k in range(x.ndim)))
+
+
+def _onnx_select(e, node):
+    return [e.op("Gather", [e.input(0), e.scalar(node.attrs["index"], np.int64, "index")],
+                 axis=node.attrs["dim"])]
+
+
+# x[i] and unbind's parts as one view op (a slice and a reshape before: two dispatches, two
+# tape nodes and a second shape check per row of a Python loop over a tensor)
+SELECT = defop("select", lambda x, dim, index: x[_select_key(dim, index)], _infer_select,
+               vjp=_select_vjp, attrs=("dim", "index"), saves="", view=True,
+               onnx=_onnx_select,
+               shape_fold=lambda x, dim, index: x[_select_key(dim, index)],
+               doc="x at position ``index`` (normalised, non-negative) of dim ``dim``, "
+                   "with that dim removed.")
+
+
 def select(x, dim, index):
     """``x`` at position ``index`` of dim ``dim``, with that dim removed (a view)."""
     d = normalize_dim(dim, x.ndim)
@@ -559,9 +604,7 @@ def select(x, dim, index):
     if not -n <= i < n:
         raise IndexError(f"select: index {i} is out of range for dim {d} with size {n} "
                          f"(shape {tuple(x.shape)})")
-    i %= n
-    part = _dim_slice(x, d, i, i + 1)
-    return reshape(part, tuple(x.shape[:d]) + tuple(x.shape[d + 1:]))
+    return apply(SELECT, x, dim=d, index=i % n)
 
 
 def _split_sizes(x, d, split_size_or_sections):
@@ -673,6 +716,12 @@ def stack(tensors, dim=0):
             raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
                              f"{shape} and tensor {k} has shape {tuple(x.shape)}")
     d = normalize_dim(dim, len(shape) + 1)
+    if len(tensors) > 1 and modes.tracer is None and not any(
+            x.requires_grad for x in tensors):
+        # eager, nothing to record (a gradient norm's parts): one cat of the arrays, each
+        # with its new dim, instead of a reshape op per part
+        block = shape[:d] + (1,) + shape[d:]
+        return apply(CAT, *[x._data.reshape(block) for x in tensors], dim=d)
     parts = [unsqueeze(x, d) for x in tensors]
     return apply(CAT, *parts, dim=d) if len(parts) > 1 else parts[0]
 
