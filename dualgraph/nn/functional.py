@@ -238,6 +238,10 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """Negative log-likelihood of class indices ``target`` given log-probabilities ``input``
     of shape (N, C), (C,) or (N, C, d1, ...); ``weight`` rescales each class."""
     reduction = _reduction(size_average, reduce, reduction)
+    if (input.ndim == 2 and weight is None and input.is_floating_point()
+            and not target.is_floating_point()):
+        _class_dim("nll_loss", input, target)
+        return loss_ops.nll_loss(input, target, ignore_index, reduction)
     return _nll(input, target, weight, ignore_index, reduction)
 
 

@@ -144,19 +144,25 @@ def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction):
     return _reduced(losses, int(status[0]), reduction, x.dtype), dx
 
 
-def _infer_cross_entropy(x, target, ignore_index, reduction):
-    if x.ndim != 2 or tuple(target.shape) != tuple(x.shape)[:1]:
-        raise ShapeError(f"cross_entropy: expected logits (N, C) and targets (N,), got "
-                         f"{tuple(x.shape)} and {tuple(target.shape)}")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, got "
-                         f"{reduction!r}")
-    return ShapedType(tuple(x.shape)[:1] if reduction == "none" else (), x.dtype)
+def _class_loss_rule(name: str):
+    """The shape and type rule of a loss of rows (N, C) at class indices (N,)."""
+    def infer(x, target, ignore_index, reduction):
+        if x.ndim != 2 or tuple(target.shape) != tuple(x.shape)[:1]:
+            raise ShapeError(f"{name}: expected rows (N, C) and targets (N,), got "
+                             f"{tuple(x.shape)} and {tuple(target.shape)}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"{name}: reduction must be one of {REDUCTIONS}, got "
+                             f"{reduction!r}")
+        return ShapedType(tuple(x.shape)[:1] if reduction == "none" else (), x.dtype)
+    return infer
 
 
-def cross_entropy_backward_composite(g, x, target, ignore_index, reduction):
-    """The backward from ops (softmax, one-hot, where): what the second derivative
-    differentiates."""
+_infer_cross_entropy = _class_loss_rule("cross_entropy")
+
+
+def _composite_targets(g, x, target, ignore_index, reduction):
+    """From ops: each row's one-hot target (zeros where ignored) and what its loss was
+    multiplied by on its way to the output whose gradient is ``g``, as an (N, 1) column."""
     valid = ew.ne(target, ignore_index)
     weights = ew.where(valid, 1.0, 0.0).to(x.dtype)
     if reduction == "none":
@@ -166,7 +172,14 @@ def cross_entropy_backward_composite(g, x, target, ignore_index, reduction):
         if reduction == "mean":
             scale = scale / red.sum(weights)
     onehot = index_ops.one_hot(ew.where(valid, target, 0), x.shape[1]).to(x.dtype)
-    return (red.softmax(x, 1) - onehot) * shape_ops.unsqueeze(scale, 1)
+    return onehot, shape_ops.unsqueeze(scale, 1)
+
+
+def cross_entropy_backward_composite(g, x, target, ignore_index, reduction):
+    """The backward from ops (softmax, one-hot, where): what the second derivative
+    differentiates."""
+    onehot, scale = _composite_targets(g, x, target, ignore_index, reduction)
+    return (red.softmax(x, 1) - onehot) * scale
 
 
 def _vjp(g, out, x, target, ignore_index, reduction):
@@ -191,30 +204,37 @@ def composite_vjp(composite):
 
 
 def _cross_entropy_decomposition(x, target, ignore_index, reduction):
-    """The losses from log_softmax and a gather of the target classes (0 where ignored)."""
+    """The losses from log_softmax and nll's decomposition."""
+    return _nll_decomposition(red.log_softmax(x, 1), target, ignore_index, reduction)
+
+
+def _nll_decomposition(logp, target, ignore_index, reduction):
+    """The losses from a gather of the target classes (0 where ignored)."""
     valid = ew.ne(target, ignore_index)
-    picked = index_ops.gather(red.log_softmax(x, 1), 1,
-                              shape_ops.unsqueeze(ew.where(valid, target, 0), 1))
+    picked = index_ops.gather(logp, 1, shape_ops.unsqueeze(ew.where(valid, target, 0), 1))
     losses = ew.where(valid, -shape_ops.squeeze(picked, 1), 0)
     if reduction == "none":
         return losses
     total = red.sum(losses)
-    return total / red.sum(valid.to(x.dtype)) if reduction == "mean" else total
+    return total / red.sum(valid.to(logp.dtype)) if reduction == "mean" else total
 
 
-def _onnx_cross_entropy(e, node):
-    """cross_entropy -> SoftmaxCrossEntropyLoss, the same loss (a 'mean' divides by the
-    targets not ignored); labels must be int32 or int64 there."""
-    wide = node.inputs[1].dtype in (np.int32, np.int64)
-    labels = e.input(1) if wide else e.input(1, np.int64)
-    return [e.op("SoftmaxCrossEntropyLoss", [e.input(0), labels],
-                 ignore_index=node.attrs["ignore_index"], reduction=node.attrs["reduction"])]
+def _onnx_class_loss(op_type: str):
+    """cross_entropy -> SoftmaxCrossEntropyLoss, nll_loss -> NegativeLogLikelihoodLoss: the
+    same losses (a 'mean' divides by the targets not ignored); labels must be int32 or
+    int64 there."""
+    def export(e, node):
+        wide = node.inputs[1].dtype in (np.int32, np.int64)
+        labels = e.input(1) if wide else e.input(1, np.int64)
+        return [e.op(op_type, [e.input(0), labels], ignore_index=node.attrs["ignore_index"],
+                     reduction=node.attrs["reduction"])]
+    return export
 
 
 CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entropy, vjp=_vjp,
                       decomposition=_cross_entropy_decomposition,
                       attrs=("ignore_index", "reduction"), saves="i",
-                      onnx=_onnx_cross_entropy,
+                      onnx=_onnx_class_loss("SoftmaxCrossEntropyLoss"),
                       autocast="float32")
 CROSS_ENTROPY_BACKWARD = defop(
     "cross_entropy_backward", _cross_entropy_backward_kernel,
@@ -248,6 +268,61 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     the module docstring); ``F.cross_entropy`` calls it when no weights or smoothing
     apply."""
     return apply(CROSS_ENTROPY, logits, target, ignore_index=int(ignore_index),
+                 reduction=reduction)
+
+
+# -- negative log-likelihood of class indices ------------------------------------------------
+def _nll_kernel(logp, target, ignore_index, reduction):
+    target = _classes(target)
+    valid = target != ignore_index
+    bad = np.flatnonzero(valid & ((target < 0) | (target >= logp.shape[1])))
+    _check_targets(target, int(bad[0]) if bad.size else -1, logp.shape[1])
+    picked = logp[np.arange(len(target)), np.where(valid, target, 0)]
+    losses = np.where(valid, -picked, logp.dtype.type(0)).astype(logp.dtype, copy=False)
+    return _reduced(red._widen(losses), int(valid.sum()), reduction, logp.dtype)
+
+
+def _nll_backward_kernel(g, logp, target, ignore_index, reduction):
+    target = _classes(target)
+    rows = np.flatnonzero((target != ignore_index) & (target >= 0)
+                          & (target < logp.shape[1]))
+    scale = _row_scales(g, target, ignore_index, reduction, logp.dtype)
+    dx = np.zeros(logp.shape, logp.dtype)
+    dx[rows, target[rows]] = -scale[rows]
+    return dx
+
+
+def nll_backward_composite(g, logp, target, ignore_index, reduction):
+    """The backward from ops (minus the one-hot targets, scaled): what the second
+    derivative differentiates (zero: the loss is linear in ``logp``)."""
+    onehot, scale = _composite_targets(g, logp, target, ignore_index, reduction)
+    return -onehot * scale
+
+
+NLL_LOSS = defop("nll_loss", _nll_kernel, _class_loss_rule("nll_loss"),
+                 vjp=lambda g, out, logp, target, ignore_index, reduction: (apply(
+                     NLL_BACKWARD, g, logp, target, ignore_index=ignore_index,
+                     reduction=reduction), None),
+                 decomposition=_nll_decomposition, attrs=("ignore_index", "reduction"),
+                 saves="i", onnx=_onnx_class_loss("NegativeLogLikelihoodLoss"),
+                 autocast="float32",
+                 doc="The negative log-likelihood of log-probabilities (N, C) at class "
+                     "indices (N,), ``ignore_index`` rows left out, reduced.")
+NLL_BACKWARD = defop(
+    "nll_backward", _nll_backward_kernel,
+    lambda g, logp, target, ignore_index, reduction: ShapedType(tuple(logp.shape),
+                                                                logp.dtype),
+    compiler_only=True, decomposition=nll_backward_composite,
+    vjp=composite_vjp(nll_backward_composite), attrs=("ignore_index", "reduction"),
+    saves="i", onnx=None,
+    doc="The gradient of nll_loss with respect to the log-probabilities, for the loss's "
+        "gradient g.")
+
+
+def nll_loss(logp, target, ignore_index: int = -100, reduction: str = "mean"):
+    """nll_loss of log-probabilities (N, C) at integer class targets (N,), one op;
+    ``F.nll_loss`` calls it when no class weights apply."""
+    return apply(NLL_LOSS, logp, target, ignore_index=int(ignore_index),
                  reduction=reduction)
 
 

@@ -1,7 +1,8 @@
 """Rows for the one-op losses and their backward ops: the fused softmax cross-entropy
 (``F.cross_entropy`` on (N, C) logits and class-index targets without weights or
-smoothing) and the smooth L1 / Huber loss (beta 0, small, 1 and large; each reduction;
-broadcast and 0-d operands)."""
+smoothing) and its backward, the negative log-likelihood (``F.nll_loss`` on (N, C)
+log-probabilities without class weights), and the smooth L1 / Huber loss (beta 0, small,
+1 and large; each reduction)."""
 from dualgraph.dispatch import apply
 from dualgraph.ops.loss import CROSS_ENTROPY_WITH_GRAD
 
@@ -114,4 +115,35 @@ CASES += [
            [In((5,)), In((5,)), In((5,))], "none"),
     OpCase("smooth_l1_backward", smooth_l1_grad("sum", 2.0),
            [In((2, 3)), In((2, 3)), In(())], "sum-beta2"),
+]
+
+
+def nll(reduction="mean", **kw):
+    return lambda m, x, t: m.nn.functional.nll_loss(x, t, reduction=reduction, **kw)
+
+
+def nll_grad(reduction, **kw):
+    """d sum(nll_loss(log_softmax(x), t) * v) / dx, differentiable in x and v (through
+    the nll backward op)."""
+    def fn(m, x, v, t):
+        with m.enable_grad():
+            if not x.requires_grad:
+                x.requires_grad_()
+            logp = m.nn.functional.log_softmax(x, 1)
+            loss = m.nn.functional.nll_loss(logp, t, reduction=reduction, **kw)
+            return m.autograd.grad((loss * v).sum(), x, create_graph=True)[0]
+    return fn
+
+
+CASES += [
+    OpCase("nll_loss", nll(), [In((6, 5)), In((6,), "int", 0, 5)], "mean",
+           dtypes=("float32", "float64", "float16")),
+    OpCase("nll_loss", nll("sum"), [In((4, 7)), targets(4, 7, ignored=[1])], "sum-ignored"),
+    OpCase("nll_loss", nll("none"), [In((5, 3)), targets(5, 3, ignored=[0, 3])],
+           "none-ignored"),
+    OpCase("nll_loss", nll(ignore_index=2), [In((6, 4)), In((6,), "int", 0, 4)],
+           "ignore-class"),
+    OpCase("nll_backward", nll_grad("mean"), [In((5, 4)), In(()), targets(5, 4, ignored=[2])],
+           "mean"),
+    OpCase("nll_backward", nll_grad("none"), [In((4, 3)), In((4,)), targets(4, 3)], "none"),
 ]
