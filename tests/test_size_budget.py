@@ -190,9 +190,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # batching pass reads as a step of a tensor and simplify as a slice under a reshape; stack's
 # one cat when nothing is recorded.
 # ops/ +45 and the core +45: nll_loss and its backward as one op each.
-CORE_BUDGET = 22_545
+# ops/ +20, passes/ +8 and the core +25: stack as one op (simplify gives the passes its cat).
+CORE_BUDGET = 22_570
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_240,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_025, "ops": 7_260,
            "passes": 3_010, "export": 3_840, "nn": 3_540, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

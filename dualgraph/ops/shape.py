@@ -6,7 +6,7 @@ Seven primitives carry everything: ``reshape``, ``expand``, ``permute``, ``slice
 storage with their input in eager mode, ``view=True``); ``slice_update`` (write a block into
 a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are composites:
 transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow are slices, unbind
-is selects, stack is unsqueeze + cat, roll is slices + cat. (``pad`` lives in ops/index.py:
+is selects, roll is slices + cat; ``stack`` is one op (a cat of unsqueezes to the passes). (``pad`` lives in ops/index.py:
 it needs both families.)
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import functools
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import OpError, apply, modes, user_location
+from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
@@ -705,25 +705,50 @@ def cat(tensors, dim=0):
 concat = concatenate = cat
 
 
+def _infer_stack(*xs, dim):
+    first = tuple(xs[0].shape)
+    for k, x in enumerate(xs):
+        if tuple(x.shape) != first:
+            raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
+                             f"{first} and tensor {k} has shape {tuple(x.shape)}")
+    return ShapedType(first[:dim] + (len(xs),) + first[dim:], dtypes.result_type(*xs))
+
+
+def _stack_kernel(*xs, dim):
+    dt = dtypes.result_type(*xs)
+    return np.stack([cast(x, dt) for x in xs], axis=dim)
+
+
+def _onnx_stack(e, node):
+    dim = node.attrs["dim"]
+    return [e.op("Concat", [e.op("Unsqueeze", [x, e.ints([dim])])
+                            for x in e.inputs(node.outputs[0].dtype)], axis=dim)]
+
+
+# One op (an unsqueeze per part and a cat before: a dispatch and a tape node per part, and
+# as many VJPs); ``simplify`` gives compiled graphs back that cat of reshapes, which the
+# passes read (per-step blocks of one batched result joined again).
+STACK = defop("stack", _stack_kernel, _infer_stack,
+              vjp=lambda g, out, *xs, dim: tuple(
+                  apply(SELECT, g, dim=dim, index=k) if needs_grad(x) else None
+                  for k, x in enumerate(xs)),
+              attrs=("dim",), saves="", onnx=_onnx_stack,
+              shape_fold=lambda *xs, dim: np.stack(xs, axis=dim),
+              doc="The inputs (one shape) joined along a new dim ``dim``; dtypes promote "
+                  "as in cat.")
+
+
 def stack(tensors, dim=0):
     """Join same-shaped tensors along a new dim ``dim``."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("stack expects a non-empty sequence of tensors")
-    shape = tuple(tensors[0].shape)
-    for k, x in enumerate(tensors):
-        if tuple(x.shape) != shape:
-            raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
-                             f"{shape} and tensor {k} has shape {tuple(x.shape)}")
-    d = normalize_dim(dim, len(shape) + 1)
-    if len(tensors) > 1 and modes.tracer is None and not any(
-            x.requires_grad for x in tensors):
-        # eager, nothing to record (a gradient norm's parts): one cat of the arrays, each
-        # with its new dim, instead of a reshape op per part
-        block = shape[:d] + (1,) + shape[d:]
-        return apply(CAT, *[x._data.reshape(block) for x in tensors], dim=d)
-    parts = [unsqueeze(x, d) for x in tensors]
-    return apply(CAT, *parts, dim=d) if len(parts) > 1 else parts[0]
+    ndim = len(tensors[0].shape)
+    d = normalize_dim(dim, ndim + 1)
+    if len(tensors) == 1:
+        _infer_stack(*tensors, dim=d)
+        return unsqueeze(tensors[0], d)
+    return apply(STACK, *tensors, dim=d)
 
 
 # -- flip, roll, repeat, tile ---------------------------------------------------------------
