@@ -1,7 +1,8 @@
 """The eager per-op shortcuts give what the general path gives: grad mode read from the
 thread only while some thread departs from the default (other threads, nesting, anomaly,
-exceptions), ``x[i]`` with an int, the float32 sine's kept loop entry, ``sum``, the engine's
-inline gradient checks (dtype and number gradients), and the user's line of a node."""
+exceptions), ``x[i]`` with an int (one select op), the float32 sine's kept loop entry, ``sum``,
+the engine's inline gradient checks (dtype and number gradients), the user's line of a node,
+``stack`` as one op, and the one-op smooth L1 loss."""
 from __future__ import annotations
 
 import threading
@@ -140,3 +141,68 @@ def test_node_names_the_user_line_of_a_deep_call():
     out, _ = gru(dg.ones(1, 2, 3))   # the line every node of the layer names
     line = test_node_names_the_user_line_of_a_deep_call.__code__.co_firstlineno + 2
     assert out.grad_fn.location.endswith(f"test_eager_fast_paths.py:{line}")
+
+
+def test_int_index_and_unbind_record_one_node_each_and_compile_alike():
+    x = dg.tensor(np.arange(12.0, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    row = x[1]
+    assert row.grad_fn.op.name == "select" and row.grad_fn.next[0][0].leaf is x
+    parts = dg.unbind(x, 1)
+    assert [p.grad_fn.op.name for p in parts] == ["select"] * 4
+
+    def f(x):
+        return sum(p * (i + 1) for i, p in enumerate(x.unbind(1))).sum() + x[2].sum()
+    f(x).backward()
+    eager_grad = x.grad.numpy().copy()
+    x.grad = None
+    dg.compile(f)(x).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), eager_grad)
+    np.testing.assert_array_equal(eager_grad, [[1, 2, 3, 4], [1, 2, 3, 4], [2, 3, 4, 5]])
+
+
+def test_a_one_d_int_index_is_a_zero_d_view():
+    x = dg.zeros(3)
+    y = x[2]
+    assert y.shape == () and y._data.base is not None
+    y.add_(4.0)
+    assert x.tolist() == [0.0, 0.0, 4.0]
+
+
+def test_stack_is_one_op_recorded_or_not():
+    rng = np.random.default_rng(3)
+    arrays = [rng.random((2, 3)).astype(np.float32) for _ in range(3)]
+    for dim in (0, 1, 2, -1):
+        plain = dg.stack([dg.tensor(a) for a in arrays], dim)
+        leaves = [dg.tensor(a, requires_grad=True) for a in arrays]
+        recorded = dg.stack(leaves, dim)
+        assert plain.grad_fn is None and recorded.grad_fn.op.name == "stack"
+        np.testing.assert_array_equal(plain.numpy(), recorded.detach().numpy())
+        np.testing.assert_array_equal(plain.numpy(), np.stack(arrays, dim))
+    mixed = dg.stack([dg.tensor([1, 2]), dg.tensor([0.5, 1.5])])
+    assert mixed.dtype == dg.float32 and mixed.tolist() == [[1.0, 2.0], [0.5, 1.5]]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_smooth_l1_is_one_node_and_mixed_dtypes_take_the_composite(beta):
+    F = dg.nn.functional
+    x = dg.tensor([0.2, -3.0, 1.1], requires_grad=True)
+    loss = F.smooth_l1_loss(x, dg.tensor([0.0, 0.0, 0.0]), beta=beta)
+    assert loss.grad_fn.op.name == "smooth_l1_loss"
+    loss.backward()
+    xt = torch.tensor([0.2, -3.0, 1.1], requires_grad=True)
+    want = torch.nn.functional.smooth_l1_loss(xt, torch.zeros(3), beta=beta)
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-6)
+    # a float64 target against float32 input: promoted as torch does, by the composite
+    got = F.smooth_l1_loss(dg.tensor([0.2, -3.0]), dg.tensor([0.0, 1.0], dtype=dg.float64),
+                           beta=beta)
+    ref = torch.nn.functional.smooth_l1_loss(torch.tensor([0.2, -3.0]),
+                                             torch.tensor([0.0, 1.0], dtype=torch.float64),
+                                             beta=beta)
+    assert got.dtype == dg.float64 and ref.dtype == torch.float64
+    np.testing.assert_allclose(got.item(), ref.item(), rtol=1e-6)
+    zero_d = F.smooth_l1_loss(dg.tensor(0.3), dg.tensor(1.0), beta=beta, reduction="none")
+    ref = torch.nn.functional.smooth_l1_loss(torch.tensor(0.3), torch.tensor(1.0), beta=beta,
+                                             reduction="none")
+    assert zero_d.shape == () and abs(zero_d.item() - ref.item()) < 1e-6

@@ -204,9 +204,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # nn/ +50, ops/ +10 and the core +10 (real programs, issue 26): nn.utils.weight_norm
 # (nn/utils/weight_norm.py), dropout2d of other ranks, size= of the creation functions, a
 # repeat that copies.
-CORE_BUDGET = 23_010
+# ops/ +90 and the core +90: smooth_l1_loss and its backward as one op each (kernel, shape
+# rule, VJP, ONNX export, decompositions), ten recorded ops before.
+# ops/ +25, passes/ +12 and the core +40: select (x[i], unbind) as one view op, which the
+# batching pass reads as a step of a tensor and simplify as a slice under a reshape; stack's
+# one cat when nothing is recorded.
+# ops/ +45 and the core +45: nll_loss and its backward as one op each.
+# ops/ +20, passes/ +8 and the core +25: stack as one op (simplify gives the passes its cat).
+CORE_BUDGET = 23_210
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_435, "ops": 7_250,
+           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_435, "ops": 7_430,
            "passes": 3_045, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

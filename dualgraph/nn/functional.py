@@ -39,6 +39,7 @@ from ..ops.reduce import *  # noqa: F401,F403
 from ..ops.sampling import *  # noqa: F401,F403
 from ..ops.shape import *  # noqa: F401,F403
 from ..ops.windows import *  # noqa: F401,F403
+from ..tensor import Tensor
 from .resample import interpolate, pixel_shuffle, pixel_unshuffle, upsample  # noqa: F401
 
 # The star imports above bring torch-style ``sum``, ``max``, ``abs``... into this module;
@@ -139,33 +140,36 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     return _weighted(ew.abs(input - target), weight, input, reduction, mean_over_weight=True)
 
 
-def _huber(diff, delta):
-    """``0.5 d**2`` inside ``|d| < delta``, ``delta * (|d| - delta / 2)`` outside."""
-    size = ew.abs(diff)
-    return ew.where(size < delta, 0.5 * diff * diff, delta * (size - 0.5 * delta))
+def _one_float_dtype(input, target) -> bool:
+    """Whether the two are float tensors of one dtype (what the one-op losses take)."""
+    return (isinstance(input, Tensor) and isinstance(target, Tensor)
+            and input.dtype == target.dtype and input.is_floating_point())
 
 
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """Huber loss divided by ``beta``: quadratic below ``beta``, L1 above (``beta=0`` is
-    L1)."""
+    L1). One op (``ops/loss.py``) for float tensors of one dtype."""
     reduction = _reduction(size_average, reduce, reduction)
     if beta < 0:
         raise ValueError(f"smooth_l1_loss does not support negative values for beta, got {beta}")
     _warn_size("smooth_l1_loss", input, target)
-    diff = input - target
-    loss = ew.abs(diff) if beta == 0 else _huber(diff, beta) / beta
-    return _reduce(loss, reduction)
+    if _one_float_dtype(input, target):
+        return loss_ops.smooth_l1_loss(input, target, beta, reduction)
+    return _reduce(loss_ops.smooth_l1_composite(input - target, beta), reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
-    """Huber loss: quadratic below ``delta``, linear with slope ``delta`` above."""
+    """Huber loss: quadratic below ``delta``, linear with slope ``delta`` above (``delta``
+    times the smooth L1 loss with ``beta=delta``)."""
     reduction = _reduction(None, None, reduction)
     if delta <= 0:
         raise ValueError(f"huber_loss does not support non-positive values for delta, "
                          f"got {delta}")
     _warn_size("huber_loss", input, target)
-    return _weighted(_huber(input - target, delta), weight, input, reduction,
-                     mean_over_weight=False)
+    if weight is None and _one_float_dtype(input, target):
+        return loss_ops.smooth_l1_loss(input, target, delta, reduction) * delta
+    return _weighted(loss_ops.smooth_l1_composite(input - target, delta) * delta, weight,
+                     input, reduction, mean_over_weight=False)
 
 
 # -- classification losses -----------------------------------------------------------------------
@@ -235,6 +239,10 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """Negative log-likelihood of class indices ``target`` given log-probabilities ``input``
     of shape (N, C), (C,) or (N, C, d1, ...); ``weight`` rescales each class."""
     reduction = _reduction(size_average, reduce, reduction)
+    if (input.ndim == 2 and weight is None and input.is_floating_point()
+            and not target.is_floating_point()):
+        _class_dim("nll_loss", input, target)
+        return loss_ops.nll_loss(input, target, ignore_index, reduction)
     return _nll(input, target, weight, ignore_index, reduction)
 
 

@@ -1,11 +1,12 @@
 """Shape ops: reshape/view, permute/transpose, expand, squeeze/unsqueeze, flatten, cat,
 stack, split/chunk/narrow/unbind, repeat/tile, flip, roll, movedim.
 
-Six primitives carry everything: ``reshape``, ``expand``, ``permute`` and ``slice`` are views
-(they share storage with their input in eager mode, ``view=True``); ``slice_update`` (write a
-block into a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are
-composites: transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow/unbind
-are slices, stack is unsqueeze + cat, roll is slices + cat. (``pad`` lives in ops/index.py:
+Seven primitives carry everything: ``reshape``, ``expand``, ``permute``, ``slice`` and
+``select`` (one position of a dim, the dim dropped: ``x[i]``, unbind) are views (they share
+storage with their input in eager mode, ``view=True``); ``slice_update`` (write a block into
+a copy, the VJP partner of ``slice``), ``cat`` and ``flip`` copy. The rest are composites:
+transpose is a permute, squeeze/flatten are reshapes, split/chunk/narrow are slices, unbind
+is selects, roll is slices + cat; ``stack`` is one op (a cat of unsqueezes to the passes). (``pad`` lives in ops/index.py:
 it needs both families.)
 """
 from __future__ import annotations
@@ -113,11 +114,15 @@ RESHAPE = defop("reshape", _reshape_kernel,
 
 def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
-    current = tuple(x._data.shape)
+    data = x._data
+    current = tuple(data.shape)
     shape = infer_reshape(current, _shape_arg(shape))
     if shape == current:
         return x
-    return views.own_if_copied(apply(RESHAPE, x, shape=shape))
+    out = apply(RESHAPE, x, shape=shape)
+    if type(data) is np.ndarray and data.flags.c_contiguous and data.size:
+        return out   # (a row-major array reshapes without a copy: nothing to check)
+    return views.own_if_copied(out)
 
 
 def _infer_expand(x, shape):
@@ -275,8 +280,8 @@ def squeeze(x, dim=None):
 
 def unsqueeze(x, dim):
     """Insert a size-1 dim at ``dim`` (in ``[-x.ndim - 1, x.ndim]``)."""
-    d = normalize_dim(dim, x.ndim + 1)
-    shape = tuple(x.shape)
+    shape = tuple(x._data.shape)
+    d = normalize_dim(dim, len(shape) + 1)
     return reshape(x, shape[:d] + (1,) + shape[d:])
 
 
@@ -551,6 +556,46 @@ def narrow(x, dim, start, length):
     return _dim_slice(x, d, start, start + length)
 
 
+# -- select: one position of a dim, the dim dropped (a view) ---------------------------------
+@functools.lru_cache(maxsize=256)
+def _select_key(dim, index):
+    """The NumPy key of ``select``: ``...`` after the int keeps a 0-d result an array (a
+    view), where ``a[i]`` of a 1-d array would give a scalar copy."""
+    return (slice(None),) * dim + (index, Ellipsis)
+
+
+def _infer_select(x, dim, index):
+    shape = tuple(x.shape)
+    if not 0 <= dim < len(shape) or not 0 <= index < shape[dim]:
+        raise IndexError(f"select: index {index} of dim {dim} is out of range for shape "
+                         f"{shape}")
+    return ShapedType(shape[:dim] + shape[dim + 1:], x.dtype)
+
+
+def _select_vjp(g, out, x, dim, index):
+    """The slice's gradient of the kept dim (the two nodes a slice and a reshape give, which
+    the passes read: batched steps, joined slice gradients)."""
+    block = tuple(x.shape[:dim]) + (1,) + tuple(x.shape[dim + 1:])
+    return apply(SLICE_BACKWARD, reshape(g, block), x,
+                 index=tuple((index, index + 1, 1) if k == dim else None
+                             for k in range(x.ndim)))
+
+
+def _onnx_select(e, node):
+    return [e.op("Gather", [e.input(0), e.scalar(node.attrs["index"], np.int64, "index")],
+                 axis=node.attrs["dim"])]
+
+
+# x[i] and unbind's parts as one view op (a slice and a reshape before: two dispatches, two
+# tape nodes and a second shape check per row of a Python loop over a tensor)
+SELECT = defop("select", lambda x, dim, index: x[_select_key(dim, index)], _infer_select,
+               vjp=_select_vjp, attrs=("dim", "index"), saves="", view=True,
+               onnx=_onnx_select,
+               shape_fold=lambda x, dim, index: x[_select_key(dim, index)],
+               doc="x at position ``index`` (normalised, non-negative) of dim ``dim``, "
+                   "with that dim removed.")
+
+
 def select(x, dim, index):
     """``x`` at position ``index`` of dim ``dim``, with that dim removed (a view)."""
     d = normalize_dim(dim, x.ndim)
@@ -559,9 +604,7 @@ def select(x, dim, index):
     if not -n <= i < n:
         raise IndexError(f"select: index {i} is out of range for dim {d} with size {n} "
                          f"(shape {tuple(x.shape)})")
-    i %= n
-    part = _dim_slice(x, d, i, i + 1)
-    return reshape(part, tuple(x.shape[:d]) + tuple(x.shape[d + 1:]))
+    return apply(SELECT, x, dim=d, index=i % n)
 
 
 def _split_sizes(x, d, split_size_or_sections):
@@ -662,19 +705,50 @@ def cat(tensors, dim=0):
 concat = concatenate = cat
 
 
+def _infer_stack(*xs, dim):
+    first = tuple(xs[0].shape)
+    for k, x in enumerate(xs):
+        if tuple(x.shape) != first:
+            raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
+                             f"{first} and tensor {k} has shape {tuple(x.shape)}")
+    return ShapedType(first[:dim] + (len(xs),) + first[dim:], dtypes.result_type(*xs))
+
+
+def _stack_kernel(*xs, dim):
+    dt = dtypes.result_type(*xs)
+    return np.stack([cast(x, dt) for x in xs], axis=dim)
+
+
+def _onnx_stack(e, node):
+    dim = node.attrs["dim"]
+    return [e.op("Concat", [e.op("Unsqueeze", [x, e.ints([dim])])
+                            for x in e.inputs(node.outputs[0].dtype)], axis=dim)]
+
+
+# One op (an unsqueeze per part and a cat before: a dispatch and a tape node per part, and
+# as many VJPs); ``simplify`` gives compiled graphs back that cat of reshapes, which the
+# passes read (per-step blocks of one batched result joined again).
+STACK = defop("stack", _stack_kernel, _infer_stack,
+              vjp=lambda g, out, *xs, dim: tuple(
+                  apply(SELECT, g, dim=dim, index=k) if needs_grad(x) else None
+                  for k, x in enumerate(xs)),
+              attrs=("dim",), saves="", onnx=_onnx_stack,
+              shape_fold=lambda *xs, dim: np.stack(xs, axis=dim),
+              doc="The inputs (one shape) joined along a new dim ``dim``; dtypes promote "
+                  "as in cat.")
+
+
 def stack(tensors, dim=0):
     """Join same-shaped tensors along a new dim ``dim``."""
     tensors = tuple(tensors)
     if not tensors:
         raise ValueError("stack expects a non-empty sequence of tensors")
-    shape = tuple(tensors[0].shape)
-    for k, x in enumerate(tensors):
-        if tuple(x.shape) != shape:
-            raise ShapeError(f"stack expects tensors of equal shape, but tensor 0 has shape "
-                             f"{shape} and tensor {k} has shape {tuple(x.shape)}")
-    d = normalize_dim(dim, len(shape) + 1)
-    parts = [unsqueeze(x, d) for x in tensors]
-    return apply(CAT, *parts, dim=d) if len(parts) > 1 else parts[0]
+    ndim = len(tensors[0].shape)
+    d = normalize_dim(dim, ndim + 1)
+    if len(tensors) == 1:
+        _infer_stack(*tensors, dim=d)
+        return unsqueeze(tensors[0], d)
+    return apply(STACK, *tensors, dim=d)
 
 
 # -- flip, roll, repeat, tile ---------------------------------------------------------------

@@ -14,7 +14,7 @@ from ..graph.ir import is_literal
 from ..ops.elementwise import ADD
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
-from ..ops.shape import CAT, RESHAPE, SLICE
+from ..ops.shape import CAT, RESHAPE, SELECT, SLICE
 from .core import Builder, Report, describe, readers
 
 
@@ -87,8 +87,12 @@ def batch_linears(graph: Graph, groups: tuple, report: Report) -> Graph:
 
 def _step_of(x):
     """``(source, dim, position)`` when ``x = reshape(slice(source, one position along
-    dim))`` with that dim dropped (not the last dim: the features); else None."""
+    dim))`` with that dim dropped, or ``select(source, dim, position)`` (not the last dim:
+    the features); else None."""
     reshape = x.producer if isinstance(x, Value) else None
+    if reshape is not None and reshape.op is SELECT:
+        src, d = reshape.inputs[0], reshape.attrs["dim"]
+        return (src, d, reshape.attrs["index"]) if d != src.ndim - 1 else None
     if reshape is None or reshape.op is not RESHAPE:
         return None
     sliced = reshape.inputs[0].producer

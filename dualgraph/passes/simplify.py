@@ -30,7 +30,8 @@ from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
 from ..ops.reduce import LOG_SOFTMAX, MEAN, SOFTMAX
-from ..ops.shape import CAT, EXPAND, PERMUTE, RESHAPE, SLICE, SLICE_BACKWARD
+from ..ops.shape import (CAT, EXPAND, PERMUTE, RESHAPE, SELECT, SLICE, SLICE_BACKWARD,
+                         STACK)
 from .core import Builder, Report
 
 MAX_DEPTH = 16   # rewrites of one node's rewrite; every rule shrinks the graph, so never hit
@@ -293,6 +294,21 @@ def _adjacent_blocks(i: tuple, j: tuple):
     return d, min(u[0], v[0]), max(u[1], v[1])
 
 
+def _select_as_slice(m):
+    # select is the block x[.., k:k+1, ..] with its dim dropped: under a reshape, the
+    # block itself, so that the reshapes merge (and vanish where the block's shape is kept)
+    index = tuple((m.k, m.k + 1, 1) if i == m.dim else None for i in range(m.x.ndim))
+    return call(RESHAPE, [call(SLICE, [m.x], index=index)], shape=m.s)
+
+
+def _stack_as_cat(m):
+    # the cat of the parts, each with the new dim: what the cat rules (and batch_linears'
+    # per-step blocks, joined again by _sliced_whole) read
+    shape = tuple(m.parts[0].shape)
+    block = shape[:m.dim] + (1,) + shape[m.dim:]
+    return call(CAT, [call(RESHAPE, [x], shape=block) for x in m.parts], dim=m.dim)
+
+
 def _sliced_whole(m):
     # cat(x[:, 0:1], x[:, 1:2], ..., x[:, n-1:n], dim=1) is x: a batched product's result
     # cut into per-step blocks (batch_linears) that a sum of slice gradients joined again
@@ -341,6 +357,8 @@ RULES = [
          "permute(permute(x, p), q) -> permute(x, p[q])"),
     Rule(P(RESHAPE, P(RESHAPE, x), shape=s), lambda m: call(RESHAPE, [m.x], shape=m.s),
          "reshape(reshape(x)) -> reshape(x)"),
+    Rule(P(RESHAPE, P(SELECT, x, dim=dim, index=Var("k")), shape=s), _select_as_slice,
+         "reshape(select(x, d, k)) -> reshape(x[.., k:k+1, ..]) (then one reshape or none)"),
     # the type check is the condition of the next three: they fire only on no-ops
     Rule(P(RESHAPE, x), lambda m: m.x, "reshape(x) -> x (same shape)"),
     Rule(P(EXPAND, x), lambda m: m.x, "expand(x) -> x (same shape)"),
@@ -361,6 +379,8 @@ RULES = [
          "log(softmax(x)) -> log_softmax(x)"),
     Rule(P(ADD, P(MATMUL, x, P(PERMUTE, w, perm=(1, 0))), b),
          lambda m: call(LINEAR, [m.x, m.w, m.b]), "x @ W.T + b -> linear(x, W, b)"),
+    Rule(P(STACK, Parts("parts"), dim=dim), _stack_as_cat,
+         "stack(xs, d) -> cat(unsqueeze(x, d), d) (the form the cat rules read)"),
     Rule(P(CAT, Parts("parts"), dim=dim), _sliced_whole,
          "cat(x[.., 0:k], x[.., k:2k], ...) -> x (the blocks tile x along the cat's dim)"),
     Rule(P(ADD, P(SLICE_BACKWARD, Var("a"), x, index=Var("i")),
@@ -373,9 +393,9 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), a where with a constant condition as the chosen branch, global average pooling as a mean, permute and reshape chains,
+    as maximum (and minimum), a where with a constant condition as the chosen branch, global average pooling as a mean, permute and reshape chains (a select under a reshape as a slice),
     no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
-    x @ W.T + b -> linear, a cat of slices tiling one tensor -> the tensor, sums of adjacent
+    x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is

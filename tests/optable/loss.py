@@ -1,5 +1,8 @@
-"""Rows for the fused softmax cross-entropy (``F.cross_entropy`` on (N, C) logits and
-class-index targets without weights or smoothing) and its backward."""
+"""Rows for the one-op losses and their backward ops: the fused softmax cross-entropy
+(``F.cross_entropy`` on (N, C) logits and class-index targets without weights or
+smoothing) and its backward, the negative log-likelihood (``F.nll_loss`` on (N, C)
+log-probabilities without class weights), and the smooth L1 / Huber loss (beta 0, small,
+1 and large; each reduction)."""
 from dualgraph.dispatch import apply
 from dualgraph.ops.loss import CROSS_ENTROPY_WITH_GRAD
 
@@ -72,4 +75,75 @@ CASES = [
            [In((4, 7)), In((4,), "int", 0, 7), In(())], "sum-ignore-class", grad=False),
     OpCase("cross_entropy_with_grad", with_grad("none"),
            [In((5, 3)), targets(5, 3, ignored=[0, 3]), In((5,))], "none", grad=False),
+]
+
+
+def smooth_l1(reduction="mean", beta=1.0):
+    return lambda m, x, y: m.nn.functional.smooth_l1_loss(x, y, reduction=reduction, beta=beta)
+
+
+def huber(reduction="mean", delta=1.0):
+    return lambda m, x, y: m.nn.functional.huber_loss(x, y, reduction=reduction, delta=delta)
+
+
+def smooth_l1_grad(reduction, beta):
+    """d sum(smooth_l1_loss(x, y) * v) / dx, differentiable in x, y and v (the backward
+    op's row: its gradient check tests the second derivative)."""
+    def fn(m, x, y, v):
+        with m.enable_grad():
+            if not x.requires_grad:
+                x.requires_grad_()
+            loss = m.nn.functional.smooth_l1_loss(x, y, reduction=reduction, beta=beta)
+            return m.autograd.grad((loss * v).sum(), x, create_graph=True)[0]
+    return fn
+
+
+CASES += [
+    OpCase("smooth_l1_loss", smooth_l1(), [In((5, 3)), In((5, 3))], "mean",
+           dtypes=("float32", "float64", "float16"), atol=1e-3),
+    OpCase("smooth_l1_loss", smooth_l1("sum", 0.3), [In((7,)), In((7,))], "sum-beta0.3"),
+    OpCase("smooth_l1_loss", smooth_l1("none", 2.5), [In((2, 3, 4)), In((2, 3, 4))],
+           "none-beta2.5"),
+    OpCase("smooth_l1_loss", smooth_l1("mean", 0.0), [In((6,)), In((6,))], "beta0"),
+    OpCase("smooth_l1_loss", smooth_l1("none"), [In((1,)), In((1,))], "one-element"),
+    OpCase("smooth_l1_loss", huber("mean", 0.5),
+           [In((4, 5)), In((4, 5))], "huber-mean"),
+    OpCase("smooth_l1_loss", huber("none", 1.5), [In((3, 2)), In((3, 2))], "huber-none"),
+    OpCase("smooth_l1_backward", smooth_l1_grad("mean", 1.0),
+           [In((4, 3)), In((4, 3)), In(())], "mean"),
+    OpCase("smooth_l1_backward", smooth_l1_grad("none", 0.5),
+           [In((5,)), In((5,)), In((5,))], "none"),
+    OpCase("smooth_l1_backward", smooth_l1_grad("sum", 2.0),
+           [In((2, 3)), In((2, 3)), In(())], "sum-beta2"),
+]
+
+
+def nll(reduction="mean", **kw):
+    return lambda m, x, t: m.nn.functional.nll_loss(x, t, reduction=reduction, **kw)
+
+
+def nll_grad(reduction, **kw):
+    """d sum(nll_loss(log_softmax(x), t) * v) / dx, differentiable in x and v (through
+    the nll backward op)."""
+    def fn(m, x, v, t):
+        with m.enable_grad():
+            if not x.requires_grad:
+                x.requires_grad_()
+            logp = m.nn.functional.log_softmax(x, 1)
+            loss = m.nn.functional.nll_loss(logp, t, reduction=reduction, **kw)
+            return m.autograd.grad((loss * v).sum(), x, create_graph=True)[0]
+    return fn
+
+
+CASES += [
+    OpCase("nll_loss", nll(), [In((6, 5)), In((6,), "int", 0, 5)], "mean",
+           dtypes=("float32", "float64", "float16")),
+    OpCase("nll_loss", nll("sum"), [In((4, 7)), targets(4, 7, ignored=[1])], "sum-ignored"),
+    OpCase("nll_loss", nll("none"), [In((5, 3)), targets(5, 3, ignored=[0, 3])],
+           "none-ignored"),
+    OpCase("nll_loss", nll(ignore_index=2), [In((6, 4)), In((6,), "int", 0, 4)],
+           "ignore-class"),
+    OpCase("nll_backward", nll_grad("mean"), [In((5, 4)), In(()), targets(5, 4, ignored=[2])],
+           "mean"),
+    OpCase("nll_backward", nll_grad("none"), [In((4, 3)), In((4,)), targets(4, 3)], "none"),
 ]
