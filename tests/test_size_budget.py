@@ -211,10 +211,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # one cat when nothing is recorded.
 # ops/ +45 and the core +45: nll_loss and its backward as one op each.
 # ops/ +20, passes/ +8 and the core +25: stack as one op (simplify gives the passes its cat).
+# passes/ +15 merging the eager-composites branch (its simplify rows) after the conv_cat rule.
 CORE_BUDGET = 23_210
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_435, "ops": 7_430,
-           "passes": 3_045, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
+           "passes": 3_060, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
