@@ -680,12 +680,14 @@ def test_a_step_that_clears_gradients_frees_the_old_ones_before_it_runs():
     compiled = dg.compile(step)
     for _ in range(3):
         compiled()
-    addresses = [set() for _ in model.parameters()]
-    for _ in range(4):
+    addresses = [[] for _ in model.parameters()]
+    for _ in range(5):
         compiled()
         for seen, p in zip(addresses, model.parameters()):
-            seen.add(p.grad._data.ctypes.data)
-    assert all(len(seen) == 1 for seen in addresses)
+            seen.append(p.grad._data.ctypes.data)
+    # One block per parameter: kept gradients would alternate between two blocks (at most 3
+    # of 5 the same); one stray block is the allocator serving another thread in between.
+    assert all(max(map(seen.count, seen)) >= 4 for seen in addresses), addresses
     held = model[0].weight.grad
     before = held.numpy().copy()
     compiled()
