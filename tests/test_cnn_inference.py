@@ -119,6 +119,20 @@ def test_mean_over_trailing_dims_fitted(shape, dims, keepdim):
     assert "= row_means(" in compiled.code, compiled.code
 
 
+@pytest.mark.parametrize("shape,dims", [((2, 37, 9, 11), (2, 3)), ((1, 3, 7, 1), (2, 3)),
+                                        ((100_003,), (0,)), ((3, 129), (1,)),
+                                        ((2, 5, 61, 67), (1, 2, 3))])
+def test_fitted_mean_has_eager_bits(shape, dims):
+    """The fitted mean sums as NumPy's ``mean`` does (pairwise, blocks of 8 sums): a
+    compiled global pool or loss mean is eager's to the bit, also over 100003 elements
+    (a left-to-right float32 sum would differ, and lose accuracy there)."""
+    (x,) = _arrays(np.random.default_rng(5), shape)
+    x = x + np.float32(3)
+    compiled, got, eager = _both(lambda x: dg.mean(x, dim=dims), [x])
+    np.testing.assert_array_equal(got, eager)
+    assert "= row_means(" in compiled.code, compiled.code
+
+
 def test_mean_not_over_trailing_dims_or_of_a_view():
     """A mean over a leading dim keeps the kernel; a mean of a transposed view (not
     contiguous) is fitted and reads the view correctly."""

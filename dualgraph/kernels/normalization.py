@@ -55,16 +55,75 @@ def softmax(start, stop, x, out):
             o[j] = o[j] / total
 
 
-@loop(fastmath=_REDUCE)
+@helper(inline="always")
+def _block_sum(a, lo, n):
+    """``sum(a[lo:lo + n])`` for ``n <= 128`` in NumPy's order: under 8 elements left to
+    right; else eight running sums joined as a tree, then the tail."""
+    if n < 8:
+        total = F(-0.0)
+        for i in range(n):
+            total += a[lo + i]
+        return total
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i, whole = 8, n - n % 8
+    while i < whole:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for j in range(i, n):
+        total += a[lo + j]
+    return total
+
+
+@helper
+def _pairwise_sum(a, n):
+    """``sum(a[:n])`` in NumPy's pairwise order, so that a compiled mean has eager's bits
+    (and its accuracy): blocks of up to 128 by ``_block_sum``; a longer run is its two
+    halves (the first a multiple of 8) summed alike and added. NumPy recurses; this walks
+    the same tree with a stack (frames: start, length, the left half's sum once known)."""
+    if n <= 128:
+        return _block_sum(a, 0, n)
+    starts, lengths = np.empty(64, np.int64), np.empty(64, np.int64)
+    left, have_left = np.empty(64, np.float32), np.zeros(64, np.bool_)
+    top, starts[0], lengths[0], have_left[0] = 0, 0, n, False
+    start, length, value, returning = 0, n, F(0), False
+    while True:
+        if returning:
+            if have_left[top]:          # both halves done: add, and return to the parent
+                value = left[top] + value
+                if top == 0:
+                    return value
+                top -= 1
+                continue
+            left[top], have_left[top] = value, True     # then the right half
+            half = lengths[top] // 2 - (lengths[top] // 2) % 8
+            start, length = starts[top] + half, lengths[top] - half
+        else:                           # a new frame: its left half first
+            half = lengths[top] // 2 - (lengths[top] // 2) % 8
+            start, length = starts[top], half
+        if length <= 128:
+            value, returning = _block_sum(a, start, length), True
+        else:
+            top += 1
+            starts[top], lengths[top], have_left[top], returning = start, length, False, False
+
+
+@loop
 def row_means(start, stop, x, out):
     """``out[r] = sum(x[r]) / len(x[r])`` for rows ``start:stop``: a mean over an array's
-    trailing dims (global average pooling's) as one vectorised sum a row."""
+    trailing dims (global average pooling's), summed as NumPy's ``mean`` sums (no
+    reassociation: the same bits as the eager kernel)."""
     width = F(x.shape[1])
     for r in range(start, stop):
-        row, total = x[r], _ZERO
-        for j in range(row.size):
-            total += row[j]
-        out[r] = total / width
+        out[r] = _pairwise_sum(x[r], x.shape[1]) / width
 
 
 @helper(inline="always")
