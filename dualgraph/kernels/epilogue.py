@@ -17,7 +17,7 @@ import numpy as np
 from . import helper, loop
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
 from .normalization import _REDUCE, normalise_row
-from .threads import run_rows, threads_for
+from .threads import fitted_rows
 
 ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
                "hardsigmoid")
@@ -164,7 +164,7 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
     no_residual = np.zeros((1, 1), np.float32)
     zero_bias = np.zeros(cout, np.float32)
     epilogue = bias or act or where
-    entry = []   # (the loop's compiled entry, found at the first call)
+    finish = fitted_rows(planes)
 
     def run(x, wt, *rest, out=None):
         """(``out``: a C-contiguous float32 array of the output's shape to write, a slice
@@ -174,14 +174,7 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
         if not epilogue or not out.size:
             return out
         r = np.ascontiguousarray(rest[-1]).reshape(planes_shape) if where else no_residual
-        args = (out.reshape(planes_shape), np.ascontiguousarray(rest[0]) if bias else zero_bias,
-                r, act, lo, hi, where)
-        threads = threads_for(out.size)
-        if threads != 1:
-            run_rows(planes, count, *args, threads=threads)
-            return out
-        if not entry:
-            entry.append(planes.entry(0, count, *args))
-        entry[0](0, count, *args)
+        finish(count, out.reshape(planes_shape),
+               np.ascontiguousarray(rest[0]) if bias else zero_bias, r, act, lo, hi, where)
         return out
     return run

@@ -77,3 +77,22 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     for error in errors:
         if error is not None:
             raise error
+
+
+def fitted_rows(loop):
+    """``call(rows, *args)``: ``loop`` over ``range(rows)`` for a node fitted to its static
+    shapes (codegen's ``specialise``): shared among threads as :func:`run_rows` does where
+    ``threads_for`` says so, else called here through the loop's compiled entry, looked up
+    at the first call (a fitted node's argument types do not change), so a call does no
+    type dispatch."""
+    entry = []
+
+    def call(rows: int, *args) -> None:
+        threads = threads_for(rows * args[0].shape[-1])
+        if threads != 1:
+            run_rows(loop, rows, *args, threads=threads)
+            return
+        if not entry:
+            entry.append(loop.entry(0, rows, *args))
+        entry[0](0, rows, *args)
+    return call

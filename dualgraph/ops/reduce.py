@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import dtypes, kernels
 from ..dispatch import apply
-from ..kernels.threads import run_rows, threads_for
+from ..kernels.threads import fitted_rows, run_rows, threads_for
 from ..shapes import (ShapedType, is_static, normalize_dim, normalize_dims, numel,
                       reduced_shape)
 from ..tensor import Tensor
@@ -222,18 +222,11 @@ def _specialise_mean(x, dims, keepdim):
     out_shape = reduced_shape(shape, dims, keepdim)
     if not rows or not width:
         return None
-    entry = []   # (the loop's compiled entry, found at the first call)
+    means = fitted_rows(kernels.normalization.row_means)
 
     def run(x):
         out = np.empty(out_shape, np.float32)
-        args = (np.ascontiguousarray(x).reshape(rows, width), out.reshape(rows))
-        if threads_for(rows * width) != 1:
-            run_rows(kernels.normalization.row_means, rows, *args,
-                     threads=threads_for(rows * width))
-            return out
-        if not entry:
-            entry.append(kernels.normalization.row_means.entry(0, rows, *args))
-        entry[0](0, rows, *args)
+        means(rows, np.ascontiguousarray(x).reshape(rows, width), out.reshape(rows))
         return out
     return "row_means", run
 
