@@ -1,5 +1,5 @@
 """The ``conv_cat`` lowering rule: a concatenation along the channels of convolutions'
-results (an Inception or SqueezeNet "fire" module's branches) becomes one ``conv2d_cat``
+results (parallel conv branches joined along the channels) becomes one ``conv2d_cat``
 (``ops/epilogue.py``), whose kernel has each convolution write into its own channels of
 the one output: the branches' arrays and the copy that joined them are gone.
 
