@@ -12,6 +12,11 @@ MPICH moves a non-blocking operation forward only inside MPI calls, so the ``Tes
 are also what makes communication progress while Python computes (data parallelism calls
 :meth:`Communicator.progress` during the backward).
 
+Where all ranks of a communicator run on one machine, allreduces of up to ``SHM_BYTES / 2``
+(and data parallelism's buckets, in windows of their own) go through shared memory instead
+(``shm.py``; ``DUALGRAPH_DIST_SHM=0`` keeps everything on MPI, ``=1`` requires it); their
+waits and deadlines are the same.
+
 ``mpi4py`` is imported only by :func:`connect`, so ``import dualgraph`` works without it; a
 single process without ``mpi4py`` (and not started by ``mpiexec``) gets a communicator of
 size 1 whose operations are copies.
@@ -30,6 +35,7 @@ import numpy as np
 from .._helpers import user_location
 from ..dispatch import OpError
 from ..dtypes import bfloat16_np
+from . import shm
 
 TIMEOUT_ENV = "DUALGRAPH_DIST_TIMEOUT"   # seconds; init_process_group(timeout=) wins
 DEFAULT_TIMEOUT = 300.0
@@ -49,6 +55,8 @@ FIRST_POLLS = 512  # Test calls a wait makes before it starts the deadline's clo
 # one at 32-128 KiB (the copy back and its Python, 2-5 us, less than that from 32 KiB), and
 # no faster from 256 KiB, the slower one from 512 KiB (docs/benchmarks.md, 2026-12-03).
 OUT_OF_PLACE_BYTES = (32 << 10, 128 << 10)
+SHM_ENV = "DUALGRAPH_DIST_SHM"   # "0": MPI only; "1": shared memory required; unset: where it can
+SHM_BYTES = 8 << 20   # each rank's ring for allreduces through shared memory (up to half each)
 
 
 class DistributedError(OpError):
@@ -132,6 +140,50 @@ class Communicator:
         self._last = (None, None, None)   # all_reduce_now's last (op, dtype, reduction)
         self._scratch = None   # all_reduce_now's out-of-place results (OUT_OF_PLACE_BYTES)
         self._scratch_views: dict = {}   # (shape, dtype number) -> a view of it
+        self.node_size = 1 if handle is None else _node_size(mpi, handle)
+        self.windows: list = []   # shared-memory windows made over this communicator
+        self.uses_shm = self._shm_wanted()
+        self.shared = self.shared_window(SHM_BYTES)   # allreduces' ring (None: MPI only)
+
+    def _shm_wanted(self) -> bool:
+        """Whether allreduces go through shared memory: every rank runs on this machine
+        and ``SHM_ENV`` does not say no."""
+        choice = os.environ.get(SHM_ENV, "").strip().lower()
+        if self.mpi is None or self.size == 1 or choice in ("0", "mpi", "off", "no"):
+            return False
+        if self.node_size != self.size:
+            if choice in ("1", "shm", "on", "yes"):
+                raise DistributedError(
+                    f"{SHM_ENV}={choice} asks for shared memory, but only {self.node_size} "
+                    f"of the {self.size} ranks of {self.where()} run on this machine; unset "
+                    f"it (or {SHM_ENV}=0) to communicate through MPI")
+            return False
+        return True
+
+    def shared_window(self, nbytes: int) -> "shm.Window | None":
+        """A new shared-memory window of ``nbytes`` per rank (every rank calls it, as any
+        collective), or None where this communicator does not use shared memory."""
+        if not self.uses_shm:
+            return None
+        window = shm.Window(self, nbytes, self._fence)
+        self.windows.append(window)
+        return window
+
+    def shared_arrays(self, likes: list) -> "tuple[shm.Window, list] | None":
+        """(a new shared-memory window, per array of ``likes`` every rank's array like it
+        in the window), or None where this communicator does not use shared memory
+        (collective)."""
+        if not self.uses_shm:
+            return None
+        line = shm.LINE
+        offsets = np.cumsum([0] + [-(-a.nbytes // line) * line for a in likes]).tolist()
+        window = self.shared_window(offsets[-1])
+        return window, [window.arrays(at, a.shape, a.dtype) for at, a in zip(offsets, likes)]
+
+    def _fence(self) -> None:
+        """A barrier against the deadline that is not one of the user's operations."""
+        Pending(self, "barrier (making a shared window)", np.empty(0), self.calls,
+                [self.handle.Ibarrier()], None).wait()
 
     def name(self, rank: int) -> str:
         """Rank ``rank`` of this communicator, as errors name it (with its world rank in a
@@ -199,6 +251,7 @@ class Communicator:
                     now = time.monotonic()
                     if now > deadline or _peer_died[0]:
                         self._expired(pending)
+                    shm.advance_all()   # (a peer may wait on this rank's share elsewhere)
                     if now > spin_until:
                         time.sleep(sleep)
                         sleep = min(2 * sleep, MAX_SLEEP_S)
@@ -249,6 +302,8 @@ class Communicator:
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous; of OUT_OF_PLACE_BYTES,
         MPI writes a new array, copied into ``x`` by the wait)."""
+        if self.shared is not None and x.nbytes <= SHM_BYTES // 2 and shm.supports(x.dtype):
+            return self._shared_all_reduce(x, op, inplace)
         send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
         wire, mpi_op, finish = self._reduction(op, x.dtype)
         if inplace and _out_of_place(x.nbytes):
@@ -263,6 +318,8 @@ class Communicator:
         """``all_reduce(x, op, inplace=True).wait()`` (``x`` C-contiguous) with the least
         Python on the way: a small message completes within the first ``Test`` calls, and
         only one that does not gets a :class:`Pending` and the deadline's wait."""
+        if self.shared is not None and x.nbytes <= SHM_BYTES // 2 and shm.supports(x.dtype):
+            return self._shared_all_reduce(x, op, True).wait()
         dtype, last = x.dtype, self._last
         if last[0] is op and last[1] is dtype:   # (as the call before: a dtype hashes slowly)
             wire, mpi_op, finish = last[2]
@@ -289,6 +346,33 @@ class Communicator:
         if out is not None:
             np.copyto(x, out)
         return finish(x)
+
+    def _shared_all_reduce(self, x: np.ndarray, op: str, inplace: bool) -> "shm.Reduction":
+        """``all_reduce`` through the shared ring: ``x`` copied in, the result copied out
+        (into ``x`` if ``inplace``) when it is waited for."""
+        finish = self._reduction(op, x.dtype)[2]   # (checks op and dtype, as MPI's path)
+        arrays = self.shared.copy_in(x)
+        mine = arrays[self.rank]
+        out = x if inplace else np.empty(x.shape, x.dtype)
+
+        def copy_out(result):
+            np.copyto(result, mine)
+            return finish(result)
+        return self.shared.placed(self.all_reduce_shared(self.shared, arrays, op, out,
+                                                         copy_out))
+
+    def all_reduce_shared(self, window: "shm.Window", arrays: list, op: str = "SUM",
+                          result=None, finish=None) -> "shm.Reduction":
+        """Start the allreduce of a message that lives in ``window`` (``arrays``: every
+        rank's, from ``window.arrays``); it is waited for as any operation."""
+        self.calls += 1
+        op = str(op).upper()
+        reduction = window.all_reduce(arrays, op, f"all_reduce({op})", self.calls, result,
+                                      finish)
+        if len(self.in_flight) >= 8:
+            self.in_flight = [p for p in self.in_flight if not p.done]
+        self.in_flight.append(reduction)
+        return reduction
 
     def _scratch_for(self, x: np.ndarray) -> np.ndarray:
         """An array like ``x`` in this communicator's scratch memory (kept: a fresh one of
@@ -380,23 +464,28 @@ class Communicator:
         return self._start("barrier", np.empty(0), lambda: self.handle.Ibarrier(), None)
 
     def local_size(self) -> int:
-        """How many ranks share this machine."""
-        if self.mpi is None:
-            return 1
-        node = self.handle.Split_type(self.mpi.COMM_TYPE_SHARED)
-        try:
-            return node.Get_size()
-        finally:
-            node.Free()
+        """How many ranks (of this communicator) share this machine."""
+        return self.node_size
 
     def abort(self, code: int = 1) -> None:
         if self.mpi is not None and self.size > 1:
             self.mpi.COMM_WORLD.Abort(code)
 
     def close(self) -> None:
+        for window in self.windows:
+            window.close()
         if self.handle is not None:
             self.handle.Free()
             self.handle = None
+
+
+def _node_size(mpi, handle) -> int:
+    """How many ranks of the communicator ``handle`` run on this machine (MPI's view)."""
+    node = handle.Split_type(mpi.COMM_TYPE_SHARED)
+    try:
+        return node.Get_size()
+    finally:
+        node.Free()
 
 
 def _out_of_place(nbytes: int) -> bool:

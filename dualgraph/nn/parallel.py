@@ -40,7 +40,8 @@ PACK_BYTES = 32 << 20   # at most this much is copied into one message (plus one
 
 
 class _Bucket:
-    """Parameters whose gradients are reduced together: their places in one flat array."""
+    """Parameters whose gradients are reduced together: their places in one flat array
+    (in a shared-memory window where the ranks share a machine: ``share``)."""
 
     def __init__(self, index: int, params: list):
         self.index, self.params = index, params
@@ -49,6 +50,11 @@ class _Bucket:
         self.flat = np.empty(self.offsets[-1], params[0]._data.dtype)
         self.waiting = len(params)   # gradients not yet accumulated in this backward
         self.future = None
+        self.window = self.arrays = None   # the shared window, every rank's flat array
+
+    def share(self, window, arrays: list) -> None:
+        """Live in ``window``: ``arrays`` are every rank's flat array there."""
+        self.window, self.arrays, self.flat = window, arrays, arrays[window.rank]
 
 
 class DistributedDataParallel(Module):
@@ -85,6 +91,7 @@ class DistributedDataParallel(Module):
         self._hook, self._state = comm_hook, comm_state
         params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = _make_buckets(params, bucket_cap_mb * (1 << 20))
+        _share(self._buckets, self._comm)
         self._next = 0             # the next bucket to start (they start in order)
         self._active = False       # a reduction is under way in this backward
         self._bucket_of = {}   # id(parameter) -> its bucket
@@ -197,7 +204,10 @@ class DistributedDataParallel(Module):
                                           self.process_group)
             bucket.future = self._hook(self._state, grad_bucket)
             return
-        pending = self._comm.all_reduce(flat, "SUM", inplace=True)
+        if bucket.window is not None:   # (summed where it lies: no copy)
+            pending = self._comm.all_reduce_shared(bucket.window, bucket.arrays)
+        else:
+            pending = self._comm.all_reduce(flat, "SUM", inplace=True)
         bucket.future = dist.Future(pending.wait)
 
     def _finish(self) -> None:
@@ -267,6 +277,16 @@ def _make_buckets(params: list, cap_bytes: float) -> list:
     for group in current.values():
         buckets.append(_Bucket(len(buckets), group))
     return buckets
+
+
+def _share(buckets: list, comm) -> None:
+    """Put the buckets' flat arrays in a shared-memory window, where the communicator
+    reduces through shared memory (each bucket's allreduce then sums it where it lies)."""
+    shared = comm.shared_arrays([b.flat for b in buckets]) if buckets else None
+    if shared is not None:
+        window, arrays = shared
+        for bucket, every in zip(buckets, arrays):
+            bucket.share(window, every)
 
 
 def _write_grads(bucket: _Bucket, reduced: np.ndarray, as_view: bool) -> None:
