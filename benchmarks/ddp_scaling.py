@@ -181,34 +181,46 @@ def breakdown() -> dict:
     process CPU ms) and the communication's share (means per step of wall ms, thread CPU
     ms and calls): the allreduce starts (the buckets' copies not included), the progress
     polls during the backward, and the waits (``Pending.wait``: polling until the reduction
-    is there; ``tests`` counts the polls the waits made)."""
+    is there; ``tests`` counts the polls: MPI's ``Test`` calls, or through shared memory
+    ``Window.advance``)."""
     import dualgraph as dg
     import dualgraph.distributed as dist
-    from dualgraph.distributed import mpi
+    from dualgraph.distributed import mpi, shm
     dist.init_process_group("mpi")
     rank, size = dist.get_rank(), dist.get_world_size()
     spent = {}
 
+    inside = set()   # (a call within a timed call of the same part counts once)
+
     def timed(name, fn):
         def run(*args, **kwargs):
+            if name in inside:
+                return fn(*args, **kwargs)
+            inside.add(name)
             wall, cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
+                inside.discard(name)
                 got = spent.setdefault(name, [0.0, 0.0, 0])
                 got[0] += time.perf_counter() - wall
                 got[1] += time.thread_time() - cpu
                 got[2] += 1
         return run
-    mpi.Communicator.all_reduce = timed("start", mpi.Communicator.all_reduce)
-    mpi.Communicator.progress = timed("progress", mpi.Communicator.progress)
-    mpi.Pending.wait = timed("wait", mpi.Pending.wait)
-    test = mpi.Pending.test
 
-    def counted(self):
-        spent.setdefault("tests", [0.0, 0.0, 0])[2] += 1
-        return test(self)
-    mpi.Pending.test = counted
+    def counted(fn):
+        def run(self):
+            spent.setdefault("tests", [0.0, 0.0, 0])[2] += 1
+            return fn(self)
+        return run
+    # MPI's operations and those through shared memory (shm.py) alike
+    for cls, method, part in ((mpi.Communicator, "all_reduce", "start"),
+                              (mpi.Communicator, "all_reduce_shared", "start"),
+                              (mpi.Communicator, "progress", "progress"),
+                              (mpi.Pending, "wait", "wait"), (shm.Reduction, "wait", "wait")):
+        setattr(cls, method, timed(part, getattr(cls, method)))
+    mpi.Pending.test = counted(mpi.Pending.test)
+    shm.Window.advance = counted(shm.Window.advance)
     rows = {}
     for compiled in (False, True):
         for parallel in (False, True):

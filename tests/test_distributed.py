@@ -29,8 +29,8 @@ except ImportError:
 needs_mpi = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 
 
-def mpiexec(script: str, *args, ranks: int = 2, timeout: float = 120, flags=()):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DUALGRAPH_NUM_THREADS="1")
+def mpiexec(script: str, *args, ranks: int = 2, timeout: float = 120, flags=(), env=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DUALGRAPH_NUM_THREADS="1", **(env or {}))
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run([MPIEXEC, *flags, "-n", str(ranks), sys.executable,
                            str(HERE / "distributed" / script), *map(str, args)],
@@ -76,6 +76,19 @@ def test_ddp_equals_one_process_on_the_whole_batch():
 
 
 @needs_mpi
+@pytest.mark.parametrize("transport", ["shm", "mpi"])
+def test_allreduce_through_shared_memory_or_mpi(transport):
+    """Where the ranks share a machine, allreduces (and DDP's buckets) go through an MPI
+    shared-memory window; DUALGRAPH_DIST_SHM=0 keeps them on MPI. Either way results equal
+    NumPy's and are bit-identical on every rank, also with many in flight."""
+    env = {"DUALGRAPH_DIST_SHM": "0" if transport == "mpi" else "1"}
+    lines = ok_lines(mpiexec("shm.py", transport, env=env))
+    for check in ("allreduce equals NumPy", "asynchronous allreduces", "out of place",
+                  "ddp buckets"):
+        assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
+
+
+@needs_mpi
 def test_compression_hooks_converge_like_plain_allreduce():
     lines = ok_lines(mpiexec("hooks.py"))
     for hook in ("user hook", "fp16_compress_hook", "bf16_compress_hook", "topk_hook",
@@ -87,11 +100,12 @@ def test_compression_hooks_converge_like_plain_allreduce():
 
 
 @needs_mpi
-@pytest.mark.parametrize("mode", ["freeze", "freeze-all_reduce"])
+@pytest.mark.parametrize("mode", ["freeze", "freeze-all_reduce", "freeze-shm-all_reduce"])
 def test_a_frozen_rank_ends_the_job_with_the_deadline_error(tmp_path, mode):
     """Rank 1 stops (SIGSTOP: hung, or cut off) mid-step; rank 0 fails with DeadlineError
     naming the operation, its line and rank 1 at the 2 s deadline, and the job ends (in
-    DDP's bucket reduction, and in a plain blocking all_reduce)."""
+    DDP's bucket reduction, through shared memory, and in a plain blocking all_reduce, a
+    small one by MPI and a 64 KiB one through shared memory)."""
     report = tmp_path / "report.txt"
     result = mpiexec("fault.py", mode, report, timeout=60)
     assert result.returncode != 0

@@ -57,6 +57,7 @@ FIRST_POLLS = 512  # Test calls a wait makes before it starts the deadline's clo
 OUT_OF_PLACE_BYTES = (32 << 10, 128 << 10)
 SHM_ENV = "DUALGRAPH_DIST_SHM"   # "0": MPI only; "1": shared memory required; unset: where it can
 SHM_BYTES = 8 << 20   # each rank's ring for allreduces through shared memory (up to half each)
+SHM_MIN_BYTES = 8 << 10   # smaller ones go by MPI: its C path beats our Python's (~5 us a call)
 
 
 class DistributedError(OpError):
@@ -302,7 +303,7 @@ class Communicator:
     def all_reduce(self, x: np.ndarray, op: str = "SUM", inplace: bool = False) -> Pending:
         """``inplace``: the result overwrites ``x`` (C-contiguous; of OUT_OF_PLACE_BYTES,
         MPI writes a new array, copied into ``x`` by the wait)."""
-        if self.shared is not None and x.nbytes <= SHM_BYTES // 2 and shm.supports(x.dtype):
+        if self._through_shm(x):
             return self._shared_all_reduce(x, op, inplace)
         send = x if inplace or x.flags.c_contiguous else np.ascontiguousarray(x)
         wire, mpi_op, finish = self._reduction(op, x.dtype)
@@ -318,7 +319,7 @@ class Communicator:
         """``all_reduce(x, op, inplace=True).wait()`` (``x`` C-contiguous) with the least
         Python on the way: a small message completes within the first ``Test`` calls, and
         only one that does not gets a :class:`Pending` and the deadline's wait."""
-        if self.shared is not None and x.nbytes <= SHM_BYTES // 2 and shm.supports(x.dtype):
+        if self._through_shm(x):
             return self._shared_all_reduce(x, op, True).wait()
         dtype, last = x.dtype, self._last
         if last[0] is op and last[1] is dtype:   # (as the call before: a dtype hashes slowly)
@@ -347,28 +348,37 @@ class Communicator:
             np.copyto(x, out)
         return finish(x)
 
-    def _shared_all_reduce(self, x: np.ndarray, op: str, inplace: bool) -> "shm.Reduction":
-        """``all_reduce`` through the shared ring: ``x`` copied in, the result copied out
-        (into ``x`` if ``inplace``) when it is waited for."""
-        finish = self._reduction(op, x.dtype)[2]   # (checks op and dtype, as MPI's path)
-        arrays = self.shared.copy_in(x)
-        mine = arrays[self.rank]
-        out = x if inplace else np.empty(x.shape, x.dtype)
+    def _through_shm(self, x: np.ndarray) -> bool:
+        return (self.shared is not None and SHM_MIN_BYTES <= x.nbytes <= SHM_BYTES // 2
+                and shm.supports(x.dtype))
 
-        def copy_out(result):
-            np.copyto(result, mine)
-            return finish(result)
+    def _shared_all_reduce(self, x: np.ndarray, op: str, inplace: bool) -> "shm.Reduction":
+        """``all_reduce`` through the shared ring, ``x`` copied in: up to
+        ``shm.WHOLE_BYTES`` each rank sums all of it into the result itself (one
+        synchronisation), else its share, and the result is copied out (into ``x`` if
+        ``inplace``) when it is waited for."""
+        finish = self._reduction(op, x.dtype)[2]   # (checks op and dtype, as MPI's path)
+        whole = x.nbytes <= shm.WHOLE_BYTES
+        arrays = self.shared.copy_in(x, whole)
+        out = x if inplace else np.empty(x.shape, x.dtype)
+        if not whole:
+            mine, then = arrays[self.rank], finish
+
+            def finish(result):
+                np.copyto(result, mine)
+                return then(result)
         return self.shared.placed(self.all_reduce_shared(self.shared, arrays, op, out,
-                                                         copy_out))
+                                                         finish, whole))
 
     def all_reduce_shared(self, window: "shm.Window", arrays: list, op: str = "SUM",
-                          result=None, finish=None) -> "shm.Reduction":
+                          result=None, finish=None, whole=False) -> "shm.Reduction":
         """Start the allreduce of a message that lives in ``window`` (``arrays``: every
-        rank's, from ``window.arrays``); it is waited for as any operation."""
+        rank's, from ``window.arrays``; ``Window.all_reduce`` says the rest); it is waited
+        for as any operation."""
         self.calls += 1
         op = str(op).upper()
         reduction = window.all_reduce(arrays, op, f"all_reduce({op})", self.calls, result,
-                                      finish)
+                                      finish, whole)
         if len(self.in_flight) >= 8:
             self.in_flight = [p for p in self.in_flight if not p.done]
         self.in_flight.append(reduction)

@@ -26,12 +26,14 @@ that died or hangs is named in the ``DeadlineError`` (here the counters say exac
 from __future__ import annotations
 
 import collections
+import math
 import weakref
 
 import numpy as np
 
 LINE = 64           # bytes of a cache line: the counters and every rank's share start on one
 HEADER = 2 * LINE   # a region's head: its rank's counters, a line each
+WHOLE_BYTES = 256 << 10   # a message up to this is summed whole by every rank (see all_reduce)
 SPINS = 512         # advance() calls of a blocking allreduce before it waits with the deadline
 COMBINE = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MAX": np.maximum,
            "MIN": np.minimum}   # (on bools: add is or, multiply is and, as MPI's path)
@@ -71,15 +73,15 @@ class Window:
         self.arrived = [memoryview(r[:8]).cast("q") for r in self.regions]
         self.reduced = [memoryview(r[LINE:LINE + 8]).cast("q") for r in self.regions]
         self.others = [r for r in range(comm.size) if r != self.rank]
-        self.arrived[self.rank][0] = self.reduced[self.rank][0] = 0
+        self.regions[self.rank].fill(0)   # (counters zero; the pages mapped now, not in a step)
         self.win.Sync()
         fence()   # every rank's counters are zero before any is read
         self.started = 0        # operations started on this window
         self.queue: collections.deque = collections.deque()   # started, not complete
-        self.pos = 0   # copy_in's ring: the next free byte, and the operations placed in it
-        self.live: collections.deque = collections.deque()
+        small = min(nbytes, 2 * WHOLE_BYTES)
+        self.rings = {True: _Ring(0, small), False: _Ring(small, nbytes)}   # copy_in's
         self._views: dict = {}
-        self._placing = (0, 0)
+        self._placing = None
         _WINDOWS.add(self)
 
     def arrays(self, offset: int, shape: tuple, dtype) -> list:
@@ -87,26 +89,32 @@ class Window:
         (``offset`` a multiple of ``LINE``), as a list indexed by rank."""
         dtype = np.dtype(dtype)
         lo = HEADER + offset
-        hi = lo + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        hi = lo + math.prod(shape) * dtype.itemsize
         if offset % LINE or hi > HEADER + self.nbytes:
             raise ValueError(f"shared window: {hi - lo} bytes at offset {offset} do not fit "
                              f"its {self.nbytes} (or the offset is not {LINE}-aligned)")
         return [r[lo:hi].view(dtype).reshape(shape) for r in self.regions]
 
     def all_reduce(self, arrays: list, op: str, label: str, number: int, result=None,
-                   finish=None) -> "Reduction":
+                   finish=None, whole: bool = False) -> "Reduction":
         """Start the allreduce of the message ``arrays`` (:meth:`arrays`; this rank's input
-        already in its own): afterwards each of them holds the reduction. ``wait()``
+        already in its own): afterwards each of them holds the reduction, or (``whole``)
+        only ``result``, where each rank sums the whole message itself, in rank order
+        (bit-identical everywhere: one synchronisation, for small messages). ``wait()``
         returns ``finish(result)`` (``result``: this rank's array by default)."""
         mine = arrays[self.rank]
         self.started += 1
-        flat = [a.reshape(-1) for a in arrays]
-        n, size = flat[0].size, len(flat)
-        align = max(1, LINE // flat[0].itemsize)
-        share = -(-(-(-n // size)) // align) * align   # ceil(n / size), up to whole lines
-        lo, hi = min(self.rank * share, n), min((self.rank + 1) * share, n)
-        reduction = Reduction(self, self.started, [a[lo:hi] for a in flat], COMBINE[op],
-                              label, mine, number, mine if result is None else result, finish)
+        if whole:
+            shares = arrays
+        else:
+            flat = [a.reshape(-1) for a in arrays]
+            n, size = flat[0].size, len(flat)
+            align = max(1, LINE // flat[0].itemsize)
+            share = -(-(-(-n // size)) // align) * align   # ceil(n / size), whole lines
+            lo, hi = min(self.rank * share, n), min((self.rank + 1) * share, n)
+            shares = [a[lo:hi] for a in flat]
+        reduction = Reduction(self, self.started, shares, COMBINE[op], label, mine, number,
+                              mine if result is None else result, finish, whole)
         self.win.Sync()   # this rank's input is in memory before the counter says so
         self.arrived[self.rank][0] = self.started
         self.queue.append(reduction)
@@ -125,6 +133,10 @@ class Window:
                 self.win.Sync()
                 self.reduced[me][0] = op.seq
                 op.summed = True
+                if op.whole:   # (its result is this rank's own: no one else writes it)
+                    op.done = True
+                    queue.popleft()
+                    continue
             if self.behind(self.reduced, op.seq):
                 return
             self.win.Sync()
@@ -142,23 +154,25 @@ class Window:
         """The ranks whose ``counters`` have not reached ``seq`` (empty: none)."""
         return [r for r in self.others if counters[r][0] < seq]
 
-    # -- messages that live elsewhere: copied into a ring over the window's data -----------
-    def copy_in(self, x: np.ndarray) -> list:
-        """Every rank's array for a message like ``x`` at the ring's next place, ``x``
-        copied into this rank's. Operations that still use that place are waited for
-        first (their results copied out: see :meth:`placed`); every rank places the same
-        messages in one order, so all agree on the places."""
-        nbytes = -(-x.nbytes // LINE) * LINE
-        if self.pos + nbytes > self.nbytes:
-            self.pos = 0
-        lo = self.pos
-        self.pos = hi = lo + nbytes
-        live = self.live
-        while live and live[0][0].finish is None:   # (waited for: the place is free)
+    # -- messages that live elsewhere: copied into rings over the window's data ----------
+    def copy_in(self, x: np.ndarray, whole: bool) -> list:
+        """Every rank's array for a message like ``x`` at the next place of a ring (one
+        for messages summed ``whole``, small enough to stay in the caches, one for the
+        others), ``x`` copied into this rank's. Operations that still use that place are
+        waited for first (see :meth:`placed`); places follow from the sizes alone, which
+        every rank sees in one order, so all agree on them."""
+        ring = self.rings[whole]
+        live = ring.live
+        while live and live[0][0].free():
             live.popleft()
+        nbytes = -(-x.nbytes // LINE) * LINE
+        if ring.pos + nbytes > ring.end:
+            ring.pos = ring.start
+        lo = ring.pos
+        ring.pos = hi = lo + nbytes
         for op, start, end in list(live):
             if start < hi and lo < end:
-                op.wait()
+                op.release()
                 live.remove((op, start, end))
         key = (lo, x.shape, x.dtype.num)   # (the number: a dtype hashes slowly)
         arrays = self._views.get(key)
@@ -167,13 +181,14 @@ class Window:
                 self._views.clear()
             arrays = self._views[key] = self.arrays(lo, x.shape, x.dtype)
         np.copyto(arrays[self.rank], x)
-        self._placing = (lo, hi)
+        self._placing = (live, lo, hi)
         return arrays
 
     def placed(self, op: "Reduction") -> "Reduction":
-        """Note that ``op`` uses the place :meth:`copy_in` gave last (its ``finish`` must
-        copy the result out: the place is reused once it has run)."""
-        self.live.append((op, *self._placing))
+        """Note that ``op`` uses the place :meth:`copy_in` gave last (a ``whole`` one, or
+        one whose ``finish`` copies the result out: the place is reused once it ran)."""
+        live, lo, hi = self._placing
+        live.append((op, lo, hi))
         return op
 
     def close(self) -> None:
@@ -190,17 +205,25 @@ class Reduction:
     communicator's waits and deadline errors take either."""
 
     __slots__ = ("window", "seq", "shares", "combine", "label", "array", "number", "result",
-                 "finish", "summed", "done", "started")
+                 "finish", "whole", "summed", "done", "started")
 
-    def __init__(self, window, seq, shares, combine, label, array, number, result, finish):
+    def __init__(self, window, seq, shares, combine, label, array, number, result, finish,
+                 whole):
         self.window, self.seq, self.shares, self.combine = window, seq, shares, combine
         self.label, self.array, self.number = label, array, number
-        self.result, self.finish = result, finish
+        self.result, self.finish, self.whole = result, finish, whole
         self.summed = self.done = False
         self.started = None
 
     def sum(self, me: int, others: list) -> None:
-        """This rank's share: the reduction over all ranks' inputs, written into all."""
+        """This rank's share: the reduction over all ranks' inputs, written into all (or,
+        ``whole``, all of it into ``result``, in rank order)."""
+        if self.whole:
+            shares, out, combine = self.shares, self.result, self.combine
+            combine(shares[0], shares[1], out=out)
+            for a in shares[2:]:
+                combine(out, a, out=out)
+            return
         mine = self.shares[me]
         if mine.size:
             for r in others:
@@ -224,6 +247,20 @@ class Reduction:
             self.window.advance()
         return self.done
 
+    def free(self) -> bool:
+        """Whether no rank will read or write this message's place any more: waited for
+        (the result copied out), or, ``whole``, summed by every rank."""
+        w = self.window
+        if self.whole:
+            return self.done and not w.behind(w.reduced, self.seq)
+        return self.done and self.finish is None
+
+    def release(self) -> None:
+        """Wait (against the deadline) until :meth:`free`."""
+        self.wait()
+        if not self.free():
+            self.window.comm.wait_all([_Released(self)])
+
     def wait(self):
         if not self.done:
             for _ in range(SPINS):
@@ -235,3 +272,34 @@ class Reduction:
         if self.finish is not None:
             self.result, self.finish = self.finish(self.result), None
         return self.result
+
+
+class _Released:
+    """A wait until every rank has summed a ``whole`` :class:`Reduction` (read the inputs
+    in its place), for ``wait_all``."""
+
+    def __init__(self, op: Reduction):
+        self.op, self.done, self.started = op, False, None
+
+    @property
+    def what(self) -> str:
+        return f"{self.op.what} (its reading by every rank)"
+
+    @property
+    def peers(self) -> list | None:
+        w = self.op.window
+        return w.lagging(w.reduced, self.op.seq) or None
+
+    def test(self) -> bool:
+        self.op.window.advance()
+        self.done = self.op.free()
+        return self.done
+
+
+class _Ring:
+    """Bytes ``start`` to ``end`` of a window's data, used in turn by :meth:`Window.copy_in`
+    from ``pos``; ``live`` holds (operation, its first byte, its end) in order."""
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end, self.pos = start, end, start
+        self.live: collections.deque = collections.deque()

@@ -2,7 +2,8 @@
 stops in the middle of a data-parallel step ("freeze": SIGSTOP, a hung rank or a cut
 network; "kill": SIGKILL), and rank 0's next collective must fail with the deadline error
 (2 s here) instead of waiting forever ("freeze-all_reduce": rank 1 stops before a plain
-``dist.all_reduce``, the short path of a blocking one). Rank 0 writes the error and the
+``dist.all_reduce``, the short path of a blocking one; "freeze-shm-all_reduce": a 64 KiB one,
+through shared memory). Rank 0 writes the error and the
 seconds it waited to REPORT, then the error aborts the job."""
 import datetime
 import os
@@ -27,6 +28,8 @@ for step in range(3):
     try:
         if MODE == "freeze-all_reduce" and step == 2:
             dist.all_reduce(dg.ones(4))
+        if MODE == "freeze-shm-all_reduce" and step == 2:
+            dist.all_reduce(dg.ones(1 << 14))
         loss.backward()
     except dist.DistributedError as e:
         with open(REPORT, "w") as f:
