@@ -156,6 +156,26 @@ def test_a_lone_process_is_a_world_of_one(monkeypatch):
     np.testing.assert_allclose(model.module.bias.grad.numpy(), [2, 2])
 
 
+def test_shared_memory_is_chosen_where_every_rank_shares_the_machine(monkeypatch):
+    """DUALGRAPH_DIST_SHM: unset, shared memory where MPI says every rank is on this
+    machine; 0, never; 1, required (an error naming the ranks where they span machines)."""
+    from dualgraph.distributed.mpi import SHM_ENV, Communicator, DistributedError
+    comm = Communicator.__new__(Communicator)   # (the decision only: no MPI here)
+    comm.mpi, comm.size, comm.rank, comm.ranks = object(), 4, 0, None
+    for node, env, want in [(4, None, True), (2, None, False), (4, "0", False),
+                            (4, "1", True)]:
+        comm.node_size = node
+        if env is None:
+            monkeypatch.delenv(SHM_ENV, raising=False)
+        else:
+            monkeypatch.setenv(SHM_ENV, env)
+        assert comm._shm_wanted() is want, (node, env)
+    comm.node_size = 2
+    with pytest.raises(DistributedError, match=r"only 2 of the 4 ranks of rank 0 of 4 run on "
+                       r"this machine; unset it \(or DUALGRAPH_DIST_SHM=0\)"):
+        comm._shm_wanted()
+
+
 def test_process_groups_in_a_lone_process(monkeypatch, tmp_path):
     """A world of one: each new group its own; bad ranks and bad groups are clear errors;
     a graph over a sub-group prints and serialises its group attr; errors of a sub-group's

@@ -174,7 +174,7 @@ class Communicator:
         """(a new shared-memory window, per array of ``likes`` every rank's array like it
         in the window), or None where this communicator does not use shared memory
         (collective)."""
-        if not self.uses_shm:
+        if not self.uses_shm or not all(shm.supports(a.dtype) for a in likes):
             return None
         line = shm.LINE
         offsets = np.cumsum([0] + [-(-a.nbytes // line) * line for a in likes]).tolist()
