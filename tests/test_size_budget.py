@@ -214,8 +214,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +15 merging the eager-composites branch (its simplify rows) after the conv_cat rule.
 # kernels/ +45 and the core +50: the fitted mean sums in NumPy's pairwise order (eager's bits).
 # kernels/ +5: threads.fitted_rows, the one caller of a fitted node's row loop (ops/ -7).
-CORE_BUDGET = 23_260
-BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
+# capture/ +100 and the core +100 (issue 26, rebound state): capture/held.py, tensors held
+# outside modules guarded by identity where the graph reads them, and places a step fills
+# anew at every call (makemore's running statistics, ``self.out``) read from the place.
+CORE_BUDGET = 23_360
+BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_460, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_485, "ops": 7_430,
            "passes": 3_060, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}

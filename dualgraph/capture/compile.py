@@ -40,6 +40,7 @@ from .autodiff import Replay, build_backward, record_call
 from .escape import kept_places, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
+from .held import Held, guards_for, held, root_sources, tensor_places
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .pyrandom import Draws, PythonRandom
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
@@ -65,6 +66,7 @@ class Entry:
     stores = False  # whether each run keeps new tensors where the traced call kept its own
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
+    held = Held()  # the places its bound tensors are guarded in, or read from (held.py)
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
                  memory_budget=None, backend=None):
@@ -125,6 +127,8 @@ class Entry:
         passthrough = _passthrough_outputs(capture)
         self.passthrough = {i: b for i, _, b in passthrough}
         self.passthrough_outputs = {j for _, j, _ in passthrough}
+        if capture.held:
+            self.held = Held(capture.held)
 
     def rebound(self, capture, backward) -> "Entry":
         """This entry's compiled code for another capture of the same program, binding
@@ -143,7 +147,8 @@ class Entry:
             if b.kind == "arg":
                 arrays.append(tensor_args[b.index]._data)
             elif b.kind == "captured":
-                arrays.append(b.tensor._data)
+                arrays.append(b.tensor._data if k not in self.held.reads
+                              else self._read_place(k))
             else:
                 owner = tensor_args[self.arg_grads_read[k]] if k in self.arg_grads_read \
                     else b.tensor
@@ -153,10 +158,25 @@ class Entry:
                 arrays.append(grad._data)
         return arrays
 
+    def _read_place(self, k: int):
+        """The array of the tensor now held where binding ``k`` is read from (a place the
+        graph stores a new tensor in at every call): of the traced shape and dtype."""
+        name, container, key = self.held.reads[k]
+        t, v = held(container, key), self.capture.graph.inputs[k]
+        if (type(t) is not Tensor or t._data.shape != tuple(v.shape)
+                or t._data.dtype != v.dtype or t.requires_grad):
+            raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
+                              f"traced ({v.dtype} {tuple(v.shape)})")
+        return t._data
+
     def run(self, args, kwargs, on_node=None, leaves=None):
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
+        if self.held.guards:
+            changed = self.held.changed()
+            if changed is not None:
+                raise _StaleGuard(changed)
         for f in self.frozen:
             if f.changed():
                 raise _StaleGuard(f.change(), f)
@@ -217,7 +237,7 @@ class Entry:
         """The tensor whose array is graph input ``k`` this call, when no writeback of
         this call changes it (else None: a saved value must then be a copy)."""
         b = self.capture.bindings[k]
-        if b.kind == "grad" or id(b.tensor) in self.written:
+        if b.kind == "grad" or id(b.tensor) in self.written or k in self.held.reads:
             return None
         return tensor_args[b.index] if b.kind == "arg" else b.tensor
 
@@ -323,16 +343,6 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
     return written
 
 
-def _refuse_repeated_tensors(leaves) -> None:
-    """One tensor passed as two arguments (``model(x, mask, mask)``) would be two graph
-    inputs with one traced value: the function runs eagerly instead (a graph break naming
-    the call), as calls with the same tensors keep doing."""
-    tensors = [id(t) for t in leaves if isinstance(t, Tensor)]
-    if len(set(tensors)) != len(tensors):
-        raise CaptureError("the same tensor passed as two arguments", user_location(),
-                           "Pass it once, or pass a .clone() as the second one.")
-
-
 class _StaticDims(Exception):
     """A trace with symbolic dims failed (``error``): an op that can't take them yet; the
     function is traced again with static shapes (``Compiled._static_from_now``)."""
@@ -411,6 +421,28 @@ def _writeback_inputs(capture) -> dict:
                 pairs[first + j] = k
                 break
     return pairs
+
+
+def _store_notes(entry, made: list) -> str:
+    """What ``explain()`` adds about a graph that stores tensors anew at every run: the
+    places it reads the one before from, and the tensors kept as values only."""
+    notes = ""
+    if entry.held.reads:
+        names = ", ".join(name for name, _, _ in entry.held.reads.values())
+        notes += (f"; it reads the one before from the same place ({names}), so a tensor "
+                  "put there outside the function is read too")
+    if any(t.requires_grad for t in made):
+        notes += ("; the tensors with history among them are kept as their values, "
+                  "without it (the step's backward is in its graph)")
+    return notes
+
+
+def _described(obj) -> str:
+    """A short description of what a place holds, for a guard's reason."""
+    if isinstance(obj, Tensor):
+        grad = ", requiring grad" if obj.requires_grad else ""
+        return f"a {obj._data.dtype} tensor of shape {tuple(obj._data.shape)}{grad}"
+    return "nothing" if obj is None else f"a {type(obj).__name__}"
 
 
 def _made_at(value: Value) -> str:
@@ -1021,6 +1053,7 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
+        tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
         draws = Draws(roots, every=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
@@ -1033,15 +1066,16 @@ class Compiled:
         number_writes, random_break = [], None
         try:
             with tracer, math_functions(symbolic):
-                index = 0
-                _refuse_repeated_tensors(leaves)
+                index, bound = 0, set()
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
                         dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None
                         shape = None
                         if dyn:
                             shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
-                        tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
+                        if id(leaf) not in bound:   # (one tensor passed twice: one input,
+                            bound.add(id(leaf))      # the signature guards the aliasing)
+                            tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
                 if as_inputs and draws.drawn():
@@ -1053,6 +1087,7 @@ class Compiled:
                 kept = kept_places(roots, tracer)
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
+                capture.held = guards_for(tensors_held, capture.bindings)
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
@@ -1097,6 +1132,14 @@ class Compiled:
             return Entry(capture, backward, False, self.fast_math)
         return Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
                      backend if callable(backend) else None)
+
+    def _guarded_elsewhere(self) -> set:
+        """The ids of the modules (their tensors guarded by the module facts) and the
+        optimisers (their state and facts guarded) that capture/held.py does not look into."""
+        ids = {id(o) for o in self._optimizers or ()}
+        for _, root in self._module_facts.roots:
+            ids.update(id(m) for _, m in root.named_modules())
+        return ids
 
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
@@ -1148,11 +1191,21 @@ class Compiled:
                 (id(c), k) for c, k in previous.capture.kept]:
             return False
         made = [t for kind, t in cap.writebacks if kind == "new"]
-        before = {id(t) for kind, t in previous.capture.writebacks if kind == "new"}
+        before = [t for kind, t in previous.capture.writebacks if kind == "new"]
+        place = {id(t): (name, c, k) for t, (name, _), (c, k)
+                 in zip(before, previous.created, previous.capture.kept)}
+        reads = {k: place[id(b.tensor)] for k, b in enumerate(cap.bindings)
+                 if id(b.tensor) in place}
+        # (a tensor with history is kept as its value: only where the step's backward ran
+        # inside it, so that no later backward can be through that history)
+        whole = entry.backward is None
+        inside = whole and any(kind == "grad" for kind, _ in cap.writebacks)
         if (not all(isinstance(c, dict) for c, _ in cap.kept)
-                or any(t.requires_grad for t in made)
-                or any(id(b.tensor) in before for b in cap.bindings)):
+                or any(t.requires_grad for t in made) and not inside
+                or reads and not whole
+                or any(cap.bindings[k].kind != "captured" for k in reads)):
             return False
+        entry.held = Held(entry.held.guards, reads)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
                    for _, m in root.named_modules()}
         for container, key in cap.kept:   # (not guarded by identity: the graph sets them)
@@ -1166,7 +1219,8 @@ class Compiled:
         self.records.append(Record(
             "python", f"it keeps a tensor it makes at every call ({names}), replacing the "
             "one of the call before: its graph runs from its guards alone and stores a new "
-            "tensor there after each run", "none needed", location))
+            "tensor there after each run" + _store_notes(entry, made), "none needed",
+            location))
         return True
 
     def _every_call(self, why: str, location: str, fix: str) -> None:
