@@ -104,7 +104,7 @@ def test_compiled_module_forward_is_differentiable_from_outside():
 
 
 def test_guards_retrace_and_explain_name_the_failed_guard_and_fix():
-    cf = dg.compile(lambda x, k: x * k)
+    cf = dg.compile(lambda x, k: x * k, dynamic=False)   # (static: a retrace per shape)
     cf(dg.ones(2), 2.0)
     cf(dg.ones(2), 2.0)
     assert len(cf.cache) == 1
@@ -249,7 +249,7 @@ def test_dynamic_batch_reuses_one_graph():
 
 
 def test_retrace_limit_warns_once_and_runs_eagerly():
-    cf = dg.compile(lambda x: x + 1)
+    cf = dg.compile(lambda x: x + 1, dynamic=False)
     cf.retrace_limit = 2
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -540,7 +540,7 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
     dg.manual_seed(0)
     model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.ReLU(), dg.nn.Dropout(0.5))
     model.eval()
-    f = dg.compile(model)
+    f = dg.compile(model, dynamic=False)   # (static: a graph, and a fast path, per shape)
     general = []
     real_run = Entry.run
     monkeypatch.setattr(Entry, "run",

@@ -37,7 +37,8 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .escape import kept_places, places, restore_cells, scalar_cells, undo
+from .autodims import AutoDims
+from .escape import held_before, kept_places, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .held import Held, guards_for, held, root_sources, tensor_places
@@ -423,6 +424,12 @@ def _writeback_inputs(capture) -> dict:
     return pairs
 
 
+def _same_places(kept: list, other) -> bool:
+    """Whether two lists of ``(container, key)`` places are the same places."""
+    return len(kept) == len(other) and all(
+        c is d and k == j for (c, k), (d, j) in zip(kept, other))
+
+
 def _store_notes(entry, made: list) -> str:
     """What ``explain()`` adds about a graph that stores tensors anew at every run: the
     places it reads the one before from, and the tensors kept as values only."""
@@ -435,6 +442,25 @@ def _store_notes(entry, made: list) -> str:
         notes += ("; the tensors with history among them are kept as their values, "
                   "without it (the step's backward is in its graph)")
     return notes
+
+
+def _check_dims_bound(graph) -> None:
+    """Raise where an op of ``graph`` (a backward graph, run on its own) takes a symbolic
+    dim as an attribute that none of its inputs has: its code could not know the size."""
+    bound = {n for v in graph.inputs for d in v.shape if isinstance(d, Sym) for n in d.names}
+
+    def syms(x):
+        if isinstance(x, Sym):
+            yield from x.names
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                yield from syms(y)
+
+    for node in graph.nodes:
+        missing = {n for a in node.attrs.values() for n in syms(a)} - bound
+        if missing:
+            raise TypeError(f"the backward graph's {node.op.name} needs the size of "
+                            f"{', '.join(sorted(missing))}, which none of its inputs has")
 
 
 def _described(obj) -> str:
@@ -505,6 +531,8 @@ class Compiled:
         self.check = check
         self.fullgraph = fullgraph
         self.dynamic = dynamic
+        # (no ``dynamic=``: a dim whose size alone changes is traced symbolic, autodims.py)
+        self._auto = AutoDims(dynamic is None and not strict)
         self.retrace_limit = retrace_limit
         self.cache: dict = {}
         self._entry_keys: dict = {}   # id(entry) -> (capture_key, entry), once retraced
@@ -514,6 +542,7 @@ class Compiled:
         self._split_result = None   # (the result of the call that found the break)
         self._made_state = 0   # how many calls in a row made state (_run_once)
         self._made_by = None   # the entry of the latest call that made state
+        self._storing = ()     # (container, key) where a graph it cached stores at each run
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -634,6 +663,11 @@ class Compiled:
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
                         self._slots, self._dynamic, self._numbers.args)
         entry = self.cache.get(sig)
+        if entry is None and self._auto.dims:   # (a shape traced static keeps its graph)
+            leaf_dynamic = self._auto.leaf_dynamic(self.leaf_names(args, kwargs), leaves)
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
+            entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
                 and (self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])
                      | self._new_number_inputs(sig, leaves, args, kwargs))):
@@ -648,6 +682,9 @@ class Compiled:
                                            self.leaf_names(args, kwargs), self._slots)
                 raise TypeError(f"this traced function was traced for other inputs: {reason}."
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
+            if self._auto.enabled:
+                sig, leaf_dynamic = self._auto_dims(args, kwargs, leaves, spec, sig,
+                                                    leaf_dynamic)
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
             start = time.perf_counter_ns()
@@ -1088,11 +1125,14 @@ class Compiled:
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
+                capture.kept_before = [held_before(before, c, k) for c, k in capture.kept]
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
+                if backward is not None and any(leaf_dynamic):
+                    _check_dims_bound(backward.graph)
         except Exception as e:   # (the eager run makes again the state the trace made)
             dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
@@ -1164,7 +1204,9 @@ class Compiled:
         result = entry.run(args, kwargs, leaves=leaves)
         self._made_state += 1
         previous, self._made_by = self._made_by, entry
-        if self._made_state >= MADE_STATE_LIMIT and self._stores(entry, previous, sig):
+        known = _same_places(entry.capture.kept, self._storing)   # (a retrace of a step that
+        if (self._made_state >= MADE_STATE_LIMIT or known) and self._stores(  # stores there)
+                entry, previous, sig, known):
             return result
         if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
@@ -1179,23 +1221,23 @@ class Compiled:
                                  f"({name})", location, fix)
         return result
 
-    def _stores(self, entry, previous, sig) -> bool:
+    def _stores(self, entry, previous, sig, known=False) -> bool:
         """Cache ``entry``, the graph of a call that kept tensors it made where the call
         before kept its own, as a graph that stores new ones there after each run, when
         that is what its Python does at every call: each is a dict item or an attribute
-        replaced (not a list it grows: a ``len()`` read would be no guard), none requires
-        grad, and the call did not read the previous ones (a graph reads its inputs by
-        identity). Whether it did."""
+        replaced (not a list it grows: a ``len()`` read would be no guard). The tensors
+        there that the call read (``self.running_mean = f(self.running_mean)``) are read from
+        there at each call; one with history is stored as its value, where the step's
+        backward ran inside it. ``known``: its places are those of a graph that stores,
+        cached before (a retrace of the same step). Whether it did."""
         cap = entry.capture
-        if previous is None or [(id(c), k) for c, k in cap.kept] != [
-                (id(c), k) for c, k in previous.capture.kept]:
+        if not (known or previous is not None
+                and _same_places(cap.kept, previous.capture.kept)):
             return False
         made = [t for kind, t in cap.writebacks if kind == "new"]
-        before = [t for kind, t in previous.capture.writebacks if kind == "new"]
-        place = {id(t): (name, c, k) for t, (name, _), (c, k)
-                 in zip(before, previous.created, previous.capture.kept)}
-        reads = {k: place[id(b.tensor)] for k, b in enumerate(cap.bindings)
-                 if id(b.tensor) in place}
+        reads = {k: (name, c, key) for (name, _), (c, key), old
+                 in zip(entry.created, cap.kept, cap.kept_before)
+                 for k, b in enumerate(cap.bindings) if b.tensor is old}
         # (a tensor with history is kept as its value: only where the step's backward ran
         # inside it, so that no later backward can be through that history)
         whole = entry.backward is None
@@ -1215,6 +1257,7 @@ class Compiled:
         names = ", ".join(name for name, _ in entry.created)
         location = entry.created[0][1]
         entry.created, entry.stores, self._made_state = (), True, 0
+        self._storing = cap.kept
         self.cache[sig[:3] + (self._module_facts.get(),) + sig[4:]] = entry
         self.records.append(Record(
             "python", f"it keeps a tensor it makes at every call ({names}), replacing the "
@@ -1279,6 +1322,21 @@ class Compiled:
         finally:
             self._stale_depth -= 1
 
+    def _auto_dims(self, args, kwargs, leaves, spec, sig, leaf_dynamic) -> tuple:
+        """``(sig, leaf_dynamic)`` for a call that missed the cache: with the dims marked
+        dynamic now when only their sizes changed since the latest capture (autodims.py)."""
+        names = self.leaf_names(args, kwargs)
+        static = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                           self._slots, self._dynamic, self._numbers.args)
+        marked = self._auto.mark(names, static)
+        self._auto.last = (names, static)
+        if marked is None:
+            return sig, leaf_dynamic
+        self._stale = marked
+        leaf_dynamic = self._auto.leaf_dynamic(names, leaves)
+        return signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
+                         self._slots, self._dynamic, self._numbers.args), leaf_dynamic
+
     def _static_from_now(self, error: Exception) -> None:
         """Dims marked dynamic that a trace could not keep symbolic (an op that computes
         with a dim as a Python int): a warning naming the line, then static shapes (one
@@ -1287,6 +1345,14 @@ class Compiled:
         frames = traceback.extract_tb(error.__traceback__)
         user = [f for f in frames if not _is_internal(f.filename)] or frames
         where = f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
+        if self._auto.dims:   # (dims it marked itself: no warning, explain() says it)
+            self._auto.give_up()
+            self._stale = None
+            self.records.append(Record("static", "automatic dynamic dims given up: "
+                                       f"{type(error).__name__}: {error}; one graph per shape "
+                                       "from now on", "none needed", where))
+            return
+        self._auto.give_up()
         self.records.append(Record("static", f"{type(error).__name__}: {error}",
                                    "none needed (or give the failing op static dims)", where))
         warnings.warn(f"dg.compile: {_name(self.fn)} could not be traced with symbolic dims "

@@ -203,7 +203,7 @@ def applies(compiled, entry, sig) -> bool:
     exe, capture = entry.executable, entry.capture
     common = (not (compiled.dynamic or compiled.check)
               and compiled._tensor_specs.get(len(facts)) is spec
-              and all(f[0] == "tensor" for f in facts)
+              and all(f[0] == "tensor" and all(type(d) is int for d in f[1]) for f in facts)
               and not exe._slots and exe.backend is None)
     if not common or entry.held.reads:   # (read from a place: the general path)
         return False

@@ -106,6 +106,8 @@ class Capture:
     # (name, container, key, tensor): places outside modules that held a tensor the graph
     # reads by identity, before and after the trace (guarded: capture/held.py)
     held: list = field(default_factory=list)
+    # what each place of ``kept`` held when the trace began (the tensor it rebinds, if any)
+    kept_before: list = field(default_factory=list)
 
 
 class Tracer:
