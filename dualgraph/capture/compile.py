@@ -24,7 +24,7 @@ import webbrowser
 import numpy as np
 
 from .. import dispatch
-from .._helpers import _is_internal, user_location
+from .._helpers import _is_internal
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
