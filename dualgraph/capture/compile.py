@@ -130,6 +130,13 @@ class Entry:
         self.passthrough_outputs = {j for _, j, _ in passthrough}
         if capture.held:
             self.held = Held(capture.held)
+        self.sharing = None   # (storage shared among arguments and state: guarded where a
+        if capture.writebacks or capture.grads_cleared or self.backward is not None:  # write
+            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)  # or a
+                                if b.kind == "arg")                                  # grad
+            self._state = {id(b.tensor._version) for b in capture.bindings   # could tell)
+                           if b.kind == "captured"} | capture.arg_state
+            self.sharing = self._sharing([b.tensor for b in capture.bindings], by_binding=True)
 
     def rebound(self, capture, backward) -> "Entry":
         """This entry's compiled code for another capture of the same program, binding
@@ -159,6 +166,17 @@ class Entry:
                 arrays.append(grad._data)
         return arrays
 
+    def _sharing(self, tensors: list, by_binding=False) -> tuple:
+        """Which of the tensor arguments share storage (views of one another, or of a tensor
+        the graph reads as state): per argument bound, the first such argument's position,
+        or -1 for state. ``tensors``: the call's tensor arguments (``by_binding``: the
+        capture's bound tensors, as traced)."""
+        first, out = {}, []
+        for i, k in self._args:
+            version = id((tensors[k] if by_binding else tensors[i])._version)
+            out.append(-1 if version in self._state else first.setdefault(version, i))
+        return tuple(out)
+
     def _read_place(self, k: int):
         """The array of the tensor now held where binding ``k`` is read from (a place the
         graph stores a new tensor in at every call): of the traced shape and dtype."""
@@ -178,6 +196,9 @@ class Entry:
             changed = self.held.changed()
             if changed is not None:
                 raise _StaleGuard(changed)
+        if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
+            raise _StaleGuard("the arguments share storage (views of one another, or of "
+                              "state the function reads) otherwise than when traced")
         for f in self.frozen:
             if f.changed():
                 raise _StaleGuard(f.change(), f)
@@ -1091,6 +1112,9 @@ class Compiled:
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
         tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
+        state = self._state_versions(tensors_held)
+        arg_state = {id(t._version) for t in leaves
+                     if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots, every=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
@@ -1126,6 +1150,7 @@ class Compiled:
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
                 capture.kept_before = [held_before(before, c, k) for c, k in capture.kept]
+                capture.arg_state = arg_state
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
@@ -1172,6 +1197,17 @@ class Compiled:
             return Entry(capture, backward, False, self.fast_math)
         return Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
                      backend if callable(backend) else None)
+
+    def _state_versions(self, tensors_held: dict) -> set:
+        """The storages (ids of version counters, which views share) of the tensors the
+        function can read as state: its modules' and optimisers' parameters and buffers and
+        the tensors ``tensors_held`` found. An argument sharing one is guarded as such."""
+        state = {id(held(c, k)._version) for places in tensors_held.values()
+                 for _, c, k in places[:1] if isinstance(held(c, k), Tensor)}
+        state.update(id(p._version) for p in self._known_parameters())
+        for _, root in self._module_facts.roots:
+            state.update(id(b._version) for b in root.buffers())
+        return state
 
     def _guarded_elsewhere(self) -> set:
         """The ids of the modules (their tensors guarded by the module facts) and the

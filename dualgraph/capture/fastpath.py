@@ -129,6 +129,10 @@ def fast_path(compiled, entry, sig):
         names["dynamic"] = frozenset(compiled._hyper_inputs)
         lines += ["if optimizer_facts(optimizers, dynamic) != optimizer_state:",
                   "    return MISS"]
+    if entry.sharing is not None:   # (views among the arguments and state, as traced)
+        names.update(sharing_of=entry._sharing, sharing=entry.sharing)
+        args = ", ".join(f"a{i}" for i in range(len(facts)))
+        lines += [f"if sharing_of([{args}]) != sharing:", "    return MISS"]
     if entry.held.guards:   # (tensors held outside modules: capture/held.py)
         names["held_changed"] = entry.held.changed
         lines += ["if held_changed() is not None:", "    return MISS"]

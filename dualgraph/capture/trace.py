@@ -108,6 +108,8 @@ class Capture:
     held: list = field(default_factory=list)
     # what each place of ``kept`` held when the trace began (the tensor it rebinds, if any)
     kept_before: list = field(default_factory=list)
+    # the storages of the arguments that are (views of) tensors the function reads as state
+    arg_state: set = field(default_factory=set)
 
 
 class Tracer:
