@@ -58,12 +58,12 @@ def make_step(net):
     params = net.parameters()
 
     def step(x, y, lr):
-        for p in params:        # (zeroed first, the update through .data -=)
-            p.grad = None
         loss = F.cross_entropy(net(x), y)
+        for p in params:
+            p.grad = None
         loss.backward()
         for p in params:
-            p.data -= lr * p.grad
+            p.data += -lr * p.grad
         return loss
     return step
 
