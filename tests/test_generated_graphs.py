@@ -318,6 +318,16 @@ def test_forward_with_a_dynamic_leading_dim(seed):
 
 
 @pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_forward_with_automatic_dynamic_dims(seed):
+    """No ``dynamic=``: the leading size changes, so that dim is traced symbolic (or, where
+    an op can't keep it so, the function keeps static graphs): calls of several sizes, back
+    to the traced one, and 1 (which stays a number)."""
+    check_forward(seed, dg.float32, lambda shapes: [
+        (1, None), (2, shapes[0][0] + 1), (3, shapes[0][0] + 3), (4, None), (5, 1),
+        (6, shapes[0][0] + 1)])
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
 def test_backward_inside(seed):
     """The loss's backward inside the compiled function: gradients of the inputs."""
     dtype = dg.float64

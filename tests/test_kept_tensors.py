@@ -223,18 +223,18 @@ def kept_every_call(kind: str, compiled: bool, calls: int = 12):
                                   "previous call's, read", "dict item"])
 def test_a_step_keeping_a_tensor_every_call_stays_compiled_and_equal(kind):
     """``history.append(loss.detach())``, a hook's ``self.act = out.detach()``: after three
-    calls that each made the state, a step that replaces a detached tensor in a dict item
-    or an attribute (and does not read the one before) is one graph that stores a new
-    tensor there after each run; any other (a list it grows, a tensor with history, the
-    one before read) runs its Python at every call (so what it keeps, and when, is
-    eager's) with its ops compiled and replayed. Never eagerly."""
+    calls that each made the state, a step that replaces a tensor in a dict item or an
+    attribute is one graph that stores a new tensor there after each run (one with history
+    as its value, the step's backward being in the graph; the one before, read, is read
+    from that place); a list it grows runs its Python at every call (so what it keeps,
+    and when, is eager's) with its ops compiled and replayed. Never eagerly."""
     want, _ = kept_every_call(kind, False)
     got, fn = kept_every_call(kind, True)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not fn.eager_only, fn.explain()
-    if kind in ("hook attribute", "dict item"):
+    if kind != "history":
         assert fn._split is None and "stores a new tensor there" in fn.explain()
         assert len(fn.records) == 4, fn.explain()   # (3 captures, then no more traces)
     else:

@@ -24,7 +24,7 @@ import webbrowser
 import numpy as np
 
 from .. import dispatch
-from .._helpers import _is_internal, user_location
+from .._helpers import _is_internal
 from ..autograd.tape import grad_mode
 from ..codegen import Executable
 from ..dispatch import OpError, modes, op_error
@@ -37,9 +37,11 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .escape import kept_places, places, restore_cells, scalar_cells, undo
+from .autodims import AutoDims
+from .escape import held_before, kept_places, places, restore_cells, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
+from .held import Held, guards_for, held, root_sources, tensor_places
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .pyrandom import Draws, PythonRandom
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
@@ -65,6 +67,7 @@ class Entry:
     stores = False  # whether each run keeps new tensors where the traced call kept its own
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
+    held = Held()  # the places its bound tensors are guarded in, or read from (held.py)
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
                  memory_budget=None, backend=None):
@@ -125,6 +128,15 @@ class Entry:
         passthrough = _passthrough_outputs(capture)
         self.passthrough = {i: b for i, _, b in passthrough}
         self.passthrough_outputs = {j for _, j, _ in passthrough}
+        if capture.held:
+            self.held = Held(capture.held)
+        self.sharing = None   # (storage shared among arguments and state: guarded where a
+        if capture.writebacks or capture.grads_cleared or self.backward is not None:  # write
+            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)  # or a
+                                if b.kind == "arg")                                  # grad
+            self._state = {id(b.tensor._version) for b in capture.bindings   # could tell)
+                           if b.kind == "captured"} | capture.arg_state
+            self.sharing = self._sharing([b.tensor for b in capture.bindings], by_binding=True)
 
     def rebound(self, capture, backward) -> "Entry":
         """This entry's compiled code for another capture of the same program, binding
@@ -143,7 +155,8 @@ class Entry:
             if b.kind == "arg":
                 arrays.append(tensor_args[b.index]._data)
             elif b.kind == "captured":
-                arrays.append(b.tensor._data)
+                arrays.append(b.tensor._data if k not in self.held.reads
+                              else self._read_place(k))
             else:
                 owner = tensor_args[self.arg_grads_read[k]] if k in self.arg_grads_read \
                     else b.tensor
@@ -153,10 +166,39 @@ class Entry:
                 arrays.append(grad._data)
         return arrays
 
+    def _sharing(self, tensors: list, by_binding=False) -> tuple:
+        """Which of the tensor arguments share storage (views of one another, or of a tensor
+        the graph reads as state): per argument bound, the first such argument's position,
+        or -1 for state. ``tensors``: the call's tensor arguments (``by_binding``: the
+        capture's bound tensors, as traced)."""
+        first, out = {}, []
+        for i, k in self._args:
+            version = id((tensors[k] if by_binding else tensors[i])._version)
+            out.append(-1 if version in self._state else first.setdefault(version, i))
+        return tuple(out)
+
+    def _read_place(self, k: int):
+        """The array of the tensor now held where binding ``k`` is read from (a place the
+        graph stores a new tensor in at every call): of the traced shape and dtype."""
+        name, container, key = self.held.reads[k]
+        t, v = held(container, key), self.capture.graph.inputs[k]
+        if (type(t) is not Tensor or t._data.shape != tuple(v.shape)
+                or t._data.dtype != v.dtype or t.requires_grad):
+            raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
+                              f"traced ({v.dtype} {tuple(v.shape)})")
+        return t._data
+
     def run(self, args, kwargs, on_node=None, leaves=None):
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
+        if self.held.guards:
+            changed = self.held.changed()
+            if changed is not None:
+                raise _StaleGuard(changed)
+        if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
+            raise _StaleGuard("the arguments share storage (views of one another, or of "
+                              "state the function reads) otherwise than when traced")
         for f in self.frozen:
             if f.changed():
                 raise _StaleGuard(f.change(), f)
@@ -217,7 +259,7 @@ class Entry:
         """The tensor whose array is graph input ``k`` this call, when no writeback of
         this call changes it (else None: a saved value must then be a copy)."""
         b = self.capture.bindings[k]
-        if b.kind == "grad" or id(b.tensor) in self.written:
+        if b.kind == "grad" or id(b.tensor) in self.written or k in self.held.reads:
             return None
         return tensor_args[b.index] if b.kind == "arg" else b.tensor
 
@@ -323,16 +365,6 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
     return written
 
 
-def _refuse_repeated_tensors(leaves) -> None:
-    """One tensor passed as two arguments (``model(x, mask, mask)``) would be two graph
-    inputs with one traced value: the function runs eagerly instead (a graph break naming
-    the call), as calls with the same tensors keep doing."""
-    tensors = [id(t) for t in leaves if isinstance(t, Tensor)]
-    if len(set(tensors)) != len(tensors):
-        raise CaptureError("the same tensor passed as two arguments", user_location(),
-                           "Pass it once, or pass a .clone() as the second one.")
-
-
 class _StaticDims(Exception):
     """A trace with symbolic dims failed (``error``): an op that can't take them yet; the
     function is traced again with static shapes (``Compiled._static_from_now``)."""
@@ -413,6 +445,53 @@ def _writeback_inputs(capture) -> dict:
     return pairs
 
 
+def _same_places(kept: list, other) -> bool:
+    """Whether two lists of ``(container, key)`` places are the same places."""
+    return len(kept) == len(other) and all(
+        c is d and k == j for (c, k), (d, j) in zip(kept, other))
+
+
+def _store_notes(entry, made: list) -> str:
+    """What ``explain()`` adds about a graph that stores tensors anew at every run: the
+    places it reads the one before from, and the tensors kept as values only."""
+    notes = ""
+    if entry.held.reads:
+        names = ", ".join(name for name, _, _ in entry.held.reads.values())
+        notes += (f"; it reads the one before from the same place ({names}), so a tensor "
+                  "put there outside the function is read too")
+    if any(t.requires_grad for t in made):
+        notes += ("; the tensors with history among them are kept as their values, "
+                  "without it (the step's backward is in its graph)")
+    return notes
+
+
+def _check_dims_bound(graph) -> None:
+    """Raise where an op of ``graph`` (a backward graph, run on its own) takes a symbolic
+    dim as an attribute that none of its inputs has: its code could not know the size."""
+    bound = {n for v in graph.inputs for d in v.shape if isinstance(d, Sym) for n in d.names}
+
+    def syms(x):
+        if isinstance(x, Sym):
+            yield from x.names
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                yield from syms(y)
+
+    for node in graph.nodes:
+        missing = {n for a in node.attrs.values() for n in syms(a)} - bound
+        if missing:
+            raise TypeError(f"the backward graph's {node.op.name} needs the size of "
+                            f"{', '.join(sorted(missing))}, which none of its inputs has")
+
+
+def _described(obj) -> str:
+    """A short description of what a place holds, for a guard's reason."""
+    if isinstance(obj, Tensor):
+        grad = ", requiring grad" if obj.requires_grad else ""
+        return f"a {obj._data.dtype} tensor of shape {tuple(obj._data.shape)}{grad}"
+    return "nothing" if obj is None else f"a {type(obj).__name__}"
+
+
 def _made_at(value: Value) -> str:
     """The user's line that computed ``value`` (a constant's is not recorded)."""
     node = value.producer
@@ -473,6 +552,8 @@ class Compiled:
         self.check = check
         self.fullgraph = fullgraph
         self.dynamic = dynamic
+        # (no ``dynamic=``: a dim whose size alone changes is traced symbolic, autodims.py)
+        self._auto = AutoDims(dynamic is None and not strict)
         self.retrace_limit = retrace_limit
         self.cache: dict = {}
         self._entry_keys: dict = {}   # id(entry) -> (capture_key, entry), once retraced
@@ -482,6 +563,7 @@ class Compiled:
         self._split_result = None   # (the result of the call that found the break)
         self._made_state = 0   # how many calls in a row made state (_run_once)
         self._made_by = None   # the entry of the latest call that made state
+        self._storing = ()     # (container, key) where a graph it cached stores at each run
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
@@ -602,6 +684,11 @@ class Compiled:
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
                         self._slots, self._dynamic, self._numbers.args)
         entry = self.cache.get(sig)
+        if entry is None and self._auto.dims:   # (a shape traced static keeps its graph)
+            leaf_dynamic = self._auto.leaf_dynamic(self.leaf_names(args, kwargs), leaves)
+            sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
+                            self._optimizers, self._slots, self._dynamic, self._numbers.args)
+            entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
                 and (self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])
                      | self._new_number_inputs(sig, leaves, args, kwargs))):
@@ -616,6 +703,9 @@ class Compiled:
                                            self.leaf_names(args, kwargs), self._slots)
                 raise TypeError(f"this traced function was traced for other inputs: {reason}."
                                 f" Trace again, or use dg.compile, which retraces. ({fix})")
+            if self._auto.enabled:
+                sig, leaf_dynamic = self._auto_dims(args, kwargs, leaves, spec, sig,
+                                                    leaf_dynamic)
             if len(self.cache) >= self.retrace_limit:
                 return self._over_limit(args, kwargs, sig)
             start = time.perf_counter_ns()
@@ -1021,6 +1111,10 @@ class Compiled:
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         before, cells = places(roots), scalar_cells(self.fn)
+        tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
+        state = self._state_versions(tensors_held)
+        arg_state = {id(t._version) for t in leaves
+                     if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots, every=as_inputs)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
@@ -1033,15 +1127,16 @@ class Compiled:
         number_writes, random_break = [], None
         try:
             with tracer, math_functions(symbolic):
-                index = 0
-                _refuse_repeated_tensors(leaves)
+                index, bound = 0, set()
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
                         dyn = leaf_dynamic[i] if i < len(leaf_dynamic) else None
                         shape = None
                         if dyn:
                             shape = tuple(dyn.get(d, n) for d, n in enumerate(leaf.shape))
-                        tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
+                        if id(leaf) not in bound:   # (one tensor passed twice: one input,
+                            bound.add(id(leaf))      # the signature guards the aliasing)
+                            tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
                 if as_inputs and draws.drawn():
@@ -1053,11 +1148,16 @@ class Compiled:
                 kept = kept_places(roots, tracer)
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
+                capture.held = guards_for(tensors_held, capture.bindings)
+                capture.kept_before = [held_before(before, c, k) for c, k in capture.kept]
+                capture.arg_state = arg_state
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
+                if backward is not None and any(leaf_dynamic):
+                    _check_dims_bound(backward.graph)
         except Exception as e:   # (the eager run makes again the state the trace made)
             dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
@@ -1098,6 +1198,25 @@ class Compiled:
         return Entry(capture, backward, self.passes, self.fast_math, self.memory_budget,
                      backend if callable(backend) else None)
 
+    def _state_versions(self, tensors_held: dict) -> set:
+        """The storages (ids of version counters, which views share) of the tensors the
+        function can read as state: its modules' and optimisers' parameters and buffers and
+        the tensors ``tensors_held`` found. An argument sharing one is guarded as such."""
+        state = {id(held(c, k)._version) for places in tensors_held.values()
+                 for _, c, k in places[:1] if isinstance(held(c, k), Tensor)}
+        state.update(id(p._version) for p in self._known_parameters())
+        for _, root in self._module_facts.roots:
+            state.update(id(b._version) for b in root.buffers())
+        return state
+
+    def _guarded_elsewhere(self) -> set:
+        """The ids of the modules (their tensors guarded by the module facts) and the
+        optimisers (their state and facts guarded) that capture/held.py does not look into."""
+        ids = {id(o) for o in self._optimizers or ()}
+        for _, root in self._module_facts.roots:
+            ids.update(id(m) for _, m in root.named_modules())
+        return ids
+
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
         of a bound method) and the non-tensor objects it is passed."""
@@ -1121,7 +1240,9 @@ class Compiled:
         result = entry.run(args, kwargs, leaves=leaves)
         self._made_state += 1
         previous, self._made_by = self._made_by, entry
-        if self._made_state >= MADE_STATE_LIMIT and self._stores(entry, previous, sig):
+        known = _same_places(entry.capture.kept, self._storing)   # (a retrace of a step that
+        if (self._made_state >= MADE_STATE_LIMIT or known) and self._stores(  # stores there)
+                entry, previous, sig, known):
             return result
         if self._made_state >= MADE_STATE_LIMIT:
             name, location = entry.created[0]
@@ -1136,23 +1257,33 @@ class Compiled:
                                  f"({name})", location, fix)
         return result
 
-    def _stores(self, entry, previous, sig) -> bool:
+    def _stores(self, entry, previous, sig, known=False) -> bool:
         """Cache ``entry``, the graph of a call that kept tensors it made where the call
         before kept its own, as a graph that stores new ones there after each run, when
         that is what its Python does at every call: each is a dict item or an attribute
-        replaced (not a list it grows: a ``len()`` read would be no guard), none requires
-        grad, and the call did not read the previous ones (a graph reads its inputs by
-        identity). Whether it did."""
+        replaced (not a list it grows: a ``len()`` read would be no guard). The tensors
+        there that the call read (``self.running_mean = f(self.running_mean)``) are read from
+        there at each call; one with history is stored as its value, where the step's
+        backward ran inside it. ``known``: its places are those of a graph that stores,
+        cached before (a retrace of the same step). Whether it did."""
         cap = entry.capture
-        if previous is None or [(id(c), k) for c, k in cap.kept] != [
-                (id(c), k) for c, k in previous.capture.kept]:
+        if not (known or previous is not None
+                and _same_places(cap.kept, previous.capture.kept)):
             return False
         made = [t for kind, t in cap.writebacks if kind == "new"]
-        before = {id(t) for kind, t in previous.capture.writebacks if kind == "new"}
+        reads = {k: (name, c, key) for (name, _), (c, key), old
+                 in zip(entry.created, cap.kept, cap.kept_before)
+                 for k, b in enumerate(cap.bindings) if b.tensor is old}
+        # (a tensor with history is kept as its value: only where the step's backward ran
+        # inside it, so that no later backward can be through that history)
+        whole = entry.backward is None
+        inside = whole and any(kind == "grad" for kind, _ in cap.writebacks)
         if (not all(isinstance(c, dict) for c, _ in cap.kept)
-                or any(t.requires_grad for t in made)
-                or any(id(b.tensor) in before for b in cap.bindings)):
+                or any(t.requires_grad for t in made) and not inside
+                or reads and not whole
+                or any(cap.bindings[k].kind != "captured" for k in reads)):
             return False
+        entry.held = Held(entry.held.guards, reads)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
                    for _, m in root.named_modules()}
         for container, key in cap.kept:   # (not guarded by identity: the graph sets them)
@@ -1162,11 +1293,13 @@ class Compiled:
         names = ", ".join(name for name, _ in entry.created)
         location = entry.created[0][1]
         entry.created, entry.stores, self._made_state = (), True, 0
+        self._storing = cap.kept
         self.cache[sig[:3] + (self._module_facts.get(),) + sig[4:]] = entry
         self.records.append(Record(
             "python", f"it keeps a tensor it makes at every call ({names}), replacing the "
             "one of the call before: its graph runs from its guards alone and stores a new "
-            "tensor there after each run", "none needed", location))
+            "tensor there after each run" + _store_notes(entry, made), "none needed",
+            location))
         return True
 
     def _every_call(self, why: str, location: str, fix: str) -> None:
@@ -1225,6 +1358,21 @@ class Compiled:
         finally:
             self._stale_depth -= 1
 
+    def _auto_dims(self, args, kwargs, leaves, spec, sig, leaf_dynamic) -> tuple:
+        """``(sig, leaf_dynamic)`` for a call that missed the cache: with the dims marked
+        dynamic now when only their sizes changed since the latest capture (autodims.py)."""
+        names = self.leaf_names(args, kwargs)
+        static = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                           self._slots, self._dynamic, self._numbers.args)
+        marked = self._auto.mark(names, static)
+        self._auto.last = (names, static)
+        if marked is None:
+            return sig, leaf_dynamic
+        self._stale = marked
+        leaf_dynamic = self._auto.leaf_dynamic(names, leaves)
+        return signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
+                         self._slots, self._dynamic, self._numbers.args), leaf_dynamic
+
     def _static_from_now(self, error: Exception) -> None:
         """Dims marked dynamic that a trace could not keep symbolic (an op that computes
         with a dim as a Python int): a warning naming the line, then static shapes (one
@@ -1233,6 +1381,14 @@ class Compiled:
         frames = traceback.extract_tb(error.__traceback__)
         user = [f for f in frames if not _is_internal(f.filename)] or frames
         where = f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
+        if self._auto.dims:   # (dims it marked itself: no warning, explain() says it)
+            self._auto.give_up()
+            self._stale = None
+            self.records.append(Record("static", "automatic dynamic dims given up: "
+                                       f"{type(error).__name__}: {error}; one graph per shape "
+                                       "from now on", "none needed", where))
+            return
+        self._auto.give_up()
         self.records.append(Record("static", f"{type(error).__name__}: {error}",
                                    "none needed (or give the failing op static dims)", where))
         warnings.warn(f"dg.compile: {_name(self.fn)} could not be traced with symbolic dims "

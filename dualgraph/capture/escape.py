@@ -191,6 +191,13 @@ def undo(roots: dict, tracer, before: dict) -> None:
                 container[key] = old
 
 
+def held_before(before: dict, container, key):
+    """What ``container`` held under ``key`` when :func:`places` took ``before`` (None:
+    nothing, or a container it did not see)."""
+    old = _held(before.get(id(container)), key)
+    return None if old is _ABSENT else old
+
+
 def _held(saved, key):
     """What a container held under ``key`` before the trace (``saved``: its entry of
     :func:`places`, or None: it was not there), or _ABSENT."""

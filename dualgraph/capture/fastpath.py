@@ -114,6 +114,9 @@ def fast_path(compiled, entry, sig):
         lines += ["if autocast.dtype is not None:", "    return MISS"]
     if facts:
         lines.append(", ".join(f"a{i}" for i in range(len(facts))) + ", = args")
+    if len(facts) > 1:   # (distinct tensors: one passed twice is another signature)
+        ids = ", ".join(f"id(a{i})" for i in range(len(facts)))
+        lines += [f"if len({{{ids}}}) != {len(facts)}:", "    return MISS"]
     for i, (_, shape, dtype, requires_grad) in enumerate(facts):
         names[f"dtype_{i}"] = dtype
         lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not {requires_grad}:",
@@ -126,6 +129,13 @@ def fast_path(compiled, entry, sig):
         names["dynamic"] = frozenset(compiled._hyper_inputs)
         lines += ["if optimizer_facts(optimizers, dynamic) != optimizer_state:",
                   "    return MISS"]
+    if entry.sharing is not None:   # (views among the arguments and state, as traced)
+        names.update(sharing_of=entry._sharing, sharing=entry.sharing)
+        args = ", ".join(f"a{i}" for i in range(len(facts)))
+        lines += [f"if sharing_of([{args}]) != sharing:", "    return MISS"]
+    if entry.held.guards:   # (tensors held outside modules: capture/held.py)
+        names["held_changed"] = entry.held.changed
+        lines += ["if held_changed() is not None:", "    return MISS"]
     if values:   # (the Python values the function reads: globals, closures, dicts)
         names.update(read=read, slots=compiled._slots, values=values)
         lines += ["if read(slots) != values:", "    return MISS"]
@@ -197,9 +207,9 @@ def applies(compiled, entry, sig) -> bool:
     exe, capture = entry.executable, entry.capture
     common = (not (compiled.dynamic or compiled.check)
               and compiled._tensor_specs.get(len(facts)) is spec
-              and all(f[0] == "tensor" for f in facts)
+              and all(f[0] == "tensor" and all(type(d) is int for d in f[1]) for f in facts)
               and not exe._slots and exe.backend is None)
-    if not common:
+    if not common or entry.held.reads:   # (read from a place: the general path)
         return False
     if entry.plain:
         return (not optimizer_state and not exe._donated_inputs and capture.out_spec is None

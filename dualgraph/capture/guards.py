@@ -139,6 +139,8 @@ def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=
         facts = tuple([arg_facts(leaf, leaf_dynamic[i]) for i, leaf in enumerate(leaves)])
     else:   # (list comprehensions: cheaper than generators on every call)
         facts = tuple([arg_facts(leaf, None) for leaf in leaves])
+    if len(facts) > 1:
+        facts = _aliases(leaves, facts)
     if number_args:
         facts = tuple(("python", f[1], INPUT)
                       if i in number_args and type(leaves[i]) is number_args[i][0] else f
@@ -146,6 +148,23 @@ def signature(leaves, spec, leaf_dynamic: list, module_facts: tuple, optimizers=
     return (spec, facts, mode_facts(), module_facts,
             optimizer_facts(optimizers, dynamic) if optimizers else (),
             read(slots) if slots else ())
+
+
+def _aliases(leaves, facts: tuple) -> tuple:
+    """``facts`` with each tensor leaf that is an earlier leaf's very tensor (``f(x, x)``)
+    as ``("alias", that leaf's position, its own facts)``: the trace binds it once, as one
+    graph input read through both, so a call whose arguments alias otherwise (or not at
+    all) needs another graph."""
+    ids = [id(x) for x in leaves if isinstance(x, Tensor)]
+    if len(set(ids)) == len(ids):   # (the usual call: distinct tensors)
+        return facts
+    first, out = {}, list(facts)
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Tensor):
+            j = first.setdefault(id(leaf), i)
+            if j != i:
+                out[i] = ("alias", j, facts[i])
+    return tuple(out)
 
 
 def mode_facts() -> tuple:
@@ -159,7 +178,10 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     spec, facts, (grad_enabled, low), mod, opts, values = sig
     lines = []
     for name, leaf in zip(leaf_names, facts):
-        if leaf[0] == "tensor":
+        if leaf[0] == "alias":
+            lines.append(f"{name} is the very tensor passed as {leaf_names[leaf[1]]} (one "
+                         "graph input)")
+        elif leaf[0] == "tensor":
             lines.append(f"{name}: shape {leaf[1]}, dtype {leaf[2]}, "
                          f"requires_grad={leaf[3]}")
         elif leaf[0] == "python" and leaf[2] is INPUT:
@@ -210,6 +232,11 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
     for name, a, b in zip(leaf_names, new[1], old[1]):
         if a == b:
             continue
+        if "alias" in (a[0], b[0]):
+            other = leaf_names[(a if a[0] == "alias" else b)[1]]
+            now = "now" if a[0] == "alias" else "no longer"
+            return (f"{name} is {now} the very tensor passed as {other}",
+                    "expected: one graph per pattern of arguments passed twice")
         if a[0] == "tensor" and b[0] == "tensor":
             if a[1] != b[1]:
                 dims = [i for i, (x, y) in enumerate(zip(a[1], b[1])) if x != y]

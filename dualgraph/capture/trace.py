@@ -103,6 +103,13 @@ class Capture:
     # (container, key) where the traced call kept each tensor it made, in the order of the
     # ("new", tensor) writebacks (a graph that stores them anew at every run: compile.py)
     kept: list = field(default_factory=list)
+    # (name, container, key, tensor): places outside modules that held a tensor the graph
+    # reads by identity, before and after the trace (guarded: capture/held.py)
+    held: list = field(default_factory=list)
+    # what each place of ``kept`` held when the trace began (the tensor it rebinds, if any)
+    kept_before: list = field(default_factory=list)
+    # the storages of the arguments that are (views of) tensors the function reads as state
+    arg_state: set = field(default_factory=set)
 
 
 class Tracer:

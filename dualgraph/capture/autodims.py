@@ -1,0 +1,81 @@
+"""Automatic dynamic dims (torch's ``automatic_dynamic_shapes``): a dim whose size alone
+made a call miss the cache is traced symbolic from then on.
+
+Without ``dynamic=``, a compiled function is traced for the shapes it is called with. When
+a call misses the cache only because some dims of its tensor arguments have other sizes
+than the latest capture's (a batch of sequences of another length, a shorter last batch),
+those dims are *marked*, and the function is traced again with them symbolic, so one graph
+serves every size. Dims of equal size in a call share one symbol (``s0``; a call where
+they differ is another signature, so a graph never runs with sizes it did not assume
+equal), and a dim of size 0 or 1 stays a number (broadcasting depends on it). A call
+whose shapes a static graph was traced for still runs that graph (its kernels fitted to
+those shapes). Where an op cannot keep a dim symbolic (a slice of it, a tensor made with
+it as a size), the trace fails and the function goes back to static shapes for good (one
+graph per shape), as ``explain()`` says. ``dynamic=False`` never marks a dim.
+
+>>> auto = AutoDims(True)
+>>> import dualgraph as dg
+>>> x = dg.ones(5, 3)
+>>> auto.leaf_dynamic(["x"], [x])
+[None]
+"""
+from __future__ import annotations
+
+from ..shapes import Sym
+from ..tensor import Tensor
+
+
+class AutoDims:
+    """The dims marked dynamic of one compiled function (``dims``: leaf name -> dims), and
+    the latest capture's leaf names and static signature (``last``), which a miss is
+    compared with."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.dims: dict = {}
+        self.last = None
+
+    def leaf_dynamic(self, names: list, leaves: list) -> list:
+        """Per argument leaf, ``{dim: Sym}`` for its marked dims of this call's sizes, or
+        None; equal sizes share a symbol, named in order of appearance."""
+        symbols, out = {}, []
+        for name, leaf in zip(names, leaves):
+            dims = self.dims.get(name) if isinstance(leaf, Tensor) else None
+            marked = {}
+            for d in sorted(dims or ()):
+                size = leaf._data.shape[d] if d < leaf.ndim else 0
+                if size > 1:
+                    marked[d] = symbols.setdefault(size, Sym(f"s{len(symbols)}"))
+            out.append(marked or None)
+        return out
+
+    def mark(self, names: list, sig: tuple) -> str | None:
+        """For a call with static signature ``sig`` that missed the cache: mark the dims
+        whose size alone differs from the latest capture's (all else equal); what was
+        marked, for ``explain()``, or None."""
+        if not self.enabled or self.last is None:
+            return None
+        last_names, last = self.last
+        if (names != last_names or sig[0] != last[0] or sig[2:] != last[2:]
+                or len(sig[1]) != len(last[1])):
+            return None
+        new = []
+        for name, a, b in zip(names, sig[1], last[1]):
+            if a == b:
+                continue
+            if not (a[0] == b[0] == "tensor" and len(a[1]) == len(b[1]) and a[2:] == b[2:]):
+                return None   # (another guard failed too: an ordinary retrace)
+            new += [(name, d, y, x) for d, (x, y) in enumerate(zip(a[1], b[1]))
+                    if x != y and d not in self.dims.get(name, ())]
+        if not new:
+            return None
+        for name, d, _, _ in new:
+            self.dims.setdefault(name, set()).add(d)
+        changed = "; ".join(f"{name}.shape[{d}] changed from {old} to {now}"
+                            for name, d, old, now in new)
+        return (f"{changed}: traced again with that dim symbolic (automatic dynamic dims), "
+                "so one graph serves its sizes")
+
+    def give_up(self) -> None:
+        """An op could not keep a marked dim symbolic: static shapes from now on."""
+        self.enabled, self.dims = False, {}
