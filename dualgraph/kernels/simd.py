@@ -147,6 +147,23 @@ def tree_sum(typingctx, vector):
     return vector.dtype(vector), codegen
 
 
+@Intrinsic
+def load_broadcast(typingctx, array, offset):
+    """``array[offset]`` in every lane (unchecked: ``vbroadcastss`` from memory; indexing
+    the array would add a test for negative offsets at each load)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        scalar = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        one = builder.insert_element(ir.Constant(ir.VectorType(scalar.type, LANES),
+                                                 ir.Undefined), scalar, ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        return builder.shuffle_vector(one, one, zeros)
+    return vector_type(array.dtype)(array, offset), codegen
+
+
 def _same_vectors(*values):
     if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
         raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")
