@@ -118,32 +118,6 @@ def _edge_max(plane, width, y0, a0, a1, x0, kw, dh, dw):
 
 
 @helper(inline="always")
-def _plane_max(plane, out, width, height, ho, wo, kh, kw, sh, sw, dh, dw, top, left, first,
-               last, keep_nan):
-    """One plane of :func:`max_pool` without indices: outputs ``first:last + 1`` of each
-    row eight at a time, the others one by one (:func:`_edge_max`). Returns False where
-    the vectors' taps summed to NaN (a NaN among them, or infinities of both signs): then
-    the plane must be pooled again with ``keep_nan``."""
-    total = broadcast(F(0))
-    for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = _taps_inside(y0, kh, dh, height)
-        row = out[i * wo:(i + 1) * wo]
-        for j in range(first, last + 1, LANES):
-            j = min(j, last + 1 - LANES)
-            b, s = _vector_max(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
-                               keep_nan)
-            store(row, j, b)
-            total = add(total, s)
-        for j in range(first):
-            row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
-        for j in range(last + 1, wo):
-            row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
-    total_sum = tree_sum(total)
-    return total_sum == total_sum
-
-
-@helper(inline="always")
 def _vector_argmax(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, steps):
     """:func:`_vector_max` (no NaN in the windows) with each maximum's flat position in
     the plane, as floats (exact below 2^24): the first maximum in window order wins, the
@@ -157,6 +131,45 @@ def _vector_argmax(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, steps):
             k = where_greater(v, b, add(broadcast(F(o + c * dw)), steps), k)
             b = maximum(v, b)
     return b, k
+
+
+@helper(inline="always")
+def _plane(plane, out, where, places, steps, width, height, ho, wo, kh, kw, sh, sw, dh, dw,
+           top, left, first, last, track, keep_nan):
+    """One plane of :func:`max_pool`: outputs ``first:last + 1`` of each row eight at a
+    time, the others one by one; with ``track`` each maximum's position into ``where``.
+    Without, returns False where the vectors' taps summed to NaN (a NaN among them, or
+    infinities of both signs): then the plane must be pooled again with ``keep_nan``."""
+    total = broadcast(F(0))
+    for i in range(ho):
+        y0 = i * sh - top
+        a0, a1 = _taps_inside(y0, kh, dh, height)
+        row = out[i * wo:(i + 1) * wo]
+        for j in range(first, last + 1, LANES):
+            j = min(j, last + 1 - LANES)
+            if track:
+                b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
+                                      steps)
+                store(places, j, k)
+            else:
+                b, s = _vector_max(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
+                                   keep_nan)
+                total = add(total, s)
+            store(row, j, b)
+        if not track:
+            for j in range(first):
+                row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
+            for j in range(last + 1, wo):
+                row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
+            continue
+        for j in range(first, last + 1):
+            where[i * wo + j] = np.int64(places[j])
+        for j in range(wo):
+            if j < first or j > last:
+                row[j], where[i * wo + j] = _scalar_max(plane, height, width, y0,
+                                                         j * sw - left, kh, kw, dh, dw)
+    total_sum = tree_sum(total)
+    return total_sum == total_sum
 
 
 @helper(inline="always")
@@ -186,7 +199,7 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
     last eight end at its last such output, recomputing some), the others one by one.
     NumPy's running maximum took a pass over the output per tap (five with the argmax).
     Without ``index`` (inference), a plane is pooled with plain maxima (the sum of the
-    taps says whether a NaN was among them, :func:`_plane_max`) and pooled again keeping
+    taps says whether a NaN was among them, :func:`_plane`) and pooled again keeping
     NaN only if one was."""
     track = index.shape[1] > 0
     first, last = inside_columns(width, wo, kw, sw, dw, left)
@@ -195,27 +208,8 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
     steps = load(np.arange(LANES).astype(F) * F(sw), 0)   # (lane l: column l * sw)
     places = np.empty(wo + LANES, F)   # (a row's positions as floats)
     for p in range(start, stop):
-        plane, out = x[p], best[p]
-        if not track:
-            if not _plane_max(plane, out, width, height, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                              left, first, last, False):
-                _plane_max(plane, out, width, height, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                           left, first, last, True)
-            continue
-        for i in range(ho):
-            y0 = i * sh - top
-            a0, a1 = _taps_inside(y0, kh, dh, height)
-            row = out[i * wo:(i + 1) * wo]
-            for j in range(first, last + 1, LANES):
-                j = min(j, last + 1 - LANES)
-                b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
-                                      steps)
-                store(row, j, b)
-                store(places, j, k)
-            for j in range(first, last + 1):
-                index[p, i * wo + j] = np.int64(places[j])
-            for j in range(wo):
-                if j < first or j > last:
-                    b, k = _scalar_max(plane, height, width, y0, j * sw - left, kh, kw, dh, dw)
-                    row[j] = b
-                    index[p, i * wo + j] = k
+        plane, out, where = x[p], best[p], index[p if track else 0]
+        for keep_nan in (False, True):
+            if _plane(plane, out, where, places, steps, width, height, ho, wo, kh, kw, sh, sw,
+                      dh, dw, top, left, first, last, track, keep_nan) or track:
+                break
