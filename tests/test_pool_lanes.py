@@ -45,6 +45,22 @@ def test_values_match_torch_with_nan_and_infinities(case):
     np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil)[0], want)
 
 
+@pytest.mark.parametrize("where", ["inf and -inf", "nan at an edge", "nan inside"])
+def test_values_pooled_again_keeping_nan_only_where_needed(where):
+    """Without indices a plane is pooled with plain maxima and again, NaN-keeping, where
+    its taps summed to NaN: infinities of both signs (no NaN: the same values either way),
+    a NaN only in a window done one by one (the last column, ceil mode), a NaN inside."""
+    x = np.random.default_rng(7).standard_normal((1, 3, 21, 23)).astype(np.float32)
+    if where == "inf and -inf":
+        x[0, 0, 4, 5], x[0, 0, 9, 9] = np.inf, -np.inf
+    elif where == "nan at an edge":
+        x[0, 1, 6, 22] = np.nan
+    else:
+        x[0, 2, 10, 11] = np.nan
+    want = F.max_pool2d(torch.tensor(x), 3, 2, 0, 1, ceil_mode=True).numpy()
+    np.testing.assert_array_equal(_pool(x, 3, 2, 0, 1, True)[0], want)
+
+
 @pytest.mark.parametrize("case", POOLS)
 def test_indices_match_torch(case):
     """Values and flat positions (no NaN: the op checks; ties in a window: the first)."""

@@ -13,7 +13,7 @@ numba = pytest.importorskip("numba")
 from dualgraph.kernels import build, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, fma, load, load_even, maximum,  # noqa: E402
                                     maximum_nan, minimum, multiply, store, subtract,
-                                    transpose, where_greater)
+                                    transpose, tree_sum, where_greater)
 
 
 @loop
@@ -59,6 +59,24 @@ def test_intrinsics_match_numpy():
     for k, expected in enumerate(want):
         np.testing.assert_allclose(out[3 + 8 * k:11 + 8 * k], expected, rtol=1e-6, atol=1e-6)
     assert np.isnan(out[:3]).all()    # (nothing written outside the eight lanes)
+
+
+@loop
+def _tree_sum(x, at, out):
+    out[0] = tree_sum(load(x, at))
+
+
+def test_tree_sum_is_numpys_pairwise_order():
+    """``tree_sum`` joins the lanes as NumPy's pairwise sum joins its eight running sums
+    (values chosen so that another order rounds differently)."""
+    x = np.array([1e8, 1, -1e8, 1, 3, 1e-3, -3, 7, 5], np.float32)
+    out = np.zeros(1, np.float32)
+    for at in (0, 1):
+        v = x[at:at + 8]
+        _tree_sum(x, at, out)
+        assert out[0] == ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]))
+    _tree_sum(x, 0, out)
+    assert out[0] != np.float32(sum(float(a) for a in x[:8]))
 
 
 @pytest.mark.parametrize("n", [8, 13, 64, 1003])

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import helper, loop
 from .fastmath import exp32_nonpositive, max32
+from .simd import add, load, tree_sum
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -64,66 +65,62 @@ def _block_sum(a, lo, n):
         for i in range(n):
             total += a[lo + i]
         return total
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    r = load(a, lo)     # (lane k: the running sum of elements lo + k, lo + k + 8, ...)
     i, whole = 8, n - n % 8
     while i < whole:
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
+        r = add(r, load(a, lo + i))
         i += 8
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    total = tree_sum(r)
     for j in range(i, n):
         total += a[lo + j]
     return total
 
 
-@helper
-def _pairwise_sum(a, n):
-    """``sum(a[:n])`` in NumPy's pairwise order, so that a compiled mean has eager's bits
+@helper(inline="always")
+def _pairwise_sum(a, lo, n, frames, left):
+    """``sum(a[lo:lo + n])`` in NumPy's pairwise order, so that a compiled mean has eager's bits
     (and its accuracy): blocks of up to 128 by ``_block_sum``; a longer run is its two
     halves (the first a multiple of 8) summed alike and added. NumPy recurses; this walks
-    the same tree with a stack (frames: start, length, the left half's sum once known)."""
+    the same tree with a stack: ``frames (64, 3)`` (start, length, whether the left half's
+    sum is known) and ``left (64,)`` (that sum), scratch the caller allocates once."""
     if n <= 128:
-        return _block_sum(a, 0, n)
-    starts, lengths = np.empty(64, np.int64), np.empty(64, np.int64)
-    left, have_left = np.empty(64, np.float32), np.zeros(64, np.bool_)
-    top, starts[0], lengths[0], have_left[0] = 0, 0, n, False
-    start, length, value, returning = 0, n, F(0), False
+        return _block_sum(a, lo, n)
+    top, frames[0, 0], frames[0, 1], frames[0, 2] = 0, lo, n, 0
+    start, length, value, returning = lo, n, F(0), False
     while True:
         if returning:
-            if have_left[top]:          # both halves done: add, and return to the parent
+            if frames[top, 2]:          # both halves done: add, and return to the parent
                 value = left[top] + value
                 if top == 0:
                     return value
                 top -= 1
                 continue
-            left[top], have_left[top] = value, True     # then the right half
-            half = lengths[top] // 2 - (lengths[top] // 2) % 8
-            start, length = starts[top] + half, lengths[top] - half
+            left[top], frames[top, 2] = value, 1     # then the right half
+            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
+            start, length = frames[top, 0] + half, frames[top, 1] - half
         else:                           # a new frame: its left half first
-            half = lengths[top] // 2 - (lengths[top] // 2) % 8
-            start, length = starts[top], half
+            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
+            start, length = frames[top, 0], half
         if length <= 128:
             value, returning = _block_sum(a, start, length), True
         else:
             top += 1
-            starts[top], lengths[top], have_left[top], returning = start, length, False, False
+            frames[top, 0], frames[top, 1], frames[top, 2], returning = start, length, 0, False
 
 
 @loop
 def row_means(start, stop, x, out):
     """``out[r] = sum(x[r]) / len(x[r])`` for rows ``start:stop``: a mean over an array's
     trailing dims (global average pooling's), summed as NumPy's ``mean`` sums (no
-    reassociation: the same bits as the eager kernel)."""
-    width = F(x.shape[1])
+    reassociation: the same bits as the eager kernel), eight lanes at a time."""
+    n = x.shape[1]
+    flat, width = x.reshape(-1), F(n)
+    frames, left = np.empty((64, 3), np.int64), np.empty(64, F)
     for r in range(start, stop):
-        out[r] = _pairwise_sum(x[r], x.shape[1]) / width
+        if n <= 128:
+            out[r] = _block_sum(flat, r * n, n) / width
+        else:
+            out[r] = _pairwise_sum(flat, r * n, n, frames, left) / width
 
 
 @helper(inline="always")

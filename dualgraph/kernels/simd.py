@@ -126,6 +126,44 @@ def broadcast(typingctx, scalar):
     return vector_type(scalar)(scalar), codegen
 
 
+@Intrinsic
+def tree_sum(typingctx, vector):
+    """``((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))`` of a float vector's lanes, in
+    that order (NumPy's pairwise sum joins its eight running sums so): two shuffles and
+    vector adds, then one scalar add."""
+    from numba.core import types
+    if not (_is_vector(vector) and isinstance(vector.dtype, types.Float)):
+        raise TypeError(f"tree_sum needs a float vector, not {vector}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        v = args[0]
+        for lanes in ([1, 0, 3, 2, 5, 4, 7, 6], [2, 3, 0, 1, 6, 7, 4, 5]):
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), lanes)
+            v = builder.fadd(v, builder.shuffle_vector(v, v, mask))
+        i32 = ir.IntType(32)
+        return builder.fadd(builder.extract_element(v, i32(0)),
+                            builder.extract_element(v, i32(4)))
+    return vector.dtype(vector), codegen
+
+
+@Intrinsic
+def load_broadcast(typingctx, array, offset):
+    """``array[offset]`` in every lane (unchecked: ``vbroadcastss`` from memory; indexing
+    the array would add a test for negative offsets at each load)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        scalar = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        one = builder.insert_element(ir.Constant(ir.VectorType(scalar.type, LANES),
+                                                 ir.Undefined), scalar, ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        return builder.shuffle_vector(one, one, zeros)
+    return vector_type(array.dtype)(array, offset), codegen
+
+
 def _same_vectors(*values):
     if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
         raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")

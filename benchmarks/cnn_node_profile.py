@@ -1,0 +1,212 @@
+"""Where a CNN's inference time goes, node by node, against onnxruntime's own profile.
+
+``python -m benchmarks.cnn_node_profile [--models mobilenetv3,efficientnet,squeezenet,resnet18]
+[--batches 1,16] [--size 224] [--calls 5] [--nodes]``: one thread per engine. Each model of
+``benchmarks.unseen_cnns`` (the same weights in both libraries) runs ``dg.compile``d under
+``dg.profiler`` (``record_shapes``: each node's time and input shapes) and its torch export
+runs in onnxruntime with ``SessionOptions.enable_profiling`` (each kernel's time, logical
+shapes). Both engines' nodes are put into the same kinds by op and shapes (dense conv by
+kernel size, 1x1 conv, 1x1 conv on a 1x1 plane, depthwise conv, the few-channel stem
+conv, pooling, linear, elementwise, glue), and each kind's time per call is printed for
+both, with the ratio and the gap (ours less onnxruntime's), largest gap first. The
+kinds are what lets the two graphs be compared: onnxruntime fuses BatchNorm and the
+activation into its convs (``FusedConv``), reorders into its blocked layout
+(``ReorderInput``/``ReorderOutput``, counted as glue), and so does dualgraph
+(``conv2d_epilogue``, fused elementwise kernels). ``--nodes`` also lists every node of
+each kind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "DUALGRAPH_NUM_THREADS"):
+    os.environ[_name] = "1"
+
+import numpy as np  # noqa: E402
+
+from .common import random_state  # noqa: E402
+from .unseen_cnns import MODELS  # noqa: E402
+
+CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat"}
+POOL_OPS = {"maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "mean",
+            "max_pool2d", "max_pool2d_values", "avg_pool2d", "adaptive_avg_pool2d"}
+LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "fusedgemm", "fusedmatmul"}
+GLUE_OPS = {"reorderinput", "reorderoutput", "concat", "reshape", "flatten", "cat",
+            "identity", "squeeze", "unsqueeze", "transpose"}
+
+
+def conv_kind(x: list, w: list) -> str:
+    """The kind of a conv from its input ``(N, C, H, W)`` and weight ``(Co, C/g, kh, kw)``
+    shapes."""
+    c, kh, kw = x[1], w[2], w[3]
+    if w[1] == 1 and c > 1:
+        return f"conv depthwise {kh}x{kw}"
+    if kh == kw == 1:
+        return "conv 1x1 on a 1x1 plane" if x[2] * x[3] == 1 else "conv 1x1"
+    if w[1] <= 4:
+        return f"conv {kh}x{kw} of at most 4 channels (stem)"
+    return f"conv dense {kh}x{kw}"
+
+
+def kind(op: str, shapes: list) -> str:
+    """The kind of a node: its op (either engine's name) and its input shapes."""
+    op = op.lower()
+    if op == "conv2d_cat":
+        return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
+    if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:
+        return conv_kind(shapes[0], shapes[1])
+    if op in POOL_OPS:
+        if op in ("globalaveragepool", "mean", "adaptive_avg_pool2d", "globalmaxpool"):
+            return "pool global"
+        return "pool max" if "max" in op else "pool average"
+    if op in LINEAR_OPS:
+        return "linear"
+    if op in GLUE_OPS:
+        return "glue (reorder, concat, reshape)"
+    return "elementwise (activations, SE scale, residual)"
+
+
+def ours(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndarray) -> dict:
+    """``{(kind, op, shapes): ms per call}`` of the compiled model under the profiler,
+    and the whole call's best time."""
+    import dualgraph as dg
+    from dualgraph.profiler import profile
+    dg.set_num_threads(1)
+    model = MODELS[name](dg).eval()
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
+    compiled, dx = dg.compile(model), dg.tensor(x)
+    with dg.no_grad():
+        for _ in range(3):
+            compiled(dx)
+        with profile(record_shapes=True) as prof:
+            for _ in range(calls + 1):
+                compiled(dx)
+    programs = [e for e in prof.events() if e.kind == "program"][1:]
+    per_call = []
+    for program in programs:
+        times = defaultdict(float)
+        for e in program.cpu_children:
+            op = e.name.split("::", 1)[-1]
+            op = "fused" if op.startswith("fused(") else op
+            times[kind(op, e.input_shapes), op, str(e.input_shapes)] += e.cpu_time_total
+        per_call.append(times)
+    with dg.no_grad():
+        return median_per_key(per_call), best_ms(lambda: compiled(dx))
+
+
+def median_per_key(calls: list) -> dict:
+    """``{key: median ms}`` over calls of ``{key: us}`` (a key's nodes summed per call): the
+    median keeps another process's burst out of one node's figure."""
+    return {k: 1e-3 * float(np.median([c.get(k, 0.0) for c in calls])) for k in calls[0]}
+
+
+def best_ms(call, rounds: int = 7) -> float:
+    """The best process CPU time of a call, unprofiled."""
+    best = np.inf
+    for _ in range(rounds):
+        start = time.process_time()
+        call()
+        best = min(best, time.process_time() - start)
+    return 1e3 * best
+
+
+def theirs(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndarray,
+           tmp: str) -> tuple[dict, float]:
+    """The same for onnxruntime running the torch export, from its own profile."""
+    import onnxruntime as ort
+    import torch
+    reference = MODELS[name](torch).eval()
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    path = os.path.join(tmp, f"{name}.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    options = ort_options()
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tmp, "ort")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    for _ in range(calls + 3):
+        session.run(None, {"x": x})
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+    per_call = [defaultdict(float) for _ in runs]
+    starts = [e["ts"] for e in runs]
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        args = e["args"]
+        shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
+        op = args["op_name"]
+        run = int(np.searchsorted(starts, e["ts"], side="right")) - 1
+        per_call[run][kind(op, shapes), op, str(shapes)] += e["dur"]
+    plain = ort.InferenceSession(path, ort_options(), providers=["CPUExecutionProvider"])
+    return median_per_key(per_call[3:]), best_ms(lambda: plain.run(None, {"x": x}))
+
+
+def ort_options():
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    return options
+
+
+def table(name: str, batch: int, mine: dict, ort_: dict, totals: tuple, nodes: bool) -> None:
+    by_kind = defaultdict(lambda: [0.0, 0.0, 0, 0])
+    for (k, _, _), ms in mine.items():
+        by_kind[k][0] += ms
+        by_kind[k][2] += 1
+    for (k, _, _), ms in ort_.items():
+        by_kind[k][1] += ms
+        by_kind[k][3] += 1
+    ours_total, ort_total = totals
+    print(f"\n{name} batch {batch}: compiled {ours_total:.2f} ms a call (profiled nodes "
+          f"{sum(mine.values()):.2f}), onnxruntime {ort_total:.2f} ms (profiled nodes "
+          f"{sum(ort_.values()):.2f}), ratio {ours_total / ort_total:.2f}")
+    print("| kind | dualgraph ms | onnxruntime ms | ratio | gap ms |")
+    print("|---|---|---|---|---|")
+    rows = sorted(by_kind.items(), key=lambda kv: kv[1][1] - kv[1][0])
+    for k, (a, b, _, _) in rows:
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"| {k} | {a:.3f} | {b:.3f} | {ratio} | {a - b:+.3f} |")
+    if nodes:
+        for k, _ in rows:
+            print(f"  {k}:")
+            for engine, times in (("dg", mine), ("ort", ort_)):
+                for (kk, op, shapes), ms in sorted(times.items(), key=lambda t: -t[1]):
+                    if kk == k:
+                        print(f"    {engine:3} {ms:7.3f} {op} {shapes}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="mobilenetv3,efficientnet,squeezenet,resnet18")
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--nodes", action="store_true")
+    args = parser.parse_args(argv)
+    import torch
+    torch.set_num_threads(1)
+    print(f"load average {os.getloadavg()[0]:.1f}, one thread per engine", flush=True)
+    for name in args.models.split(","):
+        state = random_state(MODELS[name](torch).eval(), 0)
+        for batch in map(int, args.batches.split(",")):
+            x = np.random.default_rng(0).standard_normal(
+                (batch, 3, args.size, args.size)).astype(np.float32)
+            mine, mine_total = ours(name, batch, args.size, args.calls, state, x)
+            with tempfile.TemporaryDirectory() as tmp:
+                ort_, ort_total = theirs(name, batch, args.size, args.calls, state, x, tmp)
+            table(name, batch, mine, ort_, (mine_total, ort_total), args.nodes)
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

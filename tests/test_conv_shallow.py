@@ -1,0 +1,120 @@
+"""Convolutions with few input channels by ``kernels/conv_shallow.py`` (eight output
+channels in a vector's lanes) against torch on odd shapes: padding, stride 1-3, dilation,
+output channels not a multiple of 8, batch 1 and 3, every activation and residual
+placement; the compiled ``conv2d_epilogue`` that runs it (``conv_shallow_<act>``) against
+eager, and a torch export loaded with ``dg.onnx.load``."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.kernels import conv_shallow  # noqa: E402
+from dualgraph.kernels.epilogue import ACTIVATIONS  # noqa: E402
+
+TF = torch.nn.functional
+TORCH_ACTS = {"none": lambda v: v, "relu": TF.relu, "clamp": lambda v: v.clamp(0, 6),
+              "sigmoid": torch.sigmoid, "silu": TF.silu, "hardswish": TF.hardswish,
+              "gelu": TF.gelu, "gelu_tanh": lambda v: TF.gelu(v, approximate="tanh"),
+              "hardsigmoid": TF.hardsigmoid}
+
+# (n, c, h, w), cout, kernel, stride, padding, dilation
+CONVS = [
+    ((1, 3, 33, 35), 16, 3, 2, 1, 1), ((3, 3, 20, 19), 13, 3, 1, 1, 1),
+    ((1, 1, 28, 28), 6, 5, 1, 0, 1), ((2, 4, 30, 41), 8, 7, 2, 3, 1),
+    ((1, 2, 25, 40), 5, 3, 3, 2, 1), ((1, 3, 24, 26), 9, 3, 1, 2, 2),
+    ((3, 3, 17, 17), 24, (3, 5), (2, 1), (1, 2), 1),
+]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else v
+
+
+@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize("act", ["relu", "hardswish", "silu"])
+def test_matches_torch(case, act):
+    shape, cout, k, s, p, d = case
+    k, s, p, d = map(_pair, (k, s, p, d))
+    rng = np.random.default_rng(sum(shape) + cout)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((cout, shape[1], *k)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    want = TORCH_ACTS[act](TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), s,
+                                     p, d)).numpy()
+    assert conv_shallow.wanted(shape, w.shape, want.shape[2:], ((p[0],) * 2, (p[1],) * 2), 1,
+                               np.float32)
+    out = np.full(want.shape, np.nan, np.float32)
+    conv_shallow.conv(x, w, out, s, ((p[0],) * 2, (p[1],) * 2), d, 1, b,
+                      act=ACTIVATIONS.index(act))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("where", [1, 2])
+@pytest.mark.parametrize("act", sorted(TORCH_ACTS))
+def test_residual_and_every_activation(where, act):
+    """A residual added before (1) or after (2) each activation, on a block of channels
+    that fills every lane and one that does not (13 channels)."""
+    rng = np.random.default_rng(where)
+    x = rng.standard_normal((2, 3, 19, 21)).astype(np.float32)
+    w = (rng.standard_normal((13, 3, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(13).astype(np.float32)
+    y = TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), 1, 1)
+    r = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    f = TORCH_ACTS[act] if act != "clamp" else (lambda v: v.clamp(-0.5, 0.5))
+    want = (f(y + torch.tensor(r)) if where == 1 else f(y) + torch.tensor(r)).numpy()
+    out = np.empty(want.shape, np.float32)
+    lo, hi = (-0.5, 0.5) if act == "clamp" else (-np.inf, np.inf)
+    conv_shallow.conv(x, w, out, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, b, residual=r,
+                      where=where, act=ACTIVATIONS.index(act), lo=lo, hi=hi)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_not_wanted_for_many_channels_narrow_rows_or_groups():
+    pad = ((1, 1), (1, 1))
+    assert not conv_shallow.wanted((1, 5, 32, 32), (8, 5, 3, 3), (32, 32), pad, 1, np.float32)
+    assert not conv_shallow.wanted((1, 3, 12, 12), (8, 3, 3, 3), (6, 7), pad, 1, np.float32)
+    assert not conv_shallow.wanted((1, 4, 32, 32), (8, 2, 3, 3), (32, 32), pad, 2, np.float32)
+    assert not conv_shallow.wanted((1, 3, 32, 32), (8, 3, 3, 3), (32, 32), pad, 1, np.float64)
+    assert not conv_shallow.wanted((1, 3, 32, 32), (8, 3, 3, 3), (32, 32), ((-1, 0), (0, 0)), 1,
+                                   np.float32)
+
+
+def _first_layer(lib, cout=12):
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(3, cout, 3, 2, 1, bias=False), nn.BatchNorm2d(cout),
+                         nn.Hardswish(), nn.Conv2d(cout, 8, 1))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
+    """A first layer (3 channels, BatchNorm folded, hard-swish) compiled runs
+    ``conv_shallow_hardswish``; compiled, eager, ``dg.onnx.load`` of the torch export and
+    torch agree."""
+    rng = np.random.default_rng(batch)
+    reference = _first_layer(torch).eval()
+    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
+             for k, v in reference.state_dict().items() if v.dtype == torch.float32}
+    state = {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    model = _first_layer(dg).eval()
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
+    x = rng.standard_normal((batch, 3, 30, 34)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        compiled(dg.tensor(x))
+        got = compiled(dg.tensor(x)).numpy()
+        eager = model(dg.tensor(x)).numpy()
+    assert "= conv_shallow_hardswish(" in compiled.code, compiled.code
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    path = str(tmp_path / "first.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
+                               atol=1e-5)
