@@ -125,7 +125,7 @@ def test_flat_step_gives_each_parameters_bits(name, kwargs, monkeypatch):
     monkeypatch.setattr(flat, "_update_together", lambda opt, group, members, scalars: (
         together_calls.append(len(members)), update_together(opt, group, members, scalars)))
     for bound in (0, 64):
-        monkeypatch.setattr(flat, "MAX_NUMEL", bound)
+        monkeypatch.setattr(flat.inplace, "FLAT_MAX_NUMEL", bound)
         params = [dg.tensor(v.copy(), requires_grad=True) for v in starts]
         opt = getattr(dg.optim, name)(params, **kwargs)
         for step in range(4):
@@ -385,6 +385,28 @@ def test_clip_grad_norm_matches_torch(norm_type, max_norm):
     np.testing.assert_allclose(total_dg.item(), total_torch.item(), rtol=1e-6)
     for p, q in zip(params[dg], params[torch]):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_grad_norm_scales_small_grads_together_with_the_same_bits(monkeypatch):
+    """The small gradients are scaled as one flat tensor (ops/inplace.py): the same bits as
+    one multiply each, with a large one and one of another dtype scaled on their own."""
+    from dualgraph.ops import inplace
+    rng = np.random.default_rng(5)
+    shapes = [(3, 4), (5,), (), (80,), (2, 2)]
+    starts = [rng.standard_normal(s).astype(np.float64 if i == 4 else np.float32)
+              for i, s in enumerate(shapes)]
+    results = []
+    for bound in (0, 64):
+        monkeypatch.setattr(inplace, "FLAT_MAX_NUMEL", bound)
+        params = [dg.tensor(v, requires_grad=True) for v in starts]
+        for p, v in zip(params, starts):
+            p.grad = dg.tensor(v * 3)
+        grads = [p.grad for p in params]
+        total = dg.nn.utils.clip_grad_norm_(params, 0.5)
+        assert all(p.grad is g for p, g in zip(params, grads))   # (scaled in place)
+        results.append([total.numpy()] + [p.grad.numpy() for p in params])
+    for each, together in zip(*results):
+        np.testing.assert_array_equal(each, together)
 
 
 def test_clip_grad_norm_single_tensor_and_no_grads():

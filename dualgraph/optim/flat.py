@@ -11,7 +11,7 @@ parameters gives every entry the same arithmetic, so the same bits:
     _update(flat p, flat grad, flat state)   ->   p1, p2 and their state written back
 
 The copies in and out cost less than the per-parameter ops only for small tensors
-(``MAX_NUMEL``); larger parameters keep their own update. Eager only: a captured step
+(``inplace.FLAT_MAX_NUMEL``); larger parameters keep their own update. Eager only: a captured step
 records each parameter's update and the ``group_updates`` pass joins them in the graph.
 """
 from __future__ import annotations
@@ -19,13 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..dispatch import modes
-from ..ops import creation
-from ..ops.inplace import commit_inplace
+from ..ops import creation, inplace
 from ..tensor import Tensor
-
-# Parameters of up to this many elements take the flat step: below it (16 KiB of float32)
-# gathering and scattering a parameter and its state costs less than its update's ops.
-MAX_NUMEL = 4096
 
 
 def flat_update(opt, group: dict, params: list, scalars: tuple) -> list:
@@ -56,7 +51,7 @@ def _set_key(p: Tensor, state: dict, scalars: tuple):
     too large, not an eager array, a gradient of another dtype, or a state entry that is
     not an array of its shape and dtype (nor a 0-d schedule scalar)."""
     data, grad = p._data, p.grad._data
-    if (type(data) is not np.ndarray or data.size > MAX_NUMEL
+    if (type(data) is not np.ndarray or data.size > inplace.FLAT_MAX_NUMEL
             or type(grad) is not np.ndarray or grad.dtype != data.dtype):
         return None
     key = [data.dtype]
@@ -82,38 +77,17 @@ def _update_together(opt, group: dict, members: list, scalars: tuple) -> None:
         if key in scalars:
             flat_state[key] = Tensor._make(first._data.copy())
         else:
-            flat_state[key] = _concat([s[key] for s in states])
-    flat_p = _concat(members)
-    opt._update(flat_p, _concat([p.grad for p in members]), flat_state, group)
-    _scatter(flat_p, members, [None] * len(members))
+            flat_state[key] = inplace.flat_of([s[key] for s in states])
+    flat_p = inplace.flat_of(members)
+    opt._update(flat_p, inplace.flat_of([p.grad for p in members]), flat_state, group)
+    inplace.commit_flat(members, flat_p)
     for key, flat in flat_state.items():
+        like = [flat] * len(members) if key in scalars else members
+        for state, p in zip(states, like):
+            if key not in state:   # (an entry the update makes at its first step)
+                state[key] = creation.state_like(p)
         if key in scalars:
             for state in states:
-                _commit(state, key, flat, flat._data)
+                inplace.commit_inplace(state[key], flat)
         else:
-            _scatter(flat, members, states, key)
-
-
-def _concat(tensors) -> Tensor:
-    return Tensor._make(np.concatenate([t._data.reshape(-1) for t in tensors]))
-
-
-def _scatter(flat: Tensor, members, states, key=None) -> None:
-    """Write each member's slice of ``flat`` into the member (``key`` None) or into its
-    state entry ``key`` (made where the flat update created it)."""
-    data, offset = flat._data, 0
-    for p, state in zip(members, states):
-        n = p._data.size
-        part = data[offset:offset + n].reshape(p._data.shape)
-        offset += n
-        if key is None:
-            commit_inplace(p, Tensor._make(part))
-        else:
-            _commit(state, key, p, part)
-
-
-def _commit(state: dict, key: str, like: Tensor, value: np.ndarray) -> None:
-    target = state.get(key)
-    if target is None:   # (a state entry the update makes at its first step)
-        target = state[key] = creation.state_like(like)
-    commit_inplace(target, Tensor._make(value))
+            inplace.commit_flat([s[key] for s in states], flat)
