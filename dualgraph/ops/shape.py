@@ -116,7 +116,18 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
     data = x._data
     current = tuple(data.shape)
-    shape = infer_reshape(current, _shape_arg(shape))
+    shape = _shape_arg(shape)
+    if (type(data) is np.ndarray and data.flags.c_contiguous
+            and min(shape, default=0) >= -1):
+        # Eagerly NumPy's own reshape (of a row-major array: a view, never a copy) resolves
+        # the -1 and checks the element count; where it refuses, the shape rule raises its
+        # clearer error. NumPy would take other negative dims as -1, hence the guard.
+        try:
+            shape = data.reshape(shape).shape
+        except (ValueError, TypeError):
+            shape = infer_reshape(current, shape)
+    else:
+        shape = infer_reshape(current, shape)
     if shape == current:
         return x
     out = apply(RESHAPE, x, shape=shape)
