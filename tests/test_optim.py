@@ -109,6 +109,59 @@ def test_optimizer_matches_torch(name, kwargs):
     _run_both(lambda lib, p: getattr(lib.optim, name)(p.values(), **kwargs), _start())
 
 
+@pytest.mark.parametrize("name,kwargs", CONFIGS, ids=lambda c: str(c))
+def test_flat_step_gives_each_parameters_bits(name, kwargs, monkeypatch):
+    """The eager step over small parameters at once (optim/flat.py) writes the same bits
+    into every parameter and state entry as their steps one by one: with a parameter
+    above the size bound, one of another dtype, and one whose gradient is missing at some
+    steps (its step count then differs: it goes alone)."""
+    from dualgraph.optim import flat
+    rng = np.random.default_rng(3)
+    shapes = [(3, 4), (4,), (), (5, 2), (70,), (2, 3)]
+    starts = [rng.standard_normal(s).astype(np.float64 if i == 5 else np.float32)
+              for i, s in enumerate(shapes)]
+    runs, together_calls = [], []
+    update_together = flat._update_together
+    monkeypatch.setattr(flat, "_update_together", lambda opt, group, members, scalars: (
+        together_calls.append(len(members)), update_together(opt, group, members, scalars)))
+    for bound in (0, 64):
+        monkeypatch.setattr(flat.inplace, "FLAT_MAX_NUMEL", bound)
+        params = [dg.tensor(v.copy(), requires_grad=True) for v in starts]
+        opt = getattr(dg.optim, name)(params, **kwargs)
+        for step in range(4):
+            grads = np.random.default_rng(step)
+            for i, p in enumerate(params):
+                p.grad = None if (i == 3 and step in (0, 2)) else dg.tensor(
+                    grads.standard_normal(p.shape).astype(starts[i].dtype))
+            opt.step()
+        runs.append((params, opt))
+    (each, opt_each), (together, opt_flat) = runs
+    # each step: the small float32 ones with equal step counts (all four without state)
+    assert len(together_calls) == 4 and min(together_calls) >= 3
+    for i, (a, b) in enumerate(zip(each, together)):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy(),
+                                      err_msg=f"parameter {i}")
+        for key, value in opt_each.state[a].items():
+            np.testing.assert_array_equal(value.numpy(), opt_flat.state[b][key].numpy(),
+                                          err_msg=f"state {key} of parameter {i}")
+        assert opt_each.state[a].keys() == opt_flat.state[b].keys()
+
+
+def test_flat_step_skips_an_overridden_update(monkeypatch):
+    """A user's subclass that overrides ``_update`` gets its own calls, one a parameter."""
+    seen = []
+
+    class Mine(dg.optim.SGD):
+        def _update(self, p, grad, state, group):
+            seen.append(tuple(p.shape))
+            super()._update(p, grad, state, group)
+    params = [dg.ones(2, requires_grad=True), dg.ones(3, requires_grad=True)]
+    for p in params:
+        p.grad = dg.ones_like(p)
+    Mine(params, lr=0.1).step()
+    assert seen == [(2,), (3,)]
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop"])
 def test_float64_parameters(name):
     kwargs = {"lr": 0.01, "momentum": 0.9} if name != "Adam" else {"lr": 0.01}
@@ -332,6 +385,28 @@ def test_clip_grad_norm_matches_torch(norm_type, max_norm):
     np.testing.assert_allclose(total_dg.item(), total_torch.item(), rtol=1e-6)
     for p, q in zip(params[dg], params[torch]):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_grad_norm_scales_small_grads_together_with_the_same_bits(monkeypatch):
+    """The small gradients are scaled as one flat tensor (ops/inplace.py): the same bits as
+    one multiply each, with a large one and one of another dtype scaled on their own."""
+    from dualgraph.ops import inplace
+    rng = np.random.default_rng(5)
+    shapes = [(3, 4), (5,), (), (80,), (2, 2)]
+    starts = [rng.standard_normal(s).astype(np.float64 if i == 4 else np.float32)
+              for i, s in enumerate(shapes)]
+    results = []
+    for bound in (0, 64):
+        monkeypatch.setattr(inplace, "FLAT_MAX_NUMEL", bound)
+        params = [dg.tensor(v, requires_grad=True) for v in starts]
+        for p, v in zip(params, starts):
+            p.grad = dg.tensor(v * 3)
+        grads = [p.grad for p in params]
+        total = dg.nn.utils.clip_grad_norm_(params, 0.5)
+        assert all(p.grad is g for p, g in zip(params, grads))   # (scaled in place)
+        results.append([total.numpy()] + [p.grad.numpy() for p in params])
+    for each, together in zip(*results):
+        np.testing.assert_array_equal(each, together)
 
 
 def test_clip_grad_norm_single_tensor_and_no_grads():

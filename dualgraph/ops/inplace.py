@@ -67,6 +67,29 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     return target
 
 
+# Foreach-style updates (torch's ``_foreach_*``): an eager update of many small tensors runs
+# once on their concatenation, then each takes its slice back. Up to this many elements a
+# tensor's share of the copies costs less than the ops of its own update (optim/flat.py,
+# nn.utils.clip_grad_norm_).
+FLAT_MAX_NUMEL = 4096
+
+
+def flat_of(tensors) -> Tensor:
+    """The entries of the eager ``tensors`` concatenated into one new 1-d tensor."""
+    return Tensor._make(np.concatenate([t._data.reshape(-1) for t in tensors]))
+
+
+def commit_flat(targets, flat: Tensor) -> None:
+    """Write consecutive slices of the 1-d ``flat`` into ``targets`` (each keeps its
+    shape), each as ``commit_inplace``: the other half of an update made on
+    ``flat_of(targets)``."""
+    data, offset = flat._data, 0
+    for t in targets:
+        n = t._data.size
+        commit_inplace(t, Tensor._make(data[offset:offset + n].reshape(t._data.shape)))
+        offset += n
+
+
 def _written_through(target: Tensor, eager: bool):
     """``(chain, root)`` when a write into the view ``target`` reaches the tensor it views.
     None where the "view" is a reshape's copy, which then stops being a view (later writes

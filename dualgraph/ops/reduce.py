@@ -588,6 +588,10 @@ def logsumexp(input, dim, keepdim=False):
 
 
 def _norm_kernel(x, ord, dims, keepdim):
+    if ord == 2:   # (x * x: the same squares as |x| * |x|, without the pass of abs)
+        w = _widen(x)
+        return np.asarray(np.sqrt(np.add.reduce(w * w, axis=dims, keepdims=keepdim))
+                          ).astype(x.dtype)
     a = np.abs(_widen(x))
     if ord == math.inf:
         r = np.amax(a, axis=dims, keepdims=keepdim)
@@ -597,8 +601,6 @@ def _norm_kernel(x, ord, dims, keepdim):
         r = np.sum(a != 0, axis=dims, keepdims=keepdim)
     elif ord == 1:
         r = np.sum(a, axis=dims, keepdims=keepdim)
-    elif ord == 2:
-        r = np.sqrt(np.sum(a * a, axis=dims, keepdims=keepdim))
     else:
         r = np.sum(a ** ord, axis=dims, keepdims=keepdim) ** (1.0 / ord)
     return np.asarray(r).astype(x.dtype)

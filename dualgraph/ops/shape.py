@@ -116,7 +116,18 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
     data = x._data
     current = tuple(data.shape)
-    shape = infer_reshape(current, _shape_arg(shape))
+    shape = _shape_arg(shape)
+    if (type(data) is np.ndarray and data.flags.c_contiguous
+            and min(shape, default=0) >= -1):
+        # Eagerly NumPy's own reshape (of a row-major array: a view, never a copy) resolves
+        # the -1 and checks the element count; where it refuses, the shape rule raises its
+        # clearer error. NumPy would take other negative dims as -1, hence the guard.
+        try:
+            shape = data.reshape(shape).shape
+        except (ValueError, TypeError):
+            shape = infer_reshape(current, shape)
+    else:
+        shape = infer_reshape(current, shape)
     if shape == current:
         return x
     out = apply(RESHAPE, x, shape=shape)
@@ -212,25 +223,42 @@ PERMUTE = defop("permute", lambda x, perm: np.transpose(x, perm),
 def permute(x, *dims):
     """``x`` with its dims reordered: output dim i is input dim ``dims[i]`` (a view)."""
     dims = _shape_arg(dims)
-    if len(dims) != x.ndim:
-        raise ShapeError(f"permute: got {len(dims)} dims {dims} for a tensor with {x.ndim} "
-                         f"dims (shape {tuple(x.shape)})")
-    perm = tuple(normalize_dim(d, x.ndim) for d in dims)
-    if sorted(perm) != list(range(x.ndim)):
-        raise ShapeError(f"permute: {dims} is not a permutation of the dims of a tensor "
-                         f"with {x.ndim} dims")
-    if perm == tuple(range(x.ndim)):
+    try:
+        perm = _permutation(dims, x._data.ndim)
+    except ShapeError as e:
+        raise ShapeError(f"{e} (shape {tuple(x.shape)})") from None
+    if perm is None:
         return x
     return apply(PERMUTE, x, perm=perm)
+
+
+@functools.lru_cache(maxsize=1024)
+def _permutation(dims: tuple, ndim: int):
+    """``dims`` of a tensor with ``ndim`` dims, checked and made non-negative; None for
+    the identity. (Cached: a pure function of its arguments, asked at every transpose.)"""
+    if len(dims) != ndim:
+        raise ShapeError(f"permute: got {len(dims)} dims {dims} for a tensor with {ndim} "
+                         f"dims")
+    perm = tuple(normalize_dim(d, ndim) for d in dims)
+    if sorted(perm) != list(range(ndim)):
+        raise ShapeError(f"permute: {dims} is not a permutation of the dims of a tensor "
+                         f"with {ndim} dims")
+    return None if perm == tuple(range(ndim)) else perm
 
 
 # -- permute composites ---------------------------------------------------------------------
 def transpose(x, dim0, dim1):
     """``x`` with dims ``dim0`` and ``dim1`` swapped (a view)."""
-    perm = list(range(x.ndim))
-    d0, d1 = normalize_dim(dim0, x.ndim), normalize_dim(dim1, x.ndim)
+    return permute(x, _swapped(x._data.ndim, dim0, dim1))
+
+
+@functools.lru_cache(maxsize=256)
+def _swapped(ndim: int, dim0, dim1) -> tuple:
+    """The permutation that swaps two dims (cached as ``_permutation``)."""
+    perm = list(range(ndim))
+    d0, d1 = normalize_dim(dim0, ndim), normalize_dim(dim1, ndim)
     perm[d0], perm[d1] = d1, d0
-    return permute(x, perm)
+    return tuple(perm)
 
 
 swapaxes = swapdims = transpose

@@ -47,7 +47,7 @@ def _adam_kernel(p, grad, m, v, step, *, lr, beta1, beta2, eps, decay, out=None)
     new_m *= 1 - beta1
     new_m += m
     new_v = v * beta2
-    update = np.square(grad)
+    update = np.square(grad, out=np.empty_like(grad))   # (an array for out= below, also 0-d)
     update *= 1 - beta2
     new_v += update
     np.sqrt(new_v, out=update)

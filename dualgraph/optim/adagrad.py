@@ -38,6 +38,8 @@ class Adagrad(Optimizer):
         return {"step": step_counter(),
                 "sum": creation.state_like(p, group["initial_accumulator_value"])}
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         step = state["step"].add_(1)
         grad = regularized_grad(p, grad, group)

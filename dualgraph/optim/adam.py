@@ -40,6 +40,8 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = creation.state_like(p)
         return state
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         lr, (beta1, beta2) = group["lr"], group["betas"]
         decoupled = group["decoupled_weight_decay"]

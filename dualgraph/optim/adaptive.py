@@ -52,6 +52,8 @@ class Adadelta(Optimizer):
         return {"step": step_counter(), "square_avg": creation.state_like(p),
                 "acc_delta": creation.state_like(p)}
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         rho, eps = group["rho"], group["eps"]
         state["step"].add_(1)
@@ -87,6 +89,8 @@ class Adamax(Optimizer):
     def _init_state(self, p, group):
         return {"step": step_counter(), "exp_avg": creation.state_like(p),
                 "exp_inf": creation.state_like(p)}
+
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
 
     def _update(self, p, grad, state, group):
         beta1, beta2 = group["betas"]
@@ -124,6 +128,8 @@ class NAdam(Optimizer):
     def _init_state(self, p, group):
         return {"step": step_counter(), "mu_product": step_counter().add_(1),
                 "exp_avg": creation.state_like(p), "exp_avg_sq": creation.state_like(p)}
+
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
 
     def _update(self, p, grad, state, group):
         lr, (beta1, beta2), decay = group["lr"], group["betas"], group["momentum_decay"]
@@ -167,6 +173,8 @@ class RAdam(Optimizer):
     def _init_state(self, p, group):
         return {"step": step_counter(), "exp_avg": creation.state_like(p),
                 "exp_avg_sq": creation.state_like(p)}
+
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
 
     def _update(self, p, grad, state, group):
         lr, (beta1, beta2) = group["lr"], group["betas"]

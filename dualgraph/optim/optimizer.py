@@ -20,6 +20,7 @@ from .. import dtypes
 from ..autograd import enable_grad, no_grad
 from ..ops import creation
 from ..tensor import Tensor
+from . import flat
 
 
 class _Required:
@@ -146,14 +147,30 @@ class Optimizer:
                 loss = closure()
         with no_grad():
             for group in self.param_groups:
+                params = []
                 for p in group["params"]:
                     if p.grad is None:
                         continue
                     state = self.state[p]
                     if not state:
                         state.update(self._init_state(p, group))
-                    self._update(p, p.grad, state, group)
+                    params.append(p)
+                if self._elementwise():   # (the small ones in one update: optim/flat.py)
+                    params = flat.flat_update(self, group, params, SCHEDULE_SCALARS)
+                for p in params:
+                    self._update(p, p.grad, self.state[p], group)
         return loss
+
+    # Whether ``_update`` is elementwise (optim/flat.py says what that means): a class
+    # that defines ``_update`` says so for its own, so a user's subclass that overrides
+    # ``_update`` gets the parameter-by-parameter step unless it says so too.
+    elementwise_update = False
+
+    def _elementwise(self) -> bool:
+        for cls in type(self).__mro__:
+            if "_update" in cls.__dict__:
+                return cls.__dict__.get("elementwise_update", False)
+        return False
 
     def _init_state(self, p: Tensor, group: dict) -> dict:
         """The state of parameter ``p`` before its first update."""

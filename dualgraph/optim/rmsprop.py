@@ -39,6 +39,8 @@ class RMSprop(Optimizer):
             state["grad_avg"] = creation.state_like(p)
         return state
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         grad = regularized_grad(p, grad, group)
         alpha = group["alpha"]

@@ -34,6 +34,8 @@ class Rprop(Optimizer):
         return {"step": step_counter(), "prev": creation.state_like(p),
                 "step_size": creation.state_like(p, float(group["lr"]))}
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         (etaminus, etaplus), (low, high) = group["etas"], group["step_sizes"]
         state["step"].add_(1)
@@ -70,6 +72,8 @@ class ASGD(Optimizer):
         # eta and mu are 0-d float64 like step: schedule values, graph inputs when captured
         return {"step": step_counter(), "eta": step_counter().add_(group["lr"]),
                 "mu": step_counter().add_(1), "ax": creation.state_like(p)}
+
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
 
     def _update(self, p, grad, state, group):
         lr, lambd = group["lr"], group["lambd"]

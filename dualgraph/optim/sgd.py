@@ -32,6 +32,8 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize))
 
+    elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
+
     def _update(self, p, grad, state, group):
         grad = regularized_grad(p, grad, group)
         momentum = group["momentum"]

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...autograd import no_grad
-from ...ops import creation, elementwise, reduce, shape
-from ...ops.inplace import commit_inplace
+from ...dispatch import modes
+from ...ops import creation, elementwise, inplace, reduce, shape
+from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
 from . import rnn  # noqa: F401  (torch.nn.utils.rnn)
 from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
@@ -53,9 +56,24 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
                 "cannot be clipped; pass error_if_nonfinite=False to clip anyway")
         coef = float(max_norm) / (total + 1e-6)
         coef = elementwise.clamp(coef, max=1.0)
+        small = _flat_scalable(grads)
+        if len(small) > 1:   # (one multiply for all of them, as torch's _foreach_mul_)
+            commit_flat(small, elementwise.mul(flat_of(small), coef))
+        done = {id(g) for g in small} if len(small) > 1 else ()
         for g in grads:
-            g.mul_(coef)
+            if id(g) not in done:
+                g.mul_(coef)
     return total
+
+
+def _flat_scalable(grads) -> list:
+    """The gradients to scale as one flat tensor (ops/inplace.py): the small eager ones of
+    the first one's dtype."""
+    if modes.tracer is not None:
+        return []
+    dtype = grads[0]._data.dtype
+    return [g for g in grads if type(g._data) is np.ndarray and g._data.dtype == dtype
+            and g._data.size <= inplace.FLAT_MAX_NUMEL]
 
 
 def clip_grad_value_(parameters, clip_value) -> None:
