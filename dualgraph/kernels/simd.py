@@ -126,6 +126,24 @@ def broadcast(typingctx, scalar):
     return vector_type(scalar)(scalar), codegen
 
 
+@Intrinsic
+def broadcast_at(typingctx, array, offset):
+    """A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` from memory; the
+    offset unchecked and never wrapped: NumPy-style indexing with a signed offset costs
+    three more instructions a load)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        kind = context.get_value_type(signature.return_type)
+        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+    return vector_type(array.dtype)(array, offset), codegen
+
+
 def _same_vectors(*values):
     if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
         raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")

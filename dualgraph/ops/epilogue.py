@@ -111,7 +111,8 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, out=None, **conv):
 def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, dilation,
            groups):
     """The float32 kernels that apply the epilogue while the result is in cache: each
-    tile's GEMM result (``kernels/conv_tiles.py``), each band of a depthwise or narrow
+    tile's GEMM result (``kernels/conv_tiles.py``), each image's sums of a conv with few
+    weights per output (``kernels/conv_outlanes.py``), each band of a depthwise or narrow
     grouped conv's direct loop (``kernels/conv_direct.py``), or a 1x1 conv's one batched
     GEMM on the input as it is and then its planes (``kernels.epilogue.pointwise``: that
     measured faster than a GEMM and the epilogue per image); None where none applies
@@ -125,15 +126,31 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
         run = kernels.epilogue.pointwise(x.shape, w.shape[0], groups, ACTIVATIONS.index(act),
                                          bounds, True, where)
         return run(x, w, b, *residual, out=out)
-    if method == "blocked" and _row_shifted(x.shape, w.shape, stride, padding, dilation):
+    kernel = _conv_module(x.shape, w.shape, method, stride, padding, dilation, groups)
+    if kernel is None:
         return None
     hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.empty((x.shape[0], w.shape[0], *hw), np.float32) if out is None else out
     epilogue = dict(residual=residual[0] if residual else None, where=where,
                     act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
-    kernel = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
     return kernel.conv(x, w, out, stride, padding, dilation, groups, np.ascontiguousarray(b),
                        **epilogue)
+
+
+def _conv_module(x_shape, w_shape, method, stride, padding, dilation, groups):
+    """The kernel module that runs a float32 conv of ``method`` (not ``"pointwise"``) with
+    its epilogue: ``conv_outlanes``' loops (few weights per output: the epilogue on each
+    image's sums), ``conv_direct``'s (depthwise, narrow groups), the tiles of
+    ``conv_tiles``; None where the row-shifted GEMMs and the epilogue's pass run it."""
+    if method != "blocked":
+        return kernels.conv_direct
+    if (math.prod(x_shape) >= kernels.MIN_ELEMENTS   # (as the eager conv: the same bits)
+            and kernels.conv_outlanes.wanted(x_shape, w_shape, padding, groups,
+                                             np.dtype(np.float32))):
+        return kernels.conv_outlanes
+    if _row_shifted(x_shape, w_shape, stride, padding, dilation):
+        return None
+    return kernels.conv_tiles
 
 
 ROW_SHIFTED_MAX_WEIGHTS = 32   # (per output position of the batch: ``_row_shifted``)
@@ -202,7 +219,8 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
     """The kernel fitted to the node's static shapes: a 1x1 conv's GEMM and epilogue
     (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; a float32 conv that
     ``_tiled`` runs by tiles or a direct loop, with its method, output shape and epilogue
-    codes worked out once, as ``conv_tiles_<act>`` / ``conv_direct_<act>``; else None."""
+    codes worked out once, as ``conv_tiles_<act>`` / ``conv_direct_<act>`` /
+    ``conv_outlanes_<act>`` (``_conv_module``); else None."""
     where = RESIDUAL.index(residual_at) if residual else 0
     fitted = conv_ops.specialise_pointwise(f"conv1x1_{act}", x, w, b, *residual,
                                            act=ACTIVATIONS.index(act), bounds=bounds,
@@ -211,12 +229,12 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
             getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
         return fitted
     method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
-    if method == "pointwise" or (method == "blocked" and _row_shifted(
-            tuple(x.shape), tuple(w.shape), conv["stride"], conv["padding"], conv["dilation"])):
+    module = None if method == "pointwise" else _conv_module(
+        tuple(x.shape), tuple(w.shape), method, *(conv[k] for k in conv_ops._CONV_ATTRS))
+    if module is None:
         return None     # (the row-shifted GEMMs and the epilogue's pass: ``_kernel``)
     shape = (x.shape[0], w.shape[0], *conv_ops._conv_out_hw(
         x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
-    module = kernels.conv_tiles if method == "blocked" else kernels.conv_direct
     geometry = tuple(conv[k] for k in conv_ops._CONV_ATTRS)
     codes = dict(where=where, act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
 
@@ -224,7 +242,7 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
         out = np.empty(shape, np.float32) if out is None else out
         return module.conv(x, w, out, *geometry, np.ascontiguousarray(b),
                            residual=residual[0] if residual else None, **codes)
-    return f"conv_{'tiles' if method == 'blocked' else 'direct'}_{act}", run
+    return f"{module.__name__.rsplit('.', 1)[1]}_{act}", run
 
 
 CONV2D_EPILOGUE = defop(
