@@ -12,8 +12,8 @@ numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at, fma, load,  # noqa: E402
-                                    load_even, maximum, maximum_nan, minimum, multiply, store, subtract,
-                                    transpose, where_greater)
+                                    load_even, maximum, maximum_nan, minimum, multiply,
+                                    store, subtract, transpose, where_greater)
 
 
 @loop
