@@ -54,6 +54,14 @@ def _pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, le
 
 
 @helper(inline="always")
+def _outer(u0, u1, x0, x1, x2, x3, a0, a1, a2, a3, b0, b1, b2, b3):
+    """The eight sums ``a_k += u0 * x_k``, ``b_k += u1 * x_k`` (``k < 4``): one step of
+    a two-vector by four-value outer product, both loops' inner step."""
+    return (fma(u0, x0, a0), fma(u0, x1, a1), fma(u0, x2, a2), fma(u0, x3, a3),
+            fma(u1, x0, b0), fma(u1, x1, b1), fma(u1, x2, b2), fma(u1, x3, b3))
+
+
+@helper(inline="always")
 def _sums2(xp, wt, offsets, cpad, b, p, sw):
     """Four positions (``p`` and every ``sw`` after it in ``xp``) of blocks ``b, b + 1``:
     eight vector sums over the taps at ``offsets``."""
@@ -67,14 +75,8 @@ def _sums2(xp, wt, offsets, cpad, b, p, sw):
         x1 = broadcast_at(xp, o + sw)
         x2 = broadcast_at(xp, o + 2 * sw)
         x3 = broadcast_at(xp, o + 3 * sw)
-        a0 = fma(w0, x0, a0)
-        a1 = fma(w0, x1, a1)
-        a2 = fma(w0, x2, a2)
-        a3 = fma(w0, x3, a3)
-        b0 = fma(w1, x0, b0)
-        b1 = fma(w1, x1, b1)
-        b2 = fma(w1, x2, b2)
-        b3 = fma(w1, x3, b3)
+        a0, a1, a2, a3, b0, b1, b2, b3 = _outer(w0, w1, x0, x1, x2, x3, a0, a1, a2, a3, b0,
+                                                b1, b2, b3)
         t += cpad
     return a0, a1, a2, a3, b0, b1, b2, b3
 
@@ -191,10 +193,16 @@ def _forward(start, stop, x, wt, offsets, bias, out, residual, scratch, acc, act
 
 
 @helper(inline="always")
-def _accumulate(gwt, e, total, keep):
-    """``gwt[e:e + 8] += total`` if ``keep``."""
-    if keep:
-        store(gwt, e, add(load(gwt, e), total))
+def _accumulate4(gwt, e, step, t0, first, a0, a1, a2, a3):
+    """``gwt[e + k*step:][:8] += a_k`` for the taps ``t0 + k >= first`` (``k < 4``)."""
+    if t0 >= first:
+        store(gwt, e, add(load(gwt, e), a0))
+    if t0 + 1 >= first:
+        store(gwt, e + step, add(load(gwt, e + step), a1))
+    if t0 + 2 >= first:
+        store(gwt, e + 2 * step, add(load(gwt, e + 2 * step), a2))
+    if t0 + 3 >= first:
+        store(gwt, e + 3 * step, add(load(gwt, e + 3 * step), a3))
 
 
 @helper(inline="always")
@@ -213,25 +221,13 @@ def _grad_pair(xp, gt, gwt, cpad, b, offsets, t0, first, size, ho, wo, sh, sw, w
             x1 = broadcast_at(xp, p + o1)
             x2 = broadcast_at(xp, p + o2)
             x3 = broadcast_at(xp, p + o3)
-            a0 = fma(g0, x0, a0)
-            a1 = fma(g0, x1, a1)
-            a2 = fma(g0, x2, a2)
-            a3 = fma(g0, x3, a3)
-            b0 = fma(g1, x0, b0)
-            b1 = fma(g1, x1, b1)
-            b2 = fma(g1, x2, b2)
-            b3 = fma(g1, x3, b3)
+            a0, a1, a2, a3, b0, b1, b2, b3 = _outer(g0, g1, x0, x1, x2, x3, a0, a1, a2, a3,
+                                                    b0, b1, b2, b3)
             q += LANES
             p += sw
     e = t0 * cpad + b * LANES
-    _accumulate(gwt, e, a0, t0 >= first)
-    _accumulate(gwt, e + cpad, a1, t0 + 1 >= first)
-    _accumulate(gwt, e + 2 * cpad, a2, t0 + 2 >= first)
-    _accumulate(gwt, e + 3 * cpad, a3, t0 + 3 >= first)
-    _accumulate(gwt, e + LANES, b0, t0 >= first)
-    _accumulate(gwt, e + cpad + LANES, b1, t0 + 1 >= first)
-    _accumulate(gwt, e + 2 * cpad + LANES, b2, t0 + 2 >= first)
-    _accumulate(gwt, e + 3 * cpad + LANES, b3, t0 + 3 >= first)
+    _accumulate4(gwt, e, cpad, t0, first, a0, a1, a2, a3)
+    _accumulate4(gwt, e + LANES, cpad, t0, first, b0, b1, b2, b3)
 
 
 @helper(inline="always")
@@ -255,14 +251,8 @@ def _grad_eight(xp, gt, gwt, cpad, b, offsets, t0, first, size, ho, wo, sh, sw, 
             q += LANES
             p += sw
     e = t0 * cpad + b * LANES
-    _accumulate(gwt, e, a0, t0 >= first)
-    _accumulate(gwt, e + cpad, a1, t0 + 1 >= first)
-    _accumulate(gwt, e + 2 * cpad, a2, t0 + 2 >= first)
-    _accumulate(gwt, e + 3 * cpad, a3, t0 + 3 >= first)
-    _accumulate(gwt, e + 4 * cpad, a4, t0 + 4 >= first)
-    _accumulate(gwt, e + 5 * cpad, a5, t0 + 5 >= first)
-    _accumulate(gwt, e + 6 * cpad, a6, t0 + 6 >= first)
-    _accumulate(gwt, e + 7 * cpad, a7, t0 + 7 >= first)
+    _accumulate4(gwt, e, cpad, t0, first, a0, a1, a2, a3)
+    _accumulate4(gwt, e + 4 * cpad, cpad, t0 + 4, first, a4, a5, a6, a7)
 
 
 @helper(inline="always")
@@ -277,7 +267,7 @@ def _grad_one(xp, gt, gwt, cpad, b, offsets, t, size, ho, wo, sh, sw, wp):
             a0 = fma(load(gt, q), broadcast_at(xp, p + o0), a0)
             q += LANES
             p += sw
-    _accumulate(gwt, t * cpad + b * LANES, a0, True)
+    store(gwt, t * cpad + b * LANES, add(load(gwt, t * cpad + b * LANES), a0))
 
 
 @loop(fastmath={"contract"})
