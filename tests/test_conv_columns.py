@@ -11,6 +11,15 @@ import dualgraph as dg
 from dualgraph import kernels
 from dualgraph.ops import conv
 
+
+@pytest.fixture(autouse=True)
+def _no_output_lanes(monkeypatch):
+    """These tests pin the GEMM kernels: ``kernels.conv_outlanes``, which takes some of
+    their small convs, is off here (tests/test_conv_outlanes.py has its own)."""
+    monkeypatch.setattr(kernels.conv_outlanes, "MAX_FORWARD_WEIGHTS", 0)
+    monkeypatch.setattr(kernels.conv_outlanes, "MAX_GRAD_CHANNELS", 0)
+
+
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
 
 SAME = [   # x shape, w shape, conv2d kwargs: output rows as wide as the input's, strides 1

@@ -11,9 +11,9 @@ import pytest
 numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
-from dualgraph.kernels.simd import (add, broadcast, fma, load, load_even, maximum,  # noqa: E402
-                                    maximum_nan, minimum, multiply, store, subtract,
-                                    transpose, tree_sum, where_greater)
+from dualgraph.kernels.simd import (add, broadcast, broadcast_at, fma, load,  # noqa: E402
+                                    load_even, maximum, maximum_nan, minimum, multiply,
+                                    store, subtract, transpose, tree_sum, where_greater)
 
 
 @loop
@@ -31,6 +31,7 @@ def _arithmetic(a, x, y, z, out, at):
     store(out, 48 + at, where_greater(u, v, w, s))
     store(out, 56 + at, load_even(x, 1))
     store(out, 64 + at, maximum_nan(u, w))
+    store(out, 72 + at, broadcast_at(x, 18))
 
 
 @loop
@@ -50,12 +51,12 @@ def test_intrinsics_match_numpy():
     rng = np.random.default_rng(0)
     x, y, z = (rng.standard_normal(n).astype(np.float32) for n in (19, 13, 9))
     x[4], z[3] = np.nan, np.nan     # (maximum_nan keeps both; the others as NumPy's ops)
-    out = np.full(75, np.nan, np.float32)
+    out = np.full(83, np.nan, np.float32)
     _arithmetic(np.float32(0.5), x, y, z, out, 3)
     u, v, w = x[3:11], y[5:13], z[1:9]
     want = [u * v + w, u + np.float32(0.5), u - v, u * v, np.where(u > v, u, v),
             np.where(u < v, u, v), np.where(u > v, w, np.float32(0.5)), x[1:17:2],
-            np.maximum(u, w)]
+            np.maximum(u, w), np.full(8, x[18])]
     for k, expected in enumerate(want):
         np.testing.assert_allclose(out[3 + 8 * k:11 + 8 * k], expected, rtol=1e-6, atol=1e-6)
     assert np.isnan(out[:3]).all()    # (nothing written outside the eight lanes)

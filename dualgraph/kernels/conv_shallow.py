@@ -24,7 +24,7 @@ import numpy as np
 from . import helper, loop
 from .conv_lanes import finish
 from .epilogue import _activate
-from .simd import LANES, fma, load, load_broadcast, store, transpose
+from .simd import LANES, fma, load, broadcast_at, store, transpose
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -57,14 +57,14 @@ def _eight(padded, wt, wbase, bias, channels, o, kh, kw, sw, dh, dw, hp, wp, sum
             for j in range(kw):
                 w = load(wt, wbase + ((c * kh + i) * kw + j) * LANES)
                 q = p + j * dw
-                a0 = fma(load_broadcast(padded, q), w, a0)
-                a1 = fma(load_broadcast(padded, q + sw), w, a1)
-                a2 = fma(load_broadcast(padded, q + 2 * sw), w, a2)
-                a3 = fma(load_broadcast(padded, q + 3 * sw), w, a3)
-                a4 = fma(load_broadcast(padded, q + 4 * sw), w, a4)
-                a5 = fma(load_broadcast(padded, q + 5 * sw), w, a5)
-                a6 = fma(load_broadcast(padded, q + 6 * sw), w, a6)
-                a7 = fma(load_broadcast(padded, q + 7 * sw), w, a7)
+                a0 = fma(broadcast_at(padded, q), w, a0)
+                a1 = fma(broadcast_at(padded, q + sw), w, a1)
+                a2 = fma(broadcast_at(padded, q + 2 * sw), w, a2)
+                a3 = fma(broadcast_at(padded, q + 3 * sw), w, a3)
+                a4 = fma(broadcast_at(padded, q + 4 * sw), w, a4)
+                a5 = fma(broadcast_at(padded, q + 5 * sw), w, a5)
+                a6 = fma(broadcast_at(padded, q + 6 * sw), w, a6)
+                a7 = fma(broadcast_at(padded, q + 7 * sw), w, a7)
     store(sums, 0, a0)
     store(sums, LANES, a1)
     store(sums, 2 * LANES, a2)

@@ -148,19 +148,20 @@ def tree_sum(typingctx, vector):
 
 
 @Intrinsic
-def load_broadcast(typingctx, array, offset):
-    """``array[offset]`` in every lane (unchecked: ``vbroadcastss`` from memory; indexing
-    the array would add a test for negative offsets at each load)."""
+def broadcast_at(typingctx, array, offset):
+    """A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` from memory; the
+    offset unchecked and never wrapped: NumPy-style indexing with a signed offset costs
+    three more instructions a load)."""
     _check_array(array)
 
     def codegen(context, builder, signature, args):
         from llvmlite import ir
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        scalar = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        one = builder.insert_element(ir.Constant(ir.VectorType(scalar.type, LANES),
-                                                 ir.Undefined), scalar, ir.IntType(32)(0))
+        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        kind = context.get_value_type(signature.return_type)
+        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
         zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        return builder.shuffle_vector(one, one, zeros)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
     return vector_type(array.dtype)(array, offset), codegen
 
 

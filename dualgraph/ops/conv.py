@@ -156,14 +156,20 @@ def conv_method(x_shape, w_shape, stride, padding, dilation, groups) -> str:
 
 def columns_fit_one_block(x_shape, w_shape, stride, padding, dilation, groups,
                           itemsize) -> bool:
-    """Whether the eager kernels im2col the whole batch as one block (the blocked method,
-    the batch's columns within ``COLUMN_BLOCK_BYTES``): only then does sharing one whole
+    """Whether the eager kernels im2col the whole batch as one block (the blocked method
+    but ``kernels.conv_outlanes``' loops, the batch's columns within
+    ``COLUMN_BLOCK_BYTES``): only then does sharing one whole
     im2col between a conv and its weight gradient (``passes.share_conv_columns``) cost no
     more memory traffic than each kernel's own blocks."""
     if not all(type(d) is int for d in tuple(x_shape) + tuple(w_shape)):
         return False   # (a symbolic batch)
     if conv_method(x_shape, w_shape, stride, padding, dilation, groups) != "blocked":
         return False
+    dtype = np.dtype(f"f{itemsize}")
+    if (math.prod(x_shape) >= kernels.MIN_ELEMENTS and kernels.conv_outlanes.wanted(
+            x_shape, w_shape, padding, groups, dtype) and kernels.conv_outlanes.grad_wanted(
+            x_shape, w_shape, padding, groups, dtype)):
+        return False   # (both run without columns: ``kernels.conv_outlanes``)
     n, c, h, w = x_shape
     ho, wo = _conv_out_hw((h, w), w_shape[2:], stride, padding, dilation)
     return n * ho * wo * c * w_shape[2] * w_shape[3] * itemsize <= COLUMN_BLOCK_BYTES
@@ -273,6 +279,10 @@ def _conv_blocked(x, w, bias):
                                                                padding, dilation, groups):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
+        elif kernels.enabled(x) and kernels.conv_outlanes.wanted(x.shape, w.shape, padding,
+                                                                 groups, x.dtype):
+            b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
+            return kernels.conv_outlanes.conv(x, w, out, stride, padding, dilation, groups, b)
         elif _batch_loop(x.shape, x.dtype, w.shape, stride, padding, dilation):
             kernels.conv_batch.conv(x, w, out, stride, padding, dilation, groups)
         else:
@@ -393,6 +403,10 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups)
         for i in range(n):
             gw += np.matmul(g[i].reshape(groups, cog, -1), xs[i], out=part)
         return cast(gw.reshape(cout, cg, *kernel_size), dt)
+    if kernels.enabled(x, g) and kernels.conv_outlanes.grad_wanted(
+            x.shape, (cout, cg) + tuple(kernel_size), padding, groups, x.dtype):
+        return cast(kernels.conv_outlanes.weight_grad(x, g, kernel_size, stride, padding,
+                                                      dilation), dt)
     if (_batch_loop(x.shape, x.dtype, (cout, cg) + tuple(kernel_size), stride, padding,
                     dilation)
             and cg * kernel_size[1] >= kernels.conv_batch.GRAD_MIN_DEPTH

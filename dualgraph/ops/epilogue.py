@@ -111,7 +111,9 @@ def _kernel(x, w, b, *residual, act, bounds, residual_at, out=None, **conv):
 def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, dilation,
            groups):
     """The float32 kernels that apply the epilogue while the result is in cache: each
-    tile's GEMM result (``kernels/conv_tiles.py``), each band of a depthwise or narrow
+    tile's GEMM result (``kernels/conv_tiles.py``), each image's sums of a conv with few
+    weights per output (``kernels/conv_outlanes.py``) or few input channels
+    (``kernels/conv_shallow.py``), each band of a depthwise or narrow
     grouped conv's direct loop (``kernels/conv_direct.py``), or a 1x1 conv's one batched
     GEMM on the input as it is and then its planes (``kernels.epilogue.pointwise``: that
     measured faster than a GEMM and the epilogue per image); None where none applies
@@ -125,10 +127,10 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
         run = kernels.epilogue.pointwise(x.shape, w.shape[0], groups, ACTIVATIONS.index(act),
                                          bounds, True, where)
         return run(x, w, b, *residual, out=out)
-    hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
-    kernel = _module(method, x.shape, w.shape, hw, stride, padding, dilation, groups)
+    kernel = _conv_module(x.shape, w.shape, method, stride, padding, dilation, groups)
     if kernel is None:
         return None
+    hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.empty((x.shape[0], w.shape[0], *hw), np.float32) if out is None else out
     epilogue = dict(residual=residual[0] if residual else None, where=where,
                     act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
@@ -136,17 +138,26 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
                        **epilogue)
 
 
-def _module(method, x_shape, w_shape, hw, stride, padding, dilation, groups):
-    """The kernel module whose ``conv`` runs a float32 non-pointwise conv with its
-    epilogue: ``conv_shallow`` for few input channels (``conv_shallow.wanted``: a 3-channel
-    3x3 stride-2 layer took 0.34-0.95x the tiles' time at batch 1, 0.80-0.86x at batch 16,
-    a 7x7 0.67x), the tiles (``conv_tiles``), the direct loop (``conv_direct``: grouped
-    convs); None where the row-shifted GEMMs and the epilogue's pass run it."""
+def _conv_module(x_shape, w_shape, method, stride, padding, dilation, groups):
+    """The kernel module that runs a float32 conv of ``method`` (not ``"pointwise"``) with
+    its epilogue: ``conv_direct``'s loop (depthwise, narrow groups); ``conv_outlanes``'
+    loops (few weights per output: the epilogue on each image's sums; first, as the eager
+    conv takes them: the same bits); ``conv_shallow`` for few input channels where
+    conv_outlanes declines (more weights per output position: a 7x7 stem took 0.67x the
+    tiles' time, a 3-channel 3x3 stride-2 layer 0.34-0.95x at batch 1); the tiles of
+    ``conv_tiles``; None where the row-shifted GEMMs and the epilogue's pass run it."""
+    if method != "blocked":
+        return kernels.conv_direct
+    if (math.prod(x_shape) >= kernels.MIN_ELEMENTS   # (as the eager conv: the same bits)
+            and kernels.conv_outlanes.wanted(x_shape, w_shape, padding, groups,
+                                             np.dtype(np.float32))):
+        return kernels.conv_outlanes
+    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
     if kernels.conv_shallow.wanted(x_shape, w_shape, hw, padding, groups, np.float32):
         return kernels.conv_shallow
-    if method == "blocked" and _row_shifted(x_shape, w_shape, stride, padding, dilation):
+    if _row_shifted(x_shape, w_shape, stride, padding, dilation):
         return None
-    return kernels.conv_tiles if method == "blocked" else kernels.conv_direct
+    return kernels.conv_tiles
 
 
 ROW_SHIFTED_MAX_WEIGHTS = 32   # (per output position of the batch: ``_row_shifted``)
@@ -216,7 +227,7 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
     (``conv.specialise_pointwise``), bound as ``conv1x1_<act>``; a float32 conv that
     ``_tiled`` runs by tiles or a direct loop, with its method, output shape and epilogue
     codes worked out once, as ``conv_tiles_<act>`` / ``conv_direct_<act>`` /
-    ``conv_shallow_<act>`` (the module, :func:`_module`); else None."""
+    ``conv_outlanes_<act>`` / ``conv_shallow_<act>`` (``_conv_module``); else None."""
     where = RESIDUAL.index(residual_at) if residual else 0
     fitted = conv_ops.specialise_pointwise(f"conv1x1_{act}", x, w, b, *residual,
                                            act=ACTIVATIONS.index(act), bounds=bounds,
@@ -225,14 +236,12 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
             getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
         return fitted
     method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
-    hw = conv_ops._conv_out_hw(x.shape[2:], w.shape[2:], conv["stride"], conv["padding"],
-                               conv["dilation"])
-    module = None if method == "pointwise" else _module(
-        method, tuple(x.shape), tuple(w.shape), hw, conv["stride"], conv["padding"],
-        conv["dilation"], conv["groups"])
+    module = None if method == "pointwise" else _conv_module(
+        tuple(x.shape), tuple(w.shape), method, *(conv[k] for k in conv_ops._CONV_ATTRS))
     if module is None:
         return None     # (the row-shifted GEMMs and the epilogue's pass: ``_kernel``)
-    shape = (x.shape[0], w.shape[0], *hw)
+    shape = (x.shape[0], w.shape[0], *conv_ops._conv_out_hw(
+        x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
     geometry = tuple(conv[k] for k in conv_ops._CONV_ATTRS)
     codes = dict(where=where, act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
 

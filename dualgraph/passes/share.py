@@ -91,16 +91,16 @@ def _key(node: Node):
     """``(input, kernel size, attrs...)`` of a conv or weight gradient whose operands share
     one dtype and whose batch's columns are one block, else None."""
     if node.op is CONV2D:
-        kernel = tuple(node.inputs[1].shape[2:])
+        kernel, cout = tuple(node.inputs[1].shape[2:]), node.inputs[1].shape[0]
     elif node.op is CONV2D_WEIGHT_GRAD:
-        kernel = tuple(node.attrs["kernel_size"])
+        kernel, cout = tuple(node.attrs["kernel_size"]), node.inputs[1].shape[1]
     else:
         return None
     operands = [v for v in node.inputs if isinstance(v, Value)]
     if len({v.dtype for v in operands}) != 1 or not all(type(k) is int for k in kernel):
         return None
     x, attrs = node.inputs[0], tuple(node.attrs[name] for name in _CONV)
-    w_shape = (1, x.shape[1] // node.attrs["groups"]) + kernel   # (Cout does not matter)
+    w_shape = (cout, x.shape[1] // node.attrs["groups"]) + kernel
     if not columns_fit_one_block(x.shape, w_shape, *attrs, x.dtype.itemsize):
         return None
     return (x, kernel) + attrs
