@@ -214,9 +214,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +15 merging the eager-composites branch (its simplify rows) after the conv_cat rule.
 # kernels/ +45 and the core +50: the fitted mean sums in NumPy's pairwise order (eager's bits).
 # kernels/ +5: threads.fitted_rows, the one caller of a fitted node's row loop (ops/ -7).
-CORE_BUDGET = 23_260
+# ops/ +20, codegen/ +35 and the core +65: matmul, comparisons and a small where called as
+# NumPy's own functions in compiled code (their ``specialise``); NumPy-run groups called
+# directly; a compiled group's call planned once per input shapes (codegen.kernels.Plan).
+CORE_BUDGET = 23_325
 BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_360, "cli": 320,
-           "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_485, "ops": 7_430,
+           "codegen": 1_315, "distributed": 1_420, "graph": 1_120, "kernels": 3_485, "ops": 7_450,
            "passes": 3_060, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -211,6 +211,7 @@ class Lowering:
         self.plain_outputs = [k for k, v in enumerate(sub.outputs) if v not in ends]
         self.source = self._source()
         self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
+        self._plans = {}   # the inputs' shapes -> the Plan of a call with them
         # operators only (no function, reduction or LayerNorm, exact flags): NumPy's code
         # gives the kernel's very bits, so the first call may run it instead of compiling
         self.exact = (end is None and not fast_math
@@ -421,6 +422,10 @@ class Lowering:
 
     # -- running -------------------------------------------------------------------------------
     def __call__(self, inputs, out):
+        if self.compiled:   # (a call of shapes seen before: their plan, worked out once)
+            plan = self._plans.get(tuple([a.shape for a in inputs]))
+            if plan is not None:
+                return plan(inputs, out)
         shape = np.broadcast_shapes(*(a.shape for a in inputs))
         if self.reduction is not None:
             shape = np.broadcast_shapes(shape, _full_shape(self.reduction, inputs, self.sub))
@@ -453,6 +458,7 @@ class Lowering:
         if late:    # the compile deferred from the first call, for explain()
             self.deferred_compile = native.activity.since(before)
         self.compiled = True
+        self._plans[tuple([a.shape for a in inputs])] = Plan(self, shape, (R, C, n, *sizes))
         return tuple(results)
 
     def _aliases(self, inputs, results: list) -> tuple:
@@ -474,6 +480,44 @@ class Lowering:
             source = self._source(dict(aliases)) if aliases else self.source
             fn = self._fns[aliases] = load_module(source).kernel
         return fn
+
+
+class Plan:
+    """A compiled group's call for one set of input shapes, all worked out at the first
+    such call: the loop's sizes, the outputs' shapes, and the loop's compiled entry for
+    one thread (its arguments are always contiguous, aligned arrays of the group's dtypes
+    and integers, so their types never change: no type dispatch). A call flattens the
+    inputs, allocates the outputs not given and calls the entry: at a few thousand
+    elements working all that out again was most of a call's time."""
+
+    def __init__(self, lowering: Lowering, shape: tuple, sizes: tuple):
+        self.lowering, self.shape, self.sizes = lowering, shape, sizes
+        self.kinds = lowering.kinds
+        self.outs = [(_out_shape(v, shape, lowering.reduction, lowering.norm), v.dtype)
+                     for v in lowering.sub.outputs]
+        self.threads = threads_for(sizes[2]) if lowering.parallel else 1
+        self.entries = {}   # aliases -> the loop's entry for one thread
+
+    def __call__(self, inputs, out):
+        lowering, shape = self.lowering, self.shape
+        args = [_flat(a, kind, shape) for a, kind in zip(inputs, self.kinds)]
+        if out is None:
+            results = [np.empty(s, dt) for s, dt in self.outs]
+            aliases = ()   # (fresh outputs alias nothing)
+        else:
+            results = [np.empty(s, dt) if o is None else o for o, (s, dt) in zip(out, self.outs)]
+            aliases = lowering._aliases(inputs, results)
+        arguments = (*self.sizes, *args, *[o.reshape(-1) for o in results])
+        kernel = lowering._compiled(aliases)
+        rows = self.sizes[0]
+        if self.threads != 1:
+            run_rows(kernel, rows, *arguments, threads=self.threads)
+            return tuple(results)
+        entry = self.entries.get(aliases)
+        if entry is None:
+            entry = self.entries[aliases] = kernel.entry(0, rows, *arguments)
+        entry(0, rows, *arguments)
+        return tuple(results)
 
 
 def scalar_expr(node: Node, operands: list, fast_math: bool) -> str:
@@ -561,9 +605,11 @@ def _full_shape(red: Node, inputs, sub: Graph) -> tuple:
 
 
 def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
+    """``a`` as the kernel reads it: one contiguous, aligned row of elements."""
     if kind == "materialise":
         a = np.broadcast_to(a, shape)
-    return np.ascontiguousarray(a).reshape(-1)
+    a = np.ascontiguousarray(a)
+    return (a if a.flags.aligned else a.copy()).reshape(-1)
 
 
 def _out_shape(v: Value, shape: tuple, reduction, norm=None) -> tuple:
