@@ -64,15 +64,18 @@ def test_where_outside_its_small_form_keeps_the_kernel():
         np.testing.assert_array_equal(got, want)
 
 
-def test_integer_products_and_integer_comparisons_with_numbers_keep_the_kernel():
+def test_integer_products_and_comparisons_of_numbers_but_float32_64_keep_the_kernel():
     g = Graph()
     i = g.add_input((3, 3), "int64", name="i")
+    h = g.add_input((3,), "float16", name="h")
     (p,) = g.add_node("matmul", [i, i])
     (gt,) = g.add_node("gt", [p, 2])
-    g.set_outputs([p, gt])
+    (lt,) = g.add_node("lt", [h, 3e4])
+    g.set_outputs([p, gt, lt])
     exe = Executable(g)
-    assert "k_matmul(i, i)" in exe.code and "k_gt(matmul, 2)" in exe.code, exe.code
-    arrays = [np.arange(9).reshape(3, 3)]
+    for call in ("k_matmul(i, i)", "k_gt(matmul, 2)", "k_lt(h, 30000.0)"):
+        assert call in exe.code, exe.code
+    arrays = [np.arange(9).reshape(3, 3), np.array([1, 6e4, np.inf], np.float16)]
     for got, want in zip(exe.run(arrays), exe.interpret(arrays), strict=True):
         np.testing.assert_array_equal(got, want)
 

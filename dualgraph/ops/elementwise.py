@@ -750,17 +750,22 @@ def _compare(name, ufunc, onnx, **options):
 
 def _specialise_compare(ufunc):
     """Operands that the kernel passes to ``ufunc`` as they are (two arrays of one dtype, or
-    a float array and a Python number, which NumPy 2 converts to the array's dtype exactly
-    as the kernel's cast does): the ufunc itself."""
+    a float32/float64 array and a Python number, which NumPy 2 converts to the array's
+    dtype exactly as the kernel's cast does): the ufunc itself."""
     def specialise(a, b):
-        arrays = [x for x in (a, b) if hasattr(x, "dtype")]
-        numbers = [x for x in (a, b) if type(x) in (int, float)]
-        if len(arrays) == 2 and a.dtype == b.dtype:
-            return ufunc.__name__, ufunc
-        if len(arrays) == 1 and len(numbers) == 1 and arrays[0].dtype.kind == "f":
+        if _same_dtype_or_float_and_number(a, b):
             return ufunc.__name__, ufunc
         return None
     return specialise
+
+
+def _same_dtype_or_float_and_number(a, b) -> bool:
+    """Two arrays (Values) of one dtype, or a float32/float64 one and a Python number."""
+    arrays = [x for x in (a, b) if hasattr(x, "dtype")]
+    if len(arrays) == 2:
+        return a.dtype == b.dtype
+    return (len(arrays) == 1 and arrays[0].dtype in (np.float32, np.float64)
+            and all(x is arrays[0] or type(x) in (int, float) for x in (a, b)))
 
 
 EQ = _compare("eq", np.equal, "Equal",
@@ -892,17 +897,13 @@ def _onnx_where(e, node):
 
 
 def _specialise_where(cond, a, b):
-    """A boolean condition choosing between arrays of one dtype (or a float array and a
-    Python number) on fewer elements than the loop takes, all static: the kernel's
-    ``np.where`` without its promotion and size checks."""
-    arrays = [x for x in (a, b) if hasattr(x, "dtype")]
-    numbers = [x for x in (a, b) if type(x) in (int, float)]
-    if not (hasattr(cond, "dtype") and cond.dtype == np.bool_):
+    """A boolean condition choosing between arrays of one dtype (or a float32/float64
+    array and a Python number) on fewer elements than the loop takes, all static: the
+    kernel's ``np.where`` without its promotion and size checks."""
+    if not (hasattr(cond, "dtype") and cond.dtype == np.bool_
+            and _same_dtype_or_float_and_number(a, b)):
         return None
-    if not ((len(arrays) == 2 and a.dtype == b.dtype) or
-            (len(arrays) == 1 and len(numbers) == 1 and arrays[0].dtype.kind == "f")):
-        return None
-    shapes = [tuple(x.shape) for x in (cond, *arrays)]
+    shapes = [tuple(x.shape) for x in (cond, a, b) if hasattr(x, "shape")]
     if not all(type(d) is int for shape in shapes for d in shape):
         return None
     if math.prod(broadcast_shapes(*shapes)) >= kernels.MIN_ELEMENTS:
