@@ -32,6 +32,7 @@ import collections  # noqa: E402
 import importlib.util  # noqa: E402
 import pathlib  # noqa: E402
 import re  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
@@ -193,9 +194,15 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}, one thread", flush=True)
+    programs = [p for p in args.programs.split(",") if p]
     jobs = [(f"W {w}", workload(w)) for w in args.workloads.split(",") if w]
     jobs += [(f"model {m}", model(m)) for m in args.models.split(",") if m]
-    jobs += [(f"program {p}", program(p)) for p in args.programs.split(",") if p]
+    if jobs and programs:   # (a program's ``import torch`` is dualgraph: its own process)
+        subprocess.run([sys.executable, "-m", "benchmarks.node_calls", "--workloads", "",
+                        "--models", "", "--programs", args.programs, "--top", str(args.top)],
+                       check=True)
+    else:
+        jobs += [(f"program {p}", program(p)) for p in programs]
     for label, make in jobs:
         for i, exe in enumerate(executables(make)):
             if len(exe.graph.nodes) > 1:
