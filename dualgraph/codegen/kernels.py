@@ -488,7 +488,6 @@ class Plan:
         self.shape, self.sizes = shape, (R, C, n, *mid)
         self.outs = [(_out_shape(v, shape, lowering.reduction, lowering.norm), v.dtype)
                      for v in lowering.sub.outputs]
-        self.threads = threads_for(n) if lowering.parallel else 1
         self.entries = {}   # aliases -> the loop's entry for one thread
 
     def __call__(self, inputs, out):
@@ -509,8 +508,10 @@ class Plan:
 
     def run(self, aliases: tuple, arguments: tuple) -> None:
         kernel, rows = self.lowering._compiled(aliases), self.sizes[0]
-        if self.threads != 1:
-            run_rows(kernel, rows, *arguments, threads=self.threads)
+        # (asked at every call: ``dg.set_num_threads`` may change the answer)
+        threads = threads_for(self.sizes[2]) if self.lowering.parallel else 1
+        if threads != 1:
+            run_rows(kernel, rows, *arguments, threads=threads)
             return
         entry = self.entries.get(aliases)
         if entry is None:

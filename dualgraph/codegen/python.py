@@ -365,8 +365,8 @@ def out_target(slot) -> str:
 def fused_call(node: Node, names: dict, slots: dict, module: Module, fused) -> str:
     """A call of the group's kernel; a group that runs with NumPy from the start (no
     lowering: too small for a loop, or no Numba) calls its generated NumPy function itself,
-    without the kernel's wrapper (a call of a few microseconds on small groups: most of a
-    batch-1 training step's running-statistics updates). Such a group writes fresh memory
+    without the kernel object's wrapper (a training step of small layers has a hundred
+    such groups: running statistics, optimiser updates). Such a group writes fresh memory
     only through registry kernels, so it never gets ``out=``."""
     kernel = fused(node)
     outs = [slots.get(v) for v in node.outputs]
