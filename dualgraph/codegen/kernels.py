@@ -211,6 +211,7 @@ class Lowering:
         self.plain_outputs = [k for k, v in enumerate(sub.outputs) if v not in ends]
         self.source = self._source()
         self._fns = {}   # aliases (a tuple of (output, input) pairs) -> compiled kernel
+        self._plans = {}   # the inputs' shapes -> the Plan of a call with them
         # operators only (no function, reduction or LayerNorm, exact flags): NumPy's code
         # gives the kernel's very bits, so the first call may run it instead of compiling
         self.exact = (end is None and not fast_math
@@ -421,35 +422,22 @@ class Lowering:
 
     # -- running -------------------------------------------------------------------------------
     def __call__(self, inputs, out):
-        shape = np.broadcast_shapes(*(a.shape for a in inputs))
-        if self.reduction is not None:
-            shape = np.broadcast_shapes(shape, _full_shape(self.reduction, inputs, self.sub))
-        n = math.prod(shape)
-        if self.split is None:
-            C = CHUNK
-            R = -(-n // C)
-        else:
-            R, C = math.prod(shape[:self.split]), math.prod(shape[self.split:])
-        args = [_flat(a, kind, shape) for a, kind in zip(inputs, self.kinds)]
-        results = []
-        for i, v in enumerate(self.sub.outputs):
-            o = out[i] if out is not None else None
-            if o is None:
-                o = np.empty(_out_shape(v, shape, self.reduction, self.norm), v.dtype)
-            results.append(o)
-        sizes = [math.prod(shape[slice(*self.kept)])] if self.red_kind == "mid" else []
-        flat_out = [o.reshape(-1) for o in results]
-        kernel = self._compiled(self._aliases(inputs, results))
-        arguments = (R, C, n, *sizes, *args, *flat_out)
-        if self.exact and not self.compiled and not self.deferred:
+        key = tuple([a.shape for a in inputs])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = Plan(self, inputs)
+        if self.compiled:
+            return plan(inputs, out)
+        results, aliases, arguments = plan.arguments(inputs, out)
+        if self.exact and not self.deferred:
             # tiered: unless its machine code is at hand, the first call runs NumPy's code
             # (the same bits) and the next compiles, so a graph run once never compiles
-            if not kernel.ready(0, R, *arguments):
+            if not self._compiled(aliases).ready(0, arguments[0], *arguments):
                 self.deferred = True
                 return None
-        late = self.deferred and not self.compiled
+        late = self.deferred
         before = native.activity.snapshot() if late else None
-        run_rows(kernel, R, *arguments, threads=threads_for(n) if self.parallel else 1)
+        plan.run(aliases, arguments)
         if late:    # the compile deferred from the first call, for explain()
             self.deferred_compile = native.activity.since(before)
         self.compiled = True
@@ -474,6 +462,61 @@ class Lowering:
             source = self._source(dict(aliases)) if aliases else self.source
             fn = self._fns[aliases] = load_module(source).kernel
         return fn
+
+
+class Plan:
+    """A compiled group's call for one set of input shapes, worked out at the first such
+    call: the loop's sizes, the outputs' shapes, and the loop's compiled entry for one
+    thread (its arguments are always contiguous, aligned arrays of the group's dtypes and
+    integers, so their types never change: no type dispatch). A call flattens the inputs,
+    allocates the outputs not given and calls the entry: at a few thousand elements,
+    working all that out at every call was most of the call's time."""
+
+    def __init__(self, lowering: Lowering, inputs):
+        self.lowering, self.kinds = lowering, lowering.kinds
+        shape = np.broadcast_shapes(*(a.shape for a in inputs))
+        if lowering.reduction is not None:
+            shape = np.broadcast_shapes(shape, _full_shape(lowering.reduction, inputs,
+                                                           lowering.sub))
+        n = math.prod(shape)
+        if lowering.split is None:
+            C = CHUNK
+            R = -(-n // C)
+        else:
+            R, C = math.prod(shape[:lowering.split]), math.prod(shape[lowering.split:])
+        mid = [math.prod(shape[slice(*lowering.kept)])] if lowering.red_kind == "mid" else []
+        self.shape, self.sizes = shape, (R, C, n, *mid)
+        self.outs = [(_out_shape(v, shape, lowering.reduction, lowering.norm), v.dtype)
+                     for v in lowering.sub.outputs]
+        self.entries = {}   # aliases -> the loop's entry for one thread
+
+    def __call__(self, inputs, out):
+        results, aliases, arguments = self.arguments(inputs, out)
+        self.run(aliases, arguments)
+        return tuple(results)
+
+    def arguments(self, inputs, out) -> tuple:
+        """``(results, aliases, arguments)``: the output arrays (``out``'s where given),
+        which of them are inputs' arrays, and the loop's arguments after its row range."""
+        args = [_flat(a, kind, self.shape) for a, kind in zip(inputs, self.kinds)]
+        if out is None:   # (fresh outputs alias nothing)
+            results, aliases = [np.empty(s, dt) for s, dt in self.outs], ()
+        else:
+            results = [np.empty(s, dt) if o is None else o for o, (s, dt) in zip(out, self.outs)]
+            aliases = self.lowering._aliases(inputs, results)
+        return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results])
+
+    def run(self, aliases: tuple, arguments: tuple) -> None:
+        kernel, rows = self.lowering._compiled(aliases), self.sizes[0]
+        # (asked at every call: ``dg.set_num_threads`` may change the answer)
+        threads = threads_for(self.sizes[2]) if self.lowering.parallel else 1
+        if threads != 1:
+            run_rows(kernel, rows, *arguments, threads=threads)
+            return
+        entry = self.entries.get(aliases)
+        if entry is None:
+            entry = self.entries[aliases] = kernel.entry(0, rows, *arguments)
+        entry(0, rows, *arguments)
 
 
 def scalar_expr(node: Node, operands: list, fast_math: bool) -> str:
@@ -561,9 +604,11 @@ def _full_shape(red: Node, inputs, sub: Graph) -> tuple:
 
 
 def _flat(a: np.ndarray, kind: str, shape: tuple) -> np.ndarray:
+    """``a`` as the kernel reads it: one contiguous, aligned row of elements."""
     if kind == "materialise":
         a = np.broadcast_to(a, shape)
-    return np.ascontiguousarray(a).reshape(-1)
+    a = np.ascontiguousarray(a)
+    return (a if a.flags.aligned else a.copy()).reshape(-1)
 
 
 def _out_shape(v: Value, shape: tuple, reduction, norm=None) -> tuple:

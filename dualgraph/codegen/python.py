@@ -14,7 +14,7 @@ op's kernel with ``run=``, which runs each body's own compiled program. Intermed
 
     def graph_fn(x, w, bufs):
         B = x.shape[0]
-        matmul = k_matmul(x, w)    # model.py:14
+        matmul = matmul_blas(x, w)    # model.py:14
         relu = np.maximum(matmul, 0, out=bufs[0])    # model.py:14
         del matmul
         reshape = k_reshape(relu, shape=(B, 512))    # model.py:15
@@ -363,10 +363,17 @@ def out_target(slot) -> str:
 
 
 def fused_call(node: Node, names: dict, slots: dict, module: Module, fused) -> str:
+    """A call of the group's kernel; a group that runs with NumPy from the start (no
+    lowering: too small for a loop, or no Numba) calls its generated NumPy function itself,
+    without the kernel object's wrapper (a training step of small layers has a hundred
+    such groups: running statistics, optimiser updates). Such a group writes fresh memory
+    only through registry kernels, so it never gets ``out=``."""
     kernel = fused(node)
+    outs = [slots.get(v) for v in node.outputs]
+    if kernel.lowering is None and all(s is None for s in outs):
+        kernel = kernel.fallback.fn
     fname = module.bind(f"f_{node.outputs[-1].name}", kernel)
     args = [operand(x, names, module) for x in node.inputs]
-    outs = [slots.get(v) for v in node.outputs]
     if any(s is not None for s in outs):
         items = [out_target(s) if s is not None else "None" for s in outs]
         args.append(f"out=({', '.join(items)},)")

@@ -745,7 +745,27 @@ def erfc(x):
 # -- comparisons ---------------------------------------------------------------------------------
 def _compare(name, ufunc, onnx, **options):
     return defop(name, binary_kernel(ufunc), infer_compare, elementwise=None, onnx=onnx,
-                 **options)
+                 specialise=_specialise_compare(ufunc), **options)
+
+
+def _specialise_compare(ufunc):
+    """Operands that the kernel passes to ``ufunc`` as they are (two arrays of one dtype, or
+    a float32/float64 array and a Python number, which NumPy 2 converts to the array's
+    dtype exactly as the kernel's cast does): the ufunc itself."""
+    def specialise(a, b):
+        if _same_dtype_or_float_and_number(a, b):
+            return ufunc.__name__, ufunc
+        return None
+    return specialise
+
+
+def _same_dtype_or_float_and_number(a, b) -> bool:
+    """Two arrays (Values) of one dtype, or a float32/float64 one and a Python number."""
+    arrays = [x for x in (a, b) if hasattr(x, "dtype")]
+    if len(arrays) == 2:
+        return a.dtype == b.dtype
+    return (len(arrays) == 1 and arrays[0].dtype in (np.float32, np.float64)
+            and all(x is arrays[0] or type(x) in (int, float) for x in (a, b)))
 
 
 EQ = _compare("eq", np.equal, "Equal",
@@ -876,7 +896,23 @@ def _onnx_where(e, node):
     return [e.op("Where", [e.input(0, np.bool_), e.input(1, dtype), e.input(2, dtype)])]
 
 
+def _specialise_where(cond, a, b):
+    """A boolean condition choosing between arrays of one dtype (or a float32/float64
+    array and a Python number) on fewer elements than the loop takes, all static: the
+    kernel's ``np.where`` without its promotion and size checks."""
+    if not (hasattr(cond, "dtype") and cond.dtype == np.bool_
+            and _same_dtype_or_float_and_number(a, b)):
+        return None
+    shapes = [tuple(x.shape) for x in (cond, a, b) if hasattr(x, "shape")]
+    if not all(type(d) is int for shape in shapes for d in shape):
+        return None
+    if math.prod(broadcast_shapes(*shapes)) >= kernels.MIN_ELEMENTS:
+        return None
+    return "np_where", np.where
+
+
 WHERE = defop("where", _where_kernel, _infer_where, saves="0",   # (the condition only)
+              specialise=_specialise_where,
               vjp=lambda g, out, c, a, b: (
                   None,
                   unbroadcast(where(c, g, 0.0), a) if needs_grad(a) else None,

@@ -97,8 +97,16 @@ def _matmul_vjp(g, out, a, b):
     return ga, gb
 
 
+def _specialise_matmul(a, b):
+    """Two matrices of one BLAS dtype: the kernel's work is NumPy's ``matmul`` alone (no
+    conversion, no batch to share among threads), so a call is that and nothing else."""
+    if a.ndim == 2 and b.ndim == 2 and a.dtype in BLAS_DTYPES and b.dtype == a.dtype:
+        return "matmul_blas", np.matmul
+    return None
+
+
 MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
-               onnx="MatMul",
+               onnx="MatMul", specialise=_specialise_matmul,
                autocast="lower")
 
 

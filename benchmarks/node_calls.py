@@ -1,0 +1,213 @@
+"""Where a compiled graph's call spends its time that is not a kernel's work, per node kind.
+
+``python -m benchmarks.node_calls [--programs gat,mobilenet_se] [--models t5,vit]
+[--workloads W1,W7] [--top 12]`` compiles each one as its benchmark does (a program of
+``tests/torch_programs/`` by its ``compile=True`` training step, a model of
+``benchmarks/unseen_transformers.py`` at batch 1 under ``no_grad``, a suite workload by its
+``dualgraph_compiled`` implementation), keeps the input arrays of the last graph call, and
+reports, in process CPU time with one thread (best of several):
+
+- ``run``: ``Executable.run`` of those arrays; ``glue``: the generated function itself with
+  every kernel, ufunc and fused group replaced by a stub returning the value recorded for
+  its line, so what is left is the generated Python (argument passing, ``del``s, tuple
+  unpacking): the per-node cost no kernel accounts for;
+- per kind of call (the callee named on the node's line: ``k_softmax``, ``matmul_blas``,
+  ``f_add``, ``np.multiply``), the calls and their CPU time, from the profiler's timed code
+  (``Executable.run_timed``), which adds its own few microseconds a node.
+
+Inputs a step updates in place (donated parameters) are copied before each run, outside
+the timed part. Not a workload of the suite: no peers, no ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+if __name__ == "__main__":   # before NumPy loads OpenBLAS
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "DUALGRAPH_NUM_THREADS"):
+        os.environ[_name] = "1"
+
+import collections  # noqa: E402
+import importlib.util  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def best_us(call, fresh, number: int, repeats: int = 5) -> float:
+    """Best mean CPU microseconds of ``call(fresh())``, ``fresh()`` outside the timing."""
+    best = float("inf")
+    for _ in range(repeats):
+        total = 0.0
+        for _ in range(number):
+            args = fresh()
+            start = time.process_time()
+            call(args)
+            total += time.process_time() - start
+        best = min(best, total / number)
+    return 1e6 * best
+
+
+def recording(exe):
+    """An ``Executable.run`` that keeps the input arrays of its last call on ``exe``."""
+    run = exe.run
+
+    def wrapped(arrays, on_node=None):
+        exe.last_arrays = [np.array(a) for a in arrays]
+        return run(arrays, on_node)
+    return wrapped
+
+
+def stubbed(exe, arrays):
+    """The generated function with every callable global returning, call after call, the
+    value its node computed on ``arrays``: running it times the generated Python alone."""
+    recorded = []
+    exe.run_timed([a.copy() for a in arrays],
+                  lambda node, outs: recorded.append(outs[0] if node.op.num_outputs == 1
+                                                     else outs))
+    at = [0]
+
+    def stub(*args, **kwargs):
+        at[0] += 1
+        return recorded[at[0] - 1]
+    program = exe.program
+    globals_ = {k: stub if callable(v) and not isinstance(v, type) else v
+                for k, v in program.globals.items()}
+    globals_["np"] = types.SimpleNamespace(asarray=np.asarray, dtype=np.dtype,
+                                           **{n: stub for n in dir(np) if n.isidentifier()
+                                              and n not in ("asarray", "dtype")})
+    fn = types.FunctionType(program.fn.__code__, globals_)
+    bufs = [exe._buffers_for(arrays)] if exe._slots else []
+
+    def run(args):
+        at[0] = 0
+        fn(*args, *bufs)
+    return run
+
+
+def per_kind(exe, fresh, repeats: int = 10) -> dict:
+    """``{callee: (calls a run, CPU us a run)}`` from the timed code."""
+    nodes, kinds, callee = list(exe.graph.nodes), {}, None
+    for line in exe.timed_code().source.splitlines():
+        line = line.strip()
+        if line.startswith("on_node(NODES["):
+            kinds[nodes[int(line[len("on_node(NODES["):line.index("]")])]] = callee
+        elif " = " in line and "(" in line and not line.startswith("del"):
+            callee = re.sub(r"_\d+$", "", line.split(" = ", 1)[1].split("(")[0])
+    times, counts, stamp = collections.defaultdict(float), collections.Counter(), [0.0]
+
+    def on_node(node, outs):
+        now = time.process_time()
+        times[kinds[node]] += now - stamp[0]
+        counts[kinds[node]] += 1
+        stamp[0] = time.process_time()
+    for _ in range(repeats):
+        arrays = fresh()
+        stamp[0] = time.process_time()
+        exe.run_timed(arrays, on_node)
+    return {k: (counts[k] // repeats, 1e6 * times[k] / repeats) for k in times}
+
+
+def report(name: str, exe, top: int) -> None:
+    arrays = exe.last_arrays
+    fresh = lambda: [a.copy() for a in arrays]   # noqa: E731
+    number = 20 if len(exe.graph.nodes) > 60 else 200
+    run = best_us(exe.run, fresh, number)
+    glue = best_us(stubbed(exe, arrays), fresh, number)
+    print(f"{name}: {len(exe.graph.nodes)} nodes, run {run:.1f} us, glue {glue:.1f} us "
+          f"({glue / len(exe.graph.nodes):.2f} us a node)", flush=True)
+    kinds = sorted(per_kind(exe, fresh).items(), key=lambda kv: -kv[1][1])
+    for kind, (calls, us) in kinds[:top]:
+        print(f"    {kind:32s} x{calls:<4d} {us:9.1f} us  {us / max(calls, 1):7.2f} us a call")
+
+
+def executables(make) -> list:
+    """The executables ``make()`` runs, each with the arrays of its last call."""
+    from dualgraph.codegen import executable
+    made, init = [], executable.Executable.__init__
+
+    def tracking(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.run = recording(self)
+        made.append(self)
+    executable.Executable.__init__ = tracking
+    try:
+        make()
+    finally:
+        executable.Executable.__init__ = init
+    return [e for e in made if hasattr(e, "last_arrays")]
+
+
+def program(name: str):
+    def make():   # (after the models: ``import torch`` is dualgraph's from here on)
+        import dualgraph.compat
+        dualgraph.compat.install_torch_alias()
+        path = pathlib.Path(__file__).parent.parent / "tests" / "torch_programs" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"torch_program_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(3, compile=True)
+    return make
+
+
+def model(name: str):
+    import torch
+
+    import dualgraph as dg
+
+    from . import unseen_transformers as u
+    from .common import random_state
+    reference = u.MODELS[name](torch).eval()
+    m = u.MODELS[name](dg).eval()
+    m.load_state_dict({k: dg.tensor(v) for k, v in random_state(reference, 0).items()})
+    x = dg.tensor(u.example(name, 1, np.random.default_rng(0)))
+
+    def make():
+        compiled = dg.compile(m)
+        with dg.no_grad():
+            compiled(x)
+            compiled(x)
+    return make
+
+
+def workload(wid: str):
+    from .run import WORKLOADS
+    module = importlib.import_module(f"benchmarks.{WORKLOADS[wid]}")
+
+    def make():
+        step = module.IMPLS["dualgraph_compiled"](module.make_data())
+        for _ in range(3):
+            step()
+    return make
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", default="gat,mobilenet_se")
+    parser.add_argument("--models", default="t5")
+    parser.add_argument("--workloads", default="W1,W7")
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.1f}, one thread", flush=True)
+    programs = [p for p in args.programs.split(",") if p]
+    jobs = [(f"W {w}", workload(w)) for w in args.workloads.split(",") if w]
+    jobs += [(f"model {m}", model(m)) for m in args.models.split(",") if m]
+    if jobs and programs:   # (a program's ``import torch`` is dualgraph: its own process)
+        subprocess.run([sys.executable, "-m", "benchmarks.node_calls", "--workloads", "",
+                        "--models", "", "--programs", args.programs, "--top", str(args.top)],
+                       check=True)
+    else:
+        jobs += [(f"program {p}", program(p)) for p in programs]
+    for label, make in jobs:
+        for i, exe in enumerate(executables(make)):
+            if len(exe.graph.nodes) > 1:
+                report(f"{label} [{i}]", exe, args.top)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
