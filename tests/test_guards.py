@@ -290,3 +290,69 @@ def test_a_module_tensor_assigned_anew_retraces():
             m.shift = dg.full((3,), 2.0)
             np.testing.assert_array_equal(c(x).detach().numpy(), m(x).detach().numpy())
     assert "self.shift was assigned anew" in c.explain()
+
+
+NET = dg.nn.Linear(3, 2)
+
+
+def test_a_module_or_optimiser_rebound_in_a_global_or_closure_retraces():
+    """A DQN's ``target = Net()`` after loading a checkpoint, a global model replaced, a new
+    optimiser given the old one's state: the graphs bound the old objects' tensors, so a
+    rebinding retraces (through the fast path too) instead of using them silently."""
+    global NET
+    target = dg.nn.Linear(3, 1)
+
+    def predict(x):
+        with dg.no_grad():
+            return target(x) + NET(x).sum(1, keepdim=True)
+
+    c, x = dg.compile(predict), dg.randn(4, 3)
+    for _ in range(3):   # (the fast path from the second call)
+        np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    target = dg.nn.Linear(3, 1)
+    np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    NET = dg.nn.Linear(3, 2)
+    for _ in range(2):
+        np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    assert "NET, which the function reads as a global or closure variable" in c.explain()
+
+    model = dg.nn.Linear(3, 1)
+    opt = dg.optim.Adam(model.parameters(), lr=0.1)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    twin = dg.nn.Linear(3, 1)
+    twin.load_state_dict(model.state_dict())
+    twin_opt = dg.optim.Adam(twin.parameters(), lr=0.1)
+    cs = dg.compile(step)
+    for i in range(6):
+        if i == 3:   # a fresh optimiser: its own (empty) state, as eager's
+            opt = dg.optim.Adam(model.parameters(), lr=0.1)
+            twin_opt = dg.optim.Adam(twin.parameters(), lr=0.1)
+        got = cs(x)
+        twin_opt.zero_grad()
+        want = twin(x).pow(2).mean()
+        want.backward()
+        twin_opt.step()
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
+
+
+def test_a_module_rebound_at_every_call_runs_eagerly_after_the_limit():
+    box = dg.nn.Linear(2, 2)
+
+    def f(x):
+        return box(x)
+
+    c, x = dg.compile(f), dg.randn(1, 2)
+    c.retrace_limit = 2
+    with pytest.warns(UserWarning, match="box rebound 3 times"):
+        for _ in range(4):
+            box = dg.nn.Linear(2, 2)
+            np.testing.assert_allclose(c(x).detach().numpy(), f(x).detach().numpy(),
+                                       rtol=1e-6)
+    assert c.records[-1].kind == "limit"

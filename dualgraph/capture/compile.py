@@ -47,7 +47,7 @@ from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .records import RETRACE_LIMIT, Record, _name
 from .split import SplitTracer, Splitter
-from .scope import is_module, is_optimizer, readable_names, scope_of
+from .scope import held_objects, is_module, is_optimizer, readable_names, rebound, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, StaleTensorError, Tracer
 
@@ -485,6 +485,8 @@ class Compiled:
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
+        self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
         # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
         self._hyper_inputs: dict = {}
@@ -597,6 +599,9 @@ class Compiled:
             args, kwargs = _arrays_as_tensors(args, kwargs)
         if self._optimizers is None:
             self._find_scope()
+        elif self._held and (name := rebound(self._held)) is not None:
+            if self._rebound(name):
+                return self.fn(*args, **kwargs)
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
@@ -731,6 +736,34 @@ class Compiled:
         self._module_facts.roots += [(name, m) for name, m in scope.items()
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
+        self._held = held_objects(self.fn)
+
+    def _rebound(self, name: str) -> bool:
+        """``name``, a module, optimiser or tensor the function reads through a global or
+        closure variable, holds another object now: the graphs bind the old one's tensors,
+        so they are dropped and the scope is found again (the next call traces anew);
+        whether, rebound more often than the retrace limit, the function runs eagerly from
+        now on (as a retrace past the limit does)."""
+        self._rebinds += 1
+        self.cache.clear()
+        self._fast_paths, self._fast, self._last = {}, None, None
+        self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
+        self._module_facts.roots = [("self", self.module)] if self.module is not None else []
+        self._module_facts.version = None
+        old = self._slots
+        self._find_scope()
+        known = {s.identity(): s for s in old}   # (keeping what they learnt: number inputs)
+        self._slots = [known.get(s.identity(), s) for s in self._slots]
+        self._stale = (f"{name}, which the function reads as a global or closure variable, "
+                       "is another object now: the graphs bound the old one")
+        if self._rebinds <= self.retrace_limit:
+            return False
+        self.eager_only = True
+        warnings.warn(f"dg.compile: {name} rebound {self._rebinds} times; running "
+                      f"{_name(self.fn)} eagerly from now on", stacklevel=3)
+        self.records.append(Record("limit", self._stale, "keep one object and update it "
+                                   "in place (load_state_dict, copy_)"))
+        return True
 
     def _new_hyper_inputs(self, facts, last) -> bool:
         """Make the learning rates that changed again since the last capture graph inputs
