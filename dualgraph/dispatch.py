@@ -175,6 +175,18 @@ def apply(op, *args, **attrs):
     return out
 
 
+def _read(read_by: dict, args, saved, saves_outputs: bool) -> tuple:
+    """The inputs (and whether the outputs) a node's VJP will read, of those its op saves
+    (``saved``: None for all): one read only by the gradients of inputs that don't require
+    grad is not (``OpDef.read_by``)."""
+    def read(key):
+        users = read_by.get(key)
+        return users is None or any(isinstance(args[j], Tensor) and args[j].requires_grad
+                                    for j in users)
+    inputs = range(len(args)) if saved is None else saved
+    return tuple(i for i in inputs if read(i)), saves_outputs and read("o")
+
+
 def _record(op, args, outs, attrs, tracer):
     """Make the backward Node of ``op``'s call and make it the outputs' ``grad_fn``: per
     input the edge its gradient takes, the versions of the tensors the VJP will read (an
@@ -185,6 +197,10 @@ def _record(op, args, outs, attrs, tracer):
     edges = []
     versions = []
     saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
+    saves_outputs = op.saves_outputs
+    read_by = getattr(op, "read_by", None)   # (a custom Function has none)
+    if read_by is not None:
+        saved, saves_outputs = _read(read_by, args, saved, saves_outputs)
     for i, a in enumerate(args):
         edge = None
         if isinstance(a, Tensor):
@@ -201,7 +217,7 @@ def _record(op, args, outs, attrs, tracer):
         if t._data.dtype.kind in _FLOAT_KINDS:
             t.requires_grad = True
             t.grad_fn = node
-        if op.saves_outputs:
+        if saves_outputs:
             versions.append((t, t._version[0]))
         return
     for i, t in enumerate(outs):
@@ -209,7 +225,7 @@ def _record(op, args, outs, attrs, tracer):
             t.requires_grad = True
             t.grad_fn = node
             t._output_nr = i
-        if op.saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
+        if saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
             versions.append((t, t._version[0]))
 
 

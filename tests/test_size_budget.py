@@ -217,8 +217,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +50 and the core +50 (real programs, issue 26): the modules, optimisers and
 # tensors a function names as globals or closure variables guarded by identity
 # (scope.held_objects, Compiled._rebound): a DQN's rebuilt target network ran old graphs.
-CORE_BUDGET = 23_310
-BUDGETS = {".": 1_730, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_410, "cli": 320,
+# "." +15, ops/ +5 and the core +15: OpDef.read_by, an input saved only for gradients no
+# one needs is not version-checked (h[:, :2] = h[:, :2] * 0.5 before backward, as torch).
+CORE_BUDGET = 23_325
+BUDGETS = {".": 1_745, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_410, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_485, "ops": 7_430,
            "passes": 3_060, "export": 3_840, "nn": 3_590, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
