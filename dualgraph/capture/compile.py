@@ -37,7 +37,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .escape import kept_places, places, restore_cells, scalar_cells, undo
+from .escape import kept_places, places, restore_cells, returned_inside, scalar_cells, undo
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
@@ -331,6 +331,28 @@ def _refuse_repeated_tensors(leaves) -> None:
     if len(set(tensors)) != len(tensors):
         raise CaptureError("the same tensor passed as two arguments", user_location(),
                            "Pass it once, or pass a .clone() as the second one.")
+
+
+def _keep_forward_state(kept: list) -> None:
+    """Put back the state the forward kept where tracing its backward replaced it: a
+    checkpointed block recomputed in the backward runs its forward hooks again
+    (``stats[name] = out``, with the forward's values), which would leave tensors of the
+    backward's trace there."""
+    for _, t, container, key in kept:
+        if container[key] is not t:
+            container[key] = t
+
+
+def _refuse_opaque_results(fn, result, tracer) -> None:
+    """A result that holds tensors the trace made inside an object of the user's class
+    (not a tuple, list, dict or dataclass) can't be rebuilt from the graph's outputs: the
+    function runs eagerly (a graph break naming it)."""
+    inside = returned_inside(flatten(result)[0], tracer)
+    if inside:
+        code = getattr(fn, "forward", fn).__code__
+        raise CaptureError(f"returning tensors inside an object ({', '.join(inside)})",
+                           f"{code.co_filename}:{code.co_firstlineno}",
+                           "Return them in a tuple, list, dict or dataclass.")
 
 
 class _StaticDims(Exception):
@@ -1077,6 +1099,7 @@ class Compiled:
                         tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
+                _refuse_opaque_results(self.fn, result, tracer)
                 if as_inputs and draws.drawn():
                     random_break = PythonRandom(self.fn)
                     raise random_break
@@ -1091,6 +1114,7 @@ class Compiled:
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
+                    _keep_forward_state(kept)
         except Exception as e:   # (the eager run makes again the state the trace made)
             dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
