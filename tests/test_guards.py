@@ -356,3 +356,20 @@ def test_a_module_rebound_at_every_call_runs_eagerly_after_the_limit():
             np.testing.assert_allclose(c(x).detach().numpy(), f(x).detach().numpy(),
                                        rtol=1e-6)
     assert c.records[-1].kind == "limit"
+
+
+class Doubler(dg.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def test_a_module_class_the_function_names_is_no_module_of_its_scope():
+    """``isinstance(m, Doubler)`` or ``Doubler()`` in a compiled step names the class: it
+    is not taken for a module instance (whose submodules would be listed, a TypeError)."""
+    m = Doubler()
+
+    def f(x):
+        return m(x) if isinstance(m, Doubler) else Doubler()(x) + 1
+
+    c, x = dg.compile(f), dg.randn(3)
+    np.testing.assert_allclose(c(x).numpy(), f(x).numpy())

@@ -10,7 +10,9 @@ from ..tensor import Tensor
 
 
 def is_module(obj) -> bool:
-    return callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
+    """A module instance (not a module class the function names: ``Net(config)``)."""
+    return (callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
+            and not isinstance(obj, type))
 
 
 def is_optimizer(obj) -> bool:
