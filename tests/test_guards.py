@@ -373,3 +373,38 @@ def test_a_module_class_the_function_names_is_no_module_of_its_scope():
 
     c, x = dg.compile(f), dg.randn(3)
     np.testing.assert_allclose(c(x).numpy(), f(x).numpy())
+
+
+@pytest.mark.parametrize("how", ["requires_grad_", "attribute"])
+def test_freezing_a_layer_mid_training_retraces(how):
+    """Fine-tuning freezes the first layer after a few steps (``p.requires_grad = False``):
+    the compiled step stops computing its gradients and the optimiser stops moving it, as
+    eagerly (a parameter's requires_grad is guarded)."""
+    def run(compiled):
+        dg.manual_seed(0)
+        m = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 2))
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x):
+            loss = m(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        c = dg.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            if i == 2:
+                for p in m[0].parameters():
+                    if how == "attribute":
+                        p.requires_grad = False
+                    else:
+                        p.requires_grad_(False)
+            out.append(c(dg.tensor(np.full((3, 4), 0.1 * (i + 1), np.float32))).item())
+        return out + m[0].weight.detach().numpy().ravel().tolist(), c
+
+    want, _ = run(False)
+    got, c = run(True)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "a parameter's requires_grad changed" in c.explain()

@@ -54,7 +54,8 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
             tensors += [(path, k, id(v)) for k, v in vars(m).items()
                         if isinstance(v, Tensor) and (id(m), k) not in kept]
             tensors += [(path, k, id(v)) for k, v in m._buffers.items()]
-        params += [id(p) for p in root.parameters()]
+        # (and whether each requires grad: freezing a layer changes the step's graph)
+        params += [(id(p), p.requires_grad) for p in root.parameters()]
     return (tuple(training), tuple(params), tuple(scalars), tuple(tensors))
 
 
@@ -247,6 +248,9 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",
                     "expected: one graph for training and one for evaluation")
+        if new[3][1] != old[3][1] and [i for i, _ in new[3][1]] == [i for i, _ in old[3][1]]:
+            return ("a parameter's requires_grad changed (a layer frozen or unfrozen)",
+                    "expected: one graph per set of parameters that require grad")
         if new[3][1] != old[3][1]:
             return ("the module's parameters were replaced",
                     "update parameters in place (optimisers do) instead of assigning new ones")
