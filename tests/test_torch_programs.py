@@ -59,9 +59,10 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # mnist_rnn's StepLR changes lr every epoch: the second change makes it a graph input
 # llama's step runs with and without a padding mask (a graph each), and its compiled
 # model decodes greedily, one prefix length a graph (5); mpnn's two batches have different
-# node and edge counts (a graph each); ppo's hand-annealed lr changes every iteration
+# node and edge counts (a graph each); ppo's hand-annealed lr changes every iteration;
+# convnext freezes its stem halfway (a graph without the stem's gradients)
 EXTRA_GRAPHS = {"resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
-                "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1}
+                "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it)

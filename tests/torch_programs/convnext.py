@@ -8,7 +8,8 @@ downsampling layer (``u = x.mean(1, keepdim=True)``, ``s = (x - u).pow(2).mean(1
 ``trunc_normal_``-style init replaced by NumPy weights, global average pooling with
 ``x.mean([-2, -1])``, ``torch.optim.AdamW`` with a ``LinearLR`` warmup chained to
 ``CosineAnnealingLR`` through ``SequentialLR``, ``label_smoothing`` and mixup-free
-one-hot soft targets (``F.one_hot(...).float()`` into ``torch.sum(-t * log_softmax)``)."""
+one-hot soft targets (``F.one_hot(...).float()`` into ``torch.sum(-t * log_softmax)``),
+and the stem frozen halfway (``p.requires_grad = False``), as fine-tuning does."""
 # ruff: noqa: PLR0402  (written as PyTorch programs are)
 import numpy as np
 import torch
@@ -142,10 +143,14 @@ def main(steps=10, compile=False, seed=0, batch=4):
     losses, lrs = [], []
     model.train()
     for step in range(steps):
+        if step == steps // 2:   # fine-tuning: the stem frozen from here on
+            for p in model.downsample_layers[0].parameters():
+                p.requires_grad = False
         losses.append(train_step(torch.tensor(images[step]), torch.tensor(labels[step])).item())
         lrs.append(optimizer.param_groups[0]["lr"])
         scheduler.step()
     model.eval()
     with torch.no_grad():
         logits = model(torch.tensor(images[0]))
-    return {"losses": losses, "lrs": lrs, "logits": logits.flatten().tolist()}
+    return {"losses": losses, "lrs": lrs, "logits": logits.flatten().tolist(),
+            "stem": model.downsample_layers[0][0].weight.flatten()[:8].tolist()}
