@@ -408,3 +408,33 @@ def test_freezing_a_layer_mid_training_retraces(how):
     got, c = run(True)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert "a parameter's requires_grad changed" in c.explain()
+
+
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_a_hook_registered_or_removed_after_compiling_retraces(compile_model):
+    """A forward hook or pre-hook added after the first compiled call (or removed) changes
+    what the module computes: guarded by the hooks' handles, as torch.compile does."""
+    def run(compiled):
+        dg.manual_seed(0)
+        m = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 2))
+        c = dg.compile(m) if compiled and compile_model else m
+
+        def f(x):
+            return c(x).sum()
+
+        g = dg.compile(f) if compiled and not compile_model else f
+        x, out = dg.ones(3, 4), []
+        out += [g(x).item(), g(x).item()]
+        handle = m[0].register_forward_hook(lambda mod, args, o: o * 2)
+        out += [g(x).item(), g(x).item()]
+        handle.remove()
+        out.append(g(x).item())
+        with m[2].register_forward_pre_hook(lambda mod, args: (args[0] + 1,)):
+            out.append(g(x).item())
+        out.append(g(x).item())
+        return out, g if compiled and not compile_model else c
+
+    want, _ = run(False)
+    got, c = run(True)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "a forward hook or pre-hook was registered or removed" in c.explain()

@@ -44,10 +44,13 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py); and the
     identity of the tensors the modules hold as buffers or plain attributes, but for those
     in ``kept`` (tensors the graph itself stores there at every call, compile.py)."""
-    training, params, scalars, tensors = [], [], [], []
+    training, params, scalars, tensors, hooks = [], [], [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
+            # (the forward hooks and pre-hooks a trace ran, by their handles' ids)
+            hooks.append((tuple(getattr(m, "_forward_pre_hooks", ())),
+                          tuple(getattr(m, "_forward_hooks", ()))))
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
                         if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
             # (a graph reads a captured tensor by identity: one assigned anew is another)
@@ -56,7 +59,7 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
             tensors += [(path, k, id(v)) for k, v in m._buffers.items()]
         # (and whether each requires grad: freezing a layer changes the step's graph)
         params += [(id(p), p.requires_grad) for p in root.parameters()]
-    return (tuple(training), tuple(params), tuple(scalars), tuple(tensors))
+    return (tuple(training), tuple(params), tuple(scalars), tuple(tensors), tuple(hooks))
 
 
 class ModuleFacts:
@@ -248,6 +251,9 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",
                     "expected: one graph for training and one for evaluation")
+        if new[3][4:] != old[3][4:]:
+            return ("a forward hook or pre-hook was registered or removed",
+                    "expected: one graph per set of hooks (register them before compiling)")
         if new[3][1] != old[3][1] and [i for i, _ in new[3][1]] == [i for i, _ in old[3][1]]:
             return ("a parameter's requires_grad changed (a layer frozen or unfrozen)",
                     "expected: one graph per set of parameters that require grad")
