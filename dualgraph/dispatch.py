@@ -175,18 +175,6 @@ def apply(op, *args, **attrs):
     return out
 
 
-def _read(read_by: dict, args, saved, saves_outputs: bool) -> tuple:
-    """The inputs (and whether the outputs) a node's VJP will read, of those its op saves
-    (``saved``: None for all): one read only by the gradients of inputs that don't require
-    grad is not (``OpDef.read_by``)."""
-    def read(key):
-        users = read_by.get(key)
-        return users is None or any(isinstance(args[j], Tensor) and args[j].requires_grad
-                                    for j in users)
-    inputs = range(len(args)) if saved is None else saved
-    return tuple(i for i in inputs if read(i)), saves_outputs and read("o")
-
-
 def _record(op, args, outs, attrs, tracer):
     """Make the backward Node of ``op``'s call and make it the outputs' ``grad_fn``: per
     input the edge its gradient takes, the versions of the tensors the VJP will read (an
@@ -198,14 +186,19 @@ def _record(op, args, outs, attrs, tracer):
     versions = []
     saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
     saves_outputs = op.saves_outputs
-    read_by = getattr(op, "read_by", None)   # (a custom Function has none)
-    if read_by is not None:
-        saved, saves_outputs = _read(read_by, args, saved, saves_outputs)
+    # (OpDef.read_by: input i, or "o", read only by input j's gradient; a custom Function
+    # has none)
+    read_by = getattr(op, "read_by", None)
+    if read_by is not None and saves_outputs and "o" in read_by:
+        j = read_by["o"]
+        saves_outputs = isinstance(args[j], Tensor) and args[j].requires_grad
     for i, a in enumerate(args):
         edge = None
         if isinstance(a, Tensor):
             if saved is None or i in saved:
-                versions.append((a, a._version[0]))
+                j = read_by.get(i) if read_by is not None else None
+                if j is None or (isinstance(args[j], Tensor) and args[j].requires_grad):
+                    versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
                 edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
