@@ -64,23 +64,30 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
 
 class ModuleFacts:
     """``module_facts``, recomputed only when some module changed: modules count their
-    attribute changes (``_structure_version``), so an unchanged model costs one check.
-    ``roots``: the compiled module (``self``) and the modules the function names."""
+    attribute changes (``_structure_version``), so an unchanged model costs one check, and
+    a read of its parameters' requires_grad (``p.requires_grad = False``, a plain
+    attribute, counts nothing). ``roots``: the compiled module (``self``) and the modules
+    the function names."""
 
     def __init__(self, module):
         self.roots = [("self", module)] if module is not None else []
         self.version, self.facts = None, ()
         self.inputs: set = set()   # (id(module), name) of the attributes that are inputs
         self.kept: set = set()     # (id(module), name) of tensor attributes a graph stores
+        self.params: list = []     # the parameters, and whether each required grad
+        self.requires: list = []
 
     def get(self) -> tuple:
         if not self.roots:
             return ()
         counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
-        if version is None or version != self.version:
+        if (version is None or version != self.version
+                or [p.requires_grad for p in self.params] != self.requires):
             self.facts = module_facts(self.roots, self.inputs, self.kept)
             self.version = version
+            self.params = [p for _, root in self.roots for p in root.parameters()]
+            self.requires = [p.requires_grad for p in self.params]
         return self.facts
 
     def scalar_slots(self) -> list:

@@ -30,7 +30,7 @@ from ..autograd import no_grad
 from ..ops import creation
 from ..ops.inplace import commit_inplace
 from ..tensor import Tensor
-from .parameter import STRUCTURE_VERSION as _STRUCTURE_VERSION, Parameter
+from .parameter import Parameter
 
 __all__ = ["Module", "RemovableHandle"]
 
@@ -87,6 +87,7 @@ def _typename(value) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
 
 
+_STRUCTURE_VERSION = [0]
 
 
 class Module:

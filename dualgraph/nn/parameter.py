@@ -3,10 +3,6 @@ from __future__ import annotations
 
 from ..tensor import Tensor, as_array, check_can_require_grad
 
-# bumped by every attribute change of any module and every change of a parameter's
-# requires_grad (Module._structure_version): dg.compile's guards re-read a model's facts
-# only when it moved
-STRUCTURE_VERSION = [0]
 
 class Parameter(Tensor):
     """A leaf tensor that requires grad by default and that modules collect automatically.
@@ -21,13 +17,6 @@ class Parameter(Tensor):
     """
 
     __slots__ = ()
-
-    def __setattr__(self, name, value):
-        # (freezing a layer mid-training changes what a compiled step must compute; reads
-        # of requires_grad, on every op, stay plain attribute reads)
-        if name == "requires_grad" and value != self.requires_grad:
-            STRUCTURE_VERSION[0] += 1
-        object.__setattr__(self, name, value)
 
     def __new__(cls, data=None, requires_grad: bool = True):
         array = as_array([] if data is None else data)
