@@ -230,7 +230,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +5 and the core +5: the forward hooks and pre-hooks of the modules guarded (a
 # hook registered after the first compiled call was ignored).
 CORE_BUDGET = 23_395
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_450, "cli": 320,
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_455, "cli": 320,
            "codegen": 1_280, "distributed": 1_420, "graph": 1_120, "kernels": 3_485, "ops": 7_430,
            "passes": 3_060, "export": 3_840, "nn": 3_600, "optim": 1_370, "profiler": 440,
            "utils": 600, "distributions": 210}
