@@ -1,8 +1,12 @@
-"""Nested Python structures (tuples, lists, namedtuples, dicts) flattened to a list of leaves
-and a spec that rebuilds them: how captured functions and control-flow bodies take and
-return arbitrary structures while graphs see flat lists of values. Anything that isn't a
-container (a tensor, a number, None) is a leaf."""
+"""Nested Python structures (tuples, lists, namedtuples, dicts, dataclasses) flattened to a
+list of leaves and a spec that rebuilds them: how captured functions and control-flow
+bodies take and return arbitrary structures while graphs see flat lists of values.
+Anything that isn't a container (a tensor, a number, None) is a leaf. A dataclass (a
+model's output record, ``ModelOutput``-style) or a dict subclass (``OrderedDict``) is
+rebuilt as its own class: a compiled module returns what the module returns."""
 from __future__ import annotations
+
+import dataclasses
 
 
 def flatten(tree) -> tuple[list, object]:
@@ -14,11 +18,31 @@ def flatten(tree) -> tuple[list, object]:
 def _flatten(tree, leaves):
     if isinstance(tree, (tuple, list)):
         return (type(tree), tuple(_flatten(x, leaves) for x in tree))
+    if _user_dataclass(tree):
+        names = tuple(f.name for f in dataclasses.fields(tree))
+        return (type(tree), names, tuple(_flatten(getattr(tree, k), leaves) for k in names))
     if isinstance(tree, dict):
         keys = tuple(tree)
-        return (dict, keys, tuple(_flatten(tree[k], leaves) for k in keys))
+        kind = dict if type(tree) is dict or not _rebuilds(type(tree)) else type(tree)
+        return (kind, keys, tuple(_flatten(tree[k], leaves) for k in keys))
     leaves.append(tree)
     return None
+
+
+def _user_dataclass(tree) -> bool:
+    """A dataclass instance of the user's (dualgraph's own, such as a subgraph input's
+    placeholder type, are leaves)."""
+    return (dataclasses.is_dataclass(tree) and not isinstance(tree, type)
+            and not type(tree).__module__.startswith("dualgraph."))
+
+
+def _rebuilds(kind) -> bool:
+    """A dict subclass whose constructor takes ``(key, value)`` pairs, as ``OrderedDict``'s
+    does (a ``defaultdict``'s takes its factory first: rebuilt as a plain dict)."""
+    try:
+        return kind([(0, 0)]) == {0: 0}
+    except Exception:   # (any constructor that can't: a plain dict then)
+        return False
 
 
 def unflatten(spec, leaves):
@@ -31,13 +55,29 @@ def _build(spec, it):
         return next(it)
     if spec[0] is dict:
         return {k: _build(s, it) for k, s in zip(spec[1], spec[2])}
+    if len(spec) == 3:
+        kind, names, children = spec
+        values = {k: _build(s, it) for k, s in zip(names, children)}
+        return _record(kind, values) if dataclasses.is_dataclass(kind) else kind(values.items())
     kind, children = spec
     items = [_build(s, it) for s in children]
     return kind(*items) if hasattr(kind, "_fields") else kind(items)
+
+
+def _record(kind, values: dict):
+    """An instance of the dataclass ``kind`` with the field values ``values``: made by its
+    constructor (as the code that returned it made it), the fields it does not take set
+    after."""
+    fields = dataclasses.fields(kind)
+    obj = kind(**{f.name: values[f.name] for f in fields if f.init})
+    for f in fields:
+        if not f.init:
+            object.__setattr__(obj, f.name, values[f.name])
+    return obj
 
 
 def size(spec) -> int:
     """The number of leaves a structure ``spec`` holds."""
     if spec is None:
         return 1
-    return sum(size(c) for c in (spec[2] if spec[0] is dict else spec[1]))
+    return sum(size(c) for c in (spec[2] if len(spec) == 3 else spec[1]))

@@ -185,11 +185,20 @@ def _record(op, args, outs, attrs, tracer):
     edges = []
     versions = []
     saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
+    saves_outputs = op.saves_outputs
+    # (OpDef.read_by: input i, or "o", read only by input j's gradient; a custom Function
+    # has none)
+    read_by = getattr(op, "read_by", None)
+    if read_by is not None and saves_outputs and "o" in read_by:
+        j = read_by["o"]
+        saves_outputs = isinstance(args[j], Tensor) and args[j].requires_grad
     for i, a in enumerate(args):
         edge = None
         if isinstance(a, Tensor):
             if saved is None or i in saved:
-                versions.append((a, a._version[0]))
+                j = read_by.get(i) if read_by is not None else None
+                if j is None or (isinstance(args[j], Tensor) and args[j].requires_grad):
+                    versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
                 edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
@@ -201,7 +210,7 @@ def _record(op, args, outs, attrs, tracer):
         if t._data.dtype.kind in _FLOAT_KINDS:
             t.requires_grad = True
             t.grad_fn = node
-        if op.saves_outputs:
+        if saves_outputs:
             versions.append((t, t._version[0]))
         return
     for i, t in enumerate(outs):
@@ -209,7 +218,7 @@ def _record(op, args, outs, attrs, tracer):
             t.requires_grad = True
             t.grad_fn = node
             t._output_nr = i
-        if op.saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
+        if saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
             versions.append((t, t._version[0]))
 
 

@@ -202,6 +202,37 @@ def test_inplace_on_unsaved_tensor_is_fine_as_in_torch():
     close(x.grad, tx.grad)
 
 
+def test_inplace_write_into_an_input_read_only_by_an_unneeded_gradient_is_fine():
+    """``h[:, :2] = h[:, :2] * 0.5`` (or ``/ 2``, or times a constant tensor): mul keeps
+    ``h[:, :2]`` only for the other factor's gradient, which no one needs, so the write
+    into ``h`` is no error, as in torch (OpDef.read_by); eager and compiled alike. Where
+    the other factor requires grad, the write still raises."""
+    def step(t, mod):
+        h = t * 1
+        h[:, :2] = mod(h[:, :2])
+        h[:, 2:] = h[:, 2:] / 4.0
+        return (h * h).sum()
+
+    data = np.arange(12, dtype=np.float32).reshape(3, 4) / 7 - 0.5
+    scale = dg.tensor([3.0, -1.0])
+    for mod, tmod in ((lambda v: v * 0.5, lambda v: v * 0.5),
+                      (lambda v: 2 / (1 + v), lambda v: 2 / (1 + v)),
+                      (lambda v: v * scale, lambda v: v * torch.tensor(scale.numpy()))):
+        x, tx = pair(data)
+        step(x, mod).backward()
+        step(tx, tmod).backward()
+        close(x.grad, tx.grad)
+        xc = dg.tensor(data, requires_grad=True)
+        dg.compile(lambda t: step(t, mod))(xc).backward()
+        close(xc.grad, tx.grad)
+    w = dg.tensor(data, requires_grad=True)
+    h = dg.tensor(data) * 1
+    y = h * w
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()
+
+
 def test_inplace_ops_record_history():
     x, tx = pair()
     for t in (x, tx):

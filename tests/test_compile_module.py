@@ -1,6 +1,8 @@
 """``dg.compile(module)`` stands in for the module (as torch's ``OptimizedModule``), takes
 ``torch.compile``'s keywords, and the scheduler's order warning holds for any optimiser."""
+import collections
 import copy
+import dataclasses
 import warnings
 
 import numpy as np
@@ -263,3 +265,112 @@ def test_deepcopy_compiles_a_copy_of_the_module():
         twin.fc2.bias.add_(1.0)
     np.testing.assert_allclose(_np(twin(x)), before + 1.0, rtol=1e-6)
     np.testing.assert_allclose(_np(compiled(x)), before, rtol=1e-6)   # the original's own
+
+
+@dataclasses.dataclass
+class Output:
+    logits: dg.Tensor
+    loss: dg.Tensor | None = None
+    aux: dict | None = None
+    note: str = dataclasses.field(default="kept", init=False)
+
+
+class RecordNet(dg.nn.Module):
+    """Returns a dataclass whose fields are set after it is made, a dict in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = dg.nn.Linear(4, 2)
+
+    def forward(self, x, aux=False):
+        out = Output(self.fc(x))
+        out.loss = out.logits.pow(2).mean()
+        if aux:
+            out.aux = collections.OrderedDict(mean=out.logits.mean())
+        return out
+
+
+def test_a_module_returning_a_dataclass_or_ordered_dict_compiles_to_the_same_types():
+    m = RecordNet()
+    c, x = dg.compile(m), dg.randn(3, 4)
+    for aux in (False, True, True):
+        got, want = c(x, aux=aux), m(x, aux=aux)
+        assert type(got) is Output and got.note == "kept"
+        np.testing.assert_allclose(_np(got.loss), _np(want.loss), rtol=1e-6)
+        if aux:
+            assert type(got.aux) is collections.OrderedDict
+            np.testing.assert_allclose(_np(got.aux["mean"]), _np(want.aux["mean"]), rtol=1e-6)
+        got.loss.backward()
+    assert len(c.cache) == 2
+
+
+def test_tensors_returned_inside_an_object_of_another_class_break_the_graph():
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+    m = dg.nn.Linear(3, 2)
+
+    def f(x):
+        return Box(m(x))
+
+    c = dg.compile(f)
+    with pytest.warns(UserWarning, match=r"returning tensors inside an object \(Box.t\)"):
+        c(dg.randn(2, 3))
+    for _ in range(2):
+        x = dg.randn(2, 3)
+        np.testing.assert_allclose(_np(c(x).t), _np(m(x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_forward_hooks_keeping_activations_in_a_closure_dict(compile_model):
+    """Hooks that keep each block's activation in a dict of the enclosing function (an
+    activation logger), two of the blocks checkpointed (their hooks run again in the
+    backward): after each compiled call the dict holds eager's values, not traced ones."""
+    from dualgraph.utils.checkpoint import checkpoint
+
+    def run(compiled):
+        dg.manual_seed(0)
+        blocks = dg.nn.ModuleList(dg.nn.Sequential(dg.nn.Linear(4, 4), dg.nn.Tanh())
+                                  for _ in range(3))
+        stats = {}
+
+        def keep(name):
+            def hook(module, inputs, output):
+                stats[name] = output.detach().abs().mean()
+            return hook
+
+        for i, b in enumerate(blocks):
+            b.register_forward_hook(keep(i))
+
+        class Model(dg.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = blocks
+
+            def forward(self, x):
+                for i, b in enumerate(self.blocks):
+                    x = checkpoint(b, x, use_reentrant=False) if i else b(x)
+                return x
+
+        model = Model()
+        opt = dg.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            loss = model(x).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        if compiled and compile_model:
+            model = dg.compile(model)
+        elif compiled:
+            step = dg.compile(step)
+        out = []
+        for k in range(4):
+            loss = step(dg.tensor(np.full((2, 4), 0.1 * (k + 1), np.float32)))
+            out.append([loss.item()] + [float(stats[i]) for i in range(3)])
+        return out
+
+    np.testing.assert_allclose(run(True), run(False), rtol=1e-6)

@@ -290,3 +290,151 @@ def test_a_module_tensor_assigned_anew_retraces():
             m.shift = dg.full((3,), 2.0)
             np.testing.assert_array_equal(c(x).detach().numpy(), m(x).detach().numpy())
     assert "self.shift was assigned anew" in c.explain()
+
+
+NET = dg.nn.Linear(3, 2)
+
+
+def test_a_module_or_optimiser_rebound_in_a_global_or_closure_retraces():
+    """A DQN's ``target = Net()`` after loading a checkpoint, a global model replaced, a new
+    optimiser given the old one's state: the graphs bound the old objects' tensors, so a
+    rebinding retraces (through the fast path too) instead of using them silently."""
+    global NET
+    target = dg.nn.Linear(3, 1)
+
+    def predict(x):
+        with dg.no_grad():
+            return target(x) + NET(x).sum(1, keepdim=True)
+
+    c, x = dg.compile(predict), dg.randn(4, 3)
+    for _ in range(3):   # (the fast path from the second call)
+        np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    target = dg.nn.Linear(3, 1)
+    np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    NET = dg.nn.Linear(3, 2)
+    for _ in range(2):
+        np.testing.assert_allclose(c(x).numpy(), predict(x).numpy(), rtol=1e-6)
+    assert "NET, which the function reads as a global or closure variable" in c.explain()
+
+    model = dg.nn.Linear(3, 1)
+    opt = dg.optim.Adam(model.parameters(), lr=0.1)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    twin = dg.nn.Linear(3, 1)
+    twin.load_state_dict(model.state_dict())
+    twin_opt = dg.optim.Adam(twin.parameters(), lr=0.1)
+    cs = dg.compile(step)
+    for i in range(6):
+        if i == 3:   # a fresh optimiser: its own (empty) state, as eager's
+            opt = dg.optim.Adam(model.parameters(), lr=0.1)
+            twin_opt = dg.optim.Adam(twin.parameters(), lr=0.1)
+        got = cs(x)
+        twin_opt.zero_grad()
+        want = twin(x).pow(2).mean()
+        want.backward()
+        twin_opt.step()
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
+
+
+def test_a_module_rebound_at_every_call_runs_eagerly_after_the_limit():
+    box = dg.nn.Linear(2, 2)
+
+    def f(x):
+        return box(x)
+
+    c, x = dg.compile(f), dg.randn(1, 2)
+    c.retrace_limit = 2
+    with pytest.warns(UserWarning, match="box rebound 3 times"):
+        for _ in range(4):
+            box = dg.nn.Linear(2, 2)
+            np.testing.assert_allclose(c(x).detach().numpy(), f(x).detach().numpy(),
+                                       rtol=1e-6)
+    assert c.records[-1].kind == "limit"
+
+
+class Doubler(dg.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def test_a_module_class_the_function_names_is_no_module_of_its_scope():
+    """``isinstance(m, Doubler)`` or ``Doubler()`` in a compiled step names the class: it
+    is not taken for a module instance (whose submodules would be listed, a TypeError)."""
+    m = Doubler()
+
+    def f(x):
+        return m(x) if isinstance(m, Doubler) else Doubler()(x) + 1
+
+    c, x = dg.compile(f), dg.randn(3)
+    np.testing.assert_allclose(c(x).numpy(), f(x).numpy())
+
+
+@pytest.mark.parametrize("how", ["requires_grad_", "attribute"])
+def test_freezing_a_layer_mid_training_retraces(how):
+    """Fine-tuning freezes the first layer after a few steps (``p.requires_grad = False``):
+    the compiled step stops computing its gradients and the optimiser stops moving it, as
+    eagerly (a parameter's requires_grad is guarded)."""
+    def run(compiled):
+        dg.manual_seed(0)
+        m = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 2))
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x):
+            loss = m(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        c = dg.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            if i == 2:
+                for p in m[0].parameters():
+                    if how == "attribute":
+                        p.requires_grad = False
+                    else:
+                        p.requires_grad_(False)
+            out.append(c(dg.tensor(np.full((3, 4), 0.1 * (i + 1), np.float32))).item())
+        return out + m[0].weight.detach().numpy().ravel().tolist(), c
+
+    want, _ = run(False)
+    got, c = run(True)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "a parameter's requires_grad changed" in c.explain()
+
+
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_a_hook_registered_or_removed_after_compiling_retraces(compile_model):
+    """A forward hook or pre-hook added after the first compiled call (or removed) changes
+    what the module computes: guarded by the hooks' handles, as torch.compile does."""
+    def run(compiled):
+        dg.manual_seed(0)
+        m = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 2))
+        c = dg.compile(m) if compiled and compile_model else m
+
+        def f(x):
+            return c(x).sum()
+
+        g = dg.compile(f) if compiled and not compile_model else f
+        x, out = dg.ones(3, 4), []
+        out += [g(x).item(), g(x).item()]
+        handle = m[0].register_forward_hook(lambda mod, args, o: o * 2)
+        out += [g(x).item(), g(x).item()]
+        handle.remove()
+        out.append(g(x).item())
+        with m[2].register_forward_pre_hook(lambda mod, args: (args[0] + 1,)):
+            out.append(g(x).item())
+        out.append(g(x).item())
+        return out, g if compiled and not compile_model else c
+
+    want, _ = run(False)
+    got, c = run(True)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "a forward hook or pre-hook was registered or removed" in c.explain()

@@ -25,8 +25,11 @@ STEPS = 10
 # the programs written after issue 24's own, run for fewer steps to keep the file's time
 NEW_PROGRAMS = ["tcn", "forward_forward", "makemore_wavenet", "realnvp", "gat", "mobilenet_se",
                 "fast_neural_style", "mnist_rnn", "translation_transformer"]   # (issue 26's)
+# (and the ones written for issue 26's second round, from idioms none of the others use)
+ROUND_2 = ["llama", "dqn", "ppo", "ddpm", "mpnn", "hooks_checkpoint", "vqvae", "convnext",
+           "bert_mlm"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
-                             "time_sequence", "gcn"] + NEW_PROGRAMS, 6)
+                             "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2, 6)
 
 
 @functools.cache
@@ -43,7 +46,7 @@ def run(name: str, mode: str) -> dict:
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
-            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS
+            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -54,8 +57,12 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # reads, guarded as TorchDynamo's would be): a graph each, and the compiled model's eval
 # calls (no_grad) one more each
 # mnist_rnn's StepLR changes lr every epoch: the second change makes it a graph input
+# llama's step runs with and without a padding mask (a graph each), and its compiled
+# model decodes greedily, one prefix length a graph (5); mpnn's two batches have different
+# node and edge counts (a graph each); ppo's hand-annealed lr changes every iteration;
+# convnext freezes its stem halfway (a graph without the stem's gradients)
 EXTRA_GRAPHS = {"resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
-                "mnist_rnn": 1}
+                "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it)

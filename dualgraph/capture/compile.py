@@ -38,7 +38,8 @@ from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
 from .autodims import AutoDims
-from .escape import held_before, kept_places, places, restore_cells, scalar_cells, undo
+from .escape import (held_before, kept_places, places, restore_cells, returned_inside,
+                     scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .held import Held, guards_for, held, root_sources, tensor_places
@@ -49,7 +50,7 @@ from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .records import RETRACE_LIMIT, Record, _name
 from .split import SplitTracer, Splitter
-from .scope import is_module, is_optimizer, readable_names, scope_of
+from .scope import held_objects, is_module, is_optimizer, readable_names, rebound, scope_of
 from .symbolic import NeedsValue, NumberInputs, leaked, math_functions
 from .trace import Capture, StaleTensorError, Tracer
 
@@ -365,6 +366,28 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
     return written
 
 
+def _keep_forward_state(kept: list) -> None:
+    """Put back the state the forward kept where tracing its backward replaced it: a
+    checkpointed block recomputed in the backward runs its forward hooks again
+    (``stats[name] = out``, with the forward's values), which would leave tensors of the
+    backward's trace there."""
+    for _, t, container, key in kept:
+        if container[key] is not t:
+            container[key] = t
+
+
+def _refuse_opaque_results(fn, result, tracer) -> None:
+    """A result that holds tensors the trace made inside an object of the user's class
+    (not a tuple, list, dict or dataclass) can't be rebuilt from the graph's outputs: the
+    function runs eagerly (a graph break naming it)."""
+    inside = returned_inside(flatten(result)[0], tracer)
+    if inside:
+        code = getattr(fn, "forward", fn).__code__
+        raise CaptureError(f"returning tensors inside an object ({', '.join(inside)})",
+                           f"{code.co_filename}:{code.co_firstlineno}",
+                           "Return them in a tuple, list, dict or dataclass.")
+
+
 class _StaticDims(Exception):
     """A trace with symbolic dims failed (``error``): an op that can't take them yet; the
     function is traced again with static shapes (``Compiled._static_from_now``)."""
@@ -567,6 +590,8 @@ class Compiled:
         self._warned_limit = False
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
+        self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
         # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
         self._hyper_inputs: dict = {}
@@ -679,6 +704,9 @@ class Compiled:
             args, kwargs = _arrays_as_tensors(args, kwargs)
         if self._optimizers is None:
             self._find_scope()
+        elif self._held and (name := rebound(self._held)) is not None:
+            if self._rebound(name):
+                return self.fn(*args, **kwargs)
         leaves, spec = self._flatten(args, kwargs)
         leaf_dynamic = self._leaf_dynamic(args, kwargs, leaves) if self.dynamic else []
         sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(), self._optimizers,
@@ -821,6 +849,34 @@ class Compiled:
         self._module_facts.roots += [(name, m) for name, m in scope.items()
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
+        self._held = held_objects(self.fn)
+
+    def _rebound(self, name: str) -> bool:
+        """``name``, a module, optimiser or tensor the function reads through a global or
+        closure variable, holds another object now: the graphs bind the old one's tensors,
+        so they are dropped and the scope is found again (the next call traces anew);
+        whether, rebound more often than the retrace limit, the function runs eagerly from
+        now on (as a retrace past the limit does)."""
+        self._rebinds += 1
+        self.cache.clear()
+        self._fast_paths, self._fast, self._last = {}, None, None
+        self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
+        self._module_facts.roots = [("self", self.module)] if self.module is not None else []
+        self._module_facts.version = None
+        old = self._slots
+        self._find_scope()
+        known = {s.identity(): s for s in old}   # (keeping what they learnt: number inputs)
+        self._slots = [known.get(s.identity(), s) for s in self._slots]
+        self._stale = (f"{name}, which the function reads as a global or closure variable, "
+                       "is another object now: the graphs bound the old one")
+        if self._rebinds <= self.retrace_limit:
+            return False
+        self.eager_only = True
+        warnings.warn(f"dg.compile: {name} rebound {self._rebinds} times; running "
+                      f"{_name(self.fn)} eagerly from now on", stacklevel=3)
+        self.records.append(Record("limit", self._stale, "keep one object and update it "
+                                   "in place (load_state_dict, copy_)"))
+        return True
 
     def _new_hyper_inputs(self, facts, last) -> bool:
         """Make the learning rates that changed again since the last capture graph inputs
@@ -1139,6 +1195,7 @@ class Compiled:
                             tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
                 result = self.fn(*call_args, **call_kwargs)
+                _refuse_opaque_results(self.fn, result, tracer)
                 if as_inputs and draws.drawn():
                     random_break = PythonRandom(self.fn)
                     raise random_break
@@ -1156,6 +1213,7 @@ class Compiled:
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
+                    _keep_forward_state(kept)
                 if backward is not None and any(leaf_dynamic):
                     _check_dims_bound(backward.graph)
         except Exception as e:   # (the eager run makes again the state the trace made)

@@ -61,6 +61,11 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         seen.add(id(obj))
         visit(name, obj, container, key)
         kind = type(obj)
+        if kind is types.FunctionType:   # (a hook's closure or globals: ``stats[k] = out``;
+            # at the function's depth: a hook sits deep in a model already)
+            for k, value in _user_scope(obj):
+                walk(value, (name, ".", k), None, None, depth)
+            return
         if kind in _SCALARS or isinstance(obj, _NOTHING_INSIDE):
             return
         if kind is list or kind is tuple:   # (a long list: its latest items, as appended)
@@ -81,6 +86,25 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         walk(obj, name, None, None, 0)
 
 
+def _user_scope(fn) -> list:
+    """``[(name, value)]`` of the closure cells of ``fn``, a function outside dualgraph, and
+    of the globals its code names, that hold containers or objects (a dict a forward hook
+    keeps activations in): the walk looks into them. Not their tensors and scalars: a cell
+    or a module's global is no container a kept tensor could be written back into."""
+    if (fn.__module__ or "").startswith("dualgraph."):
+        return []
+    code, glob = fn.__code__, fn.__globals__
+    out = []
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            out.append((name, cell.cell_contents))
+        except ValueError:   # (empty)
+            continue
+    out += [(name, glob[name]) for name in code.co_names if name in glob]
+    return [(name, v) for name, v in out
+            if type(v) not in _SCALARS and not isinstance(v, _NOTHING_INSIDE)]
+
+
 def _ignore(path, obj, container, key) -> None:
     """A ``leaf`` of :func:`_walk` for walks that look for no tensor or scalar."""
 
@@ -93,6 +117,15 @@ def created_state(roots: dict, tracer) -> list:
     where no walk found it holds no value of this call, even when its Value is one of this
     graph's (a replayed call's Values are the tape's): it is not this call's state."""
     return [(name, t) for name, t, _, _ in _created(roots, tracer, tracer.names)]
+
+
+def returned_inside(leaves, tracer) -> list:
+    """Names of the tensors ``tracer`` made that the function returns inside an object of
+    its own (a leaf of the flattened result that is no tensor, number, container or
+    dataclass): the object itself would be returned at every call, holding traced values."""
+    roots = {type(x).__name__: x for x in leaves
+             if type(x) not in _SCALARS and not isinstance(x, _NOTHING_INSIDE)}
+    return [name for name, *_ in _created(roots, tracer, tracer.names)] if roots else []
 
 
 def kept_places(roots: dict, tracer) -> list:

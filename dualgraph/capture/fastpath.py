@@ -85,6 +85,7 @@ from ..dispatch import autocast, modes
 from ..tensor import Tensor
 from .guards import optimizer_facts
 from .pyvalues import read
+from .scope import rebound
 
 MISS = object()   # the fast path does not apply to this call
 
@@ -125,6 +126,9 @@ def fast_path(compiled, entry, sig):
                   f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
                   "    return MISS"]
     lines += ["if facts.get() != module_facts:", "    return MISS"]
+    if compiled._held:   # (a module or optimiser it names, rebound: scope.py)
+        names.update(rebound=rebound, held=compiled._held)
+        lines += ["if rebound(held) is not None:", "    return MISS"]
     if optimizer_state:
         names["dynamic"] = frozenset(compiled._hyper_inputs)
         lines += ["if optimizer_facts(optimizers, dynamic) != optimizer_state:",

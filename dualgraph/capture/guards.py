@@ -44,39 +44,50 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py); and the
     identity of the tensors the modules hold as buffers or plain attributes, but for those
     in ``kept`` (tensors the graph itself stores there at every call, compile.py)."""
-    training, params, scalars, tensors = [], [], [], []
+    training, params, scalars, tensors, hooks = [], [], [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
+            # (the forward hooks and pre-hooks a trace ran, by their handles' ids)
+            hooks.append((tuple(getattr(m, "_forward_pre_hooks", ())),
+                          tuple(getattr(m, "_forward_hooks", ()))))
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
                         if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
             # (a graph reads a captured tensor by identity: one assigned anew is another)
             tensors += [(path, k, id(v)) for k, v in vars(m).items()
                         if isinstance(v, Tensor) and (id(m), k) not in kept]
             tensors += [(path, k, id(v)) for k, v in m._buffers.items()]
-        params += [id(p) for p in root.parameters()]
-    return (tuple(training), tuple(params), tuple(scalars), tuple(tensors))
+        # (and whether each requires grad: freezing a layer changes the step's graph)
+        params += [(id(p), p.requires_grad) for p in root.parameters()]
+    return (tuple(training), tuple(params), tuple(scalars), tuple(tensors), tuple(hooks))
 
 
 class ModuleFacts:
     """``module_facts``, recomputed only when some module changed: modules count their
-    attribute changes (``_structure_version``), so an unchanged model costs one check.
-    ``roots``: the compiled module (``self``) and the modules the function names."""
+    attribute changes (``_structure_version``), so an unchanged model costs one check, and
+    a read of its parameters' requires_grad (``p.requires_grad = False``, a plain
+    attribute, counts nothing). ``roots``: the compiled module (``self``) and the modules
+    the function names."""
 
     def __init__(self, module):
         self.roots = [("self", module)] if module is not None else []
         self.version, self.facts = None, ()
         self.inputs: set = set()   # (id(module), name) of the attributes that are inputs
         self.kept: set = set()     # (id(module), name) of tensor attributes a graph stores
+        self.params: list = []     # the parameters, and whether each required grad
+        self.requires: list = []
 
     def get(self) -> tuple:
         if not self.roots:
             return ()
         counter = getattr(self.roots[0][1], "_structure_version", None)
         version = counter() if counter is not None else None
-        if version is None or version != self.version:
+        if (version is None or version != self.version
+                or [p.requires_grad for p in self.params] != self.requires):
             self.facts = module_facts(self.roots, self.inputs, self.kept)
             self.version = version
+            self.params = [p for _, root in self.roots for p in root.parameters()]
+            self.requires = [p.requires_grad for p in self.params]
         return self.facts
 
     def scalar_slots(self) -> list:
@@ -274,6 +285,12 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",
                     "expected: one graph for training and one for evaluation")
+        if new[3][4:] != old[3][4:]:
+            return ("a forward hook or pre-hook was registered or removed",
+                    "expected: one graph per set of hooks (register them before compiling)")
+        if new[3][1] != old[3][1] and [i for i, _ in new[3][1]] == [i for i, _ in old[3][1]]:
+            return ("a parameter's requires_grad changed (a layer frozen or unfrozen)",
+                    "expected: one graph per set of parameters that require grad")
         if new[3][1] != old[3][1]:
             return ("the module's parameters were replaced",
                     "update parameters in place (optimisers do) instead of assigning new ones")

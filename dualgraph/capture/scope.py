@@ -10,7 +10,9 @@ from ..tensor import Tensor
 
 
 def is_module(obj) -> bool:
-    return callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
+    """A module instance (not a module class the function names: ``Net(config)``)."""
+    return (callable(obj) and hasattr(obj, "named_parameters") and hasattr(obj, "forward")
+            and not isinstance(obj, type))
 
 
 def is_optimizer(obj) -> bool:
@@ -29,6 +31,38 @@ def scope_of(fn) -> dict:
     names = set(code.co_names)
     scope.update({k: fn.__globals__[k] for k in names if k in fn.__globals__})
     return scope
+
+
+def held_objects(fn) -> list:
+    """``(name, holder, key, obj)`` for each module, optimiser and tensor ``fn`` reads
+    through a closure cell (``holder`` the cell, ``key`` None) or a global (``holder`` the
+    globals dict): a graph binds these very objects, so one rebound to another object
+    (``target = Net()``, ``model = torch.compile(model)``, a checkpoint loaded into a new
+    optimiser) must not be served by it (see :func:`rebound`)."""
+    fn = getattr(fn, "forward", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    held = [(name, cell, None, cell.cell_contents)
+            for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ())
+            if _has_contents(cell)]
+    held += [(name, fn.__globals__, name, fn.__globals__[name])
+             for name in set(code.co_names) if name in fn.__globals__]
+    return [h for h in held
+            if is_module(h[3]) or is_optimizer(h[3]) or isinstance(h[3], Tensor)]
+
+
+def rebound(held: list) -> str | None:
+    """The name of the first of ``held`` (:func:`held_objects`) that now holds another
+    object (or none), or None when all still hold theirs."""
+    for name, holder, key, obj in held:
+        if key is None:
+            now = holder.cell_contents if _has_contents(holder) else None
+        else:
+            now = holder.get(key)
+        if now is not obj:
+            return name
+    return None
 
 
 def readable_names(fn) -> dict:

@@ -60,6 +60,7 @@ class RemovableHandle:
         RemovableHandle._next_id += 1
 
     def remove(self):
+        _STRUCTURE_VERSION[0] += 1   # (a compiled call ran with the hook: guards see this)
         for registry in self.registries:
             if isinstance(registry, set):
                 registry.discard(self.id)
@@ -162,6 +163,7 @@ class Module:
 
     @staticmethod
     def _add_hook(hooks: OrderedDict, with_kwargs_ids: set, hook, prepend, with_kwargs):
+        _STRUCTURE_VERSION[0] += 1   # (a compiled call ran without the hook)
         handle = RemovableHandle(hooks, with_kwargs_ids)
         hooks[handle.id] = hook
         if with_kwargs:

@@ -90,13 +90,13 @@ def _mul_vjp(g, out, a, b):
 
 
 MUL = defop("mul", binary_kernel(np.multiply), infer_binary, vjp=_mul_vjp,
-            elementwise="{0} * {1}", onnx="Mul",
+            read_by={0: 1, 1: 0}, elementwise="{0} * {1}", onnx="Mul",
             commutative=True,
             shape_fold=np.multiply)
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,
                                       unbroadcast(-g * out / b, b) if needs_grad(b) else None),
-            saves="io", elementwise="{0} / {1}", onnx="Div",
+            saves="1o", read_by={"o": 1}, elementwise="{0} / {1}", onnx="Div",
             onnx_import={})   # (ONNX's Div truncates integers: export/onnx_import_ops.py)
 
 
