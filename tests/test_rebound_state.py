@@ -188,7 +188,9 @@ def test_a_tensor_outside_modules_assigned_anew_is_seen(where):
         np.testing.assert_array_equal(compiled(x).numpy(), [2.0, 4.0, 6.0])
         np.testing.assert_array_equal(compiled(x).numpy(), [2.0, 4.0, 6.0])
     SCALE = dg.ones(3)
-    assert "assigned anew outside the function" in compiled.explain()
+    report = compiled.explain()   # (a global or closure variable: the scope's own guard)
+    assert ("assigned anew outside the function" in report
+            or "is another object now" in report), report
 
 
 def test_a_kept_tensor_with_history_and_no_backward_inside_is_not_made_a_value():
