@@ -41,7 +41,7 @@ TAPS = 8
 
 
 @helper(inline="always")
-def _pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, left):
+def pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, left):
     """Planes ``base + c * height * width`` of the flat ``x``, their first ``rows`` rows
     and ``cols`` columns, into the zero-bordered planes ``xp (C, hp, wp)`` at ``(top,
     left)`` (the border is never written: it stays zero)."""
@@ -177,7 +177,7 @@ def _forward(start, stop, x, wt, offsets, bias, out, residual, scratch, acc, act
         xp, sums = scratch[slot], acc[slot]
         xp[:] = 0
         for n in range(slot * images // acc.shape[0], (slot + 1) * images // acc.shape[0]):
-            _pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp, hp,
+            pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp, hp,
                        wp, top, left)
             _image_sums(xp, wt, offsets, bias, sums, blocks, size, ho, wo, sh, sw, wp)
             if where == 0:
@@ -297,7 +297,7 @@ def _grad_slot(slot, x, gy, gwt, offsets, xp, gt, channels, height, width, cout,
     xp[:] = 0
     gt[:] = 0     # (the spare lanes of a last block stay zero)
     for n in range(images):
-        _pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp, hp, wp,
+        pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp, hp, wp,
                    top, left)
         for b in range(blocks):
             _interleave(gy, (n * cout + b * LANES) * size, size, min(LANES, cout - b * LANES),

@@ -23,8 +23,9 @@ import numpy as np
 
 from . import helper, loop
 from .conv_lanes import finish
+from .conv_outlanes import pad_image
 from .epilogue import _activate
-from .simd import LANES, fma, load, broadcast_at, store, transpose
+from .simd import LANES, broadcast_at, fma, load, store, transpose
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -36,13 +37,8 @@ def _pad(x, base, channels, height, width, padded, hp, wp, top, left):
     """The image at ``base`` of the flat ``x`` into ``padded (C * hp * wp)``: zeros, then
     its rows and columns that the outputs read at row ``top`` and column ``left``."""
     padded[:] = 0
-    rows, cols = min(height, hp - top), min(width, wp - left)
-    for c in range(channels):
-        for y in range(rows):
-            src = base + (c * height + y) * width
-            dst = (c * hp + y + top) * wp + left
-            for v in range(cols):
-                padded[dst + v] = x[src + v]
+    pad_image(x, base, channels, min(height, hp - top), min(width, wp - left), width, height,
+              padded, hp, wp, top, left)
 
 
 @helper(inline="always")
