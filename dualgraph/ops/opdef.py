@@ -70,12 +70,12 @@ class OpDef:
     #                                  digits: only those inputs ("0": where's condition)
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     saved_outputs: tuple | None = None   # with "o" in saves: the outputs the VJP reads
+    #                                  (None: all); an in-place change of another output
+    #                                  (relu_ of a max-pool's values) is then no error
     read_by: dict | None = None      # saved input i (or "o", the outputs) -> the input
     #                                  whose gradient alone reads it: saved only when that
     #                                  one requires grad (x in x * 0.5 is not, as in torch,
     #                                  so an in-place write to x before backward is no error)
-    #                                  (None: all); an in-place change of another output
-    #                                  (relu_ of a max-pool's values) is then no error
     view: bool = False               # the output may share memory with input 0
     view_layout: Callable | None = None  # for a view op whose kernel may copy (reshape):
     #                                  the op without copying, raising ValueError where it
