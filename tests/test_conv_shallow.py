@@ -83,24 +83,28 @@ def test_not_wanted_for_many_channels_narrow_rows_or_groups():
                                    np.float32)
 
 
-def _first_layer(lib, cout=12):
+def _first_layer(lib, cout=12, k=3):
     nn = lib.nn
-    return nn.Sequential(nn.Conv2d(3, cout, 3, 2, 1, bias=False), nn.BatchNorm2d(cout),
+    return nn.Sequential(nn.Conv2d(3, cout, k, 2, k // 2, bias=False), nn.BatchNorm2d(cout),
                          nn.Hardswish(), nn.Conv2d(cout, 8, 1))
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
+# (a 3x3 layer of 12 channels: conv_outlanes takes it first where it would, as the eager
+# conv does; a 7x7 stem of 64 channels has too many weights per output for it: conv_shallow)
+@pytest.mark.parametrize("batch, cout, k, kernel", [(1, 12, 3, "(shallow|outlanes)"),
+                                                    (3, 12, 3, "(shallow|outlanes)"),
+                                                    (2, 64, 7, "shallow")])
+def test_compiled_and_onnx_import_match_eager_and_torch(batch, cout, k, kernel, tmp_path):
     """A first layer (3 channels, BatchNorm folded, hard-swish) compiled runs
-    ``conv_shallow_hardswish`` or ``conv_outlanes_hardswish``; compiled, eager, ``dg.onnx.load`` of the torch export and
+    ``conv_<kernel>_hardswish``; compiled, eager, ``dg.onnx.load`` of the torch export and
     torch agree."""
     rng = np.random.default_rng(batch)
-    reference = _first_layer(torch).eval()
+    reference = _first_layer(torch, cout, k).eval()
     state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
              for k, v in reference.state_dict().items() if v.dtype == torch.float32}
     state = {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
-    model = _first_layer(dg).eval()
+    model = _first_layer(dg, cout, k).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
     x = rng.standard_normal((batch, 3, 30, 34)).astype(np.float32)
     with torch.no_grad():
@@ -110,8 +114,7 @@ def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
         compiled(dg.tensor(x))
         got = compiled(dg.tensor(x)).numpy()
         eager = model(dg.tensor(x)).numpy()
-    # (conv_outlanes takes the layer first where it would, as the eager conv does)
-    assert re.search(r"= conv_(shallow|outlanes)_hardswish\(", compiled.code), compiled.code
+    assert re.search(rf"= conv_{kernel}_hardswish\(", compiled.code), compiled.code
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     path = str(tmp_path / "first.onnx")
