@@ -71,6 +71,8 @@ def test_ddp_equals_one_process_on_the_whole_batch():
                   "compiled ZeroRedundancyOptimizer",
                   "gradient_as_bucket_view set_to_none=True",
                   "gradient_as_bucket_view set_to_none=False",
+                  "compiled gradient_as_bucket_view set_to_none=True",
+                  "compiled gradient_as_bucket_view set_to_none=False",
                   "buffers of several dtypes broadcast in one message"):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 

@@ -21,6 +21,8 @@ gradients are ready (``passes/communication.py``).
 from __future__ import annotations
 
 import contextlib
+import itertools
+import weakref
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from .module import Module
 __all__ = ["DistributedDataParallel"]
 
 PACK_BYTES = 32 << 20   # at most this much is copied into one message (plus one tensor)
+_SERIAL = itertools.count()   # names the buckets' places (ops/collective.py) per process
 
 
 class _Bucket:
@@ -51,10 +54,19 @@ class _Bucket:
         self.waiting = len(params)   # gradients not yet accumulated in this backward
         self.future = None
         self.window = self.arrays = None   # the shared window, every rank's flat array
+        self.place = None   # its name as a place of ops/collective.py (a captured step's)
 
     def share(self, window, arrays: list) -> None:
         """Live in ``window``: ``arrays`` are every rank's flat array there."""
         self.window, self.arrays, self.flat = window, arrays, arrays[window.rank]
+
+    def register(self, key: str) -> None:
+        """Register the flat array as the place ``key`` (``collective.add_place``)."""
+        self.place = key
+        if self.window is None:
+            collective.add_place(key, None, self.flat)
+        else:
+            collective.add_place(key, self.window, self.arrays)
 
 
 class DistributedDataParallel(Module):
@@ -92,6 +104,10 @@ class DistributedDataParallel(Module):
         params = [p for p in module.parameters() if p.requires_grad]
         self._buckets = _make_buckets(params, bucket_cap_mb * (1 << 20))
         _share(self._buckets, self._comm)
+        serial = next(_SERIAL)
+        for bucket in self._buckets:
+            bucket.register(f"ddp{serial}.{bucket.index}")
+        weakref.finalize(self, collective.forget_places, [b.place for b in self._buckets])
         self._next = 0             # the next bucket to start (they start in order)
         self._active = False       # a reduction is under way in this backward
         self._bucket_of = {}   # id(parameter) -> its bucket
@@ -189,15 +205,11 @@ class DistributedDataParallel(Module):
 
     def _start(self, bucket: _Bucket) -> None:
         self._next += 1
-        flat = bucket.flat
         # the default reduction averages: each gradient is divided as it is copied in (one
         # pass over it); a hook gets the gradients as they are
         scale = 1 if self._hook is not None else self._comm.size
-        for p, lo, hi in zip(bucket.params, bucket.offsets, bucket.offsets[1:]):
-            if p.grad is None:
-                flat[lo:hi] = 0
-            else:
-                np.divide(p.grad._data.reshape(-1), scale, out=flat[lo:hi], casting="unsafe")
+        flat = collective.pack(bucket.flat, [None if p.grad is None else p.grad._data
+                                             for p in bucket.params], bucket.sizes, scale)
         if self._hook is not None:
             grad_bucket = dist.GradBucket(bucket, Tensor._make(flat),
                                           bucket.index == len(self._buckets) - 1,
@@ -249,10 +261,14 @@ class DistributedDataParallel(Module):
                     f"DistributedDataParallel under dg.compile: parameters {missing} got no "
                     "gradient in the captured step; set requires_grad=False on them, or "
                     "run the step eagerly")
-            grads = cat([p.grad.reshape(-1) for p in bucket.params])
-            if graph_form is None:
-                reduced = collective.all_reduce(grads / self._comm.size, "SUM", self._group)
+            if graph_form is None:   # (filled and reduced where the eager step's are)
+                packed = collective.pack_bucket([p.grad for p in bucket.params],
+                                                self._comm.size, bucket.place)
+                reduced = collective.all_reduce(packed, "SUM", self._group, bucket.place)
+                if not self.gradient_as_bucket_view:   # (the next step overwrites it)
+                    reduced = reduced.clone()
             else:
+                grads = cat([p.grad.reshape(-1) for p in bucket.params])
                 last = bucket.index == len(self._buckets) - 1
                 reduced = graph_form(self._state, dist.GradBucket(bucket, grads, last,
                                                                   self.process_group))

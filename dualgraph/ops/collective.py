@@ -19,6 +19,8 @@ The kernels talk to the communicator ``STATE.comm`` that ``dg.distributed``'s
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -37,6 +39,7 @@ class _State:
         self.comm = None     # distributed.mpi.Communicator once init_process_group ran
         self.groups = {}     # a group's key -> its Communicator (None outside it)
         self.made = {}       # global ranks -> how many groups of them new_group made
+        self.places = {}     # a place's key -> (shared window or None, arrays): see _place
 
 
 STATE = _State()
@@ -86,7 +89,92 @@ def _same(x, **attrs):
     return ShapedType(tuple(x.shape), x.dtype)
 
 
-def _all_reduce_vjp(g, out, x, reduction, group=None):
+# -- places: arrays that live where the communicator reduces them ------------------------------
+# Data parallelism keeps each bucket of gradients in an array of its own, in a shared-memory
+# window where the ranks share a machine (distributed/shm.py). It registers each as a
+# *place*: ``STATE.places[key] = (window, every rank's array)``, or ``(None, its array)``
+# where MPI reduces it. An ``all_reduce`` with ``place=key`` reduces that array where it
+# lies, and ``pack_bucket`` writes the gradients into it, so that a compiled step fills a
+# bucket in one pass and its allreduce copies nothing in or out, as the eager one.
+def add_place(key: str, window, arrays) -> None:
+    """Register a place (see above): ``window`` a ``shm.Window`` with ``arrays`` every
+    rank's array in it, or None with ``arrays`` this process's own array."""
+    STATE.places[key] = (window, arrays)
+
+
+def forget_places(keys) -> None:
+    for key in keys:
+        STATE.places.pop(key, None)
+
+
+def _place(key: str):
+    """(window or None, every rank's arrays or None, this rank's array) of place ``key``."""
+    found = STATE.places.get(key)
+    if found is None:
+        raise RuntimeError(
+            f"no place {key!r}: a graph that reduces a DistributedDataParallel's buckets in "
+            "place runs only in the process whose DistributedDataParallel made them, while "
+            "it lives; capture the step again with the model you train")
+    window, arrays = found
+    if window is None:
+        return None, None, arrays
+    return window, arrays, arrays[window.rank]
+
+
+def pack(flat: np.ndarray, grads, sizes, divisor) -> np.ndarray:
+    """Each of ``grads`` (arrays of ``sizes`` elements, or None for zeros) flattened and
+    divided by ``divisor`` into its part of ``flat``, in order: one pass over them."""
+    lo = 0
+    for g, n in zip(grads, sizes):
+        if g is None:
+            flat[lo:lo + n] = 0
+        else:
+            np.divide(g.reshape(-1), divisor, out=flat[lo:lo + n], casting="unsafe")
+        lo += n
+    return flat
+
+
+def _pack_kernel(*grads, divisor, place):
+    return pack(_place(place)[2], grads, [g.size for g in grads], divisor)
+
+
+def _infer_pack(*grads, divisor, place):
+    return ShapedType((sum(math.prod(g.shape) for g in grads),), grads[0].dtype)
+
+
+def _pack_vjp(g, out, *grads, divisor, place):
+    parts, lo = [], 0
+    for x in grads:
+        hi = lo + math.prod(x.shape)
+        parts.append(g[lo:hi].reshape(tuple(x.shape)) / divisor)
+        lo = hi
+    return tuple(parts)
+
+
+# (``communicates``: it writes memory the other ranks read, so no pass may fold, merge or
+# drop it; overlap_communication moves it with the allreduce it prepares)
+PACK_BUCKET = defop(
+    "pack_bucket", _pack_kernel, _infer_pack, _pack_vjp, attrs=("divisor", "place"), saves="",
+    communicates=True, doc="The arrays flattened, each divided by ``divisor``, one after another in the array "
+        "of ``place`` (a data-parallel bucket, reduced there by ``all_reduce(place=)``), "
+        "which it returns: ``cat([x.reshape(-1) for x in xs]) / divisor`` in one pass.")
+
+
+def _reduce(x, reduction, group=None, place=None):
+    """Start the allreduce of ``x``; with ``place``, in that place's array (``x`` copied
+    in first unless it is that array, as ``pack_bucket``'s result is)."""
+    c = comm(group)
+    if place is None:
+        return c.all_reduce(x, reduction)
+    window, arrays, mine = _place(place)
+    if x is not mine:
+        np.copyto(mine, x.reshape(mine.shape))
+    if window is None:
+        return c.all_reduce(mine, reduction, inplace=True)
+    return c.all_reduce_shared(window, arrays, reduction)
+
+
+def _all_reduce_vjp(g, out, x, reduction, group=None, place=None):
     if reduction in ("SUM", "AVG"):
         return all_reduce(g, reduction, group)
     if reduction in ("MAX", "MIN"):   # to the ranks that hold the extreme (each of them, on ties)
@@ -95,10 +183,12 @@ def _all_reduce_vjp(g, out, x, reduction, group=None):
 
 
 ALL_REDUCE = defop(
-    "all_reduce", lambda x, reduction, group=None: comm(group).all_reduce(x, reduction).wait(),
+    "all_reduce", lambda x, reduction, group=None, place=None: _reduce(
+        x, reduction, group, place).wait(),
     _same, _all_reduce_vjp,
-    attrs=("reduction", "group"), saves="io", communicates=True,
-    doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks.")
+    attrs=("reduction", "group", "place"), saves="io", communicates=True,
+    doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks "
+        "(with ``place``, reduced in that place's array, which it returns).")
 
 
 def _compressed_kernel(x, reduction, dtype, group=None):
@@ -133,8 +223,8 @@ COMPRESSED_ALL_REDUCE = defop(
 _STARTED: dict = {}
 
 
-def _start_kernel(x, reduction, group=None):
-    pending = comm(group).all_reduce(x, reduction)
+def _start_kernel(x, reduction, group=None, place=None):
+    pending = _reduce(x, reduction, group, place)
     _STARTED[id(pending.result)] = pending
     return pending.result
 
@@ -144,7 +234,7 @@ def _progress_kernel(handle):
     return handle
 
 
-def _wait_kernel(handle, x, reduction, group=None):
+def _wait_kernel(handle, x, reduction, group=None, place=None):
     pending = _STARTED.pop(id(handle), None)
     if pending is None:
         if comm(group).size > 1:
@@ -155,9 +245,10 @@ def _wait_kernel(handle, x, reduction, group=None):
 
 
 ALL_REDUCE_START = defop(
-    "all_reduce_start", _start_kernel, _same, attrs=("reduction", "group"), communicates=True,
-    compiler_only=True,
-    decomposition=lambda x, reduction, group=None: all_reduce(x, reduction, group),
+    "all_reduce_start", _start_kernel, _same, attrs=("reduction", "group", "place"),
+    communicates=True, compiler_only=True,
+    decomposition=lambda x, reduction, group=None, place=None: all_reduce(x, reduction, group,
+                                                                          place),
     doc="Starts the allreduce of ``x`` without waiting; its value is the reduction once "
         "``all_reduce_wait`` has read it.")
 
@@ -167,9 +258,10 @@ ALL_REDUCE_PROGRESS = defop(
     doc="Lets MPI move the started operations forward; returns its input.")
 
 ALL_REDUCE_WAIT = defop(
-    "all_reduce_wait", _wait_kernel, lambda handle, x, reduction, group=None: _same(handle),
-    attrs=("reduction", "group"), communicates=True, compiler_only=True,
-    decomposition=lambda handle, x, reduction, group=None: handle,
+    "all_reduce_wait", _wait_kernel,
+    lambda handle, x, reduction, group=None, place=None: _same(handle),
+    attrs=("reduction", "group", "place"), communicates=True, compiler_only=True,
+    decomposition=lambda handle, x, reduction, group=None, place=None: handle,
     doc="Waits for the allreduce started into ``handle`` (its input ``x`` is read by MPI "
         "until then) and returns the reduction.")
 
@@ -256,8 +348,13 @@ def _on(group) -> dict:
     return {} if group is None else {"group": tuple(group)}
 
 
-def all_reduce(x, op: str = "SUM", group=None):
-    return apply(ALL_REDUCE, x, reduction=str(op).upper(), **_on(group))
+def all_reduce(x, op: str = "SUM", group=None, place: str | None = None):
+    at = {} if place is None else {"place": place}
+    return apply(ALL_REDUCE, x, reduction=str(op).upper(), **_on(group), **at)
+
+
+def pack_bucket(grads, divisor, place: str):
+    return apply(PACK_BUCKET, *grads, divisor=divisor, place=place)
 
 
 def compressed_all_reduce(x, op: str = "SUM", dtype="float16", group=None):

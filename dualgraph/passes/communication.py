@@ -7,7 +7,8 @@ import math
 
 from ..graph import Graph, Value
 from ..ops.collective import (ALL_REDUCE, ALL_REDUCE_PROGRESS, ALL_REDUCE_START,
-                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE, FIRST_BUCKET_BYTES)
+                              ALL_REDUCE_WAIT, COMPRESSED_ALL_REDUCE, FIRST_BUCKET_BYTES,
+                              PACK_BUCKET)
 from ..ops.elementwise import CAST
 from ..ops.shape import CAT, RESHAPE, SLICE
 from ..shapes import is_static
@@ -128,9 +129,10 @@ def overlap_communication(graph: Graph) -> tuple[Graph, Report]:
     """Each ``all_reduce`` split in two, so that its communication overlaps the computation
     between: ``all_reduce_start`` as soon as its input can be computed (right after the
     node that finishes its last gradient, with the nodes that only prepare its input: the
-    ``cat`` of a bucket, the division by the world size), ``all_reduce_wait`` as late as
-    possible (before the first node that reads the result other than a view cutting it into
-    gradients, as an optimiser's update), and between them an ``all_reduce_progress``
+    ``cat`` of a bucket, the division by the world size, a data-parallel ``pack_bucket``),
+    ``all_reduce_wait`` as late as possible (before the first node that reads more than
+    the result and its pieces or copy, as an optimiser's update), and between them an
+    ``all_reduce_progress``
     after every node that writes at least
     ``POLL_BYTES``: MPICH moves a message forward only inside MPI calls, so without them
     the message would travel only once the wait is reached. The report names, per
@@ -190,11 +192,20 @@ def overlap_communication(graph: Graph) -> tuple[Graph, Report]:
 
 
 def _first_use(graph: Graph, i: int) -> int:
-    """The first node after ``i`` that is not a view (the wait's result cut in pieces)."""
+    """The first node after the wait at ``i`` that reads more than the wait's result and
+    what :func:`_uses_of_result` makes of it alone (its pieces, a copy)."""
+    chain = set(graph.nodes[i].outputs)
     i += 1
-    while i < len(graph.nodes) and graph.nodes[i].op.view:
+    while i < len(graph.nodes) and _reads_only(graph.nodes[i], chain):
+        chain.update(graph.nodes[i].outputs)
         i += 1
     return i
+
+
+def _reads_only(node, chain: set) -> bool:
+    """Whether ``node`` reads nothing but values of ``chain`` and does not communicate."""
+    inputs = [x for x in node.inputs if isinstance(x, Value)]
+    return not node.op.communicates and bool(inputs) and all(x in chain for x in inputs)
 
 
 def _describe_at(graph: Graph, i: int) -> str:
@@ -215,16 +226,17 @@ def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
     needs = {a: {producer[x] for n in [*prep[a], a] for x in n.inputs if x in producer}
              - set(prep[a]) for a in reductions}
     communicating = [n for n in graph.nodes if n.op.communicates]
-    earlier = {a: set(communicating[:communicating.index(a)]) for a in reductions}
-    views = {a: _views_of_result(graph, a, index) for a in reductions}
-    result_of = {v: a for a in reductions for n in [a, *views[a]] for v in n.outputs}
+    earlier = {a: set(communicating[:communicating.index(a)]) - set(prep[a])
+               for a in reductions}
+    uses = {a: _uses_of_result(graph, a, index) for a in reductions}
+    result_of = {v: a for a in reductions for n in [a, *uses[a]] for v in n.outputs}
     plan, done, in_flight, queue = [], set(), [], list(reductions)
 
     def wait(a):
         in_flight.remove(a)
         plan.append(("wait", a))
-        for n in views[a]:
-            if n not in done:   # (a view may also prepare another allreduce's input)
+        for n in uses[a]:
+            if n not in done:   # (a piece may also prepare another allreduce's input)
                 plan.append(("node", n))
                 done.add(n)
 
@@ -253,7 +265,7 @@ def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
             in_flight.append(a)
 
     start_ready()
-    deferred = preparing.union(*views.values())
+    deferred = preparing.union(*uses.values())
     for node in graph.nodes:
         if node in done or node in deferred:
             continue
@@ -271,13 +283,14 @@ def _overlap_plan(graph: Graph, reductions: list) -> list[tuple[str, object]]:
     return _unsplit_idle(plan)
 
 
-def _views_of_result(graph: Graph, a, index: dict) -> list:
-    """The view nodes (slices, reshapes) that only cut ``a``'s result into pieces: they
-    move with its wait, which can then come as late as the first real use."""
+def _uses_of_result(graph: Graph, a, index: dict) -> list:
+    """The nodes that read nothing but ``a``'s result and what these nodes make of it (the
+    views cutting it into gradients, a copy of it into ``.grad``s): they cannot run before
+    its wait, so they move with it, which can then come as late as the first node that
+    also reads something else (the optimiser's update)."""
     chain, found = set(a.outputs), []
     for node in graph.nodes[index[a] + 1:]:
-        inputs = [x for x in node.inputs if isinstance(x, Value)]
-        if node.op.view and inputs and all(x in chain for x in inputs):
+        if _reads_only(node, chain):
             chain.update(node.outputs)
             found.append(node)
     return found
@@ -285,8 +298,8 @@ def _views_of_result(graph: Graph, a, index: dict) -> list:
 
 def _preparation(graph: Graph, a, index: dict, consumers: dict) -> list:
     """The nodes that only prepare ``a``'s input (every value they make is read only by
-    them or by ``a``, none is communicating nor a graph output), in node order: they move
-    with the start."""
+    them or by ``a``, none is communicating, except a ``pack_bucket`` into ``a``'s place,
+    nor a graph output), in node order: they move with the start."""
     prep, frontier = set(), {x.producer for x in a.inputs
                              if isinstance(x, Value) and x.producer is not None}
     for i in range(index[a] - 1, -1, -1):
@@ -296,7 +309,7 @@ def _preparation(graph: Graph, a, index: dict, consumers: dict) -> list:
         if node not in frontier:
             continue
         frontier.discard(node)
-        if node.op.communicates or not all(
+        if node.op.communicates and node.op is not PACK_BUCKET or not all(
                 r is a or r in prep for v in node.outputs for r in consumers.get(v, ())):
             continue
         prep.add(node)

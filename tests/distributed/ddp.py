@@ -107,18 +107,27 @@ for cap in (25, 1e-4):
     assert ddp.module.unused.weight.grad is None
     np.testing.assert_array_equal(ddp.module.scale.numpy(), np.ones(32))
 
-# gradients as views of the buckets: the same result, and .grad shares the bucket's memory
-for set_to_none in (True, False):
-    ddp = DDP(make(RANK), bucket_cap_mb=1e-3, gradient_as_bucket_view=True)
+# gradients as views of the buckets: the same result, and .grad shares the bucket's memory,
+# eager and compiled (where the bucket is filled and reduced in place, as eagerly)
+for set_to_none, compiled in ((True, False), (False, False), (True, True), (False, True)):
+    model = make(RANK)
+    model.unused.requires_grad_(not compiled)   # (a compiled DDP step needs every gradient)
+    ddp = DDP(model, bucket_cap_mb=1e-3, gradient_as_bucket_view=True)
     opt = dg.optim.Adam(ddp.parameters(), lr=1e-2)
-    for s in range(STEPS):
-        x, y = batch(s, 0, [RANK])
+
+    def view_step(x, y):
         opt.zero_grad(set_to_none=set_to_none)
         dg.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
-    check(f"gradient_as_bucket_view set_to_none={set_to_none}", flat(ddp.module), want)
+    run = dg.compile(view_step) if compiled else view_step
+    for s in range(STEPS):
+        run(*batch(s, 0, [RANK]))
+    name = "compiled " if compiled else ""
+    check(f"{name}gradient_as_bucket_view set_to_none={set_to_none}", flat(ddp.module), want)
     bucket = ddp._bucket_of[id(ddp.module.a.weight)]
     assert np.shares_memory(ddp.module.a.weight.grad.numpy(), bucket.flat)
+    if compiled:
+        assert "k_pack_bucket(" in run.code and "k_cat(" not in run.code, run.code
 
 # no_sync: two micro-batches per step, the first without communication == one big batch
 ref_model = make(0)
@@ -153,6 +162,14 @@ run = train(ddp, [RANK], compiled=True)
 check("compiled ddp overlapped", flat(ddp.module), flat(eager.module))
 assert len(ddp._buckets) == 2 and "k_all_reduce_start(" in run.code, run.code
 assert "k_all_reduce_progress(" in run.code and "k_all_reduce_wait(" in run.code, run.code
+# each bucket filled in its place in one pass, reduced there (no copy in or out of the
+# allreduce), and copied into .grad: a .grad kept across steps does not change
+assert run.code.count("k_pack_bucket(") == 2 and "k_cat(" not in run.code, run.code
+kept = ddp.module.a.weight.grad
+before = kept.numpy().copy()
+assert not any(np.shares_memory(kept.numpy(), b.flat) for b in ddp._buckets)
+train(ddp, [RANK], compiled=True)
+np.testing.assert_array_equal(kept.numpy(), before)
 # ZeroRedundancyOptimizer: each rank keeps and updates half of Adam's state, the owners
 # broadcast the new values: the same parameters as the unsharded optimiser
 from dualgraph.distributed.optim import ZeroRedundancyOptimizer   # noqa: E402
