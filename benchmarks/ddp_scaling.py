@@ -16,7 +16,8 @@ reads the JSON line rank 0 prints:
   same with PyTorch (one process, and DDP over gloo on the same 2 processes); and, as
   extra rows, DDP with ``ZeroRedundancyOptimizer`` (the update sharded; eager: its step
   broadcasts outside a compiled graph) and DDP with ``gradient_as_bucket_view=True``
-  (gradients zeroed in place: the backward accumulates into the buckets) in both; and
+  (gradients zeroed in place: the backward accumulates into the buckets), eager and, as
+  ``ddp,compiled,view``, compiled (the ``.grad``s views of the buckets: no copy); and
   ``single,half``: one process on 64 rows (a rank's share), whose ratio to the 128-row
   step is the most 2 ranks on 2 cores could reach if they did not slow each other; and
   ``single,half,concurrent``: two such processes started together (``mpiexec -n 2``, no
@@ -318,6 +319,7 @@ def main():
             ("dualgraph", "single,half,concurrent", 2),
             ("dualgraph", "single,compiled,half,concurrent", 2),
             ("dualgraph", "ddp,zero", 2), ("dualgraph", "ddp,view", 2),
+            ("dualgraph", "ddp,compiled,view", 2),
             ("torch", "single", 1), ("torch", "ddp", 2), ("torch", "ddp,zero", 2),
             ("torch", "ddp,view", 2)]
         for impl, variant, ranks in runs:
