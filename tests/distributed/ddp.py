@@ -165,6 +165,10 @@ assert "k_all_reduce_progress(" in run.code and "k_all_reduce_wait(" in run.code
 # each bucket filled in its place in one pass, reduced there (no copy in or out of the
 # allreduce), and copied into .grad: a .grad kept across steps does not change
 assert run.code.count("k_pack_bucket(") == 2 and "k_cat(" not in run.code, run.code
+mine = dg.tensor(flat(ddp.module))
+everyone = [dg.zeros_like(mine) for _ in range(SIZE)]
+dist.all_gather(everyone, mine)
+assert all(np.array_equal(t.numpy(), mine.numpy()) for t in everyone), "ranks differ"
 kept = ddp.module.a.weight.grad
 before = kept.numpy().copy()
 assert not any(np.shares_memory(kept.numpy(), b.flat) for b in ddp._buckets)
