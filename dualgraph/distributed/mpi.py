@@ -24,6 +24,7 @@ size 1 whose operations are copies.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import signal
 import sys
@@ -482,8 +483,20 @@ class Communicator:
             self.mpi.COMM_WORLD.Abort(code)
 
     def close(self) -> None:
-        for window in self.windows:
-            window.close()
+        """Free the communicator, and its shared windows that no array outside them views
+        any more on any rank (they agree first: freeing is collective); the others, as a
+        live DistributedDataParallel's buckets, stay mapped until MPI finalises."""
+        self.in_flight = []
+        if self.windows:
+            gc.collect()   # (a DistributedDataParallel dropped in a reference cycle)
+            free = np.array([w.unused() for w in self.windows], np.uint8)
+            if _failed[0] or _peer_died[0]:   # (no agreement with a rank that is gone)
+                free[:] = 0
+            elif self.size > 1:
+                self.all_reduce(free, "MIN", inplace=True).wait()
+            for window, ok in zip(self.windows, free):
+                window.close(bool(ok))
+            self.windows, self.shared = [], None
         if self.handle is not None:
             self.handle.Free()
             self.handle = None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import weakref
 
 import numpy as np
@@ -82,7 +83,11 @@ class Window:
         self.rings = {True: _Ring(0, small), False: _Ring(small, nbytes)}   # copy_in's
         self._views: dict = {}
         self._placing = None
+        self._own = self._holders()   # references to the regions the window itself holds
         _WINDOWS.add(self)
+
+    def _holders(self) -> list:
+        return [sys.getrefcount(r) for r in self.regions]
 
     def arrays(self, offset: int, shape: tuple, dtype) -> list:
         """Every rank's array of ``shape`` and ``dtype`` at ``offset`` bytes into its data
@@ -191,11 +196,27 @@ class Window:
         live.append((op, lo, hi))
         return op
 
-    def close(self) -> None:
-        """Forget the window (its memory stays mapped until MPI finalises: arrays of it may
-        still be held, as a ``.grad`` that is a view of a data-parallel bucket)."""
+    def unused(self) -> bool:
+        """Whether no operation is in flight and no array outside the window views its
+        memory any more (a live ``DistributedDataParallel``'s buckets, a ``.grad`` view of
+        one: every view of a region holds a reference to it)."""
+        if self.queue:
+            return False
+        self._views.clear()
+        for ring in self.rings.values():
+            ring.live.clear()
+        return self._holders() == self._own
+
+    def close(self, free: bool = False) -> None:
+        """Forget the window; ``free`` (every rank at once, only where :meth:`unused` on
+        every rank) also gives its memory back to MPI. A window not freed stays mapped
+        until MPI finalises: arrays of it may still be read."""
         _WINDOWS.discard(self)
         self.queue.clear()
+        if free:
+            self.regions, self.arrived, self.reduced = [], [], []
+            self.win.Unlock_all()
+            self.win.Free()
 
 
 class Reduction:

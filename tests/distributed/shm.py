@@ -109,4 +109,15 @@ for p in net.parameters():
     assert SHARED == (region is not None and np.shares_memory(p.grad.numpy(), region))
     assert same_everywhere(p.grad.numpy())
 ok(f"ddp buckets {'in the shared window' if SHARED else 'by MPI'}")
+
+# destroy_process_group frees every window no array views any more (a DDP dropped before
+# it), and keeps a window still viewed mapped (this model's .grads are views of its own)
+dropped = DDP(dg.nn.Linear(64, 4))
+dropped(dg.randn(8, 64)).sum().backward()
+windows, kept = list(COMM.windows), net[0].weight.grad.numpy()
+del model, dropped
 dist.destroy_process_group()
+freed = [not w.regions for w in windows]
+assert freed == ([True, False, True] if SHARED else []), freed   # ring, model's, dropped's
+assert np.isfinite(kept).all()   # (still mapped, readable)
+ok("windows freed at destroy_process_group where nothing views them")
