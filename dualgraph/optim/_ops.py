@@ -160,6 +160,17 @@ def _grouped(decomposition, width: int):
     return grouped
 
 
+def _group_op(single, kernel, width: int, infer, decomposition, doc: str):
+    """The op running many nodes of ``single`` (``width`` inputs each, one after another)
+    in one call, with ``single``'s attributes; the ``group_updates`` pass makes it."""
+    return defop(
+        single.name + "_group", kernel,
+        lambda *args, **attrs: tuple(t for i in range(0, len(args), width)
+                                     for t in infer(*args[i:i + width])),
+        compiler_only=True, decomposition=_grouped(decomposition, width), num_outputs=None,
+        attrs=single.attrs, saves="", onnx=None, writes_out=True, group_of=single, doc=doc)
+
+
 def _infer_adam(p, grad, m, v, step, *hyper, **attrs):
     return tuple(ShapedType(tuple(x.shape), x.dtype) for x in (p, m, v))
 
@@ -174,15 +185,8 @@ ADAM_UPDATE = defop(
         "Optimisers run it under no_grad, so it has no VJP.")
 
 
-ADAM_UPDATE_GROUP = defop(
-    "adam_update_group", _adam_group_kernel,
-    lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
-                                 for t in _infer_adam(*args[i:i + 5])),
-    compiler_only=True,
-    decomposition=_grouped(_adam_decomposition, 5),
-    num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
-    writes_out=True,
-    group_of=ADAM_UPDATE,
+ADAM_UPDATE_GROUP = _group_op(
+    ADAM_UPDATE, _adam_group_kernel, 5, _infer_adam, _adam_decomposition,
     doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
         "exp_avg, exp_avg_sq, step) per parameter -> (param, exp_avg, exp_avg_sq) per "
         "parameter; the ``group_updates`` pass makes it, so that a compiled step runs its "
@@ -230,14 +234,8 @@ ADAM_UPDATE_HYPER = defop(
         "input, so that the update stays one loop.")
 
 
-ADAM_UPDATE_HYPER_GROUP = defop(
-    "adam_update_hyper_group", _adam_hyper_group_kernel,
-    lambda *args, **attrs: tuple(t for i in range(0, len(args), 9)
-                                 for t in _infer_adam(*args[i:i + 9])),
-    compiler_only=True,
-    decomposition=_grouped(_adam_hyper_decomposition, 9),
-    num_outputs=None, attrs=("eps",), saves="", onnx=None, writes_out=True,
-    group_of=ADAM_UPDATE_HYPER,
+ADAM_UPDATE_HYPER_GROUP = _group_op(
+    ADAM_UPDATE_HYPER, _adam_hyper_group_kernel, 9, _infer_adam, _adam_hyper_decomposition,
     doc="Every ``adam_update_hyper`` of one step with this eps, as ``adam_update_group``: "
         "one loop call where the members' steps and hyper-parameters are equal.")
 
@@ -327,15 +325,8 @@ def _sgd_members(members, hypers, out):
 _SGD_HYPER = ("lr", "momentum", "dampening", "nesterov")
 
 
-SGD_UPDATE_GROUP = defop(
-    "sgd_update_group", _sgd_group_kernel,
-    lambda *args, **attrs: tuple(t for i in range(0, len(args), 3)
-                                 for t in _infer_sgd(args[i])),
-    compiler_only=True,
-    decomposition=_grouped(_sgd_decomposition, 3),
-    num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
-    onnx=None, writes_out=True,
-    group_of=SGD_UPDATE,
+SGD_UPDATE_GROUP = _group_op(
+    SGD_UPDATE, _sgd_group_kernel, 3, _infer_sgd, _sgd_decomposition,
     doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "
         "momentum buffer) per parameter -> (param, buffer) per parameter; made by the "
         "``group_updates`` pass, as ``adam_update_group``.")
@@ -368,15 +359,8 @@ SGD_UPDATE_HYPER = defop(
         "lr, momentum) -> the new param and buffer, as ``adam_update_hyper``.")
 
 
-SGD_UPDATE_HYPER_GROUP = defop(
-    "sgd_update_hyper_group", _sgd_hyper_group_kernel,
-    lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
-                                 for t in _infer_sgd(args[i])),
-    compiler_only=True,
-    decomposition=_grouped(_sgd_hyper_decomposition, 5),
-    num_outputs=None, attrs=("dampening", "nesterov"), saves="", onnx=None,
-    writes_out=True,
-    group_of=SGD_UPDATE_HYPER,
+SGD_UPDATE_HYPER_GROUP = _group_op(
+    SGD_UPDATE_HYPER, _sgd_hyper_group_kernel, 5, _infer_sgd, _sgd_hyper_decomposition,
     doc="Every ``sgd_update_hyper`` of one step with these attributes, as "
         "``sgd_update_group``.")
 
