@@ -79,8 +79,8 @@ def main(argv=None) -> None:
         variants = {"static": (build(dg, kind, False), False),
                     "symbolic": (build(dg, kind, None), False),
                     "symbolic, general path": (build(dg, kind, None), True)}
-        assert "s0" in str(variants["symbolic"][0][0].cache and list(
-            variants["symbolic"][0][0].cache)[-1][1])
+        symbolic = variants["symbolic"][0][0]
+        assert "s0" in str(list(symbolic.cache)[-1][1]), symbolic.explain()   # (the graph)
         best = dict.fromkeys(variants, float("inf"))
         for _ in range(opts.rounds):
             for name, ((fn, args), general) in variants.items():
