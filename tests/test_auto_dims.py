@@ -6,9 +6,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 import dualgraph as dg
 import dualgraph.nn.functional as F
+from dualgraph.shapes import ShapeError
 
 
 def close(a, b):
@@ -112,3 +114,91 @@ def test_backward_through_the_outputs_with_a_changing_size_matches_eager():
         compiled(x).sum().backward()
         close(x.grad.numpy(), want[0])
         close(lin.weight.grad.numpy(), want[1])
+
+
+def _fast_ran(compiled, *args):
+    """What the inlined fast path (capture/fastpath.py) gives for ``args``: its result, or
+    None where it hands the call to the general path."""
+    from dualgraph.capture.fastpath import MISS
+    assert compiled._fast is not None, "no fast path"
+    out = compiled._fast(args, {})
+    return None if out is MISS else out
+
+
+def test_a_symbolic_graph_gets_the_inlined_fast_path_with_the_signatures_rules():
+    """After a symbolic graph runs, its calls take the fast path: sizes checked inline
+    (equal sizes one symbol, each above 1, distinct symbols distinct), and a shape a static
+    graph was traced for, a size 1, two dims of one size, another rank: the general path,
+    which picks the graph the signature says."""
+    w = dg.randn(3, 4)
+
+    def f(a, b):
+        return (a @ w).relu().sum(0) + b.sum(1).mean()
+
+    compiled = dg.compile(f)
+    for n, m in ((2, 5), (4, 6), (7, 3)):   # (2, 5) static, then (s0, 3), (s1, 4)
+        compiled(dg.randn(n, 3), dg.randn(m, 4))
+    assert len(compiled.cache) == 2 and "n1" in compiled._fast.source
+    for n, m in ((6, 2), (9, 11), (3, 8)):
+        a, b = dg.randn(n, 3), dg.randn(m, 4)
+        close(_fast_ran(compiled, a, b).numpy(), f(a, b).numpy())
+    for n, m in ((2, 5), (1, 4), (4, 1), (5, 5)):
+        a, b = dg.randn(n, 3), dg.randn(m, 4)
+        assert _fast_ran(compiled, a, b) is None
+        close(compiled(a, b).numpy(), f(a, b).numpy())   # (its own graph, or a new one)
+    assert _fast_ran(compiled, dg.randn(4, 3, 1), dg.randn(5, 4)) is None
+    assert _fast_ran(compiled, dg.randn(4, 2), dg.randn(5, 4)) is None
+
+
+def test_a_training_step_of_varying_batch_runs_the_fast_path_as_eager_does():
+    """A training step (its buffers planned for the symbolic sizes, one set per size)
+    through the fast path over batches of several sizes: losses, parameters and optimiser
+    state equal eager's; the graphs: the first size, the optimiser's first step, then one
+    symbolic graph."""
+    runs = []
+    sizes = (3, 5, 7, 9, 4, 7, 12, 6)
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 2))
+        opt = dg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        rng = np.random.default_rng(1)
+        losses, fast = [], []
+        for n in sizes:
+            x = dg.tensor(rng.normal(size=(n, 4)).astype(np.float32))
+            y = dg.tensor(rng.normal(size=(n, 2)).astype(np.float32))
+            fast.append(compiled and fn._fast is not None)
+            losses.append(fn(x, y).item())
+        state = [t.numpy().copy() for s in opt.state.values() for t in s.values()]
+        runs.append((losses, [p.detach().numpy().copy() for p in model.parameters()] + state,
+                     fn, fast))
+    (want, want_p, _, _), (got, got_p, fn, fast) = runs
+    close(got, want)
+    for a, b in zip(got_p, want_p):
+        close(a, b)
+    assert len(fn.cache) == 3, fn.explain()
+    assert all(fast[4:]) and "bufs = buffers.get((n0,))" in fn._fast.source
+
+
+def test_dynamic_true_fast_path_leaves_a_size_mismatch_to_the_general_path():
+    """``dynamic=True``: dim 0 of every argument is ``B``; a call whose two arguments
+    differ there is refused by the fast path and raises as the general path does."""
+    compiled = dg.compile(lambda a, b: a * 2 + b, dynamic=True)
+    for n in (3, 5):
+        a, b = dg.randn(n, 2), dg.randn(n, 2)
+        close(compiled(a, b).numpy(), (a * 2 + b).numpy())
+    a, b = dg.randn(6, 2), dg.randn(6, 2)
+    close(_fast_ran(compiled, a, b).numpy(), (a * 2 + b).numpy())
+    assert _fast_ran(compiled, dg.randn(1, 2), dg.randn(1, 2)) is not None   # (B may be 1)
+    a, b = dg.randn(4, 2), dg.randn(5, 2)
+    assert _fast_ran(compiled, a, b) is None
+    with pytest.raises(ShapeError, match="cannot be 5 when B=4"):
+        compiled(a, b)

@@ -636,6 +636,51 @@ def test_compiled_step_matches_eager(name, kwargs):
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("name,kwargs,schedule", [
+    ("Adam", dict(lr=1e-2), "exponential"), ("AdamW", dict(lr=1e-2), "exponential"),
+    ("SGD", dict(lr=1e-2, momentum=0.9), "exponential"),
+    ("SGD", dict(lr=1e-2, momentum=0.9, nesterov=True), "one_cycle"),
+    ("Adam", dict(lr=1e-2), "one_cycle")])
+def test_scheduled_hyper_parameters_keep_the_fused_update(name, kwargs, schedule):
+    """A schedule that changes lr (OneCycleLR: also momentum, Adam's beta1) at every step
+    makes it a graph input after its second change; the step then runs the fused update
+    with the hyper-parameters as inputs (``*_update_hyper_group``), not op by op, traces
+    no more, and matches the eager run (losses, parameters, optimiser state)."""
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((6, 4)).astype(np.float32),
+             rng.standard_normal((6, 2)).astype(np.float32)) for _ in range(9)]
+    runs = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.Tanh(), dg.nn.Linear(8, 2))
+        opt = getattr(dg.optim, name)(model.parameters(), **kwargs)
+        sched = (dg.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+                 if schedule == "exponential" else
+                 dg.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=20))
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        run = dg.compile(step) if compiled else step
+        losses = []
+        for x, y in data:
+            losses.append(run(dg.tensor(x), dg.tensor(y)).item())
+            sched.step()
+        state = [t.numpy().copy() for s in opt.state.values() for t in s.values()
+                 if isinstance(t, dg.Tensor)]
+        runs.append((losses, [p.detach().numpy().copy() for p in model.parameters()], state))
+    (want, want_p, want_s), (got, got_p, got_s) = runs
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for g, w in zip(got_p + got_s, want_p + want_s):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+    assert len(run.cache) <= 3 + (name == "SGD"), run.explain()   # (SGD: the buffer's step)
+    updates = [n.op.name for n in run.optimized_graph.nodes if "update" in n.op.name]
+    assert updates == [f"{'adam' if 'Adam' in name else 'sgd'}_update_hyper_group"], updates
+
+
 @pytest.mark.parametrize("kwargs", [dict(), dict(lr=0.5, history_size=3, max_iter=7),
                                     dict(max_iter=4, max_eval=3)])
 def test_lbfgs_matches_torch(kwargs):

@@ -4,10 +4,10 @@ The general path of ``Compiled.__call__`` flattens the arguments, computes the s
 every guard as a tuple (capture/guards.py), looks it up, gathers the graph's input arrays,
 checks their types and rebuilds the outputs: some twenty Python calls, ~9 us, as much as
 a batch-1 MLP's three products take on two cores. For the common inference entry (tensor
-arguments only, no dynamic dims, no optimiser, one tensor out, nothing written back, no
-buffers) this module writes one function that checks the same facts inline and calls the
-generated graph function directly. For ``nn.Linear(784, 10)`` in eval mode, called on a
-(1, 784) tensor under ``no_grad``, it writes::
+arguments only, no optimiser, one tensor out, nothing written back) this module writes one
+function that checks the same facts inline and calls the generated graph function
+directly. For ``nn.Linear(784, 10)`` in eval mode, called on a (1, 784) tensor under
+``no_grad``, it writes::
 
     def fast_call(args, kwargs):
         if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False:
@@ -71,6 +71,24 @@ graph adds into it in place::
         if g6.shape != (3,) or g6.dtype != dtype_g6:
             return MISS
 
+A graph with symbolic dims (automatic dynamic dims, ``dynamic=``) checks each argument's
+rank, dtype and numbers, and binds each symbol's size where it first appears
+(``n0 = x0.shape[0]``; ``if x1.shape != (n0, 2,)``); automatic dims add the rules of their
+signature (each size above 1, distinct symbols of distinct sizes, and not a shape a static
+graph was traced for, which runs that graph). A graph with preallocated buffers (planned
+for its sizes, codegen/buffers.py) takes them as ``Executable._call`` does: one set per
+symbol sizes, made by the executable at the first call of those sizes, under its lock::
+
+        bufs = buffers.get((n0,))
+        if bufs is None:
+            bufs = buffers[(n0,)] = buffers_for([x0, x1, array_2, ...])
+        if not lock.acquire(blocking=False):
+            return MISS
+        try:
+            return finish(graph_fn(x0, x1, array_2, ..., bufs), [a0, a1])
+        finally:
+            lock.release()
+
 A step traced while a parameter had no gradient also checks that it still has none
 (``absent_0.grad is not None`` returns ``MISS``): its graph writes that gradient fresh,
 where eager would now add to the one there.
@@ -95,7 +113,7 @@ def fast_path(compiled, entry, sig):
     entry needs the general path (see the module docstring)."""
     if not applies(compiled, entry, sig):
         return None
-    _, facts, (grad_enabled, low), module_facts, optimizer_state, values = sig
+    spec, facts, (grad_enabled, low), module_facts, optimizer_state, values = sig
     exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode,
              "Tensor": Tensor, "autocast": autocast, "make": Tensor._make,
@@ -118,13 +136,19 @@ def fast_path(compiled, entry, sig):
     if len(facts) > 1:   # (distinct tensors: one passed twice is another signature)
         ids = ", ".join(f"id(a{i})" for i in range(len(facts)))
         lines += [f"if len({{{ids}}}) != {len(facts)}:", "    return MISS"]
+    symbols: dict = {}   # symbolic dim -> the variable holding its size in this call
     for i, (_, shape, dtype, requires_grad) in enumerate(facts):
         names[f"dtype_{i}"] = dtype
         lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not {requires_grad}:",
                   "    return MISS",
-                  f"x{i} = a{i}._data",
-                  f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
-                  "    return MISS"]
+                  f"x{i} = a{i}._data"]
+        if all(type(d) is int for d in shape):
+            lines += [f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
+                      "    return MISS"]
+        else:
+            lines += _symbolic_shape(f"x{i}", shape, f"dtype_{i}", symbols)
+    if symbols:
+        lines += _symbol_rules(compiled, spec, symbols, len(facts), names)
     lines += ["if facts.get() != module_facts:", "    return MISS"]
     if compiled._held:   # (a module or optimiser it names, rebound: scope.py)
         names.update(rebound=rebound, held=compiled._held)
@@ -172,6 +196,9 @@ def fast_path(compiled, entry, sig):
     if donated:
         lines += ["if not (" + "\n        and ".join(donated) + "):", "    return MISS"]
     call = f"graph_fn({', '.join(operands)})"
+    head = len(lines)   # (what follows runs under the buffers' lock, where there are some)
+    if exe._slots:   # (its buffers, one set per size of the symbols: codegen/buffers.py)
+        call = f"graph_fn({', '.join(operands)}, bufs)"
     if entry.plain:
         lines.append(f"return make({call}[0])")
     else:
@@ -186,12 +213,73 @@ def fast_path(compiled, entry, sig):
             lines.append("release()")
         args = ", ".join(f"a{i}" for i in range(len(facts)))
         lines.append(f"return finish({call}, [{args}])")
+    if exe._slots:
+        lines[head:] = _with_buffers(exe, operands, list(symbols.values()), lines[head:],
+                                     names)
     source = "def fast_call(args, kwargs):\n" + "".join(f"    {line}\n" for line in lines)
     fast_call = compile_source(source, "fast_call", names).fn   # (tracebacks show it)
     fast_call.source = source
     fast_call.bound = [(b.tensor, b.tensor._data) for b in capture.bindings
                        if b.kind == "captured"] + [(f.tensor, f.array) for f in entry.frozen]
     return fast_call
+
+
+def _with_buffers(exe, operands: list, sizes: list, tail: list, names: dict) -> list[str]:
+    """Lines running ``tail`` (the lines that end in the call) with the executable's
+    preallocated buffers for this call's symbol sizes (``bufs``), taken as
+    ``Executable._call`` takes them: one set per input types, made by the executable at the
+    first call of these sizes, and held under its lock (a call while another thread holds
+    it takes the general path)."""
+    names.update(buffers={}, buffers_for=exe._buffers_for, lock=exe._lock)
+    key = f"({', '.join(sizes)},)" if sizes else "()"
+    return [f"bufs = buffers.get({key})",
+            "if bufs is None:",
+            f"    bufs = buffers[{key}] = buffers_for([{', '.join(operands)}])",
+            "if not lock.acquire(blocking=False):", "    return MISS",
+            "try:", *(f"    {line}" for line in tail), "finally:", "    lock.release()"]
+
+
+def _symbolic_shape(x: str, shape: tuple, dtype: str, symbols: dict) -> list[str]:
+    """Lines checking array ``x`` against a shape with symbolic dims (names, as signatures
+    hold them): its rank and dtype, each number, and each symbol's size equal to the one
+    it had where it first appeared (its variable, bound here at its first appearance)."""
+    lines = [f"if {x}.ndim != {len(shape)} or {x}.dtype != {dtype}:", "    return MISS"]
+    dims = []
+    for d, dim in enumerate(shape):
+        if type(dim) is int:
+            dims.append(str(dim))
+        elif dim in symbols:
+            dims.append(symbols[dim])
+        else:
+            symbols[dim] = f"n{len(symbols)}"
+            lines.append(f"{symbols[dim]} = {x}.shape[{d}]")
+            dims.append(symbols[dim])
+    lines += [f"if {x}.shape != ({', '.join(dims)},):", "    return MISS"]
+    return lines
+
+
+def _symbol_rules(compiled, spec, symbols: dict, count: int, names: dict) -> list[str]:
+    """Lines checking what else the signature of a call with these symbolic sizes says.
+    Automatic dynamic dims (capture/autodims.py) give equal sizes one symbol and keep sizes
+    0 and 1 numbers, so each symbol's size is above 1 and the sizes are distinct; and a
+    call of shapes that a static graph was traced for runs that graph (``static_shapes``:
+    the argument shapes of the static entries now in the cache; one traced later only
+    misses its fast start, the symbolic graph being right for its shapes too). Dims named
+    by ``dynamic=`` carry no such rules."""
+    if compiled.dynamic:
+        return []
+    sizes = list(symbols.values())
+    lines = [f"if {' or '.join(f'{n} < 2' for n in sizes)}:", "    return MISS"]
+    if len(sizes) > 1:
+        lines += [f"if len({{{', '.join(sizes)}}}) != {len(sizes)}:", "    return MISS"]
+    names["static_shapes"] = frozenset(
+        tuple(f[1] for f in sig[1]) for sig in compiled.cache
+        if sig[0] is spec and all(f[0] == "tensor" and all(type(d) is int for d in f[1])
+                                  for f in sig[1]))
+    if names["static_shapes"]:
+        shapes = ", ".join(f"x{i}.shape" for i in range(count))
+        lines += [f"if ({shapes},) in static_shapes:", "    return MISS"]
+    return lines
 
 
 def still_bound(fast_call) -> bool:
@@ -202,17 +290,16 @@ def still_bound(fast_call) -> bool:
 
 def applies(compiled, entry, sig) -> bool:
     """The entry and its signature are of the kind the fast path covers: tensors passed
-    positionally, no dynamic dims, no checked mode, no preallocated buffers; either one
+    positionally, no checked mode, no user backend; either one
     fresh tensor out with nothing read or written back but its arguments and captured
     arrays (inference: no optimiser, nothing donated), or a step whose results ``finish``
     rebuilds without recording anything on the autograd tape or copying an output that
     aliases an input."""
     spec, facts, _, _, optimizer_state, _ = sig
     exe, capture = entry.executable, entry.capture
-    common = (not (compiled.dynamic or compiled.check)
-              and compiled._tensor_specs.get(len(facts)) is spec
-              and all(f[0] == "tensor" and all(type(d) is int for d in f[1]) for f in facts)
-              and not exe._slots and exe.backend is None)
+    common = (not compiled.check and compiled._tensor_specs.get(len(facts)) is spec
+              and all(f[0] == "tensor" for f in facts)
+              and exe.backend is None)
     if not common or entry.held.reads:   # (read from a place: the general path)
         return False
     if entry.plain:

@@ -71,23 +71,33 @@ def _adam_constants(t: float, lr, beta1, beta2, eps, decay) -> tuple:
 
 
 def _adam_group_kernel(*args, lr, beta1, beta2, eps, decay, out=None):
-    # (p, grad, m, v, step) per parameter -> (p, m, v) per parameter. Where every update is
-    # written into its own state (a compiled step's donated arrays) one loop call does them
-    # all; otherwise each parameter's update runs as adam_update's kernel.
+    # (p, grad, m, v, step) per parameter -> (p, m, v) per parameter
     members = [args[i:i + 5] for i in range(0, len(args), 5)]
+    return _adam_members(members, [(lr, beta1, beta2, eps, decay)] * len(members), out)
+
+
+def _adam_members(members, hypers, out):
+    # Where every update is written into its own state (a compiled step's donated arrays)
+    # and every member has the same step and hyper-parameters, one loop call does them
+    # all; otherwise each parameter's update runs as adam_update's kernel.
     outs = tuple(out) if out is not None else (None,) * (3 * len(members))
     table = _in_place_table(members, outs, count=4, written=(0, 2, 3))
-    steps = {float(member[4]) for member in members}
-    if table is not None and len(steps) == 1:
-        consts = _adam_constants(steps.pop(), lr, beta1, beta2, eps, decay)
-        kernels.optim.run_group(kernels.optim.adam_many_in_place, table[0],
-                                sum(member[0].size for member in members), *consts)
-        return outs
+    if table is not None:
+        keys = {(float(member[4]), hyper) for member, hyper in zip(members, hypers)}
+        if len(keys) == 1:
+            step, hyper = keys.pop()
+            kernels.optim.run_group(kernels.optim.adam_many_in_place, table[0],
+                                    sum(member[0].size for member in members),
+                                    *_adam_constants(step, *hyper))
+            return outs
     results = []
-    for k, (p, grad, m, v, step) in enumerate(members):
-        results += _adam_kernel(p, grad, m, v, step, lr=lr, beta1=beta1, beta2=beta2,
-                                eps=eps, decay=decay, out=outs[3 * k:3 * k + 3])
+    for k, (member, hyper) in enumerate(zip(members, hypers)):
+        results += _adam_kernel(*member[:5], **dict(zip(_ADAM_HYPER, hyper)),
+                                out=outs[3 * k:3 * k + 3])
     return tuple(results)
+
+
+_ADAM_HYPER = ("lr", "beta1", "beta2", "eps", "decay")
 
 
 def _in_place_table(members, outs, count: int, written: tuple):
@@ -150,7 +160,18 @@ def _grouped(decomposition, width: int):
     return grouped
 
 
-def _infer_adam(p, grad, m, v, step, **attrs):
+def _group_op(single, kernel, width: int, infer, decomposition, doc: str):
+    """The op running many nodes of ``single`` (``width`` inputs each, one after another)
+    in one call, with ``single``'s attributes; the ``group_updates`` pass makes it."""
+    return defop(
+        single.name + "_group", kernel,
+        lambda *args, **attrs: tuple(t for i in range(0, len(args), width)
+                                     for t in infer(*args[i:i + width])),
+        compiler_only=True, decomposition=_grouped(decomposition, width), num_outputs=None,
+        attrs=single.attrs, saves="", onnx=None, writes_out=True, group_of=single, doc=doc)
+
+
+def _infer_adam(p, grad, m, v, step, *hyper, **attrs):
     return tuple(ShapedType(tuple(x.shape), x.dtype) for x in (p, m, v))
 
 
@@ -164,27 +185,72 @@ ADAM_UPDATE = defop(
         "Optimisers run it under no_grad, so it has no VJP.")
 
 
-ADAM_UPDATE_GROUP = defop(
-    "adam_update_group", _adam_group_kernel,
-    lambda *args, **attrs: tuple(t for i in range(0, len(args), 5)
-                                 for t in _infer_adam(*args[i:i + 5])),
-    compiler_only=True,
-    decomposition=_grouped(_adam_decomposition, 5),
-    num_outputs=None, attrs=("lr", "beta1", "beta2", "eps", "decay"), saves="", onnx=None,
-    writes_out=True,
-    group_of=ADAM_UPDATE,
+ADAM_UPDATE_GROUP = _group_op(
+    ADAM_UPDATE, _adam_group_kernel, 5, _infer_adam, _adam_decomposition,
     doc="Every ``adam_update`` of one step with these hyper-parameters: (param, grad, "
         "exp_avg, exp_avg_sq, step) per parameter -> (param, exp_avg, exp_avg_sq) per "
         "parameter; the ``group_updates`` pass makes it, so that a compiled step runs its "
         "whole Adam/AdamW update in one call.")
 
 
+# The same updates with the hyper-parameters a schedule changes at every step (lr, and
+# Adam's betas and the decoupled decay computed from lr; SGD's momentum) as 0-d inputs
+# rather than attributes: a compiled step whose lr is a graph input keeps one fused loop.
+# Each input may be a 0-d array or a Python number; the kernels read them as Python floats,
+# so the arithmetic is the attribute form's.
+
+
+def _floats(values) -> tuple:
+    return tuple(float(v) for v in values)
+
+
+def _adam_hyper_kernel(p, grad, m, v, step, lr, beta1, beta2, decay, *, eps, out=None):
+    lr, beta1, beta2, decay = _floats((lr, beta1, beta2, decay))
+    return _adam_kernel(p, grad, m, v, step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                        decay=decay, out=out)
+
+
+def _adam_hyper_group_kernel(*args, eps, out=None):
+    # (p, grad, m, v, step, lr, beta1, beta2, decay) per parameter -> (p, m, v) per parameter
+    members = [args[i:i + 9] for i in range(0, len(args), 9)]
+    hypers = [(lr, beta1, beta2, eps, decay)
+              for lr, beta1, beta2, decay in (_floats(member[5:]) for member in members)]
+    return _adam_members(members, hypers, out)
+
+
+def _adam_hyper_decomposition(p, grad, m, v, step, lr, beta1, beta2, decay, *, eps):
+    return _adam_decomposition(p, grad, m, v, step, lr=lr, beta1=beta1, beta2=beta2,
+                               eps=eps, decay=decay)
+
+
+ADAM_UPDATE_HYPER = defop(
+    "adam_update_hyper", _adam_hyper_kernel, _infer_adam, num_outputs=3,
+    compiler_only=True,
+    decomposition=_adam_hyper_decomposition,
+    attrs=("eps",), saves="", onnx=None, writes_out=True,
+    doc="``adam_update`` with lr, beta1, beta2 and decay as 0-d inputs: (param, grad, "
+        "exp_avg, exp_avg_sq, step, lr, beta1, beta2, decay) -> the new param, exp_avg and "
+        "exp_avg_sq. The form a step takes when a schedule makes lr (or the betas) a graph "
+        "input, so that the update stays one loop.")
+
+
+ADAM_UPDATE_HYPER_GROUP = _group_op(
+    ADAM_UPDATE_HYPER, _adam_hyper_group_kernel, 9, _infer_adam, _adam_hyper_decomposition,
+    doc="Every ``adam_update_hyper`` of one step with this eps, as ``adam_update_group``: "
+        "one loop call where the members' steps and hyper-parameters are equal.")
+
+
 def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay=1.0):
     """Adam's update of ``p``, ``exp_avg`` and ``exp_avg_sq`` in place (``step`` already
-    counts this step)."""
-    new_p, m, v = apply(ADAM_UPDATE, p, grad, exp_avg, exp_avg_sq, step, lr=float(lr),
-                        beta1=float(beta1), beta2=float(beta2), eps=float(eps),
-                        decay=float(decay))
+    counts this step). Hyper-parameters that are tensors (a schedule's graph inputs) are
+    inputs of the update (``adam_update_hyper``)."""
+    if _all_numbers(lr, beta1, beta2, decay):
+        new_p, m, v = apply(ADAM_UPDATE, p, grad, exp_avg, exp_avg_sq, step, lr=float(lr),
+                            beta1=float(beta1), beta2=float(beta2), eps=float(eps),
+                            decay=float(decay))
+    else:
+        new_p, m, v = apply(ADAM_UPDATE_HYPER, p, grad, exp_avg, exp_avg_sq, step,
+                            *_numbers_as_floats(lr, beta1, beta2, decay), eps=float(eps))
     commit_inplace(exp_avg, m)
     commit_inplace(exp_avg_sq, v)
     return commit_inplace(p, new_p)
@@ -220,9 +286,12 @@ def _sgd_decomposition(p, grad, buf, *, lr, momentum, dampening, nesterov):
     return p - lr * (grad + momentum * buf if nesterov else buf), buf
 
 
+def _infer_sgd(p, *rest, **attrs):
+    return ShapedType(tuple(p.shape), p.dtype), ShapedType(tuple(p.shape), p.dtype)
+
+
 SGD_UPDATE = defop(
-    "sgd_update", _sgd_kernel, lambda p, grad, buf, **attrs: (
-        ShapedType(tuple(p.shape), p.dtype), ShapedType(tuple(p.shape), p.dtype)),
+    "sgd_update", _sgd_kernel, _infer_sgd,
     compiler_only=True,
     decomposition=_sgd_decomposition,
     num_outputs=2, attrs=("lr", "momentum", "dampening", "nesterov"), saves="", onnx=None,
@@ -234,39 +303,88 @@ SGD_UPDATE = defop(
 def _sgd_group_kernel(*args, lr, momentum, dampening, nesterov, out=None):
     # (p, grad, buf) per parameter -> (p, buf) per parameter, as _adam_group_kernel
     members = [args[i:i + 3] for i in range(0, len(args), 3)]
+    return _sgd_members(members, [(lr, momentum, dampening, nesterov)] * len(members), out)
+
+
+def _sgd_members(members, hypers, out):
+    # as _adam_members: one loop call where all are in place with equal hyper-parameters
     outs = tuple(out) if out is not None else (None,) * (2 * len(members))
     table = _in_place_table(members, outs, count=3, written=(0, 2))
-    if table is not None:
+    if table is not None and len(set(hypers)) == 1:
         kernels.optim.run_group(kernels.optim.sgd_many_in_place, table[0],
                                 sum(member[0].size for member in members),
-                                *_sgd_constants(lr, momentum, dampening, nesterov))
+                                *_sgd_constants(*hypers[0]))
         return outs
     results = []
-    for k, (p, grad, buf) in enumerate(members):
-        results += _sgd_kernel(p, grad, buf, lr=lr, momentum=momentum, dampening=dampening,
-                               nesterov=nesterov, out=outs[2 * k:2 * k + 2])
+    for k, (member, hyper) in enumerate(zip(members, hypers)):
+        results += _sgd_kernel(*member[:3], **dict(zip(_SGD_HYPER, hyper)),
+                               out=outs[2 * k:2 * k + 2])
     return tuple(results)
 
 
-SGD_UPDATE_GROUP = defop(
-    "sgd_update_group", _sgd_group_kernel,
-    lambda *args, **attrs: tuple(ShapedType(tuple(args[i].shape), args[i].dtype)
-                                 for i in range(0, len(args), 3) for _ in range(2)),
-    compiler_only=True,
-    decomposition=_grouped(_sgd_decomposition, 3),
-    num_outputs=None, attrs=("lr", "momentum", "dampening", "nesterov"), saves="",
-    onnx=None, writes_out=True,
-    group_of=SGD_UPDATE,
+_SGD_HYPER = ("lr", "momentum", "dampening", "nesterov")
+
+
+SGD_UPDATE_GROUP = _group_op(
+    SGD_UPDATE, _sgd_group_kernel, 3, _infer_sgd, _sgd_decomposition,
     doc="Every ``sgd_update`` of one step with these hyper-parameters: (param, grad, "
         "momentum buffer) per parameter -> (param, buffer) per parameter; made by the "
         "``group_updates`` pass, as ``adam_update_group``.")
 
 
+def _sgd_hyper_kernel(p, grad, buf, lr, momentum, *, dampening, nesterov, out=None):
+    lr, momentum = _floats((lr, momentum))
+    return _sgd_kernel(p, grad, buf, lr=lr, momentum=momentum, dampening=dampening,
+                       nesterov=nesterov, out=out)
+
+
+def _sgd_hyper_group_kernel(*args, dampening, nesterov, out=None):
+    # (p, grad, buf, lr, momentum) per parameter -> (p, buf) per parameter
+    members = [args[i:i + 5] for i in range(0, len(args), 5)]
+    hypers = [(*_floats(member[3:]), dampening, nesterov) for member in members]
+    return _sgd_members(members, hypers, out)
+
+
+def _sgd_hyper_decomposition(p, grad, buf, lr, momentum, *, dampening, nesterov):
+    return _sgd_decomposition(p, grad, buf, lr=lr, momentum=momentum, dampening=dampening,
+                              nesterov=nesterov)
+
+
+SGD_UPDATE_HYPER = defop(
+    "sgd_update_hyper", _sgd_hyper_kernel, _infer_sgd, num_outputs=2,
+    compiler_only=True,
+    decomposition=_sgd_hyper_decomposition,
+    attrs=("dampening", "nesterov"), saves="", onnx=None, writes_out=True,
+    doc="``sgd_update`` with lr and momentum as 0-d inputs: (param, grad, momentum buffer, "
+        "lr, momentum) -> the new param and buffer, as ``adam_update_hyper``.")
+
+
+SGD_UPDATE_HYPER_GROUP = _group_op(
+    SGD_UPDATE_HYPER, _sgd_hyper_group_kernel, 5, _infer_sgd, _sgd_hyper_decomposition,
+    doc="Every ``sgd_update_hyper`` of one step with these attributes, as "
+        "``sgd_update_group``.")
+
+
 def sgd_momentum_step_(p, grad, buf, *, lr, momentum, dampening, nesterov):
     """SGD's update of ``p`` and its momentum buffer ``buf`` in place (not the first step,
-    where the buffer is the gradient itself)."""
-    new_p, new_buf = apply(SGD_UPDATE, p, grad, buf, lr=float(lr), momentum=float(momentum),
-                           dampening=float(dampening), nesterov=bool(nesterov))
+    where the buffer is the gradient itself). An lr or momentum that is a tensor (a
+    schedule's graph input) is an input of the update (``sgd_update_hyper``)."""
+    if _all_numbers(lr, momentum):
+        new_p, new_buf = apply(SGD_UPDATE, p, grad, buf, lr=float(lr),
+                               momentum=float(momentum), dampening=float(dampening),
+                               nesterov=bool(nesterov))
+    else:
+        new_p, new_buf = apply(SGD_UPDATE_HYPER, p, grad, buf,
+                               *_numbers_as_floats(lr, momentum),
+                               dampening=float(dampening), nesterov=bool(nesterov))
     commit_inplace(buf, new_buf)
     return commit_inplace(p, new_p)
 
+
+def _all_numbers(*values) -> bool:
+    return all(isinstance(v, (int, float)) for v in values)
+
+
+def _numbers_as_floats(*values) -> tuple:
+    """Python numbers as floats (literal inputs), tensors as they are."""
+    return tuple(float(v) if isinstance(v, (int, float)) else v for v in values)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..ops import creation, elementwise
 from . import _ops
-from .optimizer import Optimizer, check_hyper, regularized_grad, step_counter
+from .optimizer import (Optimizer, check_hyper, regularized_grad, scalar_hypers,
+                        step_counter)
 
 
 class Adam(Optimizer):
@@ -71,11 +72,12 @@ class Adam(Optimizer):
 
 
 def _fusable(p, grad, group) -> bool:
-    """Whether one ``adam_update`` op can do the step: plain float hyper-parameters, no
-    amsgrad, and parameter, gradient and state of one float dtype of at least 32 bits
-    (half precision keeps the op-by-op path and its promotion rules)."""
-    return (not group["amsgrad"] and isinstance(group["lr"], (int, float))
-            and isinstance(group["betas"][0], (int, float))
+    """Whether one fused update op can do the step: no amsgrad, a Python float eps (lr and
+    the betas may be 0-d tensors, a schedule's graph inputs: ``adam_update_hyper``), and
+    parameter, gradient and state of one float dtype of at least 32 bits (half precision
+    keeps the op-by-op path and its promotion rules)."""
+    return (not group["amsgrad"] and isinstance(group["eps"], (int, float))
+            and scalar_hypers(group["lr"], *group["betas"])
             and p.dtype == grad.dtype and p.dtype.np.kind == "f" and p.dtype.np.itemsize >= 4)
 
 

@@ -239,6 +239,14 @@ def _copy_state_value(p: Tensor, name: str, value):
     return creation.clone(value)
 
 
+def scalar_hypers(*values) -> bool:
+    """Whether each value is a Python number (not a bool) or a 0-d tensor without history
+    (a schedule's graph input): what the fused update ops take, as attributes or inputs."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool)
+               or isinstance(v, Tensor) and v.shape == () and not v.requires_grad
+               for v in values)
+
+
 def step_counter() -> Tensor:
     """The per-parameter step count, a 0-d float64 tensor (see docs/optim.md for why);
     persistent state, so a compiled training step keeps counting."""

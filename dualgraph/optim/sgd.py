@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..ops import creation
 from ..tensor import Tensor
 from . import _ops
-from .optimizer import Optimizer, check_hyper, regularized_grad
+from .optimizer import Optimizer, check_hyper, regularized_grad, scalar_hypers
 
 
 class SGD(Optimizer):
@@ -41,14 +41,14 @@ class SGD(Optimizer):
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = _ops.copy_(creation.state_like(p), grad)
-            elif _numbers(group["lr"], momentum, group["dampening"]):
+            elif scalar_hypers(group["lr"], momentum) and _numbers(group["dampening"]):
                 # one op (a Numba loop); in a compiled step the group_updates pass makes
                 # the step's updates one call across all parameters
                 _ops.sgd_momentum_step_(p, grad, buf, lr=group["lr"], momentum=momentum,
                                         dampening=group["dampening"],
                                         nesterov=group["nesterov"])
                 return
-            else:   # hyper-parameters given as tensors
+            else:   # a dampening given as a tensor
                 buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(grad, alpha=-group["lr"])
