@@ -258,10 +258,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +5, nn/ +5 and the core +5: the forward hooks and pre-hooks of the modules
 # guarded (a hook registered after the first compiled call was ignored).
 # capture/ +5 merging the real-programs branch after the rebound-state one (both helpers).
-CORE_BUDGET = 24_275
+# kernels/ +125, ops/ +60, passes/ +60 and the core +215 (issue 26, packed weights):
+# kernels/conv_packed.py, dense convs on a weight laid out once (six positions by sixteen
+# channels a step); the op conv2d_packed and the lowering rule conv_packed (passes/convs.py).
+CORE_BUDGET = 24_490
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_710, "cli": 320,
-           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_505,
-           "passes": 3_060, "export": 3_840, "nn": 3_630, "optim": 1_450, "profiler": 440,
+           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 4_100, "ops": 7_565,
+           "passes": 3_120, "export": 3_840, "nn": 3_630, "optim": 1_450, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
