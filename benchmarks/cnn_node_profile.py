@@ -18,6 +18,7 @@ each kind.
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import os
 import sys
@@ -60,6 +61,9 @@ def kind(op: str, shapes: list) -> str:
     op = op.lower()
     if op == "conv2d_cat":
         return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
+    if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C*kh*kw, 16): square)
+        k = math.isqrt(shapes[1][1] // shapes[0][1])
+        return f"conv dense {k}x{k}"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:
         return conv_kind(shapes[0], shapes[1])
     if op in POOL_OPS:

@@ -1,7 +1,9 @@
 """Micro-benchmark: the dense convolutions of three CNNs, one layer at a time, as the
-compiled program runs them (``conv2d_epilogue``'s kernel: the conv, its bias and ReLU),
-against onnxruntime running that one Conv + Relu, torch eager, and the bare GEMM of the
-same size (``(Cout, C*kh*kw) @ (C*kh*kw, N*Ho*Wo)``, OpenBLAS through NumPy): how far each
+compiled program runs them with a constant weight (``conv2d_packed``'s loop on the weight
+packed once where ``kernels.conv_packed.packed_wins``, else ``conv2d_epilogue``'s kernel:
+the conv, its bias and ReLU; column ``unpk``: ``conv2d_epilogue``'s kernel, as a weight
+that is not constant runs), against onnxruntime running that one Conv + Relu, torch eager,
+and the bare GEMM of the same size (``(Cout, C*kh*kw) @ (C*kh*kw, N*Ho*Wo)``, OpenBLAS through NumPy): how far each
 layer is from the GEMM, and the GEMM from onnxruntime's whole conv.
 
 ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUALGRAPH_NUM_THREADS=1 DUALGRAPH_CPU_TUNING=all
@@ -63,8 +65,9 @@ def best_ms(calls: dict, rounds: int = 3, repeat: int = 3) -> dict:
 def measure(name, cin, cout, k, stride, size, pad, batch) -> dict:
     import torch
 
+    from dualgraph.kernels import conv_packed
     from dualgraph.ops import conv as conv_ops
-    from dualgraph.ops.epilogue import CONV2D_EPILOGUE
+    from dualgraph.ops.epilogue import CONV2D_EPILOGUE, _packed_run
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, cin, size, size), dtype=np.float32)
     w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
@@ -80,15 +83,22 @@ def measure(name, cin, cout, k, stride, size, pad, batch) -> dict:
     def torch_conv():
         with torch.no_grad():
             return torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride, pad))
-    calls = {"dg": lambda: CONV2D_EPILOGUE.kernel(x, w, b, act="relu",
-                                                  bounds=(-np.inf, np.inf),
-                                                  residual_at=None, **attrs),
-             "ort": ort, "torch": torch_conv, "gemm": lambda: a @ cols}
+    def unpacked():
+        return CONV2D_EPILOGUE.kernel(x, w, b, act="relu", bounds=(-np.inf, np.inf),
+                                      residual_at=None, **attrs)
+    calls = {"dg": unpacked, "unpk": unpacked, "ort": ort, "torch": torch_conv,
+             "gemm": lambda: a @ cols}
+    packed = conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], 1, x.dtype)
+    if packed:
+        run = _packed_run(x.shape, False, "relu", (-np.inf, np.inf), None, (k, k), cout,
+                          attrs["stride"], attrs["padding"], attrs["dilation"])
+        wp = conv_packed.pack(w)
+        calls["dg"] = lambda: run(x, wp, b)
     error = np.abs(calls["dg"]() - ort()[0]).max() / np.abs(ort()[0]).max()
     assert error < 1e-5, f"{name}: dualgraph and onnxruntime differ by {error:.1e}"
     ms = best_ms(calls)
     ms["gflop"] = 2 * batch * cout * out * out * cin * k * k / 1e9
-    ms["method"] = conv_ops.conv_method(x.shape, w.shape, **attrs)
+    ms["method"] = "packed" if packed else conv_ops.conv_method(x.shape, w.shape, **attrs)
     return ms
 
 
@@ -104,16 +114,18 @@ def main(argv=None) -> None:
             continue
         for batch in map(int, args.batches.split(",")):
             m = measure(*spec, batch)
-            ratios = "  ".join(f"{k}/ort {m[k] / m['ort']:4.2f}" for k in ("dg", "torch", "gemm"))
+            ratios = "  ".join(f"{k}/ort {m[k] / m['ort']:4.2f}"
+                               for k in ("dg", "unpk", "torch", "gemm"))
             rates = "  ".join(f"{k} {m['gflop'] / m[k] * 1e3:5.1f}" for k in ("dg", "ort", "gemm"))
             print(f"{spec[0]:16s} b{batch:<2d} {m['method']:9s} {m['gflop']:6.3f} GF  dg "
-                  f"{m['dg']:7.3f} ort {m['ort']:7.3f} torch {m['torch']:7.3f} gemm "
+                  f"{m['dg']:7.3f} unpk {m['unpk']:7.3f} ort {m['ort']:7.3f} torch {m['torch']:7.3f} gemm "
                   f"{m['gemm']:7.3f}  {ratios}  GF/s {rates}", flush=True)
             total = totals.setdefault((spec[0].split()[0], batch), dict.fromkeys(m, 0.0))
-            for k in ("dg", "ort", "torch", "gemm"):
+            for k in ("dg", "unpk", "ort", "torch", "gemm"):
                 total[k] += m[k]
     for (model, batch), t in totals.items():
         print(f"{model} batch {batch}: the layers' sum, dg/ort {t['dg'] / t['ort']:.2f}, "
+              f"unpk/ort {t['unpk'] / t['ort']:.2f}, "
               f"torch/ort {t['torch'] / t['ort']:.2f}, gemm/ort {t['gemm'] / t['ort']:.2f}")
 
 

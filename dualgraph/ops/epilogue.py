@@ -23,7 +23,7 @@ from .. import kernels
 from ..dispatch import apply
 from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_rows, threads_for
-from ..shapes import is_static
+from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
 from . import elementwise as ew
 from . import linalg
@@ -259,6 +259,84 @@ CONV2D_EPILOGUE = defop(
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")
+
+
+def _unpacked(wp, kernel_size, out_channels):
+    """The ``(Cout, C, kh, kw)`` weight of ``conv2d_packed``'s ``wp (pairs, C*kh*kw, 16)``
+    (``kernels.conv_packed.pack``'s layout), with tensor ops."""
+    pairs, taps, lanes = wp.shape
+    c = taps // (kernel_size[0] * kernel_size[1])
+    w = shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), pairs * lanes, c, *kernel_size)
+    return w[:out_channels]
+
+
+def _packed_decomposition(x, wp, b, *residual, kernel_size, out_channels, **attrs):
+    return _decomposition(x, _unpacked(wp, kernel_size, out_channels), b, *residual,
+                          groups=1, **attrs)
+
+
+def _packed_kernel(x, wp, b, *residual, act, bounds, residual_at, kernel_size, out_channels,
+                   **conv):
+    """``kernels/conv_packed.py``'s loop on the packed weight (float32 with Numba); else
+    the weight unpacked and ``conv2d_epilogue``'s kernel."""
+    run = _packed_run(x.shape, bool(residual), act, bounds, residual_at, kernel_size,
+                      out_channels, **conv)
+    if run is not None and x.dtype == b.dtype == np.float32:
+        return run(x, wp, b, *residual)
+    w = kernels.conv_packed.unpack(wp, (out_channels, x.shape[1], *kernel_size))
+    return _kernel(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
+                   groups=1, **conv)
+
+
+def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, out_channels,
+                stride, padding, dilation):
+    """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes (its
+    plan of tap offsets and bands worked out once); None without Numba."""
+    if not kernels.numba_available():
+        return None
+    cp = kernels.conv_packed
+    w_shape = (out_channels, x_shape[1], *kernel_size)
+    hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
+    shape = (x_shape[0], out_channels, *hw)
+    plan = cp.plan(x_shape, w_shape, hw, stride, dilation)
+    codes = dict(where=RESIDUAL.index(residual_at) if residual else 0,
+                 act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+
+    def run(x, wp, b, *residual, out=None):
+        out = np.empty(shape, np.float32) if out is None else out
+        return cp.conv(x, wp, out, stride, padding, dilation, np.ascontiguousarray(b),
+                       kernel_size, plan, residual=residual[0] if residual else None,
+                       **codes)
+    return run
+
+
+def _specialise_packed(x, wp, b, *residual, act, **attrs):
+    """``conv2d_packed`` fitted to static float32 shapes, as ``conv_packed_<act>``."""
+    if not (is_static(x.shape) and all(getattr(v, "dtype", None) == np.float32
+                                       for v in (x, wp, b, *residual))):
+        return None
+    run = _packed_run(tuple(x.shape), bool(residual), act, **attrs)
+    return None if run is None else (f"conv_packed_{act}", run)
+
+
+def _infer_packed(x, wp, b, *residual, kernel_size, out_channels, **attrs):
+    w_shape = (out_channels, x.shape[1], *kernel_size)
+    pairs = -(-out_channels // 16)
+    if tuple(wp.shape) != (pairs, math.prod(w_shape[1:]), 16):
+        raise ValueError(f"conv2d_packed: packed weight of shape {tuple(wp.shape)} for a "
+                         f"weight {w_shape} (want {(pairs, math.prod(w_shape[1:]), 16)}: "
+                         "kernels.conv_packed.pack)")
+    return _infer_for(conv_ops.CONV2D)(x, ShapedType(w_shape, wp.dtype), b, *residual,
+                                       groups=1, **attrs)
+
+
+CONV2D_PACKED = defop(
+    "conv2d_packed", _packed_kernel, _infer_packed,
+    attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation", "kernel_size",
+           "out_channels"), saves="", onnx=None, specialise=_specialise_packed,
+    compiler_only=True, decomposition=_packed_decomposition,
+    doc="conv2d_epilogue (one group) on a weight packed once (pairs, C*kh*kw, 16): sixteen "
+        "output channels side by side per tap, read as one run by the kernel")
 
 
 def _members(inputs: tuple, members: tuple):

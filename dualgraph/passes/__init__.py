@@ -39,13 +39,13 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "max_pool_values", "conv_cat", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
-           "linear_norm", "join_linears", "weights_kn"]
+           "linear_norm", "join_linears", "weights_kn", "conv_packed"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (constant_linears, fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue,
  max_pool_values, conv_cat, join_loss_gradient, compress_all_reduces, batch_scan_linears,
  group_updates, linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue,
- fuse_rms_norm, linear_norm, join_linears, weights_kn) = LOWERING
+ fuse_rms_norm, linear_norm, join_linears, weights_kn, conv_packed) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
@@ -63,7 +63,7 @@ PIPELINE = [
     Stage("scans"),     # lowering rules: a scan's per-step linears -> one GEMM outside it
     fuse_elementwise,
     Stage("kernels"),   # lowering rules: one call for a step's updates, relus in place,
-    #                     constant weights stored (K, N)
+    #                     constant weights stored (K, N), conv weights packed
     schedule,
     rematerialize,      # what checkpoints recompute; with a memory budget, more to fit it
     overlap_communication,  # each allreduce started where its input is ready, waited late

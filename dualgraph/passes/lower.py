@@ -46,6 +46,7 @@ from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
 from .concat import conv_cat, conv_cats
+from .convs import PACKED_READERS, conv_packed, packable_weights
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .group import group_updates, grouped_ops, update_groups
@@ -356,6 +357,9 @@ RULES += [
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
     # two rows or more -> linear(x, permute(W_kn)): an NN product (after linear_relu)
     LoweringRule("weights_kn", WEIGHT_READERS, weights_to_transpose, weights_kn, "kernels"),
+    # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
+    # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
+    LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -218,6 +218,37 @@ CASES += [   # (sizes past the float32 loop's threshold, and one below it: NumPy
 ]
 
 
+def conv_packed(act, residual_at=None, cout=21, kernel=(3, 3), **conv_attrs):
+    """conv2d_packed (what passes.conv_packed makes) vs torch's conv of the weight unpacked
+    (``(pairs, C*kh*kw, 16)`` -> ``(Cout, C, kh, kw)``: lanes past ``cout`` unread), then
+    its activation and residual add."""
+    attrs = dict(stride=(2, 2), padding=((1, 1), (0, 1)), dilation=(1, 1))
+    attrs.update(conv_attrs)
+
+    def fn(m, x, wp, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.epilogue import CONV2D_PACKED
+            return apply(CONV2D_PACKED, x, wp, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at,
+                         kernel_size=kernel, out_channels=cout, **attrs)
+        w = wp.permute(0, 2, 1).reshape(-1, x.shape[1], *kernel)[:cout]
+        (top, bottom), (left, right) = attrs["padding"]
+        xp = m.nn.functional.pad(x, (left, right, top, bottom))
+        y = m.nn.functional.conv2d(xp, w, b, stride=attrs["stride"],
+                                   dilation=attrs["dilation"])
+        return torch_tail(m, y, residual, act, residual_at)
+    return fn
+
+
+CASES += [   # (13 input channels, 21 outputs: a spare half of the second pair of blocks)
+    OpCase("conv2d_packed", conv_packed(act, at), [In((2, 13, 11, 9)), In((2, 117, 16)),
+                                                   In((21,))]
+           + ([In((2, 21, 6, 4))] if at else []), f"{act}-{at}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at in [("relu", None), ("silu", "before"), ("none", "after")]
+]
+
+
 def conv_cat(m, x, w1, w3, b1, b3):
     """conv2d_cat (what passes.conv_cat makes) of a 1x1 and a 3x3 conv vs torch's cat of
     the two convs."""

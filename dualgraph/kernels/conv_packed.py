@@ -1,0 +1,251 @@
+"""Dense convolutions (one group, float32) on a weight packed once, with sixteen output
+channels in the lanes of two vectors (``simd.py``) and six output positions at a time: no
+im2col, no GEMM call, no copy of the weight per call.
+
+:func:`pack` lays a weight ``(Cout, C, kh, kw)`` out as ``(pairs, C*kh*kw, 16)``: pair
+``p`` holds output channels ``16p .. 16p + 15`` (zeros past ``Cout``), its taps ``t = (c,
+i, j)`` one after another, so the kernel reads a pair's weights as one contiguous run.
+The compiler makes that layout once, from a constant weight (the lowering rule
+``conv_packed``, ``passes/convs.py``), so a call pays nothing for it (the GEMMs pack
+their operands at every call).
+
+Each image is copied once into zero-padded planes ``xp (C, Hp, Wp)``
+(``conv_outlanes.pad_image``) and every output is a sum over taps of ``w[t, lanes] *
+xp[offset(t) + base(position)]``. Six output positions, taken in order over the flat
+output ``(Ho*Wo)`` (a run crosses rows; stride and padding are in each position's
+``base``), times sixteen channels are twelve vector sums: per tap two weight vectors are
+loaded and six input values broadcast, twelve multiply-adds, enough sums in flight to hide
+their latency on two FMA units (the register block of a 6 x 16 GEMM micro-kernel). The
+positions of a pair of channel blocks are summed a block of taps at a time whose weights
+stay in L1 (the sums kept in the staging buffer from one block of taps to the next). A
+work item is an image's pair of channel blocks, so that two threads share batch 1. The
+sums plus the bias (added last: a conv's rounding
+and then its bias's, as ``conv_outlanes`` sums them: the same bits, tap by tap in one
+order) go to ``(2, Ho*Wo, 8)`` and are transposed 8x8 into the output planes with
+the epilogue (``conv_lanes.finish``).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from . import helper, loop, numba_available
+from .conv_lanes import _interleave, finish
+from .conv_outlanes import _offsets, _planes, pad_image
+from .conv_shallow import MAX_CHANNELS
+from .epilogue import _activate
+from .simd import LANES, add, broadcast, broadcast_at, fma, load, store
+from .threads import run_rows, threads_for
+from .tuning import cores
+
+F = np.float32
+PAIR = 2 * LANES      # output channels of one packed block: two vectors
+RUN = 6               # output positions summed at once
+# Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
+BLOCK_BYTES = 12 << 10
+
+
+@helper(inline="always")
+def _step(u0, u1, xp, at, a, b):
+    """One position's input value ``xp[at]`` times the tap's two weight vectors, added to
+    its two sums."""
+    x = broadcast_at(xp, at)
+    return fma(u0, x, a), fma(u1, x, b)
+
+
+@helper(inline="always")
+def _sums(xp, wp, offsets, k0, k1, t, p0, p1, p2, p3, p4, p5, a0, a1, a2, a3, a4, a5, b0, b1,
+          b2, b3, b4, b5):
+    """The twelve vector sums ``a_k, b_k`` of six positions (their bases ``p0 .. p5`` in
+    ``xp``) by the sixteen channels whose taps ``k0:k1`` start at ``wp[t]``, carried on."""
+    for k in range(k0, k1):
+        o = offsets[k]
+        u0 = load(wp, t)
+        u1 = load(wp, t + LANES)
+        a0, b0 = _step(u0, u1, xp, p0 + o, a0, b0)
+        a1, b1 = _step(u0, u1, xp, p1 + o, a1, b1)
+        a2, b2 = _step(u0, u1, xp, p2 + o, a2, b2)
+        a3, b3 = _step(u0, u1, xp, p3 + o, a3, b3)
+        a4, b4 = _step(u0, u1, xp, p4 + o, a4, b4)
+        a5, b5 = _step(u0, u1, xp, p5 + o, a5, b5)
+        t += PAIR
+    return a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5
+
+
+@helper(inline="always")
+def _load6(sums, q0, q1, q2, q3, q4, q5):
+    """Six positions' partial sums from ``sums[q_k * 8]``."""
+    return (load(sums, q0 * LANES), load(sums, q1 * LANES), load(sums, q2 * LANES),
+            load(sums, q3 * LANES), load(sums, q4 * LANES), load(sums, q5 * LANES))
+
+
+@helper(inline="always")
+def _store6(sums, q0, q1, q2, q3, q4, q5, a0, a1, a2, a3, a4, a5):
+    """Six positions' sums at ``sums[q_k * 8]``."""
+    store(sums, q0 * LANES, a0)
+    store(sums, q1 * LANES, a1)
+    store(sums, q2 * LANES, a2)
+    store(sums, q3 * LANES, a3)
+    store(sums, q4 * LANES, a4)
+    store(sums, q5 * LANES, a5)
+
+
+@helper(inline="always")
+def _base(q, wo, sh, sw, wp):
+    """Output position ``q``'s offset in the padded planes."""
+    return (q // wo) * sh * wp + (q % wo) * sw
+
+
+@helper(inline="always")
+def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad):
+    """The outputs of pair ``p`` (two blocks of eight channels) of one image (padded into
+    ``xp``) into ``sums (2, Ho*Wo, 8)`` (flat), ``block`` taps at a time (their weights
+    stay in L1 while every position passes; the sums carried in ``sums`` from one block of
+    taps to the next, the bias added after the last), six positions at a time in order
+    across rows (the last run repeats the last position)."""
+    taps = offsets.size
+    last = size - 1
+    zero = broadcast(F(0))
+    s0 = load(bias, p * PAIR)
+    s1 = load(bias, p * PAIR + LANES)
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        for q in range(0, size, RUN):
+            q0, q1, q2 = q, min(q + 1, last), min(q + 2, last)
+            q3, q4, q5 = min(q + 3, last), min(q + 4, last), min(q + 5, last)
+            a0 = a1 = a2 = a3 = a4 = a5 = b0 = b1 = b2 = b3 = b4 = b5 = zero
+            if k0 > 0:
+                a0, a1, a2, a3, a4, a5 = _load6(sums, q0, q1, q2, q3, q4, q5)
+                b0, b1, b2, b3, b4, b5 = _load6(sums, size + q0, size + q1, size + q2,
+                                                size + q3, size + q4, size + q5)
+            a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5 = _sums(
+                xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                _base(q0, wo, sh, sw, wpad), _base(q1, wo, sh, sw, wpad),
+                _base(q2, wo, sh, sw, wpad), _base(q3, wo, sh, sw, wpad),
+                _base(q4, wo, sh, sw, wpad), _base(q5, wo, sh, sw, wpad),
+                a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5)
+            if k1 == taps:
+                a0, a1, a2, a3, a4, a5 = (add(a0, s0), add(a1, s0), add(a2, s0),
+                                          add(a3, s0), add(a4, s0), add(a5, s0))
+                b0, b1, b2, b3, b4, b5 = (add(b0, s1), add(b1, s1), add(b2, s1),
+                                          add(b3, s1), add(b4, s1), add(b5, s1))
+            _store6(sums, q0, q1, q2, q3, q4, q5, a0, a1, a2, a3, a4, a5)
+            _store6(sums, size + q0, size + q1, size + q2, size + q3, size + q4, size + q5,
+                    b0, b1, b2, b3, b4, b5)
+
+
+@loop(fastmath={"contract"})
+def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
+             where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
+             block):
+    """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
+    items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``:
+    the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
+    (flat; tap ``t`` at ``offsets[t]`` in the padded planes) and ``bias (pairs*16,)``,
+    with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``). A slot pads
+    each image it meets once (at batch 1 every slot pads the one image)."""
+    pairs = wp.size // (offsets.size * PAIR)
+    size, plane = ho * wo, height * width
+    images = out.size // (cout * size)
+    rows, cols = min(height, hp - top), min(width, wpad - left)
+    total = images * pairs
+    for slot in range(start, stop):
+        xp, sums = scratch[slot], acc[slot]
+        xp[:] = 0
+        padded = -1
+        for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
+            n, p = item // pairs, item % pairs
+            if n != padded:
+                pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
+                          hp, wpad, top, left)
+                padded = n
+            _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad)
+            channels2 = min(PAIR, cout - p * PAIR)
+            halves = -(-channels2 // LANES)
+            if where == 0:
+                _activate(sums[:halves * size * LANES], act, lo, hi)
+            for h in range(halves):
+                lanes = min(LANES, channels2 - h * LANES)
+                base = (n * cout + p * PAIR + h * LANES) * size
+                _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
+                if where != 0:
+                    for c in range(lanes):
+                        q = base + c * size
+                        finish(out[q:q + size], residual[q:q + size], where, act, lo, hi)
+
+
+def pack(w: np.ndarray) -> np.ndarray:
+    """The weight ``(Cout, C, kh, kw)`` as ``(pairs, C*kh*kw, 16)`` float32: pair ``p``'s
+    sixteen output channels side by side for each tap, zeros past ``Cout``.
+
+    >>> pack(np.ones((3, 2, 1, 1), np.float32)).shape
+    (1, 2, 16)
+    """
+    cout = w.shape[0]
+    pairs = -(-cout // PAIR)
+    packed = np.zeros((pairs * PAIR, math.prod(w.shape[1:])), F)
+    packed[:cout] = w.reshape(cout, -1)
+    return np.ascontiguousarray(packed.reshape(pairs, PAIR, -1).transpose(0, 2, 1))
+
+
+def unpack(packed: np.ndarray, w_shape) -> np.ndarray:
+    """:func:`pack`'s inverse: the ``(Cout, C, kh, kw)`` weight."""
+    cout = w_shape[0]
+    return np.ascontiguousarray(packed.transpose(0, 2, 1).reshape(-1, packed.shape[1])[:cout]
+                                ).reshape(w_shape)
+
+
+class Plan(NamedTuple):
+    """What a conv of one geometry needs besides its arrays, worked out once."""
+    offsets: np.ndarray     # each tap's offset in the padded planes
+    hp: int                 # padded planes' rows and columns
+    wp: int
+    block: int              # taps summed before the sums are stored and taken up again
+
+
+def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
+    """The :class:`Plan` of a conv of ``x_shape`` by ``w_shape`` to ``out_hw``."""
+    c, (kh, kw), (ho, wo) = x_shape[1], w_shape[2:], out_hw
+    hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
+    block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
+    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block)
+
+
+def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
+    """Whether :func:`conv` takes a conv whose weight is packed once: float32, one group,
+    no negative padding, at least sixteen output channels (a packed pair: fewer leave
+    lanes idle), a kernel larger than 1x1 (a 1x1 conv's GEMM on the input as it is, no
+    copy, measured 1.3-1.4x faster) and more input channels than ``conv_shallow`` takes
+    (an image's first layer: the same time). Measured against each path it replaces on
+    3x3 layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
+    0.5-1.0x their time (docs/benchmarks.md, "packed weights")."""
+    return (np.dtype(dtype) == np.float32 and groups == 1 and w_shape[0] >= PAIR
+            and w_shape[2] * w_shape[3] > 1 and x_shape[1] > MAX_CHANNELS
+            and min(min(p) for p in padding) >= 0 and numba_available())
+
+
+def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,
+         where=0, act=0, lo=-np.inf, hi=np.inf):
+    """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with the weight of
+    ``kernel = (kh, kw)`` packed by :func:`pack` and ``bias (Cout,)`` (float32,
+    :func:`packed_wins`), with ``conv_tiles.conv``'s epilogue arguments; ``plan_`` the
+    geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
+    x = np.ascontiguousarray(x, F)
+    n, c, h, wd = x.shape
+    cout, ho, wo = out.shape[1:]
+    p = plan_ or plan(x.shape, (cout, c, *kernel), (ho, wo), stride, dilation)
+    b = np.zeros(packed.shape[0] * PAIR, F)
+    b[:cout] = bias
+    items = n * packed.shape[0]
+    workers = max(1, min(items, threads_for(out.size * c * kernel[0] * kernel[1]) or cores()))
+    scratch = np.empty((workers, c * p.hp * p.wp), F)
+    acc = np.empty((workers, PAIR * ho * wo), F)
+    res = (np.zeros(1, F) if residual is None
+           else np.ascontiguousarray(residual, F).reshape(-1))
+    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
+             out.reshape(-1), res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
+             wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
+             threads=workers)
+    return out

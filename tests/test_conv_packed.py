@@ -1,0 +1,180 @@
+"""Dense convolutions on a weight packed once (``kernels/conv_packed.py``, the op
+``conv2d_packed`` and the lowering rule ``conv_packed``): the loop with every epilogue
+against torch on odd shapes (channels not a multiple of eight or sixteen, odd planes,
+strides 1 and 2, padding 0, 1 and asymmetric, dilation, batch 1 and 3, planes smaller
+than a run of six positions), the op against its decomposition and without Numba's loop;
+compiled models with frozen weights (BatchNorm folded in, a residual block) against eager
+and torch, and through ``dg.onnx.load``; a training step keeps its weights as they are."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph import kernels  # noqa: E402
+from dualgraph.kernels import conv_packed  # noqa: E402
+from dualgraph.ops.epilogue import CONV2D_EPILOGUE, CONV2D_PACKED  # noqa: E402
+
+from test_conv_tiles import _data, _torch_conv  # noqa: E402
+
+# n, c, h, w, cout, kernel, stride, padding, dilation, groups
+CASES = [
+    (1, 13, 17, 15, 21, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # odd everything
+    (3, 13, 17, 15, 37, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),  # stride 2, a spare block
+    (3, 20, 9, 11, 16, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),   # no padding
+    (1, 9, 7, 7, 48, (3, 3), (2, 2), ((0, 1), (2, 1)), (1, 1), 1),     # asymmetric padding
+    (3, 6, 14, 14, 16, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1),   # 5x5
+    (1, 8, 12, 13, 24, (3, 2), (1, 2), ((2, 2), (0, 1)), (2, 1), 1),   # dilation
+    (1, 33, 2, 2, 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),    # fewer outputs than a run
+]
+
+
+def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_at=None,
+            stride, padding, dilation, groups):
+    return CONV2D_PACKED.kernel(x, conv_packed.pack(w), b, *residual, act=act, bounds=bounds,
+                                residual_at=residual_at, stride=stride, padding=padding,
+                                dilation=dilation, kernel_size=w.shape[2:],
+                                out_channels=w.shape[0])
+
+
+def test_pack_and_unpack():
+    w = np.arange(37 * 5 * 3 * 2, dtype=np.float32).reshape(37, 5, 3, 2)
+    packed = conv_packed.pack(w)
+    assert packed.shape == (3, 30, 16) and packed.flags.c_contiguous
+    assert packed[1, 7, 4] == w[20].reshape(-1)[7] and not packed[2, :, 5:].any()
+    np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape), w)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_loop_matches_torch(case):
+    x, w, b, attrs = _data(case)
+    assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], 1, x.dtype)
+    want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
+    np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
+                                             ("silu", "after"), ("hardswish", None),
+                                             ("relu", "before")])
+def test_epilogues_match_the_decomposition(act, residual_at):
+    x, w, b, attrs = _data(CASES[1])
+    bounds = (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
+    hw = _torch_conv(x, w, b, **attrs).shape
+    r = np.random.default_rng(2).standard_normal(tuple(hw)).astype(np.float32)
+    residual = (r,) if residual_at else ()
+    got = _packed(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
+                  **attrs)
+    wp = dg.tensor(conv_packed.pack(w))
+    want = CONV2D_PACKED.decomposition(
+        *(dg.tensor(a) for a in (x,)), wp, dg.tensor(b), *(dg.tensor(a) for a in residual),
+        act=act, bounds=bounds, residual_at=residual_at, stride=attrs["stride"],
+        padding=attrs["padding"], dilation=attrs["dilation"], kernel_size=w.shape[2:],
+        out_channels=w.shape[0])
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_loop_the_op_unpacks_and_runs_the_epilogue(monkeypatch):
+    x, w, b, attrs = _data(CASES[0])
+    want = _packed(x, w, b, **attrs)
+    monkeypatch.setattr(kernels, "numba_available", lambda: False)
+    np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
+    """The sums carried from one block of taps to the next, and an image's pairs of
+    channel blocks shared among three workers, give the bits of one block on one worker;
+    a conv conv_outlanes takes has its bits (the same sums in the same order)."""
+    cases = [_data(CASES[1]), _data(CASES[3])]     # (batch 3; batch 1, three pairs)
+    wants = [_packed(x, w, b, **attrs) for x, w, b, attrs in cases]
+    monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)     # (one channel's taps a block)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
+    for (x, w, b, attrs), want in zip(cases, wants):
+        np.testing.assert_array_equal(_packed(x, w, b, **attrs), want)
+    x, w, b, attrs = _data((3, 6, 20, 20, 16, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1))
+    assert kernels.conv_outlanes.wanted(x.shape, w.shape, attrs["padding"], 1, x.dtype)
+    np.testing.assert_array_equal(_packed(x, w, b, **attrs), CONV2D_EPILOGUE.kernel(
+        x, w, b, act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs))
+
+
+def _net(lib, c=13, mid=21):
+    nn = lib.nn
+
+    class Net(nn.Module):
+        """A residual block with BatchNorm, a stride-2 conv without bias, a plain conv."""
+
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(c, mid, 3, padding=1, bias=False)
+            self.b1 = nn.BatchNorm2d(mid)
+            self.c2 = nn.Conv2d(mid, mid, 3, padding=1)
+            self.down = nn.Conv2d(mid, 40, 3, stride=2, padding=0, bias=False)
+            self.head = nn.Conv2d(40, 17, 3, padding=1)
+
+        def forward(self, x):
+            y = lib.relu(self.b1(self.c1(x)))
+            y = lib.relu(self.c2(y) + y)
+            return self.head(self.down(y))
+    return Net()
+
+
+def _state(reference, rng):
+    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
+             for k, v in reference.state_dict().items() if v.dtype == torch.float32}
+    return {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
+    rng = np.random.default_rng(batch)
+    reference = _net(torch).eval()
+    state = _state(reference, rng)
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    model = _net(dg).eval()
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
+    x = rng.standard_normal((batch, 13, 15, 17)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        got = compiled(dg.tensor(x)).numpy()
+        eager = model(dg.tensor(x)).numpy()
+    graph = str(compiled.optimized_graph)
+    assert graph.count("conv2d_packed(") == 4 and "conv2d_epilogue" not in graph, graph
+    assert "c1.weight_packed" in graph and "conv_packed_relu(" in compiled.code
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    path = str(tmp_path / "net.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
+                               atol=1e-4)
+    assert loaded.code.count("= conv_packed_") == 4, loaded.code
+
+
+def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():
+    """With gradients the weights are no constants: no packing, the same step as before.
+    A frozen model whose weight changes is compiled again with the new weight packed."""
+    model = _net(dg)
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 13, 15, 17)).astype(np.float32))
+
+    @dg.compile
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    step(x)
+    assert "conv2d_packed" not in str(step.optimized_graph)
+    model.eval()
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        compiled(x)
+        model.head.weight.mul_(2.0)
+        got = compiled(x).numpy()
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
