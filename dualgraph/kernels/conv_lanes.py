@@ -89,10 +89,12 @@ def _interleave(planar, base, plane, lanes, interleaved, size, to_interleaved):
 
 
 @helper(inline="always")
-def _eight(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step):
-    """Eight output positions into ``sums`` from ``q``, the first one's taps read from
-    ``o``, the next ones ``step`` floats on: eight vector sums, so that the multiply-adds'
-    latency is hidden (with four, each waited for its last one)."""
+def _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, eight):
+    """Eight output positions (four unless ``eight``: rows of four to seven) into ``sums``
+    from ``q``, the first one's taps read from ``o``, the next ones ``step`` floats on:
+    as many vector sums, each tap's weights loaded once for them, so that the
+    multiply-adds' latency is hidden (with four, each waits for its last one). (One body:
+    LLVM makes a loop for each value of ``eight``.)"""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
     for i in range(kh):
         for j in range(kw):
@@ -102,36 +104,20 @@ def _eight(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step):
             a1 = fma(w, load(packed, p + step), a1)
             a2 = fma(w, load(packed, p + 2 * step), a2)
             a3 = fma(w, load(packed, p + 3 * step), a3)
-            a4 = fma(w, load(packed, p + 4 * step), a4)
-            a5 = fma(w, load(packed, p + 5 * step), a5)
-            a6 = fma(w, load(packed, p + 6 * step), a6)
-            a7 = fma(w, load(packed, p + 7 * step), a7)
+            if eight:
+                a4 = fma(w, load(packed, p + 4 * step), a4)
+                a5 = fma(w, load(packed, p + 5 * step), a5)
+                a6 = fma(w, load(packed, p + 6 * step), a6)
+                a7 = fma(w, load(packed, p + 7 * step), a7)
     store(sums, q, a0)
     store(sums, q + LANES, a1)
     store(sums, q + 2 * LANES, a2)
     store(sums, q + 3 * LANES, a3)
-    store(sums, q + 4 * LANES, a4)
-    store(sums, q + 5 * LANES, a5)
-    store(sums, q + 6 * LANES, a6)
-    store(sums, q + 7 * LANES, a7)
-
-
-@helper(inline="always")
-def _four(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step):
-    """:func:`_eight` for four positions (rows of four to seven)."""
-    a0 = a1 = a2 = a3 = bias
-    for i in range(kh):
-        for j in range(kw):
-            w = load(wt, (i * kw + j) * LANES)
-            p = o + (i * dh * wp + j * dw) * LANES
-            a0 = fma(w, load(packed, p), a0)
-            a1 = fma(w, load(packed, p + step), a1)
-            a2 = fma(w, load(packed, p + 2 * step), a2)
-            a3 = fma(w, load(packed, p + 3 * step), a3)
-    store(sums, q, a0)
-    store(sums, q + LANES, a1)
-    store(sums, q + 2 * LANES, a2)
-    store(sums, q + 3 * LANES, a3)
+    if eight:
+        store(sums, q + 4 * LANES, a4)
+        store(sums, q + 5 * LANES, a5)
+        store(sums, q + 6 * LANES, a6)
+        store(sums, q + 7 * LANES, a7)
 
 
 @helper(inline="always")
@@ -145,10 +131,8 @@ def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
         run = 8 if wo >= 8 else (4 if wo >= 4 else 1)
         v = min(v, wo - run)
         o, q = ((r * sh) * wp + v * sw) * LANES, (r * wo + v) * LANES
-        if run == 8:
-            _eight(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step)
-        elif run == 4:
-            _four(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step)
+        if run > 1:
+            _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, run == 8)
         else:
             a0 = bias
             for i in range(kh):
