@@ -171,6 +171,9 @@ DEPTHWISE = [
     # blocks of eight channels (kernels/conv_lanes.py): 8, 9 and 96 channels, 7x7 to 28x28
     (1, 8, 1, 7, 7, 3, 1, 1, 1), (16, 9, 1, 14, 14, 3, 2, 1, 1), (3, 96, 1, 7, 7, 5, 1, 2, 2),
     (1, 8, 1, 14, 14, 7, 1, 3, 1), (16, 24, 1, 28, 28, 3, 2, 1, 1), (3, 9, 1, 5, 7, 3, 2, 0, 1),
+    # rows of exactly eight positions and of fifteen (a last run of eight rewriting seven),
+    # 13 and 21 channels (partial blocks whose weights the loop interleaves), batch 3
+    (1, 13, 1, 9, 15, 3, 1, 1, 1), (3, 21, 1, 16, 16, 3, 2, 1, 1),
 ]
 
 

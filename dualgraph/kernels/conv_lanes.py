@@ -7,8 +7,9 @@ image's block of eight channels: its eight planes are transposed 8x8 at a time i
 zero-padded *interleaved* plane (position ``(y, x)`` holds the eight channels' values in
 eight consecutive floats, NCHW8c inside the kernel), so that every tap of every output
 position is one eight-lane multiply-add, ``sum += w[tap] * plane[position + offset]``, with
-nothing special at the edges, for any plane size, stride and dilation. Four output
-positions of a row are summed at a time (each tap's weights loaded once for them). The sums
+nothing special at the edges, for any plane size, stride and dilation. Eight output
+positions of a row are summed at a time (each tap's weights loaded once for them), each
+block's weights and bias interleaved by the loop itself as it starts the block. The sums
 (from the bias) are activated in place and transposed back into the eight output planes;
 with a residual, transposed first and the epilogue run on each plane while it is in cache.
 A last block of fewer than eight channels uses the same sums with zero weights in the spare
@@ -28,6 +29,7 @@ from .threads import run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
+_ZERO = F(0)
 
 
 @helper(inline="always")
@@ -87,63 +89,100 @@ def _interleave(planar, base, plane, lanes, interleaved, size, to_interleaved):
 
 
 @helper(inline="always")
-def _row(sums, packed, wt, wbase, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
-    """Output row ``r`` (``wo`` positions) of a block into ``sums``: four positions at a
-    time, each tap one multiply-add per position."""
+def _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, eight):
+    """Eight output positions (four unless ``eight``: rows of four to seven) into ``sums``
+    from ``q``, the first one's taps read from ``o``, the next ones ``step`` floats on:
+    as many vector sums, each tap's weights loaded once for them, so that the
+    multiply-adds' latency is hidden (with four, each waits for its last one). (One body:
+    LLVM makes a loop for each value of ``eight``.)"""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
+    for i in range(kh):
+        for j in range(kw):
+            w = load(wt, (i * kw + j) * LANES)
+            p = o + (i * dh * wp + j * dw) * LANES
+            a0 = fma(w, load(packed, p), a0)
+            a1 = fma(w, load(packed, p + step), a1)
+            a2 = fma(w, load(packed, p + 2 * step), a2)
+            a3 = fma(w, load(packed, p + 3 * step), a3)
+            if eight:
+                a4 = fma(w, load(packed, p + 4 * step), a4)
+                a5 = fma(w, load(packed, p + 5 * step), a5)
+                a6 = fma(w, load(packed, p + 6 * step), a6)
+                a7 = fma(w, load(packed, p + 7 * step), a7)
+    store(sums, q, a0)
+    store(sums, q + LANES, a1)
+    store(sums, q + 2 * LANES, a2)
+    store(sums, q + 3 * LANES, a3)
+    if eight:
+        store(sums, q + 4 * LANES, a4)
+        store(sums, q + 5 * LANES, a5)
+        store(sums, q + 6 * LANES, a6)
+        store(sums, q + 7 * LANES, a7)
+
+
+@helper(inline="always")
+def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
+    """Output row ``r`` (``wo`` positions) of a block into ``sums``: eight positions at a
+    time (four on rows of four to seven), each tap one multiply-add per position. A row's
+    last run ends at the row's end, recomputing a few positions (the same bits) instead
+    of a remainder one position at a time, which ran at a fifth of the rate."""
     step, v = sw * LANES, 0
-    while v + 4 <= wo:
-        a0 = a1 = a2 = a3 = bias
-        for i in range(kh):
-            o = ((r * sh + i * dh) * wp + v * sw) * LANES
-            for j in range(kw):
-                w = load(wt, wbase + (i * kw + j) * LANES)
-                p = o + j * dw * LANES
-                a0 = fma(w, load(packed, p), a0)
-                a1 = fma(w, load(packed, p + step), a1)
-                a2 = fma(w, load(packed, p + 2 * step), a2)
-                a3 = fma(w, load(packed, p + 3 * step), a3)
-        q = (r * wo + v) * LANES
-        store(sums, q, a0)
-        store(sums, q + LANES, a1)
-        store(sums, q + 2 * LANES, a2)
-        store(sums, q + 3 * LANES, a3)
-        v += 4
     while v < wo:
-        a0 = bias
-        for i in range(kh):
-            o = ((r * sh + i * dh) * wp + v * sw) * LANES
-            for j in range(kw):
-                a0 = fma(load(wt, wbase + (i * kw + j) * LANES),
-                         load(packed, o + j * dw * LANES), a0)
-        store(sums, (r * wo + v) * LANES, a0)
-        v += 1
+        run = 8 if wo >= 8 else (4 if wo >= 4 else 1)
+        v = min(v, wo - run)
+        o, q = ((r * sh) * wp + v * sw) * LANES, (r * wo + v) * LANES
+        if run > 1:
+            _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, run == 8)
+        else:
+            a0 = bias
+            for i in range(kh):
+                for j in range(kw):
+                    a0 = fma(load(wt, (i * kw + j) * LANES),
+                             load(packed, o + (i * dh * wp + j * dw) * LANES), a0)
+            store(sums, q, a0)
+        v += run
+
+
+@helper(inline="always")
+def _weights(w, bias, b, lanes, taps, wblock):
+    """Block ``b``'s weights from the flat ``w (C, taps)`` into ``wblock`` as ``(taps,
+    8)``, then its bias in the last eight floats; the spare lanes of a last partial block
+    0 (this packing, done per call in NumPy before, took as long as a small plane's
+    conv)."""
+    for t in range(taps):
+        for c in range(LANES):
+            wblock[t * LANES + c] = w[(b * LANES + c) * taps + t] if c < lanes else _ZERO
+    for c in range(LANES):
+        wblock[taps * LANES + c] = bias[b * LANES + c] if c < lanes else _ZERO
 
 
 @loop(fastmath={"contract"})
-def _depthwise(start, stop, x, wt, bias, out, residual, scratch, stages, acc, act, lo, hi, where,
-               channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp):
+def _depthwise(start, stop, x, w, bias, out, residual, scratch, stages, acc, wblocks, act, lo,
+               hi, where, channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left,
+               wp):
     """Slots ``start:stop`` of ``acc.shape[0]``: the items (image, block of eight channels)
-    of the flat ``x (N, C, H, W)`` convolved with ``wt (blocks, kh*kw, 8)`` (flat, the
-    spare lanes' weights 0) and ``bias (blocks, 8)`` into the flat ``out (N, C, Ho, Wo)``,
-    with :func:`finish`'s epilogue (``residual`` flat like ``out``)."""
-    blocks = -(-channels // LANES)
-    items = out.size // (channels * ho * wo) * blocks
-    plane, size = height * width, ho * wo
+    of the flat ``x (N, C, H, W)`` convolved with the flat ``w (C, kh*kw)`` and ``bias
+    (C,)`` into the flat ``out (N, C, Ho, Wo)``, with :func:`finish`'s epilogue
+    (``residual`` flat like ``out``)."""
+    blocks, images = -(-channels // LANES), out.size // (channels * ho * wo)
+    items = images * blocks
+    plane, size, taps = height * width, ho * wo, kh * kw
     rows = min(height, scratch.shape[1] // (LANES * wp) - top)
     cols = min(width, wp - left)
     for t in range(start, stop):
-        packed, stage, sums = scratch[t], stages[t], acc[t]
+        packed, stage, sums, wt = scratch[t], stages[t], acc[t], wblocks[t]
         packed[:] = 0    # (the padding: every item writes the same inside positions)
         first, last = t * items // acc.shape[0], (t + 1) * items // acc.shape[0]
         for item in range(first, last):
-            n, b = item // blocks, item % blocks
+            b, n = item // images, item % images    # (block-major: a block's weights
             lanes = min(LANES, channels - b * LANES)
             _pack(x, (n * channels + b * LANES) * plane, plane, lanes, rows, cols, width,
                   stage, packed, wp, top, left)
-            start_sum = load(bias, b * LANES)
+            if item == first or n == 0:    # serve all its images)
+                _weights(w, bias, b, lanes, taps, wt)
+            start_sum = load(wt, taps * LANES)
             for r in range(ho):
-                _row(sums, packed, wt, b * kh * kw * LANES, start_sum, r, wo, kh, kw, sh, sw,
-                     dh, dw, wp)
+                _row(sums, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp)
             if where == 0:
                 _activate(sums[:size * LANES], act, lo, hi)
             base = (n * channels + b * LANES) * size
@@ -178,21 +217,19 @@ def conv(x, w, out, stride, padding, dilation, bias, residual=None, where=0, act
     ho, wo = out.shape[2:]
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
-    blocks = -(-c // LANES)
-    wt = np.zeros((blocks * LANES, kh * kw), F)
-    wt[:c] = w.reshape(c, kh * kw)
-    wt = np.ascontiguousarray(wt.reshape(blocks, LANES, kh * kw).transpose(0, 2, 1))
-    b = np.zeros(blocks * LANES, F)
-    b[:c] = bias
-    items = n * blocks
+    items = n * -(-c // LANES)
     workers = max(1, min(items, threads_for(out.size * kh * kw) or cores()))
     scratch = np.empty((workers, hp * wp * LANES), F)
     stages = np.empty((workers, h * wd * LANES if wd < LANES or c % LANES else 1), F)
     acc = np.empty((workers, ho * wo * LANES), F)
-    res = (np.zeros(1, F) if residual is None
-           else np.ascontiguousarray(residual, F).reshape(-1))
-    run_rows(_depthwise, workers, x.reshape(-1), wt.reshape(-1), b, out.reshape(-1), res,
-             scratch, stages, acc, act, F(lo), F(hi), where, c, h, wd, ho, wo, kh, kw, stride[0],
+    wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
+    res = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual, F).reshape(-1)
+    run_rows(_depthwise, workers, x.reshape(-1), np.ascontiguousarray(w, F).reshape(-1),
+             np.ascontiguousarray(bias, F), out.reshape(-1), res, scratch, stages, acc,
+             wblocks, act, F(lo), F(hi), where, c, h, wd, ho, wo, kh, kw, stride[0],
              stride[1], dilation[0], dilation[1], padding[0][0], padding[1][0], wp,
              threads=workers)
     return out
+
+
+_NO_RESIDUAL = np.zeros(1, F)

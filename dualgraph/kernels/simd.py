@@ -260,8 +260,9 @@ def where_greater(typingctx, a, b, x, y):
 @Intrinsic
 def transpose(typingctx, src, src_offset, src_stride, dst, dst_offset, dst_stride):
     """An 8x8 block transposed between arrays: ``dst[dst_offset + j * dst_stride + i] =
-    src[src_offset + i * src_stride + j]`` for ``i, j < 8`` (eight loads, the shuffles of
-    an AVX transpose, eight stores; ``src`` and ``dst`` must not overlap)."""
+    src[src_offset + i * src_stride + j]`` for ``i, j < 8`` (sixteen half-row loads paired
+    into eight vectors, sixteen in-lane shuffles, eight stores; ``src`` and ``dst`` must
+    not overlap)."""
     from numba.core import types
     _check_array(src)
     _check_array(dst)
@@ -273,9 +274,18 @@ def transpose(typingctx, src, src_offset, src_stride, dst, dst_offset, dst_strid
         s_type, _, _, d_type = signature.args[:4]
         source, s0, s_step, target, d0, d_step = args
         align = src.dtype.bitwidth // 8
-        rows = [builder.load(_pointer(context, builder, s_type, source,
-                                      builder.add(s0, builder.mul(s_step, s0.type(i)))),
-                             align=align) for i in range(LANES)]
+        data = context.make_array(s_type)(context, builder, source).data
+        quad = ir.VectorType(data.type.pointee, LANES // 2).as_pointer()
+
+        def half(row, column):    # src row ``row``, columns ``column:column + 4``
+            at = builder.add(s0, builder.add(builder.mul(s_step, s0.type(row)),
+                                             s0.type(column)))
+            return builder.load(builder.bitcast(builder.gep(data, [at]), quad), align=align)
+        whole = ir.Constant(ir.VectorType(ir.IntType(32), LANES), list(range(LANES)))
+        # row i's half k (k = 0: columns 0-3) beside row i + 4's: each 128-bit lane then
+        # holds a 4x4 block, transposed in its lane
+        rows = [builder.shuffle_vector(half(i, 4 * k), half(i + 4, 4 * k), whole)
+                for k in (0, 1) for i in range(4)]
         for column, row in enumerate(_transposed(builder, rows, ir)):
             builder.store(row, _pointer(context, builder, d_type, target,
                                         builder.add(d0, builder.mul(d_step, d0.type(column)))),
@@ -285,19 +295,19 @@ def transpose(typingctx, src, src_offset, src_stride, dst, dst_offset, dst_strid
 
 
 def _transposed(builder, rows, ir):
-    """The columns of eight 8-lane rows: three rounds of two-input shuffles (pairs of lanes,
-    then of pairs, then of halves: ``unpcklps``, ``shufps``, ``vperm2f128`` on AVX)."""
+    """The columns of eight rows paired as :func:`transpose` loads them (``rows[k * 4 +
+    i]`` holds columns ``4k:4k + 4`` of source rows ``i`` and ``i + 4``): a 4x4 transpose
+    in each 128-bit lane (``unpcklps``/``unpckhps``, then ``shufps``), no shuffle across
+    lanes."""
     def shuffle(a, b, lanes):
         return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), LANES),
                                                         lanes))
-    lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
-    t = [shuffle(rows[i], rows[i + 1], lanes) for i in range(0, LANES, 2) for lanes in (lo, hi)]
-    # t[0]: r0 r1 interleaved (lanes 0, 1, 4, 5), t[1]: (2, 3, 6, 7); t[2], t[3] of r2, r3...
-    lo2, hi2 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
-    u = [shuffle(t[a], t[a + 2], lanes) for a in (0, 1, 4, 5) for lanes in (lo2, hi2)]
-    # u[0]: column 0 of rows 0-3 then column 4; u[1]: columns 1, 5; u[2]: 2, 6; u[3]: 3, 7;
-    # u[4:8] the same of rows 4-7
-    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
-    low = [shuffle(u[k], u[k + 4], first) for k in range(4)]
-    high = [shuffle(u[k], u[k + 4], second) for k in range(4)]
-    return low + high
+    low, high = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    first, second = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    columns = []
+    for r0, r1, r2, r3 in (rows[:4], rows[4:]):
+        t0, t1 = shuffle(r0, r1, low), shuffle(r0, r1, high)
+        t2, t3 = shuffle(r2, r3, low), shuffle(r2, r3, high)
+        columns += [shuffle(t0, t2, first), shuffle(t0, t2, second),
+                    shuffle(t1, t3, first), shuffle(t1, t3, second)]
+    return columns
