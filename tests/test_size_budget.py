@@ -270,9 +270,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +125, ops/ +60, passes/ +60 and the core +215 (issue 26, packed weights):
 # kernels/conv_packed.py, dense convs on a weight laid out once (six positions by sixteen
 # channels a step); the op conv2d_packed and the lowering rule conv_packed (passes/convs.py).
-CORE_BUDGET = 24_600
+# kernels/ +25 and the core +30 (issue 26, i-dws): the depthwise lanes kernel packs its
+# weights in the loop and sums eight outputs at a time (its margin taken by the merges).
+CORE_BUDGET = 24_630
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_760, "cli": 320,
-           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_100, "ops": 7_625,
+           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_625,
            "passes": 3_120, "export": 3_840, "nn": 3_635, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
