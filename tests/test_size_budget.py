@@ -258,10 +258,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +5, nn/ +5 and the core +5: the forward hooks and pre-hooks of the modules
 # guarded (a hook registered after the first compiled call was ignored).
 # capture/ +5 merging the real-programs branch after the rebound-state one (both helpers).
+# ops/ +25, nn/ +10 and capture/ +30 (real programs, third round): a float64 batch through a
+# float32 Linear/Conv raises torch's dtype error (it computed in float64); bicubic
+# interpolate's weights; modules held in small containers (heads[0], nets["target"],
+# cfg.model) and behind ``@no_grad()``-style decorators guarded by identity and module facts.
 CORE_BUDGET = 24_275
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_710, "cli": 320,
-           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_505,
-           "passes": 3_060, "export": 3_840, "nn": 3_630, "optim": 1_450, "profiler": 440,
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_740, "cli": 320,
+           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_530,
+           "passes": 3_060, "export": 3_840, "nn": 3_640, "optim": 1_450, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
