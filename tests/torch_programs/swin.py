@@ -14,7 +14,6 @@ linear warmup by ``LambdaLR``."""
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def window_partition(x, window_size):
