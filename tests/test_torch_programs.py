@@ -29,7 +29,8 @@ NEW_PROGRAMS = ["tcn", "forward_forward", "makemore_wavenet", "realnvp", "gat", 
 ROUND_2 = ["llama", "dqn", "ppo", "ddpm", "mpnn", "hooks_checkpoint", "vqvae", "convnext",
            "bert_mlm"]
 # (and the third round's: idioms of public code the first two rounds did not reach)
-ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceiver", "awd_lstm"]
+ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceiver", "awd_lstm",
+           "grud"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 
