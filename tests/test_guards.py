@@ -342,6 +342,62 @@ def test_a_module_or_optimiser_rebound_in_a_global_or_closure_retraces():
         np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
 
 
+HEADS = [dg.nn.Linear(3, 2), dg.nn.Linear(3, 2)]
+
+
+class _Config:
+    pass
+
+
+def test_a_module_replaced_in_a_container_retraces():
+    """A module held in a global list, a closure's dict or a plain object's attribute and
+    replaced there between calls (``heads[0] = Net()``): the graphs bound the old module's
+    parameters, so the call traces anew instead of serving them silently; and a module so
+    held switched to eval mode is seen as a module read directly is."""
+    nets, cfg = {"enc": dg.nn.Linear(3, 2)}, _Config()
+    cfg.drop = dg.nn.Sequential(dg.nn.Linear(3, 2), dg.nn.Dropout(0.5))
+
+    def f(x):
+        return HEADS[0](x) + nets["enc"](x) + cfg.drop(x)
+
+    c, x = dg.compile(dg.no_grad()(f)), dg.randn(4, 3)
+    cfg.drop.eval()
+    for change in [None, lambda: HEADS.__setitem__(0, dg.nn.Linear(3, 2)),
+                   lambda: nets.update(enc=dg.nn.Linear(3, 2)),
+                   lambda: setattr(cfg, "drop", dg.nn.Linear(3, 2))]:
+        if change is not None:
+            change()
+        for _ in range(2):   # (the second call through the fast path)
+            np.testing.assert_allclose(c(x).numpy(), f(x).detach().numpy(), rtol=1e-6)
+    assert "cfg.drop, which the function reads" in c.explain()
+    cfg.drop = dg.nn.Sequential(dg.nn.Linear(3, 2), dg.nn.Dropout(0.9))
+    cfg.drop.eval()
+    np.testing.assert_allclose(c(x).numpy(), f(x).detach().numpy(), rtol=1e-6)
+    cfg.drop.train()   # (most of cfg.drop's outputs dropped)
+    with dg.no_grad():
+        rest = (HEADS[0](x) + nets["enc"](x)).numpy()
+    assert np.isclose(c(x).numpy(), rest).mean() > 0.5
+
+
+def test_a_decorated_function_guards_what_the_function_it_wraps_reads():
+    """``torch.compile`` over a ``@torch.no_grad()`` function (an evaluation loop's idiom):
+    the modules the wrapped function reads are found through ``__wrapped__``, so a module
+    switched to eval mode or rebound is seen (the wrapper's own code names none)."""
+    net = dg.nn.Sequential(dg.nn.Linear(3, 2), dg.nn.Dropout(0.9))
+
+    @dg.no_grad()
+    def evaluate(x):
+        return net(x)
+
+    c, x = dg.compile(evaluate), dg.randn(4, 3)
+    net.eval()
+    np.testing.assert_allclose(c(x).numpy(), evaluate(x).numpy(), rtol=1e-6)
+    net.train()   # (most outputs dropped now)
+    assert (c(x) == 0).float().mean().item() > 0.5
+    net = dg.nn.Linear(3, 2)
+    np.testing.assert_allclose(c(x).numpy(), evaluate(x).numpy(), rtol=1e-6)
+
+
 def test_a_module_rebound_at_every_call_runs_eagerly_after_the_limit():
     box = dg.nn.Linear(2, 2)
 

@@ -162,6 +162,16 @@ def test_nonzero_and_inplace_variants():
     assert dg.nonzero(dg.tensor(a)).tolist() == torch.nonzero(torch.tensor(a)).tolist()
     rows, cols = dg.tensor(a).nonzero(as_tuple=True)
     assert rows.tolist() == [0, 1, 1] and cols.tolist() == [1, 0, 2]
+    # torch.where(condition), a mixture of experts' token dispatch: nonzero as a tuple
+    got, want = dg.where(dg.tensor(a) == 0), torch.where(torch.tensor(a) == 0)
+    assert [t.tolist() for t in got] == [t.tolist() for t in want]
+
+    def dispatch(selected):   # compiled: a graph break there, eager's positions
+        tokens, slot = dg.where(selected == 1)
+        return tokens * 10 + slot
+
+    with pytest.warns(UserWarning, match="graph break"):
+        np.testing.assert_array_equal(dg.compile(dispatch)(dg.tensor(a)).numpy(), [1])
     x = dg.zeros(2, 3)
     x.masked_fill_(dg.tensor(a) > 0, 1.0)
     x.scatter_(1, dg.tensor([[2], [0]]), 5.0)

@@ -364,6 +364,33 @@ def test_bad_input_names_layer_and_shapes(make, shape, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("lib", ["eager", "compiled"])
+@pytest.mark.parametrize("make,shape,dtype,message", [
+    (lambda nn: nn.Linear(3, 2), (4, 3), "float64",
+     "mat1 and mat2 must have the same dtype, but got Double and Float"),
+    (lambda nn: nn.Linear(3, 2), (4, 3), "float16",
+     "mat1 and mat2 must have the same dtype, but got Half and Float"),
+    (lambda nn: nn.Conv2d(3, 2, 3), (1, 3, 5, 5), "float64",
+     "Input type (double) and bias type (float) should be the same"),
+    (lambda nn: nn.Conv1d(3, 2, 3, bias=False), (1, 3, 5), "float64",
+     "Input type (double) and weight type (float) should be the same")])
+def test_input_of_another_dtype_raises_as_torch(make, shape, dtype, message, lib):
+    """A float64 batch (NumPy's default) through a float32 layer is torch's error, eagerly
+    and compiled (it computed in float64 before: a silent difference from torch); the
+    message opens with torch's and says how to convert."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    with pytest.raises(RuntimeError, match=r"dtype|type") as want:
+        make(torch.nn)(torch.tensor(x))
+    layer = make(dg.nn)
+    run = dg.compile(layer) if lib == "compiled" else layer
+    with pytest.raises(RuntimeError) as got:
+        run(dg.tensor(x))
+    assert message in str(got.value) and ".float()" in str(got.value)
+    assert message in str(want.value) or "expected scalar type Double" in str(want.value)
+    x = dg.tensor(x.astype(np.float32))
+    np.testing.assert_allclose(run(x).detach().numpy(), layer(x).detach().numpy())
+
+
 def test_bad_constructor_arguments():
     with pytest.raises(ValueError, match="divisible by groups"):
         dg.nn.Conv2d(3, 4, 3, groups=2)

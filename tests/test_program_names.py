@@ -52,6 +52,11 @@ INTERPOLATIONS = [
     ((2, 3, 4, 5), dict(size=(1, 1), mode="bilinear", align_corners=True)),
     ((2, 3, 6, 4), dict(size=(3, 2), mode="area")),
     ((1, 2, 3, 4, 2), dict(scale_factor=2, mode="trilinear")),
+    # bicubic: four taps clamped at the borders, sources left unclamped below 0
+    ((2, 3, 4, 5), dict(scale_factor=2, mode="bicubic")),
+    ((2, 3, 4, 5), dict(scale_factor=1.7, mode="bicubic", align_corners=True)),
+    ((2, 3, 6, 5), dict(size=(3, 8), mode="bicubic")),
+    ((1, 2, 5, 2), dict(size=(1, 1), mode="bicubic", align_corners=True)),
     ((1, 2, 3, 4, 2), dict(size=(2, 5, 3), mode="nearest")),
 ]
 
@@ -80,8 +85,10 @@ def test_interpolate_errors_say_what_to_do():
         F.interpolate(x)
     with pytest.raises(ValueError, match="'linear' expects 3-d input"):
         F.interpolate(x, scale_factor=2, mode="linear")
-    with pytest.raises(NotImplementedError, match="'bicubic' is not supported"):
-        F.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(ValueError, match="'bicubic' expects 4-d input"):
+        F.interpolate(dg.zeros(1, 2, 3), scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="'lanczos' is not supported"):
+        F.interpolate(x, scale_factor=2, mode="lanczos")
     with pytest.raises(ValueError, match="align_corners is only for the linear modes"):
         F.interpolate(x, scale_factor=2, align_corners=True)
 
@@ -112,6 +119,7 @@ def test_resampling_compiled_matches_eager():
     """A decoder stage of a U-Net: upsample, pad, concatenate the skip, pixel-shuffle."""
     def block(x, skip):
         up = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+        up = up + F.interpolate(x, size=(6, 6), mode="bicubic")
         up = dg.nn.ReflectionPad2d((0, 1, 0, 1))(up)
         return F.pixel_shuffle(dg.cat([up, skip], dim=1), 2).sum(dim=1)
 

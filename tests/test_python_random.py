@@ -98,3 +98,30 @@ def test_explain_names_the_generator_and_the_fix():
     report = fn.explain()
     assert "generator object" in report and "Python runs at every call" in report
     assert "pass them in" in report
+
+
+@pytest.mark.parametrize("opt", ["ASGD", "NAdam", "Adam"])
+def test_optimiser_state_made_in_the_first_call_is_kept(opt):
+    """An AWD-LSTM-style step drawing its DropConnect masks from a NumPy generator (so its
+    Python runs at every call) with ASGD, whose ``eta`` and ``mu`` state started as a
+    fresh counter written in place (``step_counter().add_(lr)``): the compiled call lost
+    that write and took its first step with ``eta = 0``, one step behind eager from then
+    on (NAdam's ``mu_product`` alike). They are made with their first values now."""
+    def make():
+        dg.manual_seed(0)
+        model = nn.Linear(3, 1)
+        optim = getattr(dg.optim, opt)(model.parameters(), lr=0.5)
+        rng = np.random.default_rng(0)
+
+        def step(x):
+            keep = dg.from_numpy((rng.random(3) >= 0.2).astype(np.float32))
+            loss = model(x * keep).pow(2).mean()
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            return loss
+        return step
+
+    x, eager, compiled = dg.randn(4, 3), make(), dg.compile(make())
+    for _ in range(4):
+        np.testing.assert_allclose(compiled(x).item(), eager(x).item(), rtol=1e-5)

@@ -272,10 +272,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # channels a step); the op conv2d_packed and the lowering rule conv_packed (passes/convs.py).
 # kernels/ +25 and the core +30 (issue 26, i-dws): the depthwise lanes kernel packs its
 # weights in the loop and sums eight outputs at a time (its margin taken by the merges).
-CORE_BUDGET = 24_630
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_760, "cli": 320,
-           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_625,
-           "passes": 3_120, "export": 3_840, "nn": 3_635, "optim": 1_505, "profiler": 440,
+# ops/ +25, nn/ +20 and capture/ +30 (real programs, third round): a float64 batch through a
+# float32 Linear/Conv raises torch's dtype error (it computed in float64); bicubic
+# interpolate's weights; modules held in small containers (heads[0], nets["target"],
+# cfg.model) and behind ``@no_grad()``-style decorators guarded by identity and module facts;
+# the core +55 for the same.
+CORE_BUDGET = 24_685
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_790, "cli": 320,
+           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_650,
+           "passes": 3_120, "export": 3_840, "nn": 3_655, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

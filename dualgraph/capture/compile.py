@@ -844,12 +844,12 @@ class Compiled:
     def _find_scope(self) -> None:
         """At the first call: the optimisers and modules the function names, and the Python
         values it can read (guarded from then on)."""
-        scope = scope_of(self.fn)
-        self._optimizers = [o for o in scope.values() if is_optimizer(o)]
-        self._module_facts.roots += [(name, m) for name, m in scope.items()
+        self._held = held_objects(self.fn)   # (those in small containers too: heads[0])
+        found = list({id(obj): (name, obj) for name, _, obj in self._held}.values())
+        self._optimizers = [o for _, o in found if is_optimizer(o)]
+        self._module_facts.roots += [(name, m) for name, m in found
                                      if is_module(m) and m is not self.module]
         self._slots = find_slots(self.fn, self._optimizers)
-        self._held = held_objects(self.fn)
 
     def _rebound(self, name: str) -> bool:
         """``name``, a module, optimiser or tensor the function reads through a global or

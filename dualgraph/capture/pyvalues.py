@@ -33,7 +33,7 @@ import dis
 import types
 
 from ..tensor import Tensor
-from .scope import is_module, is_optimizer
+from .scope import is_module, is_optimizer, plain_object
 
 SCALARS = (bool, int, float, str, type(None))
 MAX_DICT = 64       # dicts with more items (a vocabulary) are not looked into
@@ -146,7 +146,7 @@ def find_slots(fn, optimizers) -> list[Slot]:
                 elif isinstance(v, dict) and depth < 2:
                     container(v, f"{name}{label}", Slot("item", held, k, "", parent),
                               depth + 1)
-        elif _plain_object(obj):
+        elif plain_object(obj):
             for k, v in list(vars(obj).items()):
                 if k.startswith("_"):
                     continue
@@ -198,22 +198,13 @@ def find_slots(fn, optimizers) -> list[Slot]:
     for prefix, root in modules:
         for path, m in root.named_modules(prefix=prefix):
             for k, v in list(vars(m).items()):   # (dicts and config objects it holds)
-                if not k.startswith("_") and (isinstance(v, dict) or _plain_object(v)):
+                if not k.startswith("_") and (isinstance(v, dict) or plain_object(v)):
                     container(v, f"{path}.{k}", Slot("attr", m, k, ""), 0)
             cls = type(m)   # (dualgraph's layers read only their own attributes)
             if cls not in classes and not cls.__module__.startswith("dualgraph."):
                 classes.add(cls)
                 function(getattr(m.forward, "__func__", m.forward), 1)
     return list(found.values())
-
-
-def _plain_object(obj) -> bool:
-    """A user object whose attributes may be read: not a class, module, function, tensor or
-    builtin container."""
-    return (hasattr(obj, "__dict__") and not callable(obj)
-            and not isinstance(obj, (type, types.ModuleType, Tensor))
-            and type(obj).__module__ not in ("builtins",)
-            and not type(obj).__module__.startswith("dualgraph."))
 
 
 def _loaded_globals(code) -> set:
@@ -241,7 +232,7 @@ def object_scalars(obj) -> tuple:
     """``((name, fact), ...)`` of a plain object's public scalar attributes (none for other
     objects): an argument that is a config object is guarded by them, not only by its
     identity."""
-    if not _plain_object(obj):
+    if not plain_object(obj):
         return ()
     return tuple(sorted((k, fact(v)) for k, v in vars(obj).items()
                         if not k.startswith("_") and is_scalar(v)))

@@ -6,6 +6,10 @@ optimisers found are guarded (their state and hyper-parameters).
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import types
+
 from ..tensor import Tensor
 
 
@@ -19,9 +23,16 @@ def is_optimizer(obj) -> bool:
     return hasattr(obj, "param_groups") and hasattr(obj, "state") and hasattr(obj, "step")
 
 
+def code_owner(fn):
+    """The function whose code names what ``fn`` reads: a module's ``forward``, and under
+    decorators that wrap (``@torch.no_grad()``, ``functools.wraps``) the function they
+    wrap, whose globals and closure are the user's."""
+    return inspect.unwrap(getattr(fn, "forward", fn))
+
+
 def scope_of(fn) -> dict:
     """The objects ``fn`` can name: its closure variables and the globals its code uses."""
-    fn = getattr(fn, "forward", fn)
+    fn = code_owner(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return {}
@@ -34,33 +45,84 @@ def scope_of(fn) -> dict:
 
 
 def held_objects(fn) -> list:
-    """``(name, holder, key, obj)`` for each module, optimiser and tensor ``fn`` reads
-    through a closure cell (``holder`` the cell, ``key`` None) or a global (``holder`` the
-    globals dict): a graph binds these very objects, so one rebound to another object
-    (``target = Net()``, ``model = torch.compile(model)``, a checkpoint loaded into a new
-    optimiser) must not be served by it (see :func:`rebound`)."""
-    fn = getattr(fn, "forward", fn)
+    """``(name, read, obj)`` for each module, optimiser and tensor ``fn`` reads through a
+    closure cell or a global, and each module and optimiser held one or two levels inside
+    one (an item of a small list, tuple or dict, an attribute of a plain object:
+    ``heads[0]``, ``nets["target"]``, ``cfg.model``); ``read()`` gives what the place holds
+    now. A graph binds these very objects, so one rebound to another object (``target =
+    Net()``, ``heads[0] = Net()``, ``model = torch.compile(model)``, a checkpoint loaded
+    into a new optimiser) must not be served by it (see :func:`rebound`)."""
+    fn = code_owner(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
-    held = [(name, cell, None, cell.cell_contents)
-            for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ())
-            if _has_contents(cell)]
-    held += [(name, fn.__globals__, name, fn.__globals__[name])
-             for name in set(code.co_names) if name in fn.__globals__]
-    return [h for h in held
-            if is_module(h[3]) or is_optimizer(h[3]) or isinstance(h[3], Tensor)]
+    held: list = []
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        if _has_contents(cell):
+            _hold(held, name, functools.partial(_cell, cell), cell.cell_contents, 0)
+    g = fn.__globals__
+    for name in sorted(set(code.co_names)):
+        if name in g:
+            _hold(held, name, functools.partial(g.get, name), g[name], 0)
+    return held
+
+
+_MAX_ITEMS = 64   # larger containers (a dataset, a vocabulary) are not looked into
+
+
+def _hold(held: list, name: str, read, obj, depth: int) -> None:
+    """Add ``obj`` (read by ``read``) to ``held`` if a graph may bind it, else what it
+    holds: items and public attributes, two levels deep (tensors only at the top: a list
+    of tensors is state a step may rebind at every call)."""
+    if is_module(obj) or is_optimizer(obj) or (depth == 0 and isinstance(obj, Tensor)):
+        held.append((name, read, obj))
+        return
+    if depth >= 2:
+        return
+    if isinstance(obj, (list, tuple)) and len(obj) <= _MAX_ITEMS:
+        items = [(f"{name}[{i}]", i, v) for i, v in enumerate(obj)]
+    elif isinstance(obj, dict) and len(obj) <= _MAX_ITEMS:
+        items = [(f"{name}[{k!r}]", k, v) for k, v in obj.items()]
+    elif plain_object(obj):
+        items = [(f"{name}.{k}", _Attr(k), v) for k, v in vars(obj).items()
+                 if not k.startswith("_")]
+    else:
+        return
+    for label, key, value in items:
+        _hold(held, label, functools.partial(_item, read, key), value, depth + 1)
+
+
+class _Attr(str):
+    """A key that names an attribute (``cfg.model``), not an item."""
+
+
+def _item(read, key):
+    """What ``read()``'s ``key`` holds now (None when it is gone)."""
+    obj = read()
+    try:
+        return getattr(obj, key) if isinstance(key, _Attr) else obj[key]
+    except (LookupError, TypeError, AttributeError):
+        return None
+
+
+def _cell(cell):
+    return cell.cell_contents if _has_contents(cell) else None
+
+
+def plain_object(obj) -> bool:
+    """A user object whose attributes may be read: not a class, module, function, tensor or
+    builtin container."""
+    return (hasattr(obj, "__dict__") and not callable(obj)
+            and not isinstance(obj, (type, types.ModuleType, Tensor))
+            and type(obj).__module__ not in ("builtins",)
+            and not type(obj).__module__.startswith("dualgraph."))
 
 
 def rebound(held: list) -> str | None:
     """The name of the first of ``held`` (:func:`held_objects`) that now holds another
     object (or none), or None when all still hold theirs."""
-    for name, holder, key, obj in held:
-        if key is None:
-            now = holder.cell_contents if _has_contents(holder) else None
-        else:
-            now = holder.get(key)
-        if now is not obj:
+    for name, read, obj in held:
+        if read() is not obj:
             return name
     return None
 

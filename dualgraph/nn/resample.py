@@ -16,8 +16,10 @@ import numpy as np
 from ..ops import conv, index as index_ops, linalg, shape as shape_ops
 from ..ops.creation import tensor
 
-_LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
+# the modes that mix neighbours by weights, and the spatial dims each takes
+_LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3, "bicubic": 2}
 _MODES = ("nearest", "nearest-exact", "area") + tuple(_LINEAR)
+_CUBIC_A = -0.75   # torch's (and OpenCV's) cubic convolution coefficient
 
 
 def _spatial(input, mode: str) -> int:
@@ -62,12 +64,14 @@ def _plan(input, spatial, size, scale_factor, recompute_scale_factor):
             for n, o, f in zip(sizes, outs, factors)]
 
 
-def _source(n: int, out: int, step: float, align_corners: bool) -> np.ndarray:
-    """The (fractional) input position of each output position of a linear mode."""
+def _source(n: int, out: int, step: float, align_corners: bool, cubic=False) -> np.ndarray:
+    """The (fractional) input position of each output position of a linear mode (torch
+    clamps it at 0 for the linear modes, not for bicubic, whose taps are clamped instead)."""
     dst = np.arange(out, dtype=np.float64)
     if align_corners:
         return dst * ((n - 1) / (out - 1) if out > 1 else 0.0)
-    return np.maximum((dst + 0.5) * step - 0.5, 0.0)
+    src = (dst + 0.5) * step - 0.5
+    return src if cubic else np.maximum(src, 0.0)
 
 
 def _linear_weights(n: int, out: int, step: float, align_corners: bool) -> np.ndarray:
@@ -82,6 +86,28 @@ def _linear_weights(n: int, out: int, step: float, align_corners: bool) -> np.nd
     return weights
 
 
+def _cubic_weights(n: int, out: int, step: float, align_corners: bool) -> np.ndarray:
+    """The (out, n) matrix of torch's bicubic: four taps per output position, at the
+    source's floor -1 .. +2 clamped into the input (its border pixels repeat), weighted by
+    Keys' cubic convolution with a = -0.75."""
+    src = _source(n, out, step, align_corners, cubic=True)
+    base = np.floor(src)
+    t = src - base
+    a = _CUBIC_A
+
+    def near(x):   # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):    # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    taps = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    weights = np.zeros((out, n))
+    for k, w in enumerate(taps):
+        at = np.clip(base.astype(np.int64) + k - 1, 0, n - 1)
+        np.add.at(weights, (np.arange(out), at), w)
+    return weights
+
+
 def _nearest_index(n: int, out: int, step: float, exact: bool) -> np.ndarray:
     dst = np.arange(out, dtype=np.float64) + (0.5 if exact else 0.0)
     return np.minimum(np.floor(dst * step).astype(np.int64), n - 1)
@@ -90,7 +116,8 @@ def _nearest_index(n: int, out: int, step: float, exact: bool) -> np.ndarray:
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     """Resize the spatial dims of (N, C, ...) input to ``size`` or by ``scale_factor``
-    (``mode`` 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear' or 'area'),
+    (``mode`` 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' or
+    'area'),
     as ``torch.nn.functional.interpolate``.
 
     >>> import dualgraph as dg
@@ -118,7 +145,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if out == n and step == 1.0:
             continue
         if mode in _LINEAR:
-            weights = _linear_weights(n, out, step, bool(align_corners))
+            mix = _cubic_weights if mode == "bicubic" else _linear_weights
+            weights = mix(n, out, step, bool(align_corners))
             moved = shape_ops.movedim(y, dim, -1)
             moved = linalg.matmul(moved, tensor(weights.T, dtype=input.dtype))
             y = shape_ops.movedim(moved, -1, dim)

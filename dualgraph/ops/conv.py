@@ -304,6 +304,7 @@ def _batch_loop(x_shape, dtype, w_shape, stride, padding, dilation) -> bool:
 
 
 def _conv2d_kernel(x, w, *bias, stride, padding, dilation, groups):
+    linalg.check_same_dtype("conv2d", x, w, *bias)   # (eager runs kernels, not shape rules)
     (x, w, *bias), dt = linalg.blas_operands(x, w, *bias)
     return cast(_conv_blocked(x, w, bias)(stride, padding, dilation, groups), dt)
 
@@ -498,8 +499,8 @@ def _infer_conv2d(x, w, *bias, stride, padding, dilation, groups):
     if bias and tuple(bias[0].shape) != (w.shape[0],):
         raise ShapeError(f"conv2d: bias of shape {tuple(bias[0].shape)} should be "
                          f"({w.shape[0]},), one value per output channel")
-    dt = dtypes.result_type(x, w, *bias)
-    return ShapedType((x.shape[0], w.shape[0]) + tuple(out_hw), dt)
+    linalg.check_same_dtype("conv2d", x, w, *bias)
+    return ShapedType((x.shape[0], w.shape[0]) + tuple(out_hw), x.dtype)
 
 
 def _infer_input_grad(g, w, *, input_size, stride, padding, dilation, groups):

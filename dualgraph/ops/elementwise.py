@@ -923,8 +923,12 @@ WHERE = defop("where", _where_kernel, _infer_where, saves="0",   # (the conditio
               shape_fold=np.where)
 
 
-def where(condition, input, other):
-    """``input`` where ``condition`` else ``other``, broadcasting all three."""
+def where(condition, input=None, other=None):
+    """``input`` where ``condition`` else ``other``, broadcasting all three. Given only
+    ``condition``: the positions where it holds, one index tensor per dim (torch's
+    ``where(condition)``, which is ``nonzero(condition, as_tuple=True)``)."""
+    if input is None and other is None:
+        return as_operand(condition).nonzero(as_tuple=True)
     return apply(WHERE, as_operand(condition), as_operand(input), as_operand(other))
 
 

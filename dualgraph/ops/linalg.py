@@ -33,6 +33,36 @@ def compute_dtype(dt: np.dtype) -> np.dtype:
 
 
 BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# torch's names of scalar types, which its dtype-mismatch messages use
+_TORCH_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
+                "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+                "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def torch_name(dt) -> str:
+    """``Double`` for float64: the scalar-type name torch's error messages use."""
+    return _TORCH_NAMES.get(np.dtype(dt).name, np.dtype(dt).name)
+
+
+def check_same_dtype(op: str, x, w, *bias) -> None:
+    """A layer's input, weight and bias must share one dtype, as torch requires: no
+    promotion (a float64 batch, NumPy's default, through a float32 layer is torch's error,
+    and computing it in float64 would differ from torch silently). The message opens with
+    torch's own."""
+    part, other = ("weight", w.dtype) if x.dtype != w.dtype else ("", None)
+    if bias and bias[0].ndim and bias[0].dtype != x.dtype and op != "linear":
+        part, other = "bias", bias[0].dtype   # (torch's conv names the bias first)
+    if other is None:
+        return
+    if op == "linear":
+        head = (f"mat1 and mat2 must have the same dtype, but got {torch_name(x.dtype)} "
+                f"and {torch_name(other)}")
+    else:
+        head = (f"Input type ({torch_name(x.dtype).lower()}) and {part} type "
+                f"({torch_name(other).lower()}) should be the same")
+    raise TypeError(f"{head}: {op} computes in one dtype; convert the input to the layer's "
+                    f"(x.to(dtype={np.dtype(other).name}); x.float() for a NumPy float64 "
+                    "batch) or the layer to the input's (layer.to(dtype))")
 
 
 def blas_operands(*arrays):
@@ -416,6 +446,7 @@ def einsum(equation, *operands):
 def _linear_kernel(x, w, *bias):
     if w.ndim != 2:   # (NumPy would broadcast a 3-D weight: the shape rule's error)
         _infer_linear(x, w, *bias)
+    check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
     dt = x.dtype
@@ -442,6 +473,7 @@ def _infer_linear(x, w, *bias):
     if bias and tuple(bias[0].shape) not in ((sw[0],), ()):
         raise ShapeError(f"linear: bias of shape {tuple(bias[0].shape)} does not match "
                          f"out_features={sw[0]} of the weight {sw}")
+    check_same_dtype("linear", x, w, *bias)
     return ShapedType(sx[:-1] + sw[:1], dtypes.result_type(x, w, *bias))
 
 

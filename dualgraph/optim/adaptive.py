@@ -126,7 +126,7 @@ class NAdam(Optimizer):
                                       maximize=maximize))
 
     def _init_state(self, p, group):
-        return {"step": step_counter(), "mu_product": step_counter().add_(1),
+        return {"step": step_counter(), "mu_product": step_counter(1),
                 "exp_avg": creation.state_like(p), "exp_avg_sq": creation.state_like(p)}
 
     elementwise_update = True   # (one flat step for small parameters: optim/flat.py)

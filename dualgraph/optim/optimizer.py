@@ -247,10 +247,14 @@ def scalar_hypers(*values) -> bool:
                for v in values)
 
 
-def step_counter() -> Tensor:
+def step_counter(start=0.0) -> Tensor:
     """The per-parameter step count, a 0-d float64 tensor (see docs/optim.md for why);
-    persistent state, so a compiled training step keeps counting."""
-    return creation.state((), 0.0, dtype=dtypes.float64)
+    persistent state, so a compiled training step keeps counting. ``start``: its first
+    value, made with the tensor (not added in place to it afterwards, a write that a
+    compiled call replaying its Python lost); a 0-d tensor (a tensor lr) is added."""
+    if isinstance(start, Tensor):
+        return creation.state((), 0.0, dtype=dtypes.float64).add_(start)
+    return creation.state((), float(start), dtype=dtypes.float64)
 
 
 def check_hyper(name: str, value, low: float = 0.0, high: float | None = None) -> None:

@@ -70,8 +70,8 @@ class ASGD(Optimizer):
 
     def _init_state(self, p, group):
         # eta and mu are 0-d float64 like step: schedule values, graph inputs when captured
-        return {"step": step_counter(), "eta": step_counter().add_(group["lr"]),
-                "mu": step_counter().add_(1), "ax": creation.state_like(p)}
+        return {"step": step_counter(), "eta": step_counter(group["lr"]),
+                "mu": step_counter(1), "ax": creation.state_like(p)}
 
     elementwise_update = True   # (one flat step for small parameters: optim/flat.py)
 
