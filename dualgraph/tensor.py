@@ -385,8 +385,8 @@ def as_array(data, dtype=None) -> np.ndarray:
             else:
                 raise TypeError(f"unsupported NumPy dtype {array.dtype}")
     else:
-        if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
-            data = _nested_to_python(data)
+        # (a Tensor inside nested lists converts through its __array__, whose errors, a
+        # traced tensor's CaptureError included, propagate: no Python walk over the lists)
         array = np.asarray(data)
         if target is None:
             if array.dtype.kind == "f":
@@ -404,17 +404,3 @@ def as_array(data, dtype=None) -> np.ndarray:
     return array
 
 
-def _flat(data):
-    for x in data:
-        if isinstance(x, (list, tuple)):
-            yield from _flat(x)
-        else:
-            yield x
-
-
-def _nested_to_python(data):
-    if isinstance(data, (list, tuple)):
-        return [_nested_to_python(x) for x in data]
-    if isinstance(data, Tensor):
-        return data.detach().numpy()
-    return data

@@ -144,20 +144,23 @@ def queue_callback(callback) -> None:
 
 def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
                create_graph, stop=None):
-    """Run nodes latest-first until no gradient is pending."""
+    """Run nodes latest-first until no gradient is pending (once per recorded op: the
+    heap's functions are locals, and a gradient with one source skips ``_add``)."""
+    pop, push = heapq.heappop, heapq.heappush
     while ready:
-        node = heapq.heappop(ready)[1]
+        node = pop(ready)[1]
         grads = pending.pop(node)
         mine = None
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
             mine = [i for i in map(id, grads.values()) if i in owned]
-            owned.difference_update(mine)
+            if mine:
+                owned.difference_update(mine)
         if stop is not None and node in stop:
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
                     results[i] = g
             continue
-        if isinstance(node, AccumulateGrad):
+        if type(node) is AccumulateGrad:
             hooks = node.leaf._hooks
             g = _run_hooks(hooks, grads[0])
             if captured is not None and (node, 0) in captured:
@@ -190,11 +193,12 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     or g._data.dtype is not inp._data.dtype):
                 g = _fit(node, inp, g)
             target = edge[0]
-            if target in pending:
-                _add(pending, ready, owned, target, edge[1], g)
-            else:   # (_add's first case, inlined: most gradients have one source)
+            slot = pending.get(target)
+            if slot is None:   # (_add's first case, inlined: most gradients have one source)
                 pending[target] = {edge[1]: g}
-                heapq.heappush(ready, (-target.seq, target))
+                push(ready, (-target.seq, target))
+            else:
+                _add(pending, ready, owned, target, edge[1], g)
 
 
 def _capture_points(targets) -> dict:
@@ -231,7 +235,8 @@ def _add(pending, ready, owned, node, out_nr, g):
 
 
 def _call_vjp(node: Node, grads: dict):
-    if node.inputs is None:   # (freed)
+    op, inputs = node.op, node.inputs
+    if inputs is None:   # (freed)
         raise RuntimeError(
             f"trying to backward through the graph a second time at {node!r} (saved values "
             "were freed after the first backward); pass retain_graph=True to the first "
@@ -239,12 +244,12 @@ def _call_vjp(node: Node, grads: dict):
     for t, version in node.versions:
         if t._version[0] != version:
             raise RuntimeError(
-                f"a tensor needed to compute the gradient of {node.op.name} (called at "
+                f"a tensor needed to compute the gradient of {op.name} (called at "
                 f"{node.location}) was modified by an in-place operation: it is at version "
                 f"{t._version[0]}, expected version {version}. Use an out-of-place op (e.g. "
                 "x = x + y instead of x += y) or clone the tensor before changing it")
     outs = node.outputs
-    if node.op.num_outputs == 1:
+    if op.num_outputs == 1:
         g = grads.get(0)
         out = outs[0]
     else:
@@ -254,19 +259,18 @@ def _call_vjp(node: Node, grads: dict):
     tracer = modes.tracer
     if tracer is None:
         attrs = node.attrs
-        result = (node.op.vjp(g, out, *node.inputs, **attrs) if attrs else
-                  node.op.vjp(g, out, *node.inputs))
+        result = op.vjp(g, out, *inputs, **attrs) if attrs else op.vjp(g, out, *inputs)
     else:   # traced VJP nodes carry the location of the forward op they differentiate
         outer, tracer.backward_site = getattr(tracer, "backward_site", None), node.site
         try:
-            result = node.op.vjp(g, out, *node.inputs, **node.attrs)
+            result = op.vjp(g, out, *inputs, **node.attrs)
         finally:
             tracer.backward_site = outer
     if not isinstance(result, tuple):
         result = (result,)
-    if len(result) != len(node.inputs):
-        raise AssertionError(f"vjp of {node.op.name} returned {len(result)} gradients for "
-                             f"{len(node.inputs)} inputs")
+    if len(result) != len(inputs):
+        raise AssertionError(f"vjp of {op.name} returned {len(result)} gradients for "
+                             f"{len(inputs)} inputs")
     if departures["anomaly"] and grad_mode.anomaly:
         _check_backward_nan(node, result)
     return result

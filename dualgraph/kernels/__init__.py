@@ -42,9 +42,11 @@ def numba_available() -> bool:
     return getenv("DUALGRAPH_NUMBA", "1") != "0" and _numba_installed()
 
 
-def enabled(*arrays: np.ndarray) -> bool:
-    """Whether the Numba loop should run on these arrays: float32 and big enough."""
-    if arrays[0].size < MIN_ELEMENTS:
+def enabled(*arrays: np.ndarray, min_elements: int = MIN_ELEMENTS) -> bool:
+    """Whether the Numba loop should run on these arrays: float32 and big enough (at
+    least ``min_elements`` in the first; a kernel whose NumPy form is many calls passes a
+    smaller bound, down to 0: its loop wins at every size)."""
+    if arrays[0].size < min_elements:
         return False
     for a in arrays:   # (a loop, not all() of a generator: this runs at many ops' calls)
         if a.dtype != np.float32:

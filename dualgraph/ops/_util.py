@@ -140,7 +140,8 @@ def sum_to(x, shape: tuple):
     if xs == shape:
         return x
     lead = len(xs) - len(shape)
-    dims = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(shape) if d == 1 and xs[lead + i] != 1)
-    out = x.sum(dims, keepdim=True)
+    kept = tuple(lead + i for i, d in enumerate(shape) if d == 1 and xs[lead + i] != 1)
+    if not kept:   # only leading dims: the sum drops them (one op, as a bias's gradient)
+        return x.sum(tuple(range(lead)))
+    out = x.sum(tuple(range(lead)) + kept, keepdim=True)
     return out.reshape(shape) if lead else out

@@ -113,6 +113,10 @@ def _infer_matmul(a, b):
 def _matmul_vjp(g, out, a, b):
     # Promote 1-D operands to matrices (as matmul itself does), take the matrix VJP, sum
     # the broadcast batch dims away and drop the promoted dims again.
+    if b.ndim == 2 and a.ndim > 1 and a.dtype == b.dtype and a._data.dtype in BLAS_DTYPES:
+        grads = _matrix_rhs_vjp(g, a, b)
+        if grads is not None:
+            return grads
     a2 = a if a.ndim > 1 else shape_ops.reshape(a, (1, a.shape[0]))
     b2 = b if b.ndim > 1 else shape_ops.reshape(b, (b.shape[0], 1))
     batch = tuple(g.shape)[:g.ndim - (a.ndim > 1) - (b.ndim > 1)]
@@ -125,6 +129,20 @@ def _matmul_vjp(g, out, a, b):
         gb = sum_to(matmul(mT(a2), g2), tuple(b2.shape))
         gb = shape_ops.reshape(gb, tuple(b.shape))
     return ga, gb
+
+
+def _matrix_rhs_vjp(g, a, b):
+    """The VJP of ``a @ b`` for a matrix ``b``, which is ``linear(a, b.T)``: linear's
+    gradients, ``a``'s without a transpose of ``b`` and ``b``'s as one GEMM over all of
+    ``a``'s rows (not a product per batch and then their sum). None where the general rule
+    takes no more ops (only ``b``'s gradient, of a matrix ``a``)."""
+    need_a, need_b = needs_grad(a), needs_grad(b)
+    if not need_b:
+        return linear(g, b), None
+    if not need_a and a.ndim == 2:
+        return None
+    ga, gw, _ = apply(LINEAR_BACKWARD, g, a, mT(b), need=(need_a, True, False))
+    return (ga if need_a else None), mT(gw)
 
 
 def _specialise_matmul(a, b):
