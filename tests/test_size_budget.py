@@ -258,9 +258,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +5, nn/ +5 and the core +5: the forward hooks and pre-hooks of the modules
 # guarded (a hook registered after the first compiled call was ignored).
 # capture/ +5 merging the real-programs branch after the rebound-state one (both helpers).
-CORE_BUDGET = 24_275
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_710, "cli": 320,
-           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_505,
+# capture/ +30, ops/ +10 and the core +35 (generated stateful programs): a backward inside
+# through an argument with history, and an in-place write giving an argument history, are
+# refused by name (they were silently wrong); a written argument returned is itself; a slot
+# that comes to hold a tensor is compared by type.
+CORE_BUDGET = 24_310
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_740, "cli": 320,
+           "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_515,
            "passes": 3_060, "export": 3_840, "nn": 3_630, "optim": 1_450, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
