@@ -261,9 +261,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +30, ops/ +10 and the core +35 (generated stateful programs): a backward inside
 # through an argument with history, and an in-place write giving an argument history, are
 # refused by name (they were silently wrong); a written argument returned is itself; a slot
-# that comes to hold a tensor is compared by type.
-CORE_BUDGET = 24_310
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_740, "cli": 320,
+# that comes to hold a tensor is compared by type. capture/ +45 and the core +45: a trace
+# that prints runs its Python at every call (capture/prints.py: it printed once); which
+# state an argument is, guarded; a refreshed view argument's gradient counted once.
+CORE_BUDGET = 24_355
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 840, "backends": 40, "capture": 4_785, "cli": 320,
            "codegen": 1_315, "distributed": 1_680, "graph": 1_120, "kernels": 3_975, "ops": 7_515,
            "passes": 3_060, "export": 3_840, "nn": 3_630, "optim": 1_450, "profiler": 440,
            "utils": 600, "distributions": 210}

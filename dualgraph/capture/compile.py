@@ -44,6 +44,7 @@ from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .held import Held, guards_for, held, root_sources, tensor_places
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
+from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots, is_scalar
 from .reuse import capture_key
@@ -132,10 +133,13 @@ class Entry:
         if capture.held:
             self.held = Held(capture.held)
         self.sharing = None   # (storage shared among arguments and state: guarded where a
-        if capture.writebacks or capture.grads_cleared or self.backward is not None:  # write
-            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)  # or a
-                                if b.kind == "arg")                                  # grad
-            self._state = {id(b.tensor._version) for b in capture.bindings   # could tell)
+        # write or a grad could tell, or where an argument was state when traced: the graph
+        # then read the state through that argument's input, ``f(x, W)`` reading ``W``)
+        if (capture.writebacks or capture.grads_cleared or self.backward is not None
+                or capture.arg_state):
+            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)
+                                if b.kind == "arg")
+            self._state = {id(b.tensor._version) for b in capture.bindings
                            if b.kind == "captured"} | capture.arg_state
             self.sharing = self._sharing([b.tensor for b in capture.bindings], by_binding=True)
 
@@ -170,12 +174,14 @@ class Entry:
     def _sharing(self, tensors: list, by_binding=False) -> tuple:
         """Which of the tensor arguments share storage (views of one another, or of a tensor
         the graph reads as state): per argument bound, the first such argument's position,
-        or -1 for state. ``tensors``: the call's tensor arguments (``by_binding``: the
-        capture's bound tensors, as traced)."""
+        or the state's storage (the id of its version counter: which state, not only
+        whether). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
+        bound tensors, as traced)."""
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
-            out.append(-1 if version in self._state else first.setdefault(version, i))
+            out.append(("state", version) if version in self._state
+                       else first.setdefault(version, i))
         return tuple(out)
 
     def _read_place(self, k: int):
@@ -1104,6 +1110,13 @@ class Compiled:
                              "Python or its ops", e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
+        except PythonPrint as e:
+            self._split = None
+            if not split:
+                return self._graph_break(e), sig
+            self._every_call("it prints", e.location, e.fix)
+            self._split_result = self._split(args, kwargs)
+            return None, sig
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
@@ -1197,7 +1210,7 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         try:
-            with tracer, math_functions(symbolic):
+            with tracer, math_functions(symbolic), held_prints() as printed:
                 index, bound = 0, set()
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
@@ -1214,6 +1227,8 @@ class Compiled:
                 if as_inputs and draws.drawn():
                     random_break = PythonRandom(self.fn)
                     raise random_break
+                if as_inputs and printed and not getattr(tracer, "broke", False):
+                    raise PythonPrint(printed[0][0])   # (one graph would print once)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
