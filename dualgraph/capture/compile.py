@@ -1210,7 +1210,7 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         try:
-            with tracer, math_functions(symbolic), held_prints() as printed:
+            with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):

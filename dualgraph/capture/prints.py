@@ -10,15 +10,17 @@ which prints as eager does, or, where it can't split, eagerly. A trace that spli
 split call's) prints what it held when it ends; one that raises drops it (the call runs
 again, and would print it twice).
 
->>> with held_prints() as printed:
+>>> def step():
 ...     print("at the end")
-...     print(len(printed))
+>>> with held_prints(step) as printed:
+...     step()
+...     count = len(printed)
 at the end
+>>> count
 1
 """
 from __future__ import annotations
 
-import builtins
 import contextlib
 
 from .._helpers import format_site, user_site
@@ -35,20 +37,27 @@ class PythonPrint(CaptureError):
 
 
 @contextlib.contextmanager
-def held_prints():
-    """``print`` records ``(site, file, text)`` instead of printing; printed when the trace
-    ends, unless it raises (a whole-graph trace that printed raises :class:`PythonPrint`)."""
+def held_prints(fn):
+    """``print``, as the code of ``fn`` (a function or a module's forward) and the functions
+    of its module name it, records ``(site, file, text)`` instead of printing; printed when
+    the trace ends, unless it raises (a whole-graph trace that printed raises
+    :class:`PythonPrint`). The name is put in that module's globals for the trace, not in
+    ``builtins``: libraries imported meanwhile (Numba registers ``print``) keep the real
+    one."""
     printed: list = []
-    real = builtins.print
+    namespace = getattr(getattr(fn, "forward", fn), "__globals__", None)
+    if namespace is None or "print" in namespace:   # (its own print, or a trace around)
+        yield printed
+        return
 
     def held(*args, sep=" ", end="\n", file=None, flush=False):
         sep, end = " " if sep is None else sep, "\n" if end is None else end
         printed.append((format_site(user_site()), file, sep.join(map(str, args)) + end))
 
-    builtins.print = held
+    namespace["print"] = held
     try:
         yield printed
     finally:
-        builtins.print = real
+        del namespace["print"]
     for _, file, text in printed:   # (not after an exception: the call runs again)
-        real(text, end="", file=file)
+        print(text, end="", file=file)
