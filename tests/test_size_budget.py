@@ -279,9 +279,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the core +55 for the same.
 # ops/ +15, autograd/ +5 (eager per-op cost, issue 26): matmul's VJP with a matrix right
 # operand as linear_backward (one op, one GEMM for the weight); the engine's heap as locals.
-CORE_BUDGET = 24_685
-BUDGETS = {".": 1_760, "amp": 320, "autograd": 845, "backends": 40, "capture": 4_790, "cli": 320,
-           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_665,
+# capture/ +30, ops/ +10 and the core +35 (generated stateful programs): a backward inside
+# through an argument with history, and an in-place write giving an argument history, are
+# refused by name (they were silently wrong); a written argument returned is itself; a slot
+# that comes to hold a tensor is compared by type. capture/ +45 and the core +45: a trace
+# that prints runs its Python at every call (capture/prints.py: it printed once); which
+# state an argument is, guarded; a refreshed view argument's gradient counted once.
+CORE_BUDGET = 24_765
+BUDGETS = {".": 1_760, "amp": 320, "autograd": 845, "backends": 40, "capture": 4_865, "cli": 320,
+           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_675,
            "passes": 3_120, "export": 3_840, "nn": 3_655, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

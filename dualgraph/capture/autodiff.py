@@ -46,11 +46,24 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
     cotangents = [Tensor._make(graph.add_input(r._data.shape, r._data.dtype, name="grad_out"))
                   for r in roots]
     grads = engine.run_backward(roots, cotangents, retain_graph=True, create_graph=False,
-                                capture=[b.tensor for b in diff_inputs])
+                                capture=[_as_bound(b.tensor) for b in diff_inputs])
     grad_values = [None if g is None else tracer.value_of(g) for g in grads]
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
                   grad_values, diff_outputs, diff_inputs)
+
+
+def _as_bound(t: Tensor) -> Tensor:
+    """``t`` as the leaf of the graph it was bound as. One that took on a history while
+    traced (a view argument refreshed after a write to its base: ``a.mul_(0.5)`` under
+    ``no_grad``, then ``c = a[1]`` read) gets the gradient of its input value only, what
+    reached its accumulator, not that of its new value (which reaches its base already:
+    counted twice, once through the graph and once through the caller's view)."""
+    if t.grad_fn is None:
+        return t
+    leaf = Tensor._make(t._data)
+    leaf.requires_grad, leaf._accumulator = True, t._accumulator
+    return leaf
 
 
 def differentiable(capture, result_tensors) -> tuple[list, list]:

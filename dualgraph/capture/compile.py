@@ -44,8 +44,9 @@ from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .held import Held, guards_for, held, root_sources, tensor_places
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
+from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
-from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots
+from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots, is_scalar
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
 from .records import RETRACE_LIMIT, Record, _name
@@ -132,10 +133,13 @@ class Entry:
         if capture.held:
             self.held = Held(capture.held)
         self.sharing = None   # (storage shared among arguments and state: guarded where a
-        if capture.writebacks or capture.grads_cleared or self.backward is not None:  # write
-            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)  # or a
-                                if b.kind == "arg")                                  # grad
-            self._state = {id(b.tensor._version) for b in capture.bindings   # could tell)
+        # write or a grad could tell, or where an argument was state when traced: the graph
+        # then read the state through that argument's input, ``f(x, W)`` reading ``W``)
+        if (capture.writebacks or capture.grads_cleared or self.backward is not None
+                or capture.arg_state):
+            self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)
+                                if b.kind == "arg")
+            self._state = {id(b.tensor._version) for b in capture.bindings
                            if b.kind == "captured"} | capture.arg_state
             self.sharing = self._sharing([b.tensor for b in capture.bindings], by_binding=True)
 
@@ -170,12 +174,14 @@ class Entry:
     def _sharing(self, tensors: list, by_binding=False) -> tuple:
         """Which of the tensor arguments share storage (views of one another, or of a tensor
         the graph reads as state): per argument bound, the first such argument's position,
-        or -1 for state. ``tensors``: the call's tensor arguments (``by_binding``: the
-        capture's bound tensors, as traced)."""
+        or the state's storage (the id of its version counter: which state, not only
+        whether). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
+        bound tensors, as traced)."""
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
-            out.append(-1 if version in self._state else first.setdefault(version, i))
+            out.append(("state", version) if version in self._state
+                       else first.setdefault(version, i))
         return tuple(out)
 
     def _read_place(self, k: int):
@@ -298,7 +304,11 @@ class Entry:
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
                         shared, replay=(self.replay, read, self._kept))
         for i, b in self.passthrough.items():   # ``return x``: x itself, as eager returns it
-            leaves[i] = tensor_args[b.index] if b.kind == "arg" else b.tensor
+            t = tensor_args[b.index] if b.kind == "arg" else b.tensor
+            if leaves[i].grad_fn is not None:   # (written in place with autograd: its
+                t.requires_grad, t.grad_fn = True, leaves[i].grad_fn   # history goes on
+                t._output_nr = leaves[i]._output_nr                    # from the write)
+            leaves[i] = t
         # ids of output arrays a tensor already owns (the user's outputs, saved values)
         taken = {id(t._data) for t in leaves if isinstance(t, Tensor)} | {id(a) for a in saved}
         made = 0
@@ -532,6 +542,12 @@ def _name_new_state(capture, names: dict, fn) -> None:
                 capture.graph.rename(b.value, names[id(b.tensor)])
 
 
+def _writable(value) -> bool:
+    """Whether a Python value a traced call left in a slot is written again after each
+    call of its graph: a scalar (or a deletion), not a tensor the call made and kept."""
+    return value is ABSENT or is_scalar(value)
+
+
 def _passthrough_outputs(capture) -> list:
     """``(output leaf position, graph output, binding)`` of each output that is a bound
     tensor itself, unchanged by the call (``return x, y``): the call returns that very
@@ -542,9 +558,12 @@ def _passthrough_outputs(capture) -> list:
     graph = capture.graph
     bound = {v: b for v, b in zip(graph.inputs, capture.bindings)
              if b.kind != "grad" and not b.cut}
+    # (a bound tensor the call wrote in place, ``x.mul_(2); return x``: x too, its new value
+    # written back into it)
+    returned = {i: b for i, b in capture.returned.items() if not b.cut}
     values = [i for i, kind in enumerate(capture.out_leaves) if kind == "value"]
-    return [(i, j, bound[graph.outputs[j]]) for j, i in enumerate(values)
-            if graph.outputs[j] in bound]
+    return [(i, j, bound.get(graph.outputs[j]) or returned[i]) for j, i in enumerate(values)
+            if graph.outputs[j] in bound or i in returned]
 
 
 def _outputs_aliasing_inputs(graph) -> list:
@@ -946,11 +965,13 @@ class Compiled:
         new = [s for s in find_slots(self.fn, self._optimizers) if s.identity() not in known]
         before = sig[5] + tuple(fact(ABSENT) for _ in new)
         inputs = {id(slot) for slot, _, _ in numbers}
+        # (a tensor the call put in a slot is no Python value to write again: kept state)
         written = [(s, s.get()) for s, b in zip(self._slots + new, before)
-                   if id(s) not in inputs and fact(s.get()) != b] + number_writes
+                   if id(s) not in inputs and fact(s.get()) != b and _writable(s.get())
+                   ] + number_writes
         for s in self._module_facts.scalar_slots():
             old = module_before.get(s.identity(), fact(ABSENT))
-            if fact(s.get()) != old:
+            if fact(s.get()) != old and _writable(s.get()):
                 written.append((s, s.get()))
         self._add_slots(new)
         counters = list(dict.fromkeys(s.name for s, value in written
@@ -1089,6 +1110,13 @@ class Compiled:
                              "Python or its ops", e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
+        except PythonPrint as e:
+            self._split = None
+            if not split:
+                return self._graph_break(e), sig
+            self._every_call("it prints", e.location, e.fix)
+            self._split_result = self._split(args, kwargs)
+            return None, sig
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
@@ -1182,7 +1210,7 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         try:
-            with tracer, math_functions(symbolic):
+            with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
                 for i, leaf in enumerate(leaves):
                     if isinstance(leaf, Tensor):
@@ -1199,6 +1227,8 @@ class Compiled:
                 if as_inputs and draws.drawn():
                     random_break = PythonRandom(self.fn)
                     raise random_break
+                if as_inputs and printed and not getattr(tracer, "broke", False):
+                    raise PythonPrint(printed[0][0])   # (one graph would print once)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)

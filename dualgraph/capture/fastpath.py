@@ -139,9 +139,12 @@ def fast_path(compiled, entry, sig):
     symbols: dict = {}   # symbolic dim -> the variable holding its size in this call
     for i, (_, shape, dtype, requires_grad) in enumerate(facts):
         names[f"dtype_{i}"] = dtype
-        lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not {requires_grad}:",
-                  "    return MISS",
-                  f"x{i} = a{i}._data"]
+        leaf = "is None" if requires_grad is True else "is not None"
+        lines += [f"if type(a{i}) is not Tensor or a{i}.requires_grad is not "
+                  f"{requires_grad is not False}:", "    return MISS"]
+        if requires_grad is not False:   # (a leaf, or a tensor with history: guards.py)
+            lines += [f"if a{i}.grad_fn {leaf}:", "    return MISS"]
+        lines += [f"x{i} = a{i}._data"]
         if all(type(d) is int for d in shape):
             lines += [f"if x{i}.shape != {tuple(shape)!r} or x{i}.dtype != dtype_{i}:",
                       "    return MISS"]

@@ -19,6 +19,7 @@ from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 # OneCycleLR and CyclicLR move momentum, or Adam's beta1, too; dualgraph's optimisers take
 # them as tensors)
 DYNAMIC_HYPER = ("lr", "momentum", "betas")
+HISTORY = "True (with autograd history)"   # a tensor argument's requires_grad fact
 BAKED_FIX = ("expected when it changes rarely; a value that changes often is better a "
              "tensor (dg.tensor(value), updated in place), which the graph takes as an input")
 
@@ -30,7 +31,10 @@ def arg_facts(leaf, dynamic_dims: dict | None):
         if dynamic_dims:
             shape = tuple(dynamic_dims.get(i, d) for i, d in enumerate(shape))
             shape = tuple(str(d) if not isinstance(d, int) else d for d in shape)
-        return ("tensor", shape, leaf._data.dtype, bool(leaf.requires_grad))
+        # (requires_grad: False, True for a leaf, HISTORY for a tensor with autograd
+        # history, which a backward inside the function must not take as a leaf)
+        grad = bool(leaf.requires_grad) and (leaf.grad_fn is None or HISTORY)
+        return ("tensor", shape, leaf._data.dtype, grad)
     if leaf is None or isinstance(leaf, (bool, int, float, str)):
         return ("python", type(leaf).__name__, leaf)
     # (a plain object's public scalar attributes too: ``fn(x, cfg)`` reads ``cfg.scale``)

@@ -47,8 +47,11 @@ def is_scalar(v) -> bool:
 
 
 def fact(v) -> tuple:
-    """What a guard compares: the type too (``2``, ``2.0`` and ``True`` trace differently)."""
-    return (type(v), v)
+    """What a guard compares: the type too (``2``, ``2.0`` and ``True`` trace differently).
+    A slot found holding a scalar may hold a tensor later (``self.out = None``, then ``h``):
+    its type only, since a tensor's ``==`` is elementwise (the places holding tensors have
+    guards of their own: capture/held.py, escape.py)."""
+    return (type(v), v if v is ABSENT or is_scalar(v) else None)
 
 
 class _Input:
@@ -80,7 +83,7 @@ class Slot:
     def fact(self) -> tuple:
         """What its guard compares now."""
         v = self.get()
-        return (type(v), INPUT) if type(v) is self.number else (type(v), v)
+        return (type(v), INPUT) if type(v) is self.number else fact(v)
 
     def container(self):
         return self.obj if self.parent is None else self.parent.get()

@@ -97,6 +97,8 @@ class Capture:
     # a traced value (``state["step"] += 1``): the tensor is written back ("data"), then the
     # slot gets its value as a Python number again (capture/symbolic.py)
     number_writes: list = field(default_factory=list)
+    # leaf position -> binding, for each output that is a bound tensor itself (``return x``)
+    returned: dict = field(default_factory=dict)
     # "Fn.apply at file:line" per custom autograd function the call applied: their
     # backward is the user's, which a replay of the forward's ops would not call
     custom_functions: list = field(default_factory=list)
@@ -247,8 +249,24 @@ class Tracer:
                                          view._view_version)
 
     def note_grad(self, leaf: Tensor) -> None:
-        """Called when backward sets ``leaf.grad`` to a traced value."""
+        """Called when backward sets ``leaf.grad`` to a traced value. A bound tensor with
+        autograd history outside the function (an argument ``h = net(x)`` or a view
+        ``a[1]``) is a leaf only inside the graph: eagerly the backward goes on into that
+        history, before anything after it in the function runs."""
+        binding = self._bound.get(id(leaf))
+        if binding is not None and binding.history and binding.history[0] is not None:
+            raise CaptureError(
+                f"a backward inside the function through {binding.value.name}, a tensor "
+                "with autograd history outside it", format_site(user_site()),
+                "Return the loss and call backward() outside the compiled function, or pass "
+                "a leaf (x.detach().requires_grad_()).")
         self._grad_written[id(leaf)] = leaf
+
+    def history_of(self, t: Tensor) -> str | None:
+        """The name of the tensor argument whose storage ``t`` is (``t`` itself or a
+        view), or None: an in-place write that gives it history can't be written back."""
+        binding = self._bound.get(id(t._storage_owner(self._bound)))
+        return binding.value.name if binding is not None and binding.kind == "arg" else None
 
     # -- start and finish ----------------------------------------------------------------------
     def __enter__(self):
@@ -266,14 +284,17 @@ class Tracer:
         real tensors holding their values after the call."""
         leaves, spec = flatten(result)
         self.result_leaves = leaves
-        outputs, kinds = [], []
-        for leaf in leaves:
+        outputs, kinds, returned = [], [], {}
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, Tensor):
+                if id(leaf) in self._bound:   # (``return x``, x a bound tensor, written or not)
+                    returned[i] = self._bound[id(leaf)]
                 outputs.append(self.value_of(leaf))
                 kinds.append("value")
             else:
                 kinds.append(("const", leaf))
         capture = Capture(self.graph, self.bindings, spec, kinds)
+        capture.returned = returned
         capture.custom_functions = list(self.custom_functions)
         superseded = self._superseded_grads()
         for binding in self._mutated.values():

@@ -26,6 +26,8 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     version (so saved copies are caught), and give it ``result``'s history. A write into a
     view also gives the tensor it views the new history and, while tracing, the new value
     (ops/views.py)."""
+    if grad_mode.enabled and result.requires_grad and modes.building_graph():
+        _no_history_into_arguments(target)
     if grad_mode.enabled and target.requires_grad and target.grad_fn is None:
         raise RuntimeError(
             "a leaf tensor that requires grad is being used in an in-place operation; "
@@ -150,6 +152,18 @@ def set_data(target: Tensor, value) -> None:
             "Assign a value of the same shape and dtype (p.data.copy_(t)), or do it outside "
             "the compiled function.")
     commit_write(target, new)
+
+
+def _no_history_into_arguments(target: Tensor) -> None:
+    """While tracing: an in-place write with autograd history into a tensor argument (or a
+    view of one) would give the caller's tensor a new history eagerly, which the graph's
+    writeback of its value does not; refused, naming the line."""
+    name = getattr(modes.tracer, "history_of", lambda t: None)(target)
+    if name is not None:
+        raise CaptureError(
+            f"an in-place write that gives the argument {name} autograd history",
+            format_site(user_site()), "Write into a copy (x = x.clone()), or under "
+            "dg.no_grad(), or call the function uncompiled.")
 
 
 def commit_write(target: Tensor, value) -> None:
