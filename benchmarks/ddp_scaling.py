@@ -25,8 +25,9 @@ reads the JSON line rank 0 prints:
   2 cores (shared memory bandwidth, caches, frequency), which DDP's ratio is judged by.
 - ``breakdown`` (only with ``--breakdown``): where a DDP step's time goes on each rank,
   eager and compiled (step wall and CPU time; the allreduce starts, progress polls and
-  waits in wall and CPU time, their calls, the ``Test`` polls of the waits), against the
-  same 64-row step without DDP in the same job.
+  waits in wall and CPU time, their calls, the ``Test`` polls of the waits; the passes
+  over the gradients: packing the buckets, summing this rank's share, copying out),
+  against the same 64-row step without DDP in the same job.
 - ``collectives``: allreduce (sum, float32) of 1 KB to 64 MB, median time of
   ``dg.distributed.all_reduce`` against mpi4py's ``Allreduce`` on the same arrays (and its
   in-place ``Iallreduce`` with a ``Test`` loop, what dualgraph runs underneath), the best
@@ -183,10 +184,14 @@ def breakdown() -> dict:
     ms and calls): the allreduce starts (the buckets' copies not included), the progress
     polls during the backward, and the waits (``Pending.wait``: polling until the reduction
     is there; ``tests`` counts the polls: MPI's ``Test`` calls, or through shared memory
-    ``Window.advance``)."""
+    ``Window.advance``); and the passes over the gradients: ``pack`` (into the buckets,
+    divided), ``sum`` (this rank's share of a reduction through shared memory: inside the
+    polls and waits, counted there too) and ``copy out`` (the averages into ``.grad``)."""
     import dualgraph as dg
     import dualgraph.distributed as dist
     from dualgraph.distributed import mpi, shm
+    from dualgraph.nn import parallel
+    from dualgraph.ops import collective, creation
     dist.init_process_group("mpi")
     rank, size = dist.get_rank(), dist.get_world_size()
     spent = {}
@@ -218,7 +223,14 @@ def breakdown() -> dict:
     for cls, method, part in ((mpi.Communicator, "all_reduce", "start"),
                               (mpi.Communicator, "all_reduce_shared", "start"),
                               (mpi.Communicator, "progress", "progress"),
-                              (mpi.Pending, "wait", "wait"), (shm.Reduction, "wait", "wait")):
+                              (mpi.Pending, "wait", "wait"), (shm.Reduction, "wait", "wait"),
+                              # the work on the gradients: copying them into the buckets
+                              # (divided), this rank's share of the sums (inside the polls
+                              # and waits above), the averages out into .grad (eager:
+                              # _write_grads; compiled: the clone nodes)
+                              (collective, "pack", "pack"), (shm.Reduction, "sum", "sum"),
+                              (parallel, "_write_grads", "copy out"),
+                              (creation.CLONE, "kernel", "copy out")):
         setattr(cls, method, timed(part, getattr(cls, method)))
     mpi.Pending.test = counted(mpi.Pending.test)
     shm.Window.advance = counted(shm.Window.advance)
@@ -236,7 +248,8 @@ def breakdown() -> dict:
                 run()
                 marks.append((time.perf_counter() - wall, time.process_time() - cpu))
             row = dict(zip(("step", "cpu"), (np.median(np.array(marks), axis=0) * 1e3)))
-            for part, calls in (("start", "starts"), ("progress", "polls"), ("wait", "waits")):
+            for part, calls in (("start", "starts"), ("progress", "polls"), ("wait", "waits"),
+                                ("pack", "packs"), ("sum", "sums"), ("copy out", "copies")):
                 got = spent.get(part, [0.0, 0.0, 0])
                 row.update({f"{part} wall": got[0] / TIMED * 1e3,
                             f"{part} cpu": got[1] / TIMED * 1e3, calls: got[2] / TIMED})
