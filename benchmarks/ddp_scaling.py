@@ -190,7 +190,7 @@ def breakdown() -> dict:
     import dualgraph as dg
     import dualgraph.distributed as dist
     from dualgraph.distributed import mpi, shm
-    from dualgraph.nn import parallel
+    from dualgraph.nn import parallel as data_parallel
     from dualgraph.ops import collective, creation
     dist.init_process_group("mpi")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -226,10 +226,12 @@ def breakdown() -> dict:
                               (mpi.Pending, "wait", "wait"), (shm.Reduction, "wait", "wait"),
                               # the work on the gradients: copying them into the buckets
                               # (divided), this rank's share of the sums (inside the polls
-                              # and waits above), the averages out into .grad (eager:
-                              # _write_grads; compiled: the clone nodes)
+                              # and waits above), the averages out into .grad (the other
+                              # ranks' shares where this rank's is summed into .grad; the
+                              # whole bucket by _write_grads or a compiled step's clone)
                               (collective, "pack", "pack"), (shm.Reduction, "sum", "sum"),
-                              (parallel, "_write_grads", "copy out"),
+                              (shm.Reduction, "copy_rest", "copy out"),
+                              (data_parallel, "_write_grads", "copy out"),
                               (creation.CLONE, "kernel", "copy out")):
         setattr(cls, method, timed(part, getattr(cls, method)))
     mpi.Pending.test = counted(mpi.Pending.test)

@@ -82,11 +82,13 @@ def test_ddp_equals_one_process_on_the_whole_batch():
 def test_allreduce_through_shared_memory_or_mpi(transport):
     """Where the ranks share a machine, allreduces (and DDP's buckets) go through an MPI
     shared-memory window; DUALGRAPH_DIST_SHM=0 keeps them on MPI. Either way results equal
-    NumPy's and are bit-identical on every rank, also with many in flight."""
+    NumPy's and are bit-identical on every rank, also with many in flight; DDP's averages
+    go straight into the gradients' own arrays."""
     env = {"DUALGRAPH_DIST_SHM": "0" if transport == "mpi" else "1"}
     lines = ok_lines(mpiexec("shm.py", transport, env=env))
     for check in ("allreduce equals NumPy", "asynchronous allreduces", "out of place",
-                  "ddp buckets", "windows freed at destroy_process_group"):
+                  "ddp buckets", "ddp gradients summed into their own arrays",
+                  "windows freed at destroy_process_group"):
         assert sum(line.startswith(f"OK {check}") for line in lines) == 1, lines
 
 

@@ -356,18 +356,12 @@ class Communicator:
     def _shared_all_reduce(self, x: np.ndarray, op: str, inplace: bool) -> "shm.Reduction":
         """``all_reduce`` through the shared ring, ``x`` copied in: up to
         ``shm.WHOLE_BYTES`` each rank sums all of it into the result itself (one
-        synchronisation), else its share, and the result is copied out (into ``x`` if
-        ``inplace``) when it is waited for."""
+        synchronisation), else its share, straight into the result (``x`` if ``inplace``),
+        and the other shares are copied into it when it is waited for."""
         finish = self._reduction(op, x.dtype)[2]   # (checks op and dtype, as MPI's path)
         whole = x.nbytes <= shm.WHOLE_BYTES
         arrays = self.shared.copy_in(x, whole)
         out = x if inplace else np.empty(x.shape, x.dtype)
-        if not whole:
-            mine, then = arrays[self.rank], finish
-
-            def finish(result):
-                np.copyto(result, mine)
-                return then(result)
         return self.shared.placed(self.all_reduce_shared(self.shared, arrays, op, out,
                                                          finish, whole))
 

@@ -106,9 +106,17 @@ class Window:
         already in its own): afterwards each of them holds the reduction, or (``whole``)
         only ``result``, where each rank sums the whole message itself, in rank order
         (bit-identical everywhere: one synchronisation, for small messages). ``wait()``
-        returns ``finish(result)`` (``result``: this rank's array by default)."""
+        returns ``finish(result)`` (``result``: this rank's array by default).
+
+        A ``result`` that is not this rank's array, where ranks sum shares: an array like
+        it, or a list of C-contiguous arrays whose sizes add up to its (a data-parallel
+        bucket's gradients), receives the reduction instead: this rank's share is summed
+        straight into it (and into the other ranks' arrays), and ``wait()`` copies the
+        other shares into it from this rank's array: half a pass over the message fewer
+        (for two ranks) than a copy out after the reduction."""
         mine = arrays[self.rank]
         self.started += 1
+        into = rest = None
         if whole:
             shares = arrays
         else:
@@ -118,8 +126,13 @@ class Window:
             share = -(-(-(-n // size)) // align) * align   # ceil(n / size), whole lines
             lo, hi = min(self.rank * share, n), min((self.rank + 1) * share, n)
             shares = [a[lo:hi] for a in flat]
+            if result is not None and result is not mine:
+                pieces = result if type(result) is list else [result]
+                into = [(out, a - lo, b - lo) for out, a, b in _segments(pieces, lo, hi)]
+                rest = [(out, flat[self.rank][a:b]) for out, a, b in
+                        _segments(pieces, 0, lo) + _segments(pieces, hi, n)]
         reduction = Reduction(self, self.started, shares, COMBINE[op], label, mine, number,
-                              mine if result is None else result, finish, whole)
+                              mine if result is None else result, finish, whole, into, rest)
         self.win.Sync()   # this rank's input is in memory before the counter says so
         self.arrived[self.rank][0] = self.started
         self.queue.append(reduction)
@@ -226,13 +239,17 @@ class Reduction:
     communicator's waits and deadline errors take either."""
 
     __slots__ = ("window", "seq", "shares", "combine", "label", "array", "number", "result",
-                 "finish", "whole", "summed", "done", "started")
+                 "finish", "whole", "into", "rest", "summed", "done", "started")
 
     def __init__(self, window, seq, shares, combine, label, array, number, result, finish,
-                 whole):
+                 whole, into=None, rest=None):
         self.window, self.seq, self.shares, self.combine = window, seq, shares, combine
         self.label, self.array, self.number = label, array, number
         self.result, self.finish, self.whole = result, finish, whole
+        # a result of its own (Window.all_reduce): where this rank's share is summed into,
+        # (array, first, end) of the share; and the other shares' (array, part of this
+        # rank's message) that wait() copies into it
+        self.into, self.rest = into, rest
         self.summed = self.done = False
         self.started = None
 
@@ -246,11 +263,20 @@ class Reduction:
                 combine(out, a, out=out)
             return
         mine = self.shares[me]
-        if mine.size:
+        if not mine.size:
+            return
+        if self.into is None:
             for r in others:
                 self.combine(mine, self.shares[r], out=mine)
             for r in others:
                 np.copyto(self.shares[r], mine)
+            return
+        for out, a, b in self.into:
+            self.combine(mine[a:b], self.shares[others[0]][a:b], out=out)
+            for r in others[1:]:
+                self.combine(out, self.shares[r][a:b], out=out)
+            for r in others:
+                np.copyto(self.shares[r][a:b], out)
 
     @property
     def what(self) -> str:
@@ -274,13 +300,19 @@ class Reduction:
         w = self.window
         if self.whole:
             return self.done and not w.behind(w.reduced, self.seq)
-        return self.done and self.finish is None
+        return self.done and self.finish is None and self.rest is None
 
     def release(self) -> None:
         """Wait (against the deadline) until :meth:`free`."""
         self.wait()
         if not self.free():
             self.window.comm.wait_all([_Released(self)])
+
+    def copy_rest(self) -> None:
+        """The shares the other ranks summed, from this rank's array into the result."""
+        for out, part in self.rest:
+            np.copyto(out, part)
+        self.rest = None
 
     def wait(self):
         if not self.done:
@@ -290,9 +322,24 @@ class Reduction:
                     break
             else:
                 self.window.comm.wait_all([self])
+        if self.rest is not None:
+            self.copy_rest()
         if self.finish is not None:
             self.result, self.finish = self.finish(self.result), None
         return self.result
+
+
+def _segments(pieces: list, lo: int, hi: int) -> list:
+    """(a flat view of a piece, first, end) for each part of ``pieces`` (arrays laid end to
+    end) that lies in elements ``lo`` to ``hi`` of them."""
+    found, start = [], 0
+    for piece in pieces:
+        end = start + piece.size
+        if start < hi and lo < end:
+            a, b = max(lo, start), min(hi, end)
+            found.append((piece.reshape(-1)[a - start:b - start], a, b))
+        start = end
+    return found
 
 
 class _Released:

@@ -60,13 +60,27 @@ class _Bucket:
         """Live in ``window``: ``arrays`` are every rank's flat array there."""
         self.window, self.arrays, self.flat = window, arrays, arrays[window.rank]
 
-    def register(self, key: str) -> None:
-        """Register the flat array as the place ``key`` (``collective.add_place``)."""
+    def register(self, key: str, apart: bool) -> None:
+        """Register the flat array as the place ``key`` (``collective.add_place``;
+        ``apart``: a captured step's reduction goes into a new array, not the bucket)."""
         self.place = key
         if self.window is None:
             collective.add_place(key, None, self.flat)
         else:
-            collective.add_place(key, self.window, self.arrays)
+            collective.add_place(key, self.window, self.arrays, apart)
+
+    def outputs(self) -> list:
+        """Where each parameter's averaged gradient is summed into (a reduction through
+        shared memory): its ``.grad``'s own array where that can take it (it holds the
+        local gradient, already copied into the bucket), else a new one."""
+        dtype, outs = self.flat.dtype, []
+        for p in self.params:
+            g = None if p.grad is None else p.grad._data
+            if (type(g) is not np.ndarray or g.dtype != dtype or not g.flags.c_contiguous
+                    or not g.flags.writeable or g.shape != p._data.shape):
+                g = np.empty(p._data.shape, dtype)
+            outs.append(g)
+        return outs
 
 
 class DistributedDataParallel(Module):
@@ -106,7 +120,7 @@ class DistributedDataParallel(Module):
         _share(self._buckets, self._comm)
         serial = next(_SERIAL)
         for bucket in self._buckets:
-            bucket.register(f"ddp{serial}.{bucket.index}")
+            bucket.register(f"ddp{serial}.{bucket.index}", not gradient_as_bucket_view)
         weakref.finalize(self, collective.forget_places, [b.place for b in self._buckets])
         self._next = 0             # the next bucket to start (they start in order)
         self._active = False       # a reduction is under way in this backward
@@ -216,8 +230,9 @@ class DistributedDataParallel(Module):
                                           self.process_group)
             bucket.future = self._hook(self._state, grad_bucket)
             return
-        if bucket.window is not None:   # (summed where it lies: no copy)
-            pending = self._comm.all_reduce_shared(bucket.window, bucket.arrays)
+        if bucket.window is not None:   # (summed where it lies; the average into .grad)
+            into = None if self.gradient_as_bucket_view else bucket.outputs()
+            pending = self._comm.all_reduce_shared(bucket.window, bucket.arrays, "SUM", into)
         else:
             pending = self._comm.all_reduce(flat, "SUM", inplace=True)
         bucket.future = dist.Future(pending.wait)
@@ -233,6 +248,9 @@ class DistributedDataParallel(Module):
                 self._start(self._buckets[self._next])
             for bucket in self._buckets:
                 reduced = bucket.future.wait()
+                if type(reduced) is list:   # (already in the gradients' arrays)
+                    _set_grads(bucket, reduced)
+                    continue
                 reduced = reduced._data if isinstance(reduced, Tensor) else reduced
                 _write_grads(bucket, reduced, self.gradient_as_bucket_view)
         finally:
@@ -265,8 +283,8 @@ class DistributedDataParallel(Module):
                 packed = collective.pack_bucket([p.grad for p in bucket.params],
                                                 self._comm.size, bucket.place)
                 reduced = collective.all_reduce(packed, "SUM", self._group, bucket.place)
-                if not self.gradient_as_bucket_view:   # (the next step overwrites it)
-                    reduced = reduced.clone()
+                if bucket.window is None and not self.gradient_as_bucket_view:
+                    reduced = reduced.clone()   # (the bucket: the next step overwrites it)
             else:
                 grads = cat([p.grad.reshape(-1) for p in bucket.params])
                 last = bucket.index == len(self._buckets) - 1
@@ -303,6 +321,19 @@ def _share(buckets: list, comm) -> None:
         window, arrays = shared
         for bucket, every in zip(buckets, arrays):
             bucket.share(window, every)
+
+
+def _set_grads(bucket: _Bucket, outs: list) -> None:
+    """The arrays a bucket's averages were summed into (``_Bucket.outputs``) as the
+    ``.grad``s."""
+    for p, out in zip(bucket.params, outs):
+        if p.grad is not None and p.grad._data is out:
+            p.grad._version[0] += 1
+        elif p.grad is not None:   # (one it could not write into: another layout)
+            np.copyto(p.grad._data, out, casting="unsafe")
+            p.grad._version[0] += 1
+        elif out.any():   # (no rank had a gradient: leave it None)
+            p.grad = Tensor._make(out)
 
 
 def _write_grads(bucket: _Bucket, reduced: np.ndarray, as_view: bool) -> None:

@@ -92,14 +92,18 @@ def _same(x, **attrs):
 # -- places: arrays that live where the communicator reduces them ------------------------------
 # Data parallelism keeps each bucket of gradients in an array of its own, in a shared-memory
 # window where the ranks share a machine (distributed/shm.py). It registers each as a
-# *place*: ``STATE.places[key] = (window, every rank's array)``, or ``(None, its array)``
-# where MPI reduces it. An ``all_reduce`` with ``place=key`` reduces that array where it
-# lies, and ``pack_bucket`` writes the gradients into it, so that a compiled step fills a
-# bucket in one pass and its allreduce copies nothing in or out, as the eager one.
-def add_place(key: str, window, arrays) -> None:
+# *place*: ``STATE.places[key] = (window, every rank's array, apart)``, or ``(None, its
+# array, False)`` where MPI reduces it. ``pack_bucket`` writes the gradients into it, and
+# an ``all_reduce`` with ``place=key`` reduces that array where it lies, so that a compiled
+# step fills a bucket in one pass and its allreduce copies nothing in, as the eager one;
+# the result is the place's array, or (``apart``) a new array that this rank's share is
+# summed into and the other shares copied into (shm.Window.all_reduce): the gradients of
+# the step, which the next step's reduction does not overwrite, for half a pass over them
+# instead of a copy of the bucket.
+def add_place(key: str, window, arrays, apart: bool = False) -> None:
     """Register a place (see above): ``window`` a ``shm.Window`` with ``arrays`` every
     rank's array in it, or None with ``arrays`` this process's own array."""
-    STATE.places[key] = (window, arrays)
+    STATE.places[key] = (window, arrays, apart and window is not None)
 
 
 def forget_places(keys) -> None:
@@ -108,17 +112,18 @@ def forget_places(keys) -> None:
 
 
 def _place(key: str):
-    """(window or None, every rank's arrays or None, this rank's array) of place ``key``."""
+    """(window or None, every rank's arrays or None, this rank's array, apart) of place
+    ``key``."""
     found = STATE.places.get(key)
     if found is None:
         raise RuntimeError(
             f"no place {key!r}: a graph that reduces a DistributedDataParallel's buckets in "
             "place runs only in the process whose DistributedDataParallel made them, while "
             "it lives; capture the step again with the model you train")
-    window, arrays = found
+    window, arrays, apart = found
     if window is None:
-        return None, None, arrays
-    return window, arrays, arrays[window.rank]
+        return None, None, arrays, False
+    return window, arrays, arrays[window.rank], apart
 
 
 def pack(flat: np.ndarray, grads, sizes, divisor) -> np.ndarray:
@@ -166,12 +171,13 @@ def _reduce(x, reduction, group=None, place=None):
     c = comm(group)
     if place is None:
         return c.all_reduce(x, reduction)
-    window, arrays, mine = _place(place)
+    window, arrays, mine, apart = _place(place)
     if x is not mine:
         np.copyto(mine, x.reshape(mine.shape))
     if window is None:
         return c.all_reduce(mine, reduction, inplace=True)
-    return c.all_reduce_shared(window, arrays, reduction)
+    into = np.empty_like(mine) if apart else None
+    return c.all_reduce_shared(window, arrays, reduction, into)
 
 
 def _all_reduce_vjp(g, out, x, reduction, group=None, place=None):
@@ -188,7 +194,8 @@ ALL_REDUCE = defop(
     _same, _all_reduce_vjp,
     attrs=("reduction", "group", "place"), saves="io", communicates=True,
     doc="The elementwise reduction (sum, avg, product, max, min) of ``x`` over all ranks "
-        "(with ``place``, reduced in that place's array, which it returns).")
+        "(with ``place``, reduced in that place's array, which it returns, or, for a place "
+        "that reduces apart, into a new array).")
 
 
 def _compressed_kernel(x, reduction, dtype, group=None):

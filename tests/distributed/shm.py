@@ -110,6 +110,38 @@ for p in net.parameters():
     assert same_everywhere(p.grad.numpy())
 ok(f"ddp buckets {'in the shared window' if SHARED else 'by MPI'}")
 
+# DDP without bucket views: each rank sums its share of the averages straight into the
+# .grads' own arrays (kept from step to step with zero_grad(set_to_none=False)) and copies
+# the other ranks' shares in; the averages of every rank's own gradients, bit-identical
+def gradients_apart() -> None:
+    dg.manual_seed(1)
+    own = dg.nn.Sequential(dg.nn.Linear(64, 64), dg.nn.ReLU(), dg.nn.Linear(64, 4))
+    model = DDP(own, bucket_cap_mb=0.01)
+    opt = dg.optim.SGD(own.parameters(), lr=0.1)
+    arrays = None
+    for step in range(2):
+        opt.zero_grad(set_to_none=False)
+        x = dg.tensor(inputs(8 * 64, np.float32, 40 + step)[RANK].reshape(8, 64))
+        loss = model(x).square().mean()
+        grads = dg.autograd.grad(loss, list(own.parameters()), retain_graph=True)
+        loss.backward()
+        if arrays is not None:
+            assert all(p.grad.numpy() is a for p, a in zip(own.parameters(), arrays))
+        arrays = [p.grad.numpy() for p in own.parameters()]
+        for p, g in zip(own.parameters(), grads):
+            every = [dg.zeros_like(g) for _ in range(SIZE)]
+            dist.all_gather(every, g)
+            want = sum(e.numpy() for e in every) / SIZE
+            np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-5, atol=1e-7)
+            assert same_everywhere(p.grad.numpy())
+            window = COMM.windows[-1].regions[RANK] if SHARED else np.empty(0)
+            assert not np.shares_memory(p.grad.numpy(), window)
+        opt.step()
+
+
+gradients_apart()
+ok("ddp gradients summed into their own arrays")
+
 # destroy_process_group frees every window no array views any more (a DDP dropped before
 # it), and keeps a window still viewed mapped (this model's .grads are views of its own)
 dropped = DDP(dg.nn.Linear(64, 4))
@@ -118,6 +150,7 @@ windows, kept = list(COMM.windows), net[0].weight.grad.numpy()
 del model, dropped
 dist.destroy_process_group()
 freed = [not w.regions for w in windows]
-assert freed == ([True, False, True] if SHARED else []), freed   # ring, model's, dropped's
+# the ring, model's, apart's (its .grads are arrays of their own), dropped's
+assert freed == ([True, False, True, True] if SHARED else []), freed
 assert np.isfinite(kept).all()   # (still mapped, readable)
 ok("windows freed at destroy_process_group where nothing views them")
