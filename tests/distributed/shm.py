@@ -5,14 +5,15 @@ the test). Checks that the transport asked for is the one used, that results equ
 and are bit-identical on every rank (dtypes, reductions, sizes either side of the
 thresholds), that many asynchronous allreduces in flight (more than the ring holds, mixed
 with MPI's broadcasts) complete in any waiting order, and that DDP's buckets (and with
-``gradient_as_bucket_view`` its gradients) live in the shared window."""
+``gradient_as_bucket_view`` its gradients) live in the shared window, and that without
+bucket views the averages are summed straight into the gradients' own arrays."""
 import sys
 
 import numpy as np
 
 import dualgraph as dg
 import dualgraph.distributed as dist
-from dualgraph.distributed import mpi
+from dualgraph.distributed import mpi, shm
 from dualgraph.nn.parallel import DistributedDataParallel as DDP
 from dualgraph.ops import collective
 
@@ -114,14 +115,17 @@ ok(f"ddp buckets {'in the shared window' if SHARED else 'by MPI'}")
 # .grads' own arrays (kept from step to step with zero_grad(set_to_none=False)) and copies
 # the other ranks' shares in; the averages of every rank's own gradients, bit-identical
 def gradients_apart() -> None:
+    """(one bucket of four .grads, 80 KiB each on average: summed into them, the shares
+    spanning several of them)"""
     dg.manual_seed(1)
-    own = dg.nn.Sequential(dg.nn.Linear(64, 64), dg.nn.ReLU(), dg.nn.Linear(64, 4))
-    model = DDP(own, bucket_cap_mb=0.01)
+    own = dg.nn.Sequential(dg.nn.Linear(256, 256), dg.nn.ReLU(), dg.nn.Linear(256, 64))
+    model = DDP(own)
     opt = dg.optim.SGD(own.parameters(), lr=0.1)
-    arrays = None
+    arrays, rests, copy_rest = None, [], shm.Reduction.copy_rest
+    shm.Reduction.copy_rest = lambda self: (rests.append(self), copy_rest(self))[1]
     for step in range(2):
         opt.zero_grad(set_to_none=False)
-        x = dg.tensor(inputs(8 * 64, np.float32, 40 + step)[RANK].reshape(8, 64))
+        x = dg.tensor(inputs(8 * 256, np.float32, 40 + step)[RANK].reshape(8, 256))
         loss = model(x).square().mean()
         grads = dg.autograd.grad(loss, list(own.parameters()), retain_graph=True)
         loss.backward()
@@ -137,6 +141,8 @@ def gradients_apart() -> None:
             window = COMM.windows[-1].regions[RANK] if SHARED else np.empty(0)
             assert not np.shares_memory(p.grad.numpy(), window)
         opt.step()
+    shm.Reduction.copy_rest = copy_rest
+    assert len(rests) == (2 if SHARED else 0), rests
 
 
 gradients_apart()
