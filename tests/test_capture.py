@@ -2,13 +2,11 @@
 checked mode, dynamic shapes, and the errors users meet (with their file and line)."""
 from __future__ import annotations
 
-import gc
 import os
 import re
 import subprocess
 import sys
 import textwrap
-import tracemalloc
 import warnings
 import weakref
 
@@ -666,13 +664,12 @@ def test_a_compiled_backward_without_zero_grad_accumulates_as_eager():
 
 
 def test_a_step_that_clears_gradients_frees_the_old_ones_before_it_runs():
-    """The gradients a step's ``zero_grad()`` drops are dropped before its graph runs, as
-    eagerly, so a step holds one set of gradients at a time, not two: its peak memory is
-    lower by their size than where the caller keeps the old ones. tracemalloc counts the
-    bytes asked for, whatever blocks the allocator hands out (which block a new gradient
-    gets depends on everything the process allocated before: in the whole suite's order
-    it was another block now and then). A gradient the caller kept keeps its values; one
-    it did not keep is freed, not held by the compiled step."""
+    """The gradients a step's ``zero_grad()`` drops are freed before its graph runs, as
+    eagerly, so a step holds one set of gradients at a time, not two. Checked by the order
+    of events (each old gradient's array freed, then the generated ``graph_fn`` called),
+    not by which block the allocator hands the new ones: that depends on everything the
+    process allocated before (in the whole suite's order it was another block now and
+    then). A gradient the caller kept keeps its values, and is not the new one."""
     dg.manual_seed(0)
     model = dg.nn.Sequential(dg.nn.Linear(64, 64), dg.nn.ReLU(), dg.nn.Linear(64, 8))
     opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -688,34 +685,25 @@ def test_a_step_that_clears_gradients_frees_the_old_ones_before_it_runs():
     for _ in range(3):
         compiled()
     assert compiled._fast is not None
-    size = sum(p.grad.numpy().nbytes for p in model.parameters())
+    events = []
 
-    def peak(keep: bool) -> int:
-        """The bytes a call adds at its peak, the old gradients kept by the caller or not."""
-        kept = [p.grad for p in model.parameters()] if keep else None
-        tracemalloc.reset_peak()
-        start = tracemalloc.get_traced_memory()[0]
-        compiled()
-        del kept
-        return tracemalloc.get_traced_memory()[1] - start
-
-    tracing = tracemalloc.is_tracing()
-    tracemalloc.start()
-    gc.disable()   # (a collection inside one call would lower its peak)
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "graph_fn":
+            events.append("graph runs")
+    for i, p in enumerate(model.parameters()):
+        weakref.finalize(p.grad._data, events.append, f"gradient {i} freed")
+    del p
+    sys.setprofile(profile)
     try:
-        compiled()   # (gradients allocated while tracing: their release is counted)
-        freed, kept = min(peak(False) for _ in range(3)), min(peak(True) for _ in range(3))
+        compiled()
     finally:
-        gc.enable()
-        if not tracing:
-            tracemalloc.stop()
-    # (kept - freed is the gradients' size and some objects; 0.9: another thread's frees)
-    assert kept - freed > 0.9 * size, (kept, freed, size)
-    old = weakref.ref(model[2].weight.grad)
+        sys.setprofile(None)
+    assert sorted(events[:4]) == [f"gradient {i} freed" for i in range(4)], events
+    assert events[4:] == ["graph runs"], events
     held = model[0].weight.grad
     before = held.numpy().copy()
     compiled()
-    assert old() is None and model[0].weight.grad is not held
+    assert model[0].weight.grad is not held
     np.testing.assert_array_equal(held.numpy(), before)
 
 
