@@ -693,11 +693,12 @@ def test_a_step_that_clears_gradients_frees_the_old_ones_before_it_runs():
     for i, p in enumerate(model.parameters()):
         weakref.finalize(p.grad._data, events.append, f"gradient {i} freed")
     del p
+    previous = sys.getprofile()
     sys.setprofile(profile)
     try:
         compiled()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(previous)
     assert sorted(events[:4]) == [f"gradient {i} freed" for i in range(4)], events
     assert events[4:] == ["graph runs"], events
     held = model[0].weight.grad
