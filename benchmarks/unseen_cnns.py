@@ -12,7 +12,9 @@ MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same ran
 weights in both libraries. Each implementation runs once per round, in turns; reported:
 the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
 machine, and fair between one-thread engines) and the best wall time, in ms, and each
-engine's ratio to onnxruntime's CPU time. Outputs are compared with torch's first.
+engine's ratio to onnxruntime's CPU time. On several threads each timed call follows a
+pause and an untimed call of the same engine (``QUIET_S``: the engine timed before it
+would otherwise still be polling on its cores). Outputs are compared with torch's first.
 """
 from __future__ import annotations
 
@@ -193,15 +195,28 @@ def measure(name: str, batch: int, rounds: int) -> dict:
         return compare(implementations(name, batch, tmp), rounds)
 
 
-def compare(impls: dict, rounds: int) -> dict:
-    """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns: its best
-    CPU and wall times, its CPU time over onnxruntime's, its output's error against
-    torch's."""
+# With more than one thread, each engine's pool keeps polling for work after a call:
+# onnxruntime's intra-op workers, OpenMP's (torch) and OpenBLAS's (NumPy, dualgraph) for
+# up to ~0.1 s. Timed right after another engine, an engine shares its cores with that
+# engine's polling threads (a dg.compile'd CNN timed after onnxruntime ran 2-4x slower
+# than its own ONNX import timed after it). So on several threads every engine's timed
+# call follows a pause of QUIET_S, in which the others' pools go idle, and one untimed
+# call of its own, which wakes its own pool as a run of inferences keeps it awake.
+QUIET_S = 0.3
+
+
+def compare(impls: dict, rounds: int, threads: int = THREADS) -> dict:
+    """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns (on
+    several ``threads`` after ``QUIET_S`` and a call of its own): its best CPU and wall times,
+    its CPU time over onnxruntime's, its output's error against torch's."""
     want = impls["torch_eager"][1]
     cpu = {k: np.inf for k in impls}
     wall = dict(cpu)
     for _ in range(rounds):
         for k, (call, _) in impls.items():
+            if threads > 1:
+                time.sleep(QUIET_S)
+                call()
             c, w = time.process_time(), time.perf_counter()
             call()
             cpu[k] = min(cpu[k], time.process_time() - c)

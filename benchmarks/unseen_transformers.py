@@ -300,7 +300,8 @@ def implementations(name: str, batch: int, threads: int, tmp: str, without=()) -
 
 def measure(name: str, batch: int, threads: int, rounds: int, without=()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        return compare(implementations(name, batch, threads, tmp, without), rounds)
+        return compare(implementations(name, batch, threads, tmp, without), rounds,
+                       threads)
 
 
 def main(argv=None) -> None:

@@ -94,10 +94,11 @@ def numel(input) -> int:
 
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads for intra-op work, as ``torch.set_num_threads``: one count for
-    both pools dualgraph's kernels run on, the threads of NumPy's OpenBLAS (GEMMs, and the
-    loops whose rows are handed to its workers) and dualgraph's own loops
-    (``DUALGRAPH_NUM_THREADS``), so that neither oversubscribes the cores the other uses
-    (``kernels.tuning.share_cores``)."""
+    every pool dualgraph's kernels run on, the threads of NumPy's OpenBLAS (GEMMs, and the
+    loops whose rows are handed to its workers), dualgraph's own loops
+    (``DUALGRAPH_NUM_THREADS``) and the batch-1 products' helper thread (``n = 1`` stops
+    using it), so that none oversubscribes the cores the others use
+    (``kernels.tuning.share_cores``; docs/kernels.md, "Threads")."""
     if int(n) < 1:
         raise ValueError(f"set_num_threads expects a positive number of threads, got {n}")
     tuning.share_cores(int(n))

@@ -271,3 +271,23 @@ def test_eager_and_compiled_take_the_same_product_at_every_size(rows, cols):
     uses_loop = matvec.wanted(x.numpy(), w.numpy(), b.numpy())
     assert uses_loop == (rows * cols >= kernels.MIN_ELEMENTS)
     assert ("= matvec(" in compiled._last.executable.code) == uses_loop
+
+
+def test_the_helper_follows_set_num_threads(monkeypatch):
+    """``dg.set_num_threads(1)`` after products were shared stops sharing them (no helper
+    used), and two threads again use it; the bits stay the same."""
+    if tuning.cores() < 2 or "matvec" not in tuning.active:
+        pytest.skip("one core or the matvec trick off: no helper")
+    x, w, b = product(512, 784)
+    want = matvec.matvec(x, w, b)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(dg.get_num_threads()))  # (put back)
+    threads = dg.get_num_threads()
+    try:
+        dg.set_num_threads(1)
+        assert matvec._shared_helper() is None
+        np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
+        dg.set_num_threads(2)
+        assert matvec._shared_helper() is not None
+        np.testing.assert_array_equal(matvec.matvec(x, w, b), want)
+    finally:
+        dg.set_num_threads(threads)

@@ -288,9 +288,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # distributed/ +25, nn/ +25 (issue 28, i-ddp3): a reduction through shared memory sums this
 # rank's share straight into a result of its own (a DDP bucket's .grads, a compiled step's
 # new array) and copies the other shares in: no copy of the whole bucket out.
-CORE_BUDGET = 24_765
+# kernels/ +15 and the core +15 (issue 26, two threads): the relay keeps the last finish
+# (a worker preempted midway is a stall), matvec's stall timed, the helper re-decided
+# after dg.set_num_threads.
+CORE_BUDGET = 24_780
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 845, "backends": 40, "capture": 4_865, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_125, "ops": 7_675,
+           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_140, "ops": 7_675,
            "passes": 3_120, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

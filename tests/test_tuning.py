@@ -284,3 +284,19 @@ def test_a_job_that_starts_late_is_a_stall_and_two_make_the_calls_run_alone(monk
     np.testing.assert_array_equal(gelu(x), want)
     assert backoff.stalls == 3 and backoff.alone == 2 * tuning.FIRST_BACKOFF
     assert counted["blas"] == 3 + tuning.FIRST_BACKOFF
+
+
+def test_a_call_is_a_stall_when_its_last_job_finishes_too_long_after_the_first():
+    """The relay's board (first start, first finish, last finish, ns): a worker that
+    started late or was preempted midway made the caller wait longer after its own job than
+    that job took, which running the other range itself would have beaten; a worker that
+    finished a little after the caller did not."""
+    def board(first_start, first_end, last_end):
+        words = np.zeros(blas_threads._RELAY_WORDS, np.int64)
+        words[[blas_threads.FIRST_START, blas_threads.FIRST_END, blas_threads.LAST_END]] = \
+            first_start, first_end, last_end
+        return words
+    assert not blas_threads.stalled(board(1000, 2000, 2100))    # balanced halves
+    assert not blas_threads.stalled(board(1000, 2000, 3000))    # at most twice as long
+    assert blas_threads.stalled(board(1000, 2000, 3500))        # preempted, or started late
+    assert blas_threads.stalled(board(1000, 1010, 900_000))     # a time slice away

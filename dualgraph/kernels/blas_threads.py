@@ -17,41 +17,54 @@ a block of int64 words at that address, which is what that call expects, so
 optimiser updates, ``batched.py``'s products and the row loops all go through it). Jobs
 must not wait for each other, nor hand work to OpenBLAS themselves.
 
-Each job runs through :func:`relay`, which notes whether it started late: after another
-job of the same call had finished, and later after that finish than that job had taken.
-The worker was then busy elsewhere or not scheduled (other processes on these cores, other
-Python threads handing it work), and the caller waited longer than running the whole range
-itself would have taken. Such stalls feed ``tuning.Backoff``, and while it backs off
-:func:`run` hands nothing over and the caller runs the whole range itself.
+Each job runs through :func:`relay`, which keeps the call's first start, first finish and
+last finish. A call whose last job finished later after the first finish than that first
+job had taken is a stall: the caller waited longer for the others than running their
+ranges itself would have taken, because a worker was busy elsewhere or not scheduled
+(other processes on these cores, another engine's threads polling for work, other Python
+threads handing it work), whether it started late or was preempted midway. Such stalls
+feed ``tuning.Backoff``; while it backs off :func:`run` hands nothing over and the caller
+runs the whole range itself. (OpenBLAS's own threaded GEMMs wait for its worker the same
+way, and are left as they are: OpenBLAS gives different bits on one thread and two for
+most shapes, so running them alone while backing off would make results depend on the
+host's load.)
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import loop, tuning
-from .memory import add, call, clock_ns, compare_exchange, load
+from .memory import call, clock_ns, compare_exchange, load
 
 # A relay block: the job's entry, its block, the call's board, a spare word; the board
-# (one more row): the first start and the first finish (ns), jobs finished, late starts.
+# (one more row): the first start, the first finish and the last finish (ns), a spare.
 _RELAY_WORDS = 4
-FIRST_START, FIRST_END, FINISHED, LATE = range(4)
+FIRST_START, FIRST_END, LAST_END = range(3)
 
 
 @loop
 def relay(job, block, board):
     """Run the job entry ``job`` on its ``block``, keeping the times of the call's jobs on
-    the words at ``board`` (see ``_RELAY_WORDS``): a job that starts after another has
-    finished, later after that finish than that job took from the first start, counts as
-    late."""
-    start = clock_ns()
-    compare_exchange(board + 8 * FIRST_START, 0, start)
-    if load(board + 8 * FINISHED) > 0:
-        first_end = load(board + 8 * FIRST_END)
-        if start - first_end > first_end - load(board + 8 * FIRST_START):
-            add(board + 8 * LATE, 1)
+    the words at ``board`` (see ``_RELAY_WORDS``): the first start, the first finish, the
+    last finish."""
+    compare_exchange(board + 8 * FIRST_START, 0, clock_ns())
     call(job, block)
-    compare_exchange(board + 8 * FIRST_END, 0, clock_ns())
-    add(board + 8 * FINISHED, 1)
+    end = clock_ns()
+    compare_exchange(board + 8 * FIRST_END, 0, end)
+    last = load(board + 8 * LAST_END)
+    while last < end:   # (the later of the finishes, whichever job stores first)
+        seen = compare_exchange(board + 8 * LAST_END, last, end)
+        if seen == last:
+            break
+        last = seen
+
+
+def stalled(board: np.ndarray) -> bool:
+    """Whether a call whose relays kept ``board`` waited for its last job longer after the
+    first finish than the first job took: running the others' ranges on the caller would
+    have been quicker (a worker that started late, or was preempted midway)."""
+    start, first, last = int(board[FIRST_START]), int(board[FIRST_END]), int(board[LAST_END])
+    return last - first > first - start
 
 
 def count() -> int:
@@ -90,5 +103,5 @@ def run(address: int, blocks: np.ndarray) -> bool:
     relays[:jobs, 1] = blocks.ctypes.data + blocks.strides[0] * np.arange(jobs)
     relays[:jobs, 2] = board
     tuning.openblas().run(jobs, _relay_address[0], relays.ctypes.data, relays.strides[0])
-    backoff.settle(bool(relays[jobs, LATE]))
+    backoff.settle(stalled(relays[jobs]))
     return True

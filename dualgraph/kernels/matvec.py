@@ -31,7 +31,8 @@ import time
 import numpy as np
 
 from . import MIN_ELEMENTS, enabled, helper, loop, tuning
-from .memory import add, compare_exchange, float32_array, load, pause, store, yield_cpu
+from .memory import (add, clock_ns, compare_exchange, float32_array, load, pause, store,
+                     yield_cpu)
 
 # A product with fewer weights runs on the caller alone: claiming chunks would cost more
 # than the helper saves (a 10 x 512 product takes ~1 us).
@@ -43,17 +44,19 @@ CHUNK_ROWS = 32          # a multiple of 4 (the rows a pass sums together)
 SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # When the cores are oversubscribed (other programs, a busy host), sharing costs more
 # than it saves: the helper is descheduled while it holds a chunk and the caller waits a
-# time slice for it (a stall: polling STALL_POLLS times, ~100 us, where the product alone
-# takes ~30), or the helper, awake, gets too little CPU to take its share and only takes
-# time from the caller. ``tuning.Backoff`` turns both into products run alone.
-STALL_POLLS = 4_000
+# time slice for it (a stall: waiting STALL_NS for the helper's last chunks, where the
+# product alone takes ~30 us), or the helper, awake, gets too little CPU to take its share
+# and only takes time from the caller. ``tuning.Backoff`` turns both into products run
+# alone. (A stall is timed, not counted in polls: on a busy host each ``sched_yield`` of
+# the wait may give the core away for a whole time slice.)
+STALL_NS = 100_000
 _FAST = {"reassoc", "nsz", "contract"}
 
 # The board's words (8 bytes each). The ticket and the done count, which both threads
 # write, sit on cache lines of their own; the job's fields on a third.
 TICKET, DONE, SPINNING, HELPED = 0, 8, 16, 17
 W, X, B, Y, ROWS, COLS, FLAGS, CHUNKS = range(24, 32)
-WAITED = 32       # the caller's polls for the helper's chunks, last product
+WAITED = 32       # how long (ns) the caller waited for the helper's chunks, last product
 STOP = 33         # set at exit: the helper leaves its loop (the board is freed after)
 _BOARD_WORDS = 40
 
@@ -150,13 +153,13 @@ def matvec_shared(board, w, x, b, y, flags):
     store(address + 8 * CHUNKS, chunks)
     store(address + 8 * TICKET, sequence << 32)      # last: the job is open
     _claim_chunks(address, sequence)
-    waited = 0
+    polls, start = 0, clock_ns()
     while load(address + 8 * DONE) < chunks:   # the helper's last chunks
-        waited += 1
+        polls += 1
         pause()
-        if waited % YIELD_POLLS == 0:
+        if polls % YIELD_POLLS == 0:
             yield_cpu()
-    store(address + 8 * WAITED, waited)
+    store(address + 8 * WAITED, clock_ns() - start if polls else 0)
 
 
 @loop(fastmath=_FAST)
@@ -209,25 +212,29 @@ class _Helper:
 
 
 _helper: _Helper | None = None
-_helper_made = False
+_decided = (-1, False)    # (tuning.changes when decided, whether products share)
 
 
 def _shared_helper() -> _Helper | None:
     """This process's helper, made at the first product it shares; None while the
-    ``"matvec"`` trick is off, and for good when the process may use one core
-    (``tuning.cores``, read then)."""
-    global _helper, _helper_made
+    ``"matvec"`` trick is off or the process may use one core (``tuning.cores``, read at
+    the first product and again after each ``dg.set_num_threads`` or ``dg.tune_cpu``)."""
+    global _helper, _decided
     if "matvec" not in tuning.active:
         return None
-    if not _helper_made:
-        _helper, _helper_made = (_Helper() if tuning.matvec_helper() else None), True
+    if _decided[0] != tuning.changes:
+        _decided = (tuning.changes, tuning.matvec_helper())
+    if not _decided[1]:
+        return None
+    if _helper is None:
+        _helper = _Helper()
     return _helper
 
 
 def _forget_helper():
     """In a forked child: the parent's helper thread is not there; make a new one."""
-    global _helper, _helper_made
-    _helper, _helper_made = None, False
+    global _helper, _decided
+    _helper, _decided = None, (-1, False)
 
 
 def _stop_helper():
@@ -309,7 +316,7 @@ class Plan:
             if self._shared is None:
                 self._shared = matvec_shared.entry(board, w, x, b, y, self.flags)
             self._shared(board, w, x, b, y, self.flags)
-            helper.backoff.settle(board[WAITED] > STALL_POLLS, self.chunks, awake,
+            helper.backoff.settle(board[WAITED] > STALL_NS, self.chunks, awake,
                                   board[HELPED])
             return True
         finally:

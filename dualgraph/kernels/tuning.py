@@ -85,6 +85,7 @@ DEFAULT = frozenset({"blas", "matvec"})
 _OFF, _ON = ("0", "off", "none", "false", "no"), ("1", "on", "all", "true", "yes")
 
 active: frozenset = frozenset()     # the tricks on now (``"blas" in tuning.active``)
+changes = 0    # counts the calls of configure and share_cores (decisions read it again)
 
 
 def parse(text: str) -> frozenset:
@@ -116,7 +117,8 @@ def configure(setting: bool | str | Iterable[str] = True) -> frozenset:
     ['blas', 'matvec']
     >>> _ = dg.tune_cpu(before)
     """
-    global active
+    global active, changes
+    changes += 1
     if isinstance(setting, bool):
         tricks = TRICKS if setting else frozenset()
     elif isinstance(setting, str):
@@ -151,7 +153,9 @@ def share_cores(n: int) -> None:
 
     >>> share_cores(1)   # dg.distributed.init_process_group does this with 2 ranks, 2 cores
     """
+    global changes
     n = max(1, int(n))
+    changes += 1
     os.environ["DUALGRAPH_NUM_THREADS"] = str(n)
     found = openblas()
     if found is None:
