@@ -90,6 +90,22 @@ def test_autograd_grad_leaves_dot_grad_alone_and_checks_unused():
     assert gz is None
 
 
+def test_autograd_grad_takes_torchs_keywords():
+    """WGAN-GP code passes ``only_inputs=True`` (deprecated, ignored by torch): it raised a
+    TypeError. ``materialize_grads`` gives zeros where an input is unused."""
+    x, tx = pair()
+    z, tz = dg.tensor([1.0], requires_grad=True), torch.tensor([1.0], requires_grad=True)
+    g = dg.autograd.grad((x * x).sum(), x, None, None, True, True, True)   # torch's order
+    tg = torch.autograd.grad((tx * tx).sum(), tx, None, None, True, True, True)
+    close(g[0], tg[0])
+    gx, gz = dg.autograd.grad((x * 2).sum(), [x, z], only_inputs=True, materialize_grads=True)
+    tgx, tgz = torch.autograd.grad((tx * 2).sum(), [tx, tz], materialize_grads=True)
+    close(gx, tgx)
+    close(gz, tgz)
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        dg.autograd.grad((x * 2).sum(), x, is_grads_batched=True)
+
+
 def test_grad_of_non_leaf_and_grad_outputs():
     x, tx = pair()
     h, th = x * 3, tx * 3

@@ -31,8 +31,11 @@ ROUND_2 = ["llama", "dqn", "ppo", "ddpm", "mpnn", "hooks_checkpoint", "vqvae", "
 # (and the third round's: idioms of public code the first two rounds did not reach)
 ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceiver", "awd_lstm",
            "grud"]
+# (and the fourth round's: higher-order gradients, scans, rendering, decoding, schedules)
+ROUND_4 = ["wgan_gp"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
+FEWER_STEPS.update(dict.fromkeys(ROUND_4, 4))
 
 
 @functools.cache
@@ -50,6 +53,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3
+            + ROUND_4
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last

@@ -32,9 +32,17 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=False):
+         only_inputs=True, allow_unused=None, is_grads_batched=False,
+         materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, returned as a tuple (``.grad``
-    is left untouched), as ``torch.autograd.grad``."""
+    is left untouched), as ``torch.autograd.grad``, with its arguments in its order:
+    ``only_inputs`` is accepted and ignored, as torch (which deprecated it) ignores it;
+    ``materialize_grads`` gives zeros for unused inputs. ``is_grads_batched`` (vmap over
+    ``grad_outputs``) is not there."""
+    if is_grads_batched:
+        raise NotImplementedError(
+            "autograd.grad(is_grads_batched=True) is not supported: loop over the rows of "
+            "grad_outputs and stack the gradients")
     outputs = _as_tuple(outputs)
     single = isinstance(inputs, Tensor)
     inputs = _as_tuple(inputs)
@@ -42,6 +50,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         grad_outputs = (None,) * len(outputs)
     grads = run_backward(outputs, _as_tuple(grad_outputs), retain_graph, create_graph,
                          capture=inputs)
+    if materialize_grads:
+        grads = [creation.zeros_like(t) if g is None else g for t, g in zip(inputs, grads)]
     for t, g in zip(inputs, grads):
         if g is None and not allow_unused:
             raise RuntimeError(
