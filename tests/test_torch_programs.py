@@ -52,8 +52,8 @@ def run(name: str, mode: str) -> dict:
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
-            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3
-            + ROUND_4
+            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
+    + ROUND_4
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
