@@ -210,6 +210,20 @@ def test_typed_constructors_match_torch(name):
     assert isinstance(dg.ones(1), dg.FloatTensor) and not isinstance(dg.ones(1), dg.LongTensor)
 
 
+@pytest.mark.parametrize("args", [(2, 3), (5,), (), ([1, 2],), ((2, 3),), ([True],),
+                                  (np.array([1, 2]),), ([[1.5, 2.0]],)])
+def test_legacy_tensor_constructor_matches_torch(args):
+    """``torch.Tensor(h, d_k)`` (a relative-attention bias, then ``xavier_uniform_``) raised
+    a TypeError; ``torch.Tensor([1, 2])`` was int64 here (float32 in torch) and
+    ``torch.Tensor(5)`` a 0-d tensor (five elements in torch)."""
+    d, t = dg.Tensor(*args), torch.Tensor(*args)
+    assert tuple(d.shape) == tuple(t.shape) and str(d.dtype)[10:] == str(t.dtype)[6:]
+    if d.numel() and not (args and isinstance(args[0], int)):   # (sizes: uninitialised)
+        same(d, t)
+    assert dg.Tensor(dg.Size([2, 3])).shape == (2, 3)
+    assert dg.Tensor(dg.ones(2, dtype=dg.int64)).dtype == dg.int64
+
+
 # -- Tensor methods and top-level functions ------------------------------------------------
 def test_format_matches_torch():
     for value in (0.123456, 3, True):

@@ -32,7 +32,8 @@ ROUND_2 = ["llama", "dqn", "ppo", "ddpm", "mpnn", "hooks_checkpoint", "vqvae", "
 ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceiver", "awd_lstm",
            "grud"]
 # (and the fourth round's: higher-order gradients, scans, rendering, decoding, schedules)
-ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net"]
+ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
+           "conformer"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4, 4))
