@@ -225,6 +225,26 @@ def test_legacy_tensor_constructor_matches_torch(args):
 
 
 # -- Tensor methods and top-level functions ------------------------------------------------
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "nearest", "midpoint"])
+@pytest.mark.parametrize("q,dim,keepdim", [(0.3, None, False), ([0.25, 0.5, 0.9], 1, True),
+                                           (1.0, 0, False), ([0.0, 0.5], None, True)])
+def test_quantile_matches_torch(q, dim, keepdim, interpolation):
+    """``torch.quantile`` was missing (tabular code bins a column at its quartiles with it
+    and ``bucketize``); values, shapes and the gradient as torch's."""
+    x = np.random.default_rng(0).normal(size=(4, 7)).astype(np.float32)
+    xd, xt = dg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got = dg.quantile(xd, dg.tensor(q) if isinstance(q, list) else q, dim=dim,
+                      keepdim=keepdim, interpolation=interpolation)
+    want = torch.quantile(xt, torch.tensor(q), dim=dim, keepdim=keepdim,
+                          interpolation=interpolation)
+    same(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    same(xd.grad, xt.grad)
+    same(dg.compile(lambda t: t.quantile(q, dim=dim, keepdim=keepdim,
+                                         interpolation=interpolation))(xd), want)
+
+
 def test_format_matches_torch():
     for value in (0.123456, 3, True):
         d, t = dg.tensor(value), torch.tensor(value)
