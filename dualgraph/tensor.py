@@ -37,11 +37,24 @@ class Tensor:
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use
     _trace_id = 0           # the trace whose Value it holds, when made by one (capture/)
 
-    def __init__(self, data=None, *, dtype=None, requires_grad: bool = False):
-        """``dg.Tensor(data)`` as in torch; prefer ``dg.tensor(data)``."""
-        if data is None:
-            data = []
-        array = as_array(data, dtype)
+    def __init__(self, *data, dtype=None, requires_grad: bool = False):
+        """``dg.Tensor(...)``, torch's legacy constructor; prefer ``dg.tensor(data)``.
+        Given sizes (``dg.Tensor(2, 3)``, ``dg.Tensor(dg.Size([2, 3]))``) it makes a tensor
+        of that shape (zeros, where torch leaves memory uninitialised); given data (a list,
+        an array, a number) it makes a tensor of the default float dtype whatever the
+        data's, as ``torch.Tensor([1, 2])`` is float32; a tensor keeps its dtype."""
+        if len(data) == 1 and isinstance(data[0], Size):
+            data = tuple(data[0])
+        if all(type(d) is int for d in data):   # sizes (none: an empty tensor)
+            array = np.zeros(data or (0,), dtypes.to_np(dtype) if dtype is not None
+                             else dtypes.default_float())
+        elif len(data) == 1:
+            if dtype is None and not isinstance(data[0], Tensor):
+                dtype = dtypes.from_np(dtypes.default_float())
+            array = as_array(data[0], dtype)
+        else:
+            raise TypeError(f"Tensor(): expected sizes (ints) or one data argument, got "
+                            f"{tuple(type(d).__name__ for d in data)}")
         self._data = array
         self._version = [0]
         if requires_grad:

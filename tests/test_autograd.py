@@ -90,6 +90,73 @@ def test_autograd_grad_leaves_dot_grad_alone_and_checks_unused():
     assert gz is None
 
 
+def test_a_scalar_used_three_times_accumulates():
+    """The sum of a 0-d tensor's first two gradients was a NumPy scalar, and adding the
+    third into it in place raised "return arrays must be of ArrayType" (a learned
+    temperature or step size used in three places)."""
+    x, tx = pair(np.float32(1.5))
+    (x * 1.0 + x * 2.0 + x * x).backward()
+    (tx * 1.0 + tx * 2.0 + tx * tx).backward()
+    close(x.grad, tx.grad)
+
+
+def test_autograd_grad_takes_torchs_keywords():
+    """WGAN-GP code passes ``only_inputs=True`` (deprecated, ignored by torch): it raised a
+    TypeError. ``materialize_grads`` gives zeros where an input is unused."""
+    x, tx = pair()
+    z, tz = dg.tensor([1.0], requires_grad=True), torch.tensor([1.0], requires_grad=True)
+    g = dg.autograd.grad((x * x).sum(), x, None, None, True, True, True)   # torch's order
+    tg = torch.autograd.grad((tx * tx).sum(), tx, None, None, True, True, True)
+    close(g[0], tg[0])
+    gx, gz = dg.autograd.grad((x * 2).sum(), [x, z], only_inputs=True, materialize_grads=True)
+    tgx, tgz = torch.autograd.grad((tx * 2).sum(), [tx, tz], materialize_grads=True)
+    close(gx, tgx)
+    close(gz, tgz)
+    with pytest.raises(NotImplementedError, match="is_grads_batched"):
+        dg.autograd.grad((x * 2).sum(), x, is_grads_batched=True)
+
+
+def test_autograd_grad_takes_dict_values_and_dicts():
+    """MAML code passes ``params.values()`` of an OrderedDict (it raised AttributeError);
+    a dict of inputs gives a dict of gradients, as in torch."""
+    x, tx = pair()
+    params = {"a": x, "b": x * 2}
+    ga, gb = dg.autograd.grad((params["a"] * params["b"]).sum(), params.values())
+    tparams = {"a": tx, "b": tx * 2}
+    tga, tgb = torch.autograd.grad((tparams["a"] * tparams["b"]).sum(), tparams.values())
+    close(ga, tga)
+    close(gb, tgb)
+    got = dg.autograd.grad((x * x).sum(), {"w": x})
+    assert list(got) == ["w"]
+    close(got["w"], 2 * X)
+    (g,) = dg.autograd.grad((x * x).sum(), (p for p in [x]))
+    close(g, 2 * X)
+
+
+def test_autograd_grad_runs_only_what_leads_to_its_inputs():
+    """First-order MAML: each inner step takes the gradient at the adapted parameters
+    ``p - lr * g`` (non-leaves) without create_graph. The engine ran (and freed) the nodes
+    beyond them, so the third step raised "backward through the graph a second time";
+    torch runs only the nodes that lead to the inputs."""
+    def adapt(m, w0, lr):
+        w, out = w0, []
+        for _ in range(3):
+            (g,) = m.autograd.grad((m.tanh(w) ** 2).sum(), w)
+            w = w - lr * g
+            out.append(w)
+        return out
+
+    w0, tw0 = pair()
+    lr = dg.tensor(0.3, requires_grad=True)
+    tlr = torch.tensor(0.3, requires_grad=True)
+    for w, tw in zip(adapt(dg, w0, lr), adapt(torch, tw0, tlr)):
+        close(w, tw)
+    adapt(dg, w0, lr)[-1].sum().backward()   # the meta-gradient still flows
+    adapt(torch, tw0, tlr)[-1].sum().backward()
+    close(lr.grad, tlr.grad)
+    close(w0.grad, tw0.grad)
+
+
 def test_grad_of_non_leaf_and_grad_outputs():
     x, tx = pair()
     h, th = x * 3, tx * 3

@@ -119,6 +119,17 @@ def test_views_from_shape_ops_share_memory():
     assert x.contiguous() is x
 
 
+def test_split_takes_the_methods_keyword():
+    """Mamba-style code writes ``x.split(split_size=[d, d], dim=-1)`` (the method's
+    keyword; the function's is ``split_size_or_sections``): it raised a TypeError."""
+    x, tx = pair((2, 6))
+    for got, want in zip(x.split(split_size=[2, 4], dim=-1), tx.split(split_size=[2, 4], dim=-1)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for got, want in zip(dg.split(x, split_size_or_sections=3, dim=1),
+                         torch.split(tx, split_size_or_sections=3, dim=1)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_getitem_then_inplace_on_base_is_caught():
     x, _ = pair((3, 4), requires_grad=True)
     y = x * 1

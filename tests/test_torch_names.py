@@ -210,7 +210,41 @@ def test_typed_constructors_match_torch(name):
     assert isinstance(dg.ones(1), dg.FloatTensor) and not isinstance(dg.ones(1), dg.LongTensor)
 
 
+@pytest.mark.parametrize("args", [(2, 3), (5,), (), ([1, 2],), ((2, 3),), ([True],),
+                                  (np.array([1, 2]),), ([[1.5, 2.0]],)])
+def test_legacy_tensor_constructor_matches_torch(args):
+    """``torch.Tensor(h, d_k)`` (a relative-attention bias, then ``xavier_uniform_``) raised
+    a TypeError; ``torch.Tensor([1, 2])`` was int64 here (float32 in torch) and
+    ``torch.Tensor(5)`` a 0-d tensor (five elements in torch)."""
+    d, t = dg.Tensor(*args), torch.Tensor(*args)
+    assert tuple(d.shape) == tuple(t.shape) and str(d.dtype)[10:] == str(t.dtype)[6:]
+    if d.numel() and not (args and isinstance(args[0], int)):   # (sizes: uninitialised)
+        same(d, t)
+    assert dg.Tensor(dg.Size([2, 3])).shape == (2, 3)
+    assert dg.Tensor(dg.ones(2, dtype=dg.int64)).dtype == dg.int64
+
+
 # -- Tensor methods and top-level functions ------------------------------------------------
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "nearest", "midpoint"])
+@pytest.mark.parametrize("q,dim,keepdim", [(0.3, None, False), ([0.25, 0.5, 0.9], 1, True),
+                                           (1.0, 0, False), ([0.0, 0.5], None, True)])
+def test_quantile_matches_torch(q, dim, keepdim, interpolation):
+    """``torch.quantile`` was missing (tabular code bins a column at its quartiles with it
+    and ``bucketize``); values, shapes and the gradient as torch's."""
+    x = np.random.default_rng(0).normal(size=(4, 7)).astype(np.float32)
+    xd, xt = dg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got = dg.quantile(xd, dg.tensor(q) if isinstance(q, list) else q, dim=dim,
+                      keepdim=keepdim, interpolation=interpolation)
+    want = torch.quantile(xt, torch.tensor(q), dim=dim, keepdim=keepdim,
+                          interpolation=interpolation)
+    same(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    same(xd.grad, xt.grad)
+    same(dg.compile(lambda t: t.quantile(q, dim=dim, keepdim=keepdim,
+                                         interpolation=interpolation))(xd), want)
+
+
 def test_format_matches_torch():
     for value in (0.123456, 3, True):
         d, t = dg.tensor(value), torch.tensor(value)

@@ -31,8 +31,12 @@ ROUND_2 = ["llama", "dqn", "ppo", "ddpm", "mpnn", "hooks_checkpoint", "vqvae", "
 # (and the third round's: idioms of public code the first two rounds did not reach)
 ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceiver", "awd_lstm",
            "grud"]
+# (and the fourth round's: higher-order gradients, scans, rendering, decoding, schedules)
+ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
+           "conformer", "tab_transformer"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
+FEWER_STEPS.update(dict.fromkeys(ROUND_4, 4))
 
 
 @functools.cache
@@ -49,7 +53,8 @@ def run(name: str, mode: str) -> dict:
 # tolerance, lists of ints (generated tokens, correct counts) must be equal
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
-            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3
+            "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
+    + ROUND_4
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -66,10 +71,12 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # convnext freezes its stem halfway (a graph without the stem's gradients); hooks_checkpoint's
 # compiled model is traced twice before its hooks' `stats` are seen as stored at every call
 # (then one graph), and its eval calls come in two argument structures; bilstm_crf's
-# ReduceLROnPlateau halves lr twice; moe's pieces: one per expert between the breaks
+# ReduceLROnPlateau halves lr twice; moe's pieces: one per expert between the breaks;
+# maml's compiled model runs on its own parameters, on adapted ones, and on first-order
+# adapted ones under no_grad; nerf's hand-decayed lr changes at every step from the second
 EXTRA_GRAPHS = {"hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
-                "bilstm_crf": 1, "moe": 5}
+                "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it)

@@ -32,28 +32,43 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=False):
+         only_inputs=True, allow_unused=None, is_grads_batched=False,
+         materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, returned as a tuple (``.grad``
-    is left untouched), as ``torch.autograd.grad``."""
+    is left untouched), as ``torch.autograd.grad``, with its arguments in its order:
+    ``only_inputs`` is accepted and ignored, as torch (which deprecated it) ignores it;
+    ``materialize_grads`` gives zeros for unused inputs. ``is_grads_batched`` (vmap over
+    ``grad_outputs``) is not there."""
+    if is_grads_batched:
+        raise NotImplementedError(
+            "autograd.grad(is_grads_batched=True) is not supported: loop over the rows of "
+            "grad_outputs and stack the gradients")
     outputs = _as_tuple(outputs)
     single = isinstance(inputs, Tensor)
-    inputs = _as_tuple(inputs)
+    names = list(inputs) if isinstance(inputs, dict) else None
+    inputs = _as_tuple(inputs.values() if names is not None else inputs)
     if grad_outputs is None:
         grad_outputs = (None,) * len(outputs)
     grads = run_backward(outputs, _as_tuple(grad_outputs), retain_graph, create_graph,
                          capture=inputs)
+    if materialize_grads:
+        grads = [creation.zeros_like(t) if g is None else g for t, g in zip(inputs, grads)]
     for t, g in zip(inputs, grads):
         if g is None and not allow_unused:
             raise RuntimeError(
                 f"one of the inputs (shape {tuple(t.shape)}) was not used to compute the "
                 "outputs; pass allow_unused=True to get None for it")
+    if names is not None:
+        return dict(zip(names, grads))
     return grads[0:1] if single else tuple(grads)
 
 
 def _as_tuple(x):
-    if isinstance(x, (list, tuple)):
-        return tuple(x)
-    return (x,)
+    """One tensor (or array) as a 1-tuple; any other iterable (a list, ``dict.values()``,
+    a generator of parameters) as the tuple of its items, as torch takes them."""
+    if isinstance(x, (Tensor, np.ndarray)) or not hasattr(x, "__iter__"):
+        return (x,)
+    return tuple(x)
 
 
 def _root_grad(t: Tensor, g):
@@ -99,6 +114,9 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     targets = capture if capture is not None else inputs
     captured = _capture_points(targets) if targets is not None else None
     results = [None] * (len(targets) if targets is not None else 0)
+    needed = None
+    if captured is not None and stop is None:
+        needed = _leading_to({node for node, _ in captured}, [n for _, n in ready])
     if stop is not None:
         captured, results = {}, [None] * len(stop)
         for i, edge in enumerate(stop):
@@ -114,7 +132,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     try:
         with set_grad_enabled(create_graph):
             _propagate(pending, ready, owned, captured, capture, inputs, results,
-                       retain_graph, create_graph, stop)
+                       retain_graph, create_graph, stop, needed)
             while _callbacks and not outer[0]:
                 _callbacks.pop(0)()
     finally:
@@ -143,9 +161,11 @@ def queue_callback(callback) -> None:
 
 
 def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
-               create_graph, stop=None):
+               create_graph, stop=None, needed=None):
     """Run nodes latest-first until no gradient is pending (once per recorded op: the
-    heap's functions are locals, and a gradient with one source skips ``_add``)."""
+    heap's functions are locals, and a gradient with one source skips ``_add``). Given
+    ``needed`` (gradients of some tensors only), a node runs only if it leads to one of
+    them, as in torch's engine: the rest of the graph is neither run nor freed."""
     pop, push = heapq.heappop, heapq.heappush
     while ready:
         node = pop(ready)[1]
@@ -182,12 +202,14 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
                     results[i] = g
+        if needed is not None and not any(e is not None and e[0] in needed for e in node.next):
+            continue   # (a captured tensor's producer, with nothing needed beyond it)
         inputs_of = node.inputs   # (before _free drops them)
         input_grads = _call_vjp(node, grads)
         if not retain_graph:
             _free(node)
         for edge, inp, g in zip(node.next, inputs_of, input_grads):
-            if edge is None or g is None:
+            if edge is None or g is None or (needed is not None and edge[0] not in needed):
                 continue
             if (type(g) is not Tensor or g._data.shape != inp._data.shape
                     or g._data.dtype is not inp._data.dtype):
@@ -214,6 +236,24 @@ def _capture_points(targets) -> dict:
     return captured
 
 
+def _leading_to(targets: set, starts) -> set:
+    """The nodes reachable from ``starts`` (by their gradient edges) that are in
+    ``targets`` or lead to one: what a gradient of the targets alone must run."""
+    leads: dict = {}
+    stack = [(n, False) for n in starts]
+    while stack:
+        node, done = stack.pop()
+        edges = getattr(node, "next", ())   # (an AccumulateGrad has none)
+        if done:   # (the graph is acyclic: every successor is settled by now)
+            leads[node] = node in targets or any(
+                e is not None and leads[e[0]] for e in edges)
+        elif node not in leads:
+            leads[node] = False
+            stack.append((node, True))
+            stack.extend((e[0], False) for e in edges if e is not None and e[0] not in leads)
+    return {n for n, yes in leads.items() if yes}
+
+
 def _add(pending, ready, owned, node, out_nr, g):
     slot = pending.get(node)
     if slot is None:
@@ -229,7 +269,7 @@ def _add(pending, ready, owned, node, out_nr, g):
         # _call_vjp made shapes and dtypes equal; this buffer is ours alone: add in place
         np.add(prev._data, g._data, out=prev._data)
     else:
-        total = Tensor._make(np.add(prev._data, g._data))
+        total = Tensor._make(np.asarray(np.add(prev._data, g._data)))   # (0-d: not a scalar)
         owned.add(id(total))   # (alive in `pending` while the id is in use)
         slot[out_nr] = total
 

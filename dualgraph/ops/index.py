@@ -13,6 +13,7 @@ filled tensor (constant) or gathers edge rows (replicate/reflect/circular).
 """
 from __future__ import annotations
 
+import math
 import operator
 from collections import namedtuple
 
@@ -31,7 +32,7 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
+           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
            "diagonal", "bincount", "searchsorted", "bucketize"]
 
 _INT64 = np.dtype(np.int64)
@@ -908,6 +909,43 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return TopKResult(gather(input, d, indices), indices)
 
 
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The ``q``-th quantiles of ``input`` along ``dim`` (of all its elements when None),
+    as ``torch.quantile``: sorted values at position ``q * (n - 1)``, interpolated
+    ``"linear"``-ly between the two neighbours (or ``"lower"``, ``"higher"``,
+    ``"nearest"``, ``"midpoint"``). ``q`` is a float or a 1-D list or tensor of them (a
+    leading dim of the result); a composite of sort, so it has a gradient and traces
+    (with NaNs in the input, torch returns NaN and this does not)."""
+    if not input.is_floating_point():
+        raise TypeError(f"quantile: the input must be a float tensor, got {input.dtype}; "
+                        "call .float() first")
+    qs = q.tolist() if isinstance(q, Tensor) else q
+    values = [float(v) for v in np.atleast_1d(np.asarray(qs, dtype=np.float64))]
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"quantile: q must be in [0, 1], got {qs}")
+    if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
+        raise ValueError(f"quantile: unknown interpolation {interpolation!r}")
+    x, d = (shape_ops.reshape(input, -1), 0) if dim is None else (input, normalize_dim(dim, input.ndim))
+    ordered = sort(x, d).values
+    n, out = x.shape[d], []
+    real = dtypes.to_np(input.dtype).type   # (positions in the input's precision, as torch)
+    for v in values:
+        pos = real(v) * real(n - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        frac = {"lower": 0.0, "higher": 1.0, "nearest": float(round(pos) == hi),
+                "midpoint": 0.5}.get(interpolation, float(pos - real(lo)))
+        below = shape_ops.select(ordered, d, lo)
+        above = shape_ops.select(ordered, d, hi)
+        out.append(below if frac == 0.0 or lo == hi else elementwise.lerp(below, above, frac))
+    result = shape_ops.stack(out) if np.ndim(qs) else out[0]
+    if keepdim:   # (a 1 where each reduced dim was, after q's dim)
+        lead = tuple(result.shape[:1]) if np.ndim(qs) else ()
+        kept = [1] * input.ndim if dim is None else [
+            1 if i == d else size for i, size in enumerate(input.shape)]
+        result = shape_ops.reshape(result, lead + tuple(kept))
+    return result
+
+
 # -- pad ------------------------------------------------------------------------------------
 def _pad_pairs(x, pad):
     pad = tuple(int(p) for p in pad)
@@ -1026,7 +1064,7 @@ METHODS = {
     "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),
     "masked_select": masked_select, "take_along_dim": take_along_dim,
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
-    "topk": topk, "sort": sort, "argsort": argsort, "nonzero": nonzero,
+    "topk": topk, "sort": sort, "quantile": quantile, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
     "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,
 }

@@ -649,9 +649,12 @@ def _split_sizes(x, d, split_size_or_sections):
     return sizes
 
 
-def split(tensor, split_size_or_sections, dim=0):
+def split(tensor, split_size_or_sections=None, dim=0, *, split_size=None):
     """Views of consecutive parts of dim ``dim``: parts of size ``split_size`` (the last may
-    be smaller) or of the given list of sizes."""
+    be smaller) or of the given list of sizes. ``split_size=`` is the keyword of the method
+    (``x.split(split_size=[4, 4], dim=-1)``, as ``Tensor.split`` names it)."""
+    if split_size is not None:
+        split_size_or_sections = split_size
     d = normalize_dim(dim, tensor.ndim)
     out, start = [], 0
     for size in _split_sizes(tensor, d, split_size_or_sections):
