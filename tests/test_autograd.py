@@ -392,3 +392,19 @@ def test_in_place_accumulation_leaves_the_graph_recorded_under_create_graph():
             want = (g, gg)
     close(got[0], want[0], 1e-5)
     close(got[1], want[1], 1e-5)
+
+
+def test_std_of_equal_values_has_a_zero_gradient_not_nan():
+    """``x.std(dim=1)`` over a row of equal values: sqrt's infinite slope at 0 times var's
+    zero slope gave NaN; torch's gradient there is 0 (generated torch-API program 68)."""
+    a = np.array([[2.0, 2.0, 2.0, 2.0], [0.0, 1.0, 3.0, 7.0]])
+
+    def loss(lib, x):
+        return (lib.std(x, dim=1) * 3.0).sum() + lib.std_mean(x, dim=1)[0].sum()
+
+    want = torch.tensor(a, requires_grad=True)
+    loss(torch, want).backward()
+    for fn in (loss, dg.compile(loss)):
+        x = dg.tensor(a, requires_grad=True)
+        fn(dg, x).backward()
+        np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), rtol=1e-12)

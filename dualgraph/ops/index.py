@@ -73,7 +73,9 @@ def _infer_index(x, *indices, dims, nonnegative=False):
 
 def _index_kernel(x, *indices, dims, nonnegative=False):
     _check_bounds(x.shape, indices, dims, nonnegative)
-    return x[_np_key(x.ndim, indices, dims)]
+    # NumPy lays out ``x[:, i]`` with the indexed dim outermost; torch's result is
+    # contiguous, and a later ``.view`` of it relies on that
+    return np.ascontiguousarray(x[_np_key(x.ndim, indices, dims)])
 
 
 def _index_vjp(g, out, x, *indices, dims, nonnegative=False):

@@ -537,9 +537,16 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return (sum(centred * centred, dims, keepdim) / dof).to(input.dtype)
 
 
+def _sqrt_of_variance(v):
+    """``sqrt(v)`` whose gradient is 0 where ``v`` is 0 (torch's ``std_backward``), not the
+    NaN that ``sqrt``'s infinite slope times ``var``'s zero slope would give."""
+    return ew.where(ew.eq(v, 0), 0.0, ew.sqrt(_nonzero_or_one(v)))
+
+
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    """Standard deviation: the square root of :func:`var` (same arguments)."""
-    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    """Standard deviation: the square root of :func:`var` (same arguments); its gradient
+    where all the values are equal is 0, as torch's."""
+    return _sqrt_of_variance(var(input, dim, unbiased, keepdim, correction=correction))
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -551,7 +558,7 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """``(std, mean)`` over ``dim``, as ``torch.std_mean``."""
     v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
-    return ew.sqrt(v), m
+    return _sqrt_of_variance(v), m
 
 
 # -- logsumexp and norms -----------------------------------------------------------------------
