@@ -69,6 +69,14 @@ VIEWS = [
     "h = torch.stack([h, h.tanh()], dim=-1).amax(-1)",
     "h = h.expand(2, *h.shape).sum(0)",
     "h = h.view(-1, 3).softmax(-1).view_as(h)",
+    "h = h.repeat_interleave(2, dim=1)[:, ::2] + h.diagonal(0, 0, 1).sum()",
+    "h = h.unfold(1, 2, 2).flip(-1).reshape(h.shape[0], D)",
+    "h = sum(torch.split(h, 2, dim=1)).repeat(1, 3) + h",
+    "h = torch.cat(list(torch.chunk(h, 4, dim=1)), dim=1)",
+    "h = (h[:, None, :] * h[:, :, None]).mean(1)",
+    "h = torch.diag_embed(h).sum(-1) + torch.triu(h[:, :, None] * h[:, None, :]).sum(1)",
+    "v = h.reshape(-1)\nh = v.view(D, -1).t().reshape(-1, D) + h",
+    "h = h.swapaxes(0, 1).contiguous().view(D, -1).transpose(0, 1)",
 ]
 INDEXING = [
     "h = h[:, [2, 0, 1, 3, 5, 4]]",
@@ -88,6 +96,15 @@ INDEXING = [
     "h = h + h.gather(1, h.argsort(dim=1))",
     "h = h.gather(1, idx[:, None].expand(-1, D))",
     "h = h.take_along_dim(idx.view(-1, 1), dim=1) + h",
+    "h = h + h[:, -4:-1].sum(1, keepdim=True) + h[-2:, ...].mean(0)",
+    "h = h + h[idx > 2].sum(0)",
+    "h = h + h.masked_select(mask).sum()",
+    "h = h + h[torch.where(h > 0)].sum()",
+    "h = h + h.flatten()[h.argmax()]",
+    "h = h * h[:, int(idx[0])].unsqueeze(1)",
+    "h = h + h[torch.nonzero(mask, as_tuple=True)].mean() if mask.any() else h",
+    "h = h[:, torch.tensor([-1, -2, 0, 1, 2, 3])]",
+    "h = h + h[[-1]]",
 ]
 WRITES = [
     "h = h.clone()\nh[:, 0] = 0.0",
@@ -114,6 +131,18 @@ WRITES = [
     "h = h.clone()\nh.relu_()\nh = h + x",
     "h = h.clone()\nh.lerp_(x, 0.25)",
     "h = h.clone()\nh.addcmul_(x, x.tanh(), value=0.5)",
+    "h = h.clone()\nh[:, :2].mul_(2.0)",
+    "h = h.clone()\nh.narrow(1, 0, 2).zero_()",
+    "h = h.contiguous().clone()\nv = h.view(-1)\nv[::2] = 0.0",
+    "h = h.clone()\nh.t()[0] = 1.0",
+    "h = h.clone()\nfor i in range(h.shape[0]):\n    h[i].mul_(0.5 + i)",
+    "h = h.clone()\nh.abs_()",
+    "h = h.clone()\nh[1:, :] -= h[:-1, :].detach().clone()",
+    "h = h.new_zeros(h.shape).index_copy(0, torch.arange(h.shape[0]).flip(0), h)",
+    "h = torch.empty_like(h).fill_(0.5) * h",
+    "h = h.clone()\nh.masked_scatter_(mask, x.detach() * 2)",
+    "h = h.clone()\nh.unsqueeze(0)[0, :, 1] = -1.0",
+    "h = h.clone()\nh.clamp_(min=torch.zeros(D, dtype=h.dtype))",
 ]
 REDUCTIONS = [
     "h = h - h.mean(dim=-1, keepdim=True)",
@@ -137,6 +166,15 @@ REDUCTIONS = [
     "h = h + h.cummax(dim=1).values",
     "h = h * h.count_nonzero(dim=1).unsqueeze(1)",
     "h = h + h.nansum(0) + h.aminmax(dim=1).min.unsqueeze(1)",
+    "h = h - h.logcumsumexp(dim=1) * 0.1",
+    "h = h * h.abs().cumprod(dim=1).clamp(max=2.0)",
+    "h = h + torch.cdist(h, h).mean(1, keepdim=True)",
+    "h = h + h.amin(dim=(0, 1), keepdim=True) + h.max()",
+    "h = h + h.min(dim=0).values + h.max(0)[1]",
+    "h = h * (h.sum(-1, keepdim=True).expand_as(h) > 0)",
+    "h = h + h.norm(p=1, dim=0) + torch.linalg.vector_norm(h, dim=1, keepdim=True)",
+    "h = h + h.mean(0).dot(h.mean(0))",
+    "h = h - h.kthvalue(2, dim=1, keepdim=True).values",
 ]
 FUNCTIONS = [
     "h = F.relu(h) + F.gelu(h)",
@@ -166,6 +204,16 @@ FUNCTIONS = [
     "h = F.cosine_similarity(h, h.roll(1, 0), dim=1)[:, None] + h",
     "h = torch.outer(h.sum(1), torch.ones(D, dtype=h.dtype)) + h",
     "h = torch.tril(h.view(-1, 3, 2).transpose(1, 2)).transpose(1, 2).reshape(-1, D)",
+    "h = torch.fmod(h, 1.5) + torch.remainder(h, 1.5)",
+    "h = torch.nan_to_num(h.log(), nan=0.0, neginf=-1.0)",
+    "h = F.softmin(h, dim=1) + h.clip(-1, 1) + torch.sign(h)",
+    "h = torch.einsum('bij,bjk->bik', h.view(-1, 2, 3), h.view(-1, 3, 2)).reshape(-1, 4).repeat(1, 2)[:, :D]",
+    "h = torch.clamp(h, min=h.mean(0), max=h.mean(0) + 1)",
+    "h = F.embedding(idx, torch.eye(D, dtype=h.dtype) + h.mean(0)) + h",
+    "h = F.linear(h, torch.eye(D, dtype=h.dtype).expand(D, D) * 2)",
+    "h = h.T @ h @ h.T\nh = h.T / (1 + h.abs().max())",
+    "h = torch.logaddexp(h, -h) + torch.hypot(h, h)",
+    "h = torch.exp2(h.clamp(max=3)) + torch.expm1(h.clamp(max=3)) + torch.log2(h.abs() + 1)",
 ]
 DTYPES = [
     "h = h + (h > 0).long()",
@@ -188,6 +236,22 @@ DTYPES = [
     "h = h + torch.ones(h.shape[0], D, dtype=torch.int32) * True",
     "h = h * torch.tensor([1, 2, 3, 4, 5, 6]) / torch.tensor(6)",
     "h = h + F.one_hot(idx, D)",
+    "h = h + True",
+    "h = h * torch.tensor(2, dtype=torch.int32)",
+    "h = h + ((idx - 3) // 2)[:, None] + ((idx - 3) % 4)[:, None]",
+    "h = h + torch.div(idx - 3, 2, rounding_mode='trunc')[:, None]",
+    "h = h + torch.div(idx - 3, 2, rounding_mode='floor')[:, None] * 0.5",
+    "h = h * (idx.sum() / idx.numel())",
+    "h = h + idx.float().mean()",
+    "h = h + (h > 0).sum(1, keepdim=True) / D",
+    "h = h + torch.bincount(idx, minlength=D)",
+    "h = h * idx.max() - idx.argmin()",
+    "h = h + (idx.unsqueeze(1) * 1.5).long()",
+    "h = h + torch.tensor([0.5] * D, dtype=torch.float16)",
+    "h = h + (mask & (h > 0)) - (mask | ~mask).long()",
+    "h = h + torch.arange(D, dtype=torch.float32) ** 2 / 10",
+    "h = h + 2 ** torch.arange(D) / 32",
+    "h = h.where(h > 0, torch.tensor(1))",
 ]
 GRADS = [
     "with torch.no_grad():\n    s = h.abs().max()\nh = h / (s + 1)",
@@ -197,13 +261,19 @@ GRADS = [
     "h = h + torch.stack([t.detach() for t in h.unbind(0)]).mean(0)",
 ]
 ITEMS = [
-    "if h.sum().item() > 0:\n    h = h * 0.5\nelse:\n    h = h + 1",
+    "if h.sum().item() > 0.3:\n    h = h * 0.5\nelse:\n    h = h + 1",
     "h = h * float(h.mean())",
     "for _ in range(int(h.abs().max().item() > 1) + 1):\n    h = torch.tanh(h)",
     "h = h * (2.0 if bool((h > 0).all()) else 0.5)",
     "h = h + h.shape[0] * 0.1",
     "h = h + len(h) + h.size(1) + h.dim()",
     "h = h / (1 + int((h > 0).sum()))",
+    "h = h[:, : 1 + int(idx.max())].sum(1, keepdim=True) + h",
+    "h = h * torch.tensor(h.abs().max().item())",
+    "s = h.sum(dim=1).tolist()\nh = h * max(s)",
+    "if self.training:\n    h = h * 0.9",
+    "h = torch.stack([r * (i + 1) for i, r in enumerate(h)])",
+    "while h.abs().max() > 4:\n    h = h / 2",
 ]
 MODULES = [
     ("self.lin{k} = nn.Linear(D, D)", "h = self.lin{k}(h)"),
@@ -240,6 +310,14 @@ OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
               "optim.SGD(model.parameters(), lr=0.1)"]
+LOSSES = ["(out.tanh() * w).mean()", "F.mse_loss(out, w)", "F.cross_entropy(out, idx)",
+          "F.smooth_l1_loss(out, w, beta=0.5)",
+          "F.binary_cross_entropy_with_logits(out, mask.to(out.dtype))",
+          "F.nll_loss(F.log_softmax(out, 1), idx, reduction='sum') / out.shape[0]",
+          "F.huber_loss(out, w)",
+          "F.kl_div(F.log_softmax(out, 1), F.softmax(w, 1), reduction='batchmean')"]
+CLIPS = ["", "    nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+         "    nn.utils.clip_grad_value_(model.parameters(), 0.5)"]
 
 TEMPLATE = '''
 D = {D}
@@ -277,8 +355,9 @@ def make():
 def train_step(model, opt, x, idx, mask, w):
     opt.zero_grad()
     out = model(x, idx, mask)
-    loss = (out.tanh() * w).mean()
+    loss = {loss}
     loss.backward()
+{clip}
     opt.step()
     return out.detach(), loss.detach()
 '''
@@ -303,7 +382,8 @@ def write_program(seed: int) -> tuple[str, str]:
     body.append("h = self.head(h)")
     source = TEMPLATE.format(D=D, init=_indent("\n".join(init), 8),
                              body=_indent("\n".join(body), 8),
-                             opt=r.choice(OPTIMIZERS))
+                             opt=r.choice(OPTIMIZERS), loss=r.choice(LOSSES),
+                             clip=r.choice(CLIPS))
     return source, r.choice(["step", "model"])
 
 
@@ -420,9 +500,9 @@ def check(seed: int, length: int = 4) -> int:
 
 
 def _raised(name: str, error: Exception, done: dict, context: str) -> None:
-    """An exception from one of the three runs: torch's must be matched by dualgraph's
-    (the generator wrote a program torch refuses); dualgraph's eager error that names what
-    it lacks is ``Unsupported``; anything else fails."""
+    """An exception from one of the three runs. torch's means the generator wrote a
+    program torch refuses (a generator bug, which fails); dualgraph's eager error that
+    names what it lacks is ``Unsupported``; anything else fails."""
     if name == "torch":
         raise AssertionError(f"torch raised {type(error).__name__}: {error}; the generator "
                              f"wrote a program torch refuses\n{context}") from error

@@ -285,7 +285,11 @@ def _letter_sizes(terms, shapes) -> dict:
 
 def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
-    return cast(np.einsum(equation, *arrays, optimize=len(arrays) > 1), dt)
+    if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
+        return cast(np.einsum(equation, *arrays), dt)
+    # a contraction is new memory: contiguous, as torch's (a later ``.view`` relies on it),
+    # where NumPy's optimised path leaves the output in the layout its GEMM produced
+    return np.ascontiguousarray(cast(np.einsum(equation, *arrays, optimize=True), dt))
 
 
 def _infer_einsum(*operands, equation):
