@@ -25,7 +25,7 @@ from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops
-from ._util import needs_grad, shape_of
+from ._util import needs_grad, row_major, shape_of
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
@@ -73,9 +73,8 @@ def _infer_index(x, *indices, dims, nonnegative=False):
 
 def _index_kernel(x, *indices, dims, nonnegative=False):
     _check_bounds(x.shape, indices, dims, nonnegative)
-    # NumPy lays out ``x[:, i]`` with the indexed dim outermost; torch's result is
-    # contiguous, and a later ``.view`` of it relies on that
-    return np.ascontiguousarray(x[_np_key(x.ndim, indices, dims)])
+    # (NumPy lays out ``x[:, i]`` with the indexed dim outermost)
+    return row_major(x[_np_key(x.ndim, indices, dims)])
 
 
 def _index_vjp(g, out, x, *indices, dims, nonnegative=False):

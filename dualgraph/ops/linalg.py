@@ -20,7 +20,7 @@ from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
+from ._util import as_operand, cast, is_float, needs_grad, row_major, sum_to, zeros_view
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
@@ -287,9 +287,9 @@ def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
     if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
         return cast(np.einsum(equation, *arrays), dt)
-    # a contraction is new memory: contiguous, as torch's (a later ``.view`` relies on it),
-    # where NumPy's optimised path leaves the output in the layout its GEMM produced
-    return np.ascontiguousarray(cast(np.einsum(equation, *arrays, optimize=True), dt))
+    # a contraction is new memory, where NumPy's optimised path leaves the output in the
+    # layout its GEMM produced
+    return row_major(cast(np.einsum(equation, *arrays, optimize=True), dt))
 
 
 def _infer_einsum(*operands, equation):
