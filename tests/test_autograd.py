@@ -408,3 +408,24 @@ def test_std_of_equal_values_has_a_zero_gradient_not_nan():
         x = dg.tensor(a, requires_grad=True)
         fn(dg, x).backward()
         np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), rtol=1e-12)
+
+
+def test_cumprod_gradient_through_zeros_matches_torch():
+    """``x.abs().cumprod(dim=1)`` over a row with zeros: the gradient divided by ``x`` and
+    gave NaN where torch's is exact (generated torch-API program 297); twice differentiable."""
+    a = np.array([[0.0, 2.0, 0.0, 3.0], [1.0, 0.0, 2.0, 2.0], [1.0, 2.0, 3.0, -4.0]])
+
+    def loss(lib, x):
+        return (x.cumprod(dim=1) * lib.arange(1.0, 5.0, dtype=x.dtype)).sum()
+
+    want = torch.tensor(a, requires_grad=True)
+    loss(torch, want).backward()
+    for fn in (loss, dg.compile(loss)):
+        x = dg.tensor(a, requires_grad=True)
+        fn(dg, x).backward()
+        np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), rtol=1e-12)
+    want, x = torch.tensor(a, requires_grad=True), dg.tensor(a, requires_grad=True)
+    for lib, t in ((torch, want), (dg, x)):
+        g, = lib.autograd.grad((t.cumprod(0) ** 2).sum(), t, create_graph=True)
+        g.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), rtol=1e-12)

@@ -228,7 +228,7 @@ DTYPES = [
     "h = h + (idx[:, None] // 2) * 0.25 + idx[:, None] % 2",
     "h = h * 2 ** -1 + 1",
     "h = h + h.argmax(1, keepdim=True)",
-    "h = h + (h.floor() // 1).int()",
+    "h = h + (h.clamp(-100, 100).floor() // 1).int()",
     "h = h.to(torch.float32).to(h.dtype) + h.type_as(x)",
     "h = h + torch.full_like(idx, 2)[:, None] * 0.5",
     "h = h + mask.to(h.dtype) - mask.int()",

@@ -728,9 +728,17 @@ def _cumprod_kernel(x, dim):
 
 
 def _cumprod_vjp(g, out, x, dim):
-    """grad_i = sum_{j >= i} g_j out_j / x_i; exact for inputs without zeros (a zero input
-    gets a non-finite gradient, unlike torch)."""
-    return apply(CUMSUM, g * out, dim=dim, reverse=True) / x
+    """grad_i = sum_{j >= i} g_j prod_{k <= j, k != i} x_k, as torch's, also where ``x``
+    has zeros. Before the first zero of a row it is sum_{j >= i} g_j out_j / x_i; at the
+    first zero it is sum_{j >= i} g_j out'_j, out' the running product with that zero read
+    as 1; after it every product holds that zero, so 0."""
+    zeros = ew.eq(x, 0)
+    seen = apply(CUMSUM, zeros, dim=dim, reverse=False)
+    before, first = ew.eq(seen, 0), ew.logical_and(zeros, ew.eq(seen, 1))
+    divided = apply(CUMSUM, g * out, dim=dim, reverse=True) / ew.where(before, x, 1.0)
+    skipped = apply(CUMSUM, g * apply(CUMPROD, ew.where(first, 1.0, x), dim=dim), dim=dim,
+                    reverse=True)
+    return ew.where(before, divided, ew.where(first, skipped, 0.0))
 
 
 def _onnx_cumprod(e, node):
