@@ -47,6 +47,7 @@ EXAMPLES = int(os.environ.get("DG_TORCH_API_EXAMPLES", "24"))
 D = 6                      # the width of h; the batch size B changes between calls
 SIZES = (3, 4, 5)
 RTOL, ATOL = 1e-5, 1e-7
+LARGE = 1e6
 UNSUPPORTED = (NotImplementedError, TypeError, AttributeError)
 
 # Each statement maps ``h`` of shape (B, D), float64, to ``h`` of the same shape and dtype.
@@ -316,6 +317,27 @@ LOSSES = ["(out.tanh() * w).mean()", "F.mse_loss(out, w)", "F.cross_entropy(out,
           "F.nll_loss(F.log_softmax(out, 1), idx, reduction='sum') / out.shape[0]",
           "F.huber_loss(out, w)",
           "F.kl_div(F.log_softmax(out, 1), F.softmax(w, 1), reduction='batchmean')"]
+# A second output of the forward, from ``hd = h.detach()`` and the integer and bool
+# arguments: its dtype is compared exactly (promotion of Python scalars, integer division,
+# creation functions' dtypes, integer and bool arithmetic).
+AUX = ["(hd > 0).sum(1)", "hd.argmax(1)", "idx * 2 + 1", "idx / 2", "idx // 2", "idx + 0.5",
+       "mask.sum() * 1.5", "hd.float().sum(0)", "torch.tensor([1, 2.5])",
+       "torch.full((2,), 3)", "torch.arange(0, 1, 0.25)", "(hd > 0).float().mean()",
+       "idx.to(torch.int32) + 1", "idx.to(torch.int32) * 2.5", "idx.to(torch.int32) + idx",
+       "mask.int() + mask.long()", "mask * 2", "~mask", "hd.sign().int().cumsum(1)",
+       "torch.tensor(2) ** torch.arange(3)", "idx.half() / 3", "(idx.double() / 3).float()",
+       "torch.where(mask, idx[:, None], -1)", "torch.where(mask, 1.0, 0)", "idx.bool().sum()",
+       "torch.clamp(idx, max=3)", "idx.abs().max() - idx.min()",
+       "torch.remainder(idx - 3, 4)", "idx ^ 3", "idx << 1", "hd.round(decimals=2)",
+       "torch.floor_divide(idx - 3, 2)", "(idx - 3) / torch.tensor(2)",
+       "torch.tensor([1, 2, 3]).sum() / 2", "torch.tensor(5) // 2.0", "idx.sum(dtype=torch.float32)",
+       "torch.prod(idx + 1)", "idx.cumsum(0)", "torch.sort(idx, stable=True).indices",
+       "torch.unique(idx)", "torch.argsort(idx, stable=True)", "idx.float().std()",
+       "hd.to(torch.float16).sum()", "torch.zeros(2, dtype=torch.int32) + 1.5",
+       "torch.ones(3).long() * True", "hd.new_tensor([1, 2])", "hd.new_ones(2) * idx[:2]",
+       "torch.as_tensor([1, 2]) / 4", "torch.tensor(True) + 1", "(idx > 2).sum() / idx.numel()",
+       "hd.int().sum(1)", "hd.numel() * hd.mean()", "torch.linspace(0, 1, 5)",
+       "torch.eye(2, dtype=torch.long) * 0.5", "torch.empty(0).sum()", "hd.shape[0] * idx"]
 CLIPS = ["", "    nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
          "    nn.utils.clip_grad_value_(model.parameters(), 0.5)"]
 
@@ -343,7 +365,8 @@ class Net(nn.Module):
     def forward(self, x, idx, mask):
         h = x * 1.0
 {body}
-        return h
+        hd = h.detach()
+        return h, {aux}
 
 
 def make():
@@ -354,12 +377,12 @@ def make():
 
 def train_step(model, opt, x, idx, mask, w):
     opt.zero_grad()
-    out = model(x, idx, mask)
+    out, aux = model(x, idx, mask)
     loss = {loss}
     loss.backward()
 {clip}
     opt.step()
-    return out.detach(), loss.detach()
+    return out.detach(), loss.detach(), aux
 '''
 
 
@@ -383,7 +406,7 @@ def write_program(seed: int) -> tuple[str, str]:
     source = TEMPLATE.format(D=D, init=_indent("\n".join(init), 8),
                              body=_indent("\n".join(body), 8),
                              opt=r.choice(OPTIMIZERS), loss=r.choice(LOSSES),
-                             clip=r.choice(CLIPS))
+                             clip=r.choice(CLIPS), aux=r.choice(AUX))
     return source, r.choice(["step", "model"])
 
 
@@ -435,8 +458,8 @@ class Run:
         a = arguments(call)
         x = torch.tensor(a["x"], requires_grad=True)
         args = (x, torch.tensor(a["idx"]), torch.tensor(a["mask"]), torch.tensor(a["w"]))
-        out, loss = self.step(self.model_fn, self.opt, *args)
-        seen = [("output", out), ("loss", loss), ("x.grad", x.grad)]
+        out, loss, aux = self.step(self.model_fn, self.opt, *args)
+        seen = [("output", out), ("loss", loss), ("aux", aux), ("x.grad", x.grad)]
         for name, p in sorted(self.model.named_parameters()):
             seen += [(name + ".grad", p.grad), (name, p)]
         seen += sorted(self.model.named_buffers())
@@ -496,7 +519,16 @@ def check(seed: int, length: int = 4) -> int:
                 assert_same(results["torch"], results[name], f"call {i} ({name})")
             except AssertionError as error:
                 raise AssertionError(f"{error}\n{context}") from None
+        if _diverged(results["torch"]):
+            return i + 1
     return length
+
+
+def _diverged(values: list) -> bool:
+    """Whether training has blown up (values past 1e6): after that, rounding differences
+    between two correct implementations grow past any tolerance, so the calls stop."""
+    return any(v is not None and v.dtype.kind == "f" and not np.all(np.abs(v) < LARGE)
+               for _, v in values)
 
 
 def _raised(name: str, error: Exception, done: dict, context: str) -> None:

@@ -285,9 +285,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # that comes to hold a tensor is compared by type. capture/ +45 and the core +45: a trace
 # that prints runs its Python at every call (capture/prints.py: it printed once); which
 # state an argument is, guarded; a refreshed view argument's gradient counted once.
-CORE_BUDGET = 24_765
+# ops/ +15 and the core +15 (generated torch-API programs): cumprod's gradient through
+# zeros (it was NaN), std's at zero spread, and new results laid out row-major
+# (_util.row_major: einsum's and advanced indexing's, which a later ``.view`` relies on).
+CORE_BUDGET = 24_780
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 845, "backends": 40, "capture": 4_865, "cli": 320,
-           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_675,
+           "codegen": 1_315, "distributed": 1_705, "graph": 1_120, "kernels": 4_125, "ops": 7_690,
            "passes": 3_120, "export": 3_840, "nn": 3_655, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
