@@ -429,3 +429,32 @@ def test_cumprod_gradient_through_zeros_matches_torch():
         g, = lib.autograd.grad((t.cumprod(0) ** 2).sum(), t, create_graph=True)
         g.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["linear", "matmul"])
+def test_a_weight_changed_in_place_after_its_product_is_no_error_without_input_grad(form):
+    """Parameters clamped in place under ``no_grad`` after the forward used them (weight
+    clipping): the weight's gradient reads only the input, so torch goes on when the input
+    needs no gradient; dualgraph raised its in-place error (generated torch-API program
+    219). With the input needing a gradient both still raise."""
+    w0, b0, x0 = np.array([[0.5, -0.2], [0.3, -0.4]]), np.array([0.0, 0.5]), np.ones((1, 2))
+    for input_grad in (False, True):
+        grads = []
+        for lib in (torch, dg):
+            w = lib.tensor(w0, requires_grad=True)
+            b = lib.tensor(b0, requires_grad=True)
+            x = lib.tensor(x0, requires_grad=input_grad)
+            z = lib.nn.functional.linear(x, w, b) if form == "linear" else x @ w.T + b
+            h = lib.relu(z)
+            with lib.no_grad():
+                w.clamp_(-0.1, 0.1)
+                b.mul_(2.0)
+            if input_grad:
+                with pytest.raises(RuntimeError, match="in-?place"):
+                    h.sum().backward()
+                continue
+            h.sum().backward()
+            grads.append((w.grad.numpy(), b.grad.numpy()))
+        if grads:
+            for got, want in zip(grads[1], grads[0]):
+                np.testing.assert_array_equal(got, want)

@@ -260,6 +260,11 @@ GRADS = [
     "h = h * h.detach().sign()",
     "with torch.no_grad():\n    self.seen{k} += 1\nh = h * 1.0",
     "h = h + torch.stack([t.detach() for t in h.unbind(0)]).mean(0)",
+    "with torch.no_grad():\n    for p in self.parameters():\n        p.clamp_(-2.0, 2.0)",
+    "for p in self.parameters():\n    p.data.mul_(0.999)",
+    "if self.training:\n    with torch.no_grad():\n        self.head.bias.add_(0.01)",
+    "h = h + self.head.weight.detach().sum(0)",
+    "h = h * self.head.weight.data.mean()",
 ]
 ITEMS = [
     "if h.sum().item() > 0.3:\n    h = h * 0.5\nelse:\n    h = h + 1",
@@ -268,6 +273,7 @@ ITEMS = [
     "h = h * (2.0 if bool((h > 0).all()) else 0.5)",
     "h = h + h.shape[0] * 0.1",
     "h = h + len(h) + h.size(1) + h.dim()",
+    "if not self.training:\n    h = h.clamp(-3.0, 3.0)",
     "h = h / (1 + int((h > 0).sum()))",
     "h = h[:, : 1 + int(idx.max())].sum(1, keepdim=True) + h",
     "h = h * torch.tensor(h.abs().max().item())",
@@ -396,6 +402,8 @@ def write_program(seed: int) -> tuple[str, str]:
         if kind == "module":
             init.append(choice[0].format(k=k))
             body.append(choice[1].format(k=k))
+        elif "self.parameters()" in choice or ".add_(0.01)" in choice:
+            body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
             body.append(choice.format(k=k))
             if "self.seen" in choice:
@@ -415,9 +423,11 @@ def _indent(text: str, n: int) -> str:
 
 
 def calls(seed: int, length: int = 4) -> list[dict]:
-    """The calls: the batch size and the seed of the arguments of each."""
+    """The calls: the batch size, the seed of the arguments and whether it is an
+    inference call, of each."""
     r = random.Random(seed * 7919 + 3)
-    return [{"B": r.choice(SIZES), "seed": seed * 100 + i} for i in range(length)]
+    return [{"B": r.choice(SIZES), "seed": seed * 100 + i, "eval": r.random() < 0.25}
+            for i in range(length)]
 
 
 def arguments(call: dict) -> dict:
@@ -453,11 +463,18 @@ class Run:
             self.model_fn = torch.compile(self.model)
 
     def call(self, call: dict) -> list:
-        """Run one training step; what to compare, as ``(name, value)`` pairs."""
+        """Run one training step, or an inference call (``model.eval()``, ``no_grad``);
+        what to compare, as ``(name, value)`` pairs."""
         torch = self.torch
         a = arguments(call)
         x = torch.tensor(a["x"], requires_grad=True)
         args = (x, torch.tensor(a["idx"]), torch.tensor(a["mask"]), torch.tensor(a["w"]))
+        if call["eval"]:
+            self.model.eval()
+            with torch.no_grad():
+                out, aux = self.model_fn(*args[:3])
+            self.model.train()
+            return [(name, _numpy(v)) for name, v in [("output", out), ("aux", aux)]]
         out, loss, aux = self.step(self.model_fn, self.opt, *args)
         seen = [("output", out), ("loss", loss), ("aux", aux), ("x.grad", x.grad)]
         for name, p in sorted(self.model.named_parameters()):

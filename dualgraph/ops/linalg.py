@@ -153,7 +153,10 @@ def _specialise_matmul(a, b):
     return None
 
 
+# each operand is read only by the other's gradient (a weight changed in place after the
+# product, with no gradient wanted for the input, is no error: torch's rule)
 MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
+               read_by={0: 1, 1: 0},
                onnx="MatMul", specialise=_specialise_matmul,
                autocast="lower")
 
@@ -626,7 +629,9 @@ def _specialise(relu: bool):
     return specialise
 
 
-LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
+# (the bias is read by no gradient: not saved; x and the weight as matmul's operands)
+LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="01",
+               read_by={0: 1, 1: 0},
                decomposition=_linear_decomposition,
                onnx=_onnx_linear,
                specialise=_specialise(relu=False),
