@@ -587,12 +587,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--calls", type=int, default=4)
     args = parser.parse_args(argv)
-    first, last = map(int, args.seeds.split(":"))
-    seeds = [args.seed] if args.seed is not None else range(first, last)
+    if args.seed is not None:
+        seeds = [args.seed]
+        print(write_program(args.seed)[0])
+    else:
+        seeds = range(*map(int, args.seeds.split(":")))
     failed, unsupported, compared = [], collections.Counter(), 0
     for seed in seeds:
-        if args.seed is not None:
-            print(write_program(seed)[0])
         try:
             compared += check(seed, args.calls)
         except Unsupported as error:
