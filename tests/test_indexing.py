@@ -223,3 +223,15 @@ def test_setitem_shape_mismatch_names_both_shapes():
         x[0] = dg.ones(3)
     with pytest.raises(ValueError, match=r"\(2, 2\).*\(2,\)"):
         x[[0, 1], [1, 2]] = dg.ones(2, 2)
+
+
+def test_advanced_indexing_of_a_later_dim_gives_a_contiguous_tensor():
+    """``h.index_select(1, i).view(-1, 3)`` (and ``h[:, i]``): NumPy lays out the result
+    with the indexed dim outermost, so the view raised where torch's result is contiguous
+    (generated torch-API program 119)."""
+    x, t = pair((4, 6))
+    fn = dg.compile(lambda h: h.index_select(1, dg.tensor([1, 1, 0, 0, 2, 3])).view(-1, 3))
+    want = t.index_select(1, torch.tensor([1, 1, 0, 0, 2, 3])).view(-1, 3).numpy()
+    for got in (x[:, [1, 1, 0, 0, 2, 3]].view(-1, 3), fn(x), fn(x)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert x[:, [2, 0]].is_contiguous() and x.t()[:, [1, 0]].is_contiguous()

@@ -199,3 +199,17 @@ def test_inplace_activation_after_a_layer_differentiates_as_torch(act):
         grads.append((x.grad.numpy(), w.grad.numpy()))
     for a, b in zip(*grads):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_einsum_of_two_operands_gives_a_contiguous_tensor():
+    """``einsum('bi,ij->bj', h, w).view(-1, 3)``: NumPy's optimised einsum left the output
+    in its GEMM's layout (strides ``(1, B)``), so the view raised where torch's result is
+    contiguous (generated torch-API program 253)."""
+    h, w = np.arange(30.0).reshape(5, 6), np.arange(36.0).reshape(6, 6) / 10
+    want = torch.einsum("bi,ij->bj", torch.tensor(h), torch.tensor(w)).view(-1, 3).numpy()
+    fn = dg.compile(lambda a, b: dg.einsum("bi,ij->bj", a, b).view(-1, 3))
+    eager = dg.einsum("bi,ij->bj", dg.tensor(h), dg.tensor(w))
+    assert eager.is_contiguous()
+    for got in (eager.view(-1, 3), fn(dg.tensor(h), dg.tensor(w))):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    assert dg.einsum("bij,bjk->bik", dg.ones(2, 2, 3), dg.ones(2, 3, 2)).is_contiguous()

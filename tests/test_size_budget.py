@@ -294,9 +294,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # autograd/ +30, ops/ +25 and the core +70 (issue 26, real programs' fourth round): grad()
 # runs only the nodes that lead to its inputs and takes torch's keywords, dict inputs and
 # any iterable; torch.quantile (a composite of sort).
-CORE_BUDGET = 24_850
+# ops/ +15 and the core +15 (generated torch-API programs): cumprod's gradient through
+# zeros (it was NaN), std's at zero spread, and new results laid out row-major
+# (_util.row_major: einsum's and advanced indexing's, which a later ``.view`` relies on).
+CORE_BUDGET = 24_865
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_865, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_140, "ops": 7_700,
+           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_140, "ops": 7_715,
            "passes": 3_120, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

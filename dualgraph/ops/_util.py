@@ -20,6 +20,13 @@ def is_float(dt: np.dtype) -> bool:
     return dt.kind == "f" or dt == BF16
 
 
+def row_major(a: np.ndarray) -> np.ndarray:
+    """``a`` laid out C-contiguous, as torch lays out a new result (a later ``.view`` of it
+    relies on that); ``a`` itself when it already is (``np.ascontiguousarray`` would turn a
+    0-d array into a 1-d one)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def shape_of(x) -> tuple:
     """The shape of an array, aval or Tensor; () for a Python scalar."""
     return tuple(getattr(x, "shape", ()))

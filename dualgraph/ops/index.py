@@ -26,7 +26,7 @@ from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops
-from ._util import needs_grad, shape_of
+from ._util import needs_grad, row_major, shape_of
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
@@ -74,7 +74,8 @@ def _infer_index(x, *indices, dims, nonnegative=False):
 
 def _index_kernel(x, *indices, dims, nonnegative=False):
     _check_bounds(x.shape, indices, dims, nonnegative)
-    return x[_np_key(x.ndim, indices, dims)]
+    # (NumPy lays out ``x[:, i]`` with the indexed dim outermost)
+    return row_major(x[_np_key(x.ndim, indices, dims)])
 
 
 def _index_vjp(g, out, x, *indices, dims, nonnegative=False):

@@ -20,7 +20,7 @@ from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import as_operand, cast, is_float, needs_grad, sum_to, zeros_view
+from ._util import as_operand, cast, is_float, needs_grad, row_major, sum_to, zeros_view
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
@@ -153,7 +153,10 @@ def _specialise_matmul(a, b):
     return None
 
 
+# each operand is read only by the other's gradient (a weight changed in place after the
+# product, with no gradient wanted for the input, is no error: torch's rule)
 MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
+               read_by={0: 1, 1: 0},
                onnx="MatMul", specialise=_specialise_matmul,
                autocast="lower")
 
@@ -285,7 +288,11 @@ def _letter_sizes(terms, shapes) -> dict:
 
 def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
-    return cast(np.einsum(equation, *arrays, optimize=len(arrays) > 1), dt)
+    if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
+        return cast(np.einsum(equation, *arrays), dt)
+    # a contraction is new memory, where NumPy's optimised path leaves the output in the
+    # layout its GEMM produced
+    return row_major(cast(np.einsum(equation, *arrays, optimize=True), dt))
 
 
 def _infer_einsum(*operands, equation):
@@ -622,7 +629,9 @@ def _specialise(relu: bool):
     return specialise
 
 
-LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="i",
+# (the bias is read by no gradient: not saved; x and the weight as matmul's operands)
+LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="01",
+               read_by={0: 1, 1: 0},
                decomposition=_linear_decomposition,
                onnx=_onnx_linear,
                specialise=_specialise(relu=False),

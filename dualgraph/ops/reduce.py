@@ -537,9 +537,16 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return (sum(centred * centred, dims, keepdim) / dof).to(input.dtype)
 
 
+def _sqrt_of_variance(v):
+    """``sqrt(v)`` whose gradient is 0 where ``v`` is 0 (torch's ``std_backward``), not the
+    NaN that ``sqrt``'s infinite slope times ``var``'s zero slope would give."""
+    return ew.where(ew.eq(v, 0), 0.0, ew.sqrt(_nonzero_or_one(v)))
+
+
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    """Standard deviation: the square root of :func:`var` (same arguments)."""
-    return ew.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    """Standard deviation: the square root of :func:`var` (same arguments); its gradient
+    where all the values are equal is 0, as torch's."""
+    return _sqrt_of_variance(var(input, dim, unbiased, keepdim, correction=correction))
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -551,7 +558,7 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """``(std, mean)`` over ``dim``, as ``torch.std_mean``."""
     v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
-    return ew.sqrt(v), m
+    return _sqrt_of_variance(v), m
 
 
 # -- logsumexp and norms -----------------------------------------------------------------------
@@ -721,9 +728,17 @@ def _cumprod_kernel(x, dim):
 
 
 def _cumprod_vjp(g, out, x, dim):
-    """grad_i = sum_{j >= i} g_j out_j / x_i; exact for inputs without zeros (a zero input
-    gets a non-finite gradient, unlike torch)."""
-    return apply(CUMSUM, g * out, dim=dim, reverse=True) / x
+    """grad_i = sum_{j >= i} g_j prod_{k <= j, k != i} x_k, as torch's, also where ``x``
+    has zeros. Before the first zero of a row it is sum_{j >= i} g_j out_j / x_i; at the
+    first zero it is sum_{j >= i} g_j out'_j, out' the running product with that zero read
+    as 1; after it every product holds that zero, so 0."""
+    zeros = ew.eq(x, 0)
+    seen = apply(CUMSUM, zeros, dim=dim, reverse=False)
+    before, first = ew.eq(seen, 0), ew.logical_and(zeros, ew.eq(seen, 1))
+    divided = apply(CUMSUM, g * out, dim=dim, reverse=True) / ew.where(before, x, 1.0)
+    skipped = apply(CUMSUM, g * apply(CUMPROD, ew.where(first, 1.0, x), dim=dim), dim=dim,
+                    reverse=True)
+    return ew.where(before, divided, ew.where(first, skipped, 0.0))
 
 
 def _onnx_cumprod(e, node):

@@ -1,0 +1,612 @@
+"""Differential test of generated programs written against PyTorch's API, run three ways.
+
+tests/test_generated_graphs.py, test_generated_models.py and test_generated_stateful.py
+build their programs from dualgraph's own API; real programs are written against
+``torch``'s, with its tensor methods, views, indexing, in-place methods and dtype rules.
+This generator writes such programs as source text: an ``nn.Module`` whose ``forward`` is a
+random chain of statements over ``h`` (shape ``(B, D)``, float64) drawn from the API real
+code uses (tensor methods and functions, submodules and a ``ModuleList`` looped over,
+``F.*``, advanced, boolean, negative, ellipsis and ``None`` indexing, slice assignment,
+in-place methods, views, reductions with ``dim``/``keepdim``, ``einsum``, ``where``,
+``gather``, ``cat``/``stack``, casts and promotion with Python scalars and integer tensors,
+``no_grad``, ``detach``, ``.item()`` control flow), and a training step (``zero_grad``,
+``backward`` of a loss over the output, ``opt.step()``).
+
+The same text runs three ways: with ``torch`` the real PyTorch; with ``torch`` dualgraph
+(what ``dualgraph.compat.install_torch_alias`` gives ``import torch``: the very module
+objects ``dualgraph``, ``dualgraph.nn`` and ``dualgraph.nn.functional``), eagerly; and
+dualgraph under ``torch.compile`` (the step or the model compiled), over calls whose batch
+size changes. Each call's outputs, the gradients of the input and of every parameter, and
+the parameters and buffers after the optimiser's step must agree with PyTorch's: dtype and
+shape exactly, values within RTOL/ATOL. Where dualgraph raises ``NotImplementedError``,
+``TypeError`` or ``AttributeError`` naming what it lacks eagerly, the program counts as
+*unsupported* (listed by the campaign), never as a pass; any other difference fails.
+
+CI runs ``DG_TORCH_API_EXAMPLES`` seeds (default 24); a long campaign by hand:
+``PYTHONPATH=$PWD python -m tests.test_generated_torch_api --seeds 0:3000`` prints each
+failing seed with its program, and a count of the unsupported names; ``--seed 17`` prints
+one program and its result.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+import sys
+import traceback
+import warnings
+
+import numpy as np
+import pytest
+import torch as real_torch
+
+import dualgraph as dg
+
+EXAMPLES = int(os.environ.get("DG_TORCH_API_EXAMPLES", "24"))
+D = 6                      # the width of h; the batch size B changes between calls
+SIZES = (3, 4, 5)
+RTOL, ATOL = 1e-5, 1e-7
+LARGE = 1e6
+# A parameter after the step: Adam's step m / (sqrt(v) + eps) turns a gradient of rounding
+# noise's size (|g| ~ eps, equal within ATOL) into a step of any size up to lr; the
+# gradients themselves are compared at ATOL.
+STEPPED, STEP_ATOL = " (after the step)", 1e-4
+UNSUPPORTED = (NotImplementedError, TypeError, AttributeError)
+
+# Each statement maps ``h`` of shape (B, D), float64, to ``h`` of the same shape and dtype.
+# ``x`` (B, D) float64, ``idx`` (B,) int64 in [0, D) and ``mask`` (B, D) bool are the
+# forward's arguments. A pair is (lines for ``__init__``, lines for ``forward``); ``{k}``
+# numbers the submodules.
+VIEWS = [
+    "h = h.view(h.shape[0], 2, -1).transpose(1, 2).reshape(h.shape[0], -1)",
+    "h = h.permute(1, 0).contiguous().t()",
+    "h = torch.cat(h.chunk(2, dim=1)[::-1], dim=1)",
+    "h = torch.stack(h.unbind(1), dim=1) * 0.5 + h",
+    "a, b = h.split([2, D - 2], dim=1)\nh = torch.cat([b, a * 2], 1)",
+    "h = F.pad(h.narrow(1, 1, D - 1), (1, 0))",
+    "h = h.unsqueeze(1).expand(-1, 3, -1).sum(1) / 3",
+    "h = h[..., None].squeeze(-1) + h[None].mean(0)",
+    "h = h.reshape(-1).view(h.shape[0], D).flip(0)",
+    "h = h.unflatten(1, (2, 3)).flatten(1)",
+    "h = h.roll(1, dims=1) - h.movedim(0, 1).T",
+    "h = h.t().reshape(D, -1).t().contiguous()",
+    "h = torch.stack([h, h.tanh()], dim=-1).amax(-1)",
+    "h = h.expand(2, *h.shape).sum(0)",
+    "h = h.view(-1, 3).softmax(-1).view_as(h)",
+    "h = h.repeat_interleave(2, dim=1)[:, ::2] + h.diagonal(0, 0, 1).sum()",
+    "h = h.unfold(1, 2, 2).flip(-1).reshape(h.shape[0], D)",
+    "h = sum(torch.split(h, 2, dim=1)).repeat(1, 3) + h",
+    "h = torch.cat(list(torch.chunk(h, 4, dim=1)), dim=1)",
+    "h = (h[:, None, :] * h[:, :, None]).mean(1)",
+    "h = torch.diag_embed(h).sum(-1) + torch.triu(h[:, :, None] * h[:, None, :]).sum(1)",
+    "v = h.reshape(-1)\nh = v.view(D, -1).t().reshape(-1, D) + h",
+    "h = h.swapaxes(0, 1).contiguous().view(D, -1).transpose(0, 1)",
+]
+INDEXING = [
+    "h = h[:, [2, 0, 1, 3, 5, 4]]",
+    "h = h[:, torch.tensor([5, 4, 3, 2, 1, 0])] * h",
+    "h = h + h[-1:]",
+    "h = h + h[:, -1:] - h[..., :1]",
+    "h = h + h[None, ..., None][0, :, :, 0]",
+    "h = h + h[torch.arange(h.shape[0]) % 2 == 0].sum(0)",
+    "h = h[torch.arange(h.shape[0]).flip(0)]",
+    "h = h + h[mask].sum()",
+    "h = h[torch.arange(h.shape[0]), idx].unsqueeze(1) * h",
+    "h = h[:, 1::2].repeat(1, 2)",
+    "h = torch.cat([h[:, ::2], h[:, 1::2]], dim=-1)",
+    "h = h[[0] * h.shape[0]] + h",
+    "h = h + h[h.shape[0] - 1] * h[0]",
+    "h = h.index_select(1, torch.tensor([1, 1, 0, 0, 2, 3]))",
+    "h = h + h.gather(1, h.argsort(dim=1))",
+    "h = h.gather(1, idx[:, None].expand(-1, D))",
+    "h = h.take_along_dim(idx.view(-1, 1), dim=1) + h",
+    "h = h + h[:, -4:-1].sum(1, keepdim=True) + h[-2:, ...].mean(0)",
+    "h = h + h[idx > 2].sum(0)",
+    "h = h + h.masked_select(mask).sum()",
+    "h = h + h[torch.where(h > 0)].sum()",
+    "h = h + h.flatten()[h.argmax()]",
+    "h = h * h[:, int(idx[0])].unsqueeze(1)",
+    "h = h + h[torch.nonzero(mask, as_tuple=True)].mean() if mask.any() else h",
+    "h = h[:, torch.tensor([-1, -2, 0, 1, 2, 3])]",
+    "h = h + h[[-1]]",
+]
+WRITES = [
+    "h = h.clone()\nh[:, 0] = 0.0",
+    "h = h.clone()\nh[h < -1] = -1.0",
+    "h = h * 1.0\nh[:, 1:3] += 1.0",
+    "h = h.clone()\nh[mask] = 0.5",
+    "h = h * 1\nh.clamp_(-2.0, 2.0)",
+    "h = h + 0\nh.masked_fill_(mask, 0.0)",
+    "h = h.masked_fill(h > 0.5, 0.5)",
+    "h = h.clone()\nh.add_(h.detach(), alpha=0.5)",
+    "h = h * 1.0\nh.mul_(2).sub_(0.5).div_(1.5)",
+    "h = h.clone().index_add_(1, torch.tensor([0, 2]), h[:, :2])",
+    "h = h.index_add(0, idx % h.shape[0], h * 0.5)",
+    "h = torch.zeros_like(h).scatter_(1, h.argmax(1, keepdim=True), 1.0) + h",
+    "h = h.scatter_add(1, idx[:, None].expand(-1, 2), h[:, :2])",
+    "h = h.scatter(1, idx[:, None], h[:, :1] * 2)",
+    "h = h.index_fill(1, torch.tensor([1, 4]), -0.5)",
+    "h = h.clone()\nh[..., -1] *= 3.0",
+    "h = h.clone()\nh[0] = h[1]",
+    "h = h.clone()\nh[:, [0, 3]] = h[:, [3, 0]]",
+    "h = h.clone()\nh.copy_(h.flip(1))",
+    "h = h.clone()\nh[idx == 0] += 1.0",
+    "h = h.exp() if h.requires_grad else h.exp_()",
+    "h = h.clone()\nh.relu_()\nh = h + x",
+    "h = h.clone()\nh.lerp_(x, 0.25)",
+    "h = h.clone()\nh.addcmul_(x, x.tanh(), value=0.5)",
+    "h = h.clone()\nh[:, :2].mul_(2.0)",
+    "h = h.clone()\nh.narrow(1, 0, 2).zero_()",
+    "h = h.contiguous().clone()\nv = h.view(-1)\nv[::2] = 0.0",
+    "h = h.clone()\nh.t()[0] = 1.0",
+    "h = h.clone()\nfor i in range(h.shape[0]):\n    h[i].mul_(0.5 + i)",
+    "h = h.clone()\nh.abs_()",
+    "h = h.clone()\nh[1:, :] -= h[:-1, :].detach().clone()",
+    "h = h.new_zeros(h.shape).index_copy(0, torch.arange(h.shape[0]).flip(0), h)",
+    "h = torch.empty_like(h).fill_(0.5) * h",
+    "h = h.clone()\nh.masked_scatter_(mask, x.detach() * 2)",
+    "h = h.clone()\nh.unsqueeze(0)[0, :, 1] = -1.0",
+    "h = h.clone()\nh.clamp_(min=torch.zeros(D, dtype=h.dtype))",
+]
+REDUCTIONS = [
+    "h = h - h.mean(dim=-1, keepdim=True)",
+    "h = h / h.norm(dim=1, keepdim=True).clamp_min(1e-6)",
+    "h = h * h.amax(dim=0)",
+    "h = h + h.max(dim=1, keepdim=True).values",
+    "h = h - h.min(1)[0].unsqueeze(1)",
+    "h = h + h.std(dim=0)",
+    "h = h + h.var(dim=1, keepdim=True, unbiased=False)",
+    "h = h - h.logsumexp(dim=1, keepdim=True)",
+    "h = h.cumsum(dim=1) / D",
+    "h = h + h.sum((0, 1))",
+    "h = h + h.abs().prod(dim=1, keepdim=True).sqrt()",
+    "h = h * h.sum(1, keepdim=True).sign()",
+    "h = h + h.median(dim=1, keepdim=True).values",
+    "h = h - h.mean()",
+    "h = h + (h > 0).any(dim=1, keepdim=True) * 1.0",
+    "h = h + h.sort(dim=1, descending=True).values",
+    "h = h + h.topk(2, dim=1).values.sum(1, keepdim=True)",
+    "h = h + h.var(0, correction=0) + h.std(dim=1, keepdim=True)",
+    "h = h + h.cummax(dim=1).values",
+    "h = h * h.count_nonzero(dim=1).unsqueeze(1)",
+    "h = h + h.nansum(0) + h.aminmax(dim=1).min.unsqueeze(1)",
+    "h = h - h.logcumsumexp(dim=1) * 0.1",
+    "h = h * h.abs().cumprod(dim=1).clamp(max=2.0)",
+    "h = h + torch.cdist(h, h).mean(1, keepdim=True)",
+    "h = h + h.amin(dim=(0, 1), keepdim=True) + h.max()",
+    "h = h + h.min(dim=0).values + h.max(0)[1]",
+    "h = h * (h.sum(-1, keepdim=True).expand_as(h) > 0)",
+    "h = h + h.norm(p=1, dim=0) + torch.linalg.vector_norm(h, dim=1, keepdim=True)",
+    "h = h + h.mean(0).dot(h.mean(0))",
+    "h = h - h.kthvalue(2, dim=1, keepdim=True).values",
+]
+FUNCTIONS = [
+    "h = F.relu(h) + F.gelu(h)",
+    "h = F.silu(h) - F.softplus(h)",
+    "h = F.elu(h) + F.leaky_relu(h, 0.2)",
+    "h = F.normalize(h, dim=1)",
+    "h = F.log_softmax(h, dim=1)",
+    "h = F.softmax(h, dim=0) * h",
+    "h = F.layer_norm(h, (D,))",
+    "h = F.hardtanh(h) + F.hardswish(h) + F.mish(h)",
+    "h = torch.tanh(h) + torch.sigmoid(h) * h.sin()",
+    "h = torch.where(h > 0, h, torch.zeros_like(h))",
+    "h = torch.where(h > 0, h, 0.1)",
+    "h = torch.where(mask, h, h * h)",
+    "h = torch.einsum('bi,bi->b', h, h).unsqueeze(1) * h",
+    "h = torch.einsum('bi,bj->bij', h, h).sum(-1)",
+    "h = torch.einsum('ij->ji', h.T)",
+    "h = torch.maximum(h, h.flip(0)) + torch.minimum(h, torch.tensor(0.0))",
+    "h = h.clamp(min=-1.5) + h.clamp(max=0.5)",
+    "h = torch.lerp(h, h.tanh(), 0.3)",
+    "h = h.pow(2).add(1).rsqrt() * h",
+    "h = torch.atan2(h, h.abs() + 1) + h.erf()",
+    "h = F.dropout(h, p=0.0, training=self.training) + F.glu(torch.cat([h, h], 1), dim=1)",
+    "h = torch.addmm(h, h, torch.eye(D, dtype=h.dtype))",
+    "h = (h @ h.T) @ h / D",
+    "h = torch.bmm(h.unsqueeze(1), h.unsqueeze(2)).squeeze(2) * h",
+    "h = F.cosine_similarity(h, h.roll(1, 0), dim=1)[:, None] + h",
+    "h = torch.outer(h.sum(1), torch.ones(D, dtype=h.dtype)) + h",
+    "h = torch.tril(h.view(-1, 3, 2).transpose(1, 2)).transpose(1, 2).reshape(-1, D)",
+    "h = torch.fmod(h, 1.5) + torch.remainder(h, 1.5)",
+    "h = torch.nan_to_num(h.log(), nan=0.0, neginf=-1.0)",
+    "h = F.softmin(h, dim=1) + h.clip(-1, 1) + torch.sign(h)",
+    "h = torch.einsum('bij,bjk->bik', h.view(-1, 2, 3), h.view(-1, 3, 2)).reshape(-1, 4).repeat(1, 2)[:, :D]",
+    "h = torch.clamp(h, min=h.mean(0), max=h.mean(0) + 1)",
+    "h = F.embedding(idx, torch.eye(D, dtype=h.dtype) + h.mean(0)) + h",
+    "h = F.linear(h, torch.eye(D, dtype=h.dtype).expand(D, D) * 2)",
+    "h = h.T @ h @ h.T\nh = h.T / (1 + h.abs().max())",
+    "h = torch.logaddexp(h, -h) + torch.hypot(h, h)",
+    "h = torch.exp2(h.clamp(max=3)) + torch.expm1(h.clamp(max=3)) + torch.log2(h.abs() + 1)",
+]
+DTYPES = [
+    "h = h + (h > 0).long()",
+    "h = h * (h > 0)",
+    "h = h + torch.arange(D)",
+    "h = h + idx.unsqueeze(1)",
+    "h = h + (idx % 3).float()[:, None]",
+    "h = (h.float() * 3).double() / 3",
+    "n = (h > 0).sum()\nh = h / (n + 1)",
+    "h = torch.tensor(3) * h + torch.tensor(0.5)",
+    "h = h + idx[:, None] / 7",
+    "h = h + (idx[:, None] // 2) * 0.25 + idx[:, None] % 2",
+    "h = h * 2 ** -1 + 1",
+    "h = h + h.argmax(1, keepdim=True)",
+    "h = h + (h.clamp(-100, 100).floor() // 1).int()",
+    "h = h.to(torch.float32).to(h.dtype) + h.type_as(x)",
+    "h = h + torch.full_like(idx, 2)[:, None] * 0.5",
+    "h = h + mask.to(h.dtype) - mask.int()",
+    "h = h + (idx[:, None] == torch.arange(D))",
+    "h = h + torch.ones(h.shape[0], D, dtype=torch.int32) * True",
+    "h = h * torch.tensor([1, 2, 3, 4, 5, 6]) / torch.tensor(6)",
+    "h = h + F.one_hot(idx, D)",
+    "h = h + True",
+    "h = h * torch.tensor(2, dtype=torch.int32)",
+    "h = h + ((idx - 3) // 2)[:, None] + ((idx - 3) % 4)[:, None]",
+    "h = h + torch.div(idx - 3, 2, rounding_mode='trunc')[:, None]",
+    "h = h + torch.div(idx - 3, 2, rounding_mode='floor')[:, None] * 0.5",
+    "h = h * (idx.sum() / idx.numel())",
+    "h = h + idx.float().mean()",
+    "h = h + (h > 0).sum(1, keepdim=True) / D",
+    "h = h + torch.bincount(idx, minlength=D)",
+    "h = h * idx.max() - idx.argmin()",
+    "h = h + (idx.unsqueeze(1) * 1.5).long()",
+    "h = h + torch.tensor([0.5] * D, dtype=torch.float16)",
+    "h = h + (mask & (h > 0)) - (mask | ~mask).long()",
+    "h = h + torch.arange(D, dtype=torch.float32) ** 2 / 10",
+    "h = h + 2 ** torch.arange(D) / 32",
+    "h = h.where(h > 0, torch.tensor(1))",
+]
+GRADS = [
+    "with torch.no_grad():\n    s = h.abs().max()\nh = h / (s + 1)",
+    "h = h + h.detach() ** 2",
+    "h = h * h.detach().sign()",
+    "with torch.no_grad():\n    self.seen{k} += 1\nh = h * 1.0",
+    "h = h + torch.stack([t.detach() for t in h.unbind(0)]).mean(0)",
+    "with torch.no_grad():\n    for p in self.parameters():\n        p.clamp_(-2.0, 2.0)",
+    "for p in self.parameters():\n    p.data.mul_(0.999)",
+    "if self.training:\n    with torch.no_grad():\n        self.head.bias.add_(0.01)",
+    "h = h + self.head.weight.detach().sum(0)",
+    "h = h * self.head.weight.data.mean()",
+]
+ITEMS = [
+    "if h.sum().item() > 0.3:\n    h = h * 0.5\nelse:\n    h = h + 1",
+    "h = h * float(h.mean())",
+    "for _ in range(int(h.abs().max().item() > 1) + 1):\n    h = torch.tanh(h)",
+    "h = h * (2.0 if bool((h > 0).all()) else 0.5)",
+    "h = h + h.shape[0] * 0.1",
+    "h = h + len(h) + h.size(1) + h.dim()",
+    "if not self.training:\n    h = h.clamp(-3.0, 3.0)",
+    "h = h / (1 + int((h > 0).sum()))",
+    "h = h[:, : 1 + int(idx.max())].sum(1, keepdim=True) + h",
+    "h = h * torch.tensor(h.abs().max().item())",
+    "s = h.sum(dim=1).tolist()\nh = h * max(s)",
+    "if self.training:\n    h = h * 0.9",
+    "h = torch.stack([r * (i + 1) for i, r in enumerate(h)])",
+    "while h.abs().max() > 4:\n    h = h / 2",
+]
+MODULES = [
+    ("self.lin{k} = nn.Linear(D, D)", "h = self.lin{k}(h)"),
+    ("self.lin{k} = nn.Linear(D, D, bias=False)", "h = F.relu(self.lin{k}(h)) + h"),
+    ("self.norm{k} = nn.LayerNorm(D)", "h = self.norm{k}(h)"),
+    ("self.bn{k} = nn.BatchNorm1d(D)", "h = self.bn{k}(h)"),
+    ("self.seq{k} = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))",
+     "h = h + self.seq{k}(h)"),
+    ("self.layers{k} = nn.ModuleList([nn.Linear(D, D) for _ in range(3)])",
+     "for layer in self.layers{k}:\n    h = torch.tanh(layer(h))"),
+    ("self.layers{k} = nn.ModuleList([nn.Linear(D, D), nn.Linear(D, D)])",
+     "for i, layer in enumerate(self.layers{k}):\n    h = h + layer(h) * (i + 1)"),
+    ("self.w{k} = nn.Parameter(torch.randn(D, D))", "h = torch.einsum('bi,ij->bj', h, self.w{k})"),
+    ("self.w{k} = nn.Parameter(torch.randn(D))\nself.b{k} = nn.Parameter(torch.randn(D))",
+     "h = F.linear(h, torch.diag(self.w{k}), self.b{k})"),
+    ("self.emb{k} = nn.Embedding(D, D)", "h = h + self.emb{k}(idx)"),
+    ("self.block{k} = Block(D)", "h = self.block{k}(h)"),
+    ("self.gain{k} = nn.Parameter(torch.ones(1))", "h = h * self.gain{k}"),
+    ("self.register_buffer('scale{k}', torch.linspace(0.5, 1.5, D))",
+     "h = h * self.scale{k}"),
+    ("self.act{k} = nn.ModuleDict({{'a': nn.Tanh(), 'b': nn.ReLU()}})",
+     "h = self.act{k}['a'](h) + self.act{k}['b'](h)"),
+    ("self.w{k} = nn.Parameter(torch.randn(D, D))",
+     "h = h @ self.w{k}.T.softmax(dim=0)"),
+    ("self.plist{k} = nn.ParameterList([nn.Parameter(torch.randn(D)) for _ in range(2)])",
+     "for p in self.plist{k}:\n    h = h * p.sigmoid()"),
+]
+KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
+         "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
+         "module": MODULES}
+WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
+           "grad": 1, "item": 1, "module": 3}
+OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
+              "optim.Adam(model.parameters(), lr=0.01)",
+              "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
+              "optim.SGD(model.parameters(), lr=0.1)"]
+LOSSES = ["(out.tanh() * w).mean()", "F.mse_loss(out, w)", "F.cross_entropy(out, idx)",
+          "F.smooth_l1_loss(out, w, beta=0.5)",
+          "F.binary_cross_entropy_with_logits(out, mask.to(out.dtype))",
+          "F.nll_loss(F.log_softmax(out, 1), idx, reduction='sum') / out.shape[0]",
+          "F.huber_loss(out, w)",
+          "F.kl_div(F.log_softmax(out, 1), F.softmax(w, 1), reduction='batchmean')"]
+# A second output of the forward, from ``hd = h.detach()`` and the integer and bool
+# arguments: its dtype is compared exactly (promotion of Python scalars, integer division,
+# creation functions' dtypes, integer and bool arithmetic).
+AUX = ["(hd > 0).sum(1)", "hd.argmax(1)", "idx * 2 + 1", "idx / 2", "idx // 2", "idx + 0.5",
+       "mask.sum() * 1.5", "hd.float().sum(0)", "torch.tensor([1, 2.5])",
+       "torch.full((2,), 3)", "torch.arange(0, 1, 0.25)", "(hd > 0).float().mean()",
+       "idx.to(torch.int32) + 1", "idx.to(torch.int32) * 2.5", "idx.to(torch.int32) + idx",
+       "mask.int() + mask.long()", "mask * 2", "~mask", "hd.sign().int().cumsum(1)",
+       "torch.tensor(2) ** torch.arange(3)", "idx.half() / 3", "(idx.double() / 3).float()",
+       "torch.where(mask, idx[:, None], -1)", "torch.where(mask, 1.0, 0)", "idx.bool().sum()",
+       "torch.clamp(idx, max=3)", "idx.abs().max() - idx.min()",
+       "torch.remainder(idx - 3, 4)", "idx ^ 3", "idx << 1", "hd.round(decimals=2)",
+       "torch.floor_divide(idx - 3, 2)", "(idx - 3) / torch.tensor(2)",
+       "torch.tensor([1, 2, 3]).sum() / 2", "torch.tensor(5) // 2.0", "idx.sum(dtype=torch.float32)",
+       "torch.prod(idx + 1)", "idx.cumsum(0)", "torch.sort(idx, stable=True).indices",
+       "torch.unique(idx)", "torch.argsort(idx, stable=True)", "idx.float().std()",
+       "hd.to(torch.float16).sum()", "torch.zeros(2, dtype=torch.int32) + 1.5",
+       "torch.ones(3).long() * True", "hd.new_tensor([1, 2])", "hd.new_ones(2) * idx[:2]",
+       "torch.as_tensor([1, 2]) / 4", "torch.tensor(True) + 1", "(idx > 2).sum() / idx.numel()",
+       "hd.int().sum(1)", "hd.numel() * hd.mean()", "torch.linspace(0, 1, 5)",
+       "torch.eye(2, dtype=torch.long) * 0.5", "torch.empty(0).sum()", "hd.shape[0] * idx"]
+CLIPS = ["", "    nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+         "    nn.utils.clip_grad_value_(model.parameters(), 0.5)"]
+
+TEMPLATE = '''
+D = {D}
+
+
+class Block(nn.Module):
+    """A residual submodule with its own submodules."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, h):
+        return h + self.fc(self.norm(h)).relu()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+
+    def forward(self, x, idx, mask):
+        h = x * 1.0
+{body}
+        hd = h.detach()
+        return h, {aux}
+
+
+def make():
+    model = Net().double()
+    opt = {opt}
+    return model, opt
+
+
+def train_step(model, opt, x, idx, mask, w):
+    opt.zero_grad()
+    out, aux = model(x, idx, mask)
+    loss = {loss}
+    loss.backward()
+{clip}
+    opt.step()
+    return out.detach(), loss.detach(), aux
+'''
+
+
+def write_program(seed: int) -> tuple[str, str]:
+    """The program's source and how it is compiled (``"step"`` or ``"model"``)."""
+    r = random.Random(seed)
+    init, body = [], []
+    for k in range(r.randint(3, 8)):
+        kind = r.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        choice = r.choice(KINDS[kind])
+        if kind == "module":
+            init.append(choice[0].format(k=k))
+            body.append(choice[1].format(k=k))
+        elif "self.parameters()" in choice or ".add_(0.01)" in choice:
+            body.insert(0, choice)   # (before the parameters are read: else torch refuses)
+        else:
+            body.append(choice.format(k=k))
+            if "self.seen" in choice:
+                init.append(f"self.register_buffer('seen{k}', torch.zeros((), "
+                            f"dtype=torch.long))")
+    init.append("self.head = nn.Linear(D, D)")   # (so that every program has parameters)
+    body.append("h = self.head(h)")
+    source = TEMPLATE.format(D=D, init=_indent("\n".join(init), 8),
+                             body=_indent("\n".join(body), 8),
+                             opt=r.choice(OPTIMIZERS), loss=r.choice(LOSSES),
+                             clip=r.choice(CLIPS), aux=r.choice(AUX))
+    return source, r.choice(["step", "model"])
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + line for line in text.splitlines())
+
+
+def calls(seed: int, length: int = 4) -> list[dict]:
+    """The calls: the batch size, the seed of the arguments and whether it is an
+    inference call, of each."""
+    r = random.Random(seed * 7919 + 3)
+    return [{"B": r.choice(SIZES), "seed": seed * 100 + i, "eval": r.random() < 0.25}
+            for i in range(length)]
+
+
+def arguments(call: dict) -> dict:
+    """The call's arguments as NumPy arrays (made into tensors by each framework)."""
+    rng = np.random.default_rng(call["seed"])
+    b = call["B"]
+    return {"x": rng.normal(0, 1, (b, D)), "idx": rng.integers(0, D, b),
+            "mask": rng.random((b, D)) < 0.3,
+            "w": np.cos(np.arange(b * D)).reshape(b, D)}
+
+
+class Run:
+    """One framework running program ``source``: ``torch`` is the module the program's
+    ``torch`` names (the real PyTorch or dualgraph); ``compiled`` is ``None``, ``"step"``
+    or ``"model"``."""
+
+    def __init__(self, torch, source: str, seed: int, compiled=None):
+        self.torch = torch
+        ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional,
+              "optim": torch.optim}
+        exec(compile(source, f"<torch api program {seed}>", "exec"), ns)
+        torch.manual_seed(0)
+        self.model, self.opt = ns["make"]()
+        rng = np.random.default_rng(seed)
+        with torch.no_grad():
+            for _, p in sorted(self.model.named_parameters()):
+                p.copy_(torch.tensor(rng.normal(0, 0.5, tuple(p.shape))))
+        self.model_fn = self.model
+        self.step = ns["train_step"]
+        if compiled == "step":
+            self.step = torch.compile(self.step)
+        elif compiled == "model":
+            self.model_fn = torch.compile(self.model)
+
+    def call(self, call: dict) -> list:
+        """Run one training step, or an inference call (``model.eval()``, ``no_grad``);
+        what to compare, as ``(name, value)`` pairs."""
+        torch = self.torch
+        a = arguments(call)
+        x = torch.tensor(a["x"], requires_grad=True)
+        args = (x, torch.tensor(a["idx"]), torch.tensor(a["mask"]), torch.tensor(a["w"]))
+        if call["eval"]:
+            self.model.eval()
+            with torch.no_grad():
+                out, aux = self.model_fn(*args[:3])
+            self.model.train()
+            return [(name, _numpy(v)) for name, v in [("output", out), ("aux", aux)]]
+        out, loss, aux = self.step(self.model_fn, self.opt, *args)
+        seen = [("output", out), ("loss", loss), ("aux", aux), ("x.grad", x.grad)]
+        for name, p in sorted(self.model.named_parameters()):
+            seen += [(name + ".grad", p.grad), (name + STEPPED, p)]
+        seen += sorted(self.model.named_buffers())
+        return [(name, _numpy(v)) for name, v in seen]
+
+
+def _numpy(value):
+    """A tensor of either framework as a NumPy array (dtype named as NumPy names it)."""
+    if value is None:
+        return None
+    return value.detach().cpu().numpy()
+
+
+def assert_same(want: list, got: list, what: str) -> None:
+    """The same names, dtypes and shapes exactly, and values within RTOL/ATOL."""
+    assert [n for n, _ in want] == [n for n, _ in got], f"{what}: names differ"
+    for (name, w), (_, g) in zip(want, got):
+        where = f"{what}: {name}"
+        if w is None or g is None:
+            assert w is None and g is None, f"{where}: {w!r} vs {g!r}"
+            continue
+        assert w.dtype == g.dtype and w.shape == g.shape, \
+            f"{where}: torch {w.dtype}{w.shape} vs dualgraph {g.dtype}{g.shape}"
+        if w.dtype.kind == "f" and np.isnan(w).any():
+            # (where NaN spreads differs: torch's amin over several dims multiplies the
+            # incoming gradient by its mask, NaN * 0, where dualgraph selects; the calls
+            # stop here, as after a blow-up)
+            assert np.isnan(g).any(), f"{where}: torch's has NaN, dualgraph's none"
+            continue
+        atol = STEP_ATOL if name.endswith(STEPPED) else ATOL
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol, err_msg=where)
+
+
+class Unsupported(Exception):
+    """dualgraph raised, eagerly, an error that names what it lacks."""
+
+
+def check(seed: int, length: int = 4) -> int:
+    """Program ``seed`` in real torch, dualgraph eager and dualgraph compiled, over its
+    calls; the number of calls compared. Raises ``Unsupported`` where dualgraph eagerly
+    raised a NotImplementedError/TypeError/AttributeError at a call that torch ran."""
+    source, how = write_program(seed)
+    context = f"program {seed} (compiled: {how}):\n{source}"
+    runs = {}
+    for name, torch, compiled in (("torch", real_torch, None), ("eager", dg, None),
+                                  ("compiled", dg, how)):
+        try:
+            runs[name] = Run(torch, source, seed, compiled)
+        except Exception as error:
+            _raised(name, error, runs, context)
+            return 0
+    for i, call in enumerate(calls(seed, length)):
+        results = {}
+        for name, run in runs.items():
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    results[name] = run.call(call)
+            except Exception as error:
+                _raised(name, error, results, f"call {i} (B={call['B']}) of {context}")
+                return i
+        for name in ("eager", "compiled"):
+            try:
+                assert_same(results["torch"], results[name], f"call {i} ({name})")
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{context}") from None
+        if _diverged(results["torch"]):
+            return i + 1
+    return length
+
+
+def _diverged(values: list) -> bool:
+    """Whether training has blown up (values past 1e6): after that, rounding differences
+    between two correct implementations grow past any tolerance, so the calls stop."""
+    return any(v is not None and v.dtype.kind == "f" and not np.all(np.abs(v) < LARGE)
+               for _, v in values)
+
+
+def _raised(name: str, error: Exception, done: dict, context: str) -> None:
+    """An exception from one of the three runs. torch's means the generator wrote a
+    program torch refuses (a generator bug, which fails); dualgraph's eager error that
+    names what it lacks is ``Unsupported``; anything else fails."""
+    if name == "torch":
+        raise AssertionError(f"torch raised {type(error).__name__}: {error}; the generator "
+                             f"wrote a program torch refuses\n{context}") from error
+    if name == "eager" and isinstance(error, UNSUPPORTED):
+        raise Unsupported(f"{type(error).__name__}: {error}") from error
+    raise AssertionError(f"dualgraph {name} raised {type(error).__name__}: {error}\n"
+                         f"{context}") from error
+
+
+@pytest.mark.parametrize("seed", range(EXAMPLES))
+def test_generated_torch_api_program(seed):
+    try:
+        check(seed)
+    except Unsupported as error:   # (a clear error naming what is missing: listed, not hidden)
+        pytest.xfail(f"unsupported in dualgraph: {error}")
+
+
+def main(argv=None) -> int:
+    """The long campaign: ``--seeds 0:3000`` (or ``--seed 17``); prints each failure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default=f"0:{EXAMPLES}")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--calls", type=int, default=4)
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        seeds = [args.seed]
+        print(write_program(args.seed)[0])
+    else:
+        seeds = range(*map(int, args.seeds.split(":")))
+    failed, unsupported, compared = [], collections.Counter(), 0
+    for seed in seeds:
+        try:
+            compared += check(seed, args.calls)
+        except Unsupported as error:
+            unsupported[str(error).splitlines()[0][:160]] += 1
+        except Exception:
+            failed.append(seed)
+            print(f"--- seed {seed} failed\n{traceback.format_exc()}", flush=True)
+    for message, count in unsupported.most_common():
+        print(f"unsupported ({count}): {message}")
+    print(f"{len(failed)} of {len(seeds)} failed: {failed}; {sum(unsupported.values())} "
+          f"unsupported; {compared} calls compared")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
