@@ -75,16 +75,12 @@ def _depthwise(start, stop, x, wt, bias, out, residual, scratch, stages, acc, wb
     of the flat ``x (N, H, W, C)`` convolved with the flat ``wt (kh, kw, cp)`` and ``bias
     (cp,)`` into the flat ``out (N, Ho, Wo, C)``, with ``conv_lanes.finish``'s epilogue
     (``residual`` flat like ``out``); ``geometry`` holds the sizes (``conv``)."""
-    (channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp) = (
-        geometry[0], geometry[1], geometry[2], geometry[3], geometry[4], geometry[5],
-        geometry[6], geometry[7], geometry[8], geometry[9], geometry[10], geometry[11],
-        geometry[12], geometry[13])
-    cp = -(-channels // LANES) * LANES
-    blocks = cp // LANES
-    items = out.size // (channels * ho * wo) * blocks
-    size, taps = ho * wo, kh * kw
-    rows = min(height, scratch.shape[1] // (LANES * wp) - top)
-    cols = min(width, wp - left)
+    (channels, cp, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp, rows,
+     cols) = (geometry[0], geometry[1], geometry[2], geometry[3], geometry[4], geometry[5],
+              geometry[6], geometry[7], geometry[8], geometry[9], geometry[10], geometry[11],
+              geometry[12], geometry[13], geometry[14], geometry[15], geometry[16])
+    blocks, size, taps = cp // LANES, ho * wo, kh * kw
+    items = out.size // (channels * size) * blocks
     for t in range(start, stop):
         packed, stage, sums, wb = scratch[t], stages[t], acc[t], wblocks[t]
         packed[:] = 0    # (the padding: every item writes the same inside positions)
@@ -135,8 +131,10 @@ def fitted(x_shape, wt_shape, stride, padding, dilation, residual=False, where=0
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
     workers = max(1, min(n * (cp // LANES), threads_for(n * ho * wo * c * kh * kw) or cores()))
-    geometry = np.array([c, h, wd, ho, wo, kh, kw, *stride, *dilation, padding[0][0],
-                         padding[1][0], wp], np.int64)
+    rows = min(h, hp - padding[0][0])    # (the input rows and columns the outputs read)
+    cols = min(wd, wp - padding[1][0])
+    geometry = np.array([c, cp, h, wd, ho, wo, kh, kw, *stride, *dilation, padding[0][0],
+                         padding[1][0], wp, rows, cols], np.int64)
     sizes = dict(scratch=(workers, hp * wp * LANES), acc=(workers, ho * wo * LANES),
                  stages=(workers, ho * wo * LANES if residual else 1),
                  wblocks=(workers, kh * kw * LANES))
