@@ -3,7 +3,7 @@
 ``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
 
 ``python -m benchmarks.unseen_cnns [--models squeezenet,efficientnet,mobilenetv3]
-[--batches 1,16] [--rounds 5] [--threads=1]`` (``--models resnet18,mobilenetv2``: the
+[--batches 1,16] [--rounds 5] [--threads=1] [--opt-in channels_last]`` (``--models resnet18,mobilenetv2``: the
 suite's W8 and W9 models, measured the same way; ``--threads=2``: every engine on two
 threads, set before NumPy loads OpenBLAS, so it must be spelt with ``=``). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
@@ -33,6 +33,8 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 import numpy as np  # noqa: E402
 
 from .common import random_state  # noqa: E402
+
+OPT_IN: list = []   # opt-in lowering rules measured as engines of their own (``--opt-in``)
 
 
 def fire(lib, cin, squeeze, expand):
@@ -176,7 +178,7 @@ def engines(reference, model, x: np.ndarray, path: str, threads: int) -> dict:
     compiled = dg.compile(model)
     tx, dx = torch.tensor(x), dg.tensor(x)
 
-    def run_compiled():
+    def run_compiled(compiled=compiled):
         with dg.no_grad():
             return compiled(dx).numpy()
 
@@ -187,6 +189,9 @@ def engines(reference, model, x: np.ndarray, path: str, threads: int) -> dict:
              "dg_compiled": run_compiled,
              "dg_onnx_load": lambda: np.asarray(loaded(dx).numpy()),
              "torch_eager": run_torch}
+    for rule in OPT_IN:   # (the opt-in lowering rules asked for: one engine each)
+        opted = dg.compile(model, passes={rule: True})
+        calls[f"dg_compiled+{rule}"] = lambda opted=opted: run_compiled(opted)
     return {k: (f, f()) for k, f in calls.items()}
 
 
@@ -234,7 +239,10 @@ def main(argv=None) -> None:
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="read before NumPy loads")
+    parser.add_argument("--opt-in", default="", help="opt-in lowering rules (comma-separated, "
+                        "e.g. channels_last), each measured as one more compiled engine")
     args = parser.parse_args(argv)
+    OPT_IN[:] = [r for r in args.opt_in.split(",") if r]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {THREADS} "
           "thread(s) per engine", flush=True)
     for name in args.models.split(","):

@@ -239,7 +239,20 @@ def rms_norm_as_written():
     return g
 
 
+def pooled_depthwise_convs():
+    g = Graph()
+    x, w, b = f32(g, "x", 1, 8, 6, 6), ramp(g, "w", -1, 1, 8, 1, 3, 3), ramp(g, "b", 0, 1, 8)
+    conv = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=8)
+    (h,) = g.add_node("conv2d_epilogue", [x, w, b], dict(
+        act="relu", bounds=(-np.inf, np.inf), residual_at=None, **conv), names=["h"])
+    (y,) = g.add_node("conv2d", [h, w, b], conv, names=["y"])
+    g.set_outputs(list(g.add_node("mean", [y], {"dims": (2, 3), "keepdim": False},
+                                  names=["m"])))
+    return g
+
+
 EXAMPLES = {
+    "channels_last": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,

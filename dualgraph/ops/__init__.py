@@ -1,7 +1,7 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
 from . import (attention, batch_norm, collective, control, conv, creation,  # noqa: F401
-               decompositions, dynamic, elementwise, epilogue, fused, index, linalg, loss,
-               methods, norm, recurrent, reduce, shape)
+               decompositions, dynamic, elementwise, epilogue, fused, index, layout, linalg,
+               loss, methods, norm, recurrent, reduce, shape)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
 methods.install([control.METHODS, elementwise.METHODS, reduce.METHODS, shape.METHODS,

@@ -39,13 +39,14 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "max_pool_values", "conv_cat", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
-           "linear_norm", "join_linears", "weights_kn", "conv_packed"]
+           "linear_norm", "join_linears", "weights_kn", "conv_packed", "channels_last"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (constant_linears, fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue,
  max_pool_values, conv_cat, join_loss_gradient, compress_all_reduces, batch_scan_linears,
  group_updates, linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue,
- fuse_rms_norm, linear_norm, join_linears, weights_kn, conv_packed) = LOWERING
+ fuse_rms_norm, linear_norm, join_linears, weights_kn, conv_packed,
+ channels_last) = LOWERING
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)
@@ -78,9 +79,10 @@ def run_pipeline(graph: Graph, passes=None, verify: bool = False,
     """The one entry point into the pass pipeline: run ``PIPELINE`` on ``graph``.
 
     ``passes`` (as ``dg.compile``'s, ``Executable``'s and ``Program``'s): None or True, all
-    passes; False, none (the graph as given); a collection of names (``PASS_NAMES``: the
-    passes, and the lowering rules by their own names), those only; a dict
-    ``{name: False}``, all but those. Returns the final graph and one Report
+    passes (but the opt-in lowering rules, ``LoweringRule.default`` False); False, none (the
+    graph as given); a collection of names (``PASS_NAMES``: the passes, and the lowering
+    rules by their own names), those only; a dict ``{name: False}``, all but those (with
+    every opt-in rule: ``{"channels_last": True}`` is every pass and that rule). Returns the final graph and one Report
     per pass run; ``verify=True`` checks the graph's invariants after every pass;
     ``memory_budget`` (bytes of live values) is ``rematerialize``'s budget.
     """
@@ -90,7 +92,8 @@ def run_pipeline(graph: Graph, passes=None, verify: bool = False,
     reports = []
     for run in PIPELINE:
         if isinstance(run, Stage):
-            rules = [r for r in run.rules if enabled is None or r.name in enabled]
+            rules = [r for r in run.rules
+                     if (r.default if enabled is None else r.name in enabled)]
             if not rules:
                 continue
         elif enabled is not None and run.__name__ not in enabled:

@@ -49,6 +49,7 @@ from .concat import conv_cat, conv_cats
 from .convs import PACKED_READERS, conv_packed, packable_weights
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
+from .layout import CONVS as LAYOUT_CONVS, channels_last, channels_last_regions
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
@@ -69,7 +70,9 @@ class LoweringRule:
     places where the precondition holds (nodes, or groups of nodes for a whole-graph
     grouping); falsy when there are none. ``rewrite(graph, matches, report)``: the new graph,
     each change counted in ``report``. ``repeat``: match again after a rewrite (one rewrite
-    can make another possible). ``doc``: the replacement's docstring, with the example.
+    can make another possible). ``default``: run by the pipeline unless ``passes=`` leaves
+    it out (False: only where ``passes=`` names it: an opt-in rule not yet measured to pay
+    everywhere). ``doc``: the replacement's docstring, with the example.
     Calling the rule runs it alone, as a pass.
     """
     name: str
@@ -78,6 +81,7 @@ class LoweringRule:
     rewrite: Callable
     stage: str
     repeat: bool = False
+    default: bool = True
 
     @property
     def doc(self) -> str:
@@ -360,6 +364,16 @@ RULES += [
     # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
     # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
     LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),
+]
+
+# -- the rows made for layout ------------------------------------------------------------------
+RULES += [
+    # depthwise and 1x1 conv2d(_epilogue) on constant weights and the elementwise ops, means
+    # and reshapes between them, where the cost rule says it pays -> a channels-last region:
+    # depthwise_nhwc, linear(_epilogue), relayout at its edges (after the epilogue rules);
+    # opt-in (passes={"channels_last": True}): whole models measured slower (docs/passes.md)
+    LoweringRule("channels_last", LAYOUT_CONVS, channels_last_regions, channels_last, "graph",
+                 default=False),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -294,3 +294,32 @@ CASES += [
                                             ceil_mode=False), [D(1, 2, 6, 8)], "2x2",
            grad=False),
 ]
+
+
+def depthwise_nhwc(act, residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1))):
+    """depthwise_nhwc (what passes.channels_last makes) on channels-last x and residual,
+    its weight (kh, kw, cp), vs torch's depthwise conv between permutes, then the tail."""
+    def fn(m, x, wt, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import DEPTHWISE_NHWC
+            return apply(DEPTHWISE_NHWC, x, wt, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at,
+                         stride=stride, padding=padding, dilation=(1, 1))
+        c = x.shape[3]
+        w = wt[:, :, :c].permute(2, 0, 1).reshape(c, 1, *wt.shape[:2])
+        (top, bottom), (left, right) = padding
+        xp = m.nn.functional.pad(x.permute(0, 3, 1, 2), (left, right, top, bottom))
+        y = m.nn.functional.conv2d(xp, w, b, stride=stride, groups=c)
+        res = [r.permute(0, 3, 1, 2) for r in residual]
+        return torch_tail(m, y, res, act, residual_at).permute(0, 2, 3, 1)
+    return fn
+
+
+CASES += [   # (13 channels: a partial block of five lanes; the weight's spare lanes unread)
+    OpCase("depthwise_nhwc", depthwise_nhwc(act, at, stride),
+           [In((2, 9, 11, 13)), In((3, 3, 16)), In((13,))]
+           + ([In((2, 9, 11, 13))] if at else []), f"{act}-{at}-{stride[0]}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at, stride in [("relu", None, (2, 2)), ("silu", "before", (1, 1)),
+                            ("none", "after", (1, 1))]
+]

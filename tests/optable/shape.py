@@ -101,3 +101,15 @@ def _slice_grad(m, a, v):
 
 
 CASES.append(OpCase("slice_backward", _slice_grad, [In((4, 5)), In((2, 3))]))
+
+
+def _relayout(m, a):
+    """relayout (what passes.channels_last makes at a region's edges) vs torch's permute."""
+    if m.__name__ == "torch":
+        return a.permute(0, 2, 3, 1).contiguous()
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.layout import RELAYOUT
+    return apply(RELAYOUT, a, perm=(0, 2, 3, 1))
+
+
+CASES += [OpCase("relayout", _relayout, [In((2, 3, 4, 5))], "to-channels-last", grad=False)]

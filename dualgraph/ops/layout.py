@@ -1,0 +1,114 @@
+"""Ops of channels-last regions, which the layout pass (``passes/layout.py``) makes:
+``relayout`` (a permutation written out as a new contiguous array: the conversions at a
+region's edges) and ``depthwise_nhwc`` (a depthwise convolution with its epilogue on
+``(N, H, W, C)`` activations). A 1x1 convolution in channels-last is a ``linear`` over the
+last dim and needs no op of its own.
+
+Both are compiler-only: the pass makes them after autodiff, for inference graphs, and their
+decompositions are the ordinary ops they stand for (``permute``; ``conv2d`` between two
+permutes, then the epilogue).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..kernels.epilogue import ACTIVATIONS
+from ..shapes import ShapedType, is_static
+from . import conv as conv_ops
+from . import epilogue
+from . import shape as shape_ops
+from .opdef import defop
+
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def _relayout_kernel(x, perm):
+    """The permuted array, contiguous (NumPy's strided copy)."""
+    return np.ascontiguousarray(np.transpose(x, perm))
+
+
+RELAYOUT = defop(
+    "relayout", _relayout_kernel, shape_ops.PERMUTE.infer, attrs=("perm",), saves="",
+    onnx=None, compiler_only=True,
+    decomposition=lambda x, perm: shape_ops.permute(x, *perm),
+    doc="permute(x, perm) written out as a contiguous array: a layout conversion at the "
+        "edge of a channels-last region")
+
+
+def _nchw_weight(wt, channels):
+    """``depthwise_nhwc``'s ``(kh, kw, cp)`` weight as the ``(C, 1, kh, kw)`` of conv2d."""
+    kh, kw, _ = wt.shape
+    w = shape_ops.permute(wt[:, :, :channels], 2, 0, 1)
+    return shape_ops.reshape(w, channels, 1, kh, kw)
+
+
+def _depthwise_decomposition(x, wt, b, *residual, act, bounds, residual_at, **conv):
+    c = x.shape[3]
+    y = epilogue._decomposition(
+        shape_ops.permute(x, *TO_NCHW), _nchw_weight(wt, c), b,
+        *[shape_ops.permute(r, *TO_NCHW) for r in residual], act=act, bounds=bounds,
+        residual_at=residual_at, groups=c, **conv)
+    return shape_ops.permute(y, *TO_NHWC)
+
+
+def _depthwise_kernel(x, wt, b, *residual, act, bounds, residual_at, stride, padding,
+                      dilation):
+    """``kernels/conv_nhwc.py``'s loop (float32, Numba); else ``conv2d_epilogue``'s kernel
+    between transposes."""
+    out_type = _infer_depthwise(x, wt, b, *residual, act=act, bounds=bounds,
+                                residual_at=residual_at, stride=stride, padding=padding,
+                                dilation=dilation)
+    if kernels.numba_available() and all(a.dtype == np.float32 for a in (x, wt, b, *residual)):
+        where = epilogue.RESIDUAL.index(residual_at) if residual else 0
+        out = np.empty(out_type.shape, np.float32)
+        return kernels.conv_nhwc.conv(x, wt, out, stride, padding, dilation, b,
+                                      residual=residual[0] if residual else None,
+                                      where=where, act=ACTIVATIONS.index(act), lo=bounds[0],
+                                      hi=bounds[1])
+    c = x.shape[3]
+    w = np.ascontiguousarray(np.transpose(wt[:, :, :c], (2, 0, 1)))[:, None]
+    y = epilogue._kernel(np.transpose(x, TO_NCHW), w, b,
+                         *[np.ascontiguousarray(np.transpose(r, TO_NCHW)) for r in residual],
+                         act=act, bounds=bounds, residual_at=residual_at, stride=stride,
+                         padding=padding, dilation=dilation, groups=c)
+    return np.ascontiguousarray(np.transpose(y, TO_NHWC))
+
+
+def _infer_depthwise(x, wt, b, *residual, act, bounds, residual_at, stride, padding,
+                     dilation):
+    n, h, w, c = x.shape
+    kh, kw, cp = wt.shape
+    if cp < c or tuple(b.shape) != (c,):
+        raise ValueError(f"depthwise_nhwc: weight {tuple(wt.shape)} and bias "
+                         f"{tuple(b.shape)} for {c} channels (want (kh, kw, cp >= {c}) and "
+                         f"({c},): kernels.conv_nhwc.pack)")
+    ho, wo = conv_ops._conv_out_hw((h, w), (kh, kw), stride, padding, dilation)
+    out = ShapedType((n, ho, wo, c), x.dtype)
+    if residual and tuple(residual[0].shape) != tuple(out.shape):
+        raise ValueError(f"depthwise_nhwc: residual of shape {tuple(residual[0].shape)} for "
+                         f"an output of shape {tuple(out.shape)}")
+    return out
+
+
+def _specialise_depthwise(x, wt, b, *residual, act, bounds, residual_at, stride, padding,
+                          dilation):
+    """``depthwise_nhwc`` fitted to static float32 shapes (``kernels.conv_nhwc.fitted``),
+    as ``depthwise_nhwc_<act>``; else None (the op's kernel)."""
+    if not (kernels.numba_available() and is_static(x.shape) and all(
+            getattr(v, "dtype", None) == np.float32 for v in (x, wt, b, *residual))):
+        return None
+    run = kernels.conv_nhwc.fitted(
+        tuple(x.shape), tuple(wt.shape), stride, padding, dilation, bool(residual),
+        epilogue.RESIDUAL.index(residual_at) if residual else 0, ACTIVATIONS.index(act),
+        bounds[0], bounds[1])
+    return f"depthwise_nhwc_{act}", lambda x, wt, b, *r, out=None: run(x, wt, b, *r, out=out)
+
+
+DEPTHWISE_NHWC = defop(
+    "depthwise_nhwc", _depthwise_kernel, _infer_depthwise,
+    attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation"), saves="",
+    onnx=None, compiler_only=True, decomposition=_depthwise_decomposition,
+    specialise=_specialise_depthwise,
+    doc="conv2d_epilogue of a depthwise conv on channels-last (N, H, W, C) activations, "
+        "its weight (kh, kw, cp): channels rounded up to eight, spare lanes zero")

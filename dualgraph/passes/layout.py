@@ -1,0 +1,247 @@
+"""The lowering rule ``channels_last`` (its row is in ``passes/lower.py``): regions of an
+inference graph run in the channels-last layout ``(N, H, W, C)``, converted only at their
+edges.
+
+A depthwise convolution's loops want each position's channels side by side (eight in the
+lanes of a vector); in the graph's NCHW layout ``conv_lanes`` transposes its input into that
+form and its output back at every call, most of a small layer's time. In channels-last the
+depthwise conv reads its input as it is (``depthwise_nhwc``, ``kernels/conv_nhwc.py``), a
+1x1 convolution is a ``linear`` over the last dim (one GEMM, its epilogue per row), and the
+ops between them do not care: elementwise ops (activations, a residual add, the scaling of
+squeeze-and-excitation by a ``(N, C, 1, 1)`` gate, which broadcasts the same way with the
+dims permuted), the global average pool (``mean`` over the plane: dims ``(1, 2)``), and the
+reshape of a ``(N, C, 1, 1)`` pool to ``(N, C)``, whose data is the same in both layouts.
+
+The precondition, per node (a *member*): a ``conv2d`` / ``conv2d_epilogue`` of float32
+operands of static shapes whose weight is a constant of the graph (inference: frozen
+parameters, an ONNX import; a training step's weights are inputs, so it is never touched)
+and that is depthwise (``conv_nhwc.wanted``) or 1x1 with stride 1, no padding and one
+group; a ``mean`` over dims ``(2, 3)`` of a 4-D float32 value; an elementwise op whose
+array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``.
+Members joined by the values they pass are a *region*. A region is taken where it pays, by
+a cost rule over element counts: each depthwise conv in it saves the transposes of its
+input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
+a ``relayout`` (a transposing copy, ``RELAYOUT_COST`` times a depthwise conv's transposes);
+a region without a depthwise conv is not taken, so graphs of dense convolutions are left
+as they are.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import kernels
+from ..graph import Graph, Node, Value
+from ..ops.conv import CONV2D
+from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
+from ..ops.layout import DEPTHWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
+from ..ops.linalg import LINEAR
+from ..ops.reduce import MEAN
+from ..ops.shape import RESHAPE
+from ..shapes import is_static
+from .core import Builder, Report, live_readers
+
+CONVS = (CONV2D, CONV2D_EPILOGUE)
+RELAYOUT_COST = 2   # (NumPy's transposing copy against the conv loops' 8x8 transposes)
+
+
+def _conv_form(node: Node, constants) -> str | None:
+    """``"pointwise"`` or ``"depthwise"`` for a conv the region takes, else None."""
+    x, w, *rest = node.inputs
+    a = node.attrs
+    if not (isinstance(x, Value) and w in constants and x.ndim == 4 and is_static(x.shape)
+            and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest))):
+        return None
+    if (tuple(w.shape[2:]) == (1, 1) and tuple(a["stride"]) == (1, 1) and a["groups"] == 1
+            and all(p == 0 for pair in a["padding"] for p in pair)):
+        return "pointwise"
+    if kernels.conv_nhwc.wanted(tuple(x.shape), tuple(w.shape), node.outputs[0].shape[2:],
+                                a["padding"], a["groups"], np.float32):
+        return "depthwise"
+    return None
+
+
+def _member(node: Node, constants) -> bool:
+    """Whether ``node`` can run in channels-last (the module docstring)."""
+    if node.op in CONVS:
+        return _conv_form(node, constants) is not None
+    x = node.inputs[0] if node.inputs else None
+    if not isinstance(x, Value) or x.dtype != np.float32 or len(node.outputs) != 1:
+        return False
+    if node.op is MEAN:
+        return x.ndim == 4 and tuple(sorted(node.attrs["dims"])) == (2, 3)
+    if node.op is RESHAPE:
+        return (x.ndim == 4 and tuple(x.shape[2:]) == (1, 1)
+                and tuple(node.outputs[0].shape) == tuple(x.shape[:2]))
+    return (node.op.elementwise is not None and node.outputs[0].ndim == 4
+            and all(not isinstance(v, Value) or v.ndim in (0, 4) for v in node.inputs))
+
+
+def _layout_values(node: Node) -> list:
+    """The 4-D inputs of a member whose layout it reads (a conv's input and residual, not
+    its weight)."""
+    values = [node.inputs[0], *node.inputs[3:]] if node.op in CONVS else node.inputs
+    return [v for v in values if isinstance(v, Value) and v.ndim == 4]
+
+
+def channels_last_regions(graph: Graph) -> list[list[Node]]:
+    """The precondition: the regions (lists of member nodes in graph order) that pay."""
+    if not kernels.numba_available():
+        return []
+    members = [n for n in graph.nodes if _member(n, graph.constants)]
+    if not any(n.op in CONVS and _conv_form(n, graph.constants) == "depthwise"
+               for n in members):
+        return []
+    region = {n: n for n in members}      # union-find over the members
+
+    def root(n):
+        while region[n] is not n:
+            region[n] = region[region[n]]
+            n = region[n]
+        return n
+    for n in members:
+        for v in _layout_values(n):
+            if v.producer in region:
+                region[root(n)] = root(v.producer)
+    groups: dict = {}
+    for n in members:
+        groups.setdefault(root(n), []).append(n)
+    read_by = live_readers(graph)
+    return [g for g in groups.values() if _pays(g, graph, read_by)]
+
+
+def _edges(region: list, read_by: dict) -> tuple[set, set]:
+    """The values converted into channels-last (4-D, read by the region, made outside it)
+    and back (4-D, made inside, read outside or returned)."""
+    inside = set(region)
+    into = {v for n in region for v in _layout_values(n) if v.producer not in inside}
+    back = {v for n in region for v in n.outputs if v.ndim == 4
+            and any(not isinstance(u, Node) or u not in inside for u in read_by.get(v, []))}
+    return into, back
+
+
+def _pays(region: list, graph: Graph, read_by: dict) -> bool:
+    """The cost rule (module docstring)."""
+    gain = sum(math.prod(n.inputs[0].shape) + math.prod(n.outputs[0].shape) for n in region
+               if n.op in CONVS and _conv_form(n, graph.constants) == "depthwise")
+    into, back = _edges(region, read_by)
+    cost = RELAYOUT_COST * sum(math.prod(v.shape) for v in into | back)
+    return gain > cost
+
+
+def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
+    """Each region of ``channels_last_regions`` runs in channels-last: a ``relayout`` to
+    ``(N, H, W, C)`` of each 4-D value it reads from outside, its depthwise convs as
+    ``depthwise_nhwc`` (the weight packed once as a constant ``(kh, kw, cp)``), its 1x1
+    convs as ``linear`` / ``linear_epilogue`` (the weight a constant ``(Cout, C)``), its
+    means over dims ``(1, 2)``, its elementwise ops and reshapes as they are on the
+    permuted shapes, and a ``relayout`` back to NCHW of each 4-D value read outside it.
+
+    Preserves: types, inputs and outputs; values up to the rounding of the sums (the
+    convs' and the mean's sums in another order). Below, the pooled result is 2-D, the same
+    in both layouts: no conversion back.
+
+    Before::
+
+        graph(%x: f32[1,8,6,6]) {
+          %w: f32[8,1,3,3] = constant
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %h: f32[1,8,6,6] = conv2d_epilogue(%x, %w, %b, act='relu', bounds=(-inf, inf),
+              residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1),
+              groups=8)
+          %y: f32[1,8,6,6] = conv2d(%h, %w, %b, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1), groups=8)
+          %m: f32[1,8] = mean(%y, dims=(2, 3), keepdim=False)
+          return (%m)
+        }
+
+    After::
+
+        graph(%x: f32[1,8,6,6]) {
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %w_nhwc: f32[3,3,8] = constant
+          %x_nhwc: f32[1,6,6,8] = relayout(%x, perm=(0, 2, 3, 1))
+          %h: f32[1,6,6,8] = depthwise_nhwc(%x_nhwc, %w_nhwc, %b, act='relu', bounds=(-inf,
+              inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1,
+              1))
+          %y: f32[1,6,6,8] = depthwise_nhwc(%h, %w_nhwc, %b, act='none', bounds=(-inf, inf),
+              residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1))
+          %m: f32[1,8] = mean(%y, dims=(1, 2), keepdim=False)
+          return (%m)
+        }
+    """
+    read_by = live_readers(graph)
+    member, back = {}, set()
+    for region in regions:
+        member.update(dict.fromkeys(region, True))
+        back |= _edges(region, read_by)[1]
+        report.count("channels-last regions", f"{len(region)} nodes from "
+                                              f"%{region[0].outputs[0].name}")
+    b = Builder(graph)
+    nhwc, weights = {}, {}
+
+    def inside(v):
+        """The channels-last form of a value a member reads."""
+        if not isinstance(v, Value) or v.ndim != 4:
+            return b.get(v)
+        if v not in nhwc:
+            (nhwc[v],) = b.add(RELAYOUT, [b.get(v)], {"perm": TO_NHWC}, None,
+                               [v.name + "_nhwc"])
+            report.count("relayouts", f"%{v.name} to channels-last")
+        return nhwc[v]
+
+    def constant(w, form):
+        if (w, form) not in weights:
+            arr = graph.constants[w]
+            arr = (kernels.conv_nhwc.pack(arr) if form == "depthwise"
+                   else np.ascontiguousarray(arr.reshape(arr.shape[:2])))
+            weights[w, form] = b.graph.add_constant(arr, name=f"{w.name}_nhwc")
+        return weights[w, form]
+
+    for node in graph.nodes:
+        if node not in member:
+            b.copy(node)
+            continue
+        y = _rewrite(node, b, inside, constant, graph)
+        if node.outputs[0].ndim == 4:
+            nhwc[node.outputs[0]] = y
+            if node.outputs[0] in back:
+                (b.env[node.outputs[0]],) = b.add(RELAYOUT, [y], {"perm": TO_NCHW}, None,
+                                                  [node.outputs[0].name + "_nchw"])
+                report.count("relayouts", f"%{node.outputs[0].name} back to NCHW")
+        else:
+            b.env[node.outputs[0]] = y
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
+def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph) -> Value:
+    """The channels-last node for the member ``node``; its output."""
+    name = [node.outputs[0].name]
+    if node.op not in CONVS:
+        attrs = dict(node.attrs)
+        if node.op is MEAN:
+            attrs["dims"] = (1, 2)
+        return b.add(node.op, [inside(v) for v in node.inputs], attrs, node.location,
+                     name)[0]
+    x, w, *rest = node.inputs
+    form = _conv_form(node, graph.constants)
+    bias = rest[0] if rest else None
+    residual = rest[1:]
+    epi = {k: node.attrs[k] for k in ("act", "bounds", "residual_at")} if (
+        node.op is CONV2D_EPILOGUE) else dict(act="none", bounds=(-np.inf, np.inf),
+                                             residual_at=None)
+    if bias is None:
+        bias = b.graph.add_constant(np.zeros(w.shape[0], np.float32), name=w.name + "_bias")
+    else:
+        bias = b.get(bias)
+    operands = [inside(x), constant(w, form), bias, *[inside(r) for r in residual]]
+    if form == "depthwise":
+        attrs = dict(epi, **{k: node.attrs[k] for k in ("stride", "padding", "dilation")})
+        return b.add(DEPTHWISE_NHWC, operands, attrs, node.location, name)[0]
+    if node.op is CONV2D:
+        return b.add(LINEAR, operands[:3], {}, node.location, name)[0]
+    return b.add(LINEAR_EPILOGUE, operands, epi, node.location, name)[0]

@@ -1,0 +1,156 @@
+"""Channels-last regions (``passes/layout.py``, the opt-in lowering rule ``channels_last``;
+the ops ``relayout`` and ``depthwise_nhwc``, ``kernels/conv_nhwc.py``): the depthwise loop
+with every epilogue against torch on odd shapes (channels not a multiple of eight, odd
+planes, strides 1 and 2, kernels 3/5/7, dilation, batch 1 and 3, planes narrower than a run
+of four positions); compiled inverted-residual blocks with squeeze-and-excitation (odd
+channels, BatchNorm folded) against eager and torch, directly and on the graph of
+``dg.onnx.load``; the rule's cost rule and opt-in; a training step is left alone."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.codegen import Executable  # noqa: E402
+from dualgraph.kernels import conv_nhwc  # noqa: E402
+from dualgraph.ops.layout import DEPTHWISE_NHWC  # noqa: E402
+
+F = torch.nn.functional
+ACTS = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "silu": F.silu,
+        "hardswish": F.hardswish, "sigmoid": torch.sigmoid}
+
+# n, c, h, w, kernel, stride, padding, dilation, act, residual_at
+CASES = [
+    (1, 13, 9, 11, 3, 1, 1, 1, "relu", None),        # a partial block
+    (3, 21, 14, 14, 3, 2, 1, 1, "clamp", None),      # stride 2, batch 3
+    (1, 37, 7, 7, 5, 1, 2, 1, "silu", "before"),     # 5x5, residual before
+    (2, 16, 15, 13, 7, 2, 3, 1, "hardswish", "after"),  # 7x7 stride 2, residual after
+    (1, 8, 12, 10, 3, 1, 2, 2, "sigmoid", None),     # dilation
+    (3, 24, 3, 2, 3, 1, 1, 1, "none", "before"),     # rows narrower than a run of four
+    (1, 5, 6, 6, 3, 2, 0, 1, "relu", None),          # fewer than eight channels, no padding
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_depthwise_loop_matches_torch(case):
+    n, c, h, w, k, s, p, d, act, at = case
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias), stride=s,
+                 padding=p, dilation=d, groups=c)
+    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
+    if at == "before":
+        y = y + torch.tensor(residual)
+    y = ACTS[act](y)
+    if at == "after":
+        y = y + torch.tensor(residual)
+    to_nhwc = (0, 2, 3, 1)
+    extra = [np.ascontiguousarray(residual.transpose(to_nhwc))] if at else []
+    got = DEPTHWISE_NHWC.kernel(
+        np.ascontiguousarray(x.transpose(to_nhwc)), conv_nhwc.pack(weight), bias, *extra,
+        act=act, bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf),
+        residual_at=at, stride=(s, s), padding=((p, p), (p, p)), dilation=(d, d))
+    np.testing.assert_allclose(got.transpose(0, 3, 1, 2), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _net(lib, c=13, hidden=37, out=21):
+    nn = lib.nn
+
+    class Block(nn.Module):
+        """1x1 expansion, depthwise 3x3 (stride 2) and 5x5, squeeze-and-excitation, 1x1
+        projection with a residual, global pooling: odd channel counts throughout."""
+
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(c, hidden, 1, bias=False),
+                                        nn.BatchNorm2d(hidden), nn.ReLU6())
+            self.dw1 = nn.Sequential(nn.Conv2d(hidden, hidden, 3, 2, 1, groups=hidden),
+                                     nn.Hardswish())
+            self.dw2 = nn.Sequential(nn.Conv2d(hidden, hidden, 5, 1, 2, groups=hidden),
+                                     nn.SiLU())
+            self.se1 = nn.Conv2d(hidden, 5, 1)
+            self.se2 = nn.Conv2d(5, hidden, 1)
+            self.project = nn.Conv2d(hidden, hidden, 1)
+            self.head = nn.Conv2d(hidden, out, 1)
+
+        def forward(self, x):
+            y = self.dw1(self.expand(x))
+            z = self.dw2(y)
+            gate = lib.sigmoid(self.se2(lib.relu(self.se1(z.mean((2, 3), keepdim=True)))))
+            y = self.project(z * gate) + y
+            return self.head(y), y.mean((2, 3))
+    return Block()
+
+
+def _models(batch):
+    rng = np.random.default_rng(batch)
+    reference = _net(torch).eval()
+    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
+             for k, v in reference.state_dict().items() if v.dtype == torch.float32}
+    state = {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    model = _net(dg).eval()
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
+    x = rng.standard_normal((batch, 13, 13, 11)).astype(np.float32)
+    return reference, model, x
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_compiled_region_matches_eager_and_torch(batch, tmp_path):
+    reference, model, x = _models(batch)
+    with torch.no_grad():
+        want = [t.numpy() for t in reference(torch.tensor(x))]
+    compiled = dg.compile(model, passes={"channels_last": True})
+    with dg.no_grad():
+        got = [t.numpy() for t in compiled(dg.tensor(x))]
+        eager = [t.numpy() for t in model(dg.tensor(x))]
+    graph = str(compiled.optimized_graph)
+    assert graph.count("depthwise_nhwc(") == 2 and " conv2d" not in graph, graph
+    assert graph.count("relayout(") == 2, graph   # (the input in, the head's output back)
+    for g, e, w in zip(got, eager, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    default = dg.compile(model)   # (opt-in: the default pipeline leaves the layout alone)
+    with dg.no_grad():
+        default(dg.tensor(x))
+    assert "relayout" not in str(default.optimized_graph)
+
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    loaded = dg.onnx.load(path)
+    run = Executable(loaded.graph, passes={"channels_last": True})
+    assert "depthwise_nhwc" in run.code
+    for g, w in zip(run.run([x]), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_cost_rule_and_training_step():
+    """A region without a depthwise conv is not taken (1x1 convs alone: nothing to
+    gain); a training step's weights are inputs, not constants: nothing is taken."""
+    pointwise = dg.nn.Sequential(dg.nn.Conv2d(8, 16, 1), dg.nn.ReLU(), dg.nn.Conv2d(16, 8, 1))
+    pointwise.eval()
+    compiled = dg.compile(pointwise, passes={"channels_last": True})
+    x = dg.tensor(np.random.default_rng(0).standard_normal((1, 8, 6, 6)).astype(np.float32))
+    with dg.no_grad():
+        compiled(x)
+    assert "relayout" not in str(compiled.optimized_graph)
+
+    _, model, x = _models(1)
+    model.train()
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+
+    @dg.compile(passes={"channels_last": True})
+    def step(x):
+        opt.zero_grad()
+        head, pooled = model(x)
+        loss = (head ** 2).mean() + pooled.mean()
+        loss.backward()
+        opt.step()
+        return loss
+    step(dg.tensor(x))
+    assert "nhwc" not in str(step.optimized_graph)
