@@ -122,6 +122,43 @@ def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
     assert np.isnan(fast[0][1, 2:5]).all() and not np.isnan(fast[0][1, 5:]).any()
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_small_softmax_rows_of_large_values(monkeypatch, name):
+    """The loops run at every size: a few rows of values near 1000, whose log-softmax keeps
+    its small entries' low bits only when the maximum is subtracted before the log-sum."""
+    x = (np.random.default_rng(5).normal(size=(3, 5)) * 10 + 1000).astype(np.float32)
+    g = np.random.default_rng(6).normal(size=x.shape).astype(np.float32)
+
+    def run(lib):
+        xs = lib.tensor(x, requires_grad=True)
+        y = getattr(lib.nn.functional, name)(xs, dim=1)
+        y.backward(lib.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch, expect=name)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_rows_match_torch_and_numpy(monkeypatch, reduction):
+    logp = np.log(np.random.default_rng(7).dirichlet(np.ones(6), 9)).astype(np.float32)
+    target = np.array([0, 5, -100, 2, 1, -100, 3, 3, 4])
+    bad = np.array([0, 6, 1, 1, 1, 1, 1, 1, 1])
+
+    def run(lib):
+        x = lib.tensor(logp, requires_grad=True)
+        loss = lib.nn.functional.nll_loss(x, lib.tensor(target), reduction=reduction)
+        (loss.sum() * 3).backward()
+        with pytest.raises(IndexError, match="out of bounds"):
+            lib.nn.functional.nll_loss(x, lib.tensor(bad))
+        return loss.detach().numpy(), x.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch, expect="nll_backward")
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, np_got)
+
+
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_matches_torch_and_numpy(monkeypatch, affine):
     rng = np.random.default_rng(4)
