@@ -97,6 +97,31 @@ def test_lstm_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
         np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("batch,hidden", [(16, 8), (37, 50)])
+def test_gru_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(batch, 16)).astype(np.float32)
+    h0, gh = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
+    ref = torch.nn.GRUCell(16, hidden)
+    weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
+
+    def run(lib, tensor):
+        cell = lib.nn.GRUCell(16, hidden)
+        cell.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
+        xs, hs = tensor(x), tensor(h0)
+        h = cell(xs, hs)
+        h.backward(lib.tensor(gh))
+        return [h.detach().numpy(), xs.grad.numpy(), hs.grad.numpy()] + [
+            p.grad.numpy() for p in cell.parameters()]
+
+    fast, slow = both_paths(lambda: run(dg, lambda a: dg.tensor(a, requires_grad=True)),
+                            monkeypatch, expect="gru_cell_backward")
+    want = run(torch, lambda a: torch.tensor(a, requires_grad=True))
+    for got, np_got, expected in zip(fast, slow, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
+        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
     x = np.random.default_rng(3).normal(0, 4, (6, 10, 77)).astype(np.float32)
