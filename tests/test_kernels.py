@@ -71,51 +71,30 @@ def test_gelu_tanh_propagates_nan():
     assert np.isnan(dg.nn.functional.gelu(dg.tensor(x), approximate="tanh").numpy()[100])
 
 
-@pytest.mark.parametrize("batch,hidden", [(64, 32), (37, 50)])
-def test_lstm_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
+@pytest.mark.parametrize("kind,batch,hidden", [("LSTM", 64, 32), ("LSTM", 37, 50),
+                                               ("GRU", 16, 8), ("GRU", 37, 50)])
+def test_recurrent_cell_matches_torch_and_numpy(monkeypatch, kind, batch, hidden):
+    """An LSTM or GRU step forward and backward: its loops, NumPy's form and torch's."""
     rng = np.random.default_rng(2)
+    states = 2 if kind == "LSTM" else 1
     x = rng.normal(size=(batch, 16)).astype(np.float32)
-    h0, c0 = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
-    gh, gc = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
-    ref = torch.nn.LSTMCell(16, hidden)
+    s0, grads = ([rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(states)]
+                 for _ in range(2))
+    ref = getattr(torch.nn, kind + "Cell")(16, hidden)
     weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
 
     def run(lib, tensor):
-        cell = lib.nn.LSTMCell(16, hidden)
+        cell = getattr(lib.nn, kind + "Cell")(16, hidden)
         cell.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
-        xs, hs, cs = (tensor(a) for a in (x, h0, c0))
-        h, c = cell(xs, (hs, cs))
-        lib.autograd.backward([h, c], [lib.tensor(gh), lib.tensor(gc)])
-        return [h.detach().numpy(), c.detach().numpy(), xs.grad.numpy(), hs.grad.numpy(),
-                cs.grad.numpy()] + [p.grad.numpy() for p in cell.parameters()]
+        xs, *ss = (tensor(a) for a in [x] + s0)
+        outs = cell(xs, tuple(ss) if kind == "LSTM" else ss[0])
+        outs = list(outs) if kind == "LSTM" else [outs]
+        lib.autograd.backward(outs, [lib.tensor(g) for g in grads])
+        return ([o.detach().numpy() for o in outs] + [t.grad.numpy() for t in [xs] + ss]
+                + [p.grad.numpy() for p in cell.parameters()])
 
     fast, slow = both_paths(lambda: run(dg, lambda a: dg.tensor(a, requires_grad=True)),
-                            monkeypatch)
-    want = run(torch, lambda a: torch.tensor(a, requires_grad=True))
-    for got, np_got, expected in zip(fast, slow, want):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
-        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=2e-6)
-
-
-@pytest.mark.parametrize("batch,hidden", [(16, 8), (37, 50)])
-def test_gru_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=(batch, 16)).astype(np.float32)
-    h0, gh = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
-    ref = torch.nn.GRUCell(16, hidden)
-    weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
-
-    def run(lib, tensor):
-        cell = lib.nn.GRUCell(16, hidden)
-        cell.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
-        xs, hs = tensor(x), tensor(h0)
-        h = cell(xs, hs)
-        h.backward(lib.tensor(gh))
-        return [h.detach().numpy(), xs.grad.numpy(), hs.grad.numpy()] + [
-            p.grad.numpy() for p in cell.parameters()]
-
-    fast, slow = both_paths(lambda: run(dg, lambda a: dg.tensor(a, requires_grad=True)),
-                            monkeypatch, expect="gru_cell_backward")
+                            monkeypatch, expect=kind.lower() + "_cell_backward")
     want = run(torch, lambda a: torch.tensor(a, requires_grad=True))
     for got, np_got, expected in zip(fast, slow, want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
