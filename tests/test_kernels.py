@@ -71,26 +71,30 @@ def test_gelu_tanh_propagates_nan():
     assert np.isnan(dg.nn.functional.gelu(dg.tensor(x), approximate="tanh").numpy()[100])
 
 
-@pytest.mark.parametrize("batch,hidden", [(64, 32), (37, 50)])
-def test_lstm_cell_matches_torch_and_numpy(monkeypatch, batch, hidden):
+@pytest.mark.parametrize("kind,batch,hidden", [("LSTM", 64, 32), ("LSTM", 37, 50),
+                                               ("GRU", 16, 8), ("GRU", 37, 50)])
+def test_recurrent_cell_matches_torch_and_numpy(monkeypatch, kind, batch, hidden):
+    """An LSTM or GRU step forward and backward: its loops, NumPy's form and torch's."""
     rng = np.random.default_rng(2)
+    states = 2 if kind == "LSTM" else 1
     x = rng.normal(size=(batch, 16)).astype(np.float32)
-    h0, c0 = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
-    gh, gc = (rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(2))
-    ref = torch.nn.LSTMCell(16, hidden)
+    s0, grads = ([rng.normal(size=(batch, hidden)).astype(np.float32) for _ in range(states)]
+                 for _ in range(2))
+    ref = getattr(torch.nn, kind + "Cell")(16, hidden)
     weights = {k: v.detach().numpy().copy() for k, v in ref.state_dict().items()}
 
     def run(lib, tensor):
-        cell = lib.nn.LSTMCell(16, hidden)
+        cell = getattr(lib.nn, kind + "Cell")(16, hidden)
         cell.load_state_dict({k: lib.tensor(v) for k, v in weights.items()})
-        xs, hs, cs = (tensor(a) for a in (x, h0, c0))
-        h, c = cell(xs, (hs, cs))
-        lib.autograd.backward([h, c], [lib.tensor(gh), lib.tensor(gc)])
-        return [h.detach().numpy(), c.detach().numpy(), xs.grad.numpy(), hs.grad.numpy(),
-                cs.grad.numpy()] + [p.grad.numpy() for p in cell.parameters()]
+        xs, *ss = (tensor(a) for a in [x] + s0)
+        outs = cell(xs, tuple(ss) if kind == "LSTM" else ss[0])
+        outs = list(outs) if kind == "LSTM" else [outs]
+        lib.autograd.backward(outs, [lib.tensor(g) for g in grads])
+        return ([o.detach().numpy() for o in outs] + [t.grad.numpy() for t in [xs] + ss]
+                + [p.grad.numpy() for p in cell.parameters()])
 
     fast, slow = both_paths(lambda: run(dg, lambda a: dg.tensor(a, requires_grad=True)),
-                            monkeypatch)
+                            monkeypatch, expect=kind.lower() + "_cell_backward")
     want = run(torch, lambda a: torch.tensor(a, requires_grad=True))
     for got, np_got, expected in zip(fast, slow, want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
@@ -120,6 +124,43 @@ def test_softmax_rows_match_torch_and_numpy(monkeypatch, name):
         np.testing.assert_allclose(got, np_got, rtol=2e-6, atol=2e-6)
     assert np.isnan(fast[0][0, 1]).all()
     assert np.isnan(fast[0][1, 2:5]).all() and not np.isnan(fast[0][1, 5:]).any()
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_small_softmax_rows_of_large_values(monkeypatch, name):
+    """The loops run at every size: a few rows of values near 1000, whose log-softmax keeps
+    its small entries' low bits only when the maximum is subtracted before the log-sum."""
+    x = (np.random.default_rng(5).normal(size=(3, 5)) * 10 + 1000).astype(np.float32)
+    g = np.random.default_rng(6).normal(size=x.shape).astype(np.float32)
+
+    def run(lib):
+        xs = lib.tensor(x, requires_grad=True)
+        y = getattr(lib.nn.functional, name)(xs, dim=1)
+        y.backward(lib.tensor(g))
+        return y.detach().numpy(), xs.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch, expect=name)
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_rows_match_torch_and_numpy(monkeypatch, reduction):
+    logp = np.log(np.random.default_rng(7).dirichlet(np.ones(6), 9)).astype(np.float32)
+    target = np.array([0, 5, -100, 2, 1, -100, 3, 3, 4])
+    bad = np.array([0, 6, 1, 1, 1, 1, 1, 1, 1])
+
+    def run(lib):
+        x = lib.tensor(logp, requires_grad=True)
+        loss = lib.nn.functional.nll_loss(x, lib.tensor(target), reduction=reduction)
+        (loss.sum() * 3).backward()
+        with pytest.raises(IndexError, match="out of bounds"):
+            lib.nn.functional.nll_loss(x, lib.tensor(bad))
+        return loss.detach().numpy(), x.grad.numpy()
+    fast, slow = both_paths(lambda: run(dg), monkeypatch, expect="nll_backward")
+    for got, np_got, want in zip(fast, slow, run(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got, np_got)
 
 
 @pytest.mark.parametrize("affine", [True, False])

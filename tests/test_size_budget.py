@@ -301,9 +301,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +15 and the core +15 (generated torch-API programs): cumprod's gradient through
 # zeros (it was NaN), std's at zero spread, and new results laid out row-major
 # (_util.row_major: einsum's and advanced indexing's, which a later ``.view`` relies on).
-CORE_BUDGET = 25_225
+# kernels/ +50, ops/ +40 and the core +100 (eager per-op cost, sixth round): nll_loss and the
+# GRU step forward and backward as row loops; softmax and log-softmax loops at every float32
+# size; small where() without promotion; x[int tensor] as the index op unparsed.
+CORE_BUDGET = 25_325
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_865, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_255, "ops": 7_800,
+           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_305, "ops": 7_840,
            "passes": 3_280, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

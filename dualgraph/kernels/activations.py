@@ -127,6 +127,51 @@ def lstm_cell_backward(gh, gc, c, acts, d_gates_out, dc_out):
             dcb[j] = dcn * f
 
 
+@helper(inline="always")
+def _thirds(row, n):
+    """The three gate blocks (r, z, n) of one GRU row as separate views (as :func:`_blocks`)."""
+    return row[:n], row[n:2 * n], row[2 * n:]
+
+
+@loop
+def gru_cell(xg, hg, h, h_out, acts_out):
+    """Rows of the input gates ``xg`` and the hidden projection ``hg`` (r, z, n blocks of
+    width n, its bias included) and ``h`` -> ``h'`` and the activations [r | z | new | hn]
+    (kept for the backward)."""
+    n = h.shape[1]
+    for b in range(h.shape[0]):
+        xr, xz, xn = _thirds(xg[b], n)
+        hr, hz, hn = _thirds(hg[b], n)
+        ar, az, an, ahn = _blocks(acts_out[b], n)
+        hb, ob = h[b], h_out[b]
+        for j in range(n):
+            r, z = sigmoid32(xr[j] + hr[j]), sigmoid32(xz[j] + hz[j])
+            new = tanh32(xn[j] + r * hn[j])
+            ob[j] = new + z * (hb[j] - new)
+            ar[j], az[j], an[j], ahn[j] = r, z, new, hn[j]
+
+
+@loop
+def gru_cell_backward(gh, h, acts, d_xg_out, d_hg_out, dh_out):
+    """From the gradient of ``h'`` and the saved activations: the gradients of the input
+    gates and of the hidden projection (r, z, n blocks), and ``h``'s direct part
+    (``gh * z``; the projection's share is the caller's product)."""
+    n = h.shape[1]
+    for b in range(h.shape[0]):
+        ar, az, an, ahn = _blocks(acts[b], n)
+        dxr, dxz, dxn = _thirds(d_xg_out[b], n)
+        dhr, dhz, dhn = _thirds(d_hg_out[b], n)
+        ghb, hb, dhb = gh[b], h[b], dh_out[b]
+        for j in range(n):
+            g, r, z, new = ghb[j], ar[j], az[j], an[j]
+            d_new = g * (_ONE - z) * (_ONE - new * new)
+            d_r = d_new * ahn[j] * r * (_ONE - r)
+            d_z = g * (hb[j] - new) * z * (_ONE - z)
+            dxr[j], dxz[j], dxn[j] = d_r, d_z, d_new
+            dhr[j], dhz[j], dhn[j] = d_r, d_z, d_new * r
+            dhb[j] = g * z
+
+
 @loop
 def relu_backward(g, y, out):
     """``out = g where y > 0, else 0`` over flat arrays (y: relu's output)."""

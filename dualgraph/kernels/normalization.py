@@ -1,5 +1,5 @@
-"""Row-wise float32 loops: softmax, log-softmax, softmax cross-entropy and layer
-normalisation, forward and backward, each one pass (or two) over a row instead of several
+"""Row-wise float32 loops: softmax, log-softmax, softmax cross-entropy, the negative
+log-likelihood of class indices and layer normalisation, forward and backward, each one pass (or two) over a row instead of several
 full-array NumPy passes.
 
 Rows are the last axis (softmax, cross-entropy) or the trailing normalised dims flattened
@@ -139,9 +139,16 @@ def log_softmax(start, stop, x, out):
     for r in range(start, stop):
         row, o = x[r], out[r]
         m = _row_max(row)
-        shift = m + F(math.log(_row_exp_sum(row, m)))
+        # x - max stored first, as NumPy's form does: max + log(sum) as one shift (which
+        # ``reassoc`` may also make of (x - max) - log(sum) in registers) would round away
+        # the low bits of a small result where the row's values are large
+        total = _ZERO
         for j in range(row.size):
-            o[j] = row[j] - shift
+            o[j] = row[j] - m
+            total += exp32_nonpositive(o[j])
+        lse = F(math.log(total))
+        for j in range(row.size):
+            o[j] = o[j] - lse
 
 
 @helper(inline="always")
@@ -182,6 +189,31 @@ def cross_entropy(x, target, ignore_index, losses, status):
         row = x[r]
         m = _row_max(row)
         losses[r] = (m + F(math.log(_row_exp_sum(row, m)))) - row[t]
+
+
+@loop
+def nll(logp, target, ignore_index, losses, status):
+    """``losses[r] = -logp[r, target[r]]``, 0 where the target is ``ignore_index``;
+    ``status`` as :func:`target_status` (nothing is computed if a target is not a class
+    index)."""
+    status[0], status[1] = _target_status(target, ignore_index, logp.shape[1])
+    if status[1] >= 0:
+        return
+    for r in range(logp.shape[0]):
+        t = target[r]
+        losses[r] = _ZERO if t == ignore_index else -logp[r, t]
+
+
+@loop
+def nll_backward(target, ignore_index, scale, out):
+    """``out[r] = -onehot(target[r]) * scale[r]``: the gradient of ``nll``'s row r, whose
+    loss was scaled by ``scale[r]``; zero rows where the target is ignored (or not a class
+    index)."""
+    for r in range(out.shape[0]):
+        t, o = target[r], out[r]
+        o[:] = _ZERO
+        if t != ignore_index and t >= 0 and t < out.shape[1]:
+            o[t] = -scale[r]
 
 
 @loop(fastmath=_REDUCE)

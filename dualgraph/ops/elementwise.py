@@ -859,6 +859,8 @@ clip = clamp
 
 # -- where and casts -----------------------------------------------------------------------------
 def _where_kernel(cond, a, b):
+    if _small_plain_where(cond, a, b):
+        return np.where(cond, a, b)
     dt = dtypes.result_type(a, b)
     a, b = cast(a, dt), cast(b, dt)
     shape = broadcast_shapes(shape_of(cond), shape_of(a), shape_of(b))
@@ -867,6 +869,23 @@ def _where_kernel(cond, a, b):
             and np.asarray(cond).dtype == np.bool_):
         return _select(cond, a, b, shape, dt)
     return np.where(cond, a, b)
+
+
+def _small_plain_where(cond, a, b) -> bool:
+    """A boolean condition choosing between small arrays of one dtype, or a float array and
+    a Python float (a masked fill, a gradient's zero): NumPy's ``where`` at once, with no
+    promotion to work out (checked by types alone: this runs at every eager call)."""
+    small = kernels.MIN_ELEMENTS
+    if type(cond) is not np.ndarray or cond.dtype != np.bool_ or cond.size >= small:
+        return False
+    ta, tb = type(a), type(b)
+    if ta is np.ndarray and tb is np.ndarray:
+        return a.dtype == b.dtype and a.size < small and b.size < small
+    if ta is float and tb is np.ndarray:
+        a, b = b, a
+    elif not (ta is np.ndarray and tb is float):
+        return False
+    return a.dtype.kind == "f" and a.size < small
 
 
 def _select(cond, a, b, shape, dt):

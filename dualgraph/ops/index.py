@@ -161,9 +161,9 @@ def _accumulate(out, key, v, indices, dims):
     """``np.add.at(out, key, v)``, which is slow: float32 blocks picked along the leading
     dims (an embedding's or a class-index loss's gradient) go through a Numba loop, and
     other float rows picked along dim 0 are summed per index with a sort and ``reduceat``."""
-    if dims == tuple(range(len(dims))) and v.size and kernels.enabled(v, out):
-        # (whatever the table's size: the loop adds each row in place in one pass, where
-        # the sort below also sorts the indices and gathers every added row once more)
+    if dims == tuple(range(len(dims))) and kernels.enabled(v, out, min_elements=1):
+        # (at every size: the loop adds each row in place in one pass, where the sort
+        # below also sorts the indices and gathers every added row once more)
         lead = out.shape[:len(dims)]
         if len(indices) == 1:
             rows = np.where(indices[0] < 0, indices[0] + lead[0], indices[0])
@@ -447,6 +447,9 @@ def getitem(x, key):
     if type(key) is int and shape and -shape[0] <= key < shape[0]:
         # x[i] (a loop over a tensor's rows): one select, without the general parse
         return apply(shape_ops.SELECT, x, dim=0, index=key % shape[0])
+    if type(key) is Tensor and shape and key._data.dtype.kind in "iu":
+        # table[ix] (an embedding by hand, a batch of rows): the index op, unparsed
+        return apply(INDEX, x, key, dims=(0,))
     return _Key(x.shape, key).get(x)
 
 

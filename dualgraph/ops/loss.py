@@ -274,6 +274,12 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
 # -- negative log-likelihood of class indices ------------------------------------------------
 def _nll_kernel(logp, target, ignore_index, reduction):
     target = _classes(target)
+    if _use_loop(logp):   # (one call for the ~10 of NumPy's form below)
+        losses, status = np.empty(len(logp), np.float32), np.empty(2, np.int64)
+        kernels.normalization.nll(kernels.rows(logp, logp.shape[1]), target, ignore_index,
+                                  losses, status)
+        _check_targets(target, int(status[1]), logp.shape[1])
+        return _reduced(losses, int(status[0]), reduction, logp.dtype)
     valid = target != ignore_index
     bad = np.flatnonzero(valid & ((target < 0) | (target >= logp.shape[1])))
     _check_targets(target, int(bad[0]) if bad.size else -1, logp.shape[1])
@@ -284,6 +290,12 @@ def _nll_kernel(logp, target, ignore_index, reduction):
 
 def _nll_backward_kernel(g, logp, target, ignore_index, reduction):
     target = _classes(target)
+    if _use_loop(logp):
+        dx = np.empty(logp.shape, logp.dtype)
+        kernels.normalization.nll_backward(
+            target, ignore_index, _row_scales(g, target, ignore_index, reduction, logp.dtype),
+            dx)
+        return dx
     rows = np.flatnonzero((target != ignore_index) & (target >= 0)
                           & (target < logp.shape[1]))
     scale = _row_scales(g, target, ignore_index, reduction, logp.dtype)

@@ -253,6 +253,11 @@ def _gru_kernel(xg, h, w_hh, *b_hh):
     if b_hh:
         hg += b_hh[0]
     n = h.shape[-1]
+    if kernels.enabled(xg, h, min_elements=1):   # (NumPy's form: a dozen calls, as the LSTM's)
+        xg2, h2 = kernels.rows(xg, 3 * n), kernels.rows(h, n)
+        out, acts = np.empty_like(h2), np.empty((len(h2), 4 * n), h.dtype)
+        kernels.activations.gru_cell(xg2, kernels.rows(hg, 3 * n), h2, out, acts)
+        return out.reshape(h.shape), acts.reshape(h.shape[:-1] + (4 * n,))
     rz = _sigmoid(xg[..., :2 * n] + hg[..., :2 * n])
     r, z, hn = rz[..., :n], rz[..., n:], hg[..., 2 * n:]
     new = np.tanh(xg[..., 2 * n:] + r * hn)
@@ -279,13 +284,25 @@ def _gru_backward_kernel(gh, xg, h, w_hh, *rest, need):
     free broadcast zero stands in for the others; the gates' is a by-product)."""
     n = h.shape[-1]
     acts = rest[-1]
-    r, z, new, hn = (acts[..., k * n:(k + 1) * n] for k in range(4))
-    d_new = gh * (1 - z) * (1 - new * new)
-    d_r = d_new * hn * r * (1 - r)
-    d_z = gh * (h - new) * z * (1 - z)
-    d_xg = np.concatenate([d_r, d_z, d_new], axis=-1)
-    d2 = np.concatenate([d_r, d_z, d_new * r], axis=-1).reshape(-1, 3 * n)
-    dh = gh * z + (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(h.shape, h.dtype)
+    if kernels.enabled(acts, gh, h, min_elements=1):
+        h2 = kernels.rows(h, n)
+        d_xg, d2 = (np.empty((len(h2), 3 * n), h.dtype) for _ in range(2))
+        dh = np.empty_like(h2)
+        kernels.activations.gru_cell_backward(kernels.rows(gh, n), h2,
+                                              kernels.rows(acts, 4 * n), d_xg, d2, dh)
+        d_xg, dh = d_xg.reshape(xg.shape), dh.reshape(h.shape)
+        if need[1]:
+            dh += (d2 @ w_hh).reshape(h.shape)
+    else:
+        r, z, new, hn = (acts[..., k * n:(k + 1) * n] for k in range(4))
+        d_new = gh * (1 - z) * (1 - new * new)
+        d_r = d_new * hn * r * (1 - r)
+        d_z = gh * (h - new) * z * (1 - z)
+        d_xg = np.concatenate([d_r, d_z, d_new], axis=-1)
+        d2 = np.concatenate([d_r, d_z, d_new * r], axis=-1).reshape(-1, 3 * n)
+        dh = gh * z + (d2 @ w_hh).reshape(h.shape) if need[1] else None
+    if not need[1]:
+        dh = zeros_view(h.shape, h.dtype)
     dw = d2.T @ h.reshape(-1, n) if need[2] else zeros_view(w_hh.shape, h.dtype)
     db = d2.sum(axis=0) if need[3] else zeros_view((3 * n,), h.dtype)
     return d_xg, dh, dw, db

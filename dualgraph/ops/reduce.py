@@ -849,9 +849,12 @@ def count_nonzero(input, dim=None):
 
 
 # -- softmax -----------------------------------------------------------------------------------
+# The row loops run at every float32 size (from one element): NumPy's form is five to eight
+# calls and temporaries, which cost more than the loop's one call below a few thousand
+# elements too (the log-softmax of a small classifier's batch, a small attention matrix).
 def _softmax_kernel(log):
     def kernel(x, dim):
-        if x.ndim and dim in (-1, x.ndim - 1) and kernels.enabled(x):
+        if x.ndim and dim in (-1, x.ndim - 1) and kernels.enabled(x, min_elements=1):
             out = np.empty(x.shape, x.dtype)
             loop = kernels.normalization.log_softmax if log else kernels.normalization.softmax
             rows = kernels.rows(x, x.shape[-1])
@@ -881,13 +884,15 @@ def _log_softmax_backward_composite(g, out, dim):
 
 def _softmax_backward_kernel(log):
     def kernel(g, out, dim):
-        if out.ndim and dim == out.ndim - 1 and kernels.enabled(out, g):
+        if out.ndim and dim == out.ndim - 1 and kernels.enabled(out, g, min_elements=1):
             width = out.shape[-1]
             dx = np.empty(out.shape, out.dtype)
             loop = (kernels.normalization.log_softmax_backward if log else
                     kernels.normalization.softmax_backward)
             rows = kernels.rows(out, width)
-            run_rows(loop, len(rows), kernels.rows(np.broadcast_to(g, out.shape), width), rows,
+            if g.shape != out.shape:   # (np.broadcast_to costs more than the loop here)
+                g = np.broadcast_to(g, out.shape)
+            run_rows(loop, len(rows), kernels.rows(g, width), rows,
                      dx.reshape(rows.shape), threads=threads_for(out.size))
             return dx
         gw, ow = _widen(g), _widen(out)
