@@ -113,10 +113,13 @@ def test_compiled_region_matches_eager_and_torch(batch, tmp_path):
     for g, e, w in zip(got, eager, want):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
-    default = dg.compile(model)   # (opt-in: the default pipeline leaves the layout alone)
-    with dg.no_grad():
-        default(dg.tensor(x))
-    assert "relayout" not in str(default.optimized_graph)
+    # opt-in: the default pipeline, and a dict that only leaves passes out, leave the
+    # layout alone
+    for passes in (None, {"cse": False}):
+        default = dg.compile(model, passes=passes)
+        with dg.no_grad():
+            default(dg.tensor(x))
+        assert "relayout" not in str(default.optimized_graph), passes
 
     path = str(tmp_path / "block.onnx")
     with torch.no_grad():

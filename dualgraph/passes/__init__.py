@@ -81,8 +81,9 @@ def run_pipeline(graph: Graph, passes=None, verify: bool = False,
     ``passes`` (as ``dg.compile``'s, ``Executable``'s and ``Program``'s): None or True, all
     passes (but the opt-in lowering rules, ``LoweringRule.default`` False); False, none (the
     graph as given); a collection of names (``PASS_NAMES``: the passes, and the lowering
-    rules by their own names), those only; a dict ``{name: False}``, all but those (with
-    every opt-in rule: ``{"channels_last": True}`` is every pass and that rule). Returns the final graph and one Report
+    rules by their own names), those only; a dict, the default passes with those named
+    False left out and the opt-in rules named True added (``{"channels_last": True}``: every
+    pass and that rule; ``{"cse": False}``: no opt-in rule). Returns the final graph and one Report
     per pass run; ``verify=True`` checks the graph's invariants after every pass;
     ``memory_budget`` (bytes of live values) is ``rematerialize``'s budget.
     """
@@ -125,6 +126,10 @@ def enabled_passes(passes):
     unknown = sorted(names - set(PASS_NAMES))
     if unknown:
         raise ValueError(f"no passes named {unknown}; the passes are {PASS_NAMES}")
-    if isinstance(passes, dict):
-        return set(PASS_NAMES) - {name for name in names if not passes[name]}
+    if isinstance(passes, dict):   # (the default set: an opt-in rule runs where named True)
+        on = {name for name in names if passes[name]}
+        return (set(PASS_NAMES) - _OPT_IN - {name for name in names if not passes[name]}) | on
     return names
+
+
+_OPT_IN = {rule.name for rule in LOWERING if not rule.default}
