@@ -56,8 +56,9 @@ def conv_kind(x: list, w: list) -> str:
     return f"conv dense {kh}x{kw}"
 
 
-def kind(op: str, shapes: list) -> str:
-    """The kind of a node: its op (either engine's name) and its input shapes."""
+def kind(op: str, shapes: list, out=None) -> str:
+    """The kind of a node: its op (either engine's name) and its input shapes (``out``, the
+    output's shape where the engine reports it, is not needed here)."""
     op = op.lower()
     if op == "conv2d_cat":
         return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
@@ -77,13 +78,15 @@ def kind(op: str, shapes: list) -> str:
     return "elementwise (activations, SE scale, residual)"
 
 
-def ours(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndarray) -> dict:
-    """``{(kind, op, shapes): ms per call}`` of the compiled model under the profiler,
-    and the whole call's best time."""
+def ours(make, calls: int, state: dict, x: np.ndarray, kind_of=None) -> dict:
+    """``{(kind, op, shapes): ms per call}`` of the model ``make(dg)``, compiled, under the
+    profiler (its nodes put into kinds by ``kind_of(op, shapes)``, :func:`kind` by
+    default), and the whole call's best time."""
     import dualgraph as dg
     from dualgraph.profiler import profile
+    kind_of = kind_of or kind
     dg.set_num_threads(1)
-    model = MODELS[name](dg).eval()
+    model = make(dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
     compiled, dx = dg.compile(model), dg.tensor(x)
     with dg.no_grad():
@@ -99,16 +102,17 @@ def ours(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndarra
         for e in program.cpu_children:
             op = e.name.split("::", 1)[-1]
             op = "fused" if op.startswith("fused(") else op
-            times[kind(op, e.input_shapes), op, str(e.input_shapes)] += e.cpu_time_total
+            times[kind_of(op, e.input_shapes), op, str(e.input_shapes)] += e.cpu_time_total
         per_call.append(times)
     with dg.no_grad():
-        return median_per_key(per_call), best_ms(lambda: compiled(dx))
+        return best_per_key(per_call), best_ms(lambda: compiled(dx))
 
 
-def median_per_key(calls: list) -> dict:
-    """``{key: median ms}`` over calls of ``{key: us}`` (a key's nodes summed per call): the
-    median keeps another process's burst out of one node's figure."""
-    return {k: 1e-3 * float(np.median([c.get(k, 0.0) for c in calls])) for k in calls[0]}
+def best_per_key(calls: list) -> dict:
+    """``{key: least ms}`` over calls of ``{key: us}`` (a key's nodes summed per call): both
+    engines' profiles are wall time, which another process's work on the same cores only
+    ever lengthens, so the least of several calls is the figure nearest the node's own."""
+    return {k: 1e-3 * min(c.get(k, 0.0) for c in calls) for k in calls[0]}
 
 
 def best_ms(call, rounds: int = 7) -> float:
@@ -121,14 +125,15 @@ def best_ms(call, rounds: int = 7) -> float:
     return 1e3 * best
 
 
-def theirs(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndarray,
-           tmp: str) -> tuple[dict, float]:
+def theirs(make, calls: int, state: dict, x: np.ndarray, tmp: str,
+           kind_of=None) -> tuple[dict, float]:
     """The same for onnxruntime running the torch export, from its own profile."""
     import onnxruntime as ort
     import torch
-    reference = MODELS[name](torch).eval()
+    kind_of = kind_of or kind
+    reference = make(torch).eval()
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
-    path = os.path.join(tmp, f"{name}.onnx")
+    path = os.path.join(tmp, "model.onnx")
     with torch.no_grad():
         torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
                           input_names=["x"])
@@ -148,11 +153,13 @@ def theirs(name: str, batch: int, size: int, calls: int, state: dict, x: np.ndar
             continue
         args = e["args"]
         shapes = [next(iter(s.values())) for s in args.get("input_type_shape", [])]
+        outs = [next(iter(s.values())) for s in args.get("output_type_shape", [])]
         op = args["op_name"]
         run = int(np.searchsorted(starts, e["ts"], side="right")) - 1
-        per_call[run][kind(op, shapes), op, str(shapes)] += e["dur"]
+        per_call[run][kind_of(op, shapes, outs[0] if outs else None), op, str(shapes)] += \
+            e["dur"]
     plain = ort.InferenceSession(path, ort_options(), providers=["CPUExecutionProvider"])
-    return median_per_key(per_call[3:]), best_ms(lambda: plain.run(None, {"x": x}))
+    return best_per_key(per_call[3:]), best_ms(lambda: plain.run(None, {"x": x}))
 
 
 def ort_options():
@@ -205,9 +212,9 @@ def main(argv=None) -> None:
         for batch in map(int, args.batches.split(",")):
             x = np.random.default_rng(0).standard_normal(
                 (batch, 3, args.size, args.size)).astype(np.float32)
-            mine, mine_total = ours(name, batch, args.size, args.calls, state, x)
+            mine, mine_total = ours(MODELS[name], args.calls, state, x)
             with tempfile.TemporaryDirectory() as tmp:
-                ort_, ort_total = theirs(name, batch, args.size, args.calls, state, x, tmp)
+                ort_, ort_total = theirs(MODELS[name], args.calls, state, x, tmp)
             table(name, batch, mine, ort_, (mine_total, ort_total), args.nodes)
             sys.stdout.flush()
 

@@ -74,6 +74,34 @@ def test_attention_kernel_plans_by_layout():
                                        atol=1e-5)
 
 
+@pytest.mark.parametrize("batch,mask_shape,boolean", [
+    ((2, 2, 3), (2, 1, 1, 1, 7), False),   # padding mask of the first batch dim only
+    ((2, 2, 3), (1, 1, 3, 6, 7), True),    # per head and query, the same for every batch
+    ((2, 2, 3), (2, 2, 3, 1, 7), False),   # every batch dim and head, one row for all
+    ((2, 3), (6, 1), False),            # broadcast over the keys (copied) and the batch
+    ((3,), (3, 6, 7), True),            # one batch dim (the "heads"), a mask per block
+    ((), (1, 7), False),                # no batch dims at all
+    ((4,), (7,), False)])
+def test_attention_kernel_reads_masks_of_every_broadcast(batch, mask_shape, boolean):
+    """The kernel reads a mask as it is laid out, (B', H', Q', Lk) with 1 where it
+    broadcasts: masks broadcast along some batch dims, the heads, the queries or the keys
+    give what the ops one by one give (the kernel's fallback, ``scale`` 1 and not)."""
+    rng = np.random.default_rng(len(mask_shape))
+    q, v = (rng.standard_normal(batch + (6, 5)).astype(np.float32) for _ in range(2))
+    v = np.concatenate([v, v[..., :1, :]], axis=-2)               # 7 keys
+    kt = rng.standard_normal(batch + (5, 7)).astype(np.float32)
+    mask = (rng.random(mask_shape) < 0.3 if boolean
+            else rng.standard_normal(mask_shape).astype(np.float32))
+    for scale in (1.0, 0.4):
+        attrs = dict(scale=scale, divide=False, fill=-1e4 if boolean else None,
+                     heads_out=False)
+        got = ATTENTION.kernel(q, kt, v, mask, **attrs)
+        tq, tkt, tv, tm = map(torch.tensor, (q, kt, v, mask))
+        s = tq @ tkt * scale
+        s = s.masked_fill(tm, -1e4) if boolean else s + tm
+        np.testing.assert_allclose(got, (s.softmax(-1) @ tv).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def encoder(lib, width, heads, depth, norm):
     """A Hugging-Face-style encoder: q/k/v as three linears of one input, an additive
     padding mask from the ids (token 0), exact GELU; ``norm`` "post" (BERT's LayerNorm

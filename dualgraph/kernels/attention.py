@@ -4,8 +4,10 @@ The ops one by one write the (heads, Lq, Lk) score matrix of every head, read it
 the scale, again for the mask and the softmax, and once more for the product with ``v``;
 at batch 16, sequence 128 that is 4 MiB per pass, out of cache. :func:`attend` runs
 :func:`blocks` instead: per head, the product ``q @ kt`` into one (Lq, Lk) scratch matrix
-that stays in cache, the scale, mask and a numerically stable softmax row by row on it
-(the loops of ``normalization.softmax``: the same bits), and the product with ``v``
+that stays in cache, the scale and the mask in one pass over each row (a mask read in its
+own shape, a padding mask ``(B, 1, 1, Lk)`` as one row per sequence) and a numerically
+stable softmax row by row on it (the loops of ``normalization.softmax``: the same bits),
+and the product with ``v``
 written straight into the result. ``q``, ``kt`` and ``v`` are read where they are, as
 strided views (the heads of a projection split by ``reshape`` and ``permute``: each
 matrix one ``sgemm`` reads as it is, ``batched._layout``), and the result may be written
@@ -26,47 +28,63 @@ from .blas_threads import sgemm_address
 from .normalization import _REDUCE, _exp_into, _row_max
 
 F = np.float32
-# the modes :func:`blocks` takes: bit 0 divides by the scale; the mask added, or filled
-DIVIDE, ADD_MASK, FILL_MASK = 1, 2, 4
+# the modes :func:`blocks` takes: bit 0 divides by the scale, bit 3 scales at all (not
+# a multiplication by 1); the mask added, or filled
+DIVIDE, ADD_MASK, FILL_MASK, SCALE = 1, 2, 4, 8
 _Q, _KT, _V, _OUT, _SCORES = 1, 7, 13, 19, 25     # word offsets: pointer + 5 layout words
 
 
 @loop(fastmath=_REDUCE)
-def blocks(start, stop, w, scores, mask, scale, mode, fill):
+def blocks(start, stop, w, scores, mask, heads, scale, mode, fill):
     """Head blocks ``start:stop``. ``w`` holds int64 words: sgemm's address; for ``q``,
     ``kt``, ``v`` and the result its data pointer and ``batched._layout``'s words (inner
     count, outer and inner slice bytes, leading dim, CBLAS flag); the scratch's pointer;
-    then Lq, Lk, E, Ev. ``scores`` is the (Lq, Lk) scratch, ``mask`` (blocks / heads,
-    heads, Lq, Lk) (a broadcast view, block i at ``[i // heads, i % heads]``; read only
-    with a mask mode), ``scale``/``fill`` float32."""
+    then Lq, Lk, E, Ev. ``scores`` is the (Lq, Lk) scratch, ``mask`` C-contiguous (B', H',
+    Q', Lk), each of B', H', Q' either 1 (the mask the same along that dim) or the
+    blocks' count over ``heads``, ``heads`` or Lq: block i reads ``mask[i // heads, i %
+    heads]`` (read only with a mask mode). ``scale``/``fill`` float32."""
     m, n, k, ev = w[26], w[27], w[28], w[29]
-    heads = mask.shape[1]
     for i in range(start, stop):
         _sgemm(w[0], w[6], w[12], m, n, k, _at(w, _Q, i), w[5], _at(w, _KT, i), w[11],
                w[_SCORES], n)
-        block_mask = mask[i // heads, i % heads]
+        block_mask = mask[i // heads if mask.shape[0] > 1 else 0,
+                          i % heads if mask.shape[1] > 1 else 0]
         for r in range(m):
             row = scores[r]
-            if mode & DIVIDE:
-                for j in range(n):
-                    row[j] = row[j] / scale
-            else:
-                for j in range(n):
-                    row[j] = row[j] * scale
-            if mode & ADD_MASK:
-                mrow = block_mask[r]
-                for j in range(n):
-                    row[j] = row[j] + mrow[j]
-            elif mode & FILL_MASK:
-                mrow = block_mask[r]
-                for j in range(n):
-                    if mrow[j]:
-                        row[j] = fill
+            _scale_mask(row, block_mask[r if block_mask.shape[0] > 1 else 0], scale, mode,
+                        fill)
             total = _exp_into(row, _row_max(row), row)
             for j in range(n):
                 row[j] = row[j] / total
         _sgemm(w[0], NO_TRANS, w[18], m, ev, n, w[_SCORES], n, _at(w, _V, i), w[17],
                _at(w, _OUT, i), w[23])
+
+
+@helper(inline="always")
+def _scale_mask(row, mrow, scale, mode, fill):
+    """The scores' row scaled (``row * scale`` or ``row / scale``, rounded as the ``mul`` or
+    ``div`` op rounds) and masked (``+ mrow``, or ``fill`` where ``mrow`` is true) in one
+    pass, each mode its own loop so that each vectorises; nothing where neither is asked."""
+    if mode & ADD_MASK:
+        if mode & DIVIDE:
+            for j in range(row.size):
+                row[j] = row[j] / scale + mrow[j]
+        else:      # (a scale of 1 multiplies exactly)
+            for j in range(row.size):
+                row[j] = row[j] * scale + mrow[j]
+    elif mode & FILL_MASK:
+        if mode & DIVIDE:
+            for j in range(row.size):
+                row[j] = fill if mrow[j] else row[j] / scale
+        else:
+            for j in range(row.size):
+                row[j] = fill if mrow[j] else row[j] * scale
+    elif mode & DIVIDE:
+        for j in range(row.size):
+            row[j] = row[j] / scale
+    elif mode & SCALE:
+        for j in range(row.size):
+            row[j] = row[j] * scale
 
 
 @helper(inline="always")
@@ -85,14 +103,14 @@ def wanted(*arrays) -> bool:
 class _Plan:
     """What :func:`attend` works out once per kind of call (the operands' shapes and
     strides): the result's shape, :func:`blocks`' words with the five pointers left
-    blank, the block count, the mask's shapes (broadcast, then as ``blocks`` reads it) and
-    a zero mask of that shape. Per call only the pointers change: working the layouts out
-    again took most of a small head block's time."""
+    blank, the block count, the scores' shape (the shape a mask broadcasts to), the heads
+    and a zero mask for calls without one. Per call only the pointers change: working the
+    layouts out again took most of a small head block's time."""
 
-    def __init__(self, shape, words, count, masked, blocked):
+    def __init__(self, shape, words, count, masked, heads):
         self.shape, self.words, self.count = shape, words, count
-        self.masked, self.blocked = masked, blocked
-        self.no_mask = np.broadcast_to(F(0), blocked)
+        self.masked, self.heads = masked, heads
+        self.no_mask = np.zeros((1, 1, 1, masked[-1]), F)
 
 
 _plans: dict = {}
@@ -118,7 +136,23 @@ def _plan(q, kt, v, heads_out: bool) -> _Plan | None:
     for lay in layouts:
         words += [0, *lay[1:]]
     words = np.array(words + [0, m, n, k, ev], np.int64)
-    return _Plan(shape, words, count, batch + (m, n), (count // heads, heads, m, n))
+    return _Plan(shape, words, count, batch + (m, n), heads)
+
+
+def _mask_blocks(mask, masked):
+    """``mask`` as :func:`blocks` reads it: C-contiguous ``(B', H', Q', Lk)``, where ``B'``
+    (the batch dims before the heads, flattened), ``H'`` and ``Q'`` stay 1 where the mask
+    is the same along them. A padding mask ``(B, 1, 1, Lk)`` is read as it is: broadcast
+    to the scores' shape it was a view of zero strides, and the row loop adding it did
+    not vectorise (~4x the time of the other passes over a row). Copied only where a mask
+    must be: broadcast along some batch dims and not others, or along the keys."""
+    m = mask.reshape((1,) * (len(masked) - mask.ndim) + mask.shape)
+    lead = len(masked) - 3
+    target = list(m.shape[:-1]) + [masked[-1]]
+    if lead > 0 and 1 in target[:lead] and any(d != 1 for d in target[:lead]):
+        target[:lead] = masked[:lead]
+    m = np.ascontiguousarray(np.broadcast_to(m, tuple(target)))
+    return m.reshape(-1, target[-3] if lead >= 0 else 1, target[-2], target[-1])
 
 
 def attend(q, kt, v, mask, scale: float, divide: bool, fill, heads_out: bool):
@@ -133,16 +167,16 @@ def attend(q, kt, v, mask, scale: float, divide: bool, fill, heads_out: bool):
     plan = _plans[key]
     if plan is None:
         return None
+    mode = DIVIDE if divide else (SCALE if scale != 1 else 0)
     if mask is None:
-        mode, mask4 = 0, plan.no_mask
-    else:   # (a padding mask broadcast over the heads and queries stays a view: the
-        # heads are indexed apart, where one dim of blocks would copy it, MBs per call)
-        mode = ADD_MASK if fill is None else FILL_MASK
-        mask4 = np.broadcast_to(mask, plan.masked).reshape(plan.blocked)
+        mask4 = plan.no_mask
+    else:
+        mode |= ADD_MASK if fill is None else FILL_MASK
+        mask4 = _mask_blocks(mask, plan.masked)
     out = np.empty(plan.shape, np.float32)
-    scores = np.empty(plan.blocked[2:], np.float32)
+    scores = np.empty(plan.masked[-2:], np.float32)
     words = plan.words.copy()
     words[_POINTERS] = [x.ctypes.data for x in (q, kt, v, out, scores)]
-    blocks(0, plan.count, words, scores, mask4, F(scale), mode | (DIVIDE if divide else 0),
+    blocks(0, plan.count, words, scores, mask4, plan.heads, F(scale), mode,
            F(0 if fill is None else fill))
     return out
