@@ -196,6 +196,25 @@ def table(name: str, batch: int, mine: dict, ort_: dict, totals: tuple, nodes: b
                         print(f"    {engine:3} {ms:7.3f} {op} {shapes}")
 
 
+def run(models: dict, names, batches, calls: int, nodes: bool, example, kind_of=None) -> None:
+    """Each model ``models[name]`` of ``names`` at each batch size, on the input
+    ``example(name, batch)``: both engines' profiles, one table (its nodes by kind with
+    ``nodes``)."""
+    import torch
+    torch.set_num_threads(1)
+    print(f"load average {os.getloadavg()[0]:.1f}, one thread per engine", flush=True)
+    for name in names:
+        make = models[name]
+        state = random_state(make(torch).eval(), 0)
+        for batch in batches:
+            x = example(name, batch)
+            mine, mine_total = ours(make, calls, state, x, kind_of)
+            with tempfile.TemporaryDirectory() as tmp:
+                ort_, ort_total = theirs(make, calls, state, x, tmp, kind_of)
+            table(name, batch, mine, ort_, (mine_total, ort_total), nodes)
+            sys.stdout.flush()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="mobilenetv3,efficientnet,squeezenet,resnet18")
@@ -204,19 +223,10 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--nodes", action="store_true")
     args = parser.parse_args(argv)
-    import torch
-    torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.1f}, one thread per engine", flush=True)
-    for name in args.models.split(","):
-        state = random_state(MODELS[name](torch).eval(), 0)
-        for batch in map(int, args.batches.split(",")):
-            x = np.random.default_rng(0).standard_normal(
-                (batch, 3, args.size, args.size)).astype(np.float32)
-            mine, mine_total = ours(MODELS[name], args.calls, state, x)
-            with tempfile.TemporaryDirectory() as tmp:
-                ort_, ort_total = theirs(MODELS[name], args.calls, state, x, tmp)
-            table(name, batch, mine, ort_, (mine_total, ort_total), args.nodes)
-            sys.stdout.flush()
+    image = lambda name, batch: np.random.default_rng(0).standard_normal(
+        (batch, 3, args.size, args.size)).astype(np.float32)
+    run(MODELS, args.models.split(","), list(map(int, args.batches.split(","))), args.calls,
+        args.nodes, image)
 
 
 if __name__ == "__main__":

@@ -25,15 +25,12 @@ largest gap first; ``--nodes`` lists each kind's nodes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 
-from .cnn_node_profile import ours, table, theirs   # (sets one thread before NumPy loads)
+from .cnn_node_profile import run   # (sets one thread before NumPy loads)
 
 import numpy as np  # noqa: E402
 
-from .common import random_state  # noqa: E402
 from .unseen_transformers import MODELS, example  # noqa: E402
 
 LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "linear_relu", "linear_norm",
@@ -89,19 +86,8 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--nodes", action="store_true")
     args = parser.parse_args(argv)
-    import torch
-    torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.1f}, one thread per engine", flush=True)
-    for name in args.models.split(","):
-        make = MODELS[name]
-        state = random_state(make(torch).eval(), 0)
-        for batch in map(int, args.batches.split(",")):
-            x = example(name, batch, np.random.default_rng(0))
-            mine, mine_total = ours(make, args.calls, state, x, kind)
-            with tempfile.TemporaryDirectory() as tmp:
-                ort_, ort_total = theirs(make, args.calls, state, x, tmp, kind)
-            table(name, batch, mine, ort_, (mine_total, ort_total), args.nodes)
-            sys.stdout.flush()
+    run(MODELS, args.models.split(","), list(map(int, args.batches.split(","))), args.calls,
+        args.nodes, lambda name, batch: example(name, batch, np.random.default_rng(0)), kind)
 
 
 if __name__ == "__main__":
