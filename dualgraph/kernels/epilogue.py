@@ -88,6 +88,21 @@ def _add_activate(row, src, b, act, lo, hi):
         _activate(row, act, lo, hi)
 
 
+@helper(inline="always")
+def plane_tail(row, b, r, act, lo, hi, where):
+    """``act(row + b (+ r)) (+ r)`` of one plane or run of a plane, in place, for a scalar
+    bias ``b`` (``where`` as in :func:`planes`; ``r`` unread where it is 0)."""
+    if where == 1:
+        for i in range(row.size):
+            row[i] = row[i] + b + r[i]
+        _activate(row, act, lo, hi)
+    else:
+        _add_activate(row, row, b, act, lo, hi)
+    if where == 2:
+        for i in range(row.size):
+            row[i] = row[i] + r[i]
+
+
 @loop
 def planes(start, stop, out, bias, residual, act, lo, hi, where):
     """Planes ``start:stop`` of ``out (N*C, H*W)``, in place: ``act(out + bias[c] (+ r))``
@@ -96,18 +111,8 @@ def planes(start, stop, out, bias, residual, act, lo, hi, where):
     through its short loops."""
     channels = bias.shape[0]
     for p in range(start, stop):
-        b, row = bias[p % channels], out[p]
-        if where == 1:
-            r = residual[p]
-            for i in range(row.size):
-                row[i] = row[i] + b + r[i]
-            _activate(row, act, lo, hi)
-        else:
-            _add_activate(row, row, b, act, lo, hi)
-        if where == 2:
-            r = residual[p]
-            for i in range(row.size):
-                row[i] = row[i] + r[i]
+        plane_tail(out[p], bias[p % channels], residual[p if where else 0], act, lo, hi,
+                   where)
 
 
 @helper(inline="always")
