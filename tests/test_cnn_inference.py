@@ -32,6 +32,17 @@ def _both(fn, arrays):
     return compiled, got, eager
 
 
+def conv_layer(lib, f, residual_at, **conv):
+    """``f(conv2d(x, wt, b, **conv))`` in ``lib`` with the residual ``r`` added before or
+    after ``f`` (``residual_at``) or not at all: ``run(x, wt, b, r)``."""
+    def run(x, wt, b, r):
+        y = lib.nn.functional.conv2d(x, wt, b, **conv)
+        y = y + r if residual_at == "before" else y
+        y = f(y)
+        return y + r if residual_at == "after" else y
+    return run
+
+
 @pytest.mark.parametrize("act", sorted(ACTS))
 @pytest.mark.parametrize("residual_at", [None, "before", "after"])
 @pytest.mark.parametrize("shape", [(1, 7, 5, 3), (3, 6, 1, 1), (2, 5, 17, 19)])
@@ -42,16 +53,8 @@ def test_1x1_conv_epilogue_fitted_to_its_shapes(act, residual_at, shape):
     n, c, h, w = shape
     x, wt, b, r = _arrays(rng, shape, (4, c, 1, 1), (4,), (n, 4, h, w))
     ours, theirs = ACTS[act]
-
-    def fn(lib, f):
-        def run(x, wt, b, r):
-            y = lib.nn.functional.conv2d(x, wt, b)
-            y = y + r if residual_at == "before" else y
-            y = f(y)
-            return y + r if residual_at == "after" else y
-        return run
-    compiled, got, eager = _both(fn(dg, ours), [x, wt, b, r])
-    want = fn(torch, theirs)(*map(torch.tensor, (x, wt, b, r))).numpy()
+    compiled, got, eager = _both(conv_layer(dg, ours, residual_at), [x, wt, b, r])
+    want = conv_layer(torch, theirs, residual_at)(*map(torch.tensor, (x, wt, b, r))).numpy()
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     if act != "none" or residual_at:

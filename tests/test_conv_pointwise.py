@@ -10,6 +10,7 @@ import dualgraph as dg
 import dualgraph.nn.functional as F
 from dualgraph import kernels
 from dualgraph.kernels import conv_pointwise
+from test_cnn_inference import _both as _compiled_and_eager, conv_layer  # noqa: E402
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -18,16 +19,6 @@ pytestmark = pytest.mark.skipif(not conv_pointwise.available(),
 
 ACTS = {"none": (lambda v: v, lambda v: v), "relu6": (F.relu6, TF.relu6),
         "silu": (F.silu, TF.silu), "hardswish": (F.hardswish, TF.hardswish)}
-
-
-def _compiled_and_eager(fn, arrays):
-    compiled = dg.compile(fn)
-    tensors = [dg.tensor(a) for a in arrays]
-    with dg.no_grad():
-        compiled(*tensors)
-        got = compiled(*tensors).numpy()
-        eager = fn(*tensors).numpy()
-    return compiled, got, eager
 
 
 @pytest.mark.parametrize("act", sorted(ACTS))
@@ -49,16 +40,11 @@ def test_blocked_1x1_conv_equals_eager_and_torch(act, residual_at, x_shape, cout
     x, wt, b, r = (rng.standard_normal(shape).astype(np.float32) for shape in
                    (x_shape, (cout, c // groups, 1, 1), (cout,), (n, cout, ho, wo)))
     ours, theirs = ACTS[act]
-
-    def layer(lib, f):
-        def run(x, wt, b, r):
-            y = lib.nn.functional.conv2d(x, wt, b, stride=stride, groups=groups)
-            y = y + r if residual_at == "before" else y
-            y = f(y)
-            return y + r if residual_at == "after" else y
-        return run
-    compiled, got, eager = _compiled_and_eager(layer(dg, ours), [x, wt, b, r])
-    want = layer(torch, theirs)(*map(torch.tensor, (x, wt, b, r))).numpy()
+    conv = dict(stride=stride, groups=groups)
+    compiled, got, eager = _compiled_and_eager(conv_layer(dg, ours, residual_at, **conv),
+                                               [x, wt, b, r])
+    want = conv_layer(torch, theirs, residual_at, **conv)(
+        *map(torch.tensor, (x, wt, b, r))).numpy()
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     assert "= conv1x1" in compiled.code, compiled.code
