@@ -95,3 +95,22 @@ def test_kernel_against_numpy(stride):
                                 (-np.inf, np.inf), 2)
     got = run(x, wt, b, r, np.empty(want.shape, np.float32))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch,groups", [(1, 1), (5, 1), (5, 3)])
+@pytest.mark.parametrize("residual_at", [None, "before"])
+def test_1x1_conv_on_a_1x1_plane(batch, groups, residual_at):
+    """Squeeze-and-excitation's 1x1 convs of one pixel (``epilogue.pointwise``): one GEMM
+    over the batch (one group; grouped, a product per image and group) and the epilogue
+    along each image's row of channels."""
+    rng = np.random.default_rng(4)
+    x, wt, b, r = (rng.standard_normal(s).astype(np.float32) for s in (
+        (batch, 21, 1, 1), (33, 21 // groups, 1, 1), (33,), (batch, 33, 1, 1)))
+    conv = dict(groups=groups)
+    compiled, got, eager = _compiled_and_eager(
+        conv_layer(dg, dg.sigmoid, residual_at, **conv), [x, wt, b, r])
+    want = conv_layer(torch, torch.sigmoid, residual_at, **conv)(
+        *map(torch.tensor, (x, wt, b, r))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "= conv1x1_sigmoid(" in compiled.code, compiled.code
