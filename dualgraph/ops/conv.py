@@ -676,10 +676,10 @@ def specialise_pointwise(name: str, x, w, *rest, stride, padding, dilation, grou
     these shapes once; else None (the op's kernel). ``rest`` is the bias (if any) and the
     residual (``where`` 1 or 2), Values of the graph. Stride 1 (``conv_method``'s
     ``"pointwise"``) runs ``kernels.epilogue.pointwise`` (one batched GEMM, then the
-    epilogue's pass) or, where the output would leave L2 before that pass, the GEMMs by
-    blocks of positions of ``kernels.conv_pointwise`` on one thread (its epilogue on
-    each block in cache); larger strides always the latter (the input gathered a block
-    at a time)."""
+    epilogue's pass) or, where the output would leave L2 before that pass and the work
+    is not shared among threads, the GEMMs by blocks of positions of
+    ``kernels.conv_pointwise`` (its epilogue on each block in cache); larger strides
+    always the latter (the input gathered a block at a time)."""
     if not (kernels.numba_available() and is_static(x.shape)
             and all(getattr(v, "dtype", None) == np.float32 for v in (x, w, *rest))
             and tuple(w.shape[2:]) == (1, 1) and not any(padding[0] + padding[1])):
