@@ -32,6 +32,17 @@ def _both(fn, arrays):
     return compiled, got, eager
 
 
+def conv_layer(lib, f, residual_at, **conv):
+    """``f(conv2d(x, wt, b, **conv))`` in ``lib`` with the residual ``r`` added before or
+    after ``f`` (``residual_at``) or not at all: ``run(x, wt, b, r)``."""
+    def run(x, wt, b, r):
+        y = lib.nn.functional.conv2d(x, wt, b, **conv)
+        y = y + r if residual_at == "before" else y
+        y = f(y)
+        return y + r if residual_at == "after" else y
+    return run
+
+
 @pytest.mark.parametrize("act", sorted(ACTS))
 @pytest.mark.parametrize("residual_at", [None, "before", "after"])
 @pytest.mark.parametrize("shape", [(1, 7, 5, 3), (3, 6, 1, 1), (2, 5, 17, 19)])
@@ -42,16 +53,8 @@ def test_1x1_conv_epilogue_fitted_to_its_shapes(act, residual_at, shape):
     n, c, h, w = shape
     x, wt, b, r = _arrays(rng, shape, (4, c, 1, 1), (4,), (n, 4, h, w))
     ours, theirs = ACTS[act]
-
-    def fn(lib, f):
-        def run(x, wt, b, r):
-            y = lib.nn.functional.conv2d(x, wt, b)
-            y = y + r if residual_at == "before" else y
-            y = f(y)
-            return y + r if residual_at == "after" else y
-        return run
-    compiled, got, eager = _both(fn(dg, ours), [x, wt, b, r])
-    want = fn(torch, theirs)(*map(torch.tensor, (x, wt, b, r))).numpy()
+    compiled, got, eager = _both(conv_layer(dg, ours, residual_at), [x, wt, b, r])
+    want = conv_layer(torch, theirs, residual_at)(*map(torch.tensor, (x, wt, b, r))).numpy()
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     if act != "none" or residual_at:
@@ -74,17 +77,17 @@ def test_plain_1x1_conv_fitted(groups, bias):
 
 
 def test_convs_that_are_not_pointwise():
-    """A strided or padded 1x1 conv and a 3x3 conv are not fitted as 1x1 convs (those with
-    an epilogue run their tiles' kernel, fitted: ``conv_tiles_<act>``); a float64 conv
-    keeps the op's kernel."""
+    """A padded 1x1 conv and a 3x3 conv are not fitted as 1x1 convs (the 3x3 with an
+    epilogue runs its tiles' kernel, fitted: ``conv_tiles_<act>``), a strided unpadded
+    one is (``kernels/conv_pointwise.py``); a float64 conv keeps the op's kernel."""
     rng = np.random.default_rng(2)
     x, w1, w3, b = _arrays(rng, (1, 4, 9, 9), (4, 4, 1, 1), (4, 4, 3, 3), (4,))
     fn = lambda x, w1, w3, b: F.relu(F.conv2d(F.relu(F.conv2d(x, w1, b, stride=2)), w3, b,
                                               padding=1)) + F.conv2d(x, w1, padding=1)[..., 1:6, 1:6]
     compiled, got, eager = _both(fn, [x, w1, w3, b])
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
-    assert "conv1x1" not in compiled.code, compiled.code
-    assert compiled.code.count("= conv_tiles_relu") == 2, compiled.code
+    assert compiled.code.count("= conv1x1_relu(") == 1, compiled.code
+    assert compiled.code.count("= conv_tiles_relu(") == 1, compiled.code
     x64 = [a.astype(np.float64) for a in (x, w1, b)]
     compiled, got, eager = _both(lambda x, w, b: F.relu(F.conv2d(x, w, b)), x64)
     np.testing.assert_allclose(got, eager, rtol=1e-12)

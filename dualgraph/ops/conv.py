@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes, kernels
 from ..dispatch import apply
 from ..kernels.threads import run_rows, threads_for
+from ..kernels.tuning import cores
 from ..shapes import ShapedType, ShapeError, is_static
 from . import creation, index, linalg, reduce
 from . import shape as shape_ops
@@ -670,19 +671,37 @@ def _onnx_conv2d_input_grad(e, node):
 
 def specialise_pointwise(name: str, x, w, *rest, stride, padding, dilation, groups, act=0,
                          bounds=(-np.inf, np.inf), where=0):
-    """``specialise`` (codegen) of a convolution whose ``conv_method`` is ``"pointwise"``
-    (1x1, stride 1, unpadded), of static shapes, every operand float32 and Numba there:
-    ``(name, kernels.epilogue.pointwise(...))``, the GEMM and the epilogue fitted to
-    these shapes once; else None (the op's kernel). ``rest`` is the bias (if any) and
-    the residual (``where`` 1 or 2), Values of the graph."""
+    """``specialise`` (codegen) of an unpadded 1x1 convolution of static shapes, every
+    operand float32 and Numba there: ``(name, run)``, the GEMM and the epilogue fitted to
+    these shapes once; else None (the op's kernel). ``rest`` is the bias (if any) and the
+    residual (``where`` 1 or 2), Values of the graph. Stride 1 (``conv_method``'s
+    ``"pointwise"``) runs ``kernels.epilogue.pointwise`` (one batched GEMM, then the
+    epilogue's pass) or, where the output would leave L2 before that pass and the work
+    is not shared among threads, the GEMMs by blocks of positions of
+    ``kernels.conv_pointwise`` (its epilogue on each block in cache); larger strides
+    always the latter (the input gathered a block at a time)."""
     if not (kernels.numba_available() and is_static(x.shape)
             and all(getattr(v, "dtype", None) == np.float32 for v in (x, w, *rest))
-            and conv_method(tuple(x.shape), tuple(w.shape), stride, padding, dilation,
-                            groups) == "pointwise"):
+            and tuple(w.shape[2:]) == (1, 1) and not any(padding[0] + padding[1])):
         return None
-    bias = len(rest) > (1 if where else 0)
-    return name, kernels.epilogue.pointwise(tuple(x.shape), w.shape[0], groups, act, bounds,
-                                            bias, where)
+    bias, shape, cout = len(rest) > (1 if where else 0), tuple(x.shape), w.shape[0]
+    strided = tuple(stride) != (1, 1)
+    blocks = kernels.conv_pointwise
+    if not (blocks.available() and blocks.wanted(shape, cout, stride)):
+        return None if strided else (name, kernels.epilogue.pointwise(
+            shape, cout, groups, act, bounds, bias, where))
+    blocked = blocks.fitted(shape, cout, groups, tuple(stride), act, bounds, where)
+    plain = None if strided else kernels.epilogue.pointwise(shape, cout, groups, act,
+                                                            bounds, bias, where)
+    out_shape = (shape[0], cout, *_conv_out_hw(shape[2:], (1, 1), stride, padding, dilation))
+    size, zero_bias = math.prod(out_shape), np.zeros(cout, np.float32)
+
+    def run(x, w, *rest, out=None):
+        if plain is not None and cores() > 1 and threads_for(size) != 1:
+            return plain(x, w, *rest, out=out)   # (its GEMM and its pass on the threads)
+        return blocked(x, w, rest[0] if bias else zero_bias, rest[-1] if where else None,
+                       np.empty(out_shape, np.float32) if out is None else out)
+    return name, run
 
 
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
