@@ -137,16 +137,21 @@ def _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, eight):
 
 
 @helper(inline="always")
-def _run3(sums, packed, wt, bias, q, o, kh, dh, wp):
-    """:func:`_run`'s eight positions for a 3-wide kernel at column stride and dilation
-    1: per kernel row the ten input vectors the eight windows span are loaded once, each
-    multiplied into the sums of up to three positions with the row's three weights (held
-    in registers): 13 loads for 24 multiply-adds instead of 27. Each sum still takes its
-    taps in order, so the bits are :func:`_run`'s."""
+def _run_wide(sums, packed, wt, bias, q, o, kh, kw, dh, wp):
+    """:func:`_run`'s eight positions for a 3- or 5-wide kernel (``kw``) at column stride
+    and dilation 1: per kernel row the ``kw`` weights are held in registers and the ten
+    (twelve) input vectors the eight windows span are loaded once, each multiplied into
+    the sums of up to three (five) positions: 13 loads for 24 multiply-adds instead of 27
+    (17 for 40 instead of 45). Each sum still takes its taps in order, so the bits are
+    :func:`_run`'s. (One body: LLVM makes a loop for each width, as for ``_run``'s.)"""
+    five = kw == 5
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
     for i in range(kh):
-        t, p = i * 3 * LANES, o + i * dh * wp * LANES
+        t, p = i * kw * LANES, o + i * dh * wp * LANES
         w0, w1, w2 = load(wt, t), load(wt, t + LANES), load(wt, t + 2 * LANES)
+        w3 = w4 = w0
+        if five:
+            w3, w4 = load(wt, t + 3 * LANES), load(wt, t + 4 * LANES)
         x = load(packed, p)
         a0 = fma(w0, x, a0)
         x = load(packed, p + LANES)
@@ -154,25 +159,37 @@ def _run3(sums, packed, wt, bias, q, o, kh, dh, wp):
         x = load(packed, p + 2 * LANES)
         a0, a1, a2 = fma(w2, x, a0), fma(w1, x, a1), fma(w0, x, a2)
         x = load(packed, p + 3 * LANES)
+        if five:
+            a0 = fma(w3, x, a0)
         a1, a2, a3 = fma(w2, x, a1), fma(w1, x, a2), fma(w0, x, a3)
         x = load(packed, p + 4 * LANES)
+        if five:
+            a0, a1 = fma(w4, x, a0), fma(w3, x, a1)
         a2, a3, a4 = fma(w2, x, a2), fma(w1, x, a3), fma(w0, x, a4)
         x = load(packed, p + 5 * LANES)
+        if five:
+            a1, a2 = fma(w4, x, a1), fma(w3, x, a2)
         a3, a4, a5 = fma(w2, x, a3), fma(w1, x, a4), fma(w0, x, a5)
         x = load(packed, p + 6 * LANES)
+        if five:
+            a2, a3 = fma(w4, x, a2), fma(w3, x, a3)
         a4, a5, a6 = fma(w2, x, a4), fma(w1, x, a5), fma(w0, x, a6)
         x = load(packed, p + 7 * LANES)
+        if five:
+            a3, a4 = fma(w4, x, a3), fma(w3, x, a4)
         a5, a6, a7 = fma(w2, x, a5), fma(w1, x, a6), fma(w0, x, a7)
         x = load(packed, p + 8 * LANES)
+        if five:
+            a4, a5 = fma(w4, x, a4), fma(w3, x, a5)
         a6, a7 = fma(w2, x, a6), fma(w1, x, a7)
         x = load(packed, p + 9 * LANES)
+        if five:
+            a5, a6 = fma(w4, x, a5), fma(w3, x, a6)
         a7 = fma(w2, x, a7)
-    _store8(sums, q, a0, a1, a2, a3, a4, a5, a6, a7)
-
-
-@helper(inline="always")
-def _store8(sums, q, a0, a1, a2, a3, a4, a5, a6, a7):
-    """Eight positions' sums into ``sums`` from ``q``."""
+        if five:
+            x = load(packed, p + 10 * LANES)
+            a6, a7 = fma(w4, x, a6), fma(w3, x, a7)
+            a7 = fma(w4, load(packed, p + 11 * LANES), a7)
     store(sums, q, a0)
     store(sums, q + LANES, a1)
     store(sums, q + 2 * LANES, a2)
@@ -181,48 +198,6 @@ def _store8(sums, q, a0, a1, a2, a3, a4, a5, a6, a7):
     store(sums, q + 5 * LANES, a5)
     store(sums, q + 6 * LANES, a6)
     store(sums, q + 7 * LANES, a7)
-
-
-@helper(inline="always")
-def _run5(sums, packed, wt, bias, q, o, kh, dh, wp):
-    """:func:`_run3` for a 5-wide kernel: twelve input vectors a kernel row, each into the
-    sums of up to five positions (17 loads for 40 multiply-adds instead of 45)."""
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
-    for i in range(kh):
-        t, p = i * 5 * LANES, o + i * dh * wp * LANES
-        w0, w1, w2 = load(wt, t), load(wt, t + LANES), load(wt, t + 2 * LANES)
-        w3, w4 = load(wt, t + 3 * LANES), load(wt, t + 4 * LANES)
-        x = load(packed, p)
-        a0 = fma(w0, x, a0)
-        x = load(packed, p + 1 * LANES)
-        a0, a1 = fma(w1, x, a0), fma(w0, x, a1)
-        x = load(packed, p + 2 * LANES)
-        a0, a1, a2 = fma(w2, x, a0), fma(w1, x, a1), fma(w0, x, a2)
-        x = load(packed, p + 3 * LANES)
-        a0, a1 = fma(w3, x, a0), fma(w2, x, a1)
-        a2, a3 = fma(w1, x, a2), fma(w0, x, a3)
-        x = load(packed, p + 4 * LANES)
-        a0, a1, a2 = fma(w4, x, a0), fma(w3, x, a1), fma(w2, x, a2)
-        a3, a4 = fma(w1, x, a3), fma(w0, x, a4)
-        x = load(packed, p + 5 * LANES)
-        a1, a2, a3 = fma(w4, x, a1), fma(w3, x, a2), fma(w2, x, a3)
-        a4, a5 = fma(w1, x, a4), fma(w0, x, a5)
-        x = load(packed, p + 6 * LANES)
-        a2, a3, a4 = fma(w4, x, a2), fma(w3, x, a3), fma(w2, x, a4)
-        a5, a6 = fma(w1, x, a5), fma(w0, x, a6)
-        x = load(packed, p + 7 * LANES)
-        a3, a4, a5 = fma(w4, x, a3), fma(w3, x, a4), fma(w2, x, a5)
-        a6, a7 = fma(w1, x, a6), fma(w0, x, a7)
-        x = load(packed, p + 8 * LANES)
-        a4, a5 = fma(w4, x, a4), fma(w3, x, a5)
-        a6, a7 = fma(w2, x, a6), fma(w1, x, a7)
-        x = load(packed, p + 9 * LANES)
-        a5, a6, a7 = fma(w4, x, a5), fma(w3, x, a6), fma(w2, x, a7)
-        x = load(packed, p + 10 * LANES)
-        a6, a7 = fma(w4, x, a6), fma(w3, x, a7)
-        x = load(packed, p + 11 * LANES)
-        a7 = fma(w4, x, a7)
-    _store8(sums, q, a0, a1, a2, a3, a4, a5, a6, a7)
 
 
 @helper(inline="always")
@@ -236,10 +211,8 @@ def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
         run = 8 if wo >= 8 else (4 if wo >= 4 else 1)
         v = min(v, wo - run)
         o, q = ((r * sh) * wp + v * sw) * LANES, (r * wo + v) * LANES
-        if run == 8 and kw == 3 and sw == 1 and dw == 1:
-            _run3(sums, packed, wt, bias, q, o, kh, dh, wp)
-        elif run == 8 and kw == 5 and sw == 1 and dw == 1:
-            _run5(sums, packed, wt, bias, q, o, kh, dh, wp)
+        if run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1:
+            _run_wide(sums, packed, wt, bias, q, o, kh, kw, dh, wp)
         elif run > 1:
             _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, run == 8)
         else:
