@@ -174,6 +174,12 @@ DEPTHWISE = [
     # rows of exactly eight positions and of fifteen (a last run of eight rewriting seven),
     # 13 and 21 channels (partial blocks whose weights the loop interleaves), batch 3
     (1, 13, 1, 9, 15, 3, 1, 1, 1), (3, 21, 1, 16, 16, 3, 2, 1, 1),
+    # 3- and 5-wide windows at stride 1 (a row's input vectors shared by its eight
+    # positions): odd planes, 20 and 11 channels, rows of exactly eight, batch 2 and 3;
+    # dilation 2 takes the general loop
+    (2, 20, 1, 33, 27, 3, 1, 1, 1), (1, 11, 1, 19, 23, 5, 1, 2, 1),
+    (3, 16, 1, 8, 8, 3, 1, 1, 1), (2, 24, 1, 9, 17, 5, 1, 2, 1), (1, 9, 1, 12, 12, 5, 1, 2, 2),
+    (1, 16, 1, 10, 40, 3, 1, 0, 1),
 ]
 
 

@@ -11,9 +11,11 @@ over taps ``t = (c, i, j)`` of ``w[t, lanes] * xp[offset(t) + position]``:
 
 - forward (:func:`_forward`): four output positions of a row times two blocks of eight
   output channels are eight vector sums; per tap two weight vectors are loaded and four
-  input values broadcast, eight multiply-adds (the bias added to the sums). The sums,
-  one position's channels in consecutive floats, are transposed 8x8 back into the output
-  planes (``conv_lanes._interleave``) with the epilogue (``conv_lanes.finish``).
+  input values broadcast, eight multiply-adds (the bias added to the sums). A row's
+  sums, one position's channels in consecutive floats, are activated and transposed 8x8
+  back into the output planes (``conv_lanes.row_out``) while in cache, with the epilogue
+  (``conv_lanes.finish``); work items are output rows, so one image's rows share the
+  threads.
 - weight gradient (:func:`_weight_grad`): the output gradient of an image is transposed
   into the same interleaved layout; four taps times two blocks of output channels are
   eight vector sums over the image's positions, per position two gradient vectors loaded
@@ -25,10 +27,12 @@ copies dominate small convs; with many weights per output the GEMMs win (``wante
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import helper, loop, numba_available
-from .conv_lanes import _interleave, finish
+from .conv_lanes import _interleave, finish, row_out
 from .epilogue import _activate
 from .simd import LANES, add, broadcast, broadcast_at, fma, load, store
 from .threads import run_rows, threads_for
@@ -49,8 +53,7 @@ def pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, lef
         for y in range(rows):
             src = base + (c * height + y) * width
             dst = (c * hp + y + top) * wp + left
-            for v in range(cols):
-                xp[dst + v] = x[src + v]
+            xp[dst:dst + cols] = x[src:src + cols]
 
 
 @helper(inline="always")
@@ -125,71 +128,77 @@ def _store4(sums, q, bias, a0, a1, a2, a3):
 
 
 @helper(inline="always")
-def _image_sums(xp, wt, offsets, bias, sums, blocks, size, ho, wo, sh, sw, wp):
-    """Every output of one image (padded into ``xp``) into ``sums (blocks, Ho*Wo, 8)``
-    (flat): each row in runs of four positions for two blocks at a time (of eight for a
-    last single block), the last run ending at the row's end (rewriting a few positions
-    with the same sums rather than taking a remainder one position at a time, whose one
-    chain of multiply-adds runs at a fifth of the rate); rows narrower than a run one
-    position at a time."""
+def _row_sums(xp, wt, offsets, bias, stage, blocks, r, wo, sh, sw, wp):
+    """Output row ``r`` of one image (padded into ``xp``) into ``stage (blocks, Wo, 8)``
+    (flat): runs of four positions for two blocks at a time (of eight for a last single
+    block), the last run ending at the row's end (rewriting a few positions with the same
+    sums rather than taking a remainder one position at a time, whose one chain of
+    multiply-adds runs at a fifth of the rate); rows narrower than a run one position at
+    a time."""
     cpad = blocks * LANES
     for b in range(0, blocks, 2):
         two = b + 1 < blocks
         run = 4 if two else 8
         s0 = load(bias, b * LANES)
         s1 = load(bias, (b + 1) * LANES) if two else s0
-        for r in range(ho):
-            row = (b * size + r * wo) * LANES
-            if wo < run:
-                for v in range(wo):
-                    p, q = r * sh * wp + v * sw, row + v * LANES
-                    store(sums, q, add(_sum(xp, wt, offsets, cpad, b, p), s0))
-                    if two:
-                        store(sums, q + size * LANES,
-                              add(_sum(xp, wt, offsets, cpad, b + 1, p), s1))
-                continue
-            for v in range(0, wo, run):
-                v = min(v, wo - run)
+        row = b * wo * LANES
+        if wo < run:
+            for v in range(wo):
                 p, q = r * sh * wp + v * sw, row + v * LANES
+                store(stage, q, add(_sum(xp, wt, offsets, cpad, b, p), s0))
                 if two:
-                    a0, a1, a2, a3, b0, b1, b2, b3 = _sums2(xp, wt, offsets, cpad, b, p, sw)
-                    _store4(sums, q, s0, a0, a1, a2, a3)
-                    _store4(sums, q + size * LANES, s1, b0, b1, b2, b3)
-                else:
-                    a0, a1, a2, a3, a4, a5, a6, a7 = _sums1(xp, wt, offsets, cpad, b, p, sw)
-                    _store4(sums, q, s0, a0, a1, a2, a3)
-                    _store4(sums, q + 4 * LANES, s0, a4, a5, a6, a7)
+                    store(stage, q + wo * LANES, add(_sum(xp, wt, offsets, cpad, b + 1, p), s1))
+            continue
+        for v in range(0, wo, run):
+            v = min(v, wo - run)
+            p, q = r * sh * wp + v * sw, row + v * LANES
+            if two:
+                a0, a1, a2, a3, b0, b1, b2, b3 = _sums2(xp, wt, offsets, cpad, b, p, sw)
+                _store4(stage, q, s0, a0, a1, a2, a3)
+                _store4(stage, q + wo * LANES, s1, b0, b1, b2, b3)
+            else:
+                a0, a1, a2, a3, a4, a5, a6, a7 = _sums1(xp, wt, offsets, cpad, b, p, sw)
+                _store4(stage, q, s0, a0, a1, a2, a3)
+                _store4(stage, q + 4 * LANES, s0, a4, a5, a6, a7)
 
 
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wt, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wp):
-    """Images ``start * N // W : stop * N // W`` (``W = acc.shape[0]`` slots) of the flat
-    ``out (N, Cout, Ho, Wo)``: the conv of the flat ``x (N, C, H, W)`` with ``wt (C*kh*kw,
-    blocks*8)`` (flat, zero past Cout; tap ``t`` at ``offsets[t]`` in the padded planes)
-    and ``bias (blocks*8,)``, with ``conv_lanes.finish``'s
-    epilogue (``residual`` flat like ``out``)."""
+    """Rows ``start * R // W : stop * R // W`` (``W = acc.shape[0]`` slots, ``R = N * Ho``
+    output rows of every image) of the flat ``out (N, Cout, Ho, Wo)``: the conv of the
+    flat ``x (N, C, H, W)`` with ``wt (C*kh*kw, blocks*8)`` (flat, zero past Cout; tap
+    ``t`` at ``offsets[t]`` in the padded planes) and ``bias (blocks*8,)``, with
+    ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``). A row's sums are
+    activated and transposed into the output planes while they are in cache (the whole
+    image's sums, then a pass for each, took as long as the sums on a 3-channel first
+    layer)."""
     blocks = -(-cout // LANES)
     size, plane = ho * wo, height * width
-    images = out.size // (cout * size)
+    rows_all = out.size // (cout * wo)
     rows, cols = min(height, hp - top), min(width, wp - left)
     for slot in range(start, stop):
-        xp, sums = scratch[slot], acc[slot]
+        xp, stage = scratch[slot], acc[slot]
         xp[:] = 0
-        for n in range(slot * images // acc.shape[0], (slot + 1) * images // acc.shape[0]):
-            pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp, hp,
-                       wp, top, left)
-            _image_sums(xp, wt, offsets, bias, sums, blocks, size, ho, wo, sh, sw, wp)
+        image = -1
+        first = slot * rows_all // acc.shape[0]
+        for item in range(first, (slot + 1) * rows_all // acc.shape[0]):
+            n, r = item // ho, item % ho
+            if n != image:
+                pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
+                          hp, wp, top, left)
+                image = n
+            _row_sums(xp, wt, offsets, bias, stage, blocks, r, wo, sh, sw, wp)
             if where == 0:
-                _activate(sums[:blocks * size * LANES], act, lo, hi)
+                _activate(stage[:blocks * wo * LANES], act, lo, hi)
             for b in range(blocks):
                 lanes = min(LANES, cout - b * LANES)
-                base = (n * cout + b * LANES) * size
-                _interleave(out, base, size, lanes, sums[b * size * LANES:], size, False)
+                base = (n * cout + b * LANES) * size + r * wo
+                row_out(stage, b * wo * LANES, out, base, size, wo, lanes)
                 if where != 0:
                     for c in range(lanes):
                         p = base + c * size
-                        finish(out[p:p + size], residual[p:p + size], where, act, lo, hi)
+                        finish(out[p:p + wo], residual[p:p + wo], where, act, lo, hi)
 
 
 @helper(inline="always")
@@ -359,7 +368,14 @@ def _planes(ho, wo, kernel, stride, dilation):
 
 
 def _offsets(c, kernel, dilation, hp, wp):
-    """Each tap ``(c, i, j)``'s offset in the padded planes ``(C, hp, wp)``, int64."""
+    """Each tap ``(c, i, j)``'s offset in the padded planes ``(C, hp, wp)``, int64 (shared
+    per geometry, never written: worked out at each call it took half a small conv's
+    time)."""
+    return _tap_offsets(c, tuple(kernel), tuple(dilation), hp, wp)
+
+
+@lru_cache(maxsize=256)
+def _tap_offsets(c, kernel, dilation, hp, wp):
     ci, ii, jj = np.meshgrid(np.arange(c), np.arange(kernel[0]), np.arange(kernel[1]),
                              indexing="ij")
     return ((ci * hp + ii * dilation[0]) * wp + jj * dilation[1]).reshape(-1).astype(np.int64)
@@ -380,9 +396,9 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     wt[:, :cout] = w.reshape(cout, -1).T
     b = np.zeros(blocks * LANES, F)
     b[:cout] = bias
-    workers = max(1, min(n, threads_for(out.size * c * kh * kw) or cores()))
+    workers = max(1, min(n * ho, threads_for(out.size * c * kh * kw) or cores()))
     scratch = np.empty((workers, c * hp * wp), F)
-    acc = np.empty((workers, blocks * ho * wo * LANES), F)
+    acc = np.empty((workers, blocks * wo * LANES), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     run_rows(_forward, workers, x.reshape(-1), wt.reshape(-1),
