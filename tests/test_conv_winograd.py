@@ -135,7 +135,9 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((1, 128, 28, 28), (128, 128, 3, 3), True),
     ((1, 256, 14, 14), (256, 256, 3, 3), True),
     ((16, 512, 7, 7), (512, 512, 3, 3), True),
+    ((1, 64, 56, 56), (64, 64, 3, 3), True),
     ((1, 512, 7, 7), (512, 512, 3, 3), False),    # 16 tiles: GEMMs too narrow
+    ((16, 64, 8, 8), (64, 64, 3, 3), False),      # rows of 4 tiles: the transforms' rows
     ((16, 32, 16, 16), (32, 32, 3, 3), False),    # few channels: the transforms dominate
     ((16, 17, 13, 13), (17, 17, 3, 3), False),
 ])

@@ -170,21 +170,26 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
-MIN_CHANNELS = 48     # C*Cout / (C + Cout): the transforms' share falls as 1/C + 1/Cout
+MIN_CHANNELS = 24     # C*Cout / (C + Cout) on wide planes: the transforms' share ~ 1/C + 1/Cout
+ROW_TILES = 4         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
 
 def faster(x_shape, w_shape, out_hw) -> bool:
     """The cost rule: whether :func:`conv` runs a conv that :func:`wanted` takes faster than
     ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies; the
-    transforms add work per tile proportional to ``C + Cout``, so they pay where
-    ``C*Cout / (C + Cout)`` is at least ``MIN_CHANNELS`` (both 96 or more, or 64 and
-    192), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or more.
-    Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes, batch 1 and 16
-    (docs/benchmarks.md, "Winograd")."""
+    transforms add work per tile proportional to ``C + Cout`` and a cost per row of tiles
+    (``tw`` tiles), so they pay where ``C*Cout / (C + Cout) >= MIN_CHANNELS * (1 +
+    ROW_TILES / tw)`` (two 64-channel layers from 56x56 planes on; 128 channels from 14x14;
+    256 at 7x7), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
+    more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
+    too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
+    batch 1 and 16 (docs/benchmarks.md, "Winograd")."""
     c, cout = x_shape[1], w_shape[0]
-    tiles = x_shape[0] * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
-    return c * cout >= MIN_CHANNELS * (c + cout) and tiles >= MIN_TILES
+    tw = -(-out_hw[1] // 2)
+    tiles = x_shape[0] * -(-out_hw[0] // 2) * tw
+    return (c * cout * tw >= MIN_CHANNELS * (c + cout) * (tw + ROW_TILES)
+            and tiles >= MIN_TILES)
 
 
 def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo=-np.inf,
