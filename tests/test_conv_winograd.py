@@ -20,6 +20,14 @@ from dualgraph.ops.epilogue import CONV2D_WINOGRAD  # noqa: E402
 from optable.conv import torch_tail  # noqa: E402
 from test_conv_tiles import _data  # noqa: E402
 
+
+
+@pytest.fixture(autouse=True)
+def one_core(monkeypatch):
+    """The cost rule takes Winograd on one core only (``conv_winograd.faster``)."""
+    monkeypatch.setattr(conv_winograd, "cores", lambda: 1)
+
+
 # n, c, h, w, cout, padding
 CASES = [
     (1, 13, 17, 15, 21, ((1, 1), (1, 1))),     # odd everything: partial tiles both ways
@@ -141,8 +149,10 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((16, 32, 16, 16), (32, 32, 3, 3), False),    # few channels: the transforms dominate
     ((16, 17, 13, 13), (17, 17, 3, 3), False),
 ])
-def test_the_cost_rule(x_shape, w_shape, wins):
+def test_the_cost_rule(x_shape, w_shape, wins, monkeypatch):
     assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins
+    monkeypatch.setattr(conv_winograd, "cores", lambda: 2)     # (not measured to pay)
+    assert not conv_winograd.faster(x_shape, w_shape, x_shape[2:])
 
 
 def _net(lib, c=96):

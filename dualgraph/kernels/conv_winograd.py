@@ -28,6 +28,7 @@ import numpy as np
 from . import helper, loop, numba_available
 from .conv_lanes import finish
 from .threads import run_rows, threads_for
+from .tuning import cores
 
 F = np.float32
 POINTS = 16           # the 4x4 points of a tile at which the products are taken
@@ -184,12 +185,15 @@ def faster(x_shape, w_shape, out_hw) -> bool:
     256 at 7x7), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
     more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
     too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
-    batch 1 and 16 (docs/benchmarks.md, "Winograd")."""
+    batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only where dualgraph runs on one core
+    (``tuning.cores()``, as when the graph is compiled): on two, a block hands work to the
+    other core 18 times (two loops, 16 threaded GEMMs) where the packed loop does once, and
+    it has not been measured to pay there."""
     c, cout = x_shape[1], w_shape[0]
     tw = -(-out_hw[1] // 2)
     tiles = x_shape[0] * -(-out_hw[0] // 2) * tw
     return (c * cout * tw >= MIN_CHANNELS * (c + cout) * (tw + ROW_TILES)
-            and tiles >= MIN_TILES)
+            and tiles >= MIN_TILES and cores() == 1)
 
 
 def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo=-np.inf,
