@@ -18,6 +18,7 @@ from dualgraph.kernels import conv_winograd  # noqa: E402
 from dualgraph.ops.epilogue import CONV2D_WINOGRAD  # noqa: E402
 
 from optable.conv import torch_tail  # noqa: E402
+from test_conv_packed import compiled_and_loaded, trained_then_frozen  # noqa: E402
 from test_conv_tiles import _data  # noqa: E402
 
 
@@ -177,39 +178,13 @@ def _net(lib, c=96):
     return Net()
 
 
-def _state(reference, rng):
-    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.1).astype(np.float32)
-             for k, v in reference.state_dict().items() if v.dtype == torch.float32}
-    return {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
-
-
 @pytest.mark.parametrize("batch", [1, 3])
 def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
-    rng = np.random.default_rng(batch)
-    reference = _net(torch).eval()
-    state = _state(reference, rng)
-    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
-    model = _net(dg).eval()
-    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
-    x = rng.standard_normal((batch, 96, 15, 13)).astype(np.float32)
-    with torch.no_grad():
-        want = reference(torch.tensor(x)).numpy()
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        got = compiled(dg.tensor(x)).numpy()
-        eager = model(dg.tensor(x)).numpy()
+    x = np.random.default_rng(batch).standard_normal((batch, 96, 15, 13)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(_net, x, tmp_path, scale=0.1)
     graph = str(compiled.optimized_graph)
     assert graph.count("conv2d_winograd(") == 3 and "conv2d_packed(" in graph, graph
     assert "c1.weight_winograd" in graph and "conv_winograd_relu(" in compiled.code
-    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    path = str(tmp_path / "net.onnx")
-    with torch.no_grad():
-        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
-                          input_names=["x"])
-    loaded = dg.onnx.load(path)
-    np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
-                               atol=1e-4)
     assert loaded.code.count("= conv_winograd_") == 3, loaded.code
 
 
@@ -217,24 +192,7 @@ def test_a_training_step_keeps_its_convs_and_changed_weights_are_transformed_aga
     """With gradients the weights are no constants: no transform, the same step as before.
     A frozen model whose weight changes is compiled again with the new weight."""
     model = _net(dg)
-    opt = dg.optim.SGD(model.parameters(), lr=0.1)
     x = dg.tensor(np.random.default_rng(0).standard_normal((2, 96, 9, 9)).astype(np.float32))
-
-    @dg.compile
-    def step(x):
-        opt.zero_grad()
-        loss = (model(x) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
-    step(x)
+    step, compiled = trained_then_frozen(model, x, model.c2.weight)
     assert "conv2d_winograd" not in str(step.optimized_graph)
-    model.eval()
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        compiled(x)
-        model.c2.weight.mul_(2.0)
-        got = compiled(x).numpy()
-        want = model(x).numpy()
     assert "conv2d_winograd" in str(compiled.optimized_graph)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
