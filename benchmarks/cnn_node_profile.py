@@ -65,6 +65,8 @@ def kind(op: str, shapes: list, out=None) -> str:
     if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C*kh*kw, 16): square)
         k = math.isqrt(shapes[1][1] // shapes[0][1])
         return f"conv dense {k}x{k}"
+    if op == "conv2d_winograd":   # (weight (16, Cout, C): 3x3, stride 1)
+        return "conv dense 3x3"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:
         return conv_kind(shapes[0], shapes[1])
     if op in POOL_OPS:

@@ -118,30 +118,28 @@ def _net(lib, c=13, mid=21):
     return Net()
 
 
-def _state(reference, rng):
-    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
+def _state(reference, rng, scale):
+    state = {k: (rng.standard_normal(tuple(v.shape)) * scale).astype(np.float32)
              for k, v in reference.state_dict().items() if v.dtype == torch.float32}
     return {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
-    rng = np.random.default_rng(batch)
-    reference = _net(torch).eval()
-    state = _state(reference, rng)
+def compiled_and_loaded(net, x, tmp_path, scale=0.3):
+    """``net(torch)`` and ``net(dg)`` in eval mode with one random state: the dualgraph model
+    compiled and torch's export through ``dg.onnx.load``, each checked against eager and
+    torch on ``x``. Returns ``(compiled, loaded)`` for their graphs and code."""
+    rng = np.random.default_rng(x.shape[0])
+    reference = net(torch).eval()
+    state = _state(reference, rng, scale)
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
-    model = _net(dg).eval()
+    model = net(dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
-    x = rng.standard_normal((batch, 13, 15, 17)).astype(np.float32)
     with torch.no_grad():
         want = reference(torch.tensor(x)).numpy()
     compiled = dg.compile(model)
     with dg.no_grad():
         got = compiled(dg.tensor(x)).numpy()
         eager = model(dg.tensor(x)).numpy()
-    graph = str(compiled.optimized_graph)
-    assert graph.count("conv2d_packed(") == 4 and "conv2d_epilogue" not in graph, graph
-    assert "c1.weight_packed" in graph and "conv_packed_relu(" in compiled.code
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     path = str(tmp_path / "net.onnx")
@@ -151,15 +149,28 @@ def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
     loaded = dg.onnx.load(path)
     np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want, rtol=1e-4,
                                atol=1e-4)
-    assert loaded.code.count("= conv_packed_") == 4, loaded.code
+    return compiled, loaded
 
 
-def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():
-    """With gradients the weights are no constants: no packing, the same step as before.
-    A frozen model whose weight changes is compiled again with the new weight packed."""
-    model = _net(dg)
+def trained_then_frozen(model, x, weight):
+    """A compiled SGD step of ``model`` on ``(model(x) ** 2).mean()``, run once; then
+    ``model`` in eval mode compiled, called, ``weight`` doubled and called again, checked
+    against eager. Returns ``(step, compiled)`` for their graphs."""
+    step = compiled_step(model, x)
+    model.eval()
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        compiled(x)
+        weight.mul_(2.0)
+        got = compiled(x).numpy()
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return step, compiled
+
+
+def compiled_step(model, x):
+    """A compiled SGD step of ``model`` on ``(model(x) ** 2).mean()``, run once."""
     opt = dg.optim.SGD(model.parameters(), lr=0.1)
-    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 13, 15, 17)).astype(np.float32))
 
     @dg.compile
     def step(x):
@@ -169,12 +180,24 @@ def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():
         opt.step()
         return loss
     step(x)
+    return step
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
+    x = np.random.default_rng(batch).standard_normal((batch, 13, 15, 17)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(_net, x, tmp_path)
+    graph = str(compiled.optimized_graph)
+    assert graph.count("conv2d_packed(") == 4 and "conv2d_epilogue" not in graph, graph
+    assert "c1.weight_packed" in graph and "conv_packed_relu(" in compiled.code
+    assert loaded.code.count("= conv_packed_") == 4, loaded.code
+
+
+def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():
+    """With gradients the weights are no constants: no packing, the same step as before.
+    A frozen model whose weight changes is compiled again with the new weight packed."""
+    model = _net(dg)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 13, 15, 17)).astype(np.float32))
+    step, compiled = trained_then_frozen(model, x, model.head.weight)
     assert "conv2d_packed" not in str(step.optimized_graph)
-    model.eval()
-    compiled = dg.compile(model)
-    with dg.no_grad():
-        compiled(x)
-        model.head.weight.mul_(2.0)
-        got = compiled(x).numpy()
-        want = model(x).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "conv2d_packed" in str(compiled.optimized_graph)

@@ -275,17 +275,35 @@ def _packed_decomposition(x, wp, b, *residual, kernel_size, out_channels, **attr
                           groups=1, **attrs)
 
 
-def _packed_kernel(x, wp, b, *residual, act, bounds, residual_at, kernel_size, out_channels,
-                   **conv):
-    """``kernels/conv_packed.py``'s loop on the packed weight (float32 with Numba); else
-    the weight unpacked and ``conv2d_epilogue``'s kernel."""
-    run = _packed_run(x.shape, bool(residual), act, bounds, residual_at, kernel_size,
-                      out_channels, **conv)
-    if run is not None and x.dtype == b.dtype == np.float32:
-        return run(x, wp, b, *residual)
-    w = kernels.conv_packed.unpack(wp, (out_channels, x.shape[1], *kernel_size))
-    return _kernel(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
-                   groups=1, **conv)
+def _codes(residual: bool, act, bounds, residual_at) -> dict:
+    """The epilogue's arguments of the float32 conv loops: ``where``, ``act``, ``lo``,
+    ``hi``."""
+    return dict(where=RESIDUAL.index(residual_at) if residual else 0,
+                act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+
+
+def _laid_out(name, fit, weight):
+    """The kernel and the specialise rule of a conv op on a weight laid out once:
+    ``fit(x_shape, residual: bool, act, bounds, residual_at, **attrs)`` gives the loop
+    fitted to the shapes, ``run(x, wl, b, *residual, out=None)``, or None (no Numba);
+    ``weight(wl, x_shape, **attrs)`` gives the ``(Cout, C, kh, kw)`` weight and the conv's
+    attrs back, for ``conv2d_epilogue``'s kernel where the loop does not run (another
+    dtype, no Numba). The fitted kernel is named ``<name>_<act>``."""
+    def kernel(x, wl, b, *residual, act, bounds, residual_at, **attrs):
+        run = fit(x.shape, bool(residual), act, bounds, residual_at, **attrs)
+        if run is not None and x.dtype == b.dtype == np.float32:
+            return run(x, wl, b, *residual)
+        w, conv = weight(wl, x.shape, **attrs)
+        return _kernel(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
+                       groups=1, **conv)
+
+    def specialise(x, wl, b, *residual, act, **attrs):
+        if not (is_static(x.shape) and all(getattr(v, "dtype", None) == np.float32
+                                           for v in (x, wl, b, *residual))):
+            return None
+        run = fit(tuple(x.shape), bool(residual), act, **attrs)
+        return None if run is None else (f"{name}_{act}", run)
+    return kernel, specialise
 
 
 def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, out_channels,
@@ -299,8 +317,7 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
     hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
     shape = (x_shape[0], out_channels, *hw)
     plan = cp.plan(x_shape, w_shape, hw, stride, dilation)
-    codes = dict(where=RESIDUAL.index(residual_at) if residual else 0,
-                 act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+    codes = _codes(residual, act, bounds, residual_at)
 
     def run(x, wp, b, *residual, out=None):
         out = np.empty(shape, np.float32) if out is None else out
@@ -310,13 +327,11 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
     return run
 
 
-def _specialise_packed(x, wp, b, *residual, act, **attrs):
-    """``conv2d_packed`` fitted to static float32 shapes, as ``conv_packed_<act>``."""
-    if not (is_static(x.shape) and all(getattr(v, "dtype", None) == np.float32
-                                       for v in (x, wp, b, *residual))):
-        return None
-    run = _packed_run(tuple(x.shape), bool(residual), act, **attrs)
-    return None if run is None else (f"conv_packed_{act}", run)
+def _packed_weight(wp, x_shape, kernel_size, out_channels, **conv):
+    return (kernels.conv_packed.unpack(wp, (out_channels, x_shape[1], *kernel_size)), conv)
+
+
+_packed_kernel, _specialise_packed = _laid_out("conv_packed", _packed_run, _packed_weight)
 
 
 def _infer_packed(x, wp, b, *residual, kernel_size, out_channels, **attrs):
@@ -337,6 +352,71 @@ CONV2D_PACKED = defop(
     compiler_only=True, decomposition=_packed_decomposition,
     doc="conv2d_epilogue (one group) on a weight packed once (pairs, C*kh*kw, 16): sixteen "
         "output channels side by side per tap, read as one run by the kernel")
+
+
+# conv2d_winograd: a 3x3 stride-1 conv on its weight transformed once (kernels/conv_winograd.py)
+_UNIT = dict(stride=(1, 1), dilation=(1, 1))
+
+
+def _winograd_weight_of(u):
+    """The ``(Cout, C, 3, 3)`` weight of ``conv2d_winograd``'s ``u (16, Cout, C)`` with
+    tensor ops: ``w = H U H^T`` for the left inverse ``H`` of F(2, 3)'s ``G`` (the first
+    row of ``U``'s 4x4 points, the second less the third, the last), so that the
+    decomposition reads the weight the op multiplies by."""
+    points, cout, c = u.shape
+    u4 = shape_ops.reshape(u, 4, 4, cout, c)
+    rows = [u4[0], u4[1] - u4[2], u4[3]]
+    taps = [shape_ops.reshape(t, cout, c, 1) for r in rows for t in (r[0], r[1] - r[2], r[3])]
+    return shape_ops.reshape(shape_ops.cat(taps, 2), cout, c, 3, 3)
+
+
+def _winograd_decomposition(x, u, b, *residual, padding, **attrs):
+    return _decomposition(x, _winograd_weight_of(u), b, *residual, groups=1,
+                          padding=padding, **_UNIT, **attrs)
+
+
+def _winograd_run(x_shape, residual: bool, act, bounds, residual_at, padding):
+    """``run(x, u, b, *residual, out=None)``: the Winograd loops fitted to the shapes (the
+    tiles and their blocks worked out once); None without Numba."""
+    if not kernels.numba_available():
+        return None
+    cw = kernels.conv_winograd
+    hw = conv_ops._conv_out_hw(x_shape[2:], (3, 3), (1, 1), padding, (1, 1))
+    plan = cw.plan(x_shape, hw)
+    codes = _codes(residual, act, bounds, residual_at)
+
+    def run(x, u, b, *residual, out=None):
+        out = np.empty((x_shape[0], u.shape[1], *hw), np.float32) if out is None else out
+        return cw.conv(x, u, out, padding, b, plan,
+                       residual=residual[0] if residual else None, **codes)
+    return run
+
+
+def _winograd_weight(u, x_shape, padding):
+    return kernels.conv_winograd.untransform(u), dict(padding=padding, **_UNIT)
+
+
+_winograd_kernel, _specialise_winograd = _laid_out("conv_winograd", _winograd_run,
+                                                   _winograd_weight)
+
+
+def _infer_winograd(x, u, b, *residual, padding, **attrs):
+    points, cout, c = u.shape
+    if (points, c) != (16, x.shape[1]):
+        raise ValueError(f"conv2d_winograd: transformed weight of shape {tuple(u.shape)} for "
+                         f"an input of {x.shape[1]} channels (want (16, Cout, {x.shape[1]}): "
+                         "kernels.conv_winograd.transform_weight)")
+    return _infer_for(conv_ops.CONV2D)(x, ShapedType((cout, c, 3, 3), u.dtype), b, *residual,
+                                       groups=1, padding=padding, **_UNIT, **attrs)
+
+
+CONV2D_WINOGRAD = defop(
+    "conv2d_winograd", _winograd_kernel, _infer_winograd,
+    attrs=("act", "bounds", "residual_at", "padding"), saves="", onnx=None,
+    specialise=_specialise_winograd, compiler_only=True,
+    decomposition=_winograd_decomposition,
+    doc="conv2d_epilogue of a 3x3 kernel at stride 1 (one group) by Winograd's F(2x2, 3x3), "
+        "on its weight transformed once (16, Cout, C)")
 
 
 def _members(inputs: tuple, members: tuple):

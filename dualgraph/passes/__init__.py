@@ -39,13 +39,14 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "max_pool_values", "conv_cat", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
-           "linear_norm", "join_linears", "weights_kn", "conv_packed", "channels_last"]
+           "linear_norm", "join_linears", "weights_kn", "conv_winograd", "conv_packed",
+           "channels_last"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``
 (constant_linears, fold_batchnorm, batch_linears, share_conv_columns, conv_epilogue,
  max_pool_values, conv_cat, join_loss_gradient, compress_all_reduces, batch_scan_linears,
  group_updates, linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue,
- fuse_rms_norm, linear_norm, join_linears, weights_kn, conv_packed,
+ fuse_rms_norm, linear_norm, join_linears, weights_kn, conv_winograd, conv_packed,
  channels_last) = LOWERING
 
 PIPELINE = [

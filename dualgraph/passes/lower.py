@@ -46,7 +46,8 @@ from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
 from .concat import conv_cat, conv_cats
-from .convs import PACKED_READERS, conv_packed, packable_weights
+from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights,
+                    winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .layout import CONVS as LAYOUT_CONVS, channels_last, channels_last_regions
@@ -361,6 +362,10 @@ RULES += [
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
     # two rows or more -> linear(x, permute(W_kn)): an NN product (after linear_relu)
     LoweringRule("weights_kn", WEIGHT_READERS, weights_to_transpose, weights_kn, "kernels"),
+    # conv2d(_epilogue)(x, W, ...) 3x3 stride 1, W constant read only as such convs' weight,
+    # Winograd faster by the cost rule -> conv2d_winograd(x, U, ...): U = G W G^T made once
+    LoweringRule("conv_winograd", PACKED_READERS, winograd_weights, conv_winograd,
+                 "kernels"),
     # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
     # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
     LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),

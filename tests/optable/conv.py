@@ -249,6 +249,34 @@ CASES += [   # (13 input channels, 21 outputs: a spare half of the second pair o
 ]
 
 
+def conv_winograd(act, residual_at=None, padding=((1, 1), (0, 2))):
+    """conv2d_winograd (what passes.conv_winograd makes) on the transform ``G w G^T`` of
+    ``w`` (made here with tensor ops: only a transformed weight is a conv's) vs torch's conv
+    of ``w``, then its activation and residual add."""
+    def fn(m, x, w, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.epilogue import CONV2D_WINOGRAD
+            g = m.tensor([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+                         dtype=w.dtype)
+            u = (g @ w @ g.T).permute(2, 3, 0, 1).reshape(16, *w.shape[:2])
+            return apply(CONV2D_WINOGRAD, x, u, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at,
+                         padding=padding)
+        (top, bottom), (left, right) = padding
+        y = m.nn.functional.conv2d(m.nn.functional.pad(x, (left, right, top, bottom)), w, b)
+        return torch_tail(m, y, residual, act, residual_at)
+    return fn
+
+
+CASES += [
+    OpCase("conv2d_winograd", conv_winograd(act, at), [In((2, 13, 11, 9)), In((21, 13, 3, 3)),
+                                                       In((21,))]
+           + ([In((2, 21, 11, 9))] if at else []), f"{act}-{at}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at in [("relu", None), ("silu", "before"), ("none", "after")]
+]
+
+
 def conv_cat(m, x, w1, w3, b1, b3):
     """conv2d_cat (what passes.conv_cat makes) of a 1x1 and a 3x3 conv vs torch's cat of
     the two convs."""

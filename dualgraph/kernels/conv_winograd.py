@@ -1,0 +1,227 @@
+"""Dense 3x3 stride-1 convolutions (one group, float32) by Winograd's minimal filtering
+F(2x2, 3x3): each 2x2 block of outputs from a 4x4 tile of the input in 16 multiplies per
+input channel instead of 36, the 16 products of all channels as 16 GEMMs.
+
+With ``B^T``, ``G`` and ``A^T`` the transforms of F(2, 3) (Lavin and Gray, "Fast
+Algorithms for Convolutional Neural Networks", 2015), an output tile is ``A^T [sum_c
+(G w_c G^T) * (B^T d_c B)] A``: the weight transform ``U = G w G^T`` (a ``(16, Cout, C)``
+array, one ``(Cout, C)`` matrix per point of the 4x4 tile) is made once from a constant
+weight (:func:`transform_weight`, the lowering rule ``conv_winograd``), each input tile
+``d`` is transformed with additions only (:func:`_input_tiles`), the sum over channels at
+each of the 16 points is a GEMM ``U[p] @ V[p]`` (``(Cout, C) @ (C, tiles)``, OpenBLAS
+through NumPy), and the inverse transform (additions only) writes the 2x2 outputs with the
+bias and the epilogue (``conv_lanes.finish``: residual, activation) while a row is in cache
+(:func:`_output_tiles`). The transformed input and the products are made for a block of
+tile rows at a time (:func:`plan`), small enough to stay in cache between the three steps.
+
+F(2x2, 3x3) and not F(4x4, 3x3): the larger tile's transforms have entries up to 8 and
+1/24, and its float32 error on unit-scale data measured 4e-6 to 1.2e-5 of the output's
+largest value (64 to 256 channels), above a direct conv's; F(2x2, 3x3)'s entries are 0,
++-1 and 1/2 and its error measured below the direct conv's (docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import helper, loop, numba_available
+from .conv_lanes import finish
+from .threads import run_rows, threads_for
+from .tuning import cores
+
+F = np.float32
+POINTS = 16           # the 4x4 points of a tile at which the products are taken
+BLOCK_TILES = 512
+
+# G of F(2, 3): the weight transform, in float64 (the result rounded once to float32)
+_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+_H = np.array([[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0, 1]])   # H G = I
+
+
+def transform_weight(w: np.ndarray) -> np.ndarray:
+    """The weight ``(Cout, C, 3, 3)`` as ``U (16, Cout, C)`` float32: ``U[4i + j] = (G w
+    G^T)[:, :, i, j]``, worked out in float64.
+
+    >>> transform_weight(np.ones((2, 3, 3, 3), np.float32)).shape
+    (16, 2, 3)
+    """
+    u = np.einsum("ia,kcab,jb->ijkc", _G, w.astype(np.float64), _G)
+    return np.ascontiguousarray(u.reshape(POINTS, *w.shape[:2]), F)
+
+
+def untransform(u: np.ndarray) -> np.ndarray:
+    """:func:`transform_weight`'s inverse, ``(Cout, C, 3, 3)`` (``H U H^T`` with ``H G =
+    I``: rows 0, 1 - 2 and 3 of the 4x4 points), up to ``U``'s rounding."""
+    u4 = u.reshape(4, 4, *u.shape[1:]).astype(np.float64)
+    w = np.einsum("ai,ijkc,bj->kcab", _H, u4, _H)
+    return np.ascontiguousarray(w, u.dtype)
+
+
+@helper(inline="always")
+def _fill_rows(x, base, height, width, y0, left, rows):
+    """``rows (4, P)`` = input rows ``y0 .. y0 + 3`` of the plane at ``x[base:]`` from
+    column ``-left`` on, zero outside the plane (the conv's padding)."""
+    cols = min(width, rows.shape[1] - left)
+    for i in range(4):
+        y = y0 + i
+        row = rows[i]
+        row[:] = 0
+        if 0 <= y < height:
+            src = x[base + y * width:base + y * width + cols]
+            dst = row[left:left + cols]
+            for v in range(cols):
+                dst[v] = src[v]
+
+
+@loop
+def _input_tiles(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1):
+    """Channels ``start:stop`` of the transformed input ``v (16, C, T)`` of tile rows
+    ``r0:r1`` (flat over ``(image, tile row)``, ``tw`` tiles each, ``T = (r1 - r0) *
+    tw``) of ``x (N, C, H, W)`` (flat): ``V = B^T d B`` of each 4x4 tile ``d`` (rows
+    ``2 ti - top ..``, columns ``2 tj - left ..``), the rows of ``B^T d`` first along the
+    whole tile row, then the columns tile by tile (each loop over views that start at 0,
+    so that it vectorises)."""
+    rows = np.empty((4, 2 * tw + 2), F)
+    plane = height * width
+    d0, d1, d2, d3 = rows[0], rows[1], rows[2], rows[3]
+    for c in range(start, stop):
+        for r in range(r0, r1):
+            n, ti = r // th, r % th
+            _fill_rows(x, (n * channels + c) * plane, height, width, 2 * ti - top, left,
+                       rows)
+            for u in range(rows.shape[1]):      # B^T d: rows (d0-d2, d1+d2, d2-d1, d1-d3)
+                a, b, e, f = d0[u], d1[u], d2[u], d3[u]
+                d0[u], d1[u], d2[u], d3[u] = a - e, b + e, e - b, b - f
+            at = (r - r0) * tw
+            for i in range(4):
+                s = rows[i]
+                q0, q1 = v[4 * i, c, at:at + tw], v[4 * i + 1, c, at:at + tw]
+                q2, q3 = v[4 * i + 2, c, at:at + tw], v[4 * i + 3, c, at:at + tw]
+                for tj in range(tw):            # (B^T d) B: the same along the columns
+                    a, b = s[2 * tj], s[2 * tj + 1]
+                    e, f = s[2 * tj + 2], s[2 * tj + 3]
+                    q0[tj] = a - e
+                    q1[tj] = b + e
+                    q2[tj] = e - b
+                    q3[tj] = b - f
+
+
+@loop
+def _output_tiles(start, stop, m, bias, out, residual, cout, ho, wo, th, tw, r0, r1,
+                  where, act, lo, hi):
+    """Output channels ``start:stop`` of tile rows ``r0:r1`` (as :func:`_input_tiles`'):
+    ``A^T M A`` of each tile's 16 products ``m (16, Cout, T)``, plus the bias, into ``out
+    (N, Cout, Ho, Wo)`` (flat), two rows at a time through ``outs (2, 2 tw)`` (a partial
+    tile's extra outputs dropped), with ``conv_lanes.finish``'s epilogue on each row
+    (``residual`` flat like ``out``). ``A^T M`` first along the tile row (``cols (8,
+    tw)``: rows ``m0 + m1 + m2`` and ``m1 - m2 - m3`` of each of the tile's four
+    columns), then by ``A`` tile by tile."""
+    outs = np.empty((2, 2 * tw), F)
+    cols = np.empty((8, tw), F)
+    size = ho * wo
+    for k in range(start, stop):
+        b = bias[k]
+        for r in range(r0, r1):
+            n, ti = r // th, r % th
+            at = (r - r0) * tw
+            for j in range(4):
+                m0, m1 = m[j, k, at:at + tw], m[4 + j, k, at:at + tw]
+                m2, m3 = m[8 + j, k, at:at + tw], m[12 + j, k, at:at + tw]
+                c, e = cols[j], cols[4 + j]
+                for t in range(tw):
+                    c[t] = m0[t] + m1[t] + m2[t]
+                    e[t] = m1[t] - m2[t] - m3[t]
+            for h in range(2):
+                c0, c1, c2, c3 = cols[4 * h], cols[4 * h + 1], cols[4 * h + 2], cols[4 * h + 3]
+                y = outs[h]
+                for t in range(tw):
+                    y[2 * t] = c0[t] + c1[t] + c2[t] + b
+                    y[2 * t + 1] = c1[t] - c2[t] - c3[t] + b
+            for dy in range(2):
+                y = 2 * ti + dy
+                if y < ho:
+                    q = (n * cout + k) * size + y * wo
+                    dst = out[q:q + wo]
+                    dst[:] = outs[dy, :wo]
+                    finish(dst, residual[q:q + wo], where, act, lo, hi)
+
+
+class Plan(NamedTuple):
+    """What a conv of one geometry needs besides its arrays, worked out once."""
+    th: int                 # tile rows and columns of an image
+    tw: int
+    block: int              # tile rows transformed and multiplied at once
+
+
+def plan(x_shape, out_hw) -> Plan:
+    """The :class:`Plan` of a conv of ``x_shape`` to ``out_hw``: blocks of whole tile rows,
+    ``BLOCK_TILES`` tiles or more (the GEMMs' columns: fewer ran them slower)."""
+    th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
+    return Plan(th, tw, max(1, min(x_shape[0] * th, -(-BLOCK_TILES // tw))))
+
+
+def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
+    """Whether :func:`conv` can take the conv: float32, one group, a 3x3 kernel at stride
+    1 and dilation 1, no negative padding (which conv the compiler gives it: the cost rule
+    ``faster``)."""
+    return (np.dtype(dtype) == np.float32 and groups == 1 and tuple(w_shape[2:]) == (3, 3)
+            and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and min(min(p) for p in padding) >= 0 and numba_available())
+
+
+# The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
+MIN_CHANNELS = 24     # C*Cout / (C + Cout) on wide planes: the transforms' share ~ 1/C + 1/Cout
+ROW_TILES = 4         # tiles of a row: narrower planes need proportionally more channels
+MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
+
+
+def faster(x_shape, w_shape, out_hw) -> bool:
+    """The cost rule: whether :func:`conv` runs a conv that :func:`wanted` takes faster than
+    ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies; the
+    transforms add work per tile proportional to ``C + Cout`` and a cost per row of tiles
+    (``tw`` tiles), so they pay where ``C*Cout / (C + Cout) >= MIN_CHANNELS * (1 +
+    ROW_TILES / tw)`` (two 64-channel layers from 56x56 planes on; 128 channels from 14x14;
+    256 at 7x7), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
+    more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
+    too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
+    batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only where dualgraph runs on one core
+    (``tuning.cores()``, as when the graph is compiled): on two, a block hands work to the
+    other core 18 times (two loops, 16 threaded GEMMs) where the packed loop does once, and
+    it has not been measured to pay there."""
+    c, cout = x_shape[1], w_shape[0]
+    tw = -(-out_hw[1] // 2)
+    tiles = x_shape[0] * -(-out_hw[0] // 2) * tw
+    return (c * cout * tw >= MIN_CHANNELS * (c + cout) * (tw + ROW_TILES)
+            and tiles >= MIN_TILES and cores() == 1)
+
+
+def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo=-np.inf,
+         hi=np.inf):
+    """``out (N, Cout, Ho, Wo)`` = the 3x3 stride-1 conv of ``x (N, C, H, W)`` with the
+    weight transformed by :func:`transform_weight` ``u (16, Cout, C)`` and ``bias (Cout,)``,
+    with ``conv_tiles.conv``'s epilogue arguments; ``plan_`` the geometry's :func:`plan`
+    where the caller keeps it. Returns ``out``."""
+    x = np.ascontiguousarray(x, F)
+    n, c, h, wd = x.shape
+    cout, ho, wo = out.shape[1:]
+    p = plan_ or plan(x.shape, (ho, wo))
+    rows = n * p.th
+    v = np.empty(POINTS * c * p.block * p.tw, F)
+    m = np.empty(POINTS * cout * p.block * p.tw, F)
+    res = (np.zeros(1, F) if residual is None
+           else np.ascontiguousarray(residual, F).reshape(-1))
+    flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    b = np.ascontiguousarray(bias, F)
+    threads = threads_for(p.block * p.tw * POINTS * max(c, cout))
+    for r0 in range(0, rows, p.block):
+        r1 = min(r0 + p.block, rows)
+        t = (r1 - r0) * p.tw
+        vb = v[:POINTS * c * t].reshape(POINTS, c, t)
+        mb = m[:POINTS * cout * t].reshape(POINTS, cout, t)
+        run_rows(_input_tiles, c, flat_x, vb, c, h, wd, padding[0][0], padding[1][0],
+                 p.th, p.tw, r0, r1, threads=threads)
+        np.matmul(u, vb, out=mb)
+        run_rows(_output_tiles, cout, mb, b, flat_out, res, cout, ho, wo, p.th, p.tw,
+                 r0, r1, where, act, F(lo), F(hi), threads=threads)
+    return out
