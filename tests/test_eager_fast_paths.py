@@ -2,7 +2,9 @@
 thread only while some thread departs from the default (other threads, nesting, anomaly,
 exceptions), ``x[i]`` with an int (one select op), the float32 sine's kept loop entry, ``sum``,
 the engine's inline gradient checks (dtype and number gradients), the user's line of a node,
-``stack`` as one op, and the one-op smooth L1 loss."""
+``stack`` as one op, the one-op smooth L1 loss, keys of ints and slices without the general
+parse, the mean kernel without ``np.mean``, and eager nodes that keep their outputs' arrays
+(no node <-> tensor cycle)."""
 from __future__ import annotations
 
 import threading
@@ -206,3 +208,91 @@ def test_smooth_l1_is_one_node_and_mixed_dtypes_take_the_composite(beta):
     ref = torch.nn.functional.smooth_l1_loss(torch.tensor(0.3), torch.tensor(1.0), beta=beta,
                                              reduction="none")
     assert zero_d.shape == () and abs(zero_d.item() - ref.item()) < 1e-6
+
+
+BASIC_KEYS = [slice(None, 3), (slice(None, 3), slice(None)), (slice(1, None, 2), -1), (-1,),
+              2, (0, 0), (0, 0, 0), (slice(-3, -1), slice(10, 20)), (slice(None, None, 3),),
+              (slice(4, 1),), (1, slice(2, 5), slice(None, None, 2)), slice(None)]
+
+
+@pytest.mark.parametrize("key", BASIC_KEYS, ids=repr)
+def test_keys_of_ints_and_slices_match_torch_eager_and_compiled(key):
+    """``x[:6, :]``, ``x[:, -1]``: the keys the general parse is skipped for."""
+    data = np.random.default_rng(4).random((5, 6, 7)).astype(np.float32)
+    x, xt = dg.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    y, yt = x[key], xt[key]
+    assert tuple(y.shape) == tuple(yt.shape)
+    np.testing.assert_array_equal(y.detach().numpy(), yt.detach().numpy())
+    w = np.random.default_rng(5).random(tuple(yt.shape)).astype(np.float32)
+    (y * dg.tensor(w)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+    if y.numel():
+        x2 = dg.tensor(data)
+        x2[key] = 0.0     # a view: written through, as torch
+        assert (x2.numpy() == 0).sum() >= y.numel()
+    compiled = dg.compile(lambda t: t[key] * 2)(dg.tensor(data))
+    np.testing.assert_array_equal(compiled.numpy(), yt.detach().numpy() * 2)
+
+
+@pytest.mark.parametrize("key, error", [((5,), IndexError), ((0, 7), IndexError),
+                                        ((slice(None, None, -1),), ValueError),
+                                        ((0, 0, 0, 0), IndexError)])
+def test_bad_keys_of_ints_and_slices_raise_as_before(key, error):
+    with pytest.raises(error):
+        dg.zeros(5, 6, 7)[key]
+
+
+def test_mean_kernel_gives_numpys_bits():
+    """The mean kernel is NumPy's sum and division without ``np.mean``'s wrapper."""
+    from dualgraph.ops.reduce import _mean_kernel
+    rng = np.random.default_rng(6)
+    for dtype in (np.float32, np.float64, np.float16):
+        for shape, dims in (((12, 4, 16), (0, 1)), ((1000, 37), (0,)), ((5, 7), (1,)),
+                            ((2, 3, 4), (0, 1, 2)), ((3,), ()), ((), ())):
+            x = (rng.standard_normal(shape) * 100).astype(dtype)
+            for keepdim in (True, False):
+                wide = x.astype(np.float32) if dtype == np.float16 else x
+                want = np.asarray(np.mean(wide, axis=dims, keepdims=keepdim)).astype(dtype)
+                got = _mean_kernel(x, dims, keepdim)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got, want)
+
+
+def test_an_unused_graph_dies_without_the_garbage_collector():
+    """An eager node keeps its outputs' arrays, not the tensors whose ``grad_fn`` it is: a
+    graph no backward runs is freed by reference counting (no collection), as torch's."""
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        x = dg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        y = (x.exp() * 2).tanh()
+        nodes = [weakref.ref(y.grad_fn), weakref.ref(y.grad_fn.next[0][0])]
+        del y
+        assert [n() for n in nodes] == [None, None]
+        lstm = dg.nn.LSTM(3, 4)   # (a multi-output op: its third output is saved only)
+        out, _ = lstm(dg.ones(2, 1, 3))
+        node = weakref.ref(out.grad_fn)
+        del out
+        assert node() is None
+    finally:
+        gc.enable()
+
+
+def test_saved_outputs_give_second_derivatives_and_guard_in_place_writes():
+    """A VJP reads its node's outputs made tensors again, with the node as their
+    ``grad_fn``: create_graph differentiates through them; a write into a saved output
+    before backward still raises."""
+    data = np.array([0.3, -1.2, 0.8], np.float32)
+    x, xt = dg.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    (g,) = dg.autograd.grad((x.exp() * x.tanh()).sum(), x, create_graph=True)
+    (gt,) = torch.autograd.grad((xt.exp() * xt.tanh()).sum(), xt, create_graph=True)
+    (gg,) = dg.autograd.grad(g.sum(), x)
+    (ggt,) = torch.autograd.grad(gt.sum(), xt)
+    np.testing.assert_allclose(g.detach().numpy(), gt.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gg.numpy(), ggt.numpy(), rtol=1e-5)
+    y = x.exp()
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()
