@@ -198,16 +198,12 @@ def _record(op, args, outs, attrs, tracer):
             if saved is None or i in saved:
                 j = read_by.get(i) if read_by is not None else None
                 if j is None or (isinstance(args[j], Tensor) and args[j].requires_grad):
-                    versions.append((a._version, a._version[0]))
+                    versions.append((a, a._version[0]))
             if a.requires_grad:
                 fn = a.grad_fn
                 edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
         edges.append(edge)
-    # An eager node keeps its outputs' arrays, not the tensors, whose grad_fn it is: no
-    # node <-> tensor cycle, so a graph no backward frees dies with its last reference,
-    # not in a garbage collection (the engine makes them tensors again, autograd/engine.py)
-    node = Node(op, args, outs if tracer is not None else tuple(t._data for t in outs),
-                attrs, edges, versions, user_site())
+    node = Node(op, args, outs, attrs, edges, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop
         t = outs[0]
@@ -215,7 +211,7 @@ def _record(op, args, outs, attrs, tracer):
             t.requires_grad = True
             t.grad_fn = node
         if saves_outputs:
-            versions.append((t._version, t._version[0]))
+            versions.append((t, t._version[0]))
         return
     for i, t in enumerate(outs):
         if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
@@ -223,7 +219,7 @@ def _record(op, args, outs, attrs, tracer):
             t.grad_fn = node
             t._output_nr = i
         if saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
-            versions.append((t._version, t._version[0]))
+            versions.append((t, t._version[0]))
 
 
 def _freeze(args):

@@ -279,7 +279,7 @@ def _versions(tensors) -> list:
     seen = {}
     for t in tensors:
         seen.setdefault(id(t), t)
-    return [(t._version, t._version[0]) for t in seen.values()]
+    return [(t, t._version[0]) for t in seen.values()]
 
 
 def _tensors(tree) -> list:

@@ -281,16 +281,14 @@ def _call_vjp(node: Node, grads: dict):
             f"trying to backward through the graph a second time at {node!r} (saved values "
             "were freed after the first backward); pass retain_graph=True to the first "
             "backward() if you need to call it twice")
-    for counter, version in node.versions:   # (a saved tensor's version counter)
-        if counter[0] != version:
+    for t, version in node.versions:
+        if t._version[0] != version:
             raise RuntimeError(
                 f"a tensor needed to compute the gradient of {op.name} (called at "
                 f"{node.location}) was modified by an in-place operation: it is at version "
-                f"{counter[0]}, expected version {version}. Use an out-of-place op (e.g. "
+                f"{t._version[0]}, expected version {version}. Use an out-of-place op (e.g. "
                 "x = x + y instead of x += y) or clone the tensor before changing it")
     outs = node.outputs
-    if type(outs[0]) is np.ndarray:
-        outs = _output_tensors(node, outs)
     if op.num_outputs == 1:
         g = grads.get(0)
         out = outs[0]
@@ -316,20 +314,6 @@ def _call_vjp(node: Node, grads: dict):
     if departures["anomaly"] and grad_mode.anomaly:
         _check_backward_nan(node, result)
     return result
-
-
-def _output_tensors(node: Node, arrays) -> tuple:
-    """An eager node's outputs for its VJP, from the arrays it keeps (dispatch.py), as
-    torch unpacks a saved output: with the node as their ``grad_fn``, so that a VJP run
-    with ``create_graph`` differentiates through them."""
-    diff = node.op.differentiable_outputs
-    outs = []
-    for i, data in enumerate(arrays):
-        t = Tensor._make(data)
-        if (diff is None or i in diff) and data.dtype.kind in "fV":
-            t.requires_grad, t.grad_fn, t._output_nr = True, node, i
-        outs.append(t)
-    return tuple(outs)
 
 
 def _fit(node: Node, inp, g):

@@ -221,7 +221,7 @@ def _record(cls, ctx, args, positions, outs):
     op = FunctionOp(cls, ctx, positions, len(args), len(outs), site)
     edges = [_edge(t) if t.requires_grad else None for t in tensors]
     saved = {id(t): t for t in ctx._saved if t is not None}
-    versions = [(t._version, t._version[0]) for t in saved.values()]
+    versions = [(t, t._version[0]) for t in saved.values()]
     node = Node(op, tensors, tuple(o if isinstance(o, Tensor) else _ABSENT for o in outs), {},
                 edges, versions, site)
     for i in diff:
