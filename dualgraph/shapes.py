@@ -129,6 +129,8 @@ def normalize_dims(dims, ndim: int) -> tuple:
     """None -> all dims; an int or a sequence -> sorted unique non-negative dims."""
     if dims is None:
         return tuple(range(ndim))
+    if type(dims) is int and -ndim <= dims < ndim:   # (the common case of reductions)
+        return (dims % ndim,)
     if isinstance(dims, int):
         dims = (dims,)
     out = sorted({normalize_dim(d, ndim) for d in dims})

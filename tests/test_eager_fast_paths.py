@@ -2,7 +2,8 @@
 thread only while some thread departs from the default (other threads, nesting, anomaly,
 exceptions), ``x[i]`` with an int (one select op), the float32 sine's kept loop entry, ``sum``,
 the engine's inline gradient checks (dtype and number gradients), the user's line of a node,
-``stack`` as one op, and the one-op smooth L1 loss."""
+``stack`` as one op, the one-op smooth L1 loss, keys of ints and slices without the general
+parse, the mean kernel without ``np.mean``, and ``var`` as one op."""
 from __future__ import annotations
 
 import threading
@@ -206,3 +207,70 @@ def test_smooth_l1_is_one_node_and_mixed_dtypes_take_the_composite(beta):
     ref = torch.nn.functional.smooth_l1_loss(torch.tensor(0.3), torch.tensor(1.0), beta=beta,
                                              reduction="none")
     assert zero_d.shape == () and abs(zero_d.item() - ref.item()) < 1e-6
+
+
+BASIC_KEYS = [slice(None, 3), (slice(None, 3), slice(None)), (slice(1, None, 2), -1), (-1,),
+              2, (0, 0), (0, 0, 0), (slice(-3, -1), slice(10, 20)), (slice(None, None, 3),),
+              (slice(4, 1),), (1, slice(2, 5), slice(None, None, 2)), slice(None)]
+
+
+@pytest.mark.parametrize("key", BASIC_KEYS, ids=repr)
+def test_keys_of_ints_and_slices_match_torch_eager_and_compiled(key):
+    """``x[:6, :]``, ``x[:, -1]``: the keys the general parse is skipped for."""
+    data = np.random.default_rng(4).random((5, 6, 7)).astype(np.float32)
+    x, xt = dg.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    y, yt = x[key], xt[key]
+    assert tuple(y.shape) == tuple(yt.shape)
+    np.testing.assert_array_equal(y.detach().numpy(), yt.detach().numpy())
+    w = np.random.default_rng(5).random(tuple(yt.shape)).astype(np.float32)
+    (y * dg.tensor(w)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+    if y.numel():
+        x2 = dg.tensor(data)
+        x2[key] = 0.0     # a view: written through, as torch
+        assert (x2.numpy() == 0).sum() >= y.numel()
+    compiled = dg.compile(lambda t: t[key] * 2)(dg.tensor(data))
+    np.testing.assert_array_equal(compiled.numpy(), yt.detach().numpy() * 2)
+
+
+@pytest.mark.parametrize("key, error", [((5,), IndexError), ((0, 7), IndexError),
+                                        ((slice(None, None, -1),), ValueError),
+                                        ((0, 0, 0, 0), IndexError)])
+def test_bad_keys_of_ints_and_slices_raise_as_before(key, error):
+    with pytest.raises(error):
+        dg.zeros(5, 6, 7)[key]
+
+
+def test_mean_kernel_gives_numpys_bits():
+    """The mean kernel is NumPy's sum and division without ``np.mean``'s wrapper."""
+    from dualgraph.ops.reduce import _mean_kernel
+    rng = np.random.default_rng(6)
+    for dtype in (np.float32, np.float64, np.float16):
+        for shape, dims in (((12, 4, 16), (0, 1)), ((1000, 37), (0,)), ((5, 7), (1,)),
+                            ((2, 3, 4), (0, 1, 2)), ((3,), ()), ((), ())):
+            x = (rng.standard_normal(shape) * 100).astype(dtype)
+            for keepdim in (True, False):
+                wide = x.astype(np.float32) if dtype == np.float16 else x
+                want = np.asarray(np.mean(wide, axis=dims, keepdims=keepdim)).astype(dtype)
+                got = _mean_kernel(x, dims, keepdim)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got, want)
+
+
+def test_saved_outputs_give_second_derivatives_and_guard_in_place_writes():
+    """The VJPs that read their outputs (exp, tanh) and ``var`` as one op give torch's
+    second derivatives; a write into a saved output before backward raises."""
+    data = np.array([0.3, -1.2, 0.8], np.float32)
+    x, xt = dg.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    (g,) = dg.autograd.grad((x.exp() * x.tanh()).sum() + x.var(), x, create_graph=True)
+    (gt,) = torch.autograd.grad((xt.exp() * xt.tanh()).sum() + xt.var(), xt,
+                                create_graph=True)
+    (gg,) = dg.autograd.grad(g.sum(), x)
+    (ggt,) = torch.autograd.grad(gt.sum(), xt)
+    np.testing.assert_allclose(g.detach().numpy(), gt.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gg.numpy(), ggt.numpy(), rtol=1e-5)
+    y = x.exp()
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.sum().backward()

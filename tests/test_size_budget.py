@@ -318,9 +318,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # convs by Winograd's F(2x2, 3x3) (kernels/conv_winograd.py: the transforms as loops, the 16
 # products as GEMMs), the op conv2d_winograd and the lowering rule conv_winograd with its
 # cost rule; conv_packed's rewrite and op kernel shared with it (passes/convs.py, ops/epilogue.py).
-CORE_BUDGET = 25_690
+# ops/ +75 and the core +75 (eager per-op cost, seventh round): keys of ints and slices
+# without the general parse, the mean kernel without np.mean's wrapper, var as one op.
+CORE_BUDGET = 25_765
 BUDGETS = {".": 1_760, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_865, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_600, "ops": 7_905,
+           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_600, "ops": 7_980,
            "passes": 3_305, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -450,7 +450,49 @@ def getitem(x, key):
     if type(key) is Tensor and shape and key._data.dtype.kind in "iu":
         # table[ix] (an embedding by hand, a batch of rows): the index op, unparsed
         return apply(INDEX, x, key, dims=(0,))
+    basic = _basic_key(shape, key)
+    if basic is not None:
+        index, view_shape = basic
+        v = shape_ops.slice_dims(x, index)
+        return v if view_shape is None else shape_ops.reshape(v, view_shape)
     return _Key(x.shape, key).get(x)
+
+
+_BOUND_TYPES = (int, type(None))
+
+
+def _basic_key(shape, key):
+    """``x[key]`` for a key of ints and slices with int (or no) bounds and positive steps
+    (``x[:6, :]``, ``x[:, -1]``) as ``_Key`` resolves it, without its general parse:
+    ``(index, view_shape)``, the view shape None where no int drops a dim; None for any
+    other key (or an int out of range: the parse raises the error)."""
+    items = key if type(key) is tuple else (key,)
+    if len(items) > len(shape):
+        return None
+    index, view_shape, dropped = [], [], False
+    for k, n in zip(items, shape):
+        if type(n) is not int:   # (a symbolic dim of a trace)
+            return None
+        if type(k) is slice:
+            if (type(k.start) not in _BOUND_TYPES or type(k.stop) not in _BOUND_TYPES
+                    or k.step is not None and (type(k.step) is not int or k.step <= 0)):
+                return None
+            start, stop, step = k.indices(n)
+            stop = max(stop, start)
+            if (start, stop, step) == (0, n, 1):
+                index.append(None)
+                view_shape.append(n)
+            else:
+                index.append((start, stop, step))
+                view_shape.append(len(range(start, stop, step)))
+        elif type(k) is int and -n <= k < n:
+            k %= n
+            index.append((k, k + 1, 1))
+            dropped = True
+        else:
+            return None
+    index += [None] * (len(shape) - len(items))
+    return index, (tuple(view_shape) + tuple(shape[len(items):]) if dropped else None)
 
 
 def setitem(x, key, value):

@@ -117,15 +117,15 @@ CASES = [
     OpCase("argmin", lambda m, a: m.argmin(a, dim=1), [D(3, 4)], grad=False),
     OpCase("argmin", lambda m, a: a.argmin(), [D(3, 4)], "flat", grad=False),
 
-    # var / std / var_mean / std_mean (composites; rows under the ops they reach)
-    OpCase("mean", lambda m, a: m.var(a), [In((3, 4))], "var", dtypes=HALVES),
-    OpCase("mean", lambda m, a: a.var(1, keepdim=True), [In((3, 4))], "var-keepdim"),
-    OpCase("mean", lambda m, a: a.var((0, 2), correction=0), [In((2, 3, 4))],
+    # var (one op) / std / var_mean / std_mean (composites; rows under the ops they reach)
+    OpCase("var", lambda m, a: m.var(a), [In((3, 4))], "var", dtypes=HALVES),
+    OpCase("var", lambda m, a: a.var(1, keepdim=True), [In((3, 4))], "var-keepdim"),
+    OpCase("var", lambda m, a: a.var((0, 2), correction=0), [In((2, 3, 4))],
            "var-correction"),
-    OpCase("mean", lambda m, a: a.var(-1, unbiased=False), [In((3, 4))], "var-unbiased"),
-    OpCase("mean", lambda m, a: a.var(False), [In((3, 4))], "var-legacy"),
-    OpCase("mean", lambda m, a: m.std(a, dim=0), [In((3, 4))], "std", dtypes=ALL_FLOATS),
-    OpCase("mean", lambda m, a: a.std(), [In((3, 4))], "std-all"),
+    OpCase("var", lambda m, a: a.var(-1, unbiased=False), [In((3, 4))], "var-unbiased"),
+    OpCase("var", lambda m, a: a.var(False), [In((3, 4))], "var-legacy"),
+    OpCase("var", lambda m, a: m.std(a, dim=0), [In((3, 4))], "std", dtypes=ALL_FLOATS),
+    OpCase("var", lambda m, a: a.std(), [In((3, 4))], "std-all"),
     OpCase("mean", lambda m, a: m.var_mean(a, 1), [In((3, 4))], "var_mean"),
     OpCase("mean", lambda m, a: m.std_mean(a, dim=(0, 1), correction=0), [In((3, 4))],
            "std_mean"),
