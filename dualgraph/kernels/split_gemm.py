@@ -1,0 +1,113 @@
+"""Products ``a @ b`` split by columns into independent single-threaded ``sgemm`` calls,
+shared between this thread and OpenBLAS's worker (``blas_threads.py``), with OpenBLAS held
+at one thread of its own meanwhile: the GEMMs of 1x1 convolutions and batched linears on
+two cores without OpenBLAS's threaded GEMM.
+
+Why not OpenBLAS's own threads: its threaded GEMM runs its jobs in lockstep (each job
+packs a panel of ``b`` that the others wait for, block after block), so a worker the OS
+has not scheduled holds the caller up at every block, not once: on these two cores under
+load a (24, 144) @ (144, 50176) product took 72 ms on two threads against 16 ms on one
+(docs/benchmarks.md). Here each part is a whole product of its own columns, so a late
+worker costs at most one wait, and the relay's back-off (``tuning.Backoff``) then runs the
+next calls alone. And small products, where the hand-off costs more than it saves, stay
+on one thread (``SHARE_MIN``), as OpenBLAS would otherwise thread anything above 2^18
+multiply-adds.
+
+Bits: the parts are fixed by the shapes alone (``PARTS`` columns splits of each product,
+never by the thread count), and each is summed along its depth in one ``sgemm``, so a
+product gives the same bits on one thread or two and under any load. (OpenBLAS's
+single-threaded small-matrix kernel and its blocking may round differently from an
+unsplit ``np.matmul`` of the same operands: eager and compiled results agree to rounding.)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import blas_threads, loop, native, numba_available, tuning
+from .batched import _layout, _sgemm
+from .threads import run_rows
+
+# Below this many multiply-adds a product runs on one thread: measured best of 15 on two
+# cores, OpenBLAS's two threads gained nothing on (192, 32) @ (32, 784) (4.8M) and
+# 10-15% on 2.4-4.8M of other shapes, with a stall risk of milliseconds on a busy host.
+SHARE_MIN = 1 << 22
+# The column parts of one product where the stack alone does not split evenly: two halves
+# (the cores this is tuned for); at least MIN_COLUMNS columns a part.
+PARTS, MIN_COLUMNS = 2, 16
+_WORDS = 17     # a product's words, in the order ``_parts`` reads them
+
+
+@loop
+def _parts(start, stop, w):
+    """Parts ``start:stop`` of a stack of products, one ``sgemm`` each. ``w``: sgemm's
+    address; ``a``'s pointer, slice bytes (0: one matrix for the stack), leading dim and
+    CBLAS flag; the same four for ``b``; ``c``'s pointer, slice bytes and leading dim;
+    m, n, k; parts per product and columns per part."""
+    for i in range(start, stop):
+        s, p = i // w[15], i % w[15]
+        j0 = p * w[16]
+        cols = min(w[13], j0 + w[16]) - j0
+        b_step = 4 * j0 if w[8] == 111 else 4 * j0 * w[7]     # (111: CBLAS's NoTrans)
+        _sgemm(w[0], w[4], w[8], w[12], cols, w[14], w[1] + s * w[2], w[3],
+               w[5] + s * w[6] + b_step, w[7], w[9] + s * w[10] + 4 * j0, w[11])
+
+
+def wanted(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether :func:`matmul` takes ``a @ b``: float32 operands, ``a`` one matrix or a
+    stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of at least ``SHARE_MIN``
+    multiply-adds in all beyond OpenBLAS's own threading threshold (2^18 a product), with
+    OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at hand."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+        return False
+    if a.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
+        return False
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    return (m >= 2 and n >= 2 and b.shape[-2] == k and m * k * n > 1 << 18
+            and m * k * n * math.prod(b.shape[:-2]) >= SHARE_MIN // 2
+            and numba_available() and native.enabled() and blas_threads.count() > 1
+            and blas_threads.sgemm_address() is not None)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b`` (into ``out``, C-contiguous, when given) for operands :func:`wanted`
+    accepts, in parts shared between this thread and OpenBLAS's worker when it has
+    ``SHARE_MIN`` multiply-adds, else on this thread alone, OpenBLAS held at one thread
+    either way; None (nothing done) where an operand's layout is not one ``sgemm`` reads as
+    it is, or the result overlaps an operand."""
+    la, lb = _layout(a if a.ndim > 2 else a[None]), _layout(b if b.ndim > 2 else b[None])
+    shape = b.shape[:-2] + a.shape[-2:-1] + b.shape[-1:]
+    if out is None:
+        out = np.empty(shape, np.float32)
+    if (la is None or lb is None or la[1] != la[0] or lb[1] != lb[0]   # (one batch level)
+            or out.shape != shape or not out.flags.c_contiguous
+            or np.shares_memory(out, a) or np.shares_memory(out, b)):
+        return None
+    (m, k), n, stack = a.shape[-2:], b.shape[-1], lb[0]
+    jobs = blas_threads.count()
+    parts = 1 if stack % PARTS == 0 or n < PARTS * MIN_COLUMNS else PARTS
+    words = np.array((blas_threads.sgemm_address(), a.ctypes.data,
+                      la[3] if a.ndim > 2 else 0, la[4], la[5],
+                      b.ctypes.data, lb[3], lb[4], lb[5], out.ctypes.data, 4 * m * n, n,
+                      m, n, k, parts, -(-n // parts)), np.int64)
+    assert words.size == _WORDS
+    macs = m * k * n * stack
+    with tuning.blas_alone():
+        run_rows(_parts, stack * parts, words, threads=jobs if macs >= SHARE_MIN else 1)
+    return out
+
+
+def fitted(m: int, k: int, stack: int, n: int):
+    """``shared(a, b, out) -> bool``: :func:`matmul` into ``out`` for a node fitted to
+    static shapes (``a (m, k)``, ``b (stack, k, n)``, float32), True when done; False
+    (nothing done) where it is not wanted, so the caller runs its own product. The shape
+    half of :func:`wanted` is decided here, once; the thread count at each call."""
+    macs = m * k * n
+    if not (m >= 2 and n >= 2 and macs > 1 << 18 and macs * stack >= SHARE_MIN // 2):
+        return lambda a, b, out: False
+
+    def shared(a, b, out) -> bool:
+        return (blas_threads.count() > 1 and wanted(a, b)
+                and matmul(a, b, out) is not None)
+    return shared
