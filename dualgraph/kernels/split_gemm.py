@@ -59,12 +59,14 @@ def wanted(a: np.ndarray, b: np.ndarray) -> bool:
     stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of at least ``SHARE_MIN``
     multiply-adds in all beyond OpenBLAS's own threading threshold (2^18 a product), with
     OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at hand."""
-    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] <= 1 << 18:
+        return False    # (first: most small products leave here)
+    if a.dtype != np.float32 or b.dtype != np.float32:
         return False
     if a.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
         return False
     (m, k), n = a.shape[-2:], b.shape[-1]
-    return (m >= 2 and n >= 2 and b.shape[-2] == k and m * k * n > 1 << 18
+    return (m >= 2 and n >= 2 and b.shape[-2] == k
             and m * k * n * math.prod(b.shape[:-2]) >= SHARE_MIN // 2
             and numba_available() and native.enabled() and blas_threads.count() > 1
             and blas_threads.sgemm_address() is not None)
@@ -96,6 +98,13 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     with tuning.blas_alone():
         run_rows(_parts, stack * parts, words, threads=jobs if macs >= SHARE_MIN else 1)
     return out
+
+
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)``, through :func:`matmul` where it takes the operands (a linear
+    layer's ``x @ w.T``: eager and compiled code call this one function, so they agree)."""
+    out = matmul(a, b) if wanted(a, b) else None
+    return np.matmul(a, b) if out is None else out
 
 
 def fitted(m: int, k: int, stack: int, n: int):
