@@ -34,14 +34,18 @@ CASES = {   # a, b: a 1x1 conv's weight over a batch; an odd stack split by colu
 @needs_sharing
 @pytest.mark.parametrize("name", CASES)
 def test_split_products_match_numpy_and_keep_their_bits_alone(monkeypatch, name):
-    """Shared or run alone (the cost rule's two answers), a product has the same bits, and
-    NumPy's values to float32 rounding; OpenBLAS's own thread count is as it was."""
+    """Shared, or run alone (one core; the relay backing off on a busy host), a product
+    has the same bits, and NumPy's values to float32 rounding; OpenBLAS's own thread count
+    is as it was."""
     a, b = CASES[name]
     before = tuning.openblas().threads()
     assert split_gemm.wanted(a, b)
     shared = split_gemm.matmul(a, b)
-    monkeypatch.setattr(split_gemm, "SHARE_MIN", 1 << 62)
+    monkeypatch.setattr(blas_threads.backoff, "alone", 1 << 30)
+    backing_off = split_gemm.matmul(a, b)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
     alone = split_gemm.matmul(a, b)
+    np.testing.assert_array_equal(shared, backing_off)
     np.testing.assert_array_equal(shared, alone)
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
     np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -94,8 +98,8 @@ def test_compiled_1x1_convs_match_torch_on_either_thread_count(monkeypatch, batc
         return dg.nn.functional.relu6(y) if act == "relu6" else y
     compiled = dg.compile(fn)
     before, used = dg.get_num_threads(), []
-    run = split_gemm.matmul
-    monkeypatch.setattr(split_gemm, "matmul", lambda *a: used.append(1) or run(*a))
+    run = split_gemm._run
+    monkeypatch.setattr(split_gemm, "_run", lambda *a: used.append(1) or run(*a))
     try:
         for threads in (1, before):
             dg.set_num_threads(threads)

@@ -21,12 +21,10 @@ unsplit ``np.matmul`` of the same operands: eager and compiled results agree to 
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import blas_threads, loop, native, numba_available, tuning
-from .batched import _layout, _sgemm
+from .batched import NO_TRANS, _layout, _sgemm
 from .threads import run_rows
 
 # Below this many multiply-adds a product runs on one thread: measured best of 15 on two
@@ -36,7 +34,6 @@ SHARE_MIN = 1 << 22
 # The column parts of one product where the stack alone does not split evenly: two halves
 # (the cores this is tuned for); at least MIN_COLUMNS columns a part.
 PARTS, MIN_COLUMNS = 2, 16
-_WORDS = 17     # a product's words, in the order ``_parts`` reads them
 
 
 @loop
@@ -56,9 +53,10 @@ def _parts(start, stop, w):
 
 def wanted(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether :func:`matmul` takes ``a @ b``: float32 operands, ``a`` one matrix or a
-    stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of at least ``SHARE_MIN``
-    multiply-adds in all beyond OpenBLAS's own threading threshold (2^18 a product), with
-    OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at hand."""
+    stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of products beyond
+    OpenBLAS's own threading threshold (2^18 multiply-adds: smaller ones it runs on one
+    thread anyway), with OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at
+    hand."""
     if a.ndim < 2 or b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] <= 1 << 18:
         return False    # (first: most small products leave here)
     if a.dtype != np.float32 or b.dtype != np.float32:
@@ -66,9 +64,7 @@ def wanted(a: np.ndarray, b: np.ndarray) -> bool:
     if a.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
         return False
     (m, k), n = a.shape[-2:], b.shape[-1]
-    return (m >= 2 and n >= 2 and b.shape[-2] == k
-            and m * k * n * math.prod(b.shape[:-2]) >= SHARE_MIN // 2
-            and numba_available() and native.enabled() and blas_threads.count() > 1
+    return (m >= 2 and n >= 2 and b.shape[-2] == k and numba_available() and native.enabled() and blas_threads.count() > 1
             and blas_threads.sgemm_address() is not None)
 
 
@@ -87,17 +83,30 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
             or np.shares_memory(out, a) or np.shares_memory(out, b)):
         return None
     (m, k), n, stack = a.shape[-2:], b.shape[-1], lb[0]
-    jobs = blas_threads.count()
-    parts = 1 if stack % PARTS == 0 or n < PARTS * MIN_COLUMNS else PARTS
-    words = np.array((blas_threads.sgemm_address(), a.ctypes.data,
-                      la[3] if a.ndim > 2 else 0, la[4], la[5],
-                      b.ctypes.data, lb[3], lb[4], lb[5], out.ctypes.data, 4 * m * n, n,
-                      m, n, k, parts, -(-n // parts)), np.int64)
-    assert words.size == _WORDS
-    macs = m * k * n * stack
-    with tuning.blas_alone():
-        run_rows(_parts, stack * parts, words, threads=jobs if macs >= SHARE_MIN else 1)
+    parts = _parts_of(stack, n, m * k * n * stack)
+    _run(np.array((blas_threads.sgemm_address(), a.ctypes.data,
+                   la[3] if a.ndim > 2 else 0, la[4], la[5],
+                   b.ctypes.data, lb[3], lb[4], lb[5], out.ctypes.data, 4 * m * n, n,
+                   m, n, k, parts, -(-n // parts)), np.int64), stack * parts, m * k * n * stack)
     return out
+
+
+def _parts_of(stack: int, n: int, macs: int) -> int:
+    """Column parts per product of a stack of ``macs`` multiply-adds in all: the products
+    whole where the stack is never shared (below ``SHARE_MIN``) or splits evenly between
+    two threads, else two halves of at least ``MIN_COLUMNS`` columns. (The shapes alone
+    decide: the bits never depend on the thread count or the load.)"""
+    if macs < SHARE_MIN or stack % PARTS == 0 or n < PARTS * MIN_COLUMNS:
+        return 1
+    return PARTS
+
+
+def _run(words: np.ndarray, rows: int, macs: int) -> None:
+    """``_parts`` over ``rows`` parts: shared where ``macs`` reaches ``SHARE_MIN``, with
+    OpenBLAS's own threads held back either way."""
+    with tuning.blas_alone():
+        run_rows(_parts, rows, words,
+                 threads=blas_threads.count() if macs >= SHARE_MIN else 1)
 
 
 def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -113,10 +122,22 @@ def fitted(m: int, k: int, stack: int, n: int):
     (nothing done) where it is not wanted, so the caller runs its own product. The shape
     half of :func:`wanted` is decided here, once; the thread count at each call."""
     macs = m * k * n
-    if not (m >= 2 and n >= 2 and macs > 1 << 18 and macs * stack >= SHARE_MIN // 2):
+    if not (m >= 2 and n >= 2 and macs > 1 << 18 and numba_available()
+            and native.enabled()):
         return lambda a, b, out: False
+    parts = _parts_of(stack, n, macs * stack)
+    # (C-contiguous a (m, k) for the whole stack, b (stack, k, n), out (stack, m, n))
+    layout = (0, 0, k, NO_TRANS, 0, 4 * k * n, n, NO_TRANS, 0, 4 * m * n, n, m, n, k, parts,
+              -(-n // parts))     # (the pointers, words 1, 5 and 9, set at each call)
 
     def shared(a, b, out) -> bool:
-        return (blas_threads.count() > 1 and wanted(a, b)
-                and matmul(a, b, out) is not None)
+        sgemm = blas_threads.sgemm_address()
+        if (sgemm is None or blas_threads.count() < 2 or not a.flags.c_contiguous
+                or not b.flags.c_contiguous or not out.flags.c_contiguous
+                or out.ctypes.data in (a.ctypes.data, b.ctypes.data)):
+            return False
+        words = np.array((sgemm, *layout), np.int64)
+        words[[1, 5, 9]] = a.ctypes.data, b.ctypes.data, out.ctypes.data
+        _run(words, stack * parts, macs * stack)
+        return True
     return shared
