@@ -98,6 +98,9 @@ def test_compiled_1x1_convs_match_torch_on_either_thread_count(monkeypatch, batc
         return dg.nn.functional.relu6(y) if act == "relu6" else y
     compiled = dg.compile(fn)
     before, used = dg.get_num_threads(), []
+    # (dg.set_num_threads writes DUALGRAPH_NUM_THREADS, which child processes inherit: put
+    # back as it was after the test)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(before))
     run = split_gemm._run
     monkeypatch.setattr(split_gemm, "_run", lambda *a: used.append(1) or run(*a))
     try:
@@ -108,3 +111,25 @@ def test_compiled_1x1_convs_match_torch_on_either_thread_count(monkeypatch, batc
     finally:
         dg.set_num_threads(before)
     assert bool(used) == (before > 1 and _sharing())
+
+
+@needs_sharing
+def test_split_products_from_two_python_threads_at_once():
+    """Two threads splitting products at once (a data loader beside the model): each gets
+    its product; neither's jobs run while the other has put OpenBLAS's count back (its
+    worker would hand work to itself and wait forever)."""
+    import threading
+    a, b = CASES["weight over images"]
+    want = split_gemm.matmul(a, b)
+    results = []
+
+    def work():
+        for _ in range(20):
+            results.append(np.array_equal(split_gemm.matmul(a, b), want))
+            np.matmul(b[0].T, a.T)     # (a plain product meanwhile, on OpenBLAS's threads)
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not any(w.is_alive() for w in workers) and results == [True] * 40

@@ -75,6 +75,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+import threading
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
@@ -160,7 +161,8 @@ def share_cores(n: int) -> None:
     os.environ["DUALGRAPH_NUM_THREADS"] = str(n)
     setter = _thread_setter()
     if setter is not None:
-        setter(n)
+        with _holding:     # (not while a blas_alone block holds the count)
+            setter(n)
 
 
 def join_mpi(local_ranks: int) -> None:
@@ -280,6 +282,10 @@ def _thread_setter():
 
 
 _held: list[int] = []    # OpenBLAS's own thread count while blas_alone holds it at one
+# One thread at a time holds it: the jobs inside call sgemm on OpenBLAS's worker, which
+# must not thread (a worker handing work to itself waits forever), so no other thread may
+# put the count back, or change it, meanwhile.
+_holding = threading.RLock()
 
 
 @contextmanager
@@ -288,19 +294,21 @@ def blas_alone():
     ``blas_jobs`` keeps reporting that count, so jobs still go to its worker): for callers
     that split a product into single-threaded ``sgemm`` calls themselves
     (``split_gemm.py``). Its worker thread stays; only OpenBLAS's decision to thread a
-    GEMM is held back, which costs a call of about a microsecond each way."""
+    GEMM is held back, which costs a call of about a microsecond each way. Other threads
+    entering wait for the block to end."""
     setter = _thread_setter()
-    count = openblas().threads() if setter is not None and not _held else 1
-    if count == 1:      # (none to hold back, or an outer block holds it)
-        yield
-        return
-    _held.append(count)
-    setter(1)
-    try:
-        yield
-    finally:
-        setter(count)
-        _held.pop()
+    with _holding:
+        count = openblas().threads() if setter is not None and not _held else 1
+        if count == 1:      # (none to hold back, or an outer block holds it)
+            yield
+            return
+        _held.append(count)
+        setter(1)
+        try:
+            yield
+        finally:
+            setter(count)
+            _held.pop()
 
 
 def matvec_helper() -> bool:
