@@ -13,11 +13,12 @@ next calls alone. And small products, where the hand-off costs more than it save
 on one thread (``SHARE_MIN``), as OpenBLAS would otherwise thread anything above 2^18
 multiply-adds.
 
-Bits: the parts are fixed by the shapes alone (``PARTS`` columns splits of each product,
-never by the thread count), and each is summed along its depth in one ``sgemm``, so a
-product gives the same bits on one thread or two and under any load. (OpenBLAS's
-single-threaded small-matrix kernel and its blocking may round differently from an
-unsplit ``np.matmul`` of the same operands: eager and compiled results agree to rounding.)
+Bits: the parts are fixed by the shapes alone (``_parts_of``, never by the load), and each
+is summed along its depth in one ``sgemm``, so a product taken here gives the same bits
+whether its parts are shared or run alone (the relay backing off on a busy host). At one
+thread (``dg.set_num_threads(1)``) products are left to ``np.matmul``, unsplit, which may
+round differently in the last places (OpenBLAS's small-matrix kernel and blocking), as
+OpenBLAS's own one- and two-thread GEMMs always did.
 """
 from __future__ import annotations
 
