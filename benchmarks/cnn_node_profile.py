@@ -1,7 +1,8 @@
 """Where a CNN's inference time goes, node by node, against onnxruntime's own profile.
 
 ``python -m benchmarks.cnn_node_profile [--models mobilenetv3,efficientnet,squeezenet,resnet18]
-[--batches 1,16] [--size 224] [--calls 5] [--nodes]``: one thread per engine. Each model of
+[--batches 1,16] [--size 224] [--calls 5] [--nodes] [--threads=1]``: one thread per engine
+(``--threads=2``: two, set before NumPy loads OpenBLAS, so spelt with ``=``). Each model of
 ``benchmarks.unseen_cnns`` (the same weights in both libraries) runs ``dg.compile``d under
 ``dg.profiler`` (``record_shapes``: each node's time and input shapes) and its torch export
 runs in onnxruntime with ``SessionOptions.enable_profiling`` (each kernel's time, logical
@@ -26,9 +27,10 @@ import tempfile
 import time
 from collections import defaultdict
 
+THREADS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--threads=")), 1))
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
               "DUALGRAPH_NUM_THREADS"):
-    os.environ[_name] = "1"
+    os.environ[_name] = str(THREADS)
 
 import numpy as np  # noqa: E402
 
@@ -87,7 +89,7 @@ def ours(make, calls: int, state: dict, x: np.ndarray, kind_of=None) -> dict:
     import dualgraph as dg
     from dualgraph.profiler import profile
     kind_of = kind_of or kind
-    dg.set_num_threads(1)
+    dg.set_num_threads(THREADS)
     model = make(dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()})
     compiled, dx = dg.compile(model), dg.tensor(x)
@@ -118,12 +120,14 @@ def best_per_key(calls: list) -> dict:
 
 
 def best_ms(call, rounds: int = 7) -> float:
-    """The best process CPU time of a call, unprofiled."""
+    """The best time of a call, unprofiled: process CPU time on one thread, wall time on
+    several (where CPU time counts the threads' time added up)."""
+    clock = time.process_time if THREADS == 1 else time.perf_counter
     best = np.inf
     for _ in range(rounds):
-        start = time.process_time()
+        start = clock()
         call()
-        best = min(best, time.process_time() - start)
+        best = min(best, clock() - start)
     return 1e3 * best
 
 
@@ -167,7 +171,7 @@ def theirs(make, calls: int, state: dict, x: np.ndarray, tmp: str,
 def ort_options():
     import onnxruntime as ort
     options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
     return options
 
 
@@ -203,8 +207,8 @@ def run(models: dict, names, batches, calls: int, nodes: bool, example, kind_of=
     ``example(name, batch)``: both engines' profiles, one table (its nodes by kind with
     ``nodes``)."""
     import torch
-    torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.1f}, one thread per engine", flush=True)
+    torch.set_num_threads(THREADS)
+    print(f"load average {os.getloadavg()[0]:.1f}, {THREADS} thread(s) per engine", flush=True)
     for name in names:
         make = models[name]
         state = random_state(make(torch).eval(), 0)
@@ -224,6 +228,7 @@ def main(argv=None) -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--nodes", action="store_true")
+    parser.add_argument("--threads", type=int, default=1, help="read before NumPy loads")
     args = parser.parse_args(argv)
     image = lambda name, batch: np.random.default_rng(0).standard_normal(
         (batch, 3, args.size, args.size)).astype(np.float32)

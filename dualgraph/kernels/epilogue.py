@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
+from . import helper, loop, split_gemm
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
 from .normalization import _REDUCE, normalise_row
 from .threads import fitted_rows
@@ -175,6 +175,7 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
     zero_bias = np.zeros(cout, np.float32)
     epilogue = bias or act or where
     finish = fitted_rows(rows if one else planes)
+    shared = split_gemm.fitted(cout, c, n, h * w)     # (groups 1: one weight for the stack)
 
     def run(x, wt, *rest, out=None):
         """(``out``: a C-contiguous float32 array of the output's shape to write, a slice
@@ -182,7 +183,8 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
         out = np.empty((n, cout, h, w), np.float32) if out is None else out
         if one and groups == 1:
             np.matmul(x.reshape(n, c), wt.reshape(cout, c).T, out=out.reshape(n, cout))
-        else:
+        elif not (groups == 1 and shared(wt.reshape(cout, c), x.reshape(n, c, h * w),
+                                         out.reshape(n, cout, -1))):
             np.matmul(wt.reshape(w_view), x.reshape(x_view), out=out.reshape(gemm_view))
         if not epilogue or not out.size:
             return out

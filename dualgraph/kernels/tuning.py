@@ -75,7 +75,9 @@ import ctypes
 import ctypes.util
 import os
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
@@ -157,15 +159,10 @@ def share_cores(n: int) -> None:
     n = max(1, int(n))
     changes += 1
     os.environ["DUALGRAPH_NUM_THREADS"] = str(n)
-    found = openblas()
-    if found is None:
-        return
-    library = ctypes.CDLL(found.path)
-    setter = next((getattr(library, name) for name in _SET_THREADS_NAMES
-                   if hasattr(library, name)), None)
+    setter = _thread_setter()
     if setter is not None:
-        setter.argtypes, setter.restype = [ctypes.c_int], None
-        setter(n)
+        with _holding:     # (not while a blas_alone block holds the count)
+            setter(n)
 
 
 def join_mpi(local_ranks: int) -> None:
@@ -259,12 +256,59 @@ def _loaded_libraries() -> list[str]:
 
 
 def blas_jobs() -> int:
-    """How many jobs may go to OpenBLAS's threads at once: its thread count capped by
-    :func:`cores`; 1 with ``blas`` off or no such OpenBLAS."""
+    """How many jobs may go to OpenBLAS's threads at once: its thread count (the one
+    :func:`blas_alone` holds back, while it does) capped by :func:`cores`; 1 with ``blas``
+    off or no such OpenBLAS."""
     if "blas" not in active:
         return 1
     found = openblas()
-    return 1 if found is None else max(1, min(found.threads(), cores()))
+    if found is None:
+        return 1
+    return max(1, min(_held[-1] if _held else found.threads(), cores()))
+
+
+@lru_cache(maxsize=None)
+def _thread_setter():
+    """The loaded OpenBLAS's ``openblas_set_num_threads`` (by its build's name), or None."""
+    found = openblas()
+    if found is None:
+        return None
+    library = ctypes.CDLL(found.path)
+    setter = next((getattr(library, name) for name in _SET_THREADS_NAMES
+                   if hasattr(library, name)), None)
+    if setter is not None:
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+    return setter
+
+
+_held: list[int] = []    # OpenBLAS's own thread count while blas_alone holds it at one
+# One thread at a time holds it: the jobs inside call sgemm on OpenBLAS's worker, which
+# must not thread (a worker handing work to itself waits forever), so no other thread may
+# put the count back, or change it, meanwhile.
+_holding = threading.RLock()
+
+
+@contextmanager
+def blas_alone():
+    """OpenBLAS's own GEMMs on one thread inside the block (its count put back after;
+    ``blas_jobs`` keeps reporting that count, so jobs still go to its worker): for callers
+    that split a product into single-threaded ``sgemm`` calls themselves
+    (``split_gemm.py``). Its worker thread stays; only OpenBLAS's decision to thread a
+    GEMM is held back, which costs a call of about a microsecond each way. Other threads
+    entering wait for the block to end."""
+    setter = _thread_setter()
+    with _holding:
+        count = openblas().threads() if setter is not None and not _held else 1
+        if count == 1:      # (none to hold back, or an outer block holds it)
+            yield
+            return
+        _held.append(count)
+        setter(1)
+        try:
+            yield
+        finally:
+            setter(count)
+            _held.pop()
 
 
 def matvec_helper() -> bool:

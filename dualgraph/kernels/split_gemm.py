@@ -1,0 +1,144 @@
+"""Products ``a @ b`` split by columns into independent single-threaded ``sgemm`` calls,
+shared between this thread and OpenBLAS's worker (``blas_threads.py``), with OpenBLAS held
+at one thread of its own meanwhile: the GEMMs of 1x1 convolutions and batched linears on
+two cores without OpenBLAS's threaded GEMM.
+
+Why not OpenBLAS's own threads: its threaded GEMM runs its jobs in lockstep (each job
+packs a panel of ``b`` that the others wait for, block after block), so a worker the OS
+has not scheduled holds the caller up at every block, not once: on these two cores under
+load a (24, 144) @ (144, 50176) product took 72 ms on two threads against 16 ms on one
+(docs/benchmarks.md). Here each part is a whole product of its own columns, so a late
+worker costs at most one wait, and the relay's back-off (``tuning.Backoff``) then runs the
+next calls alone. And small products, where the hand-off costs more than it saves, stay
+on one thread (``SHARE_MIN``), as OpenBLAS would otherwise thread anything above 2^18
+multiply-adds.
+
+Bits: the parts are fixed by the shapes alone (``_parts_of``, never by the load), and each
+is summed along its depth in one ``sgemm``, so a product taken here gives the same bits
+whether its parts are shared or run alone (the relay backing off on a busy host). At one
+thread (``dg.set_num_threads(1)``) products are left to ``np.matmul``, unsplit, which may
+round differently in the last places (OpenBLAS's small-matrix kernel and blocking), as
+OpenBLAS's own one- and two-thread GEMMs always did.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import blas_threads, loop, native, numba_available, tuning
+from .batched import NO_TRANS, _layout, _sgemm
+from .threads import run_rows
+
+# Below this many multiply-adds a product runs on one thread: measured best of 15 on two
+# cores, OpenBLAS's two threads gained nothing on (192, 32) @ (32, 784) (4.8M) and
+# 10-15% on 2.4-4.8M of other shapes, with a stall risk of milliseconds on a busy host.
+SHARE_MIN = 1 << 22
+# The column parts of one product where the stack alone does not split evenly: two halves
+# (the cores this is tuned for); at least MIN_COLUMNS columns a part.
+PARTS, MIN_COLUMNS = 2, 16
+
+
+@loop
+def _parts(start, stop, w):
+    """Parts ``start:stop`` of a stack of products, one ``sgemm`` each. ``w``: sgemm's
+    address; ``a``'s pointer, slice bytes (0: one matrix for the stack), leading dim and
+    CBLAS flag; the same four for ``b``; ``c``'s pointer, slice bytes and leading dim;
+    m, n, k; parts per product and columns per part."""
+    for i in range(start, stop):
+        s, p = i // w[15], i % w[15]
+        j0 = p * w[16]
+        cols = min(w[13], j0 + w[16]) - j0
+        b_step = 4 * j0 if w[8] == 111 else 4 * j0 * w[7]     # (111: CBLAS's NoTrans)
+        _sgemm(w[0], w[4], w[8], w[12], cols, w[14], w[1] + s * w[2], w[3],
+               w[5] + s * w[6] + b_step, w[7], w[9] + s * w[10] + 4 * j0, w[11])
+
+
+def wanted(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether :func:`matmul` takes ``a @ b``: float32 operands, ``a`` one matrix or a
+    stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of products beyond
+    OpenBLAS's own threading threshold (2^18 multiply-adds: smaller ones it runs on one
+    thread anyway), with OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at
+    hand."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] <= 1 << 18:
+        return False    # (first: most small products leave here)
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        return False
+    if a.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
+        return False
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    return (m >= 2 and n >= 2 and b.shape[-2] == k and numba_available() and native.enabled() and blas_threads.count() > 1
+            and blas_threads.sgemm_address() is not None)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b`` (into ``out``, C-contiguous, when given) for operands :func:`wanted`
+    accepts, in parts shared between this thread and OpenBLAS's worker when it has
+    ``SHARE_MIN`` multiply-adds, else on this thread alone, OpenBLAS held at one thread
+    either way; None (nothing done) where an operand's layout is not one ``sgemm`` reads as
+    it is, or the result overlaps an operand."""
+    la, lb = _layout(a if a.ndim > 2 else a[None]), _layout(b if b.ndim > 2 else b[None])
+    shape = b.shape[:-2] + a.shape[-2:-1] + b.shape[-1:]
+    if out is None:
+        out = np.empty(shape, np.float32)
+    if (la is None or lb is None or la[1] != la[0] or lb[1] != lb[0]   # (one batch level)
+            or out.shape != shape or not out.flags.c_contiguous
+            or np.shares_memory(out, a) or np.shares_memory(out, b)):
+        return None
+    (m, k), n, stack = a.shape[-2:], b.shape[-1], lb[0]
+    parts = _parts_of(stack, n, m * k * n * stack)
+    _run(np.array((blas_threads.sgemm_address(), a.ctypes.data,
+                   la[3] if a.ndim > 2 else 0, la[4], la[5],
+                   b.ctypes.data, lb[3], lb[4], lb[5], out.ctypes.data, 4 * m * n, n,
+                   m, n, k, parts, -(-n // parts)), np.int64), stack * parts, m * k * n * stack)
+    return out
+
+
+def _parts_of(stack: int, n: int, macs: int) -> int:
+    """Column parts per product of a stack of ``macs`` multiply-adds in all: the products
+    whole where the stack is never shared (below ``SHARE_MIN``) or splits evenly between
+    two threads, else two halves of at least ``MIN_COLUMNS`` columns. (The shapes alone
+    decide: the bits never depend on the thread count or the load.)"""
+    if macs < SHARE_MIN or stack % PARTS == 0 or n < PARTS * MIN_COLUMNS:
+        return 1
+    return PARTS
+
+
+def _run(words: np.ndarray, rows: int, macs: int) -> None:
+    """``_parts`` over ``rows`` parts: shared where ``macs`` reaches ``SHARE_MIN``, with
+    OpenBLAS's own threads held back either way."""
+    with tuning.blas_alone():
+        run_rows(_parts, rows, words,
+                 threads=blas_threads.count() if macs >= SHARE_MIN else 1)
+
+
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)``, through :func:`matmul` where it takes the operands (a linear
+    layer's ``x @ w.T``: eager and compiled code call this one function, so they agree)."""
+    out = matmul(a, b) if wanted(a, b) else None
+    return np.matmul(a, b) if out is None else out
+
+
+def fitted(m: int, k: int, stack: int, n: int):
+    """``shared(a, b, out) -> bool``: :func:`matmul` into ``out`` for a node fitted to
+    static shapes (``a (m, k)``, ``b (stack, k, n)``, float32), True when done; False
+    (nothing done) where it is not wanted, so the caller runs its own product. The shape
+    half of :func:`wanted` is decided here, once; the thread count at each call."""
+    macs = m * k * n
+    if not (m >= 2 and n >= 2 and macs > 1 << 18 and numba_available()
+            and native.enabled()):
+        return lambda a, b, out: False
+    parts = _parts_of(stack, n, macs * stack)
+    # (C-contiguous a (m, k) for the whole stack, b (stack, k, n), out (stack, m, n))
+    layout = (0, 0, k, NO_TRANS, 0, 4 * k * n, n, NO_TRANS, 0, 4 * m * n, n, m, n, k, parts,
+              -(-n // parts))     # (the pointers, words 1, 5 and 9, set at each call)
+
+    def shared(a, b, out) -> bool:
+        sgemm = blas_threads.sgemm_address()
+        if (sgemm is None or blas_threads.count() < 2 or not a.flags.c_contiguous
+                or not b.flags.c_contiguous or not out.flags.c_contiguous
+                or out.ctypes.data in (a.ctypes.data, b.ctypes.data)):
+            return False
+        words = np.array((sgemm, *layout), np.int64)
+        words[[1, 5, 9]] = a.ctypes.data, b.ctypes.data, out.ctypes.data
+        _run(words, stack * parts, macs * stack)
+        return True
+    return shared

@@ -1,0 +1,135 @@
+"""Products split by columns into single-threaded ``sgemm`` calls shared with OpenBLAS's
+worker (``kernels/split_gemm.py``): NumPy's values, the same bits whether shared or run
+alone, OpenBLAS's own thread count put back, and the 1x1 convs that use it."""
+import numpy as np
+import pytest
+
+import dualgraph as dg
+from dualgraph import kernels
+from dualgraph.kernels import blas_threads, split_gemm, tuning
+
+
+def _sharing() -> bool:
+    return (kernels.numba_available() and kernels.native.enabled()
+            and blas_threads.count() > 1 and blas_threads.sgemm_address() is not None)
+
+
+needs_sharing = pytest.mark.skipif(not _sharing(), reason="one core, or no native sgemm")
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+CASES = {   # a, b: a 1x1 conv's weight over a batch; an odd stack split by columns; ...
+    "weight over images": (_f32(64, 384), _f32(4, 384, 196)),
+    "one image, halves": (_f32(192, 32), _f32(1, 32, 784)),
+    "odd stack, narrow": (_f32(960, 160), _f32(3, 160, 49)),
+    "stacked a": (_f32(2, 96, 128), _f32(2, 128, 300)),
+    "2-D, b transposed": (_f32(16, 1280), _f32(1000, 1280).T),
+}
+
+
+@needs_sharing
+@pytest.mark.parametrize("name", CASES)
+def test_split_products_match_numpy_and_keep_their_bits_alone(monkeypatch, name):
+    """Shared, or run alone (one core; the relay backing off on a busy host), a product
+    has the same bits, and NumPy's values to float32 rounding; OpenBLAS's own thread count
+    is as it was."""
+    a, b = CASES[name]
+    before = tuning.openblas().threads()
+    assert split_gemm.wanted(a, b)
+    shared = split_gemm.matmul(a, b)
+    monkeypatch.setattr(blas_threads.backoff, "alone", 1 << 30)
+    backing_off = split_gemm.matmul(a, b)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    alone = split_gemm.matmul(a, b)
+    np.testing.assert_array_equal(shared, backing_off)
+    np.testing.assert_array_equal(shared, alone)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(shared, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert tuning.openblas().threads() == before
+
+
+@needs_sharing
+def test_what_split_gemm_leaves_to_numpy():
+    """Too little work, float64, a broadcast it does not take, an output overlapping an
+    operand or not contiguous: not wanted, or None (nothing done)."""
+    a, b = _f32(8, 32), _f32(1, 32, 64)
+    assert not split_gemm.wanted(a, b)
+    big_a, big_b = CASES["weight over images"]
+    assert not split_gemm.wanted(big_a.astype(np.float64), big_b.astype(np.float64))
+    assert not split_gemm.wanted(_f32(3, 64, 384), big_b)
+    assert split_gemm.matmul(big_a, big_b, out=np.empty((4, 64, 196, 2), np.float32)[..., 0]) is None
+    square = _f32(1, 640, 640)
+    assert split_gemm.matmul(square[0], square, out=square) is None
+
+
+def test_blas_alone_holds_openblas_at_one_thread_and_nests():
+    """Inside ``blas_alone`` OpenBLAS threads nothing of its own; ``blas_jobs`` still
+    counts its worker; its count is back after, also after an error."""
+    found = tuning.openblas()
+    if found is None or found.threads() < 2:
+        pytest.skip("no OpenBLAS with two threads")
+    jobs = tuning.blas_jobs()
+    with pytest.raises(KeyError):
+        with tuning.blas_alone():
+            assert found.threads() == 1 and tuning.blas_jobs() == jobs
+            with tuning.blas_alone():
+                assert found.threads() == 1
+            assert found.threads() == 1
+            raise KeyError
+    assert found.threads() >= 2
+
+
+@pytest.mark.parametrize("batch,act", [(1, "relu6"), (3, "none")])
+def test_compiled_1x1_convs_match_torch_on_either_thread_count(monkeypatch, batch, act):
+    """A compiled 1x1 conv (its GEMM split when two threads are on) against torch, on one
+    thread and on the default count."""
+    torch = pytest.importorskip("torch")
+    x = _f32(batch, 48, 28, 28)
+    w, bias = _f32(96, 48, 1, 1) * 0.2, _f32(96)
+    ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(bias))
+    ref = (ref.clamp(0, 6) if act == "relu6" else ref).numpy()
+
+    def fn(x, w, b):
+        y = dg.nn.functional.conv2d(x, w, b)
+        return dg.nn.functional.relu6(y) if act == "relu6" else y
+    compiled = dg.compile(fn)
+    before, used = dg.get_num_threads(), []
+    # (dg.set_num_threads writes DUALGRAPH_NUM_THREADS, which child processes inherit: put
+    # back as it was after the test)
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(before))
+    run = split_gemm._run
+    monkeypatch.setattr(split_gemm, "_run", lambda *a: used.append(1) or run(*a))
+    try:
+        for threads in (1, before):
+            dg.set_num_threads(threads)
+            got = compiled(dg.tensor(x), dg.tensor(w), dg.tensor(bias)).numpy()
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    finally:
+        dg.set_num_threads(before)
+    assert bool(used) == (before > 1 and _sharing())
+
+
+@needs_sharing
+def test_split_products_from_two_python_threads_at_once():
+    """Two threads splitting products at once (a data loader beside the model): each gets
+    its product; neither's jobs run while the other has put OpenBLAS's count back (its
+    worker would hand work to itself and wait forever)."""
+    import threading
+    a, b = CASES["weight over images"]
+    want = split_gemm.matmul(a, b)
+    results = []
+
+    def work():
+        for _ in range(20):
+            results.append(np.array_equal(split_gemm.matmul(a, b), want))
+            np.matmul(b[0].T, a.T)     # (a plain product meanwhile, on OpenBLAS's threads)
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not any(w.is_alive() for w in workers) and results == [True] * 40
