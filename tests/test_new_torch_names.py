@@ -28,6 +28,10 @@ FUNCTIONS = {
     "logaddexp": lambda m, x, y: m.logaddexp(x, y * 5),
     "logaddexp2": lambda m, x, y: x.logaddexp2(y),
     "masked_scatter": lambda m, x, y: x.masked_scatter(y > 0, y * 7),
+    "scatter_reduce": lambda m, x, y: x.scatter_reduce(0, m.tensor([[0, 1, 0, 2, 2]] * 3), y,
+                                                       "amax", include_self=False),
+    "scatter_reduce_": lambda m, x, y: (x * 1).scatter_reduce_(1, m.tensor([[0, 1, 0, 1, 0]] * 3),
+                                                               y * 2, "mean"),
     "masked_scatter_": lambda m, x, y: (x * 1).masked_scatter_(y < 0, x.flip(0)),
 }
 

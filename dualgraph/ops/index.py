@@ -34,7 +34,7 @@ __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "ind
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
            "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
            "diagonal", "bincount", "searchsorted", "bucketize", "diag_embed", "index_fill",
-           "index_copy", "masked_scatter", "kthvalue", "cummax", "cummin"]
+           "index_copy", "scatter_reduce", "masked_scatter", "kthvalue", "cummax", "cummin"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -571,6 +571,53 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None):
 def scatter_add(input, dim, index, src):
     """Like scatter, but values with the same target position add up."""
     return scatter(input, dim, index, src, reduce="add")
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """``input`` with each ``src[i][j][k]`` combined into ``input[i][index[i][j][k]][k]``
+    (dim 1) by ``reduce``: "sum", "mean", "amax", "amin" or "prod", the input's own value
+    taking part where ``include_self`` (else a position that receives something starts
+    from it alone), as ``torch.scatter_reduce``; the gradient of "amax"/"amin" is shared
+    among the tied entries, as torch's (without ``include_self``, torch also counts an
+    input equal to the result among them, and gives it nothing; this does not count it).
+    "sum" and "mean" are scatter-adds; the others
+    compare each target position with every source entry of its slice, so they cost
+    (entries along ``dim``) x (positions along ``dim``) per slice."""
+    if reduce not in ("sum", "mean", "amax", "amin", "prod"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'mean', 'amax', 'amin' or "
+                         f"'prod', got {reduce!r}")
+    d = normalize_dim(dim, input.ndim)
+    _grid(input, d, index, "scatter_reduce")   # (checks the index)
+    src = _scatter_values(src, index, input)
+    if tuple(src.shape) != tuple(index.shape):
+        src = shape_ops.slice_dims(src, [(0, n, 1) for n in index.shape])
+    # (where a position receives nothing, the result is the input, include_self or not)
+    hit = None if include_self else \
+        scatter(creation.zeros_like(input, dtype=dtypes.bool_), d, index, True)
+    base = input if include_self else elementwise.where(hit, 0, input)
+    if reduce in ("sum", "mean"):
+        total = scatter_add(base, d, index, src)
+        if reduce == "sum":
+            return total
+        ones = creation.ones_like(input)
+        count = scatter_add(ones if include_self else elementwise.where(hit, 0, ones), d,
+                            index, creation.ones_like(src))
+        return total / count if input.is_floating_point() else \
+            elementwise.floor_divide(total, count)
+    if any(i != n for k, (i, n) in enumerate(zip(index.shape, input.shape)) if k != d):
+        raise NotImplementedError(f"scatter_reduce(reduce={reduce!r}): the index (shape "
+                                  f"{tuple(index.shape)}) must cover the input (shape "
+                                  f"{tuple(input.shape)}) outside dim {d}; expand it")
+    # every source entry j against every target position t of its slice: (..., j, t, ...)
+    # (one_hot checks the index's range, as scatter does)
+    here = shape_ops.movedim(one_hot(index, input.shape[d]).to(dtypes.bool_), -1, d + 1)
+    big = np.inf if input.is_floating_point() else np.iinfo(dtypes.to_np(input.dtype)).max
+    neutral = {"amax": -big, "amin": big, "prod": 1}[reduce]
+    candidates = elementwise.where(here, shape_ops.unsqueeze(src, d + 1), neutral)
+    combine = {"amax": red.amax, "amin": red.amin, "prod": red.prod}[reduce]
+    if include_self:
+        return combine(shape_ops.cat([shape_ops.unsqueeze(input, d), candidates], d), d)
+    return elementwise.where(hit, combine(candidates, d), input)
 
 
 def _vector_index(name, index):
@@ -1199,6 +1246,7 @@ METHODS = {
     "__getitem__": getitem, "__setitem__": setitem,
     "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
     "scatter_": inplace(scatter), "scatter_add_": inplace(scatter_add),
+    "scatter_reduce": scatter_reduce, "scatter_reduce_": inplace(scatter_reduce),
     "index_select": index_select, "index_add": index_add, "index_add_": inplace(index_add),
     "index_put": index_put, "index_put_": inplace(index_put),
     "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),

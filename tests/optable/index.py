@@ -218,3 +218,30 @@ CASES += [
                [[1.0, np.nan, 0.0, np.nan, -1.0], [2.0, 2.0, 1.0, 1.0, 3.0]], dt))],
            "nan", dtypes=("float32", "float64"), grad=False),
 ]
+
+# scatter_reduce: "sum"/"mean" as scatter-adds, "amax"/"amin"/"prod" as a reduction over
+# each target's candidates (ties share the gradient, as torch's)
+CASES += [
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum", include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3))], "scatter_reduce-sum"),
+    OpCase("index_put", lambda m, a, i, s: m.scatter_reduce(a, 1, i, s, "mean"),
+           [In((3, 4)), idx(3, 5, high=4), In((3, 5))], "scatter_reduce-mean",
+           dtypes=ALL_FLOATS),
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "mean",
+                                                            include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3))], "scatter_reduce-mean-alone"),
+    OpCase("amax", lambda m, a, i, s: a.scatter_reduce(0, i, s, "amax"),
+           [In((4, 3), "distinct"), idx(6, 3, high=4), In((6, 3), "distinct")],
+           "scatter_reduce-amax", dtypes=ALL_FLOATS),
+    OpCase("amax", lambda m, a, i, s: a.scatter_reduce(1, i, s, "amax", include_self=False),
+           [In((3, 4)), idx(3, 6, high=4), In((3, 6), "distinct")],
+           "scatter_reduce-amax-alone"),
+    OpCase("amin", lambda m, a, i, s: a.scatter_reduce(0, i, s, "amin", include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3), "distinct")],
+           "scatter_reduce-amin"),
+    OpCase("prod", lambda m, a, i, s: a.scatter_reduce(0, i, s, "prod"),
+           [In((4, 3), "pos"), idx(5, 3, high=4), In((5, 3), "pos")], "scatter_reduce-prod"),
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum"),
+           [In((4, 3), "int"), idx(5, 3, high=4), In((5, 3), "int")], "scatter_reduce-int",
+           grad=False),
+]
