@@ -34,9 +34,12 @@ ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceive
 # (and the fourth round's: higher-order gradients, scans, rendering, decoding, schedules)
 ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
            "conformer", "tab_transformer"]
+# (and the fifth round's: Hugging Face-, timm- and gpt-fast-style code, scatter_reduce graph
+# nets, metric learning, relative attention, packed seq2seq with attention, char-RNN)
+ROUND_5 = ["gpt2_hf"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
-FEWER_STEPS.update(dict.fromkeys(ROUND_4, 4))
+FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5, 4))
 
 
 @functools.cache
@@ -54,7 +57,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4
+    + ROUND_4 + ROUND_5
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -74,7 +77,10 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # ReduceLROnPlateau halves lr twice; moe's pieces: one per expert between the breaks;
 # maml's compiled model runs on its own parameters, on adapted ones, and on first-order
 # adapted ones under no_grad; nerf's hand-decayed lr changes at every step from the second
-EXTRA_GRAPHS = {"hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+# gpt2_hf's compiled model is called to train, to prefill, and to decode with a cache one
+# longer at each step (past length + 1 is no symbolic dim: a graph per length, 2 here), and
+# without labels at the end
+EXTRA_GRAPHS = {"gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
