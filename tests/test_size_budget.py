@@ -307,9 +307,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +200, the package root +10 and the core +210 (issue 26, missing names real programs
 # use): logaddexp(2), logcumsumexp and cummax/cummin's positions as primitives; diag_embed,
 # index_fill/index_copy, masked_scatter, kthvalue, nansum/nanmean, scatter_reduce as
-# composites; torch's memory-format constants.
-CORE_BUDGET = 25_535
-BUDGETS = {".": 1_770, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_865, "cli": 320,
+# composites; torch's memory-format constants. capture/ +20 and the core +20: a generator
+# drawn from by a forward's helper (only the code's globals name it) is seen (it was baked).
+CORE_BUDGET = 25_555
+BUDGETS = {".": 1_770, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_885, "cli": 320,
            "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_305, "ops": 8_040,
            "passes": 3_280, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
