@@ -37,7 +37,7 @@ ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
 # (and the fifth round's: Hugging Face-, timm- and gpt-fast-style code, scatter_reduce graph
 # nets, metric learning, relative attention, packed seq2seq with attention, char-RNN)
 ROUND_5 = ["gpt2_hf", "llava_kvcache", "graph_sage", "metric_learning", "vit_timm",
-           "transformer_xl"]
+           "transformer_xl", "chatbot_attention"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5, 4))
@@ -87,8 +87,11 @@ EXTRA_GRAPHS = {"gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it);
-# metric_learning's adaptive margin picks its ``kthvalue`` k with ``.item()``
-BREAKS = {"unet": 1, "actor_critic": 1, "metric_learning": 1}
+# metric_learning's adaptive margin picks its ``kthvalue`` k with ``.item()``;
+# chatbot_attention's step (the tutorial's) packs by the lengths' values, makes the next
+# input with ``torch.LongTensor([[topi[i][0] ...]])``, and reads each step's loss and mask
+# count with ``.item()`` after ``masked_select`` (12 breaks in its 4 steps)
+BREAKS = {"unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too)
 MODEL_BREAKS = {"moe": 2}
