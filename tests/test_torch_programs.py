@@ -37,7 +37,8 @@ ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
 # (and the fifth round's: Hugging Face-, timm- and gpt-fast-style code, scatter_reduce graph
 # nets, metric learning, relative attention, packed seq2seq with attention, char-RNN)
 ROUND_5 = ["gpt2_hf", "llava_kvcache", "graph_sage", "metric_learning", "vit_timm",
-           "transformer_xl", "chatbot_attention", "char_rnn"]
+           "transformer_xl", "chatbot_attention", "char_rnn",
+           "mha_pooling"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5, 4))
