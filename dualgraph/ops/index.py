@@ -580,9 +580,9 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     from it alone), as ``torch.scatter_reduce``; the gradient of "amax"/"amin" is shared
     among the tied entries, as torch's (without ``include_self``, torch also counts an
     input equal to the result among them, and gives it nothing; this does not count it).
-    "sum" and "mean" are scatter-adds; the others
-    compare each target position with every source entry of its slice, so they cost
-    (entries along ``dim``) x (positions along ``dim``) per slice."""
+    "sum" and "mean" are scatter-adds; the others compare each target position with every
+    source entry of its slice, so they cost (entries along ``dim``) x (positions along
+    ``dim``) per slice."""
     if reduce not in ("sum", "mean", "amax", "amin", "prod"):
         raise ValueError(f"scatter_reduce: reduce must be 'sum', 'mean', 'amax', 'amin' or "
                          f"'prod', got {reduce!r}")
