@@ -17,6 +17,8 @@ from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  
                      float64, get_default_dtype, half, int, int32, int64, long,
                      set_default_dtype)
 from .dtypes import DType as dtype  # noqa: F401
+from .dtypes import (MemoryFormat as memory_format, channels_last,  # noqa: F401
+                     channels_last_3d, contiguous_format, preserve_format)
 from .ops.control import cond, scan, while_loop  # noqa: F401
 from .ops.conv import *  # noqa: F401,F403
 from .ops.creation import *  # noqa: F401,F403

@@ -79,6 +79,37 @@ _ANY_BY_NP = {d.np: d for d in ALL + EXTRA}
 _BY_NAME = {d.name: d for d in ALL + EXTRA}
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32)
 
+class MemoryFormat:
+    """torch's memory formats (``dg.contiguous_format``, ``preserve_format``,
+    ``channels_last``, ``channels_last_3d``), accepted where torch takes
+    ``memory_format=``. dualgraph lays every new tensor out row-major, so each gives a
+    row-major result: the values are torch's, only the strides of a channels-last tensor
+    differ (which no op reads)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"dualgraph.{self.name}"
+
+    def __reduce__(self):
+        return self.name   # a module-level singleton, copied and pickled by name
+
+
+contiguous_format = MemoryFormat("contiguous_format")
+preserve_format = MemoryFormat("preserve_format")
+channels_last = MemoryFormat("channels_last")
+channels_last_3d = MemoryFormat("channels_last_3d")
+
+
+def check_memory_format(memory_format, fn: str) -> None:
+    """Raise a ``TypeError`` naming ``fn`` unless ``memory_format`` is None or one of
+    torch's memory formats."""
+    if memory_format is not None and not isinstance(memory_format, MemoryFormat):
+        raise TypeError(f"{fn}(): memory_format must be a memory format such as "
+                        f"dg.contiguous_format, got {memory_format!r}")
+
+
 _default_float = float32.np
 
 

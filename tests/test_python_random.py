@@ -125,3 +125,37 @@ def test_optimiser_state_made_in_the_first_call_is_kept(opt):
     x, eager, compiled = dg.randn(4, 3), make(), dg.compile(make())
     for _ in range(4):
         np.testing.assert_allclose(compiled(x).item(), eager(x).item(), rtol=1e-5)
+
+
+MASK_RNG = np.random.default_rng(5)
+
+
+def _keep_mask(x, keep):
+    """A per-sample keep mask drawn from a module-level generator (timm's ``drop_path``
+    written with NumPy draws): no attribute of the model names the generator."""
+    drawn = (MASK_RNG.random((x.shape[0], 1)) < keep).astype(np.float32)
+    return dg.from_numpy(drawn) / keep
+
+
+class _DropPath(nn.Module):
+    def forward(self, x):
+        return x * _keep_mask(x, 0.5)
+
+
+@pytest.mark.parametrize("what", ["module", "step"])
+def test_a_generator_only_a_forward_helper_names_is_seen(what):
+    """The generator is reached through the module class's forward and the helper it
+    calls (their globals), not through the model's attributes: it was not, and the
+    compiled calls repeated the first trace's mask (a silent difference)."""
+    model = nn.Sequential(nn.Linear(3, 3), _DropPath())
+    x = dg.ones(6, 3)
+
+    def run(fn):
+        MASK_RNG.bit_generator.state = np.random.default_rng(5).bit_generator.state
+        return [fn(x).detach().numpy() for _ in range(6)]
+
+    eager = run(model)
+    compiled = dg.compile(model) if what == "module" else dg.compile(lambda t: model(t) * 2)
+    got = run(compiled)
+    for e, g in zip(eager, got):
+        np.testing.assert_allclose(g, e * (2 if what == "step" else 1), rtol=1e-6)

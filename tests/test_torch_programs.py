@@ -34,9 +34,14 @@ ROUND_3 = ["swin", "moe", "simclr", "yolo", "bilstm_crf", "amp_accum", "perceive
 # (and the fourth round's: higher-order gradients, scans, rendering, decoding, schedules)
 ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
            "conformer", "tab_transformer"]
+# (and the fifth round's: Hugging Face-, timm- and gpt-fast-style code, scatter_reduce graph
+# nets, metric learning, relative attention, packed seq2seq with attention, char-RNN)
+ROUND_5 = ["gpt2_hf", "llava_kvcache", "graph_sage", "metric_learning", "vit_timm",
+           "transformer_xl", "chatbot_attention", "char_rnn",
+           "mha_pooling"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
-FEWER_STEPS.update(dict.fromkeys(ROUND_4, 4))
+FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5, 4))
 
 
 @functools.cache
@@ -54,7 +59,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4
+    + ROUND_4 + ROUND_5
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -74,13 +79,20 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # ReduceLROnPlateau halves lr twice; moe's pieces: one per expert between the breaks;
 # maml's compiled model runs on its own parameters, on adapted ones, and on first-order
 # adapted ones under no_grad; nerf's hand-decayed lr changes at every step from the second
-EXTRA_GRAPHS = {"hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+# gpt2_hf's compiled model is called to train, to prefill, and to decode with a cache one
+# longer at each step (past length + 1 is no symbolic dim: a graph per length, 2 here), and
+# without labels at the end
+EXTRA_GRAPHS = {"gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
-# ``R - value.item()`` (each piece before the break is a graph, and one after it)
-BREAKS = {"unet": 1, "actor_critic": 1}
+# ``R - value.item()`` (each piece before the break is a graph, and one after it);
+# metric_learning's adaptive margin picks its ``kthvalue`` k with ``.item()``;
+# chatbot_attention's step (the tutorial's) packs by the lengths' values, makes the next
+# input with ``torch.LongTensor([[topi[i][0] ...]])``, and reads each step's loss and mask
+# count with ``.item()`` after ``masked_select`` (12 breaks in its 4 steps)
+BREAKS = {"unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too)
 MODEL_BREAKS = {"moe": 2}

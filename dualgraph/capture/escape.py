@@ -166,6 +166,38 @@ def reachable(roots: dict, cls) -> list:
     return found
 
 
+def user_code(roots: dict) -> dict:
+    """``{name: function}``: the functions defined by the classes (outside dualgraph) of the
+    objects reachable from ``roots``, and the functions outside dualgraph that those name
+    as globals, transitively. A walk reaches an object's attributes, not the code its class
+    runs, whose globals may name state too (a ``forward`` calling a helper that draws from
+    a module-level generator); these are roots to walk for that."""
+    found = {}
+
+    def add(name, fn):
+        if id(fn) in seen or (fn.__module__ or "").startswith("dualgraph"):
+            return
+        seen.add(id(fn))
+        found[name] = fn
+        glob = fn.__globals__
+        for k in fn.__code__.co_names:
+            if isinstance(glob.get(k), types.FunctionType):
+                add(k, glob[k])
+
+    def visit(path, obj, container, key):
+        for cls in type(obj).__mro__:
+            if not cls.__module__.startswith(("dualgraph", "builtins")):
+                for k, v in vars(cls).items():
+                    if isinstance(v, types.FunctionType):
+                        add(f"{cls.__qualname__}.{k}", v)
+
+    seen = set()
+    _walk(roots, visit, leaf=_ignore)
+    for fn in [f for f in roots.values() if isinstance(f, types.FunctionType)]:
+        add(fn.__qualname__, fn)
+    return found
+
+
 def _name(path, names: dict) -> str:
     """The name of the object a walk reached by ``path`` (a root's name, or ``(parent's
     path, "[" or ".", key)``): ``model.cache['mask']``, ``opt.state[fc.weight]``;

@@ -25,7 +25,7 @@ import random
 import numpy as np
 
 from ..errors import CaptureError
-from .escape import reachable
+from .escape import user_code, reachable
 from .records import _name
 
 _GLOBAL_NUMPY = np.random.mtrand._rand   # (what np.random.uniform() draws from)
@@ -40,7 +40,9 @@ class Draws:
         self.generators = [random._inst]
         if every:
             self.generators.append(_GLOBAL_NUMPY)
-            for _, g in reachable(roots, _KINDS):
+            # (also through the code of their classes: a module's forward may draw from a
+            # generator that only its module's globals name)
+            for _, g in reachable({**roots, **user_code(roots)}, _KINDS):
                 if all(g is not known for known in self.generators):
                     self.generators.append(g)
         self.before = [_state(g) for g in self.generators]

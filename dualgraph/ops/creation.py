@@ -171,9 +171,12 @@ FULL_LIKE = defop("full_like", _full_like_kernel,
                   shape_only=True)
 
 
-def full_like(x, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor shaped like ``x`` filled with ``fill_value`` (traces with symbolic shapes)."""
+def full_like(x, fill_value, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    """A tensor shaped like ``x`` filled with ``fill_value`` (traces with symbolic shapes);
+    ``memory_format`` is checked and read as row-major (dtypes.MemoryFormat)."""
     devices.check(device)
+    dtypes.check_memory_format(memory_format, "full_like")
     dt = x._data.dtype if dtype is None else dtypes.to_np(dtype)
     out = apply(FULL_LIKE, x, fill_value=fill_value, dtype=dt)
     if requires_grad:
@@ -181,15 +184,18 @@ def full_like(x, fill_value, dtype=None, device=None, requires_grad=False) -> Te
     return out
 
 
-def zeros_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros_like(x, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
     return full_like(x, 0, dtype, device, requires_grad)
 
 
-def ones_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones_like(x, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
     return full_like(x, 1, dtype, device, requires_grad)
 
 
-def empty_like(x, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty_like(x, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
     return full_like(x, 0, dtype, device, requires_grad)
 
 
@@ -291,18 +297,21 @@ def _multinomial_weights(input, num_samples, replacement) -> np.ndarray:
     return weights
 
 
-def rand_like(x, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def rand_like(x, generator=None, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
     return rand(tuple(x.shape), generator=generator, dtype=dtype or x.dtype, device=device,
                   requires_grad=requires_grad)
 
 
-def randn_like(x, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn_like(x, generator=None, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
     return randn(tuple(x.shape), generator=generator, dtype=dtype or x.dtype, device=device,
                   requires_grad=requires_grad)
 
 
-def clone(x) -> Tensor:
-    """A copy with its own storage; gradients flow through it."""
+def clone(x, *, memory_format=None) -> Tensor:
+    """A copy with its own storage, row-major; gradients flow through it."""
+    dtypes.check_memory_format(memory_format, "clone")
     return apply(CLONE, x)
 
 

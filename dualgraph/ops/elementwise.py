@@ -37,7 +37,8 @@ __all__ = [
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2", "arctan2",
-    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num",
+    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
+    "logaddexp2",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
     "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
@@ -464,6 +465,64 @@ def atan2(input, other):
 
 
 arctan2 = atan2
+
+
+def onnx_logaddexp(e, a, b, dtype, base2=False):
+    """ONNX nodes for ``log(exp(a) + exp(b))`` (base 2 with ``base2``), which ONNX lacks:
+    the larger plus ``log(1 + exp(-|a - b|))``, the gap read as 0 where ``a == b`` (two
+    infinities of one sign, whose difference is NaN)."""
+    scale = LN2 if base2 else 1.0
+    gap = e.op("Neg", [e.op("Abs", [e.op("Sub", [a, b])])])
+    gap = e.op("Where", [e.op("Equal", [a, b]), e.scalar(0, dtype, "zero"), gap])
+    if base2:
+        gap = e.op("Mul", [gap, e.scalar(scale, dtype, "ln2")])
+    more = e.op("Log", [e.op("Add", [e.scalar(1, dtype, "one"), e.op("Exp", [gap])])])
+    if base2:
+        more = e.op("Div", [more, e.scalar(scale, dtype, "ln2")])
+    return e.op("Add", [e.op("Max", [a, b]), more])
+
+
+def _logaddexp_op(name, ufunc, base2):
+    """``logaddexp`` / ``logaddexp2``: a primitive, because ``max + log1p(exp(-|a - b|))``
+    as ops is NaN where both are the same infinity; the gradient of each input is its
+    share, ``sigmoid((a - b) * ln base)``, as torch's ``grad / (1 + exp(b - a))``."""
+    scale = LN2 if base2 else 1.0
+
+    def vjp(g, out, a, b):
+        share = sigmoid((a - b) * scale)
+        return (unbroadcast(g * share, a) if needs_grad(a) else None,
+                unbroadcast(g * (1.0 - share), b) if needs_grad(b) else None)
+
+    def export(e, node):
+        dtype = node.outputs[0].dtype
+        return [onnx_logaddexp(e, *e.inputs(dtype), dtype, base2)]
+    def kernel(a, b):
+        dt = float_result_type(a, b)
+        if dt.itemsize >= 4:
+            return ufunc(cast(a, dt), cast(b, dt))
+        return ufunc(cast(a, np.float32), cast(b, np.float32)).astype(dt)   # (halves)
+    kernel.__name__ = ufunc.__name__
+    return defop(name, kernel, infer_binary_float, vjp=vjp,
+                 elementwise=f"{ufunc.__name__}({{0}}, {{1}})", onnx=export,
+                 autocast="float32", commutative=True)
+
+
+LOGADDEXP = _logaddexp_op("logaddexp", np.logaddexp, base2=False)
+LOGADDEXP2 = _logaddexp_op("logaddexp2", np.logaddexp2, base2=True)
+
+
+def logaddexp(input, other):
+    """``log(exp(input) + exp(other))`` without overflow, as ``torch.logaddexp``.
+
+    >>> dg.logaddexp(dg.tensor([0.0]), dg.tensor([0.0]))
+    tensor([0.6931])
+    """
+    return apply(LOGADDEXP, as_operand(input), as_operand(other))
+
+
+def logaddexp2(input, other):
+    """``log2(2 ** input + 2 ** other)`` without overflow, as ``torch.logaddexp2``."""
+    return apply(LOGADDEXP2, as_operand(input), as_operand(other))
 
 
 def sinh(x):
@@ -1608,7 +1667,7 @@ METHODS = {
     **_OUT_OF_PLACE,
     **{name + "_": inplace(fn) for name, fn in _IN_PLACE.items()},
     "fill_": fill_, "zero_": zero_, "copy_": copy_, "where": _where_method,
-    "isclose": isclose,
+    "isclose": isclose, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
     "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
     "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,

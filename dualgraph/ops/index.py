@@ -33,7 +33,8 @@ from .opdef import defop
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
            "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
-           "diagonal", "bincount", "searchsorted", "bucketize"]
+           "diagonal", "bincount", "searchsorted", "bucketize", "diag_embed", "index_fill",
+           "index_copy", "scatter_reduce", "masked_scatter", "kthvalue", "cummax", "cummin"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -614,6 +615,53 @@ def scatter_add(input, dim, index, src):
     return scatter(input, dim, index, src, reduce="add")
 
 
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """``input`` with each ``src[i][j][k]`` combined into ``input[i][index[i][j][k]][k]``
+    (dim 1) by ``reduce``: "sum", "mean", "amax", "amin" or "prod", the input's own value
+    taking part where ``include_self`` (else a position that receives something starts
+    from it alone), as ``torch.scatter_reduce``; the gradient of "amax"/"amin" is shared
+    among the tied entries, as torch's (without ``include_self``, torch also counts an
+    input equal to the result among them, and gives it nothing; this does not count it).
+    "sum" and "mean" are scatter-adds; the others compare each target position with every
+    source entry of its slice, so they cost (entries along ``dim``) x (positions along
+    ``dim``) per slice."""
+    if reduce not in ("sum", "mean", "amax", "amin", "prod"):
+        raise ValueError(f"scatter_reduce: reduce must be 'sum', 'mean', 'amax', 'amin' or "
+                         f"'prod', got {reduce!r}")
+    d = normalize_dim(dim, input.ndim)
+    _grid(input, d, index, "scatter_reduce")   # (checks the index)
+    src = _scatter_values(src, index, input)
+    if tuple(src.shape) != tuple(index.shape):
+        src = shape_ops.slice_dims(src, [(0, n, 1) for n in index.shape])
+    # (where a position receives nothing, the result is the input, include_self or not)
+    hit = None if include_self else \
+        scatter(creation.zeros_like(input, dtype=dtypes.bool_), d, index, True)
+    base = input if include_self else elementwise.where(hit, 0, input)
+    if reduce in ("sum", "mean"):
+        total = scatter_add(base, d, index, src)
+        if reduce == "sum":
+            return total
+        ones = creation.ones_like(input)
+        count = scatter_add(ones if include_self else elementwise.where(hit, 0, ones), d,
+                            index, creation.ones_like(src))
+        return total / count if input.is_floating_point() else \
+            elementwise.floor_divide(total, count)
+    if any(i != n for k, (i, n) in enumerate(zip(index.shape, input.shape)) if k != d):
+        raise NotImplementedError(f"scatter_reduce(reduce={reduce!r}): the index (shape "
+                                  f"{tuple(index.shape)}) must cover the input (shape "
+                                  f"{tuple(input.shape)}) outside dim {d}; expand it")
+    # every source entry j against every target position t of its slice: (..., j, t, ...)
+    # (one_hot checks the index's range, as scatter does)
+    here = shape_ops.movedim(one_hot(index, input.shape[d]).to(dtypes.bool_), -1, d + 1)
+    big = np.inf if input.is_floating_point() else np.iinfo(dtypes.to_np(input.dtype)).max
+    neutral = {"amax": -big, "amin": big, "prod": 1}[reduce]
+    candidates = elementwise.where(here, shape_ops.unsqueeze(src, d + 1), neutral)
+    combine = {"amax": red.amax, "amin": red.amin, "prod": red.prod}[reduce]
+    if include_self:
+        return combine(shape_ops.cat([shape_ops.unsqueeze(input, d), candidates], d), d)
+    return elementwise.where(hit, combine(candidates, d), input)
+
+
 def _vector_index(name, index):
     if index.ndim > 1 or index._data.dtype.kind not in "iu":
         raise TypeError(f"{name}(): index must be a 0-d or 1-d integer tensor, got shape "
@@ -640,6 +688,34 @@ def index_add(input, dim, index, source, *, alpha=1):
                          f"dim {d} of shape {tuple(input.shape)} by {index.shape[0]} entries "
                          f"needs {want}")
     return index_put_dims(input, source, [index], (d,), accumulate=True)
+
+
+def index_copy(input, dim, index, source):
+    """``input`` with ``input[..., index[i], ...] = source[..., i, ...]`` along ``dim``, as
+    ``torch.index_copy`` (with duplicates in ``index``, which of them lands is unspecified,
+    as in torch)."""
+    d = normalize_dim(dim, input.ndim)
+    index = _vector_index("index_copy", index)
+    want = _infer_index(input, index, dims=(d,)).shape
+    if tuple(source.shape) != want:
+        raise ShapeError(f"index_copy(): source has shape {tuple(source.shape)}, but indexing "
+                         f"dim {d} of shape {tuple(input.shape)} by {index.shape[0]} entries "
+                         f"needs {want}")
+    return index_put_dims(input, source, [index], (d,))
+
+
+def index_fill(input, dim, index, value):
+    """``input`` with ``value`` (a number or 0-d tensor) at the positions ``index`` of
+    ``dim``, as ``torch.index_fill``: a ``where`` over a mask of those positions, so a
+    tensor ``value`` gets the gradient of each filled entry once, however often ``index``
+    names it (torch's rule)."""
+    d = normalize_dim(dim, input.ndim)
+    index = _vector_index("index_fill", index)
+    n = input.shape[d]
+    hit = index_put_dims(creation.zeros(n, dtype=dtypes.bool_), True, [index], (0,))
+    # (the mask broadcasts over the dims after d; the ones before it broadcast anyway)
+    return masked_fill(input, shape_ops.reshape(hit, (n,) + (1,) * (input.ndim - d - 1)),
+                       value)
 
 
 def index_put(input, indices, values, accumulate=False):
@@ -691,6 +767,25 @@ def masked_select(input, mask):
     """The 1-d tensor of the entries of ``input`` where ``mask`` (broadcast) is True."""
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
     return getitem(shape_ops.expand(input, shape), shape_ops.expand(mask, shape))
+
+
+def masked_scatter(input, mask, source):
+    """``input`` with the entries where ``mask`` (broadcast) is True taken from ``source``'s
+    elements in order, as ``torch.masked_scatter``: the k-th True entry (row-major) reads
+    ``source.flatten()[k]``, a gather at the mask's running count, so it traces with static
+    shapes and ``source`` gets the gradient of the entries it filled (a source with fewer
+    elements than True entries is an IndexError of that gather, eager and compiled)."""
+    if mask.dtype != dtypes.bool_:
+        raise TypeError(f"masked_scatter expects a bool mask, got {mask.dtype!r}")
+    shape = tuple(input.shape)
+    if broadcast_shapes(shape, tuple(mask.shape)) != shape:
+        raise ShapeError(f"masked_scatter: the mask of shape {tuple(mask.shape)} does not "
+                         f"broadcast to the input's shape {shape}")
+    flat = shape_ops.reshape(shape_ops.expand(mask, shape), (-1,))
+    position = elementwise.clamp_min(red.cumsum(flat, 0) - 1, 0)
+    taken = index_select(shape_ops.reshape(source, (-1,)), 0, position)
+    return elementwise.where(mask, shape_ops.reshape(shape_ops.cast_like(taken, input), shape),
+                             input)
 
 
 def _infer_trilu(x, diagonal, upper):
@@ -845,13 +940,31 @@ def diag(input, diagonal=0):
         return _diagonal_of(input, diagonal)
     if input.ndim != 1:
         raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {tuple(input.shape)}")
-    k = abs(diagonal)
-    n = input.shape[0] + k
-    mask = creation.constant(np.eye(n, k=diagonal, dtype=bool))
-    # the entry for row i (diagonal >= 0) or column j (< 0) is input[i] / input[j]
-    values = shape_ops.cat([input, creation.zeros(k, dtype=input.dtype)]) if k else input
-    values = shape_ops.unsqueeze(values, 1 if diagonal >= 0 else 0)
-    return elementwise.where(mask, values, 0)
+    return diag_embed(input, diagonal)
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Each vector of ``input``'s last dim laid on the ``offset`` diagonal of a square
+    matrix of zeros whose rows and columns are the result's dims ``dim1`` and ``dim2``, as
+    ``torch.diag_embed`` (``diag`` of a 1-d tensor is its 2-d case).
+
+    >>> dg.diag_embed(dg.tensor([[1.0, 2.0]])).shape
+    dualgraph.Size([1, 2, 2])
+    """
+    d1, d2 = normalize_dim(dim1, input.ndim + 1), normalize_dim(dim2, input.ndim + 1)
+    if d1 == d2:
+        raise ValueError(f"diag_embed: dim1 and dim2 are both dim {d1}; give two dims")
+    k = abs(offset)
+    n = input.shape[-1] + k
+    mask = creation.constant(np.eye(n, k=offset, dtype=bool))
+    # the entry for row i (offset >= 0) or column j (< 0) is input[..., i] / input[..., j]
+    values = input
+    if k:
+        values = shape_ops.cat([input, creation.zeros(tuple(input.shape[:-1]) + (k,),
+                                                      dtype=input.dtype)], -1)
+    values = shape_ops.unsqueeze(values, -1 if offset >= 0 else -2)
+    out = elementwise.where(mask, values, 0)
+    return shape_ops.movedim(out, (-2, -1), (d1, d2))
 
 
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
@@ -953,6 +1066,76 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
         return TopKResult(input, indices)
     indices = shape_ops.narrow(indices, d, 0, k)
     return TopKResult(gather(input, d, indices), indices)
+
+
+KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
+
+
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """The ``k``-th smallest entry along ``dim`` (``k`` from 1) and its position, as
+    ``torch.kthvalue``: the ``k - 1``-th of a stable sort, so its value carries the
+    gradient (among equal values the position may be another of them than torch's)."""
+    d = normalize_dim(dim, input.ndim) if input.ndim else 0
+    n = input.shape[d] if input.ndim else 1
+    if not 1 <= k <= n:
+        raise IndexError(f"kthvalue: k={k} is out of range for dim {d} of size {n} (shape "
+                         f"{tuple(input.shape)}); k counts from 1")
+    values, indices = sort(input, d, stable=True)
+    if input.ndim == 0:
+        return KthvalueResult(values, indices)
+    pick = (lambda t: shape_ops.narrow(t, d, k - 1, 1)) if keepdim else \
+        (lambda t: shape_ops.select(t, d, k - 1))
+    return KthvalueResult(pick(values), pick(indices))
+
+
+def _cumulative_index_kernel(x, dim, largest):
+    """Where the running max (``largest``) or min along ``dim`` was last attained: the
+    latest of equal extremes, and a NaN's own position from it on, as torch's loop."""
+    w = np.moveaxis(x, dim, -1)
+    if w.dtype.kind == "b":
+        w = w.view(np.uint8)
+    running = (np.maximum if largest else np.minimum).accumulate(w, axis=-1)
+    hit = w == running
+    if w.dtype.kind == "f":
+        hit |= np.isnan(w)
+    positions = np.where(hit, np.arange(w.shape[-1]), 0)
+    return row_major(np.moveaxis(np.maximum.accumulate(positions, axis=-1), -1, dim)
+                     .astype(_INT64))
+
+
+# Only the positions are a primitive: the values are a gather at them, whose gradient (a
+# scatter-add to those positions) is torch's cummax backward.
+CUMULATIVE_INDEX = defop("cumulative_index", _cumulative_index_kernel,
+                         lambda x, dim, largest: ShapedType(tuple(x.shape), _INT64),
+                         attrs=("dim", "largest"), saves="",
+                         doc="Where the running max (min) along dim was last attained.")
+
+CummaxResult = namedtuple("cummax", ["values", "indices"])
+CumminResult = namedtuple("cummin", ["values", "indices"])
+
+
+def _cumulative_extreme(input, dim, largest, result):
+    if input.ndim == 0:
+        return result(input, creation.zeros_like(input, dtype=dtypes.int64))
+    d = normalize_dim(dim, input.ndim)
+    indices = apply(CUMULATIVE_INDEX, input, dim=d, largest=largest)
+    return result(gather(input, d, indices), indices)
+
+
+def cummax(input, dim):
+    """The running maximum along ``dim`` and where it was (last) attained, as
+    ``torch.cummax``.
+
+    >>> dg.cummax(dg.tensor([1.0, 3.0, 2.0]), 0).indices
+    tensor([0, 1, 1])
+    """
+    return _cumulative_extreme(input, dim, True, CummaxResult)
+
+
+def cummin(input, dim):
+    """The running minimum along ``dim`` and where it was (last) attained, as
+    ``torch.cummin``."""
+    return _cumulative_extreme(input, dim, False, CumminResult)
 
 
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
@@ -1105,6 +1288,7 @@ METHODS = {
     "__getitem__": getitem, "__setitem__": setitem,
     "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
     "scatter_": inplace(scatter), "scatter_add_": inplace(scatter_add),
+    "scatter_reduce": scatter_reduce, "scatter_reduce_": inplace(scatter_reduce),
     "index_select": index_select, "index_add": index_add, "index_add_": inplace(index_add),
     "index_put": index_put, "index_put_": inplace(index_put),
     "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),
@@ -1113,4 +1297,8 @@ METHODS = {
     "topk": topk, "sort": sort, "quantile": quantile, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
     "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,
+    "diag_embed": diag_embed, "index_fill": index_fill, "index_fill_": inplace(index_fill),
+    "index_copy": index_copy, "index_copy_": inplace(index_copy),
+    "masked_scatter": masked_scatter, "masked_scatter_": inplace(masked_scatter),
+    "kthvalue": kthvalue, "cummax": cummax, "cummin": cummin,
 }

@@ -29,6 +29,7 @@ def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
         else:
             dtype = a
     devices.check(device)
+    dtypes.check_memory_format(memory_format, "to")
     if dtype is None or dtypes.to_np(dtype) == self._data.dtype:
         return creation.clone(self) if copy else self
     return elementwise.cast_to(self, dtype)

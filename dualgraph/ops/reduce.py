@@ -30,7 +30,7 @@ from .opdef import Reduction, defop
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "median",
            "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
-           "any", "count_nonzero", "softmax", "log_softmax", "allclose", "equal"]
+           "any", "nansum", "nanmean", "logcumsumexp", "count_nonzero", "softmax", "log_softmax", "allclose", "equal"]
 
 _max = max   # the builtin, before this module shadows it
 
@@ -259,6 +259,27 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
         raise TypeError(f"mean() of a {x.dtype!r} tensor: the result dtype can't be inferred; "
                         "pass dtype=dg.float32 or convert the input with .float()")
     return apply(MEAN, x, dims=normalize_dims(dim, x.ndim), keepdim=bool(keepdim))
+
+
+def _without_nans(x):
+    """``x`` with its NaNs read as 0 (their gradient 0, as torch's nansum)."""
+    return ew.where(ew.isnan(x), 0.0, x) if x.is_floating_point() else x
+
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """:func:`sum` with NaNs counted as 0, as ``torch.nansum``."""
+    return sum(_without_nans(input), dim, keepdim, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """:func:`mean` over the entries that are not NaN (NaN where all are), as
+    ``torch.nanmean``."""
+    x = _cast_arg(input, dtype)
+    if not x.is_floating_point():
+        raise TypeError(f"nanmean() of a {x.dtype!r} tensor: it needs a float tensor; "
+                        "pass dtype=dg.float32 or convert the input with .float()")
+    counted = sum(ew.logical_not(ew.isnan(x)), dim, keepdim)
+    return sum(_without_nans(x), dim, keepdim) / counted.to(x.dtype)
 
 
 def _prod_kernel(x, dims, keepdim):
@@ -795,24 +816,30 @@ def _cumprod_vjp(g, out, x, dim):
     return ew.where(before, divided, ew.where(first, skipped, 0.0))
 
 
-def _onnx_cumprod(e, node):
-    """cumprod -> a Scan along the dim carrying the running product (ONNX has no CumProd):
-    the same multiplications in the same order as the kernel's, from a carry of ones, in
-    float32 for half-precision inputs as the kernel computes them."""
-    x, dim, out = node.inputs[0], node.attrs["dim"], node.outputs[0].dtype
-    if [d for d in x.shape if not isinstance(d, int)]:   # (any is this module's any)
-        raise e.fail(f"cumprod of symbolic shape {tuple(x.shape)}", "export it static")
-    wide = np.dtype(np.float32) if out.kind in "fV" and out.itemsize < 4 else out   # (V: bf16)
-    row = ShapedType(tuple(d for k, d in enumerate(x.shape) if k != dim), wide)
+def _onnx_running(combine, start):
+    """An export of a running combination along the node's dim as an ONNX Scan carrying
+    the running value (ONNX has no CumProd, no LogCumSumExp): ``combine(sub, carry, x,
+    dtype)`` builds the next carry in the body from a carry of ``start`` (the
+    combination's neutral value), so the combinations come in the same order as the
+    kernel's, in float32 for half-precision inputs as the kernel computes them."""
+    def export(e, node):
+        x, dim, out = node.inputs[0], node.attrs["dim"], node.outputs[0].dtype
+        if [d for d in x.shape if not isinstance(d, int)]:   # (any is this module's any)
+            raise e.fail(f"{node.op.name} of symbolic shape {tuple(x.shape)}",
+                         "export it static")
+        wide = np.dtype(np.float32) if out.kind in "fV" and out.itemsize < 4 else out
+        row = ShapedType(tuple(d for k, d in enumerate(x.shape) if k != dim), wide)
 
-    def body(sub, formal):
-        product = sub.op("Mul", formal)
-        return [(product, row), (product, row)]
-    proto = e.subgraph(e.body_name("body"), [("product", row), ("x", row)], body)
-    start = e.const(np.ones(row.shape, wide), "ones")
-    _, products = e.outputs("Scan", [start, e.input(0, wide)], 2, body=proto,
-                            num_scan_inputs=1, scan_input_axes=[dim], scan_output_axes=[dim])
-    return [products if wide == out else e.cast(products, out)]
+        def body(sub, formal):
+            combined = combine(sub, *formal, wide)
+            return [(combined, row), (combined, row)]
+        proto = e.subgraph(e.body_name("body"), [("carry", row), ("x", row)], body)
+        carry = e.const(np.full(row.shape, start, wide), "start")
+        _, running = e.outputs("Scan", [carry, e.input(0, wide)], 2, body=proto,
+                               num_scan_inputs=1, scan_input_axes=[dim],
+                               scan_output_axes=[dim])
+        return [running if wide == out else e.cast(running, out)]
+    return export
 
 
 def _from_onnx_cumprod(b, xs, attrs):
@@ -835,7 +862,8 @@ def _from_onnx_cumprod(b, xs, attrs):
 
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
                 attrs=("dim",),
-                onnx=_onnx_cumprod,
+                onnx=_onnx_running(lambda sub, carry, x, dtype: sub.op("Mul", [carry, x]),
+                                   1),
                 onnx_import={"CumProd": _from_onnx_cumprod},
                 autocast="float32")
 
@@ -844,6 +872,42 @@ def cumprod(input, dim, *, dtype=None):
     """Running product along ``dim``, as ``torch.cumprod``."""
     x = _cast_arg(input, dtype)
     return apply(CUMPROD, x, dim=normalize_dim(dim, x.ndim))
+
+
+def _logcumsumexp_kernel(x, dim):
+    return np.logaddexp.accumulate(_widen(x), axis=dim).astype(x.dtype)
+
+
+def _logcumsumexp_vjp(g, out, x, dim):
+    """torch's: the gradient's positive and negative parts, each through a reverse
+    logcumsumexp of ``log|g| - out``, so no exponential overflows."""
+    def reverse(t):
+        return shape_ops.flip(apply(LOGCUMSUMEXP, shape_ops.flip(t, (dim,)), dim=dim), (dim,))
+    lowest = float(np.finfo(dtypes.to_np(g.dtype)).min)
+    log_abs = ew.log(_nonzero_or_one(ew.abs(g)))   # (a zero's part is `lowest` below)
+    parts = [ew.exp(reverse(ew.where(sign, log_abs, lowest) - out) + x)
+             for sign in (ew.gt(g, 0), ew.lt(g, 0))]
+    return parts[0] - parts[1]
+
+
+LOGCUMSUMEXP = defop("logcumsumexp", _logcumsumexp_kernel,
+                     lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
+                     vjp=_logcumsumexp_vjp, attrs=("dim",), saves="io",
+                     onnx=_onnx_running(ew.onnx_logaddexp, -np.inf),
+                     autocast="float32")
+
+
+def logcumsumexp(input, dim):
+    """``log(cumsum(exp(x)))`` along ``dim`` without overflow or underflow (a running
+    ``logaddexp``), as ``torch.logcumsumexp``.
+
+    >>> dg.tensor([0.0, 0.0]).logcumsumexp(0)
+    tensor([0.0000, 0.6931])
+    """
+    _require_float(input, "logcumsumexp")
+    if input.ndim == 0:
+        return apply(LOGCUMSUMEXP, shape_ops.reshape(input, (1,)), dim=0).reshape(())
+    return apply(LOGCUMSUMEXP, input, dim=normalize_dim(dim, input.ndim))
 
 
 # -- logical reductions ------------------------------------------------------------------------
@@ -1060,5 +1124,6 @@ METHODS = {
     "amin": amin, "argmax": argmax, "argmin": argmin, "median": median, "var": var,
     "std": std, "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
     "all": all, "any": any, "count_nonzero": count_nonzero, "softmax": softmax,
-    "log_softmax": log_softmax, "allclose": allclose, "equal": equal,
+    "log_softmax": log_softmax, "allclose": allclose, "equal": equal, "nansum": nansum,
+    "nanmean": nanmean, "logcumsumexp": logcumsumexp,
 }

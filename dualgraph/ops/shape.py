@@ -852,7 +852,9 @@ def tile(input, dims):
 
 def contiguous(self, memory_format=None):
     """This tensor when its elements lie in row-major order (``is_contiguous()``), else a
-    row-major copy, as torch's; traced, where eager would copy (ops/views.py)."""
+    row-major copy, as torch's; traced, where eager would copy (ops/views.py). Any
+    ``memory_format`` gives the row-major layout (dtypes.MemoryFormat)."""
+    dtypes.check_memory_format(memory_format, "contiguous")
     return self if views.is_contiguous(self) else creation.clone(self)
 
 

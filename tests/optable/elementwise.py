@@ -315,3 +315,20 @@ CASES += [
     OpCase("where", lambda m, a: m.nan_to_num(a * 0 + a.log()), [In((6,))],
            "nan_to_num-log", dtypes=F64, grad=False),
 ]
+
+# -- logaddexp / logaddexp2 (issue 26's missing names) ----------------------------------------
+CASES += [
+    OpCase("logaddexp", lambda m, a, b: m.logaddexp(a, b), [In((3, 4)), In((4,))], dtypes=ALL),
+    OpCase("logaddexp", lambda m, a, b: a.logaddexp(b * 30), [In((2, 3)), In((2, 3))], "far",
+           dtypes=F64),
+    # equal infinities, where max + log1p(exp(-|a - b|)) would be NaN (no gradient there)
+    OpCase("logaddexp", lambda m, a, b: m.logaddexp(a, b),
+           [fixed([-np.inf, np.inf, -np.inf, 0.0, 1e4]), fixed([-np.inf, np.inf, 2.0, 0.0, -1e4])],
+           "infinities", dtypes=F64, grad=False),
+    OpCase("logaddexp", lambda m, a: m.logaddexp(a, m.tensor(1.5)), [In((3,))], "scalar"),
+    OpCase("logaddexp2", lambda m, a, b: m.logaddexp2(a, b), [In((3, 4)), In((3, 1))],
+           dtypes=ALL),
+    OpCase("logaddexp2", lambda m, a, b: a.logaddexp2(b),
+           [fixed([-np.inf, np.inf, 3.0]), fixed([-np.inf, np.inf, -np.inf])], "infinities",
+           dtypes=F64, grad=False),
+]

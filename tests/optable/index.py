@@ -181,3 +181,67 @@ CASES += [
     OpCase("where", lambda m, a: m.diag(a, 2), [In((3,))], "diag-of-vector-above"),
     OpCase("where", lambda m, a: a.diag(-1), [In((2,))], "diag-of-vector-below"),
 ]
+
+# issue 26's missing names: index_copy / index_fill / masked_scatter / diag_embed (composites
+# of index_put and where), kthvalue (of a sort), cummax / cummin (cumulative_index + gather)
+CASES += [
+    OpCase("index_put", lambda m, a, i, s: a.index_copy(1, i, s),
+           [In((3, 5)), distinct((3,), 0, 5), In((3, 3))], "index_copy"),
+    OpCase("index_put", lambda m, a, i, s: m.index_copy(a, 0, i, s),
+           [In((4, 2)), distinct((2,), 0, 4), In((2, 2))], "index_copy-rows",
+           dtypes=ALL_FLOATS),
+    OpCase("where", lambda m, a, i: a.index_fill(1, i, -1.5), [In((3, 5)), idx(4, high=5)],
+           "index_fill", dtypes=ALL_FLOATS),
+    # a tensor value: its gradient counts each filled entry once (index has repeats)
+    OpCase("where", lambda m, a, v: a.index_fill(0, m.tensor([2, 0, 2]), v),
+           [In((4, 3)), In(())], "index_fill-tensor"),
+    OpCase("where", lambda m, a, k, s: a.masked_scatter(k, s),
+           [In((3, 4)), In((3, 4), "bool"), In((12,))], "masked_scatter", dtypes=ALL_FLOATS),
+    OpCase("where", lambda m, a, k, s: m.masked_scatter(a, k, s),
+           [In((2, 3, 4)), In((3, 1), "bool"), In((5, 6))], "masked_scatter-broadcast"),
+    OpCase("where", lambda m, a: m.diag_embed(a), [In((2, 3))], "diag_embed",
+           dtypes=ALL_FLOATS),
+    OpCase("where", lambda m, a: a.diag_embed(1, 0, 2), [In((2, 3))], "diag_embed-dims"),
+    OpCase("where", lambda m, a: m.diag_embed(a, -2, dim1=-1, dim2=0), [In((2, 2, 3))],
+           "diag_embed-below"),
+    OpCase("argsort", lambda m, a: m.kthvalue(a, 2), [In((3, 5), "distinct")], "kthvalue",
+           dtypes=ALL_FLOATS),
+    OpCase("argsort", lambda m, a: a.kthvalue(3, 0, keepdim=True), [In((4, 3), "distinct")],
+           "kthvalue-keepdim"),
+    OpCase("cumulative_index", lambda m, a: m.cummax(a, 1), [In((3, 5), "distinct")],
+           dtypes=ALL_FLOATS),
+    OpCase("cumulative_index", lambda m, a: a.cummin(0), [In((4, 3), "distinct")], "cummin"),
+    OpCase("cumulative_index", lambda m, a: a.cummax(-1), [In((3, 6), "int", 0, 3)], "ties",
+           grad=False),
+    OpCase("cumulative_index", lambda m, a: a.cummin(1),
+           [In((2, 5), "custom", fn=lambda rng, dt: np.array(
+               [[1.0, np.nan, 0.0, np.nan, -1.0], [2.0, 2.0, 1.0, 1.0, 3.0]], dt))],
+           "nan", dtypes=("float32", "float64"), grad=False),
+]
+
+# scatter_reduce: "sum"/"mean" as scatter-adds, "amax"/"amin"/"prod" as a reduction over
+# each target's candidates (ties share the gradient, as torch's)
+CASES += [
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum", include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3))], "scatter_reduce-sum"),
+    OpCase("index_put", lambda m, a, i, s: m.scatter_reduce(a, 1, i, s, "mean"),
+           [In((3, 4)), idx(3, 5, high=4), In((3, 5))], "scatter_reduce-mean",
+           dtypes=ALL_FLOATS),
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "mean",
+                                                            include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3))], "scatter_reduce-mean-alone"),
+    OpCase("amax", lambda m, a, i, s: a.scatter_reduce(0, i, s, "amax"),
+           [In((4, 3), "distinct"), idx(6, 3, high=4), In((6, 3), "distinct")],
+           "scatter_reduce-amax", dtypes=ALL_FLOATS),
+    OpCase("amax", lambda m, a, i, s: a.scatter_reduce(1, i, s, "amax", include_self=False),
+           [In((3, 4)), idx(3, 6, high=4), In((3, 6), "distinct")],
+           "scatter_reduce-amax-alone"),
+    OpCase("amin", lambda m, a, i, s: a.scatter_reduce(0, i, s, "amin", include_self=False),
+           [In((4, 3)), idx(6, 3, high=4), In((6, 3), "distinct")],
+           "scatter_reduce-amin"),
+    OpCase("prod", lambda m, a, i, s: a.scatter_reduce(0, i, s, "prod"),
+           [In((4, 3), "pos"), idx(5, 3, high=4), In((5, 3), "pos")], "scatter_reduce-prod"),
+    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum"),
+           [In((4, 3), "int"), idx(5, 3, high=4), In((5, 3), "int")], "scatter_reduce-int",
+           grad=False),
+]

@@ -228,3 +228,31 @@ CASES += [
     OpCase("log_softmax_backward", first_grad(lambda x: x.log_softmax(1)),
            [In((2, 3, 4)), In((2, 3, 4))], "dim1"),
 ]
+
+# -- nansum / nanmean (composites over where and sum) and logcumsumexp (issue 26's names) ----
+def _with_nans(rng, dt):
+    a = rng.standard_normal((3, 4))
+    a[0, 1] = a[2, 0] = a[2, 3] = np.nan
+    return a.astype(dt)
+
+
+def _spread(rng, dt):
+    """Values far apart along the rows (-300 next to 5): log(cumsum(exp)) underflows."""
+    return (rng.standard_normal((3, 5)) + np.array([-300.0, 5.0, -40.0, 2.0, 80.0])).astype(dt)
+
+
+CASES += [
+    OpCase("sum", lambda m, a: m.nansum(a), [custom(_with_nans, grad=False)], "nansum",
+           dtypes=HALVES + ("float64",), grad=False),
+    OpCase("sum", lambda m, a: a.nansum(1, keepdim=True), [In((3, 4))], "nansum-grad"),
+    OpCase("sum", lambda m, a: a.nansum(0), [In((3, 4), "int")], "nansum-int", grad=False),
+    OpCase("sum", lambda m, a: m.nanmean(a, 1), [custom(_with_nans, grad=False)], "nanmean",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("sum", lambda m, a: a.nanmean((0, 1)), [In((2, 3, 4))], "nanmean-grad"),
+    OpCase("logcumsumexp", lambda m, a: m.logcumsumexp(a, 1), [In((3, 4))],
+           dtypes=ALL_FLOATS),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0), [In((4, 2, 3))], "dim0"),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(-1), [custom(_spread)], "spread",
+           dtypes=("float32", "float64")),
+    OpCase("logcumsumexp", double(lambda m, x: x.logcumsumexp(1)), [In((3, 4))], "double"),
+]

@@ -1,0 +1,85 @@
+"""The names real programs met missing (issue 26): each compiled equals eager, values and
+gradients (their forward and gradients against torch and finite differences are rows of
+tests/optable/), and the memory-format constants are accepted where torch takes them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((3, 5)).astype(np.float32)
+Y = rng.standard_normal((3, 5)).astype(np.float32)
+
+FUNCTIONS = {
+    "diag_embed": lambda m, x, y: m.diag_embed(x, 1).sum(0) * 2,
+    "index_fill": lambda m, x, y: x.index_fill(1, m.tensor([0, 3]), -2.0) * y,
+    "index_fill_": lambda m, x, y: (x * 1).index_fill_(0, m.tensor([1]), 0.5) + y,
+    "index_copy": lambda m, x, y: x.index_copy(0, m.tensor([2, 0]), y[:2] * 3),
+    "index_copy_": lambda m, x, y: (x + 0).index_copy_(1, m.tensor([4]), y[:, :1]),
+    "kthvalue": lambda m, x, y: m.kthvalue(x * y, 2, dim=1).values,
+    "nansum": lambda m, x, y: m.nansum(m.where(y > 1, float("nan"), x), 1),
+    "nanmean": lambda m, x, y: m.where(y > 1, float("nan"), x).nanmean(0),
+    "logcumsumexp": lambda m, x, y: m.logcumsumexp(x * 10, 1) * y,
+    "cummax": lambda m, x, y: m.cummax(x + y, 1).values,
+    "cummin": lambda m, x, y: (x * y).cummin(0)[0],
+    "logaddexp": lambda m, x, y: m.logaddexp(x, y * 5),
+    "logaddexp2": lambda m, x, y: x.logaddexp2(y),
+    "masked_scatter": lambda m, x, y: x.masked_scatter(y > 0, y * 7),
+    "scatter_reduce": lambda m, x, y: x.scatter_reduce(0, m.tensor([[0, 1, 0, 2, 2]] * 3), y,
+                                                       "amax", include_self=False),
+    "scatter_reduce_": lambda m, x, y: (x * 1).scatter_reduce_(1, m.tensor([[0, 1, 0, 1, 0]] * 3),
+                                                               y * 2, "mean"),
+    "masked_scatter_": lambda m, x, y: (x * 1).masked_scatter_(y < 0, x.flip(0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_compiled_matches_eager_and_torch(name):
+    fn = FUNCTIONS[name]
+
+    def run(lib, call):
+        x = lib.tensor(X, requires_grad=True)
+        y = lib.tensor(Y, requires_grad=True)
+        out = call(x, y)
+        out.backward(lib.ones_like(out))
+        return [out.detach().numpy()] + [np.zeros(X.shape) if t.grad is None
+                                         else t.grad.numpy() for t in (x, y)]
+
+    want = run(torch, lambda x, y: fn(torch, x, y))
+    eager = run(dg, lambda x, y: fn(dg, x, y))
+    compiled = dg.compile(lambda x, y: fn(dg, x, y), fullgraph=True)
+    got = run(dg, compiled)
+    for e, w in zip(eager, want):
+        np.testing.assert_allclose(e, w, rtol=1e-5, atol=1e-6)
+    for g, e in zip(got, eager):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_bad_arguments_name_what_to_do():
+    x = dg.zeros(2, 3)
+    with pytest.raises(IndexError, match="k counts from 1"):
+        x.kthvalue(0)
+    with pytest.raises(IndexError, match="out of range for dim 0 with size 2"):
+        x.masked_scatter(dg.ones(2, 3, dtype=dg.bool), dg.zeros(2))
+    with pytest.raises(TypeError, match="needs a floating point"):
+        dg.tensor([1, 2]).logcumsumexp(0)
+    with pytest.raises(ValueError, match="dim1 and dim2"):
+        dg.diag_embed(x, dim1=0, dim2=-3)
+
+
+@pytest.mark.parametrize("fmt", ["contiguous_format", "preserve_format", "channels_last"])
+def test_memory_formats_are_accepted_where_torch_takes_them(fmt):
+    """Every format gives the row-major tensor with torch's values."""
+    f = getattr(dg, fmt)
+    assert isinstance(f, dg.memory_format) and repr(f) == f"dualgraph.{fmt}"
+    x = dg.arange(24.0).reshape(2, 3, 4).transpose(1, 2)
+    for y in (x.contiguous(memory_format=f), x.clone(memory_format=f),
+              dg.zeros_like(x, memory_format=f) + x, x.to(memory_format=f)):
+        assert y.is_contiguous() or y is x
+        np.testing.assert_array_equal(y.numpy(), x.numpy())
+    assert dg.nn.Linear(2, 2).to(memory_format=f) is not None
+    with pytest.raises(TypeError, match="memory_format must be"):
+        x.contiguous(memory_format="channels_last")
