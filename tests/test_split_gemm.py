@@ -1,6 +1,8 @@
 """Products split by columns into single-threaded ``sgemm`` calls shared with OpenBLAS's
 worker (``kernels/split_gemm.py``): NumPy's values, the same bits whether shared or run
 alone, OpenBLAS's own thread count put back, and the 1x1 convs that use it."""
+import os
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,26 @@ def _sharing() -> bool:
             and blas_threads.count() > 1 and blas_threads.sgemm_address() is not None)
 
 
-needs_sharing = pytest.mark.skipif(not _sharing(), reason="one core, or no native sgemm")
+@pytest.fixture
+def sharing(monkeypatch):
+    """The sharing as a fresh process on this machine's cores has it, whatever an earlier
+    test in this worker left (OpenBLAS at one thread, ``DUALGRAPH_NUM_THREADS=1``); put
+    back afterwards. Skips on one core or without a native ``sgemm``."""
+    cores, found = len(os.sched_getaffinity(0)), tuning.openblas()
+    if cores < 2 or found is None:
+        pytest.skip("one core, or no OpenBLAS found")
+    before = found.threads()
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(cores))
+    tuning.share_cores(cores)
+    try:
+        if not _sharing():
+            pytest.skip("no native sgemm, or the blas trick is off")
+        yield
+    finally:
+        tuning.share_cores(before)   # (monkeypatch then puts the variable back)
+
+
+needs_sharing = pytest.mark.usefixtures("sharing")
 RNG = np.random.default_rng(0)
 
 
