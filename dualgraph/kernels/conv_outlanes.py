@@ -53,7 +53,8 @@ def pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, lef
         for y in range(rows):
             src = base + (c * height + y) * width
             dst = (c * hp + y + top) * wp + left
-            xp[dst:dst + cols] = x[src:src + cols]
+            for v in range(cols):
+                xp[dst + v] = x[src + v]
 
 
 @helper(inline="always")

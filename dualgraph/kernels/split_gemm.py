@@ -1,6 +1,6 @@
 """Products ``a @ b`` split by columns into independent single-threaded ``sgemm`` calls,
 shared between this thread and OpenBLAS's worker (``blas_threads.py``), with OpenBLAS held
-at one thread of its own meanwhile: the GEMMs of 1x1 convolutions and batched linears on
+at one thread of its own meanwhile: the GEMMs of 1x1 convolutions on
 two cores without OpenBLAS's threaded GEMM.
 
 Why not OpenBLAS's own threads: its threaded GEMM runs its jobs in lockstep (each job
@@ -108,13 +108,6 @@ def _run(words: np.ndarray, rows: int, macs: int) -> None:
     with tuning.blas_alone():
         run_rows(_parts, rows, words,
                  threads=blas_threads.count() if macs >= SHARE_MIN else 1)
-
-
-def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)``, through :func:`matmul` where it takes the operands (a linear
-    layer's ``x @ w.T``: eager and compiled code call this one function, so they agree)."""
-    out = matmul(a, b) if wanted(a, b) else None
-    return np.matmul(a, b) if out is None else out
 
 
 def fitted(m: int, k: int, stack: int, n: int):

@@ -477,13 +477,13 @@ def _linear_kernel(x, w, *bias):
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
-        y = kernels.split_gemm.product(x, w.T)
+        y = np.matmul(x, w.T)
         if bias:
             y += bias[0]
         return y
     (x, w, *bias), dt = blas_operands(x, w, *bias)
     x2 = x.reshape(-1, x.shape[-1])
-    y = kernels.split_gemm.product(x2, w.T)
+    y = np.matmul(x2, w.T)
     if bias:
         y += bias[0]   # in place on the fresh product: no temporary
     return cast(y.reshape(x.shape[:-1] + w.shape[:1]), dt)
@@ -583,17 +583,17 @@ def blas_2d(x, w, *bias) -> bool:
 
 
 def _matmul_t(x, w):
-    return kernels.split_gemm.product(x, w.T)
+    return np.matmul(x, w.T)
 
 
 def _matmul_t_bias(x, w, b):
-    y = kernels.split_gemm.product(x, w.T)
+    y = np.matmul(x, w.T)
     y += b
     return y
 
 
 def _matmul_t_relu(x, w, *bias):
-    y = kernels.split_gemm.product(x, w.T)
+    y = np.matmul(x, w.T)
     if bias:
         y += bias[0]
     np.maximum(y, 0, out=y)
@@ -601,7 +601,7 @@ def _matmul_t_relu(x, w, *bias):
 
 
 def _matmul_t_add_bias_relu(x, w, b):
-    y = kernels.split_gemm.product(x, w.T)
+    y = np.matmul(x, w.T)
     kernels.activations.add_bias_relu(y, b)   # the bias and the relu in one pass
     return y
 
