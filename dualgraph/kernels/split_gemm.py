@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas_threads, loop, native, numba_available, tuning
-from .batched import NO_TRANS, _layout, _sgemm
+from .batched import NO_TRANS, _sgemm
 from .threads import run_rows
 
 # Below this many multiply-adds a product runs on one thread: measured best of 15 on two
@@ -52,46 +52,6 @@ def _parts(start, stop, w):
                w[5] + s * w[6] + b_step, w[7], w[9] + s * w[10] + 4 * j0, w[11])
 
 
-def wanted(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether :func:`matmul` takes ``a @ b``: float32 operands, ``a`` one matrix or a
-    stack of ``b``'s batch shape, ``b`` a stack (or one matrix) of products beyond
-    OpenBLAS's own threading threshold (2^18 multiply-adds: smaller ones it runs on one
-    thread anyway), with OpenBLAS's threads, its 64-bit ``sgemm`` and native entries at
-    hand."""
-    if a.ndim < 2 or b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] <= 1 << 18:
-        return False    # (first: most small products leave here)
-    if a.dtype != np.float32 or b.dtype != np.float32:
-        return False
-    if a.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
-        return False
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    return (m >= 2 and n >= 2 and b.shape[-2] == k and numba_available() and native.enabled() and blas_threads.count() > 1
-            and blas_threads.sgemm_address() is not None)
-
-
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
-    """``a @ b`` (into ``out``, C-contiguous, when given) for operands :func:`wanted`
-    accepts, in parts shared between this thread and OpenBLAS's worker when it has
-    ``SHARE_MIN`` multiply-adds, else on this thread alone, OpenBLAS held at one thread
-    either way; None (nothing done) where an operand's layout is not one ``sgemm`` reads as
-    it is, or the result overlaps an operand."""
-    la, lb = _layout(a if a.ndim > 2 else a[None]), _layout(b if b.ndim > 2 else b[None])
-    shape = b.shape[:-2] + a.shape[-2:-1] + b.shape[-1:]
-    if out is None:
-        out = np.empty(shape, np.float32)
-    if (la is None or lb is None or la[1] != la[0] or lb[1] != lb[0]   # (one batch level)
-            or out.shape != shape or not out.flags.c_contiguous
-            or np.shares_memory(out, a) or np.shares_memory(out, b)):
-        return None
-    (m, k), n, stack = a.shape[-2:], b.shape[-1], lb[0]
-    parts = _parts_of(stack, n, m * k * n * stack)
-    _run(np.array((blas_threads.sgemm_address(), a.ctypes.data,
-                   la[3] if a.ndim > 2 else 0, la[4], la[5],
-                   b.ctypes.data, lb[3], lb[4], lb[5], out.ctypes.data, 4 * m * n, n,
-                   m, n, k, parts, -(-n // parts)), np.int64), stack * parts, m * k * n * stack)
-    return out
-
-
 def _parts_of(stack: int, n: int, macs: int) -> int:
     """Column parts per product of a stack of ``macs`` multiply-adds in all: the products
     whole where the stack is never shared (below ``SHARE_MIN``) or splits evenly between
@@ -111,10 +71,14 @@ def _run(words: np.ndarray, rows: int, macs: int) -> None:
 
 
 def fitted(m: int, k: int, stack: int, n: int):
-    """``shared(a, b, out) -> bool``: :func:`matmul` into ``out`` for a node fitted to
-    static shapes (``a (m, k)``, ``b (stack, k, n)``, float32), True when done; False
-    (nothing done) where it is not wanted, so the caller runs its own product. The shape
-    half of :func:`wanted` is decided here, once; the thread count at each call."""
+    """``shared(a, b, out) -> bool``: ``a @ b`` into ``out`` for a node fitted to static
+    shapes (``a (m, k)``, ``b (stack, k, n)``, ``out (stack, m, n)``, float32,
+    C-contiguous), in parts shared between this thread and OpenBLAS's worker when it has
+    ``SHARE_MIN`` multiply-adds, else on this thread alone, OpenBLAS held at one thread
+    either way; True when done. False (nothing done) where it is not wanted: products
+    OpenBLAS would not thread (2^18 multiply-adds or fewer), one thread, no native
+    ``sgemm``, an operand not C-contiguous or ``out`` on an operand, so the caller runs
+    its own product. The shapes are decided here, once; the thread count at each call."""
     macs = m * k * n
     if not (m >= 2 and n >= 2 and macs > 1 << 18 and numba_available()
             and native.enabled()):
