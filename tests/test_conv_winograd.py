@@ -196,3 +196,48 @@ def test_a_training_step_keeps_its_convs_and_changed_weights_are_transformed_aga
     step, compiled = trained_then_frozen(model, x, model.c2.weight)
     assert "conv2d_winograd" not in str(step.optimized_graph)
     assert "conv2d_winograd" in str(compiled.optimized_graph)
+
+
+def _fire(lib):
+    """A fire-style block: a 1x1 squeeze, then a 1x1 branch (no activation), a 3x3 branch
+    the cost rule gives Winograd (64 -> 128, ReLU) and a narrow 3x3 one it leaves to the
+    packed loop (64 -> 16), joined along the channels."""
+    nn = lib.nn
+
+    class Fire(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.squeeze = nn.Conv2d(8, 64, 1)
+            self.e1, self.e3 = nn.Conv2d(64, 32, 1), nn.Conv2d(64, 128, 3, padding=1)
+            self.narrow = nn.Conv2d(64, 16, 3, padding=1)
+
+        def forward(self, x):
+            s = lib.relu(self.squeeze(x))
+            return lib.cat([self.e1(s), lib.relu(self.e3(s)), self.narrow(s)], 1)
+    return Fire()
+
+
+@pytest.mark.parametrize("batch,size", [(1, (15, 13)), (2, (16, 11))])
+def test_a_concatenation_writes_its_winograd_and_packed_branches(batch, size, tmp_path):
+    """conv_cat runs after conv_winograd and conv_packed: the cat's members keep the
+    kernels their cost rules chose (Winograd's inverse transform written into its channels
+    of the cat at batch 1, copied there at 2), compiled and through ``dg.onnx.load``, equal
+    to eager and torch (odd planes: partial tiles)."""
+    x = np.random.default_rng(batch).standard_normal((batch, 8, *size)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(_fire, x, tmp_path, scale=0.2)
+    for graph in (compiled.optimized_graph, loaded.executable.graph):
+        ops = [n.op.name for n in graph.nodes]
+        (cat,) = [n for n in graph.nodes if n.op.name == "conv2d_cat"]
+        assert "cat" not in ops and "conv2d_winograd" not in ops, ops
+        assert [m[0] for m in cat.attrs["members"]] == [
+            "conv2d_epilogue", "conv2d_winograd", "conv2d_packed"], cat.attrs["members"]
+        assert tuple(cat.inputs[4].shape) == (16, 128, 64)    # (the transformed weight)
+
+
+def test_a_training_step_keeps_the_concatenations_convs_as_they_are():
+    """With gradients the weights are no constants: the cat's members are plain convs."""
+    model = _fire(dg)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 8, 12, 12)).astype(np.float32))
+    step, compiled = trained_then_frozen(model, x, model.e3.weight)
+    assert "conv2d_winograd" not in str(step.optimized_graph)
+    assert "'conv2d_winograd'" in str(compiled.optimized_graph)
