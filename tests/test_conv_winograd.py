@@ -149,6 +149,10 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((16, 64, 8, 8), (64, 64, 3, 3), False),      # rows of 4 tiles: the transforms' rows
     ((16, 32, 16, 16), (32, 32, 3, 3), False),    # few channels: the transforms dominate
     ((16, 17, 13, 13), (17, 17, 3, 3), False),
+    ((1, 128, 28, 28), (64, 128, 3, 3), True),
+    ((1, 64, 28, 28), (128, 64, 3, 3), True),
+    ((1, 64, 13, 13), (256, 64, 3, 3), False),    # 4x the outputs, partial tiles
+    ((16, 48, 13, 13), (192, 48, 3, 3), False),
 ])
 def test_the_cost_rule(x_shape, w_shape, wins, monkeypatch):
     assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins
@@ -192,7 +196,52 @@ def test_a_training_step_keeps_its_convs_and_changed_weights_are_transformed_aga
     """With gradients the weights are no constants: no transform, the same step as before.
     A frozen model whose weight changes is compiled again with the new weight."""
     model = _net(dg)
-    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 96, 9, 9)).astype(np.float32))
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 96, 12, 12)).astype(np.float32))
     step, compiled = trained_then_frozen(model, x, model.c2.weight)
     assert "conv2d_winograd" not in str(step.optimized_graph)
     assert "conv2d_winograd" in str(compiled.optimized_graph)
+
+
+def _fire(lib):
+    """A fire-style block: a 1x1 squeeze, then a 1x1 branch (no activation), a 3x3 branch
+    the cost rule gives Winograd (128 -> 128, ReLU) and a narrow 3x3 one it leaves to the
+    packed loop (128 -> 16), joined along the channels."""
+    nn = lib.nn
+
+    class Fire(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.squeeze = nn.Conv2d(8, 128, 1)
+            self.e1, self.e3 = nn.Conv2d(128, 32, 1), nn.Conv2d(128, 128, 3, padding=1)
+            self.narrow = nn.Conv2d(128, 16, 3, padding=1)
+
+        def forward(self, x):
+            s = lib.relu(self.squeeze(x))
+            return lib.cat([self.e1(s), lib.relu(self.e3(s)), self.narrow(s)], 1)
+    return Fire()
+
+
+@pytest.mark.parametrize("batch,size", [(1, (15, 13)), (2, (16, 11))])
+def test_a_concatenation_writes_its_winograd_and_packed_branches(batch, size, tmp_path):
+    """conv_cat runs after conv_winograd and conv_packed: the cat's members keep the
+    kernels their cost rules chose (Winograd's inverse transform written into its channels
+    of the cat at batch 1, copied there at 2), compiled and through ``dg.onnx.load``, equal
+    to eager and torch (odd planes: partial tiles)."""
+    x = np.random.default_rng(batch).standard_normal((batch, 8, *size)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(_fire, x, tmp_path, scale=0.2)
+    for graph in (compiled.optimized_graph, loaded.executable.graph):
+        ops = [n.op.name for n in graph.nodes]
+        (cat,) = [n for n in graph.nodes if n.op.name == "conv2d_cat"]
+        assert "cat" not in ops and "conv2d_winograd" not in ops, ops
+        assert [m[0] for m in cat.attrs["members"]] == [
+            "conv2d_epilogue", "conv2d_winograd", "conv2d_packed"], cat.attrs["members"]
+        assert tuple(cat.inputs[4].shape) == (16, 128, 128)    # (the transformed weight)
+
+
+def test_a_training_step_keeps_the_concatenations_convs_as_they_are():
+    """With gradients the weights are no constants: the cat's members are plain convs."""
+    model = _fire(dg)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 8, 12, 12)).astype(np.float32))
+    step, compiled = trained_then_frozen(model, x, model.e3.weight)
+    assert "conv2d_winograd" not in str(step.optimized_graph)
+    assert "'conv2d_winograd'" in str(compiled.optimized_graph)

@@ -171,18 +171,23 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
-MIN_CHANNELS = 24     # C*Cout / (C + Cout) on wide planes: the transforms' share ~ 1/C + 1/Cout
+MIN_CHANNELS = 16     # C*Cout / (C + 2 Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
 ROW_TILES = 4         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
 
 def faster(x_shape, w_shape, out_hw) -> bool:
     """The cost rule: whether :func:`conv` runs a conv that :func:`wanted` takes faster than
-    ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies; the
-    transforms add work per tile proportional to ``C + Cout`` and a cost per row of tiles
-    (``tw`` tiles), so they pay where ``C*Cout / (C + Cout) >= MIN_CHANNELS * (1 +
-    ROW_TILES / tw)`` (two 64-channel layers from 56x56 planes on; 128 channels from 14x14;
-    256 at 7x7), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
+    ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies, less the
+    outputs of partial tiles that are dropped (an odd plane: a 13x13 one computes 14x14);
+    the transforms and the GEMMs' stores add work per tile proportional to ``C + 2 Cout``
+    (the output side counted twice: a GEMM of depth ``C`` stores each of its ``16 Cout``
+    products per tile after only ``C`` multiply-adds, and the inverse transform reads them
+    again) and a cost per row of tiles (``tw`` tiles), so they pay where ``C*Cout * kept /
+    (C + 2 Cout) >= MIN_CHANNELS * (1 + ROW_TILES / tw)`` (two 64-channel layers from
+    56x56 planes on; 128 channels from 14x14; 256 at 7x7; not a 48 -> 192 or 64 -> 256
+    layer on 13x13, whose four times as many outputs as inputs measured 1.0-1.3x the packed
+    loop's time), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
     more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
     too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
     batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only where dualgraph runs on one core
@@ -190,10 +195,10 @@ def faster(x_shape, w_shape, out_hw) -> bool:
     other core 18 times (two loops, 16 threaded GEMMs) where the packed loop does once, and
     it has not been measured to pay there."""
     c, cout = x_shape[1], w_shape[0]
-    tw = -(-out_hw[1] // 2)
-    tiles = x_shape[0] * -(-out_hw[0] // 2) * tw
-    return (c * cout * tw >= MIN_CHANNELS * (c + cout) * (tw + ROW_TILES)
-            and tiles >= MIN_TILES and cores() == 1)
+    th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
+    kept = out_hw[0] * out_hw[1] / (4 * th * tw)
+    return (c * cout * tw * kept >= MIN_CHANNELS * (c + 2 * cout) * (tw + ROW_TILES)
+            and x_shape[0] * th * tw >= MIN_TILES and cores() == 1)
 
 
 def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo=-np.inf,

@@ -289,13 +289,13 @@ def _laid_out(name, fit, weight):
     ``weight(wl, x_shape, **attrs)`` gives the ``(Cout, C, kh, kw)`` weight and the conv's
     attrs back, for ``conv2d_epilogue``'s kernel where the loop does not run (another
     dtype, no Numba). The fitted kernel is named ``<name>_<act>``."""
-    def kernel(x, wl, b, *residual, act, bounds, residual_at, **attrs):
+    def kernel(x, wl, b, *residual, act, bounds, residual_at, out=None, **attrs):
         run = fit(x.shape, bool(residual), act, bounds, residual_at, **attrs)
         if run is not None and x.dtype == b.dtype == np.float32:
-            return run(x, wl, b, *residual)
+            return run(x, wl, b, *residual, out=out)
         w, conv = weight(wl, x.shape, **attrs)
         return _kernel(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
-                       groups=1, **conv)
+                       out=out, groups=1, **conv)
 
     def specialise(x, wl, b, *residual, act, **attrs):
         if not (is_static(x.shape) and all(getattr(v, "dtype", None) == np.float32
@@ -420,51 +420,56 @@ CONV2D_WINOGRAD = defop(
 
 
 def _members(inputs: tuple, members: tuple):
-    """``conv2d_cat``'s inputs and ``members`` attr as ``[(inputs, conv2d_epilogue's
-    attrs)]``, one per member: ``members`` holds ``(arity, act, bounds, residual_at,
-    stride, padding, dilation, groups)`` each, its inputs ``arity`` of ``inputs`` in turn."""
+    """``conv2d_cat``'s inputs and ``members`` attr as ``[(op, inputs, attrs)]``, one per
+    member: ``members`` holds ``(op name, arity, *attr values)`` each (the op one of
+    ``CAT_MEMBERS``, its attrs' values in the order of ``op.attrs``), its inputs ``arity``
+    of ``inputs`` in turn."""
     parts, at = [], 0
-    for arity, act, bounds, residual_at, *conv in members:
-        attrs = dict(act=act, bounds=bounds, residual_at=residual_at,
-                     **dict(zip(conv_ops._CONV_ATTRS, conv)))
-        parts.append((inputs[at:at + arity], attrs))
+    for name, arity, *values in members:
+        op = CAT_MEMBERS[name]
+        parts.append((op, inputs[at:at + arity], dict(zip(op.attrs, values))))
         at += arity
     return parts
 
 
+def cat_member(op, arity: int, attrs: dict) -> tuple:
+    """The ``members`` entry of a conv ``op`` node with ``arity`` inputs and ``attrs``."""
+    return (op.name, arity, *(attrs[k] for k in op.attrs))
+
+
 def _cat_kernel(*inputs, members):
     """Each member's conv and epilogue written straight into its channels of the one
-    output (``_kernel``'s ``out``) where that block is contiguous (batch 1); else computed
+    output (its kernel's ``out``) where that block is contiguous (batch 1); else computed
     and copied there, as ``cat`` would."""
     parts = _members(inputs, members)
-    ys = [CONV2D_EPILOGUE.infer(*args, **attrs) for args, attrs in parts]
+    ys = [op.infer(*args, **attrs) for op, args, attrs in parts]
     n, _, ho, wo = ys[0].shape
     out = np.empty((n, sum(y.shape[1] for y in ys), ho, wo), ys[0].dtype)
     start = 0
-    for (args, attrs), y in zip(parts, ys):
+    for (op, args, attrs), y in zip(parts, ys):
         block = out[:, start:start + y.shape[1]]
         start += y.shape[1]
         if block.flags.c_contiguous:
-            _kernel(*args, **attrs, out=block)
+            op.kernel(*args, **attrs, out=block)
         else:
-            block[...] = _kernel(*args, **attrs)
+            block[...] = op.kernel(*args, **attrs)
     return out
 
 
 def _specialise_cat(*inputs, members):
     """``conv2d_cat`` fitted to the node's static shapes: the output's shape, each member's
-    channels and its kernel (a 1x1 conv's fitted GEMM and planes where ``_specialise``
-    gives one, else ``_kernel`` with its attrs) worked out once; a call allocates the
-    output and runs each member into its channels (copied there where they are not
-    contiguous: batch > 1). None for symbolic shapes."""
+    channels and its kernel (the member op's fitted kernel where its ``specialise`` gives
+    one, else its kernel with its attrs) worked out once; a call allocates the output and
+    runs each member into its channels (copied there where they are not contiguous:
+    batch > 1). None for symbolic shapes."""
     out = _infer_cat(*inputs, members=members)
     if not is_static(out.shape):
         return None
     runs, start = [], 0
-    for args, attrs in _members(inputs, members):
-        cout = args[1].shape[0]
-        fitted = _specialise(*args, **attrs)
-        run = fitted[1] if fitted is not None else partial(_kernel, **attrs)
+    for op, args, attrs in _members(inputs, members):
+        cout = op.infer(*args, **attrs).shape[1]
+        fitted = op.specialise(*args, **attrs)
+        run = fitted[1] if fitted is not None else partial(op.kernel, **attrs)
         runs.append((run, len(args), slice(start, start + cout)))
         start += cout
     shape, dtype, whole = tuple(out.shape), out.dtype, out.shape[0] == 1
@@ -482,7 +487,7 @@ def _specialise_cat(*inputs, members):
 
 
 def _infer_cat(*inputs, members):
-    ys = [CONV2D_EPILOGUE.infer(*args, **attrs) for args, attrs in _members(inputs, members)]
+    ys = [op.infer(*args, **attrs) for op, args, attrs in _members(inputs, members)]
     if len({(y.shape[0], *y.shape[2:], y.dtype) for y in ys}) != 1:
         raise ValueError("conv2d_cat: members of different batch, plane size or dtype: "
                          f"{[(tuple(y.shape), str(y.dtype)) for y in ys]}")
@@ -491,15 +496,20 @@ def _infer_cat(*inputs, members):
 
 
 def _cat_decomposition(*inputs, members):
-    return shape_ops.cat([_decomposition(*args, **attrs)
-                          for args, attrs in _members(inputs, members)], 1)
+    return shape_ops.cat([op.decomposition(*args, **attrs)
+                          for op, args, attrs in _members(inputs, members)], 1)
+
+
+# the ops a conv2d_cat's member may be: each kernel takes ``out=``, a block to write
+CAT_MEMBERS = {op.name: op for op in (CONV2D_EPILOGUE, CONV2D_PACKED, CONV2D_WINOGRAD)}
 
 
 CONV2D_CAT = defop(
     "conv2d_cat", _cat_kernel, _infer_cat, attrs=("members",), saves="", onnx=None,
     compiler_only=True, decomposition=_cat_decomposition, specialise=_specialise_cat,
-    doc="cat([conv2d_epilogue(...), ...], dim=1): each member conv written into its own "
-        "channels of the concatenation, no copy")
+    doc="cat([conv2d_epilogue(...) or conv2d_packed(...) or conv2d_winograd(...), ...], "
+        "dim=1): each member conv written into its own channels of the concatenation, "
+        "no copy")
 
 
 def _linear_decomposition(x, w, b, *residual, act, bounds, residual_at):

@@ -4,9 +4,13 @@ results (parallel conv branches joined along the channels) becomes one ``conv2d_
 the one output: the branches' arrays and the copy that joined them are gone.
 
 The precondition, per ``cat`` node: it joins two or more values along dim 1 of a 4-D
-result; each is the output of a ``conv2d`` or ``conv2d_epilogue`` node (after the
-``conv_epilogue`` rule, which runs first) that nothing else reads or returns, each read
-once by the cat; all of one dtype. A cat with any other input (a pooling branch, a
+result; each is the output of a ``conv2d``, ``conv2d_epilogue``, ``conv2d_packed`` or
+``conv2d_winograd`` node that nothing else reads or returns, each read once by the cat;
+all of one dtype. The rule runs at the ``kernels`` stage, after ``conv_winograd`` and
+``conv_packed``: each member keeps the kernel those rules chose for it by their cost
+rules (a 3x3 branch by Winograd's loops, writing its inverse transform's rows into its
+channels of the concatenation), and the convs' weights are laid out before the rule sees
+them. A cat with any other input (a pooling branch, a
 value read elsewhere: it would need its own array) or along another dim stays as it is.
 Aliasing is safe by construction: each member writes only its own channels of a fresh
 array no other node sees until the node returns.
@@ -17,9 +21,12 @@ import numpy as np
 
 from ..graph import Graph
 from ..ops.conv import CONV2D
-from ..ops.epilogue import CONV2D_CAT, CONV2D_EPILOGUE
+from ..ops.epilogue import CAT_MEMBERS, CONV2D_CAT, CONV2D_EPILOGUE, cat_member
 from ..ops.shape import CAT
 from .core import Builder, Report, live_readers, needed, only_reader
+
+# the producers a cat's inputs may have: a plain conv becomes an epilogue conv without one
+MEMBERS = (CONV2D, *CAT_MEMBERS.values())
 
 
 def conv_cats(graph: Graph) -> dict:
@@ -32,7 +39,7 @@ def conv_cats(graph: Graph) -> dict:
             continue
         producers = [getattr(v, "producer", None) for v in node.inputs]
         if (len(producers) > 1 and len(set(map(id, producers))) == len(producers)
-                and all(p is not None and p.op in (CONV2D, CONV2D_EPILOGUE)
+                and all(p is not None and p.op in MEMBERS
                         and only_reader(live, p.outputs[0]) is node
                         and p.outputs[0].dtype == out.dtype for p in producers)):
             found[node] = producers
@@ -62,9 +69,10 @@ def conv_cat(graph: Graph, plans: dict, report: Report) -> Graph:
     After::
 
         graph(%x: f32[1,2,4,4], %w: f32[3,2,1,1], %b: f32[3], %v: f32[3,2,3,3]) {
-          %c: f32[1,6,4,4] = conv2d_cat(%x, %w, %b, %x, %v, %b, members=((3, 'none', (-inf,
-              inf), None, (1, 1), ((0, 0), (0, 0)), (1, 1), 1), (3, 'relu', (-inf, inf),
-              None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)))
+          %c: f32[1,6,4,4] = conv2d_cat(%x, %w, %b, %x, %v, %b, members=(('conv2d_epilogue',
+              3, 'none', (-inf, inf), None, (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+              ('conv2d_epilogue', 3, 'relu', (-inf, inf), None, (1, 1), ((1, 1), (1, 1)),
+              (1, 1), 1)))
           return (%c)
         }
     """
@@ -80,16 +88,15 @@ def conv_cat(graph: Graph, plans: dict, report: Report) -> Graph:
         inputs, members = [], []
         for p in plans[node]:
             x, w, *rest = [b.get(v) for v in p.inputs]
-            if p.op is CONV2D:
+            op, attrs = p.op, p.attrs
+            if op is CONV2D:
                 bias = rest[0] if rest and rest[0] is not None else b.graph.add_constant(
                     np.zeros(w.shape[0], p.outputs[0].dtype), name=f"{p.outputs[0].name}_bias")
                 rest = [bias]
-                epilogue = ("none", (-np.inf, np.inf), None)
-            else:
-                epilogue = tuple(p.attrs[k] for k in ("act", "bounds", "residual_at"))
+                op = CONV2D_EPILOGUE
+                attrs = dict(attrs, act="none", bounds=(-np.inf, np.inf), residual_at=None)
             inputs += [x, w, *rest]
-            members.append((2 + len(rest), *epilogue,
-                            *(p.attrs[k] for k in ("stride", "padding", "dilation", "groups"))))
+            members.append(cat_member(op, 2 + len(rest), attrs))
         (b.env[node.outputs[0]],) = b.add(CONV2D_CAT, inputs, dict(members=tuple(members)),
                                           node.location, [node.outputs[0].name])
         report.count("concatenations written in place",

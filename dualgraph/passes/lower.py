@@ -320,9 +320,6 @@ RULES = [
     # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
     LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
                  "graph"),
-    # cat([conv2d(...) or conv2d_epilogue(...), ...], dim=1), each read only by the cat ->
-    # conv2d_cat: each conv writes its own channels of the one output (after conv_epilogue)
-    LoweringRule("conv_cat", (CAT,), conv_cats, conv_cat, "graph"),
     # cross_entropy(x, t) + cross_entropy_backward(g, x, t) -> cross_entropy_with_grad
     LoweringRule("join_loss_gradient", (CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD),
                  loss_gradient_pairs, join_loss_gradient, "graph"),
@@ -369,6 +366,10 @@ RULES += [
     # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
     # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
     LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),
+    # cat([conv2d(...), conv2d_epilogue/packed/winograd(...), ...], dim=1), each read only
+    # by the cat -> conv2d_cat: each conv writes its own channels of the one output (after
+    # conv_winograd and conv_packed: each member keeps the kernel their cost rules chose)
+    LoweringRule("conv_cat", (CAT,), conv_cats, conv_cat, "kernels"),
 ]
 
 # -- the rows made for layout ------------------------------------------------------------------

@@ -249,6 +249,13 @@ CASES += [   # (13 input channels, 21 outputs: a spare half of the second pair o
 ]
 
 
+def winograd_weight(m, w):
+    """``conv2d_winograd``'s weight ``G w G^T`` of ``w`` ``(Cout, C, 3, 3)``, ``(16, Cout,
+    C)``, made with tensor ops."""
+    g = m.tensor([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=w.dtype)
+    return (g @ w @ g.T).permute(2, 3, 0, 1).reshape(16, *w.shape[:2])
+
+
 def conv_winograd(act, residual_at=None, padding=((1, 1), (0, 2))):
     """conv2d_winograd (what passes.conv_winograd makes) on the transform ``G w G^T`` of
     ``w`` (made here with tensor ops: only a transformed weight is a conv's) vs torch's conv
@@ -256,10 +263,7 @@ def conv_winograd(act, residual_at=None, padding=((1, 1), (0, 2))):
     def fn(m, x, w, b, *residual):
         if m.__name__ != "torch":
             from dualgraph.ops.epilogue import CONV2D_WINOGRAD
-            g = m.tensor([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
-                         dtype=w.dtype)
-            u = (g @ w @ g.T).permute(2, 3, 0, 1).reshape(16, *w.shape[:2])
-            return apply(CONV2D_WINOGRAD, x, u, b, *residual, act=act,
+            return apply(CONV2D_WINOGRAD, x, winograd_weight(m, w), b, *residual, act=act,
                          bounds=(float("-inf"), float("inf")), residual_at=residual_at,
                          padding=padding)
         (top, bottom), (left, right) = padding
@@ -277,27 +281,38 @@ CASES += [
 ]
 
 
-def conv_cat(m, x, w1, w3, b1, b3):
-    """conv2d_cat (what passes.conv_cat makes) of a 1x1 and a 3x3 conv vs torch's cat of
-    the two convs."""
-    conv = dict(stride=(1, 1), dilation=(1, 1), groups=1)
-    if m.__name__ != "torch":
-        from dualgraph.ops.epilogue import CONV2D_CAT
-        inf = (float("-inf"), float("inf"))
-        members = ((3, "none", inf, None, (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
-                   (3, "silu", inf, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1))
-        return apply(CONV2D_CAT, x, w1, b1, x, w3, b3, members=members)
-    F = m.nn.functional
-    return m.cat([F.conv2d(x, w1, b1, **conv), F.silu(F.conv2d(x, w3, b3, padding=1, **conv))],
-                 1)
+def conv_cat(winograd: bool):
+    """conv2d_cat (what passes.conv_cat makes) of a 1x1 and a 3x3 conv (a
+    ``conv2d_winograd`` member on its transformed weight with ``winograd``) vs torch's cat
+    of the two convs."""
+    def fn(m, x, w1, w3, b1, b3):
+        conv = dict(stride=(1, 1), dilation=(1, 1), groups=1)
+        if m.__name__ != "torch":
+            from dualgraph.ops.epilogue import (CONV2D_CAT, CONV2D_EPILOGUE, CONV2D_WINOGRAD,
+                                                cat_member)
+            inf = (float("-inf"), float("inf"))
+            tail = dict(bounds=inf, residual_at=None)
+            members = (cat_member(CONV2D_EPILOGUE, 3, dict(act="none", padding=((0, 0),) * 2,
+                                                           **tail, **conv)),
+                       cat_member(CONV2D_WINOGRAD, 3, dict(act="silu", padding=((1, 1),) * 2,
+                                                           **tail))
+                       if winograd else
+                       cat_member(CONV2D_EPILOGUE, 3, dict(act="silu", padding=((1, 1),) * 2,
+                                                           **tail, **conv)))
+            return apply(CONV2D_CAT, x, w1, b1, x, winograd_weight(m, w3) if winograd else w3,
+                         b3, members=members)
+        F = m.nn.functional
+        return m.cat([F.conv2d(x, w1, b1, **conv),
+                      F.silu(F.conv2d(x, w3, b3, padding=1, **conv))], 1)
+    return fn
 
 
 CASES += [
-    OpCase("conv2d_cat", conv_cat, [In((1, 3, 7, 6)), In((4, 3, 1, 1)), In((5, 3, 3, 3)),
-                                    In((4,)), In((5,))], "batch1", dtypes=("float32", "float64"),
-           grad=False, atol=1e-4),
-    OpCase("conv2d_cat", conv_cat, [In((2, 3, 5, 5)), In((4, 3, 1, 1)), In((5, 3, 3, 3)),
-                                    In((4,)), In((5,))], "batch2", grad=False, atol=1e-4),
+    OpCase("conv2d_cat", conv_cat(winograd), [In((n, 3, h, w)), In((4, 3, 1, 1)),
+                                              In((5, 3, 3, 3)), In((4,)), In((5,))],
+           f"batch{n}{'-winograd' if winograd else ''}", dtypes=("float32", "float64"),
+           grad=False, atol=1e-4)
+    for n, h, w in [(1, 7, 6), (2, 5, 5)] for winograd in (False, True)
 ]
 
 
