@@ -21,13 +21,22 @@ tap-major, the channels rounded up to eight, the spare lanes zero). The epilogue
 
 Rows are shared among threads (``threads.run_rows``); each output is summed by one thread
 in tap order, so the bits do not depend on the thread count.
+
+A 1x1 convolution (stride 1, no padding, one group) in channels-last is the GEMM ``x (N*H*W,
+C) @ wt (C, Cout)`` on a weight stored transposed once (``pointwise``): one OpenBLAS
+``sgemm`` per block of positions whose input and output rows fit ``BLOCK_BYTES``, then the
+epilogue (``epilogue._row_tail``: bias, activation, residual) on each row of the block
+while it is in cache, all in one compiled loop (a generic ``linear_epilogue`` call ran the
+GEMM over the whole batch, then its pass, with Python between them).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
+from . import blas_threads, helper, loop
+from .batched import NO_TRANS, sgemm_add
 from .conv_lanes import finish, run_taps, run_wide
+from .epilogue import _row_tail
 from .simd import LANES, fma, load, store
 from .threads import run_rows, threads_for
 from .tuning import cores
@@ -193,3 +202,54 @@ def conv(x, wt, out, stride, padding, dilation, bias, residual=None, where=0, ac
 
 
 _NO_RESIDUAL = np.zeros(1, F)
+
+# A block's input and output rows (bytes): within this CPU's 512 kB L2 beside the packed
+# weight panel OpenBLAS keeps (``conv_pointwise``'s figure); at least ``MIN_ROWS`` rows.
+BLOCK_BYTES = 256 << 10
+MIN_ROWS = 64
+
+
+@loop
+def _pointwise(start, stop, x, wt, out, bias, residual, sgemm, rows, act, lo, hi, where):
+    """Blocks ``start:stop`` of ``rows`` rows of ``out (M, Cout)`` = ``act(x (M, C) @ wt
+    (C, Cout) + bias (+ r))``, each block one ``sgemm``, then its rows' epilogue in cache
+    (``residual (M, Cout)`` where ``where`` is not 0, else one row)."""
+    m, c = x.shape
+    cout = out.shape[1]
+    for item in range(start, stop):
+        p0 = item * rows
+        count = min(rows, m - p0)
+        sgemm_add(sgemm, NO_TRANS, NO_TRANS, count, cout, c, x.ctypes.data + 4 * p0 * c, c,
+                  wt.ctypes.data, cout, out.ctypes.data + 4 * p0 * cout, cout, 0)
+        for p in range(p0, p0 + count):
+            _row_tail(out[p], bias, residual[p if where else 0], act, lo, hi, where)
+
+
+def pointwise_available() -> bool:
+    """Numba and OpenBLAS's 64-bit ``sgemm`` at hand (else the op's NumPy kernel)."""
+    from . import native, numba_available
+    return numba_available() and native.enabled() and blas_threads.sgemm_address() is not None
+
+
+def pointwise(x_shape, cout: int, act=0, lo=-np.inf, hi=np.inf, where=0):
+    """``run(x, wt, bias, residual=None, out=None)``: the 1x1 conv of channels-last ``x``
+    of the static ``x_shape (N, H, W, C)`` with ``wt (C, Cout)`` (float32), its epilogue
+    as :func:`conv`'s, fitted to these shapes once: block size, compiled entry."""
+    *lead, c = x_shape
+    m = int(np.prod(lead))
+    rows = max(MIN_ROWS, BLOCK_BYTES // (4 * (c + cout)))
+    items = -(-m // rows) if m else 0
+    codes = (act, F(lo), F(hi), where)
+    no_residual = np.zeros((1, cout), F)
+    entry = []
+
+    def run(x, wt, bias, residual=None, out=None):
+        out = np.empty((*lead, cout), F) if out is None else out
+        res = no_residual if residual is None else residual.reshape(m, cout)
+        args = (np.ascontiguousarray(x).reshape(m, c), wt, out.reshape(m, cout), bias, res,
+                blas_threads.sgemm_address(), rows, *codes)
+        if not entry:
+            entry.append(_pointwise.entry(0, items, *args))
+        entry[0](0, items, *args)
+        return out
+    return run

@@ -34,9 +34,8 @@ import numpy as np
 from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
-from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
-from ..ops.layout import DEPTHWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
-from ..ops.linalg import LINEAR
+from ..ops.epilogue import CONV2D_EPILOGUE
+from ..ops.layout import DEPTHWISE_NHWC, POINTWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
 from ..ops.reduce import MEAN
 from ..ops.shape import RESHAPE
 from ..shapes import is_static
@@ -197,7 +196,7 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
         if (w, form) not in weights:
             arr = graph.constants[w]
             arr = (kernels.conv_nhwc.pack(arr) if form == "depthwise"
-                   else np.ascontiguousarray(arr.reshape(arr.shape[:2])))
+                   else np.ascontiguousarray(arr.reshape(arr.shape[:2]).T))
             weights[w, form] = b.graph.add_constant(arr, name=f"{w.name}_nhwc")
         return weights[w, form]
 
@@ -242,6 +241,4 @@ def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph) -> Value:
     if form == "depthwise":
         attrs = dict(epi, **{k: node.attrs[k] for k in ("stride", "padding", "dilation")})
         return b.add(DEPTHWISE_NHWC, operands, attrs, node.location, name)[0]
-    if node.op is CONV2D:
-        return b.add(LINEAR, operands[:3], {}, node.location, name)[0]
-    return b.add(LINEAR_EPILOGUE, operands, epi, node.location, name)[0]
+    return b.add(POINTWISE_NHWC, operands, epi, node.location, name)[0]
