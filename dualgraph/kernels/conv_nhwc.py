@@ -37,7 +37,7 @@ from . import blas_threads, helper, loop
 from .batched import NO_TRANS, sgemm_add
 from .conv_lanes import finish, run_taps, run_wide
 from .epilogue import _row_tail
-from .simd import LANES, fma, load, store
+from .simd import LANES, fma, load, prefetch, store
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -107,6 +107,25 @@ def _edge(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, full):
         b += LANES
 
 
+@helper(inline="always")
+def _ahead(x, row, ho, height, width, channels, sh, top, kh, dh, i1):
+    """Prefetch the input rows output row ``row`` (of ``N * Ho``) reads that the row before
+    it did not (``i1``: that row's end of kernel rows), a line at a time, so that they come
+    from memory while this row is summed (read where a run's multiply-adds want them, a
+    row's misses stalled the loop: 2.4x the time on planes that were not in cache)."""
+    if row >= x.size // (height * width * channels) * ho:
+        return
+    n, r = row // ho, row % ho
+    y = r * sh - top
+    j0, j1 = _clip(y, height, kh, dh)
+    line = width * channels
+    for i in range(j0, j1):
+        if r == 0 or y + i * dh >= (r - 1) * sh - top + i1 * dh:
+            base = (n * height + y + i * dh) * line
+            for e in range(0, line, 16):
+                prefetch(x, base + e)
+
+
 @loop(fastmath={"contract"})
 def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geometry):
     """Output rows ``start:stop`` (of ``N * Ho``) of the flat ``x (N, H, W, C)`` convolved
@@ -128,6 +147,7 @@ def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geom
         y = r * sh - top
         i0, i1 = _clip(y, height, kh, dh)
         orow, xrow = row * wo * channels, (n * height + y) * width * channels
+        _ahead(x, row + 1, ho, height, width, channels, sh, top, kh, dh, i1)
         v = first
         while run and v < last:
             v = min(v, last - run)
