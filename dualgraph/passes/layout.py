@@ -6,8 +6,8 @@ A depthwise convolution's loops want each position's channels side by side (eigh
 lanes of a vector); in the graph's NCHW layout ``conv_lanes`` transposes its input into that
 form and its output back at every call, most of a small layer's time. In channels-last the
 depthwise conv reads its input as it is (``depthwise_nhwc``, ``kernels/conv_nhwc.py``), a
-1x1 convolution is a ``linear`` over the last dim (one GEMM, its epilogue per row), and the
-ops between them do not care: elementwise ops (activations, a residual add, the scaling of
+1x1 convolution is a GEMM over the last dim (``pointwise_nhwc``: by blocks of positions,
+the epilogue per row), and the ops between them do not care: elementwise ops (activations, a residual add, the scaling of
 squeeze-and-excitation by a ``(N, C, 1, 1)`` gate, which broadcasts the same way with the
 dims permuted), the global average pool (``mean`` over the plane: dims ``(1, 2)``), and the
 reshape of a ``(N, C, 1, 1)`` pool to ``(N, C)``, whose data is the same in both layouts.
@@ -133,7 +133,7 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
     """Each region of ``channels_last_regions`` runs in channels-last: a ``relayout`` to
     ``(N, H, W, C)`` of each 4-D value it reads from outside, its depthwise convs as
     ``depthwise_nhwc`` (the weight packed once as a constant ``(kh, kw, cp)``), its 1x1
-    convs as ``linear`` / ``linear_epilogue`` (the weight a constant ``(Cout, C)``), its
+    convs as ``pointwise_nhwc`` (the weight a constant ``(C, Cout)``), its
     means over dims ``(1, 2)``, its elementwise ops and reshapes as they are on the
     permuted shapes, and a ``relayout`` back to NCHW of each 4-D value read outside it.
 
