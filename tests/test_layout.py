@@ -40,6 +40,18 @@ CASES = [
 ]
 
 
+def _epilogue(y, rng, act, at):
+    """torch's ``y`` with the activation and a random residual (``at``: before it, after
+    it, or None); the residual as NumPy."""
+    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
+    if at == "before":
+        y = y + torch.tensor(residual)
+    y = ACTS[act](y)
+    if at == "after":
+        y = y + torch.tensor(residual)
+    return y, residual
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
 def test_depthwise_loop_matches_torch(case):
     n, c, h, w, k, s, p, d, act, at = case
@@ -49,12 +61,7 @@ def test_depthwise_loop_matches_torch(case):
     bias = rng.standard_normal(c).astype(np.float32)
     y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias), stride=s,
                  padding=p, dilation=d, groups=c)
-    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
-    if at == "before":
-        y = y + torch.tensor(residual)
-    y = ACTS[act](y)
-    if at == "after":
-        y = y + torch.tensor(residual)
+    y, residual = _epilogue(y, rng, act, at)
     to_nhwc = (0, 2, 3, 1)
     extra = [np.ascontiguousarray(residual.transpose(to_nhwc))] if at else []
     got = DEPTHWISE_NHWC.kernel(
@@ -80,12 +87,7 @@ def test_pointwise_matches_torch(case, monkeypatch):
     weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
     bias = rng.standard_normal(cout).astype(np.float32)
     y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias))
-    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
-    if at == "before":
-        y = y + torch.tensor(residual)
-    y = ACTS[act](y)
-    if at == "after":
-        y = y + torch.tensor(residual)
+    y, residual = _epilogue(y, rng, act, at)
     to_nhwc = (0, 2, 3, 1)
     extra = [np.ascontiguousarray(residual.transpose(to_nhwc))] if at else []
     for block in (1, 1 << 20):
