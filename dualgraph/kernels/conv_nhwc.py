@@ -154,11 +154,11 @@ def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geom
             q, o = orow + v * channels, xrow + (v * sw - left) * channels
             for b in range(0, full, LANES):
                 if wide:
-                    run_wide(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep, cp, step,
-                             channels)
+                    run_wide(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
+                             cp, step, channels)
                 else:
-                    run_taps(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep, tstep, cp,
-                             step, channels, run == 8)
+                    run_taps(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
+                             tstep, cp, step, channels, run == 8)
             v += run
         for v in range(wo):
             xc = v * sw - left

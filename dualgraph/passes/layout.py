@@ -7,10 +7,11 @@ lanes of a vector); in the graph's NCHW layout ``conv_lanes`` transposes its inp
 form and its output back at every call, most of a small layer's time. In channels-last the
 depthwise conv reads its input as it is (``depthwise_nhwc``, ``kernels/conv_nhwc.py``), a
 1x1 convolution is a GEMM over the last dim (``pointwise_nhwc``: by blocks of positions,
-the epilogue per row), and the ops between them do not care: elementwise ops (activations, a residual add, the scaling of
-squeeze-and-excitation by a ``(N, C, 1, 1)`` gate, which broadcasts the same way with the
-dims permuted), the global average pool (``mean`` over the plane: dims ``(1, 2)``), and the
-reshape of a ``(N, C, 1, 1)`` pool to ``(N, C)``, whose data is the same in both layouts.
+the epilogue per row), and the ops between them do not care: elementwise ops
+(activations, a residual add, the scaling of squeeze-and-excitation by a ``(N, C, 1, 1)``
+gate, which broadcasts the same way with the dims permuted), the global average pool
+(``mean`` over the plane: dims ``(1, 2)``), and the reshape of a ``(N, C, 1, 1)`` pool to
+``(N, C)``, whose data is the same in both layouts.
 
 The precondition, per node (a *member*): a ``conv2d`` / ``conv2d_epilogue`` of float32
 operands of static shapes whose weight is a constant of the graph (inference: frozen
