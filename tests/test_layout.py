@@ -14,7 +14,7 @@ pytest.importorskip("numba")
 import dualgraph as dg  # noqa: E402
 from dualgraph.codegen import Executable  # noqa: E402
 from dualgraph.kernels import conv_nhwc  # noqa: E402
-from dualgraph.ops.layout import DEPTHWISE_NHWC  # noqa: E402
+from dualgraph.ops.layout import DEPTHWISE_NHWC, POINTWISE_NHWC  # noqa: E402
 
 F = torch.nn.functional
 ACTS = {"none": lambda v: v, "relu": F.relu, "clamp": F.relu6, "silu": F.silu,
@@ -29,7 +29,27 @@ CASES = [
     (1, 8, 12, 10, 3, 1, 2, 2, "sigmoid", None),     # dilation
     (3, 24, 3, 2, 3, 1, 1, 1, "none", "before"),     # rows narrower than a run of four
     (1, 5, 6, 6, 3, 2, 0, 1, "relu", None),          # fewer than eight channels, no padding
+    # rows of runs of eight positions (3- and 5-wide kernels in registers, else tap by tap)
+    # and edge positions four blocks at a time, whole blocks then a partial one
+    (1, 43, 29, 37, 3, 1, 1, 1, "clamp", "before"),  # 3 wide, 5 blocks + 3 channels
+    (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),  # 5 wide, 5 whole blocks
+    (1, 35, 33, 33, 7, 2, 3, 1, "silu", None),       # 7x7 stride 2 on a wide row
+    (1, 32, 25, 41, 3, 1, 2, 2, "relu", None),       # dilation 2, taps one at a time
+    (16, 24, 15, 17, 3, 2, 1, 1, "clamp", None),     # batch 16, stride 2
+    (1, 16, 40, 12, 5, 1, 1, 1, "none", None),       # padding less than the kernel's half
 ]
+
+
+def _epilogue(y, rng, act, at):
+    """torch's ``y`` with the activation and a random residual (``at``: before it, after
+    it, or None); the residual as NumPy."""
+    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
+    if at == "before":
+        y = y + torch.tensor(residual)
+    y = ACTS[act](y)
+    if at == "after":
+        y = y + torch.tensor(residual)
+    return y, residual
 
 
 @pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
@@ -41,12 +61,7 @@ def test_depthwise_loop_matches_torch(case):
     bias = rng.standard_normal(c).astype(np.float32)
     y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias), stride=s,
                  padding=p, dilation=d, groups=c)
-    residual = rng.standard_normal(tuple(y.shape)).astype(np.float32) if at else None
-    if at == "before":
-        y = y + torch.tensor(residual)
-    y = ACTS[act](y)
-    if at == "after":
-        y = y + torch.tensor(residual)
+    y, residual = _epilogue(y, rng, act, at)
     to_nhwc = (0, 2, 3, 1)
     extra = [np.ascontiguousarray(residual.transpose(to_nhwc))] if at else []
     got = DEPTHWISE_NHWC.kernel(
@@ -54,6 +69,36 @@ def test_depthwise_loop_matches_torch(case):
         act=act, bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf),
         residual_at=at, stride=(s, s), padding=((p, p), (p, p)), dilation=(d, d))
     np.testing.assert_allclose(got.transpose(0, 3, 1, 2), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+POINTWISE = [   # n, h, w, c, cout, act, residual_at
+    (1, 9, 7, 13, 21, "relu", None), (3, 5, 11, 40, 24, "clamp", "before"),
+    (2, 6, 6, 24, 37, "hardswish", "after"), (1, 1, 1, 19, 8, "sigmoid", None),
+]
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=[str(c) for c in POINTWISE])
+def test_pointwise_matches_torch(case, monkeypatch):
+    """The 1x1 conv of channels-last activations (``pointwise_nhwc``), in blocks of seven
+    positions (the last one partial) and in one block."""
+    n, h, w, c, cout, act, at = case
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    y = F.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias))
+    y, residual = _epilogue(y, rng, act, at)
+    to_nhwc = (0, 2, 3, 1)
+    extra = [np.ascontiguousarray(residual.transpose(to_nhwc))] if at else []
+    for block in (1, 1 << 20):
+        monkeypatch.setattr(conv_nhwc, "BLOCK_BYTES", block)
+        monkeypatch.setattr(conv_nhwc, "MIN_ROWS", 7)
+        got = POINTWISE_NHWC.kernel(
+            np.ascontiguousarray(x.transpose(to_nhwc)),
+            np.ascontiguousarray(weight[:, :, 0, 0].T), bias, *extra, act=act,
+            bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf), residual_at=at)
+        np.testing.assert_allclose(got.transpose(0, 3, 1, 2), y.numpy(), rtol=1e-5,
+                                   atol=1e-5)
 
 
 def _net(lib, c=13, hidden=37, out=21):
@@ -85,7 +130,7 @@ def _net(lib, c=13, hidden=37, out=21):
     return Block()
 
 
-def _models(batch):
+def _models(batch, size=(13, 11)):
     rng = np.random.default_rng(batch)
     reference = _net(torch).eval()
     state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
@@ -94,13 +139,14 @@ def _models(batch):
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
     model = _net(dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
-    x = rng.standard_normal((batch, 13, 13, 11)).astype(np.float32)
+    x = rng.standard_normal((batch, 13, *size)).astype(np.float32)
     return reference, model, x
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_compiled_region_matches_eager_and_torch(batch, tmp_path):
-    reference, model, x = _models(batch)
+@pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (16, (9, 8)),
+                                         (1, (41, 35))])
+def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
+    reference, model, x = _models(batch, size)
     with torch.no_grad():
         want = [t.numpy() for t in reference(torch.tensor(x))]
     compiled = dg.compile(model, passes={"channels_last": True})
@@ -109,6 +155,7 @@ def test_compiled_region_matches_eager_and_torch(batch, tmp_path):
         eager = [t.numpy() for t in model(dg.tensor(x))]
     graph = str(compiled.optimized_graph)
     assert graph.count("depthwise_nhwc(") == 2 and " conv2d" not in graph, graph
+    assert graph.count("pointwise_nhwc(") == 5, graph
     assert graph.count("relayout(") == 2, graph   # (the input in, the head's output back)
     for g, e, w in zip(got, eager, want):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)

@@ -105,99 +105,104 @@ def row_out(stage, at, out, base, size, wo, lanes):
 
 
 @helper(inline="always")
-def _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, eight):
+def run_taps(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, tstep, wstep, step, ostep,
+             eight):
     """Eight output positions (four unless ``eight``: rows of four to seven) into ``sums``
-    from ``q``, the first one's taps read from ``o``, the next ones ``step`` floats on:
-    as many vector sums, each tap's weights loaded once for them, so that the
-    multiply-adds' latency is hidden (with four, each waits for its last one). (One body:
-    LLVM makes a loop for each value of ``eight``.)"""
+    at ``q``, ``ostep`` floats apart: kernel rows ``i0:i1``, tap ``(i, j)`` of the first
+    position read from ``src`` at ``o + i * rstep + j * tstep``, the next positions
+    ``step`` floats on, its weights from ``wt`` at ``wbase + (i * kw + j) * wstep``. As many
+    vector sums, each tap's weights loaded once for them, so that the multiply-adds'
+    latency is hidden (with four, each waits for its last one). The strides say the
+    layout: the interleaved plane here, channels-last activations in ``conv_nhwc``. (One
+    body: LLVM makes a loop for each value of ``eight``.)"""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
-    for i in range(kh):
+    for i in range(i0, i1):
         for j in range(kw):
-            w = load(wt, (i * kw + j) * LANES)
-            p = o + (i * dh * wp + j * dw) * LANES
-            a0 = fma(w, load(packed, p), a0)
-            a1 = fma(w, load(packed, p + step), a1)
-            a2 = fma(w, load(packed, p + 2 * step), a2)
-            a3 = fma(w, load(packed, p + 3 * step), a3)
+            w = load(wt, wbase + (i * kw + j) * wstep)
+            p = o + i * rstep + j * tstep
+            a0 = fma(w, load(src, p), a0)
+            a1 = fma(w, load(src, p + step), a1)
+            a2 = fma(w, load(src, p + 2 * step), a2)
+            a3 = fma(w, load(src, p + 3 * step), a3)
             if eight:
-                a4 = fma(w, load(packed, p + 4 * step), a4)
-                a5 = fma(w, load(packed, p + 5 * step), a5)
-                a6 = fma(w, load(packed, p + 6 * step), a6)
-                a7 = fma(w, load(packed, p + 7 * step), a7)
+                a4 = fma(w, load(src, p + 4 * step), a4)
+                a5 = fma(w, load(src, p + 5 * step), a5)
+                a6 = fma(w, load(src, p + 6 * step), a6)
+                a7 = fma(w, load(src, p + 7 * step), a7)
     store(sums, q, a0)
-    store(sums, q + LANES, a1)
-    store(sums, q + 2 * LANES, a2)
-    store(sums, q + 3 * LANES, a3)
+    store(sums, q + ostep, a1)
+    store(sums, q + 2 * ostep, a2)
+    store(sums, q + 3 * ostep, a3)
     if eight:
-        store(sums, q + 4 * LANES, a4)
-        store(sums, q + 5 * LANES, a5)
-        store(sums, q + 6 * LANES, a6)
-        store(sums, q + 7 * LANES, a7)
+        store(sums, q + 4 * ostep, a4)
+        store(sums, q + 5 * ostep, a5)
+        store(sums, q + 6 * ostep, a6)
+        store(sums, q + 7 * ostep, a7)
 
 
 @helper(inline="always")
-def _run_wide(sums, packed, wt, bias, q, o, kh, kw, dh, wp):
-    """:func:`_run`'s eight positions for a 3- or 5-wide kernel (``kw``) at column stride
-    and dilation 1: per kernel row the ``kw`` weights are held in registers and the ten
-    (twelve) input vectors the eight windows span are loaded once, each multiplied into
-    the sums of up to three (five) positions: 13 loads for 24 multiply-adds instead of 27
-    (17 for 40 instead of 45). Each sum still takes its taps in order, so the bits are
-    :func:`_run`'s. (One body: LLVM makes a loop for each width, as for ``_run``'s.)"""
+def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, ostep):
+    """:func:`run_taps`' eight positions for a 3- or 5-wide kernel (``kw``) at column
+    stride and dilation 1 (the taps of a row ``step`` apart, as the positions): per kernel
+    row the ``kw`` weights are held in registers and the ten (twelve) input vectors the
+    eight windows span are loaded once, each multiplied into the sums of up to three
+    (five) positions: 13 loads for 24 multiply-adds instead of 27 (17 for 40 instead of
+    45). Each sum still takes its taps in order, so the bits are :func:`run_taps`'. (One
+    body: LLVM makes a loop for each width.)"""
     five = kw == 5
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
-    for i in range(kh):
-        t, p = i * kw * LANES, o + i * dh * wp * LANES
-        w0, w1, w2 = load(wt, t), load(wt, t + LANES), load(wt, t + 2 * LANES)
+    for i in range(i0, i1):
+        t, p = wbase + i * kw * wstep, o + i * rstep
+        w0, w1, w2 = load(wt, t), load(wt, t + wstep), load(wt, t + 2 * wstep)
         w3 = w4 = w0
         if five:
-            w3, w4 = load(wt, t + 3 * LANES), load(wt, t + 4 * LANES)
-        x = load(packed, p)
+            w3, w4 = load(wt, t + 3 * wstep), load(wt, t + 4 * wstep)
+        x = load(src, p)
         a0 = fma(w0, x, a0)
-        x = load(packed, p + LANES)
+        x = load(src, p + step)
         a0, a1 = fma(w1, x, a0), fma(w0, x, a1)
-        x = load(packed, p + 2 * LANES)
+        x = load(src, p + 2 * step)
         a0, a1, a2 = fma(w2, x, a0), fma(w1, x, a1), fma(w0, x, a2)
-        x = load(packed, p + 3 * LANES)
+        x = load(src, p + 3 * step)
         if five:
             a0 = fma(w3, x, a0)
         a1, a2, a3 = fma(w2, x, a1), fma(w1, x, a2), fma(w0, x, a3)
-        x = load(packed, p + 4 * LANES)
+        x = load(src, p + 4 * step)
         if five:
             a0, a1 = fma(w4, x, a0), fma(w3, x, a1)
         a2, a3, a4 = fma(w2, x, a2), fma(w1, x, a3), fma(w0, x, a4)
-        x = load(packed, p + 5 * LANES)
+        x = load(src, p + 5 * step)
         if five:
             a1, a2 = fma(w4, x, a1), fma(w3, x, a2)
         a3, a4, a5 = fma(w2, x, a3), fma(w1, x, a4), fma(w0, x, a5)
-        x = load(packed, p + 6 * LANES)
+        x = load(src, p + 6 * step)
         if five:
             a2, a3 = fma(w4, x, a2), fma(w3, x, a3)
         a4, a5, a6 = fma(w2, x, a4), fma(w1, x, a5), fma(w0, x, a6)
-        x = load(packed, p + 7 * LANES)
+        x = load(src, p + 7 * step)
         if five:
             a3, a4 = fma(w4, x, a3), fma(w3, x, a4)
         a5, a6, a7 = fma(w2, x, a5), fma(w1, x, a6), fma(w0, x, a7)
-        x = load(packed, p + 8 * LANES)
+        x = load(src, p + 8 * step)
         if five:
             a4, a5 = fma(w4, x, a4), fma(w3, x, a5)
         a6, a7 = fma(w2, x, a6), fma(w1, x, a7)
-        x = load(packed, p + 9 * LANES)
+        x = load(src, p + 9 * step)
         if five:
             a5, a6 = fma(w4, x, a5), fma(w3, x, a6)
         a7 = fma(w2, x, a7)
         if five:
-            x = load(packed, p + 10 * LANES)
+            x = load(src, p + 10 * step)
             a6, a7 = fma(w4, x, a6), fma(w3, x, a7)
-            a7 = fma(w4, load(packed, p + 11 * LANES), a7)
+            a7 = fma(w4, load(src, p + 11 * step), a7)
     store(sums, q, a0)
-    store(sums, q + LANES, a1)
-    store(sums, q + 2 * LANES, a2)
-    store(sums, q + 3 * LANES, a3)
-    store(sums, q + 4 * LANES, a4)
-    store(sums, q + 5 * LANES, a5)
-    store(sums, q + 6 * LANES, a6)
-    store(sums, q + 7 * LANES, a7)
+    store(sums, q + ostep, a1)
+    store(sums, q + 2 * ostep, a2)
+    store(sums, q + 3 * ostep, a3)
+    store(sums, q + 4 * ostep, a4)
+    store(sums, q + 5 * ostep, a5)
+    store(sums, q + 6 * ostep, a6)
+    store(sums, q + 7 * ostep, a7)
 
 
 @helper(inline="always")
@@ -212,9 +217,11 @@ def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
         v = min(v, wo - run)
         o, q = ((r * sh) * wp + v * sw) * LANES, (r * wo + v) * LANES
         if run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1:
-            _run_wide(sums, packed, wt, bias, q, o, kh, kw, dh, wp)
+            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * LANES, LANES, LANES,
+                     LANES)
         elif run > 1:
-            _run(sums, packed, wt, bias, q, o, kh, kw, dh, dw, wp, step, run == 8)
+            run_taps(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * LANES, dw * LANES,
+                     LANES, step, LANES, run == 8)
         else:
             a0 = bias
             for i in range(kh):

@@ -95,6 +95,25 @@ def load_even(typingctx, array, offset):
 
 
 @Intrinsic
+def prefetch(typingctx, array, offset):
+    """A hint to bring the cache line of ``array[offset]`` into the second-level cache
+    (``llvm.prefetch``, read, ``prefetcht1``): no load, no fault, no result."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        kind = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, kind, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), i32(0), i32(2),
+                          i32(1)])
+        return context.get_dummy_value()
+    return types.void(array, offset), codegen
+
+
+@Intrinsic
 def store(typingctx, array, offset, value):
     """``array[offset:offset + 8] = value`` (unaligned)."""
     from numba.core import types

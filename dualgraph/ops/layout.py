@@ -1,12 +1,13 @@
 """Ops of channels-last regions, which the layout pass (``passes/layout.py``) makes:
 ``relayout`` (a permutation written out as a new contiguous array: the conversions at a
-region's edges) and ``depthwise_nhwc`` (a depthwise convolution with its epilogue on
-``(N, H, W, C)`` activations). A 1x1 convolution in channels-last is a ``linear`` over the
-last dim and needs no op of its own.
+region's edges), ``depthwise_nhwc`` (a depthwise convolution with its epilogue on
+``(N, H, W, C)`` activations) and ``pointwise_nhwc`` (a 1x1 convolution with its epilogue
+there: a ``linear_epilogue`` over the last dim on a weight stored transposed, run by
+blocks of positions).
 
 Both are compiler-only: the pass makes them after autodiff, for inference graphs, and their
 decompositions are the ordinary ops they stand for (``permute``; ``conv2d`` between two
-permutes, then the epilogue).
+permutes, then the epilogue; ``linear_epilogue``).
 """
 from __future__ import annotations
 
@@ -112,3 +113,55 @@ DEPTHWISE_NHWC = defop(
     specialise=_specialise_depthwise,
     doc="conv2d_epilogue of a depthwise conv on channels-last (N, H, W, C) activations, "
         "its weight (kh, kw, cp): channels rounded up to eight, spare lanes zero")
+
+
+def _pointwise_kernel(x, wt, b, *residual, act, bounds, residual_at):
+    """``kernels/conv_nhwc.py``'s blocked GEMM and row epilogue (float32, Numba and
+    OpenBLAS's ``sgemm``); else ``linear_epilogue``'s kernel on the weight transposed."""
+    if kernels.conv_nhwc.pointwise_available() and all(
+            a.dtype == np.float32 for a in (x, wt, b, *residual)):
+        return _fitted_pointwise(x, wt, b, *residual, act=act, bounds=bounds,
+                                 residual_at=residual_at)(x, wt, b, *residual)
+    return epilogue.LINEAR_EPILOGUE.kernel(x, np.transpose(wt), b, *residual, act=act,
+                                           bounds=bounds, residual_at=residual_at)
+
+
+def _fitted_pointwise(x, wt, b, *residual, act, bounds, residual_at):
+    run = kernels.conv_nhwc.pointwise(
+        tuple(x.shape), wt.shape[1], ACTIVATIONS.index(act), bounds[0], bounds[1],
+        epilogue.RESIDUAL.index(residual_at) if residual else 0)
+    return lambda x, wt, b, *r, out=None: run(x, wt, b, r[0] if r else None, out=out)
+
+
+def _infer_pointwise(x, wt, b, *residual, act, bounds, residual_at):
+    c, cout = wt.shape
+    if x.ndim != 4 or x.shape[3] != c or tuple(b.shape) != (cout,):
+        raise ValueError(f"pointwise_nhwc: input {tuple(x.shape)}, weight {tuple(wt.shape)} "
+                         f"and bias {tuple(b.shape)} (want (N, H, W, C), (C, Cout), (Cout,))")
+    out = ShapedType((*x.shape[:3], cout), x.dtype)
+    if residual and tuple(residual[0].shape) != tuple(out.shape):
+        raise ValueError(f"pointwise_nhwc: residual of shape {tuple(residual[0].shape)} for "
+                         f"an output of shape {tuple(out.shape)}")
+    return out
+
+
+def _specialise_pointwise(x, wt, b, *residual, act, bounds, residual_at):
+    """``pointwise_nhwc`` fitted to static float32 shapes, as ``conv1x1_nhwc_<act>``; else
+    None (the op's kernel)."""
+    if not (kernels.conv_nhwc.pointwise_available() and is_static(x.shape) and all(
+            getattr(v, "dtype", None) == np.float32 for v in (x, wt, b, *residual))):
+        return None
+    return f"conv1x1_nhwc_{act}", _fitted_pointwise(x, wt, b, *residual, act=act,
+                                                    bounds=bounds, residual_at=residual_at)
+
+
+POINTWISE_NHWC = defop(
+    "pointwise_nhwc", _pointwise_kernel, _infer_pointwise,
+    attrs=("act", "bounds", "residual_at"), saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, wt, b, *residual, act, bounds, residual_at:
+        epilogue._linear_decomposition(x, shape_ops.permute(wt, 1, 0), b, *residual, act=act,
+                                       bounds=bounds, residual_at=residual_at),
+    specialise=_specialise_pointwise,
+    doc="linear_epilogue of a 1x1 conv on channels-last (N, H, W, C) activations, its "
+        "weight stored transposed (C, Cout): one sgemm per block of positions, the "
+        "epilogue on its rows in cache")

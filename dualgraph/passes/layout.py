@@ -6,11 +6,12 @@ A depthwise convolution's loops want each position's channels side by side (eigh
 lanes of a vector); in the graph's NCHW layout ``conv_lanes`` transposes its input into that
 form and its output back at every call, most of a small layer's time. In channels-last the
 depthwise conv reads its input as it is (``depthwise_nhwc``, ``kernels/conv_nhwc.py``), a
-1x1 convolution is a ``linear`` over the last dim (one GEMM, its epilogue per row), and the
-ops between them do not care: elementwise ops (activations, a residual add, the scaling of
-squeeze-and-excitation by a ``(N, C, 1, 1)`` gate, which broadcasts the same way with the
-dims permuted), the global average pool (``mean`` over the plane: dims ``(1, 2)``), and the
-reshape of a ``(N, C, 1, 1)`` pool to ``(N, C)``, whose data is the same in both layouts.
+1x1 convolution is a GEMM over the last dim (``pointwise_nhwc``: by blocks of positions,
+the epilogue per row), and the ops between them do not care: elementwise ops
+(activations, a residual add, the scaling of squeeze-and-excitation by a ``(N, C, 1, 1)``
+gate, which broadcasts the same way with the dims permuted), the global average pool
+(``mean`` over the plane: dims ``(1, 2)``), and the reshape of a ``(N, C, 1, 1)`` pool to
+``(N, C)``, whose data is the same in both layouts.
 
 The precondition, per node (a *member*): a ``conv2d`` / ``conv2d_epilogue`` of float32
 operands of static shapes whose weight is a constant of the graph (inference: frozen
@@ -34,9 +35,8 @@ import numpy as np
 from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
-from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
-from ..ops.layout import DEPTHWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
-from ..ops.linalg import LINEAR
+from ..ops.epilogue import CONV2D_EPILOGUE
+from ..ops.layout import DEPTHWISE_NHWC, POINTWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
 from ..ops.reduce import MEAN
 from ..ops.shape import RESHAPE
 from ..shapes import is_static
@@ -134,7 +134,7 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
     """Each region of ``channels_last_regions`` runs in channels-last: a ``relayout`` to
     ``(N, H, W, C)`` of each 4-D value it reads from outside, its depthwise convs as
     ``depthwise_nhwc`` (the weight packed once as a constant ``(kh, kw, cp)``), its 1x1
-    convs as ``linear`` / ``linear_epilogue`` (the weight a constant ``(Cout, C)``), its
+    convs as ``pointwise_nhwc`` (the weight a constant ``(C, Cout)``), its
     means over dims ``(1, 2)``, its elementwise ops and reshapes as they are on the
     permuted shapes, and a ``relayout`` back to NCHW of each 4-D value read outside it.
 
@@ -197,7 +197,7 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
         if (w, form) not in weights:
             arr = graph.constants[w]
             arr = (kernels.conv_nhwc.pack(arr) if form == "depthwise"
-                   else np.ascontiguousarray(arr.reshape(arr.shape[:2])))
+                   else np.ascontiguousarray(arr.reshape(arr.shape[:2]).T))
             weights[w, form] = b.graph.add_constant(arr, name=f"{w.name}_nhwc")
         return weights[w, form]
 
@@ -242,6 +242,4 @@ def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph) -> Value:
     if form == "depthwise":
         attrs = dict(epi, **{k: node.attrs[k] for k in ("stride", "padding", "dilation")})
         return b.add(DEPTHWISE_NHWC, operands, attrs, node.location, name)[0]
-    if node.op is CONV2D:
-        return b.add(LINEAR, operands[:3], {}, node.location, name)[0]
-    return b.add(LINEAR_EPILOGUE, operands, epi, node.location, name)[0]
+    return b.add(POINTWISE_NHWC, operands, epi, node.location, name)[0]

@@ -366,3 +366,27 @@ CASES += [   # (13 channels: a partial block of five lanes; the weight's spare l
     for act, at, stride in [("relu", None, (2, 2)), ("silu", "before", (1, 1)),
                             ("none", "after", (1, 1))]
 ]
+
+
+def pointwise_nhwc(act, residual_at=None):
+    """pointwise_nhwc (what passes.channels_last makes) on channels-last x and residual,
+    its weight (C, Cout), vs torch's 1x1 conv between permutes, then the tail."""
+    def fn(m, x, wt, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import POINTWISE_NHWC
+            return apply(POINTWISE_NHWC, x, wt, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at)
+        w = wt.t().reshape(*wt.shape[::-1], 1, 1)
+        y = m.nn.functional.conv2d(x.permute(0, 3, 1, 2), w, b)
+        res = [r.permute(0, 3, 1, 2) for r in residual]
+        return torch_tail(m, y, res, act, residual_at).permute(0, 2, 3, 1)
+    return fn
+
+
+CASES += [
+    OpCase("pointwise_nhwc", pointwise_nhwc(act, at),
+           [In((2, 5, 7, 13)), In((13, 11)), In((11,))]
+           + ([In((2, 5, 7, 11))] if at else []), f"{act}-{at}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at in [("relu", None), ("hardswish", "before"), ("none", "after")]
+]
