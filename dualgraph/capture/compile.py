@@ -1193,7 +1193,7 @@ class Compiled:
         Python at every call, does)."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
-        roots = self._state_roots(leaves)
+        roots = self._state_roots(leaves, args, kwargs)
         before, cells = places(roots), scalar_cells(self.fn)
         tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
         state = self._state_versions(tensors_held)
@@ -1305,15 +1305,18 @@ class Compiled:
             ids.update(id(m) for _, m in root.named_modules())
         return ids
 
-    def _state_roots(self, leaves) -> dict:
+    def _state_roots(self, leaves, args=(), kwargs=None) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
-        of a bound method) and the non-tensor objects it is passed."""
+        of a bound method), the non-tensor objects it is passed and the lists and dicts
+        they are passed in (``forward(x, keep)`` appending to ``keep``)."""
         roots = dict(scope_of(self.fn))
         owner = self.fn if is_module(self.fn) else getattr(self.fn, "__self__", None)
         if owner is not None:
             roots["self"] = owner
         roots.update({f"argument {i}": leaf for i, leaf in enumerate(leaves)
                       if not isinstance(leaf, Tensor)})
+        given = [*enumerate(args), *(kwargs or {}).items()]
+        roots.update({f"arguments[{k!r}]": a for k, a in given if isinstance(a, (list, dict))})
         return roots
 
     def _run_once(self, entry, args, kwargs, leaves, sig):
