@@ -16,10 +16,12 @@ from ...ops import creation, elementwise, inplace, reduce, shape
 from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
 from . import parametrizations, parametrize, rnn  # noqa: F401  (torch.nn.utils.*)
+from .spectral_norm import remove_spectral_norm, spectral_norm  # (the hook-based one)
 from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
-           "vector_to_parameters", "weight_norm", "remove_weight_norm"]
+           "vector_to_parameters", "weight_norm", "remove_weight_norm", "spectral_norm",
+           "remove_spectral_norm"]
 
 
 def _as_list(parameters) -> list:
