@@ -14,6 +14,7 @@ from __future__ import annotations
 from ...autograd import no_grad
 from .. import functional as F
 from ..parameter import Parameter
+from .weight_norm import parameter_to_reparametrise, restore_class, subclass_with
 
 
 def _matrix(weight, dim: int):
@@ -50,16 +51,9 @@ def spectral_norm(module, name: str = "weight", n_power_iterations: int = 1,
     """Divide ``module.<name>`` by its spectral norm before each call; returns the module.
     ``dim``: the weight's dim that is the matrix's rows (1 for transposed convolutions,
     0 otherwise, by default)."""
-    cls = type(module)
-    if name in getattr(cls, "_spectral_norms", {}):
-        raise RuntimeError(f"cannot register two spectral_norm hooks on the same parameter "
-                           f"{name!r} of {cls.__name__}")
-    weight = module._parameters.get(name)
-    if not isinstance(weight, Parameter):
-        raise TypeError(f"spectral_norm: {cls.__name__}.{name} is not a parameter of the "
-                        f"module; pass the name of one ({', '.join(module._parameters)})")
+    weight = parameter_to_reparametrise(module, name, "_spectral_norms", "spectral_norm")
     if dim is None:
-        dim = 1 if cls.__name__.startswith("ConvTranspose") else 0
+        dim = 1 if type(module).__name__.startswith("ConvTranspose") else 0
     h, w = _matrix(weight, dim).shape
     with no_grad():
         u = F.normalize(weight.new_empty(h).normal_(0, 1), dim=0, eps=eps)
@@ -70,26 +64,15 @@ def spectral_norm(module, name: str = "weight", n_power_iterations: int = 1,
     module.register_buffer(name + "_v", v)
     handle = module.register_forward_pre_hook(_power_iteration(name, dim, n_power_iterations,
                                                                eps))
-    norms = {**getattr(cls, "_spectral_norms", {}), name: (handle, cls)}
-    module.__class__ = type(cls.__name__, (cls,), {name: _weight_property(name, dim),
-                                                   "_spectral_norms": norms,
-                                                   "__module__": cls.__module__})
+    subclass_with(module, name, _weight_property(name, dim), "_spectral_norms", handle)
     return module
 
 
 def remove_spectral_norm(module, name: str = "weight"):
     """Undo :func:`spectral_norm`: ``module.<name>`` a plain parameter again, holding the
     current normalised weight."""
-    norms = getattr(type(module), "_spectral_norms", {})
-    if name not in norms:
-        raise ValueError(f"spectral_norm of {name!r} not found in {type(module).__name__}")
-    handle, before = norms[name]
-    if type(module).__bases__[0] is not before:
-        raise RuntimeError(f"remove the spectral_norms of {type(module).__name__} in the "
-                           f"reverse order of adding them ({', '.join(reversed(norms))})")
-    weight = getattr(module, name).detach()
+    handle, weight = restore_class(module, name, "_spectral_norms", "spectral_norm")
     handle.remove()
-    module.__class__ = before
     del module._parameters[name + "_orig"]
     del module._buffers[name + "_u"], module._buffers[name + "_v"]
     module.register_parameter(name, Parameter(weight))
