@@ -57,15 +57,21 @@ def _register(lib, layer, kind):
     return layer
 
 
-def _pair(make, kind, shape):
-    """The same layer in both frameworks with the same parametrization and stored tensors."""
-    layers = [_register(lib, make(lib), kind) for lib in (dg, torch)]
+def _same_state(layers) -> None:
+    """Load the same drawn tensors (power-iteration vectors of unit norm) into the dualgraph
+    and torch layers, by torch's state-dict keys."""
     state = {}
     for k, v in layers[1].state_dict().items():
         a = RNG.normal(size=tuple(v.shape)).astype("f4")
         state[k] = a / np.linalg.norm(a) if k.endswith(("_u", "_v")) else a
     for layer, lib in zip(layers, (dg, torch)):
         layer.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
+
+
+def _pair(make, kind, shape):
+    """The same layer in both frameworks with the same parametrization and stored tensors."""
+    layers = [_register(lib, make(lib), kind) for lib in (dg, torch)]
+    _same_state(layers)
     return layers, RNG.normal(size=shape).astype("f4")
 
 
@@ -180,12 +186,7 @@ def test_hook_based_spectral_norm_matches_torch(make, shape, training):
     """``nn.utils.spectral_norm`` (``weight_orig``, ``weight_u``, ``weight_v``): two calls,
     so that the second uses the vectors the first one's power iteration left."""
     layers = [lib.nn.utils.spectral_norm(make(lib)) for lib in (dg, torch)]
-    state = {}
-    for k, v in layers[1].state_dict().items():
-        a = RNG.normal(size=tuple(v.shape)).astype("f4")
-        state[k] = a / np.linalg.norm(a) if k.endswith(("_u", "_v")) else a
-    for layer, lib in zip(layers, (dg, torch)):
-        layer.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
+    _same_state(layers)
     assert list(layers[0].state_dict()) == list(layers[1].state_dict())
     x = RNG.normal(size=shape).astype("f4")
     results = []
