@@ -386,6 +386,14 @@ def _keep_forward_state(kept: list) -> None:
             container[key] = t
 
 
+def _filled_arguments(args, kwargs) -> dict:
+    """The lists and dicts a call is passed, where it may leave tensors it made
+    (``forward(x, keep)`` appending to ``keep``); the tensors they hold are arguments,
+    guarded as such, not state."""
+    given = [*enumerate(args), *kwargs.items()]
+    return {f"arguments[{k!r}]": a for k, a in given if isinstance(a, (list, dict))}
+
+
 def _refuse_opaque_results(fn, result, tracer) -> None:
     """A result that holds tensors the trace made inside an object of the user's class
     (not a tuple, list, dict or dataclass) can't be rebuilt from the graph's outputs: the
@@ -1193,8 +1201,9 @@ class Compiled:
         Python at every call, does)."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
-        roots = self._state_roots(leaves, args, kwargs)
-        before, cells = places(roots), scalar_cells(self.fn)
+        roots = self._state_roots(leaves)
+        filled = {**roots, **_filled_arguments(args, kwargs)}   # (where kept state can be)
+        before, cells = places(filled), scalar_cells(self.fn)
         tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
         state = self._state_versions(tensors_held)
         arg_state = {id(t._version) for t in leaves
@@ -1232,7 +1241,7 @@ class Compiled:
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
-                kept = kept_places(roots, tracer)
+                kept = kept_places(filled, tracer)
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
@@ -1251,7 +1260,7 @@ class Compiled:
             if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
-            undo(roots, tracer, before)
+            undo(filled, tracer, before)
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
             if e is random_break or not (symbolic or dims):   # (not the numbers' doing)
@@ -1305,18 +1314,15 @@ class Compiled:
             ids.update(id(m) for _, m in root.named_modules())
         return ids
 
-    def _state_roots(self, leaves, args=(), kwargs=None) -> dict:
+    def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
-        of a bound method), the non-tensor objects it is passed and the lists and dicts
-        they are passed in (``forward(x, keep)`` appending to ``keep``)."""
+        of a bound method) and the non-tensor objects it is passed."""
         roots = dict(scope_of(self.fn))
         owner = self.fn if is_module(self.fn) else getattr(self.fn, "__self__", None)
         if owner is not None:
             roots["self"] = owner
         roots.update({f"argument {i}": leaf for i, leaf in enumerate(leaves)
                       if not isinstance(leaf, Tensor)})
-        given = [*enumerate(args), *(kwargs or {}).items()]
-        roots.update({f"arguments[{k!r}]": a for k, a in given if isinstance(a, (list, dict))})
         return roots
 
     def _run_once(self, entry, args, kwargs, leaves, sig):
