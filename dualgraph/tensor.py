@@ -335,6 +335,10 @@ class Tensor:
             raise RuntimeError("can't retain_grad on a tensor that doesn't require grad")
         if self.grad_fn is None or self._retains_grad:
             return
+        if type(self._data) is not np.ndarray:   # (its hook would keep a traced gradient)
+            raise CaptureError("retain_grad() on a traced tensor", user_location(),
+                               "Call retain_grad() and read .grad outside the compiled "
+                               "function (torch.compile does not keep it either).")
         self._retains_grad = True
         ref = self
 

@@ -331,10 +331,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +100, ops/ +30 and the core +130 (issue 26, i-nhwc): the depthwise loop on
 # channels-last rows in place at every plane size (kernels/conv_nhwc.py, with the 1x1 GEMM
 # by blocks of positions there, simd.prefetch), the op pointwise_nhwc (ops/layout.py).
-CORE_BUDGET = 26_230
-BUDGETS = {".": 1_770, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_885, "cli": 320,
+# nn/ +290, the package root +5 and the core +5 (real programs, sixth round):
+# nn.utils.parametrize and parametrizations (weight_norm, spectral_norm) and the hook-based
+# nn.utils.spectral_norm, torch's names real code uses; retain_grad() on a traced tensor a
+# graph break (its hook kept the backward trace's value).
+CORE_BUDGET = 26_235
+BUDGETS = {".": 1_775, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_885, "cli": 320,
            "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_210,
-           "passes": 3_305, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
+           "passes": 3_305, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

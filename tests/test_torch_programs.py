@@ -39,9 +39,14 @@ ROUND_4 = ["wgan_gp", "maml", "clip", "nerf", "mamba", "deit", "pointer_net",
 ROUND_5 = ["gpt2_hf", "llava_kvcache", "graph_sage", "metric_learning", "vit_timm",
            "transformer_xl", "chatbot_attention", "char_rnn",
            "mha_pooling"]
+# (and the sixth round's: routing by agreement, distillation, dilated causal convolutions,
+# linear attention, weighted feature fusion, a set loss, Gumbel-softmax, per-sample
+# gradients, checkpoint/resume, and parametrizations)
+ROUND_6 = ["capsnet", "distill", "wavenet", "performer", "bifpn", "detr", "gumbel_vae",
+           "dp_sgd", "resume", "sngan"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
-FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5, 4))
+FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6, 4))
 
 
 @functools.cache
@@ -59,7 +64,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4 + ROUND_5
+    + ROUND_4 + ROUND_5 + ROUND_6
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -81,8 +86,9 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # adapted ones under no_grad; nerf's hand-decayed lr changes at every step from the second
 # gpt2_hf's compiled model is called to train, to prefill, and to decode with a cache one
 # longer at each step (past length + 1 is no symbolic dim: a graph per length, 2 here), and
-# without labels at the end
-EXTRA_GRAPHS = {"gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+# without labels at the end; bifpn's MultiStepLR changes lr at two milestones in a row (the
+# second change makes it a graph input)
+EXTRA_GRAPHS = {"bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's

@@ -386,6 +386,14 @@ def _keep_forward_state(kept: list) -> None:
             container[key] = t
 
 
+def _filled_arguments(args, kwargs) -> dict:
+    """The lists and dicts a call is passed, where it may leave tensors it made
+    (``forward(x, keep)`` appending to ``keep``); the tensors they hold are arguments,
+    guarded as such, not state."""
+    given = [*enumerate(args), *kwargs.items()]
+    return {f"arguments[{k!r}]": a for k, a in given if isinstance(a, (list, dict))}
+
+
 def _refuse_opaque_results(fn, result, tracer) -> None:
     """A result that holds tensors the trace made inside an object of the user's class
     (not a tuple, list, dict or dataclass) can't be rebuilt from the graph's outputs: the
@@ -1194,7 +1202,8 @@ class Compiled:
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
-        before, cells = places(roots), scalar_cells(self.fn)
+        filled = {**roots, **_filled_arguments(args, kwargs)}   # (where kept state can be)
+        before, cells = places(filled), scalar_cells(self.fn)
         tensors_held = tensor_places(roots, root_sources(self.fn), self._guarded_elsewhere())
         state = self._state_versions(tensors_held)
         arg_state = {id(t._version) for t in leaves
@@ -1232,7 +1241,7 @@ class Compiled:
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
-                kept = kept_places(roots, tracer)
+                kept = kept_places(filled, tracer)
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
@@ -1251,7 +1260,7 @@ class Compiled:
             if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
-            undo(roots, tracer, before)
+            undo(filled, tracer, before)
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
             if e is random_break or not (symbolic or dims):   # (not the numbers' doing)

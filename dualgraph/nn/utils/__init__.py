@@ -1,5 +1,5 @@
-"""``dg.nn.utils``: gradient clipping, flattening parameters and weight normalisation, as
-``torch.nn.utils``.
+"""``dg.nn.utils``: gradient clipping, flattening parameters, weight normalisation and
+parametrizations (``parametrize``, ``parametrizations``), as ``torch.nn.utils``.
 
 Everything here is Tensor ops under ``no_grad`` (no ``.item()`` unless asked for with
 ``error_if_nonfinite``), so clipping inside a captured training step becomes graph nodes.
@@ -15,11 +15,13 @@ from ...dispatch import modes
 from ...ops import creation, elementwise, inplace, reduce, shape
 from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
-from . import rnn  # noqa: F401  (torch.nn.utils.rnn)
+from . import parametrizations, parametrize, rnn  # noqa: F401  (torch.nn.utils.*)
+from .spectral_norm import remove_spectral_norm, spectral_norm  # (the hook-based one)
 from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
-           "vector_to_parameters", "weight_norm", "remove_weight_norm"]
+           "vector_to_parameters", "weight_norm", "remove_weight_norm", "spectral_norm",
+           "remove_spectral_norm"]
 
 
 def _as_list(parameters) -> list:

@@ -29,40 +29,60 @@ def _weight_property(name: str, dim: int) -> property:
     return property(get, doc=f"{name}_g * {name}_v / ||{name}_v|| (weight_norm, dim={dim})")
 
 
+def parameter_to_reparametrise(module, name: str, registry: str, what: str) -> Parameter:
+    """``module.<name>``, checked to be a parameter not yet reparametrised by ``what``
+    (whose records the module's class keeps in ``registry``)."""
+    cls = type(module)
+    if name in getattr(cls, registry, {}):
+        raise RuntimeError(f"cannot register two {what} hooks on the same parameter "
+                           f"{name!r} of {cls.__name__}")
+    weight = module._parameters.get(name)
+    if not isinstance(weight, Parameter):
+        raise TypeError(f"{what}: {cls.__name__}.{name} is not a parameter of the "
+                        f"module; pass the name of one ({', '.join(module._parameters)})")
+    return weight
+
+
+def subclass_with(module, name: str, prop: property, registry: str, record) -> None:
+    """Make ``module`` an instance of a subclass of its class whose ``name`` is ``prop``,
+    noting ``record`` (with the class before) under ``registry``."""
+    cls = type(module)
+    records = {**getattr(cls, registry, {}), name: (record, cls)}
+    module.__class__ = type(cls.__name__, (cls,), {name: prop, registry: records,
+                                                   "__module__": cls.__module__})
+
+
+def restore_class(module, name: str, registry: str, what: str):
+    """Undo :func:`subclass_with` for ``name`` (the last one made); returns its record and
+    the current value of ``module.<name>``, detached."""
+    records = getattr(type(module), registry, {})
+    if name not in records:
+        raise ValueError(f"{what} of {name!r} not found in {type(module).__name__}")
+    record, before = records[name]
+    if type(module).__bases__[0] is not before:
+        raise RuntimeError(f"remove the {what}s of {type(module).__name__} in the reverse "
+                           f"order of adding them ({', '.join(reversed(records))})")
+    weight = getattr(module, name).detach()
+    module.__class__ = before
+    return record, weight
+
+
 def weight_norm(module, name: str = "weight", dim: int | None = 0):
     """Reparametrise ``module.<name>`` as ``<name>_g * <name>_v / ||<name>_v||`` (norms over
     every dim but ``dim``; ``dim=None``: over the whole tensor); returns the module."""
     dim = -1 if dim is None else dim
-    cls = type(module)
-    if name in getattr(cls, "_weight_norms", {}):
-        raise RuntimeError(f"cannot register two weight_norm hooks on the same parameter "
-                           f"{name!r} of {cls.__name__}")
-    weight = module._parameters.get(name)
-    if not isinstance(weight, Parameter):
-        raise TypeError(f"weight_norm: {cls.__name__}.{name} is not a parameter of the "
-                        f"module; pass the name of one ({', '.join(module._parameters)})")
+    weight = parameter_to_reparametrise(module, name, "_weight_norms", "weight_norm")
     del module._parameters[name]
     module.register_parameter(name + "_g", Parameter(norm_except_dim(weight, 2, dim).detach()))
     module.register_parameter(name + "_v", Parameter(weight.detach().clone()))
-    norms = {**getattr(cls, "_weight_norms", {}), name: (dim, cls)}
-    module.__class__ = type(cls.__name__, (cls,), {name: _weight_property(name, dim),
-                                                   "_weight_norms": norms,
-                                                   "__module__": cls.__module__})
+    subclass_with(module, name, _weight_property(name, dim), "_weight_norms", dim)
     return module
 
 
 def remove_weight_norm(module, name: str = "weight"):
     """Undo :func:`weight_norm`: ``module.<name>`` a plain parameter again, holding the
     current weight."""
-    norms = getattr(type(module), "_weight_norms", {})
-    if name not in norms:
-        raise ValueError(f"weight_norm of {name!r} not found in {type(module).__name__}")
-    dim, before = norms[name]
-    if type(module).__bases__[0] is not before:
-        raise RuntimeError(f"remove the weight_norms of {type(module).__name__} in the reverse "
-                           f"order of adding them ({', '.join(reversed(norms))})")
-    weight = getattr(module, name).detach()
-    module.__class__ = before
+    _, weight = restore_class(module, name, "_weight_norms", "weight_norm")
     del module._parameters[name + "_g"], module._parameters[name + "_v"]
     module.register_parameter(name, Parameter(weight))
     return module
