@@ -42,7 +42,8 @@ from .escape import (held_before, kept_places, places, restore_cells, returned_i
                      scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
-from .held import Held, guards_for, held, root_sources, tensor_places
+from .held import (CELL, Held, guards_for, held, put_back, rebound_roots, root_sources, store,
+                   tensor_places)
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
@@ -326,7 +327,7 @@ class Entry:
                 made += 1
                 if self.stores and type(t._data) is not Value:   # (a later run: a new one,
                     container, key = cap.kept[made - 1]           # where the trace kept it)
-                    container[key] = Tensor._make(array)
+                    store(container, key, Tensor._make(array))
                     taken.add(id(new))
                     continue
                 t._data = array
@@ -382,8 +383,8 @@ def _keep_forward_state(kept: list) -> None:
     (``stats[name] = out``, with the forward's values), which would leave tensors of the
     backward's trace there."""
     for _, t, container, key in kept:
-        if container[key] is not t:
-            container[key] = t
+        if held(container, key) is not t:
+            store(container, key, t)
 
 
 def _refuse_opaque_results(fn, result, tracer) -> None:
@@ -610,6 +611,7 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._stored_roots: set = set()   # the global/closure variables a step rebinds
         self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
         # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
@@ -863,7 +865,8 @@ class Compiled:
     def _find_scope(self) -> None:
         """At the first call: the optimisers and modules the function names, and the Python
         values it can read (guarded from then on)."""
-        self._held = held_objects(self.fn)   # (those in small containers too: heads[0])
+        self._held = [h for h in held_objects(self.fn)   # (in small containers too: heads[0];
+                      if h[0] not in self._stored_roots]   # not the variables it rebinds)
         found = list({id(obj): (name, obj) for name, _, obj in self._held}.values())
         self._optimizers = [o for _, o in found if is_optimizer(o)]
         self._module_facts.roots += [(name, m) for name, m in found
@@ -1233,10 +1236,14 @@ class Compiled:
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
                 kept = kept_places(roots, tracer)
+                rebinds = self._rebound_roots(tracer, roots, kept)
+                kept += [place[:4] for place in rebinds]
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
-                capture.kept_before = [held_before(before, c, k) for c, k in capture.kept]
+                olds = {id(t): old for _, t, _, _, old in rebinds}
+                capture.kept_before = [olds[id(t)] if id(t) in olds else held_before(before, c, k)
+                                       for _, t, c, k in kept]
                 capture.arg_state = arg_state
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
@@ -1252,6 +1259,7 @@ class Compiled:
                 raise
             self._numbers.restore(numbers)
             undo(roots, tracer, before)
+            put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
             if e is random_break or not (symbolic or dims):   # (not the numbers' doing)
@@ -1304,6 +1312,18 @@ class Compiled:
         for _, root in self._module_facts.roots:
             ids.update(id(m) for _, m in root.named_modules())
         return ids
+
+    def _rebound_roots(self, tracer, roots: dict, kept: list) -> list:
+        """The globals and closure variables the traced call rebound to a tensor it made
+        (capture/held.py), other than those ``kept`` already names: kept state, stored
+        there by the graph as a dict item or attribute is. Their old tensors are no longer
+        objects whose rebinding drops the graphs (``rebound``): the graph rebinds them."""
+        rebinds = [place for place in rebound_roots(self.fn, tracer, roots)
+                   if not any(place[1] is t for _, t, _, _ in kept)]
+        if rebinds:
+            self._stored_roots.update(name for name, *_ in rebinds)
+            self._held = [h for h in self._held if h[0] not in self._stored_roots]
+        return rebinds
 
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
@@ -1366,7 +1386,7 @@ class Compiled:
         # inside it, so that no later backward can be through that history)
         whole = entry.backward is None
         inside = whole and any(kind == "grad" for kind, _ in cap.writebacks)
-        if (not all(isinstance(c, dict) for c, _ in cap.kept)
+        if (not all(isinstance(c, dict) or key is CELL for c, key in cap.kept)
                 or any(t.requires_grad for t in made) and not inside
                 or reads and not whole
                 or any(cap.bindings[k].kind != "captured" for k in reads)):
