@@ -37,7 +37,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .autodims import AutoDims
+from .autodims import AutoDims, DimFacts
 from .escape import (held_before, kept_places, places, restore_cells, returned_inside,
                      scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
@@ -85,6 +85,7 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
         self._bind(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
@@ -397,6 +398,28 @@ def _refuse_opaque_results(fn, result, tracer) -> None:
         raise CaptureError(f"returning tensors inside an object ({', '.join(inside)})",
                            f"{code.co_filename}:{code.co_firstlineno}",
                            "Return them in a tuple, list, dict or dataclass.")
+
+
+class _UnfitDims(Exception):
+    """A trace with symbolic dims made dims that are sums, and this call's sizes break what
+    the trace assumed of them (autodims.DimFacts: a sum of size 1); the call is traced
+    again with static shapes, the dims staying marked for the calls whose sizes fit."""
+
+
+def _check_dims_fit(capture, backward, sizes: dict) -> None:
+    """Raise :class:`_UnfitDims` when the traced call's own ``sizes`` (symbol -> size)
+    break the facts of the graphs it traced (capture/autodims.py)."""
+    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+    broken = facts.broken(sizes) if facts is not None else None
+    if broken is not None:
+        raise _UnfitDims(_unfit(broken))
+
+
+def _unfit(broken: str) -> str:
+    """``explain()``'s reason for a static graph traced for sizes a symbolic one can't take."""
+    return (f"with this call's sizes {broken}, which the graph with symbolic dims assumed "
+            "it is not (at least 2 and unlike the other dims): traced with static shapes for "
+            "these sizes; the symbolic graph serves the others")
 
 
 class _StaticDims(Exception):
@@ -737,6 +760,14 @@ class Compiled:
             leaf_dynamic = self._auto.leaf_dynamic(self.leaf_names(args, kwargs), leaves)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
+            entry = self.cache.get(sig)
+        broken = entry.dims.broken(DimFacts.sizes(leaves, leaf_dynamic)) if (
+            entry is not None and entry.dims is not None) else None
+        if broken is not None:   # (sizes its dims that are sums can't take: static)
+            self._stale = _unfit(broken)
+            leaf_dynamic = []
+            sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                            self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
                 and (self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])
@@ -1129,6 +1160,12 @@ class Compiled:
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
             return self._capture(args, kwargs, sig, [])
+        except _UnfitDims as e:   # (this call's sizes: a static graph for them, dims kept)
+            self._stale = str(e)
+            leaves, spec = self._flatten(args, kwargs)
+            sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                            self._slots, self._dynamic, self._numbers.args)
+            return self._capture(args, kwargs, sig, [])
         except _BakedNumbers:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
@@ -1212,6 +1249,7 @@ class Compiled:
                 flatten((args, kwargs))[1], self._numbers.swap_args(tracer, leaves, names))
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
+        sizes = DimFacts.sizes(leaves, leaf_dynamic)   # (before the trace binds the leaves)
         try:
             with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
@@ -1253,6 +1291,8 @@ class Compiled:
                     _keep_forward_state(kept)
                 if backward is not None and any(leaf_dynamic):
                     _check_dims_bound(backward.graph)
+                if any(leaf_dynamic):
+                    _check_dims_fit(capture, backward, sizes)
         except Exception as e:   # (the eager run makes again the state the trace made)
             dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
@@ -1262,7 +1302,7 @@ class Compiled:
             put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
-            if e is random_break or not (symbolic or dims):   # (not the numbers' doing)
+            if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
                 raise _StaticDims(e) from e

@@ -18,7 +18,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
-                      is_static, normalize_dim, normalize_dims, numel)
+                      is_static, normalize_dim, normalize_dims, numel, sym_difference)
 from . import creation, views
 from ._util import cast, needs_grad, sum_to
 from .opdef import defop
@@ -446,8 +446,18 @@ def _slice_key(index):
 
 
 def _infer_slice(x, index):
-    shape = tuple(d if s is None else len(range(*s)) for d, s in zip(x.shape, index))
+    shape = tuple(d if s is None else slice_length(s) for d, s in zip(x.shape, index))
     return ShapedType(shape, x.dtype)
+
+
+def slice_length(s) -> int | Sym:
+    """The length of a normalised ``(start, stop, step)``; with symbolic bounds (a slice of
+    a symbolic dim by constants, step 1: ``shapes.sym_slice``) their difference."""
+    if type(s[0]) is int and type(s[1]) is int:
+        return len(range(*s))
+    if s[2] != 1:
+        raise ShapeError(f"a slice {s} with symbolic bounds and a step other than 1")
+    return sym_difference(s[1], s[0])
 
 
 def _slice_vjp(g, out, x, index):
