@@ -9,9 +9,12 @@ serves every size. Dims of equal size in a call share one symbol (``s0``; a call
 they differ is another signature, so a graph never runs with sizes it did not assume
 equal), and a dim of size 0 or 1 stays a number (broadcasting depends on it). A call
 whose shapes a static graph was traced for still runs that graph (its kernels fitted to
-those shapes). Where an op cannot keep a dim symbolic (a slice of it, a tensor made with
-it as a size), the trace fails and the function goes back to static shapes for good (one
-graph per shape), as ``explain()`` says. ``dynamic=False`` never marks a dim.
+those shapes). A concatenation along a symbolic dim or a slice of it by constants gives a
+dim that is a sum (``s0 + 1``, ``s0 - 1``): what the trace assumed of its size is checked
+before each run (:class:`DimFacts`). Where an op cannot keep a dim symbolic (a strided
+slice of it, a tensor made with it as a size), the trace fails and the function goes back
+to static shapes for good (one graph per shape), as ``explain()`` says.
+``dynamic=False`` never marks a dim.
 
 >>> auto = AutoDims(True)
 >>> import dualgraph as dg
