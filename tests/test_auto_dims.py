@@ -114,6 +114,24 @@ def test_slices_by_constants_of_a_symbolic_dim_stay_symbolic(key):
     assert len(symbolic) == 1 and len(compiled.cache) <= 4
 
 
+def test_the_fast_path_checks_the_facts_of_dims_that_are_sums():
+    """An inference call through the inlined fast path: ``x[:, 1:] - x[:, :-1]`` at length
+    2 has a dim of 1 that the squeeze drops; the fast path misses, and the call runs the
+    static graph of its own, as eagerly."""
+    def f(x):
+        return (x[:, 1:] - x[:, :-1]).squeeze(1) * 2
+
+    compiled = dg.compile(f)
+    fast = []
+    for n in (5, 6, 7, 2, 9, 2, 3):
+        x = dg.randn(3, n)
+        out = compiled(x)
+        assert out.shape == f(x).shape
+        np.testing.assert_allclose(out.numpy(), f(x).numpy(), rtol=1e-6)
+        fast.append(compiled._fast is not None and "dims_fit" in compiled._fast.source)
+    assert fast == [False, True, True, False, True, False, True]
+
+
 def test_a_sum_dim_equal_to_another_dim_gets_a_static_graph():
     """``a[:-1]`` (``s0 - 1``) where ``b`` has that very length (``s1``): the trace took the
     two for different sizes (here, broadcasting refuses them), so that call is traced with
