@@ -171,13 +171,6 @@ def _monomial(coef: int, names: tuple):
     return Sym(coef=coef, names=names) if names else coef
 
 
-def sym_difference(a, b):
-    """``a - b`` for dims that may be symbolic: an int where the symbols cancel, else a Sym."""
-    if isinstance(a, Sym) or isinstance(b, Sym):
-        return a - b if isinstance(a, Sym) else -(b - a)
-    return a - b
-
-
 def sym_slice(start, stop, step, n):
     """``slice(start, stop, step).indices(n)`` for a symbolic size ``n`` (a Sym), with
     ``stop`` at least ``start``: bounds are constants from either end (``x[1:]``,

@@ -18,7 +18,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
-                      is_static, normalize_dim, normalize_dims, numel, sym_difference)
+                      is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
 from ._util import cast, needs_grad, sum_to
 from .opdef import defop
@@ -457,7 +457,7 @@ def slice_length(s) -> int | Sym:
         return len(range(*s))
     if s[2] != 1:
         raise ShapeError(f"a slice {s} with symbolic bounds and a step other than 1")
-    return sym_difference(s[1], s[0])
+    return s[1] - s[0]
 
 
 def _slice_vjp(g, out, x, index):
