@@ -1154,14 +1154,11 @@ class Compiled:
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
-        except _StaticDims as e:
-            self._static_from_now(e.error)
-            leaves, spec = self._flatten(args, kwargs)
-            sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
-                            self._slots, self._dynamic, self._numbers.args)
-            return self._capture(args, kwargs, sig, [])
-        except _UnfitDims as e:   # (this call's sizes: a static graph for them, dims kept)
-            self._stale = str(e)
+        except (_StaticDims, _UnfitDims) as e:   # (unfit: this call's sizes, dims kept)
+            if isinstance(e, _StaticDims):
+                self._static_from_now(e.error)
+            else:
+                self._stale = str(e)
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
