@@ -42,8 +42,8 @@ from .escape import (held_before, kept_places, places, restore_cells, returned_i
                      scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
-from .held import (CELL, Held, guards_for, held, put_back, rebound_roots, root_sources, store,
-                   tensor_places)
+from .held import (CELL, UNBOUND, Held, guards_for, held, put_back, rebound_roots,
+                   root_sources, store, tensor_places)
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
@@ -1276,7 +1276,8 @@ class Compiled:
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
-                olds = {id(t): old for _, t, _, _, old in rebinds}
+                olds = {id(t): (None if old is UNBOUND else old)
+                        for _, t, _, _, old in rebinds}
                 capture.kept_before = [olds[id(t)] if id(t) in olds else held_before(before, c, k)
                                        for _, t, c, k in kept]
                 capture.arg_state = arg_state

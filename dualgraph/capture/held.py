@@ -85,20 +85,23 @@ def store(container, key, value) -> None:
 def rebound_roots(fn, tracer, before: dict) -> list:
     """``[(name, tensor, container, key, old)]`` for the globals and closure variables of
     ``fn`` that its traced call rebound to a tensor it made (``global h; h = 0.9 * h +
-    x``), ``old`` what they held before (``before``: capture/scope.py's ``scope_of`` then,
-    None where nothing): state it keeps, as an attribute it rebinds."""
+    x``), ``old`` what they held before (``before``: capture/scope.py's ``scope_of`` then;
+    UNBOUND where nothing): state it keeps, as an attribute it rebinds."""
     found = []
     for name, (container, key) in root_sources(fn).items():
         t = held(container, key)
         if made_here(t, tracer):
-            found.append((name, t, container, key, before.get(name)))
+            found.append((name, t, container, key, before.get(name, UNBOUND)))
     return found
+
+
+UNBOUND = object()   # what a variable held before a trace that first bound it
 
 
 def put_back(rebound: list) -> None:
     """Give the places of :func:`rebound_roots` what they held before an aborted trace."""
     for _, _, container, key, old in rebound:
-        if old is not None:
+        if old is not UNBOUND:
             store(container, key, old)
         elif key is CELL:
             del container.cell_contents
