@@ -117,6 +117,31 @@ def test_slices_by_constants_of_a_symbolic_dim_stay_symbolic(key):
     assert len(symbolic) == 1 and len(compiled.cache) <= 4
 
 
+LAYOUT_PROGRAMS = {   # a copy made by contiguous(), then a write to its base
+    "permuted, slice written": "t = x.t().contiguous().t()\nx[:1] = 3.0",
+    "permuted, whole written": "t = x.t().contiguous().t()\nx.mul_(2.0)",
+    "sliced": "t = x[:, 1:].contiguous() + x[1:].contiguous().sum()\nx.mul_(2.0)",
+}
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("body", list(LAYOUT_PROGRAMS))
+def test_contiguous_of_a_view_with_symbolic_dims_copies_where_eager_does(body, dynamic):
+    """With a symbolic dim, ``x.t().contiguous()`` counted as ``x`` itself (the layout was
+    not known), so a later write to ``x`` reached the copy while tracing and not eagerly:
+    the view chain is replayed at stand-in sizes above 1 instead (ops/views.py)."""
+    namespace = {"dg": dg}
+    exec("def f(x):\n    " + LAYOUT_PROGRAMS[body].replace("\n", "\n    ")
+         + "\n    return t * 1.0\n", namespace)
+    f = namespace["f"]
+    compiled = dg.compile(f, dynamic=dynamic)
+    rng = np.random.default_rng(4)
+    for n in (3, 4, 5, 6):
+        a = rng.normal(size=(n, 3))
+        np.testing.assert_array_equal(compiled(dg.tensor(a)).numpy(), f(dg.tensor(a)).numpy())
+    assert "given up" not in compiled.explain()
+
+
 def test_the_fast_path_checks_the_facts_of_dims_that_are_sums():
     """An inference call through the inlined fast path: ``x[:, 1:] - x[:, :-1]`` at length
     2 has a dim of 1 that the squeeze drops; the fast path misses, and the call runs the
