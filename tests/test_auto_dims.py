@@ -117,6 +117,25 @@ def test_slices_by_constants_of_a_symbolic_dim_stay_symbolic(key):
     assert len(symbolic) == 1 and len(compiled.cache) <= 4
 
 
+def test_an_int_index_from_either_end_of_a_symbolic_dim_stays_symbolic():
+    """``logits[:, -1]`` (the last position of a sequence that grows at each call) and
+    ``x[:, 0]``, ``x[:, -2]``: one symbolic graph for every length, equal to torch's."""
+    torch = pytest.importorskip("torch")
+    w = np.random.default_rng(2).normal(size=(3, 5))
+
+    def f(x, w):
+        return (x @ w)[:, -1].softmax(-1) + x[:, 0].sum(-1, keepdim=True) + x[:, -2].mean()
+
+    compiled = dg.compile(f)
+    rng = np.random.default_rng(3)
+    for n in (4, 5, 6, 7, 2, 3, 9):
+        a = rng.normal(size=(2, n, 3))
+        out = compiled(dg.tensor(a), dg.tensor(w)).numpy()
+        np.testing.assert_allclose(out, f(torch.tensor(a), torch.tensor(w)).numpy(),
+                                   rtol=1e-12)
+    assert len(compiled.cache) == 2 and "given up" not in compiled.explain()
+
+
 LAYOUT_PROGRAMS = {   # a copy made by contiguous(), then a write to its base
     "permuted, slice written": "t = x.t().contiguous().t()\nx[:1] = 3.0",
     "permuted, whole written": "t = x.t().contiguous().t()\nx.mul_(2.0)",

@@ -326,6 +326,8 @@ class _Key:
                 self.dims.append(len(self.view_shape))
                 self.arrays.append(k)
                 self.view_shape.append(n)
+            elif isinstance(n, Sym):   # (``logits[:, -1]`` of a symbolic length)
+                self.basic.append(sym_slice(k, None if k == -1 else k + 1, None, n))
             else:
                 if not -n <= k < n:
                     raise IndexError(f"index {k} is out of range for dim {dim} with size {n} "
