@@ -328,9 +328,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # index_fill/index_copy, masked_scatter, kthvalue, nansum/nanmean, scatter_reduce as
 # composites; torch's memory-format constants. capture/ +20 and the core +20: a generator
 # drawn from by a forward's helper (only the code's globals name it) is seen (it was baked).
-CORE_BUDGET = 26_335
+CORE_BUDGET = 26_345
 BUDGETS = {".": 1_860, "amp": 320, "autograd": 875, "backends": 40, "capture": 5_000, "cli": 320,
-           "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_700, "ops": 8_180,
+           "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_700, "ops": 8_190,
            "passes": 3_305, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
