@@ -14,54 +14,128 @@ class ShapeError(ValueError):
 
 
 class Sym:
-    """A symbolic dim: an integer coefficient times a product of named sizes (``B``,
-    ``784*B``, ``B*T``). Two Syms are the same dim when coefficient and names are equal.
+    """A symbolic dim: a polynomial with integer coefficients over named sizes. Usually one
+    term, an integer coefficient times a product of names (``B``, ``784*B``, ``B*T``); a
+    concatenation along a symbolic dim or a slice by constants from either end makes sums
+    (``s0 + 1``, ``s0 - 1``, ``s0 + s1``). Two Syms are the same dim when their terms are
+    equal (a canonical form: terms sorted, none zero).
 
-    Monomials are closed under the arithmetic shape rules need (products and exact
-    division: ``reshape(B*784 elements, (B, -1))`` infers 784), and print as expressions.
+    Closed under the arithmetic shape rules need (sums, products, and exact division: a
+    reshape of ``B*784`` elements to ``(B, -1)`` infers 784), and print as expressions.
+    Ordering is not defined: a rule that must compare a symbolic dim with a number (a
+    clamp) decides it only where the difference is a constant (:func:`sym_slice`).
     """
 
-    __slots__ = ("coef", "names")
+    __slots__ = ("terms", "const")
 
     def __init__(self, name: str = "", coef: int = 1, names: tuple = None):
-        self.coef = coef
-        self.names = tuple(sorted(names if names is not None else (name,)))
+        self.terms = ((tuple(sorted(names if names is not None else (name,))), coef),)
+        self.const = 0
 
     @property
     def name(self) -> str:
         return str(self)
 
+    @property
+    def is_sum(self) -> bool:
+        """More than one term, or a constant term (``s0 + 1``): not a product of names."""
+        return len(self.terms) > 1 or self.const != 0
+
+    @property
+    def coef(self) -> int:
+        """A product's coefficient (1 for a sum: see :attr:`names`)."""
+        return 1 if self.is_sum else self.terms[0][1]
+
+    @property
+    def names(self) -> tuple:
+        """A product's names, repeated as they multiply; a sum's distinct names."""
+        if self.is_sum:
+            return tuple(sorted({n for names, _ in self.terms for n in names}))
+        return self.terms[0][0]
+
     def __repr__(self):
-        prefix = [] if self.coef == 1 else [str(self.coef)]
-        return "*".join(prefix + list(self.names))
+        parts = []
+        for names, coef in self.terms:
+            text = "*".join(([] if abs(coef) == 1 else [str(abs(coef))]) + list(names))
+            parts.append(("-" if coef < 0 else "+", text))
+        if self.const:
+            parts.append(("-" if self.const < 0 else "+", str(abs(self.const))))
+        first_sign, first = parts[0]
+        out = ("-" if first_sign == "-" else "") + first
+        return out + "".join(f" {sign} {text}" for sign, text in parts[1:])
 
     def __eq__(self, other):
-        return (isinstance(other, Sym) and other.coef == self.coef
-                and other.names == self.names)
+        return (isinstance(other, Sym) and other.terms == self.terms
+                and other.const == self.const)
 
     def __hash__(self):
-        return hash(("Sym", self.coef, self.names))
+        return hash(("Sym", self.terms, self.const))
+
+    def _parts(self) -> dict:
+        return dict(self.terms)
+
+    def __add__(self, other):
+        if isinstance(other, Sym):
+            parts = self._parts()
+            for names, coef in other.terms:
+                parts[names] = parts.get(names, 0) + coef
+            return _polynomial(parts, self.const + other.const)
+        if type(other) is int or isinstance(other, int) and not isinstance(other, bool):
+            return _polynomial(self._parts(), self.const + int(other))
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return _polynomial({n: -c for n, c in self.terms}, -self.const)
+
+    def __sub__(self, other):
+        if isinstance(other, (Sym, int)) and not isinstance(other, bool):
+            return self + (-other)
+        return NotImplemented
+
+    def __rsub__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool):
+            return (-self) + other
+        return NotImplemented
 
     def __mul__(self, other):
         if isinstance(other, Sym):
-            return _monomial(self.coef * other.coef, self.names + other.names)
-        if isinstance(other, int):
-            return _monomial(self.coef * other, self.names)
+            parts: dict = {}
+            for a, ca in self.terms + (((), self.const),):
+                for b, cb in other.terms + (((), other.const),):
+                    key = tuple(sorted(a + b))
+                    parts[key] = parts.get(key, 0) + ca * cb
+            return _polynomial({k: c for k, c in parts.items() if k}, parts.get((), 0))
+        if isinstance(other, int) and not isinstance(other, bool):
+            return _polynomial({n: c * other for n, c in self.terms}, self.const * other)
         return NotImplemented
 
     __rmul__ = __mul__
 
     def __floordiv__(self, other):
         """Exact division by an int or a Sym that divides this one (else a ShapeError)."""
-        coef, names = (other, ()) if isinstance(other, int) else (other.coef, other.names)
-        rest = list(self.names)
-        for n in names:
-            if n not in rest:
-                raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
-            rest.remove(n)
-        if coef == 0 or self.coef % coef:
+        if isinstance(other, Sym) and other == self:
+            return 1
+        if isinstance(other, Sym) and other.is_sum or self.is_sum and isinstance(other, Sym):
             raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
-        return _monomial(self.coef // coef, tuple(rest))
+        coef, names = (other, ()) if isinstance(other, int) else other.terms[0][::-1]
+        if coef == 0:
+            raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+        parts = {}
+        for term, c in self.terms:
+            rest = list(term)
+            for n in names:
+                if n not in rest:
+                    raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+                rest.remove(n)
+            if c % coef:
+                raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+            parts[tuple(rest)] = c // coef
+        if self.const % coef:
+            raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
+        return _polynomial({k: c for k, c in parts.items() if k},
+                           parts.get((), 0) + self.const // coef)
 
     def __mod__(self, other):
         try:
@@ -70,10 +144,61 @@ class Sym:
             return 1  # "not divisible": any nonzero value works for the callers' checks
         return 0
 
+    def evaluate(self, sizes: dict):
+        """Its value for ``sizes`` (name -> int, or Sym: unbound names stay symbolic)."""
+        total = self.const
+        for names, coef in self.terms:
+            term = coef
+            for n in names:
+                term = term * sizes.get(n, Sym(n))
+            total = total + term
+        return total
+
+
+def _polynomial(parts: dict, const: int):
+    """A Sym of the terms ``parts`` (names -> coefficient) plus ``const``, or a plain int
+    when no term is left."""
+    terms = tuple(sorted((n, c) for n, c in parts.items() if c))
+    if not terms:
+        return const
+    dim = Sym.__new__(Sym)
+    dim.terms, dim.const = terms, const
+    return dim
+
 
 def _monomial(coef: int, names: tuple):
     """A Sym, or a plain int when no names are left."""
     return Sym(coef=coef, names=names) if names else coef
+
+
+def sym_slice(start, stop, step, n):
+    """``slice(start, stop, step).indices(n)`` for a symbolic size ``n`` (a Sym), with
+    ``stop`` at least ``start``: bounds are constants from either end (``x[1:]``,
+    ``x[:-1]``) or None. A bound is clamped to ``[0, n]`` as eagerly only where that is
+    decided without ``n``'s value: a symbolic dim is at least 2 (automatic dynamic dims
+    keep sizes 0 and 1 numbers, and a graph with dims that are sums runs only where each
+    is at least 2: capture/autodims.py), so bounds in ``[-2, 2]`` need no clamp; other
+    bounds raise a ShapeError (the dim then stays static)."""
+    if step is not None and step != 1:
+        raise ShapeError(f"a slice with step {step} of the symbolic dim {n}: its length is "
+                         "not a sum of the symbols")
+
+    def bound(b, default):
+        if b is None:
+            return default
+        if not -2 <= b <= 2:
+            raise ShapeError(f"the slice bound {b} of the symbolic dim {n} may be past its "
+                             "end at other sizes")
+        return b + n if b < 0 else b
+
+    lo, hi = bound(start, 0), bound(stop, n)
+    if isinstance(lo, int) and isinstance(hi, int):
+        hi = max(lo, hi)
+    elif not (isinstance(lo, Sym) and isinstance(hi, Sym) or isinstance(hi, Sym)):
+        # (start from the end, stop from the front: x[-2:1]; which is larger depends on n)
+        raise ShapeError(f"the slice {start}:{stop} of the symbolic dim {n} depends on "
+                         "its size")
+    return lo, hi, 1
 
 
 _INT = frozenset((int,))

@@ -356,15 +356,30 @@ def test_eval_dim(dim, binding, expected):
     ("B", 4, {"B": 3}, False, {"B": 3}),
     ("2*B", Sym("N"), {}, False, {}),
     ("2*B", 2 * Sym("N"), {}, True, {"B": Sym("N")}),
+    ("s0 + 1", 8, {}, True, {"s0": 7}),
+    ("s0 - 1", 8, {}, True, {"s0": 9}),
+    ("2*s0 + 1", 8, {}, False, {}),
+    ("s0 + s1", 8, {}, True, {}),
+    ("s0 + s1", 8, {"s1": 3}, True, {"s1": 3, "s0": 5}),
+    ("s0 + s1", 8, {"s1": 3, "s0": 4}, False, {"s1": 3, "s0": 4}),
 ])
 def test_bind_dim(dim, size, before, ok, after):
     assert bind_dim(parse_dim(dim), size, before) == ok and before == after
 
 
-@pytest.mark.parametrize("text", ["", "B*", "*B", "0*B", "B+1", "b-c", "9" * 30, "B**2"])
+@pytest.mark.parametrize("text", ["", "B*", "*B", "0*B", "B+", "B--1", "9" * 30, "B**2"])
 def test_parse_dim_rejects(text):
     with pytest.raises(GraphError, match="is not a dim"):
         parse_dim(text)
+
+
+@pytest.mark.parametrize("text", ["s0 + 1", "s0 - 1", "s0 + s1", "2*B - s1 - 3", "-s0 + 3"])
+def test_parse_dim_reads_sums_as_printed(text):
+    """Sums (a cat along a symbolic dim, a slice by a constant) print and parse back."""
+    dim = parse_dim(text)
+    assert isinstance(dim, Sym) and dim.is_sum and str(dim) == text
+    assert parse_dim(str(dim)) == dim and dim.evaluate({"s0": 5, "s1": 2, "B": 4}) == eval(
+        text, {"s0": 5, "s1": 2, "B": 4})
 
 
 # -- save / load ---------------------------------------------------------------------------------

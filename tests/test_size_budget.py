@@ -335,9 +335,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # nn.utils.parametrize and parametrizations (weight_norm, spectral_norm) and the hook-based
 # nn.utils.spectral_norm, torch's names real code uses; retain_grad() on a traced tensor a
 # graph break (its hook kept the backward trace's value).
-CORE_BUDGET = 26_235
-BUDGETS = {".": 1_775, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_885, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_210,
+# the package root +90 (shapes: symbolic dims that are sums), capture/ +115, codegen/ +10,
+# ops/ +30 (+20 with the merges) and the core +245 (capture, i-cap): cat and constant
+# slices along symbolic dims, the facts a graph assumed of them checked per call; globals
+# and closure variables a step rebinds are state the graph stores there.
+CORE_BUDGET = 26_480
+BUDGETS = {".": 1_865, "amp": 320, "autograd": 875, "backends": 40, "capture": 5_000, "cli": 320,
+           "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_240,
            "passes": 3_305, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

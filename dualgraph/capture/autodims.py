@@ -9,9 +9,12 @@ serves every size. Dims of equal size in a call share one symbol (``s0``; a call
 they differ is another signature, so a graph never runs with sizes it did not assume
 equal), and a dim of size 0 or 1 stays a number (broadcasting depends on it). A call
 whose shapes a static graph was traced for still runs that graph (its kernels fitted to
-those shapes). Where an op cannot keep a dim symbolic (a slice of it, a tensor made with
-it as a size), the trace fails and the function goes back to static shapes for good (one
-graph per shape), as ``explain()`` says. ``dynamic=False`` never marks a dim.
+those shapes). A concatenation along a symbolic dim or a slice of it by constants gives a
+dim that is a sum (``s0 + 1``, ``s0 - 1``): what the trace assumed of its size is checked
+before each run (:class:`DimFacts`). Where an op cannot keep a dim symbolic (a strided
+slice of it, a tensor made with it as a size), the trace fails and the function goes back
+to static shapes for good (one graph per shape), as ``explain()`` says.
+``dynamic=False`` never marks a dim.
 
 >>> auto = AutoDims(True)
 >>> import dualgraph as dg
@@ -79,3 +82,73 @@ class AutoDims:
     def give_up(self) -> None:
         """An op could not keep a marked dim symbolic: static shapes from now on."""
         self.enabled, self.dims = False, {}
+
+
+class DimFacts:
+    """What a graph whose dims include sums (``s0 + 1`` of a cat along a symbolic dim,
+    ``s0 - 1`` of ``x[:-1]``) assumed of the sizes it was traced with, checked before each
+    run. Its trace took a symbolic dim for a size other than 0 and 1 (broadcasting, a
+    squeeze) and other than any other dim of the graph, as automatic dims guarantee of
+    the symbols themselves (:meth:`AutoDims.leaf_dynamic`), and a slice bound such as
+    ``s0 - 1`` for one inside the dim (``shapes.sym_slice``). So each symbol and each sum
+    must be at least 2, a sum's size must differ from every other dim's, and a bound must
+    not be negative; a call whose sizes break one runs a graph traced with static shapes
+    instead (capture/compile.py)."""
+
+    def __init__(self, dims: set, bounds: set):
+        self.sums = [d for d in dims if d.is_sum]
+        self.others = [d for d in dims if not d.is_sum]
+        self.bounds = [b for b in bounds if b not in dims]
+        self.names = sorted({n for d in dims | bounds for n in d.names})
+
+    @classmethod
+    def of(cls, graphs) -> "DimFacts | None":
+        """The facts of ``graphs`` (a forward and its backward), or None when no dim or
+        attribute of theirs is a sum (nothing beyond the automatic dims' own rules)."""
+        dims, bounds = set(), set()
+        for graph in graphs:
+            for v in list(graph.inputs) + [v for n in graph.nodes for v in n.outputs]:
+                dims.update(d for d in v.shape if isinstance(d, Sym))
+            for node in graph.nodes:
+                _sums_in(node.attrs.values(), bounds)
+        if not any(d.is_sum for d in dims | bounds):
+            return None
+        return cls(dims, bounds)
+
+    def fit(self, sizes: dict) -> bool:
+        """Whether the symbols' sizes (name -> int) keep every fact."""
+        return self.broken(sizes) is None
+
+    def broken(self, sizes: dict) -> str | None:
+        """The first fact the symbols' sizes (name -> int) break, in words, or None."""
+        for n in self.names:
+            if sizes.get(n, 2) < 2:
+                return f"{n} is {sizes[n]}"
+        seen = {d.evaluate(sizes): d for d in self.others}
+        for d in self.sums:
+            v = d.evaluate(sizes)
+            if type(v) is int and (v < 2 or v in seen):
+                also = f", as {seen[v]} is" if v in seen else ""
+                return f"the dim {d} is {v}{also}"
+            seen[v] = d
+        for b in self.bounds:
+            v = b.evaluate(sizes)
+            if type(v) is int and v < 0:
+                return f"the slice bound {b} is {v}"
+        return None
+
+    @staticmethod
+    def sizes(leaves: list, leaf_dynamic: list) -> dict:
+        """Symbol name -> size in a call whose argument leaves have the symbolic dims
+        ``leaf_dynamic`` (per leaf, ``{dim: Sym}`` or None)."""
+        return {sym.names[0]: leaf._data.shape[d]
+                for leaf, dyn in zip(leaves, leaf_dynamic) if dyn
+                for d, sym in dyn.items() if isinstance(sym, Sym) and not sym.is_sum}
+
+
+def _sums_in(values, out: set) -> None:
+    for v in values:
+        if isinstance(v, Sym) and v.is_sum:
+            out.add(v)
+        elif type(v) in (tuple, list):
+            _sums_in(v, out)

@@ -37,12 +37,13 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .autodims import AutoDims
+from .autodims import AutoDims, DimFacts
 from .escape import (held_before, kept_places, places, restore_cells, returned_inside,
                      scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
-from .held import Held, guards_for, held, root_sources, tensor_places
+from .held import (CELL, UNBOUND, Held, guards_for, held, put_back, rebound_roots,
+                   root_sources, store, tensor_places)
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
@@ -84,6 +85,7 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
         self._bind(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
@@ -326,7 +328,7 @@ class Entry:
                 made += 1
                 if self.stores and type(t._data) is not Value:   # (a later run: a new one,
                     container, key = cap.kept[made - 1]           # where the trace kept it)
-                    container[key] = Tensor._make(array)
+                    store(container, key, Tensor._make(array))
                     taken.add(id(new))
                     continue
                 t._data = array
@@ -382,8 +384,8 @@ def _keep_forward_state(kept: list) -> None:
     (``stats[name] = out``, with the forward's values), which would leave tensors of the
     backward's trace there."""
     for _, t, container, key in kept:
-        if container[key] is not t:
-            container[key] = t
+        if held(container, key) is not t:
+            store(container, key, t)
 
 
 def _filled_arguments(args, kwargs) -> dict:
@@ -404,6 +406,28 @@ def _refuse_opaque_results(fn, result, tracer) -> None:
         raise CaptureError(f"returning tensors inside an object ({', '.join(inside)})",
                            f"{code.co_filename}:{code.co_firstlineno}",
                            "Return them in a tuple, list, dict or dataclass.")
+
+
+class _UnfitDims(Exception):
+    """A trace with symbolic dims made dims that are sums, and this call's sizes break what
+    the trace assumed of them (autodims.DimFacts: a sum of size 1); the call is traced
+    again with static shapes, the dims staying marked for the calls whose sizes fit."""
+
+
+def _check_dims_fit(capture, backward, sizes: dict) -> None:
+    """Raise :class:`_UnfitDims` when the traced call's own ``sizes`` (symbol -> size)
+    break the facts of the graphs it traced (capture/autodims.py)."""
+    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+    broken = facts.broken(sizes) if facts is not None else None
+    if broken is not None:
+        raise _UnfitDims(_unfit(broken))
+
+
+def _unfit(broken: str) -> str:
+    """``explain()``'s reason for a static graph traced for sizes a symbolic one can't take."""
+    return (f"with this call's sizes {broken}, which the graph with symbolic dims assumed "
+            "it is not (at least 2 and unlike the other dims): traced with static shapes for "
+            "these sizes; the symbolic graph serves the others")
 
 
 class _StaticDims(Exception):
@@ -618,6 +642,7 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._stored_roots: set = set()   # the global/closure variables a step rebinds
         self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
         # (optimiser, group, key) -> the 0-d tensor a changed learning rate is fed through
@@ -743,6 +768,14 @@ class Compiled:
             leaf_dynamic = self._auto.leaf_dynamic(self.leaf_names(args, kwargs), leaves)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
+            entry = self.cache.get(sig)
+        broken = entry.dims.broken(DimFacts.sizes(leaves, leaf_dynamic)) if (
+            entry is not None and entry.dims is not None) else None
+        if broken is not None:   # (sizes its dims that are sums can't take: static)
+            self._stale = _unfit(broken)
+            leaf_dynamic = []
+            sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
+                            self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
         if (entry is None and self.cache and not self.strict
                 and (self._new_hyper_inputs(sig[4], next(reversed(self.cache))[4])
@@ -871,7 +904,8 @@ class Compiled:
     def _find_scope(self) -> None:
         """At the first call: the optimisers and modules the function names, and the Python
         values it can read (guarded from then on)."""
-        self._held = held_objects(self.fn)   # (those in small containers too: heads[0])
+        self._held = [h for h in held_objects(self.fn)   # (in small containers too: heads[0];
+                      if h[0] not in self._stored_roots]   # not the variables it rebinds)
         found = list({id(obj): (name, obj) for name, _, obj in self._held}.values())
         self._optimizers = [o for _, o in found if is_optimizer(o)]
         self._module_facts.roots += [(name, m) for name, m in found
@@ -1128,8 +1162,11 @@ class Compiled:
         except CaptureError as e:
             self._split = None
             return self._graph_break(e), sig
-        except _StaticDims as e:
-            self._static_from_now(e.error)
+        except (_StaticDims, _UnfitDims) as e:   # (unfit: this call's sizes, dims kept)
+            if isinstance(e, _StaticDims):
+                self._static_from_now(e.error)
+            else:
+                self._stale = str(e)
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
@@ -1218,6 +1255,7 @@ class Compiled:
                 flatten((args, kwargs))[1], self._numbers.swap_args(tracer, leaves, names))
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
+        sizes = DimFacts.sizes(leaves, leaf_dynamic)   # (before the trace binds the leaves)
         try:
             with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
@@ -1242,10 +1280,15 @@ class Compiled:
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
                 kept = kept_places(filled, tracer)
+                rebinds = self._rebound_roots(tracer, roots, kept)
+                kept += [place[:4] for place in rebinds]
                 capture = tracer.finish(result, [t for _, t, _, _ in kept])
                 capture.kept = [(container, key) for _, _, container, key in kept]
                 capture.held = guards_for(tensors_held, capture.bindings)
-                capture.kept_before = [held_before(before, c, k) for c, k in capture.kept]
+                olds = {id(t): (None if old is UNBOUND else old)
+                        for _, t, _, _, old in rebinds}
+                capture.kept_before = [olds[id(t)] if id(t) in olds else held_before(before, c, k)
+                                       for _, t, c, k in kept]
                 capture.arg_state = arg_state
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
@@ -1255,15 +1298,18 @@ class Compiled:
                     _keep_forward_state(kept)
                 if backward is not None and any(leaf_dynamic):
                     _check_dims_bound(backward.graph)
+                if any(leaf_dynamic):
+                    _check_dims_fit(capture, backward, sizes)
         except Exception as e:   # (the eager run makes again the state the trace made)
             dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
             undo(filled, tracer, before)
+            put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
-            if e is random_break or not (symbolic or dims):   # (not the numbers' doing)
+            if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
                 raise _StaticDims(e) from e
@@ -1313,6 +1359,18 @@ class Compiled:
         for _, root in self._module_facts.roots:
             ids.update(id(m) for _, m in root.named_modules())
         return ids
+
+    def _rebound_roots(self, tracer, roots: dict, kept: list) -> list:
+        """The globals and closure variables the traced call rebound to a tensor it made
+        (capture/held.py), other than those ``kept`` already names: kept state, stored
+        there by the graph as a dict item or attribute is. Their old tensors are no longer
+        objects whose rebinding drops the graphs (``rebound``): the graph rebinds them."""
+        rebinds = [place for place in rebound_roots(self.fn, tracer, roots)
+                   if not any(place[1] is t for _, t, _, _ in kept)]
+        if rebinds:
+            self._stored_roots.update(name for name, *_ in rebinds)
+            self._held = [h for h in self._held if h[0] not in self._stored_roots]
+        return rebinds
 
     def _state_roots(self, leaves) -> dict:
         """Where state the function keeps can be: its scope, its module (or the object
@@ -1375,7 +1433,7 @@ class Compiled:
         # inside it, so that no later backward can be through that history)
         whole = entry.backward is None
         inside = whole and any(kind == "grad" for kind, _ in cap.writebacks)
-        if (not all(isinstance(c, dict) for c, _ in cap.kept)
+        if (not all(isinstance(c, dict) or key is CELL for c, key in cap.kept)
                 or any(t.requires_grad for t in made) and not inside
                 or reads and not whole
                 or any(cap.bindings[k].kind != "captured" for k in reads)):

@@ -134,17 +134,22 @@ def kept_places(roots: dict, tracer) -> list:
     return _created(roots, tracer, tracer.names)
 
 
+def made_here(obj, tracer) -> bool:
+    """Whether ``obj`` is a tensor ``tracer``'s call made (holding a value of its graph),
+    not one of its inputs."""
+    return (isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in tracer.graph
+            and obj._trace_id in (0, tracer.trace_id) and id(obj) not in tracer._bound)
+
+
 def _created(roots, tracer, names) -> list:
-    found, graph, made_by, bound = [], tracer.graph, (0, tracer.trace_id), tracer._bound
+    found, bound = [], tracer._bound
     # views from before the trace that a write through their base made stale and the
     # trace refreshed (``buf = base[i]`` after ``base[j].copy_(...)``): they hold a
     # traced value until the trace ends and gets them back, but the trace did not make them
     seen = {i for i, (_, data, *_) in tracer._refreshed.items() if type(data) is not Value}
 
     def visit(path, obj, container, key):
-        if (isinstance(obj, Tensor) and type(obj._data) is Value and obj._data in graph
-                and obj._trace_id in made_by and id(obj) not in bound
-                and id(obj) not in seen):   # (a tensor kept in two places is one)
+        if made_here(obj, tracer) and id(obj) not in seen:   # (kept in two places: one)
             seen.add(id(obj))
             found.append((_name(path, names or {}), obj, container, key))
 

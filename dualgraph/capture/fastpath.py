@@ -152,6 +152,10 @@ def fast_path(compiled, entry, sig):
             lines += _symbolic_shape(f"x{i}", shape, f"dtype_{i}", symbols)
     if symbols:
         lines += _symbol_rules(compiled, spec, symbols, len(facts), names)
+    if entry.dims is not None:   # (dims that are sums: their facts, capture/autodims.py)
+        names["dims_fit"] = entry.dims.fit
+        sizes = ", ".join(f"{str(dim)!r}: {var}" for dim, var in symbols.items())
+        lines += [f"if not dims_fit({{{sizes}}}):", "    return MISS"]
     lines += ["if facts.get() != module_facts:", "    return MISS"]
     if compiled._held:   # (a module or optimiser it names, rebound: scope.py)
         names.update(rebound=rebound, held=compiled._held)

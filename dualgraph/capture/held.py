@@ -12,7 +12,9 @@ A place the graph itself fills anew at every call with a tensor computed from th
 before (``self.running_mean = 0.9 * self.running_mean + 0.1 * mean`` under ``no_grad``:
 capture/compile.py's ``_stores``) is *read* from the place instead: the graph's input is
 whatever tensor is there when the call starts (the graph's own, or one the user put there
-outside the function, of the same shape and dtype), as eager reads it.
+outside the function, of the same shape and dtype), as eager reads it. A global or closure
+variable the step rebinds (``global h; h = 0.9 * h + x``, ``nonlocal``) is such a place too
+(:func:`rebound_roots`): the module's globals dict under its name, or the closure cell.
 
 >>> import dualgraph as dg
 >>> class Layer:
@@ -26,9 +28,10 @@ outside the function, of the same shape and dtype), as eager reads it.
 from __future__ import annotations
 
 from ..tensor import Tensor
-from .escape import _name, _walk
+from .escape import _name, _walk, made_here
+from .scope import code_owner
 
-_CELL = object()   # the key of a closure cell's place
+CELL = object()   # the key of a closure cell's place
 
 
 def tensor_places(roots: dict, sources: dict, skip) -> dict:
@@ -53,22 +56,57 @@ def tensor_places(roots: dict, sources: dict, skip) -> dict:
 def root_sources(fn) -> dict:
     """Root name -> (container, key) for the closure variables and globals of ``fn``
     (capture/scope.py's ``scope_of`` names them)."""
-    fn = getattr(fn, "forward", fn)
+    fn = code_owner(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return {}
     sources = {name: (fn.__globals__, name) for name in code.co_names}
     cells = getattr(fn, "__closure__", None) or ()
-    sources.update({name: (cell, _CELL) for name, cell in zip(code.co_freevars, cells)})
+    sources.update({name: (cell, CELL) for name, cell in zip(code.co_freevars, cells)})
     return sources
 
 
 def held(container, key):
     """What ``container`` holds under ``key`` now (None where nothing is)."""
     try:
-        return container.cell_contents if key is _CELL else container[key]
+        return container.cell_contents if key is CELL else container[key]
     except (KeyError, IndexError, ValueError, TypeError):
         return None
+
+
+def store(container, key, value) -> None:
+    """Put ``value`` in ``container`` under ``key`` (a closure cell's: its contents)."""
+    if key is CELL:
+        container.cell_contents = value
+    else:
+        container[key] = value
+
+
+def rebound_roots(fn, tracer, before: dict) -> list:
+    """``[(name, tensor, container, key, old)]`` for the globals and closure variables of
+    ``fn`` that its traced call rebound to a tensor it made (``global h; h = 0.9 * h +
+    x``), ``old`` what they held before (``before``: capture/scope.py's ``scope_of`` then;
+    UNBOUND where nothing): state it keeps, as an attribute it rebinds."""
+    found = []
+    for name, (container, key) in root_sources(fn).items():
+        t = held(container, key)
+        if made_here(t, tracer):
+            found.append((name, t, container, key, before.get(name, UNBOUND)))
+    return found
+
+
+UNBOUND = object()   # what a variable held before a trace that first bound it
+
+
+def put_back(rebound: list) -> None:
+    """Give the places of :func:`rebound_roots` what they held before an aborted trace."""
+    for _, _, container, key, old in rebound:
+        if old is not UNBOUND:
+            store(container, key, old)
+        elif key is CELL:
+            del container.cell_contents
+        else:
+            container.pop(key, None)
 
 
 class Held:

@@ -141,9 +141,17 @@ def literal(val, module: Module) -> str:
 
 
 def sym_expr(dim: Sym) -> str:
-    """``784*B`` -> ``784 * B``: the dim from the sizes bound at the top of the function."""
-    parts = list(dim.names) + ([str(dim.coef)] if dim.coef != 1 else [])
-    return " * ".join(parts)
+    """``784*B`` -> ``784 * B``, ``s0 + 1`` -> ``(s0 + 1)``: the dim from the sizes bound at
+    the top of the function."""
+    terms = []
+    for names, coef in dim.terms:
+        parts = list(names) + ([str(abs(coef))] if abs(coef) != 1 else [])
+        terms.append(("-" if coef < 0 else "+", " * ".join(parts)))
+    if dim.const:
+        terms.append(("-" if dim.const < 0 else "+", str(abs(dim.const))))
+    text = ("-" if terms[0][0] == "-" else "") + terms[0][1]
+    text += "".join(f" {sign} {part}" for sign, part in terms[1:])
+    return f"({text})" if dim.is_sum else text
 
 
 def bind_syms(graph: Graph, names: dict) -> list[str]:
@@ -167,16 +175,31 @@ def bind_dims(values, names: dict, known: set) -> list[str]:
             free = [n for n in d.names if n not in known]
             if len(free) > 1:
                 continue
+            if free and d.is_sum:   # (``s0 - 1``: solved where s0 is its one free name,
+                expr = _solve_sum(d, free[0], f"{ident}.shape[{i}]")   # in one term)
+                if expr is None:
+                    continue
             pending.remove(item)
             if not free:
                 continue
-            rest = Sym(coef=d.coef, names=tuple(n for n in d.names if n != free[0]))
-            div = sym_expr(rest) if rest.names else (str(d.coef) if d.coef != 1 else "")
-            expr = f"{ident}.shape[{i}]" + (f" // ({div})" if div else "")
+            if not d.is_sum:
+                rest = Sym(coef=d.coef, names=tuple(n for n in d.names if n != free[0]))
+                div = sym_expr(rest) if rest.names else (str(d.coef) if d.coef != 1 else "")
+                expr = f"{ident}.shape[{i}]" + (f" // ({div})" if div else "")
             lines.append(f"{free[0]} = {expr}")
             known.add(free[0])
             progress = True
     return lines
+
+
+def _solve_sum(dim: Sym, name: str, size: str) -> str | None:
+    """Source text of ``name``'s value where ``dim``, a sum, has size ``size``: ``s0 - 1``
+    of size ``n`` gives ``(n - (-1))``; None unless ``name`` is in one term of its own,
+    of coefficient 1 (the others' names bound already)."""
+    if [(names, coef) for names, coef in dim.terms if name in names] != [((name,), 1)]:
+        return None
+    rest = dim - Sym(name)
+    return f"({size} - {sym_expr(rest) if isinstance(rest, Sym) else rest})"
 
 
 def last_uses(graph: Graph) -> dict[int, list[Value]]:

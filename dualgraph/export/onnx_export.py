@@ -149,7 +149,7 @@ def to_model(onnx, traced: Traced, opset: int, log: list | None = None):
     e = Emitter(onnx, opset, names)
     for v in reversed(arg_values):   # (the first input that has a dim binds its name)
         for axis, d in enumerate(v.shape):
-            if isinstance(d, Sym) and d.coef == 1 and len(d.names) == 1:
+            if isinstance(d, Sym) and not d.is_sum and d.coef == 1 and len(d.names) == 1:
                 e.dims[d.names[0]] = (names[v], axis)
     used = {x for node in graph.nodes for x in node.inputs} | set(graph.outputs)
     for v, b in zip(graph.inputs, capture.bindings):

@@ -83,6 +83,10 @@ class Emitter:
         """One dim as a 1-element int64 tensor (``3*B``: Mul of B's Shape slice and 3)."""
         if not isinstance(d, Sym):
             return self.ints([d])
+        if d.is_sum:
+            raise self.fail(f"its shape holds the symbolic dim {d}, a sum (a cat along a "
+                            "dynamic axis, or a slice of one)", "keep that dim static (no "
+                            "dynamic_axes on it)")
         parts = []
         for name in d.names:
             if name not in self.dims:

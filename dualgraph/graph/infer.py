@@ -84,38 +84,32 @@ def substitute(val, binding: dict, on_graph=None):
 
 
 def eval_dim(dim: Sym, binding: dict):
-    """``dim`` under ``binding`` (names -> ints or Syms): ``784*B`` with B=2 is 1568;
-    unbound names stay symbolic."""
-    val = dim.coef
-    for name in dim.names:
-        val = val * binding.get(name, Sym(name))
-    return val
+    """``dim`` under ``binding`` (names -> ints or Syms): ``784*B`` with B=2 is 1568,
+    ``s0 + 1`` with s0=7 is 8; unbound names stay symbolic."""
+    return dim.evaluate(binding)
 
 
 def bind_dim(dim: Sym, size, binding: dict) -> bool:
     """Bind the names of ``dim`` in ``binding`` so that it equals ``size``; False when it
-    cannot. A dim with one unbound name is solved for it (``784*B`` = 1568 binds B=2); one
-    with several (``B*T``) binds nothing until the others are bound."""
-    known, free = dim.coef, []
-    for name in dim.names:
-        if name in binding:
-            known = known * binding[name]
-        else:
-            free.append(name)
-    if not free:
-        return known == size
-    if len(free) > 1:
+    cannot. A dim linear in its one unbound name is solved for it (``784*B`` = 1568 binds
+    B=2, ``s0 + 1`` = 8 binds s0=7); one with several (``B*T``), or of a higher power,
+    binds nothing until the others are bound."""
+    val = dim.evaluate(binding)
+    if not isinstance(val, Sym):
+        return val == size
+    if len(set(val.names)) > 1 or any(len(names) > 1 for names, _ in val.terms):
         return True
-    if known != 1:
-        if isinstance(size, int) and isinstance(known, int) and size % known:
-            return False
-        try:
-            size = size // known
-        except ShapeError:   # a Sym that known does not divide
-            return False
-        except TypeError:    # int // Sym: leave the name unbound
-            return True
-    binding[free[0]] = size
+    (names, coef), = val.terms
+    rest = size - val.const
+    if isinstance(rest, int) and rest % coef:
+        return False
+    try:
+        rest = rest // coef
+    except ShapeError:   # a Sym that coef does not divide
+        return False
+    except TypeError:    # int // Sym: leave the name unbound
+        return True
+    binding[names[0]] = rest
     return True
 
 

@@ -46,6 +46,7 @@ _LITERALS = (bool, int, float, type(None))
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.]")
 _DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIM_COEF = re.compile(r"[0-9]{1,18}")
+_DIM_TERM = re.compile(r"([+-])([^+-]+)")   # the signed terms of a sum: "+s0", "-1"
 
 
 def type_str(shape, dtype) -> str:
@@ -91,18 +92,28 @@ def is_literal(x) -> bool:
 
 
 def parse_dim(text: str):
-    """``"784*B"`` -> the dim it prints as (a ``Sym``, or an int when no name is left)."""
-    dim = 1
-    for part in text.split("*"):
-        if _DIM_COEF.fullmatch(part):
-            dim = dim * int(part)
-        elif _DIM_NAME.fullmatch(part):
-            dim = dim * Sym(part)
-        else:
-            raise GraphError(f"{text!r:.40} is not a dim: dims are ints or products of "
-                             "positive ints and names, like 784*B")
-    if isinstance(dim, Sym) and dim.coef < 1:
-        raise GraphError(f"{text!r:.40} is not a dim: a coefficient is 0")
+    """``"784*B"`` or ``"s0 + 1"`` -> the dim it prints as (a ``Sym``, or an int when no
+    name is left)."""
+    signed = "+" + text.replace(" ", "")
+    if signed.startswith("+-"):
+        signed = signed[1:]
+    terms = _DIM_TERM.findall(signed)
+    if "".join(sign + term for sign, term in terms) != signed:
+        terms = [("+", signed)]   # (the error below names it)
+    dim = 0
+    for sign, term in terms:
+        part_dim = 1
+        for part in term.split("*"):
+            if _DIM_COEF.fullmatch(part):
+                part_dim = part_dim * int(part)
+            elif _DIM_NAME.fullmatch(part):
+                part_dim = part_dim * Sym(part)
+            else:
+                raise GraphError(f"{text!r:.40} is not a dim: dims are ints, products of "
+                                 "positive ints and names, like 784*B, or sums of those")
+        if part_dim == 0 and "0" in term.split("*") and _DIM_NAME.search(term):
+            raise GraphError(f"{text!r:.40} is not a dim: a coefficient is 0")
+        dim = dim + (-part_dim if sign == "-" else part_dim)
     return dim
 
 

@@ -23,7 +23,7 @@ from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
 from .._helpers import user_location
 from ..dispatch import apply, op_error
-from ..shapes import ShapedType, ShapeError, broadcast_shapes, normalize_dim
+from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_dim, sym_slice
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops
 from ._util import needs_grad, row_major, shape_of
@@ -320,12 +320,14 @@ class _Key:
             if isinstance(k, slice):
                 self.basic.append(_slice_triple(k, n))
                 self.view_shape.append(n if self.basic[-1] is None else
-                                       len(range(*self.basic[-1])))
+                                       shape_ops.slice_length(self.basic[-1]))
             elif isinstance(k, Tensor):
                 self.basic.append(None)
                 self.dims.append(len(self.view_shape))
                 self.arrays.append(k)
                 self.view_shape.append(n)
+            elif isinstance(n, Sym):   # (``logits[:, -1]`` of a symbolic length)
+                self.basic.append(sym_slice(k, None if k == -1 else k + 1, None, n))
             else:
                 if not -n <= k < n:
                     raise IndexError(f"index {k} is out of range for dim {dim} with size {n} "
@@ -437,6 +439,9 @@ def _slice_triple(s, n):
         raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
     if s == slice(None) or s == slice(None, None, 1):
         return None
+    if isinstance(n, Sym):   # (a symbolic dim of a trace: constant bounds from either end)
+        start, stop, step = sym_slice(s.start, s.stop, s.step, n)
+        return None if (start, stop) == (0, n) else (start, stop, step)
     start, stop, step = s.indices(n)
     stop = max(stop, start)
     return None if (start, stop, step) == (0, n, 1) else (start, stop, step)

@@ -446,8 +446,18 @@ def _slice_key(index):
 
 
 def _infer_slice(x, index):
-    shape = tuple(d if s is None else len(range(*s)) for d, s in zip(x.shape, index))
+    shape = tuple(d if s is None else slice_length(s) for d, s in zip(x.shape, index))
     return ShapedType(shape, x.dtype)
+
+
+def slice_length(s) -> int | Sym:
+    """The length of a normalised ``(start, stop, step)``; with symbolic bounds (a slice of
+    a symbolic dim by constants, step 1: ``shapes.sym_slice``) their difference."""
+    if type(s[0]) is int and type(s[1]) is int:
+        return len(range(*s))
+    if s[2] != 1:
+        raise ShapeError(f"a slice {s} with symbolic bounds and a step other than 1")
+    return s[1] - s[0]
 
 
 def _slice_vjp(g, out, x, index):

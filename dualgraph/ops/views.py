@@ -39,6 +39,8 @@ from .._helpers import format_site, user_site
 from ..autograd.tape import no_grad
 from ..dispatch import apply, modes
 from ..errors import CaptureError
+from ..graph.infer import substitute
+from ..shapes import Sym
 from ..tensor import Tensor
 
 
@@ -82,20 +84,31 @@ def eager_layout(chain: list, root: Tensor):
     the root's: a bound input's strides, else row-major), owning no memory; None when a
     reshape in the chain copies; ``ANY_LAYOUT`` for a root with a dynamic dim."""
     shape = tuple(root.shape)
-    if not all(isinstance(d, (int, np.integer)) for d in shape):
-        return ANY_LAYOUT
     itemsize = np.dtype(root._data.dtype).itemsize
     bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
+    sizes = None
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        # (symbolic dims: replayed at stand-in sizes, distinct and above 1, as the graph
+        # assumes its symbols are: whether a view is row-major does not depend on which)
+        if bound is not None and not bound.array.flags.c_contiguous:
+            return ANY_LAYOUT
+        names = sorted({n for d in shape if isinstance(d, Sym) for n in d.names})
+        sizes = {n: 7 + 4 * k for k, n in enumerate(names)}
+        shape, bound = tuple(substitute(shape, sizes)), None
     strides = bound.array.strides if bound is not None else _row_major(shape, itemsize)
     # (a stand-in of one element's memory, never read: its strides are all that matter)
     element = np.zeros(itemsize, np.uint8).view(np.dtype((np.void, itemsize)))
     stand_in = as_strided(element, shape=shape, strides=strides)
     for t in reversed(chain):
         op, attrs = t._view
+        if sizes is not None:
+            attrs = {k: substitute(v, sizes) for k, v in attrs.items()}
         try:
             stand_in = (op.view_layout or op.kernel)(stand_in, **attrs)
         except ValueError:   # a reshape that would copy
             return None
+        except TypeError:    # (a symbol of another tensor's dims: not known)
+            return ANY_LAYOUT
     return stand_in
 
 
