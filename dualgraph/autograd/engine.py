@@ -289,7 +289,7 @@ def _call_vjp(node: Node, grads: dict):
                 f"{t._version[0]}, expected version {version}. Use an out-of-place op (e.g. "
                 "x = x + y instead of x += y) or clone the tensor before changing it")
     outs = node.outputs
-    if grad_mode.enabled and op.saves_outputs:   # (create_graph: the VJP records)
+    if op.saves_outputs and grad_mode.enabled:   # (create_graph: the VJP records)
         _give_history(node, outs)
     if op.num_outputs == 1:
         g = grads.get(0)
