@@ -349,6 +349,16 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
+    def __getstate__(self):
+        """What pickle and ``copy.deepcopy`` copy: all but the weak reference to this leaf's
+        accumulator (it can't be pickled, and a copy sharing it would send its gradients
+        to this leaf's ``.grad``: the copy makes its own)."""
+        state = self.__dict__
+        if type(state.get("_accumulator")) is weakref.ref:
+            state = dict(state)
+            del state["_accumulator"]
+        return state
+
     def _accumulate_node(self) -> AccumulateGrad:
         """The leaf's AccumulateGrad. Its own is held weakly, as torch holds it: the nodes
         that lead to it keep it alive, and a leaf no graph reaches any more gets a new one,

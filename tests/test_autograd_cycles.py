@@ -5,7 +5,9 @@ the garbage collector off; gradients (also of gradients, through the stand-ins a
 keeps of its outputs) stay torch's, and in-place changes of a saved output stay errors."""
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import weakref
 
 import numpy as np
@@ -111,3 +113,15 @@ def test_a_leafs_accumulator_is_one_per_graph_and_made_again_after():
     for _ in range(2):   # new graphs, new accumulators: the gradient still sums in .grad
         (w * w).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), 5.0 + 2 * 2 * X, rtol=1e-6)
+
+
+def test_a_copied_or_pickled_leaf_takes_its_own_gradients():
+    w = dg.nn.Parameter(dg.ones(3))
+    y = (w * 2).sum()   # (alive: w's accumulator is in use while copying)
+    for copy_of in (copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))):
+        c = copy_of(w)
+        (c * 3).sum().backward()
+        np.testing.assert_array_equal(c.grad.numpy(), [3, 3, 3])
+        assert w.grad is None
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2, 2, 2])
