@@ -203,23 +203,48 @@ def _record(op, args, outs, attrs, tracer):
                 fn = a.grad_fn
                 edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
         edges.append(edge)
-    node = Node(op, args, outs, attrs, edges, versions, user_site())
+    node = Node(op, args, _NO_OUTPUT, attrs, edges, versions, user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop
         t = outs[0]
         if t._data.dtype.kind in _FLOAT_KINDS:
             t.requires_grad = True
             t.grad_fn = node
-        if saves_outputs:
-            versions.append((t, t._version[0]))
-        return
-    for i, t in enumerate(outs):
-        if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
-            t.requires_grad = True
-            t.grad_fn = node
-            t._output_nr = i
-        if saves_outputs and (op.saved_outputs is None or i in op.saved_outputs):
-            versions.append((t, t._version[0]))
+        if op.num_outputs == 1 and not op.saves_outputs:
+            return
+    else:
+        for i, t in enumerate(outs):
+            if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
+                t.requires_grad = True
+                t.grad_fn = node
+                t._output_nr = i
+    node.outputs = kept = _shells(outs)
+    if saves_outputs:
+        chosen = op.saved_outputs
+        versions.extend((t, t._version[0]) for i, t in enumerate(kept)
+                        if chosen is None or i in chosen)
+
+
+# A node never holds its own outputs: node -> output -> node (the output's ``grad_fn``)
+# would be a reference cycle per op, which leaves whatever the program drops (an
+# evaluation pass in grad mode, an unused final state) to the garbage collector. An op of
+# one output whose VJP does not read it (no "o" in ``OpDef.saves``) keeps nothing (its VJP
+# gets None: a node runs only once its gradient arrived); the others keep stand-ins.
+_NO_OUTPUT = (None,)
+
+
+def _shells(outs):
+    """A node's stand-ins for its outputs: each output's array, version counter and
+    ``requires_grad``, without the history (the engine gives them theirs for a backward
+    that records, ``engine.saved_outputs``; it passes zeros of their shape for an output
+    that got no gradient)."""
+    shells = []
+    for t in outs:
+        shell = _new_tensor(Tensor)
+        shell._data, shell._version = t._data, t._version
+        shell.requires_grad, shell._trace_id = t.requires_grad, t._trace_id
+        shells.append(shell)
+    return tuple(shells)
 
 
 def _freeze(args):

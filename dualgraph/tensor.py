@@ -7,6 +7,8 @@ dispatcher runs ops. The op methods (``x + y``, ``x.sum()``, ...) are attached b
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import devices, dtypes
@@ -34,7 +36,8 @@ class Tensor:
     _hooks = None           # gradient hooks of a leaf
     _post_accumulate_hooks = None   # hooks called after backward accumulated into .grad
     _retains_grad = False
-    _accumulator = None     # the leaf's AccumulateGrad node, made on first use
+    _accumulator = None     # the leaf's AccumulateGrad node, made on first use: a weak
+    #                         reference to its own (see _accumulate_node), or a foreign one
     _trace_id = 0           # the trace whose Value it holds, when made by one (capture/)
 
     def __init__(self, *data, dtype=None, requires_grad: bool = False):
@@ -350,10 +353,31 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
+    def __getstate__(self):
+        """What pickle and ``copy.deepcopy`` copy: all but the weak reference to this leaf's
+        accumulator (it can't be pickled, and a copy sharing it would send its gradients
+        to this leaf's ``.grad``: the copy makes its own)."""
+        state = self.__dict__
+        if type(state.get("_accumulator")) is weakref.ref:
+            state = dict(state)
+            del state["_accumulator"]
+        return state
+
     def _accumulate_node(self) -> AccumulateGrad:
+        """The leaf's AccumulateGrad. Its own is held weakly, as torch holds it: the nodes
+        that lead to it keep it alive, and a leaf no graph reaches any more gets a new one,
+        so leaf -> accumulator -> leaf is no reference cycle (which left a dropped model's
+        parameters to a full collection). An alias that stands for another leaf (a
+        view's root, a traced input) holds that leaf's accumulator strongly."""
         acc = self._accumulator
-        if acc is None:
-            acc = self._accumulator = AccumulateGrad(self)
+        if acc is not None:
+            if type(acc) is AccumulateGrad:
+                return acc
+            acc = acc()
+            if acc is not None:
+                return acc
+        acc = AccumulateGrad(self)
+        self._accumulator = weakref.ref(acc)
         return acc
 
 

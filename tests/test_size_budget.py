@@ -339,8 +339,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +30 (+20 with the merges) and the core +245 (capture, i-cap): cat and constant
 # slices along symbolic dims, the facts a graph assumed of them checked per call; globals
 # and closure variables a step rebinds are state the graph stores there.
-CORE_BUDGET = 26_480
-BUDGETS = {".": 1_865, "amp": 320, "autograd": 875, "backends": 40, "capture": 5_000, "cli": 320,
+# "." +30, autograd/ +10 and the core +40 (issue 26, eager autograd without reference
+# cycles): a node's stand-ins for its outputs (dispatch._shells), the history they get for
+# a recording backward (engine._give_history), a leaf's weakly held AccumulateGrad (and
+# Tensor.__getstate__, which copies and pickles a leaf without it).
+CORE_BUDGET = 26_520
+BUDGETS = {".": 1_895, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_000, "cli": 320,
            "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_240,
            "passes": 3_305, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}

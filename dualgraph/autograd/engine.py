@@ -289,6 +289,8 @@ def _call_vjp(node: Node, grads: dict):
                 f"{t._version[0]}, expected version {version}. Use an out-of-place op (e.g. "
                 "x = x + y instead of x += y) or clone the tensor before changing it")
     outs = node.outputs
+    if op.saves_outputs and grad_mode.enabled:   # (create_graph: the VJP records)
+        _give_history(node, outs)
     if op.num_outputs == 1:
         g = grads.get(0)
         out = outs[0]
@@ -314,6 +316,16 @@ def _call_vjp(node: Node, grads: dict):
     if departures["anomaly"] and grad_mode.anomaly:
         _check_backward_nan(node, result)
     return result
+
+
+def _give_history(node: Node, outs):
+    """Make ``node`` the ``grad_fn`` of the stand-ins it keeps for its outputs
+    (dispatch._shells), so that a VJP that records (``create_graph``) differentiates
+    through what it reads of them as through the outputs themselves. Only now: a node that
+    held its outputs with their history from the start would be a reference cycle."""
+    for i, t in enumerate(outs):
+        if t.requires_grad and t.grad_fn is None:
+            t.grad_fn, t._output_nr = node, i
 
 
 def _fit(node: Node, inp, g):

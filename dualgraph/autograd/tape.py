@@ -1,10 +1,12 @@
 """The autograd tape: grad mode, backward nodes and leaf accumulators.
 
 Dispatch records one :class:`Node` for every op whose inputs require grad; the node is the
-``grad_fn`` of the op's outputs. A node keeps the op, its inputs and outputs (the VJP reads
-them), the version of each saved tensor at record time (so a later in-place change is caught
-instead of silently giving a wrong gradient), and ``next``: for each input, the node its
-gradient flows to (another Node, a leaf's :class:`AccumulateGrad`, or None).
+``grad_fn`` of the op's outputs. A node keeps the op, its inputs, stand-ins of its outputs
+without their history where the VJP reads them (dispatch._shells: holding the outputs
+would make a reference cycle per op), the version of each saved tensor at record time (so
+a later in-place change is caught instead of silently giving a wrong gradient), and
+``next``: for each input, the node its gradient flows to (another Node, a leaf's
+:class:`AccumulateGrad`, or None).
 """
 from __future__ import annotations
 

@@ -62,7 +62,9 @@ def _as_bound(t: Tensor) -> Tensor:
     if t.grad_fn is None:
         return t
     leaf = Tensor._make(t._data)
-    leaf.requires_grad, leaf._accumulator = True, t._accumulator
+    leaf.requires_grad = True
+    if t._accumulator is not None:   # (held strongly: the gradient is t's)
+        leaf._accumulator = t._accumulate_node()
     return leaf
 
 

@@ -168,6 +168,7 @@ def _pow_vjp(g, out, a, b):
 
 
 POW = defop("pow", _pow_kernel, infer_binary, vjp=_pow_vjp, elementwise="{0} ** {1}",
+            saves="io", read_by={"o": 1},   # (the exponent's gradient reads a ** b)
             onnx="Pow",
             onnx_import={})   # (ONNX's Pow keeps the base's type: export/onnx_import_ops.py)
 

@@ -67,7 +67,9 @@ class OpDef:
     num_outputs: int | None = 1     # None: as many as infer returns (fused)
     elementwise: str | None = None   # scalar expression over {0}, {1}, ... for fusion
     saves: str = "i"                 # what the VJP reads: inputs "i", outputs "o", both, none;
-    #                                  digits: only those inputs ("0": where's condition)
+    #                                  digits: only those inputs ("0": where's condition).
+    #                                  Without "o" a one-output op's VJP gets None for its
+    #                                  output (the node keeps none: dispatch._record)
     differentiable_outputs: tuple | None = None  # indices; None means all floating outputs
     saved_outputs: tuple | None = None   # with "o" in saves: the outputs the VJP reads
     #                                  (None: all); an in-place change of another output

@@ -333,12 +333,12 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 
 
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
              onnx=_onnx_reduce("ReduceMax"),
              onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax", _lowest))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
-             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"),
+             _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
              onnx=_onnx_reduce("ReduceMin"),
              onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin", _highest))},
              reduction=Reduction.MIN)
@@ -655,7 +655,7 @@ def _logsumexp_vjp(g, out, x, dims, keepdim):
 
 
 LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _infer_reduce, vjp=_logsumexp_vjp,
-                  attrs=("dims", "keepdim"),
+                  attrs=("dims", "keepdim"), saves="io",
                   onnx=_onnx_reduce("ReduceLogSumExp"),
                   onnx_import={"ReduceLogSumExp": _from_onnx_reduce(
                       _reduction("logsumexp", lambda dtype: -np.inf))},
@@ -726,7 +726,7 @@ def _onnx_norm(e, node):
 
 # ONNX has ReduceL1 / ReduceL2 for ord 1 and 2; the other orders are exported decomposed.
 NORM = defop("norm", _norm_kernel, lambda x, ord, dims, keepdim: _infer_reduce(x, dims, keepdim),
-             vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"),
+             vjp=_norm_vjp, attrs=("ord", "dims", "keepdim"), saves="io",
              onnx=_onnx_norm,
              onnx_import={"ReduceL1": _from_onnx_reduce(_reduction("norm", ord=1.0)),
                           "ReduceL2": _from_onnx_reduce(_reduction("norm", ord=2.0))},
@@ -861,7 +861,7 @@ def _from_onnx_cumprod(b, xs, attrs):
 
 
 CUMPROD = defop("cumprod", _cumprod_kernel, _infer_cumulative, vjp=_cumprod_vjp,
-                attrs=("dim",),
+                attrs=("dim",), saves="io",
                 onnx=_onnx_running(lambda sub, carry, x, dtype: sub.op("Mul", [carry, x]),
                                    1),
                 onnx_import={"CumProd": _from_onnx_cumprod},

@@ -82,14 +82,18 @@ def _track_step_calls(optimizer) -> None:
     step = optimizer.step
     if getattr(step, "_marks_opt_called", False):
         return
+    # The wrapper holds neither the optimiser nor its bound method (nor as ``__wrapped__``):
+    # either would make optimizer -> step -> optimizer a reference cycle, which leaves a
+    # dropped optimiser, its state and the model's parameters to a full collection.
     func = getattr(step, "__func__", None)
-    owner = weakref.ref(optimizer)   # (a bound method here would make a reference cycle)
+    call = step if func is None else None   # (a callable the instance holds, not a method)
+    owner = weakref.ref(optimizer)
 
-    @functools.wraps(step)
+    @functools.wraps(step if func is None else func)
     def marked_step(*args, **kwargs):
         opt = owner()
         opt._opt_called = True
-        return func(opt, *args, **kwargs) if func is not None else step(*args, **kwargs)
+        return func(opt, *args, **kwargs) if call is None else call(*args, **kwargs)
 
     marked_step._marks_opt_called = True
     optimizer.step = marked_step
