@@ -800,9 +800,10 @@ FLIP = defop("flip", lambda x, dims: np.flip(x, dims).copy(),
              onnx=_onnx_flip)
 
 
-def flip(input, dims):
-    """Reverse the order of elements along ``dims`` (a copy, as in torch)."""
-    dims = normalize_dims(dims, input.ndim)
+def flip(input, dims, *more):
+    """Reverse the order of elements along ``dims`` (a copy, as in torch); as a method the
+    dims may also come one by one, ``x.flip(0, 1)``."""
+    dims = normalize_dims((dims, *more) if more else dims, input.ndim)
     if not dims:
         return input
     return apply(FLIP, input, dims=dims)
