@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._helpers import format_site, user_site
+from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..dispatch import modes
 from ..errors import CaptureError
@@ -200,10 +201,28 @@ def source_of(target: Tensor, *others) -> Tensor:
 
 
 def inplace(fn):
-    """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``."""
+    """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``; a result that
+    torch would not cast into ``x`` (float into an integer tensor, anything but bool into
+    a bool one: ``i.add_(0.5)``, ``i /= 2``) raises, as torch's, instead of truncating."""
     def method(self, *args, **kwargs):
         source = source_of(self, *args, *kwargs.values())
-        return commit_inplace(self, fn(source, *args, **kwargs))
+        result = fn(source, *args, **kwargs)
+        _check_castable(result, self, method.__name__)
+        return commit_inplace(self, result)
     method.__name__ = fn.__name__ + "_"
     method.__doc__ = f"In-place version of :meth:`{fn.__name__}`."
     return method
+
+
+def _check_castable(result: Tensor, target: Tensor, name: str) -> None:
+    """Torch's rule for an op's result written into ``target``: no float into integers or
+    bool, no non-bool into bool."""
+    have, want = result.dtype, target.dtype
+    if have == want:
+        return
+    if (have.is_floating_point and not want.is_floating_point
+            or want == dtypes.bool_ and have != dtypes.bool_):
+        raise RuntimeError(
+            f"{name}: result type {have} can't be cast to the desired output type {want} "
+            f"at {format_site(user_site())}; use the out-of-place op (x = x.{name[:-1]}(...)) "
+            f"or cast first (x = x.to({have}))")
