@@ -604,14 +604,9 @@ REFUSED = [
     "h = h + ((h > 0) - (h > 1))",
     "h = h[:0].max()",
     "h = torch.cat([h, h[:, :2].t()], 0)",
-]
-# (known: a traced write into an expanded view runs where eager refuses, ops/inplace.py
-# takes a traced broadcast for a value made functionally)
-REFUSED_EAGERLY_ONLY = [
     "h = h[:, :1].expand(-1, D)\nh.add_(1.0)",
+    "e = h.sum(1, keepdim=True).expand(-1, D)\ne.mul_(2)",
 ]
-
-
 def refusal(torch, body: str, compiled: bool):
     """The exception ``body`` (a forward over ``x``, ``idx``, ``mask``) raises in the
     framework ``torch``, or None where it runs."""
@@ -631,9 +626,7 @@ def refusal(torch, body: str, compiled: bool):
     return None
 
 
-@pytest.mark.parametrize("body", REFUSED + [
-    pytest.param(b, marks=pytest.mark.xfail(strict=True, reason="compiled writes a "
-                                            "traced broadcast")) for b in REFUSED_EAGERLY_ONLY])
+@pytest.mark.parametrize("body", REFUSED)
 def test_what_torch_refuses_dualgraph_refuses_eagerly_and_compiled(body):
     assert refusal(real_torch, body, False) is not None, "torch runs it: not a refusal"
     for compiled in (False, True):

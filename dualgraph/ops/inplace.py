@@ -22,6 +22,10 @@ from ..tensor import Tensor
 from . import views
 
 
+READ_ONLY = ("in-place operation on a tensor whose storage is read-only (an expanded or "
+             "broadcast view); call .clone() first")
+
+
 def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     """Make ``target`` hold ``result``: write into its storage (so views see it), bump its
     version (so saved copies are caught), and give it ``result``'s history. A write into a
@@ -41,9 +45,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         through = _written_through(target, eager)
     if eager:
         if not data.flags.writeable:
-            raise RuntimeError(
-                "in-place operation on a tensor whose storage is read-only (an expanded or "
-                "broadcast view); call .clone() first")
+            raise RuntimeError(READ_ONLY)
         np.copyto(data, result._data, casting="unsafe")
     elif through is not None:   # tracing: the root's new value, then the view's
         chain, root = through
@@ -96,9 +98,9 @@ def commit_flat(targets, flat: Tensor) -> None:
 def _written_through(target: Tensor, eager: bool):
     """``(chain, root)`` when a write into the view ``target`` reaches the tensor it views.
     None where the "view" is a reshape's copy, which then stops being a view (later writes
-    to its base must not reach it); while tracing, also where it is a broadcast: eager code
-    can't write one (read-only), so such a traced chain is a value made functionally (a
-    converted loop's ``expand``ed initial value), not memory shared with the root. A view
+    to its base must not reach it). A broadcast (``expand``) raises while tracing as its
+    read-only array raises eagerly (values made functionally, as a converted loop's
+    initial rows, are not views: capture/ast/rows.py). A view
     of a leaf that requires grad is refused as torch refuses it. A chain through a view of
     the bytes (``view(dtype)``, no VJP) shares memory but not history, as torch's: eagerly
     the write reaches the root's memory only; while tracing it is a graph break."""
@@ -110,7 +112,9 @@ def _written_through(target: Tensor, eager: bool):
                            format_site(user_site()), "Write into the tensor itself, or "
                            "move the write out of the compiled function.")
     shares, writeable = views.shares_root(chain, root)
-    if not shares or not (writeable or eager):
+    if shares and not writeable and not eager:   # (eagerly the array refuses the write)
+        raise RuntimeError(READ_ONLY)
+    if not shares:
         target._view = target._base = None
         target._version = [target._version[0]]
         return None
