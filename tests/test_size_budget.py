@@ -328,13 +328,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # index_fill/index_copy, masked_scatter, kthvalue, nansum/nanmean, scatter_reduce as
 # composites; torch's memory-format constants. capture/ +20 and the core +20: a generator
 # drawn from by a forward's helper (only the code's globals name it) is seen (it was baked).
-# ops/ +20, the package root +10 and the core +40 (issue i-gen2, silent differences the
+# ops/ +30, the package root +10 and the core +50 (issue i-gen2, silent differences the
 # generated torch programs found): a symbolic dim's comparison with a number in the user's
 # code ends the trace (shapes.py), an in-place result torch would not cast raises, a traced
-# view eager refuses is refused (views.layout_of), and hypot as a primitive.
-CORE_BUDGET = 26_140
+# view eager refuses is refused (views.layout_of) and so is a traced write into a
+# broadcast; hypot as a primitive and aminmax, names the programs met missing.
+CORE_BUDGET = 26_150
 BUDGETS = {".": 1_780, "amp": 320, "autograd": 875, "backends": 40, "capture": 4_885, "cli": 320,
-           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_700, "ops": 8_200,
+           "codegen": 1_315, "distributed": 1_730, "graph": 1_120, "kernels": 4_700, "ops": 8_210,
            "passes": 3_305, "export": 3_840, "nn": 3_680, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
