@@ -6,7 +6,10 @@ work the same on concrete and symbolic shapes.
 """
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
+
+from ._helpers import _is_internal
 
 
 class ShapeError(ValueError):
@@ -65,8 +68,21 @@ class Sym:
         return out + "".join(f" {sign} {text}" for sign, text in parts[1:])
 
     def __eq__(self, other):
-        return (isinstance(other, Sym) and other.terms == self.terms
-                and other.const == self.const)
+        """Equal Syms are the same dim. Against an int the answer is known where no size
+        could make it true: a symbolic dim is never 0, 1 or negative (such sizes stay
+        numbers) and is a multiple of its coefficient. Else (``B == 4``) it depends on the
+        call: dualgraph's own code (shape rules, cache keys) takes it as "not that
+        number", but the user's program (``if x.shape[0] == 4``) needs the value, so a
+        ShapeError ends its trace (traced again with static shapes) rather than answer
+        False for every size."""
+        if isinstance(other, Sym):
+            return other.terms == self.terms and other.const == self.const
+        if not isinstance(other, int) or isinstance(other, bool):
+            return NotImplemented
+        if other <= 1 or other % self.coef or _is_internal(sys._getframe(1).f_code.co_filename):
+            return False
+        raise ShapeError(f"whether symbolic dim {self} == {other} depends on the call's "
+                         "sizes")
 
     def __hash__(self):
         return hash(("Sym", self.terms, self.const))
@@ -138,10 +154,13 @@ class Sym:
                            parts.get((), 0) + self.const // coef)
 
     def __mod__(self, other):
+        """0 where every size divides (``4*B % 2``); else the remainder depends on the
+        call's sizes (``B % 2``): a ShapeError ends the trace, as ``__eq__``'s."""
         try:
             self // other
         except ShapeError:
-            return 1  # "not divisible": any nonzero value works for the callers' checks
+            raise ShapeError(f"symbolic dim {self} % {other} depends on the call's "
+                             "sizes") from None
         return 0
 
     def evaluate(self, sizes: dict):

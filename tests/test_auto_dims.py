@@ -36,6 +36,35 @@ def test_a_changing_length_is_one_symbolic_graph():
     assert "('s0', 3)" in text
 
 
+@pytest.mark.parametrize("program", [
+    lambda x: x * 2 if x.shape[0] == 4 else x * 3,
+    lambda x: x * (x.shape[0] != 4),
+    lambda x: x * (0.5 if x.size(0) % 2 else 2.0),
+    lambda x: x + (x.shape == (4, 2)),
+], ids=["eq", "ne", "mod", "shape-eq"])
+def test_a_program_that_reads_a_symbolic_size_is_traced_for_each_size(program):
+    """``if x.shape[0] == 4`` or ``x.size(0) % 2`` in the user's code answered as for
+    every size (False, 1) once the dim was symbolic: calls of size 4 or 6 silently took
+    the other branch. Now the trace is ended there and the function traced per shape."""
+    compiled = dg.compile(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (3, 4, 5, 6, 4):
+            x = dg.ones(n, 2)
+            np.testing.assert_array_equal(compiled(x).numpy(), program(x).numpy())
+
+
+def test_sym_equality_with_numbers_it_can_never_be():
+    """A symbolic dim is never 0, 1, negative or off its coefficient's multiples: known
+    False there (shape rules and broadcasting ask it), unknown (raises) elsewhere."""
+    from dualgraph.shapes import Sym
+    b = Sym("B")
+    assert (b == 1) is False and (b != 0) is True and (2 * b == 3) is False
+    assert 2 * b % 2 == 0
+    with pytest.raises(ShapeError):
+        b % 2
+
+
 def test_equal_sizes_share_a_symbol_and_differing_ones_retrace():
     def f(a, b):
         return a + b.flip(0) * 2

@@ -25,7 +25,12 @@ shape exactly, values within RTOL/ATOL. Where dualgraph raises ``NotImplementedE
 CI runs ``DG_TORCH_API_EXAMPLES`` seeds (default 24); a long campaign by hand:
 ``PYTHONPATH=$PWD python -m tests.test_generated_torch_api --seeds 0:3000`` prints each
 failing seed with its program, and a count of the unsupported names; ``--seed 17`` prints
-one program and its result.
+one program and its result; ``--onnx`` exports each model in eval mode instead
+(``check_onnx``: onnxruntime and ``dg.onnx.load`` against eager, at each call's batch size).
+
+Statements torch refuses (``REFUSED``: a view eager can't make, an in-place result torch
+won't cast, shapes that don't broadcast) must be refused by dualgraph too, eagerly and
+compiled: a compiled program that runs where eager raises is a silent difference.
 """
 from __future__ import annotations
 
@@ -82,6 +87,17 @@ VIEWS = [
     "h = torch.diag_embed(h).sum(-1) + torch.triu(h[:, :, None] * h[:, None, :]).sum(1)",
     "v = h.reshape(-1)\nh = v.view(D, -1).t().reshape(-1, D) + h",
     "h = h.swapaxes(0, 1).contiguous().view(D, -1).transpose(0, 1)",
+    "for c in h.chunk(3, dim=1):\n    h = h + c.sum(1, keepdim=True)",
+    "parts = []\nfor t in h.unbind(1):\n    parts.append(t * 2)\nh = torch.stack(parts, 1)",
+    "h = torch.cat([s.flip(1) for s in h.split(4, dim=1)], 1)",
+    "h = h.transpose(0, 1).contiguous().view(-1).view(D, -1).transpose(0, 1)",
+    "h = F.pad(h[:, 1:-1], (1, 1), mode='reflect')",
+    "h = F.pad(h[:, 2:], (2, 0), mode='replicate')",
+    "h = F.pad(h[:, :-2], (0, 2), mode='circular')",
+    "h = F.pad(h.unsqueeze(0), (0, 0, 1, 1), mode='reflect')[0, 1:-1] * h",
+    "h = h.repeat_interleave(torch.tensor([2, 0, 1, 1, 1, 1]), dim=1)",
+    "h = h.flip(0, 1).roll((1, -2), dims=(0, 1))",
+    "h = torch.cat([h[:1], h.unfold(0, 2, 1).mean(-1)], 0)",
 ]
 INDEXING = [
     "h = h[:, [2, 0, 1, 3, 5, 4]]",
@@ -110,6 +126,8 @@ INDEXING = [
     "h = h + h[torch.nonzero(mask, as_tuple=True)].mean() if mask.any() else h",
     "h = h[:, torch.tensor([-1, -2, 0, 1, 2, 3])]",
     "h = h + h[[-1]]",
+    "h = h + h[:, torch.searchsorted(torch.tensor([1, 3, 5]), torch.arange(D))]",
+    "h = h[torch.arange(h.shape[0] - 1, -1, -1)][:, [-1, 0, -2, 1, -3, 2]]",
 ]
 WRITES = [
     "h = h.clone()\nh[:, 0] = 0.0",
@@ -148,6 +166,16 @@ WRITES = [
     "h = h.clone()\nh.masked_scatter_(mask, x.detach() * 2)",
     "h = h.clone()\nh.unsqueeze(0)[0, :, 1] = -1.0",
     "h = h.clone()\nh.clamp_(min=torch.zeros(D, dtype=h.dtype))",
+    "h = h.clone()\nh.t().masked_fill_(mask.t(), 0.25)",
+    "h = h.clone()\nh[:, 1:].masked_fill_(mask[:, 1:], -0.5)",
+    "h = h.clone()\nh.view(-1, 3)[:, 0].masked_fill_(x.view(-1, 3)[:, 1] > 0, 2.0)",
+    "h = h.index_copy(1, torch.tensor([5, 0]), h[:, :2] * 2)",
+    "h = h.scatter_reduce(1, idx[:, None].expand(-1, 2), h[:, :2], reduce='amax')",
+    "h = h.scatter_reduce(1, torch.tensor([[0, 0, 1, 1, 2, 2]]).expand(h.shape[0], -1), h, reduce='mean', include_self=False)",
+    "h = h.scatter_reduce(0, (idx % h.shape[0])[:, None].expand(-1, D), h, reduce='prod')",
+    "h = h.scatter_reduce(1, idx[:, None], h[:, 1:2], reduce='sum', include_self=False)",
+    "h = h.clone()\nh.index_fill_(0, torch.tensor([0]), 1.0)",
+    "h = h.clone()\nh[:, ::2].index_add_(1, torch.tensor([0, 0]), x[:, 1:3] * 2)",
 ]
 REDUCTIONS = [
     "h = h - h.mean(dim=-1, keepdim=True)",
@@ -180,6 +208,18 @@ REDUCTIONS = [
     "h = h + h.norm(p=1, dim=0) + torch.linalg.vector_norm(h, dim=1, keepdim=True)",
     "h = h + h.mean(0).dot(h.mean(0))",
     "h = h - h.kthvalue(2, dim=1, keepdim=True).values",
+    "h = h + h.cummin(dim=0).values",
+    "h = h + h.nanmean(1, keepdim=True)",
+    "h = h + torch.quantile(h, 0.25, dim=1, keepdim=True)",
+    "h = h - h.quantile(torch.tensor([0.5, 0.9], dtype=h.dtype), dim=0).mean(0)",
+    "h = h + h[:, :0].sum(1, keepdim=True) + h[:0].sum(0) + h[:0].amax(1).sum()",
+    "h = h + h[:, :0].mean(1, keepdim=True).nan_to_num(0.0) + h[:, :0].prod(1, keepdim=True)",
+    "h = h * h.std(1, correction=2, keepdim=True) + h.var(0, correction=1)",
+    "h = h + torch.logcumsumexp(h.flip(1), 1).flip(1) * 0.1",
+    "h = h + torch.cummax(h, 0)[0] - torch.cummin(h, 1)[1]",
+    "h = h + h.amax((0, 1)) - torch.amin(h, 1, keepdim=True)",
+    "h = h * h.abs().cumprod(0).clamp(max=2.0)",
+    "h = h + h.nansum(1, keepdim=True) * h.kthvalue(1, 0).values",
 ]
 FUNCTIONS = [
     "h = F.relu(h) + F.gelu(h)",
@@ -219,6 +259,17 @@ FUNCTIONS = [
     "h = h.T @ h @ h.T\nh = h.T / (1 + h.abs().max())",
     "h = torch.logaddexp(h, -h) + torch.hypot(h, h)",
     "h = torch.exp2(h.clamp(max=3)) + torch.expm1(h.clamp(max=3)) + torch.log2(h.abs() + 1)",
+    "h = h + torch.searchsorted(torch.linspace(-2, 2, 5, dtype=h.dtype), h.detach())",
+    "h = h + torch.bucketize(h.detach(), torch.tensor([-1.0, 0.0, 1.0], dtype=h.dtype), right=True)",
+    "h = h * torch.searchsorted(h.detach().sort(1).values, h.detach().mean(1, keepdim=True), side='right')",
+    "h = torch.where(h > 0, 1.0, -1.0) * h",
+    "h = torch.where(mask, 0.0, h)",
+    "h = torch.lerp(h, x, torch.sigmoid(h))",
+    "h = F.normalize(h, p=1, dim=0) + F.normalize(h.view(-1, 2, 3), dim=-1).view_as(h)",
+    "h = torch.clamp(h, min=torch.tensor(-1.0, dtype=h.dtype), max=h.detach().abs())",
+    "h = h.clamp(h.mean(1, keepdim=True) - 0.5, h.mean(1, keepdim=True) + 0.5)",
+    "h = torch.logaddexp(h, torch.zeros((), dtype=h.dtype)) + torch.logaddexp2(h, h * 0.5)",
+    "h = torch.diag_embed(h[:, :3], offset=1).flatten(1)[:, :D] + h",
 ]
 DTYPES = [
     "h = h + (h > 0).long()",
@@ -257,6 +308,14 @@ DTYPES = [
     "h = h + torch.arange(D, dtype=torch.float32) ** 2 / 10",
     "h = h + 2 ** torch.arange(D) / 32",
     "h = h.where(h > 0, torch.tensor(1))",
+    "h = h + torch.remainder(idx - 4, -3)[:, None] + torch.fmod(idx - 4, 3)[:, None]",
+    "h = h + ((idx - 3) // -2)[:, None] - (-idx % 4)[:, None]",
+    "h = h * (mask + mask) + mask * mask",
+    "h = h + torch.tensor(1.5) * idx[:, None]",
+    "h = h + (idx[:, None] + torch.zeros(D, dtype=torch.float32))",
+    "h = h + torch.where(mask, 1, 0) - torch.where(mask, idx[:, None], 2.5)",
+    "h = h + (mask.sum(1) - mask.long().sum(1) + mask.float().mean(1))[:, None]",
+    "h = h + torch.fmod(h, -1.5) - torch.remainder(-h, 2)",
 ]
 GRADS = [
     "with torch.no_grad():\n    s = h.abs().max()\nh = h / (s + 1)",
@@ -269,6 +328,9 @@ GRADS = [
     "if self.training:\n    with torch.no_grad():\n        self.head.bias.add_(0.01)",
     "h = h + self.head.weight.detach().sum(0)",
     "h = h * self.head.weight.data.mean()",
+    "h = h + h.data.sign() * 0.1",
+    "with torch.no_grad():\n    m = h.mean(0)\n    m.mul_(2)\nh = h - m",
+    "h = torch.lerp(h.detach(), h, 0.5)",
 ]
 ITEMS = [
     "if h.sum().item() > 0.3:\n    h = h * 0.5\nelse:\n    h = h + 1",
@@ -285,6 +347,10 @@ ITEMS = [
     "if self.training:\n    h = h * 0.9",
     "h = torch.stack([r * (i + 1) for i, r in enumerate(h)])",
     "while h.abs().max() > 4:\n    h = h / 2",
+    "if h.shape[0] > 3:\n    h = h[:3].repeat(2, 1)[:h.shape[0]] + h\nelse:\n    h = h * 2",
+    "h = h * (0.5 if h.size(0) % 2 else 2.0)",
+    "if h.ndim == 2 and h.shape[-1] == D:\n    h = h + 1",
+    "for i in range(h.shape[0] - 1):\n    h = h + h.roll(i, 0) * 0.1",
 ]
 MODULES = [
     ("self.lin{k} = nn.Linear(D, D)", "h = self.lin{k}(h)"),
@@ -311,6 +377,10 @@ MODULES = [
      "h = h @ self.w{k}.T.softmax(dim=0)"),
     ("self.plist{k} = nn.ParameterList([nn.Parameter(torch.randn(D)) for _ in range(2)])",
      "for p in self.plist{k}:\n    h = h * p.sigmoid()"),
+    ("self.register_buffer('run{k}', torch.zeros(D))",
+     "with torch.no_grad():\n    self.run{k}.mul_(0.9).add_(h.mean(0), alpha=0.1)\nh = h - self.run{k}"),
+    ("self.register_buffer('count{k}', torch.zeros((), dtype=torch.long))",
+     "if self.training:\n    self.count{k} += 1\nh = h * (1 + self.count{k} % 2)"),
 ]
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
@@ -340,7 +410,13 @@ AUX = ["(hd > 0).sum(1)", "hd.argmax(1)", "idx * 2 + 1", "idx / 2", "idx // 2", 
        "torch.clamp(idx, max=3)", "idx.abs().max() - idx.min()",
        "torch.remainder(idx - 3, 4)", "idx ^ 3", "idx << 1", "hd.round(decimals=2)",
        "torch.floor_divide(idx - 3, 2)", "(idx - 3) / torch.tensor(2)",
-       "torch.tensor([1, 2, 3]).sum() / 2", "torch.tensor(5) // 2.0", "idx.sum(dtype=torch.float32)",
+       "torch.tensor([1, 2, 3]).sum() / 2", "torch.tensor(5) // 2.0",
+       "mask + mask", "mask * mask", "idx // -2", "idx % -4", "-idx // 3",
+       "torch.remainder(-idx, 3)", "torch.fmod(-idx, 4)", "torch.where(mask, 1, 0)",
+       "torch.where(mask, idx[:, None], 2.5)", "idx.float() + idx", "idx + torch.tensor(0.5)",
+       "torch.searchsorted(torch.tensor([1, 3]), idx)", "torch.bucketize(idx, torch.tensor([2, 4]))",
+       "idx.to(torch.int32) // torch.tensor(2)", "hd[:, :0].sum(1)", "hd[:0].mean(0)",
+       "idx.float().quantile(0.5)", "hd.nanmean()", "idx.cummax(0).indices", "idx.sum(dtype=torch.float32)",
        "torch.prod(idx + 1)", "idx.cumsum(0)", "torch.sort(idx, stable=True).indices",
        "torch.unique(idx)", "torch.argsort(idx, stable=True)", "idx.float().std()",
        "hd.to(torch.float16).sum()", "torch.zeros(2, dtype=torch.int32) + 1.5",
@@ -514,6 +590,50 @@ def assert_same(want: list, got: list, what: str) -> None:
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol, err_msg=where)
 
 
+# Statements torch refuses: dualgraph must refuse them too, eagerly and compiled (a
+# compiled program that runs where eager raises returns values no one asked for).
+REFUSED = [
+    "h = h.t().view(-1)",
+    "h = h.permute(1, 0).view(h.shape[0], -1)",
+    "i = torch.arange(3)\ni.add_(0.5)",
+    "i = idx * 1\ni /= 2",
+    "b = mask.clone()\nb.add_(1)",
+    "x.mul_(2)",
+    "h = h + torch.ones(D + 1)",
+    "h = h[:, D]",
+    "h = h + ((h > 0) - (h > 1))",
+    "h = h[:0].max()",
+    "h = torch.cat([h, h[:, :2].t()], 0)",
+    "h = h[:, :1].expand(-1, D)\nh.add_(1.0)",
+    "e = h.sum(1, keepdim=True).expand(-1, D)\ne.mul_(2)",
+]
+def refusal(torch, body: str, compiled: bool):
+    """The exception ``body`` (a forward over ``x``, ``idx``, ``mask``) raises in the
+    framework ``torch``, or None where it runs."""
+    source = ("def forward(x, idx, mask):\n    h = x * 1.0\n"
+              + _indent(body, 4) + "\n    return h\n")
+    ns = {"torch": torch, "F": torch.nn.functional, "D": D}
+    exec(compile(source, "<refused statement>", "exec"), ns)
+    forward = torch.compile(ns["forward"]) if compiled else ns["forward"]
+    a = arguments({"B": 3, "seed": 0})
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            forward(torch.tensor(a["x"], requires_grad=True), torch.tensor(a["idx"]),
+                    torch.tensor(a["mask"]))
+    except Exception as error:
+        return error
+    return None
+
+
+@pytest.mark.parametrize("body", REFUSED)
+def test_what_torch_refuses_dualgraph_refuses_eagerly_and_compiled(body):
+    assert refusal(real_torch, body, False) is not None, "torch runs it: not a refusal"
+    for compiled in (False, True):
+        error = refusal(dg, body, compiled)
+        assert error is not None, f"dualgraph ({'compiled' if compiled else 'eager'}) ran:\n{body}"
+
+
 class Unsupported(Exception):
     """dualgraph raised, eagerly, an error that names what it lacks."""
 
@@ -572,6 +692,44 @@ def _raised(name: str, error: Exception, done: dict, context: str) -> None:
                          f"{context}") from error
 
 
+def check_onnx(seed: int, path: str) -> int:
+    """Program ``seed``'s model in eval mode exported by ``dg.onnx.export`` at each call's
+    batch size (static shapes: programs index with the batch size), run by onnxruntime and
+    by ``dg.onnx.load``, against dualgraph eager; the number of calls compared. A model the
+    exporter refuses with an error naming what it can't write counts as ``Unsupported``."""
+    ort = pytest.importorskip("onnxruntime")
+    source, _ = write_program(seed)
+    model = Run(dg, source, seed).model.eval()
+    names = ["x", "idx", "mask"]
+    for i, call in enumerate(calls(seed)):
+        a = arguments(call)
+        args = (dg.tensor(a["x"]), dg.tensor(a["idx"]), dg.tensor(a["mask"]))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dg.onnx.export(model, args, path, input_names=names)
+        except Exception as error:
+            raise Unsupported(f"export: {type(error).__name__}: {error}") from error
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        inputs = {i.name: a[i.name] for i in session.get_inputs()}
+        with dg.no_grad():
+            want = [_numpy(v) for v in model(*args)]
+            loaded = dg.onnx.load(path)(*args)
+        got = session.run(None, inputs)
+        for what, values in (("onnxruntime", got), ("dg.onnx.load", loaded)):
+            context = f"call {i} (B={call['B']}), {what}, program {seed}:\n{source}"
+            values = [np.asarray(_numpy(v) if isinstance(v, dg.Tensor) else v)
+                      for v in (values if isinstance(values, (list, tuple)) else [values])]
+            assert len(values) == len(want), context
+            for w, g in zip(want, values):
+                assert g.dtype == w.dtype and g.shape == w.shape, \
+                    f"{w.dtype}{w.shape} vs {g.dtype}{g.shape}: {context}"
+                if w.dtype.kind == "f" and not np.isfinite(w).all():
+                    continue
+                np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8, err_msg=context)
+    return len(calls(seed))
+
+
 @pytest.mark.parametrize("seed", range(EXAMPLES))
 def test_generated_torch_api_program(seed):
     try:
@@ -586,6 +744,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default=f"0:{EXAMPLES}")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--calls", type=int, default=4)
+    parser.add_argument("--onnx", action="store_true",
+                        help="export each model in eval mode instead (check_onnx)")
     args = parser.parse_args(argv)
     if args.seed is not None:
         seeds = [args.seed]
@@ -595,7 +755,8 @@ def main(argv=None) -> int:
     failed, unsupported, compared = [], collections.Counter(), 0
     for seed in seeds:
         try:
-            compared += check(seed, args.calls)
+            compared += (check_onnx(seed, f"/tmp/torch_api_{os.getpid()}.onnx") if args.onnx
+                         else check(seed, args.calls))
         except Unsupported as error:
             unsupported[str(error).splitlines()[0][:160]] += 1
         except Exception:

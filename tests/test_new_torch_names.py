@@ -33,6 +33,9 @@ FUNCTIONS = {
     "scatter_reduce_": lambda m, x, y: (x * 1).scatter_reduce_(1, m.tensor([[0, 1, 0, 1, 0]] * 3),
                                                                y * 2, "mean"),
     "masked_scatter_": lambda m, x, y: (x * 1).masked_scatter_(y < 0, x.flip(0)),
+    "aminmax": lambda m, x, y: m.aminmax(x * y, dim=1, keepdim=True).min + (x * 2).round().aminmax().max,
+    "hypot": lambda m, x, y: m.hypot(x, y * 3) + x.hypot(y * 1e200) * 1e-200,
+    "flip": lambda m, x, y: x.flip(0, 1) * y + m.flip(y, dims=(1,)) + x.flip(-1),
 }
 
 

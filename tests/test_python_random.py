@@ -159,3 +159,32 @@ def test_a_generator_only_a_forward_helper_names_is_seen(what):
     got = run(compiled)
     for e, g in zip(eager, got):
         np.testing.assert_allclose(g, e * (2 if what == "step" else 1), rtol=1e-6)
+
+
+def test_a_refused_trace_does_not_draw_before_the_eager_run():
+    """A split call's trace drew from the user's generator, was then refused (an in-place
+    write giving an argument history) and the call ran eagerly, drawing again: the
+    generator was one number ahead of eager's and the result scaled by the wrong draw.
+    Now every trace notes and puts back every generator, as an unsplit trace does."""
+    def make():
+        rng = random.Random(5)
+
+        def step(x, y):
+            s = 1.0 + rng.random()
+            x.mul_(y)
+            return (x * s).sum()
+        return step, rng
+
+    eager, eager_rng = make()
+    compiled, compiled_rng = make()
+    compiled = dg.compile(compiled)
+    for k, grad in enumerate((False, False, True, False)):
+        results = []
+        for fn in (eager, compiled):
+            x = dg.tensor(np.arange(3.0) + k) * 1.0
+            y = dg.tensor(np.full(3, 2.0), requires_grad=grad)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results.append(fn(x, y).item())
+        assert results[1] == results[0], f"call {k}"
+        assert compiled_rng.getstate() == eager_rng.getstate(), f"call {k}"

@@ -343,9 +343,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # cycles): a node's stand-ins for its outputs (dispatch._shells), the history they get for
 # a recording backward (engine._give_history), a leaf's weakly held AccumulateGrad (and
 # Tensor.__getstate__, which copies and pickles a leaf without it).
-CORE_BUDGET = 26_520
-BUDGETS = {".": 1_895, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_000, "cli": 320,
-           "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_240,
+# ops/ +30, the package root +10 and the core +50 (issue i-gen2, silent differences the
+# generated torch programs found): a symbolic dim's comparison with a number in the user's
+# code ends the trace (shapes.py), an in-place result torch would not cast raises, a traced
+# view eager refuses is refused (views.layout_of) and so is a traced write into a
+# broadcast; hypot as a primitive and aminmax, names the programs met missing.
+CORE_BUDGET = 26_580
+BUDGETS = {".": 1_905, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_010, "cli": 320,
+           "codegen": 1_325, "distributed": 1_730, "graph": 1_120, "kernels": 4_800, "ops": 8_270,
            "passes": 3_305, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

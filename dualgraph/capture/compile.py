@@ -1245,7 +1245,7 @@ class Compiled:
         state = self._state_versions(tensors_held)
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
-        draws = Draws(roots, every=as_inputs)
+        draws = Draws(roots)
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []

@@ -10,7 +10,7 @@ same numbers.
 
 >>> import random
 >>> rand = random.Random(0)
->>> draws = Draws({"rand": rand}, every=True)
+>>> draws = Draws({"rand": rand})
 >>> _ = rand.random()
 >>> draws.drawn()
 True
@@ -32,19 +32,18 @@ _GLOBAL_NUMPY = np.random.mtrand._rand   # (what np.random.uniform() draws from)
 
 
 class Draws:
-    """The states of the generators a trace may draw from: Python's global one, and with
-    ``every`` NumPy's global one (slow to read: left out of a split call's traces, which
-    run their Python at every call) and those reachable from ``roots`` (name -> object)."""
+    """The states of the generators a trace may draw from: Python's and NumPy's global
+    ones and those reachable from ``roots`` (name -> object). Also for a split call's
+    trace, which runs its Python at every call: a trace that fails there is followed by
+    the eager run, which must draw the numbers the trace drew."""
 
-    def __init__(self, roots: dict, every: bool):
-        self.generators = [random._inst]
-        if every:
-            self.generators.append(_GLOBAL_NUMPY)
-            # (also through the code of their classes: a module's forward may draw from a
-            # generator that only its module's globals name)
-            for _, g in reachable({**roots, **user_code(roots)}, _KINDS):
-                if all(g is not known for known in self.generators):
-                    self.generators.append(g)
+    def __init__(self, roots: dict):
+        self.generators = [random._inst, _GLOBAL_NUMPY]
+        # (also through the code of their classes: a module's forward may draw from a
+        # generator that only its module's globals name)
+        for _, g in reachable({**roots, **user_code(roots)}, _KINDS):
+            if all(g is not known for known in self.generators):
+                self.generators.append(g)
         self.before = [_state(g) for g in self.generators]
 
     def drawn(self) -> bool:

@@ -38,7 +38,7 @@ __all__ = [
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2", "arctan2",
     "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
-    "logaddexp2",
+    "logaddexp2", "hypot",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
     "clamp_max", "where", "logical_and", "logical_or", "logical_xor", "logical_not",
@@ -466,6 +466,32 @@ def atan2(input, other):
 
 
 arctan2 = atan2
+
+
+def _hypot_vjp(g, out, a, b):
+    scale = g / out   # (NaN at the origin, as torch's)
+    return (unbroadcast(scale * a, a) if needs_grad(a) else None,
+            unbroadcast(scale * b, b) if needs_grad(b) else None)
+
+
+def _onnx_sum_of_squares(e, node):
+    return e.op("Add", [e.op("Mul", [v, v]) for v in e.inputs(node.outputs[0].dtype)])
+
+
+# (a primitive: sqrt(a * a + b * b) as ops overflows past 1e154 in float64)
+HYPOT = defop("hypot", binary_kernel(np.hypot, float_result_type), infer_binary_float,
+              vjp=_hypot_vjp, saves="io", elementwise="hypot({0}, {1})", commutative=True,
+              onnx=lambda e, node: [e.op("Sqrt", [_onnx_sum_of_squares(e, node)])],
+              doc="The hypotenuse sqrt(input ** 2 + other ** 2), without overflow.")
+
+
+def hypot(input, other):
+    """Elementwise ``sqrt(input ** 2 + other ** 2)`` without overflow, as ``torch.hypot``.
+
+    >>> dg.hypot(dg.tensor([3.0]), dg.tensor([4.0]))
+    tensor([5.])
+    """
+    return apply(HYPOT, as_operand(input), as_operand(other))
 
 
 def onnx_logaddexp(e, a, b, dtype, base2=False):
@@ -1669,6 +1695,7 @@ METHODS = {
     **{name + "_": inplace(fn) for name, fn in _IN_PLACE.items()},
     "fill_": fill_, "zero_": zero_, "copy_": copy_, "where": _where_method,
     "isclose": isclose, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
+    "hypot": hypot,
     "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
     "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
     "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,

@@ -14,11 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 from .._helpers import format_site, user_site
+from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..dispatch import modes
 from ..errors import CaptureError
 from ..tensor import Tensor
 from . import views
+
+
+READ_ONLY = ("in-place operation on a tensor whose storage is read-only (an expanded or "
+             "broadcast view); call .clone() first")
 
 
 def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
@@ -40,9 +45,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         through = _written_through(target, eager)
     if eager:
         if not data.flags.writeable:
-            raise RuntimeError(
-                "in-place operation on a tensor whose storage is read-only (an expanded or "
-                "broadcast view); call .clone() first")
+            raise RuntimeError(READ_ONLY)
         np.copyto(data, result._data, casting="unsafe")
     elif through is not None:   # tracing: the root's new value, then the view's
         chain, root = through
@@ -95,9 +98,9 @@ def commit_flat(targets, flat: Tensor) -> None:
 def _written_through(target: Tensor, eager: bool):
     """``(chain, root)`` when a write into the view ``target`` reaches the tensor it views.
     None where the "view" is a reshape's copy, which then stops being a view (later writes
-    to its base must not reach it); while tracing, also where it is a broadcast: eager code
-    can't write one (read-only), so such a traced chain is a value made functionally (a
-    converted loop's ``expand``ed initial value), not memory shared with the root. A view
+    to its base must not reach it). A broadcast (``expand``) raises while tracing as its
+    read-only array raises eagerly (values made functionally, as a converted loop's
+    initial rows, are not views: capture/ast/rows.py). A view
     of a leaf that requires grad is refused as torch refuses it. A chain through a view of
     the bytes (``view(dtype)``, no VJP) shares memory but not history, as torch's: eagerly
     the write reaches the root's memory only; while tracing it is a graph break."""
@@ -109,7 +112,9 @@ def _written_through(target: Tensor, eager: bool):
                            format_site(user_site()), "Write into the tensor itself, or "
                            "move the write out of the compiled function.")
     shares, writeable = views.shares_root(chain, root)
-    if not shares or not (writeable or eager):
+    if shares and not writeable and not eager:   # (eagerly the array refuses the write)
+        raise RuntimeError(READ_ONLY)
+    if not shares:
         target._view = target._base = None
         target._version = [target._version[0]]
         return None
@@ -200,10 +205,28 @@ def source_of(target: Tensor, *others) -> Tensor:
 
 
 def inplace(fn):
-    """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``."""
+    """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``; a result that
+    torch would not cast into ``x`` (float into an integer tensor, anything but bool into
+    a bool one: ``i.add_(0.5)``, ``i /= 2``) raises, as torch's, instead of truncating."""
     def method(self, *args, **kwargs):
         source = source_of(self, *args, *kwargs.values())
-        return commit_inplace(self, fn(source, *args, **kwargs))
+        result = fn(source, *args, **kwargs)
+        _check_castable(result, self, method.__name__)
+        return commit_inplace(self, result)
     method.__name__ = fn.__name__ + "_"
     method.__doc__ = f"In-place version of :meth:`{fn.__name__}`."
     return method
+
+
+def _check_castable(result: Tensor, target: Tensor, name: str) -> None:
+    """Torch's rule for an op's result written into ``target``: no float into integers or
+    bool, no non-bool into bool."""
+    have, want = result.dtype, target.dtype
+    if have == want:
+        return
+    if (have.is_floating_point and not want.is_floating_point
+            or want == dtypes.bool_ and have != dtypes.bool_):
+        raise RuntimeError(
+            f"{name}: result type {have} can't be cast to the desired output type {want} "
+            f"at {format_site(user_site())}; use the out-of-place op (x = x.{name[:-1]}(...)) "
+            f"or cast first (x = x.to({have}))")

@@ -28,7 +28,7 @@ from . import shape as shape_ops
 from ._util import BF16, is_float
 from .opdef import Reduction, defop
 
-__all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "median",
+__all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "median",
            "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
            "any", "nansum", "nanmean", "logcumsumexp", "count_nonzero", "softmax", "log_softmax", "allclose", "equal"]
 
@@ -358,6 +358,13 @@ def amin(input, dim=(), keepdim=False):
 # torch.return_types.max / .min: a namedtuple, so `values, indices = x.max(1)` unpacks.
 MaxResult = namedtuple("max", ["values", "indices"])
 MinResult = namedtuple("min", ["values", "indices"])
+AminmaxResult = namedtuple("aminmax", ["min", "max"])
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    """``(amin, amax)`` over ``dim`` (None: all dims), as ``torch.aminmax``."""
+    dims = () if dim is None else dim
+    return AminmaxResult(amin(input, dims, keepdim), amax(input, dims, keepdim))
 
 
 def _with_index_kernel(arg):
@@ -1121,6 +1128,7 @@ def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
 
 METHODS = {
     "sum": sum, "mean": mean, "prod": prod, "max": max, "min": min, "amax": amax,
+    "aminmax": aminmax,
     "amin": amin, "argmax": argmax, "argmin": argmin, "median": median, "var": var,
     "std": std, "logsumexp": logsumexp, "norm": norm, "cumsum": cumsum, "cumprod": cumprod,
     "all": all, "any": any, "count_nonzero": count_nonzero, "softmax": softmax,

@@ -403,8 +403,8 @@ def view(x, *shape):
                 f"{data.dtype.name} as {dt.name} (different element sizes), but its "
                 f"stride is {data.strides[-1] // data.itemsize}; call .contiguous() first")
         return apply(BITCAST, x, dtype=dt)
-    data = x._data
-    if type(data) is np.ndarray and not data.flags.c_contiguous:
+    data = views.layout_of(x)   # (traced: the strides it has eagerly, so compiled refuses too)
+    if data is not None and not data.flags.c_contiguous:
         target = infer_reshape(tuple(x.shape), _shape_arg(shape))
         try:
             np.reshape(data, target, copy=False)
@@ -810,9 +810,10 @@ FLIP = defop("flip", lambda x, dims: np.flip(x, dims).copy(),
              onnx=_onnx_flip)
 
 
-def flip(input, dims):
-    """Reverse the order of elements along ``dims`` (a copy, as in torch)."""
-    dims = normalize_dims(dims, input.ndim)
+def flip(input, dims, *more):
+    """Reverse the order of elements along ``dims`` (a copy, as in torch); as a method the
+    dims may also come one by one, ``x.flip(0, 1)``."""
+    dims = normalize_dims((dims, *more) if more else dims, input.ndim)
     if not dims:
         return input
     return apply(FLIP, input, dims=dims)

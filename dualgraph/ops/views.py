@@ -133,17 +133,23 @@ def is_contiguous(t: Tensor) -> bool:
     from its view chain replayed on its root's layout (``eager_layout``), so
     ``contiguous()`` copies while tracing exactly where it copies eagerly, and a write to
     the copy (or to its base) stays apart as it does eagerly."""
+    layout = layout_of(t)
+    return layout is None or layout.flags.c_contiguous
+
+
+def layout_of(t: Tensor):
+    """The array ``t`` is eagerly, or while tracing a stand-in with the strides it would
+    have (``eager_layout``); None where it is row-major (a traced op's result, a reshape's
+    copy) or, for a dynamic dim, not known (taken as row-major, docs/capture.md)."""
     data = t._data
     if type(data) is np.ndarray:
-        return data.flags.c_contiguous
+        return data
     chain, root = chain_of(t)
     if not chain:   # (a traced op's result: row-major, as eager kernels return)
         bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
-        return bound is None or bound.array.flags.c_contiguous
+        return bound.array if bound is not None else None
     stand_in = eager_layout(chain, root)
-    # (a reshape's copy is row-major; a dynamic dim's layout is not known: taken as
-    # row-major, so ``contiguous()`` there is the tensor itself, docs/capture.md)
-    return stand_in is None or stand_in is ANY_LAYOUT or stand_in.flags.c_contiguous
+    return None if stand_in is ANY_LAYOUT else stand_in
 
 
 def _row_major(shape, itemsize) -> tuple:

@@ -332,3 +332,12 @@ CASES += [
            [fixed([-np.inf, np.inf, 3.0]), fixed([-np.inf, np.inf, -np.inf])], "infinities",
            dtypes=F64, grad=False),
 ]
+
+# -- hypot (a name the torch-API programs met missing) ------------------------------------------
+CASES += [
+    OpCase("hypot", lambda m, a, b: m.hypot(a, b), [In((3, 4)), In((4,))], dtypes=ALL),
+    OpCase("hypot", lambda m, a: a.hypot(m.tensor(2.5)), [In((3,))], "scalar"),
+    # past 1e154, where sqrt(a * a + b * b) overflows float64
+    OpCase("hypot", lambda m, a, b: m.hypot(a * 1e200, b * 1e200) * 1e-200,
+           [In((2, 3)), In((2, 3))], "huge", dtypes=F64, grad=False),
+]

@@ -115,8 +115,12 @@ def scan_with_row_writes(body_fn, iterable, values: tuple, names: tuple, rows: d
 
 def _stand_in(like: Tensor) -> Tensor:
     """A traced tensor shaped as ``like`` (zeros broadcast from one element, so no
-    constant of its size enters the graph) for the body to write its row into."""
-    return shape_ops.expand(creation.zeros((), dtype=like.dtype), tuple(like.shape))
+    constant of its size enters the graph) for the body to write its row into: a value of
+    its own, not a view of the one element (a write into a broadcast view is refused)."""
+    t = shape_ops.expand(creation.zeros((), dtype=like.dtype), tuple(like.shape))
+    t._view = t._base = None
+    t._version = [0]
+    return t
 
 
 def _row_written(result: Tensor) -> Tensor:
