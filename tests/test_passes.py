@@ -770,3 +770,12 @@ def test_batch_scan_linears_moves_summed_weight_gradients_out_of_the_loop():
     kept = reverse_scan_summing_a_weight_gradient(True)    # the sum is read in the loop
     new, report = batch_scan_linears(kept)
     assert new is kept and not report.counts
+
+
+def test_each_lowering_rule_is_its_own_pass_under_its_name():
+    """``dualgraph.passes.<name>`` is the lowering rule of that name, whatever the table's
+    order (a rule moved to another stage once left every later name on its neighbour)."""
+    import dualgraph.passes as passes
+    from dualgraph.passes.lower import RULES as rules
+    assert {rule.name: getattr(passes, rule.name) for rule in rules} == {
+        rule.name: rule for rule in rules}
