@@ -239,7 +239,7 @@ SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
     "arctan2",
     "absolute", "sign", "floor", "ceil", "trunc", "round", "maximum", "minimum", "where",
     "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
-    "isfinite", "logaddexp", "logaddexp2")}
+    "isfinite", "logaddexp", "logaddexp2", "hypot")}
 SCALAR_FUNCTIONS["erf"] = ew._erf_array
 SCALAR_FUNCTIONS["gelu"] = lambda x: 0.5 * x * (1 + ew._erf_array(x / np.sqrt(2)))
 SCALAR_FUNCTIONS["gelu_backward"] = lambda g, x: g * (
