@@ -299,25 +299,18 @@ def _einsum_plan(equation: str, shapes: tuple) -> tuple:
     return tuple((positions, step) for positions, step, _ in steps)
 
 
-def _run_einsum_plan(plan: tuple, arrays: list) -> np.ndarray:
-    """Run a plan step by step with the calls ``np.einsum(optimize=True)`` makes (NumPy's
-    batched-GEMM einsum for two operands, its C einsum otherwise): bit-equal to it."""
-    arrays = list(arrays)
-    for positions, step in plan:
-        taken = [arrays.pop(i) for i in positions]
-        arrays.append(_bmm_einsum(step, *taken) if len(taken) == 2
-                      else np.einsum(step, *taken))
-    return arrays[0]
-
-
 def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
     if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
         return cast(np.einsum(equation, *arrays), dt)
-    # a contraction is new memory, where NumPy's optimised path leaves the output in the
-    # layout its GEMM produced
-    plan = _einsum_plan(equation, tuple(a.shape for a in arrays))
-    return row_major(cast(_run_einsum_plan(plan, arrays), dt))
+    # a contraction runs the planned steps with the calls np.einsum(optimize=True) makes
+    # (NumPy's batched-GEMM einsum for two operands, its C einsum otherwise): bit-equal to
+    # it. The result is new memory, in the layout the last GEMM left, made row-major.
+    arrays = list(arrays)
+    for positions, step in _einsum_plan(equation, tuple(a.shape for a in arrays)):
+        taken = [arrays.pop(i) for i in positions]
+        arrays.append(_bmm_einsum(step, *taken) if len(taken) == 2 else np.einsum(step, *taken))
+    return row_major(cast(arrays[0], dt))
 
 
 def _infer_einsum(*operands, equation):
