@@ -5,6 +5,7 @@ importing Numba; arguments with no native form, a damaged cache file and
 ``DUALGRAPH_NATIVE=0`` fall back to the dispatcher."""
 import ctypes
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -35,6 +36,14 @@ def test_signature_codes_name_dtype_and_rank_or_none_without_a_native_form():
     no_form = (m[:, ::2], m.T, np.ones((2, 2), ">f4"), np.ones(()), np.ones(2, np.float16),
                "text", None)
     assert native.signature(no_form) == (None,) * len(no_form)
+
+
+def test_signature_of_an_equal_dtype_that_is_another_object():
+    """signature() looks built-in dtypes up by identity first; an unpickled array's dtype
+    (equal, another object) still gets its code, a byte-swapped one still gets none."""
+    m = pickle.loads(pickle.dumps(np.ones((2, 2), np.int64)))
+    f = np.ones(3, np.dtype("f4", metadata={"unit": "m"}))
+    assert native.signature((m, f, np.ones(2, np.dtype(">i8")))) == ("i8[2]", "f4[1]", None)
 
 
 def loop_cases():

@@ -52,6 +52,10 @@ _DTYPE_CODES = {np.float32: "f4", np.float64: "f8", np.int32: "i4", np.int64: "i
                 np.bool_: "b1", np.uint8: "u1", np.int8: "i1"}
 _ARRAY_CODES = {(np.dtype(t), ndim): f"{c}[{ndim}]"
                 for t, c in _DTYPE_CODES.items() for ndim in range(1, 6)}
+# the same keyed by the id of NumPy's built-in dtype (a singleton that lives as long as
+# NumPy): hashing a dtype costs ~0.3 us, a third of signature()'s time an argument. An
+# equal dtype that is another object (an unpickled array's) is looked up by value.
+_ARRAY_CODES_BY_ID = {(id(dt), ndim): code for (dt, ndim), code in _ARRAY_CODES.items()}
 _SCALAR_CODES = {bool: "b", np.bool_: "b", int: "i8", np.int64: "i8", np.int32: "i4",
                  float: "f8", np.float64: "f8", np.float32: "f4"}
 _C_SCALARS = {"b": ctypes.c_bool, "i8": ctypes.c_int64, "i4": ctypes.c_int32,
@@ -100,7 +104,8 @@ def signature(args) -> tuple:
     for a in args:
         if type(a) is np.ndarray:
             flags = a.flags
-            codes.append(_ARRAY_CODES.get((a.dtype, a.ndim))
+            codes.append((_ARRAY_CODES_BY_ID.get((id(a.dtype), a.ndim))
+                          or _ARRAY_CODES.get((a.dtype, a.ndim)))
                          if flags.c_contiguous and flags.aligned else None)
         else:
             codes.append(_SCALAR_CODES.get(type(a)))

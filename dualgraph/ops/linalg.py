@@ -12,6 +12,7 @@ import functools
 import string
 
 import numpy as np
+from numpy._core.einsumfunc import bmm_einsum as _bmm_einsum   # what optimize=True runs
 
 from .. import dtypes, kernels
 from ..dispatch import apply
@@ -286,13 +287,30 @@ def _letter_sizes(terms, shapes) -> dict:
     return sizes
 
 
+@functools.lru_cache(maxsize=512)
+def _einsum_plan(equation: str, shapes: tuple) -> tuple:
+    """The pairwise contraction steps ``np.einsum(..., optimize=True)`` would plan for
+    ``equation`` on operands of ``shapes``: ``(operand positions, step equation)`` each.
+    NumPy parses the equation and searches the order on every call (about half of a small
+    einsum's time, a tenth of an einsum-heavy eager step); the plan depends only on the
+    equation and the shapes, so it is made once per pair of them."""
+    dummies = [np.broadcast_to(np.zeros((), np.float64), s) for s in shapes]
+    _, steps = np.einsum_path(equation, *dummies, optimize="greedy", einsum_call=True)
+    return tuple((positions, step) for positions, step, _ in steps)
+
+
 def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
     if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
         return cast(np.einsum(equation, *arrays), dt)
-    # a contraction is new memory, where NumPy's optimised path leaves the output in the
-    # layout its GEMM produced
-    return row_major(cast(np.einsum(equation, *arrays, optimize=True), dt))
+    # a contraction runs the planned steps with the calls np.einsum(optimize=True) makes
+    # (NumPy's batched-GEMM einsum for two operands, its C einsum otherwise): bit-equal to
+    # it. The result is new memory, in the layout the last GEMM left, made row-major.
+    arrays = list(arrays)
+    for positions, step in _einsum_plan(equation, tuple(a.shape for a in arrays)):
+        taken = [arrays.pop(i) for i in positions]
+        arrays.append(_bmm_einsum(step, *taken) if len(taken) == 2 else np.einsum(step, *taken))
+    return row_major(cast(arrays[0], dt))
 
 
 def _infer_einsum(*operands, equation):
