@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import dualgraph as dg
+from dualgraph.ops import linalg
 from dualgraph.ops.linalg import _einsum_kernel, _einsum_plan
 
 CASES = [
@@ -21,9 +22,13 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("numpy_gemm", [True, False], ids=["planned", "numpy-without-bmm"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("equation,shapes", CASES)
-def test_kernel_bit_equal_to_numpy_optimize(equation, shapes, dtype):
+def test_kernel_bit_equal_to_numpy_optimize(monkeypatch, equation, shapes, dtype, numpy_gemm):
+    """Also where NumPy has no ``bmm_einsum`` to import (another version): its own einsum."""
+    if not numpy_gemm:
+        monkeypatch.setattr(linalg, "_bmm_einsum", None)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
     want = np.array(np.einsum(equation, *arrays, optimize=True), order="C")

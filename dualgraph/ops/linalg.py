@@ -12,7 +12,10 @@ import functools
 import string
 
 import numpy as np
-from numpy._core.einsumfunc import bmm_einsum as _bmm_einsum   # what optimize=True runs
+try:   # what np.einsum(optimize=True) runs for two operands in NumPy 2.4
+    from numpy._core.einsumfunc import bmm_einsum as _bmm_einsum
+except ImportError:   # (another NumPy: its own einsum, planned at every call)
+    _bmm_einsum = None
 
 from .. import dtypes, kernels
 from ..dispatch import apply
@@ -303,6 +306,8 @@ def _einsum_kernel(*operands, equation):
     arrays, dt = blas_operands(*operands)
     if len(arrays) == 1:   # a permutation, diagonal or sum: a view where NumPy's is one
         return cast(np.einsum(equation, *arrays), dt)
+    if _bmm_einsum is None:
+        return row_major(cast(np.einsum(equation, *arrays, optimize=True), dt))
     # a contraction runs the planned steps with the calls np.einsum(optimize=True) makes
     # (NumPy's batched-GEMM einsum for two operands, its C einsum otherwise): bit-equal to
     # it. The result is new memory, in the layout the last GEMM left, made row-major.
