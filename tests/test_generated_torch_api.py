@@ -189,7 +189,9 @@ REDUCTIONS = [
     "h = h.cumsum(dim=1) / D",
     "h = h + h.sum((0, 1))",
     "h = h + h.abs().prod(dim=1, keepdim=True).sqrt()",
-    "h = h * h.sum(1, keepdim=True).sign()",
+    # (a row sum is 0 in exact arithmetic after layer_norm or ``h - h.mean(1, ...)``: its
+    # sign would be that of rounding noise, so the sign of the sum moved off zero)
+    "h = h * (h.sum(1, keepdim=True) + 0.5).sign()",
     "h = h + h.median(dim=1, keepdim=True).values",
     "h = h - h.mean()",
     "h = h + (h > 0).any(dim=1, keepdim=True) * 1.0",
