@@ -177,12 +177,17 @@ class Entry:
         """Which of the tensor arguments share storage (views of one another, or of a tensor
         the graph reads as state): per argument bound, the first such argument's position,
         or the state's storage (the id of its version counter: which state, not only
-        whether). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
+        whether), or the place the graph reads the tensor it stored before from (the one
+        there now: ``f(x, G)`` with ``G`` a global it rebinds at every call and writes in
+        place). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
         bound tensors, as traced)."""
+        places = {id(held(c, key)._version): k for k, (_, c, key) in self.held.reads.items()
+                  if isinstance(held(c, key), Tensor)}
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
-            out.append(("state", version) if version in self._state
+            out.append(("read", places[version]) if version in places
+                       else ("state", version) if version in self._state
                        else first.setdefault(version, i))
         return tuple(out)
 
