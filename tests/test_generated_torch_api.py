@@ -477,17 +477,21 @@ def train_step(model, opt, x, idx, mask, w):
 def write_program(seed: int) -> tuple[str, str]:
     """The program's source and how it is compiled (``"step"`` or ``"model"``)."""
     r = random.Random(seed)
-    init, body = [], []
+    init, body, transposed = [], [], False   # (whether h is a transposed view now)
     for k in range(r.randint(3, 8)):
         kind = r.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         choice = r.choice(KINDS[kind])
         if kind == "module":
             init.append(choice[0].format(k=k))
             body.append(choice[1].format(k=k))
+            transposed = False
         elif "self.parameters()" in choice or ".add_(0.01)" in choice:
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
+            if transposed and "h.view(" in choice:   # (torch refuses to view it)
+                body.append("h = h.contiguous()")
             body.append(choice.format(k=k))
+            transposed = choice.endswith((".t()", ".transpose(0, 1)"))
             if "self.seen" in choice:
                 init.append(f"self.register_buffer('seen{k}', torch.zeros((), "
                             f"dtype=torch.long))")
