@@ -353,3 +353,39 @@ def test_in_place_update_of_a_tensor_argument_reaches_each_calls_argument():
         got, want = compiled(a, b), f(a2, b2)
         for u, v in ((got, want), (a, a2), (b, b2)):
             np.testing.assert_array_equal(u.numpy(), v.numpy())
+
+
+def test_an_argument_that_is_a_parameter_the_traced_call_did_not_step_gets_its_own_graph():
+    """A step traced with ``c`` a plain tensor (the optimiser skipped every parameter: none
+    had a gradient) called with ``c`` a parameter of that optimiser: the parameter gets a
+    gradient through the argument and is stepped, eagerly and compiled alike."""
+    def world():
+        dg.manual_seed(0)
+        net = nn.Linear(4, 4, dtype=dg.float64)
+        opt = dg.optim.SGD(net.parameters(), lr=0.05)
+
+        def step(a, c):
+            loss = (a * c).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return net, step
+
+    rng = np.random.default_rng(0)
+    a, c0 = rng.normal(size=(3, 4)), rng.normal(size=4)
+    results = []
+    for compile_it in (False, True):
+        net, step = world()
+        fn = dg.compile(step) if compile_it else step
+        own = dg.tensor(c0, requires_grad=True)
+        fn(dg.tensor(a), own)
+        fn(dg.tensor(a), net.bias)
+        assert net.bias.grad is not None
+        results.append([net.bias.detach().numpy(), net.bias.grad.numpy()])
+        fn(dg.tensor(a), own)
+        assert net.bias.grad is None
+        results[-1] += [net.bias.detach().numpy(), own.grad.numpy()]
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert not np.allclose(results[0][0], world()[0].bias.detach().numpy())

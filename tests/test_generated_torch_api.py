@@ -189,7 +189,9 @@ REDUCTIONS = [
     "h = h.cumsum(dim=1) / D",
     "h = h + h.sum((0, 1))",
     "h = h + h.abs().prod(dim=1, keepdim=True).sqrt()",
-    "h = h * h.sum(1, keepdim=True).sign()",
+    # (a row sum is 0 in exact arithmetic after layer_norm or ``h - h.mean(1, ...)``: its
+    # sign would be that of rounding noise, so the sign of the sum moved off zero)
+    "h = h * (h.sum(1, keepdim=True) + 0.5).sign()",
     "h = h + h.median(dim=1, keepdim=True).values",
     "h = h - h.mean()",
     "h = h + (h > 0).any(dim=1, keepdim=True) * 1.0",
@@ -475,17 +477,21 @@ def train_step(model, opt, x, idx, mask, w):
 def write_program(seed: int) -> tuple[str, str]:
     """The program's source and how it is compiled (``"step"`` or ``"model"``)."""
     r = random.Random(seed)
-    init, body = [], []
+    init, body, transposed = [], [], False   # (whether h is a transposed view now)
     for k in range(r.randint(3, 8)):
         kind = r.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         choice = r.choice(KINDS[kind])
         if kind == "module":
             init.append(choice[0].format(k=k))
             body.append(choice[1].format(k=k))
+            transposed = False
         elif "self.parameters()" in choice or ".add_(0.01)" in choice:
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
+            if transposed and "h.view(" in choice:   # (torch refuses to view it)
+                body.append("h = h.contiguous()")
             body.append(choice.format(k=k))
+            transposed = choice.endswith((".t()", ".transpose(0, 1)"))
             if "self.seen" in choice:
                 init.append(f"self.register_buffer('seen{k}', torch.zeros((), "
                             f"dtype=torch.long))")

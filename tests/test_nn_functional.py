@@ -312,6 +312,28 @@ def test_binary_cross_entropy_with_logits_is_stable():
     assert np.isfinite(out.detach().numpy()).all()
 
 
+@pytest.mark.parametrize("pos_weighted", [False, True])
+def test_binary_cross_entropy_with_logits_gradient_rounds_as_torchs(pos_weighted):
+    """The gradient is torch's ``sigmoid(x) - t`` to the last bits, also where it is 1e-18
+    or 1e-13 (an Adam step divides it by its own size: a 0 for a 1e-13 is a whole step),
+    eagerly and compiled."""
+    x = np.array([-800.0, -40.0, -30.0, -25.0, -20.0, -5.0, 5.0, 20.0, 25.0, 30.0, 40.0, 800.0])
+    pw = np.full(x.shape, 2.5)
+    for t in (np.arange(x.size) % 2.0, 1.0 - np.arange(x.size) % 2.0):
+        ref = torch.tensor(x, requires_grad=True)
+        TF.binary_cross_entropy_with_logits(ref, torch.tensor(t), reduction="sum",
+                                            pos_weight=torch.tensor(pw) if pos_weighted
+                                            else None).backward()
+
+        def loss(x, t, pw):
+            return F.binary_cross_entropy_with_logits(x, t, reduction="sum",
+                                                      pos_weight=pw if pos_weighted else None)
+        for fn in (loss, dg.compile(loss)):
+            ours = dg.tensor(x, requires_grad=True)
+            fn(ours, dg.tensor(t), dg.tensor(pw)).backward()
+            np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), rtol=1e-12, atol=0)
+
+
 # -- kl divergence -------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")   # torch's, for 'mean'
 @pytest.mark.parametrize("reduction", REDUCTIONS + ["batchmean"])

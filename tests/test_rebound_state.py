@@ -131,6 +131,33 @@ def test_rebinding_outside_the_step_is_read():
     assert step._split is None
 
 
+def test_an_argument_that_is_the_tensor_a_rebinding_step_writes_in_place_sees_the_write():
+    """A step that writes its state ``S.acc`` in place and then rebinds it (a graph that
+    reads the tensor stored before from ``S.acc``), passed that very tensor as ``c``: the
+    write reaches ``c``, as eagerly, at the call it is passed and at the calls after."""
+    def world():
+        S = type("State", (), {})()
+        S.acc = dg.zeros(4, dtype=dg.float64)
+
+        def step(x, c):
+            with dg.no_grad():
+                S.acc.add_(x.mean())
+            S.acc = S.acc * 0.9 + x.mean(0) * 0.1
+            return x * c
+        return S, step
+
+    (eager_s, eager_step), (s, step) = world(), world()
+    step = dg.compile(step)
+    rng = np.random.default_rng(0)
+    for k in range(7):
+        x = rng.normal(size=(3, 4))
+        own = rng.normal(size=4)
+        cs = [dg.tensor(own) if k < 4 or k == 5 else S.acc for S in (eager_s, s)]
+        want, got = eager_step(dg.tensor(x), cs[0]), step(dg.tensor(x), cs[1])
+        for u, v in ((got, want), (cs[1], cs[0]), (s.acc, eager_s.acc)):
+            np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-12)
+
+
 def test_rebinding_to_another_shape_traces_again():
     eager_net, net = Net(), Net()
     eager_step, step = make_step(eager_net), dg.compile(make_step(net))

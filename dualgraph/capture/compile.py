@@ -142,7 +142,7 @@ class Entry:
             self._args = sorted((b.index, k) for k, b in enumerate(capture.bindings)
                                 if b.kind == "arg")
             self._state = {id(b.tensor._version) for b in capture.bindings
-                           if b.kind == "captured"} | capture.arg_state
+                           if b.kind == "captured"} | capture.arg_state | capture.param_state
             self.sharing = self._sharing([b.tensor for b in capture.bindings], by_binding=True)
 
     def rebound(self, capture, backward) -> "Entry":
@@ -177,12 +177,17 @@ class Entry:
         """Which of the tensor arguments share storage (views of one another, or of a tensor
         the graph reads as state): per argument bound, the first such argument's position,
         or the state's storage (the id of its version counter: which state, not only
-        whether). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
+        whether), or the place the graph reads the tensor it stored before from (the one
+        there now: ``f(x, G)`` with ``G`` a global it rebinds at every call and writes in
+        place). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
         bound tensors, as traced)."""
+        places = {id(held(c, key)._version): k for k, (_, c, key) in self.held.reads.items()
+                  if isinstance(held(c, key), Tensor)}
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
-            out.append(("state", version) if version in self._state
+            out.append(("read", places[version]) if version in places
+                       else ("state", version) if version in self._state
                        else first.setdefault(version, i))
         return tuple(out)
 
@@ -1290,6 +1295,7 @@ class Compiled:
                 capture.kept_before = [olds[id(t)] if id(t) in olds else held_before(before, c, k)
                                        for _, t, c, k in kept]
                 capture.arg_state = arg_state
+                capture.param_state = self._parameter_versions()
                 created = [(name, _made_at(t._data)) for name, t, _, _ in kept]
                 traced = time.perf_counter()
                 backward = None
@@ -1347,7 +1353,12 @@ class Compiled:
         the tensors ``tensors_held`` found. An argument sharing one is guarded as such."""
         state = {id(held(c, k)._version) for places in tensors_held.values()
                  for _, c, k in places[:1] if isinstance(held(c, k), Tensor)}
-        state.update(id(p._version) for p in self._known_parameters())
+        return state | self._parameter_versions()
+
+    def _parameter_versions(self) -> set:
+        """The storages of its modules' and optimisers' parameters and buffers (alive as
+        long as the module and optimiser guards hold)."""
+        state = {id(p._version) for p in self._known_parameters()}
         for _, root in self._module_facts.roots:
             state.update(id(b._version) for b in root.buffers())
         return state

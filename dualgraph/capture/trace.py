@@ -112,6 +112,11 @@ class Capture:
     kept_before: list = field(default_factory=list)
     # the storages of the arguments that are (views of) tensors the function reads as state
     arg_state: set = field(default_factory=set)
+    # the storages of the parameters and buffers the function can read or step (its
+    # modules' and optimisers'), whether or not the traced call did: an argument that is
+    # one of them at a later call is guarded as state (a step that skipped a parameter
+    # with no gradient would not see it get one through the argument)
+    param_state: set = field(default_factory=set)
 
 
 class Tracer:

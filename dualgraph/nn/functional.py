@@ -341,16 +341,23 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """Binary cross entropy of ``sigmoid(input)``, computed from the logits without
-    overflow: ``(1 - t) x + (1 + (pos_weight - 1) t) * softplus(-x)``. ``pos_weight``
-    (broadcast over the last dim) weighs the positive class."""
+    overflow: ``(1 + (pos_weight - 1) t) * softplus(x) - pos_weight t x`` (equal to ``(1 -
+    t) x + (1 + (pos_weight - 1) t) * softplus(-x)``), whose gradient is torch's
+    ``(1 + (pos_weight - 1) t) sigmoid(x) - pos_weight t``, rounded as torch rounds it (the
+    ``softplus(-x)`` form's ``1 - t - sigmoid(-x)`` is 0 where torch's is 1e-13, which an
+    Adam step turns into a step of lr's size). ``pos_weight`` (broadcast over the last
+    dim) weighs the positive class."""
     reduction = _reduction(size_average, reduce, reduction)
     if _shape(target) != _shape(input):
         raise ValueError(f"Target size ({_shape(target)}) must be the same as input size "
                          f"({_shape(input)})")
-    log_one_plus = ew.softplus(-input)   # -log(sigmoid(x)), stable for any x
-    if pos_weight is not None:
-        log_one_plus = log_one_plus * ((pos_weight - 1) * target + 1)
-    loss = (1 - target) * input + log_one_plus
+    # (softplus is x itself past the threshold, its gradient 1: sigmoid(x) rounds to 1
+    # past 37 in float64, so 40 keeps every gradient torch's and exp(40) finite)
+    soft = ew.softplus(input, threshold=40.0)
+    if pos_weight is None:
+        loss = soft - target * input
+    else:
+        loss = soft * ((pos_weight - 1) * target + 1) - pos_weight * target * input
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
