@@ -185,11 +185,6 @@ def _polynomial(parts: dict, const: int):
     return dim
 
 
-def _monomial(coef: int, names: tuple):
-    """A Sym, or a plain int when no names are left."""
-    return Sym(coef=coef, names=names) if names else coef
-
-
 def sym_slice(start, stop, step, n):
     """``slice(start, stop, step).indices(n)`` for a symbolic size ``n`` (a Sym), with
     ``stop`` at least ``start``: bounds are constants from either end (``x[1:]``,
