@@ -12,26 +12,10 @@ residual join them where sgemm adds ``c`` (after each block of ``K``), not last.
 """
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
-
 import numpy as np
 
-from . import blas_threads
-
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
-
-
-@lru_cache(maxsize=None)
-def _sgemm():
-    """OpenBLAS's 64-bit-integer ``cblas_sgemm`` as a ctypes function (ctypes releases the
-    GIL around it), or None where NumPy's BLAS has none."""
-    address = blas_threads.sgemm_address()
-    if address is None:
-        return None
-    i32, i64, f32, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-    return ctypes.CFUNCTYPE(None, i32, i32, i32, i64, i64, i64, f32, ptr, i64, ptr, i64, f32,
-                            ptr, i64)(address)
+from .batched import NO_TRANS, ROW_MAJOR, TRANS
+from .blas_threads import sgemm_function
 
 
 def _weight_layout(w: np.ndarray):
@@ -50,7 +34,7 @@ def wanted(x: np.ndarray, w: np.ndarray) -> bool:
     it is, ``x`` C-contiguous with rows to multiply, OpenBLAS's ``sgemm`` at hand."""
     return (x.dtype == w.dtype == np.float32 and w.ndim == 2 and x.ndim >= 1
             and x.flags.c_contiguous and x.size > 0 and w.size > 0
-            and _weight_layout(w) is not None and _sgemm() is not None)
+            and _weight_layout(w) is not None and sgemm_function() is not None)
 
 
 def linear_into(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -60,7 +44,7 @@ def linear_into(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
     k, n = w.shape[1], w.shape[0]
     m = x.size // k
     flag, ldw = _weight_layout(w)
-    _sgemm()(ROW_MAJOR, NO_TRANS, flag, m, n, k, 1.0, x.ctypes.data, k, w.ctypes.data, ldw,
+    sgemm_function()(ROW_MAJOR, NO_TRANS, flag, m, n, k, 1.0, x.ctypes.data, k, w.ctypes.data, ldw,
              1.0, out.ctypes.data, n)
     return out
 
