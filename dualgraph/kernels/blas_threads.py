@@ -31,6 +31,9 @@ host's load.)
 """
 from __future__ import annotations
 
+import ctypes
+from functools import lru_cache
+
 import numpy as np
 
 from . import loop, tuning
@@ -78,6 +81,18 @@ def sgemm_address() -> int | None:
     """The address of that OpenBLAS's ``cblas_sgemm`` with 64-bit integers, if it has one."""
     found = tuning.openblas()
     return found.sgemm if found else None
+
+
+@lru_cache(maxsize=None)
+def sgemm_function():
+    """That ``cblas_sgemm`` as a ctypes function (ctypes releases the GIL around it), or
+    None where NumPy's BLAS has none."""
+    address = sgemm_address()
+    if address is None:
+        return None
+    i32, i64, f32, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    return ctypes.CFUNCTYPE(None, i32, i32, i32, i64, i64, i64, f32, ptr, i64, ptr, i64, f32,
+                            ptr, i64)(address)
 
 
 backoff = tuning.Backoff()     # (one per process: every thread's calls feed the same worker)

@@ -18,9 +18,6 @@ form: ``kh*kw`` calls in tap order), so the bits do not depend on the number of 
 """
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
-
 import numpy as np
 
 from . import blas_threads, helper, loop
@@ -189,16 +186,7 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     return out
 
 
-@lru_cache(maxsize=None)
-def _sgemm():
-    """OpenBLAS's 64-bit-integer ``cblas_sgemm`` as a ctypes function (ctypes releases the
-    GIL around it), or None where NumPy's BLAS has none."""
-    address = blas_threads.sgemm_address()
-    if address is None:
-        return None
-    i32, i64, f32, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-    return ctypes.CFUNCTYPE(None, i32, i32, i32, i64, i64, i64, f32, ptr, i64, ptr, i64, f32,
-                            ptr, i64)(address)
+_sgemm = blas_threads.sgemm_function
 
 
 def shifted(x_shape, w_shape, stride, padding, dilation, groups) -> bool:

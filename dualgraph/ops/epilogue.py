@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
+from ..kernels import matvec, prefilled
 from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, is_static
@@ -521,6 +522,10 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at):
     then one loop over its rows adds the bias and the residual and applies the activation
     in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
     ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one."""
+    if (act == "none" and b.dtype == np.float32 and prefilled.wanted(x, w)
+            and all(r.dtype == np.float32 for r in residual)
+            and not matvec.wanted(x, w, b)):
+        return prefilled.linear(x, w, b, *residual)   # (r + b where the product goes)
     y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None

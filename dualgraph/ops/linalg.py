@@ -19,7 +19,7 @@ except ImportError:   # (another NumPy: its own einsum, planned at every call)
 
 from .. import dtypes, kernels
 from ..dispatch import apply
-from ..kernels import matvec
+from ..kernels import matvec, prefilled
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
@@ -497,6 +497,8 @@ def _linear_kernel(x, w, *bias):
     check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
+    if bias and bias[0].dtype == np.float32 and prefilled.wanted(x, w):
+        return prefilled.linear(x, w, bias[0])   # (the bias where the product goes)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
@@ -610,6 +612,8 @@ def _matmul_t(x, w):
 
 
 def _matmul_t_bias(x, w, b):
+    if b.dtype == np.float32 and prefilled.wanted(x, w):
+        return prefilled.linear(x, w, b)
     y = np.matmul(x, w.T)
     y += b
     return y
