@@ -107,3 +107,33 @@ def test_an_unrolled_rnn_compiles_to_batched_gemms_and_equals_eager(kind):
         # concatenation of them, shared) and the hidden states stacked the same way
         cats = [n for n in fn._last.executable.graph.nodes if n.op.name == "cat"]
         assert sorted(tuple(n.outputs[0].shape) for n in cats) == [(4, 10, 16), (4, 10, 64)]
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_an_lstm_layers_weight_gradient_shares_its_input_projections_concatenation(
+        batch_first):
+    """``nn.LSTM`` projects the whole sequence's input in one GEMM and unbinds it; the
+    gradient of that is a ``cat`` of the steps' gate gradients in time order, and the
+    hoisted weight_hh gradient stacks the same gradients in the same order (one ``cat``
+    of them after cse; the backward reaches the steps last first), with eager's values."""
+    def train(compiled):
+        dg.manual_seed(0)
+        lstm = dg.nn.LSTM(5, 7, batch_first=batch_first)
+        shape = (9, 6, 5) if batch_first else (6, 9, 5)    # (6 steps of 9 rows)
+        x = dg.tensor(np.random.default_rng(1).normal(size=shape), dtype=dg.float32)
+
+        def step():
+            lstm.zero_grad()
+            loss = lstm(x)[0].square().mean()
+            loss.backward()
+            return [loss] + [p.grad for p in lstm.parameters()]
+        fn = dg.compile(step) if compiled else step
+        return [t.detach().numpy().copy() for t in fn()], fn
+    want, _ = train(False)
+    got, fn = train(True)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert "hoisted recurrent weight gradients 6" in fn.explain()
+    cats = [n for n in fn._last.executable.graph.nodes if n.op.name == "cat"]
+    assert sorted(tuple(n.outputs[0].shape) for n in cats) == [(6, 9, 7), (6, 9, 7),
+                                                               (6, 9, 28)]

@@ -206,6 +206,16 @@ def linear_by_a_constant():
     return g
 
 
+def linears_of_one_weight():
+    g = Graph()
+    x, w = f32(g, "x", 8, 3), f32(g, "w", 3, 3)
+    y = x
+    for t in range(1, 5):
+        (y,) = g.add_node("linear", [y, w], names=[f"y{t}"])
+    g.set_outputs(list(g.add_node("matmul", [y, w], names=["g"])))
+    return g
+
+
 def conv_by_a_constant():
     g = Graph()
     x, w, b = f32(g, "x", 1, 16, 5, 5), ramp(g, "w", -1, 1, 16, 16, 3, 3), ramp(g, "b", 0, 1, 16)
@@ -270,6 +280,7 @@ EXAMPLES = {
     "constant_linears": biased_matmul_by_a_constant,
     "join_linears": two_linears_of_one_input,
     "weights_kn": linear_by_a_constant,
+    "step_weights_kn": linears_of_one_weight,
     "conv_packed": conv_by_a_constant,
     "conv_winograd": winograd_conv_by_a_constant,
     "fold_batchnorm": batchnorm_after_a_linear,

@@ -197,3 +197,16 @@ def test_bad_arguments_are_refused():
         lstm(dg.randn(SEQ, BATCH, IN, dtype=dg.float64))
     with pytest.raises(ValueError, match="Expected input to be 1D or 2D"):
         LSTMCell(IN, HID)(dg.randn(1, 2, IN))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool", "object"])
+def test_unneeded_gradients_are_read_only_zeros_of_no_memory(dtype):
+    """What a fused cell's backward returns for a gradient nobody needs (``need``)."""
+    from dualgraph.ops._util import zeros_view
+    for shape in [(5, 3), (7,), (), (2, 0, 4)]:
+        z = zeros_view(shape, np.dtype(dtype))
+        assert z.shape == shape and z.dtype == np.dtype(dtype)
+        assert not z.flags.writeable and all(s == 0 for s in z.strides)
+        assert not z.any()
+        with pytest.raises(ValueError):
+            z[...] = 1

@@ -91,16 +91,21 @@ def _blocks(row, n):
 
 
 @loop
-def lstm_cell(gates, c, h_out, c_out, acts_out):
-    """Rows of ``gates`` (i, f, g, o blocks of width n) and ``c`` -> ``h'``, ``c'`` and the
-    activated gates (kept for the backward)."""
+def lstm_cell(hg, xg, bias, c, h_out, c_out, acts_out):
+    """Rows of the gate pre-activations ``(hg + xg) + bias`` (the hidden projection, the
+    input's, the hidden bias, each in i, f, g, o blocks of width n: added here, not by
+    two passes before) and ``c`` -> ``h'``, ``c'`` and the activated gates (kept for the
+    backward)."""
     n = c.shape[1]
+    bi, bf, bg, bo = _blocks(bias, n)
     for b in range(c.shape[0]):
-        gi, gf, gg, go = _blocks(gates[b], n)
+        hi, hf, hgg, ho = _blocks(hg[b], n)
+        xi, xf, xgg, xo = _blocks(xg[b], n)
         ai, af, ag, ao = _blocks(acts_out[b], n)
         cb, hb, cnb = c[b], h_out[b], c_out[b]
         for j in range(n):
-            i, f, g, o = sigmoid32(gi[j]), sigmoid32(gf[j]), tanh32(gg[j]), sigmoid32(go[j])
+            i, f = sigmoid32(hi[j] + xi[j] + bi[j]), sigmoid32(hf[j] + xf[j] + bf[j])
+            g, o = tanh32(hgg[j] + xgg[j] + bg[j]), sigmoid32(ho[j] + xo[j] + bo[j])
             cn = f * cb[j] + i * g
             cnb[j] = cn
             hb[j] = o * tanh32(cn)

@@ -73,9 +73,14 @@ def cast(x, dt: np.dtype):
 
 
 def zeros_view(shape, dt: np.dtype) -> np.ndarray:
-    """A read-only zero array of ``shape`` that costs no memory (one broadcast scalar): what
-    a fused backward kernel returns for a gradient nobody needs."""
-    return np.broadcast_to(np.zeros((), dt), shape)
+    """A read-only zero array of ``shape`` that costs no memory (one zero element, all
+    strides 0): what a fused backward kernel returns for a gradient nobody needs. Made
+    over a bytes object (read-only, so the array is), 0.6 us where ``np.broadcast_to``
+    takes 3.4: a recurrent step's backward returns two a step."""
+    dt = np.dtype(dt)
+    if dt.hasobject:
+        return np.broadcast_to(np.zeros((), dt), shape)
+    return np.ndarray(shape, dt, bytes(dt.itemsize), 0, (0,) * len(shape))
 
 
 def binary_kernel(ufunc, result=dtypes.result_type):

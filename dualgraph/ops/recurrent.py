@@ -36,14 +36,8 @@ def _gates(gates):
 
 
 def _cell(gates, c):
-    """``(h', c', activated gates)`` from the gate pre-activations and the cell state (the
-    NumPy form is a dozen calls and temporaries: the loop is faster at every size)."""
-    if kernels.enabled(gates, c, min_elements=0):
-        n = c.shape[-1]
-        gates2, c2 = kernels.rows(gates, 4 * n), kernels.rows(c, n)
-        h, c_new, acts = np.empty_like(c2), np.empty_like(c2), np.empty_like(gates2)
-        kernels.activations.lstm_cell(gates2, c2, h, c_new, acts)
-        return h.reshape(c.shape), c_new.reshape(c.shape), acts.reshape(gates.shape)
+    """``(h', c', activated gates)`` from the gate pre-activations and the cell state, in
+    NumPy (the Numba loop's formulas: ``_lstm_kernel``)."""
     i, f, g, o = acts = _gates(gates)
     c_new = f * c + i * g
     return o * np.tanh(c_new), c_new, np.concatenate(acts, axis=-1)
@@ -67,7 +61,16 @@ def _half_in_float32(kernel):
 def _lstm_kernel(xg, h, c, w_hh, *b_hh):
     """``(h', c', activated gates)``: the third output is kept for the backward only."""
     _infer_lstm(xg, h, c, w_hh, *b_hh)   # (its dtype and shape checks, as a graph's)
-    gates = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T).reshape(xg.shape)
+    n = c.shape[-1]
+    hg = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T)
+    if kernels.enabled(hg, xg, c, min_elements=0):   # (NumPy's form: a dozen calls)
+        c2 = kernels.rows(c, n)
+        bias = np.ascontiguousarray(b_hh[0]) if b_hh else np.zeros(4 * n, c.dtype)
+        h_new, c_new, acts = np.empty_like(c2), np.empty_like(c2), np.empty_like(hg)
+        kernels.activations.lstm_cell(hg, kernels.rows(xg, 4 * n), bias, c2, h_new, c_new,
+                                      acts)
+        return h_new.reshape(c.shape), c_new.reshape(c.shape), acts.reshape(xg.shape)
+    gates = hg.reshape(xg.shape)
     gates += xg
     if b_hh:
         gates += b_hh[0]

@@ -328,11 +328,13 @@ class _Rewriter:
         if self.seen[id(group)] < len(nodes):
             return
         places = [self.positions.get(n.outputs[0]) for n in nodes]
-        if all(places) and len({group for group, _, _ in places}) == 1:
+        joined = _joined_order(self.graph, nodes)
+        if joined or (all(places) and len({group for group, _, _ in places}) == 1):
             # stacked as the input projection's gradient stacks the same gate gradients
             # (one concatenation after cse), the hidden states in the same order
-            order = [n for _, n in sorted(zip([pos for _, pos, _ in places], nodes))]
-            d = places[0][2]
+            order, d = joined or (
+                [n for _, n in sorted(zip([pos for _, pos, _ in places], nodes))],
+                places[0][2])
             gates = self._stacked([n.outputs[0] for n in order], d, node.location)
             hidden = self._stacked([n.inputs[3] for n in order], d, node.location)
         else:
@@ -349,6 +351,26 @@ class _Rewriter:
         self.report.count("hoisted recurrent weight gradients",
                           f"{len(nodes)} x {node.op.name} of %{node.inputs[5].name} -> "
                           f"%{dw.name}", n=len(nodes))
+
+
+def _joined_order(graph: Graph, nodes: list):
+    """``(steps, dim)`` where a ``cat`` already stacks the steps' gate gradients along a
+    new ``dim`` (a layer's input projection over the whole sequence: its per-step views'
+    gradients, joined by ``simplify``), the steps in its order; else None."""
+    step_of = {n.outputs[0]: n for n in nodes}
+    for cat in graph.nodes:
+        if cat.op is not CAT or len(cat.inputs) != len(nodes):
+            continue
+        d, order = cat.attrs["dim"], []
+        for x in cat.inputs:
+            src = x.producer if isinstance(x, Value) else None
+            g = src.inputs[0] if src is not None and src.op is RESHAPE else None
+            if g in step_of and tuple(x.shape) == tuple(g.shape[:d]) + (1,) + tuple(
+                    g.shape[d:]):
+                order.append(step_of[g])
+        if len(set(order)) == len(nodes):
+            return order, d
+    return None
 
 
 def _tree_adds(root: Value, leaves: set) -> set:

@@ -59,6 +59,7 @@ from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_nor
                       weights_kn, weights_to_transpose)
 from .scan_linears import batch_scan_linears, scan_plans
 from .share import share_conv_columns, shared_columns
+from .step_weights import PRODUCTS as STEP_PRODUCTS, step_weights, step_weights_kn
 
 
 @dataclass(frozen=True, eq=False)
@@ -359,6 +360,11 @@ RULES += [
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
     # two rows or more -> linear(x, permute(W_kn)): an NN product (after linear_relu)
     LoweringRule("weights_kn", WEIGHT_READERS, weights_to_transpose, weights_kn, "kernels"),
+    # linear / lstm_cell / gru_cell(x, W), W (N, K) not constant, read so by 4 products or
+    # more of 8-256 rows (a recurrent layer's steps) -> their W a permute view of one
+    # relayout(W) per call: NN products (after linear_relu; the backward keeps W)
+    LoweringRule("step_weights_kn", tuple(STEP_PRODUCTS), step_weights, step_weights_kn,
+                 "kernels"),
     # conv2d(_epilogue)(x, W, ...) 3x3 stride 1, W constant read only as such convs' weight,
     # Winograd faster by the cost rule -> conv2d_winograd(x, U, ...): U = G W G^T made once
     LoweringRule("conv_winograd", PACKED_READERS, winograd_weights, conv_winograd,
