@@ -353,16 +353,19 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
     """A call of the node's kernel, or of the kernel its op's ``specialise`` fits to the
     node's static types and attrs (bound once per module, called with the inputs only)."""
     args = [operand(x, names, module) for x in node.inputs]
+    outs = [(slots or {}).get(v) for v in node.outputs]
+    into = []
+    if (node.op.writes_out or node.op.fills_out) and any(s is not None for s in outs):
+        items = [out_target(s) if s is not None else "None" for s in outs]
+        # (one array for a one-output fills_out op, as NumPy's out= takes it)
+        one = node.op.fills_out and node.op.num_outputs == 1
+        into = [f"out={items[0]}" if one else f"out=({', '.join(items)},)"]
     special = node.op.specialise(*node.inputs, **node.attrs) if node.op.specialise else None
     if special is not None:
         name, kernel = special
-        return f"{module.bind(name, kernel)}({', '.join(args)})"
+        return f"{module.bind(name, kernel)}({', '.join(args + into)})"
     args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
-    outs = [(slots or {}).get(v) for v in node.outputs]
-    if node.op.writes_out and any(s is not None for s in outs):
-        items = [out_target(s) if s is not None else "None" for s in outs]
-        args.append(f"out=({', '.join(items)},)")
-    return f"{module.kernel(node.op)}({', '.join(args)})"
+    return f"{module.kernel(node.op)}({', '.join(args + into)})"
 
 
 def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:

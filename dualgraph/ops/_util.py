@@ -27,6 +27,12 @@ def row_major(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
+def out_in(out, dtype):
+    """``out``, the array a ``fills_out`` kernel was given for a result (or None), where
+    the kernel computes in its dtype ``dtype``; else None (it casts a new array)."""
+    return out if out is not None and out.dtype == dtype else None
+
+
 def shape_of(x) -> tuple:
     """The shape of an array, aval or Tensor; () for a Python scalar."""
     return tuple(getattr(x, "shape", ()))
