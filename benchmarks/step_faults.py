@@ -6,9 +6,9 @@ For each workload's ``dualgraph_compiled`` step (one thread: set
 ``DUALGRAPH_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1``): after a warm-up,
 the ``ru_minflt`` delta over the timed steps per step and the best and median step CPU
 time (``time.process_time``). ``--nodes`` also runs one step through each executable's
-instrumented code and sums the bytes of the arrays each node made afresh (an array that
-owns its data, not a planned buffer, not a donated input), per op, the values returned by
-the graph apart. Run it once default and once with ``DUALGRAPH_CPU_TUNING=1`` (malloc
+instrumented code and sums the bytes of the arrays each node made afresh (the memory
+under a result, counted once, unless it is a planned buffer or an input's), per op, the
+values returned by the graph apart. Run it once default and once with ``DUALGRAPH_CPU_TUNING=1`` (malloc
 thresholds raised) to compare. Not a workload of the suite (docs/benchmarks.md).
 """
 from __future__ import annotations
@@ -40,18 +40,36 @@ def fresh_bytes(step) -> dict:
     patched = []
     compiled = step.explain.__self__
     fast, compiled._fast = compiled._fast, None   # (its inlined call bypasses ``run``)
+    seen: set = set()   # ids of the arrays owning memory counted or not fresh
+    held = []           # (kept alive through the step, so that no id is reused)
+
+    def root(a):
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        held.append(a)
+        return a
+
+    def run(exe, arrays, on_node):
+        arrays = [np.asarray(a) for a in arrays]
+        seen.update(id(root(a)) for a in arrays)
+        for bufs in exe._buffers.values():
+            seen.update(id(root(b)) for b in bufs or ())
+        return exe.run_timed(arrays, on_node)
+
     for exe in executables(step):
         outputs = set(exe.graph.outputs)
 
-        def on_node(node, outs, exe=exe, outputs=outputs):
+        def on_node(node, outs, outputs=outputs):
             for v, a in zip(node.outputs, outs):
-                if isinstance(a, np.ndarray) and a.base is None and a.nbytes >= 4096:
+                if not isinstance(a, np.ndarray) or id(root(a)) in seen:
+                    continue
+                seen.add(id(root(a)))
+                if root(a).nbytes >= 4096:
                     key = "<returned>" if v in outputs else node.op.name
-                    totals[key] = totals.get(key, 0) + a.nbytes
+                    totals[key] = totals.get(key, 0) + root(a).nbytes
 
         original = exe.run
-        exe.run = (lambda arrays, on_node=None, exe=exe, cb=on_node:
-                   exe.run_timed([np.asarray(a) for a in arrays], cb))
+        exe.run = (lambda arrays, on_node=None, exe=exe, cb=on_node: run(exe, arrays, cb))
         patched.append((exe, original))
     step()
     compiled._fast = fast

@@ -167,12 +167,13 @@ def _reduced_size(x, dims: tuple):
 
 
 # -- sum, mean, prod ---------------------------------------------------------------------------
-def _sum_kernel(x, dims, keepdim, dtype=None):
+def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
-    # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call)
-    return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim))
+    # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call; a
+    # new array even over no dims)
+    return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim, out=out))
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):
@@ -184,7 +185,7 @@ def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
 
 
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
-            saves="",
+            saves="", fills_out=True,
             onnx=_onnx_reduce("ReduceSum"),
             onnx_import={"ReduceSum": _from_onnx_reduce(_sum_from_onnx, since=13)},
             reduction=Reduction.SUM,
