@@ -7,7 +7,8 @@ arguments and the user's source location as a comment, or the kernel its op's
 dtype, without the kernel's checks). Codegen knows no op: choosing a kernel for a pattern
 of nodes is a lowering rule's work (``passes/lower.py``). Elementwise ops whose scalar
 expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
-buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
+buffer (``out=bufs[3]``) when the buffer plan gives them one, as do the kernels of ops
+flagged ``fills_out`` (``matmul_blas(x, w, out=bufs[0])``); fused groups call their
 compiled kernel (``f_add_2``); control flow (``cond``, ``while_loop``, ``scan``) calls its
 op's kernel with ``run=``, which runs each body's own compiled program. Intermediates are
 ``del``-ed after their last use, symbolic dims are read off the input shapes at the top::
