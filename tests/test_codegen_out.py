@@ -73,6 +73,10 @@ CASES = {
     "max_pool2d": ("max_pool2d", [((4, 8, 32, 30), F32)], POOL),
     "max_pool2d_3x3": ("max_pool2d", [((2, 3, 9, 9), F32)],
                        dict(POOL, kernel_size=(3, 3), stride=(2, 2))),
+    "batch_norm": ("batch_norm", [((4, 3, 32, 16), F32), ((3,), F32), ((3,), F32)],
+                   dict(eps=1e-5)),
+    "batch_norm_float64": ("batch_norm", [((4, 3, 5, 4), F64), ((3,), F64), ((3,), F64)],
+                           dict(eps=1e-5)),
     "conv2d_epilogue": ("conv2d_epilogue",
                         [((2, 3, 7, 6), F32), ((4, 3, 3, 3), F32), ((4,), F32)],
                         dict(act="relu", bounds=(-INF, INF), residual_at=None, **CONV)),
@@ -151,10 +155,11 @@ def check_filled(exe, graph, calls, rng, inputs=random_inputs):
 # a float16 product is cast afterwards (and its float16 ``mul`` is no ufunc call, which
 # reads the product as a kernel that may return it: no buffer at all); NumPy's softmax
 # over another dim than the last; the stride-1 input gradient and the weight gradient
-# (small); a pool other than 2x2; a cat of mixed dtypes; NumPy's float64 log-softmax and
-# LayerNorm.
+# (small); a pool other than 2x2; a cat of mixed dtypes; NumPy's float64 log-softmax,
+# LayerNorm and BatchNorm.
 OWN_ARRAY = {"matmul_float16", "softmax_dim0", "conv2d_input_grad", "conv2d_weight_grad",
-             "max_pool2d_3x3", "cat_mixed", "log_softmax", "layer_norm_float64"}
+             "max_pool2d_3x3", "cat_mixed", "log_softmax", "layer_norm_float64",
+             "batch_norm_float64"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
