@@ -56,7 +56,8 @@ tracing, fusion and ONNX export from the ops they use. Columns:
   ONNX form (the export names the node and stops). **ONNX import**: the ONNX op types that
   load as this op.
 - **facts**: the flags the passes and codegen read (`elementwise`: fusable, with a scalar
-  expression; `view`: the output may share the input's memory; `bodies`: runs subgraphs).
+  expression; `view`: the output may share the input's memory; `bodies`: runs subgraphs;
+  `fills out`: the kernel may write its results into planned buffers, never returns a view).
 
 Compiler-only ops are made by autodiff or by a lowering pass for speed, never called by
 users; each names the ordinary ops it stands for (its decomposition), and the op tests
@@ -147,7 +148,8 @@ def facts(op) -> str:
     names = [name for name, on in [
         ("elementwise", op.elementwise is not None), ("view", op.view),
         ("commutative", op.commutative), ("shape-only", op.shape_only),
-        ("bodies", op.bodies), ("writes out", op.writes_out)] if on]
+        ("bodies", op.bodies), ("writes out", op.writes_out),
+        ("fills out", op.fills_out)] if on]
     if op.reduction is not None:
         names.append(f"reduction ({op.reduction.value})")
     if op.decomposition is not None and not op.compiler_only:

@@ -7,7 +7,8 @@ registry kernel call) may return an array that aliases its inputs (``cast`` to t
 dtype returns its input), so a buffer holding ``r`` stays busy until every value that may
 alias ``r`` is dead. A value gets a slot only when
 
-- its node writes fresh memory (a direct ufunc call or a fused kernel), so ``out=`` works;
+- its node writes fresh memory (a direct ufunc call, a fused kernel, or the kernel of an op
+  flagged ``fills_out``, which never returns a view of an input), so ``out=`` works;
 - no alias of it is returned to the caller (buffers are reused by the next call), and
 - its buffer's previous occupant, with all its aliases, is dead by then; or is overwritten
   in place by an elementwise ufunc reading it, at the same position, for the last time.
@@ -29,7 +30,7 @@ def assign_slots(graph: Graph, plan, fresh: dict) -> list[tuple[Value, int]]:
     """``[(value, buffer id)]`` in node order: the values written into buffers.
 
     ``plan`` is a ``MemoryPlan``; ``fresh`` maps the nodes that write fresh memory to
-    "ufunc" or "fused" (only ufunc nodes may overwrite an input in place).
+    "ufunc", "fused" or "kernel" (only ufunc nodes may overwrite an input in place).
     """
     roots, ext_last = _aliases(graph, fresh)
     busy: dict[int, Value] = {}   # buffer id -> its current occupant

@@ -144,8 +144,10 @@ class Executable:
         self.kernels = self._compile_fused()   # fused node -> its FusedKernel
         fresh = self._fresh_nodes()
         self._slots = self._plan_slots(fresh) if buffers else []
-        writers = {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
-        self.donated = donations(self.graph, donate, fresh | writers) if donate else {}
+        # (a donated output is written over its input: only by elementwise writers)
+        writers = {n: k for n, k in fresh.items() if k != "kernel"}
+        writers |= {n: "kernel" for n in self.graph.nodes if n.op.writes_out}
+        self.donated = donations(self.graph, donate, writers) if donate else {}
         self._donated_inputs = [self.graph.inputs.index(u) for u in self.donated.values()]
         self._slot_of = {v: s for s, (v, _) in enumerate(self._slots)}
         self.program = python.generate(self.graph, self._slot_of, self.kernels.__getitem__,
@@ -263,8 +265,8 @@ class Executable:
         return {n: compile_group(n, self.fast_math) for n in nodes}
 
     def _fresh_nodes(self) -> dict:
-        """The nodes whose code writes fresh memory (so ``out=`` works): "fused" or
-        "ufunc"."""
+        """The nodes whose code writes fresh memory (so ``out=`` works): "fused", "ufunc",
+        or "kernel" (a registry kernel that fills ``out=``: op ``fills_out``)."""
         from . import ufuncs
         fresh = {}
         bound = {n for v in self.graph.inputs for d in v.shape if isinstance(d, Sym)
@@ -278,6 +280,8 @@ class Executable:
                     fresh[node] = "fused"
             elif ufuncs.direct(node) is not None:
                 fresh[node] = "ufunc"
+            elif node.op.fills_out:
+                fresh[node] = "kernel"
         return fresh
 
     def _plan_slots(self, fresh: dict):

@@ -7,7 +7,8 @@ arguments and the user's source location as a comment, or the kernel its op's
 dtype, without the kernel's checks). Codegen knows no op: choosing a kernel for a pattern
 of nodes is a lowering rule's work (``passes/lower.py``). Elementwise ops whose scalar
 expression is a single NumPy ufunc call the ufunc directly, writing into a preallocated
-buffer (``out=bufs[3]``) when the buffer plan gives them one; fused groups call their
+buffer (``out=bufs[3]``) when the buffer plan gives them one, as do the kernels of ops
+flagged ``fills_out`` (``matmul_blas(x, w, out=bufs[0])``); fused groups call their
 compiled kernel (``f_add_2``); control flow (``cond``, ``while_loop``, ``scan``) calls its
 op's kernel with ``run=``, which runs each body's own compiled program. Intermediates are
 ``del``-ed after their last use, symbolic dims are read off the input shapes at the top::
@@ -353,16 +354,19 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
     """A call of the node's kernel, or of the kernel its op's ``specialise`` fits to the
     node's static types and attrs (bound once per module, called with the inputs only)."""
     args = [operand(x, names, module) for x in node.inputs]
+    outs = [(slots or {}).get(v) for v in node.outputs]
+    into = []
+    if (node.op.writes_out or node.op.fills_out) and any(s is not None for s in outs):
+        items = [out_target(s) if s is not None else "None" for s in outs]
+        # (one array for a one-output fills_out op, as NumPy's out= takes it)
+        one = node.op.fills_out and node.op.num_outputs == 1
+        into = [f"out={items[0]}" if one else f"out=({', '.join(items)},)"]
     special = node.op.specialise(*node.inputs, **node.attrs) if node.op.specialise else None
     if special is not None:
         name, kernel = special
-        return f"{module.bind(name, kernel)}({', '.join(args)})"
+        return f"{module.bind(name, kernel)}({', '.join(args + into)})"
     args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
-    outs = [(slots or {}).get(v) for v in node.outputs]
-    if node.op.writes_out and any(s is not None for s in outs):
-        items = [out_target(s) if s is not None else "None" for s in outs]
-        args.append(f"out=({', '.join(items)},)")
-    return f"{module.kernel(node.op)}({', '.join(args)})"
+    return f"{module.kernel(node.op)}({', '.join(args + into)})"
 
 
 def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:

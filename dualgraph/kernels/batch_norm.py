@@ -75,21 +75,23 @@ def _channels(a):
     return np.ascontiguousarray(a).reshape(a.shape[0], a.shape[1], -1)
 
 
-def forward(x, weight, bias, eps):
+def forward(x, weight, bias, eps, y=None):
     """``(y, mean, var)`` of ``x (N, C, ...)`` float32 (``weight``, ``bias`` (C,) float32),
-    the statistics float32 ``(C,)``."""
+    the statistics float32 ``(C,)``; ``y`` written into the given C-contiguous array of
+    ``x``'s shape, if any."""
     xc = _channels(x)
-    y = np.empty(xc.shape, x.dtype)
+    y = np.empty(xc.shape, x.dtype) if y is None else y.reshape(xc.shape)
     mean, var = np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)
     run_rows(_forward, xc.shape[1], xc, weight, bias, float(eps), y, mean, var,
              threads=threads_for(x.size))
     return y.reshape(x.shape), mean, var
 
 
-def backward(g, x, weight, mean, var, eps):
-    """``(dx, dweight, dbias)`` of :func:`forward` for the output gradient ``g``."""
+def backward(g, x, weight, mean, var, eps, dx=None):
+    """``(dx, dweight, dbias)`` of :func:`forward` for the output gradient ``g`` (``dx``
+    written into the given array, as ``y`` in :func:`forward`)."""
     xc, gc = _channels(x), _channels(g)
-    dx = np.empty(xc.shape, x.dtype)
+    dx = np.empty(xc.shape, x.dtype) if dx is None else dx.reshape(xc.shape)
     dw, db = np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)
     run_rows(_backward, xc.shape[1], gc, xc, weight, mean, var, float(eps), dx, dw, db,
              threads=threads_for(x.size))

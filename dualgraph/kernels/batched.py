@@ -136,15 +136,17 @@ def wanted(a: np.ndarray, b: np.ndarray) -> bool:
             and blas_threads.sgemm_address() is not None)
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """``a @ b`` for stacks :func:`wanted` accepts, its slices shared between this thread
-    and OpenBLAS's worker (``threads.run_rows``); None (nothing done) where an operand's
-    layout is not one ``sgemm`` takes as it is, or where both are one buffer."""
+    and OpenBLAS's worker (``threads.run_rows``), written into ``out`` when given (a
+    C-contiguous float32 array of the result's shape); None (nothing done) where an
+    operand's layout is not one ``sgemm`` takes as it is, or where both are one buffer."""
     la, lb = _layout(a), _layout(b)
     if la is None or lb is None or a.ctypes.data == b.ctypes.data:
         return None   # (one buffer twice: NumPy takes ``x.T @ x`` as a syrk, other bits)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    out = np.empty(a.shape[:-1] + (n,), np.float32)
+    if out is None:
+        out = np.empty(a.shape[:-1] + (n,), np.float32)
     words = np.array((blas_threads.sgemm_address(), a.ctypes.data, *la[1:], b.ctypes.data,
                       *lb[1:], out.ctypes.data, 4 * m * n, m, n, k), np.int64)
     assert words.size == _WORDS

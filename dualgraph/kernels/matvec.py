@@ -287,12 +287,15 @@ class Plan:
         self.chunks = -(-rows // CHUNK_ROWS)
         self._alone = self._shared = None    # the compiled loops
 
-    def __call__(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None):
+    def __call__(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
+                 out=None):
+        """``out``: a C-contiguous float32 array of the result's shape to write it into, or
+        None (an op's ``fills_out`` form)."""
         if not (x.flags.c_contiguous and w.flags.c_contiguous
                 and (bias is None or bias.flags.c_contiguous)):
             x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
             bias = None if bias is None else np.ascontiguousarray(bias)
-        y = np.empty(self.shape, np.float32)
+        y = np.empty(self.shape, np.float32) if out is None else out
         b = _NO_BIAS if bias is None else bias
         helper = _shared_helper() if self.share else None
         if helper is None or not self._with_helper(helper, w, x, b, y):

@@ -12,6 +12,8 @@ residual join them where sgemm adds ``c`` (after each block of ``K``), not last.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .batched import NO_TRANS, ROW_MAJOR, TRANS
@@ -49,11 +51,17 @@ def linear_into(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, r: np.ndarray | None = None):
-    """``x @ w.T + b`` (``+ r``) as a fresh array, the bias (``r + b``) written first and
-    the product added to it by :func:`linear_into` (the caller checked :func:`wanted`;
-    ``b (N,)`` and ``r`` of the result's shape, float32)."""
-    out = np.empty(x.shape[:-1] + (w.shape[0],), np.float32)
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, r: np.ndarray | None = None,
+           out: np.ndarray | None = None):
+    """``x @ w.T + b`` (``+ r``) in ``out`` (a planned C-contiguous float32 array of the
+    result's size, overlapping no operand: ``OpDef.fills_out``) or a fresh array, the bias
+    (``r + b``) written first and the product added to it by :func:`linear_into` (the
+    caller checked :func:`wanted`; ``b (N,)`` and ``r`` of the result's shape, float32)."""
+    shape = x.shape[:-1] + (w.shape[0],)
+    if out is not None and out.dtype == np.float32 and out.size == math.prod(shape):
+        out = out.reshape(shape)
+    else:
+        out = np.empty(shape, np.float32)
     if r is None:
         out[...] = b
     else:

@@ -6,6 +6,8 @@ helper needs an op (``sum_to`` sums and reshapes), it calls the Tensor method, b
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -25,6 +27,27 @@ def row_major(a: np.ndarray) -> np.ndarray:
     relies on that); ``a`` itself when it already is (``np.ascontiguousarray`` would turn a
     0-d array into a 1-d one)."""
     return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def out_in(out, dtype):
+    """``out``, the array a ``fills_out`` kernel was given for a result (or None), where
+    the kernel computes in its dtype ``dtype``; else None (it casts a new array)."""
+    return out if out is not None and out.dtype == dtype else None
+
+
+def empty_into(out, shape, dtype) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` for a kernel to write a result into: ``out``
+    (the C-contiguous array a ``fills_out`` kernel was given for it, or None) seen in
+    ``shape`` when it has that dtype and size, else a new one."""
+    if out is not None and out.dtype == dtype and out.size == math.prod(shape):
+        return out.reshape(shape)
+    return np.empty(shape, dtype)
+
+
+def out_part(out, i: int):
+    """The array given for output ``i`` of a several-output ``fills_out`` kernel (``out=``
+    is None or a tuple of an array or None per output), or None."""
+    return None if out is None else out[i]
 
 
 def shape_of(x) -> tuple:
@@ -110,10 +133,10 @@ def binary_kernel(ufunc, result=dtypes.result_type):
 def unary_float_kernel(ufunc):
     """A unary math kernel: integers and bools are computed in the default float dtype;
     float16/bfloat16 go through float32 (NumPy lacks some of their loops)."""
-    def kernel(x):
+    def kernel(x, out=None):   # (out=: of the ops that are ``fills_out``)
         dt = x.dtype
         if dt.kind == "f" and dt.itemsize >= 4:
-            return ufunc(x)
+            return ufunc(x) if out is None else ufunc(x, out=out)
         if is_float(dt):
             return ufunc(x.astype(np.float32)).astype(dt)
         return ufunc(x.astype(dtypes.default_float()))

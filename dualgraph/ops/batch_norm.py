@@ -19,6 +19,7 @@ from ..shapes import ShapedType
 from . import elementwise as ew
 from . import reduce as red
 from . import shape as shape_ops
+from ._util import out_part
 from .norm import second_derivatives
 from .opdef import defop
 
@@ -42,10 +43,10 @@ def _or(p, fill, x):
     return np.full(x.shape[1], fill, _stat_dtype(x.dtype)) if p is None else p
 
 
-def _forward_kernel(x, weight, bias, eps):
+def _forward_kernel(x, weight, bias, eps, out=None):
     weight, bias = _or(weight, 1, x), _or(bias, 0, x)
-    if kernels.enabled(x, weight, bias):
-        return kernels.batch_norm.forward(x, weight, bias, eps)
+    if kernels.enabled(x, weight, bias):   # (y into out's first array: ``fills_out``)
+        return kernels.batch_norm.forward(x, weight, bias, eps, out_part(out, 0))
     xf = x.astype(_stat_dtype(x.dtype), copy=False)
     dims, nd = _dims(x.ndim), x.ndim
     mean = xf.mean(axis=dims, dtype=np.float64)
@@ -61,10 +62,10 @@ def _infer(x, weight, bias, eps):
     return ShapedType(tuple(x.shape), x.dtype), stats, stats
 
 
-def _backward_kernel(g, x, weight, mean, var, eps):
+def _backward_kernel(g, x, weight, mean, var, eps, out=None):
     weight = _or(weight, 1, x)
-    if kernels.enabled(x, g, weight):
-        return kernels.batch_norm.backward(g, x, weight, mean, var, eps)
+    if kernels.enabled(x, g, weight):   # (dx into out's first array: ``fills_out``)
+        return kernels.batch_norm.backward(g, x, weight, mean, var, eps, out_part(out, 0))
     dims, nd = _dims(x.ndim), x.ndim
     xf = x.astype(mean.dtype, copy=False)
     gf = g.astype(mean.dtype, copy=False)
@@ -156,11 +157,11 @@ def _onnx_batch_norm(e, node):
 BATCH_NORM = defop("batch_norm", _forward_kernel, _infer, vjp=_vjp,
                    decomposition=batch_norm_composite, attrs=("eps",), num_outputs=3,
                    differentiable_outputs=(0,), saves="i", onnx=_onnx_batch_norm,
-                   autocast="float32")
+                   fills_out=True, autocast="float32")
 BATCH_NORM_BACKWARD = defop("batch_norm_backward", _backward_kernel, _infer_backward,
                             vjp=_backward_vjp, attrs=("eps",), compiler_only=True,
                             decomposition=_backward_decomposition, num_outputs=3, saves="i",
-                            onnx=None)
+                            onnx=None, fills_out=True)
 
 
 def batch_norm_train(x, weight, bias, eps: float):

@@ -33,7 +33,7 @@ from ..kernels.tuning import cores
 from ..shapes import ShapedType, ShapeError, is_static
 from . import creation, index, linalg, reduce
 from . import shape as shape_ops
-from ._util import cast, is_float, needs_grad
+from ._util import cast, empty_into, is_float, needs_grad, out_part
 from .opdef import defop
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d",
@@ -319,14 +319,16 @@ def _flipped_weight(w, groups):
         ..., ::-1, ::-1])
 
 
-def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups):
+def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups, out=None):
+    """(``out``, ``fills_out``: written by the depthwise loop; the other forms return
+    their own new array)"""
     (g, w), dt = linalg.blas_operands(g, w)
     span = [dilation[a] * (w.shape[2 + a] - 1) for a in range(2)]
     full = tuple((span[a] - padding[a][0], span[a] - padding[a][1]) for a in range(2))
     if conv_method(g.shape, w.shape, stride, padding, dilation, groups) == "depthwise":
-        out = np.empty((g.shape[0], w.shape[0], *input_size), g.dtype)
-        kernels.conv.depthwise_input_grad(g, w, out, stride, padding, dilation)
-        return cast(out, dt)
+        dx = empty_into(out, (g.shape[0], w.shape[0], *input_size), g.dtype)
+        kernels.conv.depthwise_input_grad(g, w, dx, stride, padding, dilation)
+        return cast(dx, dt)
     if stride == (1, 1) and min(full[0] + full[1]) >= 0 and w.shape[1] >= w.shape[0] // groups:
         # the input gradient of a stride-1 conv is a conv of g, padded by the kernel's span
         # less the padding, with the flipped weight: the forward's blocked GEMMs. Only
@@ -388,7 +390,8 @@ def _flat_col2im(cols, padded, dilation):
     return out.reshape(c, n, *padded).transpose(1, 0, 2, 3)
 
 
-def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups):
+def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups, out=None):
+    """(``fills_out``: a new array each call, the size of a weight; ``out`` is not used)"""
     (x, g), dt = linalg.blas_operands(x, g)
     n, cout, ho, wo = g.shape
     cg, cog = x.shape[1] // groups, cout // groups
@@ -716,12 +719,12 @@ CONV2D_INPUT_GRAD = defop("conv2d_input_grad", _input_grad_kernel, _infer_input_
                           compiler_only=True,
                           decomposition=_input_grad_decomposition,
                           vjp=_input_grad_vjp, attrs=("input_size",) + _CONV_ATTRS, saves="i",
-                          onnx=_onnx_conv2d_input_grad)
+                          fills_out=True, onnx=_onnx_conv2d_input_grad)
 CONV2D_WEIGHT_GRAD = defop("conv2d_weight_grad", _weight_grad_kernel, _infer_weight_grad,
                            compiler_only=True,
                            decomposition=_weight_grad_decomposition,
                            vjp=_weight_grad_vjp, attrs=("kernel_size",) + _CONV_ATTRS,
-                           saves="i")
+                           saves="i", fills_out=True)
 # Made by passes.share_conv_columns after autodiff, so they need no VJP.
 CONV2D_COLUMNS = defop("conv2d_columns", _columns_kernel, _infer_columns,
                        compiler_only=True,
@@ -903,7 +906,7 @@ def _infer_pool(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1
     return tuple(x.shape[:-2]) + out
 
 
-def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, out=None):
     _check_pool_rank("max_pool2d", x)
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
@@ -911,8 +914,9 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     if (kernel_size == stride == (2, 2) and dilation == (1, 1) and pads == ((0, 0), (0, 0))
             and kernels.enabled(x) and not np.isnan(x).any()):
         planes = np.ascontiguousarray(x).reshape((-1,) + hw)
-        best = np.empty((planes.shape[0],) + tuple(out_hw), x.dtype)
-        where = np.empty(best.shape, np.int64)
+        rows = (planes.shape[0],) + tuple(out_hw)
+        best = empty_into(out_part(out, 0), rows, x.dtype)
+        where = empty_into(out_part(out, 1), rows, np.dtype(np.int64))
         kernels.pooling.max_pool_2x2(planes, best, where)
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
@@ -1000,16 +1004,17 @@ def _infer_max_pool(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return ShapedType(shape, x.dtype), ShapedType(shape, np.dtype(np.int64))
 
 
-def _max_pool_backward_kernel(g, indices, *, input_size):
+def _max_pool_backward_kernel(g, indices, *, input_size, out=None):
     (g,), dt = linalg.blas_operands(g)
     lead, plane = g.shape[:-2], input_size[0] * input_size[1]
     n = math.prod(lead)
     if kernels.enabled(g):
-        out = np.zeros((n, plane), g.dtype)
+        dx = empty_into(out, (n, plane), g.dtype)
+        dx.fill(0)   # (the loop adds each window's gradient at its maximum)
         kernels.pooling.max_pool_backward(kernels.rows(g, g.shape[-2] * g.shape[-1]),
                                           kernels.rows(indices, g.shape[-2] * g.shape[-1]),
-                                          out)
-        return cast(out.reshape(lead + tuple(input_size)), dt)
+                                          dx)
+        return cast(dx.reshape(lead + tuple(input_size)), dt)
     flat = indices.reshape(n, -1) + (np.arange(n) * plane)[:, None]
     # bincount sums the gradients of windows that share their maximum (overlapping pools).
     out = np.bincount(flat.ravel(), weights=g.ravel(), minlength=n * plane)
@@ -1060,13 +1065,13 @@ def _onnx_max_pool2d(e, node):
 MAX_POOL2D = defop("max_pool2d", _max_pool_kernel, _infer_max_pool, vjp=_max_pool_vjp,
                    attrs=("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
                    num_outputs=2, differentiable_outputs=(0,), saves="o",
-                   saved_outputs=(1,),
+                   saved_outputs=(1,), fills_out=True,
                    onnx=_onnx_max_pool2d)
 MAX_POOL2D_BACKWARD = defop("max_pool2d_backward", _max_pool_backward_kernel,
                             _infer_max_pool_backward, vjp=_max_pool_backward_vjp,
                             compiler_only=True,
                             decomposition=_max_pool_backward_decomposition,
-                            attrs=("input_size",), saves="i")
+                            attrs=("input_size",), saves="i", fills_out=True)
 
 
 def _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,

@@ -23,9 +23,9 @@ from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
 from . import creation
-from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
-                    infer_binary_float, infer_bool, infer_compare, infer_float, infer_same,
-                    is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
+from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_type,
+                    infer_binary, infer_binary_float, infer_bool, infer_compare, infer_float,
+                    infer_same, is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import defop
 
@@ -757,11 +757,11 @@ def _loop32(name: str, numpy_kernel):
     the loop's scalar function, ``OpDef.scalar32``, at any size, and compiled must equal
     eager) the range loop ``kernels.activations.<name>`` over them, flat, broadcast to the
     last one's shape."""
-    def kernel(*arrays):
+    def kernel(*arrays, out=None):
         x = arrays[-1]
         if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
             return numpy_kernel(*arrays)
-        out = np.empty(x.shape, np.float32)
+        out = empty_into(out, x.shape, np.float32)
         flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
         run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
                  threads=threads_for(x.size))
@@ -1272,12 +1272,13 @@ def sigmoid(input):
 
 
 # relu is the most used activation: one pass, and ONNX Relu; its backward is one op too.
-def _relu_backward_kernel(g, out):
-    if g.shape == out.shape and kernels.enabled(g, out):
-        dx = np.empty(g.shape, g.dtype)
-        kernels.activations.relu_backward(kernels.flat(g), kernels.flat(out), dx.reshape(-1))
+def _relu_backward_kernel(g, y, out=None):
+    """``g`` where relu's output ``y`` is positive, else 0 (into ``out``: ``fills_out``)."""
+    if g.shape == y.shape and kernels.enabled(g, y):
+        dx = empty_into(out, g.shape, g.dtype)
+        kernels.activations.relu_backward(kernels.flat(g), kernels.flat(y), dx.reshape(-1))
         return dx
-    return np.where(out > 0, g, g.dtype.type(0))
+    return np.where(y > 0, g, g.dtype.type(0))
 
 
 def relu_backward_in_place(g, out):
@@ -1302,6 +1303,7 @@ RELU_BACKWARD = defop("relu_backward", _relu_backward_kernel, infer_binary,
                       vjp=lambda gg, dx, g, out: (apply(RELU_BACKWARD, gg, out),
                                                   creation.zeros_like(out)),  # relu'' = 0
                       saves="i", elementwise="where({1} > 0, {0}, 0)", onnx=None,
+                      fills_out=True,
                       doc="g where the relu's output is positive, else 0: relu's gradient.")
 # Chosen by the lowering rule ``relu_backward_in_place`` after autodiff: no VJP. Its output
 # may be ``g`` itself, so it is a view of ``g`` to the memory plan.
@@ -1452,9 +1454,9 @@ def _gelu_tanh_inner(x):
     return np.tanh(t, out=t)
 
 
-def _gelu_tanh_array(x):
+def _gelu_tanh_array(x, out=None):
     if kernels.enabled(x):
-        out = np.empty(x.shape, x.dtype)
+        out = empty_into(out, x.shape, x.dtype)
         run_rows(kernels.activations.gelu_tanh, x.size, kernels.flat(x), out.reshape(-1),
                  threads=threads_for(x.size))
         return out
@@ -1465,9 +1467,9 @@ def _gelu_tanh_array(x):
     return t
 
 
-def _gelu_tanh_backward_array(g, x):
+def _gelu_tanh_backward_array(g, x, out=None):
     if kernels.enabled(x, g):
-        out = np.empty(x.shape, x.dtype)
+        out = empty_into(out, x.shape, x.dtype)
         run_rows(kernels.activations.gelu_tanh_backward, x.size,
                  kernels.flat(np.broadcast_to(g, x.shape)), kernels.flat(x), out.reshape(-1),
                  threads=threads_for(x.size))
@@ -1494,9 +1496,9 @@ def _gelu_tanh_composite(x):
 
 def _float_binary(fn):
     """A two-input float kernel going through float32 for half precision."""
-    def kernel(g, x):
+    def kernel(g, x, out=None):   # (out=: of the ops that are ``fills_out``)
         if x.dtype.itemsize >= 4:
-            return fn(g, x)
+            return fn(g, x, out=out)
         return fn(g.astype(np.float32), x.astype(np.float32)).astype(x.dtype)
     return kernel
 
@@ -1532,7 +1534,7 @@ def _backward_vjp(composite):
 # too), where the composite took eight.
 GELU = _unary("gelu", _loop32("gelu", _gelu_numpy),
               lambda g, out, x: apply(GELU_BACKWARD, g, x), "gelu({0})", _onnx_gelu("none"),
-              saves="i",
+              saves="i", fills_out=True,
               scalar32="gelu32")
 GELU_BACKWARD = defop("gelu_backward",
                       _float_binary(_loop32("gelu_backward", _gelu_backward_numpy)),
@@ -1540,7 +1542,7 @@ GELU_BACKWARD = defop("gelu_backward",
                       compiler_only=True,
                       decomposition=_gelu_backward_decomposition,
                       vjp=_backward_vjp(_gelu_composite), saves="i",
-                      elementwise="gelu_backward({0}, {1})", onnx=None,
+                      elementwise="gelu_backward({0}, {1})", onnx=None, fills_out=True,
                       scalar32="gelu_backward32")
 
 
@@ -1548,7 +1550,7 @@ GELU_BACKWARD = defop("gelu_backward",
 # per element; ``scalar32`` has a fused kernel call the same, so it computes the same bits.)
 GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
                    lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})",
-                   _onnx_gelu("tanh"), saves="i",
+                   _onnx_gelu("tanh"), saves="i", fills_out=True,
                    scalar32="gelu_tanh32")
 GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
                            lambda g, x: ShapedType(tuple(x.shape), x.dtype),
@@ -1556,7 +1558,7 @@ GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backwa
                            decomposition=_gelu_tanh_backward_decomposition,
                            vjp=_backward_vjp(_gelu_tanh_composite), saves="i",
                            elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
-                           scalar32="gelu_tanh_backward32")
+                           fills_out=True, scalar32="gelu_tanh_backward32")
 
 
 def gelu(input, approximate="none"):

@@ -256,7 +256,7 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
 CONV2D_EPILOGUE = defop(
     "conv2d_epilogue", _kernel, _infer_for(conv_ops.CONV2D),
     attrs=("act", "bounds", "residual_at") + conv_ops._CONV_ATTRS, saves="", onnx=None,
-    specialise=_specialise,
+    specialise=_specialise, fills_out=True,
     compiler_only=True, decomposition=_decomposition,
     doc="act(conv2d(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the conv's output in one pass, in place")
@@ -350,7 +350,7 @@ CONV2D_PACKED = defop(
     "conv2d_packed", _packed_kernel, _infer_packed,
     attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation", "kernel_size",
            "out_channels"), saves="", onnx=None, specialise=_specialise_packed,
-    compiler_only=True, decomposition=_packed_decomposition,
+    fills_out=True, compiler_only=True, decomposition=_packed_decomposition,
     doc="conv2d_epilogue (one group) on a weight packed once (pairs, C*kh*kw, 16): sixteen "
         "output channels side by side per tap, read as one run by the kernel")
 
@@ -414,7 +414,7 @@ def _infer_winograd(x, u, b, *residual, padding, **attrs):
 CONV2D_WINOGRAD = defop(
     "conv2d_winograd", _winograd_kernel, _infer_winograd,
     attrs=("act", "bounds", "residual_at", "padding"), saves="", onnx=None,
-    specialise=_specialise_winograd, compiler_only=True,
+    specialise=_specialise_winograd, fills_out=True, compiler_only=True,
     decomposition=_winograd_decomposition,
     doc="conv2d_epilogue of a 3x3 kernel at stride 1 (one group) by Winograd's F(2x2, 3x3), "
         "on its weight transformed once (16, Cout, C)")
@@ -517,16 +517,16 @@ def _linear_decomposition(x, w, b, *residual, act, bounds, residual_at):
     return _tail(apply(linalg.LINEAR, x, w, b), residual, act, bounds, residual_at)
 
 
-def _linear_kernel(x, w, b, *residual, act, bounds, residual_at):
+def _linear_kernel(x, w, b, *residual, act, bounds, residual_at, out=None):
     """The product without its bias (``linear``'s kernel: a GEMM, or the batch-1 product),
     then one loop over its rows adds the bias and the residual and applies the activation
     in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
-    ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one."""
+    ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one (``out``)."""
     if (act == "none" and b.dtype == np.float32 and prefilled.wanted(x, w)
             and all(r.dtype == np.float32 for r in residual)
             and not matvec.wanted(x, w, b)):
-        return prefilled.linear(x, w, b, *residual)   # (r + b where the product goes)
-    y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
+        return prefilled.linear(x, w, b, *residual, out=out)   # (r + b where the product goes)
+    y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
     if _in_place(kernels.epilogue.rows, y, y.shape[-1], b, r, act, bounds, residual_at):
@@ -537,7 +537,7 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at):
 
 LINEAR_EPILOGUE = defop(
     "linear_epilogue", _linear_kernel, _infer_for(linalg.LINEAR),
-    attrs=("act", "bounds", "residual_at"), saves="", onnx=None,
+    attrs=("act", "bounds", "residual_at"), saves="", onnx=None, fills_out=True,
     compiler_only=True, decomposition=_linear_decomposition,
     doc="act(linear(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the product's rows in one pass, in place")
@@ -550,11 +550,12 @@ def _linear_norm_decomposition(x, w, b, weight, shift, *residual, act, bounds, r
     return apply(norm.LAYER_NORM, y, weight, shift, n_dims=1, eps=eps)[0]
 
 
-def _linear_norm_kernel(x, w, b, weight, shift, *residual, act, bounds, residual_at, eps):
+def _linear_norm_kernel(x, w, b, weight, shift, *residual, act, bounds, residual_at, eps,
+                        out=None):
     """``linear_epilogue``'s product and row pass, then each row normalised in the same
     pass (``kernels/epilogue.py``'s ``rows_norm``: LayerNorm's own row function) where
     the loop runs; else the epilogue, then LayerNorm's kernel."""
-    y = linalg.LINEAR.kernel(x, w)   # (a fresh array)
+    y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
     width = y.shape[-1]
@@ -584,7 +585,7 @@ def _infer_linear_norm(x, w, b, weight, shift, *residual, act, bounds, residual_
 
 LINEAR_NORM = defop(
     "linear_norm", _linear_norm_kernel, _infer_linear_norm,
-    attrs=("act", "bounds", "residual_at", "eps"), saves="", onnx=None,
+    attrs=("act", "bounds", "residual_at", "eps"), saves="", onnx=None, fills_out=True,
     compiler_only=True, decomposition=_linear_norm_decomposition,
     doc="layer_norm(act(linear(x, w, b) [+ r]) [+ r]): linear_epilogue's row pass, then "
         "each row normalised (LayerNorm over the last dim) while it is in cache")

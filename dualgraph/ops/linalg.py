@@ -24,7 +24,8 @@ from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import as_operand, cast, is_float, needs_grad, row_major, sum_to, zeros_view
+from ._util import (as_operand, cast, is_float, needs_grad, out_in, out_part, row_major,
+                    sum_to, zeros_view)
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
@@ -86,15 +87,18 @@ def mT(x):
 
 
 # -- matmul --------------------------------------------------------------------------------------
-def _matmul_kernel(a, b):
+def _matmul_kernel(a, b, out=None):
     (a, b), dt = blas_operands(a, b)
+    into = out_in(out, a.dtype)   # (None where the product is cast to dt afterwards)
     if a.ndim > 2 and b.ndim == 2:  # one GEMM over the flattened batch, not one per matrix
-        out = np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
+        rows = None if into is None else into.reshape(-1, b.shape[-1])
+        y = np.matmul(a.reshape(-1, a.shape[-1]), b, out=rows)
+        y = y.reshape(a.shape[:-1] + b.shape[-1:])
     else:   # (a stack of small float32 products: on two cores, the same bits)
-        out = kernels.batched.matmul(a, b) if kernels.batched.wanted(a, b) else None
-        if out is None:
-            out = np.matmul(a, b)
-    return cast(out, dt)
+        y = kernels.batched.matmul(a, b, into) if kernels.batched.wanted(a, b) else None
+        if y is None:
+            y = np.matmul(a, b, out=into)
+    return cast(y, dt)
 
 
 def _infer_matmul(a, b):
@@ -161,7 +165,7 @@ def _specialise_matmul(a, b):
 # product, with no gradient wanted for the input, is no error: torch's rule)
 MATMUL = defop("matmul", _matmul_kernel, _infer_matmul, vjp=_matmul_vjp, saves="i",
                read_by={0: 1, 1: 0},
-               onnx="MatMul", specialise=_specialise_matmul,
+               onnx="MatMul", specialise=_specialise_matmul, fills_out=True,
                autocast="lower")
 
 
@@ -491,24 +495,25 @@ def einsum(equation, *operands):
 
 
 # -- linear --------------------------------------------------------------------------------------
-def _linear_kernel(x, w, *bias):
+def _linear_kernel(x, w, *bias, out=None):
     if w.ndim != 2:   # (NumPy would broadcast a 3-D weight: the shape rule's error)
         _infer_linear(x, w, *bias)
     check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
     if bias and bias[0].dtype == np.float32 and prefilled.wanted(x, w):
-        return prefilled.linear(x, w, bias[0])   # (the bias where the product goes)
+        return prefilled.linear(x, w, bias[0], out=out)   # (the bias where the product goes)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
-        y = np.matmul(x, w.T)
+        y = np.matmul(x, w.T, out=out)
         if bias:
             y += bias[0]
         return y
     (x, w, *bias), dt = blas_operands(x, w, *bias)
     x2 = x.reshape(-1, x.shape[-1])
-    y = np.matmul(x2, w.T)
+    into = out_in(out, x.dtype)
+    y = np.matmul(x2, w.T, out=None if into is None else into.reshape(x2.shape[0], -1))
     if bias:
         y += bias[0]   # in place on the fresh product: no temporary
     return cast(y.reshape(x.shape[:-1] + w.shape[:1]), dt)
@@ -534,15 +539,21 @@ def _linear_vjp(g, out, x, w, *bias):
     return grads + ((gb if need[2] else None),) if bias else grads
 
 
-def _linear_backward_kernel(g, x, w, need):
+def _linear_backward_kernel(g, x, w, need, out=None):
     """``(g @ w, g^T x, sum(g))`` over the flattened batch, each only if needed (a free
     broadcast zero stands in for the others): one op instead of seven in every MLP's
-    backward."""
+    backward. Each is written into its array of ``out`` where given (``fills_out``)."""
     (g, x, w), dt = blas_operands(g, x, w)
     g2 = g.reshape(-1, g.shape[-1])
-    gx = cast((g2 @ w).reshape(x.shape), dt) if need[0] else zeros_view(x.shape, dt)
-    gw = cast(g2.T @ x.reshape(-1, x.shape[-1]), dt) if need[1] else zeros_view(w.shape, dt)
-    gb = cast(g2.sum(axis=0), dt) if need[2] else zeros_view(w.shape[:1], dt)
+    into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
+    rows = [None if a is None else a.reshape(shape) for a, shape in
+            zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
+    gx = (cast(np.matmul(g2, w, out=rows[0]).reshape(x.shape), dt) if need[0]
+          else zeros_view(x.shape, dt))
+    gw = (cast(np.matmul(g2.T, x.reshape(-1, x.shape[-1]), out=rows[1]), dt) if need[1]
+          else zeros_view(w.shape, dt))
+    gb = cast(np.add.reduce(g2, axis=0, out=rows[2]), dt) if need[2] else zeros_view(
+        w.shape[:1], dt)
     return gx, gw, gb
 
 
@@ -582,7 +593,7 @@ LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linea
                         compiler_only=True,
                         decomposition=_linear_backward_decomposition,
                         vjp=_linear_backward_vjp, attrs=("need",), num_outputs=3, saves="i",
-                        onnx=None)
+                        onnx=None, fills_out=True)
 
 
 def _linear_decomposition(x, w, *bias):
@@ -607,28 +618,28 @@ def blas_2d(x, w, *bias) -> bool:
             and all(hasattr(v, "dtype") and v.dtype == x.dtype for v in (w, *bias)))
 
 
-def _matmul_t(x, w):
-    return np.matmul(x, w.T)
+def _matmul_t(x, w, out=None):
+    return np.matmul(x, w.T, out=out)
 
 
-def _matmul_t_bias(x, w, b):
+def _matmul_t_bias(x, w, b, out=None):
     if b.dtype == np.float32 and prefilled.wanted(x, w):
-        return prefilled.linear(x, w, b)
-    y = np.matmul(x, w.T)
+        return prefilled.linear(x, w, b, out=out)
+    y = np.matmul(x, w.T, out=out)
     y += b
     return y
 
 
-def _matmul_t_relu(x, w, *bias):
-    y = np.matmul(x, w.T)
+def _matmul_t_relu(x, w, *bias, out=None):
+    y = np.matmul(x, w.T, out=out)
     if bias:
         y += bias[0]
     np.maximum(y, 0, out=y)
     return y
 
 
-def _matmul_t_add_bias_relu(x, w, b):
-    y = np.matmul(x, w.T)
+def _matmul_t_add_bias_relu(x, w, b, out=None):
+    y = np.matmul(x, w.T, out=out)
     kernels.activations.add_bias_relu(y, b)   # the bias and the relu in one pass
     return y
 
@@ -661,19 +672,19 @@ LINEAR = defop("linear", _linear_kernel, _infer_linear, vjp=_linear_vjp, saves="
                read_by={0: 1, 1: 0},
                decomposition=_linear_decomposition,
                onnx=_onnx_linear,
-               specialise=_specialise(relu=False),
+               specialise=_specialise(relu=False), fills_out=True,
                autocast="lower")
 
 
-def _linear_relu_kernel(x, w, *bias):
-    y = _linear_kernel(x, w, *bias)   # (a fresh array)
+def _linear_relu_kernel(x, w, *bias, out=None):
+    y = _linear_kernel(x, w, *bias, out=out)   # (a fresh array)
     np.maximum(y, 0, out=y)
     return y
 
 
 # Made by the lowering rule ``linear_relu`` after autodiff, so it needs no VJP.
 LINEAR_RELU = defop("linear_relu", _linear_relu_kernel, _infer_linear, onnx=None,
-                    specialise=_specialise(relu=True),
+                    specialise=_specialise(relu=True), fills_out=True,
                     compiler_only=True,
                     decomposition=lambda x, w, *bias: elementwise.relu(linear(x, w, *bias)),
                     doc="relu(linear(x, w, b)) with the relu applied to the product's own "

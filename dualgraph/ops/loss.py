@@ -32,7 +32,7 @@ from . import elementwise as ew
 from . import index as index_ops
 from . import reduce as red
 from . import shape as shape_ops
-from ._util import needs_grad, sum_to
+from ._util import empty_into, needs_grad, out_part, sum_to
 from .opdef import defop
 
 __all__: list = []
@@ -126,9 +126,10 @@ def _cross_entropy_backward_kernel(g, x, target, ignore_index, reduction):
     return dx.astype(x.dtype, copy=False)
 
 
-def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction):
+def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction, out=None):
     """``(cross_entropy(x, target), cross_entropy_backward(g, x, target))`` from one
-    pass over each row: the same arithmetic as the two kernels, so the same bits."""
+    pass over each row: the same arithmetic as the two kernels, so the same bits. The
+    loop writes the gradient into its array of ``out`` where given (``fills_out``)."""
     if not _use_loop(x):
         return (_cross_entropy_kernel(x, target, ignore_index, reduction),
                 _cross_entropy_backward_kernel(g, x, target, ignore_index, reduction))
@@ -137,7 +138,7 @@ def _cross_entropy_with_grad_kernel(x, target, g, ignore_index, reduction):
     kernels.normalization.target_status(target, ignore_index, x.shape[1], status)
     _check_targets(target, int(status[1]), x.shape[1])
     scale = _row_scales(g, target, ignore_index, reduction, np.float32, int(status[0]))
-    losses, dx = np.empty(len(x), np.float32), np.empty(x.shape, x.dtype)
+    losses, dx = np.empty(len(x), np.float32), empty_into(out_part(out, 1), x.shape, x.dtype)
     run_rows(kernels.normalization.cross_entropy_with_grad, len(x),
              kernels.rows(x, x.shape[1]), target, ignore_index, scale, losses, dx,
              threads=threads_for(x.size))
@@ -257,7 +258,7 @@ CROSS_ENTROPY_WITH_GRAD = defop(
         ShapedType(tuple(x.shape), x.dtype)),
     compiler_only=True,
     decomposition=_with_grad_decomposition,
-    num_outputs=2, attrs=("ignore_index", "reduction"), saves="", onnx=None,
+    num_outputs=2, attrs=("ignore_index", "reduction"), saves="", onnx=None, fills_out=True,
     doc="A cross_entropy and its backward with seed gradient g, at once: (x, target, g) "
         "-> (loss, dx); made by the ``join_loss_gradient`` pass. Compiled steps run it "
         "after autodiff, so it has no VJP.")

@@ -17,6 +17,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, reduced_shape
 from . import elementwise as ew
 from . import reduce as red
+from ._util import empty_into, out_part
 from .opdef import RowEpilogue, defop
 
 __all__: list = []
@@ -40,12 +41,13 @@ def _param_or(p, fill, width, x):
     return np.full(width, fill, x.dtype) if p is None else kernels.flat(p)
 
 
-def _layer_norm_kernel(x, weight, bias, n_dims, eps):
+def _layer_norm_kernel(x, weight, bias, n_dims, eps, out=None):
     width = math.prod(x.shape[x.ndim - n_dims:])
     if kernels.enabled(x, *(p for p in (weight, bias) if p is not None)) and width:
         rows = kernels.rows(x, width)
-        y, mean, rstd = (np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype),
-                         np.empty(len(rows), x.dtype))
+        y, mean, rstd = (empty_into(out_part(out, 0), x.shape, x.dtype),
+                         empty_into(out_part(out, 1), (len(rows),), x.dtype),
+                         empty_into(out_part(out, 2), (len(rows),), x.dtype))
         run_rows(kernels.normalization.layer_norm, len(rows), rows,
                  _param_or(weight, 1, width, x), _param_or(bias, 0, width, x),
                  np.float32(eps), y.reshape(rows.shape), mean, rstd,
@@ -73,12 +75,13 @@ def _infer_layer_norm(x, weight, bias, n_dims, eps):
     return ShapedType(tuple(x.shape), x.dtype), stats, stats
 
 
-def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps):
+def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps, out=None):
     width = math.prod(x.shape[x.ndim - n_dims:])
     if kernels.enabled(x, g, *(() if weight is None else (weight,))) and width:
         rows = kernels.rows(x, width)
-        dx, dw, db = np.empty(x.shape, x.dtype), np.empty(width, x.dtype), np.empty(width,
-                                                                                     x.dtype)
+        dx, dw, db = (empty_into(out_part(out, 0), x.shape, x.dtype),
+                      empty_into(out_part(out, 1), (width,), x.dtype),
+                      empty_into(out_part(out, 2), (width,), x.dtype))
         if g.shape != x.shape:
             g = np.broadcast_to(g, x.shape)
         kernels.normalization.layer_norm_backward(
@@ -202,7 +205,7 @@ def _from_onnx_layer_norm(b, xs, attrs):
 LAYER_NORM = defop("layer_norm", _layer_norm_kernel, _infer_layer_norm, vjp=_vjp,
                    decomposition=layer_norm_composite,
                    attrs=("n_dims", "eps"), num_outputs=3, differentiable_outputs=(0,),
-                   saves="io",
+                   saves="io", fills_out=True,
                    onnx=_onnx_layer_norm,
                    onnx_import={"LayerNormalization": _from_onnx_layer_norm},
                    row_epilogue=_ROWS,
@@ -211,7 +214,7 @@ LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
                             _infer_backward, vjp=_backward_vjp, attrs=("n_dims", "eps"),
                             compiler_only=True,
                             decomposition=_backward_decomposition,
-                            num_outputs=3, saves="i", onnx=None)
+                            num_outputs=3, saves="i", onnx=None, fills_out=True)
 
 
 def _rms_norm_kernel(x, weight, eps):

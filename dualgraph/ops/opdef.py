@@ -84,6 +84,14 @@ class OpDef:
     #                                  would have to (ops/views.py replays layouts with it)
     writes_out: bool = False         # the kernel takes out=(array or None per output) and
                                      # writes there, elementwise (an out may be an input)
+    fills_out: bool = False          # the kernel, and any kernel ``specialise`` returns,
+    #                                  takes ``out=``: None or an array (one output), or a
+    #                                  tuple of an array or None per output; each array
+    #                                  C-contiguous, of its output's type, overlapping no
+    #                                  input, which it may fill with the result and return
+    #                                  (or it returns a new array). Its results are never
+    #                                  views of its inputs, so codegen/buffers.py may give
+    #                                  them planned buffers (a step's MB-sized products)
     doc: str = ""
 
     # -- facts passes and codegen read (they match these, never an op's name) --------------

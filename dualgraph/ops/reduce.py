@@ -25,7 +25,7 @@ from ..tensor import Tensor
 from . import creation
 from . import elementwise as ew
 from . import shape as shape_ops
-from ._util import BF16, is_float
+from ._util import BF16, empty_into, is_float
 from .opdef import Reduction, defop
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "median",
@@ -167,12 +167,13 @@ def _reduced_size(x, dims: tuple):
 
 
 # -- sum, mean, prod ---------------------------------------------------------------------------
-def _sum_kernel(x, dims, keepdim, dtype=None):
+def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
-    # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call)
-    return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim))
+    # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call; a
+    # new array even over no dims)
+    return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim, out=out))
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):
@@ -184,7 +185,7 @@ def _sum_vjp(g, out, x, dims, keepdim, dtype=None):
 
 
 SUM = defop("sum", _sum_kernel, _infer_sum, vjp=_sum_vjp, attrs=("dims", "keepdim", "dtype"),
-            saves="",
+            saves="", fills_out=True,
             onnx=_onnx_reduce("ReduceSum"),
             onnx_import={"ReduceSum": _from_onnx_reduce(_sum_from_onnx, since=13)},
             reduction=Reduction.SUM,
@@ -978,22 +979,22 @@ def count_nonzero(input, dim=None):
 # calls and temporaries, which cost more than the loop's one call below a few thousand
 # elements too (the log-softmax of a small classifier's batch, a small attention matrix).
 def _softmax_kernel(log):
-    def kernel(x, dim):
+    def kernel(x, dim, out=None):
         if x.ndim and dim in (-1, x.ndim - 1) and kernels.enabled(x, min_elements=1):
-            out = np.empty(x.shape, x.dtype)
+            y = empty_into(out, x.shape, x.dtype)
             loop = kernels.normalization.log_softmax if log else kernels.normalization.softmax
             rows = kernels.rows(x, x.shape[-1])
-            run_rows(loop, len(rows), rows, out.reshape(rows.shape), threads=threads_for(x.size))
-            return out
+            run_rows(loop, len(rows), rows, y.reshape(rows.shape), threads=threads_for(x.size))
+            return y
         # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
-        out = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array
+        y = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array
         if log:
-            out -= np.log(np.sum(np.exp(out), axis=dim, keepdims=True))
+            y -= np.log(np.sum(np.exp(y), axis=dim, keepdims=True))
         else:
-            np.exp(out, out=out)
-            out /= np.sum(out, axis=dim, keepdims=True)
-        return out.astype(x.dtype, copy=False)
+            np.exp(y, out=y)
+            y /= np.sum(y, axis=dim, keepdims=True)
+        return y.astype(x.dtype, copy=False)
     return kernel
 
 
@@ -1008,19 +1009,19 @@ def _log_softmax_backward_composite(g, out, dim):
 
 
 def _softmax_backward_kernel(log):
-    def kernel(g, out, dim):
-        if out.ndim and dim == out.ndim - 1 and kernels.enabled(out, g, min_elements=1):
-            width = out.shape[-1]
-            dx = np.empty(out.shape, out.dtype)
+    def kernel(g, y, dim, out=None):   # (y: the softmax's output)
+        if y.ndim and dim == y.ndim - 1 and kernels.enabled(y, g, min_elements=1):
+            width = y.shape[-1]
+            dx = empty_into(out, y.shape, y.dtype)
             loop = (kernels.normalization.log_softmax_backward if log else
                     kernels.normalization.softmax_backward)
-            rows = kernels.rows(out, width)
-            if g.shape != out.shape:   # (np.broadcast_to costs more than the loop here)
-                g = np.broadcast_to(g, out.shape)
+            rows = kernels.rows(y, width)
+            if g.shape != y.shape:   # (np.broadcast_to costs more than the loop here)
+                g = np.broadcast_to(g, y.shape)
             run_rows(loop, len(rows), kernels.rows(g, width), rows,
-                     dx.reshape(rows.shape), threads=threads_for(out.size))
+                     dx.reshape(rows.shape), threads=threads_for(y.size))
             return dx
-        gw, ow = _widen(g), _widen(out)
+        gw, ow = _widen(g), _widen(y)
         if log:
             dx = np.exp(ow)
             dx *= np.sum(gw, axis=dim, keepdims=True)
@@ -1029,7 +1030,7 @@ def _softmax_backward_kernel(log):
             dx = gw * ow
             np.subtract(gw, np.sum(dx, axis=dim, keepdims=True), out=dx)
             dx *= ow
-        return dx.astype(out.dtype, copy=False)
+        return dx.astype(y.dtype, copy=False)
     return kernel
 
 
@@ -1054,13 +1055,13 @@ SOFTMAX_BACKWARD = defop("softmax_backward", _softmax_backward_kernel(False),
                          compiler_only=True,
                          decomposition=_softmax_backward_composite,
                          vjp=_backward_vjp(_softmax_backward_composite), attrs=("dim",),
-                         saves="i", onnx=None)
+                         saves="i", onnx=None, fills_out=True)
 LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward", _softmax_backward_kernel(True),
                              _infer_softmax_backward,
                              compiler_only=True,
                              decomposition=_log_softmax_backward_composite,
                              vjp=_backward_vjp(_log_softmax_backward_composite),
-                             attrs=("dim",), saves="i", onnx=None)
+                             attrs=("dim",), saves="i", onnx=None, fills_out=True)
 def _onnx_softmax(op_type: str):
     def export(e, node):
         return [e.op(op_type, [e.input(0)], axis=node.attrs["dim"])]
@@ -1087,14 +1088,14 @@ def _from_onnx_softmax(name: str):
 SOFTMAX = defop("softmax", _softmax_kernel(False), lambda x, dim: ShapedType(tuple(x.shape),
                                                                              x.dtype),
                 vjp=lambda g, out, x, dim: apply(SOFTMAX_BACKWARD, g, out, dim=dim),
-                attrs=("dim",), saves="o",
+                attrs=("dim",), saves="o", fills_out=True,
                 onnx=_onnx_softmax("Softmax"),
                 onnx_import={"Softmax": _from_onnx_softmax("softmax")},
                 autocast="float32")
 LOG_SOFTMAX = defop("log_softmax", _softmax_kernel(True),
                     lambda x, dim: ShapedType(tuple(x.shape), x.dtype),
                     vjp=lambda g, out, x, dim: apply(LOG_SOFTMAX_BACKWARD, g, out, dim=dim),
-                    attrs=("dim",), saves="o",
+                    attrs=("dim",), saves="o", fills_out=True,
                     onnx=_onnx_softmax("LogSoftmax"),
                     onnx_import={"LogSoftmax": _from_onnx_softmax("log_softmax")},
                     autocast="float32")

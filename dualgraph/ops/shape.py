@@ -702,9 +702,9 @@ def _infer_cat(*xs, dim):
     return ShapedType(first[:dim] + (total,) + first[dim + 1:], dtypes.result_type(*xs))
 
 
-def _cat_kernel(*xs, dim):
+def _cat_kernel(*xs, dim, out=None):
     dt = dtypes.result_type(*xs)
-    return np.concatenate([cast(x, dt) for x in xs], axis=dim)
+    return np.concatenate([cast(x, dt) for x in xs], axis=dim, out=out)
 
 
 def _cat_vjp(g, out, *xs, dim):
@@ -724,6 +724,7 @@ def _from_onnx_concat(b, xs, attrs):
 
 
 CAT = defop("cat", _cat_kernel, _infer_cat, vjp=_cat_vjp, attrs=("dim",), saves="",
+            fills_out=True,
             onnx=lambda e, node: [e.op("Concat", e.inputs(node.outputs[0].dtype),
                                        axis=node.attrs["dim"])],
             onnx_import={"Concat": _from_onnx_concat},

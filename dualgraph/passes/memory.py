@@ -167,8 +167,9 @@ def plan_memory(graph: Graph) -> tuple[Graph, Report]:
 def _donors(node: Node, live: Liveness, i: int) -> list[Value]:
     """Inputs an elementwise node may overwrite: planned roots read here for the last time,
     and not also read through a view (an elementwise loop must not write what it reads
-    at another position)."""
-    if node.op.elementwise is None:
+    at another position). A kernel that fills ``out=`` (op ``fills_out``) writes an array of
+    its own: its loops overlap nothing."""
+    if node.op.elementwise is None or node.op.fills_out:
         return []
     reads = [live.root[x] for x in node.inputs if x in live.root]
     return [x for x in dict.fromkeys(node.inputs)
