@@ -50,8 +50,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         return creation.tensor(0.0)
     norm_type = float(norm_type)
     with no_grad():
-        norms = [reduce.norm(g, p=norm_type) for g in grads]
-        total = reduce.norm(shape.stack(norms), p=norm_type)
+        total = reduce.norm(reduce.norms(grads, p=norm_type), p=norm_type)
         if error_if_nonfinite and not math.isfinite(total.item()):
             raise RuntimeError(
                 f"the total norm of order {norm_type} of the gradients is non-finite, so it "
