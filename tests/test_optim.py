@@ -501,6 +501,25 @@ def test_clip_grad_value_matches_torch():
         np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
 
 
+
+def test_clip_grad_value_small_ones_together_large_and_other_dtypes_alone():
+    """The small gradients are clamped as one flat tensor, in place (the same tensors),
+    a large one and one of another dtype on their own: torch's values for all."""
+    rng = np.random.default_rng(9)
+    arrays = [rng.standard_normal(s) * 3 for s in [(3, 4), (), (5000,), (2, 2), (7,)]]
+    arrays = [a.astype(np.float64 if i == 3 else np.float32) for i, a in enumerate(arrays)]
+    ours = [dg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    for lib, params in ((dg, ours), (torch, theirs)):
+        for p, a in zip(params, arrays):
+            p.grad = lib.tensor(a * 2)
+    before = [p.grad for p in ours]
+    dg.nn.utils.clip_grad_value_(ours, 2.5)
+    torch.nn.utils.clip_grad_value_(theirs, 2.5)
+    for p, g, q in zip(ours, before, theirs):
+        assert p.grad is g
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+
 def test_parameters_to_vector_round_trip():
     params = _grads_pair(2)
     vec = dg.nn.utils.parameters_to_vector(params[dg])

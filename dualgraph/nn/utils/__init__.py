@@ -80,9 +80,15 @@ def _flat_scalable(grads) -> list:
 def clip_grad_value_(parameters, clip_value) -> None:
     """Clamp the gradients of ``parameters`` in place to ``[-clip_value, clip_value]``."""
     clip_value = float(clip_value)
+    grads = _grads(parameters)
     with no_grad():
-        for g in _grads(parameters):
-            g.clamp_(-clip_value, clip_value)
+        small = _flat_scalable(grads) if grads else []
+        if len(small) > 1:   # (one clamp for all of them, as torch's foreach clamps)
+            commit_flat(small, elementwise.clamp(flat_of(small), -clip_value, clip_value))
+        done = {id(g) for g in small} if len(small) > 1 else ()
+        for g in grads:
+            if id(g) not in done:
+                g.clamp_(-clip_value, clip_value)
 
 
 def parameters_to_vector(parameters) -> Tensor:
