@@ -126,10 +126,14 @@ def apply(op, *args, **attrs):
         args = _autocast_args(op, args)
     tracer = modes.tracer
     if tracer is None:
-        if len(args) == 2:   # binary ops dominate: skip the comprehension's frame
+        count = len(args)
+        if count == 2:   # binary and unary ops dominate: skip the comprehension's frame
             a, b = args
             arrays = (a._data if isinstance(a, Tensor) else a,
                       b._data if isinstance(b, Tensor) else b)
+        elif count == 1:
+            a = args[0]
+            arrays = (a._data if isinstance(a, Tensor) else a,)
         else:
             arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         try:
@@ -139,7 +143,7 @@ def apply(op, *args, **attrs):
         except Exception as e:
             raise op_error(op, arrays, attrs, e, user_location()) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
-            raw = np.asarray(raw) if op.num_outputs == 1 else tuple(np.asarray(r) for r in raw)
+            raw = np.asarray(raw) if op.num_outputs == 1 else tuple(map(np.asarray, raw))
         if departures["anomaly"] and grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:

@@ -30,7 +30,8 @@ KEYS = [
     np.array([[0, 1], [2, 0]]), (np.array([[0], [2]]), np.array([1, 2])),
     np.array([True, False, True]), (slice(None), np.array([False, True, True])),
     np.array([[True, False, True], [False, False, True], [True, True, False]]),
-    (), Ellipsis, (True,),
+    (), Ellipsis, (True,), (slice(None), 1), (slice(None), slice(None), -2),
+    (slice(None), -3, slice(None)), (slice(None), slice(1, 3), 0),
 ]
 
 
@@ -104,6 +105,15 @@ def test_basic_indexing_gives_views():
     col = x[:, 1:3]
     col[...] = 0.0
     np.testing.assert_array_equal(x.numpy()[:, 1:3], 0)
+    last = x[:, -1]    # (an int among whole slices: one select)
+    last += 100.0
+    np.testing.assert_array_equal(x.numpy()[:, 3], [130, 107, 111])
+    w = dg.ones(3, 4, requires_grad=True)
+    y = w * 2
+    y[:, 0].mul_(3)    # a write through the view: the gradient of w is 6 in column 0
+    y.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy()[:, 0], 6)
+    np.testing.assert_array_equal(w.grad.numpy()[:, 1:], 2)
     assert x[[0, 1]]._data.base is None or not np.shares_memory(x[[0, 1]]._data, x._data)
 
 

@@ -414,6 +414,21 @@ def test_group_norm(shape, groups):
         F.group_norm(dg.tensor(x), 5)
 
 
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 3, 5), 3), ((1, 8, 7), 8), ((3, 4, 1, 1), 2),
+                                          ((2, 5), 1)])
+def test_group_norm_float32_eager_compiled_and_torch(shape, groups):
+    """float32 (a group is a row of layer_norm's loop): values and gradients of input,
+    weight and bias against torch's group_norm, and compiled equal to eager."""
+    c = shape[1]
+    x, w, b = (normal(*s).astype(np.float32) for s in (shape, (c,), (c,)))
+    compare(lambda lib, f, x, w, b: f.group_norm(x, groups, w, b), x, w, b, atol=2e-5,
+            rtol=2e-4)
+    fn = dg.compile(lambda x, w, b: F.group_norm(x, groups, w, b))
+    args = [dg.tensor(a) for a in (x, w, b)]
+    np.testing.assert_allclose(fn(*args).numpy(), F.group_norm(*args[:1], groups, *args[1:])
+                               .numpy(), rtol=1e-5, atol=1e-6)
+
 @pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, -1), (3.0, 0)])
 def test_normalize(p, dim):
     x = normal(4, 5)

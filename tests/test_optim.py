@@ -409,6 +409,73 @@ def test_clip_grad_norm_scales_small_grads_together_with_the_same_bits(monkeypat
         np.testing.assert_array_equal(each, together)
 
 
+
+@pytest.mark.parametrize("p", [2.0, 1, 3.0, 0, math.inf, -math.inf, "fro"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_norms_is_the_stack_of_each_norm_to_the_bit(p, dtype, monkeypatch):
+    """``reduce.norms`` (clip_grad_norm_'s per-gradient norms, run without a dispatch per
+    tensor where nothing records) gives the bits of ``stack([norm(t, p), ...])``, at odd
+    shapes (0-d, empty, 3-d), and takes the ops' path where a gradient is asked for."""
+    from dualgraph.ops import reduce
+    rng = np.random.default_rng(11)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in [(3, 4), (), (0, 3), (2, 3, 5), (1,)]]
+    arrays[0][1, 2] = 0.0
+    if p in (math.inf, -math.inf):   # (no infinity norm of an empty tensor: an error)
+        with pytest.raises(ValueError, match="norm failed at .*test_optim"):
+            reduce.norms([dg.tensor(arrays[0]), dg.tensor(arrays[2])], p)
+        del arrays[2]
+    tensors = [dg.tensor(a) for a in arrays]
+    with monkeypatch.context() as m:   # (no op dispatched for the norms)
+        m.setattr(reduce, "apply", None)
+        got = reduce.norms(tensors, p)
+    want = dg.stack([dg.norm(t, p=p) for t in tensors])
+    assert got.dtype == want.dtype and tuple(got.shape) == (len(arrays),)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    if dtype != "float16":
+        ref = torch.stack([torch.linalg.vector_norm(torch.tensor(a), 2 if p == "fro" else p)
+                           for a in arrays])
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6)
+    leaves = [dg.tensor(a, requires_grad=True) for a in arrays[:2]]
+    recorded = reduce.norms(leaves, p)
+    assert recorded.grad_fn is not None
+    if p not in (0, math.inf, -math.inf):
+        recorded.sum().backward()
+        x = torch.tensor(arrays[0], requires_grad=True)
+        torch.linalg.vector_norm(x, 2 if p == "fro" else p).backward()
+        np.testing.assert_allclose(leaves[0].grad.numpy(), x.grad.numpy(), rtol=2e-3,
+                                   atol=1e-6)
+
+
+def test_norms_while_tracing_is_the_ops():
+    from dualgraph.ops import reduce
+    xs = [dg.tensor([3.0, 4.0]), dg.tensor([[1.0, 2.0], [2.0, 4.0]])]
+    compiled = dg.compile(lambda a, b: reduce.norms([a, b]) * 2)
+    np.testing.assert_allclose(compiled(*xs).numpy(), [10.0, 10.0], rtol=1e-6)
+    np.testing.assert_allclose(compiled(xs[0] * 2, xs[1]).numpy(), [20.0, 10.0], rtol=1e-6)
+
+
+def test_commit_flat_writes_as_commit_inplace():
+    """commit_flat's write without history bumps each target's version (a saved value
+    changed under a VJP is caught), and takes commit_inplace's path for a view (the write
+    reaches its base) and for a leaf that requires grad with grad mode on (refused)."""
+    from dualgraph.ops.inplace import commit_flat
+    base = dg.zeros(2, 3)
+    targets = [dg.zeros(2), base[1], dg.zeros(())]
+    w = dg.ones(2, requires_grad=True)
+    y = (w * targets[0]).sum()         # saves targets[0]
+    commit_flat(targets, dg.arange(6.0))
+    np.testing.assert_array_equal(targets[0].numpy(), [0.0, 1.0])
+    np.testing.assert_array_equal(base.numpy(), [[0, 0, 0], [2, 3, 4]])
+    assert targets[2].item() == 5.0
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.backward()
+    leaf = dg.zeros(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        commit_flat([leaf], dg.ones(2))
+    with dg.no_grad():
+        commit_flat([leaf], dg.ones(2))
+    np.testing.assert_array_equal(leaf.detach().numpy(), [1.0, 1.0])
+
 def test_clip_grad_norm_single_tensor_and_no_grads():
     p = dg.tensor([3.0, 4.0], requires_grad=True)
     assert dg.nn.utils.clip_grad_norm_(p, 1.0).item() == 0.0
@@ -433,6 +500,25 @@ def test_clip_grad_value_matches_torch():
     for p, q in zip(params[dg], params[torch]):
         np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
 
+
+
+def test_clip_grad_value_small_ones_together_large_and_other_dtypes_alone():
+    """The small gradients are clamped as one flat tensor, in place (the same tensors),
+    a large one and one of another dtype on their own: torch's values for all."""
+    rng = np.random.default_rng(9)
+    arrays = [rng.standard_normal(s) * 3 for s in [(3, 4), (), (5000,), (2, 2), (7,)]]
+    arrays = [a.astype(np.float64 if i == 3 else np.float32) for i, a in enumerate(arrays)]
+    ours = [dg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    for lib, params in ((dg, ours), (torch, theirs)):
+        for p, a in zip(params, arrays):
+            p.grad = lib.tensor(a * 2)
+    before = [p.grad for p in ours]
+    dg.nn.utils.clip_grad_value_(ours, 2.5)
+    torch.nn.utils.clip_grad_value_(theirs, 2.5)
+    for p, g, q in zip(ours, before, theirs):
+        assert p.grad is g
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
 
 def test_parameters_to_vector_round_trip():
     params = _grads_pair(2)

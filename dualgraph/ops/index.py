@@ -459,6 +459,12 @@ def getitem(x, key):
     basic = _basic_key(shape, key)
     if basic is not None:
         index, view_shape = basic
+        if view_shape is not None and len(view_shape) == len(shape) - 1:
+            # one int among whole slices (x[:, t], a loop over time steps): one select,
+            # not a slice and a reshape (the one entry given is the int's)
+            given = [d for d, s in enumerate(index) if s is not None]
+            if len(given) == 1:
+                return apply(shape_ops.SELECT, x, dim=given[0], index=index[given[0]][0])
         v = shape_ops.slice_dims(x, index)
         return v if view_shape is None else shape_ops.reshape(v, view_shape)
     return _Key(x.shape, key).get(x)

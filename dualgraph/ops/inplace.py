@@ -44,9 +44,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
             result.requires_grad or target._base.requires_grad)):
         through = _written_through(target, eager)
     if eager:
-        if not data.flags.writeable:
-            raise RuntimeError(READ_ONLY)
-        np.copyto(data, result._data, casting="unsafe")
+        _write(data, result._data)
     elif through is not None:   # tracing: the root's new value, then the view's
         chain, root = through
         new_root = views.write_root(chain, root, result)
@@ -87,12 +85,30 @@ def flat_of(tensors) -> Tensor:
 def commit_flat(targets, flat: Tensor) -> None:
     """Write consecutive slices of the 1-d ``flat`` into ``targets`` (each keeps its
     shape), each as ``commit_inplace``: the other half of an update made on
-    ``flat_of(targets)``."""
+    ``flat_of(targets)``. A ``flat`` without history written into a plain eager tensor
+    (not a view; not a leaf that requires grad with grad mode on, which ``commit_inplace``
+    refuses) is what an optimiser step or a clip makes: it is copied and the version
+    bumped, what ``commit_inplace`` does there, without its checks per tensor."""
     data, offset = flat._data, 0
+    plain = type(data) is np.ndarray and not flat.requires_grad
+    enabled = grad_mode.enabled
     for t in targets:
         n = t._data.size
-        commit_inplace(t, Tensor._make(data[offset:offset + n].reshape(t._data.shape)))
+        piece = data[offset:offset + n].reshape(t._data.shape)
         offset += n
+        if (plain and t._view is None and type(t._data) is np.ndarray
+                and not (enabled and t.requires_grad and t.grad_fn is None)):
+            _write(t._data, piece)
+            t._version[0] += 1
+        else:
+            commit_inplace(t, Tensor._make(piece))
+
+
+def _write(data: np.ndarray, values: np.ndarray) -> None:
+    """Copy ``values`` into the eager array ``data`` (cast to its dtype)."""
+    if not data.flags.writeable:
+        raise RuntimeError(READ_ONLY)
+    np.copyto(data, values, casting="unsafe")
 
 
 def _written_through(target: Tensor, eager: bool):

@@ -758,6 +758,34 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
                  keepdim=bool(keepdim))
 
 
+
+def norms(tensors, p=2.0) -> Tensor:
+    """The ``p``-norm of each tensor of ``tensors`` (all entries), stacked into a 1-d
+    tensor: ``stack([norm(t, p) for t in tensors])``, as torch's ``_foreach_norm`` (what
+    ``clip_grad_norm_`` asks of every gradient). Where nothing records (eager arrays of one
+    float dtype, no tracer, no profiler, no gradient history asked for) it runs ``norm``'s
+    kernel on each array, the same bits without a dispatch per tensor, which on a model of
+    many small parameters costs more than the arithmetic."""
+    from .. import dispatch   # (the module: its profiler is set while one records)
+    from ..autograd.tape import grad_mode
+    ord = 2.0 if p is None or p == "fro" else float(p)
+    dtype = tensors[0]._data.dtype if tensors else None
+    plain = (bool(tensors) and dispatch.modes.tracer is None and dispatch.profiler is None
+             and is_float(dtype))
+    recording = grad_mode.enabled
+    for t in tensors if plain else ():   # (this module's all/any are the ops)
+        if (type(t._data) is not np.ndarray or t._data.dtype != dtype
+                or recording and t.requires_grad):
+            plain = False
+            break
+    if plain:
+        try:
+            return Tensor._make(np.stack([_norm_kernel(t._data, ord, tuple(range(t._data.ndim)),
+                                                       False) for t in tensors]))
+        except ValueError:   # (an infinity norm of an empty tensor: the op's error below)
+            pass
+    return shape_ops.stack([norm(t, p=ord) for t in tensors])
+
 # -- cumulative sums and products --------------------------------------------------------------
 def _cumsum_kernel(x, dim, reverse):
     w = _widen(x) if is_float(x.dtype) else x.astype(np.int64)

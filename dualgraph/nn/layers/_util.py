@@ -8,6 +8,7 @@ import math
 from ... import devices
 from ...ops import creation
 from .. import init
+from ...tensor import Tensor
 from ..parameter import Parameter
 
 
@@ -21,9 +22,11 @@ def check_input(module, x, *layouts) -> None:
         Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)) expects input of shape
         (N, 1, H, W) or (1, H, W), got (64, 3, 28, 28)
     """
-    shape = tuple(x.shape)
-    if any(_fits(shape, layout) for layout in layouts):
-        return
+    # (every layer call checks its input: loops, not generators, and the array's own shape)
+    shape = tuple(x._data.shape if isinstance(x, Tensor) else x.shape)
+    for layout in layouts:
+        if _fits(shape, layout):
+            return
     expected = " or ".join("(" + ", ".join(str(d) for d in layout) + ")" for layout in layouts)
     raise ValueError(f"{module!r} expects input of shape {expected}, got {shape}")
 
@@ -31,13 +34,14 @@ def check_input(module, x, *layouts) -> None:
 def _fits(shape: tuple, layout: tuple) -> bool:
     if "*" in layout:   # any number of dims there: match the two ends
         cut = layout.index("*")
-        head, tail = layout[:cut], layout[cut + 1:]
-        if len(shape) < len(head) + len(tail):
+        tail = len(layout) - cut - 1
+        if len(shape) < cut + tail:
             return False
-        return _fits(shape[:len(head)], head) and _fits(shape[len(shape) - len(tail):], tail)
-    if len(shape) != len(layout):
+        shape = shape[:cut] + shape[len(shape) - tail:]
+        layout = layout[:cut] + layout[cut + 1:]
+    elif len(shape) != len(layout):
         return False
-    for got, want in zip(shape, layout):   # (a loop: every layer call checks its input)
+    for got, want in zip(shape, layout):
         # symbolic sizes (while tracing) are not ints and are not checked
         if isinstance(want, int) and isinstance(got, int) and got != want:
             return False

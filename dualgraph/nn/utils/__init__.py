@@ -50,8 +50,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         return creation.tensor(0.0)
     norm_type = float(norm_type)
     with no_grad():
-        norms = [reduce.norm(g, p=norm_type) for g in grads]
-        total = reduce.norm(shape.stack(norms), p=norm_type)
+        total = reduce.norm(reduce.norms(grads, p=norm_type), p=norm_type)
         if error_if_nonfinite and not math.isfinite(total.item()):
             raise RuntimeError(
                 f"the total norm of order {norm_type} of the gradients is non-finite, so it "
@@ -81,9 +80,15 @@ def _flat_scalable(grads) -> list:
 def clip_grad_value_(parameters, clip_value) -> None:
     """Clamp the gradients of ``parameters`` in place to ``[-clip_value, clip_value]``."""
     clip_value = float(clip_value)
+    grads = _grads(parameters)
     with no_grad():
-        for g in _grads(parameters):
-            g.clamp_(-clip_value, clip_value)
+        small = _flat_scalable(grads) if grads else []
+        if len(small) > 1:   # (one clamp for all of them, as torch's foreach clamps)
+            commit_flat(small, elementwise.clamp(flat_of(small), -clip_value, clip_value))
+        done = {id(g) for g in small} if len(small) > 1 else ()
+        for g in grads:
+            if id(g) not in done:
+                g.clamp_(-clip_value, clip_value)
 
 
 def parameters_to_vector(parameters) -> Tensor:
