@@ -15,6 +15,7 @@ import numpy as np
 from . import dtypes
 from ._helpers import user_location, user_site
 from .autograd.tape import Node, departures, grad_mode
+from .kernels import recycle
 from .shapes import ShapeError
 from .tensor import Tensor
 
@@ -136,14 +137,26 @@ def apply(op, *args, **attrs):
             arrays = (a._data if isinstance(a, Tensor) else a,)
         else:
             arrays = [a._data if isinstance(a, Tensor) else a for a in args]
+        recycler = recycle.current
         try:
-            raw = op.kernel(*arrays, **attrs)
+            if recycler is not None and op.fills_out and "out" not in attrs:
+                raw = _run_into_recycled(op, arrays, attrs, recycler)
+            else:
+                raw = op.kernel(*arrays, **attrs)
         except (OpError, KeyError):
             raise
         except Exception as e:
             raise op_error(op, arrays, attrs, e, user_location()) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
             raw = np.asarray(raw) if op.num_outputs == 1 else tuple(map(np.asarray, raw))
+        if recycler is not None:
+            if type(raw) is np.ndarray:
+                if raw.nbytes >= recycle.MIN_BYTES:
+                    recycler.keep(raw)
+            else:
+                for r in raw:
+                    if r.nbytes >= recycle.MIN_BYTES:
+                        recycler.keep(r)
         if departures["anomaly"] and grad_mode.anomaly and not grad_mode.in_backward:
             _check_forward_nan(op, arrays, raw)
     else:
@@ -177,6 +190,30 @@ def apply(op, *args, **attrs):
                 _record(op, args, outs, attrs, tracer)
                 break
     return out
+
+
+def _run_into_recycled(op, arrays, attrs, recycler):
+    """``op``'s kernel (one that takes ``out=``: ``OpDef.fills_out``) with a recycled array
+    for each big result that has one free (kernels/recycle.py): the memory of an earlier
+    step's dead activation instead of fresh pages. Only calls with a big array input are
+    looked at (a shape rule costs microseconds; a result of a megabyte takes longer)."""
+    for a in arrays:
+        if type(a) is np.ndarray and a.nbytes >= recycle.MIN_BYTES:
+            break
+    else:
+        return op.kernel(*arrays, **attrs)
+    try:
+        types = op.infer(*arrays, **attrs)
+        types = (types,) if op.num_outputs == 1 else tuple(types)
+        types = [(tuple([int(d) for d in t.shape]), dtypes.to_np(t.dtype)) for t in types]
+    except Exception:   # (the kernel reports the error, as without recycling)
+        return op.kernel(*arrays, **attrs)
+    outs = tuple([recycler.take(shape, dt)
+                  if dt.itemsize * int(np.prod(shape)) >= recycle.MIN_BYTES else None
+                  for shape, dt in types])
+    if not any(o is not None for o in outs):
+        return op.kernel(*arrays, **attrs)
+    return op.kernel(*arrays, out=outs[0] if len(types) == 1 else outs, **attrs)
 
 
 def _record(op, args, outs, attrs, tracer):

@@ -89,7 +89,7 @@ def posted() -> int:
 
 
 def test_the_switch_reads_names_and_rejects_typos():
-    assert tuning.parse("") == tuning.parse("default") == {"blas", "matvec"}
+    assert tuning.parse("") == tuning.parse("default") == {"blas", "matvec", "recycle"}
     assert tuning.parse("1") == tuning.parse("ON") == tuning.parse("all") == tuning.TRICKS
     assert tuning.parse("0") == tuning.parse("off") == frozenset()
     assert tuning.parse(" blas , malloc ") == {"blas", "malloc"}

@@ -17,6 +17,11 @@ The tricks, by name:
 - ``"matvec"``: a helper thread that, once woken, polls for the next batch-1 product for
   about a millisecond before it sleeps again (``matvec.py``): waking a sleeping thread
   costs more than the product.
+- ``"recycle"``: keep the big arrays eager ops return and give one, once nothing else
+  references it, to the next op that makes a result of its shape (``recycle.py``): an
+  eager step reuses the last step's activations' memory instead of page-faulting fresh
+  pages in. It touches only dualgraph's own arrays; up to ``recycle.CAP_BYTES`` of them may
+  stay allocated while free (``dg.tune_cpu`` without it drops them).
 - ``"malloc"``: raise glibc's mmap and trim thresholds (``mallopt``) so that the MB-sized
   activations a step frees are reused by the next step instead of being unmapped and
   page-faulted in again. This one changes the whole process (every library in it gets
@@ -28,8 +33,8 @@ The switch is ``DUALGRAPH_CPU_TUNING``, read once, when dualgraph is imported, a
 ==========================  =====================================================
 ``DUALGRAPH_CPU_TUNING``    tricks on
 ==========================  =====================================================
-unset, ``default``          ``blas``, ``matvec`` (:data:`DEFAULT`)
-``1``, ``on``, ``all``      ``blas``, ``matvec``, ``malloc`` (:data:`TRICKS`)
+unset, ``default``          ``blas``, ``matvec``, ``recycle`` (:data:`DEFAULT`)
+``1``, ``on``, ``all``      ``blas``, ``matvec``, ``recycle``, ``malloc`` (:data:`TRICKS`)
 ``0``, ``off``              none: every loop runs on the calling thread or a plain
                             pool of sleeping threads, malloc is left alone
 ``blas,malloc`` (a list)    exactly those
@@ -38,6 +43,7 @@ unset, ``default``          ``blas``, ``matvec`` (:data:`DEFAULT`)
 Why the default is what it is: ``blas`` and ``matvec`` touch nothing outside
 dualgraph's own kernels (they run only while one of its loops runs, and only on the cores
 this process may use) and each backs off where it would fight for a core (below);
+``recycle`` holds only arrays dualgraph made and nothing references;
 ``malloc`` changes the process for everyone in it, so it is never applied unless asked
 for: ``import dualgraph`` leaves malloc's settings as they were. :func:`configure` with
 ``malloc`` applies it at once; without it, a process where it was applied gets glibc's
@@ -81,9 +87,11 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
+from . import recycle
+
 SWITCH = "DUALGRAPH_CPU_TUNING"
-TRICKS = frozenset({"blas", "matvec", "malloc"})
-DEFAULT = frozenset({"blas", "matvec"})
+TRICKS = frozenset({"blas", "matvec", "recycle", "malloc"})
+DEFAULT = frozenset({"blas", "matvec", "recycle"})
 _OFF, _ON = ("0", "off", "none", "false", "no"), ("1", "on", "all", "true", "yes")
 
 active: frozenset = frozenset()     # the tricks on now (``"blas" in tuning.active``)
@@ -114,9 +122,9 @@ def configure(setting: bool | str | Iterable[str] = True) -> frozenset:
     before, which a later call takes back.
 
     >>> import dualgraph as dg
-    >>> before = dg.tune_cpu("blas,matvec")     # the default: malloc left alone
+    >>> before = dg.tune_cpu("blas,matvec,recycle")     # the default: malloc left alone
     >>> sorted(dg.kernels.tuning.active)
-    ['blas', 'matvec']
+    ['blas', 'matvec', 'recycle']
     >>> _ = dg.tune_cpu(before)
     """
     global active, changes
@@ -130,6 +138,8 @@ def configure(setting: bool | str | Iterable[str] = True) -> frozenset:
         if tricks - TRICKS:
             raise ValueError(f"unknown tricks {sorted(tricks - TRICKS)}")
     before, active = active, tricks
+    if ("recycle" in tricks) != (recycle.current is not None):
+        recycle.current = recycle.Recycler() if "recycle" in tricks else None
     if ("malloc" in tricks) != _malloc.applied:
         _malloc.set(on="malloc" in tricks)
     return before
