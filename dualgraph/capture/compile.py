@@ -181,8 +181,12 @@ class Entry:
         there now: ``f(x, G)`` with ``G`` a global it rebinds at every call and writes in
         place). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
         bound tensors, as traced)."""
-        places = {id(held(c, key)._version): k for k, (_, c, key) in self.held.reads.items()
-                  if isinstance(held(c, key), Tensor)}
+        if by_binding:   # (the tensor each place held when traced: the one the graph read)
+            places = {id(tensors[k]._version): name
+                      for k, (name, _, _) in self.held.reads.items()}
+        else:
+            places = {id(held(c, key)._version): name for name, c, key
+                      in self.held.reads.values() if isinstance(held(c, key), Tensor)}
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
@@ -212,7 +216,8 @@ class Entry:
                 raise _StaleGuard(changed)
         if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
             raise _StaleGuard("the arguments share storage (views of one another, or of "
-                              "state the function reads) otherwise than when traced")
+                              "state the function reads) otherwise than when traced",
+                              sharing=self._sharing(tensor_args))
         for f in self.frozen:
             if f.changed():
                 raise _StaleGuard(f.change(), f)
@@ -452,9 +457,10 @@ class _BakedNumbers(Exception):
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
-    def __init__(self, reason: str, frozen=None):
+    def __init__(self, reason: str, frozen=None, sharing=None):
         super().__init__(reason)
         self.frozen = frozen
+        self.sharing = sharing   # (the call's storage sharing, where that guard failed)
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -662,6 +668,9 @@ class Compiled:
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
         self._fast = None               # the last call's, tried first
         self._stale: str | None = None  # why the last entry was dropped, if it was
+        # (signature, storage sharing) -> an entry put aside for a call sharing otherwise
+        # (``f(x, S.acc)`` and ``f(x, own)`` in turns: a graph each, not a trace each call)
+        self._by_sharing: dict = {}
         # no_grad calls read the module's parameters and buffers as constants (guarded);
         # off with passes=False, and once they changed FREEZE_LIMIT times
         self._freezing = passes is not False
@@ -824,6 +833,13 @@ class Compiled:
         except _StaleGuard as stale:
             del self.cache[sig]
             self._fast_paths.pop(sig, None)
+            if stale.sharing is not None:   # (kept for calls that share as it was traced)
+                if len(self._by_sharing) < self.retrace_limit:
+                    self._by_sharing[sig, entry.sharing] = entry
+                other = self._by_sharing.pop((sig, stale.sharing), None)
+                if other is not None:
+                    self.cache[sig] = other
+                    return self._retraced_call(stale, args, kwargs)
             self._stale = str(stale)    # (the reason the next capture's record gives)
             if stale.frozen is not None:
                 self._frozen_changed(stale.frozen)
@@ -925,6 +941,7 @@ class Compiled:
         now on (as a retrace past the limit does)."""
         self._rebinds += 1
         self.cache.clear()
+        self._by_sharing.clear()
         self._fast_paths, self._fast, self._last = {}, None, None
         self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
         self._module_facts.roots = [("self", self.module)] if self.module is not None else []
@@ -1035,6 +1052,7 @@ class Compiled:
             self._slots = self._slots + new
             self.cache = {self._padded(k): e for k, e in self.cache.items()}
             self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
+            self._by_sharing.clear()
 
     def _padded(self, sig: tuple) -> tuple:
         """``sig`` with the slots added since it was computed, absent."""
@@ -1447,9 +1465,11 @@ class Compiled:
         if (not all(isinstance(c, dict) or key is CELL for c, key in cap.kept)
                 or any(t.requires_grad for t in made) and not inside
                 or reads and not whole
-                or any(cap.bindings[k].kind != "captured" for k in reads)):
+                or any(cap.bindings[k].kind not in ("captured", "arg") for k in reads)):
             return False
         entry.held = Held(entry.held.guards, reads)
+        if entry.sharing is not None:   # (an argument that is such a tensor: that place)
+            entry.sharing = entry._sharing([b.tensor for b in cap.bindings], by_binding=True)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
                    for _, m in root.named_modules()}
         for container, key in cap.kept:   # (not guarded by identity: the graph sets them)
