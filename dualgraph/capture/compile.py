@@ -454,6 +454,19 @@ class _BakedNumbers(Exception):
     baked in and guarded now, and the function is traced again."""
 
 
+class FlagWrite(CaptureError):
+    """A trace set ``requires_grad`` of a parameter or of state (``p.requires_grad =
+    False``, ``requires_grad_()`` in the step): a graph would not set it at its calls, so
+    its Python runs at each."""
+
+    def __init__(self, fn):
+        code = getattr(getattr(fn, "forward", fn), "__code__", None)
+        super().__init__("requires_grad set on a parameter or state while tracing",
+                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
+                         "Set it outside the compiled function, between calls (compile "
+                         "retraces for it), for one graph.")
+
+
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
@@ -1175,11 +1188,13 @@ class Compiled:
                              "Python or its ops", e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
-        except PythonPrint as e:
+        except (PythonPrint, FlagWrite) as e:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
-            self._every_call("it prints", e.location, e.fix)
+            self._every_call("it prints" if isinstance(e, PythonPrint) else
+                             "it sets requires_grad of a parameter or of state", e.location,
+                             e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
         except CaptureError as e:
@@ -1269,6 +1284,9 @@ class Compiled:
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots)
+        flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
+            (held(c, k), held(c, k).requires_grad) for places in tensors_held.values()
+            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)]
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -1299,6 +1317,8 @@ class Compiled:
                     raise random_break
                 if as_inputs and printed and not getattr(tracer, "broke", False):
                     raise PythonPrint(printed[0][0])   # (one graph would print once)
+                if as_inputs and any(t.requires_grad != was for t, was in flags):
+                    raise FlagWrite(self.fn)   # (one graph would not set it at its calls)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
@@ -1333,6 +1353,8 @@ class Compiled:
             put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
+            for t, was in flags:   # (and sets the same flags)
+                t.requires_grad = was
             if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
