@@ -9,8 +9,10 @@ code uses (tensor methods and functions, submodules and a ``ModuleList`` looped 
 ``F.*``, advanced, boolean, negative, ellipsis and ``None`` indexing, slice assignment,
 in-place methods, views, reductions with ``dim``/``keepdim``, ``einsum``, ``where``,
 ``gather``, ``cat``/``stack``, casts and promotion with Python scalars and integer tensors,
-``no_grad``, ``detach``, ``.item()`` control flow), and a training step (``zero_grad``,
-``backward`` of a loss over the output, ``opt.step()``).
+``no_grad``, ``detach``, ``.item()`` control flow, branches and loops around in-place
+writes through views, integer tensors made from values and indexing with them, lists of
+tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``), and a
+training step (``zero_grad``, ``backward`` of a loss over the output, ``opt.step()``).
 
 The same text runs three ways: with ``torch`` the real PyTorch; with ``torch`` dualgraph
 (what ``dualgraph.compat.install_torch_alias`` gives ``import torch``: the very module
@@ -384,11 +386,43 @@ MODULES = [
     ("self.register_buffer('count{k}', torch.zeros((), dtype=torch.long))",
      "if self.training:\n    self.count{k} += 1\nh = h * (1 + self.count{k} % 2)"),
 ]
+# Control flow around in-place writes through views, integer tensors made from values and
+# indexing with them, ``no_grad`` writes, branches on ``.item()`` (the campaigns of i-gen4).
+FLOW = [
+    "if h.sum() > 0:\n    h = h.clone()\n    h[:, :2].mul_(0.5)\nelse:\n    h = h * 1.0\n"
+    "    h[1:].add_(1.0)",
+    "h = h.clone()\nif h.mean().item() > 0:\n    h.narrow(0, 0, 1).mul_(2.0)",
+    "h = h.clone()\nfor i in range(h.shape[0]):\n    if h[i].sum() > 0:\n"
+    "        h[i, :3].mul_(0.5)",
+    "with torch.no_grad():\n    k = int(h.abs().argmax())\nh = h + h.flatten()[k]",
+    "h = h + h[idx.clamp(max=h.shape[0] - 1)]",
+    "if (idx > 2).any():\n    h = h.clone()\n    h[idx > 2] *= 0.5",
+    "h = h.clone()\nwith torch.no_grad():\n    h[:, -1:].copy_(h[:, :1])",
+    "j = (h.detach().abs() * 2).long().clamp(0, D - 1)\nh = h.gather(1, j) + h",
+    "h = h + torch.zeros(D, dtype=h.dtype).index_put_((idx,), torch.ones(idx.shape[0], "
+    "dtype=h.dtype), accumulate=True)",
+    "c = (h > 0).sum(1)\nh = h * c[:, None] + c.max()",
+    "if int((h > 0).sum()) % 2:\n    h = h.flip(1)",
+    "h = h.clone()\nrows = torch.arange(h.shape[0])\nh[rows, idx] = h[rows, idx] * 2",
+    "t = h.detach().clone()\nt.requires_grad_()\nh = h + t * 0.5",
+    "n = int(idx.max())\nh = h.clone()\nh[:, n:].mul_(0.5) if n < D else None",
+    "h = h * 1.0\nwhile h.abs().max() > 2:\n    h[h.abs() > 2] *= 0.5",
+]
+MODULES += [
+    ("self.hist{k} = []",
+     "self.hist{k}.append(h.detach().mean(0))\nif len(self.hist{k}) > 2:\n"
+     "    self.hist{k}.pop(0)\nh = h + torch.stack(self.hist{k}).mean(0)"),
+    ("self.gain{k} = nn.Parameter(torch.ones(D))",
+     "self.gain{k}.requires_grad_(not self.gain{k}.requires_grad)\nh = h * self.gain{k}"),
+    ("self.keep{k} = []",
+     "if self.training:\n    self.keep{k}.append(h)\nh = h + sum((t.mean() for t in "
+     "self.keep{k}[-2:]), torch.zeros((), dtype=h.dtype)).detach()"),
+]
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES}
+         "module": MODULES, "flow": FLOW}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3}
+           "grad": 1, "item": 1, "module": 3, "flow": 2}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
