@@ -536,3 +536,31 @@ def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
         seen.append(out)
     assert seen[1] == seen[0]
     assert [flag for flag, *_ in seen[0]] == [False, True] * 3
+
+
+def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_inside_gets_none():
+    """``y = x * w``, then ``w.requires_grad_(False)`` and ``y.sum().backward()`` inside the
+    step: eagerly (as in torch) ``w`` gets no gradient; the traced backward accumulated into
+    it through its traced stand-in, which still required grad (stateful seed 6633)."""
+    def run(compiled):
+        w = dg.tensor(np.arange(3.0), requires_grad=True)
+
+        def step(x):
+            y = x * w
+            w.requires_grad_(not w.requires_grad)
+            y.sum().backward()
+            return y.detach()
+
+        fn = dg.compile(step) if compiled else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(4):
+                x = dg.tensor(np.ones(3) * (k + 1), requires_grad=True)
+                y = fn(x)
+                seen.append((w.requires_grad, w.grad is None, x.grad.numpy().tolist(),
+                             y.numpy().tolist()))
+        return seen
+
+    assert run(True) == run(False)
+    assert all(none for _, none, *_ in run(False))

@@ -380,7 +380,11 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False
 
 def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):
     """While tracing, ``.grad`` becomes a traced value; an existing eager gradient is read
-    as a graph input, so accumulation across calls works in the compiled step too."""
+    as a graph input, so accumulation across calls works in the compiled step too. A leaf
+    whose ``requires_grad`` was turned off after the op that reached it (its traced
+    stand-in still has it) gets none, as eagerly."""
+    if not leaf.requires_grad:
+        return
     old = leaf.grad
     if old is not None and type(old._data) is np.ndarray:
         old = Tensor._make(tracer.grad_value(leaf))
