@@ -208,7 +208,7 @@ REDUCTIONS = [
     "h = h + torch.cdist(h, h).mean(1, keepdim=True)",
     "h = h + h.amin(dim=(0, 1), keepdim=True) + h.max()",
     "h = h + h.min(dim=0).values + h.max(0)[1]",
-    "h = h * (h.sum(-1, keepdim=True).expand_as(h) > 0)",
+    "h = h * (h.sum(-1, keepdim=True).expand_as(h) + 0.5 > 0)",   # (see the sign above)
     "h = h + h.norm(p=1, dim=0) + torch.linalg.vector_norm(h, dim=1, keepdim=True)",
     "h = h + h.mean(0).dot(h.mean(0))",
     "h = h - h.kthvalue(2, dim=1, keepdim=True).values",
