@@ -538,15 +538,17 @@ def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
     assert [flag for flag, *_ in seen[0]] == [False, True] * 3
 
 
-def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_inside_gets_none():
+@pytest.mark.parametrize("sigmoid", [False, True])
+def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_gets_none(sigmoid):
     """``y = x * w``, then ``w.requires_grad_(False)`` and ``y.sum().backward()`` inside the
-    step: eagerly (as in torch) ``w`` gets no gradient; the traced backward accumulated into
-    it through its traced stand-in, which still required grad (stateful seed 6633)."""
+    step: ``w`` gets no gradient (torch's AccumulateGrad skips a leaf that no longer requires
+    grad); the traced backward accumulated into it through its traced stand-in, which still
+    required grad (stateful seed 6633), and eager did through ``sigmoid`` (seed 6935)."""
     def run(compiled):
         w = dg.tensor(np.arange(3.0), requires_grad=True)
 
         def step(x):
-            y = x * w
+            y = x * (w.sigmoid() if sigmoid else w)
             w.requires_grad_(not w.requires_grad)
             y.sum().backward()
             return y.detach()

@@ -190,6 +190,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     continue
             elif capture is not None or inputs is not None:
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
+            if not node.leaf.requires_grad:   # (turned off since the op reached it: no
+                continue                       # gradient, as torch's AccumulateGrad)
             _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
             for hook in node.leaf._post_accumulate_hooks or ():
                 hook(node.leaf)
@@ -380,11 +382,7 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False
 
 def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):
     """While tracing, ``.grad`` becomes a traced value; an existing eager gradient is read
-    as a graph input, so accumulation across calls works in the compiled step too. A leaf
-    whose ``requires_grad`` was turned off after the op that reached it (its traced
-    stand-in still has it) gets none, as eagerly."""
-    if not leaf.requires_grad:
-        return
+    as a graph input, so accumulation across calls works in the compiled step too."""
     old = leaf.grad
     if old is not None and type(old._data) is np.ndarray:
         old = Tensor._make(tracer.grad_value(leaf))
