@@ -496,24 +496,28 @@ def test_a_hook_registered_or_removed_after_compiling_retraces(compile_model):
     assert "a forward hook or pre-hook was registered or removed" in c.explain()
 
 
-@pytest.mark.parametrize("how", ["method", "attribute", "method, then a break"])
+@pytest.mark.parametrize("how", ["method", "attribute", "method, then a break",
+                                 "method, after the use"])
 def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
     """``self.g.requires_grad_(not self.g.requires_grad)`` (or ``= ...``) in a compiled
     forward: the graph does not set the flag, so a graph traced with it on served the next
     call too (the flag stayed on, and gradients came at the wrong calls: the torch-API
     generator, i-gen4). Now the function's Python runs at every call; a trace aborted at a
-    later break puts the flag back before the eager run sets it."""
+    later break puts the flag back before the eager run sets it; ops that read ``g`` before
+    it was turned off give results that require grad (stateful seed 7198)."""
     class Net(dg.nn.Module):
         def __init__(self):
             super().__init__()
             self.g = dg.nn.Parameter(dg.ones(3, dtype=dg.float64))
 
         def forward(self, x):
+            y = x * self.g if how.endswith("use") else None
             if how == "attribute":
                 self.g.requires_grad = not self.g.requires_grad
             else:
                 self.g.requires_grad_(not self.g.requires_grad)
-            y = x * self.g
+            y = x * self.g if y is None else y   # (after the use: y requires grad, as
+            # eagerly, from the g that did; g gets no gradient: torch's AccumulateGrad)
             if how.endswith("break") and y.sum().item() > 0:
                 y = y * 2.0
             return y
@@ -527,12 +531,14 @@ def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
             warnings.simplefilter("ignore")
             for n in (5, 4, 5, 4, 5, 4):
                 net.g.grad = None
-                x = dg.tensor(np.arange(n * 3.0).reshape(n, 3), requires_grad=True)
+                x = dg.tensor(np.arange(n * 3.0).reshape(n, 3),
+                              requires_grad=not how.endswith("use"))
                 y = fn(x)
-                y.sum().backward()
+                if y.requires_grad:
+                    y.sum().backward()
                 out.append((net.g.requires_grad, None if net.g.grad is None
                             else net.g.grad.numpy().tolist(), y.detach().numpy().tolist(),
-                            x.grad.numpy().tolist()))
+                            y.requires_grad, None if x.grad is None else x.grad.numpy().tolist()))
         seen.append(out)
     assert seen[1] == seen[0]
     assert [flag for flag, *_ in seen[0]] == [False, True] * 3
