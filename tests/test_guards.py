@@ -572,3 +572,31 @@ def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_gets_none(
 
     assert run(True) == run(False)
     assert all(none for _, none, *_ in run(False))
+
+
+def test_requires_grad_of_a_tensor_held_outside_modules_is_guarded():
+    """``S.extra`` (a leaf on a plain object) read by the step, its ``requires_grad`` turned
+    off between calls: the graph traced while it required grad went on writing its
+    gradient (stateful seed 7775, silent); the flag is guarded now, as a parameter's is."""
+    def world():
+        S = type("State", (), {})()
+        S.extra = dg.tensor(np.arange(3.0), requires_grad=True)
+
+        def step(x):
+            h = dg.maximum(x, S.extra)
+            (h * h).sum().backward()
+            return h.detach()
+        return S, step
+
+    runs = []
+    for compiled in (False, True):
+        S, step = world()
+        fn = dg.compile(step) if compiled else step
+        seen = []
+        for k, flag in enumerate([True, True, False, False, True]):
+            S.extra.requires_grad_(flag)
+            x = dg.tensor(np.ones(3) * k, requires_grad=True)
+            seen.append((fn(x).numpy().tolist(), x.grad.numpy().tolist(),
+                         None if S.extra.grad is None else S.extra.grad.numpy().tolist()))
+        runs.append(seen)
+    assert runs[1] == runs[0]
