@@ -141,5 +141,5 @@ def guards_for(before: dict, bindings) -> list:
             continue
         for name, container, key in before.get(id(b.tensor), ()):
             if held(container, key) is b.tensor:
-                out.append((name, container, key, b.tensor, b.required))
+                out.append((name, container, key, b.tensor, b.tensor.requires_grad))
     return out
