@@ -342,9 +342,10 @@ class Entry:
                     taken.add(id(new))
                     continue
                 t._data = array
-                if t._alias and type(t._base._data) is Value:
-                    # (``loss.detach()`` kept: its base is an intermediate of the trace)
-                    t._base, t._alias, t._version = None, False, [0]
+                if t._base is not None and type(t._base._data) is Value:
+                    # (``loss.detach()`` or a view ``h.t()`` kept: its base is an
+                    # intermediate of the trace, so it is a tensor of its own now)
+                    t._base, t._alias, t._view, t._version = None, False, None, [0]
                 t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
