@@ -126,11 +126,11 @@ ENDINGS = {
 # Control flow around in-place writes through views, ``no_grad`` blocks, integer tensors
 # made from values and indexing with them, branches on ``.item()``, tensors kept in lists
 # and read at later calls, ``requires_grad_`` toggled (the campaigns of i-gen4).
-FLOW = [
-    "if {h}.sum() > 0:\n    {h} = {h} * 1.0\n    {h}[:, :2].mul_(0.5)\nelse:\n"
+FLOW = [   # (sums compared off zero: a row sum of ``roll(h) - h`` is rounding noise)
+    "if {h}.sum() + 0.5 > 0:\n    {h} = {h} * 1.0\n    {h}[:, :2].mul_(0.5)\nelse:\n"
     "    with dg.no_grad():\n        G[:2].add_(0.1)",
     "{h} = {h} * 1.0\nif S.calls % 2:\n    {h}[0].add_(1.0)\nelse:\n    {h}[:, -1].mul_(-1.0)",
-    "with dg.no_grad():\n    if {h}.mean().item() > 0:\n        S.acc[1:].mul_(0.9)",
+    "with dg.no_grad():\n    if {h}.mean().item() + 0.5 > 0:\n        S.acc[1:].mul_(0.9)",
     "j = ({h}.detach().abs() * 3).long() % {h}.shape[0]\n{h} = {h}[j[:, 0]] + {h}",
     "k = {h}.argmax(1)\n{h} = {h} + {h}[dg.arange({h}.shape[0]), k].unsqueeze(1)",
     "{h} = {h} + ({h} > 0).long().sum(1, keepdim=True)",
@@ -138,7 +138,7 @@ FLOW = [
     "S.ints = S.ints + ({h}.detach() > 0).long().sum(0)\n{h} = {h} + S.ints % 3",
     "if S.keep:\n    {h} = {h} + S.keep[-1]\nS.keep.append({h}.detach().mean(0))",
     "net.bias.requires_grad_(not net.bias.requires_grad)",
-    "{h} = {h} * 1.0\nfor i in range(min({h}.shape[0], 3)):\n    if {h}[i].sum() > 0:\n"
+    "{h} = {h} * 1.0\nfor i in range(min({h}.shape[0], 3)):\n    if {h}[i].sum() + 0.5 > 0:\n"
     "        {h}[i].mul_(0.5)",
     "with dg.no_grad():\n    w = {h}[1:]\n    w.clamp_(-1.0, 1.0)\n{h} = {h} * 1.0",
     "{h} = {h}.scatter_add(0, ({h}.detach().abs() * 2).long().clamp(0, 2), {h} * 0.5)",
