@@ -752,13 +752,20 @@ def check_onnx(seed: int, path: str) -> int:
                 dg.onnx.export(model, args, path, input_names=names)
         except Exception as error:
             raise Unsupported(f"export: {type(error).__name__}: {error}") from error
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        inputs = {i.name: a[i.name] for i in session.get_inputs()}
+        try:
+            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        except Exception as error:   # (onnxruntime has no float64 Erf or Atan: its gap)
+            if "NOT_IMPLEMENTED" not in str(error):
+                raise
+            session, lacking = None, str(error).splitlines()[0]
         with dg.no_grad():
             want = [_numpy(v) for v in model(*args)]
             loaded = dg.onnx.load(path)(*args)
-        got = session.run(None, inputs)
+        got = None if session is None else session.run(
+            None, {i.name: a[i.name] for i in session.get_inputs()})
         for what, values in (("onnxruntime", got), ("dg.onnx.load", loaded)):
+            if values is None:
+                continue
             context = f"call {i} (B={call['B']}), {what}, program {seed}:\n{source}"
             values = [np.asarray(_numpy(v) if isinstance(v, dg.Tensor) else v)
                       for v in (values if isinstance(values, (list, tuple)) else [values])]
@@ -768,7 +775,12 @@ def check_onnx(seed: int, path: str) -> int:
                     f"{w.dtype}{w.shape} vs {g.dtype}{g.shape}: {context}"
                 if w.dtype.kind == "f" and not np.isfinite(w).all():
                     continue
-                np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8, err_msg=context)
+                # (float16 sums: onnxruntime adds in another order, a few ulps of the
+                # terms apart, which a sum that cancels makes large relative: seed 1404)
+                tol = (1e-2, 5e-2) if w.dtype == np.float16 else (1e-6, 1e-8)
+                np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1], err_msg=context)
+    if session is None:
+        raise Unsupported(f"onnxruntime (dg.onnx.load matched): {lacking}")
     return len(calls(seed))
 
 
