@@ -265,7 +265,7 @@ FUNCTIONS = [
     "h = torch.exp2(h.clamp(max=3)) + torch.expm1(h.clamp(max=3)) + torch.log2(h.abs() + 1)",
     "h = h + torch.searchsorted(torch.linspace(-2, 2, 5, dtype=h.dtype), h.detach())",
     "h = h + torch.bucketize(h.detach(), torch.tensor([-1.0, 0.0, 1.0], dtype=h.dtype), right=True)",
-    "h = h * torch.searchsorted(h.detach().sort(1).values, h.detach().mean(1, keepdim=True), side='right')",
+    "h = h * torch.searchsorted(h.detach().sort(1).values, h.detach().mean(1, keepdim=True) + 0.01, side='right')",   # (off ties)
     "h = torch.where(h > 0, 1.0, -1.0) * h",
     "h = torch.where(mask, 0.0, h)",
     "h = torch.lerp(h, x, torch.sigmoid(h))",
