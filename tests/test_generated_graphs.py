@@ -19,7 +19,8 @@ dimension; compiled results must equal eager's (float32: rtol 1e-4, atol 1e-5; f
 that the other does not have, but for eager's in-place version check, which a compiled
 backward does not need (docs/capture.md, "One difference from eager").
 
-``DG_GRAPH_EXAMPLES`` sets the programs per mode (CI: 60, seeded; a failing id is
+``DG_GRAPH_EXAMPLES`` sets the programs per mode, from seed ``DG_GRAPH_FIRST`` (CI: 60 from
+0, seeded; a campaign on new seeds sets both; a failing id is
 reproducible: ``pytest tests/test_generated_graphs.py -k 'forward-17'``).
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import dualgraph as dg
 import dualgraph.nn.functional as F
 
 EXAMPLES = int(os.environ.get("DG_GRAPH_EXAMPLES", "60"))
+FIRST = int(os.environ.get("DG_GRAPH_FIRST", "0"))
 
 UNARY = [
     "{x}.neg()", "{x}.abs()", "{x}.clamp(-3, 3).exp()", "({x}.abs() + 1).log()",
@@ -305,19 +307,19 @@ def check_forward(seed, dtype, shapes_of_calls, **options):
 
 
 @pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("seed", range(EXAMPLES))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES))
 def test_forward(seed, dtype):
     check_forward(seed, dtype, calls)
 
 
-@pytest.mark.parametrize("seed", range(EXAMPLES))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES))
 def test_forward_with_a_dynamic_leading_dim(seed):
     """``dynamic=True``: one graph with symbolic dims for calls of several leading sizes."""
     check_forward(seed, dg.float32, lambda shapes: [
         (1, None), (2, shapes[0][0] + 1), (3, shapes[0][0] + 3), (4, None)], dynamic=True)
 
 
-@pytest.mark.parametrize("seed", range(EXAMPLES))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES))
 def test_forward_with_automatic_dynamic_dims(seed):
     """No ``dynamic=``: the leading size changes, so that dim is traced symbolic (or, where
     an op can't keep it so, the function keeps static graphs): calls of several sizes, back
@@ -327,7 +329,7 @@ def test_forward_with_automatic_dynamic_dims(seed):
         (6, shapes[0][0] + 1)])
 
 
-@pytest.mark.parametrize("seed", range(EXAMPLES))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES))
 def test_backward_inside(seed):
     """The loss's backward inside the compiled function: gradients of the inputs."""
     dtype = dg.float64
@@ -350,7 +352,7 @@ def test_backward_inside(seed):
             assert_same(*both, source, f"call {call_seed}: loss and gradient", dtype)
 
 
-@pytest.mark.parametrize("seed", range(EXAMPLES))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES))
 def test_backward_through_outputs(seed):
     """The loss's backward outside, through the compiled function's outputs."""
     dtype = dg.float64
@@ -496,7 +498,7 @@ def test_symbolic_dims_a_trace_cannot_keep_fall_back_to_static_shapes():
     assert "symbolic dims given up at" in report and "test_generated_graphs.py" in report
 
 
-@pytest.mark.parametrize("seed", range(0, EXAMPLES, 2))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + EXAMPLES, 2))
 def test_calls_that_switch_signatures(seed):
     """One compiled function called with a random sequence of signatures (dtype, leading
     size, requires_grad, grad mode): each call takes the graph its guards select (or

@@ -13,14 +13,20 @@ combined with each other and with random op chains:
 - Python values that become graph inputs (a counter the step increments, a config number
   set outside, the ``lr`` argument), a flag that picks a branch, Python random draws;
 - tensor hooks, ``no_grad`` regions, ``detach``, a backward inside the step followed by
-  ``opt.step()`` or a hand-written update (or a backward outside, through the outputs).
+  ``opt.step()`` or a hand-written update (or a backward outside, through the outputs);
+- control flow (a branch on a tensor or on ``.item()``, a loop over rows) around in-place
+  writes through views, integer tensors made from values and indexing with them, an
+  integer state tensor, a list of tensors read at the next call, ``requires_grad_``
+  toggled inside the step.
 
 Each program is called with a random *call sequence*: the leading size changes (automatic
 dynamic dims), the aliasing pattern and ``requires_grad`` of the arguments change, calls
 run under ``no_grad`` or not, and between calls the outside world changes (a config number
 or flag, the state reset or rebound or changed in place, the global and the closure
 variable rebound, a parameter frozen or unfrozen or changed through ``.data``, a forward
-hook added or removed, the kept list cleared, the optimiser's learning rate set). Two worlds built from the same seed run the
+hook added or removed, the kept list cleared, the optimiser's learning rate set, a parameter
+replaced by a new one, a parameter group added, a state tensor's ``requires_grad``
+toggled). Two worlds built from the same seed run the
 same sequence, one eagerly and one compiled: every call's outputs, the arguments after the
 call and their gradients, the world after the call (parameters, their gradients and
 flags, the state's tensors and numbers, what was printed) must agree (float64, rtol 1e-9).
@@ -63,7 +69,7 @@ UNARY = ["{h}.tanh()", "{h}.sigmoid()", "F.relu({h})", "F.gelu({h})", "{h}.sin()
          "{h}.exp().log1p()", "dg.where({h} > 0, {h}, {h} * 0.1)"]
 BINARY = ["{h} + {p}", "{h} - {p}", "{h} * {p}", "{h} / ({p}.abs() + 1.0)",
           "dg.maximum({h}, {p})", "{h} * {p}.sigmoid()"]
-ROWS = ["c", "S.acc", "S.last", "G", "K", "net.bias"]      # (D,) partners
+ROWS = ["c", "S.acc", "S.last", "G", "K", "net.bias", "S.extra"]      # (D,) partners
 NUMBERS = ["0.5", "-1.25", "cfg['scale']", "lr", "(1.0 + 0.01 * S.calls)", "cfg['shift']"]
 BREAKS = [
     "print(f'{{{h}.sum().item():.6f}}', file=LOG)",
@@ -117,10 +123,31 @@ ENDINGS = {
                "                p.grad = None\n"
                "return loss.detach(), {h}.detach()"),
 }
+# Control flow around in-place writes through views, ``no_grad`` blocks, integer tensors
+# made from values and indexing with them, branches on ``.item()``, tensors kept in lists
+# and read at later calls, ``requires_grad_`` toggled (the campaigns of i-gen4).
+FLOW = [   # (sums compared off zero: a row sum of ``roll(h) - h`` is rounding noise)
+    "if {h}.sum() + 0.5 > 0:\n    {h} = {h} * 1.0\n    {h}[:, :2].mul_(0.5)\nelse:\n"
+    "    with dg.no_grad():\n        G[:2].add_(0.1)",
+    "{h} = {h} * 1.0\nif S.calls % 2:\n    {h}[0].add_(1.0)\nelse:\n    {h}[:, -1].mul_(-1.0)",
+    "with dg.no_grad():\n    if {h}.mean().item() + 0.5 > 0:\n        S.acc[1:].mul_(0.9)",
+    "j = ({h}.detach().abs() * 3).long() % {h}.shape[0]\n{h} = {h}[j[:, 0]] + {h}",
+    "k = {h}.argmax(1)\n{h} = {h} + {h}[dg.arange({h}.shape[0]), k].unsqueeze(1)",
+    "{h} = {h} + ({h} > 0).long().sum(1, keepdim=True)",
+    "n = int(({h} > 0).sum())\n{h} = {h} * (n + 1) / {h}.shape[0]",
+    "S.ints = S.ints + ({h}.detach() > 0).long().sum(0)\n{h} = {h} + S.ints % 3",
+    "if S.keep:\n    {h} = {h} + S.keep[-1]\nS.keep.append({h}.detach().mean(0))",
+    "net.bias.requires_grad_(not net.bias.requires_grad)",
+    "{h} = {h} * 1.0\nfor i in range(min({h}.shape[0], 3)):\n    if {h}[i].sum() + 0.5 > 0:\n"
+    "        {h}[i].mul_(0.5)",
+    "with dg.no_grad():\n    w = {h}[1:]\n    w.clamp_(-1.0, 1.0)\n{h} = {h} * 1.0",
+    "{h} = {h}.scatter_add(0, ({h}.detach().abs() * 2).long().clamp(0, 2), {h} * 0.5)",
+]
 # what changes outside the function between calls
 OUTSIDE = ["scale", "shift", "flag", "state reset", "state in place", "global rebound",
            "global in place", "closure rebound", "freeze", "param data", "param rebound data",
-           "hook", "clear list", "lr", "group lr"]
+           "hook", "clear list", "lr", "group lr", "param replaced", "group added",
+           "extra requires_grad", "clear kept"]
 ALIAS_B = ["own", "own", "same", "view"]
 ALIAS_C = ["own", "own", "row of a", "state", "global", "param"]
 
@@ -131,7 +158,7 @@ def write_program(seed: int) -> tuple[str, str]:
     lines, names, count = ["h = a * 1.0 + b"], ["a", "b", "h"], 0
     for _ in range(r.randint(3, 9)):
         kind = r.choices(["unary", "binary", "linear", "break", "state", "write", "grad",
-                          "keep", "row"], weights=[5, 5, 2, 2, 3, 1, 2, 1, 2])[0]
+                          "keep", "row", "flow"], weights=[5, 5, 2, 2, 3, 1, 2, 1, 2, 3])[0]
         partner = r.choice(names + ROWS + NUMBERS)
         if kind == "unary":
             lines.append("h = " + r.choice(UNARY).format(h="h"))
@@ -147,6 +174,8 @@ def write_program(seed: int) -> tuple[str, str]:
             lines.append(r.choice(STATE + REBOUND).format(h="h"))
         elif kind == "write":
             lines.append(r.choice(WRITES))
+        elif kind == "flow":
+            lines.append(r.choice(FLOW).format(h="h"))
         elif kind == "grad":
             lines.append(r.choice(GRADS).format(h="h", p=partner if partner not in names
                                                 else "0.5"))
@@ -189,6 +218,8 @@ class World:
         self.S = type("State", (), {})()
         self.S.acc, self.S.last = dg.tensor(rng.normal(size=D)), dg.zeros(D, dtype=dg.float64)
         self.S.out, self.S.hist, self.S.calls = None, [], 0
+        self.S.keep, self.S.ints = [], dg.zeros(D, dtype=dg.int64)
+        self.S.extra = dg.tensor(rng.normal(size=D), requires_grad=True)
         self.S.rng = random.Random(seed)
         self.cfg = {"scale": 1.5, "shift": 1, "flag": True}
         self.log = io.StringIO()
@@ -238,6 +269,15 @@ class World:
             S.hist.clear()
         elif what == "group lr":
             self.opt.param_groups[0]["lr"] = value * 0.05
+        elif what == "param replaced":
+            net.bias = nn.Parameter(dg.full((D,), value, dtype=dg.float64))
+        elif what == "group added":
+            if all(p is not S.extra for g in self.opt.param_groups for p in g["params"]):
+                self.opt.add_param_group({"params": [S.extra], "lr": value * 0.01})
+        elif what == "extra requires_grad":
+            S.extra.requires_grad_(not S.extra.requires_grad)
+        elif what == "clear kept":
+            S.keep.clear()
 
     def arguments(self, call: dict):
         """The call's ``(a, b, c)``, aliased as the call says."""
@@ -258,9 +298,11 @@ class World:
             out += [(name, p), (name + ".grad", p.grad), (name + ".requires_grad",
                                                          p.requires_grad)]
         for name, value in sorted(vars(self.S).items()):
-            if name == "hist":
-                out += [(f"S.hist[{i}]", t) for i, t in enumerate(value)]
-                out.append(("len(S.hist)", len(value)))
+            if name in ("hist", "keep"):
+                out += [(f"S.{name}[{i}]", t) for i, t in enumerate(value)]
+                out.append((f"len(S.{name})", len(value)))
+            elif name == "extra":
+                out += [("S.extra", value), ("S.extra.grad", value.grad)]
             elif name == "rng":
                 out.append(("S.rng", value.getstate()))
             elif name == "out" and self.backward and isinstance(value, dg.Tensor):

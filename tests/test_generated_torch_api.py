@@ -9,8 +9,10 @@ code uses (tensor methods and functions, submodules and a ``ModuleList`` looped 
 ``F.*``, advanced, boolean, negative, ellipsis and ``None`` indexing, slice assignment,
 in-place methods, views, reductions with ``dim``/``keepdim``, ``einsum``, ``where``,
 ``gather``, ``cat``/``stack``, casts and promotion with Python scalars and integer tensors,
-``no_grad``, ``detach``, ``.item()`` control flow), and a training step (``zero_grad``,
-``backward`` of a loss over the output, ``opt.step()``).
+``no_grad``, ``detach``, ``.item()`` control flow, branches and loops around in-place
+writes through views, integer tensors made from values and indexing with them, lists of
+tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``), and a
+training step (``zero_grad``, ``backward`` of a loss over the output, ``opt.step()``).
 
 The same text runs three ways: with ``torch`` the real PyTorch; with ``torch`` dualgraph
 (what ``dualgraph.compat.install_torch_alias`` gives ``import torch``: the very module
@@ -206,7 +208,7 @@ REDUCTIONS = [
     "h = h + torch.cdist(h, h).mean(1, keepdim=True)",
     "h = h + h.amin(dim=(0, 1), keepdim=True) + h.max()",
     "h = h + h.min(dim=0).values + h.max(0)[1]",
-    "h = h * (h.sum(-1, keepdim=True).expand_as(h) > 0)",
+    "h = h * (h.sum(-1, keepdim=True).expand_as(h) + 0.5 > 0)",   # (see the sign above)
     "h = h + h.norm(p=1, dim=0) + torch.linalg.vector_norm(h, dim=1, keepdim=True)",
     "h = h + h.mean(0).dot(h.mean(0))",
     "h = h - h.kthvalue(2, dim=1, keepdim=True).values",
@@ -263,7 +265,7 @@ FUNCTIONS = [
     "h = torch.exp2(h.clamp(max=3)) + torch.expm1(h.clamp(max=3)) + torch.log2(h.abs() + 1)",
     "h = h + torch.searchsorted(torch.linspace(-2, 2, 5, dtype=h.dtype), h.detach())",
     "h = h + torch.bucketize(h.detach(), torch.tensor([-1.0, 0.0, 1.0], dtype=h.dtype), right=True)",
-    "h = h * torch.searchsorted(h.detach().sort(1).values, h.detach().mean(1, keepdim=True), side='right')",
+    "h = h * torch.searchsorted(h.detach().sort(1).values, h.detach().mean(1, keepdim=True) + 0.01, side='right')",   # (off ties)
     "h = torch.where(h > 0, 1.0, -1.0) * h",
     "h = torch.where(mask, 0.0, h)",
     "h = torch.lerp(h, x, torch.sigmoid(h))",
@@ -384,11 +386,43 @@ MODULES = [
     ("self.register_buffer('count{k}', torch.zeros((), dtype=torch.long))",
      "if self.training:\n    self.count{k} += 1\nh = h * (1 + self.count{k} % 2)"),
 ]
+# Control flow around in-place writes through views, integer tensors made from values and
+# indexing with them, ``no_grad`` writes, branches on ``.item()`` (the campaigns of i-gen4).
+FLOW = [   # (sums compared off zero: a row sum of ``roll(h) - h`` is rounding noise)
+    "if h.sum() + 0.5 > 0:\n    h = h.clone()\n    h[:, :2].mul_(0.5)\nelse:\n    h = h * 1.0\n"
+    "    h[1:].add_(1.0)",
+    "h = h.clone()\nif h.mean().item() + 0.5 > 0:\n    h.narrow(0, 0, 1).mul_(2.0)",
+    "h = h.clone()\nfor i in range(h.shape[0]):\n    if h[i].sum() + 0.5 > 0:\n"
+    "        h[i, :3].mul_(0.5)",
+    "with torch.no_grad():\n    k = int(h.abs().argmax())\nh = h + h.flatten()[k]",
+    "h = h + h[idx.clamp(max=h.shape[0] - 1)]",
+    "if (idx > 2).any():\n    h = h.clone()\n    h[idx > 2] *= 0.5",
+    "h = h.clone()\nwith torch.no_grad():\n    h[:, -1:].copy_(h[:, :1])",
+    "j = (h.detach().abs() * 2).long().clamp(0, D - 1)\nh = h.gather(1, j) + h",
+    "h = h + torch.zeros(D, dtype=h.dtype).index_put_((idx,), torch.ones(idx.shape[0], "
+    "dtype=h.dtype), accumulate=True)",
+    "c = (h > 0).sum(1)\nh = h * c[:, None] + c.max()",
+    "if int((h > 0).sum()) % 2:\n    h = h.flip(1)",
+    "h = h.clone()\nrows = torch.arange(h.shape[0])\nh[rows, idx] = h[rows, idx] * 2",
+    "t = h.detach().clone()\nt.requires_grad_()\nh = h + t * 0.5",
+    "n = int(idx.max())\nh = h.clone()\nh[:, n:].mul_(0.5) if n < D else None",
+    "h = h * 1.0\nwhile h.abs().max() > 2:\n    h[h.abs() > 2] *= 0.5",
+]
+MODULES += [
+    ("self.hist{k} = []",
+     "self.hist{k}.append(h.detach().mean(0))\nif len(self.hist{k}) > 2:\n"
+     "    self.hist{k}.pop(0)\nh = h + torch.stack(self.hist{k}).mean(0)"),
+    ("self.gain{k} = nn.Parameter(torch.ones(D))",
+     "self.gain{k}.requires_grad_(not self.gain{k}.requires_grad)\nh = h * self.gain{k}"),
+    ("self.keep{k} = []",
+     "if self.training:\n    self.keep{k}.append(h)\nh = h + sum((t.mean() for t in "
+     "self.keep{k}[-2:]), torch.zeros((), dtype=h.dtype)).detach()"),
+]
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES}
+         "module": MODULES, "flow": FLOW}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3}
+           "grad": 1, "item": 1, "module": 3, "flow": 2}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
@@ -488,7 +522,9 @@ def write_program(seed: int) -> tuple[str, str]:
         elif "self.parameters()" in choice or ".add_(0.01)" in choice:
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
-            if transposed and "h.view(" in choice:   # (torch refuses to view it)
+            if "h.view(" in choice and (transposed or kind in ("write", "flow")):
+                # (torch refuses to view a transposed h; a statement before may also leave
+                # it so through a same-shape reshape or a clone: seed 1603)
                 body.append("h = h.contiguous()")
             body.append(choice.format(k=k))
             transposed = choice.endswith((".t()", ".transpose(0, 1)"))
@@ -716,13 +752,20 @@ def check_onnx(seed: int, path: str) -> int:
                 dg.onnx.export(model, args, path, input_names=names)
         except Exception as error:
             raise Unsupported(f"export: {type(error).__name__}: {error}") from error
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        inputs = {i.name: a[i.name] for i in session.get_inputs()}
+        try:
+            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        except Exception as error:   # (onnxruntime has no float64 Erf or Atan: its gap)
+            if "NOT_IMPLEMENTED" not in str(error):
+                raise
+            session, lacking = None, str(error).splitlines()[0]
         with dg.no_grad():
             want = [_numpy(v) for v in model(*args)]
             loaded = dg.onnx.load(path)(*args)
-        got = session.run(None, inputs)
+        got = None if session is None else session.run(
+            None, {i.name: a[i.name] for i in session.get_inputs()})
         for what, values in (("onnxruntime", got), ("dg.onnx.load", loaded)):
+            if values is None:
+                continue
             context = f"call {i} (B={call['B']}), {what}, program {seed}:\n{source}"
             values = [np.asarray(_numpy(v) if isinstance(v, dg.Tensor) else v)
                       for v in (values if isinstance(values, (list, tuple)) else [values])]
@@ -732,7 +775,12 @@ def check_onnx(seed: int, path: str) -> int:
                     f"{w.dtype}{w.shape} vs {g.dtype}{g.shape}: {context}"
                 if w.dtype.kind == "f" and not np.isfinite(w).all():
                     continue
-                np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-8, err_msg=context)
+                # (float16 sums: onnxruntime adds in another order, a few ulps of the
+                # terms apart, which a sum that cancels makes large relative: seed 1404)
+                tol = (1e-2, 5e-2) if w.dtype == np.float16 else (1e-6, 1e-8)
+                np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1], err_msg=context)
+    if session is None:
+        raise Unsupported(f"onnxruntime (dg.onnx.load matched): {lacking}")
     return len(calls(seed))
 
 

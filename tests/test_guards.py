@@ -494,3 +494,109 @@ def test_a_hook_registered_or_removed_after_compiling_retraces(compile_model):
     got, c = run(True)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert "a forward hook or pre-hook was registered or removed" in c.explain()
+
+
+@pytest.mark.parametrize("how", ["method", "attribute", "method, then a break",
+                                 "method, after the use"])
+def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
+    """``self.g.requires_grad_(not self.g.requires_grad)`` (or ``= ...``) in a compiled
+    forward: the graph does not set the flag, so a graph traced with it on served the next
+    call too (the flag stayed on, and gradients came at the wrong calls: the torch-API
+    generator, i-gen4). Now the function's Python runs at every call; a trace aborted at a
+    later break puts the flag back before the eager run sets it; ops that read ``g`` before
+    it was turned off give results that require grad (stateful seed 7198)."""
+    class Net(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = dg.nn.Parameter(dg.ones(3, dtype=dg.float64))
+
+        def forward(self, x):
+            y = x * self.g if how.endswith("use") else None
+            if how == "attribute":
+                self.g.requires_grad = not self.g.requires_grad
+            else:
+                self.g.requires_grad_(not self.g.requires_grad)
+            y = x * self.g if y is None else y   # (after the use: y requires grad, as
+            # eagerly, from the g that did; g gets no gradient: torch's AccumulateGrad)
+            if how.endswith("break") and y.sum().item() > 0:
+                y = y * 2.0
+            return y
+
+    seen = []
+    for compiled in (False, True):
+        net = Net()
+        fn = dg.compile(net) if compiled else net
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for n in (5, 4, 5, 4, 5, 4):
+                net.g.grad = None
+                x = dg.tensor(np.arange(n * 3.0).reshape(n, 3),
+                              requires_grad=not how.endswith("use"))
+                y = fn(x)
+                if y.requires_grad:
+                    y.sum().backward()
+                out.append((net.g.requires_grad, None if net.g.grad is None
+                            else net.g.grad.numpy().tolist(), y.detach().numpy().tolist(),
+                            y.requires_grad, None if x.grad is None else x.grad.numpy().tolist()))
+        seen.append(out)
+    assert seen[1] == seen[0]
+    assert [flag for flag, *_ in seen[0]] == [False, True] * 3
+
+
+@pytest.mark.parametrize("sigmoid", [False, True])
+def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_gets_none(sigmoid):
+    """``y = x * w``, then ``w.requires_grad_(False)`` and ``y.sum().backward()`` inside the
+    step: ``w`` gets no gradient (torch's AccumulateGrad skips a leaf that no longer requires
+    grad); the traced backward accumulated into it through its traced stand-in, which still
+    required grad (stateful seed 6633), and eager did through ``sigmoid`` (seed 6935)."""
+    def run(compiled):
+        w = dg.tensor(np.arange(3.0), requires_grad=True)
+
+        def step(x):
+            y = x * (w.sigmoid() if sigmoid else w)
+            w.requires_grad_(not w.requires_grad)
+            y.sum().backward()
+            return y.detach()
+
+        fn = dg.compile(step) if compiled else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(4):
+                x = dg.tensor(np.ones(3) * (k + 1), requires_grad=True)
+                y = fn(x)
+                seen.append((w.requires_grad, w.grad is None, x.grad.numpy().tolist(),
+                             y.numpy().tolist()))
+        return seen
+
+    assert run(True) == run(False)
+    assert all(none for _, none, *_ in run(False))
+
+
+def test_requires_grad_of_a_tensor_held_outside_modules_is_guarded():
+    """``S.extra`` (a leaf on a plain object) read by the step, its ``requires_grad`` turned
+    off between calls: the graph traced while it required grad went on writing its
+    gradient (stateful seed 7775, silent); the flag is guarded now, as a parameter's is."""
+    def world():
+        S = type("State", (), {})()
+        S.extra = dg.tensor(np.arange(3.0), requires_grad=True)
+
+        def step(x):
+            h = dg.maximum(x, S.extra)
+            (h * h).sum().backward()
+            return h.detach()
+        return S, step
+
+    runs = []
+    for compiled in (False, True):
+        S, step = world()
+        fn = dg.compile(step) if compiled else step
+        seen = []
+        for k, flag in enumerate([True, True, False, False, True]):
+            S.extra.requires_grad_(flag)
+            x = dg.tensor(np.ones(3) * k, requires_grad=True)
+            seen.append((fn(x).numpy().tolist(), x.grad.numpy().tolist(),
+                         None if S.extra.grad is None else S.extra.grad.numpy().tolist()))
+        runs.append(seen)
+    assert runs[1] == runs[0]

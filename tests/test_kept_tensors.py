@@ -363,3 +363,37 @@ def test_retain_grad_inside_a_compiled_call_is_a_graph_break_with_eagers_grad():
         np.testing.assert_allclose(got[0].grad.numpy(), want[0].grad.numpy(), rtol=1e-6)
     with pytest.raises(Exception, match=r"retain_grad\(\) on a traced tensor"):
         dg.compile(forward, fullgraph=True)(x, [])
+
+
+KEPT_VIEWS = {"t": lambda h: h.t(), "rows": lambda h: h[1:], "detach": lambda h: h.detach()}
+
+
+@pytest.mark.parametrize("view", list(KEPT_VIEWS))
+def test_a_view_of_an_intermediate_kept_in_a_list_is_its_own_tensor_after_the_call(view):
+    """``self.keep.append(h.t())`` in a compiled forward, read at the next call (whose size
+    differs): the kept view still pointed at the trace's ``h`` and the next trace raised
+    StaleTensorError (torch-API seed 1549: a crash where eager runs)."""
+    class Net(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.keep = []
+
+        def forward(self, x):
+            h = x * 2.0
+            self.keep.append(KEPT_VIEWS[view](h))
+            return h + sum(t.mean() for t in self.keep[-2:]).detach()
+
+    runs = []
+    for compiled in (False, True):
+        net = Net()
+        fn = dg.compile(net) if compiled else net
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k, n in enumerate([5, 4, 4, 3]):
+                x = dg.ones(n, 3, dtype=dg.float64, requires_grad=True) * (k + 1)
+                y = fn(x)
+                y.sum().backward()
+                seen.append(y.detach().numpy().tolist())
+        runs.append(seen + [[t.detach().numpy().tolist() for t in net.keep]])
+    assert runs[1] == runs[0]

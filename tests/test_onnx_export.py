@@ -537,3 +537,19 @@ def test_layer_exports_and_reads_back(name, tmp_path):
     for g, b, w in zip(got, back, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(b.numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def test_arithmetic_on_bools_exports_as_logical_ops(tmp_path):
+    """``mask + mask`` (torch's ``mask | mask``), ``mask * mask`` and ``maximum`` /
+    ``minimum`` of bools: ONNX's Add, Mul, Max and Min take no bool tensors, and
+    onnxruntime refused the model (torch-API ONNX campaign, seeds 1424, 1487)."""
+    class Net(nn.Module):
+        def forward(self, a, b):
+            return a + b, a * b, dg.maximum(a, b), dg.minimum(a, b)
+
+    rng = np.random.default_rng(0)
+    inputs = [dg.tensor(rng.random((3, 4)) < 0.5), dg.tensor(rng.random((3, 4)) < 0.5)]
+    got, _ = export_and_run(Net(), inputs, tmp_path)
+    for g, w in zip(got, eager(Net(), inputs)):
+        assert g.dtype == np.bool_
+        np.testing.assert_array_equal(g, w)

@@ -158,6 +158,63 @@ def test_an_argument_that_is_the_tensor_a_rebinding_step_writes_in_place_sees_th
             np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-12)
 
 
+REBINDING_STEPS = {   # a step that writes its state in place, then rebinds it
+    "attribute": "def make():\n    S = type('State', (), {})()\n"
+                 "    S.acc = dg.zeros(4, dtype=dg.float64)\n\n    def step(x, c):\n"
+                 "        with dg.no_grad():\n            S.acc.add_(x.mean())\n"
+                 "        S.acc = S.acc * 0.9 + x.mean(0) * 0.1\n        return x * c\n"
+                 "    return step, lambda: S.acc\n",
+    "global": "G = dg.zeros(4, dtype=dg.float64)\n\ndef make():\n    def step(x, c):\n"
+              "        global G\n        with dg.no_grad():\n            G[1:].mul_(0.5)\n"
+              "        G = G * 0.9 + x.detach().mean(0) * 0.1\n        return (x * c).sum(0)\n"
+              "    return step, lambda: G\n",
+}
+
+
+@pytest.mark.parametrize("where", list(REBINDING_STEPS))
+@pytest.mark.parametrize("pattern", ["always", "in turns"])
+def test_passing_the_tensor_the_step_rebinds_traces_once_per_pattern(where, pattern):
+    """The step passed, as ``c``, the very tensor it rebinds (``f(x, S.acc)``, at every
+    call or in turns with a tensor of its own): one graph per way the arguments share
+    storage with that place (guarded by the place, not by the tensor there, which is new
+    at every call), not a trace per call; values as eager's."""
+    runs, traces = [], 0
+    for compiled in (False, True):
+        namespace = {"dg": dg, "__name__": "generated"}
+        exec(REBINDING_STEPS[where], namespace)
+        step, state = namespace["make"]()
+        fn = dg.compile(step) if compiled else step
+        rng, seen = np.random.default_rng(0), []
+        for k in range(12):
+            own = pattern == "in turns" and k % 2 == 0
+            c = dg.tensor(rng.normal(size=4)) if own else state()
+            seen.append((fn(dg.tensor(rng.normal(size=(3, 4))), c).numpy(),
+                         c.numpy().copy(), state().numpy().copy()))
+        runs.append(seen)
+        if compiled:
+            traces = sum(r.kind in ("capture", "retrace") for r in fn.records)
+            assert fn._split is None and not fn.eager_only, fn.explain()
+    for want, got in zip(*runs):
+        for u, v in zip(got, want):
+            np.testing.assert_allclose(u, v, rtol=1e-12)
+    # (three to learn that it stores a new tensor at each call, one for the other pattern)
+    assert traces <= (3 if pattern == "always" else 4), fn.explain()
+
+
+def test_state_of_a_class_without_a_module_name():
+    """A class made by ``type()`` in code run by ``exec`` without ``__name__`` has no
+    ``__module__``: the scope walk crashed on it (AttributeError) instead of reading its
+    object's state."""
+    namespace = {"dg": dg}
+    exec("S = type('State', (), {})()\nS.acc = dg.ones(3)\n"
+         "def step(x):\n    S.acc = S.acc * 0.5 + x\n    return x * S.acc", namespace)
+    assert not hasattr(type(namespace["S"]), "__module__")
+    fn, want = dg.compile(namespace["step"]), []
+    for k in range(4):
+        want.append((dg.arange(3.0) + k) * (namespace["S"].acc * 0.5 + dg.arange(3.0) + k))
+        np.testing.assert_allclose(fn(dg.arange(3.0) + k).numpy(), want[-1].numpy())
+
+
 def test_rebinding_to_another_shape_traces_again():
     eager_net, net = Net(), Net()
     eager_step, step = make_step(eager_net), dg.compile(make_step(net))

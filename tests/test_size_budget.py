@@ -367,8 +367,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +30 (issue 26, i-eag10, eager real programs): reduce.norms, the per-tensor norms
 # of clip_grad_norm_ without a dispatch each (torch's _foreach_norm), commit_flat's write
 # of an update without history, and x[:, t] as one select.
-CORE_BUDGET = 26_870
-BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_010, "cli": 320,
+# capture/ +40 and the core +40 (i-gen4, the generated-program campaigns): an entry put
+# aside per way the arguments share storage with a place the step rebinds (a trace per
+# call before), requires_grad set on parameters or state while tracing (a silent
+# difference) noted and put back.
+CORE_BUDGET = 26_910
+BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
            "passes": 3_385, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}

@@ -190,6 +190,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     continue
             elif capture is not None or inputs is not None:
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
+            if not node.leaf.requires_grad:   # (turned off since the op reached it: no
+                continue                       # gradient, as torch's AccumulateGrad)
             _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
             for hook in node.leaf._post_accumulate_hooks or ():
                 hook(node.leaf)

@@ -58,8 +58,10 @@ def _as_bound(t: Tensor) -> Tensor:
     traced (a view argument refreshed after a write to its base: ``a.mul_(0.5)`` under
     ``no_grad``, then ``c = a[1]`` read) gets the gradient of its input value only, what
     reached its accumulator, not that of its new value (which reaches its base already:
-    counted twice, once through the graph and once through the caller's view)."""
-    if t.grad_fn is None:
+    counted twice, once through the graph and once through the caller's view). One whose
+    ``requires_grad`` the step turned off after ops read it is differentiated through the
+    same accumulator."""
+    if t.grad_fn is None and t.requires_grad:
         return t
     leaf = Tensor._make(t._data)
     leaf.requires_grad = True
@@ -78,7 +80,10 @@ def differentiable(capture, result_tensors) -> tuple[list, list]:
     diff_outputs = [i for i, t in enumerate(result_tensors)
                     if isinstance(t, Tensor) and t.requires_grad and t.grad_fn is not None
                     and not _reaches_freed(t.grad_fn)]
-    diff_inputs = [b for b in capture.bindings if b.kind != "grad" and b.tensor.requires_grad]
+    # (also a tensor that required grad when the ops read it and no longer does: their
+    # results require grad, as eagerly; backward then gives it none, engine.py)
+    diff_inputs = [b for b in capture.bindings if b.kind != "grad"
+                   and (b.tensor.requires_grad or b.required)]
     return diff_outputs, diff_inputs
 
 

@@ -181,8 +181,12 @@ class Entry:
         there now: ``f(x, G)`` with ``G`` a global it rebinds at every call and writes in
         place). ``tensors``: the call's tensor arguments (``by_binding``: the capture's
         bound tensors, as traced)."""
-        places = {id(held(c, key)._version): k for k, (_, c, key) in self.held.reads.items()
-                  if isinstance(held(c, key), Tensor)}
+        if by_binding:   # (the tensor each place held when traced: the one the graph read)
+            places = {id(tensors[k]._version): name
+                      for k, (name, _, _) in self.held.reads.items()}
+        else:
+            places = {id(held(c, key)._version): name for name, c, key
+                      in self.held.reads.values() if isinstance(held(c, key), Tensor)}
         first, out = {}, []
         for i, k in self._args:
             version = id((tensors[k] if by_binding else tensors[i])._version)
@@ -212,7 +216,8 @@ class Entry:
                 raise _StaleGuard(changed)
         if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
             raise _StaleGuard("the arguments share storage (views of one another, or of "
-                              "state the function reads) otherwise than when traced")
+                              "state the function reads) otherwise than when traced",
+                              sharing=self._sharing(tensor_args))
         for f in self.frozen:
             if f.changed():
                 raise _StaleGuard(f.change(), f)
@@ -337,9 +342,10 @@ class Entry:
                     taken.add(id(new))
                     continue
                 t._data = array
-                if t._alias and type(t._base._data) is Value:
-                    # (``loss.detach()`` kept: its base is an intermediate of the trace)
-                    t._base, t._alias, t._version = None, False, [0]
+                if t._base is not None and type(t._base._data) is Value:
+                    # (``loss.detach()`` or a view ``h.t()`` kept: its base is an
+                    # intermediate of the trace, so it is a tensor of its own now)
+                    t._base, t._alias, t._view, t._version = None, False, None, [0]
                 t._version[0] += 1
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
@@ -449,12 +455,26 @@ class _BakedNumbers(Exception):
     baked in and guarded now, and the function is traced again."""
 
 
+class FlagWrite(CaptureError):
+    """A trace set ``requires_grad`` of a parameter or of state (``p.requires_grad =
+    False``, ``requires_grad_()`` in the step): a graph would not set it at its calls, so
+    its Python runs at each."""
+
+    def __init__(self, fn):
+        code = getattr(getattr(fn, "forward", fn), "__code__", None)
+        super().__init__("requires_grad set on a parameter or state while tracing",
+                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
+                         "Set it outside the compiled function, between calls (compile "
+                         "retraces for it), for one graph.")
+
+
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
-    def __init__(self, reason: str, frozen=None):
+    def __init__(self, reason: str, frozen=None, sharing=None):
         super().__init__(reason)
         self.frozen = frozen
+        self.sharing = sharing   # (the call's storage sharing, where that guard failed)
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -662,6 +682,9 @@ class Compiled:
         self._fast_paths: dict = {}     # signature -> its inlined call, or None
         self._fast = None               # the last call's, tried first
         self._stale: str | None = None  # why the last entry was dropped, if it was
+        # (signature, storage sharing) -> an entry put aside for a call sharing otherwise
+        # (``f(x, S.acc)`` and ``f(x, own)`` in turns: a graph each, not a trace each call)
+        self._by_sharing: dict = {}
         # no_grad calls read the module's parameters and buffers as constants (guarded);
         # off with passes=False, and once they changed FREEZE_LIMIT times
         self._freezing = passes is not False
@@ -824,6 +847,13 @@ class Compiled:
         except _StaleGuard as stale:
             del self.cache[sig]
             self._fast_paths.pop(sig, None)
+            if stale.sharing is not None:   # (kept for calls that share as it was traced)
+                if len(self._by_sharing) < self.retrace_limit:
+                    self._by_sharing[sig, entry.sharing] = entry
+                other = self._by_sharing.pop((sig, stale.sharing), None)
+                if other is not None:
+                    self.cache[sig] = other
+                    return self._retraced_call(stale, args, kwargs)
             self._stale = str(stale)    # (the reason the next capture's record gives)
             if stale.frozen is not None:
                 self._frozen_changed(stale.frozen)
@@ -925,6 +955,7 @@ class Compiled:
         now on (as a retrace past the limit does)."""
         self._rebinds += 1
         self.cache.clear()
+        self._by_sharing.clear()
         self._fast_paths, self._fast, self._last = {}, None, None
         self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
         self._module_facts.roots = [("self", self.module)] if self.module is not None else []
@@ -1035,6 +1066,7 @@ class Compiled:
             self._slots = self._slots + new
             self.cache = {self._padded(k): e for k, e in self.cache.items()}
             self._fast_paths, self._fast = {}, None   # (theirs check the old slots)
+            self._by_sharing.clear()
 
     def _padded(self, sig: tuple) -> tuple:
         """``sig`` with the slots added since it was computed, absent."""
@@ -1157,11 +1189,13 @@ class Compiled:
                              "Python or its ops", e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
-        except PythonPrint as e:
+        except (PythonPrint, FlagWrite) as e:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
-            self._every_call("it prints", e.location, e.fix)
+            self._every_call("it prints" if isinstance(e, PythonPrint) else
+                             "it sets requires_grad of a parameter or of state", e.location,
+                             e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
         except CaptureError as e:
@@ -1251,6 +1285,9 @@ class Compiled:
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots)
+        flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
+            (held(c, k), held(c, k).requires_grad) for places in tensors_held.values()
+            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)]
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -1281,6 +1318,8 @@ class Compiled:
                     raise random_break
                 if as_inputs and printed and not getattr(tracer, "broke", False):
                     raise PythonPrint(printed[0][0])   # (one graph would print once)
+                if as_inputs and any(t.requires_grad != was for t, was in flags):
+                    raise FlagWrite(self.fn)   # (one graph would not set it at its calls)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
@@ -1315,6 +1354,8 @@ class Compiled:
             put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
+            for t, was in flags:   # (and sets the same flags)
+                t.requires_grad = was
             if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
@@ -1447,9 +1488,11 @@ class Compiled:
         if (not all(isinstance(c, dict) or key is CELL for c, key in cap.kept)
                 or any(t.requires_grad for t in made) and not inside
                 or reads and not whole
-                or any(cap.bindings[k].kind != "captured" for k in reads)):
+                or any(cap.bindings[k].kind not in ("captured", "arg") for k in reads)):
             return False
         entry.held = Held(entry.held.guards, reads)
+        if entry.sharing is not None:   # (an argument that is such a tensor: that place)
+            entry.sharing = entry._sharing([b.tensor for b in cap.bindings], by_binding=True)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
                    for _, m in root.named_modules()}
         for container, key in cap.kept:   # (not guarded by identity: the graph sets them)

@@ -191,7 +191,7 @@ def user_code(roots: dict) -> dict:
 
     def visit(path, obj, container, key):
         for cls in type(obj).__mro__:
-            if not cls.__module__.startswith(("dualgraph", "builtins")):
+            if not (getattr(cls, "__module__", None) or "").startswith(("dualgraph", "builtins")):
                 for k, v in vars(cls).items():
                     if isinstance(v, types.FunctionType):
                         add(f"{cls.__qualname__}.{k}", v)

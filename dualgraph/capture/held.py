@@ -111,7 +111,8 @@ def put_back(rebound: list) -> None:
 
 class Held:
     """The identity guards and place reads of one graph. ``guards``: ``[(name, container,
-    key, tensor)]``; ``reads``: ``{binding position: (name, container, key)}``."""
+    key, tensor, its requires_grad as traced)]``; ``reads``: ``{binding position: (name,
+    container, key)}``."""
 
     def __init__(self, guards=(), reads=None):
         self.guards = list(guards)
@@ -122,10 +123,12 @@ class Held:
 
     def changed(self) -> str | None:
         """Why the graph no longer fits, if a guarded place holds another tensor now."""
-        for name, container, key, t in self.guards:
+        for name, container, key, t, required in self.guards:
             if held(container, key) is not t:
                 return (f"{name} was assigned anew outside the function (the graph read "
                         "the tensor held there when it was traced)")
+            if t.requires_grad != required:   # (its gradient is in the graph, or not)
+                return f"{name}.requires_grad changed to {t.requires_grad}"
         return None
 
 
@@ -138,5 +141,5 @@ def guards_for(before: dict, bindings) -> list:
             continue
         for name, container, key in before.get(id(b.tensor), ()):
             if held(container, key) is b.tensor:
-                out.append((name, container, key, b.tensor))
+                out.append((name, container, key, b.tensor, b.tensor.requires_grad))
     return out

@@ -204,7 +204,8 @@ def find_slots(fn, optimizers) -> list[Slot]:
                 if not k.startswith("_") and (isinstance(v, dict) or plain_object(v)):
                     container(v, f"{path}.{k}", Slot("attr", m, k, ""), 0)
             cls = type(m)   # (dualgraph's layers read only their own attributes)
-            if cls not in classes and not cls.__module__.startswith("dualgraph."):
+            if cls not in classes and not (getattr(cls, "__module__", None) or "").startswith(
+                    "dualgraph."):
                 classes.add(cls)
                 function(getattr(m.forward, "__func__", m.forward), 1)
     return list(found.values())

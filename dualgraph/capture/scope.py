@@ -112,10 +112,10 @@ def _cell(cell):
 def plain_object(obj) -> bool:
     """A user object whose attributes may be read: not a class, module, function, tensor or
     builtin container."""
-    return (hasattr(obj, "__dict__") and not callable(obj)
+    module = getattr(type(obj), "__module__", None) or ""   # (none: a class made by
+    return (hasattr(obj, "__dict__") and not callable(obj)  # ``type()`` in exec'd code)
             and not isinstance(obj, (type, types.ModuleType, Tensor))
-            and type(obj).__module__ not in ("builtins",)
-            and not type(obj).__module__.startswith("dualgraph."))
+            and module != "builtins" and not module.startswith("dualgraph."))
 
 
 def rebound(held: list) -> str | None:

@@ -65,6 +65,7 @@ class Binding:
     index: int = -1                # for "arg": the position among the tensor arguments
     history: tuple = ()            # (grad_fn, output index, accumulator), restored at the end
     cut: bool = False              # a value an earlier piece of a split call computed
+    required: bool = False         # tensor.requires_grad when bound (the step may turn it off)
 
 
 @dataclass
@@ -208,7 +209,7 @@ class Tracer:
         value = self.new_input(t, kind, name, array.shape if shape is None else shape,
                                array.dtype, index)
         binding = Binding(kind, t, value, array, t.grad, index,
-                          (t.grad_fn, t._output_nr, t._accumulator))
+                          (t.grad_fn, t._output_nr, t._accumulator), required=t.requires_grad)
         self.bindings.append(binding)
         self._bound[id(t)] = binding
         t._data, t._trace_id = value, self.trace_id

@@ -36,7 +36,15 @@ def exporter(op):
         raise TypeError(f"{op.name}: onnx={op.onnx!r} names one ONNX op, which only an op "
                         "without attrs and with one output can; give it an export function")
     op_type = op.onnx
-    return lambda e, node: e.simple(op_type)
+    logical = BOOL_FORMS.get(op_type)
+    if logical is None:
+        return lambda e, node: e.simple(op_type)
+    return lambda e, node: e.simple(logical if node.outputs[0].dtype == np.bool_ else op_type)
+
+
+# ONNX's arithmetic takes no bool tensors: on bools (``mask + mask``, torch's ``mask | mask``)
+# these ops are the logical ones
+BOOL_FORMS = {"Add": "Or", "Mul": "And", "Max": "Or", "Min": "And"}
 
 
 class Emitter:
