@@ -89,3 +89,20 @@ def test_a_compiled_post_norm_block_equals_eager_and_torch():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     ops = [n.op.name for n in compiled._last.executable.graph.nodes]
     assert "linear_epilogue" in ops, ops
+
+
+def test_operands_that_do_not_fit_are_never_taken():
+    """sgemm reads raw pointers: a weight, bias or residual of the wrong shape would read
+    past its array and return garbage, so it goes to NumPy's path, which raises (found by
+    tests/test_error_parity.py after the merge: eager returned a value)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    w = rng.normal(size=(5, 6)).astype(np.float32)
+    b = rng.normal(size=5).astype(np.float32)
+    r = rng.normal(size=(4, 5)).astype(np.float32)
+    assert prefilled.wanted(x, w, b, r)
+    assert not prefilled.wanted(x, np.ascontiguousarray(w[:, :3]), b)     # K differs
+    assert not prefilled.wanted(x, w, np.zeros(6, np.float32))             # bias too long
+    assert not prefilled.wanted(x, w, b, np.zeros((5, 5), np.float32))     # residual rows
+    with pytest.raises(ValueError, match="mismatch"):   # (dispatch words it for the user)
+        LINEAR.kernel(x, np.ascontiguousarray(w[:, :3]), b)

@@ -31,10 +31,17 @@ def _weight_layout(w: np.ndarray):
     return None
 
 
-def wanted(x: np.ndarray, w: np.ndarray) -> bool:
-    """Whether :func:`linear_into` takes ``x @ w.T``: float32 operands, a 2-D weight read as
-    it is, ``x`` C-contiguous with rows to multiply, OpenBLAS's ``sgemm`` at hand."""
+def wanted(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *residual) -> bool:
+    """Whether :func:`linear` takes ``x @ w.T (+ b) (+ r)``: float32 operands whose shapes
+    fit (``x (..., K)``, ``w (N, K)``, ``b (N,)``, ``r`` of the result's shape: sgemm reads
+    raw pointers, so a misfit must go to NumPy's path, which raises the shape error), a
+    2-D weight read as it is, ``x`` C-contiguous with rows to multiply, OpenBLAS's
+    ``sgemm`` at hand."""
     return (x.dtype == w.dtype == np.float32 and w.ndim == 2 and x.ndim >= 1
+            and x.shape[-1] == w.shape[1]
+            and (b is None or (b.dtype == np.float32 and b.shape == w.shape[:1]))
+            and all(r.dtype == np.float32 and r.shape == x.shape[:-1] + w.shape[:1]
+                    for r in residual)
             and x.flags.c_contiguous and x.size > 0 and w.size > 0
             and _weight_layout(w) is not None and sgemm_function() is not None)
 

@@ -522,9 +522,7 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at, out=None):
     then one loop over its rows adds the bias and the residual and applies the activation
     in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
     ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one (``out``)."""
-    if (act == "none" and b.dtype == np.float32 and prefilled.wanted(x, w)
-            and all(r.dtype == np.float32 for r in residual)
-            and not matvec.wanted(x, w, b)):
+    if act == "none" and prefilled.wanted(x, w, b, *residual) and not matvec.wanted(x, w, b):
         return prefilled.linear(x, w, b, *residual, out=out)   # (r + b where the product goes)
     y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
     b = b.astype(y.dtype, copy=False)

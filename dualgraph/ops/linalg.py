@@ -501,7 +501,7 @@ def _linear_kernel(x, w, *bias, out=None):
     check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
-    if bias and bias[0].dtype == np.float32 and prefilled.wanted(x, w):
+    if bias and prefilled.wanted(x, w, bias[0]):
         return prefilled.linear(x, w, bias[0], out=out)   # (the bias where the product goes)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
@@ -623,7 +623,7 @@ def _matmul_t(x, w, out=None):
 
 
 def _matmul_t_bias(x, w, b, out=None):
-    if b.dtype == np.float32 and prefilled.wanted(x, w):
+    if prefilled.wanted(x, w, b):
         return prefilled.linear(x, w, b, out=out)
     y = np.matmul(x, w.T, out=out)
     y += b
