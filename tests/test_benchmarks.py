@@ -22,8 +22,8 @@ def test_children_run_under_each_cpu_tuning_setting_asked_for():
     the runner's own environment says, and reports what was on."""
     on, default, off = (run.run_child("W7", "dualgraph_eager", t)["cpu_tuning"]
                         for t in ("on", "default", "off"))
-    assert on["tricks"] == ["blas", "malloc", "matvec"]
-    assert default["tricks"] == ["blas", "matvec"] and not default["malloc_applied"]
+    assert on["tricks"] == ["blas", "malloc", "matvec", "recycle"]
+    assert default["tricks"] == ["blas", "matvec", "recycle"] and not default["malloc_applied"]
     assert off["tricks"] == [] and not off["malloc_applied"]
     assert on["malloc_applied"] == (run.platform.system() == "Linux")
 
