@@ -352,7 +352,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # plan made once per equation and shapes and run step by step (ops/linalg.py).
 # kernels/ +40, ops/ +10 and the core +50 (issue 26, i-tfm3, transformers on Zen 4): a
 # linear's bias (and residual) written where its product goes and the product added by one
-# sgemm with beta 1 (kernels/prefilled.py), one pass over the result instead of two or three.
+# sgemm with beta 1 (kernels/prefilled.py), one pass over the result instead of two or three
+# (removed by the lead at the merge: compiled steps then rounded apart from eager ones).
 # passes/ +80 and the core +45 (issue 26, i-w4): the step_weights_kn rule
 # (passes/step_weights.py: a weight that a recurrent layer's steps read as small NT
 # products copied transposed once per call, so each step's product is NN); batch_linears
@@ -361,7 +362,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +30, codegen/ +5 and the core +35 (issue i-buf, a step's MB-sized results in
 # planned buffers): OpDef.fills_out and the out= forms of the products, convolutions,
 # row ops and their backwards, which codegen/buffers.py may then give planned buffers.
-# kernels/ +10 and the core +10 (the lead, merging i-buf and i-tfm3): prefilled.linear's out=.
 # "." +25, kernels/ +15, ops/ +5 and the core +95 (the lead: eager ops recycle the big
 # arrays of dead results, kernels/recycle.py and dispatch's hook; the merges' sum)
 # ops/ +30 (issue 26, i-eag10, eager real programs): reduce.norms, the per-tensor norms

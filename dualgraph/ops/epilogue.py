@@ -21,7 +21,6 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
-from ..kernels import matvec, prefilled
 from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType, is_static
@@ -522,8 +521,6 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at, out=None):
     then one loop over its rows adds the bias and the residual and applies the activation
     in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
     ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one (``out``)."""
-    if act == "none" and prefilled.wanted(x, w, b, *residual) and not matvec.wanted(x, w, b):
-        return prefilled.linear(x, w, b, *residual, out=out)   # (r + b where the product goes)
     y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None

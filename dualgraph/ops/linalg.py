@@ -19,7 +19,7 @@ except ImportError:   # (another NumPy: its own einsum, planned at every call)
 
 from .. import dtypes, kernels
 from ..dispatch import apply
-from ..kernels import matvec, prefilled
+from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
@@ -501,8 +501,6 @@ def _linear_kernel(x, w, *bias, out=None):
     check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
     if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
         return matvec.matvec(x, w, *bias)
-    if bias and prefilled.wanted(x, w, bias[0]):
-        return prefilled.linear(x, w, bias[0], out=out)   # (the bias where the product goes)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
@@ -623,8 +621,6 @@ def _matmul_t(x, w, out=None):
 
 
 def _matmul_t_bias(x, w, b, out=None):
-    if prefilled.wanted(x, w, b):
-        return prefilled.linear(x, w, b, out=out)
     y = np.matmul(x, w.T, out=out)
     y += b
     return y
