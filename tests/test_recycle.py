@@ -129,3 +129,21 @@ def test_caps_per_shape_and_in_bytes(recycler, monkeypatch):
     other = np.ones((ROWS * 2, COLS), np.float32)
     recycler.keep(other)     # over the cap while `fresh` is in use: not kept
     assert recycler.held == fresh.nbytes
+
+
+def test_over_the_cap_free_arrays_of_other_shapes_are_swept_seldom(recycler, monkeypatch):
+    """Past the cap, the first keep drops every shape's free arrays (a dead one of another
+    shape makes room), then only one keep in SWEEP_EVERY looks again: a program holding the
+    cap in live results does not scan them all at every big op."""
+    monkeypatch.setattr(recycle, "CAP_BYTES", ROWS * COLS * 4)
+    recycler.keep(np.ones((ROWS, COLS), np.float32))       # dead at once: free
+    live = np.ones((COLS, ROWS), np.float32)
+    recycler.keep(live)                                    # over the cap: the sweep drops it
+    assert list(recycler.blocks) == [((COLS, ROWS), np.dtype(np.float32))]
+    sweeps = []
+    real = recycler._drop_free
+    monkeypatch.setattr(recycler, "_drop_free", lambda key: (sweeps.append(key), real(key)))
+    others = [np.ones((ROWS + 1, COLS), np.float32) for _ in range(2 * recycle.SWEEP_EVERY)]
+    for a in others:
+        recycler.keep(a)                                   # never room: `live` is alive
+    assert sweeps == [None, None] and recycler.held == live.nbytes

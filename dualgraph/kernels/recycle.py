@@ -28,6 +28,7 @@ import numpy as np
 MIN_BYTES = 256 << 10    # smaller blocks come from malloc's own bins: no page faults
 CAP_BYTES = 512 << 20    # arrays tracked at most (free ones are dropped first past it)
 PER_SHAPE = 8            # arrays tracked per (shape, dtype)
+SWEEP_EVERY = 64         # over the cap, free arrays of every shape looked for this seldom
 
 
 def _baseline() -> int:
@@ -45,6 +46,7 @@ class Recycler:
         self.blocks: dict[tuple, list[np.ndarray]] = {}
         self.held = 0        # bytes of the arrays tracked (in use or free)
         self.reused = 0      # arrays handed back (a count, for tests and reports)
+        self._over_cap = 0   # keeps that found the cap reached
         self._free = _baseline()
 
     def take(self, shape: tuple, dtype) -> np.ndarray | None:
@@ -64,15 +66,22 @@ class Recycler:
                 or not array.flags.c_contiguous or not array.flags.writeable):
             return
         key = (array.shape, array.dtype)
-        blocks = self.blocks.setdefault(key, [])
+        blocks = self.blocks.get(key, ())
         if any(a is array for a in blocks):
             return
+        if len(blocks) >= PER_SHAPE:
+            self._drop_free(key)
+        elif self.held + array.nbytes > CAP_BYTES:
+            # every shape's free arrays are looked for at the first call over the cap and
+            # then once in SWEEP_EVERY, not at each: a program holding CAP_BYTES of live
+            # results would otherwise scan them all at every big op
+            self._over_cap += 1
+            if self._over_cap % SWEEP_EVERY == 1:
+                self._drop_free(None)
+        blocks = self.blocks.get(key, ())
         if len(blocks) >= PER_SHAPE or self.held + array.nbytes > CAP_BYTES:
-            self._drop_free(blocks if len(blocks) >= PER_SHAPE else None)
-            blocks = self.blocks.setdefault(key, [])   # (dropped when it emptied)
-            if len(blocks) >= PER_SHAPE or self.held + array.nbytes > CAP_BYTES:
-                return
-        blocks.append(array)
+            return
+        self.blocks.setdefault(key, []).append(array)
         self.held += array.nbytes
 
     def release(self) -> int:
@@ -82,20 +91,19 @@ class Recycler:
         self._drop_free(None)
         return before - self.held
 
-    def _drop_free(self, only: list | None) -> None:
-        """Forget the free arrays of ``only`` (one shape's list), or of every shape."""
-        for key, blocks in list(self.blocks.items()):
-            if only is not None and blocks is not only:
-                continue
+    def _drop_free(self, key: tuple | None) -> None:
+        """Forget the free arrays of shape-and-dtype ``key``, or of every shape."""
+        for k in ([key] if key is not None else list(self.blocks)):
             kept = []
-            for a in blocks:
+            for a in self.blocks.get(k, ()):
                 if sys.getrefcount(a) == self._free:
                     self.held -= a.nbytes
                 else:
                     kept.append(a)
-            blocks[:] = kept
-            if not kept:
-                del self.blocks[key]
+            if kept:
+                self.blocks[k] = kept
+            else:
+                self.blocks.pop(k, None)
 
 
 current: Recycler | None = None   # the process's recycler, where the tuning switch has it on
