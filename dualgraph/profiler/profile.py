@@ -184,6 +184,12 @@ class profile:
             raise ValueError("group_by_stack_n needs profile(with_stack=True)")
         return self.events().key_averages(group_by_input_shape, group_by_stack_n)
 
+    def table(self, sort_by: str | None = None, row_limit: int = 100,
+              max_name_column_width: int = 55, header: str | None = None) -> str:
+        """Every event in a row of its own, as ``torch.autograd.profiler.profile.table``
+        prints them; ``key_averages().table(...)`` sums them per name instead."""
+        return self.events().table(sort_by, row_limit, max_name_column_width, header)
+
     def export_chrome_trace(self, path) -> None:
         """Write the events to ``path`` as a Chrome trace (JSON; open it in
         https://ui.perfetto.dev or chrome://tracing), atomically."""
