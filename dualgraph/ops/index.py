@@ -418,14 +418,18 @@ def _index_item(k):
                      "None, ..., integer or bool tensors")
 
 
+def _check_count(used, ndim):
+    if used > ndim:
+        raise IndexError(f"too many indices for a tensor with {ndim} dims: {used} were given")
+
+
 def _expand_ellipsis(items, ndim):
     count = sum(k is Ellipsis for k in items)   # not .count(): tensors overload ==
     if count > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(k.ndim if isinstance(k, Tensor) and k.dtype == dtypes.bool_ else 1
                for k in items if k is not None and k is not Ellipsis)
-    if used > ndim:
-        raise IndexError(f"too many indices for a tensor with {ndim} dims: {used} were given")
+    _check_count(used, ndim)
     if count:
         at = next(i for i, k in enumerate(items) if k is Ellipsis)
         items[at:at + 1] = [slice(None)] * (ndim - used)
@@ -516,6 +520,7 @@ def setitem(x, key, value):
     vshape = tuple(value.shape) if isinstance(value, Tensor) else np.shape(value)
     if not eager and _is_whole_mask(key) and _broadcasts(vshape, tuple(x.shape[key.ndim:])):
         # x[mask] = v is a where(): no data-dependent shapes, so it also traces.
+        _check_count(key.ndim, x.ndim)   # (first, as the eager write checks)
         _check_mask(key, tuple(x.shape), 0)
         mask = shape_ops.reshape(key, tuple(key.shape) + (1,) * (x.ndim - key.ndim))
         commit_inplace(x, elementwise.where(mask, _as_value(value, x), source_of(x, value)))
