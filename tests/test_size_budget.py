@@ -371,10 +371,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # aside per way the arguments share storage with a place the step rebinds (a trace per
 # call before), requires_grad set on parameters or state while tracing (a silent
 # difference) noted and put back.
+# nn/ +510 (the lead: the torch.nn names real programs call that were missing):
+# EmbeddingBag, LocalResponseNorm, ChannelShuffle, LPPool, MaxUnpool, RReLU, alpha and 3-d
+# dropout, shrink activations, 3-d and circular padding, InstanceNorm3d, eight losses and
+# the in-place functional activations (nn/functional_layers.py, nn/functional_losses.py).
 CORE_BUDGET = 26_910
 BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
-           "passes": 3_385, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
+           "passes": 3_385, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -972,3 +972,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         out = shape_ops.squeeze(out, 1)
         weights = None if weights is None else shape_ops.squeeze(weights, 0)
     return out, weights
+
+
+# The less common losses and layers, in modules of their own (they import this one's helpers).
+from .functional_layers import *  # noqa: E402,F401,F403
+from .functional_losses import *  # noqa: E402,F401,F403

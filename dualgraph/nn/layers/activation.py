@@ -234,3 +234,50 @@ Softmax = _define("Softmax", _SoftmaxLike, F.softmax,
 LogSoftmax = _define("LogSoftmax", _SoftmaxLike, F.log_softmax,
                      "``log(softmax(x))`` along ``dim``, computed stably.")
 Softmin = _define("Softmin", _SoftmaxLike, F.softmin, "``softmax(-x)`` along ``dim``.")
+
+
+class _Shrink(Module):
+    """A shrinkage activation; its setting is ``lambd``, ``_fn`` its functional."""
+
+    _fn = None
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input):
+        return self._fn(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.lambd)
+
+
+Hardshrink = _define("Hardshrink", _Shrink, F.hardshrink,
+                     "``x`` where ``|x| > lambd``, else 0.")
+Softshrink = _define("Softshrink", _Shrink, F.softshrink,
+                     "``x`` moved ``lambd`` towards 0, and 0 where ``|x| <= lambd``.")
+
+
+class RReLU(Module):
+    """Leaky ReLU with a negative slope drawn from [lower, upper] per element in training
+    and their mean in eval mode."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return _inplace_repr(self.inplace, f"lower={self.lower}, upper={self.upper}")
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of (N, C, H, W) or (C, H, W) input."""
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected a 3-D or 4-D input, got shape "
+                             f"{tuple(input.shape)}")
+        return F.softmax(input, -3)

@@ -1,4 +1,5 @@
-"""Dropout layers: Dropout (elements), Dropout1d and Dropout2d (whole channels).
+"""Dropout layers: Dropout (elements), Dropout1d, Dropout2d and Dropout3d (whole channels),
+AlphaDropout and FeatureAlphaDropout (for SELU networks).
 
 They are active in training mode only: ``model.eval()`` makes them the identity.
 """
@@ -48,3 +49,22 @@ class Dropout2d(_DropoutNd):
     """Zero whole channels of (N, C, H, W) or (C, H, W) input with probability ``p``."""
 
     _fn = staticmethod(F.dropout2d)
+
+
+class Dropout3d(_DropoutNd):
+    """Zero whole channels of (N, C, D, H, W) or (C, D, H, W) input with probability ``p``."""
+
+    _fn = staticmethod(F.dropout3d)
+
+
+class AlphaDropout(_DropoutNd):
+    """Dropout for SELU networks: keeps zero mean and unit variance (dropped values take
+    SELU's saturation value, then all are scaled and shifted)."""
+
+    _fn = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """Alpha dropout of whole channels of (N, C, *) input."""
+
+    _fn = staticmethod(F.feature_alpha_dropout)

@@ -186,3 +186,96 @@ class CosineSimilarity(Module):
 
     def forward(self, x1, x2):
         return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class SoftMarginLoss(_Loss):
+    """``log(1 + exp(-y * x))`` for targets in {-1, 1}: a logistic two-class loss."""
+
+    def forward(self, input, target):
+        return F.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Per-class binary cross entropy with logits, averaged over the classes."""
+
+    def forward(self, input, target):
+        return F.multilabel_soft_margin_loss(input, target, self.weight,
+                                             reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """The multi-class hinge loss: ``max(0, margin - x[y] + x[i]) ** p`` over the other
+    classes ``i``, averaged over the classes."""
+
+    def __init__(self, p: int = 1, margin: float = 1.0, weight=None, size_average=None,
+                 reduce=None, reduction: str = "mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise ValueError(f"MultiMarginLoss: only p == 1 and p == 2 are supported, got {p}")
+        self.p, self.margin = p, margin
+
+    def forward(self, input, target):
+        return F.multi_margin_loss(input, target, self.p, self.margin, self.weight,
+                                   reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    """The multi-label hinge loss over each sample's target classes (listed, ended by -1)."""
+
+    def forward(self, input, target):
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    """``x`` for similar pairs (y = 1), ``max(0, margin - x)`` for dissimilar ones (y = -1)."""
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input, target):
+        return F.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    """The negative log-likelihood of the target under N(input, var)."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input, target, var):
+        return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    """The Poisson negative log-likelihood of counts given a (log) rate."""
+
+    def __init__(self, log_input: bool = True, full: bool = False, size_average=None,
+                 eps: float = 1e-8, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input, target):
+        return F.poisson_nll_loss(log_input, target, self.log_input, self.full,
+                                  eps=self.eps, reduction=self.reduction)
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """``max(0, d(a, p) - d(a, n) + margin)`` for any distance function ``d``."""
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
+                 reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: margin must be greater than 0, "
+                             f"got {margin}")
+        self.distance_function = distance_function if distance_function is not None \
+            else PairwiseDistance()   # (a child module, as torch's: it prints)
+        self.margin, self.swap = margin, swap
+
+    def forward(self, anchor, positive, negative):
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function,
+            margin=self.margin, swap=self.swap, reduction=self.reduction)

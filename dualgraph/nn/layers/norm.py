@@ -155,6 +155,27 @@ class InstanceNorm2d(_InstanceNorm):
     _spatial = ("H", "W")
 
 
+class InstanceNorm3d(_InstanceNorm):
+    """Normalise each channel of each sample of (N, C, D, H, W) or (C, D, H, W) input on its
+    own."""
+
+    _spatial = ("D", "H", "W")
+
+
+class LocalResponseNorm(Module):
+    """AlexNet's normalisation across ``size`` neighbouring channels (``F.local_response_norm``)."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
 class LayerNorm(Module):
     """Normalise over the trailing ``normalized_shape`` dims of each sample, then scale by
     ``weight`` and shift by ``bias`` (elementwise, of that shape), as torch's LayerNorm."""

@@ -1,5 +1,5 @@
-"""Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, as in
-``torch.nn``.
+"""Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, LPPool1d/2d and
+MaxUnpool1d/2d, as in ``torch.nn``.
 
 Settings are stored as given (an int stays an int), so the printed forms match torch's.
 """
@@ -177,3 +177,67 @@ class AdaptiveMaxPool2d(_AdaptiveMaxPool):
     """Max over (N, C, H, W) or (C, H, W) input down to ``output_size``."""
 
     _ndim = 2
+
+
+class _LPPool(_Pool):
+    _fn = None
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode
+
+    def forward(self, input):
+        self._check(input)
+        return self._fn(input, float(self.norm_type), self.kernel_size, self.stride,
+                        self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPool):
+    """The power average ``(sum of x ** p over each window) ** (1 / p)`` over (N, C, L)."""
+
+    _ndim = 1
+    _fn = staticmethod(F.lp_pool1d)
+
+
+class LPPool2d(_LPPool):
+    """The power average ``(sum of x ** p over each window) ** (1 / p)`` over (N, C, H, W)."""
+
+    _ndim = 2
+    _fn = staticmethod(F.lp_pool2d)
+
+
+class _MaxUnpool(_Pool):
+    _fn = None
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        as_tuple = (lambda v: (v,) * self._ndim if isinstance(v, int) else tuple(v))
+        self.kernel_size = as_tuple(kernel_size)
+        self.stride = as_tuple(stride if stride is not None else kernel_size)
+        self.padding = as_tuple(padding)
+
+    def forward(self, input, indices, output_size=None):
+        return self._fn(input, indices, self.kernel_size, self.stride, self.padding,
+                        output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    """Maxima of ``MaxPool1d(..., return_indices=True)`` put back in place, zeros elsewhere."""
+
+    _ndim = 1
+    _fn = staticmethod(F.max_unpool1d)
+
+
+class MaxUnpool2d(_MaxUnpool):
+    """Maxima of ``MaxPool2d(..., return_indices=True)`` put back in place, zeros elsewhere."""
+
+    _ndim = 2
+    _fn = staticmethod(F.max_unpool2d)

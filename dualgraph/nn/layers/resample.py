@@ -1,6 +1,7 @@
-"""Layers that resample or pad the spatial dims: Upsample, PixelShuffle, PixelUnshuffle and
-the padding layers (ReflectionPad2d, ReplicationPad2d, ZeroPad2d, ConstantPad2d, and their
-1-d forms), as in ``torch.nn``; each calls its ``nn.functional`` form."""
+"""Layers that resample, pad or reorder the spatial dims and channels: Upsample,
+PixelShuffle, PixelUnshuffle, ChannelShuffle and the padding layers (ReflectionPad2d,
+ReplicationPad2d, ZeroPad2d, ConstantPad2d, CircularPad2d, and their 1-d and 3-d forms), as
+in ``torch.nn``; each calls its ``nn.functional`` form."""
 from __future__ import annotations
 
 from .. import functional as F
@@ -124,3 +125,30 @@ ConstantPad2d = _pad_layer("ConstantPad2d", "constant", 2,
                            "Pad the last two dims with a value.", constant=True)
 ZeroPad1d = _pad_layer("ZeroPad1d", "constant", 1, "Pad the last dim with zeros.")
 ZeroPad2d = _pad_layer("ZeroPad2d", "constant", 2, "Pad the last two dims with zeros.")
+ReflectionPad3d = _pad_layer("ReflectionPad3d", "reflect", 3,
+                             "Pad the last three dims by reflection (no edge repeat).")
+ReplicationPad3d = _pad_layer("ReplicationPad3d", "replicate", 3,
+                              "Pad the last three dims by repeating their edges.")
+ConstantPad3d = _pad_layer("ConstantPad3d", "constant", 3,
+                           "Pad the last three dims with a value.", constant=True)
+ZeroPad3d = _pad_layer("ZeroPad3d", "constant", 3, "Pad the last three dims with zeros.")
+CircularPad1d = _pad_layer("CircularPad1d", "circular", 1,
+                           "Pad the last dim with its other end (periodic).")
+CircularPad2d = _pad_layer("CircularPad2d", "circular", 2,
+                           "Pad the last two dims with their other ends (periodic).")
+CircularPad3d = _pad_layer("CircularPad3d", "circular", 3,
+                           "Pad the last three dims with their other ends (periodic).")
+
+
+class ChannelShuffle(Module):
+    """ShuffleNet's channel shuffle of (N, C, *) input in ``groups`` (``F.channel_shuffle``)."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, input):
+        return F.channel_shuffle(input, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"groups={self.groups}"
