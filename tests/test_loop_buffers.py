@@ -9,7 +9,7 @@ nested loops and two threads."""
 from __future__ import annotations
 
 import re
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -49,15 +49,25 @@ def check_calls(fn, make_args, calls=3, grad_of=None):
                 sum(r.sum() for r in res).backward()
                 res = [r.detach() for r in res] + [args[i].grad for i in grad_of]
             outs.append(res)
-        want, got = outs
-        assert len(want) == len(got)
-        for w, g in zip(want, got):
-            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
-        kept.append([(g, g.numpy().copy()) for g in got])
+        agree_and_keep(*outs, kept)
+    unchanged(kept)
+    return compiled
+
+
+def agree_and_keep(want, got, kept: list) -> None:
+    """``got`` == ``want`` (tensors); ``got`` kept with copies in ``kept``."""
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
+    kept.append([(g, g.numpy().copy()) for g in got])
+
+
+def unchanged(kept: list) -> None:
+    """The results kept by :func:`agree_and_keep` still equal their copies (no later call
+    wrote into their memory)."""
     for results in kept:
         for g, copy in results:
             np.testing.assert_array_equal(g.numpy(), copy)
-    return compiled
 
 
 def scan_calls(code: str) -> list[str]:
@@ -167,14 +177,10 @@ def test_while_loops_of_varying_trip_counts(limit, trips):
     kept = []
     for k in range(4):   # (the trip count varies with the data and the bound)
         x, bound = dg.tensor(rand(B, H, seed=k) * (k + 1) * 0.5), dg.tensor(limit)
-        want, got = fn(x, bound), compiled(x, bound)
+        want = fn(x, bound)
         counts.add(int(want[0]))
-        for w_, g in zip(want, got):
-            np.testing.assert_allclose(g.numpy(), w_.numpy(), rtol=2e-5, atol=2e-6)
-        kept.append([(g, g.numpy().copy()) for g in got])
-    for results in kept:
-        for g, copy in results:
-            np.testing.assert_array_equal(g.numpy(), copy)
+        agree_and_keep(want, compiled(x, bound), kept)
+    unchanged(kept)
     assert counts == trips   # (zero trips: the carries are the inputs, copied)
 
 
@@ -217,20 +223,12 @@ def test_two_threads_calling_one_compiled_scan():
             for k in range(2)]
     want = [[o.numpy() for o in fn(*d)] for d in data]
     compiled(*data[0])
-    errors = []
 
-    def worker(k):
-        for _ in range(40):
-            got = compiled(*data[k])
-            if not all(np.allclose(g.numpy(), w_, rtol=2e-5, atol=2e-6)
-                       for g, w_ in zip(got, want[k])):
-                errors.append(k)
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    def calls(k):   # (how many of 40 calls differed)
+        return sum(not all(np.allclose(g.numpy(), w_, rtol=2e-5, atol=2e-6)
+                           for g, w_ in zip(compiled(*data[k]), want[k])) for _ in range(40))
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(calls, [0, 1])) == [0, 0]
 
 
 def test_the_scan_kernel_fills_out_and_equals_the_interpreter():
