@@ -140,13 +140,9 @@ def apply(op, *args, **attrs):
             arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         recycler = recycle.current
         try:
-            raw = None
-            if recycler is not None and op.takes_out and "out" not in attrs:
-                for x in arrays:   # (only calls with a big array input are looked at)
-                    if type(x) is np.ndarray and x.nbytes >= recycle.MIN_BYTES:
-                        raw = _run_into_recycled(op, arrays, attrs, recycler)
-                        break
-            if raw is None:
+            if recycler is not None and op.fills_out and "out" not in attrs:
+                raw = _run_into_recycled(op, arrays, attrs, recycler)
+            else:
                 raw = op.kernel(*arrays, **attrs)
         except (OpError, KeyError):
             raise
@@ -198,21 +194,20 @@ def apply(op, *args, **attrs):
 
 
 def _run_into_recycled(op, arrays, attrs, recycler):
-    """``op``'s kernel (one that takes ``out=``: ``OpDef.fills_out`` or ``ufunc_out``) with a
-    recycled array for each big result that has one free (kernels/recycle.py): the memory
-    of an earlier step's dead activation instead of fresh pages. ``apply`` calls it for
-    calls with a big array input only (a shape rule costs microseconds; a result of a
-    megabyte takes longer); an elementwise op's result type is read off its operands."""
+    """``op``'s kernel (one that takes ``out=``: ``OpDef.fills_out``) with a recycled array
+    for each big result that has one free (kernels/recycle.py): the memory of an earlier
+    step's dead activation instead of fresh pages. Only calls with a big array input are
+    looked at (a shape rule costs microseconds; a result of a megabyte takes longer)."""
+    for a in arrays:
+        if type(a) is np.ndarray and a.nbytes >= recycle.MIN_BYTES:
+            break
+    else:
+        return op.kernel(*arrays, **attrs)
     try:
-        if op.ufunc_out:
-            types = _elementwise_type(arrays)
-        else:
-            types = op.infer(*arrays, **attrs)
-            types = (types,) if op.num_outputs == 1 else tuple(types)
-            types = [(tuple([int(d) for d in t.shape]), dtypes.to_np(t.dtype)) for t in types]
+        types = op.infer(*arrays, **attrs)
+        types = (types,) if op.num_outputs == 1 else tuple(types)
+        types = [(tuple([int(d) for d in t.shape]), dtypes.to_np(t.dtype)) for t in types]
     except Exception:   # (the kernel reports the error, as without recycling)
-        types = None
-    if types is None:
         return op.kernel(*arrays, **attrs)
     # (math.prod: NumPy's takes microseconds to make an array of the tuple)
     outs = tuple([recycler.take(shape, dt)
@@ -221,27 +216,6 @@ def _run_into_recycled(op, arrays, attrs, recycler):
     if not any(o is not None for o in outs):
         return op.kernel(*arrays, **attrs)
     return op.kernel(*arrays, out=outs[0] if len(types) == 1 else outs, **attrs)
-
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _elementwise_type(arrays) -> list | None:
-    """``[(shape, dtype)]`` of a ``ufunc_out`` op's result on ``arrays`` when they are
-    float32 or float64 arrays of one dtype and Python numbers (their broadcast shape, that
-    dtype, as torch promotes); else None: promotion is the kernel's to do."""
-    shape = dtype = None
-    for a in arrays:
-        if type(a) is np.ndarray:
-            if dtype is None:
-                shape, dtype = a.shape, a.dtype
-            elif a.dtype != dtype:
-                return None
-            elif a.shape != shape:
-                shape = np.broadcast_shapes(shape, a.shape)
-        elif type(a) is not float and type(a) is not int:
-            return None
-    return [(shape, dtype)] if dtype in _FLOATS else None
 
 
 def _record(op, args, outs, attrs, tracer):

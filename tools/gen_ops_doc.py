@@ -149,7 +149,7 @@ def facts(op) -> str:
         ("elementwise", op.elementwise is not None), ("view", op.view),
         ("commutative", op.commutative), ("shape-only", op.shape_only),
         ("bodies", op.bodies), ("writes out", op.writes_out),
-        ("fills out", op.fills_out), ("ufunc out", op.ufunc_out)] if on]
+        ("fills out", op.fills_out)] if on]
     if op.reduction is not None:
         names.append(f"reduction ({op.reduction.value})")
     if op.decomposition is not None and not op.compiler_only:

@@ -114,18 +114,18 @@ def binary_kernel(ufunc, result=dtypes.result_type):
     """
     plain = result is dtypes.result_type
 
-    def kernel(a, b, out=None):   # (out=: an array of the result's type, ``ufunc_out``)
+    def kernel(a, b):
         ta, tb = type(a), type(b)
         if ta is np.ndarray:
             if tb is np.ndarray:
                 if plain and (a.dtype is b.dtype or a.dtype == b.dtype):
-                    return ufunc(a, b) if out is None else ufunc(a, b, out=out)
+                    return ufunc(a, b)
             elif tb is float and a.dtype.kind == "f":
-                return ufunc(a, b) if out is None else ufunc(a, b, out=out)
+                return ufunc(a, b)
         elif ta is float and tb is np.ndarray and b.dtype.kind == "f":
-            return ufunc(a, b) if out is None else ufunc(a, b, out=out)
+            return ufunc(a, b)
         dt = result(a, b)
-        return ufunc(cast(a, dt), cast(b, dt), out=out_in(out, dt))
+        return ufunc(cast(a, dt), cast(b, dt))
     kernel.__name__ = ufunc.__name__
     return kernel
 
@@ -133,7 +133,7 @@ def binary_kernel(ufunc, result=dtypes.result_type):
 def unary_float_kernel(ufunc):
     """A unary math kernel: integers and bools are computed in the default float dtype;
     float16/bfloat16 go through float32 (NumPy lacks some of their loops)."""
-    def kernel(x, out=None):   # (out=: of the ops that are ``fills_out`` or ``ufunc_out``)
+    def kernel(x, out=None):   # (out=: of the ops that are ``fills_out``)
         dt = x.dtype
         if dt.kind == "f" and dt.itemsize >= 4:
             return ufunc(x) if out is None else ufunc(x, out=out)

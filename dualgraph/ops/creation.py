@@ -316,16 +316,9 @@ def clone(x, *, memory_format=None) -> Tensor:
 
 
 # (row-major, so that a clone is contiguous: Tensor.contiguous() is a clone)
-def _clone_kernel(x, out=None):   # (out=: ``ufunc_out``)
-    if out is None:
-        return np.array(x, copy=True, order="C")
-    np.copyto(out, x)
-    return out
-
-
-CLONE = defop("clone", _clone_kernel, lambda x: ShapedType(tuple(x.shape), x.dtype),
+CLONE = defop("clone", lambda x: np.array(x, copy=True, order="C"),
+              lambda x: ShapedType(tuple(x.shape), x.dtype),
               vjp=lambda g, out, x: g, saves="", elementwise="{0}", onnx="Identity",
-              ufunc_out=True,
               # (graph values are never written in place: an Identity needs no copy)
               onnx_import={"Identity": lambda b, xs, attrs: xs[0]})
 

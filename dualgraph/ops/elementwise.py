@@ -74,13 +74,13 @@ def _result_type(*operands) -> np.dtype:
 # -- binary arithmetic -------------------------------------------------------------------------
 ADD = defop("add", binary_kernel(np.add), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a), unbroadcast(g, b)),
-            elementwise="{0} + {1}", onnx="Add", ufunc_out=True,
+            elementwise="{0} + {1}", onnx="Add",
             commutative=True,
             shape_fold=np.add)
 SUB = defop("sub", binary_kernel(np.subtract), infer_binary, saves="",
             vjp=lambda g, out, a, b: (unbroadcast(g, a),
                                       unbroadcast(neg(g), b) if needs_grad(b) else None),
-            elementwise="{0} - {1}", onnx="Sub", ufunc_out=True,
+            elementwise="{0} - {1}", onnx="Sub",
             shape_fold=np.subtract)
 def _mul_vjp(g, out, a, b):
     # (the inputs' checks inline: this is the commonest VJP of all)
@@ -91,13 +91,13 @@ def _mul_vjp(g, out, a, b):
 
 
 MUL = defop("mul", binary_kernel(np.multiply), infer_binary, vjp=_mul_vjp,
-            read_by={0: 1, 1: 0}, elementwise="{0} * {1}", onnx="Mul", ufunc_out=True,
+            read_by={0: 1, 1: 0}, elementwise="{0} * {1}", onnx="Mul",
             commutative=True,
             shape_fold=np.multiply)
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,
                                       unbroadcast(-g * out / b, b) if needs_grad(b) else None),
-            saves="1o", read_by={"o": 1}, elementwise="{0} / {1}", onnx="Div", ufunc_out=True,
+            saves="1o", read_by={"o": 1}, elementwise="{0} / {1}", onnx="Div",
             onnx_import={})   # (ONNX's Div truncates integers: export/onnx_import_ops.py)
 
 
@@ -289,7 +289,7 @@ true_divide, multiply, subtract = div, mul, sub
 
 # -- unary math ----------------------------------------------------------------------------------
 NEG = defop("neg", np.negative, infer_same, saves="", vjp=lambda g, out, x: neg(g),
-            elementwise="-{0}", onnx="Neg", ufunc_out=True)
+            elementwise="-{0}", onnx="Neg")
 
 
 def neg(x):
@@ -308,10 +308,9 @@ def _float_kernel(fn):
 
 
 def _unary(name, ufunc, vjp, expr, onnx, saves="io", **facts):
-    """Define a float unary math op (ints are computed as the default float); a NumPy
-    ufunc's fills ``out=`` (``ufunc_out``)."""
+    """Define a float unary math op (ints are computed as the default float)."""
     return defop(name, unary_float_kernel(ufunc), infer_float, vjp=vjp, saves=saves,
-                 elementwise=expr, onnx=onnx, ufunc_out=isinstance(ufunc, np.ufunc), **facts)
+                 elementwise=expr, onnx=onnx, **facts)
 
 
 def _onnx_expm1(e, node):
@@ -601,7 +600,7 @@ def _round_array(x, decimals=0):
 
 
 ABS = defop("abs", np.abs, infer_same, vjp=lambda g, out, x: g * sign(x), saves="i",
-            elementwise="absolute({0})", onnx="Abs", ufunc_out=True)
+            elementwise="absolute({0})", onnx="Abs")
 def _sign_array(x):
     if x.dtype == np.bool_:
         return x.copy()
@@ -904,11 +903,11 @@ def _select_vjp(first_wins):
 
 
 MAXIMUM = defop("maximum", binary_kernel(np.maximum), infer_binary, vjp=_select_vjp(gt),
-                saves="i", elementwise="maximum({0}, {1})", onnx="Max", ufunc_out=True,
+                saves="i", elementwise="maximum({0}, {1})", onnx="Max",
                 commutative=True,
                 onnx_import={})   # (ONNX's Max is variadic: export/onnx_import_ops.py)
 MINIMUM = defop("minimum", binary_kernel(np.minimum), infer_binary, vjp=_select_vjp(lt),
-                saves="i", elementwise="minimum({0}, {1})", onnx="Min", ufunc_out=True,
+                saves="i", elementwise="minimum({0}, {1})", onnx="Min",
                 commutative=True,
                 onnx_import={})   # (ONNX's Min is variadic: export/onnx_import_ops.py)
 
@@ -1315,14 +1314,9 @@ RELU_BACKWARD_IN_PLACE = defop(
     decomposition=_relu_backward_decomposition,
     doc="relu_backward(g, out) written into g itself where nothing else reads g.")
 
-def _relu_kernel(x, out=None):   # (out=: ``ufunc_out``)
-    zero = x.dtype.type(0)
-    return np.maximum(x, zero) if out is None else np.maximum(x, zero, out=out)
-
-
-RELU = defop("relu", _relu_kernel, infer_same,
+RELU = defop("relu", lambda x: np.maximum(x, x.dtype.type(0)), infer_same,
              vjp=lambda g, out, x: apply(RELU_BACKWARD, g, out), saves="o",
-             elementwise="maximum({0}, 0)", onnx="Relu", ufunc_out=True)
+             elementwise="maximum({0}, 0)", onnx="Relu")
 
 
 def relu(input, inplace=False):

@@ -92,12 +92,6 @@ class OpDef:
     #                                  (or it returns a new array). Its results are never
     #                                  views of its inputs, so codegen/buffers.py may give
     #                                  them planned buffers (a step's MB-sized products)
-    ufunc_out: bool = False          # an elementwise kernel that takes ``out=`` as a NumPy
-    #                                  ufunc does (None or an array of the result's type,
-    #                                  which it fills) and, on float32/float64 arrays of one
-    #                                  dtype (and Python floats), returns that dtype in
-    #                                  their broadcast shape: an eager call whose result is
-    #                                  big gets a recycled array (dispatch, kernels/recycle)
     doc: str = ""
 
     # -- facts passes and codegen read (they match these, never an op's name) --------------
@@ -178,7 +172,6 @@ class OpDef:
         self.saves_inputs = "i" in self.saves or bool(some)
         self.saves_outputs = "o" in self.saves
         self.saved_inputs = some or None   # (None: all of them, when saves_inputs)
-        self.takes_out = self.fills_out or self.ufunc_out   # (dispatch's one test)
 
     def __repr__(self):
         return f"<op {self.name}>"
