@@ -1,8 +1,9 @@
-"""Minor page faults and CPU time per compiled training step, and where a step's fresh
+"""Minor page faults and CPU time per training step, and where a compiled step's fresh
 arrays come from: ``python -m benchmarks.step_faults [--workloads w1,w2] [--steps 30]
-[--nodes]``.
+[--impl dualgraph_eager] [--nodes]``.
 
-For each workload's ``dualgraph_compiled`` step (one thread: set
+For each workload's ``dualgraph_compiled`` step (or ``--impl``'s: ``dualgraph_eager``,
+W4's ``dualgraph_compiled_scan`` and ``dualgraph_to_static``) (one thread: set
 ``DUALGRAPH_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1``): after a warm-up,
 the ``ru_minflt`` delta over the timed steps per step and the best and median step CPU
 time (``time.process_time``). ``--nodes`` also runs one step through each executable's
@@ -78,10 +79,13 @@ def fresh_bytes(step) -> dict:
     return totals
 
 
-def measure(name: str, steps: int, nodes: bool):
+def measure(name: str, steps: int, nodes: bool, impl: str = "dualgraph_compiled"):
     module = importlib.import_module(f"benchmarks.{MODULES[name]}")
+    if impl not in module.IMPLS:
+        print(f"{name}: no implementation {impl}", flush=True)
+        return
     steps = min(steps, 2 * getattr(module, "TIMED", steps))   # (W11: ~10x longer steps)
-    step = module.IMPLS["dualgraph_compiled"](module.make_data())
+    step = module.IMPLS[impl](module.make_data())
     for _ in range(max(10, steps // 2)):
         step()
     times = []
@@ -91,9 +95,9 @@ def measure(name: str, steps: int, nodes: bool):
         step()
         times.append(time.process_time() - t)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / steps
-    print(f"{name}: {faults:8.1f} minor faults/step, step CPU best {min(times) * 1e3:.2f} ms, "
+    print(f"{name} {impl}: {faults:8.1f} minor faults/step, step CPU best {min(times) * 1e3:.2f} ms, "
           f"median {statistics.median(times) * 1e3:.2f} ms", flush=True)
-    if nodes:
+    if nodes and hasattr(step, "explain"):
         totals = fresh_bytes(step)
         for op, b in sorted(totals.items(), key=lambda kv: -kv[1])[:12]:
             print(f"    {op:32s} {b / 2**20:8.2f} MiB")
@@ -104,10 +108,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workloads", default="w1,w2,w3,w4")
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--nodes", action="store_true")
+    p.add_argument("--impl", default="dualgraph_compiled",
+                   help="the implementation to step (comma-separated for several)")
+    p.add_argument("--nodes", action="store_true",
+                   help="also the fresh arrays per op (compiled implementations)")
     a = p.parse_args()
     for name in a.workloads.split(","):
-        measure(name, a.steps, a.nodes)
+        for impl in a.impl.split(","):
+            measure(name, a.steps, a.nodes, impl)
 
 
 if __name__ == "__main__":

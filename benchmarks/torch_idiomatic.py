@@ -16,7 +16,9 @@ process, the modes in turns round after round: ``torch`` and ``torch.compile``,
 (``time.thread_time``: one thread per engine, so what other processes of a shared machine
 do counts less), the best of ``--steps`` steps after warm-up; reported per mode, the best
 over the rounds, and compiled dualgraph's ratio to torch's eager step and to its best.
-Not a workload of the suite (docs/benchmarks.md has the figures).
+Also reported: the minor page faults a timed step takes (``ru_minflt``, fewest of the
+rounds: fresh pages the allocator mapped in). Not a workload of the suite
+(docs/benchmarks.md has the figures).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -142,12 +145,14 @@ def child(workload: str, mode: str, steps: int) -> dict:
     for _ in range(WARMUP):
         fn(*args)
     times = []
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         t = time.thread_time()
         fn(*args)
         times.append(time.thread_time() - t)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {"first_loss": first, "best_ms": min(times) * 1e3,
-            "median_ms": sorted(times)[len(times) // 2] * 1e3}
+            "median_ms": sorted(times)[len(times) // 2] * 1e3, "faults": faults / steps}
 
 
 def main(argv=None) -> dict:
@@ -177,9 +182,13 @@ def main(argv=None) -> dict:
         results[workload] = {"best_ms": best, "first_loss": losses}
         ref = next(iter(losses.values()))
         agree = all(abs(v - ref) <= 1e-4 * abs(ref) for v in losses.values())
+        faults = {m: min(x["faults"] for x in r) for m, r in runs.items()}
+        results[workload]["faults"] = faults
         line = ", ".join(f"{m} {t:.2f}" for m, t in best.items())
         print(f"{workload}: {line} ms (CPU, best of {args.rounds} rounds x {args.steps} steps)"
               f"{'' if agree else ' FIRST LOSSES DIFFER: ' + str(losses)}")
+        print("  minor page faults a step (fewest of the rounds): "
+              + ", ".join(f"{m} {f:.0f}" for m, f in faults.items()))
         if "dualgraph_compiled" in best and "torch" in best:
             peers = [best[m] for m in ("torch", "torch_compile") if m in best]
             print(f"  compiled / torch eager {best['dualgraph_compiled'] / best['torch']:.2f}, "

@@ -16,7 +16,7 @@ scan); both compile the whole training step.
 """
 import numpy as np
 
-from .common import jax_adam_step, torch_style_impls
+from .common import jax_adam_step, torch_style_impls, with_explain
 
 ID, NAME = "W4", "lstm_train"
 VOCAB, EMBED, HIDDEN, SEQ, BATCH = 64, 32, 128, 32, 32
@@ -134,7 +134,7 @@ def dualgraph_graph_loop(time_loop):
         loop = convert(converted).fn if time_loop is converted else time_loop
         step, x, y = build(dg, data, loop)
         step = dg.compile(step, fullgraph=True)
-        return lambda: step(x, y).item()
+        return with_explain(lambda: step(x, y).item(), step)
     return impl
 
 

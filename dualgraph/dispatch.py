@@ -8,6 +8,7 @@ is measured by the ``tiny_ops`` benchmark.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -208,8 +209,9 @@ def _run_into_recycled(op, arrays, attrs, recycler):
         types = [(tuple([int(d) for d in t.shape]), dtypes.to_np(t.dtype)) for t in types]
     except Exception:   # (the kernel reports the error, as without recycling)
         return op.kernel(*arrays, **attrs)
+    # (math.prod: NumPy's takes microseconds to make an array of the tuple)
     outs = tuple([recycler.take(shape, dt)
-                  if dt.itemsize * int(np.prod(shape)) >= recycle.MIN_BYTES else None
+                  if dt.itemsize * math.prod(shape) >= recycle.MIN_BYTES else None
                   for shape, dt in types])
     if not any(o is not None for o in outs):
         return op.kernel(*arrays, **attrs)

@@ -89,6 +89,8 @@ CASES = {
     "conv2d_input_grad_depthwise": ("conv2d_input_grad",
                                     [((2, 4, 7, 6), F32), ((4, 1, 3, 3), F32)],
                                     dict(input_size=(7, 6), **dict(CONV, groups=4))),
+    "slice_backward": ("slice_backward", [((4, 3, 6), F32), ((4, 9, 6), F32)],
+                       dict(index=(None, (2, 5, 1), None))),
     "conv2d_weight_grad": ("conv2d_weight_grad", [((2, 3, 7, 6), F32), ((2, 4, 7, 6), F32)],
                            dict(kernel_size=(3, 3), **CONV)),
 }

@@ -34,7 +34,7 @@ from ..shapes import ShapedType, ShapeError
 from ..tensor import Tensor
 from . import creation, elementwise, shape as shape_ops
 from .._pytree import flatten, unflatten
-from ._util import is_float
+from ._util import empty_into, is_float, out_part
 from .opdef import defop
 
 __all__ = ["cond", "while_loop", "scan"]
@@ -403,7 +403,9 @@ def cond(pred, true_fn, false_fn, operands=()):
 
 
 # -- while_loop ---------------------------------------------------------------------------------
-def _while_kernel(*args, cond_graph, body_graph, max_iters, run=interpret):
+def _while_kernel(*args, cond_graph, body_graph, max_iters, run=interpret, out=None):
+    """(``out``, ``fills_out``: the final carries are written into their arrays where
+    given; never views of the inputs)"""
     n = len(body_graph.outputs)
     carry, rest = list(args[:n]), args[n:]
     count = 0
@@ -413,7 +415,7 @@ def _while_kernel(*args, cond_graph, body_graph, max_iters, run=interpret):
                                "raise max_iters (it bounds the loop for its gradient)")
         carry = run(body_graph, *carry, *rest)
         count += 1
-    return (*carry, np.asarray(count, np.int64))
+    return (*own_arrays(carry, out, args), np.asarray(count, np.int64))
 
 
 def _while_infer(*args, cond_graph, body_graph, max_iters):
@@ -496,7 +498,7 @@ WHILE = defop("while_loop", _while_kernel, _while_infer, vjp=_while_vjp,
               attrs=("cond_graph", "body_graph", "max_iters"), num_outputs=None,
               saves="io",
               onnx=_onnx_while_loop,
-              bodies=True)
+              bodies=True, fills_out=True)
 
 
 def check_carry(what: str, old: list, new: list, names=None) -> None:
@@ -586,20 +588,43 @@ def emit_while(bodies: list, carried: tuple, max_iters=None):
 
 # -- scan ---------------------------------------------------------------------------------------
 def _scan_kernel(*args, body_graph, num_carry, num_xs, length, reverse, saves_carry=False,
-                 run=interpret):
+                 run=interpret, out=None):
+    """(``out``: a tuple of an array or None per output, ``fills_out``: each step's ys are
+    written into their row of the stacked outputs' arrays, given or new, and the final
+    carries into theirs)"""
     carry = list(args[:num_carry])
     xs, rest = args[num_carry:num_carry + num_xs], args[num_carry + num_xs:]
-    ys = []
+    out_types = body_graph.outputs[num_carry:]
+    stacked = [np.empty((0, *v.shape), v.dtype) for v in out_types] if not length else None
     for i in (range(length - 1, -1, -1) if reverse else range(length)):
         outs = run(body_graph, *carry, *(x[i] for x in xs), *rest)
         carry = outs[:num_carry]
-        ys.append(outs[num_carry:])
-    if reverse:
-        ys.reverse()
-    out_types = body_graph.outputs[num_carry:]
-    stacked = [np.stack(col) if length else np.empty((0, *v.shape), v.dtype)
-               for col, v in zip(zip(*ys) if ys else [()] * len(out_types), out_types)]
-    return (*carry, *stacked)
+        if stacked is None:   # (the ys' shapes, symbolic in the body, known at the first step)
+            stacked = [empty_into(out_part(out, num_carry + j), (length, *y.shape), y.dtype)
+                       for j, y in enumerate(outs[num_carry:])]
+        for ys, y in zip(stacked, outs[num_carry:]):
+            ys[i] = y
+    return (*own_arrays(carry, out, args), *stacked)
+
+
+def own_arrays(results, out, inputs) -> list:
+    """A loop's final carries ``results`` as its kernel returns them: each written into its
+    array of ``out`` (a tuple of an array or None per output, or None) where one is given,
+    else copied where it may share memory with an array of ``inputs``. A loop's body may
+    return what it was given (an unchanged carry, a row of ``xs``), and the results of a
+    ``fills_out`` kernel are never views of its inputs (codegen/buffers.py relies on it to
+    reuse the inputs' buffers while the results live)."""
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    owned = []
+    for i, r in enumerate(results):
+        o = out_part(out, i)
+        if o is not None and o.shape == np.shape(r) and o.dtype == r.dtype:
+            np.copyto(o, r)
+            r = o
+        elif any(np.may_share_memory(r, x) for x in arrays):
+            r = np.array(r)
+        owned.append(r)
+    return owned
 
 
 def _scan_infer(*args, body_graph, num_carry, num_xs, length, reverse, saves_carry=False):
@@ -694,7 +719,7 @@ SCAN = defop("scan", _scan_kernel, _scan_infer, vjp=_scan_vjp,
              attrs=("body_graph", "num_carry", "num_xs", "length", "reverse", "saves_carry"),
              num_outputs=None, saves="io",
              onnx=_onnx_scan,
-             bodies=True)
+             bodies=True, fills_out=True)
 
 
 def _scan_length(x_leaves, length) -> int:

@@ -464,8 +464,13 @@ def _slice_vjp(g, out, x, index):
     return apply(SLICE_BACKWARD, g, x, index=index)
 
 
-def _slice_backward_kernel(g, x, index):
-    out = np.zeros(x.shape, g.dtype)
+def _slice_backward_kernel(g, x, index, out=None):
+    """(``out``, ``fills_out``: zeroed, then ``g`` written into its block)"""
+    if out is None or out.dtype != g.dtype:
+        out = np.zeros(x.shape, g.dtype)
+    else:
+        out = out.reshape(x.shape)
+        out.fill(0)
     out[slice_key(index)] = g
     return out
 
@@ -481,7 +486,7 @@ SLICE_BACKWARD = defop("slice_backward", _slice_backward_kernel,
                        compiler_only=True,
                        decomposition=_slice_backward_decomposition,
                        vjp=lambda gg, out, g, x, index: (apply(SLICE, gg, index=index), None),
-                       attrs=("index",), saves="", onnx=None,
+                       attrs=("index",), saves="", onnx=None, fills_out=True,
                        doc="Zeros shaped like x with g in the block ``index``: the gradient "
                            "of slice (x only gives the shape).")
 
