@@ -1,0 +1,71 @@
+"""The eager per-op shortcuts of the small-op round give what the general path gives:
+``linear``'s second (and third) derivatives in closed form, against torch's."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+import dualgraph.nn.functional as F
+
+
+def _draw(shapes, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _linear_second(lib, F_, arrays, grads, bias: bool, cotangents):
+    """The gradients (w.r.t. x, w, b where they require grad) of a loss made from the
+    first derivatives of ``linear`` (create_graph): a sum of the first derivatives times
+    fixed cotangents, the way MAML's and gradient penalties' backward reaches the second
+    derivatives; then the third derivative of one of the results."""
+    x, w, b = (lib.tensor(a, requires_grad=r) for a, r in zip(arrays, grads))
+    y = F_.linear(x, w, b if bias else None)
+    v = lib.tensor(cotangents[0])
+    wrt = [t for t, r in zip((x, w, b), grads) if r and (bias or t is not b)]
+    first = lib.autograd.grad((y * v).sum() + (y * y).sum(), wrt, create_graph=True)
+    loss = sum((f * lib.tensor(c)).sum() for f, c in zip(first, cotangents[1:]))
+    second = lib.autograd.grad(loss, wrt, create_graph=True, allow_unused=True)
+    # (a second derivative may be constant: the third is then of the first that is not)
+    third_of = [s for s in second if s is not None and s.requires_grad][:1]
+    third = lib.autograd.grad((third_of[0] * third_of[0]).sum(), wrt,
+                              allow_unused=True) if third_of else ()
+    return [None if s is None else s.detach().numpy() for s in second + third]
+
+
+@pytest.mark.parametrize("x_shape", [(5,), (3, 5), (2, 3, 5)])
+@pytest.mark.parametrize("grads", [(True, True, True), (False, True, True),
+                                   (True, False, True), (True, True, False)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_second_and_third_derivatives_match_torch(x_shape, grads, bias, dtype):
+    out_f = 4
+    x, w, b = _draw([x_shape, (out_f, x_shape[-1]), (out_f,)], dtype)
+    y_shape = x_shape[:-1] + (out_f,)
+    wrt_shapes = [s for s, r in zip((x_shape, (out_f, x_shape[-1]), (out_f,)), grads)
+                  if r and (bias or s != (out_f,))]
+    cot = _draw([y_shape] + wrt_shapes, dtype, seed=1)
+    got = _linear_second(dg, F, (x, w, b), grads, bias, cot)
+    want = _linear_second(torch, torch.nn.functional, (x, w, b), grads, bias, cot)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for g, t in zip(got, want):
+        if t is None:   # (torch: unused; dualgraph may give None or zeros)
+            assert g is None or not np.any(g)
+        else:
+            np.testing.assert_allclose(g, t, rtol=tol, atol=tol)
+
+
+def test_linear_second_derivative_only_of_the_weight_gradient():
+    """Only the weight's first derivative enters the loss (x's cotangent is absent): the
+    second derivatives still match torch's, and the missing one stands in only for shape."""
+    x, w, b = _draw([(3, 5), (4, 5), (4,)], np.float64)
+    out = []
+    for lib, F_ in ((dg, F), (torch, torch.nn.functional)):
+        tx, tw, tb = (lib.tensor(a, requires_grad=True) for a in (x, w, b))
+        y = F_.linear(tx, tw, tb)
+        gw, = lib.autograd.grad((y * y).sum(), [tw], create_graph=True)
+        out.append([g.detach().numpy() for g in lib.autograd.grad(gw.pow(2).sum(),
+                                                                   [tx, tw, tb])])
+    for g, t in zip(*out):
+        np.testing.assert_allclose(g, t, rtol=1e-10, atol=1e-10)
