@@ -69,3 +69,70 @@ def test_linear_second_derivative_only_of_the_weight_gradient():
                                                                    [tx, tw, tb])])
     for g, t in zip(*out):
         np.testing.assert_allclose(g, t, rtol=1e-10, atol=1e-10)
+
+
+# -- views: targets and permutations cached per shape and arguments ---------------------------
+_VIEW_CASES = [
+    ((2, 3, 4), lambda x: x.reshape(6, 4)),
+    ((2, 3, 4), lambda x: x.reshape([4, -1])),
+    ((2, 3, 4), lambda x: x.reshape((-1,))),
+    ((2, 3, 4), lambda x: x.view(x.shape)),       # (a Size: the same shape, x itself)
+    ((2, 3, 4), lambda x: x.view(2, 12)),
+    ((2, 3, 4), lambda x: x.unsqueeze(-1)),
+    ((2, 1, 4), lambda x: x.squeeze()),
+    ((2, 1, 4), lambda x: x.squeeze(1)),
+    ((2, 3, 4), lambda x: x.flatten(1)),
+    ((3, 4), lambda x: x.t()),
+    ((4,), lambda x: x.t()),
+    ((), lambda x: x.t()),
+    ((2, 3, 4), lambda x: x.transpose(0, -1)),
+    ((2, 3, 4), lambda x: x.transpose(1, 1)),
+    ((), lambda x: x.transpose(0, -1)),
+    ((2, 3, 4), lambda x: x.permute(2, 0, 1)),
+    ((2, 3, 4), lambda x: x.permute((1, 2, 0))),
+    ((2, 3, 4), lambda x: x.permute([-1, 0, 1])),
+    ((2, 3, 4), lambda x: x.permute(0, 1, 2)),
+    ((3, 4), lambda x: x.t().reshape(-1)),        # (a copy: reshape of a transpose)
+    ((2, 3, 4), lambda x: x.transpose(0, 1).reshape(3, 8).t()),
+    ((0, 3), lambda x: x.reshape(3, -1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_VIEW_CASES)))
+def test_views_match_torch_values_and_gradients_twice(case):
+    """Each view twice (the second call takes the cached target or permutation): torch's
+    shape, values and gradient, through a product so that the gradient is not ones."""
+    shape, fn = _VIEW_CASES[case]
+    data, = _draw([shape], np.float32)
+    for _ in range(2):
+        grads = []
+        for lib in (dg, torch):
+            x = lib.tensor(data, requires_grad=True)
+            y = fn(x * 1.0)
+            w = lib.tensor(np.arange(y.numel(), dtype=np.float32).reshape(tuple(y.shape)))
+            (y * w).sum().backward()
+            grads.append((tuple(y.shape), y.detach().numpy(), x.grad.numpy()))
+        (dshape, dy, dgx), (tshape, ty, tgx) = grads
+        assert dshape == tshape
+        np.testing.assert_array_equal(dy, ty)
+        np.testing.assert_array_equal(dgx, tgx)
+
+
+def test_reshape_copy_stays_apart_and_bad_targets_raise_every_time():
+    """A reshape that copies (of a transpose) is a tensor of its own: a write to it leaves
+    the base alone. A bad target raises at each call, not only the first (errors are not
+    cached), naming the shapes."""
+    x = dg.arange(6.0).reshape(2, 3)
+    flat = x.t().reshape(-1)
+    flat.add_(100.0)
+    assert x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    row = x.reshape(-1)          # (row-major: a view)
+    row.add_(1.0)
+    assert x.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, -1\)"):
+            x.reshape(4, -1)
+        with pytest.raises(IndexError, match="out of range"):
+            x.transpose(0, 2)
+        with pytest.raises(ValueError, match="permutation"):
+            x.permute(0, 0)
