@@ -227,8 +227,8 @@ def permute(x, *dims):
     """``x`` with its dims reordered: output dim i is input dim ``dims[i]`` (a view)."""
     ndim = x._data.ndim
     try:
-        try:   # (the dims as given, cached: a list is unhashable)
-            perm = _permutation_of(dims, ndim)
+        try:   # (the dims as given, cached; a list is unhashable)
+            perm = _permutation(dims, ndim)
         except TypeError:
             perm = _permutation(_shape_arg(dims), ndim)
     except ShapeError as e:
@@ -239,16 +239,11 @@ def permute(x, *dims):
 
 
 @functools.lru_cache(maxsize=1024)
-def _permutation_of(args: tuple, ndim: int):
-    """``_permutation`` of ``permute``'s arguments as given (``permute(x, 1, 0)`` or
-    ``permute(x, (1, 0))``)."""
-    return _permutation(_shape_arg(args), ndim)
-
-
-@functools.lru_cache(maxsize=1024)
 def _permutation(dims: tuple, ndim: int):
-    """``dims`` of a tensor with ``ndim`` dims, checked and made non-negative; None for
-    the identity. (Cached: a pure function of its arguments, asked at every transpose.)"""
+    """``dims`` (``permute``'s arguments: ints, or one tuple of them) of a tensor with
+    ``ndim`` dims, checked and made non-negative; None for the identity. (Cached: a pure
+    function of its arguments, asked at every permute.)"""
+    dims = _shape_arg(dims)
     if len(dims) != ndim:
         raise ShapeError(f"permute: got {len(dims)} dims {dims} for a tensor with {ndim} "
                          f"dims")
