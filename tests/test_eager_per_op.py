@@ -1,6 +1,10 @@
 """The eager per-op shortcuts of the small-op round give what the general path gives:
-``linear``'s second (and third) derivatives in closed form, against torch's."""
+``linear``'s second (and third) derivatives in closed form, the view ops with their targets
+and permutations cached (values, gradients, copies and errors as before), and ``expand``'s
+kernel against ``np.broadcast_to``."""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -95,6 +99,13 @@ _VIEW_CASES = [
     ((3, 4), lambda x: x.t().reshape(-1)),        # (a copy: reshape of a transpose)
     ((2, 3, 4), lambda x: x.transpose(0, 1).reshape(3, 8).t()),
     ((0, 3), lambda x: x.reshape(3, -1)),
+    ((4, 1), lambda x: x.expand(4, 6)),
+    ((4, 1), lambda x: x.expand(2, -1, 3)),
+    ((3,), lambda x: x.expand(2, 3)),
+    ((), lambda x: x.expand(2, 2)),
+    ((4, 1), lambda x: x.t().expand(5, 4)),        # (a transposed base: NumPy's path)
+    ((2, 1, 3), lambda x: x.expand_as(torch.ones(2, 4, 3)) if isinstance(x, torch.Tensor)
+     else x.expand_as(dg.ones(2, 4, 3))),
 ]
 
 
@@ -136,3 +147,31 @@ def test_reshape_copy_stays_apart_and_bad_targets_raise_every_time():
             x.transpose(0, 2)
         with pytest.raises(ValueError, match="permutation"):
             x.permute(0, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "bfloat16"])
+def test_broadcast_view_is_numpys_broadcast_to(dtype):
+    """``broadcast_view`` (expand's kernel) against ``np.broadcast_to``: the same shape,
+    dtype, values and memory, read-only, and NumPy's error for a shape it refuses, for
+    row-major, transposed and reversed arrays and shapes with zeros and new dims."""
+    from dualgraph import dtypes
+    from dualgraph.ops._util import broadcast_view
+    dt = dtypes.to_np(getattr(dg, dtype))
+    rng = np.random.default_rng(0)
+    targets = [(), (1,), (3,), (4, 1), (4, 4), (2, 3), (5, 2, 3), (0, 3), (3, 0), (2, 1, 3),
+               (2, 5, 3), (-1, 3), (6, 1, 4)]
+    for shape in [(), (1,), (3,), (4, 1), (1, 4), (2, 3), (2, 1, 3), (0,), (1, 0)]:
+        x = np.asarray(rng.random(shape) * 10).astype(dt)
+        for v in (x, x.T, x[::-1] if x.ndim else x):
+            for target in targets:
+                try:
+                    want = np.broadcast_to(v, target)
+                except ValueError as e:
+                    with pytest.raises(ValueError, match=re.escape(str(e))):
+                        broadcast_view(v, target)
+                    continue
+                got = broadcast_view(v, target)
+                assert (got.shape, got.dtype) == (want.shape, want.dtype)
+                np.testing.assert_array_equal(got, want)
+                assert not got.flags.writeable
+                assert got.size == 0 or np.shares_memory(got, v)

@@ -20,7 +20,7 @@ from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
-from ._util import cast, needs_grad, sum_to
+from ._util import broadcast_view, cast, needs_grad, sum_to
 from .opdef import defop
 
 __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxes",
@@ -175,7 +175,7 @@ def _from_onnx_expand(b, xs, attrs):
     return x if shape == tuple(x.shape) else b.op(EXPAND, x, shape=shape)
 
 
-EXPAND = defop("expand", lambda x, shape: np.broadcast_to(x, shape), _infer_expand,
+EXPAND = defop("expand", broadcast_view, _infer_expand,
                vjp=lambda g, out, x, shape: sum_to(g, tuple(x.shape)),
                attrs=("shape",), saves="", view=True,
                onnx=_onnx_expand,
