@@ -106,6 +106,26 @@ def zeros_view(shape, dt: np.dtype) -> np.ndarray:
     return np.ndarray(shape, dt, bytes(dt.itemsize), 0, (0,) * len(shape))
 
 
+def broadcast_view(x, shape: tuple) -> np.ndarray:
+    """``np.broadcast_to(x, shape)``: a read-only view of ``x`` with stride 0 along the dims
+    it is broadcast on. Made directly for a C-contiguous array and a shape without zeros
+    (~0.8 us where NumPy's function takes ~2.5, most of an eager ``expand``); anything
+    else, a shape NumPy would refuse included, goes to NumPy (and its error)."""
+    lead = len(shape) - x.ndim
+    if type(x) is np.ndarray and lead >= 0 and x.flags.c_contiguous and x.size:
+        strides = [0] * lead
+        for n, d, step in zip(x.shape, shape[lead:], x.strides):
+            if n != d and (n != 1 or d < 1):
+                break
+            strides.append(step if n == d else 0)
+        else:
+            if min(shape[:lead], default=1) > 0:
+                out = np.ndarray(shape, x.dtype, x, 0, tuple(strides))
+                out.flags.writeable = False
+                return out
+    return np.broadcast_to(x, shape)
+
+
 def binary_kernel(ufunc, result=dtypes.result_type):
     """A kernel for a broadcasting binary ufunc that gives PyTorch's result dtype.
 

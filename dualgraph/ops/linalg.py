@@ -574,17 +574,32 @@ def _linear_backward_decomposition(g, x, w, need):
 
 
 def _linear_backward_vjp(gg, out, g, x, w, need):
-    """Second derivatives: autodiff of the same backward written with matmuls."""
-    from ..autograd.engine import grad
-    from ..autograd.tape import enable_grad
-    with enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (g, x, w)]
-        outs = _linear_backward_composite(*leaves)
-        pairs = [(o, c) for o, c, n in zip(outs, gg, need) if n and c is not None]
-        if not pairs:
-            return None, None, None
-        return grad([o for o, _ in pairs], leaves, [c for _, c in pairs],
-                    create_graph=True, allow_unused=True)
+    """Second derivatives, in closed form: with cotangents ``cx, cw, cb`` of ``(g @ w,
+    g^T x, sum(g))``, ``g`` gets ``cx @ w^T + x @ cw^T + cb``, ``x`` gets ``g @ cw`` and
+    ``w`` gets ``g^T cx`` (over the flattened batch). The last two are this op again (on
+    the cotangents), the first a ``linear``: a handful of ops instead of autodiff of the
+    composite in a nested ``grad`` at every node. An output not in ``need`` has no
+    cotangent (it is zeros, whatever its inputs)."""
+    cx, cw, cb = (c if n else None for c, n in zip(gg, need))
+    want = (needs_grad(x) and cw is not None, needs_grad(w) and cx is not None)
+    grad_x = grad_w = None
+    if any(want):
+        # (x and w stand in for a missing cotangent: the output it would give is not needed)
+        gx, gw, _ = apply(LINEAR_BACKWARD, g, x if cx is None else cx,
+                          w if cw is None else cw, need=want + (False,))
+        grad_x, grad_w = (gx if want[0] else None), (gw if want[1] else None)
+    grad_g = None
+    if needs_grad(g):
+        terms = []
+        if cx is not None:
+            terms.append(linear(cx, w))
+        if cw is not None:
+            terms.append(linear(x, cw, cb))
+        elif cb is not None:
+            terms.append(shape_ops.expand(cb, tuple(g.shape)))
+        for t in terms:
+            grad_g = t if grad_g is None else grad_g + t
+    return grad_g, grad_x, grad_w
 
 
 LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _infer_linear_backward,

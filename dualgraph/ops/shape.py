@@ -20,7 +20,7 @@ from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
-from ._util import cast, needs_grad, sum_to
+from ._util import broadcast_view, cast, needs_grad, sum_to
 from .opdef import defop
 
 __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxes",
@@ -116,24 +116,26 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same number of elements; one dim may be -1."""
     data = x._data
     current = tuple(data.shape)
-    shape = _shape_arg(shape)
-    if (type(data) is np.ndarray and data.flags.c_contiguous
-            and min(shape, default=0) >= -1):
-        # Eagerly NumPy's own reshape (of a row-major array: a view, never a copy) resolves
-        # the -1 and checks the element count; where it refuses, the shape rule raises its
-        # clearer error. NumPy would take other negative dims as -1, hence the guard.
-        try:
-            shape = data.reshape(shape).shape
-        except (ValueError, TypeError):
-            shape = infer_reshape(current, shape)
+    if type(data) is np.ndarray:
+        try:   # (eager shapes are ints: the target is a pure function of them, cached)
+            shape = _eager_target(current, shape)
+        except TypeError:   # (an unhashable argument: a list)
+            shape = infer_reshape(current, _shape_arg(shape))
     else:
-        shape = infer_reshape(current, shape)
+        shape = infer_reshape(current, _shape_arg(shape))
     if shape == current:
         return x
     out = apply(RESHAPE, x, shape=shape)
     if type(data) is np.ndarray and data.flags.c_contiguous and data.size:
         return out   # (a row-major array reshapes without a copy: nothing to check)
     return views.own_if_copied(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _eager_target(current: tuple, args: tuple) -> tuple:
+    """The shape ``reshape(x, *args)`` gives an array of shape ``current`` (the -1
+    resolved, the element count checked; asked at every reshape, view and unsqueeze)."""
+    return infer_reshape(current, _shape_arg(args))
 
 
 def _infer_expand(x, shape):
@@ -173,7 +175,7 @@ def _from_onnx_expand(b, xs, attrs):
     return x if shape == tuple(x.shape) else b.op(EXPAND, x, shape=shape)
 
 
-EXPAND = defop("expand", lambda x, shape: np.broadcast_to(x, shape), _infer_expand,
+EXPAND = defop("expand", broadcast_view, _infer_expand,
                vjp=lambda g, out, x, shape: sum_to(g, tuple(x.shape)),
                attrs=("shape",), saves="", view=True,
                onnx=_onnx_expand,
@@ -195,6 +197,7 @@ def broadcast_to(x, shape):
     return expand(x, tuple(shape))
 
 
+@functools.lru_cache(maxsize=256)
 def _inverse_perm(perm):
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
@@ -213,7 +216,7 @@ def _from_onnx_transpose(b, xs, attrs):
 
 PERMUTE = defop("permute", lambda x, perm: np.transpose(x, perm),
                 lambda x, perm: ShapedType(tuple(x.shape[p] for p in perm), x.dtype),
-                vjp=lambda g, out, x, perm: permute(g, _inverse_perm(perm)),
+                vjp=lambda g, out, x, perm: apply(PERMUTE, g, perm=_inverse_perm(perm)),
                 attrs=("perm",), saves="", view=True,
                 onnx=lambda e, node: [e.op("Transpose", [e.input(0)],
                                            perm=list(node.attrs["perm"]))],
@@ -222,9 +225,12 @@ PERMUTE = defop("permute", lambda x, perm: np.transpose(x, perm),
 
 def permute(x, *dims):
     """``x`` with its dims reordered: output dim i is input dim ``dims[i]`` (a view)."""
-    dims = _shape_arg(dims)
+    ndim = x._data.ndim
     try:
-        perm = _permutation(dims, x._data.ndim)
+        try:   # (the dims as given, cached; a list is unhashable)
+            perm = _permutation(dims, ndim)
+        except TypeError:
+            perm = _permutation(_shape_arg(dims), ndim)
     except ShapeError as e:
         raise ShapeError(f"{e} (shape {tuple(x.shape)})") from None
     if perm is None:
@@ -234,8 +240,10 @@ def permute(x, *dims):
 
 @functools.lru_cache(maxsize=1024)
 def _permutation(dims: tuple, ndim: int):
-    """``dims`` of a tensor with ``ndim`` dims, checked and made non-negative; None for
-    the identity. (Cached: a pure function of its arguments, asked at every transpose.)"""
+    """``dims`` (``permute``'s arguments: ints, or one tuple of them) of a tensor with
+    ``ndim`` dims, checked and made non-negative; None for the identity. (Cached: a pure
+    function of its arguments, asked at every permute.)"""
+    dims = _shape_arg(dims)
     if len(dims) != ndim:
         raise ShapeError(f"permute: got {len(dims)} dims {dims} for a tensor with {ndim} "
                          f"dims")
@@ -249,14 +257,18 @@ def _permutation(dims: tuple, ndim: int):
 # -- permute composites ---------------------------------------------------------------------
 def transpose(x, dim0, dim1):
     """``x`` with dims ``dim0`` and ``dim1`` swapped (a view)."""
-    return permute(x, _swapped(x._data.ndim, dim0, dim1))
+    perm = _swapped(x._data.ndim, dim0, dim1)
+    return x if perm is None else apply(PERMUTE, x, perm=perm)
 
 
 @functools.lru_cache(maxsize=256)
-def _swapped(ndim: int, dim0, dim1) -> tuple:
-    """The permutation that swaps two dims (cached as ``_permutation``)."""
-    perm = list(range(ndim))
+def _swapped(ndim: int, dim0, dim1):
+    """The permutation that swaps two dims, None where they are one dim (cached as
+    ``_permutation``)."""
     d0, d1 = normalize_dim(dim0, ndim), normalize_dim(dim1, ndim)
+    if d0 == d1:
+        return None
+    perm = list(range(ndim))
     perm[d0], perm[d1] = d1, d0
     return tuple(perm)
 
@@ -266,10 +278,11 @@ swapaxes = swapdims = transpose
 
 def t(x):
     """The transpose of a matrix; 0-d and 1-d tensors are returned as they are."""
-    if x.ndim > 2:
+    ndim = x._data.ndim
+    if ndim > 2:
         raise ShapeError(f"t() expects a tensor with <= 2 dims, got shape {tuple(x.shape)}; "
                          "use transpose(dim0, dim1) or .mT")
-    return transpose(x, 0, 1) if x.ndim == 2 else x
+    return apply(PERMUTE, x, perm=(1, 0)) if ndim == 2 else x
 
 
 def _matrix_transpose(x):
