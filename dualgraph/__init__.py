@@ -20,6 +20,7 @@ from .dtypes import DType as dtype  # noqa: F401
 from .dtypes import (MemoryFormat as memory_format, channels_last,  # noqa: F401
                      channels_last_3d, contiguous_format, preserve_format)
 from .ops.control import cond, scan, while_loop  # noqa: F401
+from .ops.arrange import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.creation import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
@@ -27,6 +28,7 @@ from .ops.index import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
+from .ops.special import *  # noqa: F401,F403
 from .ops.windows import conv3d, max_pool3d  # noqa: F401
 from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
 from .ops.decompositions import METHODS as _matrix_methods

@@ -371,9 +371,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # aside per way the arguments share storage with a place the step rebinds (a trace per
 # call before), requires_grad set on parameters or state while tracing (a silent
 # difference) noted and put back.
-CORE_BUDGET = 26_910
-BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
+# ops/ +375, "." +5 and the core +340 (i-names): the torch functions and Tensor methods
+# real programs call that were missing: ops/arrange.py (hstack & co, atleast_Nd,
+# tensor_split, rot90, take, diff, cross, kron, trace as composites), ops/special.py (lgamma,
+# polygamma/digamma and erfinv with their own float64 kernels, xlogy, signbit, gcd, lcm,
+# isin, histc; logit and heaviside as composites) and tan.
+CORE_BUDGET = 27_250
+BUDGETS = {".": 1_935, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_740,
            "passes": 3_385, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
