@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..shapes import ShapeError, broadcast_shapes, normalize_dim
+from ..shapes import broadcast_shapes, normalize_dim
 from ..tensor import Tensor
 from . import elementwise as ew, index, reduce as red, shape as shape_ops
 
