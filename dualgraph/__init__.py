@@ -19,7 +19,8 @@ from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  
 from .dtypes import int16 as short  # noqa: F401
 from .dtypes import DType as dtype  # noqa: F401
 from .dtypes import (MemoryFormat as memory_format, channels_last,  # noqa: F401
-                     channels_last_3d, contiguous_format, preserve_format)
+                     channels_last_3d, contiguous_format, preserve_format, strided)
+from .dtypes import Layout as layout  # noqa: F401
 from .ops.control import cond, scan, while_loop  # noqa: F401
 from .ops.arrange import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403

@@ -24,6 +24,29 @@ __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial
            "are_deterministic_algorithms_enabled", "result_type", "promote_types", "can_cast",
            "get_rng_state", "set_rng_state"]
 
+# torch's functional spellings of Tensor methods, ``torch.exp_(x)`` for ``x.exp_()``: one
+# table, each name the method of its first argument (the in-place ops, detach, ...)
+METHOD_FORMS = (
+    "abs_", "acos_", "arccos_", "arcsin_", "arctan_", "asin_", "atan_", "ceil_", "clamp_",
+    "clamp_max_", "clamp_min_", "clip_", "cos_", "cosh_", "detach", "detach_", "erf_",
+    "erfc_", "exp2_", "exp_", "expm1_", "fill_", "fix_", "floor_", "frac_", "gcd_",
+    "get_device", "index_put_", "lcm_", "log10_", "log1p_", "log2_", "log_", "logit_",
+    "nan_to_num_", "neg_", "negative_", "reciprocal_", "relu_", "round_", "rsqrt_",
+    "sigmoid_", "sin_", "sinh_", "sqrt_", "square_", "tan_", "tanh_", "trunc_", "xlogy_",
+    "zero_")
+
+
+def _method_form(name: str):
+    def function(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``torch.{name}(input, ...)``: ``input.{name}(...)``."
+    return function
+
+
+globals().update({name: _method_form(name) for name in METHOD_FORMS})
+__all__ += list(METHOD_FORMS)
+
 
 def is_tensor(obj) -> bool:
     """Whether ``obj`` is a dualgraph Tensor (Parameters included)."""

@@ -109,3 +109,70 @@ def test_integer_casts_match_torch():
         assert got.dtype.name == str(want.dtype)[6:]
         assert got.tolist() == want.tolist(), name
     assert dg.short is dg.int16
+
+
+def test_storage_queries_match_torch():
+    for m in (dg, torch):
+        a = m.arange(12.0).reshape(3, 4)
+        view = a[1:, 2:]
+        got = (a.nbytes, a.itemsize, a.storage_offset(), view.storage_offset(),
+               a.t().storage_offset(), m.zeros(3, dtype=m.int16).nbytes, a.is_sparse,
+               a.is_pinned(), a.share_memory_() is a, a.data_ptr() == a[0].data_ptr(),
+               view.data_ptr() - a.data_ptr())
+        if m is dg:
+            mine = got
+            assert a.layout is dg.strided and repr(dg.strided) == "dualgraph.strided"
+    assert mine == got
+
+
+def test_reshaping_in_place_keeps_storage_and_refuses_what_torch_refuses():
+    x = dg.arange(6.0).reshape(2, 3)
+    before = x.data_ptr()
+    assert x.t_() is x and tuple(x.shape) == (3, 2) and x.data_ptr() == before
+    x.unsqueeze_(0).squeeze_(0).swapaxes_(0, 1).swapdims_(1, 0)
+    assert x.tolist() == torch.arange(6.0).reshape(2, 3).t().tolist()
+    leaf = dg.ones(2, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        leaf.t_()
+    with pytest.raises(NotImplementedError, match="on a view of another tensor"):
+        (leaf * 1)[0:1].t_()
+    with pytest.raises(ValueError, match="is not expandable to size"):
+        dg.zeros(2, 3).sum_to_size(4)
+    with pytest.raises(ValueError, match="all dimensions of input must be of equal length"):
+        dg.zeros(2, 3, 3).fill_diagonal_(1)
+
+
+def test_reshaping_an_argument_in_place_is_not_captured():
+    """A compiled function can't change its argument's shape for the caller: fullgraph
+    raises; otherwise that part runs eagerly, so the caller sees torch's result."""
+    def step(x):
+        x.t_()
+        return x * 2
+
+    with pytest.raises(dg.CaptureError, match="t_.. of a view or of a tensor from outside"):
+        dg.compile(step, fullgraph=True)(dg.ones(2, 3))
+    x = dg.arange(6.0).reshape(2, 3)
+    out = dg.compile(step)(x)
+    assert tuple(x.shape) == (3, 2) and out.tolist() == (torch.arange(6.0).reshape(2, 3).t()
+                                                         * 2).tolist()
+
+
+@pytest.mark.parametrize("name", dg._namespace.METHOD_FORMS)
+def test_functional_forms_of_methods_are_torch_names(name):
+    """``torch.exp_(x)`` & co: each is a torch name and calls the method on its input."""
+    assert hasattr(torch, name)
+    assert getattr(dg, name).__name__ == name
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, x: m.exp_(x), lambda m, x: m.clamp_(x, -0.5, 0.5), lambda m, x: m.tan_(x),
+    lambda m, x: m.relu_(x), lambda m, x: m.logit_(x.sigmoid_(), 1e-3),
+    lambda m, x: m.xlogy_(x.abs_(), 3.0), lambda m, x: m.fill_(x, 2.0),
+    lambda m, x: m.nan_to_num_(x.log_(), 0.0, 1.0, -1.0),
+    lambda m, x: m.detach(x) * m.square_(x)])
+def test_functional_in_place_forms_match_torch(call):
+    values = np.array([0.3, -1.2, 2.5, 0.0], np.float32)
+    got, want = dg.tensor(values), torch.tensor(values)
+    got_out, want_out = call(dg, got), call(torch, want)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got_out.numpy(), want_out.numpy(), rtol=1e-6)
