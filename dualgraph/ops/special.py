@@ -23,7 +23,7 @@ from .. import dtypes
 from ..dispatch import apply
 from ..shapes import ShapedType
 from . import elementwise as ew
-from ._util import (as_operand, binary_kernel, float_result_type, infer_binary,
+from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
                     infer_binary_float, infer_float, needs_grad, shape_of, unary_float_kernel)
 from .elementwise import unbroadcast
 from .inplace import inplace
@@ -194,6 +194,8 @@ def logit(input, eps=None):
 
 
 def _xlogy_array(x, y):
+    dt = float_result_type(x, y)   # (log of a Python float is a float64 NumPy scalar)
+    x, y = cast(x, dt), cast(y, dt)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = x * np.log(y)
     return np.where((x == 0) & ~np.isnan(y), 0, out).astype(out.dtype, copy=False)
