@@ -159,18 +159,19 @@ def _erfinv_array(y):
         x = y * np.where(w < 5.0, _horner(_GILES_CENTRAL, w - 2.5),
                          _horner(_GILES_TAIL, np.sqrt(w) - 3.0))
         a = np.abs(y)
+        tail = a > 0.5
+        near, v = ~tail, y[~tail]
         for _ in range(2):   # Newton on erf(x) = y
-            step = (ew._erf_array(x) - y) / (ew.TWO_OVER_SQRT_PI * np.exp(-x * x))
-            x = np.where(np.isfinite(step), x - step, x)
+            z = x[near]
+            x[near] = z - (ew._erf_array(z) - v) / (ew.TWO_OVER_SQRT_PI * np.exp(-z * z))
         # where |y| > 0.5, Newton on log erfc(t) = log(1 - |y|) for t = |x| (erf's
         # rounding near 1 would stall it): nearly linear in t^2, so it converges from afar
-        t, tail = np.abs(x), a > 0.5
+        t, goal = np.abs(x[tail]), np.log1p(-a[tail])
         for _ in range(4):
             erfc = ew._erfc_array(t)
-            slope = -ew.TWO_OVER_SQRT_PI * np.exp(-t * t) / erfc
-            step = (np.log(erfc) - np.log1p(-a)) / slope
+            step = (np.log(erfc) - goal) * erfc / (-ew.TWO_OVER_SQRT_PI * np.exp(-t * t))
             t = np.where(np.isfinite(step), t - step, t)
-        x = np.where(tail, np.copysign(t, y), x)
+        x[tail] = np.copysign(t, y[tail])
         x = np.where(a == 1.0, np.copysign(np.inf, y), x)
     return np.where(a > 1.0, np.nan, x)
 
