@@ -14,12 +14,15 @@ from . import ops  # noqa: F401  (registers every op and binds Tensor methods)
 from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: F401
                        set_grad_enabled)
 from .dtypes import (bfloat16, bool_ as bool, double, float, float16, float32,  # noqa: F401
-                     float64, get_default_dtype, half, int, int32, int64, long,
-                     set_default_dtype)
+                     float64, get_default_dtype, half, int, int8, int16, int32, int64,
+                     long, set_default_dtype, uint8, uint16, uint32, uint64)
+from .dtypes import int16 as short  # noqa: F401
 from .dtypes import DType as dtype  # noqa: F401
 from .dtypes import (MemoryFormat as memory_format, channels_last,  # noqa: F401
-                     channels_last_3d, contiguous_format, preserve_format)
+                     channels_last_3d, contiguous_format, preserve_format, strided)
+from .dtypes import Layout as layout  # noqa: F401
 from .ops.control import cond, scan, while_loop  # noqa: F401
+from .ops.arrange import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.creation import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
@@ -27,6 +30,8 @@ from .ops.index import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
+from .ops.signal import *  # noqa: F401,F403
+from .ops.special import *  # noqa: F401,F403
 from .ops.windows import conv3d, max_pool3d  # noqa: F401
 from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
 from .ops.decompositions import METHODS as _matrix_methods

@@ -21,7 +21,31 @@ __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
            "IntTensor", "BoolTensor", "broadcast_shapes", "broadcast_tensors", "_assert",
            "meshgrid", "cdist", "spmm", "use_deterministic_algorithms",
-           "are_deterministic_algorithms_enabled"]
+           "are_deterministic_algorithms_enabled", "result_type", "promote_types", "can_cast",
+           "get_rng_state", "set_rng_state"]
+
+# torch's functional spellings of Tensor methods, ``torch.exp_(x)`` for ``x.exp_()``: one
+# table, each name the method of its first argument (the in-place ops, detach, ...)
+METHOD_FORMS = (
+    "abs_", "acos_", "arccos_", "arcsin_", "arctan_", "asin_", "atan_", "ceil_", "clamp_",
+    "clamp_max_", "clamp_min_", "clip_", "cos_", "cosh_", "detach", "detach_", "erf_",
+    "erfc_", "exp2_", "exp_", "expm1_", "fill_", "fix_", "floor_", "frac_", "gcd_",
+    "get_device", "index_put_", "lcm_", "log10_", "log1p_", "log2_", "log_", "logit_",
+    "nan_to_num_", "neg_", "negative_", "reciprocal_", "relu_", "round_", "rsqrt_",
+    "sigmoid_", "sin_", "sinh_", "sqrt_", "square_", "tan_", "tanh_", "trunc_", "xlogy_",
+    "zero_")
+
+
+def _method_form(name: str):
+    def function(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``torch.{name}(input, ...)``: ``input.{name}(...)``."
+    return function
+
+
+globals().update({name: _method_form(name) for name in METHOD_FORMS})
+__all__ += list(METHOD_FORMS)
 
 
 def is_tensor(obj) -> bool:
@@ -236,3 +260,61 @@ def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None
 
 def are_deterministic_algorithms_enabled() -> bool:
     return _deterministic[0]
+
+
+def result_type(tensor1, tensor2) -> dtypes.DType:
+    """The dtype an arithmetic op on ``tensor1`` and ``tensor2`` (tensors or numbers)
+    gives, as ``torch.result_type``: dimensioned tensors rank over 0-d ones over numbers."""
+    operands = (getattr(x, "_data", x) for x in (tensor1, tensor2))
+    return dtypes.from_np(dtypes.result_type(*operands))
+
+
+def promote_types(type1, type2) -> dtypes.DType:
+    """The smallest dtype both ``type1`` and ``type2`` cast to, as ``torch.promote_types``."""
+    return dtypes.from_np(dtypes.promote_types(dtypes.to_np(type1), dtypes.to_np(type2)))
+
+
+def can_cast(from_, to) -> bool:
+    """Whether torch's casting rule allows ``from_`` into ``to`` for an op's output: no
+    floating point into an integer or bool, no integer into bool (``torch.can_cast``)."""
+    have, want = dtypes.category(dtypes.to_np(from_)), dtypes.category(dtypes.to_np(to))
+    return have <= want
+
+
+# get_rng_state's layout: PCG64's 128-bit state and increment, its buffered 32-bit draw
+# (flag, value), the generator's seed and the seed state compiled graphs draw from
+_STATE_FIELDS = ((16, "state"), (16, "inc"), (1, "has_uint32"), (4, "uinteger"),
+                 (8, "seed"), (8, "graph_seed"))
+_STATE_BYTES = sum(n for n, _ in _STATE_FIELDS)
+
+
+def get_rng_state() -> Tensor:
+    """The global generator's state as a uint8 tensor, as ``torch.get_rng_state``; giving
+    it to :func:`set_rng_state` later makes the same draws again (eager and compiled)."""
+    generator = creation.default_generator
+    pcg = generator.get_state()
+    values = {"state": pcg["state"]["state"], "inc": pcg["state"]["inc"],
+              "has_uint32": pcg["has_uint32"], "uinteger": pcg["uinteger"],
+              "seed": generator.initial_seed() % 2 ** 64,
+              "graph_seed": int(generator.seed_state._data)}
+    raw = b"".join(int(values[name]).to_bytes(n, "little") for n, name in _STATE_FIELDS)
+    return creation.tensor(np.frombuffer(raw, np.uint8), dtype=dtypes.uint8)
+
+
+def set_rng_state(new_state) -> None:
+    """Restore the global generator to a state :func:`get_rng_state` returned."""
+    if (not isinstance(new_state, Tensor) or new_state.dtype != dtypes.uint8
+            or tuple(new_state.shape) != (_STATE_BYTES,)):
+        raise TypeError(f"set_rng_state expects the uint8 tensor of {_STATE_BYTES} bytes "
+                        f"that get_rng_state returns, got {new_state!r:.60}")
+    raw, values, at = new_state.numpy().tobytes(), {}, 0
+    for n, name in _STATE_FIELDS:
+        values[name] = int.from_bytes(raw[at:at + n], "little")
+        at += n
+    generator = creation.default_generator
+    generator.set_state({"bit_generator": "PCG64",
+                         "state": {"state": values["state"], "inc": values["inc"]},
+                         "has_uint32": values["has_uint32"], "uinteger": values["uinteger"]})
+    seed = values["seed"]
+    generator._seed = seed - 2 ** 64 if seed >= 2 ** 63 else seed
+    generator.seed_state._data[...] = np.int64(values["graph_seed"])

@@ -96,6 +96,11 @@ class MemoryFormat:
         return self.name   # a module-level singleton, copied and pickled by name
 
 
+class Layout(MemoryFormat):
+    """torch's tensor layouts: every dualgraph tensor is ``dg.strided`` (dense)."""
+
+
+strided = Layout("strided")
 contiguous_format = MemoryFormat("contiguous_format")
 preserve_format = MemoryFormat("preserve_format")
 channels_last = MemoryFormat("channels_last")

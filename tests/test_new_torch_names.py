@@ -36,6 +36,25 @@ FUNCTIONS = {
     "aminmax": lambda m, x, y: m.aminmax(x * y, dim=1, keepdim=True).min + (x * 2).round().aminmax().max,
     "hypot": lambda m, x, y: m.hypot(x, y * 3) + x.hypot(y * 1e200) * 1e-200,
     "flip": lambda m, x, y: x.flip(0, 1) * y + m.flip(y, dims=(1,)) + x.flip(-1),
+    # i-names: the torch functions and Tensor methods programs met missing
+    "tan": lambda m, x, y: m.tan(x * 0.5) * y + (x * 0.3).tan_(),
+    "lgamma": lambda m, x, y: m.lgamma(x.abs() + 0.5) * y,
+    "digamma": lambda m, x, y: (x.abs() + 0.5).digamma() + m.polygamma(1, y.abs() + 1),
+    "erfinv": lambda m, x, y: m.erfinv(m.tanh(x)) * y,
+    "xlogy": lambda m, x, y: m.xlogy(x, y.abs() + 0.1) + x.xlogy(2.0),
+    "logit": lambda m, x, y: m.logit(m.sigmoid(x), eps=0.1) * y,
+    "hstack": lambda m, x, y: m.hstack([x, y]) * 2 + m.vstack([y, x]).t()[:, :3].sum(),
+    "kron": lambda m, x, y: m.kron(x[:, :2], y[:2, :3]),
+    "cross": lambda m, x, y: m.cross(x[:, :3], y[:, 1:4], dim=1),
+    "diff": lambda m, x, y: m.diff(x * y, 2, dim=1, prepend=y[:, :1]),
+    "rot90": lambda m, x, y: m.rot90(x, 1) * y.t() + m.fliplr(x).t(),
+    "tensor_split": lambda m, x, y: m.tensor_split(x, 2, dim=1)[1] * y[:, :2],
+    "take": lambda m, x, y: m.take(x, m.tensor([0, 14, -1])) * y[0, :3],
+    "trace": lambda m, x, y: m.trace(x * y) * x,
+    "t_": lambda m, x, y: (x * 1).t_().unsqueeze_(0) * y.t(),
+    "fill_diagonal_": lambda m, x, y: (x * y).fill_diagonal_(0.5, wrap=True),
+    "sum_to_size": lambda m, x, y: (x * y).sum_to_size(1, 5) + x,
+    "cumsum_": lambda m, x, y: (x * 1).cumsum_(1) * y,
 }
 
 

@@ -2811,7 +2811,6 @@ CONVERTERS = {
     # activations
     "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Selu": _selu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softsign": _softsign, "Gelu": _gelu,
-    "Tan": _unary(lambda b, x, attrs: b.op("div", b.op("sin", x), b.op("cos", x))),
     "Sinh": _unary(_sinh), "Cosh": _unary(_cosh), "Asinh": _unary(_asinh),
     "Acosh": _unary(_acosh), "Atanh": _unary(_atanh), "Celu": _unary(_celu),
     "Swish": _unary(_swish), "ThresholdedRelu": _unary(_thresholded_relu),

@@ -1,9 +1,10 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
-from . import (attention, batch_norm, collective, control, conv, creation,  # noqa: F401
+from . import (arrange, attention, batch_norm, collective, control, conv, creation,  # noqa: F401
                decompositions, dynamic, elementwise, epilogue, fused, index, layout, linalg,
-               loss, methods, norm, recurrent, reduce, shape)
+               loss, methods, norm, recurrent, reduce, shape, signal, special,
+               tensor_methods)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
-methods.install([control.METHODS, elementwise.METHODS, reduce.METHODS, shape.METHODS,
-                 index.METHODS, linalg.METHODS, conv.METHODS, creation.METHODS,
-                 decompositions.METHODS])
+methods.install([arrange.METHODS, control.METHODS, elementwise.METHODS, reduce.METHODS,
+                 shape.METHODS, index.METHODS, linalg.METHODS, conv.METHODS, creation.METHODS,
+                 decompositions.METHODS, special.METHODS, tensor_methods.METHODS])

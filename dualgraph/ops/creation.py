@@ -12,7 +12,7 @@ from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa:
                      traced_random)
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
-           "arange", "linspace", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
+           "arange", "linspace", "logspace", "tril_indices", "triu_indices", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
            "randn", "randint", "randperm", "multinomial", "rand_like", "randn_like", "clone",
            "bernoulli", "normal",
            "Generator",
@@ -152,6 +152,34 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _finish(np.linspace(start, end, steps, dtype=np.float64).astype(_float_dtype(dtype)),
                    requires_grad, device)
+
+
+def logspace(start, end, steps: int, base=10.0, dtype=None, device=None,
+             requires_grad=False) -> Tensor:
+    """``base ** linspace(start, end, steps)``, as ``torch.logspace``."""
+    dt = _float_dtype(dtype)
+    values = np.power(float(base), np.linspace(start, end, steps, dtype=np.float64))
+    return _finish((np.floor(values + 0.5) if dt.kind in "iu" else values).astype(dt),
+                   requires_grad, device)
+
+
+def _trilu_indices(which, row, col, offset, dtype, device) -> Tensor:
+    rows, cols = which(row, offset, col)
+    dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
+    return _finish(np.stack([rows, cols]).astype(dt).reshape(2, -1), False, device)
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None,
+                 layout=None) -> Tensor:
+    """The (2, N) row and column indices of the lower triangle of a ``row`` x ``col``
+    matrix (the ``offset`` diagonal included), row by row, as ``torch.tril_indices``."""
+    return _trilu_indices(np.tril_indices, row, col, offset, dtype, device)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None,
+                 layout=None) -> Tensor:
+    """The (2, N) indices of the upper triangle, as ``torch.triu_indices``."""
+    return _trilu_indices(np.triu_indices, row, col, offset, dtype, device)
 
 
 def _full_like_kernel(x, fill_value, dtype):

@@ -36,7 +36,8 @@ __all__ = [
     # math
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
-    "cos", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2", "arctan2",
+    "cos", "tan", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2",
+    "arctan2",
     "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
     "logaddexp2", "hypot",
     # comparisons, clamping, logic, predicates
@@ -362,6 +363,8 @@ SIN = _unary("sin", _trig_array("sin"), lambda g, out, x: g * cos(x), "sin({0})"
 COS = _unary("cos", _trig_array("cos"), lambda g, out, x: -g * sin(x), "cos({0})", "Cos",
              saves="i",
              scalar32="cos32")
+TAN = _unary("tan", np.tan, lambda g, out, x: g * (1 + out * out), "tan({0})", "Tan",
+             saves="o")
 TANH = _unary("tanh", np.tanh, lambda g, out, x: g * (1 - out * out), "tanh({0})", "Tanh",
               saves="o")
 ASIN = _unary("asin", np.arcsin, lambda g, out, x: g * rsqrt(1 - x * x), "arcsin({0})",
@@ -400,6 +403,10 @@ def sin(x):
 
 def cos(x):
     return apply(COS, x)
+
+
+def tan(x):
+    return apply(TAN, x)
 
 
 def tanh(x):
@@ -1676,7 +1683,7 @@ _OUT_OF_PLACE = {
     "log1p": log1p, "sqrt": sqrt, "rsqrt": rsqrt, "abs": abs, "absolute": abs, "sign": sign,
     "floor": floor, "ceil": ceil, "round": round, "trunc": trunc, "fix": trunc, "frac": frac,
     "erf": erf, "erfc": erfc, "atan2": atan2, "arctan2": atan2, "sin": sin, "cos": cos,
-    "tanh": tanh, "asin": asin, "acos": acos,
+    "tan": tan, "tanh": tanh, "asin": asin, "acos": acos,
     "atan": atan, "arcsin": asin, "arccos": acos, "arctan": atan,
     "sigmoid": sigmoid, "relu": relu,
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,

@@ -78,6 +78,9 @@ def install(method_tables):
     Tensor.long = lambda self: to(self, dtypes.int64)
     Tensor.int = lambda self: to(self, dtypes.int32)
     Tensor.bool = lambda self: to(self, dtypes.bool_)
+    Tensor.byte = lambda self: to(self, dtypes.uint8)
+    Tensor.char = lambda self: to(self, dtypes.int8)
+    Tensor.short = lambda self: to(self, dtypes.int16)
     Tensor.backward = backward
     # In-place arithmetic: x += y keeps the same tensor object, as in torch.
     for name in ("add", "sub", "mul", "div", "pow"):

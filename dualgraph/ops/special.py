@@ -1,0 +1,347 @@
+"""Special functions and the elementwise odds torch programs call: ``lgamma``, ``digamma``
+and ``polygamma``, ``erfinv``, ``logit``, ``xlogy``, ``heaviside``, ``signbit``, ``gcd`` and
+``lcm``, and the counting ops ``isin`` and ``histc``.
+
+NumPy has no ufunc for the gamma family or erfinv, so their kernels are here, computed in
+float64 (float32 and halves round the result once): ``lgamma`` with the C library's
+``lgamma`` per element; ``polygamma`` (``digamma`` is order 0) by the recurrence up to
+x >= 10 and the asymptotic series there, ``digamma`` of negative x by reflection;
+``erfinv`` from Giles' approximation refined by two Newton steps on ``erf`` (``erfc``
+where |y| > 0.5, so that the steps keep their precision near +-1).
+
+>>> import dualgraph as dg
+>>> dg.lgamma(dg.tensor([5.0]))
+tensor([3.1781])
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..dispatch import apply
+from ..shapes import ShapedType
+from . import elementwise as ew
+from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
+                    infer_binary_float, infer_float, needs_grad, shape_of, unary_float_kernel)
+from .elementwise import unbroadcast
+from .inplace import inplace
+from .opdef import defop
+
+__all__ = ["lgamma", "digamma", "polygamma", "erfinv", "logit", "xlogy", "heaviside",
+           "signbit", "gcd", "lcm", "isin", "histc"]
+
+
+def _in_float64(fn):
+    """``fn`` over float64, its result in the input's float dtype."""
+    def kernel(x, **attrs):
+        return fn(x.astype(np.float64), **attrs).astype(x.dtype, copy=False)
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
+# -- lgamma ---------------------------------------------------------------------------------
+def _lgamma_scalar(v: float) -> float:
+    if v <= 0 and (math.isinf(v) or v == math.floor(v)):   # poles: math.lgamma raises
+        return math.inf
+    return math.lgamma(v)
+
+
+_lgamma_each = np.frompyfunc(_lgamma_scalar, 1, 1)
+
+
+def _lgamma_array(x):
+    return _lgamma_each(x).astype(np.float64)
+
+
+LGAMMA = defop("lgamma", unary_float_kernel(_in_float64(_lgamma_array)), infer_float,
+               vjp=lambda g, out, x: g * digamma(x), saves="i",
+               doc="The log of the absolute value of the gamma function.")
+
+
+def lgamma(input):
+    """``log |Gamma(input)|``, as ``torch.lgamma`` (inf at the poles 0, -1, -2, ...)."""
+    return apply(LGAMMA, input)
+
+
+# -- polygamma and digamma -----------------------------------------------------------------
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)
+_SERIES_FROM = 10.0   # the asymptotic series is used from here up (error < 1e-16)
+_SHIFT_LIMIT = 1000   # polygamma(n >= 1) of x below -this many is NaN (no reflection)
+
+
+def _asymptotic(n: int, x):
+    """psi^(n)(x) for x >= 10 by its asymptotic series."""
+    if n == 0:
+        inv2 = 1.0 / (x * x)
+        series = sum(b / (2 * k) * inv2 ** k for k, b in enumerate(_BERNOULLI, 1))
+        return np.log(x) - 0.5 / x - series
+    total = math.factorial(n - 1) / x ** n + math.factorial(n) / (2 * x ** (n + 1))
+    for k, b in enumerate(_BERNOULLI, 1):
+        total = total + b * math.factorial(2 * k + n - 1) / math.factorial(2 * k) / x ** (
+            2 * k + n)
+    return total if n % 2 else -total
+
+
+def _polygamma_array(x, n):
+    """psi^(n)(x) in float64: shifted up by the recurrence psi^(n)(x) = psi^(n)(x + 1) -
+    (-1)^n n! / x^(n+1) until x >= 10, then the series."""
+    x = np.asarray(x, np.float64)
+    out = np.full(x.shape, np.nan)
+    reflect = (x < 0) if n == 0 else np.zeros(x.shape, bool)
+    # (digamma: psi(x) = psi(1 - x) - pi / tan(pi x), with tan's period taken out first)
+    y = np.where(reflect, 1.0 - x, x)
+    ok = ~np.isnan(y) & (y > -_SHIFT_LIMIT) & ~(np.isinf(y) & (y < 0))
+    z, steps = y[ok], np.ceil(np.maximum(_SERIES_FROM - y[ok], 0)).astype(np.int64)
+    acc = np.zeros(z.shape)
+    sign_fact = (-1.0) ** n * math.factorial(n)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for k in range(int(steps.max()) if steps.size else 0):
+            live = steps > k
+            acc[live] -= sign_fact / (z[live] + k) ** (n + 1)
+        out[ok] = _asymptotic(n, z + steps) + acc
+        if n == 0:
+            q = x - np.floor(x)
+            pole = reflect & (x == np.floor(x))
+            out = np.where(reflect, out - np.pi / np.tan(np.pi * q), out)
+            out[pole] = np.nan
+            out[x == 0] = np.copysign(np.inf, -x[x == 0])   # (torch's: +inf at -0.0)
+            out[np.isinf(x) & (x < 0)] = np.nan
+    return out
+
+
+def _infer_polygamma(x, n):
+    return infer_float(x)
+
+
+POLYGAMMA = defop("polygamma", ew._float_kernel(_in_float64(_polygamma_array)),
+                  _infer_polygamma, attrs=("n",),
+                  vjp=lambda g, out, x, n: g * polygamma(n + 1, x),
+                  doc="The n-th derivative of the digamma function (order 0: digamma).")
+
+
+def polygamma(n, input):
+    """The ``n``-th derivative of ``digamma`` at ``input``, as ``torch.polygamma``."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"polygamma(n, x) does not support negative or non-integer n, got "
+                         f"{n!r}")
+    return apply(POLYGAMMA, input, n=n)
+
+
+def digamma(input):
+    """The logarithmic derivative of the gamma function, as ``torch.digamma`` (-inf at 0,
+    NaN at the negative integers)."""
+    return polygamma(0, input)
+
+
+def _polygamma_method(self, n):
+    return polygamma(n, self)
+
+
+# -- erfinv ---------------------------------------------------------------------------------
+_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                  0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+               0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _horner(coefficients, w):
+    p = np.full(w.shape, coefficients[0])
+    for c in coefficients[1:]:
+        p = p * w + c
+    return p
+
+
+def _erfinv_array(y):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = -np.log((1.0 - y) * (1.0 + y))
+        x = y * np.where(w < 5.0, _horner(_GILES_CENTRAL, w - 2.5),
+                         _horner(_GILES_TAIL, np.sqrt(w) - 3.0))
+        a = np.abs(y)
+        tail = a > 0.5
+        near, v = ~tail, y[~tail]
+        for _ in range(2):   # Newton on erf(x) = y
+            z = x[near]
+            x[near] = z - (ew._erf_array(z) - v) / (ew.TWO_OVER_SQRT_PI * np.exp(-z * z))
+        # where |y| > 0.5, Newton on log erfc(t) = log(1 - |y|) for t = |x| (erf's
+        # rounding near 1 would stall it): nearly linear in t^2, so it converges from afar
+        t, goal = np.abs(x[tail]), np.log1p(-a[tail])
+        for _ in range(4):
+            erfc = ew._erfc_array(t)
+            step = (np.log(erfc) - goal) * erfc / (-ew.TWO_OVER_SQRT_PI * np.exp(-t * t))
+            t = np.where(np.isfinite(step), t - step, t)
+        x[tail] = np.copysign(t, y[tail])
+        x = np.where(a == 1.0, np.copysign(np.inf, y), x)
+    return np.where(a > 1.0, np.nan, x)
+
+
+ERFINV = defop("erfinv", unary_float_kernel(_in_float64(_erfinv_array)), infer_float,
+               vjp=lambda g, out, x: g * (math.sqrt(math.pi) / 2) * ew.exp(out * out),
+               saves="o", doc="The inverse of erf on (-1, 1).")
+
+
+def erfinv(input):
+    """The inverse error function, as ``torch.erfinv``: +-inf at +-1, NaN outside."""
+    return apply(ERFINV, input)
+
+
+# -- logit, xlogy ---------------------------------------------------------------------------
+def logit(input, eps=None):
+    """``log(p / (1 - p))``, with ``p`` clamped to ``[eps, 1 - eps]`` when ``eps`` is given
+    (the gradient is then zero outside), as ``torch.logit``."""
+    p = input if eps is None else ew.clamp(input, eps, 1.0 - eps)
+    return ew.log(p) - ew.log1p(-p)
+
+
+def _xlogy_array(x, y):
+    dt = float_result_type(x, y)   # (log of a Python float is a float64 NumPy scalar)
+    x, y = cast(x, dt), cast(y, dt)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = x * np.log(y)
+    return np.where((x == 0) & ~np.isnan(y), 0, out).astype(out.dtype, copy=False)
+
+
+def _xlogy_vjp(g, out, x, y):
+    gx = unbroadcast(g * xlogy(ew.ne(x, 0), y), x) if needs_grad(x) else None
+    gy = unbroadcast(g * x / y, y) if needs_grad(y) else None
+    return gx, gy
+
+
+def _onnx_xlogy(e, node):
+    dtype = node.outputs[0].dtype
+    x, y = e.inputs(dtype)
+    zero = e.scalar(0, dtype, "zero")
+    keep = e.op("And", [e.op("Equal", [x, zero]), e.op("Not", [e.op("IsNaN", [y])])])
+    return [e.op("Where", [keep, zero, e.op("Mul", [x, e.op("Log", [y])])])]
+
+
+# (a primitive: x * log(y) as ops is NaN at x = y = 0, and masking it makes its gradient NaN)
+XLOGY = defop("xlogy", binary_kernel(_xlogy_array, float_result_type), infer_binary_float,
+              vjp=_xlogy_vjp, onnx=_onnx_xlogy,
+              doc="input * log(other), 0 where input is 0 (unless other is NaN).")
+
+
+def xlogy(input, other):
+    """``input * log(other)``, 0 where ``input`` is 0 and ``other`` is not NaN, as
+    ``torch.xlogy``."""
+    return apply(XLOGY, as_operand(input), as_operand(other))
+
+
+# -- heaviside, signbit, gcd, lcm -----------------------------------------------------------
+def heaviside(input, values):
+    """The step function: 0 below 0, 1 above, ``values`` at 0, as ``torch.heaviside``."""
+    values = as_operand(values)
+    if isinstance(values, type(input)) and values.dtype != input.dtype:
+        raise TypeError(f"heaviside is not yet implemented for tensors with different "
+                        f"dtypes: {input.dtype} and {values.dtype}")
+    step = ew.where(ew.gt(input, 0), 1, 0).to(input.dtype)
+    return ew.where(ew.eq(input, 0), values, step)
+
+
+def _signbit_array(x):
+    return np.signbit(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
+
+
+SIGNBIT = defop("signbit", _signbit_array, lambda x: ShapedType(tuple(x.shape), np.dtype(bool)),
+                saves="", elementwise="signbit({0})",
+                doc="Whether the sign bit is set (true for -0.0 and negative NaNs).")
+
+
+def signbit(input):
+    """Whether each element's sign bit is set (``-0.0`` included), as ``torch.signbit``."""
+    return apply(SIGNBIT, input)
+
+
+def _integer_kernel(ufunc):
+    base = binary_kernel(ufunc)
+
+    def kernel(a, b):
+        dt = dtypes.result_type(a, b)
+        if dt.kind not in "iu":
+            raise TypeError(f"{ufunc.__name__}: not implemented for {dt} (integers only)")
+        return base(a, b)
+    kernel.__name__ = ufunc.__name__
+    return kernel
+
+
+def _infer_integer(a, b):
+    out = infer_binary(a, b)
+    if out.dtype.kind not in "iu":
+        raise TypeError(f"expected integer tensors, got {out.dtype}")
+    return out
+
+
+GCD = defop("gcd", _integer_kernel(np.gcd), _infer_integer, saves="", commutative=True,
+            elementwise="gcd({0}, {1})", doc="The greatest common divisor (non-negative).")
+LCM = defop("lcm", _integer_kernel(np.lcm), _infer_integer, saves="", commutative=True,
+            elementwise="lcm({0}, {1})", doc="The least common multiple (non-negative).")
+
+
+def gcd(input, other):
+    """The elementwise greatest common divisor of integers, as ``torch.gcd``."""
+    return apply(GCD, as_operand(input), as_operand(other))
+
+
+def lcm(input, other):
+    """The elementwise least common multiple of integers, as ``torch.lcm``."""
+    return apply(LCM, as_operand(input), as_operand(other))
+
+
+# -- isin, histc ----------------------------------------------------------------------------
+def _isin_kernel(elements, test_elements, invert):
+    return np.isin(elements, test_elements, invert=invert)
+
+
+ISIN = defop("isin", _isin_kernel,
+             lambda x, t, invert: ShapedType(shape_of(x), np.dtype(bool)),
+             attrs=("invert",), saves="",
+             doc="Whether each element of input 0 occurs in input 1.")
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each of ``elements`` is among ``test_elements`` (either may be a number),
+    as ``torch.isin``; ``invert=True`` gives the opposite."""
+    return apply(ISIN, as_operand(elements), as_operand(test_elements), invert=bool(invert))
+
+
+def _histc_kernel(x, bins, min, max):
+    lo, hi = x.dtype.type(min), x.dtype.type(max)
+    if lo == hi and x.size:
+        lo, hi = x.min(), x.max()
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ValueError(f"histc: range of [{lo}, {hi}] is not finite")
+    inside = x[(x >= lo) & (x <= hi)]
+    at = ((inside - lo) * bins / (hi - lo)).astype(np.int64)
+    return np.bincount(np.minimum(at, bins - 1), minlength=bins).astype(x.dtype)
+
+
+def _infer_histc(x, bins, min, max):
+    return ShapedType((bins,), x.dtype)
+
+
+HISTC = defop("histc", _histc_kernel, _infer_histc, attrs=("bins", "min", "max"), saves="",
+              doc="A histogram of ``bins`` equal bins over [min, max] (the data's range when "
+                  "min == max); elements outside are ignored.")
+
+
+def histc(input, bins=100, min=0, max=0):
+    """Count the elements in ``bins`` equal-width bins between ``min`` and ``max`` (the
+    data's smallest and largest when both are equal), as ``torch.histc``."""
+    if bins <= 0:
+        raise ValueError(f"histc: bins must be > 0, but got {bins}")
+    if min > max:
+        raise ValueError(f"histc: max must be larger than min, got min={min}, max={max}")
+    if not input.is_floating_point():
+        raise TypeError(f"histc: not implemented for {input.dtype} (floating-point input "
+                        "only)")
+    return apply(HISTC, input, bins=int(bins), min=float(min), max=float(max))
+
+
+_UNARY = {"lgamma": lgamma, "digamma": digamma, "erfinv": erfinv, "logit": logit,
+          "xlogy": xlogy, "heaviside": heaviside, "gcd": gcd, "lcm": lcm}
+METHODS = {**_UNARY, **{name + "_": inplace(fn) for name, fn in _UNARY.items()},
+           "polygamma": _polygamma_method, "polygamma_": inplace(_polygamma_method),
+           "signbit": signbit, "histc": histc}
