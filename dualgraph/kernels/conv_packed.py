@@ -221,11 +221,11 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
     copy, measured 1.3-1.4x faster), and of an image's first layers (at most
     ``conv_shallow.MAX_CHANNELS`` input channels) those that ``conv_outlanes`` declines
     (many weights a position: a 3-channel 7x7 stride-2 stem, 11x11 stride 4, 5x5; there
-    the packed loop's twelve sums took 0.73-0.93x ``conv_shallow``'s eight, where the
-    few-weight ones ran 0.6-0.95x the packed time in ``conv_outlanes``: docs/benchmarks.md,
-    "stems"). Measured against each path it replaces on 3x3 layers of 16-512 channels, 7x7
-    to 56x56 planes, stride 1 and 2, and 5x5 layers: 0.5-1.0x their time (docs/benchmarks.md,
-    "packed weights")."""
+    the packed loop's twelve sums took 0.71-0.93x ``conv_shallow``'s eight, where the
+    few-weight ones ran 0.72-1.0x the packed time in ``conv_outlanes`` at batch 1:
+    docs/benchmarks.md, 2026-12-04 "stems"). Measured against each path it replaces on 3x3
+    layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
+    0.5-1.0x their time (docs/benchmarks.md, "packed weights")."""
     return (np.dtype(dtype) == np.float32 and groups == 1 and w_shape[0] >= PAIR
             and w_shape[2] * w_shape[3] > 1 and min(min(p) for p in padding) >= 0
             and numba_available()
