@@ -112,21 +112,6 @@ def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     assert conv_packed.packed_wins((1, 5, 224, 224), (64, 5, 3, 3), pad, 1, np.float32)
 
 
-def _stem(lib):
-    nn = lib.nn
-    return nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-                         nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
-
-
-@pytest.mark.parametrize("batch", [1, 3])
-def test_a_compiled_stem_is_packed_and_matches_eager_and_torch(batch, tmp_path):
-    x = np.random.default_rng(batch).standard_normal((batch, 3, 37, 45)).astype(np.float32)
-    compiled, loaded = compiled_and_loaded(_stem, x, tmp_path)
-    graph = str(compiled.optimized_graph)
-    assert graph.count("conv2d_packed(") == 2 and "conv2d_epilogue" not in graph, graph
-    assert loaded.code.count("= conv_packed_") == 2, loaded.code
-
-
 def _net(lib, c=13, mid=21):
     nn = lib.nn
 
@@ -213,14 +198,27 @@ def compiled_step(model, x):
     return step
 
 
+def _stem(lib):
+    """A 3-channel 7x7 stride-2 first layer with BatchNorm, ReLU and max pooling."""
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                         nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
+
+
+# a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
+PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, "")]
+
+
 @pytest.mark.parametrize("batch", [1, 3])
-def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
-    x = np.random.default_rng(batch).standard_normal((batch, 13, 15, 17)).astype(np.float32)
-    compiled, loaded = compiled_and_loaded(_net, x, tmp_path)
+@pytest.mark.parametrize("net,shape,packed,name", PACKED_MODELS)
+def test_compiled_and_onnx_import_match_eager_and_torch(net, shape, packed, name, batch,
+                                                        tmp_path):
+    x = np.random.default_rng(batch).standard_normal((batch, *shape)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(net, x, tmp_path)
     graph = str(compiled.optimized_graph)
-    assert graph.count("conv2d_packed(") == 4 and "conv2d_epilogue" not in graph, graph
-    assert "c1.weight_packed" in graph and "conv_packed_relu(" in compiled.code
-    assert loaded.code.count("= conv_packed_") == 4, loaded.code
+    assert graph.count("conv2d_packed(") == packed and "conv2d_epilogue" not in graph, graph
+    assert name in graph and "conv_packed_relu(" in compiled.code
+    assert loaded.code.count("= conv_packed_") == packed, loaded.code
 
 
 def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():
