@@ -27,6 +27,12 @@ CASES = [
     (3, 6, 14, 14, 16, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1),   # 5x5
     (1, 8, 12, 13, 24, (3, 2), (1, 2), ((2, 2), (0, 1)), (2, 1), 1),   # dilation
     (1, 33, 2, 2, 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),    # fewer outputs than a run
+    # first layers of at most four channels with many weights a position (conv_outlanes
+    # declines them): a 7x7 stride-2 stem, 11x11 stride 4, one channel, four channels
+    (2, 3, 29, 31, 24, (7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1),
+    (1, 3, 45, 47, 32, (11, 11), (4, 4), ((2, 2), (2, 2)), (1, 1), 1),
+    (3, 1, 20, 23, 64, (7, 7), (1, 1), ((3, 3), (3, 3)), (1, 1), 1),
+    (1, 4, 16, 19, 40, (5, 5), (2, 1), ((2, 1), (0, 2)), (1, 2), 1),
 ]
 
 
@@ -95,6 +101,15 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
     assert kernels.conv_outlanes.wanted(x.shape, w.shape, attrs["padding"], 1, x.dtype)
     np.testing.assert_array_equal(_packed(x, w, b, **attrs), CONV2D_EPILOGUE.kernel(
         x, w, b, act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs))
+
+
+def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
+    """A 3-channel 3x3 first layer (1728 weights a position) runs conv_outlanes' loop,
+    measured faster there than packed; a 3-channel 7x7 one (9408) is packed."""
+    pad = ((1, 1), (1, 1))
+    assert not conv_packed.packed_wins((1, 3, 224, 224), (64, 3, 3, 3), pad, 1, np.float32)
+    assert conv_packed.packed_wins((1, 3, 224, 224), (64, 3, 7, 7), pad, 1, np.float32)
+    assert conv_packed.packed_wins((1, 5, 224, 224), (64, 5, 3, 3), pad, 1, np.float32)
 
 
 def _net(lib, c=13, mid=21):
@@ -183,14 +198,27 @@ def compiled_step(model, x):
     return step
 
 
+def _stem(lib):
+    """A 3-channel 7x7 stride-2 first layer with BatchNorm, ReLU and max pooling."""
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                         nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
+
+
+# a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
+PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, "")]
+
+
 @pytest.mark.parametrize("batch", [1, 3])
-def test_compiled_and_onnx_import_match_eager_and_torch(batch, tmp_path):
-    x = np.random.default_rng(batch).standard_normal((batch, 13, 15, 17)).astype(np.float32)
-    compiled, loaded = compiled_and_loaded(_net, x, tmp_path)
+@pytest.mark.parametrize("net,shape,packed,name", PACKED_MODELS)
+def test_compiled_and_onnx_import_match_eager_and_torch(net, shape, packed, name, batch,
+                                                        tmp_path):
+    x = np.random.default_rng(batch).standard_normal((batch, *shape)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(net, x, tmp_path)
     graph = str(compiled.optimized_graph)
-    assert graph.count("conv2d_packed(") == 4 and "conv2d_epilogue" not in graph, graph
-    assert "c1.weight_packed" in graph and "conv_packed_relu(" in compiled.code
-    assert loaded.code.count("= conv_packed_") == 4, loaded.code
+    assert graph.count("conv2d_packed(") == packed and "conv2d_epilogue" not in graph, graph
+    assert name in graph and "conv_packed_relu(" in compiled.code
+    assert loaded.code.count("= conv_packed_") == packed, loaded.code
 
 
 def test_a_training_step_keeps_its_weights_and_changed_weights_are_repacked():

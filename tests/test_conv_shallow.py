@@ -90,10 +90,12 @@ def _first_layer(lib, cout=12, k=3):
 
 
 # (a 3x3 layer of 12 channels: conv_outlanes takes it first where it would, as the eager
-# conv does; a 7x7 stem of 64 channels has too many weights per output for it: conv_shallow)
+# conv does; a 9x9 layer of 12 channels has too many weights per output for it and too
+# few channels to pack: conv_shallow; a 7x7 stem of 64 channels is packed)
 @pytest.mark.parametrize("batch, cout, k, kernel", [(1, 12, 3, "(shallow|outlanes)"),
                                                     (3, 12, 3, "(shallow|outlanes)"),
-                                                    (2, 64, 7, "shallow")])
+                                                    (2, 12, 9, "shallow"),
+                                                    (2, 64, 7, "packed")])
 def test_compiled_and_onnx_import_match_eager_and_torch(batch, cout, k, kernel, tmp_path):
     """A first layer (3 channels, BatchNorm folded, hard-swish) compiled runs
     ``conv_<kernel>_hardswish``; compiled, eager, ``dg.onnx.load`` of the torch export and

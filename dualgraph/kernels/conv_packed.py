@@ -33,6 +33,7 @@ import numpy as np
 
 from . import helper, loop, numba_available
 from .conv_lanes import _interleave, finish
+from . import conv_outlanes
 from .conv_outlanes import _offsets, _planes, pad_image
 from .conv_shallow import MAX_CHANNELS
 from .epilogue import _activate
@@ -217,13 +218,19 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
     """Whether :func:`conv` takes a conv whose weight is packed once: float32, one group,
     no negative padding, at least sixteen output channels (a packed pair: fewer leave
     lanes idle), a kernel larger than 1x1 (a 1x1 conv's GEMM on the input as it is, no
-    copy, measured 1.3-1.4x faster) and more input channels than ``conv_shallow`` takes
-    (an image's first layer: the same time). Measured against each path it replaces on
-    3x3 layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
+    copy, measured 1.3-1.4x faster), and of an image's first layers (at most
+    ``conv_shallow.MAX_CHANNELS`` input channels) those that ``conv_outlanes`` declines
+    (many weights a position: a 3-channel 7x7 stride-2 stem, 11x11 stride 4, 5x5; there
+    the packed loop's twelve sums took 0.71-0.93x ``conv_shallow``'s eight, where the
+    few-weight ones ran 0.72-1.0x the packed time in ``conv_outlanes`` at batch 1:
+    docs/benchmarks.md, 2026-12-04 "stems"). Measured against each path it replaces on 3x3
+    layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
     0.5-1.0x their time (docs/benchmarks.md, "packed weights")."""
     return (np.dtype(dtype) == np.float32 and groups == 1 and w_shape[0] >= PAIR
-            and w_shape[2] * w_shape[3] > 1 and x_shape[1] > MAX_CHANNELS
-            and min(min(p) for p in padding) >= 0 and numba_available())
+            and w_shape[2] * w_shape[3] > 1 and min(min(p) for p in padding) >= 0
+            and numba_available()
+            and (x_shape[1] > MAX_CHANNELS
+                 or not conv_outlanes.wanted(x_shape, w_shape, padding, groups, dtype)))
 
 
 def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,
