@@ -9,15 +9,20 @@ a BLAS packs both operands at every call (OpenBLAS re-lays the whole weight each
 
 The register block is six rows by 32 columns: per step of ``K`` four eight-lane weight
 vectors are loaded, six values of ``x`` broadcast (a row of ``x`` is read along ``K``, in
-order), and 24 multiply-adds issued into 24 sums that stay in registers (the AVX-512 file
-has 32; on AVX2's 16 LLVM spills some, still correct). A work item is a panel: its weights
-(``K * 128`` bytes) stay in the first or second level cache while a band of rows (up to
-``BAND_BYTES`` of them) passes, and two threads take different panels. Rows past the last block of six (one or two of them
-row by row, more as a zero-padded block of six) and columns past ``N`` in the last panel
-go through a small scratch block, so one loop serves every shape. Each output is a sum over ``k`` in order (one lane per column): it differs
+order), and 24 multiply-adds issued into 24 sums that stay in registers. That needs the 32
+vector registers of AVX-512 (24 sums, four weight vectors, a broadcast): on a CPU with 16
+the sums would spill, so the rule takes linears only where the host has AVX-512
+(:func:`wanted`; not measured on AVX2). A work item is a panel: its weights (``K * 128``
+bytes) stay in the first or second level cache while a band of rows (up to
+``BAND_BYTES`` of them) passes, and two threads take different panels. Rows past the last
+block of six (one or two of them row by row, more as a zero-padded block of six) and
+columns past ``N`` in the last panel go through a small scratch block, so one loop serves
+every shape. Each output is a sum over ``k`` in order (one lane per column): it differs
 from a BLAS's blocked sum in the last places only.
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
@@ -145,11 +150,20 @@ def unpack(packed: np.ndarray, n: int) -> np.ndarray:
 
 def wanted(rows: int | None, k: int, n: int) -> bool:
     """Whether the packed loop takes a float32 linear of ``rows`` rows (None: symbolic),
-    ``K`` inputs and ``N`` outputs: with Numba, at least 32 outputs (a narrower layer
-    leaves lanes of every panel idle), 16 inputs and ``MIN_ROWS`` rows (fewer: a GEMV's
-    work, which the BLAS and the batch-1 loop run from the weight's rows)."""
-    return (numba_available() and n >= COLUMNS and k >= 16
-            and (rows is None or rows >= MIN_ROWS))
+    ``K`` inputs and ``N`` outputs: with Numba on a host with AVX-512, at least 32 outputs
+    (a narrower layer leaves lanes of every panel idle), 16 inputs and ``MIN_ROWS`` rows
+    (fewer: a GEMV's work, which the BLAS and the batch-1 loop run from the weight's
+    rows)."""
+    return (n >= COLUMNS and k >= 16 and (rows is None or rows >= MIN_ROWS)
+            and numba_available() and _wide_registers())
+
+
+@lru_cache(maxsize=None)
+def _wide_registers() -> bool:
+    """Whether the host CPU has AVX-512's 32 vector registers (LLVM's view of it, as the
+    loops are compiled for it)."""
+    import llvmlite.binding as llvm
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
 def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None = None,

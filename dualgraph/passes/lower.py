@@ -359,7 +359,7 @@ RULES += [
     # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
     LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
     # linear(x, W) and its epilogue ops, W (N, K) float32 constant read only as their
-    # weight, N >= 32, x of 6 rows or more (or symbolic) -> linear_packed(x, W_packed):
+    # weight, N >= 32, x of 6 rows or more (or symbolic), AVX-512 -> linear_packed(x, Wp):
     # W laid out once in panels of 32 columns for the packed loop (after linear_relu)
     LoweringRule("linear_packed", WEIGHT_READERS, packable_linear_weights, linear_packed,
                  "kernels"),
