@@ -140,9 +140,9 @@ def _block(lib, k, n, norm):
 @pytest.mark.parametrize("shape", [(1, 1), (1, 5), (1, 6), (2, 7), (3, 65)], ids=str)
 @pytest.mark.parametrize("norm", [True, False])
 def test_compiled_block_equals_eager_and_torch(shape, norm):
-    """Frozen weights: the products of six rows or more run packed (the up, down and head
-    products, with their GELU, residual and LayerNorm epilogues), fewer keep ``linear``'s
-    kernels; compiled equals eager and torch either way."""
+    """Frozen weights: the products ``linear_packed.wanted`` takes run packed (the up and
+    down products of 195 rows, with their GELU, residual and LayerNorm epilogues), the
+    others keep ``linear``'s kernels; compiled equals eager and torch either way."""
     torch.manual_seed(sum(shape))
     ref = _block(torch, 40, 96, norm).eval()
     ours = _block(dg, 40, 96, norm).eval()
@@ -157,7 +157,10 @@ def test_compiled_block_equals_eager_and_torch(shape, norm):
     np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     packed = [n for n in compiled.optimized_graph.nodes if n.op is LINEAR_PACKED]
-    assert len(packed) == (3 if linear_packed.wanted(shape[0] * shape[1], 40, 96) else 0)
+    rows = shape[0] * shape[1]
+    assert len(packed) == sum(linear_packed.wanted(rows, k, n)
+                              for k, n in ((40, 96), (96, 40), (40, 33)))
+    assert shape != (3, 65) or len(packed) == 2 * linear_packed._wide_registers()
 
 
 def test_training_keeps_its_weights():
@@ -177,17 +180,20 @@ def test_training_keeps_its_weights():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["read elsewhere", "narrow", "float64", "few rows"])
+@pytest.mark.parametrize("case", ["read elsewhere", "narrow", "float64", "few rows",
+                                  "few multiply-adds"])
 def test_the_rule_leaves_alone(case):
     """A weight something else reads (a copy would double it), fewer than 32 outputs,
-    float64, and fewer than ``MIN_ROWS`` static rows keep their ``linear``; 8 rows of 16
-    inputs and 40 outputs would be packed."""
-    assert linear_packed.wanted(8, 16, 40) == linear_packed._wide_registers()
-    rows, n, dtype = (5 if case == "few rows" else 8), (20 if case == "narrow" else 40), (
-        "float64" if case == "float64" else "float32")
+    float64, fewer than ``MIN_ROWS`` static rows and fewer than ``MIN_MACS`` multiply-adds
+    keep their ``linear``; 8 rows of 256 inputs and 128 outputs would be packed."""
+    assert linear_packed.wanted(8, 256, 128) == linear_packed._wide_registers()
+    rows = {"few rows": 5, "few multiply-adds": 7}.get(case, 8)
+    n = {"narrow": 20, "few multiply-adds": 128}.get(case, 128)
+    dtype = "float64" if case == "float64" else "float32"
+    k = 16 if case == "few multiply-adds" else 256
     g = Graph()
-    x = g.add_input((rows, 16), dtype, name="x")
-    w = g.add_constant(np.linspace(-1, 1, n * 16).reshape(n, 16).astype(dtype), name="w")
+    x = g.add_input((rows, k), dtype, name="x")
+    w = g.add_constant(np.linspace(-1, 1, n * k).reshape(n, k).astype(dtype), name="w")
     (y,) = g.add_node("linear", [x, w], names=["y"])
     outputs = [y]
     if case == "read elsewhere":

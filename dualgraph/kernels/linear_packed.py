@@ -34,6 +34,7 @@ F = np.float32
 COLUMNS = 4 * LANES     # output columns of one panel: four vectors
 ROWS = 6                # rows of x summed at once
 MIN_ROWS = 6            # the fewest rows of a product the rule packs the weight for
+MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, OpenBLAS 3)
 # Bytes of x's rows that pass through all the panels before the next rows: they stay in the
 # second level cache (1 MB on Zen 4, 512 KB on Zen 2) beside a panel of up to ~3000 inputs
 BAND_BYTES = 192 << 10
@@ -153,8 +154,10 @@ def wanted(rows: int | None, k: int, n: int) -> bool:
     ``K`` inputs and ``N`` outputs: with Numba on a host with AVX-512, at least 32 outputs
     (a narrower layer leaves lanes of every panel idle), 16 inputs and ``MIN_ROWS`` rows
     (fewer: a GEMV's work, which the BLAS and the batch-1 loop run from the weight's
-    rows)."""
-    return (n >= COLUMNS and k >= 16 and (rows is None or rows >= MIN_ROWS)
+    rows), and ``MIN_MACS`` multiply-adds where the rows are static (below, the call's
+    fixed cost of a few microseconds outweighs the gain)."""
+    return (n >= COLUMNS and k >= 16
+            and (rows is None or (rows >= MIN_ROWS and rows * k * n >= MIN_MACS))
             and numba_available() and _wide_registers())
 
 

@@ -397,19 +397,19 @@ def linear_packed(graph: Graph, weights: list, report: Report) -> Graph:
 
     Before::
 
-        graph(%x: f32[8,3]) {
-          %w: f32[40,3] = constant
-          %b: f32[40] = constant
-          %y: f32[8,40] = linear(%x, %w, %b)
+        graph(%x: f32[8,256]) {
+          %w: f32[128,256] = constant
+          %b: f32[128] = constant
+          %y: f32[8,128] = linear(%x, %w, %b)
           return (%y)
         }
 
     After::
 
-        graph(%x: f32[8,3]) {
-          %w_packed: f32[2,3,32] = constant
-          %b: f32[40] = constant
-          %y: f32[8,40] = linear_packed(%x, %w_packed, %b, act='none', bounds=(-inf, inf),
+        graph(%x: f32[8,256]) {
+          %w_packed: f32[4,256,32] = constant
+          %b: f32[128] = constant
+          %y: f32[8,128] = linear_packed(%x, %w_packed, %b, act='none', bounds=(-inf, inf),
               residual_at=None, eps=None)
           return (%y)
         }
