@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from .unseen_transformers import MODELS, example  # noqa: E402
 
 LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "linear_relu", "linear_norm",
-              "fusedgemm", "fusedmatmul", "matmulnbits"}
+              "linear_packed", "fusedgemm", "fusedmatmul", "matmulnbits"}
 ATTENTION_OPS = {"attention", "softmax", "multiheadattention"}
 NORM_OPS = {"layernormalization", "skiplayernormalization", "simplifiedlayernormalization",
             "skipsimplifiedlayernormalization", "layer_norm", "rms_norm"}
@@ -52,6 +52,8 @@ def kind(op: str, shapes: list, out=None) -> str:
     op = op.lower()
     shapes = [s for s in (shapes or []) if isinstance(s, (list, tuple))]
     if op in LINEAR_OPS and shapes:
+        if op == "linear_packed":      # (x, the packed (panels, K, 32) weight, the bias (N,))
+            return f"linear {shapes[0][-1]}->{shapes[2][0]}"
         if len(shapes) >= 2 and len(shapes[0]) >= 3 and len(shapes[1]) >= 3:
             return "attention (QK^T, scale, mask, softmax, V)"
         k = shapes[0][-1]

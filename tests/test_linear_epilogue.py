@@ -36,12 +36,14 @@ def branch(lib, width, hidden, act, kwargs, residual, bias=True):
 
 def run_all(make, x, r, dtype=np.float32):
     """(compiled dualgraph under no_grad, eager dualgraph, torch) outputs, same weights;
-    and the compiled graph's op names."""
+    and the compiled graph's op names. ``linear_packed`` (which would take the epilogue
+    onto its packed product: tests/test_linear_packed.py) is off, so that the op this
+    file tests is the one that runs."""
     reference = make(torch).to(getattr(torch, np.dtype(dtype).name))
     model = make(dg).double() if dtype == np.float64 else make(dg)
     model.load_state_dict({k: dg.tensor(v.detach().numpy())
                            for k, v in reference.state_dict().items()})
-    compiled = dg.compile(model)
+    compiled = dg.compile(model, passes={"linear_packed": False})
     with dg.no_grad():
         got = compiled(dg.tensor(x), dg.tensor(r)).numpy()
         eager = model(dg.tensor(x), dg.tensor(r)).numpy()

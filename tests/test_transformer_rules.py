@@ -163,10 +163,22 @@ def twins(width, heads, depth, norm, seed):
 
 
 def ops_of(graph) -> dict:
+    """``{op name: nodes}``, a ``linear_packed`` counted as the op it stands for (the
+    ``linear_packed`` rule runs after the rules these tests check)."""
     found = {}
     for node in graph.nodes:
-        found[node.op.name] = found.get(node.op.name, 0) + 1
+        name = _unpacked_name(node)
+        found[name] = found.get(name, 0) + 1
     return found
+
+
+def _unpacked_name(node) -> str:
+    if node.op.name != "linear_packed":
+        return node.op.name
+    if node.attrs["eps"] is not None:
+        return "linear_norm"
+    plain = node.attrs["act"] == "none" and len(node.inputs) == 3
+    return "linear" if plain else "linear_epilogue"
 
 
 CASES = [(36, 3, 2, "post", 1, 7), (24, 1, 1, "pre", 3, 129), (48, 12, 2, "rms", 2, 9),
@@ -207,8 +219,8 @@ def test_encoder_compiled_and_onnx_loaded_equal_torch_and_onnxruntime(
             assert ops["linear_norm"] == 2 * depth and "layer_norm" not in ops
         if norm == "rms":                               # fuse_rms_norm: every RMSNorm
             assert ops["rms_norm"] == 2 * depth
-        layouts = set(_weights(graph).values())         # weights_kn: NN products
-        assert layouts == {"nk" if batch * seq == 1 else "kn"}
+        layouts = _weights(graph)        # linear_packed where it pays, else weights_kn
+        assert layouts and all(v == _layout(node, batch * seq) for node, v in layouts.items())
 
 
 def test_training_keeps_separate_linears_and_norms():
@@ -251,11 +263,15 @@ def test_a_weight_read_elsewhere_is_not_transposed(rule, op, shape):
 
 
 def _weights(graph):
-    """``{linear-like node: how its weight is read}``: "kn" where a ``permute`` of a
-    constant makes it (``weights_kn``), "nk" where it is the constant itself."""
+    """``{linear-like node: how its weight is read}``: "packed" for ``linear_packed``'s
+    panels, "kn" where a ``permute`` of a constant makes it (``weights_kn``), "nk" where
+    it is the constant itself."""
     found = {}
     for node in graph.nodes:
-        if node.op.name in ("linear", "linear_relu", "linear_epilogue", "linear_norm"):
+        if node.op.name == "linear_packed":
+            assert node.inputs[1] in graph.constants
+            found[node] = "packed"
+        elif node.op.name in ("linear", "linear_relu", "linear_epilogue", "linear_norm"):
             w = node.inputs[1]
             permuted = w.producer is not None and w.producer.op.name == "permute"
             assert permuted or w in graph.constants
@@ -263,8 +279,18 @@ def _weights(graph):
     return found
 
 
+def _layout(node, rows):
+    """The layout the rules give ``node``'s weight for an input of ``rows`` rows (None:
+    symbolic): packed where ``linear_packed.wanted``, else (K, N) for two rows or more."""
+    from dualgraph.kernels import linear_packed
+    k = node.inputs[0].shape[-1]
+    if linear_packed.wanted(rows, k, node.outputs[0].shape[-1]):
+        return "packed"
+    return "kn" if rows is None or rows > 1 else "nk"
+
+
 @pytest.mark.parametrize("rows", [1, 2, 7])
-def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
+def test_weights_stored_kn_or_packed_for_products_of_two_rows_or_more(rows):
     """``weights_kn`` stores a frozen linear's weight (K, N) where its input has two rows
     or more, as a column-major view with the same values (an NN product); a product of
     one row (the batch-1 loop reads the weight's rows) keeps it (N, K). Compiled equals
@@ -290,7 +316,7 @@ def test_weights_stored_kn_for_products_of_two_rows_or_more(rows):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     layouts = _weights(compiled.optimized_graph)
     assert len(layouts) == 3
-    assert set(layouts.values()) == {"nk" if rows == 1 else "kn"}
+    assert all(v == _layout(node, rows) for node, v in layouts.items())
 
 
 @pytest.mark.parametrize("spelling", ["rsqrt", "functional", "no-weight"])
@@ -338,5 +364,6 @@ def test_rules_on_an_import_with_symbolic_batch_and_sequence(tmp_path, norm):
                                    session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-4)
     ops = ops_of(loaded.executable.graph)
     assert ops["linear"] == 2 and "matmul" not in ops
-    assert set(_weights(loaded.executable.graph).values()) == {"kn"}   # (symbolic rows)
+    layouts = _weights(loaded.executable.graph)                       # (symbolic rows)
+    assert layouts and all(v == _layout(node, None) for node, v in layouts.items())
     assert ops["linear_norm" if norm == "post" else "rms_norm"] == 4

@@ -522,6 +522,11 @@ def _linear_kernel(x, w, b, *residual, act, bounds, residual_at, out=None):
     in place, each row in cache (float32 with Numba; NumPy's passes otherwise): where
     ``linear`` + ``gelu`` + ``add`` write three arrays, this writes one (``out``)."""
     y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
+    return _rows_tail(y, b, residual, act, bounds, residual_at)
+
+
+def _rows_tail(y, b, residual, act, bounds, residual_at):
+    """``linear_epilogue``'s pass over the rows of the product ``y`` (overwritten)."""
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
     if _in_place(kernels.epilogue.rows, y, y.shape[-1], b, r, act, bounds, residual_at):
@@ -551,6 +556,11 @@ def _linear_norm_kernel(x, w, b, weight, shift, *residual, act, bounds, residual
     pass (``kernels/epilogue.py``'s ``rows_norm``: LayerNorm's own row function) where
     the loop runs; else the epilogue, then LayerNorm's kernel."""
     y = linalg.LINEAR.kernel(x, w, out=out)   # (a fresh array, or out)
+    return _norm_tail(y, b, weight, shift, residual, act, bounds, residual_at, eps)
+
+
+def _norm_tail(y, b, weight, shift, residual, act, bounds, residual_at, eps):
+    """``linear_norm``'s pass over the rows of the product ``y`` (overwritten)."""
     b = b.astype(y.dtype, copy=False)
     r = residual[0].astype(y.dtype, copy=False) if residual else None
     width = y.shape[-1]
@@ -584,6 +594,60 @@ LINEAR_NORM = defop(
     compiler_only=True, decomposition=_linear_norm_decomposition,
     doc="layer_norm(act(linear(x, w, b) [+ r]) [+ r]): linear_epilogue's row pass, then "
         "each row normalised (LayerNorm over the last dim) while it is in cache")
+
+
+def _packed_weight(wp, n):
+    """``linear_packed``'s ``(N, K)`` weight from ``wp (panels, K, 32)``
+    (``kernels.linear_packed.pack``'s layout), with tensor ops."""
+    panels, k, lanes = wp.shape
+    return shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), panels * lanes, k)[:n]
+
+
+def _linear_packed_decomposition(x, wp, b, *rest, eps, **attrs):
+    w = _packed_weight(wp, b.shape[0])
+    if eps is None:
+        return _linear_decomposition(x, w, b, *rest, **attrs)
+    return _linear_norm_decomposition(x, w, b, *rest, eps=eps, **attrs)
+
+
+def _linear_packed_kernel(x, wp, b, *rest, act, bounds, residual_at, eps, out=None):
+    """The product on the packed weight (``kernels/linear_packed.py``'s loop for float32,
+    with the bias in its stores when nothing follows; else ``linear``'s kernel on the
+    weight unpacked), then ``linear_epilogue``'s or ``linear_norm``'s pass over its rows."""
+    n = b.shape[0]
+    plain = eps is None and not rest and act == "none"
+    if kernels.enabled(x, wp, b, min_elements=0):
+        y = kernels.linear_packed.product(x, wp, n, b if plain else None, out=out)
+    else:
+        w = kernels.linear_packed.unpack(wp, n)
+        y = linalg.LINEAR.kernel(x, w, *((b,) if plain else ()), out=out)
+    if plain:
+        return y
+    if eps is None:
+        return _rows_tail(y, b, rest, act, bounds, residual_at)
+    return _norm_tail(y, b, rest[0], rest[1], rest[2:], act, bounds, residual_at, eps)
+
+
+def _infer_linear_packed(x, wp, b, *rest, act, bounds, residual_at, eps):
+    n, lanes = b.shape[0] if b.ndim == 1 else -1, kernels.linear_packed.COLUMNS
+    if b.ndim != 1 or wp.ndim != 3 or tuple(wp.shape) != (-(-n // lanes), x.shape[-1], lanes):
+        raise ValueError(f"linear_packed: packed weight {tuple(wp.shape)} and bias "
+                         f"{tuple(b.shape)} for an input {tuple(x.shape)} (want (ceil(N/"
+                         f"{lanes}), K, {lanes}) and (N,): kernels.linear_packed.pack)")
+    w = ShapedType((n, x.shape[-1]), wp.dtype)
+    codes = dict(act=act, bounds=bounds, residual_at=residual_at)
+    if eps is None:
+        return _infer_for(linalg.LINEAR)(x, w, b, *rest, **codes)
+    return _infer_linear_norm(x, w, b, *rest, eps=eps, **codes)
+
+
+LINEAR_PACKED = defop(
+    "linear_packed", _linear_packed_kernel, _infer_linear_packed,
+    attrs=("act", "bounds", "residual_at", "eps"), saves="", onnx=None, fills_out=True,
+    compiler_only=True, decomposition=_linear_packed_decomposition,
+    doc="linear_epilogue(x, w, b[, r]) (eps None) or linear_norm(x, w, b, weight, shift[, "
+        "r]) on a weight packed once (ceil(N/32), K, 32): 32 output columns side by side "
+        "per input, read as one run by the kernel")
 
 
 def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):

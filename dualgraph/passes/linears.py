@@ -33,9 +33,10 @@ import math
 
 import numpy as np
 
+from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.elementwise import ADD, RELU
-from ..ops.epilogue import LINEAR_EPILOGUE, LINEAR_NORM
+from ..ops.epilogue import LINEAR_EPILOGUE, LINEAR_NORM, LINEAR_PACKED
 from ..ops.linalg import BLAS_DTYPES, LINEAR, LINEAR_RELU, MATMUL
 from ..ops.norm import LAYER_NORM
 from ..ops.shape import PERMUTE, SLICE
@@ -304,15 +305,22 @@ def weights_to_transpose(graph: Graph) -> list[Value]:
     else, each of an input of the weight's dtype that may have more than one row (symbolic
     rows count: a one-row call then runs NumPy's GEMV on the (K, N) weight, as fast on
     one thread as the batch-1 loop)."""
+    return _weights_read_by(graph, BLAS_DTYPES, lambda u: _more_than_one_row(u.inputs[0]))
+
+
+def _weights_read_by(graph: Graph, dtypes, takes) -> list[Value]:
+    """The 2-D constants of ``dtypes`` that only ``WEIGHT_READERS`` nodes read, each as its
+    weight (second input) and none as anything else, each of an input of the weight's dtype
+    and accepted by ``takes(node)``."""
     live = live_readers(graph)
     found = []
     for w, arr in graph.constants.items():
         users = live.get(w, [])
-        if (arr.ndim == 2 and w.dtype in BLAS_DTYPES and users
+        if (arr.ndim == 2 and w.dtype in dtypes and users
                 and all(isinstance(u, Node) and u.op in WEIGHT_READERS and u.inputs[1] is w
                         and w not in (u.inputs[0], *u.inputs[2:])
                         and isinstance(u.inputs[0], Value) and u.inputs[0].dtype == w.dtype
-                        and _more_than_one_row(u.inputs[0]) for u in users)):
+                        and takes(u) for u in users)):
             found.append(w)
     return found
 
@@ -354,5 +362,77 @@ def weights_kn(graph: Graph, weights: list, report: Report) -> Graph:
             (b.env[w],) = b.add(PERMUTE, [kn], {"perm": (1, 0)}, node.location, [w.name])
             report.count("weights stored (K, N)", f"%{w.name}")
         b.copy(node)
+    report.nodes_after = len(b.graph.nodes)
+    return b.finish()
+
+
+def _packs(node: Node) -> bool:
+    """Whether the packed loop takes ``node``'s product (``linear_packed.wanted``: by its
+    rows where they are static, any number of them where some dim is symbolic), its bias
+    (if any) one entry per output."""
+    x, w, *rest = node.inputs
+    n, k = w.shape
+    if rest and not (isinstance(rest[0], Value) and tuple(rest[0].shape) == (n,)):
+        return False
+    dims = x.shape[:-1]
+    rows = None if any(isinstance(d, Sym) for d in dims) else math.prod(dims)
+    return kernels.linear_packed.wanted(rows, k, n)
+
+
+def packable_linear_weights(graph: Graph) -> list[Value]:
+    """The precondition of ``linear_packed``: the float32 ``(N, K)`` constants read only as
+    the weight of ``WEIGHT_READERS`` nodes whose product ``_packs`` accepts."""
+    return _weights_read_by(graph, (np.dtype(np.float32),), _packs)
+
+
+def linear_packed(graph: Graph, weights: list, report: Report) -> Graph:
+    """Each weight of ``packable_linear_weights`` becomes one constant ``<w>_packed``,
+    ``kernels.linear_packed.pack(w)``, and each of its readers a ``linear_packed`` node
+    reading it, named as the reader's output: ``linear`` and ``linear_relu`` with
+    ``act='none'``/``'relu'`` (a zero bias constant where there is none),
+    ``linear_epilogue`` with its attrs and ``eps=None``, ``linear_norm`` with its attrs.
+
+    Preserves: types, inputs and outputs; values up to the rounding of the sums (the loop
+    adds along ``K`` in order, a BLAS in blocks).
+
+    Before::
+
+        graph(%x: f32[8,256]) {
+          %w: f32[128,256] = constant
+          %b: f32[128] = constant
+          %y: f32[8,128] = linear(%x, %w, %b)
+          return (%y)
+        }
+
+    After::
+
+        graph(%x: f32[8,256]) {
+          %w_packed: f32[4,256,32] = constant
+          %b: f32[128] = constant
+          %y: f32[8,128] = linear_packed(%x, %w_packed, %b, act='none', bounds=(-inf, inf),
+              residual_at=None, eps=None)
+          return (%y)
+        }
+    """
+    pending, packed = set(weights), {}
+    b = Builder(graph)
+    for node in graph.nodes:
+        w = node.inputs[1] if node.op in WEIGHT_READERS else None
+        if w not in pending:
+            b.copy(node)
+            continue
+        if w not in packed:
+            packed[w] = b.graph.add_constant(kernels.linear_packed.pack(graph.constants[w]),
+                                             name=w.name + "_packed")
+            report.count("linear weights packed", f"%{w.name}")
+        x, *rest = [b.get(v) for v in (node.inputs[0], *node.inputs[2:])]
+        attrs = {k: node.attrs.get(k) for k in ("act", "bounds", "residual_at", "eps")}
+        if node.op in (LINEAR, LINEAR_RELU):
+            rest = rest or [b.graph.add_constant(np.zeros(w.shape[0], np.float32),
+                                                 name=w.name + "_bias")]
+            attrs.update(act="relu" if node.op is LINEAR_RELU else "none",
+                         bounds=(-np.inf, np.inf))
+        (b.env[node.outputs[0]],) = b.add(LINEAR_PACKED, [x, packed[w], *rest], attrs,
+                                          node.location, [node.outputs[0].name])
     report.nodes_after = len(b.graph.nodes)
     return b.finish()

@@ -55,8 +55,9 @@ from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
-                      linears_sharing_inputs, matmuls_by_constants, norms_of_linears,
-                      weights_kn, weights_to_transpose)
+                      linear_packed, linears_sharing_inputs, matmuls_by_constants,
+                      norms_of_linears, packable_linear_weights, weights_kn,
+                      weights_to_transpose)
 from .scan_linears import batch_scan_linears, scan_plans
 from .share import share_conv_columns, shared_columns
 from .step_weights import PRODUCTS as STEP_PRODUCTS, step_weights, step_weights_kn
@@ -357,6 +358,11 @@ RULES += [
     # linear(x, Wq), linear(x, Wk), ... with constant weights (q/k/v projections), no
     # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
     LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
+    # linear(x, W) and its epilogue ops, W (N, K) float32 constant read only as their
+    # weight, N >= 32, x of 6 rows or more (or symbolic), AVX-512 -> linear_packed(x, Wp):
+    # W laid out once in panels of 32 columns for the packed loop (after linear_relu)
+    LoweringRule("linear_packed", WEIGHT_READERS, packable_linear_weights, linear_packed,
+                 "kernels"),
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
     # two rows or more -> linear(x, permute(W_kn)): an NN product (after linear_relu)
     LoweringRule("weights_kn", WEIGHT_READERS, weights_to_transpose, weights_kn, "kernels"),

@@ -162,6 +162,34 @@ CASES += [   # (odd widths; rows past the float32 loop's threshold, a few rows, 
         (("none", None), (1, 1, 7), 300), (("relu", "after"), (40, 3), 1)]
 ]
 
+def _linear_packed(act, residual_at=None, eps=None, n=45):
+    """``linear_packed`` (what the lowering rule of that name makes) vs torch's linear of
+    the weight unpacked (``(panels, K, 32)`` -> ``(N, K)``: lanes past ``n`` unread), its
+    activation, residual add and, with ``eps``, LayerNorm over the last dim."""
+    bounds = (float("-inf"), float("inf"))
+
+    def fn(m, x, wp, b, *rest):
+        if m.__name__ != "torch":
+            from dualgraph.dispatch import apply
+            from dualgraph.ops.epilogue import LINEAR_PACKED
+            return apply(LINEAR_PACKED, x, wp, b, *rest, act=act, bounds=bounds,
+                         residual_at=residual_at, eps=eps)
+        w = wp.permute(0, 2, 1).reshape(-1, x.shape[-1])[:n]
+        norm, residual = (rest[:2], rest[2:]) if eps is not None else ((), rest)
+        y = torch_tail(m, m.nn.functional.linear(x, w, b), residual, act, residual_at)
+        return m.nn.functional.layer_norm(y, y.shape[-1:], *norm, eps) if norm else y
+    return fn
+
+
+CASES += [   # (45 outputs: a spare part of the second panel; 7 rows: one past a block of 6)
+    OpCase("linear_packed", _linear_packed(act, at, eps),
+           [In(rows + (37,)), In((2, 37, 32)), In((45,))]
+           + ([In((45,)), In((45,))] if eps else []) + ([In(rows + (45,))] if at else []),
+           f"{act}-{at}-{eps}-{rows}", dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at, eps, rows in [("none", None, None, (7,)), ("gelu", "after", None, (2, 9)),
+                               ("relu", "before", 1e-5, (13,)), ("none", None, 1e-5, (1, 3))]
+]
+
 def _rms_norm(m, x, w):
     """``rms_norm`` (what the rule ``fuse_rms_norm`` makes) vs torch's ``F.rms_norm``."""
     if m.__name__ == "torch":

@@ -1,0 +1,219 @@
+"""Linear layers on a weight packed once (``kernels/linear_packed.py``, the op
+``linear_packed`` and the lowering rule ``linear_packed``): the loop against float64 and
+torch on odd shapes (rows not a multiple of six, one to five rows past the last block,
+outputs not a multiple of 32, 3-D and strided inputs, an ``out`` array), the op with every
+epilogue and with LayerNorm against its decomposition and without Numba's loop; compiled
+models with frozen weights against eager and torch; what the rule leaves alone."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph import kernels, passes  # noqa: E402
+from dualgraph.graph import Graph  # noqa: E402
+from dualgraph.kernels import linear_packed  # noqa: E402
+from dualgraph.ops.epilogue import LINEAR_PACKED  # noqa: E402
+
+F = np.float32
+# rows, K, N: every remainder of rows by six, outputs in one partial panel, in whole
+# panels, and past them; a K of one lane's worth and a long one
+SHAPES = [(1, 16, 32), (2, 33, 40), (3, 20, 70), (5, 64, 100), (6, 17, 32), (7, 37, 45),
+          (13, 256, 96), (129, 24, 1030), (200, 300, 64)]
+
+
+def _data(rows, k, n, seed=0):
+    rng = np.random.default_rng(seed + rows + k + n)
+    return (rng.standard_normal((rows, k)).astype(F), rng.standard_normal((n, k)).astype(F),
+            rng.standard_normal(n).astype(F))
+
+
+def test_pack_and_unpack():
+    w = np.arange(40 * 3, dtype=F).reshape(40, 3)
+    packed = linear_packed.pack(w)
+    assert packed.shape == (2, 3, 32) and packed.flags.c_contiguous
+    assert packed[1, 2, 4] == w[36, 2] and not packed[1, :, 8:].any()
+    np.testing.assert_array_equal(linear_packed.unpack(packed, 40), w)
+
+
+@pytest.mark.parametrize("rows,k,n", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_product_matches_float64_and_torch(rows, k, n, bias):
+    x, w, b = _data(rows, k, n)
+    got = linear_packed.product(x, linear_packed.pack(w), n, b if bias else None)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w),
+                                      torch.tensor(b) if bias else None).numpy()
+    assert got.shape == (rows, n) and got.dtype == F
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+def test_product_of_3d_strided_input_into_out():
+    """A 3-D input, a strided view (copied once), an ``out`` written in place; an ``out``
+    that is not contiguous is replaced by a fresh array; no rows, an empty result."""
+    x, w, b = _data(2 * 9, 41, 70)
+    x3 = x.reshape(2, 9, 41)
+    packed = linear_packed.pack(w)
+    want = x3 @ w.T + b
+    out = np.full((2, 9, 70), np.nan, F)
+    assert linear_packed.product(x3, packed, 70, b, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    wide = np.zeros((2, 9, 82), F)
+    np.testing.assert_allclose(linear_packed.product(wide[..., :41] + x3, packed, 70, b),
+                               want, rtol=1e-5, atol=1e-5)
+    strided = np.zeros((2, 9, 140), F)[..., ::2]
+    got = linear_packed.product(x3[:, ::-1], packed, 70, b, out=strided)
+    np.testing.assert_allclose(got, want[:, ::-1], rtol=1e-5, atol=1e-5)
+    assert linear_packed.product(x3[:, :0], packed, 70, b).shape == (2, 0, 70)
+
+
+def _op(x, w, b, *rest, act="none", bounds=(-np.inf, np.inf), residual_at=None, eps=None):
+    return LINEAR_PACKED.kernel(x, linear_packed.pack(w), b, *rest, act=act, bounds=bounds,
+                                residual_at=residual_at, eps=eps)
+
+
+def _decomposed(x, w, b, *rest, **attrs):
+    tensors = [dg.tensor(a) for a in (x, linear_packed.pack(w), b, *rest)]
+    return LINEAR_PACKED.decomposition(*tensors, **attrs).numpy()
+
+
+@pytest.mark.parametrize("act,residual_at,eps", [
+    ("none", None, None), ("gelu", None, None), ("clamp", "before", None),
+    ("silu", "after", None), ("relu", None, 1e-5), ("none", "before", 1e-5),
+    ("gelu_tanh", "after", 1e-6)])
+def test_epilogues_and_norm_match_the_decomposition(act, residual_at, eps):
+    x, w, b = _data(7, 37, 45)
+    rng = np.random.default_rng(1)
+    rest = []
+    if eps is not None:
+        rest += [rng.standard_normal(45).astype(F), rng.standard_normal(45).astype(F)]
+    if residual_at:
+        rest.append(rng.standard_normal((7, 45)).astype(F))
+    attrs = dict(act=act, bounds=(0.0, 6.0) if act == "clamp" else (-np.inf, np.inf),
+                 residual_at=residual_at, eps=eps)
+    np.testing.assert_allclose(_op(x, w, b, *rest, **attrs),
+                               _decomposed(x, w, b, *rest, **attrs), rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_loop_the_op_unpacks(monkeypatch):
+    """Without Numba, and in float64, the op runs ``linear``'s kernel on the weight
+    unpacked: the same values."""
+    x, w, b = _data(7, 37, 45)
+    want = _op(x, w, b, act="gelu")
+    monkeypatch.setattr(kernels, "numba_available", lambda: False)
+    np.testing.assert_allclose(_op(x, w, b, act="gelu"), want, rtol=1e-5, atol=1e-5)
+    x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
+    got = LINEAR_PACKED.kernel(x64, linear_packed.pack(w64).astype(np.float64), b64,
+                               act="none", bounds=(-np.inf, np.inf), residual_at=None,
+                               eps=None)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, x64 @ w64.T + b64, rtol=1e-6, atol=1e-6)
+
+
+def test_shape_errors_name_the_layout():
+    x, w, b = _data(7, 37, 45)
+    with pytest.raises(ValueError, match="linear_packed: packed weight"):
+        LINEAR_PACKED.infer(x, linear_packed.pack(w)[:1], b, act="none",
+                            bounds=(-np.inf, np.inf), residual_at=None, eps=None)
+
+
+def _block(lib, k, n, norm):
+    """A post-norm feed-forward block: LayerNorm(x + W2 gelu(W1 x)), then a linear without
+    bias and a ReLU."""
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(k, n), nn.Linear(n, k)
+            self.norm = nn.LayerNorm(k) if norm else nn.Identity()
+            self.head = nn.Linear(k, 33, bias=False)
+
+        def forward(self, x):
+            y = self.norm(x + self.down(nn.functional.gelu(self.up(x))))
+            return nn.functional.relu(self.head(y))
+    return Block()
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (1, 6), (2, 7), (3, 65)], ids=str)
+@pytest.mark.parametrize("norm", [True, False])
+def test_compiled_block_equals_eager_and_torch(shape, norm):
+    """Frozen weights: the products ``linear_packed.wanted`` takes run packed (the up and
+    down products of 195 rows, with their GELU, residual and LayerNorm epilogues), the
+    others keep ``linear``'s kernels; compiled equals eager and torch either way."""
+    torch.manual_seed(sum(shape))
+    ref = _block(torch, 40, 96, norm).eval()
+    ours = _block(dg, 40, 96, norm).eval()
+    ours.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in
+                          ref.state_dict().items()})
+    x = np.random.default_rng(len(shape)).standard_normal(shape + (40,)).astype(F)
+    compiled = dg.compile(ours)
+    with dg.no_grad(), torch.no_grad():
+        got = compiled(dg.tensor(x)).numpy()
+        eager = ours(dg.tensor(x)).numpy()
+        want = ref(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    packed = [n for n in compiled.optimized_graph.nodes if n.op is LINEAR_PACKED]
+    rows = shape[0] * shape[1]
+    assert len(packed) == sum(linear_packed.wanted(rows, k, n)
+                              for k, n in ((40, 96), (96, 40), (40, 33)))
+    assert shape != (3, 65) or len(packed) == 2 * linear_packed._wide_registers()
+
+
+def test_training_keeps_its_weights():
+    """A training step's weights are inputs, not constants: no packing, eager's gradients."""
+    torch.manual_seed(0)
+    model = _block(dg, 40, 96, True)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((8, 40)).astype(F))
+
+    def step(fn):
+        model.zero_grad()
+        fn(x).square().mean().backward()
+        return [p.grad.numpy().copy() for p in model.parameters()]
+    compiled = dg.compile(model)
+    got, want = step(compiled), step(model)
+    assert not any(n.op is LINEAR_PACKED for n in compiled._last.graph.nodes)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["read elsewhere", "narrow", "float64", "few rows",
+                                  "few multiply-adds"])
+def test_the_rule_leaves_alone(case):
+    """A weight something else reads (a copy would double it), fewer than 32 outputs,
+    float64, fewer than ``MIN_ROWS`` static rows and fewer than ``MIN_MACS`` multiply-adds
+    keep their ``linear``; 8 rows of 256 inputs and 128 outputs would be packed."""
+    assert linear_packed.wanted(8, 256, 128) == linear_packed._wide_registers()
+    rows = {"few rows": 5, "few multiply-adds": 7}.get(case, 8)
+    n = {"narrow": 20, "few multiply-adds": 128}.get(case, 128)
+    dtype = "float64" if case == "float64" else "float32"
+    k = 16 if case == "few multiply-adds" else 256
+    g = Graph()
+    x = g.add_input((rows, k), dtype, name="x")
+    w = g.add_constant(np.linspace(-1, 1, n * k).reshape(n, k).astype(dtype), name="w")
+    (y,) = g.add_node("linear", [x, w], names=["y"])
+    outputs = [y]
+    if case == "read elsewhere":
+        outputs.append(g.add_node("neg", [w], names=["s"])[0])
+    g.set_outputs(outputs)
+    after, report = passes.linear_packed(g)
+    assert not report.changed and [n.op.name for n in after.nodes] == [
+        n.op.name for n in g.nodes]
+
+
+def test_the_rule_packs_symbolic_rows():
+    """Rows of a symbolic dim (an import with dynamic batch and sequence) are packed: the
+    loop serves any number of them (on a host where the rule packs at all)."""
+    from dualgraph.shapes import Sym
+    if not linear_packed.wanted(None, 16, 40):
+        pytest.skip("no AVX-512 here: the rule packs nothing")
+    g = Graph()
+    x = g.add_input((Sym("B"), 16), "float32", name="x")
+    w = g.add_constant(np.linspace(-1, 1, 40 * 16).reshape(40, 16).astype(F), name="w")
+    (y,) = g.add_node("linear", [x, w], names=["y"])
+    g.set_outputs([y])
+    after, report = passes.linear_packed(g)
+    assert report.changed and [n.op.name for n in after.nodes] == ["linear_packed"]
