@@ -1262,9 +1262,25 @@ def _sigmoid_array(x):
     return out
 
 
-# A primitive for stability at large |x| (the composite 1 / (1 + exp(-x)) overflows).
-SIGMOID = _unary("sigmoid", _sigmoid_array, lambda g, out, x: g * out * (1 - out),
-                 "1 / (1 + exp(-{0}))", "Sigmoid", saves="o")
+def _sigmoid_backward_numpy(g, y):
+    return g * y * (1 - y)
+
+
+# A primitive for stability at large |x| (the composite 1 / (1 + exp(-x)) overflows). In
+# float32 both ways are one pass (kernels/activations.py), where NumPy made four forward
+# (exp, abs, maximum, divide) and three backward, and silu (x * sigmoid(x)) paid them all.
+# The fused kernels call the eager loop's sigmoid32 (scalar32): compiled == eager.
+SIGMOID = _unary("sigmoid", _loop32("sigmoid", _sigmoid_array),
+                 lambda g, out, x: apply(SIGMOID_BACKWARD, g, out), "sigmoid({0})",
+                 "Sigmoid", saves="o", fills_out=True, scalar32="sigmoid32")
+SIGMOID_BACKWARD = defop(
+    "sigmoid_backward", _loop32("sigmoid_backward", _sigmoid_backward_numpy),
+    lambda g, y: ShapedType(tuple(y.shape), y.dtype), compiler_only=True,
+    decomposition=lambda g, y: g * y * (1 - y),
+    vjp=lambda gg, dx, g, y: (apply(SIGMOID_BACKWARD, gg, y) if needs_grad(g) else None,
+                              gg * g * (1 - 2 * y) if needs_grad(y) else None),
+    saves="i", elementwise="{0} * {1} * (1 - {1})", onnx=None, fills_out=True,
+    doc="g * y * (1 - y), y sigmoid's output: sigmoid's gradient.")
 
 
 def sigmoid(input):
@@ -1578,8 +1594,59 @@ def mish(input, inplace=False):
     return _activation(input, lambda x: x * tanh(softplus(x)), inplace)
 
 
+def _slope_loop(name: str, numpy_kernel):
+    """``numpy_kernel(*arrays, negative_slope)``, or for float32 arrays (at every size, as
+    :func:`_loop32`) the loop ``kernels.activations.<name>`` over them, flat, with the
+    slope as a float32 (the product NumPy makes of a float32 and a Python float)."""
+    def kernel(*arrays, negative_slope):
+        x = arrays[-1]
+        if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
+            return numpy_kernel(*arrays, negative_slope)
+        out = np.empty(x.shape, np.float32)
+        flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
+        run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
+                 np.float32(negative_slope), threads=threads_for(x.size))
+        return out
+    kernel.__name__ = name
+    return kernel
+
+
+def _leaky_relu_backward_decomposition(g, x, negative_slope):
+    return where(x > 0, g, g * negative_slope)
+
+
+# leaky_relu is a primitive with a one-op backward: as where(x > 0, x, x * slope) it was
+# three passes and nodes forward and five backward (where's two, the product's, their sum).
+LEAKY_RELU = defop(
+    "leaky_relu", _slope_loop("leaky_relu",
+                              lambda x, s: np.where(x > 0, x, (x * s).astype(x.dtype))),
+    infer_same, attrs=("negative_slope",), saves="i",
+    vjp=lambda g, out, x, negative_slope: apply(LEAKY_RELU_BACKWARD, g, x,
+                                                negative_slope=negative_slope),
+    elementwise="where({0} > 0, {0}, {0} * {negative_slope})",
+    onnx=lambda e, node: [e.op("LeakyRelu", [e.input(0)],
+                               alpha=float(node.attrs["negative_slope"]))])
+LEAKY_RELU_BACKWARD = defop(
+    "leaky_relu_backward",
+    _slope_loop("leaky_relu_backward",
+                lambda g, x, s: np.where(x > 0, g, (g * s).astype(g.dtype))),
+    lambda g, x, negative_slope: ShapedType(tuple(x.shape), g.dtype),
+    attrs=("negative_slope",), compiler_only=True,
+    decomposition=_leaky_relu_backward_decomposition,
+    vjp=lambda gg, dx, g, x, negative_slope: (   # (piecewise linear: no d/dx)
+        apply(LEAKY_RELU_BACKWARD, gg, x, negative_slope=negative_slope)
+        if needs_grad(g) else None, creation.zeros_like(x) if needs_grad(x) else None),
+    saves="i", elementwise="where({1} > 0, {0}, {0} * {negative_slope})", onnx=None,
+    doc="g where x > 0, else g * negative_slope: leaky_relu's gradient.")
+
+
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _activation(input, lambda x: where(x > 0, x, x * negative_slope), inplace)
+    input = as_operand(input)
+    if not is_float(input._data.dtype):
+        raise TypeError(f"leaky_relu takes a floating-point tensor, got "
+                        f"{dtypes.from_np(input._data.dtype)!r}; convert it with .float()")
+    return _activation(input, lambda x: apply(LEAKY_RELU, x,
+                                              negative_slope=float(negative_slope)), inplace)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
