@@ -1,4 +1,4 @@
-"""One-pass float32 loops for erf, the GELUs, sigmoid, leaky ReLU, the LSTM cell and ReLU,
+"""One-pass float32 loops for erf, the GELUs, sigmoid, SiLU, leaky ReLU, the LSTM cell and ReLU,
 forward and backward, and ``where``'s select.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
@@ -15,7 +15,7 @@ import numpy as np
 
 from . import helper, loop
 from .fastmath import (erf32, gelu32, gelu_backward32, gelu_tanh32, gelu_tanh_backward32,
-                       sigmoid32, tanh32)
+                       sigmoid32, silu32, silu_backward32, tanh32)
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -100,6 +100,22 @@ def sigmoid_backward(start, stop, g, y, out):
     for i in range(ys.size):
         y_ = ys[i]
         outs[i] = gs[i] * y_ * (_ONE - y_)
+
+
+@loop
+def silu(start, stop, x, out):
+    """``out = x * sigmoid(x)`` over elements ``start:stop`` of flat arrays."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = silu32(xs[i])
+
+
+@loop
+def silu_backward(start, stop, g, x, out):
+    """``out = g * d/dx silu(x)`` over elements ``start:stop`` of flat arrays."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = silu_backward32(gs[i], xs[i])
 
 
 @loop

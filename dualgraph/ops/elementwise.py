@@ -1586,8 +1586,49 @@ def gelu(input, approximate="none"):
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
+def _silu_numpy(x):
+    return x * _sigmoid_array(x)
+
+
+def _silu_backward_numpy(g, x):
+    s = _sigmoid_array(x)
+    return g * s * (1 + x * (1 - s))
+
+
+def _silu_composite(x):
+    """SiLU from ordinary ops: its backward's decomposition differentiates it."""
+    return x * sigmoid(x)
+
+
+def _silu_backward_decomposition(g, x):
+    s = sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+def _onnx_silu(e, node):
+    x = e.input(0)
+    return [e.op("Mul", [x, e.op("Sigmoid", [x])])]
+
+
+# SiLU is a primitive with a fused backward (as torch's): as x * sigmoid(x) it was two ops
+# forward and four backward (the product's two, sigmoid's, their sum), each a pass over the
+# activations. The float32 loops apply fastmath's silu32 / silu_backward32, which the
+# fused kernels (scalar32) and the conv and linear epilogues apply too.
+SILU = _unary("silu", _loop32("silu", _silu_numpy),
+              lambda g, out, x: apply(SILU_BACKWARD, g, x), "silu({0})", _onnx_silu,
+              saves="i", fills_out=True, scalar32="silu32")
+SILU_BACKWARD = defop("silu_backward",
+                      _float_binary(_loop32("silu_backward", _silu_backward_numpy)),
+                      lambda g, x: ShapedType(tuple(x.shape), x.dtype),
+                      compiler_only=True,
+                      decomposition=_silu_backward_decomposition,
+                      vjp=_backward_vjp(_silu_composite), saves="i",
+                      elementwise="silu_backward({0}, {1})", onnx=None, fills_out=True,
+                      scalar32="silu_backward32")
+
+
 def silu(input, inplace=False):
-    return _activation(input, lambda x: x * sigmoid(x), inplace)
+    return _activation(input, lambda x: apply(SILU, x), inplace)
 
 
 def mish(input, inplace=False):
