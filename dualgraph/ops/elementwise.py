@@ -1545,6 +1545,18 @@ def _backward_vjp(composite):
     return vjp
 
 
+def _activation_backward(name: str, kernel, decomposition, composite):
+    """The fused backward op ``<name>_backward(g, x) = g * f'(x)`` of activation ``f``:
+    ``kernel`` (float32 and wider; half precision through float32), its decomposition and
+    ``f`` as a composite (what its VJP differentiates), the fused kernels' scalar function
+    ``<name>_backward32`` (the eager float32 loop's)."""
+    return defop(f"{name}_backward", _float_binary(kernel),
+                 lambda g, x: ShapedType(tuple(x.shape), x.dtype), compiler_only=True,
+                 decomposition=decomposition, vjp=_backward_vjp(composite), saves="i",
+                 elementwise=f"{name}_backward({{0}}, {{1}})", onnx=None, fills_out=True,
+                 scalar32=f"{name}_backward32")
+
+
 # The exact GELU is a primitive with a fused backward, as the tanh form below: one float32
 # pass each way (kernels/fastmath.py's gelu32 and gelu_backward32, which fused kernels call
 # too), where the composite took eight.
@@ -1552,14 +1564,8 @@ GELU = _unary("gelu", _loop32("gelu", _gelu_numpy),
               lambda g, out, x: apply(GELU_BACKWARD, g, x), "gelu({0})", _onnx_gelu("none"),
               saves="i", fills_out=True,
               scalar32="gelu32")
-GELU_BACKWARD = defop("gelu_backward",
-                      _float_binary(_loop32("gelu_backward", _gelu_backward_numpy)),
-                      lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                      compiler_only=True,
-                      decomposition=_gelu_backward_decomposition,
-                      vjp=_backward_vjp(_gelu_composite), saves="i",
-                      elementwise="gelu_backward({0}, {1})", onnx=None, fills_out=True,
-                      scalar32="gelu_backward32")
+GELU_BACKWARD = _activation_backward("gelu", _loop32("gelu_backward", _gelu_backward_numpy),
+                                     _gelu_backward_decomposition, _gelu_composite)
 
 
 # (Their eager float32 loops apply kernels/fastmath.py's gelu_tanh32 / gelu_tanh_backward32
@@ -1568,13 +1574,9 @@ GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
                    lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})",
                    _onnx_gelu("tanh"), saves="i", fills_out=True,
                    scalar32="gelu_tanh32")
-GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
-                           lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                           compiler_only=True,
-                           decomposition=_gelu_tanh_backward_decomposition,
-                           vjp=_backward_vjp(_gelu_tanh_composite), saves="i",
-                           elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
-                           fills_out=True, scalar32="gelu_tanh_backward32")
+GELU_TANH_BACKWARD = _activation_backward("gelu_tanh", _gelu_tanh_backward_array,
+                                          _gelu_tanh_backward_decomposition,
+                                          _gelu_tanh_composite)
 
 
 def gelu(input, approximate="none"):
@@ -1617,14 +1619,8 @@ def _onnx_silu(e, node):
 SILU = _unary("silu", _loop32("silu", _silu_numpy),
               lambda g, out, x: apply(SILU_BACKWARD, g, x), "silu({0})", _onnx_silu,
               saves="i", fills_out=True, scalar32="silu32")
-SILU_BACKWARD = defop("silu_backward",
-                      _float_binary(_loop32("silu_backward", _silu_backward_numpy)),
-                      lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                      compiler_only=True,
-                      decomposition=_silu_backward_decomposition,
-                      vjp=_backward_vjp(_silu_composite), saves="i",
-                      elementwise="silu_backward({0}, {1})", onnx=None, fills_out=True,
-                      scalar32="silu_backward32")
+SILU_BACKWARD = _activation_backward("silu", _loop32("silu_backward", _silu_backward_numpy),
+                                     _silu_backward_decomposition, _silu_composite)
 
 
 def silu(input, inplace=False):
