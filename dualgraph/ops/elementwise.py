@@ -758,16 +758,24 @@ def _loop32(name: str, numpy_kernel):
     eager) the range loop ``kernels.activations.<name>`` over them, flat, broadcast to the
     last one's shape."""
     def kernel(*arrays, out=None):
-        x = arrays[-1]
         if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
             return numpy_kernel(*arrays)
-        out = empty_into(out, x.shape, np.float32)
-        flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
-        run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
-                 threads=threads_for(x.size))
-        return out
+        return _run_flat(name, arrays, out)
     kernel.__name__ = name
     return kernel
+
+
+def _run_flat(name: str, arrays, out, *scalars):
+    """``kernels.activations.<name>`` over float32 ``arrays`` (flat, broadcast to the last
+    one's shape: a broadcast view costs more than a small loop), then ``scalars``, into
+    ``out`` (or a new array), which it returns."""
+    x = arrays[-1]
+    out = empty_into(out, x.shape, np.float32)
+    flats = [kernels.flat(a if a.shape == x.shape else np.broadcast_to(a, x.shape))
+             for a in arrays]
+    run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1), *scalars,
+             threads=threads_for(x.size))
+    return out
 
 
 def _erf_cody(x):
@@ -1636,14 +1644,9 @@ def _slope_loop(name: str, numpy_kernel):
     :func:`_loop32`) the loop ``kernels.activations.<name>`` over them, flat, with the
     slope as a float32 (the product NumPy makes of a float32 and a Python float)."""
     def kernel(*arrays, negative_slope):
-        x = arrays[-1]
         if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
             return numpy_kernel(*arrays, negative_slope)
-        out = np.empty(x.shape, np.float32)
-        flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
-        run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
-                 np.float32(negative_slope), threads=threads_for(x.size))
-        return out
+        return _run_flat(name, arrays, None, np.float32(negative_slope))
     kernel.__name__ = name
     return kernel
 
