@@ -371,9 +371,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # aside per way the arguments share storage with a place the step rebinds (a trace per
 # call before), requires_grad set on parameters or state while tracing (a silent
 # difference) noted and put back.
-CORE_BUDGET = 26_910
+# ops/ +65, kernels/ +10 and the core +75 (issue 26, i-eagB, eager big ops): sigmoid, silu
+# and leaky_relu as one float32 pass each way with their fused backward ops (the
+# activations' composites were 3-8 passes each), global average pooling as a mean.
+CORE_BUDGET = 26_985
 BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_875, "ops": 8_430,
            "passes": 3_385, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
