@@ -250,12 +250,18 @@ SCALAR_FUNCTIONS["gelu_tanh"] = lambda x: 0.5 * x * (1 + np.tanh(_K * (x + _C * 
 SCALAR_FUNCTIONS["gelu_tanh_backward"] = lambda g, x: g * (
     0.5 * (1 + np.tanh(_K * (x + _C * x ** 3)))
     + 0.5 * x * (1 - np.tanh(_K * (x + _C * x ** 3)) ** 2) * _K * (1 + 3 * _C * x ** 2))
+SCALAR_FUNCTIONS["sigmoid"] = lambda x: 1 / (1 + np.exp(-x))
+SCALAR_FUNCTIONS["silu"] = lambda x: x / (1 + np.exp(-x))
+SCALAR_FUNCTIONS["silu_backward"] = lambda g, x: g * (
+    1 / (1 + np.exp(-x)) + x * np.exp(-x) / (1 + np.exp(-x)) ** 2)
 
 TEMPLATE_INPUTS = {
     "bitwise_and": "bool", "bitwise_or": "bool", "bitwise_xor": "bool", "bitwise_not": "bool",
     "log": "pos", "log1p": "pos", "sqrt": "pos", "asin": "unit", "acos": "unit",
 }
 TEMPLATE_ATTRS = {"round": {"decimals": 1}, "elu": {"alpha": 0.5},
+                  "leaky_relu": {"negative_slope": 0.2},
+                  "leaky_relu_backward": {"negative_slope": -0.3},
                   "softplus": {"beta": 2.0, "threshold": 3.0}}
 TEMPLATED = sorted((op for op in vars(ew).values()
                     if isinstance(op, OpDef) and op.elementwise and op.name != "cast"),

@@ -42,6 +42,8 @@ NOT_OP_NAMES = {
     ("nn/functional.py", "_REDUCTIONS"),   # the values of PyTorch's ``reduction=`` argument
     ("nn/rnn.py", "_CELL_MODES"),          # ... and of ``nn.RNN``'s ``nonlinearity=``
     ("export/onnx_import_ops.py", "_REDUCERS"),   # ONNX's Reduce* kinds (ReduceMax: "max")
+    ("kernels/epilogue.py", "ACTIVATIONS"),   # the epilogue ops' ``act=`` values (a kind
+    #                                          of activation: "clamp", "hardswish", ...)
 }
 
 _NAME_VARIABLES = {"op_name", "opname"}

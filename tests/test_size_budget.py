@@ -393,9 +393,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # linear's weight packed once and read by a GEMM loop of our own (kernels/linear_packed.py,
 # the op linear_packed and its lowering rule): onnxruntime's lead at batch 1 was its
 # products on packed weights.
-CORE_BUDGET = 27_685
+# ops/ +65, kernels/ +10 and the core +75 (issue 26, i-eagB, eager big ops): sigmoid, silu
+# and leaky_relu as one float32 pass each way with their fused backward ops (the
+# activations' composites were 3-8 passes each), global average pooling as a mean.
+CORE_BUDGET = 27_760
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_950, "ops": 8_990,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_960, "ops": 9_055,
            "passes": 3_425, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -75,8 +75,8 @@ _FAST32 = {"exp": "exp32", "tanh": "tanh32"}
 # What generated kernels import from kernels/fastmath.py: the functions above and every
 # op's ``scalar32`` (an op naming a new one adds it here; tests/test_op_facts.py checks).
 FASTMATH_IMPORT = ("from dualgraph.kernels.fastmath import (exp32, tanh32, gelu_tanh32, "
-                   "gelu_tanh_backward32, erf32, gelu32, gelu_backward32, sin32, cos32, "
-                   "where, sign)")
+                   "gelu_tanh_backward32, erf32, gelu32, gelu_backward32, sigmoid32, silu32, "
+                   "silu_backward32, sin32, cos32, where, sign)")
 # Functions Numba computes exactly as NumPy does (correctly rounded or exact), and fast.
 # Transcendentals (exp, log, tanh, erf, pow, ...) are not among them: Numba calls libm one
 # element at a time, slower than NumPy's SIMD loops and not bit-identical to them, so a

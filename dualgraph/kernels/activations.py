@@ -1,5 +1,5 @@
-"""One-pass float32 loops for erf, the GELUs, the LSTM cell and ReLU, forward and backward,
-and ``where``'s select.
+"""One-pass float32 loops for erf, the GELUs, sigmoid, SiLU, leaky ReLU, the LSTM cell and ReLU,
+forward and backward, and ``where``'s select.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
@@ -15,7 +15,7 @@ import numpy as np
 
 from . import helper, loop
 from .fastmath import (erf32, gelu32, gelu_backward32, gelu_tanh32, gelu_tanh_backward32,
-                       sigmoid32, tanh32)
+                       sigmoid32, silu32, silu_backward32, tanh32)
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -81,6 +81,61 @@ def gelu_backward(start, stop, g, x, out):
     gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu_backward32(gs[i], xs[i])
+
+
+@loop
+def sigmoid(start, stop, x, out):
+    """``out = sigmoid(x)`` over elements ``start:stop`` of flat arrays (``sigmoid32``, as
+    the conv and linear epilogues and the fused kernels compute it)."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = sigmoid32(xs[i])
+
+
+@loop
+def sigmoid_backward(start, stop, g, y, out):
+    """``out = g * y * (1 - y)`` (y: sigmoid's output) over elements ``start:stop`` of flat
+    arrays, with NumPy's order of the products: the same bits as the three passes."""
+    gs, ys, outs = g[start:stop], y[start:stop], out[start:stop]
+    for i in range(ys.size):
+        y_ = ys[i]
+        outs[i] = gs[i] * y_ * (_ONE - y_)
+
+
+@loop
+def silu(start, stop, x, out):
+    """``out = x * sigmoid(x)`` over elements ``start:stop`` of flat arrays."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = silu32(xs[i])
+
+
+@loop
+def silu_backward(start, stop, g, x, out):
+    """``out = g * d/dx silu(x)`` over elements ``start:stop`` of flat arrays."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        outs[i] = silu_backward32(gs[i], xs[i])
+
+
+@loop
+def leaky_relu(start, stop, x, out, slope):
+    """``out = x where x > 0, else x * slope`` over elements ``start:stop`` of flat arrays
+    (``slope`` a float32: the product NumPy's ``x * slope`` makes)."""
+    xs, outs = x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        v = xs[i]
+        outs[i] = v if v > _ZERO else v * slope
+
+
+@loop
+def leaky_relu_backward(start, stop, g, x, out, slope):
+    """``out = g where x > 0, else g * slope`` over elements ``start:stop`` of flat
+    arrays."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        v = gs[i]
+        outs[i] = v if xs[i] > _ZERO else v * slope
 
 
 @helper(inline="always")

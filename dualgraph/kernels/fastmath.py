@@ -231,6 +231,21 @@ def sigmoid32(x):
 
 
 @helper(**_INLINED)
+def silu32(x):
+    """``x * sigmoid(x)`` for float32 scalars (the product the conv and linear epilogues
+    make: one function for the eager loop, the fused kernels and the epilogues)."""
+    return x * sigmoid32(x)
+
+
+@helper(**_INLINED)
+def silu_backward32(g, x):
+    """``g * d/dx silu(x) = g s (1 + x (1 - s))``, ``s = sigmoid(x)`` (torch's formula), for
+    float32 scalars."""
+    s = sigmoid32(x)
+    return g * s * (_ONE + x * (_ONE - s))
+
+
+@helper(**_INLINED)
 def _tanh_terms(u):
     """``(1 + tanh u, 1 - tanh(u)^2)``, both to a few ulps relative even where tanh is
     within an ulp of -1 or 1 (computing them from a rounded tanh would cancel): with

@@ -1095,6 +1095,10 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
     _check_pool_rank("avg_pool2d", x)
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
+    if _whole_plane(hw, kernel_size, padding, divisor_override):
+        total = np.add.reduce(x, axis=(-2, -1), keepdims=True)
+        total /= np.asarray(hw[0] * hw[1], total.dtype)
+        return cast(total, dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
     win = _windows(_pad(x, pads), kernel_size, stride, (1, 1), out_hw)
     total = win[..., 0, 0].copy()
@@ -1110,9 +1114,22 @@ def _infer_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, **divisor):
                       x.dtype)
 
 
+def _whole_plane(hw, kernel_size, padding, divisor_override) -> bool:
+    """Whether an average pool's one window is the whole unpadded plane (global average
+    pooling: ``adaptive_avg_pool2d(x, 1)``, squeeze-and-excitation), which its kernels
+    compute as a mean and its spread-out gradient: one pass each, where the window's
+    ``kh * kw`` shifted views cost a pass apiece (a 16x16 plane: 256)."""
+    return (tuple(kernel_size) == tuple(hw) and not any(padding)
+            and divisor_override is None)
+
+
 def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ceil_mode,
                               count_include_pad, divisor_override):
     (g,), dt = linalg.blas_operands(g)
+    if _whole_plane(input_size, kernel_size, padding, divisor_override):
+        dx = np.empty(g.shape[:-2] + tuple(input_size), g.dtype)
+        dx[...] = g / np.asarray(input_size[0] * input_size[1], g.dtype)
+        return cast(dx, dt)
     out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)

@@ -765,16 +765,24 @@ def _loop32(name: str, numpy_kernel):
     eager) the range loop ``kernels.activations.<name>`` over them, flat, broadcast to the
     last one's shape."""
     def kernel(*arrays, out=None):
-        x = arrays[-1]
         if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
             return numpy_kernel(*arrays)
-        out = empty_into(out, x.shape, np.float32)
-        flats = [kernels.flat(np.broadcast_to(a, x.shape)) for a in arrays]
-        run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1),
-                 threads=threads_for(x.size))
-        return out
+        return _run_flat(name, arrays, out)
     kernel.__name__ = name
     return kernel
+
+
+def _run_flat(name: str, arrays, out, *scalars):
+    """``kernels.activations.<name>`` over float32 ``arrays`` (flat, broadcast to the last
+    one's shape: a broadcast view costs more than a small loop), then ``scalars``, into
+    ``out`` (or a new array), which it returns."""
+    x = arrays[-1]
+    out = empty_into(out, x.shape, np.float32)
+    flats = [kernels.flat(a if a.shape == x.shape else np.broadcast_to(a, x.shape))
+             for a in arrays]
+    run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1), *scalars,
+             threads=threads_for(x.size))
+    return out
 
 
 def _erf_cody(x):
@@ -1269,9 +1277,25 @@ def _sigmoid_array(x):
     return out
 
 
-# A primitive for stability at large |x| (the composite 1 / (1 + exp(-x)) overflows).
-SIGMOID = _unary("sigmoid", _sigmoid_array, lambda g, out, x: g * out * (1 - out),
-                 "1 / (1 + exp(-{0}))", "Sigmoid", saves="o")
+def _sigmoid_backward_numpy(g, y):
+    return g * y * (1 - y)
+
+
+# A primitive for stability at large |x| (the composite 1 / (1 + exp(-x)) overflows). In
+# float32 both ways are one pass (kernels/activations.py), where NumPy made four forward
+# (exp, abs, maximum, divide) and three backward, and silu (x * sigmoid(x)) paid them all.
+# The fused kernels call the eager loop's sigmoid32 (scalar32): compiled == eager.
+SIGMOID = _unary("sigmoid", _loop32("sigmoid", _sigmoid_array),
+                 lambda g, out, x: apply(SIGMOID_BACKWARD, g, out), "sigmoid({0})",
+                 "Sigmoid", saves="o", fills_out=True, scalar32="sigmoid32")
+SIGMOID_BACKWARD = defop(
+    "sigmoid_backward", _loop32("sigmoid_backward", _sigmoid_backward_numpy),
+    lambda g, y: ShapedType(tuple(y.shape), y.dtype), compiler_only=True,
+    decomposition=lambda g, y: g * y * (1 - y),
+    vjp=lambda gg, dx, g, y: (apply(SIGMOID_BACKWARD, gg, y) if needs_grad(g) else None,
+                              gg * g * (1 - 2 * y) if needs_grad(y) else None),
+    saves="i", elementwise="{0} * {1} * (1 - {1})", onnx=None, fills_out=True,
+    doc="g * y * (1 - y), y sigmoid's output: sigmoid's gradient.")
 
 
 def sigmoid(input):
@@ -1536,6 +1560,18 @@ def _backward_vjp(composite):
     return vjp
 
 
+def _activation_backward(name: str, kernel, decomposition, composite):
+    """The fused backward op ``<name>_backward(g, x) = g * f'(x)`` of activation ``f``:
+    ``kernel`` (float32 and wider; half precision through float32), its decomposition and
+    ``f`` as a composite (what its VJP differentiates), the fused kernels' scalar function
+    ``<name>_backward32`` (the eager float32 loop's)."""
+    return defop(f"{name}_backward", _float_binary(kernel),
+                 lambda g, x: ShapedType(tuple(x.shape), x.dtype), compiler_only=True,
+                 decomposition=decomposition, vjp=_backward_vjp(composite), saves="i",
+                 elementwise=f"{name}_backward({{0}}, {{1}})", onnx=None, fills_out=True,
+                 scalar32=f"{name}_backward32")
+
+
 # The exact GELU is a primitive with a fused backward, as the tanh form below: one float32
 # pass each way (kernels/fastmath.py's gelu32 and gelu_backward32, which fused kernels call
 # too), where the composite took eight.
@@ -1543,14 +1579,8 @@ GELU = _unary("gelu", _loop32("gelu", _gelu_numpy),
               lambda g, out, x: apply(GELU_BACKWARD, g, x), "gelu({0})", _onnx_gelu("none"),
               saves="i", fills_out=True,
               scalar32="gelu32")
-GELU_BACKWARD = defop("gelu_backward",
-                      _float_binary(_loop32("gelu_backward", _gelu_backward_numpy)),
-                      lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                      compiler_only=True,
-                      decomposition=_gelu_backward_decomposition,
-                      vjp=_backward_vjp(_gelu_composite), saves="i",
-                      elementwise="gelu_backward({0}, {1})", onnx=None, fills_out=True,
-                      scalar32="gelu_backward32")
+GELU_BACKWARD = _activation_backward("gelu", _loop32("gelu_backward", _gelu_backward_numpy),
+                                     _gelu_backward_decomposition, _gelu_composite)
 
 
 # (Their eager float32 loops apply kernels/fastmath.py's gelu_tanh32 / gelu_tanh_backward32
@@ -1559,13 +1589,9 @@ GELU_TANH = _unary("gelu_tanh", _gelu_tanh_array,
                    lambda g, out, x: apply(GELU_TANH_BACKWARD, g, x), "gelu_tanh({0})",
                    _onnx_gelu("tanh"), saves="i", fills_out=True,
                    scalar32="gelu_tanh32")
-GELU_TANH_BACKWARD = defop("gelu_tanh_backward", _float_binary(_gelu_tanh_backward_array),
-                           lambda g, x: ShapedType(tuple(x.shape), x.dtype),
-                           compiler_only=True,
-                           decomposition=_gelu_tanh_backward_decomposition,
-                           vjp=_backward_vjp(_gelu_tanh_composite), saves="i",
-                           elementwise="gelu_tanh_backward({0}, {1})", onnx=None,
-                           fills_out=True, scalar32="gelu_tanh_backward32")
+GELU_TANH_BACKWARD = _activation_backward("gelu_tanh", _gelu_tanh_backward_array,
+                                          _gelu_tanh_backward_decomposition,
+                                          _gelu_tanh_composite)
 
 
 def gelu(input, approximate="none"):
@@ -1577,16 +1603,97 @@ def gelu(input, approximate="none"):
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
+def _silu_numpy(x):
+    return x * _sigmoid_array(x)
+
+
+def _silu_backward_numpy(g, x):
+    s = _sigmoid_array(x)
+    return g * s * (1 + x * (1 - s))
+
+
+def _silu_composite(x):
+    """SiLU from ordinary ops: its backward's decomposition differentiates it."""
+    return x * sigmoid(x)
+
+
+def _silu_backward_decomposition(g, x):
+    s = sigmoid(x)
+    return g * s * (1 + x * (1 - s))
+
+
+def _onnx_silu(e, node):
+    x = e.input(0)
+    return [e.op("Mul", [x, e.op("Sigmoid", [x])])]
+
+
+# SiLU is a primitive with a fused backward (as torch's): as x * sigmoid(x) it was two ops
+# forward and four backward (the product's two, sigmoid's, their sum), each a pass over the
+# activations. The float32 loops apply fastmath's silu32 / silu_backward32, which the
+# fused kernels (scalar32) and the conv and linear epilogues apply too.
+SILU = _unary("silu", _loop32("silu", _silu_numpy),
+              lambda g, out, x: apply(SILU_BACKWARD, g, x), "silu({0})", _onnx_silu,
+              saves="i", fills_out=True, scalar32="silu32")
+SILU_BACKWARD = _activation_backward("silu", _loop32("silu_backward", _silu_backward_numpy),
+                                     _silu_backward_decomposition, _silu_composite)
+
+
 def silu(input, inplace=False):
-    return _activation(input, lambda x: x * sigmoid(x), inplace)
+    return _activation(input, lambda x: apply(SILU, x), inplace)
 
 
 def mish(input, inplace=False):
     return _activation(input, lambda x: x * tanh(softplus(x)), inplace)
 
 
+def _slope_loop(name: str, numpy_kernel):
+    """``numpy_kernel(*arrays, negative_slope)``, or for float32 arrays (at every size, as
+    :func:`_loop32`) the loop ``kernels.activations.<name>`` over them, flat, with the
+    slope as a float32 (the product NumPy makes of a float32 and a Python float)."""
+    def kernel(*arrays, negative_slope):
+        if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
+            return numpy_kernel(*arrays, negative_slope)
+        return _run_flat(name, arrays, None, np.float32(negative_slope))
+    kernel.__name__ = name
+    return kernel
+
+
+def _leaky_relu_backward_decomposition(g, x, negative_slope):
+    return where(x > 0, g, g * negative_slope)
+
+
+# leaky_relu is a primitive with a one-op backward: as where(x > 0, x, x * slope) it was
+# three passes and nodes forward and five backward (where's two, the product's, their sum).
+LEAKY_RELU = defop(
+    "leaky_relu", _slope_loop("leaky_relu",
+                              lambda x, s: np.where(x > 0, x, (x * s).astype(x.dtype))),
+    infer_same, attrs=("negative_slope",), saves="i",
+    vjp=lambda g, out, x, negative_slope: apply(LEAKY_RELU_BACKWARD, g, x,
+                                                negative_slope=negative_slope),
+    elementwise="where({0} > 0, {0}, {0} * {negative_slope})",
+    onnx=lambda e, node: [e.op("LeakyRelu", [e.input(0)],
+                               alpha=float(node.attrs["negative_slope"]))])
+LEAKY_RELU_BACKWARD = defop(
+    "leaky_relu_backward",
+    _slope_loop("leaky_relu_backward",
+                lambda g, x, s: np.where(x > 0, g, (g * s).astype(g.dtype))),
+    lambda g, x, negative_slope: ShapedType(tuple(x.shape), g.dtype),
+    attrs=("negative_slope",), compiler_only=True,
+    decomposition=_leaky_relu_backward_decomposition,
+    vjp=lambda gg, dx, g, x, negative_slope: (   # (piecewise linear: no d/dx)
+        apply(LEAKY_RELU_BACKWARD, gg, x, negative_slope=negative_slope)
+        if needs_grad(g) else None, creation.zeros_like(x) if needs_grad(x) else None),
+    saves="i", elementwise="where({1} > 0, {0}, {0} * {negative_slope})", onnx=None,
+    doc="g where x > 0, else g * negative_slope: leaky_relu's gradient.")
+
+
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _activation(input, lambda x: where(x > 0, x, x * negative_slope), inplace)
+    input = as_operand(input)
+    if not is_float(input._data.dtype):
+        raise TypeError(f"leaky_relu takes a floating-point tensor, got "
+                        f"{dtypes.from_np(input._data.dtype)!r}; convert it with .float()")
+    return _activation(input, lambda x: apply(LEAKY_RELU, x,
+                                              negative_slope=float(negative_slope)), inplace)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):

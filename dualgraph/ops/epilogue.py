@@ -46,7 +46,7 @@ def activation(y, act: str, bounds=(-np.inf, np.inf)):
     if act == "sigmoid":
         return ew.sigmoid(y)
     if act == "silu":
-        return y * ew.sigmoid(y)
+        return ew.silu(y)
     if act in ("hardswish", "hardsigmoid"):
         gate = ew.minimum(ew.maximum(y + 3.0, 0.0), 6.0) / 6.0
         return y * gate if act == "hardswish" else gate
@@ -80,7 +80,7 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
     if act == "sigmoid":
         return ew.SIGMOID.kernel(y)
     if act == "silu":
-        return y * ew.SIGMOID.kernel(y)
+        return ew.SILU.kernel(y)
     if act in ("hardswish", "hardsigmoid"):
         gate = np.minimum(np.maximum(y + 3, 0), 6) / 6
         return y * gate if act == "hardswish" else gate

@@ -14,7 +14,8 @@ else needs it. The activations, as the graph spells them after ``simplify``:
 - clamp (ReLU6, hardtanh): ``minimum(maximum(y, lo), hi)`` or either alone;
 - hard-sigmoid: ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's spelling) or
   ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid as imported);
-- SiLU: ``y * sigmoid(y)``; hard-swish: ``y * hardsigmoid(y)`` (either spelling).
+- SiLU: ``silu(y)`` or ``y * sigmoid(y)``; hard-swish: ``y * hardsigmoid(y)`` (either
+  spelling).
 
 Squeeze-and-excitation's ``x * sigmoid(conv(relu(conv(mean(x)))))`` keeps its pooling and
 its scaling as they are (each one pass over ``x``, which the elementwise fusion already
@@ -35,7 +36,7 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
 from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
-                               SIGMOID)
+                               SIGMOID, SILU)
 from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
 from ..ops.linalg import BLAS_DTYPES, LINEAR, blas_2d
 from .core import Builder, Report, live_readers, needed
@@ -254,7 +255,7 @@ def _activation(y: Value, live: dict):
     same = lambda n: n.outputs[0].dtype == y.dtype and tuple(n.outputs[0].shape) == \
         tuple(y.shape)
     for op, act in ((RELU, "relu"), (GELU, "gelu"), (GELU_TANH, "gelu_tanh"),
-                    (SIGMOID, "sigmoid")):
+                    (SIGMOID, "sigmoid"), (SILU, "silu")):
         node = _unary(y, live, op)
         if node is not None and same(node):
             return act, (-np.inf, np.inf), [node], node.outputs[0]

@@ -160,7 +160,11 @@ CASES = [
     OpCase("avg_pool2d", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, (2, None)),
            [In((2, 3, 8, 7))], "adaptive"),
     OpCase("avg_pool2d", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, 1),
-           [In((2, 3, 5, 5))], "global"),
+           [In((2, 3, 5, 5))], "global", dtypes=LOW),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(x.transpose(2, 3), (7, 4)),
+           [In((2, 3, 4, 7))], "global-transposed-3d"),
+    OpCase("avg_pool2d", lambda m, x: m.nn.functional.avg_pool2d(x, (5, 3), padding=1),
+           [In((3, 5, 3))], "whole-plane-padded"),
     OpCase("matmul", lambda m, x: m.nn.functional.adaptive_avg_pool2d(x, (3, 5)),
            [In((2, 3, 8, 7))], "adaptive-uneven"),
     OpCase("matmul", lambda m, x: m.nn.functional.adaptive_avg_pool1d(x, 4), [In((2, 3, 10))],
@@ -169,6 +173,9 @@ CASES = [
         m, lambda x: m.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
                                                 count_include_pad=False), x, g),
         [In((2, 2, 6, 5), grad=False), In((2, 2, 4, 3))], "double-backward"),
+    OpCase("avg_pool2d_backward", lambda m, x, g: first_grad(
+        m, lambda x: m.nn.functional.adaptive_avg_pool2d(x, 1), x, g),
+        [In((2, 3, 6, 5), grad=False), In((2, 3, 1, 1))], "global-double-backward"),
 ]
 
 

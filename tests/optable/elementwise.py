@@ -155,10 +155,14 @@ CASES = [
            "hardsigmoid"),
     OpCase("where", lambda m, a: m.nn.functional.hardswish(a * 3), [In((3, 4))],
            "hardswish"),
-    OpCase("where", lambda m, a: m.nn.functional.leaky_relu(a), [In((3, 4))], "leaky_relu",
+    OpCase("leaky_relu", lambda m, a: m.nn.functional.leaky_relu(a), [away(3, 4)],
            dtypes=ALL),
-    OpCase("where", lambda m, a: m.nn.functional.leaky_relu(a, negative_slope=0.2),
-           [In((3, 4))], "leaky_relu-slope"),
+    OpCase("leaky_relu", lambda m, a: m.nn.functional.leaky_relu(a, negative_slope=0.2),
+           [away(3, 4)], "slope", dtypes=F64),
+    OpCase("leaky_relu", lambda m, a: m.nn.functional.leaky_relu(a.mT, negative_slope=-1.5),
+           [away(5, 3)], "negative-slope-transposed", dtypes=F64),
+    OpCase("leaky_relu", lambda m, a: m.nn.functional.leaky_relu(a * 1, 0.1, inplace=True),
+           [away(3, 4)], "inplace", dtypes=F64),
     # -- logic and predicates ----------------------------------------------------------------
     OpCase("bitwise_and", lambda m, a, b: a & b, [In((3, 4), "bool"), In((4,), "bool")],
            grad=False),
@@ -200,7 +204,15 @@ CASES = [
     OpCase("sigmoid", lambda m, a: a.sigmoid(),
            [fixed([-800.0, -60.0, -20.0, 0.0, 20.0, 60.0, 800.0])], "large", dtypes=F64),
     OpCase("sigmoid", lambda m, a: m.sigmoid(a), [In((4,), "int", -3, 3)], "int", grad=False),
-    OpCase("sigmoid", lambda m, a: m.nn.functional.silu(a), [In((3, 4))], "silu", dtypes=ALL),
+    OpCase("silu", lambda m, a: m.nn.functional.silu(a), [In((3, 4))], dtypes=ALL),
+    OpCase("silu", lambda m, a: m.nn.functional.silu(a.mT), [uniform(5, 7, low=-30.0, high=30.0)],
+           "wide-transposed", dtypes=F64),
+    OpCase("silu", lambda m, a: m.nn.functional.silu(a * 1, inplace=True), [In((3, 4))],
+           "inplace", dtypes=F64),
+    OpCase("sigmoid", lambda m, a: m.sigmoid(a[:, ::2]), [In((4, 9))], "strided",
+           dtypes=F64),
+    OpCase("sigmoid", lambda m, a: m.sigmoid(a), [uniform(37, low=-30.0, high=30.0)], "wide",
+           dtypes=F64),
     OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [In((3, 4))], dtypes=ALL),
     OpCase("gelu", lambda m, a: m.nn.functional.gelu(a), [uniform(40, low=-8.0, high=8.0)],
            "wide", dtypes=F64),
@@ -249,6 +261,30 @@ def _relu_grad(m, a, v):
 
 
 CASES.append(OpCase("relu_backward", _relu_grad, [away(3, 4), In((3, 4))], dtypes=ALL))
+
+
+def _activation_grad(fn):
+    """d fn(a) / da contracted with v, differentiable (its gradients, with respect to v and
+    to a, are the row's second-order checks), as :func:`_relu_grad`."""
+    def grad(m, a, v):
+        with m.enable_grad():
+            if not a.requires_grad:
+                a.requires_grad_()
+            return m.autograd.grad(fn(m, a), a, v, create_graph=True)[0]
+    return grad
+
+
+CASES += [
+    OpCase("sigmoid_backward", _activation_grad(lambda m, a: m.sigmoid(a)),
+           [In((3, 4)), In((3, 4))], dtypes=ALL),
+    OpCase("sigmoid_backward", _activation_grad(lambda m, a: m.sigmoid(a.mT)),
+           [In((2, 5)), In((5, 2))], "transposed", dtypes=F64),
+    OpCase("silu_backward", _activation_grad(lambda m, a: m.nn.functional.silu(a)),
+           [In((3, 4)), In((3, 4))], dtypes=ALL),
+    OpCase("leaky_relu_backward",
+           _activation_grad(lambda m, a: m.nn.functional.leaky_relu(a, 0.2)),
+           [away(3, 4), In((3, 4))], dtypes=ALL),
+]
 
 
 def _relu_grad_in_place(m, g, y):
