@@ -371,10 +371,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # aside per way the arguments share storage with a place the step rebinds (a trace per
 # call before), requires_grad set on parameters or state while tracing (a silent
 # difference) noted and put back.
-CORE_BUDGET = 26_910
+# kernels/ +155, passes/ +5 and the core +160 (issue 26, i-mcnn): conv_pointpacked, 1x1
+# convs as a GEMM micro-kernel on the packed weight (the register block is 24 named sums:
+# Numba has no vector arrays in registers), taken by conv_packed's rule.
+CORE_BUDGET = 27_070
 BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
-           "passes": 3_385, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_020, "ops": 8_365,
+           "passes": 3_390, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -55,6 +55,20 @@ def _put(out, at, ok, v):
 
 
 @helper(inline="always")
+def _get3(out, at, ok, zero):
+    """:func:`_get` of three vectors."""
+    return _get(out, at, ok, zero), _get(out, at + 8, ok, zero), _get(out, at + 16, ok, zero)
+
+
+@helper(inline="always")
+def _put3(out, at, ok, v0, v1, v2):
+    """:func:`_put` of three vectors."""
+    _put(out, at, ok, v0)
+    _put(out, at + 8, ok, v1)
+    _put(out, at + 16, ok, v2)
+
+
+@helper(inline="always")
 def _fma3(wp, at, x0, x1, x2, a0, a1, a2):
     """One channel's weight ``wp[at]`` times three input vectors, into its three sums."""
     u = broadcast_at(wp, at)
@@ -70,22 +84,14 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = z
     a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = z
     if not first:
-        o = oo
-        a00, a01, a02 = _get(out, o, n > 0, z), _get(out, o + 8, n > 0, z), _get(out, o + 16, n > 0, z)
-        o += os
-        a10, a11, a12 = _get(out, o, n > 1, z), _get(out, o + 8, n > 1, z), _get(out, o + 16, n > 1, z)
-        o += os
-        a20, a21, a22 = _get(out, o, n > 2, z), _get(out, o + 8, n > 2, z), _get(out, o + 16, n > 2, z)
-        o += os
-        a30, a31, a32 = _get(out, o, n > 3, z), _get(out, o + 8, n > 3, z), _get(out, o + 16, n > 3, z)
-        o += os
-        a40, a41, a42 = _get(out, o, n > 4, z), _get(out, o + 8, n > 4, z), _get(out, o + 16, n > 4, z)
-        o += os
-        a50, a51, a52 = _get(out, o, n > 5, z), _get(out, o + 8, n > 5, z), _get(out, o + 16, n > 5, z)
-        o += os
-        a60, a61, a62 = _get(out, o, n > 6, z), _get(out, o + 8, n > 6, z), _get(out, o + 16, n > 6, z)
-        o += os
-        a70, a71, a72 = _get(out, o, n > 7, z), _get(out, o + 8, n > 7, z), _get(out, o + 16, n > 7, z)
+        a00, a01, a02 = _get3(out, oo, n > 0, z)
+        a10, a11, a12 = _get3(out, oo + os, n > 1, z)
+        a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, z)
+        a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, z)
+        a40, a41, a42 = _get3(out, oo + 4 * os, n > 4, z)
+        a50, a51, a52 = _get3(out, oo + 5 * os, n > 5, z)
+        a60, a61, a62 = _get3(out, oo + 6 * os, n > 6, z)
+        a70, a71, a72 = _get3(out, oo + 7 * os, n > 7, z)
     for k in range(k0, k1):
         xa = xo + k * xs
         x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
@@ -98,22 +104,14 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
         a50, a51, a52 = _fma3(wp, t + 5, x0, x1, x2, a50, a51, a52)
         a60, a61, a62 = _fma3(wp, t + 6, x0, x1, x2, a60, a61, a62)
         a70, a71, a72 = _fma3(wp, t + 7, x0, x1, x2, a70, a71, a72)
-    o = oo
-    _put(out, o, n > 0, a00), _put(out, o + 8, n > 0, a01), _put(out, o + 16, n > 0, a02)
-    o += os
-    _put(out, o, n > 1, a10), _put(out, o + 8, n > 1, a11), _put(out, o + 16, n > 1, a12)
-    o += os
-    _put(out, o, n > 2, a20), _put(out, o + 8, n > 2, a21), _put(out, o + 16, n > 2, a22)
-    o += os
-    _put(out, o, n > 3, a30), _put(out, o + 8, n > 3, a31), _put(out, o + 16, n > 3, a32)
-    o += os
-    _put(out, o, n > 4, a40), _put(out, o + 8, n > 4, a41), _put(out, o + 16, n > 4, a42)
-    o += os
-    _put(out, o, n > 5, a50), _put(out, o + 8, n > 5, a51), _put(out, o + 16, n > 5, a52)
-    o += os
-    _put(out, o, n > 6, a60), _put(out, o + 8, n > 6, a61), _put(out, o + 16, n > 6, a62)
-    o += os
-    _put(out, o, n > 7, a70), _put(out, o + 8, n > 7, a71), _put(out, o + 16, n > 7, a72)
+    _put3(out, oo, n > 0, a00, a01, a02)
+    _put3(out, oo + os, n > 1, a10, a11, a12)
+    _put3(out, oo + 2 * os, n > 2, a20, a21, a22)
+    _put3(out, oo + 3 * os, n > 3, a30, a31, a32)
+    _put3(out, oo + 4 * os, n > 4, a40, a41, a42)
+    _put3(out, oo + 5 * os, n > 5, a50, a51, a52)
+    _put3(out, oo + 6 * os, n > 6, a60, a61, a62)
+    _put3(out, oo + 7 * os, n > 7, a70, a71, a72)
 
 
 @helper(inline="always")
@@ -168,7 +166,8 @@ def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi
             if rest:
                 for k in range(channels):
                     for j in range(LANES):
-                        panel[k * LANES + j] = x[xo + k * size + whole + j] if j < rest else F(0)
+                        v = x[xo + k * size + whole + j] if j < rest else F(0)
+                        panel[k * LANES + j] = v
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
