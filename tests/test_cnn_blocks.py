@@ -142,8 +142,9 @@ def test_residual_before_and_after_the_activation(act):
 @pytest.mark.parametrize("act", ["Hardswish", "Hardsigmoid", "SiLU", "ReLU6"])
 def test_onnx_spellings_of_the_activations_take_the_epilogue(act, tmp_path):
     """torch.onnx's HardSwish/HardSigmoid/Clip as ``dg.onnx.load`` imports them (x * clamp(x
-    / 6 + 0.5, 0, 1), ...) are matched too: every conv of the loaded model is one
-    conv2d_epilogue, and the values are torch's."""
+    / 6 + 0.5, 0, 1), ...) are matched too: every conv of the loaded model is one node
+    with its epilogue (the 1x1 conv on its constant weight a conv2d_packed), and the values
+    are torch's."""
     model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
                                 getattr(torch.nn, act)(), torch.nn.Conv2d(8, 8, 1),
                                 getattr(torch.nn, act)()).eval()
@@ -151,7 +152,7 @@ def test_onnx_spellings_of_the_activations_take_the_epilogue(act, tmp_path):
         model[1].running_var.uniform_(0.5, 2.0)
     ops = onnx_round_trip(model, torch.randn(2, 4, 10, 10), str(tmp_path / "block.onnx"),
                           rtol=1e-4, atol=1e-5)
-    assert ops == ["conv2d_epilogue", "conv2d_epilogue"], ops
+    assert ops == ["conv2d_epilogue", "conv2d_packed"], ops
 
 
 def down_block(lib):

@@ -233,8 +233,8 @@ def test_a_concatenation_writes_its_winograd_and_packed_branches(batch, size, tm
         ops = [n.op.name for n in graph.nodes]
         (cat,) = [n for n in graph.nodes if n.op.name == "conv2d_cat"]
         assert "cat" not in ops and "conv2d_winograd" not in ops, ops
-        assert [m[0] for m in cat.attrs["members"]] == [
-            "conv2d_epilogue", "conv2d_winograd", "conv2d_packed"], cat.attrs["members"]
+        assert [m[0] for m in cat.attrs["members"]] == [    # (the 1x1 branch packed too)
+            "conv2d_packed", "conv2d_winograd", "conv2d_packed"], cat.attrs["members"]
         assert tuple(cat.inputs[4].shape) == (16, 128, 128)    # (the transformed weight)
 
 

@@ -396,10 +396,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +65, kernels/ +10 and the core +75 (issue 26, i-eagB, eager big ops): sigmoid, silu
 # and leaky_relu as one float32 pass each way with their fused backward ops (the
 # activations' composites were 3-8 passes each), global average pooling as a mean.
-CORE_BUDGET = 27_760
+# kernels/ +155, passes/ +5 and the core +160 (issue 26, i-mcnn): conv_pointpacked, 1x1
+# convs as a GEMM micro-kernel on the packed weight (the register block is 24 named sums:
+# Numba has no vector arrays in registers), taken by conv_packed's rule.
+CORE_BUDGET = 27_920
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_960, "ops": 9_055,
-           "passes": 3_425, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_115, "ops": 9_055,
+           "passes": 3_430, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

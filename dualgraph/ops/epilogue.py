@@ -314,6 +314,10 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
         return None
     cp = kernels.conv_packed
     w_shape = (out_channels, x_shape[1], *kernel_size)
+    pp = kernels.conv_pointpacked   # (a 1x1 conv: the GEMM micro-kernel on the same layout)
+    if pp.wins(x_shape, w_shape, stride, padding, dilation, 1, np.float32):
+        return pp.fitted(x_shape, out_channels, -(-out_channels // cp.PAIR), residual,
+                         **_codes(residual, act, bounds, residual_at))
     hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
     shape = (x_shape[0], out_channels, *hw)
     plan = cp.plan(x_shape, w_shape, hw, stride, dilation)

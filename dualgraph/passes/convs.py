@@ -39,11 +39,16 @@ def _float32_static(node: Node) -> bool:
 
 
 def _packable(node: Node) -> bool:
-    """Whether the packed loop takes ``node``'s conv: ``conv_packed.packed_wins``."""
+    """Whether a loop on the packed weight takes ``node``'s conv:
+    ``conv_packed.packed_wins``, or ``conv_pointpacked.wins`` (1x1 convs)."""
     x, w = node.inputs[:2]
+    a = node.attrs
     return (_float32_static(node)
-            and kernels.conv_packed.packed_wins(tuple(x.shape), tuple(w.shape),
-                                                node.attrs["padding"], 1, np.float32))
+            and (kernels.conv_packed.packed_wins(tuple(x.shape), tuple(w.shape),
+                                                 a["padding"], 1, np.float32)
+                 or kernels.conv_pointpacked.wins(tuple(x.shape), tuple(w.shape),
+                                                  a["stride"], a["padding"], a["dilation"],
+                                                  1, np.float32)))
 
 
 def _winograd(node: Node) -> bool:

@@ -1,0 +1,251 @@
+"""1x1 convolutions (stride 1, no padding, one group, float32) on a weight packed once
+(``conv_packed.pack``'s ``(pairs, C, 16)``), as a GEMM micro-kernel with the output
+positions in the lanes of the vectors: no call of OpenBLAS, so no packing of the weight
+at every call, and the epilogue on each block while it is in L1.
+
+An image's 1x1 conv is ``out (Cout, H*W) = w (Cout, C) @ x (C, H*W)``; in NCHW both ``x``
+and ``out`` have the positions contiguous. So eight channels by three vectors of eight
+positions are 24 vector sums (the register block: 24 of the 32 ``ymm`` registers AVX-512
+gives, with the three input vectors and a broadcast): per input channel ``k``, three input
+vectors are loaded from row ``k`` of ``x`` and each of the eight channels' weights
+broadcast from the packed row (eight consecutive floats of the pair's sixteen), 24
+multiply-adds. OpenBLAS packs both operands at every call: on 7x7 and 14x14 planes, where
+the weight is as large as the activations (1280 x 320 against 320 x 49), that packing and
+its small-``N`` edge kernels cost as much as a third of the product.
+
+A work item is an image's chunk of ``CHUNK`` positions (so two threads share batch 1).
+Its input channels are taken ``KC`` at a time (the chunk's ``KC`` input rows stay in L1
+while every block of eight channels passes over them); the sums go to the output and are
+taken up again for the next ``KC`` channels (float32 either way: each output is one chain
+of multiply-adds over ``k = 0 .. C-1`` in order, whatever the chunk, block or thread, so
+the bits do not depend on them). The chunk's positions are taken 24, then 8 at a time;
+its last few (fewer than eight) are gathered into a zero-padded ``(C, 8)`` panel and
+summed there into a scratch block, then copied out. After the last input channels the
+chunk's run of each output channel gets the epilogue (``epilogue.plane_tail``: bias,
+activation, residual before or after) while it is in L1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import helper, loop, numba_available
+from .epilogue import plane_tail
+from .simd import LANES, broadcast, broadcast_at, fma, load, store
+from .threads import run_rows, threads_for
+from .tuning import cores
+
+F = np.float32
+PAIR = 2 * LANES      # output channels of a packed pair (``conv_packed.PAIR``)
+RUN = 3 * LANES       # positions of the register block
+CHUNK = 8 * RUN       # positions of a work item (192: 6 kB a row, so 64 rows fit L1)
+KC = 64               # input channels summed before the sums go to the output
+
+
+@helper(inline="always")
+def _get(out, at, ok, zero):
+    """Eight partial sums at ``out[at]`` where the channel exists (``ok``), else zeros."""
+    return load(out, at) if ok else zero
+
+
+@helper(inline="always")
+def _put(out, at, ok, v):
+    """Eight sums to ``out[at]`` where the channel exists (``ok``)."""
+    if ok:
+        store(out, at, v)
+
+
+@helper(inline="always")
+def _get3(out, at, ok, zero):
+    """:func:`_get` of three vectors."""
+    return _get(out, at, ok, zero), _get(out, at + 8, ok, zero), _get(out, at + 16, ok, zero)
+
+
+@helper(inline="always")
+def _put3(out, at, ok, v0, v1, v2):
+    """:func:`_put` of three vectors."""
+    _put(out, at, ok, v0)
+    _put(out, at + 8, ok, v1)
+    _put(out, at + 16, ok, v2)
+
+
+@helper(inline="always")
+def _fma3(wp, at, x0, x1, x2, a0, a1, a2):
+    """One channel's weight ``wp[at]`` times three input vectors, into its three sums."""
+    u = broadcast_at(wp, at)
+    return fma(u, x0, a0), fma(u, x1, a1), fma(u, x2, a2)
+
+
+@helper(inline="always")
+def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+    """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
+    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
+    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero)."""
+    z = broadcast(F(0))
+    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = z
+    a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = z
+    if not first:
+        a00, a01, a02 = _get3(out, oo, n > 0, z)
+        a10, a11, a12 = _get3(out, oo + os, n > 1, z)
+        a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, z)
+        a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, z)
+        a40, a41, a42 = _get3(out, oo + 4 * os, n > 4, z)
+        a50, a51, a52 = _get3(out, oo + 5 * os, n > 5, z)
+        a60, a61, a62 = _get3(out, oo + 6 * os, n > 6, z)
+        a70, a71, a72 = _get3(out, oo + 7 * os, n > 7, z)
+    for k in range(k0, k1):
+        xa = xo + k * xs
+        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        t = wo + k * PAIR
+        a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
+        a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
+        a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
+        a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
+        a40, a41, a42 = _fma3(wp, t + 4, x0, x1, x2, a40, a41, a42)
+        a50, a51, a52 = _fma3(wp, t + 5, x0, x1, x2, a50, a51, a52)
+        a60, a61, a62 = _fma3(wp, t + 6, x0, x1, x2, a60, a61, a62)
+        a70, a71, a72 = _fma3(wp, t + 7, x0, x1, x2, a70, a71, a72)
+    _put3(out, oo, n > 0, a00, a01, a02)
+    _put3(out, oo + os, n > 1, a10, a11, a12)
+    _put3(out, oo + 2 * os, n > 2, a20, a21, a22)
+    _put3(out, oo + 3 * os, n > 3, a30, a31, a32)
+    _put3(out, oo + 4 * os, n > 4, a40, a41, a42)
+    _put3(out, oo + 5 * os, n > 5, a50, a51, a52)
+    _put3(out, oo + 6 * os, n > 6, a60, a61, a62)
+    _put3(out, oo + 7 * os, n > 7, a70, a71, a72)
+
+
+@helper(inline="always")
+def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+    """:func:`_block3` on 8 positions (eight sums, one input vector a channel ``k``)."""
+    z = broadcast(F(0))
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
+    if not first:
+        a0, a1 = _get(out, oo, n > 0, z), _get(out, oo + os, n > 1, z)
+        a2, a3 = _get(out, oo + 2 * os, n > 2, z), _get(out, oo + 3 * os, n > 3, z)
+        a4, a5 = _get(out, oo + 4 * os, n > 4, z), _get(out, oo + 5 * os, n > 5, z)
+        a6, a7 = _get(out, oo + 6 * os, n > 6, z), _get(out, oo + 7 * os, n > 7, z)
+    for k in range(k0, k1):
+        v = load(x, xo + k * xs)
+        t = wo + k * PAIR
+        a0 = fma(broadcast_at(wp, t), v, a0)
+        a1 = fma(broadcast_at(wp, t + 1), v, a1)
+        a2 = fma(broadcast_at(wp, t + 2), v, a2)
+        a3 = fma(broadcast_at(wp, t + 3), v, a3)
+        a4 = fma(broadcast_at(wp, t + 4), v, a4)
+        a5 = fma(broadcast_at(wp, t + 5), v, a5)
+        a6 = fma(broadcast_at(wp, t + 6), v, a6)
+        a7 = fma(broadcast_at(wp, t + 7), v, a7)
+    _put(out, oo, n > 0, a0), _put(out, oo + os, n > 1, a1)
+    _put(out, oo + 2 * os, n > 2, a2), _put(out, oo + 3 * os, n > 3, a3)
+    _put(out, oo + 4 * os, n > 4, a4), _put(out, oo + 5 * os, n > 5, a5)
+    _put(out, oo + 6 * os, n > 6, a6), _put(out, oo + 7 * os, n > 7, a7)
+
+
+@loop(fastmath={"contract"})
+def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi, where,
+             channels, size, cout, kc):
+    """Work items ``start * T // S : stop * T // S`` (``S = panels.shape[0]`` slots, ``T``
+    items: each image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout,
+    size)`` = the 1x1 conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C,
+    16)`` (flat), then ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like
+    ``out`` where ``where`` is not 0). ``panels[slot] (C*8,)`` and ``tails[slot]
+    (pairs*16*8,)``: a slot's gathered last positions and their sums."""
+    chunks = -(-size // CHUNK)
+    images = out.size // (cout * size)
+    total = images * chunks
+    blocks = -(-cout // LANES)
+    for slot in range(start, stop):
+        panel, tail = panels[slot], tails[slot]
+        for item in range(slot * total // panels.shape[0],
+                          (slot + 1) * total // panels.shape[0]):
+            img, q0 = item // chunks, (item % chunks) * CHUNK
+            q1 = min(size, q0 + CHUNK)
+            whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
+            xo, oo = img * channels * size, img * cout * size
+            rest = q1 - whole
+            if rest:
+                for k in range(channels):
+                    for j in range(LANES):
+                        v = x[xo + k * size + whole + j] if j < rest else F(0)
+                        panel[k * LANES + j] = v
+            for k0 in range(0, channels, kc):
+                k1 = min(channels, k0 + kc)
+                first = k0 == 0
+                for b in range(blocks):
+                    n = min(LANES, cout - b * LANES)
+                    wo = (b // 2) * channels * PAIR + (b % 2) * LANES
+                    ob = oo + b * LANES * size
+                    q = q0
+                    while q + RUN <= whole:
+                        _block3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
+                        q += RUN
+                    while q < whole:
+                        _block1(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
+                        q += LANES
+                    if rest:
+                        _block1(panel, 0, LANES, wp, wo, k0, k1, tail, b * LANES * LANES,
+                                LANES, n, first)
+            for co in range(cout):
+                if rest:
+                    for j in range(rest):
+                        out[oo + co * size + whole + j] = tail[co * LANES + j]
+                at = oo + co * size
+                plane_tail(out[at + q0:at + q1], bias[co],
+                           residual[at + q0:at + q1] if where else residual[0:1], act, lo, hi,
+                           where)
+
+
+def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
+    """Whether :func:`conv` takes a conv (its weight packed once): float32, a 1x1 kernel at
+    stride 1 without padding, one group, at least eight output channels and a plane of at
+    least eight positions (a 1x1 plane, squeeze-and-excitation's, is one GEMM over the
+    batch: ``epilogue.pointwise``)."""
+    return (np.dtype(dtype) == np.float32 and groups == 1 and tuple(w_shape[2:]) == (1, 1)
+            and tuple(stride) == (1, 1) and all(p == 0 for pair in padding for p in pair)
+            and w_shape[0] >= LANES and x_shape[2] * x_shape[3] >= LANES
+            and numba_available())
+
+
+def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-np.inf,
+           hi=np.inf):
+    """``run(x, packed, b, *residual, out=None)``: :func:`_forward` fitted to the static
+    ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes, its
+    scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us: NumPy's
+    allocations and the type dispatch per call would be a tenth of it)."""
+    n, c, h, w = x_shape
+    size = h * w
+    shape = (n, cout, h, w)
+    items = n * -(-size // CHUNK)
+    threads = threads_for(n * cout * size * c)
+    workers = max(1, min(items, threads or cores()))
+    panels = np.empty((workers, c * LANES), F)
+    tails = np.empty((workers, pairs * PAIR * LANES), F)
+    no_residual = np.zeros(1, F)
+    lo, hi = F(lo), F(hi)
+    where = where if residual else 0
+    entry = []
+
+    def run(x, packed, b, *r, out=None):
+        out = np.empty(shape, F) if out is None else out
+        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
+                np.ascontiguousarray(b, F), out.reshape(-1),
+                np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, panels, tails,
+                act, lo, hi, where, c, size, cout, KC)
+        if workers > 1:
+            run_rows(_forward, workers, *args, threads=workers)
+        else:
+            if not entry:
+                entry.append(_forward.entry(0, 1, *args))
+            entry[0](0, 1, *args)
+        return out
+    return run
+
+
+def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf):
+    """``out (N, Cout, H, W)`` = the 1x1 conv of ``x (N, C, H, W)`` with the weight packed
+    by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
+    (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
+    a ``residual``). Returns ``out``."""
+    run = fitted(x.shape, out.shape[1], packed.shape[0], residual is not None, where, act,
+                 lo, hi)
+    return run(x, packed, bias, *(() if residual is None else (residual,)), out=out)

@@ -1,0 +1,131 @@
+"""1x1 convolutions on the packed weight (``kernels/conv_pointpacked.py``, run by the op
+``conv2d_packed`` that the lowering rule ``conv_packed`` makes): the loop against torch on
+odd shapes (channels not a multiple of eight, planes with a tail of fewer than eight
+positions, several chunks, more input channels than a block of ``KC``, batch 1, 3 and 16,
+non-square planes), every epilogue against the op's decomposition, the bits independent of
+the blocks of input channels and of threads; compiled inverted-residual blocks against
+eager and torch and through ``dg.onnx.load``; what the loop does not take."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.kernels import conv_packed, conv_pointpacked  # noqa: E402
+from dualgraph.ops.epilogue import CONV2D_PACKED  # noqa: E402
+
+from test_conv_packed import compiled_and_loaded  # noqa: E402
+from test_conv_tiles import _data, _torch_conv  # noqa: E402
+
+ONE = dict(kernel=(1, 1), stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+# n, c, h, w, cout
+SHAPES = [
+    (1, 13, 5, 9, 11),      # 45 positions: five vectors and a tail of five; a spare lane
+    (3, 13, 11, 5, 37),     # batch 3, three pairs, the last of five channels
+    (1, 70, 7, 7, 48),      # more input channels than KC, 49 positions (two runs + 1)
+    (1, 3, 33, 31, 17),     # 1023 positions: several chunks, a tail of seven
+    (16, 24, 14, 14, 8),    # batch 16, one block of channels
+    (2, 200, 3, 4, 40),     # 12 positions: one vector and a tail, four blocks of KC
+    (1, 8, 2, 4, 8),        # the smallest taken: one vector
+]
+
+
+def _case(shape):
+    n, c, h, w, cout = shape
+    return (n, c, h, w, cout, ONE["kernel"], ONE["stride"], ONE["padding"], ONE["dilation"],
+            ONE["groups"])
+
+
+def _run(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_at=None):
+    return CONV2D_PACKED.kernel(x, conv_packed.pack(w), b, *residual, act=act, bounds=bounds,
+                                residual_at=residual_at, stride=(1, 1),
+                                padding=((0, 0), (0, 0)), dilation=(1, 1),
+                                kernel_size=(1, 1), out_channels=w.shape[0])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_loop_matches_torch(shape):
+    x, w, b, attrs = _data(_case(shape))
+    assert conv_pointpacked.wins(x.shape, w.shape, attrs["stride"], attrs["padding"],
+                                 attrs["dilation"], 1, x.dtype)
+    want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
+    got = _run(x, w, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    out = np.full(want.shape, np.nan, np.float32)    # (every element written)
+    conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1)
+    np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
+                                             ("silu", "after"), ("hardswish", None),
+                                             ("relu", "before"), ("sigmoid", "after")])
+def test_epilogues_match_the_decomposition(act, residual_at):
+    x, w, b, attrs = _data(_case(SHAPES[1]))
+    bounds = (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
+    r = np.random.default_rng(2).standard_normal((3, 37, 11, 5)).astype(np.float32)
+    residual = (r,) if residual_at else ()
+    got = _run(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at)
+    want = CONV2D_PACKED.decomposition(
+        dg.tensor(x), dg.tensor(conv_packed.pack(w)), dg.tensor(b),
+        *(dg.tensor(a) for a in residual), act=act, bounds=bounds, residual_at=residual_at,
+        stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), kernel_size=(1, 1),
+        out_channels=37)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
+    """Sums carried through the output from one block of input channels to the next, and
+    chunks shared among three workers, give the bits of one block on one worker."""
+    cases = [_data(_case(SHAPES[2])), _data(_case(SHAPES[3])), _data(_case(SHAPES[5]))]
+    wants = [_run(x, w, b) for x, w, b, _ in cases]
+    monkeypatch.setattr(conv_pointpacked, "KC", 5)
+    monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
+    for (x, w, b, _), want in zip(cases, wants):
+        np.testing.assert_array_equal(_run(x, w, b), want)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", [
+    ((1, 16, 8, 8), (32, 16, 1, 1), (2, 2), ((0, 0), (0, 0)), 1),   # strided
+    ((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), ((1, 1), (1, 1)), 1),   # padded
+    ((1, 16, 8, 8), (32, 8, 1, 1), (1, 1), ((0, 0), (0, 0)), 2),    # groups
+    ((4, 16, 1, 1), (32, 16, 1, 1), (1, 1), ((0, 0), (0, 0)), 1),   # a 1x1 plane
+    ((1, 16, 8, 8), (7, 16, 1, 1), (1, 1), ((0, 0), (0, 0)), 1),    # fewer than 8 outputs
+    ((1, 16, 8, 8), (32, 16, 3, 3), (1, 1), ((1, 1), (1, 1)), 1),   # not 1x1
+])
+def test_what_the_loop_does_not_take(x_shape, w_shape, stride, padding, groups):
+    assert not conv_pointpacked.wins(x_shape, w_shape, stride, padding, (1, 1), groups,
+                                     np.float32)
+
+
+def _block(lib, c=13, mid=45, k=3, act="ReLU6"):
+    nn = lib.nn
+
+    class Block(nn.Module):
+        """An inverted residual block: 1x1 expansion (BatchNorm, activation), depthwise,
+        1x1 projection with BatchNorm and the residual; then a 1x1 head of 9 channels."""
+
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid),
+                                        getattr(nn, act)())
+            self.dw = nn.Sequential(nn.Conv2d(mid, mid, k, padding=k // 2, groups=mid),
+                                    getattr(nn, act)())
+            self.project = nn.Sequential(nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c))
+            self.head = nn.Conv2d(c, 9, 1)
+
+        def forward(self, x):
+            y = x + self.project(self.dw(self.expand(x)))
+            return self.head(y)
+    return Block()
+
+
+@pytest.mark.parametrize("batch,hw,act", [(1, (7, 7), "ReLU6"), (3, (9, 14), "SiLU"),
+                                          (16, (5, 5), "Hardswish")])
+def test_compiled_and_onnx_import_match_eager_and_torch(batch, hw, act, tmp_path):
+    x = np.random.default_rng(batch).standard_normal((batch, 13, *hw)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(lambda lib: _block(lib, act=act), x, tmp_path)
+    graph = str(compiled.optimized_graph)
+    assert graph.count("conv2d_packed(") == 3, graph     # (the 9-channel head: 8+ outputs)
+    assert compiled.code.count("= conv_packed_") == 3, compiled.code
+    assert loaded.code.count("= conv_packed_") == 3, loaded.code
