@@ -544,6 +544,65 @@ def test_requires_grad_set_inside_the_function_is_set_at_every_call(how):
     assert [flag for flag, *_ in seen[0]] == [False, True] * 3
 
 
+@pytest.mark.parametrize("backward_inside", [False, True])
+def test_requires_grad_of_the_argument_set_inside_the_step_is_set_at_every_call(
+        backward_inside):
+    """``x.requires_grad_()`` of the step's own argument: a graph traced with it set
+    served the next calls without setting it (x kept requires_grad False, got no gradient:
+    a silent difference, found in i-gen5). (A loss the step's own backward used is returned
+    without history compiled: docs/capture.md.)"""
+    def step(x, w):
+        y = (x * w).tanh()
+        x.requires_grad_()
+        z = (x * y).sin().sum()
+        if backward_inside:
+            z.backward()
+        return z
+
+    seen = []
+    for fn in (step, dg.compile(step)):
+        out = []
+        for n in (3, 3, 4, 3):
+            x = dg.tensor(np.arange(n, dtype=np.float32) / 3)
+            z = fn(x, dg.full((n,), 0.7))
+            if not backward_inside:
+                z.backward()
+            out.append((x.requires_grad, z.requires_grad or backward_inside, round(z.item(), 6),
+                        None if x.grad is None else np.round(x.grad.numpy(), 6).tolist()))
+        seen.append(out)
+    assert seen[1] == seen[0] and all(o[0] and o[3] for o in seen[0])
+
+
+def test_a_step_that_freezes_a_layer_at_each_call_compiles_after_the_first():
+    """``requires_grad_(False)`` of a layer's parameters in the step, the same at every
+    call: the first trace finds the flags changed, runs that call's Python, and the next
+    traces one graph with them off (not Python at every call)."""
+    def run(compiled):
+        dg.manual_seed(0)
+        net = dg.nn.Sequential(dg.nn.Linear(3, 3), dg.nn.Linear(3, 1))
+
+        def step(x):
+            for p in net[0].parameters():
+                p.requires_grad_(False)
+            loss = net(x).sum()
+            loss.backward()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        for k in range(4):
+            x = dg.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / (k + 1))
+            net.zero_grad()
+            loss = fn(x)
+        return fn, [loss.item(), net[0].weight.grad, net[1].weight.grad.numpy().tolist()]
+
+    _, want = run(False)
+    fn, got = run(True)
+    assert got == want and got[1] is None
+    kinds = [r.kind for r in fn.records]
+    assert kinds.count("python") == 1 and kinds.count("capture") == 1, fn.explain()
+    assert fn.explain().count("runs at this call, and the next traces again") == 1
+
+
 @pytest.mark.parametrize("sigmoid", [False, True])
 def test_a_leaf_whose_requires_grad_is_turned_off_before_the_backward_gets_none(sigmoid):
     """``y = x * w``, then ``w.requires_grad_(False)`` and ``y.sum().backward()`` inside the

@@ -374,8 +374,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +25 (i-gen5, the generated-program campaigns): dce keeps a dead node that can raise
 # on its indices' values (OpDef.checks_values: index, index_put, the class losses) unless
 # it proves them in range, so compiled raises where eager does (a silent difference).
-CORE_BUDGET = 26_935
-BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
+# capture/ +10: requires_grad set on an argument while tracing is a FlagWrite too (a silent
+# difference), and the first FlagWrite runs that call's Python only (a layer frozen once).
+CORE_BUDGET = 26_945
+BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_060, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_365,
            "passes": 3_410, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}

@@ -456,13 +456,13 @@ class _BakedNumbers(Exception):
 
 
 class FlagWrite(CaptureError):
-    """A trace set ``requires_grad`` of a parameter or of state (``p.requires_grad =
-    False``, ``requires_grad_()`` in the step): a graph would not set it at its calls, so
-    its Python runs at each."""
+    """A trace set ``requires_grad`` of a parameter, of state or of an argument (``p.
+    requires_grad = False``, ``x.requires_grad_()`` in the step): a graph would not set it
+    at its calls, so that call runs its Python; a second such trace, every call."""
 
     def __init__(self, fn):
         code = getattr(getattr(fn, "forward", fn), "__code__", None)
-        super().__init__("requires_grad set on a parameter or state while tracing",
+        super().__init__("requires_grad set on a parameter, state or argument while tracing",
                          f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
                          "Set it outside the compiled function, between calls (compile "
                          "retraces for it), for one graph.")
@@ -660,6 +660,8 @@ class Compiled:
         self.eager_only = False
         self._split = None   # the Splitter once a graph break splits the function
         self._split_result = None   # (the result of the call that found the break)
+        self._flag_writes = 0   # traces that set requires_grad (from the second: every call)
+        self._split_once = False   # (the first: that call's Python only)
         self._made_state = 0   # how many calls in a row made state (_run_once)
         self._made_by = None   # the entry of the latest call that made state
         self._storing = ()     # (container, key) where a graph it cached stores at each run
@@ -833,6 +835,8 @@ class Compiled:
             if entry is None:
                 if self._split is not None:   # (split: it ran as it was traced)
                     result, self._split_result = self._split_result, None
+                    if self._split_once:   # (a step that freezes a layer once: the next
+                        self._split, self._split_once = None, False   # trace finds it so)
                     return result
                 return self.fn(*args, **kwargs)
             if entry.created:
@@ -1193,10 +1197,13 @@ class Compiled:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
+            once = isinstance(e, FlagWrite) and not self._flag_writes
             self._every_call("it prints" if isinstance(e, PythonPrint) else
-                             "it sets requires_grad of a parameter or of state", e.location,
-                             e.fix)
+                             "it sets requires_grad of a parameter, state or an argument",
+                             e.location, e.fix, once)
             self._split_result = self._split(args, kwargs)
+            self._flag_writes += isinstance(e, FlagWrite)
+            self._split_once = once
             return None, sig
         except CaptureError as e:
             self._split = None
@@ -1287,7 +1294,8 @@ class Compiled:
         draws = Draws(roots)
         flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
             (held(c, k), held(c, k).requires_grad) for places in tensors_held.values()
-            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)]
+            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)] + [
+            (t, t.requires_grad) for t in leaves if isinstance(t, Tensor)]   # (x.requires_grad_())
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -1511,13 +1519,15 @@ class Compiled:
             location))
         return True
 
-    def _every_call(self, why: str, location: str, fix: str) -> None:
+    def _every_call(self, why: str, location: str, fix: str, once: bool = False) -> None:
         """Run the function's Python at every call from now on (``why``), its ops compiled
-        and replayed as a split function's (capture/split.py), instead of eagerly."""
+        and replayed as a split function's (capture/split.py), instead of eagerly; ``once``:
+        at this call only (the caller then traces again at the next)."""
         self._split, self._fast = Splitter(self, why), None
-        self.records.append(Record("python", f"{why}: its Python runs at every call from now "
-                                   "on, replaying the call before, its ops compiled", fix,
-                                   location))
+        when = ("at this call, and the next traces again" if once else
+                "at every call from now on, replaying the call before")
+        self.records.append(Record("python", f"{why}: its Python runs {when}, its ops "
+                                   "compiled", fix, location))
 
     def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the
