@@ -655,7 +655,7 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 # -- logsumexp and norms -----------------------------------------------------------------------
 def _logsumexp_kernel(x, dims, keepdim):
     w = _widen(x)
-    peak = np.amax(w, axis=dims, keepdims=True)
+    peak = np.amax(w, axis=dims, keepdims=True, initial=-np.inf)   # (empty: -inf, as torch)
     peak = np.where(np.isfinite(peak), peak, 0)  # all -inf stays -inf, +inf stays +inf
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(w - peak), axis=dims, keepdims=True)) + peak
@@ -1024,7 +1024,8 @@ def _softmax_kernel(log):
             return y
         # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
-        y = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array
+        y = np.asarray(w - np.amax(w, axis=dim, keepdims=True, initial=-np.inf))   # (0-d:
+        #                                        still an array; empty: empty, as torch's)
         if log:
             y -= np.log(np.sum(np.exp(y), axis=dim, keepdims=True))
         else:
