@@ -2,6 +2,7 @@
 attributes, globals, closures, dict items and a hand-written optimiser's Python state. A
 change retraces (``explain()`` names it) and what the traced Python wrote is written again
 after every call, so compiled results equal eager ones, value by value."""
+import io
 import math
 import warnings
 
@@ -601,6 +602,38 @@ def test_a_step_that_freezes_a_layer_at_each_call_compiles_after_the_first():
     kinds = [r.kind for r in fn.records]
     assert kinds.count("python") == 1 and kinds.count("capture") == 1, fn.explain()
     assert fn.explain().count("runs at this call, and the next traces again") == 1
+
+
+@pytest.mark.parametrize("why", ["toggle", "print"])
+@pytest.mark.parametrize("passed", [False, True])
+def test_an_aborted_trace_leaves_no_optimiser_state(why, passed):
+    """A trace aborted for Python at every call (a requires_grad toggle, a print) made
+    SGD's momentum buffer as zeros and left it: the eager run of that call then dampened
+    it as a later step (torch-API seed 5701 of i-gen5: SGD with dampening=0.1)."""
+    def run(compiled):
+        dg.manual_seed(0)
+        lin = dg.nn.Linear(3, 2).double()
+        g = dg.nn.Parameter(dg.ones(3, dtype=dg.float64))
+        opt = dg.optim.SGD(list(lin.parameters()) + [g], lr=0.1, momentum=0.9, dampening=0.1)
+
+        def step(x, o):   # (the optimiser an argument, or found in the step's scope)
+            o = o if passed else opt
+            o.zero_grad()
+            if why == "toggle":
+                g.requires_grad_(not g.requires_grad)
+            else:
+                print(x.shape[0], file=io.StringIO())
+            lin(x * g).pow(2).sum().backward()
+            o.step()
+
+        f = dg.compile(step) if compiled else step
+        for k in range(3):
+            f(dg.tensor(np.arange(6.0).reshape(2, 3) / (k + 1)), opt if passed else None)
+        return lin.bias.detach().numpy().tolist() + lin.weight.detach().numpy().ravel().tolist()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np.testing.assert_allclose(run(True), run(False), rtol=1e-12)
 
 
 @pytest.mark.parametrize("sigmoid", [False, True])

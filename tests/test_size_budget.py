@@ -378,8 +378,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # difference), and the first FlagWrite runs that call's Python only (a layer frozen once).
 # ops/ +15: var's corrected two-pass sum (equal values: exactly 0, as torch), and ONNX
 # Elu's float32 alpha kept out of float64 models.
-CORE_BUDGET = 26_960
-BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_060, "cli": 320,
+# capture/ +10 more: an aborted trace drops the optimiser state it made (a momentum buffer
+# left as zeros was dampened at the eager run's first step: a silent difference).
+CORE_BUDGET = 26_970
+BUDGETS = {".": 1_930, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 4_865, "ops": 8_380,
            "passes": 3_410, "export": 3_840, "nn": 3_970, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}

@@ -455,6 +455,18 @@ class _BakedNumbers(Exception):
     baked in and guarded now, and the function is traced again."""
 
 
+def _forget_state(made: list) -> None:
+    """Drop the optimiser state an aborted trace made (``made``: each optimiser's state and
+    the keys each parameter's held before): a momentum buffer made as zeros and filled by
+    the trace's graph would stay zeros, and SGD's first eager step would then dampen it."""
+    for state, before in made:
+        for p in [p for p in state if p not in before]:
+            del state[p]
+        for p, keys in before.items():
+            for key in [k for k in state.get(p, ()) if k not in keys]:
+                del state[p][key]
+
+
 class FlagWrite(CaptureError):
     """A trace set ``requires_grad`` of a parameter, of state or of an argument (``p.
     requires_grad = False``, ``x.requires_grad_()`` in the step): a graph would not set it
@@ -1292,6 +1304,8 @@ class Compiled:
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots)
+        made = [(o.state, {p: set(s) for p, s in o.state.items()}) for o in
+                (*(self._optimizers or ()), *args, *kwargs.values()) if is_optimizer(o)]
         flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
             (held(c, k), held(c, k).requires_grad) for places in tensors_held.values()
             for _, c, k in places[:1] if isinstance(held(c, k), Tensor)] + [
@@ -1364,6 +1378,7 @@ class Compiled:
             draws.restore()   # (the eager run draws the same numbers)
             for t, was in flags:   # (and sets the same flags)
                 t.requires_grad = was
+            _forget_state(made)   # (and makes the optimiser state the trace made)
             if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
