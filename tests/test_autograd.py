@@ -472,6 +472,23 @@ def test_std_of_equal_values_has_a_zero_gradient_not_nan():
     _assert_gradient_as_torch(loss, a)
 
 
+@pytest.mark.parametrize("value", [-1.1821925425551944, 0.1, 1e8 / 3])
+def test_var_of_equal_values_whose_mean_rounds_is_exactly_zero(value):
+    """Six equal values whose sum / 6 is not the value: the plain two-pass sum squared the
+    mean's rounding error (std 2.7e-16, not 0), so std's gradient there was not masked and
+    came out of order 1 where torch's is 0 (torch-API seed 3152 of i-gen5); the corrected
+    two-pass sum gives 0, eager and compiled."""
+    a = np.array([[value] * 6, [0.0, 1.0, 3.0, 7.0, 2.0, 1.0]])
+    for fn in (lambda x: x.var(1, correction=2), dg.compile(lambda x: x.std(1))):
+        assert fn(dg.tensor(a))[0].item() == 0.0
+    assert dg.tensor(a.astype(np.float32)).std(1)[0].item() == 0.0
+
+    def loss(lib, x):
+        return (lib.std(x, dim=1, keepdim=True) * x.cumsum(1)).sum() + x.var(0).sum()
+
+    _assert_gradient_as_torch(loss, a)
+
+
 def _assert_gradient_as_torch(loss, a):
     """``loss(lib, x)``'s gradient at ``a``: dualgraph's, eager and compiled, as torch's."""
     want = torch.tensor(a, requires_grad=True)

@@ -133,6 +133,31 @@ def test_issue_cases_raise_alike(fn, arg):
     assert issubclass(eager[0], dg.OpError) and __file__ in eager[1]
 
 
+def _dead_lookups(x, i):
+    """Lookups whose results nobody reads: eager raises when an index is out of range."""
+    x.index_select(0, dg.tensor([0, 0, 1]))
+    x.gather(1, i[:, None])
+    dg.nn.functional.cross_entropy(x, i)
+    dg.nn.functional.embedding(i, x)
+    return x * 2
+
+
+@pytest.mark.parametrize("rows, index", [(3, [0, 1, 2]), (1, [0]), (3, [0, 5, 1]),
+                                         (3, [0, -1, 1])])
+def test_a_dead_lookup_raises_compiled_where_it_raises_eagerly(rows, index):
+    """Dead code that can raise on its indices stays (passes/dce.py), with symbolic dims
+    too: a call of another size does not skip eager's IndexError."""
+    compiled = dg.compile(_dead_lookups)
+    for n, idx in ((3, [0, 1, 2]), (4, [1, 2, 0, 1]), (rows, index)):   # (the last: 1 row)
+        x, i = dg.ones(n, 3), dg.tensor(idx)
+        try:
+            want = _dead_lookups(x, i)
+        except Exception:
+            assert _raised(lambda: compiled(x, i)) == _raised(lambda: _dead_lookups(x, i))
+            continue
+        np.testing.assert_array_equal(compiled(x, i).numpy(), want.numpy())
+
+
 def test_issue_cases_that_work_compiled():
     f = dg.compile(lambda x: (x * 2).sum(-1))   # dim -1 of a 0-d tensor, as torch takes it
     assert f(dg.tensor(2.0)).item() == 4.0

@@ -11,8 +11,14 @@ in-place methods, views, reductions with ``dim``/``keepdim``, ``einsum``, ``wher
 ``gather``, ``cat``/``stack``, casts and promotion with Python scalars and integer tensors,
 ``no_grad``, ``detach``, ``.item()`` control flow, branches and loops around in-place
 writes through views, integer tensors made from values and indexing with them, lists of
-tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``), and a
-training step (``zero_grad``, ``backward`` of a loss over the output, ``opt.step()``).
+tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``,
+``F.*`` with keyword variants: convolutions' padding modes, dilation and groups, pooling's
+ceil_mode and count_include_pad, interpolate's align_corners, losses' reduction,
+ignore_index and label_smoothing; broadcasting and scattering in-place updates, ties in
+sorts, splits used in part), and a training step (``zero_grad``, ``backward`` of a loss
+over the output, ``opt.step()``: SGD with Nesterov, dampening and weight decay, Adam and
+AdamW with amsgrad, RMSprop centered, Adagrad), with a learning-rate schedule stepped
+between the calls.
 
 The same text runs three ways: with ``torch`` the real PyTorch; with ``torch`` dualgraph
 (what ``dualgraph.compat.install_torch_alias`` gives ``import torch``: the very module
@@ -401,7 +407,8 @@ FLOW = [   # (sums compared off zero: a row sum of ``roll(h) - h`` is rounding n
     "j = (h.detach().abs() * 2).long().clamp(0, D - 1)\nh = h.gather(1, j) + h",
     "h = h + torch.zeros(D, dtype=h.dtype).index_put_((idx,), torch.ones(idx.shape[0], "
     "dtype=h.dtype), accumulate=True)",
-    "c = (h > 0).sum(1)\nh = h * c[:, None] + c.max()",
+    # (off 0: a centred row's cumsum ends at rounding noise, which picks the side: 6569)
+    "c = (h > 0.01).sum(1)\nh = h * c[:, None] + c.max()",
     "if int((h > 0).sum()) % 2:\n    h = h.flip(1)",
     "h = h.clone()\nrows = torch.arange(h.shape[0])\nh[rows, idx] = h[rows, idx] * 2",
     "t = h.detach().clone()\nt.requires_grad_()\nh = h + t * 0.5",
@@ -418,15 +425,100 @@ MODULES += [
      "if self.training:\n    self.keep{k}.append(h)\nh = h + sum((t.mean() for t in "
      "self.keep{k}[-2:]), torch.zeros((), dtype=h.dtype)).detach()"),
 ]
+# ``torch.nn.functional`` with its keyword variants (padding modes, dilation, groups,
+# ceil_mode, count_include_pad, align_corners, losses' reduction, ignore_index and
+# label_smoothing), in-place updates that broadcast or scatter, ties in sorts, splits used
+# in part, copies of expanded views written in place (the campaigns of i-gen5).
+NN = [
+    "h = F.conv1d(h.reshape(-1, 2, 3), torch.linspace(-1, 1, 12, dtype=h.dtype).view(2, 2, 3), "
+    "padding=1).flatten(1)",
+    "h = F.conv1d(h.reshape(-1, 2, 3), torch.linspace(-1, 1, 4, dtype=h.dtype).view(2, 1, 2), "
+    "padding=2, dilation=2, groups=2).flatten(1)[:, :D] + h",
+    "h = F.conv1d(h.reshape(-1, 1, D), torch.ones(1, 1, 3, dtype=h.dtype) / 3, "
+    "padding='same').flatten(1)",
+    "h = F.conv2d(h.reshape(-1, 1, 2, 3), torch.linspace(-1, 1, 4, dtype=h.dtype).view(1, 1, 2, 2), "
+    "padding=1, stride=(1, 2)).flatten(1)[:, :D] + h",
+    "h = F.max_pool1d(h.reshape(-1, 1, D), 4, stride=3, ceil_mode=True).repeat(1, 1, 3).flatten(1) + h",
+    "h = F.avg_pool1d(h.reshape(-1, 1, D), 3, stride=2, padding=1, ceil_mode=True, "
+    "count_include_pad=False).repeat(1, 1, 2).flatten(1)[:, :D] + h",
+    "h = F.avg_pool1d(h.reshape(-1, 1, D), 2, stride=2, padding=1).repeat(1, 1, 2).flatten(1)[:, :D] * h",
+    "h = F.interpolate(h.reshape(-1, 1, D), scale_factor=2, mode='linear', "
+    "align_corners=False)[..., ::2].flatten(1)",
+    "h = F.interpolate(h.reshape(-1, 1, 3, 2), size=(4, 4), mode='bilinear', "
+    "align_corners=True).mean(-1).repeat(1, 1, 2).flatten(1)[:, :D] + h",
+    "h = F.interpolate(h.reshape(-1, 1, D)[..., :3], size=D, mode='nearest').flatten(1) + h",
+    "h = F.adaptive_avg_pool1d(h.reshape(-1, 1, D), 4).flatten(1).repeat(1, 2)[:, :D] + h",
+    "h = F.adaptive_max_pool1d(h.reshape(-1, 1, D), 3).flatten(1).repeat_interleave(2, 1) - h",
+    "h = h + F.cross_entropy(h, idx, reduction='none', label_smoothing=0.1)[:, None]",
+    "h = h + F.cross_entropy(h, idx, ignore_index=2, reduction='sum') / h.shape[0]",
+    "h = h * F.nll_loss(F.log_softmax(h, 1), idx, reduction='none', ignore_index=0)[:, None]",
+    "h = h + F.cross_entropy(h, F.softmax(x, 1), label_smoothing=0.2)",
+    "h = h + F.mse_loss(h, x, reduction='none') * 0.1",
+    "h = h + F.smooth_l1_loss(h, x, reduction='sum', beta=0.3) * 0.01",
+    "h = h + F.l1_loss(h, x, reduction='none') - F.huber_loss(h, x, delta=0.5)",
+    "h = h + F.binary_cross_entropy(torch.sigmoid(h), mask.to(h.dtype), reduction='none')",
+    "h = h * F.binary_cross_entropy_with_logits(h, x.sigmoid(), pos_weight=torch.full((D,), 2.0, "
+    "dtype=h.dtype))",
+    "h = h.clone()\nh += h.mean(0)",
+    "h = h * 1.0\nh *= torch.arange(1, D + 1, dtype=h.dtype) / D",
+    "h = h.clone()\nh -= x.sum(1, keepdim=True)",
+    "h = h.clone()\nh.masked_fill_(mask, -0.5)",
+    "h = h * 1.0\nh.masked_fill_(h.detach() > 1, 1.0)",
+    "h = h.clone()\nh.index_add_(0, (idx + 1) % h.shape[0], x, alpha=0.5)",
+    "h = torch.zeros_like(h).scatter_add_(1, idx[:, None].expand(-1, D), h) + h",
+    "h = h.clone().scatter_(1, idx[:, None], 0.0) + h.scatter(1, idx[:, None], h[:, :1])",
+    "h = h.index_fill(1, torch.tensor([0, 3]), 0.5) + h.masked_fill(mask, 0.0)",
+    "h = h.scatter_reduce(1, idx[:, None].expand(-1, 2), h[:, :2], reduce='amax', include_self=True)",
+    "h = h + h.detach().round().sort(dim=1, stable=True).indices",
+    "h = h + h.detach().round().argsort(dim=1, stable=True, descending=True) * 0.1",
+    "h = h + h.round().topk(2, dim=1).values.sum(1, keepdim=True)",
+    "a, b, c = h.chunk(3, dim=1)\nh = torch.cat([a, a, b * c], 1)",
+    "h = h + h.split(4, dim=1)[0].sum(1, keepdim=True)",
+    "first, *rest = h.unbind(1)\nh = h + first[:, None] * rest[-1][:, None]",
+    "e = h[:, :1].expand(-1, D).clone()\ne.mul_(2)\nh = h + e",
+    "e = h.sum(0).expand(h.shape[0], -1).clone()\ne[:, ::2] = 0.0\nh = h * e",
+    "h = h.reshape(-1, 2, 3).permute(0, 2, 1).contiguous().view(-1, D)",
+    "h = h.reshape(-1, 3, 2).transpose(1, 2).contiguous().flatten(1) + h",
+    "h = h.cumsum(0).cumprod(1).clamp(-5, 5) + h",
+    "h = torch.einsum('bi,i->b', h, h.mean(0))[:, None] + torch.einsum('bi->i', h)",
+    "h = torch.where(h > 0.5, 0.5, torch.where(h < -0.5, -0.5, h))",
+    "h = torch.clamp(h, min=x.detach() - 1)",
+    "h = F.pad(h, (1, 1), value=0.5)[:, 1:-1] + F.pad(h.reshape(-1, 2, 3), (1, 0), "
+    "mode='replicate').flatten(1)[:, :D]",
+    "h = F.group_norm(h.reshape(-1, D, 1), 2).flatten(1)",
+    "h = F.instance_norm(h.reshape(-1, 2, 3)).flatten(1) + h",
+    "h = F.pixel_shuffle(h[:, :4].reshape(-1, 4, 1, 1), 2).flatten(1).repeat(1, 2)[:, :D] + h",
+    "h = F.unfold(h.reshape(-1, 1, 2, 3), (2, 2)).flatten(1)[:, :D] + h",
+    "h = F.logsigmoid(h) + F.softsign(h) + F.tanhshrink(h) + F.hardshrink(h, 0.3)",
+    "h = F.celu(h, alpha=0.5) + F.selu(h) + F.threshold(h, 0.1, -1.0)",
+    "h = F.gelu(h, approximate='tanh') * F.hardsigmoid(h) + F.relu6(h * 4)",
+    "h = F.softplus(h, beta=2, threshold=1) + F.elu(h, alpha=0.3)",
+    "h = F.log_softmax(h, dim=0) + F.softmax(h, dim=-1, dtype=torch.float64)",
+    "h = F.normalize(h, p=float('inf'), dim=1) + F.normalize(h, p=2.0, dim=0, eps=1e-3)",
+]
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES, "flow": FLOW}
+         "module": MODULES, "flow": FLOW, "nn": NN}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3, "flow": 2}
+           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
-              "optim.SGD(model.parameters(), lr=0.1)"]
+              "optim.SGD(model.parameters(), lr=0.1)",
+              "optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, "
+              "weight_decay=1e-3)",
+              "optim.Adam(model.parameters(), lr=0.01, amsgrad=True, weight_decay=0.01)",
+              "optim.AdamW(model.parameters(), lr=0.01, amsgrad=True)",
+              "optim.RMSprop(model.parameters(), lr=0.01, momentum=0.5, centered=True)",
+              "optim.Adagrad(model.parameters(), lr=0.05, weight_decay=0.01)",
+              "optim.SGD(model.parameters(), lr=0.05, momentum=0.9, dampening=0.1)"]
+# A learning-rate schedule stepped after each training call, between the compiled calls.
+SCHEDULES = ["None", "optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)",
+             "optim.lr_scheduler.ExponentialLR(opt, 0.9)",
+             "optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3)",
+             "optim.lr_scheduler.LambdaLR(opt, lambda e: 1 / (e + 1))",
+             "optim.lr_scheduler.MultiStepLR(opt, milestones=[1, 2], gamma=0.3)",
+             "optim.lr_scheduler.LinearLR(opt, start_factor=0.5, total_iters=2)"]
 LOSSES = ["(out.tanh() * w).mean()", "F.mse_loss(out, w)", "F.cross_entropy(out, idx)",
           "F.smooth_l1_loss(out, w, beta=0.5)",
           "F.binary_cross_entropy_with_logits(out, mask.to(out.dtype))",
@@ -494,7 +586,7 @@ class Net(nn.Module):
 def make():
     model = Net().double()
     opt = {opt}
-    return model, opt
+    return model, opt, {schedule}
 
 
 def train_step(model, opt, x, idx, mask, w):
@@ -536,8 +628,10 @@ def write_program(seed: int) -> tuple[str, str]:
     source = TEMPLATE.format(D=D, init=_indent("\n".join(init), 8),
                              body=_indent("\n".join(body), 8),
                              opt=r.choice(OPTIMIZERS), loss=r.choice(LOSSES),
-                             clip=r.choice(CLIPS), aux=r.choice(AUX))
-    return source, r.choice(["step", "model"])
+                             clip=r.choice(CLIPS), aux=r.choice(AUX),
+                             schedule="{schedule}")
+    how = r.choice(["step", "model"])
+    return source.replace("{schedule}", r.choice(SCHEDULES)), how
 
 
 def _indent(text: str, n: int) -> str:
@@ -572,7 +666,7 @@ class Run:
               "optim": torch.optim}
         exec(compile(source, f"<torch api program {seed}>", "exec"), ns)
         torch.manual_seed(0)
-        self.model, self.opt = ns["make"]()
+        self.model, self.opt, self.schedule = ns["make"]()
         rng = np.random.default_rng(seed)
         with torch.no_grad():
             for _, p in sorted(self.model.named_parameters()):
@@ -598,6 +692,8 @@ class Run:
             self.model.train()
             return [(name, _numpy(v)) for name, v in [("output", out), ("aux", aux)]]
         out, loss, aux = self.step(self.model_fn, self.opt, *args)
+        if self.schedule is not None:
+            self.schedule.step()
         seen = [("output", out), ("loss", loss), ("aux", aux), ("x.grad", x.grad)]
         for name, p in sorted(self.model.named_parameters()):
             seen += [(name + ".grad", p.grad), (name + STEPPED, p)]

@@ -554,3 +554,24 @@ def test_cosine_similarity_and_pairwise_distance():
     compare(lambda lib, f, a, b: f.cosine_similarity(a, b, dim=0), a, b)
     compare(lambda lib, f, a, b: f.pairwise_distance(a, b), a, b)
     compare(lambda lib, f, a, b: f.pairwise_distance(a, b, p=1.0, keepdim=True), a, b)
+
+
+@pytest.mark.parametrize("shape, dim", [((0, 2, 4), 0), ((0, 2, 4), -1), ((3, 0), 1),
+                                        ((3, 0), 0)])
+def test_softmax_and_logsumexp_of_an_empty_tensor_as_torch(shape, dim):
+    """An empty slice's softmax is empty and its logsumexp -inf, as torch's: eagerly the
+    max of no values raised ValueError, compiled (the result dead) returned values
+    (graph program 1753 of i-gen5, leading size 1 then ``t[1:]``)."""
+    x = np.zeros(shape, np.float32)
+
+    def f(lib, t):
+        return (lib.softmax(t, dim), lib.log_softmax(t, dim), lib.logsumexp(t, dim))
+
+    want = f(torch, torch.tensor(x, requires_grad=True))
+    for fn in (f, dg.compile(f)):
+        t = dg.tensor(x, requires_grad=True)
+        got = fn(dg, t)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.detach().numpy(), w.detach().numpy())
+        (got[0].sum() + got[1].sum()).backward()
+        assert t.grad.shape == shape

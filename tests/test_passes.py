@@ -87,6 +87,23 @@ def test_dce_keeps_a_multi_output_node_when_one_output_is_used():
     assert ops(new) == ["max"] and not report.changed
 
 
+def test_dce_keeps_a_dead_index_unless_its_constant_indices_are_in_range():
+    """An index out of range raises eagerly, so a dead lookup stays unless dce proves its
+    indices in range (constant indices, static shapes); one known at run time stays."""
+    def lookup(indices, const=True):
+        g, (x, i) = graph_with(((2, 4), "float32"), ((3,), "int64"))
+        idx = g.add_constant(np.array(indices, np.int64), name="c") if const else i
+        node(g, "index", x, idx, dims=(0,), nonnegative=False)
+        g.set_outputs([node(g, "neg", x)])
+        return dce(g)[0]
+
+    assert ops(lookup([0, 1, -2])) == ["neg"]
+    assert ops(lookup([0, 0, 2])) == ["index", "neg"]     # row 2 of 2: raises at run time
+    assert ops(lookup(None, const=False)) == ["index", "neg"]
+    with pytest.raises(IndexError, match="out of range"):
+        lookup([0, 0, 2])(np.zeros((2, 4), np.float32), np.zeros(3, np.int64))
+
+
 # -- cse ---------------------------------------------------------------------------------------
 def test_cse_merges_equal_calls_including_commuted_ones():
     g, (x, y) = graph_with(F32, F32)

@@ -399,10 +399,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +155, passes/ +5 and the core +160 (issue 26, i-mcnn): conv_pointpacked, 1x1
 # convs as a GEMM micro-kernel on the packed weight (the register block is 24 named sums:
 # Numba has no vector arrays in registers), taken by conv_packed's rule.
-CORE_BUDGET = 27_920
-BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_050, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_115, "ops": 9_055,
-           "passes": 3_430, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
+# passes/ +25 (i-gen5, the generated-program campaigns): dce keeps a dead node that can raise
+# on its indices' values (OpDef.checks_values: index, index_put, the class losses) unless
+# it proves them in range, so compiled raises where eager does (a silent difference).
+# capture/ +10: requires_grad set on an argument while tracing is a FlagWrite too (a silent
+# difference), and the first FlagWrite runs that call's Python only (a layer frozen once).
+# ops/ +15: var's corrected two-pass sum (equal values: exactly 0, as torch), and ONNX
+# Elu's float32 alpha kept out of float64 models.
+# capture/ +10 more: an aborted trace drops the optimiser state it made (a momentum buffer
+# left as zeros was dampened at the eager run's first step: a silent difference).
+CORE_BUDGET = 27_980
+BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_115, "ops": 9_070,
+           "passes": 3_455, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -455,14 +455,26 @@ class _BakedNumbers(Exception):
     baked in and guarded now, and the function is traced again."""
 
 
+def _forget_state(made: list) -> None:
+    """Drop the optimiser state an aborted trace made (``made``: each optimiser's state and
+    the keys each parameter's held before): a momentum buffer made as zeros and filled by
+    the trace's graph would stay zeros, and SGD's first eager step would then dampen it."""
+    for state, before in made:
+        for p in [p for p in state if p not in before]:
+            del state[p]
+        for p, keys in before.items():
+            for key in [k for k in state.get(p, ()) if k not in keys]:
+                del state[p][key]
+
+
 class FlagWrite(CaptureError):
-    """A trace set ``requires_grad`` of a parameter or of state (``p.requires_grad =
-    False``, ``requires_grad_()`` in the step): a graph would not set it at its calls, so
-    its Python runs at each."""
+    """A trace set ``requires_grad`` of a parameter, of state or of an argument (``p.
+    requires_grad = False``, ``x.requires_grad_()`` in the step): a graph would not set it
+    at its calls, so that call runs its Python; a second such trace, every call."""
 
     def __init__(self, fn):
         code = getattr(getattr(fn, "forward", fn), "__code__", None)
-        super().__init__("requires_grad set on a parameter or state while tracing",
+        super().__init__("requires_grad set on a parameter, state or argument while tracing",
                          f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
                          "Set it outside the compiled function, between calls (compile "
                          "retraces for it), for one graph.")
@@ -660,6 +672,8 @@ class Compiled:
         self.eager_only = False
         self._split = None   # the Splitter once a graph break splits the function
         self._split_result = None   # (the result of the call that found the break)
+        self._flag_writes = 0   # traces that set requires_grad (from the second: every call)
+        self._split_once = False   # (the first: that call's Python only)
         self._made_state = 0   # how many calls in a row made state (_run_once)
         self._made_by = None   # the entry of the latest call that made state
         self._storing = ()     # (container, key) where a graph it cached stores at each run
@@ -833,6 +847,8 @@ class Compiled:
             if entry is None:
                 if self._split is not None:   # (split: it ran as it was traced)
                     result, self._split_result = self._split_result, None
+                    if self._split_once:   # (a step that freezes a layer once: the next
+                        self._split, self._split_once = None, False   # trace finds it so)
                     return result
                 return self.fn(*args, **kwargs)
             if entry.created:
@@ -1193,10 +1209,13 @@ class Compiled:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
+            once = isinstance(e, FlagWrite) and not self._flag_writes
             self._every_call("it prints" if isinstance(e, PythonPrint) else
-                             "it sets requires_grad of a parameter or of state", e.location,
-                             e.fix)
+                             "it sets requires_grad of a parameter, state or an argument",
+                             e.location, e.fix, once)
             self._split_result = self._split(args, kwargs)
+            self._flag_writes += isinstance(e, FlagWrite)
+            self._split_once = once
             return None, sig
         except CaptureError as e:
             self._split = None
@@ -1285,9 +1304,12 @@ class Compiled:
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
         draws = Draws(roots)
+        made = [(o.state, {p: set(s) for p, s in o.state.items()}) for o in
+                (*(self._optimizers or ()), *args, *kwargs.values()) if is_optimizer(o)]
         flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
             (held(c, k), held(c, k).requires_grad) for places in tensors_held.values()
-            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)]
+            for _, c, k in places[:1] if isinstance(held(c, k), Tensor)] + [
+            (t, t.requires_grad) for t in leaves if isinstance(t, Tensor)]   # (x.requires_grad_())
         start = time.perf_counter()
         swapped = self._swap_hyper_inputs(tracer.names)
         numbers = self._numbers.swap_in(tracer, tracer.names) if as_inputs else []
@@ -1356,6 +1378,7 @@ class Compiled:
             draws.restore()   # (the eager run draws the same numbers)
             for t, was in flags:   # (and sets the same flags)
                 t.requires_grad = was
+            _forget_state(made)   # (and makes the optimiser state the trace made)
             if e is random_break or isinstance(e, _UnfitDims) or not (symbolic or dims):
                 raise
             if not symbolic:   # (symbolic dims may be the cause: traced again, static)
@@ -1511,13 +1534,15 @@ class Compiled:
             location))
         return True
 
-    def _every_call(self, why: str, location: str, fix: str) -> None:
+    def _every_call(self, why: str, location: str, fix: str, once: bool = False) -> None:
         """Run the function's Python at every call from now on (``why``), its ops compiled
-        and replayed as a split function's (capture/split.py), instead of eagerly."""
+        and replayed as a split function's (capture/split.py), instead of eagerly; ``once``:
+        at this call only (the caller then traces again at the next)."""
         self._split, self._fast = Splitter(self, why), None
-        self.records.append(Record("python", f"{why}: its Python runs at every call from now "
-                                   "on, replaying the call before, its ops compiled", fix,
-                                   location))
+        when = ("at this call, and the next traces again" if once else
+                "at every call from now on, replaying the call before")
+        self.records.append(Record("python", f"{why}: its Python runs {when}, its ops "
+                                   "compiled", fix, location))
 
     def _same_graph(self, capture, backward, frozen=()) -> Entry | None:
         """An entry already compiled from the same graph as ``capture``, if any (given the

@@ -1360,12 +1360,23 @@ def _elu_array(x, alpha):
     return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
+def _onnx_elu(e, node):
+    """ONNX Elu; its ``alpha`` is a float32 attribute, so an alpha that float32 rounds
+    (0.3) scales Elu(alpha=1)'s negative part by a constant of the input's dtype."""
+    alpha, x = float(node.attrs["alpha"]), e.input(0)
+    if float(np.float32(alpha)) == alpha:
+        return [e.op("Elu", [x], alpha=alpha)]
+    dtype = node.outputs[0].dtype
+    scaled = e.op("Mul", [e.op("Elu", [x], alpha=1.0), e.scalar(alpha, dtype)])
+    return [e.op("Where", [e.op("Greater", [x, e.scalar(0, dtype)]), x, scaled])]
+
+
 # elu and softplus are primitives: as where() composites, the branch not taken overflows
 # (exp of a large x) and its zero gradient becomes 0 * inf = NaN.
 ELU = defop("elu", _float_kernel(_elu_array), infer_float, attrs=("alpha",), saves="io",
             vjp=lambda g, out, x, alpha: where(x > 0, g, g * (out + alpha)),
             elementwise="where({0} > 0, {0}, {alpha} * expm1({0}))",
-            onnx=lambda e, node: [e.op("Elu", [e.input(0)], alpha=float(node.attrs["alpha"]))],
+            onnx=_onnx_elu,
             onnx_import={"Elu": lambda b, xs, attrs: b.op(
                 "elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))})
 

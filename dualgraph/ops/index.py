@@ -148,7 +148,7 @@ def _from_onnx_gather(b, xs, attrs):
 
 INDEX = defop("index", _index_kernel, _infer_index, vjp=_index_vjp,
               attrs=("dims", "nonnegative"),
-              saves="",
+              saves="", checks_values=True,
               onnx=_onnx_index,
               onnx_import={"Gather": _from_onnx_gather},
               shape_fold=lambda x, i, dims, nonnegative=False: np.take(x, i, axis=dims[0]),
@@ -245,7 +245,7 @@ def _onnx_index_put(e, node):
 
 
 INDEX_PUT = defop("index_put", _index_put_kernel, _infer_index_put, vjp=_index_put_vjp,
-                  attrs=("dims", "accumulate"), saves="",
+                  attrs=("dims", "accumulate"), saves="", checks_values=True,
                   onnx=_onnx_index_put,
                   doc="A copy of x with x[index] set to (or, accumulating, increased by) v.")
 

@@ -234,7 +234,7 @@ def _onnx_class_loss(op_type: str):
 
 CROSS_ENTROPY = defop("cross_entropy", _cross_entropy_kernel, _infer_cross_entropy, vjp=_vjp,
                       decomposition=_cross_entropy_decomposition,
-                      attrs=("ignore_index", "reduction"), saves="i",
+                      attrs=("ignore_index", "reduction"), saves="i", checks_values=True,
                       onnx=_onnx_class_loss("SoftmaxCrossEntropyLoss"),
                       autocast="float32")
 CROSS_ENTROPY_BACKWARD = defop(
@@ -317,7 +317,8 @@ NLL_LOSS = defop("nll_loss", _nll_kernel, _class_loss_rule("nll_loss"),
                      NLL_BACKWARD, g, logp, target, ignore_index=ignore_index,
                      reduction=reduction), None),
                  decomposition=_nll_decomposition, attrs=("ignore_index", "reduction"),
-                 saves="i", onnx=_onnx_class_loss("NegativeLogLikelihoodLoss"),
+                 saves="i", checks_values=True,
+                 onnx=_onnx_class_loss("NegativeLogLikelihoodLoss"),
                  autocast="float32",
                  doc="The negative log-likelihood of log-probabilities (N, C) at class "
                      "indices (N,), ``ignore_index`` rows left out, reduced.")

@@ -112,6 +112,11 @@ class OpDef:
     communicates: bool = False       # talks to other processes (a collective, send, recv):
     #                                  passes never fold, merge or drop it, and keep such
     #                                  nodes in their order, which every rank must share
+    checks_values: bool = False      # the kernel raises on some values of its integer
+    #                                  inputs (an index out of range): dce keeps a node of
+    #                                  it whose result nobody reads unless those inputs are
+    #                                  constants known in range, so compiled raises where
+    #                                  eager does
     autocast: str | None = None      # what autocast does with the op's float inputs
     #                                  (PyTorch's per-op policy, dualgraph/amp): "lower"
     #                                  casts them to the low dtype (products, whose speed

@@ -559,19 +559,27 @@ def _var_kernel(x, dims, keepdim, correction):
     """The steps of :func:`_var_composite` on arrays (the same bits), in one op."""
     w = _widen(x)
     centred = w - _mean_kernel(w, dims, True)
-    total = np.asarray(np.add.reduce(centred * centred, axis=dims, keepdims=keepdim))
-    dof = _max(math.prod(w.shape[d] for d in dims) - correction, 0)
+    n = math.prod(w.shape[d] for d in dims)
+    dof = _max(n - correction, 0)
     with np.errstate(divide="ignore", invalid="ignore"):   # (dof 0: inf or nan, as torch)
-        return np.asarray(total / dof).astype(x.dtype, copy=False)
+        drift = np.add.reduce(centred, axis=dims, keepdims=keepdim)
+        total = np.add.reduce(centred * centred, axis=dims, keepdims=keepdim) - drift * (
+            drift / n)
+        return np.asarray(np.maximum(total, 0) / dof).astype(x.dtype, copy=False)
 
 
 def _var_composite(x, dims, keepdim, correction):
-    """The variance from sum, mean and elementwise ops (the op's decomposition)."""
+    """The variance from sum, mean and elementwise ops (the op's decomposition): the
+    corrected two-pass sum ``sum(d * d) - sum(d) * sum(d) / n`` of ``d = x - mean``, whose
+    second term takes out the rounding error of the mean, so that equal values have
+    exactly variance 0, as torch's Welford sums give (and ``std``'s gradient there 0)."""
     w = x.float() if x.element_size() < 4 else x
     centred = w - mean(w, dims, keepdim=True)
     n = _reduced_size(w, dims)
     dof = _max(n - correction, 0) if isinstance(n, int) else n - correction
-    return (sum(centred * centred, dims, keepdim) / dof).to(x.dtype)
+    drift = sum(centred, dims, keepdim)
+    total = sum(centred * centred, dims, keepdim) - drift * (drift / n)
+    return (ew.maximum(total, 0.0) / dof).to(x.dtype)
 
 
 def _var_vjp(g, out, x, dims, keepdim, correction):
@@ -647,7 +655,7 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 # -- logsumexp and norms -----------------------------------------------------------------------
 def _logsumexp_kernel(x, dims, keepdim):
     w = _widen(x)
-    peak = np.amax(w, axis=dims, keepdims=True)
+    peak = np.amax(w, axis=dims, keepdims=True, initial=-np.inf)   # (empty: -inf, as torch)
     peak = np.where(np.isfinite(peak), peak, 0)  # all -inf stays -inf, +inf stays +inf
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(w - peak), axis=dims, keepdims=True)) + peak
@@ -1016,7 +1024,8 @@ def _softmax_kernel(log):
             return y
         # One fresh buffer, updated in place: these run on every attention score matrix.
         w = _widen(x)
-        y = np.asarray(w - np.amax(w, axis=dim, keepdims=True))   # 0-d: still an array
+        y = np.asarray(w - np.amax(w, axis=dim, keepdims=True, initial=-np.inf))   # (0-d:
+        #                                        still an array; empty: empty, as torch's)
         if log:
             y -= np.log(np.sum(np.exp(y), axis=dim, keepdims=True))
         else:
