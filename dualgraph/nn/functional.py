@@ -518,10 +518,11 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 # -- dropout -------------------------------------------------------------------------------------
-def _dropout(input, p, training, inplace, mask_shape):
+def _dropout(input, p, training, inplace, mask_shape, combine=None):
     """Zero whole blocks of ``input`` (one mask entry per ``mask_shape`` position, broadcast)
-    with probability ``p`` and scale the rest by ``1 / (1 - p)``. The mask is drawn from the
-    global generator, so ``dg.manual_seed`` makes it reproducible."""
+    with probability ``p`` and scale the rest by ``1 / (1 - p)``, or ``combine(input, keep,
+    p)`` them (``keep`` the 0/1 mask in input's dtype: alpha dropout). The mask is drawn
+    from the global generator, so ``dg.manual_seed`` makes it reproducible."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
@@ -529,8 +530,8 @@ def _dropout(input, p, training, inplace, mask_shape):
     if p == 1:
         out = input * 0.0
     else:
-        keep = creation.rand(mask_shape) < (1 - p)
-        out = input * ew.div(keep.to(input.dtype), 1 - p)
+        keep = (creation.rand(mask_shape) < (1 - p)).to(input.dtype)
+        out = combine(input, keep, p) if combine else input * ew.div(keep, 1 - p)
     return commit_inplace(input, out) if inplace else out
 
 

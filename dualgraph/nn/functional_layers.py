@@ -11,7 +11,7 @@ from ..ops import creation, elementwise as ew, index as index_ops, reduce as red
 from ..ops import shape as shape_ops
 from ..ops.inplace import commit_inplace
 from . import functional as F
-from .functional import _feature_dropout, _shape
+from .functional import _dropout, _feature_dropout, _shape
 
 __all__ = ["embedding_bag", "local_response_norm", "channel_shuffle", "lp_pool1d", "lp_pool2d",
            "max_unpool1d", "max_unpool2d", "rrelu", "alpha_dropout", "feature_alpha_dropout",
@@ -214,25 +214,16 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
 _SELU_ALPHA = 1.7580993408473766   # -SELU's negative saturation value (scale * alpha)
 
 
-def _alpha_dropout(input, p, training, inplace, mask_shape):
-    """Dropout that keeps SELU's zero mean and unit variance: dropped values are set to
-    SELU's saturation value, then all are scaled and shifted back (torch's formula)."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0:
-        return input
-    if p == 1:
-        out = input * 0.0
-    else:
-        a = 1.0 / math.sqrt((_SELU_ALPHA ** 2 * p + 1) * (1 - p))
-        keep = (creation.rand(mask_shape) < (1 - p)).to(input.dtype)
-        out = input * (keep * a) + ((keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p)
-    return commit_inplace(input, out) if inplace else out
+def _alpha_mix(input, keep, p):
+    """Alpha dropout's output: dropped values set to SELU's saturation value, then all
+    scaled and shifted back to zero mean and unit variance (torch's formula)."""
+    a = 1.0 / math.sqrt((_SELU_ALPHA ** 2 * p + 1) * (1 - p))
+    return input * (keep * a) + ((keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p)
 
 
 def alpha_dropout(input, p=0.5, training=False, inplace=False):
     """Alpha dropout of single elements (for self-normalising, SELU networks)."""
-    return _alpha_dropout(input, p, training, inplace, _shape(input))
+    return _dropout(input, p, training, inplace, _shape(input), _alpha_mix)
 
 
 def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
@@ -240,8 +231,8 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
     if input.ndim < 2:
         raise ValueError(f"feature_alpha_dropout: expected (N, C, *) input, got shape "
                          f"{_shape(input)}")
-    return _alpha_dropout(input, p, training, inplace,
-                          _shape(input)[:2] + (1,) * (input.ndim - 2))
+    return _dropout(input, p, training, inplace, _shape(input)[:2] + (1,) * (input.ndim - 2),
+                    _alpha_mix)
 
 
 def dropout3d(input, p=0.5, training=True, inplace=False):

@@ -80,10 +80,8 @@ class Embedding(Module):
                  _freeze: bool = False, device=None, dtype=None):
         super().__init__()
         _table(self, num_embeddings, embedding_dim, padding_idx, _weight, _freeze, device, dtype)
-        self.max_norm = max_norm
-        self.norm_type = norm_type
-        self.scale_grad_by_freq = scale_grad_by_freq
-        self.sparse = sparse
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
 
     def reset_parameters(self) -> None:
         _reset_table(self)
@@ -123,12 +121,9 @@ class EmbeddingBag(Module):
                  padding_idx: int | None = None, device=None, dtype=None):
         super().__init__()
         _table(self, num_embeddings, embedding_dim, padding_idx, _weight, False, device, dtype)
-        self.max_norm = max_norm
-        self.norm_type = norm_type
-        self.scale_grad_by_freq = scale_grad_by_freq
-        self.mode = mode
-        self.sparse = sparse
-        self.include_last_offset = include_last_offset
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        self.mode, self.include_last_offset = mode, include_last_offset
 
     def reset_parameters(self) -> None:
         _reset_table(self)
