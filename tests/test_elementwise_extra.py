@@ -235,7 +235,7 @@ def test_second_derivative_matches_torch(name):
 
 # -- fusion expressions --------------------------------------------------------------------------
 SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
-    "exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tanh", "arcsin", "arccos", "arctan",
+    "exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "tanh", "arcsin", "arccos", "arctan",
     "arctan2",
     "absolute", "sign", "floor", "ceil", "trunc", "round", "maximum", "minimum", "where",
     "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",

@@ -39,7 +39,7 @@ ROOT = pathlib.Path(dualgraph.__file__).parent
 
 # Module-level collections whose strings happen to be op names but name something else.
 NOT_OP_NAMES = {
-    ("nn/functional.py", "_REDUCTIONS"),   # the values of PyTorch's ``reduction=`` argument
+    ("nn/functional_core.py", "_REDUCTIONS"),   # the values of PyTorch's ``reduction=`` argument
     ("nn/rnn.py", "_CELL_MODES"),          # ... and of ``nn.RNN``'s ``nonlinearity=``
     ("export/onnx_import_ops.py", "_REDUCERS"),   # ONNX's Reduce* kinds (ReduceMax: "max")
     ("kernels/epilogue.py", "ACTIVATIONS"),   # the epilogue ops' ``act=`` values (a kind

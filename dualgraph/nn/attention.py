@@ -1,11 +1,11 @@
 """Attention and Transformers: ``MultiheadAttention``, the Transformer encoder/decoder layers
 and stacks, and ``Transformer``, mirroring torch. The functional core,
 ``scaled_dot_product_attention`` and ``multi_head_attention_forward``, is in
-nn/functional.py, as torch's is (this module builds on it).
+nn/functional_core.py (torch.nn.functional, as torch's is; this module builds on it).
 
 Everything is a composite of registry ops (matmul, softmax, where, linear, layer_norm), so it
 differentiates, traces and exports without special support. One function,
-``functional._attend``, computes attention for both ``scaled_dot_product_attention`` and
+``functional_core._attend``, computes attention for both ``scaled_dot_product_attention`` and
 ``MultiheadAttention``; the two differ only as torch's do: SDPA's softmax gives zeros for a
 query whose keys are all masked out, MHA's returned weights give NaN there.
 

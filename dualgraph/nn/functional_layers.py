@@ -10,8 +10,8 @@ import math
 from ..ops import creation, elementwise as ew, index as index_ops, reduce as red
 from ..ops import shape as shape_ops
 from ..ops.inplace import commit_inplace
-from . import functional as F
-from .functional import _dropout, _feature_dropout, _shape
+from . import functional_core as F
+from .functional_core import _dropout, _feature_dropout, _shape
 
 __all__ = ["embedding_bag", "local_response_norm", "channel_shuffle", "lp_pool1d", "lp_pool2d",
            "max_unpool1d", "max_unpool2d", "rrelu", "alpha_dropout", "feature_alpha_dropout",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..ops import creation, elementwise as ew, reduce as red, shape as shape_ops
-from .functional import _REDUCTIONS, _concrete, _reduce, _reduction, _shape, pairwise_distance
+from .functional_core import _REDUCTIONS, _concrete, _reduce, _reduction, _shape, pairwise_distance
 
 __all__ = ["soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
            "multilabel_margin_loss", "hinge_embedding_loss", "triplet_margin_with_distance_loss",

@@ -12,14 +12,15 @@ from .core import Builder, Report, describe, nbytes, numel
 PROOF_ELEMENTS = 1 << 16
 
 
-def dce(graph: Graph) -> tuple[Graph, Report]:
+def dce(graph: Graph, keep_checks: bool = True) -> tuple[Graph, Report]:
     """Remove nodes none of whose outputs are used, and constants nothing reads.
 
     Preserves: the inputs (the signature), the outputs and every value they depend on, and
     the order of the nodes kept. Every op is pure, so a node whose results nobody reads can
     go; the graph outputs are the roots, and so is every node that ``communicates`` (the
     other ranks wait for it) and every node that ``checks_values`` (an index out of range
-    raises eagerly, so it must compiled) unless :func:`_proved_in_range`.
+    raises eagerly, so it must when compiled) unless :func:`_proved_in_range`, or unless
+    ``keep_checks`` is False (a caller that checks the same values elsewhere).
 
     Before::                              After::
 
@@ -31,7 +32,8 @@ def dce(graph: Graph) -> tuple[Graph, Report]:
     kept = set()
     for node in reversed(graph.nodes):
         if (node.op.communicates or not live.isdisjoint(node.outputs)
-                or node.op.checks_values and not _proved_in_range(node, graph.constants)):
+                or keep_checks and node.op.checks_values
+                and not _proved_in_range(node, graph.constants)):
             kept.add(node)
             live.update([x for x in node.inputs if isinstance(x, Value)])
     report = Report("dce", len(graph.nodes), len(kept))

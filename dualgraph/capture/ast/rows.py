@@ -101,9 +101,11 @@ def scan_with_row_writes(body_fn, iterable, values: tuple, names: tuple, rows: d
         new = tuple(body_fn(x, *full))
         return tuple(new[i] for i in keep), tuple(_row_written(new[k]) for k in rows)
 
+    # (the body's writes into the stand-ins go: the index_put after the loop writes the
+    # same rows at the same positions, so it raises where one of them would)
     carry, ys = control.emit_scan(step, tuple(values[i] for i in keep), [iterable], None,
                                   length, what=what, names=tuple(names[i] for i in keep),
-                                  prune=lambda graph: dce(graph)[0])
+                                  prune=lambda graph: dce(graph, keep_checks=False)[0])
     out = list(values)
     for i, v in zip(keep, carry):
         out[i] = v
