@@ -27,7 +27,7 @@ from typing import Callable, NamedTuple
 
 from .._helpers import onnx_exports
 from ..dispatch import autocast
-from ..ops import control, creation, elementwise, index, recurrent
+from ..ops import control, creation, elementwise, index, recurrent, recurrent_layer
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
 from ..tensor import Tensor
@@ -96,8 +96,14 @@ _ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN_TANH": (0,), "RNN_RE
 
 def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
     """Run one layer in one direction over ``x`` (T, B, F): the outputs (T, B, H) in time
-    order and the final state."""
-    steps = shape_ops.unbind(linear(x, w.w_ih, w.b_ih), 0)  # one matmul for every step
+    order and the final state. An LSTM without projection is one ``lstm_layer`` op over
+    the whole sequence (forward and backward each one kernel); the others a step op per
+    time step."""
+    xg = linear(x, w.w_ih, w.b_ih)    # one matmul for every step
+    if step is _lstm_step and w.w_hr is None:
+        y, h, c = recurrent_layer.lstm_layer(xg, *state, w.w_hh, w.b_hh, reverse=reverse)
+        return y, (h, c)
+    steps = shape_ops.unbind(xg, 0)
     outputs = [None] * len(steps)
     for t in (reversed(range(len(steps))) if reverse else range(len(steps))):
         state = step(steps[t], state, w)

@@ -123,6 +123,43 @@ CASES += [
 ]
 
 
+# A whole LSTM layer's direction as one op (and its backward), against the same steps in torch.
+def _lstm_layer(m, xg, h, c, w, *b, reverse=False):
+    if m.__name__ == "torch":
+        ys = [None] * xg.shape[0]
+        for t in (reversed(range(xg.shape[0])) if reverse else range(xg.shape[0])):
+            h, c = _lstm(m, xg[t], h, c, w, *b)
+            ys[t] = h
+        return m.stack(ys, 0), h, c
+    return m.ops.recurrent_layer.lstm_layer(xg, h, c, w, *b, reverse=reverse)
+
+
+def _lstm_layer_grads(m, gy, *inputs, reverse=False):
+    """First gradients (create_graph), so the row's own gradients are second derivatives."""
+    with m.enable_grad():
+        for t in inputs:
+            if not t.requires_grad:
+                t.requires_grad_()
+        y, h, c = _lstm_layer(m, *inputs, reverse=reverse)
+        return m.autograd.grad((y * gy).sum() + (c * c).sum() + h.sum(), inputs,
+                               create_graph=True)
+
+
+LAYER_INPUTS = [In((4, 3, 8)), In((3, 2)), In((3, 2)), In((8, 2))]
+CASES += [
+    OpCase("lstm_layer", _lstm_layer, LAYER_INPUTS + [In((8,))], "bias",
+           dtypes=("float32", "float64")),
+    OpCase("lstm_layer", lambda m, *a: _lstm_layer(m, *a, reverse=True), LAYER_INPUTS,
+           "reverse-no-bias"),
+    OpCase("lstm_layer_backward", _lstm_layer_grads,
+           [In((3, 2, 2), grad=False), In((3, 2, 8)), In((2, 2)), In((2, 2)), In((8, 2)),
+            In((8,))]),
+    OpCase("lstm_layer_backward", lambda m, *a: _lstm_layer_grads(m, *a, reverse=True),
+           [In((3, 2, 2), grad=False), In((3, 2, 8)), In((2, 2)), In((2, 2)), In((8, 2))],
+           "reverse-no-bias"),
+]
+
+
 # The fused GRU step and its fused backward, as the LSTM's.
 def _gru(m, xg, h, w, *b):
     if m.__name__ == "torch":

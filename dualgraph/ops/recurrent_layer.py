@@ -1,0 +1,239 @@
+"""A whole LSTM layer (one direction) over a sequence as one op, forward and backward.
+
+``nn.LSTM`` used to run one ``lstm_cell`` op per time step: each step paid the op's fixed
+cost (dispatch, the tape or a graph node, checks, fresh arrays) on top of its product of
+a few rows, and the backward one ``lstm_cell_backward`` per step plus an ``add`` of the
+output's gradient into the hidden state's. ``lstm_layer(xg, h0, c0, w_hh, b_hh)`` runs the
+recurrence in one kernel instead, as torch's ``at::lstm`` and cuDNN do: the weight laid
+out once per call for every step's product, each step's gates computed by the cell's
+fused loop straight into the layer's stacked outputs. Its VJP, ``lstm_layer_backward``,
+walks the steps back the same way, writing each step's gate gradients into one stacked
+array, so the recurrent weight's gradient is one GEMM over all steps (two: the first step
+reads ``h0``) and the input projection's gradients are the ordinary ``linear`` VJP of
+``xg = linear(x, W_ih, b_ih)`` over the whole sequence.
+
+``xg`` (T, B, 4H) holds the input's gate pre-activations in torch's order (i, f, g, o);
+``h0``, ``c0`` (B, H); ``reverse`` runs the steps from the last to the first (a
+bidirectional layer's second direction). The outputs are ``y`` (T, B, H), ``h_n``, ``c_n``
+and, for the backward only, the activated gates (T, B, 4H) and the cell states (T, B, H).
+Each step computes what ``lstm_cell`` computes with the same loops; only the hidden
+product's summation order may differ (a weight laid out once rather than read transposed),
+so the layer equals the loop of cells, its decomposition, to float rounding.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..dispatch import apply
+from ..shapes import ShapedType, ShapeError
+from . import shape as shape_ops
+from ._util import empty_into, is_float, needs_grad, out_part
+from .opdef import defop
+from .recurrent import (LSTM_CELL, _cell, _cell_backward, _half_in_float32,
+                        _lstm_backward_decomposition, _second_derivatives, _zeros_for)
+
+__all__: list = []
+
+
+def _steps(length: int, reverse: bool):
+    """The time steps in the order the recurrence visits them."""
+    return range(length - 1, -1, -1) if reverse else range(length)
+
+
+def _previous(t: int, reverse: bool) -> int:
+    """The step whose state step ``t`` reads (-1 or T: the initial state)."""
+    return t + 1 if reverse else t - 1
+
+
+class _Products:
+    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few rows: laid out
+    once (panels for the packed loop where it takes the shape, else ``Wᵀ`` row-major, the
+    NN product OpenBLAS runs faster than the NT one on a few rows), into ``out``."""
+
+    def __init__(self, w: np.ndarray, rows: int):
+        from ..kernels import linear_packed
+        n, k = w.shape
+        self.n = n
+        self.packed = (linear_packed.pack(w) if w.dtype == np.float32
+                       and linear_packed.wanted(rows, k, n) else None)
+        self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        if self.packed is not None:
+            from ..kernels import linear_packed
+            return linear_packed.product(x, self.packed, self.n, out=out)
+        return np.matmul(x, self.w_kn, out=out)
+
+
+def _layer_kernel(xg, h0, c0, w_hh, *b_hh, reverse, out=None):
+    """(``out``: ``fills_out``, the stacked results written into the arrays given.)"""
+    _infer_layer(xg, h0, c0, w_hh, *b_hh, reverse=reverse)   # (its checks, as a graph's)
+    length, batch, gates = xg.shape
+    n = gates // 4
+    dt = xg.dtype
+    y, acts, cs = (empty_into(out_part(out, i), shape, dt) for i, shape in
+                   ((0, (length, batch, n)), (3, xg.shape), (4, (length, batch, n))))
+    if length == 0:
+        return y, np.array(h0), np.array(c0), acts, cs
+    fused = kernels.enabled(xg, min_elements=0)
+    bias = np.ascontiguousarray(b_hh[0]) if b_hh else np.zeros(gates, dt)
+    product = _Products(w_hh, batch)
+    hg = np.empty((batch, gates), dt)
+    h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+    for t in _steps(length, reverse):
+        product(h, hg)
+        if fused:
+            kernels.activations.lstm_cell(hg, np.ascontiguousarray(xg[t]), bias, c, y[t],
+                                          cs[t], acts[t])
+        else:   # (NumPy's form of the same formulas: float64, or no Numba)
+            hg += xg[t]
+            hg += bias
+            y[t], cs[t], acts[t] = _cell(hg, c)
+        h, c = y[t], cs[t]
+    return y, h.copy(), c.copy(), acts, cs
+
+
+def _infer_layer(xg, h0, c0, w_hh, *b_hh, reverse):
+    xs, hs, cs, ws = (tuple(t.shape) for t in (xg, h0, c0, w_hh))
+    if (len(xs) != 3 or len(hs) != 2 or hs != cs or xs[1] != hs[0]
+            or xs[2] != 4 * hs[1] or ws != (4 * hs[1], hs[1])
+            or (b_hh and tuple(b_hh[0].shape) != (4 * hs[1],))):
+        raise ShapeError(f"lstm_layer: input gates of shape {xs}, states {hs} and {cs}, "
+                         f"weight_hh {ws}" + (f", bias_hh {tuple(b_hh[0].shape)}" if b_hh
+                                              else "") + " don't fit: expected gates (T, B, "
+                         "4H), states (B, H), weight_hh (4H, H) and bias_hh (4H,)")
+    dts = {t.dtype for t in (xg, h0, c0, w_hh, *b_hh)}
+    if len(dts) != 1 or not is_float(xg.dtype):
+        raise TypeError(f"lstm_layer: gates, states and weights must be of one float dtype, "
+                        f"got {sorted(str(d) for d in dts)}")
+    dt = xg.dtype
+    return (ShapedType(xs[:2] + hs[1:], dt), ShapedType(hs, dt), ShapedType(hs, dt),
+            ShapedType(xs, dt), ShapedType(xs[:2] + hs[1:], dt))
+
+
+def _layer_decomposition(xg, h0, c0, w_hh, *b_hh, reverse):
+    """The loop of ``lstm_cell`` ops the layer stands for (the op tests compare the two;
+    the backward's VJP differentiates it)."""
+    steps = shape_ops.unbind(xg, 0)
+    y, cs, acts = [None] * len(steps), [None] * len(steps), [None] * len(steps)
+    h, c = h0, c0
+    for t in _steps(len(steps), reverse):
+        h, c, a = apply(LSTM_CELL, steps[t], h, c, w_hh, *b_hh)
+        y[t], cs[t], acts[t] = h, c, a
+    if not steps:
+        from .creation import zeros
+        empty = zeros(0, *h0.shape, dtype=xg.dtype)
+        return empty, h0, c0, xg, empty
+    return (shape_ops.stack(y, 0), h, c, shape_ops.stack(acts, 0), shape_ops.stack(cs, 0))
+
+
+def _layer_vjp(g, out, xg, h0, c0, w_hh, *b_hh, reverse):
+    need = tuple(needs_grad(t) for t in (xg, h0, c0, w_hh)) + (bool(b_hh) and
+                                                              needs_grad(b_hh[0]),)
+    gy, gh, gc = (_zeros_for(g[k], out[k]) for k in range(3))
+    grads = apply(LSTM_LAYER_BACKWARD, gy, gh, gc, xg, h0, c0, w_hh, *b_hh, out[0], out[4],
+                  out[3], need=need, reverse=reverse)
+    return tuple(gi if n else None for gi, n in zip(grads, need))[:4 + len(b_hh)]
+
+
+LSTM_LAYER = defop("lstm_layer", _half_in_float32(_layer_kernel), _infer_layer,
+                   vjp=_layer_vjp, attrs=("reverse",), num_outputs=5,
+                   decomposition=_layer_decomposition, differentiable_outputs=(0, 1, 2),
+                   saves="io", saved_outputs=(0, 3, 4), autocast="lower", fills_out=True)
+
+
+# -- the backward: the steps walked back, gate gradients stacked -----------------------------
+def _layer_backward_kernel(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, reverse, out=None):
+    """Gradients of (xg, h0, c0, w_hh, b_hh) from those of (y, h_n, c_n); ``rest`` ends
+    with the forward's saved y, cell states and activated gates. Zeros where ``need``
+    leaves a gradient out (the gate gradients and the states' are by-products). (``out``:
+    ``fills_out``, the gate gradients written into the first array given.)"""
+    y, cs, acts = rest[-3:]
+    length, batch, gates = acts.shape
+    n = gates // 4
+    dt = acts.dtype
+    d_gates = empty_into(out_part(out, 0), acts.shape, dt)
+    dh, dc = np.array(gh_n, dt), np.array(gc_n, dt)
+    product = _Products(np.ascontiguousarray(w_hh.T), batch)   # d_gates @ W_hh
+    gh, dc_next = np.empty((batch, n), dt), np.empty((batch, n), dt)
+    fused = kernels.enabled(acts, min_elements=0)
+    for t in _steps(length, not reverse):
+        prev = _previous(t, reverse)
+        c_prev = np.ascontiguousarray(c0 if prev in (-1, length) else cs[prev])
+        np.add(gy[t], dh, out=gh)
+        if fused:
+            kernels.activations.lstm_cell_backward(gh, dc, c_prev, acts[t], d_gates[t],
+                                                   dc_next)
+            dc, dc_next = dc_next, dc
+        else:
+            d_gates[t], dc = _cell_backward(gh, dc, c_prev, acts[t])
+        product(d_gates[t], dh)
+    dw = np.zeros(w_hh.shape, dt)
+    if need[3] and length:
+        first = length - 1 if reverse else 0
+        np.matmul(d_gates[first].T, h0, out=dw)
+        rest_d = d_gates[:-1] if reverse else d_gates[1:]
+        rest_h = y[1:] if reverse else y[:-1]
+        dw += rest_d.reshape(-1, gates).T @ rest_h.reshape(-1, n)
+    db = d_gates.reshape(-1, gates).sum(axis=0) if need[4] else np.zeros(gates, dt)
+    return d_gates, dh, np.array(dc, dt), dw, db
+
+
+def _infer_layer_backward(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, reverse):
+    dt = xg.dtype
+    return tuple(ShapedType(tuple(t.shape), dt) for t in (xg, h0, c0, w_hh)) + (
+        ShapedType((tuple(w_hh.shape)[0],), dt),)
+
+
+def _layer_backward_decomposition(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, reverse):
+    """Step by step with the cell backward's decomposition (ordinary ops): the gate
+    gradients stacked, the weight's and bias's summed over the steps."""
+    from .creation import zeros_like
+    y, cs, acts = rest[-3:]
+    b_hh = rest[:-3]
+    length = xg.shape[0]
+    d_gates, dw, db = [None] * length, zeros_like(w_hh), None
+    dh, dc = gh_n, gc_n
+    for t in _steps(length, not reverse):
+        prev = _previous(t, reverse)
+        first = prev in (-1, length)
+        h_prev, c_prev = (h0, c0) if first else (y[prev], cs[prev])
+        d_gates[t], dh, dc, dw_t, db_t = _lstm_backward_decomposition(
+            gy[t] + dh, dc, xg[t], h_prev, c_prev, w_hh, *b_hh, acts[t],
+            need=(True,) * 5)
+        dw, db = dw + dw_t, db_t if db is None else db + db_t
+    stacked = shape_ops.stack(d_gates, 0) if length else zeros_like(xg)
+    db = zeros_like(w_hh[:, 0]) if db is None or not need[4] else db
+    return stacked, dh, dc, dw if need[3] else zeros_like(w_hh), db
+
+
+def _layer_backward_vjp(gg, out, gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, reverse):
+    """Second derivatives: autodiff of the first derivatives of the loop of cells."""
+    def layer(*inputs):
+        return _layer_decomposition(*inputs, reverse=reverse)[:3]
+    seconds = _second_derivatives(layer, (gy, gh_n, gc_n), (xg, h0, c0, w_hh, *rest[:-3]),
+                                  gg, need)
+    return seconds[:-1] + (None,) * 3    # (the saved y, cell states and gates: a cache)
+
+
+LSTM_LAYER_BACKWARD = defop("lstm_layer_backward", _half_in_float32(_layer_backward_kernel),
+                            _infer_layer_backward, compiler_only=True,
+                            decomposition=_layer_backward_decomposition,
+                            vjp=_layer_backward_vjp, attrs=("need", "reverse"),
+                            num_outputs=5, saves="i", onnx=None, fills_out=True)
+
+
+def lstm_layer(xg, h0, c0, w_hh, b_hh=None, reverse: bool = False):
+    """``(y, h_n, c_n)`` of an LSTM layer's direction over the whole sequence from the
+    input's gate pre-activations ``xg = W_ih x + b_ih`` (T, B, 4H), the initial state
+    ``h0``, ``c0`` (B, H) and the hidden weight and bias (torch's gate order i, f, g, o).
+
+    >>> import dualgraph as dg
+    >>> y, h, c = lstm_layer(dg.zeros(5, 2, 8), dg.zeros(2, 2), dg.zeros(2, 2), dg.zeros(8, 2))
+    >>> tuple(y.shape), tuple(h.shape)
+    ((5, 2, 2), (2, 2))
+    """
+    y, h_n, c_n, _, _ = apply(LSTM_LAYER, xg, h0, c0, w_hh,
+                              *(() if b_hh is None else (b_hh,)), reverse=reverse)
+    return y, h_n, c_n

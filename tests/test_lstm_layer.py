@@ -1,0 +1,100 @@
+"""``lstm_layer`` (ops/recurrent_layer.py): an LSTM layer's direction as one op, forward and
+backward, against torch's ``nn.LSTM`` in float32 at sizes where the kernel takes its fast
+paths (the packed product on AVX-512 hosts, the fused cell loops), eager and compiled, and
+at the edges (no steps, reversed, states given and their gradients)."""
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+from dualgraph.ops.recurrent_layer import lstm_layer
+from torch_compare import load_from_torch
+
+TOL = dict(rtol=2e-4, atol=2e-5)
+
+
+def _pair(**kwargs):
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(**kwargs)
+    return ref, load_from_torch(dg.nn.LSTM(**kwargs), ref)
+
+
+def _step(lib, model, x, h0, c0, r):
+    """A loss over the output and both final states, and its gradients by backward."""
+    out, (h, c) = model(x, (h0, c0))
+    loss = (out * r).sum() + (h * h).sum() + c.sum()
+    loss.backward()
+    return loss
+
+
+@pytest.mark.parametrize("kwargs", [dict(input_size=8, hidden_size=128, batch_first=True),
+                                    dict(input_size=5, hidden_size=16, bidirectional=True,
+                                         num_layers=2)], ids=["wide", "bidirectional"])
+def test_float32_training_step_matches_torch_eager_and_compiled(kwargs):
+    seq, batch = 7, 32
+    ref, ours = _pair(**kwargs)
+    rng = np.random.default_rng(1)
+    shape = (batch, seq) if kwargs.get("batch_first") else (seq, batch)
+    layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    out_size = kwargs["hidden_size"] * (2 if kwargs.get("bidirectional") else 1)
+    arrays = [rng.standard_normal(shape + (kwargs["input_size"],)),
+              rng.standard_normal((layers, batch, kwargs["hidden_size"])),
+              rng.standard_normal((layers, batch, kwargs["hidden_size"])),
+              rng.standard_normal(shape + (out_size,))]
+    arrays = [a.astype(np.float32) for a in arrays]
+
+    def run(lib, model, step):
+        ts = [lib.tensor(a, requires_grad=k in (0, 1, 2)) for k, a in enumerate(arrays)]
+        loss = step(*ts).item()
+        grads = {k: p.grad.numpy().copy() for k, p in model.named_parameters()}
+        grads.update({f"input {k}": ts[k].grad.numpy().copy() for k in range(3)})
+        model.zero_grad()
+        return loss, grads
+
+    want = run(torch, ref, lambda *t: _step(torch, ref, *t))
+    eager = run(dg, ours, lambda *t: _step(dg, ours, *t))
+    compiled_step = dg.compile(lambda *t: _step(dg, ours, *t))
+    compiled = run(dg, ours, compiled_step)
+    assert sum(n.op.name == "lstm_layer" for n in compiled_step.optimized_graph.nodes) == layers
+    for got in (eager, compiled):
+        np.testing.assert_allclose(got[0], want[0], **TOL)
+        assert sorted(got[1]) == sorted(want[1])
+        for k in want[1]:
+            np.testing.assert_allclose(got[1][k], want[1][k], err_msg=k, **TOL)
+    for k in eager[1]:   # compiled runs the same kernels as eager
+        np.testing.assert_allclose(compiled[1][k], eager[1][k], err_msg=k, rtol=1e-5,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_no_steps_gives_the_initial_state_and_its_gradients(reverse):
+    h0 = dg.randn(3, 4, requires_grad=True)
+    c0 = dg.randn(3, 4, requires_grad=True)
+    w = dg.randn(16, 4, requires_grad=True)
+    y, h, c = lstm_layer(dg.zeros(0, 3, 16), h0, c0, w, reverse=reverse)
+    assert tuple(y.shape) == (0, 3, 4)
+    np.testing.assert_array_equal(h.detach().numpy(), h0.detach().numpy())
+    (2 * h.sum() + 3 * c.sum()).backward()
+    np.testing.assert_array_equal(h0.grad.numpy(), np.full((3, 4), 2, np.float32))
+    np.testing.assert_array_equal(c0.grad.numpy(), np.full((3, 4), 3, np.float32))
+    np.testing.assert_array_equal(w.grad.numpy(), np.zeros((16, 4), np.float32))
+
+
+def test_bad_shapes_and_dtypes_are_refused_with_the_shapes():
+    with pytest.raises(dg.ShapeError, match=r"weight_hh \(12, 4\)"):
+        lstm_layer(dg.zeros(2, 3, 16), dg.zeros(3, 4), dg.zeros(3, 4), dg.zeros(12, 4))
+    with pytest.raises(TypeError, match="one float dtype"):
+        lstm_layer(dg.zeros(2, 3, 16), dg.zeros(3, 4, dtype=dg.float64), dg.zeros(3, 4),
+                   dg.zeros(16, 4))
+
+
+def test_unbatched_and_float16_autocast_inputs_run_as_torch():
+    ref, ours = _pair(input_size=3, hidden_size=8)
+    x = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
+    want, (wh, wc) = ref(torch.tensor(x))
+    got, (gh, gc) = ours(dg.tensor(x))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **TOL)
+    np.testing.assert_allclose(gc.detach().numpy(), wc.detach().numpy(), **TOL)
+    layer = lstm_layer(dg.zeros(4, 2, 32, dtype=dg.float16), dg.zeros(2, 8, dtype=dg.float16),
+                       dg.zeros(2, 8, dtype=dg.float16), dg.zeros(32, 8, dtype=dg.float16))
+    assert [t.dtype for t in layer] == [dg.float16] * 3
