@@ -15,7 +15,12 @@ tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``,
 ``F.*`` with keyword variants: convolutions' padding modes, dilation and groups, pooling's
 ceil_mode and count_include_pad, interpolate's align_corners, losses' reduction,
 ignore_index and label_smoothing; broadcasting and scattering in-place updates, ties in
-sorts, splits used in part), and a training step (``zero_grad``, ``backward`` of a loss
+sorts, splits used in part; and the idioms of ``REAL``: buffers updated in forward,
+``persistent=False`` buffers, tied and shared weights, forward pre/post hooks and tensor
+hooks, ``enable_grad`` inside ``no_grad``, ``.data`` writes, in-place writes on views of
+parameters under ``no_grad``, gather/scatter along every axis, pad and interpolate modes,
+reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), and a
+training step (``zero_grad``, ``backward`` of a loss
 over the output, ``opt.step()``: SGD with Nesterov, dampening and weight decay, Adam and
 AdamW with amsgrad, RMSprop centered, Adagrad), with a learning-rate schedule stepped
 between the calls.
