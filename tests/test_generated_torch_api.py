@@ -15,7 +15,12 @@ tensors a module keeps across calls, ``requires_grad_`` toggled in ``forward``,
 ``F.*`` with keyword variants: convolutions' padding modes, dilation and groups, pooling's
 ceil_mode and count_include_pad, interpolate's align_corners, losses' reduction,
 ignore_index and label_smoothing; broadcasting and scattering in-place updates, ties in
-sorts, splits used in part), and a training step (``zero_grad``, ``backward`` of a loss
+sorts, splits used in part; and the idioms of ``REAL``: buffers updated in forward,
+``persistent=False`` buffers, tied and shared weights, forward pre/post hooks and tensor
+hooks, ``enable_grad`` inside ``no_grad``, ``.data`` writes, in-place writes on views of
+parameters under ``no_grad``, gather/scatter along every axis, pad and interpolate modes,
+reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), and a
+training step (``zero_grad``, ``backward`` of a loss
 over the output, ``opt.step()``: SGD with Nesterov, dampening and weight decay, Adam and
 AdamW with amsgrad, RMSprop centered, Adagrad), with a learning-rate schedule stepped
 between the calls.
@@ -496,11 +501,100 @@ NN = [
     "h = F.log_softmax(h, dim=0) + F.softmax(h, dim=-1, dtype=torch.float64)",
     "h = F.normalize(h, p=float('inf'), dim=1) + F.normalize(h, p=2.0, dim=0, eps=1e-3)",
 ]
+# ``nn.Module`` idioms of real programs (the campaigns of i-gen6): buffers updated in
+# forward (running stats, counters, ``persistent=False``), tied and shared weights, forward
+# pre/post hooks and tensor hooks, ``enable_grad`` inside ``no_grad``, ``detach`` and
+# ``.data`` writes mid-graph, in-place writes on views of parameters under ``no_grad``,
+# gather/scatter along every axis, ``tril``/``triu`` offsets, ``F.pad`` and
+# ``F.interpolate`` modes, softmax over dim 0 / -2, reductions over several axes with
+# keepdim, index tensors from arange/nonzero/argmax, bool and int arithmetic, 0-d tensors
+# and empty dims, data-dependent sizes.
+REAL = [
+    "h = h + h.gather(0, (idx[:, None] + torch.arange(D)) % h.shape[0])",
+    "h = torch.zeros_like(h).scatter_(0, h.detach().argsort(dim=0), h)",
+    "h = h.scatter_add(0, (idx % h.shape[0])[:, None].expand(-1, D), x)",
+    "h = h.gather(-1, h.detach().argmax(-1, keepdim=True).expand(-1, D)) * h",
+    "t = h.view(-1, 2, 3)\nh = t.gather(1, torch.tensor([[[1, 0, 1], [0, 0, 1]]]).expand(t.shape[0], -1, -1)).flatten(1) + h",
+    "t = h.view(-1, 2, 3)\nh = t.scatter(2, torch.tensor([[[2, 1, 0], [0, 2, 1]]]).expand(t.shape[0], -1, -1), t * 2).flatten(1)",
+    "t = h.view(-1, 2, 3)\nh = t.scatter_add(0, torch.zeros(1, 2, 3, dtype=torch.long).expand(t.shape[0], -1, -1), t).flatten(1)",
+    "h = torch.tril(h, diagonal=-1) + torch.triu(h, 2) * 0.5",
+    "h = h.tril(1) - h.triu(-1) * 0.25 + h.view(-1, 2, 3).triu(1).flatten(1)",
+    "h = h.roll(-2, 1) + h.roll(1)",
+    "h = h.flip(-1) * h.flip(0).flip(1)",
+    "h = h.repeat_interleave(idx.clamp(max=1) + 1, dim=0)[:h.shape[0]]",
+    "h = h[torch.arange(0, h.shape[0], 2)].repeat_interleave(2, 0)[:h.shape[0]]",
+    "h = F.softmax(h, dim=0) + F.softmax(h.view(-1, 2, 3), dim=-2).view_as(h)",
+    "h = h.view(-1, 2, 3).log_softmax(0).flatten(1) + h.softmax(-2)",
+    "h = (h.view(-1, 2, 3) - h.view(-1, 2, 3).amax(dim=(0, 2), keepdim=True)).flatten(1)",
+    "h = h + h.view(-1, 2, 3).sum(dim=(1, 2), keepdim=True).flatten(1) * 0.1",
+    "h = h * h.view(-1, 2, 3).std(dim=(0, 1), keepdim=True).repeat(1, 2, 1).flatten(1)",
+    "h = h + h.norm(dim=(0, 1), keepdim=True) * 0.1 - h.view(-1, 2, 3).mean((0, -1), True).repeat(1, 1, 3).flatten(1)",
+    "h = h - h.view(-1, 2, 3).logsumexp(dim=(1, 2), keepdim=True).flatten(1)",
+    "h = h * h.view(-1, 2, 3).prod(-1, keepdim=True).expand(-1, -1, 3).flatten(1).tanh()",
+    "h = h * h.masked_select(mask).numel() + h.masked_select(~mask).sum()",
+    "nz = torch.nonzero(h.detach() > 0)\nh = h + (nz[:, 1].float().mean() if nz.numel() else 0.0)",
+    "h = h[:, h.detach().sum(0).argmax()].unsqueeze(1) + h",
+    "h = h + h[torch.nonzero(idx > 2).flatten()].sum(0)",
+    "h = h + (mask.sum(1, keepdim=True) > 2) * (h > 0) - (~mask).float()",
+    "h = h + mask.long() * idx[:, None] - (idx[:, None] > 2).int()",
+    "h = h + (idx[:, None] * torch.arange(D) % 3 == 0)",
+    "h = torch.where(mask, idx[:, None] * 1.5, h)",
+    "h = h * (mask.float() + 1).to(h.dtype) + idx[:, None].double() / (mask.sum() + 1)",
+    "s = h.sum()\nh = h * s.new_tensor(0.1) + s.reshape(()) * 0.01 + s[None].mean()",
+    "s = h[0, 0]\nh = h + s * torch.tensor(2.0, dtype=h.dtype) + s.item() * 0 + torch.ones((), dtype=torch.long)",
+    "e = h[:, 3:3]\nh = h + e.sum(-1, keepdim=True) + torch.cat([e, h], 1)[:, :D]",
+    "h = h + h.new_zeros(0, D).sum(0) + torch.empty(h.shape[0], 0, dtype=h.dtype).mean(1, keepdim=True).nan_to_num()",
+    "h = F.interpolate(h.reshape(-1, 1, 2, 3), size=(4, 6), mode='bicubic', align_corners=False).mean(2).flatten(1) + h",
+    "h = F.interpolate(h.reshape(-1, 2, 3), scale_factor=1.5, mode='nearest-exact')[..., :3].flatten(1)",
+    "h = F.interpolate(h.reshape(-1, 1, D), size=4, mode='area').repeat(1, 1, 2)[..., :D].flatten(1) + h",
+    "h = F.interpolate(h.reshape(-1, 1, 2, 3), scale_factor=2, mode='bilinear', align_corners=False)[..., ::2, ::2].flatten(1)",
+    "h = F.interpolate(h.reshape(-1, 1, 2, 3), size=(3, 3), mode='nearest').flatten(1)[:, :D] + h",
+    "h = F.pad(h.reshape(-1, 1, 2, 3), (1, 1, 1, 0), mode='reflect')[:, :, 1:, 1:-1].flatten(1) + h",
+    "h = F.pad(h.reshape(-1, 2, 3), (2, 1), mode='circular')[..., 1:4].flatten(1)",
+    "h = F.pad(h, (-1, 1)) + F.pad(h.reshape(-1, 2, 3), (0, 0, 1, -1), value=0.5).flatten(1)",
+    "h = F.pad(h.reshape(-1, 1, 2, 3), (1, 2, 2, 1), mode='replicate').mean((2, 3)) * h",
+    "with torch.no_grad():\n    c = h * 2\n    with torch.enable_grad():\n        e = h * 3\nh = h + c + e",
+    "with torch.enable_grad():\n    h = h * 1.5\nwith torch.no_grad():\n    h = h + h.mean()",
+    "h = h.detach() * h + (h * 2).detach()",
+    "h = h.clone()\nh.data[:, 0] = 1.0",
+    "h = h * 1.0\nh.data = h.data.clamp(-1, 1)",
+    "h = h + x.data * 0.5",
+    "with torch.no_grad():\n    self.head.weight[:, :2].clamp_(-0.5, 0.5)\n    self.head.weight.diagonal().mul_(0.99)",
+    "with torch.no_grad():\n    self.head.bias[::2].fill_(0.1)",
+    "self.head.weight.data[0].mul_(0.5)",
+    "if h.requires_grad:\n    h.register_hook(lambda g: g * 0.5)\nh = h * 1.0",
+    "h = h * 1.0\nif h.requires_grad:\n    h.register_hook(lambda g: g.clamp(-0.1, 0.1))\nh = h.tanh()",
+    "if (h[:, 0] > 0).sum() > h.shape[0] // 2:\n    h = h.flip(0)",
+    "for r in range(int((idx > 2).sum())):\n    h = h + 0.1 * h.roll(r, 1)",
+]
+MODULES += [
+    ("self.register_buffer('ema{k}', torch.zeros(D), persistent=False)",
+     "if self.training:\n    with torch.no_grad():\n        self.ema{k}.lerp_(h.mean(0), 0.5)\nh = h + self.ema{k}"),
+    ("self.register_buffer('steps{k}', torch.tensor(0), persistent=False)",
+     "self.steps{k}.add_(1)\nh = h * (1.0 + 0.1 * self.steps{k})"),
+    ("self.register_buffer('mean{k}', torch.zeros(D))\nself.register_buffer('var{k}', torch.ones(D))",
+     "if self.training:\n    with torch.no_grad():\n        self.mean{k}.mul_(0.9).add_(0.1 * h.mean(0))\n"
+     "        self.var{k}.mul_(0.9).add_(0.1 * h.var(0))\nh = (h - self.mean{k}) / (self.var{k} + 1e-5).sqrt()"),
+    ("self.enc{k} = nn.Linear(D, D, bias=False)\nself.dec{k} = nn.Linear(D, D)\n"
+     "self.dec{k}.weight = self.enc{k}.weight", "h = self.dec{k}(torch.tanh(self.enc{k}(h)))"),
+    ("self.tie{k} = nn.Parameter(torch.randn(D, D))", "h = F.linear(h @ self.tie{k}, self.tie{k}) * 0.2"),
+    ("self.shared{k} = nn.Linear(D, D)", "h = self.shared{k}(torch.relu(self.shared{k}(h)))"),
+    ("self.lin{k} = nn.Linear(D, D)\nself.lin{k}.register_forward_hook(lambda m, i, o: o * 0.5)",
+     "h = self.lin{k}(h)"),
+    ("self.lin{k} = nn.Linear(D, D)\nself.lin{k}.register_forward_pre_hook(lambda m, i: (i[0].tanh(),))",
+     "h = self.lin{k}(h) + h"),
+    ("self.lin{k} = nn.Linear(D, D)\nself.lin{k}.register_forward_hook(lambda m, i, o: None)\n"
+     "self.lin{k}.register_forward_pre_hook(lambda m, i: None)", "h = torch.relu(self.lin{k}(h))"),
+]
+# Writes to the head's parameters: put first in forward (torch refuses a backward through
+# a parameter written after it was read).
+HEAD_WRITES = ("if self.training:\n    with torch.no_grad():\n        self.head.bias.add_",
+               "with torch.no_grad():\n    self.head.", "self.head.weight.data[")
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES, "flow": FLOW, "nn": NN}
+         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4}
+           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
@@ -611,7 +705,7 @@ def write_program(seed: int) -> tuple[str, str]:
             init.append(choice[0].format(k=k))
             body.append(choice[1].format(k=k))
             transposed = False
-        elif "self.parameters()" in choice or ".add_(0.01)" in choice:
+        elif "self.parameters()" in choice or choice.startswith(HEAD_WRITES):
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
             if "h.view(" in choice and (transposed or kind in ("write", "flow")):

@@ -98,6 +98,30 @@ def test_setitem_and_views_of_views():
     check(program)
 
 
+def test_writes_through_a_diagonal_reach_its_matrix():
+    """``diagonal`` is a view, as torch's (it was an advanced index's copy: the writes were
+    lost silently, eager and compiled), also of a transpose and off the main one."""
+    def program(m, w):
+        y = w * 1.0
+        y.diagonal().mul_(3.0)
+        y.t().diagonal(-1).add_(w[0, :3])
+        y.diagonal(2)[0] = 5.0
+        return y, m.diag(y).add_(1.0)   # (diag of a matrix: a copy, as torch's)
+    check(program)
+
+
+def test_a_parameters_diagonal_written_under_no_grad_as_torch():
+    """The weight-initialisation idiom: ``w.diagonal().fill_(1)`` under ``no_grad``."""
+    got = []
+    for m in (torch, dg):
+        w = m.nn.Parameter(m.tensor(np.arange(12.0).reshape(3, 4)))
+        with m.no_grad():
+            w.diagonal().fill_(1.0)
+            w.diagonal(1).mul_(-1.0)
+        got.append(w.detach().numpy())
+    np.testing.assert_array_equal(got[1], got[0])
+
+
 def test_a_saved_output_written_through_a_view_fails_the_backward_as_torch():
     """exp saves its output; writing it through a view must not give a wrong gradient."""
     for lib in (torch, dg):
@@ -126,7 +150,7 @@ def test_a_write_to_an_expanded_view_is_refused_eagerly():
 
 
 # -- generated programs -------------------------------------------------------------------
-VIEWS = ["slice", "transpose", "reshape", "unsqueeze", "select", "narrow"]
+VIEWS = ["slice", "transpose", "reshape", "unsqueeze", "select", "narrow", "diagonal"]
 WRITES = ["add_", "mul_", "copy_", "setitem", "zero_"]
 
 
@@ -151,6 +175,8 @@ def _view(m, x, kind, r):
         return x.select(dim, r.randrange(n))
     if kind == "narrow" and n > 1:
         return x.narrow(dim, 1, n - 1)
+    if kind == "diagonal" and x.ndim == 2:
+        return x.diagonal(r.randrange(-1, 2))
     return x
 
 

@@ -566,3 +566,27 @@ def test_arithmetic_on_bools_exports_as_logical_ops(tmp_path):
     for g, w in zip(got, eager(Net(), inputs)):
         assert g.dtype == np.bool_
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("kwargs", [{"dim": 1}, {"dim": 0, "correction": 0},
+                                    {"dim": (0, 1), "keepdim": True},
+                                    {"dim": 1, "correction": 2, "keepdim": True},
+                                    {"dim": 1, "unbiased": False}, {"dim": 0, "correction": 9}])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_var_and_std_export_the_kernels_formula(kwargs, dtype, tmp_path):
+    """var/std far from 0 (values near 3e4: the mean's rounding error is 1e-3 in float32)
+    and of equal values: onnxruntime computes eager's corrected two-pass sum, not the plain
+    one (whose ``n * err**2`` is 1e-5 relative here, and which gives equal values a std
+    above 0); half precision in float32; corrections past the count give inf/nan alike."""
+    rng = np.random.default_rng(3)
+    big = 3e4 if dtype != "float16" else 300.0
+    cases = [big + rng.normal(0, 1, (5, 7)), np.full((5, 7), 0.1), np.full((5, 7), big + 0.1)]
+    for x in (c.astype(dtype) for c in cases):
+        for name in ("var", "std"):
+            def fn(t):
+                return getattr(t, name)(**kwargs)
+            proto = dg.onnx.export(fn, (dg.tensor(x),), tmp_path / "m.onnx")
+            got, want = run_ort(proto, [x])[0], fn(dg.tensor(x)).numpy()
+            assert got.dtype == want.dtype and got.shape == want.shape
+            rtol = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-13}[dtype]
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=0, err_msg=f"{name} {x[0]}")

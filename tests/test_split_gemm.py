@@ -109,6 +109,36 @@ def test_blas_alone_holds_openblas_at_one_thread_and_nests():
     assert found.threads() >= 2
 
 
+@needs_sharing
+def test_blas_jobs_is_not_misled_by_another_threads_hold(monkeypatch):
+    """While another thread enters and leaves ``blas_alone`` (OpenBLAS at one thread
+    inside), ``blas_jobs`` here reports OpenBLAS's own count, never the held-back 1: a
+    read of the count slowed (a preempted thread) used to see the other thread's hold
+    begin between its two reads, and a split product took np.matmul's other bits."""
+    import threading
+    import time
+    found = tuning.openblas()
+
+    def slow_count():
+        time.sleep(0.002)
+        return found.threads()
+    monkeypatch.setattr(tuning, "openblas", lambda: found._replace(threads=slow_count))
+    want, stop = tuning.blas_jobs(), threading.Event()
+
+    def hold():
+        while not stop.is_set():
+            with tuning.blas_alone():
+                time.sleep(0.002)
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        seen = [tuning.blas_jobs() for _ in range(40)]
+    finally:
+        stop.set()
+        holder.join(timeout=10)
+    assert want >= 2 and seen == [want] * 40
+
+
 @pytest.mark.parametrize("batch,act", [(1, "relu6"), (3, "none")])
 def test_compiled_1x1_convs_match_torch_on_either_thread_count(monkeypatch, batch, act):
     """A compiled 1x1 conv (its GEMM split when two threads are on) against torch, on one

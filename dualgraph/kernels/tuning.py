@@ -268,13 +268,18 @@ def _loaded_libraries() -> list[str]:
 def blas_jobs() -> int:
     """How many jobs may go to OpenBLAS's threads at once: its thread count (the one
     :func:`blas_alone` holds back, while it does) capped by :func:`cores`; 1 with ``blas``
-    off or no such OpenBLAS."""
+    off or no such OpenBLAS. Read under ``_holding``: else another thread's
+    ``blas_alone`` could start between the two reads (``_held`` still empty, OpenBLAS's
+    count already 1), and a product here that splits on the count be left to np.matmul,
+    whose bits differ (the flaky two-thread test of tests/test_split_gemm.py)."""
     if "blas" not in active:
         return 1
     found = openblas()
     if found is None:
         return 1
-    return max(1, min(_held[-1] if _held else found.threads(), cores()))
+    with _holding:
+        count = _held[-1] if _held else found.threads()
+    return max(1, min(count, cores()))
 
 
 @lru_cache(maxsize=None)

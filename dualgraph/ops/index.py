@@ -18,6 +18,7 @@ import operator
 from collections import namedtuple
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
@@ -922,9 +923,59 @@ def unfold(input, dimension, size, step):
     return shape_ops.movedim(windows, d + 1, -1)
 
 
+def _diagonal_bounds(shape, offset):
+    """(first row, first column, length) of the ``offset`` diagonal of a matrix."""
+    row, col = max(-offset, 0), max(offset, 0)
+    return row, col, max(min(shape[0] - row, shape[1] - col), 0)
+
+
+def _diagonal_kernel(x, offset):
+    """The diagonal as a strided view of ``x`` (np.diagonal's is read-only): writes to it
+    reach ``x``, as torch's view."""
+    row, col, n = _diagonal_bounds(x.shape, offset)
+    return as_strided(x[row:, col:], shape=(n,), strides=(x.strides[0] + x.strides[1],),
+                      writeable=x.flags.writeable)
+
+
+def _infer_diagonal(x, offset):
+    if any(not isinstance(d, (int, np.integer)) for d in x.shape):
+        raise ShapeError(f"diagonal: the matrix's shape {tuple(x.shape)} has a dynamic dim; "
+                         "mark its dims static")
+    return ShapedType((_diagonal_bounds(tuple(x.shape), offset)[2],), x.dtype)
+
+
+def _diagonal_positions(shape, offset):
+    """The diagonal's (rows, columns) as constant index tensors."""
+    row, col, n = _diagonal_bounds(shape, offset)
+    at = np.arange(n, dtype=_INT64)
+    return creation.constant(at + row), creation.constant(at + col)
+
+
+def _diagonal_vjp(g, out, x, offset):
+    """``g`` on the diagonal of zeros shaped like ``x``."""
+    zeros = creation.zeros_like(x, dtype=g.dtype)
+    return index_put(zeros, _diagonal_positions(tuple(x.shape), offset), g)
+
+
+def _onnx_diagonal(e, node):
+    """A Gather of the diagonal's positions in the flattened matrix (static shape)."""
+    rows, cols = node.inputs[0].shape
+    row, col, n = _diagonal_bounds((rows, cols), node.attrs["offset"])
+    flat = e.op("Reshape", [e.input(0), e.ints([-1])])
+    return [e.op("Gather", [flat, e.ints((row + np.arange(n)) * cols + col + np.arange(n))])]
+
+
+# A view, as torch's: ``w.diagonal().mul_(0.5)`` or ``.fill_(1.0)`` (a weight's
+# initialisation under no_grad) writes into ``w`` (an advanced index's copy did not, silently)
+DIAGONAL = defop("diagonal", _diagonal_kernel, _infer_diagonal, vjp=_diagonal_vjp,
+                 attrs=("offset",), saves="", view=True, onnx=_onnx_diagonal,
+                 doc="The ``offset`` diagonal of a matrix (above the main one for offset > "
+                     "0), a view.")
+
+
 def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The ``offset`` diagonal of a matrix (above the main one for ``offset > 0``), as
-    ``torch.diagonal`` for 2-d input.
+    """The ``offset`` diagonal of a matrix (above the main one for ``offset > 0``), a view,
+    as ``torch.diagonal`` for 2-d input.
 
     >>> dg.diagonal(dg.arange(9).reshape(3, 3), 1)
     tensor([1, 5])
@@ -934,11 +985,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
                          f"{tuple(input.shape)} with dims {dim1}, {dim2}")
     if normalize_dim(dim1, 2) == 1:
         offset = -offset
-    rows, cols = input.shape
-    start_row, start_col = max(-offset, 0), max(offset, 0)
-    n = max(min(rows - start_row, cols - start_col), 0)
-    at = np.arange(n, dtype=_INT64)
-    return getitem(input, (creation.constant(at + start_row), creation.constant(at + start_col)))
+    return apply(DIAGONAL, input, offset=int(offset))
 
 
 _diagonal_of = diagonal   # (diag's argument ``diagonal`` hides the function, as in torch)
@@ -952,8 +999,8 @@ def diag(input, diagonal=0):
     tensor([[1., 0.],
             [0., 2.]])
     """
-    if input.ndim == 2:
-        return _diagonal_of(input, diagonal)
+    if input.ndim == 2:   # (a copy, as torch's: not the view ``diagonal`` gives)
+        return _diagonal_of(input, diagonal).clone()
     if input.ndim != 1:
         raise ValueError(f"diag expects a 1-d or 2-d tensor, got shape {tuple(input.shape)}")
     return diag_embed(input, diagonal)

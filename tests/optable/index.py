@@ -172,11 +172,14 @@ CASES += [
     OpCase("index", lambda m, a: a.unfold(0, 4, 4), [In((8,))], "unfold-chunks"),
 ]
 
-# diag / diagonal: a diagonal read with index, a vector laid on one with where
+# diag / diagonal: a diagonal read as a view (diag's a copy of it), a vector laid on one
+# with where
 CASES += [
-    OpCase("index", lambda m, a: m.diag(a), [In((3, 4))], "diag-of-matrix"),
-    OpCase("index", lambda m, a: m.diag(a, -1), [In((4, 3))], "diag-below"),
-    OpCase("index", lambda m, a: a.diagonal(1, 1, 0), [In((3, 4))], "diagonal-swapped"),
+    OpCase("diagonal", lambda m, a: m.diag(a), [In((3, 4))], "diag-of-matrix"),
+    OpCase("diagonal", lambda m, a: m.diag(a, -1), [In((4, 3))], "diag-below"),
+    OpCase("diagonal", lambda m, a: a.diagonal(1, 1, 0), [In((3, 4))], "diagonal-swapped"),
+    OpCase("diagonal", lambda m, a: a.t().diagonal(2), [In((5, 3))], "diagonal-of-a-transpose"),
+    OpCase("diagonal", lambda m, a: a.diagonal(-4), [In((3, 4))], "diagonal-empty"),
     OpCase("where", lambda m, a: m.diag(a), [In((3,))], "diag-of-vector"),
     OpCase("where", lambda m, a: m.diag(a, 2), [In((3,))], "diag-of-vector-above"),
     OpCase("where", lambda m, a: a.diag(-1), [In((2,))], "diag-of-vector-below"),
