@@ -79,42 +79,59 @@ def _fma3(wp, at, x0, x1, x2, a0, a1, a2):
 
 
 @helper(inline="always")
-def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
-    """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
-    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
-    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero)."""
-    z = broadcast(F(0))
-    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = z
-    a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = z
-    if not first:
-        a00, a01, a02 = _get3(out, oo, n > 0, z)
-        a10, a11, a12 = _get3(out, oo + os, n > 1, z)
-        a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, z)
-        a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, z)
-        a40, a41, a42 = _get3(out, oo + 4 * os, n > 4, z)
-        a50, a51, a52 = _get3(out, oo + 5 * os, n > 5, z)
-        a60, a61, a62 = _get3(out, oo + 6 * os, n > 6, z)
-        a70, a71, a72 = _get3(out, oo + 7 * os, n > 7, z)
-    for k in range(k0, k1):
-        xa = xo + k * xs
-        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
-        t = wo + k * PAIR
-        a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
-        a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
-        a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
-        a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
-        a40, a41, a42 = _fma3(wp, t + 4, x0, x1, x2, a40, a41, a42)
-        a50, a51, a52 = _fma3(wp, t + 5, x0, x1, x2, a50, a51, a52)
-        a60, a61, a62 = _fma3(wp, t + 6, x0, x1, x2, a60, a61, a62)
-        a70, a71, a72 = _fma3(wp, t + 7, x0, x1, x2, a70, a71, a72)
+def _get4(out, oo, os, n, zero):
+    """Four channels' twelve sums (three vectors each, channel ``r`` at ``out[oo + r*os]``)
+    where the channel exists (``r < n``), else zeros."""
+    a00, a01, a02 = _get3(out, oo, n > 0, zero)
+    a10, a11, a12 = _get3(out, oo + os, n > 1, zero)
+    a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, zero)
+    a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, zero)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32
+
+
+@helper(inline="always")
+def _put4(out, oo, os, n, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32):
+    """:func:`_get4`'s inverse: the twelve sums stored where the channel exists."""
     _put3(out, oo, n > 0, a00, a01, a02)
     _put3(out, oo + os, n > 1, a10, a11, a12)
     _put3(out, oo + 2 * os, n > 2, a20, a21, a22)
     _put3(out, oo + 3 * os, n > 3, a30, a31, a32)
-    _put3(out, oo + 4 * os, n > 4, a40, a41, a42)
-    _put3(out, oo + 5 * os, n > 5, a50, a51, a52)
-    _put3(out, oo + 6 * os, n > 6, a60, a61, a62)
-    _put3(out, oo + 7 * os, n > 7, a70, a71, a72)
+
+
+@helper(inline="always")
+def _fma4(wp, t, x0, x1, x2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32):
+    """Four channels' weights ``wp[t:t + 4]`` times the three input vectors, into their
+    twelve sums."""
+    a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
+    a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
+    a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
+    a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32
+
+
+@helper(inline="always")
+def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+    """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
+    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
+    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero); 24 sums, the
+    first four channels' ``a``, the last four's ``b``."""
+    z = broadcast(F(0))
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = b8 = b9 = b10 = b11 = z
+    if not first:
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
+        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _get4(out, oo + 4 * os, os, n - 4,
+                                                                 z)
+    for k in range(k0, k1):
+        xa = xo + k * xs
+        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        t = wo + k * PAIR
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
+            wp, t, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _fma4(
+            wp, t + 4, x0, x1, x2, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
+    _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    _put4(out, oo + 4 * os, os, n - 4, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
 
 
 @helper(inline="always")
@@ -122,25 +139,15 @@ def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     """:func:`_block3` on four channels (``n`` of them exist): twelve sums, three input
     vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
     z = broadcast(F(0))
-    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = z
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
     if not first:
-        a00, a01, a02 = _get3(out, oo, n > 0, z)
-        a10, a11, a12 = _get3(out, oo + os, n > 1, z)
-        a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, z)
-        a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, z)
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
     for k in range(k0, k1):
         xa = xo + k * xs
         x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
-        t = wo + k * PAIR
-        a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
-        a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
-        a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
-        a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
-    _put3(out, oo, n > 0, a00, a01, a02)
-    _put3(out, oo + os, n > 1, a10, a11, a12)
-    _put3(out, oo + 2 * os, n > 2, a20, a21, a22)
-    _put3(out, oo + 3 * os, n > 3, a30, a31, a32)
-
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
+            wp, wo + k * PAIR, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
 
 @helper(inline="always")
 def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
