@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
-from dualgraph.kernels import conv_packed, conv_pointpacked  # noqa: E402
+from dualgraph.kernels import conv_packed, conv_pointpacked, isa  # noqa: E402
 from dualgraph.ops.epilogue import CONV2D_PACKED  # noqa: E402
 
 from test_conv_packed import compiled_and_loaded  # noqa: E402
@@ -83,6 +83,32 @@ def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
     monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
     for (x, w, b, _), want in zip(cases, wants):
         np.testing.assert_array_equal(_run(x, w, b), want)
+        for sums in (12, 24):
+            out = np.empty_like(want)
+            conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1, sums=sums)
+            np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_both_register_blocks_give_the_same_bits(shape):
+    """The 12-sum block (16 vector registers: AVX2) and the 24-sum one (AVX-512) sum each
+    output in the same order: the same bits, whichever this host compiles for."""
+    x, w, b, attrs = _data(_case(shape))
+    packed = conv_packed.pack(w)
+    outs = {}
+    for sums in (12, 24):
+        outs[sums] = np.full((x.shape[0], w.shape[0], *x.shape[2:]), np.nan, np.float32)
+        conv_pointpacked.conv(x, packed, outs[sums], b, act=1, sums=sums)
+    np.testing.assert_array_equal(outs[12], outs[24])
+    want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
+    np.testing.assert_allclose(outs[12], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_block_follows_the_compiled_for_registers(monkeypatch):
+    monkeypatch.setattr(isa, "vector_registers", lambda: 16)
+    assert conv_pointpacked.block_sums() == 12
+    monkeypatch.setattr(isa, "vector_registers", lambda: 32)
+    assert conv_pointpacked.block_sums() == 24
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", [

@@ -13,7 +13,7 @@ pytest.importorskip("numba")
 import dualgraph as dg  # noqa: E402
 from dualgraph import kernels, passes  # noqa: E402
 from dualgraph.graph import Graph  # noqa: E402
-from dualgraph.kernels import linear_packed  # noqa: E402
+from dualgraph.kernels import isa, linear_packed  # noqa: E402
 from dualgraph.ops.epilogue import LINEAR_PACKED  # noqa: E402
 
 F = np.float32
@@ -160,7 +160,7 @@ def test_compiled_block_equals_eager_and_torch(shape, norm):
     rows = shape[0] * shape[1]
     assert len(packed) == sum(linear_packed.wanted(rows, k, n)
                               for k, n in ((40, 96), (96, 40), (40, 33)))
-    assert shape != (3, 65) or len(packed) == 2 * linear_packed._wide_registers()
+    assert shape != (3, 65) or len(packed) == 2 * (isa.vector_registers() >= 32)
 
 
 def test_training_keeps_its_weights():
@@ -186,7 +186,7 @@ def test_the_rule_leaves_alone(case):
     """A weight something else reads (a copy would double it), fewer than 32 outputs,
     float64, fewer than ``MIN_ROWS`` static rows and fewer than ``MIN_MACS`` multiply-adds
     keep their ``linear``; 8 rows of 256 inputs and 128 outputs would be packed."""
-    assert linear_packed.wanted(8, 256, 128) == linear_packed._wide_registers()
+    assert linear_packed.wanted(8, 256, 128) == (isa.vector_registers() >= 32)
     rows = {"few rows": 5, "few multiply-adds": 7}.get(case, 8)
     n = {"narrow": 20, "few multiply-adds": 128}.get(case, 128)
     dtype = "float64" if case == "float64" else "float32"

@@ -415,6 +415,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (ops/recurrent_layer.py), which nn.LSTM runs in place of a cell op per step.
 # ops/ +30, the core +30 (i-gen6): ``diagonal`` a view op (kernel, shape, VJP, ONNX), as
 # torch's: writes through it were lost silently; var's ONNX export in the kernel's formula.
+# kernels/ +75, the core +75 (i-isa): kernels/isa.py (the CPU Numba compiles for, its vector
+# registers) and conv_pointpacked's 12-sum block for 16-register (AVX2) targets.
 CORE_BUDGET = 28_235
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,

@@ -9,9 +9,12 @@ positions are 24 vector sums (the register block: 24 of the 32 ``ymm`` registers
 gives, with the three input vectors and a broadcast): per input channel ``k``, three input
 vectors are loaded from row ``k`` of ``x`` and each of the eight channels' weights
 broadcast from the packed row (eight consecutive floats of the pair's sixteen), 24
-multiply-adds. OpenBLAS packs both operands at every call: on 7x7 and 14x14 planes, where
-the weight is as large as the activations (1280 x 320 against 320 x 49), that packing and
-its small-``N`` edge kernels cost as much as a third of the product.
+multiply-adds. A CPU with 16 vector registers (AVX2) would spill those sums, so there the
+loop runs the eight channels as two halves of four, twelve sums each (:func:`block_sums`,
+chosen by the CPU the loop is compiled for, ``isa.py``). OpenBLAS packs both operands at
+every call: on 7x7 and 14x14 planes, where the weight is as large as the activations
+(1280 x 320 against 320 x 49), that packing and its small-``N`` edge kernels cost as much
+as a third of the product.
 
 A work item is an image's chunk of ``CHUNK`` positions (so two threads share batch 1).
 Its input channels are taken ``KC`` at a time (the chunk's ``KC`` input rows stay in L1
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, isa, loop, numba_available
 from .epilogue import plane_tail
 from .simd import LANES, broadcast, broadcast_at, fma, load, store
 from .threads import run_rows, threads_for
@@ -76,43 +79,75 @@ def _fma3(wp, at, x0, x1, x2, a0, a1, a2):
 
 
 @helper(inline="always")
-def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
-    """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
-    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
-    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero)."""
-    z = broadcast(F(0))
-    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = z
-    a40 = a41 = a42 = a50 = a51 = a52 = a60 = a61 = a62 = a70 = a71 = a72 = z
-    if not first:
-        a00, a01, a02 = _get3(out, oo, n > 0, z)
-        a10, a11, a12 = _get3(out, oo + os, n > 1, z)
-        a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, z)
-        a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, z)
-        a40, a41, a42 = _get3(out, oo + 4 * os, n > 4, z)
-        a50, a51, a52 = _get3(out, oo + 5 * os, n > 5, z)
-        a60, a61, a62 = _get3(out, oo + 6 * os, n > 6, z)
-        a70, a71, a72 = _get3(out, oo + 7 * os, n > 7, z)
-    for k in range(k0, k1):
-        xa = xo + k * xs
-        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
-        t = wo + k * PAIR
-        a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
-        a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
-        a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
-        a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
-        a40, a41, a42 = _fma3(wp, t + 4, x0, x1, x2, a40, a41, a42)
-        a50, a51, a52 = _fma3(wp, t + 5, x0, x1, x2, a50, a51, a52)
-        a60, a61, a62 = _fma3(wp, t + 6, x0, x1, x2, a60, a61, a62)
-        a70, a71, a72 = _fma3(wp, t + 7, x0, x1, x2, a70, a71, a72)
+def _get4(out, oo, os, n, zero):
+    """Four channels' twelve sums (three vectors each, channel ``r`` at ``out[oo + r*os]``)
+    where the channel exists (``r < n``), else zeros."""
+    a00, a01, a02 = _get3(out, oo, n > 0, zero)
+    a10, a11, a12 = _get3(out, oo + os, n > 1, zero)
+    a20, a21, a22 = _get3(out, oo + 2 * os, n > 2, zero)
+    a30, a31, a32 = _get3(out, oo + 3 * os, n > 3, zero)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32
+
+
+@helper(inline="always")
+def _put4(out, oo, os, n, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32):
+    """:func:`_get4`'s inverse: the twelve sums stored where the channel exists."""
     _put3(out, oo, n > 0, a00, a01, a02)
     _put3(out, oo + os, n > 1, a10, a11, a12)
     _put3(out, oo + 2 * os, n > 2, a20, a21, a22)
     _put3(out, oo + 3 * os, n > 3, a30, a31, a32)
-    _put3(out, oo + 4 * os, n > 4, a40, a41, a42)
-    _put3(out, oo + 5 * os, n > 5, a50, a51, a52)
-    _put3(out, oo + 6 * os, n > 6, a60, a61, a62)
-    _put3(out, oo + 7 * os, n > 7, a70, a71, a72)
 
+
+@helper(inline="always")
+def _fma4(wp, t, x0, x1, x2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32):
+    """Four channels' weights ``wp[t:t + 4]`` times the three input vectors, into their
+    twelve sums."""
+    a00, a01, a02 = _fma3(wp, t, x0, x1, x2, a00, a01, a02)
+    a10, a11, a12 = _fma3(wp, t + 1, x0, x1, x2, a10, a11, a12)
+    a20, a21, a22 = _fma3(wp, t + 2, x0, x1, x2, a20, a21, a22)
+    a30, a31, a32 = _fma3(wp, t + 3, x0, x1, x2, a30, a31, a32)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32
+
+
+@helper(inline="always")
+def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+    """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
+    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
+    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero); 24 sums, the
+    first four channels' ``a``, the last four's ``b``."""
+    z = broadcast(F(0))
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = b8 = b9 = b10 = b11 = z
+    if not first:
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
+        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _get4(out, oo + 4 * os, os, n - 4,
+                                                                 z)
+    for k in range(k0, k1):
+        xa = xo + k * xs
+        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        t = wo + k * PAIR
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
+            wp, t, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+        b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _fma4(
+            wp, t + 4, x0, x1, x2, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
+    _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    _put4(out, oo + 4 * os, os, n - 4, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
+
+
+@helper(inline="always")
+def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+    """:func:`_block3` on four channels (``n`` of them exist): twelve sums, three input
+    vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
+    z = broadcast(F(0))
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
+    if not first:
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
+    for k in range(k0, k1):
+        xa = xo + k * xs
+        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
+            wp, wo + k * PAIR, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+    _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
 
 @helper(inline="always")
 def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
@@ -143,13 +178,14 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
 
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi, where,
-             channels, size, cout, kc):
+             channels, size, cout, kc, sums):
     """Work items ``start * T // S : stop * T // S`` (``S = panels.shape[0]`` slots, ``T``
     items: each image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout,
     size)`` = the 1x1 conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C,
     16)`` (flat), then ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like
     ``out`` where ``where`` is not 0). ``panels[slot] (C*8,)`` and ``tails[slot]
-    (pairs*16*8,)``: a slot's gathered last positions and their sums."""
+    (pairs*16*8,)``: a slot's gathered last positions and their sums. ``sums``: the
+    register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
     total = images * chunks
@@ -177,7 +213,15 @@ def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi
                     ob = oo + b * LANES * size
                     q = q0
                     while q + RUN <= whole:
-                        _block3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
+                        if sums == 24:
+                            _block3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
+                                    first)
+                        else:
+                            _half3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
+                                   first)
+                            if n > 4:
+                                _half3(x, xo + q, size, wp, wo + 4, k0, k1, out,
+                                       ob + 4 * size + q, size, n - 4, first)
                         q += RUN
                     while q < whole:
                         _block1(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
@@ -206,12 +250,21 @@ def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
             and numba_available())
 
 
+def block_sums() -> int:
+    """The register block the compiled loop can keep: 24 sums where it has AVX-512VL's 32
+    vector registers, else 12 (``isa.vector_registers``; 24 on 16 registers spill: 2.3-3.5x
+    the time of OpenBLAS's GEMM, docs/benchmarks.md "AVX2")."""
+    return 24 if isa.vector_registers() >= 32 else 12
+
+
 def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-np.inf,
-           hi=np.inf):
+           hi=np.inf, sums=None):
     """``run(x, packed, b, *residual, out=None)``: :func:`_forward` fitted to the static
     ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes, its
     scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us: NumPy's
-    allocations and the type dispatch per call would be a tenth of it)."""
+    allocations and the type dispatch per call would be a tenth of it); ``sums``, the
+    register block, :func:`block_sums` where None (both give the same bits)."""
+    sums = block_sums() if sums is None else sums
     n, c, h, w = x_shape
     size = h * w
     shape = (n, cout, h, w)
@@ -230,7 +283,7 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
         args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
                 np.ascontiguousarray(b, F), out.reshape(-1),
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, panels, tails,
-                act, lo, hi, where, c, size, cout, KC)
+                act, lo, hi, where, c, size, cout, KC, sums)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:
@@ -241,11 +294,12 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
     return run
 
 
-def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf):
+def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf,
+         sums=None):
     """``out (N, Cout, H, W)`` = the 1x1 conv of ``x (N, C, H, W)`` with the weight packed
     by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
     (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
-    a ``residual``). Returns ``out``."""
+    a ``residual``; ``sums`` as :func:`fitted`'s). Returns ``out``."""
     run = fitted(x.shape, out.shape[1], packed.shape[0], residual is not None, where, act,
-                 lo, hi)
+                 lo, hi, sums)
     return run(x, packed, bias, *(() if residual is None else (residual,)), out=out)

@@ -11,8 +11,8 @@ The register block is six rows by 32 columns: per step of ``K`` four eight-lane 
 vectors are loaded, six values of ``x`` broadcast (a row of ``x`` is read along ``K``, in
 order), and 24 multiply-adds issued into 24 sums that stay in registers. That needs the 32
 vector registers of AVX-512 (24 sums, four weight vectors, a broadcast): on a CPU with 16
-the sums would spill, so the rule takes linears only where the host has AVX-512
-(:func:`wanted`; not measured on AVX2). A work item is a panel: its weights (``K * 128``
+the sums would spill, so the rule takes linears only where the loops are compiled for
+AVX-512VL (:func:`wanted`, ``isa.vector_registers``). A work item is a panel: its weights (``K * 128``
 bytes) stay in the first or second level cache while a band of rows (up to
 ``BAND_BYTES`` of them) passes, and two threads take different panels. Rows past the last
 block of six (one or two of them row by row, more as a zero-padded block of six) and
@@ -22,11 +22,9 @@ from a BLAS's blocked sum in the last places only.
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, isa, loop, numba_available
 from .simd import LANES, add, broadcast, broadcast_at, fma, load, store
 from .threads import run_rows, threads_for
 
@@ -158,15 +156,7 @@ def wanted(rows: int | None, k: int, n: int) -> bool:
     fixed cost of a few microseconds outweighs the gain)."""
     return (n >= COLUMNS and k >= 16
             and (rows is None or (rows >= MIN_ROWS and rows * k * n >= MIN_MACS))
-            and numba_available() and _wide_registers())
-
-
-@lru_cache(maxsize=None)
-def _wide_registers() -> bool:
-    """Whether the host CPU has AVX-512's 32 vector registers (LLVM's view of it, as the
-    loops are compiled for it)."""
-    import llvmlite.binding as llvm
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+            and numba_available() and isa.vector_registers() >= 32)
 
 
 def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None = None,

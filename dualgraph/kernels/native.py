@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .._helpers import getenv, write_atomic
-from . import worker
+from . import isa, worker
 from .worker import NumbaBroken
 from .abi import DATA_OFFSET, DIMS_OFFSET, JOB   # noqa: F401  (used as native.JOB)
 from .cache import cache_dir, kernels_hash, mark_used, prune_at_exit, writable
@@ -239,14 +239,14 @@ def _engine():
 
 @lru_cache(maxsize=None)
 def _environment() -> str:
-    """Versions and the host CPU: machine code from another of these is not reused.
-    (Numba's version is read from its ``_version.py`` without importing Numba, nor
-    ``importlib.metadata``, which takes 0.1 s to import.)"""
+    """Versions and the CPU Numba compiles for (``isa.target``: the host, or what
+    ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` say): machine code from another of these
+    is not reused. (Numba's version is read from its ``_version.py`` without importing
+    Numba, nor ``importlib.metadata``, which takes 0.1 s to import.)"""
     import llvmlite
-    import llvmlite.binding as llvm
     numba_version = Path(importlib.util.find_spec("numba").origin).with_name("_version.py")
     return json.dumps([sys.version_info[:2], llvmlite.__version__, _file_hash(
-        str(numba_version)), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()])
+        str(numba_version)), *isa.target()])
 
 
 @lru_cache(maxsize=None)
