@@ -21,11 +21,23 @@ POOLS = [
     ((2, 17, 57, 57), 3, 2, 0, 1, True), ((1, 96, 57, 57), 3, 2, 1, 2, False),
     ((1, 3, 14, 14), 2, 2, 0, 1, False), ((3, 5, 29, 40), 3, 3, 1, 1, True),
     ((1, 4, 23, 37), 2, 1, 0, 2, False), ((1, 2, 33, 16), 3, 2, 1, 1, True),
+    ((2, 3, 19, 18), 3, 2, 1, 1, True), ((3, 4, 12, 17), 2, 1, 0, 1, False),
 ]
 
 
+def _vectorised(case):
+    (_, _, h, w), k, s, p, d, ceil = case
+    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
+    return pooling.vectorised(w, wo, k, s, d, p)
+
+
+# (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)
+VECTORISED = [case for case in POOLS if _vectorised(case)]
+
+
 def _pool(x, k, s, p, d, ceil, indices=False):
-    """The loop on every plane of ``x`` at once (no size threshold)."""
+    """The loop on every plane of ``x`` at once (no size threshold; the values loop only
+    where ``pooling.vectorised``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
@@ -38,7 +50,13 @@ def _pool(x, k, s, p, d, ceil, indices=False):
     return out.reshape(n, c, ho, wo), where.reshape(n, c, ho, wo)
 
 
-@pytest.mark.parametrize("case", POOLS)
+def test_cases_include_vectorised_ones_with_padding_dilation_and_ceil_mode():
+    assert len(VECTORISED) >= 6
+    assert {case[3] for case in VECTORISED} >= {0, 1} and {case[4] for case in VECTORISED} \
+        >= {1, 2} and {case[5] for case in VECTORISED} == {False, True}
+
+
+@pytest.mark.parametrize("case", VECTORISED)
 def test_values_match_torch_with_nan_and_infinities(case):
     shape, k, s, p, d, ceil = case
     rng = np.random.default_rng(sum(shape))

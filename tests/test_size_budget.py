@@ -411,9 +411,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +50, ops/ +20, the core +95 (the lead, merging this session's eight branches):
 # each branch raised its budget from base's by what it needed beyond base's slack, and the
 # slack was spent once per branch: the merged code is the sum of their growths.
-CORE_BUDGET = 28_075
+# kernels/ +10 and the core +10 (issue 26, i-pool): pooling.max_pool_values, inference max
+# pooling down the window's rows then across a -inf padded row (1.4-2x the eight-lane
+# windows' loop), beside max_pool's windows with positions for the backward.
+CORE_BUDGET = 28_085
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_090,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_175, "ops": 9_090,
            "passes": 3_455, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -116,29 +116,6 @@ def _vector_argmax(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, steps):
 
 
 @helper(inline="always")
-def _plane(plane, out, where, places, steps, width, height, ho, wo, kh, kw, sh, sw, dh, dw,
-           top, left, first, last):
-    """One plane of :func:`max_pool`: outputs ``first:last + 1`` of each row eight at a
-    time, the others one by one, each maximum's position into ``where``."""
-    for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = _taps_inside(y0, kh, dh, height)
-        row = out[i * wo:(i + 1) * wo]
-        for j in range(first, last + 1, LANES):
-            j = min(j, last + 1 - LANES)
-            b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
-                                  steps)
-            store(places, j, k)
-            store(row, j, b)
-        for j in range(first, last + 1):
-            where[i * wo + j] = np.int64(places[j])
-        for j in range(wo):
-            if j < first or j > last:
-                row[j], where[i * wo + j] = _scalar_max(plane, height, width, y0,
-                                                         j * sw - left, kh, kw, dh, dw)
-
-
-@helper(inline="always")
 def inside_columns(width, wo, kw, sw, dw, left):
     """``(first, last)``: the outputs of a row whose windows' columns are all inside it."""
     return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
@@ -171,27 +148,32 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
     steps = load(np.arange(LANES).astype(F) * F(sw), 0)   # (lane l: column l * sw)
     places = np.empty(wo + LANES, F)   # (a row's positions as floats)
     for p in range(start, stop):
-        _plane(x[p], best[p], index[p], places, steps, width, height, ho, wo, kh, kw, sh, sw,
-               dh, dw, top, left, first, last)
+        plane, where = x[p], index[p]
+        for i in range(ho):
+            y0 = i * sh - top
+            a0, a1 = _taps_inside(y0, kh, dh, height)
+            row = best[p, i * wo:(i + 1) * wo]
+            for j in range(first, last + 1, LANES):
+                j = min(j, last + 1 - LANES)
+                b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
+                                      steps)
+                store(places, j, k)
+                store(row, j, b)
+            for j in range(wo):
+                if first <= j <= last:
+                    where[i * wo + j] = np.int64(places[j])
+                else:
+                    row[j], where[i * wo + j] = _scalar_max(plane, height, width, y0,
+                                                             j * sw - left, kh, kw, dh, dw)
 
 
 @helper(inline="always")
 def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan):
     """The maxima down the window's rows (flat offsets ``rows[a0:a1]`` of the plane) for
     every column, into ``padded[left:left + width]``: eight columns a vector (the last
-    eight end at the row's end), one by one in rows of fewer than eight. Returns the sum of
-    what was read: NaN where a NaN was (or infinities of both signs), the plain maxima
+    eight end at the row's end). Returns the sum of what was read: NaN where a NaN was (or infinities of both signs), the plain maxima
     then unreliable."""
     total = broadcast(F(0))
-    if width < LANES:
-        for q in range(width):
-            b = F(-np.inf)
-            for a in range(a0, a1):
-                v = plane[rows[a] + q]
-                b = v if (v > b) | (v != v) else b
-            padded[left + q] = b
-            total = add(total, broadcast(b))
-        return total
     for q in range(0, width, LANES):
         q = min(q, width - LANES)
         b, s = broadcast(F(-np.inf)), broadcast(F(0))
@@ -209,16 +191,7 @@ def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan):
 @helper(inline="always")
 def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan):
     """``row[j]``: the maximum of ``padded[j * sw + c * dw]`` over the ``kw`` taps ``c``,
-    eight outputs a vector (the last eight end at ``wo``; at ``sw`` 2 every other column),
-    one by one in rows of fewer than eight or at strides over 2 (NaN wins)."""
-    if wo < LANES or sw > 2:
-        for j in range(wo):
-            b = F(-np.inf)
-            for c in range(kw):
-                v = padded[j * sw + c * dw]
-                b = v if (v > b) | (v != v) else b
-            row[j] = b
-        return
+    eight outputs a vector (the last eight end at ``wo``; at ``sw`` 2 every other column)."""
     for j in range(0, wo, LANES):
         j = min(j, wo - LANES)
         b = _tap(padded, j * sw, sw)
@@ -240,7 +213,8 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     where :func:`max_pool`'s costs 9 shuffled taps (1.4x faster on ResNet's and
     SqueezeNet's pools, 2x at stride 1; docs/benchmarks.md). Plain maxima (``vmaxps``),
     and a plane whose read values summed to NaN is pooled again NaN-keeping
-    (``llvm.maximum`` costs 2.5x; NaN wins, as in torch)."""
+    (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
+    (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked)."""
     span = -(-wo // LANES) * LANES
     padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * LANES, -np.inf, F)
     rows = np.empty(kh, np.int64)
