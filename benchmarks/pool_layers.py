@@ -1,5 +1,5 @@
 """Micro-benchmark: max pooling layers as compiled inference runs them (the values alone,
-``max_pool2d_values``: ``kernels/pooling.py``'s eight-lane loop), against NumPy's running
+``max_pool2d_values``: ``kernels/pooling.py``'s ``max_pool_values``), against NumPy's running
 maximum (the kernel it replaced), onnxruntime's MaxPool node and torch eager.
 
 Run ``python -m benchmarks.pool_layers [--batches 1,16] [--rounds 7] [NAME-PART ...]`` (one

@@ -21,21 +21,42 @@ POOLS = [
     ((2, 17, 57, 57), 3, 2, 0, 1, True), ((1, 96, 57, 57), 3, 2, 1, 2, False),
     ((1, 3, 14, 14), 2, 2, 0, 1, False), ((3, 5, 29, 40), 3, 3, 1, 1, True),
     ((1, 4, 23, 37), 2, 1, 0, 2, False), ((1, 2, 33, 16), 3, 2, 1, 1, True),
+    ((2, 3, 19, 18), 3, 2, 1, 1, True), ((3, 4, 12, 17), 2, 1, 0, 1, False),
 ]
 
 
+def _vectorised(case):
+    (_, _, h, w), k, s, p, d, ceil = case
+    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
+    return pooling.vectorised(w, wo, k, s, d, p)
+
+
+# (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)
+VECTORISED = [case for case in POOLS if _vectorised(case)]
+
+
 def _pool(x, k, s, p, d, ceil, indices=False):
-    """The loop on every plane of ``x`` at once (no size threshold)."""
+    """The loop on every plane of ``x`` at once (no size threshold; the values loop only
+    where ``pooling.vectorised``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
-    where = np.full((n * c, ho * wo) if indices else (1, 0), -5, np.int64)
-    pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, h, w, ho, wo, k, k, s, s,
-                     d, d, p, p)
-    return out.reshape(n, c, ho, wo), where.reshape(n, c, ho, wo) if indices else None
+    geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
+    if not indices:
+        pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, *geometry)
+        return out.reshape(n, c, ho, wo), None
+    where = np.full((n * c, ho * wo), -5, np.int64)
+    pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
+    return out.reshape(n, c, ho, wo), where.reshape(n, c, ho, wo)
 
 
-@pytest.mark.parametrize("case", POOLS)
+def test_cases_include_vectorised_ones_with_padding_dilation_and_ceil_mode():
+    assert len(VECTORISED) >= 6
+    assert {case[3] for case in VECTORISED} >= {0, 1} and {case[4] for case in VECTORISED} \
+        >= {1, 2} and {case[5] for case in VECTORISED} == {False, True}
+
+
+@pytest.mark.parametrize("case", VECTORISED)
 def test_values_match_torch_with_nan_and_infinities(case):
     shape, k, s, p, d, ceil = case
     rng = np.random.default_rng(sum(shape))
@@ -45,20 +66,30 @@ def test_values_match_torch_with_nan_and_infinities(case):
     np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil)[0], want)
 
 
-@pytest.mark.parametrize("where", ["inf and -inf", "nan at an edge", "nan inside"])
+@pytest.mark.parametrize("where", ["inf and -inf", "nan at an edge", "nan inside",
+                                   "nan in a padded edge window", "nan in a ceil edge window"])
 def test_values_pooled_again_keeping_nan_only_where_needed(where):
     """Without indices a plane is pooled with plain maxima and again, NaN-keeping, where
     its taps summed to NaN: infinities of both signs (no NaN: the same values either way),
-    a NaN only in a window done one by one (the last column, ceil mode), a NaN inside."""
+    a NaN in the last column (ceil mode), a NaN inside, a NaN only in a window done one by
+    one (column 0 under padding 1, the last column where ceil mode's last window sticks
+    out) and so in no vector's taps."""
     x = np.random.default_rng(7).standard_normal((1, 3, 21, 23)).astype(np.float32)
+    pool = (3, 2, 0, 1, True)
     if where == "inf and -inf":
         x[0, 0, 4, 5], x[0, 0, 9, 9] = np.inf, -np.inf
     elif where == "nan at an edge":
         x[0, 1, 6, 22] = np.nan
-    else:
+    elif where == "nan inside":
         x[0, 2, 10, 11] = np.nan
-    want = F.max_pool2d(torch.tensor(x), 3, 2, 0, 1, ceil_mode=True).numpy()
-    np.testing.assert_array_equal(_pool(x, 3, 2, 0, 1, True)[0], want)
+    elif where == "nan in a padded edge window":
+        x[0, 1, 7, 0], pool = np.nan, (3, 2, 1, 1, False)
+    else:
+        x, pool = x[..., :22], (3, 2, 0, 1, True)
+        x[0, 2, 11, 21] = np.nan
+    want = F.max_pool2d(torch.tensor(x), *pool[:4], ceil_mode=pool[4]).numpy()
+    assert np.isnan(want).any() == (where != "inf and -inf")
+    np.testing.assert_array_equal(_pool(x, *pool)[0], want)
 
 
 @pytest.mark.parametrize("case", POOLS)

@@ -417,6 +417,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # torch's: writes through it were lost silently; var's ONNX export in the kernel's formula.
 # kernels/ +75, the core +75 (i-isa): kernels/isa.py (the CPU Numba compiles for, its vector
 # registers) and conv_pointpacked's 12-sum block for 16-register (AVX2) targets.
+# kernels/ +10 and the core +10 (issue 26, i-pool): pooling.max_pool_values, inference max
+# pooling down the window's rows then across a -inf padded row (1.4-2x the eight-lane
+# windows' loop), beside max_pool's windows with positions for the backward.
 CORE_BUDGET = 28_235
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,

@@ -1,5 +1,6 @@
 """2-D max pooling (float32): the common 2x2 / stride 2 window's maximum and where it was
-in one pass, any other window likewise, and the backward's scatter of gradients to those places. NumPy needs a pass
+in one pass, any other window likewise, the values alone (inference) separably by rows
+then columns, and the backward's scatter of gradients to those places. NumPy needs a pass
 per kernel position plus masks and index arithmetic for the same result."""
 from __future__ import annotations
 
@@ -75,25 +76,6 @@ def _tap(plane, o, sw):
 
 
 @helper(inline="always")
-def _vector_max(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, keep_nan):
-    """The maxima of eight windows side by side (rows ``a0:a1`` of the window inside the
-    plane, every column inside), and the sum of the taps' values: each tap one eight-lane
-    load (every other column at stride 2), a maximum and an add. The maximum is
-    NaN-keeping only if ``keep_nan`` (``llvm.maximum`` costs 2.5x a plain ``vmaxps``);
-    otherwise the sum, NaN where a tap was, says whether it had to be."""
-    b, total = broadcast(F(-np.inf)), broadcast(F(0))
-    for a in range(a0, a1):
-        o = (y0 + a * dh) * width + x0
-        for c in range(kw):
-            v = _tap(plane, o + c * dw, sw)
-            if keep_nan:
-                b = maximum_nan(b, v)
-            else:
-                b, total = maximum(v, b), add(total, v)
-    return b, total
-
-
-@helper(inline="always")
 def _taps_inside(start, taps, step, size):
     """``(first, stop)``: the taps ``t`` of ``start + t * step`` (``t < taps``) that fall
     inside ``0:size``; without a division where ``step`` is 1 (an integer division per
@@ -134,52 +116,14 @@ def _vector_argmax(plane, width, y0, a0, a1, x0, kw, sw, dh, dw, steps):
 
 
 @helper(inline="always")
-def _plane(plane, out, where, places, steps, width, height, ho, wo, kh, kw, sh, sw, dh, dw,
-           top, left, first, last, track, keep_nan):
-    """One plane of :func:`max_pool`: outputs ``first:last + 1`` of each row eight at a
-    time, the others one by one; with ``track`` each maximum's position into ``where``.
-    Without, returns False where the vectors' taps summed to NaN (a NaN among them, or
-    infinities of both signs): then the plane must be pooled again with ``keep_nan``."""
-    total = broadcast(F(0))
-    for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = _taps_inside(y0, kh, dh, height)
-        row = out[i * wo:(i + 1) * wo]
-        for j in range(first, last + 1, LANES):
-            j = min(j, last + 1 - LANES)
-            if track:
-                b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
-                                      steps)
-                store(places, j, k)
-            else:
-                b, s = _vector_max(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
-                                   keep_nan)
-                total = add(total, s)
-            store(row, j, b)
-        if not track:
-            for j in range(first):
-                row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
-            for j in range(last + 1, wo):
-                row[j] = _edge_max(plane, width, y0, a0, a1, j * sw - left, kw, dh, dw)
-            continue
-        for j in range(first, last + 1):
-            where[i * wo + j] = np.int64(places[j])
-        for j in range(wo):
-            if j < first or j > last:
-                row[j], where[i * wo + j] = _scalar_max(plane, height, width, y0,
-                                                         j * sw - left, kh, kw, dh, dw)
-    total_sum = tree_sum(total)
-    return total_sum == total_sum
-
-
-@helper(inline="always")
 def inside_columns(width, wo, kw, sw, dw, left):
     """``(first, last)``: the outputs of a row whose windows' columns are all inside it."""
     return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
 
 
 def vectorised(width, wo, kw, sw, dw, left) -> bool:
-    """Whether :func:`max_pool` takes eight windows at a time on such rows (else it is
+    """Whether :func:`max_pool` and :func:`max_pool_values` take eight windows at a time
+    on such rows (else they are
     slower than NumPy's running maximum: strides over 2, rows of fewer than eight inside
     outputs)."""
     first, last = inside_columns(width, wo, kw, sw, dw, left)
@@ -190,26 +134,102 @@ def vectorised(width, wo, kw, sw, dw, left) -> bool:
 def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
              left):
     """Planes ``start:stop`` of the flat planes ``x (P, H*W)`` max-pooled into ``best (P,
-    Ho*Wo)``, and where ``index`` has columns, each maximum's flat position in its plane
-    into it (``index (P, Ho*Wo)``, int64; then no NaN in ``x``: the caller checks; else
-    NaN wins, as in torch). The window of output ``(i, j)`` starts at ``(i * sh - top, j *
-    sw - left)`` with dilation ``(dh, dw)``; positions outside the plane are skipped
-    (padding, ceil mode). At column stride 1 or 2 the outputs whose windows lie inside
-    the row go eight at a time (:func:`_vector_max`, :func:`_vector_argmax`; the row's
-    last eight end at its last such output, recomputing some), the others one by one.
-    NumPy's running maximum took a pass over the output per tap (five with the argmax).
-    Without ``index`` (inference), a plane is pooled with plain maxima (the sum of the
-    taps says whether a NaN was among them, :func:`_plane`) and pooled again keeping
-    NaN only if one was."""
-    track = index.shape[1] > 0
+    Ho*Wo)`` and each maximum's flat position in its plane into ``index (P, Ho*Wo)``
+    (int64; no NaN in ``x``: the caller checks). The window of output ``(i, j)`` starts at
+    ``(i * sh - top, j * sw - left)`` with dilation ``(dh, dw)``; positions outside the
+    plane are skipped (padding, ceil mode). At column stride 1 or 2 the outputs whose
+    windows lie inside the row go eight at a time (:func:`_vector_argmax`; the row's last
+    eight end at its last such output, recomputing some), the others one by one. NumPy's
+    running maximum took five passes over the output per tap. Inference, which reads no
+    positions, runs :func:`max_pool_values`."""
     first, last = inside_columns(width, wo, kw, sw, dw, left)
     if not (sw <= 2 and last + 1 - first >= LANES):
         first, last = wo, wo - 1      # (all one by one)
     steps = load(np.arange(LANES).astype(F) * F(sw), 0)   # (lane l: column l * sw)
     places = np.empty(wo + LANES, F)   # (a row's positions as floats)
     for p in range(start, stop):
-        plane, out, where = x[p], best[p], index[p if track else 0]
+        plane, where = x[p], index[p]
+        for i in range(ho):
+            y0 = i * sh - top
+            a0, a1 = _taps_inside(y0, kh, dh, height)
+            row = best[p, i * wo:(i + 1) * wo]
+            for j in range(first, last + 1, LANES):
+                j = min(j, last + 1 - LANES)
+                b, k = _vector_argmax(plane, width, y0, a0, a1, j * sw - left, kw, sw, dh, dw,
+                                      steps)
+                store(places, j, k)
+                store(row, j, b)
+            for j in range(wo):
+                if first <= j <= last:
+                    where[i * wo + j] = np.int64(places[j])
+                else:
+                    row[j], where[i * wo + j] = _scalar_max(plane, height, width, y0,
+                                                             j * sw - left, kh, kw, dh, dw)
+
+
+@helper(inline="always")
+def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan):
+    """The maxima down the window's rows (flat offsets ``rows[a0:a1]`` of the plane) for
+    every column, into ``padded[left:left + width]``: eight columns a vector (the last
+    eight end at the row's end). Returns the sum of what was read: NaN where a NaN was (or infinities of both signs), the plain maxima
+    then unreliable."""
+    total = broadcast(F(0))
+    for q in range(0, width, LANES):
+        q = min(q, width - LANES)
+        b, s = broadcast(F(-np.inf)), broadcast(F(0))
+        for a in range(a0, a1):
+            v = load(plane, rows[a] + q)
+            if keep_nan:
+                b = maximum_nan(b, v)
+            else:
+                b, s = maximum(v, b), add(s, v)
+        total = add(total, s)     # (once a vector: the window rows' sums are independent)
+        store(padded, left + q, b)
+    return total
+
+
+@helper(inline="always")
+def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan):
+    """``row[j]``: the maximum of ``padded[j * sw + c * dw]`` over the ``kw`` taps ``c``,
+    eight outputs a vector (the last eight end at ``wo``; at ``sw`` 2 every other column)."""
+    for j in range(0, wo, LANES):
+        j = min(j, wo - LANES)
+        b = _tap(padded, j * sw, sw)
+        for c in range(1, kw):
+            v = _tap(padded, j * sw + c * dw, sw)
+            b = maximum_nan(b, v) if keep_nan else maximum(v, b)
+        store(row, j, b)
+
+
+@loop
+def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                    left):
+    """:func:`max_pool`'s values alone (inference), separably, down then across: for each
+    output row the maxima down its window's rows for every input column
+    (:func:`_column_maxima`: plain loads, eight columns a vector) into a row padded with
+    -inf on both sides, then the maxima across that row's taps for every output
+    (:func:`_row_maxima`), so that padding and ceil mode's last window need no case of
+    their own. A 3x3/2 window costs 3 shuffled taps per output vector and 6 plain loads
+    where :func:`max_pool`'s costs 9 shuffled taps (1.4x faster on ResNet's and
+    SqueezeNet's pools, 2x at stride 1; docs/benchmarks.md). Plain maxima (``vmaxps``),
+    and a plane whose read values summed to NaN is pooled again NaN-keeping
+    (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
+    (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked)."""
+    span = -(-wo // LANES) * LANES
+    padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * LANES, -np.inf, F)
+    rows = np.empty(kh, np.int64)
+    for p in range(start, stop):
+        plane, out = x[p], best[p]
         for keep_nan in (False, True):
-            if _plane(plane, out, where, places, steps, width, height, ho, wo, kh, kw, sh, sw,
-                      dh, dw, top, left, first, last, track, keep_nan) or track:
+            total = broadcast(F(0))
+            for i in range(ho):
+                y0 = i * sh - top
+                a0, a1 = _taps_inside(y0, kh, dh, height)
+                for a in range(a0, a1):
+                    rows[a] = (y0 + a * dh) * width
+                total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left,
+                                                  keep_nan))
+                _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan)
+            total_sum = tree_sum(total)
+            if keep_nan or total_sum == total_sum:
                 break

@@ -950,9 +950,10 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
-    ``kernels.pooling.max_pool`` (eight windows a vector, NaN kept), planes shared
-    among threads; None where that loop does not run (another dtype, no Numba) or would
-    take the windows one by one (``pooling.vectorised``)."""
+    ``kernels.pooling.max_pool_values`` (rows' maxima, then columns', eight outputs a
+    vector, NaN kept), planes shared among threads; None where that loop does not run
+    (another dtype, no Numba, fewer than eight outputs a row inside it, strides over 2:
+    ``pooling.vectorised``)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
@@ -965,15 +966,16 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
 
 def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, indices):
     """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
-    threads: the maxima and, if ``indices``, their flat positions (else None)."""
+    threads: the maxima and, if ``indices``, their flat positions (else None, by
+    ``kernels.pooling.max_pool_values``)."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
     best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
-    where = np.empty(best.shape if indices else (1, 0), np.int64)
-    run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where, *hw, *out_hw,
-             *kernel_size, *stride, *dilation, padding[0], padding[1],
-             threads=threads_for(planes.size))
-    return best.reshape(shape), where.reshape(shape) if indices else None
+    where = (np.empty(best.shape, np.int64),) if indices else ()
+    loop = kernels.pooling.max_pool if indices else kernels.pooling.max_pool_values
+    run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
+             *stride, *dilation, padding[0], padding[1], threads=threads_for(planes.size))
+    return best.reshape(shape), where[0].reshape(shape) if indices else None
 
 
 def _tiled_max_pool(win, hw):
