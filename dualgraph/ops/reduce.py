@@ -167,13 +167,37 @@ def _reduced_size(x, dims: tuple):
 
 
 # -- sum, mean, prod ---------------------------------------------------------------------------
+# A sum of at most this many elements per result, over big arrays, adds strided slices in
+# turn (a pass each): NumPy's reduce is a call per result element when the last dim is
+# reduced and short (2 elements: 40x slower; the gradient of a broadcast over 2x2
+# blocks), and copies its rows when a middle dim is.
+_FEW = 8
+
+
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
+    if out_dt == x.dtype and x.dtype.kind == "f" and x.size >= kernels.MIN_ELEMENTS and dims \
+            and 1 < math.prod(x.shape[d] for d in dims) <= _FEW:
+        return _sum_slices(x, dims, keepdim, out)
     # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call; a
     # new array even over no dims)
     return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim, out=out))
+
+
+def _sum_slices(x, dims, keepdim, out):
+    """``x`` summed over ``dims`` (a few elements per result) as the slices at each of
+    their positions added in turn, in row-major order of the positions (NumPy's order over
+    a dim that is not the last)."""
+    shape = reduced_shape(x.shape, dims, False)
+    acc = np.empty(shape, x.dtype) if out is None else out.reshape(shape)
+    keys = [tuple(i if d in dims else slice(None) for d, i in enumerate(at))
+            for at in np.ndindex(*(x.shape[d] if d in dims else 1 for d in range(x.ndim)))]
+    np.add(x[keys[0]], x[keys[1]], out=acc)
+    for key in keys[2:]:
+        np.add(acc, x[key], out=acc)
+    return acc.reshape(reduced_shape(x.shape, dims, keepdim)) if out is None else out
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):

@@ -76,6 +76,13 @@ CASES = [
     OpCase("sum", lambda m, a: m.sum(a, (0, 2), keepdim=True), [In((2, 3, 4))],
            "tuple-keepdim"),
     OpCase("sum", lambda m, a: m.sum(a, dtype=m.float64), [In((3, 4))], "dtype"),
+    # (a few elements per result over a big array: slices added in turn)
+    OpCase("sum", lambda m, a: a.sum(1), [In((70, 3, 40))], "few-mid",
+           dtypes=("float32", "float64"), gradcheck=False),
+    OpCase("sum", lambda m, a: a.sum(-1, keepdim=True), [In((600, 8))], "few-last",
+           dtypes=("float32", "float64"), gradcheck=False),
+    OpCase("sum", lambda m, a: a.mT.sum((0, 2)), [In((50, 2, 30, 2))], "few-strided",
+           gradcheck=False),
     OpCase("sum", lambda m, a: a.sum(1), [In((3, 4), "bool")], "bool", grad=False),
 
     # mean
