@@ -2,7 +2,9 @@
 dims before it (``outer``) and after it (``inner``, contiguous), so that a reduction over a
 non-last dim reads each row of ``inner`` elements once, in memory order, with no
 transposed copy (NumPy's ``argmax(axis=1)`` copies the array into that dim's order first,
-and is then a pass per output element).
+and is then a pass per output element); and gather and scatter-add along the dim, a load
+or an add per element where NumPy's fancy indexing builds index grids (and ``np.add.at``
+takes a slow path per element).
 """
 from __future__ import annotations
 
@@ -39,3 +41,25 @@ def extreme(x, values, index, largest):
                 if _takes(v, vals[k], largest):
                     vals[k] = v
                     where[k] = j
+
+
+@loop
+def gather(x, index, out):
+    """``out[o, j, k] = x[o, index[o, j, k], k]``; ``x (outer, n, inner)``, ``index`` and
+    ``out (outer, m, inner)``, the indices in ``[0, n)`` (the caller checks)."""
+    for o in range(index.shape[0]):
+        for j in range(index.shape[1]):
+            picks, dst = index[o, j], out[o, j]
+            for k in range(dst.size):
+                dst[k] = x[o, picks[k], k]
+
+
+@loop
+def scatter_add(out, index, src):
+    """``out[o, index[o, j, k], k] += src[o, j, k]`` in order (repeated targets add up);
+    shapes as :func:`gather`'s, ``out`` in place of ``x``."""
+    for o in range(index.shape[0]):
+        for j in range(index.shape[1]):
+            picks, add = index[o, j], src[o, j]
+            for k in range(add.size):
+                out[o, picks[k], k] += add[k]

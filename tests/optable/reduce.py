@@ -61,10 +61,10 @@ def _along_grad(m, a, v):
 def double(f):
     """A row function whose output is the gradient of ``sum(f(x) ** 3)`` (taken with
     create_graph), so the row's gradient check tests the VJP's own derivative."""
-    def fn(m, a):
+    def fn(m, a, *rest):
         x = a if a.requires_grad else a.detach().requires_grad_()
         with m.enable_grad():
-            y = f(m, x)
+            y = f(m, x, *rest)
             y = y[0] if isinstance(y, tuple) else y
             return m.autograd.grad((y ** 3).sum(), x, create_graph=True)[0]
     return fn
