@@ -411,9 +411,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +50, ops/ +20, the core +95 (the lead, merging this session's eight branches):
 # each branch raised its budget from base's by what it needed beyond base's slack, and the
 # slack was spent once per branch: the merged code is the sum of their growths.
-CORE_BUDGET = 28_075
+# ops/ +155, kernels/ +50 and the core +205 (issue 26, i-eagR, eager ops at the programs'
+# sizes): max/min along a non-last dim in one loop with a one-op gradient (along_backward),
+# elu's and softplus's gradients as one op each, gather and scatter_add as primitives with
+# loops along the dim (each with its own VJP for double backward, ONNX export), sums of a
+# few elements per result as slice adds.
+CORE_BUDGET = 28_280
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_090,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_215, "ops": 9_245,
            "passes": 3_455, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
