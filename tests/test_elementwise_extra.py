@@ -261,7 +261,7 @@ TEMPLATE_INPUTS = {
 }
 TEMPLATE_ATTRS = {"round": {"decimals": 1}, "elu": {"alpha": 0.5},
                   "leaky_relu": {"negative_slope": 0.2},
-                  "leaky_relu_backward": {"negative_slope": -0.3},
+                  "leaky_relu_backward": {"negative_slope": -0.3}, "elu_backward": {"alpha": 0.3},
                   "softplus": {"beta": 2.0, "threshold": 3.0}}
 TEMPLATED = sorted((op for op in vars(ew).values()
                     if isinstance(op, OpDef) and op.elementwise and op.name != "cast"),

@@ -58,6 +58,14 @@ INTERPOLATIONS = [
     ((2, 3, 6, 5), dict(size=(3, 8), mode="bicubic")),
     ((1, 2, 5, 2), dict(size=(1, 1), mode="bicubic", align_corners=True)),
     ((1, 2, 3, 4, 2), dict(size=(2, 5, 3), mode="nearest")),
+    # integer factors: a broadcast view copied once, its gradient a sum of a few slices
+    # (big enough for that kernel), mixed with index_select where a dim is not a multiple
+    ((2, 3, 40, 30), dict(scale_factor=2, mode="nearest")),
+    ((2, 3, 40, 30), dict(scale_factor=(3, 1), mode="nearest-exact")),
+    ((2, 3, 40, 30), dict(size=(80, 45), mode="nearest")),
+    ((1, 2, 30, 7), dict(size=(90, 13), mode="nearest-exact")),
+    ((2, 64, 20), dict(scale_factor=4, mode="nearest")),
+    ((1, 2, 3, 4, 2), dict(scale_factor=(2, 1, 3), mode="nearest")),
 ]
 
 

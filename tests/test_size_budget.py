@@ -420,6 +420,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +10 and the core +10 (issue 26, i-pool): pooling.max_pool_values, inference max
 # pooling down the window's rows then across a -inf padded row (1.4-2x the eight-lane
 # windows' loop), beside max_pool's windows with positions for the backward.
+# ops/ +155, kernels/ +50 and the core +205 (issue 26, i-eagR, eager ops at the programs'
+# sizes): max/min along a non-last dim in one loop with a one-op gradient (along_backward),
+# elu's and softplus's gradients as one op each, gather and scatter_add as primitives with
+# loops along the dim (each with its own VJP for double backward, ONNX export), sums of a
+# few elements per result as slice adds.
 CORE_BUDGET = 28_235
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,

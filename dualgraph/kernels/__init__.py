@@ -119,7 +119,7 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, width)
 
 
-_LOOP_MODULES = ("activations", "attention", "batch_norm", "batched", "conv", "conv_batch",
+_LOOP_MODULES = ("activations", "along", "attention", "batch_norm", "batched", "conv", "conv_batch",
                  "conv_columns", "conv_direct", "conv_nhwc", "conv_outlanes", "conv_packed",
                  "conv_pointpacked", "conv_pointwise", "conv_shallow", "conv_tiles",
                  "conv_winograd", "epilogue", "linear_packed", "normalization", "optim",

@@ -1,5 +1,5 @@
 """One-pass float32 loops for erf, the GELUs, sigmoid, SiLU, leaky ReLU, the LSTM cell and ReLU,
-forward and backward, and ``where``'s select.
+forward and backward, ELU's and softplus's gradients, and ``where``'s select.
 
 The formulas are those of the NumPy kernels in ``ops/elementwise.py`` and
 ``ops/recurrent.py`` (which document them); here each element is read and written once,
@@ -278,3 +278,24 @@ def add_bias_relu(y, b):
         for j in range(row.size):
             v = row[j] + b[j]
             row[j] = _ZERO if v < _ZERO else v
+
+
+@loop
+def elu_backward(start, stop, g, out, x, result, alpha):
+    """``result = g where x > 0, else g * (out + alpha)`` (``out``: elu's output) over
+    elements ``start:stop`` of flat arrays."""
+    gs, ys, xs, rs = g[start:stop], out[start:stop], x[start:stop], result[start:stop]
+    for i in range(xs.size):
+        v = gs[i]
+        rs[i] = v if xs[i] > _ZERO else v * (ys[i] + alpha)
+
+
+@loop
+def softplus_backward(start, stop, g, x, out, beta, threshold):
+    """``out = g * sigmoid(beta x)``, ``g`` where ``beta x > threshold``, over elements
+    ``start:stop`` of flat arrays."""
+    gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
+    for i in range(xs.size):
+        z = xs[i] * beta
+        v = gs[i]
+        outs[i] = v if z > threshold else v * sigmoid32(z)

@@ -113,6 +113,28 @@ def _nearest_index(n: int, out: int, step: float, exact: bool) -> np.ndarray:
     return np.minimum(np.floor(dst * step).astype(np.int64), n - 1)
 
 
+def _repeat_whole(y, plan, exact: bool):
+    """The nearest modes' dims whose source index repeats each position ``k`` times in
+    order (an integer scale factor) resized at once, as a broadcast view of ``y`` with a
+    length-``k`` dim after each of them, copied by one reshape (its gradient one sum),
+    where an ``index_select`` per dim was a gather each and a scatter-add each backward;
+    returns the result and the plan of the dims left to resize (the others)."""
+    lead = tuple(y.shape[:2])
+    shape, spread, sizes, rest = [*lead], [*lead], [*lead], list(plan)
+    for k, (n, out, step) in enumerate(plan):
+        times = out // n
+        if out == n * times > n and np.array_equal(_nearest_index(n, out, step, exact),
+                                                   np.arange(out) // times):
+            shape, spread, sizes = shape + [n, 1], spread + [n, times], sizes + [out]
+            rest[k] = (out, out, 1.0)
+        else:
+            shape, spread, sizes = shape + [n], spread + [n], sizes + [n]
+    if len(spread) == y.ndim:
+        return y, plan
+    wide = shape_ops.expand(shape_ops.reshape(y, tuple(shape)), tuple(spread))
+    return shape_ops.reshape(wide, tuple(sizes)), rest
+
+
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     """Resize the spatial dims of (N, C, ...) input to ``size`` or by ``scale_factor``
@@ -140,6 +162,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             raise NotImplementedError("interpolate: mode 'area' of 5-d input is not supported")
         return pool(input, [o for _, o, _ in plan])
     y = input
+    if mode not in _LINEAR:
+        y, plan = _repeat_whole(y, plan, mode == "nearest-exact")
     for k, (n, out, step) in enumerate(plan):
         dim = 2 + k
         if out == n and step == 1.0:

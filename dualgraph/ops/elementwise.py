@@ -785,6 +785,19 @@ def _run_flat(name: str, arrays, out, *scalars):
     return out
 
 
+def _attr_loop(name: str, numpy_kernel, *attrs):
+    """``numpy_kernel(*arrays, *attr values)``, or for float32 arrays (at every size, as
+    :func:`_loop32`) the loop ``kernels.activations.<name>`` over them, flat, with the
+    attrs ``attrs`` as float32s (the products NumPy makes of a float32 and a Python
+    float)."""
+    def kernel(*arrays, **values):
+        if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
+            return numpy_kernel(*arrays, *(values[a] for a in attrs))
+        return _run_flat(name, arrays, None, *(np.float32(values[a]) for a in attrs))
+    kernel.__name__ = name
+    return kernel
+
+
 def _erf_cody(x):
     """erf of a float32/float64 array, computed in its own dtype."""
     y = np.abs(x)
@@ -1357,7 +1370,18 @@ def relu(input, inplace=False):
 
 
 def _elu_array(x, alpha):
-    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+    """``x`` where ``x > 0``, else ``alpha * expm1(x)``, as ``max(x, 0) + alpha *
+    expm1(min(x, 0))`` (the same bits; a select of a random mask is a mispredicted branch
+    per element in NumPy, 10x a pass)."""
+    neg = np.minimum(x, 0)
+    np.expm1(neg, out=neg)
+    if alpha != 1:
+        np.multiply(neg, alpha, out=neg)
+    return np.add(neg, np.maximum(x, 0), out=neg)
+
+
+def _elu_backward_decomposition(g, out, x, alpha):
+    return where(x > 0, g, g * (out + alpha))
 
 
 def _onnx_elu(e, node):
@@ -1374,11 +1398,26 @@ def _onnx_elu(e, node):
 # elu and softplus are primitives: as where() composites, the branch not taken overflows
 # (exp of a large x) and its zero gradient becomes 0 * inf = NaN.
 ELU = defop("elu", _float_kernel(_elu_array), infer_float, attrs=("alpha",), saves="io",
-            vjp=lambda g, out, x, alpha: where(x > 0, g, g * (out + alpha)),
+            vjp=lambda g, out, x, alpha: apply(ELU_BACKWARD, g, out, x, alpha=alpha),
             elementwise="where({0} > 0, {0}, {alpha} * expm1({0}))",
             onnx=_onnx_elu,
             onnx_import={"Elu": lambda b, xs, attrs: b.op(
                 "elu", xs[0], alpha=float(attrs.get("alpha", 1.0)))})
+
+
+# (one float32 pass, where the rule's ops were four: a compare, a sum, a product, a select)
+ELU_BACKWARD = defop(
+    "elu_backward",
+    _attr_loop("elu_backward",
+               lambda g, out, x, alpha: np.where(x > 0, g, g * (out + alpha)).astype(
+                   g.dtype, copy=False), "alpha"),
+    lambda g, out, x, alpha: ShapedType(tuple(x.shape), g.dtype), attrs=("alpha",),
+    compiler_only=True, decomposition=_elu_backward_decomposition,
+    vjp=lambda gg, dx, g, out, x, alpha: (
+        apply(ELU_BACKWARD, gg, out, x, alpha=alpha) if needs_grad(g) else None,
+        where(x > 0, 0.0, gg * g) if needs_grad(out) else None, None),
+    saves="i", elementwise="where({2} > 0, {0}, {0} * ({1} + {alpha}))", onnx=None,
+    doc="g where x > 0, else g * (out + alpha): elu's gradient from its output.")
 
 
 def elu(input, alpha=1.0, inplace=False):
@@ -1399,10 +1438,40 @@ def celu(input, alpha=1.0, inplace=False):
 
 
 def _softplus_array(x, beta, threshold):
+    """``log1p(exp(z)) / beta``, ``z = beta x``, rewritten so that exp never overflows:
+    ``(max(z, 0) + log1p(exp(-|z|))) / beta``; ``x`` where ``z > threshold``. Passes
+    in place, none for ``beta == 1``, and the select only where some ``z`` is past the
+    threshold (the same bits as the plain formula)."""
+    z = x if beta == 1 else x * beta
+    soft = np.abs(z)
+    np.negative(soft, out=soft)
+    np.exp(soft, out=soft)
+    np.log1p(soft, out=soft)
+    soft += np.maximum(z, 0)
+    if beta != 1:
+        soft /= beta
+    past = z > threshold
+    if past.any():
+        np.copyto(soft, x, where=past)
+    return soft
+
+
+def _softplus_backward_array(g, x, beta, threshold):
     z = x * beta
-    # log1p(exp(z)) rewritten so that exp never overflows
-    soft = (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta
-    return np.where(z > threshold, x, soft)
+    return np.where(z > threshold, g, g * _sigmoid_array(z)).astype(g.dtype, copy=False)
+
+
+def _softplus_backward_decomposition(g, x, beta, threshold):
+    return where(x * beta > threshold, g, g * sigmoid(x * beta))
+
+
+def _softplus_backward_vjp(gg, dx, g, x, beta, threshold):
+    """``g`` enters linearly; ``d/dx`` of ``g sigmoid(beta x)`` is ``g beta s (1 - s)``."""
+    s = sigmoid(x * beta)
+    return (apply(SOFTPLUS_BACKWARD, gg, x, beta=beta, threshold=threshold)
+            if needs_grad(g) else None,
+            where(x * beta > threshold, 0.0, gg * g * beta * s * (1 - s))
+            if needs_grad(x) else None)
 
 
 def _onnx_softplus(e, node):
@@ -1421,13 +1490,24 @@ def _onnx_softplus(e, node):
 
 SOFTPLUS = defop("softplus", _float_kernel(_softplus_array), infer_float,
                  attrs=("beta", "threshold"), saves="i",
-                 vjp=lambda g, out, x, beta, threshold: where(
-                     x * beta > threshold, g, g * sigmoid(x * beta)),
+                 vjp=lambda g, out, x, beta, threshold: apply(
+                     SOFTPLUS_BACKWARD, g, x, beta=beta, threshold=threshold),
                  elementwise="where({0} * {beta} > {threshold}, {0}, "
                              "log1p(exp({0} * {beta})) / {beta})",
                  onnx=_onnx_softplus,
                  onnx_import={"Softplus": lambda b, xs, attrs: b.op(
                      "softplus", xs[0], beta=1.0, threshold=20.0)})
+
+
+# (one float32 pass, where the rule's ops were five: two products, a compare, sigmoid, a
+# select; the loop's sigmoid is the sigmoid op's float32 one, sigmoid32)
+SOFTPLUS_BACKWARD = defop(
+    "softplus_backward",
+    _attr_loop("softplus_backward", _softplus_backward_array, "beta", "threshold"),
+    lambda g, x, beta, threshold: ShapedType(tuple(x.shape), g.dtype),
+    attrs=("beta", "threshold"), compiler_only=True,
+    decomposition=_softplus_backward_decomposition, vjp=_softplus_backward_vjp, saves="i",
+    onnx=None, doc="g * sigmoid(beta x), g where beta x > threshold: softplus's gradient.")
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -1657,18 +1737,6 @@ def mish(input, inplace=False):
     return _activation(input, lambda x: x * tanh(softplus(x)), inplace)
 
 
-def _slope_loop(name: str, numpy_kernel):
-    """``numpy_kernel(*arrays, negative_slope)``, or for float32 arrays (at every size, as
-    :func:`_loop32`) the loop ``kernels.activations.<name>`` over them, flat, with the
-    slope as a float32 (the product NumPy makes of a float32 and a Python float)."""
-    def kernel(*arrays, negative_slope):
-        if not (all(a.dtype == np.float32 for a in arrays) and kernels.numba_available()):
-            return numpy_kernel(*arrays, negative_slope)
-        return _run_flat(name, arrays, None, np.float32(negative_slope))
-    kernel.__name__ = name
-    return kernel
-
-
 def _leaky_relu_backward_decomposition(g, x, negative_slope):
     return where(x > 0, g, g * negative_slope)
 
@@ -1676,8 +1744,9 @@ def _leaky_relu_backward_decomposition(g, x, negative_slope):
 # leaky_relu is a primitive with a one-op backward: as where(x > 0, x, x * slope) it was
 # three passes and nodes forward and five backward (where's two, the product's, their sum).
 LEAKY_RELU = defop(
-    "leaky_relu", _slope_loop("leaky_relu",
-                              lambda x, s: np.where(x > 0, x, (x * s).astype(x.dtype))),
+    "leaky_relu", _attr_loop("leaky_relu",
+                             lambda x, s: np.where(x > 0, x, (x * s).astype(x.dtype)),
+                             "negative_slope"),
     infer_same, attrs=("negative_slope",), saves="i",
     vjp=lambda g, out, x, negative_slope: apply(LEAKY_RELU_BACKWARD, g, x,
                                                 negative_slope=negative_slope),
@@ -1686,8 +1755,8 @@ LEAKY_RELU = defop(
                                alpha=float(node.attrs["negative_slope"]))])
 LEAKY_RELU_BACKWARD = defop(
     "leaky_relu_backward",
-    _slope_loop("leaky_relu_backward",
-                lambda g, x, s: np.where(x > 0, g, (g * s).astype(g.dtype))),
+    _attr_loop("leaky_relu_backward",
+               lambda g, x, s: np.where(x > 0, g, (g * s).astype(g.dtype)), "negative_slope"),
     lambda g, x, negative_slope: ShapedType(tuple(x.shape), g.dtype),
     attrs=("negative_slope",), compiler_only=True,
     decomposition=_leaky_relu_backward_decomposition,

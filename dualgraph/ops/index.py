@@ -554,9 +554,8 @@ def _check_int64(name, index):
         raise TypeError(f"{name}(): expected an int64 index tensor, got {index.dtype!r}")
 
 
-def _grid(x, dim, index, name):
-    """Index tensors that make ``index_dims(x, grid, all dims)`` equal ``gather(x, dim,
-    index)``: ``index`` on ``dim``, broadcast aranges on the other dims."""
+def _grid_checks(x, dim, index, name):
+    """``index`` fits ``x`` for a gather or scatter along ``dim`` (raises saying how not)."""
     _check_int64(name, index)
     if index.ndim != x.ndim:
         raise ShapeError(f"{name}(): index has shape {tuple(index.shape)} but the input has "
@@ -565,6 +564,12 @@ def _grid(x, dim, index, name):
         if d != dim and index.shape[d] > x.shape[d]:
             raise ShapeError(f"{name}(): index of shape {tuple(index.shape)} is larger than "
                              f"the input of shape {tuple(x.shape)} in dim {d}")
+
+
+def _grid(x, dim, index, name):
+    """Index tensors that make ``index_dims(x, grid, all dims)`` equal ``gather(x, dim,
+    index)``: ``index`` on ``dim``, broadcast aranges on the other dims."""
+    _grid_checks(x, dim, index, name)
     grid = []
     for d in range(x.ndim):
         if d == dim:
@@ -592,11 +597,88 @@ def _scalar_dims(fn):
     return wrapped
 
 
+def _check_along(name, index, shape, dim):
+    n = shape[dim]
+    if index.size:
+        low, high = index.min(), index.max()
+        if low < 0 or high >= n:
+            raise IndexError(f"{name}(): index {low if low < 0 else high} is out of range for "
+                             f"dim {dim} with size {n} (tensor shape {tuple(shape)})")
+
+
+def _along(a, dim):
+    """``a`` as a contiguous ``(outer, n, inner)`` array, ``n`` its dim ``dim``."""
+    s = a.shape
+    return np.ascontiguousarray(a).reshape(math.prod(s[:dim]), s[dim], math.prod(s[dim + 1:]))
+
+
+def _loops_take(x, index, dim) -> bool:
+    """Whether ``kernels.along``'s loops take ``x`` (32- or 64-bit numbers) and ``index``
+    (as large as ``x`` outside ``dim``)."""
+    return x.dtype.kind in "iuf" and x.dtype.itemsize >= 4 and kernels.numba_available() \
+        and all(i == n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != dim)
+
+
+def _grid_key(index, dim):
+    """NumPy's key for ``x[i][index[i][j][k]][k]`` (dim 1): ``index`` and aranges."""
+    return tuple(index if d == dim else
+                 np.arange(n).reshape([-1 if e == d else 1 for e in range(index.ndim)])
+                 for d, n in enumerate(index.shape))
+
+
+def _gather_kernel(x, index, dim):
+    _check_along("gather", index, x.shape, dim)
+    if not _loops_take(x, index, dim):
+        return row_major(x[_grid_key(index, dim)])
+    out = np.empty(index.shape, x.dtype)
+    kernels.along.gather(_along(x, dim), _along(index, dim), _along(out, dim))
+    return out
+
+
+def _scatter_add_kernel(x, index, src, dim):
+    _check_along("scatter_add", index, x.shape, dim)
+    out = np.array(x, order="C")
+    src = src.astype(x.dtype, copy=False)
+    if _loops_take(x, index, dim):
+        kernels.along.scatter_add(_along(out, dim), _along(index, dim), _along(src, dim))
+    else:
+        np.add.at(out, _grid_key(index, dim), src)
+    return out
+
+
+# gather and scatter_add along a dim are primitives (ONNX GatherElements, ScatterElements):
+# as index / index_put of an arange grid per dim they built the grids and indexed by all of
+# them; kernels.along's loops read the index once (each is the other's gradient).
+GATHER = defop("gather", _gather_kernel,
+               lambda x, index, dim: ShapedType(tuple(index.shape), x.dtype),
+               vjp=lambda g, out, x, index, dim: (apply(
+                   SCATTER_ADD, creation.zeros_like(x, dtype=g.dtype), index, g, dim=dim),
+                   None),
+               attrs=("dim",), saves="1", checks_values=True,
+               onnx=lambda e, node: [e.op("GatherElements", [e.input(0), e.input(1)],
+                                          axis=node.attrs["dim"])],
+               doc="out[i][j][k] = x[i][index[i][j][k]][k] (dim 1); index no larger than x "
+                   "outside dim, its entries in [0, x.shape[dim]).")
+SCATTER_ADD = defop("scatter_add", _scatter_add_kernel,
+                    lambda x, index, src, dim: ShapedType(tuple(x.shape), x.dtype),
+                    vjp=lambda g, out, x, index, src, dim: (
+                        g if needs_grad(x) else None, None,
+                        apply(GATHER, g, index, dim=dim) if needs_grad(src) else None),
+                    attrs=("dim",), saves="1", checks_values=True,
+                    onnx=lambda e, node: [e.op(
+                        "ScatterElements",
+                        [e.input(0), e.input(1), e.input(2, node.inputs[0].dtype)],
+                        axis=node.attrs["dim"], reduction="add")],
+                    doc="x with src[i][j][k] added at x[i][index[i][j][k]][k] (dim 1); src "
+                        "shaped as index, repeated targets add up.")
+
+
 @_scalar_dims
 def gather(input, dim, index, *, sparse_grad=False):
     """``out[i][j][k] = input[i][index[i][j][k]][k]`` for ``dim == 1``, as ``torch.gather``."""
     d = normalize_dim(dim, input.ndim)
-    return index_dims(input, _grid(input, d, index, "gather"), range(input.ndim))
+    _grid_checks(input, d, index, "gather")
+    return apply(GATHER, input, index, dim=d)
 
 
 def _scatter_values(src, index, like):
@@ -622,6 +704,12 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None):
     if src is None:
         raise TypeError("scatter() needs src (a tensor) or value (a number)")
     d = normalize_dim(dim, input.ndim)
+    if reduce == "add":
+        _grid_checks(input, d, index, "scatter_add")
+        src = _scatter_values(src, index, input)
+        if tuple(src.shape) != tuple(index.shape):
+            src = shape_ops.expand(src, tuple(index.shape))
+        return apply(SCATTER_ADD, input, index, src, dim=d)
     grid = _grid(input, d, index, "scatter")
     return index_put_dims(input, _scatter_values(src, index, input), grid, range(input.ndim),
                           accumulate=reduce == "add")

@@ -167,13 +167,37 @@ def _reduced_size(x, dims: tuple):
 
 
 # -- sum, mean, prod ---------------------------------------------------------------------------
+# A sum of at most this many elements per result, over big arrays, adds strided slices in
+# turn (a pass each): NumPy's reduce is a call per result element when the last dim is
+# reduced and short (2 elements: 40x slower; the gradient of a broadcast over 2x2
+# blocks), and copies its rows when a middle dim is.
+_FEW = 8
+
+
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
+    if out_dt == x.dtype and x.dtype.kind == "f" and x.size >= kernels.MIN_ELEMENTS and dims \
+            and 1 < math.prod(x.shape[d] for d in dims) <= _FEW:
+        return _sum_slices(x, dims, keepdim, out)
     # (np.add.reduce is what np.sum runs, without its Python wrapper's ~1 us a call; a
     # new array even over no dims)
     return np.asarray(np.add.reduce(x, axis=dims, dtype=out_dt, keepdims=keepdim, out=out))
+
+
+def _sum_slices(x, dims, keepdim, out):
+    """``x`` summed over ``dims`` (a few elements per result) as the slices at each of
+    their positions added in turn, in row-major order of the positions (NumPy's order over
+    a dim that is not the last)."""
+    shape = reduced_shape(x.shape, dims, False)
+    acc = np.empty(shape, x.dtype) if out is None else out.reshape(shape)
+    keys = [tuple(i if d in dims else slice(None) for d, i in enumerate(at))
+            for at in np.ndindex(*(x.shape[d] if d in dims else 1 for d in range(x.ndim)))]
+    np.add(x[keys[0]], x[keys[1]], out=acc)
+    for key in keys[2:]:
+        np.add(acc, x[key], out=acc)
+    return acc.reshape(reduced_shape(x.shape, dims, keepdim)) if out is None else out
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):
@@ -368,15 +392,37 @@ def aminmax(input, *, dim=None, keepdim=False):
     return AminmaxResult(amin(input, dims, keepdim), amax(input, dims, keepdim))
 
 
-def _with_index_kernel(arg):
-    """Kernel of max/min along a dim: values and the int64 index of the first extremum."""
+_LOOP_KINDS = frozenset("iuf")   # (dtypes Numba's loops take: not float16 / bfloat16)
+
+
+def _with_index_kernel(arg, largest=None):
+    """Kernel of max/min along a dim: values and the int64 index of the first extremum
+    (``largest`` True / False: max / min, whose non-last dims go through
+    ``kernels.along.extreme``, one pass in memory order where ``arg`` copies the array
+    into the dim's order first; None: ``arg`` always)."""
     def kernel(x, dim, keepdim):
+        if largest is not None and x.ndim > dim + 1 and x.size and x.dtype.kind in _LOOP_KINDS \
+                and x.dtype.itemsize >= 4 and kernels.numba_available():
+            return _extreme_along(x, dim, keepdim, largest)
         idx = arg(x, axis=dim, keepdims=True)
         values = np.take_along_axis(x, idx, axis=dim)
         if not keepdim:
             idx, values = np.squeeze(idx, dim), np.squeeze(values, dim)
         return values, idx.astype(np.int64)
     return kernel
+
+
+def _extreme_along(x, dim, keepdim, largest):
+    """max / min of ``x`` over ``dim`` (not its last) and the index, by one loop over
+    ``x`` as ``(outer, n, inner)``."""
+    shape = x.shape
+    outer, inner = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    values = np.empty((outer, inner), x.dtype)
+    index = np.empty((outer, inner), np.int64)
+    kernels.along.extreme(np.ascontiguousarray(x).reshape(outer, shape[dim], inner),
+                          values, index, largest)
+    out = reduced_shape(shape, (dim,), keepdim)
+    return values.reshape(out), index.reshape(out)
 
 
 def _infer_with_index(x, dim, keepdim):
@@ -392,9 +438,40 @@ def _positions(x, dim: int):
 
 def _with_index_vjp(g, out, x, dim, keepdim):
     """The gradient goes to the returned index only (torch's rule for max/min with dim)."""
+    return apply(ALONG_BACKWARD, g[0], out[1], x, dim=dim, keepdim=keepdim)
+
+
+def _along_backward_kernel(g, index, x, dim, keepdim):
+    out = np.zeros(x.shape, g.dtype)
+    if not keepdim:
+        g, index = np.expand_dims(g, dim), np.expand_dims(index, dim)
+    np.put_along_axis(out, index, g, axis=dim)
+    return out
+
+
+def _along_backward_decomposition(g, index, x, dim, keepdim):
     shape = tuple(x.shape)
-    picked = ew.eq(_positions(x, dim), _expand_back(out[1], shape, (dim,), keepdim))
-    return ew.where(picked, _expand_back(g[0], shape, (dim,), keepdim), 0.0)
+    picked = ew.eq(_positions(x, dim), _expand_back(index, shape, (dim,), keepdim))
+    return ew.where(picked, _expand_back(g, shape, (dim,), keepdim), 0.0).to(g.dtype)
+
+
+def _along_backward_vjp(gg, out, g, index, x, dim, keepdim):
+    """Linear in ``g``: its gradient is ``gg`` read back at ``index``."""
+    from .index import gather
+    kept = index if keepdim else shape_ops.unsqueeze(index, dim)
+    picked = gather(gg, dim, kept)
+    return (picked if keepdim else shape_ops.squeeze(picked, dim)), None, None
+
+
+# The gradient of max / min / median along a dim as one op: ``g`` written at ``index``
+# into zeros (one pass), where the rule's ops were five passes (the positions' cumsum, a
+# compare, two broadcasts, a select).
+ALONG_BACKWARD = defop(
+    "along_backward", _along_backward_kernel,
+    lambda g, index, x, dim, keepdim: ShapedType(tuple(x.shape), g.dtype),
+    vjp=_along_backward_vjp, attrs=("dim", "keepdim"), saves="1", compiler_only=True,
+    decomposition=_along_backward_decomposition, onnx=None,
+    doc="zeros shaped like x with g at index along dim: max/min(x, dim)'s gradient.")
 
 
 # One ONNX node per output: ReduceMax (or ReduceMin) for values, ArgMax (ArgMin) for indices.
@@ -406,11 +483,11 @@ def _onnx_with_index(reduce_type: str, arg_type: str):
     return export
 
 
-MAX = defop("max", _with_index_kernel(np.argmax), _infer_with_index, vjp=_with_index_vjp,
+MAX = defop("max", _with_index_kernel(np.argmax, True), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
             saved_outputs=(1,),
             onnx=_onnx_with_index("ReduceMax", "ArgMax"))
-MIN = defop("min", _with_index_kernel(np.argmin), _infer_with_index, vjp=_with_index_vjp,
+MIN = defop("min", _with_index_kernel(np.argmin, False), _infer_with_index, vjp=_with_index_vjp,
             attrs=("dim", "keepdim"), num_outputs=2, differentiable_outputs=(0,), saves="o",
             saved_outputs=(1,),
             onnx=_onnx_with_index("ReduceMin", "ArgMin"))

@@ -284,6 +284,23 @@ CASES += [
     OpCase("leaky_relu_backward",
            _activation_grad(lambda m, a: m.nn.functional.leaky_relu(a, 0.2)),
            [away(3, 4), In((3, 4))], dtypes=ALL),
+    OpCase("elu_backward", _activation_grad(lambda m, a: m.nn.functional.elu(a)),
+           [away(3, 4), In((3, 4))], dtypes=ALL),
+    OpCase("elu_backward", _activation_grad(lambda m, a: m.nn.functional.elu(a.mT, 0.3)),
+           [away(5, 7), In((7, 5))], "alpha-transposed", dtypes=F64),
+    OpCase("elu_backward", _activation_grad(lambda m, a: m.nn.functional.selu(a)),
+           [away(2, 3, 5), In((2, 3, 5))], "selu"),
+    OpCase("softplus_backward", _activation_grad(lambda m, a: m.nn.functional.softplus(a)),
+           [In((3, 4)), In((3, 4))], dtypes=ALL),
+    OpCase("softplus_backward",
+           _activation_grad(lambda m, a: m.nn.functional.softplus(a.mT, beta=2, threshold=5)),
+           [uniform(6, 5, low=-6.0, high=6.0), In((5, 6))], "beta-threshold-transposed",
+           dtypes=F64),
+    OpCase("softplus_backward",
+           _activation_grad(lambda m, a: m.nn.functional.binary_cross_entropy_with_logits(
+               a, a.detach().sigmoid().round(), reduction="none")),
+           [uniform(4, 9, low=-50.0, high=50.0), In((4, 9))], "bce-logits-wide",
+           dtypes=F64, gradcheck=False),
 ]
 
 

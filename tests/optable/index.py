@@ -4,6 +4,7 @@ take_along_dim, masked_*, sort/topk, one_hot)."""
 import numpy as np
 
 from . import In, OpCase
+from .reduce import double
 
 ALL_FLOATS = ("float32", "float64", "float16", "bfloat16")
 
@@ -47,17 +48,37 @@ CASES = [
     OpCase("index", lambda m, a, k: a[k], [In((3, 4)), In((3, 4), "bool")], "mask"),
     OpCase("index", lambda m, a, k: a[:, k], [In((2, 3, 4)), In((3,), "bool")], "mask-dim1"),
     OpCase("index", lambda m, a, i: a[i], [In((4, 3), "int"), idx(2)], "int", grad=False),
-    OpCase("index", lambda m, a, i: m.gather(a, 1, i), [In((3, 4)), idx(3, 5, high=4)],
+    OpCase("gather", lambda m, a, i: m.gather(a, 1, i), [In((3, 4)), idx(3, 5, high=4)],
            "gather", dtypes=ALL_FLOATS),
-    OpCase("index", lambda m, a, i: a.gather(0, i), [In((4, 5)), idx(2, 3, high=4)],
+    OpCase("gather", lambda m, a, i: a.gather(0, i), [In((4, 5)), idx(2, 3, high=4)],
            "gather-smaller"),
-    OpCase("index", lambda m, a, i: a.gather(-1, i), [In((2, 3, 4)), idx(2, 3, 6, high=4)],
+    OpCase("gather", lambda m, a, i: a.gather(-1, i), [In((2, 3, 4)), idx(2, 3, 6, high=4)],
            "gather-3d"),
+    # (kernels.along's loops: 32/64-bit inputs as large as the index outside dim)
+    OpCase("gather", lambda m, a, i: a.gather(1, i), [In((3, 7, 5)), idx(3, 9, 5, high=7)],
+           "loop", dtypes=("float32", "float64")),
+    OpCase("gather", lambda m, a, i: a.mT.gather(0, i), [In((5, 4)), idx(6, 5, high=4)],
+           "loop-strided"),
+    OpCase("gather", lambda m, a, i: a.gather(0, i), [In((4, 3), "int"), idx(5, 3, high=4)],
+           "loop-int", grad=False),
+    OpCase("gather", double(lambda m, a, i: a.gather(1, i)), [In((3, 4)), idx(3, 6, high=4)],
+           "double"),
+    OpCase("scatter_add", lambda m, a, i, s: a.scatter_add(1, i, s),
+           [In((3, 4, 5)), idx(3, 7, 5, high=4), In((3, 7, 5))], "loop-repeats",
+           dtypes=("float32", "float64")),
+    OpCase("scatter_add", lambda m, a, i, s: a.mT.scatter_add(0, i, s.mT),
+           [In((2, 6)), idx(4, 2, high=6), In((2, 4))], "loop-strided"),
+    OpCase("scatter_add", lambda m, a, i, s: a.scatter_add(0, i, s),
+           [In((3, 4)), idx(5, 2, high=3), In((6, 3))], "smaller-index-larger-src",
+           grad=False),   # (torch can't grad this)
+    OpCase("scatter_add",
+           double(lambda m, a, i: m.zeros(3, 4, dtype=a.dtype).scatter_add(1, i, a * a)),
+           [In((3, 6)), idx(3, 6, high=4)], "double"),
     OpCase("index", lambda m, a, i: m.index_select(a, -1, i), [In((3, 4)), idx(6, high=4)],
            "index_select", dtypes=ALL_FLOATS),
-    OpCase("index", lambda m, a, i: m.take_along_dim(a, i, dim=1),
+    OpCase("gather", lambda m, a, i: m.take_along_dim(a, i, dim=1),
            [In((3, 4)), idx(1, 5, high=4)], "take_along_dim"),
-    OpCase("index", lambda m, a, i: m.take_along_dim(a, i), [In((3, 4)), idx(5, high=12)],
+    OpCase("gather", lambda m, a, i: m.take_along_dim(a, i), [In((3, 4)), idx(5, high=12)],
            "take_along_dim-flat"),
     OpCase("index", lambda m, a, k: m.masked_select(a, k), [In((3, 4)), In((4,), "bool")],
            "masked_select"),
@@ -80,15 +101,15 @@ CASES = [
            [In((3, 5)), distinct((2, 2), 1, 5), In((3, 4))], "scatter-larger-src", grad=False),
     OpCase("index_put", lambda m, a, i: a.scatter(0, i, 2.5),
            [In((4, 3)), distinct((2, 3), 0, 4)], "scatter-value"),
-    OpCase("index_put", lambda m, a, i, s: m.scatter_add(a, -1, i, s),
+    OpCase("scatter_add", lambda m, a, i, s: m.scatter_add(a, -1, i, s),
            [In((2, 3)), idx(2, 5), In((2, 5))], "scatter_add", dtypes=ALL_FLOATS),
-    OpCase("index_put", lambda m, a, i, s: a.scatter(0, i, s, reduce="add"),
+    OpCase("scatter_add", lambda m, a, i, s: a.scatter(0, i, s, reduce="add"),
            [In((3, 2)), idx(4, 2), In((4, 2))], "scatter-reduce-add", grad=False),
     OpCase("index_put", lambda m, a, i, s: m.index_add(a, 0, i, s, alpha=2.0),
            [In((3, 2)), idx(5), In((5, 2))], "index_add"),
     OpCase("index_put", lambda m, a, i, j, v: m.index_put(a, (i, j), v, accumulate=True),
            [In((3, 4)), idx(6), idx(6, high=4), In((6,))], "index_put-accumulate"),
-    OpCase("index_put", lambda m, a, i, s: a.scatter_add(1, i, s),
+    OpCase("scatter_add", lambda m, a, i, s: a.scatter_add(1, i, s),
            [In((2, 3), "int"), idx(2, 4), In((2, 4), "int")], "scatter_add-int", grad=False),
     # slice_update and where through setitem / masked_fill
     OpCase("slice_update", setitem(lambda m: (slice(None), slice(1, 3))),
@@ -227,7 +248,7 @@ CASES += [
 CASES += [
     OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum", include_self=False),
            [In((4, 3)), idx(6, 3, high=4), In((6, 3))], "scatter_reduce-sum"),
-    OpCase("index_put", lambda m, a, i, s: m.scatter_reduce(a, 1, i, s, "mean"),
+    OpCase("scatter_add", lambda m, a, i, s: m.scatter_reduce(a, 1, i, s, "mean"),
            [In((3, 4)), idx(3, 5, high=4), In((3, 5))], "scatter_reduce-mean",
            dtypes=ALL_FLOATS),
     OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "mean",
@@ -244,7 +265,7 @@ CASES += [
            "scatter_reduce-amin"),
     OpCase("prod", lambda m, a, i, s: a.scatter_reduce(0, i, s, "prod"),
            [In((4, 3), "pos"), idx(5, 3, high=4), In((5, 3), "pos")], "scatter_reduce-prod"),
-    OpCase("index_put", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum"),
+    OpCase("scatter_add", lambda m, a, i, s: a.scatter_reduce(0, i, s, "sum"),
            [In((4, 3), "int"), idx(5, 3, high=4), In((5, 3), "int")], "scatter_reduce-int",
            grad=False),
 ]

@@ -40,13 +40,31 @@ def _zero_rows(rng, dt):
     return a.astype(dt)
 
 
+def _mid_nan(rng, dt):
+    """NaNs along dim 1 of some columns (after a larger value, and first), ties in others:
+    max and min give the NaN and its first index, as torch."""
+    a = rng.integers(0, 3, (2, 4, 3)).astype(dt)
+    a[0, 2, 0] = a[1, 0, 1] = a[1, 3, 1] = np.nan
+    return a
+
+
+def _along_grad(m, a, v):
+    """d max(a, 1) / da (or d min(a, 0, keepdim) for 2-D ``a``) contracted with ``v``, with
+    create_graph: its gradients with respect to ``v`` and ``a`` are the row's checks."""
+    with m.enable_grad():
+        if not a.requires_grad:
+            a.requires_grad_()
+        y = a.max(1)[0] if a.ndim == 3 else a.min(0, keepdim=True)[0]
+        return m.autograd.grad(y, a, v.reshape(y.shape), create_graph=True)[0]
+
+
 def double(f):
     """A row function whose output is the gradient of ``sum(f(x) ** 3)`` (taken with
     create_graph), so the row's gradient check tests the VJP's own derivative."""
-    def fn(m, a):
+    def fn(m, a, *rest):
         x = a if a.requires_grad else a.detach().requires_grad_()
         with m.enable_grad():
-            y = f(m, x)
+            y = f(m, x, *rest)
             y = y[0] if isinstance(y, tuple) else y
             return m.autograd.grad((y ** 3).sum(), x, create_graph=True)[0]
     return fn
@@ -58,6 +76,13 @@ CASES = [
     OpCase("sum", lambda m, a: m.sum(a, (0, 2), keepdim=True), [In((2, 3, 4))],
            "tuple-keepdim"),
     OpCase("sum", lambda m, a: m.sum(a, dtype=m.float64), [In((3, 4))], "dtype"),
+    # (a few elements per result over a big array: slices added in turn)
+    OpCase("sum", lambda m, a: a.sum(1), [In((70, 3, 40))], "few-mid",
+           dtypes=("float32", "float64"), gradcheck=False),
+    OpCase("sum", lambda m, a: a.sum(-1, keepdim=True), [In((600, 8))], "few-last",
+           dtypes=("float32", "float64"), gradcheck=False),
+    OpCase("sum", lambda m, a: a.mT.sum((0, 2)), [In((50, 2, 30, 2))], "few-strided",
+           gradcheck=False),
     OpCase("sum", lambda m, a: a.sum(1), [In((3, 4), "bool")], "bool", grad=False),
 
     # mean
@@ -94,6 +119,21 @@ CASES = [
            grad=False),
     OpCase("min", lambda m, a: m.min(a, 0), [D(3, 4)], "dim", dtypes=ALL_FLOATS),
     OpCase("min", lambda m, a: a.min(-2, True), [D(2, 3, 4)], "keepdim"),
+    # (a dim before the last: kernels.along's loop for 32- and 64-bit dtypes)
+    OpCase("max", lambda m, a: a.max(1), [D(2, 5, 3)], "mid", dtypes=ALL_FLOATS),
+    OpCase("max", lambda m, a: a.transpose(0, 2).max(1, keepdim=True), [D(3, 4, 5)],
+           "mid-strided", dtypes=("float32", "float64")),
+    OpCase("min", lambda m, a: m.min(a, 0), [D(7, 2, 3)], "first", dtypes=("float64",)),
+    OpCase("max", lambda m, a: a.max(1), [In((3, 6, 5), "int", 0, 3)], "mid-int-ties",
+           grad=False),
+    OpCase("min", lambda m, a: a.min(1), [In((3, 6, 5), "int", 0, 3, dtype="int32")],
+           "mid-int32-ties", grad=False),
+    OpCase("max", lambda m, a: a.max(1), [custom(_mid_nan)], "mid-nan", grad=False),
+    OpCase("min", lambda m, a: a.min(0), [custom(_mid_nan)], "mid-nan", grad=False),
+    OpCase("along_backward", _along_grad, [D(2, 5, 3), In((2, 3))], "max",
+           dtypes=("float32", "float64")),
+    OpCase("along_backward", _along_grad, [D(4, 3), In((3,))], "min-keepdim",
+           dtypes=("float32", "float64")),
 
     OpCase("maximum", lambda m, a, b: m.max(a, b), [In((3, 4)), In((4,))], "max-tensor"),
     OpCase("minimum", lambda m, a, b: a.min(b), [In((3, 4)), In((3, 1))], "min-tensor"),
