@@ -246,7 +246,10 @@ def _record(op, args, outs, attrs, tracer):
                 fn = a.grad_fn
                 edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
         edges.append(edge)
-    node = Node(op, args, _NO_OUTPUT, attrs, edges, versions, user_site())
+    # (a tuple, () when nothing is saved: the tape's containers are what the cyclic garbage
+    # collector walks while a forward pass is recorded, so the fewer per op the better)
+    node = Node(op, args, _NO_OUTPUT, attrs, edges, tuple(versions) if versions else (),
+                user_site())
     diff = op.differentiable_outputs
     if len(outs) == 1 and diff is None:   # the common case, without the loop
         t = outs[0]
@@ -264,8 +267,8 @@ def _record(op, args, outs, attrs, tracer):
     node.outputs = kept = _shells(outs)
     if saves_outputs:
         chosen = op.saved_outputs
-        versions.extend((t, t._version[0]) for i, t in enumerate(kept)
-                        if chosen is None or i in chosen)
+        node.versions += tuple((t, t._version[0]) for i, t in enumerate(kept)
+                               if chosen is None or i in chosen)
 
 
 # A node never holds its own outputs: node -> output -> node (the output's ``grad_fn``)

@@ -170,11 +170,12 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
     while ready:
         node = pop(ready)[1]
         grads = pending.pop(node)
-        mine = None
+        mine = False
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
-            mine = [i for i in map(id, grads.values()) if i in owned]
-            if mine:
-                owned.difference_update(mine)
+            for g in grads.values():
+                if id(g) in owned:
+                    owned.discard(id(g))
+                    mine = True
         if stop is not None and node in stop:
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
@@ -192,7 +193,7 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
             if not node.leaf.requires_grad:   # (turned off since the op reached it: no
                 continue                       # gradient, as torch's AccumulateGrad)
-            _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
+            _accumulate(node.leaf, g, create_graph, not hooks and mine)
             for hook in node.leaf._post_accumulate_hooks or ():
                 hook(node.leaf)
             continue
