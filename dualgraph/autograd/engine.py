@@ -172,10 +172,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         grads = pending.pop(node)
         mine = False
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
-            for g in grads.values():
-                if id(g) in owned:
-                    owned.discard(id(g))
-                    mine = True
+            mine = not owned.isdisjoint(map(id, grads.values()))
+            owned.difference_update(map(id, grads.values()))
         if stop is not None and node in stop:
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
@@ -211,19 +209,22 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         input_grads = _call_vjp(node, grads)
         if not retain_graph:
             _free(node)
-        for edge, inp, g in zip(node.next, inputs_of, input_grads):
-            if edge is None or g is None or (needed is not None and edge[0] not in needed):
+        for edge, inp, g in zip(node._next, inputs_of, input_grads):
+            if edge is None or g is None:
+                continue
+            # (tape.edge_of: the edge to a node's output 0 is the node itself)
+            target, nr = edge if type(edge) is tuple else (edge, 0)
+            if needed is not None and target not in needed:
                 continue
             if (type(g) is not Tensor or g._data.shape != inp._data.shape
                     or g._data.dtype is not inp._data.dtype):
                 g = _fit(node, inp, g)
-            target = edge[0]
             slot = pending.get(target)
             if slot is None:   # (_add's first case, inlined: most gradients have one source)
-                pending[target] = {edge[1]: g}
+                pending[target] = {nr: g}
                 push(ready, (-target.seq, target))
             else:
-                _add(pending, ready, owned, target, edge[1], g)
+                _add(pending, ready, owned, target, nr, g)
 
 
 def _capture_points(targets) -> dict:
