@@ -15,7 +15,7 @@ import numpy as np
 
 from . import dtypes
 from ._helpers import user_location, user_site
-from .autograd.tape import Node, departures, grad_mode
+from .autograd.tape import Node, departures, edge_of, grad_mode
 from .kernels import recycle
 from .shapes import ShapeError
 from .tensor import Tensor
@@ -226,7 +226,9 @@ def _record(op, args, outs, attrs, tracer):
     if tracer is not None:
         args = _freeze(args)
     edges = []
-    versions = []
+    # (a tuple, () when nothing is saved: the tape's containers are what the cyclic garbage
+    # collector walks while a forward pass is recorded, so the fewer per op the better)
+    versions = ()
     saved = op.saved_inputs if op.saves_inputs else ()   # (None: all inputs)
     saves_outputs = op.saves_outputs
     # (OpDef.read_by: input i, or "o", read only by input j's gradient; a custom Function
@@ -241,10 +243,10 @@ def _record(op, args, outs, attrs, tracer):
             if saved is None or i in saved:
                 j = read_by.get(i) if read_by is not None else None
                 if j is None or (isinstance(args[j], Tensor) and args[j].requires_grad):
-                    versions.append((a, a._version[0]))
-            if a.requires_grad:
+                    versions += ((a, a._version[0]),)
+            if a.requires_grad:   # (tape.edge_of, inlined for the commonest case)
                 fn = a.grad_fn
-                edge = (fn, a._output_nr) if fn is not None else (a._accumulate_node(), 0)
+                edge = fn if fn is not None and not a._output_nr else edge_of(a)
         edges.append(edge)
     node = Node(op, args, _NO_OUTPUT, attrs, edges, versions, user_site())
     diff = op.differentiable_outputs
@@ -264,8 +266,8 @@ def _record(op, args, outs, attrs, tracer):
     node.outputs = kept = _shells(outs)
     if saves_outputs:
         chosen = op.saved_outputs
-        versions.extend((t, t._version[0]) for i, t in enumerate(kept)
-                        if chosen is None or i in chosen)
+        node.versions += tuple((t, t._version[0]) for i, t in enumerate(kept)
+                               if chosen is None or i in chosen)
 
 
 # A node never holds its own outputs: node -> output -> node (the output's ``grad_fn``)

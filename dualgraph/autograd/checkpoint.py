@@ -31,7 +31,7 @@ from ..ops import random as rnd
 from ..ops.control import recompute_barrier
 from ..tensor import Tensor
 from . import engine
-from .tape import AccumulateGrad, Node, _sequence, enable_grad, grad_mode, no_grad
+from .tape import AccumulateGrad, Node, _sequence, edge_of, enable_grad, grad_mode, no_grad
 
 
 class Checkpoint:
@@ -179,7 +179,7 @@ def checkpoint(function, *args, use_reentrant: bool = False, preserve_rng_state:
     versions = _versions(_tensors((args, kwargs)) + saved)
     op = Checkpoint(function, args, kwargs, positions,
                     [(tuple(t.shape), t.dtype) for t in outs], rng, edges, False)
-    _record(op, saved, outs, list(edges), versions)
+    _record(op, saved, outs, [e if e[1] else e[0] for e in edges], versions)   # (edge_of's)
     for node in inner:   # (breaks the node <-> tensor cycles: the activations die now)
         engine._free(node)
     return result
@@ -205,8 +205,7 @@ def _reentrant(function, args, rng):
         return result
     op = Checkpoint(function, args, {}, positions,
                     [(tuple(t.shape), t.dtype) for t in outs], rng, None, True)
-    edges = [((t.grad_fn, t._output_nr) if t.grad_fn is not None else
-              (t._accumulate_node(), 0)) if t.requires_grad else None for t in tensors]
+    edges = [edge_of(t) if t.requires_grad else None for t in tensors]
     _record(op, tensors, outs, edges, _versions(tensors))
     return result
 

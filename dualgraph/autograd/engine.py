@@ -170,11 +170,10 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
     while ready:
         node = pop(ready)[1]
         grads = pending.pop(node)
-        mine = None
+        mine = False
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
-            mine = [i for i in map(id, grads.values()) if i in owned]
-            if mine:
-                owned.difference_update(mine)
+            mine = not owned.isdisjoint(map(id, grads.values()))
+            owned.difference_update(map(id, grads.values()))
         if stop is not None and node in stop:
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
@@ -192,7 +191,7 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
             if not node.leaf.requires_grad:   # (turned off since the op reached it: no
                 continue                       # gradient, as torch's AccumulateGrad)
-            _accumulate(node.leaf, g, create_graph, not hooks and bool(mine))
+            _accumulate(node.leaf, g, create_graph, not hooks and mine)
             for hook in node.leaf._post_accumulate_hooks or ():
                 hook(node.leaf)
             continue
@@ -210,19 +209,22 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         input_grads = _call_vjp(node, grads)
         if not retain_graph:
             _free(node)
-        for edge, inp, g in zip(node.next, inputs_of, input_grads):
-            if edge is None or g is None or (needed is not None and edge[0] not in needed):
+        for edge, inp, g in zip(node._next, inputs_of, input_grads):
+            if edge is None or g is None:
+                continue
+            # (tape.edge_of: the edge to a node's output 0 is the node itself)
+            target, nr = edge if type(edge) is tuple else (edge, 0)
+            if needed is not None and target not in needed:
                 continue
             if (type(g) is not Tensor or g._data.shape != inp._data.shape
                     or g._data.dtype is not inp._data.dtype):
                 g = _fit(node, inp, g)
-            target = edge[0]
             slot = pending.get(target)
             if slot is None:   # (_add's first case, inlined: most gradients have one source)
-                pending[target] = {edge[1]: g}
+                pending[target] = {nr: g}
                 push(ready, (-target.seq, target))
             else:
-                _add(pending, ready, owned, target, edge[1], g)
+                _add(pending, ready, owned, target, nr, g)
 
 
 def _capture_points(targets) -> dict:

@@ -37,7 +37,7 @@ from ..dispatch import _freeze, modes
 from ..ops import creation
 from ..ops._util import sum_to
 from ..tensor import Tensor
-from .tape import Node, grad_mode, no_grad
+from .tape import Node, edge_of, grad_mode, no_grad
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -219,7 +219,7 @@ def _record(cls, ctx, args, positions, outs):
             if isinstance(o, Tensor) and o.dtype.is_floating_point
             and not any(o is n for n in ctx._non_differentiable)]
     op = FunctionOp(cls, ctx, positions, len(args), len(outs), site)
-    edges = [_edge(t) if t.requires_grad else None for t in tensors]
+    edges = [edge_of(t) if t.requires_grad else None for t in tensors]
     saved = {id(t): t for t in ctx._saved if t is not None}
     versions = [(t, t._version[0]) for t in saved.values()]
     node = Node(op, tensors, tuple(o if isinstance(o, Tensor) else _ABSENT for o in outs), {},
@@ -228,11 +228,6 @@ def _record(cls, ctx, args, positions, outs):
         outs[i].requires_grad = True
         outs[i].grad_fn = node
         outs[i]._output_nr = i
-
-
-def _edge(t: Tensor) -> tuple:
-    """Where ``t``'s gradient goes: its producer's output, or its leaf accumulator."""
-    return (t.grad_fn, t._output_nr) if t.grad_fn is not None else (t._accumulate_node(), 0)
 
 
 def once_differentiable(backward):
@@ -271,7 +266,7 @@ def _refusing(r, recorded):
     if not isinstance(r, Tensor) or not r.dtype.is_floating_point:
         return r
     out = Tensor._make(r._data)
-    edges = [_edge(t) for t in recorded]
+    edges = [edge_of(t) for t in recorded]
     out.requires_grad = True
     out.grad_fn = Node(_Twice(), tuple(recorded), (out,), {}, edges, [], user_site())
     return out

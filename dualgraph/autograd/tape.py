@@ -7,6 +7,10 @@ would make a reference cycle per op), the version of each saved tensor at record
 a later in-place change is caught instead of silently giving a wrong gradient), and
 ``next``: for each input, the node its gradient flows to (another Node, a leaf's
 :class:`AccumulateGrad`, or None).
+
+The tape is made of Python objects, and the cyclic garbage collector walks every one of them
+that is alive when it runs, as a recorded forward pass grows: so a node keeps its edges
+compact (:func:`edge_of`) and no empty containers.
 """
 from __future__ import annotations
 
@@ -120,28 +124,43 @@ class detect_anomaly(_SetFlag):
 _sequence = itertools.count()
 
 
+def edge_of(t) -> object:
+    """Where the gradient of tensor ``t`` (which requires grad) goes, in the compact form a
+    node's ``_next`` keeps: the producing node itself for its output 0 (nearly every edge:
+    no pair to allocate and for the garbage collector to walk), ``(node, output index)``
+    for another output, a leaf's :class:`AccumulateGrad`."""
+    fn = t.grad_fn
+    return t._accumulate_node() if fn is None else fn if not t._output_nr else (fn, t._output_nr)
+
+
 class Node:
     """A recorded op: the ``grad_fn`` of its outputs. ``print(y.grad_fn)`` shows the call.
 
     ``next[i]`` is ``(node, output index)`` for input i's gradient, or None when input i
     needs none; it is fixed at record time, so later in-place ops on an input do not
-    rewire this node."""
+    rewire this node. The node keeps them compact, in ``_next`` (:func:`edge_of`)."""
 
     # Dispatch makes one per recorded op: the rarely set ``hooks`` live on the class until
     # set (in the ``__dict__`` slot, which stays unallocated until then).
-    __slots__ = ("op", "inputs", "outputs", "attrs", "next", "versions", "site", "seq",
+    __slots__ = ("op", "inputs", "outputs", "attrs", "_next", "versions", "site", "seq",
                  "__dict__", "__weakref__")
     hooks = None     # {output index: [hook, ...]} from register_hook on outputs
 
     def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, site):
+        """``next_nodes``: per input, its edge as :func:`edge_of` gives it, or None."""
         self.seq = next(_sequence)
         self.op = op
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
-        self.next = next_nodes
+        self._next = next_nodes
         self.versions = versions
         self.site = site      # (file, line) of the user's call; see `location`
+
+    @property
+    def next(self) -> tuple:
+        """Per input, ``(node, output index)`` of its gradient, or None."""
+        return tuple(e if e is None or type(e) is tuple else (e, 0) for e in self._next)
 
     @property
     def freed(self) -> bool:

@@ -229,4 +229,4 @@ def record_call(backward: Backward, executable, user_leaves: list, saved: list, 
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
     _record(op, inputs, outs, {}, modes.tracer)
     if shared and outs:
-        outs[0].grad_fn.versions.extend((t, t._version[0]) for t in shared)
+        outs[0].grad_fn.versions += tuple((t, t._version[0]) for t in shared)

@@ -338,12 +338,13 @@ def _trig_array(name: str):
     """np.sin / np.cos, or for float32 (at every size) the loop of ``kernels.trig``, which
     a fused kernel's ``sin32`` / ``cos32`` match bit for bit."""
     ufunc = getattr(np, name)
+    f32 = np.dtype(np.float32)
 
     def kernel(x):
-        if x.dtype != np.float32 or not kernels.numba_available():
+        if x.dtype is not f32 and x.dtype != f32 or not kernels.numba_available():
             return ufunc(x)
-        flat = kernels.flat(x)
-        out = np.empty(flat.shape, np.float32)
+        flat = x.reshape(-1)   # (a view when contiguous; a fresh, aligned copy otherwise)
+        out = np.empty(flat.shape, f32)
         loop = getattr(kernels.trig, name)
         if not flat.flags.aligned:   # (a view into a byte buffer: the loop's own checks)
             loop(flat, out)
@@ -352,7 +353,7 @@ def _trig_array(name: str):
             if entry is None:
                 entry = loop.flat_entry = loop.entry(flat, out)
             entry(flat, out)
-        return out.reshape(x.shape)
+        return out if x.ndim == 1 else out.reshape(x.shape)
     kernel.__name__ = name
     return kernel
 
