@@ -113,3 +113,71 @@ def test_the_module_and_its_onnx_import_reach_one_graph(gate, act, tmp_path):
     np.testing.assert_allclose(loaded(dg.tensor(x)).numpy(), want, rtol=1e-4, atol=1e-5)
     assert _shape_of(compiled.optimized_graph) == _shape_of(loaded.executable.graph)
     assert "div" not in {n.op.name for n in compiled.optimized_graph.nodes}
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("gate,act,channels", [("Hardsigmoid", "ReLU", (7, 13)),
+                                               ("Sigmoid", "SiLU", (5, 9)),
+                                               ("Hardsigmoid", "Hardswish", (3, 17))])
+def test_squeeze_and_excitation_is_one_node_equal_to_torch(batch, gate, act, channels):
+    """Each block's mean, two 1x1 convs with their activations, gate and channel scale
+    become one squeeze_excite node; compiled equals eager and torch at odd channel counts
+    (squeezed to 1-4 channels), batches 1 and 3."""
+    model, reference = _pair(seed=batch, gate=gate, act=act, channels=channels)
+    x = np.random.default_rng(2).standard_normal((batch, 3, 11, 7)).astype(np.float32)
+    compiled, got, eager, want = compiled_eager_torch(model, reference, x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-5)
+    ops = [n.op.name for n in compiled.optimized_graph.nodes]
+    assert ops.count("squeeze_excite") == 2 and "mean" not in ops and "mul" not in ops, ops
+
+
+def _se_arrays(rng, dtype, n, c, s, hw):
+    x = rng.standard_normal((n, c, *hw)).astype(dtype)
+    w1, b1 = rng.standard_normal((s, c, 1, 1)).astype(dtype), rng.standard_normal(s).astype(dtype)
+    w2, b2 = rng.standard_normal((c, s, 1, 1)).astype(dtype), rng.standard_normal(c).astype(dtype)
+    return x, w1, b1, w2, b2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,c,s,hw", [(1, 1, 1, (1, 1)), (3, 5, 2, (3, 7)), (2, 19, 3, (1, 9))])
+@pytest.mark.parametrize("acts,bounds", [(("relu", "sigmoid"), ((-np.inf, np.inf),) * 2),
+                                         (("hardswish", "clamp"), ((-np.inf, np.inf), (0, 1))),
+                                         (("silu", "hardsigmoid"), ((-np.inf, np.inf),) * 2),
+                                         (("none", "none"), ((-np.inf, np.inf),) * 2)])
+def test_the_squeeze_excite_kernel_equals_torch(dtype, n, c, s, hw, acts, bounds):
+    """The op's kernel (float32: the Numba loop; float64: NumPy's passes) against torch's
+    mean, convs, activations and product, 1x1 planes and one channel included."""
+    from dualgraph.ops.excite import SQUEEZE_EXCITE
+    x, w1, b1, w2, b2 = _se_arrays(np.random.default_rng(c), dtype, n, c, s, hw)
+    got = SQUEEZE_EXCITE.kernel(x, w1, b1, w2, b2, acts=acts, bounds=bounds)
+    F = torch.nn.functional
+    torch_act = {"relu": F.relu, "sigmoid": torch.sigmoid, "hardswish": F.hardswish,
+                 "silu": F.silu, "hardsigmoid": F.hardsigmoid, "none": lambda v: v}
+    t = [torch.tensor(a) for a in (x, w1, b1, w2, b2)]
+    h = t[0].mean((2, 3), keepdim=True)
+    for (w, b), act, (lo, hi) in zip((t[1:3], t[3:5]), acts, bounds):
+        h = F.conv2d(h, w, b)
+        h = h.clamp(lo, hi) if act == "clamp" else torch_act[act](h)
+    want = (t[0] * h).numpy()
+    assert got.dtype == dtype and got.shape == x.shape
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_a_pooled_value_read_elsewhere_stays_unfused():
+    """The precondition: each value read only by the next op. A block whose pooled means
+    are also returned keeps its ops, and its values."""
+    nn = dg.nn
+    reduce_, expand = nn.Conv2d(6, 2, 1), nn.Conv2d(2, 6, 1)
+
+    def f(x):
+        m = x.mean((2, 3), keepdim=True)
+        return x * dg.sigmoid(expand(dg.relu(reduce_(m)))), m
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 6, 4, 4)).astype(np.float32))
+    compiled = dg.compile(f)
+    with dg.no_grad():
+        got, eager = compiled(x), f(x)
+    for a, b in zip(got, eager):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert "squeeze_excite" not in {n.op.name for n in compiled.optimized_graph.nodes}

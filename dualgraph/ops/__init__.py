@@ -1,7 +1,7 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
 from . import (arrange, attention, batch_norm, collective, control, conv, creation,  # noqa: F401
-               decompositions, dynamic, elementwise, epilogue, fused, index, layout, linalg,
-               loss, methods, norm, recurrent, reduce, shape, signal, special,
+               decompositions, dynamic, elementwise, epilogue, excite, fused, index, layout,
+               linalg, loss, methods, norm, recurrent, reduce, shape, signal, special,
                tensor_methods)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
