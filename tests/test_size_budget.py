@@ -411,10 +411,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +50, ops/ +20, the core +95 (the lead, merging this session's eight branches):
 # each branch raised its budget from base's by what it needed beyond base's slack, and the
 # slack was spent once per branch: the merged code is the sum of their growths.
-CORE_BUDGET = 28_075
+# passes/ +90, ops/ +45, kernels/ +30 and the core +165 (issue 26, i-mv3): the lowering
+# rule squeeze_excite (passes/excite.py), its op (ops/excite.py) and its loop per image
+# (kernels/excite.py); simplify's positive scale moved before a clamp and the conv
+# epilogue's hard-sigmoid read as any affine map, clamp and scale (one graph for a
+# module and its ONNX import).
+CORE_BUDGET = 28_240
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_090,
-           "passes": 3_455, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_195, "ops": 9_135,
+           "passes": 3_545, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
