@@ -417,9 +417,11 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), a where with a constant condition as the chosen branch, global average pooling as a mean, permute and reshape chains (a select under a reshape as a slice),
-    no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
-    x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
+    as maximum (and minimum), a positive scale of a clamp moved before it, a where with a
+    constant condition as the chosen branch, global average pooling as a mean, permute
+    and reshape chains (a select under a reshape as a slice), no-op reshape/expand/cast, a
+    cast after an exact (widening) cast, log(softmax), x @ W.T + b -> linear, stack as a
+    cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is
