@@ -13,10 +13,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import loop
+from . import helper, loop
 from .epilogue import _activate
 
 F = np.float32
+
+
+@helper(inline="always")
+def _product(out, w, b, v):
+    """``out = w @ v + b`` for a small ``w (len(out), len(v))``."""
+    for k in range(out.size):
+        total = b[k]
+        for c in range(v.size):
+            total += w[k, c] * v[c]
+        out[k] = total
 
 
 @loop(fastmath={"reassoc", "nsz"})
@@ -32,17 +42,9 @@ def squeeze_excite(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi
             for i in range(width):
                 total += x[n, c, i]
             pooled[c] = total / F(width)
-        for k in range(squeezed):
-            total = b1[k]
-            for c in range(channels):
-                total += w1[k, c] * pooled[c]
-            hidden[k] = total
+        _product(hidden, w1, b1, pooled)
         _activate(hidden, act1, lo1, hi1)
-        for c in range(channels):
-            total = b2[c]
-            for k in range(squeezed):
-                total += w2[c, k] * hidden[k]
-            gate[c] = total
+        _product(gate, w2, b2, hidden)
         _activate(gate, act2, lo2, hi2)
         for c in range(channels):
             g = gate[c]
