@@ -280,9 +280,25 @@ def pooled_depthwise_convs():
     return g
 
 
+def squeeze_and_excitation():
+    g = Graph()
+    x, w1, b1 = f32(g, "x", 2, 6, 5, 5), f32(g, "w1", 2, 6, 1, 1), f32(g, "b1", 2)
+    w2, b2 = f32(g, "w2", 6, 2, 1, 1), f32(g, "b2", 6)
+    point = dict(residual_at=None, stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1),
+                 groups=1)
+    (m,) = g.add_node("mean", [x], {"dims": (2, 3), "keepdim": True}, names=["m"])
+    (h,) = g.add_node("conv2d_epilogue", [m, w1, b1], dict(
+        act="relu", bounds=(-np.inf, np.inf), **point), names=["h"])
+    (gate,) = g.add_node("conv2d_epilogue", [h, w2, b2], dict(
+        act="sigmoid", bounds=(-np.inf, np.inf), **point), names=["g"])
+    g.set_outputs(list(g.add_node("mul", [x, gate], names=["y"])))
+    return g
+
+
 EXAMPLES = {
     "channels_last": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
+    "squeeze_excite": squeeze_and_excitation,
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,
     "join_linears": two_linears_of_one_input,

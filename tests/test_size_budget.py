@@ -425,6 +425,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # elu's and softplus's gradients as one op each, gather and scatter_add as primitives with
 # loops along the dim (each with its own VJP for double backward, ONNX export), sums of a
 # few elements per result as slice adds.
+# passes/ +90, ops/ +45, kernels/ +30 and the core +165 (issue 26, i-mv3): the lowering
+# rule squeeze_excite (passes/excite.py), its op (ops/excite.py) and its loop per image
+# (kernels/excite.py); simplify's positive scale moved before a clamp and the conv
+# epilogue's hard-sigmoid read as any affine map, clamp and scale (one graph for a
+# module and its ONNX import).
 CORE_BUDGET = 28_235
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,

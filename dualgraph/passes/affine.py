@@ -20,7 +20,7 @@ from ..graph import Graph, Value
 from ..ops.conv import CONV2D
 from ..ops.elementwise import ADD, DIV, MUL, SUB
 from ..ops.linalg import LINEAR
-from .core import Builder, readers
+from .core import Builder, live_readers, needed
 
 # the layers whose output's channel k is ``x (*) W[k] + b[k]``, and where that channel dim
 # sits in the output counted from the end (conv2d: (N, C, H, W), linear: (..., C))
@@ -30,8 +30,9 @@ LAYERS = {CONV2D: -3, LINEAR: -1}
 def affine_chains(graph: Graph, arrays: dict) -> dict:
     """The precondition: ``{layer node: (chain nodes, scale, shift)}`` for each conv2d or
     linear whose weight and bias are in ``arrays`` (Value -> array) followed by a
-    per-channel affine chain read only along the chain."""
-    read_by = readers(graph)
+    per-channel affine chain read only along the chain (by the nodes the outputs need:
+    ``simplify`` leaves the nodes it replaced for ``dce``)."""
+    read_by = live_readers(graph)
     chains = {}
     for node in graph.nodes:
         axis = LAYERS.get(node.op)
@@ -45,11 +46,12 @@ def affine_chains(graph: Graph, arrays: dict) -> dict:
 
 def fold_affine_chains(graph: Graph, chains: dict, arrays: dict, report=None) -> Graph:
     """``graph`` with each chain of ``affine_chains`` folded into its layer's new constant
-    weight and bias; the layer is named as the chain's last value."""
-    b = Builder(graph)
+    weight and bias; the layer is named as the chain's last value. Dead nodes are dropped
+    (they may read a value of a chain)."""
+    b, live = Builder(graph), needed(graph)
     skip = {n for steps, _, _ in chains.values() for n in steps}
     for node in graph.nodes:
-        if node in skip:
+        if node in skip or not any(v in live for v in node.outputs):
             continue
         if node not in chains:
             b.copy(node)

@@ -12,8 +12,10 @@ else needs it. The activations, as the graph spells them after ``simplify``:
 
 - ``relu(y)``; ``sigmoid(y)``; ``gelu(y)`` (exact or tanh);
 - clamp (ReLU6, hardtanh): ``minimum(maximum(y, lo), hi)`` or either alone;
-- hard-sigmoid: ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's spelling) or
-  ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid as imported);
+- hard-sigmoid: ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's spelling),
+  ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid as imported), or any
+  other scalar affine map of ``y``, clamp and positive scale that composes to
+  ``clamp(y / 6 + 0.5, 0, 1)`` (``simplify`` moves torch's ``/ 6`` before the clamp);
 - SiLU: ``silu(y)`` or ``y * sigmoid(y)``; hard-swish: ``y * hardsigmoid(y)`` (either
   spelling).
 
@@ -36,7 +38,7 @@ import numpy as np
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
 from ..ops.elementwise import (ADD, DIV, GELU, GELU_TANH, MAXIMUM, MINIMUM, MUL, RELU,
-                               SIGMOID, SILU)
+                               SIGMOID, SILU, SUB)
 from ..ops.epilogue import CONV2D_EPILOGUE, LINEAR_EPILOGUE
 from ..ops.linalg import BLAS_DTYPES, LINEAR, blas_2d
 from .core import Builder, Report, live_readers, needed
@@ -269,8 +271,8 @@ def _activation(y: Value, live: dict):
     users = [n for n in live.get(y, []) if isinstance(n, Node)]
     if len(users) == 2 and len(live[y]) == 2:   # (y * gate(y): either reader the product)
         for mul, first in (users, users[::-1]):
-            gated = {SIGMOID: _sigmoid_gate, ADD: _hardsigmoid, MUL: _hardsigmoid}.get(first.op)
-            gate = gated(y, {**live, y: [first]}) if gated is not None else None
+            gated = _sigmoid_gate if first.op is SIGMOID else _hardsigmoid
+            gate = gated(y, {**live, y: [first]})
             if (mul.op is MUL and same(mul) and gate is not None
                     and _only(gate[1], live) is mul
                     and {id(x) for x in mul.inputs} == {id(y), id(gate[1])}):
@@ -284,30 +286,47 @@ def _sigmoid_gate(y: Value, live: dict):
     return ([node], node.outputs[0]) if node is not None else None
 
 
-def _scaled(y: Value, live: dict, op, c: float):
-    """``op(y, c)`` (a scalar ``c``) as its node; None otherwise."""
-    node = _only(y, live)
-    if node is None or node.op is not op:
-        return None
-    a, b = node.inputs
-    b = _number(b)   # (ONNX's float32 attributes: 1/6 to float32 precision)
-    return node if a is y and b is not None and abs(b - c) <= 1e-6 * abs(c) else None
+def _affine(y: Value, live: dict, most: int):
+    """``(nodes, a, b, out)``: up to ``most`` ops each adding, subtracting, multiplying or
+    dividing the value before it by a number, ``out = a * y + b``; each value read only
+    by the next."""
+    nodes, a, b, v = [], 1.0, 0.0, y
+    while len(nodes) < most:
+        node = _only(v, live)
+        if node is None or node.op not in (ADD, SUB, MUL, DIV) or len(node.inputs) != 2:
+            break
+        first, second = node.inputs
+        c = _number(second) if first is v else _number(first)
+        if c is None or (first is not v and node.op in (SUB, DIV)) or (
+                node.op is DIV and c == 0):
+            break
+        if node.op in (ADD, SUB):
+            b += c if node.op is ADD else -c
+        else:
+            c = c if node.op is MUL else 1 / c
+            a, b = a * c, b * c
+        nodes.append(node)
+        v = node.outputs[0]
+    return nodes, a, b, v
+
+
+def _close(u: float, v: float) -> bool:
+    return abs(u - v) <= 1e-6 * max(abs(u), abs(v), 1e-30)   # (ONNX's float32 1/6)
 
 
 def _hardsigmoid(y: Value, live: dict):
-    """``(nodes, out)`` of hard-sigmoid spelt ``minimum(maximum(y + 3, 0), 6) / 6`` (torch's
-    relu6(y + 3) / 6) or ``minimum(maximum(y * (1/6) + 0.5, 0), 1)`` (ONNX's HardSigmoid,
-    as ``dg.onnx.load`` imports it); None otherwise."""
-    add = _scaled(y, live, ADD, 3.0)
-    if add is not None:
-        clamp = _clamp(add.outputs[0], live)
-        if clamp is None or clamp[1:3] != (0.0, 6.0):
-            return None
-        div = _scaled(clamp[3], live, DIV, 6.0)
-        return ([add, *clamp[0], div], div.outputs[0]) if div is not None else None
-    mul = _scaled(y, live, MUL, 1 / 6)
-    shift = _scaled(mul.outputs[0], live, ADD, 0.5) if mul is not None else None
-    clamp = _clamp(shift.outputs[0], live) if shift is not None else None
-    if clamp is None or clamp[1:3] != (0.0, 1.0):
+    """``(nodes, out)`` of hard-sigmoid, ``clamp(y / 6 + 0.5, 0, 1)``, as any scalar affine
+    map of ``y``, a clamp and an optional positive scale spell it: torch's relu6(y + 3) / 6
+    (``minimum(maximum(y + 3, 0), 6) / 6``), ONNX's HardSigmoid as ``dg.onnx.load``
+    imports it (``y * (1/6) + 0.5`` clamped to [0, 1]), or ``(y + 3) / 6`` clamped to [0, 1]
+    (``simplify``'s form of torch's); None otherwise."""
+    before, a, b, v = _affine(y, live, 2)
+    clamp = _clamp(v, live) if before else None
+    if clamp is None or len(clamp[0]) != 2:
         return None
-    return [mul, shift, *clamp[0]], clamp[3]
+    nodes, lo, hi, out = clamp
+    for after, s, shift, last in (([], 1.0, 0.0, out), _affine(out, live, 1)):
+        if (shift == 0 and s > 0 and _close(a * s, 1 / 6) and _close(b * s, 0.5)
+                and lo * s == 0 and _close(hi * s, 1.0)):
+            return before + nodes + after, last
+    return None

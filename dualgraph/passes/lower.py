@@ -50,6 +50,7 @@ from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights
                     winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
+from .excite import squeeze_excite, squeeze_excites
 from .layout import CONVS as LAYOUT_CONVS, channels_last, channels_last_regions
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
@@ -319,6 +320,9 @@ RULES = [
     # conv2d_epilogue: bias, residual and activation in one pass over the conv's output
     # (after share_conv_columns: a training step's conv sharing its im2col keeps it)
     LoweringRule("conv_epilogue", (CONV2D,), conv_epilogues, conv_epilogue, "graph"),
+    # x * gate(conv1x1(act(conv1x1(mean(x, (2, 3)))))), each value read only by the next
+    # (squeeze-and-excitation, after conv_epilogue) -> squeeze_excite: one loop per image
+    LoweringRule("squeeze_excite", (MEAN,), squeeze_excites, squeeze_excite, "graph"),
     # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
     LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
                  "graph"),

@@ -226,6 +226,26 @@ def _bound_by(op):
     return lambda m: call(op, [m.x, m.c]) if m.c == m.d else None
 
 
+_NUMPY = {DIV: np.divide, MUL: np.multiply}
+
+
+def _scale_before_clamp(op):
+    # clamp(x, lo, hi) / s -> clamp(x / s, lo / s, hi / s) (and * s) for a number s > 0:
+    # rounding is monotone, so fl(x / s) is below fl(lo / s) exactly where x is below lo,
+    # and the result is the same bits (NaN stays NaN). The scale then sits next to the
+    # layer before the clamp, where fold_batchnorm folds it into the weights: torch's
+    # hard-sigmoid, relu6(y + 3) / 6, becomes ONNX's clamp(y / 6 + 0.5, 0, 1)
+    def rewrite(m):
+        dtype, s = m.x.dtype, _scalar(m.s, m.constants)
+        if (dtype.kind != "f" or s is None or not 0 < s < math.inf
+                or result_type(m.x, m.s) != dtype):
+            return None
+        scaled = lambda v: float(_NUMPY[op](dtype.type(v), dtype.type(s)))
+        return call(MINIMUM, [call(MAXIMUM, [call(op, [m.x, m.s]), scaled(m.c)]),
+                              scaled(m.d)])
+    return rewrite
+
+
 def _global_mean(m):
     # an average pool whose one window is the whole unpadded plane (global average
     # pooling: adaptive_avg_pool2d(x, 1), squeeze-and-excitation) is a mean: one reduction
@@ -369,6 +389,10 @@ RULES = [
          "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
     Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
          "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(DIV, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(DIV),
+         "clamp(x, lo, hi) / s -> clamp(x / s, lo / s, hi / s) (s > 0: the same bits)"),
+    Rule(P(MUL, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(MUL),
+         "clamp(x, lo, hi) * s -> clamp(x * s, lo * s, hi * s) (s > 0: the same bits)"),
     Rule(P(WHERE, Var("cond", lambda v, k: _constant_truth(v, k) is not None), Var("a"),
            Var("b")), _chosen_branch,
          "where(True, a, b) -> a, where(False, a, b) -> b (broadcast and cast as where)"),
@@ -393,9 +417,11 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), a where with a constant condition as the chosen branch, global average pooling as a mean, permute and reshape chains (a select under a reshape as a slice),
-    no-op reshape/expand/cast, a cast after an exact (widening) cast, log(softmax),
-    x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
+    as maximum (and minimum), a positive scale of a clamp moved before it, a where with a
+    constant condition as the chosen branch, global average pooling as a mean, permute
+    and reshape chains (a select under a reshape as a slice), no-op reshape/expand/cast, a
+    cast after an exact (widening) cast, log(softmax), x @ W.T + b -> linear, stack as a
+    cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
     slice gradients -> cat) to each node, in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is

@@ -397,3 +397,30 @@ CASES += [
            dtypes=("float32", "float64"), grad=False, atol=1e-4)
     for act, at in [("relu", None), ("hardswish", "before"), ("none", "after")]
 ]
+
+
+INF = float("inf")
+
+
+def squeeze_excite(acts, bounds):
+    """squeeze_excite (what passes.squeeze_excite makes) vs torch's mean, two 1x1 convs,
+    their activations and the channel scale."""
+    def fn(m, x, w1, b1, w2, b2):
+        if m.__name__ != "torch":
+            from dualgraph.ops.excite import SQUEEZE_EXCITE
+            return apply(SQUEEZE_EXCITE, x, w1, b1, w2, b2, acts=acts, bounds=bounds)
+        h = x.mean((2, 3), keepdim=True)
+        for w, b, act in ((w1, b1, acts[0]), (w2, b2, acts[1])):
+            h = torch_tail(m, m.nn.functional.conv2d(h, w, b), (), act, None)
+        return x * h
+    return fn
+
+
+CASES += [
+    OpCase("squeeze_excite", squeeze_excite(acts, ((-INF, INF), (0.0, 6.0))),
+           [In((n, 7, 5, 3)), In((3, 7, 1, 1)), In((3,)), In((7, 3, 1, 1)), In((7,))],
+           f"{'-'.join(acts)}-batch{n}", dtypes=("float32", "float64"), grad=False,
+           atol=1e-5)
+    for acts, n in [(("relu", "hardsigmoid"), 1), (("silu", "sigmoid"), 3),
+                    (("hardswish", "clamp"), 2)]
+]

@@ -1,0 +1,52 @@
+"""Squeeze-and-excitation in one loop per image (``ops/excite.py``'s ``squeeze_excite``;
+the compiler's ``squeeze_excite`` rule makes it).
+
+Unfused, the block is a mean over each plane, two 1x1 convolutions on a 1x1 plane (a GEMM
+call each for a few hundred multiply-adds), their activations and a broadcast product:
+five calls, four of them on arrays of a few hundred elements where the call is the cost.
+Here, per image, the planes' means, both small products with their activations (the
+epilogue's ``_activate``, so the formulas are the conv epilogue's) and the scaled planes
+are one loop; each plane is read twice (its mean, its product) and written once, as the
+unfused mean and product do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import helper, loop
+from .epilogue import _activate
+
+F = np.float32
+
+
+@helper(inline="always")
+def _product(out, w, b, v):
+    """``out = w @ v + b`` for a small ``w (len(out), len(v))``."""
+    for k in range(out.size):
+        total = b[k]
+        for c in range(v.size):
+            total += w[k, c] * v[c]
+        out[k] = total
+
+
+@loop(fastmath={"reassoc", "nsz"})
+def squeeze_excite(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, out):
+    """Images ``start:stop`` of ``x (N, C, H*W)``: ``out[n] = x[n] * gate[:, None]``,
+    ``gate = act2(w2 @ act1(w1 @ mean(x[n], -1) + b1) + b2)`` for ``w1 (S, C)``,
+    ``w2 (C, S)`` (activation codes and bounds as ``kernels/epilogue.py``'s)."""
+    channels, width, squeezed = x.shape[1], x.shape[2], w1.shape[0]
+    pooled, hidden, gate = np.empty(channels, F), np.empty(squeezed, F), np.empty(channels, F)
+    for n in range(start, stop):
+        for c in range(channels):
+            total = F(0)
+            for i in range(width):
+                total += x[n, c, i]
+            pooled[c] = total / F(width)
+        _product(hidden, w1, b1, pooled)
+        _activate(hidden, act1, lo1, hi1)
+        _product(gate, w2, b2, hidden)
+        _activate(gate, act2, lo2, hi2)
+        for c in range(channels):
+            g = gate[c]
+            for i in range(width):
+                out[n, c, i] = x[n, c, i] * g

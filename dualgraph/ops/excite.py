@@ -1,0 +1,67 @@
+"""``squeeze_excite``: squeeze-and-excitation's channel gate and scale as one op, made by
+the lowering rule ``squeeze_excite`` (``passes/excite.py``) after autodiff, so it has no
+VJP; its decomposition is the ops it replaces.
+
+``squeeze_excite(x, w1, b1, w2, b2, acts=(a1, a2), bounds=(bounds1, bounds2))`` is
+``x * a2(conv2d(a1(conv2d(mean(x, (2, 3), keepdim=True), w1, b1)), w2, b2))`` for ``x
+(N, C, H, W)``, ``w1 (S, C, 1, 1)``, ``w2 (C, S, 1, 1)``; ``a1``, ``a2`` are activations of
+``kernels/epilogue.py``'s ``ACTIVATIONS`` (``"clamp"`` between its bounds). float32 runs
+``kernels/excite.py``'s loop (one per image); other dtypes NumPy's passes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..dispatch import apply
+from ..kernels.epilogue import ACTIVATIONS
+from ..kernels.threads import run_rows, threads_for
+from ..shapes import ShapedType
+from . import conv as conv_ops
+from . import reduce as red
+from .epilogue import _numpy_activation, activation
+from .opdef import defop
+
+_POINT = dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+
+
+def _decomposition(x, w1, b1, w2, b2, *, acts, bounds):
+    h = red.mean(x, (2, 3), keepdim=True)
+    h = activation(apply(conv_ops.CONV2D, h, w1, b1, **_POINT), acts[0], bounds[0])
+    return x * activation(apply(conv_ops.CONV2D, h, w2, b2, **_POINT), acts[1], bounds[1])
+
+
+def _kernel(x, w1, b1, w2, b2, *, acts, bounds):
+    n, c = x.shape[:2]
+    if kernels.enabled(x, min_elements=0) and all(
+            a.dtype == np.float32 for a in (w1, b1, w2, b2)):
+        out = np.empty(x.shape, np.float32)
+        codes = [v for act, (lo, hi) in zip(acts, bounds)
+                 for v in (ACTIVATIONS.index(act), np.float32(lo), np.float32(hi))]
+        run_rows(kernels.excite.squeeze_excite, n, kernels.rows(x, x[0, 0].size).reshape(
+                     n, c, -1), kernels.rows(w1, c), kernels.flat(b1),
+                 kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
+                 out.reshape(n, c, -1), threads=threads_for(x.size))
+        return out
+    h = x.mean(axis=(2, 3))
+    for w, b, act, bound in zip((w1, w2), (b1, b2), acts, bounds):
+        h = _numpy_activation(h @ w.reshape(w.shape[0], -1).T + b, act, bound)
+    return x * h.astype(x.dtype, copy=False)[:, :, None, None]
+
+
+def _infer(x, w1, b1, w2, b2, *, acts, bounds):
+    squeezed = w1.shape[0] if len(w1.shape) == 4 else None
+    want = [(squeezed, x.shape[1], 1, 1), (squeezed,), (x.shape[1], squeezed, 1, 1),
+            (x.shape[1],)]
+    got = [tuple(v.shape) for v in (w1, b1, w2, b2)]
+    if len(x.shape) != 4 or got != want or any(a not in ACTIVATIONS for a in acts):
+        raise ValueError(f"squeeze_excite: input {tuple(x.shape)} and weights and biases "
+                         f"{got} (want (N, C, H, W) and {want}), activations {acts}")
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+SQUEEZE_EXCITE = defop(
+    "squeeze_excite", _kernel, _infer, attrs=("acts", "bounds"), saves="", onnx=None,
+    compiler_only=True, decomposition=_decomposition,
+    doc="x * gate(conv1x1(act(conv1x1(mean(x, (2, 3))))): squeeze-and-excitation's "
+        "pooling, two small convolutions, gate and channel scale in one loop per image")
