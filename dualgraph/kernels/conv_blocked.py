@@ -29,7 +29,7 @@ import numpy as np
 
 from . import helper, loop, numba_available
 from .conv_lanes import _row, _weights, finish
-from .simd import LANES, broadcast_at, fma, load, store
+from .simd import LANES, broadcast_at, fma, load, multiply, store
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -266,6 +266,18 @@ def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi
         _call(_pointwise, workers, entry, *args)
         return out
     return run
+
+
+@loop
+def scale_blocks(start, stop, x, gate, out):
+    """``out[a, p] = x[a, p] * gate[a]`` for rows ``a`` in ``start:stop`` of ``x (A, P, 8)``
+    and ``gate (A, 8)`` (flat): squeeze-and-excitation's per-channel gate on a blocked
+    value (``mul``'s ``specialise``); NumPy's broadcast loops run eight floats at a time."""
+    positions = x.size // gate.size
+    for a in range(start, stop):
+        g = load(gate, a * LANES)
+        for q in range(a * positions * LANES, (a + 1) * positions * LANES, LANES):
+            store(out, q, multiply(load(x, q), g))
 
 
 _NO_RESIDUAL = np.zeros(1, F)
