@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import helper, loop, numba_available
-from .conv_lanes import _row, _weights, finish
+from .conv_lanes import _interleave, _row, _weights, finish
 from .simd import LANES, broadcast_at, fma, load, multiply, store
 from .threads import run_rows, threads_for
 from .tuning import cores
@@ -36,18 +36,41 @@ from .tuning import cores
 F = np.float32
 GROUP = 3 * LANES     # output channels of the 1x1 register block
 CHUNK = 96            # positions of a 1x1 work item
+SMALL = 4096          # elements below which NumPy's transposing copy is quicker to call
 
 
 def block(x: np.ndarray) -> np.ndarray:
-    """``x (N, C, H, W)`` (C a multiple of eight) as ``(N, C/8, H, W, 8)``, contiguous."""
+    """``x (N, C, H, W)`` (float32, C a multiple of eight) as ``(N, C/8, H, W, 8)``."""
     n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // LANES, LANES, h, w).transpose(0, 1, 3, 4, 2))
+    if x.size < SMALL:
+        return np.ascontiguousarray(x.reshape(n, c // LANES, LANES, h, w).transpose(
+            0, 1, 3, 4, 2), F)
+    out = np.empty((n, c // LANES, h, w, LANES), F)
+    run_rows(_relayout, n * c // LANES, np.ascontiguousarray(x, F).reshape(-1),
+             out.reshape(-1), h * w, True, threads=threads_for(x.size) or cores())
+    return out
 
 
 def unblock(x: np.ndarray) -> np.ndarray:
-    """:func:`block`'s inverse: ``(N, C/8, H, W, 8)`` as ``(N, C, H, W)``, contiguous."""
+    """:func:`block`'s inverse: ``(N, C/8, H, W, 8)`` as ``(N, C, H, W)``."""
     n, cb, h, w, _ = x.shape
-    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)).reshape(n, cb * LANES, h, w)
+    if x.size < SMALL:
+        return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3), F).reshape(n, cb * LANES, h, w)
+    out = np.empty((n, cb * LANES, h, w), F)
+    run_rows(_relayout, n * cb, out.reshape(-1), np.ascontiguousarray(x, F).reshape(-1),
+             h * w, False, threads=threads_for(x.size) or cores())
+    return out
+
+
+@loop
+def _relayout(start, stop, planar, blocked, size, to_blocked):
+    """Items (image, block) ``start:stop``: the block's eight planes of the flat NCHW
+    ``planar`` and its interleaved plane of the flat blocked ``blocked`` (``size``
+    positions), copied one way (``to_blocked``) or back, 8x8 transposes (NumPy's strided
+    copy ran at a third of their rate)."""
+    for item in range(start, stop):
+        at = item * size * LANES
+        _interleave(planar, at, size, LANES, blocked[at:], size, to_blocked)
 
 
 def blockable(x_shape, w_shape, groups) -> str | None:
@@ -154,9 +177,12 @@ def pack(w: np.ndarray) -> np.ndarray:
 
 
 @helper(inline="always")
-def _fma3(u, w0, w1, w2, a0, a1, a2):
-    """One position's broadcast input ``u`` times three weight vectors, into its sums."""
-    return fma(w0, u, a0), fma(w1, u, a1), fma(w2, u, a2)
+def _fma3(x, at, w0, w1, w2, a0, a1, a2, n):
+    """One position's input ``x[at]``, broadcast, times the first ``n`` of three weight
+    vectors, into its sums (``n`` a constant where inlined: the others cost nothing)."""
+    u = broadcast_at(x, at)
+    return (fma(w0, u, a0), fma(w1, u, a1) if n > 1 else a1,
+            fma(w2, u, a2) if n > 2 else a2)
 
 
 @helper(inline="always")
@@ -184,16 +210,18 @@ def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
         xb, wb = xo + kb * xstep, wo + kb * LANES * GROUP
         for j in range(LANES):
             t = wb + j * GROUP
-            w0, w1, w2 = load(wp, t), load(wp, t + LANES), load(wp, t + 2 * LANES)
-            a00, a01, a02 = _fma3(broadcast_at(x, xb + j), w0, w1, w2, a00, a01, a02)
+            w0 = load(wp, t)
+            w1 = load(wp, t + LANES) if n > 1 else w0
+            w2 = load(wp, t + 2 * LANES) if n > 2 else w0
+            a00, a01, a02 = _fma3(x, xb + j, w0, w1, w2, a00, a01, a02, n)
             if eight:
-                a10, a11, a12 = _fma3(broadcast_at(x, xb + 8 + j), w0, w1, w2, a10, a11, a12)
-                a20, a21, a22 = _fma3(broadcast_at(x, xb + 16 + j), w0, w1, w2, a20, a21, a22)
-                a30, a31, a32 = _fma3(broadcast_at(x, xb + 24 + j), w0, w1, w2, a30, a31, a32)
-                a40, a41, a42 = _fma3(broadcast_at(x, xb + 32 + j), w0, w1, w2, a40, a41, a42)
-                a50, a51, a52 = _fma3(broadcast_at(x, xb + 40 + j), w0, w1, w2, a50, a51, a52)
-                a60, a61, a62 = _fma3(broadcast_at(x, xb + 48 + j), w0, w1, w2, a60, a61, a62)
-                a70, a71, a72 = _fma3(broadcast_at(x, xb + 56 + j), w0, w1, w2, a70, a71, a72)
+                a10, a11, a12 = _fma3(x, xb + 8 + j, w0, w1, w2, a10, a11, a12, n)
+                a20, a21, a22 = _fma3(x, xb + 16 + j, w0, w1, w2, a20, a21, a22, n)
+                a30, a31, a32 = _fma3(x, xb + 24 + j, w0, w1, w2, a30, a31, a32, n)
+                a40, a41, a42 = _fma3(x, xb + 32 + j, w0, w1, w2, a40, a41, a42, n)
+                a50, a51, a52 = _fma3(x, xb + 40 + j, w0, w1, w2, a50, a51, a52, n)
+                a60, a61, a62 = _fma3(x, xb + 48 + j, w0, w1, w2, a60, a61, a62, n)
+                a70, a71, a72 = _fma3(x, xb + 56 + j, w0, w1, w2, a70, a71, a72, n)
     _put3(out, oo, ostep, n, a00, a01, a02)
     if eight:
         _put3(out, oo + 8, ostep, n, a10, a11, a12)
@@ -203,6 +231,21 @@ def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
         _put3(out, oo + 40, ostep, n, a50, a51, a52)
         _put3(out, oo + 48, ostep, n, a60, a61, a62)
         _put3(out, oo + 56, ostep, n, a70, a71, a72)
+
+
+@helper(inline="always")
+def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
+    """Positions ``q0:q1`` of a group of ``n`` output blocks: :func:`_tile` on eight at a
+    time, then one at a time."""
+    q = q0
+    while q + LANES <= q1:
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
+              n, True)
+        q += LANES
+    while q < q1:
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
+              n, False)
+        q += 1
 
 
 @loop(fastmath={"contract"})
@@ -227,15 +270,12 @@ def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, chan
             b0 = load(bias, g * GROUP)
             b1, b2 = load(bias, g * GROUP + LANES), load(bias, g * GROUP + 2 * LANES)
             ob = oo + 3 * g * step
-            q = q0
-            while q + LANES <= q1:
-                _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out,
-                      ob + q * LANES, step, n, True)
-                q += LANES
-            while q < q1:
-                _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out,
-                      ob + q * LANES, step, n, False)
-                q += 1
+            if n == 3:   # (a constant n for each inlined copy: two blocks or one
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 3)
+            elif n == 2:   # compute only theirs)
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 2)
+            else:
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 1)
         for b in range(cout // LANES):
             at, end = oo + b * step + q0 * LANES, oo + b * step + q1 * LANES
             finish(out[at:end], residual[at:end] if where else residual[0:1], where, act,
