@@ -40,11 +40,11 @@ SMALL = 4096          # elements below which NumPy's transposing copy is quicker
 
 
 def block(x: np.ndarray) -> np.ndarray:
-    """``x (N, C, H, W)`` (float32, C a multiple of eight) as ``(N, C/8, H, W, 8)``."""
+    """``x (N, C, H, W)`` (C a multiple of eight) as ``(N, C/8, H, W, 8)``."""
     n, c, h, w = x.shape
-    if x.size < SMALL:
+    if x.size < SMALL or x.dtype != F:
         return np.ascontiguousarray(x.reshape(n, c // LANES, LANES, h, w).transpose(
-            0, 1, 3, 4, 2), F)
+            0, 1, 3, 4, 2))
     out = np.empty((n, c // LANES, h, w, LANES), F)
     run_rows(_relayout, n * c // LANES, np.ascontiguousarray(x, F).reshape(-1),
              out.reshape(-1), h * w, True, threads=threads_for(x.size) or cores())
@@ -54,8 +54,8 @@ def block(x: np.ndarray) -> np.ndarray:
 def unblock(x: np.ndarray) -> np.ndarray:
     """:func:`block`'s inverse: ``(N, C/8, H, W, 8)`` as ``(N, C, H, W)``."""
     n, cb, h, w, _ = x.shape
-    if x.size < SMALL:
-        return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3), F).reshape(n, cb * LANES, h, w)
+    if x.size < SMALL or x.dtype != F:
+        return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)).reshape(n, cb * LANES, h, w)
     out = np.empty((n, cb * LANES, h, w), F)
     run_rows(_relayout, n * cb, out.reshape(-1), np.ascontiguousarray(x, F).reshape(-1),
              h * w, False, threads=threads_for(x.size) or cores())
