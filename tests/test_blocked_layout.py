@@ -18,7 +18,7 @@ from dualgraph.codegen import Executable  # noqa: E402
 from dualgraph.kernels import conv_blocked  # noqa: E402
 from dualgraph.ops.layout import DEPTHWISE_BLOCKED, POINTWISE_BLOCKED  # noqa: E402
 
-from test_layout import _epilogue, _net  # noqa: E402
+from test_layout import _epilogue, _net, _models as layout_models  # noqa: E402
 
 # n, c, h, w, kernel, stride, padding, dilation, act, residual_at
 DEPTHWISE = [
@@ -81,20 +81,8 @@ def test_pointwise_matches_torch(case):
     np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def _blocked_net(lib):
-    return _net(lib, c=16, hidden=40, out=24)
-
-
 def _models(batch, size):
-    rng = np.random.default_rng(batch)
-    reference = _blocked_net(torch).eval()
-    state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
-             for k, v in reference.state_dict().items() if v.dtype == torch.float32}
-    state = {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
-    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
-    model = _blocked_net(dg).eval()
-    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
-    return reference, model, rng.standard_normal((batch, 16, *size)).astype(np.float32)
+    return layout_models(batch, size, channels=(16, 40, 24))
 
 
 @pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (1, (41, 35))])

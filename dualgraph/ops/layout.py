@@ -232,10 +232,15 @@ def _epilogue_codes(residual, act, bounds, residual_at) -> dict:
                 hi=bounds[1], where=epilogue.RESIDUAL.index(residual_at) if residual else 0)
 
 
+def _compiled_float32(x, *others) -> bool:
+    """Whether a blocked op runs its loop: Numba, a static ``x``, float32 operands."""
+    return kernels.numba_available() and is_static(x.shape) and all(
+        getattr(v, "dtype", None) == np.float32 for v in (x, *others))
+
+
 def _fitted_depthwise_blocked(x, w, b, *residual, act, bounds, residual_at, stride, padding,
                               dilation):
-    if not (kernels.numba_available() and is_static(x.shape) and all(
-            getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
+    if not _compiled_float32(x, w, b, *residual):
         return None
     return kernels.conv_blocked.fitted_depthwise(
         tuple(x.shape), tuple(w.shape), stride, padding, dilation,
@@ -292,8 +297,7 @@ def _infer_pointwise_blocked(x, wp, b, *residual, act, bounds, residual_at):
 
 
 def _fitted_pointwise_blocked(x, wp, b, *residual, act, bounds, residual_at):
-    if not (kernels.numba_available() and is_static(x.shape) and all(
-            getattr(v, "dtype", None) == np.float32 for v in (x, wp, b, *residual))):
+    if not _compiled_float32(x, wp, b, *residual):
         return None
     return kernels.conv_blocked.pointwise(tuple(x.shape), b.shape[0],
                                           **_epilogue_codes(residual, act, bounds,
