@@ -282,6 +282,7 @@ def pooled_depthwise_convs():
 
 EXAMPLES = {
     "channels_last": pooled_depthwise_convs,
+    "blocked_channels": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,

@@ -221,7 +221,41 @@ def blocked_channels(graph: Graph, regions: list, report: Report) -> Graph:
     shapes, and an ``unblock_channels`` of each 4-D value read outside it.
 
     Preserves: types, inputs and outputs; values up to the rounding of the sums (the
-    convs' sums start from the bias)."""
+    convs' sums start from the bias).
+
+    Before::
+
+        graph(%x: f32[1,8,6,6]) {
+          %w: f32[8,1,3,3] = constant
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %h: f32[1,8,6,6] = conv2d_epilogue(%x, %w, %b, act='relu', bounds=(-inf, inf),
+              residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1),
+              groups=8)
+          %y: f32[1,8,6,6] = conv2d(%h, %w, %b, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1), groups=8)
+          %m: f32[1,8] = mean(%y, dims=(2, 3), keepdim=False)
+          return (%m)
+        }
+
+    After::
+
+        graph(%x: f32[1,8,6,6]) {
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %w: f32[8,1,3,3] = constant
+          %x_blocked: f32[1,1,6,6,8] = block_channels(%x)
+          %h: f32[1,1,6,6,8] = depthwise_blocked(%x_blocked, %w, %b, act='relu',
+              bounds=(-inf, inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1))
+          %y: f32[1,1,6,6,8] = depthwise_blocked(%h, %w, %b, act='none', bounds=(-inf,
+              inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1,
+              1))
+          %m: f32[1,1,8] = mean(%y, dims=(2, 3), keepdim=False)
+          %m_flat: f32[1,8] = reshape(%m, shape=(1, 8))
+          return (%m_flat)
+        }
+    """
     return _relayout(graph, regions, report, BLOCKED)
 
 
