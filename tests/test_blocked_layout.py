@@ -20,7 +20,7 @@ from dualgraph.ops.layout import DEPTHWISE_BLOCKED, POINTWISE_BLOCKED  # noqa: E
 
 from test_layout import _epilogue, _net, _models as layout_models  # noqa: E402
 
-ON = {"blocked_channels": True}   # (the rule is opt-in for now: docs/passes.md)
+ON = None   # (the default pipeline: the rule is on)
 
 # n, c, h, w, kernel, stride, padding, dilation, act, residual_at
 DEPTHWISE = [
@@ -91,8 +91,7 @@ def _models(batch, size):
 def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
     """The block's convs all run blocked; squeeze-and-excitation's 1x1 convs
     (5 channels: not a multiple of eight) stay NCHW, their pooled input unblocked and
-    their gate blocked; the head's output is unblocked, the pooled output reshaped. The
-    default pipeline leaves the layout alone (opt-in)."""
+    their gate blocked; the head's output is unblocked, the pooled output reshaped."""
     reference, model, x = _models(batch, size)
     with torch.no_grad():
         want = [t.numpy() for t in reference(torch.tensor(x))]
@@ -108,7 +107,7 @@ def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
     for g, e, w in zip(got, eager, want):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
-    off = dg.compile(model)   # (opt-in)
+    off = dg.compile(model, passes={"blocked_channels": False})
     with dg.no_grad():
         off(dg.tensor(x))
     assert not _blocked_ops(off.optimized_graph)
@@ -161,6 +160,8 @@ def test_left_alone():
     ((1, 4, 2, 8), (1, 4, 1, 8)),            # one middle dim
     ((2, 3, 5, 7, 8), (1, 3, 1, 1, 8)),     # batch broadcast too: NumPy
     ((2, 3, 5, 7, 6), (2, 3, 1, 1, 6)),     # not eight lanes: NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 7, 8)),     # equal shapes: no gate, NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 1, 8)),     # a gate over the last middle dim only
 ])
 def test_gate_product(x_shape, g_shape):
     rng = np.random.default_rng(1)
@@ -168,7 +169,7 @@ def test_gate_product(x_shape, g_shape):
     g = rng.standard_normal(g_shape).astype(np.float32)
     for f in (dg.compile(lambda a, b: a * b), dg.compile(lambda a, b: b * a)):
         np.testing.assert_array_equal(f(dg.tensor(x), dg.tensor(g)).numpy(), x * g)
-    fast = x_shape[0] == g_shape[0] and x_shape[-1] == 8
+    fast = x_shape[:2] == g_shape[:2] and x_shape[-1] == 8 and x_shape != g_shape
     assert ("scale_blocks" in f.code) == fast
 
 

@@ -99,7 +99,7 @@ def _gate_rows(x, g):
             and x.dtype == g.dtype == np.float32 and kernels.numba_available()):
         return None
     k = next((d for d in range(len(shape)) if shape[d] != gs[d]), len(shape))
-    if k == len(shape) - 1 or any(d != 1 for d in gs[k:-1]):
+    if k >= len(shape) - 1 or any(d != 1 for d in gs[k:-1]):   # (equal shapes: no gate)
         return None
     return math.prod(shape[:k])
 

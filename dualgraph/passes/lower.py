@@ -399,10 +399,8 @@ RULES += [
     # block_channels / unblock_channels at its edges (after the epilogue rules and
     # channels_last where opted in; before the "kernels" stage's conv_winograd and
     # conv_packed, which take the convs left outside)
-    # opt-in (passes={"blocked_channels": True}) until a heap corruption seen once in
-    # tests/test_cnn_blocks.py (seed 11: depthwise blocks with GELU and SE) is found
     LoweringRule("blocked_channels", LAYOUT_CONVS, blocked_channels_regions, blocked_channels,
-                 "graph", default=False),
+                 "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 
