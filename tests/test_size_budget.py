@@ -430,6 +430,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (kernels/excite.py); simplify's positive scale moved before a clamp and the conv
 # epilogue's hard-sigmoid read as any affine map, clamp and scale (one graph for a
 # module and its ONNX import).
+# kernels/ +245, ops/ +155, passes/ +45 and the core +445 (issue 26, i-dw2): the channel-
+# blocked layout (N, C/8, H, W, 8) for depthwise + 1x1 chains, on by default: its loops
+# (kernels/conv_blocked.py: the depthwise rows on copied planes, a 24x8 1x1 micro-kernel
+# with output channels in the lanes, 8x8 relayouts, the SE gate product), mean over middle
+# dims (normalization.middle_means), four compiler-only ops with decompositions
+# (ops/layout.py), mul's specialise, and passes/layout.py parameterised by the layout.
 CORE_BUDGET = 28_235
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,
