@@ -436,10 +436,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # with output channels in the lanes, 8x8 relayouts, the SE gate product), mean over middle
 # dims (normalization.middle_means), four compiler-only ops with decompositions
 # (ops/layout.py), mul's specialise, and passes/layout.py parameterised by the layout.
-CORE_BUDGET = 28_235
+# Merged 2026-12-04 05:05 (i-lstm, i-gen6, i-isa, i-pool, i-eagR, i-eagW, i-mv3, i-dw2): the
+# branches' raises each counted from one base, so the sums are set here: ops 9_640, kernels
+# 5_580, passes 3_590, the core to match (the blocked layout, squeeze-excite, the LSTM layer,
+# gather/scatter primitives, the max pool values loop, CPU-feature detection).
+CORE_BUDGET = 29_170
 BUDGETS = {".": 1_990, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_165, "ops": 9_250,
-           "passes": 3_455, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
+           "codegen": 1_330, "distributed": 1_730, "graph": 1_120, "kernels": 5_580, "ops": 9_640,
+           "passes": 3_590, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
