@@ -226,13 +226,14 @@ def test_capture_keys_ignore_value_names_but_not_constants_or_attrs():
 
 
 def test_index_grids_that_ops_make_are_graph_constants_not_inputs():
-    """gather builds aranges for the other dims; a new tensor each trace would be an input
-    read from an object that exists for one trace only."""
+    """An index grid an op builds (gather did: aranges for the other dims) must be a graph
+    constant, not an input read from an object that exists for one trace only; gather is
+    now one primitive node, with no grid at all."""
     x = dg.tensor(np.arange(12.0).reshape(3, 4), dtype=dg.float32)
     i = dg.tensor([[0, 3], [1, 1], [2, 0]])
     cf = dg.compile(lambda x, i: x.gather(1, i))
     close(cf(x, i), np.take_along_axis(x.numpy(), i.numpy(), 1))
-    assert len(cf.graph.inputs) == 2 and len(cf.graph.constants) == 1
+    assert len(cf.graph.inputs) == 2 and len(cf.graph.nodes) == 1
 
 
 def test_dynamic_batch_reuses_one_graph():

@@ -26,7 +26,7 @@ from . import creation
 from . import elementwise as ew
 from . import shape as shape_ops
 from ._util import BF16, empty_into, is_float
-from .opdef import Reduction, defop
+from .opdef import Reduction, defop, get
 
 __all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "median",
            "var", "std", "var_mean", "std_mean", "logsumexp", "norm", "cumsum", "cumprod", "all",
@@ -456,10 +456,10 @@ def _along_backward_decomposition(g, index, x, dim, keepdim):
 
 
 def _along_backward_vjp(gg, out, g, index, x, dim, keepdim):
-    """Linear in ``g``: its gradient is ``gg`` read back at ``index``."""
-    from .index import gather
+    """Linear in ``g``: its gradient is ``gg`` read back at ``index`` (the ``gather`` op,
+    by its registry name: ops/index.py imports this module)."""
     kept = index if keepdim else shape_ops.unsqueeze(index, dim)
-    picked = gather(gg, dim, kept)
+    picked = apply(get("gather"), gg, kept, dim=dim)
     return (picked if keepdim else shape_ops.squeeze(picked, dim)), None, None
 
 
