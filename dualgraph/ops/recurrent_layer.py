@@ -52,17 +52,16 @@ class _Products:
     NN product OpenBLAS runs faster than the NT one on a few rows), into ``out``."""
 
     def __init__(self, w: np.ndarray, rows: int):
-        from ..kernels import linear_packed
+        from ..kernels import linear_packed   # (kernels load their loops lazily)
         n, k = w.shape
-        self.n = n
+        self.n, self.loop = n, linear_packed
         self.packed = (linear_packed.pack(w) if w.dtype == np.float32
                        and linear_packed.wanted(rows, k, n) else None)
         self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        if self.packed is not None:
-            from ..kernels import linear_packed
-            return linear_packed.product(x, self.packed, self.n, out=out)
+        if self.packed is not None:   # (per step: no import on this path)
+            return self.loop.product(x, self.packed, self.n, out=out)
         return np.matmul(x, self.w_kn, out=out)
 
 
