@@ -25,8 +25,8 @@ report a graph break (a warning naming this file's line): the step is then split
 (capture/split.py), ``explain()`` must list the compiled pieces, and the results, what the
 breaks printed included, must still equal eager's. A silent difference is a failure.
 
-Dropout in train mode with p > 0 draws different random numbers compiled (docs/capture.md,
-"Random numbers"), so a generated model uses it only in eval mode or with p = 0.
+Dropout in train mode draws the same numbers compiled as eagerly from the same generator
+state (``build`` seeds it), so "train" dropout's masks must agree too.
 
 The CI run checks ``DG_DIFF_EXAMPLES`` programs (default 100, seeded, so a failing id is
 reproducible: ``pytest tests/test_differential_steps.py -k 'program[17]'``). A longer run::
@@ -67,7 +67,8 @@ class Program:
     hidden: tuple            # hidden layer widths
     norm: str                # "none", "layernorm", "batchnorm" (running stats in place)
     lazy_mask: bool          # the forward makes ``self.mask`` at its first call, then reuses it
-    dropout: str             # "none", "eval" (p=0.5, model in eval mode), "p0" (train, p=0)
+    dropout: str             # "none", "eval" (p=0.5, model in eval mode), "p0" (train, p=0),
+    #                          "train" (p=0.3)
     loss: str                # "ce" or "mse"
     update: str              # one of UPDATES
     scheduler: str           # "none", "step", "lambda_set" (param_group['lr'] = ...)
@@ -106,7 +107,7 @@ def generate(seed: int) -> Program:
         hidden=tuple(r.choice([4, 7]) for _ in range(r.randint(1, 2))),
         norm=r.choice(["none", "none", "layernorm", "batchnorm"]),
         lazy_mask=r.random() < 0.2,
-        dropout=r.choice(["none", "eval", "p0"]),
+        dropout=r.choice(["none", "eval", "p0", "train"]),
         loss=r.choice(["ce", "mse"]),
         update=update,
         scheduler=r.choice(["none", "step", "lambda_set"]) if update in BUILTIN else "none",
@@ -146,7 +147,7 @@ class Net(nn.Module):
                 layers.append(nn.BatchNorm1d(h))
             layers.append(nn.Tanh())
             if prog.dropout != "none":
-                layers.append(nn.Dropout(0.5 if prog.dropout == "eval" else 0.0))
+                layers.append(nn.Dropout({"eval": 0.5, "p0": 0.0, "train": 0.3}[prog.dropout]))
             width = h
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, OUT)

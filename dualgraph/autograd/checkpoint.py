@@ -115,10 +115,11 @@ class Checkpoint:
 
 class _RandomState:
     """The random state a region's forward started from, for its recomputation: the
-    global generator's stream (eager draws) and the seeds the traced draws read."""
+    global generator's PCG64 stream (``nn.init``'s draws) and the seeds the draws of
+    ``dg.rand`` and its kin read (eager or traced: ``ops/random.py``)."""
 
     def __init__(self, preserve: bool):
-        self.state = rnd.default_generator.get_state() if preserve else None
+        self.state = rnd.default_generator.rng.bit_generator.state if preserve else None
         self.seeds: list = []
 
     @contextlib.contextmanager
@@ -126,14 +127,14 @@ class _RandomState:
         if self.state is None:
             yield
             return
-        gen = rnd.default_generator
-        now = gen.get_state()
-        gen.set_state(self.state)
+        stream = rnd.default_generator.rng.bit_generator
+        now = stream.state
+        stream.state = self.state
         try:
             with rnd.replaying_draws(seeds):
                 yield
         finally:
-            gen.set_state(now)
+            stream.state = now
 
 
 def checkpoint(function, *args, use_reentrant: bool = False, preserve_rng_state: bool = True,

@@ -25,6 +25,7 @@ import random
 import numpy as np
 
 from ..errors import CaptureError
+from ..ops import random as rnd
 from .escape import user_code, reachable
 from .records import _name
 
@@ -38,7 +39,9 @@ class Draws:
     the eager run, which must draw the numbers the trace drew."""
 
     def __init__(self, roots: dict):
-        self.generators = [random._inst, _GLOBAL_NUMPY]
+        # (and the PCG64 stream of dualgraph's global generator: nn.init and the samplers
+        # draw from it; dg.rand and its kin draw through graph nodes, ops/random.py)
+        self.generators = [random._inst, _GLOBAL_NUMPY, rnd.default_generator.rng]
         # (also through the code of their classes: a module's forward may draw from a
         # generator that only its module's globals name)
         for _, g in reachable({**roots, **user_code(roots)}, _KINDS):

@@ -8,8 +8,8 @@ from ..dispatch import apply, modes
 from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
-from .random import (Generator, default_generator, manual_seed, rng_of,  # noqa: F401
-                     traced_random)
+from .random import (RANDOM, RANDOM_INTEGERS, RANDOM_PERMUTATION, Generator,  # noqa: F401
+                     default_generator, draw, manual_seed, rng_of)
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "logspace", "tril_indices", "triu_indices", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
@@ -243,12 +243,10 @@ def randn(*dims, size=None, generator=None, dtype=None, device=None,
 
 def _random(size, generator, dtype, requires_grad, dist) -> Tensor:
     dt = _float_dtype(dtype)
-    if modes.building_graph():
-        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-        return traced_random(tuple(shape), dt, dist, generator)
-    rng = rng_of(generator)
-    sample = rng.random(_size(size)) if dist == "uniform" else rng.standard_normal(_size(size))
-    return _finish(sample.astype(dt), requires_grad)
+    out = draw(RANDOM, generator, shape=_size(size), dtype=np.dtype(dt), dist=dist)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
 
 
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None) -> Tensor:
@@ -264,14 +262,14 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None) 
         low, high = 0, low
     devices.check(device)
     dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
-    sample = rng_of(generator).integers(low, high, size=_size(((),) if size is None else (size,)))
-    return Tensor._make(sample.astype(dt))
+    return draw(RANDOM_INTEGERS, generator, shape=_size(((),) if size is None else (size,)),
+                low=int(low), high=int(high), dtype=np.dtype(dt))
 
 
 def randperm(n: int, generator=None, dtype=None, device=None) -> Tensor:
     devices.check(device)
     dt = dtypes.int64.np if dtype is None else dtypes.to_np(dtype)
-    return Tensor._make(rng_of(generator).permutation(n).astype(dt))
+    return draw(RANDOM_PERMUTATION, generator, n=int(n), dtype=np.dtype(dt))
 
 
 def multinomial(input, num_samples: int, replacement: bool = False, *,

@@ -4,10 +4,15 @@ The streams are NumPy's PCG64, so results are reproducible across runs and platf
 given seed, but they are not the same numbers as torch's for the same seed (tests that need
 identical weights copy them).
 
-While tracing, random tensors (``dg.rand`` in dropout, say) become ``random`` nodes fed by
-the generator's *seed state*, a persistent int64 tensor that the graph advances at every
-call: a compiled function draws fresh numbers each call instead of baking one draw in (its
-numbers differ from the eager stream's).
+Random tensors (``dg.rand``, ``randn``, ``randint``, ``randperm`` and what is built on them:
+dropout, ``bernoulli``, ``normal_``, ...) are one draw each from the generator's *seed
+state*, a persistent int64 tensor: the draw's numbers are a function of the seed it reads
+(:func:`seeded_stream`), and the seed then advances by one. Eagerly the op runs on the seed's
+value now; while tracing it becomes a ``random`` node fed by the seed state, which the graph
+advances at every call. So a compiled function draws fresh numbers each call, and the same
+numbers as eager code from the same state: ``dg.manual_seed(0); f(x)`` gives the same result
+compiled or not, dropout included. Other draws (``nn.init``, ``multinomial``, the samplers'
+shuffles) come from the generator's PCG64 stream (``rng_of``) and run eagerly.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import threading
 import numpy as np
 
 from .. import devices
-from ..dispatch import apply
+from ..dispatch import apply, modes
 from ..shapes import ShapedType
 from ..tensor import Tensor
 from .inplace import commit_inplace
@@ -57,10 +62,16 @@ class Generator:
         return devices.CPU
 
     def get_state(self) -> dict:
-        return self.rng.bit_generator.state
+        """The PCG64 stream's state and the seed state (``seed_state``): giving it to
+        :meth:`set_state` later makes the same draws again."""
+        return {**self.rng.bit_generator.state, "seed_state": int(self.seed_state._data)}
 
     def set_state(self, state: dict) -> None:
+        state = dict(state)
+        seed = state.pop("seed_state", None)
         self.rng.bit_generator.state = state
+        if seed is not None:
+            self.seed_state._data[...] = np.int64(seed)
 
     @property
     def seed_state(self) -> Tensor:
@@ -82,8 +93,45 @@ def rng_of(generator) -> np.random.Generator:
     return (generator or default_generator).rng
 
 
+class _Stream(threading.local):
+    rng = None     # this thread's PCG64 generator, put at a draw's seed before each draw
+    state = None   # its state as NumPy takes it (one dict, its state number rewritten)
+
+
+_stream = _Stream()
+_MASK = (1 << 64) - 1
+# (PCG64's stream increment: any odd number; every draw walks the same cycle of 2**128
+# states from its own start)
+_INCREMENT = 0xDA3E39CB94B95BDB
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's output function: 64 well-mixed bits of ``x``."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def seeded_stream(seed) -> np.random.Generator:
+    """The numbers of the draw that reads ``seed``: a PCG64 generator started at a state
+    hashed from the seed (128 bits, so two draws' runs of numbers overlap with negligible
+    probability). Eager ops and compiled graphs both call it, so they draw the same numbers;
+    putting one generator at a state (a few microseconds) is ten times cheaper than seeding
+    a new one through NumPy's ``SeedSequence``."""
+    seed = int(seed)
+    rng, state = _stream.rng, _stream.state
+    if rng is None:
+        rng = _stream.rng = np.random.Generator(np.random.PCG64(0))
+        state = _stream.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
+                                 "state": {"state": 0, "inc": _INCREMENT}}
+    state["state"]["state"] = _mix(seed) << 64 | _mix(seed ^ 0x5EED)
+    rng.bit_generator.state = state
+    return rng
+
+
 def _random_kernel(seed, shape, dtype, dist):
-    rng = np.random.default_rng(int(seed))
+    rng = seeded_stream(seed)
     sample = rng.random(shape) if dist == "uniform" else rng.standard_normal(shape)
     return sample.astype(dtype)
 
@@ -92,6 +140,21 @@ RANDOM = defop("random", _random_kernel,
                lambda seed, shape, dtype, dist: ShapedType(tuple(shape), np.dtype(dtype)),
                attrs=("shape", "dtype", "dist"), onnx=None,
                doc="Samples of ``dist`` ('uniform' in [0, 1) or 'normal') from a seed input.")
+
+RANDOM_INTEGERS = defop(
+    "random_integers",
+    lambda seed, shape, low, high, dtype:
+        seeded_stream(seed).integers(low, high, size=shape).astype(dtype),
+    lambda seed, shape, low, high, dtype: ShapedType(tuple(shape), np.dtype(dtype)),
+    attrs=("shape", "low", "high", "dtype"), onnx=None,
+    doc="Integers uniform in [low, high) from a seed input (``randint``).")
+
+RANDOM_PERMUTATION = defop(
+    "random_permutation",
+    lambda seed, n, dtype: seeded_stream(seed).permutation(n).astype(dtype),
+    lambda seed, n, dtype: ShapedType((n,), np.dtype(dtype)),
+    attrs=("n", "dtype"), onnx=None,
+    doc="A permutation of range(n) from a seed input (``randperm``).")
 
 
 class _Draws(threading.local):
@@ -126,9 +189,12 @@ def replaying_draws(seeds: list):
         _draws.replay = outer
 
 
-def traced_random(shape, dtype, dist: str, generator=None) -> Tensor:
-    """A random tensor inside a traced function: a ``random`` node, then the seed state
-    advances (a traced in-place update, written back after every call)."""
+def draw(op, generator=None, **attrs) -> Tensor:
+    """One draw: ``op`` (``RANDOM``, ``RANDOM_INTEGERS``, ``RANDOM_PERMUTATION``) on the
+    generator's seed state, which then advances by one; eagerly at once, while tracing as a
+    node and a traced in-place update (written back after every call), so both draw the
+    same numbers from the same state. Inside a checkpointed region's recomputation the
+    seeds its forward read are read again, in order, and the state does not advance."""
     replay = _draws.replay
     if replay is not None:
         if not replay:
@@ -138,9 +204,15 @@ def traced_random(shape, dtype, dist: str, generator=None) -> Tensor:
         seed = replay.pop(0)
     else:
         seed = (generator or default_generator).seed_state
-    out = apply(RANDOM, seed, shape=tuple(shape), dtype=np.dtype(dtype), dist=dist)
+    traced = modes.building_graph()
+    # (eagerly the kernel runs here, as creation functions make their tensors: no input
+    # needs a gradient or a tape entry)
+    out = apply(op, seed, **attrs) if traced else Tensor._make(op.kernel(seed._data, **attrs))
     for log in _draws.logs:   # (the value read, which the update below replaces)
-        log.append(Tensor._make(seed._data))
+        log.append(Tensor._make(seed._data if traced else seed._data.copy()))
     if replay is None:
-        commit_inplace(seed, seed + 1)
+        if traced:
+            commit_inplace(seed, seed + 1)
+        else:
+            seed._data[()] = int(seed._data) + 1   # (in place: graphs hold this array)
     return out

@@ -1,4 +1,6 @@
 """Rows for the core ops written with the foundation (the families extend their own files)."""
+import numpy as np
+
 from . import In, OpCase
 
 F, P = In, lambda *s: In(s, "pos")
@@ -63,7 +65,8 @@ CASES = [
 def _uniform(m, shape):
     if m.__name__ == "torch":
         return m.rand(shape)
-    return m.ops.random.traced_random(shape, "float32", "uniform")
+    return m.ops.random.draw(m.ops.random.RANDOM, shape=shape, dtype=np.dtype("float32"),
+                             dist="uniform")
 
 
 def _uniform_checks(m, a):
@@ -75,6 +78,34 @@ def _uniform_checks(m, a):
 
 
 CASES.append(OpCase("random", _uniform_checks, [In((3, 4))], grad=False))
+
+
+def _integers_checks(m, a):
+    """``randint``'s node: the fraction in [-2, 5) and whether two draws differ."""
+    def draw():
+        if m.__name__ == "torch":
+            return m.randint(-2, 5, tuple(a.shape))
+        return m.ops.random.draw(m.ops.random.RANDOM_INTEGERS, shape=tuple(a.shape), low=-2,
+                                 high=5, dtype=np.dtype("int64"))
+    u, v = draw(), draw()
+    return ((u >= -2) & (u < 5)).float().mean(), (u != v).any()
+
+
+def _permutation_checks(m, a):
+    """``randperm``'s node: a permutation of range(n) (its sum and its squares' sum), and
+    whether two draws differ."""
+    n = a.shape[0]
+    def draw():
+        if m.__name__ == "torch":
+            return m.randperm(n)
+        return m.ops.random.draw(m.ops.random.RANDOM_PERMUTATION, n=n,
+                                 dtype=np.dtype("int64"))
+    u, v = draw(), draw()
+    return u.sum(), (u * u).sum(), (u != v).any()
+
+
+CASES.append(OpCase("random_integers", _integers_checks, [In((40, 5))], grad=False))
+CASES.append(OpCase("random_permutation", _permutation_checks, [In((30,))], grad=False))
 
 
 # `full` is what dg.zeros/ones/full become while tracing a symbolic size (``x.shape[0]`` of a
