@@ -4,6 +4,7 @@ same numbers as the same code run eagerly, call after call, and never bakes one 
 Draws from the PCG64 stream (``nn.init``) inside a compiled function make it run its Python
 at every call, drawing as eager does."""
 import numpy as np
+import pytest
 
 import dualgraph as dg
 import dualgraph.nn as nn
@@ -123,3 +124,24 @@ def test_seeded_streams_are_a_function_of_the_seed():
     ints = dg.randint(-3, 4, (20000,)).numpy()
     assert ints.dtype == np.int64 and ints.min() == -3 and ints.max() == 3
     assert sorted(dg.randperm(50).tolist()) == list(range(50))
+
+
+def test_a_split_function_draws_eagers_numbers():
+    """A branch on a tensor splits the function (a graph break); the pieces draw from the
+    same seed state in eager's order."""
+    def f(x):
+        h = F.dropout(x, 0.5)
+        if h.sum() > 0:
+            h = h * 2
+        return F.dropout(h, 0.3) + dg.randint(0, 3, (4,))
+
+    x = dg.ones(4)
+
+    def run(fn):
+        dg.manual_seed(0)
+        return [fn(x).numpy().copy() for _ in range(5)]
+
+    with pytest.warns(UserWarning, match="graph break"):
+        compiled = run(dg.compile(f))
+    for u, v in zip(run(f), compiled):
+        np.testing.assert_array_equal(u, v)
