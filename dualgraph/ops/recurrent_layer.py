@@ -47,21 +47,21 @@ def _previous(t: int, reverse: bool) -> int:
 
 
 class _Products:
-    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few rows: laid out
-    once (panels for the packed loop where it takes the shape, else ``Wᵀ`` row-major, the
-    NN product OpenBLAS runs faster than the NT one on a few rows), into ``out``."""
+    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few C-contiguous rows
+    (``rows`` of them): laid out once (panels for the packed loop where it takes the shape,
+    its call worked out once too, else ``Wᵀ`` row-major, the NN product OpenBLAS runs
+    faster than the NT one on a few rows), into ``out``."""
 
     def __init__(self, w: np.ndarray, rows: int):
         from ..kernels import linear_packed   # (kernels load their loops lazily)
         n, k = w.shape
-        self.n, self.loop = n, linear_packed
-        self.packed = (linear_packed.pack(w) if w.dtype == np.float32
+        self.packed = (linear_packed.Product(w, rows) if w.dtype == np.float32
                        and linear_packed.wanted(rows, k, n) else None)
         self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        if self.packed is not None:   # (per step: no import on this path)
-            return self.loop.product(x, self.packed, self.n, out=out)
+        if self.packed is not None:
+            return self.packed(x, out)
         return np.matmul(x, self.w_kn, out=out)
 
 
