@@ -9,7 +9,7 @@ import torch
 
 import dualgraph as dg
 from dualgraph.ops.recurrent_gru_elman import gru_layer, rnn_layer
-from torch_compare import load_from_torch
+from torch_compare import assert_steps_match, load_from_torch
 
 TOL = dict(rtol=2e-4, atol=2e-5)
 
@@ -74,14 +74,7 @@ def test_training_step_matches_torch_eager_and_compiled(kind, kwargs, with_h0):
     nodes = compiled_step.optimized_graph.nodes
     assert sum(n.op.name == op for n in nodes) == layers
     assert sum(n.op.name == op + "_backward" for n in nodes) == layers
-    for got in (eager, compiled):
-        np.testing.assert_allclose(got[0], want[0], **TOL)
-        assert sorted(got[1]) == sorted(want[1])
-        for k in want[1]:
-            np.testing.assert_allclose(got[1][k], want[1][k], err_msg=k, **TOL)
-    for k in eager[1]:   # compiled runs the same kernels as eager
-        np.testing.assert_allclose(compiled[1][k], eager[1][k], err_msg=k, rtol=1e-5,
-                                   atol=1e-6)
+    assert_steps_match(want, eager, compiled, TOL)
 
 
 @pytest.mark.parametrize("kind", ["GRU", "RNN"])
