@@ -50,6 +50,20 @@ def test_product_matches_float64_and_torch(rows, k, n, bias):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("rows,k,n", [(7, 37, 45), (32, 128, 512), (1024, 256, 256)],
+                         ids=["partial-panel", "one-thread", "threads"])
+def test_prepared_product_equals_product_call_after_call(rows, k, n):
+    """``Product``: the packing and the call worked out once (one thread and its entry
+    kept, or the rows shared), the same bits as :func:`product` on every call."""
+    x, w, _ = _data(rows, k, n)
+    prepared = linear_packed.Product(w, rows)
+    out = np.full((rows, n), np.nan, F)
+    for scale in (1, -2):
+        assert prepared(x * F(scale), out) is out
+        np.testing.assert_array_equal(
+            out, linear_packed.product(x * F(scale), linear_packed.pack(w), n))
+
+
 def test_product_of_3d_strided_input_into_out():
     """A 3-D input, a strided view (copied once), an ``out`` written in place; an ``out``
     that is not contiguous is replaced by a fresh array; no rows, an empty result."""

@@ -8,7 +8,7 @@ import torch
 
 import dualgraph as dg
 from dualgraph.ops.recurrent_layer import lstm_layer
-from torch_compare import load_from_torch
+from torch_compare import assert_steps_match, load_from_torch
 
 TOL = dict(rtol=2e-4, atol=2e-5)
 
@@ -56,14 +56,7 @@ def test_float32_training_step_matches_torch_eager_and_compiled(kwargs):
     compiled_step = dg.compile(lambda *t: _step(dg, ours, *t))
     compiled = run(dg, ours, compiled_step)
     assert sum(n.op.name == "lstm_layer" for n in compiled_step.optimized_graph.nodes) == layers
-    for got in (eager, compiled):
-        np.testing.assert_allclose(got[0], want[0], **TOL)
-        assert sorted(got[1]) == sorted(want[1])
-        for k in want[1]:
-            np.testing.assert_allclose(got[1][k], want[1][k], err_msg=k, **TOL)
-    for k in eager[1]:   # compiled runs the same kernels as eager
-        np.testing.assert_allclose(compiled[1][k], eager[1][k], err_msg=k, rtol=1e-5,
-                                   atol=1e-6)
+    assert_steps_match(want, eager, compiled, TOL)
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -1,9 +1,10 @@
-"""The lowering rule ``step_weights_kn`` (passes/step_weights.py) on recurrent layers: a
-compiled training step whose hidden weights the rule copies transposed per call gives
-torch's outputs and gradients and eager's, in float32 and float64, for GRU and RNN layers
-(bidirectional, stacked, odd sizes) and an LSTMCell in a Python loop; where the cost rule
-says no (too few steps, too few or too many rows) the graph is left alone. An LSTM layer
-is one ``lstm_layer`` op, which lays its weight out itself: the same comparisons hold."""
+"""The lowering rule ``step_weights_kn`` (passes/step_weights.py) on recurrent steps: an
+``LSTMCell`` in a Python loop, whose hidden weight the rule copies transposed per call,
+compiled gives eager's losses and weights; where the cost rule says no (too few steps, too
+few or too many rows) the graph is left alone. LSTM, GRU and RNN layers (bidirectional,
+stacked, odd sizes) are one layer op a layer and direction, which lays its weight out
+itself: the rule finds nothing to copy, and their compiled training steps give torch's
+outputs and gradients and eager's, in float32 and float64."""
 import numpy as np
 import pytest
 import torch
@@ -68,11 +69,10 @@ def test_recurrent_layers_compiled_match_torch_and_eager(name, kwargs, dtype):
     got = {k: p.grad.numpy() for k, p in ours.named_parameters()}
 
     layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
-    if name == "LSTM":   # one lstm_layer op a layer and direction: it lays its weight out
-        assert _ops(step.optimized_graph).get("lstm_layer") == layers
-        assert _relayouts(step) == 0
-    else:
-        assert _relayouts(step) == layers    # one copy of each weight_hh, per call
+    # one layer op a layer and direction, which lays its weight out itself
+    op = {"LSTM": "lstm_layer", "GRU": "gru_layer", "RNN": "rnn_layer"}[name]
+    assert _ops(step.optimized_graph).get(op) == layers
+    assert _relayouts(step) == 0
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got_loss, want_loss, **tol)
     np.testing.assert_allclose(got_loss, eager_loss, **tol)

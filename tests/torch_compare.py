@@ -63,3 +63,17 @@ def check(ref, ours, arrays, call, tol=TOL, seed=0):
 
 def randn(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape)
+
+
+def assert_steps_match(want, eager, compiled, tol):
+    """A training step's ``(loss, {name: gradient})`` eager and compiled against torch's
+    ``want`` within ``tol``, and compiled against eager closely (the same kernels run)."""
+    for got in (eager, compiled):
+        np.testing.assert_allclose(got[0], want[0], **tol)
+        assert sorted(got[1]) == sorted(want[1])
+        for k in want[1]:
+            np.testing.assert_allclose(got[1][k], want[1][k], err_msg=k, **tol)
+    for k in eager[1]:
+        np.testing.assert_allclose(compiled[1][k], eager[1][k], err_msg=k, rtol=1e-5,
+                                   atol=1e-6)
+

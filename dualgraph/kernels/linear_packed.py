@@ -176,3 +176,29 @@ def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None =
         run_rows(_panels, packed.shape[0], rows, packed, b, out.reshape(-1, n), band,
                  threads=threads_for(rows.shape[0] * k * n // 32))
     return out
+
+
+class Product:
+    """:func:`product` for one weight ``w (N, K)`` over many calls of one kind, ``x (rows,
+    K) @ Wᵀ`` into ``out (rows, N)``, both C-contiguous float32 (a recurrence's steps): the
+    packing, the zero bias, the band and the thread count worked out once, and for one
+    thread the compiled loop's entry kept, so that a call is the loop alone."""
+
+    def __init__(self, w: np.ndarray, rows: int):
+        n, k = w.shape
+        self.packed = pack(w)
+        self.bias = np.zeros(self.packed.shape[0] * COLUMNS, F)
+        self.band = max(ROWS, BAND_BYTES // (4 * k) // ROWS * ROWS)
+        self.threads = threads_for(rows * k * n // 32)
+        self.entry = None
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        args = (0, self.packed.shape[0], x, self.packed, self.bias, out, self.band)
+        if self.threads != 1:
+            run_rows(_panels, *args[1:], threads=self.threads)
+        else:
+            if self.entry is None:
+                self.entry = _panels.entry(*args)
+            self.entry(*args)
+        return out
+

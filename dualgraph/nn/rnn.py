@@ -1,10 +1,10 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their cells, mirroring ``torch.nn``.
 
-A layer is a Python loop over time steps of ordinary dualgraph ops, so it runs eagerly,
-differentiates with the tape and traces into a static graph (one unrolled step per time
-step) with no special support. Per layer and direction the input projection of every step
-is one matmul over the whole sequence; each step then costs one matmul for the hidden
-projection plus the elementwise gate math. The cells run the same step functions.
+Per layer and direction the input projection of every step is one matmul over the whole
+sequence, and the recurrence one layer op (``lstm_layer``, ``gru_layer``, ``rnn_layer``:
+one kernel each way, one node once traced). A packed sequence, an LSTM with projections
+and the cells run the step functions instead, a Python loop over time steps of ordinary
+ops (one unrolled step per time step once traced).
 
 Parameter names, shapes, registration order, initialisation (U(-1/sqrt(hidden),
 1/sqrt(hidden)) for everything) and the printed form are torch's, so a torch state dict
@@ -27,7 +27,8 @@ from typing import Callable, NamedTuple
 
 from .._helpers import onnx_exports
 from ..dispatch import autocast
-from ..ops import control, creation, elementwise, index, recurrent, recurrent_layer
+from ..ops import (control, creation, elementwise, index, recurrent, recurrent_gru_elman,
+                   recurrent_layer)
 from ..ops import shape as shape_ops
 from ..ops.linalg import linear
 from ..tensor import Tensor
@@ -89,6 +90,7 @@ class _Mode(NamedTuple):
 _MODES = {"RNN_TANH": _Mode(1, 1, _tanh_step), "RNN_RELU": _Mode(1, 1, _relu_step),
           "LSTM": _Mode(4, 2, _lstm_step), "GRU": _Mode(3, 1, _gru_step)}
 _CELL_MODES = {"tanh": "RNN_TANH", "relu": "RNN_RELU"}
+_ELMAN_STEPS = {_tanh_step: "tanh", _relu_step: "relu"}
 # torch's gate blocks in ONNX's order: LSTM (i, f, g, o) -> (i, o, f, c), GRU (r, z, n) ->
 # (z, r, h)
 _ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN_TANH": (0,), "RNN_RELU": (0,)}
@@ -96,13 +98,20 @@ _ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN_TANH": (0,), "RNN_RE
 
 def _run_direction(x, state: tuple, w: _Weights, step, reverse: bool):
     """Run one layer in one direction over ``x`` (T, B, F): the outputs (T, B, H) in time
-    order and the final state. An LSTM without projection is one ``lstm_layer`` op over
-    the whole sequence (forward and backward each one kernel); the others a step op per
-    time step."""
+    order and the final state. Each mode is one layer op over the whole sequence (forward
+    and backward each one kernel): ``lstm_layer``, ``gru_layer``, ``rnn_layer``; an LSTM
+    with projections a step op per time step."""
     xg = linear(x, w.w_ih, w.b_ih)    # one matmul for every step
     if step is _lstm_step and w.w_hr is None:
         y, h, c = recurrent_layer.lstm_layer(xg, *state, w.w_hh, w.b_hh, reverse=reverse)
         return y, (h, c)
+    if step is _gru_step:
+        y, h = recurrent_gru_elman.gru_layer(xg, *state, w.w_hh, w.b_hh, reverse=reverse)
+        return y, (h,)
+    if step in _ELMAN_STEPS:
+        y, h = recurrent_gru_elman.rnn_layer(xg, *state, w.w_hh, w.b_hh,
+                                             nonlinearity=_ELMAN_STEPS[step], reverse=reverse)
+        return y, (h,)
     steps = shape_ops.unbind(xg, 0)
     outputs = [None] * len(steps)
     for t in (reversed(range(len(steps))) if reverse else range(len(steps))):

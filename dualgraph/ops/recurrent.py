@@ -247,24 +247,34 @@ def lstm_cell(xg, h, c, w_hh, b_hh=None):
 
 
 # -- the GRU step (torch's gate order r, z, n), as the LSTM's: one node each way ------------
+def _gru_gates(xg, hg, h, h_out, acts_out):
+    """One GRU step's gate arithmetic on rows (B, 3n) of the input gates and the hidden
+    projection (its bias included) and the state ``h`` (B, n): ``h'`` into ``h_out`` and
+    the activations [r | z | new | hn] into ``acts_out`` (the layer op's steps run it too)."""
+    n = h.shape[-1]
+    if kernels.enabled(xg, h, min_elements=1):   # (NumPy's form: a dozen calls, as the LSTM's)
+        kernels.activations.gru_cell(xg, hg, h, h_out, acts_out)
+        return
+    rz = _sigmoid(xg[:, :2 * n] + hg[:, :2 * n])
+    r, z, hn = rz[:, :n], rz[:, n:], hg[:, 2 * n:]
+    new = np.tanh(xg[:, 2 * n:] + r * hn)
+    acts_out[:] = np.concatenate([rz, new, hn], axis=-1)
+    h_out[:] = new + z * (h - new)
+
+
 def _gru_kernel(xg, h, w_hh, *b_hh):
     """``(h', activations [r | z | n | hn])``: hn is the hidden projection's n block (the
     reset gate multiplies it, bias included, as torch does); the second output is kept
     for the backward only."""
     _infer_gru(xg, h, w_hh, *b_hh)   # (its dtype and shape checks, as a graph's)
-    hg = np.matmul(h.reshape(-1, h.shape[-1]), w_hh.T).reshape(xg.shape)
+    n = h.shape[-1]
+    hg = np.matmul(h.reshape(-1, n), w_hh.T)
     if b_hh:
         hg += b_hh[0]
-    n = h.shape[-1]
-    if kernels.enabled(xg, h, min_elements=1):   # (NumPy's form: a dozen calls, as the LSTM's)
-        xg2, h2 = kernels.rows(xg, 3 * n), kernels.rows(h, n)
-        out, acts = np.empty_like(h2), np.empty((len(h2), 4 * n), h.dtype)
-        kernels.activations.gru_cell(xg2, kernels.rows(hg, 3 * n), h2, out, acts)
-        return out.reshape(h.shape), acts.reshape(h.shape[:-1] + (4 * n,))
-    rz = _sigmoid(xg[..., :2 * n] + hg[..., :2 * n])
-    r, z, hn = rz[..., :n], rz[..., n:], hg[..., 2 * n:]
-    new = np.tanh(xg[..., 2 * n:] + r * hn)
-    return new + z * (h - new), np.concatenate([rz, new, hn], axis=-1)
+    h2 = kernels.rows(h, n)
+    out, acts = np.empty_like(h2), np.empty((len(h2), 4 * n), h.dtype)
+    _gru_gates(kernels.rows(xg, 3 * n), hg, h2, out, acts)
+    return out.reshape(h.shape), acts.reshape(h.shape[:-1] + (4 * n,))
 
 
 def _infer_gru(xg, h, w_hh, *b_hh):
@@ -282,33 +292,36 @@ def _infer_gru(xg, h, w_hh, *b_hh):
     return ShapedType(hs, h.dtype), ShapedType(hs[:-1] + (4 * hs[-1],), h.dtype)
 
 
+def _gru_gates_backward(gh, h, acts, d_xg_out, d_hg_out, dh_out):
+    """From rows of the gradient of ``h'``, the state ``h`` and the saved activations:
+    the gradients of the input gates and of the hidden projection (r, z, n blocks) and
+    ``h``'s direct part ``gh * z`` (the projection's share is the caller's product)."""
+    n = h.shape[-1]
+    if kernels.enabled(acts, gh, h, min_elements=1):
+        kernels.activations.gru_cell_backward(gh, h, acts, d_xg_out, d_hg_out, dh_out)
+        return
+    r, z, new, hn = (acts[:, k * n:(k + 1) * n] for k in range(4))
+    d_new = gh * (1 - z) * (1 - new * new)
+    d_r = d_new * hn * r * (1 - r)
+    d_z = gh * (h - new) * z * (1 - z)
+    d_xg_out[:] = np.concatenate([d_r, d_z, d_new], axis=-1)
+    d_hg_out[:] = np.concatenate([d_r, d_z, d_new * r], axis=-1)
+    dh_out[:] = gh * z
+
+
 def _gru_backward_kernel(gh, xg, h, w_hh, *rest, need):
     """Gradients of (input gates, h, weight_hh, bias_hh), each only if ``need`` says so (a
     free broadcast zero stands in for the others; the gates' is a by-product)."""
     n = h.shape[-1]
-    acts = rest[-1]
-    if kernels.enabled(acts, gh, h, min_elements=1):
-        h2 = kernels.rows(h, n)
-        d_xg, d2 = (np.empty((len(h2), 3 * n), h.dtype) for _ in range(2))
-        dh = np.empty_like(h2)
-        kernels.activations.gru_cell_backward(kernels.rows(gh, n), h2,
-                                              kernels.rows(acts, 4 * n), d_xg, d2, dh)
-        d_xg, dh = d_xg.reshape(xg.shape), dh.reshape(h.shape)
-        if need[1]:
-            dh += (d2 @ w_hh).reshape(h.shape)
-    else:
-        r, z, new, hn = (acts[..., k * n:(k + 1) * n] for k in range(4))
-        d_new = gh * (1 - z) * (1 - new * new)
-        d_r = d_new * hn * r * (1 - r)
-        d_z = gh * (h - new) * z * (1 - z)
-        d_xg = np.concatenate([d_r, d_z, d_new], axis=-1)
-        d2 = np.concatenate([d_r, d_z, d_new * r], axis=-1).reshape(-1, 3 * n)
-        dh = gh * z + (d2 @ w_hh).reshape(h.shape) if need[1] else None
-    if not need[1]:
-        dh = zeros_view(h.shape, h.dtype)
-    dw = d2.T @ h.reshape(-1, n) if need[2] else zeros_view(w_hh.shape, h.dtype)
+    h2 = kernels.rows(h, n)
+    d_xg, d2 = (np.empty((len(h2), 3 * n), h.dtype) for _ in range(2))
+    dh = np.empty_like(h2)
+    _gru_gates_backward(kernels.rows(gh, n), h2, kernels.rows(rest[-1], 4 * n), d_xg, d2, dh)
+    dh = dh.reshape(h.shape) + (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(
+        h.shape, h.dtype)
+    dw = d2.T @ h2 if need[2] else zeros_view(w_hh.shape, h.dtype)
     db = d2.sum(axis=0) if need[3] else zeros_view((3 * n,), h.dtype)
-    return d_xg, dh, dw, db
+    return d_xg.reshape(xg.shape), dh, dw, db
 
 
 def _infer_gru_backward(gh, xg, h, w_hh, *rest, need):

@@ -47,22 +47,76 @@ def _previous(t: int, reverse: bool) -> int:
 
 
 class _Products:
-    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few rows: laid out
-    once (panels for the packed loop where it takes the shape, else ``Wᵀ`` row-major, the
-    NN product OpenBLAS runs faster than the NT one on a few rows), into ``out``."""
+    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few C-contiguous rows
+    (``rows`` of them): laid out once (panels for the packed loop where it takes the shape,
+    its call worked out once too, else ``Wᵀ`` row-major, the NN product OpenBLAS runs
+    faster than the NT one on a few rows), into ``out``."""
 
     def __init__(self, w: np.ndarray, rows: int):
         from ..kernels import linear_packed   # (kernels load their loops lazily)
         n, k = w.shape
-        self.n, self.loop = n, linear_packed
-        self.packed = (linear_packed.pack(w) if w.dtype == np.float32
+        self.packed = (linear_packed.Product(w, rows) if w.dtype == np.float32
                        and linear_packed.wanted(rows, k, n) else None)
         self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        if self.packed is not None:   # (per step: no import on this path)
-            return self.loop.product(x, self.packed, self.n, out=out)
+        if self.packed is not None:
+            return self.packed(x, out)
         return np.matmul(x, self.w_kn, out=out)
+
+
+def _initial_or(stacked, t: int, reverse: bool, initial):
+    """The state step ``t`` reads: ``stacked[previous step]``, or ``initial`` at the first."""
+    prev = _previous(t, reverse)
+    return initial if prev in (-1, len(stacked)) else stacked[prev]
+
+
+def recur(h0, w_hh, length: int, reverse: bool, step):
+    """The forward recurrence every layer op shares: per step the hidden product
+    ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once), then ``step(t, hg, h)``
+    does the cell's gate arithmetic and returns the new ``h`` (a view into the stacked
+    output). Returns the last ``h``."""
+    product = _Products(w_hh, h0.shape[0])
+    hg = np.empty((h0.shape[0], w_hh.shape[0]), h0.dtype)
+    h = np.ascontiguousarray(h0)
+    for t in _steps(length, reverse):
+        product(h, hg)
+        h = step(t, hg, h)
+    return h
+
+
+def recur_back(gy, gh_n, w_hh, reverse: bool, step):
+    """The backward recurrence every layer op shares, the steps walked back: per step
+    ``g = gy[t] + dh`` (the gradient of that step's ``h``), ``step(t, g)`` returns the
+    hidden product's gradient rows and ``h``'s direct part (or None), and the previous
+    ``h``'s gradient is ``rows @ W_hh`` plus that part. Returns the initial ``h``'s."""
+    dh = np.array(gh_n, gy.dtype)
+    g = np.empty_like(dh)
+    product = _Products(np.ascontiguousarray(w_hh.T), dh.shape[0])   # rows @ W_hh
+    for t in _steps(gy.shape[0], not reverse):
+        np.add(gy[t], dh, out=g)
+        rows, direct = step(t, g)
+        product(rows, dh)
+        if direct is not None:
+            dh += direct
+    return dh
+
+
+def hidden_weight_grads(d_hg, h0, y, w_hh, need_w: bool, need_b: bool, reverse: bool):
+    """The hidden weight's and bias's gradients from every step's hidden-product gradient
+    rows ``d_hg`` (T, B, G) and the states they multiplied (``h0`` at the first step, the
+    stacked outputs ``y`` after): one GEMM over all steps but the first (zeros where not
+    needed)."""
+    length, _, gates = d_hg.shape
+    dw = np.zeros(w_hh.shape, d_hg.dtype)
+    if need_w and length:
+        first = length - 1 if reverse else 0
+        np.matmul(d_hg[first].T, h0, out=dw)
+        rest_d = d_hg[:-1] if reverse else d_hg[1:]
+        rest_h = y[1:] if reverse else y[:-1]
+        dw += rest_d.reshape(-1, gates).T @ rest_h.reshape(-1, h0.shape[-1])
+    db = d_hg.reshape(-1, gates).sum(axis=0) if need_b else np.zeros(gates, d_hg.dtype)
+    return dw, db
 
 
 def _layer_kernel(xg, h0, c0, w_hh, *b_hh, reverse, out=None):
@@ -77,20 +131,19 @@ def _layer_kernel(xg, h0, c0, w_hh, *b_hh, reverse, out=None):
         return y, np.array(h0), np.array(c0), acts, cs
     fused = kernels.enabled(xg, min_elements=0)
     bias = np.ascontiguousarray(b_hh[0]) if b_hh else np.zeros(gates, dt)
-    product = _Products(w_hh, batch)
-    hg = np.empty((batch, gates), dt)
-    h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
-    for t in _steps(length, reverse):
-        product(h, hg)
+    xg, c0 = np.ascontiguousarray(xg), np.ascontiguousarray(c0)
+
+    def step(t, hg, h):
+        c = _initial_or(cs, t, reverse, c0)
         if fused:
-            kernels.activations.lstm_cell(hg, np.ascontiguousarray(xg[t]), bias, c, y[t],
-                                          cs[t], acts[t])
+            kernels.activations.lstm_cell(hg, xg[t], bias, c, y[t], cs[t], acts[t])
         else:   # (NumPy's form of the same formulas: float64, or no Numba)
             hg += xg[t]
             hg += bias
             y[t], cs[t], acts[t] = _cell(hg, c)
-        h, c = y[t], cs[t]
-    return y, h.copy(), c.copy(), acts, cs
+        return y[t]
+    h = recur(h0, w_hh, length, reverse, step)
+    return y, h.copy(), cs[length - 1 if not reverse else 0].copy(), acts, cs
 
 
 def _infer_layer(xg, h0, c0, w_hh, *b_hh, reverse):
@@ -149,33 +202,24 @@ def _layer_backward_kernel(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, revers
     leaves a gradient out (the gate gradients and the states' are by-products). (``out``:
     ``fills_out``, the gate gradients written into the first array given.)"""
     y, cs, acts = rest[-3:]
-    length, batch, gates = acts.shape
-    n = gates // 4
     dt = acts.dtype
     d_gates = empty_into(out_part(out, 0), acts.shape, dt)
-    dh, dc = np.array(gh_n, dt), np.array(gc_n, dt)
-    product = _Products(np.ascontiguousarray(w_hh.T), batch)   # d_gates @ W_hh
-    gh, dc_next = np.empty((batch, n), dt), np.empty((batch, n), dt)
+    dc, dc_next = np.array(gc_n, dt), np.empty(gc_n.shape, dt)
     fused = kernels.enabled(acts, min_elements=0)
-    for t in _steps(length, not reverse):
-        prev = _previous(t, reverse)
-        c_prev = np.ascontiguousarray(c0 if prev in (-1, length) else cs[prev])
-        np.add(gy[t], dh, out=gh)
+    c0 = np.ascontiguousarray(c0)
+
+    def step(t, gh):
+        nonlocal dc, dc_next
+        c_prev = _initial_or(cs, t, reverse, c0)
         if fused:
             kernels.activations.lstm_cell_backward(gh, dc, c_prev, acts[t], d_gates[t],
                                                    dc_next)
             dc, dc_next = dc_next, dc
         else:
             d_gates[t], dc = _cell_backward(gh, dc, c_prev, acts[t])
-        product(d_gates[t], dh)
-    dw = np.zeros(w_hh.shape, dt)
-    if need[3] and length:
-        first = length - 1 if reverse else 0
-        np.matmul(d_gates[first].T, h0, out=dw)
-        rest_d = d_gates[:-1] if reverse else d_gates[1:]
-        rest_h = y[1:] if reverse else y[:-1]
-        dw += rest_d.reshape(-1, gates).T @ rest_h.reshape(-1, n)
-    db = d_gates.reshape(-1, gates).sum(axis=0) if need[4] else np.zeros(gates, dt)
+        return d_gates[t], None
+    dh = recur_back(gy, gh_n, w_hh, reverse, step)
+    dw, db = hidden_weight_grads(d_gates, h0, y, w_hh, need[3], need[4], reverse)
     return d_gates, dh, np.array(dc, dt), dw, db
 
 

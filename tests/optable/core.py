@@ -224,6 +224,87 @@ CASES += [
 ]
 
 
+# Whole GRU and Elman layers' directions as one op (and their backwards), against the same
+# steps in torch.
+def _elman(m, xg, h, w, *b, nonlinearity="tanh"):
+    """An Elman step in torch (dualgraph's side is the layer op alone)."""
+    pre = xg + h @ w.T + (b[0] if b else 0)
+    return m.tanh(pre) if nonlinearity == "tanh" else m.relu(pre)
+
+
+def _gru_layer(m, xg, h, w, *b, reverse=False):
+    if m.__name__ != "torch":
+        return m.ops.recurrent_gru_elman.gru_layer(xg, h, w, *b, reverse=reverse)
+    ys = [None] * xg.shape[0]
+    for t in (reversed(range(xg.shape[0])) if reverse else range(xg.shape[0])):
+        h = ys[t] = _gru(m, xg[t], h, w, *b)
+    return m.stack(ys, 0), h
+
+
+def _rnn_layer(m, xg, h, w, *b, nonlinearity="tanh", reverse=False):
+    if m.__name__ != "torch":
+        return m.ops.recurrent_gru_elman.rnn_layer(xg, h, w, *b, nonlinearity=nonlinearity,
+                                                   reverse=reverse)
+    ys = [None] * xg.shape[0]
+    for t in (reversed(range(xg.shape[0])) if reverse else range(xg.shape[0])):
+        h = ys[t] = _elman(m, xg[t], h, w, *b, nonlinearity=nonlinearity)
+    return m.stack(ys, 0), h
+
+
+def _layer_grads(layer):
+    """First gradients (create_graph) of a layer row's loss, so the row's own gradients
+    are second derivatives."""
+    def grads(m, gy, *inputs, **kwargs):
+        with m.enable_grad():
+            for t in inputs:
+                if not t.requires_grad:
+                    t.requires_grad_()
+            y, h = layer(m, *inputs, **kwargs)
+            return m.autograd.grad((y * gy).sum() + (h * h).sum(), inputs, create_graph=True)
+    return grads
+
+
+def _away_from_zero(rng, dtype):
+    """Values of either sign at least 0.5 from zero."""
+    return (rng.choice([-1, 1], (4, 3, 2)) * rng.uniform(0.5, 1.5, (4, 3, 2))).astype(dtype)
+
+
+def _small(shape):
+    return In(shape, "custom", fn=lambda rng, dt: rng.uniform(-0.05, 0.05, shape).astype(dt))
+
+
+def _relu_inputs():
+    """Elman relu rows: every pre-activation at least 0.3 from relu's kink (where finite
+    differences would straddle it), of either sign: the input projection's away from
+    zero, the state's share under 0.2 by a small hidden weight."""
+    return [In((4, 3, 2), "custom", fn=_away_from_zero), In((3, 2), "unit"), _small((2, 2))]
+
+
+GRU_LAYER_INPUTS = [In((4, 3, 6)), In((3, 2)), In((6, 2))]
+RNN_LAYER_INPUTS = [In((4, 3, 2)), In((3, 2)), In((2, 2))]
+CASES += [
+    OpCase("gru_layer", _gru_layer, GRU_LAYER_INPUTS + [In((6,))], "bias",
+           dtypes=("float32", "float64")),
+    OpCase("gru_layer", lambda m, *a: _gru_layer(m, *a, reverse=True), GRU_LAYER_INPUTS,
+           "reverse-no-bias"),
+    OpCase("gru_layer_backward", _layer_grads(_gru_layer),
+           [In((3, 2, 2), grad=False), In((3, 2, 6)), In((2, 2)), In((6, 2)), In((6,))]),
+    OpCase("gru_layer_backward", lambda m, *a: _layer_grads(_gru_layer)(m, *a, reverse=True),
+           [In((3, 2, 2), grad=False), In((3, 2, 6)), In((2, 2)), In((6, 2))],
+           "reverse-no-bias"),
+    OpCase("rnn_layer", _rnn_layer, RNN_LAYER_INPUTS + [In((2,))], "tanh-bias",
+           dtypes=("float32", "float64")),
+    OpCase("rnn_layer", lambda m, *a: _rnn_layer(m, *a, nonlinearity="relu", reverse=True),
+           _relu_inputs(), "relu-reverse-no-bias"),
+    OpCase("rnn_layer_backward", _layer_grads(_rnn_layer),
+           [In((3, 2, 2), grad=False), In((3, 2, 2)), In((2, 2)), In((2, 2)), In((2,))],
+           "tanh"),
+    OpCase("rnn_layer_backward",
+           lambda m, *a: _layer_grads(_rnn_layer)(m, *a, nonlinearity="relu", reverse=True),
+           [In((4, 3, 2), grad=False)] + _relu_inputs(), "relu-reverse-no-bias"),
+]
+
+
 # A whole recurrent layer in ONNX's layout (what nn.LSTM/GRU/RNN become while exporting to
 # ONNX); torch's side is ONNX's definition written step by step.
 def _sequence(mode):
