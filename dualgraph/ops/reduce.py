@@ -394,6 +394,32 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
 
 
 # -- max / min ---------------------------------------------------------------------------------
+# onnxruntime's ReduceMax / ReduceMin and ArgMax / ArgMin skip NaNs, where torch (and these
+# kernels) give NaN and the first NaN's index: the exported graphs look for NaNs themselves.
+def _nan_found(e, x: str, axes: list, keepdim: bool) -> tuple[str, str]:
+    """``(found, nans)``: whether each reduced slice of float ``x`` holds a NaN (bool), and
+    the NaN mask as float32 0/1 (whose ArgMax is the first NaN's index)."""
+    nans = e.cast(e.op("IsNaN", [x]), np.float32)
+    return e.cast(e.reduce("ReduceMax", nans, axes, keepdim), np.bool_), nans
+
+
+def _nan_where(e, found: str, value: str, dtype) -> str:
+    """``value`` with NaN where ``found``."""
+    return e.op("Where", [found, e.scalar(np.nan, dtype), value])
+
+
+def _onnx_extremum(op_type: str):
+    """ReduceMax / ReduceMin over ``dims``, NaN where a reduced slice holds one."""
+    def export(e, node):
+        x = e.input(0)
+        axes, keep = e.axes(), node.attrs["keepdim"]
+        value = e.reduce(op_type, x, axes, keep)
+        if node.inputs[0].dtype.kind != "f":
+            return [value]
+        return [_nan_where(e, _nan_found(e, x, axes, keep)[0], value, node.outputs[0].dtype)]
+    return export
+
+
 def _extremum_vjp(g, out, x, dims, keepdim):
     shape = tuple(x.shape)
     mask = ew.eq(x, _expand_back(out, shape, dims, keepdim))
@@ -402,12 +428,12 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
-             onnx=_onnx_reduce("ReduceMax"),
+             onnx=_onnx_extremum("ReduceMax"),
              onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax", _lowest))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
-             onnx=_onnx_reduce("ReduceMin"),
+             onnx=_onnx_extremum("ReduceMin"),
              onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin", _highest))},
              reduction=Reduction.MIN)
 
@@ -521,8 +547,14 @@ ALONG_BACKWARD = defop(
 def _onnx_with_index(reduce_type: str, arg_type: str):
     def export(e, node):
         x, dim, keep = e.input(0), node.attrs["dim"], node.attrs["keepdim"]
-        return [e.reduce(reduce_type, x, [dim], keep),
-                e.op(arg_type, [x], axis=dim, keepdims=int(bool(keep)))]
+        value = e.reduce(reduce_type, x, [dim], keep)
+        index = e.op(arg_type, [x], axis=dim, keepdims=int(bool(keep)))
+        if node.inputs[0].dtype.kind != "f":
+            return [value, index]
+        found, nans = _nan_found(e, x, [dim], keep)
+        first = e.op("ArgMax", [nans], axis=dim, keepdims=int(bool(keep)))   # the first NaN
+        return [_nan_where(e, found, value, node.outputs[0].dtype),
+                e.op("Where", [found, first, index])]
     return export
 
 
