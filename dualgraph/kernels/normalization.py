@@ -6,7 +6,8 @@ Rows are the last axis (softmax, cross-entropy) or the trailing normalised dims 
 (LayerNorm) of a C-contiguous array. The formulas are those of the NumPy kernels in
 ``ops/reduce.py``, ``ops/loss.py`` and ``ops/norm.py``. Row sums run with LLVM's
 ``reassoc`` flag so they vectorise; that sums in a few interleaved partial sums, like
-NumPy's pairwise sums, not strictly left to right.
+NumPy's pairwise sums, not strictly left to right (``row_means`` sums in NumPy's very
+order, ``sums.py``: a mean's bits are eager's).
 """
 from __future__ import annotations
 
