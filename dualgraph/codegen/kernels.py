@@ -23,8 +23,9 @@ input that fits none is broadcast to the full shape first. A ``sum`` / ``mean`` 
 ``amax`` / ``amin`` accumulates in the same loop: per row over the last dims (LayerNorm's
 and softmax's statistics), per column over the leading dims (bias gradients), or both (a
 conv bias gradient over N, H, W); sums add in ``np.add.reduce``'s order, in the summed
-dtype (a row's values go to a scratch row summed pairwise, ``kernels.sums``). With ``fast_math``, float32 groups use the vectorisable
-``exp32`` / ``tanh32`` of ``fastmath`` (10x faster than libm's here, a few ulps off).
+dtype (a row's values go to a scratch row summed pairwise, ``kernels.sums``). With
+``fast_math``, float32 groups use the vectorisable ``exp32`` / ``tanh32`` of ``fastmath``
+(10x faster than libm's here, a few ulps off).
 Without it, elementwise results are bit-identical to NumPy's, so compiled training
 reproduces eager training exactly (an adaptive optimiser turns even last-bit differences in
 a zero gradient into visible steps). Kernels are cached on disk (``cache.py``). Anything the
