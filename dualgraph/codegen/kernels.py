@@ -44,6 +44,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..kernels import MIN_ELEMENTS, native
+from ..kernels.sums import STACK
 from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
 from ..ops.opdef import Reduction
@@ -209,6 +210,9 @@ class Lowering:
             raise Unsupported(f"too small to pay for a compile ({math.prod(self.shape)} "
                               "elements)")
         self.split, self.kinds = self._choose_split()
+        # a sum over rows adds each row's values from a scratch row, in NumPy's order
+        self.scratch = (self.red_kind in ("row", "mid")
+                        and self.reduction.op.reduction in (Reduction.SUM, Reduction.MEAN))
         self.parallel = self._worth_threads()
         # outputs stored element by element (not a reduction's result or LayerNorm's)
         ends = set(self.norm.outputs) if self.norm else {end.outputs[0] if end else None}
@@ -291,8 +295,9 @@ class Lowering:
         return k, kinds
 
     def _worth_threads(self) -> bool:
-        # rows of a column or mid reduction add into shared results: no threads there
-        return (self.red_kind in (None, "row", "norm")
+        # rows of a column or mid reduction add into shared results, and threads would
+        # share the scratch row of a sum: no threads there
+        return (self.red_kind in (None, "row", "norm") and not self.scratch
                 and _static_size(self.shape) >= SHARE_MIN)
 
     def legend(self) -> str:
@@ -357,11 +362,11 @@ class Lowering:
             FASTMATH_IMPORT,
             *([f"from {self.norm.op.row_epilogue.module} import "
                f"{self.norm.op.row_epilogue.function}"] if self.norm else []),
-            *(["from dualgraph.kernels.sums import STACK, pairwise_sum"]
-              if any("pairwise_sum(" in line for line in lines) else []),
+            *(["from dualgraph.kernels.sums import pairwise_sum"] if self.scratch else []),
             "", "",
             f"@loop(fastmath={self._fastmath()})",
-            f"def kernel(start, stop, R, C, n, {', '.join(self._sizes() + params + outs)}):",
+            f"def kernel(start, stop, R, C, n, "
+            f"{', '.join(self._sizes() + params + outs + self._scratch())}):",
             f'    """{ops}"""']
         return "\n".join(header + ["    " + line for line in lines]) + "\n"
 
@@ -386,6 +391,12 @@ class Lowering:
         lines += [f"    {given[v]}[r] = {name}" for v, name in zip(stats, epilogue.stats)
                   if v in given]
         return lines
+
+    def _scratch(self) -> list[str]:
+        """Scratch arrays after the outputs (``Plan.arguments`` makes them: a loop that
+        allocates could not run from the disk cache without Numba): a sum's row of values
+        (C,) and ``pairwise_sum``'s stack, frames (STACK, 3) int64 and left sums (STACK,)."""
+        return ["s", "frames", "left"] if self.scratch else []
 
     def _sizes(self) -> list[str]:
         """Size parameters beyond R, C, n: a mid reduction needs its number of results."""
@@ -414,17 +425,13 @@ class Lowering:
         kind, op = self.red_kind, self.reduction.op.reduction
         init = ACCUMULATED[op]
         ctor = _dtype_ctor(self.reduction.outputs[0].dtype)
-        summed = op in (Reduction.SUM, Reduction.MEAN)
         if kind == "col":
             lines = [f"{out}[:] = {init}", *lines,
                      f"        {out}[j] = {_combine(op, f'{out}[j]', x)}"]
             count = "R"
         else:
-            if summed:
-                row = _dtype_ctor(self.reduction.inputs[0].dtype)
-                lines = [f"s = np.empty(C, {row})    # a row of the summed values",
-                         "frames = np.empty((STACK, 3), np.int64)",
-                         f"left = np.empty(STACK, {row})", *lines, f"        s[j] = {x}",
+            if self.scratch:
+                lines = [*lines, f"        s[j] = {x}",
                          "    acc = pairwise_sum(s, 0, m, frames, left)"]
             else:
                 lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
@@ -530,7 +537,13 @@ class Plan:
         else:
             results = [np.empty(s, dt) if o is None else o for o, (s, dt) in zip(out, self.outs)]
             aliases = self.lowering._aliases(inputs, results)
-        return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results])
+        scratch = []
+        if self.lowering.scratch:   # (new at each call: a call's kernel may run on any thread)
+            dtype = self.lowering.reduction.inputs[0].dtype
+            scratch = [np.empty(self.sizes[1], dtype), np.empty((STACK, 3), np.int64),
+                       np.empty(STACK, dtype)]
+        return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results],
+                                  *scratch)
 
     def run(self, aliases: tuple, arguments: tuple) -> None:
         kernel, rows = self.lowering._compiled(aliases), self.sizes[0]
