@@ -256,11 +256,74 @@ def test_fused_kernels_reduce_leading_middle_and_trailing_dims(shape, dims, kind
 
 
 @needs_numba
-@pytest.mark.parametrize("op", ["sum", "amax"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["row", "col", "mid"])
+def test_fused_sums_have_eagers_bits_at_every_length(dtype, kind):
+    """A fused sum or mean adds in ``np.add.reduce``'s order, in its own dtype (rows
+    pairwise, ``kernels.sums``), and the kernel has no fast-math flags, which would fold
+    the group's ``(t * 1.5) * 1.5`` into ``t * 2.25``: eager's bits at every length."""
+    rng = np.random.default_rng(4)
+    for op, keepdim in (("sum", False), ("mean", True)):
+        for n in [*range(1, 300), 1000, 4097]:
+            shape, dims = {"row": ((4096 // n + 1, n), (1,)),
+                           "col": ((n, 4096 // n + 2), (0,)),
+                           "mid": ((3, 2 + 4096 // (3 * n), n), (0, 2))}[kind]
+            g = Graph()
+            x, y = (g.add_input(shape, dtype, name=v) for v in "xy")
+            (h,) = g.add_node("mul", [x, y])
+            (h,) = g.add_node("mul", [h, 1.5])
+            (h,) = g.add_node("mul", [h, 1.5])
+            (r,) = g.add_node(op, [h], {"dims": dims, "keepdim": keepdim})
+            g.set_outputs([r])
+            exe = Executable(g, passes={"fuse_elementwise"})
+            (k,) = exe.kernels.values()
+            assert k.lowering.red_kind == kind and "reassoc" not in k.source
+            args = [(rng.standard_normal(shape) * 100).astype(dtype) for _ in range(2)]
+            (got,), (want,) = exe.run(args), interpret(g, *args)
+            assert got.tobytes() == want.tobytes(), (op, n)
+
+
+@needs_numba
+def test_a_fused_reduction_to_one_result_sums_as_one_run():
+    """A column reduction keeping only dims of size 1 is one pairwise run in NumPy (it
+    drops those dims), not rows added in turn: compiled as a row reduction when the size
+    is known, and with NumPy's code at a call where a symbolic dim is 1."""
+    static = Executable(reduction_group((5000, 1), (0,), "sum", False),
+                        passes={"fuse_elementwise"})
+    (k,) = static.kernels.values()
+    assert k.lowering.red_kind == "row"
+    g = reduction_group((64, Sym("B")), (0,), "sum", False)
+    dynamic = Executable(g, passes={"fuse_elementwise"})
+    (k,) = dynamic.kernels.values()
+    assert k.lowering.red_kind == "col"
+    rng = np.random.default_rng(5)
+    for exe, shape in ((static, (5000, 1)), (dynamic, (64, 1)), (dynamic, (64, 80))):
+        args = [(rng.standard_normal(shape) * 100).astype(np.float32) for _ in range(2)]
+        assert_same(exe.run(args), interpret(exe.graph, *args))
+
+
+@needs_numba
+def test_a_compiled_sum_of_a_transposed_product_has_eagers_bits():
+    """Eager's product of a transposed view is laid out by columns (NumPy keeps the
+    input's order) and NumPy would sum it in memory order; eager sums read it by rows, as
+    the fused kernel does."""
+    def f(x):
+        t = x.t() * 1.5
+        return t.sum(dim=1), t.mean(dim=0)
+    compiled = dg.compile(f)
+    x = dg.tensor((np.random.default_rng(6).standard_normal((300, 96)) * 100)
+                  .astype(np.float32))
+    for e, c in zip(f(x), compiled(x)):
+        assert e.numpy().tobytes() == c.numpy().tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize("op", ["amax"])
 def test_big_fused_groups_share_their_rows_among_threads_with_the_serial_bits(monkeypatch,
                                                                              op):
     """From PARALLEL_MIN elements on, a group's rows are split between threads; each row is
-    still computed whole, so the results are the one-thread results to the bit."""
+    still computed whole, so the results are the one-thread results to the bit. (A sum's
+    rows share one scratch row: it runs on one thread.)"""
     import threading
     shape = (1024, 1024)
     exe = Executable(reduction_group(shape, (1,), op, False), passes={"fuse_elementwise"})
@@ -281,6 +344,8 @@ def test_big_fused_groups_share_their_rows_among_threads_with_the_serial_bits(mo
     monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "2")
     threaded = exe.run(args)
     assert sorted(r[:2] for r in ranges) == [(0, 512), (512, 1024)]
+    summed = Executable(reduction_group(shape, (1,), "sum", False), passes={"fuse_elementwise"})
+    assert not next(iter(summed.kernels.values())).lowering.parallel
     assert len({r[2] for r in ranges}) == 2
     assert_same(threaded, serial, exact=True)
     assert_same(threaded, interpret(exe.graph, *args), exact=op == "amax")

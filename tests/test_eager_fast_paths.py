@@ -3,7 +3,8 @@ thread only while some thread departs from the default (other threads, nesting, 
 exceptions), ``x[i]`` with an int (one select op), the float32 sine's kept loop entry, ``sum``,
 the engine's inline gradient checks (dtype and number gradients), the user's line of a node,
 ``stack`` as one op, the one-op smooth L1 loss, keys of ints and slices without the general
-parse, the mean kernel without ``np.mean``, and ``var`` as one op."""
+parse, the mean kernel without ``np.mean``, ``var`` as one op, and sums in NumPy's order
+whatever the shortcut or the layout."""
 from __future__ import annotations
 
 import threading
@@ -128,6 +129,38 @@ def test_sum_dtypes_match_torch(dtype):
         want = torch.sum(torch.tensor(a), dim=dim) if dim is not None else torch.tensor(a).sum()
         assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sums_of_a_few_elements_per_result_have_numpys_bits(dtype):
+    """Big arrays summed over a few (2-8) elements per result add strided slices (the
+    kernel's shortcut), in ``np.add.reduce``'s order: pairwise along the dims after the
+    last kept one (eight as a tree), row after row along the others, and +0.0 for an
+    all -0.0 sum; the fused kernels sum so too."""
+    import itertools
+    rng = np.random.default_rng(5)
+    for shape in [(1024, 8), (1024, 7), (2, 1024, 4), (8, 1024), (4, 1, 1024, 2), (512, 1, 8)]:
+        x = (rng.standard_normal(shape) * 100).astype(dtype)
+        x.flat[::7] = -0.0
+        x[..., :1] = -0.0
+        for r in range(1, len(shape) + 1):
+            for dims in itertools.combinations(range(len(shape)), r):
+                if not 1 < np.prod([shape[d] for d in dims]) <= 8:
+                    continue
+                got = dg.tensor(x).sum(dim=dims).numpy()
+                want = np.add.reduce(x, axis=dims)
+                assert got.tobytes() == want.tobytes(), (shape, dims)
+
+
+def test_a_transposed_view_sums_as_its_rows_do():
+    """NumPy sums in memory order; eager sums and means read a float array by rows, as a
+    compiled kernel does, so the bits do not depend on the layout."""
+    x = (np.random.default_rng(6).standard_normal((300, 96)) * 100).astype(np.float32)
+    t = dg.tensor(x).t()
+    c = np.ascontiguousarray(x.T)
+    for dim in (0, 1):
+        assert t.sum(dim=dim).numpy().tobytes() == np.add.reduce(c, axis=dim).tobytes()
+        assert t.mean(dim=dim).numpy().tobytes() == np.mean(c, axis=dim).tobytes()
 
 
 def test_engine_converts_vjp_gradients_of_another_dtype_and_plain_numbers():

@@ -31,7 +31,6 @@ def as_list(out):
 
 
 EXPORT_CASES = [c for c in CASES if "float32" in c.dtypes]
-NAN_REDUCTIONS = {"max-mid-nan", "min-mid-nan"}
 
 
 @pytest.mark.parametrize("case", EXPORT_CASES, ids=lambda c: c.id)
@@ -48,9 +47,6 @@ def test_exported_op_matches_eager(case, tmp_path):
                          if exporter(REGISTRY[op]) is None)
         assert missing, err   # (only an op without an exporter may stop the export)
         pytest.skip(f"no ONNX form: {missing}")
-    if case.id in NAN_REDUCTIONS:
-        pytest.xfail("max/min with an index export as ReduceMax/ArgMax, which onnxruntime "
-                     "runs without torch's NaN propagation (open)")
     want = [t.detach().numpy() for t in as_list(fn(*tensors))]
     got = run_ort(model, [t.numpy() for t in tensors])
     assert len(got) == len(want)

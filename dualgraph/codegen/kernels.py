@@ -22,8 +22,10 @@ input is full, one row (indexed by column), one column (indexed by row) or a sca
 input that fits none is broadcast to the full shape first. A ``sum`` / ``mean`` /
 ``amax`` / ``amin`` accumulates in the same loop: per row over the last dims (LayerNorm's
 and softmax's statistics), per column over the leading dims (bias gradients), or both (a
-conv bias gradient over N, H, W). With ``fast_math``, float32 groups use the vectorisable
-``exp32`` / ``tanh32`` of ``fastmath`` (10x faster than libm's here, a few ulps off).
+conv bias gradient over N, H, W); sums add in ``np.add.reduce``'s order, in the summed
+dtype (a row's values go to a scratch row summed pairwise, ``kernels.sums``). With
+``fast_math``, float32 groups use the vectorisable ``exp32`` / ``tanh32`` of ``fastmath``
+(10x faster than libm's here, a few ulps off).
 Without it, elementwise results are bit-identical to NumPy's, so compiled training
 reproduces eager training exactly (an adaptive optimiser turns even last-bit differences in
 a zero gradient into visible steps). Kernels are cached on disk (``cache.py``). Anything the
@@ -42,6 +44,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..kernels import MIN_ELEMENTS, native
+from ..kernels.sums import STACK
 from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
 from ..ops.opdef import Reduction
@@ -56,8 +59,10 @@ NUMBA_MIN = MIN_ELEMENTS
 CHUNK = 1 << 14          # row length for groups without row/column broadcasting
 # Elementwise arithmetic is compiled without fast-math flags, so + - * / and sqrt round
 # exactly as NumPy's do (results stay bit-identical, and training runs reproduce eager
-# ones); only a row reduction gets "reassoc", which lets LLVM vectorise the accumulation.
-REDUCTION_FASTMATH = ("nsz", "reassoc")
+# ones): the flags apply to a whole kernel, and "reassoc" would let LLVM fold (t * 1.5) *
+# 1.5 into t * 2.25. Sums vectorise without it (``kernels.sums``); only a row epilogue's
+# kernel (LayerNorm) gets these, as the eager loop whose row function it calls has.
+EPILOGUE_FASTMATH = ("nsz", "reassoc")
 _DTYPES = {"float32", "float64", "int32", "int64", "bool"}
 # The reductions (``OpDef.reduction``) a generated loop accumulates, with the value each
 # starts from; a group ending in another (prod, all, any) runs with NumPy.
@@ -205,6 +210,9 @@ class Lowering:
             raise Unsupported(f"too small to pay for a compile ({math.prod(self.shape)} "
                               "elements)")
         self.split, self.kinds = self._choose_split()
+        # a sum over rows adds each row's values from a scratch row, in NumPy's order
+        self.scratch = (self.red_kind in ("row", "mid")
+                        and self.reduction.op.reduction in (Reduction.SUM, Reduction.MEAN))
         self.parallel = self._worth_threads()
         # outputs stored element by element (not a reduction's result or LayerNorm's)
         ends = set(self.norm.outputs) if self.norm else {end.outputs[0] if end else None}
@@ -246,6 +254,8 @@ class Lowering:
         if kept != list(range(kept[0], kept[-1] + 1) if kept else []):
             raise Unsupported(f"reduction over dims {tuple(sorted(reduced))} keeps dims "
                               "that are not adjacent")
+        if all(x.shape[d] == 1 for d in kept):   # one result: NumPy sums the whole array
+            return (0, 0)                       # as one run (a row reduction of one row)
         return (kept[0], kept[-1] + 1) if kept else (0, 0)
 
     @property
@@ -285,8 +295,9 @@ class Lowering:
         return k, kinds
 
     def _worth_threads(self) -> bool:
-        # rows of a column or mid reduction add into shared results: no threads there
-        return (self.red_kind in (None, "row", "norm")
+        # rows of a column or mid reduction add into shared results, and threads would
+        # share the scratch row of a sum: no threads there
+        return (self.red_kind in (None, "row", "norm") and not self.scratch
                 and _static_size(self.shape) >= SHARE_MIN)
 
     def legend(self) -> str:
@@ -350,9 +361,12 @@ class Lowering:
             "from dualgraph.kernels import loop",
             FASTMATH_IMPORT,
             *([f"from {self.norm.op.row_epilogue.module} import "
-               f"{self.norm.op.row_epilogue.function}"] if self.norm else []), "", "",
+               f"{self.norm.op.row_epilogue.function}"] if self.norm else []),
+            *(["from dualgraph.kernels.sums import pairwise_sum"] if self.scratch else []),
+            "", "",
             f"@loop(fastmath={self._fastmath()})",
-            f"def kernel(start, stop, R, C, n, {', '.join(self._sizes() + params + outs)}):",
+            f"def kernel(start, stop, R, C, n, "
+            f"{', '.join(self._sizes() + params + outs + self._scratch())}):",
             f'    """{ops}"""']
         return "\n".join(header + ["    " + line for line in lines]) + "\n"
 
@@ -378,13 +392,20 @@ class Lowering:
                   if v in given]
         return lines
 
+    def _scratch(self) -> list[str]:
+        """Scratch arrays after the outputs (``Plan.arguments`` makes them: a loop that
+        allocates could not run from the disk cache without Numba): a sum's row of values
+        (C,) and ``pairwise_sum``'s stack, frames (STACK, 3) int64 and left sums (STACK,)."""
+        return ["s", "frames", "left"] if self.scratch else []
+
     def _sizes(self) -> list[str]:
         """Size parameters beyond R, C, n: a mid reduction needs its number of results."""
         return ["K"] if self.red_kind == "mid" else []
 
     def _fastmath(self) -> str:
-        # a column reduction adds whole rows in order, as NumPy does: no flags needed
-        flags = REDUCTION_FASTMATH if self.red_kind in ("row", "mid", "norm") else ()
+        # only a row epilogue's loop (LayerNorm's statistics) reassociates, as its eager
+        # loop does; sums take NumPy's order without flags (``_accumulate``)
+        flags = EPILOGUE_FASTMATH if self.red_kind == "norm" else ()
         return "{" + ", ".join(repr(f) for f in flags) + "}" if flags else "False"
 
     def _expr(self, node: Node, var: dict) -> str:
@@ -392,13 +413,15 @@ class Lowering:
         return scalar_expr(node, operands, self.fast_math)
 
     def _accumulate(self, lines: list[str], out: str, x: str) -> list[str]:
-        """``lines`` (the row loop) with the reduction of ``x`` into ``out`` added.
+        """``lines`` (the row loop) with the reduction of ``x`` into ``out`` added, in
+        ``np.add.reduce``'s order, so that the results are eager's bits.
 
-        A row reduction sums each row in a float64 scalar (vectorised with "reassoc") and
-        stores it; a column reduction adds each row into ``out`` in its own dtype, row
-        after row, which is NumPy's order for leading axes (so the sums are bit-identical);
-        a mid reduction sums each row as a row reduction does and adds it into result
-        ``r % K``."""
+        A row reduction stores each row's values in a scratch row and sums that in NumPy's
+        pairwise order (``kernels.sums``), in the row's dtype (a max or min compares as it
+        goes: order does not change it); a column reduction adds each row into ``out`` in
+        its own dtype, row after row, which is NumPy's order for leading axes; a mid
+        reduction sums each row as a row reduction does and adds it into result
+        ``r % K``, as NumPy adds each row's pairwise sum into its result."""
         kind, op = self.red_kind, self.reduction.op.reduction
         init = ACCUMULATED[op]
         ctor = _dtype_ctor(self.reduction.outputs[0].dtype)
@@ -407,11 +430,15 @@ class Lowering:
                      f"        {out}[j] = {_combine(op, f'{out}[j]', x)}"]
             count = "R"
         else:
-            lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
-            lines += [f"        acc = {_combine(op, 'acc', x)}"]
-            if kind == "row":
-                total = "acc / C" if op is Reduction.MEAN else "acc"
-                return lines + [f"    {out}[r] = {ctor}({total})"]
+            if self.scratch:
+                lines = [*lines, f"        s[j] = {x}",
+                         "    acc = pairwise_sum(s, 0, m, frames, left)"]
+            else:
+                lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
+                lines += [f"        acc = {_combine(op, 'acc', x)}"]
+            if kind == "row":   # (0.0 + the sum, as np.add.reduce: a -0.0 sum is 0.0)
+                total = {Reduction.SUM: "0.0 + acc", Reduction.MEAN: "(0.0 + acc) / C"}
+                return lines + [f"    {out}[r] = {ctor}({total.get(op, 'acc')})"]
             lines = [f"{out}[:] = {init}", *lines,
                      f"    {out}[r % K] = {ctor}({_combine(op, f'{out}[r % K]', 'acc')})"]
             count = "(n // K)"
@@ -426,6 +453,8 @@ class Lowering:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = Plan(self, inputs)
+        if plan.numpy:
+            return None
         if self.compiled:
             return plan(inputs, out)
         results, aliases, arguments = plan.arguments(inputs, out)
@@ -484,8 +513,12 @@ class Plan:
             R = -(-n // C)
         else:
             R, C = math.prod(shape[:lowering.split]), math.prod(shape[lowering.split:])
-        mid = [math.prod(shape[slice(*lowering.kept)])] if lowering.red_kind == "mid" else []
+        kept = math.prod(shape[slice(*lowering.kept)]) if lowering.reduction else None
+        mid = [kept] if lowering.red_kind == "mid" else []
         self.shape, self.sizes = shape, (R, C, n, *mid)
+        # a column or mid reduction to one result (a dim that is 1 at this call): NumPy sums
+        # the whole array as one pairwise run, not row after row; its code runs it
+        self.numpy = lowering.red_kind in ("col", "mid") and kept == 1
         self.outs = [(_out_shape(v, shape, lowering.reduction, lowering.norm), v.dtype)
                      for v in lowering.sub.outputs]
         self.entries = {}   # aliases -> the loop's entry for one thread
@@ -504,7 +537,13 @@ class Plan:
         else:
             results = [np.empty(s, dt) if o is None else o for o, (s, dt) in zip(out, self.outs)]
             aliases = self.lowering._aliases(inputs, results)
-        return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results])
+        scratch = []
+        if self.lowering.scratch:   # (new at each call: a call's kernel may run on any thread)
+            dtype = self.lowering.reduction.inputs[0].dtype
+            scratch = [np.empty(self.sizes[1], dtype), np.empty((STACK, 3), np.int64),
+                       np.empty(STACK, dtype)]
+        return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results],
+                                  *scratch)
 
     def run(self, aliases: tuple, arguments: tuple) -> None:
         kernel, rows = self.lowering._compiled(aliases), self.sizes[0]

@@ -6,7 +6,8 @@ Rows are the last axis (softmax, cross-entropy) or the trailing normalised dims 
 (LayerNorm) of a C-contiguous array. The formulas are those of the NumPy kernels in
 ``ops/reduce.py``, ``ops/loss.py`` and ``ops/norm.py``. Row sums run with LLVM's
 ``reassoc`` flag so they vectorise; that sums in a few interleaved partial sums, like
-NumPy's pairwise sums, not strictly left to right.
+NumPy's pairwise sums, not strictly left to right (``row_means`` sums in NumPy's very
+order, ``sums.py``: a mean's bits are eager's).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from . import helper, loop
 from .fastmath import exp32_nonpositive, max32
-from .simd import add, load, tree_sum
+from .sums import STACK, pairwise_sum
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -56,58 +57,6 @@ def softmax(start, stop, x, out):
             o[j] = o[j] / total
 
 
-@helper(inline="always")
-def _block_sum(a, lo, n):
-    """``sum(a[lo:lo + n])`` for ``n <= 128`` in NumPy's order: under 8 elements left to
-    right; else eight running sums joined as a tree, then the tail."""
-    if n < 8:
-        total = F(-0.0)
-        for i in range(n):
-            total += a[lo + i]
-        return total
-    r = load(a, lo)     # (lane k: the running sum of elements lo + k, lo + k + 8, ...)
-    i, whole = 8, n - n % 8
-    while i < whole:
-        r = add(r, load(a, lo + i))
-        i += 8
-    total = tree_sum(r)
-    for j in range(i, n):
-        total += a[lo + j]
-    return total
-
-
-@helper(inline="always")
-def _pairwise_sum(a, lo, n, frames, left):
-    """``sum(a[lo:lo + n])`` in NumPy's pairwise order, so that a compiled mean has eager's bits
-    (and its accuracy): blocks of up to 128 by ``_block_sum``; a longer run is its two
-    halves (the first a multiple of 8) summed alike and added. NumPy recurses; this walks
-    the same tree with a stack: ``frames (64, 3)`` (start, length, whether the left half's
-    sum is known) and ``left (64,)`` (that sum), scratch the caller allocates once."""
-    if n <= 128:
-        return _block_sum(a, lo, n)
-    top, frames[0, 0], frames[0, 1], frames[0, 2] = 0, lo, n, 0
-    start, length, value, returning = lo, n, F(0), False
-    while True:
-        if returning:
-            if frames[top, 2]:          # both halves done: add, and return to the parent
-                value = left[top] + value
-                if top == 0:
-                    return value
-                top -= 1
-                continue
-            left[top], frames[top, 2] = value, 1     # then the right half
-            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
-            start, length = frames[top, 0] + half, frames[top, 1] - half
-        else:                           # a new frame: its left half first
-            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
-            start, length = frames[top, 0], half
-        if length <= 128:
-            value, returning = _block_sum(a, start, length), True
-        else:
-            top += 1
-            frames[top, 0], frames[top, 1], frames[top, 2], returning = start, length, 0, False
-
-
 @loop
 def row_means(start, stop, x, out):
     """``out[r] = sum(x[r]) / len(x[r])`` for rows ``start:stop``: a mean over an array's
@@ -115,12 +64,9 @@ def row_means(start, stop, x, out):
     reassociation: the same bits as the eager kernel), eight lanes at a time."""
     n = x.shape[1]
     flat, width = x.reshape(-1), F(n)
-    frames, left = np.empty((64, 3), np.int64), np.empty(64, F)
-    for r in range(start, stop):
-        if n <= 128:
-            out[r] = _block_sum(flat, r * n, n) / width
-        else:
-            out[r] = _pairwise_sum(flat, r * n, n, frames, left) / width
+    frames, left = np.empty((STACK, 3), np.int64), np.empty(STACK, F)
+    for r in range(start, stop):   # (0 + the sum, as np.add.reduce: a -0.0 sum is 0.0)
+        out[r] = (_ZERO + pairwise_sum(flat, r * n, n, frames, left)) / width
 
 
 @helper(inline="always")

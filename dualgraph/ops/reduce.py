@@ -174,7 +174,16 @@ def _reduced_size(x, dims: tuple):
 _FEW = 8
 
 
+def _row_major(x: np.ndarray) -> np.ndarray:
+    """``x`` C-contiguous, if it holds floats: NumPy sums in memory order (pairwise along
+    the axis contiguous in memory), so a transposed view would sum in another order, with
+    other roundings, than the same values laid out by rows, as a compiled kernel, which
+    reads them by rows, sums them."""
+    return x if x.flags.c_contiguous or x.dtype.kind != "f" else np.ascontiguousarray(x)
+
+
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
+    x = _row_major(x)
     out_dt = _sum_dtype(x.dtype, dtype)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
@@ -187,17 +196,51 @@ def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
 
 
 def _sum_slices(x, dims, keepdim, out):
-    """``x`` summed over ``dims`` (a few elements per result) as the slices at each of
-    their positions added in turn, in row-major order of the positions (NumPy's order over
-    a dim that is not the last)."""
+    """``x`` summed over ``dims`` (a few elements per result) as slices at each of their
+    positions added, in ``np.add.reduce``'s order over a C-contiguous array, so that its
+    bits are NumPy's (and a compiled sum's): the "run" (the reduced dims after the last
+    kept dim longer than 1, contiguous in memory) summed pairwise at each position of the
+    other reduced dims (``_add_run``), those sums added in row-major order, and the total
+    added to 0.0 (NumPy's initial value: a -0.0 sum is 0.0)."""
     shape = reduced_shape(x.shape, dims, False)
     acc = np.empty(shape, x.dtype) if out is None else out.reshape(shape)
-    keys = [tuple(i if d in dims else slice(None) for d, i in enumerate(at))
-            for at in np.ndindex(*(x.shape[d] if d in dims else 1 for d in range(x.ndim)))]
-    np.add(x[keys[0]], x[keys[1]], out=acc)
-    for key in keys[2:]:
-        np.add(acc, x[key], out=acc)
+    last = _max((d for d in range(x.ndim) if d not in dims and x.shape[d] > 1), default=-1)
+    run = [d for d in dims if d > last]
+    lead = [d for d in dims if d <= last]
+
+    def slices(at: dict) -> list:
+        return [x[tuple({**at, **pos}.get(d, slice(None)) for d in range(x.ndim))]
+                for pos in _positions_of(x, run)]
+    leads = _positions_of(x, lead)
+    _add_run(slices(leads[0]), acc)
+    part = np.empty_like(acc) if len(leads) > 1 else None
+    for at in leads[1:]:
+        _add_run(slices(at), part)
+        np.add(acc, part, out=acc)
+    np.add(acc, 0.0, out=acc)
     return acc.reshape(reduced_shape(x.shape, dims, keepdim)) if out is None else out
+
+
+def _positions_of(x, dims: list) -> list[dict]:
+    """Every position over ``dims`` of ``x`` ({dim: index}), in row-major order."""
+    return [dict(zip(dims, at)) for at in np.ndindex(*(x.shape[d] for d in dims))]
+
+
+def _add_run(parts: list, out) -> None:
+    """``out = `` the sum of ``parts`` (at most 8) in NumPy's pairwise order for so few:
+    left to right under 8, eight as the tree ``((0+1)+(2+3))+((4+5)+(6+7))``."""
+    if len(parts) == 1:
+        np.copyto(out, parts[0])
+    elif len(parts) < 8:
+        np.add(parts[0], parts[1], out=out)
+        for p in parts[2:]:
+            np.add(out, p, out=out)
+    else:
+        np.add(parts[0], parts[1], out=out)
+        np.add(out, parts[2] + parts[3], out=out)
+        right = parts[4] + parts[5]
+        np.add(right, parts[6] + parts[7], out=right)
+        np.add(out, right, out=out)
 
 
 def _infer_sum(x, dims, keepdim, dtype=None):
@@ -230,7 +273,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None):
 def _mean_kernel(x, dims, keepdim):
     # What np.mean computes (a sum in the array's float dtype, divided by the count as an
     # intp, in place), without its Python wrapper's ~5 us a call: the same bits.
-    w = _widen(x)
+    w = _row_major(_widen(x))
     total = np.asarray(np.add.reduce(w, axis=dims, keepdims=keepdim))
     count = w.size if dims is None else math.prod(w.shape[d] for d in dims)
     np.true_divide(total, np.intp(count), out=total, casting="unsafe")
@@ -351,6 +394,32 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
 
 
 # -- max / min ---------------------------------------------------------------------------------
+# onnxruntime's ReduceMax / ReduceMin and ArgMax / ArgMin skip NaNs, where torch (and these
+# kernels) give NaN and the first NaN's index: the exported graphs look for NaNs themselves.
+def _nan_found(e, x: str, axes: list, keepdim: bool) -> tuple[str, str]:
+    """``(found, nans)``: whether each reduced slice of float ``x`` holds a NaN (bool), and
+    the NaN mask as float32 0/1 (whose ArgMax is the first NaN's index)."""
+    nans = e.cast(e.op("IsNaN", [x]), np.float32)
+    return e.cast(e.reduce("ReduceMax", nans, axes, keepdim), np.bool_), nans
+
+
+def _nan_where(e, found: str, value: str, dtype) -> str:
+    """``value`` with NaN where ``found``."""
+    return e.op("Where", [found, e.scalar(np.nan, dtype), value])
+
+
+def _onnx_extremum(op_type: str):
+    """ReduceMax / ReduceMin over ``dims``, NaN where a reduced slice holds one."""
+    def export(e, node):
+        x = e.input(0)
+        axes, keep = e.axes(), node.attrs["keepdim"]
+        value = e.reduce(op_type, x, axes, keep)
+        if node.inputs[0].dtype.kind != "f":
+            return [value]
+        return [_nan_where(e, _nan_found(e, x, axes, keep)[0], value, node.outputs[0].dtype)]
+    return export
+
+
 def _extremum_vjp(g, out, x, dims, keepdim):
     shape = tuple(x.shape)
     mask = ew.eq(x, _expand_back(out, shape, dims, keepdim))
@@ -359,12 +428,12 @@ def _extremum_vjp(g, out, x, dims, keepdim):
 
 AMAX = defop("amax", lambda x, dims, keepdim: np.amax(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
-             onnx=_onnx_reduce("ReduceMax"),
+             onnx=_onnx_extremum("ReduceMax"),
              onnx_import={"ReduceMax": _from_onnx_reduce(_reduction("amax", _lowest))},
              reduction=Reduction.MAX)
 AMIN = defop("amin", lambda x, dims, keepdim: np.amin(x, axis=dims, keepdims=keepdim),
              _infer_reduce, vjp=_extremum_vjp, attrs=("dims", "keepdim"), saves="io",
-             onnx=_onnx_reduce("ReduceMin"),
+             onnx=_onnx_extremum("ReduceMin"),
              onnx_import={"ReduceMin": _from_onnx_reduce(_reduction("amin", _highest))},
              reduction=Reduction.MIN)
 
@@ -478,8 +547,14 @@ ALONG_BACKWARD = defop(
 def _onnx_with_index(reduce_type: str, arg_type: str):
     def export(e, node):
         x, dim, keep = e.input(0), node.attrs["dim"], node.attrs["keepdim"]
-        return [e.reduce(reduce_type, x, [dim], keep),
-                e.op(arg_type, [x], axis=dim, keepdims=int(bool(keep)))]
+        value = e.reduce(reduce_type, x, [dim], keep)
+        index = e.op(arg_type, [x], axis=dim, keepdims=int(bool(keep)))
+        if node.inputs[0].dtype.kind != "f":
+            return [value, index]
+        found, nans = _nan_found(e, x, [dim], keep)
+        first = e.op("ArgMax", [nans], axis=dim, keepdims=int(bool(keep)))   # the first NaN
+        return [_nan_where(e, found, value, node.outputs[0].dtype),
+                e.op("Where", [found, first, index])]
     return export
 
 

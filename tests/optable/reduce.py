@@ -110,6 +110,8 @@ CASES = [
     OpCase("amax", lambda m, a: a.max(), [In((3, 4), "int")], "int", grad=False),
     OpCase("amin", lambda m, a: m.amin(a, -1), [D(3, 4)], dtypes=ALL_FLOATS),
     OpCase("amin", lambda m, a: a.min(), [custom(_ties)], "min-full-ties", gradcheck=False),
+    OpCase("amax", lambda m, a: a.amax(1), [custom(_mid_nan)], "mid-nan", grad=False),
+    OpCase("amin", lambda m, a: a.amin((0, 2)), [custom(_mid_nan)], "dims-nan", grad=False),
 
     # max / min along a dim: (values, indices), the gradient goes to the index
     OpCase("max", lambda m, a: m.max(a, 1), [D(3, 4)], "dim", dtypes=ALL_FLOATS),
