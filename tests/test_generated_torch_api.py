@@ -19,7 +19,9 @@ sorts, splits used in part; and the idioms of ``REAL``: buffers updated in forwa
 ``persistent=False`` buffers, tied and shared weights, forward pre/post hooks and tensor
 hooks, ``enable_grad`` inside ``no_grad``, ``.data`` writes, in-place writes on views of
 parameters under ``no_grad``, gather/scatter along every axis, pad and interpolate modes,
-reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), and a
+reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), the
+edges of torch's semantics of ``EDGES`` (ties, duplicate indices, in-place shape changes,
+writes through the copies ``reshape`` makes, masked softmax rows, negative division), and a
 training step (``zero_grad``, ``backward`` of a loss
 over the output, ``opt.step()``: SGD with Nesterov, dampening and weight decay, Adam and
 AdamW with amsgrad, RMSprop centered, Adagrad), with a learning-rate schedule stepped
@@ -586,15 +588,99 @@ MODULES += [
     ("self.lin{k} = nn.Linear(D, D)\nself.lin{k}.register_forward_hook(lambda m, i, o: None)\n"
      "self.lin{k}.register_forward_pre_hook(lambda m, i: None)", "h = torch.relu(self.lin{k}(h))"),
 ]
+# The edges of torch's semantics real code meets (the campaigns of i-gen7): writes through
+# chains of views and through the copies ``reshape`` makes of a transposed tensor, in-place
+# shape changes, boolean and duplicate-index assignment (``h[i] += 1`` with ``i`` repeating
+# adds once), ties (which of equal values the gradient reaches: ``amax`` shares it, ``max``
+# gives it to one index, ``clamp`` to a bound it equals), ``cumprod`` through zeros,
+# ``where`` with scalar and 0-d branches, masked softmax with rows all ``-inf``,
+# ``nan_to_num``, floor division and remainder of negative floats and integers, promotion
+# of integer tensors with floats, einsum patterns, ``F.pad`` and softmax over leading dims.
+EDGES = [
+    # in-place writes through chains of views (and through copies torch makes instead)
+    "h = h.clone()\nv = h.view(-1, 2, 3).permute(0, 2, 1)\nv[:, 0].add_(1.0)",
+    "h = h.clone()\nh.unsqueeze(0).permute(0, 2, 1)[0, 1:3].mul_(2.0)",
+    "h = h.clone()\nh.t().reshape(-1)[:3] = 5.0",
+    "h = h.clone()\nh.t().reshape(D, -1).mul_(0.5)",
+    "h = h.clone()\nh.reshape(-1, 3).t()[1].sub_(x.reshape(-1, 3).t()[0])",
+    "h = h.clone()\nh.flip(1).mul_(0.0)\nh.movedim(1, 0)[2:4].mul_(2.0)",
+    "h = h.clone()\nh.unflatten(1, (2, 3))[..., 0].masked_fill_(mask.view(-1, 2, 3)[..., 1], -1.0)",
+    "h = h.clone()\nh.unsqueeze_(0)\nh.mul_(2.0)\nh.squeeze_(0)",
+    "h = h.clone()\nh.transpose_(0, 1)\nh = h.contiguous().t()",
+    "h = h.clone()\nh.fill_diagonal_(0.5)",
+    "h = h.clone()\nh.masked_fill_(mask, h.detach().mean())",
+    "h = h.clone()\nh.masked_fill_(mask, h.mean())",
+    "h = h.clone()\nh[:, :3].copy_(h[:1, 3:])",
+    "h = h.clone()\nh.pow_(2).neg_().exp_()",
+    "h = h.clone()\nh.sub_(x, alpha=2).clamp_min_(-1.0).addcdiv_(x, x.abs() + 1, value=0.5)",
+    # boolean and duplicate-index assignment
+    "h = h.clone()\nh[mask] = x[mask] * 2",
+    "h = h.clone()\nh[h > 0] = h[h > 0] ** 2",
+    "h = h.clone()\nh[mask.any(1)] = 0.25",
+    "h = h.clone()\nh[idx % h.shape[0]] += 1.0",
+    "h = h.clone()\nh[idx % h.shape[0]] = h[idx % h.shape[0]] * 2",
+    "h = h.clone()\nh[:, idx % D] = 0.0",
+    "h = h.clone()\nh.index_put_((idx % h.shape[0], idx), x[:, 0] * 3)",
+    # ties: which of equal values the gradient reaches
+    "h = torch.cat([h, h.detach()], 1).amax(1, keepdim=True) + h",
+    "h = torch.stack([h, h.detach()]).amin(0) * 2",
+    "h = torch.max(h, h.detach()) + torch.min(h.detach(), h)",
+    "h = torch.clamp(h, min=h.detach()) + h.clamp(max=h.detach())",
+    "h = h.clamp(min=h.detach().mean(0), max=h.detach().mean(0) - 0.5) + h",
+    "h = torch.cat([h, h.detach()], 1).max(1, keepdim=True).values * h",
+    "h = h.repeat(1, 2).sort(1).values[:, ::2] + h",
+    "h = h.repeat(1, 2).topk(3, 1, largest=False).values.sum(1, keepdim=True) + h",
+    "h = h + torch.cat([h, h], 1).argmax(1, keepdim=True) - torch.cat([h, h], 1).argmin(1, keepdim=True)",
+    "h = h + torch.cat([h, h.detach()], 1).median(1, keepdim=True).values",
+    "h = torch.cat([h, h.detach()], 0).logsumexp(0) + h",
+    # cumulative ops through zeros and in other dtypes
+    "h = (h * (h.abs() > 0.5)).cumprod(1)",
+    "h = (h * (h.abs() > 0.5)).cumprod(0) + h",
+    "h = h.flip(1).cumsum(1).flip(1) + torch.cumsum(h, 0, dtype=torch.float32)",
+    "h = h.cumsum(-1).cummax(0).values",
+    "h = torch.cumprod(h.clamp(-1, 1), dim=1, dtype=torch.float64)",
+    # where, nan_to_num and masked softmax
+    "h = torch.where(h > 0, 2, h) + torch.where(mask, h, torch.tensor(0.5))",
+    "h = h + torch.where(h > 0, 1, 0) * torch.where(mask, 1.5, 0)",
+    "h = torch.where(mask, h, h.mean())",
+    "h = torch.where(mask.any(1, keepdim=True), h, -h)",
+    "h = torch.nan_to_num(h.detach().log(), nan=0.5, posinf=2.0, neginf=-2.0) + h",
+    "h = h.masked_fill(mask, float('-inf')).softmax(1).nan_to_num(0.0) + h",
+    "h = h.masked_fill(mask, float('-inf')).softmax(0).nan_to_num(0.0) * h",
+    "h = h.masked_fill(mask, torch.finfo(h.dtype).min).softmax(-1) + h",
+    # division and remainder of negative floats and integers
+    "h = h + h.detach() // 0.7 + torch.remainder(h, -0.7)",
+    "h = h + torch.div(h, x.abs() + 0.5, rounding_mode='trunc') + torch.div(h, -0.6, rounding_mode='floor')",
+    "h = h + h % torch.tensor(-1.25, dtype=h.dtype) + torch.fmod(h, x.abs() + 0.5)",
+    "h = h + ((idx - 3) >> 1)[:, None] + ((idx - 3) & 3)[:, None] + (-(idx // 3))[:, None]",
+    "i = idx - 3\ni //= 2\ni %= -3\nh = h + i[:, None]",
+    # promotion of integer and low-precision tensors with Python and 0-d floats
+    "h = h + (idx[:, None] * 0.1).to(h.dtype) + torch.arange(D) * 0.1",
+    "h = h + (idx[:, None] / 3) + idx[:, None] * torch.tensor(0.5)",
+    "h = h + mask.float().mul_(0.5) + idx.clone().mul_(2)[:, None]",
+    "h = (h.float() * 1.1 + 0.3).exp().sum(1, keepdim=True).to(h.dtype) * 0.1 + h",
+    "h = h + torch.full_like(h, 2) + torch.full((D,), 3) * 0.5 + h.new_full((1, D), 7)",
+    # einsum patterns
+    "h = h + torch.einsum('bi,bi->', h, x) + torch.einsum('ii->i', h[:, :h.shape[0]].t()[:h.shape[0]]).sum()",
+    "h = torch.einsum('bij->bji', h.view(-1, 2, 3)).reshape(-1, D) + torch.einsum('i,j->ij', h[:, 0], h[0])[:, :D]",
+    "h = h + torch.einsum('bi,ij,bj->b', h, torch.eye(D, dtype=h.dtype), x)[:, None]",
+    "h = torch.einsum('...i,i->...', h.view(-1, 2, 3), h[0, :3]).repeat(1, 3) + h",
+    "h = torch.einsum('bij,bkj->bik', h.view(-1, 2, 3), h.view(-1, 2, 3)).flatten(1).repeat(1, 2)[:, :D] + h",
+    # F.pad, softmax along leading dims, layer-like idioms
+    "h = F.pad(h.view(-1, 1, D), (2, 2), mode='reflect')[..., 1:-3].flatten(1) + F.pad(h, (0, 0, 1, 0))[:-1]",
+    "h = F.pad(h.view(-1, 2, 3), (1, 0, 0, 1), mode='constant', value=-1.0)[:, :2, :3].flatten(1)",
+    "h = F.softmax(h.view(-1, 2, 3), 0).flatten(1) + F.log_softmax(h.unsqueeze(0), 1)[0]",
+    "h = F.layer_norm(h.view(-1, 2, 3), (2, 3)).flatten(1) + F.rms_norm(h, (D,))",
+]
 # Writes to the head's parameters: put first in forward (torch refuses a backward through
 # a parameter written after it was read).
 HEAD_WRITES = ("if self.training:\n    with torch.no_grad():\n        self.head.bias.add_",
                "with torch.no_grad():\n    self.head.", "self.head.weight.data[")
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL}
+         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL, "edge": EDGES}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4}
+           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4, "edge": 4}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
@@ -708,7 +794,7 @@ def write_program(seed: int) -> tuple[str, str]:
         elif "self.parameters()" in choice or choice.startswith(HEAD_WRITES):
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
-            if "h.view(" in choice and (transposed or kind in ("write", "flow")):
+            if "h.view(" in choice and (transposed or kind in ("write", "flow", "edge")):
                 # (torch refuses to view a transposed h; a statement before may also leave
                 # it so through a same-shape reshape or a clone: seed 1603)
                 body.append("h = h.contiguous()")
