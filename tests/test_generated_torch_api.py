@@ -1079,6 +1079,15 @@ def _raised(name: str, error: Exception, done: dict, context: str) -> None:
                          f"{context}") from error
 
 
+def _casts_to_float32(path: str) -> bool:
+    """Whether the ONNX model at ``path`` computes part of its work in float32 (a Cast to
+    it): onnxruntime's float32 reductions then round in their own order."""
+    import onnx
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT
+                                           for a in n.attribute)
+               for n in onnx.load(path).graph.node)
+
+
 def check_onnx(seed: int, path: str) -> int:
     """Program ``seed``'s model in eval mode exported by ``dg.onnx.export`` at each call's
     batch size (static shapes: programs index with the batch size), run by onnxruntime and
@@ -1108,6 +1117,7 @@ def check_onnx(seed: int, path: str) -> int:
             loaded = dg.onnx.load(path)(*args)
         got = None if session is None else session.run(
             None, {i.name: a[i.name] for i in session.get_inputs()})
+        narrow = _casts_to_float32(path)
         for what, values in (("onnxruntime", got), ("dg.onnx.load", loaded)):
             if values is None:
                 continue
@@ -1121,8 +1131,11 @@ def check_onnx(seed: int, path: str) -> int:
                 if w.dtype.kind == "f" and not np.isfinite(w).all():
                     continue
                 # (float16 sums: onnxruntime adds in another order, a few ulps of the
-                # terms apart, which a sum that cancels makes large relative: seed 1404)
-                tol = (1e-2, 5e-2) if w.dtype == np.float16 else (1e-6, 1e-8)
+                # terms apart, which a sum that cancels makes large relative: seed 1404;
+                # so do its float32 sums inside a float64 program, an order eager does
+                # not define: float32's tolerance there, dg.onnx.load's stays)
+                tol = ((1e-2, 5e-2) if w.dtype == np.float16 else (1e-5, 1e-5)
+                       if what == "onnxruntime" and narrow else (1e-6, 1e-8))
                 np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1], err_msg=context)
     if session is None:
         raise Unsupported(f"onnxruntime (dg.onnx.load matched): {lacking}")
