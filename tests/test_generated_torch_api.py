@@ -863,9 +863,12 @@ def write_program(seed: int) -> tuple[str, str]:
         elif "self.parameters()" in choice or choice.startswith(HEAD_WRITES):
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
-            if "h.view(" in choice and (transposed or kind in ("write", "flow", "edge")):
+            if ("h.view(" in choice or kind == "edge" and ".reshape(" in choice) and (
+                    transposed or kind in ("write", "flow", "edge")):
                 # (torch refuses to view a transposed h; a statement before may also leave
-                # it so through a same-shape reshape or a clone: seed 1603)
+                # it so through a same-shape reshape or a clone: seed 1603. torch's clone
+                # keeps a transposed h's strides, where dualgraph's is row-major, so a
+                # write through a reshape of it is lost in torch only: seed 52380)
                 body.append("h = h.contiguous()")
             body.append(choice.format(k=k))
             transposed = choice.endswith((".t()", ".transpose(0, 1)"))
