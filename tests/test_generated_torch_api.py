@@ -236,7 +236,9 @@ REDUCTIONS = [
     "h = h + torch.cummax(h, 0)[0] - torch.cummin(h, 1)[1]",
     "h = h + h.amax((0, 1)) - torch.amin(h, 1, keepdim=True)",
     "h = h * h.abs().cumprod(0).clamp(max=2.0)",
-    "h = h + h.nansum(1, keepdim=True) * h.kthvalue(1, 0).values",
+    # (detached: a column of equal values, ``h.data[:, 0] = 1.0``, leaves which index
+    # takes the gradient to torch's quickselect, which does not define it: 52362, 56007)
+    "h = h + h.nansum(1, keepdim=True) * h.detach().kthvalue(1, 0).values",
 ]
 FUNCTIONS = [
     "h = F.relu(h) + F.gelu(h)",
