@@ -348,3 +348,29 @@ def test_where_on_big_mixed_masks_equals_numpy(dtype):
     np.testing.assert_array_equal(got, np.where(cond, a, b))
     filled = kernel(cond[:1], a, -7)
     np.testing.assert_array_equal(filled, np.where(cond[:1], a, np.array(-7, dtype)))
+
+
+# -- gradients at the special points of pow and atan2 --------------------------------------------
+def _pow_and_atan2(m, a, e, y, x):
+    """pow with a tensor, a zero and a half exponent, Python bases 0, -2 and 2, a zero base;
+    atan2 at the origin, where the squares underflow and at an infinite x."""
+    return ((a.pow(e) + a ** 0 + 0.0 ** a + (-2.0) ** e + 2.0 ** a + (a * 0) ** e
+             + a ** 0.5).sum() + m.atan2(y, x).sum())
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_pow_and_atan2_gradients_at_their_special_points_are_torchs(compiled):
+    """torch gives 0, not NaN, for the base where the exponent is 0 (0 * a**-1 was NaN at
+    a = 0) and for atan2 where y*y + x*x is 0; NaN, not 0, for the exponent of a negative
+    base (log of a negative). Bit for bit, eager and compiled."""
+    values = ([0.0, 0.0, -2.0, 0.0, -2.0, 2.0], [0.0, -1.0, 0.5, 0.5, 2.0, 0.0],
+              [0.0, 1e-200, 0.0, -0.0, 3e-170, 1e-160, 0.0, 1.0],
+              [0.0, 0.0, 1e-200, -0.0, 1e-170, 1e-160, math.inf, 0.0])
+    grads = []
+    for m in (torch, dg):
+        args = [m.tensor(v, dtype=m.float64, requires_grad=True) for v in values]
+        fn = dg.compile(_pow_and_atan2) if compiled and m is dg else _pow_and_atan2
+        fn(m, *args).backward()
+        grads.append([t.grad.numpy() for t in args])
+    for want, got in zip(*grads):
+        np.testing.assert_array_equal(got, want)

@@ -19,7 +19,9 @@ sorts, splits used in part; and the idioms of ``REAL``: buffers updated in forwa
 ``persistent=False`` buffers, tied and shared weights, forward pre/post hooks and tensor
 hooks, ``enable_grad`` inside ``no_grad``, ``.data`` writes, in-place writes on views of
 parameters under ``no_grad``, gather/scatter along every axis, pad and interpolate modes,
-reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), and a
+reductions over several axes, 0-d tensors, empty dims and data-dependent sizes), the
+edges of torch's semantics of ``EDGES`` (ties, duplicate indices, in-place shape changes,
+writes through the copies ``reshape`` makes, masked softmax rows, negative division), and a
 training step (``zero_grad``, ``backward`` of a loss
 over the output, ``opt.step()``: SGD with Nesterov, dampening and weight decay, Adam and
 AdamW with amsgrad, RMSprop centered, Adagrad), with a learning-rate schedule stepped
@@ -234,7 +236,9 @@ REDUCTIONS = [
     "h = h + torch.cummax(h, 0)[0] - torch.cummin(h, 1)[1]",
     "h = h + h.amax((0, 1)) - torch.amin(h, 1, keepdim=True)",
     "h = h * h.abs().cumprod(0).clamp(max=2.0)",
-    "h = h + h.nansum(1, keepdim=True) * h.kthvalue(1, 0).values",
+    # (detached: a column of equal values, ``h.data[:, 0] = 1.0``, leaves which index
+    # takes the gradient to torch's quickselect, which does not define it: 52362, 56007)
+    "h = h + h.nansum(1, keepdim=True) * h.detach().kthvalue(1, 0).values",
 ]
 FUNCTIONS = [
     "h = F.relu(h) + F.gelu(h)",
@@ -285,6 +289,39 @@ FUNCTIONS = [
     "h = h.clamp(h.mean(1, keepdim=True) - 0.5, h.mean(1, keepdim=True) + 0.5)",
     "h = torch.logaddexp(h, torch.zeros((), dtype=h.dtype)) + torch.logaddexp2(h, h * 0.5)",
     "h = torch.diag_embed(h[:, :3], offset=1).flatten(1)[:, :D] + h",
+]
+# Less common functions' gradients (the campaigns of i-gen7): differences, rotations,
+# cross and Kronecker products, xlogy and logit, small linear algebra on an SPD block,
+# norms, std_mean, losses, local response norm, fold, pooling, embedding_bag.
+FUNCTIONS += [
+    'h = h + torch.diff(h, dim=1, prepend=h[:, :1]) + torch.diff(h, n=2, dim=0, append=h[-2:])',
+    'h = h + torch.rot90(h.view(-1, 2, 3), 2, (1, 2)).reshape(-1, D)',
+    'h = h + torch.cross(h.view(-1, 2, 3), x.view(-1, 2, 3), dim=-1).flatten(1)',
+    'h = h + torch.kron(h[:, :2], torch.tensor([[1.0, -1.0, 0.5]], dtype=h.dtype))',
+    'h = h + torch.xlogy(h.abs(), h.abs() + 1) + torch.logit(h.sigmoid(), eps=1e-6)',
+    'h = h + torch.heaviside(h.detach(), torch.tensor(0.5, dtype=h.dtype)) + torch.frac(h)',
+    'h = h + torch.take(h, idx[:, None] + torch.arange(D) * 0)',
+    'h = h + torch.polygamma(1, h.abs() + 1) + torch.lgamma(h.abs() + 0.5) + torch.digamma(h.abs() + 1)',
+    'r, c = torch.tril_indices(3, 3)\nh = h + h[:3, :3][r, c].sum()',
+    'h = h + torch.histc(h.detach(), bins=4, min=-2, max=2).sum() + torch.bucketize(h.detach(), torch.tensor([0.0]))',
+    'h = h * torch.addcmul(torch.ones_like(h), h, h, value=0.1).rsqrt()',
+    'h = h + torch.clamp_min(h, 0.1) * torch.clamp_max(h, -0.1)',
+    'h = h + torch.logdet(h[:3, :3] @ h[:3, :3].T + torch.eye(3, dtype=h.dtype))',
+    'h = h + torch.linalg.solve(h[:3, :3] @ h[:3, :3].T + torch.eye(3, dtype=h.dtype), h[:3, :]).sum(0)',
+    'h = h + torch.linalg.inv(h[:3, :3] @ h[:3, :3].T + torch.eye(3, dtype=h.dtype)).sum()',
+    "h = h + torch.linalg.norm(h, ord='fro') + torch.linalg.matrix_norm(h[:3, :3], ord='nuc') * 0.1",
+    'h = h + torch.std_mean(h, dim=1, keepdim=True)[0] + torch.var_mean(h, 0)[1]',
+    'h = h + F.pairwise_distance(h, x)[:, None] + F.cosine_similarity(h, x, dim=0)',
+    'h = h + F.triplet_margin_loss(h, x, h.flip(0)) + F.margin_ranking_loss(h[:, 0], x[:, 0], torch.sign(x[:, 1]))',
+    'h = h + F.poisson_nll_loss(h, x.abs()) + F.gaussian_nll_loss(h, x, h.detach().abs() + 0.1)',
+    'h = h + F.soft_margin_loss(h, torch.sign(x.detach())) + F.multilabel_soft_margin_loss(h, mask.to(h.dtype))',
+    'h = h + F.multi_margin_loss(h, idx) + F.hinge_embedding_loss(h, torch.sign(x)) + F.cosine_embedding_loss(h, x, torch.sign(x[:, 0]))',
+    'h = h + F.local_response_norm(h.view(-1, D, 1), 3).flatten(1) + F.hardtanh(h, -0.5, 0.5)',
+    'h = F.fold(F.unfold(h.view(-1, 1, 2, 3), (1, 2)), (2, 3), (1, 2)).flatten(1)',
+    'h = F.max_pool2d(h.view(-1, 1, 2, 3), 2, stride=1, padding=1, dilation=1).flatten(1)[:, :D] + h',
+    'h = F.lp_pool1d(h.view(-1, 1, D).abs() + 0.1, 2, 2).repeat_interleave(2, -1).flatten(1) + h',
+    'h = h + F.adaptive_avg_pool2d(h.view(-1, 1, 2, 3), (1, 2)).flatten(1).repeat(1, 3)',
+    "h = F.embedding_bag(idx.view(-1, 1).expand(-1, 2) % D, torch.eye(D, dtype=h.dtype) + h.mean(0), mode='max') + h",
 ]
 DTYPES = [
     "h = h + (h > 0).long()",
@@ -586,15 +623,133 @@ MODULES += [
     ("self.lin{k} = nn.Linear(D, D)\nself.lin{k}.register_forward_hook(lambda m, i, o: None)\n"
      "self.lin{k}.register_forward_pre_hook(lambda m, i: None)", "h = torch.relu(self.lin{k}(h))"),
 ]
+# The edges of torch's semantics real code meets (the campaigns of i-gen7): writes through
+# chains of views and through the copies ``reshape`` makes of a transposed tensor, in-place
+# shape changes, boolean and duplicate-index assignment (``h[i] += 1`` with ``i`` repeating
+# adds once), ties (which of equal values the gradient reaches: ``amax`` shares it, ``max``
+# gives it to one index, ``clamp`` to a bound it equals), ``cumprod`` through zeros,
+# ``where`` with scalar and 0-d branches, masked softmax with rows all ``-inf``,
+# ``nan_to_num``, floor division and remainder of negative floats and integers, promotion
+# of integer tensors with floats, einsum patterns, ``F.pad`` and softmax over leading dims.
+EDGES = [
+    # in-place writes through chains of views (and through copies torch makes instead)
+    "h = h.clone()\nv = h.view(-1, 2, 3).permute(0, 2, 1)\nv[:, 0].add_(1.0)",
+    "h = h.clone()\nh.unsqueeze(0).permute(0, 2, 1)[0, 1:3].mul_(2.0)",
+    "h = h.clone()\nh.t().reshape(-1)[:3] = 5.0",
+    "h = h.clone()\nh.t().reshape(D, -1).mul_(0.5)",
+    "h = h.clone()\nh.reshape(-1, 3).t()[1].sub_(x.reshape(-1, 3).t()[0])",
+    "h = h.clone()\nh.flip(1).mul_(0.0)\nh.movedim(1, 0)[2:4].mul_(2.0)",
+    "h = h.clone()\nh.unflatten(1, (2, 3))[..., 0].masked_fill_(mask.view(-1, 2, 3)[..., 1], -1.0)",
+    "h = h.clone()\nh.unsqueeze_(0)\nh.mul_(2.0)\nh.squeeze_(0)",
+    "h = h.clone()\nh.transpose_(0, 1)\nh = h.contiguous().t()",
+    "h = h.clone()\nh.fill_diagonal_(0.5)",
+    "h = h.clone()\nh.masked_fill_(mask, h.detach().mean())",
+    "h = h.clone()\nh.masked_fill_(mask, h.mean())",
+    "h = h.clone()\nh[:, :3].copy_(h[:1, 3:])",
+    "h = h.clone()\nh.pow_(2).neg_().exp_()",
+    "h = h.clone()\nh.sub_(x, alpha=2).clamp_min_(-1.0).addcdiv_(x, x.abs() + 1, value=0.5)",
+    # boolean and duplicate-index assignment
+    "h = h.clone()\nh[mask] = x[mask] * 2",
+    "h = h.clone()\nh[h > 0] = h[h > 0] ** 2",
+    "h = h.clone()\nh[mask.any(1)] = 0.25",
+    "h = h.clone()\nh[idx % h.shape[0]] += 1.0",
+    "h = h.clone()\nh[idx % h.shape[0]] = h[idx % h.shape[0]] * 2",
+    "h = h.clone()\nh[:, idx % D] = 0.0",
+    "h = h.clone()\nh.index_put_((idx % h.shape[0], idx), x[:, 0] * 3)",
+    # ties: which of equal values the gradient reaches
+    "h = torch.cat([h, h.detach()], 1).amax(1, keepdim=True) + h",
+    "h = torch.stack([h, h.detach()]).amin(0) * 2",
+    "h = torch.max(h, h.detach()) + torch.min(h.detach(), h)",
+    "h = torch.clamp(h, min=h.detach()) + h.clamp(max=h.detach())",
+    "h = h.clamp(min=h.detach().mean(0), max=h.detach().mean(0) - 0.5) + h",
+    "h = torch.cat([h, h.detach()], 1).max(1, keepdim=True).values * h",
+    "h = h.repeat(1, 2).sort(1).values[:, ::2] + h",
+    "h = h.repeat(1, 2).topk(3, 1, largest=False).values.sum(1, keepdim=True) + h",
+    "h = h + torch.cat([h, h], 1).argmax(1, keepdim=True) - torch.cat([h, h], 1).argmin(1, keepdim=True)",
+    "h = h + torch.cat([h, h.detach()], 1).median(1, keepdim=True).values",
+    "h = torch.cat([h, h.detach()], 0).logsumexp(0) + h",
+    # cumulative ops through zeros and in other dtypes
+    "h = (h * (h.abs() > 0.5)).cumprod(1)",
+    "h = (h * (h.abs() > 0.5)).cumprod(0) + h",
+    "h = h.flip(1).cumsum(1).flip(1) + torch.cumsum(h, 0, dtype=torch.float32)",
+    "h = h.cumsum(-1).cummax(0).values",
+    "h = torch.cumprod(h.clamp(-1, 1), dim=1, dtype=torch.float64)",
+    # where, nan_to_num and masked softmax
+    "h = torch.where(h > 0, 2, h) + torch.where(mask, h, torch.tensor(0.5))",
+    "h = h + torch.where(h > 0, 1, 0) * torch.where(mask, 1.5, 0)",
+    "h = torch.where(mask, h, h.mean())",
+    "h = torch.where(mask.any(1, keepdim=True), h, -h)",
+    "h = torch.nan_to_num(h.detach().log(), nan=0.5, posinf=2.0, neginf=-2.0) + h",
+    "h = h.masked_fill(mask, float('-inf')).softmax(1).nan_to_num(0.0) + h",
+    "h = h.masked_fill(mask, float('-inf')).softmax(0).nan_to_num(0.0) * h",
+    "h = h.masked_fill(mask, torch.finfo(h.dtype).min).softmax(-1) + h",
+    # division and remainder of negative floats and integers
+    "h = h + h.detach() // 0.7 + torch.remainder(h, -0.7)",
+    "h = h + torch.div(h, x.abs() + 0.5, rounding_mode='trunc') + torch.div(h, -0.6, rounding_mode='floor')",
+    "h = h + h % torch.tensor(-1.25, dtype=h.dtype) + torch.fmod(h, x.abs() + 0.5)",
+    "h = h + ((idx - 3) >> 1)[:, None] + ((idx - 3) & 3)[:, None] + (-(idx // 3))[:, None]",
+    "i = idx - 3\ni //= 2\ni %= -3\nh = h + i[:, None]",
+    # promotion of integer tensors with Python and 0-d floats
+    "h = h + (idx[:, None] * 0.1).to(h.dtype) + torch.arange(D) * 0.1",
+    "h = h + (idx[:, None] / 3) + idx[:, None] * torch.tensor(0.5)",
+    "h = h + mask.float().mul_(0.5) + idx.clone().mul_(2)[:, None]",
+    "h = h + torch.full_like(h, 2) + torch.full((D,), 3) * 0.5 + h.new_full((1, D), 7)",
+    # einsum patterns
+    "h = h + torch.einsum('bi,bi->', h, x) + torch.einsum('ii->i', h[:, :h.shape[0]].t()[:h.shape[0]]).sum()",
+    "h = torch.einsum('bij->bji', h.view(-1, 2, 3)).reshape(-1, D) + torch.einsum('i,j->ij', h[:, 0], h[0])[:, :D]",
+    "h = h + torch.einsum('bi,ij,bj->b', h, torch.eye(D, dtype=h.dtype), x)[:, None]",
+    "h = torch.einsum('...i,i->...', h.view(-1, 2, 3), h[0, :3]).repeat(1, 3) + h",
+    "h = torch.einsum('bij,bkj->bik', h.view(-1, 2, 3), h.view(-1, 2, 3)).flatten(1).repeat(1, 2)[:, :D] + h",
+    # F.pad, softmax along leading dims, layer-like idioms
+    "h = F.pad(h.view(-1, 1, D), (2, 2), mode='reflect')[..., 1:-3].flatten(1) + F.pad(h, (0, 0, 1, 0))[:-1]",
+    "h = F.pad(h.view(-1, 2, 3), (1, 0, 0, 1), mode='constant', value=-1.0)[:, :2, :3].flatten(1)",
+    "h = F.softmax(h.view(-1, 2, 3), 0).flatten(1) + F.log_softmax(h.unsqueeze(0), 1)[0]",
+    "h = F.layer_norm(h.view(-1, 2, 3), (2, 3)).flatten(1) + F.rms_norm(h, (D,))",
+    # reductions and pow / atan2 through zeros, ties of whole reductions, -inf rows, NaN
+    # skipped by nansum, large logits, overlapping writes made safe by a clone
+    'h = (h * (h.abs() > 0.5)).prod(1, keepdim=True) + h',
+    'h = (h * (h.abs() > 0.5)).prod(0) * h',
+    'h = (h * mask).prod() + h',
+    'h = (h * mask).norm(dim=1, keepdim=True) + h',
+    "h = torch.linalg.vector_norm(h * mask, ord=float('inf'), dim=1, keepdim=True) + h",
+    'h = torch.linalg.vector_norm(h * mask, ord=1, dim=0) + h',
+    'h = torch.cat([h, h.detach()]).max() + h',
+    'h = torch.cat([h, h.detach()], 1).amax() * h + torch.cat([h.detach(), h]).min()',
+    'h = torch.stack([h, h.detach()]).max(0).values + h',
+    'h = torch.stack([h.detach(), h]).min(0)[0] * 2',
+    'h = h + mask.cumsum(1) + (h > 0).cumsum(0).float()',
+    "h = h + h.masked_fill(mask, float('nan')).nansum(1, keepdim=True) + h.masked_fill(mask, float('nan')).nanmean(0)",
+    'h = h.clone()\nh.clamp_(min=x.detach() - 0.5, max=x.detach() + 0.5)',
+    'h = torch.addcmul(h, h, x, value=-0.5) + torch.addcdiv(h, x, h.abs() + 1, value=2)',
+    'u, inv, cnt = torch.unique(idx, return_inverse=True, return_counts=True)\nh = h * cnt[inv][:, None] + u.sum()',
+    'h = h + h.detach().round().sort(dim=0, stable=True).indices + h.detach().round().argsort(dim=0, stable=True, descending=True)',
+    'h = torch.where(h.abs() < 0.3, torch.zeros_like(h), h).std(1, keepdim=True) + h',
+    'h = torch.where(mask, torch.zeros_like(h), h).cumprod(1).sum(1, keepdim=True) + h',
+    'h = h.clone()\nh[:, 1:] = h[:, :-1].clone()',
+    'h = h + torch.atan2(h * mask, x * mask)',
+    "h = h.masked_fill(mask, float('-inf')).amax(1, keepdim=True).clamp(min=-5) + h",
+    "h = h.masked_fill(~mask, float('-inf')).log_softmax(1).nan_to_num(0.0).clamp(min=-20) + h",
+    'h = h * torch.where(h > 0, h, 0.0).pow(0.5).clamp(max=3)',
+    'h = h + F.relu(h).sqrt().sum(1, keepdim=True)',
+    'h = torch.where(h > 0, h.sqrt(), h)',
+    'h = torch.where(h > 0, h.clamp(min=1e-3).log(), torch.zeros_like(h))',
+    'h = h.pow(mask.to(h.dtype)) + (h * mask).pow(0)',
+    'h = h + F.softmax(h * 1e3, dim=1) + F.log_softmax(h * 500, dim=0)',
+    'h = h + torch.sigmoid(h * 50) + torch.tanh(h * 40) + F.softplus(h * 30)',
+    'h = h + torch.exp(h * 30).clamp(max=1e10) * 1e-10',
+    'h = torch.max(h, 1, keepdim=True)[0].expand_as(h) - h',
+    'h = h.clone()\nh[torch.tensor([0, 0, 1])] = h[torch.tensor([1, 2, 2])] * 3',
+    'h = h.clone()\nh[[0, 0]] = torch.stack([x[0], x[1]])',
+]
 # Writes to the head's parameters: put first in forward (torch refuses a backward through
 # a parameter written after it was read).
 HEAD_WRITES = ("if self.training:\n    with torch.no_grad():\n        self.head.bias.add_",
                "with torch.no_grad():\n    self.head.", "self.head.weight.data[")
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL}
+         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL, "edge": EDGES}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4}
+           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4, "edge": 4}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
@@ -708,9 +863,12 @@ def write_program(seed: int) -> tuple[str, str]:
         elif "self.parameters()" in choice or choice.startswith(HEAD_WRITES):
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
-            if "h.view(" in choice and (transposed or kind in ("write", "flow")):
+            if ("h.view(" in choice or kind == "edge" and ".reshape(" in choice) and (
+                    transposed or kind in ("write", "flow", "edge")):
                 # (torch refuses to view a transposed h; a statement before may also leave
-                # it so through a same-shape reshape or a clone: seed 1603)
+                # it so through a same-shape reshape or a clone: seed 1603. torch's clone
+                # keeps a transposed h's strides, where dualgraph's is row-major, so a
+                # write through a reshape of it is lost in torch only: seed 52380)
                 body.append("h = h.contiguous()")
             body.append(choice.format(k=k))
             transposed = choice.endswith((".t()", ".transpose(0, 1)"))
@@ -924,6 +1082,15 @@ def _raised(name: str, error: Exception, done: dict, context: str) -> None:
                          f"{context}") from error
 
 
+def _casts_to_float32(path: str) -> bool:
+    """Whether the ONNX model at ``path`` computes part of its work in float32 (a Cast to
+    it): onnxruntime's float32 reductions then round in their own order."""
+    import onnx
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT
+                                           for a in n.attribute)
+               for n in onnx.load(path).graph.node)
+
+
 def check_onnx(seed: int, path: str) -> int:
     """Program ``seed``'s model in eval mode exported by ``dg.onnx.export`` at each call's
     batch size (static shapes: programs index with the batch size), run by onnxruntime and
@@ -953,6 +1120,7 @@ def check_onnx(seed: int, path: str) -> int:
             loaded = dg.onnx.load(path)(*args)
         got = None if session is None else session.run(
             None, {i.name: a[i.name] for i in session.get_inputs()})
+        narrow = _casts_to_float32(path)
         for what, values in (("onnxruntime", got), ("dg.onnx.load", loaded)):
             if values is None:
                 continue
@@ -966,8 +1134,11 @@ def check_onnx(seed: int, path: str) -> int:
                 if w.dtype.kind == "f" and not np.isfinite(w).all():
                     continue
                 # (float16 sums: onnxruntime adds in another order, a few ulps of the
-                # terms apart, which a sum that cancels makes large relative: seed 1404)
-                tol = (1e-2, 5e-2) if w.dtype == np.float16 else (1e-6, 1e-8)
+                # terms apart, which a sum that cancels makes large relative: seed 1404;
+                # so do its float32 sums inside a float64 program, an order eager does
+                # not define: float32's tolerance there, dg.onnx.load's stays)
+                tol = ((1e-2, 5e-2) if w.dtype == np.float16 else (1e-5, 1e-5)
+                       if what == "onnxruntime" and narrow else (1e-6, 1e-8))
                 np.testing.assert_allclose(g, w, rtol=tol[0], atol=tol[1], err_msg=context)
     if session is None:
         raise Unsupported(f"onnxruntime (dg.onnx.load matched): {lacking}")

@@ -239,3 +239,19 @@ def test_einsum_of_two_operands_gives_a_contiguous_tensor():
     for got in (eager.view(-1, 3), fn(dg.tensor(h), dg.tensor(w))):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     assert dg.einsum("bij,bjk->bik", dg.ones(2, 2, 3), dg.ones(2, 3, 2)).is_contiguous()
+
+
+@pytest.mark.parametrize("method", ["t_", "transpose_", "swapdims_", "unsqueeze_",
+                                    "squeeze_"])
+def test_a_saved_tensor_reshaped_in_place_fails_the_backward_as_torch(method):
+    """``h.t_()`` of a square ``h`` that ``y = h * w`` saved: the gradient of ``w`` read the
+    transposed values (silently wrong, eagerly); torch moves the version on and refuses."""
+    args = {"t_": (), "transpose_": (0, 1), "swapdims_": (0, 1), "unsqueeze_": (0,),
+            "squeeze_": ()}[method]
+    for lib in (torch, dg):
+        w = lib.tensor(np.cos(np.arange(9.0)).reshape(3, 3), requires_grad=True)
+        h = lib.tensor(np.arange(9.0).reshape(3, 3)) * 1.0
+        y = h * w
+        getattr(h, method)(*args)
+        with pytest.raises(RuntimeError, match="modified by an in-?place operation"):
+            y.sum().backward()

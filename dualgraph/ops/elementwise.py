@@ -159,12 +159,20 @@ def _pow_kernel(a, b):
 
 
 def _pow_vjp(g, out, a, b):
+    """torch's gradients: the base's is 0 where the exponent is 0 (not ``0 * a**-1``, NaN
+    at a = 0); the exponent's is ``a**b log a``, 0 where a = 0 and b >= 0, NaN for a
+    negative base (as torch: no silent 0)."""
     ga = gb = None
     if needs_grad(a):
-        ga = unbroadcast(g * b * pow(a, b - 1), a)
+        ga = g * b * pow(a, b - 1)
+        if isinstance(b, Tensor):
+            ga = where(b == 0, 0.0, ga)
+        elif b == 0:
+            ga = creation.zeros_like(ga)
+        ga = unbroadcast(ga, a)
     if needs_grad(b):
-        safe_log = log(where(a > 0, a, 1.0))   # d/db a**b = a**b log a; 0 where a <= 0
-        gb = unbroadcast(g * out * safe_log, b)
+        base = a if isinstance(a, Tensor) else creation.full_like(out, a)
+        gb = unbroadcast(where((base == 0) & (b >= 0), 0.0, g * out * log(base)), b)
     return ga, gb
 
 
@@ -433,9 +441,13 @@ LN2, LN10 = math.log(2), math.log(10)
 
 
 def _atan2_vjp(g, out, y, x):
-    scale = g / (y * y + x * x)
-    return (unbroadcast(scale * x, y) if needs_grad(y) else None,
-            unbroadcast(-scale * y, x) if needs_grad(x) else None)
+    """torch's: ``g * x * r`` and ``g * -y * r`` with ``r = 1 / (y*y + x*x)``, and r = 0
+    where that sum is 0 (the origin, or squares that underflow): gradients 0 there, not
+    NaN."""
+    squares = y * y + x * x
+    recip = where(squares == 0, 0.0, reciprocal(squares))
+    return (unbroadcast(g * x * recip, y) if needs_grad(y) else None,
+            unbroadcast(g * -y * recip, x) if needs_grad(x) else None)
 
 
 def _onnx_atan2(e, node):

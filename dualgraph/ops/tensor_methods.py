@@ -26,8 +26,10 @@ from .inplace import inplace
 
 def _reshaped_in_place(fn):
     """``x.fn_(...)``: ``x`` itself becomes ``fn(x, ...)``, a view of its storage with a new
-    shape, and takes its history, as torch's in-place view ops do (the values and the
-    version stay: nothing is written)."""
+    shape, and takes its history, as torch's in-place view ops do. Nothing is written, but
+    the version moves on, as torch's does: a node that saved ``x`` reads it at backward, and
+    would read the new shape (a square matrix's ``t_()``: the transposed values, a wrong
+    gradient) where the version check now refuses."""
     def method(self, *args, **kwargs):
         if grad_mode.enabled and self.requires_grad and self.grad_fn is None:
             raise RuntimeError(f"{method.__name__}: a leaf tensor that requires grad is being "
@@ -47,6 +49,7 @@ def _reshaped_in_place(fn):
         result = fn(_alias(self), *args, **kwargs)
         self._data = result._data
         self._view = None
+        self._version[0] += 1
         if result.requires_grad:
             self.grad_fn, self._output_nr = result.grad_fn, result._output_nr
         return self
