@@ -253,8 +253,9 @@ def groups_fit(x_shape, w_shape, groups) -> bool:
     one group, or several, each of a multiple of sixteen output channels (no pair across
     two groups) and more than one input channel (one is a depthwise conv's), where it beat
     ``conv_direct``'s loop: groups of 32 outputs or more, or input planes of at most
-    ``GROUPED_MAX_PLANE`` (on larger ones the direct loop's long bands of positions win
-    at sixteen: docs/benchmarks.md, "grouped convs")."""
+    ``GROUPED_MAX_PLANE`` (with sixteen outputs a group on larger planes, the direct loop
+    tied or won at stride 2, the stride this rule cannot see, where the packed one won at
+    stride 1: docs/benchmarks.md, "grouped convs")."""
     return groups == 1 or (w_shape[0] // groups % PAIR == 0 and w_shape[1] > 1
                            and (w_shape[0] // groups > PAIR
                                 or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE))
