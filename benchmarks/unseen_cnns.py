@@ -7,9 +7,12 @@
 suite's W8 and W9 models, measured the same way; ``--threads=2``: every engine on two
 threads, set before NumPy loads OpenBLAS, so it must be spelt with ``=``). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
-EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation) and a
-MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same random
-weights in both libraries. Each implementation runs once per round, in turns; reported:
+EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation), a
+MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), and (``--models
+shufflenetv2,densenet121,regnetx400mf,googlenet``) ShuffleNetV2 x1.0 (channel split and
+shuffle), DenseNet-121 (pre-activation layers, dense concatenation), RegNetX-400MF
+(grouped 3x3s of 16 channels a group) and GoogLeNet (four-branch Inception blocks), with
+the same random weights in both libraries. Each implementation runs once per round, in turns; reported:
 the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
 machine, and fair between one-thread engines) and the best wall time, in ms, and each
 engine's ratio to onnxruntime's CPU time. On several threads each timed call follows a
@@ -262,7 +265,9 @@ def inception(lib, cin, c1, c3r, c3, c5r, c5, pool):
 
 
 def googlenet(lib, classes=1000):
-    """GoogLeNet (Inception v1, torchvision's layout with BN, no auxiliary heads)."""
+    """GoogLeNet (Inception v1, torchvision's layout with BN, no auxiliary heads; every
+    downsampling max pool 3x3/2 in ceil mode, where torchvision's last is 2x2/2: the same
+    sizes)."""
     nn = lib.nn
     pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
     spec = [(192, 64, 96, 128, 16, 32, 32), (256, 128, 128, 192, 32, 96, 64), "pool",
