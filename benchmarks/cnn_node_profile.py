@@ -7,11 +7,11 @@
 ``dg.profiler`` (``record_shapes``: each node's time and input shapes) and its torch export
 runs in onnxruntime with ``SessionOptions.enable_profiling`` (each kernel's time, logical
 shapes). Both engines' nodes are put into the same kinds by op and shapes (dense conv by
-kernel size, 1x1 conv, 1x1 conv on a 1x1 plane, depthwise conv, the few-channel stem
-conv, pooling, linear, elementwise, glue), and each kind's time per call is printed for
-both, with the ratio and the gap (ours less onnxruntime's), largest gap first. The
-kinds are what lets the two graphs be compared: onnxruntime fuses BatchNorm and the
-activation into its convs (``FusedConv``), reorders into its blocked layout
+kernel size, 1x1 conv, 1x1 conv on a 1x1 plane, depthwise conv, grouped conv, the
+few-channel stem conv, pooling, linear, elementwise, glue), and each kind's time per call
+is printed for both, with the ratio and the gap (ours less onnxruntime's), largest gap
+first. The kinds are what lets the two graphs be compared: onnxruntime fuses BatchNorm
+and the activation into its convs (``FusedConv``), reorders into its blocked layout
 (``ReorderInput``/``ReorderOutput``, counted as glue), and so does dualgraph
 (``conv2d_epilogue``, fused elementwise kernels). ``--nodes`` also lists every node of
 each kind.
@@ -53,6 +53,8 @@ def conv_kind(x: list, w: list) -> str:
         return f"conv depthwise {kh}x{kw}"
     if kh == kw == 1:
         return "conv 1x1 on a 1x1 plane" if x[2] * x[3] == 1 else "conv 1x1"
+    if 1 < w[1] < c:
+        return "conv grouped"
     if w[1] <= 4:
         return f"conv {kh}x{kw} of at most 4 channels (stem)"
     return f"conv dense {kh}x{kw}"
@@ -64,9 +66,10 @@ def kind(op: str, shapes: list, out=None) -> str:
     op = op.lower()
     if op == "conv2d_cat":
         return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
-    if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C*kh*kw, 16): square)
-        k = math.isqrt(shapes[1][1] // shapes[0][1])
-        return f"conv dense {k}x{k}"
+    if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C/G*kh*kw, 16))
+        c, taps = shapes[0][1], shapes[1][1]
+        k = math.isqrt(taps // c)
+        return conv_kind(shapes[0], [0, c, k, k]) if k * k * c == taps else "conv grouped"
     if op == "conv2d_winograd":   # (weight (16, Cout, C): 3x3, stride 1)
         return "conv dense 3x3"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:

@@ -7,9 +7,12 @@
 suite's W8 and W9 models, measured the same way; ``--threads=2``: every engine on two
 threads, set before NumPy loads OpenBLAS, so it must be spelt with ``=``). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
-EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation) and a
-MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), with the same random
-weights in both libraries. Each implementation runs once per round, in turns; reported:
+EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation), a
+MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), and (``--models
+shufflenetv2,densenet121,regnetx400mf,googlenet``) ShuffleNetV2 x1.0 (channel split and
+shuffle), DenseNet-121 (pre-activation layers, dense concatenation), RegNetX-400MF
+(grouped 3x3s of 16 channels a group) and GoogLeNet (four-branch Inception blocks), with
+the same random weights in both libraries. Each implementation runs once per round, in turns; reported:
 the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
 machine, and fair between one-thread engines) and the best wall time, in ms, and each
 engine's ratio to onnxruntime's CPU time. On several threads each timed call follows a
@@ -133,12 +136,161 @@ def mobilenetv3(lib, classes=1000):
                          nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, classes))
 
 
+def shuffle_unit(lib, cin, cout, stride):
+    """ShuffleNetV2's unit: stride 1 splits the channels in two and transforms one half
+    (1x1, 3x3 depthwise, 1x1); stride 2 transforms the whole input in two branches; the
+    halves are concatenated and their channels shuffled (view, transpose, flatten)."""
+    nn = lib.nn
+    half = cout // 2
+    branch_in = cin if stride == 2 else half
+    main = nn.Sequential(*conv_bn(lib, branch_in, half, 1, act="ReLU"),
+                         *conv_bn(lib, half, half, 3, stride, groups=half),
+                         *conv_bn(lib, half, half, 1, act="ReLU"))
+    side = (nn.Sequential(*conv_bn(lib, cin, cin, 3, stride, groups=cin),
+                          *conv_bn(lib, cin, half, 1, act="ReLU")) if stride == 2 else None)
+
+    class ShuffleUnit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.main, self.side = main, side
+
+        def forward(self, x):
+            if self.side is None:
+                a, b = x.chunk(2, 1)
+                y = lib.cat([a, self.main(b)], 1)
+            else:
+                y = lib.cat([self.side(x), self.main(x)], 1)
+            n, c, h, w = y.shape
+            return y.view(n, 2, c // 2, h, w).transpose(1, 2).flatten(1, 2)
+    return ShuffleUnit()
+
+
+def shufflenetv2(lib, classes=1000):
+    """ShuffleNetV2 x1.0: stages of 4, 8, 4 units (116, 232, 464 channels)."""
+    nn = lib.nn
+    layers, cin = [*conv_bn(lib, 3, 24, 3, 2, act="ReLU"), nn.MaxPool2d(3, 2, 1)], 24
+    for cout, count in ((116, 4), (232, 8), (464, 4)):
+        for i in range(count):
+            layers.append(shuffle_unit(lib, cin, cout, 2 if i == 0 else 1))
+            cin = cout
+    layers += conv_bn(lib, cin, 1024, 1, act="ReLU")
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(1024, classes))
+
+
+def dense_layer(lib, cin, growth):
+    """DenseNet's pre-activation layer (BN-ReLU-1x1 to 4*growth, BN-ReLU-3x3 to growth),
+    its output concatenated to its input."""
+    nn = lib.nn
+    body = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
+                         nn.BatchNorm2d(4 * growth), nn.ReLU(),
+                         nn.Conv2d(4 * growth, growth, 3, 1, 1, bias=False))
+
+    class DenseLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, x):
+            return lib.cat([x, self.body(x)], 1)
+    return DenseLayer()
+
+
+def densenet(lib, classes=1000, blocks=(6, 12, 24, 16), growth=32):
+    """DenseNet-121: four dense blocks joined by transitions (BN-ReLU-1x1 halving the
+    channels, 2x2 average pooling)."""
+    nn = lib.nn
+    layers, cin = [*conv_bn(lib, 3, 64, 7, 2, act="ReLU"), nn.MaxPool2d(3, 2, 1)], 64
+    for i, count in enumerate(blocks):
+        for _ in range(count):
+            layers.append(dense_layer(lib, cin, growth))
+            cin += growth
+        if i < len(blocks) - 1:
+            layers += [nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, cin // 2, 1, bias=False),
+                       nn.AvgPool2d(2, 2)]
+            cin //= 2
+    return nn.Sequential(*layers, nn.BatchNorm2d(cin), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(cin, classes))
+
+
+def regnet_block(lib, cin, cout, stride, group_width=16):
+    """RegNetX's residual bottleneck of ratio 1: 1x1, grouped 3x3 (groups of
+    ``group_width`` channels), 1x1, each with BN, ReLU after the sum."""
+    nn = lib.nn
+    body = nn.Sequential(*conv_bn(lib, cin, cout, 1, act="ReLU"),
+                         *conv_bn(lib, cout, cout, 3, stride, cout // group_width, act="ReLU"),
+                         *conv_bn(lib, cout, cout, 1))
+    short = (nn.Sequential(*conv_bn(lib, cin, cout, 1, stride))
+             if stride != 1 or cin != cout else None)
+
+    class RegNetBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.short, self.relu = body, short, nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.body(x) + (x if self.short is None else self.short(x)))
+    return RegNetBlock()
+
+
+def regnetx(lib, classes=1000):
+    """RegNetX-400MF: stages of depth 1, 2, 7, 12 and width 32, 64, 160, 384."""
+    nn = lib.nn
+    layers, cin = conv_bn(lib, 3, 32, 3, 2, act="ReLU"), 32
+    for cout, depth in ((32, 1), (64, 2), (160, 7), (384, 12)):
+        for i in range(depth):
+            layers.append(regnet_block(lib, cin, cout, 2 if i == 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(cin, classes))
+
+
+def inception(lib, cin, c1, c3r, c3, c5r, c5, pool):
+    """GoogLeNet's Inception block: 1x1; 1x1-3x3; 1x1-3x3 (torchvision's "5x5" branch);
+    3x3 max pooling (stride 1, padding 1)-1x1; the four concatenated."""
+    nn = lib.nn
+    cbr = lambda i, o, k: nn.Sequential(*conv_bn(lib, i, o, k, act="ReLU"))
+    branches = [cbr(cin, c1, 1), nn.Sequential(cbr(cin, c3r, 1), cbr(c3r, c3, 3)),
+                nn.Sequential(cbr(cin, c5r, 1), cbr(c5r, c5, 3)),
+                nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), cbr(cin, pool, 1))]
+
+    class Inception(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.branches = nn.ModuleList(branches)
+
+        def forward(self, x):
+            return lib.cat([b(x) for b in self.branches], 1)
+    return Inception()
+
+
+def googlenet(lib, classes=1000):
+    """GoogLeNet (Inception v1, torchvision's layout with BN, no auxiliary heads; every
+    downsampling max pool 3x3/2 in ceil mode, where torchvision's last is 2x2/2: the same
+    sizes)."""
+    nn = lib.nn
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
+    spec = [(192, 64, 96, 128, 16, 32, 32), (256, 128, 128, 192, 32, 96, 64), "pool",
+            (480, 192, 96, 208, 16, 48, 64), (512, 160, 112, 224, 24, 64, 64),
+            (512, 128, 128, 256, 24, 64, 64), (512, 112, 144, 288, 32, 64, 64),
+            (528, 256, 160, 320, 32, 128, 128), "pool",
+            (832, 256, 160, 320, 32, 128, 128), (832, 384, 192, 384, 48, 128, 128)]
+    layers = [*conv_bn(lib, 3, 64, 7, 2, act="ReLU"), pool(),
+              *conv_bn(lib, 64, 64, 1, act="ReLU"), *conv_bn(lib, 64, 192, 3, act="ReLU"),
+              pool()]
+    layers += [pool() if s == "pool" else inception(lib, *s) for s in spec]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
+                         nn.Linear(1024, classes))
+
+
 def suite_model(module: str, name: str):
     """A workload's model (W8's ResNet-18, W9's MobileNetV2), measured the same way."""
     return lambda lib: getattr(importlib.import_module(f"benchmarks.{module}"), name)(lib)
 
 
 MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
+          "shufflenetv2": shufflenetv2, "densenet121": densenet, "regnetx400mf": regnetx,
+          "googlenet": googlenet,
           "resnet18": suite_model("w8_resnet18_infer", "resnet18"),
           "mobilenetv2": suite_model("w9_mobilenet_infer", "mobilenet_v2")}
 

@@ -33,7 +33,15 @@ CASES = [
     (1, 3, 45, 47, 32, (11, 11), (4, 4), ((2, 2), (2, 2)), (1, 1), 1),
     (3, 1, 20, 23, 64, (7, 7), (1, 1), ((3, 3), (3, 3)), (1, 1), 1),
     (1, 4, 16, 19, 40, (5, 5), (2, 1), ((2, 1), (0, 2)), (1, 2), 1),
+    # grouped convs of a multiple of sixteen outputs a group: two groups of 16, three of 32
+    # at stride 2 and batch 3, ten input channels a group with asymmetric padding and
+    # dilation, a group width of 48 on a plane larger than GROUPED_MAX_PLANE
+    (1, 32, 9, 11, 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    (3, 48, 13, 7, 96, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 3),
+    (1, 40, 10, 9, 64, (3, 3), (1, 2), ((0, 1), (2, 1)), (2, 1), 4),
+    (1, 96, 31, 29, 96, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
 ]
+GROUPED = CASES[-4:]
 
 
 def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_at=None,
@@ -41,7 +49,7 @@ def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_a
     return CONV2D_PACKED.kernel(x, conv_packed.pack(w), b, *residual, act=act, bounds=bounds,
                                 residual_at=residual_at, stride=stride, padding=padding,
                                 dilation=dilation, kernel_size=w.shape[2:],
-                                out_channels=w.shape[0])
+                                out_channels=w.shape[0], groups=groups)
 
 
 def test_pack_and_unpack():
@@ -55,16 +63,18 @@ def test_pack_and_unpack():
 @pytest.mark.parametrize("case", CASES)
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
-    assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], 1, x.dtype)
+    assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
+                                   x.dtype)
     want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", [CASES[1], GROUPED[1]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
                                              ("silu", "after"), ("hardswish", None),
                                              ("relu", "before")])
-def test_epilogues_match_the_decomposition(act, residual_at):
-    x, w, b, attrs = _data(CASES[1])
+def test_epilogues_match_the_decomposition(act, residual_at, case):
+    x, w, b, attrs = _data(case)
     bounds = (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
     hw = _torch_conv(x, w, b, **attrs).shape
     r = np.random.default_rng(2).standard_normal(tuple(hw)).astype(np.float32)
@@ -76,12 +86,13 @@ def test_epilogues_match_the_decomposition(act, residual_at):
         *(dg.tensor(a) for a in (x,)), wp, dg.tensor(b), *(dg.tensor(a) for a in residual),
         act=act, bounds=bounds, residual_at=residual_at, stride=attrs["stride"],
         padding=attrs["padding"], dilation=attrs["dilation"], kernel_size=w.shape[2:],
-        out_channels=w.shape[0])
+        out_channels=w.shape[0], groups=attrs["groups"])
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_without_the_loop_the_op_unpacks_and_runs_the_epilogue(monkeypatch):
-    x, w, b, attrs = _data(CASES[0])
+@pytest.mark.parametrize("case", [CASES[0], GROUPED[0]])
+def test_without_the_loop_the_op_unpacks_and_runs_the_epilogue(monkeypatch, case):
+    x, w, b, attrs = _data(case)
     want = _packed(x, w, b, **attrs)
     monkeypatch.setattr(kernels, "numba_available", lambda: False)
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
@@ -91,7 +102,7 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
     """The sums carried from one block of taps to the next, and an image's pairs of
     channel blocks shared among three workers, give the bits of one block on one worker;
     a conv conv_outlanes takes has its bits (the same sums in the same order)."""
-    cases = [_data(CASES[1]), _data(CASES[3])]     # (batch 3; batch 1, three pairs)
+    cases = [_data(CASES[1]), _data(CASES[3]), _data(GROUPED[1])]  # (batch 3; three pairs)
     wants = [_packed(x, w, b, **attrs) for x, w, b, attrs in cases]
     monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)     # (one channel's taps a block)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
@@ -110,6 +121,20 @@ def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     assert not conv_packed.packed_wins((1, 3, 224, 224), (64, 3, 3, 3), pad, 1, np.float32)
     assert conv_packed.packed_wins((1, 3, 224, 224), (64, 3, 7, 7), pad, 1, np.float32)
     assert conv_packed.packed_wins((1, 5, 224, 224), (64, 5, 3, 3), pad, 1, np.float32)
+
+
+def test_grouped_convs_the_loop_takes():
+    """Groups of a multiple of sixteen outputs and more than one input channel; sixteen
+    only on planes up to GROUPED_MAX_PLANE (the direct loop beats it on larger ones)."""
+    pad = ((1, 1), (1, 1))
+    wins = lambda x, w, g: conv_packed.packed_wins(x, w, pad, g, np.float32)
+    assert wins((1, 384, 7, 7), (384, 16, 3, 3), 24)
+    assert wins((1, 128, 28, 28), (128, 16, 3, 3), 8)
+    assert not wins((1, 128, 56, 56), (128, 16, 3, 3), 8)
+    assert wins((1, 128, 56, 56), (128, 32, 3, 3), 4)
+    assert not wins((1, 64, 14, 14), (64, 8, 3, 3), 8)      # (8 outputs a group)
+    assert not wins((1, 32, 14, 14), (32, 1, 3, 3), 32)     # (depthwise)
+    assert not wins((1, 16, 14, 14), (32, 1, 3, 3), 16)     # (one input channel a group)
 
 
 def _net(lib, c=13, mid=21):
@@ -205,8 +230,29 @@ def _stem(lib):
                          nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
 
 
+def _grouped(lib):
+    """A RegNet-style block: 1x1, BatchNorm, ReLU; a grouped 3x3 (groups of 16) at stride
+    2, BatchNorm, ReLU; 1x1 with BatchNorm; a strided 1x1 shortcut; ReLU after the sum."""
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(24, 48, 1, bias=False), nn.BatchNorm2d(48),
+                                   nn.ReLU())
+            self.b = nn.Sequential(nn.Conv2d(48, 48, 3, 2, 1, groups=3, bias=False),
+                                   nn.BatchNorm2d(48), nn.ReLU())
+            self.c = nn.Sequential(nn.Conv2d(48, 48, 1, bias=False), nn.BatchNorm2d(48))
+            self.short = nn.Conv2d(24, 48, 1, 2)
+
+        def forward(self, x):
+            return lib.relu(self.c(self.b(self.a(x))) + self.short(x))
+    return Block()
+
+
 # a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
-PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, "")]
+PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, ""),
+                 (_grouped, (24, 15, 13), 3, "b.0.weight_packed")]
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -218,6 +264,7 @@ def test_compiled_and_onnx_import_match_eager_and_torch(net, shape, packed, name
     graph = str(compiled.optimized_graph)
     assert graph.count("conv2d_packed(") == packed and "conv2d_epilogue" not in graph, graph
     assert name in graph and "conv_packed_relu(" in compiled.code
+    assert net is not _grouped or "groups=3)" in graph, graph
     assert loaded.code.count("= conv_packed_") == packed, loaded.code
 
 

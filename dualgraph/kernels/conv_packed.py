@@ -1,4 +1,4 @@
-"""Dense convolutions (one group, float32) on a weight packed once, with sixteen output
+"""Dense and grouped convolutions (float32) on a weight packed once, with sixteen output
 channels in the lanes of two vectors (``simd.py``) and six output positions at a time: no
 im2col, no GEMM call, no copy of the weight per call.
 
@@ -23,6 +23,13 @@ sums plus the bias (added last: a conv's rounding
 and then its bias's, as ``conv_outlanes`` sums them: the same bits, tap by tap in one
 order) go to ``(2, Ho*Wo, 8)`` and are transposed 8x8 into the output planes with
 the epilogue (``conv_lanes.finish``).
+
+Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
+ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
+the ``C/G*kh*kw`` of that group's input channels, so its positions' bases start at the
+group's first padded plane (``origin``) and the offsets are those of ``C/G`` channels.
+A group's product is one pair's, with all twelve sums busy, where the direct loop
+(``conv_direct``) reloads each input plane once per output channel.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ PAIR = 2 * LANES      # output channels of one packed block: two vectors
 RUN = 6               # output positions summed at once
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
+GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 
 
 @helper(inline="always")
@@ -100,12 +108,13 @@ def _base(q, wo, sh, sw, wp):
 
 
 @helper(inline="always")
-def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad):
+def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, origin):
     """The outputs of pair ``p`` (two blocks of eight channels) of one image (padded into
-    ``xp``) into ``sums (2, Ho*Wo, 8)`` (flat), ``block`` taps at a time (their weights
-    stay in L1 while every position passes; the sums carried in ``sums`` from one block of
-    taps to the next, the bias added after the last), six positions at a time in order
-    across rows (the last run repeats the last position)."""
+    ``xp``, its group's planes from ``origin``) into ``sums (2, Ho*Wo, 8)`` (flat),
+    ``block`` taps at a time (their weights stay in L1 while every position passes; the sums
+    carried in ``sums`` from one block of taps to the next, the bias added after the last),
+    six positions at a time in order across rows (the last run repeats the last position).
+    """
     taps = offsets.size
     last = size - 1
     zero = broadcast(F(0))
@@ -123,9 +132,9 @@ def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad):
                                                 size + q3, size + q4, size + q5)
             a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5 = _sums(
                 xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
-                _base(q0, wo, sh, sw, wpad), _base(q1, wo, sh, sw, wpad),
-                _base(q2, wo, sh, sw, wpad), _base(q3, wo, sh, sw, wpad),
-                _base(q4, wo, sh, sw, wpad), _base(q5, wo, sh, sw, wpad),
+                origin + _base(q0, wo, sh, sw, wpad), origin + _base(q1, wo, sh, sw, wpad),
+                origin + _base(q2, wo, sh, sw, wpad), origin + _base(q3, wo, sh, sw, wpad),
+                origin + _base(q4, wo, sh, sw, wpad), origin + _base(q5, wo, sh, sw, wpad),
                 a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5)
             if k1 == taps:
                 a0, a1, a2, a3, a4, a5 = (add(a0, s0), add(a1, s0), add(a2, s0),
@@ -140,15 +149,17 @@ def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad):
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
-             block):
+             block, groups):
     """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
     items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``:
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
-    (flat; tap ``t`` at ``offsets[t]`` in the padded planes) and ``bias (pairs*16,)``,
+    (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
+    ``Cout/G`` a multiple of sixteen outputs each) and ``bias (pairs*16,)``,
     with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``). A slot pads
     each image it meets once (at batch 1 every slot pads the one image)."""
     pairs = wp.size // (offsets.size * PAIR)
     size, plane = ho * wo, height * width
+    group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
     images = out.size // (cout * size)
     rows, cols = min(height, hp - top), min(width, wpad - left)
     total = images * pairs
@@ -162,7 +173,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
                 padded = n
-            _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad)
+            _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
+                       p // group_pairs * group_planes)
             channels2 = min(PAIR, cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
@@ -178,7 +190,7 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
 
 
 def pack(w: np.ndarray) -> np.ndarray:
-    """The weight ``(Cout, C, kh, kw)`` as ``(pairs, C*kh*kw, 16)`` float32: pair ``p``'s
+    """The weight ``(Cout, C/G, kh, kw)`` as ``(pairs, C/G*kh*kw, 16)`` float32: pair ``p``'s
     sixteen output channels side by side for each tap, zeros past ``Cout``.
 
     >>> pack(np.ones((3, 2, 1, 1), np.float32)).shape
@@ -207,16 +219,18 @@ class Plan(NamedTuple):
 
 
 def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
-    """The :class:`Plan` of a conv of ``x_shape`` by ``w_shape`` to ``out_hw``."""
-    c, (kh, kw), (ho, wo) = x_shape[1], w_shape[2:], out_hw
+    """The :class:`Plan` of a conv of ``x_shape`` by ``w_shape`` to ``out_hw`` (the taps'
+    offsets: those of one group's ``w_shape[1]`` channels)."""
+    c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
     return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block)
 
 
 def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
-    """Whether :func:`conv` takes a conv whose weight is packed once: float32, one group,
-    no negative padding, at least sixteen output channels (a packed pair: fewer leave
+    """Whether :func:`conv` takes a conv whose weight is packed once: float32, one group
+    or groups of a multiple of sixteen output channels (:func:`groups_fit`), no negative
+    padding, at least sixteen output channels (a packed pair: fewer leave
     lanes idle), a kernel larger than 1x1 (a 1x1 conv's GEMM on the input as it is, no
     copy, measured 1.3-1.4x faster), and of an image's first layers (at most
     ``conv_shallow.MAX_CHANNELS`` input channels) those that ``conv_outlanes`` declines
@@ -226,27 +240,42 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
     docs/benchmarks.md, 2026-12-04 "stems"). Measured against each path it replaces on 3x3
     layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
     0.5-1.0x their time (docs/benchmarks.md, "packed weights")."""
-    return (np.dtype(dtype) == np.float32 and groups == 1 and w_shape[0] >= PAIR
+    return (np.dtype(dtype) == np.float32 and groups_fit(x_shape, w_shape, groups)
+            and w_shape[0] >= PAIR
             and w_shape[2] * w_shape[3] > 1 and min(min(p) for p in padding) >= 0
             and numba_available()
             and (x_shape[1] > MAX_CHANNELS
                  or not conv_outlanes.wanted(x_shape, w_shape, padding, groups, dtype)))
 
 
+def groups_fit(x_shape, w_shape, groups) -> bool:
+    """Whether the loop takes a conv of ``groups`` with weight ``w_shape`` on ``x_shape``:
+    one group, or several, each of a multiple of sixteen output channels (no pair across
+    two groups) and more than one input channel (one is a depthwise conv's), where it beat
+    ``conv_direct``'s loop: groups of 32 outputs or more, or input planes of at most
+    ``GROUPED_MAX_PLANE`` (with sixteen outputs a group on larger planes, the direct loop
+    tied or won at stride 2, the stride this rule cannot see, where the packed one won at
+    stride 1: docs/benchmarks.md, "grouped convs")."""
+    return groups == 1 or (w_shape[0] // groups % PAIR == 0 and w_shape[1] > 1
+                           and (w_shape[0] // groups > PAIR
+                                or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE))
+
+
 def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,
-         where=0, act=0, lo=-np.inf, hi=np.inf):
+         where=0, act=0, lo=-np.inf, hi=np.inf, groups=1):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with the weight of
     ``kernel = (kh, kw)`` packed by :func:`pack` and ``bias (Cout,)`` (float32,
-    :func:`packed_wins`), with ``conv_tiles.conv``'s epilogue arguments; ``plan_`` the
-    geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
+    :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments;
+    ``plan_`` the geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
     x = np.ascontiguousarray(x, F)
     n, c, h, wd = x.shape
     cout, ho, wo = out.shape[1:]
-    p = plan_ or plan(x.shape, (cout, c, *kernel), (ho, wo), stride, dilation)
+    p = plan_ or plan(x.shape, (cout, c // groups, *kernel), (ho, wo), stride, dilation)
     b = np.zeros(packed.shape[0] * PAIR, F)
     b[:cout] = bias
     items = n * packed.shape[0]
-    workers = max(1, min(items, threads_for(out.size * c * kernel[0] * kernel[1]) or cores()))
+    workers = max(1, min(items, threads_for(out.size * c // groups * kernel[0] * kernel[1])
+                         or cores()))
     scratch = np.empty((workers, c * p.hp * p.wp), F)
     acc = np.empty((workers, PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
@@ -254,5 +283,5 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
              out.reshape(-1), res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
              wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
-             threads=workers)
+             groups, threads=workers)
     return out

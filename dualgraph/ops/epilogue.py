@@ -262,7 +262,7 @@ CONV2D_EPILOGUE = defop(
 
 
 def _unpacked(wp, kernel_size, out_channels):
-    """The ``(Cout, C, kh, kw)`` weight of ``conv2d_packed``'s ``wp (pairs, C*kh*kw, 16)``
+    """The ``(Cout, C/G, kh, kw)`` weight of ``conv2d_packed``'s ``wp (pairs, C/G*kh*kw, 16)``
     (``kernels.conv_packed.pack``'s layout), with tensor ops."""
     pairs, taps, lanes = wp.shape
     c = taps // (kernel_size[0] * kernel_size[1])
@@ -270,9 +270,9 @@ def _unpacked(wp, kernel_size, out_channels):
     return w[:out_channels]
 
 
-def _packed_decomposition(x, wp, b, *residual, kernel_size, out_channels, **attrs):
+def _packed_decomposition(x, wp, b, *residual, kernel_size, out_channels, groups=1, **attrs):
     return _decomposition(x, _unpacked(wp, kernel_size, out_channels), b, *residual,
-                          groups=1, **attrs)
+                          groups=groups, **attrs)
 
 
 def _codes(residual: bool, act, bounds, residual_at) -> dict:
@@ -295,7 +295,7 @@ def _laid_out(name, fit, weight):
             return run(x, wl, b, *residual, out=out)
         w, conv = weight(wl, x.shape, **attrs)
         return _kernel(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
-                       out=out, groups=1, **conv)
+                       out=out, **{"groups": 1, **conv})
 
     def specialise(x, wl, b, *residual, act, **attrs):
         if not (is_static(x.shape) and all(getattr(v, "dtype", None) == np.float32
@@ -307,15 +307,15 @@ def _laid_out(name, fit, weight):
 
 
 def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, out_channels,
-                stride, padding, dilation):
+                stride, padding, dilation, groups=1):
     """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes (its
     plan of tap offsets and bands worked out once); None without Numba."""
     if not kernels.numba_available():
         return None
     cp = kernels.conv_packed
-    w_shape = (out_channels, x_shape[1], *kernel_size)
+    w_shape = (out_channels, x_shape[1] // groups, *kernel_size)
     pp = kernels.conv_pointpacked   # (a 1x1 conv: the GEMM micro-kernel on the same layout)
-    if pp.wins(x_shape, w_shape, stride, padding, dilation, 1, np.float32):
+    if groups == 1 and pp.wins(x_shape, w_shape, stride, padding, dilation, 1, np.float32):
         return pp.fitted(x_shape, out_channels, -(-out_channels // cp.PAIR), residual,
                          **_codes(residual, act, bounds, residual_at))
     hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
@@ -327,35 +327,36 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
         out = np.empty(shape, np.float32) if out is None else out
         return cp.conv(x, wp, out, stride, padding, dilation, np.ascontiguousarray(b),
                        kernel_size, plan, residual=residual[0] if residual else None,
-                       **codes)
+                       groups=groups, **codes)
     return run
 
 
-def _packed_weight(wp, x_shape, kernel_size, out_channels, **conv):
-    return (kernels.conv_packed.unpack(wp, (out_channels, x_shape[1], *kernel_size)), conv)
+def _packed_weight(wp, x_shape, kernel_size, out_channels, groups=1, **conv):
+    return (kernels.conv_packed.unpack(wp, (out_channels, x_shape[1] // groups, *kernel_size)),
+            dict(conv, groups=groups))
 
 
 _packed_kernel, _specialise_packed = _laid_out("conv_packed", _packed_run, _packed_weight)
 
 
-def _infer_packed(x, wp, b, *residual, kernel_size, out_channels, **attrs):
-    w_shape = (out_channels, x.shape[1], *kernel_size)
+def _infer_packed(x, wp, b, *residual, kernel_size, out_channels, groups=1, **attrs):
+    w_shape = (out_channels, x.shape[1] // groups, *kernel_size)
     pairs = -(-out_channels // 16)
     if tuple(wp.shape) != (pairs, math.prod(w_shape[1:]), 16):
         raise ValueError(f"conv2d_packed: packed weight of shape {tuple(wp.shape)} for a "
                          f"weight {w_shape} (want {(pairs, math.prod(w_shape[1:]), 16)}: "
                          "kernels.conv_packed.pack)")
     return _infer_for(conv_ops.CONV2D)(x, ShapedType(w_shape, wp.dtype), b, *residual,
-                                       groups=1, **attrs)
+                                       groups=groups, **attrs)
 
 
 CONV2D_PACKED = defop(
     "conv2d_packed", _packed_kernel, _infer_packed,
     attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation", "kernel_size",
-           "out_channels"), saves="", onnx=None, specialise=_specialise_packed,
+           "out_channels", "groups"), saves="", onnx=None, specialise=_specialise_packed,
     fills_out=True, compiler_only=True, decomposition=_packed_decomposition,
-    doc="conv2d_epilogue (one group) on a weight packed once (pairs, C*kh*kw, 16): sixteen "
-        "output channels side by side per tap, read as one run by the kernel")
+    doc="conv2d_epilogue on a weight packed once (pairs, C/G*kh*kw, 16): sixteen output "
+        "channels (of one group) side by side per tap, read as one run by the kernel")
 
 
 # conv2d_winograd: a 3x3 stride-1 conv on its weight transformed once (kernels/conv_winograd.py)

@@ -31,24 +31,25 @@ PACKED_READERS = (CONV2D, CONV2D_EPILOGUE)
 
 
 def _float32_static(node: Node) -> bool:
-    """Whether ``node``'s conv has float32 operands, a static input shape and one group."""
+    """Whether ``node``'s conv has float32 operands and a static input shape."""
     x, w, *rest = node.inputs
     return (isinstance(x, Value) and is_static(x.shape) and node.outputs[0].ndim == 4
-            and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest))
-            and node.attrs["groups"] == 1)
+            and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest)))
 
 
 def _packable(node: Node) -> bool:
     """Whether a loop on the packed weight takes ``node``'s conv:
-    ``conv_packed.packed_wins``, or ``conv_pointpacked.wins`` (1x1 convs)."""
+    ``conv_packed.packed_wins`` (one group, or groups of sixteen outputs and more), or
+    ``conv_pointpacked.wins`` (1x1 convs of one group)."""
     x, w = node.inputs[:2]
     a = node.attrs
     return (_float32_static(node)
             and (kernels.conv_packed.packed_wins(tuple(x.shape), tuple(w.shape),
-                                                 a["padding"], 1, np.float32)
-                 or kernels.conv_pointpacked.wins(tuple(x.shape), tuple(w.shape),
-                                                  a["stride"], a["padding"], a["dilation"],
-                                                  1, np.float32)))
+                                                 a["padding"], a["groups"], np.float32)
+                 or (a["groups"] == 1
+                     and kernels.conv_pointpacked.wins(tuple(x.shape), tuple(w.shape),
+                                                       a["stride"], a["padding"],
+                                                       a["dilation"], 1, np.float32))))
 
 
 def _winograd(node: Node) -> bool:
@@ -56,7 +57,7 @@ def _winograd(node: Node) -> bool:
     faster than the packed loop (``conv_winograd.faster``)."""
     x, w = node.inputs[:2]
     cw, a = kernels.conv_winograd, node.attrs
-    return (_float32_static(node)
+    return (_float32_static(node) and node.attrs["groups"] == 1
             and cw.wanted(tuple(x.shape), tuple(w.shape), a["stride"], a["padding"],
                           a["dilation"], 1, np.float32)
             and cw.faster(tuple(x.shape), tuple(w.shape), tuple(node.outputs[0].shape[2:])))
@@ -119,7 +120,7 @@ def conv_packed(graph: Graph, weights: list, report: Report) -> Graph:
           %b: f32[16] = constant
           %y: f32[1,16,5,5] = conv2d_packed(%x, %w_packed, %b, act='relu', bounds=(-inf,
               inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1,
-              1), kernel_size=(3, 3), out_channels=16)
+              1), kernel_size=(3, 3), out_channels=16, groups=1)
           return (%y)
         }
     """
@@ -127,7 +128,8 @@ def conv_packed(graph: Graph, weights: list, report: Report) -> Graph:
                      "packed", lambda w, a: dict(stride=a["stride"], padding=a["padding"],
                                                  dilation=a["dilation"],
                                                  kernel_size=tuple(w.shape[2:]),
-                                                 out_channels=w.shape[0]))
+                                                 out_channels=w.shape[0],
+                                                 groups=a["groups"]))
 
 
 def conv_winograd(graph: Graph, weights: list, report: Report) -> Graph:

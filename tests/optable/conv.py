@@ -238,11 +238,12 @@ def conv_packed(act, residual_at=None, cout=21, kernel=(3, 3), **conv_attrs):
             return apply(CONV2D_PACKED, x, wp, b, *residual, act=act,
                          bounds=(float("-inf"), float("inf")), residual_at=residual_at,
                          kernel_size=kernel, out_channels=cout, **attrs)
-        w = wp.permute(0, 2, 1).reshape(-1, x.shape[1], *kernel)[:cout]
+        groups = attrs.get("groups", 1)
+        w = wp.permute(0, 2, 1).reshape(-1, x.shape[1] // groups, *kernel)[:cout]
         (top, bottom), (left, right) = attrs["padding"]
         xp = m.nn.functional.pad(x, (left, right, top, bottom))
         y = m.nn.functional.conv2d(xp, w, b, stride=attrs["stride"],
-                                   dilation=attrs["dilation"])
+                                   dilation=attrs["dilation"], groups=groups)
         return torch_tail(m, y, residual, act, residual_at)
     return fn
 
@@ -253,6 +254,10 @@ CASES += [   # (13 input channels, 21 outputs: a spare half of the second pair o
            + ([In((2, 21, 6, 4))] if at else []), f"{act}-{at}",
            dtypes=("float32", "float64"), grad=False, atol=1e-4)
     for act, at in [("relu", None), ("silu", "before"), ("none", "after")]
+] + [   # (two groups of 16 inputs and 16 outputs: a pair of blocks each)
+    OpCase("conv2d_packed", conv_packed("relu", "before", cout=32, groups=2),
+           [In((2, 32, 11, 9)), In((2, 144, 16)), In((32,)), In((2, 32, 6, 4))], "groups",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
 ]
 
 
