@@ -781,8 +781,18 @@ def _run_flat(name: str, arrays, out, *scalars):
     out = empty_into(out, x.shape, np.float32)
     flats = [kernels.flat(a if a.shape == x.shape else np.broadcast_to(a, x.shape))
              for a in arrays]
-    run_rows(getattr(kernels.activations, name), x.size, *flats, out.reshape(-1), *scalars,
-             threads=threads_for(x.size))
+    flats.append(out.reshape(-1))
+    loop, threads = getattr(kernels.activations, name), threads_for(x.size)
+    if threads == 1 and all(f.flags.aligned for f in flats):
+        # one range here: the loop's entry for flat float32 arrays and its float32 scalars
+        # (each loop has one such signature) kept once known, as the trig kernels keep
+        # theirs: working out the argument types costs more than a small loop
+        entry = loop.flat_entry
+        if entry is None:
+            entry = loop.flat_entry = loop.entry(0, x.size, *flats, *scalars)
+        entry(0, x.size, *flats, *scalars)
+    else:
+        run_rows(loop, x.size, *flats, *scalars, threads=threads)
     return out
 
 
