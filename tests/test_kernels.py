@@ -24,9 +24,11 @@ def both_paths(fn, monkeypatch, expect=None):
     then with the NumPy kernels."""
     calls = []
     entry = kernels.Loop.entry   # (every call of a loop asks for its entry, but for kept
-    monkeypatch.setattr(kernels.Loop, "entry",   # ones: the sines', dropped here)
+    monkeypatch.setattr(kernels.Loop, "entry",   # ones: the sines' and the activations',
                         lambda self, *args: calls.append(self.__name__) or entry(self, *args))
-    for loop in (kernels.trig.sin, kernels.trig.cos):
+    kept = [kernels.trig.sin, kernels.trig.cos]   # dropped here)
+    kept += [v for v in vars(kernels.activations).values() if isinstance(v, kernels.Loop)]
+    for loop in kept:
         monkeypatch.setattr(loop, "flat_entry", None)
     fast = fn()
     assert calls, "no Numba loop ran: the inputs are too small for the fast path"

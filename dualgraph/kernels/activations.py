@@ -103,6 +103,16 @@ def sigmoid_backward(start, stop, g, y, out):
 
 
 @loop
+def tanh_backward(start, stop, g, y, out):
+    """``out = g * (1 - y * y)`` (y: tanh's output) over elements ``start:stop`` of flat
+    arrays, in NumPy's order: the same bits as the three passes."""
+    gs, ys, outs = g[start:stop], y[start:stop], out[start:stop]
+    for i in range(ys.size):
+        y_ = ys[i]
+        outs[i] = gs[i] * (_ONE - y_ * y_)
+
+
+@loop
 def silu(start, stop, x, out):
     """``out = x * sigmoid(x)`` over elements ``start:stop`` of flat arrays."""
     xs, outs = x[start:stop], out[start:stop]

@@ -75,9 +75,18 @@ def _infer_index(x, *indices, dims, nonnegative=False):
 
 
 def _index_kernel(x, *indices, dims, nonnegative=False):
-    _check_bounds(x.shape, indices, dims, nonnegative)
+    # NumPy's indexing rejects an index out of range itself: the bounds are checked (three
+    # passes and an ``any``, most of a small lookup's cost) only to word its error, and
+    # for a negative index where one is an error (NumPy counts it from the end).
+    if nonnegative and any(i.size and np.minimum.reduce(i, axis=None) < 0 for i in indices):
+        _check_bounds(x.shape, indices, dims, nonnegative)
+    try:
+        picked = x[_np_key(x.ndim, indices, dims)]
+    except IndexError:
+        _check_bounds(x.shape, indices, dims, nonnegative)
+        raise
     # (NumPy lays out ``x[:, i]`` with the indexed dim outermost)
-    return row_major(x[_np_key(x.ndim, indices, dims)])
+    return row_major(picked)
 
 
 def _index_vjp(g, out, x, *indices, dims, nonnegative=False):

@@ -43,7 +43,9 @@ def _param_or(p, fill, width, x):
 
 def _layer_norm_kernel(x, weight, bias, n_dims, eps, out=None):
     width = math.prod(x.shape[x.ndim - n_dims:])
-    if kernels.enabled(x, *(p for p in (weight, bias) if p is not None)) and width:
+    # (min_elements=0: NumPy's form is a dozen calls, slower than the loop at every size)
+    if kernels.enabled(x, *(p for p in (weight, bias) if p is not None),
+                       min_elements=0) and width:
         rows = kernels.rows(x, width)
         y, mean, rstd = (empty_into(out_part(out, 0), x.shape, x.dtype),
                          empty_into(out_part(out, 1), (len(rows),), x.dtype),
@@ -77,7 +79,7 @@ def _infer_layer_norm(x, weight, bias, n_dims, eps):
 
 def _layer_norm_backward_kernel(g, x, weight, mean, rstd, n_dims, eps, out=None):
     width = math.prod(x.shape[x.ndim - n_dims:])
-    if kernels.enabled(x, g, *(() if weight is None else (weight,))) and width:
+    if kernels.enabled(x, g, *(() if weight is None else (weight,)), min_elements=0) and width:
         rows = kernels.rows(x, width)
         dx, dw, db = (empty_into(out_part(out, 0), x.shape, x.dtype),
                       empty_into(out_part(out, 1), (width,), x.dtype),
@@ -219,7 +221,7 @@ LAYER_NORM_BACKWARD = defop("layer_norm_backward", _layer_norm_backward_kernel,
 
 def _rms_norm_kernel(x, weight, eps):
     width = x.shape[-1] if x.ndim else 0
-    if kernels.enabled(x, weight) and width:
+    if kernels.enabled(x, weight, min_elements=0) and width:
         rows = kernels.rows(x, width)
         y, rstd = np.empty(x.shape, x.dtype), np.empty(len(rows), x.dtype)
         run_rows(kernels.normalization.rms_norm, len(rows), rows, kernels.flat(weight),
