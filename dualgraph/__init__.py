@@ -9,6 +9,7 @@ tensor([2., 4.])
 # first: where DUALGRAPH_CPU_TUNING asks for the malloc settings, before big allocations
 from .kernels.tuning import configure as tune_cpu  # noqa: F401
 from ._warnings import install as _silence_float_warnings
+from ._gc import freeze_import_time_objects as _freeze_import_time_objects
 from . import autograd, dtypes  # noqa: F401
 from . import ops  # noqa: F401  (registers every op and binds Tensor methods)
 from .autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: F401
@@ -57,4 +58,4 @@ from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
 
 _silence_float_warnings()
-
+_freeze_import_time_objects()   # last: what importing dualgraph made is frozen too

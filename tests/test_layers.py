@@ -24,7 +24,7 @@ ROOT = pathlib.Path(dualgraph.__file__).parent
 # so ``ops.opdef`` is layer 1 while the rest of ``ops`` is layer 3. "" is the package itself.
 LAYERS = {
     "_helpers": 0, "kernels": 0, "dtypes": 0, "shapes": 0, "errors": 0,
-    "_pytree": 0, "_version": 0, "devices": 0, "_warnings": 0,
+    "_pytree": 0, "_version": 0, "devices": 0, "_warnings": 0, "_gc": 0,
     "ops.opdef": 1, "graph": 1,
     "tensor": 2, "dispatch": 2, "autograd.tape": 2,
     "ops": 3, "autograd": 3,
