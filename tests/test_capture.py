@@ -156,8 +156,9 @@ def test_explain_says_where_compile_time_went(tmp_path):
         (gelu, exact), (gelu_again, exact_again) = lines
         assert re.search(r"first run [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
         assert re.search(r"first backward [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
-        assert re.search(r"first backward [\d.]+ m?s, then at its second call: kernels: 1 "
-                         r"compiled in", exact), exact
+        # (its plain group compiles at the first backward, the exact one at the second call)
+        assert re.search(r"first backward [\d.]+ m?s( \(kernels: \d+ compiled in [\d.]+ m?s\))?, "
+                         r"then at its second call: kernels: 1 compiled in", exact), exact
         for line in (gelu_again, exact_again):
             assert "compiled in" not in line and "second call" not in line, line
             assert re.search(r"kernels: \d+ loaded from the disk cache", line), line

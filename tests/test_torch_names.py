@@ -587,8 +587,11 @@ def test_compiling_a_random_op_does_not_shift_the_eager_stream():
     fill()
     dg.manual_seed(0)
     assert dg.rand(4).tolist() == fresh
+    dg.manual_seed(0)
     fill()
     first = w.tolist()
     dg.manual_seed(0)
     fill()
     assert w.tolist() == first            # (and the compiled stream restarts with the seed)
+    dg.manual_seed(0)
+    assert dg.zeros(3).uniform_(-1, 1).tolist() == first   # (eager draws what it drew)

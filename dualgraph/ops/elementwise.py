@@ -374,7 +374,8 @@ COS = _unary("cos", _trig_array("cos"), lambda g, out, x: -g * sin(x), "cos({0})
              scalar32="cos32")
 TAN = _unary("tan", np.tan, lambda g, out, x: g * (1 + out * out), "tan({0})", "Tan",
              saves="o")
-TANH = _unary("tanh", np.tanh, lambda g, out, x: apply(TANH_BACKWARD, g, out), "tanh({0})",
+TANH = _unary("tanh", np.tanh, lambda g, out, x: apply(TANH_BACKWARD, _as_dtype_of(g, out), out),
+              "tanh({0})",
               "Tanh", saves="o")
 ASIN = _unary("asin", np.arcsin, lambda g, out, x: g * rsqrt(1 - x * x), "arcsin({0})",
               "Asin", saves="i")
@@ -1337,7 +1338,8 @@ def _sigmoid_backward_numpy(g, y):
 # (exp, abs, maximum, divide) and three backward, and silu (x * sigmoid(x)) paid them all.
 # The fused kernels call the eager loop's sigmoid32 (scalar32): compiled == eager.
 SIGMOID = _unary("sigmoid", _loop32("sigmoid", _sigmoid_array),
-                 lambda g, out, x: apply(SIGMOID_BACKWARD, g, out), "sigmoid({0})",
+                 lambda g, out, x: apply(SIGMOID_BACKWARD, _as_dtype_of(g, out), out),
+                 "sigmoid({0})",
                  "Sigmoid", saves="o", fills_out=True, scalar32="sigmoid32")
 SIGMOID_BACKWARD = defop(
     "sigmoid_backward", _exact_loop32("sigmoid_backward", _sigmoid_backward_numpy),
@@ -1351,6 +1353,13 @@ SIGMOID_BACKWARD = defop(
 
 def sigmoid(input):
     return apply(SIGMOID, input)
+
+
+def _as_dtype_of(g, y):
+    """An integer or bool gradient (``grad_outputs`` given so) in ``y``'s float dtype, as
+    ``g * y`` would promote it, before the one-op gradients above: their kernels and fused
+    templates would compute ``int * float`` in NumPy's float64."""
+    return g if g.dtype.is_floating_point else cast_to(g, y.dtype)
 
 
 def _tanh_backward_numpy(g, y):
