@@ -1,0 +1,186 @@
+"""Channel-blocked regions (``passes/layout.py``, the lowering rule ``blocked_channels``;
+the ops ``block_channels``, ``unblock_channels``, ``depthwise_blocked``,
+``pointwise_blocked``, ``kernels/conv_blocked.py``): both loops with every epilogue
+against torch on odd planes, strides 1 and 2, kernels 3/5/7, dilation, batch 1 and 3,
+output channels of one, two and three blocks a group and position counts off the
+register block and the work item; compiled inverted-residual blocks with
+squeeze-and-excitation (BatchNorm folded) against eager and torch, directly and on the
+graph of ``dg.onnx.load``; the squeeze-and-excitation kernels the regions call (``mul``'s
+per-block gate, ``mean`` over middle dims); what the rule leaves alone."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.codegen import Executable  # noqa: E402
+from dualgraph.kernels import conv_blocked  # noqa: E402
+from dualgraph.ops.layout import DEPTHWISE_BLOCKED, POINTWISE_BLOCKED  # noqa: E402
+
+from test_layout import _epilogue, _net, _models as layout_models  # noqa: E402
+
+ON = None   # (the default pipeline: the rule is on)
+
+# n, c, h, w, kernel, stride, padding, dilation, act, residual_at
+DEPTHWISE = [
+    (1, 16, 9, 11, 3, 1, 1, 1, "relu", None),
+    (3, 24, 14, 14, 3, 2, 1, 1, "clamp", None),          # stride 2, batch 3
+    (1, 40, 7, 7, 5, 1, 2, 1, "silu", "before"),         # 5x5, residual before
+    (2, 16, 15, 13, 7, 2, 3, 1, "hardswish", "after"),   # 7x7 stride 2, residual after
+    (1, 8, 12, 10, 3, 1, 2, 2, "sigmoid", None),         # dilation
+    (3, 24, 3, 2, 3, 1, 1, 1, "none", "before"),         # rows narrower than four
+    (1, 8, 6, 6, 3, 2, 0, 1, "relu", None),              # no padding
+    (1, 32, 29, 37, 3, 1, 1, 1, "clamp", "before"),      # runs of eight, 3 wide
+    (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),   # runs of eight, 5 wide
+    (1, 16, 40, 12, 5, 1, 1, 1, "none", None),           # padding less than the half
+]
+
+
+def _bounds(act):
+    return (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[str(c) for c in DEPTHWISE])
+def test_depthwise_loop_matches_torch(case):
+    n, c, h, w, k, s, p, d, act, at = case
+    rng = np.random.default_rng(c + h)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias),
+                                   stride=s, padding=p, dilation=d, groups=c)
+    y, residual = _epilogue(y, rng, act, at)
+    extra = [conv_blocked.block(residual)] if at else []
+    got = DEPTHWISE_BLOCKED.kernel(
+        conv_blocked.block(x), weight, bias, *extra, act=act, bounds=_bounds(act),
+        residual_at=at, stride=(s, s), padding=((p, p), (p, p)), dilation=(d, d))
+    np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+POINTWISE = [   # n, h, w, c, cout, act, residual_at
+    (1, 9, 7, 16, 40, "relu", None),            # groups of three blocks and two
+    (3, 5, 11, 40, 24, "clamp", "before"),      # one group, batch 3
+    (2, 6, 6, 24, 8, "hardswish", "after"),     # a group of one block
+    (1, 1, 1, 32, 16, "sigmoid", None),         # a 1x1 plane: one position
+    (1, 13, 17, 8, 56, "silu", None),           # 221 positions: chunks of 96 and a tail
+    (2, 4, 2, 64, 72, "none", "before"),        # fewer positions than a run of eight
+]
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=[str(c) for c in POINTWISE])
+def test_pointwise_matches_torch(case):
+    n, h, w, c, cout, act, at = case
+    rng = np.random.default_rng(c + cout)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias))
+    y, residual = _epilogue(y, rng, act, at)
+    extra = [conv_blocked.block(residual)] if at else []
+    got = POINTWISE_BLOCKED.kernel(conv_blocked.block(x), conv_blocked.pack(weight), bias,
+                                   *extra, act=act, bounds=_bounds(act), residual_at=at)
+    np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _models(batch, size):
+    return layout_models(batch, size, channels=(16, 40, 24))
+
+
+@pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (1, (41, 35))])
+def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
+    """The block's convs all run blocked; squeeze-and-excitation's 1x1 convs
+    (5 channels: not a multiple of eight) stay NCHW, their pooled input unblocked and
+    their gate blocked; the head's output is unblocked, the pooled output reshaped."""
+    reference, model, x = _models(batch, size)
+    with torch.no_grad():
+        want = [t.numpy() for t in reference(torch.tensor(x))]
+    compiled = dg.compile(model, passes=ON)
+    with dg.no_grad():
+        got = [t.numpy() for t in compiled(dg.tensor(x))]
+        eager = [t.numpy() for t in model(dg.tensor(x))]
+    graph = str(compiled.optimized_graph)
+    assert graph.count("depthwise_blocked(") == 2, graph
+    assert graph.count("pointwise_blocked(") == 3, graph
+    assert graph.count("unblock_channels(") == 2 and graph.count(" block_channels(") == 2, graph
+    assert "scale_blocks" in compiled.code and "middle_means" in compiled.code
+    for g, e, w in zip(got, eager, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    off = dg.compile(model, passes={"blocked_channels": False})
+    with dg.no_grad():
+        off(dg.tensor(x))
+    assert not _blocked_ops(off.optimized_graph)
+
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    run = Executable(dg.onnx.load(path).graph, passes=ON)
+    assert "depthwise_blocked" in run.code and "conv1x1_blocked" in run.code
+    for g, w in zip(run.run([x]), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _blocked_ops(graph) -> bool:
+    return any(f"{op}(" in str(graph) for op in ("block_channels", "depthwise_blocked",
+                                                  "pointwise_blocked"))
+
+
+def test_left_alone():
+    """Not taken: 1x1 convs without a depthwise conv (nothing to gain), channels that are
+    not multiples of eight, a training step (its weights are inputs, not constants)."""
+    rng = np.random.default_rng(0)
+    pointwise = dg.nn.Sequential(dg.nn.Conv2d(8, 16, 1), dg.nn.ReLU(), dg.nn.Conv2d(16, 8, 1))
+    odd = _net(dg)   # (13, 37, 21 channels)
+    for model, c in ((pointwise.eval(), 8), (odd.eval(), 13)):
+        compiled = dg.compile(model, passes=ON)
+        with dg.no_grad():
+            compiled(dg.tensor(rng.standard_normal((1, c, 6, 6)).astype(np.float32)))
+        assert not _blocked_ops(compiled.optimized_graph)
+
+    _, model, x = _models(1, (9, 9))
+    model.train()
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+
+    @dg.compile(passes=ON)
+    def step(x):
+        opt.zero_grad()
+        head, pooled = model(x)
+        loss = (head ** 2).mean() + pooled.mean()
+        loss.backward()
+        opt.step()
+        return loss
+    step(dg.tensor(x))
+    assert not _blocked_ops(step.optimized_graph)
+
+
+@pytest.mark.parametrize("x_shape, g_shape", [
+    ((2, 3, 5, 7, 8), (2, 3, 1, 1, 8)),     # a per-block gate: scale_blocks
+    ((1, 4, 2, 8), (1, 4, 1, 8)),            # one middle dim
+    ((2, 3, 5, 7, 8), (1, 3, 1, 1, 8)),     # batch broadcast too: NumPy
+    ((2, 3, 5, 7, 6), (2, 3, 1, 1, 6)),     # not eight lanes: NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 7, 8)),     # equal shapes: no gate, NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 1, 8)),     # a gate over the last middle dim only
+])
+def test_gate_product(x_shape, g_shape):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    g = rng.standard_normal(g_shape).astype(np.float32)
+    for f in (dg.compile(lambda a, b: a * b), dg.compile(lambda a, b: b * a)):
+        np.testing.assert_array_equal(f(dg.tensor(x), dg.tensor(g)).numpy(), x * g)
+    fast = x_shape[:2] == g_shape[:2] and x_shape[-1] == 8 and x_shape != g_shape
+    assert ("scale_blocks" in f.code) == fast
+
+
+@pytest.mark.parametrize("shape, dims, keepdim", [
+    ((2, 3, 5, 7, 8), (2, 3), True), ((2, 3, 5, 7, 8), (2, 3), False),
+    ((1, 2, 1, 3, 8), (2, 3), True), ((2, 3, 4, 5, 6), (1, 2), False),
+    ((3, 300, 8), (1,), False),
+])
+def test_mean_over_middle_dims(shape, dims, keepdim):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    f = dg.compile(lambda a: a.mean(dims, keepdim=keepdim))
+    got = f(dg.tensor(x)).numpy()
+    assert "middle_means" in f.code
+    np.testing.assert_allclose(got, x.mean(dims, keepdims=keepdim), rtol=1e-5, atol=1e-6)
