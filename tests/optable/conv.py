@@ -413,6 +413,7 @@ def squeeze_excite(acts, bounds):
         for w, b, act in ((w1, b1, acts[0]), (w2, b2, acts[1])):
             h = torch_tail(m, m.nn.functional.conv2d(h, w, b), (), act, None)
         return x * h
+    return fn
 
 
 def blocked(x):
