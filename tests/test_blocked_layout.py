@@ -18,7 +18,7 @@ from dualgraph.codegen import Executable  # noqa: E402
 from dualgraph.kernels import conv_blocked  # noqa: E402
 from dualgraph.ops.layout import DEPTHWISE_BLOCKED, POINTWISE_BLOCKED  # noqa: E402
 
-from test_layout import _epilogue, _net, _models as layout_models  # noqa: E402
+from test_layout import _epilogue, _net, _models as layout_models, training_step  # noqa: E402
 
 ON = None   # (the default pipeline: the rule is on)
 
@@ -89,9 +89,9 @@ def _models(batch, size):
 
 @pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (1, (41, 35))])
 def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
-    """The block's convs all run blocked; squeeze-and-excitation's 1x1 convs
-    (5 channels: not a multiple of eight) stay NCHW, their pooled input unblocked and
-    their gate blocked; the head's output is unblocked, the pooled output reshaped."""
+    """The block's convs all run blocked, and so does its squeeze-and-excitation (fused
+    into one node first: ``squeeze_excite_blocked``, no conversions around it); the
+    head's output is unblocked, the pooled output reshaped."""
     reference, model, x = _models(batch, size)
     with torch.no_grad():
         want = [t.numpy() for t in reference(torch.tensor(x))]
@@ -102,8 +102,9 @@ def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
     graph = str(compiled.optimized_graph)
     assert graph.count("depthwise_blocked(") == 2, graph
     assert graph.count("pointwise_blocked(") == 3, graph
-    assert graph.count("unblock_channels(") == 2 and graph.count(" block_channels(") == 2, graph
-    assert "scale_blocks" in compiled.code and "middle_means" in compiled.code
+    assert graph.count("squeeze_excite_blocked(") == 1, graph
+    assert graph.count("unblock_channels(") == 1 and graph.count(" block_channels(") == 1, graph
+    assert "middle_means" in compiled.code
     for g, e, w in zip(got, eager, want):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
@@ -140,19 +141,7 @@ def test_left_alone():
         assert not _blocked_ops(compiled.optimized_graph)
 
     _, model, x = _models(1, (9, 9))
-    model.train()
-    opt = dg.optim.SGD(model.parameters(), lr=0.1)
-
-    @dg.compile(passes=ON)
-    def step(x):
-        opt.zero_grad()
-        head, pooled = model(x)
-        loss = (head ** 2).mean() + pooled.mean()
-        loss.backward()
-        opt.step()
-        return loss
-    step(dg.tensor(x))
-    assert not _blocked_ops(step.optimized_graph)
+    assert not _blocked_ops(training_step(model, x, ON))
 
 
 @pytest.mark.parametrize("x_shape, g_shape", [
@@ -184,3 +173,117 @@ def test_mean_over_middle_dims(shape, dims, keepdim):
     got = f(dg.tensor(x)).numpy()
     assert "middle_means" in f.code
     np.testing.assert_allclose(got, x.mean(dims, keepdims=keepdim), rtol=1e-5, atol=1e-6)
+
+
+def _guarded(shape, rng):
+    """An output array of ``shape`` at the start of a buffer whose tail (64 floats) holds
+    canaries, and a check that they are unchanged (a loop writing past its output)."""
+    size = int(np.prod(shape))
+    buf = np.full(size + 64, np.nan, np.float32)
+    buf[size:] = rng.standard_normal(64).astype(np.float32)
+    tail = buf[size:].copy()
+
+    def intact():
+        np.testing.assert_array_equal(buf[size:], tail)
+    return buf[:size].reshape(shape), intact
+
+
+# output positions 1, 7, 9, 17 (off the run of eight and the chunk); blocks 1, 2, 3; 1x1
+# outputs of one, two and three blocks a group and a partial group (8, 16, 24, 40, 56)
+ODD = [(1, 1, 1, 1, 8), (2, 1, 7, 2, 16), (1, 3, 3, 3, 24), (3, 1, 17, 1, 40),
+       (1, 17, 1, 2, 56)]
+
+
+@pytest.mark.parametrize("n, h, w, cb, cout", ODD, ids=[str(c) for c in ODD])
+def test_no_loop_writes_past_its_output(n, h, w, cb, cout):
+    """Every blocked loop on odd position counts and block counts, its output at the
+    start of a longer buffer: the values equal NumPy's and the floats after the output
+    are untouched (i-dw2's heap corruption was a gate product writing 8x its output)."""
+    rng = np.random.default_rng(h * 31 + w)
+    c = cb * 8
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    xb = conv_blocked.block(x)
+    want_block = x.reshape(n, cb, 8, h, w).transpose(0, 1, 3, 4, 2)
+    out, intact = _guarded(xb.shape, rng)
+    conv_blocked._relayout(0, n * cb, x.reshape(-1), out.reshape(-1), h * w, True)
+    np.testing.assert_array_equal(out, want_block)
+    intact()
+    out, intact = _guarded(x.shape, rng)
+    conv_blocked._relayout(0, n * cb, out.reshape(-1), xb.reshape(-1), h * w, False)
+    np.testing.assert_array_equal(out, x)
+    intact()
+
+    weight = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight),
+                                      torch.tensor(bias), padding=1, groups=c).numpy()
+    run = conv_blocked.fitted_depthwise(xb.shape, weight.shape, (1, 1), ((1, 1), (1, 1)),
+                                        (1, 1))
+    out, intact = _guarded(xb.shape, rng)
+    run(xb, weight, bias, out=out)
+    np.testing.assert_allclose(conv_blocked.unblock(out), want, rtol=1e-5, atol=1e-5)
+    intact()
+
+    weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight),
+                                      torch.tensor(bias)).numpy()
+    out, intact = _guarded((n, cout // 8, h, w, 8), rng)
+    conv_blocked.pointwise(xb.shape, cout, False)(xb, conv_blocked.pack(weight), bias,
+                                                  out=out)
+    np.testing.assert_allclose(conv_blocked.unblock(out), want, rtol=1e-5, atol=1e-5)
+    intact()
+
+    gate = rng.standard_normal((n, cb, 1, 1, 8)).astype(np.float32)
+    out, intact = _guarded(xb.shape, rng)
+    conv_blocked.scale_blocks(0, n * cb, xb.reshape(-1), gate.reshape(-1), out.reshape(-1))
+    np.testing.assert_array_equal(out, xb * gate)
+    intact()
+
+    out, intact = _guarded((n * cb, 8), rng)
+    dg.kernels.normalization.middle_means(0, n * cb, xb.reshape(n * cb, h * w, 8), out)
+    np.testing.assert_allclose(out, xb.mean((2, 3)).reshape(-1, 8), rtol=1e-5, atol=1e-6)
+    intact()
+
+    w1 = rng.standard_normal((3, c)).astype(np.float32)
+    w2 = rng.standard_normal((c, 3)).astype(np.float32)
+    b1, b2 = rng.standard_normal(3).astype(np.float32), rng.standard_normal(c).astype(
+        np.float32)
+    hidden = np.maximum(x.mean((2, 3)) @ w1.T + b1, 0)
+    want = x * (1 / (1 + np.exp(-(hidden @ w2.T + b2))))[:, :, None, None]
+    out, intact = _guarded((n, cb, h * w, 8), rng)
+    relu, sigmoid = (dg.kernels.epilogue.ACTIVATIONS.index(a) for a in ("relu", "sigmoid"))
+    inf = np.float32(np.inf)
+    dg.kernels.excite.squeeze_excite_blocked(0, n, xb.reshape(n, cb, h * w, 8), w1, b1, w2, b2,
+                                             relu, -inf, inf, sigmoid, -inf, inf, out)
+    np.testing.assert_allclose(conv_blocked.unblock(out.reshape(xb.shape)), want, rtol=1e-5,
+                               atol=1e-5)
+    intact()
+
+
+def test_two_threads_give_the_same_bits_as_one(monkeypatch):
+    """The blocked loops share their work items among threads through ``run_rows``; each
+    output is the same chain of sums whoever computes it: 1 and 2 threads agree bit for
+    bit (the loops asked to share even small arrays)."""
+    rng = np.random.default_rng(5)
+    n, c, h, w, cout = 3, 24, 11, 13, 40
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    dw = rng.standard_normal((c, 1, 5, 5)).astype(np.float32)
+    pw = conv_blocked.pack(rng.standard_normal((cout, c, 1, 1)).astype(np.float32))
+    bias = rng.standard_normal(cout).astype(np.float32)
+    se = [rng.standard_normal(s).astype(np.float32) for s in ((4, c, 1, 1), (4,), (c, 4, 1, 1),
+                                                               (c,))]
+    monkeypatch.setattr(conv_blocked, "threads_for", lambda size: None)
+    monkeypatch.setattr(dg.ops.excite, "threads_for", lambda size: None)
+    results = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("DUALGRAPH_NUM_THREADS", threads)
+        xb = conv_blocked.block(x)
+        y = conv_blocked.fitted_depthwise(xb.shape, dw.shape, (2, 2), ((2, 2), (2, 2)),
+                                          (1, 1), act=1)(xb, dw, bias[:c])
+        z = conv_blocked.pointwise(y.shape, cout, False)(y, pw, bias)
+        e = dg.ops.layout.SQUEEZE_EXCITE_BLOCKED.kernel(y, *se, acts=("relu", "sigmoid"),
+                                                        bounds=((-np.inf, np.inf),) * 2)
+        results.append([xb, y, z, e, conv_blocked.unblock(z)])
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one.view(np.int32), two.view(np.int32))

@@ -44,6 +44,7 @@ CASES = [
 # region would end at each of them)
 CHANNELS_LAST = {"channels_last": True, "squeeze_excite": False}
 
+
 def _epilogue(y, rng, act, at):
     """torch's ``y`` with the activation and a random residual (``at``: before it, after
     it, or None); the residual as NumPy."""
@@ -198,10 +199,16 @@ def test_cost_rule_and_training_step():
     assert "relayout" not in str(compiled.optimized_graph)
 
     _, model, x = _models(1)
+    assert "nhwc" not in str(training_step(model, x, CHANNELS_LAST))
+
+
+def training_step(model, x, passes):
+    """The optimised graph of ``model``'s SGD step, compiled with ``passes``, after a call
+    on ``x``."""
     model.train()
     opt = dg.optim.SGD(model.parameters(), lr=0.1)
 
-    @dg.compile(passes=CHANNELS_LAST)
+    @dg.compile(passes=passes)
     def step(x):
         opt.zero_grad()
         head, pooled = model(x)
@@ -210,4 +217,4 @@ def test_cost_rule_and_training_step():
         opt.step()
         return loss
     step(dg.tensor(x))
-    assert "nhwc" not in str(step.optimized_graph)
+    return step.optimized_graph

@@ -95,8 +95,9 @@ def _gate_rows(x, g):
     """``(A, 8)`` rows when ``g`` is a per-block gate of ``x``: float32 of static shapes,
     ``x (A..., P..., 8)`` and ``g (A..., 1..., 8)``; else None."""
     shape, gs = tuple(getattr(x, "shape", ())), tuple(getattr(g, "shape", ()))
-    if not (len(shape) == len(gs) >= 3 and shape[-1] == gs[-1] == 8 and is_static(shape)
-            and x.dtype == g.dtype == np.float32 and kernels.numba_available()):
+    if not (len(shape) == len(gs) >= 3 and is_static(shape) and is_static(gs)
+            and shape[-1] == gs[-1] == 8 and x.dtype == g.dtype == np.float32
+            and kernels.numba_available()):
         return None
     k = next((d for d in range(len(shape)) if shape[d] != gs[d]), len(shape))
     if k >= len(shape) - 1 or any(d != 1 for d in gs[k:-1]):   # (equal shapes: no gate)

@@ -17,7 +17,7 @@ from .. import kernels
 from ..kernels.epilogue import ACTIVATIONS
 from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
-from . import epilogue
+from . import epilogue, excite
 from . import shape as shape_ops
 from .opdef import defop
 
@@ -335,3 +335,35 @@ POINTWISE_BLOCKED = defop(
     specialise=_specialise_pointwise_blocked,
     doc="conv2d_epilogue of a 1x1 conv on channel-blocked (N, C/8, H, W, 8) activations, "
         "its weight packed (groups, C, 24): 24 output channels by 8 positions in registers")
+
+
+def _infer_excite_blocked(x, w1, b1, w2, b2, *, acts, bounds):
+    n, cb, h, w, lanes = x.shape if len(x.shape) == 5 else (None,) * 5
+    if lanes != 8:
+        raise ValueError(f"squeeze_excite_blocked: input {tuple(x.shape)} (want (N, C/8, H, "
+                         f"W, 8))")
+    excite.SQUEEZE_EXCITE.infer(ShapedType((n, cb * 8, h, w), x.dtype), w1, b1, w2, b2,
+                                acts=acts, bounds=bounds)
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def _excite_blocked_kernel(x, w1, b1, w2, b2, *, acts, bounds):
+    """``kernels/excite.py``'s blocked loop (float32, Numba); else ``squeeze_excite``'s
+    kernel between layout conversions."""
+    if excite.compiled(x, w1, b1, w2, b2):
+        n, cb, h, w, _ = x.shape
+        return excite.run_loop(kernels.excite.squeeze_excite_blocked, x, w1, b1, w2, b2,
+                               acts, bounds, (n, cb, h * w, 8))
+    blocked = kernels.conv_blocked
+    return blocked.block(excite.SQUEEZE_EXCITE.kernel(blocked.unblock(x), w1, b1, w2, b2,
+                                                      acts=acts, bounds=bounds))
+
+
+SQUEEZE_EXCITE_BLOCKED = defop(
+    "squeeze_excite_blocked", _excite_blocked_kernel, _infer_excite_blocked,
+    attrs=("acts", "bounds"), saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, *weights, acts, bounds: _block_decomposition(
+        excite.SQUEEZE_EXCITE.decomposition(_unblock_decomposition(x), *weights, acts=acts,
+                                            bounds=bounds)),
+    doc="squeeze_excite on channel-blocked (N, C/8, H, W, 8) activations: the pooled "
+        "gate and the channel scale in one loop per image, in the region's layout")

@@ -18,7 +18,9 @@ operands of static shapes whose weight is a constant of the graph (inference: fr
 parameters, an ONNX import; a training step's weights are inputs, so it is never touched)
 and that is depthwise (``conv_nhwc.wanted``) or 1x1 with stride 1, no padding and one
 group; a ``mean`` over dims ``(2, 3)`` of a 4-D float32 value; an elementwise op whose
-array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``.
+array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``;
+every 4-D value a member reads or makes of a static shape (a graph traced with symbolic
+dims keeps those values as they are; the blocked layout needs the channels as a number).
 Members joined by the values they pass are a *region*. A region is taken where it pays, by
 a cost rule over element counts: each depthwise conv in it saves the transposes of its
 input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
@@ -37,8 +39,10 @@ from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
 from ..ops.epilogue import CONV2D_EPILOGUE
+from ..ops.excite import SQUEEZE_EXCITE
 from ..ops.layout import (BLOCK_CHANNELS, DEPTHWISE_BLOCKED, DEPTHWISE_NHWC, POINTWISE_BLOCKED,
-                          POINTWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC, UNBLOCK_CHANNELS)
+                          POINTWISE_NHWC, RELAYOUT, SQUEEZE_EXCITE_BLOCKED, TO_NCHW, TO_NHWC,
+                          UNBLOCK_CHANNELS)
 from ..ops.reduce import MEAN
 from ..ops.shape import RESHAPE
 from ..shapes import is_static
@@ -51,7 +55,8 @@ RELAYOUT_COST = 2   # (NumPy's transposing copy against the conv loops' 8x8 tran
 @dataclass(frozen=True)
 class Layout:
     """What a region's layout changes: ``to`` and ``back``, the ops (and their attrs) of
-    the conversions at its edges; ``ops`` the op of each conv form; ``pack(form, w)`` a
+    the conversions at its edges; ``ops`` the op of each conv form (and ``"excite"``: of a
+    ``squeeze_excite``, where the layout has one); ``pack(form, w)`` a
     conv's constant weight as that op reads it (``None``: as it is); ``mean_dims`` the
     plane's dims; ``holds(v)``: whether a 4-D value can be laid out so; ``takes(form, x,
     w)``: whether its kernels run such a conv; ``suffix`` the names' ending."""
@@ -85,12 +90,17 @@ def _conv_form(node: Node, constants, layout) -> str | None:
 
 
 def _member(node: Node, constants, layout) -> bool:
-    """Whether ``node`` can run in the layout (the module docstring)."""
-    if not all(layout.holds(v) for v in (*_layout_values(node), *node.outputs)
+    """Whether ``node`` can run in the layout (the module docstring). Its 4-D values are
+    of static shapes (a symbolic dim is never blocked, nor counted by the cost rule)
+    that the layout holds."""
+    if not all(is_static(v.shape) and layout.holds(v)
+               for v in (*_layout_values(node), *node.outputs)
                if isinstance(v, Value) and v.ndim == 4):
         return False
     if node.op in CONVS:
         return _conv_form(node, constants, layout) is not None
+    if node.op is SQUEEZE_EXCITE:
+        return "excite" in layout.ops and node.inputs[0].dtype == np.float32
     x = node.inputs[0] if node.inputs else None
     if not isinstance(x, Value) or x.dtype != np.float32 or len(node.outputs) != 1:
         return False
@@ -105,8 +115,9 @@ def _member(node: Node, constants, layout) -> bool:
 
 def _layout_values(node: Node) -> list:
     """The 4-D inputs of a member whose layout it reads (a conv's input and residual, not
-    its weight)."""
-    values = [node.inputs[0], *node.inputs[3:]] if node.op in CONVS else node.inputs
+    its weight; a squeeze-excitation's input, not its weights)."""
+    values = ([node.inputs[0], *node.inputs[3:]] if node.op in CONVS
+              else node.inputs[:1] if node.op is SQUEEZE_EXCITE else node.inputs)
     return [v for v in values if isinstance(v, Value) and v.ndim == 4]
 
 
@@ -216,9 +227,11 @@ def blocked_channels(graph: Graph, regions: list, report: Report) -> Graph:
     ``(N, C/8, H, W, 8)``: a ``block_channels`` of each 4-D value it reads from outside, its
     depthwise convs as ``depthwise_blocked`` (the weight as it is), its 1x1 convs as
     ``pointwise_blocked`` (the weight a constant packed by ``conv_blocked.pack``), its
-    means over dims ``(2, 3)`` (a mean that drops them reshaped to ``(N, C)``: the same
-    floats in the same order), its elementwise ops and reshapes as they are on the blocked
-    shapes, and an ``unblock_channels`` of each 4-D value read outside it.
+    ``squeeze_excite`` ops as ``squeeze_excite_blocked`` (the pooled gate and the scale on
+    the blocks: no conversions around them), its means over dims ``(2, 3)`` (a mean that
+    drops them reshaped to ``(N, C)``: the same floats in the same order), its elementwise
+    ops and reshapes as they are on the blocked shapes, and an ``unblock_channels`` of each
+    4-D value read outside it.
 
     Preserves: types, inputs and outputs; values up to the rounding of the sums (the
     convs' sums start from the bias).
@@ -309,6 +322,9 @@ def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph,
              layout: Layout) -> Value:
     """The node in ``layout`` for the member ``node``; its output."""
     name = [node.outputs[0].name]
+    if node.op is SQUEEZE_EXCITE:
+        operands = [inside(node.inputs[0]), *map(b.get, node.inputs[1:])]
+        return b.add(layout.ops["excite"], operands, node.attrs, node.location, name)[0]
     if node.op not in CONVS:
         attrs = dict(node.attrs)
         if node.op is MEAN:
@@ -347,7 +363,8 @@ CHANNELS_LAST = Layout(
 
 BLOCKED = Layout(
     "blocked", (BLOCK_CHANNELS, {}), (UNBLOCK_CHANNELS, {}),
-    {"depthwise": DEPTHWISE_BLOCKED, "pointwise": POINTWISE_BLOCKED},
+    {"depthwise": DEPTHWISE_BLOCKED, "pointwise": POINTWISE_BLOCKED,
+     "excite": SQUEEZE_EXCITE_BLOCKED},
     lambda form, w: kernels.conv_blocked.pack(w) if form == "pointwise" else None, (2, 3),
     holds=lambda v: v.shape[1] % 8 == 0,
     takes=lambda form, x, w: kernels.conv_blocked.blockable(

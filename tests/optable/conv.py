@@ -477,6 +477,25 @@ CASES += [
     for acts, n in [(("relu", "hardsigmoid"), 1), (("silu", "sigmoid"), 3),
                     (("hardswish", "clamp"), 2)]
 ]
+def squeeze_excite_blocked(acts, bounds):
+    """squeeze_excite_blocked (what passes.blocked_channels makes of a squeeze_excite in a
+    region) on blocked x vs torch's between the relayouts."""
+    def fn(m, x, *weights):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import SQUEEZE_EXCITE_BLOCKED
+            return apply(SQUEEZE_EXCITE_BLOCKED, x, *weights, acts=acts, bounds=bounds)
+        return blocked(squeeze_excite(acts, bounds)(m, unblocked(x), *weights))
+    return fn
+
+
+CASES += [
+    OpCase("squeeze_excite_blocked", squeeze_excite_blocked(acts, ((-INF, INF), (0.0, 6.0))),
+           [In((n, cb, 5, 3, 8)), In((3, cb * 8, 1, 1)), In((3,)), In((cb * 8, 3, 1, 1)),
+            In((cb * 8,))], f"{'-'.join(acts)}-batch{n}-blocks{cb}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-5)
+    for acts, n, cb in [(("relu", "hardsigmoid"), 1, 1), (("silu", "sigmoid"), 3, 2),
+                        (("hardswish", "clamp"), 2, 3)]
+]
 CASES += [
     OpCase("block_channels", block_op("block_channels"), [In((2, 16, 5, 3))], "",
            dtypes=("float32", "float64"), grad=False),
