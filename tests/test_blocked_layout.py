@@ -287,3 +287,31 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch):
         results.append([xb, y, z, e, conv_blocked.unblock(z)])
     for one, two in zip(*results):
         np.testing.assert_array_equal(one.view(np.int32), two.view(np.int32))
+
+
+def test_symbolic_dims_are_never_blocked():
+    """``dynamic=True``: the batch is a symbolic dim, here also the channel dim of a
+    permuted value read by elementwise ops (its ``% 8`` raised ShapeError in the
+    precondition); nothing of a symbolic shape is blocked, calls of several batches
+    equal eager."""
+    nn = dg.nn
+
+    class Permuted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+            self.pw = nn.Conv2d(16, 16, 1)
+
+        def forward(self, x):
+            y = self.pw(dg.relu(self.dw(x)))
+            z = dg.relu(y.permute(1, 0, 2, 3)) * 2.0     # (16, B, 9, 9)
+            return z.permute(1, 0, 2, 3) + y
+    model = Permuted().eval()
+    compiled = dg.compile(model, dynamic=True)
+    with dg.no_grad():
+        for n in (1, 2, 3, 8):
+            x = dg.tensor(np.random.default_rng(n).standard_normal((n, 16, 9, 9)).astype(
+                np.float32))
+            np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-4,
+                                       atol=1e-4)
+    assert not _blocked_ops(compiled.optimized_graph)
