@@ -42,7 +42,8 @@ POOL_OPS = {"maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "mea
             "max_pool2d", "max_pool2d_values", "avg_pool2d", "adaptive_avg_pool2d"}
 LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "fusedgemm", "fusedmatmul"}
 GLUE_OPS = {"reorderinput", "reorderoutput", "concat", "reshape", "flatten", "cat",
-            "identity", "squeeze", "unsqueeze", "transpose"}
+            "identity", "squeeze", "unsqueeze", "transpose", "block_channels",
+            "unblock_channels"}
 
 
 def conv_kind(x: list, w: list) -> str:
@@ -72,6 +73,11 @@ def kind(op: str, shapes: list, out=None) -> str:
         return conv_kind(shapes[0], [0, c, k, k]) if k * k * c == taps else "conv grouped"
     if op == "conv2d_winograd":   # (weight (16, Cout, C): 3x3, stride 1)
         return "conv dense 3x3"
+    if op == "depthwise_blocked" and len(shapes) >= 2:   # (x (N, C/8, H, W, 8))
+        x = shapes[0]
+        return conv_kind([x[0], x[1] * x[4], x[2], x[3]], shapes[1])
+    if op == "pointwise_blocked":   # (weight (groups, C, 24))
+        return "conv 1x1 on a 1x1 plane" if shapes[0][2] * shapes[0][3] == 1 else "conv 1x1"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:
         return conv_kind(shapes[0], shapes[1])
     if op in POOL_OPS:

@@ -44,6 +44,7 @@ CASES = [
 # region would end at each of them)
 CHANNELS_LAST = {"channels_last": True, "squeeze_excite": False}
 
+
 def _epilogue(y, rng, act, at):
     """torch's ``y`` with the activation and a random residual (``at``: before it, after
     it, or None); the residual as NumPy."""
@@ -134,16 +135,19 @@ def _net(lib, c=13, hidden=37, out=21):
     return Block()
 
 
-def _models(batch, size=(13, 11)):
+def _models(batch, size=(13, 11), channels=(13, 37, 21)):
+    """torch's and dualgraph's :func:`_net` with ``channels`` (in, hidden, out), the same
+    random weights, and an input of ``batch`` x ``size``."""
     rng = np.random.default_rng(batch)
-    reference = _net(torch).eval()
+    c, hidden, out = channels
+    reference = _net(torch, c, hidden, out).eval()
     state = {k: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
              for k, v in reference.state_dict().items() if v.dtype == torch.float32}
     state = {k: np.abs(v) + 0.5 if k.endswith("running_var") else v for k, v in state.items()}
     reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
-    model = _net(dg).eval()
+    model = _net(dg, c, hidden, out).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
-    x = rng.standard_normal((batch, 13, *size)).astype(np.float32)
+    x = rng.standard_normal((batch, c, *size)).astype(np.float32)
     return reference, model, x
 
 
@@ -195,10 +199,16 @@ def test_cost_rule_and_training_step():
     assert "relayout" not in str(compiled.optimized_graph)
 
     _, model, x = _models(1)
+    assert "nhwc" not in str(training_step(model, x, CHANNELS_LAST))
+
+
+def training_step(model, x, passes):
+    """The optimised graph of ``model``'s SGD step, compiled with ``passes``, after a call
+    on ``x``."""
     model.train()
     opt = dg.optim.SGD(model.parameters(), lr=0.1)
 
-    @dg.compile(passes=CHANNELS_LAST)
+    @dg.compile(passes=passes)
     def step(x):
         opt.zero_grad()
         head, pooled = model(x)
@@ -207,4 +217,4 @@ def test_cost_rule_and_training_step():
         opt.step()
         return loss
     step(dg.tensor(x))
-    assert "nhwc" not in str(step.optimized_graph)
+    return step.optimized_graph

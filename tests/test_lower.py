@@ -297,6 +297,7 @@ def squeeze_and_excitation():
 
 EXAMPLES = {
     "channels_last": pooled_depthwise_convs,
+    "blocked_channels": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
     "squeeze_excite": squeeze_and_excitation,
     "linear_norm": layer_norm_of_a_residual_linear,

@@ -442,10 +442,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # gather/scatter primitives, the max pool values loop, CPU-feature detection).
 # ops/ +217 (issue 26, i-rnn): nn.GRU's and nn.RNN's layers as one op each way
 # (ops/recurrent_gru_elman.py) on the recurrences they share with the LSTM layer.
-CORE_BUDGET = 29_170
+CORE_BUDGET = 29_650
 BUDGETS = {".": 2_000, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_580, "ops": 9_857,
-           "passes": 3_590, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_630, "ops": 10_010,
+           "passes": 3_600, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -332,8 +332,9 @@ def node_lines(node: Node, names: dict, slots: dict, module: Module, fused) -> l
     if node.op is FUSED and fused is not None:
         call = fused_call(node, names, slots, module, fused)
     else:
-        call = ufunc_call(node, names, slots, module) or kernel_call(node, names, module,
-                                                                   slots)
+        special = node.op.specialise(*node.inputs, **node.attrs) if node.op.specialise else None
+        call = ((None if special else ufunc_call(node, names, slots, module))   # (a ufunc's
+                or kernel_call(node, names, module, slots, special))    # op may specialise)
     target = outs[0] if node.op.num_outputs == 1 else ", ".join(outs)
     if len(outs) == 1 and node.op.num_outputs != 1:
         target += ","   # a kernel with a variable number of outputs returns a tuple
@@ -350,9 +351,11 @@ def operand(x, names: dict, module: Module) -> str:
     return names[x] if isinstance(x, Value) else literal(x, module)
 
 
-def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = None) -> str:
+def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = None,
+                special=None) -> str:
     """A call of the node's kernel, or of the kernel its op's ``specialise`` fits to the
-    node's static types and attrs (bound once per module, called with the inputs only)."""
+    node's static types and attrs (bound once per module, called with the inputs only;
+    ``special``: what it returned, when the caller asked already)."""
     args = [operand(x, names, module) for x in node.inputs]
     outs = [(slots or {}).get(v) for v in node.outputs]
     into = []
@@ -361,7 +364,8 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
         # (one array for a one-output fills_out op, as NumPy's out= takes it)
         one = node.op.fills_out and node.op.num_outputs == 1
         into = [f"out={items[0]}" if one else f"out=({', '.join(items)},)"]
-    special = node.op.specialise(*node.inputs, **node.attrs) if node.op.specialise else None
+    if special is None and node.op.specialise:
+        special = node.op.specialise(*node.inputs, **node.attrs)
     if special is not None:
         name, kernel = special
         return f"{module.bind(name, kernel)}({', '.join(args + into)})"

@@ -29,6 +29,15 @@ def _product(out, w, b, v):
         out[k] = total
 
 
+@helper(inline="always")
+def _gate(pooled, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, hidden, gate):
+    """``gate = act2(w2 @ act1(w1 @ pooled + b1) + b2)`` (``hidden`` the scratch)."""
+    _product(hidden, w1, b1, pooled)
+    _activate(hidden, act1, lo1, hi1)
+    _product(gate, w2, b2, hidden)
+    _activate(gate, act2, lo2, hi2)
+
+
 @loop(fastmath={"reassoc", "nsz"})
 def squeeze_excite(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, out):
     """Images ``start:stop`` of ``x (N, C, H*W)``: ``out[n] = x[n] * gate[:, None]``,
@@ -42,11 +51,32 @@ def squeeze_excite(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi
             for i in range(width):
                 total += x[n, c, i]
             pooled[c] = total / F(width)
-        _product(hidden, w1, b1, pooled)
-        _activate(hidden, act1, lo1, hi1)
-        _product(gate, w2, b2, hidden)
-        _activate(gate, act2, lo2, hi2)
+        _gate(pooled, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, hidden, gate)
         for c in range(channels):
             g = gate[c]
             for i in range(width):
                 out[n, c, i] = x[n, c, i] * g
+
+
+@loop(fastmath={"reassoc", "nsz"})
+def squeeze_excite_blocked(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2,
+                           out):
+    """:func:`squeeze_excite` on channel-blocked images ``x (N, C/8, H*W, 8)`` (channel
+    ``c`` is lane ``c % 8`` of block ``c // 8``) into ``out`` of that shape: a blocked
+    region's squeeze-and-excitation without converting its input and output."""
+    blocks, width, lanes = x.shape[1], x.shape[2], x.shape[3]
+    channels, squeezed = blocks * lanes, w1.shape[0]
+    pooled, hidden, gate = np.empty(channels, F), np.empty(squeezed, F), np.empty(channels, F)
+    for n in range(start, stop):
+        pooled[:] = 0
+        for b in range(blocks):
+            for i in range(width):
+                for j in range(lanes):
+                    pooled[b * lanes + j] += x[n, b, i, j]
+        for c in range(channels):
+            pooled[c] = pooled[c] / F(width)
+        _gate(pooled, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, hidden, gate)
+        for b in range(blocks):
+            for i in range(width):
+                for j in range(lanes):
+                    out[n, b, i, j] = x[n, b, i, j] * gate[b * lanes + j]

@@ -19,8 +19,8 @@ import numpy as np
 from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
 from ..dispatch import apply
-from ..kernels.threads import run_rows, threads_for
-from ..shapes import ShapedType, broadcast_shapes
+from ..kernels.threads import fitted_rows, run_rows, threads_for
+from ..shapes import ShapedType, broadcast_shapes, is_static
 from ..tensor import Tensor
 from . import creation
 from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_type,
@@ -91,9 +91,45 @@ def _mul_vjp(g, out, a, b):
             else None)
 
 
+def _gate_rows(x, g):
+    """``(A, 8)`` rows when ``g`` is a per-block gate of ``x``: float32 of static shapes,
+    ``x (A..., P..., 8)`` and ``g (A..., 1..., 8)``; else None."""
+    shape, gs = tuple(getattr(x, "shape", ())), tuple(getattr(g, "shape", ()))
+    if not (len(shape) == len(gs) >= 3 and is_static(shape) and is_static(gs)
+            and shape[-1] == gs[-1] == 8 and x.dtype == g.dtype == np.float32
+            and kernels.numba_available()):
+        return None
+    k = next((d for d in range(len(shape)) if shape[d] != gs[d]), len(shape))
+    if k >= len(shape) - 1 or any(d != 1 for d in gs[k:-1]):   # (equal shapes: no gate)
+        return None
+    return math.prod(shape[:k])
+
+
+def _specialise_mul(a, b):
+    """``specialise`` (codegen) of ``a * b`` where one operand is a per-block gate of the
+    other (squeeze-and-excitation's scale on a channel-blocked ``(N, C/8, H, W, 8)``
+    value, the gate ``(N, C/8, 1, 1, 8)``): ``kernels.conv_blocked.scale_blocks``, eight
+    lanes at a time (NumPy's broadcast ran its inner loop over the eight). None otherwise
+    (the kernel)."""
+    for x, g in ((a, b), (b, a)):
+        rows = _gate_rows(x, g)
+        if rows:
+            scale = fitted_rows(kernels.conv_blocked.scale_blocks)
+            first = x is a
+
+            def run(a, b, first=first, shape=tuple(x.shape), rows=rows, scale=scale):
+                x, g = (a, b) if first else (b, a)
+                out = np.empty(shape, np.float32)
+                scale(rows, np.ascontiguousarray(x).reshape(-1),
+                      np.ascontiguousarray(g).reshape(-1), out.reshape(-1))
+                return out
+            return "scale_blocks", run
+    return None
+
+
 MUL = defop("mul", binary_kernel(np.multiply), infer_binary, vjp=_mul_vjp,
             read_by={0: 1, 1: 0}, elementwise="{0} * {1}", onnx="Mul",
-            commutative=True,
+            commutative=True, specialise=_specialise_mul,
             shape_fold=np.multiply)
 DIV = defop("div", binary_kernel(np.true_divide, float_result_type), infer_binary_float,
             vjp=lambda g, out, a, b: (unbroadcast(g / b, a) if needs_grad(a) else None,

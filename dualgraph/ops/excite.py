@@ -31,18 +31,31 @@ def _decomposition(x, w1, b1, w2, b2, *, acts, bounds):
     return x * activation(apply(conv_ops.CONV2D, h, w2, b2, **_POINT), acts[1], bounds[1])
 
 
+def compiled(x, w1, b1, w2, b2) -> bool:
+    """Whether the loops of ``kernels/excite.py`` run: float32 throughout, Numba."""
+    return kernels.enabled(x, min_elements=0) and all(
+        a.dtype == np.float32 for a in (w1, b1, w2, b2))
+
+
+def run_loop(loop, x, w1, b1, w2, b2, acts, bounds, shape):
+    """``loop`` (``kernels/excite.py``'s, over images) of ``x`` viewed as ``shape`` (its
+    images first), the weights as matrices and the activations as codes: the output,
+    ``x``'s shape."""
+    c = w1.shape[1]
+    out = np.empty(x.shape, np.float32)
+    codes = [v for act, (lo, hi) in zip(acts, bounds)
+             for v in (ACTIVATIONS.index(act), np.float32(lo), np.float32(hi))]
+    run_rows(loop, shape[0], np.ascontiguousarray(x).reshape(shape), kernels.rows(w1, c),
+             kernels.flat(b1), kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
+             out.reshape(shape), threads=threads_for(x.size))
+    return out
+
+
 def _kernel(x, w1, b1, w2, b2, *, acts, bounds):
     n, c = x.shape[:2]
-    if kernels.enabled(x, min_elements=0) and all(
-            a.dtype == np.float32 for a in (w1, b1, w2, b2)):
-        out = np.empty(x.shape, np.float32)
-        codes = [v for act, (lo, hi) in zip(acts, bounds)
-                 for v in (ACTIVATIONS.index(act), np.float32(lo), np.float32(hi))]
-        run_rows(kernels.excite.squeeze_excite, n, kernels.rows(x, x[0, 0].size).reshape(
-                     n, c, -1), kernels.rows(w1, c), kernels.flat(b1),
-                 kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
-                 out.reshape(n, c, -1), threads=threads_for(x.size))
-        return out
+    if compiled(x, w1, b1, w2, b2):
+        return run_loop(kernels.excite.squeeze_excite, x, w1, b1, w2, b2, acts, bounds,
+                        (n, c, -1))
     h = x.mean(axis=(2, 3))
     for w, b, act, bound in zip((w1, w2), (b1, b2), acts, bounds):
         h = _numpy_activation(h @ w.reshape(w.shape[0], -1).T + b, act, bound)

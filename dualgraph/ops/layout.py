@@ -17,7 +17,7 @@ from .. import kernels
 from ..kernels.epilogue import ACTIVATIONS
 from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
-from . import epilogue
+from . import epilogue, excite
 from . import shape as shape_ops
 from .opdef import defop
 
@@ -165,3 +165,205 @@ POINTWISE_NHWC = defop(
     doc="linear_epilogue of a 1x1 conv on channels-last (N, H, W, C) activations, its "
         "weight stored transposed (C, Cout): one sgemm per block of positions, the "
         "epilogue on its rows in cache")
+
+
+# -- the channel-blocked layout (N, C/8, H, W, 8) ---------------------------------------------
+
+def _infer_block(x):
+    n, c, h, w = x.shape
+    if c % 8:
+        raise ValueError(f"block_channels: {c} channels of {tuple(x.shape)} (want a "
+                         f"multiple of eight)")
+    return ShapedType((n, c // 8, h, w, 8), x.dtype)
+
+
+def _block_decomposition(x):
+    n, c, h, w = x.shape
+    return shape_ops.permute(shape_ops.reshape(x, n, c // 8, 8, h, w), 0, 1, 3, 4, 2)
+
+
+def _unblock_decomposition(x):
+    n, cb, h, w, _ = x.shape
+    return shape_ops.reshape(shape_ops.permute(x, 0, 1, 4, 2, 3), n, cb * 8, h, w)
+
+
+BLOCK_CHANNELS = defop(
+    "block_channels", lambda x: kernels.conv_blocked.block(x), _infer_block, attrs=(),
+    saves="", onnx=None, compiler_only=True, decomposition=_block_decomposition,
+    doc="(N, C, H, W) as the channel-blocked (N, C/8, H, W, 8), contiguous: a layout "
+        "conversion at the edge of a blocked region")
+
+UNBLOCK_CHANNELS = defop(
+    "unblock_channels", lambda x: kernels.conv_blocked.unblock(x),
+    lambda x: ShapedType((x.shape[0], x.shape[1] * 8, *x.shape[2:4]), x.dtype), attrs=(),
+    saves="", onnx=None, compiler_only=True, decomposition=_unblock_decomposition,
+    doc="block_channels' inverse: (N, C/8, H, W, 8) as (N, C, H, W), contiguous")
+
+
+def _blocked_conv_decomposition(x, w, b, *residual, act, bounds, residual_at, groups,
+                                **conv):
+    y = epilogue._decomposition(
+        _unblock_decomposition(x), w, b, *[_unblock_decomposition(r) for r in residual],
+        act=act, bounds=bounds, residual_at=residual_at, groups=groups, **conv)
+    return _block_decomposition(y)
+
+
+def _infer_depthwise_blocked(x, w, b, *residual, act, bounds, residual_at, stride, padding,
+                             dilation):
+    n, cb, h, wd, _ = x.shape
+    if tuple(w.shape[:2]) != (cb * 8, 1) or tuple(b.shape) != (cb * 8,):
+        raise ValueError(f"depthwise_blocked: weight {tuple(w.shape)} and bias "
+                         f"{tuple(b.shape)} for {cb * 8} channels (want ({cb * 8}, 1, kh, "
+                         f"kw) and ({cb * 8},))")
+    ho, wo = conv_ops._conv_out_hw((h, wd), tuple(w.shape[2:]), stride, padding, dilation)
+    return _blocked_out(ShapedType((n, cb, ho, wo, 8), x.dtype), residual, "depthwise")
+
+
+def _blocked_out(out, residual, name):
+    if residual and tuple(residual[0].shape) != tuple(out.shape):
+        raise ValueError(f"{name}_blocked: residual of shape {tuple(residual[0].shape)} "
+                         f"for an output of shape {tuple(out.shape)}")
+    return out
+
+
+def _epilogue_codes(residual, act, bounds, residual_at) -> dict:
+    """The kernels' epilogue arguments for an op's ``act``, ``bounds``, ``residual_at``."""
+    return dict(residual=bool(residual), act=ACTIVATIONS.index(act), lo=bounds[0],
+                hi=bounds[1], where=epilogue.RESIDUAL.index(residual_at) if residual else 0)
+
+
+def _compiled_float32(x, *others) -> bool:
+    """Whether a blocked op runs its loop: Numba, a static ``x``, float32 operands."""
+    return kernels.numba_available() and is_static(x.shape) and all(
+        getattr(v, "dtype", None) == np.float32 for v in (x, *others))
+
+
+def _fitted_depthwise_blocked(x, w, b, *residual, act, bounds, residual_at, stride, padding,
+                              dilation):
+    if not _compiled_float32(x, w, b, *residual):
+        return None
+    return kernels.conv_blocked.fitted_depthwise(
+        tuple(x.shape), tuple(w.shape), stride, padding, dilation,
+        **_epilogue_codes(residual, act, bounds, residual_at))
+
+
+def _depthwise_blocked_kernel(x, w, b, *residual, **attrs):
+    """``kernels/conv_blocked.py``'s loop (float32, Numba); else ``conv2d_epilogue``'s
+    kernel between layout conversions."""
+    run = _fitted_depthwise_blocked(x, w, b, *residual, **attrs)
+    if run is not None:
+        return run(x, w, b, *residual)
+    blocked = kernels.conv_blocked
+    y = epilogue._kernel(blocked.unblock(x), w, b, *[blocked.unblock(r) for r in residual],
+                         groups=w.shape[0], **attrs)
+    return blocked.block(y)
+
+
+def _specialise_depthwise_blocked(*args, **attrs):
+    """``depthwise_blocked`` fitted to static float32 shapes, as
+    ``depthwise_blocked_<act>``; else None (the op's kernel)."""
+    run = _fitted_depthwise_blocked(*args, **attrs)
+    return None if run is None else (f"depthwise_blocked_{attrs['act']}", run)
+
+
+DEPTHWISE_BLOCKED = defop(
+    "depthwise_blocked", _depthwise_blocked_kernel, _infer_depthwise_blocked,
+    attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation"), saves="",
+    onnx=None, compiler_only=True,
+    decomposition=lambda x, w, b, *r, **attrs: _blocked_conv_decomposition(
+        x, w, b, *r, groups=w.shape[0], **attrs),
+    specialise=_specialise_depthwise_blocked,
+    doc="conv2d_epilogue of a depthwise conv on channel-blocked (N, C/8, H, W, 8) "
+        "activations, its weight (C, 1, kh, kw) as conv2d's")
+
+
+def _unpacked_pointwise(wp, cout):
+    """``pointwise_blocked``'s packed ``(groups, C, 24)`` weight as conv2d's ``(Cout, C, 1,
+    1)``."""
+    groups, c, width = wp.shape
+    w = shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), groups * width, c)
+    return shape_ops.reshape(w[:cout], cout, c, 1, 1)
+
+
+def _infer_pointwise_blocked(x, wp, b, *residual, act, bounds, residual_at):
+    n, cb, h, w, _ = x.shape
+    cout = b.shape[0]
+    if wp.ndim != 3 or wp.shape[1] != cb * 8 or wp.shape[0] * wp.shape[2] < cout or cout % 8:
+        raise ValueError(f"pointwise_blocked: input {tuple(x.shape)}, weight "
+                         f"{tuple(wp.shape)} and bias {tuple(b.shape)} (want (N, C/8, H, W, "
+                         f"8), kernels.conv_blocked.pack's (groups, C, 24) and (Cout,), Cout "
+                         f"a multiple of eight)")
+    return _blocked_out(ShapedType((n, cout // 8, h, w, 8), x.dtype), residual, "pointwise")
+
+
+def _fitted_pointwise_blocked(x, wp, b, *residual, act, bounds, residual_at):
+    if not _compiled_float32(x, wp, b, *residual):
+        return None
+    return kernels.conv_blocked.pointwise(tuple(x.shape), b.shape[0],
+                                          **_epilogue_codes(residual, act, bounds,
+                                                            residual_at))
+
+
+def _pointwise_blocked_kernel(x, wp, b, *residual, **attrs):
+    """``kernels/conv_blocked.py``'s micro-kernel (float32, Numba); else
+    ``conv2d_epilogue``'s kernel between layout conversions."""
+    run = _fitted_pointwise_blocked(x, wp, b, *residual, **attrs)
+    if run is not None:
+        return run(x, wp, b, *residual)
+    blocked = kernels.conv_blocked
+    cout, c = b.shape[0], wp.shape[1]
+    w = np.transpose(wp, (0, 2, 1)).reshape(-1, c)[:cout].reshape(cout, c, 1, 1)
+    y = epilogue._kernel(blocked.unblock(x), np.ascontiguousarray(w), b,
+                         *[blocked.unblock(r) for r in residual], stride=(1, 1),
+                         padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1, **attrs)
+    return blocked.block(y)
+
+
+def _specialise_pointwise_blocked(*args, **attrs):
+    """``pointwise_blocked`` fitted to static float32 shapes, as
+    ``conv1x1_blocked_<act>``; else None (the op's kernel)."""
+    run = _fitted_pointwise_blocked(*args, **attrs)
+    return None if run is None else (f"conv1x1_blocked_{attrs['act']}", run)
+
+
+POINTWISE_BLOCKED = defop(
+    "pointwise_blocked", _pointwise_blocked_kernel, _infer_pointwise_blocked,
+    attrs=("act", "bounds", "residual_at"), saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, wp, b, *r, **attrs: _blocked_conv_decomposition(
+        x, _unpacked_pointwise(wp, b.shape[0]), b, *r, groups=1, stride=(1, 1),
+        padding=((0, 0), (0, 0)), dilation=(1, 1), **attrs),
+    specialise=_specialise_pointwise_blocked,
+    doc="conv2d_epilogue of a 1x1 conv on channel-blocked (N, C/8, H, W, 8) activations, "
+        "its weight packed (groups, C, 24): 24 output channels by 8 positions in registers")
+
+
+def _infer_excite_blocked(x, w1, b1, w2, b2, *, acts, bounds):
+    n, cb, h, w, lanes = x.shape if len(x.shape) == 5 else (None,) * 5
+    if lanes != 8:
+        raise ValueError(f"squeeze_excite_blocked: input {tuple(x.shape)} (want (N, C/8, H, "
+                         f"W, 8))")
+    excite.SQUEEZE_EXCITE.infer(ShapedType((n, cb * 8, h, w), x.dtype), w1, b1, w2, b2,
+                                acts=acts, bounds=bounds)
+    return ShapedType(tuple(x.shape), x.dtype)
+
+
+def _excite_blocked_kernel(x, w1, b1, w2, b2, *, acts, bounds):
+    """``kernels/excite.py``'s blocked loop (float32, Numba); else ``squeeze_excite``'s
+    kernel between layout conversions."""
+    if excite.compiled(x, w1, b1, w2, b2):
+        n, cb, h, w, _ = x.shape
+        return excite.run_loop(kernels.excite.squeeze_excite_blocked, x, w1, b1, w2, b2,
+                               acts, bounds, (n, cb, h * w, 8))
+    blocked = kernels.conv_blocked
+    return blocked.block(excite.SQUEEZE_EXCITE.kernel(blocked.unblock(x), w1, b1, w2, b2,
+                                                      acts=acts, bounds=bounds))
+
+
+SQUEEZE_EXCITE_BLOCKED = defop(
+    "squeeze_excite_blocked", _excite_blocked_kernel, _infer_excite_blocked,
+    attrs=("acts", "bounds"), saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, *weights, acts, bounds: _block_decomposition(
+        excite.SQUEEZE_EXCITE.decomposition(_unblock_decomposition(x), *weights, acts=acts,
+                                            bounds=bounds)),
+    doc="squeeze_excite on channel-blocked (N, C/8, H, W, 8) activations: the pooled "
+        "gate and the channel scale in one loop per image, in the region's layout")

@@ -289,8 +289,10 @@ def _specialise_mean(x, dims, keepdim):
     shape = tuple(x.shape)
     tail = sorted(d % len(shape) for d in dims) if shape else []
     if not (kernels.numba_available() and x.dtype == np.float32 and tail and is_static(shape)
-            and tail == list(range(len(shape) - len(tail), len(shape)))):
+            and tail == list(range(tail[0], tail[0] + len(tail)))):
         return None
+    if tail[-1] != len(shape) - 1:
+        return _middle_means(shape, tail, dims, keepdim)
     rows = math.prod(shape[:len(shape) - len(tail)])
     width = math.prod(shape[len(shape) - len(tail):])
     out_shape = reduced_shape(shape, dims, keepdim)
@@ -303,6 +305,27 @@ def _specialise_mean(x, dims, keepdim):
         means(rows, np.ascontiguousarray(x).reshape(rows, width), out.reshape(rows))
         return out
     return "row_means", run
+
+
+def _middle_means(shape, middle, dims, keepdim):
+    """``_specialise_mean`` of a mean over dims in the middle of an array's (``(N, C/8, H,
+    W, 8)`` over ``(2, 3)``: a channel-blocked value's global average pooling): the input
+    as ``(A, P, B)``, a compiled loop summing each ``(P, B)`` block's rows in order (NumPy's
+    iterator over a short last axis ran a float at a time)."""
+    lead = math.prod(shape[:middle[0]])
+    width = math.prod(shape[middle[0]:middle[-1] + 1])
+    inner = math.prod(shape[middle[-1] + 1:])
+    out_shape = reduced_shape(shape, dims, keepdim)
+    if not (lead and width and inner):
+        return None
+    means = fitted_rows(kernels.normalization.middle_means)
+
+    def run(x):
+        out = np.empty(out_shape, np.float32)
+        means(lead, np.ascontiguousarray(x).reshape(lead, width, inner),
+              out.reshape(lead, inner))
+        return out
+    return "middle_means", run
 
 
 MEAN = defop("mean", _mean_kernel, _infer_reduce, attrs=("dims", "keepdim"), saves="",

@@ -18,7 +18,9 @@ operands of static shapes whose weight is a constant of the graph (inference: fr
 parameters, an ONNX import; a training step's weights are inputs, so it is never touched)
 and that is depthwise (``conv_nhwc.wanted``) or 1x1 with stride 1, no padding and one
 group; a ``mean`` over dims ``(2, 3)`` of a 4-D float32 value; an elementwise op whose
-array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``.
+array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``;
+every 4-D value a member reads or makes of a static shape (a graph traced with symbolic
+dims keeps those values as they are; the blocked layout needs the channels as a number).
 Members joined by the values they pass are a *region*. A region is taken where it pays, by
 a cost rule over element counts: each depthwise conv in it saves the transposes of its
 input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
@@ -29,6 +31,7 @@ as they are.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +39,10 @@ from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.conv import CONV2D
 from ..ops.epilogue import CONV2D_EPILOGUE
-from ..ops.layout import DEPTHWISE_NHWC, POINTWISE_NHWC, RELAYOUT, TO_NCHW, TO_NHWC
+from ..ops.excite import SQUEEZE_EXCITE
+from ..ops.layout import (BLOCK_CHANNELS, DEPTHWISE_BLOCKED, DEPTHWISE_NHWC, POINTWISE_BLOCKED,
+                          POINTWISE_NHWC, RELAYOUT, SQUEEZE_EXCITE_BLOCKED, TO_NCHW, TO_NHWC,
+                          UNBLOCK_CHANNELS)
 from ..ops.reduce import MEAN
 from ..ops.shape import RESHAPE
 from ..shapes import is_static
@@ -46,26 +52,55 @@ CONVS = (CONV2D, CONV2D_EPILOGUE)
 RELAYOUT_COST = 2   # (NumPy's transposing copy against the conv loops' 8x8 transposes)
 
 
-def _conv_form(node: Node, constants) -> str | None:
+@dataclass(frozen=True)
+class Layout:
+    """What a region's layout changes: ``to`` and ``back``, the ops (and their attrs) of
+    the conversions at its edges; ``ops`` the op of each conv form (and ``"excite"``: of a
+    ``squeeze_excite``, where the layout has one); ``pack(form, w)`` a
+    conv's constant weight as that op reads it (``None``: as it is); ``mean_dims`` the
+    plane's dims; ``holds(v)``: whether a 4-D value can be laid out so; ``takes(form, x,
+    w)``: whether its kernels run such a conv; ``suffix`` the names' ending."""
+    name: str
+    to: tuple
+    back: tuple
+    ops: dict
+    pack: object
+    mean_dims: tuple
+    holds: object
+    takes: object
+    suffix: str
+
+
+def _conv_form(node: Node, constants, layout) -> str | None:
     """``"pointwise"`` or ``"depthwise"`` for a conv the region takes, else None."""
     x, w, *rest = node.inputs
     a = node.attrs
     if not (isinstance(x, Value) and w in constants and x.ndim == 4 and is_static(x.shape)
-            and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest))):
+            and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest))
+            and min(min(p) for p in a["padding"]) >= 0):
         return None
     if (tuple(w.shape[2:]) == (1, 1) and tuple(a["stride"]) == (1, 1) and a["groups"] == 1
             and all(p == 0 for pair in a["padding"] for p in pair)):
-        return "pointwise"
-    if kernels.conv_nhwc.wanted(tuple(x.shape), tuple(w.shape), node.outputs[0].shape[2:],
-                                a["padding"], a["groups"], np.float32):
-        return "depthwise"
-    return None
+        form = "pointwise"
+    elif a["groups"] == x.shape[1] == w.shape[0] and w.shape[1] == 1:
+        form = "depthwise"
+    else:
+        return None
+    return form if layout.takes(form, x, w) else None
 
 
-def _member(node: Node, constants) -> bool:
-    """Whether ``node`` can run in channels-last (the module docstring)."""
+def _member(node: Node, constants, layout) -> bool:
+    """Whether ``node`` can run in the layout (the module docstring). Its 4-D values are
+    of static shapes (a symbolic dim is never blocked, nor counted by the cost rule)
+    that the layout holds."""
+    if not all(is_static(v.shape) and layout.holds(v)
+               for v in (*_layout_values(node), *node.outputs)
+               if isinstance(v, Value) and v.ndim == 4):
+        return False
     if node.op in CONVS:
-        return _conv_form(node, constants) is not None
+        return _conv_form(node, constants, layout) is not None
+    if node.op is SQUEEZE_EXCITE:
+        return "excite" in layout.ops and node.inputs[0].dtype == np.float32
     x = node.inputs[0] if node.inputs else None
     if not isinstance(x, Value) or x.dtype != np.float32 or len(node.outputs) != 1:
         return False
@@ -80,17 +115,18 @@ def _member(node: Node, constants) -> bool:
 
 def _layout_values(node: Node) -> list:
     """The 4-D inputs of a member whose layout it reads (a conv's input and residual, not
-    its weight)."""
-    values = [node.inputs[0], *node.inputs[3:]] if node.op in CONVS else node.inputs
+    its weight; a squeeze-excitation's input, not its weights)."""
+    values = ([node.inputs[0], *node.inputs[3:]] if node.op in CONVS
+              else node.inputs[:1] if node.op is SQUEEZE_EXCITE else node.inputs)
     return [v for v in values if isinstance(v, Value) and v.ndim == 4]
 
 
-def channels_last_regions(graph: Graph) -> list[list[Node]]:
+def _regions(graph: Graph, layout: Layout) -> list[list[Node]]:
     """The precondition: the regions (lists of member nodes in graph order) that pay."""
     if not kernels.numba_available():
         return []
-    members = [n for n in graph.nodes if _member(n, graph.constants)]
-    if not any(n.op in CONVS and _conv_form(n, graph.constants) == "depthwise"
+    members = [n for n in graph.nodes if _member(n, graph.constants, layout)]
+    if not any(n.op in CONVS and _conv_form(n, graph.constants, layout) == "depthwise"
                for n in members):
         return []
     region = {n: n for n in members}      # union-find over the members
@@ -108,7 +144,7 @@ def channels_last_regions(graph: Graph) -> list[list[Node]]:
     for n in members:
         groups.setdefault(root(n), []).append(n)
     read_by = live_readers(graph)
-    return [g for g in groups.values() if _pays(g, graph, read_by)]
+    return [g for g in groups.values() if _pays(g, graph, read_by, layout)]
 
 
 def _edges(region: list, read_by: dict) -> tuple[set, set]:
@@ -121,13 +157,18 @@ def _edges(region: list, read_by: dict) -> tuple[set, set]:
     return into, back
 
 
-def _pays(region: list, graph: Graph, read_by: dict) -> bool:
+def _pays(region: list, graph: Graph, read_by: dict, layout: Layout) -> bool:
     """The cost rule (module docstring)."""
     gain = sum(math.prod(n.inputs[0].shape) + math.prod(n.outputs[0].shape) for n in region
-               if n.op in CONVS and _conv_form(n, graph.constants) == "depthwise")
+               if n.op in CONVS and _conv_form(n, graph.constants, layout) == "depthwise")
     into, back = _edges(region, read_by)
     cost = RELAYOUT_COST * sum(math.prod(v.shape) for v in into | back)
     return gain > cost
+
+
+def channels_last_regions(graph: Graph) -> list[list[Node]]:
+    """The precondition of ``channels_last``: its regions that pay."""
+    return _regions(graph, CHANNELS_LAST)
 
 
 def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
@@ -173,43 +214,102 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
           return (%m)
         }
     """
+    return _relayout(graph, regions, report, CHANNELS_LAST)
+
+
+def blocked_channels_regions(graph: Graph) -> list[list[Node]]:
+    """The precondition of ``blocked_channels``: its regions that pay."""
+    return _regions(graph, BLOCKED)
+
+
+def blocked_channels(graph: Graph, regions: list, report: Report) -> Graph:
+    """Each region of ``blocked_channels_regions`` runs in the channel-blocked layout
+    ``(N, C/8, H, W, 8)``: a ``block_channels`` of each 4-D value it reads from outside, its
+    depthwise convs as ``depthwise_blocked`` (the weight as it is), its 1x1 convs as
+    ``pointwise_blocked`` (the weight a constant packed by ``conv_blocked.pack``), its
+    ``squeeze_excite`` ops as ``squeeze_excite_blocked`` (the pooled gate and the scale on
+    the blocks: no conversions around them), its means over dims ``(2, 3)`` (a mean that
+    drops them reshaped to ``(N, C)``: the same floats in the same order), its elementwise
+    ops and reshapes as they are on the blocked shapes, and an ``unblock_channels`` of each
+    4-D value read outside it.
+
+    Preserves: types, inputs and outputs; values up to the rounding of the sums (the
+    convs' sums start from the bias).
+
+    Before::
+
+        graph(%x: f32[1,8,6,6]) {
+          %w: f32[8,1,3,3] = constant
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %h: f32[1,8,6,6] = conv2d_epilogue(%x, %w, %b, act='relu', bounds=(-inf, inf),
+              residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1),
+              groups=8)
+          %y: f32[1,8,6,6] = conv2d(%h, %w, %b, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1), groups=8)
+          %m: f32[1,8] = mean(%y, dims=(2, 3), keepdim=False)
+          return (%m)
+        }
+
+    After::
+
+        graph(%x: f32[1,8,6,6]) {
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %w: f32[8,1,3,3] = constant
+          %x_blocked: f32[1,1,6,6,8] = block_channels(%x)
+          %h: f32[1,1,6,6,8] = depthwise_blocked(%x_blocked, %w, %b, act='relu',
+              bounds=(-inf, inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1))
+          %y: f32[1,1,6,6,8] = depthwise_blocked(%h, %w, %b, act='none', bounds=(-inf,
+              inf), residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1,
+              1))
+          %m: f32[1,1,8] = mean(%y, dims=(2, 3), keepdim=False)
+          %m_flat: f32[1,8] = reshape(%m, shape=(1, 8))
+          return (%m_flat)
+        }
+    """
+    return _relayout(graph, regions, report, BLOCKED)
+
+
+def _relayout(graph: Graph, regions: list, report: Report, layout: Layout) -> Graph:
+    """The regions rewritten in ``layout`` (``channels_last``'s docstring)."""
     read_by = live_readers(graph)
     member, back = {}, set()
     for region in regions:
         member.update(dict.fromkeys(region, True))
         back |= _edges(region, read_by)[1]
-        report.count("channels-last regions", f"{len(region)} nodes from "
-                                              f"%{region[0].outputs[0].name}")
+        report.count(f"{layout.name} regions", f"{len(region)} nodes from "
+                                               f"%{region[0].outputs[0].name}")
     b = Builder(graph)
-    nhwc, weights = {}, {}
+    laid, weights = {}, {}
 
     def inside(v):
-        """The channels-last form of a value a member reads."""
+        """The value's form in the layout, for a member reading it."""
         if not isinstance(v, Value) or v.ndim != 4:
             return b.get(v)
-        if v not in nhwc:
-            (nhwc[v],) = b.add(RELAYOUT, [b.get(v)], {"perm": TO_NHWC}, None,
-                               [v.name + "_nhwc"])
-            report.count("relayouts", f"%{v.name} to channels-last")
-        return nhwc[v]
+        if v not in laid:
+            (laid[v],) = b.add(layout.to[0], [b.get(v)], layout.to[1], None,
+                               [v.name + layout.suffix])
+            report.count("relayouts", f"%{v.name} to {layout.name}")
+        return laid[v]
 
     def constant(w, form):
         if (w, form) not in weights:
-            arr = graph.constants[w]
-            arr = (kernels.conv_nhwc.pack(arr) if form == "depthwise"
-                   else np.ascontiguousarray(arr.reshape(arr.shape[:2]).T))
-            weights[w, form] = b.graph.add_constant(arr, name=f"{w.name}_nhwc")
+            arr = layout.pack(form, graph.constants[w])
+            weights[w, form] = b.get(w) if arr is None else b.graph.add_constant(
+                arr, name=w.name + layout.suffix)
         return weights[w, form]
 
     for node in graph.nodes:
         if node not in member:
             b.copy(node)
             continue
-        y = _rewrite(node, b, inside, constant, graph)
+        y = _rewrite(node, b, inside, constant, graph, layout)
         if node.outputs[0].ndim == 4:
-            nhwc[node.outputs[0]] = y
+            laid[node.outputs[0]] = y
             if node.outputs[0] in back:
-                (b.env[node.outputs[0]],) = b.add(RELAYOUT, [y], {"perm": TO_NCHW}, None,
+                (b.env[node.outputs[0]],) = b.add(layout.back[0], [y], layout.back[1], None,
                                                   [node.outputs[0].name + "_nchw"])
                 report.count("relayouts", f"%{node.outputs[0].name} back to NCHW")
         else:
@@ -218,17 +318,24 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
     return b.finish()
 
 
-def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph) -> Value:
-    """The channels-last node for the member ``node``; its output."""
+def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph,
+             layout: Layout) -> Value:
+    """The node in ``layout`` for the member ``node``; its output."""
     name = [node.outputs[0].name]
+    if node.op is SQUEEZE_EXCITE:
+        operands = [inside(node.inputs[0]), *map(b.get, node.inputs[1:])]
+        return b.add(layout.ops["excite"], operands, node.attrs, node.location, name)[0]
     if node.op not in CONVS:
         attrs = dict(node.attrs)
         if node.op is MEAN:
-            attrs["dims"] = (1, 2)
-        return b.add(node.op, [inside(v) for v in node.inputs], attrs, node.location,
-                     name)[0]
+            attrs["dims"] = layout.mean_dims
+        y = b.add(node.op, [inside(v) for v in node.inputs], attrs, node.location, name)[0]
+        if node.outputs[0].ndim != 4 and y.ndim != node.outputs[0].ndim:   # (N, C/8, 8)
+            y = b.add(RESHAPE, [y], {"shape": tuple(node.outputs[0].shape)}, node.location,
+                      [name[0] + "_flat"])[0]
+        return y
     x, w, *rest = node.inputs
-    form = _conv_form(node, graph.constants)
+    form = _conv_form(node, graph.constants, layout)
     bias = rest[0] if rest else None
     residual = rest[1:]
     epi = {k: node.attrs[k] for k in ("act", "bounds", "residual_at")} if (
@@ -240,6 +347,26 @@ def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph) -> Value:
         bias = b.get(bias)
     operands = [inside(x), constant(w, form), bias, *[inside(r) for r in residual]]
     if form == "depthwise":
-        attrs = dict(epi, **{k: node.attrs[k] for k in ("stride", "padding", "dilation")})
-        return b.add(DEPTHWISE_NHWC, operands, attrs, node.location, name)[0]
-    return b.add(POINTWISE_NHWC, operands, epi, node.location, name)[0]
+        epi.update({k: node.attrs[k] for k in ("stride", "padding", "dilation")})
+    return b.add(layout.ops[form], operands, epi, node.location, name)[0]
+
+
+def _pack_nhwc(form, w):
+    return (kernels.conv_nhwc.pack(w) if form == "depthwise"
+            else np.ascontiguousarray(w.reshape(w.shape[:2]).T))
+
+
+CHANNELS_LAST = Layout(
+    "channels-last", (RELAYOUT, {"perm": TO_NHWC}), (RELAYOUT, {"perm": TO_NCHW}),
+    {"depthwise": DEPTHWISE_NHWC, "pointwise": POINTWISE_NHWC}, _pack_nhwc, (1, 2),
+    holds=lambda v: True, takes=lambda form, x, w: True, suffix="_nhwc")
+
+BLOCKED = Layout(
+    "blocked", (BLOCK_CHANNELS, {}), (UNBLOCK_CHANNELS, {}),
+    {"depthwise": DEPTHWISE_BLOCKED, "pointwise": POINTWISE_BLOCKED,
+     "excite": SQUEEZE_EXCITE_BLOCKED},
+    lambda form, w: kernels.conv_blocked.pack(w) if form == "pointwise" else None, (2, 3),
+    holds=lambda v: v.shape[1] % 8 == 0,
+    takes=lambda form, x, w: kernels.conv_blocked.blockable(
+        tuple(x.shape), tuple(w.shape), 1 if form == "pointwise" else w.shape[0]) == form,
+    suffix="_blocked")

@@ -51,7 +51,8 @@ from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .excite import squeeze_excite, squeeze_excites
-from .layout import CONVS as LAYOUT_CONVS, channels_last, channels_last_regions
+from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_regions,
+                     channels_last, channels_last_regions)
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
@@ -396,6 +397,14 @@ RULES += [
     # opt-in (passes={"channels_last": True}): whole models measured slower (docs/passes.md)
     LoweringRule("channels_last", LAYOUT_CONVS, channels_last_regions, channels_last, "graph",
                  default=False),
+    # depthwise and 1x1 conv2d(_epilogue) on constant weights, channels multiples of eight,
+    # and the elementwise ops, means and reshapes between them, where the cost rule says it
+    # pays -> a region in (N, C/8, H, W, 8): depthwise_blocked, pointwise_blocked,
+    # block_channels / unblock_channels at its edges (after the epilogue rules and
+    # channels_last where opted in; before the "kernels" stage's conv_winograd and
+    # conv_packed, which take the convs left outside)
+    LoweringRule("blocked_channels", LAYOUT_CONVS, blocked_channels_regions, blocked_channels,
+                 "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -421,6 +421,59 @@ def squeeze_excite(acts, bounds):
     return fn
 
 
+def blocked(x):
+    """(N, C, H, W) as the channel-blocked (N, C/8, H, W, 8), in either library."""
+    n, c, h, w = x.shape
+    return x.reshape(n, c // 8, 8, h, w).permute(0, 1, 3, 4, 2)
+
+
+def unblocked(x):
+    n, cb, h, w, _ = x.shape
+    return x.permute(0, 1, 4, 2, 3).reshape(n, cb * 8, h, w)
+
+
+def block_op(name):
+    """block_channels / unblock_channels (what passes.blocked_channels puts at a region's
+    edges) vs the reshape and permute they stand for."""
+    def fn(m, x):
+        if m.__name__ != "torch":
+            from dualgraph.ops import layout
+            return apply(getattr(layout, name.upper()), x)
+        return (blocked if name == "block_channels" else unblocked)(x)
+    return fn
+
+
+def depthwise_blocked(act, residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1))):
+    """depthwise_blocked (what passes.blocked_channels makes) on blocked x and residual,
+    its weight conv2d's, vs torch's depthwise conv between the relayouts, then the tail."""
+    def fn(m, x, w, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import DEPTHWISE_BLOCKED
+            return apply(DEPTHWISE_BLOCKED, x, w, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at,
+                         stride=stride, padding=padding, dilation=(1, 1))
+        (top, bottom), (left, right) = padding
+        xp = m.nn.functional.pad(unblocked(x), (left, right, top, bottom))
+        y = m.nn.functional.conv2d(xp, w, b, stride=stride, groups=w.shape[0])
+        return blocked(torch_tail(m, y, [unblocked(r) for r in residual], act, residual_at))
+    return fn
+
+
+def pointwise_blocked(act, residual_at=None):
+    """pointwise_blocked on blocked x and residual, its weight packed (groups, C, 24)
+    (the columns past Cout unread), vs torch's 1x1 conv between the relayouts."""
+    def fn(m, x, wp, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import POINTWISE_BLOCKED
+            return apply(POINTWISE_BLOCKED, x, wp, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at)
+        cout, c = b.shape[0], wp.shape[1]
+        w = wp.permute(0, 2, 1).reshape(-1, c)[:cout].reshape(cout, c, 1, 1)
+        y = m.nn.functional.conv2d(unblocked(x), w, b)
+        return blocked(torch_tail(m, y, [unblocked(r) for r in residual], act, residual_at))
+    return fn
+
+
 CASES += [
     OpCase("squeeze_excite", squeeze_excite(acts, ((-INF, INF), (0.0, 6.0))),
            [In((n, 7, 5, 3)), In((3, 7, 1, 1)), In((3,)), In((7, 3, 1, 1)), In((7,))],
@@ -428,4 +481,49 @@ CASES += [
            atol=1e-5)
     for acts, n in [(("relu", "hardsigmoid"), 1), (("silu", "sigmoid"), 3),
                     (("hardswish", "clamp"), 2)]
+]
+def squeeze_excite_blocked(acts, bounds):
+    """squeeze_excite_blocked (what passes.blocked_channels makes of a squeeze_excite in a
+    region) on blocked x vs torch's between the relayouts."""
+    def fn(m, x, *weights):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import SQUEEZE_EXCITE_BLOCKED
+            return apply(SQUEEZE_EXCITE_BLOCKED, x, *weights, acts=acts, bounds=bounds)
+        return blocked(squeeze_excite(acts, bounds)(m, unblocked(x), *weights))
+    return fn
+
+
+CASES += [
+    OpCase("squeeze_excite_blocked", squeeze_excite_blocked(acts, ((-INF, INF), (0.0, 6.0))),
+           [In((n, cb, 5, 3, 8)), In((3, cb * 8, 1, 1)), In((3,)), In((cb * 8, 3, 1, 1)),
+            In((cb * 8,))], f"{'-'.join(acts)}-batch{n}-blocks{cb}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-5)
+    for acts, n, cb in [(("relu", "hardsigmoid"), 1, 1), (("silu", "sigmoid"), 3, 2),
+                        (("hardswish", "clamp"), 2, 3)]
+]
+CASES += [
+    OpCase("block_channels", block_op("block_channels"), [In((2, 16, 5, 3))], "",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("block_channels", block_op("block_channels"), [In((1, 24, 13, 17))], "big",
+           dtypes=("float32",), grad=False),
+    OpCase("unblock_channels", block_op("unblock_channels"), [In((2, 3, 4, 5, 8))], "",
+           dtypes=("float32", "float64"), grad=False),
+    OpCase("unblock_channels", block_op("unblock_channels"), [In((1, 3, 13, 17, 8))], "big",
+           dtypes=("float32",), grad=False),
+]
+CASES += [
+    OpCase("depthwise_blocked", depthwise_blocked(act, at, stride),
+           [In((2, 2, 9, 11, 8)), In((16, 1, 3, 3)), In((16,))]
+           + ([In((2, 2, 9, 11, 8) if stride == (1, 1) else (2, 2, 5, 6, 8))] if at else []),
+           f"{act}-{at}-{stride[0]}", dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at, stride in [("relu", None, (2, 2)), ("silu", "before", (1, 1)),
+                            ("none", "after", (1, 1)), ("hardswish", "before", (2, 2))]
+]
+CASES += [
+    OpCase("pointwise_blocked", pointwise_blocked(act, at),
+           [In((2, 2, 5, 7, 8)), In((2, 16, 24)), In((cout,))]
+           + ([In((2, cout // 8, 5, 7, 8))] if at else []), f"{act}-{at}-{cout}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act, at, cout in [("relu", None, 40), ("hardswish", "before", 24),
+                          ("none", "after", 8), ("silu", None, 16)]
 ]

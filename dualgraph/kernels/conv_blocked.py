@@ -1,0 +1,323 @@
+"""Depthwise and 1x1 convolutions on channel-blocked activations ``(N, C/8, H, W, 8)``
+(NCHW8c: each block of eight channels one plane whose positions hold the eight channels'
+values side by side), float32, forward with the epilogue: the kernels of
+``depthwise_blocked`` and ``pointwise_blocked``, which the layout pass
+(``passes/layout.py``, rule ``blocked_channels``) puts where chains of depthwise and 1x1
+convolutions run in that layout (onnxruntime's NCHWc).
+
+In NCHW, ``conv_lanes`` transposes each block of eight planes 8x8 into this interleaved
+form and its output back, about half of a mobile CNN's depthwise layer; kept blocked from
+conv to conv, neither is needed.
+
+Depthwise (``depthwise``): a work item is an image's block; its plane is copied row by row
+(no transposes) into a zero-padded plane, and ``conv_lanes._row`` sums each output row
+(every tap one eight-lane multiply-add a position, from the bias) straight into the
+output, where the epilogue (``conv_lanes.finish``) runs on the row while it is in cache.
+
+1x1 (``pointwise``): ``out[o // 8, p, o % 8] = bias[o] + sum_k x[k // 8, p, k % 8] *
+w[o, k]`` with the output channels in the lanes: the register block is three output
+blocks (24 channels) by eight positions, 24 vector sums; per input channel ``k`` the
+three weight vectors are loaded from the packed ``(groups, C, 24)`` weight (``pack``) and
+each position's ``x`` broadcast from memory, 24 multiply-adds. A work item is an image's
+chunk of ``CHUNK`` positions; after its last group the epilogue runs on each output
+block's run of the chunk. Each output is one chain of multiply-adds over ``k = 0 .. C-1``
+in order from the bias, whatever the chunk or thread: the bits do not depend on them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import helper, loop, numba_available
+from .conv_lanes import _interleave, _row, _weights, finish
+from .simd import LANES, broadcast_at, fma, load, multiply, store
+from .threads import run_rows, threads_for
+from .tuning import cores
+
+F = np.float32
+GROUP = 3 * LANES     # output channels of the 1x1 register block
+CHUNK = 96            # positions of a 1x1 work item
+SMALL = 4096          # elements below which NumPy's transposing copy is quicker to call
+
+
+def block(x: np.ndarray) -> np.ndarray:
+    """``x (N, C, H, W)`` (C a multiple of eight) as ``(N, C/8, H, W, 8)``."""
+    n, c, h, w = x.shape
+    if x.size < SMALL or x.dtype != F:
+        return np.ascontiguousarray(x.reshape(n, c // LANES, LANES, h, w).transpose(
+            0, 1, 3, 4, 2))
+    out = np.empty((n, c // LANES, h, w, LANES), F)
+    run_rows(_relayout, n * c // LANES, np.ascontiguousarray(x, F).reshape(-1),
+             out.reshape(-1), h * w, True, threads=threads_for(x.size) or cores())
+    return out
+
+
+def unblock(x: np.ndarray) -> np.ndarray:
+    """:func:`block`'s inverse: ``(N, C/8, H, W, 8)`` as ``(N, C, H, W)``."""
+    n, cb, h, w, _ = x.shape
+    if x.size < SMALL or x.dtype != F:
+        return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)).reshape(n, cb * LANES, h, w)
+    out = np.empty((n, cb * LANES, h, w), F)
+    run_rows(_relayout, n * cb, out.reshape(-1), np.ascontiguousarray(x, F).reshape(-1),
+             h * w, False, threads=threads_for(x.size) or cores())
+    return out
+
+
+@loop
+def _relayout(start, stop, planar, blocked, size, to_blocked):
+    """Items (image, block) ``start:stop``: the block's eight planes of the flat NCHW
+    ``planar`` and its interleaved plane of the flat blocked ``blocked`` (``size``
+    positions), copied one way (``to_blocked``) or back, 8x8 transposes (NumPy's strided
+    copy ran at a third of their rate)."""
+    for item in range(start, stop):
+        at = item * size * LANES
+        _interleave(planar, at, size, LANES, blocked[at:], size, to_blocked)
+
+
+def blockable(x_shape, w_shape, groups) -> str | None:
+    """``"depthwise"`` or ``"pointwise"`` for a conv these kernels run on the blocked
+    layout (input and output channels multiples of eight, the depthwise one channel per
+    group, the 1x1 stride 1 unpadded in one group: checked by the caller), else None."""
+    c, cout = x_shape[1], w_shape[0]
+    if c % LANES or cout % LANES or not numba_available():
+        return None
+    if groups == c == cout and w_shape[1] == 1:
+        return "depthwise"
+    if groups == 1 and tuple(w_shape[2:]) == (1, 1):
+        return "pointwise"
+    return None
+
+
+@loop(fastmath={"contract"})
+def _depthwise(start, stop, x, w, bias, out, residual, scratch, wblocks, act, lo, hi, where,
+               channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp):
+    """Slots ``start:stop`` of ``scratch.shape[0]``: the items (block, image) of the flat
+    blocked ``x`` convolved with the flat ``w (C, kh*kw)`` and ``bias (C,)`` into the flat
+    blocked ``out``, with ``conv_lanes.finish``'s epilogue (``residual`` flat like
+    ``out``) on each output row."""
+    blocks, taps = channels // LANES, kh * kw
+    images = out.size // (channels * ho * wo)
+    items = images * blocks
+    plane, size, row = height * width * LANES, ho * wo * LANES, wo * LANES
+    rows = min(height, scratch.shape[1] // (LANES * wp) - top)
+    cols = min(width, wp - left) * LANES
+    for t in range(start, stop):
+        packed, wt = scratch[t], wblocks[t]
+        packed[:] = 0    # (the padding: every item writes the same inside positions)
+        first, last = t * items // scratch.shape[0], (t + 1) * items // scratch.shape[0]
+        for item in range(first, last):
+            b, n = item // images, item % images    # (block-major: a block's weights
+            src = (n * blocks + b) * plane
+            for y in range(rows):
+                d, s = ((y + top) * wp + left) * LANES, src + y * width * LANES
+                for u in range(0, cols, LANES):
+                    store(packed, d + u, load(x, s + u))
+            if item == first or n == 0:    # serve all its images)
+                _weights(w, bias, b, LANES, taps, wt)
+            start_sum = load(wt, taps * LANES)
+            base = (n * blocks + b) * size
+            dst = out[base:base + size]
+            for r in range(ho):
+                _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp)
+                q = base + r * row
+                finish(out[q:q + row], residual[q:q + row] if where else residual[0:1],
+                       where, act, lo, hi)
+
+
+def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False, where=0,
+                     act=0, lo=-np.inf, hi=np.inf):
+    """``run(x, w, bias, *residual, out=None)``: the depthwise conv of a blocked ``x``
+    (``x_shape (N, C/8, H, W, 8)``) with ``w (C, 1, kh, kw)`` and ``bias (C,)`` (float32)
+    into the blocked output, with ``conv_direct.conv``'s epilogue codes (``residual``
+    blocked like the output); scratch, threads and the compiled entry worked out once."""
+    n, cb, h, wd, _ = x_shape
+    kh, kw = w_shape[2:]
+    ho = (h + sum(padding[0]) - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + sum(padding[1]) - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
+    wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
+    shape = (n, cb, ho, wo, LANES)
+    workers = max(1, min(n * cb, threads_for(n * cb * LANES * ho * wo * kh * kw) or cores()))
+    scratch = np.empty((workers, hp * wp * LANES), F)
+    wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
+    geometry = (cb * LANES, h, wd, ho, wo, kh, kw, stride[0], stride[1], dilation[0],
+                dilation[1], padding[0][0], padding[1][0], wp)
+    lo, hi = F(lo), F(hi)
+    where = where if residual else 0
+    entry = []
+
+    def run(x, w, b, *r, out=None):
+        out = np.empty(shape, F) if out is None else out
+        _call(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
+              np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(b, F),
+              out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
+              _NO_RESIDUAL, scratch, wblocks, act, lo, hi, where, *geometry)
+        return out
+    return run
+
+
+def _call(loop, workers, entry, *args):
+    """``loop(0, workers, *args)`` over ``workers`` threads; on one, through the compiled
+    entry kept in ``entry`` (no type dispatch per call)."""
+    if workers > 1:
+        run_rows(loop, workers, *args, threads=workers)
+        return
+    if not entry:
+        entry.append(loop.entry(0, 1, *args))
+    entry[0](0, 1, *args)
+
+
+def pack(w: np.ndarray) -> np.ndarray:
+    """The ``(Cout, C, 1, 1)`` weight as ``(groups, C, 24)``: each group's 24 output
+    channels side by side for every input channel, past ``Cout`` zero."""
+    cout, c = w.shape[:2]
+    groups = -(-cout // GROUP)
+    wide = np.zeros((groups * GROUP, c), F)
+    wide[:cout] = w.reshape(cout, c)
+    return np.ascontiguousarray(wide.reshape(groups, GROUP, c).transpose(0, 2, 1))
+
+
+@helper(inline="always")
+def _fma3(x, at, w0, w1, w2, a0, a1, a2, n):
+    """One position's input ``x[at]``, broadcast, times the first ``n`` of three weight
+    vectors, into its sums (``n`` a constant where inlined: the others cost nothing)."""
+    u = broadcast_at(x, at)
+    return (fma(w0, u, a0), fma(w1, u, a1) if n > 1 else a1,
+            fma(w2, u, a2) if n > 2 else a2)
+
+
+@helper(inline="always")
+def _put3(out, at, step, n, a0, a1, a2):
+    """A position's three sums to the output blocks ``at``, ``at + step``, ``at + 2 *
+    step`` where the block exists (``n`` of them)."""
+    store(out, at, a0)
+    if n > 1:
+        store(out, at + step, a1)
+    if n > 2:
+        store(out, at + 2 * step, a2)
+
+
+@helper(inline="always")
+def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
+    """Eight positions (one unless ``eight``) from ``x[xo]`` (input block ``k // 8`` at
+    ``xo + (k // 8) * xstep``) by the 24 output channels whose packed weights start at
+    ``wp[wo]``, from the bias vectors ``b0, b1, b2``, into ``out[oo]`` (blocks ``ostep``
+    apart, ``n`` of the three exist)."""
+    a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32 = (
+        b0, b1, b2, b0, b1, b2, b0, b1, b2, b0, b1, b2)
+    a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72 = (
+        b0, b1, b2, b0, b1, b2, b0, b1, b2, b0, b1, b2)
+    for kb in range(blocks):
+        xb, wb = xo + kb * xstep, wo + kb * LANES * GROUP
+        for j in range(LANES):
+            t = wb + j * GROUP
+            w0 = load(wp, t)
+            w1 = load(wp, t + LANES) if n > 1 else w0
+            w2 = load(wp, t + 2 * LANES) if n > 2 else w0
+            a00, a01, a02 = _fma3(x, xb + j, w0, w1, w2, a00, a01, a02, n)
+            if eight:
+                a10, a11, a12 = _fma3(x, xb + 8 + j, w0, w1, w2, a10, a11, a12, n)
+                a20, a21, a22 = _fma3(x, xb + 16 + j, w0, w1, w2, a20, a21, a22, n)
+                a30, a31, a32 = _fma3(x, xb + 24 + j, w0, w1, w2, a30, a31, a32, n)
+                a40, a41, a42 = _fma3(x, xb + 32 + j, w0, w1, w2, a40, a41, a42, n)
+                a50, a51, a52 = _fma3(x, xb + 40 + j, w0, w1, w2, a50, a51, a52, n)
+                a60, a61, a62 = _fma3(x, xb + 48 + j, w0, w1, w2, a60, a61, a62, n)
+                a70, a71, a72 = _fma3(x, xb + 56 + j, w0, w1, w2, a70, a71, a72, n)
+    _put3(out, oo, ostep, n, a00, a01, a02)
+    if eight:
+        _put3(out, oo + 8, ostep, n, a10, a11, a12)
+        _put3(out, oo + 16, ostep, n, a20, a21, a22)
+        _put3(out, oo + 24, ostep, n, a30, a31, a32)
+        _put3(out, oo + 32, ostep, n, a40, a41, a42)
+        _put3(out, oo + 40, ostep, n, a50, a51, a52)
+        _put3(out, oo + 48, ostep, n, a60, a61, a62)
+        _put3(out, oo + 56, ostep, n, a70, a71, a72)
+
+
+@helper(inline="always")
+def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
+    """Positions ``q0:q1`` of a group of ``n`` output blocks: :func:`_tile` on eight at a
+    time, then one at a time."""
+    q = q0
+    while q + LANES <= q1:
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
+              n, True)
+        q += LANES
+    while q < q1:
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
+              n, False)
+        q += 1
+
+
+@loop(fastmath={"contract"})
+def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, channels, size,
+               cout, slots):
+    """Work items ``start * T // slots : stop * T // slots`` (``T``: each image's chunks of
+    ``CHUNK`` positions) of the flat blocked ``out (N, Cout/8, size, 8)`` = the 1x1 conv of
+    the flat blocked ``x (N, C/8, size, 8)`` with the packed ``wp`` and the padded ``bias
+    (groups * 24,)``, then ``conv_lanes.finish``'s epilogue (``residual`` flat like
+    ``out``)."""
+    chunks = -(-size // CHUNK)
+    images = out.size // (cout * size)
+    total, groups, blocks = images * chunks, -(-cout // GROUP), channels // LANES
+    step = size * LANES
+    for item in range(start * total // slots, stop * total // slots):
+        img, q0 = item // chunks, (item % chunks) * CHUNK
+        q1 = min(size, q0 + CHUNK)
+        xo, oo = img * channels * size, img * cout * size
+        for g in range(groups):
+            n = min(3, cout // LANES - 3 * g)
+            wo = g * channels * GROUP
+            b0 = load(bias, g * GROUP)
+            b1, b2 = load(bias, g * GROUP + LANES), load(bias, g * GROUP + 2 * LANES)
+            ob = oo + 3 * g * step
+            if n == 3:   # (a constant n for each inlined copy: two blocks or one
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 3)
+            elif n == 2:   # compute only theirs)
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 2)
+            else:
+                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 1)
+        for b in range(cout // LANES):
+            at, end = oo + b * step + q0 * LANES, oo + b * step + q1 * LANES
+            finish(out[at:end], residual[at:end] if where else residual[0:1], where, act,
+                   lo, hi)
+
+
+def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi=np.inf):
+    """``run(x, packed, bias, *residual, out=None)``: the 1x1 conv of a blocked ``x``
+    (``x_shape (N, C/8, H, W, 8)``) into ``cout`` channels, blocked, with the epilogue's
+    codes (as ``conv_tiles.conv``'s), the packed weight from :func:`pack`; threads and the
+    compiled entry worked out once (a call on a 7x7 plane is tens of microseconds)."""
+    n, cb, h, w, _ = x_shape
+    size = h * w
+    shape = (n, cout // LANES, h, w, LANES)
+    items = n * -(-size // CHUNK)
+    workers = max(1, min(items, threads_for(n * cout * size * cb * LANES) or cores()))
+    groups = -(-cout // GROUP)
+    lo, hi = F(lo), F(hi)
+    where = where if residual else 0
+    wide, entry = np.zeros(groups * GROUP, F), []
+
+    def run(x, packed, b, *r, out=None):
+        out = np.empty(shape, F) if out is None else out
+        wide[:cout] = b
+        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1), wide,
+                out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
+                _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers)
+        _call(_pointwise, workers, entry, *args)
+        return out
+    return run
+
+
+@loop
+def scale_blocks(start, stop, x, gate, out):
+    """``out[a, p] = x[a, p] * gate[a]`` for rows ``a`` in ``start:stop`` of ``x (A, P, 8)``
+    and ``gate (A, 8)`` (flat): squeeze-and-excitation's per-channel gate on a blocked
+    value (``mul``'s ``specialise``); NumPy's broadcast loops run eight floats at a time."""
+    positions = x.size // gate.size
+    for a in range(start, stop):
+        g = load(gate, a * LANES)
+        for q in range(a * positions * LANES, (a + 1) * positions * LANES, LANES):
+            store(out, q, multiply(load(x, q), g))
+
+
+_NO_RESIDUAL = np.zeros(1, F)

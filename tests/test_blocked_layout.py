@@ -1,0 +1,317 @@
+"""Channel-blocked regions (``passes/layout.py``, the lowering rule ``blocked_channels``;
+the ops ``block_channels``, ``unblock_channels``, ``depthwise_blocked``,
+``pointwise_blocked``, ``kernels/conv_blocked.py``): both loops with every epilogue
+against torch on odd planes, strides 1 and 2, kernels 3/5/7, dilation, batch 1 and 3,
+output channels of one, two and three blocks a group and position counts off the
+register block and the work item; compiled inverted-residual blocks with
+squeeze-and-excitation (BatchNorm folded) against eager and torch, directly and on the
+graph of ``dg.onnx.load``; the squeeze-and-excitation kernels the regions call (``mul``'s
+per-block gate, ``mean`` over middle dims); what the rule leaves alone."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+from dualgraph.codegen import Executable  # noqa: E402
+from dualgraph.kernels import conv_blocked  # noqa: E402
+from dualgraph.ops.layout import DEPTHWISE_BLOCKED, POINTWISE_BLOCKED  # noqa: E402
+
+from test_layout import _epilogue, _net, _models as layout_models, training_step  # noqa: E402
+
+ON = None   # (the default pipeline: the rule is on)
+
+# n, c, h, w, kernel, stride, padding, dilation, act, residual_at
+DEPTHWISE = [
+    (1, 16, 9, 11, 3, 1, 1, 1, "relu", None),
+    (3, 24, 14, 14, 3, 2, 1, 1, "clamp", None),          # stride 2, batch 3
+    (1, 40, 7, 7, 5, 1, 2, 1, "silu", "before"),         # 5x5, residual before
+    (2, 16, 15, 13, 7, 2, 3, 1, "hardswish", "after"),   # 7x7 stride 2, residual after
+    (1, 8, 12, 10, 3, 1, 2, 2, "sigmoid", None),         # dilation
+    (3, 24, 3, 2, 3, 1, 1, 1, "none", "before"),         # rows narrower than four
+    (1, 8, 6, 6, 3, 2, 0, 1, "relu", None),              # no padding
+    (1, 32, 29, 37, 3, 1, 1, 1, "clamp", "before"),      # runs of eight, 3 wide
+    (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),   # runs of eight, 5 wide
+    (1, 16, 40, 12, 5, 1, 1, 1, "none", None),           # padding less than the half
+]
+
+
+def _bounds(act):
+    return (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[str(c) for c in DEPTHWISE])
+def test_depthwise_loop_matches_torch(case):
+    n, c, h, w, k, s, p, d, act, at = case
+    rng = np.random.default_rng(c + h)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias),
+                                   stride=s, padding=p, dilation=d, groups=c)
+    y, residual = _epilogue(y, rng, act, at)
+    extra = [conv_blocked.block(residual)] if at else []
+    got = DEPTHWISE_BLOCKED.kernel(
+        conv_blocked.block(x), weight, bias, *extra, act=act, bounds=_bounds(act),
+        residual_at=at, stride=(s, s), padding=((p, p), (p, p)), dilation=(d, d))
+    np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+POINTWISE = [   # n, h, w, c, cout, act, residual_at
+    (1, 9, 7, 16, 40, "relu", None),            # groups of three blocks and two
+    (3, 5, 11, 40, 24, "clamp", "before"),      # one group, batch 3
+    (2, 6, 6, 24, 8, "hardswish", "after"),     # a group of one block
+    (1, 1, 1, 32, 16, "sigmoid", None),         # a 1x1 plane: one position
+    (1, 13, 17, 8, 56, "silu", None),           # 221 positions: chunks of 96 and a tail
+    (2, 4, 2, 64, 72, "none", "before"),        # fewer positions than a run of eight
+]
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=[str(c) for c in POINTWISE])
+def test_pointwise_matches_torch(case):
+    n, h, w, c, cout, act, at = case
+    rng = np.random.default_rng(c + cout)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias))
+    y, residual = _epilogue(y, rng, act, at)
+    extra = [conv_blocked.block(residual)] if at else []
+    got = POINTWISE_BLOCKED.kernel(conv_blocked.block(x), conv_blocked.pack(weight), bias,
+                                   *extra, act=act, bounds=_bounds(act), residual_at=at)
+    np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _models(batch, size):
+    return layout_models(batch, size, channels=(16, 40, 24))
+
+
+@pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (1, (41, 35))])
+def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
+    """The block's convs all run blocked, and so does its squeeze-and-excitation (fused
+    into one node first: ``squeeze_excite_blocked``, no conversions around it); the
+    head's output is unblocked, the pooled output reshaped."""
+    reference, model, x = _models(batch, size)
+    with torch.no_grad():
+        want = [t.numpy() for t in reference(torch.tensor(x))]
+    compiled = dg.compile(model, passes=ON)
+    with dg.no_grad():
+        got = [t.numpy() for t in compiled(dg.tensor(x))]
+        eager = [t.numpy() for t in model(dg.tensor(x))]
+    graph = str(compiled.optimized_graph)
+    assert graph.count("depthwise_blocked(") == 2, graph
+    assert graph.count("pointwise_blocked(") == 3, graph
+    assert graph.count("squeeze_excite_blocked(") == 1, graph
+    assert graph.count("unblock_channels(") == 1 and graph.count(" block_channels(") == 1, graph
+    assert "middle_means" in compiled.code
+    for g, e, w in zip(got, eager, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    off = dg.compile(model, passes={"blocked_channels": False})
+    with dg.no_grad():
+        off(dg.tensor(x))
+    assert not _blocked_ops(off.optimized_graph)
+
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    run = Executable(dg.onnx.load(path).graph, passes=ON)
+    assert "depthwise_blocked" in run.code and "conv1x1_blocked" in run.code
+    for g, w in zip(run.run([x]), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _blocked_ops(graph) -> bool:
+    return any(f"{op}(" in str(graph) for op in ("block_channels", "depthwise_blocked",
+                                                  "pointwise_blocked"))
+
+
+def test_left_alone():
+    """Not taken: 1x1 convs without a depthwise conv (nothing to gain), channels that are
+    not multiples of eight, a training step (its weights are inputs, not constants)."""
+    rng = np.random.default_rng(0)
+    pointwise = dg.nn.Sequential(dg.nn.Conv2d(8, 16, 1), dg.nn.ReLU(), dg.nn.Conv2d(16, 8, 1))
+    odd = _net(dg)   # (13, 37, 21 channels)
+    for model, c in ((pointwise.eval(), 8), (odd.eval(), 13)):
+        compiled = dg.compile(model, passes=ON)
+        with dg.no_grad():
+            compiled(dg.tensor(rng.standard_normal((1, c, 6, 6)).astype(np.float32)))
+        assert not _blocked_ops(compiled.optimized_graph)
+
+    _, model, x = _models(1, (9, 9))
+    assert not _blocked_ops(training_step(model, x, ON))
+
+
+@pytest.mark.parametrize("x_shape, g_shape", [
+    ((2, 3, 5, 7, 8), (2, 3, 1, 1, 8)),     # a per-block gate: scale_blocks
+    ((1, 4, 2, 8), (1, 4, 1, 8)),            # one middle dim
+    ((2, 3, 5, 7, 8), (1, 3, 1, 1, 8)),     # batch broadcast too: NumPy
+    ((2, 3, 5, 7, 6), (2, 3, 1, 1, 6)),     # not eight lanes: NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 7, 8)),     # equal shapes: no gate, NumPy
+    ((2, 3, 5, 7, 8), (2, 3, 5, 1, 8)),     # a gate over the last middle dim only
+])
+def test_gate_product(x_shape, g_shape):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    g = rng.standard_normal(g_shape).astype(np.float32)
+    for f in (dg.compile(lambda a, b: a * b), dg.compile(lambda a, b: b * a)):
+        np.testing.assert_array_equal(f(dg.tensor(x), dg.tensor(g)).numpy(), x * g)
+    fast = x_shape[:2] == g_shape[:2] and x_shape[-1] == 8 and x_shape != g_shape
+    assert ("scale_blocks" in f.code) == fast
+
+
+@pytest.mark.parametrize("shape, dims, keepdim", [
+    ((2, 3, 5, 7, 8), (2, 3), True), ((2, 3, 5, 7, 8), (2, 3), False),
+    ((1, 2, 1, 3, 8), (2, 3), True), ((2, 3, 4, 5, 6), (1, 2), False),
+    ((3, 300, 8), (1,), False),
+])
+def test_mean_over_middle_dims(shape, dims, keepdim):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    f = dg.compile(lambda a: a.mean(dims, keepdim=keepdim))
+    got = f(dg.tensor(x)).numpy()
+    assert "middle_means" in f.code
+    np.testing.assert_allclose(got, x.mean(dims, keepdims=keepdim), rtol=1e-5, atol=1e-6)
+
+
+def _guarded(shape, rng):
+    """An output array of ``shape`` at the start of a buffer whose tail (64 floats) holds
+    canaries, and a check that they are unchanged (a loop writing past its output)."""
+    size = int(np.prod(shape))
+    buf = np.full(size + 64, np.nan, np.float32)
+    buf[size:] = rng.standard_normal(64).astype(np.float32)
+    tail = buf[size:].copy()
+
+    def intact():
+        np.testing.assert_array_equal(buf[size:], tail)
+    return buf[:size].reshape(shape), intact
+
+
+# output positions 1, 7, 9, 17 (off the run of eight and the chunk); blocks 1, 2, 3; 1x1
+# outputs of one, two and three blocks a group and a partial group (8, 16, 24, 40, 56)
+ODD = [(1, 1, 1, 1, 8), (2, 1, 7, 2, 16), (1, 3, 3, 3, 24), (3, 1, 17, 1, 40),
+       (1, 17, 1, 2, 56)]
+
+
+@pytest.mark.parametrize("n, h, w, cb, cout", ODD, ids=[str(c) for c in ODD])
+def test_no_loop_writes_past_its_output(n, h, w, cb, cout):
+    """Every blocked loop on odd position counts and block counts, its output at the
+    start of a longer buffer: the values equal NumPy's and the floats after the output
+    are untouched (i-dw2's heap corruption was a gate product writing 8x its output)."""
+    rng = np.random.default_rng(h * 31 + w)
+    c = cb * 8
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    xb = conv_blocked.block(x)
+    want_block = x.reshape(n, cb, 8, h, w).transpose(0, 1, 3, 4, 2)
+    out, intact = _guarded(xb.shape, rng)
+    conv_blocked._relayout(0, n * cb, x.reshape(-1), out.reshape(-1), h * w, True)
+    np.testing.assert_array_equal(out, want_block)
+    intact()
+    out, intact = _guarded(x.shape, rng)
+    conv_blocked._relayout(0, n * cb, out.reshape(-1), xb.reshape(-1), h * w, False)
+    np.testing.assert_array_equal(out, x)
+    intact()
+
+    weight = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight),
+                                      torch.tensor(bias), padding=1, groups=c).numpy()
+    run = conv_blocked.fitted_depthwise(xb.shape, weight.shape, (1, 1), ((1, 1), (1, 1)),
+                                        (1, 1))
+    out, intact = _guarded(xb.shape, rng)
+    run(xb, weight, bias, out=out)
+    np.testing.assert_allclose(conv_blocked.unblock(out), want, rtol=1e-5, atol=1e-5)
+    intact()
+
+    weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight),
+                                      torch.tensor(bias)).numpy()
+    out, intact = _guarded((n, cout // 8, h, w, 8), rng)
+    conv_blocked.pointwise(xb.shape, cout, False)(xb, conv_blocked.pack(weight), bias,
+                                                  out=out)
+    np.testing.assert_allclose(conv_blocked.unblock(out), want, rtol=1e-5, atol=1e-5)
+    intact()
+
+    gate = rng.standard_normal((n, cb, 1, 1, 8)).astype(np.float32)
+    out, intact = _guarded(xb.shape, rng)
+    conv_blocked.scale_blocks(0, n * cb, xb.reshape(-1), gate.reshape(-1), out.reshape(-1))
+    np.testing.assert_array_equal(out, xb * gate)
+    intact()
+
+    out, intact = _guarded((n * cb, 8), rng)
+    dg.kernels.normalization.middle_means(0, n * cb, xb.reshape(n * cb, h * w, 8), out)
+    np.testing.assert_allclose(out, xb.mean((2, 3)).reshape(-1, 8), rtol=1e-5, atol=1e-6)
+    intact()
+
+    w1 = rng.standard_normal((3, c)).astype(np.float32)
+    w2 = rng.standard_normal((c, 3)).astype(np.float32)
+    b1, b2 = rng.standard_normal(3).astype(np.float32), rng.standard_normal(c).astype(
+        np.float32)
+    hidden = np.maximum(x.mean((2, 3)) @ w1.T + b1, 0)
+    want = x * (1 / (1 + np.exp(-(hidden @ w2.T + b2))))[:, :, None, None]
+    out, intact = _guarded((n, cb, h * w, 8), rng)
+    relu, sigmoid = (dg.kernels.epilogue.ACTIVATIONS.index(a) for a in ("relu", "sigmoid"))
+    inf = np.float32(np.inf)
+    dg.kernels.excite.squeeze_excite_blocked(0, n, xb.reshape(n, cb, h * w, 8), w1, b1, w2, b2,
+                                             relu, -inf, inf, sigmoid, -inf, inf, out)
+    np.testing.assert_allclose(conv_blocked.unblock(out.reshape(xb.shape)), want, rtol=1e-5,
+                               atol=1e-5)
+    intact()
+
+
+def test_two_threads_give_the_same_bits_as_one(monkeypatch):
+    """The blocked loops share their work items among threads through ``run_rows``; each
+    output is the same chain of sums whoever computes it: 1 and 2 threads agree bit for
+    bit (the loops asked to share even small arrays)."""
+    rng = np.random.default_rng(5)
+    n, c, h, w, cout = 3, 24, 11, 13, 40
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    dw = rng.standard_normal((c, 1, 5, 5)).astype(np.float32)
+    pw = conv_blocked.pack(rng.standard_normal((cout, c, 1, 1)).astype(np.float32))
+    bias = rng.standard_normal(cout).astype(np.float32)
+    se = [rng.standard_normal(s).astype(np.float32) for s in ((4, c, 1, 1), (4,), (c, 4, 1, 1),
+                                                               (c,))]
+    monkeypatch.setattr(conv_blocked, "threads_for", lambda size: None)
+    monkeypatch.setattr(dg.ops.excite, "threads_for", lambda size: None)
+    results = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("DUALGRAPH_NUM_THREADS", threads)
+        xb = conv_blocked.block(x)
+        y = conv_blocked.fitted_depthwise(xb.shape, dw.shape, (2, 2), ((2, 2), (2, 2)),
+                                          (1, 1), act=1)(xb, dw, bias[:c])
+        z = conv_blocked.pointwise(y.shape, cout, False)(y, pw, bias)
+        e = dg.ops.layout.SQUEEZE_EXCITE_BLOCKED.kernel(y, *se, acts=("relu", "sigmoid"),
+                                                        bounds=((-np.inf, np.inf),) * 2)
+        results.append([xb, y, z, e, conv_blocked.unblock(z)])
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one.view(np.int32), two.view(np.int32))
+
+
+def test_symbolic_dims_are_never_blocked():
+    """``dynamic=True``: the batch is a symbolic dim, here also the channel dim of a
+    permuted value read by elementwise ops (its ``% 8`` raised ShapeError in the
+    precondition); nothing of a symbolic shape is blocked, calls of several batches
+    equal eager."""
+    nn = dg.nn
+
+    class Permuted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+            self.pw = nn.Conv2d(16, 16, 1)
+
+        def forward(self, x):
+            y = self.pw(dg.relu(self.dw(x)))
+            z = dg.relu(y.permute(1, 0, 2, 3)) * 2.0     # (16, B, 9, 9)
+            return z.permute(1, 0, 2, 3) + y
+    model = Permuted().eval()
+    compiled = dg.compile(model, dynamic=True)
+    with dg.no_grad():
+        for n in (1, 2, 3, 8):
+            x = dg.tensor(np.random.default_rng(n).standard_normal((n, 16, 9, 9)).astype(
+                np.float32))
+            np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-4,
+                                       atol=1e-4)
+    assert not _blocked_ops(compiled.optimized_graph)
