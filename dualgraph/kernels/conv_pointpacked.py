@@ -16,7 +16,10 @@ every call: on 7x7 and 14x14 planes, where the weight is as large as the activat
 (1280 x 320 against 320 x 49), that packing and its small-``N`` edge kernels cost as much
 as a third of the product.
 
-A work item is an image's chunk of ``CHUNK`` positions (so two threads share batch 1).
+A work item is an image's chunk of ``CHUNK`` positions and a group of the output
+channels' blocks of eight: one group where the images have four chunks a thread or more,
+else a group a thread, so that batch 1 on a 7x7 or 14x14 plane (one chunk, or a chunk
+and a sliver) still gives every thread the same share.
 Its input channels are taken ``KC`` at a time (the chunk's ``KC`` input rows stay in L1
 while every block of eight channels passes over them); the sums go to the output and are
 taken up again for the next ``KC`` channels (float32 either way: each output is one chain
@@ -178,23 +181,25 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
 
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi, where,
-             channels, size, cout, kc, sums):
+             channels, size, cout, kc, sums, groups):
     """Work items ``start * T // S : stop * T // S`` (``S = panels.shape[0]`` slots, ``T``
-    items: each image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout,
-    size)`` = the 1x1 conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C,
-    16)`` (flat), then ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like
+    items: ``groups`` groups of the output channels' blocks of eight, each over every
+    image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` = the 1x1
+    conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like
     ``out`` where ``where`` is not 0). ``panels[slot] (C*8,)`` and ``tails[slot]
     (pairs*16*8,)``: a slot's gathered last positions and their sums. ``sums``: the
     register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
-    total = images * chunks
+    total = images * chunks * groups
     blocks = -(-cout // LANES)
     for slot in range(start, stop):
         panel, tail = panels[slot], tails[slot]
         for item in range(slot * total // panels.shape[0],
                           (slot + 1) * total // panels.shape[0]):
-            img, q0 = item // chunks, (item % chunks) * CHUNK
+            group, part = item // (images * chunks), item % (images * chunks)
+            img, q0 = part // chunks, (part % chunks) * CHUNK
+            b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
             xo, oo = img * channels * size, img * cout * size
@@ -207,7 +212,7 @@ def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
-                for b in range(blocks):
+                for b in range(b0, b1):
                     n = min(LANES, cout - b * LANES)
                     wo = (b // 2) * channels * PAIR + (b % 2) * LANES
                     ob = oo + b * LANES * size
@@ -229,7 +234,7 @@ def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi
                     if rest:
                         _block1(panel, 0, LANES, wp, wo, k0, k1, tail, b * LANES * LANES,
                                 LANES, n, first)
-            for co in range(cout):
+            for co in range(b0 * LANES, min(cout, b1 * LANES)):
                 if rest:
                     for j in range(rest):
                         out[oo + co * size + whole + j] = tail[co * LANES + j]
@@ -268,9 +273,10 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
     n, c, h, w = x_shape
     size = h * w
     shape = (n, cout, h, w)
-    items = n * -(-size // CHUNK)
-    threads = threads_for(n * cout * size * c)
-    workers = max(1, min(items, threads or cores()))
+    parts, blocks = n * -(-size // CHUNK), -(-cout // LANES)
+    threads = threads_for(n * cout * size * c) or cores()
+    groups = min(blocks, threads) if parts < 4 * threads else 1   
+    workers = max(1, min(parts * groups, threads))
     panels = np.empty((workers, c * LANES), F)
     tails = np.empty((workers, pairs * PAIR * LANES), F)
     no_residual = np.zeros(1, F)
@@ -283,7 +289,7 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
         args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
                 np.ascontiguousarray(b, F), out.reshape(-1),
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, panels, tails,
-                act, lo, hi, where, c, size, cout, KC, sums)
+                act, lo, hi, where, c, size, cout, KC, sums, groups)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:

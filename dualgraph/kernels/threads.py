@@ -17,11 +17,12 @@ The thread count is ``tuning.cores()``: the cores this process may use, or
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import PARALLEL_MIN, blas_threads, native, tuning
+from . import PARALLEL_MIN, blas_threads, native, thread_use, tuning
 
 _pool: ThreadPoolExecutor | None = None
 _pool_workers = 0
@@ -47,11 +48,22 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     """``loop(start, stop, *args)`` for contiguous ranges covering ``range(rows)``, one
     range per thread (``threads``, default ``tuning.cores()``; 1 runs it here, in one
     call). Returns once every range is done; an exception from any range is raised here,
-    after the others have finished (they write into the same outputs)."""
+    after the others have finished (they write into the same outputs). While
+    ``thread_use.recording``, each call is noted with the threads it ran on."""
+    if thread_use.calls is None:
+        _run_rows(loop, rows, args, threads)
+        return
+    start = time.perf_counter_ns()
+    ran = _run_rows(loop, rows, args, threads)
+    thread_use.note(loop, min(threads or tuning.cores(), rows), ran, start)
+
+
+def _run_rows(loop, rows: int, args: tuple, threads: int | None) -> int:
+    """:func:`run_rows`; returns how many threads the rows ran on."""
     count = min(threads or tuning.cores(), rows)
     if count <= 1:
         loop(0, rows, *args)
-        return
+        return 1
     job = getattr(loop, "job_address", None)    # (a compiled Loop; a function takes the pool)
     if job is not None and count <= blas_threads.count():   # OpenBLAS's workers
         address = job(0, rows, *args)
@@ -61,7 +73,8 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
                                for i in range(count)], np.int64)
             if not blas_threads.run(address, blocks):
                 loop(0, rows, *args)     # (backing off: the cores are oversubscribed)
-            return
+                return 1
+            return count
     global _pool, _pool_workers, _pool_pid
     if _pool_workers < count - 1 or _pool_pid != os.getpid():
         if _pool is not None and _pool_pid == os.getpid():
@@ -77,6 +90,7 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     for error in errors:
         if error is not None:
             raise error
+    return count
 
 
 def fitted_rows(loop):
@@ -94,5 +108,10 @@ def fitted_rows(loop):
             return
         if not entry:
             entry.append(loop.entry(0, rows, *args))
+        if thread_use.calls is None:
+            entry[0](0, rows, *args)
+            return
+        start = time.perf_counter_ns()
         entry[0](0, rows, *args)
+        thread_use.note(loop, 1, 1, start)
     return call
