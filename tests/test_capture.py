@@ -156,8 +156,9 @@ def test_explain_says_where_compile_time_went(tmp_path):
         (gelu, exact), (gelu_again, exact_again) = lines
         assert re.search(r"first run [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
         assert re.search(r"first backward [\d.]+ m?s \(kernels: 1 compiled in", gelu), gelu
-        # (its plain group compiles at the first backward, the exact one at the second call)
-        assert re.search(r"first backward [\d.]+ m?s( \(kernels: \d+ compiled in [\d.]+ m?s\))?, "
+        # (its plain group compiles, or loads what a kernel server compiled, at the first
+        # backward; the exact one compiles at the second call)
+        assert re.search(r"first backward [\d.]+ m?s( \(kernels: [^)]*\))?, "
                          r"then at its second call: kernels: 1 compiled in", exact), exact
         for line in (gelu_again, exact_again):
             assert "compiled in" not in line and "second call" not in line, line
