@@ -27,7 +27,8 @@ __all__ = ["is_tensor", "is_floating_point", "numel", "finfo", "iinfo", "initial
 # torch's functional spellings of Tensor methods, ``torch.exp_(x)`` for ``x.exp_()``: one
 # table, each name the method of its first argument (the in-place ops, detach, ...)
 METHOD_FORMS = (
-    "abs_", "acos_", "arccos_", "arcsin_", "arctan_", "asin_", "atan_", "ceil_", "clamp_",
+    "abs_", "acos_", "acosh_", "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_",
+    "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "clamp_",
     "clamp_max_", "clamp_min_", "clip_", "cos_", "cosh_", "detach", "detach_", "erf_",
     "erfc_", "exp2_", "exp_", "expm1_", "fill_", "fix_", "floor_", "frac_", "gcd_",
     "get_device", "index_put_", "lcm_", "log10_", "log1p_", "log2_", "log_", "logit_",

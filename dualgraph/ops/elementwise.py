@@ -38,7 +38,8 @@ __all__ = [
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tan", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2",
     "arctan2",
-    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
+    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "arcsinh", "arccosh", "arctanh", "nan_to_num", "logaddexp",
     "logaddexp2", "hypot",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
@@ -419,6 +420,12 @@ ACOS = _unary("acos", np.arccos, lambda g, out, x: -g * rsqrt(1 - x * x), "arcco
               "Acos", saves="i")
 ATAN = _unary("atan", np.arctan, lambda g, out, x: g / (1 + x * x), "arctan({0})", "Atan",
               saves="i")
+ASINH = _unary("asinh", np.arcsinh, lambda g, out, x: g * rsqrt(x * x + 1), "arcsinh({0})",
+               "Asinh", saves="i")
+ACOSH = _unary("acosh", np.arccosh, lambda g, out, x: g * rsqrt(x * x - 1), "arccosh({0})",
+               "Acosh", saves="i")
+ATANH = _unary("atanh", np.arctanh, lambda g, out, x: g / (1 - x * x), "arctanh({0})",
+               "Atanh", saves="i")
 
 
 def exp(x):
@@ -471,7 +478,23 @@ def atan(x):
     return apply(ATAN, x)
 
 
+def asinh(x):
+    """Inverse hyperbolic sine."""
+    return apply(ASINH, x)
+
+
+def acosh(x):
+    """Inverse hyperbolic cosine (NaN below 1, as torch's)."""
+    return apply(ACOSH, x)
+
+
+def atanh(x):
+    """Inverse hyperbolic tangent (+-inf at +-1, NaN outside [-1, 1], as torch's)."""
+    return apply(ATANH, x)
+
+
 arcsin, arccos, arctan = asin, acos, atan
+arcsinh, arccosh, arctanh = asinh, acosh, atanh
 
 # Composites within an ulp or two of a dedicated kernel; they export to ONNX for free.
 LN2, LN10 = math.log(2), math.log(10)
@@ -1979,7 +2002,8 @@ _OUT_OF_PLACE = {
     "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
     "bitwise_left_shift": bitwise_left_shift, "bitwise_right_shift": bitwise_right_shift,
     "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv, "sinh": sinh, "cosh": cosh,
-    "nan_to_num": nan_to_num,
+    "asinh": asinh, "acosh": acosh, "atanh": atanh, "arcsinh": asinh, "arccosh": acosh,
+    "arctanh": atanh, "nan_to_num": nan_to_num,
 }
 # add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
 _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()
