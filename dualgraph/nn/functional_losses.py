@@ -1,18 +1,18 @@
 """The less common losses of ``torch.nn.functional``, as composites of registry ops: margin
 losses (soft margin, multi-class and multi-label margins, hinge embedding, a triplet loss
-over any distance) and the Gaussian and Poisson negative log-likelihoods. Each follows
+over any distance), the Gaussian and Poisson negative log-likelihoods and CTC. Each follows
 torch's formula, reductions and shape rules, so a program that calls one gets torch's
 values and gradients; ``dg.nn.functional`` exports them under torch's names."""
 from __future__ import annotations
 
 import math
 
-from ..ops import creation, elementwise as ew, reduce as red, shape as shape_ops
+from ..ops import creation, ctc, elementwise as ew, reduce as red, shape as shape_ops
 from .functional_core import _REDUCTIONS, _concrete, _reduce, _reduction, _shape, pairwise_distance
 
 __all__ = ["soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
            "multilabel_margin_loss", "hinge_embedding_loss", "triplet_margin_with_distance_loss",
-           "gaussian_nll_loss", "poisson_nll_loss"]
+           "gaussian_nll_loss", "poisson_nll_loss", "ctc_loss"]
 
 
 def _one_hot_mask(classes, n: int):
@@ -146,3 +146,23 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
         stirling = safe * ew.log(safe) - safe + 0.5 * ew.log(2 * math.pi * safe)
         loss = loss + ew.where(target > 1, stirling, 0.0)
     return _reduce(loss, _reduction(size_average, reduce, reduction))
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False):
+    """The connectionist temporal classification loss of log-probabilities (T, N, C) (or
+    (T, C) for one sample) against targets padded (N, S) or concatenated, with each
+    sample's input and target lengths (tensors or sequences of ints). ``mean`` divides each
+    sample's loss by its target length (at least 1) before averaging, as torch does."""
+    reduction = _reduction(None, None, reduction)
+    unbatched = log_probs.ndim == 2
+    if unbatched:
+        log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
+    lengths = [creation.as_tensor(v, dtype="int64").reshape(-1)
+               for v in (input_lengths, target_lengths)]
+    losses = ctc.ctc_loss(log_probs, targets, *lengths, blank, zero_infinity)
+    if reduction == "mean":
+        return red.mean(losses / ew.clamp_min(lengths[1], 1).to(losses.dtype))
+    if unbatched and reduction == "none":
+        return losses.reshape(())
+    return _reduce(losses, reduction)

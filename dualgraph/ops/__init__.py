@@ -1,5 +1,5 @@
 """The op families. Importing this package registers every op and binds Tensor methods."""
-from . import (arrange, attention, batch_norm, collective, control, conv, creation,  # noqa: F401
+from . import (arrange, attention, batch_norm, collective, control, conv, creation, ctc,  # noqa: F401
                decompositions, dynamic, elementwise, epilogue, excite, fused, index, layout,
                linalg, loss, methods, norm, recurrent, recurrent_gru_elman, recurrent_layer,
                reduce, shape,

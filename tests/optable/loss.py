@@ -147,3 +147,57 @@ CASES += [
            "mean"),
     OpCase("nll_backward", nll_grad("none"), [In((4, 3)), In((4,)), targets(4, 3)], "none"),
 ]
+
+
+def ctc(reduction="mean", blank=0, concatenated=False, tensors=True, **kw):
+    """``F.ctc_loss`` of the log-softmax of x (T, N, C) at targets t (padded (N, S), or the
+    first target length of each row concatenated), with the lengths as tensors or tuples."""
+    def fn(m, x, t, input_lengths, target_lengths):
+        lengths = tuple(target_lengths)
+        if tensors:
+            input_lengths, lengths = m.tensor(input_lengths), m.tensor(lengths)
+        if concatenated:
+            t = m.cat([t[i, :n] for i, n in enumerate(target_lengths)])
+        return m.nn.functional.ctc_loss(m.log_softmax(x, 2), t, input_lengths, lengths,
+                                        blank=blank, reduction=reduction, **kw)
+    return fn
+
+
+def labels(n, length, classes, blank=0, repeat=True):
+    """Padded label rows (n, length) in [0, classes) without ``blank``; row 0 repeats its
+    first label (CTC then needs a blank between the two)."""
+    def make(rng, float_dtype):
+        t = rng.integers(0, classes - 1, (n, length))
+        t[t >= blank] += 1
+        if repeat:
+            t[0, 1] = t[0, 0]
+        return t
+    return In((n, length), "custom", fn=make)
+
+
+def ctc_grad(**kw):
+    """The gradient of the summed CTC losses with respect to the logits (through the
+    log-softmax: torch's own backward adds ``exp(log_probs)``, which it cancels)."""
+    loss = ctc("sum", **kw)
+
+    def fn(m, x, t, input_lengths, target_lengths):
+        x = x.detach().requires_grad_()
+        return m.autograd.grad(loss(m, x, t, input_lengths, target_lengths), x)[0]
+    return fn
+
+
+CASES += [
+    OpCase("ctc_loss", ctc(), [In((9, 3, 5)), labels(3, 4, 5), (9, 7, 5), [4, 2, 3]], "mean",
+           dtypes=("float32", "float64")),
+    OpCase("ctc_loss", ctc("none", blank=2), [In((8, 2, 4)), labels(2, 3, 4, blank=2), (8, 6),
+                                              [3, 0]], "none-blank2-empty"),
+    OpCase("ctc_loss", ctc("sum", concatenated=True, tensors=False),
+           [In((7, 3, 6)), labels(3, 4, 6), (7, 7, 4), [4, 1, 2]], "concatenated"),
+    OpCase("ctc_loss", ctc("none", zero_infinity=True, tensors=False),
+           [In((3, 2, 4)), labels(2, 3, 4), (3, 3), [3, 1]], "zero-infinity"),
+    OpCase("ctc_loss_backward", ctc_grad(), [In((9, 3, 5)), labels(3, 4, 5), (9, 7, 5),
+                                             [4, 2, 3]], "sum", grad=False),
+    OpCase("ctc_loss_backward", ctc_grad(zero_infinity=True, blank=1),
+           [In((4, 2, 3)), labels(2, 3, 3, blank=1), (4, 3), [3, 1]], "zero-infinity",
+           grad=False),
+]

@@ -11,7 +11,7 @@ from .dropout import (AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d,  #
                       FeatureAlphaDropout)
 from .embedding import Embedding, EmbeddingBag  # noqa: F401
 from .linear import Bilinear, Flatten, Identity, Linear, Unflatten  # noqa: F401
-from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss,  # noqa: F401
+from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CTCLoss,  # noqa: F401
                    CosineSimilarity, CrossEntropyLoss, GaussianNLLLoss, HingeEmbeddingLoss,
                    HuberLoss, KLDivLoss, L1Loss, MarginRankingLoss, MSELoss,
                    MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, NLLLoss,
@@ -59,7 +59,7 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "MarginRankingLoss", "CosineEmbeddingLoss",
     "TripletMarginLoss", "SoftMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
     "MultiLabelMarginLoss", "HingeEmbeddingLoss", "GaussianNLLLoss", "PoissonNLLLoss",
-    "TripletMarginWithDistanceLoss",
+    "TripletMarginWithDistanceLoss", "CTCLoss",
     # distances
     "PairwiseDistance", "CosineSimilarity",
 ]

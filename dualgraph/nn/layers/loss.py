@@ -262,6 +262,19 @@ class PoissonNLLLoss(_Loss):
                                   eps=self.eps, reduction=self.reduction)
 
 
+class CTCLoss(_Loss):
+    """Connectionist temporal classification: the negative log-likelihood of each target
+    sequence over all its alignments to the input frames (see ``F.ctc_loss``)."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                          self.reduction, self.zero_infinity)
+
+
 class TripletMarginWithDistanceLoss(_Loss):
     """``max(0, d(a, p) - d(a, n) + margin)`` for any distance function ``d``."""
 
