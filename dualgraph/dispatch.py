@@ -8,6 +8,7 @@ is measured by the ``tiny_ops`` benchmark.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import dtypes
 from ._helpers import user_location, user_site
-from .autograd.tape import Node, departures, edge_of, grad_mode
+from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad
 from .kernels import recycle
 from .shapes import ShapeError
 from .tensor import Tensor
@@ -55,6 +56,20 @@ def push_tracer(tracer):
 def pop_tracer():
     modes.stack.pop()
     modes.tracer = modes.stack[-1] if modes.stack else None
+
+
+@contextlib.contextmanager
+def outside_trace():
+    """Run eagerly in the middle of a trace, without autograd: compiled code run by capture
+    (the kernels' own calls of dualgraph functions on Python numbers must run, not be
+    recorded), or a lazy layer creating its parameters at its first call."""
+    stack, tracer = modes.stack, modes.tracer
+    modes.stack, modes.tracer = [], None
+    try:
+        with no_grad():
+            yield
+    finally:
+        modes.stack, modes.tracer = stack, tracer
 
 
 _new_tensor = object.__new__

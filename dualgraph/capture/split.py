@@ -36,7 +36,6 @@ function runs eagerly from that call on (``Compiled._graph_break``).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import operator
 import sys
@@ -48,9 +47,9 @@ import numpy as np
 
 from .._helpers import _is_internal, format_site, user_site
 from .._pytree import flatten
-from ..autograd.tape import grad_mode, no_grad
+from ..autograd.tape import grad_mode
 from ..codegen import Executable
-from ..dispatch import modes
+from ..dispatch import outside_trace
 from ..errors import CONCRETE_FIX, CaptureError
 from ..graph import Graph
 from ..graph.ir import Value
@@ -371,19 +370,6 @@ def run_once(graph: Graph, arrays: list) -> list:
     """``graph``'s outputs for ``arrays``, by its code generated without optimising it."""
     with outside_trace():
         return Executable(graph).run(arrays)
-
-
-@contextlib.contextmanager
-def outside_trace():
-    """Run compiled code in the middle of a trace: the kernels' own calls of dualgraph
-    functions (on Python numbers) must run, not be recorded."""
-    stack, tracer = modes.stack, modes.tracer
-    modes.stack, modes.tracer = [], None
-    try:
-        with no_grad():
-            yield
-    finally:
-        modes.stack, modes.tracer = stack, tracer
 
 
 def _reads(nodes, produced: set, constants) -> list:
