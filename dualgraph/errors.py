@@ -14,5 +14,11 @@ class CaptureError(RuntimeError):
         super().__init__(f"{location}: {reason} can't be captured into a static graph. {fix}")
 
 
+class EagerFirstCall(CaptureError):
+    """Code whose first call must run eagerly and whose later calls trace (a lazy layer
+    creating its parameters): compile runs that call's Python eagerly and traces the next
+    call, instead of baking the first call's side effects into a graph."""
+
+
 CONCRETE_FIX = ("Use dg.cond / dg.where for tensor-dependent choices (or dg.jit.to_static), "
                 "or move this line out of the compiled function.")

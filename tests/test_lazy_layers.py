@@ -3,8 +3,6 @@
 becomes, the size attributes), the outputs with the same weights, an optimiser made before
 the first call, loading a state dict into a lazy model, and a first call under
 ``dg.compile``."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -94,16 +92,21 @@ def test_a_state_dict_loads_into_a_lazy_model_and_sets_its_sizes():
     assert (loaded[0].in_channels, loaded[1].num_features, loaded[3].in_features) == (5, 3, 21)
 
 
-def test_a_first_call_under_compile_runs_eagerly_and_says_why():
-    model = dg.nn.Sequential(dg.nn.LazyLinear(5), dg.nn.Tanh(), dg.nn.LazyLinear(2))
-    compiled = dg.compile(model)
+def test_a_first_call_under_compile_runs_eagerly_and_the_next_traces_one_graph():
+    def make():
+        return dg.nn.Sequential(dg.nn.LazyLinear(5), dg.nn.Tanh(), dg.nn.Dropout(0.3),
+                                dg.nn.LazyLinear(2))
     x = dg.randn(3, 7)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = compiled(x)
-    assert any("lazy layer" in str(w.message) and "before compiling" in str(w.message)
-               for w in caught)
-    np.testing.assert_array_equal(got.detach().numpy(), model(x).detach().numpy())
+    eager_model, compiled = make(), dg.compile(make())
+    dg.manual_seed(1)
+    want = [eager_model(x) for _ in range(3)]   # (the dropout draws after the init's)
+    dg.manual_seed(1)
+    got = [compiled(x) for _ in range(3)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.detach().numpy(), w.detach().numpy())
+    assert len(compiled.cache) == 1 and not compiled.eager_only
+    assert "LazyLinear (a lazy layer: it creates its parameters): this call runs eagerly, " \
+           "the next traces" in compiled.explain()
 
 
 def test_a_lazy_model_called_once_compiles_to_one_graph():

@@ -450,8 +450,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +12 (lead): asinh, acosh, atanh as ops of their own (ONNX Asinh/Acosh/Atanh).
 # ops/ +150, nn/ +10 (lead): the CTC loss, one op each way (ops/ctc.py), and nn.CTCLoss.
 # nn/ +160 (lead): the lazy layers (nn/layers/lazy.py). "." +10, capture/ -10: outside_trace
-# moved from capture/split.py to dispatch.py (a lazy layer's first call uses it).
-CORE_BUDGET = 29_847
+# moved from capture/split.py to dispatch.py (a lazy layer's first call uses it); the core
+# +4: a lazy layer's first call under dg.compile runs eagerly (errors.EagerFirstCall).
+CORE_BUDGET = 29_851
 BUDGETS = {".": 2_010, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_172,
            "passes": 3_600, "export": 3_840, "nn": 4_650, "optim": 1_505, "profiler": 440,

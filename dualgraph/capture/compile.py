@@ -31,7 +31,7 @@ from ..dispatch import OpError, modes, op_error
 from ..graph.html import write_html
 from ..graph.interpret import interpret
 from ..graph.ir import Value
-from ..errors import CaptureError
+from ..errors import CaptureError, EagerFirstCall
 from ..shapes import ShapeError, Sym
 from ..tensor import Tensor
 from . import check as checking
@@ -1216,6 +1216,11 @@ class Compiled:
             self._split_result = self._split(args, kwargs)
             self._flag_writes += isinstance(e, FlagWrite)
             self._split_once = once
+            return None, sig
+        except EagerFirstCall as e:   # (this call eagerly: the next one traces)
+            self._split = None
+            self.records.append(Record("python", f"{e.reason}: this call runs eagerly, the "
+                                       "next traces", e.fix, e.location))
             return None, sig
         except CaptureError as e:
             self._split = None

@@ -9,15 +9,15 @@ same objects, so an optimiser made before it sees the real tensors), initialises
 the plain layer does, and the module becomes that plain layer (``LazyLinear`` ->
 ``Linear``). Loading a state dict into a lazy layer takes the shapes from the state dict.
 
-Not yet inside ``dg.compile``: a first call while tracing is a graph break (the function
-then runs eagerly, with a warning that says to call the model once before compiling it),
-since the parameters' random initialisation would run at trace time only.
+Under ``dg.compile`` a first call runs eagerly (the trace stops at the lazy layer, before
+anything is drawn or changed) and the next call traces the plain layers into one graph: the
+parameters' random initialisation draws once, from the same generator state, as eagerly.
 """
 from __future__ import annotations
 
 from ..._helpers import user_location
 from ...dispatch import modes, outside_trace
-from ...errors import CaptureError
+from ...errors import EagerFirstCall
 from ...ops import creation
 from ...tensor import Tensor
 from ..parameter import Parameter
@@ -79,10 +79,9 @@ def _infer_parameters(module, args, kwargs):
     """The forward pre-hook of a lazy layer: create its parameters from the input, then
     become the plain layer."""
     if modes.building_graph():
-        raise CaptureError(f"the first call of {type(module).__name__} (a lazy layer, which "
-                           "creates its parameters there)", user_location(),
-                           "Call the model once before compiling it (model(example_input)), "
-                           "as torch's docs advise for lazy modules.")
+        raise EagerFirstCall(f"the first call of {type(module).__name__} (a lazy layer: it "
+                             "creates its parameters)", user_location(),
+                             "none needed (or call the model once before compiling it)")
     with outside_trace():
         module.initialize_parameters(*args, **kwargs)
     module._initialize_hook.remove()
