@@ -225,6 +225,8 @@ def scalar_dtype(value) -> np.dtype:
         return _default_float
     if getattr(value, "symbolic_number", False):   # (a traced Python number: its kind's)
         return scalar_dtype(value.kind(0))
+    if type(value).__name__ == "Sym":   # (a symbolic dim, shapes.Sym: a size, an int)
+        return int64.np
     raise TypeError(f"expected a tensor or a Python number, got {type(value).__name__}")
 
 

@@ -364,3 +364,20 @@ def test_dynamic_true_fast_path_leaves_a_size_mismatch_to_the_general_path():
     assert _fast_ran(compiled, a, b) is None
     with pytest.raises(ShapeError, match="cannot be 5 when B=4"):
         compiled(a, b)
+
+
+def test_a_tensor_filled_with_a_symbolic_size_is_one_graph():
+    """``torch.full((n,), x.size(0))`` (CTC's input lengths): the value a node computes
+    from the dims when it runs, not a size baked in or a break."""
+    def lengths(x):
+        return dg.full((x.size(1),), x.size(0), dtype=dg.long), dg.full((2,), 2 * x.size(0) + 1)
+
+    compiled = dg.compile(lengths)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (3, 5, 8, 2):
+            got, want = compiled(dg.randn(n, 4)), lengths(dg.randn(n, 4))
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g.numpy(), w.numpy())
+                assert g.dtype == w.dtype
+    assert len(compiled.cache) == 2   # (the first size static, then one symbolic graph)

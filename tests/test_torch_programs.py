@@ -51,9 +51,12 @@ ROUND_5 = ["gpt2_hf", "llava_kvcache", "graph_sage", "metric_learning", "vit_tim
 # gradients, checkpoint/resume, and parametrizations)
 ROUND_6 = ["capsnet", "distill", "wavenet", "performer", "bifpn", "detr", "gumbel_vae",
            "dp_sgd", "resume", "sngan"]
+# (and the seventh round's: a CRNN trained with CTC on concatenated targets, and the d2l
+# book's LeNet with every layer lazy)
+ROUND_7 = ["crnn_ctc", "d2l_lazy"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
-FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6, 4))
+FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7, 4))
 
 
 def steps_of(name: str) -> int:
@@ -74,7 +77,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4 + ROUND_5 + ROUND_6
+    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last

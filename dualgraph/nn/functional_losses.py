@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from ..ops import creation, ctc, elementwise as ew, reduce as red, shape as shape_ops
+from ..tensor import Tensor
 from .functional_core import _REDUCTIONS, _concrete, _reduce, _reduction, _shape, pairwise_distance
 
 __all__ = ["soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
@@ -158,8 +159,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     unbatched = log_probs.ndim == 2
     if unbatched:
         log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
-    lengths = [creation.as_tensor(v, dtype="int64").reshape(-1)
-               for v in (input_lengths, target_lengths)]
+    lengths = [(v.long() if isinstance(v, Tensor) else creation.as_tensor(v, dtype="int64"))
+               .reshape(-1) for v in (input_lengths, target_lengths)]
     losses = ctc.ctc_loss(log_probs, targets, *lengths, blank, zero_infinity)
     if reduction == "mean":
         return red.mean(losses / ew.clamp_min(lengths[1], 1).to(losses.dtype))

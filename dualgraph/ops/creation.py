@@ -54,11 +54,12 @@ def _size(size) -> tuple:
 
 
 def _filled(size, fill_value, dtype, requires_grad, device) -> Tensor:
-    """``size`` filled with ``fill_value``: a constant of a traced graph, or, where a dim is
-    symbolic, a ``full`` node whose shape the graph computes from its inputs' shapes when it
-    runs (ONNX: ConstantOfShape of the dims read with Shape)."""
+    """``size`` filled with ``fill_value``: a constant of a traced graph, or, where a dim or
+    the value is symbolic (``full((n,), x.size(0))``), a ``full`` node whose shape and value
+    the graph computes from its inputs' shapes when it runs (ONNX: ConstantOfShape of the
+    dims read with Shape)."""
     shape = _size(size)
-    if not any(isinstance(d, Sym) for d in shape):
+    if not any(isinstance(d, Sym) for d in (*shape, fill_value)):
         array = (np.zeros(shape, dtype) if fill_value == 0 else    # (calloc: no fill pass)
                  np.full(shape, fill_value, dtype))
         return _finish(array, requires_grad, device)
