@@ -768,7 +768,10 @@ def test_scheduled_hyper_parameters_keep_the_fused_update(name, kwargs, schedule
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(lr=0.5, history_size=3, max_iter=7),
-                                    dict(max_iter=4, max_eval=3)])
+                                    dict(max_iter=4, max_eval=3),
+                                    dict(line_search_fn="strong_wolfe"),
+                                    dict(lr=0.3, max_iter=6, history_size=2,
+                                         line_search_fn="strong_wolfe")])
 def test_lbfgs_matches_torch(kwargs):
     """LBFGS's steps (each up to max_iter iterations, re-evaluating the closure) next to
     torch's, from the same weights; its state (iteration and evaluation counts) too. In
@@ -794,9 +797,30 @@ def test_lbfgs_matches_torch(kwargs):
         runs[torch][2]["n_iter"], runs[torch][2]["func_evals"])
 
 
+@pytest.mark.parametrize("lr", [4.0, 0.05])
+def test_lbfgs_strong_wolfe_brackets_and_zooms_as_torchs(lr):
+    """A nonconvex 1-d loss whose trial steps overshoot (lr 4: the zoom phase runs) or fall
+    short (lr 0.05: the bracketing phase extrapolates): the same steps as torch's."""
+    runs = {}
+    for lib in (dg, torch):
+        w = lib.tensor([0.3], dtype=lib.float64, requires_grad=True)
+        opt = lib.optim.LBFGS([w], lr=lr, max_iter=6, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = (lib.sin(3 * w) + 0.1 * w ** 2).sum()
+            loss.backward()
+            return loss
+        runs[lib] = ([float(opt.step(closure)) for _ in range(2)], float(w),
+                     opt.state[w]["func_evals"])
+    np.testing.assert_allclose(runs[dg][0] + [runs[dg][1]], runs[torch][0] + [runs[torch][1]],
+                               rtol=1e-12)
+    assert runs[dg][2] == runs[torch][2]
+
+
 def test_lbfgs_refuses_what_it_lacks():
     w = dg.zeros(2, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="strong_wolfe"):
-        dg.optim.LBFGS([w], line_search_fn="strong_wolfe")
+    with pytest.raises(ValueError, match="line_search_fn must be None or 'strong_wolfe'"):
+        dg.optim.LBFGS([w], line_search_fn="backtracking")
     with pytest.raises(ValueError, match="parameter groups"):
         dg.optim.LBFGS([{"params": [w]}, {"params": [dg.zeros(1, requires_grad=True)]}])

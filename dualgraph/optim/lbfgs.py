@@ -1,9 +1,10 @@
-"""L-BFGS, as ``torch.optim.LBFGS`` (without a line search)."""
+"""L-BFGS, as ``torch.optim.LBFGS``: a fixed step or the strong-Wolfe line search."""
 from __future__ import annotations
 
 from ..autograd import enable_grad, no_grad
 from ..ops import creation
 from ..ops.shape import cat, reshape
+from .line_search import strong_wolfe
 from .optimizer import Optimizer, check_hyper
 
 
@@ -12,9 +13,11 @@ class LBFGS(Optimizer):
     to ``max_iter`` iterations, each a step of ``lr`` along the quasi-Newton direction built
     from the last ``history_size`` gradient differences, re-evaluating ``closure`` (which
     must zero the gradients, compute the loss, call ``backward`` and return the loss).
+    With ``line_search_fn="strong_wolfe"`` each step's length is searched for instead
+    (optim/line_search.py), as in torch.
 
     One parameter group only, as in torch. It decides with Python numbers (``.item()``) when
-    to stop, so it runs eagerly; ``line_search_fn="strong_wolfe"`` is not implemented.
+    to stop, so it runs eagerly (a compiled ``closure`` runs compiled).
 
     >>> import dualgraph as dg
     >>> w = dg.tensor([1.0, -2.0], requires_grad=True)
@@ -30,16 +33,16 @@ class LBFGS(Optimizer):
     def __init__(self, params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7,
                  tolerance_change=1e-9, history_size=100, line_search_fn=None):
         check_hyper("learning rate", lr)
-        if line_search_fn is not None:
-            raise NotImplementedError(
-                f"LBFGS(line_search_fn={line_search_fn!r}) is not implemented in dualgraph; "
-                "use line_search_fn=None (a fixed step of lr)")
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise ValueError(f"LBFGS: line_search_fn must be None or 'strong_wolfe', got "
+                             f"{line_search_fn!r}")
         if max_eval is None:
             max_eval = max_iter * 5 // 4
         super().__init__(params, dict(lr=lr, max_iter=max_iter, max_eval=max_eval,
                                       tolerance_grad=tolerance_grad,
                                       tolerance_change=tolerance_change,
-                                      history_size=history_size, line_search_fn=None))
+                                      history_size=history_size,
+                                      line_search_fn=line_search_fn))
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
         self._params = self.param_groups[0]["params"]
@@ -54,6 +57,20 @@ class LBFGS(Optimizer):
             n = p.numel()
             p.add_(reshape(update[offset:offset + n], tuple(p.shape)), alpha=step_size)
             offset += n
+
+    def _evaluator(self, closure):
+        """``evaluate(t, d)``: the loss and flat gradient at the parameters moved by ``t d``,
+        the parameters then put back (the line search's trial points)."""
+        def evaluate(t, d):
+            start = [creation.clone(p) for p in self._params]
+            self._add_grad(float(t), d)
+            with enable_grad():
+                loss = float(closure())
+            flat_grad = self._flat_grad()
+            for p, saved in zip(self._params, start):
+                p.copy_(saved)
+            return loss, flat_grad
+        return evaluate
 
     def step(self, closure):
         """Run up to ``max_iter`` iterations; returns the loss ``closure`` gave first."""
@@ -96,14 +113,20 @@ class LBFGS(Optimizer):
             if state["n_iter"] == 1:
                 inverse = 1.0 / flat_grad.abs().sum()
                 t = (inverse if inverse.item() < 1.0 else 1.0) * lr
-            if flat_grad.dot(d).item() > -tolerance_change:
+            gtd = flat_grad.dot(d)
+            if gtd.item() > -tolerance_change:
                 break   # not a descent direction
-            self._add_grad(float(t), d)
             evals = 0
-            if n_iter != max_iter:
-                with enable_grad():
-                    loss = float(closure())
-                flat_grad, evals = self._flat_grad(), 1
+            if group["line_search_fn"] is not None:
+                loss, flat_grad, t, evals = strong_wolfe(self._evaluator(closure), t, d, loss,
+                                                         flat_grad, gtd)
+                self._add_grad(float(t), d)
+            else:
+                self._add_grad(float(t), d)
+                if n_iter != max_iter:
+                    with enable_grad():
+                        loss = float(closure())
+                    flat_grad, evals = self._flat_grad(), 1
             current_evals += evals
             state["func_evals"] += evals
             if (n_iter == max_iter or current_evals >= max_eval
