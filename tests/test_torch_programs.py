@@ -53,8 +53,8 @@ ROUND_6 = ["capsnet", "distill", "wavenet", "performer", "bifpn", "detr", "gumbe
            "dp_sgd", "resume", "sngan"]
 # (and the seventh round's: a CRNN trained with CTC on concatenated targets, the d2l
 # book's LeNet with every layer lazy, and a physics-informed network: second derivatives
-# by autograd.grad, then LBFGS with the strong-Wolfe line search)
-ROUND_7 = ["crnn_ctc", "d2l_lazy", "pinn_burgers"]
+# by autograd.grad, then LBFGS with the strong-Wolfe line search; PointNet's T-Nets)
+ROUND_7 = ["crnn_ctc", "d2l_lazy", "pinn_burgers", "pointnet"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7, 4))
