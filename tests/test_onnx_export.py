@@ -222,6 +222,19 @@ def test_a_mean_over_a_dynamic_dim_counts_at_run_time(tmp_path):
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_a_tensor_filled_with_a_dynamic_size(tmp_path):
+    """``full((n,), x.size(0))`` with the batch dynamic: the size read with Shape, cast and
+    expanded (CTC's input lengths)."""
+    def fn(x):
+        return x.sum(1) * dg.full((x.size(0),), x.size(0)), dg.full((2,), 2 * x.size(0))
+    proto = dg.onnx.export(fn, (dg.randn(3, 4),), tmp_path / "m.onnx", dynamic_axes={"x": [0]})
+    for n in (2, 5):
+        x = dg.randn(n, 4)
+        for got, want in zip(run_ort(proto, [x.numpy()]), fn(x)):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+            assert got.dtype == want.numpy().dtype
+
+
 def test_sorting_along_a_dynamic_dim(tmp_path):
     """argsort over a dim of symbolic size: TopK's K from the input's shape; a median
     there is refused with the dim's name."""

@@ -71,7 +71,10 @@ def _filled(size, fill_value, dtype, requires_grad, device) -> Tensor:
 
 
 def _onnx_full(e, node):
-    value = np.asarray([node.attrs["fill_value"]], dtype=node.attrs["dtype"])
+    fill, dtype = node.attrs["fill_value"], node.attrs["dtype"]
+    if isinstance(fill, Sym):   # (a size read from an input's shape, broadcast)
+        return [e.op("Expand", [e.cast(e.shape([fill]), dtype), e.shape(node.attrs["shape"])])]
+    value = np.asarray([fill], dtype=dtype)
     return [e.op("ConstantOfShape", [e.shape(node.attrs["shape"])],
                  value=e.onnx.numpy_helper.from_array(value))]
 
