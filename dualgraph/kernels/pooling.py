@@ -233,3 +233,118 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
             total_sum = tree_sum(total)
             if keep_nan or total_sum == total_sum:
                 break
+
+
+# -- separable loops on rows of any width, any float dtype ---------------------------------------
+# Average pooling (forward and backward) and max pooling's values on rows too short for
+# the eight-lane vectors above: for each output row, the sums (maxima) down its window's
+# rows for every input column into a row padded on both sides with the reduction's
+# identity, then across that row's taps for every output. The inner loops run along a
+# row with unit stride where the stride is 1 (LLVM vectorises them); padding and ceil
+# mode's last window need no case of their own. NumPy's form took a pass over the output
+# per kernel position.
+
+@helper(inline="always")
+def padded_length(width, wo, kw, sw, dw, left):
+    """The padded row's length: the input row at ``left`` and every output's last tap."""
+    return left + width + wo * sw + kw * dw
+
+
+@helper(inline="always")
+def _down(plane, width, y0, a0, a1, dh, padded, left, is_max):
+    """``padded[left + q]``: the sum (``is_max``: the maximum, NaN wins) of column ``q``
+    of the plane over the window's rows ``y0 + a * dh`` for ``a`` in ``a0:a1``."""
+    if a0 >= a1:
+        for q in range(width):
+            padded[left + q] = -np.inf if is_max else 0
+        return
+    o = (y0 + a0 * dh) * width
+    for q in range(width):
+        padded[left + q] = plane[o + q]
+    for a in range(a0 + 1, a1):
+        o = (y0 + a * dh) * width
+        for q in range(width):
+            v, b = plane[o + q], padded[left + q]
+            if is_max:
+                padded[left + q] = v if (v > b) | (v != v) else b
+            else:
+                padded[left + q] = b + v
+
+
+@helper(inline="always")
+def _across(padded, row, wo, kw, sw, dw, is_max):
+    """``row[j]``: the sum (maximum, NaN wins) of ``padded[j * sw + c * dw]`` over the
+    ``kw`` taps ``c``."""
+    for j in range(wo):
+        row[j] = padded[j * sw]
+    for c in range(1, kw):
+        for j in range(wo):
+            v, b = padded[j * sw + c * dw], row[j]
+            if is_max:
+                row[j] = v if (v > b) | (v != v) else b
+            else:
+                row[j] = b + v
+
+
+@helper(inline="always")
+def _pool_plane(plane, dest, padded, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left,
+                is_max):
+    """One flat plane pooled into the flat ``dest (Ho * Wo)``, row by row (:func:`_down`,
+    then :func:`_across`): sums, or maxima."""
+    for i in range(ho):
+        y0 = i * sh - top
+        a0, a1 = _taps_inside(y0, kh, dh, height)
+        _down(plane, width, y0, a0, a1, dh, padded, left, is_max)
+        _across(padded, dest[i * wo:(i + 1) * wo], wo, kw, sw, dw, is_max)
+
+
+@loop
+def avg_pool(start, stop, x, out, div, height, width, ho, wo, kh, kw, sh, sw, top, left):
+    """Planes ``start:stop`` of the flat planes ``x (P, H*W)`` average-pooled into ``out
+    (P, Ho*Wo)``: each window's sum over the positions inside the plane (window ``(i, j)``
+    at ``(i * sh - top, j * sw - left)``), divided by its divisor ``div (Ho*Wo)`` (torch's:
+    with or without the padding, or the override)."""
+    padded = np.zeros(padded_length(width, wo, kw, sw, 1, left), x.dtype)
+    for p in range(start, stop):
+        dest = out[p]
+        _pool_plane(x[p], dest, padded, height, width, ho, wo, kh, kw, sh, sw, 1, 1, top, left,
+                    False)
+        for k in range(ho * wo):
+            dest[k] = dest[k] / div[k]
+
+
+@loop
+def avg_pool_backward(start, stop, g, div, dx, height, width, ho, wo, kh, kw, sh, sw, top,
+                      left):
+    """:func:`avg_pool`'s transpose on planes ``start:stop``: each output's gradient over
+    its divisor, ``g (P, Ho*Wo) / div``, added to every position of its window inside the
+    plane, into ``dx (P, H*W)`` (overwritten): across each output row into a padded row,
+    then down the window's rows."""
+    padded = np.zeros(padded_length(width, wo, kw, sw, 1, left), g.dtype)
+    for p in range(start, stop):
+        grads, target = g[p], dx[p]
+        target[:] = 0
+        for i in range(ho):
+            padded[:] = 0
+            for j in range(wo):
+                share = grads[i * wo + j] / div[i * wo + j]
+                for c in range(kw):
+                    padded[j * sw + c] += share
+            y0 = i * sh - top
+            a0, a1 = _taps_inside(y0, kh, 1, height)
+            for a in range(a0, a1):
+                o = (y0 + a) * width
+                for q in range(width):
+                    target[o + q] += padded[left + q]
+
+
+@loop
+def max_pool_rows(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                  left):
+    """:func:`max_pool_values`' result (NaN wins) where its eight-lane vectors do not fit
+    (rows of fewer than eight outputs, strides over 2), with :func:`_pool_plane`'s plain
+    loops."""
+    padded = np.full(padded_length(width, wo, kw, sw, dw, left), -np.inf, x.dtype)
+    for p in range(start, stop):
+        _pool_plane(x[p], best[p], padded, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                    left, True)

@@ -921,7 +921,8 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
     if kernels.enabled(x) and hw[0] * hw[1] < 1 << 24 and not np.isnan(x).any():
-        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, True)
+        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                                     kernels.pooling.max_pool)
         return cast(best, dt), where
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
@@ -951,28 +952,29 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
     ``kernels.pooling.max_pool_values`` (rows' maxima, then columns', eight outputs a
-    vector, NaN kept), planes shared among threads; None where that loop does not run
-    (another dtype, no Numba, fewer than eight outputs a row inside it, strides over 2:
-    ``pooling.vectorised``)."""
+    vector, NaN kept) or, where its vectors do not fit (fewer than eight outputs a row
+    inside it, strides over 2: ``pooling.vectorised``), ``max_pool_rows`` (the same
+    separable order in plain loops), planes shared among threads; None where neither
+    runs (another dtype, no Numba, a small input)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    if not kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
-                                      dilation[1], padding[1]):
-        return None
-    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, False)[0]
+    wide = kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
+                                      dilation[1], padding[1])
+    loop = kernels.pooling.max_pool_values if wide else kernels.pooling.max_pool_rows
+    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop)[0]
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, indices):
-    """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
-    threads: the maxima and, if ``indices``, their flat positions (else None, by
-    ``kernels.pooling.max_pool_values``)."""
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop):
+    """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
+    ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
+    among threads: the maxima and, from ``max_pool``, their flat positions (else None)."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
+    indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
     best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
     where = (np.empty(best.shape, np.int64),) if indices else ()
-    loop = kernels.pooling.max_pool if indices else kernels.pooling.max_pool_values
     run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
              *stride, *dilation, padding[0], padding[1], threads=threads_for(planes.size))
     return best.reshape(shape), where[0].reshape(shape) if indices else None
@@ -1102,13 +1104,39 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
         total /= np.asarray(hw[0] * hw[1], total.dtype)
         return cast(total, dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
+    div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
+    if _loops_take(x):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, hw, out_hw, div, kernel_size,
+                                   stride, padding), dt)
     win = _windows(_pad(x, pads), kernel_size, stride, (1, 1), out_hw)
     total = win[..., 0, 0].copy()
     for pos in range(1, kernel_size[0] * kernel_size[1]):
         total += win[..., pos // kernel_size[1], pos % kernel_size[1]]
-    div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
-                       divisor_override)
     return cast(total / np.asarray(div, total.dtype), dt)
+
+
+def _loops_take(x) -> bool:
+    """Whether ``kernels.pooling``'s average-pooling loops run on ``x``: float32 or
+    float64 (they compile per dtype) with Numba on, at every size (NumPy's form is a pass
+    per kernel position)."""
+    return x.dtype in (np.float32, np.float64) and kernels.numba_available()
+
+
+def _avg_pool_loop(loop, x, hw, out_hw, div, kernel_size, stride, padding):
+    """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``) or
+    ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s planes,
+    shared among threads, with the divisors ``div`` (``_avg_divisor``): the result,
+    ``(..., Ho, Wo)`` or ``(..., H, W)``."""
+    forward = loop is kernels.pooling.avg_pool
+    sizes = (hw, out_hw) if forward else (out_hw, hw)
+    planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
+    out = np.empty((planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
+    div = np.ascontiguousarray(np.broadcast_to(np.asarray(div, x.dtype), out_hw)).reshape(-1)
+    arrays = (planes, out, div) if forward else (planes, div, out)
+    run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
+             threads=threads_for(planes.size))
+    return out.reshape(x.shape[:-2] + tuple(sizes[1]))
 
 
 def _infer_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, **divisor):
@@ -1135,6 +1163,9 @@ def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ce
     out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
+    if _loops_take(g):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool_backward, g, tuple(input_size),
+                                   out_hw, div, kernel_size, stride, padding), dt)
     share = g / np.asarray(div, g.dtype)
     cols = np.broadcast_to(share[..., None, None, :, :],
                            share.shape[:-2] + tuple(kernel_size) + share.shape[-2:])
