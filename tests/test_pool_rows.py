@@ -1,8 +1,9 @@
-"""``kernels/pooling.py``'s separable loops on rows of any width: average pooling
-(``avg_pool``, ``avg_pool_backward``) and max pooling's values on rows too short for the
-eight-lane loop (``max_pool_rows``), against torch: odd planes, padding, ceil mode, stride
-other than the kernel, count_include_pad both ways, divisor_override, float32 and
-float64; nothing written past the outputs; the same bits on one and two threads; compiled
+"""``kernels/pooling.py``'s separable loops on rows of any width (average pooling,
+``avg_pool`` and ``avg_pool_backward``; max pooling's values on rows the eight-lane loop
+leaves, ``max_pool_rows``) and ``kernels/pool_lanes.py``'s loops with eight small planes
+in the lanes, against torch: odd planes, padding, ceil mode, stride other than the
+kernel, count_include_pad both ways, divisor_override, float32 and float64, NaN for the
+maxima; nothing written past the outputs; the same bits on one and two threads; compiled
 inference and a compiled training step equal to eager."""
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 from dualgraph import kernels  # noqa: E402
-from dualgraph.kernels import pooling  # noqa: E402
+from dualgraph.kernels import pool_lanes, pooling  # noqa: E402
 from dualgraph.kernels.threads import run_rows  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
 
@@ -30,6 +31,11 @@ AVERAGES = [
     ((1, 2, 1, 1), 1, 1, 0, False, True, None),
     ((2, 7, 28, 29), 2, 2, 0, True, True, None),
     ((1, 3, 15, 8), (5, 3), (3, 2), (2, 1), True, False, 4),
+    # eight planes or more, rows of fewer than 16 outputs: the lanes (float32)
+    ((3, 5, 14, 14), 2, 2, 0, False, True, None),
+    ((1, 11, 9, 7), 3, 1, 1, True, False, None),
+    ((2, 9, 13, 10), (3, 2), (2, 3), (1, 1), True, True, 5),
+    ((1, 16, 8, 3), 3, 2, 1, False, True, None),
 ]
 
 
@@ -104,7 +110,7 @@ def test_nothing_written_past_the_outputs(shape, k, s, p, ceil):
     c, h, w = shape
     ho, wo = _geometry(shape, k, s, p, ceil)
     x = np.random.default_rng(5).standard_normal((c, h * w)).astype(np.float32)
-    div = np.full(ho * wo, 3.0, np.float32)
+    div = pooling.avg_divisors(3.0, ho, wo).astype(np.float32)
     geometry = (h, w, ho, wo, k, k, s, s)
     buffer, out = _guarded(c, ho * wo, np.float32)
     pooling.avg_pool(0, c, x, out, div, *geometry, p, p)
@@ -115,6 +121,14 @@ def test_nothing_written_past_the_outputs(shape, k, s, p, ceil):
     buffer, best = _guarded(c, ho * wo, np.float32)
     pooling.max_pool_rows(0, c, x, best, *geometry, 1, 1, p, p)
     assert (buffer[-8:] == 1234.5).all() and np.isfinite(best).all()
+    planes = np.concatenate([x] * 4).reshape(-1)      # (eight planes at least)
+    for loop, extra in ((pool_lanes.avg_pool_lanes, (div,)), (pool_lanes.max_pool_lanes,
+                                                              (1, 1, p, p))):
+        buffer, out = _guarded(1, 4 * c * ho * wo, np.float32)
+        args = (geometry + (p, p) + extra) if loop is pool_lanes.avg_pool_lanes else \
+            (geometry + extra)
+        loop(0, -(-4 * c // 8), planes, out[0], 4 * c, *args)
+        assert (buffer[-8:] == 1234.5).all() and np.isfinite(out).all()
 
 
 def test_one_and_two_threads_give_the_same_bits():
@@ -122,7 +136,8 @@ def test_one_and_two_threads_give_the_same_bits():
     c, h, w, k, s, p = 37, 9, 11, 3, 2, 1
     ho, wo = _geometry((c, h, w), k, s, p, True)
     x = np.random.default_rng(6).standard_normal((c, h * w)).astype(np.float32)
-    div = np.random.default_rng(7).uniform(1, 9, ho * wo).astype(np.float32)
+    div = pooling.avg_divisors(np.random.default_rng(7).uniform(1, 9, (ho, wo)), ho,
+                               wo).astype(np.float32)
     geometry = (h, w, ho, wo, k, k, s, s)
     runs = []
     for threads in (1, 2):
@@ -131,31 +146,42 @@ def test_one_and_two_threads_give_the_same_bits():
         run_rows(pooling.avg_pool, c, x, out, div, *geometry, p, p, threads=threads)
         run_rows(pooling.avg_pool_backward, c, out, div, dx, *geometry, p, p, threads=threads)
         run_rows(pooling.max_pool_rows, c, x, best, *geometry, 1, 1, p, p, threads=threads)
-        runs.append((out, dx, best))
+        lanes = [np.empty(c * ho * wo, np.float32) for _ in range(2)]
+        groups = -(-c // 8)
+        run_rows(pool_lanes.avg_pool_lanes, groups, x.reshape(-1), lanes[0], c, *geometry, p,
+                 p, div, threads=threads)
+        run_rows(pool_lanes.max_pool_lanes, groups, x.reshape(-1), lanes[1], c, *geometry, 1,
+                 1, p, p, threads=threads)
+        runs.append((out, dx, best, *lanes))
     for one, two in zip(*runs):
         np.testing.assert_array_equal(one, two)
 
 
-# (n, c, h, w), kernel, stride, padding, dilation, ceil mode: rows of fewer than eight
-# outputs, or strides over 2, which the eight-lane loop leaves
+# (n, c, h, w), kernel, stride, padding, dilation, ceil mode, the loop: rows of fewer than
+# eight outputs, or strides over 2, which the eight-lane loop along the rows leaves
 SHORT_ROWS = [
-    ((2, 40, 14, 14), 3, 2, 0, 1, True), ((2, 64, 7, 7), 3, 1, 1, 1, False),
-    ((3, 30, 9, 13), 2, 2, 1, 1, True), ((1, 50, 11, 12), 3, 3, 1, 2, False),
-    ((2, 40, 12, 5), (3, 2), (1, 2), (1, 1), (2, 1), True),
+    ((2, 40, 14, 14), 3, 2, 0, 1, True, "max_pool_lanes"),
+    ((2, 64, 7, 7), 3, 1, 1, 1, False, "max_pool_lanes"),
+    ((3, 30, 9, 13), 2, 2, 1, 1, True, "max_pool_lanes"),
+    ((1, 50, 11, 12), 3, 3, 1, 2, False, "max_pool_lanes"),
+    ((2, 40, 12, 5), (3, 2), (1, 2), (1, 1), (2, 1), True, "max_pool_lanes"),
+    ((1, 4, 40, 41), 3, 3, 1, 1, True, "max_pool_rows"),
+    ((1, 3, 33, 50), (2, 3), (2, 3), (1, 0), (1, 2), False, "max_pool_rows"),
 ]
 
 
 @pytest.mark.parametrize("case", SHORT_ROWS)
-def test_max_values_on_short_rows_match_torch_with_nan(case):
-    shape, k, s, p, d, ceil = case
+def test_max_values_on_short_rows_match_torch_with_nan(case, monkeypatch):
+    shape, k, s, p, d, ceil, loop = case
     pair = lambda v: (v, v) if type(v) is int else v   # noqa: E731
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)
     x.flat[rng.integers(0, x.size, 4)] = np.nan, np.inf, -np.inf, np.nan
-    (_, wo), _ = conv_ops._pool_geometry(shape[-2:], pair(k), pair(s), pair(p), ceil, pair(d))
-    assert not pooling.vectorised(shape[-1], wo, pair(k)[1], pair(s)[1], pair(d)[1],
-                                  pair(p)[1])
+    calls, entry = [], kernels.Loop.entry
+    monkeypatch.setattr(kernels.Loop, "entry",
+                        lambda self, *args: calls.append(self.__name__) or entry(self, *args))
     got = conv_ops.max_pool_values(x, pair(k), pair(s), pair(p), pair(d), ceil)
+    assert calls == [loop]
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
     np.testing.assert_array_equal(got, want)
 

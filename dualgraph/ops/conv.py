@@ -950,20 +950,38 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
-    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
-    ``kernels.pooling.max_pool_values`` (rows' maxima, then columns', eight outputs a
-    vector, NaN kept) or, where its vectors do not fit (fewer than eight outputs a row
-    inside it, strides over 2: ``pooling.vectorised``), ``max_pool_rows`` (the same
-    separable order in plain loops), planes shared among threads; None where neither
+    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
+    shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
+    columns', eight outputs a vector, NaN kept) where its vectors fit (eight outputs a row
+    inside it, strides up to 2: ``pooling.vectorised``); else with eight planes in the
+    lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
+    ``pooling.max_pool_rows`` (the first loop's order in plain loops). None where none
     runs (another dtype, no Numba, a small input)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    wide = kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
-                                      dilation[1], padding[1])
-    loop = kernels.pooling.max_pool_values if wide else kernels.pooling.max_pool_rows
+    if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
+                                  padding[1]):
+        loop = kernels.pooling.max_pool_values
+    elif kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
+        return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
+                           *dilation, *padding)
+    else:
+        loop = kernels.pooling.max_pool_rows
     return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop)[0]
+
+
+def _pool_lanes(loop, x, out_hw, *args):
+    """``loop`` of ``kernels.pool_lanes`` on the float32 ``x (..., H, W)`` (``args``: the
+    loop's after the sizes), groups of eight planes shared among threads."""
+    hw = x.shape[-2:]
+    flat = np.ascontiguousarray(x).reshape(-1)
+    planes = flat.size // (hw[0] * hw[1])
+    out = np.empty(planes * out_hw[0] * out_hw[1], x.dtype)
+    run_rows(loop, -(-planes // kernels.pool_lanes.LANES), flat, out, planes, *hw, *out_hw, *args,
+             threads=threads_for(flat.size))
+    return out.reshape(x.shape[:-2] + tuple(out_hw))
 
 
 def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop):
@@ -1124,15 +1142,19 @@ def _loops_take(x) -> bool:
 
 
 def _avg_pool_loop(loop, x, hw, out_hw, div, kernel_size, stride, padding):
-    """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``) or
+    """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``; on small float32
+    planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``) or
     ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s planes,
     shared among threads, with the divisors ``div`` (``_avg_divisor``): the result,
     ``(..., Ho, Wo)`` or ``(..., H, W)``."""
     forward = loop is kernels.pooling.avg_pool
     sizes = (hw, out_hw) if forward else (out_hw, hw)
     planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
+    div = kernels.pooling.avg_divisors(div, *out_hw).astype(x.dtype)
+    if forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1]):
+        return _pool_lanes(kernels.pool_lanes.avg_pool_lanes, x, out_hw, *kernel_size, *stride,
+                           *padding, div)
     out = np.empty((planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
-    div = np.ascontiguousarray(np.broadcast_to(np.asarray(div, x.dtype), out_hw)).reshape(-1)
     arrays = (planes, out, div) if forward else (planes, div, out)
     run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
              threads=threads_for(planes.size))
