@@ -22,6 +22,7 @@ unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -1121,12 +1122,12 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
         total = np.add.reduce(x, axis=(-2, -1), keepdims=True)
         total /= np.asarray(hw[0] * hw[1], total.dtype)
         return cast(total, dt)
+    if _loops_take(x):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, tuple(hw), kernel_size, stride,
+                                   padding, ceil_mode, count_include_pad, divisor_override), dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
-    if _loops_take(x):
-        return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, hw, out_hw, div, kernel_size,
-                                   stride, padding), dt)
     win = _windows(_pad(x, pads), kernel_size, stride, (1, 1), out_hw)
     total = win[..., 0, 0].copy()
     for pos in range(1, kernel_size[0] * kernel_size[1]):
@@ -1141,16 +1142,17 @@ def _loops_take(x) -> bool:
     return x.dtype in (np.float32, np.float64) and kernels.numba_available()
 
 
-def _avg_pool_loop(loop, x, hw, out_hw, div, kernel_size, stride, padding):
+def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor):
     """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``; on small float32
     planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``) or
     ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s planes,
-    shared among threads, with the divisors ``div`` (``_avg_divisor``): the result,
-    ``(..., Ho, Wo)`` or ``(..., H, W)``."""
+    shared among threads (``divisor``: ceil_mode, count_include_pad, divisor_override):
+    the result, ``(..., Ho, Wo)`` or ``(..., H, W)``."""
+    out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
+                                *divisor, x.dtype)
     forward = loop is kernels.pooling.avg_pool
     sizes = (hw, out_hw) if forward else (out_hw, hw)
     planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
-    div = kernels.pooling.avg_divisors(div, *out_hw).astype(x.dtype)
     if forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.avg_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *padding, div)
@@ -1159,6 +1161,18 @@ def _avg_pool_loop(loop, x, hw, out_hw, div, kernel_size, stride, padding):
     run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
              threads=threads_for(planes.size))
     return out.reshape(x.shape[:-2] + tuple(sizes[1]))
+
+
+@lru_cache(maxsize=256)
+def _divisor_rows(hw, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  divisor_override, dtype):
+    """``(Ho, Wo)`` and the divisors (``_avg_divisor``) laid out as the loops read them
+    (``kernels.pooling.avg_divisors``), once per geometry: working them out cost more than
+    a small plane's pooling."""
+    out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
+    div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
+    return out_hw, kernels.pooling.avg_divisors(div, *out_hw).astype(dtype)
 
 
 def _infer_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, **divisor):
@@ -1182,12 +1196,13 @@ def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ce
         dx = np.empty(g.shape[:-2] + tuple(input_size), g.dtype)
         dx[...] = g / np.asarray(input_size[0] * input_size[1], g.dtype)
         return cast(dx, dt)
+    if _loops_take(g):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool_backward, g, tuple(input_size),
+                                   kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                   divisor_override), dt)
     out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
-    if _loops_take(g):
-        return cast(_avg_pool_loop(kernels.pooling.avg_pool_backward, g, tuple(input_size),
-                                   out_hw, div, kernel_size, stride, padding), dt)
     share = g / np.asarray(div, g.dtype)
     cols = np.broadcast_to(share[..., None, None, :, :],
                            share.shape[:-2] + tuple(kernel_size) + share.shape[-2:])
