@@ -1,7 +1,9 @@
 """2-D max pooling (float32): the common 2x2 / stride 2 window's maximum and where it was
 in one pass, any other window likewise, the values alone (inference) separably by rows
 then columns, and the backward's scatter of gradients to those places. NumPy needs a pass
-per kernel position plus masks and index arithmetic for the same result."""
+per kernel position plus masks and index arithmetic for the same result. Average pooling
+and its gradient (any float dtype), separably too. Small planes are pooled eight at a time
+in ``pool_lanes.py``."""
 from __future__ import annotations
 
 import numpy as np
@@ -236,13 +238,14 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------
-# Average pooling (forward and backward) and max pooling's values on rows too short for
-# the loops above: for each output row, the sums (maxima) down its window's rows for every
-# input column into a row padded on both sides with the reduction's identity, then across
-# that row's taps for every output, eight columns (outputs) a vector; padding and ceil
-# mode's last window need no case of their own. Rows this short are a vector or two: LLVM's
-# loop vectoriser, with its scalar remainder, spent 1.5 ns an element on them. NumPy's form
-# took a pass over the output per kernel position.
+# Average pooling (forward and backward) and max pooling's values where the loops above do
+# not fit: for each output row, the sums (maxima) down its window's rows for every input
+# column into a row padded on both sides with the reduction's identity, then across that
+# row's taps for every output, eight columns (outputs) a vector, so that padding and ceil
+# mode's last window need no case of their own. Written with the eight-lane intrinsics:
+# rows this short are a vector or two, and LLVM's loop vectoriser, with its scalar
+# remainder and alias checks per row, ran them as slowly as scalar code. NumPy's form took
+# a pass over the output per kernel position.
 
 @helper(inline="always")
 def padded_length(width, wo, kw, sw, dw, left):
@@ -360,9 +363,9 @@ def avg_pool(start, stop, x, out, div, height, width, ho, wo, kh, kw, sh, sw, to
 def avg_pool_backward(start, stop, g, div, dx, height, width, ho, wo, kh, kw, sh, sw, top,
                       left):
     """:func:`avg_pool`'s transpose on planes ``start:stop``: each output's gradient over
-    its divisor, ``g (P, Ho*Wo) / div`` (:func:`avg_divisors`), added to every position of its window inside the
-    plane, into ``dx (P, H*W)`` (overwritten): across each output row into a padded row,
-    then down the window's rows."""
+    its divisor, ``g (P, Ho*Wo) / div`` (:func:`avg_divisors`), added to every position of
+    its window inside the plane, into ``dx (P, H*W)`` (overwritten): across each output
+    row into a padded row, then down the window's rows."""
     padded = np.zeros(padded_length(width, wo, kw, sw, 1, left), g.dtype)
     span = -(-wo // LANES) * LANES
     for p in range(start, stop):
@@ -385,8 +388,9 @@ def avg_pool_backward(start, stop, g, div, dx, height, width, ho, wo, kh, kw, sh
 @loop
 def max_pool_rows(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                   left):
-    """:func:`max_pool_values`' result (NaN wins) where its loop does not fit (rows of
-    fewer than eight outputs, strides over 2), by :func:`_pool_planes`."""
+    """:func:`max_pool_values`' result (NaN wins) where neither its loop (rows of fewer
+    than eight outputs, strides over 2) nor ``pool_lanes``' (fewer than eight planes,
+    wide rows) fits, by :func:`_pool_planes`."""
     padded = np.full(padded_length(width, wo, kw, sw, dw, left), -np.inf, x.dtype)
     _pool_planes(start, stop, x, best, padded, padded, height, width, ho, wo, kh, kw, sh, sw,
                  dh, dw, top, left, True)
