@@ -42,8 +42,9 @@ def _pool_lanes(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw,
                 top, left, is_max):
     """Groups ``start:stop`` of eight planes (eight at least: :func:`fits`; the last group
     the last eight planes, some pooled twice: the same values) of the flat ``x (P * H *
-    W)`` pooled into the flat ``out (P * Ho * Wo)``: sums of the window's positions inside the plane over ``div``
-    (``Ho`` rows of ``Wo`` rounded up to eight), or their maxima (NaN wins)."""
+    W)`` pooled into the flat ``out (P * Ho * Wo)``: sums of the window's positions inside
+    the plane over ``div`` (``Ho`` rows of ``Wo`` rounded up to eight), or their maxima
+    (NaN wins)."""
     size, outputs, span = height * width, ho * wo, -(-wo // LANES) * LANES
     inputs = np.empty(size * LANES, x.dtype)
     results = np.empty(outputs * LANES, x.dtype)
