@@ -1,13 +1,15 @@
 """2-D max pooling (float32): the common 2x2 / stride 2 window's maximum and where it was
 in one pass, any other window likewise, the values alone (inference) separably by rows
 then columns, and the backward's scatter of gradients to those places. NumPy needs a pass
-per kernel position plus masks and index arithmetic for the same result."""
+per kernel position plus masks and index arithmetic for the same result. Average pooling
+and its gradient (any float dtype), separably too. Small planes are pooled eight at a time
+in ``pool_lanes.py``."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import helper, loop
-from .simd import (LANES, add, broadcast, load, load_even, maximum, maximum_nan, store,
+from .simd import (LANES, add, broadcast, divide, load, load_even, maximum, maximum_nan, store,
                    tree_sum, where_greater)
 
 F = np.float32
@@ -76,7 +78,7 @@ def _tap(plane, o, sw):
 
 
 @helper(inline="always")
-def _taps_inside(start, taps, step, size):
+def taps_inside(start, taps, step, size):
     """``(first, stop)``: the taps ``t`` of ``start + t * step`` (``t < taps``) that fall
     inside ``0:size``; without a division where ``step`` is 1 (an integer division per
     row took a third of a pool's time)."""
@@ -90,7 +92,7 @@ def _edge_max(plane, width, y0, a0, a1, x0, kw, dh, dw):
     """The maximum of one window whose rows ``a0:a1`` are inside the plane, its columns
     outside the row skipped (NaN wins)."""
     b = F(-np.inf)
-    c0, c1 = _taps_inside(x0, kw, dw, width)
+    c0, c1 = taps_inside(x0, kw, dw, width)
     for a in range(a0, a1):
         o = (y0 + a * dh) * width + x0
         for c in range(c0, c1):
@@ -151,7 +153,7 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
         plane, where = x[p], index[p]
         for i in range(ho):
             y0 = i * sh - top
-            a0, a1 = _taps_inside(y0, kh, dh, height)
+            a0, a1 = taps_inside(y0, kh, dh, height)
             row = best[p, i * wo:(i + 1) * wo]
             for j in range(first, last + 1, LANES):
                 j = min(j, last + 1 - LANES)
@@ -224,7 +226,7 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
             total = broadcast(F(0))
             for i in range(ho):
                 y0 = i * sh - top
-                a0, a1 = _taps_inside(y0, kh, dh, height)
+                a0, a1 = taps_inside(y0, kh, dh, height)
                 for a in range(a0, a1):
                     rows[a] = (y0 + a * dh) * width
                 total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left,
@@ -233,3 +235,162 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
             total_sum = tree_sum(total)
             if keep_nan or total_sum == total_sum:
                 break
+
+
+# -- separable loops on rows of any width, any float dtype ---------------------------------------
+# Average pooling (forward and backward) and max pooling's values where the loops above do
+# not fit: for each output row, the sums (maxima) down its window's rows for every input
+# column into a row padded on both sides with the reduction's identity, then across that
+# row's taps for every output, eight columns (outputs) a vector, so that padding and ceil
+# mode's last window need no case of their own. Written with the eight-lane intrinsics:
+# rows this short are a vector or two, and LLVM's loop vectoriser, with its scalar
+# remainder and alias checks per row, ran them as slowly as scalar code. NumPy's form took
+# a pass over the output per kernel position.
+
+@helper(inline="always")
+def padded_length(width, wo, kw, sw, dw, left):
+    """The padded row's length: the input row at ``left``, every output vector's last tap
+    (:func:`_tap` reads 15 past its first), and more."""
+    return left + width + (-(-wo // LANES) * LANES) * sw + kw * dw + 2 * LANES
+
+
+@helper(inline="always")
+def _combine(b, v, is_max):
+    """``b + v`` or (``is_max``) their maximum, NaN winning, of two scalars."""
+    if is_max:
+        return v if (v > b) | (v != v) else b
+    return b + v
+
+
+@helper(inline="always")
+def _combine_vectors(b, v, is_max):
+    """:func:`_combine` lane-wise."""
+    return maximum_nan(b, v) if is_max else add(b, v)
+
+
+@helper(inline="always")
+def _down(plane, width, y0, a0, a1, dh, padded, left, is_max):
+    """``padded[left + q]``: the sum (``is_max``: the maximum, NaN wins) of column ``q``
+    of the plane over the window's rows ``y0 + a * dh`` for ``a`` in ``a0:a1``: eight
+    columns a vector (the last eight end at the row's end), one by one in rows of fewer."""
+    if a0 >= a1:
+        for q in range(width):
+            padded[left + q] = -np.inf if is_max else 0
+    elif width < LANES:
+        for q in range(width):
+            b = plane[(y0 + a0 * dh) * width + q]
+            for a in range(a0 + 1, a1):
+                b = _combine(b, plane[(y0 + a * dh) * width + q], is_max)
+            padded[left + q] = b
+    else:
+        for q in range(0, width, LANES):
+            q = min(q, width - LANES)
+            b = load(plane, (y0 + a0 * dh) * width + q)
+            for a in range(a0 + 1, a1):
+                b = _combine_vectors(b, load(plane, (y0 + a * dh) * width + q), is_max)
+            store(padded, left + q, b)
+
+
+@helper(inline="always")
+def _across(padded, row, wo, kw, sw, dw, is_max):
+    """``row[j]``: the sum (maximum, NaN wins) of ``padded[j * sw + c * dw]`` over the
+    ``kw`` taps ``c``, for ``j < wo`` (``row`` holds ``wo`` rounded up to eight): eight
+    outputs a vector at ``sw`` 1 or 2, else one by one."""
+    if sw <= 2:
+        for j in range(0, wo, LANES):
+            b = _tap(padded, j * sw, sw)
+            for c in range(1, kw):
+                b = _combine_vectors(b, _tap(padded, j * sw + c * dw, sw), is_max)
+            store(row, j, b)
+    else:
+        for j in range(wo):
+            b = padded[j * sw]
+            for c in range(1, kw):
+                b = _combine(b, padded[j * sw + c * dw], is_max)
+            row[j] = b
+
+
+@helper(inline="always")
+def _pool_planes(start, stop, x, out, div, padded, height, width, ho, wo, kh, kw, sh, sw, dh,
+                 dw, top, left, is_max):
+    """Planes ``start:stop`` of ``x`` pooled into ``out`` row by row (:func:`_down`, then
+    :func:`_across` into a row of whole vectors): sums over the divisors ``div`` (``Ho``
+    rows of ``Wo`` rounded up to eight), or maxima. Whole vectors are stored straight
+    into the output, the row's last few outputs one by one."""
+    span = -(-wo // LANES) * LANES
+    row = np.empty(span, x.dtype)
+    for p in range(start, stop):
+        plane, dest = x[p], out[p]
+        for i in range(ho):
+            y0 = i * sh - top
+            a0, a1 = taps_inside(y0, kh, dh, height)
+            _down(plane, width, y0, a0, a1, dh, padded, left, is_max)
+            _across(padded, row, wo, kw, sw, dw, is_max)
+            for j in range(0, wo, LANES):
+                v = load(row, j)
+                if not is_max:
+                    v = divide(v, load(div, i * span + j))
+                if j + LANES <= wo:
+                    store(dest, i * wo + j, v)
+                else:
+                    store(row, j, v)
+                    for t in range(j, wo):
+                        dest[i * wo + t] = row[t]
+
+
+def avg_divisors(div, ho: int, wo: int) -> np.ndarray:
+    """The divisors ``div`` (a number, or ``(Ho, Wo)``) as :func:`avg_pool` and
+    :func:`avg_pool_backward` read them: ``Ho`` flat rows of ``Wo`` rounded up to eight,
+    the rows' ends 1."""
+    rows = np.ones((ho, -(-wo // LANES) * LANES), np.float64)
+    rows[:, :wo] = div
+    return rows.reshape(-1)
+
+
+@loop
+def avg_pool(start, stop, x, out, div, height, width, ho, wo, kh, kw, sh, sw, top, left):
+    """Planes ``start:stop`` of the flat planes ``x (P, H*W)`` average-pooled into ``out
+    (P, Ho*Wo)``: each window's sum over the positions inside the plane (window ``(i, j)``
+    at ``(i * sh - top, j * sw - left)``), divided by its divisor ``div`` (torch's: with or
+    without the padding, or the override; ``Ho`` rows of ``Wo`` rounded up to eight, for
+    the vectors, and ``Ho*Wo`` at least: :func:`avg_divisors`)."""
+    padded = np.zeros(padded_length(width, wo, kw, sw, 1, left), x.dtype)
+    _pool_planes(start, stop, x, out, div, padded, height, width, ho, wo, kh, kw, sh, sw, 1, 1,
+                 top, left, False)
+
+
+@loop
+def avg_pool_backward(start, stop, g, div, dx, height, width, ho, wo, kh, kw, sh, sw, top,
+                      left):
+    """:func:`avg_pool`'s transpose on planes ``start:stop``: each output's gradient over
+    its divisor, ``g (P, Ho*Wo) / div`` (:func:`avg_divisors`), added to every position of
+    its window inside the plane, into ``dx (P, H*W)`` (overwritten): across each output
+    row into a padded row, then down the window's rows."""
+    padded = np.zeros(padded_length(width, wo, kw, sw, 1, left), g.dtype)
+    span = -(-wo // LANES) * LANES
+    for p in range(start, stop):
+        grads, target = g[p], dx[p]
+        target[:] = 0
+        for i in range(ho):
+            padded[:] = 0
+            for j in range(wo):
+                share = grads[i * wo + j] / div[i * span + j]
+                for c in range(kw):
+                    padded[j * sw + c] += share
+            y0 = i * sh - top
+            a0, a1 = taps_inside(y0, kh, 1, height)
+            for a in range(a0, a1):
+                o = (y0 + a) * width
+                for q in range(width):
+                    target[o + q] += padded[left + q]
+
+
+@loop
+def max_pool_rows(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                  left):
+    """:func:`max_pool_values`' result (NaN wins) where neither its loop (rows of fewer
+    than eight outputs, strides over 2) nor ``pool_lanes``' (fewer than eight planes,
+    wide rows) fits, by :func:`_pool_planes`."""
+    padded = np.full(padded_length(width, wo, kw, sw, dw, left), -np.inf, x.dtype)
+    _pool_planes(start, stop, x, best, padded, padded, height, width, ho, wo, kh, kw, sh, sw,
+                 dh, dw, top, left, True)

@@ -207,6 +207,7 @@ def _binary(name, float_op, int_op):
 add = _binary("add", "fadd", "add")
 subtract = _binary("subtract", "fsub", "sub")
 multiply = _binary("multiply", "fmul", "mul")
+divide = _binary("divide", "fdiv", "sdiv")
 
 
 @Intrinsic

@@ -22,6 +22,7 @@ unpadded max pooling has a fast path. Float16/bfloat16 are computed in float32.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -921,7 +922,8 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
     if kernels.enabled(x) and hw[0] * hw[1] < 1 << 24 and not np.isnan(x).any():
-        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, True)
+        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                                     kernels.pooling.max_pool)
         return cast(best, dt), where
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
@@ -949,30 +951,49 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
-    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)`` by
-    ``kernels.pooling.max_pool_values`` (rows' maxima, then columns', eight outputs a
-    vector, NaN kept), planes shared among threads; None where that loop does not run
-    (another dtype, no Numba, fewer than eight outputs a row inside it, strides over 2:
-    ``pooling.vectorised``)."""
+    """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
+    shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
+    columns', eight outputs a vector, NaN kept) where its vectors fit (eight outputs a row
+    inside it, strides up to 2: ``pooling.vectorised``); else with eight planes in the
+    lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
+    ``pooling.max_pool_rows`` (the first loop's order in plain loops). None where none
+    runs (another dtype, no Numba, a small input)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    if not kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1],
-                                      dilation[1], padding[1]):
-        return None
-    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, False)[0]
+    if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
+                                  padding[1]):
+        loop = kernels.pooling.max_pool_values
+    elif kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
+        return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
+                           *dilation, *padding)
+    else:
+        loop = kernels.pooling.max_pool_rows
+    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop)[0]
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, indices):
-    """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
-    threads: the maxima and, if ``indices``, their flat positions (else None, by
-    ``kernels.pooling.max_pool_values``)."""
+def _pool_lanes(loop, x, out_hw, *args):
+    """``loop`` of ``kernels.pool_lanes`` on the float32 ``x (..., H, W)`` (``args``: the
+    loop's after the sizes), groups of eight planes shared among threads."""
+    hw = x.shape[-2:]
+    flat = np.ascontiguousarray(x).reshape(-1)
+    planes = flat.size // (hw[0] * hw[1])
+    out = np.empty(planes * out_hw[0] * out_hw[1], x.dtype)
+    run_rows(loop, -(-planes // kernels.pool_lanes.LANES), flat, out, planes, *hw, *out_hw, *args,
+             threads=threads_for(flat.size))
+    return out.reshape(x.shape[:-2] + tuple(out_hw))
+
+
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop):
+    """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
+    ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
+    among threads: the maxima and, from ``max_pool``, their flat positions (else None)."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
+    indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
     best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
     where = (np.empty(best.shape, np.int64),) if indices else ()
-    loop = kernels.pooling.max_pool if indices else kernels.pooling.max_pool_values
     run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
              *stride, *dilation, padding[0], padding[1], threads=threads_for(planes.size))
     return best.reshape(shape), where[0].reshape(shape) if indices else None
@@ -1101,14 +1122,57 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
         total = np.add.reduce(x, axis=(-2, -1), keepdims=True)
         total /= np.asarray(hw[0] * hw[1], total.dtype)
         return cast(total, dt)
+    if _loops_take(x):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, tuple(hw), kernel_size, stride,
+                                   padding, ceil_mode, count_include_pad, divisor_override), dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
+    div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
+                       divisor_override)
     win = _windows(_pad(x, pads), kernel_size, stride, (1, 1), out_hw)
     total = win[..., 0, 0].copy()
     for pos in range(1, kernel_size[0] * kernel_size[1]):
         total += win[..., pos // kernel_size[1], pos % kernel_size[1]]
+    return cast(total / np.asarray(div, total.dtype), dt)
+
+
+def _loops_take(x) -> bool:
+    """Whether ``kernels.pooling``'s average-pooling loops run on ``x``: float32 or
+    float64 (they compile per dtype) with Numba on, at every size (NumPy's form is a pass
+    per kernel position)."""
+    return x.dtype in (np.float32, np.float64) and kernels.numba_available()
+
+
+def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor):
+    """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``; on small float32
+    planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``) or
+    ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s planes,
+    shared among threads (``divisor``: ceil_mode, count_include_pad, divisor_override):
+    the result, ``(..., Ho, Wo)`` or ``(..., H, W)``."""
+    out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
+                                *divisor, x.dtype)
+    forward = loop is kernels.pooling.avg_pool
+    sizes = (hw, out_hw) if forward else (out_hw, hw)
+    planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
+    if forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1]):
+        return _pool_lanes(kernels.pool_lanes.avg_pool_lanes, x, out_hw, *kernel_size, *stride,
+                           *padding, div)
+    out = np.empty((planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
+    arrays = (planes, out, div) if forward else (planes, div, out)
+    run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
+             threads=threads_for(planes.size))
+    return out.reshape(x.shape[:-2] + tuple(sizes[1]))
+
+
+@lru_cache(maxsize=256)
+def _divisor_rows(hw, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  divisor_override, dtype):
+    """``(Ho, Wo)`` and the divisors (``_avg_divisor``) laid out as the loops read them
+    (``kernels.pooling.avg_divisors``), once per geometry: working them out cost more than
+    a small plane's pooling."""
+    out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
-    return cast(total / np.asarray(div, total.dtype), dt)
+    return out_hw, kernels.pooling.avg_divisors(div, *out_hw).astype(dtype)
 
 
 def _infer_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, **divisor):
@@ -1132,6 +1196,10 @@ def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ce
         dx = np.empty(g.shape[:-2] + tuple(input_size), g.dtype)
         dx[...] = g / np.asarray(input_size[0] * input_size[1], g.dtype)
         return cast(dx, dt)
+    if _loops_take(g):
+        return cast(_avg_pool_loop(kernels.pooling.avg_pool_backward, g, tuple(input_size),
+                                   kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                   divisor_override), dt)
     out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
