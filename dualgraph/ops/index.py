@@ -474,6 +474,15 @@ def getitem(x, key):
     if type(key) is Tensor and shape and key._data.dtype.kind in "iu":
         # table[ix] (an embedding by hand, a batch of rows): the index op, unparsed
         return apply(INDEX, x, key, dims=(0,))
+    arrays = _leading_arrays(shape, key)
+    if arrays is not None:
+        # x[i, j], x[i, j, None] (a gather by hand): the index op and an unsqueeze per
+        # None, not the general parse's slice, reshape and index
+        out = apply(INDEX, x, *arrays, dims=tuple(range(len(arrays))))
+        lead = out.ndim - (len(shape) - len(arrays))   # (the indices' broadcast dims)
+        for _ in range(len(key) - len(arrays)):
+            out = shape_ops.unsqueeze(out, lead)
+        return out
     basic = _basic_key(shape, key)
     if basic is not None:
         index, view_shape = basic
@@ -486,6 +495,23 @@ def getitem(x, key):
         v = shape_ops.slice_dims(x, index)
         return v if view_shape is None else shape_ops.reshape(v, view_shape)
     return _Key(x.shape, key).get(x)
+
+
+def _leading_arrays(shape, key):
+    """The integer tensors of a key that is only integer tensors, one per leading dim,
+    then Nones (``x[i, j]``, ``x[i, j, None]``): torch indexes those dims together and
+    puts the Nones' new dims after them; None for any other key."""
+    if type(key) is not tuple or len(key) < 2:
+        return None
+    arrays = []
+    for k in key:
+        if type(k) is not Tensor or k._data.dtype.kind not in "iu":
+            break
+        arrays.append(k)
+    if not arrays or len(arrays) > len(shape) or any(k is not None
+                                                     for k in key[len(arrays):]):
+        return None
+    return arrays
 
 
 _BOUND_TYPES = (int, type(None))
