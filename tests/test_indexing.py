@@ -32,6 +32,9 @@ KEYS = [
     np.array([[True, False, True], [False, False, True], [True, True, False]]),
     (), Ellipsis, (True,), (slice(None), 1), (slice(None), slice(None), -2),
     (slice(None), -3, slice(None)), (slice(None), slice(1, 3), 0),
+    # integer tensors on the leading dims, then Nones (getitem's shortcut: one index op)
+    (np.array([2, -1, 0]), np.array([1, 1, 2]), None), (np.array([0, 2]), None),
+    (np.array([0, 2]), np.array([1, 0]), np.array([3, -4]), None, None),
 ]
 
 

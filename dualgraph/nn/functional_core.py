@@ -31,6 +31,7 @@ from ..ops import conv as conv_ops, creation, index as index_ops, linalg, reduce
 from ..ops import loss as loss_ops
 from ..ops import elementwise as ew
 from ..ops import norm as norm_ops
+from ..ops import random as random_ops
 from ..ops import shape as shape_ops
 from ..ops.conv import *  # noqa: F401,F403
 from ..ops.elementwise import *  # noqa: F401,F403
@@ -520,27 +521,31 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 # -- dropout -------------------------------------------------------------------------------------
-def _dropout(input, p, training, inplace, mask_shape, combine=None):
-    """Zero whole blocks of ``input`` (one mask entry per ``mask_shape`` position, broadcast)
-    with probability ``p`` and scale the rest by ``1 / (1 - p)``, or ``combine(input, keep,
-    p)`` them (``keep`` the 0/1 mask in input's dtype: alpha dropout). The mask is drawn
-    from the global generator, so ``dg.manual_seed`` makes it reproducible."""
+def _dropout(input, p, training, inplace, lead=None, combine=None):
+    """Zero single elements of ``input`` (or whole blocks: one mask entry per position of
+    its first ``lead`` dims, broadcast) with probability ``p`` and scale the rest by ``1 /
+    (1 - p)`` (one ``dropout`` op each way), or ``combine(input, keep, p)`` them (``keep``
+    the 0/1 mask in input's dtype: alpha dropout). The mask is drawn from the global
+    generator, so ``dg.manual_seed`` makes it reproducible."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return input
     if p == 1:
         out = input * 0.0
+    elif combine is None:
+        out = random_ops.dropout(input, p, lead)
     else:
-        keep = (creation.rand(mask_shape) < (1 - p)).to(input.dtype)
-        out = combine(input, keep, p) if combine else input * ew.div(keep, 1 - p)
+        keep = (creation.rand(random_ops.mask_shape(_shape(input), lead))
+                < (1 - p)).to(input.dtype)
+        out = combine(input, keep, p)
     return commit_inplace(input, out) if inplace else out
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
     """Zero each element with probability ``p`` in training, scaling the rest by
     ``1 / (1 - p)``; the identity when ``training`` is False."""
-    return _dropout(input, p, training, inplace, _shape(input))
+    return _dropout(input, p, training, inplace)
 
 
 def _feature_dropout(name, input, p, training, inplace, batched_ndim):
@@ -548,9 +553,7 @@ def _feature_dropout(name, input, p, training, inplace, batched_ndim):
     if input.ndim not in (batched_ndim, batched_ndim - 1):
         raise ValueError(f"{name}: expected a {batched_ndim - 1}-D (unbatched) or "
                          f"{batched_ndim}-D (batched) input, got shape {_shape(input)}")
-    lead = 2 if input.ndim == batched_ndim else 1
-    mask_shape = _shape(input)[:lead] + (1,) * (input.ndim - lead)
-    return _dropout(input, p, training, inplace, mask_shape)
+    return _dropout(input, p, training, inplace, 2 if input.ndim == batched_ndim else 1)
 
 
 def dropout1d(input, p=0.5, training=True, inplace=False):
@@ -566,8 +569,7 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
         warnings.warn(f"dropout2d at {user_location()}: got a {input.ndim}-D input "
                       f"{_shape(input)}; dropout2d drops channels of 3-D or 4-D inputs; use "
                       "dropout for this one", stacklevel=2)
-        lead = _shape(input)[:2]
-        return _dropout(input, p, training, inplace, lead + (1,) * (input.ndim - 2))
+        return _dropout(input, p, training, inplace, 2)
     return _feature_dropout("dropout2d", input, p, training, inplace, 4)
 
 

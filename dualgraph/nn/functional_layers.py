@@ -223,7 +223,7 @@ def _alpha_mix(input, keep, p):
 
 def alpha_dropout(input, p=0.5, training=False, inplace=False):
     """Alpha dropout of single elements (for self-normalising, SELU networks)."""
-    return _dropout(input, p, training, inplace, _shape(input), _alpha_mix)
+    return _dropout(input, p, training, inplace, None, _alpha_mix)
 
 
 def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
@@ -231,8 +231,7 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
     if input.ndim < 2:
         raise ValueError(f"feature_alpha_dropout: expected (N, C, *) input, got shape "
                          f"{_shape(input)}")
-    return _dropout(input, p, training, inplace, _shape(input)[:2] + (1,) * (input.ndim - 2),
-                    _alpha_mix)
+    return _dropout(input, p, training, inplace, 2, _alpha_mix)
 
 
 def dropout3d(input, p=0.5, training=True, inplace=False):

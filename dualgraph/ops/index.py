@@ -268,11 +268,15 @@ def index_dims(x, indices, dims, nonnegative=False):
     return apply(INDEX, x, *indices, dims=tuple(dims))
 
 
-def index_put_dims(x, v, indices, dims, accumulate=False):
+def index_put_dims(x, v, indices, dims, accumulate=False, want=None):
     """A copy of ``x`` with ``index_dims(x, indices, dims)`` replaced by (or with
-    ``accumulate``, increased by) ``v``, which broadcasts to that shape."""
-    want = _infer_index(x, *indices, dims=tuple(dims)).shape
-    v = shape_ops.expand(_fit(_as_value(v, x), want), want)
+    ``accumulate``, increased by) ``v``, which broadcasts to that shape (``want``, where
+    the caller has worked it out)."""
+    if want is None:
+        want = _infer_index(x, *indices, dims=tuple(dims)).shape
+    if not (isinstance(v, Tensor) and v._data.dtype == x._data.dtype
+            and tuple(v.shape) == want):   # (a source of the very type: index_add's)
+        v = shape_ops.expand(_fit(_as_value(v, x), want), want)
     return apply(INDEX_PUT, x, v, *indices, dims=tuple(dims), accumulate=bool(accumulate))
 
 
@@ -470,6 +474,15 @@ def getitem(x, key):
     if type(key) is Tensor and shape and key._data.dtype.kind in "iu":
         # table[ix] (an embedding by hand, a batch of rows): the index op, unparsed
         return apply(INDEX, x, key, dims=(0,))
+    arrays = _leading_arrays(shape, key)
+    if arrays is not None:
+        # x[i, j], x[i, j, None] (a gather by hand): the index op and an unsqueeze per
+        # None, not the general parse's slice, reshape and index
+        out = apply(INDEX, x, *arrays, dims=tuple(range(len(arrays))))
+        lead = out.ndim - (len(shape) - len(arrays))   # (the indices' broadcast dims)
+        for _ in range(len(key) - len(arrays)):
+            out = shape_ops.unsqueeze(out, lead)
+        return out
     basic = _basic_key(shape, key)
     if basic is not None:
         index, view_shape = basic
@@ -482,6 +495,23 @@ def getitem(x, key):
         v = shape_ops.slice_dims(x, index)
         return v if view_shape is None else shape_ops.reshape(v, view_shape)
     return _Key(x.shape, key).get(x)
+
+
+def _leading_arrays(shape, key):
+    """The integer tensors of a key that is only integer tensors, one per leading dim,
+    then Nones (``x[i, j]``, ``x[i, j, None]``): torch indexes those dims together and
+    puts the Nones' new dims after them; None for any other key."""
+    if type(key) is not tuple or len(key) < 2:
+        return None
+    arrays = []
+    for k in key:
+        if type(k) is not Tensor or k._data.dtype.kind not in "iu":
+            break
+        arrays.append(k)
+    if not arrays or len(arrays) > len(shape) or any(k is not None
+                                                     for k in key[len(arrays):]):
+        return None
+    return arrays
 
 
 _BOUND_TYPES = (int, type(None))
@@ -801,7 +831,7 @@ def index_add(input, dim, index, source, *, alpha=1):
         raise ShapeError(f"index_add(): source has shape {tuple(source.shape)}, but indexing "
                          f"dim {d} of shape {tuple(input.shape)} by {index.shape[0]} entries "
                          f"needs {want}")
-    return index_put_dims(input, source, [index], (d,), accumulate=True)
+    return index_put_dims(input, source, [index], (d,), accumulate=True, want=want)
 
 
 def index_copy(input, dim, index, source):
@@ -815,7 +845,7 @@ def index_copy(input, dim, index, source):
         raise ShapeError(f"index_copy(): source has shape {tuple(source.shape)}, but indexing "
                          f"dim {d} of shape {tuple(input.shape)} by {index.shape[0]} entries "
                          f"needs {want}")
-    return index_put_dims(input, source, [index], (d,))
+    return index_put_dims(input, source, [index], (d,), want=want)
 
 
 def index_fill(input, dim, index, value):
@@ -1165,7 +1195,7 @@ def _argsort_kernel(x, dim, descending):
     if x.dtype == dtypes.bfloat16_np:
         x = x.astype(np.float32)
     if not descending:
-        return np.argsort(x, axis=dim, kind="stable").astype(_INT64)
+        return np.argsort(x, axis=dim, kind="stable").astype(_INT64, copy=False)
     # Descending and stable (ties keep their order, NaN first as in torch): sort the
     # reversed array ascending, then reverse the order and map positions back.
     n = x.shape[dim]
@@ -1214,6 +1244,38 @@ def sort(input, dim=-1, descending=False, stable=False):
     return SortResult(gather(input, dim, indices), indices)
 
 
+def _topk_kernel(x, k, dim, largest):
+    """The first ``k`` of argsort's order along ``dim`` (stable: among equal values the
+    lower position first) and the values there."""
+    indices = np.ascontiguousarray(
+        _argsort_kernel(x, dim, largest)[(slice(None),) * dim + (slice(0, k),)])
+    return np.take_along_axis(x, indices, axis=dim), indices
+
+
+def _infer_topk(x, k, dim, largest):
+    shape = tuple(x.shape[:dim]) + (k,) + tuple(x.shape[dim + 1:])
+    return ShapedType(shape, x.dtype), ShapedType(shape, _INT64)
+
+
+def _onnx_topk(e, node):
+    """topk -> TopK, sorted (the same order among equal values: ``_onnx_argsort``)."""
+    a = node.attrs
+    return list(e.outputs("TopK", [e.input(0), e.ints([a["k"]])], 2, axis=a["dim"],
+                          largest=int(bool(a["largest"])), sorted=1))
+
+
+# One op each way for what argsort, narrow and gather were: the values' gradient goes back
+# to the positions they came from, as gather's does.
+TOPK = defop("topk", _topk_kernel, _infer_topk,
+             vjp=lambda g, out, x, k, dim, largest: apply(
+                 SCATTER_ADD, creation.zeros_like(x, dtype=g[0].dtype), out[1], g[0],
+                 dim=dim),
+             attrs=("k", "dim", "largest"), num_outputs=2, saves="o", saved_outputs=(1,),
+             differentiable_outputs=(0,), onnx=_onnx_topk,
+             doc="The k largest (or smallest) entries of x along dim, sorted, and their "
+                 "positions (stable: the lower position first among equal values).")
+
+
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) entries along ``dim`` and their positions."""
     d = normalize_dim(dim, input.ndim)
@@ -1221,11 +1283,9 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     if not 0 <= k <= n:
         raise IndexError(f"topk: k={k} is out of range for dim {d} of size {n} (shape "
                          f"{tuple(input.shape)})")
-    indices = argsort(input, d, descending=largest)
     if input.ndim == 0:
-        return TopKResult(input, indices)
-    indices = shape_ops.narrow(indices, d, 0, k)
-    return TopKResult(gather(input, d, indices), indices)
+        return TopKResult(input, argsort(input))
+    return TopKResult(*apply(TOPK, input, k=int(k), dim=d, largest=bool(largest)))
 
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])

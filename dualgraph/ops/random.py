@@ -189,12 +189,13 @@ def replaying_draws(seeds: list):
         _draws.replay = outer
 
 
-def draw(op, generator=None, **attrs) -> Tensor:
-    """One draw: ``op`` (``RANDOM``, ``RANDOM_INTEGERS``, ``RANDOM_PERMUTATION``) on the
-    generator's seed state, which then advances by one; eagerly at once, while tracing as a
-    node and a traced in-place update (written back after every call), so both draw the
-    same numbers from the same state. Inside a checkpointed region's recomputation the
-    seeds its forward read are read again, in order, and the state does not advance."""
+def draw(op, generator=None, inputs=(), **attrs):
+    """One draw: ``op`` (``RANDOM``, ``RANDOM_INTEGERS``, ``RANDOM_PERMUTATION``, or an op of
+    ``inputs`` that draws, ``DROPOUT``) called as ``op(*inputs, seed)`` on the generator's
+    seed state, which then advances by one; eagerly at once, while tracing as a node and a
+    traced in-place update (written back after every call), so both draw the same numbers
+    from the same state. Inside a checkpointed region's recomputation the seeds its forward
+    read are read again, in order, and the state does not advance."""
     replay = _draws.replay
     if replay is not None:
         if not replay:
@@ -205,9 +206,12 @@ def draw(op, generator=None, **attrs) -> Tensor:
     else:
         seed = (generator or default_generator).seed_state
     traced = modes.building_graph()
-    # (eagerly the kernel runs here, as creation functions make their tensors: no input
-    # needs a gradient or a tape entry)
-    out = apply(op, seed, **attrs) if traced else Tensor._make(op.kernel(seed._data, **attrs))
+    if traced:
+        out = apply(op, *inputs, seed, **attrs)
+    elif inputs:   # (the seed's value now, as a number: the state changes below in place)
+        out = apply(op, *inputs, int(seed._data), **attrs)
+    else:   # (a creation function's draw: no input needs a gradient or a tape entry)
+        out = Tensor._make(op.kernel(seed._data, **attrs))
     for log in _draws.logs:   # (the value read, which the update below replaces)
         log.append(Tensor._make(seed._data if traced else seed._data.copy()))
     if replay is None:
@@ -216,3 +220,43 @@ def draw(op, generator=None, **attrs) -> Tensor:
         else:
             seed._data[()] = int(seed._data) + 1   # (in place: graphs hold this array)
     return out
+
+
+# -- dropout -------------------------------------------------------------------------------
+def mask_shape(shape, lead):
+    """One mask entry per element (``lead`` None), or per position of the first ``lead``
+    dims (whole channels: dropout2d's), broadcast over the rest."""
+    return tuple(shape) if lead is None else tuple(shape[:lead]) + (1,) * (len(shape) - lead)
+
+
+def _dropout_kernel(x, seed, p, lead):
+    """``x`` times the mask, and the mask: 0 where a float32 uniform of the seed's stream is
+    at least ``1 - p``, else ``1 / (1 - p)`` in x's dtype (the numbers of ``dg.rand``'s
+    draw from the same seed, compared and scaled as ``x * ((u < 1 - p).to(x.dtype) / (1 -
+    p))`` computes them, to the bit)."""
+    keep = _random_kernel(seed, mask_shape(x.shape, lead), np.float32, "uniform") < (1 - p)
+    mask = keep.astype(x.dtype) / (1 - p)
+    return x * mask, mask
+
+
+def _infer_dropout(x, seed, p, lead):
+    return (ShapedType(tuple(x.shape), x.dtype),
+            ShapedType(mask_shape(x.shape, lead), x.dtype))
+
+
+# One op each way: the forward draws its mask and applies it (what four ops and a draw did),
+# the VJP multiplies by the mask it kept, as torch's fused dropout does.
+DROPOUT = defop("dropout", _dropout_kernel, _infer_dropout,
+                vjp=lambda g, out, x, seed, p, lead: (g[0] * out[1], None),
+                attrs=("p", "lead"), num_outputs=2, saves="o", saved_outputs=(1,),
+                differentiable_outputs=(0,), onnx=None,
+                doc="Dropout of ``x`` with probability ``p`` from a seed input: the result "
+                    "and its scaled mask (one entry per element, or per position of the "
+                    "first ``lead`` dims).")
+
+
+def dropout(x: Tensor, p: float, lead: int | None = None, generator=None) -> Tensor:
+    """``x`` with each element (or each position of its first ``lead`` dims) zeroed with
+    probability ``0 < p < 1`` and the rest scaled by ``1 / (1 - p)``: one draw from the
+    generator's seed state, so eager and compiled code drop the same elements."""
+    return draw(DROPOUT, generator, inputs=(x,), p=float(p), lead=lead)[0]

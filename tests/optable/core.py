@@ -108,6 +108,20 @@ CASES.append(OpCase("random_integers", _integers_checks, [In((40, 5))], grad=Fal
 CASES.append(OpCase("random_permutation", _permutation_checks, [In((30,))], grad=False))
 
 
+
+def _dropout_checks(m, a):
+    """``F.dropout``'s op (p = 0.25), by its properties, the masks being random in both
+    libraries: the fraction of outputs that are 0 or ``a / 0.75`` (1.0), the sum of the
+    kept ones over ``a / 0.75``'s at the same places, and whether two draws differ."""
+    y, z = m.nn.functional.dropout(a, 0.25), m.nn.functional.dropout(a, 0.25)
+    kept = y != 0
+    scaled = a / 0.75
+    exact = ((y == 0) | ((y - scaled).abs() <= 1e-6 * scaled.abs())).float().mean()
+    return exact, (y * kept).sum() / (scaled * kept).sum(), (kept != (z != 0)).any()
+
+
+CASES.append(OpCase("dropout", _dropout_checks, [In((16, 32), "pos")], grad=False))
+
 # `full` is what dg.zeros/ones/full become while tracing a symbolic size (``x.shape[0]`` of a
 # dynamic batch); the row makes the node with a static shape.
 def _full(m, a):
