@@ -35,6 +35,7 @@ from .ops.signal import *  # noqa: F401,F403
 from .ops.special import *  # noqa: F401,F403
 from .ops.special_series import *  # noqa: F401,F403
 from .ops.compose import *  # noqa: F401,F403
+from .ops.elementwise_compose import *  # noqa: F401,F403
 from .ops.float_bits import *  # noqa: F401,F403
 from .ops.selection import *  # noqa: F401,F403
 from .ops.windows import conv3d, max_pool3d  # noqa: F401

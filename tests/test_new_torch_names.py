@@ -78,6 +78,15 @@ FUNCTIONS = {
     "index_reduce": lambda m, x, y: x.index_reduce(1, m.tensor([0, 0, 4]), y[:, :3], "mean"),
     "cholesky_solve": lambda m, x, y: m.cholesky_solve(
         x, m.linalg.cholesky(y @ y.mT + 3 * m.eye(3))),
+    "hyperbolic": lambda m, x, y: m.asinh(x) + m.acosh(y.abs() + 1.5) * m.atanh(x.tanh()),
+    "deg2rad": lambda m, x, y: m.deg2rad(x) * y.rad2deg(),
+    "fmax": lambda m, x, y: m.fmax(x, m.where(y > 0.5, float("nan"), y)) + x.fmin(y),
+    "float_power": lambda m, x, y: m.float_power(x, 2).float() * y,
+    "products": lambda m, x, y: m.inner(x, y).sum() + m.addr(x[:, :2], x[:, 0], y[1, :2])
+    .sum() * m.addmv(y[:, 0], x, y[0]),
+    "matrix_power": lambda m, x, y: m.matrix_power(x[:, :3] * y[:, :3] + 4 * m.eye(3), -2)
+    + m.matrix_power(x[:, :3], 3),
+    "cov": lambda m, x, y: m.cov(x * y) + m.corrcoef(x) * m.dist(x, y),
 }
 
 

@@ -1,7 +1,9 @@
 """torch functions that are exact compositions of other ops, so they get autodiff, tracing,
 fusion and export from those: ``trapezoid`` / ``trapz`` / ``cumulative_trapezoid``,
 ``block_diag``, ``cartesian_prod``, ``renorm``, ``put`` (``Tensor.put_``),
-``index_reduce`` (``Tensor.index_reduce_``), ``cholesky_solve`` and ``cholesky_inverse``.
+``index_reduce`` (``Tensor.index_reduce_``), ``cholesky_solve`` and ``cholesky_inverse``;
+the products ``inner``, ``ger``, ``vdot``, ``addmv``, ``addr``, ``matrix_power``,
+``diagflat``, ``dist``, ``cov`` and ``corrcoef``.
 
 >>> import dualgraph as dg
 >>> dg.trapezoid(dg.tensor([1.0, 2.0, 3.0]))
@@ -11,18 +13,20 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..shapes import normalize_dim
-from ..tensor import Tensor
 from . import creation
 from . import elementwise as ew
 from . import index
 from . import reduce as red
 from . import shape as shape_ops
 from .arrange import diff
-from .decompositions import _mT, solve
+from . import linalg
+from .decompositions import _mT, inv, solve
 from .inplace import inplace
 
 __all__ = ["trapezoid", "trapz", "cumulative_trapezoid", "block_diag", "cartesian_prod",
-           "renorm", "put", "index_reduce", "cholesky_solve", "cholesky_inverse"]
+           "renorm", "put", "index_reduce", "cholesky_solve", "cholesky_inverse", "inner",
+           "ger", "vdot", "addmv", "addr", "matrix_power", "diagflat", "dist", "cov",
+           "corrcoef"]
 
 
 # -- integration by the trapezoidal rule ---------------------------------------------------
@@ -178,6 +182,106 @@ def cholesky_inverse(L, upper=False):
     return cholesky_solve(shape_ops.expand(eye, tuple(L.shape)), L, upper)
 
 
+# -- products -------------------------------------------------------------------------------
+def inner(input, other):
+    """Sums of products over the last dims of both (a product where one is 0-d), as
+    ``torch.inner``: the shape is ``input.shape[:-1] + other.shape[:-1]``."""
+    if input.ndim == 0 or other.ndim == 0:
+        return input * other
+    return linalg.tensordot(input, other, ([input.ndim - 1], [other.ndim - 1]))
+
+
+def vdot(input, other):
+    """The dot product of two 1-D tensors (nothing to conjugate in real dtypes), as
+    ``torch.vdot``."""
+    return linalg.dot(input, other)
+
+
+ger = linalg.outer
+
+
+def _scaled_sum(input, product, beta, alpha):
+    """``beta * input + alpha * product``, ``input`` ignored (its NaNs too) where beta is 0,
+    as torch's addmm family."""
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return product
+    return (input if beta == 1 else input * beta) + product
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat @ vec)``, as ``torch.addmv``."""
+    return _scaled_sum(input, linalg.mv(mat, vec), beta, alpha)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """``beta * input + alpha * outer(vec1, vec2)``, as ``torch.addr``."""
+    return _scaled_sum(input, linalg.outer(vec1, vec2), beta, alpha)
+
+
+def matrix_power(input, n):
+    """``input`` (a square matrix or a batch) to the integer power ``n`` by repeated
+    squaring (``n`` < 0: of its inverse; 0: the identity), as ``torch.matrix_power``."""
+    if input.ndim < 2 or input.shape[-1] != input.shape[-2]:
+        raise RuntimeError(f"matrix_power: expected a batch of square matrices, but got "
+                           f"shape {tuple(input.shape)}")
+    if n == 0:
+        eye = creation.eye(input.shape[-1], dtype=input.dtype)
+        return shape_ops.expand(eye, tuple(input.shape))
+    base, n, result = (inv(input) if n < 0 else input), abs(int(n)), None
+    while n:
+        if n & 1:
+            result = base if result is None else linalg.matmul(result, base)
+        n >>= 1
+        if n:
+            base = linalg.matmul(base, base)
+    return creation.clone(result) if result is input else result   # (a new tensor, as torch's)
+
+
+def diagflat(input, offset=0):
+    """A matrix with ``input``'s elements (flattened) on diagonal ``offset``, as
+    ``torch.diagflat``."""
+    return index.diag(shape_ops.reshape(input, -1), offset)
+
+
+def dist(input, other, p=2):
+    """The ``p``-norm of ``input - other`` (broadcast), as ``torch.dist``."""
+    return red.norm(input - other, p)
+
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """The covariance matrix of the variables in ``input``'s rows (observations in its
+    columns; a 1-D input is one variable, giving a 0-d variance), divided by the number of
+    observations less ``correction``, as ``torch.cov`` (without weights)."""
+    if fweights is not None or aweights is not None:
+        raise NotImplementedError("cov: fweights and aweights are not supported; weight "
+                                  "the observations first")
+    if input.ndim > 2:
+        raise ValueError(f"cov(): expected input to have two or fewer dimensions but got an "
+                         f"input with {input.ndim} dimensions")
+    x = shape_ops.reshape(_float(input), (1, -1)) if input.ndim < 2 else _float(input)
+    centred = x - red.mean(x, 1, keepdim=True)
+    c = linalg.matmul(centred, _mT(centred)) / max(x.shape[1] - correction, 0)
+    return shape_ops.reshape(c, ()) if input.ndim < 2 else c
+
+
+def corrcoef(input):
+    """The Pearson correlation coefficients of the variables in ``input``'s rows, clipped to
+    [-1, 1], as ``torch.corrcoef``."""
+    c = cov(input)
+    if c.ndim == 0:
+        return c / c
+    d = ew.sqrt(index.diag(c))
+    return ew.clamp(c / shape_ops.reshape(d, (-1, 1)) / d, -1.0, 1.0)
+
+
+def _float(x):
+    return x if x.is_floating_point() else x.to(dtypes.get_default_dtype())
+
+
 METHODS = {"renorm": renorm, "renorm_": inplace(renorm), "put": put, "put_": inplace(put),
            "index_reduce": index_reduce, "index_reduce_": inplace(index_reduce),
-           "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse}
+           "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse,
+           "inner": inner, "ger": ger, "vdot": vdot, "addmv": addmv, "addmv_": inplace(addmv),
+           "addr": addr, "addr_": inplace(addr), "matrix_power": matrix_power,
+           "diagflat": diagflat, "dist": dist, "cov": cov, "corrcoef": corrcoef}

@@ -27,7 +27,7 @@ from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_ty
                     infer_binary, infer_binary_float, infer_bool, infer_compare, infer_float,
                     infer_same, is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
-from .opdef import defop
+from .opdef import OpDef, defop
 
 __all__ = [
     # arithmetic
@@ -37,6 +37,7 @@ __all__ = [
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tan", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2",
+    "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh",
     "arctan2",
     "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
     "logaddexp2", "hypot",
@@ -419,6 +420,12 @@ ACOS = _unary("acos", np.arccos, lambda g, out, x: -g * rsqrt(1 - x * x), "arcco
               "Acos", saves="i")
 ATAN = _unary("atan", np.arctan, lambda g, out, x: g / (1 + x * x), "arctan({0})", "Atan",
               saves="i")
+ASINH = _unary("asinh", np.arcsinh, lambda g, out, x: g * rsqrt(x * x + 1), "arcsinh({0})",
+               "Asinh", saves="i")
+ACOSH = _unary("acosh", np.arccosh, lambda g, out, x: g * rsqrt(x * x - 1), "arccosh({0})",
+               "Acosh", saves="i")
+ATANH = _unary("atanh", np.arctanh, lambda g, out, x: g / (1 - x * x), "arctanh({0})",
+               "Atanh", saves="i")
 
 
 def exp(x):
@@ -472,6 +479,22 @@ def atan(x):
 
 
 arcsin, arccos, arctan = asin, acos, atan
+
+
+def _applying(op: OpDef, doc: str):
+    """The public function ``op(x)``, named after the op."""
+    def fn(x):
+        return apply(op, x)
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = doc
+    return fn
+
+
+asinh = _applying(ASINH, "The inverse hyperbolic sine, as ``torch.asinh``.")
+acosh = _applying(ACOSH, "The inverse hyperbolic cosine (NaN below 1), as ``torch.acosh``.")
+atanh = _applying(ATANH, "The inverse hyperbolic tangent (+-inf at +-1, NaN beyond), as "
+                         "``torch.atanh``.")
+arcsinh, arccosh, arctanh = asinh, acosh, atanh
 
 # Composites within an ulp or two of a dedicated kernel; they export to ONNX for free.
 LN2, LN10 = math.log(2), math.log(10)
@@ -1971,6 +1994,8 @@ _OUT_OF_PLACE = {
     "erf": erf, "erfc": erfc, "atan2": atan2, "arctan2": atan2, "sin": sin, "cos": cos,
     "tan": tan, "tanh": tanh, "asin": asin, "acos": acos,
     "atan": atan, "arcsin": asin, "arccos": acos, "arctan": atan,
+    "asinh": asinh, "acosh": acosh, "atanh": atanh, "arcsinh": asinh, "arccosh": acosh,
+    "arctanh": atanh,
     "sigmoid": sigmoid, "relu": relu,
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,
     "clamp_min": clamp_min, "clamp_max": clamp_max,

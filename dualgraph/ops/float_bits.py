@@ -1,5 +1,6 @@
 """The ops on a float's sign and representation torch programs call: ``copysign`` (a
-composite of ``abs``, ``signbit`` and ``where``) and ``nextafter`` (a primitive: NumPy's, whose loops ml_dtypes' bfloat16 has too).
+composite of ``abs``, ``signbit`` and ``where``) and ``nextafter`` (a primitive: NumPy's,
+whose loops ml_dtypes' bfloat16 has too).
 
 >>> import dualgraph as dg
 >>> dg.copysign(dg.tensor([1.0, -2.0]), -0.0)
