@@ -283,20 +283,6 @@ def _cosh(b, x, attrs):
     return _half(b, b.op("add", b.op("exp", x), b.op("exp", b.op("neg", x))))
 
 
-def _asinh(b, x, attrs):   # log(x + sqrt(x^2 + 1)), odd: computed on |x| for precision
-    ax = b.op("abs", x)
-    y = b.op("log", b.op("add", ax, b.op("sqrt", b.op("add", b.op("mul", ax, ax), 1.0))))
-    return b.op("mul", y, b.op("sign", x))
-
-
-def _acosh(b, x, attrs):
-    return b.op("log", b.op("add", x, b.op("sqrt", b.op("sub", b.op("mul", x, x), 1.0))))
-
-
-def _atanh(b, x, attrs):
-    return _half(b, b.op("log", b.op("div", b.op("add", 1.0, x), b.op("sub", 1.0, x))))
-
-
 def _celu(b, x, attrs):
     alpha = float(attrs.get("alpha", 1.0))
     neg = b.op("mul", b.op("expm1", b.op("div", b.op("minimum", x, 0.0), alpha)), alpha)
@@ -2811,8 +2797,7 @@ CONVERTERS = {
     # activations
     "LeakyRelu": _leaky_relu, "PRelu": _prelu, "Selu": _selu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softsign": _softsign, "Gelu": _gelu,
-    "Sinh": _unary(_sinh), "Cosh": _unary(_cosh), "Asinh": _unary(_asinh),
-    "Acosh": _unary(_acosh), "Atanh": _unary(_atanh), "Celu": _unary(_celu),
+    "Sinh": _unary(_sinh), "Cosh": _unary(_cosh), "Celu": _unary(_celu),
     "Swish": _unary(_swish), "ThresholdedRelu": _unary(_thresholded_relu),
     "Shrink": _unary(_shrink), "Mish": _unary(_mish), "BitShift": _bit_shift,
     "Hardmax": _hardmax, "LpNormalization": _lp_normalization, "EyeLike": _eye_like,
