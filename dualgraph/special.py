@@ -12,11 +12,11 @@ from .ops.reduce import log_softmax, logsumexp, softmax  # noqa: F401
 from .ops.special import digamma, erfinv, lgamma as gammaln, logit, polygamma  # noqa: F401
 from .ops.special import xlog1py, xlogy  # noqa: F401
 from .ops.special import digamma as psi  # noqa: F401
-from .ops.special_series import (entr, erfcx, i0, i0e, i1, i1e, log_ndtr, ndtr,  # noqa: F401
-                                 ndtri, sinc, zeta)
+from .ops.special_series import (bessel_j0, bessel_j1, entr, erfcx, i0, i0e, i1,  # noqa: F401
+                                 i1e, log_ndtr, ndtr, ndtri, sinc, zeta)
 from .ops.special_series import mvlgamma as multigammaln  # noqa: F401
 
-__all__ = ["digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1",
+__all__ = ["bessel_j0", "bessel_j1", "digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1",
            "gammaln", "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit",
            "logsumexp", "multigammaln", "ndtr", "ndtri", "polygamma", "psi", "round",
            "sinc", "softmax", "xlog1py", "xlogy", "zeta"]

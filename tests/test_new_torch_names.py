@@ -61,6 +61,7 @@ FUNCTIONS = {
     "ndtri": lambda m, x, y: m.special.ndtri(m.sigmoid(x)) * y,
     "bessel": lambda m, x, y: m.special.i0(x) + m.special.i0e(y * 9) + m.special.i1(x * y)
     + m.special.i1e(x * 40),
+    "bessel_j": lambda m, x, y: (m.special.bessel_j0(x * 9) + m.special.bessel_j1(x * 40)) * y,
     "zeta": lambda m, x, y: m.special.zeta(3.0, x.abs() + 0.5) * y,
     "xlog1py": lambda m, x, y: m.special.xlog1py(x, y.abs()),
     "sinc": lambda m, x, y: m.sinc(x) * y + m.special.entr(y.abs()),

