@@ -48,6 +48,10 @@ from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F
 from . import jit, onnx, profiler, static  # noqa: F401,E402
 from . import accelerator, backends, cpu, cuda, linalg, sparse, special, version  # noqa: F401,E402
 from .sparse import sparse_coo_tensor  # noqa: F401,E402
+# torch's top-level forms of nn.functional's functions (the same arguments in the same order)
+from .nn.functional import (alpha_dropout, bilinear, celu_, channel_shuffle,  # noqa: F401,E402
+                            cosine_similarity, hardshrink, pairwise_distance, pixel_shuffle,
+                            pixel_unshuffle, prelu, rrelu, selu_, threshold, threshold_)
 from . import amp  # noqa: F401,E402
 from .amp import (autocast, get_autocast_dtype, is_autocast_available,  # noqa: F401,E402
                   is_autocast_enabled)

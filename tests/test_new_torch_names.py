@@ -178,3 +178,30 @@ def test_next_names_special_cases():
     assert indices.tolist()[1] == 2
     assert dg.special.expit is dg.sigmoid and dg.special.gammaln is dg.lgamma
     assert dg.special.multigammaln is dg.mvlgamma and dg.special.sinc is dg.sinc
+
+
+FUNCTIONAL = {
+    "cosine_similarity": lambda m, x, y: m.cosine_similarity(x, y, 0),
+    "pairwise_distance": lambda m, x, y: m.pairwise_distance(x, y, 3, 1e-6, True),
+    "pixel_shuffle": lambda m, x, y: m.pixel_shuffle(x.repeat(1, 4).reshape(1, 4, 3, 5), 2),
+    "pixel_unshuffle": lambda m, x, y: m.pixel_unshuffle(x.repeat(2, 2).reshape(1, 1, 6, 10), 2),
+    "prelu": lambda m, x, y: m.prelu(x, m.tensor([0.25])),
+    "threshold": lambda m, x, y: m.threshold(x, 0.1, -2.0) + m.threshold_(y * 1, 0.2, 5.0),
+    "hardshrink": lambda m, x, y: m.hardshrink(x, 0.7),
+    "selu_": lambda m, x, y: m.selu_(x * 1) + m.celu_(y * 1, 0.5),
+    "rrelu": lambda m, x, y: m.rrelu(x, 0.1, 0.3, False),
+    "alpha_dropout": lambda m, x, y: m.alpha_dropout(x, 0.5, False),
+    "channel_shuffle": lambda m, x, y: m.channel_shuffle(x.reshape(1, 3, 5, 1).repeat(1, 2, 1, 1),
+                                                         2),
+    "bilinear": lambda m, x, y: m.bilinear(x, y, m.ones(2, 5, 5) * 0.1, m.tensor([0.5, -1.0])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_top_level_functional_names_are_torch_s(name):
+    """torch's top-level forms of nn.functional's functions take the same positional
+    arguments: the same function, with torch's values."""
+    want = FUNCTIONAL[name](torch, torch.tensor(X), torch.tensor(Y))
+    got = FUNCTIONAL[name](dg, dg.tensor(X), dg.tensor(Y))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert getattr(dg, name) is getattr(dg.nn.functional, name)
