@@ -447,12 +447,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # channel-blocked layout again, with squeeze_excite_blocked; i-thr: which threads each loop
 # ran on, kernels/thread_use.py, and 1x1 convs split by output-channel groups at batch 1):
 # ops 10_010, kernels 5_665, passes 3_600, the core 29_685.
-# ops/ +600, "." +20 and the core +620 (issue 26, i-ops): the torch names ported programs
+# ops/ +610, "." +20 and the core +630 (issue 26, i-ops): the torch names ported programs
 # met next (ops/special_series.py, compose.py, elementwise_compose.py, float_bits.py,
-# selection.py, the inverse hyperbolics; dg.special).
-CORE_BUDGET = 30_305
+# selection.py, the inverse hyperbolics; dg.special), and median's NaN as torch's.
+CORE_BUDGET = 30_315
 BUDGETS = {".": 2_020, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_610,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_620,
            "passes": 3_600, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
