@@ -33,6 +33,11 @@ from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 from .ops.signal import *  # noqa: F401,F403
 from .ops.special import *  # noqa: F401,F403
+from .ops.special_series import *  # noqa: F401,F403
+from .ops.compose import *  # noqa: F401,F403
+from .ops.elementwise_compose import *  # noqa: F401,F403
+from .ops.float_bits import *  # noqa: F401,F403
+from .ops.selection import *  # noqa: F401,F403
 from .ops.windows import conv3d, max_pool3d  # noqa: F401
 from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
 from .ops.decompositions import METHODS as _matrix_methods
@@ -41,8 +46,12 @@ inverse, pinverse, svd, qr, cholesky = (_matrix_methods[k] for k in (
     "inverse", "pinverse", "svd", "qr", "cholesky"))
 from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F401,E402
 from . import jit, onnx, profiler, static  # noqa: F401,E402
-from . import accelerator, backends, cpu, cuda, linalg, sparse, version  # noqa: F401,E402
+from . import accelerator, backends, cpu, cuda, linalg, sparse, special, version  # noqa: F401,E402
 from .sparse import sparse_coo_tensor  # noqa: F401,E402
+# torch's top-level forms of nn.functional's functions (the same arguments in the same order)
+from .nn.functional import (alpha_dropout, bilinear, celu_, channel_shuffle,  # noqa: F401,E402
+                            cosine_similarity, hardshrink, pairwise_distance, pixel_shuffle,
+                            pixel_unshuffle, prelu, rrelu, selu_, threshold, threshold_)
 from . import amp  # noqa: F401,E402
 from .amp import (autocast, get_autocast_dtype, is_autocast_available,  # noqa: F401,E402
                   is_autocast_enabled)

@@ -36,6 +36,7 @@ LAYERS = {
     "": 8, "__main__": 8, "jit": 8, "static": 8, "demo": 8, "onnx": 8,
     "profiler": 8, "_namespace": 8, "cuda": 8, "backends": 8, "accelerator": 8,
     "compat": 8, "cli": 8, "cpu": 8, "linalg": 8, "sparse": 8, "version": 8,
+    "special": 8,
 }
 
 # layer-7 packages reach less far down than their layer says (besides their own modules):

@@ -27,7 +27,7 @@ from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_ty
                     infer_binary, infer_binary_float, infer_bool, infer_compare, infer_float,
                     infer_same, is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
-from .opdef import defop
+from .opdef import OpDef, defop
 
 __all__ = [
     # arithmetic
@@ -37,9 +37,9 @@ __all__ = [
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "abs",
     "absolute", "sign", "floor", "ceil", "round", "trunc", "fix", "frac", "erf", "sin",
     "cos", "tan", "tanh", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "atan2",
+    "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh",
     "arctan2",
-    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "arcsinh", "arccosh", "arctanh", "nan_to_num", "logaddexp",
+    "erfc", "lerp", "addcmul", "addcdiv", "sinh", "cosh", "nan_to_num", "logaddexp",
     "logaddexp2", "hypot",
     # comparisons, clamping, logic, predicates
     "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum", "clamp", "clip", "clamp_min",
@@ -478,22 +478,22 @@ def atan(x):
     return apply(ATAN, x)
 
 
-def asinh(x):
-    """Inverse hyperbolic sine."""
-    return apply(ASINH, x)
-
-
-def acosh(x):
-    """Inverse hyperbolic cosine (NaN below 1, as torch's)."""
-    return apply(ACOSH, x)
-
-
-def atanh(x):
-    """Inverse hyperbolic tangent (+-inf at +-1, NaN outside [-1, 1], as torch's)."""
-    return apply(ATANH, x)
-
-
 arcsin, arccos, arctan = asin, acos, atan
+
+
+def _applying(op: OpDef, doc: str):
+    """The public function ``op(x)``, named after the op."""
+    def fn(x):
+        return apply(op, x)
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = doc
+    return fn
+
+
+asinh = _applying(ASINH, "The inverse hyperbolic sine, as ``torch.asinh``.")
+acosh = _applying(ACOSH, "The inverse hyperbolic cosine (NaN below 1), as ``torch.acosh``.")
+atanh = _applying(ATANH, "The inverse hyperbolic tangent (+-inf at +-1, NaN beyond), as "
+                         "``torch.atanh``.")
 arcsinh, arccosh, arctanh = asinh, acosh, atanh
 
 # Composites within an ulp or two of a dedicated kernel; they export to ONNX for free.
@@ -1994,6 +1994,8 @@ _OUT_OF_PLACE = {
     "erf": erf, "erfc": erfc, "atan2": atan2, "arctan2": atan2, "sin": sin, "cos": cos,
     "tan": tan, "tanh": tanh, "asin": asin, "acos": acos,
     "atan": atan, "arcsin": asin, "arccos": acos, "arctan": atan,
+    "asinh": asinh, "acosh": acosh, "atanh": atanh, "arcsinh": asinh, "arccosh": acosh,
+    "arctanh": atanh,
     "sigmoid": sigmoid, "relu": relu,
     "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clip,
     "clamp_min": clamp_min, "clamp_max": clamp_max,
@@ -2002,8 +2004,7 @@ _OUT_OF_PLACE = {
     "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not,
     "bitwise_left_shift": bitwise_left_shift, "bitwise_right_shift": bitwise_right_shift,
     "lerp": lerp, "addcmul": addcmul, "addcdiv": addcdiv, "sinh": sinh, "cosh": cosh,
-    "asinh": asinh, "acosh": acosh, "atanh": atanh, "arcsinh": asinh, "arccosh": acosh,
-    "arctanh": atanh, "nan_to_num": nan_to_num,
+    "nan_to_num": nan_to_num,
 }
 # add_/sub_/mul_/div_/pow_ are installed by ops/methods.py
 _IN_PLACE = {name: fn for name, fn in _OUT_OF_PLACE.items()

@@ -617,14 +617,21 @@ def min(input, dim=None, keepdim=False):
 
 
 def _argmedian(x, axis, keepdims):
-    """Index of the lower median along ``axis`` (kept as a size-1 dim), as torch picks it."""
+    """Index of the lower median along ``axis`` (kept as a size-1 dim), as torch picks it;
+    where the slice holds a NaN, the first NaN's (the median is NaN, as torch's)."""
     order = np.argsort(x, axis=axis, kind="stable")
-    return np.take(order, [(x.shape[axis] - 1) // 2], axis=axis)
+    picked = np.take(order, [(x.shape[axis] - 1) // 2], axis=axis)
+    if not is_float(x.dtype):
+        return picked
+    nans = np.isnan(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
+    return np.where(nans.any(axis=axis, keepdims=True),
+                    np.argmax(nans, axis=axis, keepdims=True), picked)
 
 
 def _onnx_median(e, node):
     """median -> the last of the (n - 1) // 2 + 1 smallest, by TopK (lower index first
-    among equal values, the index dualgraph's lower median takes)."""
+    among equal values, the index dualgraph's lower median takes); NaN, at the first NaN's
+    index, where the slice holds one."""
     x, dim, keep = node.inputs[0], node.attrs["dim"], node.attrs["keepdim"]
     size = x.shape[dim]
     if not isinstance(size, int):
@@ -636,7 +643,12 @@ def _onnx_median(e, node):
     for t in picked:
         last = e.op("Slice", [t, e.ints([k - 1]), e.ints([k]), e.ints([dim])])
         outs.append(last if keep else e.op("Squeeze", [last, e.ints([dim])]))
-    return outs
+    if x.dtype.kind != "f":
+        return outs
+    found, nans = _nan_found(e, e.input(0), [dim], keep)   # (a NaN is the median, at its index)
+    first = e.op("ArgMax", [nans], axis=dim, keepdims=int(bool(keep)))
+    return [_nan_where(e, found, outs[0], node.outputs[0].dtype),
+            e.op("Where", [found, first, outs[1]])]
 
 
 MedianResult = namedtuple("median", ["values", "indices"])

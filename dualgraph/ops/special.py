@@ -153,11 +153,25 @@ def _horner(coefficients, w):
     return p
 
 
+def giles(y, w):
+    """Giles' approximation of erfinv(y), given ``w = -log((1 - y)(1 + y))``."""
+    return y * np.where(w < 5.0, _horner(_GILES_CENTRAL, w - 2.5),
+                        _horner(_GILES_TAIL, np.sqrt(w) - 3.0))
+
+
+def erfc_newton(t, goal):
+    """``t >= 0`` refined by four Newton steps on ``log erfc(t) = goal``: nearly linear in
+    t^2, so it converges from afar, and keeps its precision where erfc is tiny."""
+    for _ in range(4):
+        erfc = ew._erfc_array(t)
+        step = (np.log(erfc) - goal) * erfc / (-ew.TWO_OVER_SQRT_PI * np.exp(-t * t))
+        t = np.where(np.isfinite(step), t - step, t)
+    return t
+
+
 def _erfinv_array(y):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        w = -np.log((1.0 - y) * (1.0 + y))
-        x = y * np.where(w < 5.0, _horner(_GILES_CENTRAL, w - 2.5),
-                         _horner(_GILES_TAIL, np.sqrt(w) - 3.0))
+        x = giles(y, -np.log((1.0 - y) * (1.0 + y)))
         a = np.abs(y)
         tail = a > 0.5
         near, v = ~tail, y[~tail]
@@ -166,12 +180,7 @@ def _erfinv_array(y):
             x[near] = z - (ew._erf_array(z) - v) / (ew.TWO_OVER_SQRT_PI * np.exp(-z * z))
         # where |y| > 0.5, Newton on log erfc(t) = log(1 - |y|) for t = |x| (erf's
         # rounding near 1 would stall it): nearly linear in t^2, so it converges from afar
-        t, goal = np.abs(x[tail]), np.log1p(-a[tail])
-        for _ in range(4):
-            erfc = ew._erfc_array(t)
-            step = (np.log(erfc) - goal) * erfc / (-ew.TWO_OVER_SQRT_PI * np.exp(-t * t))
-            t = np.where(np.isfinite(step), t - step, t)
-        x[tail] = np.copysign(t, y[tail])
+        x[tail] = np.copysign(erfc_newton(np.abs(x[tail]), np.log1p(-a[tail])), y[tail])
         x = np.where(a == 1.0, np.copysign(np.inf, y), x)
     return np.where(a > 1.0, np.nan, x)
 
@@ -194,38 +203,61 @@ def logit(input, eps=None):
     return ew.log(p) - ew.log1p(-p)
 
 
-def _xlogy_array(x, y):
-    dt = float_result_type(x, y)   # (log of a Python float is a float64 NumPy scalar)
-    x, y = cast(x, dt), cast(y, dt)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = x * np.log(y)
-    return np.where((x == 0) & ~np.isnan(y), 0, out).astype(out.dtype, copy=False)
+def _xlog_array(log):
+    """The kernel of ``x * log(y)`` (``log``: np.log or np.log1p), 0 where x is 0 and y is
+    not NaN."""
+    def kernel(x, y):
+        dt = float_result_type(x, y)   # (log of a Python float is a float64 NumPy scalar)
+        x, y = cast(x, dt), cast(y, dt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = x * log(y)
+        return np.where((x == 0) & ~np.isnan(y), 0, out).astype(out.dtype, copy=False)
+    kernel.__name__ = "x" + log.__name__ + "y"
+    return kernel
 
 
-def _xlogy_vjp(g, out, x, y):
-    gx = unbroadcast(g * xlogy(ew.ne(x, 0), y), x) if needs_grad(x) else None
-    gy = unbroadcast(g * x / y, y) if needs_grad(y) else None
-    return gx, gy
+def _xlog_vjp(shift):
+    """The VJP of ``x * log(y + shift)``: ``log(y + shift)`` (0 where x is 0) for x, ``x /
+    (y + shift)`` for y."""
+    def vjp(g, out, x, y):
+        own = xlogy if shift == 0 else xlog1py
+        gx = unbroadcast(g * own(ew.ne(x, 0), y), x) if needs_grad(x) else None
+        gy = unbroadcast(g * x / (y + shift), y) if needs_grad(y) else None
+        return gx, gy
+    return vjp
 
 
-def _onnx_xlogy(e, node):
-    dtype = node.outputs[0].dtype
-    x, y = e.inputs(dtype)
-    zero = e.scalar(0, dtype, "zero")
-    keep = e.op("And", [e.op("Equal", [x, zero]), e.op("Not", [e.op("IsNaN", [y])])])
-    return [e.op("Where", [keep, zero, e.op("Mul", [x, e.op("Log", [y])])])]
+def _onnx_xlog(shift):
+    def export(e, node):
+        dtype = node.outputs[0].dtype
+        x, y = e.inputs(dtype)
+        zero = e.scalar(0, dtype, "zero")
+        keep = e.op("And", [e.op("Equal", [x, zero]), e.op("Not", [e.op("IsNaN", [y])])])
+        if shift:
+            y = e.op("Add", [y, e.scalar(shift, dtype, "one")])
+        return [e.op("Where", [keep, zero, e.op("Mul", [x, e.op("Log", [y])])])]
+    return export
 
 
-# (a primitive: x * log(y) as ops is NaN at x = y = 0, and masking it makes its gradient NaN)
-XLOGY = defop("xlogy", binary_kernel(_xlogy_array, float_result_type), infer_binary_float,
-              vjp=_xlogy_vjp, onnx=_onnx_xlogy,
+# (primitives: x * log(y) as ops is NaN at x = y = 0, and masking it makes its gradient NaN)
+XLOGY = defop("xlogy", binary_kernel(_xlog_array(np.log), float_result_type),
+              infer_binary_float, vjp=_xlog_vjp(0), onnx=_onnx_xlog(0),
               doc="input * log(other), 0 where input is 0 (unless other is NaN).")
+XLOG1PY = defop("xlog1py", binary_kernel(_xlog_array(np.log1p), float_result_type),
+                infer_binary_float, vjp=_xlog_vjp(1), onnx=_onnx_xlog(1),
+                doc="input * log1p(other), 0 where input is 0 (unless other is NaN).")
 
 
 def xlogy(input, other):
     """``input * log(other)``, 0 where ``input`` is 0 and ``other`` is not NaN, as
     ``torch.xlogy``."""
     return apply(XLOGY, as_operand(input), as_operand(other))
+
+
+def xlog1py(input, other):
+    """``input * log1p(other)``, 0 where ``input`` is 0 and ``other`` is not NaN, as
+    ``torch.special.xlog1py``."""
+    return apply(XLOG1PY, as_operand(input), as_operand(other))
 
 
 # -- heaviside, signbit, gcd, lcm -----------------------------------------------------------

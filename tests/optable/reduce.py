@@ -144,6 +144,10 @@ CASES = [
     OpCase("median", lambda m, a: m.median(a), [D(3, 4)], "all", dtypes=ALL_FLOATS),
     OpCase("median", lambda m, a: a.median(1), [D(3, 5)], "dim", dtypes=ALL_FLOATS),
     OpCase("median", lambda m, a: a.median(dim=-1, keepdim=True), [D(2, 3, 4)], "keepdim"),
+    OpCase("median", lambda m, a: (*a.median(1), a.median()),   # (NaN wins, at its index)
+           [In((3, 4), "custom", grad=False, fn=lambda rng, dt: np.array(
+               [[1, np.nan, 3, np.nan], [2, 0, 1, 5], [np.nan, 4, 4, 1]], dt))], "nan",
+           dtypes=ALL_FLOATS, grad=False),
     OpCase("median", lambda m, a: a.median(0)[0], [In((4, 3), "int", 0, 100)], "int",
            grad=False),
 
