@@ -222,49 +222,6 @@ def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
         out[oa + co * os] = scratch[co - b * LANES]
 
 
-@helper(inline="always")
-def product(x, xo, xs, wp, channels, kc, sums, out, oo, size, cout, count, b0, b1, scratch):
-    """``out[oo + co*size + q] = sum_k wp[k, co] * x[xo + k*xs + q]`` for ``q < count``
-    and the output channels of blocks ``b0:b1``: the conv's positions 24, then 8 at a
-    time (``sums``: the register block, 24 (:func:`_block3`) or 12 (:func:`_half3`
-    twice)), ``kc`` input channels at a time, the last few positions by :func:`_column`
-    (``scratch (64,)``). No bias, no epilogue: :func:`finish`."""
-    whole = count // LANES * LANES    # positions in whole vectors
-    for k0 in range(0, channels, kc):
-        k1 = min(channels, k0 + kc)
-        first = k0 == 0
-        for b in range(b0, b1):
-            n = min(LANES, cout - b * LANES)
-            wo = (b // 2) * channels * PAIR + (b % 2) * LANES
-            ob = oo + b * LANES * size
-            q = 0
-            while q + RUN <= whole:
-                if sums == 24:
-                    _block3(x, xo + q, xs, wp, wo, k0, k1, out, ob + q, size, n, first)
-                else:
-                    _half3(x, xo + q, xs, wp, wo, k0, k1, out, ob + q, size, n, first)
-                    if n > 4:
-                        _half3(x, xo + q, xs, wp, wo + 4, k0, k1, out, ob + 4 * size + q,
-                               size, n - 4, first)
-                q += RUN
-            while q < whole:
-                _block1(x, xo + q, xs, wp, wo, k0, k1, out, ob + q, size, n, first)
-                q += LANES
-    for q in range(whole, count):
-        for b in range(b0, b1, 8):
-            _column(x, xo + q, xs, wp, channels, b, b1, out, oo + q, size, cout, scratch)
-
-
-@helper(inline="always")
-def finish(out, oo, q0, q1, b0, b1, size, cout, bias, residual, act, lo, hi, where):
-    """``plane_tail``'s epilogue on positions ``q0:q1`` of the image at ``out[oo]`` in the
-    output channels of blocks ``b0:b1``, while they are in L1."""
-    for co in range(b0 * LANES, min(cout, b1 * LANES)):
-        at = oo + co * size
-        plane_tail(out[at + q0:at + q1], bias[co],
-                   residual[at + q0:at + q1] if where else residual[0:1], act, lo, hi, where)
-
-
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
              channels, size, cout, kc, sums, groups):
@@ -274,7 +231,7 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
     ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
     ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
-    ``sums``: the register block, 24 or 12 (:func:`product`)."""
+    ``sums``: the register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
     total = images * chunks * groups
@@ -286,10 +243,39 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
             img, q0 = part // chunks, (part % chunks) * CHUNK
             b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
+            whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
             xo, oo = img * channels * size, img * cout * size
-            product(x, xo + q0, size, wp, channels, kc, sums, out, oo + q0, size, cout,
-                    q1 - q0, b0, b1, scratch[slot])
-            finish(out, oo, q0, q1, b0, b1, size, cout, bias, residual, act, lo, hi, where)
+            for k0 in range(0, channels, kc):
+                k1 = min(channels, k0 + kc)
+                first = k0 == 0
+                for b in range(b0, b1):
+                    n = min(LANES, cout - b * LANES)
+                    wo = (b // 2) * channels * PAIR + (b % 2) * LANES
+                    ob = oo + b * LANES * size
+                    q = q0
+                    while q + RUN <= whole:
+                        if sums == 24:
+                            _block3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
+                                    first)
+                        else:
+                            _half3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
+                                   first)
+                            if n > 4:
+                                _half3(x, xo + q, size, wp, wo + 4, k0, k1, out,
+                                       ob + 4 * size + q, size, n - 4, first)
+                        q += RUN
+                    while q < whole:
+                        _block1(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
+                        q += LANES
+            for q in range(whole, q1):
+                for b in range(b0, b1, 8):
+                    _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
+                            scratch[slot])
+            for co in range(b0 * LANES, min(cout, b1 * LANES)):
+                at = oo + co * size
+                plane_tail(out[at + q0:at + q1], bias[co],
+                           residual[at + q0:at + q1] if where else residual[0:1], act, lo, hi,
+                           where)
 
 
 def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
