@@ -447,9 +447,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # channel-blocked layout again, with squeeze_excite_blocked; i-thr: which threads each loop
 # ran on, kernels/thread_use.py, and 1x1 convs split by output-channel groups at batch 1):
 # ops 10_010, kernels 5_665, passes 3_600, the core 29_685.
-CORE_BUDGET = 29_685
+# kernels/ +17, the core +17 (issue 26, i-conv): conv_pointpacked's last few positions of a
+# chunk summed with the channels in the lanes (_column) instead of a zero-padded panel.
+CORE_BUDGET = 29_702
 BUDGETS = {".": 2_000, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_010,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_682, "ops": 10_010,
            "passes": 3_600, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
            "utils": 600, "distributions": 210}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
