@@ -185,8 +185,8 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
 
 @helper(inline="always")
 def _row_of(b, b1, channels):
-    """Where block ``b`` of eight output channels (the last, ``b1 - 1``, past it) starts in
-    the packed weight: its pair's rows, its half of the sixteen lanes."""
+    """Where block ``b`` of eight output channels starts in the packed weight: its pair's
+    rows, its half of the sixteen lanes (a block from ``b1`` on is read as ``b1 - 1``)."""
     b = min(b, b1 - 1)
     return (b // 2) * channels * PAIR + (b % 2) * LANES
 
