@@ -45,7 +45,7 @@ def _packed_layer(x, w, b, act, r):
     code = ACTIVATIONS.index("clamp" if act == "relu6" else act)
     lo, hi = (0.0, 6.0) if act == "relu6" else (-np.inf, np.inf)
     packed = conv_packed.pack(w)
-    run = conv_pointpacked.fitted(x.shape, w.shape[0], packed.shape[0], r is not None,
+    run = conv_pointpacked.fitted(x.shape, w.shape[0], r is not None,
                                   2 if r is not None else 0, code, lo, hi)
     residual = () if r is None else (r,)
     return lambda: run(x, packed, b, *residual)

@@ -28,6 +28,8 @@ SHAPES = [
     (16, 24, 14, 14, 8),    # batch 16, one block of channels
     (2, 200, 3, 4, 40),     # 12 positions: one vector and a tail, four blocks of KC
     (1, 8, 2, 4, 8),        # the smallest taken: one vector
+    (1, 20, 5, 5, 75),      # a tail of one over ten blocks: eight, then two (the last of 3)
+    (2, 9, 3, 3, 130),      # nine positions a plane: a vector and a tail of one, 17 blocks
 ]
 
 
@@ -52,9 +54,11 @@ def test_loop_matches_torch(shape):
     want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
     got = _run(x, w, b)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    out = np.full(want.shape, np.nan, np.float32)    # (every element written)
+    guarded = np.full(want.size + 128, np.nan, np.float32)    # (every element written,
+    out = guarded[64:-64].reshape(want.shape)                   # nothing past them)
     conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1)
     np.testing.assert_array_equal(out, got)
+    assert np.isnan(guarded[:64]).all() and np.isnan(guarded[-64:]).all()
 
 
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
@@ -77,7 +81,7 @@ def test_epilogues_match_the_decomposition(act, residual_at):
 def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
     """Sums carried through the output from one block of input channels to the next, and
     chunks shared among three workers, give the bits of one block on one worker."""
-    cases = [_data(_case(SHAPES[2])), _data(_case(SHAPES[3])), _data(_case(SHAPES[5]))]
+    cases = [_data(_case(SHAPES[i])) for i in (2, 3, 5, 7, 8)]
     wants = [_run(x, w, b) for x, w, b, _ in cases]
     monkeypatch.setattr(conv_pointpacked, "KC", 5)
     monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
@@ -87,6 +91,19 @@ def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
             out = np.empty_like(want)
             conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1, sums=sums)
             np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("cout", [8, 75])
+def test_the_tail_has_the_bits_of_the_vector_blocks(cout):
+    """A position of the tail (fewer than eight after the vectors: summed with the channels
+    in the lanes) gets the bits it gets inside a vector (positions in the lanes)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 70, 1, 25)).astype(np.float32)
+    w = rng.standard_normal((cout, 70, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    wide = np.zeros((1, 70, 1, 32), np.float32)      # the same positions, all in vectors
+    wide[..., :25] = x
+    np.testing.assert_array_equal(_run(x, w, b), _run(wide, w, b)[..., :25])
 
 
 @pytest.mark.parametrize("shape", SHAPES)

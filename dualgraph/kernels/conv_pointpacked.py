@@ -25,8 +25,12 @@ while every block of eight channels passes over them); the sums go to the output
 taken up again for the next ``KC`` channels (float32 either way: each output is one chain
 of multiply-adds over ``k = 0 .. C-1`` in order, whatever the chunk, block or thread, so
 the bits do not depend on them). The chunk's positions are taken 24, then 8 at a time;
-its last few (fewer than eight) are gathered into a zero-padded ``(C, 8)`` panel and
-summed there into a scratch block, then copied out. After the last input channels the
+its last few (fewer than eight: one of a 7x7 plane's 49) turn the block around, the
+channels in the lanes (:func:`_column`): a position's input value broadcast and the
+packed rows of eight blocks of channels loaded as they are, eight sums over every input
+channel at once. With the positions in the lanes, a lone position would take a block's
+eight broadcasts and multiply-adds per input channel for one useful lane: a sixth more
+work on a 7x7 plane, all of it on the weights' memory. After the last input channels the
 chunk's run of each output channel gets the epilogue (``epilogue.plane_tail``: bias,
 activation, residual before or after) while it is in L1.
 """
@@ -179,36 +183,68 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     _put(out, oo + 6 * os, n > 6, a6), _put(out, oo + 7 * os, n > 7, a7)
 
 
+@helper(inline="always")
+def _row_of(b, b1, channels):
+    """Where block ``b`` of eight output channels starts in the packed weight: its pair's
+    rows, its half of the sixteen lanes (a block from ``b1`` on is read as ``b1 - 1``)."""
+    b = min(b, b1 - 1)
+    return (b // 2) * channels * PAIR + (b % 2) * LANES
+
+
+@helper(inline="always")
+def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
+    """One output position (its input ``x[xa + k*xs]``) for the eight blocks of eight
+    channels from ``b`` (those before ``b1``; past it the last is summed again, unstored),
+    the channels in the lanes: per input channel ``k`` the value broadcast and each block's
+    packed row ``k`` loaded, eight sums over ``k = 0 .. C-1`` in order (the bits of the
+    positions-in-lanes blocks), then written to ``out[oa + co*os]``."""
+    o0, o1 = _row_of(b, b1, channels), _row_of(b + 1, b1, channels)
+    o2, o3 = _row_of(b + 2, b1, channels), _row_of(b + 3, b1, channels)
+    o4, o5 = _row_of(b + 4, b1, channels), _row_of(b + 5, b1, channels)
+    o6, o7 = _row_of(b + 6, b1, channels), _row_of(b + 7, b1, channels)
+    z = broadcast(F(0))
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
+    for k in range(channels):
+        v = broadcast_at(x, xa + k * xs)
+        t = k * PAIR
+        a0 = fma(load(wp, o0 + t), v, a0)
+        a1 = fma(load(wp, o1 + t), v, a1)
+        a2 = fma(load(wp, o2 + t), v, a2)
+        a3 = fma(load(wp, o3 + t), v, a3)
+        a4 = fma(load(wp, o4 + t), v, a4)
+        a5 = fma(load(wp, o5 + t), v, a5)
+        a6 = fma(load(wp, o6 + t), v, a6)
+        a7 = fma(load(wp, o7 + t), v, a7)
+    store(scratch, 0, a0), store(scratch, 8, a1), store(scratch, 16, a2)
+    store(scratch, 24, a3), store(scratch, 32, a4), store(scratch, 40, a5)
+    store(scratch, 48, a6), store(scratch, 56, a7)
+    for co in range(b * LANES, min(cout, min(b + 8, b1) * LANES)):
+        out[oa + co * os] = scratch[co - b * LANES]
+
+
 @loop(fastmath={"contract"})
-def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi, where,
+def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
              channels, size, cout, kc, sums, groups):
-    """Work items ``start * T // S : stop * T // S`` (``S = panels.shape[0]`` slots, ``T``
+    """Work items ``start * T // S : stop * T // S`` (``S = scratch.shape[0]`` slots, ``T``
     items: ``groups`` groups of the output channels' blocks of eight, each over every
     image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` = the 1x1
-    conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like
-    ``out`` where ``where`` is not 0). ``panels[slot] (C*8,)`` and ``tails[slot]
-    (pairs*16*8,)``: a slot's gathered last positions and their sums. ``sums``: the
-    register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
+    conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
+    ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
+    ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
+    ``sums``: the register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
     total = images * chunks * groups
     blocks = -(-cout // LANES)
     for slot in range(start, stop):
-        panel, tail = panels[slot], tails[slot]
-        for item in range(slot * total // panels.shape[0],
-                          (slot + 1) * total // panels.shape[0]):
+        for item in range(slot * total // scratch.shape[0],
+                          (slot + 1) * total // scratch.shape[0]):
             group, part = item // (images * chunks), item % (images * chunks)
             img, q0 = part // chunks, (part % chunks) * CHUNK
             b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
             xo, oo = img * channels * size, img * cout * size
-            rest = q1 - whole
-            if rest:
-                for k in range(channels):
-                    for j in range(LANES):
-                        v = x[xo + k * size + whole + j] if j < rest else F(0)
-                        panel[k * LANES + j] = v
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
@@ -231,13 +267,11 @@ def _forward(start, stop, x, wp, bias, out, residual, panels, tails, act, lo, hi
                     while q < whole:
                         _block1(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
                         q += LANES
-                    if rest:
-                        _block1(panel, 0, LANES, wp, wo, k0, k1, tail, b * LANES * LANES,
-                                LANES, n, first)
+            for q in range(whole, q1):
+                for b in range(b0, b1, 8):
+                    _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
+                            scratch[slot])
             for co in range(b0 * LANES, min(cout, b1 * LANES)):
-                if rest:
-                    for j in range(rest):
-                        out[oo + co * size + whole + j] = tail[co * LANES + j]
                 at = oo + co * size
                 plane_tail(out[at + q0:at + q1], bias[co],
                            residual[at + q0:at + q1] if where else residual[0:1], act, lo, hi,
@@ -262,7 +296,7 @@ def block_sums() -> int:
     return 24 if isa.vector_registers() >= 32 else 12
 
 
-def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-np.inf,
+def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
            hi=np.inf, sums=None):
     """``run(x, packed, b, *residual, out=None)``: :func:`_forward` fitted to the static
     ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes, its
@@ -277,8 +311,7 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
     threads = threads_for(n * cout * size * c) or cores()
     groups = min(blocks, threads) if parts < 4 * threads else 1   
     workers = max(1, min(parts * groups, threads))
-    panels = np.empty((workers, c * LANES), F)
-    tails = np.empty((workers, pairs * PAIR * LANES), F)
+    scratch = np.empty((workers, 8 * LANES), F)
     no_residual = np.zeros(1, F)
     lo, hi = F(lo), F(hi)
     where = where if residual else 0
@@ -288,7 +321,7 @@ def fitted(x_shape, cout: int, pairs: int, residual: bool, where=0, act=0, lo=-n
         out = np.empty(shape, F) if out is None else out
         args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
                 np.ascontiguousarray(b, F), out.reshape(-1),
-                np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, panels, tails,
+                np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, scratch,
                 act, lo, hi, where, c, size, cout, KC, sums, groups)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
@@ -306,6 +339,5 @@ def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.
     by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
     (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
     a ``residual``; ``sums`` as :func:`fitted`'s). Returns ``out``."""
-    run = fitted(x.shape, out.shape[1], packed.shape[0], residual is not None, where, act,
-                 lo, hi, sums)
+    run = fitted(x.shape, out.shape[1], residual is not None, where, act, lo, hi, sums)
     return run(x, packed, bias, *(() if residual is None else (residual,)), out=out)
