@@ -165,3 +165,328 @@ def test_statistics_match_torch(name):
             _compare(lambda lib, ts: _stat(lib, name, what, ts), params)
         except AssertionError as error:
             raise AssertionError(f"{name}.{what}: {error}") from None
+
+
+# -- kl_divergence -------------------------------------------------------------------------
+# name -> (build(D, *params) of p and q alike, params of p, params of q)
+KL_PAIRS = {
+    "Normal": ("Normal", [real(3), pos(3)], [real(3), pos(3)]),
+    "Exponential": ("Exponential", [pos(3)], [pos(3)]),
+    "Laplace": ("Laplace", [real(3), pos(3)], [real(3), pos(3)]),
+    "Gamma": ("Gamma", [pos(2, 3), pos(3)], [pos(2, 3), pos(3)]),
+    "Beta": ("Beta", [pos(3), pos(3)], [pos(3), pos(3)]),
+    "Dirichlet": ("Dirichlet", [pos(2, 4)], [pos(2, 4)]),
+    "Poisson": ("Poisson", [pos(3)], [pos(3)]),
+    "OneHotCategorical": ("OneHotCategorical", [real(2, 4)], [real(2, 4)]),
+    "MVN": ("MVNScaleTril", [real(2, 3), real(3, 3) * 0.3], [real(3), real(2, 3, 3) * 0.3]),
+    "Categorical": (lambda D, z: D.Categorical(logits=z), [real(2, 4)], [real(2, 4)]),
+    "Bernoulli": (lambda D, p: D.Bernoulli(probs=p), [unit(3)], [unit(3)]),
+    "Independent": (lambda D, m, s: D.Independent(D.Normal(m, s), 1), [real(2, 3), pos(2, 3)],
+                    [real(2, 3), pos(2, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(KL_PAIRS))
+def test_kl_divergence_matches_torch(name):
+    build, p_params, q_params = KL_PAIRS[name]
+    build = CASES[build][0] if isinstance(build, str) else build
+    n = len(p_params)
+
+    def kl(lib, ts):
+        D = _Lib(lib)
+        return lib.distributions.kl_divergence(build(D, *ts[:n]), build(D, *ts[n:]))
+    _compare(kl, p_params + q_params)
+
+
+def test_kl_of_uniforms_is_infinite_outside_the_support():
+    D = dg.distributions
+    low, high = dg.tensor([0.0, 0.0]), dg.tensor([1.0, 1.0])
+    q_low, q_high = dg.tensor([-1.0, 0.5]), dg.tensor([2.0, 2.0])
+    got = D.kl_divergence(D.Uniform(low, high), D.Uniform(q_low, q_high))
+    want = torch.distributions.kl_divergence(
+        torch.distributions.Uniform(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])),
+        torch.distributions.Uniform(torch.tensor([-1.0, 0.5]), torch.tensor([2.0, 2.0])))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    assert got[1].item() == float("inf")
+
+
+def test_kl_of_an_unregistered_pair_names_it_and_register_kl_adds_one():
+    D = dg.distributions
+    with pytest.raises(NotImplementedError, match=r"kl_divergence\(Normal, Laplace\)"):
+        D.kl_divergence(D.Normal(0.0, 1.0), D.Laplace(0.0, 1.0))
+
+    class Wide(D.Normal):
+        pass
+
+    # a subclass uses its parent's pair until it registers a more specific one
+    assert D.kl_divergence(Wide(0.0, 1.0), D.Normal(1.0, 1.0)).item() == 0.5
+    D.register_kl(Wide, D.Normal)(lambda p, q: p.loc * 0 + 7.0)
+    assert D.kl_divergence(Wide(0.0, 1.0), D.Normal(1.0, 1.0)).item() == 7.0
+
+
+# -- samples -------------------------------------------------------------------------------
+def _moments(d):
+    return d.mean.detach().numpy(), d.variance.detach().numpy()
+
+
+SAMPLED = [
+    ("Normal", dict(loc=1.0, scale=2.0)), ("Uniform", dict(low=-1.0, high=3.0)),
+    ("Exponential", dict(rate=1.5)), ("Laplace", dict(loc=0.5, scale=1.5)),
+    ("Gumbel", dict(loc=0.5, scale=1.5)), ("HalfNormal", dict(scale=1.5)),
+    ("LogNormal", dict(loc=0.2, scale=0.4)), ("Gamma", dict(concentration=2.5, rate=1.5)),
+    ("Chi2", dict(df=3.0)), ("Beta", dict(concentration1=2.0, concentration0=3.0)),
+    ("StudentT", dict(df=8.0, loc=1.0, scale=2.0)), ("Poisson", dict(rate=3.5)),
+    ("Binomial", dict(total_count=10, probs=0.3)), ("Geometric", dict(probs=0.3)),
+    ("Bernoulli", dict(probs=0.3)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", SAMPLED, ids=[n for n, _ in SAMPLED])
+def test_samples_have_the_distributions_moments(name, kwargs):
+    """20000 draws of a batch of 2: shape, dtype, and mean / variance within a few
+    standard errors of the distribution's (computed from its sample, so heavy tails count)."""
+    dg.manual_seed(3)
+    params = {k: dg.tensor([v, v], dtype=dg.float64) if isinstance(v, float) else v
+              for k, v in kwargs.items()}
+    d = getattr(dg.distributions, name)(**params)
+    x = d.sample((20000,))
+    assert x.shape == (20000, 2) and x.dtype == dg.float64, (x.shape, x.dtype)
+    draws = x.numpy()
+    mean, variance = _moments(d)
+    n = draws.shape[0]
+    se_mean = np.sqrt(variance / n)
+    np.testing.assert_array_less(np.abs(draws.mean(0) - mean), 5 * se_mean)
+    # (the variance's standard error from the fourth central moment of the draws)
+    m4 = ((draws - draws.mean(0)) ** 4).mean(0)
+    se_var = np.sqrt(np.maximum(m4 - variance ** 2, 0) / n)
+    np.testing.assert_array_less(np.abs(draws.var(0) - variance), 5 * se_var + 1e-12)
+    assert not np.array_equal(draws[:, 0], draws[:, 1])
+
+
+def test_vector_samples_shapes_and_moments():
+    dg.manual_seed(4)
+    D = dg.distributions
+    c = dg.tensor([[2.0, 3.0, 5.0]], dtype=dg.float64)
+    d = D.Dirichlet(c)
+    x = d.sample((20000,))
+    assert x.shape == (20000, 1, 3) and d.event_shape == (3,) and d.batch_shape == (1,)
+    np.testing.assert_allclose(x.numpy().sum(-1), 1.0, rtol=1e-12)
+    np.testing.assert_array_less(np.abs(x.numpy().mean(0) - d.mean.numpy()), 0.01)
+    cov = dg.tensor([[2.0, 0.6], [0.6, 1.0]], dtype=dg.float64)
+    m = D.MultivariateNormal(dg.tensor([1.0, -1.0], dtype=dg.float64), covariance_matrix=cov)
+    y = m.rsample((20000,)).numpy()
+    np.testing.assert_allclose(np.cov(y.T), cov.numpy(), atol=0.06)
+    np.testing.assert_allclose(y.mean(0), [1.0, -1.0], atol=0.05)
+    o = D.OneHotCategorical(probs=dg.tensor([0.2, 0.8]))
+    z = o.sample((4000,))
+    assert z.shape == (4000, 2) and (z.sum(-1) == 1).all().item()
+    assert abs(z[:, 1].mean().item() - 0.8) < 0.03
+    mix = D.MixtureSameFamily(D.Categorical(probs=dg.tensor([0.25, 0.75])),
+                              D.Normal(dg.tensor([-5.0, 5.0]), dg.tensor([0.5, 0.5])))
+    w = mix.sample((8000,))
+    assert w.shape == (8000,) and abs((w > 0).float().mean().item() - 0.75) < 0.03
+    r = D.RelaxedOneHotCategorical(0.5, logits=dg.zeros(3, 4))
+    s = r.rsample((5,))
+    assert s.shape == (5, 3, 4) and np.allclose(s.sum(-1).numpy(), 1.0, atol=1e-5)
+    b = D.RelaxedBernoulli(0.5, probs=dg.tensor([0.1, 0.9]))
+    u = b.rsample((4000,))
+    assert ((u > 0) & (u < 1)).all().item() and u.mean(0)[1].item() > 0.7
+
+
+# name, kwargs, the closed form of E[x] its rsample's gradient is checked against (by torch)
+RSAMPLED = [
+    ("Normal", dict(loc=0.3, scale=1.2)), ("Uniform", dict(low=-0.5, high=1.5)),
+    ("Exponential", dict(rate=1.5)), ("Laplace", dict(loc=0.5, scale=1.5)),
+    ("Gumbel", dict(loc=0.5, scale=1.5)), ("HalfNormal", dict(scale=1.5)),
+    ("LogNormal", dict(loc=0.2, scale=0.4)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", RSAMPLED, ids=[n for n, _ in RSAMPLED])
+def test_rsample_gradients_match_torchs_in_expectation(name, kwargs):
+    """The gradient of the mean of 40000 rsample draws (x and x^2) is the gradient of
+    torch's closed-form E[x] and E[x^2] = mean^2 + variance, within sampling error."""
+    dg.manual_seed(5)
+    ours = {k: dg.tensor(v, dtype=dg.float64, requires_grad=True) for k, v in kwargs.items()}
+    theirs = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+              for k, v in kwargs.items()}
+    d, t = getattr(dg.distributions, name)(**ours), getattr(torch.distributions, name)(**theirs)
+    x = d.rsample((40000,))
+    for estimate, closed in ((x.mean(), t.mean), ((x * x).mean(), t.mean ** 2 + t.variance)):
+        got = dg.autograd.grad(estimate, list(ours.values()), retain_graph=True)
+        want = torch.autograd.grad(closed, list(theirs.values()), allow_unused=True)
+        for name_, g, w in zip(ours, got, want):
+            g, w = (0.0 if g is None else g.item()), (0.0 if w is None else w.item())
+            assert abs(g - w) < 0.03 * (1 + abs(w)), (name_, g, w)
+
+
+def test_rsample_refuses_the_implicit_gamma_gradient():
+    D = dg.distributions
+    c = dg.tensor([2.0], requires_grad=True)
+    rate = dg.tensor([1.5], requires_grad=True)
+    for d in (D.Gamma(c, 1.0), D.Beta(c, 1.0), D.Dirichlet(c * dg.ones(3)), D.StudentT(c)):
+        with pytest.raises(NotImplementedError, match="implicit.*use sample"):
+            d.rsample()
+        assert not d.sample((2,)).requires_grad
+    # a gradient with respect to the rate is exact: d(x / rate) / d rate = -x / rate
+    x = D.Gamma(2.0, rate).rsample((3,))
+    (g,) = dg.autograd.grad(x.sum(), [rate])
+    np.testing.assert_allclose(g.numpy(), [-(x.detach().numpy() / 1.5).sum()], rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="rsample"):
+        D.Poisson(rate).rsample()
+
+
+# -- arguments, shapes, constraints --------------------------------------------------------
+def test_validation_messages_are_torchs():
+    D = dg.distributions
+    with pytest.raises(ValueError, match=r"Expected parameter scale .* to satisfy the "
+                                         r"constraint GreaterThan\(lower_bound=0.0\)"):
+        D.Normal(dg.zeros(2), dg.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"Expected parameter probs .*Interval\(lower_bound"
+                                         r"=0.0, upper_bound=1.0\)"):
+        D.Bernoulli(probs=dg.tensor([0.5, 1.5]))
+    with pytest.raises(ValueError, match="Expected parameter concentration"):
+        D.Gamma(dg.tensor([-1.0]), 1.0)
+    with pytest.raises(ValueError, match="Exactly one of covariance_matrix"):
+        D.MultivariateNormal(dg.zeros(2))
+    with pytest.raises(ValueError, match="low must be below high"):
+        D.Uniform(1.0, 0.0)
+    D.Normal(dg.zeros(2), dg.tensor([1.0, -1.0]), validate_args=False)   # (not checked)
+
+
+def test_expand_support_and_constraints():
+    D, C = dg.distributions, dg.distributions.constraints
+    cases = [D.Normal(dg.zeros(3), 1.0), D.Gamma(dg.ones(3), 2.0), D.Dirichlet(dg.ones(3, 4)),
+             D.MultivariateNormal(dg.zeros(3, 2), scale_tril=dg.eye(2)),
+             D.Independent(D.Normal(dg.zeros(3, 2), 1.0), 1), D.OneHotCategorical(dg.ones(3, 4)),
+             D.TransformedDistribution(D.Normal(dg.zeros(3), 1.0), D.TanhTransform()),
+             D.Categorical(logits=dg.zeros(3, 5)), D.LogNormal(dg.zeros(3), 1.0),
+             D.Chi2(dg.ones(3))]
+    for d in cases:
+        e = d.expand((2, 3))
+        assert e.batch_shape == (2, 3) and e.event_shape == d.event_shape, type(d)
+        assert e.sample().shape == (2, 3) + tuple(d.event_shape), type(d)
+        assert e.log_prob(e.sample()).shape == (2, 3), type(d)
+    assert D.Normal(0.0, 1.0).support is C.real and D.Gamma(1.0, 1.0).support is C.nonnegative
+    assert D.Beta(1.0, 1.0).support is C.unit_interval and D.Dirichlet(dg.ones(2)).support is C.simplex
+    assert D.Uniform(0.0, 2.0).support.check(dg.tensor([1.0, 2.0])).tolist() == [True, False]
+    assert C.simplex.check(dg.tensor([[0.5, 0.5], [0.5, 0.6]])).tolist() == [True, False]
+    assert C.positive_definite.check(dg.eye(2)).item()
+    assert C.lower_cholesky.check(dg.tensor([[1.0, 0.0], [2.0, 1.0]])).item()
+    assert C.integer_interval(0, 3).check(dg.tensor([0.0, 3.0, 4.0, 1.5])).tolist() == \
+        [True, True, False, False]
+
+
+def test_transforms_invert_and_compose():
+    D = dg.distributions
+    x = dg.tensor([-0.5, 0.2, 1.0], dtype=dg.float64)
+    parts = [D.AffineTransform(0.5, -2.0), D.ExpTransform(), D.SigmoidTransform(),
+             D.TanhTransform()]
+    t = D.ComposeTransform(parts)
+    y = t(x)
+    np.testing.assert_allclose(t.inv(y).numpy(), x.numpy(), rtol=1e-10)
+    tx = torch.tensor(x.numpy())
+    tt = torch.distributions.ComposeTransform([
+        torch.distributions.AffineTransform(0.5, -2.0), torch.distributions.ExpTransform(),
+        torch.distributions.SigmoidTransform(), torch.distributions.TanhTransform()])
+    np.testing.assert_allclose(y.numpy(), tt(tx).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(t.log_abs_det_jacobian(x, y).numpy(),
+                               tt.log_abs_det_jacobian(tx, tt(tx)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(t.inv.log_abs_det_jacobian(y, x).numpy(),
+                               -tt.log_abs_det_jacobian(tx, tt(tx)).numpy(), rtol=1e-10)
+    # with a cache, the inverse of the value just made is the value it came from
+    tanh = D.TanhTransform(cache_size=1)
+    big = dg.tensor([30.0])
+    assert tanh.inv(tanh(big)) is big
+
+
+# -- compiled == eager ---------------------------------------------------------------------
+def _draw_and_score(loc, scale, conc, rate, probs):
+    D = dg.distributions
+    dists = [D.Normal(loc, scale), D.Gamma(conc, rate), D.Beta(conc, rate), D.Poisson(rate),
+             D.Binomial(5, probs=probs), D.Dirichlet(conc.unsqueeze(-1) * dg.ones(2, 3)),
+             D.StudentT(conc, loc, scale), D.Uniform(loc, loc + scale), D.Laplace(loc, scale),
+             D.Geometric(probs), D.Categorical(probs=probs), D.OneHotCategorical(probs=probs),
+             D.MultivariateNormal(loc, scale_tril=dg.diag_embed(scale)),
+             D.TransformedDistribution(D.Normal(loc, scale), D.TanhTransform(cache_size=1)),
+             D.RelaxedBernoulli(0.5, probs=probs)]
+    out = []
+    for d in dists:
+        x = d.rsample((4,)) if d.has_rsample and not isinstance(
+            d, (D.Gamma, D.Beta, D.StudentT, D.Dirichlet)) else d.sample((4,))
+        out += [x, d.log_prob(x)]
+    return tuple(out)
+
+
+def test_compiled_draws_equal_eager_bit_for_bit():
+    args = (dg.tensor([0.5, -1.0]), dg.tensor([1.0, 2.0]), dg.tensor([1.5, 3.0]),
+            dg.tensor([2.0, 0.5]), dg.tensor([0.3, 0.7]))
+    compiled = dg.compile(_draw_and_score)
+    for fn in (_draw_and_score, compiled):   # (the first compiled call traces)
+        dg.manual_seed(11)
+        runs = [[t.numpy().copy() for t in fn(*args)] for _ in range(3)]
+        if fn is _draw_and_score:
+            want = runs
+    for call, (got_run, want_run) in enumerate(zip(runs, want)):
+        for i, (got, ref) in enumerate(zip(got_run, want_run)):
+            np.testing.assert_array_equal(got, ref, err_msg=f"call {call}, output {i}")
+    assert not np.array_equal(want[0][0], want[1][0])   # (fresh draws each call)
+    drawn = {node.op.name for node in compiled.graph.nodes if "random" in node.op.name}
+    assert drawn == {"random", "random_gamma", "random_poisson", "random_binomial"}
+
+
+def _sac_losses(compiled: bool, steps: int = 5):
+    """A squashed-Gaussian policy (SAC's actor): log_prob of its own rsample, trained
+    against a fixed critic."""
+    dg.manual_seed(0)
+    D = dg.distributions
+    policy = dg.nn.Linear(3, 4)
+    critic = dg.nn.Linear(2, 1)
+    for p in critic.parameters():
+        p.requires_grad_(False)
+    opt = dg.optim.Adam(policy.parameters(), lr=0.05)
+    states = dg.tensor(np.random.default_rng(7).standard_normal((8, 3)).astype(np.float32))
+
+    def step(states):
+        opt.zero_grad()
+        mu, log_std = policy(states).chunk(2, -1)
+        dist = D.TransformedDistribution(D.Normal(mu, log_std.clamp(-5, 2).exp()),
+                                         [D.TanhTransform(cache_size=1)])
+        action = dist.rsample()
+        log_prob = dist.log_prob(action).sum(-1)
+        loss = (0.2 * log_prob - critic(action).squeeze(-1)).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = dg.compile(step) if compiled else step
+    return [step(states).item() for _ in range(steps)]
+
+
+
+def test_sac_policy_trains_the_same_compiled():
+    eager, compiled = _sac_losses(False), _sac_losses(True)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    assert len(set(eager)) == 5   # (it trains: the loss changes each step)
+
+
+def test_torch_import_paths_under_the_alias():
+    import subprocess
+    import sys
+    code = ("import dualgraph.compat as c; c.install_torch_alias(); import torch; "
+            "from torch.distributions.beta import Beta; "
+            "from torch.distributions.uniform import Uniform; "
+            "from torch.distributions.multivariate_normal import MultivariateNormal; "
+            "from torch.distributions.transforms import TanhTransform; "
+            "from torch.distributions.transformed_distribution import TransformedDistribution; "
+            "from torch.distributions.kl import register_kl, kl_divergence; "
+            "from torch.distributions import constraints; "
+            "from torch.distributions.constraints import positive; "
+            "assert Beta is torch.distributions.Beta and positive is constraints.positive; "
+            "assert torch.distributions.Uniform is Uniform; "
+            "d = torch.distributions.TransformedDistribution(torch.distributions.Normal("
+            "torch.zeros(2), torch.ones(2)), [TanhTransform(cache_size=1)]); "
+            "a = d.rsample(); print(d.log_prob(a).shape)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
