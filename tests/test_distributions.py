@@ -471,9 +471,14 @@ def test_sac_policy_trains_the_same_compiled():
 
 
 def test_torch_import_paths_under_the_alias():
+    """torch's submodule paths name dualgraph's modules under the torch alias."""
     import subprocess
     import sys
     code = ("import dualgraph.compat as c; c.install_torch_alias(); import torch; "
+            "from torch.distributions.categorical import Categorical; "
+            "from torch.distributions.normal import Normal; "
+            "assert Categorical is torch.distributions.Categorical; "
+            "assert Normal is torch.distributions.Normal; "
             "from torch.distributions.beta import Beta; "
             "from torch.distributions.uniform import Uniform; "
             "from torch.distributions.multivariate_normal import MultivariateNormal; "

@@ -34,18 +34,23 @@ class LogitRelaxedBernoulli(Distribution):
         return ew.log(self.temperature) + diff - 2 * softplus(diff)
 
 
-class RelaxedBernoulli(TransformedDistribution):
-    """Values in (0, 1) that approach Bernoulli(``probs``) draws as ``temperature`` -> 0."""
-    arg_constraints = LogitRelaxedBernoulli.arg_constraints
-    support = constraints.unit_interval
+class _Relaxed(TransformedDistribution):
+    """A relaxed distribution: its logit- or log-space ``_base`` through ``_transform``."""
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        base = LogitRelaxedBernoulli(temperature, probs, logits, validate_args=validate_args)
-        super().__init__(base, SigmoidTransform(), validate_args=False)
+        base = self._base(temperature, probs, logits, validate_args=validate_args)
+        super().__init__(base, self._transform(), validate_args=False)
 
     temperature = property(lambda self: self.base_dist.temperature)
     logits = property(lambda self: self.base_dist.logits)
     probs = property(lambda self: self.base_dist.probs)
+
+
+class RelaxedBernoulli(_Relaxed):
+    """Values in (0, 1) that approach Bernoulli(``probs``) draws as ``temperature`` -> 0."""
+    arg_constraints = LogitRelaxedBernoulli.arg_constraints
+    support = constraints.unit_interval
+    _base, _transform = LogitRelaxedBernoulli, SigmoidTransform
 
 
 class ExpRelaxedCategorical(Distribution):
@@ -75,16 +80,9 @@ class ExpRelaxedCategorical(Distribution):
         return score + log_scale
 
 
-class RelaxedOneHotCategorical(TransformedDistribution):
+class RelaxedOneHotCategorical(_Relaxed):
     """Points of the simplex that approach one-hot Categorical draws as ``temperature``
     -> 0 (the Gumbel-softmax / Concrete distribution)."""
     arg_constraints = ExpRelaxedCategorical.arg_constraints
     support = constraints.simplex
-
-    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        base = ExpRelaxedCategorical(temperature, probs, logits, validate_args=validate_args)
-        super().__init__(base, ExpTransform(), validate_args=False)
-
-    temperature = property(lambda self: self.base_dist.temperature)
-    logits = property(lambda self: self.base_dist.logits)
-    probs = property(lambda self: self.base_dist.probs)
+    _base, _transform = ExpRelaxedCategorical, ExpTransform

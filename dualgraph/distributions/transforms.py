@@ -50,20 +50,20 @@ class Transform:
         return new
 
     def __call__(self, x):
-        if self._cached is not None and self._cached[0] is x:
-            return self._cached[1]
-        y = self._call(x)
-        if self._cache_size:
-            self._cached = (x, y)
-        return y
+        return self._through_cache(x, 0, self._call)
 
     def _inv_call(self, y):
-        if self._cached is not None and self._cached[1] is y:
-            return self._cached[0]
-        x = self._inverse(y)
+        return self._through_cache(y, 1, self._inverse)
+
+    def _through_cache(self, value, side: int, fn):
+        """``fn(value)``, or the other side of the cached pair whose ``side`` (0: x, 1: y)
+        is ``value`` itself."""
+        if self._cached is not None and self._cached[side] is value:
+            return self._cached[1 - side]
+        result = fn(value)
         if self._cache_size:
-            self._cached = (x, y)
-        return x
+            self._cached = (value, result) if side == 0 else (result, value)
+        return result
 
     def log_abs_det_jacobian(self, x, y):
         return self._log_abs_det_jacobian(x, y)
