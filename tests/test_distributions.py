@@ -53,7 +53,7 @@ CASES = {
     "Laplace": (lambda D, m, s: D.Laplace(m, s), [real(3), pos(3)], real(3),
                 "log_prob entropy mean variance stddev mode cdf icdf"),
     "Cauchy": (lambda D, m, s: D.Cauchy(m, s), [real(3), pos(3)], real(3),
-               "log_prob entropy mode cdf icdf"),
+               "log_prob entropy mean variance mode cdf icdf"),
     "Gumbel": (lambda D, m, s: D.Gumbel(m, s), [real(3), pos(3)], real(3),
                "log_prob entropy mean variance stddev mode cdf icdf"),
     "HalfNormal": (lambda D, s: D.HalfNormal(s), [pos(3)], pos(3),
@@ -71,10 +71,18 @@ CASES = {
     "StudentT": (lambda D, df, m, s: D.StudentT(df, m, s), [pos(3, low=2.5, high=6), real(3),
                                                               pos(3)], real(3),
                  "log_prob entropy mean variance mode"),
+    "Bernoulli": (lambda D, p: D.Bernoulli(probs=p), [np.array([0.2, 0.5, 0.9])],
+                  np.array([0.0, 1.0, 1.0]), "log_prob entropy mean variance mode"),
+    "BernoulliLogits": (lambda D, z: D.Bernoulli(logits=z), [np.array([0.0, -1.2, 0.7])],
+                        np.array([1.0, 0.0, 1.0]), "log_prob entropy mean variance"),
+    "CategoricalZero": (lambda D, p: D.Categorical(probs=p),
+                        [np.array([[0.0, 0.3, 0.7], [0.2, 0.5, 0.3]])], np.array([0.0, 2.0]),
+                        "log_prob entropy mode"),
     "Poisson": (lambda D, r: D.Poisson(r), [pos(3)], counts(3), "log_prob mean variance mode"),
     "Binomial": (lambda D, p: D.Binomial(7, probs=p), [unit(3)], counts(3),
                  "log_prob mean variance mode"),
-    "BinomialLogits": (lambda D, z: D.Binomial(7, logits=z), [real(3)], counts(3),
+    "BinomialLogits": (lambda D, z: D.Binomial(7, logits=z), [np.array([0.0, -1.2, 0.7])],
+                       counts(3),
                        "log_prob mean variance"),
     "Geometric": (lambda D, p: D.Geometric(p), [unit(3)], counts(3),
                   "log_prob entropy mean variance mode"),
@@ -91,6 +99,10 @@ CASES = {
     "TanhNormal": (lambda D, m, s: D.TransformedDistribution(
         D.Normal(m, s), [D.AffineTransform(0.5, 2.0), D.TanhTransform()]),
         [real(3), pos(3)], unit(3) * 1.6 - 0.8, "log_prob"),
+    "AffineSigned": (lambda D, m, s: D.TransformedDistribution(
+        D.Normal(m, s), D.AffineTransform(1.0, s * D.lib.tensor([1.0, -1.0, 2.0],
+                                                                 dtype=D.lib.float64))),
+        [real(3), pos(3)], real(3), "log_prob cdf icdf"),
     "ComposeExpSigmoid": (lambda D, m, s: D.TransformedDistribution(
         D.Normal(m, s), D.ComposeTransform([D.SigmoidTransform(), D.ExpTransform()])),
         [real(3), pos(3)], pos(3, low=1.1, high=2.5), "log_prob cdf icdf"),
@@ -375,6 +387,34 @@ def test_expand_support_and_constraints():
     assert C.lower_cholesky.check(dg.tensor([[1.0, 0.0], [2.0, 1.0]])).item()
     assert C.integer_interval(0, 3).check(dg.tensor([0.0, 3.0, 4.0, 1.5])).tolist() == \
         [True, True, False, False]
+
+
+def test_enumerate_support_expand_and_default_validation():
+    D = dg.distributions
+    for name, make in (("Bernoulli", lambda M: M.Bernoulli(probs=M_tensor(M, [[0.2, 0.4]]))),
+                       ("Categorical", lambda M: M.Categorical(logits=M_tensor(M, [[0.0] * 3]))),
+                       ("OneHotCategorical",
+                        lambda M: M.OneHotCategorical(logits=M_tensor(M, [[0.0] * 3])))):
+        ours, theirs = make(D), make(torch.distributions)
+        for expand in (True, False):
+            np.testing.assert_array_equal(ours.enumerate_support(expand).numpy(),
+                                          theirs.enumerate_support(expand).numpy(), name)
+    mix = D.MixtureSameFamily(D.Categorical(logits=dg.zeros(2)),
+                              D.Normal(dg.tensor([-1.0, 1.0]), 1.0)).expand((4, 3))
+    assert mix.batch_shape == (4, 3) and mix.sample((5,)).shape == (5, 4, 3)
+    assert mix.log_prob(dg.zeros(4, 3)).shape == (4, 3)
+    D.Distribution.set_default_validate_args(False)
+    try:
+        D.Normal(0.0, -1.0)   # (not checked)
+    finally:
+        D.Distribution.set_default_validate_args(True)
+    with pytest.raises(ValueError, match="Expected parameter scale"):
+        D.Normal(0.0, -1.0)
+
+
+def M_tensor(module, values):
+    lib = dg if module is dg.distributions else torch
+    return lib.tensor(values, dtype=lib.float64)
 
 
 def test_transforms_invert_and_compose():

@@ -14,7 +14,7 @@ __all__ = ["Constraint", "dependent", "dependent_property", "boolean", "real", "
            "positive", "nonnegative", "greater_than", "greater_than_eq", "less_than",
            "interval", "half_open_interval", "unit_interval", "simplex", "integer_interval",
            "nonnegative_integer", "positive_integer", "lower_triangular", "lower_cholesky",
-           "positive_definite", "independent", "is_dependent"]
+           "positive_definite", "one_hot", "independent", "is_dependent"]
 
 
 def batch_diagonal(matrices):
@@ -137,6 +137,15 @@ class _Simplex(Constraint):
         return red.all(value >= 0, -1) & (ew.abs(red.sum(value, -1) - 1) < 1e-6)
 
 
+class _OneHot(Constraint):
+    """Vectors of zeros with a single one."""
+    is_discrete = True
+    event_dim = 1
+
+    def check(self, value):
+        return red.all((value == 0) | (value == 1), -1) & (red.sum(value, -1) == 1)
+
+
 class _LowerTriangular(Constraint):
     event_dim = 2
 
@@ -185,6 +194,7 @@ positive = _GreaterThan(0.0)
 nonnegative = _GreaterThan(0.0, strict=False)
 unit_interval = _Interval(0.0, 1.0)
 simplex = _Simplex()
+one_hot = _OneHot()
 nonnegative_integer = _IntegerInterval(0)
 positive_integer = _IntegerInterval(1)
 lower_triangular = _LowerTriangular()

@@ -28,9 +28,13 @@ class Bernoulli(Distribution):
         super().__init__(tuple(self.probs.shape), validate_args=validate_args)
 
     mean = property(lambda self: self.probs)
-    mode = property(lambda self: (self.probs > 0.5).to(self.probs.dtype))
     variance = property(lambda self: self.probs * (1 - self.probs))
     param_shape = property(lambda self: self.probs.shape)
+
+    @property
+    def mode(self):
+        """1 where ``probs`` > 0.5, 0 below, NaN at 0.5 (a tie), as torch."""
+        return ew.where(self.probs == 0.5, math.nan, (self.probs > 0.5).to(self.probs.dtype))
 
     def sample(self, sample_shape=()):
         shape = self._extended(sample_shape)
@@ -107,7 +111,7 @@ class Categorical(Distribution):
 class OneHotCategorical(Distribution):
     """Categorical draws as one-hot vectors (event shape ``(K,)``)."""
     arg_constraints = Categorical.arg_constraints
-    support = constraints.independent(constraints.boolean, 1)   # (one-hot vectors)
+    support = constraints.one_hot
     has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args=None):
@@ -229,7 +233,6 @@ class Binomial(Distribution):
     def log_prob(self, value):
         n, logits = self.total_count, self.logits
         value = as_tensor(value, logits)
-        normalize = n * ew.clamp_min(logits, 0.0) + n * ew.log1p(ew.exp(-ew.abs(logits))) \
-            - special.lgamma(n + 1)
+        normalize = n * softplus(logits) - special.lgamma(n + 1)
         return value * logits - special.lgamma(value + 1) - special.lgamma(n - value + 1) \
             - normalize

@@ -19,15 +19,6 @@ from ..shapes import broadcast_shapes
 from ..tensor import Size, Tensor
 from . import constraints
 
-_validate_default = True
-
-
-def set_default_validate_args(value: bool) -> None:
-    """Whether distributions check their parameters when ``validate_args`` is not given."""
-    global _validate_default
-    _validate_default = bool(value)
-
-
 def as_tensor(value, like=None):
     """``value`` as a tensor (numbers in ``like``'s dtype, else float32)."""
     if isinstance(value, Tensor):
@@ -60,8 +51,9 @@ def uniform_open(shape, like):
 
 
 def softplus(x):
-    """``log(1 + exp(x))``, stable for large |x|."""
-    return ew.clamp_min(x, 0.0) + ew.log1p(ew.exp(-ew.abs(x)))
+    """``log(1 + exp(x))``, stable for large |x|, its gradient ``sigmoid(x)`` everywhere
+    (a ``max(x, 0) + log1p(exp(-|x|))`` form has the wrong one at 0)."""
+    return ew.logaddexp(x, 0.0)
 
 
 def sum_rightmost(t, n: int):
@@ -84,8 +76,7 @@ def probs_and_logits(probs, logits, name: str, binary: bool):
     if probs is not None:
         probs = as_tensor(probs)
         probs = probs / red.sum(probs, -1, keepdim=True)
-        tiny = float(finfo(probs).smallest_normal)
-        return probs, ew.log(ew.clamp(probs, tiny, 1 - float(finfo(probs).eps)))
+        return probs, ew.log(clamp_probs(probs))
     logits = as_tensor(logits)
     return red.softmax(logits, -1), logits - red.logsumexp(logits, -1, keepdim=True)
 
@@ -102,11 +93,19 @@ class Distribution:
     has_enumerate_support = False
     arg_constraints: dict = {}
     support = None
+    _validate_default = True
+
+    @staticmethod
+    def set_default_validate_args(value: bool) -> None:
+        """Whether distributions check their parameters when ``validate_args`` is not
+        given (True at first, as in torch)."""
+        Distribution._validate_default = bool(value)
 
     def __init__(self, batch_shape=(), event_shape=(), validate_args=None):
         self.batch_shape = Size(batch_shape)
         self.event_shape = Size(event_shape)
-        self._validate_args = _validate_default if validate_args is None else validate_args
+        self._validate_args = Distribution._validate_default if validate_args is None \
+            else validate_args
         if self._validate_args and not modes.building_graph():
             self._check_args()
 

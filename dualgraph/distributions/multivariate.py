@@ -180,6 +180,13 @@ class MixtureSameFamily(Distribution):
         super().__init__(tuple(components[:-1]), component_distribution.event_shape,
                          validate_args=validate_args)
 
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = tuple(batch_shape)
+        k = self._component_distribution.batch_shape[-1]
+        return MixtureSameFamily(self._mixture_distribution.expand(batch_shape),
+                                 self._component_distribution.expand(batch_shape + (k,)),
+                                 validate_args=False)
+
     mixture_distribution = property(lambda self: self._mixture_distribution)
     component_distribution = property(lambda self: self._component_distribution)
     support = property(lambda self: self._component_distribution.support)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..ops import elementwise as ew
+from ..ops import creation, elementwise as ew
 from . import constraints
 from .distribution import (Distribution, as_tensor, broadcast_all, finfo, softplus,
                            sum_rightmost)
@@ -219,6 +219,8 @@ class ComposeTransform(Transform):
         return y
 
     def _log_abs_det_jacobian(self, x, y):
+        if not self.parts:
+            return creation.zeros_like(x)
         total, event_dim = 0.0, self.event_dim
         for part in self.parts:
             y_part = part(x)
@@ -285,27 +287,22 @@ class TransformedDistribution(Distribution):
         base = self.base_dist.log_prob(y)
         return log_prob + sum_rightmost(base, event_dim - len(self.base_dist.event_shape))
 
-    def _sign(self) -> int:
-        """+1 if the transforms increase, -1 if they decrease (cdf and icdf need one)."""
+    def _monotonize(self, p):
+        """``p`` for increasing transforms, ``1 - p`` where they decrease (the sign may
+        be a tensor: an ``AffineTransform`` of tensor ``scale``)."""
         sign = 1
         for transform in self.transforms:
-            if not isinstance(transform.sign, int):
-                raise NotImplementedError("cdf / icdf need transforms of a known sign")
-            sign *= transform.sign
-        return sign
+            sign = sign * transform.sign
+        return p if isinstance(sign, int) and sign == 1 else sign * (p - 0.5) + 0.5
 
     def cdf(self, value):
-        sign = self._sign()
         y = as_tensor(value)
         for transform in reversed(self.transforms):
             y = transform.inv(y)
-        p = self.base_dist.cdf(y)
-        return p if sign == 1 else 1 - p
+        return self._monotonize(self.base_dist.cdf(y))
 
     def icdf(self, value):
-        sign = self._sign()
-        value = as_tensor(value)
-        x = self.base_dist.icdf(value if sign == 1 else 1 - value)
+        x = self.base_dist.icdf(self._monotonize(as_tensor(value)))
         for transform in self.transforms:
             x = transform(x)
         return x
