@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import dualgraph as dg
-import dualgraph.nn.functional as F
 
 RNG = np.random.default_rng(0)
 
@@ -174,7 +173,7 @@ def test_statistics_match_torch(name):
     _, params, _, whats = CASES[name]
     for what in whats.split():
         try:
-            _compare(lambda lib, ts: _stat(lib, name, what, ts), params)
+            _compare(lambda lib, ts, what=what: _stat(lib, name, what, ts), params)
         except AssertionError as error:
             raise AssertionError(f"{name}.{what}: {error}") from None
 
@@ -380,7 +379,8 @@ def test_expand_support_and_constraints():
         assert e.sample().shape == (2, 3) + tuple(d.event_shape), type(d)
         assert e.log_prob(e.sample()).shape == (2, 3), type(d)
     assert D.Normal(0.0, 1.0).support is C.real and D.Gamma(1.0, 1.0).support is C.nonnegative
-    assert D.Beta(1.0, 1.0).support is C.unit_interval and D.Dirichlet(dg.ones(2)).support is C.simplex
+    assert D.Beta(1.0, 1.0).support is C.unit_interval
+    assert D.Dirichlet(dg.ones(2)).support is C.simplex
     assert D.Uniform(0.0, 2.0).support.check(dg.tensor([1.0, 2.0])).tolist() == [True, False]
     assert C.simplex.check(dg.tensor([[0.5, 0.5], [0.5, 0.6]])).tolist() == [True, False]
     assert C.positive_definite.check(dg.eye(2)).item()
@@ -506,7 +506,7 @@ def _sac_losses(compiled: bool, steps: int = 5):
 
 def test_sac_policy_trains_the_same_compiled():
     eager, compiled = _sac_losses(False), _sac_losses(True)
-    np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-6, atol=1e-7)
     assert len(set(eager)) == 5   # (it trains: the loss changes each step)
 
 

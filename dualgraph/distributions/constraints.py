@@ -165,7 +165,10 @@ class _PositiveDefinite(Constraint):
     event_dim = 2
 
     def check(self, value):
-        symmetric = red.all(red.all(ew.abs(value - linalg.mT(value)) < 1e-6, -1), -1)
+        # (symmetric as torch.isclose(value, value.mT, atol=1e-6) sees it)
+        transposed = linalg.mT(value)
+        close = ew.abs(value - transposed) <= 1e-6 + 1e-5 * ew.abs(transposed)
+        symmetric = red.all(red.all(close, -1), -1)
         return symmetric & red.all(decompositions.eigvalsh(value) > 0, -1)
 
 

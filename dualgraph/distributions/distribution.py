@@ -19,6 +19,7 @@ from ..shapes import broadcast_shapes
 from ..tensor import Size, Tensor
 from . import constraints
 
+
 def as_tensor(value, like=None):
     """``value`` as a tensor (numbers in ``like``'s dtype, else float32)."""
     if isinstance(value, Tensor):

@@ -4,7 +4,8 @@ gamma draws (``random_gamma``: no transform of uniform or normal draws gives the
 torch's ``rsample`` of these differentiates the draw with respect to the concentrations by
 implicit reparameterisation, which needs the derivative of the gamma CDF; that is not here,
 so ``rsample`` raises when a concentration (or StudentT's ``df``) requires grad, rather than
-give a wrong gradient (``_GammaDrawn``). Gradients with respect to ``rate`` / ``loc`` / ``scale`` are exact.
+give a wrong gradient (``_GammaDrawn``). Gradients with respect to ``rate``, ``loc`` and
+``scale`` are exact.
 """
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def _parametric(name: str, method: str, doc: str, kinds=(np.float64,)):
     def kernel(seed, *params, shape, dtype):
         out = broadcast_shapes(tuple(shape), *(np.shape(p) for p in params))
         params = [np.broadcast_to(np.asarray(p).astype(kind), out)
-                  for p, kind in zip(params, kinds)]
+                  for p, kind in zip(params, kinds, strict=True)]
         return getattr(seeded_stream(seed), method)(*params, size=out).astype(dtype)
 
     def infer(seed, *params, shape, dtype):
