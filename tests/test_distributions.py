@@ -83,6 +83,12 @@ CASES = {
     "BinomialLogits": (lambda D, z: D.Binomial(7, logits=z), [np.array([0.0, -1.2, 0.7])],
                        counts(3),
                        "log_prob mean variance"),
+    "NegativeBinomial": (lambda D, n, z: D.NegativeBinomial(n, logits=z),
+                         [pos(3, low=1.5, high=4), real(3)], counts(3),
+                         "log_prob mean variance mode"),
+    "Multinomial": (lambda D, z: D.Multinomial(6, logits=z), [real(2, 4)],
+                    np.array([[1.0, 2.0, 0.0, 3.0], [0.0, 0.0, 6.0, 0.0]]),
+                    "log_prob mean variance"),
     "Geometric": (lambda D, p: D.Geometric(p), [unit(3)], counts(3),
                   "log_prob entropy mean variance mode"),
     "OneHotCategorical": (lambda D, z: D.OneHotCategorical(logits=z), [real(2, 4)],
@@ -248,7 +254,7 @@ SAMPLED = [
     ("Chi2", dict(df=3.0)), ("Beta", dict(concentration1=2.0, concentration0=3.0)),
     ("StudentT", dict(df=8.0, loc=1.0, scale=2.0)), ("Poisson", dict(rate=3.5)),
     ("Binomial", dict(total_count=10, probs=0.3)), ("Geometric", dict(probs=0.3)),
-    ("Bernoulli", dict(probs=0.3)),
+    ("Bernoulli", dict(probs=0.3)), ("NegativeBinomial", dict(total_count=3.0, probs=0.4)),
 ]
 
 
@@ -288,6 +294,9 @@ def test_vector_samples_shapes_and_moments():
     y = m.rsample((20000,)).numpy()
     np.testing.assert_allclose(np.cov(y.T), cov.numpy(), atol=0.06)
     np.testing.assert_allclose(y.mean(0), [1.0, -1.0], atol=0.05)
+    counts_ = D.Multinomial(10, probs=dg.tensor([0.2, 0.3, 0.5])).sample((4000,))
+    assert counts_.shape == (4000, 3) and (counts_.sum(-1) == 10).all().item()
+    np.testing.assert_allclose(counts_.numpy().mean(0), [2.0, 3.0, 5.0], atol=0.1)
     o = D.OneHotCategorical(probs=dg.tensor([0.2, 0.8]))
     z = o.sample((4000,))
     assert z.shape == (4000, 2) and (z.sum(-1) == 1).all().item()
@@ -331,6 +340,20 @@ def test_rsample_gradients_match_torchs_in_expectation(name, kwargs):
             assert abs(g - w) < 0.03 * (1 + abs(w)), (name_, g, w)
 
 
+def test_straight_through_rsample_is_the_draw_with_the_probs_gradient():
+    logits = dg.tensor([[0.3, -0.2, 1.0]], requires_grad=True)
+    d = dg.distributions.OneHotCategoricalStraightThrough(logits=logits)
+    dg.manual_seed(2)
+    x = d.rsample()
+    dg.manual_seed(2)
+    np.testing.assert_array_equal(x.detach().numpy(), d.sample().numpy())
+    weights = dg.tensor([1.0, 2.0, 3.0])
+    (x * weights).sum().backward()
+    t_logits = torch.tensor([[0.3, -0.2, 1.0]], requires_grad=True)
+    (torch.softmax(t_logits, -1) * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    np.testing.assert_allclose(logits.grad.numpy(), t_logits.grad.numpy(), rtol=1e-6)
+
+
 def test_rsample_refuses_the_implicit_gamma_gradient():
     D = dg.distributions
     c = dg.tensor([2.0], requires_grad=True)
@@ -372,7 +395,8 @@ def test_expand_support_and_constraints():
              D.Independent(D.Normal(dg.zeros(3, 2), 1.0), 1), D.OneHotCategorical(dg.ones(3, 4)),
              D.TransformedDistribution(D.Normal(dg.zeros(3), 1.0), D.TanhTransform()),
              D.Categorical(logits=dg.zeros(3, 5)), D.LogNormal(dg.zeros(3), 1.0),
-             D.Chi2(dg.ones(3))]
+             D.Chi2(dg.ones(3)), D.Multinomial(4, logits=dg.zeros(3, 2)),
+             D.NegativeBinomial(dg.ones(3), logits=dg.zeros(3))]
     for d in cases:
         e = d.expand((2, 3))
         assert e.batch_shape == (2, 3) and e.event_shape == d.event_shape, type(d)
@@ -449,7 +473,8 @@ def _draw_and_score(loc, scale, conc, rate, probs):
              D.Geometric(probs), D.Categorical(probs=probs), D.OneHotCategorical(probs=probs),
              D.MultivariateNormal(loc, scale_tril=dg.diag_embed(scale)),
              D.TransformedDistribution(D.Normal(loc, scale), D.TanhTransform(cache_size=1)),
-             D.RelaxedBernoulli(0.5, probs=probs)]
+             D.RelaxedBernoulli(0.5, probs=probs), D.NegativeBinomial(rate, probs=probs),
+             D.Multinomial(3, probs=probs), D.OneHotCategoricalStraightThrough(probs=probs)]
     out = []
     for d in dists:
         x = d.rsample((4,)) if d.has_rsample and not isinstance(
@@ -525,6 +550,7 @@ def test_torch_import_paths_under_the_alias():
             "from torch.distributions.transforms import TanhTransform; "
             "from torch.distributions.transformed_distribution import TransformedDistribution; "
             "from torch.distributions.kl import register_kl, kl_divergence; "
+            "from torch.distributions.utils import probs_to_logits, broadcast_all; "
             "from torch.distributions import constraints; "
             "from torch.distributions.constraints import positive; "
             "assert Beta is torch.distributions.Beta and positive is constraints.positive; "

@@ -452,9 +452,9 @@ CORE_BUDGET = 29_702
 BUDGETS = {".": 2_000, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
            "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_028,
            "passes": 3_600, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
-           # distributions +1_136 (i-dist): torch.distributions' common families, transforms,
+           # distributions +1_213 (i-dist): torch.distributions' common families, transforms,
            # constraints and kl pairs, one module per kind
-           "utils": 600, "distributions": 1_346}
+           "utils": 600, "distributions": 1_423}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

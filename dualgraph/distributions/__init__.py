@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import sys
 
-from . import constraints, continuous, discrete, gamma, kl, multivariate, relaxed
-from . import transforms
+from . import constraints, continuous, discrete, distribution, gamma, kl, multivariate
+from . import relaxed, transforms
 from .continuous import (Cauchy, Exponential, Gumbel, HalfNormal, Laplace, LogNormal,
                          Normal, Uniform)
-from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
+from .discrete import (Bernoulli, Binomial, Categorical, Geometric, Multinomial,
+                       NegativeBinomial, OneHotCategorical, OneHotCategoricalStraightThrough,
+                       Poisson)
 from .distribution import Distribution
 from .gamma import Beta, Chi2, Dirichlet, Gamma, StudentT
 from .kl import kl_divergence, register_kl
@@ -47,6 +49,7 @@ _SUBMODULES = {
     "half_normal": continuous, "log_normal": continuous,
     "bernoulli": discrete, "categorical": discrete, "one_hot_categorical": discrete,
     "geometric": discrete, "poisson": discrete, "binomial": discrete,
+    "multinomial": discrete, "negative_binomial": discrete, "utils": distribution,
     "gamma": gamma, "chi2": gamma, "beta": gamma, "dirichlet": gamma, "studentT": gamma,
     "multivariate_normal": multivariate, "independent": multivariate,
     "mixture_same_family": multivariate,

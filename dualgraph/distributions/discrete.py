@@ -1,20 +1,24 @@
 """Distributions over integers and categories: Bernoulli, Categorical, OneHotCategorical,
-Geometric (transforms of uniform draws), Poisson and Binomial (seeded draws of their own,
-``random_poisson`` / ``random_binomial``). None has ``rsample``."""
+Multinomial, Geometric (transforms of uniform draws), Poisson, Binomial and
+NegativeBinomial (seeded draws of their own, ``random_poisson`` / ``random_binomial`` /
+``random_gamma``). Only OneHotCategoricalStraightThrough has ``rsample`` (a
+straight-through gradient)."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from ..autograd import no_grad
 from ..ops import creation, elementwise as ew, index as index_ops, random, reduce as red
 from ..ops import shape as shape_ops, special
 from . import constraints
-from .distribution import (Distribution, as_tensor, broadcast_all, clamp_probs, finfo,
-                           probs_and_logits, softplus, uniform_open)
+from .distribution import (Distribution, as_tensor, broadcast_all, finfo, probs_and_logits,
+                           softplus, uniform_open)
+from .gamma import standard_gamma
 
-__all__ = ["Bernoulli", "Categorical", "OneHotCategorical", "Geometric", "Poisson",
-           "Binomial"]
+__all__ = ["Bernoulli", "Categorical", "OneHotCategorical", "OneHotCategoricalStraightThrough",
+           "Multinomial", "Geometric", "Poisson", "Binomial", "NegativeBinomial"]
 
 
 class Bernoulli(Distribution):
@@ -150,6 +154,61 @@ class OneHotCategorical(Distribution):
         return values.expand(k, *self.batch_shape, k) if expand else values
 
 
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """One-hot draws whose ``rsample`` passes the gradient of ``probs`` straight through
+    (the forward value is the draw, the gradient that of ``probs``)."""
+    has_rsample = True
+
+    def expand(self, batch_shape, _instance=None):
+        shape = tuple(batch_shape) + tuple(self.event_shape)
+        return OneHotCategoricalStraightThrough(logits=self.logits.expand(*shape),
+                                                validate_args=False)
+
+    def rsample(self, sample_shape=()):
+        draws = self.sample(sample_shape)
+        return draws + (self.probs - self.probs.detach())
+
+
+class Multinomial(Distribution):
+    """Counts of each category in ``total_count`` Categorical(``probs``) draws (event
+    shape ``(K,)``)."""
+    arg_constraints = Categorical.arg_constraints
+
+    def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
+        if not isinstance(total_count, int):
+            raise NotImplementedError("inhomogeneous total_count is not supported")
+        self.total_count = total_count
+        self._categorical = Categorical(probs, logits, validate_args=validate_args)
+        self.probs, self.logits = self._categorical.probs, self._categorical.logits
+        super().__init__(self._categorical.batch_shape, self.logits.shape[-1:],
+                         validate_args=False)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=1)
+    def support(self):
+        return constraints.independent(constraints.integer_interval(0, self.total_count), 1)
+
+    def expand(self, batch_shape, _instance=None):
+        shape = tuple(batch_shape) + tuple(self.event_shape)
+        return Multinomial(self.total_count, logits=self.logits.expand(*shape),
+                           validate_args=False)
+
+    param_shape = property(lambda self: self.logits.shape)
+    mean = property(lambda self: self.total_count * self.probs)
+    variance = property(lambda self: self.total_count * self.probs * (1 - self.probs))
+
+    def sample(self, sample_shape=()):
+        k = self.event_shape[0]
+        draws = self._categorical.sample((self.total_count,) + tuple(sample_shape))
+        return red.sum(index_ops.one_hot(draws, k), 0).to(self.probs.dtype)
+
+    def log_prob(self, value):
+        value, logits = broadcast_all(as_tensor(value, self.logits), self.logits)
+        # (a category of probability 0 drawn 0 times adds 0, not 0 * -inf)
+        logits = ew.where((value == 0) & (logits == -math.inf), 0.0, logits)
+        return special.lgamma(red.sum(value, -1) + 1) \
+            - red.sum(special.lgamma(value + 1), -1) + red.sum(logits * value, -1)
+
+
 class Geometric(Distribution):
     """The number of failures before the first success of Bernoulli(``probs``) trials."""
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -170,8 +229,8 @@ class Geometric(Distribution):
     def log_prob(self, value):
         value, probs = broadcast_all(as_tensor(value, self.probs), self.probs)
         # (probs == 1 with value 0 is log 1 = 0, not 0 * -inf)
-        probs = ew.where((probs == 1) & (value == 0), 0.0, probs)
-        return value * ew.log1p(-clamp_probs(probs)) + ew.log(ew.where(probs == 0, 1.0, probs))
+        failures = ew.where((probs == 1) & (value == 0), 0.0, probs)
+        return value * ew.log1p(-failures) + ew.log(self.probs)
 
     def entropy(self):
         return (softplus(self.logits) - self.probs * self.logits) / self.probs
@@ -236,3 +295,39 @@ class Binomial(Distribution):
         normalize = n * softplus(logits) - special.lgamma(n + 1)
         return value * logits - special.lgamma(value + 1) - special.lgamma(n - value + 1) \
             - normalize
+
+
+class NegativeBinomial(Distribution):
+    """Successes before ``total_count`` failures of Bernoulli(``probs``) trials: a Poisson
+    of Gamma-distributed rate (its draw)."""
+    arg_constraints = {"total_count": constraints.nonnegative,
+                       "probs": constraints.half_open_interval(0.0, 1.0),
+                       "logits": constraints.real}
+    support = constraints.nonnegative_integer
+
+    def __init__(self, total_count, probs=None, logits=None, validate_args=None):
+        probs, logits = probs_and_logits(probs, logits, "NegativeBinomial", binary=True)
+        self.total_count, self.probs, self.logits = broadcast_all(total_count, probs, logits)
+        self.total_count = self.total_count.to(self.probs.dtype)
+        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+
+    mean = property(lambda self: self.total_count * ew.exp(self.logits))
+    variance = property(lambda self: self.mean / ew.sigmoid(-self.logits))
+
+    @property
+    def mode(self):
+        return ew.clamp_min(ew.floor((self.total_count - 1) * ew.exp(self.logits)), 0.0)
+
+    def sample(self, sample_shape=()):
+        shape = self._extended(sample_shape)
+        with no_grad():
+            rate = standard_gamma(self.total_count.expand(*shape), shape) * ew.exp(self.logits)
+            return _count_draw(random.RANDOM_POISSON, self.probs.dtype, (), rate)
+
+    def log_prob(self, value):
+        n, logits = self.total_count, self.logits
+        value = as_tensor(value, logits)
+        unnormalized = -n * softplus(logits) - value * softplus(-logits)
+        normalization = special.lgamma(1.0 + value) + special.lgamma(n) \
+            - special.lgamma(n + value)
+        return unnormalized - ew.where(n + value == 0, 0.0, normalization)

@@ -45,10 +45,14 @@ def clamp_probs(probs):
     return ew.clamp(probs, eps, 1 - eps)
 
 
+def clamp_open(t):
+    """``t`` kept in (0, 1): in [smallest normal, 1 - eps], as torch keeps its draws."""
+    return ew.clamp(t, float(finfo(t).smallest_normal), 1 - float(finfo(t).eps))
+
+
 def uniform_open(shape, like):
     """Uniform draws in (0, 1): ``rand``'s [0, 1) with 0 moved to the smallest normal."""
-    u = creation.rand(*shape, dtype=like.dtype)
-    return ew.clamp(u, float(finfo(like).smallest_normal), 1 - float(finfo(like).eps))
+    return clamp_open(creation.rand(*shape, dtype=like.dtype))
 
 
 def softplus(x):
@@ -62,24 +66,32 @@ def sum_rightmost(t, n: int):
     return red.sum(t, tuple(range(-n, 0))) if n > 0 else t
 
 
+def probs_to_logits(probs, is_binary: bool = False):
+    """Logits of probabilities (clamped away from 0 and 1): log-odds when ``is_binary``,
+    else log-probabilities (``torch.distributions.utils``)."""
+    clamped = clamp_probs(probs)
+    return ew.log(clamped) - ew.log1p(-clamped) if is_binary else ew.log(clamped)
+
+
+def logits_to_probs(logits, is_binary: bool = False):
+    """Probabilities of logits: a sigmoid when ``is_binary``, else a softmax."""
+    return ew.sigmoid(logits) if is_binary else red.softmax(logits, -1)
+
+
 def probs_and_logits(probs, logits, name: str, binary: bool):
     """The (probs, logits) pair from the one given: Bernoulli-style (``binary``, the
     probability of 1) or categorical (normalised along the last dim)."""
     if (probs is None) == (logits is None):
         raise ValueError(f"{name}: give either probs or logits, not both")
-    if binary:
-        if probs is not None:
-            probs = as_tensor(probs)
-            clamped = clamp_probs(probs)
-            return probs, ew.log(clamped) - ew.log1p(-clamped)
-        logits = as_tensor(logits)
-        return ew.sigmoid(logits), logits
     if probs is not None:
         probs = as_tensor(probs)
-        probs = probs / red.sum(probs, -1, keepdim=True)
-        return probs, ew.log(clamp_probs(probs))
+        if not binary:
+            probs = probs / red.sum(probs, -1, keepdim=True)
+        return probs, probs_to_logits(probs, binary)
     logits = as_tensor(logits)
-    return red.softmax(logits, -1), logits - red.logsumexp(logits, -1, keepdim=True)
+    if not binary:
+        logits = logits - red.logsumexp(logits, -1, keepdim=True)
+    return logits_to_probs(logits, binary), logits
 
 
 class Distribution:

@@ -17,7 +17,7 @@ from ..autograd import no_grad
 from ..ops import creation, elementwise as ew, index as index_ops, random, reduce as red
 from ..ops import special
 from . import constraints
-from .distribution import Distribution, as_tensor, broadcast_all, clamp_probs, finfo
+from .distribution import Distribution, as_tensor, broadcast_all, clamp_open, finfo
 
 __all__ = ["Gamma", "Chi2", "Beta", "Dirichlet", "StudentT"]
 
@@ -112,7 +112,7 @@ class Dirichlet(_GammaDrawn):
     def _draw(self, sample_shape):
         shape = self._extended(sample_shape)
         draws = standard_gamma(self.concentration.expand(*shape), shape)
-        return clamp_probs(draws / red.sum(draws, -1, keepdim=True))
+        return clamp_open(draws / red.sum(draws, -1, keepdim=True))
 
     def log_prob(self, value):
         c = self.concentration
@@ -159,7 +159,7 @@ class Beta(_GammaDrawn):
         shape = self._extended(sample_shape)
         x = standard_gamma(self.concentration1.expand(*shape), shape)
         y = standard_gamma(self.concentration0.expand(*shape), shape)
-        return clamp_probs(x / (x + y))
+        return clamp_open(x / (x + y))
 
     def log_prob(self, value):
         a, b = self.concentration1, self.concentration0
