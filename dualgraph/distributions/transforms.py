@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ..autograd import no_grad
 from ..ops import creation, elementwise as ew
 from . import constraints
 from .distribution import (Distribution, as_tensor, broadcast_all, finfo, softplus,
@@ -270,10 +271,12 @@ class TransformedDistribution(Distribution):
         return x
 
     def sample(self, sample_shape=()):
-        x = self.base_dist.sample(sample_shape)
-        for transform in self.transforms:
-            x = transform(x)
-        return x
+        """A draw without gradient (the transforms' parameters' included)."""
+        with no_grad():
+            x = self.base_dist.sample(sample_shape)
+            for transform in self.transforms:
+                x = transform(x)
+            return x
 
     def log_prob(self, value):
         y = as_tensor(value)
