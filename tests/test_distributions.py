@@ -396,6 +396,8 @@ def test_rsample_refuses_the_implicit_gamma_gradient():
         with pytest.raises(NotImplementedError, match="implicit.*use sample"):
             d.rsample()
         assert not d.sample((2,)).requires_grad
+        with dg.no_grad():   # (no gradient asked for: the draw is fine)
+            assert d.rsample((2,)).shape[0] == 2
     # a gradient with respect to the rate is exact: d(x / rate) / d rate = -x / rate
     x = D.Gamma(2.0, rate).rsample((3,))
     (g,) = dg.autograd.grad(x.sum(), [rate])
@@ -430,7 +432,8 @@ def test_expand_support_and_constraints():
              D.TransformedDistribution(D.Normal(dg.zeros(3), 1.0), D.TanhTransform()),
              D.Categorical(logits=dg.zeros(3, 5)), D.LogNormal(dg.zeros(3), 1.0),
              D.Chi2(dg.ones(3)), D.Multinomial(4, logits=dg.zeros(3, 2)),
-             D.NegativeBinomial(dg.ones(3), logits=dg.zeros(3))]
+             D.NegativeBinomial(dg.ones(3), logits=dg.zeros(3)),
+             D.OneHotCategoricalStraightThrough(dg.ones(3, 4))]
     for d in cases:
         e = d.expand((2, 3))
         assert e.batch_shape == (2, 3) and e.event_shape == d.event_shape, type(d)

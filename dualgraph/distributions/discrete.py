@@ -126,7 +126,7 @@ class OneHotCategorical(Distribution):
 
     def expand(self, batch_shape, _instance=None):
         shape = tuple(batch_shape) + tuple(self.event_shape)
-        return OneHotCategorical(logits=self.logits.expand(*shape), validate_args=False)
+        return type(self)(logits=self.logits.expand(*shape), validate_args=False)
 
     param_shape = property(lambda self: self.logits.shape)
     mean = property(lambda self: self.probs)
@@ -158,11 +158,6 @@ class OneHotCategoricalStraightThrough(OneHotCategorical):
     """One-hot draws whose ``rsample`` passes the gradient of ``probs`` straight through
     (the forward value is the draw, the gradient that of ``probs``)."""
     has_rsample = True
-
-    def expand(self, batch_shape, _instance=None):
-        shape = tuple(batch_shape) + tuple(self.event_shape)
-        return OneHotCategoricalStraightThrough(logits=self.logits.expand(*shape),
-                                                validate_args=False)
 
     def rsample(self, sample_shape=()):
         draws = self.sample(sample_shape)

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..autograd import no_grad
+from ..autograd import is_grad_enabled, no_grad
 from ..ops import creation, elementwise as ew, index as index_ops, random, reduce as red
 from ..ops import special
 from . import constraints
@@ -32,12 +32,13 @@ def standard_gamma(concentration, shape):
 class _GammaDrawn(Distribution):
     """A distribution drawn from gamma draws: ``_draw`` makes the draw, differentiable in
     every parameter but those named in ``_concentrations``; ``rsample`` refuses when one
-    of those requires grad."""
+    of those requires grad (and gradients are being recorded)."""
     has_rsample = True
     _concentrations: tuple = ()
 
     def rsample(self, sample_shape=()):
-        if any(getattr(self, name).requires_grad for name in self._concentrations):
+        if is_grad_enabled() and any(getattr(self, name).requires_grad
+                                     for name in self._concentrations):
             raise NotImplementedError(
                 f"{type(self).__name__}.rsample: the gradient with respect to "
                 f"{' / '.join(self._concentrations)} (implicit reparameterisation of gamma "
