@@ -436,6 +436,7 @@ def test_expand_support_and_constraints():
              D.OneHotCategoricalStraightThrough(dg.ones(3, 4))]
     for d in cases:
         e = d.expand((2, 3))
+        assert type(e) is type(d), type(d)
         assert e.batch_shape == (2, 3) and e.event_shape == d.event_shape, type(d)
         assert e.sample().shape == (2, 3) + tuple(d.event_shape), type(d)
         assert e.log_prob(e.sample()).shape == (2, 3), type(d)
