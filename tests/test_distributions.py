@@ -184,6 +184,21 @@ def test_statistics_match_torch(name):
             raise AssertionError(f"{name}.{what}: {error}") from None
 
 
+def test_gamma_cdf_matches_torch_and_refuses_the_concentration_gradient():
+    """``P(concentration, rate * x)``: value and gradients in rate and x as torch's; a
+    concentration that requires grad raises at backward, as in torch."""
+    c, rate, x = pos(2, 3, low=0.5, high=5.0), pos(3), pos(2, 3, low=0.1, high=4.0)
+
+    def cdf(lib, ts):
+        D = lib.distributions
+        gamma = D.Gamma(lib.tensor(c), ts[0]).cdf(ts[1])
+        return gamma + D.Chi2(lib.tensor(c) * 2).cdf(ts[1])
+    _compare(cdf, [rate, x])
+    d = dg.distributions.Gamma(dg.tensor(c, requires_grad=True), 1.0)
+    with pytest.raises(NotImplementedError, match="igamma"):
+        d.cdf(dg.tensor(x)).sum().backward()
+
+
 # -- kl_divergence -------------------------------------------------------------------------
 # name -> (build(D, *params) of p and q alike, params of p, params of q)
 KL_PAIRS = {

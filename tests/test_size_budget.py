@@ -447,14 +447,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # channel-blocked layout again, with squeeze_excite_blocked; i-thr: which threads each loop
 # ran on, kernels/thread_use.py, and 1x1 convs split by output-channel groups at batch 1):
 # ops 10_010, kernels 5_665, passes 3_600, the core 29_685.
-# ops/ +18 and the core +17 (i-dist): the seeded gamma, Poisson and binomial draws.
-CORE_BUDGET = 29_702
+# ops/ +76 and the core +75 (i-dist): the seeded gamma, Poisson and binomial draws
+# (dg.poisson, dg.binomial) and igamma (Gamma's CDF).
+CORE_BUDGET = 29_760
 BUDGETS = {".": 2_000, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_028,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_665, "ops": 10_086,
            "passes": 3_600, "export": 3_840, "nn": 4_480, "optim": 1_505, "profiler": 440,
-           # distributions +1_213 (i-dist): torch.distributions' common families, transforms,
+           # distributions +1_211 (i-dist): torch.distributions' common families, transforms,
            # constraints and kl pairs, one module per kind
-           "utils": 600, "distributions": 1_423}
+           "utils": 600, "distributions": 1_421}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..autograd import no_grad
-from ..ops import creation, elementwise as ew, index as index_ops, random, reduce as red
+from ..ops import creation, elementwise as ew, index as index_ops, reduce as red
 from ..ops import shape as shape_ops, special
 from . import constraints
 from .distribution import (Distribution, as_tensor, broadcast_all, finfo, probs_and_logits,
@@ -231,12 +229,6 @@ class Geometric(Distribution):
         return (softplus(self.logits) - self.probs * self.logits) / self.probs
 
 
-def _count_draw(op, dtype, sample_shape, *params):
-    """Counts of shape ``sample_shape + params' shape`` from a seeded parametric draw."""
-    shape = tuple(sample_shape) + tuple(params[0].shape)
-    return random.draw(op, params=params, shape=shape, dtype=np.dtype(dtype.np))
-
-
 class Poisson(Distribution):
     """Counts of events at ``rate`` per interval."""
     arg_constraints = {"rate": constraints.nonnegative}
@@ -251,7 +243,7 @@ class Poisson(Distribution):
     variance = property(lambda self: self.rate)
 
     def sample(self, sample_shape=()):
-        return _count_draw(random.RANDOM_POISSON, self.rate.dtype, sample_shape, self.rate)
+        return creation.poisson(self.rate.detach().expand(*self._extended(sample_shape)))
 
     def log_prob(self, value):
         value, rate = broadcast_all(as_tensor(value, self.rate), self.rate)
@@ -281,8 +273,9 @@ class Binomial(Distribution):
         return ew.minimum(ew.floor((self.total_count + 1) * self.probs), self.total_count)
 
     def sample(self, sample_shape=()):
-        return _count_draw(random.RANDOM_BINOMIAL, self.probs.dtype, sample_shape,
-                           self.total_count, self.probs)
+        shape = self._extended(sample_shape)
+        return creation.binomial(self.total_count.expand(*shape),
+                                 self.probs.detach().expand(*shape))
 
     def log_prob(self, value):
         n, logits = self.total_count, self.logits
@@ -317,7 +310,7 @@ class NegativeBinomial(Distribution):
         shape = self._extended(sample_shape)
         with no_grad():
             rate = standard_gamma(self.total_count.expand(*shape), shape) * ew.exp(self.logits)
-            return _count_draw(random.RANDOM_POISSON, self.probs.dtype, (), rate)
+            return creation.poisson(rate)
 
     def log_prob(self, value):
         n, logits = self.total_count, self.logits

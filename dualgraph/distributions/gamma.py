@@ -80,6 +80,11 @@ class Gamma(_GammaDrawn):
         c = self.concentration
         return c - ew.log(self.rate) + special.lgamma(c) + (1.0 - c) * special.digamma(c)
 
+    def cdf(self, value):
+        """``P(concentration, rate * value)``: differentiable in ``rate`` and ``value``, not
+        in ``concentration`` (raises, as torch does)."""
+        return special.igamma(self.concentration, self.rate * as_tensor(value, self.rate))
+
     mean = property(lambda self: self.concentration / self.rate)
     mode = property(lambda self: ew.clamp_min((self.concentration - 1) / self.rate, 0.0))
     variance = property(lambda self: self.concentration / self.rate ** 2)

@@ -108,34 +108,35 @@ CASES.append(OpCase("random_integers", _integers_checks, [In((40, 5))], grad=Fal
 CASES.append(OpCase("random_permutation", _permutation_checks, [In((30,))], grad=False))
 
 
-def _parametric_checks(op, torch_draw, mean):
-    """A parametric draw's node (``dg.distributions``' Gamma, Poisson, Binomial samplers):
-    whether 400 draws per element are all in the support (positive reals or counts), their mean within 5 standard
-    errors of ``mean(*params)`` (the variance equals the mean or is below it for these
-    three), and whether two draws differ."""
+def _parametric_checks(draw, mean, counts=True):
+    """A parametric draw's node (``poisson``, ``binomial``, ``dg.distributions``' gamma
+    draws): whether 400 draws per element are all in the support (counts, or positive
+    reals), their mean within 5 standard errors of ``mean(*params)`` (the variance is at
+    most the mean for these three), and whether two draws differ."""
     def checks(m, *params):
-        shape = (400,) + tuple(params[0].shape)
-        def draw():
-            if m.__name__ == "torch":
-                return torch_draw(m, *(p.expand(shape) for p in params))
-            return m.ops.random.draw(getattr(m.ops.random, op), params=params, shape=shape,
-                                     dtype=np.dtype("float32"))
-        u, v = draw(), draw()
-        want = mean(*params)
+        params = [p.expand(400, *p.shape) for p in params]
+        u, v = draw(m, *params), draw(m, *params)
+        want = mean(*params)[0]
         close = ((u.mean(0) - want).abs() < 5 * (want / 400) ** 0.5 + 1e-3).all()
-        support = (u > 0) if op == "RANDOM_GAMMA" else (u >= 0) & (u == u.round())
+        support = (u >= 0) & (u == u.round()) if counts else u > 0
         return support.all(), close, (u != v).any()
     return checks
 
 
-CASES.append(OpCase("random_gamma", _parametric_checks(
-    "RANDOM_GAMMA", lambda m, c: m._standard_gamma(c), lambda c: c), [In((4, 5), "pos")],
-    grad=False))
-CASES.append(OpCase("random_poisson", _parametric_checks(
-    "RANDOM_POISSON", lambda m, r: m.poisson(r), lambda r: r), [In((4, 5), "pos")],
-    grad=False))
-CASES.append(OpCase("random_binomial", _parametric_checks(
-    "RANDOM_BINOMIAL", lambda m, n, p: m.binomial(n, p), lambda n, p: n * p),
+def _standard_gamma(m, c):
+    if m.__name__ == "torch":
+        return m._standard_gamma(c)
+    return m.ops.random.draw(m.ops.random.RANDOM_GAMMA, params=(c,), shape=(),
+                             dtype=np.dtype("float32"))
+
+
+CASES.append(OpCase("random_gamma", _parametric_checks(_standard_gamma, lambda c: c, False),
+                    [In((4, 5), "pos")], grad=False))
+CASES.append(OpCase("random_poisson", _parametric_checks(lambda m, r: m.poisson(r),
+                                                         lambda r: r),
+                    [In((4, 5), "pos")], grad=False))
+CASES.append(OpCase("random_binomial", _parametric_checks(lambda m, n, p: m.binomial(n, p),
+                                                          lambda n, p: n * p),
     [In((4, 5), "int", 1, 20, dtype="float32"), In((4, 5), "custom", grad=False,
      fn=lambda rng, dt: rng.uniform(0.1, 0.9, (4, 5)).astype(dt))], grad=False))
 
