@@ -238,10 +238,11 @@ def draw(op, generator=None, params=(), **attrs) -> Tensor:
         seed = (generator or default_generator).seed_state
     traced = modes.building_graph()
     # (eagerly the kernel runs here, as creation functions make their tensors: no input
-    # needs a gradient or a tape entry)
+    # needs a gradient or a tape entry; a parametric draw goes through dispatch, which
+    # checks its parameters' shapes and reports a bad one as a compiled call does)
     params = tuple(p.detach() for p in params)
-    out = apply(op, seed, *params, **attrs) if traced else Tensor._make(
-        op.kernel(seed._data, *(p._data for p in params), **attrs))
+    out = apply(op, seed, *params, **attrs) if traced or params else Tensor._make(
+        op.kernel(seed._data, **attrs))
     for log in _draws.logs:   # (the value read, which the update below replaces)
         log.append(Tensor._make(seed._data if traced else seed._data.copy()))
     if replay is None:
