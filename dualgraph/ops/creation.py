@@ -8,13 +8,14 @@ from ..dispatch import apply, modes
 from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
 from .opdef import defop
-from .random import (RANDOM, RANDOM_INTEGERS, RANDOM_PERMUTATION, Generator,  # noqa: F401
-                     default_generator, draw, manual_seed, rng_of)
+from .random import (RANDOM, RANDOM_BINOMIAL, RANDOM_INTEGERS,  # noqa: F401
+                     RANDOM_PERMUTATION, RANDOM_POISSON, Generator, default_generator, draw,
+                     manual_seed, rng_of)
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "eye",
            "arange", "linspace", "logspace", "tril_indices", "triu_indices", "full_like", "zeros_like", "ones_like", "empty_like", "rand",
            "randn", "randint", "randperm", "multinomial", "rand_like", "randn_like", "clone",
-           "bernoulli", "normal",
+           "bernoulli", "poisson", "binomial", "normal",
            "Generator",
            "manual_seed", "default_generator", "state", "state_like"]
 
@@ -422,6 +423,27 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     prob = input if p is None else p
     draw = rand(tuple(input.shape), generator=generator, dtype=dtypes.float64)
     return (draw < prob).to(input.dtype)
+
+
+def poisson(input, generator=None) -> Tensor:
+    """Poisson counts of rate ``input`` per entry, of ``input``'s dtype, as
+    ``torch.poisson`` (a seeded draw: compiled draws equal eager ones).
+
+    >>> dg.poisson(dg.zeros(2))
+    tensor([0., 0.])
+    """
+    return draw(RANDOM_POISSON, generator, params=(input,), shape=(), dtype=input.dtype.np)
+
+
+def binomial(count, prob, generator=None) -> Tensor:
+    """Successes of ``count`` trials of probability ``prob`` per entry (tensors that
+    broadcast), of ``count``'s dtype, as ``torch.binomial``.
+
+    >>> dg.binomial(dg.tensor([4.0]), dg.tensor([1.0]))
+    tensor([4.])
+    """
+    return draw(RANDOM_BINOMIAL, generator, params=(count, prob), shape=(),
+                dtype=count.dtype.np)
 
 
 def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:

@@ -4,8 +4,9 @@ The streams are NumPy's PCG64, so results are reproducible across runs and platf
 given seed, but they are not the same numbers as torch's for the same seed (tests that need
 identical weights copy them).
 
-Random tensors (``dg.rand``, ``randn``, ``randint``, ``randperm`` and what is built on them:
-dropout, ``bernoulli``, ``normal_``, ...) are one draw each from the generator's *seed
+Random tensors (``dg.rand``, ``randn``, ``randint``, ``randperm``, the gamma and Poisson
+draws of ``dg.distributions`` and what is built on them: dropout, ``bernoulli``,
+``normal_``, ...) are one draw each from the generator's *seed
 state*, a persistent int64 tensor: the draw's numbers are a function of the seed it reads
 (:func:`seeded_stream`), and the seed then advances by one. Eagerly the op runs on the seed's
 value now; while tracing it becomes a ``random`` node fed by the seed state, which the graph
@@ -23,7 +24,7 @@ import numpy as np
 
 from .. import devices
 from ..dispatch import apply, modes
-from ..shapes import ShapedType
+from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
 from .inplace import commit_inplace
 from .opdef import defop
@@ -157,6 +158,36 @@ RANDOM_PERMUTATION = defop(
     doc="A permutation of range(n) from a seed input (``randperm``).")
 
 
+def _parametric(name: str, method: str, doc: str, kinds=(np.float64,)):
+    """A draw of ``shape`` (broadcast with its parameters' shape) from the seeded stream's
+    ``method`` with per-element parameters (tensor inputs after the seed, passed to NumPy
+    as ``kinds``)."""
+    def kernel(seed, *params, shape, dtype):
+        out = broadcast_shapes(tuple(shape), *(np.shape(p) for p in params))
+        params = [np.broadcast_to(np.asarray(p).astype(kind), out)
+                  for p, kind in zip(params, kinds, strict=True)]
+        return getattr(seeded_stream(seed), method)(*params, size=out).astype(dtype)
+
+    def infer(seed, *params, shape, dtype):
+        out = broadcast_shapes(tuple(shape), *(tuple(p.shape) for p in params))
+        return ShapedType(out, np.dtype(dtype))
+
+    return defop(name, kernel, infer, attrs=("shape", "dtype"), onnx=None, doc=doc)
+
+
+# (the samplers no transform of uniforms or normals gives: Gamma and what is built on it -
+# Beta, Dirichlet, Chi2, StudentT - and Poisson / Binomial counts; not differentiable)
+RANDOM_GAMMA = _parametric(
+    "random_gamma", "standard_gamma",
+    "Gamma(concentration, 1) samples from a seed input and the concentration.")
+RANDOM_POISSON = _parametric(
+    "random_poisson", "poisson", "Poisson(rate) counts from a seed input and the rate.")
+RANDOM_BINOMIAL = _parametric(
+    "random_binomial", "binomial",
+    "Binomial(total_count, probs) counts from a seed input, the counts and the probs.",
+    (np.int64, np.float64))
+
+
 class _Draws(threading.local):
     logs: tuple = ()     # lists the seeds of traced draws are appended to
     replay = None        # seeds a recomputation draws from, in order, instead
@@ -189,13 +220,15 @@ def replaying_draws(seeds: list):
         _draws.replay = outer
 
 
-def draw(op, generator=None, inputs=(), **attrs):
-    """One draw: ``op`` (``RANDOM``, ``RANDOM_INTEGERS``, ``RANDOM_PERMUTATION``, or an op of
-    ``inputs`` that draws, ``DROPOUT``) called as ``op(*inputs, seed)`` on the generator's
-    seed state, which then advances by one; eagerly at once, while tracing as a node and a
-    traced in-place update (written back after every call), so both draw the same numbers
-    from the same state. Inside a checkpointed region's recomputation the seeds its forward
-    read are read again, in order, and the state does not advance."""
+def draw(op, generator=None, inputs=(), params=(), **attrs):
+    """One draw: ``op`` (``RANDOM``, ``RANDOM_INTEGERS``, ``RANDOM_PERMUTATION``; an op of
+    ``inputs`` that draws, ``DROPOUT``, called as ``op(*inputs, seed)``; or one of the
+    parametric draws with its tensor ``params``, read without gradient, called as
+    ``op(seed, *params)``) on the generator's seed state, which then advances by one;
+    eagerly at once, while tracing as a node and a traced in-place update (written back
+    after every call), so both draw the same numbers from the same state. Inside a
+    checkpointed region's recomputation the seeds its forward read are read again, in
+    order, and the state does not advance."""
     replay = _draws.replay
     if replay is not None:
         if not replay:
@@ -206,10 +239,13 @@ def draw(op, generator=None, inputs=(), **attrs):
     else:
         seed = (generator or default_generator).seed_state
     traced = modes.building_graph()
+    params = tuple(p.detach() for p in params)
     if traced:
-        out = apply(op, *inputs, seed, **attrs)
+        out = apply(op, *inputs, seed, *params, **attrs)
     elif inputs:   # (the seed's value now, as a number: the state changes below in place)
         out = apply(op, *inputs, int(seed._data), **attrs)
+    elif params:   # (through dispatch, which checks the parameters' shapes as compiled)
+        out = apply(op, seed, *params, **attrs)
     else:   # (a creation function's draw: no input needs a gradient or a tape entry)
         out = Tensor._make(op.kernel(seed._data, **attrs))
     for log in _draws.logs:   # (the value read, which the update below replaces)

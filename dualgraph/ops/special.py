@@ -1,13 +1,15 @@
 """Special functions and the elementwise odds torch programs call: ``lgamma``, ``digamma``
-and ``polygamma``, ``erfinv``, ``logit``, ``xlogy``, ``heaviside``, ``signbit``, ``gcd`` and
-``lcm``, and the counting ops ``isin`` and ``histc``.
+and ``polygamma``, ``igamma``, ``erfinv``, ``logit``, ``xlogy``, ``heaviside``, ``signbit``,
+``gcd`` and ``lcm``, and the counting ops ``isin`` and ``histc``.
 
 NumPy has no ufunc for the gamma family or erfinv, so their kernels are here, computed in
 float64 (float32 and halves round the result once): ``lgamma`` with the C library's
 ``lgamma`` per element; ``polygamma`` (``digamma`` is order 0) by the recurrence up to
 x >= 10 and the asymptotic series there, ``digamma`` of negative x by reflection;
 ``erfinv`` from Giles' approximation refined by two Newton steps on ``erf`` (``erfc``
-where |y| > 0.5, so that the steps keep their precision near +-1).
+where |y| > 0.5, so that the steps keep their precision near +-1); ``igamma`` (the
+regularised lower incomplete gamma function) by its power series below x = a + 1 and its
+continued fraction above, as Numerical Recipes' ``gser`` / ``gcf``.
 
 >>> import dualgraph as dg
 >>> dg.lgamma(dg.tensor([5.0]))
@@ -29,8 +31,8 @@ from .elementwise import unbroadcast
 from .inplace import inplace
 from .opdef import defop
 
-__all__ = ["lgamma", "digamma", "polygamma", "erfinv", "logit", "xlogy", "heaviside",
-           "signbit", "gcd", "lcm", "isin", "histc"]
+__all__ = ["lgamma", "digamma", "polygamma", "igamma", "erfinv", "logit", "xlogy",
+           "heaviside", "signbit", "gcd", "lcm", "isin", "histc"]
 
 
 def _in_float64(fn):
@@ -63,6 +65,84 @@ LGAMMA = defop("lgamma", unary_float_kernel(_in_float64(_lgamma_array)), infer_f
 def lgamma(input):
     """``log |Gamma(input)|``, as ``torch.lgamma`` (inf at the poles 0, -1, -2, ...)."""
     return apply(LGAMMA, input)
+
+
+# -- igamma --------------------------------------------------------------------------------
+_IGAMMA_EPS, _IGAMMA_TINY, _IGAMMA_STEPS = 1e-16, 1e-300, 10_000
+
+
+def _gamma_series(a, x):
+    """P(a, x) by its series, for x < a + 1 (each term shrinks: x / (a + n) < 1)."""
+    denominator, term = a.copy(), 1 / a
+    total = term.copy()
+    for _ in range(_IGAMMA_STEPS):
+        denominator += 1
+        term *= x / denominator
+        total += term
+        if np.all(np.abs(term) <= np.abs(total) * _IGAMMA_EPS):
+            break
+    return total * np.exp(-x + a * np.log(x) - _lgamma_array(a))
+
+
+def _gamma_fraction(a, x):
+    """Q(a, x) = 1 - P(a, x) by its continued fraction (modified Lentz), for x >= a + 1."""
+    b = x + 1 - a
+    c, d = np.full_like(x, 1 / _IGAMMA_TINY), 1 / b
+    h = d.copy()
+    for i in range(1, _IGAMMA_STEPS):
+        an = -i * (i - a)
+        b = b + 2
+        d = an * d + b
+        d = np.where(np.abs(d) < _IGAMMA_TINY, _IGAMMA_TINY, d)
+        c = b + an / c
+        c = np.where(np.abs(c) < _IGAMMA_TINY, _IGAMMA_TINY, c)
+        d = 1 / d
+        step = d * c
+        h *= step
+        if np.all(np.abs(step - 1) <= _IGAMMA_EPS):
+            break
+    return np.exp(-x + a * np.log(x) - _lgamma_array(a)) * h
+
+
+def _igamma_array(a, x):
+    dt = float_result_type(a, x)
+    a, x = np.broadcast_arrays(cast(a, np.float64), cast(x, np.float64))
+    out = np.full(a.shape, np.nan)
+    inside = (a > 0) & np.isfinite(a) & (x > 0) & np.isfinite(x)
+    near = inside & (x < a + 1)
+    far = inside & ~near
+    out[near] = _gamma_series(a[near], x[near])
+    out[far] = 1 - _gamma_fraction(a[far], x[far])
+    # the limits torch gives: P(a, 0) = 0, P(a, inf) = 1, P(0, x > 0) = 1, P(inf, x) = 0
+    out[(a > 0) & (x == 0)] = 0.0
+    out[(a >= 0) & (a < np.inf) & (x > 0) & ~inside] = 1.0
+    out[(a == np.inf) & (x >= 0) & (x < np.inf)] = 0.0
+    return out.astype(dt)
+
+
+def _igamma_vjp(g, out, a, x):
+    if needs_grad(a):
+        raise NotImplementedError("igamma: the derivative with respect to the first argument "
+                                  "(a) is not implemented (nor is it in torch)")
+    # d/dx P(a, x) = x^(a - 1) e^-x / Gamma(a)
+    density = ew.exp(xlogy(a - 1, x) - x - lgamma(a))
+    return None, unbroadcast(g * density, x)
+
+
+IGAMMA = defop("igamma", binary_kernel(_igamma_array, float_result_type), infer_binary_float,
+               vjp=_igamma_vjp, onnx=None,
+               doc="The regularised lower incomplete gamma function P(a, x).")
+
+
+def igamma(input, other):
+    """The regularised lower incomplete gamma function ``P(input, other)``, as
+    ``torch.igamma`` / ``torch.special.gammainc`` (the CDF of Gamma(input, 1) at
+    ``other``; differentiable in ``other`` only, as in torch).
+
+    >>> round(dg.igamma(dg.tensor([1.0]), dg.tensor([1.0])).item(), 4)
+    0.6321
+    """
+    return apply(IGAMMA, as_operand(input), as_operand(other))
 
 
 # -- polygamma and digamma -----------------------------------------------------------------

@@ -108,7 +108,6 @@ CASES.append(OpCase("random_integers", _integers_checks, [In((40, 5))], grad=Fal
 CASES.append(OpCase("random_permutation", _permutation_checks, [In((30,))], grad=False))
 
 
-
 def _dropout_checks(m, a):
     """``F.dropout``'s op (p = 0.25), by its properties, the masks being random in both
     libraries: the fraction of outputs that are 0 or ``a / 0.75`` (1.0), the sum of the
@@ -121,6 +120,40 @@ def _dropout_checks(m, a):
 
 
 CASES.append(OpCase("dropout", _dropout_checks, [In((16, 32), "pos")], grad=False))
+
+
+def _parametric_checks(draw, mean, counts=True):
+    """A parametric draw's node (``poisson``, ``binomial``, ``dg.distributions``' gamma
+    draws): whether 400 draws per element are all in the support (counts, or positive
+    reals), their mean within 5 standard errors of ``mean(*params)`` (the variance is at
+    most the mean for these three), and whether two draws differ."""
+    def checks(m, *params):
+        params = [p.expand(400, *p.shape) for p in params]
+        u, v = draw(m, *params), draw(m, *params)
+        want = mean(*params)[0]
+        close = ((u.mean(0) - want).abs() < 5 * (want / 400) ** 0.5 + 1e-3).all()
+        support = (u >= 0) & (u == u.round()) if counts else u > 0
+        return support.all(), close, (u != v).any()
+    return checks
+
+
+def _standard_gamma(m, c):
+    if m.__name__ == "torch":
+        return m._standard_gamma(c)
+    return m.ops.random.draw(m.ops.random.RANDOM_GAMMA, params=(c,), shape=(),
+                             dtype=np.dtype("float32"))
+
+
+CASES.append(OpCase("random_gamma", _parametric_checks(_standard_gamma, lambda c: c, False),
+                    [In((4, 5), "pos")], grad=False))
+CASES.append(OpCase("random_poisson", _parametric_checks(lambda m, r: m.poisson(r),
+                                                         lambda r: r),
+                    [In((4, 5), "pos")], grad=False))
+CASES.append(OpCase("random_binomial", _parametric_checks(lambda m, n, p: m.binomial(n, p),
+                                                          lambda n, p: n * p),
+    [In((4, 5), "int", 1, 20, dtype="float32"), In((4, 5), "custom", grad=False,
+     fn=lambda rng, dt: rng.uniform(0.1, 0.9, (4, 5)).astype(dt))], grad=False))
+
 
 # `full` is what dg.zeros/ones/full become while tracing a symbolic size (``x.shape[0]`` of a
 # dynamic batch); the row makes the node with a static shape.

@@ -1,5 +1,5 @@
-"""Rows for ops/special.py: the gamma family, erfinv, xlogy (primitives), signbit, gcd, lcm,
-isin, histc (no gradient), and the composites logit and heaviside."""
+"""Rows for ops/special.py: the gamma family, igamma, erfinv, xlogy (primitives), signbit,
+gcd, lcm, isin, histc (no gradient), and the composites logit and heaviside."""
 import numpy as np
 
 from . import In, OpCase
@@ -46,6 +46,15 @@ CASES = [
            dtypes=("float32",), atol=1e-3),
     OpCase("polygamma", lambda m, a: m.digamma(a), [In((4,), "int", 1, 9)], "int",
            grad=False),
+    # (differentiable in x only, as in torch; float64 within 1e-9: torch's is good to ~1e-9
+    # near a = x where ours is to 1e-13)
+    OpCase("igamma", lambda m, a, x: m.igamma(a, x),
+           [In((3, 4), "pos", grad=False), uniform(4, low=0.1, high=6.0)], dtypes=F64,
+           atol=1e-6),
+    OpCase("igamma", lambda m, a, x: m.igamma(a, x),
+           [fixed([0.0, -1.0, 2.0, 2.0, 0.0, 1.0, np.inf, 2.0, 0.0, 30.0, 0.01]),
+            fixed([1.0, 1.0, -1.0, np.nan, 0.0, np.inf, 1.0, 0.0, np.inf, 29.0, 1e-6])],
+           "special", dtypes=F64, grad=False),
     OpCase("erfinv", lambda m, a: m.erfinv(a), [In((3, 4), "unit")], dtypes=ALL),
     OpCase("erfinv", lambda m, a: a.erfinv() - a.clone().erfinv_(),
            [uniform(64, low=-0.999999, high=0.999999)], "wide", dtypes=F64, atol=0,
