@@ -255,3 +255,33 @@ def test_a_saved_tensor_reshaped_in_place_fails_the_backward_as_torch(method):
         getattr(h, method)(*args)
         with pytest.raises(RuntimeError, match="modified by an in-?place operation"):
             y.sum().backward()
+
+
+def test_a_traced_in_place_transpose_keeps_its_strides_as_eagerly():
+    """``h.squeeze_(0).t_(); h.view(-1)``: eagerly (and in torch) ``h`` is a transposed,
+    non-contiguous view, so ``view`` refuses; traced, ``h`` kept no strides and the compiled
+    function returned row-major values instead (also those of the gradient's path). Now the
+    tracer records the strides (``views.root_layout``): compiled raises as eager does, and
+    ``is_contiguous`` / ``reshape`` / ``contiguous().view`` read as eagerly."""
+    x0 = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+
+    def refused(lib, x, w):
+        h = x * w
+        h.squeeze_(0).t_()
+        return h.view(-1)
+
+    def allowed(lib, x, w):
+        h = x * w
+        h.squeeze_(0).t_()
+        return h.reshape(-1) + h.contiguous().view(-1) * float(h.is_contiguous() + 2)
+    for grad in (False, True):
+        w0 = np.full((1, 2, 3), 1.5, np.float32)
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            refused(torch, torch.tensor(x0), torch.tensor(w0, requires_grad=grad))
+        for fn in (lambda x, w: refused(dg, x, w), dg.compile(lambda x, w: refused(dg, x, w))):
+            with pytest.raises(RuntimeError, match="view size is not compatible"):
+                fn(dg.tensor(x0), dg.tensor(w0, requires_grad=grad))
+        want = allowed(torch, torch.tensor(x0), torch.tensor(w0, requires_grad=grad))
+        for fn in (lambda x, w: allowed(dg, x, w), dg.compile(lambda x, w: allowed(dg, x, w))):
+            got = fn(dg.tensor(x0), dg.tensor(w0, requires_grad=grad))
+            np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())

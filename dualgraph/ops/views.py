@@ -85,17 +85,17 @@ def eager_layout(chain: list, root: Tensor):
     reshape in the chain copies; ``ANY_LAYOUT`` for a root with a dynamic dim."""
     shape = tuple(root.shape)
     itemsize = np.dtype(root._data.dtype).itemsize
-    bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
+    known = root_layout(root)
     sizes = None
     if not all(isinstance(d, (int, np.integer)) for d in shape):
         # (symbolic dims: replayed at stand-in sizes, distinct and above 1, as the graph
         # assumes its symbols are: whether a view is row-major does not depend on which)
-        if bound is not None and not bound.array.flags.c_contiguous:
+        if known is not None and not known.flags.c_contiguous:
             return ANY_LAYOUT
         names = sorted({n for d in shape if isinstance(d, Sym) for n in d.names})
         sizes = {n: 7 + 4 * k for k, n in enumerate(names)}
-        shape, bound = tuple(substitute(shape, sizes)), None
-    strides = bound.array.strides if bound is not None else _row_major(shape, itemsize)
+        shape, known = tuple(substitute(shape, sizes)), None
+    strides = known.strides if known is not None else _row_major(shape, itemsize)
     # (a stand-in of one element's memory, never read: its strides are all that matter)
     element = np.zeros(itemsize, np.uint8).view(np.dtype((np.void, itemsize)))
     stand_in = as_strided(element, shape=shape, strides=strides)
@@ -145,11 +145,24 @@ def layout_of(t: Tensor):
     if type(data) is np.ndarray:
         return data
     chain, root = chain_of(t)
-    if not chain:   # (a traced op's result: row-major, as eager kernels return)
-        bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
-        return bound.array if bound is not None else None
+    if not chain:
+        return root_layout(root)
     stand_in = eager_layout(chain, root)
     return None if stand_in is ANY_LAYOUT else stand_in
+
+
+def root_layout(root: Tensor):
+    """While tracing, an array with the strides the root ``root`` has eagerly: a bound
+    input's, or those an in-place view op gave it (``h.t_()``, ``tracer.layouts``); None
+    for a traced op's result (row-major, as eager kernels return)."""
+    tracer = modes.tracer
+    if tracer is None:
+        return None
+    bound = tracer._bound.get(id(root))
+    if bound is not None:
+        return bound.array
+    tensor, stand_in = tracer.layouts.get(id(root), (None, None))
+    return stand_in if tensor is root else None
 
 
 def _row_major(shape, itemsize) -> tuple:
