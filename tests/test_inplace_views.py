@@ -149,6 +149,30 @@ def test_a_write_to_an_expanded_view_is_refused_eagerly():
         dg.ones(3, 4)[:1].expand(3, 4).add_(1.0)
 
 
+@pytest.mark.parametrize("write", [
+    lambda h: h.expand(2, -1, -1)[1].mul_(2.0),            # a row of the expand: h's memory
+    lambda h: h.expand(3, -1, -1)[2, 0].add_(h[0, 1]),
+    lambda h: h.expand(1, -1, -1).add_(1.0),                # an expand that broadcasts nothing
+    lambda h: h.expand(3, -1, -1)[1].__setitem__((0, 1), 5.0)])
+def test_a_write_to_a_part_of_an_expand_that_does_not_overlap_reaches_its_tensor(write):
+    """torch refuses an in-place write only into memory the written tensor overlaps itself
+    (a dim of stride 0 and size > 1); a row of an expanded tensor was refused as read-only
+    here, eagerly and compiled. Values and gradients against torch."""
+    def program(lib, w):
+        h = w.reshape(1, 3, 4) * 1.0
+        write(h)
+        return h * w.reshape(1, 3, 4)
+    check(program)
+
+
+def test_a_write_to_a_part_of_an_expand_that_overlaps_is_refused_as_torch():
+    for lib in (torch, dg):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            (lib.ones(1, 4) * 1.0).expand(3, 4)[:, 1].mul_(2.0)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        dg.compile(lambda x: (x * 1.0).expand(3, 4)[:, 1].mul_(2.0))(dg.ones(1, 4))
+
+
 # -- generated programs -------------------------------------------------------------------
 VIEWS = ["slice", "transpose", "reshape", "unsqueeze", "select", "narrow", "diagonal"]
 WRITES = ["add_", "mul_", "copy_", "setitem", "zero_"]

@@ -28,7 +28,7 @@ from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_di
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops
 from ._util import needs_grad, row_major, shape_of
-from .inplace import commit_inplace, inplace, source_of
+from .inplace import commit_inplace, inplace, source_of, writeable
 from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
@@ -548,7 +548,7 @@ def _is_whole_mask(key):
 
 def _write_eager(x, k, value):
     data = x._data
-    if not data.flags.writeable:
+    if not writeable(data):
         raise RuntimeError("x[...] = value on a tensor whose storage is read-only (an "
                            "expanded or broadcast view); call .clone() first")
     v = value._data if isinstance(value, Tensor) else as_array(value, x.dtype)

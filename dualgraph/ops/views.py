@@ -18,7 +18,7 @@ Whether a chain is a view at all is the layout's question: ``reshape`` copies wh
 strides can't give the new shape (``x.t().reshape(-1)``), and a write to that copy leaves
 ``x`` alone. Eagerly the arrays answer it; while tracing there are no arrays, so
 :func:`shares_root` replays the chain on a stand-in array of the root's layout that owns no
-memory, which answers as NumPy would (and says which views are read-only broadcasts).
+memory, which answers as NumPy would (and says which views overlap themselves: ``overlaps_itself``).
 
 >>> import dualgraph as dg
 >>> w = dg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
@@ -62,7 +62,7 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
     root's layout (a bound input's strides, else row-major) that owns no memory."""
     target = chain[0]._data
     if type(target) is np.ndarray and type(root._data) is np.ndarray:
-        return np.may_share_memory(target, root._data), target.flags.writeable
+        return np.may_share_memory(target, root._data), not overlaps_itself(target)
     stand_in = eager_layout(chain, root)
     if stand_in is ANY_LAYOUT:
         if any(t._view[0].view_layout is not None for t in chain):
@@ -73,7 +73,15 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
         return True, True   # (slices and permutations never copy)
     if stand_in is None:   # (a reshape that copies)
         return False, True
-    return True, stand_in.flags.writeable
+    return True, not overlaps_itself(stand_in)
+
+
+def overlaps_itself(array: np.ndarray) -> bool:
+    """Whether elements of ``array`` share memory as torch sees it: a dim of stride 0 and
+    more than one element (an expand's). torch refuses an in-place write only there; a
+    row of an expanded tensor (``h.expand(2, -1, -1)[1]``) may be written, and writes
+    the tensor it expands."""
+    return any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides))
 
 
 ANY_LAYOUT = object()   # the layout of a chain from a root with a dynamic dim: not known
