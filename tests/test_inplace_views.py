@@ -153,7 +153,8 @@ def test_a_write_to_an_expanded_view_is_refused_eagerly():
     lambda h: h.expand(2, -1, -1)[1].mul_(2.0),            # a row of the expand: h's memory
     lambda h: h.expand(3, -1, -1)[2, 0].add_(h[0, 1]),
     lambda h: h.expand(1, -1, -1).add_(1.0),                # an expand that broadcasts nothing
-    lambda h: h.expand(3, -1, -1)[1].__setitem__((0, 1), 5.0)])
+    lambda h: h.expand(3, -1, -1)[1].__setitem__((0, 1), 5.0),
+    lambda h: h.expand(2, -1, -1).__setitem__((0, slice(None), slice(1, 3)), 0.5)])
 def test_a_write_to_a_part_of_an_expand_that_does_not_overlap_reaches_its_tensor(write):
     """torch refuses an in-place write only into memory the written tensor overlaps itself
     (a dim of stride 0 and size > 1); a row of an expanded tensor was refused as read-only
