@@ -170,7 +170,9 @@ def root_layout(root: Tensor):
     if bound is not None:
         return bound.array
     tensor, stand_in = tracer.layouts.get(id(root), (None, None))
-    return stand_in if tensor is root else None
+    # (only while it has the shape the view op gave it)
+    return (stand_in if tensor is root and stand_in is not None
+            and stand_in.shape == tuple(root.shape) else None)
 
 
 def _row_major(shape, itemsize) -> tuple:
