@@ -374,3 +374,28 @@ def test_pow_and_atan2_gradients_at_their_special_points_are_torchs(compiled):
         grads.append([t.grad.numpy() for t in args])
     for want, got in zip(*grads):
         np.testing.assert_array_equal(got, want)
+
+
+# -- a Python number with a tensor, as torch rounds it --------------------------------------------
+NUMBER_OPS = {
+    "mul": lambda a, b: a * b, "rmul": lambda a, b: b * a, "div": lambda a, b: a / b,
+    "rdiv": lambda a, b: b / a, "add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+    "mul_": lambda a, b: a.clone().mul_(b), "div_": lambda a, b: a.clone().div_(b)}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("name", sorted(NUMBER_OPS))
+def test_a_python_number_with_a_tensor_rounds_as_torchs(dtype, name):
+    """torch's mul and div of a float16/bfloat16 tensor and a Python number compute in
+    float32 with the number as a float32 (``bf16 * 1.1`` is not ``bf16 * bf16(1.1)``); its
+    add and sub round the number to the tensor's dtype; ``s / x`` is ``x.reciprocal() *
+    s`` (an ulp from a division in a quarter of float32 quotients). Bit for bit, eager
+    and compiled."""
+    op = NUMBER_OPS[name]
+    x = (np.random.default_rng(0).standard_normal(2000) * 10).astype(np.float32)
+    xt, xd = torch.tensor(x).to(getattr(torch, dtype)), dg.tensor(x).to(getattr(dg, dtype))
+    for number in (1.1, 3.7e-3, 1 / 3, 7):
+        want = op(xt, number).float().numpy()
+        np.testing.assert_array_equal(op(xd, number).float().numpy(), want)
+        compiled = dg.compile(lambda v: op(v, number))
+        np.testing.assert_array_equal(compiled(xd).float().numpy(), want)

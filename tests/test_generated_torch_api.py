@@ -741,15 +741,53 @@ EDGES = [
     'h = h.clone()\nh[torch.tensor([0, 0, 1])] = h[torch.tensor([1, 2, 2])] * 3',
     'h = h.clone()\nh[[0, 0]] = torch.stack([x[0], x[1]])',
 ]
+# torch's rules at the edges found by i-cor's campaign: writes into parts of an expand,
+# in-place view ops then layout-dependent views, half precision with Python numbers,
+# ``s / x`` (torch's reciprocal * s), LayerNorm / RMSNorm after a residual, integer and
+# bool tensors, reductions with dims, indexing with tensors, where / masked, scatter / gather
+RULES = [
+    "h = h.clone()\nh.unsqueeze(0).expand(3, -1, -1)[1].mul_(2.0)",
+    "h = h.clone()\nh[:1].expand(3, -1)[2].add_(x[0])",
+    "h = h.clone()\nh.unsqueeze(0).expand(2, -1, -1)[0, :, 1:3] = 0.5",
+    "h = h.clone()\nh.t_()\nh = h.reshape(-1, 1).reshape(D, -1).t()",
+    "h = h.clone()\nh.t_()\nh = h.contiguous().view(-1).view(D, -1).t()",
+    "h = h.clone()\nh.t_()\nh.reshape(-1)[:2] = 3.0\nh = h.t()",
+    "h = h + 1.5 / (h.abs() + 1)",
+    "h = h + 3 / (h * h + 1) - 2.5 / (h.abs() + 2)",
+    "h = (h.to(torch.bfloat16) * 1.1 / 3.3).to(h.dtype)",
+    "h = (h.to(torch.float16) * 0.37 + 1.1).to(h.dtype)",
+    "h = (h.to(torch.float16).mul_(1.7).div_(0.3)).double()",
+    "h = (h.float() * 1.1).double() + (7 / (h.float().abs() + 1)).double()",
+    "h = F.layer_norm(h * 1.5 + x, (D,))",                  # (float32 statistics: their
+    "h = F.rms_norm(h - x * 0.5, (D,), eps=1e-6)",          # gradient's rounding is torch's own)
+    "h = h + (h > 0).long().cumsum(1) - (h < 0).int().sum(1, keepdim=True)",
+    "h = h + torch.where(h > 0, idx[:, None], -1).double() / 4",
+    "h = h + h.amax(1, keepdim=True) - h.amin(0, keepdim=True) + h.sum((0, 1), keepdim=True) / 100",
+    "h = h + h.var(1, keepdim=True, correction=0) - h.std(0, keepdim=True).mean()",
+    "h = h + h.logsumexp(1, keepdim=True) - h.mean(dim=0)",
+    "h = h + h.gather(1, (idx % D)[:, None].expand(-1, 2)).sum(1, keepdim=True)",
+    "h = h.scatter_add(1, (idx % D)[:, None], x[:, :1])",
+    "h = h.scatter(1, torch.argsort(x, 1)[:, :2], 0.5)",
+    "h = h.masked_fill(h.abs() > 1, 1.0) + h.masked_fill(~mask, 0.0)",
+    "h = h + h[idx % h.shape[0]] - h[:, torch.tensor([D - 1, 0]).repeat(D // 2)]",
+    "h = h.clone()\nh[:, (idx % D)[:2]] *= 0.5",
+    "h = h + torch.where(mask, h, h * 2).index_select(1, torch.arange(D - 1, -1, -1))",
+    "h = h + (idx[:, None] * torch.arange(D)).remainder(5) - (idx[:, None] ^ 3) + (idx[:, None] & 6)",
+    "h = h + (h > 0).all(1, keepdim=True) + (h < 0).any(0, keepdim=True).int()",
+    "h = h.clone()\nh[h.abs() < 0.5] *= -1",
+    "h = h + torch.count_nonzero(h > 0, dim=1)[:, None] * 0.1",
+]
 # Writes to the head's parameters: put first in forward (torch refuses a backward through
 # a parameter written after it was read).
 HEAD_WRITES = ("if self.training:\n    with torch.no_grad():\n        self.head.bias.add_",
                "with torch.no_grad():\n    self.head.", "self.head.weight.data[")
 KINDS = {"view": VIEWS, "index": INDEXING, "write": WRITES, "reduce": REDUCTIONS,
          "function": FUNCTIONS, "dtype": DTYPES, "grad": GRADS, "item": ITEMS,
-         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL, "edge": EDGES}
+         "module": MODULES, "flow": FLOW, "nn": NN, "real": REAL, "edge": EDGES,
+         "rule": RULES}
 WEIGHTS = {"view": 3, "index": 3, "write": 3, "reduce": 3, "function": 3, "dtype": 2,
-           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4, "edge": 4}
+           "grad": 1, "item": 1, "module": 3, "flow": 2, "nn": 4, "real": 4, "edge": 4,
+           "rule": 3}
 OPTIMIZERS = ["optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "optim.Adam(model.parameters(), lr=0.01)",
               "optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
@@ -864,7 +902,7 @@ def write_program(seed: int) -> tuple[str, str]:
             body.insert(0, choice)   # (before the parameters are read: else torch refuses)
         else:
             if ("h.view(" in choice or kind == "edge" and ".reshape(" in choice) and (
-                    transposed or kind in ("write", "flow", "edge")):
+                    transposed or kind in ("write", "flow", "edge", "rule")):
                 # (torch refuses to view a transposed h; a statement before may also leave
                 # it so through a same-shape reshape or a clone: seed 1603. torch's clone
                 # keeps a transposed h's strides, where dualgraph's is row-major, so a
@@ -996,6 +1034,9 @@ REFUSED = [
     "h = torch.cat([h, h[:, :2].t()], 0)",
     "h = h[:, :1].expand(-1, D)\nh.add_(1.0)",
     "e = h.sum(1, keepdim=True).expand(-1, D)\ne.mul_(2)",
+    "h = h.clone()\nh.t_()\nh = h.view(-1)",
+    "h = h.clone()\nh.unsqueeze_(0).transpose_(1, 2)\nh = h.view(-1)",
+    "h = h.clone()\nh.unsqueeze(0).expand(2, -1, -1)[:, 0].mul_(2)",
 ]
 def refusal(torch, body: str, compiled: bool):
     """The exception ``body`` (a forward over ``x``, ``idx``, ``mask``) raises in the

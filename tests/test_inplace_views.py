@@ -149,6 +149,31 @@ def test_a_write_to_an_expanded_view_is_refused_eagerly():
         dg.ones(3, 4)[:1].expand(3, 4).add_(1.0)
 
 
+@pytest.mark.parametrize("write", [
+    lambda h: h.expand(2, -1, -1)[1].mul_(2.0),            # a row of the expand: h's memory
+    lambda h: h.expand(3, -1, -1)[2, 0].add_(h[0, 1]),
+    lambda h: h.expand(1, -1, -1).add_(1.0),                # an expand that broadcasts nothing
+    lambda h: h.expand(3, -1, -1)[1].__setitem__((0, 1), 5.0),
+    lambda h: h.expand(2, -1, -1).__setitem__((0, slice(None), slice(1, 3)), 0.5)])
+def test_a_write_to_a_part_of_an_expand_that_does_not_overlap_reaches_its_tensor(write):
+    """torch refuses an in-place write only into memory the written tensor overlaps itself
+    (a dim of stride 0 and size > 1); a row of an expanded tensor was refused as read-only
+    here, eagerly and compiled. Values and gradients against torch."""
+    def program(lib, w):
+        h = w.reshape(1, 3, 4) * 1.0
+        write(h)
+        return h * w.reshape(1, 3, 4)
+    check(program)
+
+
+def test_a_write_to_a_part_of_an_expand_that_overlaps_is_refused_as_torch():
+    for lib in (torch, dg):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            (lib.ones(1, 4) * 1.0).expand(3, 4)[:, 1].mul_(2.0)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        dg.compile(lambda x: (x * 1.0).expand(3, 4)[:, 1].mul_(2.0))(dg.ones(1, 4))
+
+
 # -- generated programs -------------------------------------------------------------------
 VIEWS = ["slice", "transpose", "reshape", "unsqueeze", "select", "narrow", "diagonal"]
 WRITES = ["add_", "mul_", "copy_", "setitem", "zero_"]
@@ -255,3 +280,33 @@ def test_a_saved_tensor_reshaped_in_place_fails_the_backward_as_torch(method):
         getattr(h, method)(*args)
         with pytest.raises(RuntimeError, match="modified by an in-?place operation"):
             y.sum().backward()
+
+
+def test_a_traced_in_place_transpose_keeps_its_strides_as_eagerly():
+    """``h.squeeze_(0).t_(); h.view(-1)``: eagerly (and in torch) ``h`` is a transposed,
+    non-contiguous view, so ``view`` refuses; traced, ``h`` kept no strides and the compiled
+    function returned row-major values instead (also those of the gradient's path). Now the
+    tracer records the strides (``views.root_layout``): compiled raises as eager does, and
+    ``is_contiguous`` / ``reshape`` / ``contiguous().view`` read as eagerly."""
+    x0 = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+
+    def refused(lib, x, w):
+        h = x * w
+        h.squeeze_(0).t_()
+        return h.view(-1)
+
+    def allowed(lib, x, w):
+        h = x * w
+        h.squeeze_(0).t_()
+        return h.reshape(-1) + h.contiguous().view(-1) * float(h.is_contiguous() + 2)
+    for grad in (False, True):
+        w0 = np.full((1, 2, 3), 1.5, np.float32)
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            refused(torch, torch.tensor(x0), torch.tensor(w0, requires_grad=grad))
+        for fn in (lambda x, w: refused(dg, x, w), dg.compile(lambda x, w: refused(dg, x, w))):
+            with pytest.raises(RuntimeError, match="view size is not compatible"):
+                fn(dg.tensor(x0), dg.tensor(w0, requires_grad=grad))
+        want = allowed(torch, torch.tensor(x0), torch.tensor(w0, requires_grad=grad))
+        for fn in (lambda x, w: allowed(dg, x, w), dg.compile(lambda x, w: allowed(dg, x, w))):
+            got = fn(dg.tensor(x0), dg.tensor(w0, requires_grad=grad))
+            np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())

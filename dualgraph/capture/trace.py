@@ -137,6 +137,9 @@ class Tracer:
         self._refreshed: dict[int, tuple] = {}   # stale views given new values (restored)
         self._grad_written: dict[int, Tensor] = {}
         self._arrays: dict[int, Tensor] = {}        # id(array) -> its tensor (array_tensor)
+        # id(tensor) -> (tensor, stand-in): the strides a traced tensor has eagerly after
+        # an in-place view op (``h.t_()``), which its Value (row-major) does not carry
+        self.layouts: dict[int, tuple] = {}
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
         self.recomputing = False    # while a checkpointed region is traced again (backward)
         self.custom_functions: list = []   # custom autograd functions applied (autograd/function.py)

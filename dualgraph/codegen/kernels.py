@@ -44,7 +44,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..kernels import MIN_ELEMENTS, native
-from ..kernels.sums import STACK
 from ..kernels.threads import SHARE_MIN, run_rows, threads_for
 from ..graph import Graph, Node, Value
 from ..ops.opdef import Reduction
@@ -60,9 +59,8 @@ CHUNK = 1 << 14          # row length for groups without row/column broadcasting
 # Elementwise arithmetic is compiled without fast-math flags, so + - * / and sqrt round
 # exactly as NumPy's do (results stay bit-identical, and training runs reproduce eager
 # ones): the flags apply to a whole kernel, and "reassoc" would let LLVM fold (t * 1.5) *
-# 1.5 into t * 2.25. Sums vectorise without it (``kernels.sums``); only a row epilogue's
-# kernel (LayerNorm) gets these, as the eager loop whose row function it calls has.
-EPILOGUE_FASTMATH = ("nsz", "reassoc")
+# 1.5 into t * 2.25. Sums vectorise without it (``kernels.sums``), a row epilogue's
+# statistics (LayerNorm's) too, in the order of the eager loop that calls its row function.
 _DTYPES = {"float32", "float64", "int32", "int64", "bool"}
 # The reductions (``OpDef.reduction``) a generated loop accumulates, with the value each
 # starts from; a group ending in another (prod, all, any) runs with NumPy.
@@ -364,7 +362,7 @@ class Lowering:
                f"{self.norm.op.row_epilogue.function}"] if self.norm else []),
             *(["from dualgraph.kernels.sums import pairwise_sum"] if self.scratch else []),
             "", "",
-            f"@loop(fastmath={self._fastmath()})",
+            "@loop",
             f"def kernel(start, stop, R, C, n, "
             f"{', '.join(self._sizes() + params + outs + self._scratch())}):",
             f'    """{ops}"""']
@@ -395,18 +393,12 @@ class Lowering:
     def _scratch(self) -> list[str]:
         """Scratch arrays after the outputs (``Plan.arguments`` makes them: a loop that
         allocates could not run from the disk cache without Numba): a sum's row of values
-        (C,) and ``pairwise_sum``'s stack, frames (STACK, 3) int64 and left sums (STACK,)."""
-        return ["s", "frames", "left"] if self.scratch else []
+        (C,)."""
+        return ["s"] if self.scratch else []
 
     def _sizes(self) -> list[str]:
         """Size parameters beyond R, C, n: a mid reduction needs its number of results."""
         return ["K"] if self.red_kind == "mid" else []
-
-    def _fastmath(self) -> str:
-        # only a row epilogue's loop (LayerNorm's statistics) reassociates, as its eager
-        # loop does; sums take NumPy's order without flags (``_accumulate``)
-        flags = EPILOGUE_FASTMATH if self.red_kind == "norm" else ()
-        return "{" + ", ".join(repr(f) for f in flags) + "}" if flags else "False"
 
     def _expr(self, node: Node, var: dict) -> str:
         operands = [var[x] if isinstance(x, Value) else None for x in node.inputs]
@@ -432,7 +424,7 @@ class Lowering:
         else:
             if self.scratch:
                 lines = [*lines, f"        s[j] = {x}",
-                         "    acc = pairwise_sum(s, 0, m, frames, left)"]
+                         "    acc = pairwise_sum(s, 0, m)"]
             else:
                 lines = lines[:3] + [f"    acc = {init}"] + lines[3:]
                 lines += [f"        acc = {_combine(op, 'acc', x)}"]
@@ -540,8 +532,7 @@ class Plan:
         scratch = []
         if self.lowering.scratch:   # (new at each call: a call's kernel may run on any thread)
             dtype = self.lowering.reduction.inputs[0].dtype
-            scratch = [np.empty(self.sizes[1], dtype), np.empty((STACK, 3), np.int64),
-                       np.empty(STACK, dtype)]
+            scratch = [np.empty(self.sizes[1], dtype)]
         return results, aliases, (*self.sizes, *args, *[o.reshape(-1) for o in results],
                                   *scratch)
 

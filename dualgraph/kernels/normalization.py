@@ -6,8 +6,9 @@ Rows are the last axis (softmax, cross-entropy) or the trailing normalised dims 
 (LayerNorm) of a C-contiguous array. The formulas are those of the NumPy kernels in
 ``ops/reduce.py``, ``ops/loss.py`` and ``ops/norm.py``. Row sums run with LLVM's
 ``reassoc`` flag so they vectorise; that sums in a few interleaved partial sums, like
-NumPy's pairwise sums, not strictly left to right (``row_means`` sums in NumPy's very
-order, ``sums.py``: a mean's bits are eager's).
+NumPy's pairwise sums, not strictly left to right (``row_means`` and the normalisations'
+statistics sum in NumPy's very order, ``sums.py``: a mean's bits are eager's, and a
+fused group's LayerNorm epilogue has the eager loop's).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 from . import helper, loop
 from .fastmath import exp32_nonpositive, max32
 from .simd import LANES, add, broadcast, load, store
-from .sums import STACK, pairwise_sum
+from .sums import pairwise_sum, pairwise_sum_of_squares
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -65,9 +66,8 @@ def row_means(start, stop, x, out):
     reassociation: the same bits as the eager kernel), eight lanes at a time."""
     n = x.shape[1]
     flat, width = x.reshape(-1), F(n)
-    frames, left = np.empty((STACK, 3), np.int64), np.empty(STACK, F)
     for r in range(start, stop):   # (0 + the sum, as np.add.reduce: a -0.0 sum is 0.0)
-        out[r] = (_ZERO + pairwise_sum(flat, r * n, n, frames, left)) / width
+        out[r] = (_ZERO + pairwise_sum(flat, r * n, n)) / width
 
 
 @loop
@@ -238,23 +238,21 @@ def cross_entropy_with_grad(start, stop, x, target, ignore_index, scale, losses,
 def normalise_row(row, weight, bias, eps, out):
     """One row to zero mean and unit variance, then ``* weight + bias`` (full rows: a
     broadcast index into a one-element array would stop vectorisation); returns the
-    mean and 1/std."""
+    mean and 1/std. The mean and the variance are NumPy's ``mean`` of the row and of the
+    squared centred row, summed in NumPy's order (``sums.py``) so that every loop that
+    inlines this (the eager kernel, a fused group's epilogue) has the same bits: a
+    reassociated sum is vectorised as each loop's context lets LLVM, differently.
+    ``out`` may be ``row``."""
     n = row.size
-    total = _ZERO
-    for j in range(n):
-        total += row[j]
-    mean = total / F(n)
-    sq = _ZERO
-    for j in range(n):
-        d = row[j] - mean
-        sq += d * d
-    rstd = _ONE / F(math.sqrt(sq / F(n) + eps))
+    mean = (_ZERO + pairwise_sum(row, 0, n)) / F(n)
+    var = (_ZERO + pairwise_sum_of_squares(row, 0, n, mean)) / F(n)
+    rstd = _ONE / F(math.sqrt(var + eps))
     for j in range(n):
         out[j] = (row[j] - mean) * rstd * weight[j] + bias[j]
     return mean, rstd
 
 
-@loop(fastmath=_REDUCE)
+@loop
 def layer_norm(start, stop, x, weight, bias, eps, out, mean_out, rstd_out):
     """:func:`normalise_row` for rows ``start:stop`` of ``x``."""
     for r in range(start, stop):
@@ -264,17 +262,17 @@ def layer_norm(start, stop, x, weight, bias, eps, out, mean_out, rstd_out):
 @helper(inline="always")
 def rms_row(row, weight, eps, out):
     """One row divided by its root mean square, ``row / sqrt(mean(row**2) + eps)``, then
-    ``* weight`` (RMSNorm, T5's LayerNorm); returns 1/rms."""
-    sq = _ZERO
-    for j in range(row.size):
-        sq += row[j] * row[j]
-    rstd = _ONE / F(math.sqrt(sq / F(row.size) + eps))
+    ``* weight`` (RMSNorm, T5's LayerNorm); returns 1/rms. The mean square is summed as
+    NumPy's ``mean(x * x)``, as the composite RMSNorm computes it eagerly (``sums.py``).
+    ``out`` may be ``row``."""
+    ms = (_ZERO + pairwise_sum_of_squares(row, 0, row.size, _ZERO)) / F(row.size)
+    rstd = _ONE / F(math.sqrt(ms + eps))
     for j in range(row.size):
         out[j] = row[j] * rstd * weight[j]
     return rstd
 
 
-@loop(fastmath=_REDUCE)
+@loop
 def rms_norm(start, stop, x, weight, eps, out, rstd_out):
     """:func:`rms_row` for rows ``start:stop`` of ``x``."""
     for r in range(start, stop):

@@ -9,66 +9,133 @@ into 0.0.) The eight running sums are one eight-lane vector (``simd``), so these
 vectorise without LLVM's ``reassoc``, which would reorder the sum (and, applied to a
 whole kernel, the arithmetic around it). Either float type: the literals below take the
 array's type where they meet its elements.
+
+``pairwise_sum_of_squares`` sums ``(a[i] - shift)**2`` in the same order, each square
+rounded as NumPy's ``np.square(a - shift)`` rounds it: a variance (LayerNorm's) or a mean
+square (RMSNorm's) with the bits of NumPy's ``mean`` over a squared array, without
+storing the squares.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import helper
-from .simd import add, load, tree_sum
+from . import Intrinsic, helper
+from .simd import add, broadcast, load, multiply, subtract, tree_sum
 
 F = np.float32
 BLOCK = 128      # NumPy's PW_BLOCKSIZE
 STACK = 64       # frames of the pairwise tree: enough for 2**64 elements
+FRAME_WORDS = 3 * STACK
+
+
+@Intrinsic
+def _stack_array(typingctx, like, size):
+    """A 1-D array of ``size`` (a constant) elements of ``like``'s type in the stack frame
+    of the loop it is inlined into (made once, at the loop's entry: no allocation, no
+    Numba runtime)."""
+    from numba.core import types
+    if not isinstance(size, types.IntegerLiteral):
+        return None   # (Numba then types the call again with the size as a literal)
+    count, array_type = size.literal_value, types.Array(like, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        from numba.np.arrayobj import make_array, populate_array
+        element = context.get_data_type(like)
+        intp = context.get_value_type(types.intp)
+        itemsize = intp(context.get_abi_sizeof(element))
+        array = make_array(array_type)(context, builder)
+        populate_array(array, data=cgutils.alloca_once(builder, element, size=count),
+                       shape=[intp(count)], strides=[itemsize], itemsize=itemsize,
+                       meminfo=None)
+        return array._getvalue()
+    return array_type(like, size), codegen
 
 
 @helper(inline="always")
-def _block_sum(a, lo, n):
-    """``sum(a[lo:lo + n])`` for ``n <= 128`` in NumPy's order: under 8 elements left to
-    right; else eight running sums joined as a tree, then the tail."""
+def _term(x, shift, square):
+    """One element as the sum takes it: ``(x - shift)**2`` if ``square``, else ``x``."""
+    if square:
+        d = x - shift
+        return d * d
+    return x
+
+
+@helper(inline="always")
+def _lanes(a, at, shift, square):
+    """Elements ``at`` to ``at + 7`` as the sum takes them, a vector (``_term``'s lanes)."""
+    v = load(a, at)
+    if square:
+        d = subtract(v, broadcast(shift))
+        return multiply(d, d)
+    return v
+
+
+@helper(inline="always")
+def _block_sum(a, lo, n, shift, square):
+    """``sum(a[lo:lo + n])`` (of ``_term``'s) for ``n <= 128`` in NumPy's order: under 8
+    elements left to right; else eight running sums joined as a tree, then the tail."""
     if n < 8:
         total = F(-0.0)
         for i in range(n):
-            total += a[lo + i]
+            total += _term(a[lo + i], shift, square)
         return total
-    r = load(a, lo)     # (lane k: the running sum of elements lo + k, lo + k + 8, ...)
+    r = _lanes(a, lo, shift, square)   # (lane k: the running sum of lo + k, lo + k + 8, ...)
     i, whole = 8, n - n % 8
     while i < whole:
-        r = add(r, load(a, lo + i))
+        r = add(r, _lanes(a, lo + i, shift, square))
         i += 8
     total = tree_sum(r)
     for j in range(i, n):
-        total += a[lo + j]
+        total += _term(a[lo + j], shift, square)
     return total
 
 
 @helper(inline="always")
-def pairwise_sum(a, lo, n, frames, left):
-    """``sum(a[lo:lo + n])`` of the 1-D contiguous ``a`` in NumPy's pairwise order: blocks
-    of up to 128 by ``_block_sum``; a longer run is its two halves (the first a multiple
-    of 8) summed alike and added. NumPy recurses; this walks the same tree with a stack:
-    ``frames (STACK, 3)`` int64 (start, length, whether the left half's sum is known) and
-    ``left (STACK,)`` of ``a``'s dtype (that sum), scratch the caller allocates once."""
+def _pairwise(a, lo, n, shift, square):
+    """``sum(a[lo:lo + n])`` (of ``_term``'s) of the 1-D contiguous ``a`` in NumPy's
+    pairwise order: blocks of up to 128 by ``_block_sum``; a longer run is its two halves
+    (the first a multiple of 8) summed alike and added. NumPy recurses; this walks the
+    same tree with a stack in the loop's frame (a recursive helper would leave the loop's
+    object unlinked, an allocated one would need Numba's runtime: ``native.py``):
+    ``frames``, three words a frame (start, length, whether the left half's sum is known),
+    and ``left`` (that sum)."""
     if n <= BLOCK:
-        return _block_sum(a, lo, n)
-    top, frames[0, 0], frames[0, 1], frames[0, 2] = 0, lo, n, 0
+        return _block_sum(a, lo, n, shift, square)
+    frames = _stack_array(np.int64(0), FRAME_WORDS)   # (frame k: words 3k to 3k + 2)
+    left = _stack_array(shift, STACK)
+    top, frames[0], frames[1], frames[2] = 0, lo, n, 0
     start, length, value, returning = lo, n, F(0), False
     while True:
         if returning:
-            if frames[top, 2]:          # both halves done: add, and return to the parent
+            if frames[3 * top + 2]:     # both halves done: add, and return to the parent
                 value = left[top] + value
                 if top == 0:
                     return value
                 top -= 1
                 continue
-            left[top], frames[top, 2] = value, 1     # then the right half
-            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
-            start, length = frames[top, 0] + half, frames[top, 1] - half
+            left[top], frames[3 * top + 2] = value, 1    # then the right half
+            half = frames[3 * top + 1] // 2 - (frames[3 * top + 1] // 2) % 8
+            start, length = frames[3 * top] + half, frames[3 * top + 1] - half
         else:                           # a new frame: its left half first
-            half = frames[top, 1] // 2 - (frames[top, 1] // 2) % 8
-            start, length = frames[top, 0], half
+            half = frames[3 * top + 1] // 2 - (frames[3 * top + 1] // 2) % 8
+            start, length = frames[3 * top], half
         if length <= BLOCK:
-            value, returning = _block_sum(a, start, length), True
+            value, returning = _block_sum(a, start, length, shift, square), True
         else:
             top += 1
-            frames[top, 0], frames[top, 1], frames[top, 2], returning = start, length, 0, False
+            frames[3 * top], frames[3 * top + 1], frames[3 * top + 2] = start, length, 0
+            returning = False
+
+
+@helper(inline="always")
+def pairwise_sum(a, lo, n):
+    """``sum(a[lo:lo + n])`` of the 1-D contiguous ``a`` in NumPy's pairwise order."""
+    return _pairwise(a, lo, n, a.dtype.type(0), False)
+
+
+@helper(inline="always")
+def pairwise_sum_of_squares(a, lo, n, shift):
+    """``sum((a[lo:lo + n] - shift)**2)`` in NumPy's pairwise order, each square rounded
+    in ``a``'s dtype (``shift`` of that dtype)."""
+    return _pairwise(a, lo, n, shift, True)

@@ -126,11 +126,18 @@ def broadcast_view(x, shape: tuple) -> np.ndarray:
     return np.broadcast_to(x, shape)
 
 
-def binary_kernel(ufunc, result=dtypes.result_type):
+HALF_FLOATS = frozenset({np.dtype(np.float16), dtypes.bfloat16_np})
+
+
+def binary_kernel(ufunc, result=dtypes.result_type, opmath=False):
     """A kernel for a broadcasting binary ufunc that gives PyTorch's result dtype.
 
     The fast paths (same dtypes, or a float array with a Python float) skip promotion; NumPy
-    2 already treats Python scalars as weak there, exactly as PyTorch does.
+    2 already treats Python scalars as weak there, exactly as PyTorch does. With
+    ``opmath`` (torch's ``mul`` and ``div``), a float16/bfloat16 array with a Python
+    number (second) computes in float32 with the number as a float32, as torch's "op math"
+    does, where NumPy would round the number to the array's dtype first (``bf16 * 1.1``
+    is ``* 1.1015625`` there); torch's ``add``/``sub`` round it, as NumPy does.
     """
     plain = result is dtypes.result_type
 
@@ -140,6 +147,8 @@ def binary_kernel(ufunc, result=dtypes.result_type):
             if tb is np.ndarray:
                 if plain and (a.dtype is b.dtype or a.dtype == b.dtype):
                     return ufunc(a, b)
+            elif opmath and (tb is float or tb is int) and a.dtype in HALF_FLOATS:
+                return ufunc(a.astype(np.float32), np.float32(b)).astype(a.dtype)
             elif tb is float and a.dtype.kind == "f":
                 return ufunc(a, b)
         elif ta is float and tb is np.ndarray and b.dtype.kind == "f":

@@ -26,9 +26,9 @@ from .._helpers import user_location
 from ..dispatch import apply, op_error
 from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_dim, sym_slice
 from ..tensor import Tensor, as_array
-from . import creation, elementwise, reduce as red, shape as shape_ops
+from . import creation, elementwise, reduce as red, shape as shape_ops, views
 from ._util import needs_grad, row_major, shape_of
-from .inplace import commit_inplace, inplace, source_of
+from .inplace import commit_inplace, inplace, source_of, writeable
 from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
@@ -566,10 +566,22 @@ def setitem(x, key, value):
         commit_inplace(x, elementwise.where(mask, _as_value(value, x), source_of(x, value)))
         return
     k = _Key(x.shape, key)
+    if not k.arrays and _overlaps_itself(x):
+        # (a part of an expand: torch writes x[key] as a view, refused only where that
+        # view overlaps itself, as an in-place op on it: inplace.writeable)
+        getitem(x, key).copy_(value)
+        return
     if eager:
         _write_eager(x, k, value)
     else:   # source_of: what the recorded ops read, safe from the write into x
         commit_inplace(x, k.put(source_of(x, value), value))
+
+
+def _overlaps_itself(x) -> bool:
+    """Whether ``x``'s elements share memory (an expand's), eagerly or as its layout is
+    eagerly while tracing (``views.layout_of``)."""
+    layout = x._data if type(x._data) is np.ndarray else views.layout_of(x)
+    return layout is not None and views.overlaps_itself(layout)
 
 
 def _is_whole_mask(key):
@@ -578,7 +590,7 @@ def _is_whole_mask(key):
 
 def _write_eager(x, k, value):
     data = x._data
-    if not data.flags.writeable:
+    if not writeable(data):
         raise RuntimeError("x[...] = value on a tensor whose storage is read-only (an "
                            "expanded or broadcast view); call .clone() first")
     v = value._data if isinstance(value, Tensor) else as_array(value, x.dtype)

@@ -23,7 +23,8 @@ from . import views
 
 
 READ_ONLY = ("in-place operation on a tensor whose storage is read-only (an expanded or "
-             "broadcast view); call .clone() first")
+             "broadcast view: more than one element of it refers to a single memory "
+             "location); call .clone() first")
 
 
 def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
@@ -106,9 +107,27 @@ def commit_flat(targets, flat: Tensor) -> None:
 
 def _write(data: np.ndarray, values: np.ndarray) -> None:
     """Copy ``values`` into the eager array ``data`` (cast to its dtype)."""
-    if not data.flags.writeable:
+    if not writeable(data):
         raise RuntimeError(READ_ONLY)
     np.copyto(data, values, casting="unsafe")
+
+
+def writeable(data: np.ndarray) -> bool:
+    """Whether an eager write into ``data`` is allowed, by torch's rule: refused only where
+    the tensor overlaps itself (``views.overlaps_itself``). NumPy marks every broadcast
+    read-only, and the views of one: a view of writeable memory without such a dim (a row
+    of an expand) is made writeable here; memory no array may write stays read-only."""
+    if data.flags.writeable:
+        return True
+    if views.overlaps_itself(data):
+        return False
+    base = data.base
+    while isinstance(base, np.ndarray) and not base.flags.writeable:
+        base = base.base
+    if not isinstance(base, np.ndarray):
+        return False
+    data.flags.writeable = True
+    return True
 
 
 def _written_through(target: Tensor, eager: bool):

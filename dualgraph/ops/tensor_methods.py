@@ -22,6 +22,7 @@ from ..tensor import Tensor
 from . import creation, elementwise as ew, reduce as red, shape as shape_ops
 from ._util import sum_to
 from .inplace import inplace
+from .views import layout_of, root_layout
 
 
 def _reshaped_in_place(fn):
@@ -47,6 +48,8 @@ def _reshaped_in_place(fn):
                 f"{method.__name__} on a view of another tensor (whose writes would have to "
                 f"reach it) is not supported; use x = x.{fn.__name__}(...)")
         result = fn(_alias(self), *args, **kwargs)
+        if modes.building_graph():   # (eagerly the array keeps its strides itself)
+            _keep_layout(self, result)
         self._data = result._data
         self._view = None
         self._version[0] += 1
@@ -58,6 +61,14 @@ def _reshaped_in_place(fn):
     return method
 
 
+def _keep_layout(t: Tensor, result: Tensor) -> None:
+    """While tracing, record the strides ``t`` takes from ``result`` (its view op's output,
+    as eagerly: a transpose's are not row-major), so that a later ``view`` of ``t`` or a
+    write through a reshape of it acts as it does eagerly (``views.layout_of``)."""
+    stand_in = layout_of(result)
+    modes.tracer.layouts[id(t)] = (t, stand_in) if stand_in is not None else (None, None)
+
+
 def _alias(t: Tensor) -> Tensor:
     """``t`` as a new tensor object over the same value and history: what the reshaping
     op's backward node saves, since ``t`` itself takes the new shape."""
@@ -66,6 +77,8 @@ def _alias(t: Tensor) -> Tensor:
     tracer = modes.tracer
     alias = Tensor._make(t._data if tracer is None else tracer.value_of(t))
     alias.requires_grad, alias.grad_fn, alias._output_nr = True, t.grad_fn, t._output_nr
+    if tracer is not None:   # (and its strides, as ``t``'s array is ``alias``'s eagerly)
+        tracer.layouts[id(alias)] = (alias, root_layout(t))
     return alias
 
 

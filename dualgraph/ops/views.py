@@ -18,7 +18,7 @@ Whether a chain is a view at all is the layout's question: ``reshape`` copies wh
 strides can't give the new shape (``x.t().reshape(-1)``), and a write to that copy leaves
 ``x`` alone. Eagerly the arrays answer it; while tracing there are no arrays, so
 :func:`shares_root` replays the chain on a stand-in array of the root's layout that owns no
-memory, which answers as NumPy would (and says which views are read-only broadcasts).
+memory, which answers as NumPy would (and says which views overlap themselves: ``overlaps_itself``).
 
 >>> import dualgraph as dg
 >>> w = dg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
@@ -62,7 +62,7 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
     root's layout (a bound input's strides, else row-major) that owns no memory."""
     target = chain[0]._data
     if type(target) is np.ndarray and type(root._data) is np.ndarray:
-        return np.may_share_memory(target, root._data), target.flags.writeable
+        return np.may_share_memory(target, root._data), not overlaps_itself(target)
     stand_in = eager_layout(chain, root)
     if stand_in is ANY_LAYOUT:
         if any(t._view[0].view_layout is not None for t in chain):
@@ -73,7 +73,15 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
         return True, True   # (slices and permutations never copy)
     if stand_in is None:   # (a reshape that copies)
         return False, True
-    return True, stand_in.flags.writeable
+    return True, not overlaps_itself(stand_in)
+
+
+def overlaps_itself(array: np.ndarray) -> bool:
+    """Whether elements of ``array`` share memory as torch sees it: a dim of stride 0 and
+    more than one element (an expand's). torch refuses an in-place write only there; a
+    row of an expanded tensor (``h.expand(2, -1, -1)[1]``) may be written, and writes
+    the tensor it expands."""
+    return any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides))
 
 
 ANY_LAYOUT = object()   # the layout of a chain from a root with a dynamic dim: not known
@@ -85,17 +93,17 @@ def eager_layout(chain: list, root: Tensor):
     reshape in the chain copies; ``ANY_LAYOUT`` for a root with a dynamic dim."""
     shape = tuple(root.shape)
     itemsize = np.dtype(root._data.dtype).itemsize
-    bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
+    known = root_layout(root)
     sizes = None
     if not all(isinstance(d, (int, np.integer)) for d in shape):
         # (symbolic dims: replayed at stand-in sizes, distinct and above 1, as the graph
         # assumes its symbols are: whether a view is row-major does not depend on which)
-        if bound is not None and not bound.array.flags.c_contiguous:
+        if known is not None and not known.flags.c_contiguous:
             return ANY_LAYOUT
         names = sorted({n for d in shape if isinstance(d, Sym) for n in d.names})
         sizes = {n: 7 + 4 * k for k, n in enumerate(names)}
-        shape, bound = tuple(substitute(shape, sizes)), None
-    strides = bound.array.strides if bound is not None else _row_major(shape, itemsize)
+        shape, known = tuple(substitute(shape, sizes)), None
+    strides = known.strides if known is not None else _row_major(shape, itemsize)
     # (a stand-in of one element's memory, never read: its strides are all that matter)
     element = np.zeros(itemsize, np.uint8).view(np.dtype((np.void, itemsize)))
     stand_in = as_strided(element, shape=shape, strides=strides)
@@ -145,11 +153,26 @@ def layout_of(t: Tensor):
     if type(data) is np.ndarray:
         return data
     chain, root = chain_of(t)
-    if not chain:   # (a traced op's result: row-major, as eager kernels return)
-        bound = modes.tracer._bound.get(id(root)) if modes.tracer is not None else None
-        return bound.array if bound is not None else None
+    if not chain:
+        return root_layout(root)
     stand_in = eager_layout(chain, root)
     return None if stand_in is ANY_LAYOUT else stand_in
+
+
+def root_layout(root: Tensor):
+    """While tracing, an array with the strides the root ``root`` has eagerly: a bound
+    input's, or those an in-place view op gave it (``h.t_()``, ``tracer.layouts``); None
+    for a traced op's result (row-major, as eager kernels return)."""
+    tracer = modes.tracer
+    if tracer is None:
+        return None
+    bound = tracer._bound.get(id(root))
+    if bound is not None:
+        return bound.array
+    tensor, stand_in = tracer.layouts.get(id(root), (None, None))
+    # (only while it has the shape the view op gave it)
+    return (stand_in if tensor is root and stand_in is not None
+            and stand_in.shape == tuple(root.shape) else None)
 
 
 def _row_major(shape, itemsize) -> tuple:
