@@ -95,3 +95,14 @@ def test_a_label_out_of_range_and_a_bad_blank_are_named():
         F.ctc_loss(dg.tensor(x[..., :C]), dg.tensor(targets), il, tl)
     with pytest.raises(ValueError, match=r"blank must be in \[0, 6\)"):
         nn.CTCLoss(blank=6)(dg.tensor(x[..., :C]), dg.tensor(targets % C), il, tl)
+
+
+def test_a_second_derivative_is_refused_as_in_torch():
+    x, targets, il, tl = _batch()
+    logits = dg.tensor(x[..., :C], requires_grad=True)
+    loss = F.ctc_loss(logits.log_softmax(2), dg.tensor(targets), il, tl)
+    with pytest.raises(RuntimeError, match="second derivative"):
+        dg.autograd.grad(loss, logits, create_graph=True)
+    loss = F.ctc_loss(logits.log_softmax(2), dg.tensor(targets), il, tl)
+    g, = dg.autograd.grad(loss, logits)   # (a first derivative alone is fine)
+    assert np.isfinite(g.numpy()).all()

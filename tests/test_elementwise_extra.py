@@ -236,7 +236,7 @@ def test_second_derivative_matches_torch(name):
 # -- fusion expressions --------------------------------------------------------------------------
 SCALAR_FUNCTIONS = {name: getattr(np, name) for name in (
     "exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "tanh", "arcsin", "arccos", "arctan",
-    "arctan2",
+    "arctan2", "arcsinh", "arccosh", "arctanh",
     "absolute", "sign", "floor", "ceil", "trunc", "round", "maximum", "minimum", "where",
     "fmod", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "isnan", "isinf",
     "isfinite", "logaddexp", "logaddexp2", "hypot")}
@@ -258,6 +258,7 @@ SCALAR_FUNCTIONS["silu_backward"] = lambda g, x: g * (
 TEMPLATE_INPUTS = {
     "bitwise_and": "bool", "bitwise_or": "bool", "bitwise_xor": "bool", "bitwise_not": "bool",
     "log": "pos", "log1p": "pos", "sqrt": "pos", "asin": "unit", "acos": "unit",
+    "atanh": "unit", "acosh": "above1",
 }
 TEMPLATE_ATTRS = {"round": {"decimals": 1}, "elu": {"alpha": 0.5},
                   "leaky_relu": {"negative_slope": 0.2},
@@ -275,6 +276,7 @@ def test_elementwise_expression_agrees_with_the_kernel(op):
     kind = TEMPLATE_INPUTS.get(op.name, "float")
     arity = 1 + max(int(i) for i in re.findall(r"\{(\d)\}", op.elementwise))
     inputs = [{"bool": rng.random(8) < 0.5, "pos": rng.uniform(0.5, 2, 8),
+               "above1": rng.uniform(1, 4, 8),
                "unit": rng.uniform(-0.9, 0.9, 8), "float": rng.standard_normal(8) * 2}[kind]
               for _ in range(arity)]
     if op.name == "where":

@@ -326,9 +326,36 @@ LAYERS.update({   # the less common layers and losses (tests/test_nn_more_layers
     "PoissonNLLLoss": (nn.PoissonNLLLoss, [(4, 3), (4, 3, "prob")], ()),
     "TripletMarginWithDistanceLoss": (nn.TripletMarginWithDistanceLoss,
                                       [(4, 3), (4, 3), (4, 3)], ()),
+    "CTCLoss": (lambda: _OnFixedTargets(nn.CTCLoss()), [(6, 2, 4)], ()),
+    # the lazy layers: the input size from the first call
+    "LazyLinear": (lambda: nn.LazyLinear(3), [(2, 5)], (2, 3)),
+    "LazyConv1d": (lambda: nn.LazyConv1d(3, 2), [(1, 2, 5)], (1, 3, 4)),
+    "LazyConv2d": (lambda: nn.LazyConv2d(3, 3, padding=1), [(1, 2, 4, 4)], (1, 3, 4, 4)),
+    "LazyConv3d": (lambda: nn.LazyConv3d(3, 1), [(1, 2, 2, 2, 2)], (1, 3, 2, 2, 2)),
+    "LazyConvTranspose1d": (lambda: nn.LazyConvTranspose1d(3, 3), [(1, 2, 5)], (1, 3, 7)),
+    "LazyConvTranspose2d": (lambda: nn.LazyConvTranspose2d(3, 2, stride=2), [(1, 2, 3, 3)],
+                            (1, 3, 6, 6)),
+    "LazyBatchNorm1d": (nn.LazyBatchNorm1d, [(4, 3)], (4, 3)),
+    "LazyBatchNorm2d": (nn.LazyBatchNorm2d, [(2, 3, 2, 2)], (2, 3, 2, 2)),
+    "LazyBatchNorm3d": (nn.LazyBatchNorm3d, [(2, 3, 2, 2, 2)], (2, 3, 2, 2, 2)),
+    "LazyInstanceNorm1d": (nn.LazyInstanceNorm1d, [(2, 3, 4)], (2, 3, 4)),
+    "LazyInstanceNorm2d": (nn.LazyInstanceNorm2d, [(2, 3, 2, 3)], (2, 3, 2, 3)),
+    "LazyInstanceNorm3d": (nn.LazyInstanceNorm3d, [(1, 2, 2, 3, 3)], (1, 2, 2, 3, 3)),
 })
 NOT_LAYERS = {"Module", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
               "RNNBase", "RNNCellBase"}
+
+
+class _OnFixedTargets(nn.Module):
+    """A CTC loss of the log-softmax of its one input (T, N, C) at fixed targets."""
+
+    def __init__(self, loss):
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, x):
+        targets = dg.tensor([[1, 2, 2], [3, 1, 0]])
+        return self.loss(x.log_softmax(2), targets, [6, 5], [3, 2])
 
 
 def _input(spec):

@@ -1,5 +1,5 @@
 """Connectionist temporal classification (CTC): the negative log-likelihood of a label
-sequence summed over every alignment of it to the frames of an input, as one op each way.
+sequence summed over every alignment of it to the frames of an input, as one op.
 
 ``ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)`` takes
 log-probabilities (T, N, C), targets either padded (N, S) or concatenated (sum of the
@@ -11,7 +11,10 @@ sequence (a blank before, between and after the labels: 2S + 1 positions) in log
 every sample of the batch and every position at once, one time step a pass. The backward
 runs the beta recursion the same way and gives the posterior of each extended position at
 each frame; summed per class, minus it is the gradient of the loss with respect to the
-log-probabilities. (torch's own backward adds ``exp(log_probs)``, the gradient through the
+log-probabilities. The op computes that gradient with the loss when it is asked for
+(``gradient=True``: the log-probabilities require grad) and keeps it, so its backward is a
+product with the losses' gradient; a second derivative is refused, as torch refuses it.
+(torch's own backward adds ``exp(log_probs)``, the gradient through the
 log-softmax it assumes came before; the two agree on every normalised input, where the
 log-softmax's or log's backward removes that term.) Frames past a sample's input length get
 no gradient. A sample with no alignment (input shorter than its target needs) has an
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd.tape import grad_mode
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from .opdef import defop
@@ -124,16 +128,6 @@ def _losses(alpha, inputs, lengths):
     return np.where(inputs > 0, loss, np.where(lengths == 0, 0.0, np.inf))
 
 
-def _ctc_kernel(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
-    ext, valid, skip, inputs, lengths = _extended(log_probs, targets, input_lengths,
-                                                  target_lengths, blank)
-    with np.errstate(invalid="ignore"):
-        loss = _losses(_alphas(_picked(log_probs, ext), skip, valid), inputs, lengths)
-    if zero_infinity:
-        loss = np.where(np.isinf(loss), 0.0, loss)
-    return loss.astype(log_probs.dtype)
-
-
 def _betas(lp, skip, valid, inputs, lengths):
     """The backward variables (T, N, L) in log space (each includes its own frame's
     log-probability); -inf from a sample's input length on."""
@@ -155,58 +149,67 @@ def _betas(lp, skip, valid, inputs, lengths):
     return beta
 
 
-def _ctc_backward_kernel(g, loss, log_probs, targets, input_lengths, target_lengths, blank,
-                         zero_infinity):
+def _ctc_kernel(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,
+                gradient):
     ext, valid, skip, inputs, lengths = _extended(log_probs, targets, input_lengths,
                                                   target_lengths, blank)
     lp = _picked(log_probs, ext)
-    n, width = ext.shape
     with np.errstate(invalid="ignore", over="ignore"):
         alpha = _alphas(lp, skip, valid)
-        beta = _betas(lp, skip, valid, inputs, lengths)
         nll = _losses(alpha, inputs, lengths)
-        # each extended position's posterior at each frame (alpha and beta both hold the
-        # frame's own probability once)
-        reached = np.isfinite(alpha) & np.isfinite(beta)
-        posterior = np.exp(np.where(reached, alpha + beta - lp + nll[:, None], -np.inf))
-    onehot = np.zeros((n, width, log_probs.shape[2]))
+        grad = (_posterior_gradient(alpha, _betas(lp, skip, valid, inputs, lengths), lp, nll,
+                                    ext, log_probs.shape[2], zero_infinity)
+                if gradient else np.zeros(0))
+    loss = np.where(np.isinf(nll), 0.0, nll) if zero_infinity else nll
+    return loss.astype(log_probs.dtype), grad.astype(log_probs.dtype)
+
+
+def _posterior_gradient(alpha, beta, lp, nll, ext, classes, zero_infinity):
+    """Minus each class's posterior at each frame (T, N, C): the gradient of each sample's
+    loss with respect to the log-probabilities."""
+    n, width = ext.shape
+    # each extended position's posterior at each frame (alpha and beta both hold the frame's
+    # own probability once)
+    reached = np.isfinite(alpha) & np.isfinite(beta)
+    posterior = np.exp(np.where(reached, alpha + beta - lp + nll[:, None], -np.inf))
+    onehot = np.zeros((n, width, classes))
     onehot[np.arange(n)[:, None], np.arange(width), ext] = 1.0
     grad = -np.einsum("tnl,nlc->tnc", posterior, onehot)
-    grad *= np.asarray(g, np.float64).reshape(1, -1, 1)
     grad[:, np.isinf(nll)] = 0.0 if zero_infinity else np.nan   # (no alignment)
-    return grad.astype(log_probs.dtype)
+    return grad
 
 
-def _infer_ctc(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
+def _infer_ctc(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,
+               gradient):
     if log_probs.ndim != 3 or log_probs.dtype.kind != "f":
         raise ShapeError(f"ctc_loss: log_probs must be floating (T, N, C), got "
                          f"{tuple(log_probs.shape)} {log_probs.dtype}")
-    return ShapedType((log_probs.shape[1],), log_probs.dtype)
+    grad_shape = tuple(log_probs.shape) if gradient else (0,)
+    return (ShapedType((log_probs.shape[1],), log_probs.dtype),
+            ShapedType(grad_shape, log_probs.dtype))
 
 
-def _ctc_vjp(g, loss, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
-    return (apply(CTC_LOSS_BACKWARD, g, loss, log_probs, targets, input_lengths,
-                  target_lengths, blank=blank, zero_infinity=zero_infinity),
-            None, None, None)
+def _ctc_vjp(g, out, log_probs, *rest, blank, zero_infinity, gradient):
+    if grad_mode.enabled:   # (create_graph: the kept gradient has no derivative of its own)
+        raise RuntimeError("ctc_loss: a second derivative (create_graph=True through the CTC "
+                           "loss) is not supported, as in torch")
+    return (out[1] * g[0].reshape(1, -1, 1), None, None, None)
 
 
 CTC_LOSS = defop("ctc_loss", _ctc_kernel, _infer_ctc, vjp=_ctc_vjp,
-                 attrs=("blank", "zero_infinity"), saves="io", checks_values=True, onnx=None,
-                 differentiable_outputs=(0,),
+                 attrs=("blank", "zero_infinity", "gradient"), num_outputs=2, saves="o",
+                 saved_outputs=(1,), differentiable_outputs=(0,), checks_values=True,
+                 onnx=None,
                  doc="Each sample's CTC loss (N,) from log-probabilities (T, N, C), padded "
-                     "(N, S) or concatenated targets, input and target lengths.")
-CTC_LOSS_BACKWARD = defop(
-    "ctc_loss_backward", _ctc_backward_kernel,
-    lambda g, loss, log_probs, *rest, **attrs: ShapedType(tuple(log_probs.shape),
-                                                           log_probs.dtype),
-    attrs=("blank", "zero_infinity"), saves="", onnx=None,
-    doc="The gradient of ctc_loss with respect to the log-probabilities, for the losses' "
-        "gradient g (each sample's alignment posteriors, summed per class, negated).")
+                     "(N, S) or concatenated targets, input and target lengths; with "
+                     "``gradient``, also the losses' gradient with respect to the "
+                     "log-probabilities (T, N, C), which the backward scales.")
 
 
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
              zero_infinity: bool = False):
     """Each sample's CTC loss (N,), one op (see the module docstring); ``F.ctc_loss``
     reduces it."""
+    gradient = bool(grad_mode.enabled and log_probs.requires_grad)
     return apply(CTC_LOSS, log_probs, targets, input_lengths, target_lengths,
-                 blank=int(blank), zero_infinity=bool(zero_infinity))
+                 blank=int(blank), zero_infinity=bool(zero_infinity), gradient=gradient)[0]

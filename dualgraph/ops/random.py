@@ -271,7 +271,10 @@ def _dropout_kernel(x, seed, p, lead):
     draw from the same seed, compared and scaled as ``x * ((u < 1 - p).to(x.dtype) / (1 -
     p))`` computes them, to the bit)."""
     keep = _random_kernel(seed, mask_shape(x.shape, lead), np.float32, "uniform") < (1 - p)
-    mask = keep.astype(x.dtype) / (1 - p)
+    if x.dtype.itemsize < 4:   # (half precision: divided in float32, as torch's div by a number)
+        mask = (keep.astype(np.float32) / np.float32(1 - p)).astype(x.dtype)
+    else:
+        mask = keep.astype(x.dtype) / (1 - p)
     return x * mask, mask
 
 

@@ -80,8 +80,8 @@ def overlaps_itself(array: np.ndarray) -> bool:
     """Whether elements of ``array`` share memory as torch sees it: a dim of stride 0 and
     more than one element (an expand's). torch refuses an in-place write only there; a
     row of an expanded tensor (``h.expand(2, -1, -1)[1]``) may be written, and writes
-    the tensor it expands."""
-    return any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides))
+    the tensor it expands. An empty array shares nothing (NumPy gives it zero strides)."""
+    return array.size > 0 and any(s == 0 and n > 1 for n, s in zip(array.shape, array.strides))
 
 
 ANY_LAYOUT = object()   # the layout of a chain from a root with a dynamic dim: not known
