@@ -15,6 +15,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .shapes import Sym
+
 
 class DType:
     """A dualgraph dtype: a named wrapper around one NumPy dtype."""
@@ -225,7 +227,7 @@ def scalar_dtype(value) -> np.dtype:
         return _default_float
     if getattr(value, "symbolic_number", False):   # (a traced Python number: its kind's)
         return scalar_dtype(value.kind(0))
-    if type(value).__name__ == "Sym":   # (a symbolic dim, shapes.Sym: a size, an int)
+    if isinstance(value, Sym):   # (a symbolic dim: a size, an int)
         return int64.np
     raise TypeError(f"expected a tensor or a Python number, got {type(value).__name__}")
 

@@ -60,9 +60,11 @@ class LBFGS(Optimizer):
 
     def _evaluator(self, closure):
         """``evaluate(t, d)``: the loss and flat gradient at the parameters moved by ``t d``,
-        the parameters then put back (the line search's trial points)."""
+        the parameters then put back (the line search's trial points, all from the point
+        the search starts at: copied once)."""
+        start = [creation.clone(p) for p in self._params]
+
         def evaluate(t, d):
-            start = [creation.clone(p) for p in self._params]
             self._add_grad(float(t), d)
             with enable_grad():
                 loss = float(closure())
