@@ -8,14 +8,13 @@ sample's loss (N,). ``F.ctc_loss`` reduces them as torch does.
 
 The forward runs the alpha recursion of Graves et al. (2006) over the extended label
 sequence (a blank before, between and after the labels: 2S + 1 positions) in log space,
-every sample of the batch and every position at once, one time step a pass. The backward
-runs the beta recursion the same way and gives the posterior of each extended position at
-each frame; summed per class, minus it is the gradient of the loss with respect to the
-log-probabilities. The op computes that gradient with the loss when it is asked for
-(``gradient=True``: the log-probabilities require grad) and keeps it, so its backward is a
-product with the losses' gradient; a second derivative is refused, as torch refuses it.
-(torch's own backward adds ``exp(log_probs)``, the gradient through the
-log-softmax it assumes came before; the two agree on every normalised input, where the
+every sample of the batch and every position at once, one time step a pass. When the
+gradient is asked for (``gradient=True``: the log-probabilities require grad), the op also
+runs the beta recursion the same way, which gives the posterior of each extended position
+at each frame; summed per class, minus it is the gradient of the loss with respect to the
+log-probabilities. The op keeps it, so its backward is a product with the losses'
+gradient; a second derivative is refused, as torch refuses it. (torch's own backward adds
+``exp(log_probs)``, the gradient through the log-softmax it assumes came before; the two agree on every normalised input, where the
 log-softmax's or log's backward removes that term.) Frames past a sample's input length get
 no gradient. A sample with no alignment (input shorter than its target needs) has an
 infinite loss and NaN gradients, or zero for both with ``zero_infinity``, as in torch.
