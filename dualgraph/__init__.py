@@ -45,7 +45,8 @@ from .ops.decompositions import METHODS as _matrix_methods
 inverse, pinverse, svd, qr, cholesky = (_matrix_methods[k] for k in (
     "inverse", "pinverse", "svd", "qr", "cholesky"))
 from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F401,E402
-from . import jit, onnx, profiler, static  # noqa: F401,E402
+from . import func, jit, onnx, profiler, static  # noqa: F401,E402
+from .func import vmap  # noqa: F401,E402
 from . import accelerator, backends, cpu, cuda, linalg, sparse, special, version  # noqa: F401,E402
 from .sparse import sparse_coo_tensor  # noqa: F401,E402
 # torch's top-level forms of nn.functional's functions (the same arguments in the same order)

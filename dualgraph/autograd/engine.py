@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import autocast, modes
 from ..ops import creation
+from ..ops.shape import stack
 from ..shapes import numel
 from ..tensor import Tensor
 from .tape import AccumulateGrad, Node, departures, grad_mode, set_grad_enabled
@@ -37,12 +38,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     """The gradients of ``outputs`` with respect to ``inputs``, returned as a tuple (``.grad``
     is left untouched), as ``torch.autograd.grad``, with its arguments in its order:
     ``only_inputs`` is accepted and ignored, as torch (which deprecated it) ignores it;
-    ``materialize_grads`` gives zeros for unused inputs. ``is_grads_batched`` (vmap over
-    ``grad_outputs``) is not there."""
+    ``materialize_grads`` gives zeros for unused inputs. ``is_grads_batched``: the first
+    dimension of every ``grad_outputs`` tensor indexes separate vector-Jacobian products
+    (a backward pass each, as ``dg.func.vmap`` maps), stacked in the results."""
     if is_grads_batched:
-        raise NotImplementedError(
-            "autograd.grad(is_grads_batched=True) is not supported: loop over the rows of "
-            "grad_outputs and stack the gradients")
+        return _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                             allow_unused, materialize_grads)
     outputs = _as_tuple(outputs)
     single = isinstance(inputs, Tensor)
     names = list(inputs) if isinstance(inputs, dict) else None
@@ -60,7 +61,24 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 "outputs; pass allow_unused=True to get None for it")
     if names is not None:
         return dict(zip(names, grads))
-    return grads[0:1] if single else tuple(grads)
+    return tuple(grads[0:1]) if single else tuple(grads)
+
+
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                  materialize_grads):
+    cotangents = _as_tuple(grad_outputs) if grad_outputs is not None else ()
+    sizes = {g.shape[0] for g in cotangents if isinstance(g, Tensor) and g.dim() > 0}
+    if len(sizes) != 1 or not all(isinstance(g, Tensor) for g in cotangents):
+        raise RuntimeError("autograd.grad(is_grads_batched=True) needs grad_outputs: one "
+                           "tensor per output, all with the same first (batch) dimension")
+    size = sizes.pop()
+    rows = [grad(outputs, inputs, [g[i] for g in cotangents],
+                 retain_graph=True if i < size - 1 else retain_graph,
+                 create_graph=create_graph, allow_unused=allow_unused,
+                 materialize_grads=materialize_grads) for i in range(size)]
+    columns = rows[0].keys() if isinstance(rows[0], dict) else range(len(rows[0]))
+    stacked = {k: None if rows[0][k] is None else stack([r[k] for r in rows]) for k in columns}
+    return stacked if isinstance(rows[0], dict) else tuple(stacked.values())
 
 
 def _as_tuple(x):

@@ -1,5 +1,5 @@
 """Optimisers and learning-rate schedulers (mirrors ``torch.optim``); see docs/optim.md."""
-from . import lr_scheduler  # noqa: F401
+from . import lr_scheduler, swa_utils  # noqa: F401
 from .adagrad import Adagrad  # noqa: F401
 from .adam import Adam, AdamW  # noqa: F401
 from .adaptive import Adadelta, Adamax, NAdam, RAdam, SparseAdam  # noqa: F401

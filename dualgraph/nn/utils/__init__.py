@@ -15,7 +15,7 @@ from ...dispatch import modes
 from ...ops import creation, elementwise, inplace, reduce, shape
 from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
-from . import parametrizations, parametrize, rnn  # noqa: F401  (torch.nn.utils.*)
+from . import parametrizations, parametrize, rnn, stateless  # noqa: F401  (torch.nn.utils.*)
 from .spectral_norm import remove_spectral_norm, spectral_norm  # (the hook-based one)
 from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
 
