@@ -293,3 +293,24 @@ def test_autograd_grad_is_grads_batched():
     want = torch.autograd.grad(ta.sin() * ta, ta, torch.eye(3, dtype=torch.float64),
                                is_grads_batched=True)
     _close(got, want)
+
+
+def test_tensors_written_into_a_compiled_modules_registries_are_seen():
+    """functional_call (and code writing ``module._parameters[name]`` directly) on a
+    compiled module: each call computes with the tensors given, never a previous call's
+    (they bypass ``__setattr__``; the registries count the change themselves)."""
+    model = dg.nn.Linear(3, 2)
+    compiled = dg.compile(model)
+    x = dg.randn(4, 3)
+    for grad_mode in (True, False):
+        with dg.set_grad_enabled(grad_mode):
+            for _ in range(3):
+                w, b = dg.randn(2, 3), dg.randn(2)
+                got = dgf.functional_call(compiled, {"weight": w, "bias": b}, (x,))
+                np.testing.assert_allclose(got.detach().numpy(), (x @ w.t() + b).numpy(),
+                                           rtol=1e-6)
+    for _ in range(3):
+        w = dg.randn(2, 3)
+        model._parameters["weight"] = w
+        np.testing.assert_allclose(compiled(x).detach().numpy(),
+                                   (x @ w.t() + model.bias).detach().numpy(), rtol=1e-6)

@@ -55,9 +55,13 @@ ROUND_6 = ["capsnet", "distill", "wavenet", "performer", "bifpn", "detr", "gumbe
 # book's LeNet with every layer lazy, and a physics-informed network: second derivatives
 # by autograd.grad, then LBFGS with the strong-Wolfe line search; PointNet's T-Nets)
 ROUND_7 = ["crnn_ctc", "d2l_lazy", "pinn_burgers", "pointnet"]
+# (and the eighth round's: Glow's flows (data-dependent ActNorm, LU-parametrised 1x1 convs,
+# slogdet in float64), neural ODEs (an RK4 solver, an nfe counter, FFJORD's exact trace by
+# autograd.grad), torch.func's ensembling and per-sample gradients)
+ROUND_8 = ["glow", "neural_ode", "func_ensemble"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
-FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7, 4))
+FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8, 4))
 
 
 def steps_of(name: str) -> int:
@@ -78,7 +82,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7
+    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -101,8 +105,10 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # gpt2_hf's compiled model is called to train, to prefill, and to decode with a cache one
 # longer at each step (past length + 1 is no symbolic dim: a graph per length, 2 here), and
 # without labels at the end; bifpn's MultiStepLR changes lr at two milestones in a row (the
-# second change makes it a graph input)
-EXTRA_GRAPHS = {"bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+# second change makes it a graph input); neural_ode's ODE function is called on states that
+# do and don't require grad (the solver's first stage reads the data), and evaluated under
+# no_grad on one trajectory (TorchDynamo guards on both too)
+EXTRA_GRAPHS = {"neural_ode": 1, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's

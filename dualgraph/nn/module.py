@@ -90,6 +90,36 @@ def _typename(value) -> str:
 _STRUCTURE_VERSION = [0]
 
 
+class _Registry(OrderedDict):
+    """A module's parameters, buffers or children: a dict whose every change counts as a
+    change of the module (``_STRUCTURE_VERSION``), also when code writes it directly, as
+    ``torch.func.functional_call``, parametrizations and users' code do
+    (``module._parameters["weight"] = w``), so that compiled calls see the new tensor."""
+
+    def __setitem__(self, key, value):
+        _STRUCTURE_VERSION[0] += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        _STRUCTURE_VERSION[0] += 1
+        super().__delitem__(key)
+
+    def _changed(method):
+        def changing(self, *args, **kwargs):
+            _STRUCTURE_VERSION[0] += 1
+            return method(self, *args, **kwargs)
+        changing.__name__ = method.__name__
+        return changing
+
+    pop = _changed(OrderedDict.pop)
+    popitem = _changed(OrderedDict.popitem)
+    clear = _changed(OrderedDict.clear)
+    update = _changed(OrderedDict.update)
+    setdefault = _changed(OrderedDict.setdefault)
+    move_to_end = _changed(OrderedDict.move_to_end)
+    del _changed
+
+
 class Module:
     """Base class of all models and layers: subclass it, assign parameters, buffers and
     submodules as attributes in ``__init__``, and define ``forward``.
@@ -109,9 +139,9 @@ class Module:
 
     def __init__(self):
         # object.__setattr__: our own __setattr__ needs these dicts to exist first.
-        for name, value in (("training", True), ("_parameters", OrderedDict()),
-                            ("_buffers", OrderedDict()), ("_non_persistent_buffers_set", set()),
-                            ("_modules", OrderedDict()), ("_forward_hooks", OrderedDict()),
+        for name, value in (("training", True), ("_parameters", _Registry()),
+                            ("_buffers", _Registry()), ("_non_persistent_buffers_set", set()),
+                            ("_modules", _Registry()), ("_forward_hooks", OrderedDict()),
                             ("_forward_hooks_with_kwargs", set()),
                             ("_forward_pre_hooks", OrderedDict()),
                             ("_forward_pre_hooks_with_kwargs", set())):
