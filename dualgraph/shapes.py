@@ -188,11 +188,13 @@ def _polynomial(parts: dict, const: int):
 def sym_slice(start, stop, step, n):
     """``slice(start, stop, step).indices(n)`` for a symbolic size ``n`` (a Sym), with
     ``stop`` at least ``start``: bounds are constants from either end (``x[1:]``,
-    ``x[:-1]``) or None. A bound is clamped to ``[0, n]`` as eagerly only where that is
-    decided without ``n``'s value: a symbolic dim is at least 2 (automatic dynamic dims
-    keep sizes 0 and 1 numbers, and a graph with dims that are sums runs only where each
-    is at least 2: capture/autodims.py), so bounds in ``[-2, 2]`` need no clamp; other
-    bounds raise a ShapeError (the dim then stays static)."""
+    ``x[:-1]``), symbolic sizes a constant away from ``n`` (``x[:s0]`` of a dim ``s0 + 1``)
+    or None. A bound is clamped to ``[0, n]`` as eagerly only where that is decided without
+    ``n``'s value: a symbolic dim is at least 2 (automatic dynamic dims keep sizes 0 and 1
+    numbers, and a graph with dims that are sums runs only where each is at least 2:
+    capture/autodims.py), so bounds in ``[-2, 2]`` need no clamp, and a symbolic bound ``b``
+    with ``n - b`` a constant is clamped by that constant's sign; other bounds raise a
+    ShapeError (the dim then stays static)."""
     if step is not None and step != 1:
         raise ShapeError(f"a slice with step {step} of the symbolic dim {n}: its length is "
                          "not a sum of the symbols")
@@ -200,6 +202,12 @@ def sym_slice(start, stop, step, n):
     def bound(b, default):
         if b is None:
             return default
+        if isinstance(b, Sym):
+            past_end = n - b
+            if not isinstance(past_end, int) or b.const < 0:
+                raise ShapeError(f"the slice bound {b} of the symbolic dim {n}: whether it "
+                                 "is within the dim depends on the sizes")
+            return b if past_end >= 0 else n
         if not -2 <= b <= 2:
             raise ShapeError(f"the slice bound {b} of the symbolic dim {n} may be past its "
                              "end at other sizes")
@@ -208,7 +216,12 @@ def sym_slice(start, stop, step, n):
     lo, hi = bound(start, 0), bound(stop, n)
     if isinstance(lo, int) and isinstance(hi, int):
         hi = max(lo, hi)
-    elif not (isinstance(lo, Sym) and isinstance(hi, Sym) or isinstance(hi, Sym)):
+    elif isinstance(lo, Sym) and isinstance(hi, Sym):
+        if not isinstance(hi - lo, int):
+            raise ShapeError(f"the slice {start}:{stop} of the symbolic dim {n}: its length "
+                             "depends on the sizes")
+        hi = hi if hi - lo >= 0 else lo
+    elif not isinstance(hi, Sym):
         # (start from the end, stop from the front: x[-2:1]; which is larger depends on n)
         raise ShapeError(f"the slice {start}:{stop} of the symbolic dim {n} depends on "
                          "its size")

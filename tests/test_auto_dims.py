@@ -146,6 +146,28 @@ def test_slices_by_constants_of_a_symbolic_dim_stay_symbolic(key):
     assert len(symbolic) == 1 and len(compiled.cache) <= 4
 
 
+@pytest.mark.parametrize("body,symbolic", [
+    ("dg.cat([x, x[:1]])[:x.shape[0]]", True),              # a bag's starts: [:n] of n + 1
+    ("dg.cat([x, x[:2]])[x.shape[0]:]", True),              # the appended part
+    ("dg.cat([x, x[:2]])[1:x.shape[0]].cumsum(0)", True),
+    ("dg.cat([x, x])[:x.shape[0]]", False),                  # n of 2n: depends on n
+    ("dg.arange(20.0)[:x.shape[0]]", False),                 # a static dim by a size
+    ("dg.cat([x, x[:1]])[x.shape[0]:x.shape[0] + 1]", True),
+])
+def test_slices_by_symbolic_sizes(body, symbolic):
+    """``x[:n]`` with ``n`` another tensor's traced size (an embedding bag's starts cut
+    to the input's length): symbolic where the bound is a constant away from the dim's
+    size, else static graphs; equal to eager at every size either way."""
+    def f(x):
+        return eval(body)
+    compiled = dg.compile(f)
+    rng = np.random.default_rng(2)
+    for n in (5, 7, 9, 12):
+        x = dg.tensor(rng.normal(size=n))
+        np.testing.assert_array_equal(compiled(x).numpy(), f(x).numpy())
+    assert ("given up" not in compiled.explain()) == symbolic, compiled.explain()
+
+
 def test_an_int_index_from_either_end_of_a_symbolic_dim_stays_symbolic():
     """``logits[:, -1]`` (the last position of a sequence that grows at each call) and
     ``x[:, 0]``, ``x[:, -2]``: one symbolic graph for every length, equal to torch's."""

@@ -482,10 +482,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # torch.autograd.functional (jacobian, hessian, vjp, jvp, vhp, hvp) and autograd.grad's
 # is_grads_batched; "." +30: torch's _foreach_* functions; optim/ +145: swa_utils
 # (AveragedModel, SWALR, update_bn, the EMA and SWA averaging functions). The core 31_101.
-CORE_BUDGET = 31_110
-BUDGETS = {".": 2_070, "amp": 320, "autograd": 1_050, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_002,
-           "passes": 3_600, "export": 3_840, "nn": 4_650, "optim": 1_745, "profiler": 440,
+# nn/ +20: a module's registries count direct writes (nn/module.py's _Registry), and
+# nn.utils.stateless; "." +4, ops/ +4: slices by a symbolic size a constant away from the
+# dim's (x[:n] of n + 1). The core 31_116.
+CORE_BUDGET = 31_120
+BUDGETS = {".": 2_080, "amp": 320, "autograd": 1_050, "backends": 40, "capture": 5_070, "cli": 320,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_010,
+           "passes": 3_600, "export": 3_840, "nn": 4_675, "optim": 1_745, "profiler": 440,
            "utils": 600, "distributions": 1_421, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

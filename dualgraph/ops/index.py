@@ -451,8 +451,13 @@ def _expand_ellipsis(items, ndim):
 
 def _slice_triple(s, n):
     """A slice as a normalised (start, stop, step), or None for the whole dim."""
-    # (bounds may be 0-d integer tensors, x[i:i + 16]: made ints before slices compare)
-    s = slice(*(None if v is None else operator.index(v) for v in (s.start, s.stop, s.step)))
+    # (bounds may be 0-d integer tensors, x[i:i + 16]: made ints before slices compare;
+    # or a trace's symbolic sizes, x[:n] with n = y.shape[0])
+    s = slice(*(v if v is None or isinstance(v, Sym) else operator.index(v)
+                for v in (s.start, s.stop, s.step)))
+    if not isinstance(n, Sym) and any(isinstance(v, Sym) for v in (s.start, s.stop)):
+        raise ShapeError(f"the slice {s.start}:{s.stop} of a dim of static size {n} by a "
+                         "symbolic size: its length depends on the sizes")
     if s.step is not None and s.step <= 0:
         raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
     if s == slice(None) or s == slice(None, None, 1):
