@@ -67,5 +67,8 @@ from .errors import CaptureError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
 
+from .ops import numpy_names as _numpy_names  # noqa: E402
+_numpy_names.install(globals())                        # torch.sum(x, axis=0)
+_numpy_names.install(dict(vars(Tensor)), owner=Tensor)   # x.sum(axis=0, keepdims=True)
 _silence_float_warnings()
 _freeze_import_time_objects()   # last: what importing dualgraph made is frozen too

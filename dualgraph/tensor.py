@@ -239,6 +239,11 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
+    # NumPy's scalars and arrays defer their arithmetic with a tensor to the tensor's
+    # reflected operators (as torch's tensors ask): ``np.log(2) - x`` is a tensor, with
+    # x's gradient, not an array of x's values without it
+    __array_priority__ = 1000
+
     def __array__(self, dtype=None, copy=None):
         data = self.detach().numpy()
         return data if dtype is None else data.astype(dtype)

@@ -485,9 +485,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # nn/ +20: a module's registries count direct writes (nn/module.py's _Registry), and
 # nn.utils.stateless; "." +4, ops/ +4: slices by a symbolic size a constant away from the
 # dim's (x[:n] of n + 1). The core 31_116.
-CORE_BUDGET = 31_120
+# ops/ +30: NumPy's axis/keepdims names for dim/keepdim (ops/numpy_names.py). The core 31_153.
+CORE_BUDGET = 31_160
 BUDGETS = {".": 2_080, "amp": 320, "autograd": 1_050, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_010,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_040,
            "passes": 3_600, "export": 3_840, "nn": 4_675, "optim": 1_745, "profiler": 440,
            "utils": 600, "distributions": 1_421, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

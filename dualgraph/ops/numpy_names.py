@@ -1,0 +1,51 @@
+"""NumPy's argument names where torch accepts them: every function of the ``torch``
+namespace and every Tensor method that takes ``dim`` or ``keepdim`` also takes ``axis``
+and ``keepdims`` (``x.sum(axis=-1)``, ``torch.mean(x, axis=0, keepdims=True)``: torch's
+argument parser maps them; ``nn.functional`` does not, and neither does this).
+
+The functions that take those arguments are wrapped once, at import; the wrapper renames
+the keywords only when one of them is given, so a call without them costs one frame."""
+from __future__ import annotations
+
+import functools
+import inspect
+
+ALIASES = {"axis": "dim", "keepdims": "keepdim"}
+
+
+def _takes_dim(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):   # (builtins, classes without a signature)
+        return False
+    return ("dim" in params or "keepdim" in params) and not any(a in params for a in ALIASES)
+
+
+def accepting_numpy_names(fn):
+    """``fn``, taking ``axis``/``keepdims`` for its ``dim``/``keepdim`` too."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
+            for alias, name in ALIASES.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {name!r} and its alias "
+                                        f"{alias!r}")
+                    kwargs[name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+    call.__numpy_names__ = True
+    return call
+
+
+def install(namespace: dict, owner=None) -> None:
+    """Wrap, in place, the functions of ``namespace`` (a module's globals, or a class's
+    attributes when ``owner`` is the class) that take ``dim`` or ``keepdim``."""
+    for name, fn in list(namespace.items()):
+        if (name.startswith("_") or not inspect.isfunction(fn)
+                or getattr(fn, "__numpy_names__", False) or not _takes_dim(fn)):
+            continue
+        wrapped = accepting_numpy_names(fn)
+        if owner is None:
+            namespace[name] = wrapped
+        else:
+            setattr(owner, name, wrapped)
