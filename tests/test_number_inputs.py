@@ -307,3 +307,24 @@ def test_a_number_argument_used_as_a_size_stays_baked():
     for n in (1, 2, 3, 4):
         assert float(c(dg.arange(6.0), n)) == float(g(dg.arange(6.0), n))
     assert len(c.cache) == 4 and "n not made graph inputs" in c.explain()
+
+
+def test_a_numpy_float64_argument_that_changes_becomes_a_graph_input():
+    """DANN's gradient-reversal weight ``2. / (1. + np.exp(-10 * p)) - 1`` is a NumPy
+    float64, new every step: traced as a float input after its first change (it retraced
+    at every call), equal to eager; one the function hands to NumPy stays baked in."""
+    w = dg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    x = dg.tensor([1.0, 2.0, 3.0])
+
+    def step(x, alpha):
+        return (x * w * alpha).sum()
+
+    def numpy_use(x, alpha):
+        return (x * float(np.exp(alpha))).sum()
+    for fn, graphs in ((step, 2), (numpy_use, 5)):
+        compiled = dg.compile(fn)
+        for i in range(5):
+            alpha = 2. / (1. + np.exp(-10 * i / 5)) - 1
+            got, want = compiled(x, alpha), fn(x, alpha)
+            assert got.item() == want.item()
+        assert len(compiled.cache) <= graphs, compiled.explain()

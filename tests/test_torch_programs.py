@@ -60,9 +60,10 @@ ROUND_7 = ["crnn_ctc", "d2l_lazy", "pinn_burgers", "pointnet"]
 # autograd.grad), torch.func's ensembling and per-sample gradients, a training recipe with
 # EMA and SWA (swa_utils), DLRM's embedding bags and dot interaction, TransE's renormalised
 # tables, Spinning Up's SAC (NumPy scalars in the log-prob, polyak averaging through .data),
-# a Hugging Face-style classifier fine-tuned with accumulation and a warm-up schedule)
+# a Hugging Face-style classifier fine-tuned with accumulation and a warm-up schedule, DANN's
+# gradient reversal with a NumPy-computed weight)
 ROUND_8 = ["glow", "neural_ode", "func_ensemble", "swa_recipe", "dlrm", "transe", "sac",
-           "hf_classifier"]
+           "hf_classifier", "dann"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8, 4))

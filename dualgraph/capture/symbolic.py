@@ -205,6 +205,12 @@ def in_attrs(attrs: dict) -> SymNumber | None:
 
 
 
+# The types of numbers that can be graph inputs, and the Python type each is traced as:
+# NumPy's float64 scalars (``2. / (1. + np.exp(-10 * p)) - 1``, a schedule computed with
+# NumPy) are floats (a subclass), and behave as Python floats in tensor arithmetic
+NUMBER_KINDS = {int: int, float: float, np.float64: float}
+
+
 class NumberInputs:
     """The slots (capture/pyvalues.py) of one compiled function that are graph inputs, the
     0-d tensor each is fed through, and those kept baked in (a use needed the value)."""
@@ -219,9 +225,10 @@ class NumberInputs:
     def promote_arg(self, index: int, value) -> bool:
         """Make argument leaf ``index`` (now ``value``, an int or float) a graph input."""
         kind = type(value)
-        if index in self.baked_args or index in self.args or kind not in (int, float):
+        if index in self.baked_args or index in self.args or kind not in NUMBER_KINDS:
             return False
-        self.args[index] = (kind, Tensor._make(np.array(value, I64 if kind is int else F64)))
+        array = np.array(value, I64 if NUMBER_KINDS[kind] is int else F64)
+        self.args[index] = (kind, Tensor._make(array))
         return True
 
     def feed_args(self, leaves) -> None:
@@ -236,7 +243,7 @@ class NumberInputs:
         for i, (kind, holder) in self.args.items():
             if i < len(leaves) and type(leaves[i]) is kind:
                 name = names[i] if i < len(names) else f"argument {i}"
-                leaves[i] = SymNumber(tracer, kind, name, holder=holder)
+                leaves[i] = SymNumber(tracer, NUMBER_KINDS[kind], name, holder=holder)
                 tracer.arg_numbers.append(i)
         return leaves
 
