@@ -298,7 +298,9 @@ def test_autograd_grad_is_grads_batched():
 def test_tensors_written_into_a_compiled_modules_registries_are_seen():
     """functional_call (and code writing ``module._parameters[name]`` directly) on a
     compiled module: each call computes with the tensors given, never a previous call's
-    (they bypass ``__setattr__``; the registries count the change themselves)."""
+    (they bypass ``__setattr__``; the registries count the change themselves).
+    functional_call compiles the module's functional form, the tensors its arguments: one
+    graph per grad mode, not one per set of tensors; gradients reach the tensors given."""
     model = dg.nn.Linear(3, 2)
     compiled = dg.compile(model)
     x = dg.randn(4, 3)
@@ -309,6 +311,10 @@ def test_tensors_written_into_a_compiled_modules_registries_are_seen():
                 got = dgf.functional_call(compiled, {"weight": w, "bias": b}, (x,))
                 np.testing.assert_allclose(got.detach().numpy(), (x @ w.t() + b).numpy(),
                                            rtol=1e-6)
+    assert len(compiled._functional_form.cache) == 2
+    w = dg.randn(2, 3, requires_grad=True)
+    dgf.functional_call(compiled, {"weight": w}, (x,)).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.tile(x.sum(0).numpy(), (2, 1)), rtol=1e-6)
     for _ in range(3):
         w = dg.randn(2, 3)
         model._parameters["weight"] = w

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..capture.compile import Compiled, compile as compile_function
 from ..ops import shape as shape_ops
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
@@ -27,8 +28,28 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     if strict:
         _check_strict(module, values)
     args = () if args is None else args if isinstance(args, tuple) else (args,)
+    if isinstance(module, Compiled) and module.module is not None:
+        return _compiled_form(module)(values, args, kwargs or {})
     with _swapped(module, values):
         return module(*args, **(kwargs or {}))
+
+
+def _compiled_form(compiled):
+    """For a ``dg.compile``d module: its module's functional call compiled, the tensors
+    given as arguments of the graph (one graph for every set of tensors of the same
+    shapes, where the module compiled with them as its own would retrace for each set)."""
+    form = compiled.__dict__.get("_functional_form")
+    if form is None:
+        module = compiled.module
+
+        def call_with(values, args, kwargs):
+            with _swapped(module, values):
+                return module(*args, **kwargs)
+        call_with.__name__ = f"functional_call({type(module).__name__})"
+        form = compile_function(call_with, fullgraph=compiled.fullgraph,
+                                dynamic=compiled.dynamic)
+        object.__setattr__(compiled, "_functional_form", form)
+    return form
 
 
 def _held(module):

@@ -104,8 +104,7 @@ def main(steps=10, compile=False, seed=0, num_models=4, batch=16):
         return probe(x.unsqueeze(0)).squeeze(0)
 
     if compile == "model":
-        # the Jacobian and Hessian differentiate through compiled calls (functional_call
-        # on a compiled module is correct but retraces for each new set of tensors)
+        # the Jacobian and Hessian differentiate through compiled calls
         probe = torch.compile(probe)
     elif compile:
         ensemble_step = torch.compile(ensemble_step)
