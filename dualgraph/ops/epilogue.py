@@ -602,7 +602,7 @@ LINEAR_NORM = defop(
 
 
 def _packed_weight(wp, n):
-    """``linear_packed``'s ``(N, K)`` weight from ``wp (panels, K, 32)``
+    """``linear_packed``'s ``(N, K)`` weight from ``wp (panels, K, 64)``
     (``kernels.linear_packed.pack``'s layout), with tensor ops."""
     panels, k, lanes = wp.shape
     return shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), panels * lanes, k)[:n]
