@@ -56,7 +56,7 @@ def test_prepared_product_equals_product_call_after_call(rows, k, n):
     """``Product``: the packing and the call worked out once (one thread and its entry
     kept, or the rows shared), the same bits as :func:`product` on every call."""
     x, w, _ = _data(rows, k, n)
-    prepared = linear_packed.Product(w, rows)
+    prepared = linear_packed.Product(w.T, rows)
     out = np.full((rows, n), np.nan, F)
     for scale in (1, -2):
         assert prepared(x * F(scale), out) is out

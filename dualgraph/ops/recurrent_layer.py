@@ -47,22 +47,22 @@ def _previous(t: int, reverse: bool) -> int:
 
 
 class _Products:
-    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few C-contiguous rows
+    """``rows @ m`` for one matrix ``m (K, N)`` over many calls of a few C-contiguous rows
     (``rows`` of them): laid out once (panels for the packed loop where it takes the shape,
-    its call worked out once too, else ``Wᵀ`` row-major, the NN product OpenBLAS runs
-    faster than the NT one on a few rows), into ``out``."""
+    its call worked out once too, else ``m`` row-major, the NN product OpenBLAS runs faster
+    than the NT one on a few rows), into ``out``."""
 
-    def __init__(self, w: np.ndarray, rows: int):
+    def __init__(self, m: np.ndarray, rows: int):
         from ..kernels import linear_packed   # (kernels load their loops lazily)
-        n, k = w.shape
-        self.packed = (linear_packed.Product(w, rows) if w.dtype == np.float32
+        k, n = m.shape
+        self.packed = (linear_packed.Product(m, rows) if m.dtype == np.float32
                        and linear_packed.wanted(rows, k, n) else None)
-        self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
+        self.m = None if self.packed is not None else np.ascontiguousarray(m)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         if self.packed is not None:
             return self.packed(x, out)
-        return np.matmul(x, self.w_kn, out=out)
+        return np.matmul(x, self.m, out=out)
 
 
 class _Kept:
@@ -90,7 +90,7 @@ def recur(h0, w_hh, length: int, reverse: bool, step):
     ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once), then ``step(t, hg, h)``
     does the cell's gate arithmetic and returns the new ``h`` (a view into the stacked
     output). Returns the last ``h``."""
-    product = _Products(w_hh, h0.shape[0])
+    product = _Products(w_hh.T, h0.shape[0])
     hg = np.empty((h0.shape[0], w_hh.shape[0]), h0.dtype)
     h = np.ascontiguousarray(h0)
     for t in _steps(length, reverse):
@@ -106,7 +106,7 @@ def recur_back(gy, gh_n, w_hh, reverse: bool, step):
     ``h``'s gradient is ``rows @ W_hh`` plus that part. Returns the initial ``h``'s."""
     dh = np.array(gh_n, gy.dtype)
     g = np.empty_like(dh)
-    product = _Products(np.ascontiguousarray(w_hh.T), dh.shape[0])   # rows @ W_hh
+    product = _Products(w_hh, dh.shape[0])
     for t in _steps(gy.shape[0], not reverse):
         np.add(gy[t], dh, out=g)
         rows, direct = step(t, g)
