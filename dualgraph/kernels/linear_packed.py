@@ -109,9 +109,17 @@ def _one(xf, xb, k, wf, wb, bias, of, ob):
 
 @loop
 def _panels(start, stop, x, wp, bias, out, band):
+    """:func:`panel_rows` as a loop of its own (a range of panels: ``run_rows`` shares
+    them between threads)."""
+    panel_rows(start, stop, x, wp, bias, out, band)
+
+
+@helper(inline="always")
+def panel_rows(start, stop, x, wp, bias, out, band):
     """Panels ``start:stop`` of ``out (M, N) = x (M, K) @ W + bias`` for the packed
     ``wp (panels, K, 64)`` and ``bias`` padded to ``panels * 64``, ``band`` rows (a
-    multiple of six) through all the panels before the next ``band``."""
+    multiple of six) through all the panels before the next ``band`` (a recurrence's
+    loop calls it too, ``kernels/recurrence.py``)."""
     m, k = x.shape
     n = out.shape[1]
     xf, wf, of, bf = x.reshape(-1), wp.reshape(-1), out.reshape(-1), bias.reshape(-1)

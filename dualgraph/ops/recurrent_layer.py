@@ -64,6 +64,11 @@ class _Products:
             return self.packed(x, out)
         return np.matmul(x, self.m, out=out)
 
+    def one_thread(self):
+        """The packed product where it runs on one thread (a loop over the steps can then
+        run its panels itself: ``kernels/recurrence.py``), else None."""
+        return self.packed if self.packed is not None and self.packed.threads == 1 else None
+
 
 class _Kept:
     """A loop called once a step with C-contiguous arrays of one kind (a recurrence's gate
@@ -85,12 +90,12 @@ def _initial_or(stacked, t: int, reverse: bool, initial):
     return initial if prev in (-1, len(stacked)) else stacked[prev]
 
 
-def recur(h0, w_hh, length: int, reverse: bool, step):
+def recur(h0, w_hh, length: int, reverse: bool, step, product=None):
     """The forward recurrence every layer op shares: per step the hidden product
-    ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once), then ``step(t, hg, h)``
-    does the cell's gate arithmetic and returns the new ``h`` (a view into the stacked
-    output). Returns the last ``h``."""
-    product = _Products(w_hh.T, h0.shape[0])
+    ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once, or ``product``), then
+    ``step(t, hg, h)`` does the cell's gate arithmetic and returns the new ``h`` (a view
+    into the stacked output). Returns the last ``h``."""
+    product = product or _Products(w_hh.T, h0.shape[0])
     hg = np.empty((h0.shape[0], w_hh.shape[0]), h0.dtype)
     h = np.ascontiguousarray(h0)
     for t in _steps(length, reverse):
@@ -99,14 +104,15 @@ def recur(h0, w_hh, length: int, reverse: bool, step):
     return h
 
 
-def recur_back(gy, gh_n, w_hh, reverse: bool, step):
+def recur_back(gy, gh_n, w_hh, reverse: bool, step, product=None):
     """The backward recurrence every layer op shares, the steps walked back: per step
     ``g = gy[t] + dh`` (the gradient of that step's ``h``), ``step(t, g)`` returns the
     hidden product's gradient rows and ``h``'s direct part (or None), and the previous
-    ``h``'s gradient is ``rows @ W_hh`` plus that part. Returns the initial ``h``'s."""
+    ``h``'s gradient is ``rows @ W_hh`` (``product``, else laid out here) plus that part.
+    Returns the initial ``h``'s."""
     dh = np.array(gh_n, gy.dtype)
     g = np.empty_like(dh)
-    product = _Products(w_hh, dh.shape[0])
+    product = product or _Products(w_hh, dh.shape[0])
     for t in _steps(gy.shape[0], not reverse):
         np.add(gy[t], dh, out=g)
         rows, direct = step(t, g)
@@ -157,8 +163,16 @@ def _layer_kernel(xg, h0, c0, w_hh, *b_hh, reverse, out=None):
             hg += bias
             y[t], cs[t], acts[t] = _cell(hg, c)
         return y[t]
-    h = recur(h0, w_hh, length, reverse, step)
-    return y, h.copy(), cs[length - 1 if not reverse else 0].copy(), acts, cs
+    product = _Products(w_hh.T, batch)
+    whole = product.one_thread() if fused else None
+    last = 0 if reverse else length - 1
+    if whole is None:
+        recur(h0, w_hh, length, reverse, step, product)
+    else:   # (the same steps in one compiled loop)
+        kernels.recurrence.lstm_forward(xg, np.ascontiguousarray(h0), c0, whole.packed,
+                                        whole.bias, bias, whole.band,
+                                        np.empty((batch, gates), dt), y, cs, acts, reverse)
+    return y, y[last].copy(), cs[last].copy(), acts, cs
 
 
 def _infer_layer(xg, h0, c0, w_hh, *b_hh, reverse):
@@ -233,7 +247,15 @@ def _layer_backward_kernel(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, revers
         else:
             d_gates[t], dc = _cell_backward(gh, dc, c_prev, acts[t])
         return d_gates[t], None
-    dh = recur_back(gy, gh_n, w_hh, reverse, step)
+    product = _Products(w_hh, gh_n.shape[0])
+    whole = product.one_thread() if fused else None
+    if whole is None:
+        dh = recur_back(gy, gh_n, w_hh, reverse, step, product)
+    else:   # (the same steps in one compiled loop)
+        dh = np.array(gh_n, gy.dtype)
+        kernels.recurrence.lstm_backward(np.ascontiguousarray(gy), dh, dc, dc_next,
+                                         np.empty_like(dh), c0, cs, acts, whole.packed,
+                                         whole.bias, whole.band, d_gates, reverse)
     dw, db = hidden_weight_grads(d_gates, h0, y, w_hh, need[3], need[4], reverse)
     return d_gates, dh, np.array(dc, dt), dw, db
 
