@@ -4,7 +4,7 @@ in dualgraph eager and compiled (``dg.compile``) against torch eager, on a sweep
 sizes, batches and sequence lengths around W4's (H128, B32, T32).
 
 Run ``python -m benchmarks.recurrent_layers [--rounds 15] [--kinds lstm,gru] [NAME-PART
-...]`` (one thread per engine, set before NumPy loads OpenBLAS). Times are the best thread
+...]`` (one thread per engine, set before NumPy loads OpenBLAS). Times are the best process
 CPU time of ``--rounds`` steps, engines in turns, after warm-up; each line gives ms and
 dualgraph's ratios to torch eager. The weights are torch's initial ones, copied.
 """
@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
               "DUALGRAPH_NUM_THREADS"):
     os.environ[_name] = "1"
 
 import numpy as np  # noqa: E402
+
+from .depthwise_layers import best_ms  # noqa: E402
 
 INPUTS = 32
 # name, hidden, batch, steps: the hidden sweep at W4's batch and length, then the batch
@@ -51,21 +52,6 @@ def _steps(kind: str, hidden: int, batch: int, steps: int):
             "compiled": lambda: compiled(dx)}
 
 
-def best_ms(fns: dict, rounds: int) -> dict:
-    """``{name: best thread CPU ms}`` of each callable, three warm-up calls each, then
-    one call per round in turns."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t0 = time.thread_time()
-            fn()
-            best[k] = min(best[k], time.thread_time() - t0)
-    return {k: 1e3 * v for k, v in best.items()}
-
-
 def main(argv=None):
     import torch
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -79,7 +65,10 @@ def main(argv=None):
         for name, hidden, batch, steps in SHAPES:
             if args.parts and not any(part in name for part in args.parts):
                 continue
-            ms = best_ms(_steps(kind, hidden, batch, steps), args.rounds)
+            fns = _steps(kind, hidden, batch, steps)
+            for fn in fns.values():    # (compiled: the first calls trace and compile)
+                fn(), fn()
+            ms = best_ms(fns, args.rounds)
             print(f"{kind} {name:5s} (H{hidden} B{batch} T{steps}) torch {ms['torch']:7.3f}  "
                   f"dualgraph {ms['dualgraph']:7.3f}  compiled {ms['compiled']:7.3f}  "
                   f"eager/torch {ms['dualgraph'] / ms['torch']:4.2f}  compiled/torch "
