@@ -187,10 +187,10 @@ def unpack(packed: np.ndarray, n: int) -> np.ndarray:
 def wanted(rows: int | None, k: int, n: int) -> bool:
     """Whether the packed loop takes a float32 linear of ``rows`` rows (None: symbolic),
     ``K`` inputs and ``N`` outputs: with Numba on a host with AVX-512, at least
-    ``MIN_OUTPUTS`` (a narrower layer leaves most lanes of its panel idle), 16 inputs and ``MIN_ROWS`` rows
-    (fewer: a GEMV's work, which the BLAS and the batch-1 loop run from the weight's
-    rows), and ``MIN_MACS`` multiply-adds where the rows are static (below, the call's
-    fixed cost of a few microseconds outweighs the gain)."""
+    ``MIN_OUTPUTS`` (a narrower layer leaves most lanes of its panel idle), 16 inputs and
+    ``MIN_ROWS`` rows (fewer: a GEMV's work, which the BLAS and the batch-1 loop run from
+    the weight's rows), and ``MIN_MACS`` multiply-adds where the rows are static (below,
+    the call's fixed cost of a few microseconds outweighs the gain)."""
     return (n >= MIN_OUTPUTS and k >= 16
             and (rows is None or (rows >= MIN_ROWS and rows * k * n >= MIN_MACS))
             and numba_available() and isa.vector_registers() >= 32)
