@@ -10,7 +10,9 @@ fused loop straight into the layer's stacked outputs. Its VJP, ``lstm_layer_back
 walks the steps back the same way, writing each step's gate gradients into one stacked
 array, so the recurrent weight's gradient is one GEMM over all steps (two: the first step
 reads ``h0``) and the input projection's gradients are the ordinary ``linear`` VJP of
-``xg = linear(x, W_ih, b_ih)`` over the whole sequence.
+``xg = linear(x, W_ih, b_ih)`` over the whole sequence. Where the product is the packed
+loop on one thread, all the steps run in one compiled loop each way
+(``kernels/recurrence.py``: no Python between the steps, the same bits).
 
 ``xg`` (T, B, 4H) holds the input's gate pre-activations in torch's order (i, f, g, o);
 ``h0``, ``c0`` (B, H); ``reverse`` runs the steps from the last to the first (a
