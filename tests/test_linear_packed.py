@@ -1,7 +1,7 @@
 """Linear layers on a weight packed once (``kernels/linear_packed.py``, the op
 ``linear_packed`` and the lowering rule ``linear_packed``): the loop against float64 and
 torch on odd shapes (rows not a multiple of six, one to five rows past the last block,
-outputs not a multiple of 32, 3-D and strided inputs, an ``out`` array), the op with every
+outputs not a multiple of 64, 3-D and strided inputs, an ``out`` array), the op with every
 epilogue and with LayerNorm against its decomposition and without Numba's loop; compiled
 models with frozen weights against eager and torch; what the rule leaves alone."""
 import numpy as np
@@ -20,7 +20,7 @@ F = np.float32
 # rows, K, N: every remainder of rows by six, outputs in one partial panel, in whole
 # panels, and past them; a K of one lane's worth and a long one
 SHAPES = [(1, 16, 32), (2, 33, 40), (3, 20, 70), (5, 64, 100), (6, 17, 32), (7, 37, 45),
-          (13, 256, 96), (129, 24, 1030), (200, 300, 64)]
+          (13, 256, 96), (129, 24, 1030), (200, 300, 64), (32, 128, 512), (4, 40, 130)]
 
 
 def _data(rows, k, n, seed=0):
@@ -30,11 +30,11 @@ def _data(rows, k, n, seed=0):
 
 
 def test_pack_and_unpack():
-    w = np.arange(40 * 3, dtype=F).reshape(40, 3)
+    w = np.arange(80 * 3, dtype=F).reshape(80, 3)
     packed = linear_packed.pack(w)
-    assert packed.shape == (2, 3, 32) and packed.flags.c_contiguous
-    assert packed[1, 2, 4] == w[36, 2] and not packed[1, :, 8:].any()
-    np.testing.assert_array_equal(linear_packed.unpack(packed, 40), w)
+    assert packed.shape == (2, 3, 64) and packed.flags.c_contiguous
+    assert packed[1, 2, 4] == w[68, 2] and not packed[1, :, 16:].any()
+    np.testing.assert_array_equal(linear_packed.unpack(packed, 80), w)
 
 
 @pytest.mark.parametrize("rows,k,n", SHAPES)
@@ -56,7 +56,7 @@ def test_prepared_product_equals_product_call_after_call(rows, k, n):
     """``Product``: the packing and the call worked out once (one thread and its entry
     kept, or the rows shared), the same bits as :func:`product` on every call."""
     x, w, _ = _data(rows, k, n)
-    prepared = linear_packed.Product(w, rows)
+    prepared = linear_packed.Product(w.T, rows)
     out = np.full((rows, n), np.nan, F)
     for scale in (1, -2):
         assert prepared(x * F(scale), out) is out
@@ -127,7 +127,7 @@ def test_without_the_loop_the_op_unpacks(monkeypatch):
 
 
 def test_shape_errors_name_the_layout():
-    x, w, b = _data(7, 37, 45)
+    x, w, b = _data(7, 37, 100)
     with pytest.raises(ValueError, match="linear_packed: packed weight"):
         LINEAR_PACKED.infer(x, linear_packed.pack(w)[:1], b, act="none",
                             bounds=(-np.inf, np.inf), residual_at=None, eps=None)

@@ -27,11 +27,15 @@ def _step(lib, model, x, h0, c0, r):
     return loss
 
 
-@pytest.mark.parametrize("kwargs", [dict(input_size=8, hidden_size=128, batch_first=True),
-                                    dict(input_size=5, hidden_size=16, bidirectional=True,
-                                         num_layers=2)], ids=["wide", "bidirectional"])
-def test_float32_training_step_matches_torch_eager_and_compiled(kwargs):
-    seq, batch = 7, 32
+@pytest.mark.parametrize("kwargs,batch", [
+    (dict(input_size=8, hidden_size=128, batch_first=True), 32),
+    (dict(input_size=5, hidden_size=16, bidirectional=True, num_layers=2), 32),
+    # the packed products with a partial panel (4H = 192, H = 48 of 64) and the last five
+    # rows of a batch two by two, then one, forward and backward, one direction reversed
+    (dict(input_size=6, hidden_size=48, bidirectional=True), 29)],
+    ids=["wide", "bidirectional", "partial-panels"])
+def test_float32_training_step_matches_torch_eager_and_compiled(kwargs, batch):
+    seq = 7
     ref, ours = _pair(**kwargs)
     rng = np.random.default_rng(1)
     shape = (batch, seq) if kwargs.get("batch_first") else (seq, batch)
@@ -91,3 +95,26 @@ def test_unbatched_and_float16_autocast_inputs_run_as_torch():
     layer = lstm_layer(dg.zeros(4, 2, 32, dtype=dg.float16), dg.zeros(2, 8, dtype=dg.float16),
                        dg.zeros(2, 8, dtype=dg.float16), dg.zeros(32, 8, dtype=dg.float16))
     assert [t.dtype for t in layer] == [dg.float16] * 3
+
+
+@pytest.mark.parametrize("hidden,batch,reverse", [(128, 32, False), (48, 29, True)])
+def test_steps_in_one_compiled_loop_equal_the_step_calls(hidden, batch, reverse, monkeypatch):
+    """Where the product is packed on one thread the layer runs its steps in one compiled
+    loop each way (``kernels/recurrence.py``): the same bits as the steps called one by
+    one (the path of every other shape), outputs and all five gradients."""
+    from dualgraph.ops import recurrent_layer as rl
+    rng = np.random.default_rng(2)
+    f32 = np.float32
+    w = (rng.standard_normal((4 * hidden, hidden)) * 0.3).astype(f32)
+    b, xg = (rng.standard_normal(s).astype(f32) for s in (4 * hidden, (6, batch, 4 * hidden)))
+    h0, c0, gh, gc = (rng.standard_normal((batch, hidden)).astype(f32) for _ in range(4))
+    gy = rng.standard_normal((6, batch, hidden)).astype(f32)
+
+    def both():
+        fw = rl.LSTM_LAYER.kernel(xg, h0, c0, w, b, reverse=reverse)
+        return fw + rl.LSTM_LAYER_BACKWARD.kernel(gy, gh, gc, xg, h0, c0, w, b, fw[0], fw[4],
+                                                  fw[3], need=(True,) * 5, reverse=reverse)
+    looped = both()
+    monkeypatch.setattr(rl._Products, "one_thread", lambda self: None)
+    for got, want in zip(looped, both()):
+        np.testing.assert_array_equal(got, want)

@@ -1,6 +1,7 @@
 """The eight-lane intrinsics of ``kernels/simd.py`` against NumPy at odd offsets and
 lengths, the machine code they become (``ymm`` FMA and max on an AVX2 CPU), and the same
-loops compiled for a generic x86-64 CPU (SSE only), where LLVM splits the vectors."""
+loops compiled for a generic x86-64 CPU (SSE only), where LLVM splits the vectors; the
+sixteen-lane (wide) ones beside eight-lane ones in one loop, ``zmm`` FMA on AVX-512."""
 import os
 import subprocess
 import sys
@@ -11,9 +12,11 @@ import pytest
 numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
-from dualgraph.kernels.simd import (add, broadcast, broadcast_at, fma, load,  # noqa: E402
-                                    load_even, maximum, maximum_nan, minimum, multiply,
-                                    store, subtract, transpose, tree_sum, where_greater)
+from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
+                                    broadcast_at_wide, broadcast_wide, fma, load,
+                                    load_even, load_wide, maximum, maximum_nan, minimum,
+                                    multiply, store, subtract, transpose, tree_sum,
+                                    where_greater)
 
 
 @loop
@@ -60,6 +63,27 @@ def test_intrinsics_match_numpy():
     for k, expected in enumerate(want):
         np.testing.assert_allclose(out[3 + 8 * k:11 + 8 * k], expected, rtol=1e-6, atol=1e-6)
     assert np.isnan(out[:3]).all()    # (nothing written outside the eight lanes)
+
+
+@loop
+def _wide(a, x, y, out, at):
+    """Sixteen-lane FMA, add, broadcasts and store at ``out[at:]`` and ``out[16 + at:]``,
+    an eight-lane FMA after them (both kinds of vector in one loop)."""
+    u, v = load_wide(x, 3), load_wide(y, 1)
+    store(out, at, fma(u, v, broadcast_wide(a)))
+    store(out, 16 + at, add(broadcast_at_wide(x, 20), v))
+    store(out, 32 + at, fma(load(x, 3), load(y, 1), broadcast(a)))
+
+
+def test_wide_intrinsics_match_numpy():
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(n).astype(np.float32) for n in (21, 17))
+    out = np.full(43, np.nan, np.float32)
+    _wide(np.float32(0.25), x, y, out, 3)
+    np.testing.assert_allclose(out[3:19], x[3:19] * y[1:17] + np.float32(0.25), rtol=1e-6)
+    np.testing.assert_array_equal(out[19:35], x[20] + y[1:17])
+    np.testing.assert_allclose(out[35:43], x[3:11] * y[1:9] + np.float32(0.25), rtol=1e-6)
+    assert np.isnan(out[:3]).all()
 
 
 @loop
@@ -123,6 +147,16 @@ def test_machine_code_is_ymm_fma_and_max():
     asm = "\n".join(dispatcher.inspect_asm().values())
     assert any("vfmadd" in line and "ymm" in line for line in asm.splitlines())
     assert any("vmaxps" in line and "ymm" in line for line in asm.splitlines())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "avx512f" not in _flags(),
+                    reason="needs an x86 CPU with AVX-512F")
+def test_wide_machine_code_is_zmm_fma():
+    x, out = np.ones(40, np.float32), np.empty(43, np.float32)
+    dispatcher = numba.njit(build.numba_function(_wide.fn), error_model="numpy")
+    dispatcher(np.float32(1), x, x, out, 0)
+    asm = "\n".join(dispatcher.inspect_asm().values())
+    assert any("vfmadd" in line and "zmm" in line for line in asm.splitlines())
 
 
 GENERIC = """

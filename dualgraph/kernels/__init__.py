@@ -123,7 +123,8 @@ _LOOP_MODULES = ("activations", "along", "attention", "batch_norm", "batched", "
                  "conv_blocked", "conv_columns", "conv_direct", "conv_nhwc", "conv_outlanes",
                  "conv_packed", "conv_pointpacked", "conv_pointwise", "conv_shallow", "conv_tiles",
                  "conv_winograd", "epilogue", "excite", "linear_packed", "normalization",
-                 "optim", "pool_lanes", "pooling", "products", "scatter", "split_gemm", "trig")
+                 "optim", "pool_lanes", "pooling", "products", "recurrence", "scatter",
+                 "split_gemm", "trig")
 
 
 def __getattr__(name: str):

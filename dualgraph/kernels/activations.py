@@ -157,6 +157,12 @@ def _blocks(row, n):
 
 @loop
 def lstm_cell(hg, xg, bias, c, h_out, c_out, acts_out):
+    """:func:`lstm_cell_rows` as a loop of its own."""
+    lstm_cell_rows(hg, xg, bias, c, h_out, c_out, acts_out)
+
+
+@helper(inline="always")
+def lstm_cell_rows(hg, xg, bias, c, h_out, c_out, acts_out):
     """Rows of the gate pre-activations ``(hg + xg) + bias`` (the hidden projection, the
     input's, the hidden bias, each in i, f, g, o blocks of width n: added here, not by
     two passes before) and ``c`` -> ``h'``, ``c'`` and the activated gates (kept for the
@@ -179,6 +185,12 @@ def lstm_cell(hg, xg, bias, c, h_out, c_out, acts_out):
 
 @loop
 def lstm_cell_backward(gh, gc, c, acts, d_gates_out, dc_out):
+    """:func:`lstm_cell_backward_rows` as a loop of its own."""
+    lstm_cell_backward_rows(gh, gc, c, acts, d_gates_out, dc_out)
+
+
+@helper(inline="always")
+def lstm_cell_backward_rows(gh, gc, c, acts, d_gates_out, dc_out):
     """The gradients of the gate pre-activations and of the previous cell state, from
     those of ``h'`` and ``c'`` and the saved activated gates."""
     n = c.shape[1]

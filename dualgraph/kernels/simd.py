@@ -1,5 +1,9 @@
 """Eight-lane vectors for the loops: load, store, broadcast, arithmetic and shuffles of
-``<8 x float>`` (or ``<8 x i32>``) values, each intrinsic a few LLVM instructions.
+``<8 x float>`` (or ``<8 x i32>``) values, each intrinsic a few LLVM instructions; and
+sixteen-lane ones (``load_wide``, ``broadcast_wide``, ``broadcast_at_wide``, then the same
+``store``, ``add`` and ``fma``), one ``zmm`` register each where the CPU has AVX-512F, for
+the loops that issue nothing but multiply-adds (a product's register block: twice the work
+an instruction of the eight-lane form does).
 
 Numba compiles with LLVM's SLP vectoriser off, so eight scalar sums kept side by side (eight
 channels of a depthwise conv, eight windows of a pool) stay eight scalar registers; only
@@ -22,26 +26,31 @@ from functools import lru_cache
 from . import Intrinsic
 
 LANES = 8
+WIDE = 16     # lanes of a wide vector
+
+
+def vector_type(dtype, lanes: int = LANES):
+    """The Numba type of a ``lanes``-lane vector of the Numba scalar type ``dtype`` (made
+    and registered with Numba's data model once per process and kind)."""
+    return _vector_type(dtype, lanes)
 
 
 @lru_cache(maxsize=None)
-def vector_type(dtype):
-    """The Numba type of an eight-lane vector of the Numba scalar type ``dtype`` (made and
-    registered with Numba's data model once per process)."""
+def _vector_type(dtype, lanes: int):
     from llvmlite import ir
     from numba.core import types
     from numba.extending import models, register_model
 
     class Vector(types.Type):
         def __init__(self, dtype):
-            self.dtype = dtype
-            super().__init__(name=f"Vector{LANES}({dtype})")
+            self.dtype, self.lanes = dtype, lanes
+            super().__init__(name=f"Vector{lanes}({dtype})")
 
     @register_model(Vector)
     class VectorModel(models.PrimitiveModel):
         def __init__(self, dmm, fe_type):
             element = dmm.lookup(fe_type.dtype).get_value_type()
-            super().__init__(dmm, fe_type, ir.VectorType(element, LANES))
+            super().__init__(dmm, fe_type, ir.VectorType(element, lanes))
 
     return Vector(dtype)
 
@@ -50,13 +59,13 @@ def _is_vector(t) -> bool:
     return type(t).__name__ == "Vector" and getattr(t, "dtype", None) is not None
 
 
-def _pointer(context, builder, array_type, array, offset):
+def _pointer(context, builder, array_type, array, offset, lanes: int = LANES):
     """The address of element ``offset`` of the 1-D contiguous ``array`` as a pointer to a
-    vector of its elements."""
+    vector of ``lanes`` of its elements."""
     from llvmlite import ir
     data = context.make_array(array_type)(context, builder, array).data
     element = builder.gep(data, [offset])
-    return builder.bitcast(element, ir.VectorType(element.type.pointee, LANES).as_pointer())
+    return builder.bitcast(element, ir.VectorType(element.type.pointee, lanes).as_pointer())
 
 
 def _check_array(array):
@@ -65,15 +74,22 @@ def _check_array(array):
         raise TypeError(f"an eight-lane load or store needs a 1-D contiguous array, not {array}")
 
 
-@Intrinsic
-def load(typingctx, array, offset):
-    """``array[offset:offset + 8]`` as a vector (unaligned)."""
-    _check_array(array)
+def _load(lanes: int, name: str):
+    """The intrinsic ``name(array, offset)``: ``array[offset:offset + lanes]`` as a vector
+    (unaligned)."""
+    def typer(typingctx, array, offset):
+        _check_array(array)
 
-    def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.load(pointer, align=array.dtype.bitwidth // 8)
-    return vector_type(array.dtype)(array, offset), codegen
+        def codegen(context, builder, signature, args):
+            pointer = _pointer(context, builder, signature.args[0], args[0], args[1], lanes)
+            return builder.load(pointer, align=array.dtype.bitwidth // 8)
+        return vector_type(array.dtype, lanes)(array, offset), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = f"``array[offset:offset + {lanes}]`` as a vector (unaligned)."
+    return Intrinsic(typer)
+
+
+load, load_wide = _load(LANES, "load"), _load(WIDE, "load_wide")
 
 
 @Intrinsic
@@ -115,34 +131,44 @@ def prefetch(typingctx, array, offset):
 
 @Intrinsic
 def store(typingctx, array, offset, value):
-    """``array[offset:offset + 8] = value`` (unaligned)."""
+    """``array[offset:offset + lanes] = value`` (unaligned; ``lanes`` the vector's)."""
     from numba.core import types
     _check_array(array)
     if not (_is_vector(value) and value.dtype == array.dtype):
         raise TypeError(f"cannot store {value} into {array}")
 
     def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], value.lanes)
         builder.store(args[2], pointer, align=array.dtype.bitwidth // 8)
         return context.get_dummy_value()
     return types.void(array, offset, value), codegen
 
 
-@Intrinsic
-def broadcast(typingctx, scalar):
-    """A vector of ``scalar`` in every lane."""
-    from numba.core import types
-    if not isinstance(scalar, (types.Float, types.Integer)):
-        raise TypeError(f"cannot broadcast {scalar}")
+def _splat(builder, value, kind, lanes: int):
+    """A vector of type ``kind`` with the scalar ``value`` in each of its ``lanes``."""
+    from llvmlite import ir
+    one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+    return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
 
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), args[0],
-                                     ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
-    return vector_type(scalar)(scalar), codegen
+
+def _broadcast(lanes: int, name: str):
+    """The intrinsic ``name(scalar)``: a vector of ``lanes`` of ``scalar``."""
+    def typer(typingctx, scalar):
+        from numba.core import types
+        if not isinstance(scalar, (types.Float, types.Integer)):
+            raise TypeError(f"cannot broadcast {scalar}")
+
+        def codegen(context, builder, signature, args):
+            kind = context.get_value_type(signature.return_type)
+            return _splat(builder, args[0], kind, lanes)
+        return vector_type(scalar, lanes)(scalar), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = f"A vector of ``scalar`` in each of its {lanes} lanes."
+    return Intrinsic(typer)
+
+
+broadcast, broadcast_wide = _broadcast(LANES, "broadcast"), _broadcast(WIDE, "broadcast_wide")
 
 
 @Intrinsic
@@ -166,27 +192,33 @@ def tree_sum(typingctx, vector):
     return vector.dtype(vector), codegen
 
 
-@Intrinsic
-def broadcast_at(typingctx, array, offset):
-    """A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` from memory; the
-    offset unchecked and never wrapped: NumPy-style indexing with a signed offset costs
-    three more instructions a load)."""
-    _check_array(array)
+def _broadcast_at(lanes: int, name: str):
+    """The intrinsic ``name(array, offset)``: a vector of ``lanes`` of ``array[offset]``."""
+    def typer(typingctx, array, offset):
+        _check_array(array)
 
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
-    return vector_type(array.dtype)(array, offset), codegen
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            value = builder.load(builder.gep(data, [args[1]]),
+                                 align=array.dtype.bitwidth // 8)
+            kind = context.get_value_type(signature.return_type)
+            return _splat(builder, value, kind, lanes)
+        return vector_type(array.dtype, lanes)(array, offset), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = (f"A vector of ``array[offset]`` in each of its {lanes} lanes (one "
+                     "``vbroadcastss`` from memory; the offset unchecked and never wrapped: "
+                     "NumPy-style indexing with a signed offset costs three more "
+                     "instructions a load).")
+    return Intrinsic(typer)
+
+
+broadcast_at = _broadcast_at(LANES, "broadcast_at")
+broadcast_at_wide = _broadcast_at(WIDE, "broadcast_at_wide")
 
 
 def _same_vectors(*values):
     if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
-        raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")
+        raise TypeError(f"vector arithmetic needs vectors of one type, not {values}")
     return values[0]
 
 
@@ -216,7 +248,7 @@ def fma(typingctx, a, b, c):
     kind = _same_vectors(a, b, c)
 
     def codegen(context, builder, signature, args):
-        return _call(builder, f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}", args)
+        return _call(builder, f"llvm.fmuladd.v{kind.lanes}f{kind.dtype.bitwidth}", args)
     return kind(a, b, c), codegen
 
 
@@ -260,7 +292,7 @@ def maximum_nan(typingctx, a, b):
     kind = _same_vectors(a, b)
 
     def codegen(context, builder, signature, args):
-        return _call(builder, f"llvm.maximum.v{LANES}f{kind.dtype.bitwidth}", args)
+        return _call(builder, f"llvm.maximum.v{kind.lanes}f{kind.dtype.bitwidth}", args)
     return kind(a, b), codegen
 
 

@@ -602,7 +602,7 @@ LINEAR_NORM = defop(
 
 
 def _packed_weight(wp, n):
-    """``linear_packed``'s ``(N, K)`` weight from ``wp (panels, K, 32)``
+    """``linear_packed``'s ``(N, K)`` weight from ``wp (panels, K, 64)``
     (``kernels.linear_packed.pack``'s layout), with tensor ops."""
     panels, k, lanes = wp.shape
     return shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), panels * lanes, k)[:n]
@@ -651,7 +651,7 @@ LINEAR_PACKED = defop(
     attrs=("act", "bounds", "residual_at", "eps"), saves="", onnx=None, fills_out=True,
     compiler_only=True, decomposition=_linear_packed_decomposition,
     doc="linear_epilogue(x, w, b[, r]) (eps None) or linear_norm(x, w, b, weight, shift[, "
-        "r]) on a weight packed once (ceil(N/32), K, 32): 32 output columns side by side "
+        "r]) on a weight packed once (ceil(N/64), K, 64): 64 output columns side by side "
         "per input, read as one run by the kernel")
 
 

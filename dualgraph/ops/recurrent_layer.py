@@ -10,7 +10,9 @@ fused loop straight into the layer's stacked outputs. Its VJP, ``lstm_layer_back
 walks the steps back the same way, writing each step's gate gradients into one stacked
 array, so the recurrent weight's gradient is one GEMM over all steps (two: the first step
 reads ``h0``) and the input projection's gradients are the ordinary ``linear`` VJP of
-``xg = linear(x, W_ih, b_ih)`` over the whole sequence.
+``xg = linear(x, W_ih, b_ih)`` over the whole sequence. Where the product is the packed
+loop on one thread, all the steps run in one compiled loop each way
+(``kernels/recurrence.py``: no Python between the steps, the same bits).
 
 ``xg`` (T, B, 4H) holds the input's gate pre-activations in torch's order (i, f, g, o);
 ``h0``, ``c0`` (B, H); ``reverse`` runs the steps from the last to the first (a
@@ -47,22 +49,41 @@ def _previous(t: int, reverse: bool) -> int:
 
 
 class _Products:
-    """``rows @ Wᵀ`` for one weight ``W`` (N, K) over many calls of a few C-contiguous rows
+    """``rows @ m`` for one matrix ``m (K, N)`` over many calls of a few C-contiguous rows
     (``rows`` of them): laid out once (panels for the packed loop where it takes the shape,
-    its call worked out once too, else ``Wᵀ`` row-major, the NN product OpenBLAS runs
-    faster than the NT one on a few rows), into ``out``."""
+    its call worked out once too, else ``m`` row-major, the NN product OpenBLAS runs faster
+    than the NT one on a few rows), into ``out``."""
 
-    def __init__(self, w: np.ndarray, rows: int):
+    def __init__(self, m: np.ndarray, rows: int):
         from ..kernels import linear_packed   # (kernels load their loops lazily)
-        n, k = w.shape
-        self.packed = (linear_packed.Product(w, rows) if w.dtype == np.float32
+        k, n = m.shape
+        self.packed = (linear_packed.Product(m, rows) if m.dtype == np.float32
                        and linear_packed.wanted(rows, k, n) else None)
-        self.w_kn = None if self.packed is not None else np.ascontiguousarray(w.T)
+        self.m = None if self.packed is not None else np.ascontiguousarray(m)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         if self.packed is not None:
             return self.packed(x, out)
-        return np.matmul(x, self.w_kn, out=out)
+        return np.matmul(x, self.m, out=out)
+
+    def one_thread(self):
+        """The packed product where it runs on one thread (a loop over the steps can then
+        run its panels itself: ``kernels/recurrence.py``), else None."""
+        return self.packed if self.packed is not None and self.packed.threads == 1 else None
+
+
+class _Kept:
+    """A loop called once a step with C-contiguous arrays of one kind (a recurrence's gate
+    arithmetic): its compiled entry worked out at the first call and kept, so that a
+    step's call skips working out the argument types (2 us of a 17 us cell step)."""
+
+    def __init__(self, loop):
+        self.loop, self.entry = loop, None
+
+    def __call__(self, *args):
+        if self.entry is None:
+            self.entry = self.loop.entry(*args)
+        return self.entry(*args)
 
 
 def _initial_or(stacked, t: int, reverse: bool, initial):
@@ -71,12 +92,12 @@ def _initial_or(stacked, t: int, reverse: bool, initial):
     return initial if prev in (-1, len(stacked)) else stacked[prev]
 
 
-def recur(h0, w_hh, length: int, reverse: bool, step):
+def recur(h0, w_hh, length: int, reverse: bool, step, product=None):
     """The forward recurrence every layer op shares: per step the hidden product
-    ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once), then ``step(t, hg, h)``
-    does the cell's gate arithmetic and returns the new ``h`` (a view into the stacked
-    output). Returns the last ``h``."""
-    product = _Products(w_hh, h0.shape[0])
+    ``hg = h @ W_hhᵀ`` into one buffer (the weight laid out once, or ``product``), then
+    ``step(t, hg, h)`` does the cell's gate arithmetic and returns the new ``h`` (a view
+    into the stacked output). Returns the last ``h``."""
+    product = product or _Products(w_hh.T, h0.shape[0])
     hg = np.empty((h0.shape[0], w_hh.shape[0]), h0.dtype)
     h = np.ascontiguousarray(h0)
     for t in _steps(length, reverse):
@@ -85,14 +106,15 @@ def recur(h0, w_hh, length: int, reverse: bool, step):
     return h
 
 
-def recur_back(gy, gh_n, w_hh, reverse: bool, step):
+def recur_back(gy, gh_n, w_hh, reverse: bool, step, product=None):
     """The backward recurrence every layer op shares, the steps walked back: per step
     ``g = gy[t] + dh`` (the gradient of that step's ``h``), ``step(t, g)`` returns the
     hidden product's gradient rows and ``h``'s direct part (or None), and the previous
-    ``h``'s gradient is ``rows @ W_hh`` plus that part. Returns the initial ``h``'s."""
+    ``h``'s gradient is ``rows @ W_hh`` (``product``, else laid out here) plus that part.
+    Returns the initial ``h``'s."""
     dh = np.array(gh_n, gy.dtype)
     g = np.empty_like(dh)
-    product = _Products(np.ascontiguousarray(w_hh.T), dh.shape[0])   # rows @ W_hh
+    product = product or _Products(w_hh, dh.shape[0])
     for t in _steps(gy.shape[0], not reverse):
         np.add(gy[t], dh, out=g)
         rows, direct = step(t, g)
@@ -130,20 +152,29 @@ def _layer_kernel(xg, h0, c0, w_hh, *b_hh, reverse, out=None):
     if length == 0:
         return y, np.array(h0), np.array(c0), acts, cs
     fused = kernels.enabled(xg, min_elements=0)
+    cell = _Kept(kernels.activations.lstm_cell) if fused else None
     bias = np.ascontiguousarray(b_hh[0]) if b_hh else np.zeros(gates, dt)
     xg, c0 = np.ascontiguousarray(xg), np.ascontiguousarray(c0)
 
     def step(t, hg, h):
         c = _initial_or(cs, t, reverse, c0)
         if fused:
-            kernels.activations.lstm_cell(hg, xg[t], bias, c, y[t], cs[t], acts[t])
+            cell(hg, xg[t], bias, c, y[t], cs[t], acts[t])
         else:   # (NumPy's form of the same formulas: float64, or no Numba)
             hg += xg[t]
             hg += bias
             y[t], cs[t], acts[t] = _cell(hg, c)
         return y[t]
-    h = recur(h0, w_hh, length, reverse, step)
-    return y, h.copy(), cs[length - 1 if not reverse else 0].copy(), acts, cs
+    product = _Products(w_hh.T, batch)
+    whole = product.one_thread() if fused else None
+    last = 0 if reverse else length - 1
+    if whole is None:
+        recur(h0, w_hh, length, reverse, step, product)
+    else:   # (the same steps in one compiled loop)
+        kernels.recurrence.lstm_forward(xg, np.ascontiguousarray(h0), c0, whole.packed,
+                                        whole.bias, bias, whole.band,
+                                        np.empty((batch, gates), dt), y, cs, acts, reverse)
+    return y, y[last].copy(), cs[last].copy(), acts, cs
 
 
 def _infer_layer(xg, h0, c0, w_hh, *b_hh, reverse):
@@ -201,24 +232,32 @@ def _layer_backward_kernel(gy, gh_n, gc_n, xg, h0, c0, w_hh, *rest, need, revers
     with the forward's saved y, cell states and activated gates. Zeros where ``need``
     leaves a gradient out (the gate gradients and the states' are by-products). (``out``:
     ``fills_out``, the gate gradients written into the first array given.)"""
-    y, cs, acts = rest[-3:]
+    y, cs, acts = (np.ascontiguousarray(a) for a in rest[-3:])
     dt = acts.dtype
     d_gates = empty_into(out_part(out, 0), acts.shape, dt)
     dc, dc_next = np.array(gc_n, dt), np.empty(gc_n.shape, dt)
     fused = kernels.enabled(acts, min_elements=0)
+    cell = _Kept(kernels.activations.lstm_cell_backward) if fused else None
     c0 = np.ascontiguousarray(c0)
 
     def step(t, gh):
         nonlocal dc, dc_next
         c_prev = _initial_or(cs, t, reverse, c0)
         if fused:
-            kernels.activations.lstm_cell_backward(gh, dc, c_prev, acts[t], d_gates[t],
-                                                   dc_next)
+            cell(gh, dc, c_prev, acts[t], d_gates[t], dc_next)
             dc, dc_next = dc_next, dc
         else:
             d_gates[t], dc = _cell_backward(gh, dc, c_prev, acts[t])
         return d_gates[t], None
-    dh = recur_back(gy, gh_n, w_hh, reverse, step)
+    product = _Products(w_hh, gh_n.shape[0])
+    whole = product.one_thread() if fused else None
+    if whole is None:
+        dh = recur_back(gy, gh_n, w_hh, reverse, step, product)
+    else:   # (the same steps in one compiled loop)
+        dh = np.array(gh_n, gy.dtype)
+        kernels.recurrence.lstm_backward(np.ascontiguousarray(gy), dh, dc, dc_next,
+                                         np.empty_like(dh), c0, cs, acts, whole.packed,
+                                         whole.bias, whole.band, d_gates, reverse)
     dw, db = hidden_weight_grads(d_gates, h0, y, w_hh, need[3], need[4], reverse)
     return d_gates, dh, np.array(dc, dt), dw, db
 

@@ -407,7 +407,7 @@ def linear_packed(graph: Graph, weights: list, report: Report) -> Graph:
     After::
 
         graph(%x: f32[8,256]) {
-          %w_packed: f32[4,256,32] = constant
+          %w_packed: f32[2,256,64] = constant
           %b: f32[128] = constant
           %y: f32[8,128] = linear_packed(%x, %w_packed, %b, act='none', bounds=(-inf, inf),
               residual_at=None, eps=None)

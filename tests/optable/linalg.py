@@ -162,9 +162,9 @@ CASES += [   # (odd widths; rows past the float32 loop's threshold, a few rows, 
         (("none", None), (1, 1, 7), 300), (("relu", "after"), (40, 3), 1)]
 ]
 
-def _linear_packed(act, residual_at=None, eps=None, n=45):
+def _linear_packed(act, residual_at=None, eps=None, n=100):
     """``linear_packed`` (what the lowering rule of that name makes) vs torch's linear of
-    the weight unpacked (``(panels, K, 32)`` -> ``(N, K)``: lanes past ``n`` unread), its
+    the weight unpacked (``(panels, K, 64)`` -> ``(N, K)``: lanes past ``n`` unread), its
     activation, residual add and, with ``eps``, LayerNorm over the last dim."""
     bounds = (float("-inf"), float("inf"))
 
@@ -181,10 +181,10 @@ def _linear_packed(act, residual_at=None, eps=None, n=45):
     return fn
 
 
-CASES += [   # (45 outputs: a spare part of the second panel; 7 rows: one past a block of 6)
+CASES += [   # (100 outputs: a spare part of the second panel; 7 rows: one past a block of 6)
     OpCase("linear_packed", _linear_packed(act, at, eps),
-           [In(rows + (37,)), In((2, 37, 32)), In((45,))]
-           + ([In((45,)), In((45,))] if eps else []) + ([In(rows + (45,))] if at else []),
+           [In(rows + (37,)), In((2, 37, 64)), In((100,))]
+           + ([In((100,)), In((100,))] if eps else []) + ([In(rows + (100,))] if at else []),
            f"{act}-{at}-{eps}-{rows}", dtypes=("float32", "float64"), grad=False, atol=1e-4)
     for act, at, eps, rows in [("none", None, None, (7,)), ("gelu", "after", None, (2, 9)),
                                ("relu", "before", 1e-5, (13,)), ("none", None, 1e-5, (1, 3))]
