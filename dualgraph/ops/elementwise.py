@@ -1899,8 +1899,55 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
                                               negative_slope=float(negative_slope)), inplace)
 
 
+def _hardtanh_kernel(x, min_val, max_val):
+    # (NaN stays NaN; half precision computes in float32, as torch, and rounds once)
+    return np.minimum(np.maximum(x, min_val), max_val).astype(x.dtype, copy=False)
+
+
+def _hardtanh_backward_kernel(g, x, min_val, max_val):
+    return np.where((x <= min_val) | (x >= max_val), g.dtype.type(0), g)   # (NaN: g)
+
+
+def _hardtanh_backward_decomposition(g, x, min_val, max_val):
+    return where(logical_or(le(x, min_val), ge(x, max_val)), 0.0, g)
+
+
+def _onnx_hardtanh(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Clip", [e.input(0), e.scalar(node.attrs["min_val"], dtype, "min"),
+                          e.scalar(node.attrs["max_val"], dtype, "max")])]
+
+
+# hardtanh (relu6, and inside hardsigmoid and hardswish) of a float tensor is a primitive
+# with a one-op backward, as torch's: as a clamp it was four ops forward (two compares,
+# two selects) and four backward. Its gradient passes except where x <= min_val or
+# x >= max_val (torch's hardtanh_backward: NaN passes it; clamp's passes at the bounds). Compiled, simplify writes
+# it as minimum(maximum(x, lo), hi), the clamp the epilogue and fusion rules read.
+HARDTANH = defop(
+    "hardtanh", _hardtanh_kernel, infer_same, attrs=("min_val", "max_val"), saves="i",
+    vjp=lambda g, out, x, min_val, max_val: apply(HARDTANH_BACKWARD, g, x, min_val=min_val,
+                                                  max_val=max_val),
+    elementwise="minimum(maximum({0}, {min_val}), {max_val})", onnx=_onnx_hardtanh,
+    doc="x limited to [min_val, max_val] (a float tensor; NaN stays NaN).")
+HARDTANH_BACKWARD = defop(
+    "hardtanh_backward", _hardtanh_backward_kernel,
+    lambda g, x, min_val, max_val: ShapedType(tuple(x.shape), g.dtype),
+    attrs=("min_val", "max_val"), compiler_only=True,
+    decomposition=_hardtanh_backward_decomposition,
+    vjp=lambda gg, dx, g, x, min_val, max_val: (   # (piecewise linear: no d/dx)
+        apply(HARDTANH_BACKWARD, gg, x, min_val=min_val, max_val=max_val)
+        if needs_grad(g) else None, creation.zeros_like(x) if needs_grad(x) else None),
+    saves="i", elementwise="where({1} <= {min_val}, 0, where({1} >= {max_val}, 0, {0}))",
+    onnx=None, doc="0 where x <= min_val or x >= max_val, else g: hardtanh's gradient.")
+
+
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _activation(input, lambda x: clamp(x, min_val, max_val), inplace)
+    input = as_operand(input)
+    if not (is_float(input._data.dtype) and type(min_val) in (int, float)
+            and type(max_val) in (int, float)):
+        return _activation(input, lambda x: clamp(x, min_val, max_val), inplace)
+    bounds = {"min_val": float(min_val), "max_val": float(max_val)}
+    return _activation(input, lambda x: apply(HARDTANH, x, **bounds), inplace)
 
 
 def relu6(input, inplace=False):

@@ -23,8 +23,8 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import (ADD, CAST, DIV, GT, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW,
-                               SQRT, SUB, WHERE, expand_power, power_by_products)
+from ..ops.elementwise import (ADD, CAST, DIV, GT, HARDTANH, LOG, LT, MAXIMUM, MINIMUM, MUL,
+                               NEG, POW, SQRT, SUB, WHERE, expand_power, power_by_products)
 from ..ops.conv import AVG_POOL2D
 from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
@@ -389,6 +389,9 @@ RULES = [
          "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
     Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
          "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(HARDTANH, x, min_val=Var("lo"), max_val=Var("hi")),
+         lambda m: call(MINIMUM, [call(MAXIMUM, [m.x, m.lo]), m.hi]),
+         "hardtanh(x, lo, hi) -> minimum(maximum(x, lo), hi) (the clamp the rules read)"),
     Rule(P(DIV, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(DIV),
          "clamp(x, lo, hi) / s -> clamp(x / s, lo / s, hi / s) (s > 0: the same bits)"),
     Rule(P(MUL, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(MUL),
@@ -417,7 +420,7 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), a positive scale of a clamp moved before it, a where with a
+    as maximum (and minimum), hardtanh as that clamp, a positive scale of a clamp moved before it, a where with a
     constant condition as the chosen branch, global average pooling as a mean, permute
     and reshape chains (a select under a reshape as a slice), no-op reshape/expand/cast, a
     cast after an exact (widening) cast, log(softmax), x @ W.T + b -> linear, stack as a
