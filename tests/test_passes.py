@@ -192,6 +192,12 @@ SIMPLIFIES = [   # (name, build(g, x) on x: f32[3,4], the ops left after simplif
     ("log softmax", lambda g, x: node(g, "log", node(g, "softmax", x, dim=1)),
      ["log_softmax"]),
     ("clamp", lambda g, x: _clamp(g, x, 0.0, 6.0), ["maximum", "minimum"]),
+    ("hardtanh", lambda g, x: node(g, "hardtanh", x, min_val=0.0, max_val=6.0),
+     ["maximum", "minimum"]),
+    ("hardsigmoid", lambda g, x: node(g, "hardsigmoid", x),
+     ["add", "div", "maximum", "minimum"]),   # (the scale moved before the clamp)
+    ("hardswish", lambda g, x: node(g, "hardswish", x),
+     ["add", "div", "maximum", "minimum", "mul"]),
     ("where(True)", lambda g, x: node(g, "exp", node(g, "where", True, x, 0.0)), ["exp"]),
     ("zero_() then +", lambda g, x: node(g, "exp", node(g, "add", node(
         g, "where", True, 0, x), x)), ["exp"]),   # (a fill with 0, then x+0)
@@ -220,11 +226,14 @@ def test_simplify_rule(name, build, left):
 
 
 def test_simplify_clamp_keeps_its_values():
-    """maximum/minimum give clamp's values, NaN and infinities included; another bound in
-    the where than in the comparison is left alone."""
+    """maximum/minimum give clamp's (and the hard activations') values, NaN and infinities
+    included (their kernels run the ops the rules write); another bound in the where than
+    in the comparison is left alone."""
     g, (x,) = graph_with(F32)
     other = node(g, "where", node(g, "lt", x, 0.0), 1.0, x)
-    g.set_outputs([_clamp(g, x, -1.0, 2.0), other])
+    hard = node(g, "hardtanh", x, min_val=-1.0, max_val=2.0)
+    g.set_outputs([_clamp(g, x, -1.0, 2.0), other, hard, node(g, "hardsigmoid", x),
+                   node(g, "hardswish", x)])
     new, _ = run(simplify, g)
     assert ops(dce(new)[0]).count("where") == 1
     a = np.array([[np.nan, -np.inf, np.inf, -0.0], [-3, -1, 0, 1], [2, 2.5, 5, -1.5]],

@@ -1899,20 +1899,144 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
                                               negative_slope=float(negative_slope)), inplace)
 
 
+def _hardtanh_kernel(x, min_val, max_val):
+    # (NaN stays NaN; half precision computes in float32, as torch, and rounds once)
+    return np.minimum(np.maximum(x, min_val), max_val).astype(x.dtype, copy=False)
+
+
+def _hardtanh_backward_kernel(g, x, min_val, max_val):
+    return np.where((x <= min_val) | (x >= max_val), g.dtype.type(0), g)   # (NaN: g)
+
+
+def _hardtanh_backward_decomposition(g, x, min_val, max_val):
+    return where(logical_or(le(x, min_val), ge(x, max_val)), 0.0, g)
+
+
+def _onnx_hardtanh(e, node):
+    dtype = node.outputs[0].dtype
+    return [e.op("Clip", [e.input(0), e.scalar(node.attrs["min_val"], dtype, "min"),
+                          e.scalar(node.attrs["max_val"], dtype, "max")])]
+
+
+# hardtanh (relu6) of a float tensor is a primitive with a one-op backward, as torch's: as
+# a clamp it was four ops forward (two compares, two selects) and four backward. Its
+# gradient passes except where x <= min_val or x >= max_val (torch's hardtanh_backward: NaN
+# passes it; clamp's passes at the bounds). Compiled, simplify writes it as
+# minimum(maximum(x, lo), hi), the clamp the epilogue and fusion rules read.
+HARDTANH = defop(
+    "hardtanh", _hardtanh_kernel, infer_same, attrs=("min_val", "max_val"), saves="i",
+    vjp=lambda g, out, x, min_val, max_val: apply(HARDTANH_BACKWARD, g, x, min_val=min_val,
+                                                  max_val=max_val),
+    elementwise="minimum(maximum({0}, {min_val}), {max_val})", onnx=_onnx_hardtanh,
+    doc="x limited to [min_val, max_val] (a float tensor; NaN stays NaN).")
+HARDTANH_BACKWARD = defop(
+    "hardtanh_backward", _hardtanh_backward_kernel,
+    lambda g, x, min_val, max_val: ShapedType(tuple(x.shape), g.dtype),
+    attrs=("min_val", "max_val"), compiler_only=True,
+    decomposition=_hardtanh_backward_decomposition,
+    vjp=lambda gg, dx, g, x, min_val, max_val: (   # (piecewise linear: no d/dx)
+        apply(HARDTANH_BACKWARD, gg, x, min_val=min_val, max_val=max_val)
+        if needs_grad(g) else None, creation.zeros_like(x) if needs_grad(x) else None),
+    saves="i", elementwise="where({1} <= {min_val}, 0, where({1} >= {max_val}, 0, {0}))",
+    onnx=None, doc="0 where x <= min_val or x >= max_val, else g: hardtanh's gradient.")
+
+
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _activation(input, lambda x: clamp(x, min_val, max_val), inplace)
+    input = as_operand(input)
+    if not (is_float(input._data.dtype) and type(min_val) in (int, float)
+            and type(max_val) in (int, float)):
+        return _activation(input, lambda x: clamp(x, min_val, max_val), inplace)
+    bounds = {"min_val": float(min_val), "max_val": float(max_val)}
+    return _activation(input, lambda x: apply(HARDTANH, x, **bounds), inplace)
 
 
 def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+def _hard_gate(x):
+    """relu6(x + 3) / 6 by the kernels of its ops (the same bits as the ops, or as the
+    clamp simplify makes of them when compiled)."""
+    return DIV.kernel(HARDTANH.kernel(ADD.kernel(x, 3.0), min_val=0.0, max_val=6.0), 6.0)
+
+
+def _hardswish_backward_kernel(g, x):
+    """torch's: 0 where x <= -3, g * (x / 3 + 0.5) where x < 3, else g (NaN: g)."""
+    inner = MUL.kernel(g, ADD.kernel(DIV.kernel(x, 3.0), 0.5))
+    return np.where(x <= -3, g.dtype.type(0), np.where(x < 3, inner, g))
+
+
+def _hardswish_backward_decomposition(g, x):
+    return where(le(x, -3.0), 0.0, where(lt(x, 3.0), g * (x / 3.0 + 0.5), g))
+
+
+# torch's hardsigmoid gradient multiplies by 1/6 rounded to float32, in every dtype
+_ONE_SIXTH = float(np.float32(1 / 6))
+
+
+def _hardsigmoid_backward_kernel(g, x):
+    """torch's: g * (1/6) where -3 < x < 3, else 0 (NaN: 0)."""
+    return np.where((x > -3) & (x < 3), MUL.kernel(g, _ONE_SIXTH), g.dtype.type(0))
+
+
+def _hardsigmoid_backward_decomposition(g, x):
+    return where(logical_and(gt(x, -3.0), lt(x, 3.0)), g * _ONE_SIXTH, 0.0)
+
+
+def _hardswish_backward_vjp(gg, dx, g, x):
+    """Linear in g; its slope in x is g / 3 on (-3, 3)."""
+    inside = logical_and(gt(x, -3.0), lt(x, 3.0))
+    return (apply(HARDSWISH_BACKWARD, gg, x) if needs_grad(g) else None,
+            where(inside, gg * g / 3.0, 0.0) if needs_grad(x) else None)
+
+
+_GATE = "minimum(maximum({0} + 3, 0), 6) / 6"
+
+
+def _hard_activation(name, kernel, composite, gate_times_x, backward_kernel,
+                     backward_decomposition, backward_expr, backward_vjp, onnx):
+    """hardsigmoid or hardswish (of a float tensor) and its backward op: one op each way,
+    as torch's, where the composite (``composite``, its decomposition: simplify writes it
+    so compiled) was four ops forward and six backward."""
+    expr = f"{{0}} * ({_GATE})" if gate_times_x else _GATE
+    forward = defop(name, kernel, infer_same, saves="i", decomposition=composite,
+                    vjp=lambda g, out, x: apply(backward, g, x), elementwise=expr,
+                    onnx=onnx, doc=f"{name}(x) (a float tensor), torch's formula.")
+    backward = defop(f"{name}_backward", backward_kernel,
+                     lambda g, x: ShapedType(tuple(x.shape), g.dtype), compiler_only=True,
+                     decomposition=backward_decomposition, vjp=backward_vjp, saves="i",
+                     elementwise=backward_expr, onnx=None,
+                     doc=f"the gradient of {name} (torch's hard bounds)")
+    return forward, backward
+
+
+HARDSIGMOID, HARDSIGMOID_BACKWARD = _hard_activation(
+    "hardsigmoid", _hard_gate, lambda x: hardtanh(x + 3.0, 0.0, 6.0) / 6.0, False,
+    _hardsigmoid_backward_kernel, _hardsigmoid_backward_decomposition,
+    f"where({{1}} > -3, where({{1}} < 3, {{0}} * {_ONE_SIXTH!r}, 0), 0)",
+    lambda gg, dx, g, x: (apply(HARDSIGMOID_BACKWARD, gg, x) if needs_grad(g) else None,
+                          creation.zeros_like(x) if needs_grad(x) else None),
+    lambda e, node: [e.op("HardSigmoid", [e.input(0)], alpha=1 / 6, beta=0.5)])
+HARDSWISH, HARDSWISH_BACKWARD = _hard_activation(
+    "hardswish", lambda x: MUL.kernel(x, _hard_gate(x)),
+    lambda x: x * (hardtanh(x + 3.0, 0.0, 6.0) / 6.0), True,
+    _hardswish_backward_kernel, _hardswish_backward_decomposition,
+    "where({1} <= -3, 0, where({1} < 3, {0} * ({1} / 3 + 0.5), {0}))",
+    _hardswish_backward_vjp, lambda e, node: [e.op("HardSwish", [e.input(0)])])
+
+
 def hardsigmoid(input, inplace=False):
-    return _activation(input, lambda x: relu6(x + 3) / 6, inplace)
+    input = as_operand(input)
+    if not is_float(input._data.dtype):
+        return _activation(input, lambda x: relu6(x + 3) / 6, inplace)
+    return _activation(input, lambda x: apply(HARDSIGMOID, x), inplace)
 
 
 def hardswish(input, inplace=False):
-    return _activation(input, lambda x: x * hardsigmoid(x), inplace)
+    input = as_operand(input)
+    if not is_float(input._data.dtype):
+        return _activation(input, lambda x: x * hardsigmoid(x), inplace)
+    return _activation(input, lambda x: apply(HARDSWISH, x), inplace)
 
 
 # -- in-place methods ----------------------------------------------------------------------------

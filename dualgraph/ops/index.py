@@ -776,37 +776,126 @@ def scatter_add(input, dim, index, src):
     return scatter(input, dim, index, src, reduce="add")
 
 
+def _scatter_reduce_kernel(x, index, src, dim, reduce, include_self):
+    """One pass of ``ufunc.at`` over the positions ``index`` names (with ``include_self``
+    off, those positions first take a value that leaves the reduction alone: 0 for a sum,
+    one of their own sources for an extremum)."""
+    _check_along("scatter_reduce", index, x.shape, dim)
+    key = _grid_key(index, dim)
+    src = np.asarray(src).astype(x.dtype, copy=False)
+    out = np.array(x, order="C")
+    if not include_self:
+        out[key] = src if reduce in ("amax", "amin") else 0
+    _SCATTER_UFUNCS[reduce].at(out, key, src)
+    if reduce == "mean":
+        integer = x.dtype.kind in "iub"   # (bfloat16's kind is "V")
+        count = np.zeros(x.shape, np.int64 if integer else x.dtype)
+        np.add.at(count, key, np.ones(src.shape, count.dtype))   # (a scalar: 5x slower)
+        count += include_self
+        np.maximum(count, 1, out=count)   # (a position nothing reached keeps its input)
+        out = (out // count).astype(x.dtype) if integer else out / count
+    return out
+
+
+_SCATTER_UFUNCS = {"sum": np.add, "mean": np.add, "amax": np.maximum, "amin": np.minimum}
+
+
+def _hits(g, index, src, dim):
+    """How many source entries each position receives (in ``g``'s dtype)."""
+    ones = creation.ones_like(src, dtype=g.dtype)
+    return apply(SCATTER_ADD, creation.zeros_like(g), index, ones, dim=dim)
+
+
+def _scatter_reduce_vjp(g, out, x, index, src, dim, reduce, include_self):
+    """Torch's rule: a sum passes ``g`` to every source of a position, a mean shares it
+    among them (and the input, with ``include_self``), an extremum among the entries equal
+    to the result; without ``include_self`` a position that received anything gives its
+    input nothing (torch also counts an input equal to the result among the ties there, and
+    gives it nothing; this does not count it)."""
+    hits = _hits(g, index, src, dim) if reduce != "sum" or not include_self else None
+    if reduce in ("sum", "mean"):
+        share = g if reduce == "sum" else \
+            g / elementwise.maximum(hits + float(include_self), creation.ones_like(g))
+        grad_src = apply(GATHER, share, index, dim=dim)
+        grad_x = share if include_self else elementwise.where(hits > 0, 0.0, g)
+    else:
+        src_tie = elementwise.eq(src, apply(GATHER, out, index, dim=dim))
+        ties = apply(SCATTER_ADD, creation.zeros_like(g), index, src_tie.to(g.dtype), dim=dim)
+        if include_self:
+            self_tie = elementwise.eq(x, out)
+            ties = ties + self_tie.to(g.dtype)
+        share = g / elementwise.maximum(ties, creation.ones_like(g))
+        grad_src = elementwise.where(src_tie, apply(GATHER, share, index, dim=dim), 0.0)
+        grad_x = elementwise.where(self_tie, share, 0.0) if include_self else \
+            elementwise.where(hits > 0, 0.0, g)
+    return (grad_x if needs_grad(x) else None, None,
+            grad_src if needs_grad(src) else None)
+
+
+def _onnx_scatter_reduce(e, node):
+    """ScatterElements with the reduction (opset 18 for max and min); without
+    ``include_self`` a first ScatterElements writes a neutral start (0, or the sources
+    themselves for an extremum); a mean divides by a scatter-added count (at least 1: a
+    position nothing reached keeps its input)."""
+    reduce, include_self = node.attrs["reduce"], node.attrs["include_self"]
+    axis, dtype = node.attrs["dim"], node.inputs[0].dtype
+    x, index, src = e.input(0), e.input(1), e.input(2, dtype)
+    if not include_self:
+        start = src if reduce in ("amax", "amin") else \
+            e.op("Mul", [src, e.const(np.zeros((), dtype))])
+        x = e.op("ScatterElements", [x, index, start], axis=axis)
+    kind = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}[reduce]
+    out = e.op("ScatterElements", [x, index, src], axis=axis, reduction=kind)
+    if reduce == "mean":
+        one = e.const(np.ones((), dtype))
+        zeros = e.op("Mul", [e.input(0), e.const(np.zeros((), dtype))])
+        start = e.op("Add", [zeros, one]) if include_self else zeros
+        ones = e.op("Add", [e.op("Mul", [src, e.const(np.zeros((), dtype))]), one])
+        count = e.op("Max", [e.op("ScatterElements", [start, index, ones], axis=axis,
+                                  reduction="add"), e.op("Add", [zeros, one])])
+        if np.dtype(dtype).kind in "iub":   # (floor division, as eager; ONNX's truncates)
+            quotient = e.op("Div", [e.cast(out, np.float64), e.cast(count, np.float64)])
+            return [e.cast(e.op("Floor", [quotient]), dtype)]
+        out = e.op("Div", [out, count])
+    return [out]
+
+
+# scatter_reduce's sum, mean, amax and amin in one op, one pass over the index (as composites
+# of scatters, where and an (entries x positions) comparison they took ten ops and memory
+# quadratic in the index's length); "prod" stays a composite
+SCATTER_REDUCE = defop(
+    "scatter_reduce", _scatter_reduce_kernel,
+    lambda x, index, src, dim, reduce, include_self: ShapedType(tuple(x.shape), x.dtype),
+    vjp=_scatter_reduce_vjp, attrs=("dim", "reduce", "include_self"), saves="io",
+    checks_values=True, onnx=_onnx_scatter_reduce,
+    doc="x with each src[i][j][k] combined into x[i][index[i][j][k]][k] (dim 1) by reduce "
+        "(sum, mean, amax, amin), x itself taking part where include_self; src shaped as "
+        "index.")
+
+
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     """``input`` with each ``src[i][j][k]`` combined into ``input[i][index[i][j][k]][k]``
     (dim 1) by ``reduce``: "sum", "mean", "amax", "amin" or "prod", the input's own value
     taking part where ``include_self`` (else a position that receives something starts
     from it alone), as ``torch.scatter_reduce``; the gradient of "amax"/"amin" is shared
-    among the tied entries, as torch's (without ``include_self``, torch also counts an
-    input equal to the result among them, and gives it nothing; this does not count it).
-    "sum" and "mean" are scatter-adds; the others compare each target position with every
-    source entry of its slice, so they cost (entries along ``dim``) x (positions along
-    ``dim``) per slice."""
+    among the tied entries, as torch's (see ``_scatter_reduce_vjp``). All but "prod" are one
+    op; "prod" compares each target position with every source entry of its slice, so it
+    costs (entries along ``dim``) x (positions along ``dim``) per slice."""
     if reduce not in ("sum", "mean", "amax", "amin", "prod"):
         raise ValueError(f"scatter_reduce: reduce must be 'sum', 'mean', 'amax', 'amin' or "
                          f"'prod', got {reduce!r}")
     d = normalize_dim(dim, input.ndim)
-    _grid(input, d, index, "scatter_reduce")   # (checks the index)
+    _grid_checks(input, d, index, "scatter_reduce")
     src = _scatter_values(src, index, input)
     if tuple(src.shape) != tuple(index.shape):
-        src = shape_ops.slice_dims(src, [(0, n, 1) for n in index.shape])
+        src = shape_ops.expand(src, tuple(index.shape)) if src.ndim == 0 else \
+            shape_ops.slice_dims(src, [(0, n, 1) for n in index.shape])
+    if reduce != "prod":
+        return apply(SCATTER_REDUCE, input, index, src, dim=d, reduce=reduce,
+                     include_self=bool(include_self))
     # (where a position receives nothing, the result is the input, include_self or not)
     hit = None if include_self else \
         scatter(creation.zeros_like(input, dtype=dtypes.bool_), d, index, True)
-    base = input if include_self else elementwise.where(hit, 0, input)
-    if reduce in ("sum", "mean"):
-        total = scatter_add(base, d, index, src)
-        if reduce == "sum":
-            return total
-        ones = creation.ones_like(input)
-        count = scatter_add(ones if include_self else elementwise.where(hit, 0, ones), d,
-                            index, creation.ones_like(src))
-        return total / count if input.is_floating_point() else \
-            elementwise.floor_divide(total, count)
     if any(i != n for k, (i, n) in enumerate(zip(index.shape, input.shape)) if k != d):
         raise NotImplementedError(f"scatter_reduce(reduce={reduce!r}): the index (shape "
                                   f"{tuple(index.shape)}) must cover the input (shape "
@@ -814,13 +903,10 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     # every source entry j against every target position t of its slice: (..., j, t, ...)
     # (one_hot checks the index's range, as scatter does)
     here = shape_ops.movedim(one_hot(index, input.shape[d]).to(dtypes.bool_), -1, d + 1)
-    big = np.inf if input.is_floating_point() else np.iinfo(dtypes.to_np(input.dtype)).max
-    neutral = {"amax": -big, "amin": big, "prod": 1}[reduce]
-    candidates = elementwise.where(here, shape_ops.unsqueeze(src, d + 1), neutral)
-    combine = {"amax": red.amax, "amin": red.amin, "prod": red.prod}[reduce]
+    candidates = elementwise.where(here, shape_ops.unsqueeze(src, d + 1), 1)
     if include_self:
-        return combine(shape_ops.cat([shape_ops.unsqueeze(input, d), candidates], d), d)
-    return elementwise.where(hit, combine(candidates, d), input)
+        return red.prod(shape_ops.cat([shape_ops.unsqueeze(input, d), candidates], d), d)
+    return elementwise.where(hit, red.prod(candidates, d), input)
 
 
 def _vector_index(name, index):

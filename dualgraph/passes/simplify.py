@@ -23,8 +23,9 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import (ADD, CAST, DIV, GT, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW,
-                               SQRT, SUB, WHERE, expand_power, power_by_products)
+from ..ops.elementwise import (ADD, CAST, DIV, GT, HARDSIGMOID, HARDSWISH, HARDTANH, LOG, LT,
+                               MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB, WHERE, expand_power,
+                               power_by_products)
 from ..ops.conv import AVG_POOL2D
 from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
@@ -226,6 +227,13 @@ def _bound_by(op):
     return lambda m: call(op, [m.x, m.c]) if m.c == m.d else None
 
 
+def _hard_gate(v):
+    # hardsigmoid's ops (the kernels of hardsigmoid and hardswish run them: the same bits),
+    # the clamp and scale the epilogue rules read
+    clamp = call(MINIMUM, [call(MAXIMUM, [call(ADD, [v, 3.0]), 0.0]), 6.0])
+    return call(DIV, [clamp, 6.0])
+
+
 _NUMPY = {DIV: np.divide, MUL: np.multiply}
 
 
@@ -389,6 +397,13 @@ RULES = [
          "where(x < c, c, x) -> maximum(x, c) (clamp's lower bound)"),
     Rule(P(WHERE, P(GT, x, c), d, x), _bound_by(MINIMUM),
          "where(x > c, c, x) -> minimum(x, c) (clamp's upper bound)"),
+    Rule(P(HARDTANH, x, min_val=Var("lo"), max_val=Var("hi")),
+         lambda m: call(MINIMUM, [call(MAXIMUM, [m.x, m.lo]), m.hi]),
+         "hardtanh(x, lo, hi) -> minimum(maximum(x, lo), hi) (the clamp the rules read)"),
+    Rule(P(HARDSIGMOID, x), lambda m: _hard_gate(m.x),
+         "hardsigmoid(x) -> minimum(maximum(x + 3, 0), 6) / 6"),
+    Rule(P(HARDSWISH, x), lambda m: call(MUL, [m.x, _hard_gate(m.x)]),
+         "hardswish(x) -> x * (minimum(maximum(x + 3, 0), 6) / 6)"),
     Rule(P(DIV, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(DIV),
          "clamp(x, lo, hi) / s -> clamp(x / s, lo / s, hi / s) (s > 0: the same bits)"),
     Rule(P(MUL, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(MUL),
@@ -417,12 +432,13 @@ RULES = [
 def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     """Apply the rewrite rules (``RULES``: x*1, x+0, x-0, x/1, x**1, small integer and
     half powers as products, --x, chains of scalar multiplies, clamp's where(x < c, c, x)
-    as maximum (and minimum), a positive scale of a clamp moved before it, a where with a
-    constant condition as the chosen branch, global average pooling as a mean, permute
-    and reshape chains (a select under a reshape as a slice), no-op reshape/expand/cast, a
-    cast after an exact (widening) cast, log(softmax), x @ W.T + b -> linear, stack as a
-    cat of unsqueezes, a cat of slices tiling one tensor -> the tensor, sums of adjacent
-    slice gradients -> cat) to each node, in order, to a fixed point per node.
+    as maximum (and minimum), hardtanh, hardsigmoid and hardswish as that clamp, a positive
+    scale of a clamp moved before it, a where with a constant condition as the chosen
+    branch, global average pooling as a mean, permute and reshape chains (a select under a
+    reshape as a slice), no-op reshape/expand/cast, a cast after an exact (widening) cast,
+    log(softmax), x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices
+    tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat) to each node,
+    in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is
     not taken), the inputs and outputs, and values up to floating-point rounding (``x*2*3``
