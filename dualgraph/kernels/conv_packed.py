@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, loop, numba_available, out_images
 from .conv_lanes import _interleave, finish
 from . import conv_outlanes
 from .conv_outlanes import _offsets, _planes, pad_image
@@ -149,9 +149,10 @@ def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, or
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
-             block, groups):
+             block, groups, ostride):
     """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
-    items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``:
+    items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``
+    (image ``n`` from ``n * ostride``: ``kernels.out_images``):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
     ``Cout/G`` a multiple of sixteen outputs each) and ``bias (pairs*16,)``,
@@ -160,7 +161,7 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     pairs = wp.size // (offsets.size * PAIR)
     size, plane = ho * wo, height * width
     group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
-    images = out.size // (cout * size)
+    images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
     total = images * pairs
     for slot in range(start, stop):
@@ -181,12 +182,13 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 _activate(sums[:halves * size * LANES], act, lo, hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
-                base = (n * cout + p * PAIR + h * LANES) * size
+                first = (p * PAIR + h * LANES) * size
+                base = n * ostride + first
                 _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
-                        q = base + c * size
-                        finish(out[q:q + size], residual[q:q + size], where, act, lo, hi)
+                        q, r = base + c * size, n * cout * size + first + c * size
+                        finish(out[q:q + size], residual[r:r + size], where, act, lo, hi)
 
 
 def pack(w: np.ndarray) -> np.ndarray:
@@ -265,7 +267,8 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
          where=0, act=0, lo=-np.inf, hi=np.inf, groups=1):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with the weight of
     ``kernel = (kh, kw)`` packed by :func:`pack` and ``bias (Cout,)`` (float32,
-    :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments;
+    :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments
+    (``out`` may be a concatenation's block of channels: ``kernels.out_images``);
     ``plan_`` the geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
     x = np.ascontiguousarray(x, F)
     n, c, h, wd = x.shape
@@ -280,8 +283,9 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     acc = np.empty((workers, PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
+    flat_out, ostride = out_images(out)
     run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
-             out.reshape(-1), res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
+             flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
              wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
-             groups, threads=workers)
+             groups, ostride, threads=workers)
     return out
