@@ -480,9 +480,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +20, ops/ +10 and the core +30 (issue 26, i-regnet): conv outputs written into a
 # concatenation's block of channels at any batch (kernels.out_images, an image stride in
 # the packed, 1x1 and Winograd loops; the other conv kernels through a fresh array).
-CORE_BUDGET = 30_941
+# kernels/ +122 and the core with it (i-regnet): the packed conv loop's sixteen-lane pair
+# on AVX-512 (conv_packed._wide_pair_sums) and simd.py's sixteen-lane intrinsics.
+CORE_BUDGET = 31_063
 BUDGETS = {".": 2_034, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_893, "ops": 11_012,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_015, "ops": 11_012,
            "passes": 3_600, "export": 3_840, "nn": 4_650, "optim": 1_595, "profiler": 440,
            "utils": 600, "distributions": 1_421}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

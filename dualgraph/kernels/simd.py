@@ -10,6 +10,12 @@ in one ``ymm`` register where the CPU has AVX (on SSE-only CPUs LLVM splits it i
 has FMA (``llvm.fmuladd``: a multiply and an add where it has not, never a library call),
 ``maximum`` ``vmaxps``.
 
+Sixteen-lane (``WIDE``) vectors, for a loop that keeps sixteen channels in one AVX-512
+register where the CPU has one (``load_wide``, ``broadcast_wide_at``, ``fma``, ``add``,
+and ``low_half``/``high_half``/``joined`` between them and the eight-lane ones): LLVM
+splits them into two ``ymm`` registers elsewhere (the same results), so a loop takes them
+only where ``isa.vector_registers()`` says AVX-512 is there.
+
 Loads and stores take a 1-D contiguous array and an element offset, unaligned and
 unchecked: the caller keeps ``offset + 8`` (``+ 15`` for :func:`load_even`) within the
 array. ``maximum``/``minimum`` are ``a > b ? a : b`` (``<``): where ``b`` is NaN they
@@ -22,26 +28,27 @@ from functools import lru_cache
 from . import Intrinsic
 
 LANES = 8
+WIDE = 16      # lanes of the wide vectors (``load_wide``): one AVX-512 register
 
 
 @lru_cache(maxsize=None)
-def vector_type(dtype):
-    """The Numba type of an eight-lane vector of the Numba scalar type ``dtype`` (made and
-    registered with Numba's data model once per process)."""
+def vector_type(dtype, lanes=LANES):
+    """The Numba type of a vector of ``lanes`` (eight, or ``WIDE``) of the Numba scalar
+    type ``dtype`` (made and registered with Numba's data model once per process)."""
     from llvmlite import ir
     from numba.core import types
     from numba.extending import models, register_model
 
     class Vector(types.Type):
         def __init__(self, dtype):
-            self.dtype = dtype
-            super().__init__(name=f"Vector{LANES}({dtype})")
+            self.dtype, self.lanes = dtype, lanes
+            super().__init__(name=f"Vector{lanes}({dtype})")
 
     @register_model(Vector)
     class VectorModel(models.PrimitiveModel):
         def __init__(self, dmm, fe_type):
             element = dmm.lookup(fe_type.dtype).get_value_type()
-            super().__init__(dmm, fe_type, ir.VectorType(element, LANES))
+            super().__init__(dmm, fe_type, ir.VectorType(element, lanes))
 
     return Vector(dtype)
 
@@ -50,13 +57,13 @@ def _is_vector(t) -> bool:
     return type(t).__name__ == "Vector" and getattr(t, "dtype", None) is not None
 
 
-def _pointer(context, builder, array_type, array, offset):
+def _pointer(context, builder, array_type, array, offset, lanes=LANES):
     """The address of element ``offset`` of the 1-D contiguous ``array`` as a pointer to a
-    vector of its elements."""
+    vector of ``lanes`` of its elements."""
     from llvmlite import ir
     data = context.make_array(array_type)(context, builder, array).data
     element = builder.gep(data, [offset])
-    return builder.bitcast(element, ir.VectorType(element.type.pointee, LANES).as_pointer())
+    return builder.bitcast(element, ir.VectorType(element.type.pointee, lanes).as_pointer())
 
 
 def _check_array(array):
@@ -184,8 +191,69 @@ def broadcast_at(typingctx, array, offset):
     return vector_type(array.dtype)(array, offset), codegen
 
 
+@Intrinsic
+def load_wide(typingctx, array, offset):
+    """``array[offset:offset + 16]`` as a ``WIDE`` vector (unaligned): one ``zmm`` register
+    where the CPU has AVX-512 (``isa.vector_registers() >= 32``), else two ``ymm``."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], WIDE)
+        return builder.load(pointer, align=array.dtype.bitwidth // 8)
+    return vector_type(array.dtype, WIDE)(array, offset), codegen
+
+
+@Intrinsic
+def broadcast_wide_at(typingctx, array, offset):
+    """:func:`broadcast_at` into a ``WIDE`` vector."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        kind = context.get_value_type(signature.return_type)
+        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), [0] * WIDE)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+    return vector_type(array.dtype, WIDE)(array, offset), codegen
+
+
+@Intrinsic
+def joined(typingctx, low, high):
+    """The ``WIDE`` vector of two eight-lane vectors' lanes, ``low``'s first."""
+    kind = _same_vectors(low, high)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), list(range(WIDE)))
+        return builder.shuffle_vector(args[0], args[1], mask)
+    return vector_type(kind.dtype, WIDE)(low, high), codegen
+
+
+def _half(name, first):
+    """An intrinsic taking the eight lanes of a ``WIDE`` vector from lane ``first``."""
+    def typer(typingctx, wide):
+        if not (_is_vector(wide) and wide.lanes == WIDE):
+            raise TypeError(f"{name} needs a {WIDE}-lane vector, not {wide}")
+
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                               list(range(first, first + LANES)))
+            return builder.shuffle_vector(args[0], args[0], mask)
+        return vector_type(wide.dtype)(wide), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return Intrinsic(typer)
+
+
+low_half = _half("low_half", 0)
+high_half = _half("high_half", LANES)
+
+
 def _same_vectors(*values):
-    if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
+    if not (all(_is_vector(v) for v in values)
+            and len({(v.dtype, v.lanes) for v in values}) == 1):
         raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")
     return values[0]
 
@@ -216,7 +284,7 @@ def fma(typingctx, a, b, c):
     kind = _same_vectors(a, b, c)
 
     def codegen(context, builder, signature, args):
-        return _call(builder, f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}", args)
+        return _call(builder, f"llvm.fmuladd.v{kind.lanes}f{kind.dtype.bitwidth}", args)
     return kind(a, b, c), codegen
 
 
