@@ -31,10 +31,15 @@ LANES = 8
 WIDE = 16      # lanes of the wide vectors (``load_wide``): one AVX-512 register
 
 
-@lru_cache(maxsize=None)
 def vector_type(dtype, lanes=LANES):
     """The Numba type of a vector of ``lanes`` (eight, or ``WIDE``) of the Numba scalar
-    type ``dtype`` (made and registered with Numba's data model once per process)."""
+    type ``dtype`` (made and registered with Numba's data model once per process: one
+    type, however the lanes are spelt)."""
+    return _vector_type(dtype, lanes)
+
+
+@lru_cache(maxsize=None)
+def _vector_type(dtype, lanes):
     from llvmlite import ir
     from numba.core import types
     from numba.extending import models, register_model
@@ -173,22 +178,32 @@ def tree_sum(typingctx, vector):
     return vector.dtype(vector), codegen
 
 
-@Intrinsic
-def broadcast_at(typingctx, array, offset):
-    """A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` from memory; the
-    offset unchecked and never wrapped: NumPy-style indexing with a signed offset costs
-    three more instructions a load)."""
-    _check_array(array)
+def _broadcaster(name, lanes, doc):
+    """An intrinsic ``(array, offset)``: a vector of ``lanes`` of ``array[offset]``."""
+    def typer(typingctx, array, offset):
+        _check_array(array)
 
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
-    return vector_type(array.dtype)(array, offset), codegen
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            value = builder.load(builder.gep(data, [args[1]]),
+                                 align=array.dtype.bitwidth // 8)
+            kind = context.get_value_type(signature.return_type)
+            one = builder.insert_element(ir.Constant(kind, ir.Undefined), value,
+                                         ir.IntType(32)(0))
+            zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+            return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+        return vector_type(array.dtype, lanes)(array, offset), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
+
+
+broadcast_at = _broadcaster(
+    "broadcast_at", LANES, "A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` "
+    "from memory; the offset unchecked and never wrapped: NumPy-style indexing with a "
+    "signed offset costs three more instructions a load).")
+broadcast_wide_at = _broadcaster("broadcast_wide_at", WIDE,
+                                 ":func:`broadcast_at` into a ``WIDE`` vector.")
 
 
 @Intrinsic
@@ -200,22 +215,6 @@ def load_wide(typingctx, array, offset):
     def codegen(context, builder, signature, args):
         pointer = _pointer(context, builder, signature.args[0], args[0], args[1], WIDE)
         return builder.load(pointer, align=array.dtype.bitwidth // 8)
-    return vector_type(array.dtype, WIDE)(array, offset), codegen
-
-
-@Intrinsic
-def broadcast_wide_at(typingctx, array, offset):
-    """:func:`broadcast_at` into a ``WIDE`` vector."""
-    _check_array(array)
-
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), [0] * WIDE)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
     return vector_type(array.dtype, WIDE)(array, offset), codegen
 
 
