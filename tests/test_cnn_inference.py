@@ -200,8 +200,8 @@ def _ops(compiled):
 @pytest.mark.parametrize("batch,size", [(1, 9), (3, 7), (2, 1)])
 def test_cat_of_convs_written_in_place(batch, size):
     """A fire module's cat of two conv results becomes one conv2d_cat (each conv writes
-    its channels of the output: at batch 1 in place, else copied), equal to eager and to
-    torch."""
+    its channels of the output: in place, or through a fresh array for convs this small),
+    equal to eager and to torch."""
     model, reference = _fire_pair()
     (x,) = _arrays(np.random.default_rng(6), (batch, 5, size, size))
     compiled, got, eager, want = compiled_eager_torch(model, reference, x)

@@ -114,6 +114,28 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
         x, w, b, act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs))
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_sixteen_lanes_give_the_bits_of_eight(monkeypatch, wide):
+    """The pair's sixteen channels in one wide vector, twelve positions at a time (what the
+    loop takes on AVX-512), and in two eight-lane vectors, six at a time, give the same
+    bits on every case (a run past the plane's end, spare channels, groups, strides,
+    dilation, the epilogue with a residual); either one where the host has the other
+    (a wide vector is then two registers)."""
+    cases = [(_data(case), {}) for case in CASES]
+    x, w, b, attrs = _data(GROUPED[1])
+    r = np.random.default_rng(3).standard_normal(
+        tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
+    cases.append(((x, w, b, attrs), dict(act="silu", residual_at="before")))
+    monkeypatch.setattr(conv_packed, "wide", lambda: not wide)
+    wants = [_packed(x, w, b, *((r,) if e else ()), **e, **attrs)
+             for (x, w, b, attrs), e in cases]
+    monkeypatch.setattr(conv_packed, "wide", lambda: wide)
+    monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1 if wide else conv_packed.BLOCK_BYTES)
+    for ((x, w, b, attrs), e), want in zip(cases, wants):
+        np.testing.assert_array_equal(_packed(x, w, b, *((r,) if e else ()), **e, **attrs),
+                                      want)
+
+
 def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     """A 3-channel 3x3 first layer (1728 weights a position) runs conv_outlanes' loop,
     measured faster there than packed; a 3-channel 7x7 one (9408) is packed."""

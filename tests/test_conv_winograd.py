@@ -225,7 +225,7 @@ def _fire(lib):
 def test_a_concatenation_writes_its_winograd_and_packed_branches(batch, size, tmp_path):
     """conv_cat runs after conv_winograd and conv_packed: the cat's members keep the
     kernels their cost rules chose (Winograd's inverse transform written into its channels
-    of the cat at batch 1, copied there at 2), compiled and through ``dg.onnx.load``, equal
+    of the cat, at batch 2 a whole image apart), compiled and through ``dg.onnx.load``, equal
     to eager and torch (odd planes: partial tiles)."""
     x = np.random.default_rng(batch).standard_normal((batch, 8, *size)).astype(np.float32)
     compiled, loaded = compiled_and_loaded(_fire, x, tmp_path, scale=0.2)

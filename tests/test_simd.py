@@ -1,4 +1,4 @@
-"""The eight-lane intrinsics of ``kernels/simd.py`` against NumPy at odd offsets and
+"""The eight- and sixteen-lane intrinsics of ``kernels/simd.py`` against NumPy at odd offsets and
 lengths, the machine code they become (``ymm`` FMA and max on an AVX2 CPU), and the same
 loops compiled for a generic x86-64 CPU (SSE only), where LLVM splits the vectors; the
 sixteen-lane (wide) ones beside eight-lane ones in one loop, ``zmm`` FMA on AVX-512."""
@@ -13,10 +13,10 @@ numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
-                                    broadcast_at_wide, broadcast_wide, fma, load,
-                                    load_even, load_wide, maximum, maximum_nan, minimum,
-                                    multiply, store, subtract, transpose, tree_sum,
-                                    where_greater)
+                                    broadcast_at_wide, broadcast_wide, fma, high_half,
+                                    joined, load, load_even, load_wide, low_half, maximum,
+                                    maximum_nan, minimum, multiply, store, subtract,
+                                    transpose, tree_sum, where_greater)
 
 
 @loop
@@ -84,6 +84,27 @@ def test_wide_intrinsics_match_numpy():
     np.testing.assert_array_equal(out[19:35], x[20] + y[1:17])
     np.testing.assert_allclose(out[35:43], x[3:11] * y[1:9] + np.float32(0.25), rtol=1e-6)
     assert np.isnan(out[:3]).all()
+
+
+@loop
+def _wide_halves(x, y, out):
+    """The sixteen-lane intrinsics: ``fma`` and ``add`` of ``load_wide``,
+    ``broadcast_at_wide`` and ``joined`` vectors, stored by halves."""
+    u, v = load_wide(x, 3), broadcast_at_wide(y, 2)
+    w = joined(load(y, 1), load(x, 0))
+    r = add(fma(u, v, w), u)
+    store(out, 1, low_half(r))
+    store(out, 9, high_half(r))
+
+
+def test_sixteen_lane_intrinsics_match_numpy():
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal(19).astype(np.float32), rng.standard_normal(9).astype(np.float32)
+    out = np.full(18, np.nan, np.float32)
+    _wide_halves(x, y, out)
+    want = x[3:19] * y[2] + np.concatenate([y[1:9], x[0:8]]) + x[3:19]
+    np.testing.assert_allclose(out[1:17], want, rtol=1e-6, atol=1e-6)
+    assert np.isnan(out[[0, 17]]).all()
 
 
 @loop

@@ -15,6 +15,7 @@ without starting Numba at all (which costs 0.6-1 s); Numba is imported only to c
 from __future__ import annotations
 
 import importlib.util
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -112,6 +113,33 @@ def loop(fn=None, *, fastmath=False):
 def flat(a: np.ndarray) -> np.ndarray:
     """``a`` as a contiguous 1-D array (a view when it already is contiguous)."""
     return np.ascontiguousarray(a).reshape(-1)
+
+
+def out_images(out: np.ndarray) -> tuple[np.ndarray, int]:
+    """A conv's output ``out (N, C, H, W)`` as a flat array from its first element and the
+    distance between its images in that array: ``out`` itself and ``C*H*W`` where it is
+    contiguous; else ``out`` is a block of channels of a larger output (a concatenation's:
+    ``conv2d_cat``), each image's ``(C, H, W)`` contiguous, the images a whole larger
+    image apart, and the flat array a view that spans them (a loop writing image ``n``'s
+    element ``i`` at ``n * stride + i`` writes ``out``, and nothing between its images).
+
+    >>> y = np.zeros((2, 5, 1, 1), np.float32)
+    >>> flat, stride = out_images(y[:, 1:3])
+    >>> flat.shape, stride
+    ((7,), 5)
+    """
+    per = math.prod(out.shape[1:])
+    if out.flags.c_contiguous or out.size == 0:
+        return out.reshape(-1), per
+    size = out.itemsize
+    inner = [size * math.prod(out.shape[d + 1:]) for d in range(1, out.ndim)]
+    if (any(s != e for s, e, d in zip(out.strides[1:], inner, out.shape[1:]) if d > 1)
+            or out.strides[0] % size or out.strides[0] < 0 or not out.flags.writeable):
+        raise ValueError(f"an output of strides {out.strides} for {out.shape}: each image "
+                         "must be contiguous and writeable")
+    stride = out.strides[0] // size
+    span = (out.shape[0] - 1) * stride + per
+    return np.lib.stride_tricks.as_strided(out, (span,), (size,)), stride
 
 
 def rows(a: np.ndarray, width: int) -> np.ndarray:

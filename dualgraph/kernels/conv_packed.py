@@ -24,6 +24,12 @@ and then its bias's, as ``conv_outlanes`` sums them: the same bits, tap by tap i
 order) go to ``(2, Ho*Wo, 8)`` and are transposed 8x8 into the output planes with
 the epilogue (``conv_lanes.finish``).
 
+Where the loops are compiled with AVX-512 (:func:`wide`) a pair's sixteen channels are one
+``WIDE`` vector and twelve positions are summed at once (:func:`_wide_pair_sums`): twelve
+multiply-adds a tap where the eight-lane pair takes twenty-four for the same outputs, each
+output the same chain of multiply-adds in the same order (the same bits), the sums stored
+to the same staging buffer as two halves.
+
 Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
 ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
 the ``C/G*kh*kw`` of that group's input channels, so its positions' bases start at the
@@ -38,19 +44,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, isa, loop, numba_available, out_images
 from .conv_lanes import _interleave, finish
 from . import conv_outlanes
 from .conv_outlanes import _offsets, _planes, pad_image
 from .conv_shallow import MAX_CHANNELS
 from .epilogue import _activate
-from .simd import LANES, add, broadcast, broadcast_at, fma, load, store
+from .simd import (LANES, add, broadcast, broadcast_at, broadcast_at_wide, fma, high_half,
+                   joined, load, load_wide, low_half, store)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
 PAIR = 2 * LANES      # output channels of one packed block: two vectors
 RUN = 6               # output positions summed at once
+WIDE_RUN = 12         # ... where sixteen channels are one vector (``wide``)
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
@@ -146,12 +154,103 @@ def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, or
                     b0, b1, b2, b3, b4, b5)
 
 
+@helper(inline="always")
+def _wide_sums(xp, wp, offsets, k0, k1, t, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11,
+               a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11):
+    """:func:`_sums` with the sixteen channels in one ``WIDE`` vector: twelve positions'
+    sums ``a_k`` (their bases ``p0 .. p11``), one weight load a tap."""
+    for k in range(k0, k1):
+        o = offsets[k]
+        u = load_wide(wp, t)
+        a0 = fma(u, broadcast_at_wide(xp, p0 + o), a0)
+        a1 = fma(u, broadcast_at_wide(xp, p1 + o), a1)
+        a2 = fma(u, broadcast_at_wide(xp, p2 + o), a2)
+        a3 = fma(u, broadcast_at_wide(xp, p3 + o), a3)
+        a4 = fma(u, broadcast_at_wide(xp, p4 + o), a4)
+        a5 = fma(u, broadcast_at_wide(xp, p5 + o), a5)
+        a6 = fma(u, broadcast_at_wide(xp, p6 + o), a6)
+        a7 = fma(u, broadcast_at_wide(xp, p7 + o), a7)
+        a8 = fma(u, broadcast_at_wide(xp, p8 + o), a8)
+        a9 = fma(u, broadcast_at_wide(xp, p9 + o), a9)
+        a10 = fma(u, broadcast_at_wide(xp, p10 + o), a10)
+        a11 = fma(u, broadcast_at_wide(xp, p11 + o), a11)
+        t += PAIR
+    return a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11
+
+
+@helper(inline="always")
+def _wide_get(sums, size, q, first, zero):
+    """Position ``q``'s partial sums, both halves of ``sums`` (``zero`` at the ``first``
+    block of taps)."""
+    if first:
+        return zero
+    return joined(load(sums, q * LANES), load(sums, (size + q) * LANES))
+
+
+@helper(inline="always")
+def _wide_put(sums, size, q, a, bias, done):
+    """Position ``q``'s sums ``a`` into both halves of ``sums``, plus ``bias`` after the
+    last block of taps (``done``)."""
+    if done:
+        a = add(a, bias)
+    store(sums, q * LANES, low_half(a))
+    store(sums, (size + q) * LANES, high_half(a))
+
+
+@helper(inline="always")
+def _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, origin):
+    """:func:`_pair_sums` by :func:`_wide_sums`, ``WIDE_RUN`` positions at a time: each
+    output the same chain of multiply-adds (the same bits) in half the instructions where
+    a ``WIDE`` vector is one register."""
+    taps = offsets.size
+    last = size - 1
+    zero = joined(broadcast(F(0)), broadcast(F(0)))
+    s = load_wide(bias, p * PAIR)
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        first, done = k0 == 0, k1 == taps
+        for q in range(0, size, WIDE_RUN):
+            q0, q1, q2, q3 = q, min(q + 1, last), min(q + 2, last), min(q + 3, last)
+            q4, q5, q6, q7 = (min(q + 4, last), min(q + 5, last), min(q + 6, last),
+                              min(q + 7, last))
+            q8, q9, q10, q11 = (min(q + 8, last), min(q + 9, last), min(q + 10, last),
+                                min(q + 11, last))
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _wide_sums(
+                xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                origin + _base(q0, wo, sh, sw, wpad), origin + _base(q1, wo, sh, sw, wpad),
+                origin + _base(q2, wo, sh, sw, wpad), origin + _base(q3, wo, sh, sw, wpad),
+                origin + _base(q4, wo, sh, sw, wpad), origin + _base(q5, wo, sh, sw, wpad),
+                origin + _base(q6, wo, sh, sw, wpad), origin + _base(q7, wo, sh, sw, wpad),
+                origin + _base(q8, wo, sh, sw, wpad), origin + _base(q9, wo, sh, sw, wpad),
+                origin + _base(q10, wo, sh, sw, wpad), origin + _base(q11, wo, sh, sw, wpad),
+                _wide_get(sums, size, q0, first, zero), _wide_get(sums, size, q1, first, zero),
+                _wide_get(sums, size, q2, first, zero), _wide_get(sums, size, q3, first, zero),
+                _wide_get(sums, size, q4, first, zero), _wide_get(sums, size, q5, first, zero),
+                _wide_get(sums, size, q6, first, zero), _wide_get(sums, size, q7, first, zero),
+                _wide_get(sums, size, q8, first, zero), _wide_get(sums, size, q9, first, zero),
+                _wide_get(sums, size, q10, first, zero), _wide_get(sums, size, q11, first, zero))
+            _wide_put(sums, size, q0, a0, s, done)
+            _wide_put(sums, size, q1, a1, s, done)
+            _wide_put(sums, size, q2, a2, s, done)
+            _wide_put(sums, size, q3, a3, s, done)
+            _wide_put(sums, size, q4, a4, s, done)
+            _wide_put(sums, size, q5, a5, s, done)
+            _wide_put(sums, size, q6, a6, s, done)
+            _wide_put(sums, size, q7, a7, s, done)
+            _wide_put(sums, size, q8, a8, s, done)
+            _wide_put(sums, size, q9, a9, s, done)
+            _wide_put(sums, size, q10, a10, s, done)
+            _wide_put(sums, size, q11, a11, s, done)
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
-             block, groups):
+             block, groups, ostride, wide):
     """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
-    items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``:
+    items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``
+    (image ``n`` from ``n * ostride``: ``kernels.out_images``; ``wide``: by
+    :func:`_wide_pair_sums`):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
     ``Cout/G`` a multiple of sixteen outputs each) and ``bias (pairs*16,)``,
@@ -160,7 +259,7 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     pairs = wp.size // (offsets.size * PAIR)
     size, plane = ho * wo, height * width
     group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
-    images = out.size // (cout * size)
+    images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
     total = images * pairs
     for slot in range(start, stop):
@@ -173,20 +272,33 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
                 padded = n
-            _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
-                       p // group_pairs * group_planes)
+            if wide:
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
+                                wpad, p // group_pairs * group_planes)
+            else:
+                _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
+                           p // group_pairs * group_planes)
             channels2 = min(PAIR, cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
                 _activate(sums[:halves * size * LANES], act, lo, hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
-                base = (n * cout + p * PAIR + h * LANES) * size
+                first = (p * PAIR + h * LANES) * size
+                base = n * ostride + first
                 _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
-                        q = base + c * size
-                        finish(out[q:q + size], residual[q:q + size], where, act, lo, hi)
+                        q, r = base + c * size, n * cout * size + first + c * size
+                        finish(out[q:q + size], residual[r:r + size], where, act, lo, hi)
+
+
+def wide() -> bool:
+    """Whether the loop sums a pair's sixteen channels in one ``WIDE`` vector, twelve
+    positions at a time (:func:`_wide_pair_sums`): where the loops are compiled with
+    AVX-512 (``isa.vector_registers``), whose one register then holds them, where the
+    eight-lane pair takes two and twice the multiply-adds."""
+    return isa.vector_registers() >= 32
 
 
 def pack(w: np.ndarray) -> np.ndarray:
@@ -265,7 +377,8 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
          where=0, act=0, lo=-np.inf, hi=np.inf, groups=1):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with the weight of
     ``kernel = (kh, kw)`` packed by :func:`pack` and ``bias (Cout,)`` (float32,
-    :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments;
+    :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments
+    (``out`` may be a concatenation's block of channels: ``kernels.out_images``);
     ``plan_`` the geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
     x = np.ascontiguousarray(x, F)
     n, c, h, wd = x.shape
@@ -280,8 +393,9 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     acc = np.empty((workers, PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
+    flat_out, ostride = out_images(out)
     run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
-             out.reshape(-1), res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
+             flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
              wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
-             groups, threads=workers)
+             groups, ostride, wide(), threads=workers)
     return out

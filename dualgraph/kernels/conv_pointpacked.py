@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, isa, loop, numba_available
+from . import helper, isa, loop, numba_available, out_images
 from .epilogue import plane_tail
 from .simd import LANES, broadcast, broadcast_at, fma, load, store
 from .threads import run_rows, threads_for
@@ -224,16 +224,17 @@ def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
 
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
-             channels, size, cout, kc, sums, groups):
+             channels, size, cout, kc, sums, groups, ostride):
     """Work items ``start * T // S : stop * T // S`` (``S = scratch.shape[0]`` slots, ``T``
     items: ``groups`` groups of the output channels' blocks of eight, each over every
-    image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` = the 1x1
+    image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` (image
+    ``n`` from ``n * ostride``: ``kernels.out_images``) = the 1x1
     conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
     ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
     ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
     ``sums``: the register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
     chunks = -(-size // CHUNK)
-    images = out.size // (cout * size)
+    images = x.size // (channels * size)
     total = images * chunks * groups
     blocks = -(-cout // LANES)
     for slot in range(start, stop):
@@ -244,7 +245,7 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
             b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
-            xo, oo = img * channels * size, img * cout * size
+            xo, oo, ro = img * channels * size, img * ostride, img * cout * size
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
@@ -272,9 +273,9 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
                     _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
                             scratch[slot])
             for co in range(b0 * LANES, min(cout, b1 * LANES)):
-                at = oo + co * size
+                at, rt = oo + co * size, ro + co * size
                 plane_tail(out[at + q0:at + q1], bias[co],
-                           residual[at + q0:at + q1] if where else residual[0:1], act, lo, hi,
+                           residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi,
                            where)
 
 
@@ -319,10 +320,11 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
 
     def run(x, packed, b, *r, out=None):
         out = np.empty(shape, F) if out is None else out
+        flat_out, ostride = out_images(out)
         args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
-                np.ascontiguousarray(b, F), out.reshape(-1),
+                np.ascontiguousarray(b, F), flat_out,
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, scratch,
-                act, lo, hi, where, c, size, cout, KC, sums, groups)
+                act, lo, hi, where, c, size, cout, KC, sums, groups, ostride)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:
@@ -338,6 +340,7 @@ def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.
     """``out (N, Cout, H, W)`` = the 1x1 conv of ``x (N, C, H, W)`` with the weight packed
     by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
     (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
-    a ``residual``; ``sums`` as :func:`fitted`'s). Returns ``out``."""
+    a ``residual``; ``sums`` as :func:`fitted`'s; ``out`` may be a concatenation's block of
+    channels: ``kernels.out_images``). Returns ``out``."""
     run = fitted(x.shape, out.shape[1], residual is not None, where, act, lo, hi, sums)
     return run(x, packed, bias, *(() if residual is None else (residual,)), out=out)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, loop, numba_available, out_images
 from .conv_lanes import finish
 from .threads import run_rows, threads_for
 from .tuning import cores
@@ -109,10 +109,11 @@ def _input_tiles(start, stop, x, v, channels, height, width, top, left, th, tw, 
 
 @loop
 def _output_tiles(start, stop, m, bias, out, residual, cout, ho, wo, th, tw, r0, r1,
-                  where, act, lo, hi):
+                  where, act, lo, hi, ostride):
     """Output channels ``start:stop`` of tile rows ``r0:r1`` (as :func:`_input_tiles`'):
     ``A^T M A`` of each tile's 16 products ``m (16, Cout, T)``, plus the bias, into ``out
-    (N, Cout, Ho, Wo)`` (flat), two rows at a time through ``outs (2, 2 tw)`` (a partial
+    (N, Cout, Ho, Wo)`` (flat, image ``n`` from ``n * ostride``: ``kernels.out_images``),
+    two rows at a time through ``outs (2, 2 tw)`` (a partial
     tile's extra outputs dropped), with ``conv_lanes.finish``'s epilogue on each row
     (``residual`` flat like ``out``). ``A^T M`` first along the tile row (``cols (8,
     tw)``: rows ``m0 + m1 + m2`` and ``m1 - m2 - m3`` of each of the tile's four
@@ -141,10 +142,10 @@ def _output_tiles(start, stop, m, bias, out, residual, cout, ho, wo, th, tw, r0,
             for dy in range(2):
                 y = 2 * ti + dy
                 if y < ho:
-                    q = (n * cout + k) * size + y * wo
+                    q, e = n * ostride + k * size + y * wo, (n * cout + k) * size + y * wo
                     dst = out[q:q + wo]
                     dst[:] = outs[dy, :wo]
-                    finish(dst, residual[q:q + wo], where, act, lo, hi)
+                    finish(dst, residual[e:e + wo], where, act, lo, hi)
 
 
 class Plan(NamedTuple):
@@ -205,8 +206,9 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
          hi=np.inf):
     """``out (N, Cout, Ho, Wo)`` = the 3x3 stride-1 conv of ``x (N, C, H, W)`` with the
     weight transformed by :func:`transform_weight` ``u (16, Cout, C)`` and ``bias (Cout,)``,
-    with ``conv_tiles.conv``'s epilogue arguments; ``plan_`` the geometry's :func:`plan`
-    where the caller keeps it. Returns ``out``."""
+    with ``conv_tiles.conv``'s epilogue arguments (``out`` may be a concatenation's block
+    of channels: ``kernels.out_images``); ``plan_`` the geometry's :func:`plan` where the
+    caller keeps it. Returns ``out``."""
     x = np.ascontiguousarray(x, F)
     n, c, h, wd = x.shape
     cout, ho, wo = out.shape[1:]
@@ -216,7 +218,7 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
     m = np.empty(POINTS * cout * p.block * p.tw, F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
-    flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    flat_x, (flat_out, ostride) = x.reshape(-1), out_images(out)
     b = np.ascontiguousarray(bias, F)
     threads = threads_for(p.block * p.tw * POINTS * max(c, cout))
     for r0 in range(0, rows, p.block):
@@ -228,5 +230,5 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
                  p.th, p.tw, r0, r1, threads=threads)
         np.matmul(u, vb, out=mb)
         run_rows(_output_tiles, cout, mb, b, flat_out, res, cout, ho, wo, p.th, p.tw,
-                 r0, r1, where, act, F(lo), F(hi), threads=threads)
+                 r0, r1, where, act, F(lo), F(hi), ostride, threads=threads)
     return out

@@ -217,9 +217,42 @@ broadcast_at_wide = _broadcast_at(WIDE, "broadcast_at_wide")
 
 
 def _same_vectors(*values):
-    if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
+    if not (all(_is_vector(v) for v in values)
+            and len({(v.dtype, v.lanes) for v in values}) == 1):
         raise TypeError(f"vector arithmetic needs vectors of one type, not {values}")
     return values[0]
+
+
+@Intrinsic
+def joined(typingctx, low, high):
+    """The ``WIDE`` vector of two eight-lane vectors' lanes, ``low``'s first."""
+    kind = _same_vectors(low, high)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), list(range(WIDE)))
+        return builder.shuffle_vector(args[0], args[1], mask)
+    return vector_type(kind.dtype, WIDE)(low, high), codegen
+
+
+def _half(name, first):
+    """An intrinsic taking the eight lanes of a ``WIDE`` vector from lane ``first``."""
+    def typer(typingctx, wide):
+        if not (_is_vector(wide) and wide.lanes == WIDE):
+            raise TypeError(f"{name} needs a {WIDE}-lane vector, not {wide}")
+
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                               list(range(first, first + LANES)))
+            return builder.shuffle_vector(args[0], args[0], mask)
+        return vector_type(wide.dtype)(wide), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return Intrinsic(typer)
+
+
+low_half = _half("low_half", 0)
+high_half = _half("high_half", LANES)
 
 
 def _binary(name, float_op, int_op):

@@ -90,8 +90,12 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
 
 
 def _kernel(x, w, b, *residual, act, bounds, residual_at, out=None, **conv):
-    """(``out``: a C-contiguous array of the output's shape and dtype to write, a slice of
-    a concatenation's: ``conv2d_cat``; a fresh one otherwise)"""
+    """(``out``: an array of the output's shape and dtype to write, a block of channels of
+    a concatenation's: ``conv2d_cat``, whose images may lie apart; a fresh one otherwise)"""
+    if out is not None and not out.flags.c_contiguous:
+        out[...] = _kernel(x, w, b, *residual, act=act, bounds=bounds,
+                           residual_at=residual_at, **conv)   # (its loops: contiguous only)
+        return out
     tiled = _tiled(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
                    out=out, **conv)
     if tiled is not None:
@@ -232,7 +236,9 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
     fitted = conv_ops.specialise_pointwise(f"conv1x1_{act}", x, w, b, *residual,
                                            act=ACTIVATIONS.index(act), bounds=bounds,
                                            where=where, **conv)
-    if fitted is not None or not (kernels.numba_available() and is_static(x.shape) and all(
+    if fitted is not None:
+        return fitted[0], _through_contiguous(fitted[1])
+    if not (kernels.numba_available() and is_static(x.shape) and all(
             getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))):
         return fitted
     method = conv_ops.conv_method(tuple(x.shape), tuple(w.shape), **conv)
@@ -249,7 +255,19 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
         out = np.empty(shape, np.float32) if out is None else out
         return module.conv(x, w, out, *geometry, np.ascontiguousarray(b),
                            residual=residual[0] if residual else None, **codes)
-    return f"{module.__name__.rsplit('.', 1)[1]}_{act}", run
+    return f"{module.__name__.rsplit('.', 1)[1]}_{act}", _through_contiguous(run)
+
+
+def _through_contiguous(run):
+    """``run(*arrays, out=None)``, a fitted kernel whose loops write a contiguous ``out``
+    only, taking any ``out`` (a concatenation's block of channels: ``conv2d_cat``): one
+    whose images lie apart gets a fresh result copied in."""
+    def through(*arrays, out=None):
+        if out is None or out.flags.c_contiguous:
+            return run(*arrays, out=out)
+        out[...] = run(*arrays)
+        return out
+    return through
 
 
 CONV2D_EPILOGUE = defop(
@@ -442,31 +460,29 @@ def cat_member(op, arity: int, attrs: dict) -> tuple:
     return (op.name, arity, *(attrs[k] for k in op.attrs))
 
 
-def _cat_kernel(*inputs, members):
+def _cat_kernel(*inputs, members, out=None):
     """Each member's conv and epilogue written straight into its channels of the one
-    output (its kernel's ``out``) where that block is contiguous (batch 1); else computed
-    and copied there, as ``cat`` would."""
+    output (its kernel's ``out``: a block whose images lie a whole output image apart at
+    batch > 1, which the packed, 1x1 and Winograd loops write in place and the other
+    kernels through a fresh array, ``_through_contiguous``); ``out``, the concatenation's
+    array where the memory plan gives it one (a buffer used again at every call)."""
     parts = _members(inputs, members)
     ys = [op.infer(*args, **attrs) for op, args, attrs in parts]
     n, _, ho, wo = ys[0].shape
-    out = np.empty((n, sum(y.shape[1] for y in ys), ho, wo), ys[0].dtype)
+    if out is None:
+        out = np.empty((n, sum(y.shape[1] for y in ys), ho, wo), ys[0].dtype)
     start = 0
     for (op, args, attrs), y in zip(parts, ys):
-        block = out[:, start:start + y.shape[1]]
+        op.kernel(*args, **attrs, out=out[:, start:start + y.shape[1]])
         start += y.shape[1]
-        if block.flags.c_contiguous:
-            op.kernel(*args, **attrs, out=block)
-        else:
-            block[...] = op.kernel(*args, **attrs)
     return out
 
 
 def _specialise_cat(*inputs, members):
     """``conv2d_cat`` fitted to the node's static shapes: the output's shape, each member's
     channels and its kernel (the member op's fitted kernel where its ``specialise`` gives
-    one, else its kernel with its attrs) worked out once; a call allocates the output and
-    runs each member into its channels (copied there where they are not contiguous:
-    batch > 1). None for symbolic shapes."""
+    one, else its kernel with its attrs) worked out once; a call runs each member into its
+    channels of ``out`` or a fresh array (as ``_cat_kernel``). None for symbolic shapes."""
     out = _infer_cat(*inputs, members=members)
     if not is_static(out.shape):
         return None
@@ -477,15 +493,12 @@ def _specialise_cat(*inputs, members):
         run = fitted[1] if fitted is not None else partial(op.kernel, **attrs)
         runs.append((run, len(args), slice(start, start + cout)))
         start += cout
-    shape, dtype, whole = tuple(out.shape), out.dtype, out.shape[0] == 1
+    shape, dtype = tuple(out.shape), out.dtype
 
-    def run_members(*arrays):
-        y, at = np.empty(shape, dtype), 0
+    def run_members(*arrays, out=None):
+        y, at = np.empty(shape, dtype) if out is None else out, 0
         for run, arity, channels in runs:
-            if whole:
-                run(*arrays[at:at + arity], out=y[:, channels])
-            else:
-                y[:, channels] = run(*arrays[at:at + arity])
+            run(*arrays[at:at + arity], out=y[:, channels])
             at += arity
         return y
     return "conv_cat", run_members
@@ -512,7 +525,7 @@ CAT_MEMBERS = {op.name: op for op in (CONV2D_EPILOGUE, CONV2D_PACKED, CONV2D_WIN
 CONV2D_CAT = defop(
     "conv2d_cat", _cat_kernel, _infer_cat, attrs=("members",), saves="", onnx=None,
     compiler_only=True, decomposition=_cat_decomposition, specialise=_specialise_cat,
-    doc="cat([conv2d_epilogue(...) or conv2d_packed(...) or conv2d_winograd(...), ...], "
+    fills_out=True, doc="cat([conv2d_epilogue(...) or conv2d_packed(...) or conv2d_winograd(...), ...], "
         "dim=1): each member conv written into its own channels of the concatenation, "
         "no copy")
 
