@@ -114,6 +114,24 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
         x, w, b, act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs))
 
 
+@pytest.mark.parametrize("blocks", [False, True])
+def test_sixteen_lane_sums_give_the_bits_of_two_eight_lane_vectors(monkeypatch, blocks):
+    """The loop with each position's sixteen channels in one vector and twelve positions a
+    run (AVX-512's) gives the bits of two eight-lane vectors and six positions on every
+    case (runs crossing rows, planes smaller than a run, spare lanes, groups), its sums
+    also carried from one block of taps to the next and shared among three workers."""
+    if blocks:
+        monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
+    for case in CASES:
+        x, w, b, attrs = _data(case)
+        outs = []
+        for wide in (False, True):
+            monkeypatch.setattr(conv_packed, "wide_sums", lambda wide=wide: wide)
+            outs.append(_packed(x, w, b, act="none", **attrs))
+        np.testing.assert_array_equal(outs[1], outs[0])
+
+
 def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     """A 3-channel 3x3 first layer (1728 weights a position) runs conv_outlanes' loop,
     measured faster there than packed; a 3-channel 7x7 one (9408) is packed."""

@@ -1,6 +1,7 @@
-"""The eight-lane intrinsics of ``kernels/simd.py`` against NumPy at odd offsets and
-lengths, the machine code they become (``ymm`` FMA and max on an AVX2 CPU), and the same
-loops compiled for a generic x86-64 CPU (SSE only), where LLVM splits the vectors."""
+"""The eight- and sixteen-lane intrinsics of ``kernels/simd.py`` against NumPy at odd
+offsets and lengths, the machine code they become (``ymm`` FMA and max on an AVX2 CPU,
+``zmm`` FMA on an AVX-512 one), and the same loops compiled for a generic x86-64 CPU (SSE
+only), where LLVM splits the vectors."""
 import os
 import subprocess
 import sys
@@ -11,9 +12,10 @@ import pytest
 numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
-from dualgraph.kernels.simd import (add, broadcast, broadcast_at, fma, load,  # noqa: E402
-                                    load_even, maximum, maximum_nan, minimum, multiply,
-                                    store, subtract, transpose, tree_sum, where_greater)
+from dualgraph.kernels.simd import (add, broadcast, broadcast_at, broadcast_wide_at,  # noqa: E402
+                                    fma, high, join, load, load_even, load_wide, low, maximum,
+                                    maximum_nan, minimum, multiply, store, subtract,
+                                    transpose, tree_sum, where_greater)
 
 
 @loop
@@ -32,6 +34,10 @@ def _arithmetic(a, x, y, z, out, at):
     store(out, 56 + at, load_even(x, 1))
     store(out, 64 + at, maximum_nan(u, w))
     store(out, 72 + at, broadcast_at(x, 18))
+    wide = fma(load_wide(x, 1), broadcast_wide_at(y, 12), join(load(z, 1), load(y, 0)))
+    store(out, 80 + at, add(wide, wide))
+    store(out, 96 + at, low(wide))
+    store(out, 104 + at, high(wide))
 
 
 @loop
@@ -51,15 +57,16 @@ def test_intrinsics_match_numpy():
     rng = np.random.default_rng(0)
     x, y, z = (rng.standard_normal(n).astype(np.float32) for n in (19, 13, 9))
     x[4], z[3] = np.nan, np.nan     # (maximum_nan keeps both; the others as NumPy's ops)
-    out = np.full(83, np.nan, np.float32)
+    out = np.full(115, np.nan, np.float32)
     _arithmetic(np.float32(0.5), x, y, z, out, 3)
     u, v, w = x[3:11], y[5:13], z[1:9]
+    wide = x[1:17] * y[12] + np.concatenate([z[1:9], y[:8]])
     want = [u * v + w, u + np.float32(0.5), u - v, u * v, np.where(u > v, u, v),
             np.where(u < v, u, v), np.where(u > v, w, np.float32(0.5)), x[1:17:2],
-            np.maximum(u, w), np.full(8, x[18])]
+            np.maximum(u, w), np.full(8, x[18]), *np.split(2 * wide, 2), *np.split(wide, 2)]
     for k, expected in enumerate(want):
         np.testing.assert_allclose(out[3 + 8 * k:11 + 8 * k], expected, rtol=1e-6, atol=1e-6)
-    assert np.isnan(out[:3]).all()    # (nothing written outside the eight lanes)
+    assert np.isnan(out[:3]).all()    # (nothing written outside the lanes)
 
 
 @loop
@@ -123,6 +130,24 @@ def test_machine_code_is_ymm_fma_and_max():
     asm = "\n".join(dispatcher.inspect_asm().values())
     assert any("vfmadd" in line and "ymm" in line for line in asm.splitlines())
     assert any("vmaxps" in line and "ymm" in line for line in asm.splitlines())
+
+
+@loop
+def _wide_fma(x, out):
+    store(out, 0, fma(load_wide(x, 0), broadcast_wide_at(x, 3), load_wide(x, 16)))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "avx512f" not in _flags()
+                    or os.environ.get("NUMBA_CPU_NAME") is not None,
+                    reason="needs Numba compiling for an x86 CPU with AVX-512F")
+def test_wide_vectors_are_zmm_on_avx512():
+    x = np.arange(32, dtype=np.float32)
+    out = np.empty(16, np.float32)
+    dispatcher = numba.njit(build.numba_function(_wide_fma.fn), error_model="numpy")
+    dispatcher(x, out)
+    np.testing.assert_array_equal(out, x[:16] * 3 + x[16:])
+    asm = "\n".join(dispatcher.inspect_asm().values())
+    assert any("vfmadd" in line and "zmm" in line for line in asm.splitlines())
 
 
 GENERIC = """

@@ -24,6 +24,11 @@ and then its bias's, as ``conv_outlanes`` sums them: the same bits, tap by tap i
 order) go to ``(2, Ho*Wo, 8)`` and are transposed 8x8 into the output planes with
 the epilogue (``conv_lanes.finish``).
 
+Where the loop is compiled with AVX-512 (:func:`wide_sums`) a position's sixteen channels
+are one sixteen-lane vector (a ``zmm`` register) and a run is twelve positions: per tap
+one weight load and twelve multiply-adds of twice the width, the same sums in the same
+order lane by lane, so the same bits as the two eight-lane vectors.
+
 Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
 ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
 the ``C/G*kh*kw`` of that group's input channels, so its positions' bases start at the
@@ -44,13 +49,16 @@ from . import conv_outlanes
 from .conv_outlanes import _offsets, _planes, pad_image
 from .conv_shallow import MAX_CHANNELS
 from .epilogue import _activate
-from .simd import LANES, add, broadcast, broadcast_at, fma, load, store
+from . import isa
+from .simd import (LANES, add, broadcast, broadcast_at, broadcast_wide_at, fma, high, join,
+                   load, load_wide, low, store)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
 PAIR = 2 * LANES      # output channels of one packed block: two vectors
 RUN = 6               # output positions summed at once
+WIDE_RUN = 12         # the same with sixteen-lane vectors (``wide_sums``)
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
@@ -146,10 +154,99 @@ def _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, or
                     b0, b1, b2, b3, b4, b5)
 
 
+@helper(inline="always")
+def _wide_sums(xp, wp, offsets, k0, k1, t, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11,
+               a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11):
+    """:func:`_sums` with each position's sixteen channels in one sixteen-lane vector and
+    twelve positions (bases ``p0 .. p11``): per tap one weight load, twelve multiply-adds."""
+    for k in range(k0, k1):
+        o = offsets[k]
+        u = load_wide(wp, t)
+        a0 = fma(u, broadcast_wide_at(xp, p0 + o), a0)
+        a1 = fma(u, broadcast_wide_at(xp, p1 + o), a1)
+        a2 = fma(u, broadcast_wide_at(xp, p2 + o), a2)
+        a3 = fma(u, broadcast_wide_at(xp, p3 + o), a3)
+        a4 = fma(u, broadcast_wide_at(xp, p4 + o), a4)
+        a5 = fma(u, broadcast_wide_at(xp, p5 + o), a5)
+        a6 = fma(u, broadcast_wide_at(xp, p6 + o), a6)
+        a7 = fma(u, broadcast_wide_at(xp, p7 + o), a7)
+        a8 = fma(u, broadcast_wide_at(xp, p8 + o), a8)
+        a9 = fma(u, broadcast_wide_at(xp, p9 + o), a9)
+        a10 = fma(u, broadcast_wide_at(xp, p10 + o), a10)
+        a11 = fma(u, broadcast_wide_at(xp, p11 + o), a11)
+        t += PAIR
+    return a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11
+
+
+@helper(inline="always")
+def _wide_take(sums, size, q, a, k0, s):
+    """Position ``q``'s sixteen sums: its partial sums from ``sums`` (the two halves' at
+    ``q`` and ``size + q``) where taps before ``k0`` were summed, else ``a``."""
+    if k0 > 0:
+        return join(load(sums, q * LANES), load(sums, (size + q) * LANES))
+    return a
+
+
+@helper(inline="always")
+def _wide_put(sums, size, q, a):
+    """Position ``q``'s sixteen sums into the two halves of ``sums``."""
+    store(sums, q * LANES, low(a))
+    store(sums, (size + q) * LANES, high(a))
+
+
+@helper(inline="always")
+def _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad, origin):
+    """:func:`_pair_sums` (the same sums in the same order: the same bits) with sixteen-lane
+    vectors, ``WIDE_RUN`` positions at a time."""
+    taps = offsets.size
+    last = size - 1
+    zero = join(broadcast(F(0)), broadcast(F(0)))
+    s = load_wide(bias, p * PAIR)
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        for q in range(0, size, WIDE_RUN):
+            q0, q1, q2, q3 = q, min(q + 1, last), min(q + 2, last), min(q + 3, last)
+            q4, q5, q6, q7 = min(q + 4, last), min(q + 5, last), min(q + 6, last), min(q + 7, last)
+            q8, q9, q10, q11 = (min(q + 8, last), min(q + 9, last), min(q + 10, last),
+                                min(q + 11, last))
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _wide_sums(
+                xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                origin + _base(q0, wo, sh, sw, wpad), origin + _base(q1, wo, sh, sw, wpad),
+                origin + _base(q2, wo, sh, sw, wpad), origin + _base(q3, wo, sh, sw, wpad),
+                origin + _base(q4, wo, sh, sw, wpad), origin + _base(q5, wo, sh, sw, wpad),
+                origin + _base(q6, wo, sh, sw, wpad), origin + _base(q7, wo, sh, sw, wpad),
+                origin + _base(q8, wo, sh, sw, wpad), origin + _base(q9, wo, sh, sw, wpad),
+                origin + _base(q10, wo, sh, sw, wpad), origin + _base(q11, wo, sh, sw, wpad),
+                _wide_take(sums, size, q0, zero, k0, s), _wide_take(sums, size, q1, zero, k0, s),
+                _wide_take(sums, size, q2, zero, k0, s), _wide_take(sums, size, q3, zero, k0, s),
+                _wide_take(sums, size, q4, zero, k0, s), _wide_take(sums, size, q5, zero, k0, s),
+                _wide_take(sums, size, q6, zero, k0, s), _wide_take(sums, size, q7, zero, k0, s),
+                _wide_take(sums, size, q8, zero, k0, s), _wide_take(sums, size, q9, zero, k0, s),
+                _wide_take(sums, size, q10, zero, k0, s),
+                _wide_take(sums, size, q11, zero, k0, s))
+            if k1 == taps:
+                a0, a1, a2, a3, a4, a5 = (add(a0, s), add(a1, s), add(a2, s), add(a3, s),
+                                          add(a4, s), add(a5, s))
+                a6, a7, a8, a9, a10, a11 = (add(a6, s), add(a7, s), add(a8, s), add(a9, s),
+                                            add(a10, s), add(a11, s))
+            _wide_put(sums, size, q0, a0)
+            _wide_put(sums, size, q1, a1)
+            _wide_put(sums, size, q2, a2)
+            _wide_put(sums, size, q3, a3)
+            _wide_put(sums, size, q4, a4)
+            _wide_put(sums, size, q5, a5)
+            _wide_put(sums, size, q6, a6)
+            _wide_put(sums, size, q7, a7)
+            _wide_put(sums, size, q8, a8)
+            _wide_put(sums, size, q9, a9)
+            _wide_put(sums, size, q10, a10)
+            _wide_put(sums, size, q11, a11)
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
-             block, groups):
+             block, groups, wide):
     """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
     items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``:
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
@@ -173,8 +270,12 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
                 padded = n
-            _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
-                       p // group_pairs * group_planes)
+            if wide:
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
+                                p // group_pairs * group_planes)
+            else:
+                _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
+                           p // group_pairs * group_planes)
             channels2 = min(PAIR, cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
@@ -248,6 +349,14 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
                  or not conv_outlanes.wanted(x_shape, w_shape, padding, groups, dtype)))
 
 
+def wide_sums() -> bool:
+    """Whether the loop keeps a position's sixteen channels in one sixteen-lane vector,
+    twelve positions at a time: where it is compiled with AVX-512's 32 vector registers
+    (``isa.vector_registers``), else two eight-lane vectors, six positions (twelve
+    sixteen-lane sums on 16 ``ymm`` registers would spill)."""
+    return isa.vector_registers() >= 32
+
+
 def groups_fit(x_shape, w_shape, groups) -> bool:
     """Whether the loop takes a conv of ``groups`` with weight ``w_shape`` on ``x_shape``:
     one group, or several, each of a multiple of sixteen output channels (no pair across
@@ -262,7 +371,7 @@ def groups_fit(x_shape, w_shape, groups) -> bool:
 
 
 def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,
-         where=0, act=0, lo=-np.inf, hi=np.inf, groups=1):
+         where=0, act=0, lo=-np.inf, hi=np.inf, groups=1, wide=None):
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with the weight of
     ``kernel = (kh, kw)`` packed by :func:`pack` and ``bias (Cout,)`` (float32,
     :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments;
@@ -283,5 +392,5 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
              out.reshape(-1), res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
              wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
-             groups, threads=workers)
+             groups, wide_sums() if wide is None else wide, threads=workers)
     return out

@@ -25,23 +25,23 @@ LANES = 8
 
 
 @lru_cache(maxsize=None)
-def vector_type(dtype):
-    """The Numba type of an eight-lane vector of the Numba scalar type ``dtype`` (made and
-    registered with Numba's data model once per process)."""
+def vector_type(dtype, lanes=LANES):
+    """The Numba type of a vector of ``lanes`` (eight, or :data:`WIDE`) of the Numba scalar
+    type ``dtype`` (made and registered with Numba's data model once per process)."""
     from llvmlite import ir
     from numba.core import types
     from numba.extending import models, register_model
 
     class Vector(types.Type):
         def __init__(self, dtype):
-            self.dtype = dtype
-            super().__init__(name=f"Vector{LANES}({dtype})")
+            self.dtype, self.lanes = dtype, lanes
+            super().__init__(name=f"Vector{lanes}({dtype})")
 
     @register_model(Vector)
     class VectorModel(models.PrimitiveModel):
         def __init__(self, dmm, fe_type):
             element = dmm.lookup(fe_type.dtype).get_value_type()
-            super().__init__(dmm, fe_type, ir.VectorType(element, LANES))
+            super().__init__(dmm, fe_type, ir.VectorType(element, lanes))
 
     return Vector(dtype)
 
@@ -50,13 +50,13 @@ def _is_vector(t) -> bool:
     return type(t).__name__ == "Vector" and getattr(t, "dtype", None) is not None
 
 
-def _pointer(context, builder, array_type, array, offset):
+def _pointer(context, builder, array_type, array, offset, lanes=LANES):
     """The address of element ``offset`` of the 1-D contiguous ``array`` as a pointer to a
-    vector of its elements."""
+    vector of ``lanes`` of its elements."""
     from llvmlite import ir
     data = context.make_array(array_type)(context, builder, array).data
     element = builder.gep(data, [offset])
-    return builder.bitcast(element, ir.VectorType(element.type.pointee, LANES).as_pointer())
+    return builder.bitcast(element, ir.VectorType(element.type.pointee, lanes).as_pointer())
 
 
 def _check_array(array):
@@ -122,7 +122,7 @@ def store(typingctx, array, offset, value):
         raise TypeError(f"cannot store {value} into {array}")
 
     def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], value.lanes)
         builder.store(args[2], pointer, align=array.dtype.bitwidth // 8)
         return context.get_dummy_value()
     return types.void(array, offset, value), codegen
@@ -151,8 +151,9 @@ def tree_sum(typingctx, vector):
     that order (NumPy's pairwise sum joins its eight running sums so): two shuffles and
     vector adds, then one scalar add."""
     from numba.core import types
-    if not (_is_vector(vector) and isinstance(vector.dtype, types.Float)):
-        raise TypeError(f"tree_sum needs a float vector, not {vector}")
+    if not (_is_vector(vector) and isinstance(vector.dtype, types.Float)
+            and vector.lanes == LANES):
+        raise TypeError(f"tree_sum needs an eight-lane float vector, not {vector}")
 
     def codegen(context, builder, signature, args):
         from llvmlite import ir
@@ -184,9 +185,78 @@ def broadcast_at(typingctx, array, offset):
     return vector_type(array.dtype)(array, offset), codegen
 
 
+# -- sixteen lanes: one ``zmm`` register where the CPU has AVX-512F --------------------------
+# (two ``ymm`` registers elsewhere: same results, and a loop that keeps twelve such sums then
+# spills, so a caller takes them only where ``isa.vector_registers()`` is 32). ``store``,
+# ``add`` and ``fma`` take them as they take eight-lane vectors.
+WIDE = 16
+
+
+@Intrinsic
+def load_wide(typingctx, array, offset):
+    """``array[offset:offset + 16]`` as a sixteen-lane vector (unaligned)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], WIDE)
+        return builder.load(pointer, align=array.dtype.bitwidth // 8)
+    return vector_type(array.dtype, WIDE)(array, offset), codegen
+
+
+@Intrinsic
+def broadcast_wide_at(typingctx, array, offset):
+    """A sixteen-lane vector of ``array[offset]`` (as :func:`broadcast_at`)."""
+    _check_array(array)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+        kind = context.get_value_type(signature.return_type)
+        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), [0] * WIDE)
+        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+    return vector_type(array.dtype, WIDE)(array, offset), codegen
+
+
+def _half(name, first):
+    """An intrinsic giving lanes ``first:first + 8`` of a sixteen-lane vector."""
+    def typer(typingctx, wide):
+        if not (_is_vector(wide) and wide.lanes == WIDE):
+            raise TypeError(f"{name} needs a sixteen-lane vector, not {wide}")
+
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                               list(range(first, first + LANES)))
+            return builder.shuffle_vector(args[0], args[0], mask)
+        return vector_type(wide.dtype)(wide), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = f"Lanes {first}-{first + LANES - 1} of a sixteen-lane vector."
+    return Intrinsic(typer)
+
+
+low = _half("low", 0)
+high = _half("high", LANES)
+
+
+@Intrinsic
+def join(typingctx, a, b):
+    """The sixteen-lane vector of ``a``'s eight lanes, then ``b``'s."""
+    kind = _same_vectors(a, b)
+    if kind.lanes != LANES:
+        raise TypeError(f"join needs two eight-lane vectors, not {a}, {b}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), list(range(WIDE)))
+        return builder.shuffle_vector(args[0], args[1], mask)
+    return vector_type(kind.dtype, WIDE)(a, b), codegen
+
+
 def _same_vectors(*values):
-    if not (all(_is_vector(v) for v in values) and len({v.dtype for v in values}) == 1):
-        raise TypeError(f"eight-lane arithmetic needs vectors of one type, not {values}")
+    if not (all(_is_vector(v) for v in values) and len(set(values)) == 1):
+        raise TypeError(f"lane-wise arithmetic needs vectors of one type, not {values}")
     return values[0]
 
 
@@ -216,7 +286,7 @@ def fma(typingctx, a, b, c):
     kind = _same_vectors(a, b, c)
 
     def codegen(context, builder, signature, args):
-        return _call(builder, f"llvm.fmuladd.v{LANES}f{kind.dtype.bitwidth}", args)
+        return _call(builder, f"llvm.fmuladd.v{kind.lanes}f{kind.dtype.bitwidth}", args)
     return kind(a, b, c), codegen
 
 
@@ -260,7 +330,7 @@ def maximum_nan(typingctx, a, b):
     kind = _same_vectors(a, b)
 
     def codegen(context, builder, signature, args):
-        return _call(builder, f"llvm.maximum.v{LANES}f{kind.dtype.bitwidth}", args)
+        return _call(builder, f"llvm.maximum.v{kind.lanes}f{kind.dtype.bitwidth}", args)
     return kind(a, b), codegen
 
 
