@@ -179,19 +179,12 @@ def _wide_sums(xp, wp, offsets, k0, k1, t, p0, p1, p2, p3, p4, p5, p6, p7, p8, p
 
 
 @helper(inline="always")
-def _wide_take(sums, size, q, a, k0, s):
+def _wide_take(sums, size, q, a, k0):
     """Position ``q``'s sixteen sums: its partial sums from ``sums`` (the two halves' at
     ``q`` and ``size + q``) where taps before ``k0`` were summed, else ``a``."""
     if k0 > 0:
         return join(load(sums, q * LANES), load(sums, (size + q) * LANES))
     return a
-
-
-@helper(inline="always")
-def _wide_put(sums, size, q, a):
-    """Position ``q``'s sixteen sums into the two halves of ``sums``."""
-    store(sums, q * LANES, low(a))
-    store(sums, (size + q) * LANES, high(a))
 
 
 @helper(inline="always")
@@ -209,7 +202,7 @@ def _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpa
             q4, q5, q6, q7 = min(q + 4, last), min(q + 5, last), min(q + 6, last), min(q + 7, last)
             q8, q9, q10, q11 = (min(q + 8, last), min(q + 9, last), min(q + 10, last),
                                 min(q + 11, last))
-            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _wide_sums(
+            run = _wide_sums(
                 xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
                 origin + _base(q0, wo, sh, sw, wpad), origin + _base(q1, wo, sh, sw, wpad),
                 origin + _base(q2, wo, sh, sw, wpad), origin + _base(q3, wo, sh, sw, wpad),
@@ -217,30 +210,17 @@ def _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpa
                 origin + _base(q6, wo, sh, sw, wpad), origin + _base(q7, wo, sh, sw, wpad),
                 origin + _base(q8, wo, sh, sw, wpad), origin + _base(q9, wo, sh, sw, wpad),
                 origin + _base(q10, wo, sh, sw, wpad), origin + _base(q11, wo, sh, sw, wpad),
-                _wide_take(sums, size, q0, zero, k0, s), _wide_take(sums, size, q1, zero, k0, s),
-                _wide_take(sums, size, q2, zero, k0, s), _wide_take(sums, size, q3, zero, k0, s),
-                _wide_take(sums, size, q4, zero, k0, s), _wide_take(sums, size, q5, zero, k0, s),
-                _wide_take(sums, size, q6, zero, k0, s), _wide_take(sums, size, q7, zero, k0, s),
-                _wide_take(sums, size, q8, zero, k0, s), _wide_take(sums, size, q9, zero, k0, s),
-                _wide_take(sums, size, q10, zero, k0, s),
-                _wide_take(sums, size, q11, zero, k0, s))
-            if k1 == taps:
-                a0, a1, a2, a3, a4, a5 = (add(a0, s), add(a1, s), add(a2, s), add(a3, s),
-                                          add(a4, s), add(a5, s))
-                a6, a7, a8, a9, a10, a11 = (add(a6, s), add(a7, s), add(a8, s), add(a9, s),
-                                            add(a10, s), add(a11, s))
-            _wide_put(sums, size, q0, a0)
-            _wide_put(sums, size, q1, a1)
-            _wide_put(sums, size, q2, a2)
-            _wide_put(sums, size, q3, a3)
-            _wide_put(sums, size, q4, a4)
-            _wide_put(sums, size, q5, a5)
-            _wide_put(sums, size, q6, a6)
-            _wide_put(sums, size, q7, a7)
-            _wide_put(sums, size, q8, a8)
-            _wide_put(sums, size, q9, a9)
-            _wide_put(sums, size, q10, a10)
-            _wide_put(sums, size, q11, a11)
+                _wide_take(sums, size, q0, zero, k0), _wide_take(sums, size, q1, zero, k0),
+                _wide_take(sums, size, q2, zero, k0), _wide_take(sums, size, q3, zero, k0),
+                _wide_take(sums, size, q4, zero, k0), _wide_take(sums, size, q5, zero, k0),
+                _wide_take(sums, size, q6, zero, k0), _wide_take(sums, size, q7, zero, k0),
+                _wide_take(sums, size, q8, zero, k0), _wide_take(sums, size, q9, zero, k0),
+                _wide_take(sums, size, q10, zero, k0), _wide_take(sums, size, q11, zero, k0))
+            for i in range(WIDE_RUN):
+                a = add(run[i], s) if k1 == taps else run[i]
+                q_i = min(q + i, last)   # (the last position's sums again past the end)
+                store(sums, q_i * LANES, low(a))
+                store(sums, (size + q_i) * LANES, high(a))
 
 
 @loop(fastmath={"contract"})

@@ -22,12 +22,17 @@ from functools import lru_cache
 from . import Intrinsic
 
 LANES = 8
+WIDE = 16     # lanes of a wide vector (below)
 
 
-@lru_cache(maxsize=None)
 def vector_type(dtype, lanes=LANES):
     """The Numba type of a vector of ``lanes`` (eight, or :data:`WIDE`) of the Numba scalar
     type ``dtype`` (made and registered with Numba's data model once per process)."""
+    return _vector_type(dtype, lanes)
+
+
+@lru_cache(maxsize=None)
+def _vector_type(dtype, lanes):
     from llvmlite import ir
     from numba.core import types
     from numba.extending import models, register_model
@@ -65,15 +70,20 @@ def _check_array(array):
         raise TypeError(f"an eight-lane load or store needs a 1-D contiguous array, not {array}")
 
 
-@Intrinsic
-def load(typingctx, array, offset):
-    """``array[offset:offset + 8]`` as a vector (unaligned)."""
-    _check_array(array)
+def _loader(lanes, name, doc):
+    """An intrinsic giving ``array[offset:offset + lanes]`` as a vector (unaligned)."""
+    def typer(typingctx, array, offset):
+        _check_array(array)
 
-    def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.load(pointer, align=array.dtype.bitwidth // 8)
-    return vector_type(array.dtype)(array, offset), codegen
+        def codegen(context, builder, signature, args):
+            pointer = _pointer(context, builder, signature.args[0], args[0], args[1], lanes)
+            return builder.load(pointer, align=array.dtype.bitwidth // 8)
+        return vector_type(array.dtype, lanes)(array, offset), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
+
+
+load = _loader(LANES, "load", "``array[offset:offset + 8]`` as a vector (unaligned).")
 
 
 @Intrinsic
@@ -167,56 +177,39 @@ def tree_sum(typingctx, vector):
     return vector.dtype(vector), codegen
 
 
-@Intrinsic
-def broadcast_at(typingctx, array, offset):
-    """A vector of ``array[offset]`` in every lane (one ``vbroadcastss`` from memory; the
-    offset unchecked and never wrapped: NumPy-style indexing with a signed offset costs
-    three more instructions a load)."""
-    _check_array(array)
+def _broadcast_from(lanes, name, doc):
+    """An intrinsic giving a vector of ``lanes`` of ``array[offset]`` (one ``vbroadcastss``
+    from memory; the offset unchecked and never wrapped: NumPy-style indexing with a signed
+    offset costs three more instructions a load)."""
+    def typer(typingctx, array, offset):
+        _check_array(array)
 
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
-    return vector_type(array.dtype)(array, offset), codegen
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
+            kind = context.get_value_type(signature.return_type)
+            one = builder.insert_element(ir.Constant(kind, ir.Undefined), value,
+                                         ir.IntType(32)(0))
+            zeros = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+            return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
+        return vector_type(array.dtype, lanes)(array, offset), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
+
+
+broadcast_at = _broadcast_from(LANES, "broadcast_at", "A vector of ``array[offset]`` in every "
+                               "lane (one ``vbroadcastss`` from memory, offset unchecked).")
 
 
 # -- sixteen lanes: one ``zmm`` register where the CPU has AVX-512F --------------------------
 # (two ``ymm`` registers elsewhere: same results, and a loop that keeps twelve such sums then
 # spills, so a caller takes them only where ``isa.vector_registers()`` is 32). ``store``,
 # ``add`` and ``fma`` take them as they take eight-lane vectors.
-WIDE = 16
-
-
-@Intrinsic
-def load_wide(typingctx, array, offset):
-    """``array[offset:offset + 16]`` as a sixteen-lane vector (unaligned)."""
-    _check_array(array)
-
-    def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], WIDE)
-        return builder.load(pointer, align=array.dtype.bitwidth // 8)
-    return vector_type(array.dtype, WIDE)(array, offset), codegen
-
-
-@Intrinsic
-def broadcast_wide_at(typingctx, array, offset):
-    """A sixteen-lane vector of ``array[offset]`` (as :func:`broadcast_at`)."""
-    _check_array(array)
-
-    def codegen(context, builder, signature, args):
-        from llvmlite import ir
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = builder.load(builder.gep(data, [args[1]]), align=array.dtype.bitwidth // 8)
-        kind = context.get_value_type(signature.return_type)
-        one = builder.insert_element(ir.Constant(kind, ir.Undefined), value, ir.IntType(32)(0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), WIDE), [0] * WIDE)
-        return builder.shuffle_vector(one, ir.Constant(kind, ir.Undefined), zeros)
-    return vector_type(array.dtype, WIDE)(array, offset), codegen
+load_wide = _loader(WIDE, "load_wide", "``array[offset:offset + 16]`` as a sixteen-lane "
+                    "vector (unaligned).")
+broadcast_wide_at = _broadcast_from(WIDE, "broadcast_wide_at", "A sixteen-lane vector of "
+                                    "``array[offset]`` (as :func:`broadcast_at`).")
 
 
 def _half(name, first):
