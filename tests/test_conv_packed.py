@@ -118,13 +118,16 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
 def test_sixteen_lane_sums_give_the_bits_of_two_eight_lane_vectors(monkeypatch, blocks):
     """The loop with each position's sixteen channels in one vector and twelve positions a
     run (AVX-512's) gives the bits of two eight-lane vectors and six positions on every
-    case (runs crossing rows, planes smaller than a run, spare lanes, groups), its sums
-    also carried from one block of taps to the next and shared among three workers."""
+    case (runs crossing rows, planes smaller than a run, spare lanes, groups, NaN and
+    infinities in the input), its sums also carried from one block of taps to the next and
+    shared among three workers."""
     if blocks:
         monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)
         monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
-    for case in CASES:
+    for k, case in enumerate(CASES):
         x, w, b, attrs = _data(case)
+        if k % 2:
+            x.reshape(-1)[[3, 7 * k]] = np.nan, np.inf
         outs = []
         for wide in (False, True):
             monkeypatch.setattr(conv_packed, "wide_sums", lambda wide=wide: wide)
