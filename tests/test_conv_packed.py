@@ -136,6 +136,28 @@ def test_sixteen_lanes_give_the_bits_of_eight(monkeypatch, wide):
                                       want)
 
 
+@pytest.mark.parametrize("blocks", [False, True])
+def test_sixteen_lanes_with_nan_blocks_and_workers_give_the_bits_of_eight(monkeypatch,
+                                                                              blocks):
+    """The loop with each position's sixteen channels in one vector and twelve positions a
+    run (AVX-512's) gives the bits of two eight-lane vectors and six positions on every
+    case (runs crossing rows, planes smaller than a run, spare lanes, groups, NaN and
+    infinities in the input), its sums also carried from one block of taps to the next and
+    shared among three workers."""
+    if blocks:
+        monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
+    for k, case in enumerate(CASES):
+        x, w, b, attrs = _data(case)
+        if k % 2:
+            x.reshape(-1)[[3, 7 * k]] = np.nan, np.inf
+        outs = []
+        for wide in (False, True):
+            monkeypatch.setattr(conv_packed, "wide", lambda wide=wide: wide)
+            outs.append(_packed(x, w, b, act="none", **attrs))
+        np.testing.assert_array_equal(outs[1], outs[0])
+
+
 def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     """A 3-channel 3x3 first layer (1728 weights a position) runs conv_outlanes' loop,
     measured faster there than packed; a 3-channel 7x7 one (9408) is packed."""

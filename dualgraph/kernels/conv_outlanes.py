@@ -48,13 +48,17 @@ TAPS = 8
 def pad_image(x, base, channels, rows, cols, width, height, xp, hp, wp, top, left):
     """Planes ``base + c * height * width`` of the flat ``x``, their first ``rows`` rows
     and ``cols`` columns, into the zero-bordered planes ``xp (C, hp, wp)`` at ``(top,
-    left)`` (the border is never written: it stays zero)."""
+    left)`` (the border is never written: it stays zero). Each row is copied between 1-D
+    views indexed from 0: with no index that could be negative, Numba checks none and the
+    copy vectorises (an index like ``dst + v`` kept a wrap check per element, 2-3x the
+    time)."""
     for c in range(channels):
         for y in range(rows):
             src = base + (c * height + y) * width
             dst = (c * hp + y + top) * wp + left
+            row, into = x[src:src + cols], xp[dst:dst + cols]
             for v in range(cols):
-                xp[dst + v] = x[src + v]
+                into[v] = row[v]
 
 
 @helper(inline="always")
