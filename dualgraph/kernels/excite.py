@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
+from . import conv_blocked, helper, loop
 from .epilogue import _activate
 from .simd import LANES, add, broadcast, load, multiply, store
+from .threads import run_rows, threads_for
 
 F = np.float32
 
@@ -59,39 +60,91 @@ def squeeze_excite(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi
                 out[n, c, i] = x[n, c, i] * g
 
 
+@helper(inline="always")
+def _blocked_means(flat, at, blocks, plane, pooled):
+    """``pooled[c]``: the mean of channel ``c`` of the blocked image at ``flat[at:]``
+    (``blocks`` blocks of ``plane`` floats). Each block's positions are summed in eight-lane
+    vectors, four of them taking every fourth position so that the adds' latency is hidden
+    (indexing the 4-D arrays lane by lane, with a store to the sums each element, ran at a
+    third of this rate)."""
+    for b in range(blocks):
+        a0 = a1 = a2 = a3 = broadcast(F(0))
+        i, start = 0, at + b * plane
+        while i + 4 * LANES <= plane:
+            a0 = add(a0, load(flat, start + i))
+            a1 = add(a1, load(flat, start + i + LANES))
+            a2 = add(a2, load(flat, start + i + 2 * LANES))
+            a3 = add(a3, load(flat, start + i + 3 * LANES))
+            i += 4 * LANES
+        while i < plane:
+            a0 = add(a0, load(flat, start + i))
+            i += LANES
+        store(pooled, b * LANES, add(add(a0, a1), add(a2, a3)))
+    for c in range(blocks * LANES):
+        pooled[c] = pooled[c] / F(plane // LANES)
+
+
 @loop(fastmath={"reassoc", "nsz"})
 def squeeze_excite_blocked(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2,
                            out):
     """:func:`squeeze_excite` on channel-blocked images ``x (N, C/8, H*W, 8)`` (channel
     ``c`` is lane ``c % 8`` of block ``c // 8``) into ``out`` of that shape: a blocked
     region's squeeze-and-excitation without converting its input and output. Each block's
-    positions are summed in eight-lane vectors (four, taking every fourth position, so
-    that the adds' latency is hidden) and scaled by its gate vector (indexing the 4-D
-    arrays lane by lane, with a store to the pooled sums each element, ran at a third of
-    this rate)."""
+    positions are scaled by its gate vector."""
     blocks, width = x.shape[1], x.shape[2]
     channels, squeezed, plane = blocks * LANES, w1.shape[0], width * LANES
     flat, dst = x.reshape(-1), out.reshape(-1)
     pooled, hidden, gate = np.empty(channels, F), np.empty(squeezed, F), np.empty(channels, F)
     for n in range(start, stop):
-        for b in range(blocks):
-            at = (n * blocks + b) * plane
-            a0 = a1 = a2 = a3 = broadcast(F(0))
-            i = 0
-            while i + 4 * LANES <= plane:
-                a0 = add(a0, load(flat, at + i))
-                a1 = add(a1, load(flat, at + i + LANES))
-                a2 = add(a2, load(flat, at + i + 2 * LANES))
-                a3 = add(a3, load(flat, at + i + 3 * LANES))
-                i += 4 * LANES
-            while i < plane:
-                a0 = add(a0, load(flat, at + i))
-                i += LANES
-            store(pooled, b * LANES, add(add(a0, a1), add(a2, a3)))
-        for c in range(channels):
-            pooled[c] = pooled[c] / F(width)
+        _blocked_means(flat, n * blocks * plane, blocks, plane, pooled)
         _gate(pooled, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, hidden, gate)
         for b in range(blocks):
             at, g = (n * blocks + b) * plane, load(gate, b * LANES)
             for i in range(at, at + plane, LANES):
                 store(dst, i, multiply(load(flat, i), g))
+
+
+@loop(fastmath={"reassoc", "nsz"})
+def gated_weights_blocked(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2,
+                          packed, out):
+    """Images ``start:stop`` of the blocked ``x (N, C/8, H*W, 8)``: the first ``groups`` of
+    the packed 1x1 weight ``packed`` (``conv_blocked.pack``'s) with each input channel ``c``
+    scaled by the image's gate ``gate[c]`` (:func:`squeeze_excite_blocked`'s), into
+    ``out (N, groups, C, 24)``. The 1x1 conv of the gated image is the conv of the image
+    itself with these weights: ``C * 24 * groups`` multiplies an image instead of a pass
+    that reads and writes it."""
+    blocks, width = x.shape[1], x.shape[2]
+    channels, squeezed, plane = blocks * LANES, w1.shape[0], width * LANES
+    groups, wide = out.shape[1], out.shape[3]   # (packed may have more groups, unread)
+    flat, src, dst = x.reshape(-1), packed.reshape(-1), out.reshape(-1)
+    pooled, hidden, gate = np.empty(channels, F), np.empty(squeezed, F), np.empty(channels, F)
+    for n in range(start, stop):
+        _blocked_means(flat, n * blocks * plane, blocks, plane, pooled)
+        _gate(pooled, w1, b1, w2, b2, act1, lo1, hi1, act2, lo2, hi2, hidden, gate)
+        at = n * groups * channels * wide
+        for g in range(groups):
+            for c in range(channels):
+                g8, q = broadcast(gate[c]), (g * channels + c) * wide
+                for j in range(0, wide, LANES):
+                    store(dst, at + q + j, multiply(load(src, q + j), g8))
+
+
+def gated_pointwise(x_shape, cout: int, codes: tuple, **epilogue):
+    """``run(x, w1, b1, w2, b2, packed, bias, *residual, out=None)``: the 1x1 conv
+    (``conv_blocked.pointwise``'s, with its ``epilogue`` codes) of the blocked ``x``
+    (``x_shape (N, C/8, H, W, 8)``) scaled by its squeeze-and-excitation gate (``w1 (S,
+    C)``, ``b1``, ``w2 (C, S)``, ``b2``; ``codes``: each activation's code and bounds), run
+    on :func:`gated_weights_blocked`'s weights of each image."""
+    n, cb, h, w, _ = x_shape
+    groups = -(-cout // conv_blocked.GROUP)
+    conv = conv_blocked.pointwise(x_shape, cout, per_image=True, **epilogue)
+    scaled = np.empty((n, groups, cb * LANES, conv_blocked.GROUP), F)
+
+    def run(x, w1, b1, w2, b2, packed, bias, *residual, out=None):
+        x = np.ascontiguousarray(x, F)
+        run_rows(gated_weights_blocked, n, x.reshape(n, cb, h * w, LANES),
+                 np.ascontiguousarray(w1).reshape(w1.shape[0], -1), np.ascontiguousarray(b1),
+                 np.ascontiguousarray(w2).reshape(w2.shape[0], -1), np.ascontiguousarray(b2),
+                 *codes, np.ascontiguousarray(packed), scaled, threads=threads_for(x.size))
+        return conv(x, scaled, bias, *residual, out=out)
+    return run
