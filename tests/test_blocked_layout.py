@@ -279,6 +279,7 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch):
                                                                (c,))]
     monkeypatch.setattr(conv_blocked, "threads_for", lambda size: None)
     monkeypatch.setattr(dg.ops.excite, "threads_for", lambda size: None)
+    monkeypatch.setattr(dg.kernels.excite, "threads_for", lambda size: None)
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("DUALGRAPH_NUM_THREADS", threads)
@@ -288,7 +289,11 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch):
         z = conv_blocked.pointwise(y.shape, cout, False)(y, pw, bias)
         e = dg.ops.layout.SQUEEZE_EXCITE_BLOCKED.kernel(y, *se, acts=("relu", "sigmoid"),
                                                         bounds=((-np.inf, np.inf),) * 2)
-        results.append([xb, y, z, e, conv_blocked.unblock(z)])
+        gated = dg.ops.layout.GATED_POINTWISE_BLOCKED.kernel(
+            y, *se, pw, bias, gate_acts=("relu", "sigmoid"),
+            gate_bounds=((-np.inf, np.inf),) * 2, act="none", bounds=(-np.inf, np.inf),
+            residual_at=None)
+        results.append([xb, y, z, e, conv_blocked.unblock(z), gated])
     for one, two in zip(*results):
         np.testing.assert_array_equal(one.view(np.int32), two.view(np.int32))
 

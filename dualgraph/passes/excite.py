@@ -138,7 +138,9 @@ def gated_pointwises(graph: Graph) -> list[tuple[Node, Node]]:
     live = live_readers(graph)
     found = []
     for node in graph.nodes:
-        conv = only_reader(live, node.outputs[0]) if node.op is SQUEEZE_EXCITE_BLOCKED else None
+        if node.op is not SQUEEZE_EXCITE_BLOCKED:
+            continue
+        conv = only_reader(live, node.outputs[0])
         if conv is None or conv.op is not POINTWISE_BLOCKED or conv.inputs[0] is not (
                 node.outputs[0]) or any(v is node.outputs[0] for v in conv.inputs[1:]):
             continue
