@@ -477,13 +477,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the core 30_909.
 # +1 (lead, after the merges): half-precision dropout masks divided in float32, as torch.
 # "." +1 (review): dtypes imports shapes.Sym for a symbolic dim's dtype.
-# kernels/ +47, ops/ +38, passes/ +30 and the core +115 (issue 26, i-mnv3): the rule
+# kernels/ +57, ops/ +38, passes/ +35 and the core +124 (issue 26, i-mnv3): the rule
 # gate_into_weights (passes/excite.py), its op gated_pointwise_blocked (ops/layout.py), the
 # gated weights' loop (kernels/excite.py) and the blocked SE's vector sums.
-CORE_BUDGET = 31_026
+CORE_BUDGET = 31_035
 BUDGETS = {".": 2_034, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_920, "ops": 11_040,
-           "passes": 3_630, "export": 3_840, "nn": 4_650, "optim": 1_595, "profiler": 440,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_930, "ops": 11_040,
+           "passes": 3_635, "export": 3_840, "nn": 4_650, "optim": 1_595, "profiler": 440,
            "utils": 600, "distributions": 1_421}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import conv_blocked, helper, loop
+from . import conv_blocked, flat, helper, loop, rows
 from .epilogue import _activate
 from .simd import LANES, add, broadcast, load, multiply, store
 from .threads import run_rows, threads_for
+from .tuning import cores
 
 F = np.float32
 
@@ -134,17 +135,25 @@ def gated_pointwise(x_shape, cout: int, codes: tuple, **epilogue):
     (``conv_blocked.pointwise``'s, with its ``epilogue`` codes) of the blocked ``x``
     (``x_shape (N, C/8, H, W, 8)``) scaled by its squeeze-and-excitation gate (``w1 (S,
     C)``, ``b1``, ``w2 (C, S)``, ``b2``; ``codes``: each activation's code and bounds), run
-    on :func:`gated_weights_blocked`'s weights of each image."""
+    on :func:`gated_weights_blocked`'s weights of each image. On one thread the weights'
+    loop is called through its compiled entry, kept (working out the types of its fifteen
+    arguments at each call took longer than a small image's loop)."""
     n, cb, h, w, _ = x_shape
     groups = -(-cout // conv_blocked.GROUP)
     conv = conv_blocked.pointwise(x_shape, cout, per_image=True, **epilogue)
     scaled = np.empty((n, groups, cb * LANES, conv_blocked.GROUP), F)
+    workers = max(1, min(n, threads_for(n * cb * LANES * h * w) or cores()))
+    entry = []
 
     def run(x, w1, b1, w2, b2, packed, bias, *residual, out=None):
         x = np.ascontiguousarray(x, F)
-        run_rows(gated_weights_blocked, n, x.reshape(n, cb, h * w, LANES),
-                 np.ascontiguousarray(w1).reshape(w1.shape[0], -1), np.ascontiguousarray(b1),
-                 np.ascontiguousarray(w2).reshape(w2.shape[0], -1), np.ascontiguousarray(b2),
-                 *codes, np.ascontiguousarray(packed), scaled, threads=threads_for(x.size))
+        args = (x.reshape(n, cb, h * w, LANES), rows(w1, w1.shape[1]), flat(b1),
+                rows(w2, w2.shape[1]), flat(b2), *codes, np.ascontiguousarray(packed), scaled)
+        if workers > 1:
+            run_rows(gated_weights_blocked, n, *args, threads=workers)
+        else:
+            if not entry:
+                entry.append(gated_weights_blocked.entry(0, n, *args))
+            entry[0](0, n, *args)
         return conv(x, scaled, bias, *residual, out=out)
     return run
