@@ -90,8 +90,10 @@ def _models(batch, size):
 @pytest.mark.parametrize("batch, size", [(1, (13, 11)), (3, (13, 11)), (1, (41, 35))])
 def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
     """The block's convs all run blocked, and so does its squeeze-and-excitation (fused
-    into one node first: ``squeeze_excite_blocked``, no conversions around it); the
-    head's output is unblocked, the pooled output reshaped."""
+    into one node first: ``squeeze_excite_blocked``, no conversions around it, and on a
+    plane of more positions than the projection's padded channels, into the projection:
+    ``gated_pointwise_blocked``); the head's output is unblocked, the pooled output
+    reshaped."""
     reference, model, x = _models(batch, size)
     with torch.no_grad():
         want = [t.numpy() for t in reference(torch.tensor(x))]
@@ -102,7 +104,9 @@ def test_compiled_region_matches_eager_and_torch(batch, size, tmp_path):
     graph = str(compiled.optimized_graph)
     assert graph.count("depthwise_blocked(") == 2, graph
     assert graph.count("pointwise_blocked(") == 3, graph
-    assert graph.count("squeeze_excite_blocked(") == 1, graph
+    gated = graph.count("gated_pointwise_blocked(")   # (on the 21x18 plane, not the 7x6:
+    assert gated == (size == (41, 35)), graph           # the gated weights' 48 columns fit)
+    assert graph.count("squeeze_excite_blocked(") == 1 - gated, graph
     assert graph.count("unblock_channels(") == 1 and graph.count(" block_channels(") == 1, graph
     assert "middle_means" in compiled.code
     for g, e, w in zip(got, eager, want):
@@ -275,6 +279,7 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch):
                                                                (c,))]
     monkeypatch.setattr(conv_blocked, "threads_for", lambda size: None)
     monkeypatch.setattr(dg.ops.excite, "threads_for", lambda size: None)
+    monkeypatch.setattr(dg.kernels.excite, "threads_for", lambda size: None)
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("DUALGRAPH_NUM_THREADS", threads)
@@ -284,7 +289,11 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch):
         z = conv_blocked.pointwise(y.shape, cout, False)(y, pw, bias)
         e = dg.ops.layout.SQUEEZE_EXCITE_BLOCKED.kernel(y, *se, acts=("relu", "sigmoid"),
                                                         bounds=((-np.inf, np.inf),) * 2)
-        results.append([xb, y, z, e, conv_blocked.unblock(z)])
+        gated = dg.ops.layout.GATED_POINTWISE_BLOCKED.kernel(
+            y, *se, pw, bias, gate_acts=("relu", "sigmoid"),
+            gate_bounds=((-np.inf, np.inf),) * 2, act="none", bounds=(-np.inf, np.inf),
+            residual_at=None)
+        results.append([xb, y, z, e, conv_blocked.unblock(z), gated])
     for one, two in zip(*results):
         np.testing.assert_array_equal(one.view(np.int32), two.view(np.int32))
 

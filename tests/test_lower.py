@@ -295,7 +295,20 @@ def squeeze_and_excitation():
     return g
 
 
+def gated_blocked_projection():
+    g = Graph()
+    x, w1, b1 = f32(g, "x", 1, 2, 9, 9, 8), f32(g, "w1", 2, 16, 1, 1), f32(g, "b1", 2)
+    w2, b2 = f32(g, "w2", 16, 2, 1, 1), f32(g, "b2", 16)
+    wp, b = f32(g, "wp", 1, 16, 24), f32(g, "b", 24)
+    (s,) = g.add_node("squeeze_excite_blocked", [x, w1, b1, w2, b2], dict(
+        acts=("relu", "clamp"), bounds=((-np.inf, np.inf), (0.0, 1.0))), names=["s"])
+    g.set_outputs(list(g.add_node("pointwise_blocked", [s, wp, b], dict(
+        act="none", bounds=(-np.inf, np.inf), residual_at=None), names=["y"])))
+    return g
+
+
 EXAMPLES = {
+    "gate_into_weights": gated_blocked_projection,
     "channels_last": pooled_depthwise_convs,
     "blocked_channels": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,

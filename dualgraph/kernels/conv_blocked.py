@@ -250,12 +250,13 @@ def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
 
 @loop(fastmath={"contract"})
 def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, channels, size,
-               cout, slots):
+               cout, slots, wimage):
     """Work items ``start * T // slots : stop * T // slots`` (``T``: each image's chunks of
     ``CHUNK`` positions) of the flat blocked ``out (N, Cout/8, size, 8)`` = the 1x1 conv of
     the flat blocked ``x (N, C/8, size, 8)`` with the packed ``wp`` and the padded ``bias
     (groups * 24,)``, then ``conv_lanes.finish``'s epilogue (``residual`` flat like
-    ``out``)."""
+    ``out``). Image ``n``'s packed weight starts at ``n * wimage`` (0: one for all; else
+    each image its own, as squeeze-and-excitation's gated weights are)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
     total, groups, blocks = images * chunks, -(-cout // GROUP), channels // LANES
@@ -266,7 +267,7 @@ def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, chan
         xo, oo = img * channels * size, img * cout * size
         for g in range(groups):
             n = min(3, cout // LANES - 3 * g)
-            wo = g * channels * GROUP
+            wo = img * wimage + g * channels * GROUP
             b0 = load(bias, g * GROUP)
             b1, b2 = load(bias, g * GROUP + LANES), load(bias, g * GROUP + 2 * LANES)
             ob = oo + 3 * g * step
@@ -282,11 +283,13 @@ def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, chan
                    lo, hi)
 
 
-def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi=np.inf):
+def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi=np.inf,
+              per_image=False):
     """``run(x, packed, bias, *residual, out=None)``: the 1x1 conv of a blocked ``x``
     (``x_shape (N, C/8, H, W, 8)``) into ``cout`` channels, blocked, with the epilogue's
-    codes (as ``conv_tiles.conv``'s), the packed weight from :func:`pack`; threads and the
-    compiled entry worked out once (a call on a 7x7 plane is tens of microseconds)."""
+    codes (as ``conv_tiles.conv``'s), the packed weight from :func:`pack` (``per_image``:
+    one for each image, ``(N, groups, C, 24)``); threads and the compiled entry worked
+    out once (a call on a 7x7 plane is tens of microseconds)."""
     n, cb, h, w, _ = x_shape
     size = h * w
     shape = (n, cout // LANES, h, w, LANES)
@@ -302,7 +305,8 @@ def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi
         wide[:cout] = b
         args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1), wide,
                 out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
-                _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers)
+                _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers,
+                groups * GROUP * cb * LANES if per_image else 0)
         _call(_pointwise, workers, entry, *args)
         return out
     return run

@@ -37,14 +37,19 @@ def compiled(x, w1, b1, w2, b2) -> bool:
         a.dtype == np.float32 for a in (w1, b1, w2, b2))
 
 
+def activation_codes(acts, bounds) -> tuple:
+    """The loops' arguments for the two activations: each one's code and bounds."""
+    return tuple(v for act, (lo, hi) in zip(acts, bounds)
+                 for v in (ACTIVATIONS.index(act), np.float32(lo), np.float32(hi)))
+
+
 def run_loop(loop, x, w1, b1, w2, b2, acts, bounds, shape):
     """``loop`` (``kernels/excite.py``'s, over images) of ``x`` viewed as ``shape`` (its
     images first), the weights as matrices and the activations as codes: the output,
     ``x``'s shape."""
     c = w1.shape[1]
     out = np.empty(x.shape, np.float32)
-    codes = [v for act, (lo, hi) in zip(acts, bounds)
-             for v in (ACTIVATIONS.index(act), np.float32(lo), np.float32(hi))]
+    codes = activation_codes(acts, bounds)
     run_rows(loop, shape[0], np.ascontiguousarray(x).reshape(shape), kernels.rows(w1, c),
              kernels.flat(b1), kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
              out.reshape(shape), threads=threads_for(x.size))

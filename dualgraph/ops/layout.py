@@ -367,3 +367,51 @@ SQUEEZE_EXCITE_BLOCKED = defop(
                                             bounds=bounds)),
     doc="squeeze_excite on channel-blocked (N, C/8, H, W, 8) activations: the pooled "
         "gate and the channel scale in one loop per image, in the region's layout")
+
+
+def _infer_gated_pointwise(x, w1, b1, w2, b2, wp, b, *residual, gate_acts, gate_bounds,
+                           **epilogue_attrs):
+    _infer_excite_blocked(x, w1, b1, w2, b2, acts=gate_acts, bounds=gate_bounds)
+    return _infer_pointwise_blocked(x, wp, b, *residual, **epilogue_attrs)
+
+
+def _fitted_gated_pointwise(x, w1, b1, w2, b2, wp, b, *residual, gate_acts, gate_bounds, act,
+                            bounds, residual_at):
+    if not _compiled_float32(x, w1, b1, w2, b2, wp, b, *residual):
+        return None
+    return kernels.excite.gated_pointwise(
+        tuple(x.shape), b.shape[0], excite.activation_codes(gate_acts, gate_bounds),
+        **_epilogue_codes(residual, act, bounds, residual_at))
+
+
+def _gated_pointwise_kernel(x, w1, b1, w2, b2, wp, b, *residual, gate_acts, gate_bounds,
+                            **epilogue_attrs):
+    """``kernels/excite.py``'s gated weights and ``conv_blocked``'s 1x1 loop on them
+    (float32, Numba); else ``squeeze_excite_blocked``'s kernel, then
+    ``pointwise_blocked``'s."""
+    run = _fitted_gated_pointwise(x, w1, b1, w2, b2, wp, b, *residual, gate_acts=gate_acts,
+                                  gate_bounds=gate_bounds, **epilogue_attrs)
+    if run is not None:
+        return run(x, w1, b1, w2, b2, wp, b, *residual)
+    y = SQUEEZE_EXCITE_BLOCKED.kernel(x, w1, b1, w2, b2, acts=gate_acts, bounds=gate_bounds)
+    return POINTWISE_BLOCKED.kernel(y, wp, b, *residual, **epilogue_attrs)
+
+
+def _specialise_gated_pointwise(*args, **attrs):
+    """``gated_pointwise_blocked`` fitted to static float32 shapes, as
+    ``gated_conv1x1_blocked_<act>``; else None (the op's kernel)."""
+    run = _fitted_gated_pointwise(*args, **attrs)
+    return None if run is None else (f"gated_conv1x1_blocked_{attrs['act']}", run)
+
+
+GATED_POINTWISE_BLOCKED = defop(
+    "gated_pointwise_blocked", _gated_pointwise_kernel, _infer_gated_pointwise,
+    attrs=("gate_acts", "gate_bounds", "act", "bounds", "residual_at"), saves="", onnx=None,
+    compiler_only=True,
+    decomposition=lambda x, w1, b1, w2, b2, wp, b, *r, gate_acts, gate_bounds, **attrs: (
+        POINTWISE_BLOCKED.decomposition(
+            SQUEEZE_EXCITE_BLOCKED.decomposition(x, w1, b1, w2, b2, acts=gate_acts,
+                                                 bounds=gate_bounds), wp, b, *r, **attrs)),
+    specialise=_specialise_gated_pointwise,
+    doc="pointwise_blocked of squeeze_excite_blocked's output: each image's gate scales the "
+        "1x1 conv's packed weights (per input channel) instead of the image")

@@ -14,6 +14,12 @@ activation)::
 each value read only by the next op, the convs of one group, stride 1, no padding or
 dilation, with a bias and no residual. Five calls, four of them on a few hundred
 elements, become one ``squeeze_excite`` (``ops/excite.py``): a loop per image.
+
+In a channel-blocked region (``passes/layout.py``) the block's next op is usually the 1x1
+projection of the gated image; the rule ``gate_into_weights`` (its row after
+``blocked_channels``) moves the gate into that conv's weights, per image, where the gated
+copy of the weights is no larger than the image: the image is then read once for its
+means and once by the conv, not also scaled into a new array.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from ..ops.conv import CONV2D
 from ..ops.elementwise import MUL
 from ..ops.epilogue import CONV2D_EPILOGUE
 from ..ops.excite import SQUEEZE_EXCITE
+from ..ops.layout import GATED_POINTWISE_BLOCKED, POINTWISE_BLOCKED, SQUEEZE_EXCITE_BLOCKED
 from ..ops.reduce import MEAN
 from .core import Report, live_readers, needed, only_reader, rebuild
 
@@ -117,5 +124,72 @@ def squeeze_excite(graph: Graph, matches: list, report: Report) -> Graph:
     dropped = {node for m in matches for node in m[0]} | {
         node for node in graph.nodes if not any(v in live for v in node.outputs)}
     new = rebuild(graph, {m[0][-1]: m for m in matches}, dropped, emit)
+    report.nodes_after = len(new.nodes)
+    return new
+
+
+def gated_pointwises(graph: Graph) -> list[tuple[Node, Node]]:
+    """The precondition of ``gate_into_weights``: ``(excite, conv)`` for each
+    ``squeeze_excite_blocked`` whose output only a ``pointwise_blocked`` reads, as its
+    input (not its residual), where each image's gated copy of the packed weight is no
+    larger than the image (the padded output channels at most the plane's positions: the
+    copy then costs no more than the channel scale's pass, which reads and writes the
+    image)."""
+    live = live_readers(graph)
+    found = []
+    for node in graph.nodes:
+        if node.op is not SQUEEZE_EXCITE_BLOCKED:
+            continue
+        conv = only_reader(live, node.outputs[0])
+        if conv is None or conv.op is not POINTWISE_BLOCKED or conv.inputs[0] is not (
+                node.outputs[0]) or any(v is node.outputs[0] for v in conv.inputs[1:]):
+            continue
+        _, _, h, w, _ = node.outputs[0].shape
+        groups, _, width = conv.inputs[1].shape
+        if groups * width <= h * w:
+            found.append((node, conv))
+    return found
+
+
+def gate_into_weights(graph: Graph, matches: list, report: Report) -> Graph:
+    """Each match of ``gated_pointwises`` becomes one ``gated_pointwise_blocked(x, w1, b1,
+    w2, b2, wp, b, *residual, gate_acts=, gate_bounds=, act=, bounds=, residual_at=)`` at
+    the conv's place, named as its result: ``conv(x * gate, w) = conv(x, w * gate)``, the
+    gate scaling the weight's input channels, per image, instead of the image.
+
+    Preserves: types, inputs and outputs; values up to rounding (each product is ``(w *
+    g) * x`` where it was ``w * (x * g)``).
+
+    Before::
+
+        graph(%x: f32[1,2,9,9,8], %w1: f32[2,16,1,1], %b1: f32[2], %w2: f32[16,2,1,1],
+              %b2: f32[16], %wp: f32[1,16,24], %b: f32[24]) {
+          %s: f32[1,2,9,9,8] = squeeze_excite_blocked(%x, %w1, %b1, %w2, %b2,
+              acts=('relu', 'clamp'), bounds=((-inf, inf), (0.0, 1.0)))
+          %y: f32[1,3,9,9,8] = pointwise_blocked(%s, %wp, %b, act='none', bounds=(-inf,
+              inf), residual_at=None)
+          return (%y)
+        }
+
+    After::
+
+        graph(%x: f32[1,2,9,9,8], %w1: f32[2,16,1,1], %b1: f32[2], %w2: f32[16,2,1,1],
+              %b2: f32[16], %wp: f32[1,16,24], %b: f32[24]) {
+          %y: f32[1,3,9,9,8] = gated_pointwise_blocked(%x, %w1, %b1, %w2, %b2, %wp, %b,
+              gate_acts=('relu', 'clamp'), gate_bounds=((-inf, inf), (0.0, 1.0)),
+              act='none', bounds=(-inf, inf), residual_at=None)
+          return (%y)
+        }
+    """
+    def emit(b, conv, excite):
+        attrs = dict(gate_acts=excite.attrs["acts"], gate_bounds=excite.attrs["bounds"],
+                     **conv.attrs)
+        inputs = [b.get(v) for v in (*excite.inputs, *conv.inputs[1:])]
+        (b.env[conv.outputs[0]],) = b.add(GATED_POINTWISE_BLOCKED, inputs, attrs,
+                                          conv.location, [conv.outputs[0].name])
+        report.count("gates into weights", f"%{excite.outputs[0].name} -> "
+                                           f"%{conv.outputs[0].name}")
+    new = rebuild(graph, {conv: excite for excite, conv in matches},
+                  {excite for excite, _ in matches}, emit)
     report.nodes_after = len(new.nodes)
     return new

@@ -36,6 +36,7 @@ from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, MATMUL, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
+from ..ops.layout import SQUEEZE_EXCITE_BLOCKED
 from ..ops.norm import LAYER_NORM
 from ..ops.reduce import MEAN, SOFTMAX
 from ..ops.shape import CAT
@@ -50,7 +51,7 @@ from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights
                     winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
-from .excite import squeeze_excite, squeeze_excites
+from .excite import gate_into_weights, gated_pointwises, squeeze_excite, squeeze_excites
 from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_regions,
                      channels_last, channels_last_regions)
 from .group import group_updates, grouped_ops, update_groups
@@ -405,6 +406,10 @@ RULES += [
     # conv_packed, which take the convs left outside)
     LoweringRule("blocked_channels", LAYOUT_CONVS, blocked_channels_regions, blocked_channels,
                  "graph"),
+    # pointwise_blocked(squeeze_excite_blocked(x)), the gated weights of an image no larger
+    # than it -> gated_pointwise_blocked: the gate scales the weights, not the image
+    LoweringRule("gate_into_weights", (SQUEEZE_EXCITE_BLOCKED,), gated_pointwises,
+                 gate_into_weights, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -501,6 +501,37 @@ CASES += [
     for acts, n, cb in [(("relu", "hardsigmoid"), 1, 1), (("silu", "sigmoid"), 3, 2),
                         (("hardswish", "clamp"), 2, 3)]
 ]
+
+
+def gated_pointwise_blocked(gate_acts, act, residual_at=None):
+    """gated_pointwise_blocked (pointwise_blocked of squeeze_excite_blocked's output, each
+    image's gate in its copy of the weights) vs torch's squeeze-and-excitation and 1x1
+    conv between the relayouts."""
+    gate_bounds, bounds = ((-INF, INF), (0.0, 6.0)), (float("-inf"), float("inf"))
+
+    def fn(m, x, w1, b1, w2, b2, wp, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import GATED_POINTWISE_BLOCKED
+            return apply(GATED_POINTWISE_BLOCKED, x, w1, b1, w2, b2, wp, b, *residual,
+                         gate_acts=gate_acts, gate_bounds=gate_bounds, act=act,
+                         bounds=bounds, residual_at=residual_at)
+        y = squeeze_excite_blocked(gate_acts, gate_bounds)(m, x, w1, b1, w2, b2)
+        return pointwise_blocked(act, residual_at)(m, y, wp, b, *residual)
+    return fn
+
+
+CASES += [
+    OpCase("gated_pointwise_blocked", gated_pointwise_blocked(gate_acts, act, at),
+           [In((n, 2, *hw, 8)), In((3, 16, 1, 1)), In((3,)), In((16, 3, 1, 1)), In((16,)),
+            In((2, 16, 24)), In((cout,))] + ([In((n, cout // 8, *hw, 8))] if at else []),
+           f"{'-'.join(gate_acts)}-{act}-{at}-batch{n}-{cout}-{hw[0]}x{hw[1]}",
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for gate_acts, act, at, n, cout, hw in [
+        (("relu", "clamp"), "none", None, 1, 40, (5, 7)),
+        (("hardswish", "clamp"), "hardswish", "before", 3, 24, (13, 11)),
+        (("silu", "sigmoid"), "none", "after", 2, 8, (1, 1)),
+        (("relu", "hardsigmoid"), "relu", None, 2, 16, (3, 2))]
+]
 CASES += [
     OpCase("block_channels", block_op("block_channels"), [In((2, 16, 5, 3))], "",
            dtypes=("float32", "float64"), grad=False),
