@@ -50,11 +50,9 @@ compiled: a compiled program that runs where eager raises is a silent difference
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import random
 import sys
-import traceback
 import warnings
 
 import numpy as np
@@ -62,6 +60,11 @@ import pytest
 import torch as real_torch
 
 import dualgraph as dg
+
+try:
+    from fuzzing import campaign   # (pytest puts tests/ on the path)
+except ImportError:                # (python -m tests.<this module>)
+    from tests.fuzzing import campaign
 
 EXAMPLES = int(os.environ.get("DG_TORCH_API_EXAMPLES", "24"))
 D = 6                      # the width of h; the batch size B changes between calls
@@ -1208,21 +1211,9 @@ def main(argv=None) -> int:
         print(write_program(args.seed)[0])
     else:
         seeds = range(*map(int, args.seeds.split(":")))
-    failed, unsupported, compared = [], collections.Counter(), 0
-    for seed in seeds:
-        try:
-            compared += (check_onnx(seed, f"/tmp/torch_api_{os.getpid()}.onnx") if args.onnx
-                         else check(seed, args.calls))
-        except Unsupported as error:
-            unsupported[str(error).splitlines()[0][:160]] += 1
-        except Exception:
-            failed.append(seed)
-            print(f"--- seed {seed} failed\n{traceback.format_exc()}", flush=True)
-    for message, count in unsupported.most_common():
-        print(f"unsupported ({count}): {message}")
-    print(f"{len(failed)} of {len(seeds)} failed: {failed}; {sum(unsupported.values())} "
-          f"unsupported; {compared} calls compared")
-    return 1 if failed else 0
+    path = f"/tmp/torch_api_{os.getpid()}.onnx"
+    return campaign(seeds, lambda seed: check_onnx(seed, path) if args.onnx
+                    else check(seed, args.calls), Unsupported)
 
 
 if __name__ == "__main__":
