@@ -23,9 +23,10 @@ from ..kernels.threads import fitted_rows, run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes, is_static
 from ..tensor import Tensor
 from . import creation
-from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_type,
-                    infer_binary, infer_binary_float, infer_bool, infer_compare, infer_float,
-                    infer_same, is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
+from ._util import (HALF_FLOATS, as_operand, binary_kernel, cast, empty_into,
+                    float_result_type, infer_binary, infer_binary_float, infer_bool,
+                    infer_compare, infer_float, infer_same, is_float, needs_grad, shape_of,
+                    sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import OpDef, defop
 
@@ -1211,6 +1212,8 @@ def where(condition, input=None, other=None):
 
 
 def _cast_kernel(x, dtype):
+    if x.dtype == np.float64 and np.dtype(dtype) in HALF_FLOATS:   # (as torch: through
+        return x.astype(np.float32).astype(dtype)   # float32, two roundings, not one)
     return x.astype(dtype)
 
 
