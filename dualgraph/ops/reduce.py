@@ -185,6 +185,8 @@ def _row_major(x: np.ndarray) -> np.ndarray:
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     x = _row_major(x)
     out_dt = _sum_dtype(x.dtype, dtype)
+    if out_dt.kind in "iu" and x.dtype.kind not in "iub":   # (torch casts floats first)
+        x = x.astype(out_dt)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
     if out_dt == x.dtype and x.dtype.kind == "f" and x.size >= kernels.MIN_ELEMENTS and dims \
