@@ -510,6 +510,10 @@ FOUND = [
     ("v0 = h.sum((-1, 0), dtype=torch.int8)\nv1 = f.detach().sum(0, dtype=torch.int32)",
      "sum(dtype=int) of floats summed, then cast (torch: casts, then sums)"),
     ("v0 = f[:0] @ f[:0].t()\nv1 = f[:0] @ r.t()", "the backward of an empty product raised"),
+    ("v0 = torch.add(m, m, alpha=0)\nv1 = m.clone()\nv1.add_(m, alpha=-1)\n"
+     "v2 = m.clone()\nv2[-1:].copy_(f.sum(0, keepdim=True))",
+     "a bool tensor times alpha became int64; a bool written through a view from a float "
+     "that needs a gradient came to need one"),
 ]
 
 

@@ -477,13 +477,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the core 30_909.
 # +1 (lead, after the merges): half-precision dropout masks divided in float32, as torch.
 # "." +1 (review): dtypes imports shapes.Sym for a symbolic dim's dtype.
-# ops/ +58 (i-fuzz): torch's rules the typed-program campaign found broken: Python ints
+# ops/ +64 (i-fuzz): torch's rules the typed-program campaign found broken: Python ints
 # wrapped into narrow integer dtypes, integer pow at negative exponents, promotion before
 # add's alpha and addcdiv, zero gradients of trunc division and copysign's sign, 0-d dims,
-# clamp's two tensor bounds, float64 to half precision through float32.
-CORE_BUDGET = 30_969
+# clamp's two tensor bounds, float64 to half precision through float32, empty products.
+CORE_BUDGET = 30_975
 BUDGETS = {".": 2_034, "amp": 320, "autograd": 885, "backends": 40, "capture": 5_070, "cli": 320,
-           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_060,
+           "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 5_873, "ops": 11_066,
            "passes": 3_600, "export": 3_840, "nn": 4_650, "optim": 1_595, "profiler": 440,
            "utils": 600, "distributions": 1_421}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -281,16 +281,26 @@ FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves=
 
 def add(a, b, *, alpha=1):
     if type(alpha) not in (int, float) or alpha != 1:   # (a tensor or traced alpha: no bool)
-        a, b = _promoted(a, b)
-        b = mul(b, alpha)
+        a, b = _scaled(a, b, alpha)
     return apply(ADD, as_operand(a), as_operand(b))
 
 
 def sub(a, b, *, alpha=1):
     if type(alpha) not in (int, float) or alpha != 1:
-        a, b = _promoted(a, b)
-        b = mul(b, alpha)
+        a, b = _scaled(a, b, alpha)
     return apply(SUB, as_operand(a), as_operand(b))
+
+
+def _scaled(a, b, alpha) -> tuple:
+    """``a`` and ``alpha * b`` in the dtype of ``a + b``, as torch's alpha: an integer
+    ``b`` scaled after promotion (not wrapped at uint8's 256 first), a bool one kept bool
+    (``add(m, m, alpha=0)`` is ``m``)."""
+    if not (type(a) is Tensor and type(b) is Tensor and a._data.dtype == b._data.dtype):
+        a, b = _promoted(a, b)   # (an optimiser's ``p.add_(g, alpha=-lr)`` skips this)
+    scaled = mul(b, alpha)
+    if isinstance(b, Tensor) and scaled.dtype != b.dtype and type(alpha) in (int, bool):
+        scaled = scaled.to(b.dtype)
+    return a, scaled
 
 
 def with_zero_gradient(out: Tensor, *inputs) -> Tensor:

@@ -54,7 +54,9 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
         commit_write(target, result.to(target.dtype)._data)
     target._version[0] += 1
-    if through is not None and grad_mode.enabled and (
+    # (an integer or bool tensor never requires grad: ``mask.copy_(x)`` takes x's values)
+    differentiable = grad_mode.enabled and target.dtype.is_floating_point
+    if through is not None and differentiable and (
             result.requires_grad or through[1].requires_grad):
         chain, root = through
         new_root = views.write_root(chain, root, result) if eager else new_root
@@ -63,8 +65,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         modes.refresh_views = views.refresh_stale
     if target._view is not None:
         target._view_version = target._version[0]
-    # (an integer or bool tensor never requires grad: ``mask.copy_(x)`` takes x's values)
-    if result.requires_grad and grad_mode.enabled and target.dtype.is_floating_point:
+    if result.requires_grad and differentiable:
         result = result.to(target.dtype)
         target.requires_grad = True
         target.grad_fn = result.grad_fn
