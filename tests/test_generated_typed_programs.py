@@ -94,7 +94,8 @@ STATEMENTS = [
     "{T} < {T}", "{T} <= {N}", "{T} == {T}", "{T} != {N}", "{T} > {T}", "{N} >= {T}",
     "torch.eq({T}, {T})", "torch.logical_and({T}, {T})", "torch.logical_or({T}, {N})",
     "torch.logical_xor({T}, {T})", "torch.logical_not({T})", "torch.isclose({F}, {F})",
-    "torch.isnan({Z})", "torch.isinf({Z})", "torch.isfinite({Z})", "torch.signbit({Z})",
+    "torch.isnan({Z})", "torch.isinf({Z})", "torch.isfinite({Z})",
+    "torch.signbit(torch.nan_to_num({Z}, nan=0.5))",   # (a NaN's sign is the hardware's)
     "torch.isposinf({Z})", "torch.isneginf({Z})", "torch.isin({I}, torch.tensor([0, 2, -3]))",
     # dtype casts
     "{T}.to(torch.{DT})", "{F}.half()", "{F}.bfloat16()", "{T}.float()", "{T}.double()",
@@ -174,12 +175,12 @@ STATEMENTS = [
     "{out} = {T}.clone()\n{out}.masked_fill_({B}, {T}.max())",
     "{out} = {T}.clone()\n{out}.scatter_({D}, torch.zeros_like({out}, dtype=torch.long), {N})",
     "{out} = {T}.clone()\n{out}.scatter_add_(1, (k % {out}.shape[1])[:, None].expand(-1, 2), {T})",
-    "{out} = {T}.clone()\n{out}.scatter_(0, torch.zeros_like({T}, dtype=torch.long), {T}, "
+    "{out} = {T}.clone()\n{out}.scatter_(0, torch.zeros_like({out}, dtype=torch.long), {T}, "
     "reduce='add')",
-    "{out} = {T}.scatter_reduce(1, torch.zeros_like({T}, dtype=torch.long), {T}, reduce='{RED}')",
+    "{out} = {T}.scatter_reduce(1, torch.zeros_like({P}, dtype=torch.long), {T}, reduce='{RED}')",
     # (not amax/amin without include_self: the gradient of ties with the input differs,
     # as ops/index.py's scatter_reduce says)
-    "{out} = {T}.scatter_reduce(0, torch.zeros_like({T}, dtype=torch.long), {T}, "
+    "{out} = {T}.scatter_reduce(0, torch.zeros_like({P}, dtype=torch.long), {T}, "
     "reduce='{SUM}', include_self=False)",
     "{out} = {T}.clone()\n{out}.index_add_(0, torch.tensor([0, 0]) % {out}.shape[0], {T}[:2], "
     "alpha={K})",
