@@ -1,5 +1,5 @@
-"""What the loader fuzzers share: their settings, outcome statistics, a hang check and
-mutations of JSON documents.
+"""What the fuzzers share: the loader fuzzers' settings, outcome statistics, a hang check
+and mutations of JSON documents; the program generators' long campaigns (``campaign``).
 
 ``DG_FUZZ_EXAMPLES`` sets the examples per fuzz test (CI runs a few, different each run);
 ``--hypothesis-show-statistics`` lists the outcomes each test saw, e.g.::
@@ -7,9 +7,14 @@ mutations of JSON documents.
     DG_FUZZ_EXAMPLES=20000 PYTHONPATH=$PWD python -m pytest -p no:benchmark \\
         tests/test_io_fuzz.py tests/test_graph_fuzz.py --hypothesis-show-statistics
 """
+import argparse
+import collections
 import contextlib
 import os
 import signal
+import traceback
+
+import pytest
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis.errors import InvalidArgument
@@ -71,3 +76,48 @@ def replace_paths(doc, replacements):
         except (KeyError, IndexError, TypeError):
             pass   # an earlier replacement removed this path
     return doc
+
+
+def campaign(seeds, check, unsupported: type) -> int:
+    """A generator's long campaign: ``check(seed)`` (the calls it compared) for each seed;
+    prints each failing seed with its traceback, then how often each ``unsupported``
+    message came and a summary. The exit status: 1 where a seed failed."""
+    failed, lacking, compared = [], collections.Counter(), 0
+    for seed in seeds:
+        try:
+            compared += check(seed)
+        except unsupported as error:
+            lacking[str(error).splitlines()[0][:160]] += 1
+        except Exception:
+            failed.append(seed)
+            print(f"--- seed {seed} failed\n{traceback.format_exc()}", flush=True)
+    for message, count in lacking.most_common():
+        print(f"unsupported ({count}): {message}")
+    print(f"{len(failed)} of {len(seeds)} failed: {failed}; {sum(lacking.values())} "
+          f"unsupported; {compared} calls compared")
+    return 1 if failed else 0
+
+
+def campaign_parser(description: str, examples: int) -> argparse.ArgumentParser:
+    """The arguments of a generator's campaign: ``--seeds 0:3000`` or ``--seed 17``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", default=f"0:{examples}")
+    parser.add_argument("--seed", type=int)
+    return parser
+
+
+def chosen_seeds(args, write_program) -> range:
+    """The seeds ``args`` name; one ``--seed``'s program is printed first."""
+    if args.seed is None:
+        return range(*map(int, args.seeds.split(":")))
+    print(write_program(args.seed)[0])
+    return range(args.seed, args.seed + 1)
+
+
+def check_or_xfail(check, seed: int, unsupported: type) -> None:
+    """A generator's test of one seed: ``check(seed)``; dualgraph's error naming what it
+    lacks (``unsupported``) is an expected failure, listed, never a pass."""
+    try:
+        check(seed)
+    except unsupported as error:
+        pytest.xfail(f"unsupported in dualgraph: {error}")

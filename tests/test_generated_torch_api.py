@@ -49,12 +49,9 @@ compiled: a compiled program that runs where eager raises is a silent difference
 """
 from __future__ import annotations
 
-import argparse
-import collections
 import os
 import random
 import sys
-import traceback
 import warnings
 
 import numpy as np
@@ -62,6 +59,11 @@ import pytest
 import torch as real_torch
 
 import dualgraph as dg
+
+try:   # (pytest puts tests/ on the path; python -m tests.<module> does not)
+    from fuzzing import campaign, campaign_parser, check_or_xfail, chosen_seeds
+except ImportError:
+    from tests.fuzzing import campaign, campaign_parser, check_or_xfail, chosen_seeds
 
 EXAMPLES = int(os.environ.get("DG_TORCH_API_EXAMPLES", "24"))
 D = 6                      # the width of h; the batch size B changes between calls
@@ -1188,41 +1190,19 @@ def check_onnx(seed: int, path: str) -> int:
 
 @pytest.mark.parametrize("seed", range(EXAMPLES))
 def test_generated_torch_api_program(seed):
-    try:
-        check(seed)
-    except Unsupported as error:   # (a clear error naming what is missing: listed, not hidden)
-        pytest.xfail(f"unsupported in dualgraph: {error}")
+    check_or_xfail(check, seed, Unsupported)
 
 
 def main(argv=None) -> int:
     """The long campaign: ``--seeds 0:3000`` (or ``--seed 17``); prints each failure."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default=f"0:{EXAMPLES}")
-    parser.add_argument("--seed", type=int)
+    parser = campaign_parser(__doc__.splitlines()[0], EXAMPLES)
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--onnx", action="store_true",
                         help="export each model in eval mode instead (check_onnx)")
     args = parser.parse_args(argv)
-    if args.seed is not None:
-        seeds = [args.seed]
-        print(write_program(args.seed)[0])
-    else:
-        seeds = range(*map(int, args.seeds.split(":")))
-    failed, unsupported, compared = [], collections.Counter(), 0
-    for seed in seeds:
-        try:
-            compared += (check_onnx(seed, f"/tmp/torch_api_{os.getpid()}.onnx") if args.onnx
-                         else check(seed, args.calls))
-        except Unsupported as error:
-            unsupported[str(error).splitlines()[0][:160]] += 1
-        except Exception:
-            failed.append(seed)
-            print(f"--- seed {seed} failed\n{traceback.format_exc()}", flush=True)
-    for message, count in unsupported.most_common():
-        print(f"unsupported ({count}): {message}")
-    print(f"{len(failed)} of {len(seeds)} failed: {failed}; {sum(unsupported.values())} "
-          f"unsupported; {compared} calls compared")
-    return 1 if failed else 0
+    path = f"/tmp/torch_api_{os.getpid()}.onnx"
+    return campaign(chosen_seeds(args, write_program), lambda seed: check_onnx(seed, path) if args.onnx
+                    else check(seed, args.calls), Unsupported)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,10 @@ def cast(x, dt: np.dtype):
     """An array or scalar as an array of dtype ``dt`` (no copy when it already is)."""
     if type(x) is np.ndarray:
         return x if x.dtype == dt else x.astype(dt)
-    return np.asarray(x, dtype=dt)
+    try:
+        return np.asarray(x, dtype=dt)
+    except OverflowError:   # (a Python int outside a narrow integer dtype: torch wraps it,
+        return np.asarray(x).astype(dt)   # ``uint8_tensor * -1`` is ``* 255``)
 
 
 def zeros_view(shape, dt: np.dtype) -> np.ndarray:

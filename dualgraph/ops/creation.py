@@ -7,6 +7,7 @@ from .. import devices, dtypes
 from ..dispatch import apply, modes
 from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
+from ._util import cast
 from .opdef import defop
 from .random import (RANDOM, RANDOM_BINOMIAL, RANDOM_INTEGERS,  # noqa: F401
                      RANDOM_PERMUTATION, RANDOM_POISSON, Generator, default_generator, draw,
@@ -62,7 +63,7 @@ def _filled(size, fill_value, dtype, requires_grad, device) -> Tensor:
     shape = _size(size)
     if not any(isinstance(d, Sym) for d in (*shape, fill_value)):
         array = (np.zeros(shape, dtype) if fill_value == 0 else    # (calloc: no fill pass)
-                 np.full(shape, fill_value, dtype))
+                 np.full(shape, cast(fill_value, dtype), dtype))
         return _finish(array, requires_grad, device)
     devices.check(device)
     out = apply(FULL, shape=shape, fill_value=fill_value, dtype=np.dtype(dtype))
@@ -80,7 +81,8 @@ def _onnx_full(e, node):
                  value=e.onnx.numpy_helper.from_array(value))]
 
 
-FULL = defop("full", lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype),
+FULL = defop("full", lambda shape, fill_value, dtype: np.full(shape, cast(fill_value, dtype),
+                                                             dtype),
              lambda shape, fill_value, dtype: ShapedType(tuple(shape), np.dtype(dtype)),
              attrs=("shape", "fill_value", "dtype"), onnx=_onnx_full)
 
@@ -188,7 +190,7 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None
 
 
 def _full_like_kernel(x, fill_value, dtype):
-    return np.full(x.shape, fill_value, dtype=dtype)
+    return np.full(x.shape, cast(fill_value, dtype), dtype=dtype)   # (-1 in uint8: 255)
 
 
 def _onnx_full_like(e, node):

@@ -17,15 +17,16 @@ import ml_dtypes
 import numpy as np
 
 from .. import dtypes, kernels
-from ..autograd.tape import grad_mode
+from ..autograd.tape import grad_mode, no_grad
 from ..dispatch import apply
 from ..kernels.threads import fitted_rows, run_rows, threads_for
 from ..shapes import ShapedType, broadcast_shapes, is_static
 from ..tensor import Tensor
 from . import creation
-from ._util import (as_operand, binary_kernel, cast, empty_into, float_result_type,
-                    infer_binary, infer_binary_float, infer_bool, infer_compare, infer_float,
-                    infer_same, is_float, needs_grad, shape_of, sum_to, unary_float_kernel)
+from ._util import (HALF_FLOATS, as_operand, binary_kernel, cast, empty_into,
+                    float_result_type, infer_binary, infer_binary_float, infer_bool,
+                    infer_compare, infer_float, infer_same, is_float, needs_grad, shape_of,
+                    sum_to, unary_float_kernel)
 from .inplace import commit_inplace, inplace, source_of
 from .opdef import OpDef, defop
 
@@ -193,7 +194,18 @@ def _pow_kernel(a, b):
         result = expand_power(cast(a, dt), exponent, np.multiply, np.sqrt,
                               lambda v: np.divide(1.0, v, dtype=dt))
         return result.copy() if result is a else result
+    if dt.kind in "iu" and type(b) is np.ndarray and (b < 0).any():
+        return _int_pow_negative(cast(a, dt), cast(b, dt))
     return np.power(cast(a, dt), cast(b, dt))
+
+
+def _int_pow_negative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integers to a tensor of exponents some of which are negative, as torch computes them
+    (NumPy raises): ``a ** b`` is 1 for a base of 1, -1 or 1 for -1 (by the exponent's
+    parity), else 0. (A Python int exponent below 0 raises, in torch too.)"""
+    negative = b < 0
+    at_negative = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+    return np.where(negative, at_negative, np.power(a, np.where(negative, 0, b))).astype(a.dtype)
 
 
 def _pow_vjp(g, out, a, b):
@@ -269,14 +281,45 @@ FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves=
 
 def add(a, b, *, alpha=1):
     if type(alpha) not in (int, float) or alpha != 1:   # (a tensor or traced alpha: no bool)
-        b = mul(b, alpha)
+        a, b = _scaled(a, b, alpha)
     return apply(ADD, as_operand(a), as_operand(b))
 
 
 def sub(a, b, *, alpha=1):
     if type(alpha) not in (int, float) or alpha != 1:
-        b = mul(b, alpha)
+        a, b = _scaled(a, b, alpha)
     return apply(SUB, as_operand(a), as_operand(b))
+
+
+def _scaled(a, b, alpha) -> tuple:
+    """``a`` and ``alpha * b`` in the dtype of ``a + b``, as torch's alpha: an integer
+    ``b`` scaled after promotion (not wrapped at uint8's 256 first), a bool one kept bool
+    (``add(m, m, alpha=0)`` is ``m``)."""
+    if not (type(a) is Tensor and type(b) is Tensor and a._data.dtype == b._data.dtype):
+        a, b = _promoted(a, b)   # (an optimiser's ``p.add_(g, alpha=-lr)`` skips this)
+    scaled = mul(b, alpha)
+    if isinstance(b, Tensor) and scaled.dtype != b.dtype and type(alpha) in (int, bool):
+        scaled = scaled.to(b.dtype)
+    return a, scaled
+
+
+def with_zero_gradient(out: Tensor, *inputs) -> Tensor:
+    """``out`` (made without history) joined to the ``inputs`` that need a gradient by
+    ``where(True, out, x)``, whose gradient to ``x`` is zero: torch's gradient of a
+    rounding division and of copysign's sign."""
+    for x in inputs:
+        if isinstance(x, Tensor) and x.requires_grad:
+            out = where(True, out, x)
+    return out
+
+
+def _promoted(*operands) -> list:
+    """The operands' tensors cast to their result dtype, as torch's composite ops compute:
+    ``add(f16, u8, alpha=3)`` scales the uint8 tensor as float16 (it wrapped at 256 when
+    scaled first), ``addcdiv(f32, f16, f16)`` divides in float32."""
+    operands = [as_operand(x) for x in operands]
+    dt = _result_type(*operands)
+    return [x.to(dt) if isinstance(x, Tensor) and x.dtype != dt else x for x in operands]
 
 
 def mul(a, b):
@@ -297,7 +340,11 @@ def div(a, b, *, rounding_mode=None):
         return apply(FLOOR_DIVIDE, a, b)
     if rounding_mode == "trunc":
         if is_float(_result_type(a, b)):
-            return trunc(apply(DIV, a, b))
+            # (torch's gradient is zero: trunc's zero through the division's ``g / b``
+            # was NaN where b is 0)
+            with no_grad():
+                out = trunc(apply(DIV, a, b))
+            return with_zero_gradient(out, a, b)
         # integers: a - fmod(a, b) is an exact multiple of b, so flooring its quotient is
         # exact (a float division would round int64s beyond 2**53)
         return apply(FLOOR_DIVIDE, a - fmod(a, b), b)
@@ -329,6 +376,9 @@ def reciprocal(x):
 
 
 def square(x):
+    """``x * x``; a bool tensor's square is int64, as torch's (``pow(x, 2)``)."""
+    if isinstance(x, Tensor) and x.dtype == dtypes.bool_:
+        x = x.to(dtypes.int64)
     return mul(x, x)
 
 
@@ -1060,9 +1110,16 @@ def clamp_max(input, max):
 
 
 def clamp(input, min=None, max=None):
-    """Limit ``input`` to ``[min, max]``; bounds are numbers or tensors, one may be None."""
+    """Limit ``input`` to ``[min, max]``; bounds are numbers or tensors, one may be None.
+    With two tensor bounds, torch's gradients: ``max`` takes it where it is below ``input``
+    or ``min``, ``min`` only where it is below ``max`` (where the two are equal and above
+    ``input``, no one does)."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given (not None)")
+    if isinstance(min, Tensor) and isinstance(max, Tensor):
+        below = where(lt(min, max), min, min.detach())
+        return where(logical_or(gt(input, max), lt(max, min)), max,
+                     where(lt(input, min), below, input))
     out = input if min is None else clamp_min(input, min)
     return out if max is None else clamp_max(out, max)
 
@@ -1165,6 +1222,8 @@ def where(condition, input=None, other=None):
 
 
 def _cast_kernel(x, dtype):
+    if x.dtype == np.float64 and np.dtype(dtype) in HALF_FLOATS:   # (as torch: through
+        return x.astype(np.float32).astype(dtype)   # float32, two roundings, not one)
     return x.astype(dtype)
 
 
@@ -2078,12 +2137,14 @@ def lerp(input, end, weight):
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):
-    """``input + value * tensor1 * tensor2``, as torch.addcmul."""
+    """``input + value * tensor1 * tensor2``, as torch.addcmul (in the result's dtype)."""
+    input, tensor1, tensor2 = _promoted(input, tensor1, tensor2)
     return input + tensor1 * tensor2 * value
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1):
-    """``input + value * tensor1 / tensor2``, as torch.addcdiv."""
+    """``input + value * tensor1 / tensor2``, as torch.addcdiv (in the result's dtype)."""
+    input, tensor1, tensor2 = _promoted(input, tensor1, tensor2)
     return input + tensor1 / tensor2 * value
 
 

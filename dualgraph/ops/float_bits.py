@@ -29,12 +29,12 @@ __all__ = ["copysign", "nextafter"]
 def copysign(input, other):
     """``|input|`` with the sign of ``other`` (a tensor or a number; -0.0 and negative NaNs
     count as negative), as ``torch.copysign``: integers give the default float. The
-    gradient is ``input``'s sign ratio (0 where ``input`` is 0); ``other`` gets none."""
+    gradient is ``input``'s sign ratio (0 where ``input`` is 0); ``other``'s is zero."""
     other = as_operand(other)
     dt = float_result_type(input._data, getattr(other, "_data", other))
     magnitude = ew.abs(input.to(dt))
     if isinstance(other, Tensor):
-        return ew.where(signbit(other), -magnitude, magnitude)
+        return ew.with_zero_gradient(ew.where(signbit(other), -magnitude, magnitude), other)
     return -magnitude if math.copysign(1.0, other) < 0 else magnitude
 
 

@@ -884,6 +884,9 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     if reduce not in ("sum", "mean", "amax", "amin", "prod"):
         raise ValueError(f"scatter_reduce: reduce must be 'sum', 'mean', 'amax', 'amin' or "
                          f"'prod', got {reduce!r}")
+    if input.dtype == dtypes.bool_:   # (torch's: "sum" and "amax" are or, "prod" "and")
+        return scatter_reduce(input.long(), dim, index, src.long(), reduce,
+                              include_self=include_self).bool()
     d = normalize_dim(dim, input.ndim)
     _grid_checks(input, d, index, "scatter_reduce")
     src = _scatter_values(src, index, input)
@@ -1003,11 +1006,9 @@ def masked_fill(input, mask, value):
         raise ValueError(f"masked_fill only supports a 0-d value tensor, got shape "
                          f"{tuple(value.shape)}")
     broadcast_shapes(tuple(input.shape), tuple(mask.shape))
-    out = elementwise.where(mask, _as_value(value, input), input)
-    if tuple(out.shape) != tuple(input.shape):
-        raise ShapeError(f"masked_fill: the mask of shape {tuple(mask.shape)} broadcasts the "
-                         f"input of shape {tuple(input.shape)} to {tuple(out.shape)}")
-    return out
+    # (out of place, the mask may broadcast the input to a larger shape, as in torch; the
+    # in-place method refuses that: inplace.inplace)
+    return elementwise.where(mask, _as_value(value, input), input)
 
 
 def masked_select(input, mask):
@@ -1270,7 +1271,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     """
     data = input._concrete("unique()")
     values, inverse, counts = np.unique(data, return_inverse=True, return_counts=True,
-                                        axis=dim)
+                                        axis=dim, equal_nan=False)   # (each NaN its own)
     out = [Tensor._make(values)]
     if return_inverse:
         shape = data.shape if dim is None else (data.shape[normalize_dim(dim, data.ndim)],)

@@ -54,7 +54,9 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
         commit_write(target, result.to(target.dtype)._data)
     target._version[0] += 1
-    if through is not None and grad_mode.enabled and (
+    # (an integer or bool tensor never requires grad: ``mask.copy_(x)`` takes x's values)
+    differentiable = grad_mode.enabled and target.dtype.is_floating_point
+    if through is not None and differentiable and (
             result.requires_grad or through[1].requires_grad):
         chain, root = through
         new_root = views.write_root(chain, root, result) if eager else new_root
@@ -63,7 +65,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         modes.refresh_views = views.refresh_stale
     if target._view is not None:
         target._view_version = target._version[0]
-    if result.requires_grad and grad_mode.enabled:
+    if result.requires_grad and differentiable:
         result = result.to(target.dtype)
         target.requires_grad = True
         target.grad_fn = result.grad_fn
@@ -242,11 +244,16 @@ def source_of(target: Tensor, *others) -> Tensor:
 def inplace(fn):
     """``x.fn_(*args)``: compute ``fn(x, *args)`` and commit it into ``x``; a result that
     torch would not cast into ``x`` (float into an integer tensor, anything but bool into
-    a bool one: ``i.add_(0.5)``, ``i /= 2``) raises, as torch's, instead of truncating."""
+    a bool one: ``i.add_(0.5)``, ``i /= 2``) raises, as torch's, instead of truncating, and
+    so does one that broadcasts ``x`` to a larger shape (``row.add_(matrix)``), traced too
+    (where the write once replaced ``x`` by the larger result)."""
     def method(self, *args, **kwargs):
         source = source_of(self, *args, *kwargs.values())
         result = fn(source, *args, **kwargs)
         _check_castable(result, self, method.__name__)
+        if tuple(result.shape) != tuple(self.shape):
+            raise RuntimeError(f"{method.__name__}: output with shape {tuple(self.shape)} "
+                               f"doesn't match the broadcast shape {tuple(result.shape)}")
         return commit_inplace(self, result)
     method.__name__ = fn.__name__ + "_"
     method.__doc__ = f"In-place version of :meth:`{fn.__name__}`."

@@ -87,12 +87,19 @@ def mT(x):
 
 
 # -- matmul --------------------------------------------------------------------------------------
+def _as_rows(a: np.ndarray) -> np.ndarray:
+    """``a`` as the matrix of its rows along the last dim: ``reshape(-1, n)``, which NumPy
+    refuses where ``a`` is empty and n is 0 (``f @ f.t()`` of an empty batch)."""
+    return a.reshape(int(np.prod(a.shape[:-1])), a.shape[-1])
+
+
 def _matmul_kernel(a, b, out=None):
     (a, b), dt = blas_operands(a, b)
     into = out_in(out, a.dtype)   # (None where the product is cast to dt afterwards)
     if a.ndim > 2 and b.ndim == 2:  # one GEMM over the flattened batch, not one per matrix
-        rows = None if into is None else into.reshape(-1, b.shape[-1])
-        y = np.matmul(a.reshape(-1, a.shape[-1]), b, out=rows)
+        a2 = _as_rows(a)
+        rows = None if into is None else into.reshape(a2.shape[0], b.shape[-1])
+        y = np.matmul(a2, b, out=rows)
         y = y.reshape(a.shape[:-1] + b.shape[-1:])
     else:   # (a stack of small float32 products: on two cores, the same bits)
         y = kernels.batched.matmul(a, b, into) if kernels.batched.wanted(a, b) else None
@@ -509,7 +516,7 @@ def _linear_kernel(x, w, *bias, out=None):
             y += bias[0]
         return y
     (x, w, *bias), dt = blas_operands(x, w, *bias)
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = _as_rows(x)
     into = out_in(out, x.dtype)
     y = np.matmul(x2, w.T, out=None if into is None else into.reshape(x2.shape[0], -1))
     if bias:
@@ -542,13 +549,13 @@ def _linear_backward_kernel(g, x, w, need, out=None):
     broadcast zero stands in for the others): one op instead of seven in every MLP's
     backward. Each is written into its array of ``out`` where given (``fills_out``)."""
     (g, x, w), dt = blas_operands(g, x, w)
-    g2 = g.reshape(-1, g.shape[-1])
+    g2 = _as_rows(g)
     into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
     rows = [None if a is None else a.reshape(shape) for a, shape in
             zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
     gx = (cast(np.matmul(g2, w, out=rows[0]).reshape(x.shape), dt) if need[0]
           else zeros_view(x.shape, dt))
-    gw = (cast(np.matmul(g2.T, x.reshape(-1, x.shape[-1]), out=rows[1]), dt) if need[1]
+    gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
           else zeros_view(w.shape, dt))
     gb = cast(np.add.reduce(g2, axis=0, out=rows[2]), dt) if need[2] else zeros_view(
         w.shape[:1], dt)

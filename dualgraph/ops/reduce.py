@@ -185,6 +185,8 @@ def _row_major(x: np.ndarray) -> np.ndarray:
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
     x = _row_major(x)
     out_dt = _sum_dtype(x.dtype, dtype)
+    if out_dt.kind in "iu" and x.dtype.kind not in "iub":   # (torch casts floats first)
+        x = x.astype(out_dt)
     if x.dtype == dtypes.bfloat16_np or x.dtype == np.float16:
         return np.sum(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(out_dt)
     if out_dt == x.dtype and x.dtype.kind == "f" and x.size >= kernels.MIN_ELEMENTS and dims \
@@ -596,7 +598,17 @@ def _max_or_min(op, full, result, elementwise_name, input, dim, keepdim):
         return getattr(ew, elementwise_name)(input, dim)
     if dim is None:
         return full(input)
-    return result(*apply(op, input, dim=normalize_dim(dim, input.ndim), keepdim=bool(keepdim)))
+    return _along(op, result, input, dim, keepdim)
+
+
+def _along(op, result, input, dim, keepdim):
+    """``(values, indices)`` of ``op`` (max, min, median, mode, ...) along ``dim``."""
+    if input.ndim == 0:   # (a 0-d tensor is its own max, mode and median, at index 0)
+        normalize_dim(dim, 1)   # (0 and -1 only, as torch)
+        values, indices = apply(op, shape_ops.reshape(input, 1), dim=0, keepdim=False)
+        return result(values.reshape(()), indices.reshape(()))
+    return result(*apply(op, input, dim=normalize_dim(dim, input.ndim),
+                         keepdim=bool(keepdim)))
 
 
 def max(input, dim=None, keepdim=False):
@@ -663,9 +675,10 @@ def median(input, dim=None, keepdim=False):
     ``(values, indices)`` along ``dim``. As ``torch.median``; the gradient goes to the
     median's index (with ties, torch's ``median(x)`` would split it instead)."""
     if dim is None:
+        if input.numel() == 0 and input.dtype.is_floating_point:   # (torch's: NaN)
+            return creation.full((), math.nan, dtype=input.dtype)
         return apply(MEDIAN, shape_ops.reshape(input, -1), dim=0, keepdim=False)[0]
-    return MedianResult(*apply(MEDIAN, input, dim=normalize_dim(dim, input.ndim),
-                               keepdim=bool(keepdim)))
+    return _along(MEDIAN, MedianResult, input, dim, keepdim)
 
 
 def _arg_kernel(arg):
@@ -992,9 +1005,13 @@ def norms(tensors, p=2.0) -> Tensor:
 # -- cumulative sums and products --------------------------------------------------------------
 def _cumsum_kernel(x, dim, reverse):
     w = _widen(x) if is_float(x.dtype) else x.astype(np.int64)
-    if reverse:
-        return np.flip(np.cumsum(np.flip(w, dim), axis=dim), dim).astype(_acc_dtype(x.dtype))
-    return np.cumsum(w, axis=dim).astype(_acc_dtype(x.dtype))
+    if reverse and x.ndim:
+        out = np.flip(np.cumsum(np.flip(w, dim), axis=dim), dim)
+    else:
+        out = np.cumsum(w, axis=dim).reshape(x.shape)   # (0-d: 0-d)
+    if is_float(x.dtype):   # (torch's sums start from +0: theirs of -0.0 is +0.0)
+        out += 0.0
+    return out.astype(_acc_dtype(x.dtype))
 
 
 def _infer_cumulative(x, dim, **attrs):
@@ -1033,12 +1050,14 @@ def cumsum(input, dim, *, dtype=None):
     tensor([1, 3, 6])
     """
     x = _cast_arg(input, dtype)
-    return apply(CUMSUM, x, dim=normalize_dim(dim, x.ndim), reverse=False)
+    out = apply(CUMSUM, x, dim=normalize_dim(dim, x.ndim), reverse=False)
+    # (``dtype=torch.int16`` is the result's dtype too, where integers would give int64)
+    return out if dtype is None or out.dtype == dtype else out.to(dtype)
 
 
 def _cumprod_kernel(x, dim):
     w = _widen(x) if is_float(x.dtype) else x.astype(np.int64)
-    return np.cumprod(w, axis=dim).astype(_acc_dtype(x.dtype))
+    return np.cumprod(w, axis=dim).reshape(x.shape).astype(_acc_dtype(x.dtype))
 
 
 def _cumprod_vjp(g, out, x, dim):
@@ -1177,12 +1196,18 @@ ANY = defop("any", lambda x, dims, keepdim: np.any(x, axis=dims, keepdims=keepdi
 
 def all(input, dim=None, keepdim=False):
     """True where every element over ``dim`` is nonzero, as ``torch.all``."""
-    return apply(ALL, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
+    return _logical(ALL, input, dim, keepdim)
 
 
 def any(input, dim=None, keepdim=False):
     """True where some element over ``dim`` is nonzero, as ``torch.any``."""
-    return apply(ANY, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
+    return _logical(ANY, input, dim, keepdim)
+
+
+def _logical(op, input, dim, keepdim):
+    """all/any: bool, but uint8 for a uint8 input (torch keeps its old byte masks so)."""
+    out = apply(op, input, dims=normalize_dims(dim, input.ndim), keepdim=bool(keepdim))
+    return out.to(dtypes.uint8) if input.dtype == dtypes.uint8 else out
 
 
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
@@ -1242,6 +1267,8 @@ def _log_softmax_backward_composite(g, out, dim):
 
 def _softmax_backward_kernel(log):
     def kernel(g, y, dim, out=None):   # (y: the softmax's output)
+        if y.ndim == 0:   # (a 0-d softmax: NumPy's ops on 0-d arrays give scalars)
+            return kernel(g.reshape(1), y.reshape(1), 0).reshape(())
         if y.ndim and dim == y.ndim - 1 and kernels.enabled(y, g, min_elements=1):
             width = y.shape[-1]
             dx = empty_into(out, y.shape, y.dtype)

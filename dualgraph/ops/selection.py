@@ -15,12 +15,11 @@ from collections import namedtuple
 import numpy as np
 
 from ..dispatch import apply
-from ..shapes import normalize_dim
 from . import shape as shape_ops
 from ._util import is_float
 from .creation import full
 from .index import sort
-from .reduce import _infer_with_index, _with_index_kernel, _with_index_vjp
+from .reduce import _along, _infer_with_index, _with_index_kernel, _with_index_vjp
 from .opdef import defop
 
 __all__ = ["mode", "nanmedian", "msort"]
@@ -66,14 +65,6 @@ NANMEDIAN = defop("nanmedian", _with_index_kernel(_argnanmedian), _infer_with_in
                   vjp=_with_index_vjp, attrs=("dim", "keepdim"), num_outputs=2,
                   differentiable_outputs=(0,), saves="o",
                   doc="The lower median of the non-NaN values along dim and its index.")
-
-
-def _along(op, result, input, dim, keepdim):
-    if input.ndim == 0:   # (a 0-d tensor is its own mode and median, at index 0)
-        values, indices = apply(op, shape_ops.reshape(input, 1), dim=0, keepdim=False)
-        return result(values.reshape(()), indices.reshape(()))
-    return result(*apply(op, input, dim=normalize_dim(dim, input.ndim),
-                         keepdim=bool(keepdim)))
 
 
 def mode(input, dim=-1, keepdim=False):

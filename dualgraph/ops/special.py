@@ -297,11 +297,15 @@ def _xlog_array(log):
 
 
 def _xlog_vjp(shift):
-    """The VJP of ``x * log(y + shift)``: ``log(y + shift)`` (0 where x is 0) for x, ``x /
-    (y + shift)`` for y."""
+    """The VJP of ``x * log(y + shift)``, torch's: ``xlogy(g, y + shift)`` for x (0 where
+    x is 0 and y + shift <= 0, and where g is 0: not ``0 * log`` of a negative, NaN),
+    ``x / (y + shift)`` for y."""
     def vjp(g, out, x, y):
         own = xlogy if shift == 0 else xlog1py
-        gx = unbroadcast(g * own(ew.ne(x, 0), y), x) if needs_grad(x) else None
+        gx = None
+        if needs_grad(x):
+            zero = ew.logical_and(ew.eq(x, 0), ew.le(y, -shift))
+            gx = unbroadcast(ew.where(zero, 0.0, own(g, y)), x)
         gy = unbroadcast(g * x / (y + shift), y) if needs_grad(y) else None
         return gx, gy
     return vjp

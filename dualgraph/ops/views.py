@@ -62,7 +62,10 @@ def shares_root(chain: list, root: Tensor) -> tuple[bool, bool]:
     root's layout (a bound input's strides, else row-major) that owns no memory."""
     target = chain[0]._data
     if type(target) is np.ndarray and type(root._data) is np.ndarray:
-        return np.may_share_memory(target, root._data), not overlaps_itself(target)
+        # (an empty view shares no bytes, but is a view in torch, which reshapes an empty
+        # tensor as a view too: the write's history reaches the root, its gradients zeros)
+        shares = target.size == 0 or np.may_share_memory(target, root._data)
+        return shares, not overlaps_itself(target)
     stand_in = eager_layout(chain, root)
     if stand_in is ANY_LAYOUT:
         if any(t._view[0].view_layout is not None for t in chain):
