@@ -273,3 +273,13 @@ def holds_exactly(wide: np.dtype, narrow: np.dtype) -> bool:
     (True, False)
     """
     return wide == narrow or wide in _EXACT_IN.get(narrow, ())
+
+
+def cast(x, dt: np.dtype):
+    """An array or scalar as an array of dtype ``dt`` (no copy when it already is)."""
+    if type(x) is np.ndarray:
+        return x if x.dtype == dt else x.astype(dt)
+    try:
+        return np.asarray(x, dtype=dt)
+    except OverflowError:   # (a Python int outside a narrow integer dtype: torch wraps it,
+        return np.asarray(x).astype(dt)   # ``uint8_tensor * -1`` is ``* 255``)

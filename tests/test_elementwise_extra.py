@@ -263,7 +263,9 @@ TEMPLATE_INPUTS = {
 TEMPLATE_ATTRS = {"round": {"decimals": 1}, "elu": {"alpha": 0.5},
                   "leaky_relu": {"negative_slope": 0.2},
                   "leaky_relu_backward": {"negative_slope": -0.3}, "elu_backward": {"alpha": 0.3},
-                  "softplus": {"beta": 2.0, "threshold": 3.0}}
+                  "softplus": {"beta": 2.0, "threshold": 3.0},
+                  "hardtanh": {"min_val": -1.0, "max_val": 1.5},
+                  "hardtanh_backward": {"min_val": -1.0, "max_val": 1.5}}
 TEMPLATED = sorted((op for op in vars(ew).values()
                     if isinstance(op, OpDef) and op.elementwise and op.name != "cast"),
                    key=lambda op: op.name)

@@ -36,7 +36,7 @@ LAYERS = {
     "": 8, "__main__": 8, "jit": 8, "static": 8, "demo": 8, "onnx": 8,
     "profiler": 8, "_namespace": 8, "cuda": 8, "backends": 8, "accelerator": 8,
     "compat": 8, "cli": 8, "cpu": 8, "linalg": 8, "sparse": 8, "version": 8,
-    "special": 8,
+    "special": 8, "func": 8,
 }
 
 # layer-7 packages reach less far down than their layer says (besides their own modules):
@@ -51,6 +51,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     "nn.parallel) that reduces gradients with dg.distributed; distributed imports no nn",
     ("distributed.checkpoint", "io"): "a distributed checkpoint is written in dg.save's "
     "format (safetensors, no pickle); io imports no distributed",
+    ("nn.utils.stateless", "func.modules"): "torch's older home of "
+    "torch.func.functional_call: the same function; func imports no nn.utils",
+    ("optim.swa_utils", "nn.module"): "AveragedModel is a Module (torch's optim.swa_utils); "
+    "nn imports no optim",
+    ("optim.swa_utils", "nn.layers.norm"): "update_bn finds BatchNorm layers by their class, "
+    "as torch's does; nn imports no optim",
 }
 
 # import cycles that stay for now: the modules of one strongly connected component of the

@@ -168,12 +168,16 @@ def test_program_matches_pytorch_eager_and_compiled(name):
 
 
 def test_recorded_torch_results_are_what_torch_gives():
-    """The recording is PyTorch's own output: one program run live agrees with it exactly."""
+    """The recording is PyTorch's own output: one program run live agrees with it to the
+    last bits (exactly on the CPU it was recorded on; PyTorch's kernels round differently
+    on another vendor's CPU, Intel against AMD, by an ulp or so)."""
     name = "time_sequence"
     recorded = record.reference(name, steps_of(name))
     if recorded is None:
         pytest.skip(f"no recording of {name} for this source and PyTorch version")
-    assert record.run_live(name, "torch", steps_of(name)) == recorded
+    live = record.run_live(name, "torch", steps_of(name))
+    same({k: v for k, v in live.items() if k != "compiled"},
+         {k: v for k, v in recorded.items() if k != "compiled"}, rtol=1e-12, atol=1e-15)
 
 
 def test_vae_at_the_classic_size_trains_as_torch_does():

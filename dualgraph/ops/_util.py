@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..dtypes import cast  # noqa: F401  (the op families take it from here)
 from ..dispatch import modes
 from ..shapes import ShapedType, broadcast_shapes
 from ..tensor import Tensor
@@ -86,16 +87,6 @@ def float_result_type(*operands) -> np.dtype:
     exp, sin, ... on integers give floats in PyTorch)."""
     dt = dtypes.result_type(*operands)
     return dt if is_float(dt) else dtypes.default_float()
-
-
-def cast(x, dt: np.dtype):
-    """An array or scalar as an array of dtype ``dt`` (no copy when it already is)."""
-    if type(x) is np.ndarray:
-        return x if x.dtype == dt else x.astype(dt)
-    try:
-        return np.asarray(x, dtype=dt)
-    except OverflowError:   # (a Python int outside a narrow integer dtype: torch wraps it,
-        return np.asarray(x).astype(dt)   # ``uint8_tensor * -1`` is ``* 255``)
 
 
 def zeros_view(shape, dt: np.dtype) -> np.ndarray:

@@ -5,9 +5,9 @@ import numpy as np
 
 from .. import devices, dtypes
 from ..dispatch import apply, modes
+from ..dtypes import cast
 from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
-from ._util import cast
 from .opdef import defop
 from .random import (RANDOM, RANDOM_BINOMIAL, RANDOM_INTEGERS,  # noqa: F401
                      RANDOM_PERMUTATION, RANDOM_POISSON, Generator, default_generator, draw,

@@ -42,6 +42,7 @@ def install(namespace: dict, owner=None) -> None:
     attributes when ``owner`` is the class) that take ``dim`` or ``keepdim``."""
     for name, fn in list(namespace.items()):
         if (name.startswith("_") or not inspect.isfunction(fn)
+                or fn.__module__.startswith("dualgraph.nn")   # (F.*'s, as torch's F)
                 or getattr(fn, "__numpy_names__", False) or not _takes_dim(fn)):
             continue
         wrapped = accepting_numpy_names(fn)

@@ -12,7 +12,6 @@ import copy
 import itertools
 import math
 
-from .. import _namespace as ns
 from ..autograd import no_grad
 from ..nn.layers.norm import _BatchNorm
 from ..nn.module import Module
@@ -37,7 +36,8 @@ def get_ema_multi_avg_fn(decay: float = 0.999):
     @no_grad()
     def ema_update(ema_params, current_params, _num_averaged):
         if ema_params[0].is_floating_point():
-            ns._foreach_lerp_(ema_params, current_params, 1 - decay)
+            for ema, current in zip(ema_params, current_params, strict=True):
+                ema.lerp_(current, 1 - decay)
         else:
             for ema, current in zip(ema_params, current_params, strict=True):
                 ema.copy_(ema * decay + current * (1 - decay))
@@ -50,7 +50,9 @@ def get_swa_multi_avg_fn():
     @no_grad()
     def swa_update(averaged_params, current_params, num_averaged):
         if averaged_params[0].is_floating_point():
-            ns._foreach_lerp_(averaged_params, current_params, float(1 / (num_averaged + 1)))
+            weight = float(1 / (num_averaged + 1))
+            for avg, current in zip(averaged_params, current_params, strict=True):
+                avg.lerp_(current, weight)
         else:
             for avg, current in zip(averaged_params, current_params, strict=True):
                 avg.copy_(avg + (current - avg) / (num_averaged + 1))

@@ -196,9 +196,10 @@ CASES = [
                                     a.index_reduce(0, m.tensor([1, 1, 3, 0]), b, "mean",
                                                    include_self=False)),
            [In((5, 3)), In((4, 3))], "index_reduce", dtypes=F64),
-    OpCase("amax", lambda m, a, b: (a.index_reduce(1, m.tensor([0, 2, 0]), b, "amax"),
-                                    (a * 1).index_reduce_(1, m.tensor([2, 2, 1]), b, "amin",
-                                                          include_self=False)),
+    OpCase("scatter_reduce",
+           lambda m, a, b: (a.index_reduce(1, m.tensor([0, 2, 0]), b, "amax"),
+                            (a * 1).index_reduce_(1, m.tensor([2, 2, 1]), b, "amin",
+                                                  include_self=False)),
            [In((2, 4), "distinct"), In((2, 3))], "index_reduce-amax",
            dtypes=F64),
     OpCase("linalg_solve", lambda m, b, a: m.cholesky_solve(b, _factor(m, a))
