@@ -36,7 +36,7 @@ def test_numpy_scalars_with_tensors_keep_the_gradient(form):
     "lib.sum(x, axis=1)", "x.sum(axis=0, keepdims=True)", "lib.mean(x, axis=-1, keepdims=True)",
     "x.max(axis=1).values", "x.argmax(axis=0)", "lib.cat([x, x], axis=1)", "x.softmax(axis=1)",
     "lib.std(x, axis=0)", "x.cumsum(axis=1)", "lib.amax(x, axis=(0, 1), keepdims=True)",
-    "lib.logsumexp(x, axis=1)", "x.unsqueeze(axis=0)", "lib.stack([x, x], axis=2)",
+    "lib.logsumexp(x, axis=1)", "lib.stack([x, x], axis=2)",
     "x.sort(axis=1).values", "lib.var(x, axis=1, keepdims=True)",
 ])
 def test_axis_and_keepdims_are_dim_and_keepdim(call):
