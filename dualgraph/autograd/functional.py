@@ -38,9 +38,12 @@ def _prepared(inputs: tuple, create_graph: bool) -> tuple:
                  for x in inputs)
 
 
-def _grads(outputs, inputs, grad_outputs, create_graph: bool, strict: bool, name: str):
-    """d(outputs . grad_outputs)/d(inputs), zeros for an input the outputs don't use (an
-    error with ``strict``)."""
+def gradients(outputs, inputs, grad_outputs, create_graph: bool, strict: bool = False,
+              name: str = "gradients") -> tuple:
+    """d(outputs . grad_outputs)/d(inputs) (``None`` in ``grad_outputs``: ones, for a
+    one-element output), zeros for an input the outputs don't use (an error with
+    ``strict``), detached unless ``create_graph``. The graph is kept for more products.
+    (Also ``dg.func``'s: its transforms are these products too.)"""
     pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if o.requires_grad]
     if not pairs:
         got = (None,) * len(inputs)
@@ -68,7 +71,7 @@ def jacobian_blocks(outputs: tuple, inputs: tuple, create_graph: bool, strict: b
         rows = []
         for k in range(flat.shape[0]):
             if out.requires_grad:
-                rows.append(_grads((flat[k],), inputs, (None,), create_graph, strict, name))
+                rows.append(gradients((flat[k],), inputs, (None,), create_graph, strict, name))
             elif strict:
                 raise RuntimeError(f"autograd.functional.{name}: output does not require "
                                    "grad: it is independent of the inputs (strict=True)")
@@ -125,7 +128,7 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
         if out_tuple or out[0].numel() != 1:
             raise RuntimeError("autograd.functional.hessian: the function must return a "
                                f"single-element Tensor, got shape {tuple(out[0].shape)}")
-        return _grads(out, xs, (None,), True, strict, "hessian")
+        return gradients(out, xs, (None,), True, strict, "hessian")
     xs = _prepared(inputs, create_graph)
     blocks = jacobian_blocks(gradient(*xs), xs, create_graph, strict, "hessian")
     return _shaped(blocks, inputs_tuple, inputs_tuple)
@@ -137,7 +140,7 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     xs = _prepared(inputs, create_graph)
     outputs_tuple, outputs = _call(func, xs, inputs_tuple, "vjp")
     cotangents = _vectors("vjp", v, outputs)
-    grads = _grads(outputs, xs, cotangents, create_graph, strict, "vjp")
+    grads = gradients(outputs, xs, cotangents, create_graph, strict, "vjp")
     outputs = tuple(o if create_graph else o.detach() for o in outputs)
     return (outputs if outputs_tuple else outputs[0],
             grads if inputs_tuple else grads[0])
@@ -152,10 +155,10 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     outputs_tuple, outputs = _call(func, xs, inputs_tuple, "jvp")
     with enable_grad():
         dummies = tuple(creation.zeros_like(o).requires_grad_(True) for o in outputs)
-        pulled = _grads(outputs, xs, dummies, True, strict, "jvp")
+        pulled = gradients(outputs, xs, dummies, True, strict, "jvp")
         pulled_used = [(p, t) for p, t in zip(pulled, tangents) if p.requires_grad]
     if pulled_used:
-        pushed = _grads([p for p, _ in pulled_used], dummies, [t for _, t in pulled_used],
+        pushed = gradients([p for p, _ in pulled_used], dummies, [t for _, t in pulled_used],
                         create_graph, strict, "jvp")
     else:
         pushed = tuple(creation.zeros_like(o) for o in outputs)
@@ -202,9 +205,9 @@ def _hessian_product(name, func, inputs, v, create_graph, strict):
         raise RuntimeError(f"autograd.functional.{name}: the function must return a "
                            f"single-element Tensor, got shape {tuple(out[0].shape)}")
     with enable_grad():
-        gradient = _grads(out, xs, (None,), True, strict, name)
+        gradient = gradients(out, xs, (None,), True, strict, name)
     used = [(g, w) for g, w in zip(gradient, vs) if g.requires_grad]
-    product = (_grads([g for g, _ in used], xs, [w for _, w in used], create_graph, strict,
+    product = (gradients([g for g, _ in used], xs, [w for _, w in used], create_graph, strict,
                       name) if used else tuple(creation.zeros_like(x) for x in xs))
     value = out[0] if create_graph else out[0].detach()
     return value, product if inputs_tuple else product[0]

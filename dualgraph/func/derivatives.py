@@ -8,10 +8,10 @@ import functools
 
 from .. import _pytree
 from ..autograd import functional as autograd_functional
-from ..autograd.engine import grad as autograd_grad
+from ..autograd.functional import gradients
 from ..autograd.tape import enable_grad, is_grad_enabled
-from ..ops import creation
 from ..tensor import Tensor
+
 
 def _argnums(argnums, count: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
@@ -89,11 +89,8 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
             if not isinstance(value, Tensor) or value.numel() != 1:
                 raise RuntimeError("grad(f)(*args): f must return a Tensor with one element, "
                                    f"got {_described(value)}")
-            flat = inputs.flat()
-            grads = (autograd_grad(value, flat, create_graph=inputs.nested, allow_unused=True)
-                     if value.requires_grad else (None,) * len(flat))
-        grads = [creation.zeros_like(x) if g is None else g for x, g in zip(flat, grads)]
-        gradient = inputs.finish(inputs.shaped(grads))
+            grads = gradients((value,), inputs.flat(), (None,), inputs.nested)
+        gradient = inputs.finish(inputs.shaped(list(grads)))
         value = inputs.finish(value)
         return (gradient, (value, inputs.finish(aux))) if has_aux else (gradient, value)
     return transformed
@@ -130,15 +127,9 @@ def vjp(func, *primals, has_aux: bool = False):
         if cot_spec != out_spec:
             raise RuntimeError("vjp_fn: the cotangents must have the structure of the "
                                "function's output")
-        flat = inputs.flat()
-        pairs = [(o, c) for o, c in zip(out_leaves, cot_leaves) if o.requires_grad]
         nested = inputs.nested or any(c.requires_grad for c in cot_leaves)
-        got = (autograd_grad([o for o, _ in pairs], flat, [c for _, c in pairs],
-                             retain_graph=True, create_graph=nested, allow_unused=True)
-               if pairs else (None,) * len(flat))
-        got = [creation.zeros_like(x) if g is None else g if nested else g.detach()
-               for x, g in zip(flat, got)]
-        return inputs.shaped(got)     # (a tuple: one entry per primal)
+        got = gradients(out_leaves, inputs.flat(), cot_leaves, nested)
+        return inputs.shaped(list(got))     # (a tuple: one entry per primal)
     result = (inputs.finish(output), vjp_fn)
     return result + (inputs.finish(aux),) if has_aux else result
 

@@ -7,9 +7,11 @@ import contextlib
 import functools
 
 from .. import _pytree
+from .._namespace import get_rng_state, set_rng_state
 from ..dispatch import modes
 from ..ops import creation, shape as shape_ops
 from ..tensor import Tensor
+
 
 def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=None):
     """``func`` mapped over a dimension of its inputs: ``in_dims`` (an int or None for all
@@ -70,7 +72,7 @@ def _prefix_dims(spec, tree) -> list:
 
 def _mapped_size(leaves: list, dims: list) -> int:
     sizes = set()
-    for i, (leaf, d) in enumerate(zip(leaves, dims)):
+    for leaf, d in zip(leaves, dims):
         if d is None:
             continue
         if not isinstance(leaf, Tensor):
@@ -101,7 +103,6 @@ def _random_draws(randomness: str):
     generator to where the first call started; with ``"error"`` the block checks that no
     call drew a number. (Traced by ``dg.compile``, both are left to the eager run:
     each index draws its own numbers.)"""
-    from .._namespace import get_rng_state, set_rng_state
     if randomness == "different" or modes.tracer is not None:
         yield lambda index: None
         return
@@ -133,7 +134,7 @@ def _stacked(outputs: list, out_dims, size: int):
             raise ValueError(f"vmap: the function must return Tensors, got "
                              f"{type(column[0]).__name__}")
         if d is None:
-            if not modes.tracer is not None and any(
+            if modes.tracer is None and any(
                     c is not column[0] and not bool((c == column[0]).all()) for c in column):
                 raise ValueError("vmap: out_dims is None for an output that differs between "
                                  "the mapped indices; give it a dimension to map to")

@@ -8,6 +8,7 @@ import contextlib
 from ..capture.compile import Compiled, compile as compile_function
 from ..ops import shape as shape_ops
 
+
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
                     tie_weights: bool = True, strict: bool = False):
     """``module(*args, **kwargs)`` with the parameters and buffers named in the dict (or

@@ -251,7 +251,7 @@ def inplace(fn):
         source = source_of(self, *args, *kwargs.values())
         result = fn(source, *args, **kwargs)
         _check_castable(result, self, method.__name__)
-        if tuple(result.shape) != tuple(self.shape):
+        if result._data.shape != self._data.shape:
             raise RuntimeError(f"{method.__name__}: output with shape {tuple(self.shape)} "
                                f"doesn't match the broadcast shape {tuple(result.shape)}")
         return commit_inplace(self, result)
