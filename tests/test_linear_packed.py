@@ -231,3 +231,18 @@ def test_the_rule_packs_symbolic_rows():
     g.set_outputs([y])
     after, report = passes.linear_packed(g)
     assert report.changed and [n.op.name for n in after.nodes] == ["linear_packed"]
+
+
+def test_each_output_is_one_chain_of_multiply_adds_over_k_in_order():
+    """Inputs taken ``DEPTH`` steps of K at a time (the partial sums stored and taken up
+    again) give the bits of one fused multiply-add after another over k = 0 .. K-1 (here
+    worked out in float64: a float32 product is exact there and, on this data, the sum
+    rounds as a fused multiply-add does), then the bias."""
+    rows, k, n = 13, 2 * linear_packed.DEPTH + 44, 70
+    x, w, b = _data(rows, k, n, seed=3)
+    got = linear_packed.product(x, linear_packed.pack(w), n, b)
+    sums = np.zeros((rows, n), F)
+    for j in range(k):
+        sums = (x[:, j, None].astype(np.float64) * w[:, j].astype(np.float64)
+                + sums).astype(F)
+    np.testing.assert_array_equal(got, sums + b)

@@ -13,9 +13,11 @@ x 128 x 512) are loaded, six values of ``x`` broadcast (a row of ``x`` is read a
 in order), and 24 multiply-adds issued into 24 sums that stay in registers. That needs the
 32 vector registers of AVX-512 (24 sums, four weight vectors, a broadcast): on a CPU with
 16 the sums would spill, so the rule takes linears only where the loops are compiled for
-AVX-512VL (:func:`wanted`, ``isa.vector_registers``). A work item is a panel: its weights
-(``K * 256`` bytes) stay in the first or second level cache while a band of rows (up to
-``BAND_BYTES`` of them) passes, and two threads take different panels. Rows past the last
+AVX-512VL (:func:`wanted`, ``isa.vector_registers``). A work item is a panel; a band of
+rows (up to ``BAND_BYTES`` of them) passes over it ``DEPTH`` steps of K at a time, so that
+each block of the panel's weights (``DEPTH * 256`` bytes) stays in the first level cache
+while the band's rows pass (the sums stored and taken up again between blocks: the same
+bits); two threads take different panels. Rows past the last
 block of six (up to four of them two by two, five as a zero-padded block of six) and
 columns past ``N`` in the last panel go through a small scratch block, so one loop serves
 every shape. Each output is a sum over ``k`` in order (one lane per column): it differs
@@ -33,6 +35,7 @@ F = np.float32
 COLUMNS = 4 * WIDE      # output columns of one panel: four vectors
 MIN_OUTPUTS = 32        # the fewest outputs the rule packs for (fewer: most lanes idle)
 ROWS = 6                # rows of x summed at once
+DEPTH = 128             # steps of K a panel's block of weights (32 KB) covers while rows pass
 MIN_ROWS = 6            # the fewest rows of a product the rule packs the weight for
 MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, OpenBLAS 3)
 # Bytes of x's rows that pass through all the panels before the next rows: they stay in the
@@ -60,26 +63,61 @@ def _put(of, at, bias, s0, s1, s2, s3):
 
 
 @helper(inline="always")
-def _block(xf, xb, k, wf, wb, bias, of, ob, ldo):
-    """Six rows ``xf[xb + r*k : ...]`` (each ``k`` long) times the panel at ``wf[wb]``, plus
-    ``bias`` (64), stored at ``of[ob + r*ldo : ... + 64]``: 24 sums in registers."""
-    z = broadcast_wide(F(0))
-    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = z
-    d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = f0 = f1 = f2 = f3 = z
+def _get(of, at):
+    """The four partial sums of a row at ``of[at:at + 64]``."""
+    return (load_wide(of, at), load_wide(of, at + WIDE), load_wide(of, at + 2 * WIDE),
+            load_wide(of, at + 3 * WIDE))
+
+
+@helper(inline="always")
+def _set(of, at, s0, s1, s2, s3):
+    """A row's four partial sums stored at ``of[at:at + 64]``."""
+    store(of, at, s0)
+    store(of, at + WIDE, s1)
+    store(of, at + 2 * WIDE, s2)
+    store(of, at + 3 * WIDE, s3)
+
+
+@helper(inline="always")
+def _block(xf, xb, ld, k, wf, wb, bias, of, ob, ldo, first, last):
+    """Six rows' inputs ``k`` of them from ``xf[xb + r*ld]`` times ``k`` steps of the panel
+    from ``wf[wb]``, 24 sums in registers: started from zero (``first``) or from the partial
+    sums at ``of[ob + r*ldo : ... + 64]``, stored back there, plus ``bias`` (64) where the
+    steps are the ``last`` of the sum (a float32 sum stored and loaded again is the same
+    number: the blocking does not change a bit)."""
+    if first:
+        z = broadcast_wide(F(0))
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = z
+        d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = f0 = f1 = f2 = f3 = z
+    else:
+        a0, a1, a2, a3 = _get(of, ob)
+        b0, b1, b2, b3 = _get(of, ob + ldo)
+        c0, c1, c2, c3 = _get(of, ob + 2 * ldo)
+        d0, d1, d2, d3 = _get(of, ob + 3 * ldo)
+        e0, e1, e2, e3 = _get(of, ob + 4 * ldo)
+        f0, f1, f2, f3 = _get(of, ob + 5 * ldo)
     for j in range(k):
         o = wb + j * COLUMNS
         a0, a1, a2, a3 = _row(xf, xb + j, wf, o, a0, a1, a2, a3)
-        b0, b1, b2, b3 = _row(xf, xb + k + j, wf, o, b0, b1, b2, b3)
-        c0, c1, c2, c3 = _row(xf, xb + 2 * k + j, wf, o, c0, c1, c2, c3)
-        d0, d1, d2, d3 = _row(xf, xb + 3 * k + j, wf, o, d0, d1, d2, d3)
-        e0, e1, e2, e3 = _row(xf, xb + 4 * k + j, wf, o, e0, e1, e2, e3)
-        f0, f1, f2, f3 = _row(xf, xb + 5 * k + j, wf, o, f0, f1, f2, f3)
-    _put(of, ob, bias, a0, a1, a2, a3)
-    _put(of, ob + ldo, bias, b0, b1, b2, b3)
-    _put(of, ob + 2 * ldo, bias, c0, c1, c2, c3)
-    _put(of, ob + 3 * ldo, bias, d0, d1, d2, d3)
-    _put(of, ob + 4 * ldo, bias, e0, e1, e2, e3)
-    _put(of, ob + 5 * ldo, bias, f0, f1, f2, f3)
+        b0, b1, b2, b3 = _row(xf, xb + ld + j, wf, o, b0, b1, b2, b3)
+        c0, c1, c2, c3 = _row(xf, xb + 2 * ld + j, wf, o, c0, c1, c2, c3)
+        d0, d1, d2, d3 = _row(xf, xb + 3 * ld + j, wf, o, d0, d1, d2, d3)
+        e0, e1, e2, e3 = _row(xf, xb + 4 * ld + j, wf, o, e0, e1, e2, e3)
+        f0, f1, f2, f3 = _row(xf, xb + 5 * ld + j, wf, o, f0, f1, f2, f3)
+    if last:
+        _put(of, ob, bias, a0, a1, a2, a3)
+        _put(of, ob + ldo, bias, b0, b1, b2, b3)
+        _put(of, ob + 2 * ldo, bias, c0, c1, c2, c3)
+        _put(of, ob + 3 * ldo, bias, d0, d1, d2, d3)
+        _put(of, ob + 4 * ldo, bias, e0, e1, e2, e3)
+        _put(of, ob + 5 * ldo, bias, f0, f1, f2, f3)
+    else:
+        _set(of, ob, a0, a1, a2, a3)
+        _set(of, ob + ldo, b0, b1, b2, b3)
+        _set(of, ob + 2 * ldo, c0, c1, c2, c3)
+        _set(of, ob + 3 * ldo, d0, d1, d2, d3)
+        _set(of, ob + 4 * ldo, e0, e1, e2, e3)
+        _set(of, ob + 5 * ldo, f0, f1, f2, f3)
 
 
 @helper(inline="always")
@@ -129,14 +167,18 @@ def panel_rows(start, stop, x, wp, bias, out, band):
         for p in range(start, stop):
             wb, c = p * k * COLUMNS, p * COLUMNS
             cols = min(COLUMNS, n - c)
+            if cols == COLUMNS:
+                for k0 in range(0, k, DEPTH):
+                    kn = min(DEPTH, k - k0)
+                    for i in range(r0, min(r0 + band, full), ROWS):
+                        _block(xf, i * k + k0, k, kn, wf, wb + k0 * COLUMNS, bf[c:], of,
+                               i * n + c, n, k0 == 0, k0 + kn == k)
+                continue
             for i in range(r0, min(r0 + band, full), ROWS):
-                if cols == COLUMNS:
-                    _block(xf, i * k, k, wf, wb, bf[c:], of, i * n + c, n)
-                else:
-                    _block(xf, i * k, k, wf, wb, bf[c:], os, 0, COLUMNS)
-                    for r in range(ROWS):
-                        for j in range(cols):
-                            of[(i + r) * n + c + j] = os[r * COLUMNS + j]
+                _block(xf, i * k, k, k, wf, wb, bf[c:], os, 0, COLUMNS, True, True)
+                for r in range(ROWS):
+                    for j in range(cols):
+                        of[(i + r) * n + c + j] = os[r * COLUMNS + j]
     if full == m:
         return
     left = m - full
@@ -145,7 +187,7 @@ def panel_rows(start, stop, x, wp, bias, out, band):
     for p in range(start, stop):
         wb, c = p * k * COLUMNS, p * COLUMNS
         if left > 4:
-            _block(xs, 0, k, wf, wb, bf[c:], os, 0, COLUMNS)
+            _block(xs, 0, k, k, wf, wb, bf[c:], os, 0, COLUMNS, True, True)
         else:
             for r in range(0, left - 1, 2):
                 _pair(xs, r * k, k, wf, wb, bf[c:], os, r * COLUMNS)
