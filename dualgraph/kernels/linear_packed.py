@@ -39,9 +39,11 @@ DEPTH = 128             # steps of K a panel's block of weights (32 KB) covers w
 MIN_ROWS = 6            # the fewest rows of a product the rule packs the weight for
 MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, OpenBLAS 3)
 # Bytes of x's rows that pass through all the panels before the next rows: they stay in the
-# second level cache (1 MB on Zen 4, 512 KB on Zen 2) beside a panel of up to ~3000 inputs
-# (768 KB)
-BAND_BYTES = 192 << 10
+# second level cache (1-2 MB on the AVX-512 CPUs the loop runs on; a panel needs only its
+# block of DEPTH steps, in L1), and the whole weight is read once a band: where it does not
+# fit in L2 (1536 x 384), 192 KB bands read it five times for 128 rows (9% slower on an
+# Intel Xeon than 512 KB's two)
+BAND_BYTES = 512 << 10
 
 
 @helper(inline="always")
