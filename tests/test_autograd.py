@@ -565,9 +565,10 @@ def test_a_write_through_data_after_use_is_no_error():
 
 def _grad_memory_cases(lib):
     """Leaves whose gradients come from a VJP's fresh array (a linear's weight), from one
-    gradient reaching two leaves (an add's), one a hook keeps, through a view a hook keeps, from the
-    caller's ``gradient=``, from a broadcast (a sum's), or taken a second time after a
-    backward that retains the graph: ``{name: (leaf, tensors the user still holds)}``."""
+    gradient reaching two leaves (an add's), one a hook keeps, through a view a hook
+    keeps, from the caller's ``gradient=``, from a broadcast (a sum's), or taken a second
+    time after a backward that retains the graph: ``{name: (leaf, tensors the user still
+    holds)}``."""
     rng = np.random.default_rng(0)
     t = lambda shape, grad=True: lib.tensor(rng.standard_normal(shape).astype(np.float32),
                                              requires_grad=grad)

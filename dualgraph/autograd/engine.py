@@ -392,12 +392,13 @@ _ENGINE_REFS = 4
 
 
 def _unshared(g: Tensor) -> bool:
-    """Whether the gradient ``g`` reaching a leaf is the engine's alone, so that it can become
-    ``.grad`` without a copy, as torch's AccumulateGrad takes a gradient whose use count
-    says nothing else holds it: a writeable C-contiguous array, no other reference to the Tensor (another leaf's pending
-    gradient, a hook's list, a captured result, the caller's ``gradient=``), and its array
-    and the arrays it views referenced only by it and by the recycler (which hands out
-    an array only once nothing else references it: kernels/recycle.py)."""
+    """Whether the gradient ``g`` reaching a leaf is the engine's alone, so that it can
+    become ``.grad`` without a copy, as torch's AccumulateGrad takes a gradient whose use
+    count says nothing else holds it: a writeable C-contiguous array; no other reference
+    to the Tensor (another leaf's pending gradient, a hook's list, a captured result, the
+    caller's ``gradient=``); its array and the arrays it views referenced only by it and
+    by the recycler (which hands out an array only once nothing else references it:
+    kernels/recycle.py)."""
     data = g._data
     if (sys.getrefcount(g) > _ENGINE_REFS or type(data) is not np.ndarray
             or not data.flags.c_contiguous or not data.flags.writeable):
