@@ -165,7 +165,7 @@ def apply(op, *args, **attrs):
             raise op_error(op, arrays, attrs, e, user_location()) from e
         if type(raw) is not np.ndarray:  # NumPy returns scalars from 0-d computations
             raw = np.asarray(raw) if op.num_outputs == 1 else tuple(map(np.asarray, raw))
-        if recycler is not None:
+        if recycler is not None and "out" not in attrs:   # (out=: the caller's arrays)
             if type(raw) is np.ndarray:
                 if raw.nbytes >= recycle.MIN_BYTES:
                     recycler.keep(raw)

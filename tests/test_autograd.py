@@ -561,3 +561,85 @@ def test_a_write_through_data_after_use_is_no_error():
         y.backward()
         results.append(x.grad.numpy())
     np.testing.assert_array_equal(results[1], results[0])
+
+
+def _grad_memory_cases(lib):
+    """Leaves whose gradients come from a VJP's fresh array (a linear's weight), from one
+    gradient reaching two leaves (an add's), one a hook keeps, through a view a hook
+    keeps, from the caller's ``gradient=``, from a broadcast (a sum's), or taken a second
+    time after a backward that retains the graph: ``{name: (leaf, tensors the user still
+    holds)}``."""
+    rng = np.random.default_rng(0)
+    t = lambda shape, grad=True: lib.tensor(rng.standard_normal(shape).astype(np.float32),
+                                             requires_grad=grad)
+    cases = {}
+    w, x = t((300, 400)), t((64, 400), False)
+    lib.nn.functional.linear(x, w).sum().backward()
+    cases["linear"] = w, []
+    a, b = t((3, 4)), t((3, 4))
+    (a + b).sum().backward()
+    cases["add, first"], cases["add, second"] = (a, [b.grad]), (b, [a.grad])
+    v, kept = t(12), []
+    view = v.reshape(3, 4)
+    view.register_hook(kept.append)
+    (view * 2).sum().backward()
+    cases["view with a hook"] = v, kept
+    c, d, kept_too = t(5), t(5), []
+    both = c + d   # (its VJP passes the gradient the hook keeps on to both leaves)
+    both.register_hook(kept_too.append)
+    (both * 2).sum().backward()
+    cases["hook, first"], cases["hook, second"] = (c, kept_too), (d, kept_too)
+    r, given = t(5), lib.ones(5)
+    r.backward(given)
+    cases["gradient="] = r, [given]
+    s = t((4, 5))
+    s.sum().backward()
+    cases["broadcast"] = s, []
+    q = t(6)
+    loss = (q * 3).sum()
+    loss.backward(retain_graph=True)
+    first = q.grad
+    q.grad = None
+    loss.backward()
+    cases["retained"] = q, [first]
+    return cases
+
+
+def test_a_gradient_becomes_grad_only_where_no_one_else_holds_it():
+    """``.grad`` takes a VJP's gradient without a copy where nothing else references it (as
+    torch's AccumulateGrad steals one by its use count), and otherwise owns fresh memory:
+    writing into ``.grad`` changes nothing the user holds, and the values are torch's."""
+    mine, theirs = _grad_memory_cases(dg), _grad_memory_cases(torch)
+    for name, (leaf, held) in mine.items():
+        tleaf, theld = theirs[name]
+        close(leaf.grad, tleaf.grad, tol=1e-5)
+        before = [h.detach().numpy().copy() for h in held]
+        grad = leaf.grad.numpy()
+        assert grad.flags.writeable and grad.flags.c_contiguous, name
+        leaf.grad.add_(1.0)   # (a write into .grad, as a hook or clipping makes)
+        for h, want in zip(held, before):
+            np.testing.assert_array_equal(h.detach().numpy(), want, err_msg=name)
+
+
+def test_a_fresh_weight_gradient_is_taken_without_a_copy(monkeypatch):
+    """The mechanism: the engine hands ``_accumulate`` the gradients nothing else holds as
+    its own (the weight's and the bias's of a linear layer, step after step, whether the
+    product's array came from the recycler or not), and one a hook keeps as not."""
+    from dualgraph.autograd import engine
+    taken = []
+    accumulate = engine._accumulate
+    monkeypatch.setattr(engine, "_accumulate", lambda leaf, g, create_graph, owned=False: (
+        taken.append(owned), accumulate(leaf, g, create_graph, owned)))
+    layer = dg.nn.Linear(400, 300)
+    x = dg.randn(64, 400)
+    for _ in range(3):
+        layer.zero_grad()
+        layer(x).square().sum().backward()
+    assert taken == [True, True] * 3
+    taken.clear()
+    layer.zero_grad()
+    kept = []
+    layer.weight.register_hook(kept.append)
+    layer(x).square().sum().backward()
+    assert taken == [True, False] and not np.shares_memory(kept[0].numpy(),
+                                                           layer.weight.grad.numpy())

@@ -312,6 +312,63 @@ def test_step_updates_parameters_in_place():
     assert p.requires_grad and p.is_leaf
 
 
+IN_PLACE_CONFIGS = [
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3, nesterov=False, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("Adam", dict(lr=0.05)),
+    ("AdamW", dict(lr=0.05, weight_decay=0.2)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", IN_PLACE_CONFIGS, ids=lambda c: str(c))
+@pytest.mark.parametrize("layout", ["float32", "float64", "transposed", "nonfinite", "empty",
+                                    "tensor_lr"])
+def test_big_parameters_are_updated_in_their_storage_as_torch(name, kwargs, layout,
+                                                               monkeypatch):
+    """An eager SGD/Adam step on a parameter above the flat bound (optim/flat.py) writes
+    the parameter and its state in place (the update's kernel gets them as ``out=``): no
+    copy back, and the values of torch's step, also where that fast path is not taken (a
+    transposed parameter, float64) and with NaN and inf entries or no elements."""
+    from dualgraph.ops import inplace
+    shape = (0, 80) if layout == "empty" else (64, 80)
+    if layout == "empty":   # (no flat step for it either)
+        monkeypatch.setattr(inplace, "FLAT_MAX_NUMEL", -1)
+    dtype = np.float64 if layout == "float64" else np.float32
+    rng = np.random.default_rng(7)
+    start = rng.standard_normal(shape).astype(dtype)
+    if layout == "nonfinite":
+        start[0, :3] = (np.nan, np.inf, -np.inf)
+    writes, in_place = [], []
+    write = inplace._write
+    monkeypatch.setattr(inplace, "_write", lambda data, values: (
+        writes.append(data.shape), write(data, values)))
+    runs = {}
+    for lib in (dg, torch):
+        owner = lib.tensor(start.T.copy() if layout == "transposed" else start.copy())
+        p = (owner.T if layout == "transposed" else owner).detach().requires_grad_(True)
+        lr = kwargs["lr"]
+        if layout == "tensor_lr" and lib is dg:
+            lr = dg.tensor(lr)
+        opt = getattr(lib.optim, name)([p], **dict(kwargs, lr=lr))
+        for step in range(4):
+            x = np.random.default_rng(step).standard_normal(shape).astype(dtype)
+            opt.zero_grad()
+            ((p * lib.tensor(x)).sum() ** 2 / 1e3 + (p ** 2).sum() * 0.1).backward()
+            written = len(writes)
+            opt.step()
+            if lib is dg and step:   # (the first makes the state: SGD copies the gradient)
+                in_place.append(shape not in writes[written:])
+        runs[lib] = p, owner, opt
+    (p, owner, opt), (tp, _, _) = runs[dg], runs[torch]
+    np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-5, atol=1e-6)
+    # the tensor the parameter shares its storage with saw every write
+    np.testing.assert_array_equal(owner.numpy().T if layout == "transposed"
+                                  else owner.numpy(), p.detach().numpy())
+    if layout in ("float32", "nonfinite", "tensor_lr"):
+        assert all(in_place), "a step copied its result into the parameter"
+
+
 def test_closure_returns_loss():
     p = dg.tensor([1.0, 2.0], requires_grad=True)
     opt = dg.optim.SGD([p], lr=0.1)

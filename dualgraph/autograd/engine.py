@@ -9,11 +9,13 @@ differentiated again; otherwise it runs under ``no_grad``.
 from __future__ import annotations
 
 import heapq
+import sys
 
 import numpy as np
 
 from .. import dtypes
 from ..dispatch import autocast, modes
+from ..kernels import recycle
 from ..ops import creation
 from ..ops.shape import stack
 from ..shapes import numel
@@ -209,7 +211,8 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                 continue   # grad() leaves every .grad alone; backward(inputs=...) all others
             if not node.leaf.requires_grad:   # (turned off since the op reached it: no
                 continue                       # gradient, as torch's AccumulateGrad)
-            _accumulate(node.leaf, g, create_graph, not hooks and mine)
+            take = not hooks and (mine or _unshared(g))
+            _accumulate(node.leaf, g, create_graph, take)
             for hook in node.leaf._post_accumulate_hooks or ():
                 hook(node.leaf)
             continue
@@ -243,6 +246,7 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                 push(ready, (-target.seq, target))
             else:
                 _add(pending, ready, owned, target, nr, g)
+        input_grads = g = None   # (a gradient this frame holds is not _unshared)
 
 
 def _capture_points(targets) -> dict:
@@ -380,6 +384,36 @@ def _run_hooks(hooks, g):
             if new is not None:
                 g = new
     return g
+
+
+# References to a gradient that reached a leaf, none of them another holder's: the popped
+# ``grads`` dict and ``g`` in _propagate, _unshared's argument and getrefcount's own.
+_ENGINE_REFS = 4
+
+
+def _unshared(g: Tensor) -> bool:
+    """Whether the gradient ``g`` reaching a leaf is the engine's alone, so that it can
+    become ``.grad`` without a copy, as torch's AccumulateGrad takes a gradient whose use
+    count says nothing else holds it: a writeable C-contiguous array; no other reference
+    to the Tensor (another leaf's pending gradient, a hook's list, a captured result, the
+    caller's ``gradient=``); its array and the arrays it views referenced only by it and
+    by the recycler (which hands out an array only once nothing else references it:
+    kernels/recycle.py)."""
+    data = g._data
+    if (sys.getrefcount(g) > _ENGINE_REFS or type(data) is not np.ndarray
+            or not data.flags.c_contiguous or not data.flags.writeable):
+        return False   # (a broadcast zero or a strided view stays a VJP's, copied)
+    refs = 3   # (g's attribute, this name, getrefcount's argument)
+    while True:
+        if type(data) is not np.ndarray:
+            return False
+        recycler = recycle.current
+        tracked = recycler is not None and recycler.tracks(data)
+        if sys.getrefcount(data) > refs + tracked:
+            return False
+        if data.base is None:
+            return True
+        data, refs = data.base, 3   # (the view's base attribute, this name, the argument)
 
 
 def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False):

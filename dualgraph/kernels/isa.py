@@ -35,13 +35,19 @@ define <4 x i64> @probe(<4 x i64> %a) {
 def target() -> tuple[str, str]:
     """``(cpu name, features)`` Numba's JIT compiles for (features as LLVM's ``+a,-b``
     list, or ``""``: the name's own), from the environment as Numba reads it."""
-    name = os.environ.get("NUMBA_CPU_NAME")
-    features = os.environ.get("NUMBA_CPU_FEATURES")
+    env = os.environ.get
+    return _target(env("NUMBA_CPU_NAME"), env("NUMBA_CPU_FEATURES"), env("NUMBA_ENABLE_AVX"))
+
+
+@lru_cache(maxsize=None)
+def _target(name, features, enable_avx) -> tuple[str, str]:
+    """:func:`target` for these values of the variables (worked out once: joining the
+    host's few hundred features took ~100 us at every eager call that asks)."""
     if features is None and str(name).lower() == "generic":
         features = ""
     host, host_features = _host()
     if features is None:
-        avx = _avx_enabled(name or host)
+        avx = _avx_enabled(name or host, enable_avx)
         features = ",".join(f if avx or not f[1:].startswith("avx") else "-" + f[1:]
                             for f in host_features.split(","))
     return name or host, features
@@ -54,10 +60,9 @@ def _host() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
-def _avx_enabled(name: str) -> bool:
-    """Numba's ``ENABLE_AVX``: ``NUMBA_ENABLE_AVX`` where set, else on but for a few CPU
-    names."""
-    value = os.environ.get("NUMBA_ENABLE_AVX")
+def _avx_enabled(name: str, value: str | None) -> bool:
+    """Numba's ``ENABLE_AVX``: ``value`` (``NUMBA_ENABLE_AVX``) where set, else on but for
+    a few CPU names."""
     if value is not None:
         try:
             return bool(int(value))

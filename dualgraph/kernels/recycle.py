@@ -60,6 +60,10 @@ class Recycler:
                     return a
         return None
 
+    def tracks(self, array: np.ndarray) -> bool:
+        """Whether ``array`` is one of the arrays kept here (so its list references it)."""
+        return any(a is array for a in self.blocks.get((array.shape, array.dtype), ()))
+
     def keep(self, array: np.ndarray) -> None:
         """Track ``array`` (a new result of an eager op) for later calls."""
         if (array.base is not None or array.nbytes < MIN_BYTES

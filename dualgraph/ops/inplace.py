@@ -45,7 +45,8 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
             result.requires_grad or target._base.requires_grad)):
         through = _written_through(target, eager)
     if eager:
-        _write(data, result._data)
+        if result._data is not data:   # (else the kernel wrote it: an update's ``out=``)
+            _write(data, result._data)
     elif through is not None:   # tracing: the root's new value, then the view's
         chain, root = through
         new_root = views.write_root(chain, root, result)

@@ -14,11 +14,13 @@ import math
 import numpy as np
 
 from .. import kernels
-from ..dispatch import apply
+from ..autograd.tape import grad_mode
+from ..dispatch import apply, modes
 from ..ops import elementwise
 from ..ops.inplace import commit_inplace
 from ..ops.opdef import defop
 from ..shapes import ShapedType
+from ..tensor import Tensor
 
 
 # torch's in-place Tensor methods, by the names the optimisers call them
@@ -244,16 +246,13 @@ def adam_step_(p, grad, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, dec
     """Adam's update of ``p``, ``exp_avg`` and ``exp_avg_sq`` in place (``step`` already
     counts this step). Hyper-parameters that are tensors (a schedule's graph inputs) are
     inputs of the update (``adam_update_hyper``)."""
+    targets = (p, exp_avg, exp_avg_sq)
     if _all_numbers(lr, beta1, beta2, decay):
-        new_p, m, v = apply(ADAM_UPDATE, p, grad, exp_avg, exp_avg_sq, step, lr=float(lr),
-                            beta1=float(beta1), beta2=float(beta2), eps=float(eps),
-                            decay=float(decay))
-    else:
-        new_p, m, v = apply(ADAM_UPDATE_HYPER, p, grad, exp_avg, exp_avg_sq, step,
-                            *_numbers_as_floats(lr, beta1, beta2, decay), eps=float(eps))
-    commit_inplace(exp_avg, m)
-    commit_inplace(exp_avg_sq, v)
-    return commit_inplace(p, new_p)
+        return _update_(ADAM_UPDATE, targets, p, grad, exp_avg, exp_avg_sq, step,
+                        lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
+                        decay=float(decay))
+    return _update_(ADAM_UPDATE_HYPER, targets, p, grad, exp_avg, exp_avg_sq, step,
+                    *_numbers_as_floats(lr, beta1, beta2, decay), eps=float(eps))
 
 
 def _sgd_constants(lr, momentum, dampening, nesterov) -> tuple:
@@ -370,15 +369,50 @@ def sgd_momentum_step_(p, grad, buf, *, lr, momentum, dampening, nesterov):
     where the buffer is the gradient itself). An lr or momentum that is a tensor (a
     schedule's graph input) is an input of the update (``sgd_update_hyper``)."""
     if _all_numbers(lr, momentum):
-        new_p, new_buf = apply(SGD_UPDATE, p, grad, buf, lr=float(lr),
-                               momentum=float(momentum), dampening=float(dampening),
-                               nesterov=bool(nesterov))
-    else:
-        new_p, new_buf = apply(SGD_UPDATE_HYPER, p, grad, buf,
-                               *_numbers_as_floats(lr, momentum),
-                               dampening=float(dampening), nesterov=bool(nesterov))
-    commit_inplace(buf, new_buf)
-    return commit_inplace(p, new_p)
+        return _update_(SGD_UPDATE, (p, buf), p, grad, buf, lr=float(lr),
+                        momentum=float(momentum), dampening=float(dampening),
+                        nesterov=bool(nesterov))
+    return _update_(SGD_UPDATE_HYPER, (p, buf), p, grad, buf,
+                    *_numbers_as_floats(lr, momentum), dampening=float(dampening),
+                    nesterov=bool(nesterov))
+
+
+def _update_(op, targets: tuple, *args, **attrs) -> Tensor:
+    """Run the update ``op`` (its outputs: the new values of ``targets``, in order) and
+    commit each into its target; returns the first target.
+
+    Eagerly, where the kernel can write the targets' arrays itself (:func:`_writes_in_place`),
+    they are its ``out=``: an update reads each element before writing it, so that gives
+    the values of a fresh result copied back, without the fresh arrays (page faults at
+    every step: the buffers are as big as the model) and without the copies. The commits
+    then only bump the versions. Otherwise (tracing, views, mixed dtypes) the op makes new
+    values and each commit writes or rebinds as any in-place op's."""
+    if _writes_in_place(targets, args):
+        attrs["out"] = tuple(t._data for t in targets)
+    results = apply(op, *args, **attrs)
+    for t, r in zip(targets[1:], results[1:]):
+        commit_inplace(t, r)
+    return commit_inplace(targets[0], results[0])
+
+
+def _writes_in_place(targets: tuple, args: tuple) -> bool:
+    """Whether an eager update may write ``targets`` in place: no trace, no grad mode (so
+    no history to give them, as an optimiser's step), each target a plain writeable
+    C-contiguous array of the first's dtype (the dtype the kernel computes in) that no
+    other target or input overlaps except as itself."""
+    if modes.tracer is not None or grad_mode.enabled:
+        return False
+    dtype = targets[0]._data.dtype
+    arrays = [a._data for a in args if isinstance(a, Tensor)]
+    for t in targets:
+        data = t._data
+        if (type(data) is not np.ndarray or t._view is not None or data.dtype != dtype
+                or not data.flags.c_contiguous or not data.flags.writeable):
+            return False
+        for a in arrays:
+            if a is not data and np.may_share_memory(a, data):
+                return False
+    return True
 
 
 def _all_numbers(*values) -> bool:
