@@ -511,11 +511,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +30, "." -20 (lead, after the merges): the _foreach_* functions moved to ops/foreach.py
 # (a table of method names belongs with the ops); dtypes.cast (was ops/_util's: creation
 # imports it without a cycle).
-# kernels/ +70 and the core with it (issue 26, i-wino16): the Winograd transforms on vectors
-# of sixteen lanes on AVX-512 (eight on AVX2), simd.py's deinterleave and zip shuffles.
-CORE_BUDGET = 31_800
+# kernels/ +88 and the core with it (issue 26, i-wino16): the Winograd transforms on vectors
+# of sixteen lanes on AVX-512 (eight on AVX2), their input rows padded and epilogue run once
+# an image, simd.py's deinterleave and zip shuffles.
+CORE_BUDGET = 31_820
 BUDGETS = {".": 2_060, "amp": 320, "autograd": 1_050, "backends": 40, "capture": 5_070,
-           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_202,
+           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_220,
            "ops": 11_340, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_745,
            "profiler": 440, "utils": 600, "distributions": 1_421, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

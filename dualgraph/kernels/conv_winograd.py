@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import helper, loop, numba_available, out_images
 from .conv_lanes import finish
@@ -62,19 +63,25 @@ def untransform(u: np.ndarray) -> np.ndarray:
 
 
 @helper(inline="always")
-def _fill_rows(x, base, height, width, y0, left, rows):
-    """``rows (4, P)`` = input rows ``y0 .. y0 + 3`` of the plane at ``x[base:]`` from
-    column ``-left`` on, zero outside the plane (the conv's padding)."""
-    cols = min(width, rows.shape[1] - left)
-    for i in range(4):
-        y = y0 + i
-        row = rows[i]
-        row[:] = 0
+def _fill_rows(x, base, height, width, y0, left, count, rows, wr):
+    """``rows`` (flat, rows ``wr`` apart) = input rows ``y0 .. y0 + count - 1`` of the plane
+    at ``x[base:]`` from column ``-left`` on, zero outside the plane (the conv's padding):
+    plain loops over flat indices (a slice assignment per row cost more than the
+    transform)."""
+    cols = min(width, wr - left)
+    for i in range(count):
+        y, at = y0 + i, i * wr
         if 0 <= y < height:
-            src = x[base + y * width:base + y * width + cols]
-            dst = row[left:left + cols]
-            for v in range(cols):
-                dst[v] = src[v]
+            src = base + y * width
+            for u in range(left):
+                rows[at + u] = 0
+            for u in range(cols):
+                rows[at + left + u] = x[src + u]
+            for u in range(left + cols, wr):
+                rows[at + u] = 0
+        else:
+            for u in range(wr):
+                rows[at + u] = 0
 
 
 @helper(inline="always")
@@ -101,51 +108,53 @@ def _column_pass(v, at, step, low, high, low2, high2):
 
 @helper(inline="always")
 def _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
-                span, zero, lanes):
+                span, step, zero, lanes):
     """:func:`_input_tiles` on vectors of ``lanes`` (``zero``'s): ``lanes`` tiles of a
     tile row at a time, the row pass on the loaded rows, the column pass on their even and
     odd lanes (the same operations in the same order as tile by tile: the same bits)."""
     chunks = -(-tw // lanes)
     wr = 2 * chunks * lanes + 2
-    rows = np.empty((4, wr), F)
-    flat = rows.reshape(-1)
+    rows = np.empty((2 * min(r1 - r0, th) + 2) * wr, F)
     plane = height * width
-    step = channels * span
     for c in range(start, stop):
-        for r in range(r0, r1):
-            n, ti = r // th, r % th
-            _fill_rows(x, (n * channels + c) * plane, height, width, 2 * ti - top, left,
-                       rows)
-            at = c * span + (r - r0) * tw
-            for k in range(chunks):
-                u = 2 * k * lanes
-                a0, a1, a2, a3 = _row_pass(flat, wr, u, zero)
-                b0, b1, b2, b3 = _row_pass(flat, wr, u + lanes, zero)
-                c0, c1, c2, c3 = _row_pass(flat, wr, u + 2, zero)
-                e0, e1, e2, e3 = _row_pass(flat, wr, u + lanes + 2, zero)
-                o = at + k * lanes
-                _column_pass(v, o, step, a0, b0, c0, e0)
-                _column_pass(v, o + 4 * step, step, a1, b1, c1, e1)
-                _column_pass(v, o + 8 * step, step, a2, b2, c2, e2)
-                _column_pass(v, o + 12 * step, step, a3, b3, c3, e3)
+        r = r0
+        while r < r1:            # an image's tile rows of the block: its input rows once
+            n, first = r // th, r % th
+            last = min(th, r1 - n * th)
+            _fill_rows(x, (n * channels + c) * plane, height, width, 2 * first - top, left,
+                       2 * (last - first) + 2, rows, wr)
+            for ti in range(first, last):
+                at = c * span + (r - r0) * tw
+                for k in range(chunks):
+                    u = 2 * (ti - first) * wr + 2 * k * lanes
+                    a0, a1, a2, a3 = _row_pass(rows, wr, u, zero)
+                    b0, b1, b2, b3 = _row_pass(rows, wr, u + lanes, zero)
+                    c0, c1, c2, c3 = _row_pass(rows, wr, u + 2, zero)
+                    e0, e1, e2, e3 = _row_pass(rows, wr, u + lanes + 2, zero)
+                    o = at + k * lanes
+                    _column_pass(v, o, step, a0, b0, c0, e0)
+                    _column_pass(v, o + 4 * step, step, a1, b1, c1, e1)
+                    _column_pass(v, o + 8 * step, step, a2, b2, c2, e2)
+                    _column_pass(v, o + 12 * step, step, a3, b3, c3, e3)
+                r += 1
 
 
 @loop
 def _input_tiles(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
-                 span, wide):
-    """Channels ``start:stop`` of the transformed input ``v (16, C, span)`` (flat; tile
-    ``t`` of a block at ``t``, ``span >= T + WIDE``: a tile row's last vector may run
-    ``WIDE - 1`` past it) of tile rows ``r0:r1`` (flat over ``(image, tile row)``, ``tw``
+                 span, step, wide):
+    """Channels ``start:stop`` of the transformed input ``v (16, C, span)`` (flat, points
+    ``step = C * span`` apart; tile ``t`` of a block at ``t``, ``span >= T +
+    WIDE``: a tile row's last vector may run ``WIDE - 1`` past it) of tile rows ``r0:r1`` (flat over ``(image, tile row)``, ``tw``
     tiles each, ``T = (r1 - r0) * tw``) of ``x (N, C, H, W)`` (flat): ``V = B^T d B`` of
     each 4x4 tile ``d`` (rows ``2 ti - top ..``, columns ``2 tj - left ..``), the rows of
     ``B^T d`` (rows ``d0 - d2, d1 + d2, d2 - d1, d1 - d3``) then its columns, on vectors of
     sixteen lanes where ``wide`` (:func:`lanes`), else eight."""
     if wide:
         _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
-                    span, broadcast_wide(F(0)), WIDE)
+                    span, step, broadcast_wide(F(0)), WIDE)
     else:
         _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
-                    span, broadcast(F(0)), LANES)
+                    span, step, broadcast(F(0)), LANES)
 
 
 @helper(inline="always")
@@ -170,53 +179,60 @@ def _output_row(outs, at, lanes, c0, c1, c2, c3, b):
 
 
 @helper(inline="always")
-def _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1, t,
-                 where, act, lo, hi, ostride, zero, lanes):
+def _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1, span,
+                 step, where, act, lo, hi, ostride, zero, lanes):
     """:func:`_output_tiles` on vectors of ``lanes`` (``zero``'s): ``lanes`` tiles at a
     time, their two output rows' even and odd columns interleaved into ``outs``."""
     chunks = -(-tw // lanes)
     ow = 2 * chunks * lanes
     outs = np.empty(2 * ow, F)
-    size, step = ho * wo, cout * t
+    size = ho * wo
     for k in range(start, stop):
         b = load_like(biases, k * WIDE, zero)
-        for r in range(r0, r1):
-            n, ti = r // th, r % th
-            for q in range(chunks):
-                o = k * t + (r - r0) * tw + q * lanes
-                c0, e0 = _products_column(m, o, step, zero)
-                c1, e1 = _products_column(m, o + step, step, zero)
-                c2, e2 = _products_column(m, o + 2 * step, step, zero)
-                c3, e3 = _products_column(m, o + 3 * step, step, zero)
-                _output_row(outs, 2 * q * lanes, lanes, c0, c1, c2, c3, b)
-                _output_row(outs, ow + 2 * q * lanes, lanes, e0, e1, e2, e3, b)
-            for dy in range(2):
-                y = 2 * ti + dy
-                if y < ho:
-                    q, e = n * ostride + k * size + y * wo, (n * cout + k) * size + y * wo
-                    dst = out[q:q + wo]
-                    dst[:] = outs[dy * ow:dy * ow + wo]
-                    finish(dst, residual[e:e + wo], where, act, lo, hi)
+        r = r0
+        while r < r1:            # an image's tile rows of the block, its epilogue once
+            n, first = r // th, r % th
+            last = min(th, r1 - n * th)
+            plane, at = n * ostride + k * size, (n * cout + k) * size
+            for ti in range(first, last):
+                for q in range(chunks):
+                    o = k * span + (r - r0) * tw + q * lanes
+                    c0, e0 = _products_column(m, o, step, zero)
+                    c1, e1 = _products_column(m, o + step, step, zero)
+                    c2, e2 = _products_column(m, o + 2 * step, step, zero)
+                    c3, e3 = _products_column(m, o + 3 * step, step, zero)
+                    _output_row(outs, 2 * q * lanes, lanes, c0, c1, c2, c3, b)
+                    _output_row(outs, ow + 2 * q * lanes, lanes, e0, e1, e2, e3, b)
+                for dy in range(min(2, ho - 2 * ti)):
+                    y = plane + (2 * ti + dy) * wo
+                    for u in range(wo):
+                        out[y + u] = outs[dy * ow + u]
+                r += 1
+            # (on the run's rows at once: views cost two reference counts each)
+            y0, y1 = 2 * first * wo, min(2 * last, ho) * wo
+            finish(out[plane + y0:plane + y1], residual[at + y0:at + y1], where, act, lo, hi)
 
 
 @loop
-def _output_tiles(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1, t,
-                  where, act, lo, hi, ostride, wide):
+def _output_tiles(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
+                  span, step, where, act, lo, hi, ostride, wide):
     """Output channels ``start:stop`` of tile rows ``r0:r1`` (as :func:`_input_tiles`'):
-    ``A^T M A`` of each tile's 16 products ``m (16, Cout, T)`` (flat, ``WIDE`` elements
-    readable past its end), plus the bias (``biases``: each channel's ``WIDE`` times), into
+    ``A^T M A`` of each tile's 16 products ``m (16, Cout, span)`` (as ``v`` in
+    :func:`_input_tiles`: points ``step`` apart), plus the bias (``biases``: each
+    channel's ``WIDE`` times), into
     ``out (N, Cout, Ho, Wo)`` (flat, image ``n`` from ``n * ostride``:
     ``kernels.out_images``), two rows at a time (a partial tile's extra outputs dropped),
-    with ``conv_lanes.finish``'s epilogue on each row (``residual`` flat like ``out``):
+    with ``conv_lanes.finish``'s epilogue on each image's rows (``residual`` flat like
+    ``out``):
     ``A^T M`` (rows ``m0 + m1 + m2`` and ``m1 - m2 - m3`` of each of the tile's four
     columns), then by ``A`` (the same along the columns), on vectors of sixteen lanes where
     ``wide``, else eight."""
     if wide:
         _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
-                     t, where, act, lo, hi, ostride, broadcast_wide(F(0)), WIDE)
+                     span, step, where, act, lo, hi, ostride, broadcast_wide(F(0)), WIDE)
     else:
         _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
-                     t, where, act, lo, hi, ostride, broadcast(F(0)), LANES)
+                     span, step, where, act, lo, hi, ostride, broadcast(F(0)), LANES)
 
 
 class Plan(NamedTuple):
@@ -286,9 +302,8 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
     p = plan_ or plan(x.shape, (ho, wo))
     rows = n * p.th
     span = p.block * p.tw + WIDE
-    v = np.empty(POINTS * c * span, F)
-    m = np.empty(POINTS * cout * p.block * p.tw + WIDE, F)
-    m[-WIDE:] = 0
+    vstep, mstep = c * span, cout * span
+    v, m = np.empty(POINTS * vstep, F), np.empty(POINTS * mstep, F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_x, (flat_out, ostride) = x.reshape(-1), out_images(out)
@@ -298,13 +313,14 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
     for r0 in range(0, rows, p.block):
         r1 = min(r0 + p.block, rows)
         t = (r1 - r0) * p.tw
-        vb = v.reshape(POINTS, c, span)[:, :, :t]
-        mb = m[:POINTS * cout * t].reshape(POINTS, cout, t)
+        vb = as_strided(v, (POINTS, c, t), (4 * vstep, 4 * span, 4))
+        mb = as_strided(m, (POINTS, cout, t), (4 * mstep, 4 * span, 4))
         run_rows(_input_tiles, c, flat_x, v, c, h, wd, padding[0][0], padding[1][0],
-                 p.th, p.tw, r0, r1, span, wide_, threads=threads)
+                 p.th, p.tw, r0, r1, span, vstep, wide_, threads=threads)
         np.matmul(u, vb, out=mb)
         run_rows(_output_tiles, cout, m, biases, flat_out, res, cout, ho, wo, p.th, p.tw,
-                 r0, r1, t, where, act, F(lo), F(hi), ostride, wide_, threads=threads)
+                 r0, r1, span, mstep, where, act, F(lo), F(hi), ostride, wide_,
+                 threads=threads)
     return out
 
 
