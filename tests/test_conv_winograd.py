@@ -193,8 +193,11 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((16, 17, 13, 13), (17, 17, 3, 3), False),
     ((1, 128, 28, 28), (64, 128, 3, 3), True),
     ((1, 64, 28, 28), (128, 64, 3, 3), True),
-    ((1, 64, 13, 13), (256, 64, 3, 3), False),    # 4x the outputs, partial tiles
-    ((16, 48, 13, 13), (192, 48, 3, 3), False),
+    ((1, 64, 13, 13), (256, 64, 3, 3), True),     # 4x the outputs, partial tiles
+    ((16, 48, 13, 13), (192, 48, 3, 3), True),
+    ((16, 128, 28, 28), (32, 128, 3, 3), False),  # a quarter of the outputs
+    ((1, 64, 16, 16), (64, 64, 3, 3), True),      # rows of 8 tiles
+    ((1, 32, 32, 32), (32, 32, 3, 3), False),
 ])
 def test_the_cost_rule(x_shape, w_shape, wins, monkeypatch):
     assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins

@@ -14,6 +14,14 @@ bias and the epilogue (``conv_lanes.finish``: residual, activation) while a row 
 (:func:`_output_tiles`). The transformed input and the products are made for a block of
 tile rows at a time (:func:`plan`), small enough to stay in cache between the three steps.
 
+Both transforms work on a vector of tiles of a tile row at a time (``simd.py``): the row
+pass of ``B^T d`` (or ``A^T M``) lane-wise on loaded vectors, the column pass on their
+even and odd lanes (deinterleaved, or interleaved into the output row), the same
+operations in the same order as tile by tile (the same bits at any width). The vectors
+have sixteen lanes where the loops are compiled with AVX-512 and a tile row has more than
+eight tiles (:func:`lanes`), else eight. The GEMMs are OpenBLAS's, whose kernel on such a
+CPU (SkylakeX) is sixteen lanes wide already.
+
 F(2x2, 3x3) and not F(4x4, 3x3): the larger tile's transforms have entries up to 8 and
 1/24, and its float32 error on unit-scale data measured 4e-6 to 1.2e-5 of the output's
 largest value (64 to 256 channels), above a direct conv's; F(2x2, 3x3)'s entries are 0,
@@ -259,33 +267,34 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
-MIN_CHANNELS = 16     # C*Cout / (C + 2 Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
-ROW_TILES = 4         # tiles of a row: narrower planes need proportionally more channels
+MIN_CHANNELS = 10     # C*Cout / (2 C + Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
+ROW_TILES = 8         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
 
 def faster(x_shape, w_shape, out_hw) -> bool:
     """The cost rule: whether :func:`conv` runs a conv that :func:`wanted` takes faster than
-    ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies, less the
-    outputs of partial tiles that are dropped (an odd plane: a 13x13 one computes 14x14);
-    the transforms and the GEMMs' stores add work per tile proportional to ``C + 2 Cout``
-    (the output side counted twice: a GEMM of depth ``C`` stores each of its ``16 Cout``
-    products per tile after only ``C`` multiply-adds, and the inverse transform reads them
-    again) and a cost per row of tiles (``tw`` tiles), so they pay where ``C*Cout * kept /
-    (C + 2 Cout) >= MIN_CHANNELS * (1 + ROW_TILES / tw)`` (two 64-channel layers from
-    56x56 planes on; 128 channels from 14x14; 256 at 7x7; not a 48 -> 192 or 64 -> 256
-    layer on 13x13, whose four times as many outputs as inputs measured 1.0-1.3x the packed
-    loop's time), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
+    ``conv_packed``'s loop (both on sixteen-lane vectors on AVX-512). The GEMMs do 16/36
+    of the direct conv's multiplies, less the outputs of partial tiles that are dropped (an
+    odd plane: a 13x13 one computes 14x14); the transforms and the GEMMs add work per tile
+    proportional to ``2 C + Cout`` (the input side counted twice: its transform reads and
+    pads each input row twice, the tile rows overlapping by two, and a GEMM with few
+    outputs, ``(Cout, C) @ (C, tiles)``, runs below the BLAS's speed) and a cost per row of
+    tiles (``tw`` tiles; a row of eight or fewer fills one eight-lane vector, four of them
+    half of one), so they pay where ``C*Cout * kept / (2 C + Cout) >= MIN_CHANNELS * (1 +
+    ROW_TILES / tw)`` (two 64-channel layers from 16x16 planes on; 48 -> 192 on 13x13; 128
+    from 7x7 at batch 16; not 64 on 8x8, 1.1-1.3x the packed loop's time, nor 128 -> 32 on
+    28x28, 1.2x), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
     more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
-    too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
-    batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only where dualgraph runs on one core
-    (``tuning.cores()``, as when the graph is compiled): on two, a block hands work to the
-    other core 18 times (two loops, 16 threaded GEMMs) where the packed loop does once, and
-    it has not been measured to pay there."""
+    too few columns; 256 channels there took 1.8x). Measured on 3x3 layers of 16 to 512
+    channels, 7x7 to 64x64 planes, batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only
+    where dualgraph runs on one core (``tuning.cores()``, as when the graph is compiled): on
+    two, a block hands work to the other core 18 times (two loops, 16 threaded GEMMs) where
+    the packed loop does once, and it has not been measured to pay there."""
     c, cout = x_shape[1], w_shape[0]
     th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
     kept = out_hw[0] * out_hw[1] / (4 * th * tw)
-    return (c * cout * tw * kept >= MIN_CHANNELS * (c + 2 * cout) * (tw + ROW_TILES)
+    return (c * cout * tw * kept >= MIN_CHANNELS * (2 * c + cout) * (tw + ROW_TILES)
             and x_shape[0] * th * tw >= MIN_TILES and cores() == 1)
 
 
