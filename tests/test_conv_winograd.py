@@ -14,7 +14,7 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 from dualgraph import kernels  # noqa: E402
-from dualgraph.kernels import conv_winograd  # noqa: E402
+from dualgraph.kernels import conv_winograd, simd  # noqa: E402
 from dualgraph.ops.epilogue import CONV2D_WINOGRAD  # noqa: E402
 
 from optable.conv import torch_tail  # noqa: E402
@@ -123,6 +123,48 @@ def test_threads_do_not_change_the_bits_nor_blocks_the_values(monkeypatch):
                                atol=1e-5)
 
 
+# wider planes: tile rows of more than eight tiles, whole, partial and several vectors of
+# sixteen (n, c, h, w, cout, padding)
+WIDE_CASES = [
+    (1, 19, 9, 33, 17, ((1, 1), (1, 1))),      # 17 tiles a row: one past a wide vector
+    (2, 16, 6, 64, 32, ((1, 1), (1, 1))),      # 32 tiles: two whole wide vectors
+    (16, 5, 5, 37, 3, ((0, 0), (2, 2))),       # batch 16, odd width, padding 0 and 2
+    (1, 7, 11, 18, 9, ((2, 1), (0, 1))),       # asymmetric padding, 9 tiles a row
+]
+
+
+@pytest.mark.parametrize("case", CASES + WIDE_CASES)
+def test_eight_and_sixteen_lanes_give_the_same_bits(case, monkeypatch):
+    """The transforms on vectors of eight or sixteen lanes (``conv_winograd.lanes``: by the
+    CPU and the width of a tile row) do the same operations in the same order: the same
+    bits, here written into a concatenation's block of channels with a residual and an
+    activation, and near torch's float64 values."""
+    x, w, b, padding = _case(case)
+    n, cout = x.shape[0], w.shape[0]
+    ho = x.shape[2] + sum(padding[0]) - 2
+    wo = x.shape[3] + sum(padding[1]) - 2
+    r = np.random.default_rng(3).standard_normal((n, cout, ho, wo)).astype(np.float32)
+    u = conv_winograd.transform_weight(w)
+    got = []
+    for lanes in (simd.LANES, simd.WIDE):
+        monkeypatch.setattr(conv_winograd, "lanes", lambda tw, lanes=lanes: lanes)
+        block = np.full((n, cout + 5, ho, wo), np.nan, np.float32)
+        conv_winograd.conv(x, u, block[:, 2:2 + cout], padding, b, residual=r, where=1,
+                           act=1)
+        assert np.isnan(block[:, :2]).all() and np.isnan(block[:, 2 + cout:]).all()
+        got.append(block[:, 2:2 + cout])
+    np.testing.assert_array_equal(got[0], got[1])
+    want = _torch64(x, w, b, padding, (r,), "relu", "before")
+    assert _error(got[1], want) < TOLERANCE
+
+
+def test_the_lanes_follow_the_cpu_and_the_row(monkeypatch):
+    monkeypatch.setattr(conv_winograd, "wide", lambda: True)
+    assert [conv_winograd.lanes(tw) for tw in (4, 8, 9, 28)] == [8, 8, 16, 16]
+    monkeypatch.setattr(conv_winograd, "wide", lambda: False)     # AVX2: eight lanes
+    assert conv_winograd.lanes(28) == 8
+
+
 def test_without_the_loops_the_op_untransforms_and_runs_the_epilogue(monkeypatch):
     x, w, b, padding = _case(CASES[0])
     want = _winograd(x, w, b, act="relu", padding=padding)
@@ -151,8 +193,11 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((16, 17, 13, 13), (17, 17, 3, 3), False),
     ((1, 128, 28, 28), (64, 128, 3, 3), True),
     ((1, 64, 28, 28), (128, 64, 3, 3), True),
-    ((1, 64, 13, 13), (256, 64, 3, 3), False),    # 4x the outputs, partial tiles
-    ((16, 48, 13, 13), (192, 48, 3, 3), False),
+    ((1, 64, 13, 13), (256, 64, 3, 3), True),     # 4x the outputs, partial tiles
+    ((16, 48, 13, 13), (192, 48, 3, 3), True),
+    ((16, 128, 28, 28), (32, 128, 3, 3), False),  # a quarter of the outputs
+    ((1, 64, 16, 16), (64, 64, 3, 3), True),      # rows of 8 tiles
+    ((1, 32, 32, 32), (32, 32, 3, 3), False),
 ])
 def test_the_cost_rule(x_shape, w_shape, wins, monkeypatch):
     assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins

@@ -11,12 +11,13 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from dualgraph.kernels import build, loop  # noqa: E402
+from dualgraph.kernels import build, helper, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
-                                    broadcast_at_wide, broadcast_wide, fma, high_half,
-                                    joined, load, load_even, load_wide, low_half, maximum,
-                                    maximum_nan, minimum, multiply, store, subtract,
-                                    transpose, tree_sum, where_greater)
+                                    broadcast_at_wide, broadcast_wide, even_lanes, fma,
+                                    high_half, joined, load, load_even, load_like,
+                                    load_wide, low_half, maximum, maximum_nan, minimum,
+                                    multiply, odd_lanes, store, subtract, transpose,
+                                    tree_sum, where_greater, zip_high, zip_low)
 
 
 @loop
@@ -105,6 +106,38 @@ def test_sixteen_lane_intrinsics_match_numpy():
     want = x[3:19] * y[2] + np.concatenate([y[1:9], x[0:8]]) + x[3:19]
     np.testing.assert_allclose(out[1:17], want, rtol=1e-6, atol=1e-6)
     assert np.isnan(out[[0, 17]]).all()
+
+
+@helper(inline="always")
+def _shuffled(x, out, zero, n):
+    a, b = load_like(x, 1, zero), load_like(x, 1 + n, zero)
+    store(out, 0, even_lanes(a, b))
+    store(out, n, odd_lanes(a, b))
+    store(out, 2 * n, zip_low(a, b))
+    store(out, 3 * n, zip_high(a, b))
+
+
+@loop
+def _shuffles(x, out, wide):
+    """``even_lanes``, ``odd_lanes``, ``zip_low`` and ``zip_high`` of two vectors loaded
+    by ``load_like`` (sixteen lanes where ``wide``, else eight), stored one after another."""
+    if wide:
+        _shuffled(x, out, broadcast_wide(np.float32(0)), 16)
+    else:
+        _shuffled(x, out, broadcast(np.float32(0)), 8)
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_deinterleave_and_zip_match_numpy(n):
+    x = np.arange(2 * n + 1, dtype=np.float32)
+    out = np.full(4 * n, np.nan, np.float32)
+    _shuffles(x, out, n == 16)
+    a, b = x[1:1 + n], x[1 + n:1 + 2 * n]
+    both = np.concatenate([a, b])
+    np.testing.assert_array_equal(out[:n], both[0::2])
+    np.testing.assert_array_equal(out[n:2 * n], both[1::2])
+    zipped = np.stack([a, b], axis=1).reshape(-1)
+    np.testing.assert_array_equal(out[2 * n:], zipped)
 
 
 @loop

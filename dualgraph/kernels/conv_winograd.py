@@ -14,6 +14,14 @@ bias and the epilogue (``conv_lanes.finish``: residual, activation) while a row 
 (:func:`_output_tiles`). The transformed input and the products are made for a block of
 tile rows at a time (:func:`plan`), small enough to stay in cache between the three steps.
 
+Both transforms work on a vector of tiles of a tile row at a time (``simd.py``): the row
+pass of ``B^T d`` (or ``A^T M``) lane-wise on loaded vectors, the column pass on their
+even and odd lanes (deinterleaved, or interleaved into the output row), the same
+operations in the same order as tile by tile (the same bits at any width). The vectors
+have sixteen lanes where the loops are compiled with AVX-512 and a tile row has more than
+eight tiles (:func:`lanes`), else eight. The GEMMs are OpenBLAS's, whose kernel on such a
+CPU (SkylakeX) is sixteen lanes wide already.
+
 F(2x2, 3x3) and not F(4x4, 3x3): the larger tile's transforms have entries up to 8 and
 1/24, and its float32 error on unit-scale data measured 4e-6 to 1.2e-5 of the output's
 largest value (64 to 256 channels), above a direct conv's; F(2x2, 3x3)'s entries are 0,
@@ -24,9 +32,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import helper, loop, numba_available, out_images
 from .conv_lanes import finish
+from .conv_packed import wide
+from .simd import (LANES, WIDE, add, broadcast, broadcast_wide, even_lanes, load_like,
+                   odd_lanes, store, subtract, zip_high, zip_low)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -59,93 +71,176 @@ def untransform(u: np.ndarray) -> np.ndarray:
 
 
 @helper(inline="always")
-def _fill_rows(x, base, height, width, y0, left, rows):
-    """``rows (4, P)`` = input rows ``y0 .. y0 + 3`` of the plane at ``x[base:]`` from
-    column ``-left`` on, zero outside the plane (the conv's padding)."""
-    cols = min(width, rows.shape[1] - left)
-    for i in range(4):
-        y = y0 + i
-        row = rows[i]
-        row[:] = 0
+def _fill_rows(x, base, height, width, y0, left, count, rows, wr):
+    """``rows`` (flat, rows ``wr`` apart) = input rows ``y0 .. y0 + count - 1`` of the plane
+    at ``x[base:]`` from column ``-left`` on, zero outside the plane (the conv's padding):
+    plain loops over flat indices (a slice assignment per row cost more than the
+    transform)."""
+    cols = min(width, wr - left)
+    for i in range(count):
+        y, at = y0 + i, i * wr
         if 0 <= y < height:
-            src = x[base + y * width:base + y * width + cols]
-            dst = row[left:left + cols]
-            for v in range(cols):
-                dst[v] = src[v]
+            src = base + y * width
+            for u in range(left):
+                rows[at + u] = 0
+            for u in range(cols):
+                rows[at + left + u] = x[src + u]
+            for u in range(left + cols, wr):
+                rows[at + u] = 0
+        else:
+            for u in range(wr):
+                rows[at + u] = 0
 
 
-@loop
-def _input_tiles(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1):
-    """Channels ``start:stop`` of the transformed input ``v (16, C, T)`` of tile rows
-    ``r0:r1`` (flat over ``(image, tile row)``, ``tw`` tiles each, ``T = (r1 - r0) *
-    tw``) of ``x (N, C, H, W)`` (flat): ``V = B^T d B`` of each 4x4 tile ``d`` (rows
-    ``2 ti - top ..``, columns ``2 tj - left ..``), the rows of ``B^T d`` first along the
-    whole tile row, then the columns tile by tile (each loop over views that start at 0,
-    so that it vectorises)."""
-    rows = np.empty((4, 2 * tw + 2), F)
+@helper(inline="always")
+def _row_pass(rows, width, u, zero):
+    """``B^T d`` on the four rows of ``rows`` (flat, ``width`` apart), columns ``u ..`` as
+    vectors of ``zero``'s lanes: rows ``d0 - d2, d1 + d2, d2 - d1, d1 - d3``."""
+    d0, d1 = load_like(rows, u, zero), load_like(rows, width + u, zero)
+    d2, d3 = load_like(rows, 2 * width + u, zero), load_like(rows, 3 * width + u, zero)
+    return subtract(d0, d2), add(d1, d2), subtract(d2, d1), subtract(d1, d3)
+
+
+@helper(inline="always")
+def _column_pass(v, at, step, low, high, low2, high2):
+    """``(B^T d) B`` of one row of ``B^T d`` of a vector's worth of tiles: their columns
+    ``2 tj .. 2 tj + 3`` deinterleaved from ``low, high`` (the row from ``2 tj``) and
+    ``low2, high2`` (from ``2 tj + 2``), the four points stored ``step`` apart in ``v``."""
+    a, b = even_lanes(low, high), odd_lanes(low, high)
+    e, f = even_lanes(low2, high2), odd_lanes(low2, high2)
+    store(v, at, subtract(a, e))
+    store(v, at + step, add(b, e))
+    store(v, at + 2 * step, subtract(e, b))
+    store(v, at + 3 * step, subtract(b, f))
+
+
+@helper(inline="always")
+def _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
+                span, step, zero, lanes):
+    """:func:`_input_tiles` on vectors of ``lanes`` (``zero``'s): ``lanes`` tiles of a
+    tile row at a time, the row pass on the loaded rows, the column pass on their even and
+    odd lanes (the same operations in the same order as tile by tile: the same bits)."""
+    chunks = -(-tw // lanes)
+    wr = 2 * chunks * lanes + 2
+    rows = np.empty((2 * min(r1 - r0, th) + 2) * wr, F)
     plane = height * width
-    d0, d1, d2, d3 = rows[0], rows[1], rows[2], rows[3]
     for c in range(start, stop):
-        for r in range(r0, r1):
-            n, ti = r // th, r % th
-            _fill_rows(x, (n * channels + c) * plane, height, width, 2 * ti - top, left,
-                       rows)
-            for u in range(rows.shape[1]):      # B^T d: rows (d0-d2, d1+d2, d2-d1, d1-d3)
-                a, b, e, f = d0[u], d1[u], d2[u], d3[u]
-                d0[u], d1[u], d2[u], d3[u] = a - e, b + e, e - b, b - f
-            at = (r - r0) * tw
-            for i in range(4):
-                s = rows[i]
-                q0, q1 = v[4 * i, c, at:at + tw], v[4 * i + 1, c, at:at + tw]
-                q2, q3 = v[4 * i + 2, c, at:at + tw], v[4 * i + 3, c, at:at + tw]
-                for tj in range(tw):            # (B^T d) B: the same along the columns
-                    a, b = s[2 * tj], s[2 * tj + 1]
-                    e, f = s[2 * tj + 2], s[2 * tj + 3]
-                    q0[tj] = a - e
-                    q1[tj] = b + e
-                    q2[tj] = e - b
-                    q3[tj] = b - f
+        r = r0
+        while r < r1:            # an image's tile rows of the block: its input rows once
+            n, first = r // th, r % th
+            last = min(th, r1 - n * th)
+            _fill_rows(x, (n * channels + c) * plane, height, width, 2 * first - top, left,
+                       2 * (last - first) + 2, rows, wr)
+            for ti in range(first, last):
+                at = c * span + (r - r0) * tw
+                for k in range(chunks):
+                    u = 2 * (ti - first) * wr + 2 * k * lanes
+                    a0, a1, a2, a3 = _row_pass(rows, wr, u, zero)
+                    b0, b1, b2, b3 = _row_pass(rows, wr, u + lanes, zero)
+                    c0, c1, c2, c3 = _row_pass(rows, wr, u + 2, zero)
+                    e0, e1, e2, e3 = _row_pass(rows, wr, u + lanes + 2, zero)
+                    o = at + k * lanes
+                    _column_pass(v, o, step, a0, b0, c0, e0)
+                    _column_pass(v, o + 4 * step, step, a1, b1, c1, e1)
+                    _column_pass(v, o + 8 * step, step, a2, b2, c2, e2)
+                    _column_pass(v, o + 12 * step, step, a3, b3, c3, e3)
+                r += 1
 
 
 @loop
-def _output_tiles(start, stop, m, bias, out, residual, cout, ho, wo, th, tw, r0, r1,
-                  where, act, lo, hi, ostride):
-    """Output channels ``start:stop`` of tile rows ``r0:r1`` (as :func:`_input_tiles`'):
-    ``A^T M A`` of each tile's 16 products ``m (16, Cout, T)``, plus the bias, into ``out
-    (N, Cout, Ho, Wo)`` (flat, image ``n`` from ``n * ostride``: ``kernels.out_images``),
-    two rows at a time through ``outs (2, 2 tw)`` (a partial
-    tile's extra outputs dropped), with ``conv_lanes.finish``'s epilogue on each row
-    (``residual`` flat like ``out``). ``A^T M`` first along the tile row (``cols (8,
-    tw)``: rows ``m0 + m1 + m2`` and ``m1 - m2 - m3`` of each of the tile's four
-    columns), then by ``A`` tile by tile."""
-    outs = np.empty((2, 2 * tw), F)
-    cols = np.empty((8, tw), F)
+def _input_tiles(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
+                 span, step, wide):
+    """Channels ``start:stop`` of the transformed input ``v (16, C, span)`` (flat, points
+    ``step = C * span`` apart; tile ``t`` of a block at ``t``, ``span >= T +
+    WIDE``: a tile row's last vector may run ``WIDE - 1`` past it) of tile rows ``r0:r1`` (flat over ``(image, tile row)``, ``tw``
+    tiles each, ``T = (r1 - r0) * tw``) of ``x (N, C, H, W)`` (flat): ``V = B^T d B`` of
+    each 4x4 tile ``d`` (rows ``2 ti - top ..``, columns ``2 tj - left ..``), the rows of
+    ``B^T d`` (rows ``d0 - d2, d1 + d2, d2 - d1, d1 - d3``) then its columns, on vectors of
+    sixteen lanes where ``wide`` (:func:`lanes`), else eight."""
+    if wide:
+        _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
+                    span, step, broadcast_wide(F(0)), WIDE)
+    else:
+        _input_rows(start, stop, x, v, channels, height, width, top, left, th, tw, r0, r1,
+                    span, step, broadcast(F(0)), LANES)
+
+
+@helper(inline="always")
+def _products_column(m, o, step, zero):
+    """Column ``j`` of ``A^T M`` for a vector of tiles, whose points ``j, 4 + j, 8 + j, 12 +
+    j`` lie from ``o`` (at point ``j``) ``4 step`` apart in ``m``: its rows ``m0 + m1 +
+    m2`` and ``m1 - m2 - m3``."""
+    m0, m1 = load_like(m, o, zero), load_like(m, o + 4 * step, zero)
+    m2, m3 = load_like(m, o + 8 * step, zero), load_like(m, o + 12 * step, zero)
+    return add(add(m0, m1), m2), subtract(subtract(m1, m2), m3)
+
+
+@helper(inline="always")
+def _output_row(outs, at, lanes, c0, c1, c2, c3, b):
+    """One output row of a vector of tiles from its row of ``A^T M`` (``c0 .. c3``): ``(A^T
+    M) A`` plus the bias ``b``, columns ``c0 + c1 + c2`` and ``c1 - c2 - c3`` interleaved
+    into ``outs[at:at + 2 lanes]``."""
+    even = add(add(add(c0, c1), c2), b)
+    odd = add(subtract(subtract(c1, c2), c3), b)
+    store(outs, at, zip_low(even, odd))
+    store(outs, at + lanes, zip_high(even, odd))
+
+
+@helper(inline="always")
+def _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1, span,
+                 step, where, act, lo, hi, ostride, zero, lanes):
+    """:func:`_output_tiles` on vectors of ``lanes`` (``zero``'s): ``lanes`` tiles at a
+    time, their two output rows' even and odd columns interleaved into ``outs``."""
+    chunks = -(-tw // lanes)
+    ow = 2 * chunks * lanes
+    outs = np.empty(2 * ow, F)
     size = ho * wo
     for k in range(start, stop):
-        b = bias[k]
-        for r in range(r0, r1):
-            n, ti = r // th, r % th
-            at = (r - r0) * tw
-            for j in range(4):
-                m0, m1 = m[j, k, at:at + tw], m[4 + j, k, at:at + tw]
-                m2, m3 = m[8 + j, k, at:at + tw], m[12 + j, k, at:at + tw]
-                c, e = cols[j], cols[4 + j]
-                for t in range(tw):
-                    c[t] = m0[t] + m1[t] + m2[t]
-                    e[t] = m1[t] - m2[t] - m3[t]
-            for h in range(2):
-                c0, c1, c2, c3 = cols[4 * h], cols[4 * h + 1], cols[4 * h + 2], cols[4 * h + 3]
-                y = outs[h]
-                for t in range(tw):
-                    y[2 * t] = c0[t] + c1[t] + c2[t] + b
-                    y[2 * t + 1] = c1[t] - c2[t] - c3[t] + b
-            for dy in range(2):
-                y = 2 * ti + dy
-                if y < ho:
-                    q, e = n * ostride + k * size + y * wo, (n * cout + k) * size + y * wo
-                    dst = out[q:q + wo]
-                    dst[:] = outs[dy, :wo]
-                    finish(dst, residual[e:e + wo], where, act, lo, hi)
+        b = load_like(biases, k * WIDE, zero)
+        r = r0
+        while r < r1:            # an image's tile rows of the block, its epilogue once
+            n, first = r // th, r % th
+            last = min(th, r1 - n * th)
+            plane, at = n * ostride + k * size, (n * cout + k) * size
+            for ti in range(first, last):
+                for q in range(chunks):
+                    o = k * span + (r - r0) * tw + q * lanes
+                    c0, e0 = _products_column(m, o, step, zero)
+                    c1, e1 = _products_column(m, o + step, step, zero)
+                    c2, e2 = _products_column(m, o + 2 * step, step, zero)
+                    c3, e3 = _products_column(m, o + 3 * step, step, zero)
+                    _output_row(outs, 2 * q * lanes, lanes, c0, c1, c2, c3, b)
+                    _output_row(outs, ow + 2 * q * lanes, lanes, e0, e1, e2, e3, b)
+                for dy in range(min(2, ho - 2 * ti)):
+                    y = plane + (2 * ti + dy) * wo
+                    for u in range(wo):
+                        out[y + u] = outs[dy * ow + u]
+                r += 1
+            # (on the run's rows at once: views cost two reference counts each)
+            y0, y1 = 2 * first * wo, min(2 * last, ho) * wo
+            finish(out[plane + y0:plane + y1], residual[at + y0:at + y1], where, act, lo, hi)
+
+
+@loop
+def _output_tiles(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
+                  span, step, where, act, lo, hi, ostride, wide):
+    """Output channels ``start:stop`` of tile rows ``r0:r1`` (as :func:`_input_tiles`'):
+    ``A^T M A`` of each tile's 16 products ``m (16, Cout, span)`` (as ``v`` in
+    :func:`_input_tiles`: points ``step`` apart), plus the bias (``biases``: each
+    channel's ``WIDE`` times), into
+    ``out (N, Cout, Ho, Wo)`` (flat, image ``n`` from ``n * ostride``:
+    ``kernels.out_images``), two rows at a time (a partial tile's extra outputs dropped),
+    with ``conv_lanes.finish``'s epilogue on each image's rows (``residual`` flat like
+    ``out``):
+    ``A^T M`` (rows ``m0 + m1 + m2`` and ``m1 - m2 - m3`` of each of the tile's four
+    columns), then by ``A`` (the same along the columns), on vectors of sixteen lanes where
+    ``wide``, else eight."""
+    if wide:
+        _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
+                     span, step, where, act, lo, hi, ostride, broadcast_wide(F(0)), WIDE)
+    else:
+        _output_rows(start, stop, m, biases, out, residual, cout, ho, wo, th, tw, r0, r1,
+                     span, step, where, act, lo, hi, ostride, broadcast(F(0)), LANES)
 
 
 class Plan(NamedTuple):
@@ -172,33 +267,34 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
-MIN_CHANNELS = 16     # C*Cout / (C + 2 Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
-ROW_TILES = 4         # tiles of a row: narrower planes need proportionally more channels
+MIN_CHANNELS = 10     # C*Cout / (2 C + Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
+ROW_TILES = 8         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
 
 def faster(x_shape, w_shape, out_hw) -> bool:
     """The cost rule: whether :func:`conv` runs a conv that :func:`wanted` takes faster than
-    ``conv_packed``'s loop. The GEMMs do 16/36 of the direct conv's multiplies, less the
-    outputs of partial tiles that are dropped (an odd plane: a 13x13 one computes 14x14);
-    the transforms and the GEMMs' stores add work per tile proportional to ``C + 2 Cout``
-    (the output side counted twice: a GEMM of depth ``C`` stores each of its ``16 Cout``
-    products per tile after only ``C`` multiply-adds, and the inverse transform reads them
-    again) and a cost per row of tiles (``tw`` tiles), so they pay where ``C*Cout * kept /
-    (C + 2 Cout) >= MIN_CHANNELS * (1 + ROW_TILES / tw)`` (two 64-channel layers from
-    56x56 planes on; 128 channels from 14x14; 256 at 7x7; not a 48 -> 192 or 64 -> 256
-    layer on 13x13, whose four times as many outputs as inputs measured 1.0-1.3x the packed
-    loop's time), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
+    ``conv_packed``'s loop (both on sixteen-lane vectors on AVX-512). The GEMMs do 16/36
+    of the direct conv's multiplies, less the outputs of partial tiles that are dropped (an
+    odd plane: a 13x13 one computes 14x14); the transforms and the GEMMs add work per tile
+    proportional to ``2 C + Cout`` (the input side counted twice: its transform reads and
+    pads each input row twice, the tile rows overlapping by two, and a GEMM with few
+    outputs, ``(Cout, C) @ (C, tiles)``, runs below the BLAS's speed) and a cost per row of
+    tiles (``tw`` tiles; a row of eight or fewer fills one eight-lane vector, four of them
+    half of one), so they pay where ``C*Cout * kept / (2 C + Cout) >= MIN_CHANNELS * (1 +
+    ROW_TILES / tw)`` (two 64-channel layers from 16x16 planes on; 48 -> 192 on 13x13; 128
+    from 7x7 at batch 16; not 64 on 8x8, 1.1-1.3x the packed loop's time, nor 128 -> 32 on
+    28x28, 1.2x), and the GEMMs run near the BLAS's speed with ``MIN_TILES`` columns or
     more (a 7x7 plane at batch 1 has 16: its weight, 16/9 the direct conv's, is read for
-    too few columns). Measured on 3x3 layers of 16 to 512 channels, 7x7 to 64x64 planes,
-    batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only where dualgraph runs on one core
-    (``tuning.cores()``, as when the graph is compiled): on two, a block hands work to the
-    other core 18 times (two loops, 16 threaded GEMMs) where the packed loop does once, and
-    it has not been measured to pay there."""
+    too few columns; 256 channels there took 1.8x). Measured on 3x3 layers of 16 to 512
+    channels, 7x7 to 64x64 planes, batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only
+    where dualgraph runs on one core (``tuning.cores()``, as when the graph is compiled): on
+    two, a block hands work to the other core 18 times (two loops, 16 threaded GEMMs) where
+    the packed loop does once, and it has not been measured to pay there."""
     c, cout = x_shape[1], w_shape[0]
     th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
     kept = out_hw[0] * out_hw[1] / (4 * th * tw)
-    return (c * cout * tw * kept >= MIN_CHANNELS * (c + 2 * cout) * (tw + ROW_TILES)
+    return (c * cout * tw * kept >= MIN_CHANNELS * (2 * c + cout) * (tw + ROW_TILES)
             and x_shape[0] * th * tw >= MIN_TILES and cores() == 1)
 
 
@@ -214,21 +310,32 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
     cout, ho, wo = out.shape[1:]
     p = plan_ or plan(x.shape, (ho, wo))
     rows = n * p.th
-    v = np.empty(POINTS * c * p.block * p.tw, F)
-    m = np.empty(POINTS * cout * p.block * p.tw, F)
+    span = p.block * p.tw + WIDE
+    vstep, mstep = c * span, cout * span
+    v, m = np.empty(POINTS * vstep, F), np.empty(POINTS * mstep, F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_x, (flat_out, ostride) = x.reshape(-1), out_images(out)
-    b = np.ascontiguousarray(bias, F)
+    biases = np.repeat(np.ascontiguousarray(bias, F), WIDE)
     threads = threads_for(p.block * p.tw * POINTS * max(c, cout))
+    wide_ = lanes(p.tw) == WIDE
     for r0 in range(0, rows, p.block):
         r1 = min(r0 + p.block, rows)
         t = (r1 - r0) * p.tw
-        vb = v[:POINTS * c * t].reshape(POINTS, c, t)
-        mb = m[:POINTS * cout * t].reshape(POINTS, cout, t)
-        run_rows(_input_tiles, c, flat_x, vb, c, h, wd, padding[0][0], padding[1][0],
-                 p.th, p.tw, r0, r1, threads=threads)
+        vb = as_strided(v, (POINTS, c, t), (4 * vstep, 4 * span, 4))
+        mb = as_strided(m, (POINTS, cout, t), (4 * mstep, 4 * span, 4))
+        run_rows(_input_tiles, c, flat_x, v, c, h, wd, padding[0][0], padding[1][0],
+                 p.th, p.tw, r0, r1, span, vstep, wide_, threads=threads)
         np.matmul(u, vb, out=mb)
-        run_rows(_output_tiles, cout, mb, b, flat_out, res, cout, ho, wo, p.th, p.tw,
-                 r0, r1, where, act, F(lo), F(hi), ostride, threads=threads)
+        run_rows(_output_tiles, cout, m, biases, flat_out, res, cout, ho, wo, p.th, p.tw,
+                 r0, r1, span, mstep, where, act, F(lo), F(hi), ostride, wide_,
+                 threads=threads)
     return out
+
+
+def lanes(tw: int) -> int:
+    """The lanes of the transforms' vectors for tile rows of ``tw`` tiles: ``WIDE`` where
+    the loops are compiled with AVX-512 (``conv_packed.wide``) and a row fills more than
+    an eight-lane vector, else ``LANES`` (a narrower row would leave most of a wide
+    vector's lanes idle)."""
+    return WIDE if wide() and tw > LANES else LANES

@@ -255,6 +255,46 @@ low_half = _half("low_half", 0)
 high_half = _half("high_half", LANES)
 
 
+@Intrinsic
+def load_like(typingctx, array, offset, like):
+    """``array[offset:offset + lanes]`` as a vector of ``like``'s lanes (unaligned): a loop
+    written once for vectors of eight or sixteen lanes, as the vector it is handed."""
+    _check_array(array)
+    if not _is_vector(like):
+        raise TypeError(f"load_like needs a vector to take its lanes from, not {like}")
+
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], like.lanes)
+        return builder.load(pointer, align=array.dtype.bitwidth // 8)
+    return vector_type(array.dtype, like.lanes)(array, offset, like), codegen
+
+
+def _shuffle_pair(name, lanes_of, doc):
+    """An intrinsic ``name(a, b)``: lanes ``lanes_of(n)`` of ``a``'s and ``b``'s ``n``
+    lanes side by side (``a``'s ``0 .. n - 1``, ``b``'s ``n .. 2n - 1``), ``n`` lanes."""
+    def typer(typingctx, a, b):
+        kind = _same_vectors(a, b)
+
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), kind.lanes),
+                               lanes_of(kind.lanes))
+            return builder.shuffle_vector(args[0], args[1], mask)
+        return kind(a, b), codegen
+    typer.__name__, typer.__qualname__, typer.__doc__ = name, name, doc
+    return Intrinsic(typer)
+
+
+even_lanes = _shuffle_pair("even_lanes", lambda n: list(range(0, 2 * n, 2)),
+                           "The even lanes of ``a`` then ``b`` (a deinterleave).")
+odd_lanes = _shuffle_pair("odd_lanes", lambda n: list(range(1, 2 * n, 2)),
+                          "The odd lanes of ``a`` then ``b``.")
+zip_low = _shuffle_pair("zip_low", lambda n: [k // 2 + n * (k % 2) for k in range(n)],
+                        "``a0 b0 a1 b1 ..``: the first halves of ``a`` and ``b`` interleaved.")
+zip_high = _shuffle_pair("zip_high", lambda n: [n // 2 + k // 2 + n * (k % 2) for k in range(n)],
+                         "The second halves of ``a`` and ``b`` interleaved.")
+
+
 def _binary(name, float_op, int_op):
     """An intrinsic applying ``builder.<float_op>`` (floats) or ``<int_op>`` lane-wise."""
     def typer(typingctx, a, b):
