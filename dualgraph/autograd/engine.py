@@ -326,9 +326,12 @@ def _add_block(pending, ready, owned, node, grads) -> bool:
     if prev is not None and id(prev) in owned:
         prev._data[key] += g._data
         return True
-    total = Tensor._make(np.zeros(like.shape, like.dtype) if prev is None
-                         else np.array(prev._data, like.dtype))
-    total._data[key] += g._data
+    if prev is None:   # (zeros, and the block written: no read of them)
+        total = Tensor._make(np.zeros(like.shape, like.dtype))
+        total._data[key] = g._data
+    else:
+        total = Tensor._make(np.array(prev._data, like.dtype))
+        total._data[key] += g._data
     owned.add(id(total))   # (alive in `pending` while the id is in use)
     if prev is None:
         _add(pending, ready, owned, target, nr, total)
