@@ -226,6 +226,11 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     results[i] = g
         if needed is not None and not any(e is not None and e[0] in needed for e in node.next):
             continue   # (a captured tensor's producer, with nothing needed beyond it)
+        if (getattr(node.op, "grad_block", None) is not None   # (a compiled step's is no
+                and _add_block(pending, ready, owned, node, grads)):   # OpDef)
+            if not retain_graph:
+                _free(node)
+            continue
         inputs_of = node.inputs   # (before _free drops them)
         input_grads = _call_vjp(node, grads)
         if not retain_graph:
@@ -298,6 +303,41 @@ def _add(pending, ready, owned, node, out_nr, g):
         total = Tensor._make(np.asarray(np.add(prev._data, g._data)))   # (0-d: not a scalar)
         owned.add(id(total))   # (alive in `pending` while the id is in use)
         slot[out_nr] = total
+
+
+def _add_block(pending, ready, owned, node, grads) -> bool:
+    """Add the gradient of a view ``node`` of a block of its input (``OpDef.grad_block``: a
+    slice, a select) into that block of the input's pending gradient, an array of the
+    engine's own: the parts of a split (x[:, t] of a loop) then fill one array, where
+    their VJPs would give a zero-filled array each and ``_add`` their sums. False where
+    the VJP must run: a recording backward (create_graph, capture), anomaly mode, a freed
+    node, a gradient not of the block's shape and the input's dtype."""
+    g, edge, inputs = grads.get(0), node._next[0], node.inputs
+    if (grad_mode.enabled or modes.tracer is not None or g is None or edge is None
+            or inputs is None or node.versions or type(g) is not Tensor
+            or (departures["anomaly"] and grad_mode.anomaly)):
+        return False
+    like, key = inputs[0]._data, node.op.grad_block(**node.attrs)
+    if g._data.dtype != like.dtype or like[key].shape != g._data.shape:
+        return False
+    target, nr = edge if type(edge) is tuple else (edge, 0)
+    slot = pending.get(target)
+    prev = None if slot is None else slot.get(nr)
+    if prev is not None and id(prev) in owned:
+        prev._data[key] += g._data
+        return True
+    if prev is None:   # (zeros, and the block written: no read of them)
+        total = Tensor._make(np.zeros(like.shape, like.dtype))
+        total._data[key] = g._data
+    else:
+        total = Tensor._make(np.array(prev._data, like.dtype))
+        total._data[key] += g._data
+    owned.add(id(total))   # (alive in `pending` while the id is in use)
+    if prev is None:
+        _add(pending, ready, owned, target, nr, total)
+    else:
+        slot[nr] = total
+    return True
 
 
 def _call_vjp(node: Node, grads: dict):

@@ -79,6 +79,13 @@ class OpDef:
     #                                  one requires grad (x in x * 0.5 is not, as in torch,
     #                                  so an in-place write to x before backward is no error)
     view: bool = False               # the output may share memory with input 0
+    grad_block: Callable | None = None   # for a view op whose VJP writes its output's
+    #                                  gradient into a block of zeros shaped like input 0
+    #                                  (slice, select): ``grad_block(**attrs)``, the NumPy
+    #                                  key of that block. The eager engine writes the
+    #                                  gradients of several such views of one tensor (a
+    #                                  split's parts) into one array, not one zero-filled
+    #                                  array each and their sum
     view_layout: Callable | None = None  # for a view op whose kernel may copy (reshape):
     #                                  the op without copying, raising ValueError where it
     #                                  would have to (ops/views.py replays layouts with it)

@@ -526,7 +526,7 @@ def _onnx_slice(e, node):
 
 _INT64 = np.iinfo(np.int64)   # (ONNX's Slice bounds for "to the end" either way)
 SLICE = defop("slice", lambda x, index: x[slice_key(index)], _infer_slice, vjp=_slice_vjp,
-              attrs=("index",), saves="", view=True,
+              attrs=("index",), saves="", view=True, grad_block=slice_key,
               onnx=_onnx_slice,
               shape_fold=lambda x, index: x[slice_key(index)],
               doc="x[start:stop:step, ...]; ``index`` holds (start, stop, step) per dim, "
@@ -646,6 +646,7 @@ def _onnx_select(e, node):
 # tape nodes and a second shape check per row of a Python loop over a tensor)
 SELECT = defop("select", lambda x, dim, index: x[_select_key(dim, index)], _infer_select,
                vjp=_select_vjp, attrs=("dim", "index"), saves="", view=True,
+               grad_block=_select_key,
                onnx=_onnx_select,
                shape_fold=lambda x, dim, index: x[_select_key(dim, index)],
                doc="x at position ``index`` (normalised, non-negative) of dim ``dim``, "
