@@ -18,6 +18,13 @@ from .errors import CONCRETE_FIX, CaptureError
 
 
 concretize_hook = None   # set by dg.jit.inspect while it runs
+
+
+def _building_graph() -> bool:
+    """Whether a tracer is building a graph now (dispatch's modes; imported here, as
+    dispatch imports this module)."""
+    from .dispatch import modes
+    return modes.tracer is not None and modes.building_graph()
 # how tensors print (dg.set_printoptions changes them; torch's defaults)
 print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 
@@ -191,13 +198,19 @@ class Tensor:
 
     def _concrete(self, what: str) -> np.ndarray:
         """The NumPy array; a traced tensor has none, which is a CaptureError naming the
-        user's line (compile turns it into a graph break unless fullgraph=True)."""
+        user's line (compile turns it into a graph break unless fullgraph=True). So is an
+        eager tensor read while a graph is traced: state from outside the function (a
+        module's buffer, ``ptr = int(self.queue_ptr)``) that no op has read yet, whose value
+        would be baked into the graph unguarded, wrong once the state changes."""
         data = self._data
-        if type(data) is not np.ndarray:
-            if concretize_hook is not None:   # dg.jit.inspect: note the hazard, go on
-                return concretize_hook(self, what)
-            raise CaptureError(f"{what} on a traced tensor", user_location(), CONCRETE_FIX)
-        return data
+        outside = type(data) is np.ndarray
+        if outside and not _building_graph():
+            return data
+        if concretize_hook is not None:   # a split trace's break, or dg.jit.inspect's hazard
+            return concretize_hook(self, what)
+        where = "of a tensor from outside the traced function" if outside else \
+            "on a traced tensor"
+        raise CaptureError(f"{what} {where}", user_location(), CONCRETE_FIX)
 
     def item(self):
         data = self._concrete("item()")
