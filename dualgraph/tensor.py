@@ -20,11 +20,15 @@ from .errors import CONCRETE_FIX, CaptureError
 concretize_hook = None   # set by dg.jit.inspect while it runs
 
 
+_modes = None   # dispatch's modes, imported at the first use (dispatch imports this module)
+
+
 def _building_graph() -> bool:
-    """Whether a tracer is building a graph now (dispatch's modes; imported here, as
-    dispatch imports this module)."""
-    from .dispatch import modes
-    return modes.tracer is not None and modes.building_graph()
+    """Whether a tracer is building a graph now."""
+    global _modes
+    if _modes is None:
+        from .dispatch import modes as _modes
+    return _modes.tracer is not None and _modes.building_graph()
 # how tensors print (dg.set_printoptions changes them; torch's defaults)
 print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 
