@@ -70,9 +70,11 @@ ROUND_8 = ["glow", "neural_ode", "func_ensemble", "swa_recipe", "dlrm", "transe"
 # gather and scatter_ masking, fine-tuning after named_modules surgery with OneCycleLR and
 # label smoothing, a reflect-padded segmentation net with a Dice loss, a transducer loss by
 # logaddexp recursion, einsum attention variants (GQA, ALiBi, talking heads), PointPillars'
-# scatter onto a canvas by index assignment, MoCo's momentum encoder and queue buffers)
+# scatter onto a canvas by index assignment, MoCo's momentum encoder and queue buffers,
+# running statistics and class centers kept in buffers written inside forward, and a
+# batched beam search reordering its beams by index_select)
 ROUND_9 = ["gain_imputer", "hybrid_policy", "ncf_history", "surgery_finetune", "seg_dice",
-           "rnnt_joint", "einsum_attention", "pillars", "moco"]
+           "rnnt_joint", "einsum_attention", "pillars", "moco", "center_loss", "beam_search"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
@@ -138,8 +140,9 @@ EXTRA_GRAPHS = {"surgery_finetune": 1, "neural_ode": 1, "dlrm": 2, "bifpn": 1, "
 # input with ``torch.LongTensor([[topi[i][0] ...]])``, and reads each step's loss and mask
 # count with ``.item()`` after ``masked_select`` (12 breaks in its 4 steps)
 # gain_imputer fills its holes with ``x_in[miss] = noise[miss]`` and pillars regresses its
-# offsets at ``pred[positive]`` (twice): boolean-mask reads of data-dependent size
-BREAKS = {"gain_imputer": 1, "pillars": 2, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
+# offsets at ``pred[positive]`` (twice): boolean-mask reads of data-dependent size;
+# center_loss counts its labels with ``torch.bincount`` (a size that depends on the data)
+BREAKS = {"gain_imputer": 1, "pillars": 2, "center_loss": 1, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too);
 # moco's dequeue reads its pointer buffer with ``int(self.queue_ptr)``
