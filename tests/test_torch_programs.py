@@ -129,9 +129,9 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # table's count plus one equals another's gets a static graph (the symbolic graph assumes
 # its dims that are sums differ from its other dims); surgery_finetune unfreezes its first
 # stage halfway (a graph with its gradients, then one whose AdamW creates their state)
-EXTRA_GRAPHS = {"surgery_finetune": 1, "neural_ode": 1, "dlrm": 2, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+EXTRA_GRAPHS = {"neural_ode": 1, "dlrm": 2, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
-                "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1}
+                "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1, "surgery_finetune": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's
 # step sums its micro-batches' losses with ``loss.item()``, actor_critic's advantage is
 # ``R - value.item()`` (each piece before the break is a graph, and one after it);
@@ -145,8 +145,10 @@ EXTRA_GRAPHS = {"surgery_finetune": 1, "neural_ode": 1, "dlrm": 2, "bifpn": 1, "
 BREAKS = {"gain_imputer": 1, "pillars": 2, "center_loss": 1, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too);
-# moco's dequeue reads its pointer buffer with ``int(self.queue_ptr)``
-MODEL_BREAKS = {"moe": 2, "moco": 1}
+# moco's dequeue reads its pointer buffer with ``int(self.queue_ptr)``, glow's ActNorm its
+# ``initialized`` buffer with ``.item()`` (state read as a Python value: TorchDynamo breaks
+# there too, and a graph can't guard it)
+MODEL_BREAKS = {"moe": 2, "moco": 1, "glow": 1}
 # (translation_transformer's compiled model is called with its padding mask as two
 # arguments, src_key_padding_mask and memory_key_padding_mask: one graph input, guarded)
 

@@ -1,13 +1,13 @@
 """Mixed precision on the CPU as current recipes write it: the forward and the loss under
-``torch.autocast(device_type="cpu", dtype=torch.bfloat16)`` (convolutions and matmuls run
-in bfloat16, ``cross_entropy`` in float32, by torch's CPU lists), a residual
-MLP-Mixer-style block whose ``LayerNorm`` reads the bfloat16 activations (torch's CPU
-autocast keeps its input's dtype; dualgraph's runs norms and reductions in float32, as
-torch's CUDA lists do: docs/amp.md), the logits' dtype checked (``logits.dtype == torch.bfloat16``), an explicit
+``torch.autocast(device_type="cpu", dtype=torch.bfloat16)`` (convolutions and matmuls run in
+bfloat16, ``cross_entropy`` in float32, by torch's CPU lists), a residual MLP-Mixer-style
+block whose ``LayerNorm`` reads the bfloat16 activations (torch's CPU autocast keeps its
+input's dtype; dualgraph's runs norms and reductions in float32, as torch's CUDA lists do:
+docs/amp.md), the logits' dtype checked (``logits.dtype == torch.bfloat16``), an explicit
 ``.float()`` before a custom auxiliary loss, the backward outside the context (gradients
 land in float32 on the float32 parameters), an inner ``autocast(enabled=False)`` region
-computing a float32 statistic, and ``torch.is_autocast_enabled()`` read in the forward;
-SGD with momentum, no scaler (bfloat16 keeps float32's range)."""
+computing a float32 statistic, and ``torch.is_autocast_enabled()`` read in the forward; SGD
+with momentum, no scaler (bfloat16 keeps float32's range)."""
 import numpy as np
 import torch
 import torch.nn as nn
@@ -20,7 +20,8 @@ class MixerBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim)
         self.token_mix = nn.Linear(tokens, tokens)
         self.norm2 = nn.LayerNorm(dim)
-        self.channel_mix = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.channel_mix = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(),
+                                         nn.Linear(2 * dim, dim))
 
     def forward(self, x):
         x = x + self.token_mix(self.norm1(x).transpose(1, 2)).transpose(1, 2)

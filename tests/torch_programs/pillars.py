@@ -1,14 +1,14 @@
 """A PointPillars-style detector head trained on toy point clouds, with the in-place scatter
-idioms its implementations use: points grouped into pillars with a padding mask, the
-pillar features decorated in place (``features[:, :, :3] -= centers``, ``features *=
-mask``), a simplified PointNet (``Linear``, ``BatchNorm1d`` over ``permute``-d features,
-``torch.max(x, dim=1)[0]``), the pillars scattered onto a BEV canvas by index assignment
-(``canvas[:, indices] = pillars.t()``, the autograd of an in-place write into a fresh
-tensor), point counts per cell accumulated with ``index_put_(..., accumulate=True)`` and
-empty cells zeroed through a boolean mask (``density[density == 0] = 1``), a 2D conv
-backbone, CenterNet's heatmap focal loss (``torch.clamp(x.sigmoid_(), ...)``: the logits
-turned into probabilities in place, ``torch.where`` of the positive and negative terms), and box offsets regressed with ``F.l1_loss`` only at
-positive cells (``pred[mask]``)."""
+idioms its implementations use: points grouped into pillars with a padding mask, the pillar
+features decorated in place (``features[..., :2] -= cell_xy``, ``features *= mask``), a
+simplified PointNet (``Linear``, ``BatchNorm1d`` over ``permute``-d features, ``torch.max(x,
+dim=1)[0]``), the pillars scattered onto a BEV canvas by index assignment (``canvas[:,
+indices] = pillars.t()``, the autograd of an in-place write into a fresh tensor), point
+counts per cell accumulated with ``index_put_(..., accumulate=True)`` and empty cells zeroed
+through a boolean mask (``density[density == 0] = 1``), a 2D conv backbone, CenterNet's
+heatmap focal loss (``torch.clamp(x.sigmoid_(), ...)``: the logits turned into probabilities
+in place, ``torch.where`` of the positive and negative terms), and box offsets regressed
+with ``F.l1_loss`` only at positive cells (``pred[positive]``)."""
 import numpy as np
 import torch
 import torch.nn as nn

@@ -1,5 +1,5 @@
-"""Fine-tuning after model surgery, as transfer-learning scripts write it: a backbone of
-stages in an ``nn.ModuleDict``, per-stage residual scales in an ``nn.ParameterList``, input
+"""Fine-tuning after model surgery, as transfer-learning scripts write it: a backbone of stages
+in an ``nn.ModuleDict``, per-stage residual scales in an ``nn.ParameterList``, input
 normalisation constants from ``register_buffer``; weights set by ``model.apply(init_fn)``
 (``isinstance`` dispatch, ``nn.init.zeros_``/``ones_`` and NumPy draws copied in under
 ``no_grad``); a "pretrained" checkpoint as a ``state_dict`` cloned, loaded into a fresh
@@ -8,8 +8,9 @@ unexpected); ``named_modules`` surgery replacing every ``nn.ReLU`` by ``nn.Hards
 ``get_submodule`` and ``setattr`` on the parent, and every ``BatchNorm1d`` by a
 ``GroupNorm`` carrying its affine weights; the first stage in a param group of its own with
 a smaller lr, frozen (``requires_grad_(False)``: no gradients, AdamW skips it) and unfrozen
-halfway; ``OneCycleLR`` with a ``max_lr`` per group, stepped every batch, ``clip_grad_norm_``, and ``CrossEntropyLoss`` with
-``label_smoothing`` and ``ignore_index`` (some labels are -100: unlabelled rows)."""
+halfway; ``OneCycleLR`` with a ``max_lr`` per group, stepped every batch,
+``clip_grad_norm_``, and ``CrossEntropyLoss`` with ``label_smoothing`` and ``ignore_index``
+(some labels are -100: unlabelled rows)."""
 import numpy as np
 import torch
 import torch.nn as nn
