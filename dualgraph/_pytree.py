@@ -3,7 +3,11 @@ list of leaves and a spec that rebuilds them: how captured functions and control
 bodies take and return arbitrary structures while graphs see flat lists of values.
 Anything that isn't a container (a tensor, a number, None) is a leaf. A dataclass (a
 model's output record, ``ModelOutput``-style) or a dict subclass (``OrderedDict``) is
-rebuilt as its own class: a compiled module returns what the module returns."""
+rebuilt as its own class: a compiled module returns what the module returns. So is an
+object of a class that sets ``_flattens_by_attributes`` (a distribution: its parameter
+tensors and the attributes around them), flattened as its ``__dict__`` and rebuilt without
+its constructor, as ``copy.copy`` rebuilds it: a compiled policy can return a
+``Categorical``, and a step can take one as an argument whose tensors are graph inputs."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +25,9 @@ def _flatten(tree, leaves):
     if _user_dataclass(tree):
         names = tuple(f.name for f in dataclasses.fields(tree))
         return (type(tree), names, tuple(_flatten(getattr(tree, k), leaves) for k in names))
+    if _by_attributes(type(tree)):
+        names = tuple(vars(tree))
+        return (type(tree), names, tuple(_flatten(vars(tree)[k], leaves) for k in names))
     if isinstance(tree, dict):
         keys = tuple(tree)
         kind = dict if type(tree) is dict or not _rebuilds(type(tree)) else type(tree)
@@ -34,6 +41,10 @@ def _user_dataclass(tree) -> bool:
     placeholder type, are leaves)."""
     return (dataclasses.is_dataclass(tree) and not isinstance(tree, type)
             and not type(tree).__module__.startswith("dualgraph."))
+
+
+def _by_attributes(kind) -> bool:
+    return isinstance(kind, type) and getattr(kind, "_flattens_by_attributes", False)
 
 
 def _rebuilds(kind) -> bool:
@@ -58,7 +69,13 @@ def _build(spec, it):
     if len(spec) == 3:
         kind, names, children = spec
         values = {k: _build(s, it) for k, s in zip(names, children)}
-        return _record(kind, values) if dataclasses.is_dataclass(kind) else kind(values.items())
+        if dataclasses.is_dataclass(kind):
+            return _record(kind, values)
+        if _by_attributes(kind):
+            obj = object.__new__(kind)
+            obj.__dict__.update(values)
+            return obj
+        return kind(values.items())
     kind, children = spec
     items = [_build(s, it) for s in children]
     return kind(*items) if hasattr(kind, "_fields") else kind(items)

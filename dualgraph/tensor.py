@@ -18,6 +18,17 @@ from .errors import CONCRETE_FIX, CaptureError
 
 
 concretize_hook = None   # set by dg.jit.inspect while it runs
+_modes = None   # dispatch's modes, imported at the first use (dispatch imports this module)
+
+
+def _is_traced_state(t) -> bool:
+    """Whether eager tensor ``t`` is state of the function a graph is being traced for (a
+    parameter, buffer or tensor its scope reaches: the tracer's names)."""
+    global _modes
+    if _modes is None:
+        from .dispatch import modes as _modes
+    tracer = _modes.tracer
+    return tracer is not None and _modes.building_graph() and id(t) in tracer.names
 # how tensors print (dg.set_printoptions changes them; torch's defaults)
 print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 
@@ -199,8 +210,23 @@ class Tensor:
             raise CaptureError(f"{what} on a traced tensor", user_location(), CONCRETE_FIX)
         return data
 
+    def _python_value(self, what: str) -> np.ndarray:
+        """``_concrete`` for a value Python goes on with (``item()``, ``tolist()``,
+        ``bool()``). Reading the traced function's state so (``int(self.queue_ptr)``) while
+        its graph is traced is a graph break too, as TorchDynamo's: its value would be baked
+        into the graph unguarded, wrong once the state changes."""
+        data = self._data
+        if type(data) is not np.ndarray:
+            return self._concrete(what)
+        if (_modes is None or _modes.tracer is not None) and _is_traced_state(self):
+            if concretize_hook is not None:   # (a split trace's break)
+                return concretize_hook(self, what)
+            raise CaptureError(f"{what} of the traced function's state", user_location(),
+                               CONCRETE_FIX)
+        return data
+
     def item(self):
-        data = self._concrete("item()")
+        data = self._python_value("item()")
         if data.size != 1:
             raise ValueError(
                 f"item() needs a tensor with one element, this one has shape "
@@ -208,7 +234,7 @@ class Tensor:
         return data.reshape(()).item()
 
     def tolist(self):
-        return self._concrete("tolist()").tolist()
+        return self._python_value("tolist()").tolist()
 
     def __float__(self):
         return float(self.item())
@@ -222,7 +248,7 @@ class Tensor:
         return int(self.item())
 
     def __bool__(self):
-        data = self._concrete("bool()")
+        data = self._python_value("bool()")
         if data.size != 1:
             raise RuntimeError(
                 f"the truth value of a tensor of shape {tuple(data.shape)} is ambiguous; "

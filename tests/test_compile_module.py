@@ -304,6 +304,22 @@ def test_a_module_returning_a_dataclass_or_ordered_dict_compiles_to_the_same_typ
     assert len(c.cache) == 2
 
 
+def test_a_dataclass_argument_is_a_structure_of_graph_inputs():
+    """Its fields' tensors are inputs named by field (``batch.x``): new values reuse the
+    graph."""
+    @dataclasses.dataclass
+    class Batch:
+        x: object
+        scale: float
+
+    m = dg.nn.Linear(3, 2)
+    c = dg.compile(lambda batch: m(batch.x) * batch.scale)
+    for i in range(3):
+        batch = Batch(dg.randn(4, 3), 2.0)
+        np.testing.assert_allclose(_np(c(batch)), _np(m(batch.x) * 2.0), rtol=1e-6)
+    assert len(c.cache) == 1 and "batch.x: shape (4, 3)" in c.explain()
+
+
 def test_tensors_returned_inside_an_object_of_another_class_break_the_graph():
     class Box:
         def __init__(self, t):

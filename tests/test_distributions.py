@@ -614,3 +614,69 @@ def test_torch_import_paths_under_the_alias():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+class _HybridPolicy(dg.nn.Module):
+    """Returns its distributions, as RL policies do."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = dg.nn.Linear(3, 4)
+        self.log_std = dg.nn.Parameter(dg.tensor([-0.5, 0.2]))
+
+    def forward(self, obs):
+        D = dg.distributions
+        h = self.body(obs)
+        return (D.Categorical(logits=h[:, :2]),
+                D.Independent(D.Normal(h[:, 2:], self.log_std.exp()), 1))
+
+
+def _update(policy, old_discrete, old_continuous, obs, actions, moves):
+    """A policy loss against distributions passed in (the old policy's)."""
+    D = dg.distributions
+    discrete, continuous = policy(obs)
+    logp = discrete.log_prob(actions) + continuous.log_prob(moves)
+    old = old_discrete.log_prob(actions) + old_continuous.log_prob(moves)
+    kl = D.kl_divergence(old_discrete, discrete) + D.kl_divergence(old_continuous, continuous)
+    loss = -((logp - old).exp()).mean() + kl.mean() - discrete.entropy().mean()
+    loss.backward()
+    return loss, continuous.base_dist.cdf(dg.zeros_like(moves))
+
+
+def test_distributions_pass_in_and_out_of_compiled_code_as_their_tensors():
+    """A distribution argument is a structure of its tensors (graph inputs, not an object
+    guarded by identity: a new one each call reuses the graph), and a compiled module
+    returns its distributions rebuilt around the graph's outputs; values and gradients
+    are eager's."""
+    D = dg.distributions
+    runs = {}
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        policy = _HybridPolicy()
+        step = dg.compile(_update) if compiled else _update
+        net = dg.compile(policy) if compiled else policy
+        out = []
+        for call in range(3):
+            r = np.random.default_rng(call)
+            obs = dg.tensor(r.standard_normal((5, 3)).astype(np.float32))
+            old = (D.Categorical(probs=dg.tensor(r.dirichlet([1, 1], 5).astype(np.float32))),
+                   D.Independent(D.Normal(dg.tensor(r.standard_normal((5, 2)).astype(
+                       np.float32)), dg.ones(5, 2)), 1))
+            actions = dg.tensor(r.integers(0, 2, 5))
+            moves = dg.tensor(r.standard_normal((5, 2)).astype(np.float32))
+            policy.zero_grad()
+            loss, cdf = step(net, *old, obs, actions, moves)
+            discrete, continuous = net(obs)
+            assert type(discrete) is D.Categorical and type(continuous) is D.Independent
+            assert continuous.reinterpreted_batch_ndims == 1
+            out.append([t.detach().numpy().copy() for t in (
+                loss, cdf, policy.log_std.grad, policy.body.weight.grad, discrete.probs,
+                continuous.base_dist.scale)])
+        runs[compiled] = out
+        if compiled:
+            assert len(step.cache) == 1 and len(net.cache) == 1
+            names = step.explain()
+            assert "old_discrete.logits" in names and "same Categorical object" not in names
+    for got, want in zip(runs[True], runs[False]):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)

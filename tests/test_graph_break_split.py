@@ -336,3 +336,45 @@ def test_split_is_timed_against_eager_and_the_faster_is_kept():
     assert printed_c == printed_e
     text = fn.explain()
     assert "ms per call, eager" in text and "(the best of 3 calls each" in text, text
+
+
+class Queue(nn.Module):
+    """MoCo's queue of keys: a pointer buffer read with ``int()`` and both buffers written
+    by index assignment, before any op has read them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("queue", dg.zeros(2, 6))
+        self.register_buffer("ptr", dg.zeros(1, dtype=dg.int64))
+
+    def forward(self, keys):
+        ptr = int(self.ptr)   # MARK-queue-ptr
+        self.queue[:, ptr:ptr + 2] = keys.T
+        self.ptr[0] = (ptr + 2) % 6
+        return self.queue.sum(1)
+
+
+def test_a_buffer_read_as_a_python_number_is_a_break_and_its_writes_are_state():
+    """``int(self.ptr)`` reads state the graph can't guard: a graph break there (as
+    TorchDynamo's), not the traced call's value baked in; the buffers written by index
+    assignment are updated at every call, as eagerly (before: the write ran once, at trace
+    time, or failed on the traced value)."""
+    runs = []
+    for compiled in (False, True):
+        m = Queue()
+        f = dg.compile(m) if compiled else m
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs.append([f(dg.ones(2, 2) * (i + 1)).numpy().copy() for i in range(7)]
+                        + [m.queue.numpy().copy(), m.ptr.numpy().copy()])
+    for got, want in zip(*runs):
+        np.testing.assert_array_equal(got, want)
+    report = f.explain()
+    assert f"{HERE}:{line_of('MARK-queue-ptr')}" in report and "1 graph break" in report
+
+
+def test_reading_captured_state_as_a_number_with_fullgraph_raises():
+    state = dg.tensor([3])
+    f = dg.compile(lambda x: x * int(state), fullgraph=True)
+    with pytest.raises(CaptureError, match="item\\(\\) of the traced function.s state"):
+        f(dg.ones(2))

@@ -521,11 +521,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # an image, simd.py's deinterleave and zip shuffles.
 # autograd/ +32, core +34 (i-split): the eager engine writes the gradients of a tensor's
 # slices and selects (a split's parts) into one array (engine._add_block, OpDef.grad_block).
-CORE_BUDGET = 31_901
-BUDGETS = {".": 2_060, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_070,
+# "." +26, distributions +1 and the core +28 (i-real9): distributions flattened as structures
+# of their tensors (_pytree.py); a traced function's state read as a Python value is a break.
+CORE_BUDGET = 31_931
+BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_070,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_241,
            "ops": 11_340, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
-           "profiler": 440, "utils": 600, "distributions": 1_421, "func": 360}
+           "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

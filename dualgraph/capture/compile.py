@@ -1779,13 +1779,18 @@ def _arrays_as_tensors(args, kwargs) -> tuple:
 
 
 def _names_in(tree, base: str) -> list[str]:
-    if isinstance(tree, Tensor):
+    """The names of ``tree``'s leaves, one per leaf of its flattened structure."""
+    return _names_of(flatten(tree)[1], base)
+
+
+def _names_of(spec, base: str) -> list[str]:
+    if spec is None:
         return [base]
-    if isinstance(tree, (tuple, list)):
-        return [n for i, x in enumerate(tree) for n in _names_in(x, f"{base}[{i}]")]
-    if isinstance(tree, dict):
-        return [n for k, x in tree.items() for n in _names_in(x, f"{base}[{k!r}]")]
-    return [base]
+    if len(spec) == 3:   # (a dict's keys, a dataclass's fields, an object's attributes)
+        kind, keys, children = spec
+        part = "[{!r}]" if issubclass(kind, dict) else ".{}"
+        return [n for k, c in zip(keys, children) for n in _names_of(c, base + part.format(k))]
+    return [n for i, c in enumerate(spec[1]) for n in _names_of(c, f"{base}[{i}]")]
 
 
 def _returning(compiled: Compiled, method):

@@ -104,6 +104,8 @@ class Distribution:
 
     has_rsample = False
     has_enumerate_support = False
+    # (flattened as a structure of its attributes: dualgraph/_pytree.py)
+    _flattens_by_attributes = True
     arg_constraints: dict = {}
     support = None
     _validate_default = True

@@ -23,7 +23,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes, kernels
 from ..autograd.tape import grad_mode
 from .._helpers import user_location
-from ..dispatch import apply, op_error
+from ..dispatch import apply, modes, op_error
 from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_dim, sym_slice
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops, views
@@ -560,8 +560,10 @@ def setitem(x, key, value):
     """``x[key] = value``: the out-of-place write committed into ``x``, so autograd sees it
     (``x``'s gradient is zero at the written positions, ``value`` gets the gathered one)."""
     value_grad = isinstance(value, Tensor) and value.requires_grad
-    eager = type(x._data) is np.ndarray and not (grad_mode.enabled and
-                                                 (x.requires_grad or value_grad))
+    # (never while a graph is traced: a module's buffer written there, ``self.ptr[0] = p``
+    # or ``self.queue[:, p:p + n] = keys``, is state the graph must update at every call)
+    eager = type(x._data) is np.ndarray and not modes.building_graph() and not (
+        grad_mode.enabled and (x.requires_grad or value_grad))
     vshape = tuple(value.shape) if isinstance(value, Tensor) else np.shape(value)
     if not eager and _is_whole_mask(key) and _broadcasts(vshape, tuple(x.shape[key.ndim:])):
         # x[mask] = v is a where(): no data-dependent shapes, so it also traces.
