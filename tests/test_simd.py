@@ -13,8 +13,9 @@ numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
-                                    broadcast_at_wide, broadcast_wide, fma, high_half,
-                                    joined, load, load_even, load_wide, low_half, maximum,
+                                    broadcast_at_like, broadcast_at_wide, broadcast_wide,
+                                    fma, high_half, joined, lanes_of, load, load_even,
+                                    load_like, load_wide, low_half, maximum,
                                     maximum_nan, minimum, multiply, store, subtract,
                                     transpose, tree_sum, where_greater)
 
@@ -105,6 +106,26 @@ def test_sixteen_lane_intrinsics_match_numpy():
     want = x[3:19] * y[2] + np.concatenate([y[1:9], x[0:8]]) + x[3:19]
     np.testing.assert_allclose(out[1:17], want, rtol=1e-6, atol=1e-6)
     assert np.isnan(out[[0, 17]]).all()
+
+
+@loop
+def _like(x, out, lanes):
+    """``load_like`` and ``broadcast_at_like`` at the widths of an eight- and a sixteen-lane
+    zero, their sums stored one after the other; ``lanes`` their ``lanes_of``."""
+    narrow, wide = broadcast(np.float32(0)), broadcast_wide(np.float32(0))
+    store(out, 0, fma(load_like(x, 1, narrow), broadcast_at_like(x, 20, narrow), narrow))
+    store(out, 8, fma(load_like(x, 2, wide), broadcast_at_like(x, 21, wide), wide))
+    lanes[0], lanes[1] = lanes_of(narrow), lanes_of(wide)
+
+
+def test_intrinsics_like_a_vector_take_its_width():
+    x = np.arange(23, dtype=np.float32) - np.float32(7.5)
+    out = np.full(25, np.nan, np.float32)
+    lanes = np.zeros(2, np.int64)
+    _like(x, out, lanes)
+    np.testing.assert_array_equal(out[:8], x[1:9] * x[20])
+    np.testing.assert_array_equal(out[8:24], x[2:18] * x[21])
+    assert np.isnan(out[24]) and lanes.tolist() == [8, 16]
 
 
 @loop
