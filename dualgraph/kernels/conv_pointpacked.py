@@ -12,9 +12,10 @@ broadcast from the packed row (eight consecutive floats of the pair's sixteen), 
 multiply-adds. A CPU with 16 vector registers (AVX2) would spill those sums, so there the
 loop runs the eight channels as two halves of four, twelve sums each. Where the CPU runs
 sixteen-lane vectors at full width (AVX-512 on Intel: ``isa.full_width``) the same 24
-sums are ``zmm`` vectors of sixteen positions, 48 positions a block: half the
-instructions (one broadcast and three loads per eight times three multiply-adds, each
-twice the work). The helpers are written once for both widths (the lanes of the zero
+sums are ``zmm`` vectors of sixteen positions, 48 positions a block: per input channel
+the same three loads, eight broadcasts and 24 multiply-adds, each on twice the positions
+(0.7-0.8x the eight-lane time on 7x7 to 56x56 planes; docs/benchmarks.md, "sixteen-lane
+1x1 convs"). The helpers are written once for both widths (the lanes of the zero
 vector the sums start from: ``simd.load_like``); :func:`block_sums` chooses by the CPU
 the loop is compiled for (``isa.py``). OpenBLAS packs both operands at
 every call: on 7x7 and 14x14 planes, where the weight is as large as the activations
