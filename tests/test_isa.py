@@ -84,3 +84,14 @@ def test_the_probe_matches_the_code_numba_makes():
     assert not has or isa.vector_registers() == 32
     assert isa._registers("haswell", "") == 16
     assert isa._registers("haswell", "+avx512f,+avx512vl") == 32
+
+
+@pytest.mark.parametrize("name,features,full", [
+    ("skylake-avx512", "", True), ("znver4", "", False), ("haswell", "", False),
+    ("znver4", "+avx2,-avx512vl", False), ("icelake-server", "+avx512f,+avx512vl", True)])
+def test_full_width_is_avx512_but_on_zen4(monkeypatch, name, features, full):
+    """Sixteen-lane loops where the target has AVX-512 and runs a ``zmm`` instruction
+    whole: not on Zen 4 (two 256-bit halves), nor without AVX-512."""
+    from dualgraph.kernels import isa
+    monkeypatch.setattr(isa, "target", lambda: (name, features))
+    assert isa.full_width() is full

@@ -13,11 +13,12 @@ numba = pytest.importorskip("numba")
 
 from dualgraph.kernels import build, helper, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
-                                    broadcast_at_wide, broadcast_wide, even_lanes, fma,
-                                    high_half, joined, load, load_even, load_like,
-                                    load_wide, low_half, maximum, maximum_nan, minimum,
-                                    multiply, odd_lanes, store, subtract, transpose,
-                                    tree_sum, where_greater, zip_high, zip_low)
+                                    broadcast_at_like, broadcast_at_wide, broadcast_wide,
+                                    even_lanes, fma, high_half, joined, lanes_of, load,
+                                    load_even, load_like, load_wide, low_half, maximum,
+                                    maximum_nan, minimum, multiply, odd_lanes, store,
+                                    subtract, transpose, tree_sum, where_greater, zip_high,
+                                    zip_low)
 
 
 @loop
@@ -138,6 +139,26 @@ def test_deinterleave_and_zip_match_numpy(n):
     np.testing.assert_array_equal(out[n:2 * n], both[1::2])
     zipped = np.stack([a, b], axis=1).reshape(-1)
     np.testing.assert_array_equal(out[2 * n:], zipped)
+
+
+@loop
+def _like(x, out, lanes):
+    """``load_like`` and ``broadcast_at_like`` at the widths of an eight- and a sixteen-lane
+    zero, their sums stored one after the other; ``lanes`` their ``lanes_of``."""
+    narrow, wide = broadcast(np.float32(0)), broadcast_wide(np.float32(0))
+    store(out, 0, fma(load_like(x, 1, narrow), broadcast_at_like(x, 20, narrow), narrow))
+    store(out, 8, fma(load_like(x, 2, wide), broadcast_at_like(x, 21, wide), wide))
+    lanes[0], lanes[1] = lanes_of(narrow), lanes_of(wide)
+
+
+def test_intrinsics_like_a_vector_take_its_width():
+    x = np.arange(23, dtype=np.float32) - np.float32(7.5)
+    out = np.full(25, np.nan, np.float32)
+    lanes = np.zeros(2, np.int64)
+    _like(x, out, lanes)
+    np.testing.assert_array_equal(out[:8], x[1:9] * x[20])
+    np.testing.assert_array_equal(out[8:24], x[2:18] * x[21])
+    assert np.isnan(out[24]) and lanes.tolist() == [8, 16]
 
 
 @loop

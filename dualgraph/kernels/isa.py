@@ -77,6 +77,19 @@ def vector_registers() -> int:
     return _registers(*target())
 
 
+# CPUs with AVX-512 whose vector units are 256 bits wide: a ``zmm`` instruction runs as two
+# halves, so sixteen-lane loops do the eight-lane ones' work in as many cycles
+_HALF_WIDTH = {"znver4"}
+
+
+def full_width() -> bool:
+    """Whether the compiled loops have AVX-512 (:func:`vector_registers` 32) on a CPU that
+    runs a sixteen-lane vector as one operation: not AMD's Zen 4 (``znver4``), whose loops
+    keep eight lanes."""
+    name, features = target()
+    return _registers(name, features) >= 32 and name not in _HALF_WIDTH
+
+
 @lru_cache(maxsize=None)
 def _registers(name: str, features: str) -> int:
     flags = {f[1:]: f[0] == "+" for f in features.split(",") if f[:1] in "+-" and f[1:]}

@@ -3,7 +3,8 @@
 sixteen-lane ones (``load_wide``, ``broadcast_wide``, ``broadcast_at_wide``, then the same
 ``store``, ``add`` and ``fma``), one ``zmm`` register each where the CPU has AVX-512F, for
 the loops that issue nothing but multiply-adds (a product's register block: twice the work
-an instruction of the eight-lane form does).
+an instruction of the eight-lane form does). ``load_like`` and ``broadcast_at_like`` take
+the width of a vector they are given, for helpers written once for both widths.
 
 Numba compiles with LLVM's SLP vectoriser off, so eight scalar sums kept side by side (eight
 channels of a depthwise conv, eight windows of a pool) stay eight scalar registers; only
@@ -74,19 +75,53 @@ def _check_array(array):
         raise TypeError(f"an eight-lane load or store needs a 1-D contiguous array, not {array}")
 
 
+def _load_code(lanes: int, align: int):
+    """The code of a load of ``lanes`` elements from ``array[offset]`` (the first two
+    arguments)."""
+    def codegen(context, builder, signature, args):
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], lanes)
+        return builder.load(pointer, align=align)
+    return codegen
+
+
 def _load(lanes: int, name: str):
     """The intrinsic ``name(array, offset)``: ``array[offset:offset + lanes]`` as a vector
     (unaligned)."""
     def typer(typingctx, array, offset):
         _check_array(array)
-
-        def codegen(context, builder, signature, args):
-            pointer = _pointer(context, builder, signature.args[0], args[0], args[1], lanes)
-            return builder.load(pointer, align=array.dtype.bitwidth // 8)
-        return vector_type(array.dtype, lanes)(array, offset), codegen
+        return (vector_type(array.dtype, lanes)(array, offset),
+                _load_code(lanes, array.dtype.bitwidth // 8))
     typer.__name__ = typer.__qualname__ = name
     typer.__doc__ = f"``array[offset:offset + {lanes}]`` as a vector (unaligned)."
     return Intrinsic(typer)
+
+
+def _check_like(array, like):
+    if not (_is_vector(like) and like.dtype == array.dtype):
+        raise TypeError(f"{like} is no vector of the elements of {array}")
+
+
+@Intrinsic
+def load_like(typingctx, array, offset, like):
+    """``array[offset:offset + n]`` as a vector of ``like``'s ``n`` lanes, ``like``'s
+    value unused: a loop written once for eight and sixteen lanes passes a vector of the
+    width it runs (the zero its sums start from)."""
+    _check_array(array)
+    _check_like(array, like)
+    return (vector_type(array.dtype, like.lanes)(array, offset, like),
+            _load_code(like.lanes, array.dtype.bitwidth // 8))
+
+
+@Intrinsic
+def lanes_of(typingctx, vector):
+    """How many lanes ``vector`` has: a constant of its type."""
+    from numba.core import types
+    if not _is_vector(vector):
+        raise TypeError(f"lanes_of needs a vector, not {vector}")
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.intp, vector.lanes)
+    return types.intp(vector), codegen
 
 
 load, load_wide = _load(LANES, "load"), _load(WIDE, "load_wide")
@@ -192,24 +227,38 @@ def tree_sum(typingctx, vector):
     return vector.dtype(vector), codegen
 
 
+def _broadcast_at_code(lanes: int, align: int):
+    """The code of a vector of ``lanes`` of ``array[offset]`` (the first two arguments)."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = builder.load(builder.gep(data, [args[1]]), align=align)
+        kind = context.get_value_type(signature.return_type)
+        return _splat(builder, value, kind, lanes)
+    return codegen
+
+
 def _broadcast_at(lanes: int, name: str):
     """The intrinsic ``name(array, offset)``: a vector of ``lanes`` of ``array[offset]``."""
     def typer(typingctx, array, offset):
         _check_array(array)
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            value = builder.load(builder.gep(data, [args[1]]),
-                                 align=array.dtype.bitwidth // 8)
-            kind = context.get_value_type(signature.return_type)
-            return _splat(builder, value, kind, lanes)
-        return vector_type(array.dtype, lanes)(array, offset), codegen
+        return (vector_type(array.dtype, lanes)(array, offset),
+                _broadcast_at_code(lanes, array.dtype.bitwidth // 8))
     typer.__name__ = typer.__qualname__ = name
     typer.__doc__ = (f"A vector of ``array[offset]`` in each of its {lanes} lanes (one "
                      "``vbroadcastss`` from memory; the offset unchecked and never wrapped: "
                      "NumPy-style indexing with a signed offset costs three more "
                      "instructions a load).")
     return Intrinsic(typer)
+
+
+@Intrinsic
+def broadcast_at_like(typingctx, array, offset, like):
+    """:func:`broadcast_at` as a vector of ``like``'s lanes (``like``'s value unused, as
+    :func:`load_like`'s)."""
+    _check_array(array)
+    _check_like(array, like)
+    return (vector_type(array.dtype, like.lanes)(array, offset, like),
+            _broadcast_at_code(like.lanes, array.dtype.bitwidth // 8))
 
 
 broadcast_at = _broadcast_at(LANES, "broadcast_at")
@@ -253,20 +302,6 @@ def _half(name, first):
 
 low_half = _half("low_half", 0)
 high_half = _half("high_half", LANES)
-
-
-@Intrinsic
-def load_like(typingctx, array, offset, like):
-    """``array[offset:offset + lanes]`` as a vector of ``like``'s lanes (unaligned): a loop
-    written once for vectors of eight or sixteen lanes, as the vector it is handed."""
-    _check_array(array)
-    if not _is_vector(like):
-        raise TypeError(f"load_like needs a vector to take its lanes from, not {like}")
-
-    def codegen(context, builder, signature, args):
-        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], like.lanes)
-        return builder.load(pointer, align=array.dtype.bitwidth // 8)
-    return vector_type(array.dtype, like.lanes)(array, offset, like), codegen
 
 
 def _shuffle_pair(name, lanes_of, doc):
