@@ -34,6 +34,7 @@ DEPTHWISE = [
     (1, 32, 29, 37, 3, 1, 1, 1, "clamp", "before"),      # runs of eight, 3 wide
     (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),   # runs of eight, 5 wide
     (1, 16, 40, 12, 5, 1, 1, 1, "none", None),           # padding less than the half
+    (0, 24, 7, 7, 3, 1, 1, 1, "relu", None),             # no images
 ]
 
 
@@ -41,11 +42,17 @@ def _bounds(act):
     return (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["8 lanes", "16 lanes"])
 @pytest.mark.parametrize("case", DEPTHWISE, ids=[str(c) for c in DEPTHWISE])
-def test_depthwise_loop_matches_torch(case):
+def test_depthwise_loop_matches_torch(case, wide, monkeypatch):
+    """Eight lanes a block, or sixteen (pairs of blocks, a last odd one alone: 3 and 5
+    blocks), whatever the CPU: the values are torch's, NaN and infinities included."""
+    monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
     n, c, h, w, k, s, p, d, act, at = case
     rng = np.random.default_rng(c + h)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    if n:
+        x[0, c - 1, h // 2, w // 2], x[-1, c // 2, h - 1, 0] = np.nan, np.inf
     weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
     bias = rng.standard_normal(c).astype(np.float32)
     y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias),

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, isa, loop, numba_available
 from .conv_lanes import _interleave, _row, _weights, finish
-from .simd import LANES, broadcast_at, fma, load, multiply, store
+from .simd import LANES, WIDE, broadcast_at, fma, lanes_of, load, load_wide, multiply, store
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -87,40 +87,73 @@ def blockable(x_shape, w_shape, groups) -> str | None:
     return None
 
 
+@helper(inline="always")
+def _item(x, out, residual, packed, wt, start_sum, src, base, plane, size, act, lo, hi, where,
+          width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp, rows, cols):
+    """One work item, as many blocks of one image as ``start_sum`` has lanes for (one or
+    two): their planes of the flat blocked ``x`` from ``src`` (``plane`` floats apart)
+    copied row by row into the zero-padded ``packed``, a position's blocks side by side;
+    each output row summed (``conv_lanes._row``, weights ``wt``) into their planes of the
+    flat blocked ``out`` from ``base`` (``size`` apart), where the epilogue runs on it."""
+    lanes = lanes_of(start_sum)
+    for y in range(rows):
+        d, s = ((y + top) * wp + left) * lanes, src + y * width * LANES
+        for u in range(cols):
+            for k in range(0, lanes, LANES):
+                store(packed, d + u * lanes + k, load(x, s + (k // LANES) * plane + u * LANES))
+    dst = out[base:base + lanes // LANES * size]
+    row = wo * LANES
+    for r in range(ho):
+        _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp, LANES, size)
+        for k in range(lanes // LANES):
+            q = base + k * size + r * row
+            finish(out[q:q + row], residual[q:q + row] if where else residual[0:1], where, act,
+                   lo, hi)
+
+
 @loop(fastmath={"contract"})
-def _depthwise(start, stop, x, w, bias, out, residual, scratch, wblocks, act, lo, hi, where,
-               channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp):
-    """Slots ``start:stop`` of ``scratch.shape[0]``: the items (block, image) of the flat
-    blocked ``x`` convolved with the flat ``w (C, kh*kw)`` and ``bias (C,)`` into the flat
-    blocked ``out``, with ``conv_lanes.finish``'s epilogue (``residual`` flat like
-    ``out``) on each output row."""
+def _depthwise(start, stop, x, w, bias, out, residual, scratch, narrow, wblocks, act, lo, hi,
+               where, channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp,
+               span):
+    """Slots ``start:stop`` of ``scratch.shape[0]``: the items (group of ``span`` blocks,
+    image) of the flat blocked ``x`` convolved with the flat ``w (C, kh*kw)`` and ``bias
+    (C,)`` into the flat blocked ``out``, with ``conv_lanes.finish``'s epilogue
+    (``residual`` flat like ``out``) on each output row. Pairs of blocks (``span`` 2) are
+    summed as sixteen lanes in ``scratch``, a last odd block as eight in ``narrow``; with
+    ``span`` 1 every block is (``narrow`` then is ``scratch``)."""
     blocks, taps = channels // LANES, kh * kw
+    groups = -(-blocks // span)
     images = out.size // (channels * ho * wo)
-    items = images * blocks
-    plane, size, row = height * width * LANES, ho * wo * LANES, wo * LANES
-    rows = min(height, scratch.shape[1] // (LANES * wp) - top)
-    cols = min(width, wp - left) * LANES
+    items = images * groups
+    plane, size = height * width * LANES, ho * wo * LANES
+    rows = min(height, scratch.shape[1] // (span * LANES * wp) - top)
+    cols = min(width, wp - left)
     for t in range(start, stop):
-        packed, wt = scratch[t], wblocks[t]
-        packed[:] = 0    # (the padding: every item writes the same inside positions)
+        wt = wblocks[t]
+        scratch[t][:] = 0    # (the padding: every item writes the same inside positions)
+        narrow[t][:] = 0
         first, last = t * items // scratch.shape[0], (t + 1) * items // scratch.shape[0]
         for item in range(first, last):
-            b, n = item // images, item % images    # (block-major: a block's weights
-            src = (n * blocks + b) * plane
-            for y in range(rows):
-                d, s = ((y + top) * wp + left) * LANES, src + y * width * LANES
-                for u in range(0, cols, LANES):
-                    store(packed, d + u, load(x, s + u))
+            g, n = item // images, item % images    # (group-major: a group's weights
+            b = g * span
+            lanes = min(span, blocks - b) * LANES
             if item == first or n == 0:    # serve all its images)
-                _weights(w, bias, b, LANES, taps, wt)
-            start_sum = load(wt, taps * LANES)
-            base = (n * blocks + b) * size
-            dst = out[base:base + size]
-            for r in range(ho):
-                _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp)
-                q = base + r * row
-                finish(out[q:q + row], residual[q:q + row] if where else residual[0:1],
-                       where, act, lo, hi)
+                _weights(w, bias, b * LANES, lanes, lanes, taps, wt)
+            src, base = (n * blocks + b) * plane, (n * blocks + b) * size
+            if lanes == WIDE:
+                _item(x, out, residual, scratch[t], wt, load_wide(wt, taps * WIDE), src, base,
+                      plane, size, act, lo, hi, where, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                      top, left, wp, rows, cols)
+            else:
+                _item(x, out, residual, narrow[t], wt, load(wt, taps * LANES), src, base,
+                      plane, size, act, lo, hi, where, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                      top, left, wp, rows, cols)
+
+
+def wide() -> bool:
+    """Whether the depthwise loop sums pairs of blocks as sixteen lanes: where the loops
+    are compiled for AVX-512 executed at full width (``isa.full_width``)."""
+    return isa.full_width()
 
 
 def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False, where=0,
@@ -136,11 +169,15 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
     shape = (n, cb, ho, wo, LANES)
-    workers = max(1, min(n * cb, threads_for(n * cb * LANES * ho * wo * kh * kw) or cores()))
-    scratch = np.empty((workers, hp * wp * LANES), F)
-    wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
+    span = 2 if cb > 1 and wide() else 1
+    groups = -(-cb // span)
+    workers = max(1, min(n * groups, threads_for(n * cb * LANES * ho * wo * kh * kw)
+                         or cores()))
+    scratch = np.empty((workers, hp * wp * LANES * span), F)
+    narrow = scratch if span == 1 else np.empty((workers, hp * wp * LANES if cb % 2 else 0), F)
+    wblocks = np.empty((workers, (kh * kw + 1) * LANES * span), F)
     geometry = (cb * LANES, h, wd, ho, wo, kh, kw, stride[0], stride[1], dilation[0],
-                dilation[1], padding[0][0], padding[1][0], wp)
+                dilation[1], padding[0][0], padding[1][0], wp, span)
     lo, hi = F(lo), F(hi)
     where = where if residual else 0
     entry = []
@@ -150,7 +187,7 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
         _call(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
               np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(b, F),
               out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
-              _NO_RESIDUAL, scratch, wblocks, act, lo, hi, where, *geometry)
+              _NO_RESIDUAL, scratch, narrow, wblocks, act, lo, hi, where, *geometry)
         return out
     return run
 

@@ -1,5 +1,6 @@
 """The CPU the loops are compiled for, as Numba will compile them: its name, its features
-and how many vector registers a loop's eight-lane sums may keep.
+how many vector registers a loop's eight-lane sums may keep, and whether sixteen-lane ones
+pay (:func:`full_width`).
 
 Numba compiles for the host unless ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` say
 otherwise (``numba.core.config``; ``NUMBA_ENABLE_AVX=0`` drops the host's AVX features),
@@ -85,3 +86,11 @@ def _registers(name: str, features: str) -> int:
     asm = machine.emit_assembly(llvm.parse_assembly(_PROBE))
     one = any("vpsraq" in line and "ymm" in line for line in asm.splitlines())
     return 32 if one else 16
+
+
+def full_width() -> bool:
+    """Whether loops gain by sixteen lanes in one ``zmm`` register: AVX-512 (32 vector
+    registers: :func:`vector_registers`) on a CPU that executes its 512-bit multiply-adds
+    whole, not as two 256-bit halves as AMD's Zen 4 (LLVM's ``znver*``) does, where
+    eight-lane loops issue as many multiply-adds a cycle with fewer shuffles."""
+    return vector_registers() >= 32 and not target()[0].startswith("znver")
