@@ -264,6 +264,21 @@ def _broadcast_at(lanes: int, name: str):
     return Intrinsic(typer)
 
 
+@Intrinsic
+def broadcast_at_as(typingctx, like, array, offset):
+    """A vector of ``like``'s type with ``array[offset]`` in each lane (as
+    :func:`broadcast_at`)."""
+    _check_array(array)
+    if not (_is_vector(like) and like.dtype == array.dtype):
+        raise TypeError(f"cannot broadcast {array} as {like}")
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[1])(context, builder, args[1]).data
+        value = builder.load(builder.gep(data, [args[2]]), align=array.dtype.bitwidth // 8)
+        return _splat(builder, value, context.get_value_type(like), like.lanes)
+    return like(like, array, offset), codegen
+
+
 broadcast_at = _broadcast_at(LANES, "broadcast_at")
 broadcast_at_wide = _broadcast_at(WIDE, "broadcast_at_wide")
 
