@@ -34,6 +34,7 @@ DEPTHWISE = [
     (1, 32, 29, 37, 3, 1, 1, 1, "clamp", "before"),      # runs of eight, 3 wide
     (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),   # runs of eight, 5 wide
     (1, 16, 40, 12, 5, 1, 1, 1, "none", None),           # padding less than the half
+    (0, 24, 7, 7, 3, 1, 1, 1, "relu", None),             # no images
 ]
 
 
@@ -41,11 +42,17 @@ def _bounds(act):
     return (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["8 lanes", "16 lanes"])
 @pytest.mark.parametrize("case", DEPTHWISE, ids=[str(c) for c in DEPTHWISE])
-def test_depthwise_loop_matches_torch(case):
+def test_depthwise_loop_matches_torch(case, wide, monkeypatch):
+    """Eight lanes a block, or sixteen (pairs of blocks, a last odd one alone: 3 and 5
+    blocks), whatever the CPU: the values are torch's, NaN and infinities included."""
+    monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
     n, c, h, w, k, s, p, d, act, at = case
     rng = np.random.default_rng(c + h)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    if n:
+        x[0, c - 1, h // 2, w // 2], x[-1, c // 2, h - 1, 0] = np.nan, np.inf
     weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
     bias = rng.standard_normal(c).astype(np.float32)
     y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias),
@@ -65,14 +72,23 @@ POINTWISE = [   # n, h, w, c, cout, act, residual_at
     (1, 1, 1, 32, 16, "sigmoid", None),         # a 1x1 plane: one position
     (1, 13, 17, 8, 56, "silu", None),           # 221 positions: chunks of 96 and a tail
     (2, 4, 2, 64, 72, "none", "before"),        # fewer positions than a run of eight
+    # sixteen-lane groups (48 channels) where Cout is a multiple of 16: one group and two
+    # vectors, a group and one, two groups, a vector of sixteen alone
+    (1, 9, 7, 16, 80, "relu", None), (3, 5, 11, 40, 64, "clamp", "before"),
+    (1, 13, 17, 8, 96, "silu", "after"), (2, 4, 2, 64, 32, "none", None),
 ]
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["8 lanes", "16 lanes"])
 @pytest.mark.parametrize("case", POINTWISE, ids=[str(c) for c in POINTWISE])
-def test_pointwise_matches_torch(case):
+def test_pointwise_matches_torch(case, wide, monkeypatch):
+    """Groups of 24 output channels, or of 48 (sixteen lanes, where Cout is a multiple of
+    16) whatever the CPU: the values are torch's, NaN and infinities included."""
+    monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
     n, h, w, c, cout, act, at = case
     rng = np.random.default_rng(c + cout)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x[-1, c - 1, h - 1, w // 2], x[0, 0, 0, 0] = np.nan, -np.inf
     weight = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
     bias = rng.standard_normal(cout).astype(np.float32)
     y = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(weight), torch.tensor(bias))
@@ -324,3 +340,25 @@ def test_symbolic_dims_are_never_blocked():
             np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-4,
                                        atol=1e-4)
     assert not _blocked_ops(compiled.optimized_graph)
+
+
+def test_sixteen_lanes_give_the_same_bits_as_eight(monkeypatch):
+    """Both loops at either width (``conv_blocked.wide``): each output is the same chain of
+    multiply-adds, so the bits agree (odd block counts, a 5x5 at stride 2, a 1x1 group of
+    48 channels and a partial one)."""
+    rng = np.random.default_rng(7)
+    n, c, h, w, cout = 2, 40, 13, 11, 80
+    x = conv_blocked.block(rng.standard_normal((n, c, h, w)).astype(np.float32))
+    dw = rng.standard_normal((c, 1, 5, 5)).astype(np.float32)
+    pw = rng.standard_normal((cout, c, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    results = []
+    for wide in (False, True):
+        monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
+        y = conv_blocked.fitted_depthwise(x.shape, dw.shape, (2, 2), ((2, 2), (2, 2)),
+                                          (1, 1), act=1)(x, dw, bias[:c])
+        z = conv_blocked.pointwise(x.shape, cout, False, act=1)(x, conv_blocked.pack(pw), bias)
+        results.append([y, z])
+    assert conv_blocked.pack(pw).shape[-1] == 48
+    for narrow, wide in zip(*results):
+        np.testing.assert_array_equal(narrow.view(np.int32), wide.view(np.int32))

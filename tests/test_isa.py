@@ -17,6 +17,7 @@ from dualgraph.kernels import isa, native
 from numba.core.registry import cpu_target
 codegen = cpu_target.target_context.codegen()
 print(json.dumps({"ours": isa.target(), "registers": isa.vector_registers(),
+                  "full_width": isa.full_width(),
                   "numba": [codegen._get_host_cpu_name(), codegen._tm_features],
                   "key": native._environment()}))
 """
@@ -30,6 +31,8 @@ CASES = {   # environment -> vector registers (None: the host's)
     "explicit list": ({"NUMBA_CPU_NAME": "znver4", "NUMBA_CPU_FEATURES": "+avx2,-avx512vl"},
                       16),
     "no AVX": ({"NUMBA_ENABLE_AVX": "0"}, 16),
+    "zen 4": ({"NUMBA_CPU_NAME": "znver4", "NUMBA_CPU_FEATURES": "+avx2,+avx512f,+avx512vl"},
+              32),
 }
 
 
@@ -60,6 +63,14 @@ def test_the_host_with_its_features_keeps_its_registers(reports):
     """``NUMBA_CPU_NAME`` alone takes the host's features: no emulation of a smaller CPU."""
     assert reports["haswell with the host's features"]["registers"] == \
         reports["host"]["registers"]
+
+
+def test_sixteen_lanes_where_avx512_runs_at_full_width(reports):
+    """``isa.full_width``: an AVX-512 Intel target yes; Zen 4 (its 512-bit multiply-adds
+    two 256-bit halves), AVX2 and SSE no."""
+    assert reports["skylake-avx512"]["full_width"]
+    for name in ("zen 4", "haswell", "generic", "no AVX"):
+        assert not reports[name]["full_width"], name
 
 
 def test_native_code_is_kept_apart_by_target(reports):

@@ -22,19 +22,30 @@ each position's ``x`` broadcast from memory, 24 multiply-adds. A work item is an
 chunk of ``CHUNK`` positions; after its last group the epilogue runs on each output
 block's run of the chunk. Each output is one chain of multiply-adds over ``k = 0 .. C-1``
 in order from the bias, whatever the chunk or thread: the bits do not depend on them.
+
+Where the loops run AVX-512 at full width (:func:`wide`: ``isa.full_width``, two 512-bit
+multiply-adds a cycle) both sum sixteen lanes, the same loop bodies on vectors of twice
+the width (``simd.load_like``): a depthwise item is a pair of blocks, copied side by side
+into a plane of sixteen floats a position (a last odd block alone, as eight); a 1x1 group
+is 48 output channels (:func:`pack` then packs ``(groups, C, 48)`` where ``Cout`` is a
+multiple of sixteen; the loop reads the width off the packed weight), each sum stored as
+two runs of eight, one to each of its blocks (``simd.store_runs``). Each output is the
+same chain of multiply-adds in the same order as with eight lanes: the same bits.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop, numba_available
+from . import helper, isa, loop, numba_available
 from .conv_lanes import _interleave, _row, _weights, finish
-from .simd import LANES, broadcast_at, fma, load, multiply, store
+from .simd import (LANES, WIDE, broadcast_at_like, fma, lanes_of, load, load_like, load_wide,
+                   multiply, store, store_runs)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
 GROUP = 3 * LANES     # output channels of the 1x1 register block
+WIDE_GROUP = 3 * WIDE   # ... where its vectors have sixteen lanes
 CHUNK = 96            # positions of a 1x1 work item
 SMALL = 4096          # elements below which NumPy's transposing copy is quicker to call
 
@@ -87,40 +98,73 @@ def blockable(x_shape, w_shape, groups) -> str | None:
     return None
 
 
+@helper(inline="always")
+def _item(x, out, residual, packed, wt, start_sum, src, base, plane, size, act, lo, hi, where,
+          width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp, rows, cols):
+    """One work item, as many blocks of one image as ``start_sum`` has lanes for (one or
+    two): their planes of the flat blocked ``x`` from ``src`` (``plane`` floats apart)
+    copied row by row into the zero-padded ``packed``, a position's blocks side by side;
+    each output row summed (``conv_lanes._row``, weights ``wt``) into their planes of the
+    flat blocked ``out`` from ``base`` (``size`` apart), where the epilogue runs on it."""
+    lanes = lanes_of(start_sum)
+    for y in range(rows):
+        d, s = ((y + top) * wp + left) * lanes, src + y * width * LANES
+        for u in range(cols):
+            for k in range(0, lanes, LANES):
+                store(packed, d + u * lanes + k, load(x, s + (k // LANES) * plane + u * LANES))
+    dst = out[base:base + lanes // LANES * size]
+    row = wo * LANES
+    for r in range(ho):
+        _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp, LANES, size)
+        for k in range(lanes // LANES):
+            q = base + k * size + r * row
+            finish(out[q:q + row], residual[q:q + row] if where else residual[0:1], where, act,
+                   lo, hi)
+
+
 @loop(fastmath={"contract"})
-def _depthwise(start, stop, x, w, bias, out, residual, scratch, wblocks, act, lo, hi, where,
-               channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp):
-    """Slots ``start:stop`` of ``scratch.shape[0]``: the items (block, image) of the flat
-    blocked ``x`` convolved with the flat ``w (C, kh*kw)`` and ``bias (C,)`` into the flat
-    blocked ``out``, with ``conv_lanes.finish``'s epilogue (``residual`` flat like
-    ``out``) on each output row."""
+def _depthwise(start, stop, x, w, bias, out, residual, scratch, narrow, wblocks, act, lo, hi,
+               where, channels, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left, wp,
+               span):
+    """Slots ``start:stop`` of ``scratch.shape[0]``: the items (group of ``span`` blocks,
+    image) of the flat blocked ``x`` convolved with the flat ``w (C, kh*kw)`` and ``bias
+    (C,)`` into the flat blocked ``out``, with ``conv_lanes.finish``'s epilogue
+    (``residual`` flat like ``out``) on each output row. Pairs of blocks (``span`` 2) are
+    summed as sixteen lanes in ``scratch``, a last odd block as eight in ``narrow``; with
+    ``span`` 1 every block is (``narrow`` then is ``scratch``)."""
     blocks, taps = channels // LANES, kh * kw
+    groups = -(-blocks // span)
     images = out.size // (channels * ho * wo)
-    items = images * blocks
-    plane, size, row = height * width * LANES, ho * wo * LANES, wo * LANES
-    rows = min(height, scratch.shape[1] // (LANES * wp) - top)
-    cols = min(width, wp - left) * LANES
+    items = images * groups
+    plane, size = height * width * LANES, ho * wo * LANES
+    rows = min(height, scratch.shape[1] // (span * LANES * wp) - top)
+    cols = min(width, wp - left)
     for t in range(start, stop):
-        packed, wt = scratch[t], wblocks[t]
-        packed[:] = 0    # (the padding: every item writes the same inside positions)
+        wt = wblocks[t]
+        scratch[t][:] = 0    # (the padding: every item writes the same inside positions)
+        narrow[t][:] = 0
         first, last = t * items // scratch.shape[0], (t + 1) * items // scratch.shape[0]
         for item in range(first, last):
-            b, n = item // images, item % images    # (block-major: a block's weights
-            src = (n * blocks + b) * plane
-            for y in range(rows):
-                d, s = ((y + top) * wp + left) * LANES, src + y * width * LANES
-                for u in range(0, cols, LANES):
-                    store(packed, d + u, load(x, s + u))
+            g, n = item // images, item % images    # (group-major: a group's weights
+            b = g * span
+            lanes = min(span, blocks - b) * LANES
             if item == first or n == 0:    # serve all its images)
-                _weights(w, bias, b, LANES, taps, wt)
-            start_sum = load(wt, taps * LANES)
-            base = (n * blocks + b) * size
-            dst = out[base:base + size]
-            for r in range(ho):
-                _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp)
-                q = base + r * row
-                finish(out[q:q + row], residual[q:q + row] if where else residual[0:1],
-                       where, act, lo, hi)
+                _weights(w, bias, b * LANES, lanes, lanes, taps, wt)
+            src, base = (n * blocks + b) * plane, (n * blocks + b) * size
+            if lanes == WIDE:
+                _item(x, out, residual, scratch[t], wt, load_wide(wt, taps * WIDE), src, base,
+                      plane, size, act, lo, hi, where, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                      top, left, wp, rows, cols)
+            else:
+                _item(x, out, residual, narrow[t], wt, load(wt, taps * LANES), src, base,
+                      plane, size, act, lo, hi, where, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                      top, left, wp, rows, cols)
+
+
+def wide() -> bool:
+    """Whether the depthwise loop sums pairs of blocks as sixteen lanes: where the loops
+    are compiled for AVX-512 executed at full width (``isa.full_width``)."""
+    return isa.full_width()
 
 
 def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False, where=0,
@@ -136,11 +180,15 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
     shape = (n, cb, ho, wo, LANES)
-    workers = max(1, min(n * cb, threads_for(n * cb * LANES * ho * wo * kh * kw) or cores()))
-    scratch = np.empty((workers, hp * wp * LANES), F)
-    wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
+    span = 2 if cb > 1 and wide() else 1
+    groups = -(-cb // span)
+    workers = max(1, min(n * groups, threads_for(n * cb * LANES * ho * wo * kh * kw)
+                         or cores()))
+    scratch = np.empty((workers, hp * wp * LANES * span), F)
+    narrow = scratch if span == 1 else np.empty((workers, hp * wp * LANES if cb % 2 else 0), F)
+    wblocks = np.empty((workers, (kh * kw + 1) * LANES * span), F)
     geometry = (cb * LANES, h, wd, ho, wo, kh, kw, stride[0], stride[1], dilation[0],
-                dilation[1], padding[0][0], padding[1][0], wp)
+                dilation[1], padding[0][0], padding[1][0], wp, span)
     lo, hi = F(lo), F(hi)
     where = where if residual else 0
     entry = []
@@ -150,7 +198,7 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
         _call(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
               np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(b, F),
               out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
-              _NO_RESIDUAL, scratch, wblocks, act, lo, hi, where, *geometry)
+              _NO_RESIDUAL, scratch, narrow, wblocks, act, lo, hi, where, *geometry)
         return out
     return run
 
@@ -166,53 +214,65 @@ def _call(loop, workers, entry, *args):
     entry[0](0, 1, *args)
 
 
+def group_width(cout: int) -> int:
+    """Output channels of :func:`pack`'s groups: ``WIDE_GROUP`` (three sixteen-lane
+    vectors) where the loops run sixteen lanes (:func:`wide`) and ``cout`` is a multiple
+    of sixteen, else ``GROUP``."""
+    return WIDE_GROUP if wide() and cout % WIDE == 0 else GROUP
+
+
 def pack(w: np.ndarray) -> np.ndarray:
-    """The ``(Cout, C, 1, 1)`` weight as ``(groups, C, 24)``: each group's 24 output
-    channels side by side for every input channel, past ``Cout`` zero."""
+    """The ``(Cout, C, 1, 1)`` weight as ``(groups, C, width)`` (``width`` of
+    :func:`group_width`): each group's output channels side by side for every input
+    channel, past ``Cout`` zero."""
     cout, c = w.shape[:2]
-    groups = -(-cout // GROUP)
-    wide = np.zeros((groups * GROUP, c), F)
-    wide[:cout] = w.reshape(cout, c)
-    return np.ascontiguousarray(wide.reshape(groups, GROUP, c).transpose(0, 2, 1))
+    width = group_width(cout)
+    groups = -(-cout // width)
+    padded = np.zeros((groups * width, c), F)
+    padded[:cout] = w.reshape(cout, c)
+    return np.ascontiguousarray(padded.reshape(groups, width, c).transpose(0, 2, 1))
 
 
 @helper(inline="always")
 def _fma3(x, at, w0, w1, w2, a0, a1, a2, n):
     """One position's input ``x[at]``, broadcast, times the first ``n`` of three weight
     vectors, into its sums (``n`` a constant where inlined: the others cost nothing)."""
-    u = broadcast_at(x, at)
+    u = broadcast_at_like(x, at, w0)
     return (fma(w0, u, a0), fma(w1, u, a1) if n > 1 else a1,
             fma(w2, u, a2) if n > 2 else a2)
 
 
 @helper(inline="always")
 def _put3(out, at, step, n, a0, a1, a2):
-    """A position's three sums to the output blocks ``at``, ``at + step``, ``at + 2 *
-    step`` where the block exists (``n`` of them)."""
-    store(out, at, a0)
+    """A position's three sums to their output blocks from ``at`` (``step`` apart, a
+    sixteen-lane sum two of them) where they exist (``n`` sums)."""
+    span = lanes_of(a0) // LANES * step
+    store_runs(out, at, step, a0)
     if n > 1:
-        store(out, at + step, a1)
+        store_runs(out, at + span, step, a1)
     if n > 2:
-        store(out, at + 2 * step, a2)
+        store_runs(out, at + 2 * span, step, a2)
 
 
 @helper(inline="always")
 def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
     """Eight positions (one unless ``eight``) from ``x[xo]`` (input block ``k // 8`` at
-    ``xo + (k // 8) * xstep``) by the 24 output channels whose packed weights start at
-    ``wp[wo]``, from the bias vectors ``b0, b1, b2``, into ``out[oo]`` (blocks ``ostep``
-    apart, ``n`` of the three exist)."""
+    ``xo + (k // 8) * xstep``) by the group of three bias vectors' lanes (``b0, b1,
+    b2``: 24 or 48 output channels) whose packed weights start at ``wp[wo]``, into
+    ``out[oo]`` (blocks ``ostep`` apart, ``n`` of the three vectors exist)."""
+    lanes = lanes_of(b0)
+    width = 3 * lanes
     a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32 = (
         b0, b1, b2, b0, b1, b2, b0, b1, b2, b0, b1, b2)
     a40, a41, a42, a50, a51, a52, a60, a61, a62, a70, a71, a72 = (
         b0, b1, b2, b0, b1, b2, b0, b1, b2, b0, b1, b2)
     for kb in range(blocks):
-        xb, wb = xo + kb * xstep, wo + kb * LANES * GROUP
+        xb, wb = xo + kb * xstep, wo + kb * LANES * width
         for j in range(LANES):
-            t = wb + j * GROUP
-            w0 = load(wp, t)
-            w1 = load(wp, t + LANES) if n > 1 else w0
-            w2 = load(wp, t + 2 * LANES) if n > 2 else w0
+            t = wb + j * width
+            w0 = load_like(wp, t, b0)
+            w1 = load_like(wp, t + lanes, b0) if n > 1 else w0
+            w2 = load_like(wp, t + 2 * lanes, b0) if n > 2 else w0
             a00, a01, a02 = _fma3(x, xb + j, w0, w1, w2, a00, a01, a02, n)
             if eight:
                 a10, a11, a12 = _fma3(x, xb + 8 + j, w0, w1, w2, a10, a11, a12, n)
@@ -235,8 +295,8 @@ def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
 
 @helper(inline="always")
 def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
-    """Positions ``q0:q1`` of a group of ``n`` output blocks: :func:`_tile` on eight at a
-    time, then one at a time."""
+    """Positions ``q0:q1`` of a group of ``n`` output vectors: :func:`_tile` on eight at
+    a time, then one at a time."""
     q = q0
     while q + LANES <= q1:
         _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
@@ -248,35 +308,48 @@ def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
         q += 1
 
 
+@helper(inline="always")
+def _group(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, left):
+    """:func:`_run` for a group whose last ``left`` vectors of output channels exist
+    (three or more: all), ``n`` a constant in each inlined copy, so that a group of one
+    or two computes only theirs."""
+    if left >= 3:
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 3)
+    elif left == 2:
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 2)
+    else:
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 1)
+
+
 @loop(fastmath={"contract"})
 def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, channels, size,
-               cout, slots, wimage):
+               cout, slots, wimage, width):
     """Work items ``start * T // slots : stop * T // slots`` (``T``: each image's chunks of
     ``CHUNK`` positions) of the flat blocked ``out (N, Cout/8, size, 8)`` = the 1x1 conv of
-    the flat blocked ``x (N, C/8, size, 8)`` with the packed ``wp`` and the padded ``bias
-    (groups * 24,)``, then ``conv_lanes.finish``'s epilogue (``residual`` flat like
-    ``out``). Image ``n``'s packed weight starts at ``n * wimage`` (0: one for all; else
-    each image its own, as squeeze-and-excitation's gated weights are)."""
+    the flat blocked ``x (N, C/8, size, 8)`` with the packed ``wp`` (groups of ``width``
+    channels: ``GROUP``, eight-lane sums, or ``WIDE_GROUP``, sixteen) and the padded
+    ``bias``, then ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``).
+    Image ``n``'s packed weight starts at ``n * wimage`` (0: one for all; else each image
+    its own, as squeeze-and-excitation's gated weights are)."""
     chunks = -(-size // CHUNK)
     images = out.size // (cout * size)
-    total, groups, blocks = images * chunks, -(-cout // GROUP), channels // LANES
+    total, groups, blocks = images * chunks, -(-cout // width), channels // LANES
     step = size * LANES
     for item in range(start * total // slots, stop * total // slots):
         img, q0 = item // chunks, (item % chunks) * CHUNK
         q1 = min(size, q0 + CHUNK)
         xo, oo = img * channels * size, img * cout * size
         for g in range(groups):
-            n = min(3, cout // LANES - 3 * g)
-            wo = img * wimage + g * channels * GROUP
-            b0 = load(bias, g * GROUP)
-            b1, b2 = load(bias, g * GROUP + LANES), load(bias, g * GROUP + 2 * LANES)
-            ob = oo + 3 * g * step
-            if n == 3:   # (a constant n for each inlined copy: two blocks or one
-                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 3)
-            elif n == 2:   # compute only theirs)
-                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 2)
+            wo, at = img * wimage + g * channels * width, g * width
+            ob = oo + g * (width // LANES) * step
+            if width == GROUP:
+                _group(x, xo, q0, q1, step, blocks, wp, wo, load(bias, at),
+                       load(bias, at + LANES), load(bias, at + 2 * LANES), out, ob,
+                       cout // LANES - 3 * g)
             else:
-                _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 1)
+                _group(x, xo, q0, q1, step, blocks, wp, wo, load_wide(bias, at),
+                       load_wide(bias, at + WIDE), load_wide(bias, at + 2 * WIDE), out, ob,
+                       cout // WIDE - 3 * g)
         for b in range(cout // LANES):
             at, end = oo + b * step + q0 * LANES, oo + b * step + q1 * LANES
             finish(out[at:end], residual[at:end] if where else residual[0:1], where, act,
@@ -288,25 +361,26 @@ def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi
     """``run(x, packed, bias, *residual, out=None)``: the 1x1 conv of a blocked ``x``
     (``x_shape (N, C/8, H, W, 8)``) into ``cout`` channels, blocked, with the epilogue's
     codes (as ``conv_tiles.conv``'s), the packed weight from :func:`pack` (``per_image``:
-    one for each image, ``(N, groups, C, 24)``); threads and the compiled entry worked
-    out once (a call on a 7x7 plane is tens of microseconds)."""
+    one for each image, ``(N, groups, C, width)``; its groups' width read off its shape, so
+    that a weight packed for either width runs); threads and the compiled entry worked out
+    once (a call on a 7x7 plane is tens of microseconds)."""
     n, cb, h, w, _ = x_shape
     size = h * w
     shape = (n, cout // LANES, h, w, LANES)
     items = n * -(-size // CHUNK)
     workers = max(1, min(items, threads_for(n * cout * size * cb * LANES) or cores()))
-    groups = -(-cout // GROUP)
     lo, hi = F(lo), F(hi)
     where = where if residual else 0
-    wide, entry = np.zeros(groups * GROUP, F), []
+    padded, entry = np.zeros(cout + WIDE_GROUP, F), []
 
     def run(x, packed, b, *r, out=None):
         out = np.empty(shape, F) if out is None else out
-        wide[:cout] = b
-        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1), wide,
+        padded[:cout] = b
+        width = packed.shape[-1]
+        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1), padded,
                 out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
                 _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers,
-                groups * GROUP * cb * LANES if per_image else 0)
+                -(-cout // width) * width * cb * LANES if per_image else 0, width)
         _call(_pointwise, workers, entry, *args)
         return out
     return run

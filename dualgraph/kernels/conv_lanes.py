@@ -24,7 +24,7 @@ import numpy as np
 
 from . import helper, loop
 from .epilogue import _activate
-from .simd import LANES, fma, load, store, transpose
+from .simd import LANES, fma, lanes_of, load, load_like, store_runs, transpose
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -106,42 +106,44 @@ def row_out(stage, at, out, base, size, wo, lanes):
 
 @helper(inline="always")
 def run_taps(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, tstep, wstep, step, ostep,
-             eight):
+             gap, eight):
     """Eight output positions (four unless ``eight``: rows of four to seven) into ``sums``
     at ``q``, ``ostep`` floats apart: kernel rows ``i0:i1``, tap ``(i, j)`` of the first
     position read from ``src`` at ``o + i * rstep + j * tstep``, the next positions
     ``step`` floats on, its weights from ``wt`` at ``wbase + (i * kw + j) * wstep``. As many
     vector sums, each tap's weights loaded once for them, so that the multiply-adds'
     latency is hidden (with four, each waits for its last one). The strides say the
-    layout: the interleaved plane here, channels-last activations in ``conv_nhwc``. (One
-    body: LLVM makes a loop for each value of ``eight``.)"""
+    layout: the interleaved plane here, channels-last activations in ``conv_nhwc``. The
+    vectors have ``bias``'s lanes, eight or sixteen (two blocks of eight channels, each
+    sum stored as two runs ``gap`` floats apart: ``simd.store_runs``). (One body: LLVM
+    makes a loop for each value of ``eight``.)"""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
     for i in range(i0, i1):
         for j in range(kw):
-            w = load(wt, wbase + (i * kw + j) * wstep)
+            w = load_like(wt, wbase + (i * kw + j) * wstep, bias)
             p = o + i * rstep + j * tstep
-            a0 = fma(w, load(src, p), a0)
-            a1 = fma(w, load(src, p + step), a1)
-            a2 = fma(w, load(src, p + 2 * step), a2)
-            a3 = fma(w, load(src, p + 3 * step), a3)
+            a0 = fma(w, load_like(src, p, bias), a0)
+            a1 = fma(w, load_like(src, p + step, bias), a1)
+            a2 = fma(w, load_like(src, p + 2 * step, bias), a2)
+            a3 = fma(w, load_like(src, p + 3 * step, bias), a3)
             if eight:
-                a4 = fma(w, load(src, p + 4 * step), a4)
-                a5 = fma(w, load(src, p + 5 * step), a5)
-                a6 = fma(w, load(src, p + 6 * step), a6)
-                a7 = fma(w, load(src, p + 7 * step), a7)
-    store(sums, q, a0)
-    store(sums, q + ostep, a1)
-    store(sums, q + 2 * ostep, a2)
-    store(sums, q + 3 * ostep, a3)
+                a4 = fma(w, load_like(src, p + 4 * step, bias), a4)
+                a5 = fma(w, load_like(src, p + 5 * step, bias), a5)
+                a6 = fma(w, load_like(src, p + 6 * step, bias), a6)
+                a7 = fma(w, load_like(src, p + 7 * step, bias), a7)
+    store_runs(sums, q, gap, a0)
+    store_runs(sums, q + ostep, gap, a1)
+    store_runs(sums, q + 2 * ostep, gap, a2)
+    store_runs(sums, q + 3 * ostep, gap, a3)
     if eight:
-        store(sums, q + 4 * ostep, a4)
-        store(sums, q + 5 * ostep, a5)
-        store(sums, q + 6 * ostep, a6)
-        store(sums, q + 7 * ostep, a7)
+        store_runs(sums, q + 4 * ostep, gap, a4)
+        store_runs(sums, q + 5 * ostep, gap, a5)
+        store_runs(sums, q + 6 * ostep, gap, a6)
+        store_runs(sums, q + 7 * ostep, gap, a7)
 
 
 @helper(inline="always")
-def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, ostep):
+def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, ostep, gap):
     """:func:`run_taps`' eight positions for a 3- or 5-wide kernel (``kw``) at column
     stride and dilation 1 (the taps of a row ``step`` apart, as the positions): per kernel
     row the ``kw`` weights are held in registers and the ten (twelve) input vectors the
@@ -153,96 +155,100 @@ def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, o
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
     for i in range(i0, i1):
         t, p = wbase + i * kw * wstep, o + i * rstep
-        w0, w1, w2 = load(wt, t), load(wt, t + wstep), load(wt, t + 2 * wstep)
+        w0, w1, w2 = load_like(wt, t, bias), load_like(wt, t + wstep, bias), load_like(wt, t + 2 * wstep, bias)
         w3 = w4 = w0
         if five:
-            w3, w4 = load(wt, t + 3 * wstep), load(wt, t + 4 * wstep)
-        x = load(src, p)
+            w3, w4 = load_like(wt, t + 3 * wstep, bias), load_like(wt, t + 4 * wstep, bias)
+        x = load_like(src, p, bias)
         a0 = fma(w0, x, a0)
-        x = load(src, p + step)
+        x = load_like(src, p + step, bias)
         a0, a1 = fma(w1, x, a0), fma(w0, x, a1)
-        x = load(src, p + 2 * step)
+        x = load_like(src, p + 2 * step, bias)
         a0, a1, a2 = fma(w2, x, a0), fma(w1, x, a1), fma(w0, x, a2)
-        x = load(src, p + 3 * step)
+        x = load_like(src, p + 3 * step, bias)
         if five:
             a0 = fma(w3, x, a0)
         a1, a2, a3 = fma(w2, x, a1), fma(w1, x, a2), fma(w0, x, a3)
-        x = load(src, p + 4 * step)
+        x = load_like(src, p + 4 * step, bias)
         if five:
             a0, a1 = fma(w4, x, a0), fma(w3, x, a1)
         a2, a3, a4 = fma(w2, x, a2), fma(w1, x, a3), fma(w0, x, a4)
-        x = load(src, p + 5 * step)
+        x = load_like(src, p + 5 * step, bias)
         if five:
             a1, a2 = fma(w4, x, a1), fma(w3, x, a2)
         a3, a4, a5 = fma(w2, x, a3), fma(w1, x, a4), fma(w0, x, a5)
-        x = load(src, p + 6 * step)
+        x = load_like(src, p + 6 * step, bias)
         if five:
             a2, a3 = fma(w4, x, a2), fma(w3, x, a3)
         a4, a5, a6 = fma(w2, x, a4), fma(w1, x, a5), fma(w0, x, a6)
-        x = load(src, p + 7 * step)
+        x = load_like(src, p + 7 * step, bias)
         if five:
             a3, a4 = fma(w4, x, a3), fma(w3, x, a4)
         a5, a6, a7 = fma(w2, x, a5), fma(w1, x, a6), fma(w0, x, a7)
-        x = load(src, p + 8 * step)
+        x = load_like(src, p + 8 * step, bias)
         if five:
             a4, a5 = fma(w4, x, a4), fma(w3, x, a5)
         a6, a7 = fma(w2, x, a6), fma(w1, x, a7)
-        x = load(src, p + 9 * step)
+        x = load_like(src, p + 9 * step, bias)
         if five:
             a5, a6 = fma(w4, x, a5), fma(w3, x, a6)
         a7 = fma(w2, x, a7)
         if five:
-            x = load(src, p + 10 * step)
+            x = load_like(src, p + 10 * step, bias)
             a6, a7 = fma(w4, x, a6), fma(w3, x, a7)
-            a7 = fma(w4, load(src, p + 11 * step), a7)
-    store(sums, q, a0)
-    store(sums, q + ostep, a1)
-    store(sums, q + 2 * ostep, a2)
-    store(sums, q + 3 * ostep, a3)
-    store(sums, q + 4 * ostep, a4)
-    store(sums, q + 5 * ostep, a5)
-    store(sums, q + 6 * ostep, a6)
-    store(sums, q + 7 * ostep, a7)
+            a7 = fma(w4, load_like(src, p + 11 * step, bias), a7)
+    store_runs(sums, q, gap, a0)
+    store_runs(sums, q + ostep, gap, a1)
+    store_runs(sums, q + 2 * ostep, gap, a2)
+    store_runs(sums, q + 3 * ostep, gap, a3)
+    store_runs(sums, q + 4 * ostep, gap, a4)
+    store_runs(sums, q + 5 * ostep, gap, a5)
+    store_runs(sums, q + 6 * ostep, gap, a6)
+    store_runs(sums, q + 7 * ostep, gap, a7)
 
 
 @helper(inline="always")
-def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp):
-    """Output row ``r`` (``wo`` positions) of a block into ``sums``: eight positions at a
-    time (four on rows of four to seven), each tap one multiply-add per position. A row's
-    last run ends at the row's end, recomputing a few positions (the same bits) instead
-    of a remainder one position at a time, which ran at a fifth of the rate."""
-    step, v = sw * LANES, 0
+def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp, ostride, gap):
+    """Output row ``r`` (``wo`` positions) of a block into ``sums`` (``ostride`` floats a
+    position, a sixteen-lane sum's two halves ``gap`` apart): eight positions at a time
+    (four on rows of four to seven), each tap one multiply-add per position. The block is
+    as wide as ``bias``: its plane ``packed`` and weights ``wt`` hold that many floats a
+    position and tap. A row's last run ends at the row's end, recomputing a few positions
+    (the same bits) instead of a remainder one position at a time, which ran at a fifth
+    of the rate."""
+    width = lanes_of(bias)
+    step, v = sw * width, 0
     while v < wo:
         run = 8 if wo >= 8 else (4 if wo >= 4 else 1)
         v = min(v, wo - run)
-        o, q = ((r * sh) * wp + v * sw) * LANES, (r * wo + v) * LANES
+        o, q = ((r * sh) * wp + v * sw) * width, (r * wo + v) * ostride
         if run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1:
-            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * LANES, LANES, LANES,
-                     LANES)
+            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, width, width,
+                     ostride, gap)
         elif run > 1:
-            run_taps(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * LANES, dw * LANES,
-                     LANES, step, LANES, run == 8)
+            run_taps(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, dw * width,
+                     width, step, ostride, gap, run == 8)
         else:
             a0 = bias
             for i in range(kh):
                 for j in range(kw):
-                    a0 = fma(load(wt, (i * kw + j) * LANES),
-                             load(packed, o + (i * dh * wp + j * dw) * LANES), a0)
-            store(sums, q, a0)
+                    a0 = fma(load_like(wt, (i * kw + j) * width, bias),
+                             load_like(packed, o + (i * dh * wp + j * dw) * width, bias), a0)
+            store_runs(sums, q, gap, a0)
         v += run
 
 
 @helper(inline="always")
-def _weights(w, bias, b, lanes, taps, wblock):
-    """Block ``b``'s weights from the flat ``w (C, taps)`` into ``wblock`` as ``(taps,
-    8)``, then its bias in the last eight floats; the spare lanes of a last partial block
-    0 (this packing, done per call in NumPy before, took as long as a small plane's
-    conv)."""
+def _weights(w, bias, first, lanes, width, taps, wblock):
+    """Channels ``first:first + lanes``' weights from the flat ``w (C, taps)`` into
+    ``wblock`` as ``(taps, width)``, then their bias in the last ``width`` floats; the
+    spare lanes of a last partial block 0 (this packing, done per call in NumPy before,
+    took as long as a small plane's conv)."""
     for t in range(taps):
-        for c in range(LANES):
-            wblock[t * LANES + c] = w[(b * LANES + c) * taps + t] if c < lanes else _ZERO
-    for c in range(LANES):
-        wblock[taps * LANES + c] = bias[b * LANES + c] if c < lanes else _ZERO
+        for c in range(width):
+            wblock[t * width + c] = w[(first + c) * taps + t] if c < lanes else _ZERO
+    for c in range(width):
+        wblock[taps * width + c] = bias[first + c] if c < lanes else _ZERO
 
 
 @helper(inline="always")
@@ -286,11 +292,12 @@ def _depthwise(start, stop, x, w, bias, out, residual, scratch, stages, acc, wbl
             _pack(x, (n * channels + b * LANES) * plane, plane, lanes, rows, cols, width,
                   stage, packed, wp, top, left)
             if item == first or n == 0:    # serve all its images)
-                _weights(w, bias, b, lanes, taps, wt)
+                _weights(w, bias, b * LANES, lanes, LANES, taps, wt)
             start_sum = load(wt, taps * LANES)
             base = (n * channels + b * LANES) * size
             for r in range(ho):
-                _row(sums, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp)
+                _row(sums, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp, LANES,
+                     LANES)
                 if wo >= LANES:
                     _flush(sums, r * wo, wo, out, base + r * wo, size, lanes, residual, where,
                            act, lo, hi)

@@ -155,10 +155,10 @@ def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geom
             for b in range(0, full, LANES):
                 if wide:
                     run_wide(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
-                             cp, step, channels)
+                             cp, step, channels, LANES)
                 else:
                     run_taps(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
-                             tstep, cp, step, channels, run == 8)
+                             tstep, cp, step, channels, LANES, run == 8)
             v += run
         for v in range(wo):
             xc = v * sw - left

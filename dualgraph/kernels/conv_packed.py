@@ -296,9 +296,9 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
 def wide() -> bool:
     """Whether the loop sums a pair's sixteen channels in one ``WIDE`` vector, twelve
     positions at a time (:func:`_wide_pair_sums`): where the loops are compiled with
-    AVX-512 (``isa.vector_registers``), whose one register then holds them, where the
-    eight-lane pair takes two and twice the multiply-adds."""
-    return isa.vector_registers() >= 32
+    AVX-512 run at full width (``isa.full_width``), whose one register then holds them,
+    where the eight-lane pair takes two and twice the multiply-adds."""
+    return isa.full_width()
 
 
 def pack(w: np.ndarray) -> np.ndarray:

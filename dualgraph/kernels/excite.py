@@ -111,7 +111,7 @@ def gated_weights_blocked(start, stop, x, w1, b1, w2, b2, act1, lo1, hi1, act2, 
     """Images ``start:stop`` of the blocked ``x (N, C/8, H*W, 8)``: the first ``groups`` of
     the packed 1x1 weight ``packed`` (``conv_blocked.pack``'s) with each input channel ``c``
     scaled by the image's gate ``gate[c]`` (:func:`squeeze_excite_blocked`'s), into
-    ``out (N, groups, C, 24)``. The 1x1 conv of the gated image is the conv of the image
+    ``out (N, groups, C, width)``. The 1x1 conv of the gated image is the conv of the image
     itself with these weights: ``C * 24 * groups`` multiplies an image instead of a pass
     that reads and writes it."""
     blocks, width = x.shape[1], x.shape[2]
@@ -139,14 +139,16 @@ def gated_pointwise(x_shape, cout: int, codes: tuple, **epilogue):
     loop is called through its compiled entry, kept (working out the types of its fifteen
     arguments at each call took longer than a small image's loop)."""
     n, cb, h, w, _ = x_shape
-    groups = -(-cout // conv_blocked.GROUP)
     conv = conv_blocked.pointwise(x_shape, cout, per_image=True, **epilogue)
-    scaled = np.empty((n, groups, cb * LANES, conv_blocked.GROUP), F)
     workers = max(1, min(n, threads_for(n * cb * LANES * h * w) or cores()))
-    entry = []
+    entry, scaled = [], np.empty(0, F)
 
     def run(x, w1, b1, w2, b2, packed, bias, *residual, out=None):
+        nonlocal scaled
         x = np.ascontiguousarray(x, F)
+        width = packed.shape[-1]   # (the groups' width of ``conv_blocked.pack``)
+        if scaled.shape[-1:] != (width,):
+            scaled = np.empty((n, -(-cout // width), cb * LANES, width), F)
         args = (x.reshape(n, cb, h * w, LANES), rows(w1, w1.shape[1]), flat(b1),
                 rows(w2, w2.shape[1]), flat(b2), *codes, np.ascontiguousarray(packed), scaled)
         if workers > 1:

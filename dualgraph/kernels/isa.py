@@ -1,5 +1,6 @@
 """The CPU the loops are compiled for, as Numba will compile them: its name, its features
-and how many vector registers a loop's eight-lane sums may keep.
+how many vector registers a loop's eight-lane sums may keep, and whether sixteen-lane ones
+pay (:func:`full_width`).
 
 Numba compiles for the host unless ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` say
 otherwise (``numba.core.config``; ``NUMBA_ENABLE_AVX=0`` drops the host's AVX features),

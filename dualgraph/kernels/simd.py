@@ -128,6 +128,31 @@ load, load_wide = _load(LANES, "load"), _load(WIDE, "load_wide")
 
 
 @Intrinsic
+def store_runs(typingctx, array, offset, gap, value):
+    """``value``'s lanes eight at a time into ``array`` at ``offset``, ``offset + gap``,
+    ...: a sixteen-lane vector of two blocks of eight channels into their two planes of a
+    channel-blocked layout (an eight-lane one is :func:`store`; ``gap = 8``: one
+    contiguous store)."""
+    from numba.core import types
+    _check_array(array)
+    if not (_is_vector(value) and value.dtype == array.dtype):
+        raise TypeError(f"cannot store {value} into {array}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        a_type, (target, at, step, v) = signature.args[0], args
+        for k in range(value.lanes // LANES):
+            run = v if value.lanes == LANES else builder.shuffle_vector(
+                v, v, ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                                  list(range(k * LANES, (k + 1) * LANES))))
+            where = builder.add(at, builder.mul(step, at.type(k)))
+            builder.store(run, _pointer(context, builder, a_type, target, where),
+                          align=array.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+    return types.void(array, types.intp, types.intp, value), codegen
+
+
+@Intrinsic
 def load_even(typingctx, array, offset):
     """``array[offset:offset + 16:2]`` as a vector: two loads (of elements ``offset`` to
     ``offset + 14``: nothing past the last one read) and a shuffle of their even lanes."""

@@ -291,7 +291,7 @@ def _infer_pointwise_blocked(x, wp, b, *residual, act, bounds, residual_at):
     if wp.ndim != 3 or wp.shape[1] != cb * 8 or wp.shape[0] * wp.shape[2] < cout or cout % 8:
         raise ValueError(f"pointwise_blocked: input {tuple(x.shape)}, weight "
                          f"{tuple(wp.shape)} and bias {tuple(b.shape)} (want (N, C/8, H, W, "
-                         f"8), kernels.conv_blocked.pack's (groups, C, 24) and (Cout,), Cout "
+                         f"8), kernels.conv_blocked.pack's (groups, C, 24 or 48) and (Cout,), Cout "
                          f"a multiple of eight)")
     return _blocked_out(ShapedType((n, cout // 8, h, w, 8), x.dtype), residual, "pointwise")
 
