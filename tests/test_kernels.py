@@ -146,6 +146,57 @@ def test_small_softmax_rows_of_large_values(monkeypatch, name):
         np.testing.assert_allclose(got, np_got, rtol=1e-5, atol=1e-5)
 
 
+def _row_loop_calls():
+    """(name, call(x, out)) for each row loop that writes rows of ``out`` from rows of
+    ``x`` and sums along them: softmax, log-softmax, the cross-entropy backward and the
+    cross-entropy with its gradient (targets: a class per row, one row ignored)."""
+    norm = kernels.normalization
+
+    def targets(x):
+        t = np.arange(len(x), dtype=np.int64) % x.shape[1]
+        t[1] = -100
+        return t
+
+    def scale(x):
+        return np.full(len(x), 0.25, np.float32)
+    return [
+        ("softmax", lambda x, o: run_rows(norm.softmax, len(x), x, o, threads=1)),
+        ("log_softmax", lambda x, o: run_rows(norm.log_softmax, len(x), x, o, threads=1)),
+        ("cross_entropy_backward", lambda x, o: run_rows(
+            norm.cross_entropy_backward, len(x), x, targets(x), -100, scale(x), o, threads=1)),
+        ("cross_entropy_with_grad", lambda x, o: run_rows(
+            norm.cross_entropy_with_grad, len(x), x, targets(x), -100, scale(x),
+            np.empty(len(x), np.float32), o, threads=1)),
+    ]
+
+
+@pytest.mark.parametrize("width", [4, 5, 7, 33, 100])   # (4 and 5: widths that differed)
+def test_row_loops_give_the_same_bits_wherever_their_output_lies(width):
+    """A row loop's bits do not depend on how close its output lies to its input. LLVM
+    vectorises a loop that stores into one array while reading another behind a run-time
+    check that they are far enough apart, and runs a scalar copy of the loop otherwise: a
+    sum in that loop (reassociated: vector lanes) then rounds differently. Small arrays
+    from malloc's bins often lie next to each other, how close depending on what was
+    allocated and freed before (the garbage collector's timing): an eager data-parallel
+    step's cross-entropy gradient changed bits from run to run so."""
+    rng = np.random.default_rng(width)
+    values = (rng.normal(size=(4, width)) * 3).astype(np.float32)
+    n = values.size
+    for name, call in _row_loop_calls():
+        far = np.empty_like(values)
+        call(values.copy(), far)
+        for gap in list(range(0, 20)) + [-n - 16, -n - 8, -n]:   # (floats between the two)
+            memory = np.zeros(4 * n + 200, np.float32)
+            at = 2 * n + 64
+            x = memory[at:at + n].reshape(values.shape)
+            start = at + n + gap if gap >= 0 else at + gap
+            out = memory[start:start + n].reshape(values.shape)
+            x[...] = values
+            call(x, out)
+            np.testing.assert_array_equal(x, values)
+            assert out.tobytes() == far.tobytes(), (name, gap)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_nll_rows_match_torch_and_numpy(monkeypatch, reduction):
     logp = np.log(np.random.default_rng(7).dirichlet(np.ones(6), 9)).astype(np.float32)

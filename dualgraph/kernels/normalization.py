@@ -39,12 +39,19 @@ def _row_max(row):
 @helper(inline="always")
 def _exp_into(row, m, out):
     """``out = exp(row - m)``, returning its sum: a softmax's numerators and denominator
-    with one exp per element (``m`` is the row's maximum: the arguments are <= 0)."""
+    with one exp per element (``m`` is the row's maximum: the arguments are <= 0).
+
+    The sum is a loop of its own that only reads ``out``. A loop that stores into ``out``
+    while it reads ``row`` is vectorised behind a run-time check that the two lie far
+    enough apart, with a scalar copy of it for when they do not; a sum in that loop would
+    round one way or the other depending on where malloc put the arrays (small ones lie
+    side by side): the same row, different bits from run to run. A loop without stores
+    has no such check."""
+    for j in range(row.size):
+        out[j] = exp32_nonpositive(row[j] - m)
     total = _ZERO
     for j in range(row.size):
-        e = exp32_nonpositive(row[j] - m)
-        out[j] = e
-        total += e
+        total += out[j]
     return total
 
 
@@ -120,11 +127,11 @@ def log_softmax(start, stop, x, out):
         m = _row_max(row)
         # x - max stored first, as NumPy's form does: max + log(sum) as one shift (which
         # ``reassoc`` may also make of (x - max) - log(sum) in registers) would round away
-        # the low bits of a small result where the row's values are large
-        total = _ZERO
+        # the low bits of a small result where the row's values are large; summed in a
+        # loop without stores, as in _exp_into (the same bits wherever ``out`` lies)
         for j in range(row.size):
             o[j] = row[j] - m
-            total += exp32_nonpositive(o[j])
+        total = _row_exp_sum(o, _ZERO)
         lse = F(math.log(total))
         for j in range(row.size):
             o[j] = o[j] - lse
