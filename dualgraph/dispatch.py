@@ -19,6 +19,7 @@ from ._helpers import user_location, user_site
 from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad
 from .kernels import recycle
 from .shapes import ShapeError
+from . import tensor as _tensor_module
 from .tensor import Tensor
 
 _FLOAT_KINDS = "fV"  # "V" is how NumPy reports ml_dtypes' bfloat16
@@ -41,6 +42,7 @@ class _Modes:
 
 
 modes = _Modes()
+_tensor_module._modes = modes   # (tensor.py reads it: the trace checks of Python values)
 
 # The active profiler (``dg.profiler.profile`` while it records) or None. ``apply`` tests
 # it once per op and nothing else, so that not profiling costs one global load; the

@@ -18,15 +18,12 @@ from .errors import CONCRETE_FIX, CaptureError
 
 
 concretize_hook = None   # set by dg.jit.inspect while it runs
-_modes = None   # dispatch's modes, imported at the first use (dispatch imports this module)
+_modes = None   # dispatch's modes: dispatch sets it when it is imported (it imports this module)
 
 
 def _is_traced_state(t) -> bool:
     """Whether eager tensor ``t`` is state of the function a graph is being traced for (a
     parameter, buffer or tensor its scope reaches: the tracer's names)."""
-    global _modes
-    if _modes is None:
-        from .dispatch import modes as _modes
     tracer = _modes.tracer
     return tracer is not None and _modes.building_graph() and id(t) in tracer.names
 # how tensors print (dg.set_printoptions changes them; torch's defaults)
@@ -218,7 +215,7 @@ class Tensor:
         data = self._data
         if type(data) is not np.ndarray:
             return self._concrete(what)
-        if (_modes is None or _modes.tracer is not None) and _is_traced_state(self):
+        if _modes.tracer is not None and _is_traced_state(self):
             if concretize_hook is not None:   # (a split trace's break)
                 return concretize_hook(self, what)
             raise CaptureError(f"{what} of the traced function's state", user_location(),

@@ -95,19 +95,20 @@ def test_training_steps_give_the_same_bits_with_and_without_recycling():
     assert reused > 0, "the steps recycled nothing"
 
 
-def test_the_gradients_of_a_loop_over_slices_reuse_their_arrays(recycler):
-    """x[:, t] in a Python loop: each step's gradient is zeros with a block (slice_backward),
-    taken from the dead ones of earlier steps; the gradient equals the one without."""
+def test_a_loop_over_slices_gives_the_same_gradient_with_and_without_recycling(recycler):
+    """x[:, t] in a Python loop, forward and backward, with 512 KB steps: dead arrays are
+    handed out again (the slices' own gradients no longer need it: they go into one array,
+    engine._add_block), and the gradient is the one computed without the recycler."""
     def grad():
-        x = dg.tensor(np.random.default_rng(4).standard_normal((32, 16, 512), np.float32),
+        x = dg.tensor(np.random.default_rng(4).standard_normal((64, 16, 2048), np.float32),
                       requires_grad=True)
-        w = dg.tensor(np.random.default_rng(5).standard_normal((32, 512), np.float32))
+        w = dg.tensor(np.random.default_rng(5).standard_normal((64, 2048), np.float32))
         loss = sum(((x[:, t] * w).tanh() * (t + 1)).sum() for t in range(16))
         loss = loss + sum((part * 0.5).sum() for part in x.split(5, dim=2))
         loss.backward()
         return x.grad.numpy().copy()
     got = grad()
-    assert recycler.reused > 10
+    assert recycler.reused > 0
     recycle.current = None
     np.testing.assert_array_equal(got, grad())
 
