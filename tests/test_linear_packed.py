@@ -246,3 +246,85 @@ def test_each_output_is_one_chain_of_multiply_adds_over_k_in_order():
         sums = (x[:, j, None].astype(np.float64) * w[:, j].astype(np.float64)
                 + sums).astype(F)
     np.testing.assert_array_equal(got, sums + b)
+
+
+# -- a trained layer's product, its weight packed at each call (``linear_packed.per_call``) ---
+# rows, K, N: taken forward (the first three; the backward's input gradient, a sum over N,
+# the second to the fourth), then left to the BLAS: a long sum, partial panels, few
+# multiply-adds
+PER_CALL = [(1024, 32, 512), (64, 128, 64), (13, 192, 128), (1024, 256, 64),
+            (300, 100, 100), (6, 16, 64)]
+
+
+def _spy(monkeypatch):
+    """The number of products the packed loop ran (through ``linear_packed.product``)."""
+    calls = []
+    product = linear_packed.product
+    monkeypatch.setattr(linear_packed, "product",
+                        lambda *a, **k: calls.append(a[0].shape) or product(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("rows,k,n", PER_CALL, ids=str)
+def test_trained_linear_packed_per_call_matches_torch(rows, k, n, monkeypatch):
+    """Eager ``linear`` forward and backward on a weight that needs its gradient: the
+    products ``per_call`` takes run packed (counted), the others the BLAS; values and
+    gradients agree with torch either way, a 3-D transposed input included."""
+    calls = _spy(monkeypatch)
+    x, w, b = _data(rows, k, n, seed=5)
+    g = np.random.default_rng(1).standard_normal((rows, n)).astype(F)
+    ours = [dg.tensor(a, requires_grad=True) for a in (x, w, b)]
+    ref = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = dg.nn.functional.linear(*ours)
+    (y * dg.tensor(g)).sum().backward()
+    want = torch.nn.functional.linear(*ref)
+    (want * torch.tensor(g)).sum().backward()
+    tol = dict(rtol=1e-5, atol=1e-5 * np.sqrt(max(k, rows)))
+    np.testing.assert_allclose(y.detach().numpy(), want.detach().numpy(), **tol)
+    for a, t in zip(ours, ref, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), **tol)
+    taken = linear_packed.per_call(rows, k, n), linear_packed.per_call(rows, n, k)
+    assert len(calls) == sum(taken) and taken[0] == ((rows, k, n) in PER_CALL[:3])
+    assert taken[1] == ((rows, k, n) in PER_CALL[1:4])
+    x3 = dg.tensor(x.reshape(1, rows, k)).transpose(0, 1)       # (rows, 1, K), strided
+    np.testing.assert_allclose(dg.nn.functional.linear(x3, *ours[1:]).detach().numpy(),
+                               want.detach().numpy()[:, None], **tol)
+
+
+def test_packed_per_call_carries_nan_and_inf_as_torch():
+    """A NaN or an infinity in a row of the input gives that row's outputs as torch's."""
+    x, w, b = _data(1024, 32, 512, seed=6)
+    x[3, 5], x[700, 0], x[701, 31] = np.nan, np.inf, -np.inf
+    assert linear_packed.per_call(1024, 32, 512)
+    got = dg.nn.functional.linear(dg.tensor(x), dg.tensor(w), dg.tensor(b)).numpy()
+    want = torch.nn.functional.linear(*(torch.tensor(a) for a in (x, w, b))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(got[3]).all() and np.isinf(got[700]).all()
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("rows", [1024, 5])
+def test_compiled_training_step_runs_eager_products(relu, rows):
+    """A compiled training step of ``Linear(32, 512)`` (a 2-D product: the specialised
+    kernel, ``linear_relu`` with the relu) and ``Linear(512, 64)`` on a 3-D input: the
+    same loops as eager, so the loss is eager's to the bit; the gradients agree."""
+    torch.manual_seed(rows)
+    model = dg.nn.Sequential(dg.nn.Linear(32, 512), *([dg.nn.ReLU()] if relu else []))
+    head = dg.nn.Linear(512, 64)
+    x = dg.tensor(np.random.default_rng(rows).standard_normal((rows, 32)).astype(F))
+
+    def step(x):
+        return head(model(x).reshape(rows, 1, 512).transpose(0, 1)).square().mean()
+
+    def grads(fn):
+        for p in (*model.parameters(), *head.parameters()):
+            p.grad = None
+        loss = fn(x)
+        loss.backward()
+        return loss.detach().numpy(), [p.grad.numpy().copy() for p in (*model.parameters(),
+                                                               *head.parameters())]
+    compiled = dg.compile(step)
+    got, want = grads(compiled), grads(step)
+    np.testing.assert_array_equal(got[0], want[0])
+    for a, e in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)

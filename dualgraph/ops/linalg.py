@@ -511,17 +511,35 @@ def _linear_kernel(x, w, *bias, out=None):
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
             and (not bias or bias[0].dtype == dt)):   # the usual case: nothing to convert
-        y = np.matmul(x, w.T, out=out)
-        if bias:
-            y += bias[0]
-        return y
+        return _product_t(x, w, *bias, out=out)
     (x, w, *bias), dt = blas_operands(x, w, *bias)
     x2 = _as_rows(x)
     into = out_in(out, x.dtype)
-    y = np.matmul(x2, w.T, out=None if into is None else into.reshape(x2.shape[0], -1))
-    if bias:
-        y += bias[0]   # in place on the fresh product: no temporary
+    y = _product_t(x2, w, *bias, out=None if into is None else into.reshape(x2.shape[0], -1))
     return cast(y.reshape(x.shape[:-1] + w.shape[:1]), dt)
+
+
+def _packed_per_call(x2, m, out) -> bool:
+    """Whether ``x2 @ m`` (2-D, ``m (K, N)``) runs on ``m`` packed at this call
+    (``linear_packed.per_call``: float32, a short sum, full panels), into ``out`` where
+    given (C-contiguous float32, as the loop writes)."""
+    return (x2.dtype == np.float32 and m.dtype == np.float32 and x2.shape[1] == m.shape[0]
+            and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous))
+            and kernels.linear_packed.per_call(x2.shape[0], *m.shape))
+
+
+def _product_t(x2, w, *bias, out=None):
+    """``x2 @ w.T + bias`` for a 2-D ``x2`` of the weight's BLAS dtype: on the weight packed
+    at this call where ``linear_packed.per_call`` takes the shapes (the bias added in
+    registers), else one BLAS call and the bias added in place (no temporary). Eager and
+    compiled ``linear`` both come here, so they run the same loop on the same shapes."""
+    if _packed_per_call(x2, w.T, out) and (not bias or bias[0].dtype == np.float32):
+        lp = kernels.linear_packed
+        return lp.product(x2, lp.pack(w), w.shape[0], bias[0] if bias else None, out)
+    y = np.matmul(x2, w.T, out=out)
+    if bias:
+        y += bias[0]
+    return y
 
 
 def _infer_linear(x, w, *bias):
@@ -553,13 +571,22 @@ def _linear_backward_kernel(g, x, w, need, out=None):
     into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
     rows = [None if a is None else a.reshape(shape) for a, shape in
             zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
-    gx = (cast(np.matmul(g2, w, out=rows[0]).reshape(x.shape), dt) if need[0]
+    gx = (cast(_product(g2, w, rows[0]).reshape(x.shape), dt) if need[0]
           else zeros_view(x.shape, dt))
     gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
           else zeros_view(w.shape, dt))
     gb = cast(np.add.reduce(g2, axis=0, out=rows[2]), dt) if need[2] else zeros_view(
         w.shape[:1], dt)
     return gx, gw, gb
+
+
+def _product(x2, m, out):
+    """``x2 @ m`` (2-D): on ``m`` packed at this call where ``linear_packed.per_call`` takes
+    the shapes, else one BLAS call."""
+    if _packed_per_call(x2, m, out):
+        lp = kernels.linear_packed
+        return lp.product(x2, lp.pack_kn(m), m.shape[1], None, out)
+    return np.matmul(x2, m, out=out)
 
 
 def _infer_linear_backward(g, x, w, need):
@@ -638,25 +665,15 @@ def blas_2d(x, w, *bias) -> bool:
             and all(hasattr(v, "dtype") and v.dtype == x.dtype for v in (w, *bias)))
 
 
-def _matmul_t(x, w, out=None):
-    return np.matmul(x, w.T, out=out)
-
-
-def _matmul_t_bias(x, w, b, out=None):
-    y = np.matmul(x, w.T, out=out)
-    y += b
-    return y
-
-
 def _matmul_t_relu(x, w, *bias, out=None):
-    y = np.matmul(x, w.T, out=out)
-    if bias:
-        y += bias[0]
+    y = _product_t(x, w, *bias, out=out)
     np.maximum(y, 0, out=y)
     return y
 
 
 def _matmul_t_add_bias_relu(x, w, b, out=None):
+    if _packed_per_call(x, w.T, out):   # (the packed loop adds the bias: eager's bits)
+        return _matmul_t_relu(x, w, b, out=out)
     y = np.matmul(x, w.T, out=out)
     kernels.activations.add_bias_relu(y, b)   # the bias and the relu in one pass
     return y
@@ -678,7 +695,7 @@ def _specialise(relu: bool):
             return ("matvec_relu" if relu else "matvec"), matvec.Plan(x.ndim, *w.shape,
                                                                        bool(bias), relu)
         if not relu:
-            return "linear_blas", _matmul_t_bias if bias else _matmul_t
+            return "linear_blas", _product_t
         if float32 and bias and tuple(bias[0].shape) == tuple(w.shape[:1]):
             return "linear_add_bias_relu", _matmul_t_add_bias_relu
         return "linear_blas_relu", _matmul_t_relu
