@@ -32,8 +32,11 @@ def _step(lib, model, x, h0, c0, r):
     (dict(input_size=5, hidden_size=16, bidirectional=True, num_layers=2), 32),
     # the packed products with a partial panel (4H = 192, H = 48 of 64) and the last five
     # rows of a batch two by two, then one, forward and backward, one direction reversed
-    (dict(input_size=6, hidden_size=48, bidirectional=True), 29)],
-    ids=["wide", "bidirectional", "partial-panels"])
+    (dict(input_size=6, hidden_size=48, bidirectional=True), 29),
+    # the input projection packed at each call (``linear_packed.per_call``: 91 x 32 x 320),
+    # five full panels a step, one row past the last block of six
+    (dict(input_size=32, hidden_size=80, batch_first=True), 13)],
+    ids=["wide", "bidirectional", "partial-panels", "packed-input"])
 def test_float32_training_step_matches_torch_eager_and_compiled(kwargs, batch):
     seq = 7
     ref, ours = _pair(**kwargs)

@@ -130,13 +130,14 @@ def hidden_weight_grads(d_hg, h0, y, w_hh, need_w: bool, need_b: bool, reverse: 
     stacked outputs ``y`` after): one GEMM over all steps but the first (zeros where not
     needed)."""
     length, _, gates = d_hg.shape
-    dw = np.zeros(w_hh.shape, d_hg.dtype)
-    if need_w and length:
+    if need_w and length:   # (the rest's product plus the first step's: one array, no zeros)
         first = length - 1 if reverse else 0
-        np.matmul(d_hg[first].T, h0, out=dw)
         rest_d = d_hg[:-1] if reverse else d_hg[1:]
         rest_h = y[1:] if reverse else y[:-1]
-        dw += rest_d.reshape(-1, gates).T @ rest_h.reshape(-1, h0.shape[-1])
+        dw = np.matmul(rest_d.reshape(-1, gates).T, rest_h.reshape(-1, h0.shape[-1]))
+        dw += d_hg[first].T @ h0
+    else:
+        dw = np.zeros(w_hh.shape, d_hg.dtype)
     db = d_hg.reshape(-1, gates).sum(axis=0) if need_b else np.zeros(gates, d_hg.dtype)
     return dw, db
 
