@@ -533,7 +533,7 @@ def _product_t(x2, w, *bias, out=None):
     at this call where ``linear_packed.per_call`` takes the shapes (the bias added in
     registers), else one BLAS call and the bias added in place (no temporary). Eager and
     compiled ``linear`` both come here, so they run the same loop on the same shapes."""
-    if _packed_per_call(x2, w.T, out) and (not bias or bias[0].dtype == np.float32):
+    if _packed_per_call(x2, w.T, out):   # (the bias is of x2's dtype: the callers see to it)
         lp = kernels.linear_packed
         return lp.product(x2, lp.pack(w), w.shape[0], bias[0] if bias else None, out)
     y = np.matmul(x2, w.T, out=out)
@@ -684,8 +684,10 @@ def _specialise(relu: bool):
     of one BLAS dtype, the kernel's fast path without its checks: one row of float32 (the
     shapes eager's ``linear`` computes there, ``matvec.product_shapes``) as a
     ``matvec.Plan`` worked out now, the relu applied inside it as the rows are written;
-    else one matmul, the bias added in place, and the relu in place, with the bias in one
-    float32 loop (``add_bias_relu``) where the bias has one entry per output."""
+    else :func:`_product_t` (one matmul, the bias added in place, or the weight packed at
+    the call where ``linear_packed.per_call`` takes the shapes, eager's choice), and the
+    relu in place, with the bias in one float32 loop (``add_bias_relu``) where the bias
+    has one entry per output and the product is the matmul."""
     def specialise(x, w, *bias):
         if not blas_2d(x, w, *bias):
             return None
