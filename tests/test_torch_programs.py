@@ -76,7 +76,9 @@ ROUND_8 = ["glow", "neural_ode", "func_ensemble", "swa_recipe", "dlrm", "transe"
 ROUND_9 = ["gain_imputer", "hybrid_policy", "ncf_history", "surgery_finetune", "seg_dice",
            "rnnt_joint", "einsum_attention", "pillars", "moco", "center_loss", "beam_search"]
 # (and the tenth round's: TODO)
-ROUND_10 = ["detection_nms", "mixup_cyclic", "beta_policy", "multitask_heads", "tied_lm_collate"]
+ROUND_10 = ["detection_nms", "mixup_cyclic", "beta_policy", "multitask_heads", "tied_lm_collate",
+            "manual_norm_constraints", "fixmatch", "cfg_diffusion",
+            "tabnet_sparsemax", "deep_kernel_gp"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
