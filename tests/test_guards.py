@@ -195,6 +195,55 @@ def test_scheduled_learning_rate_becomes_a_graph_input(make_opt, make_sched):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+def _step_lr(opt):
+    return dg.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+
+@pytest.mark.parametrize("make_sched", [_lambda_lr, _one_cycle, _step_lr])
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_a_scheduler_stepped_inside_the_compiled_step_advances_as_eager(make_sched,
+                                                                        tensor_lr):
+    """``opt.step(); sched.step()`` inside the compiled function (tied_lm-style training
+    steps): the schedule froze, silently, once the learning rate was a graph input (the
+    graph wrote the traced call's rate at every call and ``last_epoch`` stayed where the
+    trace left it). A trace that steps a scheduler runs the function's Python at every
+    call: the rates, ``last_epoch``, ``get_last_lr()`` and the parameters are eager's, and
+    ``explain()`` says why. Also with ``lr`` a tensor the scheduler writes in place."""
+    rng = np.random.default_rng(0)
+    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(10)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
+        opt = dg.optim.SGD(model.parameters(), lr=dg.tensor(0.05) if tensor_lr else 0.05,
+                           momentum=0.9)
+        sched = make_sched(opt)
+
+        def step(x):
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        log = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x in xs:
+                loss = fn(x)
+                log.append((loss.item(), float(opt.param_groups[0]["lr"]),
+                            float(sched.get_last_lr()[0]), sched.last_epoch))
+        results.append((log, [p.detach().numpy().copy() for p in model.parameters()]))
+    (eager_log, eager_params), (log, params) = results
+    assert [e[3] for e in log] == [e[3] for e in eager_log] == list(range(1, 11))
+    np.testing.assert_allclose(np.array(log)[:, :3], np.array(eager_log)[:, :3], rtol=1e-6)
+    for a, b in zip(params, eager_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert "steps a learning-rate scheduler" in fn.explain()
+
+
 class Config:
     def __init__(self):
         self.scale = 2.0
