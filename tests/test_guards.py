@@ -244,6 +244,52 @@ def test_a_scheduler_stepped_inside_the_compiled_step_advances_as_eager(make_sch
     assert "steps a learning-rate scheduler" in fn.explain()
 
 
+@pytest.mark.parametrize("kind", ["counter", "nested", "read", "append", "pop", "in_dict"])
+def test_python_scalars_in_lists_are_guarded_and_written_back(kind):
+    """Scalars held in lists the function reaches (``updates = [0]`` bumped by ``updates[0]
+    += 1`` to derive an EMA decay, a list read after the caller changed it, ``hist.append``,
+    ``stack.pop()``, a list in a config dict): they were neither guarded nor written back,
+    so every compiled call computed with the first trace's value and left the list as that
+    trace did, silently. Each call now equals eager, and so does the list after."""
+    counter, nested, read, hist = [0], [[0]], [0], []
+    stack, cfg = [float(i) for i in range(1, 8)], {"scales": [1.0, 2.0]}
+
+    def f(x):
+        if kind == "counter":
+            counter[0] += 1
+            return x * counter[0]
+        if kind == "nested":
+            nested[0][0] += 1
+            return x * nested[0][0]
+        if kind == "read":
+            return x * read[0]
+        if kind == "append":
+            hist.append(1.5)
+            return x * len(hist)
+        if kind == "pop":
+            return x * stack.pop()
+        cfg["scales"][1] += 0.5
+        return x * cfg["scales"][1]
+
+    def state():
+        return [counter[0], nested[0][0], list(hist), list(stack), list(cfg["scales"])]
+
+    results = []
+    for fn in (f, dg.compile(f)):
+        counter[0], nested[0][0], read[0] = 0, 0, 0
+        hist.clear()
+        stack[:] = [float(i) for i in range(1, 8)]
+        cfg["scales"][1] = 2.0
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (a retrace at every call: then eager)
+            for i in range(6):
+                read[0] = 2 * i
+                out.append(fn(dg.ones(3)).sum().item())
+        results.append((out, state()))
+    assert results[1] == results[0]
+
+
 class Config:
     def __init__(self):
         self.scale = 2.0

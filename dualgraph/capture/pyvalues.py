@@ -10,7 +10,8 @@ written again after every cached call, as the Python the graph replaces would ha
 Where slots are looked for (as TorchDynamo guards the attributes it reads):
 
 - the globals the function's code loads (``LOAD_GLOBAL``, not attribute names) and its
-  closure cells, holding a scalar, a dict of scalars or a plain object's scalar attributes;
+  closure cells, holding a scalar, a dict or a list of scalars (``step = [0]``, a counter
+  bumped by ``step[0] += 1``) or a plain object's scalar attributes;
   the same for the plain functions it names and the ``forward`` of its user-defined modules;
 - the public scalar attributes of its optimisers and the scalar items of their per-parameter
   ``state`` dicts;
@@ -36,7 +37,7 @@ from ..tensor import Tensor
 from .scope import is_module, is_optimizer, plain_object
 
 SCALARS = (bool, int, float, str, type(None))
-MAX_DICT = 64       # dicts with more items (a vocabulary) are not looked into
+MAX_DICT = 64       # dicts and lists with more items (a vocabulary) are not looked into
 ABSENT = object()   # a slot with no value (not created yet, or its container is gone)
 
 
@@ -67,7 +68,7 @@ INPUT = _Input()
 
 class Slot:
     """A place holding a Python value: ``kind`` "cell" (a closure cell), "item" (``obj[key]``,
-    a dict: globals, a config dict), "attr" (``obj.key``, in its ``__dict__``) or "state"
+    a dict: globals, a config dict; or a list and an index), "attr" (``obj.key``, in its ``__dict__``) or "state"
     (``opt.state[param][key]``, looked up anew so that a replaced state dict is seen).
     ``parent`` is the slot holding ``obj`` when it is reached through one (``config["p"]``
     through the global ``config``), so a rebound container is seen too. ``number`` is
@@ -94,6 +95,8 @@ class Slot:
             if self.kind == "cell":
                 return obj.cell_contents
             if self.kind == "item":
+                if isinstance(obj, list):
+                    return obj[self.key] if self.key < len(obj) else ABSENT
                 return obj.get(self.key, ABSENT) if isinstance(obj, dict) else ABSENT
             if self.kind == "attr":
                 return vars(obj).get(self.key, ABSENT)
@@ -116,6 +119,13 @@ class Slot:
                 vars(obj).pop(self.key, None)
             else:
                 setattr(obj, self.key, value)
+        elif isinstance(obj, list):   # (an index the traced call appended, or popped)
+            if value is ABSENT:
+                del obj[self.key:]
+            elif self.key == len(obj):
+                obj.append(value)
+            else:
+                obj[self.key] = value
         elif value is ABSENT:
             obj.pop(self.key, None)
         else:
@@ -138,15 +148,17 @@ def find_slots(fn, optimizers) -> list[Slot]:
         found.setdefault(slot.identity(), slot)
 
     def container(obj, name, parent, depth):
-        """The scalar slots inside ``obj``, a dict or a plain object reached by ``parent``
-        (None: ``obj`` itself). Large dicts (a vocabulary) are not guarded."""
+        """The scalar slots inside ``obj``, a dict, a list or a plain object reached by
+        ``parent`` (None: ``obj`` itself). Large dicts and lists (a vocabulary) are not
+        guarded."""
         held = obj if parent is None else None
-        if isinstance(obj, dict) and len(obj) <= MAX_DICT:
-            for pos, (k, v) in enumerate(list(obj.items())):
+        if isinstance(obj, (dict, list)) and len(obj) <= MAX_DICT:
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            for pos, (k, v) in enumerate(list(items)):
                 label = f"[{pos}]" if isinstance(k, Tensor) else f"[{k!r}]"
                 if is_scalar(v):
                     add(Slot("item", held, k, f"{name}{label}", parent))
-                elif isinstance(v, dict) and depth < 2:
+                elif isinstance(v, (dict, list)) and depth < 2:
                     container(v, f"{name}{label}", Slot("item", held, k, "", parent),
                               depth + 1)
         elif plain_object(obj):
