@@ -529,8 +529,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +90 and the core +90 (i-dw16, issue 26, sixteen lanes): the blocked depthwise
 # loop's pairs of blocks and the 1x1 loop's groups of 48 channels, with the intrinsics
 # that let one loop body run either width (simd.load_as, store_runs, lanes_of).
-CORE_BUDGET = 32_032
-BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_070,
+# capture/ +47 and the core +33 (i-real10): a scheduler stepped inside a compiled function
+# (capture/pyschedule.py) and scalars in lists guarded; 0-d inputs of the unary kernels.
+CORE_BUDGET = 32_065
+BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_117,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_342,
            "ops": 11_340, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}

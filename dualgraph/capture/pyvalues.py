@@ -68,8 +68,9 @@ INPUT = _Input()
 
 class Slot:
     """A place holding a Python value: ``kind`` "cell" (a closure cell), "item" (``obj[key]``,
-    a dict: globals, a config dict; or a list and an index), "attr" (``obj.key``, in its ``__dict__``) or "state"
-    (``opt.state[param][key]``, looked up anew so that a replaced state dict is seen).
+    a dict: globals, a config dict; or a list and an index), "attr" (``obj.key``, in its
+    ``__dict__``) or "state" (``opt.state[param][key]``, looked up anew so that a replaced
+    state dict is seen).
     ``parent`` is the slot holding ``obj`` when it is reached through one (``config["p"]``
     through the global ``config``), so a rebound container is seen too. ``number`` is
     ``int`` or ``float`` when the slot is a graph input (capture/symbolic.py): a value of that

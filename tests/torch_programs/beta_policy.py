@@ -7,8 +7,9 @@ built from NumPy, normalised with ``(adv - adv.mean()) / (adv.std() + 1e-8)`` an
 ``.float()``); the clipped surrogate ``torch.min(surr1, surr2)`` with ``torch.clamp(ratio,
 1 - eps, 1 + eps)``, a ``F.smooth_l1_loss`` value loss, the entropy bonus, minibatches by
 ``BatchSampler(SubsetRandomSampler(...))``-style NumPy index lists, ``clip_grad_norm_``, and
-the clipped fraction ``(torch.abs(ratio - 1.0) > clip).float().mean()`` logged; the value baseline in float64 (the
-critic's head a ``nn.Linear(..., dtype=torch.float64)`` fed ``x.double()``)."""
+the clipped fraction ``(torch.abs(ratio - 1.0) > clip).float().mean()`` logged; the value
+baseline in float64 (the critic's head a ``nn.Linear(..., dtype=torch.float64)`` fed
+``x.double()``)."""
 import numpy as np
 import torch
 import torch.nn as nn

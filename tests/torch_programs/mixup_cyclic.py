@@ -1,6 +1,7 @@
 """A small CNN trained with mixup as the original mixup training script writes it: the
 mixing weight ``lam = np.random.beta(alpha, alpha)`` from NumPy's global generator (a new
-Python float at every step, passed to the compiled step), the partner batch by a permutation index (``x[index, :]``),
+Python float at every step, passed to the compiled step), the partner batch by a
+permutation index (``x[index, :]``),
 ``mixed_x = lam * x + (1 - lam) * x[index, :]`` and the loss ``lam * criterion(pred, y_a) +
 (1 - lam) * criterion(pred, y_b)`` with a label-smoothed ``CrossEntropyLoss``; the weight's
 density under ``torch.distributions.Beta`` logged; ``clip_grad_norm_`` whose returned total
