@@ -28,7 +28,7 @@ from __future__ import annotations
 from ..errors import CaptureError
 from ..optim.lr_scheduler import LRScheduler
 from .escape import reachable, user_code
-from .records import _name
+from .pyrandom import defined_at
 
 
 class Steps:
@@ -67,11 +67,9 @@ class SchedulerStep(CaptureError):
     """A trace stepped a learning-rate scheduler (see the module docstring)."""
 
     def __init__(self, fn):
-        code = getattr(getattr(fn, "forward", fn), "__code__", None)
-        where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
         super().__init__(
             "a learning-rate scheduler was stepped while tracing: a graph would write the "
             "traced call's learning rates at every call and never advance the schedule",
-            where,
+            defined_at(fn),
             "Call scheduler.step() outside the compiled function (after it returns); the "
             "learning rates it sets then become graph inputs, one graph for the schedule.")
