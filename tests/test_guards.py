@@ -290,6 +290,41 @@ def test_python_scalars_in_lists_are_guarded_and_written_back(kind):
     assert results[1] == results[0]
 
 
+class Listed(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = dg.nn.Linear(3, 2)
+        self.scales, self.calls, self.cfg = [1.0, 2.0], [0], {"drop": [0.5]}
+
+    def forward(self, x):
+        self.calls[0] += 1
+        return self.lin(x) * self.scales[1] + self.calls[0] * self.cfg["drop"][0]
+
+
+@pytest.mark.parametrize("how", ["module", "function"])
+def test_lists_a_module_holds_are_guarded_and_written_back(how):
+    """A module's list attributes (``self.scales[1]`` changed by the caller, a ``self.calls``
+    counter bumped in ``forward``, a list in a config dict): compiled calls kept the first
+    trace's values, silently, as for lists a function reaches."""
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        m = Listed()
+        fn = m if not compiled else dg.compile(m) if how == "module" else dg.compile(
+            lambda x: m(x))
+        out = []
+        with warnings.catch_warnings(), dg.no_grad():
+            warnings.simplefilter("ignore")
+            for i in range(5):
+                if i == 2:
+                    m.scales[1] = 3.0
+                if i == 3:
+                    m.cfg["drop"][0] = 0.25
+                out.append(fn(dg.ones(4, 3)).sum().item())
+        results.append(out + [m.calls[0]])
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
 class Config:
     def __init__(self):
         self.scale = 2.0

@@ -15,9 +15,9 @@ Where slots are looked for (as TorchDynamo guards the attributes it reads):
   the same for the plain functions it names and the ``forward`` of its user-defined modules;
 - the public scalar attributes of its optimisers and the scalar items of their per-parameter
   ``state`` dicts;
-- the scalar items of dicts and the public scalar attributes of plain objects (a config)
-  that its modules hold (``self.cfg["p"]``, ``self.config.dropout``): changed in place,
-  they would not show in the module facts.
+- the scalar items of dicts and lists and the public scalar attributes of plain objects (a
+  config) that its modules hold (``self.cfg["p"]``, ``self.scales[1]``,
+  ``self.config.dropout``): changed in place, they would not show in the module facts.
 
 Module attributes (``self.scale``) are guarded with the module facts (capture/guards.py),
 which are recomputed only when some module attribute changed.
@@ -213,8 +213,8 @@ def find_slots(fn, optimizers) -> list[Slot]:
     classes = set()
     for prefix, root in modules:
         for path, m in root.named_modules(prefix=prefix):
-            for k, v in list(vars(m).items()):   # (dicts and config objects it holds)
-                if not k.startswith("_") and (isinstance(v, dict) or plain_object(v)):
+            for k, v in list(vars(m).items()):   # (dicts, lists and config objects it holds)
+                if not k.startswith("_") and (isinstance(v, (dict, list)) or plain_object(v)):
                     container(v, f"{path}.{k}", Slot("attr", m, k, ""), 0)
             cls = type(m)   # (dualgraph's layers read only their own attributes)
             if cls not in classes and not (getattr(cls, "__module__", None) or "").startswith(
