@@ -203,7 +203,7 @@ def _step_lr(opt):
 @pytest.mark.parametrize("tensor_lr", [False, True])
 def test_a_scheduler_stepped_inside_the_compiled_step_advances_as_eager(make_sched,
                                                                         tensor_lr):
-    """``opt.step(); sched.step()`` inside the compiled function (tied_lm-style training
+    """``opt.step(); sched.step()`` inside the compiled function (a Trainer-style training
     steps): the schedule froze, silently, once the learning rate was a graph input (the
     graph wrote the traced call's rate at every call and ``last_epoch`` stayed where the
     trace left it). A trace that steps a scheduler runs the function's Python at every
