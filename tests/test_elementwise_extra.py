@@ -403,3 +403,38 @@ def test_a_python_number_with_a_tensor_rounds_as_torchs(dtype, name):
         np.testing.assert_array_equal(op(xd, number).float().numpy(), want)
         compiled = dg.compile(lambda v: op(v, number))
         np.testing.assert_array_equal(compiled(xd).float().numpy(), want)
+
+
+# -- 0-d tensors -----------------------------------------------------------------------------
+ZERO_D = ["softplus", "elu", "selu", "celu", "mish", "logsigmoid", "lgamma", "erfinv"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ZERO_D)
+def test_unary_kernels_take_0d_tensors(name, dtype):
+    """A 0-d tensor (a scalar parameter: a GP's ``F.softplus(self.raw_noise)``) through the
+    unary kernels that write in place or call ``.astype``: NumPy gave them a scalar for a
+    0-d array, and softplus, elu (so selu, celu), mish, logsigmoid, lgamma and erfinv
+    raised (deep_kernel_gp). Values and gradients are torch's, eager and compiled."""
+    def module(lib):
+        return lib if hasattr(lib, name) else lib.nn.functional
+
+    want = {}
+    for value in (0.7, -0.3):
+        t = torch.tensor(value, dtype=getattr(torch, dtype), requires_grad=True)
+        out = getattr(module(torch), name)(t)
+        out.backward()
+        want[value] = (out.item(), t.grad.item())
+    fn = getattr(module(dg), name)
+
+    def value_and_grad(x):
+        out = fn(x)
+        (grad,) = dg.autograd.grad(out, [x])
+        return out, grad
+
+    for run in (value_and_grad, dg.compile(value_and_grad)):
+        for value, (out, grad) in want.items():
+            got = run(dg.tensor(value, dtype=getattr(dg, dtype), requires_grad=True))
+            assert got[0].shape == () and str(got[0].dtype).endswith(dtype)
+            np.testing.assert_allclose([got[0].item(), got[1].item()], [out, grad],
+                                       rtol=1e-6, atol=1e-7)

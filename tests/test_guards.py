@@ -195,6 +195,136 @@ def test_scheduled_learning_rate_becomes_a_graph_input(make_opt, make_sched):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+def _step_lr(opt):
+    return dg.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+
+@pytest.mark.parametrize("make_sched", [_lambda_lr, _one_cycle, _step_lr])
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_a_scheduler_stepped_inside_the_compiled_step_advances_as_eager(make_sched,
+                                                                        tensor_lr):
+    """``opt.step(); sched.step()`` inside the compiled function (a Trainer-style training
+    steps): the schedule froze, silently, once the learning rate was a graph input (the
+    graph wrote the traced call's rate at every call and ``last_epoch`` stayed where the
+    trace left it). A trace that steps a scheduler runs the function's Python at every
+    call: the rates, ``last_epoch``, ``get_last_lr()`` and the parameters are eager's, and
+    ``explain()`` says why. Also with ``lr`` a tensor the scheduler writes in place."""
+    rng = np.random.default_rng(0)
+    xs = [dg.tensor(rng.standard_normal((8, 4)).astype(np.float32)) for _ in range(10)]
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(4, 8), dg.nn.ReLU(), dg.nn.Linear(8, 1))
+        opt = dg.optim.SGD(model.parameters(), lr=dg.tensor(0.05) if tensor_lr else 0.05,
+                           momentum=0.9)
+        sched = make_sched(opt)
+
+        def step(x):
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        log = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x in xs:
+                loss = fn(x)
+                log.append((loss.item(), float(opt.param_groups[0]["lr"]),
+                            float(sched.get_last_lr()[0]), sched.last_epoch))
+        results.append((log, [p.detach().numpy().copy() for p in model.parameters()]))
+    (eager_log, eager_params), (log, params) = results
+    assert [e[3] for e in log] == [e[3] for e in eager_log] == list(range(1, 11))
+    np.testing.assert_allclose(np.array(log)[:, :3], np.array(eager_log)[:, :3], rtol=1e-6)
+    for a, b in zip(params, eager_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert "steps a learning-rate scheduler" in fn.explain()
+
+
+@pytest.mark.parametrize("kind", ["counter", "nested", "read", "append", "pop", "in_dict"])
+def test_python_scalars_in_lists_are_guarded_and_written_back(kind):
+    """Scalars held in lists the function reaches (``updates = [0]`` bumped by ``updates[0]
+    += 1`` to derive an EMA decay, a list read after the caller changed it, ``hist.append``,
+    ``stack.pop()``, a list in a config dict): they were neither guarded nor written back,
+    so every compiled call computed with the first trace's value and left the list as that
+    trace did, silently. Each call now equals eager, and so does the list after."""
+    counter, nested, read, hist = [0], [[0]], [0], []
+    stack, cfg = [float(i) for i in range(1, 8)], {"scales": [1.0, 2.0]}
+
+    def f(x):
+        if kind == "counter":
+            counter[0] += 1
+            return x * counter[0]
+        if kind == "nested":
+            nested[0][0] += 1
+            return x * nested[0][0]
+        if kind == "read":
+            return x * read[0]
+        if kind == "append":
+            hist.append(1.5)
+            return x * len(hist)
+        if kind == "pop":
+            return x * stack.pop()
+        cfg["scales"][1] += 0.5
+        return x * cfg["scales"][1]
+
+    def state():
+        return [counter[0], nested[0][0], list(hist), list(stack), list(cfg["scales"])]
+
+    results = []
+    for fn in (f, dg.compile(f)):
+        counter[0], nested[0][0], read[0] = 0, 0, 0
+        hist.clear()
+        stack[:] = [float(i) for i in range(1, 8)]
+        cfg["scales"][1] = 2.0
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (a retrace at every call: then eager)
+            for i in range(6):
+                read[0] = 2 * i
+                out.append(fn(dg.ones(3)).sum().item())
+        results.append((out, state()))
+    assert results[1] == results[0]
+
+
+class Listed(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = dg.nn.Linear(3, 2)
+        self.scales, self.calls, self.cfg = [1.0, 2.0], [0], {"drop": [0.5]}
+
+    def forward(self, x):
+        self.calls[0] += 1
+        return self.lin(x) * self.scales[1] + self.calls[0] * self.cfg["drop"][0]
+
+
+@pytest.mark.parametrize("how", ["module", "function"])
+def test_lists_a_module_holds_are_guarded_and_written_back(how):
+    """A module's list attributes (``self.scales[1]`` changed by the caller, a ``self.calls``
+    counter bumped in ``forward``, a list in a config dict): compiled calls kept the first
+    trace's values, silently, as for lists a function reaches."""
+    results = []
+    for compiled in (False, True):
+        dg.manual_seed(0)
+        m = Listed()
+        fn = m if not compiled else dg.compile(m) if how == "module" else dg.compile(
+            lambda x: m(x))
+        out = []
+        with warnings.catch_warnings(), dg.no_grad():
+            warnings.simplefilter("ignore")
+            for i in range(5):
+                if i == 2:
+                    m.scales[1] = 3.0
+                if i == 3:
+                    m.cfg["drop"][0] = 0.25
+                out.append(fn(dg.ones(4, 3)).sum().item())
+        results.append(out + [m.calls[0]])
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)
+
+
 class Config:
     def __init__(self):
         self.scale = 2.0

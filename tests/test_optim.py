@@ -432,12 +432,18 @@ def _grads_pair(seed, scale=1.0):
     return out
 
 
+@pytest.mark.parametrize("foreach", [None, True, False])
 @pytest.mark.parametrize("norm_type", [2.0, 1, 3.0, math.inf])
 @pytest.mark.parametrize("max_norm", [0.5, 1e4])
-def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+def test_clip_grad_norm_matches_torch(norm_type, max_norm, foreach):
+    """(``foreach=``, torch's keyword, is taken: it raised TypeError.)"""
     params = _grads_pair(0)
-    total_dg = dg.nn.utils.clip_grad_norm_(params[dg], max_norm, norm_type=norm_type)
-    total_torch = torch.nn.utils.clip_grad_norm_(params[torch], max_norm, norm_type=norm_type)
+    total_dg = dg.nn.utils.clip_grad_norm_(params[dg], max_norm, norm_type=norm_type,
+                                           foreach=foreach)
+    total_torch = torch.nn.utils.clip_grad_norm_(params[torch], max_norm, norm_type=norm_type,
+                                                 foreach=foreach)
+    dg.nn.utils.clip_grad_value_(params[dg], 0.1, foreach=foreach)
+    torch.nn.utils.clip_grad_value_(params[torch], 0.1, foreach=foreach)
     assert isinstance(total_dg, dg.Tensor) and total_dg.ndim == 0
     np.testing.assert_allclose(total_dg.item(), total_torch.item(), rtol=1e-6)
     for p, q in zip(params[dg], params[torch]):

@@ -531,8 +531,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # that let one loop body run either width (simd.load_as, store_runs, lanes_of).
 # ops/ +10 (issue 26, i-lstm): a trained layer's linear packed at each call where the sum
 # is short (ops/linalg._product_t, linear_packed.per_call), forward and input gradient.
-CORE_BUDGET = 32_032
-BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_070,
+# capture/ +47 and the core +33 (i-real10): a scheduler stepped inside a compiled function
+# (capture/pyschedule.py) and scalars in lists guarded; 0-d inputs of the unary kernels.
+CORE_BUDGET = 32_078
+BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_117,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_342,
            "ops": 11_350, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}

@@ -75,10 +75,22 @@ ROUND_8 = ["glow", "neural_ode", "func_ensemble", "swa_recipe", "dlrm", "transe"
 # batched beam search reordering its beams by index_select)
 ROUND_9 = ["gain_imputer", "hybrid_policy", "ncf_history", "surgery_finetune", "seg_dice",
            "rnnt_joint", "einsum_attention", "pillars", "moco", "center_loss", "beam_search"]
+# (and the tenth round's: an anchor-based detector with torchvision-style matching, a focal
+# loss and a greedy NMS in Python; mixup with NumPy's Beta draws, label smoothing and a
+# per-batch CyclicLR; a PPO update with a Beta policy and float64 advantages and critic;
+# task heads in an nn.ModuleDict routed by string keys with ParameterDict weights; a GRU
+# language model with tied weights fed by a padding collate_fn; hand-written batch norms
+# with in-place running stats and max-norm constraints on views of parameters; FixMatch's
+# interleaved batches, argmax pseudo-labels and EMA; a class-conditional diffusion UNet
+# with attention and classifier-free guidance; TabNet's sparsemax autograd.Function and
+# ghost batch norm; deep kernel learning with its GP algebra in float64)
+ROUND_10 = ["detection_nms", "mixup_cyclic", "beta_policy", "multitask_heads", "tied_lm_collate",
+            "manual_norm_constraints", "fixmatch", "cfg_diffusion",
+            "tabnet_sparsemax", "deep_kernel_gp"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
-                                 + ["bf16_autocast"], 4))
+                                 + ROUND_10 + ["bf16_autocast"], 4))
 
 
 def steps_of(name: str) -> int:
@@ -99,7 +111,7 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
+    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -128,8 +140,12 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # number of indices per batch (symbolic from the second batch), and a batch in which one
 # table's count plus one equals another's gets a static graph (the symbolic graph assumes
 # its dims that are sums differ from its other dims); surgery_finetune unfreezes its first
-# stage halfway (a graph with its gradients, then one whose AdamW creates their state)
-EXTRA_GRAPHS = {"neural_ode": 1, "dlrm": 2, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
+# stage halfway (a graph with its gradients, then one whose AdamW creates their state);
+# multitask_heads' step takes one of three task names (baked in as TorchDynamo does), each
+# a graph, and one more when Adam first creates that head's state; tied_lm_collate's
+# collate_fn pads each batch to its longest sentence (symbolic from the second length)
+EXTRA_GRAPHS = {"multitask_heads": 3, "tied_lm_collate": 1,
+                "neural_ode": 1, "dlrm": 2, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1, "surgery_finetune": 1}
 # graph breaks a program's own code makes, at which its compiled step is split: unet's

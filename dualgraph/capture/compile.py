@@ -47,6 +47,7 @@ from .held import (CELL, UNBOUND, Held, guards_for, held, put_back, rebound_root
 from .guards import ModuleFacts, changed_hyper, describe_guards, explain_miss, signature
 from .prints import PythonPrint, held_prints
 from .pyrandom import Draws, PythonRandom
+from .pyschedule import SchedulerStep, Steps
 from .pyvalues import ABSENT, INPUT, Slot, fact, find_slots, is_scalar
 from .reuse import capture_key
 from .._pytree import flatten, unflatten
@@ -1196,13 +1197,14 @@ class Compiled:
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
                                                             leaf_dynamic)
-        except PythonRandom as e:   # (its Python must run at every call, drawing anew)
-            self._split = None
+        except (PythonRandom, SchedulerStep) as e:   # (its Python must run at every call,
+            self._split = None                        # drawing anew, stepping the schedule)
             if not split:
                 return self._graph_break(e), sig
             self._every_call("it draws from Python's random module, NumPy's global "
                              "generator or a generator object: the numbers drawn steer its "
-                             "Python or its ops", e.location, e.fix)
+                             "Python or its ops" if isinstance(e, PythonRandom) else
+                             "it steps a learning-rate scheduler", e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
         except (PythonPrint, FlagWrite) as e:
@@ -1308,7 +1310,7 @@ class Compiled:
         state = self._state_versions(tensors_held)
         arg_state = {id(t._version) for t in leaves
                      if isinstance(t, Tensor) and id(t._version) in state}
-        draws = Draws(roots)
+        draws, schedule = Draws(roots), Steps(roots)
         made = [(o.state, {p: set(s) for p, s in o.state.items()}) for o in
                 (*(self._optimizers or ()), *args, *kwargs.values()) if is_optimizer(o)]
         flags = [(t, t.requires_grad) for t in self._known_parameters()] + [
@@ -1342,6 +1344,9 @@ class Compiled:
                 _refuse_opaque_results(self.fn, result, tracer)
                 if as_inputs and draws.drawn():
                     random_break = PythonRandom(self.fn)
+                    raise random_break
+                if as_inputs and schedule.stepped():
+                    random_break = SchedulerStep(self.fn)
                     raise random_break
                 if as_inputs and printed and not getattr(tracer, "broke", False):
                     raise PythonPrint(printed[0][0])   # (one graph would print once)
@@ -1381,6 +1386,7 @@ class Compiled:
             put_back(rebound_roots(self.fn, tracer, roots))
             restore_cells(cells)
             draws.restore()   # (the eager run draws the same numbers)
+            schedule.restore()   # (and steps the schedule from the same state)
             for t, was in flags:   # (and sets the same flags)
                 t.requires_grad = was
             _forget_state(made)   # (and makes the optimiser state the trace made)

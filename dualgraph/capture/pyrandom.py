@@ -90,12 +90,17 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def defined_at(fn) -> str:
+    """Where ``fn`` (a function or a module's ``forward``) is defined: ``file:line``."""
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+
+
 class PythonRandom(CaptureError):
     """A trace drew from a Python-level generator (see the module docstring)."""
 
     def __init__(self, fn):
-        code = getattr(getattr(fn, "forward", fn), "__code__", None)
-        where = f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+        where = defined_at(fn)
         super().__init__(
             "Python's random module, NumPy's global generator or a generator object was "
             "drawn from while tracing: the numbers drawn would be baked into the graph, the "

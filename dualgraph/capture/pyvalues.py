@@ -10,13 +10,14 @@ written again after every cached call, as the Python the graph replaces would ha
 Where slots are looked for (as TorchDynamo guards the attributes it reads):
 
 - the globals the function's code loads (``LOAD_GLOBAL``, not attribute names) and its
-  closure cells, holding a scalar, a dict of scalars or a plain object's scalar attributes;
+  closure cells, holding a scalar, a dict or a list of scalars (``step = [0]``, a counter
+  bumped by ``step[0] += 1``) or a plain object's scalar attributes;
   the same for the plain functions it names and the ``forward`` of its user-defined modules;
 - the public scalar attributes of its optimisers and the scalar items of their per-parameter
   ``state`` dicts;
-- the scalar items of dicts and the public scalar attributes of plain objects (a config)
-  that its modules hold (``self.cfg["p"]``, ``self.config.dropout``): changed in place,
-  they would not show in the module facts.
+- the scalar items of dicts and lists and the public scalar attributes of plain objects (a
+  config) that its modules hold (``self.cfg["p"]``, ``self.scales[1]``,
+  ``self.config.dropout``): changed in place, they would not show in the module facts.
 
 Module attributes (``self.scale``) are guarded with the module facts (capture/guards.py),
 which are recomputed only when some module attribute changed.
@@ -36,7 +37,7 @@ from ..tensor import Tensor
 from .scope import is_module, is_optimizer, plain_object
 
 SCALARS = (bool, int, float, str, type(None))
-MAX_DICT = 64       # dicts with more items (a vocabulary) are not looked into
+MAX_DICT = 64       # dicts and lists with more items (a vocabulary) are not looked into
 ABSENT = object()   # a slot with no value (not created yet, or its container is gone)
 
 
@@ -67,8 +68,9 @@ INPUT = _Input()
 
 class Slot:
     """A place holding a Python value: ``kind`` "cell" (a closure cell), "item" (``obj[key]``,
-    a dict: globals, a config dict), "attr" (``obj.key``, in its ``__dict__``) or "state"
-    (``opt.state[param][key]``, looked up anew so that a replaced state dict is seen).
+    a dict: globals, a config dict; or a list and an index), "attr" (``obj.key``, in its
+    ``__dict__``) or "state" (``opt.state[param][key]``, looked up anew so that a replaced
+    state dict is seen).
     ``parent`` is the slot holding ``obj`` when it is reached through one (``config["p"]``
     through the global ``config``), so a rebound container is seen too. ``number`` is
     ``int`` or ``float`` when the slot is a graph input (capture/symbolic.py): a value of that
@@ -94,6 +96,8 @@ class Slot:
             if self.kind == "cell":
                 return obj.cell_contents
             if self.kind == "item":
+                if isinstance(obj, list):
+                    return obj[self.key] if self.key < len(obj) else ABSENT
                 return obj.get(self.key, ABSENT) if isinstance(obj, dict) else ABSENT
             if self.kind == "attr":
                 return vars(obj).get(self.key, ABSENT)
@@ -116,6 +120,13 @@ class Slot:
                 vars(obj).pop(self.key, None)
             else:
                 setattr(obj, self.key, value)
+        elif isinstance(obj, list):   # (an index the traced call appended, or popped)
+            if value is ABSENT:
+                del obj[self.key:]
+            elif self.key == len(obj):
+                obj.append(value)
+            else:
+                obj[self.key] = value
         elif value is ABSENT:
             obj.pop(self.key, None)
         else:
@@ -138,15 +149,17 @@ def find_slots(fn, optimizers) -> list[Slot]:
         found.setdefault(slot.identity(), slot)
 
     def container(obj, name, parent, depth):
-        """The scalar slots inside ``obj``, a dict or a plain object reached by ``parent``
-        (None: ``obj`` itself). Large dicts (a vocabulary) are not guarded."""
+        """The scalar slots inside ``obj``, a dict, a list or a plain object reached by
+        ``parent`` (None: ``obj`` itself). Large dicts and lists (a vocabulary) are not
+        guarded."""
         held = obj if parent is None else None
-        if isinstance(obj, dict) and len(obj) <= MAX_DICT:
-            for pos, (k, v) in enumerate(list(obj.items())):
+        if isinstance(obj, (dict, list)) and len(obj) <= MAX_DICT:
+            items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+            for pos, (k, v) in enumerate(list(items)):
                 label = f"[{pos}]" if isinstance(k, Tensor) else f"[{k!r}]"
                 if is_scalar(v):
                     add(Slot("item", held, k, f"{name}{label}", parent))
-                elif isinstance(v, dict) and depth < 2:
+                elif isinstance(v, (dict, list)) and depth < 2:
                     container(v, f"{name}{label}", Slot("item", held, k, "", parent),
                               depth + 1)
         elif plain_object(obj):
@@ -200,8 +213,8 @@ def find_slots(fn, optimizers) -> list[Slot]:
     classes = set()
     for prefix, root in modules:
         for path, m in root.named_modules(prefix=prefix):
-            for k, v in list(vars(m).items()):   # (dicts and config objects it holds)
-                if not k.startswith("_") and (isinstance(v, dict) or plain_object(v)):
+            for k, v in list(vars(m).items()):   # (dicts, lists and config objects it holds)
+                if not k.startswith("_") and (isinstance(v, (dict, list)) or plain_object(v)):
                     container(v, f"{path}.{k}", Slot("attr", m, k, ""), 0)
             cls = type(m)   # (dualgraph's layers read only their own attributes)
             if cls not in classes and not (getattr(cls, "__module__", None) or "").startswith(

@@ -155,8 +155,12 @@ def binary_kernel(ufunc, result=dtypes.result_type, opmath=False):
 
 def unary_float_kernel(ufunc):
     """A unary math kernel: integers and bools are computed in the default float dtype;
-    float16/bfloat16 go through float32 (NumPy lacks some of their loops)."""
+    float16/bfloat16 go through float32 (NumPy lacks some of their loops). A 0-d array is
+    computed as one element of shape (1,): NumPy's ufuncs return a scalar for it, which the
+    kernels that write in place (``out=``) or call ``.astype`` can't take."""
     def kernel(x, out=None):   # (out=: of the ops that are ``fills_out``)
+        if x.ndim == 0:
+            return kernel(x.reshape(1), None if out is None else out.reshape(1)).reshape(())
         dt = x.dtype
         if dt.kind == "f" and dt.itemsize >= 4:
             return ufunc(x) if out is None else ufunc(x, out=out)

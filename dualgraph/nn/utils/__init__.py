@@ -32,10 +32,12 @@ def _grads(parameters) -> list:
     return [p.grad for p in _as_list(parameters) if p.grad is not None]
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                    foreach=None):
     """Scale the gradients of ``parameters`` in place so that their total ``norm_type``-norm
     (the norm of the vector of all gradient entries) is at most ``max_norm``; return that
-    total norm (before clipping) as a 0-d tensor.
+    total norm (before clipping) as a 0-d tensor. ``foreach`` is accepted as torch's: the
+    small gradients are scaled together whatever it says.
 
     >>> import dualgraph as dg
     >>> w = dg.tensor([3.0, 4.0], requires_grad=True)
@@ -77,8 +79,9 @@ def _flat_scalable(grads) -> list:
             and g._data.size <= inplace.FLAT_MAX_NUMEL]
 
 
-def clip_grad_value_(parameters, clip_value) -> None:
-    """Clamp the gradients of ``parameters`` in place to ``[-clip_value, clip_value]``."""
+def clip_grad_value_(parameters, clip_value, foreach=None) -> None:
+    """Clamp the gradients of ``parameters`` in place to ``[-clip_value, clip_value]``
+    (``foreach`` accepted as by ``clip_grad_norm_``)."""
     clip_value = float(clip_value)
     grads = _grads(parameters)
     with no_grad():
