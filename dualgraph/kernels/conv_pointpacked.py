@@ -57,6 +57,12 @@ PAIR = 2 * LANES      # output channels of a packed pair (``conv_packed.PAIR``)
 RUN = 3 * LANES       # positions of the register block
 CHUNK = 8 * RUN       # positions of a work item (192: 6 kB a row, so 64 rows fit L1)
 KC = 64               # input channels summed before the sums go to the output
+# The register blocks, the column and the epilogue are functions of their own, compiled
+# once per vector width and called (LLVM may still inline them): Numba's inlining in its IR
+# copies the callee's whole IR at each call site, and with the blocks of both widths inlined
+# the loop's first compile took 200 s, 85% of it in those copies (docs/benchmarks.md,
+# "sixteen-lane 1x1 convs"). The small helpers inside a block stay inlined in its IR.
+_OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
 @helper(inline="always")
@@ -135,7 +141,7 @@ def _load3(x, xa, z):
     return load_like(x, xa, z), load_like(x, xa + step, z), load_like(x, xa + 2 * step, z)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
     """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
     them exist) by three vectors of ``L`` positions (``L`` the lanes of ``z``, a zero
@@ -159,7 +165,7 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
     _put4(out, oo + 4 * os, os, n - 4, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     """:func:`_block3` on four channels (``n`` of them exist) and eight lanes: twelve sums,
     three input vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
@@ -174,7 +180,7 @@ def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
     """:func:`_block3` on one vector of positions (``z``'s lanes; eight sums, one input
     vector a channel ``k``)."""
@@ -238,7 +244,7 @@ def _row_of(b, b1, channels):
     return (b // 2) * channels * PAIR + (b % 2) * LANES
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
     """One output position (its input ``x[xa + k*xs]``) for the eight blocks of eight
     channels from ``b`` (those before ``b1``; past it the last is summed again, unstored),
@@ -267,6 +273,17 @@ def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
     store(scratch, 48, a6), store(scratch, 56, a7)
     for co in range(b * LANES, min(cout, min(b + 8, b1) * LANES)):
         out[oa + co * os] = scratch[co - b * LANES]
+
+
+@helper(**_OWN)
+def _tail(out, oo, ro, size, q0, q1, c0, c1, bias, residual, act, lo, hi, where):
+    """The epilogue (``epilogue.plane_tail``) of the runs ``q0:q1`` of output channels
+    ``c0:c1`` (channel ``co``'s at ``out[oo + co*size]``, its residual's at
+    ``residual[ro + co*size]``)."""
+    for co in range(c0, c1):
+        at, rt = oo + co * size, ro + co * size
+        plane_tail(out[at + q0:at + q1], bias[co],
+                   residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi, where)
 
 
 @loop(fastmath={"contract"})
@@ -306,11 +323,8 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
                 for b in range(b0, b1, 8):
                     _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
                             scratch[slot])
-            for co in range(b0 * LANES, min(cout, b1 * LANES)):
-                at, rt = oo + co * size, ro + co * size
-                plane_tail(out[at + q0:at + q1], bias[co],
-                           residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi,
-                           where)
+            _tail(out, oo, ro, size, q0, q1, b0 * LANES, min(cout, b1 * LANES), bias,
+                  residual, act, lo, hi, where)
 
 
 def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
