@@ -58,10 +58,11 @@ RUN = 3 * LANES       # positions of the register block
 CHUNK = 8 * RUN       # positions of a work item (192: 6 kB a row, so 64 rows fit L1)
 KC = 64               # input channels summed before the sums go to the output
 # The register blocks, the column and the epilogue are functions of their own, compiled
-# once per vector width and called (LLVM may still inline them): Numba's inlining in its IR
-# copies the callee's whole IR at each call site, and with the blocks of both widths inlined
-# the loop's first compile took 200 s, 85% of it in those copies (docs/benchmarks.md,
-# "sixteen-lane 1x1 convs"). The small helpers inside a block stay inlined in its IR.
+# once per vector width and called (LLVM may still inline them), with the loop's flags (the
+# same code, the same bits): Numba's inlining in its IR copies the callee's whole IR at each
+# call site, and with all of them inlined the loop's first compile took 200 s, 85% of it in
+# those copies, against 11-14 s now (docs/benchmarks.md, "its first compile cut"). The small
+# helpers inside a block stay inlined in its IR.
 _OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
