@@ -1,14 +1,16 @@
 """Micro-benchmark: the packed 1x1 conv loop (``kernels/conv_pointpacked.py``) against the
-path it replaced (the compiled ``conv2d_epilogue``'s GEMM and epilogue, OpenBLAS) and
-torch's conv with the same activation, on the layers of ``benchmarks.pointwise_layers``
+path it replaced (the compiled ``conv2d_epilogue``'s GEMM and epilogue, OpenBLAS),
+torch's conv with the same activation and onnxruntime's layer (its Conv, activation and
+residual nodes), on the layers of ``benchmarks.pointwise_layers``
 (stride 1) at batch 1 and 16, for the register block the loops are compiled for
-(``kernels.isa.vector_registers``: 24 sums with 32 registers, 12 with 16).
+(``conv_pointpacked.block_sums``: sixteen-lane sums where AVX-512 runs at full width, else
+24 eight-lane sums with 32 registers, 12 with 16).
 
 Run ``python -m benchmarks.isa_pointwise [--batches 1,16] [--rounds 7] [NAME-PART ...]``;
 emulate an AVX2 host with ``NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=""
 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``. One thread
 per engine; best process CPU ms of ``--rounds`` calls in turns; each line gives ms and the
-packed loop's ratio to the GEMM path and to torch.
+packed loop's ratio to the GEMM path, to torch and to onnxruntime.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 
 import numpy as np  # noqa: E402
 
-from .pointwise_layers import LAYERS, best_ms, compiled_layer  # noqa: E402
+from .pointwise_layers import (LAYERS, best_ms, compiled_layer,  # noqa: E402
+                               onnxruntime_layer)
 
 
 def _torch_layer(x, w, b, act, r):
@@ -53,7 +56,7 @@ def _packed_layer(x, w, b, act, r):
 
 def main(argv):
     import torch
-    from dualgraph.kernels import isa
+    from dualgraph.kernels import conv_pointpacked, isa
     torch.set_num_threads(1)
     batches = [1, 16]
     rounds = 7
@@ -63,7 +66,8 @@ def main(argv):
         rounds = int(argv[argv.index("--rounds") + 1])
     parts = [a for i, a in enumerate(argv) if not a.startswith("--")
              and (i == 0 or argv[i - 1] not in ("--batches", "--rounds"))]
-    print(f"target {isa.target()[0]}, {isa.vector_registers()} vector registers; torch "
+    print(f"target {isa.target()[0]}, {isa.vector_registers()} vector registers, block "
+          f"{conv_pointpacked.block_sums()}; torch "
           f"{torch.backends.cpu.get_cpu_capability()}; load {os.getloadavg()[0]:.1f}; best "
           f"CPU ms of {rounds}, one thread")
     rng = np.random.default_rng(0)
@@ -77,11 +81,13 @@ def main(argv):
             r = rng.standard_normal((n, cout, hw, hw), dtype=np.float32) if res else None
             fns = {"packed": _packed_layer(x, w, b, act, r),
                    "gemm": compiled_layer(x, w, b, 1, act, r)[1],
-                   "torch": _torch_layer(x, w, b, act, r)}
+                   "torch": _torch_layer(x, w, b, act, r),
+                   "ort": onnxruntime_layer(x, w, b, 1, act, r)}
             ms = best_ms(fns, rounds)
             print(f"{name:18s} b{n:<3d} packed {ms['packed']:7.3f}  gemm {ms['gemm']:7.3f}  "
-                  f"torch {ms['torch']:7.3f}  /gemm {ms['packed'] / ms['gemm']:4.2f}  "
-                  f"/torch {ms['packed'] / ms['torch']:4.2f}", flush=True)
+                  f"torch {ms['torch']:7.3f}  ort {ms['ort']:7.3f}  /gemm "
+                  f"{ms['packed'] / ms['gemm']:4.2f}  /torch {ms['packed'] / ms['torch']:4.2f}  "
+                  f"/ort {ms['packed'] / ms['ort']:4.2f}", flush=True)
 
 
 if __name__ == "__main__":

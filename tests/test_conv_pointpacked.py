@@ -3,7 +3,8 @@
 odd shapes (channels not a multiple of eight, planes with a tail of fewer than eight
 positions, several chunks, more input channels than a block of ``KC``, batch 1, 3 and 16,
 non-square planes), every epilogue against the op's decomposition, the bits independent of
-the blocks of input channels and of threads; compiled inverted-residual blocks against
+the blocks of input channels, of threads and of the register block (eight or sixteen
+lanes, each width's tails), into a concatenation's block of channels; compiled inverted-residual blocks against
 eager and torch and through ``dg.onnx.load``; what the loop does not take."""
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 from dualgraph.kernels import conv_packed, conv_pointpacked, isa  # noqa: E402
+from dualgraph.kernels.epilogue import ACTIVATIONS  # noqa: E402
 from dualgraph.ops.epilogue import CONV2D_PACKED  # noqa: E402
 
 from test_conv_packed import compiled_and_loaded  # noqa: E402
@@ -31,6 +33,15 @@ SHAPES = [
     (1, 20, 5, 5, 75),      # a tail of one over ten blocks: eight, then two (the last of 3)
     (2, 9, 3, 3, 130),      # nine positions a plane: a vector and a tail of one, 17 blocks
 ]
+# the sixteen-lane block's tails: 48 positions at a time, then 16, then 8, then a column
+WIDE_SHAPES = [
+    (1, 33, 13, 13, 24),    # 169: three blocks of 48, a vector of 16, one of 8, one position
+    (2, 70, 1, 63, 9),      # 63: a block of 48, none of 16, one of 8, a tail of seven
+    (3, 7, 8, 8, 16),       # 64: a block of 48 and a vector of 16, no tail
+    (1, 5, 2, 16, 40),      # 32: two vectors of 16, no block of 48
+    (1, 200, 20, 20, 12),   # 400: two chunks of 192, then 16; four blocks of KC
+]
+BLOCKS = (12, 24, 48)       # the register blocks (:func:`conv_pointpacked.block_sums`)
 
 
 def _case(shape):
@@ -61,33 +72,44 @@ def test_loop_matches_torch(shape):
     assert np.isnan(guarded[:64]).all() and np.isnan(guarded[-64:]).all()
 
 
-@pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
-                                             ("silu", "after"), ("hardswish", None),
-                                             ("relu", "before"), ("sigmoid", "after")])
-def test_epilogues_match_the_decomposition(act, residual_at):
-    x, w, b, attrs = _data(_case(SHAPES[1]))
+@pytest.mark.parametrize("residual_at", [None, "before", "after"])
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_every_epilogue_matches_the_decomposition(act, residual_at):
+    """Each activation with no residual, the residual before it and after it (the loop's
+    epilogue, a function of its own) against the op's decomposition (eager), at batch 3
+    on 169 positions (sixteen lanes: 48 x 3, 16, 8 and a column); every register block
+    gives the same bits."""
+    x, w, b, _ = _data(_case((3, 21, 13, 13, 19)))
     bounds = (0.0, 6.0) if act == "clamp" else (-np.inf, np.inf)
-    r = np.random.default_rng(2).standard_normal((3, 37, 11, 5)).astype(np.float32)
+    r = np.random.default_rng(2).standard_normal((3, 19, 13, 13)).astype(np.float32)
     residual = (r,) if residual_at else ()
     got = _run(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at)
     want = CONV2D_PACKED.decomposition(
         dg.tensor(x), dg.tensor(conv_packed.pack(w)), dg.tensor(b),
         *(dg.tensor(a) for a in residual), act=act, bounds=bounds, residual_at=residual_at,
         stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), kernel_size=(1, 1),
-        out_channels=37)
+        out_channels=19)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+    where = {None: 0, "before": 1, "after": 2}[residual_at]
+    for sums in BLOCKS:
+        out = np.empty_like(got)
+        conv_pointpacked.conv(x, conv_packed.pack(w), out, b, *residual, where=where,
+                              act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1],
+                              sums=sums)
+        np.testing.assert_array_equal(out, got)
 
 
 def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
     """Sums carried through the output from one block of input channels to the next, and
     chunks shared among three workers, give the bits of one block on one worker."""
-    cases = [_data(_case(SHAPES[i])) for i in (2, 3, 5, 7, 8)]
+    cases = [_data(_case(shape)) for shape in (*(SHAPES[i] for i in (2, 3, 5, 7, 8)),
+                                               WIDE_SHAPES[0], WIDE_SHAPES[4])]
     wants = [_run(x, w, b) for x, w, b, _ in cases]
     monkeypatch.setattr(conv_pointpacked, "KC", 5)
     monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
     for (x, w, b, _), want in zip(cases, wants):
         np.testing.assert_array_equal(_run(x, w, b), want)
-        for sums in (12, 24):
+        for sums in BLOCKS:
             out = np.empty_like(want)
             conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1, sums=sums)
             np.testing.assert_array_equal(out, want)
@@ -106,26 +128,52 @@ def test_the_tail_has_the_bits_of_the_vector_blocks(cout):
     np.testing.assert_array_equal(_run(x, w, b), _run(wide, w, b)[..., :25])
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_both_register_blocks_give_the_same_bits(shape):
-    """The 12-sum block (16 vector registers: AVX2) and the 24-sum one (AVX-512) sum each
-    output in the same order: the same bits, whichever this host compiles for."""
+@pytest.mark.parametrize("shape", SHAPES + WIDE_SHAPES)
+def test_every_register_block_gives_the_same_bits(shape):
+    """The 12-sum block (16 vector registers: AVX2), the 24-sum one (AVX-512 at half width)
+    and the sixteen-lane one (48 positions a block, then 16, then 8) sum each output in the
+    same order: the same bits, whichever this host compiles for."""
     x, w, b, attrs = _data(_case(shape))
     packed = conv_packed.pack(w)
     outs = {}
-    for sums in (12, 24):
+    for sums in BLOCKS:
         outs[sums] = np.full((x.shape[0], w.shape[0], *x.shape[2:]), np.nan, np.float32)
         conv_pointpacked.conv(x, packed, outs[sums], b, act=1, sums=sums)
-    np.testing.assert_array_equal(outs[12], outs[24])
+        np.testing.assert_array_equal(outs[sums], outs[BLOCKS[0]])
     want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
     np.testing.assert_allclose(outs[12], want, rtol=1e-5, atol=1e-5)
 
 
-def test_the_block_follows_the_compiled_for_registers(monkeypatch):
+@pytest.mark.parametrize("sums", BLOCKS)
+@pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
+                                             ("silu", "after")])
+def test_every_block_writes_into_a_concatenation(sums, act, residual_at):
+    """Each register block with each kind of epilogue, its output a block of channels of a
+    wider array (a concatenation's: ``kernels.out_images``), at batch 3: the bits of a
+    whole output, nothing outside the block written."""
+    x, w, b, _ = _data(_case((3, 21, 13, 13, 19)))     # 169 positions: 48 x 3, 16, 8, 1
+    r = np.random.default_rng(4).standard_normal((3, 19, 13, 13)).astype(np.float32)
+    where = {None: 0, "before": 1, "after": 2}[residual_at]
+    kw = dict(where=where, act=ACTIVATIONS.index(act), lo=0.0 if act == "clamp" else -np.inf,
+              hi=6.0 if act == "clamp" else np.inf)
+    residual = r if residual_at else None
+    packed = conv_packed.pack(w)
+    want = np.empty((3, 19, 13, 13), np.float32)
+    conv_pointpacked.conv(x, packed, want, b, residual, sums=12, **kw)
+    whole = np.full((3, 30, 13, 13), np.nan, np.float32)
+    conv_pointpacked.conv(x, packed, whole[:, 7:26], b, residual, sums=sums, **kw)
+    np.testing.assert_array_equal(whole[:, 7:26], want)
+    assert np.isnan(whole[:, :7]).all() and np.isnan(whole[:, 26:]).all()
+
+
+def test_the_block_follows_the_compiled_for_cpu(monkeypatch):
+    monkeypatch.setattr(isa, "full_width", lambda: False)
     monkeypatch.setattr(isa, "vector_registers", lambda: 16)
     assert conv_pointpacked.block_sums() == 12
     monkeypatch.setattr(isa, "vector_registers", lambda: 32)
     assert conv_pointpacked.block_sums() == 24
+    monkeypatch.setattr(isa, "full_width", lambda: True)
+    assert conv_pointpacked.block_sums() == 48
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", [

@@ -10,8 +10,14 @@ gives, with the three input vectors and a broadcast): per input channel ``k``, t
 vectors are loaded from row ``k`` of ``x`` and each of the eight channels' weights
 broadcast from the packed row (eight consecutive floats of the pair's sixteen), 24
 multiply-adds. A CPU with 16 vector registers (AVX2) would spill those sums, so there the
-loop runs the eight channels as two halves of four, twelve sums each (:func:`block_sums`,
-chosen by the CPU the loop is compiled for, ``isa.py``). OpenBLAS packs both operands at
+loop runs the eight channels as two halves of four, twelve sums each. Where the CPU runs
+sixteen-lane vectors at full width (AVX-512 on Intel: ``isa.full_width``) the same 24
+sums are ``zmm`` vectors of sixteen positions, 48 positions a block: per input channel
+the same three loads, eight broadcasts and 24 multiply-adds, each on twice the positions
+(0.7-0.8x the eight-lane time on 7x7 to 56x56 planes; docs/benchmarks.md, "sixteen-lane
+1x1 convs"). The helpers are written once for both widths (the lanes of the zero
+vector the sums start from: ``simd.load_like``); :func:`block_sums` chooses by the CPU
+the loop is compiled for (``isa.py``). OpenBLAS packs both operands at
 every call: on 7x7 and 14x14 planes, where the weight is as large as the activations
 (1280 x 320 against 320 x 49), that packing and its small-``N`` edge kernels cost as much
 as a third of the product.
@@ -24,7 +30,8 @@ Its input channels are taken ``KC`` at a time (the chunk's ``KC`` input rows sta
 while every block of eight channels passes over them); the sums go to the output and are
 taken up again for the next ``KC`` channels (float32 either way: each output is one chain
 of multiply-adds over ``k = 0 .. C-1`` in order, whatever the chunk, block or thread, so
-the bits do not depend on them). The chunk's positions are taken 24, then 8 at a time;
+the bits do not depend on them). The chunk's positions are taken 48 then 16 at a time
+(sixteen lanes), or 24 (eight lanes), then 8 at a time;
 its last few (fewer than eight: one of a 7x7 plane's 49) turn the block around, the
 channels in the lanes (:func:`_column`): a position's input value broadcast and the
 packed rows of eight blocks of channels loaded as they are, eight sums over every input
@@ -40,7 +47,8 @@ import numpy as np
 
 from . import helper, isa, loop, numba_available, out_images
 from .epilogue import plane_tail
-from .simd import LANES, broadcast, broadcast_at, fma, load, store
+from .simd import (LANES, WIDE, broadcast, broadcast_at, broadcast_at_like, broadcast_wide,
+                   fma, lanes_of, load, load_like, store)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -49,39 +57,50 @@ PAIR = 2 * LANES      # output channels of a packed pair (``conv_packed.PAIR``)
 RUN = 3 * LANES       # positions of the register block
 CHUNK = 8 * RUN       # positions of a work item (192: 6 kB a row, so 64 rows fit L1)
 KC = 64               # input channels summed before the sums go to the output
+# The register blocks, the column and the epilogue are functions of their own, compiled
+# once per vector width and called (LLVM may still inline them), with the loop's flags (the
+# same code, the same bits): Numba's inlining in its IR copies the callee's whole IR at each
+# call site, and with all of them inlined the loop's first compile took 200 s, 85% of it in
+# those copies, against 11-14 s now (docs/benchmarks.md, "its first compile cut"). The small
+# helpers inside a block stay inlined in its IR.
+_OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
 @helper(inline="always")
 def _get(out, at, ok, zero):
-    """Eight partial sums at ``out[at]`` where the channel exists (``ok``), else zeros."""
-    return load(out, at) if ok else zero
+    """A vector of partial sums at ``out[at]`` (as many lanes as ``zero``) where the channel
+    exists (``ok``), else ``zero``."""
+    return load_like(out, at, zero) if ok else zero
 
 
 @helper(inline="always")
 def _put(out, at, ok, v):
-    """Eight sums to ``out[at]`` where the channel exists (``ok``)."""
+    """A vector of sums to ``out[at]`` where the channel exists (``ok``)."""
     if ok:
         store(out, at, v)
 
 
 @helper(inline="always")
 def _get3(out, at, ok, zero):
-    """:func:`_get` of three vectors."""
-    return _get(out, at, ok, zero), _get(out, at + 8, ok, zero), _get(out, at + 16, ok, zero)
+    """:func:`_get` of three vectors, one after another."""
+    step = lanes_of(zero)
+    return (_get(out, at, ok, zero), _get(out, at + step, ok, zero),
+            _get(out, at + 2 * step, ok, zero))
 
 
 @helper(inline="always")
 def _put3(out, at, ok, v0, v1, v2):
-    """:func:`_put` of three vectors."""
+    """:func:`_put` of three vectors, one after another."""
+    step = lanes_of(v0)
     _put(out, at, ok, v0)
-    _put(out, at + 8, ok, v1)
-    _put(out, at + 16, ok, v2)
+    _put(out, at + step, ok, v1)
+    _put(out, at + 2 * step, ok, v2)
 
 
 @helper(inline="always")
 def _fma3(wp, at, x0, x1, x2, a0, a1, a2):
     """One channel's weight ``wp[at]`` times three input vectors, into its three sums."""
-    u = broadcast_at(wp, at)
+    u = broadcast_at_like(wp, at, x0)
     return fma(u, x0, a0), fma(u, x1, a1), fma(u, x2, a2)
 
 
@@ -117,12 +136,19 @@ def _fma4(wp, t, x0, x1, x2, a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a
 
 
 @helper(inline="always")
-def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+def _load3(x, xa, z):
+    """Three input vectors (``z``'s lanes each) from ``x[xa]`` on."""
+    step = lanes_of(z)
+    return load_like(x, xa, z), load_like(x, xa + step, z), load_like(x, xa + 2 * step, z)
+
+
+@helper(**_OWN)
+def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
     """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
-    them exist) by 24 positions: ``out[oo + r*os + 0:24] (+)= sum_k wp[wo + k*16 + r] *
-    x[xo + k*xs + 0:24]`` for ``k`` in ``k0:k1`` (``first``: from zero); 24 sums, the
-    first four channels' ``a``, the last four's ``b``."""
-    z = broadcast(F(0))
+    them exist) by three vectors of ``L`` positions (``L`` the lanes of ``z``, a zero
+    vector: 8, or 16 where :func:`block_sums` is 48): ``out[oo + r*os + 0:3L] (+)= sum_k
+    wp[wo + k*16 + r] * x[xo + k*xs + 0:3L]`` for ``k`` in ``k0:k1`` (``first``: from
+    zero); 24 sums, the first four channels' ``a``, the last four's ``b``."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
     b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = b8 = b9 = b10 = b11 = z
     if not first:
@@ -130,8 +156,7 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
         b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _get4(out, oo + 4 * os, os, n - 4,
                                                                  z)
     for k in range(k0, k1):
-        xa = xo + k * xs
-        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        x0, x1, x2 = _load3(x, xo + k * xs, z)
         t = wo + k * PAIR
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
             wp, t, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
@@ -141,25 +166,25 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     _put4(out, oo + 4 * os, os, n - 4, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
-    """:func:`_block3` on four channels (``n`` of them exist): twelve sums, three input
-    vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
+    """:func:`_block3` on four channels (``n`` of them exist) and eight lanes: twelve sums,
+    three input vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
     z = broadcast(F(0))
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
     if not first:
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
     for k in range(k0, k1):
-        xa = xo + k * xs
-        x0, x1, x2 = load(x, xa), load(x, xa + 8), load(x, xa + 16)
+        x0, x1, x2 = _load3(x, xo + k * xs, z)
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
             wp, wo + k * PAIR, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
     _put4(out, oo, os, n, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
 
-@helper(inline="always")
-def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
-    """:func:`_block3` on 8 positions (eight sums, one input vector a channel ``k``)."""
-    z = broadcast(F(0))
+
+@helper(**_OWN)
+def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
+    """:func:`_block3` on one vector of positions (``z``'s lanes; eight sums, one input
+    vector a channel ``k``)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
     if not first:
         a0, a1 = _get(out, oo, n > 0, z), _get(out, oo + os, n > 1, z)
@@ -167,20 +192,49 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
         a4, a5 = _get(out, oo + 4 * os, n > 4, z), _get(out, oo + 5 * os, n > 5, z)
         a6, a7 = _get(out, oo + 6 * os, n > 6, z), _get(out, oo + 7 * os, n > 7, z)
     for k in range(k0, k1):
-        v = load(x, xo + k * xs)
+        v = load_like(x, xo + k * xs, z)
         t = wo + k * PAIR
-        a0 = fma(broadcast_at(wp, t), v, a0)
-        a1 = fma(broadcast_at(wp, t + 1), v, a1)
-        a2 = fma(broadcast_at(wp, t + 2), v, a2)
-        a3 = fma(broadcast_at(wp, t + 3), v, a3)
-        a4 = fma(broadcast_at(wp, t + 4), v, a4)
-        a5 = fma(broadcast_at(wp, t + 5), v, a5)
-        a6 = fma(broadcast_at(wp, t + 6), v, a6)
-        a7 = fma(broadcast_at(wp, t + 7), v, a7)
+        a0 = fma(broadcast_at_like(wp, t, z), v, a0)
+        a1 = fma(broadcast_at_like(wp, t + 1, z), v, a1)
+        a2 = fma(broadcast_at_like(wp, t + 2, z), v, a2)
+        a3 = fma(broadcast_at_like(wp, t + 3, z), v, a3)
+        a4 = fma(broadcast_at_like(wp, t + 4, z), v, a4)
+        a5 = fma(broadcast_at_like(wp, t + 5, z), v, a5)
+        a6 = fma(broadcast_at_like(wp, t + 6, z), v, a6)
+        a7 = fma(broadcast_at_like(wp, t + 7, z), v, a7)
     _put(out, oo, n > 0, a0), _put(out, oo + os, n > 1, a1)
     _put(out, oo + 2 * os, n > 2, a2), _put(out, oo + 3 * os, n > 3, a3)
     _put(out, oo + 4 * os, n > 4, a4), _put(out, oo + 5 * os, n > 5, a5)
     _put(out, oo + 6 * os, n > 6, a6), _put(out, oo + 7 * os, n > 7, a7)
+
+
+@helper(inline="always")
+def _block_positions(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, q0, whole, sums):
+    """A block of eight channels (as :func:`_block3`) over the chunk's positions ``q0 :
+    whole`` (whole vectors of eight): three vectors at a time in the register block
+    ``sums`` (:func:`block_sums`), then one at a time."""
+    q = q0
+    if sums == 48:
+        zw = broadcast_wide(F(0))
+        while q + 3 * WIDE <= whole:
+            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw)
+            q += 3 * WIDE
+        while q + WIDE <= whole:
+            _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw)
+            q += WIDE
+    z = broadcast(F(0))
+    while q + RUN <= whole:
+        if sums == 24:
+            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z)
+        else:
+            _half3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first)
+            if n > 4:
+                _half3(x, xo + q, xs, wp, wo + 4, k0, k1, out, oo + 4 * os + q, os, n - 4,
+                       first)
+        q += RUN
+    while q < whole:
+        _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z)
+        q += LANES
 
 
 @helper(inline="always")
@@ -191,7 +245,7 @@ def _row_of(b, b1, channels):
     return (b // 2) * channels * PAIR + (b % 2) * LANES
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
     """One output position (its input ``x[xa + k*xs]``) for the eight blocks of eight
     channels from ``b`` (those before ``b1``; past it the last is summed again, unstored),
@@ -222,6 +276,17 @@ def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
         out[oa + co * os] = scratch[co - b * LANES]
 
 
+@helper(**_OWN)
+def _tail(out, oo, ro, size, q0, q1, c0, c1, bias, residual, act, lo, hi, where):
+    """The epilogue (``epilogue.plane_tail``) of the runs ``q0:q1`` of output channels
+    ``c0:c1`` (channel ``co``'s at ``out[oo + co*size]``, its residual's at
+    ``residual[ro + co*size]``)."""
+    for co in range(c0, c1):
+        at, rt = oo + co * size, ro + co * size
+        plane_tail(out[at + q0:at + q1], bias[co],
+                   residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi, where)
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
              channels, size, cout, kc, sums, groups, ostride):
@@ -232,7 +297,7 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
     ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
     ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
-    ``sums``: the register block, 24 (:func:`_block3`) or 12 (:func:`_half3` twice)."""
+    ``sums``: the register block (:func:`block_sums`): 48, 24 or 12."""
     chunks = -(-size // CHUNK)
     images = x.size // (channels * size)
     total = images * chunks * groups
@@ -253,30 +318,14 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
                     n = min(LANES, cout - b * LANES)
                     wo = (b // 2) * channels * PAIR + (b % 2) * LANES
                     ob = oo + b * LANES * size
-                    q = q0
-                    while q + RUN <= whole:
-                        if sums == 24:
-                            _block3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
-                                    first)
-                        else:
-                            _half3(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n,
-                                   first)
-                            if n > 4:
-                                _half3(x, xo + q, size, wp, wo + 4, k0, k1, out,
-                                       ob + 4 * size + q, size, n - 4, first)
-                        q += RUN
-                    while q < whole:
-                        _block1(x, xo + q, size, wp, wo, k0, k1, out, ob + q, size, n, first)
-                        q += LANES
+                    _block_positions(x, xo, size, wp, wo, k0, k1, out, ob, size, n, first,
+                                     q0, whole, sums)
             for q in range(whole, q1):
                 for b in range(b0, b1, 8):
                     _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
                             scratch[slot])
-            for co in range(b0 * LANES, min(cout, b1 * LANES)):
-                at, rt = oo + co * size, ro + co * size
-                plane_tail(out[at + q0:at + q1], bias[co],
-                           residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi,
-                           where)
+            _tail(out, oo, ro, size, q0, q1, b0 * LANES, min(cout, b1 * LANES), bias,
+                  residual, act, lo, hi, where)
 
 
 def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
@@ -291,9 +340,13 @@ def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 
 def block_sums() -> int:
-    """The register block the compiled loop can keep: 24 sums where it has AVX-512VL's 32
-    vector registers, else 12 (``isa.vector_registers``; 24 on 16 registers spill: 2.3-3.5x
-    the time of OpenBLAS's GEMM, docs/benchmarks.md "AVX2")."""
+    """The register block the compiled loop can keep, counted in eight-lane sums: 48 (24
+    sixteen-lane sums, :func:`_block3` on ``zmm`` vectors) where it has full-width AVX-512
+    (``isa.full_width``), 24 where it has AVX-512VL's 32 vector registers at half width
+    (Zen 4), else 12 (``isa.vector_registers``; 24 on 16 registers spill: 2.3-3.5x the
+    time of OpenBLAS's GEMM, docs/benchmarks.md "AVX2")."""
+    if isa.full_width():
+        return 48
     return 24 if isa.vector_registers() >= 32 else 12
 
 
@@ -303,7 +356,7 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes, its
     scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us: NumPy's
     allocations and the type dispatch per call would be a tenth of it); ``sums``, the
-    register block, :func:`block_sums` where None (both give the same bits)."""
+    register block, :func:`block_sums` where None (all give the same bits)."""
     sums = block_sums() if sums is None else sums
     n, c, h, w = x_shape
     size = h * w
