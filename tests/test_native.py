@@ -216,3 +216,26 @@ def test_numbas_cache_of_a_loop_is_stale_once_any_kernel_file_changes(monkeypatc
     assert calls() == (1, 0)          # loaded from Numba's cache
     monkeypatch.setattr(build, "kernels_hash", lambda: "a helper changed")
     assert calls() == (0, 1)          # compiled again
+
+
+JOB_SCRIPT = """
+    import numpy as np
+    from dualgraph.codegen.cache import load_module
+    source = ("from dualgraph.kernels import loop\\n"
+              "@loop\\n"
+              "def twice(x, out):\\n"
+              "    for i in range(x.size):\\n"
+              "        out[i] = x[i] * 2\\n")
+    x = np.arange(64, dtype=np.float32)
+    print(load_module(source).twice.job_address(x, np.empty_like(x)) is not None)
+"""
+
+
+def test_a_job_entry_compiled_in_this_process_links(tmp_path):
+    """A job entry (one int64 argument, run by OpenBLAS's threads) compiled in the process
+    links at once, as one loaded from the cache does (its signature came back a tuple from
+    the compile, a list from the stored JSON: the job test once saw only the list)."""
+    for worker in ("0", "0", "1"):   # compiled here, then loaded; then from a worker's cache
+        run = run_python(JOB_SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path / worker),
+                         DUALGRAPH_COMPILE_WORKER=worker)
+        assert run.stdout.split() == ["True"] and "no native entry" not in run.stderr, run

@@ -339,7 +339,7 @@ def _link(key: str, meta: dict, code: bytes):
     if not address:   # (an object that does not define its symbol: never call address 0)
         return None
     codes = meta["signature"]
-    argtypes = [ctypes.c_int64] if codes[:1] == [JOB] else [
+    argtypes = [ctypes.c_int64] if tuple(codes[:1]) == (JOB,) else [
         ctypes.py_object if c.endswith("]") else _C_SCALARS[c] for c in codes]
     fn = _loaded[key] = ctypes.CFUNCTYPE(None, *argtypes)(address)
     return fn
