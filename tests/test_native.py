@@ -224,7 +224,8 @@ from dualgraph.kernels import build, conv_blocked
 from numba.core import inline_closurecall
 assert inline_closurecall.copy is not copy   # (build.py's, installed at its import)
 if sys.argv[1] == "numba's own":   # the inliner as Numba ships it
-    inline_closurecall.InlineWorker.inline_ir = inline_closurecall.InlineWorker.inline_ir.__wrapped__
+    worker = inline_closurecall.InlineWorker
+    worker.inline_ir = worker.inline_ir.__wrapped__
     inline_closurecall.copy = copy
 code, _, _ = build.entry(conv_blocked._relayout, ("i8", "i8", "f4[1]", "f4[1]", "i8", "b"), "e")
 print(hashlib.sha256(code).hexdigest())
