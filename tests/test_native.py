@@ -239,3 +239,29 @@ def test_a_job_entry_compiled_in_this_process_links(tmp_path):
         run = run_python(JOB_SCRIPT, DUALGRAPH_CACHE_DIR=str(tmp_path / worker),
                          DUALGRAPH_COMPILE_WORKER=worker)
         assert run.stdout.split() == ["True"] and "no native entry" not in run.stderr, run
+
+
+ENTRY_OBJECT = """
+import copy, hashlib, sys
+from dualgraph.kernels import build, conv_blocked
+from numba.core import inline_closurecall
+assert inline_closurecall.copy is not copy   # (build.py's, installed at its import)
+if sys.argv[1] == "numba's own":   # the inliner as Numba ships it
+    worker = inline_closurecall.InlineWorker
+    worker.inline_ir = worker.inline_ir.__wrapped__
+    inline_closurecall.copy = copy
+code, _, _ = build.entry(conv_blocked._relayout, ("i8", "i8", "f4[1]", "f4[1]", "i8", "b"), "e")
+print(hashlib.sha256(code).hexdigest())
+"""
+
+
+def test_the_inliners_scope_copies_leave_the_machine_code_as_it_was():
+    """build.py has Numba's inliner copy a callee's scope once per inline, not once per
+    block (``_copy_scopes_once``: 4/5 of the largest loops' compile time): the entry
+    of a loop with a nested inlined helper is the same object either way (two processes
+    with one hash seed: Numba's symbol names count the functions a process compiled)."""
+    runs = [subprocess.run([sys.executable, "-c", ENTRY_OBJECT, inliner],
+                           env=dict(os.environ, PYTHONHASHSEED="0"), capture_output=True,
+                           text=True, timeout=300) for inliner in ("shim", "numba's own")]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr[-2000:] for r in runs]
+    assert runs[0].stdout == runs[1].stdout
