@@ -273,6 +273,10 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
 MIN_CHANNELS = 10     # C*Cout / (2 C + Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
+# ... where the packed loop sums two pairs of sixteen channels an item (``conv_packed``'s
+# ``WIDE_PAIRS``, AVX-512 at full width), 1.2-1.4x faster (with sixteen outputs or fewer,
+# one pair, C*Cout / (2 C + Cout) < Cout / 2 is below either bound)
+MIN_CHANNELS_PAIRS = 17
 ROW_TILES = 8         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
@@ -295,11 +299,15 @@ def faster(x_shape, w_shape, out_hw) -> bool:
     channels, 7x7 to 64x64 planes, batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only
     where dualgraph runs on one core (``tuning.cores()``, as when the graph is compiled): on
     two, a block hands work to the other core 18 times (two loops, 16 threaded GEMMs) where
-    the packed loop does once, and it has not been measured to pay there."""
+    the packed loop does once, and it has not been measured to pay there. Against the
+    packed loop's two pairs an item the bound is ``MIN_CHANNELS_PAIRS`` (64 channels on
+    56x56, 128 -> 64 on 28x28 and 128 -> 32 on 56x56 then ran 0.7-0.95x Winograd's time at
+    batch 1 and 16; 96 on 20x20 and 128 on 28x28 1.05-1.13x)."""
     c, cout = x_shape[1], w_shape[0]
     th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
     kept = out_hw[0] * out_hw[1] / (4 * th * tw)
-    return (c * cout * tw * kept >= MIN_CHANNELS * (2 * c + cout) * (tw + ROW_TILES)
+    bound = MIN_CHANNELS_PAIRS if wide() else MIN_CHANNELS
+    return (c * cout * tw * kept >= bound * (2 * c + cout) * (tw + ROW_TILES)
             and x_shape[0] * th * tw >= MIN_TILES and cores() == 1)
 
 
