@@ -397,12 +397,12 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
             two = per == 2 and p + 1 < pairs
             if two:
                 _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
-            elif mode == WIDE_PAIR:
-                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
-                                wpad, p // group_pairs * group_planes)
-            else:
+            elif mode == NARROW:
                 _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
                            p // group_pairs * group_planes)
+            else:       # (a spare pair of WIDE_PAIRS too)
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
+                                wpad, p // group_pairs * group_planes)
             channels2 = min(PAIR * (2 if two else 1), cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
