@@ -36,6 +36,8 @@ CASES = [
      (2, 5, 9, 10, 7, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1), "none", None),
     ("epilogue 1x1", CONV2D_EPILOGUE,
      (3, 3, 6, 5, 4, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1), "relu", "before"),
+    ("packed two pairs an item, stride 1", CONV2D_PACKED,
+     (3, 13, 9, 10, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1), "relu", "before"),
 ]
 
 

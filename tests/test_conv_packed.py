@@ -42,6 +42,17 @@ CASES = [
     (1, 96, 31, 29, 96, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
 ]
 GROUPED = CASES[-4:]
+# stride 1, one group, more than sixteen outputs: two pairs an item on the padded grid
+# (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5 kernel
+# dilated by 3 (the grid's last run reads past the planes), asymmetric padding and dilation
+# at batch 3, a plane of fewer positions than a run, and CASES' 21 outputs and 7x7 stem
+PAIRS = [
+    (1, 19, 9, 10, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+    (1, 10, 16, 15, 32, (5, 5), (1, 1), ((6, 6), (6, 6)), (3, 3), 1),
+    (3, 12, 8, 9, 64, (3, 3), (1, 1), ((2, 0), (1, 1)), (2, 2), 1),
+    (2, 24, 3, 2, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+    CASES[0], CASES[9],
+]
 
 
 def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_at=None,
@@ -60,7 +71,7 @@ def test_pack_and_unpack():
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape), w)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + PAIRS[:4])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
@@ -69,7 +80,7 @@ def test_loop_matches_torch(case):
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", [CASES[1], GROUPED[1]])
+@pytest.mark.parametrize("case", [CASES[1], GROUPED[1], PAIRS[0], PAIRS[2]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
                                              ("silu", "after"), ("hardswish", None),
                                              ("relu", "before")])
@@ -112,6 +123,30 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
     assert kernels.conv_outlanes.wanted(x.shape, w.shape, attrs["padding"], 1, x.dtype)
     np.testing.assert_array_equal(_packed(x, w, b, **attrs), CONV2D_EPILOGUE.kernel(
         x, w, b, act="relu", bounds=(-np.inf, np.inf), residual_at=None, **attrs))
+
+
+@pytest.mark.parametrize("case", PAIRS)
+@pytest.mark.parametrize("act,residual_at", [("relu", None), ("silu", "before")])
+def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual_at):
+    """Two pairs an item on the padded grid (``WIDE_PAIRS``: what a stride-1 conv of more
+    than sixteen outputs takes on AVX-512 where each thread gets an item) give the bits of
+    one pair an item (``WIDE_PAIR``: what it takes where threads outnumber the items),
+    with and without a residual, NaN and inf in the input and blocks of one channel's
+    taps; either one where the host has no AVX-512 (a wide vector is then two registers)."""
+    x, w, b, attrs = _data(case)
+    x[0, 0, 0, 0], x[-1, -1, -1, 0] = np.nan, np.inf
+    r = np.random.default_rng(4).standard_normal(
+        tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
+    residual = (r,) if residual_at else ()
+    monkeypatch.setattr(conv_packed, "wide", lambda: True)
+    got = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
+    want = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
+    np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
+                                          residual_at=residual_at, **attrs), want)
 
 
 @pytest.mark.parametrize("wide", [False, True])

@@ -23,10 +23,16 @@ from test_conv_tiles import _data  # noqa: E402
 
 
 
+MIN_CHANNELS_PAIRS = conv_winograd.MIN_CHANNELS_PAIRS
+
+
 @pytest.fixture(autouse=True)
 def one_core(monkeypatch):
-    """The cost rule takes Winograd on one core only (``conv_winograd.faster``)."""
+    """The cost rule takes Winograd on one core only (``conv_winograd.faster``). The
+    layers here are sized by its bound against one pair an item on every host (the bound
+    against two, on AVX-512 at full width, leaves some of them to the packed loop)."""
     monkeypatch.setattr(conv_winograd, "cores", lambda: 1)
+    monkeypatch.setattr(conv_winograd, "MIN_CHANNELS_PAIRS", conv_winograd.MIN_CHANNELS)
 
 
 # n, c, h, w, cout, padding
@@ -200,9 +206,31 @@ def test_the_op_refuses_a_weight_of_other_channels():
     ((1, 32, 32, 32), (32, 32, 3, 3), False),
 ])
 def test_the_cost_rule(x_shape, w_shape, wins, monkeypatch):
+    """Against the packed loop's one pair an item (where AVX-512 is not at full width)."""
+    monkeypatch.setattr(conv_winograd, "wide", lambda: False)
     assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins
     monkeypatch.setattr(conv_winograd, "cores", lambda: 2)     # (not measured to pay)
     assert not conv_winograd.faster(x_shape, w_shape, x_shape[2:])
+
+
+@pytest.mark.parametrize("x_shape,w_shape,wins", [
+    ((1, 128, 28, 28), (128, 128, 3, 3), True),
+    ((16, 256, 14, 14), (256, 256, 3, 3), True),
+    ((16, 96, 20, 20), (96, 96, 3, 3), True),
+    ((1, 64, 13, 13), (256, 64, 3, 3), True),
+    ((1, 64, 56, 56), (64, 64, 3, 3), False),     # the two pairs' loop ran it faster
+    ((16, 64, 56, 56), (64, 64, 3, 3), False),
+    ((1, 128, 56, 56), (32, 128, 3, 3), False),
+    ((1, 128, 28, 28), (64, 128, 3, 3), False),
+    ((16, 48, 13, 13), (192, 48, 3, 3), False),
+    ((1, 64, 16, 16), (64, 64, 3, 3), False),
+])
+def test_the_cost_rule_against_two_pairs_an_item(x_shape, w_shape, wins, monkeypatch):
+    """Against the packed loop's two pairs an item (AVX-512 at full width):
+    ``MIN_CHANNELS_PAIRS``."""
+    monkeypatch.setattr(conv_winograd, "wide", lambda: True)
+    monkeypatch.setattr(conv_winograd, "MIN_CHANNELS_PAIRS", MIN_CHANNELS_PAIRS)
+    assert conv_winograd.faster(x_shape, w_shape, x_shape[2:]) == wins
 
 
 def _net(lib, c=96):

@@ -30,6 +30,15 @@ multiply-adds a tap where the eight-lane pair takes twenty-four for the same out
 output the same chain of multiply-adds in the same order (the same bits), the sums stored
 to the same staging buffer as two halves.
 
+A stride-1 conv of one group with more than sixteen outputs there sums two pairs an item
+(:func:`_quad_pair_sums`, where every thread still gets an item): twenty-four sums, two
+weight loads and twelve broadcasts a tap (1.35x the multiply-adds a cycle of one pair's
+twelve). Its positions are taken on the padded planes' grid (row ``q // Wp``, column ``q %
+Wp``; the columns past ``Wo`` summed and dropped), where twelve neighbouring positions read
+twelve neighbouring inputs: one address register for all twelve, where twelve positions
+across rows need twelve, and LLVM, short of registers for them and twenty-four sums,
+spilled both. Each output is the same chain of multiply-adds as one pair's (the same bits).
+
 Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
 ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
 the ``C/G*kh*kw`` of that group's input channels, so its positions' bases start at the
@@ -62,6 +71,10 @@ WIDE_RUN = 12         # ... where sixteen channels are one vector (``wide``)
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
+# The loop's kinds of work item (``_forward``'s ``mode``): a pair on eight-lane vectors, a
+# pair on one sixteen-lane vector (``wide``), two pairs at once on them (one group, and
+# items enough for every thread: an item each at least)
+NARROW, WIDE_PAIR, WIDE_PAIRS = 0, 1, 2
 
 
 @helper(inline="always")
@@ -243,14 +256,120 @@ def _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpa
             _wide_put(sums, size, q11, a11, s, done)
 
 
+@helper(inline="always")
+def _quad_sums(xp, wp, offsets, k0, k1, t, t2, base, a, c):
+    """:func:`_wide_sums` of two pairs at once (weights from ``wp[t]`` and ``wp[t2]``) and
+    twelve positions one after another in ``xp`` from ``base``: the twenty-four sums ``a +
+    c`` (two tuples of twelve: a call of more than thirty arguments is one Numba cannot
+    inline), each input value broadcast once for both pairs. The positions' addresses are
+    ``base + o`` plus a constant, so that only one of them takes a register (twelve did:
+    with twenty-four sums, LLVM then spilled both kinds)."""
+    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = a
+    c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = c
+    for k in range(k0, k1):
+        o = base + offsets[k]
+        u, v = load_wide(wp, t), load_wide(wp, t2)
+        x = broadcast_at_wide(xp, o)
+        a0, c0 = fma(u, x, a0), fma(v, x, c0)
+        x = broadcast_at_wide(xp, o + 1)
+        a1, c1 = fma(u, x, a1), fma(v, x, c1)
+        x = broadcast_at_wide(xp, o + 2)
+        a2, c2 = fma(u, x, a2), fma(v, x, c2)
+        x = broadcast_at_wide(xp, o + 3)
+        a3, c3 = fma(u, x, a3), fma(v, x, c3)
+        x = broadcast_at_wide(xp, o + 4)
+        a4, c4 = fma(u, x, a4), fma(v, x, c4)
+        x = broadcast_at_wide(xp, o + 5)
+        a5, c5 = fma(u, x, a5), fma(v, x, c5)
+        x = broadcast_at_wide(xp, o + 6)
+        a6, c6 = fma(u, x, a6), fma(v, x, c6)
+        x = broadcast_at_wide(xp, o + 7)
+        a7, c7 = fma(u, x, a7), fma(v, x, c7)
+        x = broadcast_at_wide(xp, o + 8)
+        a8, c8 = fma(u, x, a8), fma(v, x, c8)
+        x = broadcast_at_wide(xp, o + 9)
+        a9, c9 = fma(u, x, a9), fma(v, x, c9)
+        x = broadcast_at_wide(xp, o + 10)
+        a10, c10 = fma(u, x, a10), fma(v, x, c10)
+        x = broadcast_at_wide(xp, o + 11)
+        a11, c11 = fma(u, x, a11), fma(v, x, c11)
+        t += PAIR
+        t2 += PAIR
+    return (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+            c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11)
+
+
+@helper(inline="always")
+def _twelve(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 11``."""
+    return (_wide_get(sums, size, q, first, zero), _wide_get(sums, size, q + 1, first, zero),
+            _wide_get(sums, size, q + 2, first, zero),
+            _wide_get(sums, size, q + 3, first, zero),
+            _wide_get(sums, size, q + 4, first, zero),
+            _wide_get(sums, size, q + 5, first, zero),
+            _wide_get(sums, size, q + 6, first, zero),
+            _wide_get(sums, size, q + 7, first, zero),
+            _wide_get(sums, size, q + 8, first, zero),
+            _wide_get(sums, size, q + 9, first, zero),
+            _wide_get(sums, size, q + 10, first, zero),
+            _wide_get(sums, size, q + 11, first, zero))
+
+
+@helper(inline="always")
+def _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s, done):
+    """:func:`_wide_put` of positions ``q .. q + 11``."""
+    _wide_put(sums, size, q, a0, s, done)
+    _wide_put(sums, size, q + 1, a1, s, done)
+    _wide_put(sums, size, q + 2, a2, s, done)
+    _wide_put(sums, size, q + 3, a3, s, done)
+    _wide_put(sums, size, q + 4, a4, s, done)
+    _wide_put(sums, size, q + 5, a5, s, done)
+    _wide_put(sums, size, q + 6, a6, s, done)
+    _wide_put(sums, size, q + 7, a7, s, done)
+    _wide_put(sums, size, q + 8, a8, s, done)
+    _wide_put(sums, size, q + 9, a9, s, done)
+    _wide_put(sums, size, q + 10, a10, s, done)
+    _wide_put(sums, size, q + 11, a11, s, done)
+
+
+@helper(inline="always")
+def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
+    """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a stride-1 conv of one group
+    by :func:`_quad_sums`, on the padded planes' grid: position ``q`` is the output at row
+    ``q // Wp``, column ``q % Wp`` (``Wp`` the padded width; columns past ``Wo`` are
+    summed too and never read), so that its input lies at ``xp[q + offset]`` and a run of
+    twelve positions is twelve neighbours, whatever rows it crosses. ``size`` grid
+    positions (a multiple of twelve) into ``sums (4, size, 8)``. Twenty-four multiply-adds
+    a tap for two weight loads and twelve broadcasts (one pair's twelve take one and
+    twelve); each output the same chain of multiply-adds as there (the same bits)."""
+    taps = offsets.size
+    zero = joined(broadcast(F(0)), broadcast(F(0)))
+    s, s2 = load_wide(bias, p * PAIR), load_wide(bias, (p + 1) * PAIR)
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        first, done = k0 == 0, k1 == taps
+        for q in range(0, size, WIDE_RUN):
+            (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11,
+             c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11) = _quad_sums(
+                xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR, ((p + 1) * taps + k0) * PAIR,
+                q, _twelve(sums, size, q, first, zero),
+                _twelve(sums, size, 2 * size + q, first, zero))
+            _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s,
+                        done)
+            _put_twelve(sums, size, 2 * size + q, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9,
+                        c10, c11, s2, done)
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
-             block, groups, ostride, wide):
+             block, groups, ostride, mode):
     """Work items ``start * T // W : stop * T // W`` (``W = acc.shape[0]`` slots, ``T``
     items: each image's pairs of channel blocks) of the flat ``out (N, Cout, Ho, Wo)``
-    (image ``n`` from ``n * ostride``: ``kernels.out_images``; ``wide``: by
-    :func:`_wide_pair_sums`):
+    (image ``n`` from ``n * ostride``: ``kernels.out_images``; by ``mode``: ``NARROW``
+    by :func:`_pair_sums`, ``WIDE_PAIR`` by :func:`_wide_pair_sums`, ``WIDE_PAIRS`` two
+    pairs an item by :func:`_quad_pair_sums`, in one group, ``acc`` rows of ``4 Ho*Wo``
+    groups of eight):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
     ``Cout/G`` a multiple of sixteen outputs each) and ``bias (pairs*16,)``,
@@ -261,32 +380,43 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
     images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
-    total = images * pairs
+    per = 2 if mode == WIDE_PAIRS else 1       # pairs an item
+    grid = -(-ho * wpad // WIDE_RUN) * WIDE_RUN   # (positions of ``_quad_pair_sums``)
+    units = -(-pairs // per)
+    total = images * units
     for slot in range(start, stop):
         xp, sums = scratch[slot], acc[slot]
         xp[:] = 0
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
-            n, p = item // pairs, item % pairs
+            n, p = item // units, item % units * per
             if n != padded:
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
                 padded = n
-            if wide:
-                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
-                                wpad, p // group_pairs * group_planes)
-            else:
+            two = per == 2 and p + 1 < pairs
+            if two:
+                _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
+            elif mode == NARROW:
                 _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
                            p // group_pairs * group_planes)
-            channels2 = min(PAIR, cout - p * PAIR)
+            else:       # (a spare pair of WIDE_PAIRS too)
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
+                                wpad, p // group_pairs * group_planes)
+            channels2 = min(PAIR * (2 if two else 1), cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
-                _activate(sums[:halves * size * LANES], act, lo, hi)
+                _activate(sums[:halves * (grid if two else size) * LANES], act, lo, hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (p * PAIR + h * LANES) * size
                 base = n * ostride + first
-                _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
+                if two:     # (row by row, from the grid)
+                    for y in range(ho):
+                        _interleave(out, base + y * wo, size, lanes,
+                                    sums[(h * grid + y * wpad) * LANES:], wo, False)
+                else:
+                    _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
                         q, r = base + c * size, n * cout * size + first + c * size
@@ -386,16 +516,21 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     p = plan_ or plan(x.shape, (cout, c // groups, *kernel), (ho, wo), stride, dilation)
     b = np.zeros(packed.shape[0] * PAIR, F)
     b[:cout] = bias
-    items = n * packed.shape[0]
-    workers = max(1, min(items, threads_for(out.size * c // groups * kernel[0] * kernel[1])
+    pairs = packed.shape[0]
+    workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
                          or cores()))
-    scratch = np.empty((workers, c * p.hp * p.wp), F)
-    acc = np.empty((workers, PAIR * ho * wo), F)
+    mode = (NARROW if not wide()
+            else WIDE_PAIRS if groups == 1 and tuple(stride) == (1, 1)
+            and n * (pairs // 2) >= workers else WIDE_PAIR)
+    grid = -(-ho * p.wp // WIDE_RUN) * WIDE_RUN
+    # (a grid's last run reads past the planes, a run and a row of taps at most: zeros)
+    scratch = np.empty((workers, c * p.hp * p.wp + WIDE_RUN + p.offsets[-1] % p.wp), F)
+    acc = np.empty((workers, 2 * PAIR * grid if mode == WIDE_PAIRS else PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_out, ostride = out_images(out)
     run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
              flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
              wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
-             groups, ostride, wide(), threads=workers)
+             groups, ostride, mode, threads=workers)
     return out

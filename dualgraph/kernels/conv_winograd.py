@@ -29,6 +29,7 @@ largest value (64 to 256 channels), above a direct conv's; F(2x2, 3x3)'s entries
 """
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -45,6 +46,10 @@ from .tuning import cores
 F = np.float32
 POINTS = 16           # the 4x4 points of a tile at which the products are taken
 BLOCK_TILES = 512
+# Workspace bytes a thread keeps between calls (:func:`workspace`): a block's transformed
+# input and products (``BLOCK_TILES`` tiles or a row more, at any batch): 4.5 MB for 64
+# channels on 56x56 planes, 8.7 MB for 128 on 28x28
+KEPT_BYTES = 16 << 20
 
 # G of F(2, 3): the weight transform, in float64 (the result rounded once to float32)
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
@@ -268,6 +273,10 @@ def wanted(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
 
 # The cost rule's bounds (``faster``): where Winograd measured faster than the packed loop
 MIN_CHANNELS = 10     # C*Cout / (2 C + Cout) on wide planes: the per-tile share ~ 1/Cout + 2/C
+# ... where the packed loop sums two pairs of sixteen channels an item (``conv_packed``'s
+# ``WIDE_PAIRS``, AVX-512 at full width), 1.2-1.4x faster (with sixteen outputs or fewer,
+# one pair, C*Cout / (2 C + Cout) < Cout / 2 is below either bound)
+MIN_CHANNELS_PAIRS = 17
 ROW_TILES = 8         # tiles of a row: narrower planes need proportionally more channels
 MIN_TILES = 32        # tiles of the batch: the GEMMs' columns
 
@@ -290,11 +299,15 @@ def faster(x_shape, w_shape, out_hw) -> bool:
     channels, 7x7 to 64x64 planes, batch 1 and 16 (docs/benchmarks.md, "Winograd"). Only
     where dualgraph runs on one core (``tuning.cores()``, as when the graph is compiled): on
     two, a block hands work to the other core 18 times (two loops, 16 threaded GEMMs) where
-    the packed loop does once, and it has not been measured to pay there."""
+    the packed loop does once, and it has not been measured to pay there. Against the
+    packed loop's two pairs an item the bound is ``MIN_CHANNELS_PAIRS`` (64 channels on
+    56x56, 128 -> 64 on 28x28 and 128 -> 32 on 56x56 then ran 0.7-0.95x Winograd's time at
+    batch 1 and 16; 96 on 20x20 and 128 on 28x28 1.05-1.13x)."""
     c, cout = x_shape[1], w_shape[0]
     th, tw = -(-out_hw[0] // 2), -(-out_hw[1] // 2)
     kept = out_hw[0] * out_hw[1] / (4 * th * tw)
-    return (c * cout * tw * kept >= MIN_CHANNELS * (2 * c + cout) * (tw + ROW_TILES)
+    bound = MIN_CHANNELS_PAIRS if wide() else MIN_CHANNELS
+    return (c * cout * tw * kept >= bound * (2 * c + cout) * (tw + ROW_TILES)
             and x_shape[0] * th * tw >= MIN_TILES and cores() == 1)
 
 
@@ -312,7 +325,8 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
     rows = n * p.th
     span = p.block * p.tw + WIDE
     vstep, mstep = c * span, cout * span
-    v, m = np.empty(POINTS * vstep, F), np.empty(POINTS * mstep, F)
+    scratch = workspace(POINTS * (vstep + mstep))
+    v, m = scratch[:POINTS * vstep], scratch[POINTS * vstep:]
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_x, (flat_out, ostride) = x.reshape(-1), out_images(out)
@@ -331,6 +345,28 @@ def conv(x, u, out, padding, bias, plan_=None, residual=None, where=0, act=0, lo
                  r0, r1, span, mstep, where, act, F(lo), F(hi), ostride, wide_,
                  threads=threads)
     return out
+
+
+_kept = threading.local()    # (one conv at a time runs on a thread: its own workspace)
+
+
+def workspace(size: int) -> np.ndarray:
+    """A float32 array of ``size`` elements for :func:`conv`'s transformed input and
+    products, kept by the calling thread from one call to the next up to ``KEPT_BYTES``:
+    a block's arrays are megabytes, which glibc's allocator maps afresh (or trims from
+    the heap) at each call, page-faulting them in again, a fault every 4 KiB (about a
+    third of a 64-channel 56x56 conv's time at batch 1). Larger ones are made at each call,
+    where the GEMMs' work on each element (``2 Cout`` multiply-adds) dwarfs its fault.
+
+    >>> workspace(10).shape
+    (10,)
+    """
+    if 4 * size > KEPT_BYTES:
+        return np.empty(size, F)
+    kept = getattr(_kept, "array", None)
+    if kept is None or kept.size < size:
+        kept = _kept.array = np.empty(size, F)
+    return kept[:size]
 
 
 def lanes(tw: int) -> int:
