@@ -157,14 +157,17 @@ def _created(roots, tracer, names) -> list:
     return found
 
 
-def reachable(roots: dict, cls) -> list:
-    """``[(name, obj)]`` for the objects of class ``cls`` reachable from ``roots``, also as
-    the object of a bound method (``draw = rng.random``)."""
+def reachable(roots: dict, kind) -> list:
+    """``[(name, obj)]`` for the objects reachable from ``roots`` that are of ``kind`` (a
+    class, a tuple of classes, or a predicate: capture knows some kinds by duck typing),
+    also as the object of a bound method (``draw = rng.random``)."""
     found = []
+    matches = kind if callable(kind) and not isinstance(kind, type) else (
+        lambda obj: isinstance(obj, kind))
 
     def visit(path, obj, container, key):
         owner = obj.__self__ if isinstance(obj, _METHODS) else obj
-        if isinstance(owner, cls):
+        if matches(owner):
             found.append((_name(path, {}), owner))
 
     _walk(roots, visit, leaf=_ignore)

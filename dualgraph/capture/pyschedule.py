@@ -26,9 +26,9 @@ steps from the same state.
 from __future__ import annotations
 
 from ..errors import CaptureError
-from ..optim.lr_scheduler import LRScheduler
 from .escape import reachable, user_code
 from .pyrandom import defined_at
+from .scope import is_scheduler
 
 
 class Steps:
@@ -36,7 +36,7 @@ class Steps:
     attributes and their optimisers' group values (the parameter lists aside)."""
 
     def __init__(self, roots: dict):
-        found = {id(s): s for _, s in reachable({**roots, **user_code(roots)}, LRScheduler)}
+        found = {id(s): s for _, s in reachable({**roots, **user_code(roots)}, is_scheduler)}
         self.schedulers = list(found.values())
         self.before = [_state(s) for s in self.schedulers]
 

@@ -1,8 +1,9 @@
 """What a captured function can reach: its modules, optimisers and tensors, by name.
 
-Capture sees modules and optimisers by duck typing (it never imports nn or optim). Names
-found here label graph inputs (``%model.fc1.weight`` rather than ``%captured_3``), and the
-optimisers found are guarded (their state and hyper-parameters).
+Capture sees modules, optimisers and schedulers by duck typing (it never imports nn or
+optim). Names found here label graph inputs (``%model.fc1.weight`` rather than
+``%captured_3``), and the optimisers found are guarded (their state and
+hyper-parameters).
 """
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ def is_module(obj) -> bool:
 
 def is_optimizer(obj) -> bool:
     return hasattr(obj, "param_groups") and hasattr(obj, "state") and hasattr(obj, "step")
+
+
+def is_scheduler(obj) -> bool:
+    """A learning-rate scheduler (``optim.lr_scheduler``'s or a user's subclass of it): it
+    steps an optimiser and counts its epochs."""
+    return (is_optimizer(getattr(obj, "optimizer", None)) and hasattr(obj, "last_epoch")
+            and hasattr(obj, "step"))
 
 
 def code_owner(fn):
