@@ -380,6 +380,25 @@ def test_pow_and_atan2_gradients_at_their_special_points_are_torchs(compiled):
         np.testing.assert_array_equal(got, want)
 
 
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_logit_outside_its_domain_has_torchs_nan_gradient(compiled):
+    """Without eps, torch's logit is NaN outside [0, 1] in value and gradient (log p -
+    log1p(-p) alone gave a finite gradient there), inf at 0 and 1; an integer input is
+    computed in the default float. Eager and compiled (the finite values within an ulp:
+    torch takes log(p / (1 - p)))."""
+    values = [-1.0, 0.0, 0.3, 0.5, 1.0, 2.0, math.nan, -math.inf]
+    out = []
+    for m in (torch, dg):
+        x = m.tensor(values, dtype=m.float64, requires_grad=True)
+        fn = dg.compile(lambda t: t.logit()) if compiled and m is dg else (lambda t: t.logit())
+        y = fn(x)
+        y.sum().backward()
+        out.append((y.detach().numpy(), x.grad.numpy(), m.logit(m.tensor([0, 1, 2])).numpy()))
+    for want, got in zip(*out):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+
 # -- a Python number with a tensor, as torch rounds it --------------------------------------------
 NUMBER_OPS = {
     "mul": lambda a, b: a * b, "rmul": lambda a, b: b * a, "div": lambda a, b: a / b,

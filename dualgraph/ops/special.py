@@ -278,8 +278,16 @@ def erfinv(input):
 # -- logit, xlogy ---------------------------------------------------------------------------
 def logit(input, eps=None):
     """``log(p / (1 - p))``, with ``p`` clamped to ``[eps, 1 - eps]`` when ``eps`` is given
-    (the gradient is then zero outside), as ``torch.logit``."""
-    p = input if eps is None else ew.clamp(input, eps, 1.0 - eps)
+    (the gradient is then zero outside), as ``torch.logit``. Without ``eps`` the value and
+    the gradient are NaN outside ``[0, 1]``, as torch's (the two logs alone would give a
+    finite gradient there)."""
+    if eps is not None:
+        p = ew.clamp(input, eps, 1.0 - eps)
+    else:
+        x = as_operand(input)
+        x = x if x.is_floating_point() else x.to(dtypes.get_default_dtype())
+        outside = ew.logical_or(ew.lt(x, 0), ew.gt(x, 1))
+        p = x * ew.where(outside, math.nan, 1.0).to(x.dtype)   # (times 1.0 inside: exact)
     return ew.log(p) - ew.log1p(-p)
 
 
