@@ -1201,10 +1201,7 @@ class Compiled:
             self._split = None                        # drawing anew, stepping the schedule)
             if not split:
                 return self._graph_break(e), sig
-            self._every_call("it draws from Python's random module, NumPy's global "
-                             "generator or a generator object: the numbers drawn steer its "
-                             "Python or its ops" if isinstance(e, PythonRandom) else
-                             "it steps a learning-rate scheduler", e.location, e.fix)
+            self._every_call(e.why_every_call, e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
         except (PythonPrint, FlagWrite) as e:
@@ -1346,7 +1343,7 @@ class Compiled:
                     random_break = PythonRandom(self.fn)
                     raise random_break
                 if as_inputs and schedule.stepped():
-                    random_break = SchedulerStep(self.fn)
+                    random_break = SchedulerStep(self.fn)   # (as a draw: every call)
                     raise random_break
                 if as_inputs and printed and not getattr(tracer, "broke", False):
                     raise PythonPrint(printed[0][0])   # (one graph would print once)

@@ -99,6 +99,9 @@ def defined_at(fn) -> str:
 class PythonRandom(CaptureError):
     """A trace drew from a Python-level generator (see the module docstring)."""
 
+    why_every_call = ("it draws from Python's random module, NumPy's global generator or a "
+                      "generator object: the numbers drawn steer its Python or its ops")
+
     def __init__(self, fn):
         where = defined_at(fn)
         super().__init__(

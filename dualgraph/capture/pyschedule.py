@@ -66,6 +66,8 @@ def _counters(attrs: dict) -> tuple:
 class SchedulerStep(CaptureError):
     """A trace stepped a learning-rate scheduler (see the module docstring)."""
 
+    why_every_call = "it steps a learning-rate scheduler"
+
     def __init__(self, fn):
         super().__init__(
             "a learning-rate scheduler was stepped while tracing: a graph would write the "
