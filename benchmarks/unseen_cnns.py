@@ -11,7 +11,8 @@ EfficientNet-B0 (MBConv blocks with SiLU and squeeze-and-excitation), a
 MobileNetV3-small-like stack (hard-swish, hard-sigmoid gates), and (``--models
 shufflenetv2,densenet121,regnetx400mf,googlenet``) ShuffleNetV2 x1.0 (channel split and
 shuffle), DenseNet-121 (pre-activation layers, dense concatenation), RegNetX-400MF
-(grouped 3x3s of 16 channels a group) and GoogLeNet (four-branch Inception blocks), with
+(grouped 3x3s of 16 channels a group), GoogLeNet (four-branch Inception blocks) and
+(``convnext``) a ConvNeXt (7x7 depthwise convs, LayerNorm on permuted tensors), with
 the same random weights in both libraries. Each implementation runs once per round, in turns; reported:
 the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
 machine, and fair between one-thread engines) and the best wall time, in ms, and each
@@ -283,6 +284,43 @@ def googlenet(lib, classes=1000):
                          nn.Linear(1024, classes))
 
 
+def convnext(lib, classes=1000, dims=(40, 80, 160, 320), depths=(2, 2, 6, 2)):
+    """A ConvNeXt (timm's "atto" sizes): a 4x4/4 patch stem, blocks of a 7x7 depthwise
+    conv, LayerNorm over channels on the permuted (N, H, W, C) tensor, a GELU MLP of
+    ``nn.Linear``s and a per-channel layer scale on the residual; between stages a
+    channels-first LayerNorm (permute, normalise, permute back) and a 2x2/2 conv."""
+    nn = lib.nn
+
+    class ChannelsFirstNorm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+
+        def forward(self, x):
+            return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.pwconv1, self.act = nn.Linear(dim, 4 * dim), nn.GELU()
+            self.pwconv2 = nn.Linear(4 * dim, dim)
+            self.gamma = nn.Parameter(0.1 * lib.ones(dim))
+
+        def forward(self, x):
+            y = self.norm(self.dwconv(x).permute(0, 2, 3, 1))
+            y = self.pwconv2(self.act(self.pwconv1(y))) * self.gamma
+            return x + y.permute(0, 3, 1, 2)
+
+    layers = [nn.Conv2d(3, dims[0], 4, stride=4), ChannelsFirstNorm(dims[0])]
+    for i, (dim, depth) in enumerate(zip(dims, depths)):
+        if i:
+            layers += [ChannelsFirstNorm(dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
+        layers += [Block(dim) for _ in range(depth)]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.LayerNorm(dims[-1], eps=1e-6), nn.Linear(dims[-1], classes))
+
 def suite_model(module: str, name: str):
     """A workload's model (W8's ResNet-18, W9's MobileNetV2), measured the same way."""
     return lambda lib: getattr(importlib.import_module(f"benchmarks.{module}"), name)(lib)
@@ -290,7 +328,7 @@ def suite_model(module: str, name: str):
 
 MODELS = {"squeezenet": squeezenet, "efficientnet": efficientnet, "mobilenetv3": mobilenetv3,
           "shufflenetv2": shufflenetv2, "densenet121": densenet, "regnetx400mf": regnetx,
-          "googlenet": googlenet,
+          "googlenet": googlenet, "convnext": convnext,
           "resnet18": suite_model("w8_resnet18_infer", "resnet18"),
           "mobilenetv2": suite_model("w9_mobilenet_infer", "mobilenet_v2")}
 
