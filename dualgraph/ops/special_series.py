@@ -331,14 +331,35 @@ def sinc(input):
     return ew.where(zero, 1.0, ew.sin(px) / px).to(x.dtype)
 
 
+def _entr_array(x):
+    """``-x log x`` for x > 0, 0 at 0, -inf below, NaN at NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = -x * np.log(x)
+    outside = np.where(x == 0, 0.0, np.where(np.isnan(x), x, -np.inf)).astype(x.dtype)
+    return np.where(x > 0, inside, outside)
+
+
+def _onnx_entr(e, node):
+    dtype = e.common_dtype()
+    x, = e.inputs(dtype)
+    scalar = lambda v: e.const(np.asarray(v, dtype), "scalar")
+    inside = e.op("Neg", [e.op("Mul", [x, e.op("Log", [x])])])
+    below = e.op("Where", [e.op("IsNaN", [x]), x, scalar(-np.inf)])
+    outside = e.op("Where", [e.op("Equal", [x, scalar(0.0)]), scalar(0.0), below])
+    return [e.op("Where", [e.op("Greater", [x, scalar(0.0)]), inside, outside])]
+
+
+# An op of its own (not a composite of where and log) for torch's gradient -(1 + log x):
+# infinite at 0 and NaN below, where a composite's branches would give 0
+ENTR = defop("entr", unary_float_kernel(_entr_array), infer_float,
+             vjp=lambda g, out, x: g * -(ew.log(x) + 1.0), onnx=_onnx_entr,
+             doc="The elementwise entropy -x log x.")
+
+
 def entr(input):
     """The elementwise entropy ``-x log x``: 0 at 0, -inf below, as ``torch.special.entr``
-    (its gradient at 0 is taken as 0 where torch's is infinite)."""
-    x = _float(input)
-    positive = ew.gt(x, 0)
-    safe = ew.where(positive, x, 1.0)
-    inside = ew.where(ew.eq(x, 0), 0.0, -math.inf).to(x.dtype)
-    return ew.where(positive, -safe * ew.log(safe), ew.where(ew.isnan(x), x, inside))
+    (its gradient ``-(1 + log x)``: infinite at 0, NaN below, as torch's)."""
+    return apply(ENTR, input)
 
 
 def mvlgamma(input, p):
