@@ -493,13 +493,15 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
 def groups_fit(x_shape, w_shape, groups) -> bool:
     """Whether the loop takes a conv of ``groups`` with weight ``w_shape`` on ``x_shape``:
     one group, or several, each of a multiple of sixteen output channels (no pair across
-    two groups) and more than one input channel (one is a depthwise conv's), where it beat
-    ``conv_direct``'s loop: groups of 32 outputs or more, or input planes of at most
-    ``GROUPED_MAX_PLANE`` (with sixteen outputs a group on larger planes, the direct loop
-    tied or won at stride 2, the stride this rule cannot see, where the packed one won at
-    stride 1: docs/benchmarks.md, "grouped convs")."""
+    two groups) and more than one input channel (one is a depthwise conv's). Where a pair
+    is one sixteen-lane vector (:func:`wide`) it beat ``conv_direct``'s loop on every
+    grouped layer measured (1.6-1.8x, groups of 16 and 32, 7x7 to 112x112 planes, stride
+    1 and 2, batch 1 and 16: docs/benchmarks.md, "grouped convs wide"); on eight-lane
+    vectors groups of sixteen outputs on planes larger than ``GROUPED_MAX_PLANE`` tied or
+    lost to it at stride 2, the stride this rule cannot see, so they stay there
+    (docs/benchmarks.md, "grouped convs")."""
     return groups == 1 or (w_shape[0] // groups % PAIR == 0 and w_shape[1] > 1
-                           and (w_shape[0] // groups > PAIR
+                           and (w_shape[0] // groups > PAIR or wide()
                                 or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE))
 
 
