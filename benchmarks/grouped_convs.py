@@ -7,7 +7,8 @@ and torch eager: where ``kernels.conv_packed.groups_fit`` should take a grouped 
 benchmarks.grouped_convs [--batches 1,16]``. The layers: RegNetX-400MF's grouped 3x3s
 (groups of 16 channels), group widths 16 and 32 on 14x14 to 56x56 planes, and group
 widths 4, 8, 24 and 40 (not a multiple of sixteen) on 28x28 and 56x56 (stride 2) planes.
-Times: best process CPU time over 3 rounds of 3 calls, the engines in turns (``dense_convs.best_ms``).
+Times: best process CPU time over 3 rounds of 3 calls, the engines in turns
+(``dense_convs.best_ms``).
 Each line: the layer, whether ``groups_fit`` takes it, the times in ms.
 """
 from __future__ import annotations

@@ -128,11 +128,10 @@ def conv_packed(graph: Graph, weights: list, report: Report) -> Graph:
         }
     """
     return _relayout(graph, weights, report, CONV2D_PACKED,
-                     lambda w, a: kernels.conv_packed.pack(w, a["groups"]), "packed", lambda w, a: dict(stride=a["stride"], padding=a["padding"],
-                                                 dilation=a["dilation"],
-                                                 kernel_size=tuple(w.shape[2:]),
-                                                 out_channels=w.shape[0],
-                                                 groups=a["groups"]))
+                     lambda w, a: kernels.conv_packed.pack(w, a["groups"]), "packed",
+                     lambda w, a: dict(stride=a["stride"], padding=a["padding"],
+                                       dilation=a["dilation"], kernel_size=tuple(w.shape[2:]),
+                                       out_channels=w.shape[0], groups=a["groups"]))
 
 
 def conv_winograd(graph: Graph, weights: list, report: Report) -> Graph:
