@@ -5,8 +5,10 @@ and torch eager: where ``kernels.conv_packed.groups_fit`` should take a grouped 
 
 ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUALGRAPH_NUM_THREADS=1 python -m
 benchmarks.grouped_convs [--batches 1,16]``. The layers: RegNetX-400MF's grouped 3x3s
-(groups of 16 channels) and group widths 16 and 32 on 14x14 to 56x56 planes. Times: best
-process CPU time over 3 rounds of 3 calls, the engines in turns (``dense_convs.best_ms``).
+(groups of 16 channels), group widths 16 and 32 on 14x14 to 56x56 planes, and group
+widths 4, 8, 24 and 40 (not a multiple of sixteen) on 28x28 and 56x56 (stride 2) planes.
+Times: best process CPU time over 3 rounds of 3 calls, the engines in turns
+(``dense_convs.best_ms``).
 Each line: the layer, whether ``groups_fit`` takes it, the times in ms.
 """
 from __future__ import annotations
@@ -24,6 +26,10 @@ LAYERS = [("regnet 32/2", 32, 16, 112, 2), ("regnet 64/2", 64, 16, 56, 2),
           ("regnet 160", 160, 16, 14, 1), ("regnet 384/2", 384, 16, 14, 2),
           ("regnet 384", 384, 16, 7, 1)]
 LAYERS += [(f"128 g{gw} {s}x{s}", 128, gw, s, 1) for s in (14, 28, 56) for gw in (16, 32)]
+# group widths not a multiple of sixteen (the last pair of a group partly idle)
+LAYERS += [(f"{c} g{gw} {s}x{s}{'/2' if st == 2 else ''}", c, gw, s, st)
+           for c, gw in ((128, 8), (192, 24), (240, 40), (256, 4))
+           for s, st in ((28, 1), (56, 2))]
 
 
 def measure(c, width, size, stride, batch) -> dict:
@@ -39,7 +45,7 @@ def measure(c, width, size, stride, batch) -> dict:
     attrs = dict(stride=(stride, stride), padding=((1, 1), (1, 1)), dilation=(1, 1))
     run = _packed_run(x.shape, False, "relu", (-np.inf, np.inf), None, (3, 3), c,
                       groups=groups, **attrs)
-    wp = conv_packed.pack(w)
+    wp = conv_packed.pack(w, groups)
     tx, tw, tb = map(torch.tensor, (x, w, b))
 
     def torch_conv():

@@ -40,8 +40,16 @@ CASES = [
     (3, 48, 13, 7, 96, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 3),
     (1, 40, 10, 9, 64, (3, 3), (1, 2), ((0, 1), (2, 1)), (2, 1), 4),
     (1, 96, 31, 29, 96, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    # groups whose outputs are not a multiple of sixteen (padded to whole pairs, the last
+    # pair's spare lanes idle): 8 at stride 2 and batch 2, 24 (a whole pair and a half) with
+    # asymmetric padding and dilation, 10 at batch 3; and sixteen on a plane larger than
+    # GROUPED_MAX_PLANE at stride 2 (these four the loop takes on sixteen-lane vectors)
+    (2, 24, 11, 10, 24, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 3),
+    (1, 36, 9, 13, 72, (3, 3), (1, 1), ((1, 0), (2, 1)), (2, 1), 3),
+    (3, 40, 8, 8, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 4),
+    (2, 32, 31, 30, 32, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 2),
 ]
-GROUPED = CASES[-4:]
+GROUPED = CASES[-8:]
 # stride 1, one group, more than sixteen outputs: two pairs an item on the padded grid
 # (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5 kernel
 # dilated by 3 (the grid's last run reads past the planes), asymmetric padding and dilation
@@ -57,9 +65,9 @@ PAIRS = [
 
 def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_at=None,
             stride, padding, dilation, groups):
-    return CONV2D_PACKED.kernel(x, conv_packed.pack(w), b, *residual, act=act, bounds=bounds,
-                                residual_at=residual_at, stride=stride, padding=padding,
-                                dilation=dilation, kernel_size=w.shape[2:],
+    return CONV2D_PACKED.kernel(x, conv_packed.pack(w, groups), b, *residual, act=act,
+                                bounds=bounds, residual_at=residual_at, stride=stride,
+                                padding=padding, dilation=dilation, kernel_size=w.shape[2:],
                                 out_channels=w.shape[0], groups=groups)
 
 
@@ -69,18 +77,24 @@ def test_pack_and_unpack():
     assert packed.shape == (3, 30, 16) and packed.flags.c_contiguous
     assert packed[1, 7, 4] == w[20].reshape(-1)[7] and not packed[2, :, 5:].any()
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape), w)
+    w = w[:36]     # three groups of twelve outputs, each padded to a pair
+    packed = conv_packed.pack(w, groups=3)
+    assert packed.shape == (3, 30, 16) and not packed[:, :, 12:].any()
+    assert packed[2, 7, 4] == w[28].reshape(-1)[7]
+    np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape, groups=3), w)
 
 
 @pytest.mark.parametrize("case", CASES + PAIRS[:4])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
-                                   x.dtype)
+                                   x.dtype) or (case in GROUPED[4:] and not conv_packed.wide())
     want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", [CASES[1], GROUPED[1], PAIRS[0], PAIRS[2]])
+@pytest.mark.parametrize("case", [CASES[1], GROUPED[1], GROUPED[5], GROUPED[6], PAIRS[0],
+                                  PAIRS[2]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
                                              ("silu", "after"), ("hardswish", None),
                                              ("relu", "before")])
@@ -92,7 +106,7 @@ def test_epilogues_match_the_decomposition(act, residual_at, case):
     residual = (r,) if residual_at else ()
     got = _packed(x, w, b, *residual, act=act, bounds=bounds, residual_at=residual_at,
                   **attrs)
-    wp = dg.tensor(conv_packed.pack(w))
+    wp = dg.tensor(conv_packed.pack(w, attrs["groups"]))
     want = CONV2D_PACKED.decomposition(
         *(dg.tensor(a) for a in (x,)), wp, dg.tensor(b), *(dg.tensor(a) for a in residual),
         act=act, bounds=bounds, residual_at=residual_at, stride=attrs["stride"],
@@ -101,7 +115,7 @@ def test_epilogues_match_the_decomposition(act, residual_at, case):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", [CASES[0], GROUPED[0]])
+@pytest.mark.parametrize("case", [CASES[0], GROUPED[0], GROUPED[5]])
 def test_without_the_loop_the_op_unpacks_and_runs_the_epilogue(monkeypatch, case):
     x, w, b, attrs = _data(case)
     want = _packed(x, w, b, **attrs)
@@ -113,7 +127,7 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
     """The sums carried from one block of taps to the next, and an image's pairs of
     channel blocks shared among three workers, give the bits of one block on one worker;
     a conv conv_outlanes takes has its bits (the same sums in the same order)."""
-    cases = [_data(CASES[1]), _data(CASES[3]), _data(GROUPED[1])]  # (batch 3; three pairs)
+    cases = [_data(c) for c in (CASES[1], CASES[3], GROUPED[1], GROUPED[4], GROUPED[6])]
     wants = [_packed(x, w, b, **attrs) for x, w, b, attrs in cases]
     monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)     # (one channel's taps a block)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
@@ -203,15 +217,18 @@ def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
 
 
 def test_grouped_convs_the_loop_takes():
-    """Groups of a multiple of sixteen outputs and more than one input channel; sixteen
-    only on planes up to GROUPED_MAX_PLANE (the direct loop beats it on larger ones)."""
+    """Groups of more than one input channel: where a pair is one sixteen-lane vector,
+    those whose pairs have half their lanes busy or more; on eight lanes, groups of a
+    multiple of sixteen outputs, sixteen only on planes up to GROUPED_MAX_PLANE."""
     pad = ((1, 1), (1, 1))
     wins = lambda x, w, g: conv_packed.packed_wins(x, w, pad, g, np.float32)
     assert wins((1, 384, 7, 7), (384, 16, 3, 3), 24)
     assert wins((1, 128, 28, 28), (128, 16, 3, 3), 8)
-    assert not wins((1, 128, 56, 56), (128, 16, 3, 3), 8)
+    assert wins((1, 128, 56, 56), (128, 16, 3, 3), 8) == conv_packed.wide()
     assert wins((1, 128, 56, 56), (128, 32, 3, 3), 4)
-    assert not wins((1, 64, 14, 14), (64, 8, 3, 3), 8)      # (8 outputs a group)
+    assert wins((1, 64, 14, 14), (64, 8, 3, 3), 8) == conv_packed.wide()   # (8 a group)
+    assert wins((1, 96, 14, 14), (96, 24, 3, 3), 4) == conv_packed.wide()   # (24 a group)
+    assert not wins((1, 64, 14, 14), (64, 4, 3, 3), 16)     # (4 outputs a group: 1/4 busy)
     assert not wins((1, 32, 14, 14), (32, 1, 3, 3), 32)     # (depthwise)
     assert not wins((1, 16, 14, 14), (32, 1, 3, 3), 16)     # (one input channel a group)
 
@@ -309,29 +326,38 @@ def _stem(lib):
                          nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
 
 
-def _grouped(lib):
-    """A RegNet-style block: 1x1, BatchNorm, ReLU; a grouped 3x3 (groups of 16) at stride
-    2, BatchNorm, ReLU; 1x1 with BatchNorm; a strided 1x1 shortcut; ReLU after the sum."""
+def _grouped(lib, width=16):
+    """A RegNet-style block: 1x1, BatchNorm, ReLU; a grouped 3x3 (three groups of
+    ``width``) at stride 2, BatchNorm, ReLU; 1x1 with BatchNorm; a strided 1x1 shortcut;
+    ReLU after the sum."""
     nn = lib.nn
+    c = 3 * width
 
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.a = nn.Sequential(nn.Conv2d(24, 48, 1, bias=False), nn.BatchNorm2d(48),
+            self.a = nn.Sequential(nn.Conv2d(24, c, 1, bias=False), nn.BatchNorm2d(c),
                                    nn.ReLU())
-            self.b = nn.Sequential(nn.Conv2d(48, 48, 3, 2, 1, groups=3, bias=False),
-                                   nn.BatchNorm2d(48), nn.ReLU())
-            self.c = nn.Sequential(nn.Conv2d(48, 48, 1, bias=False), nn.BatchNorm2d(48))
-            self.short = nn.Conv2d(24, 48, 1, 2)
+            self.b = nn.Sequential(nn.Conv2d(c, c, 3, 2, 1, groups=3, bias=False),
+                                   nn.BatchNorm2d(c), nn.ReLU())
+            self.c = nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c))
+            self.short = nn.Conv2d(24, c, 1, 2)
 
         def forward(self, x):
             return lib.relu(self.c(self.b(self.a(x))) + self.short(x))
     return Block()
 
 
+def _grouped24(lib):
+    """:func:`_grouped` with groups of 24 outputs (a pair and a half each)."""
+    return _grouped(lib, 24)
+
+
 # a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
 PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, ""),
                  (_grouped, (24, 15, 13), 3, "b.0.weight_packed")]
+if conv_packed.wide():      # (on eight lanes the direct loop takes groups of 24)
+    PACKED_MODELS.append((_grouped24, (24, 15, 13), 3, "b.0.weight_packed"))
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -343,7 +369,7 @@ def test_compiled_and_onnx_import_match_eager_and_torch(net, shape, packed, name
     graph = str(compiled.optimized_graph)
     assert graph.count("conv2d_packed(") == packed and "conv2d_epilogue" not in graph, graph
     assert name in graph and "conv_packed_relu(" in compiled.code
-    assert net is not _grouped or "groups=3)" in graph, graph
+    assert not name.startswith("b.") or "groups=3)" in graph, graph
     assert loaded.code.count("= conv_packed_") == packed, loaded.code
 
 

@@ -544,10 +544,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +3 and the core +6: logit's NaN outside [0, 1], in value and gradient, as torch's.
 # ops/ +12 and the core +12: entr an op of its own (torch's gradient at and below 0; its
 # ONNX form).
-CORE_BUDGET = 32_257
+# kernels/ +9, ops/ +2 and the core +12 (issue 26, i-grouped): grouped convs of
+# any width on conv_packed, each group's outputs padded to whole pairs (pack, groups_fit).
+CORE_BUDGET = 32_269
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_122,
-           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_486,
-           "ops": 11_365, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
+           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_495,
+           "ops": 11_367, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -39,12 +39,14 @@ twelve neighbouring inputs: one address register for all twelve, where twelve po
 across rows need twelve, and LLVM, short of registers for them and twenty-four sums,
 spilled both. Each output is the same chain of multiply-adds as one pair's (the same bits).
 
-Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
-ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
-the ``C/G*kh*kw`` of that group's input channels, so its positions' bases start at the
-group's first padded plane (``origin``) and the offsets are those of ``C/G`` channels.
+Grouped convs (RegNet's and ResNeXt-style groups of many channels) run the same loop:
+:func:`pack` pads each group's outputs to whole pairs, so a pair lies in one group, its
+taps are the ``C/G*kh*kw`` of that group's input channels, its positions' bases start at
+the group's first padded plane (``origin``) and the offsets are those of ``C/G`` channels.
 A group's product is one pair's, with all twelve sums busy, where the direct loop
-(``conv_direct``) reloads each input plane once per output channel.
+(``conv_direct``) reloads each input plane once per output channel; a group whose width is
+not a multiple of sixteen leaves its last pair's spare lanes idle (``groups_fit`` bounds
+that share).
 """
 from __future__ import annotations
 
@@ -372,7 +374,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     groups of eight):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
-    ``Cout/G`` a multiple of sixteen outputs each) and ``bias (pairs*16,)``,
+    ``Cout/G`` outputs each, padded to whole pairs: :func:`pack`) and ``bias (pairs*16,)``
+    (padded as the weight),
     with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``). A slot pads
     each image it meets once (at batch 1 every slot pads the one image)."""
     pairs = wp.size // (offsets.size * PAIR)
@@ -403,13 +406,17 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
             else:       # (a spare pair of WIDE_PAIRS too)
                 _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
                                 wpad, p // group_pairs * group_planes)
-            channels2 = min(PAIR * (2 if two else 1), cout - p * PAIR)
+            # (the pair's first output channel and how many it has: its group's outputs
+            # padded to whole pairs, ``pack``)
+            local = p % group_pairs * PAIR
+            channel = p // group_pairs * (cout // groups) + local
+            channels2 = min(PAIR * (2 if two else 1), cout // groups - local)
             halves = -(-channels2 // LANES)
             if where == 0:
                 _activate(sums[:halves * (grid if two else size) * LANES], act, lo, hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
-                first = (p * PAIR + h * LANES) * size
+                first = (channel + h * LANES) * size
                 base = n * ostride + first
                 if two:     # (row by row, from the grid)
                     for y in range(ho):
@@ -431,25 +438,33 @@ def wide() -> bool:
     return isa.full_width()
 
 
-def pack(w: np.ndarray) -> np.ndarray:
-    """The weight ``(Cout, C/G, kh, kw)`` as ``(pairs, C/G*kh*kw, 16)`` float32: pair ``p``'s
-    sixteen output channels side by side for each tap, zeros past ``Cout``.
+def padded_width(cout: int, groups: int = 1) -> int:
+    """The output channels of a group in :func:`pack`'s layout: ``Cout/G`` up to whole
+    pairs, so that no pair holds two groups' channels."""
+    return -(-(cout // groups) // PAIR) * PAIR
+
+
+def pack(w: np.ndarray, groups: int = 1) -> np.ndarray:
+    """The weight ``(Cout, C/G, kh, kw)`` of ``groups`` as ``(pairs, C/G*kh*kw, 16)``
+    float32: pair ``p``'s sixteen output channels side by side for each tap, each group's
+    ``Cout/G`` channels followed by zeros up to whole pairs (:func:`padded_width`).
 
     >>> pack(np.ones((3, 2, 1, 1), np.float32)).shape
     (1, 2, 16)
+    >>> pack(np.ones((24, 2, 3, 3), np.float32), groups=3).shape    # (8 outputs a group)
+    (3, 18, 16)
     """
-    cout = w.shape[0]
-    pairs = -(-cout // PAIR)
-    packed = np.zeros((pairs * PAIR, math.prod(w.shape[1:])), F)
-    packed[:cout] = w.reshape(cout, -1)
-    return np.ascontiguousarray(packed.reshape(pairs, PAIR, -1).transpose(0, 2, 1))
+    cout, width = w.shape[0], padded_width(w.shape[0], groups)
+    packed = np.zeros((groups, width, math.prod(w.shape[1:])), F)
+    packed[:, :cout // groups] = w.reshape(groups, cout // groups, -1)
+    return np.ascontiguousarray(packed.reshape(-1, PAIR, packed.shape[2]).transpose(0, 2, 1))
 
 
-def unpack(packed: np.ndarray, w_shape) -> np.ndarray:
-    """:func:`pack`'s inverse: the ``(Cout, C, kh, kw)`` weight."""
+def unpack(packed: np.ndarray, w_shape, groups: int = 1) -> np.ndarray:
+    """:func:`pack`'s inverse: the ``(Cout, C/G, kh, kw)`` weight."""
     cout = w_shape[0]
-    return np.ascontiguousarray(packed.transpose(0, 2, 1).reshape(-1, packed.shape[1])[:cout]
-                                ).reshape(w_shape)
+    planes = packed.transpose(0, 2, 1).reshape(groups, -1, packed.shape[1])
+    return np.ascontiguousarray(planes[:, :cout // groups]).reshape(w_shape)
 
 
 class Plan(NamedTuple):
@@ -471,7 +486,7 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
 
 def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
     """Whether :func:`conv` takes a conv whose weight is packed once: float32, one group
-    or groups of a multiple of sixteen output channels (:func:`groups_fit`), no negative
+    or groups whose pairs are busy enough (:func:`groups_fit`), no negative
     padding, at least sixteen output channels (a packed pair: fewer leave
     lanes idle), a kernel larger than 1x1 (a 1x1 conv's GEMM on the input as it is, no
     copy, measured 1.3-1.4x faster), and of an image's first layers (at most
@@ -492,15 +507,23 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
 
 def groups_fit(x_shape, w_shape, groups) -> bool:
     """Whether the loop takes a conv of ``groups`` with weight ``w_shape`` on ``x_shape``:
-    one group, or several, each of a multiple of sixteen output channels (no pair across
-    two groups) and more than one input channel (one is a depthwise conv's), where it beat
-    ``conv_direct``'s loop: groups of 32 outputs or more, or input planes of at most
-    ``GROUPED_MAX_PLANE`` (with sixteen outputs a group on larger planes, the direct loop
-    tied or won at stride 2, the stride this rule cannot see, where the packed one won at
-    stride 1: docs/benchmarks.md, "grouped convs")."""
-    return groups == 1 or (w_shape[0] // groups % PAIR == 0 and w_shape[1] > 1
-                           and (w_shape[0] // groups > PAIR
-                                or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE))
+    one group, or several of more than one input channel (one is a depthwise conv's)
+    where it beat ``conv_direct``'s loop. Where a pair is one sixteen-lane vector
+    (:func:`wide`): groups whose pairs have at least half their lanes busy (a group of
+    ``Cout/G`` outputs takes :func:`padded_width`'s), 1.6-1.8x faster at sixteen and
+    thirty-two outputs a group, 1.4-1.5x at 24 and 40, 1.1x at 8; at four the direct loop
+    took half the time (docs/benchmarks.md, "grouped convs of any width"). On eight-lane
+    vectors groups of a multiple of sixteen outputs, sixteen only on planes of at most
+    ``GROUPED_MAX_PLANE`` (larger ones tied or lost at stride 2, the stride this rule cannot
+    see: docs/benchmarks.md, "grouped convs")."""
+    width = w_shape[0] // groups
+    if groups == 1:
+        return True
+    if w_shape[1] <= 1:
+        return False
+    if wide():
+        return 2 * width >= padded_width(w_shape[0], groups)
+    return width % PAIR == 0 and (width > PAIR or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE)
 
 
 def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,
@@ -514,8 +537,9 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     n, c, h, wd = x.shape
     cout, ho, wo = out.shape[1:]
     p = plan_ or plan(x.shape, (cout, c // groups, *kernel), (ho, wo), stride, dilation)
-    b = np.zeros(packed.shape[0] * PAIR, F)
-    b[:cout] = bias
+    b = np.zeros((groups, padded_width(cout, groups)), F)
+    b[:, :cout // groups] = np.reshape(bias, (groups, -1))
+    b = b.reshape(-1)
     pairs = packed.shape[0]
     workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
                          or cores()))

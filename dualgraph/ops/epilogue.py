@@ -279,17 +279,19 @@ CONV2D_EPILOGUE = defop(
         "to the conv's output in one pass, in place")
 
 
-def _unpacked(wp, kernel_size, out_channels):
+def _unpacked(wp, kernel_size, out_channels, groups):
     """The ``(Cout, C/G, kh, kw)`` weight of ``conv2d_packed``'s ``wp (pairs, C/G*kh*kw, 16)``
-    (``kernels.conv_packed.pack``'s layout), with tensor ops."""
+    (``kernels.conv_packed.pack``'s layout: each group's outputs padded to whole pairs),
+    with tensor ops."""
     pairs, taps, lanes = wp.shape
     c = taps // (kernel_size[0] * kernel_size[1])
-    w = shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), pairs * lanes, c, *kernel_size)
-    return w[:out_channels]
+    w = shape_ops.reshape(shape_ops.permute(wp, 0, 2, 1), groups, pairs * lanes // groups,
+                          c, *kernel_size)
+    return shape_ops.reshape(w[:, :out_channels // groups], out_channels, c, *kernel_size)
 
 
 def _packed_decomposition(x, wp, b, *residual, kernel_size, out_channels, groups=1, **attrs):
-    return _decomposition(x, _unpacked(wp, kernel_size, out_channels), b, *residual,
+    return _decomposition(x, _unpacked(wp, kernel_size, out_channels, groups), b, *residual,
                           groups=groups, **attrs)
 
 
@@ -350,8 +352,8 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
 
 
 def _packed_weight(wp, x_shape, kernel_size, out_channels, groups=1, **conv):
-    return (kernels.conv_packed.unpack(wp, (out_channels, x_shape[1] // groups, *kernel_size)),
-            dict(conv, groups=groups))
+    return (kernels.conv_packed.unpack(wp, (out_channels, x_shape[1] // groups, *kernel_size),
+                                       groups), dict(conv, groups=groups))
 
 
 _packed_kernel, _specialise_packed = _laid_out("conv_packed", _packed_run, _packed_weight)
@@ -359,7 +361,7 @@ _packed_kernel, _specialise_packed = _laid_out("conv_packed", _packed_run, _pack
 
 def _infer_packed(x, wp, b, *residual, kernel_size, out_channels, groups=1, **attrs):
     w_shape = (out_channels, x.shape[1] // groups, *kernel_size)
-    pairs = -(-out_channels // 16)
+    pairs = groups * kernels.conv_packed.padded_width(out_channels, groups) // 16
     if tuple(wp.shape) != (pairs, math.prod(w_shape[1:]), 16):
         raise ValueError(f"conv2d_packed: packed weight of shape {tuple(wp.shape)} for a "
                          f"weight {w_shape} (want {(pairs, math.prod(w_shape[1:]), 16)}: "
@@ -374,7 +376,8 @@ CONV2D_PACKED = defop(
            "out_channels", "groups"), saves="", onnx=None, specialise=_specialise_packed,
     fills_out=True, compiler_only=True, decomposition=_packed_decomposition,
     doc="conv2d_epilogue on a weight packed once (pairs, C/G*kh*kw, 16): sixteen output "
-        "channels (of one group) side by side per tap, read as one run by the kernel")
+        "channels (of one group, whose outputs are padded to whole pairs) side by side per "
+        "tap, read as one run by the kernel")
 
 
 # conv2d_winograd: a 3x3 stride-1 conv on its weight transformed once (kernels/conv_winograd.py)

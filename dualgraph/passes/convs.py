@@ -66,8 +66,11 @@ def _winograd(node: Node) -> bool:
 def packable_weights(graph: Graph) -> list[Value]:
     """The precondition of ``conv_packed``: the 4-D float32 constants read only as the
     weight (second input, and nothing else) of ``PACKED_READERS`` nodes that
-    ``_packable`` accepts, and not returned."""
-    return _weights(graph, _packable)
+    ``_packable`` accepts, all with the same ``groups`` (which the packed layout depends
+    on), and not returned."""
+    live = live_readers(graph)
+    return [w for w in _weights(graph, _packable)
+            if len({u.attrs["groups"] for u in live[w]}) == 1]
 
 
 def winograd_weights(graph: Graph) -> list[Value]:
@@ -124,12 +127,11 @@ def conv_packed(graph: Graph, weights: list, report: Report) -> Graph:
           return (%y)
         }
     """
-    return _relayout(graph, weights, report, CONV2D_PACKED, kernels.conv_packed.pack,
-                     "packed", lambda w, a: dict(stride=a["stride"], padding=a["padding"],
-                                                 dilation=a["dilation"],
-                                                 kernel_size=tuple(w.shape[2:]),
-                                                 out_channels=w.shape[0],
-                                                 groups=a["groups"]))
+    return _relayout(graph, weights, report, CONV2D_PACKED,
+                     lambda w, a: kernels.conv_packed.pack(w, a["groups"]), "packed",
+                     lambda w, a: dict(stride=a["stride"], padding=a["padding"],
+                                       dilation=a["dilation"], kernel_size=tuple(w.shape[2:]),
+                                       out_channels=w.shape[0], groups=a["groups"]))
 
 
 def conv_winograd(graph: Graph, weights: list, report: Report) -> Graph:
@@ -163,13 +165,14 @@ def conv_winograd(graph: Graph, weights: list, report: Report) -> Graph:
         }
     """
     return _relayout(graph, weights, report, CONV2D_WINOGRAD,
-                     kernels.conv_winograd.transform_weight, "winograd",
+                     lambda w, a: kernels.conv_winograd.transform_weight(w), "winograd",
                      lambda w, a: dict(padding=a["padding"]))
 
 
 def _relayout(graph: Graph, weights: list, report: Report, op, layout, suffix: str,
               conv_attrs) -> Graph:
-    """Each weight ``w`` of ``weights`` as one constant ``<w>_<suffix>``, ``layout(w)``, and
+    """Each weight ``w`` of ``weights`` as one constant ``<w>_<suffix>``, ``layout(w, attrs)``
+    (the attrs of its first conv: ``packable_weights`` keeps weights of one ``groups``), and
     each of its convs an ``op`` node reading it, with the epilogue's attrs and
     ``conv_attrs(w, attrs)`` (a conv without an epilogue with ``act='none'``; without a
     bias with a zero bias constant), named as the conv's output."""
@@ -182,7 +185,7 @@ def _relayout(graph: Graph, weights: list, report: Report, op, layout, suffix: s
             b.copy(node)
             continue
         if w not in laid_out:
-            laid_out[w] = b.graph.add_constant(layout(graph.constants[w]),
+            laid_out[w] = b.graph.add_constant(layout(graph.constants[w], node.attrs),
                                                name=f"{w.name}_{suffix}")
             report.count(f"conv weights {suffix}", f"%{w.name}")
         x, *rest = [b.get(v) for v in (node.inputs[0], *node.inputs[2:])]
