@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from .common import random_state  # noqa: E402
 from .unseen_cnns import MODELS  # noqa: E402
 
-CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat"}
+CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat", "conv2d_prologue"}
 POOL_OPS = {"maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "mean",
             "max_pool2d", "max_pool2d_values", "avg_pool2d", "adaptive_avg_pool2d"}
 LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "fusedgemm", "fusedmatmul"}
@@ -67,6 +67,8 @@ def kind(op: str, shapes: list, out=None) -> str:
     op = op.lower()
     if op == "conv2d_cat":
         return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
+    if op == "conv2d_prologue" and len(shapes) >= 4:   # (x, scale, shift, packed weight)
+        return kind("conv2d_packed", [shapes[0], *shapes[3:]])
     if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C/G*kh*kw, 16))
         c, taps = shapes[0][1], shapes[1][1]
         k = math.isqrt(taps // c)

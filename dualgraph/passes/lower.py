@@ -44,7 +44,7 @@ from .affine import LAYERS, affine_chains, fold_affine_chains
 from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
-from ..ops.epilogue import MAX_POOL2D_VALUES
+from ..ops.epilogue import CONV2D_PACKED, MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
 from .concat import conv_cat, conv_cats
 from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights,
@@ -57,6 +57,7 @@ from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_r
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
+from .prologue import conv_prologue, conv_prologues
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
                       linear_packed, linears_sharing_inputs, matmuls_by_constants,
                       norms_of_linears, packable_linear_weights, weights_kn,
@@ -384,6 +385,11 @@ RULES += [
     # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
     # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
     LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),
+    # conv2d_packed(act(x * s + t)) of a 1x1 kernel, s and t per-channel constants, the
+    # fused group of the prologue read only by the conv -> conv2d_prologue(x, s, t, ...):
+    # applied to each block of input rows as the loop takes it up (after conv_packed)
+    LoweringRule("conv_prologue", (CONV2D_PACKED,), conv_prologues, conv_prologue,
+                 "kernels"),
     # cat([conv2d(...), conv2d_epilogue/packed/winograd(...), ...], dim=1), each read only
     # by the cat -> conv2d_cat: each conv writes its own channels of the one output (after
     # conv_winograd and conv_packed: each member keeps the kernel their cost rules chose)
