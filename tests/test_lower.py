@@ -250,6 +250,16 @@ def packed_conv_of_a_normalised_input():
     return g
 
 
+def chain_of_two_cats():
+    g = Graph()
+    x, y, z = f32(g, "x", 1, 2, 3), f32(g, "y", 1, 1, 3), f32(g, "z", 1, 2, 3)
+    (c,) = g.add_node("cat", [x, y], {"dim": 1}, names=["c"])
+    (d,) = g.add_node("cat", [c, z], {"dim": 1}, names=["d"])
+    (e,) = g.add_node("exp", [c], names=["e"])
+    g.set_outputs([d, e])
+    return g
+
+
 def winograd_conv_by_a_constant():
     g = Graph()
     x = f32(g, "x", 1, 128, 14, 14)
@@ -344,6 +354,7 @@ EXAMPLES = {
     "conv_epilogue": relu_of_a_residual_conv,
     "conv_cat": cat_of_two_convs,
     "conv_prologue": packed_conv_of_a_normalised_input,
+    "cat_in_place": chain_of_two_cats,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,

@@ -51,6 +51,8 @@ input.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import helper, isa, loop, numba_available, out_images
@@ -316,7 +318,7 @@ def _prologue(x, xo, xs, k0, k1, n, dst, do, ds, scale, shift, act, lo, hi):
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
              channels, size, cout, kc, sums, groups, ostride, pact, pscale, pshift, plo,
-             phi, pbuf):
+             phi, pbuf, istride):
     """Work items ``start * T // S : stop * T // S`` (``S = scratch.shape[0]`` slots, ``T``
     items: ``groups`` groups of the output channels' blocks of eight, each over every
     image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` (image
@@ -326,9 +328,10 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
     ``sums``: the register block (:func:`block_sums`): 48, 24 or 12. ``pact`` 0 or more:
     the prologue (module docstring; ``pscale``, ``pshift (C,)``, ``plo``, ``phi`` its
-    activation's, ``pbuf[slot] (kc*CHUNK + C*LANES,)`` its rows), -1: none."""
+    activation's, ``pbuf[slot] (kc*CHUNK + C*LANES,)`` its rows), -1: none. Image ``n``
+    of ``x`` from ``n * istride`` (a concatenation's first channels: :func:`_images`)."""
     chunks = -(-size // CHUNK)
-    images = x.size // (channels * size)
+    images = (x.size - channels * size) // istride + 1
     total = images * chunks * groups
     blocks = -(-cout // LANES)
     for slot in range(start, stop):
@@ -339,7 +342,7 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
             b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
-            xo, oo, ro = img * channels * size, img * ostride, img * cout * size
+            xo, oo, ro = img * istride, img * ostride, img * cout * size
             src, so, ss = x, xo, size   # (the rows the blocks read: x's, or the prologue's)
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
@@ -418,12 +421,13 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
         out = np.empty(shape, F) if out is None else out
         flat_out, ostride = out_images(out)
         scale, shift = (no_residual, no_residual) if pre is None else pre
-        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
+        flat_x, istride = _images(x)
+        args = (flat_x, packed.reshape(-1),
                 np.ascontiguousarray(b, F), flat_out,
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, scratch,
                 act, lo, hi, where, c, size, cout, KC, sums, groups, ostride, pre_act,
                 np.ascontiguousarray(scale, F), np.ascontiguousarray(shift, F), pre_lo,
-                pre_hi, pbuf)
+                pre_hi, pbuf, istride)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:
@@ -432,6 +436,18 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
             entry[0](0, 1, *args)
         return out
     return run
+
+
+def _images(x):
+    """``x (N, C, H, W)`` as a flat float32 array and the distance between its images:
+    ``kernels.out_images``'s view where each image is contiguous (the first channels of a
+    concatenation grown in place: ``cat_in_place``), else a contiguous copy's."""
+    if x.dtype == F and not x.flags.c_contiguous and x.flags.writeable:
+        try:
+            return out_images(x)
+        except ValueError:
+            pass
+    return np.ascontiguousarray(x, F).reshape(-1), math.prod(x.shape[1:])
 
 
 def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf,

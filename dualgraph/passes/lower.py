@@ -46,7 +46,7 @@ from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
 from ..ops.epilogue import CONV2D_PACKED, MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
-from .concat import conv_cat, conv_cats
+from .concat import cat_chains, cat_in_place, conv_cat, conv_cats
 from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights,
                     winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
@@ -394,6 +394,10 @@ RULES += [
     # by the cat -> conv2d_cat: each conv writes its own channels of the one output (after
     # conv_winograd and conv_packed: each member keeps the kernel their cost rules chose)
     LoweringRule("conv_cat", (CAT,), conv_cats, conv_cat, "kernels"),
+    # c_2 = cat(c_1, y_2), c_3 = cat(c_2, y_3), ... (a dense block), each c_i extended by one
+    # cat only -> one buffer: cat_grown at c_1, slice_update_in_place of each y_i, c_i a
+    # slice of it: each block copied once, not once per later link (after conv_cat)
+    LoweringRule("cat_in_place", (CAT,), cat_chains, cat_in_place, "kernels"),
 ]
 
 # -- the rows made for layout ------------------------------------------------------------------
