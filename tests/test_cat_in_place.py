@@ -1,7 +1,7 @@
 """Concatenations grown in place (the lowering rule ``cat_in_place``: ``cat_grown``,
-``slice_update_in_place``, slices): compiled dense blocks (each layer's output joined to
-all before it, pre-activation layers read the growing value) against eager and torch at
-batch 1 and 3; chains along the last dim, a value extended twice (a fork: left alone),
+``slice_update_in_place``, ``conv2d_into``, slices): compiled dense blocks (each layer's
+output joined to all before it, written there by its conv; pre-activation layers read
+the growing value) against eager and torch at batch 1 and 3; chains along the last dim, a value extended twice (a fork: left alone),
 a link returned (the chain stops before it), a link read after later writes; the ops
 against their decompositions; the 1x1 loop reading the first channels of a larger
 buffer (images apart) with the bits of a contiguous copy."""
@@ -66,7 +66,7 @@ def test_compiled_dense_block_grows_its_concatenation_in_place(batch):
         want = ref(torch.tensor(x)).numpy()
     ops = [n.op.name for n in compiled.optimized_graph.nodes]
     assert "cat" not in ops and ops.count("cat_grown") == 1
-    assert ops.count("slice_update_in_place") == 2
+    assert ops.count("conv2d_into") == 3    # (each layer's 3x3 conv writes its block)
     for g in (got, again):
         assert np.array_equal(np.isnan(g), np.isnan(want))
         np.testing.assert_allclose(g, eager, rtol=1e-5, atol=1e-5, equal_nan=True)
@@ -95,9 +95,9 @@ def _chain(shape=(2, 3, 4), dim=1, fork=False, returned=False):
 
 
 @pytest.mark.parametrize("case, grown, writes", [
-    (dict(), 1, 3), (dict(dim=2, shape=(2, 3, 4)), 1, 3),
-    (dict(fork=True), 1, 2),       # (c1 extended twice: the chain starts at c2)
-    (dict(returned=True), 1, 1),   # (c2 returned: the chain c1, c2; c3 a cat of its own)
+    (dict(), 1, 4), (dict(dim=2, shape=(2, 3, 4)), 1, 4),
+    (dict(fork=True), 1, 3),       # (c1 extended twice: the chain starts at c2)
+    (dict(returned=True), 1, 2),   # (c2 returned: the chain c1, c2; c3 a cat of its own)
 ])
 def test_chains_in_place_match_the_graph_and_keep_their_preconditions(case, grown, writes):
     before = _chain(**case)
@@ -117,6 +117,9 @@ def test_chains_in_place_match_the_graph_and_keep_their_preconditions(case, grow
 
 
 def test_the_ops_match_their_decompositions():
+    """``cat_grown``, ``slice_update_in_place`` and ``conv2d_into`` (a 1x1 and a 3x3
+    packed conv at batch 2, the images of the block apart), each as its kernel and, for
+    ``conv2d_into``, its fitted kernel."""
     r = np.random.default_rng(3)
     x, y = (r.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (2, 2, 4)))
     grown = CAT_GROWN.kernel(x, y, dim=1, size=7)
@@ -128,6 +131,27 @@ def test_the_ops_match_their_decompositions():
                                                index=index).numpy()
     got = SLICE_UPDATE_IN_PLACE.kernel(grown, v, index=index)
     assert got is grown and np.array_equal(got, want)
+    pytest.importorskip("numba")
+    from dualgraph.kernels import conv_packed
+    from dualgraph.ops.epilogue import CONV2D_INTO, CONV2D_PACKED, cat_member
+    for k in (1, 3):
+        x = r.standard_normal((2, 6, 5, 7)).astype(np.float32)
+        w = conv_packed.pack(r.standard_normal((9, 6, k, k)).astype(np.float32))
+        b = r.standard_normal(9).astype(np.float32)
+        attrs = dict(act="relu", bounds=(-np.inf, np.inf), residual_at=None, stride=(1, 1),
+                     padding=((k // 2, k // 2),) * 2, dilation=(1, 1), kernel_size=(k, k),
+                     out_channels=9, groups=1)
+        members = (cat_member(CONV2D_PACKED, 3, attrs),)
+        buf = r.standard_normal((2, 14, 5, 7)).astype(np.float32)
+        want = CONV2D_INTO.decomposition(*map(dg.tensor, (buf, x, w, b)), members=members,
+                                         at=4).numpy()
+        fitted = CONV2D_INTO.specialise(*map(dg.tensor, (buf, x, w, b)), members=members,
+                                        at=4)[1]
+        for run in (lambda *a: CONV2D_INTO.kernel(*a, members=members, at=4), fitted):
+            got = run(buf.copy(), x, w, b)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            assert np.array_equal(got[:, :4], buf[:, :4])
+            assert np.array_equal(got[:, 13:], buf[:, 13:])
 
 
 def test_the_1x1_loop_reads_a_buffers_first_channels_as_a_contiguous_copy():
