@@ -260,6 +260,17 @@ def chain_of_two_cats():
     return g
 
 
+def linear_of_a_scaled_input():
+    g = Graph()
+    x = f32(g, "x", 5, 3)
+    w, b = ramp(g, "w", -1, 1, 2, 3), ramp(g, "b", 1, 2, 2)
+    s, t = ramp(g, "s", 2, 4, 3), ramp(g, "t", -1, 1, 3)
+    (m,) = g.add_node("mul", [x, s], names=["m"])
+    (a,) = g.add_node("add", [m, t], names=["a"])
+    g.set_outputs(list(g.add_node("linear", [a, w, b], names=["h"])))
+    return g
+
+
 def winograd_conv_by_a_constant():
     g = Graph()
     x = f32(g, "x", 1, 128, 14, 14)
@@ -355,6 +366,7 @@ EXAMPLES = {
     "conv_cat": cat_of_two_convs,
     "conv_prologue": packed_conv_of_a_normalised_input,
     "cat_in_place": chain_of_two_cats,
+    "fold_input_affine": linear_of_a_scaled_input,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,

@@ -40,7 +40,8 @@ from ..ops.layout import SQUEEZE_EXCITE_BLOCKED
 from ..ops.norm import LAYER_NORM
 from ..ops.reduce import MEAN, SOFTMAX
 from ..ops.shape import CAT
-from .affine import LAYERS, affine_chains, fold_affine_chains
+from .affine import (LAYERS, affine_chains, fold_affine_chains, fold_input_chains,
+                     input_affine_chains)
 from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
@@ -259,6 +260,48 @@ def fold_batchnorm(graph: Graph, chains: dict, report: Report) -> Graph:
     return fold_affine_chains(graph, chains, graph.constants, report)
 
 
+def constant_input_chains(graph: Graph) -> dict:
+    """The precondition: ``passes/affine.py``'s ``input_affine_chains`` over the graph's
+    constants: a conv2d without padding or a linear, constant weight and bias, whose input
+    is made by a per-channel chain of constant ``add``/``sub``/``mul``/``div`` (an
+    eval-mode BatchNorm with no activation after it) read only along the chain."""
+    return input_affine_chains(graph, graph.constants)
+
+
+def fold_input_affine(graph: Graph, chains: dict, report: Report) -> Graph:
+    """Each chain of ``constant_input_chains`` folds into its layer, which reads the
+    chain's start: per input channel ``c``, ``conv(x * s + t, W, b)`` is ``conv(x, W *
+    s[c], b + sum W * t[c])`` (no padding: at a padded border the shift would be wrong),
+    ``linear(x * s + t, W, b)`` is ``linear(x, W * s, b + W @ t)``.
+
+    Preserves: types, inputs and outputs; values up to rounding (the new weight and bias
+    are computed in float64 and rounded once to the layer's dtype).
+
+    Before::
+
+        graph(%x: f32[5,3]) {
+          %w: f32[2,3] = constant([[-1.0, -0.6, -0.2], [0.2, 0.6, 1.0]])
+          %b: f32[2] = constant([1.0, 2.0])
+          %s: f32[3] = constant([2.0, 3.0, 4.0])
+          %t: f32[3] = constant([-1.0, 0.0, 1.0])
+          %m: f32[5,3] = mul(%x, %s)
+          %a: f32[5,3] = add(%m, %t)
+          %h: f32[5,2] = linear(%a, %w, %b)
+          return (%h)
+        }
+
+    After::
+
+        graph(%x: f32[5,3]) {
+          %w: f32[2,3] = constant([[-2.0, -1.8000001, -0.8], [0.4, 1.8000001, 4.0]])
+          %w_bias: f32[2] = constant([1.8, 2.8])
+          %h: f32[5,2] = linear(%x, %w, %w_bias)
+          return (%h)
+        }
+    """
+    return fold_input_chains(graph, chains, graph.constants, report)
+
+
 def unread_pool_indices(graph: Graph) -> list[Node]:
     """The precondition: the ``max_pool2d`` nodes whose indices (the second output) no
     live node reads nor the graph returns (inference: only the backward reads them)."""
@@ -313,6 +356,10 @@ RULES = [
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
                  "graph"),
+    # conv2d(x * s + t, W, b) without padding / linear(...), s and t per-channel constants,
+    # W and b constant -> the layer of x with W * s, b + W @ t: a BatchNorm before its layer
+    LoweringRule("fold_input_affine", tuple(LAYERS), constant_input_chains,
+                 fold_input_affine, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
