@@ -1,9 +1,10 @@
 """Concatenations grown in place (the lowering rule ``cat_in_place``: ``cat_grown``,
 ``slice_update_in_place``, ``conv2d_into``, slices): compiled dense blocks (each layer's
 output joined to all before it, written there by its conv; pre-activation layers read
-the growing value) against eager and torch at batch 1 and 3; chains along the last dim, a value extended twice (a fork: left alone),
-a link returned (the chain stops before it), a link read after later writes; the ops
-against their decompositions; the 1x1 loop reading the first channels of a larger
+the growing value) against eager and torch at batch 1 and 3, and in a training step
+(gradients as eager's); chains along the last dim, a value extended twice (a fork: left
+alone), a link returned (the chain stops before it), a link read after later writes; the
+ops against their decompositions; the 1x1 loop reading the first channels of a larger
 buffer (images apart) with the bits of a contiguous copy."""
 import numpy as np
 import pytest
@@ -156,3 +157,26 @@ def test_the_1x1_loop_reads_a_buffers_first_channels_as_a_contiguous_copy():
         conv_pointpacked.conv(np.ascontiguousarray(buf[:, :30]), conv_packed.pack(w), want,
                               b, pre=pre, pre_act=1)
         assert np.array_equal(got, want)
+
+
+def test_a_training_step_through_a_dense_block_matches_eager():
+    """The rule in a training step's graph (the cats' gradients are slices of theirs):
+    the loss and every parameter's gradient as eager computes them."""
+    m = _dense_block(dg)
+    x = dg.tensor(np.random.default_rng(6).standard_normal((2, 12, 6, 6)).astype(np.float32))
+
+    def step(x):
+        loss = (m(x) ** 2).mean()
+        loss.backward()
+        return loss
+    compiled, results = dg.compile(step), []
+    for run in (step, compiled):
+        for p in m.parameters():
+            p.grad = None
+        loss = run(x)
+        results.append((loss.detach().numpy(), [p.grad.numpy().copy() for p in m.parameters()]))
+    assert "cat_grown" in [n.op.name for n in compiled.optimized_graph.nodes]
+    (want, want_grads), (got, got_grads) = results
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
