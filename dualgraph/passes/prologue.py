@@ -64,7 +64,8 @@ def _prologue_of(graph: Graph, group: Node):
     outer = dict(zip(sub.inputs, group.inputs))
     arrays = {v: graph.constants[u] for v, u in outer.items() if u in graph.constants}
     data = [v for v in sub.inputs if v not in arrays]
-    if len(sub.outputs) != 1 or len(data) != 1 or data[0].shape != sub.outputs[0].shape:
+    if (len(sub.outputs) != 1 or len(data) != 1
+            or tuple(data[0].shape) != tuple(sub.outputs[0].shape)):
         return None
     live = live_readers(sub)
     chain = _affine_chain(data[0], -3, arrays, live)
