@@ -545,9 +545,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +137, kernels/ +38, passes/ +210 and the core +386 (issue 26, i-dnbn): BatchNorm-ReLU
 # before a 1x1 conv as the prologue of its input read (ops/prologue.py, passes/prologue.py,
 # conv_pointpacked._prologue); a BatchNorm without activation before an unpadded conv or a
-# linear folded into its weights (passes/affine.input_affine_chains); a chain of concatenations grown in one buffer, each conv
-# writing its block (passes/concat.cat_in_place, ops/shape.py's cat_grown and
-# slice_update_in_place, ops/epilogue.py's conv2d_into).
+# linear folded into its weights (passes/affine.input_affine_chains); a chain of
+# concatenations grown in one buffer, each conv writing its block (passes/concat's
+# cat_in_place, ops/shape.py's cat_grown and slice_update_in_place, ops/epilogue.py's
+# conv2d_into).
 CORE_BUDGET = 32_631
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_122,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_524,

@@ -41,7 +41,8 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
            "linear_norm", "join_linears", "linear_packed", "weights_kn", "step_weights_kn",
            "conv_winograd", "conv_packed", "channels_last", "squeeze_excite",
-           "blocked_channels", "gate_into_weights", "conv_prologue", "cat_in_place", "fold_input_affine"]
+           "blocked_channels", "gate_into_weights", "conv_prologue", "cat_in_place",
+           "fold_input_affine"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``,
 # found by its name (the table's order is the pipeline's, which a rule's stage may change)

@@ -11,8 +11,9 @@ this conv only (not by another node, not returned), whose subgraph is exactly a
 per-channel affine chain (``passes/affine.py``: ``add``/``sub``/``mul``/``div`` by
 constants that vary along the channels only: BatchNorm after ``fold_constants``) and/or
 one activation of ``conv_epilogue``'s spellings (``passes/epilogue.py``) that
-``PROLOGUE_ACTS`` holds (ReLU, clamp: ReLU6) of one 4-D input, its other inputs constants. A group that also computes something else, or
-whose output another node reads (then the normalised input must exist anyway), stays.
+``PROLOGUE_ACTS`` holds (ReLU, clamp: ReLU6) of one 4-D input, its other inputs
+constants. A group that also computes something else, or whose output another node reads
+(then the normalised input must exist anyway), stays.
 The rule runs at the ``kernels`` stage, after ``conv_packed`` has chosen the conv's loop.
 """
 from __future__ import annotations
