@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 from .common import random_state  # noqa: E402
 from .unseen_cnns import MODELS  # noqa: E402
 
-CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat"}
+CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat", "conv2d_prologue",
+            "conv2d_into"}
 POOL_OPS = {"maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "mean",
             "max_pool2d", "max_pool2d_values", "avg_pool2d", "adaptive_avg_pool2d"}
 LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "fusedgemm", "fusedmatmul"}
@@ -67,6 +68,13 @@ def kind(op: str, shapes: list, out=None) -> str:
     op = op.lower()
     if op == "conv2d_cat":
         return "conv 1x1 and kxk into one concat (onnxruntime: conv 1x1, dense, glue)"
+    if op == "conv2d_prologue" and len(shapes) >= 4:   # (x, scale, shift, packed weight)
+        return kind("conv2d_packed", [shapes[0], *shapes[3:]])
+    if op == "conv2d_into" and len(shapes) >= 3:   # (buffer, x, the member's weight, ...)
+        w = shapes[2]
+        member = ("conv2d_packed" if len(w) == 3 and w[-1] == 16 else
+                  "conv2d_winograd" if len(w) == 3 else "conv2d")
+        return kind(member, shapes[1:])
     if op == "conv2d_packed" and len(shapes) >= 2:   # (weight (pairs, C/G*kh*kw, 16))
         c, taps = shapes[0][1], shapes[1][1]
         k = math.isqrt(taps // c)

@@ -90,3 +90,36 @@ def test_an_imported_onnx_batchnorm_folds_and_explain_says_so(tmp_path):
     (want,) = run.source_graph(x)
     got = model(dg.tensor(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# -- fold_input_affine: a BatchNorm (no activation) before its layer ---------------------------
+def _norm_then_layer(lib, layer: str):
+    """An eval-mode BatchNorm, no activation, then ``layer``."""
+    nn = lib.nn
+    return {"conv1x1": lambda: nn.Sequential(nn.BatchNorm2d(10), nn.Conv2d(10, 12, 1)),
+            "conv3x3 stride 2": lambda: nn.Sequential(nn.BatchNorm2d(10),
+                                                      nn.Conv2d(10, 12, 3, stride=2)),
+            "grouped": lambda: nn.Sequential(nn.BatchNorm2d(10),
+                                             nn.Conv2d(10, 4, 3, groups=2, bias=False)),
+            "linear": lambda: nn.Sequential(nn.BatchNorm1d(10), nn.Linear(10, 7)),
+            "padded": lambda: nn.Sequential(nn.BatchNorm2d(10),
+                                            nn.Conv2d(10, 12, 3, padding=1))}[layer]()
+
+
+@pytest.mark.parametrize("layer", ["conv1x1", "conv3x3 stride 2", "grouped", "linear",
+                                   "padded"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_batchnorm_before_its_layer_folds_where_there_is_no_padding(layer, batch):
+    torch = pytest.importorskip("torch")
+    import dualgraph as dg
+    from test_conv_prologue import _close, _compiled_eager_torch, _same_weights
+    m, ref = _norm_then_layer(dg, layer), _norm_then_layer(torch, layer)
+    _same_weights(m, ref)   # (BatchNorm weights of zero and below among them)
+    shape = (batch, 10) if layer == "linear" else (batch, 10, 7, 7)
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    if layer != "linear" or batch > 1:   # (inf and NaN through the layer, as eager)
+        x[(-1, 3) if layer == "linear" else (-1, 3, 0, 0)] = np.inf
+    got, eager, want, ops = _compiled_eager_torch(m, ref, x)
+    assert ("fused" in ops or "mul" in ops) == (layer == "padded"), ops   # (else folded)
+    for other in (eager, want):
+        _close(got, other, atol=1e-5 * np.abs(other[np.isfinite(other)]).max())

@@ -232,6 +232,45 @@ def conv_by_a_constant():
     return g
 
 
+def packed_conv_of_a_normalised_input():
+    g = Graph()
+    x = f32(g, "x", 1, 16, 4, 4)
+    s, t = ramp(g, "s", -1, 2, 16, 1, 1), ramp(g, "t", -1, 1, 16, 1, 1)
+    wp, b = ramp(g, "wp", -1, 1, 1, 16, 16), ramp(g, "b", 0, 1, 16)
+    sub = Graph()
+    xs, ss, ts = (sub.add_input(v.shape, "float32", name=v.name) for v in (x, s, t))
+    (m,) = sub.add_node("mul", [xs, ss], names=["m"])
+    (a,) = sub.add_node("add", [m, ts], names=["a"])
+    sub.set_outputs(list(sub.add_node("relu", [a], names=["h"])))
+    (h,) = g.add_node("fused", [x, s, t], {"graph": sub}, names=["h"])
+    g.set_outputs(list(g.add_node("conv2d_packed", [h, wp, b], dict(
+        act="none", bounds=(-np.inf, np.inf), residual_at=None, stride=(1, 1),
+        padding=((0, 0), (0, 0)), dilation=(1, 1), kernel_size=(1, 1), out_channels=16,
+        groups=1), names=["y"])))
+    return g
+
+
+def chain_of_two_cats():
+    g = Graph()
+    x, y, z = f32(g, "x", 1, 2, 3), f32(g, "y", 1, 1, 3), f32(g, "z", 1, 2, 3)
+    (c,) = g.add_node("cat", [x, y], {"dim": 1}, names=["c"])
+    (d,) = g.add_node("cat", [c, z], {"dim": 1}, names=["d"])
+    (e,) = g.add_node("exp", [c], names=["e"])
+    g.set_outputs([d, e])
+    return g
+
+
+def linear_of_a_scaled_input():
+    g = Graph()
+    x = f32(g, "x", 5, 3)
+    w, b = ramp(g, "w", -1, 1, 2, 3), ramp(g, "b", 1, 2, 2)
+    s, t = ramp(g, "s", 2, 4, 3), ramp(g, "t", -1, 1, 3)
+    (m,) = g.add_node("mul", [x, s], names=["m"])
+    (a,) = g.add_node("add", [m, t], names=["a"])
+    g.set_outputs(list(g.add_node("linear", [a, w, b], names=["h"])))
+    return g
+
+
 def winograd_conv_by_a_constant():
     g = Graph()
     x = f32(g, "x", 1, 128, 14, 14)
@@ -325,6 +364,9 @@ EXAMPLES = {
     "max_pool_values": max_pool_read_for_values,
     "conv_epilogue": relu_of_a_residual_conv,
     "conv_cat": cat_of_two_convs,
+    "conv_prologue": packed_conv_of_a_normalised_input,
+    "cat_in_place": chain_of_two_cats,
+    "fold_input_affine": linear_of_a_scaled_input,
     "batch_linears": loop_of_linears,
     "share_conv_columns": conv_and_weight_grad,
     "join_loss_gradient": loss_and_gradient,
@@ -361,8 +403,8 @@ def test_every_rule_has_an_example():
 
 @pytest.mark.parametrize("rule", LOWERING, ids=[rule.name for rule in LOWERING])
 def test_the_docstring_example_of_each_lowering_rule_holds(rule, monkeypatch):
-    if rule.name == "relu_backward_in_place" and not numba_available():
-        pytest.skip("the in-place loop is a Numba loop")
+    if rule.name in ("relu_backward_in_place", "conv_prologue") and not numba_available():
+        pytest.skip("the in-place loop (the prologue's) is a Numba loop")
     if rule.name == "linear_packed" and not kernels.linear_packed.wanted(8, 256, 128):
         pytest.skip("the packed loop's rule takes linears on AVX-512 hosts only")
     if rule.name == "conv_winograd":     # (its cost rule takes one core only)

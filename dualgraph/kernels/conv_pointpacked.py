@@ -40,13 +40,23 @@ eight broadcasts and multiply-adds per input channel for one useful lane: a sixt
 work on a 7x7 plane, all of it on the weights' memory. After the last input channels the
 chunk's run of each output channel gets the epilogue (``epilogue.plane_tail``: bias,
 activation, residual before or after) while it is in L1.
+
+A prologue (``conv2d_prologue``: an eval-mode BatchNorm and its activation before the
+conv, ``act(x * scale[k] + shift[k])`` per input channel ``k``) is applied to each block
+of ``KC`` input rows of the chunk as the item takes it up, into the slot's own buffer,
+which the register blocks then read in place of ``x`` (and to the chunk's last few
+positions, for :func:`_column`, over all the channels): one pass over a block in L1 per
+group of output channels, where a separate pass would write and read again the whole
+input.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from . import helper, isa, loop, numba_available, out_images
-from .epilogue import plane_tail
+from .epilogue import _ZERO, _activate, plane_tail
 from .simd import (LANES, WIDE, broadcast, broadcast_at, broadcast_at_like, broadcast_wide,
                    fma, lanes_of, load, load_like, store)
 from .threads import run_rows, threads_for
@@ -287,9 +297,28 @@ def _tail(out, oo, ro, size, q0, q1, c0, c1, bias, residual, act, lo, hi, where)
                    residual[rt + q0:rt + q1] if where else residual[0:1], act, lo, hi, where)
 
 
+@helper(**_OWN)
+def _prologue(x, xo, xs, k0, k1, n, dst, do, ds, scale, shift, act, lo, hi):
+    """The prologue of rows ``k0:k1``: ``dst[do + (k-k0)*ds + 0:n] =
+    ACTIVATIONS[act](x[xo + k*xs + 0:n] * scale[k] + shift[k])`` (``epilogue._activate``'s
+    formulas; NaN stays NaN)."""
+    for k in range(k0, k1):
+        row = dst[do + (k - k0) * ds:do + (k - k0) * ds + n]
+        src, s, t = x[xo + k * xs:xo + k * xs + n], scale[k], shift[k]
+        if act == 1:   # (ReLU in the same loop, as ``epilogue._add_activate``)
+            for i in range(n):
+                v = src[i] * s + t + _ZERO
+                row[i] = _ZERO if v < _ZERO else v
+        else:
+            for i in range(n):
+                row[i] = src[i] * s + t
+            _activate(row, act, lo, hi)
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
-             channels, size, cout, kc, sums, groups, ostride):
+             channels, size, cout, kc, sums, groups, ostride, pact, pscale, pshift, plo,
+             phi, pbuf, istride):
     """Work items ``start * T // S : stop * T // S`` (``S = scratch.shape[0]`` slots, ``T``
     items: ``groups`` groups of the output channels' blocks of eight, each over every
     image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` (image
@@ -297,9 +326,12 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
     ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
     ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
-    ``sums``: the register block (:func:`block_sums`): 48, 24 or 12."""
+    ``sums``: the register block (:func:`block_sums`): 48, 24 or 12. ``pact`` 0 or more:
+    the prologue (module docstring; ``pscale``, ``pshift (C,)``, ``plo``, ``phi`` its
+    activation's, ``pbuf[slot] (kc*CHUNK + C*LANES,)`` its rows), -1: none. Image ``n``
+    of ``x`` from ``n * istride`` (a concatenation's first channels: :func:`_images`)."""
     chunks = -(-size // CHUNK)
-    images = x.size // (channels * size)
+    images = (x.size - channels * size) // istride + 1
     total = images * chunks * groups
     blocks = -(-cout // LANES)
     for slot in range(start, stop):
@@ -310,20 +342,30 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
             b0, b1 = group * blocks // groups, (group + 1) * blocks // groups
             q1 = min(size, q0 + CHUNK)
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
-            xo, oo, ro = img * channels * size, img * ostride, img * cout * size
+            xo, oo, ro = img * istride, img * ostride, img * cout * size
+            src, so, ss = x, xo, size   # (the rows the blocks read: x's, or the prologue's)
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
+                if pact >= 0:
+                    _prologue(x, xo + q0, size, k0, k1, whole - q0, pbuf[slot], 0, CHUNK,
+                              pscale, pshift, pact, plo, phi)
+                    src, so, ss = pbuf[slot], -k0 * CHUNK - q0, CHUNK
                 for b in range(b0, b1):
                     n = min(LANES, cout - b * LANES)
                     wo = (b // 2) * channels * PAIR + (b % 2) * LANES
                     ob = oo + b * LANES * size
-                    _block_positions(x, xo, size, wp, wo, k0, k1, out, ob, size, n, first,
+                    _block_positions(src, so, ss, wp, wo, k0, k1, out, ob, size, n, first,
                                      q0, whole, sums)
+            src, so, ss = x, xo + whole, size
+            if pact >= 0 and whole < q1:
+                _prologue(x, xo + whole, size, 0, channels, q1 - whole, pbuf[slot],
+                          kc * CHUNK, LANES, pscale, pshift, pact, plo, phi)
+                src, so, ss = pbuf[slot], kc * CHUNK, LANES
             for q in range(whole, q1):
                 for b in range(b0, b1, 8):
-                    _column(x, xo + q, size, wp, channels, b, b1, out, oo + q, size, cout,
-                            scratch[slot])
+                    _column(src, so + q - whole, ss, wp, channels, b, b1, out, oo + q, size,
+                            cout, scratch[slot])
             _tail(out, oo, ro, size, q0, q1, b0 * LANES, min(cout, b1 * LANES), bias,
                   residual, act, lo, hi, where)
 
@@ -351,12 +393,15 @@ def block_sums() -> int:
 
 
 def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
-           hi=np.inf, sums=None):
-    """``run(x, packed, b, *residual, out=None)``: :func:`_forward` fitted to the static
-    ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes, its
-    scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us: NumPy's
-    allocations and the type dispatch per call would be a tenth of it); ``sums``, the
-    register block, :func:`block_sums` where None (all give the same bits)."""
+           hi=np.inf, sums=None, pre_act=-1, pre_lo=-np.inf, pre_hi=np.inf):
+    """``run(x, packed, b, *residual, out=None, pre=None)``: :func:`_forward` fitted to
+    the static ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes,
+    its scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us:
+    NumPy's allocations and the type dispatch per call would be a tenth of it); ``sums``,
+    the register block, :func:`block_sums` where None (all give the same bits).
+    ``pre_act`` 0 or more (an ``epilogue.ACTIVATIONS`` code, ``pre_lo``, ``pre_hi`` its
+    clamp's bounds): each call takes ``pre=(scale, shift)``, the prologue's per input
+    channel (module docstring); -1: no prologue."""
     sums = block_sums() if sums is None else sums
     n, c, h, w = x_shape
     size = h * w
@@ -366,18 +411,23 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     groups = min(blocks, threads) if parts < 4 * threads else 1   
     workers = max(1, min(parts * groups, threads))
     scratch = np.empty((workers, 8 * LANES), F)
+    pbuf = np.empty((workers, KC * CHUNK + c * LANES if pre_act >= 0 else 1), F)
     no_residual = np.zeros(1, F)
-    lo, hi = F(lo), F(hi)
+    lo, hi, pre_lo, pre_hi = F(lo), F(hi), F(pre_lo), F(pre_hi)
     where = where if residual else 0
     entry = []
 
-    def run(x, packed, b, *r, out=None):
+    def run(x, packed, b, *r, out=None, pre=None):
         out = np.empty(shape, F) if out is None else out
         flat_out, ostride = out_images(out)
-        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1),
+        scale, shift = (no_residual, no_residual) if pre is None else pre
+        flat_x, istride = _images(x)
+        args = (flat_x, packed.reshape(-1),
                 np.ascontiguousarray(b, F), flat_out,
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, scratch,
-                act, lo, hi, where, c, size, cout, KC, sums, groups, ostride)
+                act, lo, hi, where, c, size, cout, KC, sums, groups, ostride, pre_act,
+                np.ascontiguousarray(scale, F), np.ascontiguousarray(shift, F), pre_lo,
+                pre_hi, pbuf, istride)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:
@@ -388,12 +438,27 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     return run
 
 
+def _images(x):
+    """``x (N, C, H, W)`` as a flat float32 array and the distance between its images:
+    ``kernels.out_images``'s view where each image is contiguous (the first channels of a
+    concatenation grown in place: ``cat_in_place``), else a contiguous copy's."""
+    if x.dtype == F and not x.flags.c_contiguous and x.flags.writeable:
+        try:
+            return out_images(x)
+        except ValueError:
+            pass
+    return np.ascontiguousarray(x, F).reshape(-1), math.prod(x.shape[1:])
+
+
 def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf,
-         sums=None):
+         sums=None, pre=None, pre_act=0, pre_lo=-np.inf, pre_hi=np.inf):
     """``out (N, Cout, H, W)`` = the 1x1 conv of ``x (N, C, H, W)`` with the weight packed
     by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
     (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
     a ``residual``; ``sums`` as :func:`fitted`'s; ``out`` may be a concatenation's block of
-    channels: ``kernels.out_images``). Returns ``out``."""
-    run = fitted(x.shape, out.shape[1], residual is not None, where, act, lo, hi, sums)
-    return run(x, packed, bias, *(() if residual is None else (residual,)), out=out)
+    channels: ``kernels.out_images``); ``pre=(scale, shift)``: the conv of
+    ``ACTIVATIONS[pre_act](x * scale + shift)`` per input channel, in the loop (the
+    prologue: :func:`fitted`). Returns ``out``."""
+    run = fitted(x.shape, out.shape[1], residual is not None, where, act, lo, hi, sums,
+                 -1 if pre is None else pre_act, pre_lo, pre_hi)
+    return run(x, packed, bias, *(() if residual is None else (residual,)), out=out, pre=pre)

@@ -2,8 +2,8 @@
 from . import (arrange, attention, batch_norm, collective, compose, control, conv,  # noqa: F401
                creation, ctc, decompositions, dynamic, elementwise, elementwise_compose,
                epilogue, excite, float_bits, fused, index, layout, linalg, loss, methods,
-               norm, recurrent, recurrent_gru_elman, recurrent_layer, reduce, selection,
-               shape, signal, special, special_series, tensor_methods)
+               norm, prologue, recurrent, recurrent_gru_elman, recurrent_layer, reduce,
+               selection, shape, signal, special, special_series, tensor_methods)
 from .opdef import REGISTRY, OpDef, defop, get  # noqa: F401
 
 methods.install([arrange.METHODS, control.METHODS, elementwise.METHODS, reduce.METHODS,

@@ -483,28 +483,42 @@ def _cat_kernel(*inputs, members, out=None):
 
 def _specialise_cat(*inputs, members):
     """``conv2d_cat`` fitted to the node's static shapes: the output's shape, each member's
-    channels and its kernel (the member op's fitted kernel where its ``specialise`` gives
-    one, else its kernel with its attrs) worked out once; a call runs each member into its
-    channels of ``out`` or a fresh array (as ``_cat_kernel``). None for symbolic shapes."""
+    channels and its kernel (:func:`_fitted_members`) worked out once; a call runs each
+    member into its channels of ``out`` or a fresh array (as ``_cat_kernel``). None for
+    symbolic shapes."""
     out = _infer_cat(*inputs, members=members)
     if not is_static(out.shape):
         return None
-    runs, start = [], 0
+    runs = _fitted_members(inputs, members, 0)
+    shape, dtype = tuple(out.shape), out.dtype
+
+    def run_members(*arrays, out=None):
+        return _run_members(runs, arrays, np.empty(shape, dtype) if out is None else out)
+    return "conv_cat", run_members
+
+
+def _fitted_members(inputs, members, start: int) -> list:
+    """``[(run, arity, channels)]`` per member: its kernel (the member op's fitted kernel
+    where its ``specialise`` gives one, else its kernel with its attrs) and its channels of
+    the output, from ``start`` on."""
+    runs = []
     for op, args, attrs in _members(inputs, members):
         cout = op.infer(*args, **attrs).shape[1]
         fitted = op.specialise(*args, **attrs)
         run = fitted[1] if fitted is not None else partial(op.kernel, **attrs)
         runs.append((run, len(args), slice(start, start + cout)))
         start += cout
-    shape, dtype = tuple(out.shape), out.dtype
+    return runs
 
-    def run_members(*arrays, out=None):
-        y, at = np.empty(shape, dtype) if out is None else out, 0
-        for run, arity, channels in runs:
-            run(*arrays[at:at + arity], out=y[:, channels])
-            at += arity
-        return y
-    return "conv_cat", run_members
+
+def _run_members(runs, arrays, y):
+    """Each member of ``runs`` (:func:`_fitted_members`) on its ``arrays`` into its
+    channels of ``y``; returns ``y``."""
+    at = 0
+    for run, arity, channels in runs:
+        run(*arrays[at:at + arity], out=y[:, channels])
+        at += arity
+    return y
 
 
 def _infer_cat(*inputs, members):
@@ -531,6 +545,49 @@ CONV2D_CAT = defop(
     fills_out=True, doc="cat([conv2d_epilogue(...) or conv2d_packed(...) or conv2d_winograd(...), ...], "
         "dim=1): each member conv written into its own channels of the concatenation, "
         "no copy")
+
+
+# conv2d_into: the members of a conv2d_cat written into a block of channels of an array
+# made before (a concatenation grown in place: the lowering rule ``cat_in_place``)
+def _into_kernel(buf, *inputs, members, at):
+    """Each member's conv written into its channels of ``buf`` from ``at`` on, in place
+    (as ``_cat_kernel``'s); returns ``buf``."""
+    start = at
+    for op, args, attrs in _members(inputs, members):
+        cout = op.infer(*args, **attrs).shape[1]
+        op.kernel(*args, **attrs, out=buf[:, start:start + cout])
+        start += cout
+    return buf
+
+
+def _specialise_into(buf, *inputs, members, at):
+    if not is_static(buf.shape):
+        return None
+    runs = _fitted_members(inputs, members, at)
+    return "conv_into", lambda buf, *arrays: _run_members(runs, arrays, buf)
+
+
+def _infer_into(buf, *inputs, members, at):
+    joined = _infer_cat(*inputs, members=members)
+    if (buf.ndim != 4 or at + joined.shape[1] > buf.shape[1] or buf.dtype != joined.dtype
+            or (buf.shape[0], *buf.shape[2:]) != (joined.shape[0], *joined.shape[2:])):
+        raise ValueError(f"conv2d_into: convs of output {tuple(joined.shape)} from channel "
+                         f"{at} of an array {tuple(buf.shape)}")
+    return ShapedType(tuple(buf.shape), buf.dtype)
+
+
+def _into_decomposition(buf, *inputs, members, at):
+    y = _cat_decomposition(*inputs, members=members)
+    return shape_ops.slice_update(buf, y, (None, (at, at + y.shape[1], 1), None, None))
+
+
+# Its output is ``buf`` itself, so it is a view of ``buf`` to the memory plan.
+CONV2D_INTO = defop(
+    "conv2d_into", _into_kernel, _infer_into, attrs=("members", "at"), saves="", onnx=None,
+    view=True, compiler_only=True, decomposition=_into_decomposition,
+    specialise=_specialise_into,
+    doc="slice_update_in_place(buf, conv2d_cat(...), channels from at): each member conv "
+        "written into its channels of an array made before, no copy")
 
 
 def _linear_decomposition(x, w, b, *residual, act, bounds, residual_at):

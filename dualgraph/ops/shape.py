@@ -750,6 +750,64 @@ CAT = defop("cat", _cat_kernel, _infer_cat, vjp=_cat_vjp, attrs=("dim",), saves=
             shape_fold=lambda *xs, dim: np.concatenate(xs, axis=dim))
 
 
+# A concatenation grown in place (the lowering rule ``cat_in_place``): ``cat_grown`` makes
+# the whole buffer, its first blocks and zeros after them; each later block is written into
+# it by ``slice_update_in_place``, and each concatenation of a chain is a slice of it.
+def _block(dim: int, start: int, stop) -> tuple:
+    return (slice(None),) * dim + (slice(start, stop),)
+
+
+def _cat_grown_kernel(*xs, dim, size, out=None):
+    """(``out``, ``fills_out``: the blocks, then zeros to ``size``)"""
+    shape = list(xs[0].shape)
+    shape[dim] = size
+    dt = dtypes.result_type(*xs)
+    out = np.empty(shape, dt) if out is None or out.dtype != dt else out.reshape(shape)
+    at = 0
+    for x in xs:
+        out[_block(dim, at, at + x.shape[dim])] = x
+        at += x.shape[dim]
+    out[_block(dim, at, None)] = 0
+    return out
+
+
+def _infer_cat_grown(*xs, dim, size):
+    joined = _infer_cat(*xs, dim=dim)
+    if size < joined.shape[dim]:
+        raise ShapeError(f"cat_grown: size {size} along dim {dim} is less than the "
+                         f"{joined.shape[dim]} of the blocks")
+    return joined._replace(shape=joined.shape[:dim] + (size,) + joined.shape[dim + 1:])
+
+
+def _cat_grown_decomposition(*xs, dim, size):
+    joined = cat(list(xs), dim)
+    rest = list(joined.shape)
+    rest[dim] = size - rest[dim]
+    return cat([joined, creation.zeros(*rest, dtype=joined.dtype)], dim)
+
+
+CAT_GROWN = defop("cat_grown", _cat_grown_kernel, _infer_cat_grown, attrs=("dim", "size"),
+                  saves="", onnx=None, fills_out=True, compiler_only=True,
+                  decomposition=_cat_grown_decomposition,
+                  doc="cat(xs, dim) followed by zeros up to ``size`` along dim: the buffer "
+                      "of a concatenation grown in place")
+
+
+def _slice_update_in_place_kernel(x, v, index):
+    x[slice_key(index)] = v
+    return x
+
+
+# Its output is ``x`` itself, so it is a view of ``x`` to the memory plan.
+SLICE_UPDATE_IN_PLACE = defop(
+    "slice_update_in_place", _slice_update_in_place_kernel,
+    lambda x, v, index: _infer_slice_update(x, v, index), attrs=("index",), saves="",
+    onnx=None, view=True, compiler_only=True,
+    decomposition=lambda x, v, index: apply(SLICE_UPDATE, x, v, index=index),
+    doc="slice_update(x, v, index) written into x itself, where nothing reads x's block "
+        "``index`` but through the result")
+
+
 def cat(tensors, dim=0):
     """Join tensors along an existing dim; dtypes promote as in ``torch.cat``."""
     tensors = tuple(tensors)

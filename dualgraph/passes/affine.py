@@ -5,6 +5,13 @@ layer's weight and bias. Shared by the ONNX export (``export/onnx_fold.py``, whe
 parameters are known arrays) and the lowering rule ``fold_batchnorm`` (``passes/lower.py``,
 where they are constants of the graph).
 
+Before the layer, a per-channel chain on its input folds too (the rule
+``fold_input_affine``): per input channel ``c``, ``conv(x * s + t, W, b)`` is ``conv(x,
+W * s[c], b + sum W * t[c])`` where the conv has no padding (at a padded border the
+shift would be summed over taps that read the padding's zeros: a kxk conv with padding
+keeps its chain; a 1x1 conv's chain with an activation is ``conv_prologue``'s), and
+``linear(x * s + t, W, b)`` is ``linear(x, W * s, b + W @ t)``.
+
 The precondition, checked per chain: the layer's weight (and bias) are known arrays, each
 value of the chain but its last is read by the next step only (not by another node, nor a
 graph output), and each step adds, subtracts, multiplies or divides by a constant that
@@ -48,32 +55,41 @@ def fold_affine_chains(graph: Graph, chains: dict, arrays: dict, report=None) ->
     """``graph`` with each chain of ``affine_chains`` folded into its layer's new constant
     weight and bias; the layer is named as the chain's last value. Dead nodes are dropped
     (they may read a value of a chain)."""
+    def fold(node, chain, weight, bias):
+        steps, scale, shift = chain
+        last = steps[-1].outputs[0]
+        item = (f"%{node.outputs[0].name} + {len(steps)} per-channel steps -> "
+                f"{node.op.name} %{last.name} with folded weight and bias")
+        return (weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1)),
+                bias * scale + shift, node.inputs[0], last, ("affine chains folded", item))
+    return _fold(graph, chains, arrays, report, fold)
+
+
+def _fold(graph: Graph, chains: dict, arrays: dict, report, fold) -> Graph:
+    """``graph`` with each layer node of ``chains`` and its chain's steps (``chain[0]``)
+    replaced by the layer on ``fold(node, chain, weight, bias)``'s ``(weight, bias, input,
+    value it defines, (report kind, item))``, weight and bias float64 arrays (a zero bias
+    where it had none) made new constants of the layer's dtype. Dead nodes are dropped."""
     b, live = Builder(graph), needed(graph)
-    skip = {n for steps, _, _ in chains.values() for n in steps}
+    skip = {n for chain in chains.values() for n in chain[0]}
     for node in graph.nodes:
         if node in skip or not any(v in live for v in node.outputs):
             continue
         if node not in chains:
             b.copy(node)
             continue
-        steps, scale, shift = chains[node]
-        out = node.outputs[0]
         weight = np.asarray(arrays[node.inputs[1]], np.float64)
         bias = node.inputs[2] if len(node.inputs) > 2 else None
         bias = np.zeros(weight.shape[0]) if bias is None else np.asarray(arrays[bias],
                                                                           np.float64)
-        weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-        new_w = b.graph.add_constant(weight.astype(out.dtype), name=node.inputs[1].name)
-        new_b = b.graph.add_constant((bias * scale + shift).astype(out.dtype),
-                                     name=f"{node.inputs[1].name}_bias")
-        last = steps[-1].outputs[0]
-        (new,) = b.add(node.op, [b.get(node.inputs[0]), new_w, new_b], node.attrs,
-                       location=node.location, names=[last.name])
-        b.env[last] = new
+        weight, bias, x, defined, (kind, item) = fold(node, chains[node], weight, bias)
+        dtype, name = node.outputs[0].dtype, node.inputs[1].name
+        new_w = b.graph.add_constant(weight.astype(dtype), name=name)
+        new_b = b.graph.add_constant(bias.astype(dtype), name=f"{name}_bias")
+        (b.env[defined],) = b.add(node.op, [b.get(x), new_w, new_b], node.attrs,
+                                  location=node.location, names=[defined.name])
         if report is not None:
-            report.count("affine chains folded",
-                         f"%{out.name} + {len(steps)} per-channel steps -> {node.op.name} "
-                         f"%{last.name} with folded weight and bias")
+            report.count(kind, item)
     if report is not None:
         report.nodes_after = len(b.graph.nodes)
     return b.finish()
@@ -145,3 +161,65 @@ def _per_channel(x, value, axis: int, channels: int, arrays: dict):
         return None
     flat = a.reshape(-1).astype(np.float64)
     return np.broadcast_to(flat, (channels,)).copy() if flat.size in (1, channels) else None
+
+
+def input_affine_chains(graph: Graph, arrays: dict) -> dict:
+    """``{layer node: (chain nodes, scale, shift)}`` for each conv2d without padding or
+    linear whose weight and bias are in ``arrays`` and whose input is the end of a
+    per-channel affine chain along its input channels (the module docstring), each value
+    of the chain read only by the next step (the last by the layer only, once)."""
+    read_by = live_readers(graph)
+    chains = {}
+    for node in graph.nodes:
+        axis = LAYERS.get(node.op)
+        if (axis is None or not all(p is None or p in arrays for p in node.inputs[1:])
+                or node.op is CONV2D and any(p for pair in node.attrs["padding"]
+                                             for p in pair)):
+            continue
+        chain = _input_chain(node, axis, arrays, read_by)
+        if chain:
+            chains[node] = chain
+    return chains
+
+
+def _input_chain(layer, axis: int, arrays: dict, read_by: dict):
+    """``(steps, scale, shift, x)``: the per-channel steps before ``layer``'s input (first
+    to last), the chain's start ``x``, the input being ``x * scale + shift``; or None."""
+    value, reader = layer.inputs[0], layer
+    channels = value.shape[axis] if isinstance(value, Value) else None
+    if not isinstance(channels, int):
+        return None
+    scale, shift = np.ones(channels), np.zeros(channels)
+    steps = []
+    while read_by.get(value, []) == [reader] and value.producer is not None:
+        node = value.producer
+        operands = [x for x in node.inputs if isinstance(x, Value) and x not in arrays]
+        step = _step(node, operands[0], axis, channels, arrays) if len(operands) == 1 \
+            else None
+        if step is None:
+            break
+        factor, offset = step
+        scale, shift = factor * scale, offset * scale + shift
+        steps.insert(0, node)
+        value, reader = operands[0], node
+    return (steps, scale, shift, value) if steps else None
+
+
+def fold_input_chains(graph: Graph, chains: dict, arrays: dict, report) -> Graph:
+    """``graph`` with each chain of ``input_affine_chains`` folded into its layer's new
+    constant weight and bias, the layer reading the chain's start. Dead nodes are
+    dropped."""
+    def fold(node, chain, w, bias):
+        steps, scale, shift, x = chain
+        if node.op is CONV2D:   # (input channel c of output o: its group's c-th)
+            per = np.arange(w.shape[0]) // (w.shape[0] // node.attrs["groups"]) * w.shape[1]
+            at = per[:, None] + np.arange(w.shape[1])
+            s, t = scale[at][:, :, None, None], shift[at][:, :, None, None]
+        else:
+            s, t = scale[None, :], shift[None, :]
+        out = node.outputs[0]
+        item = (f"{len(steps)} per-channel steps + {node.op.name} %{out.name} -> "
+                f"{node.op.name} with folded weight and bias")
+        return (w * s, bias + (w * t).reshape(w.shape[0], -1).sum(1), x, out,
+                ("input chains folded", item))
+    return _fold(graph, chains, arrays, report, fold)

@@ -40,13 +40,14 @@ from ..ops.layout import SQUEEZE_EXCITE_BLOCKED
 from ..ops.norm import LAYER_NORM
 from ..ops.reduce import MEAN, SOFTMAX
 from ..ops.shape import CAT
-from .affine import LAYERS, affine_chains, fold_affine_chains
+from .affine import (LAYERS, affine_chains, fold_affine_chains, fold_input_chains,
+                     input_affine_chains)
 from .attention import attention_patterns, fuse_attention
 from .batch import batch_linears, loop_linear_groups
 from ..ops.conv import MAX_POOL2D
-from ..ops.epilogue import MAX_POOL2D_VALUES
+from ..ops.epilogue import CONV2D_PACKED, MAX_POOL2D_VALUES
 from .communication import compress_all_reduces, compressed_all_reduces
-from .concat import conv_cat, conv_cats
+from .concat import cat_chains, cat_in_place, conv_cat, conv_cats
 from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights,
                     winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
@@ -57,6 +58,7 @@ from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_r
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
+from .prologue import conv_prologue, conv_prologues
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
                       linear_packed, linears_sharing_inputs, matmuls_by_constants,
                       norms_of_linears, packable_linear_weights, weights_kn,
@@ -258,6 +260,48 @@ def fold_batchnorm(graph: Graph, chains: dict, report: Report) -> Graph:
     return fold_affine_chains(graph, chains, graph.constants, report)
 
 
+def constant_input_chains(graph: Graph) -> dict:
+    """The precondition: ``passes/affine.py``'s ``input_affine_chains`` over the graph's
+    constants: a conv2d without padding or a linear, constant weight and bias, whose input
+    is made by a per-channel chain of constant ``add``/``sub``/``mul``/``div`` (an
+    eval-mode BatchNorm with no activation after it) read only along the chain."""
+    return input_affine_chains(graph, graph.constants)
+
+
+def fold_input_affine(graph: Graph, chains: dict, report: Report) -> Graph:
+    """Each chain of ``constant_input_chains`` folds into its layer, which reads the
+    chain's start: per input channel ``c``, ``conv(x * s + t, W, b)`` is ``conv(x, W *
+    s[c], b + sum W * t[c])`` (no padding: at a padded border the shift would be wrong),
+    ``linear(x * s + t, W, b)`` is ``linear(x, W * s, b + W @ t)``.
+
+    Preserves: types, inputs and outputs; values up to rounding (the new weight and bias
+    are computed in float64 and rounded once to the layer's dtype).
+
+    Before::
+
+        graph(%x: f32[5,3]) {
+          %w: f32[2,3] = constant([[-1.0, -0.6, -0.2], [0.2, 0.6, 1.0]])
+          %b: f32[2] = constant([1.0, 2.0])
+          %s: f32[3] = constant([2.0, 3.0, 4.0])
+          %t: f32[3] = constant([-1.0, 0.0, 1.0])
+          %m: f32[5,3] = mul(%x, %s)
+          %a: f32[5,3] = add(%m, %t)
+          %h: f32[5,2] = linear(%a, %w, %b)
+          return (%h)
+        }
+
+    After::
+
+        graph(%x: f32[5,3]) {
+          %w: f32[2,3] = constant([[-2.0, -1.8000001, -0.8], [0.4, 1.8000001, 4.0]])
+          %w_bias: f32[2] = constant([1.8, 2.8])
+          %h: f32[5,2] = linear(%x, %w, %w_bias)
+          return (%h)
+        }
+    """
+    return fold_input_chains(graph, chains, graph.constants, report)
+
+
 def unread_pool_indices(graph: Graph) -> list[Node]:
     """The precondition: the ``max_pool2d`` nodes whose indices (the second output) no
     live node reads nor the graph returns (inference: only the backward reads them)."""
@@ -312,6 +356,10 @@ RULES = [
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
                  "graph"),
+    # conv2d(x * s + t, W, b) without padding / linear(...), s and t per-channel constants,
+    # W and b constant -> the layer of x with W * s, b + W @ t: a BatchNorm before its layer
+    LoweringRule("fold_input_affine", tuple(LAYERS), constant_input_chains,
+                 fold_input_affine, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
@@ -384,10 +432,19 @@ RULES += [
     # conv2d(_epilogue)(x, W, ...), W constant read only as such convs' weight, the packed
     # loop chosen by shape -> conv2d_packed(x, W_packed, ...): W laid out once, not per call
     LoweringRule("conv_packed", PACKED_READERS, packable_weights, conv_packed, "kernels"),
+    # conv2d_packed(act(x * s + t)) of a 1x1 kernel, s and t per-channel constants, the
+    # fused group of the prologue read only by the conv -> conv2d_prologue(x, s, t, ...):
+    # applied to each block of input rows as the loop takes it up (after conv_packed)
+    LoweringRule("conv_prologue", (CONV2D_PACKED,), conv_prologues, conv_prologue,
+                 "kernels"),
     # cat([conv2d(...), conv2d_epilogue/packed/winograd(...), ...], dim=1), each read only
     # by the cat -> conv2d_cat: each conv writes its own channels of the one output (after
     # conv_winograd and conv_packed: each member keeps the kernel their cost rules chose)
     LoweringRule("conv_cat", (CAT,), conv_cats, conv_cat, "kernels"),
+    # c_2 = cat(c_1, y_2), c_3 = cat(c_2, y_3), ... (a dense block), each c_i extended by one
+    # cat only -> one buffer: cat_grown at c_1, slice_update_in_place of each y_i, c_i a
+    # slice of it: each block copied once, not once per later link (after conv_cat)
+    LoweringRule("cat_in_place", (CAT,), cat_chains, cat_in_place, "kernels"),
 ]
 
 # -- the rows made for layout ------------------------------------------------------------------

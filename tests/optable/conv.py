@@ -328,6 +328,57 @@ CASES += [
 ]
 
 
+def _unpacked_1x1(wp, c, cout):
+    """The ``(cout, c, 1, 1)`` weight of a packed 1x1 weight ``(pairs, c, 16)``."""
+    return wp.permute(0, 2, 1).reshape(-1, c, 1, 1)[:cout]
+
+
+def conv_prologue(pre_act):
+    """conv2d_prologue (what passes.conv_prologue makes: a 1x1 conv2d_packed of
+    ``pre_act(x * scale + shift)``) vs torch's scale, shift, activation and conv."""
+    bounds = (0.0, 6.0) if pre_act == "clamp" else (float("-inf"), float("inf"))
+
+    def fn(m, x, scale, shift, wp, b):
+        if m.__name__ != "torch":
+            from dualgraph.ops.prologue import CONV2D_PROLOGUE
+            return apply(CONV2D_PROLOGUE, x, scale, shift, wp, b, pre_act=pre_act,
+                         pre_bounds=bounds, act="relu", bounds=(float("-inf"), float("inf")),
+                         residual_at=None, stride=(1, 1), padding=((0, 0), (0, 0)),
+                         dilation=(1, 1), kernel_size=(1, 1), out_channels=11, groups=1)
+        t = x * scale[:, None, None] + shift[:, None, None]
+        t = {"none": t, "relu": m.relu(t), "clamp": t.clamp(*bounds)}[pre_act]
+        return m.relu(m.nn.functional.conv2d(t, _unpacked_1x1(wp, x.shape[1], 11), b))
+    return fn
+
+
+CASES += [
+    OpCase("conv2d_prologue", conv_prologue(act), [In((2, 13, 5, 4)), In((13,)), In((13,)),
+                                                   In((1, 13, 16)), In((11,))], act,
+           dtypes=("float32", "float64"), grad=False, atol=1e-4)
+    for act in ("none", "relu", "clamp")
+]
+
+
+def _conv_into(m, buf, x, wp, b):
+    """conv2d_into (what passes.cat_in_place makes: a conv written into its channels of
+    an array made before) of a packed 1x1 conv, given a copy of ``buf`` (it overwrites
+    it), vs torch's cat of ``buf``'s channels around the conv."""
+    if m.__name__ == "torch":
+        y = m.relu(m.nn.functional.conv2d(x, _unpacked_1x1(wp, x.shape[1], 11), b))
+        return m.cat([buf[:, :2], y, buf[:, 13:]], 1)
+    from dualgraph.ops.epilogue import CONV2D_INTO, CONV2D_PACKED, cat_member
+    attrs = dict(act="relu", bounds=(float("-inf"), float("inf")), residual_at=None,
+                 stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1),
+                 kernel_size=(1, 1), out_channels=11, groups=1)
+    return apply(CONV2D_INTO, buf * 1, x, wp, b,
+                 members=(cat_member(CONV2D_PACKED, 3, attrs),), at=2)
+
+
+CASES.append(OpCase("conv2d_into", _conv_into, [In((2, 15, 5, 4)), In((2, 13, 5, 4)),
+                                                In((1, 13, 16)), In((11,))],
+                    dtypes=("float32", "float64"), grad=False, atol=1e-4))
+
+
 def pool_values(**attrs):
     """max_pool2d_values (what passes.max_pool_values makes) vs torch's max pooling."""
     pool = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1),

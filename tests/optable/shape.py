@@ -113,3 +113,31 @@ def _relayout(m, a):
 
 
 CASES += [OpCase("relayout", _relayout, [In((2, 3, 4, 5))], "to-channels-last", grad=False)]
+
+
+def _grown(m, a, b):
+    """``cat_grown`` (the start of a concatenation grown in place: passes.cat_in_place) vs
+    torch's cat with zeros after."""
+    if m.__name__ == "torch":
+        return m.cat([a, b, m.zeros(2, 4, 3, dtype=a.dtype)], 1)
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.shape import CAT_GROWN
+    return apply(CAT_GROWN, a, b, dim=1, size=9)
+
+
+def _written_in_place(m, a, v):
+    """``slice_update_in_place`` (given a copy of ``a``, which it overwrites) vs torch's
+    cat of ``a``'s blocks around ``v``."""
+    if m.__name__ == "torch":
+        return m.cat([a[:, :1], v, a[:, 3:]], 1)
+    from dualgraph.dispatch import apply
+    from dualgraph.ops.shape import SLICE_UPDATE_IN_PLACE
+    return apply(SLICE_UPDATE_IN_PLACE, a * 1, v, index=(None, (1, 3, 1), None))
+
+
+CASES += [
+    OpCase("cat_grown", _grown, [In((2, 3, 3)), In((2, 2, 3))], dtypes=("float32", "float64"),
+           grad=False),
+    OpCase("slice_update_in_place", _written_in_place, [In((2, 5, 3)), In((2, 2, 3))],
+           dtypes=("float32", "float64"), grad=False),
+]
