@@ -980,7 +980,8 @@ def _pool_lanes(loop, x, out_hw, *args):
     flat = np.ascontiguousarray(x).reshape(-1)
     planes = flat.size // (hw[0] * hw[1])
     out = np.empty(planes * out_hw[0] * out_hw[1], x.dtype)
-    run_rows(loop, -(-planes // kernels.pool_lanes.LANES), flat, out, planes, *hw, *out_hw, *args,
+    lanes = kernels.pool_lanes.lanes(planes)
+    run_rows(loop, -(-planes // lanes), flat, out, planes, lanes, *hw, *out_hw, *args,
              threads=threads_for(flat.size))
     return out.reshape(x.shape[:-2] + tuple(out_hw))
 
