@@ -281,6 +281,11 @@ def _conv_blocked(x, w, bias):
                                                                padding, dilation, groups):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
+        elif kernels.enabled(x) and kernels.conv_shallow.wins(x.shape, w.shape, (ho, wo),
+                                                              stride, padding, groups,
+                                                              x.dtype):
+            b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
+            return kernels.conv_shallow.conv(x, w, out, stride, padding, dilation, groups, b)
         elif kernels.enabled(x) and kernels.conv_outlanes.wanted(x.shape, w.shape, padding,
                                                                  groups, x.dtype):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)

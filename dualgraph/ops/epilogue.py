@@ -152,11 +152,15 @@ def _conv_module(x_shape, w_shape, method, stride, padding, dilation, groups):
     ``conv_tiles``; None where the row-shifted GEMMs and the epilogue's pass run it."""
     if method != "blocked":
         return kernels.conv_direct
+    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
     if (math.prod(x_shape) >= kernels.MIN_ELEMENTS   # (as the eager conv: the same bits)
+            and kernels.conv_shallow.wins(x_shape, w_shape, hw, stride, padding, groups,
+                                          np.float32)):
+        return kernels.conv_shallow
+    if (math.prod(x_shape) >= kernels.MIN_ELEMENTS
             and kernels.conv_outlanes.wanted(x_shape, w_shape, padding, groups,
                                              np.dtype(np.float32))):
         return kernels.conv_outlanes
-    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
     if kernels.conv_shallow.wanted(x_shape, w_shape, hw, padding, groups, np.float32):
         return kernels.conv_shallow
     if _row_shifted(x_shape, w_shape, stride, padding, dilation):
