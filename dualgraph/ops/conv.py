@@ -959,8 +959,8 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
     shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
     columns', eight outputs a vector, NaN kept) where its vectors fit (eight outputs a row
-    inside it, strides up to 2: ``pooling.vectorised``); else with eight planes in the
-    lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
+    inside it, strides up to 2: ``pooling.vectorised``); else with eight or sixteen planes
+    in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
     ``pooling.max_pool_rows`` (the first loop's order in plain loops). None where none
     runs (another dtype, no Numba, a small input)."""
     if not kernels.enabled(x):
