@@ -187,9 +187,10 @@ def wanted(x_shape, w_shape, out_hw, padding, groups, dtype) -> bool:
 def wins(x_shape, w_shape, out_hw, stride, padding, groups, dtype) -> bool:
     """Whether this loop, rather than ``conv_outlanes``' or the packed weight's
     (``conv_packed``), runs a conv it takes (:func:`wanted`): a column stride of at most 2
-    (at stride 4 a band's padded rows outgrow L1, and its 11x11 stem took 1.2x the packed
-    loop's time; at strides 1 and 2 0.7-1.0x the others' on 3x3, 5x5 and 7x7 stems,
-    docs/benchmarks.md, "stems")."""
+    (at stride 4 a band's padded rows outgrow L1, and an 11x11 stem took 1.15x the packed
+    loop's time; at strides 1 and 2 0.7-1.0x the best other loop's on 3x3, 5x5 and 7x7
+    stems, 1.05-1.1x the packed loop's on a one-channel 7x7 stride-1 layer:
+    docs/benchmarks.md, 2026-12-05 "stems with output positions in the lanes")."""
     return wanted(x_shape, w_shape, out_hw, padding, groups, dtype) and stride[1] <= 2
 
 
