@@ -1,10 +1,11 @@
 """Micro-benchmark: an image's first convolution (at most four input channels: the stems of
 ResNet, SqueezeNet, MobileNet, AlexNet, and odd shapes of no model) by each float32 loop
-that can run it, with bias and ReLU: ``conv_shallow`` (eight channels by eight positions,
-what a weight that is no constant runs), ``conv_outlanes`` (where it takes the conv: few
+that can run it, with bias and ReLU: ``conv_shallow`` (rows of output positions in the
+lanes, by six channels), ``conv_outlanes`` (where it takes the conv: few
 weights a position), ``conv_packed`` on its weight packed once, against onnxruntime's
 Conv + Relu; ``chosen`` is the loop a compiled graph with a constant weight runs
-(``conv_packed.packed_wins``, else the epilogue op's own choice).
+(``conv_shallow.wins``, else ``conv_packed.packed_wins``, else the epilogue op's own
+choice).
 
 ``python -m benchmarks.stem_convs [--batches 1,16]``: one thread per engine. Times: best
 process CPU time over 3 rounds of 3 calls, the engines in turns; each output checked
@@ -58,7 +59,8 @@ def measure(cin, cout, k, stride, pad, plane, batch) -> dict:
             error = np.abs(call() - want).max() / np.abs(want).max()
             assert error < 1e-5, f"{name} differs from onnxruntime by {error:.1e}"
     ms = best_ms(calls)
-    ms["chosen"] = ("packed" if conv_packed.packed_wins(x.shape, w.shape, pd, 1, np.float32)
+    ms["chosen"] = ("shallow" if conv_shallow.wins(x.shape, w.shape, hw, st, pd, 1, np.float32)
+                    else "packed" if conv_packed.packed_wins(x.shape, w.shape, pd, 1, np.float32)
                     else "outlanes" if outlanes else "shallow")
     return ms
 

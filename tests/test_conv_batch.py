@@ -70,6 +70,8 @@ def test_row_shifted_gemms_are_adjoint_and_match_torch(monkeypatch, x_shape, w_s
     assert kernels.conv_batch.wanted(x_shape, w_shape, stride, padding, dilation, x.dtype)
     # (every case's weight gradient by the loop: shallower ones take the blocked GEMM)
     monkeypatch.setattr(kernels.conv_batch, "GRAD_MIN_DEPTH", kernels.conv_batch.MIN_DEPTH)
+    # (and few-channel forwards too, which conv_shallow's loop takes first)
+    monkeypatch.setattr(kernels.conv_shallow, "wins", lambda *args: False)
     ran = _ran(monkeypatch)
     y = conv._conv2d_kernel(x, w, **attrs)
     g = rng.standard_normal(y.shape, dtype=np.float32)

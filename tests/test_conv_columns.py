@@ -14,9 +14,11 @@ from dualgraph.ops import conv
 
 @pytest.fixture(autouse=True)
 def _no_output_lanes(monkeypatch):
-    """These tests pin the GEMM kernels: ``kernels.conv_outlanes``, which takes some of
-    their small convs, is off here (tests/test_conv_outlanes.py has its own)."""
+    """These tests pin the GEMM kernels: ``kernels.conv_outlanes`` and
+    ``kernels.conv_shallow``, which take some of their small convs, are off here
+    (tests/test_conv_outlanes.py and test_conv_shallow.py have their own)."""
     monkeypatch.setattr(kernels.conv_outlanes, "MAX_FORWARD_WEIGHTS", 0)
+    monkeypatch.setattr(kernels.conv_shallow, "wins", lambda *args: False)
     monkeypatch.setattr(kernels.conv_outlanes, "MAX_GRAD_CHANNELS", 0)
 
 

@@ -320,9 +320,10 @@ def compiled_step(model, x):
 
 
 def _stem(lib):
-    """A 3-channel 7x7 stride-2 first layer with BatchNorm, ReLU and max pooling."""
+    """A 3-channel 11x11 stride-4 first layer (a few-channel conv that the packed loop
+    takes: ``conv_shallow.wins`` leaves it) with BatchNorm, ReLU and max pooling."""
     nn = lib.nn
-    return nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+    return nn.Sequential(nn.Conv2d(3, 32, 11, 4, 3, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
                          nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
 
 

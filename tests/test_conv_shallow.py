@@ -1,8 +1,9 @@
-"""Convolutions with few input channels by ``kernels/conv_shallow.py`` (eight output
-channels in a vector's lanes) against torch on odd shapes: padding, stride 1-3, dilation,
-output channels not a multiple of 8, batch 1 and 3, every activation and residual
-placement; the compiled ``conv2d_epilogue`` that runs it (``conv_shallow_<act>``) against
-eager, and a torch export loaded with ``dg.onnx.load``."""
+"""Convolutions with few input channels by ``kernels/conv_shallow.py`` (output positions
+in a vector's lanes) against torch on odd shapes: padding, stride 1-3, dilation, output
+channels not a multiple of 6, rows not of 8 or 16, bands not of 4, batch 1 and 3, every
+activation and residual placement, eight and sixteen lanes, one thread and two; the
+compiled ``conv2d_epilogue`` that runs it (``conv_shallow_<act>``) against eager, and a
+torch export loaded with ``dg.onnx.load``."""
 import re
 
 import numpy as np
@@ -34,21 +35,27 @@ def _pair(v):
     return (v, v) if isinstance(v, int) else v
 
 
+def _arrays(case):
+    """A case's random generator, input, weight and bias, and its (stride, padding,
+    dilation) as pairs."""
+    shape, cout, k, s, p, d = case
+    rng = np.random.default_rng(sum(shape) + cout)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((cout, shape[1], *_pair(k))) * 0.3).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    return rng, x, w, b, tuple(map(_pair, (s, p, d)))
+
+
 @pytest.mark.parametrize("case", CONVS)
 @pytest.mark.parametrize("act", ["relu", "hardswish", "silu"])
 def test_matches_torch(case, act):
-    shape, cout, k, s, p, d = case
-    k, s, p, d = map(_pair, (k, s, p, d))
-    rng = np.random.default_rng(sum(shape) + cout)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = (rng.standard_normal((cout, shape[1], *k)) * 0.3).astype(np.float32)
-    b = rng.standard_normal(cout).astype(np.float32)
+    rng, x, w, b, (s, p, d) = _arrays(case)
     want = TORCH_ACTS[act](TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), s,
                                      p, d)).numpy()
-    assert conv_shallow.wanted(shape, w.shape, want.shape[2:], ((p[0],) * 2, (p[1],) * 2), 1,
-                               np.float32)
+    pads = ((p[0],) * 2, (p[1],) * 2)
+    assert conv_shallow.wanted(x.shape, w.shape, want.shape[2:], pads, 1, np.float32)
     out = np.full(want.shape, np.nan, np.float32)
-    conv_shallow.conv(x, w, out, s, ((p[0],) * 2, (p[1],) * 2), d, 1, b,
+    conv_shallow.conv(x, w, out, s, pads, d, 1, b,
                       act=ACTIVATIONS.index(act))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
@@ -73,10 +80,41 @@ def test_residual_and_every_activation(where, act):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
+# (n, c, h, w), cout, kernel, stride, padding, dilation: rows of a multiple of sixteen
+# outputs and not, row counts of no multiple of four (the last band overlaps), channels of
+# no multiple of six (the last block repeats one), four rows only
+TAILS = [((2, 3, 41, 37), 13, 3, 1, 1, 1), ((1, 3, 15, 68), 7, 7, 2, 3, 1),
+         ((3, 2, 10, 20), 6, 3, 1, 1, (2, 1)), ((1, 1, 16, 35), 64, 5, 2, 2, 1),
+         ((2, 4, 14, 16), 5, 3, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("case", TAILS)
+def test_same_bits_at_both_widths_and_thread_counts(case, monkeypatch):
+    """Eight or sixteen outputs a vector, one thread or two (bands shared between them,
+    a residual added after ReLU): the same bits, and torch's values."""
+    rng, x, w, b, (s, p, d) = _arrays(case)
+    y = TF.relu(TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), s, p, d))
+    r = rng.standard_normal(tuple(y.shape)).astype(np.float32)
+    want = (y + torch.tensor(r)).numpy()
+    runs = []
+    for width in (8, 16)[:1 + (want.shape[3] >= 16)]:
+        for threads in (1, 2):
+            monkeypatch.setattr(conv_shallow, "lanes", lambda wo: width)
+            monkeypatch.setattr(conv_shallow, "threads_for", lambda size: threads)
+            out = np.full(want.shape, np.nan, np.float32)
+            conv_shallow.conv(x, w, out, s, ((p[0],) * 2, (p[1],) * 2), d, 1, b, residual=r,
+                              where=2, act=ACTIVATIONS.index("relu"))
+            runs.append(out)
+    np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=1e-5)
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other, runs[0])
+
+
 def test_not_wanted_for_many_channels_narrow_rows_or_groups():
     pad = ((1, 1), (1, 1))
     assert not conv_shallow.wanted((1, 5, 32, 32), (8, 5, 3, 3), (32, 32), pad, 1, np.float32)
     assert not conv_shallow.wanted((1, 3, 12, 12), (8, 3, 3, 3), (6, 7), pad, 1, np.float32)
+    assert not conv_shallow.wanted((1, 3, 5, 32), (8, 3, 3, 3), (3, 32), pad, 1, np.float32)
     assert not conv_shallow.wanted((1, 4, 32, 32), (8, 2, 3, 3), (32, 32), pad, 2, np.float32)
     assert not conv_shallow.wanted((1, 3, 32, 32), (8, 3, 3, 3), (32, 32), pad, 1, np.float64)
     assert not conv_shallow.wanted((1, 3, 32, 32), (8, 3, 3, 3), (32, 32), ((-1, 0), (0, 0)), 1,
@@ -91,11 +129,11 @@ def _first_layer(lib, cout=12, k=3):
 
 # (a 3x3 layer of 12 channels: conv_outlanes takes it first where it would, as the eager
 # conv does; a 9x9 layer of 12 channels has too many weights per output for it and too
-# few channels to pack: conv_shallow; a 7x7 stem of 64 channels is packed)
+# few channels to pack: conv_shallow; so is a 7x7 stem of 64 channels, faster than packed)
 @pytest.mark.parametrize("batch, cout, k, kernel", [(1, 12, 3, "(shallow|outlanes)"),
                                                     (3, 12, 3, "(shallow|outlanes)"),
                                                     (2, 12, 9, "shallow"),
-                                                    (2, 64, 7, "packed")])
+                                                    (2, 64, 7, "shallow")])
 def test_compiled_and_onnx_import_match_eager_and_torch(batch, cout, k, kernel, tmp_path):
     """A first layer (3 channels, BatchNorm folded, hard-swish) compiled runs
     ``conv_<kernel>_hardswish``; compiled, eager, ``dg.onnx.load`` of the torch export and

@@ -127,7 +127,8 @@ def test_nothing_written_past_the_outputs(shape, k, s, p, ceil):
         buffer, out = _guarded(1, 4 * c * ho * wo, np.float32)
         args = (geometry + (p, p) + extra) if loop is pool_lanes.avg_pool_lanes else \
             (geometry + extra)
-        loop(0, -(-4 * c // 8), planes, out[0], 4 * c, *args)
+        for lanes in (8, 16)[:1 + (4 * c >= 16)]:     # (a group's planes at least)
+            loop(0, -(-4 * c // lanes), planes, out[0], 4 * c, lanes, *args)
         assert (buffer[-8:] == 1234.5).all() and np.isfinite(out).all()
 
 
@@ -146,12 +147,13 @@ def test_one_and_two_threads_give_the_same_bits():
         run_rows(pooling.avg_pool, c, x, out, div, *geometry, p, p, threads=threads)
         run_rows(pooling.avg_pool_backward, c, out, div, dx, *geometry, p, p, threads=threads)
         run_rows(pooling.max_pool_rows, c, x, best, *geometry, 1, 1, p, p, threads=threads)
-        lanes = [np.empty(c * ho * wo, np.float32) for _ in range(2)]
-        groups = -(-c // 8)
-        run_rows(pool_lanes.avg_pool_lanes, groups, x.reshape(-1), lanes[0], c, *geometry, p,
-                 p, div, threads=threads)
-        run_rows(pool_lanes.max_pool_lanes, groups, x.reshape(-1), lanes[1], c, *geometry, 1,
-                 1, p, p, threads=threads)
+        lanes = [np.empty(c * ho * wo, np.float32) for _ in range(4)]
+        for k, width in enumerate((8, 16)):
+            groups = -(-c // width)
+            run_rows(pool_lanes.avg_pool_lanes, groups, x.reshape(-1), lanes[2 * k], c, width,
+                     *geometry, p, p, div, threads=threads)
+            run_rows(pool_lanes.max_pool_lanes, groups, x.reshape(-1), lanes[2 * k + 1], c,
+                     width, *geometry, 1, 1, p, p, threads=threads)
         runs.append((out, dx, best, *lanes))
     for one, two in zip(*runs):
         np.testing.assert_array_equal(one, two)
@@ -184,6 +186,39 @@ def test_max_values_on_short_rows_match_torch_with_nan(case, monkeypatch):
     assert calls == [loop]
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("case", [c for c in SHORT_ROWS if c[-1] == "max_pool_lanes"])
+def test_lanes_at_both_widths_match_torch(case, width, monkeypatch):
+    """``pool_lanes`` with eight and with sixteen planes a group (the last group
+    overlapping the one before where the planes are no multiple): max pooling exactly
+    torch's with NaN and infinities, average pooling (padding counted and not) within
+    rounding of torch's and exactly the same bits at both widths."""
+    shape, k, s, p, d, ceil, _ = case
+    pair = lambda v: (v, v) if type(v) is int else v   # noqa: E731
+    rng = np.random.default_rng(sum(shape) + width)
+    x = rng.standard_normal(shape).astype(np.float32)
+    monkeypatch.setattr(kernels.pool_lanes, "lanes", lambda planes: width)
+    got = conv_ops.max_pool_values(x, pair(k), pair(s), pair(p), pair(d), ceil)
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(got, want)
+    x.flat[rng.integers(0, x.size, 3)] = -np.inf, np.nan, np.inf
+    x[-1, -1] = np.nan                  # (the last group, which overlaps)
+    got = conv_ops.max_pool_values(x, pair(k), pair(s), pair(p), pair(d), ceil)
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(got, want)
+    if d == 1 or d == (1, 1):
+        x = rng.standard_normal(shape).astype(np.float32)
+        for count in (True, False):
+            pool = dict(kernel_size=pair(k), stride=pair(s), padding=pair(p), ceil_mode=ceil,
+                        count_include_pad=count, divisor_override=None)
+            got = conv_ops.AVG_POOL2D.kernel(x, **pool)
+            want = F.avg_pool2d(torch.tensor(x), k, s, p, ceil, count).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            monkeypatch.setattr(kernels.pool_lanes, "lanes", lambda planes: 24 - width)
+            np.testing.assert_array_equal(conv_ops.AVG_POOL2D.kernel(x, **pool), got)
+            monkeypatch.setattr(kernels.pool_lanes, "lanes", lambda planes: width)
 
 
 def _small_cnn(lib):

@@ -1,91 +1,162 @@
-"""2-D pooling of small float32 planes with eight planes in the lanes of a vector: the
-eight planes transposed into an array of eight-lane positions, each window's taps one
-vector apiece (the geometry worked out once for eight planes), and the results
-transposed back. Where a plane's rows hold few outputs (a 14x14 plane pooled to 7x7, a
-7x7 branch pool), a vector along the row is mostly idle or a scalar remainder; here every
-lane works, and the taps are summed in torch's window order."""
+"""2-D pooling of float32 planes with eight (sixteen, where the loops run AVX-512 at full
+width: :func:`lanes`) planes in the lanes of a vector, as onnxruntime pools its NCHWc
+blocks: the planes transposed into an array of positions whose lanes are the planes,
+copied into a buffer whose border holds the reduction's identity (-inf, or 0 for sums),
+each output then every tap of its window one full vector load apiece with no test of
+where the window lies (padding and ceil mode's last window read the border), and the
+results transposed back. Along a row of planes a vector is mostly idle or a scalar
+remainder where the rows are short, and every row pays its edge cases; here every lane
+works and the loop over a window's taps has the same trip counts everywhere.
+
+Sums add the taps in torch's window order (the border's zeros add nothing: the same
+bits as skipping them). Maxima are plain ``vmaxps``; a group of planes whose inputs summed
+to NaN (a NaN, or infinities of both signs) is pooled again NaN-keeping (NaN wins, as in
+torch), ``llvm.maximum`` costing about twice as much a tap."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
-from .pooling import taps_inside
-from .simd import LANES, add, broadcast_at, divide, load, maximum_nan, store, transpose
+from . import helper, isa, loop
+from .simd import (LANES, WIDE, add, broadcast, broadcast_at_like, broadcast_wide, divide,
+                   lanes_of, load_like, maximum, maximum_nan, store, transpose)
+
+F = np.float32
 
 
 @helper(inline="always")
-def _to_lanes(x, offset, size, lanes):
-    """``lanes[q * 8 + l]`` = element ``q`` of plane ``l`` of the eight planes of ``size``
-    elements at ``x[offset:]``: 8x8 transposes, the last ``size % 8`` one by one."""
+def _to_lanes(x, offset, size, lanes, zero):
+    """``lanes[q * W + l]`` = element ``q`` of plane ``l`` of the ``W`` (``zero``'s lanes)
+    planes of ``size`` elements at ``x[offset:]``: 8x8 transposes, the last ``size % 8``
+    one by one."""
+    width = lanes_of(zero)
     whole = size - size % LANES
-    for q in range(0, whole, LANES):
-        transpose(x, offset + q, size, lanes, q * LANES, LANES)
+    for half in range(0, width, LANES):
+        for q in range(0, whole, LANES):
+            transpose(x, offset + half * size + q, size, lanes, q * width + half, width)
     for q in range(whole, size):
-        for lane in range(LANES):
-            lanes[q * LANES + lane] = x[offset + lane * size + q]
+        for lane in range(width):
+            lanes[q * width + lane] = x[offset + lane * size + q]
 
 
 @helper(inline="always")
-def _from_lanes(lanes, size, out, offset):
+def _from_lanes(lanes, size, out, offset, zero):
     """:func:`_to_lanes` undone: element ``q`` of plane ``l`` at ``out[offset:]`` =
-    ``lanes[q * 8 + l]``."""
+    ``lanes[q * W + l]``."""
+    width = lanes_of(zero)
     whole = size - size % LANES
-    for q in range(0, whole, LANES):
-        transpose(lanes, q * LANES, LANES, out, offset + q, size)
+    for half in range(0, width, LANES):
+        for q in range(0, whole, LANES):
+            transpose(lanes, q * width + half, width, out, offset + half * size + q, size)
     for q in range(whole, size):
-        for lane in range(LANES):
-            out[offset + lane * size + q] = lanes[q * LANES + lane]
+        for lane in range(width):
+            out[offset + lane * size + q] = lanes[q * width + lane]
 
 
 @helper(inline="always")
-def _pool_lanes(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                top, left, is_max):
-    """Groups ``start:stop`` of eight planes (eight at least: :func:`fits`; the last group
-    the last eight planes, some pooled twice: the same values) of the flat ``x (P * H *
-    W)`` pooled into the flat ``out (P * Ho * Wo)``: sums of the window's positions inside
-    the plane over ``div`` (``Ho`` rows of ``Wo`` rounded up to eight), or their maxima
-    (NaN wins)."""
-    size, outputs, span = height * width, ho * wo, -(-wo // LANES) * LANES
-    inputs = np.empty(size * LANES, x.dtype)
-    results = np.empty(outputs * LANES, x.dtype)
-    identity = np.full(LANES, -np.inf if is_max else 0.0, x.dtype)
+def _into_border(staging, height, width, bordered, wb, top, left, zero):
+    """The positions of ``staging (H*W, lanes)`` into ``bordered`` (rows of ``wb``
+    positions) at row ``top`` and column ``left``; returns their sum (NaN where a NaN
+    was, or infinities of both signs)."""
+    n = lanes_of(zero)
+    total = zero
+    for y in range(height):
+        src, dst = y * width * n, ((y + top) * wb + left) * n
+        for q in range(width):
+            v = load_like(staging, src + q * n, zero)
+            total = add(total, v)
+            store(bordered, dst + q * n, v)
+    return total
+
+
+@helper(inline="always")
+def _windows(bordered, wb, results, div, ho, wo, kh, kw, sh, sw, dh, dw, is_max, keep_nan,
+             identity):
+    """Each output's window over ``bordered`` (rows of ``wb`` positions, the window of
+    output ``(i, j)`` at row ``i * sh``, column ``j * sw``) into ``results (Ho*Wo,
+    lanes)``: its taps' maximum (``keep_nan``: NaN wins), or their sum over ``div`` (``Ho``
+    rows of ``Wo`` rounded up to eight), from ``identity`` (-inf or 0, of the lanes)."""
+    n = lanes_of(identity)
+    span = -(-wo // LANES) * LANES
+    for i in range(ho):
+        for j in range(wo):
+            o = (i * sh * wb + j * sw) * n
+            b = identity
+            for a in range(kh):
+                for c in range(kw):
+                    v = load_like(bordered, o + (a * dh * wb + c * dw) * n, identity)
+                    if not is_max:
+                        b = add(b, v)
+                    elif keep_nan:
+                        b = maximum_nan(b, v)
+                    else:
+                        b = maximum(v, b)
+            if not is_max:
+                b = divide(b, broadcast_at_like(div, i * span + j, identity))
+            store(results, (i * wo + j) * n, b)
+
+
+@helper(inline="always")
+def _pool_groups(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw, sh, sw, dh,
+                 dw, top, left, is_max, identity):
+    """Groups ``start:stop`` of ``identity``'s lanes' count of planes (the last group the
+    last planes, some pooled twice: the same values) of the flat ``x (P * H * W)`` pooled
+    into the flat ``out (P * Ho * Wo)`` (:func:`_windows`)."""
+    n = lanes_of(identity)
+    size, outputs = height * width, ho * wo
+    hb = max((ho - 1) * sh + (kh - 1) * dh + 1, top + height)
+    wb = max((wo - 1) * sw + (kw - 1) * dw + 1, left + width)
+    staging = np.empty(size * n, x.dtype)
+    results = np.empty(outputs * n, x.dtype)
+    bordered = np.empty(hb * wb * n, x.dtype)
+    for q in range(hb * wb):
+        store(bordered, q * n, identity)
+    sums = np.empty(n, x.dtype)
     for group in range(start, stop):
-        first = min(group * LANES, planes - LANES)
-        _to_lanes(x, first * size, size, inputs)
-        for i in range(ho):
-            y0 = i * sh - top
-            a0, a1 = taps_inside(y0, kh, dh, height)
-            for j in range(wo):
-                x0 = j * sw - left
-                c0, c1 = taps_inside(x0, kw, dw, width)
-                b = load(identity, 0)
-                for a in range(a0, a1):
-                    o = (y0 + a * dh) * width + x0
-                    for c in range(c0, c1):
-                        v = load(inputs, (o + c * dw) * LANES)
-                        b = maximum_nan(b, v) if is_max else add(b, v)
-                if not is_max:
-                    b = divide(b, broadcast_at(div, i * span + j))
-                store(results, (i * wo + j) * LANES, b)
-        _from_lanes(results, outputs, out, first * outputs)
+        first = min(group * n, planes - n)
+        _to_lanes(x, first * size, size, staging, identity)
+        total = _into_border(staging, height, width, bordered, wb, top, left, identity)
+        _windows(bordered, wb, results, div, ho, wo, kh, kw, sh, sw, dh, dw, is_max, False,
+                 identity)
+        if is_max:
+            store(sums, 0, total)
+            total_sum = sums.sum()
+            if total_sum != total_sum:
+                _windows(bordered, wb, results, div, ho, wo, kh, kw, sh, sw, dh, dw, True, True,
+                         identity)
+        _from_lanes(results, outputs, out, first * outputs, identity)
 
 
 @loop
-def avg_pool_lanes(start, stop, x, out, planes, height, width, ho, wo, kh, kw, sh, sw, top,
-                   left, div):
-    """Average pooling by :func:`_pool_lanes` (``pooling.avg_pool``'s arguments, the planes
-    flat, with their count)."""
-    _pool_lanes(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw, sh, sw, 1, 1,
-                top, left, False)
+def avg_pool_lanes(start, stop, x, out, planes, lanes, height, width, ho, wo, kh, kw, sh, sw,
+                   top, left, div):
+    """Average pooling of groups ``start:stop`` of ``lanes`` (:func:`lanes`) planes
+    (``pooling.avg_pool``'s arguments, the planes flat, with their count)."""
+    if lanes == WIDE:
+        _pool_groups(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw, sh, sw,
+                     1, 1, top, left, False, broadcast_wide(F(0)))
+    else:
+        _pool_groups(start, stop, x, out, div, planes, height, width, ho, wo, kh, kw, sh, sw,
+                     1, 1, top, left, False, broadcast(F(0)))
 
 
 @loop
-def max_pool_lanes(start, stop, x, out, planes, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                   top, left):
-    """Max pooling's values by :func:`_pool_lanes` (``pooling.max_pool_values``' arguments,
-    the planes flat, with their count)."""
-    _pool_lanes(start, stop, x, out, out, planes, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                top, left, True)
+def max_pool_lanes(start, stop, x, out, planes, lanes, height, width, ho, wo, kh, kw, sh, sw,
+                   dh, dw, top, left):
+    """Max pooling's values of groups ``start:stop`` of ``lanes`` (:func:`lanes`) planes
+    (``pooling.max_pool_values``' arguments, the planes flat, with their count)."""
+    if lanes == WIDE:
+        _pool_groups(start, stop, x, out, out, planes, height, width, ho, wo, kh, kw, sh, sw,
+                     dh, dw, top, left, True, broadcast_wide(F(-np.inf)))
+    else:
+        _pool_groups(start, stop, x, out, out, planes, height, width, ho, wo, kh, kw, sh, sw,
+                     dh, dw, top, left, True, broadcast(F(-np.inf)))
+
+
+def lanes(planes: int) -> int:
+    """How many planes a group pools in the lanes of one vector: sixteen where the loops
+    run AVX-512 at full width (``isa.full_width``) and there are sixteen planes, else
+    eight."""
+    return WIDE if isa.full_width() and planes >= WIDE else LANES
 
 
 def fits(dtype, planes: int, wo: int) -> bool:

@@ -281,6 +281,11 @@ def _conv_blocked(x, w, bias):
                                                                padding, dilation, groups):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
             return kernels.conv_tiles.conv(x, w, out, stride, padding, dilation, groups, b)
+        elif kernels.enabled(x) and kernels.conv_shallow.wins(x.shape, w.shape, (ho, wo),
+                                                              stride, padding, groups,
+                                                              x.dtype):
+            b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
+            return kernels.conv_shallow.conv(x, w, out, stride, padding, dilation, groups, b)
         elif kernels.enabled(x) and kernels.conv_outlanes.wanted(x.shape, w.shape, padding,
                                                                  groups, x.dtype):
             b = bias[0] if bias else np.zeros(cout, x.dtype)   # (added in the same pass)
@@ -954,8 +959,8 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
     shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
     columns', eight outputs a vector, NaN kept) where its vectors fit (eight outputs a row
-    inside it, strides up to 2: ``pooling.vectorised``); else with eight planes in the
-    lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
+    inside it, strides up to 2: ``pooling.vectorised``); else with eight or sixteen planes
+    in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
     ``pooling.max_pool_rows`` (the first loop's order in plain loops). None where none
     runs (another dtype, no Numba, a small input)."""
     if not kernels.enabled(x):
@@ -980,7 +985,8 @@ def _pool_lanes(loop, x, out_hw, *args):
     flat = np.ascontiguousarray(x).reshape(-1)
     planes = flat.size // (hw[0] * hw[1])
     out = np.empty(planes * out_hw[0] * out_hw[1], x.dtype)
-    run_rows(loop, -(-planes // kernels.pool_lanes.LANES), flat, out, planes, *hw, *out_hw, *args,
+    lanes = kernels.pool_lanes.lanes(planes)
+    run_rows(loop, -(-planes // lanes), flat, out, planes, lanes, *hw, *out_hw, *args,
              threads=threads_for(flat.size))
     return out.reshape(x.shape[:-2] + tuple(out_hw))
 

@@ -144,19 +144,24 @@ def _tiled(x, w, b, *residual, act, bounds, residual_at, out, stride, padding, d
 
 def _conv_module(x_shape, w_shape, method, stride, padding, dilation, groups):
     """The kernel module that runs a float32 conv of ``method`` (not ``"pointwise"``) with
-    its epilogue: ``conv_direct``'s loop (depthwise, narrow groups); ``conv_outlanes``'
-    loops (few weights per output: the epilogue on each image's sums; first, as the eager
-    conv takes them: the same bits); ``conv_shallow`` for few input channels where
-    conv_outlanes declines (more weights per output position: a 7x7 stem took 0.67x the
-    tiles' time, a 3-channel 3x3 stride-2 layer 0.34-0.95x at batch 1); the tiles of
-    ``conv_tiles``; None where the row-shifted GEMMs and the epilogue's pass run it."""
+    its epilogue: ``conv_direct``'s loop (depthwise, narrow groups); ``conv_shallow`` for
+    few input channels where it wins (``conv_shallow.wins``), then ``conv_outlanes``'
+    loops (few weights per output: the epilogue on each image's sums), both first as the
+    eager conv takes them (the same bits); ``conv_shallow`` for the other few-channel
+    convs it takes (a 7x7 stem took 0.67x the tiles' time, a 3-channel 3x3 stride-2
+    layer 0.34-0.95x at batch 1); the tiles of ``conv_tiles``; None where the
+    row-shifted GEMMs and the epilogue's pass run it."""
     if method != "blocked":
         return kernels.conv_direct
+    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
     if (math.prod(x_shape) >= kernels.MIN_ELEMENTS   # (as the eager conv: the same bits)
+            and kernels.conv_shallow.wins(x_shape, w_shape, hw, stride, padding, groups,
+                                          np.float32)):
+        return kernels.conv_shallow
+    if (math.prod(x_shape) >= kernels.MIN_ELEMENTS
             and kernels.conv_outlanes.wanted(x_shape, w_shape, padding, groups,
                                              np.dtype(np.float32))):
         return kernels.conv_outlanes
-    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
     if kernels.conv_shallow.wanted(x_shape, w_shape, hw, padding, groups, np.float32):
         return kernels.conv_shallow
     if _row_shifted(x_shape, w_shape, stride, padding, dilation):

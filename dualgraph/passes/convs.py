@@ -40,10 +40,14 @@ def _float32_static(node: Node) -> bool:
 def _packable(node: Node) -> bool:
     """Whether a loop on the packed weight takes ``node``'s conv:
     ``conv_packed.packed_wins`` (one group, or groups of sixteen outputs and more), or
-    ``conv_pointpacked.wins`` (1x1 convs of one group)."""
+    ``conv_pointpacked.wins`` (1x1 convs of one group); not the few-channel convs that
+    ``conv_shallow`` runs faster on the weight as it is (``conv_shallow.wins``)."""
     x, w = node.inputs[:2]
     a = node.attrs
     return (_float32_static(node)
+            and not kernels.conv_shallow.wins(tuple(x.shape), tuple(w.shape),
+                                              tuple(node.outputs[0].shape[2:]), a["stride"],
+                                              a["padding"], a["groups"], np.float32)
             and (kernels.conv_packed.packed_wins(tuple(x.shape), tuple(w.shape),
                                                  a["padding"], a["groups"], np.float32)
                  or (a["groups"] == 1
