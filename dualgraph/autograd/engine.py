@@ -459,8 +459,8 @@ def _unshared(g: Tensor) -> bool:
 def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False):
     """Add ``g`` into ``leaf.grad``; ``owned``: g's buffer belongs to the engine alone,
     so it can become ``.grad`` without a copy."""
-    if not create_graph:
-        g = g.detach()
+    if not create_graph:   # (no history, and no alias of the engine's own temporary: a
+        g = Tensor._make(g._data)   # .grad is a tensor of its own, whose .data can be set)
     tracer = modes.tracer
     if tracer is not None and type(g._data) is not np.ndarray:
         _accumulate_traced(tracer, leaf, g)
