@@ -49,7 +49,8 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
     (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
     is the dict (or list, tuple) holding it under ``key``, ``path`` what :func:`_name`
     makes its name of (built only for the few objects a visit names). Tensors are not
-    looked into, nor the objects whose ids are in ``skip``; an object reached again is not
+    looked into (but for the closures of their gradient hooks), nor the objects whose ids
+    are in ``skip``; an object reached again is not
     visited again. With ``leaf``, the tensors and scalars a container holds are handed to
     ``leaf(path, obj, container, key)`` instead, at every place (a kept history of a
     thousand losses is a thousand calls of ``leaf``, not of the walk)."""
@@ -61,6 +62,8 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         seen.add(id(obj))
         visit(name, obj, container, key)
         kind = type(obj)
+        if isinstance(obj, Tensor):
+            hooks(obj, name, depth)
         if kind is types.FunctionType:   # (a hook's closure or globals: ``stats[k] = out``;
             # at the function's depth: a hook sits deep in a model already)
             for k, value in _user_scope(obj):
@@ -79,11 +82,26 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         for k, child in items:
             if leaf is not None and (type(child) in _SCALARS or isinstance(child, Tensor)):
                 leaf((name, sep, k), child, holder, k)
+                if type(child) not in _SCALARS:
+                    hooks(child, (name, sep, k), depth + 1)
             else:
                 walk(child, (name, sep, k), holder, k, depth + 1)
 
+    def hooks(t, name, depth):
+        """The closures of ``t``'s gradient hooks (``p.register_hook(lambda g:
+        log.append(g))``): a backward in the call runs them."""
+        for i, hook in enumerate(_hooks_of(t)):
+            walk(hook, (name, ".", f"_hooks[{i}]"), None, None, depth)
+
     for name, obj in roots.items():
         walk(obj, name, None, None, 0)
+
+
+def _hooks_of(t: Tensor) -> list:
+    """The functions registered on the leaf ``t`` (``register_hook``,
+    ``register_post_accumulate_grad_hook``): a backward the call runs calls them, so the
+    state their closures keep is state the call keeps."""
+    return [*(t._hooks or ()), *(t._post_accumulate_hooks or ())]
 
 
 def _user_scope(fn) -> list:
