@@ -128,6 +128,36 @@ def test_training_a_compiled_module_matches_eager():
         np.testing.assert_allclose(_np(b), _np(a), rtol=1e-5, atol=1e-7)
 
 
+def test_gradient_hooks_on_a_compiled_modules_leaves_run_once_per_backward():
+    """A hook on a parameter (``w.register_hook(lambda g: g * 0.5)``, a gradient-norm log)
+    or on an input that requires grad runs at each backward through the compiled module,
+    with real gradients, as eagerly: the compiled forward's traced backward ran it too,
+    so its scaling was applied twice (half the gradient, silently) and the log kept a
+    symbolic value from the trace. ``autograd.grad`` through it runs them once too."""
+    def run(compiled):
+        net = _net()
+        log = []
+        net.fc1.weight.register_hook(lambda g: (log.append(g.norm()), g * 0.5)[1])
+        x = dg.tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32),
+                      requires_grad=True)
+        x.register_hook(lambda g: g * 3)
+        f = dg.compile(net) if compiled else net
+        grads = []
+        for k in range(3):
+            net.zero_grad()
+            x.grad = None
+            f(x * (k + 1)).pow(2).sum().backward()
+            grads += [_np(net.fc1.weight.grad), _np(net.fc2.weight.grad), _np(x.grad)]
+        grads += [_np(g) for g in dg.autograd.grad(f(x).sum(), [net.fc1.weight, x])]
+        assert all(type(t._data) is np.ndarray for t in log)
+        return grads + [_np(t) for t in log]
+
+    want, got = run(False), run(True)
+    assert len(got) == len(want) == 3 * 3 + 2 + 4
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_module_inside_a_compiled_step():
     eager = _net()
     model = dg.compile(copy.deepcopy(eager))
