@@ -158,6 +158,55 @@ def test_gradient_hooks_on_a_compiled_modules_leaves_run_once_per_backward():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+class _HookedInForward(dg.nn.Module):
+    """Grad-CAM's pattern: ``forward`` hooks its activation, the hook keeps the gradient
+    (``self.gradients = grad``, or a log it appends to) or only scales it."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.a, self.b = dg.nn.Linear(3, 4), dg.nn.Linear(4, 2)
+        self.keep, self.gradients, self.log = keep, None, []
+
+    def save_gradient(self, grad):
+        self.gradients = grad
+
+    def forward(self, x):
+        h = dg.tanh(self.a(x))
+        if h.requires_grad:
+            if self.keep == "attribute":
+                h.register_hook(self.save_gradient)
+            if self.keep == "list":
+                h.register_hook(lambda g: self.log.append(g.sum()))
+            h.register_hook(lambda g: g * 2)
+        return self.b(h)
+
+
+@pytest.mark.parametrize("keep", ["attribute", "list", "nothing"])
+def test_a_hook_registered_in_a_compiled_forward_keeping_its_gradient_breaks(keep):
+    """A hook the compiled forward registers on an activation ran once, when the forward's
+    backward was traced: one that keeps the gradient kept the trace's symbolic value at
+    every call (reading it raised). It is a graph break, the forward eager, so the hook
+    keeps each backward's gradient; one that only scales the gradient stays compiled.
+    Gradients equal eager's either way."""
+    def run(compiled):
+        dg.manual_seed(0)
+        net = _HookedInForward(keep)
+        f = dg.compile(net) if compiled else net
+        out = []
+        for k in range(3):
+            net.zero_grad()
+            f(dg.ones(2, 3) * (k + 1))[:, 1].sum().backward()
+            out += [_np(net.a.weight.grad)] + ([_np(net.gradients)] if keep == "attribute"
+                                                else [])
+        return out + [_np(t) for t in net.log], f
+
+    (want, _), (got, f) = run(False), run(True)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert f"{int(keep != 'nothing')} graph break(s)" in f.explain().splitlines()[0]
+
+
 def test_compiled_module_inside_a_compiled_step():
     eager = _net()
     model = dg.compile(copy.deepcopy(eager))

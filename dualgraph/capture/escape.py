@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import types
 
+from .._helpers import format_site, user_site
+from ..errors import CaptureError
 from ..graph.ir import Value
 from ..tensor import Tensor
 
@@ -144,6 +146,22 @@ def returned_inside(leaves, tracer) -> list:
     roots = {type(x).__name__: x for x in leaves
              if type(x) not in _SCALARS and not isinstance(x, _NOTHING_INSIDE)}
     return [name for name, *_ in _created(roots, tracer, tracer.names)] if roots else []
+
+
+def refuse_kept_by_backward(roots: dict, tracer, kept: list) -> None:
+    """Raise where the backward traced for a compiled forward (capture/autodiff.py) kept
+    a tensor in Python state that the forward had not (``kept``): a gradient hook registered
+    in ``forward`` storing its gradient (Grad-CAM's ``self.gradients = grad``, a log). That
+    backward runs its hooks once, at the trace; each call's backward runs its graph, which
+    would leave the trace's symbolic value there. A graph break: the forward runs eagerly,
+    its hooks at each backward (torch.compile breaks at such a hook too)."""
+    before = {id(t) for _, t, _, _ in kept}
+    late = [name for name, t, _, _ in _created(roots, tracer, tracer.names)
+            if id(t) not in before]
+    if late:
+        raise CaptureError(f"a gradient hook that keeps a tensor of the backward ({late[0]})",
+                           format_site(user_site()), "Keep it outside the hook, or compile "
+                           "the whole training step (its backward is then in the graph).")
 
 
 def kept_places(roots: dict, tracer) -> list:
