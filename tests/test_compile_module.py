@@ -207,6 +207,45 @@ def test_a_hook_registered_in_a_compiled_forward_keeping_its_gradient_breaks(kee
     assert f"{int(keep != 'nothing')} graph break(s)" in f.explain().splitlines()[0]
 
 
+class _Recorder:
+    """pytorch-grad-cam's ``ActivationsAndGradients``: a forward hook that is a method of
+    this object keeps the layer's output in a list and hooks it for its gradient."""
+
+    def __init__(self, layer):
+        self.activations, self.gradients = [], []
+        layer.register_forward_hook(self.save_activation)
+
+    def save_activation(self, module, inputs, output):
+        self.activations.append(output.detach())
+
+        def store(grad):
+            self.gradients = [grad.detach()] + self.gradients
+        output.register_hook(store)
+
+
+def test_a_forward_hook_that_is_a_method_of_a_users_object_keeps_real_tensors():
+    """The state a method hook keeps in its object (reached through the module's hooks,
+    deeper in the model than the walk for kept state went, and not looked into as a
+    method) held the trace's symbolic values after a compiled call (reading them raised):
+    now the list the forward hook grows runs the forward's Python at every call, and the
+    gradient its tensor hook keeps is a graph break; values equal eager's."""
+    def run(compiled):
+        dg.manual_seed(0)
+        net = dg.nn.Sequential(dg.nn.Sequential(dg.nn.Linear(3, 4), dg.nn.Tanh()),
+                               dg.nn.Linear(4, 2))
+        rec = _Recorder(net[0][1])
+        f = dg.compile(net) if compiled else net
+        for k in range(3):
+            net.zero_grad()
+            f(dg.ones(2, 3) * (k + 1))[:, 0].sum().backward()
+        return [_np(t) for t in rec.activations + rec.gradients]
+
+    want, got = run(False), run(True)
+    assert len(got) == len(want) == 6
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_module_inside_a_compiled_step():
     eager = _net()
     model = dg.compile(copy.deepcopy(eager))

@@ -71,6 +71,13 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
             for k, value in _user_scope(obj):
                 walk(value, (name, ".", k), None, None, depth)
             return
+        if kind is types.MethodType and _user_function(obj.__func__):
+            # (a hook that is a method of the user's object, which keeps state in its own
+            # attributes: ``self.gradients = [grad] + self.gradients``; walked as a root's
+            # attribute is, however deep in a model the hook sits)
+            walk(obj.__self__, (name, ".", "__self__"), None, None, min(depth, 1))
+            walk(obj.__func__, name, None, None, depth)
+            return
         if kind in _SCALARS or isinstance(obj, _NOTHING_INSIDE):
             return
         if kind is list or kind is tuple:   # (a long list: its latest items, as appended)
@@ -106,12 +113,16 @@ def _hooks_of(t: Tensor) -> list:
     return [*(t._hooks or ()), *(t._post_accumulate_hooks or ())]
 
 
+def _user_function(fn) -> bool:
+    return not (getattr(fn, "__module__", None) or "").startswith("dualgraph.")
+
+
 def _user_scope(fn) -> list:
     """``[(name, value)]`` of the closure cells of ``fn``, a function outside dualgraph, and
     of the globals its code names, that hold containers or objects (a dict a forward hook
     keeps activations in): the walk looks into them. Not their tensors and scalars: a cell
     or a module's global is no container a kept tensor could be written back into."""
-    if (fn.__module__ or "").startswith("dualgraph."):
+    if not _user_function(fn):
         return []
     code, glob = fn.__code__, fn.__globals__
     out = []
