@@ -161,14 +161,15 @@ def returned_inside(leaves, tracer) -> list:
 
 def refuse_kept_by_backward(roots: dict, tracer, kept: list) -> None:
     """Raise where the backward traced for a compiled forward (capture/autodiff.py) kept
-    a tensor in Python state that the forward had not (``kept``): a gradient hook registered
+    a tensor in Python state where the forward had not (``kept``): a gradient hook registered
     in ``forward`` storing its gradient (Grad-CAM's ``self.gradients = grad``, a log). That
     backward runs its hooks once, at the trace; each call's backward runs its graph, which
     would leave the trace's symbolic value there. A graph break: the forward runs eagerly,
-    its hooks at each backward (torch.compile breaks at such a hook too)."""
-    before = {id(t) for _, t, _, _ in kept}
-    late = [name for name, t, _, _ in _created(roots, tracer, tracer.names)
-            if id(t) not in before]
+    its hooks at each backward (torch.compile breaks at such a hook too). A place the
+    forward keeps too is the forward's (a checkpointed block's forward hook, run again)."""
+    before = {(id(container), key) for _, _, container, key in kept}
+    late = [name for name, _, container, key in _created(roots, tracer, tracer.names)
+            if (id(container), key) not in before]
     if late:
         raise CaptureError(f"a gradient hook that keeps a tensor of the backward ({late[0]})",
                            format_site(user_site()), "Keep it outside the hook, or compile "
