@@ -160,7 +160,8 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # momentum at 0.1 and at 0 (SAM's second pass), then 0.1 again after p.data was rebound
 # (traced once more), and under no_grad; adversarial_pgd's compiled model is called on an
 # input that requires grad (FGSM's), on one with history (x + delta), on data, and no_grad
-EXTRA_GRAPHS = {"ewc_continual": 3, "sam": 1, "adversarial_pgd": 1, "multitask_heads": 3, "tied_lm_collate": 1,
+EXTRA_GRAPHS = {"ewc_continual": 3, "sam": 1, "adversarial_pgd": 1,
+                "multitask_heads": 3, "tied_lm_collate": 1,
                 "neural_ode": 1, "dlrm": 2, "bifpn": 1, "gpt2_hf": 4, "hooks_checkpoint": 1, "resnet_cifar": 1, "word_lm": 2, "actor_critic": 4, "sentiment_packed": 3,
                 "mnist_rnn": 1, "llama": 4, "mpnn": 2, "ppo": 1, "convnext": 1,
                 "bilstm_crf": 1, "moe": 5, "maml": 1, "nerf": 1, "surgery_finetune": 1}

@@ -1,15 +1,15 @@
-"""A hand-written layer-normalised LSTM and a gated residual head whose activations are
-written in place, as custom-RNN scripts and research code do to save memory: the gate
+"""A hand-written layer-normalised LSTM and a gated residual head whose activations are written
+in place, as custom-RNN scripts and research code do to save memory: the gate
 pre-activations ``gates = self.ih(x) + self.hh(h)`` squashed by assignment to their slices
 (``gates[:, 3 * H:] = torch.tanh(gates[:, 3 * H:])``, the sigmoid likewise; torch refuses
 ``sigmoid_()`` on one slice and ``tanh_()`` on another, the first's saved output then being
-at a newer version) before ``gates.chunk(4, 1)``, the cell state normalised by ``nn.LayerNorm``; then, on the pooled features,
-``x[:, :k] *= torch.sigmoid(gate)`` (a scaled view of a projection), ``x += F.relu(self.skip(
-inp), inplace=True)`` (an augmented assignment on an activation), ``x.clamp_(-3, 3)``, a copy
-whose first column is overwritten (``y = x.clone(); y[:, 0] = x[:, 1:].mean(1)``),
-``masked_fill_`` of padded steps' outputs before the mean over time and
-``x.mul_(2).sub_(1)`` chains. Padded batches of different lengths, ``clip_grad_norm_``,
-RMSprop."""
+at a newer version) before ``gates.chunk(4, 1)``, the cell state normalised by
+``nn.LayerNorm``; then, on the pooled features, ``x[:, :k] *= torch.sigmoid(gate)`` (a
+scaled view of a projection), ``x += F.relu(self.skip(inp), inplace=True)`` (an augmented
+assignment on an activation), ``x.clamp_(-3, 3)``, a copy whose first column is overwritten
+(``y = x.clone(); y[:, 0] = x[:, 1:].mean(1)``), ``masked_fill_`` of padded steps' outputs
+before the mean over time and ``x.mul_(2).sub_(1)`` chains. Padded batches of different
+lengths, ``clip_grad_norm_``, RMSprop."""
 import numpy as np
 import torch
 import torch.nn as nn

@@ -97,7 +97,8 @@ def main(steps=4, compile=False, seed=0, batch=16):
     zeros = (h == 0).numpy()
     return {"losses": losses, "deterministic": deterministic.flatten().tolist(),
             "distinct_passes": [distinct],
-            "all_differ_from_deterministic": [int((samples != deterministic).flatten(1).any(1).all())],
+            "all_differ_from_deterministic": [
+                int((samples != deterministic).flatten(1).any(1).all())],
             "replay_exact": [int(torch.equal(samples, replay))],
             "next_draws_differ": [int(not torch.equal(samples, again))],
             "std_positive": [int((samples.std(0) > 0).all())],
