@@ -128,6 +128,124 @@ def test_training_a_compiled_module_matches_eager():
         np.testing.assert_allclose(_np(b), _np(a), rtol=1e-5, atol=1e-7)
 
 
+def test_gradient_hooks_on_a_compiled_modules_leaves_run_once_per_backward():
+    """A hook on a parameter (``w.register_hook(lambda g: g * 0.5)``, a gradient-norm log)
+    or on an input that requires grad runs at each backward through the compiled module,
+    with real gradients, as eagerly: the compiled forward's traced backward ran it too,
+    so its scaling was applied twice (half the gradient, silently) and the log kept a
+    symbolic value from the trace. ``autograd.grad`` through it runs them once too."""
+    def run(compiled):
+        net = _net()
+        log = []
+        net.fc1.weight.register_hook(lambda g: (log.append(g.norm()), g * 0.5)[1])
+        x = dg.tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32),
+                      requires_grad=True)
+        x.register_hook(lambda g: g * 3)
+        f = dg.compile(net) if compiled else net
+        grads = []
+        for k in range(3):
+            net.zero_grad()
+            x.grad = None
+            f(x * (k + 1)).pow(2).sum().backward()
+            grads += [_np(net.fc1.weight.grad), _np(net.fc2.weight.grad), _np(x.grad)]
+        grads += [_np(g) for g in dg.autograd.grad(f(x).sum(), [net.fc1.weight, x])]
+        assert all(type(t._data) is np.ndarray for t in log)
+        return grads + [_np(t) for t in log]
+
+    want, got = run(False), run(True)
+    assert len(got) == len(want) == 3 * 3 + 2 + 4
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class _HookedInForward(dg.nn.Module):
+    """Grad-CAM's pattern: ``forward`` hooks its activation, the hook keeps the gradient
+    (``self.gradients = grad``, or a log it appends to) or only scales it."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.a, self.b = dg.nn.Linear(3, 4), dg.nn.Linear(4, 2)
+        self.keep, self.gradients, self.log = keep, None, []
+
+    def save_gradient(self, grad):
+        self.gradients = grad
+
+    def forward(self, x):
+        h = dg.tanh(self.a(x))
+        if h.requires_grad:
+            if self.keep == "attribute":
+                h.register_hook(self.save_gradient)
+            if self.keep == "list":
+                h.register_hook(lambda g: self.log.append(g.sum()))
+            h.register_hook(lambda g: g * 2)
+        return self.b(h)
+
+
+@pytest.mark.parametrize("keep", ["attribute", "list", "nothing"])
+def test_a_hook_registered_in_a_compiled_forward_keeping_its_gradient_breaks(keep):
+    """A hook the compiled forward registers on an activation ran once, when the forward's
+    backward was traced: one that keeps the gradient kept the trace's symbolic value at
+    every call (reading it raised). It is a graph break, the forward eager, so the hook
+    keeps each backward's gradient; one that only scales the gradient stays compiled.
+    Gradients equal eager's either way."""
+    def run(compiled):
+        dg.manual_seed(0)
+        net = _HookedInForward(keep)
+        f = dg.compile(net) if compiled else net
+        out = []
+        for k in range(3):
+            net.zero_grad()
+            f(dg.ones(2, 3) * (k + 1))[:, 1].sum().backward()
+            out += [_np(net.a.weight.grad)] + ([_np(net.gradients)] if keep == "attribute"
+                                                else [])
+        return out + [_np(t) for t in net.log], f
+
+    (want, _), (got, f) = run(False), run(True)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert f"{int(keep != 'nothing')} graph break(s)" in f.explain().splitlines()[0]
+
+
+class _Recorder:
+    """pytorch-grad-cam's ``ActivationsAndGradients``: a forward hook that is a method of
+    this object keeps the layer's output in a list and hooks it for its gradient."""
+
+    def __init__(self, layer):
+        self.activations, self.gradients = [], []
+        layer.register_forward_hook(self.save_activation)
+
+    def save_activation(self, module, inputs, output):
+        self.activations.append(output.detach())
+
+        def store(grad):
+            self.gradients = [grad.detach()] + self.gradients
+        output.register_hook(store)
+
+
+def test_a_forward_hook_that_is_a_method_of_a_users_object_keeps_real_tensors():
+    """The state a method hook keeps in its object (reached through the module's hooks,
+    deeper in the model than the walk for kept state went, and not looked into as a
+    method) held the trace's symbolic values after a compiled call (reading them raised):
+    now the list the forward hook grows runs the forward's Python at every call, and the
+    gradient its tensor hook keeps is a graph break; values equal eager's."""
+    def run(compiled):
+        dg.manual_seed(0)
+        net = dg.nn.Sequential(dg.nn.Sequential(dg.nn.Linear(3, 4), dg.nn.Tanh()),
+                               dg.nn.Linear(4, 2))
+        rec = _Recorder(net[0][1])
+        f = dg.compile(net) if compiled else net
+        for k in range(3):
+            net.zero_grad()
+            f(dg.ones(2, 3) * (k + 1))[:, 0].sum().backward()
+        return [_np(t) for t in rec.activations + rec.gradients]
+
+    want, got = run(False), run(True)
+    assert len(got) == len(want) == 6
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_module_inside_a_compiled_step():
     eager = _net()
     model = dg.compile(copy.deepcopy(eager))
@@ -387,6 +505,9 @@ def test_forward_hooks_keeping_activations_in_a_closure_dict(compile_model):
         for k in range(4):
             loss = step(dg.tensor(np.full((2, 4), 0.1 * (k + 1), np.float32)))
             out.append([loss.item()] + [float(stats[i]) for i in range(3)])
+        if compiled:   # (the hooks the backward runs again write the forward's places)
+            report = (model if compile_model else step).explain()
+            assert "0 graph break(s)" in report.splitlines()[0], report
         return out
 
     np.testing.assert_allclose(run(True), run(False), rtol=1e-6)

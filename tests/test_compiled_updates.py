@@ -290,6 +290,36 @@ def test_setting_data_of_an_alias_is_a_graph_break_naming_the_line():
     np.testing.assert_allclose(p.detach().numpy(), [1.0, 2.0])
 
 
+def test_setting_data_of_a_gradient_made_by_backward_is_captured():
+    """``w.grad.data = w.grad.data * 0.0`` after ``backward()`` (GradNorm's step, before it
+    assigns its own ``w.grad``): the gradient backward made is a tensor of its own, no alias
+    of the engine's temporary, so it is captured (it was a graph break that ran the whole
+    step eagerly), equal to eager, the gradient accumulated across calls too."""
+    def run(compiled):
+        model = _model()
+        opt = dg.optim.SGD(model.parameters(), lr=LR)
+        w = model[2].weight
+
+        def step(x, y):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            w.grad.data = w.grad.data * 0.5
+            opt.step()
+            return loss
+
+        fn = dg.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            losses = [fn(X, Y).item() for _ in range(STEPS)]   # (no zero_grad: accumulates)
+        return losses, [p.detach().numpy().copy() for p in model.parameters()], fn
+
+    want, got = run(False), run(True)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert not got[2].records or all(r.kind != "break" for r in got[2].records)
+
+
 class HandAdam:
     """Adam as tutorials write it: a per-parameter dict filled at the first step (moments
     and a tensor step count), ``p -= ...`` under no_grad."""

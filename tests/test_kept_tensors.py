@@ -178,6 +178,12 @@ def kept_every_call(kind: str, compiled: bool, calls: int = 12):
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
     opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     history, feats = [], {}
+    grad_log, grad_last = [], {}   # (reached only through the hooks of parameters)
+    if kind == "gradient hook history":   # (gradient norms logged as backward runs)
+        model[2].weight.register_hook(lambda g: grad_log.append(g.norm()))
+    if kind == "gradient hook dict item":
+        model[0].bias.register_post_accumulate_grad_hook(
+            lambda p: grad_last.__setitem__("bias", p.grad * 1))
     if kind == "hook attribute":   # (feature extraction: the module keeps its output)
         model[1].register_forward_hook(lambda m, i, o: setattr(m, "act", o.detach()))
     if kind == "hook dict read by the loss":   # (a perceptual loss)
@@ -215,26 +221,30 @@ def kept_every_call(kind: str, compiled: bool, calls: int = 12):
     kept += [getattr(m, name).numpy().copy() for m, name in ((model[1], "act"),
                                                              (model, "previous"))
              if hasattr(m, name)]
-    kept += [t.detach().numpy().copy() for t in feats.values()]
+    kept += [t.detach().numpy().copy() for t in [*feats.values(), *grad_log,
+                                                  *grad_last.values()]]
     return losses + [p.detach().numpy().copy() for p in model.parameters()] + kept, fn
 
 
 @pytest.mark.parametrize("kind", ["history", "hook attribute", "hook dict read by the loss",
-                                  "previous call's, read", "dict item"])
+                                  "previous call's, read", "dict item",
+                                  "gradient hook history", "gradient hook dict item"])
 def test_a_step_keeping_a_tensor_every_call_stays_compiled_and_equal(kind):
     """``history.append(loss.detach())``, a hook's ``self.act = out.detach()``: after three
     calls that each made the state, a step that replaces a tensor in a dict item or an
     attribute is one graph that stores a new tensor there after each run (one with history
     as its value, the step's backward being in the graph; the one before, read, is read
     from that place); a list it grows runs its Python at every call (so what it keeps,
-    and when, is eager's) with its ops compiled and replayed. Never eagerly."""
+    and when, is eager's) with its ops compiled and replayed. Never eagerly. Containers
+    reached only by a parameter's gradient hooks too (``p.register_hook(lambda g:
+    log.append(g.norm()))``: they kept the trace's symbolic values, one per trace)."""
     want, _ = kept_every_call(kind, False)
     got, fn = kept_every_call(kind, True)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not fn.eager_only, fn.explain()
-    if kind != "history":
+    if "history" not in kind:
         assert fn._split is None and "stores a new tensor there" in fn.explain()
         assert len(fn.records) == 4, fn.explain()   # (3 captures, then no more traces)
     else:

@@ -109,12 +109,15 @@ def _root_grad(t: Tensor, g):
 
 
 def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, inputs=None,
-                 stop=None):
+                 stop=None, leaf_hooks=True):
     """Propagate gradients from ``roots``; returns the gradients of ``capture`` if given.
 
     ``stop``: edges ``(node, output index)`` where propagation ends (the boundary of a
     checkpointed region, autograd/checkpoint.py): their nodes do not run, and the
-    gradients that reach them are returned, in order (None where none arrives)."""
+    gradients that reach them are returned, in order (None where none arrives).
+    ``leaf_hooks=False``: the leaves' gradient hooks do not run (the backward a compiled
+    forward traces: its gradients reach those leaves later, at each call's backward,
+    which runs their hooks then)."""
     if retain_graph is None:
         retain_graph = create_graph
     pending: dict = {}            # node -> {output index: gradient so far}
@@ -152,7 +155,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, capture=None, in
     try:
         with set_grad_enabled(create_graph):
             _propagate(pending, ready, owned, captured, capture, inputs, results,
-                       retain_graph, create_graph, stop, needed)
+                       retain_graph, create_graph, stop, needed, leaf_hooks)
             while _callbacks and not outer[0]:
                 _callbacks.pop(0)()
     finally:
@@ -181,7 +184,7 @@ def queue_callback(callback) -> None:
 
 
 def _propagate(pending, ready, owned, captured, capture, inputs, results, retain_graph,
-               create_graph, stop=None, needed=None):
+               create_graph, stop=None, needed=None, leaf_hooks=True):
     """Run nodes latest-first until no gradient is pending (once per recorded op: the
     heap's functions are locals, and a gradient with one source skips ``_add``). Given
     ``needed`` (gradients of some tensors only), a node runs only if it leads to one of
@@ -200,7 +203,7 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                     results[i] = g
             continue
         if type(node) is AccumulateGrad:
-            hooks = node.leaf._hooks
+            hooks = node.leaf._hooks if leaf_hooks else None
             g = _run_hooks(hooks, grads[0])
             if captured is not None and (node, 0) in captured:
                 for i in captured[(node, 0)]:
@@ -459,8 +462,8 @@ def _unshared(g: Tensor) -> bool:
 def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False):
     """Add ``g`` into ``leaf.grad``; ``owned``: g's buffer belongs to the engine alone,
     so it can become ``.grad`` without a copy."""
-    if not create_graph:
-        g = g.detach()
+    if not create_graph:   # (no history, and no alias of the engine's own temporary: a
+        g = Tensor._make(g._data)   # .grad is a tensor of its own, whose .data can be set)
     tracer = modes.tracer
     if tracer is not None and type(g._data) is not np.ndarray:
         _accumulate_traced(tracer, leaf, g)

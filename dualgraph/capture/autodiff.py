@@ -46,7 +46,8 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
     cotangents = [Tensor._make(graph.add_input(r._data.shape, r._data.dtype, name="grad_out"))
                   for r in roots]
     grads = engine.run_backward(roots, cotangents, retain_graph=True, create_graph=False,
-                                capture=[_as_bound(b.tensor) for b in diff_inputs])
+                                capture=[_as_bound(b.tensor) for b in diff_inputs],
+                                leaf_hooks=False)   # (the call's backward runs them)
     grad_values = [None if g is None else tracer.value_of(g) for g in grads]
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],

@@ -38,8 +38,8 @@ from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
 from .autodims import AutoDims, DimFacts
-from .escape import (held_before, kept_places, places, restore_cells, returned_inside,
-                     scalar_cells, undo)
+from .escape import (held_before, kept_places, places, refuse_kept_by_backward, restore_cells,
+                     returned_inside, scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
 from .freeze import CapturedGraph, freeze_parameters
 from .held import (CELL, UNBOUND, Held, guards_for, held, put_back, rebound_roots,
@@ -1369,6 +1369,7 @@ class Compiled:
                 backward = None
                 if grad_mode.enabled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
+                    refuse_kept_by_backward(filled, tracer, kept)
                     _keep_forward_state(kept)
                 if backward is not None and any(leaf_dynamic):
                     _check_dims_bound(backward.graph)

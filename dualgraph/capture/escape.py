@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import types
 
+from .._helpers import format_site, user_site
+from ..errors import CaptureError
 from ..graph.ir import Value
 from ..tensor import Tensor
 
@@ -49,7 +51,8 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
     (name -> object) through dicts, lists, tuples and objects' ``__dict__``; ``container``
     is the dict (or list, tuple) holding it under ``key``, ``path`` what :func:`_name`
     makes its name of (built only for the few objects a visit names). Tensors are not
-    looked into, nor the objects whose ids are in ``skip``; an object reached again is not
+    looked into (but for the closures of their gradient hooks), nor the objects whose ids
+    are in ``skip``; an object reached again is not
     visited again. With ``leaf``, the tensors and scalars a container holds are handed to
     ``leaf(path, obj, container, key)`` instead, at every place (a kept history of a
     thousand losses is a thousand calls of ``leaf``, not of the walk)."""
@@ -61,10 +64,19 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         seen.add(id(obj))
         visit(name, obj, container, key)
         kind = type(obj)
+        if isinstance(obj, Tensor):
+            hooks(obj, name, depth)
         if kind is types.FunctionType:   # (a hook's closure or globals: ``stats[k] = out``;
             # at the function's depth: a hook sits deep in a model already)
             for k, value in _user_scope(obj):
                 walk(value, (name, ".", k), None, None, depth)
+            return
+        if kind is types.MethodType and _user_function(obj.__func__):
+            # (a hook that is a method of the user's object, which keeps state in its own
+            # attributes: ``self.gradients = [grad] + self.gradients``; walked as a root's
+            # attribute is, however deep in a model the hook sits)
+            walk(obj.__self__, (name, ".", "__self__"), None, None, min(depth, 1))
+            walk(obj.__func__, name, None, None, depth)
             return
         if kind in _SCALARS or isinstance(obj, _NOTHING_INSIDE):
             return
@@ -79,11 +91,30 @@ def _walk(roots: dict, visit, skip=(), leaf=None) -> None:
         for k, child in items:
             if leaf is not None and (type(child) in _SCALARS or isinstance(child, Tensor)):
                 leaf((name, sep, k), child, holder, k)
+                if type(child) not in _SCALARS:
+                    hooks(child, (name, sep, k), depth + 1)
             else:
                 walk(child, (name, sep, k), holder, k, depth + 1)
 
+    def hooks(t, name, depth):
+        """The closures of ``t``'s gradient hooks (``p.register_hook(lambda g:
+        log.append(g))``): a backward in the call runs them."""
+        for i, hook in enumerate(_hooks_of(t)):
+            walk(hook, (name, ".", f"_hooks[{i}]"), None, None, depth)
+
     for name, obj in roots.items():
         walk(obj, name, None, None, 0)
+
+
+def _hooks_of(t: Tensor) -> list:
+    """The functions registered on the leaf ``t`` (``register_hook``,
+    ``register_post_accumulate_grad_hook``): a backward the call runs calls them, so the
+    state their closures keep is state the call keeps."""
+    return [*(t._hooks or ()), *(t._post_accumulate_hooks or ())]
+
+
+def _user_function(fn) -> bool:
+    return not (getattr(fn, "__module__", None) or "").startswith("dualgraph.")
 
 
 def _user_scope(fn) -> list:
@@ -91,7 +122,7 @@ def _user_scope(fn) -> list:
     of the globals its code names, that hold containers or objects (a dict a forward hook
     keeps activations in): the walk looks into them. Not their tensors and scalars: a cell
     or a module's global is no container a kept tensor could be written back into."""
-    if (fn.__module__ or "").startswith("dualgraph."):
+    if not _user_function(fn):
         return []
     code, glob = fn.__code__, fn.__globals__
     out = []
@@ -126,6 +157,23 @@ def returned_inside(leaves, tracer) -> list:
     roots = {type(x).__name__: x for x in leaves
              if type(x) not in _SCALARS and not isinstance(x, _NOTHING_INSIDE)}
     return [name for name, *_ in _created(roots, tracer, tracer.names)] if roots else []
+
+
+def refuse_kept_by_backward(roots: dict, tracer, kept: list) -> None:
+    """Raise where the backward traced for a compiled forward (capture/autodiff.py) kept
+    a tensor in Python state where the forward had not (``kept``): a gradient hook registered
+    in ``forward`` storing its gradient (Grad-CAM's ``self.gradients = grad``, a log). That
+    backward runs its hooks once, at the trace; each call's backward runs its graph, which
+    would leave the trace's symbolic value there. A graph break: the forward runs eagerly,
+    its hooks at each backward (torch.compile breaks at such a hook too). A place the
+    forward keeps too is the forward's (a checkpointed block's forward hook, run again)."""
+    before = {(id(container), key) for _, _, container, key in kept}
+    late = [name for name, _, container, key in _created(roots, tracer, tracer.names)
+            if (id(container), key) not in before]
+    if late:
+        raise CaptureError(f"a gradient hook that keeps a tensor of the backward ({late[0]})",
+                           format_site(user_site()), "Keep it outside the hook, or compile "
+                           "the whole training step (its backward is then in the graph).")
 
 
 def kept_places(roots: dict, tracer) -> list:
