@@ -14,6 +14,8 @@ import torch
 
 import dualgraph as dg
 from dualgraph import kernels
+from dualgraph.kernels.fastmath import gelu_tanh32, sigmoid32, tanh32
+from dualgraph.kernels.simd import wide_loops
 from dualgraph.kernels.threads import run_rows
 
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
@@ -894,3 +896,37 @@ def test_bias_gradients_take_the_column_sums_with_numpys_bits(monkeypatch, rows)
     tb = torch.zeros(192, requires_grad=True)
     torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), tb).backward(torch.tensor(g))
     np.testing.assert_allclose(fast, tb.grad.numpy(), rtol=1e-5, atol=1e-4)
+
+
+
+
+def _cell_terms(x, out):
+    """Transcendentals of the LSTM cell and the tanh GELU, one element at a time."""
+    for i in range(x.size):
+        v = x[i]
+        out[i] = sigmoid32(v) * tanh32(v) + gelu_tanh32(v)
+
+
+def _cell_terms_wide(x, out):
+    """The same loop, vectorised with sixteen lanes (the marker is set on the function
+    being compiled whatever the branches: a function of its own)."""
+    wide_loops()
+    for i in range(x.size):
+        v = x[i]
+        out[i] = sigmoid32(v) * tanh32(v) + gelu_tanh32(v)
+
+
+_EIGHT, _WIDE = kernels.loop(_cell_terms), kernels.loop(_cell_terms_wide)
+
+
+def test_wide_loops_change_the_vector_width_not_the_bits():
+    """simd.wide_loops (sixteen lanes where the CPU runs them at full width) on a loop of
+    sigmoid, tanh and the tanh GELU: the bits of the same loop at LLVM's default width, at
+    a length with a vector tail, over saturation, tiny values, infinities and NaN."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(4099) * rng.choice([1e-3, 1, 8, 40, 100], 4099)).astype(np.float32)
+    x[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -88.0]
+    eight, wide = np.empty_like(x), np.empty_like(x)
+    _EIGHT(x, eight)
+    _WIDE(x, wide)
+    np.testing.assert_array_equal(wide.view(np.uint32), eight.view(np.uint32))

@@ -543,10 +543,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # modules and optimisers are (capture never imports optim).
 # ops/ +3 and the core +6: logit's NaN outside [0, 1], in value and gradient, as torch's.
 # kernels/ +37, ops/ +7 and the core +44 (issue 26, i-lstm2): column sums in registers for
-# the bias gradients (kernels/sums.py column_sums, ops/_util.py column_sum).
-CORE_BUDGET = 32_289
+# the bias gradients (kernels/sums.py column_sums, ops/_util.py column_sum); kernels/ +20 and
+# the core with it: simd.wide_loops, sixteen-lane auto-vectorised activation loops.
+CORE_BUDGET = 32_309
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_122,
-           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_523,
+           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_543,
            "ops": 11_360, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
