@@ -5,6 +5,7 @@ sixteen-lane ones (``load_wide``, ``broadcast_wide``, ``broadcast_at_wide``, the
 the loops that issue nothing but multiply-adds (a product's register block: twice the work
 an instruction of the eight-lane form does). ``load_like`` and ``broadcast_at_like`` take
 the width of a vector they are given, for helpers written once for both widths.
+:func:`wide_loops` asks LLVM to auto-vectorise a whole loop with sixteen lanes instead.
 
 Numba compiles with LLVM's SLP vectoriser off, so eight scalar sums kept side by side (eight
 channels of a depthwise conv, eight windows of a pool) stay eight scalar registers; only

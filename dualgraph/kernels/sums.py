@@ -13,7 +13,8 @@ array's type where they meet its elements.
 ``pairwise_sum_of_squares`` sums ``(a[i] - shift)**2`` in the same order, each square
 rounded as NumPy's ``np.square(a - shift)`` rounds it: a variance (LayerNorm's) or a mean
 square (RMSNorm's) with the bits of NumPy's ``mean`` over a squared array, without
-storing the squares.
+storing the squares. ``column_sums`` sums a matrix over its rows (axis 0), where NumPy
+adds the rows in turn, not pairwise: the same order, its sums held in registers.
 """
 from __future__ import annotations
 
