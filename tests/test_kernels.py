@@ -14,6 +14,8 @@ import torch
 
 import dualgraph as dg
 from dualgraph import kernels
+from dualgraph.kernels.fastmath import gelu_tanh32, sigmoid32, tanh32
+from dualgraph.kernels.simd import wide_loops
 from dualgraph.kernels.threads import run_rows
 
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
@@ -853,3 +855,78 @@ def test_blocked_layout_round_trip(channels, spread):
     back = np.empty_like(x)
     conv.from_blocks(blocked, back, spread)
     np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("shape", [(1024, 512), (3, 128 + 37), (1000, 37), (1, 300), (200, 1),
+                                   (64, 256)])
+def test_column_sums_are_numpys_axis0_sum_to_the_bit(shape):
+    """kernels.sums.column_sums: rows added in turn from 0, as np.add.reduce(axis=0), in
+    the 128-column register blocks and the tail, with -0.0, infinities and NaN."""
+    rng = np.random.default_rng(shape[0] + shape[1])
+    a = (rng.standard_normal(shape) * np.exp(3 * rng.standard_normal(shape))).astype(np.float32)
+    a[:, 0] = -0.0
+    if shape[1] > 2:
+        a[0, -1], a[-1, shape[1] // 2] = np.inf, np.nan
+        a[-1, -1] = -np.inf if shape[0] > 1 else np.inf   # inf - inf: NaN, as NumPy's
+    out = np.full(shape[1], 7, np.float32)
+    kernels.sums.column_sums(a, out)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out, np.add.reduce(a, axis=0))
+    assert not np.signbit(out[0])               # -0.0 summed from 0: +0.0, as NumPy's
+
+
+@pytest.mark.parametrize("rows", [0, 5, 1024])
+def test_bias_gradients_take_the_column_sums_with_numpys_bits(monkeypatch, rows):
+    """A linear's bias gradient (float32: column_sum's loop; no rows or Numba off: NumPy)
+    is NumPy's sum over the rows to the bit, and torch's to rounding."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 24), dtype=np.float32)
+    w = rng.standard_normal((192, 24), dtype=np.float32)
+    g = rng.standard_normal((rows, 192), dtype=np.float32)
+
+    def run():
+        lin = dg.nn.Linear(24, 192)
+        lin.weight.data = dg.tensor(w)
+        lin(dg.tensor(x)).backward(dg.tensor(g))
+        return lin.bias.grad.numpy()
+    fast, slow = both_paths(run, monkeypatch) if rows * 192 >= kernels.MIN_ELEMENTS else (
+        run(), np.add.reduce(g, axis=0))
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_array_equal(fast, np.add.reduce(g, axis=0))
+    tb = torch.zeros(192, requires_grad=True)
+    torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), tb).backward(torch.tensor(g))
+    np.testing.assert_allclose(fast, tb.grad.numpy(), rtol=1e-5, atol=1e-4)
+
+
+
+
+def _cell_terms(x, out):
+    """Transcendentals of the LSTM cell and the tanh GELU, one element at a time."""
+    for i in range(x.size):
+        v = x[i]
+        out[i] = sigmoid32(v) * tanh32(v) + gelu_tanh32(v)
+
+
+def _cell_terms_wide(x, out):
+    """The same loop, vectorised with sixteen lanes (the marker is set on the function
+    being compiled whatever the branches: a function of its own)."""
+    wide_loops()
+    for i in range(x.size):
+        v = x[i]
+        out[i] = sigmoid32(v) * tanh32(v) + gelu_tanh32(v)
+
+
+_EIGHT, _WIDE = kernels.loop(_cell_terms), kernels.loop(_cell_terms_wide)
+
+
+def test_wide_loops_change_the_vector_width_not_the_bits():
+    """simd.wide_loops (sixteen lanes where the CPU runs them at full width) on a loop of
+    sigmoid, tanh and the tanh GELU: the bits of the same loop at LLVM's default width, at
+    a length with a vector tail, over saturation, tiny values, infinities and NaN."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(4099) * rng.choice([1e-3, 1, 8, 40, 100], 4099)).astype(np.float32)
+    x[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -88.0]
+    eight, wide = np.empty_like(x), np.empty_like(x)
+    _EIGHT(x, eight)
+    _WIDE(x, wide)
+    np.testing.assert_array_equal(wide.view(np.uint32), eight.view(np.uint32))

@@ -7,7 +7,9 @@ with ``fastmath``'s vectorisable ``tanh32``, ``sigmoid32`` (``(1 + tanh(x / 2)) 
 there), ``gelu_tanh32``, ``erf32`` and ``gelu32`` (which the compiler's fused kernels call
 too). The erf and exact-GELU loops run at every float32 size (their ops' kernels call them
 for any float32 array): a fused kernel calls their scalar functions at any size too, so
-compiled equals eager to the bit.
+compiled equals eager to the bit. The loops of these functions (and the GRU and LSTM
+cells') call ``simd.wide_loops`` first: sixteen lanes where the CPU runs them at full
+width, the same bits in less time.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 from . import helper, loop
 from .fastmath import (erf32, gelu32, gelu_backward32, gelu_tanh32, gelu_tanh_backward32,
                        sigmoid32, silu32, silu_backward32, tanh32)
+from .simd import wide_loops
 
 F = np.float32
 _ZERO, _ONE = F(0), F(1)
@@ -26,6 +29,7 @@ def gelu_tanh(start, stop, x, out):
     """``out = 0.5 x (1 + tanh(K (x + C x^3)))`` over elements ``start:stop`` of flat
     arrays (a range: ``threads.run_rows`` shares it; slices indexed from 0, as an index the
     loop cannot prove >= 0 gets a negative-index check that keeps it from vectorising)."""
+    wide_loops()
     xs, outs = x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu_tanh32(xs[i])
@@ -35,6 +39,7 @@ def gelu_tanh(start, stop, x, out):
 def gelu_tanh_backward(start, stop, g, x, out):
     """``out = g * d/dx gelu_tanh(x)`` over elements ``start:stop`` of flat arrays (as
     :func:`gelu_tanh`)."""
+    wide_loops()
     gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu_tanh_backward32(gs[i], xs[i])
@@ -43,6 +48,7 @@ def gelu_tanh_backward(start, stop, g, x, out):
 @loop
 def erf(start, stop, x, out):
     """``out = erf(x)`` over elements ``start:stop`` of flat arrays (as :func:`gelu_tanh`)."""
+    wide_loops()
     xs, outs = x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = erf32(xs[i])
@@ -70,6 +76,7 @@ def power(start, stop, x, out, whole, negative):
 def gelu(start, stop, x, out):
     """``out = x Phi(x)`` over elements ``start:stop`` of flat arrays (as
     :func:`gelu_tanh`)."""
+    wide_loops()
     xs, outs = x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu32(xs[i])
@@ -78,6 +85,7 @@ def gelu(start, stop, x, out):
 @loop
 def gelu_backward(start, stop, g, x, out):
     """``out = g * d/dx gelu(x)`` over elements ``start:stop`` of flat arrays."""
+    wide_loops()
     gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = gelu_backward32(gs[i], xs[i])
@@ -87,6 +95,7 @@ def gelu_backward(start, stop, g, x, out):
 def sigmoid(start, stop, x, out):
     """``out = sigmoid(x)`` over elements ``start:stop`` of flat arrays (``sigmoid32``, as
     the conv and linear epilogues and the fused kernels compute it)."""
+    wide_loops()
     xs, outs = x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = sigmoid32(xs[i])
@@ -115,6 +124,7 @@ def tanh_backward(start, stop, g, y, out):
 @loop
 def silu(start, stop, x, out):
     """``out = x * sigmoid(x)`` over elements ``start:stop`` of flat arrays."""
+    wide_loops()
     xs, outs = x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = silu32(xs[i])
@@ -123,6 +133,7 @@ def silu(start, stop, x, out):
 @loop
 def silu_backward(start, stop, g, x, out):
     """``out = g * d/dx silu(x)`` over elements ``start:stop`` of flat arrays."""
+    wide_loops()
     gs, xs, outs = g[start:stop], x[start:stop], out[start:stop]
     for i in range(xs.size):
         outs[i] = silu_backward32(gs[i], xs[i])
@@ -167,6 +178,7 @@ def lstm_cell_rows(hg, xg, bias, c, h_out, c_out, acts_out):
     input's, the hidden bias, each in i, f, g, o blocks of width n: added here, not by
     two passes before) and ``c`` -> ``h'``, ``c'`` and the activated gates (kept for the
     backward)."""
+    wide_loops()
     n = c.shape[1]
     bi, bf, bg, bo = _blocks(bias, n)
     for b in range(c.shape[0]):
@@ -220,6 +232,7 @@ def gru_cell(xg, hg, h, h_out, acts_out):
     """Rows of the input gates ``xg`` and the hidden projection ``hg`` (r, z, n blocks of
     width n, its bias included) and ``h`` -> ``h'`` and the activations [r | z | new | hn]
     (kept for the backward)."""
+    wide_loops()
     n = h.shape[1]
     for b in range(h.shape[0]):
         xr, xz, xn = _thirds(xg[b], n)

@@ -13,17 +13,20 @@ array's type where they meet its elements.
 ``pairwise_sum_of_squares`` sums ``(a[i] - shift)**2`` in the same order, each square
 rounded as NumPy's ``np.square(a - shift)`` rounds it: a variance (LayerNorm's) or a mean
 square (RMSNorm's) with the bits of NumPy's ``mean`` over a squared array, without
-storing the squares.
+storing the squares. ``column_sums`` sums a matrix over its rows (axis 0), where NumPy
+adds the rows in turn, not pairwise: the same order, its sums held in registers.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import Intrinsic, helper
-from .simd import add, broadcast, load, multiply, subtract, tree_sum
+from . import Intrinsic, helper, loop
+from .simd import (WIDE, add, broadcast, broadcast_wide, load, load_wide, multiply, store,
+                   subtract, tree_sum)
 
 F = np.float32
 BLOCK = 128      # NumPy's PW_BLOCKSIZE
+COLUMN_BLOCK = 128   # columns column_sums carries down the rows at once: 8 vectors
 STACK = 64       # frames of the pairwise tree: enough for 2**64 elements
 FRAME_WORDS = 3 * STACK
 
@@ -139,3 +142,51 @@ def pairwise_sum_of_squares(a, lo, n, shift):
     """``sum((a[lo:lo + n] - shift)**2)`` in NumPy's pairwise order, each square rounded
     in ``a``'s dtype (``shift`` of that dtype)."""
     return _pairwise(a, lo, n, shift, True)
+
+
+
+@helper(inline="always")
+def _column_block(af, n, m, j, out):
+    """Columns ``j .. j + 127`` of ``column_sums``: eight sixteen-lane sums in registers
+    down all the rows."""
+    z = broadcast_wide(af.dtype.type(0))
+    s0, s1, s2, s3 = (add(z, load_wide(af, j)), add(z, load_wide(af, j + WIDE)),
+                      add(z, load_wide(af, j + 2 * WIDE)), add(z, load_wide(af, j + 3 * WIDE)))
+    s4, s5, s6, s7 = (add(z, load_wide(af, j + 4 * WIDE)), add(z, load_wide(af, j + 5 * WIDE)),
+                      add(z, load_wide(af, j + 6 * WIDE)), add(z, load_wide(af, j + 7 * WIDE)))
+    for r in range(1, m):
+        o = r * n + j
+        s0, s1 = add(s0, load_wide(af, o)), add(s1, load_wide(af, o + WIDE))
+        s2, s3 = add(s2, load_wide(af, o + 2 * WIDE)), add(s3, load_wide(af, o + 3 * WIDE))
+        s4, s5 = add(s4, load_wide(af, o + 4 * WIDE)), add(s5, load_wide(af, o + 5 * WIDE))
+        s6, s7 = add(s6, load_wide(af, o + 6 * WIDE)), add(s7, load_wide(af, o + 7 * WIDE))
+    store(out, j, s0)
+    store(out, j + WIDE, s1)
+    store(out, j + 2 * WIDE, s2)
+    store(out, j + 3 * WIDE, s3)
+    store(out, j + 4 * WIDE, s4)
+    store(out, j + 5 * WIDE, s5)
+    store(out, j + 6 * WIDE, s6)
+    store(out, j + 7 * WIDE, s7)
+
+
+@loop
+def column_sums(a, out):
+    """``out = a.sum(axis=0)`` of the C-contiguous float32 ``a (M, N)``, ``M >= 1``, in
+    NumPy's order for that axis: from 0, each row added in turn (no pairwise tree across
+    rows; a bias's gradient over a batch), so the same bits. 128 columns at a time go
+    down all the rows as eight vector sums held in registers (NumPy adds each row into
+    the whole result row in memory: 1.3-2.5x the time at 1024 x 512 .. 4096 x 128); the
+    last ``N % 128`` columns row by row."""
+    m, n = a.shape
+    af = a.reshape(-1)
+    full = n - n % COLUMN_BLOCK
+    for j in range(0, full, COLUMN_BLOCK):
+        _column_block(af, n, m, j, out)
+    tail, first = out[full:], a[0, full:]
+    for j in range(n - full):
+        tail[j] = first[j] + a.dtype.type(0)
+    for r in range(1, m):
+        row = a[r, full:]
+        for j in range(n - full):
+            tail[j] += row[j]

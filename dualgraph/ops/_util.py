@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dtypes import cast  # noqa: F401  (the op families take it from here)
 from ..dispatch import modes
 from ..shapes import ShapedType, broadcast_shapes
@@ -43,6 +43,18 @@ def empty_into(out, shape, dtype) -> np.ndarray:
     if out is not None and out.dtype == dtype and out.size == math.prod(shape):
         return out.reshape(shape)
     return np.empty(shape, dtype)
+
+
+def column_sum(a: np.ndarray, out=None) -> np.ndarray:
+    """``a.sum(axis=0)`` of a 2-D array (a bias's gradient: the rows of a batch), into
+    ``out`` where given: float32 rows through ``kernels.sums.column_sums`` (the same bits
+    as NumPy's, its sums held in registers down the rows), else ``np.add.reduce``."""
+    if (a.shape[0] and a.flags.c_contiguous and kernels.enabled(a)
+            and (out is None or (out.dtype == a.dtype and out.flags.c_contiguous))):
+        out = np.empty(a.shape[1], a.dtype) if out is None else out
+        kernels.sums.column_sums(a, out)
+        return out
+    return np.add.reduce(a, axis=0, out=out)
 
 
 def out_part(out, i: int):

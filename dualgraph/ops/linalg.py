@@ -24,8 +24,8 @@ from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
 from . import creation, elementwise, reduce
 from . import shape as shape_ops
-from ._util import (as_operand, cast, is_float, needs_grad, out_in, out_part, row_major,
-                    sum_to, zeros_view)
+from ._util import (as_operand, cast, column_sum, is_float, needs_grad, out_in, out_part,
+                    row_major, sum_to, zeros_view)
 from .opdef import defop
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "einsum", "linear", "addmm",
@@ -575,7 +575,7 @@ def _linear_backward_kernel(g, x, w, need, out=None):
           else zeros_view(x.shape, dt))
     gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
           else zeros_view(w.shape, dt))
-    gb = cast(np.add.reduce(g2, axis=0, out=rows[2]), dt) if need[2] else zeros_view(
+    gb = cast(column_sum(g2, rows[2]), dt) if need[2] else zeros_view(
         w.shape[:1], dt)
     return gx, gw, gb
 

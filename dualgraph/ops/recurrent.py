@@ -17,7 +17,7 @@ from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import elementwise as ew
 from . import shape as shape_ops
-from ._util import is_float, needs_grad, zeros_view
+from ._util import column_sum, is_float, needs_grad, zeros_view
 from .opdef import defop
 
 __all__: list = []
@@ -122,7 +122,7 @@ def _lstm_backward_kernel(gh, gc, xg, h, c, w_hh, *rest, need):
     d2 = d_gates.reshape(-1, 4 * n)
     dh = (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(h.shape, c.dtype)
     dw = d2.T @ h.reshape(-1, h.shape[-1]) if need[3] else zeros_view(w_hh.shape, c.dtype)
-    db = d2.sum(axis=0) if need[4] else zeros_view((4 * n,), c.dtype)
+    db = column_sum(d2) if need[4] else zeros_view((4 * n,), c.dtype)
     return d_gates, dh, dc, dw, db
 
 
@@ -320,7 +320,7 @@ def _gru_backward_kernel(gh, xg, h, w_hh, *rest, need):
     dh = dh.reshape(h.shape) + (d2 @ w_hh).reshape(h.shape) if need[1] else zeros_view(
         h.shape, h.dtype)
     dw = d2.T @ h2 if need[2] else zeros_view(w_hh.shape, h.dtype)
-    db = d2.sum(axis=0) if need[3] else zeros_view((3 * n,), h.dtype)
+    db = column_sum(d2) if need[3] else zeros_view((3 * n,), h.dtype)
     return d_xg.reshape(xg.shape), dh, dw, db
 
 

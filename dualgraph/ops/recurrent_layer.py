@@ -30,7 +30,7 @@ from .. import kernels
 from ..dispatch import apply
 from ..shapes import ShapedType, ShapeError
 from . import shape as shape_ops
-from ._util import empty_into, is_float, needs_grad, out_part
+from ._util import column_sum, empty_into, is_float, needs_grad, out_part
 from .opdef import defop
 from .recurrent import (LSTM_CELL, _cell, _cell_backward, _half_in_float32,
                         _lstm_backward_decomposition, _second_derivatives, _zeros_for)
@@ -138,7 +138,7 @@ def hidden_weight_grads(d_hg, h0, y, w_hh, need_w: bool, need_b: bool, reverse: 
         dw += d_hg[first].T @ h0
     else:
         dw = np.zeros(w_hh.shape, d_hg.dtype)
-    db = d_hg.reshape(-1, gates).sum(axis=0) if need_b else np.zeros(gates, d_hg.dtype)
+    db = column_sum(d_hg.reshape(-1, gates)) if need_b else np.zeros(gates, d_hg.dtype)
     return dw, db
 
 
