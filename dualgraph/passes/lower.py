@@ -365,8 +365,8 @@ RULES += [
     # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
     LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
     # linear(x, W) and its epilogue ops, W (N, K) float32 constant read only as their
-    # weight, N >= 32, x of 6 rows or more (or symbolic), AVX-512 -> linear_packed(x, Wp):
-    # W laid out once in panels of 32 columns for the packed loop (after linear_relu)
+    # weight, N a multiple of 64, x of 6 rows or more (or symbolic), AVX-512 ->
+    # linear_packed(x, Wp): W laid out once in panels of 64 columns (after linear_relu)
     LoweringRule("linear_packed", WEIGHT_READERS, packable_linear_weights, linear_packed,
                  "kernels"),
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
