@@ -57,6 +57,7 @@ from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_r
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
+from .patchify import patchify_conv, patchify_convs
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
                       linear_packed, linears_sharing_inputs, matmuls_by_constants,
                       norms_of_linears, packable_linear_weights, weights_kn,
@@ -312,6 +313,10 @@ RULES = [
     # linear/conv2d(x, W * s, b * s + t): eval-mode BatchNorm folded into its layer
     LoweringRule("fold_batchnorm", tuple(LAYERS), constant_affine_chains, fold_batchnorm,
                  "graph"),
+    # conv2d(x, W[, b]) of one group, kernel == stride, no padding or dilation, W and b
+    # constant -> permute(linear(patches(x), W as (Cout, C*kh*kw), b)): space-to-depth and
+    # the rules made for linears (after fold_batchnorm, before conv_epilogue)
+    LoweringRule("patchify_conv", (CONV2D,), patchify_convs, patchify_conv, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
