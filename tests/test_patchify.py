@@ -57,7 +57,7 @@ def _run(shape, cin, cout, k, bias=True, channels_last=False, dtype=np.float32, 
     ((2, 3, 35, 37), 3, 70, 16, False, False),      # rows and columns left over, batch 2
     ((1, 11, 13, 40), 40, 80, 2, True, True),       # ConvNeXt's downsampling, odd sizes
     ((3, 8, 8, 24), 24, 64, 2, False, True),        # a full panel of outputs, no bias
-    ((2, 9, 14, 5), 5, 7, (3, 2), True, True),      # a kernel that is not square
+    ((2, 9, 14, 8), 8, 7, (3, 2), True, True),      # a kernel that is not square
 ], ids=["vit", "left-over", "downsample", "no-bias", "3x2"])
 def test_compiled_patches_equal_eager_and_torch(shape, cin, cout, k, bias, channels_last):
     """The conv becomes a linear over patches (no conv left), equal to eager and torch up
@@ -114,6 +114,20 @@ def _conv_graph(x_shape, w_shape, attrs, weight_constant=True):
     conv = dict(stride=w_shape[2:], padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
     g.set_outputs(list(g.add_node("conv2d", [x, w], {**conv, **attrs}, names=["y"])))
     return g
+
+
+def test_channels_last_runs_of_fewer_than_64_bytes_keep_their_conv():
+    """2x2/2 over 15 channels last: runs of 30 floats, taken; over 7: 14, left alone."""
+    for c, taken in ((15, True), (7, False)):
+        g = Graph()
+        x = g.add_input((1, 8, 8, c), "float32", name="x")
+        w = g.add_constant(np.ones((16, c, 2, 2), np.float32), name="w")
+        (v,) = g.add_node("permute", [x], dict(perm=(0, 3, 1, 2)), names=["v"])
+        g.set_outputs(list(g.add_node("conv2d", [v, w], dict(
+            stride=(2, 2), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1),
+            names=["y"])))
+        after, report = passes.patchify_conv(g)
+        assert report.changed == taken and (CONV2D in [n.op for n in after.nodes]) != taken
 
 
 @pytest.mark.parametrize("case", ["short runs", "padding", "dilation", "groups", "overlap",

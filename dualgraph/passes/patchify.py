@@ -39,8 +39,7 @@ def patchify_convs(graph: Graph) -> list[Node]:
     """The precondition of ``patchify_conv``: the ``conv2d`` nodes of one group whose
     kernel equals their stride, without padding or dilation, on a static 4-D input of a
     float32/float64 dtype, whose weight (and bias, if any) are constants of that dtype, and
-    whose patches are copied in runs of ``MIN_RUN_BYTES`` or more: a channels-last input
-    (``kw * C`` values a run), or an NCHW one whose kernel is at least that wide."""
+    whose patches are copied in runs of ``MIN_RUN_BYTES`` or more (``_run``)."""
     found = []
     for node in graph.nodes:
         if node.op is not CONV2D:
@@ -52,8 +51,7 @@ def patchify_convs(graph: Graph) -> list[Node]:
                 and tuple(a["stride"]) == tuple(w.shape[2:])
                 and not np.any(a["padding"]) and all(d == 1 for d in a["dilation"])
                 and all(v in graph.constants and v.dtype == x.dtype for v in (w, *bias))
-                and (_channels_last_source(x) is not None
-                     or w.shape[3] * x.dtype.itemsize >= MIN_RUN_BYTES)):
+                and _run(x, w) * x.dtype.itemsize >= MIN_RUN_BYTES):
             found.append(node)
     return found
 
@@ -63,6 +61,12 @@ def _channels_last_source(x: Value) -> Value | None:
     p = x.producer
     return p.inputs[0] if p is not None and p.op is PERMUTE and tuple(
         p.attrs["perm"]) == TO_NCHW else None
+
+
+def _run(x: Value, w: Value) -> int:
+    """How many values of the input a patch's copy reads at once: a kernel row of all the
+    channels (``kw * C``) from a channels-last tensor, ``kw`` from an NCHW one."""
+    return w.shape[3] * (w.shape[1] if _channels_last_source(x) is not None else 1)
 
 
 def patchify_conv(graph: Graph, convs: list, report: Report) -> Graph:
