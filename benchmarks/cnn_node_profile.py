@@ -41,9 +41,10 @@ CONV_OPS = {"conv", "fusedconv", "conv2d", "conv2d_epilogue", "conv2d_cat", "con
             "conv2d_into"}
 POOL_OPS = {"maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "mean",
             "max_pool2d", "max_pool2d_values", "avg_pool2d", "adaptive_avg_pool2d"}
-LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "fusedgemm", "fusedmatmul"}
+LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "linear_relu", "linear_norm",
+              "linear_packed", "fusedgemm", "fusedmatmul"}
 GLUE_OPS = {"reorderinput", "reorderoutput", "concat", "reshape", "flatten", "cat",
-            "identity", "squeeze", "unsqueeze", "transpose", "block_channels",
+            "identity", "squeeze", "unsqueeze", "transpose", "permute", "block_channels",
             "unblock_channels"}
 
 

@@ -154,15 +154,16 @@ def _block(lib, k, n, norm):
 @pytest.mark.parametrize("shape", [(1, 1), (1, 5), (1, 6), (2, 7), (3, 65)], ids=str)
 @pytest.mark.parametrize("norm", [True, False])
 def test_compiled_block_equals_eager_and_torch(shape, norm):
-    """Frozen weights: the products ``linear_packed.wanted`` takes run packed (the up and
-    down products of 195 rows, with their GELU, residual and LayerNorm epilogues), the
-    others keep ``linear``'s kernels; compiled equals eager and torch either way."""
+    """Frozen weights: the products ``linear_packed.constant_wins`` takes run packed (the
+    up and down products of 195 rows, with their GELU, residual and LayerNorm epilogues),
+    the others (the head's partial panel of 33 outputs) keep ``linear``'s kernels;
+    compiled equals eager and torch either way."""
     torch.manual_seed(sum(shape))
-    ref = _block(torch, 40, 96, norm).eval()
-    ours = _block(dg, 40, 96, norm).eval()
+    ref = _block(torch, 64, 128, norm).eval()
+    ours = _block(dg, 64, 128, norm).eval()
     ours.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in
                           ref.state_dict().items()})
-    x = np.random.default_rng(len(shape)).standard_normal(shape + (40,)).astype(F)
+    x = np.random.default_rng(len(shape)).standard_normal(shape + (64,)).astype(F)
     compiled = dg.compile(ours)
     with dg.no_grad(), torch.no_grad():
         got = compiled(dg.tensor(x)).numpy()
@@ -172,16 +173,16 @@ def test_compiled_block_equals_eager_and_torch(shape, norm):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     packed = [n for n in compiled.optimized_graph.nodes if n.op is LINEAR_PACKED]
     rows = shape[0] * shape[1]
-    assert len(packed) == sum(linear_packed.wanted(rows, k, n)
-                              for k, n in ((40, 96), (96, 40), (40, 33)))
+    assert len(packed) == sum(linear_packed.constant_wins(rows, k, n)
+                              for k, n in ((64, 128), (128, 64), (64, 33)))
     assert shape != (3, 65) or len(packed) == 2 * (isa.vector_registers() >= 32)
 
 
 def test_training_keeps_its_weights():
     """A training step's weights are inputs, not constants: no packing, eager's gradients."""
     torch.manual_seed(0)
-    model = _block(dg, 40, 96, True)
-    x = dg.tensor(np.random.default_rng(0).standard_normal((8, 40)).astype(F))
+    model = _block(dg, 64, 128, True)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((8, 64)).astype(F))
 
     def step(fn):
         model.zero_grad()
@@ -194,15 +195,15 @@ def test_training_keeps_its_weights():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["read elsewhere", "narrow", "float64", "few rows",
-                                  "few multiply-adds"])
+@pytest.mark.parametrize("case", ["read elsewhere", "narrow", "partial panel", "float64",
+                                  "few rows", "few multiply-adds"])
 def test_the_rule_leaves_alone(case):
     """A weight something else reads (a copy would double it), fewer than 32 outputs,
-    float64, fewer than ``MIN_ROWS`` static rows and fewer than ``MIN_MACS`` multiply-adds
+    outputs not a multiple of 64 (a partial panel: OpenBLAS is faster), float64, fewer than ``MIN_ROWS`` static rows and fewer than ``MIN_MACS`` multiply-adds
     keep their ``linear``; 8 rows of 256 inputs and 128 outputs would be packed."""
     assert linear_packed.wanted(8, 256, 128) == (isa.vector_registers() >= 32)
     rows = {"few rows": 5, "few multiply-adds": 7}.get(case, 8)
-    n = {"narrow": 20, "few multiply-adds": 128}.get(case, 128)
+    n = {"narrow": 20, "partial panel": 96}.get(case, 128)
     dtype = "float64" if case == "float64" else "float32"
     k = 16 if case == "few multiply-adds" else 256
     g = Graph()
@@ -222,11 +223,11 @@ def test_the_rule_packs_symbolic_rows():
     """Rows of a symbolic dim (an import with dynamic batch and sequence) are packed: the
     loop serves any number of them (on a host where the rule packs at all)."""
     from dualgraph.shapes import Sym
-    if not linear_packed.wanted(None, 16, 40):
+    if not linear_packed.wanted(None, 16, 64):
         pytest.skip("no AVX-512 here: the rule packs nothing")
     g = Graph()
     x = g.add_input((Sym("B"), 16), "float32", name="x")
-    w = g.add_constant(np.linspace(-1, 1, 40 * 16).reshape(40, 16).astype(F), name="w")
+    w = g.add_constant(np.linspace(-1, 1, 64 * 16).reshape(64, 16).astype(F), name="w")
     (y,) = g.add_node("linear", [x, w], names=["y"])
     g.set_outputs([y])
     after, report = passes.linear_packed(g)

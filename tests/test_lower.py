@@ -346,7 +346,17 @@ def gated_blocked_projection():
     return g
 
 
+def patchify_conv_by_a_constant():
+    g = Graph()
+    x, w = f32(g, "x", 1, 3, 33, 32), ramp(g, "w", -1e-2, 1e-2, 5, 3, 16, 16)
+    g.set_outputs(list(g.add_node("conv2d", [x, w], dict(
+        stride=(16, 16), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1),
+        names=["y"])))
+    return g
+
+
 EXAMPLES = {
+    "patchify_conv": patchify_conv_by_a_constant,
     "gate_into_weights": gated_blocked_projection,
     "channels_last": pooled_depthwise_convs,
     "blocked_channels": pooled_depthwise_convs,

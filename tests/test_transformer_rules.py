@@ -281,10 +281,11 @@ def _weights(graph):
 
 def _layout(node, rows):
     """The layout the rules give ``node``'s weight for an input of ``rows`` rows (None:
-    symbolic): packed where ``linear_packed.wanted``, else (K, N) for two rows or more."""
+    symbolic): packed where ``linear_packed.constant_wins``, else (K, N) for two rows or
+    more."""
     from dualgraph.kernels import linear_packed
     k = node.inputs[0].shape[-1]
-    if linear_packed.wanted(rows, k, node.outputs[0].shape[-1]):
+    if linear_packed.constant_wins(rows, k, node.outputs[0].shape[-1]):
         return "packed"
     return "kn" if rows is None or rows > 1 else "nk"
 

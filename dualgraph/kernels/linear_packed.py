@@ -241,6 +241,17 @@ def wanted(rows: int | None, k: int, n: int) -> bool:
             and numba_available() and isa.vector_registers() >= 32)
 
 
+def constant_wins(rows: int | None, k: int, n: int) -> bool:
+    """Whether the lowering rule packs a constant ``(N, K)`` weight for a float32 linear of
+    ``rows`` rows (None: symbolic): :func:`wanted`, and every panel full (``N`` a multiple
+    of 64). A partial panel's idle lanes cost a whole panel's multiply-adds: on an Intel
+    Xeon (loaded, one thread) OpenBLAS's NN product on the ``(K, N)`` weight ran 1.1-2x
+    faster than the loop at N 32-160 not a multiple of 64 (24-3136 rows, K 40-320:
+    3136 x 48 x 40 124 against 196 us, 3136 x 160 x 40 399 against 548), level or slower
+    at N 192 and 320."""
+    return n % COLUMNS == 0 and wanted(rows, k, n)
+
+
 def per_call(rows: int, k: int, n: int) -> bool:
     """Whether a float32 product ``(rows, K) @ (K, N)`` on a matrix that changes between
     calls (a trained layer's weight, packed at each call) runs faster here than through

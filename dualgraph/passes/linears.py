@@ -367,16 +367,16 @@ def weights_kn(graph: Graph, weights: list, report: Report) -> Graph:
 
 
 def _packs(node: Node) -> bool:
-    """Whether the packed loop takes ``node``'s product (``linear_packed.wanted``: by its
-    rows where they are static, any number of them where some dim is symbolic), its bias
-    (if any) one entry per output."""
+    """Whether the packed loop takes ``node``'s product (``linear_packed.constant_wins``:
+    by its rows where they are static, any number of them where some dim is symbolic), its
+    bias (if any) one entry per output."""
     x, w, *rest = node.inputs
     n, k = w.shape
     if rest and not (isinstance(rest[0], Value) and tuple(rest[0].shape) == (n,)):
         return False
     dims = x.shape[:-1]
     rows = None if any(isinstance(d, Sym) for d in dims) else math.prod(dims)
-    return kernels.linear_packed.wanted(rows, k, n)
+    return kernels.linear_packed.constant_wins(rows, k, n)
 
 
 def packable_linear_weights(graph: Graph) -> list[Value]:

@@ -59,6 +59,7 @@ from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
 from .prologue import conv_prologue, conv_prologues
+from .patchify import patchify_conv, patchify_convs
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
                       linear_packed, linears_sharing_inputs, matmuls_by_constants,
                       norms_of_linears, packable_linear_weights, weights_kn,
@@ -360,6 +361,10 @@ RULES = [
     # W and b constant -> the layer of x with W * s, b + W @ t: a BatchNorm before its layer
     LoweringRule("fold_input_affine", tuple(LAYERS), constant_input_chains,
                  fold_input_affine, "graph"),
+    # conv2d(x, W[, b]) of one group, kernel == stride, no padding or dilation, W and b
+    # constant -> permute(linear(patches(x), W as (Cout, C*kh*kw), b)): space-to-depth and
+    # the rules made for linears (after fold_batchnorm, before conv_epilogue)
+    LoweringRule("patchify_conv", (CONV2D,), patchify_convs, patchify_conv, "graph"),
     # a loop's per-step linear(x[:, t]) and their gradients -> one GEMM each
     LoweringRule("batch_linears", (LINEAR, LINEAR_BACKWARD, LSTM_CELL_BACKWARD),
                  loop_linear_groups, batch_linears, "graph"),
@@ -413,8 +418,8 @@ RULES += [
     # epilogue taken -> one linear(x, [Wq; Wk; ...]) cut by slices: one wider GEMM
     LoweringRule("join_linears", (LINEAR,), linears_sharing_inputs, join_linears, "graph"),
     # linear(x, W) and its epilogue ops, W (N, K) float32 constant read only as their
-    # weight, N >= 32, x of 6 rows or more (or symbolic), AVX-512 -> linear_packed(x, Wp):
-    # W laid out once in panels of 32 columns for the packed loop (after linear_relu)
+    # weight, N a multiple of 64, x of 6 rows or more (or symbolic), AVX-512 ->
+    # linear_packed(x, Wp): W laid out once in panels of 64 columns (after linear_relu)
     LoweringRule("linear_packed", WEIGHT_READERS, packable_linear_weights, linear_packed,
                  "kernels"),
     # linear(x, W) and its epilogue ops, W (N, K) constant read only as their weight, x of
