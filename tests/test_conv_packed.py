@@ -42,16 +42,25 @@ CASES = [
     (1, 96, 31, 29, 96, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
 ]
 GROUPED = CASES[-4:]
-# stride 1, one group, more than sixteen outputs: two pairs an item on the padded grid
-# (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5 kernel
-# dilated by 3 (the grid's last run reads past the planes), asymmetric padding and dilation
-# at batch 3, a plane of fewer positions than a run, and CASES' 21 outputs and 7x7 stem
+# one group, more than sixteen outputs: two pairs an item on the grid of the padded planes'
+# phases (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5
+# kernel dilated by 3 (the grid's last run reads past the planes), asymmetric padding and
+# dilation at batch 3, a plane of fewer positions than a run; stride 2 on odd planes with
+# a spare pair, without padding at batch 3 on even ones, a 5x5 kernel dilated by 2 (its
+# taps in one phase of rows and columns), strides (2, 1) with asymmetric padding and
+# dilation 3 across, stride 3 with padding 2; and CASES' 21 outputs, stride-2 batch-3 conv
+# and 7x7 stems
 PAIRS = [
     (1, 19, 9, 10, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
     (1, 10, 16, 15, 32, (5, 5), (1, 1), ((6, 6), (6, 6)), (3, 3), 1),
     (3, 12, 8, 9, 64, (3, 3), (1, 1), ((2, 0), (1, 1)), (2, 2), 1),
     (2, 24, 3, 2, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
-    CASES[0], CASES[9],
+    (1, 13, 17, 15, 40, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),
+    (3, 12, 16, 14, 64, (3, 3), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),
+    (1, 10, 15, 16, 32, (5, 5), (2, 2), ((2, 2), (2, 2)), (2, 2), 1),
+    (2, 9, 13, 12, 48, (3, 3), (2, 1), ((2, 0), (1, 3)), (1, 3), 1),
+    (1, 7, 20, 19, 33, (3, 3), (3, 3), ((2, 2), (2, 2)), (1, 1), 1),
+    CASES[0], CASES[1], CASES[7], CASES[9],
 ]
 
 
@@ -71,7 +80,7 @@ def test_pack_and_unpack():
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape), w)
 
 
-@pytest.mark.parametrize("case", CASES + PAIRS[:4])
+@pytest.mark.parametrize("case", CASES + PAIRS[:9])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
@@ -80,7 +89,7 @@ def test_loop_matches_torch(case):
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", [CASES[1], GROUPED[1], PAIRS[0], PAIRS[2]])
+@pytest.mark.parametrize("case", [CASES[1], GROUPED[1], PAIRS[0], PAIRS[2], PAIRS[4]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
                                              ("silu", "after"), ("hardswish", None),
                                              ("relu", "before")])
@@ -138,7 +147,12 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     r = np.random.default_rng(4).standard_normal(
         tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
     residual = (r,) if residual_at else ()
+    modes = []
+    run_rows = conv_packed.run_rows
+    monkeypatch.setattr(conv_packed, "run_rows",
+                        lambda *args, **kw: modes.append(args[-1]) or run_rows(*args, **kw))
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     got = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
     want = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
@@ -147,6 +161,7 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
                                           residual_at=residual_at, **attrs), want)
+    assert modes == [conv_packed.WIDE_PAIRS, conv_packed.WIDE_PAIR, conv_packed.WIDE_PAIRS]
 
 
 @pytest.mark.parametrize("wide", [False, True])

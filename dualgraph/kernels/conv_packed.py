@@ -49,6 +49,7 @@ A group's product is one pair's, with all twelve sums busy, where the direct loo
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -360,6 +361,31 @@ def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
                         c10, c11, s2, done)
 
 
+@helper
+def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
+    """Planes ``base + c * height * width`` of the flat ``x``, bordered by ``top`` rows and
+    ``left`` columns of zeros, split into their ``sh * sw`` phases: plane ``(c, a, b)`` of
+    ``xp (C, sh, sw, hq, wq)`` holds the bordered plane's rows ``a, a + sh, ...`` and columns
+    ``b, b + sw, ...``, so that a conv of stride ``(sh, sw)`` reads each phase at stride 1
+    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero."""
+    for c in range(channels):
+        for a in range(sh):
+            for r in range(hq):
+                y = r * sh + a - top
+                if y < 0 or y >= height:
+                    continue
+                row = x[base + (c * height + y) * width:base + (c * height + y + 1) * width]
+                for b in range(sw):
+                    v0 = max(0, -((b - left) // sw))       # (the first column in ``x``)
+                    v1 = min(wq, (width - 1 + left - b) // sw + 1)
+                    if v1 <= v0:
+                        continue
+                    dst = (((c * sh + a) * sw + b) * hq + r) * wq
+                    into, src = xp[dst + v0:dst + v1], row[v0 * sw + b - left:]
+                    for v in range(v1 - v0):
+                        into[v] = src[v * sw]
+
+
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act, lo, hi,
              where, channels, height, width, cout, ho, wo, sh, sw, top, left, hp, wpad,
@@ -390,19 +416,25 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
             n, p = item // units, item % units * per
-            if n != padded:
+            if n != padded and per == 2 and sh * sw > 1:
+                pad_phases(x, n * channels * plane, channels, height, width, xp, hp, wpad,
+                           sh, sw, top, left)
+            elif n != padded:
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
-                padded = n
+            padded = n
             two = per == 2 and p + 1 < pairs
             if two:
                 _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
             elif mode == NARROW:
                 _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
                            p // group_pairs * group_planes)
-            else:       # (a spare pair of WIDE_PAIRS too)
+            elif per == 1:
                 _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
                                 wpad, p // group_pairs * group_planes)
+            else:       # (a spare pair of WIDE_PAIRS: stride 1 on the phases' grid)
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, 1, 1, wpad,
+                                0)
             channels2 = min(PAIR * (2 if two else 1), cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
@@ -458,6 +490,10 @@ class Plan(NamedTuple):
     hp: int                 # padded planes' rows and columns
     wp: int
     block: int              # taps summed before the sums are stored and taken up again
+    grid_offsets: np.ndarray    # ... in the phases' planes (``WIDE_PAIRS``: :func:`pad_phases`)
+    hq: int                 # a phase's rows and columns
+    wq: int
+    grid_scratch: int       # the phases' planes and what a grid's last run reads past them
 
 
 def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
@@ -466,7 +502,24 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
-    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block)
+    hq, wq = ho + (kh - 1) * dilation[0] // stride[0], wo + (kw - 1) * dilation[1] // stride[1]
+    grid = grid_offsets(c, (kh, kw), tuple(stride), tuple(dilation), hq, wq)
+    scratch = max(c * stride[0] * stride[1] * hq * wq,
+                  -(-ho * wq // WIDE_RUN) * WIDE_RUN + int(grid.max()))
+    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch)
+
+
+@lru_cache(maxsize=256)
+def grid_offsets(c, kernel, stride, dilation, hq, wq):
+    """Each tap ``(c, i, j)``'s offset in the phases' planes ``(C, sh, sw, hq, wq)``
+    (:func:`pad_phases`), int64: the bordered plane's row ``sh * y + i * dh`` is row ``y +
+    i * dh // sh`` of phase ``i * dh % sh``, so that output ``(y, x)`` reads tap ``t`` at
+    ``y * wq + x + offsets[t]``: a stride-1 conv on the grid of ``wq`` columns, whatever
+    the stride (at stride 1 the one phase is the bordered plane: ``_offsets``)."""
+    ci, ii, jj = np.meshgrid(np.arange(c), np.arange(kernel[0]) * dilation[0],
+                             np.arange(kernel[1]) * dilation[1], indexing="ij")
+    phase = (ci * stride[0] + ii % stride[0]) * stride[1] + jj % stride[1]
+    return ((phase * hq + ii // stride[0]) * wq + jj // stride[1]).reshape(-1).astype(np.int64)
 
 
 def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
@@ -520,17 +573,18 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
                          or cores()))
     mode = (NARROW if not wide()
-            else WIDE_PAIRS if groups == 1 and tuple(stride) == (1, 1)
-            and n * (pairs // 2) >= workers else WIDE_PAIR)
-    grid = -(-ho * p.wp // WIDE_RUN) * WIDE_RUN
-    # (a grid's last run reads past the planes, a run and a row of taps at most: zeros)
-    scratch = np.empty((workers, c * p.hp * p.wp + WIDE_RUN + p.offsets[-1] % p.wp), F)
-    acc = np.empty((workers, 2 * PAIR * grid if mode == WIDE_PAIRS else PAIR * ho * wo), F)
+            else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers else WIDE_PAIR)
+    grid = mode == WIDE_PAIRS
+    offsets, hp, wp = (p.grid_offsets, p.hq, p.wq) if grid else (p.offsets, p.hp, p.wp)
+    # (a grid's last run reads past the planes: zeros)
+    scratch = np.empty((workers, p.grid_scratch if grid else c * hp * wp), F)
+    acc = np.empty((workers, 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
+                    else PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_out, ostride = out_images(out)
-    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
+    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), offsets, b,
              flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
-             wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
+             wo, stride[0], stride[1], padding[0][0], padding[1][0], hp, wp, p.block,
              groups, ostride, mode, threads=workers)
     return out
