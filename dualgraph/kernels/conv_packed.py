@@ -69,13 +69,19 @@ F = np.float32
 PAIR = 2 * LANES      # output channels of one packed block: two vectors
 RUN = 6               # output positions summed at once
 WIDE_RUN = 12         # ... where sixteen channels are one vector (``wide``)
+ROW_RUN = 7           # ... of one output row, three pairs at once (``WIDE_ROWS``)
+# A position of a pair summed on runs of a row costs this many of the grid's (21 sums a
+# tap where the grid's take 24, runs of 7 where they take 12: 1.04x on 7x7 planes, 1.1x on
+# 14x14 ones, batch 1, ``Plan.rows``)
+ROW_COST = 1.1
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 # The loop's kinds of work item (``_forward``'s ``mode``): a pair on eight-lane vectors, a
 # pair on one sixteen-lane vector (``wide``), two pairs at once on them (one group, and
-# items enough for every thread: an item each at least)
-NARROW, WIDE_PAIR, WIDE_PAIRS = 0, 1, 2
+# items enough for every thread: an item each at least), three pairs at once on runs of a
+# row (``Plan.rows``)
+NARROW, WIDE_PAIR, WIDE_PAIRS, WIDE_ROWS = 0, 1, 2, 3
 
 
 @helper(inline="always")
@@ -361,6 +367,94 @@ def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
                         c10, c11, s2, done)
 
 
+@helper(inline="always")
+def _row_sums(xp, wp, offsets, k0, k1, t, t2, t3, base, a, c, e):
+    """:func:`_quad_sums` of three pairs (weights from ``wp[t]``, ``wp[t2]``, ``wp[t3]``)
+    and ``ROW_RUN`` positions one after another in ``xp`` from ``base``: the twenty-one
+    sums ``a + c + e`` (three tuples of seven), each input value broadcast once for the
+    three pairs: twenty-one multiply-adds a tap for three weight loads and seven
+    broadcasts (two pairs' twenty-four take two and twelve)."""
+    a0, a1, a2, a3, a4, a5, a6 = a
+    c0, c1, c2, c3, c4, c5, c6 = c
+    e0, e1, e2, e3, e4, e5, e6 = e
+    for k in range(k0, k1):
+        o = base + offsets[k]
+        u, v, w = load_wide(wp, t), load_wide(wp, t2), load_wide(wp, t3)
+        x = broadcast_at_wide(xp, o)
+        a0, c0, e0 = fma(u, x, a0), fma(v, x, c0), fma(w, x, e0)
+        x = broadcast_at_wide(xp, o + 1)
+        a1, c1, e1 = fma(u, x, a1), fma(v, x, c1), fma(w, x, e1)
+        x = broadcast_at_wide(xp, o + 2)
+        a2, c2, e2 = fma(u, x, a2), fma(v, x, c2), fma(w, x, e2)
+        x = broadcast_at_wide(xp, o + 3)
+        a3, c3, e3 = fma(u, x, a3), fma(v, x, c3), fma(w, x, e3)
+        x = broadcast_at_wide(xp, o + 4)
+        a4, c4, e4 = fma(u, x, a4), fma(v, x, c4), fma(w, x, e4)
+        x = broadcast_at_wide(xp, o + 5)
+        a5, c5, e5 = fma(u, x, a5), fma(v, x, c5), fma(w, x, e5)
+        x = broadcast_at_wide(xp, o + 6)
+        a6, c6, e6 = fma(u, x, a6), fma(v, x, c6), fma(w, x, e6)
+        t += PAIR
+        t2 += PAIR
+        t3 += PAIR
+    return (a0, a1, a2, a3, a4, a5, a6), (c0, c1, c2, c3, c4, c5, c6), (e0, e1, e2, e3, e4,
+                                                                         e5, e6)
+
+
+@helper(inline="always")
+def _seven(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 6``."""
+    return (_wide_get(sums, size, q, first, zero), _wide_get(sums, size, q + 1, first, zero),
+            _wide_get(sums, size, q + 2, first, zero),
+            _wide_get(sums, size, q + 3, first, zero),
+            _wide_get(sums, size, q + 4, first, zero),
+            _wide_get(sums, size, q + 5, first, zero),
+            _wide_get(sums, size, q + 6, first, zero))
+
+
+@helper(inline="always")
+def _put_seven(sums, size, q, a, s, done):
+    """:func:`_wide_put` of positions ``q .. q + 6`` (their sums the tuple ``a``)."""
+    a0, a1, a2, a3, a4, a5, a6 = a
+    _wide_put(sums, size, q, a0, s, done)
+    _wide_put(sums, size, q + 1, a1, s, done)
+    _wide_put(sums, size, q + 2, a2, s, done)
+    _wide_put(sums, size, q + 3, a3, s, done)
+    _wide_put(sums, size, q + 4, a4, s, done)
+    _wide_put(sums, size, q + 5, a5, s, done)
+    _wide_put(sums, size, q + 6, a6, s, done)
+
+
+@helper(inline="always")
+def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, block):
+    """The outputs of pairs ``p``, ``p2`` and ``p3`` of a conv of one group by
+    :func:`_row_sums`, on the grid of the padded planes' phases (``wq`` columns a row, as
+    :func:`_quad_pair_sums`) in runs of ``ROW_RUN`` positions of one row each: row ``y``'s
+    runs from column 0 to ``span`` (``Wo`` rounded up to runs; the columns past ``Wo``
+    summed too, reading on into the next row, and never read) into ``sums (6, Ho*span,
+    8)``. No run crosses a row, so that a 7x7 plane sums 49 positions where the grid of
+    nine columns a row sums 72; each output the same chain of multiply-adds as one
+    pair's (the same bits)."""
+    taps, size = offsets.size, ho * span
+    zero = joined(broadcast(F(0)), broadcast(F(0)))
+    s, s2, s3 = (load_wide(bias, p * PAIR), load_wide(bias, p2 * PAIR),
+                 load_wide(bias, p3 * PAIR))
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        first, done = k0 == 0, k1 == taps
+        for y in range(ho):
+            for x0 in range(0, wo, ROW_RUN):
+                q = y * span + x0
+                a, c, e = _row_sums(xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                                    (p2 * taps + k0) * PAIR, (p3 * taps + k0) * PAIR,
+                                    y * wq + x0, _seven(sums, size, q, first, zero),
+                                    _seven(sums, size, 2 * size + q, first, zero),
+                                    _seven(sums, size, 4 * size + q, first, zero))
+                _put_seven(sums, size, q, a, s, done)
+                _put_seven(sums, size, 2 * size + q, c, s2, done)
+                _put_seven(sums, size, 4 * size + q, e, s3, done)
+
+
 @helper
 def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
     """Planes ``base + c * height * width`` of the flat ``x``, bordered by ``top`` rows and
@@ -406,8 +500,11 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
     images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
-    per = 2 if mode == WIDE_PAIRS else 1       # pairs an item
-    grid = -(-ho * wpad // WIDE_RUN) * WIDE_RUN   # (positions of ``_quad_pair_sums``)
+    per = 3 if mode == WIDE_ROWS else 2 if mode == WIDE_PAIRS else 1     # pairs an item
+    span = -(-wo // ROW_RUN) * ROW_RUN             # (a row of ``_row_pair_sums``)
+    # the positions of ``_quad_pair_sums`` or ``_row_pair_sums`` and their rows' pitch
+    grid = ho * span if per == 3 else -(-ho * wpad // WIDE_RUN) * WIDE_RUN
+    pitch = span if per == 3 else wpad
     units = -(-pairs // per)
     total = images * units
     for slot in range(start, stop):
@@ -416,15 +513,19 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
             n, p = item // units, item % units * per
-            if n != padded and per == 2 and sh * sw > 1:
+            if n != padded and per > 1 and sh * sw > 1:
                 pad_phases(x, n * channels * plane, channels, height, width, xp, hp, wpad,
                            sh, sw, top, left)
             elif n != padded:
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
             padded = n
-            two = per == 2 and p + 1 < pairs
-            if two:
+            count = min(per, pairs - p)         # (the item's pairs)
+            on_grid = per == 3 or count == 2
+            if per == 3:    # (a spare pair or two: the last pair summed again, dropped)
+                _row_pair_sums(xp, wp, offsets, bias, sums, p, min(p + 1, pairs - 1),
+                               min(p + 2, pairs - 1), ho, wo, wpad, span, block)
+            elif on_grid:
                 _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
             elif mode == NARROW:
                 _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
@@ -435,18 +536,19 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
             else:       # (a spare pair of WIDE_PAIRS: stride 1 on the phases' grid)
                 _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, 1, 1, wpad,
                                 0)
-            channels2 = min(PAIR * (2 if two else 1), cout - p * PAIR)
+            channels2 = min(PAIR * count, cout - p * PAIR)
             halves = -(-channels2 // LANES)
             if where == 0:
-                _activate(sums[:halves * (grid if two else size) * LANES], act, lo, hi)
+                _activate(sums[:halves * (grid if on_grid else size) * LANES], act, lo,
+                          hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (p * PAIR + h * LANES) * size
                 base = n * ostride + first
-                if two:     # (row by row, from the grid)
+                if on_grid:     # (row by row, from the grid)
                     for y in range(ho):
                         _interleave(out, base + y * wo, size, lanes,
-                                    sums[(h * grid + y * wpad) * LANES:], wo, False)
+                                    sums[(h * grid + y * pitch) * LANES:], wo, False)
                 else:
                     _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
                 if where != 0:
@@ -494,19 +596,29 @@ class Plan(NamedTuple):
     hq: int                 # a phase's rows and columns
     wq: int
     grid_scratch: int       # the phases' planes and what a grid's last run reads past them
+    rows: bool              # whether three pairs an item on runs of a row sum fewer positions
 
 
 def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     """The :class:`Plan` of a conv of ``x_shape`` by ``w_shape`` to ``out_hw`` (the taps'
-    offsets: those of one group's ``w_shape[1]`` channels)."""
+    offsets: those of one group's ``w_shape[1]`` channels). Three pairs an item on runs of
+    a row (``WIDE_ROWS``) where they sum fewer positions times pairs than two on the grid
+    (``WIDE_PAIRS``), each at ``ROW_COST`` of the grid's: a grid of ``Wq`` columns a row
+    drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
+    seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
+    spare pair or two of three is summed again."""
     c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
     hq, wq = ho + (kh - 1) * dilation[0] // stride[0], wo + (kw - 1) * dilation[1] // stride[1]
     grid = grid_offsets(c, (kh, kw), tuple(stride), tuple(dilation), hq, wq)
-    scratch = max(c * stride[0] * stride[1] * hq * wq,
-                  -(-ho * wq // WIDE_RUN) * WIDE_RUN + int(grid.max()))
-    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch)
+    phased, span = -(-ho * wq // WIDE_RUN) * WIDE_RUN, -(-wo // ROW_RUN) * ROW_RUN
+    scratch = max(c * stride[0] * stride[1] * hq * wq, phased + int(grid.max()),
+                  (ho - 1) * wq + span + int(grid.max()))
+    pairs = -(-w_shape[0] // PAIR)
+    rows = ROW_COST * ho * span * -(-pairs // 3) * 3 < phased * -(-pairs // 2) * 2
+    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch,
+                rows)
 
 
 @lru_cache(maxsize=256)
@@ -573,12 +685,14 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
                          or cores()))
     mode = (NARROW if not wide()
+            else WIDE_ROWS if groups == 1 and p.rows and n * (pairs // 3) >= workers
             else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers else WIDE_PAIR)
-    grid = mode == WIDE_PAIRS
+    grid = mode >= WIDE_PAIRS
     offsets, hp, wp = (p.grid_offsets, p.hq, p.wq) if grid else (p.offsets, p.hp, p.wp)
     # (a grid's last run reads past the planes: zeros)
     scratch = np.empty((workers, p.grid_scratch if grid else c * hp * wp), F)
-    acc = np.empty((workers, 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
+    acc = np.empty((workers, 3 * PAIR * ho * -(-wo // ROW_RUN) * ROW_RUN if mode == WIDE_ROWS
+                    else 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
                     else PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
