@@ -30,14 +30,22 @@ multiply-adds a tap where the eight-lane pair takes twenty-four for the same out
 output the same chain of multiply-adds in the same order (the same bits), the sums stored
 to the same staging buffer as two halves.
 
-A stride-1 conv of one group with more than sixteen outputs there sums two pairs an item
+A conv of one group with more than sixteen outputs there sums two pairs an item
 (:func:`_quad_pair_sums`, where every thread still gets an item): twenty-four sums, two
 weight loads and twelve broadcasts a tap (1.35x the multiply-adds a cycle of one pair's
 twelve). Its positions are taken on the padded planes' grid (row ``q // Wp``, column ``q %
 Wp``; the columns past ``Wo`` summed and dropped), where twelve neighbouring positions read
 twelve neighbouring inputs: one address register for all twelve, where twelve positions
 across rows need twelve, and LLVM, short of registers for them and twenty-four sums,
-spilled both. Each output is the same chain of multiply-adds as one pair's (the same bits).
+spilled both. At stride ``s`` the image is first split into its ``s*s`` phases
+(:func:`pad_phases`: every ``s``-th row and column from each offset), each of which a tap
+reads at stride 1 (:func:`grid_offsets`), so the grid drops only ``(kw - 1) // s`` columns
+a row, where the padded planes' grid would drop half. On small planes the columns the
+grid drops are many (two of nine on a 7x7 plane): there three pairs an item are summed on
+runs of seven positions of one row (:func:`_row_pair_sums`; twenty-one sums, three weight
+loads and seven broadcasts a tap), which drop none where ``Wo`` is a multiple of seven
+(``Plan.rows`` chooses by the positions each sums). Each output is the same chain of
+multiply-adds as one pair's (the same bits).
 
 Grouped convs whose groups have a multiple of sixteen output channels (RegNet's and
 ResNeXt-style wide groups) run the same loop: a pair then lies in one group, its taps are
@@ -307,44 +315,37 @@ def _quad_sums(xp, wp, offsets, k0, k1, t, t2, base, a, c):
 
 
 @helper(inline="always")
-def _twelve(sums, size, q, first, zero):
-    """:func:`_wide_get` of positions ``q .. q + 11``."""
+def _seven(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 6``."""
     return (_wide_get(sums, size, q, first, zero), _wide_get(sums, size, q + 1, first, zero),
             _wide_get(sums, size, q + 2, first, zero),
             _wide_get(sums, size, q + 3, first, zero),
             _wide_get(sums, size, q + 4, first, zero),
             _wide_get(sums, size, q + 5, first, zero),
-            _wide_get(sums, size, q + 6, first, zero),
-            _wide_get(sums, size, q + 7, first, zero),
-            _wide_get(sums, size, q + 8, first, zero),
-            _wide_get(sums, size, q + 9, first, zero),
-            _wide_get(sums, size, q + 10, first, zero),
-            _wide_get(sums, size, q + 11, first, zero))
+            _wide_get(sums, size, q + 6, first, zero))
 
 
 @helper(inline="always")
-def _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s, done):
-    """:func:`_wide_put` of positions ``q .. q + 11``."""
-    _wide_put(sums, size, q, a0, s, done)
-    _wide_put(sums, size, q + 1, a1, s, done)
-    _wide_put(sums, size, q + 2, a2, s, done)
-    _wide_put(sums, size, q + 3, a3, s, done)
-    _wide_put(sums, size, q + 4, a4, s, done)
-    _wide_put(sums, size, q + 5, a5, s, done)
-    _wide_put(sums, size, q + 6, a6, s, done)
-    _wide_put(sums, size, q + 7, a7, s, done)
-    _wide_put(sums, size, q + 8, a8, s, done)
-    _wide_put(sums, size, q + 9, a9, s, done)
-    _wide_put(sums, size, q + 10, a10, s, done)
-    _wide_put(sums, size, q + 11, a11, s, done)
+def _twelve(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 11`` (``q + 5`` and ``q + 6`` read twice:
+    the same loads, which LLVM merges)."""
+    return _seven(sums, size, q, first, zero) + _seven(sums, size, q + 5, first, zero)[2:]
+
+
+@helper(inline="always")
+def _put_run(sums, size, q, a, s, done):
+    """:func:`_wide_put` of positions ``q, q + 1, ...``, their sums the tuple ``a``."""
+    for k in range(len(a)):
+        _wide_put(sums, size, q + k, a[k], s, done)
 
 
 @helper(inline="always")
 def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
-    """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a stride-1 conv of one group
-    by :func:`_quad_sums`, on the padded planes' grid: position ``q`` is the output at row
-    ``q // Wp``, column ``q % Wp`` (``Wp`` the padded width; columns past ``Wo`` are
-    summed too and never read), so that its input lies at ``xp[q + offset]`` and a run of
+    """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a conv of one group by
+    :func:`_quad_sums`, on the grid of the padded planes' phases (at stride 1 the padded
+    planes: :func:`grid_offsets`): position ``q`` is the output at row ``q // Wq``, column
+    ``q % Wq`` (``Wq`` a phase's width; columns past ``Wo`` are summed too and never
+    read), so that its input lies at ``xp[q + offset]`` and a run of
     twelve positions is twelve neighbours, whatever rows it crosses. ``size`` grid
     positions (a multiple of twelve) into ``sums (4, size, 8)``. Twenty-four multiply-adds
     a tap for two weight loads and twelve broadcasts (one pair's twelve take one and
@@ -361,10 +362,16 @@ def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
                 xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR, ((p + 1) * taps + k0) * PAIR,
                 q, _twelve(sums, size, q, first, zero),
                 _twelve(sums, size, 2 * size + q, first, zero))
-            _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s,
-                        done)
-            _put_twelve(sums, size, 2 * size + q, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9,
-                        c10, c11, s2, done)
+            _put_run(sums, size, q, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11), s,
+                     done)
+            _put_run(sums, size, 2 * size + q, (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10,
+                                                c11), s2, done)
+
+
+@helper(inline="always")
+def _fma3(u, v, w, x, a, c, e):
+    """The sums ``a, c, e`` plus ``x`` times the weight vectors ``u, v, w``."""
+    return fma(u, x, a), fma(v, x, c), fma(w, x, e)
 
 
 @helper(inline="always")
@@ -380,49 +387,18 @@ def _row_sums(xp, wp, offsets, k0, k1, t, t2, t3, base, a, c, e):
     for k in range(k0, k1):
         o = base + offsets[k]
         u, v, w = load_wide(wp, t), load_wide(wp, t2), load_wide(wp, t3)
-        x = broadcast_at_wide(xp, o)
-        a0, c0, e0 = fma(u, x, a0), fma(v, x, c0), fma(w, x, e0)
-        x = broadcast_at_wide(xp, o + 1)
-        a1, c1, e1 = fma(u, x, a1), fma(v, x, c1), fma(w, x, e1)
-        x = broadcast_at_wide(xp, o + 2)
-        a2, c2, e2 = fma(u, x, a2), fma(v, x, c2), fma(w, x, e2)
-        x = broadcast_at_wide(xp, o + 3)
-        a3, c3, e3 = fma(u, x, a3), fma(v, x, c3), fma(w, x, e3)
-        x = broadcast_at_wide(xp, o + 4)
-        a4, c4, e4 = fma(u, x, a4), fma(v, x, c4), fma(w, x, e4)
-        x = broadcast_at_wide(xp, o + 5)
-        a5, c5, e5 = fma(u, x, a5), fma(v, x, c5), fma(w, x, e5)
-        x = broadcast_at_wide(xp, o + 6)
-        a6, c6, e6 = fma(u, x, a6), fma(v, x, c6), fma(w, x, e6)
+        a0, c0, e0 = _fma3(u, v, w, broadcast_at_wide(xp, o), a0, c0, e0)
+        a1, c1, e1 = _fma3(u, v, w, broadcast_at_wide(xp, o + 1), a1, c1, e1)
+        a2, c2, e2 = _fma3(u, v, w, broadcast_at_wide(xp, o + 2), a2, c2, e2)
+        a3, c3, e3 = _fma3(u, v, w, broadcast_at_wide(xp, o + 3), a3, c3, e3)
+        a4, c4, e4 = _fma3(u, v, w, broadcast_at_wide(xp, o + 4), a4, c4, e4)
+        a5, c5, e5 = _fma3(u, v, w, broadcast_at_wide(xp, o + 5), a5, c5, e5)
+        a6, c6, e6 = _fma3(u, v, w, broadcast_at_wide(xp, o + 6), a6, c6, e6)
         t += PAIR
         t2 += PAIR
         t3 += PAIR
     return (a0, a1, a2, a3, a4, a5, a6), (c0, c1, c2, c3, c4, c5, c6), (e0, e1, e2, e3, e4,
                                                                          e5, e6)
-
-
-@helper(inline="always")
-def _seven(sums, size, q, first, zero):
-    """:func:`_wide_get` of positions ``q .. q + 6``."""
-    return (_wide_get(sums, size, q, first, zero), _wide_get(sums, size, q + 1, first, zero),
-            _wide_get(sums, size, q + 2, first, zero),
-            _wide_get(sums, size, q + 3, first, zero),
-            _wide_get(sums, size, q + 4, first, zero),
-            _wide_get(sums, size, q + 5, first, zero),
-            _wide_get(sums, size, q + 6, first, zero))
-
-
-@helper(inline="always")
-def _put_seven(sums, size, q, a, s, done):
-    """:func:`_wide_put` of positions ``q .. q + 6`` (their sums the tuple ``a``)."""
-    a0, a1, a2, a3, a4, a5, a6 = a
-    _wide_put(sums, size, q, a0, s, done)
-    _wide_put(sums, size, q + 1, a1, s, done)
-    _wide_put(sums, size, q + 2, a2, s, done)
-    _wide_put(sums, size, q + 3, a3, s, done)
-    _wide_put(sums, size, q + 4, a4, s, done)
-    _wide_put(sums, size, q + 5, a5, s, done)
-    _wide_put(sums, size, q + 6, a6, s, done)
 
 
 @helper(inline="always")
@@ -450,9 +426,9 @@ def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, blo
                                     y * wq + x0, _seven(sums, size, q, first, zero),
                                     _seven(sums, size, 2 * size + q, first, zero),
                                     _seven(sums, size, 4 * size + q, first, zero))
-                _put_seven(sums, size, q, a, s, done)
-                _put_seven(sums, size, 2 * size + q, c, s2, done)
-                _put_seven(sums, size, 4 * size + q, e, s3, done)
+                _put_run(sums, size, q, a, s, done)
+                _put_run(sums, size, 2 * size + q, c, s2, done)
+                _put_run(sums, size, 4 * size + q, e, s3, done)
 
 
 @helper
