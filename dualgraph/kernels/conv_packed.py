@@ -90,6 +90,11 @@ GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 # items enough for every thread: an item each at least), three pairs at once on runs of a
 # row (``Plan.rows``)
 NARROW, WIDE_PAIR, WIDE_PAIRS, WIDE_ROWS = 0, 1, 2, 3
+# The items of two and three pairs are functions of their own, compiled once with the loop's
+# flags (the same bits) and called (LLVM may still inline them), as ``conv_pointpacked``'s
+# blocks: inlined in Numba's IR, each copies its whole IR into the loop, whose first compile
+# took 24 s with both where it takes 14 s without them (``ROW_RUN``: docs/benchmarks.md).
+_OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
 @helper(inline="always")
@@ -339,7 +344,7 @@ def _put_run(sums, size, q, a, s, done):
         _wide_put(sums, size, q + k, a[k], s, done)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
     """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a conv of one group by
     :func:`_quad_sums`, on the grid of the padded planes' phases (at stride 1 the padded
@@ -401,7 +406,7 @@ def _row_sums(xp, wp, offsets, k0, k1, t, t2, t3, base, a, c, e):
                                                                          e5, e6)
 
 
-@helper(inline="always")
+@helper(**_OWN)
 def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, block):
     """The outputs of pairs ``p``, ``p2`` and ``p3`` of a conv of one group by
     :func:`_row_sums`, on the grid of the padded planes' phases (``wq`` columns a row, as
