@@ -542,11 +542,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # capture/ +5 (after the merges): schedulers known by duck typing (scope.is_scheduler), as
 # modules and optimisers are (capture never imports optim).
 # ops/ +3 and the core +6: logit's NaN outside [0, 1], in value and gradient, as torch's.
-# kernels/ +87 and the core with it (issue 26, i-s2conv): conv_packed's strided convs on the
+# kernels/ +88 and the core with it (issue 26, i-s2conv): conv_packed's strided convs on the
 # grid of the image's phases (pad_phases), three pairs an item on runs of a row (small planes).
-CORE_BUDGET = 32_332
+CORE_BUDGET = 32_333
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_122,
-           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_573,
+           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_574,
            "ops": 11_353, "passes": 3_643, "export": 3_840, "nn": 4_675, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
