@@ -93,7 +93,8 @@ NARROW, WIDE_PAIR, WIDE_PAIRS, WIDE_ROWS = 0, 1, 2, 3
 # The items of two and three pairs are functions of their own, compiled once with the loop's
 # flags (the same bits) and called (LLVM may still inline them), as ``conv_pointpacked``'s
 # blocks: inlined in Numba's IR, each copies its whole IR into the loop, whose first compile
-# took 24 s with both where it takes 14 s without them (``ROW_RUN``: docs/benchmarks.md).
+# took 24 s with both where it takes 17 s (docs/benchmarks.md, 2026-12-05 "strided and
+# small-plane 3x3 convs").
 _OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
