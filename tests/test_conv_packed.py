@@ -50,16 +50,32 @@ CASES = [
     (2, 32, 31, 30, 32, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 2),
 ]
 GROUPED = CASES[-8:]
-# stride 1, one group, more than sixteen outputs: two pairs an item on the padded grid
-# (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5 kernel
-# dilated by 3 (the grid's last run reads past the planes), asymmetric padding and dilation
-# at batch 3, a plane of fewer positions than a run, and CASES' 21 outputs and 7x7 stem
+# one group, more than sixteen outputs: two pairs an item on the grid of the padded planes'
+# phases (conv_packed.WIDE_PAIRS, on AVX-512) -- three pairs (two and a spare one), a 5x5
+# kernel dilated by 3 (the grid's last run reads past the planes), asymmetric padding and
+# dilation at batch 3, a plane of fewer positions than a run; stride 2 on odd planes with
+# a spare pair, without padding at batch 3 on even ones, a 5x5 kernel dilated by 2 (its
+# taps in one phase of rows and columns), strides (2, 1) with asymmetric padding and
+# dilation 3 across, stride 3 with padding 2; three pairs an item on runs of a row
+# (WIDE_ROWS: small planes, many outputs) on 7x7 planes without padding and seven pairs
+# (two spare), a 5x5 kernel at batch 2 on rows of six (a run past the row), stride 2
+# with five pairs (a spare one), strides (2, 1) with asymmetric padding and dilation 3
+# across on rows of ten; and CASES' 21 outputs, stride-2 batch-3 conv and 7x7 stems
 PAIRS = [
     (1, 19, 9, 10, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
     (1, 10, 16, 15, 32, (5, 5), (1, 1), ((6, 6), (6, 6)), (3, 3), 1),
     (3, 12, 8, 9, 64, (3, 3), (1, 1), ((2, 0), (1, 1)), (2, 2), 1),
     (2, 24, 3, 2, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
-    CASES[0], CASES[9],
+    (1, 13, 17, 15, 40, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),
+    (3, 12, 16, 14, 64, (3, 3), (2, 2), ((0, 0), (0, 0)), (1, 1), 1),
+    (1, 10, 15, 16, 32, (5, 5), (2, 2), ((2, 2), (2, 2)), (2, 2), 1),
+    (2, 9, 13, 12, 48, (3, 3), (2, 1), ((2, 0), (1, 3)), (1, 3), 1),
+    (1, 7, 20, 19, 33, (3, 3), (3, 3), ((2, 2), (2, 2)), (1, 1), 1),
+    (1, 16, 9, 9, 112, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+    (2, 9, 5, 6, 96, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1),
+    (1, 12, 13, 14, 80, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),
+    (1, 9, 13, 12, 80, (3, 3), (2, 1), ((2, 0), (1, 3)), (1, 3), 1),
+    CASES[0], CASES[1], CASES[7], CASES[9],
 ]
 
 
@@ -84,7 +100,7 @@ def test_pack_and_unpack():
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape, groups=3), w)
 
 
-@pytest.mark.parametrize("case", CASES + PAIRS[:4])
+@pytest.mark.parametrize("case", CASES + PAIRS[:13])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
@@ -94,7 +110,7 @@ def test_loop_matches_torch(case):
 
 
 @pytest.mark.parametrize("case", [CASES[1], GROUPED[1], GROUPED[5], GROUPED[6], PAIRS[0],
-                                  PAIRS[2]])
+                                  PAIRS[2], PAIRS[4], PAIRS[10]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),
                                              ("silu", "after"), ("hardswish", None),
                                              ("relu", "before")])
@@ -142,17 +158,24 @@ def test_the_bits_do_not_depend_on_blocks_of_taps_or_threads(monkeypatch):
 @pytest.mark.parametrize("case", PAIRS)
 @pytest.mark.parametrize("act,residual_at", [("relu", None), ("silu", "before")])
 def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual_at):
-    """Two pairs an item on the padded grid (``WIDE_PAIRS``: what a stride-1 conv of more
-    than sixteen outputs takes on AVX-512 where each thread gets an item) give the bits of
-    one pair an item (``WIDE_PAIR``: what it takes where threads outnumber the items),
-    with and without a residual, NaN and inf in the input and blocks of one channel's
-    taps; either one where the host has no AVX-512 (a wide vector is then two registers)."""
+    """Two pairs an item on the grid of the padded planes' phases (``WIDE_PAIRS``), or
+    three on runs of a row (``WIDE_ROWS``, where ``Plan.rows``): what a conv of one group
+    and more than sixteen outputs takes on AVX-512 where each thread gets an item, give
+    the bits of one pair an item (``WIDE_PAIR``: what it takes where threads outnumber the
+    items), with and without a residual, NaN and inf in the input, blocks of one
+    channel's taps and two threads; either one where the host has no AVX-512 (a wide
+    vector is then two registers)."""
     x, w, b, attrs = _data(case)
     x[0, 0, 0, 0], x[-1, -1, -1, 0] = np.nan, np.inf
     r = np.random.default_rng(4).standard_normal(
         tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
     residual = (r,) if residual_at else ()
+    modes = []
+    run_rows = conv_packed.run_rows
+    monkeypatch.setattr(conv_packed, "run_rows",
+                        lambda *args, **kw: modes.append(args[-1]) or run_rows(*args, **kw))
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     got = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
     want = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
@@ -161,6 +184,26 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
                                           residual_at=residual_at, **attrs), want)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 2)
+    np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
+                                          residual_at=residual_at, **attrs), want)
+    rows = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
+                            attrs["dilation"]).rows
+    grid = conv_packed.WIDE_ROWS if rows else conv_packed.WIDE_PAIRS
+    assert modes[:3] == [grid, conv_packed.WIDE_PAIR, grid]
+    assert rows or case not in PAIRS[9:13]
+
+
+def test_three_pairs_on_rows_where_they_sum_fewer_positions():
+    """Runs of a row take 7x7 planes of many outputs (the grid sums 72 positions for 49),
+    not the grid's 14x14 and 28x28 ones (runs of seven cost more a position), at stride 1
+    and 2."""
+    rows = lambda x, w, hw, s: conv_packed.plan(x, w, hw, s, (1, 1)).rows
+    assert rows((1, 512, 7, 7), (512, 512, 3, 3), (7, 7), (1, 1))
+    assert rows((1, 256, 14, 14), (512, 256, 3, 3), (7, 7), (2, 2))
+    assert not rows((1, 256, 14, 14), (256, 256, 3, 3), (14, 14), (1, 1))
+    assert not rows((1, 128, 28, 28), (256, 128, 3, 3), (14, 14), (2, 2))
+    assert not rows((1, 64, 56, 56), (64, 64, 3, 3), (56, 56), (1, 1))
 
 
 @pytest.mark.parametrize("wide", [False, True])

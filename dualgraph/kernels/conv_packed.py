@@ -30,14 +30,22 @@ multiply-adds a tap where the eight-lane pair takes twenty-four for the same out
 output the same chain of multiply-adds in the same order (the same bits), the sums stored
 to the same staging buffer as two halves.
 
-A stride-1 conv of one group with more than sixteen outputs there sums two pairs an item
+A conv of one group with more than sixteen outputs there sums two pairs an item
 (:func:`_quad_pair_sums`, where every thread still gets an item): twenty-four sums, two
 weight loads and twelve broadcasts a tap (1.35x the multiply-adds a cycle of one pair's
 twelve). Its positions are taken on the padded planes' grid (row ``q // Wp``, column ``q %
 Wp``; the columns past ``Wo`` summed and dropped), where twelve neighbouring positions read
 twelve neighbouring inputs: one address register for all twelve, where twelve positions
 across rows need twelve, and LLVM, short of registers for them and twenty-four sums,
-spilled both. Each output is the same chain of multiply-adds as one pair's (the same bits).
+spilled both. At stride ``s`` the image is first split into its ``s*s`` phases
+(:func:`pad_phases`: every ``s``-th row and column from each offset), each of which a tap
+reads at stride 1 (:func:`grid_offsets`), so the grid drops only ``(kw - 1) // s`` columns
+a row, where the padded planes' grid would drop half. On small planes the columns the
+grid drops are many (two of nine on a 7x7 plane): there three pairs an item are summed on
+runs of seven positions of one row (:func:`_row_pair_sums`; twenty-one sums, three weight
+loads and seven broadcasts a tap), which drop none where ``Wo`` is a multiple of seven
+(``Plan.rows`` chooses by the positions each sums). Each output is the same chain of
+multiply-adds as one pair's (the same bits).
 
 Grouped convs (RegNet's and ResNeXt-style groups of many channels) run the same loop:
 :func:`pack` pads each group's outputs to whole pairs, so a pair lies in one group, its
@@ -51,6 +59,7 @@ that share).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -70,13 +79,25 @@ F = np.float32
 PAIR = 2 * LANES      # output channels of one packed block: two vectors
 RUN = 6               # output positions summed at once
 WIDE_RUN = 12         # ... where sixteen channels are one vector (``wide``)
+ROW_RUN = 7           # ... of one output row, three pairs at once (``WIDE_ROWS``)
+# A position of a pair summed on runs of a row costs this many of the grid's (21 sums a
+# tap where the grid's take 24, runs of 7 where they take 12: 1.04x on 7x7 planes, 1.1x on
+# 14x14 ones, batch 1, ``Plan.rows``)
+ROW_COST = 1.1
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 # The loop's kinds of work item (``_forward``'s ``mode``): a pair on eight-lane vectors, a
 # pair on one sixteen-lane vector (``wide``), two pairs at once on them (one group, and
-# items enough for every thread: an item each at least)
-NARROW, WIDE_PAIR, WIDE_PAIRS = 0, 1, 2
+# items enough for every thread: an item each at least), three pairs at once on runs of a
+# row (``Plan.rows``)
+NARROW, WIDE_PAIR, WIDE_PAIRS, WIDE_ROWS = 0, 1, 2, 3
+# The items of two and three pairs are functions of their own, compiled once with the loop's
+# flags (the same bits) and called (LLVM may still inline them), as ``conv_pointpacked``'s
+# blocks: inlined in Numba's IR, each copies its whole IR into the loop, whose first compile
+# took 24 s with both where it takes 17 s (docs/benchmarks.md, 2026-12-05 "strided and
+# small-plane 3x3 convs").
+_OWN = {"error_model": "numpy", "fastmath": {"contract"}}
 
 
 @helper(inline="always")
@@ -302,44 +323,37 @@ def _quad_sums(xp, wp, offsets, k0, k1, t, t2, base, a, c):
 
 
 @helper(inline="always")
-def _twelve(sums, size, q, first, zero):
-    """:func:`_wide_get` of positions ``q .. q + 11``."""
+def _seven(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 6``."""
     return (_wide_get(sums, size, q, first, zero), _wide_get(sums, size, q + 1, first, zero),
             _wide_get(sums, size, q + 2, first, zero),
             _wide_get(sums, size, q + 3, first, zero),
             _wide_get(sums, size, q + 4, first, zero),
             _wide_get(sums, size, q + 5, first, zero),
-            _wide_get(sums, size, q + 6, first, zero),
-            _wide_get(sums, size, q + 7, first, zero),
-            _wide_get(sums, size, q + 8, first, zero),
-            _wide_get(sums, size, q + 9, first, zero),
-            _wide_get(sums, size, q + 10, first, zero),
-            _wide_get(sums, size, q + 11, first, zero))
+            _wide_get(sums, size, q + 6, first, zero))
 
 
 @helper(inline="always")
-def _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s, done):
-    """:func:`_wide_put` of positions ``q .. q + 11``."""
-    _wide_put(sums, size, q, a0, s, done)
-    _wide_put(sums, size, q + 1, a1, s, done)
-    _wide_put(sums, size, q + 2, a2, s, done)
-    _wide_put(sums, size, q + 3, a3, s, done)
-    _wide_put(sums, size, q + 4, a4, s, done)
-    _wide_put(sums, size, q + 5, a5, s, done)
-    _wide_put(sums, size, q + 6, a6, s, done)
-    _wide_put(sums, size, q + 7, a7, s, done)
-    _wide_put(sums, size, q + 8, a8, s, done)
-    _wide_put(sums, size, q + 9, a9, s, done)
-    _wide_put(sums, size, q + 10, a10, s, done)
-    _wide_put(sums, size, q + 11, a11, s, done)
+def _twelve(sums, size, q, first, zero):
+    """:func:`_wide_get` of positions ``q .. q + 11`` (``q + 5`` and ``q + 6`` read twice:
+    the same loads, which LLVM merges)."""
+    return _seven(sums, size, q, first, zero) + _seven(sums, size, q + 5, first, zero)[2:]
 
 
 @helper(inline="always")
+def _put_run(sums, size, q, a, s, done):
+    """:func:`_wide_put` of positions ``q, q + 1, ...``, their sums the tuple ``a``."""
+    for k in range(len(a)):
+        _wide_put(sums, size, q + k, a[k], s, done)
+
+
+@helper(**_OWN)
 def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
-    """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a stride-1 conv of one group
-    by :func:`_quad_sums`, on the padded planes' grid: position ``q`` is the output at row
-    ``q // Wp``, column ``q % Wp`` (``Wp`` the padded width; columns past ``Wo`` are
-    summed too and never read), so that its input lies at ``xp[q + offset]`` and a run of
+    """:func:`_wide_pair_sums` of pairs ``p`` and ``p + 1`` of a conv of one group by
+    :func:`_quad_sums`, on the grid of the padded planes' phases (at stride 1 the padded
+    planes: :func:`grid_offsets`): position ``q`` is the output at row ``q // Wq``, column
+    ``q % Wq`` (``Wq`` a phase's width; columns past ``Wo`` are summed too and never
+    read), so that its input lies at ``xp[q + offset]`` and a run of
     twelve positions is twelve neighbours, whatever rows it crosses. ``size`` grid
     positions (a multiple of twelve) into ``sums (4, size, 8)``. Twenty-four multiply-adds
     a tap for two weight loads and twelve broadcasts (one pair's twelve take one and
@@ -356,10 +370,98 @@ def _quad_pair_sums(xp, wp, offsets, bias, sums, p, size, block):
                 xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR, ((p + 1) * taps + k0) * PAIR,
                 q, _twelve(sums, size, q, first, zero),
                 _twelve(sums, size, 2 * size + q, first, zero))
-            _put_twelve(sums, size, q, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, s,
-                        done)
-            _put_twelve(sums, size, 2 * size + q, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9,
-                        c10, c11, s2, done)
+            _put_run(sums, size, q, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11), s,
+                     done)
+            _put_run(sums, size, 2 * size + q, (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10,
+                                                c11), s2, done)
+
+
+@helper(inline="always")
+def _fma3(u, v, w, x, a, c, e):
+    """The sums ``a, c, e`` plus ``x`` times the weight vectors ``u, v, w``."""
+    return fma(u, x, a), fma(v, x, c), fma(w, x, e)
+
+
+@helper(inline="always")
+def _row_sums(xp, wp, offsets, k0, k1, t, t2, t3, base, a, c, e):
+    """:func:`_quad_sums` of three pairs (weights from ``wp[t]``, ``wp[t2]``, ``wp[t3]``)
+    and ``ROW_RUN`` positions one after another in ``xp`` from ``base``: the twenty-one
+    sums ``a + c + e`` (three tuples of seven), each input value broadcast once for the
+    three pairs: twenty-one multiply-adds a tap for three weight loads and seven
+    broadcasts (two pairs' twenty-four take two and twelve)."""
+    a0, a1, a2, a3, a4, a5, a6 = a
+    c0, c1, c2, c3, c4, c5, c6 = c
+    e0, e1, e2, e3, e4, e5, e6 = e
+    for k in range(k0, k1):
+        o = base + offsets[k]
+        u, v, w = load_wide(wp, t), load_wide(wp, t2), load_wide(wp, t3)
+        a0, c0, e0 = _fma3(u, v, w, broadcast_at_wide(xp, o), a0, c0, e0)
+        a1, c1, e1 = _fma3(u, v, w, broadcast_at_wide(xp, o + 1), a1, c1, e1)
+        a2, c2, e2 = _fma3(u, v, w, broadcast_at_wide(xp, o + 2), a2, c2, e2)
+        a3, c3, e3 = _fma3(u, v, w, broadcast_at_wide(xp, o + 3), a3, c3, e3)
+        a4, c4, e4 = _fma3(u, v, w, broadcast_at_wide(xp, o + 4), a4, c4, e4)
+        a5, c5, e5 = _fma3(u, v, w, broadcast_at_wide(xp, o + 5), a5, c5, e5)
+        a6, c6, e6 = _fma3(u, v, w, broadcast_at_wide(xp, o + 6), a6, c6, e6)
+        t += PAIR
+        t2 += PAIR
+        t3 += PAIR
+    return (a0, a1, a2, a3, a4, a5, a6), (c0, c1, c2, c3, c4, c5, c6), (e0, e1, e2, e3, e4,
+                                                                         e5, e6)
+
+
+@helper(**_OWN)
+def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, block):
+    """The outputs of pairs ``p``, ``p2`` and ``p3`` of a conv of one group by
+    :func:`_row_sums`, on the grid of the padded planes' phases (``wq`` columns a row, as
+    :func:`_quad_pair_sums`) in runs of ``ROW_RUN`` positions of one row each: row ``y``'s
+    runs from column 0 to ``span`` (``Wo`` rounded up to runs; the columns past ``Wo``
+    summed too, reading on into the next row, and never read) into ``sums (6, Ho*span,
+    8)``. No run crosses a row, so that a 7x7 plane sums 49 positions where the grid of
+    nine columns a row sums 72; each output the same chain of multiply-adds as one
+    pair's (the same bits)."""
+    taps, size = offsets.size, ho * span
+    zero = joined(broadcast(F(0)), broadcast(F(0)))
+    s, s2, s3 = (load_wide(bias, p * PAIR), load_wide(bias, p2 * PAIR),
+                 load_wide(bias, p3 * PAIR))
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        first, done = k0 == 0, k1 == taps
+        for y in range(ho):
+            for x0 in range(0, wo, ROW_RUN):
+                q = y * span + x0
+                a, c, e = _row_sums(xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                                    (p2 * taps + k0) * PAIR, (p3 * taps + k0) * PAIR,
+                                    y * wq + x0, _seven(sums, size, q, first, zero),
+                                    _seven(sums, size, 2 * size + q, first, zero),
+                                    _seven(sums, size, 4 * size + q, first, zero))
+                _put_run(sums, size, q, a, s, done)
+                _put_run(sums, size, 2 * size + q, c, s2, done)
+                _put_run(sums, size, 4 * size + q, e, s3, done)
+
+
+@helper
+def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
+    """Planes ``base + c * height * width`` of the flat ``x``, bordered by ``top`` rows and
+    ``left`` columns of zeros, split into their ``sh * sw`` phases: plane ``(c, a, b)`` of
+    ``xp (C, sh, sw, hq, wq)`` holds the bordered plane's rows ``a, a + sh, ...`` and columns
+    ``b, b + sw, ...``, so that a conv of stride ``(sh, sw)`` reads each phase at stride 1
+    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero."""
+    for c in range(channels):
+        for a in range(sh):
+            for r in range(hq):
+                y = r * sh + a - top
+                if y < 0 or y >= height:
+                    continue
+                row = x[base + (c * height + y) * width:base + (c * height + y + 1) * width]
+                for b in range(sw):
+                    v0 = max(0, -((b - left) // sw))       # (the first column in ``x``)
+                    v1 = min(wq, (width - 1 + left - b) // sw + 1)
+                    if v1 <= v0:
+                        continue
+                    dst = (((c * sh + a) * sw + b) * hq + r) * wq
+                    into, src = xp[dst + v0:dst + v1], row[v0 * sw + b - left:]
+                    for v in range(v1 - v0):
+                        into[v] = src[v * sw]
 
 
 @loop(fastmath={"contract"})
@@ -383,8 +485,11 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
     images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
-    per = 2 if mode == WIDE_PAIRS else 1       # pairs an item
-    grid = -(-ho * wpad // WIDE_RUN) * WIDE_RUN   # (positions of ``_quad_pair_sums``)
+    per = 3 if mode == WIDE_ROWS else 2 if mode == WIDE_PAIRS else 1     # pairs an item
+    span = -(-wo // ROW_RUN) * ROW_RUN             # (a row of ``_row_pair_sums``)
+    # the positions of ``_quad_pair_sums`` or ``_row_pair_sums`` and their rows' pitch
+    grid = ho * span if per == 3 else -(-ho * wpad // WIDE_RUN) * WIDE_RUN
+    pitch = span if per == 3 else wpad
     units = -(-pairs // per)
     total = images * units
     for slot in range(start, stop):
@@ -393,35 +498,47 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
             n, p = item // units, item % units * per
-            if n != padded:
+            if n != padded and per > 1 and sh * sw > 1:
+                pad_phases(x, n * channels * plane, channels, height, width, xp, hp, wpad,
+                           sh, sw, top, left)
+            elif n != padded:
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
-                padded = n
-            two = per == 2 and p + 1 < pairs
-            if two:
+            padded = n
+            count = min(per, pairs - p)         # (the item's pairs)
+            on_grid = per == 3 or count == 2
+            if per == 3:    # (a spare pair or two: the last pair summed again, dropped)
+                _row_pair_sums(xp, wp, offsets, bias, sums, p, min(p + 1, pairs - 1),
+                               min(p + 2, pairs - 1), ho, wo, wpad, span, block)
+            elif on_grid:
                 _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
             elif mode == NARROW:
                 _pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw, wpad,
                            p // group_pairs * group_planes)
-            else:       # (a spare pair of WIDE_PAIRS too)
+            elif per == 1:
                 _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, sh, sw,
                                 wpad, p // group_pairs * group_planes)
+            else:       # (a spare pair of WIDE_PAIRS: stride 1 on the phases' grid)
+                _wide_pair_sums(xp, wp, offsets, bias, sums, p, size, block, wo, 1, 1, wpad,
+                                0)
             # (the pair's first output channel and how many it has: its group's outputs
-            # padded to whole pairs, ``pack``)
+            # padded to whole pairs, ``pack``; the modes of several pairs an item take one
+            # group only)
             local = p % group_pairs * PAIR
             channel = p // group_pairs * (cout // groups) + local
-            channels2 = min(PAIR * (2 if two else 1), cout // groups - local)
+            channels2 = min(PAIR * count, cout // groups - local)
             halves = -(-channels2 // LANES)
             if where == 0:
-                _activate(sums[:halves * (grid if two else size) * LANES], act, lo, hi)
+                _activate(sums[:halves * (grid if on_grid else size) * LANES], act, lo,
+                          hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (channel + h * LANES) * size
                 base = n * ostride + first
-                if two:     # (row by row, from the grid)
+                if on_grid:     # (row by row, from the grid)
                     for y in range(ho):
                         _interleave(out, base + y * wo, size, lanes,
-                                    sums[(h * grid + y * wpad) * LANES:], wo, False)
+                                    sums[(h * grid + y * pitch) * LANES:], wo, False)
                 else:
                     _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
                 if where != 0:
@@ -473,15 +590,46 @@ class Plan(NamedTuple):
     hp: int                 # padded planes' rows and columns
     wp: int
     block: int              # taps summed before the sums are stored and taken up again
+    grid_offsets: np.ndarray    # ... in the phases' planes (``WIDE_PAIRS``: :func:`pad_phases`)
+    hq: int                 # a phase's rows and columns
+    wq: int
+    grid_scratch: int       # the phases' planes and what a grid's last run reads past them
+    rows: bool              # whether three pairs an item on runs of a row sum fewer positions
 
 
 def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     """The :class:`Plan` of a conv of ``x_shape`` by ``w_shape`` to ``out_hw`` (the taps'
-    offsets: those of one group's ``w_shape[1]`` channels)."""
+    offsets: those of one group's ``w_shape[1]`` channels). Three pairs an item on runs of
+    a row (``WIDE_ROWS``) where they sum fewer positions times pairs than two on the grid
+    (``WIDE_PAIRS``), each at ``ROW_COST`` of the grid's: a grid of ``Wq`` columns a row
+    drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
+    seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
+    spare pair or two of three is summed again."""
     c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
-    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block)
+    hq, wq = ho + (kh - 1) * dilation[0] // stride[0], wo + (kw - 1) * dilation[1] // stride[1]
+    grid = grid_offsets(c, (kh, kw), tuple(stride), tuple(dilation), hq, wq)
+    phased, span = -(-ho * wq // WIDE_RUN) * WIDE_RUN, -(-wo // ROW_RUN) * ROW_RUN
+    scratch = max(c * stride[0] * stride[1] * hq * wq, phased + int(grid.max()),
+                  (ho - 1) * wq + span + int(grid.max()))
+    pairs = -(-w_shape[0] // PAIR)
+    rows = ROW_COST * ho * span * -(-pairs // 3) * 3 < phased * -(-pairs // 2) * 2
+    return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch,
+                rows)
+
+
+@lru_cache(maxsize=256)
+def grid_offsets(c, kernel, stride, dilation, hq, wq):
+    """Each tap ``(c, i, j)``'s offset in the phases' planes ``(C, sh, sw, hq, wq)``
+    (:func:`pad_phases`), int64: the bordered plane's row ``sh * y + i * dh`` is row ``y +
+    i * dh // sh`` of phase ``i * dh % sh``, so that output ``(y, x)`` reads tap ``t`` at
+    ``y * wq + x + offsets[t]``: a stride-1 conv on the grid of ``wq`` columns, whatever
+    the stride (at stride 1 the one phase is the bordered plane: ``_offsets``)."""
+    ci, ii, jj = np.meshgrid(np.arange(c), np.arange(kernel[0]) * dilation[0],
+                             np.arange(kernel[1]) * dilation[1], indexing="ij")
+    phase = (ci * stride[0] + ii % stride[0]) * stride[1] + jj % stride[1]
+    return ((phase * hq + ii // stride[0]) * wq + jj // stride[1]).reshape(-1).astype(np.int64)
 
 
 def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
@@ -544,17 +692,20 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
                          or cores()))
     mode = (NARROW if not wide()
-            else WIDE_PAIRS if groups == 1 and tuple(stride) == (1, 1)
-            and n * (pairs // 2) >= workers else WIDE_PAIR)
-    grid = -(-ho * p.wp // WIDE_RUN) * WIDE_RUN
-    # (a grid's last run reads past the planes, a run and a row of taps at most: zeros)
-    scratch = np.empty((workers, c * p.hp * p.wp + WIDE_RUN + p.offsets[-1] % p.wp), F)
-    acc = np.empty((workers, 2 * PAIR * grid if mode == WIDE_PAIRS else PAIR * ho * wo), F)
+            else WIDE_ROWS if groups == 1 and p.rows and n * (pairs // 3) >= workers
+            else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers else WIDE_PAIR)
+    grid = mode >= WIDE_PAIRS
+    offsets, hp, wp = (p.grid_offsets, p.hq, p.wq) if grid else (p.offsets, p.hp, p.wp)
+    # (a grid's last run reads past the planes: zeros)
+    scratch = np.empty((workers, p.grid_scratch if grid else c * hp * wp), F)
+    acc = np.empty((workers, 3 * PAIR * ho * -(-wo // ROW_RUN) * ROW_RUN if mode == WIDE_ROWS
+                    else 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
+                    else PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
            else np.ascontiguousarray(residual, F).reshape(-1))
     flat_out, ostride = out_images(out)
-    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), p.offsets, b,
+    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), offsets, b,
              flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
-             wo, stride[0], stride[1], padding[0][0], padding[1][0], p.hp, p.wp, p.block,
+             wo, stride[0], stride[1], padding[0][0], padding[1][0], hp, wp, p.block,
              groups, ostride, mode, threads=workers)
     return out
