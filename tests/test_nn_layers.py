@@ -496,3 +496,29 @@ def test_compiled_training_step_equals_eager():
     for name, value in eager_state.items():
         np.testing.assert_allclose(compiled_state[name].numpy(), value.numpy(), rtol=1e-5,
                                    atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("kernel, stride, groups", [(3, 1, 1), (2, 2, 1), (1, 1, 1), (7, 2, 1),
+                                                    (3, 1, 4), (1, 1, 2), (3, 2, 16)])
+def test_conv2d_on_an_empty_batch_matches_torch(kernel, stride, groups):
+    """A batch of no images (the last, empty batch of a loader; a detector's empty set of
+    crops) gives an empty output, zero weight gradients and the bias gradient torch gives,
+    eager and compiled (each conv path once raised on it: an empty block list, a reshape of
+    an empty array by -1)."""
+    torch.manual_seed(0)
+    channels = 16 if groups == 16 else 4
+    ref = torch.nn.Conv2d(channels, 16, kernel, stride=stride, groups=groups)
+    ours = dg.nn.Conv2d(channels, 16, kernel, stride=stride, groups=groups)
+    ours.load_state_dict({k: dg.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    tx = torch.ones(0, channels, 14, 14, requires_grad=True)
+    x = dg.ones(0, channels, 14, 14, requires_grad=True)
+    (ref(tx) ** 2).sum().backward()
+    y = ours(x)
+    (y ** 2).sum().backward()
+    assert tuple(y.shape) == tuple(ref(tx).shape)
+    assert tuple(x.grad.shape) == tuple(tx.grad.shape)
+    np.testing.assert_array_equal(ours.weight.grad.numpy(), ref.weight.grad.numpy())
+    np.testing.assert_array_equal(ours.bias.grad.numpy(), ref.bias.grad.numpy())
+    with dg.no_grad():
+        compiled = dg.compile(ours.eval())
+        assert tuple(compiled(dg.ones(0, channels, 14, 14)).shape) == tuple(y.shape)

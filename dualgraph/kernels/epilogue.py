@@ -184,7 +184,7 @@ def pointwise(x_shape: tuple, cout: int, groups: int, act: int, bounds: tuple, b
         if one and groups == 1:
             np.matmul(x.reshape(n, c), wt.reshape(cout, c).T, out=out.reshape(n, cout))
         elif not (groups == 1 and shared(wt.reshape(cout, c), x.reshape(n, c, h * w),
-                                         out.reshape(n, cout, -1))):
+                                         out.reshape(n, cout, h * w))):
             np.matmul(wt.reshape(w_view), x.reshape(x_view), out=out.reshape(gemm_view))
         if not epilogue or not out.size:
             return out

@@ -271,6 +271,9 @@ def _conv_blocked(x, w, bias):
         wm = w.reshape(groups, cog, cg * kh * kw)
         method = conv_method(x.shape, w.shape, stride, padding, dilation, groups)
         out = np.empty((n, cout, ho, wo), x.dtype)
+        if x.size == 0:   # (an empty batch, or no input channels: each output its bias)
+            out[...] = bias[0].reshape(-1, 1, 1) if bias else 0
+            return out
         if method == "pointwise":
             np.matmul(wm, x.reshape(n, groups, cg, h * wd),
                       out=out.reshape(n, groups, cog, ho * wo))
@@ -329,6 +332,8 @@ def _input_grad_kernel(g, w, *, input_size, stride, padding, dilation, groups, o
     """(``out``, ``fills_out``: written by the depthwise loop; the other forms return
     their own new array)"""
     (g, w), dt = linalg.blas_operands(g, w)
+    if g.size == 0 or w.size == 0:   # (an empty batch, no channels, or an empty output)
+        return cast(np.zeros((g.shape[0], w.shape[1] * groups, *input_size), g.dtype), dt)
     span = [dilation[a] * (w.shape[2 + a] - 1) for a in range(2)]
     full = tuple((span[a] - padding[a][0], span[a] - padding[a][1]) for a in range(2))
     if conv_method(g.shape, w.shape, stride, padding, dilation, groups) == "depthwise":
@@ -401,6 +406,8 @@ def _weight_grad_kernel(x, g, *, kernel_size, stride, padding, dilation, groups,
     (x, g), dt = linalg.blas_operands(x, g)
     n, cout, ho, wo = g.shape
     cg, cog = x.shape[1] // groups, cout // groups
+    if x.size == 0 or g.size == 0:   # (an empty batch or output: no term in the sum)
+        return cast(np.zeros((cout, cg, *kernel_size), g.dtype), dt)
     method = conv_method(x.shape, (cout, cg) + tuple(kernel_size), stride, padding, dilation,
                          groups)
     if method == "depthwise":
