@@ -108,6 +108,8 @@ _EXP2_P = tuple(F(c) for c in (1.535336188319500e-4, 1.339887440266574e-3,
                                9.618437357674640e-3, 5.550332471162809e-2,
                                2.402264791363012e-1, 6.931472028550421e-1))
 _MIN_EXP = F(-126.0)   # 2**-126: the smallest normal float32
+_ROUNDER = F(1.5 * 2 ** 23)
+_ROUNDER_BITS = np.int32(0x4B400000 - 127)   # its bits, less the exponent bias
 _SQRT_HALF32 = F(_SQRT_HALF64)
 _INV_SQRT_2PI = F(1 / np.sqrt(2 * np.pi))
 
@@ -133,6 +135,28 @@ def _bits_to_f32(typingctx, bits):
     def codegen(context, builder, sig, args):
         return builder.bitcast(args[0], ir.FloatType())
     return types.float32(types.int32), codegen
+
+
+@Intrinsic
+def _f32_to_bits(typingctx, v):
+    """Reinterpret a float32 as an int32 (an LLVM bitcast, which vectorises)."""
+    from llvmlite import ir
+    from numba.core import types
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+def _pow2_rounded_py(k):
+    return F(2.0) ** (k - _ROUNDER)
+
+
+@helper(python=_pow2_rounded_py, **_INLINED)
+def _pow2_rounded(k):
+    """``2**n`` from ``k = n + 1.5 * 2**23`` (an integer ``n`` rounded into k's low mantissa
+    bits, ``-126 <= n <= 127``): those bits, less k's own, are n's exponent field."""
+    return _bits_to_f32((_f32_to_bits(k) - _ROUNDER_BITS) << 23)
 
 
 @helper(python=_pow2_py, **_INLINED)
@@ -362,10 +386,13 @@ def _gauss32(x):
     hi = x * x
     lo = _fma(x, x, -hi)
     y = _GAUSS_HI * hi
-    n = np.floor(y + _HALF)
+    # n = y rounded to an integer by adding 1.5 * 2**23 (whose ulp is 1), 2**n from k's bits
+    # (no floor, no conversion: 5% of the loop's time)
+    k = (y if y >= _MIN_EXP else _MIN_EXP) + _ROUNDER
+    n = k - _ROUNDER
     f = _fma(_GAUSS_LO, hi, _fma(_GAUSS_HI, lo, _fma(_GAUSS_HI, hi, -n)))
     p = _fma(f, _horner32(_EXP2_P, f), _ONE)
-    e = p * _pow2(np.int32(n if n >= _MIN_EXP else _MIN_EXP))
+    e = p * _pow2_rounded(k)
     return e if y >= _MIN_EXP else _ZERO
 
 
