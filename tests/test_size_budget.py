@@ -565,9 +565,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +70, kernels/ +4 and the core +75 (issue 26, i-convnext): patchify_conv (a conv
 # whose kernel equals its stride as a linear over patches, passes/patchify.py) and the
 # packed linear's full-panel precondition (linear_packed.constant_wins).
-# kernels/ +31, codegen/ +3 and the core +34 (issue 26, i-gelu): fastmath._gauss32 (exp(-x^2/2)
-# from an exact x^2, 2**n from a rounded float's bits), the exact GELU's tail to -13.2;
-# wide_loops in the epilogue row/plane loops and elementwise fused kernels.
+# kernels/ +31 and the core +34 (codegen/ +3 within its own; issue 26, i-gelu):
+# fastmath._gauss32 (exp(-x^2/2) from an exact x^2, 2**n from a rounded float's bits), the
+# exact GELU's tail to -13.2; wide_loops in the epilogue loops and elementwise fused kernels.
 CORE_BUDGET = 32_947
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_098, "backends": 40, "capture": 5_149,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_713,

@@ -26,7 +26,7 @@ to a few float32 ulps (``tests/test_codegen.py`` checks the maximum error):
   absolute error below 3e-11); from 3.85 on, erf rounds to 1 in float32. Every element
   evaluates all three (selects, not branches, so the loop vectorises); rational forms
   (Cody's) need two float64 divisions, which took most of the time.
-- ``gelu32``: ``x Phi(x)`` in float32, 1.5x the tanh form's time (computed from the
+- ``gelu32``: ``x Phi(x)`` in float32, ~1.4x the tanh form's time (computed from the
   float64 erf it took 3x torch's time): ``Phi = erfc(|y|) / 2`` for negative x and
   ``1 - erfc(|y|) / 2`` otherwise (``y = x / sqrt 2``), ``erfc(a) = exp(-a^2) t S(t)``
   with ``S`` a Chebyshev fit of ``erfc(a) exp(a^2) / t`` in ``t = 1 / (1 + a / 2)`` on
@@ -381,7 +381,7 @@ def _gauss32(x):
     """``exp(-x^2 / 2)`` for a float32 ``x``, to about an ulp relative while it is a normal
     float32 (``|x| <= 13.2``), 0 beyond (and for NaN: the callers keep a NaN ``x``).
     ``x^2 = hi + lo`` exactly (an FMA) and ``2**(c x^2)`` reduced as ``2**n 2**f`` with
-    ``f = c x^2 - n`` from FMAs, so that the rounding of ``x^2`` (up to 60 ulps of the
+    ``f = c x^2 - n`` from FMAs, so that the rounding of ``x^2`` (tens of ulps of the
     result near the end of the range) does not reach the result; no division."""
     hi = x * x
     lo = _fma(x, x, -hi)
