@@ -16,9 +16,12 @@ shuffle), DenseNet-121 (pre-activation layers, dense concatenation), RegNetX-400
 the same random weights in both libraries. Each implementation runs once per round, in turns; reported:
 the best CPU time of a call (``time.process_time``: steadier than wall time on a shared
 machine, and fair between one-thread engines) and the best wall time, in ms, and each
-engine's ratio to onnxruntime's CPU time. On several threads each timed call follows a
-pause and an untimed call of the same engine (``QUIET_S``: the engine timed before it
-would otherwise still be polling on its cores). Outputs are compared with torch's first.
+engine's ratio to onnxruntime's CPU time. Each timed call follows an untimed call of the
+same engine, so it finds its own weights and buffers in the caches as a serving loop does
+(timed right after another engine, a dualgraph module ran 5-7% slower than the same model's
+ONNX import timed after it, whichever went first); on several threads also a pause
+(``QUIET_S``: the engine timed before it would otherwise still be polling on its cores).
+Outputs are compared with torch's first.
 """
 from __future__ import annotations
 
@@ -395,15 +398,17 @@ def measure(name: str, batch: int, rounds: int) -> dict:
 # up to ~0.1 s. Timed right after another engine, an engine shares its cores with that
 # engine's polling threads (a dg.compile'd CNN timed after onnxruntime ran 2-4x slower
 # than its own ONNX import timed after it). So on several threads every engine's timed
-# call follows a pause of QUIET_S, in which the others' pools go idle, and one untimed
-# call of its own, which wakes its own pool as a run of inferences keeps it awake.
+# call follows a pause of QUIET_S, in which the others' pools go idle (and, on any number
+# of threads, one untimed call of its own, which wakes its own pool as a run of
+# inferences keeps it awake).
 QUIET_S = 0.3
 
 
 def compare(impls: dict, rounds: int, threads: int = THREADS) -> dict:
-    """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns (on
-    several ``threads`` after ``QUIET_S`` and a call of its own): its best CPU and wall times,
-    its CPU time over onnxruntime's, its output's error against torch's."""
+    """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns, after
+    an untimed call of its own (on several ``threads`` also after ``QUIET_S``): its best
+    CPU and wall times, its CPU time over onnxruntime's, its output's error against
+    torch's."""
     want = impls["torch_eager"][1]
     cpu = {k: np.inf for k in impls}
     wall = dict(cpu)
@@ -411,7 +416,7 @@ def compare(impls: dict, rounds: int, threads: int = THREADS) -> dict:
         for k, (call, _) in impls.items():
             if threads > 1:
                 time.sleep(QUIET_S)
-                call()
+            call()
             c, w = time.process_time(), time.perf_counter()
             call()
             cpu[k] = min(cpu[k], time.process_time() - c)

@@ -16,11 +16,12 @@ unscaled scores, a padding mask); ``distil`` (not run by default) the ``bert`` m
 6 layers of width 384 and 6 heads. The padded models' ids end in padding: row i of a batch
 keeps its first 128 - 9 i tokens. The same random weights in both
 libraries. ``--threads`` is every engine's thread count (environment variables set before
-NumPy loads). Each implementation runs once per round, in turns; reported: the best CPU time
-of a call (``time.process_time``) and the best wall time, in ms, and each engine's ratio
-to onnxruntime's CPU time (``unseen_cnns.compare``). Outputs are compared with torch's.
-``--without constant_linears,join_linears`` also runs dualgraph's two paths without those
-passes or rules, in the same rounds (a before/after in one process).
+NumPy loads). Each implementation runs once per round, in turns, after an untimed call of
+its own; reported: the best CPU time of a call (``time.process_time``) and the best wall
+time, in ms, and each engine's ratio to onnxruntime's CPU time (``unseen_cnns.compare``).
+Outputs are compared with torch's. ``--without constant_linears,join_linears`` also runs
+dualgraph's two paths without those passes or rules, in the same rounds (a before/after in
+one process).
 """
 from __future__ import annotations
 
