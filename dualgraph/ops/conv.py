@@ -978,13 +978,14 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
     if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
                                   padding[1]):
-        loop = kernels.pooling.max_pool_values
-    elif kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
+        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                              kernels.pooling.max_pool_values,
+                              kernels.pooling.values_lanes(hw[1], out_hw[1]))[0]
+    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *dilation, *padding)
-    else:
-        loop = kernels.pooling.max_pool_rows
-    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop)[0]
+    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                          kernels.pooling.max_pool_rows)[0]
 
 
 def _pool_lanes(loop, x, out_hw, *args):
@@ -1000,17 +1001,19 @@ def _pool_lanes(loop, x, out_hw, *args):
     return out.reshape(x.shape[:-2] + tuple(out_hw))
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop):
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop, *extra):
     """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
     ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
-    among threads: the maxima and, from ``max_pool``, their flat positions (else None)."""
+    among threads (``extra``: the loop's arguments after the padding): the maxima and,
+    from ``max_pool``, their flat positions (else None)."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
     indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
     best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
     where = (np.empty(best.shape, np.int64),) if indices else ()
     run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
-             *stride, *dilation, padding[0], padding[1], threads=threads_for(planes.size))
+             *stride, *dilation, padding[0], padding[1], *extra,
+             threads=threads_for(planes.size))
     return best.reshape(shape), where[0].reshape(shape) if indices else None
 
 
