@@ -13,6 +13,7 @@ pytest.importorskip("numba")
 import dualgraph as dg  # noqa: E402
 from dualgraph.kernels import pooling  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
+from dualgraph.ops.epilogue import MAX_POOL2D_VALUES  # noqa: E402
 
 F = torch.nn.functional
 
@@ -136,13 +137,21 @@ def test_indices_match_torch(case):
 
 
 @pytest.mark.parametrize("shape,k,s,p", [((2, 16, 30, 31), 3, 2, 1), ((1, 21, 20, 20), 3, 1, 1),
-                                         ((3, 9, 33, 34), 2, 2, 0)])
+                                         ((3, 9, 33, 34), 2, 2, 0), ((2, 20, 14, 14), 3, 1, 1),
+                                         ((1, 17, 28, 28), 3, 2, 0)])
 def test_op_takes_the_loop_from_its_size_on(shape, k, s, p):
+    """Each of the op's loops (the values loop at sixteen or eight lanes, planes in the
+    lanes on 14x14 planes), NaN included, and into ``out`` where given."""
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     x[0, 1, 3, 4] = np.nan
     got = conv_ops.max_pool_values(x, (k, k), (s, s), (p, p), (1, 1), True)
     want = F.max_pool2d(torch.tensor(x), k, s, p, 1, ceil_mode=True).numpy()
     np.testing.assert_array_equal(got, want)
+    out = np.full(want.shape, 5.0, np.float32)
+    got = MAX_POOL2D_VALUES.kernel(x, kernel_size=(k, k), stride=(s, s), padding=(p, p),
+                                   dilation=(1, 1), ceil_mode=True, out=out)
+    assert np.shares_memory(got, out)
+    np.testing.assert_array_equal(out, want)
     assert conv_ops.max_pool_values(x.astype(np.float64), (3, 3), (2, 2), (1, 1), (1, 1),
                                     True) is None
 
