@@ -138,10 +138,10 @@ def test_indices_match_torch(case):
 
 @pytest.mark.parametrize("shape,k,s,p", [((2, 16, 30, 31), 3, 2, 1), ((1, 21, 20, 20), 3, 1, 1),
                                          ((3, 9, 33, 34), 2, 2, 0), ((2, 20, 14, 14), 3, 1, 1),
-                                         ((1, 17, 28, 28), 3, 2, 0)])
+                                         ((1, 17, 28, 28), 3, 2, 0), ((1, 24, 14, 14), 3, 2, 0)])
 def test_op_takes_the_loop_from_its_size_on(shape, k, s, p):
     """Each of the op's loops (the values loop at sixteen or eight lanes, planes in the
-    lanes on 14x14 planes), NaN included, and into ``out`` where given."""
+    lanes on 7x7 outputs), NaN included, and into ``out`` where given."""
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     x[0, 1, 3, 4] = np.nan
     got = conv_ops.max_pool_values(x, (k, k), (s, s), (p, p), (1, 1), True)

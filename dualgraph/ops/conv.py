@@ -968,10 +968,9 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
     shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
     columns', eight or sixteen outputs a vector, NaN kept) where its vectors fit (eight
-    outputs a row inside it, strides up to 2: ``pooling.vectorised``) and no wider vectors
-    of planes do; else with eight or sixteen planes in the lanes (``kernels.pool_lanes``,
-    where it ``fits``: small planes; at sixteen, rows of fewer than sixteen outputs, it
-    took 0.7x the values loop's eight-lane time on 14x14 planes), or by
+    outputs a row inside it, strides up to 2: ``pooling.vectorised``); else with eight or
+    sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes;
+    on rows of 13-14 outputs at stride 2 it took 1.4x the values loop's time), or by
     ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out`` where
     given (``empty_into``). None where none runs (another dtype, no Numba, a small
     input)."""
@@ -979,15 +978,12 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    planes = x.size // (hw[0] * hw[1])
-    fits = kernels.pool_lanes.fits(x.dtype, planes, out_hw[1])
-    lanes = kernels.pooling.values_lanes(hw[1], out_hw[1])
-    if (kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
-                                   padding[1])
-            and not (fits and kernels.pool_lanes.lanes(planes) > lanes)):
+    if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
+                                  padding[1]):
         return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                              kernels.pooling.max_pool_values, lanes, out=out)[0]
-    if fits:
+                              kernels.pooling.max_pool_values,
+                              kernels.pooling.values_lanes(hw[1], out_hw[1]), out=out)[0]
+    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *dilation, *padding, out=out)
     return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
