@@ -221,10 +221,11 @@ def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan, lowest):
 
 @helper(inline="always")
 def _values_plane(plane, out, padded, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                  left, keep_nan, lowest, zero):
-    """One plane of :func:`max_pool_values` with vectors of ``lowest``'s lanes, NaN-keeping
-    or not (a constant: two copies of the loops, no test per tap); returns the sum of what
-    was read (NaN where a NaN was, or infinities of both signs)."""
+                  left, keep_nan, lowest, zero, across):
+    """One plane of :func:`max_pool_values`, down the columns in vectors of ``lowest``'s
+    lanes and across in ``across``'s, NaN-keeping or not (a constant: two copies of the
+    loops, no test per tap); returns the sum of what was read (NaN where a NaN was, or
+    infinities of both signs)."""
     total = zero
     for i in range(ho):
         y0 = i * sh - top
@@ -233,34 +234,36 @@ def _values_plane(plane, out, padded, rows, height, width, ho, wo, kh, kw, sh, s
             rows[a] = (y0 + a * dh) * width
         total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan,
                                           lowest, zero))
-        _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan, lowest)
+        _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan, across)
     return total
 
 
 @helper(inline="always")
 def _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                   left, lowest, zero):
-    """:func:`max_pool_values` with vectors of ``lowest``'s lanes: each plane with plain
-    maxima, again NaN-keeping where what it read summed to NaN."""
+                   left, lowest, zero, across):
+    """:func:`max_pool_values` with vectors of ``lowest``'s lanes down the columns and of
+    ``across``'s (as many or fewer) across: each plane with plain maxima, again
+    NaN-keeping where what it read summed to NaN."""
     n = lanes_of(lowest)
-    span = -(-wo // n) * n
+    span = -(-wo // lanes_of(across)) * lanes_of(across)
     padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * n, -np.inf, F)
     rows = np.empty(kh, np.int64)
     sums = np.empty(n, F)
     for p in range(start, stop):
         store(sums, 0, _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh,
-                                     kw, sh, sw, dh, dw, top, left, False, lowest, zero))
+                                     kw, sh, sw, dh, dw, top, left, False, lowest, zero,
+                                     across))
         total = sums.sum()
         if total != total:
             _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh, kw, sh, sw,
-                          dh, dw, top, left, True, lowest, zero)
+                          dh, dw, top, left, True, lowest, zero, across)
 
 
-def values_lanes(width: int, wo: int) -> int:
-    """The lanes of :func:`max_pool_values`' vectors: sixteen where the loops run AVX-512
-    at full width (``isa.full_width``) and rows of the input and output hold sixteen, else
+def values_lanes(width: int) -> int:
+    """The lanes of :func:`max_pool_values`' vectors down the columns: sixteen where the
+    loops run AVX-512 at full width (``isa.full_width``) and input rows hold sixteen, else
     eight."""
-    return WIDE if isa.full_width() and min(width, wo) >= WIDE else LANES
+    return WIDE if isa.full_width() and width >= WIDE else LANES
 
 
 @loop
@@ -270,20 +273,26 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     output row the maxima down its window's rows for every input column
     (:func:`_column_maxima`: plain loads, ``lanes`` (:func:`values_lanes`) columns a
     vector) into a row padded with -inf on both sides, then the maxima across that row's
-    taps for every output (:func:`_row_maxima`), so that padding and ceil mode's last
+    taps for every output (:func:`_row_maxima`, as many outputs a vector where the row
+    holds them, else eight), so that padding and ceil mode's last
     window need no case of their own. A 3x3/2 window costs 4 loads and 3 shuffles per
     output vector and 3 loads a column vector, where :func:`max_pool`'s costs 9 shuffled
     taps. Plain maxima (``vmaxps``),
     and a plane whose read values summed to NaN is pooled again NaN-keeping
     (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
     (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked;
-    sixteen lanes: rows of sixteen)."""
-    if lanes == WIDE:
+    sixteen lanes: input rows of sixteen)."""
+    if lanes == WIDE and wo >= WIDE:
         _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)))
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
+                       broadcast_wide(F(-np.inf)))
+    elif lanes == WIDE:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
+                       broadcast(F(-np.inf)))
     else:
         _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast(F(-np.inf)), broadcast(F(0)))
+                       top, left, broadcast(F(-np.inf)), broadcast(F(0)), broadcast(F(-np.inf)))
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

@@ -982,7 +982,7 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
                                   padding[1]):
         return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
                               kernels.pooling.max_pool_values,
-                              kernels.pooling.values_lanes(hw[1], out_hw[1]), out=out)[0]
+                              kernels.pooling.values_lanes(hw[1]), out=out)[0]
     if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *dilation, *padding, out=out)
