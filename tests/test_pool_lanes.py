@@ -180,7 +180,11 @@ def test_compiled_and_onnx_import_match_torch(tmp_path):
     with dg.no_grad():
         compiled_fn = dg.compile(model.eval())
         compiled = compiled_fn(dg.tensor(x)).numpy()
+        again = compiled_fn(dg.tensor(-x)).numpy()    # (the first pool's buffer reused)
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(again, reference(torch.tensor(-x)).numpy(), rtol=1e-5,
+                                   atol=1e-5)
     assert "max_pool2d_values" in str(compiled_fn.optimized_graph)
     path = str(tmp_path / "pools.onnx")
     with torch.no_grad():
