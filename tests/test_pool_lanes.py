@@ -1,7 +1,9 @@
-"""Max pooling by ``kernels/pooling.py``'s eight-lane loop (``max_pool``: values, and
-positions for the backward) against torch: planes 1x1 to 57x57, kernels 2 and 3, strides
-1-3, padding, dilation 2 and ceil mode, NaN and infinities, ties for the positions; the
-compiled inference path and ``dg.onnx.load`` that run it; and max pooling's gradient."""
+"""Max pooling by ``kernels/pooling.py``'s loops (``max_pool``: values, and positions for
+the backward, eight lanes; ``max_pool_values``: values alone, eight or sixteen lanes)
+against torch: planes 1x1 to 57x57, kernels 2 and 3, strides 1-3, padding, dilation 2 and
+ceil mode (with and without a last window past the edge), channels not a multiple of
+sixteen, NaN and infinities, ties for the positions; the compiled inference path and
+``dg.onnx.load`` that run it; and max pooling's gradient."""
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ pytest.importorskip("numba")
 import dualgraph as dg  # noqa: E402
 from dualgraph.kernels import pooling  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
+from dualgraph.ops.epilogue import MAX_POOL2D_VALUES  # noqa: E402
 
 F = torch.nn.functional
 
@@ -22,6 +25,8 @@ POOLS = [
     ((1, 3, 14, 14), 2, 2, 0, 1, False), ((3, 5, 29, 40), 3, 3, 1, 1, True),
     ((1, 4, 23, 37), 2, 1, 0, 2, False), ((1, 2, 33, 16), 3, 2, 1, 1, True),
     ((2, 3, 19, 18), 3, 2, 1, 1, True), ((3, 4, 12, 17), 2, 1, 0, 1, False),
+    ((1, 19, 56, 56), 3, 2, 0, 1, True), ((2, 20, 35, 34), 3, 2, 1, 1, True),
+    ((2, 7, 21, 20), 3, 1, 1, 1, True), ((1, 5, 30, 33), 2, 2, 1, 1, True),
 ]
 
 
@@ -31,19 +36,28 @@ def _vectorised(case):
     return pooling.vectorised(w, wo, k, s, d, p)
 
 
+def _wide(case) -> bool:
+    """Whether the values loop may run ``case`` sixteen lanes a vector down the columns
+    (input rows of sixteen at least; across too where the output rows hold sixteen, else
+    eight; the op does where the CPU runs AVX-512 at full width)."""
+    return case[0][3] >= 16
+
+
 # (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)
 VECTORISED = [case for case in POOLS if _vectorised(case)]
+VALUES = [(case, 8) for case in VECTORISED] + [(case, 16) for case in VECTORISED
+                                               if _wide(case)]
 
 
-def _pool(x, k, s, p, d, ceil, indices=False):
+def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
     """The loop on every plane of ``x`` at once (no size threshold; the values loop only
-    where ``pooling.vectorised``)."""
+    where ``pooling.vectorised``, with vectors of ``lanes``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
     geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
     if not indices:
-        pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, *geometry)
+        pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
         return out.reshape(n, c, ho, wo), None
     where = np.full((n * c, ho * wo), -5, np.int64)
     pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
@@ -51,19 +65,33 @@ def _pool(x, k, s, p, d, ceil, indices=False):
 
 
 def test_cases_include_vectorised_ones_with_padding_dilation_and_ceil_mode():
-    assert len(VECTORISED) >= 6
-    assert {case[3] for case in VECTORISED} >= {0, 1} and {case[4] for case in VECTORISED} \
-        >= {1, 2} and {case[5] for case in VECTORISED} == {False, True}
+    for lanes in (8, 16):
+        cases = [case for case, n in VALUES if n == lanes]
+        assert len(cases) >= 6
+        assert {case[1] for case in cases} == {2, 3} and {case[2] for case in cases} == {1, 2}
+        assert {case[3] for case in cases} >= {0, 1} and {case[4] for case in cases} \
+            >= {1, 2} and {case[5] for case in cases} == {False, True}
 
 
-@pytest.mark.parametrize("case", VECTORISED)
-def test_values_match_torch_with_nan_and_infinities(case):
+@pytest.mark.parametrize("case,lanes", VALUES)
+def test_values_match_torch_with_nan_and_infinities(case, lanes):
     shape, k, s, p, d, ceil = case
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)
     x.flat[rng.integers(0, x.size, 4)] = np.nan, np.inf, -np.inf, np.nan
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
-    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil)[0], want)
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil, lanes=lanes)[0], want)
+
+
+@pytest.mark.parametrize("case,lanes", VALUES)
+def test_values_match_torch_without_nan(case, lanes):
+    """The plain maxima (no plane pooled again), -inf and ties included."""
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(sum(shape) + 2)
+    x = rng.integers(-4, 5, shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 3)] = -np.inf
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil, lanes=lanes)[0], want)
 
 
 @pytest.mark.parametrize("where", ["inf and -inf", "nan at an edge", "nan inside",
@@ -106,11 +134,22 @@ def test_indices_match_torch(case):
     np.testing.assert_array_equal(got_at, want_at.numpy())
 
 
-def test_op_takes_the_loop_from_its_size_on():
-    x = np.random.default_rng(0).standard_normal((2, 16, 30, 31)).astype(np.float32)
-    got = conv_ops.max_pool_values(x, (3, 3), (2, 2), (1, 1), (1, 1), True)
-    want = F.max_pool2d(torch.tensor(x), 3, 2, 1, 1, ceil_mode=True).numpy()
+@pytest.mark.parametrize("shape,k,s,p", [((2, 16, 30, 31), 3, 2, 1), ((1, 21, 20, 20), 3, 1, 1),
+                                         ((3, 9, 33, 34), 2, 2, 0), ((2, 20, 14, 14), 3, 1, 1),
+                                         ((1, 17, 28, 28), 3, 2, 0), ((1, 24, 14, 14), 3, 2, 0)])
+def test_op_takes_the_loop_from_its_size_on(shape, k, s, p):
+    """Each of the op's loops (the values loop at sixteen or eight lanes, planes in the
+    lanes on 7x7 outputs), NaN included, and into ``out`` where given."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x[0, 1, 3, 4] = np.nan
+    got = conv_ops.max_pool_values(x, (k, k), (s, s), (p, p), (1, 1), True)
+    want = F.max_pool2d(torch.tensor(x), k, s, p, 1, ceil_mode=True).numpy()
     np.testing.assert_array_equal(got, want)
+    out = np.full(want.shape, 5.0, np.float32)
+    got = MAX_POOL2D_VALUES.kernel(x, kernel_size=(k, k), stride=(s, s), padding=(p, p),
+                                   dilation=(1, 1), ceil_mode=True, out=out)
+    assert np.shares_memory(got, out)
+    np.testing.assert_array_equal(out, want)
     assert conv_ops.max_pool_values(x.astype(np.float64), (3, 3), (2, 2), (1, 1), (1, 1),
                                     True) is None
 
@@ -141,7 +180,11 @@ def test_compiled_and_onnx_import_match_torch(tmp_path):
     with dg.no_grad():
         compiled_fn = dg.compile(model.eval())
         compiled = compiled_fn(dg.tensor(x)).numpy()
+        again = compiled_fn(dg.tensor(-x)).numpy()    # (the first pool's buffer reused)
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(again, reference(torch.tensor(-x)).numpy(), rtol=1e-5,
+                                   atol=1e-5)
     assert "max_pool2d_values" in str(compiled_fn.optimized_graph)
     path = str(tmp_path / "pools.onnx")
     with torch.no_grad():

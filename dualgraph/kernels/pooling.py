@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, loop
-from .simd import (LANES, add, broadcast, divide, load, load_even, maximum, maximum_nan, store,
-                   tree_sum, where_greater)
+from . import helper, isa, loop
+from .simd import (LANES, WIDE, add, broadcast, broadcast_wide, divide, even_lanes, lanes_of,
+                   load, load_even, load_like, maximum, maximum_nan, odd_lanes, store,
+                   where_greater)
 
 F = np.float32
 
@@ -170,17 +171,19 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
 
 
 @helper(inline="always")
-def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan):
+def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan, lowest, zero):
     """The maxima down the window's rows (flat offsets ``rows[a0:a1]`` of the plane) for
-    every column, into ``padded[left:left + width]``: eight columns a vector (the last
-    eight end at the row's end). Returns the sum of what was read: NaN where a NaN was (or infinities of both signs), the plain maxima
-    then unreliable."""
-    total = broadcast(F(0))
-    for q in range(0, width, LANES):
-        q = min(q, width - LANES)
-        b, s = broadcast(F(-np.inf)), broadcast(F(0))
+    every column, into ``padded[left:left + width]``: ``n`` columns a vector (``lowest``,
+    -inf in each of its ``n`` lanes; the last ``n`` end at the row's end). Returns the sum
+    of what was read (from ``zero``): NaN where a NaN was (or infinities of both signs),
+    the plain maxima then unreliable."""
+    n = lanes_of(lowest)
+    total = zero
+    for q in range(0, width, n):
+        q = min(q, width - n)
+        b, s = lowest, zero
         for a in range(a0, a1):
-            v = load(plane, rows[a] + q)
+            v = load_like(plane, rows[a] + q, lowest)
             if keep_nan:
                 b = maximum_nan(b, v)
             else:
@@ -191,50 +194,105 @@ def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan):
 
 
 @helper(inline="always")
-def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan):
+def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan, lowest):
     """``row[j]``: the maximum of ``padded[j * sw + c * dw]`` over the ``kw`` taps ``c``,
-    eight outputs a vector (the last eight end at ``wo``; at ``sw`` 2 every other column)."""
-    for j in range(0, wo, LANES):
-        j = min(j, wo - LANES)
-        b = _tap(padded, j * sw, sw)
-        for c in range(1, kw):
-            v = _tap(padded, j * sw + c * dw, sw)
+    ``n`` outputs a vector (``lowest``'s lanes; the last ``n`` end at ``wo``). At ``sw``
+    2 a tap is the even lanes of two loads, and without dilation the next tap their odd
+    lanes: two loads and two shuffles for two taps."""
+    n = lanes_of(lowest)
+    pairs = sw == 2 and dw == 1
+    for j in range(0, wo, n):
+        j = min(j, wo - n)
+        b = lowest
+        for c in range(0, kw, 2 if pairs else 1):
+            at = j * sw + c * dw
+            if sw == 1:
+                v = load_like(padded, at, lowest)
+                b = maximum_nan(b, v) if keep_nan else maximum(v, b)
+                continue
+            low, high = load_like(padded, at, lowest), load_like(padded, at + n, lowest)
+            v = even_lanes(low, high)
+            if pairs and c + 1 < kw:
+                odd = odd_lanes(low, high)
+                v = maximum_nan(v, odd) if keep_nan else maximum(odd, v)
             b = maximum_nan(b, v) if keep_nan else maximum(v, b)
         store(row, j, b)
 
 
+@helper(inline="always")
+def _values_plane(plane, out, padded, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                  left, keep_nan, lowest, zero, across):
+    """One plane of :func:`max_pool_values`, down the columns in vectors of ``lowest``'s
+    lanes and across in ``across``'s, NaN-keeping or not (a constant: two copies of the
+    loops, no test per tap); returns the sum of what was read (NaN where a NaN was, or
+    infinities of both signs)."""
+    total = zero
+    for i in range(ho):
+        y0 = i * sh - top
+        a0, a1 = taps_inside(y0, kh, dh, height)
+        for a in range(a0, a1):
+            rows[a] = (y0 + a * dh) * width
+        total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan,
+                                          lowest, zero))
+        _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan, across)
+    return total
+
+
+@helper(inline="always")
+def _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                   left, lowest, zero, across):
+    """:func:`max_pool_values` with vectors of ``lowest``'s lanes down the columns and of
+    ``across``'s (as many or fewer) across: each plane with plain maxima, again
+    NaN-keeping where what it read summed to NaN."""
+    n = lanes_of(lowest)
+    span = -(-wo // lanes_of(across)) * lanes_of(across)
+    padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * n, -np.inf, F)
+    rows = np.empty(kh, np.int64)
+    sums = np.empty(n, F)
+    for p in range(start, stop):
+        store(sums, 0, _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh,
+                                     kw, sh, sw, dh, dw, top, left, False, lowest, zero,
+                                     across))
+        total = sums.sum()
+        if total != total:
+            _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh, kw, sh, sw,
+                          dh, dw, top, left, True, lowest, zero, across)
+
+
+def values_lanes(width: int) -> int:
+    """The lanes of :func:`max_pool_values`' vectors down the columns: sixteen where the
+    loops run AVX-512 at full width (``isa.full_width``) and input rows hold sixteen, else
+    eight."""
+    return WIDE if isa.full_width() and width >= WIDE else LANES
+
+
 @loop
 def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                    left):
+                    left, lanes):
     """:func:`max_pool`'s values alone (inference), separably, down then across: for each
     output row the maxima down its window's rows for every input column
-    (:func:`_column_maxima`: plain loads, eight columns a vector) into a row padded with
-    -inf on both sides, then the maxima across that row's taps for every output
-    (:func:`_row_maxima`), so that padding and ceil mode's last window need no case of
-    their own. A 3x3/2 window costs 3 shuffled taps per output vector and 6 plain loads
-    where :func:`max_pool`'s costs 9 shuffled taps (1.4x faster on ResNet's and
-    SqueezeNet's pools, 2x at stride 1; docs/benchmarks.md). Plain maxima (``vmaxps``),
+    (:func:`_column_maxima`: plain loads, ``lanes`` (:func:`values_lanes`) columns a
+    vector) into a row padded with -inf on both sides, then the maxima across that row's
+    taps for every output (:func:`_row_maxima`, as many outputs a vector where the row
+    holds them, else eight), so that padding and ceil mode's last
+    window need no case of their own. A 3x3/2 window costs 4 loads and 3 shuffles per
+    output vector and 3 loads a column vector, where :func:`max_pool`'s costs 9 shuffled
+    taps. Plain maxima (``vmaxps``),
     and a plane whose read values summed to NaN is pooled again NaN-keeping
     (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
-    (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked)."""
-    span = -(-wo // LANES) * LANES
-    padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * LANES, -np.inf, F)
-    rows = np.empty(kh, np.int64)
-    for p in range(start, stop):
-        plane, out = x[p], best[p]
-        for keep_nan in (False, True):
-            total = broadcast(F(0))
-            for i in range(ho):
-                y0 = i * sh - top
-                a0, a1 = taps_inside(y0, kh, dh, height)
-                for a in range(a0, a1):
-                    rows[a] = (y0 + a * dh) * width
-                total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left,
-                                                  keep_nan))
-                _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan)
-            total_sum = tree_sum(total)
-            if keep_nan or total_sum == total_sum:
-                break
+    (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked;
+    sixteen lanes: input rows of sixteen)."""
+    if lanes == WIDE and wo >= WIDE:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
+                       broadcast_wide(F(-np.inf)))
+    elif lanes == WIDE:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
+                       broadcast(F(-np.inf)))
+    else:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast(F(-np.inf)), broadcast(F(0)), broadcast(F(-np.inf)))
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

@@ -964,53 +964,59 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
     return cast(best, dt), np.take(offsets, arg) + (rows * hw[1] + cols)
 
 
-def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode):
+def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=None):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
     shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
-    columns', eight outputs a vector, NaN kept) where its vectors fit (eight outputs a row
-    inside it, strides up to 2: ``pooling.vectorised``); else with eight or sixteen planes
-    in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes), or by
-    ``pooling.max_pool_rows`` (the first loop's order in plain loops). None where none
-    runs (another dtype, no Numba, a small input)."""
+    columns', eight or sixteen outputs a vector, NaN kept) where its vectors fit (eight
+    outputs a row inside it, strides up to 2: ``pooling.vectorised``); else with eight or
+    sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes;
+    on rows of 13-14 outputs at stride 2 it took 1.4x the values loop's time), or by
+    ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out`` where
+    given (``empty_into``). None where none runs (another dtype, no Numba, a small
+    input)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
     if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
                                   padding[1]):
-        loop = kernels.pooling.max_pool_values
-    elif kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
+        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                              kernels.pooling.max_pool_values,
+                              kernels.pooling.values_lanes(hw[1]), out=out)[0]
+    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
-                           *dilation, *padding)
-    else:
-        loop = kernels.pooling.max_pool_rows
-    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop)[0]
+                           *dilation, *padding, out=out)
+    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
+                          kernels.pooling.max_pool_rows, out=out)[0]
 
 
-def _pool_lanes(loop, x, out_hw, *args):
+def _pool_lanes(loop, x, out_hw, *args, out=None):
     """``loop`` of ``kernels.pool_lanes`` on the float32 ``x (..., H, W)`` (``args``: the
-    loop's after the sizes), groups of eight planes shared among threads."""
+    loop's after the sizes), groups of eight planes shared among threads, into ``out``
+    where given."""
     hw = x.shape[-2:]
     flat = np.ascontiguousarray(x).reshape(-1)
     planes = flat.size // (hw[0] * hw[1])
-    out = np.empty(planes * out_hw[0] * out_hw[1], x.dtype)
+    out = empty_into(out, (planes * out_hw[0] * out_hw[1],), x.dtype)
     lanes = kernels.pool_lanes.lanes(planes)
     run_rows(loop, -(-planes // lanes), flat, out, planes, lanes, *hw, *out_hw, *args,
              threads=threads_for(flat.size))
     return out.reshape(x.shape[:-2] + tuple(out_hw))
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop):
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop, *extra, out=None):
     """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
     ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
-    among threads: the maxima and, from ``max_pool``, their flat positions (else None)."""
+    among threads (``extra``: the loop's arguments after the padding): the maxima (into
+    ``out`` where given) and, from ``max_pool``, their flat positions (else None)."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
     indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
-    best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
+    best = empty_into(out, (planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
     where = (np.empty(best.shape, np.int64),) if indices else ()
     run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
-             *stride, *dilation, padding[0], padding[1], threads=threads_for(planes.size))
+             *stride, *dilation, padding[0], padding[1], *extra,
+             threads=threads_for(planes.size))
     return best.reshape(shape), where[0].reshape(shape) if indices else None
 
 

@@ -733,11 +733,12 @@ LINEAR_PACKED = defop(
         "per input, read as one run by the kernel")
 
 
-def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
-    """``conv_ops.max_pool_values``' loop, or a running ``np.maximum`` over the kernel
-    positions (NaN wins, as in torch): one pass each, where ``max_pool2d``'s argmax
-    tracking takes five."""
-    fast = conv_ops.max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode)
+def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, out=None):
+    """``conv_ops.max_pool_values``' loop (into ``out``, the memory plan's buffer, where
+    given), or a running ``np.maximum`` over the kernel positions (NaN wins, as in torch):
+    one pass each, where ``max_pool2d``'s argmax tracking takes five."""
+    fast = conv_ops.max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode,
+                                    out=out)
     if fast is not None:
         return fast
     (x,), dt = linalg.blas_operands(x)
@@ -754,6 +755,6 @@ def _max_values_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode):
 MAX_POOL2D_VALUES = defop(
     "max_pool2d_values", _max_values_kernel,
     lambda x, **pool: conv_ops._infer_max_pool(x, **pool)[0],
-    attrs=conv_ops.MAX_POOL2D.attrs, saves="", onnx=None, compiler_only=True,
+    attrs=conv_ops.MAX_POOL2D.attrs, saves="", onnx=None, compiler_only=True, fills_out=True,
     decomposition=lambda x, **pool: apply(conv_ops.MAX_POOL2D, x, **pool)[0],
     doc="max_pool2d's values alone (made where its indices are unread: inference)")
