@@ -311,3 +311,26 @@ def test_a_hook_registered_after_compiling_is_called():
         compiled(x).sum().backward()
     handle.remove()
     assert seen == [(1, 3)]
+
+
+class Marked(dg.autograd.Function):
+    """Returns its input as it is, marked non-differentiable, and a product."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_non_differentiable(x)
+        return x, x * 2
+
+    @staticmethod
+    def backward(ctx, gx, gy):
+        return gy * 2
+
+
+def test_an_input_returned_as_it_is_and_marked_non_differentiable_gets_no_gradient():
+    """(The new tensor standing for the returned input was not the one marked, so it was
+    differentiable: module hooks gave a gradient to an input that needs none.)"""
+    x = dg.ones(2, requires_grad=True)
+    same_x, y = Marked.apply(x)
+    assert not same_x.requires_grad and y.requires_grad
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]

@@ -575,11 +575,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # nn/ +110, autograd/ +8, ops/ +6 and the core +15 (i-real12): module backward hooks
 # (nn/backward_hooks.py: register_full_backward_hook and its pre-hook, a graph break under
 # compile); a custom function's non-materialised and non-differentiable outputs as torch's,
-# and the in-place write into an input it returned as it is refused.
-CORE_BUDGET = 33_059
+# and the in-place write into an input it returned as it is refused. passes/ +1: a live
+# reader is one any of whose outputs is needed.
+CORE_BUDGET = 33_060
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_106, "backends": 40, "capture": 5_151,
            "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_801,
-           "ops": 11_534, "passes": 3_919, "export": 3_840, "nn": 4_785, "optim": 1_757,
+           "ops": 11_534, "passes": 3_920, "export": 3_840, "nn": 4_785, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
