@@ -334,3 +334,17 @@ def test_an_input_returned_as_it_is_and_marked_non_differentiable_gets_no_gradie
     assert not same_x.requires_grad and y.requires_grad
     y.sum().backward()
     assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_a_hooked_module_compiled_under_no_grad_stays_one_graph():
+    """Without grad mode no hook can run, so a compiled evaluation is no graph break."""
+    lin, seen = dg.nn.Linear(3, 2), []
+    lin.register_full_backward_hook(lambda m, gi, go: seen.append(1))
+    compiled = dg.compile(lin)
+    x = dg.ones(4, 3)
+    with dg.no_grad():
+        got = [compiled(x * i).numpy() for i in range(3)]
+        want = [lin(x * i).numpy() for i in range(3)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert "0 graph break" in compiled.explain() and not seen

@@ -13,7 +13,7 @@ tensor that needs none gets zeros, as torch gives it. When no input requires gra
 hooks run with ``grad_input`` all None where the gradients of the outputs are known.
 
 The hooks are Python that runs at every backward, so a module with them is a graph break
-under ``dg.compile`` (the call runs eagerly); a tensor given to or returned by the module
+under ``dg.compile`` where grad mode is on (the call runs eagerly); a tensor given to or returned by the module
 can't be modified in place while the hooks stand between it and its history (torch refuses
 it too: autograd/function.py)."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ class BackwardHook:
     """One call's link between the gradients of a module's outputs and of its inputs."""
 
     def __init__(self, module, hooks: list, pre_hooks: list):
-        if modes.building_graph():
+        if modes.building_graph() and grad_mode.enabled:
             raise CaptureError(
                 f"a call of {type(module).__name__} (a module with backward hooks)",
                 format_site(user_site()),
