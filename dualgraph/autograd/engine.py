@@ -492,7 +492,8 @@ def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):
 
 def _check_backward_nan(node, grads):
     for i, g in enumerate(grads):
-        if isinstance(g, Tensor) and g._data.dtype.kind == "f" and np.isnan(g._data).any():
+        if (isinstance(g, Tensor) and type(g._data) is np.ndarray   # (a traced backward's
+                and g._data.dtype.kind == "f" and np.isnan(g._data).any()):   # are symbolic)
             raise FloatingPointError(
                 f"anomaly: the gradient of {node.op.name} returned NaN in its input {i}; "
                 f"the forward op was called at {node.location}")
