@@ -13,9 +13,9 @@ tensor that needs none gets zeros, as torch gives it. When no input requires gra
 hooks run with ``grad_input`` all None where the gradients of the outputs are known.
 
 The hooks are Python that runs at every backward, so a module with them is a graph break
-under ``dg.compile`` where grad mode is on (the call runs eagerly); a tensor given to or returned by the module
-can't be modified in place while the hooks stand between it and its history (torch refuses
-it too: autograd/function.py)."""
+under ``dg.compile`` where grad mode is on (the call runs eagerly); a tensor given to or
+returned by the module can't be modified in place while the hooks stand between it and
+its history (torch refuses it too: autograd/function.py)."""
 from __future__ import annotations
 
 import warnings
