@@ -44,6 +44,7 @@ class Tensor:
     _hooks = None           # gradient hooks of a leaf
     _post_accumulate_hooks = None   # hooks called after backward accumulated into .grad
     _retains_grad = False
+    _returned_by = None     # the custom Function that returned this input as it is
     _accumulator = None     # the leaf's AccumulateGrad node, made on first use: a weak
     #                         reference to its own (see _accumulate_node), or a foreign one
     _trace_id = 0           # the trace whose Value it holds, when made by one (capture/)

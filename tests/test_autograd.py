@@ -372,6 +372,19 @@ def test_detect_anomaly_names_forward_line_of_backward_nan():
     assert f"test_autograd.py:{line}" in msg
 
 
+def test_anomaly_mode_around_a_compiled_model():
+    """(The backward a compiled forward traces was checked for NaN under anomaly mode,
+    its symbolic values handed to np.isnan: a TypeError at the first call.)"""
+    lin = dg.nn.Linear(3, 2)
+    compiled, x = dg.compile(lin), dg.ones(4, 3)
+    with dg.autograd.detect_anomaly():
+        compiled(x).sum().backward()
+        got = lin.weight.grad.numpy().copy()
+    lin.zero_grad()
+    lin(x).sum().backward()
+    np.testing.assert_allclose(got, lin.weight.grad.numpy(), rtol=1e-6)
+
+
 def test_gradcheck_catches_a_wrong_vjp():
     from dualgraph.ops.opdef import OpDef
     from dualgraph.dispatch import apply

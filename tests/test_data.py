@@ -142,6 +142,26 @@ def test_iterable_dataset_batches_in_order():
         data.DataLoader(Stream(), shuffle=True)
 
 
+def test_iterable_datasets_chained_as_torch_chains_them():
+    """(ChainDataset was missing, and ``a + b`` of two iterable datasets raised.)"""
+    class Stream(data.IterableDataset):
+        def __init__(self, items):
+            self.items = items
+
+        def __iter__(self):
+            return iter(self.items)
+
+        def __len__(self):
+            return len(self.items)
+
+    both = Stream([1, 2]) + Stream([3])
+    assert isinstance(both, data.ChainDataset) and list(both) == [1, 2, 3] and len(both) == 3
+    loader = data.DataLoader(data.ChainDataset([Stream([0, 1, 2]), both]), batch_size=4)
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 1], [2, 3]]
+    with pytest.raises(AssertionError, match="only supports IterableDataset"):
+        list(data.ChainDataset([[1, 2]]))
+
+
 def test_loader_argument_errors():
     ds = list(range(4))
     with pytest.raises(ValueError, match="num_workers option should be non-negative"):

@@ -86,6 +86,27 @@ def test_anomaly_still_caught_with_the_shortcut():
     dg.sqrt(x)   # outside: NaN allowed, no error
 
 
+def test_set_detect_anomaly_as_a_call_and_as_a_block():
+    """(torch.autograd.set_detect_anomaly was missing.) A plain call switches anomaly mode
+    for the thread until switched back; a block puts it back at its end."""
+    x = dg.tensor([-1.0, 1.0], requires_grad=True)
+    with dg.autograd.set_detect_anomaly(True):
+        with pytest.raises(FloatingPointError, match="test_eager_fast_paths.py"):
+            dg.sqrt(x)
+    dg.sqrt(x)
+    dg.autograd.set_detect_anomaly(True)
+    try:
+        with pytest.raises(FloatingPointError):
+            dg.sqrt(x)
+        with dg.autograd.set_detect_anomaly(False):
+            dg.sqrt(x)
+        with pytest.raises(FloatingPointError):
+            dg.sqrt(x)
+    finally:
+        dg.autograd.set_detect_anomaly(False)
+    dg.sqrt(x)
+
+
 @pytest.mark.parametrize("key", [0, 2, -1, -3])
 def test_int_index_matches_torch_values_and_gradient(key):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

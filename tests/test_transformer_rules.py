@@ -244,6 +244,33 @@ def test_training_keeps_separate_linears_and_norms():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def test_a_frozen_linear_before_a_layer_norm_in_a_training_step():
+    """A frozen linear's weight is a constant of the step, so ``linear_norm`` may join it
+    with the LayerNorm after it; the norm's backward is then live for its weight's
+    gradient though its input gradient is dead, and still reads the linear's output. (Only
+    a reader's first output was asked whether it was needed: the linear was dropped and
+    building the graph failed with a KeyError.)"""
+    def run(compiled):
+        dg.manual_seed(0)
+        model = dg.nn.Sequential(dg.nn.Linear(12, 24), dg.nn.LayerNorm(24), dg.nn.GELU(),
+                                 dg.nn.Linear(24, 4))
+        model[0].requires_grad_(False)
+        opt = dg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = dg.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        step = dg.compile(step) if compiled else step
+        x, y = dg.randn(24, 12), dg.tensor(np.arange(24) % 4)
+        return [step(x, y).item() for _ in range(3)] + [p.detach().numpy().copy()
+                                                        for p in model.parameters()]
+    for got, want in zip(run(True), run(False), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("rule,op,shape", [("constant_linears", "matmul", (4, 5)),
                                            ("weights_kn", "linear", (5, 4))])
 def test_a_weight_read_elsewhere_is_not_transposed(rule, op, shape):

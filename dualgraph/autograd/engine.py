@@ -364,8 +364,11 @@ def _call_vjp(node: Node, grads: dict):
         g = grads.get(0)
         out = outs[0]
     else:
-        g = tuple(grads.get(i) if i in grads else creation.zeros_like(o) if o.requires_grad
-                  else None for i, o in enumerate(outs))
+        # (zeros for an output that got no gradient, unless the VJP takes None there: a
+        # custom function's, whose ctx.set_materialize_grads decides)
+        fill = not getattr(op, "takes_missing_grads", False)
+        g = tuple(grads.get(i) if i in grads else creation.zeros_like(o)
+                  if fill and o.requires_grad else None for i, o in enumerate(outs))
         out = outs
     tracer = modes.tracer
     if tracer is None:
@@ -489,7 +492,8 @@ def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):
 
 def _check_backward_nan(node, grads):
     for i, g in enumerate(grads):
-        if isinstance(g, Tensor) and g._data.dtype.kind == "f" and np.isnan(g._data).any():
+        if (isinstance(g, Tensor) and type(g._data) is np.ndarray   # (a traced backward's
+                and g._data.dtype.kind == "f" and np.isnan(g._data).any()):   # are symbolic)
             raise FloatingPointError(
                 f"anomaly: the gradient of {node.op.name} returned NaN in its input {i}; "
                 f"the forward op was called at {node.location}")

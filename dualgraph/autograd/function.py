@@ -96,6 +96,7 @@ class FunctionOp:
     saves_inputs = saves_outputs = False
     saved_inputs = None
     differentiable_outputs = None
+    takes_missing_grads = True   # (None for an output without gradient: vjp fills it)
 
     def __init__(self, cls, ctx, positions, num_args, num_outputs, site):
         self.cls, self.ctx = cls, ctx
@@ -198,11 +199,19 @@ class Function:
                 result = cls.forward(ctx, *args)
         single = not isinstance(result, tuple)
         outs = (result,) if single else result
-        # an input returned as it is becomes a new tensor on its storage (as torch's view)
+        # an input returned as it is becomes a new tensor on its storage (as torch's view),
+        # non-differentiable if the input was marked so
+        given = outs
         outs = tuple(o.detach() if isinstance(o, Tensor) and any(o is a for a in args)
                      else o for o in outs)
+        ctx._non_differentiable += [o for o, g in zip(outs, given) if o is not g and any(
+            g is n for n in ctx._non_differentiable)]
         if grad_mode.enabled and any(needs):
             _record(cls, ctx, args, positions, outs)
+            for o, g in zip(outs, given):
+                if o is not g and o.requires_grad:   # (one of those new tensors: an in-place
+                    o._returned_by = cls.__name__    # write would bypass the node, which
+                                                     # ops/inplace.py refuses)
         return outs[0] if single else outs
 
 

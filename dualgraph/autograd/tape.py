@@ -118,6 +118,32 @@ class detect_anomaly(_SetFlag):
         super().__init__(check_nan)
 
 
+class set_detect_anomaly:
+    """``torch.autograd.set_detect_anomaly(mode, check_nan=True)``: anomaly mode
+    (:class:`detect_anomaly`) on or off from the call itself, for the calling thread; used
+    as a ``with`` block, it is put back as it was at the block's end. (A plain call that
+    turns it on keeps ``departures`` counted for good: the per-op shortcut then reads the
+    thread's flag, which is always right.)"""
+
+    def __init__(self, mode: bool, check_nan: bool = True):
+        self.prev = grad_mode.anomaly
+        self.counted = bool(mode) and check_nan
+        if self.counted:
+            with _departures_lock:
+                departures["anomaly"] += 1
+        grad_mode.anomaly = self.counted
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        grad_mode.anomaly = self.prev
+        if self.counted:
+            with _departures_lock:
+                departures["anomaly"] -= 1
+        return False
+
+
 # Creation order of nodes. A node's gradient is complete once every node created after it
 # has run (consumers are always created after their producers), so the engine runs nodes
 # in decreasing sequence number, as PyTorch does.

@@ -41,6 +41,9 @@ def arg_facts(leaf, dynamic_dims: dict | None):
     return ("object", type(leaf).__name__, id(leaf), object_scalars(leaf))
 
 
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
 def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     """Training flags of every submodule, the identity of every parameter and the Python
     scalars in the modules' attributes (``self.scale``: read by ``forward``, baked into the
@@ -52,9 +55,8 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
             training.append(m.training)
-            # (the forward hooks and pre-hooks a trace ran, by their handles' ids)
-            hooks.append((tuple(getattr(m, "_forward_pre_hooks", ())),
-                          tuple(getattr(m, "_forward_hooks", ()))))
+            # (the hooks a trace ran or set up, by their handles' ids)
+            hooks.append(tuple(tuple(getattr(m, name, ())) for name in _HOOKS))
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
                         if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
             # (a graph reads a captured tensor by identity: one assigned anew is another)
@@ -290,7 +292,7 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
             return ("a module's training flag changed (train()/eval())",
                     "expected: one graph for training and one for evaluation")
         if new[3][4:] != old[3][4:]:
-            return ("a forward hook or pre-hook was registered or removed",
+            return ("a module's hook was registered or removed",
                     "expected: one graph per set of hooks (register them before compiling)")
         if new[3][1] != old[3][1] and [i for i, _ in new[3][1]] == [i for i, _ in old[3][1]]:
             return ("a parameter's requires_grad changed (a layer frozen or unfrozen)",

@@ -30,6 +30,7 @@ from ..autograd import no_grad
 from ..ops import creation
 from ..ops.inplace import commit_inplace
 from ..tensor import Tensor
+from .backward_hooks import BackwardHook
 from .parameter import Parameter
 
 __all__ = ["Module", "RemovableHandle"]
@@ -144,7 +145,9 @@ class Module:
                             ("_modules", _Registry()), ("_forward_hooks", OrderedDict()),
                             ("_forward_hooks_with_kwargs", set()),
                             ("_forward_pre_hooks", OrderedDict()),
-                            ("_forward_pre_hooks_with_kwargs", set())):
+                            ("_forward_pre_hooks_with_kwargs", set()),
+                            ("_backward_hooks", OrderedDict()),
+                            ("_backward_pre_hooks", OrderedDict())):
             object.__setattr__(self, name, value)
 
     def forward(self, *args, **kwargs):
@@ -153,7 +156,8 @@ class Module:
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not (self._forward_pre_hooks or self._forward_hooks):
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
+                or self._backward_pre_hooks):
             return self.forward(*args, **kwargs)
         for hook_id, hook in list(self._forward_pre_hooks.items()):
             if hook_id in self._forward_pre_hooks_with_kwargs:
@@ -168,6 +172,11 @@ class Module:
                 result = hook(self, args)
                 if result is not None:
                     args = result if isinstance(result, tuple) else (result,)
+        backward = None
+        if self._backward_hooks or self._backward_pre_hooks:
+            backward = BackwardHook(self, list(self._backward_hooks.values()),
+                                    list(self._backward_pre_hooks.values()))
+            args = backward.wrap_inputs(args)
         output = self.forward(*args, **kwargs)
         for hook_id, hook in list(self._forward_hooks.items()):
             if hook_id in self._forward_hooks_with_kwargs:
@@ -176,6 +185,8 @@ class Module:
                 result = hook(self, args, output)
             if result is not None:
                 output = result
+        if backward is not None:
+            output = backward.wrap_outputs(output)
         return output
 
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
@@ -190,6 +201,18 @@ class Module:
         the output. With ``with_kwargs=True``: ``hook(module, args, kwargs, output)``."""
         return self._add_hook(self._forward_hooks, self._forward_hooks_with_kwargs,
                               hook, prepend, with_kwargs)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """Call ``hook(module, grad_input, grad_output)`` once the gradients of the
+        module's positional inputs are computed (nn/backward_hooks.py); a non-None result
+        (a tuple, one entry per input) replaces ``grad_input``."""
+        return self._add_hook(self._backward_hooks, set(), hook, prepend, False)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """Call ``hook(module, grad_output)`` when the gradients of the module's outputs
+        are known, before its backward; a non-None result (a tuple, one entry per output)
+        replaces ``grad_output``."""
+        return self._add_hook(self._backward_pre_hooks, set(), hook, prepend, False)
 
     @staticmethod
     def _add_hook(hooks: OrderedDict, with_kwargs_ids: set, hook, prepend, with_kwargs):

@@ -38,6 +38,12 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         raise RuntimeError(
             "a leaf tensor that requires grad is being used in an in-place operation; "
             "wrap the update in `with dg.no_grad():` or work on a clone")
+    if target._returned_by is not None and grad_mode.enabled:
+        raise RuntimeError(
+            f"an output of {target._returned_by} is a view of its input (a custom Function "
+            "that returned an input as it is, or a module's backward hooks) and is being "
+            "modified in place: the write would override the function's backward, "
+            "leading to incorrect gradients. Clone the output first (torch refuses it too)")
     data = target._data
     eager = type(data) is np.ndarray and type(result._data) is np.ndarray
     through = None   # (chain, root) of a view whose root takes the write

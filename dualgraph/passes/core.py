@@ -166,9 +166,12 @@ def needed(graph: Graph) -> set:
 
 
 def live_readers(graph: Graph, live: set | None = None) -> dict:
-    """``readers`` among the nodes the outputs need (``live``: :func:`needed`)."""
+    """``readers`` among the nodes the outputs need (``live``: :func:`needed`): a node
+    any of whose outputs is needed (a layer norm's backward whose input gradient is not,
+    while its weight's is)."""
     live = needed(graph) if live is None else live
-    return {v: [n for n in users if not isinstance(n, Node) or n.outputs[0] in live]
+    return {v: [n for n in users if not isinstance(n, Node)
+                or any(o in live for o in n.outputs)]
             for v, users in readers(graph).items()}
 
 

@@ -31,8 +31,8 @@ from ..ops.random import Generator, rng_of
 from ..tensor import Tensor
 from .workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset",
-           "random_split", "Sampler", "SequentialSampler", "RandomSampler",
+__all__ = ["Dataset", "IterableDataset", "ChainDataset", "TensorDataset", "Subset",
+           "ConcatDataset", "random_split", "Sampler", "SequentialSampler", "RandomSampler",
            "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DistributedSampler", "DataLoader",
            "default_collate", "default_convert", "get_worker_info", "WorkerInfo"]
 
@@ -56,8 +56,27 @@ class IterableDataset(Dataset):
         raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
 
     def __add__(self, other):
-        raise TypeError("ConcatDataset does not support IterableDataset; chain them with "
-                        "itertools.chain in an IterableDataset of your own")
+        return ChainDataset([self, other])
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after the other (what ``a + b`` of two of them makes)."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def _checked(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield d
+
+    def __iter__(self):
+        for d in self._checked():
+            yield from d
+
+    def __len__(self):
+        return sum(len(d) for d in self._checked())
 
 
 class TensorDataset(Dataset):
