@@ -161,10 +161,10 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     """Two pairs an item on the grid of the padded planes' phases (``WIDE_PAIRS``), or
     three on runs of a row (``WIDE_ROWS``, where ``Plan.rows``): what a conv of one group
     and more than sixteen outputs takes on AVX-512 where each thread gets an item, give
-    the bits of one pair an item (``WIDE_PAIR``: what it takes where threads outnumber the
-    items), with and without a residual, NaN and inf in the input, blocks of one
-    channel's taps and two threads; either one where the host has no AVX-512 (a wide
-    vector is then two registers)."""
+    the bits of one pair an item (``WIDE_PAIR``, or ``WIDE_ROW_PAIR`` where
+    ``Plan.row_pair``: what it takes where threads outnumber the items), with and without
+    a residual, NaN and inf in the input, blocks of one channel's taps and two threads;
+    either one where the host has no AVX-512 (a wide vector is then two registers)."""
     x, w, b, attrs = _data(case)
     x[0, 0, 0, 0], x[-1, -1, -1, 0] = np.nan, np.inf
     r = np.random.default_rng(4).standard_normal(
@@ -187,10 +187,12 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 2)
     np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
                                           residual_at=residual_at, **attrs), want)
-    rows = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
-                            attrs["dilation"]).rows
+    plan = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
+                            attrs["dilation"])
+    rows = plan.rows
     grid = conv_packed.WIDE_ROWS if rows else conv_packed.WIDE_PAIRS
-    assert modes[:3] == [grid, conv_packed.WIDE_PAIR, grid]
+    one = conv_packed.WIDE_ROW_PAIR if plan.row_pair else conv_packed.WIDE_PAIR
+    assert modes[:3] == [grid, one, grid]
     assert rows or case not in PAIRS[9:13]
 
 

@@ -54,7 +54,13 @@ the group's first padded plane (``origin``) and the offsets are those of ``C/G``
 A group's product is one pair's, with all twelve sums busy, where the direct loop
 (``conv_direct``) reloads each input plane once per output channel; a group whose width is
 not a multiple of sixteen leaves its last pair's spare lanes idle (``groups_fit`` bounds
-that share).
+that share). At stride 1 on planes whose rows are whole runs of seven (7x7, 14x14, 28x28),
+an item of one pair (a group's, or any pair where threads outnumber the items) is summed
+two rows at a time in runs of seven on the padded planes (:func:`_two_row_pair_sums`:
+fourteen sums, one weight load and fourteen broadcasts a tap, two address registers where
+twelve positions across rows take twelve; a 7x7 plane sums 56 positions where runs of
+twelve sum 60; ``Plan.row_pair``), the same chain of multiply-adds for each output (the
+same bits).
 """
 from __future__ import annotations
 
@@ -85,6 +91,8 @@ ROW_RUN = 7           # ... of one output row, three pairs at once (``WIDE_ROWS`
 # 14x14 ones, batch 1, ``Plan.rows``)
 ROW_COST = 1.1
 # ... and one pair's on runs of two rows, of the positions twelve at a time across rows
+# (0.90-0.97x their time on stride-1 grouped 3x3s of 7x7 to 28x28 planes, whose rows are
+# whole runs; ``Plan.row_pair``)
 ROW_PAIR_COST = 1.0
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
@@ -673,7 +681,10 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     (``WIDE_PAIRS``), each at ``ROW_COST`` of the grid's: a grid of ``Wq`` columns a row
     drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
     seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
-    spare pair or two of three is summed again."""
+    spare pair or two of three is summed again. One pair an item on runs of two rows
+    (``WIDE_ROW_PAIR``) at stride 1 where it sums fewer positions (at ``ROW_PAIR_COST``)
+    than twelve at a time across rows: rows of whole runs of seven (at stride 2 the image
+    is split into phases first, which cost more than the positions saved)."""
     c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
