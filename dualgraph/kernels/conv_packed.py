@@ -452,32 +452,29 @@ def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, blo
 
 
 @helper(inline="always")
+def _run_of_seven(u, xp, o, a):
+    """The sums ``a`` (a tuple of seven) of the positions whose inputs lie at ``xp[o]``,
+    ``xp[o + 1]``, ... plus each input times the weight vector ``u``."""
+    a0, a1, a2, a3, a4, a5, a6 = a
+    return (fma(u, broadcast_at_wide(xp, o), a0), fma(u, broadcast_at_wide(xp, o + 1), a1),
+            fma(u, broadcast_at_wide(xp, o + 2), a2), fma(u, broadcast_at_wide(xp, o + 3), a3),
+            fma(u, broadcast_at_wide(xp, o + 4), a4), fma(u, broadcast_at_wide(xp, o + 5), a5),
+            fma(u, broadcast_at_wide(xp, o + 6), a6))
+
+
+@helper(inline="always")
 def _two_row_sums(xp, wp, offsets, k0, k1, t, base, wq, a, c):
     """:func:`_row_sums` of one pair (weights from ``wp[t]``) on two runs of ``ROW_RUN``
     positions, one from ``base`` in ``xp`` and one a row (``wq``) below it: the fourteen
     sums ``a + c`` (two tuples of seven), one weight load and fourteen broadcasts a tap,
     their addresses two registers plus constants."""
-    a0, a1, a2, a3, a4, a5, a6 = a
-    c0, c1, c2, c3, c4, c5, c6 = c
     for k in range(k0, k1):
         o = base + offsets[k]
-        b = o + wq
         u = load_wide(wp, t)
-        a0, c0 = fma(u, broadcast_at_wide(xp, o), a0), fma(u, broadcast_at_wide(xp, b), c0)
-        a1 = fma(u, broadcast_at_wide(xp, o + 1), a1)
-        c1 = fma(u, broadcast_at_wide(xp, b + 1), c1)
-        a2 = fma(u, broadcast_at_wide(xp, o + 2), a2)
-        c2 = fma(u, broadcast_at_wide(xp, b + 2), c2)
-        a3 = fma(u, broadcast_at_wide(xp, o + 3), a3)
-        c3 = fma(u, broadcast_at_wide(xp, b + 3), c3)
-        a4 = fma(u, broadcast_at_wide(xp, o + 4), a4)
-        c4 = fma(u, broadcast_at_wide(xp, b + 4), c4)
-        a5 = fma(u, broadcast_at_wide(xp, o + 5), a5)
-        c5 = fma(u, broadcast_at_wide(xp, b + 5), c5)
-        a6 = fma(u, broadcast_at_wide(xp, o + 6), a6)
-        c6 = fma(u, broadcast_at_wide(xp, b + 6), c6)
+        a = _run_of_seven(u, xp, o, a)
+        c = _run_of_seven(u, xp, o + wq, c)
         t += PAIR
-    return (a0, a1, a2, a3, a4, a5, a6), (c0, c1, c2, c3, c4, c5, c6)
+    return a, c
 
 
 @helper(**_OWN)
