@@ -608,12 +608,13 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (channel + h * LANES) * size
                 base = n * ostride + first
-                if on_grid:     # (row by row, from the grid)
+                if on_grid and pitch != wo:     # (row by row, from the grid)
                     for y in range(ho):
                         _interleave(out, base + y * wo, size, lanes,
                                     sums[(h * grid + y * pitch) * LANES:], wo, False)
-                else:
-                    _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
+                else:   # (a grid of rows of ``Wo`` is the plane: 8x8 transposes across rows)
+                    _interleave(out, base, size, lanes,
+                                sums[h * (grid if on_grid else size) * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
                         q, r = base + c * size, n * cout * size + first + c * size
