@@ -539,7 +539,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     (image ``n`` from ``n * ostride``: ``kernels.out_images``; by ``mode``: ``NARROW``
     by :func:`_pair_sums`, ``WIDE_PAIR`` by :func:`_wide_pair_sums`, ``WIDE_PAIRS`` two
     pairs an item by :func:`_quad_pair_sums`, in one group, ``acc`` rows of ``4 Ho*Wo``
-    groups of eight):
+    groups of eight; ``WIDE_ROWS`` three by :func:`_row_pair_sums`; ``WIDE_ROW_PAIR`` one
+    on runs of two rows by :func:`_two_row_pair_sums`):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
     ``Cout/G`` outputs each, padded to whole pairs: :func:`pack`) and ``bias (pairs*16,)``
