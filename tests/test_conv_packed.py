@@ -161,10 +161,10 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     """Two pairs an item on the grid of the padded planes' phases (``WIDE_PAIRS``), or
     three on runs of a row (``WIDE_ROWS``, where ``Plan.rows``): what a conv of one group
     and more than sixteen outputs takes on AVX-512 where each thread gets an item, give
-    the bits of one pair an item (``WIDE_PAIR``: what it takes where threads outnumber the
-    items), with and without a residual, NaN and inf in the input, blocks of one
-    channel's taps and two threads; either one where the host has no AVX-512 (a wide
-    vector is then two registers)."""
+    the bits of one pair an item (``WIDE_PAIR``, or ``WIDE_ROW_PAIR`` where
+    ``Plan.row_pair``: what it takes where threads outnumber the items), with and without
+    a residual, NaN and inf in the input, blocks of one channel's taps and two threads;
+    either one where the host has no AVX-512 (a wide vector is then two registers)."""
     x, w, b, attrs = _data(case)
     x[0, 0, 0, 0], x[-1, -1, -1, 0] = np.nan, np.inf
     r = np.random.default_rng(4).standard_normal(
@@ -187,10 +187,12 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 2)
     np.testing.assert_array_equal(_packed(x, w, b, *residual, act=act,
                                           residual_at=residual_at, **attrs), want)
-    rows = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
-                            attrs["dilation"]).rows
+    plan = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
+                            attrs["dilation"])
+    rows = plan.rows
     grid = conv_packed.WIDE_ROWS if rows else conv_packed.WIDE_PAIRS
-    assert modes[:3] == [grid, conv_packed.WIDE_PAIR, grid]
+    one = conv_packed.WIDE_ROW_PAIR if plan.row_pair else conv_packed.WIDE_PAIR
+    assert modes[:3] == [grid, one, grid]
     assert rows or case not in PAIRS[9:13]
 
 
@@ -204,6 +206,78 @@ def test_three_pairs_on_rows_where_they_sum_fewer_positions():
     assert not rows((1, 256, 14, 14), (256, 256, 3, 3), (14, 14), (1, 1))
     assert not rows((1, 128, 28, 28), (256, 128, 3, 3), (14, 14), (2, 2))
     assert not rows((1, 64, 56, 56), (64, 64, 3, 3), (56, 56), (1, 1))
+
+
+# one pair an item on runs of two rows (WIDE_ROW_PAIR, stride 1): groups of 8, 16, 24, 32,
+# 48 and 64 outputs, ten input channels a group, odd rows (a spare row summed), rows of
+# more than one run and of a plane narrower than a run, dilation with asymmetric padding,
+# a 5x5 kernel of one group and one pair, a conv of one group and more pairs than the
+# items threads get; batch 1 to 3
+ROW_PAIRS = [
+    (2, 24, 7, 7, 24, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 3),
+    (1, 48, 7, 7, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 3),
+    (3, 48, 9, 7, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    (1, 64, 14, 14, 64, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    (1, 96, 7, 15, 96, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    (2, 128, 5, 6, 128, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
+    (1, 30, 7, 7, 48, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 3),
+    (1, 40, 10, 9, 64, (3, 3), (1, 1), ((0, 1), (2, 1)), (2, 1), 4),
+    (1, 12, 7, 7, 16, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1),
+    (2, 21, 8, 7, 37, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", ROW_PAIRS)
+@pytest.mark.parametrize("act,residual_at", [("relu", "before"), ("relu", "after"),
+                                             ("silu", None)])
+def test_one_pair_on_two_rows_gives_the_bits_of_twelve_across_rows(monkeypatch, case, act,
+                                                                    residual_at):
+    """One pair an item on runs of two rows of the padded planes (``WIDE_ROW_PAIR``, taken
+    where ``Plan.row_pair``; here on every case) gives the bits of twelve positions at a
+    time across rows (``WIDE_PAIR``), with NaN and inf in the input, a residual added
+    before or after the activation, blocks of one channel's taps and three threads; and
+    torch's values on finite inputs. Either one where the host has no AVX-512."""
+    x, w, b, attrs = _data(case)
+    r = np.random.default_rng(5).standard_normal(
+        tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
+    residual = (r,) if residual_at else ()
+    kw = dict(act=act, residual_at=residual_at, **attrs)
+    modes = []
+    run_rows = conv_packed.run_rows
+    monkeypatch.setattr(conv_packed, "run_rows",
+                        lambda *args, **kw: modes.append(args[-1]) or run_rows(*args, **kw))
+    monkeypatch.setattr(conv_packed, "wide", lambda: True)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
+    monkeypatch.setattr(conv_packed, "ROW_PAIR_COST", 0.0)
+    got = _packed(x, w, b, *residual, **kw)
+    want = torch.relu(_torch_conv(x, w, b, **attrs)) if act == "relu" else (
+        torch.nn.functional.silu(_torch_conv(x, w, b, **attrs)))
+    if residual_at == "before":
+        want = torch.relu(_torch_conv(x, w, b, **attrs) + torch.tensor(r))
+    elif residual_at == "after":
+        want = want + torch.tensor(r)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+    x[0, 0, 0, 0], x[-1, -1, -1, -1] = np.nan, np.inf
+    got = _packed(x, w, b, *residual, **kw)
+    monkeypatch.setattr(conv_packed, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 3)
+    np.testing.assert_array_equal(_packed(x, w, b, *residual, **kw), got)
+    monkeypatch.setattr(conv_packed, "ROW_PAIR_COST", np.inf)
+    np.testing.assert_array_equal(_packed(x, w, b, *residual, **kw), got)
+    assert modes[:4] == [conv_packed.WIDE_ROW_PAIR] * 3 + [conv_packed.WIDE_PAIR]
+
+
+def test_one_pair_on_two_rows_where_it_sums_fewer_positions():
+    """Runs of two rows take stride-1 planes whose rows are whole runs of seven (7x7: 56
+    positions where twelve at a time sum 60; 14x14, 28x28), not other widths (rows of
+    eight or thirteen: their runs past the row cost more than twelve's last run), nor
+    stride 2 (the image split into phases first: slower on 7x7 to 56x56 planes)."""
+    row_pair = lambda s, hw, st: conv_packed.plan((1, 64, s, s), (64, 16, 3, 3), hw, st,
+                                                  (1, 1)).row_pair
+    assert row_pair(7, (7, 7), (1, 1)) and row_pair(14, (14, 14), (1, 1))
+    assert row_pair(28, (28, 28), (1, 1))
+    assert not row_pair(8, (8, 8), (1, 1)) and not row_pair(13, (13, 13), (1, 1))
+    assert not row_pair(14, (7, 7), (2, 2)) and not row_pair(56, (28, 28), (2, 2))
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -370,10 +444,10 @@ def _stem(lib):
                          nn.MaxPool2d(3, 2, 1), nn.Conv2d(32, 16, 3, padding=1))
 
 
-def _grouped(lib, width=16):
+def _grouped(lib, width=16, stride=2):
     """A RegNet-style block: 1x1, BatchNorm, ReLU; a grouped 3x3 (three groups of
-    ``width``) at stride 2, BatchNorm, ReLU; 1x1 with BatchNorm; a strided 1x1 shortcut;
-    ReLU after the sum."""
+    ``width``) at ``stride``, BatchNorm, ReLU; 1x1 with BatchNorm; a 1x1 shortcut at
+    ``stride``; ReLU after the sum."""
     nn = lib.nn
     c = 3 * width
 
@@ -382,10 +456,10 @@ def _grouped(lib, width=16):
             super().__init__()
             self.a = nn.Sequential(nn.Conv2d(24, c, 1, bias=False), nn.BatchNorm2d(c),
                                    nn.ReLU())
-            self.b = nn.Sequential(nn.Conv2d(c, c, 3, 2, 1, groups=3, bias=False),
+            self.b = nn.Sequential(nn.Conv2d(c, c, 3, stride, 1, groups=3, bias=False),
                                    nn.BatchNorm2d(c), nn.ReLU())
             self.c = nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c))
-            self.short = nn.Conv2d(24, c, 1, 2)
+            self.short = nn.Conv2d(24, c, 1, stride)
 
         def forward(self, x):
             return lib.relu(self.c(self.b(self.a(x))) + self.short(x))
@@ -397,9 +471,16 @@ def _grouped24(lib):
     return _grouped(lib, 24)
 
 
+def _grouped_rows(lib):
+    """:func:`_grouped` at stride 1 on rows of one run of seven (on AVX-512 one pair an
+    item on runs of two rows: ``conv_packed.WIDE_ROW_PAIR``)."""
+    return _grouped(lib, 16, 1)
+
+
 # a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
 PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, ""),
-                 (_grouped, (24, 15, 13), 3, "b.0.weight_packed")]
+                 (_grouped, (24, 15, 13), 3, "b.0.weight_packed"),
+                 (_grouped_rows, (24, 9, 7), 4, "b.0.weight_packed")]
 if conv_packed.wide():      # (on eight lanes the direct loop takes groups of 24)
     PACKED_MODELS.append((_grouped24, (24, 15, 13), 3, "b.0.weight_packed"))
 

@@ -54,7 +54,13 @@ the group's first padded plane (``origin``) and the offsets are those of ``C/G``
 A group's product is one pair's, with all twelve sums busy, where the direct loop
 (``conv_direct``) reloads each input plane once per output channel; a group whose width is
 not a multiple of sixteen leaves its last pair's spare lanes idle (``groups_fit`` bounds
-that share).
+that share). At stride 1 on planes whose rows are whole runs of seven (7x7, 14x14, 28x28),
+an item of one pair (a group's, or any pair where threads outnumber the items) is summed
+two rows at a time in runs of seven on the padded planes (:func:`_two_row_pair_sums`:
+fourteen sums, one weight load and fourteen broadcasts a tap, two address registers where
+twelve positions across rows take twelve; a 7x7 plane sums 56 positions where runs of
+twelve sum 60; ``Plan.row_pair``), the same chain of multiply-adds for each output (the
+same bits).
 """
 from __future__ import annotations
 
@@ -84,6 +90,10 @@ ROW_RUN = 7           # ... of one output row, three pairs at once (``WIDE_ROWS`
 # tap where the grid's take 24, runs of 7 where they take 12: 1.04x on 7x7 planes, 1.1x on
 # 14x14 ones, batch 1, ``Plan.rows``)
 ROW_COST = 1.1
+# ... and one pair's on runs of two rows, of the positions twelve at a time across rows
+# (0.90-0.97x their time on stride-1 grouped 3x3s of 7x7 to 28x28 planes, whose rows are
+# whole runs; ``Plan.row_pair``)
+ROW_PAIR_COST = 1.0
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
 GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
@@ -92,6 +102,8 @@ GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 # items enough for every thread: an item each at least), three pairs at once on runs of a
 # row (``Plan.rows``)
 NARROW, WIDE_PAIR, WIDE_PAIRS, WIDE_ROWS = 0, 1, 2, 3
+# ... and one pair an item on runs of two rows (``Plan.row_pair``)
+WIDE_ROW_PAIR = 4
 # The items of two and three pairs are functions of their own, compiled once with the loop's
 # flags (the same bits) and called (LLVM may still inline them), as ``conv_pointpacked``'s
 # blocks: inlined in Numba's IR, each copies its whole IR into the loop, whose first compile
@@ -439,6 +451,60 @@ def _row_pair_sums(xp, wp, offsets, bias, sums, p, p2, p3, ho, wo, wq, span, blo
                 _put_run(sums, size, 4 * size + q, e, s3, done)
 
 
+@helper(inline="always")
+def _run_of_seven(u, xp, o, a):
+    """The sums ``a`` (a tuple of seven) of the positions whose inputs lie at ``xp[o]``,
+    ``xp[o + 1]``, ... plus each input times the weight vector ``u``."""
+    a0, a1, a2, a3, a4, a5, a6 = a
+    return (fma(u, broadcast_at_wide(xp, o), a0), fma(u, broadcast_at_wide(xp, o + 1), a1),
+            fma(u, broadcast_at_wide(xp, o + 2), a2), fma(u, broadcast_at_wide(xp, o + 3), a3),
+            fma(u, broadcast_at_wide(xp, o + 4), a4), fma(u, broadcast_at_wide(xp, o + 5), a5),
+            fma(u, broadcast_at_wide(xp, o + 6), a6))
+
+
+@helper(inline="always")
+def _two_row_sums(xp, wp, offsets, k0, k1, t, base, wq, a, c):
+    """:func:`_row_sums` of one pair (weights from ``wp[t]``) on two runs of ``ROW_RUN``
+    positions, one from ``base`` in ``xp`` and one a row (``wq``) below it: the fourteen
+    sums ``a + c`` (two tuples of seven), one weight load and fourteen broadcasts a tap,
+    their addresses two registers plus constants."""
+    for k in range(k0, k1):
+        o = base + offsets[k]
+        u = load_wide(wp, t)
+        a = _run_of_seven(u, xp, o, a)
+        c = _run_of_seven(u, xp, o + wq, c)
+        t += PAIR
+    return a, c
+
+
+@helper(**_OWN)
+def _two_row_pair_sums(xp, wp, offsets, bias, sums, p, ho, wo, wq, span, block, origin):
+    """The outputs of pair ``p`` (its group's planes from ``origin``) by
+    :func:`_two_row_sums`, on the grid of the padded planes' phases (``wq`` columns a row,
+    as :func:`_row_pair_sums`), two rows at a time in runs of ``ROW_RUN`` positions (the
+    columns past ``Wo`` and, where ``Ho`` is odd, a row past the last summed too and never
+    read) into ``sums (2, rows*span, 8)`` (``rows``: ``Ho`` rounded up to even). For a
+    group of one pair, whose item cannot share broadcasts with another pair: a 7x7 plane
+    sums 56 positions where twelve at a time across rows sum 60 with twelve address
+    registers (:func:`_wide_pair_sums`). Each output the same chain of multiply-adds as
+    there (the same bits)."""
+    taps, size = offsets.size, -(-ho // 2) * 2 * span
+    zero = joined(broadcast(F(0)), broadcast(F(0)))
+    s = load_wide(bias, p * PAIR)
+    for k0 in range(0, taps, block):
+        k1 = min(k0 + block, taps)
+        first, done = k0 == 0, k1 == taps
+        for y in range(0, ho, 2):
+            for x0 in range(0, wo, ROW_RUN):
+                q = y * span + x0
+                a, c = _two_row_sums(xp, wp, offsets, k0, k1, (p * taps + k0) * PAIR,
+                                     origin + y * wq + x0, wq,
+                                     _seven(sums, size, q, first, zero),
+                                     _seven(sums, size, q + span, first, zero))
+                _put_run(sums, size, q, a, s, done)
+                _put_run(sums, size, q + span, c, s, done)
+
+
 @helper
 def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
     """Planes ``base + c * height * width`` of the flat ``x``, bordered by ``top`` rows and
@@ -473,7 +539,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     (image ``n`` from ``n * ostride``: ``kernels.out_images``; by ``mode``: ``NARROW``
     by :func:`_pair_sums`, ``WIDE_PAIR`` by :func:`_wide_pair_sums`, ``WIDE_PAIRS`` two
     pairs an item by :func:`_quad_pair_sums`, in one group, ``acc`` rows of ``4 Ho*Wo``
-    groups of eight):
+    groups of eight; ``WIDE_ROWS`` three by :func:`_row_pair_sums`; ``WIDE_ROW_PAIR`` one
+    on runs of two rows by :func:`_two_row_pair_sums`):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
     ``Cout/G`` outputs each, padded to whole pairs: :func:`pack`) and ``bias (pairs*16,)``
@@ -482,14 +549,18 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     each image it meets once (at batch 1 every slot pads the one image)."""
     pairs = wp.size // (offsets.size * PAIR)
     size, plane = ho * wo, height * width
-    group_pairs, group_planes = pairs // groups, channels // groups * hp * wpad
+    # (a group's planes: padded, or split into phases for ``_two_row_pair_sums``)
+    phases = sh * sw if mode == WIDE_ROW_PAIR else 1
+    group_pairs, group_planes = pairs // groups, channels // groups * phases * hp * wpad
     images = x.size // (channels * plane)
     rows, cols = min(height, hp - top), min(width, wpad - left)
     per = 3 if mode == WIDE_ROWS else 2 if mode == WIDE_PAIRS else 1     # pairs an item
     span = -(-wo // ROW_RUN) * ROW_RUN             # (a row of ``_row_pair_sums``)
-    # the positions of ``_quad_pair_sums`` or ``_row_pair_sums`` and their rows' pitch
-    grid = ho * span if per == 3 else -(-ho * wpad // WIDE_RUN) * WIDE_RUN
-    pitch = span if per == 3 else wpad
+    # the positions of the grid modes (``_quad_pair_sums``, ``_row_pair_sums``,
+    # ``_two_row_pair_sums``) and their rows' pitch
+    grid = (ho * span if per == 3 else -(-ho // 2) * 2 * span if mode == WIDE_ROW_PAIR
+            else -(-ho * wpad // WIDE_RUN) * WIDE_RUN)
+    pitch = span if per == 3 or mode == WIDE_ROW_PAIR else wpad
     units = -(-pairs // per)
     total = images * units
     for slot in range(start, stop):
@@ -498,7 +569,7 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
             n, p = item // units, item % units * per
-            if n != padded and per > 1 and sh * sw > 1:
+            if n != padded and mode >= WIDE_PAIRS and sh * sw > 1:
                 pad_phases(x, n * channels * plane, channels, height, width, xp, hp, wpad,
                            sh, sw, top, left)
             elif n != padded:
@@ -506,10 +577,13 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                           hp, wpad, top, left)
             padded = n
             count = min(per, pairs - p)         # (the item's pairs)
-            on_grid = per == 3 or count == 2
+            on_grid = per == 3 or count == 2 or mode == WIDE_ROW_PAIR
             if per == 3:    # (a spare pair or two: the last pair summed again, dropped)
                 _row_pair_sums(xp, wp, offsets, bias, sums, p, min(p + 1, pairs - 1),
                                min(p + 2, pairs - 1), ho, wo, wpad, span, block)
+            elif mode == WIDE_ROW_PAIR:
+                _two_row_pair_sums(xp, wp, offsets, bias, sums, p, ho, wo, wpad, span, block,
+                                   p // group_pairs * group_planes)
             elif on_grid:
                 _quad_pair_sums(xp, wp, offsets, bias, sums, p, grid, block)
             elif mode == NARROW:
@@ -535,12 +609,13 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (channel + h * LANES) * size
                 base = n * ostride + first
-                if on_grid:     # (row by row, from the grid)
+                if on_grid and pitch != wo:     # (row by row, from the grid)
                     for y in range(ho):
                         _interleave(out, base + y * wo, size, lanes,
                                     sums[(h * grid + y * pitch) * LANES:], wo, False)
-                else:
-                    _interleave(out, base, size, lanes, sums[h * size * LANES:], size, False)
+                else:   # (a grid of rows of ``Wo`` is the plane: 8x8 transposes across rows)
+                    _interleave(out, base, size, lanes,
+                                sums[h * (grid if on_grid else size) * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
                         q, r = base + c * size, n * cout * size + first + c * size
@@ -595,6 +670,7 @@ class Plan(NamedTuple):
     wq: int
     grid_scratch: int       # the phases' planes and what a grid's last run reads past them
     rows: bool              # whether three pairs an item on runs of a row sum fewer positions
+    row_pair: bool          # whether one pair an item on runs of two rows sums fewer ones
 
 
 def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
@@ -604,19 +680,25 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     (``WIDE_PAIRS``), each at ``ROW_COST`` of the grid's: a grid of ``Wq`` columns a row
     drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
     seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
-    spare pair or two of three is summed again."""
+    spare pair or two of three is summed again. One pair an item on runs of two rows
+    (``WIDE_ROW_PAIR``) at stride 1 where it sums fewer positions (at ``ROW_PAIR_COST``)
+    than twelve at a time across rows: rows of whole runs of seven (at stride 2 the image
+    is split into phases first, which cost more than the positions saved)."""
     c, (kh, kw), (ho, wo) = w_shape[1], w_shape[2:], out_hw
     hp, wp = _planes(ho, wo, (kh, kw), stride, dilation)
     block = kh * kw * max(1, BLOCK_BYTES // (4 * PAIR * kh * kw))
     hq, wq = ho + (kh - 1) * dilation[0] // stride[0], wo + (kw - 1) * dilation[1] // stride[1]
     grid = grid_offsets(c, (kh, kw), tuple(stride), tuple(dilation), hq, wq)
     phased, span = -(-ho * wq // WIDE_RUN) * WIDE_RUN, -(-wo // ROW_RUN) * ROW_RUN
+    even = -(-ho // 2) * 2      # (the rows of ``_two_row_pair_sums``)
     scratch = max(c * stride[0] * stride[1] * hq * wq, phased + int(grid.max()),
-                  (ho - 1) * wq + span + int(grid.max()))
+                  (even - 1) * wq + span + int(grid.max()))
     pairs = -(-w_shape[0] // PAIR)
     rows = ROW_COST * ho * span * -(-pairs // 3) * 3 < phased * -(-pairs // 2) * 2
+    row_pair = (tuple(stride) == (1, 1)
+                and ROW_PAIR_COST * even * span < -(-ho * wo // WIDE_RUN) * WIDE_RUN)
     return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch,
-                rows)
+                rows, row_pair)
 
 
 @lru_cache(maxsize=256)
@@ -693,12 +775,18 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
                          or cores()))
     mode = (NARROW if not wide()
             else WIDE_ROWS if groups == 1 and p.rows and n * (pairs // 3) >= workers
-            else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers else WIDE_PAIR)
+            else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers
+            else WIDE_ROW_PAIR if p.row_pair else WIDE_PAIR)
     grid = mode >= WIDE_PAIRS
     offsets, hp, wp = (p.grid_offsets, p.hq, p.wq) if grid else (p.offsets, p.hp, p.wp)
-    # (a grid's last run reads past the planes: zeros)
-    scratch = np.empty((workers, p.grid_scratch if grid else c * hp * wp), F)
-    acc = np.empty((workers, 3 * PAIR * ho * -(-wo // ROW_RUN) * ROW_RUN if mode == WIDE_ROWS
+    # (a grid's last run reads past the planes: zeros; the groups before the last are
+    # whole phases' planes)
+    group = c // groups * stride[0] * stride[1] * p.hq * p.wq
+    scratch = np.empty((workers, (groups - 1) * group + p.grid_scratch if grid
+                        else c * hp * wp), F)
+    span = -(-wo // ROW_RUN) * ROW_RUN
+    acc = np.empty((workers, 3 * PAIR * ho * span if mode == WIDE_ROWS
+                    else PAIR * -(-ho // 2) * 2 * span if mode == WIDE_ROW_PAIR
                     else 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
                     else PAIR * ho * wo), F)
     res = (np.zeros(1, F) if residual is None
