@@ -114,66 +114,6 @@ def test_epilogues_and_norm_match_the_decomposition(act, residual_at, eps):
                                _decomposed(x, w, b, *rest, **attrs), rtol=1e-5, atol=1e-5)
 
 
-def _row_pass(y, r, where, relu):
-    """``linear_epilogue``'s row pass after a plain product, in NumPy's float32."""
-    if r is not None and where == "before":
-        y = y + r
-    if relu:
-        y = y + F(0)
-        y = np.where(y < 0, F(0), y)
-    return y + r if r is not None and where == "after" else y
-
-
-@pytest.mark.parametrize("rows,k,n", [(13, 300, 192), (9, 40, 70), (129, 24, 128),
-                                      (4, 150, 64)], ids=str)
-@pytest.mark.parametrize("where,relu", [(None, True), ("before", False), ("before", True),
-                                        ("after", True)])
-def test_stores_finish_as_the_row_pass(rows, k, n, where, relu):
-    """The ReLU and the residual in the product's stores (whole panels after a sum of
-    several blocks, a partial panel, every count of last rows) give the bits of the plain
-    product and then the row pass, NaN, infinities and -0 included, and torch's values."""
-    x, w, b = _data(rows, k, n)
-    x[0, 0], x[1, :] = np.nan, 0
-    w[3, 0] = np.inf
-    b[5] = -0.0
-    r = np.random.default_rng(2).standard_normal((rows, n)).astype(F) if where else None
-    if r is not None:
-        r[2, 7], r[-1, -1] = -np.inf, np.nan
-    packed = linear_packed.pack(w)
-    got = linear_packed.product(x, packed, n, b, residual=r, where=where or "before",
-                                relu=relu)
-    want = _row_pass(linear_packed.product(x, packed, n, b), r, where, relu)
-    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
-    t = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b))
-    if where == "before":
-        t = t + torch.tensor(r)
-    t = torch.relu(t) if relu else t
-    t = t + torch.tensor(r) if where == "after" else t
-    np.testing.assert_allclose(got, t.numpy(), rtol=1e-5, atol=1e-5 * np.sqrt(k))
-
-
-@pytest.mark.parametrize("case", ["contiguous residual", "strided residual",
-                                  "float64 residual", "broadcast residual"])
-def test_op_keeps_the_row_pass_where_the_stores_cannot(case):
-    """``linear_packed``'s op with a residual the stores take, and with one they do not (a
-    strided view, another dtype, a row broadcast: the row pass after the product): the
-    decomposition's values either way."""
-    x, w, b = _data(13, 300, 128)
-    rng = np.random.default_rng(4)
-    r = rng.standard_normal((13, 128)).astype(F)
-    if case == "strided residual":
-        r = rng.standard_normal((13, 256)).astype(F)[:, ::2]
-    elif case == "float64 residual":
-        r = r.astype(np.float64)
-    elif case == "broadcast residual":
-        r = r[:1]
-    want = _decomposed(x, w, b, r.copy(), act="relu", bounds=(-np.inf, np.inf),
-                       residual_at="before", eps=None)
-    got = LINEAR_PACKED.kernel(x, linear_packed.pack(w), b, r, act="relu",
-                               bounds=(-np.inf, np.inf), residual_at="before", eps=None)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-
-
 def test_without_the_loop_the_op_unpacks(monkeypatch):
     """Without Numba, and in float64, the op runs ``linear``'s kernel on the weight
     unpacked: the same values."""

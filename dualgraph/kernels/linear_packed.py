@@ -33,8 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import helper, isa, loop, numba_available
-from .simd import (WIDE, add, broadcast_at_wide, broadcast_wide, fma, load_wide, prefetch, store,
-                   where_greater)
+from .simd import WIDE, add, broadcast_at_wide, broadcast_wide, fma, load_wide, prefetch, store
 from .threads import run_rows, threads_for
 
 F = np.float32
@@ -52,9 +51,6 @@ MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, 
 BAND_BYTES = 512 << 10
 PER_CALL_DEPTH = 192    # the longest sum a product packs its matrix for at every call
 LINE = 16               # float32 values in a cache line
-# what a product's last stores do after the bias (:func:`product`'s ``relu`` and
-# ``residual``, bits of ``mode``): a residual added before the ReLU, the ReLU, one after
-BEFORE, RELU, AFTER = 1, 2, 4
 
 
 @helper(inline="always")
@@ -89,42 +85,6 @@ def _set(of, at, s0, s1, s2, s3):
     store(of, at + WIDE, s1)
     store(of, at + 2 * WIDE, s2)
     store(of, at + 3 * WIDE, s3)
-
-
-@helper(inline="always")
-def _finish(of, ob, ldo, rows, rf, mode):
-    """``rows`` rows of 64 sums-plus-bias at ``of[ob + r*ldo]`` (just stored, in the first
-    level cache) finished as ``mode`` says, ``rf`` the residual laid out as ``of``: the
-    epilogue's row pass (``kernels/epilogue.py``'s ``rows``) in the product's stores,
-    with its roundings (``+ 0`` before ReLU's select, so that -0 becomes 0 and NaN stays
-    NaN)."""
-    zero = broadcast_wide(F(0))
-    for r in range(rows):
-        for c in range(0, COLUMNS, WIDE):
-            at = ob + r * ldo + c
-            v = load_wide(of, at)
-            if mode & BEFORE:
-                v = add(v, load_wide(rf, at))
-            if mode & RELU:
-                v = add(v, zero)
-                v = where_greater(zero, v, zero, v)
-            if mode & AFTER:
-                v = add(v, load_wide(rf, at))
-            store(of, at, v)
-
-
-@helper(inline="always")
-def _finish_one(v, r, mode):
-    """:func:`_finish` of one value ``v`` with its residual ``r`` (the copies out of the
-    scratch block: partial panels, the last rows)."""
-    if mode & BEFORE:
-        v = v + r
-    if mode & RELU:
-        v = v + F(0)
-        v = F(0) if v < F(0) else v
-    if mode & AFTER:
-        v = v + r
-    return v
 
 
 @helper(inline="always")
@@ -203,24 +163,21 @@ def _one(xf, xb, k, wf, wb, bias, of, ob):
 
 
 @loop
-def _panels(start, stop, x, wp, bias, out, band, res, mode):
+def _panels(start, stop, x, wp, bias, out, band):
     """:func:`panel_rows` as a loop of its own (a range of panels: ``run_rows`` shares
     them between threads)."""
-    panel_rows(start, stop, x, wp, bias, out, band, res, mode)
+    panel_rows(start, stop, x, wp, bias, out, band)
 
 
 @helper(inline="always")
-def panel_rows(start, stop, x, wp, bias, out, band, res, mode):
+def panel_rows(start, stop, x, wp, bias, out, band):
     """Panels ``start:stop`` of ``out (M, N) = x (M, K) @ W + bias`` for the packed
     ``wp (panels, K, 64)`` and ``bias`` padded to ``panels * 64``, ``band`` rows (a
-    multiple of six) through all the panels before the next ``band``, finished as
-    ``mode`` says (``BEFORE | RELU | AFTER``, 0: nothing) with the residual ``res (M, N)``
-    (read only with a residual mode; a recurrence's loop calls it too,
-    ``kernels/recurrence.py``)."""
+    multiple of six) through all the panels before the next ``band`` (a recurrence's
+    loop calls it too, ``kernels/recurrence.py``)."""
     m, k = x.shape
     n = out.shape[1]
     xf, wf, of, bf = x.reshape(-1), wp.reshape(-1), out.reshape(-1), bias.reshape(-1)
-    rf = res.reshape(-1)
     full = m - m % ROWS
     os = np.empty(ROWS * COLUMNS, F)        # a block of a partial panel or of the last rows
     for r0 in range(0, full, band):
@@ -243,15 +200,12 @@ def panel_rows(start, stop, x, wp, bias, out, band, res, mode):
                         _block(xf, i * k + k0, k, kn, wf, wb + k0 * COLUMNS, bf[c:], of,
                                i * n + c, n, k0 == 0, k0 + kn == k,
                                ahead + b * each * LINE, max(0, min(each, lines - b * each)))
-                        if mode and k0 + kn == k:
-                            _finish(of, i * n + c, n, ROWS, rf, mode)
                 continue
             for i in range(r0, min(r0 + band, full), ROWS):
                 _block(xf, i * k, k, k, wf, wb, bf[c:], os, 0, COLUMNS, True, True)
                 for r in range(ROWS):
                     for j in range(cols):
-                        at = (i + r) * n + c + j
-                        of[at] = _finish_one(os[r * COLUMNS + j], rf[at if mode else 0], mode)
+                        of[(i + r) * n + c + j] = os[r * COLUMNS + j]
     if full == m:
         return
     left = m - full
@@ -268,8 +222,7 @@ def panel_rows(start, stop, x, wp, bias, out, band, res, mode):
                 _one(xs, (left - 1) * k, k, wf, wb, bf[c:], os, (left - 1) * COLUMNS)
         for r in range(left):
             for j in range(min(COLUMNS, n - c)):
-                at = (full + r) * n + c + j
-                of[at] = _finish_one(os[r * COLUMNS + j], rf[at if mode else 0], mode)
+                of[(full + r) * n + c + j] = os[r * COLUMNS + j]
 
 
 def pack(w: np.ndarray) -> np.ndarray:
@@ -336,14 +289,9 @@ def per_call(rows: int, k: int, n: int) -> bool:
 
 
 def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None = None,
-            out: np.ndarray | None = None, residual: np.ndarray | None = None,
-            where: str = "before", relu: bool = False) -> np.ndarray:
+            out: np.ndarray | None = None) -> np.ndarray:
     """``x (..., K) @ Wᵀ (+ bias)`` for the ``(N, K)`` weight packed by :func:`pack`, into
-    ``out (..., N)`` (fresh where None or not C-contiguous); float32, :func:`wanted`. Then,
-    in the same stores, the ``residual`` (C-contiguous float32 of ``out``'s size, not
-    ``out``'s memory: the sums of a long ``K`` are kept in ``out`` between blocks) added
-    ``where`` (``"before"`` or ``"after"``) a ReLU (``relu``), as ``linear_epilogue``'s
-    row pass would: the same bits, one pass fewer over the result."""
+    ``out (..., N)`` (fresh where None or not C-contiguous); float32, :func:`wanted`."""
     k = x.shape[-1]
     rows = np.ascontiguousarray(x, F).reshape(-1, k)
     shape = (*x.shape[:-1], n)
@@ -352,16 +300,10 @@ def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None =
     b = np.zeros(packed.shape[0] * COLUMNS, F)
     if bias is not None:
         b[:n] = bias
-    mode = RELU if relu else 0
-    if residual is None:
-        res = out.reshape(-1, n)
-    else:
-        mode |= BEFORE if where == "before" else AFTER
-        res = residual.reshape(-1, n)
     if rows.shape[0]:
         band = max(ROWS, BAND_BYTES // (4 * k) // ROWS * ROWS)
-        run_rows(_panels, packed.shape[0], rows, packed, b, out.reshape(-1, n), band, res,
-                 mode, threads=threads_for(rows.shape[0] * k * n // 32))
+        run_rows(_panels, packed.shape[0], rows, packed, b, out.reshape(-1, n), band,
+                 threads=threads_for(rows.shape[0] * k * n // 32))
     return out
 
 
@@ -381,7 +323,7 @@ class Product:
         self.entry = None
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        args = (0, self.packed.shape[0], x, self.packed, self.bias, out, self.band, out, 0)
+        args = (0, self.packed.shape[0], x, self.packed, self.bias, out, self.band)
         if self.threads != 1:
             run_rows(_panels, *args[1:], threads=self.threads)
         else:

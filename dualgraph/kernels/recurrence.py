@@ -26,7 +26,7 @@ def lstm_forward(xg, h0, c0, wp, zero, bias, band, hg, y, cs, acts, reverse):
         p = t + 1 if reverse else t - 1
         h = h0 if s == 0 else y[p]
         c = c0 if s == 0 else cs[p]
-        panel_rows(0, wp.shape[0], h, wp, zero, hg, band, hg, 0)
+        panel_rows(0, wp.shape[0], h, wp, zero, hg, band)
         lstm_cell_rows(hg, xg[t], bias, c, y[t], cs[t], acts[t])
 
 
@@ -52,4 +52,4 @@ def lstm_backward(gy, dh, dc, dc_next, g, c0, cs, acts, wp, zero, band, d_gates,
             cb, nb = dc[b], dc_next[b]
             for j in range(n):
                 cb[j] = nb[j]
-        panel_rows(0, wp.shape[0], d_gates[t], wp, zero, dh, band, dh, 0)
+        panel_rows(0, wp.shape[0], d_gates[t], wp, zero, dh, band)

@@ -695,40 +695,20 @@ def _linear_packed_decomposition(x, wp, b, *rest, eps, **attrs):
 
 def _linear_packed_kernel(x, wp, b, *rest, act, bounds, residual_at, eps, out=None):
     """The product on the packed weight (``kernels/linear_packed.py``'s loop for float32,
-    with the bias, a ReLU and a residual of the result's layout in its stores when no
-    LayerNorm follows; else ``linear``'s kernel on the weight unpacked), then
-    ``linear_epilogue``'s or ``linear_norm``'s pass over its rows where the stores did
-    not finish it."""
+    with the bias in its stores when nothing follows; else ``linear``'s kernel on the
+    weight unpacked), then ``linear_epilogue``'s or ``linear_norm``'s pass over its rows."""
     n = b.shape[0]
+    plain = eps is None and not rest and act == "none"
     if kernels.enabled(x, wp, b, min_elements=0):
-        r = _stored_residual(rest, x, n) if eps is None else None
-        if eps is None and act in ("none", "relu") and (not rest or r is not None):
-            return kernels.linear_packed.product(x, wp, n, b, out=out, residual=r,
-                                                 where=residual_at, relu=act == "relu")
-        y = kernels.linear_packed.product(x, wp, n, None, out=out)
+        y = kernels.linear_packed.product(x, wp, n, b if plain else None, out=out)
     else:
         w = kernels.linear_packed.unpack(wp, n)
-        plain = eps is None and not rest and act == "none"
         y = linalg.LINEAR.kernel(x, w, *((b,) if plain else ()), out=out)
-        if plain:
-            return y
+    if plain:
+        return y
     if eps is None:
         return _rows_tail(y, b, rest, act, bounds, residual_at)
     return _norm_tail(y, b, rest[0], rest[1], rest[2:], act, bounds, residual_at, eps)
-
-
-def _stored_residual(rest, x, n):
-    """``linear_packed``'s residual (the one array of ``rest``) as the packed product's
-    stores take it: float32, C-contiguous, the result's size (no broadcast); else None.
-    (It is never ``out``'s memory: the planner gives a ``fills_out`` op an array of its
-    own.)"""
-    if len(rest) != 1:
-        return None
-    r = rest[0]
-    if (r.dtype != np.float32 or not r.flags.c_contiguous or r.shape[-1:] != (n,)
-            or r.size != x.size // max(x.shape[-1], 1) * n):
-        return None
-    return r
 
 
 def _infer_linear_packed(x, wp, b, *rest, act, bounds, residual_at, eps):
