@@ -21,8 +21,8 @@ bits); two threads take different panels. While the band's rows pass over a bloc
 next block's weights (the next run of the packed weight) are asked into the second level
 cache a line every few steps: a model's weights do not stay in that cache from one call to
 the next, and the first rows to reach a block would otherwise wait on the last level cache
-(on an Intel Xeon, 128 x 256 x 1024 products on 16 weights in turn: 1.19x onnxruntime's
-time without, 1.02x with). Rows past the last
+(on an Intel Xeon, ``benchmarks/packed_linears.py``'s products of 128-197 rows on 16
+weights in turn: 1.16-1.32x onnxruntime's time without, 1.04-1.09x with). Rows past the last
 block of six (up to four of them two by two, five as a zero-padded block of six) and
 columns past ``N`` in the last panel go through a small scratch block, so one loop serves
 every shape. Each output is a sum over ``k`` in order (one lane per column): it differs
