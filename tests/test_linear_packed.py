@@ -18,9 +18,12 @@ from dualgraph.ops.epilogue import LINEAR_PACKED  # noqa: E402
 
 F = np.float32
 # rows, K, N: every remainder of rows by six, outputs in one partial panel, in whole
-# panels, and past them; a K of one lane's worth and a long one
+# panels, and past them; a K of one lane's worth and a long one; rows in several bands
+# over whole panels, K past its last full block (the next block's weights prefetched
+# across panels and back to the first for the next band)
 SHAPES = [(1, 16, 32), (2, 33, 40), (3, 20, 70), (5, 64, 100), (6, 17, 32), (7, 37, 45),
-          (13, 256, 96), (129, 24, 1030), (200, 300, 64), (32, 128, 512), (4, 40, 130)]
+          (13, 256, 96), (129, 24, 1030), (200, 300, 64), (32, 128, 512), (4, 40, 130),
+          (1100, 520, 192)]
 
 
 def _data(rows, k, n, seed=0):
