@@ -37,6 +37,12 @@ CASES = [
     (1, 32, 25, 41, 3, 1, 2, 2, "relu", None),       # dilation 2, taps one at a time
     (16, 24, 15, 17, 3, 2, 1, 1, "clamp", None),     # batch 16, stride 2
     (1, 16, 40, 12, 5, 1, 1, 1, "none", None),       # padding less than the kernel's half
+    # sixteen lanes where AVX-512 runs at full width: four wide blocks at an edge, then a
+    # wide one, an eight-lane one and three channels; runs of 3-, 5- and 7-wide kernels
+    (1, 75, 10, 19, 7, 1, 3, 1, "relu", "after"),    # 7x7: 4x16 + 8 + 3 channels
+    (2, 48, 12, 20, 5, 1, 2, 1, "silu", "before"),   # 5 wide in registers, 3 wide blocks
+    (3, 88, 9, 17, 3, 1, 1, 1, "clamp", None),       # 3 wide, 5x16 + 8, batch 3
+    (1, 40, 7, 7, 7, 1, 3, 1, "hardswish", None),    # 7x7 on 7x7: every position an edge
 ]
 
 
@@ -218,3 +224,17 @@ def training_step(model, x, passes):
         return loss
     step(dg.tensor(x))
     return step.optimized_graph
+
+
+def test_depthwise_loop_same_bits_at_either_width(monkeypatch):
+    """Sixteen lanes sum each output in the same order as eight: the same bits."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 12, 15, 75)).astype(np.float32)
+    wt = conv_nhwc.pack(rng.standard_normal((75, 1, 5, 5)).astype(np.float32))
+    bias = rng.standard_normal(75).astype(np.float32)
+    runs = []
+    for full in (False, True):
+        monkeypatch.setattr(conv_nhwc.isa, "full_width", lambda full=full: full)
+        runs.append(conv_nhwc.conv(x, wt, None, (1, 1), ((2, 2), (2, 2)), (1, 1), bias,
+                                   act=4))
+    np.testing.assert_array_equal(runs[0], runs[1])
