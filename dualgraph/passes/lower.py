@@ -54,7 +54,8 @@ from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .excite import gate_into_weights, gated_pointwises, squeeze_excite, squeeze_excites
 from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_regions,
-                     channels_last, channels_last_regions)
+                     channels_last, channels_last_regions, channels_last_view_regions,
+                     channels_last_views)
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
@@ -460,6 +461,11 @@ RULES += [
     # opt-in (passes={"channels_last": True}): whole models measured slower (docs/passes.md)
     LoweringRule("channels_last", LAYOUT_CONVS, channels_last_regions, channels_last, "graph",
                  default=False),
+    # the same regions where every edge is a permute between NCHW and channels-last ->
+    # channels-last, the permutes read as they are: no conversion at all (after
+    # channels_last, before blocked_channels)
+    LoweringRule("channels_last_views", LAYOUT_CONVS, channels_last_view_regions,
+                 channels_last_views, "graph"),
     # depthwise and 1x1 conv2d(_epilogue) on constant weights, channels multiples of eight,
     # and the elementwise ops, means and reshapes between them, where the cost rule says it
     # pays -> a region in (N, C/8, H, W, 8): depthwise_blocked, pointwise_blocked,
