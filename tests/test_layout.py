@@ -4,7 +4,10 @@ with every epilogue against torch on odd shapes (channels not a multiple of eigh
 planes, strides 1 and 2, kernels 3/5/7, dilation, batch 1 and 3, planes narrower than a run
 of four positions); compiled inverted-residual blocks with squeeze-and-excitation (odd
 channels, BatchNorm folded) against eager and torch, directly and on the graph of
-``dg.onnx.load``; the rule's cost rule and opt-in; a training step is left alone."""
+``dg.onnx.load``; the rule's cost rule and opt-in; a training step is left alone. The
+default rule ``channels_last_views``: depthwise convs between permutes (LayerNorm over
+channels on the permuted tensor) against eager and torch, no relayout left; a region with
+an edge to convert left alone; the loop's sixteen lanes give eight's bits."""
 import numpy as np
 import pytest
 

@@ -26,7 +26,11 @@ a cost rule over element counts: each depthwise conv in it saves the transposes 
 input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
 a ``relayout`` (a transposing copy, ``RELAYOUT_COST`` times a depthwise conv's transposes);
 a region without a depthwise conv is not taken, so graphs of dense convolutions are left
-as they are.
+as they are. In channels-last a value the region reads that is a ``permute`` of a 4-D
+channels-last value to NCHW is that value, and a ``permute`` to channels-last of a value it
+makes is the value it makes: such edges cost nothing, and a region whose edges are all such
+(code that normalises over channels on the permuted tensor between depthwise convs) is
+taken by the default rule ``channels_last_views``.
 """
 from __future__ import annotations
 
@@ -59,8 +63,9 @@ class Layout:
     ``squeeze_excite``, where the layout has one); ``pack(form, w)`` a
     conv's constant weight as that op reads it (``None``: as it is); ``mean_dims`` the
     plane's dims; ``holds(v)``: whether a 4-D value can be laid out so; ``takes(form, x,
-    w)``: whether its kernels run such a conv; ``suffix`` the names' ending; ``view`` the permutation a ``permute`` makes of a 4-D value in
-this layout, with its inverse (``None``: none: see ``_source`` and ``_view_reader``)."""
+    w)``: whether its kernels run such a conv; ``suffix`` the names' ending; ``view`` the
+    ``permute`` that makes an NCHW value this layout's array, and its inverse (``None``:
+    no permute does: ``_source`` and ``_view_reader``)."""
     name: str
     to: tuple
     back: tuple
