@@ -283,10 +283,10 @@ def _permuted_net(lib, c, k, stride, act):
     (2, 35, 5, 2, "hardswish"),   # stride 2 (its output read in the residual too)
     (1, 64, 7, 1, "silu"),        # four wide blocks at the edges
 ])
-def test_permuted_regions_match_eager_and_torch(batch, c, k, stride, act):
+def test_permuted_regions_match_eager_and_torch(batch, c, k, stride, act, tmp_path):
     """By default (``channels_last_views``) the depthwise convs between permutes run
     channels-last with no relayout and no permute left around them; values against eager
-    and torch."""
+    and torch, and on the graph of ``dg.onnx.load`` (its Transposes are permutes)."""
     rng = np.random.default_rng(c)
     reference = _permuted_net(torch, c, k, stride, act).eval()
     state = {n: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
@@ -306,6 +306,14 @@ def test_permuted_regions_match_eager_and_torch(batch, c, k, stride, act):
     assert "relayout(" not in graph and "perm=(0, 3, 1, 2)" not in graph, graph
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    path = str(tmp_path / "permuted.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    run = Executable(dg.onnx.load(path).graph, passes={"channels_last_views": True})
+    assert "depthwise_nhwc" in run.code and "relayout" not in run.code
+    np.testing.assert_allclose(run.run([x])[0], want, rtol=1e-4, atol=1e-4)
 
 
 def test_permuted_region_with_a_paid_edge_is_left_alone():
