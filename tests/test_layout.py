@@ -304,6 +304,8 @@ def test_permuted_regions_match_eager_and_torch(batch, c, k, stride, act, tmp_pa
     graph = str(compiled.optimized_graph)
     assert graph.count("depthwise_nhwc(") == 2, graph   # (at stride 2 cse joins the two)
     assert "relayout(" not in graph and "perm=(0, 3, 1, 2)" not in graph, graph
+    # (before linear_epilogue: each block's residual add is its last linear's epilogue)
+    assert graph.count("residual_at='before'") == 2, graph
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

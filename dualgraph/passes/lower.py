@@ -379,6 +379,12 @@ RULES = [
     # x * gate(conv1x1(act(conv1x1(mean(x, (2, 3)))))), each value read only by the next
     # (squeeze-and-excitation, after conv_epilogue) -> squeeze_excite: one loop per image
     LoweringRule("squeeze_excite", (MEAN,), squeeze_excites, squeeze_excite, "graph"),
+    # channels_last's regions (below) where every edge is a permute between NCHW and
+    # channels-last -> channels-last, the permutes read as they are: no conversion at all
+    # (after conv_epilogue; before linear_epilogue and linear_norm, which then find the
+    # linears' residual adds and norms with no permute between)
+    LoweringRule("channels_last_views", LAYOUT_CONVS, channels_last_view_regions,
+                 channels_last_views, "graph"),
     # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
     LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
                  "graph"),
@@ -461,11 +467,6 @@ RULES += [
     # opt-in (passes={"channels_last": True}): whole models measured slower (docs/passes.md)
     LoweringRule("channels_last", LAYOUT_CONVS, channels_last_regions, channels_last, "graph",
                  default=False),
-    # the same regions where every edge is a permute between NCHW and channels-last ->
-    # channels-last, the permutes read as they are: no conversion at all (after
-    # channels_last, before blocked_channels)
-    LoweringRule("channels_last_views", LAYOUT_CONVS, channels_last_view_regions,
-                 channels_last_views, "graph"),
     # depthwise and 1x1 conv2d(_epilogue) on constant weights, channels multiples of eight,
     # and the elementwise ops, means and reshapes between them, where the cost rule says it
     # pays -> a region in (N, C/8, H, W, 8): depthwise_blocked, pointwise_blocked,
