@@ -85,6 +85,9 @@ def kind(op: str, shapes: list, out=None) -> str:
     if op == "depthwise_blocked" and len(shapes) >= 2:   # (x (N, C/8, H, W, 8))
         x = shapes[0]
         return conv_kind([x[0], x[1] * x[4], x[2], x[3]], shapes[1])
+    if op == "depthwise_nhwc" and len(shapes) >= 2:   # (x (N, H, W, C), weight (kh, kw, cp))
+        (n, h, w, c), (kh, kw) = shapes[0], shapes[1][:2]
+        return conv_kind([n, c, h, w], [c, 1, kh, kw])
     if op == "pointwise_blocked":   # (weight (groups, C, 24))
         return "conv 1x1 on a 1x1 plane" if shapes[0][2] * shapes[0][3] == 1 else "conv 1x1"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:

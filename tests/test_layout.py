@@ -4,7 +4,10 @@ with every epilogue against torch on odd shapes (channels not a multiple of eigh
 planes, strides 1 and 2, kernels 3/5/7, dilation, batch 1 and 3, planes narrower than a run
 of four positions); compiled inverted-residual blocks with squeeze-and-excitation (odd
 channels, BatchNorm folded) against eager and torch, directly and on the graph of
-``dg.onnx.load``; the rule's cost rule and opt-in; a training step is left alone."""
+``dg.onnx.load``; the rule's cost rule and opt-in; a training step is left alone. The
+default rule ``channels_last_views``: depthwise convs between permutes (LayerNorm over
+channels on the permuted tensor) against eager and torch, no relayout left; a region with
+an edge to convert left alone; the loop's sixteen lanes give eight's bits."""
 import numpy as np
 import pytest
 
@@ -37,6 +40,12 @@ CASES = [
     (1, 32, 25, 41, 3, 1, 2, 2, "relu", None),       # dilation 2, taps one at a time
     (16, 24, 15, 17, 3, 2, 1, 1, "clamp", None),     # batch 16, stride 2
     (1, 16, 40, 12, 5, 1, 1, 1, "none", None),       # padding less than the kernel's half
+    # sixteen lanes where AVX-512 runs at full width: four wide blocks at an edge, then a
+    # wide one, an eight-lane one and three channels; runs of 3-, 5- and 7-wide kernels
+    (1, 75, 10, 19, 7, 1, 3, 1, "relu", "after"),    # 7x7: 4x16 + 8 + 3 channels
+    (2, 48, 12, 20, 5, 1, 2, 1, "silu", "before"),   # 5 wide in registers, 3 wide blocks
+    (3, 88, 9, 17, 3, 1, 1, 1, "clamp", None),       # 3 wide, 5x16 + 8, batch 3
+    (1, 40, 7, 7, 7, 1, 3, 1, "hardswish", None),    # 7x7 on 7x7: every position an edge
 ]
 
 
@@ -218,3 +227,115 @@ def training_step(model, x, passes):
         return loss
     step(dg.tensor(x))
     return step.optimized_graph
+
+
+def test_depthwise_loop_same_bits_at_either_width(monkeypatch):
+    """Sixteen lanes sum each output in the same order as eight: the same bits."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 12, 15, 75)).astype(np.float32)
+    wt = conv_nhwc.pack(rng.standard_normal((75, 1, 5, 5)).astype(np.float32))
+    bias = rng.standard_normal(75).astype(np.float32)
+    runs = []
+    for full in (False, True):
+        monkeypatch.setattr(conv_nhwc.isa, "full_width", lambda full=full: full)
+        runs.append(conv_nhwc.conv(x, wt, None, (1, 1), ((2, 2), (2, 2)), (1, 1), bias,
+                                   act=4))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _permuted_net(lib, c, k, stride, act):
+    """Blocks that normalise over channels on the permuted ``(N, H, W, C)`` tensor between
+    depthwise convs (``channels_last_views``): the depthwise conv's input and output
+    permuted, an activation after it, a residual added in NCHW, a mean over the plane."""
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, k, stride, k // 2, groups=c)
+            self.norm = nn.LayerNorm(c)
+            self.up, self.down = nn.Linear(c, 2 * c), nn.Linear(2 * c, c)
+            self.act = {"relu6": nn.ReLU6(), "hardswish": nn.Hardswish(), "silu": nn.SiLU(),
+                        "none": nn.Identity()}[act]
+
+        def forward(self, x):
+            y = self.norm(self.act(self.dw(x)).permute(0, 2, 3, 1))
+            y = self.down(lib.nn.functional.gelu(self.up(y)))
+            shortcut = x if stride == 1 else self.dw(x)
+            return shortcut + y.permute(0, 3, 1, 2)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, c, 2, 2)
+            self.norm = nn.LayerNorm(c)
+            self.blocks = nn.Sequential(Block(), Block())
+
+        def forward(self, x):
+            x = self.norm(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return self.blocks(x).mean((2, 3))
+    return Net()
+
+
+@pytest.mark.parametrize("batch, c, k, stride, act", [
+    (1, 40, 7, 1, "none"),        # 2x16 + 8 channels, 7x7
+    (3, 21, 3, 1, "relu6"),       # 16 + 5 channels, batch 3
+    (2, 35, 5, 2, "hardswish"),   # stride 2 (its output read in the residual too)
+    (1, 64, 7, 1, "silu"),        # four wide blocks at the edges
+])
+def test_permuted_regions_match_eager_and_torch(batch, c, k, stride, act, tmp_path):
+    """By default (``channels_last_views``) the depthwise convs between permutes run
+    channels-last with no relayout and no permute left around them; values against eager
+    and torch, and on the graph of ``dg.onnx.load`` (its Transposes are permutes)."""
+    rng = np.random.default_rng(c)
+    reference = _permuted_net(torch, c, k, stride, act).eval()
+    state = {n: (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32)
+             for n, v in reference.state_dict().items()}
+    reference.load_state_dict({n: torch.tensor(v) for n, v in state.items()})
+    model = _permuted_net(dg, c, k, stride, act).eval()
+    model.load_state_dict({n: dg.tensor(v) for n, v in state.items()})
+    x = rng.standard_normal((batch, 3, 30, 26)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        got = compiled(dg.tensor(x)).numpy()
+        eager = model(dg.tensor(x)).numpy()
+    graph = str(compiled.optimized_graph)
+    assert graph.count("depthwise_nhwc(") == 2, graph   # (at stride 2 cse joins the two)
+    assert "relayout(" not in graph and "perm=(0, 3, 1, 2)" not in graph, graph
+    # (before linear_epilogue: each block's residual add is its last linear's epilogue)
+    assert graph.count("residual_at='before'") == 2, graph
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    path = str(tmp_path / "permuted.onnx")
+    with torch.no_grad():
+        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"])
+    run = Executable(dg.onnx.load(path).graph, passes={"channels_last_views": True})
+    assert "depthwise_nhwc" in run.code and "relayout" not in run.code
+    np.testing.assert_allclose(run.run([x])[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_permuted_region_with_a_paid_edge_is_left_alone():
+    """A region whose output is also read in NCHW (returned) would need a relayout: not
+    taken by default; the compiled values still match eager."""
+    class Net(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = dg.nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+            self.norm = dg.nn.LayerNorm(16)
+
+        def forward(self, x):
+            y = self.dw(self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2))
+            return y, self.norm(y.permute(0, 2, 3, 1))
+    model = Net().eval()
+    x = dg.tensor(np.random.default_rng(1).standard_normal((1, 16, 9, 9)).astype(np.float32))
+    compiled = dg.compile(model)
+    with dg.no_grad():
+        got = [t.numpy() for t in compiled(x)]
+        want = [t.numpy() for t in model(x)]
+    assert "nhwc" not in str(compiled.optimized_graph)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

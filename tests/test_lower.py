@@ -319,6 +319,17 @@ def pooled_depthwise_convs():
     return g
 
 
+def depthwise_conv_between_permutes():
+    g = Graph()
+    x, w, b = f32(g, "x", 1, 6, 6, 8), ramp(g, "w", -1, 1, 8, 1, 3, 3), ramp(g, "b", 0, 1, 8)
+    (p,) = g.add_node("permute", [x], {"perm": (0, 3, 1, 2)}, names=["p"])
+    (h,) = g.add_node("conv2d", [p, w, b], dict(
+        stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=8), names=["h"])
+    (y,) = g.add_node("add", [h, p], {}, names=["y"])
+    g.set_outputs(list(g.add_node("permute", [y], {"perm": (0, 2, 3, 1)}, names=["z"])))
+    return g
+
+
 def squeeze_and_excitation():
     g = Graph()
     x, w1, b1 = f32(g, "x", 2, 6, 5, 5), f32(g, "w1", 2, 6, 1, 1), f32(g, "b1", 2)
@@ -359,6 +370,7 @@ EXAMPLES = {
     "patchify_conv": patchify_conv_by_a_constant,
     "gate_into_weights": gated_blocked_projection,
     "channels_last": pooled_depthwise_convs,
+    "channels_last_views": depthwise_conv_between_permutes,
     "blocked_channels": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
     "squeeze_excite": squeeze_and_excitation,

@@ -588,10 +588,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # output's rows written as one plane.
 # kernels/ +15 and the core +15 (issue 26, i-tfm2): linear_packed prefetches the next block
 # of weights into L2 while a band's rows pass over this one.
-CORE_BUDGET = 33_182
+# kernels/ +25, passes/ +30 and the core +55 (issue 26, i-mobile2): depthwise_nhwc on
+# sixteen-lane blocks; channels_last_views (permutes at a channels-last region's edges read
+# as they are, passes/layout.py).
+CORE_BUDGET = 33_237
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_903,
-           "ops": 11_537, "passes": 3_920, "export": 3_840, "nn": 4_784, "optim": 1_757,
+           "cli": 320, "codegen": 1_354, "distributed": 1_730, "graph": 1_120, "kernels": 6_928,
+           "ops": 11_537, "passes": 3_950, "export": 3_840, "nn": 4_784, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

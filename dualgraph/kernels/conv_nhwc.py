@@ -15,7 +15,11 @@ the first-level cache while its blocks pass. Kernel rows above and below the inp
 left out of the sums (the tap range clipped, not padded); positions whose window crosses
 the left or right edge are summed one at a time with the columns clipped too, four blocks
 at a time so that the multiply-adds' latency is hidden. Channels past the last whole
-block of eight are summed element by element. The weight is ``(kh, kw, cp)`` (``pack``:
+block of eight are summed element by element. Where AVX-512 runs at full width
+(``isa.full_width``) the blocks are sixteen channels (a last one of eight after them): a
+position's sixteen channels lie side by side as eight do, so the same loops run on vectors
+of twice the width, each output the same chain of multiply-adds: the same bits. The weight
+is ``(kh, kw, cp)`` (``pack``:
 tap-major, the channels rounded up to eight, the spare lanes zero). The epilogue
 (``conv_lanes.finish``) runs on each output row as it is done, in cache.
 
@@ -33,11 +37,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blas_threads, helper, loop
+from . import blas_threads, helper, isa, loop
 from .batched import NO_TRANS, sgemm_add
 from .conv_lanes import finish, run_taps, run_wide
 from .epilogue import _row_tail
-from .simd import LANES, fma, load, prefetch, store
+from .simd import (LANES, WIDE, fma, lanes_of, load, load_like, load_wide, prefetch,
+                   store_runs)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -76,35 +81,66 @@ def _clip(at, size, k, d):
 
 
 @helper(inline="always")
-def _edge(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, full):
-    """One output position at ``out[q:]`` whose window is clipped to kernel rows
-    ``i0:i1`` and columns ``j0:j1``: tap ``(i, j)`` of channel block ``b`` read at ``o + i *
-    rstep + j * tstep + b``; the whole blocks below ``full`` four at a time (four sums in
-    flight), then one at a time."""
-    b = 0
-    while b + 4 * LANES <= full:
-        a0, a1 = load(bias, b), load(bias, b + LANES)
-        a2, a3 = load(bias, b + 2 * LANES), load(bias, b + 3 * LANES)
+def _edge_blocks(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, b, full, zero):
+    """:func:`_edge`'s sums for the channels from ``b`` in blocks as wide as ``zero`` (eight
+    or sixteen lanes) up to ``full``: four blocks at a time (four sums in flight), then one
+    at a time. Returns the first channel left."""
+    width = lanes_of(zero)
+    while b + 4 * width <= full:
+        a0, a1 = load_like(bias, b, zero), load_like(bias, b + width, zero)
+        a2, a3 = load_like(bias, b + 2 * width, zero), load_like(bias, b + 3 * width, zero)
         for i in range(i0, i1):
             for j in range(j0, j1):
                 t, p = (i * kw + j) * cp + b, o + i * rstep + j * tstep + b
-                a0 = fma(load(wt, t), load(x, p), a0)
-                a1 = fma(load(wt, t + LANES), load(x, p + LANES), a1)
-                a2 = fma(load(wt, t + 2 * LANES), load(x, p + 2 * LANES), a2)
-                a3 = fma(load(wt, t + 3 * LANES), load(x, p + 3 * LANES), a3)
-        store(out, q + b, a0)
-        store(out, q + b + LANES, a1)
-        store(out, q + b + 2 * LANES, a2)
-        store(out, q + b + 3 * LANES, a3)
-        b += 4 * LANES
-    while b < full:
-        a0 = load(bias, b)
+                a0 = fma(load_like(wt, t, zero), load_like(x, p, zero), a0)
+                a1 = fma(load_like(wt, t + width, zero), load_like(x, p + width, zero), a1)
+                a2 = fma(load_like(wt, t + 2 * width, zero), load_like(x, p + 2 * width, zero),
+                         a2)
+                a3 = fma(load_like(wt, t + 3 * width, zero), load_like(x, p + 3 * width, zero),
+                         a3)
+        store_runs(out, q + b, LANES, a0)
+        store_runs(out, q + b + width, LANES, a1)
+        store_runs(out, q + b + 2 * width, LANES, a2)
+        store_runs(out, q + b + 3 * width, LANES, a3)
+        b += 4 * width
+    while b + width <= full:
+        a0 = load_like(bias, b, zero)
         for i in range(i0, i1):
             for j in range(j0, j1):
-                a0 = fma(load(wt, (i * kw + j) * cp + b), load(x, o + i * rstep + j * tstep + b),
-                         a0)
-        store(out, q + b, a0)
-        b += LANES
+                a0 = fma(load_like(wt, (i * kw + j) * cp + b, zero),
+                         load_like(x, o + i * rstep + j * tstep + b, zero), a0)
+        store_runs(out, q + b, LANES, a0)
+        b += width
+    return b
+
+
+@helper(inline="always")
+def _edge(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, full, wide):
+    """One output position at ``out[q:]`` whose window is clipped to kernel rows
+    ``i0:i1`` and columns ``j0:j1``: tap ``(i, j)`` of channel block ``b`` read at ``o + i *
+    rstep + j * tstep + b``; the whole blocks below ``full``, sixteen lanes at a time where
+    ``wide``, then eight (:func:`_edge_blocks`)."""
+    b = 0
+    if wide and full >= WIDE:    # (the bias vectors say the width; their values unused)
+        b = _edge_blocks(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, b, full,
+                         load_wide(bias, 0))
+    if b < full:
+        _edge_blocks(out, x, wt, bias, q, o, i0, i1, j0, j1, kw, rstep, tstep, cp, b, full,
+                     load(bias, 0))
+
+
+@helper(inline="always")
+def _run(out, x, wt, b, bias, q, o, i0, i1, kw, rstep, tstep, cp, step, channels, run,
+         reuse):
+    """A run of ``run`` (eight or four) positions of the channel block from ``b``, as wide
+    as ``bias``: ``conv_lanes.run_wide`` (the taps of a kernel row reused across the
+    positions) where ``reuse``, else ``run_taps``."""
+    if reuse:
+        run_wide(out, x, wt, b, bias, q + b, o + b, i0, i1, kw, rstep, cp, step, channels,
+                 LANES)
+    else:
+        run_taps(out, x, wt, b, bias, q + b, o + b, i0, i1, kw, rstep, tstep, cp, step,
+                 channels, LANES, run == 8)
 
 
 @helper(inline="always")
@@ -141,7 +177,8 @@ def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geom
     first, last = _inside(0, width, left, sw, kw, dw)
     last = min(last, wo)
     run = 8 if last - first >= 8 else (4 if last - first >= 4 else 0)
-    wide = run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1
+    reuse = run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1
+    sixteen = geometry[14] == WIDE
     for row in range(start, stop):
         n, r = row // ho, row % ho
         y = r * sh - top
@@ -152,20 +189,22 @@ def _depthwise(start, stop, x, wt, bias, out, residual, act, lo, hi, where, geom
         while run and v < last:
             v = min(v, last - run)
             q, o = orow + v * channels, xrow + (v * sw - left) * channels
-            for b in range(0, full, LANES):
-                if wide:
-                    run_wide(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
-                             cp, step, channels, LANES)
-                else:
-                    run_taps(out, x, wt, b, load(bias, b), q + b, o + b, i0, i1, kw, rstep,
-                             tstep, cp, step, channels, LANES, run == 8)
+            b = 0
+            while sixteen and b + WIDE <= full:
+                _run(out, x, wt, b, load_wide(bias, b), q, o, i0, i1, kw, rstep, tstep, cp,
+                     step, channels, run, reuse)
+                b += WIDE
+            while b < full:
+                _run(out, x, wt, b, load(bias, b), q, o, i0, i1, kw, rstep, tstep, cp, step,
+                     channels, run, reuse)
+                b += LANES
             v += run
         for v in range(wo):
             xc = v * sw - left
             j0, j1 = _clip(xc, width, kw, dw)
             if not (run and first <= v < last):    # (else summed in a run)
                 _edge(out, x, wt, bias, orow + v * channels, xrow + xc * channels, i0, i1,
-                      j0, j1, kw, rstep, tstep, cp, full)
+                      j0, j1, kw, rstep, tstep, cp, full, sixteen)
             if full < channels:
                 for c in range(full, channels):
                     s = bias[c]
@@ -198,7 +237,7 @@ def fitted(x_shape, wt_shape, stride, padding, dilation, residual=False, where=0
     wo = (wd + sum(padding[1]) - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     workers = max(1, min(n * ho, threads_for(n * ho * wo * c * kh * kw) or cores()))
     geometry = np.array([c, cp, h, wd, ho, wo, kh, kw, *stride, *dilation, padding[0][0],
-                         padding[1][0]], np.int64)
+                         padding[1][0], WIDE if isa.full_width() else LANES], np.int64)
     codes = (act, F(lo), F(hi), where)
 
     def run(x, wt, bias, residual=None, out=None):

@@ -26,7 +26,11 @@ a cost rule over element counts: each depthwise conv in it saves the transposes 
 input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
 a ``relayout`` (a transposing copy, ``RELAYOUT_COST`` times a depthwise conv's transposes);
 a region without a depthwise conv is not taken, so graphs of dense convolutions are left
-as they are.
+as they are. In channels-last a value the region reads that is a ``permute`` of a 4-D
+channels-last value to NCHW is that value, and a ``permute`` to channels-last of a value it
+makes is the value it makes: such edges cost nothing, and a region whose edges are all such
+(code that normalises over channels on the permuted tensor between depthwise convs) is
+taken by the default rule ``channels_last_views``.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ from ..ops.layout import (BLOCK_CHANNELS, DEPTHWISE_BLOCKED, DEPTHWISE_NHWC, POI
                           POINTWISE_NHWC, RELAYOUT, SQUEEZE_EXCITE_BLOCKED, TO_NCHW, TO_NHWC,
                           UNBLOCK_CHANNELS)
 from ..ops.reduce import MEAN
-from ..ops.shape import RESHAPE
+from ..ops.shape import PERMUTE, RESHAPE
 from ..shapes import is_static
 from .core import Builder, Report, live_readers
 
@@ -59,7 +63,9 @@ class Layout:
     ``squeeze_excite``, where the layout has one); ``pack(form, w)`` a
     conv's constant weight as that op reads it (``None``: as it is); ``mean_dims`` the
     plane's dims; ``holds(v)``: whether a 4-D value can be laid out so; ``takes(form, x,
-    w)``: whether its kernels run such a conv; ``suffix`` the names' ending."""
+    w)``: whether its kernels run such a conv; ``suffix`` the names' ending; ``view`` the
+    ``permute`` that makes an NCHW value this layout's array, and its inverse (``None``:
+    no permute does: ``_source`` and ``_view_reader``)."""
     name: str
     to: tuple
     back: tuple
@@ -69,6 +75,7 @@ class Layout:
     holds: object
     takes: object
     suffix: str
+    view: tuple | None = None
 
 
 def _conv_form(node: Node, constants, layout) -> str | None:
@@ -147,21 +154,44 @@ def _regions(graph: Graph, layout: Layout) -> list[list[Node]]:
     return [g for g in groups.values() if _pays(g, graph, read_by, layout)]
 
 
-def _edges(region: list, read_by: dict) -> tuple[set, set]:
-    """The values converted into channels-last (4-D, read by the region, made outside it)
-    and back (4-D, made inside, read outside or returned)."""
+def _edges(region: list, read_by: dict, layout: Layout) -> tuple[set, set]:
+    """The values converted into the layout (4-D, read by the region, made outside it, not
+    a ``permute`` of a value already so laid out: ``_source``) and back (4-D, made inside,
+    read outside, not only by ``permute``s into the layout: ``_view_reader``, or
+    returned)."""
     inside = set(region)
-    into = {v for n in region for v in _layout_values(n) if v.producer not in inside}
+    into = {v for n in region for v in _layout_values(n)
+            if v.producer not in inside and _source(v, layout) is None}
     back = {v for n in region for v in n.outputs if v.ndim == 4
-            and any(not isinstance(u, Node) or u not in inside for u in read_by.get(v, []))}
+            and any(not isinstance(u, Node) or (u not in inside and not _view_reader(u, layout))
+                    for u in read_by.get(v, []))}
     return into, back
+
+
+def _source(v: Value, layout: Layout) -> Value | None:
+    """The value whose data is ``v`` in the layout, where ``v`` is a ``permute`` of it (a
+    channels-last ``(N, H, W, C)`` value permuted to NCHW, as code that normalises over
+    channels writes): the region reads it with no conversion."""
+    node = v.producer
+    if (layout.view is None or not isinstance(node, Node) or node.op is not PERMUTE
+            or tuple(node.attrs["perm"]) != layout.view[1]):
+        return None
+    src = node.inputs[0]
+    return src if isinstance(src, Value) and src.dtype == v.dtype and src.ndim == 4 else None
+
+
+def _view_reader(node: Node, layout: Layout) -> bool:
+    """Whether ``node`` permutes a 4-D value into the layout's order: its result is the
+    value in the layout, with no conversion."""
+    return (layout.view is not None and node.op is PERMUTE and node.inputs[0].ndim == 4
+            and tuple(node.attrs["perm"]) == layout.view[0])
 
 
 def _pays(region: list, graph: Graph, read_by: dict, layout: Layout) -> bool:
     """The cost rule (module docstring)."""
     gain = sum(math.prod(n.inputs[0].shape) + math.prod(n.outputs[0].shape) for n in region
                if n.op in CONVS and _conv_form(n, graph.constants, layout) == "depthwise")
-    into, back = _edges(region, read_by)
+    into, back = _edges(region, read_by, layout)
     cost = RELAYOUT_COST * sum(math.prod(v.shape) for v in into | back)
     return gain > cost
 
@@ -169,6 +199,17 @@ def _pays(region: list, graph: Graph, read_by: dict, layout: Layout) -> bool:
 def channels_last_regions(graph: Graph) -> list[list[Node]]:
     """The precondition of ``channels_last``: its regions that pay."""
     return _regions(graph, CHANNELS_LAST)
+
+
+def channels_last_view_regions(graph: Graph) -> list[list[Node]]:
+    """The precondition of ``channels_last_views``: the channels-last regions with nothing
+    to convert at their edges, each value they read from outside a ``permute`` of a
+    channels-last value and each value read outside read only by a ``permute`` into
+    channels-last (code that normalises over channels between depthwise convs permutes
+    each conv's input and output): their depthwise convs run channels-last at no cost."""
+    read_by = live_readers(graph)
+    return [r for r in _regions(graph, CHANNELS_LAST)
+            if _edges(r, read_by, CHANNELS_LAST) == (set(), set())]
 
 
 def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
@@ -212,6 +253,45 @@ def channels_last(graph: Graph, regions: list, report: Report) -> Graph:
               residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1))
           %m: f32[1,8] = mean(%y, dims=(1, 2), keepdim=False)
           return (%m)
+        }
+    """
+    return _relayout(graph, regions, report, CHANNELS_LAST)
+
+
+def channels_last_views(graph: Graph, regions: list, report: Report) -> Graph:
+    """Each region of ``channels_last_view_regions`` in channels-last as ``channels_last``
+    makes it, each value it reads a ``permute`` of a channels-last value read as that value
+    and each ``permute`` into channels-last of a value it makes read as the value it makes:
+    no conversion at all (a permute left unread goes with dead code).
+
+    Preserves: types, inputs and outputs; values up to the rounding of the conv's sums
+    (in another order).
+
+    Before::
+
+        graph(%x: f32[1,6,6,8]) {
+          %w: f32[8,1,3,3] = constant
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %p: f32[1,8,6,6] = permute(%x, perm=(0, 3, 1, 2))
+          %h: f32[1,8,6,6] = conv2d(%p, %w, %b, stride=(1, 1), padding=((1, 1), (1, 1)),
+              dilation=(1, 1), groups=8)
+          %y: f32[1,8,6,6] = add(%h, %p)
+          %z: f32[1,6,6,8] = permute(%y, perm=(0, 2, 3, 1))
+          return (%z)
+        }
+
+    After::
+
+        graph(%x: f32[1,6,6,8]) {
+          %b: f32[8] = constant([0.0, 0.14285715, 0.2857143, 0.42857143, 0.5714286,
+              0.71428573, 0.85714287, 1.0])
+          %w_nhwc: f32[3,3,8] = constant
+          %p: f32[1,8,6,6] = permute(%x, perm=(0, 3, 1, 2))
+          %h: f32[1,6,6,8] = depthwise_nhwc(%x, %w_nhwc, %b, act='none', bounds=(-inf, inf),
+              residual_at=None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1))
+          %y: f32[1,6,6,8] = add(%h, %x)
+          return (%y)
         }
     """
     return _relayout(graph, regions, report, CHANNELS_LAST)
@@ -278,7 +358,7 @@ def _relayout(graph: Graph, regions: list, report: Report, layout: Layout) -> Gr
     member, back = {}, set()
     for region in regions:
         member.update(dict.fromkeys(region, True))
-        back |= _edges(region, read_by)[1]
+        back |= _edges(region, read_by, layout)[1]
         report.count(f"{layout.name} regions", f"{len(region)} nodes from "
                                                f"%{region[0].outputs[0].name}")
     b = Builder(graph)
@@ -288,7 +368,10 @@ def _relayout(graph: Graph, regions: list, report: Report, layout: Layout) -> Gr
         """The value's form in the layout, for a member reading it."""
         if not isinstance(v, Value) or v.ndim != 4:
             return b.get(v)
-        if v not in laid:
+        if v not in laid and _source(v, layout) is not None:
+            laid[v] = b.get(_source(v, layout))
+            report.count("permutes read as they are", f"%{v.name}")
+        elif v not in laid:
             (laid[v],) = b.add(layout.to[0], [b.get(v)], layout.to[1], None,
                                [v.name + layout.suffix])
             report.count("relayouts", f"%{v.name} to {layout.name}")
@@ -302,6 +385,10 @@ def _relayout(graph: Graph, regions: list, report: Report, layout: Layout) -> Gr
         return weights[w, form]
 
     for node in graph.nodes:
+        if node not in member and _view_reader(node, layout) and node.inputs[0] in laid:
+            b.env[node.outputs[0]] = laid[node.inputs[0]]    # (the value as it is laid out)
+            report.count("permutes read as they are", f"%{node.outputs[0].name}")
+            continue
         if node not in member:
             b.copy(node)
             continue
@@ -359,7 +446,8 @@ def _pack_nhwc(form, w):
 CHANNELS_LAST = Layout(
     "channels-last", (RELAYOUT, {"perm": TO_NHWC}), (RELAYOUT, {"perm": TO_NCHW}),
     {"depthwise": DEPTHWISE_NHWC, "pointwise": POINTWISE_NHWC}, _pack_nhwc, (1, 2),
-    holds=lambda v: True, takes=lambda form, x, w: True, suffix="_nhwc")
+    holds=lambda v: True, takes=lambda form, x, w: True, suffix="_nhwc",
+    view=(TO_NHWC, TO_NCHW))
 
 BLOCKED = Layout(
     "blocked", (BLOCK_CHANNELS, {}), (UNBLOCK_CHANNELS, {}),

@@ -54,7 +54,8 @@ from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
 from .excite import gate_into_weights, gated_pointwises, squeeze_excite, squeeze_excites
 from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_regions,
-                     channels_last, channels_last_regions)
+                     channels_last, channels_last_regions, channels_last_view_regions,
+                     channels_last_views)
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
 from .norms import fuse_rms_norm, rms_norm_patterns
@@ -378,6 +379,12 @@ RULES = [
     # x * gate(conv1x1(act(conv1x1(mean(x, (2, 3)))))), each value read only by the next
     # (squeeze-and-excitation, after conv_epilogue) -> squeeze_excite: one loop per image
     LoweringRule("squeeze_excite", (MEAN,), squeeze_excites, squeeze_excite, "graph"),
+    # channels_last's regions (below) where every edge is a permute between NCHW and
+    # channels-last -> channels-last, the permutes read as they are: no conversion at all
+    # (after conv_epilogue; before linear_epilogue and linear_norm, which then find the
+    # linears' residual adds and norms with no permute between)
+    LoweringRule("channels_last_views", LAYOUT_CONVS, channels_last_view_regions,
+                 channels_last_views, "graph"),
     # max_pool2d(x) whose indices nothing reads -> max_pool2d_values(x): no argmax
     LoweringRule("max_pool_values", (MAX_POOL2D,), unread_pool_indices, max_pool_values,
                  "graph"),
