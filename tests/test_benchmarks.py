@@ -107,3 +107,21 @@ def test_the_programs_report_gives_ratios_of_the_same_computation_only():
     assert lines[3].startswith("c") and "failed" in lines[3] and "boom" in lines[3]
     assert lines[4] == "geometric mean of the ratios: 2.00 over 1 programs"
     assert set(tpe.PROGRAMS) >= {"gpt", "mnist_cnn", "vae", "vit", "word_lm"}
+
+
+def test_step_nodes_lists_a_compiled_steps_nodes_in_the_step_and_alone():
+    """``benchmarks/step_nodes.py`` on W1 (in a child: it sets one thread before NumPy
+    loads): a line per node, each with its time in the step, alone and cold, and its
+    kernel."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "benchmarks.step_nodes", "W1", "--steps", "2",
+                          "--top", "3", "--evict-mb", "1"], capture_output=True, text=True,
+                         check=True, env=dict(os.environ)).stdout.splitlines()
+    assert out[0].startswith("W1: step") and out[-1].startswith("load average")
+    nodes = out[2:-1]
+    assert len(nodes) == 3
+    for line in nodes:
+        in_step, alone, cold, ratio, kernel = line.split()[:5]
+        assert float(in_step) > 0 and float(alone) > 0 and float(cold) > 0 and kernel

@@ -253,11 +253,14 @@ def test_each_output_is_one_chain_of_multiply_adds_over_k_in_order():
 
 
 # -- a trained layer's product, its weight packed at each call (``linear_packed.per_call``) ---
-# rows, K, N: taken forward (the first three; the backward's input gradient, a sum over N,
-# the second to the fourth), then left to the BLAS: a long sum, partial panels, few
-# multiply-adds
-PER_CALL = [(1024, 32, 512), (64, 128, 64), (13, 192, 128), (1024, 256, 64),
-            (300, 100, 100), (6, 16, 64)]
+# rows, K, N, whether the forward product is taken and whether the backward's input
+# gradient (a sum over N) is: a short sum, a narrow product's long sum (N at most 128, from
+# 256 rows), or left to the BLAS (a long wide sum, partial panels, few rows or multiply-adds)
+PER_CALL = [(1024, 32, 512, True, False), (64, 128, 64, True, True),
+            (13, 192, 128, True, True), (1024, 256, 64, True, True),
+            (512, 512, 128, True, True), (128, 512, 128, False, True),
+            (256, 256, 256, False, False), (300, 100, 100, False, False),
+            (6, 16, 64, False, False)]
 
 
 def _spy(monkeypatch):
@@ -269,8 +272,9 @@ def _spy(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("rows,k,n", PER_CALL, ids=str)
-def test_trained_linear_packed_per_call_matches_torch(rows, k, n, monkeypatch):
+@pytest.mark.parametrize("rows,k,n,forward,backward", PER_CALL, ids=str)
+def test_trained_linear_packed_per_call_matches_torch(rows, k, n, forward, backward,
+                                                      monkeypatch):
     """Eager ``linear`` forward and backward on a weight that needs its gradient: the
     products ``per_call`` takes run packed (counted), the others the BLAS; values and
     gradients agree with torch either way, a 3-D transposed input included."""
@@ -288,8 +292,7 @@ def test_trained_linear_packed_per_call_matches_torch(rows, k, n, monkeypatch):
     for a, t in zip(ours, ref, strict=True):
         np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), **tol)
     taken = linear_packed.per_call(rows, k, n), linear_packed.per_call(rows, n, k)
-    assert len(calls) == sum(taken) and taken[0] == ((rows, k, n) in PER_CALL[:3])
-    assert taken[1] == ((rows, k, n) in PER_CALL[1:4])
+    assert len(calls) == sum(taken) and taken == (forward, backward)
     x3 = dg.tensor(x.reshape(1, rows, k)).transpose(0, 1)       # (rows, 1, K), strided
     np.testing.assert_allclose(dg.nn.functional.linear(x3, *ours[1:]).detach().numpy(),
                                want.detach().numpy()[:, None], **tol)

@@ -50,6 +50,10 @@ MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, 
 # Intel Xeon than 512 KB's two)
 BAND_BYTES = 512 << 10
 PER_CALL_DEPTH = 192    # the longest sum a product packs its matrix for at every call
+# ... or any sum of a narrow product (at most two panels) whose packed matrix fits in this
+# many floats (256 KB: it stays in the second level cache while every band of rows passes),
+# from NARROW_ROWS rows on
+NARROW_COLUMNS, NARROW_FLOATS, NARROW_ROWS = 2 * COLUMNS, 1 << 16, 256
 LINE = 16               # float32 values in a cache line
 
 
@@ -279,13 +283,21 @@ def constant_wins(rows: int | None, k: int, n: int) -> bool:
 def per_call(rows: int, k: int, n: int) -> bool:
     """Whether a float32 product ``(rows, K) @ (K, N)`` on a matrix that changes between
     calls (a trained layer's weight, packed at each call) runs faster here than through
-    the BLAS: :func:`wanted`, every panel full (``N`` a multiple of 64) and a short sum
-    (``K`` at most ``PER_CALL_DEPTH``). OpenBLAS lays out both operands at every call,
-    which a short sum does not pay back, while packing ``K x N`` costs a few microseconds:
-    on an Intel Xeon 1.2-1.7x faster at 1024 x 16..192 x 64..512 and 512 x 256 x 128
-    (the bias added in registers, not in a second pass), about level at K 256, slower at
-    N 100 or K 512."""
-    return n % COLUMNS == 0 and k <= PER_CALL_DEPTH and wanted(rows, k, n)
+    the BLAS: :func:`wanted`, every panel full (``N`` a multiple of 64), and a short sum
+    (``K`` at most ``PER_CALL_DEPTH``) or a narrow product (``N`` at most two panels,
+    ``NARROW_ROWS`` rows or more, its packed matrix at most ``NARROW_FLOATS``). OpenBLAS
+    lays out both operands at every call, which a short sum does not pay back, while
+    packing ``K x N`` costs a few microseconds: on an Intel Xeon 1.2-1.7x faster at 1024 x
+    16..192 x 64..512 and 512 x 256 x 128 (the bias added in registers, not in a second
+    pass). Past K 192 the loop's register block still wins where N is narrow: at 256-4096
+    rows, K 256-1024, N 64 it took 0.8-0.9x OpenBLAS's time (the packing included, either
+    operand layout), at N 128 and K up to 512 0.86-0.97x from 512 rows (level at 256); at
+    128 rows, at K 1024 with N 128, and at N 192 and wider it ran level or slower (up to
+    1.25x at N 512-1024, K 512-1024)."""
+    if n % COLUMNS or not wanted(rows, k, n):
+        return False
+    narrow = n <= NARROW_COLUMNS and k * n <= NARROW_FLOATS and rows >= NARROW_ROWS
+    return k <= PER_CALL_DEPTH or narrow
 
 
 def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None = None,
