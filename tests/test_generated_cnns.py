@@ -20,7 +20,7 @@ which grows with the value's largest element), eager must match torch, and torch
 export (``dynamo=False``) loaded by ``dg.onnx.load`` must match torch. A failing model
 prints its description.
 
-CI runs ``DG_CNN_EXAMPLES`` seeds from ``DG_CNN_FIRST`` (default 4 from 0). A campaign::
+CI runs ``DG_CNN_EXAMPLES`` seeds from ``DG_CNN_FIRST`` (default 8 from 0). A campaign::
 
     PYTHONPATH=$PWD python -m tests.test_generated_cnns --seeds 0:300
 
@@ -50,7 +50,7 @@ try:   # (pytest puts tests/ on the path; python -m tests.<module> does not)
 except ImportError:
     from tests.fuzzing import campaign, campaign_parser, chosen_seeds
 
-EXAMPLES = int(os.environ.get("DG_CNN_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("DG_CNN_EXAMPLES", "8"))
 FIRST = int(os.environ.get("DG_CNN_FIRST", "0"))
 WIDTHS = [1, 2, 3, 4, 6, 8, 12, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 49, 56, 63, 64, 65,
           72, 80, 96, 112, 127, 128, 129, 144, 160]
@@ -240,8 +240,10 @@ def block(r, s: Shape):
 
 
 def describe(seed: int):
-    """The drawn model: (layers, input shape (N, C, H, W), the cores dualgraph's loops use:
-    one is where Winograd runs, more split the loops' work items otherwise), and whether
+    """The drawn model: (layers, input shape (N, C, H, W), the cores dualgraph's loops use
+    (one is where Winograd runs, more split the loops' work items otherwise), the options
+    of ``dg.compile``'s passes (the opt-in ``channels_last`` regions, with and without
+    squeeze-excitation made one op), and whether
     torch's ONNX export of it is sound: its shape inference keeps the last window a
     ``ceil_mode`` pool drops (it starts in the padding), so the model declares the wrong
     plane for the outputs (``dg.onnx.load`` refuses a declared shape the graph does not
@@ -249,6 +251,8 @@ def describe(seed: int):
     a ``MaxPool`` whose kernel is that wrong plane's, larger than the real one."""
     r = random.Random(seed)
     cores = r.choice([1, 2, 4])
+    passes = r.choice([None, None, {"channels_last": True},
+                       {"channels_last": True, "squeeze_excite": False}])
     batch = r.randint(1, 3)
     cin = r.choice([1, 3, 3, 4, 8, 16, 32, 64]) if r.random() < 0.6 else r.choice(WIDTHS)
     nhwc = r.random() < 0.25   # an input in channels-last, permuted to NCHW first
@@ -272,7 +276,7 @@ def describe(seed: int):
     if head != "none":
         layers.append(("head", head, s.c, s.c * s.h * s.w))
     shape = (batch, h, w, cin) if nhwc else (batch, cin, h, w)
-    return layers, shape, cores, not s.dropped
+    return layers, shape, cores, passes, not s.dropped
 
 
 # -- building the description with a library (torch or dualgraph) ----------------------------
@@ -407,8 +411,9 @@ def state(reference, seed):
     return out
 
 
-def text(layers, shape, cores) -> str:
-    return f"input {shape}, {cores} core(s)\n" + "\n".join(map(repr, layers))
+def text(layers, shape, cores, passes) -> str:
+    return (f"input {shape}, {cores} core(s), passes {passes}\n"
+            + "\n".join(map(repr, layers)))
 
 
 @contextlib.contextmanager
@@ -449,14 +454,14 @@ def reached(compiled) -> list[str]:
 def check(seed: int, tmp_path=None) -> int:
     """Seed ``seed``'s model: compiled against eager, eager against torch, torch's ONNX
     export through ``dg.onnx.load`` against torch. Returns the comparisons made."""
-    layers, shape, cores, exportable = describe(seed)
-    description = text(layers, shape, cores)
+    layers, shape, cores, passes, exportable = describe(seed)
+    description = text(layers, shape, cores, passes)
     reference = build(layers, torch).eval()
     weights = state(reference, seed)
     reference.load_state_dict({k: torch.tensor(v) for k, v in weights.items()}, strict=False)
     model = build(layers, dg).eval()
     model.load_state_dict({k: dg.tensor(v) for k, v in weights.items()}, strict=False)
-    compiled = dg.compile(model)
+    compiled = dg.compile(model, passes=passes)
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
     with torch.no_grad(), dg.no_grad(), using_cores(cores):
@@ -527,7 +532,7 @@ def main(argv=None) -> int:
         print(f"seed {seed}", flush=True)
         return check(seed)
 
-    status = campaign(chosen_seeds(args, lambda seed: (text(*describe(seed)[:3]),)), announced,
+    status = campaign(chosen_seeds(args, lambda seed: (text(*describe(seed)[:4]),)), announced,
                       NotImplementedError)
     for what, count in sorted(HITS.items()):
         print(f"{count:6d}  {what}")
