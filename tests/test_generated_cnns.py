@@ -79,7 +79,8 @@ class Shape:
             span = n + p0 + p1 - dilation * (k - 1) - 1
             size = (-(-span // stride) if ceil else span // stride) + 1
             if drop and ceil and (size - 1) * stride >= n + p0:
-                size -= 1   # (torch's rule: the last window starts inside the image)
+                size -= 1   # (torch's rule: a last window starting in the right padding
+                #              is dropped)
             sizes.append(size)
         return sizes
 
