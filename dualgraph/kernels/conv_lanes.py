@@ -332,7 +332,10 @@ def conv(x, w, out, stride, padding, dilation, bias, residual=None, where=0, act
     items = n * -(-c // LANES)
     workers = max(1, min(items, threads_for(out.size * kh * kw) or cores()))
     scratch = np.empty((workers, hp * wp * LANES), F)
-    stages = np.empty((workers, h * wd * LANES if wd < LANES or c % LANES else 1), F)
+    # (``_pack`` stages rows whose read columns, not the whole width, are under eight:
+    # a strided conv need not read an input's last columns)
+    cols = min(wd, wp - padding[1][0])
+    stages = np.empty((workers, h * wd * LANES if cols < LANES or c % LANES else 1), F)
     acc = np.empty((workers, ho * wo * LANES), F)
     wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
     res = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual, F).reshape(-1)
