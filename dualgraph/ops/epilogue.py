@@ -333,8 +333,9 @@ def _laid_out(name, fit, weight):
 
 def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, out_channels,
                 stride, padding, dilation, groups=1):
-    """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes (its
-    plan of tap offsets and bands worked out once); None without Numba."""
+    """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes
+    (``conv_packed.fitted``: its plan, threads, scratch and compiled entry worked out
+    once); None without Numba."""
     if not kernels.numba_available():
         return None
     cp = kernels.conv_packed
