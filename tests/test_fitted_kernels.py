@@ -1,10 +1,11 @@
-"""Conv kernels fitted to a compiled node's static shapes once (``conv_direct.fitted``,
-``conv_lanes.fitted``, ``conv_packed.fitted``; ``conv2d``'s ``specialise`` as
-``conv_direct``): the compiled function gives eager's bits and torch's values, call after
-call with its output buffers reused and new inputs and weights each call (the fitted
-closures keep scratch, a padded weight or bias buffer and the loop's entry across calls),
-with NaN and inf in the input, at batch 1 and 3, on planes the direct loop takes and the
-small ones ``conv_lanes`` takes, and with narrow groups."""
+"""Kernels fitted to a compiled node's static shapes once (``conv_direct.fitted``,
+``conv_lanes.fitted``, ``conv_packed.fitted``, ``ops.excite.fitted_loop``; ``conv2d``'s
+``specialise`` as ``conv_direct``, the squeeze-and-excitation ops' as their loops): the
+compiled function gives eager's bits and torch's values, call after call with its output
+buffers reused and new inputs and weights each call (the fitted closures keep scratch, a
+padded weight or bias buffer and the loop's entry across calls), with NaN and inf in the
+input, at batch 1 and 3, on planes the direct loop takes and the small ones ``conv_lanes``
+takes, and with narrow groups."""
 import numpy as np
 import pytest
 
@@ -13,6 +14,8 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 import dualgraph.nn.functional as F  # noqa: E402
+
+from test_squeeze_excite import _pair  # noqa: E402
 
 # x shape, weight shape, stride, padding, groups
 CASES = [
@@ -88,3 +91,37 @@ def test_a_fitted_packed_conv_reused_gives_each_calls_bits(groups, residual):
         want = cp.conv(x, packed, np.empty_like(out), *args, b, (3, 3),
                        residual=r if residual else None, **codes)
         np.testing.assert_array_equal(run(x, packed, b, out, r if residual else None), want)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("n,c,s,hw", [(1, 16, 4, (7, 9)), (3, 24, 5, (5, 5)), (2, 8, 1, (1, 1))])
+def test_fitted_squeeze_excite_gives_the_kernels_bits_call_after_call(blocked, n, c, s, hw):
+    """The squeeze-and-excitation ops' ``specialise`` (the loop fitted once) gives their
+    kernel's bits on new inputs and weights each call, NaN and inf included."""
+    from dualgraph.ops.excite import SQUEEZE_EXCITE
+    from dualgraph.ops.layout import SQUEEZE_EXCITE_BLOCKED
+    from dualgraph.shapes import ShapedType
+    op = SQUEEZE_EXCITE_BLOCKED if blocked else SQUEEZE_EXCITE
+    x_shape = (n, c // 8, *hw, 8) if blocked else (n, c, *hw)
+    shapes = [x_shape, (s, c, 1, 1), (s,), (c, s, 1, 1), (c,)]
+    attrs = dict(acts=("hardswish", "clamp"), bounds=((-np.inf, np.inf), (0.0, 1.0)))
+    name, run = op.specialise(*(ShapedType(t, np.float32) for t in shapes), **attrs)
+    rng = np.random.default_rng(n)
+    for _ in range(3):
+        arrays = [rng.standard_normal(t).astype(np.float32) for t in shapes]
+        arrays[0].reshape(-1)[:2] = np.nan, np.inf
+        np.testing.assert_array_equal(run(*arrays), op.kernel(*arrays, **attrs))
+
+
+@pytest.mark.parametrize("channels", [(7, 13), (16, 24)])
+def test_a_compiled_squeeze_excite_runs_its_fitted_loop(channels):
+    model, reference = _pair(channels=channels, gate="Hardsigmoid", act="ReLU")
+    compiled = dg.compile(model)
+    for seed in range(2):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 11, 9)).astype(np.float32)
+        with dg.no_grad():
+            got = compiled(dg.tensor(x)).numpy().copy()
+        with torch.no_grad():
+            want = reference(torch.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "k_squeeze_excite" not in compiled.code and "squeeze_excite" in compiled.code
