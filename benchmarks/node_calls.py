@@ -1,16 +1,22 @@
 """Where a compiled graph's call spends its time that is not a kernel's work, per node kind.
 
 ``python -m benchmarks.node_calls [--programs gat,mobilenet_se] [--models t5,vit]
-[--workloads W1,W7] [--top 12]`` compiles each one as its benchmark does (a program of
-``tests/torch_programs/`` by its ``compile=True`` training step, a model of
-``benchmarks/unseen_transformers.py`` at batch 1 under ``no_grad``, a suite workload by its
-``dualgraph_compiled`` implementation), keeps the input arrays of the last graph call, and
-reports, in process CPU time with one thread (best of several):
+[--cnns mobilenetv3,regnetx400mf] [--workloads W1,W7] [--top 12]`` compiles each one as its
+benchmark does (a program of ``tests/torch_programs/`` by its ``compile=True`` training
+step, a model of ``benchmarks/unseen_transformers.py`` or ``benchmarks/unseen_cnns.py`` at
+batch 1 under ``no_grad``, a suite workload by its ``dualgraph_compiled`` implementation),
+keeps the input arrays of the last graph call, and reports, in process CPU time with one
+thread (best of several):
 
 - ``run``: ``Executable.run`` of those arrays; ``glue``: the generated function itself with
   every kernel, ufunc and fused group replaced by a stub returning the value recorded for
   its line, so what is left is the generated Python (argument passing, ``del``s, tuple
   unpacking): the per-node cost no kernel accounts for;
+- ``outside``: ``run``'s CPU time outside the compiled loops' entries (the native entries
+  called through ctypes, or Numba's dispatcher where a loop has none: their argument
+  conversion counts as inside), a median over runs, a node: the ops' Python around their
+  kernels (plans, checks, allocation, thread dispatch) with the generated code's glue and
+  whatever runs in NumPy (BLAS, ufuncs);
 - per kind of call (the callee named on the node's line: ``k_softmax``, ``matmul_blas``,
   ``f_add``, ``np.multiply``), the calls and their CPU time, from the profiler's timed code
   (``Executable.run_timed``), which adds its own few microseconds a node.
@@ -113,14 +119,54 @@ def per_kind(exe, fresh, repeats: int = 10) -> dict:
     return {k: (counts[k] // repeats, 1e6 * times[k] / repeats) for k in times}
 
 
+def outside_entries_us(exe, fresh, number: int) -> float:
+    """The median CPU microseconds of ``exe.run(fresh())`` outside the compiled loops'
+    entries: each entry's call timed by the thread's CPU clock while this runs."""
+    import ctypes
+
+    from dualgraph.kernels import native
+    inside, clock = [0], time.thread_time_ns
+    classes = {type(f) for f in native._loaded.values()}
+    dispatchers = []
+    if "numba" in sys.modules:
+        from numba.core.registry import CPUDispatcher
+        dispatchers = [CPUDispatcher]
+
+    def timing(call):
+        def timed(self, *args, **kwargs):
+            start = clock()
+            try:
+                return call(self, *args, **kwargs)
+            finally:
+                inside[0] += clock() - start
+        return timed
+    for cls in classes:
+        cls.__call__ = timing(ctypes._CFuncPtr.__call__)
+    for cls in dispatchers:
+        cls.__call__ = timing(cls.__mro__[-2].__call__)   # (the C dispatcher's call)
+    outside = []
+    try:
+        for _ in range(number):
+            args = fresh()
+            inside[0], start = 0, clock()
+            exe.run(args)
+            outside.append(clock() - start - inside[0])
+    finally:
+        for cls in (*classes, *dispatchers):
+            del cls.__call__
+    return float(np.median(outside)) / 1e3
+
+
 def report(name: str, exe, top: int) -> None:
     arrays = exe.last_arrays
     fresh = lambda: [a.copy() for a in arrays]   # noqa: E731
     number = 20 if len(exe.graph.nodes) > 60 else 200
     run = best_us(exe.run, fresh, number)
     glue = best_us(stubbed(exe, arrays), fresh, number)
-    print(f"{name}: {len(exe.graph.nodes)} nodes, run {run:.1f} us, glue {glue:.1f} us "
-          f"({glue / len(exe.graph.nodes):.2f} us a node)", flush=True)
+    outside, nodes = outside_entries_us(exe, fresh, number), len(exe.graph.nodes)
+    print(f"{name}: {nodes} nodes, run {run:.1f} us, glue {glue:.1f} us "
+          f"({glue / nodes:.2f} us a node), outside the loops' entries {outside:.1f} us "
+          f"({outside / nodes:.2f} us a node)", flush=True)
     kinds = sorted(per_kind(exe, fresh).items(), key=lambda kv: -kv[1][1])
     for kind, (calls, us) in kinds[:top]:
         print(f"    {kind:32s} x{calls:<4d} {us:9.1f} us  {us / max(calls, 1):7.2f} us a call")
@@ -175,6 +221,21 @@ def model(name: str):
     return make
 
 
+def cnn(name: str):
+    from . import unseen_cnns as u
+
+    def make():
+        import dualgraph as dg
+        m = u.MODELS[name](dg).eval()
+        x = dg.tensor(np.random.default_rng(0).standard_normal((1, 3, 224, 224))
+                      .astype(np.float32))
+        compiled = dg.compile(m)
+        with dg.no_grad():
+            compiled(x)
+            compiled(x)
+    return make
+
+
 def workload(wid: str):
     from .run import WORKLOADS
     module = importlib.import_module(f"benchmarks.{WORKLOADS[wid]}")
@@ -190,6 +251,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", default="gat,mobilenet_se")
     parser.add_argument("--models", default="t5")
+    parser.add_argument("--cnns", default="")
     parser.add_argument("--workloads", default="W1,W7")
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args(argv)
@@ -197,6 +259,7 @@ def main(argv=None) -> None:
     programs = [p for p in args.programs.split(",") if p]
     jobs = [(f"W {w}", workload(w)) for w in args.workloads.split(",") if w]
     jobs += [(f"model {m}", model(m)) for m in args.models.split(",") if m]
+    jobs += [(f"cnn {m}", cnn(m)) for m in args.cnns.split(",") if m]
     if jobs and programs:   # (a program's ``import torch`` is dualgraph: its own process)
         subprocess.run([sys.executable, "-m", "benchmarks.node_calls", "--workloads", "",
                         "--models", "", "--programs", args.programs, "--top", str(args.top)],

@@ -171,9 +171,9 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
         tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
     residual = (r,) if residual_at else ()
     modes = []
-    run_rows = conv_packed.run_rows
-    monkeypatch.setattr(conv_packed, "run_rows",
-                        lambda *args, **kw: modes.append(args[-1]) or run_rows(*args, **kw))
+    run_kept = conv_packed.run_kept
+    monkeypatch.setattr(conv_packed, "run_kept",
+                        lambda *args, **kw: modes.append(args[-1]) or run_kept(*args, **kw))
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     got = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)

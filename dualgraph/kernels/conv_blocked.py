@@ -40,7 +40,7 @@ from . import helper, isa, loop, numba_available
 from .conv_lanes import _interleave, _row, _weights, finish
 from .simd import (LANES, WIDE, broadcast_at_like, fma, lanes_of, load, load_like, load_wide,
                    multiply, store, store_runs)
-from .threads import run_rows, threads_for
+from .threads import run_kept, run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -195,23 +195,12 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
 
     def run(x, w, b, *r, out=None):
         out = np.empty(shape, F) if out is None else out
-        _call(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
+        run_kept(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
               np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(b, F),
               out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
               _NO_RESIDUAL, scratch, narrow, wblocks, act, lo, hi, where, *geometry)
         return out
     return run
-
-
-def _call(loop, workers, entry, *args):
-    """``loop(0, workers, *args)`` over ``workers`` threads; on one, through the compiled
-    entry kept in ``entry`` (no type dispatch per call)."""
-    if workers > 1:
-        run_rows(loop, workers, *args, threads=workers)
-        return
-    if not entry:
-        entry.append(loop.entry(0, 1, *args))
-    entry[0](0, 1, *args)
 
 
 def group_width(cout: int) -> int:
@@ -381,7 +370,7 @@ def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi
                 out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
                 _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers,
                 -(-cout // width) * width * cb * LANES if per_image else 0, width)
-        _call(_pointwise, workers, entry, *args)
+        run_kept(_pointwise, workers, entry, *args)
         return out
     return run
 

@@ -31,7 +31,7 @@ from . import conv_lanes, helper, loop
 from .conv_lanes import finish
 from .conv_tiles import _inside
 from .epilogue import _activate
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 BAND_BYTES = 8 << 10   # a band of sums: a quarter of L1
@@ -194,27 +194,41 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     (same arguments; padding may be negative: the input is cropped). Depthwise convs
     with small output planes run ``conv_lanes``' loop instead (``conv_lanes.wanted``)."""
     x = np.ascontiguousarray(x)
-    dt = x.dtype
-    if conv_lanes.wanted(x.shape, w.shape, out.shape[2:], padding, groups, dt):
-        return conv_lanes.conv(x, w, out, stride, padding, dilation, bias, residual, where,
-                               act, lo, hi)
-    n, c = x.shape[:2]
-    cout, cg, kh, kw = w.shape
-    ho, wo = out.shape[2:]
+    run = fitted(x.shape, w.shape, out.shape, stride, padding, dilation, groups, x.dtype,
+                 residual is not None, where, act, lo, hi)
+    return run(x, w, bias, out, residual)
+
+
+def fitted(x_shape, w_shape, out_shape, stride, padding, dilation, groups, dtype,
+           residual=False, where=0, act=0, lo=-np.inf, hi=np.inf):
+    """``run(x, w, bias, out, residual=None)``: :func:`conv` fitted to the shapes and
+    dtype, what depends on them alone (the layout, threads, scratch, the padded weight's
+    buffer, the loop's compiled entry) worked out once, for a compiled graph's node. A
+    call at a time (the scratch and the weight's buffer are the closure's)."""
+    dt = np.dtype(dtype)
+    if conv_lanes.wanted(x_shape, w_shape, out_shape[2:], padding, groups, dt):
+        return conv_lanes.fitted(x_shape, w_shape[2:], out_shape[2:], stride, padding,
+                                 dilation, where, act, lo, hi)
+    n = x_shape[0]
+    cout, cg, kh, kw = w_shape
+    ho, wo = out_shape[2:]
     hq, wq, phase, band, offsets = _layout(cg, kh, kw, ho, wo, tuple(stride),
                                            tuple(dilation), dt.itemsize)
-    taps = offsets.size
-    wt = np.zeros((cout, taps), dt)
-    wt[:, :cg * kh * kw] = w.reshape(cout, -1)
-    items = n * groups
-    workers = max(1, min(items, threads_for(out.size * cg * kh * kw) or cores()))
+    wt = np.zeros((cout, offsets.size), dt)
+    workers = max(1, min(n * groups, threads_for(n * cout * ho * wo * cg * kh * kw)
+                         or cores()))
     scratch = np.empty((workers, cg * stride[0] * stride[1] * phase), dt)
     acc = np.empty((workers, -(-band * wq // VECTOR) * VECTOR), dt)
-    out2 = out.reshape(n * cout, ho * wo)
-    res = (np.zeros((1, 1), dt) if residual is None
-           else np.ascontiguousarray(residual, dt).reshape(out2.shape))
-    run_rows(_direct, workers, x, wt, offsets, out2, scratch, acc,
-             np.ascontiguousarray(bias, dt), res, act, dt.type(lo), dt.type(hi),
-             where, cg, ho, wo, hq, wq, band, stride[0], stride[1], padding[0][0],
-             padding[1][0], threads=workers)
-    return out
+    geometry = (act, dt.type(lo), dt.type(hi), where, cg, ho, wo, hq, wq, band, stride[0],
+                stride[1], padding[0][0], padding[1][0])
+    no_residual, entry = np.zeros((1, 1), dt), []
+
+    def run(x, w, bias, out, residual=None):
+        wt[:, :cg * kh * kw] = w.reshape(cout, -1)
+        out2 = out.reshape(n * cout, ho * wo)
+        res = (no_residual if residual is None
+               else np.ascontiguousarray(residual, dt).reshape(out2.shape))
+        run_kept(_direct, workers, entry, np.ascontiguousarray(x, dt), wt, offsets, out2,
+                 scratch, acc, np.ascontiguousarray(bias, dt), res, *geometry)
+        return out
+    return run

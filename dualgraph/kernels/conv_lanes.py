@@ -25,7 +25,7 @@ import numpy as np
 from . import helper, loop
 from .epilogue import _activate
 from .simd import LANES, fma, lanes_of, load, load_like, store_runs, transpose
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -324,13 +324,23 @@ def conv(x, w, out, stride, padding, dilation, bias, residual=None, where=0, act
     kh, kw)`` and ``bias (C,)`` (float32, :func:`wanted`), with ``conv_direct.conv``'s
     epilogue arguments."""
     x = np.ascontiguousarray(x, F)
-    n, c, h, wd = x.shape
-    kh, kw = w.shape[2:]
-    ho, wo = out.shape[2:]
+    run = fitted(x.shape, w.shape[2:], out.shape[2:], stride, padding, dilation, where, act,
+                 lo, hi)
+    return run(x, w, bias, out, residual)
+
+
+def fitted(x_shape, kernel, out_hw, stride, padding, dilation, where=0, act=0, lo=-np.inf,
+           hi=np.inf):
+    """``run(x, w, bias, out, residual=None)``: :func:`conv` fitted to the shapes, its
+    threads, scratch and the loop's compiled entry worked out once (a compiled graph's
+    node). A call at a time (the scratch is the closure's)."""
+    n, c, h, wd = x_shape
+    kh, kw = kernel
+    ho, wo = out_hw
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
     items = n * -(-c // LANES)
-    workers = max(1, min(items, threads_for(out.size * kh * kw) or cores()))
+    workers = max(1, min(items, threads_for(n * c * ho * wo * kh * kw) or cores()))
     scratch = np.empty((workers, hp * wp * LANES), F)
     # (``_pack`` stages rows whose read columns, not the whole width, are under eight:
     # a strided conv need not read an input's last columns)
@@ -338,13 +348,18 @@ def conv(x, w, out, stride, padding, dilation, bias, residual=None, where=0, act
     stages = np.empty((workers, h * wd * LANES if cols < LANES or c % LANES else 1), F)
     acc = np.empty((workers, ho * wo * LANES), F)
     wblocks = np.empty((workers, (kh * kw + 1) * LANES), F)
-    res = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual, F).reshape(-1)
-    run_rows(_depthwise, workers, x.reshape(-1), np.ascontiguousarray(w, F).reshape(-1),
-             np.ascontiguousarray(bias, F), out.reshape(-1), res, scratch, stages, acc,
-             wblocks, act, F(lo), F(hi), where, c, h, wd, ho, wo, kh, kw, stride[0],
-             stride[1], dilation[0], dilation[1], padding[0][0], padding[1][0], wp,
-             threads=workers)
-    return out
+    geometry = (act, F(lo), F(hi), where, c, h, wd, ho, wo, kh, kw, stride[0], stride[1],
+                dilation[0], dilation[1], padding[0][0], padding[1][0], wp)
+    entry = []
+
+    def run(x, w, bias, out, residual=None):
+        res = (_NO_RESIDUAL if residual is None
+               else np.ascontiguousarray(residual, F).reshape(-1))
+        run_kept(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
+                 np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(bias, F),
+                 out.reshape(-1), res, scratch, stages, acc, wblocks, *geometry)
+        return out
+    return run
 
 
 _NO_RESIDUAL = np.zeros(1, F)

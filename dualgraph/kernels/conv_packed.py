@@ -78,7 +78,7 @@ from .conv_shallow import MAX_CHANNELS
 from .epilogue import _activate
 from .simd import (LANES, add, broadcast, broadcast_at, broadcast_at_wide, fma, high_half,
                    joined, load, load_wide, low_half, store)
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -763,16 +763,25 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
     :func:`packed_wins`), in ``groups``, with ``conv_tiles.conv``'s epilogue arguments
     (``out`` may be a concatenation's block of channels: ``kernels.out_images``);
     ``plan_`` the geometry's :func:`plan` where the caller keeps it. Returns ``out``."""
-    x = np.ascontiguousarray(x, F)
-    n, c, h, wd = x.shape
-    cout, ho, wo = out.shape[1:]
-    p = plan_ or plan(x.shape, (cout, c // groups, *kernel), (ho, wo), stride, dilation)
+    run = fitted(np.shape(x), out.shape, stride, padding, dilation, kernel, plan_,
+                 residual is not None, where, act, lo, hi, groups)
+    return run(x, packed, bias, out, residual)
+
+
+def fitted(x_shape, out_shape, stride, padding, dilation, kernel, plan_=None,
+           residual=False, where=0, act=0, lo=-np.inf, hi=np.inf, groups=1):
+    """``run(x, packed, bias, out, residual=None)``: :func:`conv` fitted to the shapes,
+    what depends on them alone (the plan, threads and mode, the scratch, the padded bias's
+    buffer, the loop's compiled entry) worked out once: a compiled graph's call of a
+    conv on a small plane spent ~18 us in that Python and Numba's type dispatch. A call
+    at a time (the scratch and the bias's buffer are the closure's)."""
+    n, c, h, wd = x_shape
+    cout, ho, wo = out_shape[1:]
+    p = plan_ or plan(x_shape, (cout, c // groups, *kernel), (ho, wo), stride, dilation)
     b = np.zeros((groups, padded_width(cout, groups)), F)
-    b[:, :cout // groups] = np.reshape(bias, (groups, -1))
-    b = b.reshape(-1)
-    pairs = packed.shape[0]
-    workers = max(1, min(n * pairs, threads_for(out.size * c // groups * kernel[0] * kernel[1])
-                         or cores()))
+    pairs = b.size // PAIR
+    workers = max(1, min(n * pairs, threads_for(n * cout * ho * wo * c // groups * kernel[0]
+                                                * kernel[1]) or cores()))
     mode = (NARROW if not wide()
             else WIDE_ROWS if groups == 1 and p.rows and n * (pairs // 3) >= workers
             else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers
@@ -789,11 +798,17 @@ def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, re
                     else PAIR * -(-ho // 2) * 2 * span if mode == WIDE_ROW_PAIR
                     else 2 * PAIR * -(-ho * wp // WIDE_RUN) * WIDE_RUN if grid
                     else PAIR * ho * wo), F)
-    res = (np.zeros(1, F) if residual is None
-           else np.ascontiguousarray(residual, F).reshape(-1))
-    flat_out, ostride = out_images(out)
-    run_rows(_forward, workers, x.reshape(-1), packed.reshape(-1), offsets, b,
-             flat_out, res, scratch, acc, act, F(lo), F(hi), where, c, h, wd, cout, ho,
-             wo, stride[0], stride[1], padding[0][0], padding[1][0], hp, wp, p.block,
-             groups, ostride, mode, threads=workers)
-    return out
+    geometry = (act, F(lo), F(hi), where, c, h, wd, cout, ho, wo,
+                stride[0], stride[1], padding[0][0], padding[1][0], hp, wp, p.block, groups)
+    no_residual, entry = np.zeros(1, F), []
+
+    def run(x, packed, bias, out, residual=None):
+        b[:, :cout // groups] = np.reshape(bias, (groups, -1))
+        res = (no_residual if residual is None
+               else np.ascontiguousarray(residual, F).reshape(-1))
+        flat_out, ostride = out_images(out)
+        run_kept(_forward, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
+                 packed.reshape(-1), offsets, b.reshape(-1), flat_out, res, scratch, acc,
+                 *geometry, ostride, mode)
+        return out
+    return run

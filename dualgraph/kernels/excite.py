@@ -16,7 +16,7 @@ import numpy as np
 from . import conv_blocked, flat, helper, loop, rows
 from .epilogue import _activate
 from .simd import LANES, add, broadcast, load, multiply, store
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -151,11 +151,6 @@ def gated_pointwise(x_shape, cout: int, codes: tuple, **epilogue):
             scaled = np.empty((n, -(-cout // width), cb * LANES, width), F)
         args = (x.reshape(n, cb, h * w, LANES), rows(w1, w1.shape[1]), flat(b1),
                 rows(w2, w2.shape[1]), flat(b2), *codes, np.ascontiguousarray(packed), scaled)
-        if workers > 1:
-            run_rows(gated_weights_blocked, n, *args, threads=workers)
-        else:
-            if not entry:
-                entry.append(gated_weights_blocked.entry(0, n, *args))
-            entry[0](0, n, *args)
+        run_kept(gated_weights_blocked, workers, entry, *args, rows=n)
         return conv(x, scaled, bias, *residual, out=out)
     return run

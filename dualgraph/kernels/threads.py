@@ -58,6 +58,21 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     thread_use.note(loop, min(threads or tuning.cores(), rows), ran, start)
 
 
+def run_kept(loop, workers: int, entry: list, *args, rows: int | None = None) -> None:
+    """``loop(0, rows, *args)`` (``rows`` default ``workers``: a loop that splits its
+    items by worker) over ``workers`` threads (:func:`run_rows`); on one, through the
+    compiled entry kept in the caller's list ``entry`` (filled at the first call): no
+    type dispatch per call. For a caller fitted to its shapes, whose calls pass arguments
+    of the same types every time."""
+    rows = workers if rows is None else rows
+    if workers > 1:
+        run_rows(loop, rows, *args, threads=workers)
+        return
+    if not entry:
+        entry.append(loop.entry(0, rows, *args))
+    entry[0](0, rows, *args)
+
+
 def _run_rows(loop, rows: int, args: tuple, threads: int | None) -> int:
     """:func:`run_rows`; returns how many threads the rows ran on."""
     count = min(threads or tuning.cores(), rows)

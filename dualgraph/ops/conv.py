@@ -722,11 +722,36 @@ def specialise_pointwise(name: str, x, w, *rest, stride, padding, dilation, grou
     return name, run
 
 
+def _specialise_conv2d(x, w, *bias, stride, padding, dilation, groups):
+    """``specialise`` of ``conv2d``: a 1x1 conv's (:func:`specialise_pointwise`, as
+    ``conv1x1``); a depthwise or direct conv of static shapes, float32 and Numba there,
+    ``kernels.conv_direct`` fitted to them once (as ``conv_direct``: the loop the eager
+    kernel runs, so the same bits, without its choice and set-up at each call); else
+    None."""
+    conv = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    fitted = specialise_pointwise("conv1x1", x, w, *bias, **conv)
+    if fitted is not None or not (
+            kernels.numba_available() and is_static(x.shape) and math.prod(x.shape) > 0
+            and all(getattr(v, "dtype", None) == np.float32 for v in (x, w, *bias))
+            and all(tuple(b.shape) == (w.shape[0],) for b in bias)
+            and conv_method(tuple(x.shape), tuple(w.shape), **conv) in ("depthwise", "direct")):
+        return fitted
+    shape = (x.shape[0], w.shape[0], *_conv_out_hw(x.shape[2:], w.shape[2:], stride, padding,
+                                                   dilation))
+    run = kernels.conv_direct.fitted(tuple(x.shape), tuple(w.shape), shape, stride, padding,
+                                     dilation, groups, np.float32)
+    zero_bias = np.zeros(w.shape[0], np.float32)
+
+    def direct(x, w, *bias, out=None):
+        out = np.empty(shape, np.float32) if out is None else out
+        return run(x, w, bias[0] if bias else zero_bias, out)
+    return "conv_direct", direct
+
+
 _CONV_ATTRS = ("stride", "padding", "dilation", "groups")
 CONV2D = defop("conv2d", _conv2d_kernel, _infer_conv2d, vjp=_conv2d_vjp, attrs=_CONV_ATTRS,
                decomposition=_conv2d_decomposition,
-               specialise=lambda *inputs, **conv: specialise_pointwise("conv1x1", *inputs,
-                                                                       **conv),
+               specialise=_specialise_conv2d,
                saves="i",
                onnx=_onnx_conv2d,
                autocast="lower")

@@ -333,8 +333,9 @@ def _laid_out(name, fit, weight):
 
 def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, out_channels,
                 stride, padding, dilation, groups=1):
-    """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes (its
-    plan of tap offsets and bands worked out once); None without Numba."""
+    """``run(x, wp, b, *residual, out=None)``: the packed loop fitted to the shapes
+    (``conv_packed.fitted``: its plan, threads, scratch and compiled entry worked out
+    once); None without Numba."""
     if not kernels.numba_available():
         return None
     cp = kernels.conv_packed
@@ -345,14 +346,12 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
                          **_codes(residual, act, bounds, residual_at))
     hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
     shape = (x_shape[0], out_channels, *hw)
-    plan = cp.plan(x_shape, w_shape, hw, stride, dilation)
-    codes = _codes(residual, act, bounds, residual_at)
+    conv = cp.fitted(x_shape, shape, stride, padding, dilation, kernel_size, None, residual,
+                     groups=groups, **_codes(residual, act, bounds, residual_at))
 
     def run(x, wp, b, *residual, out=None):
         out = np.empty(shape, np.float32) if out is None else out
-        return cp.conv(x, wp, out, stride, padding, dilation, np.ascontiguousarray(b),
-                       kernel_size, plan, residual=residual[0] if residual else None,
-                       groups=groups, **codes)
+        return conv(x, wp, b, out, residual[0] if residual else None)
     return run
 
 

@@ -10,13 +10,16 @@ VJP; its decomposition is the ops it replaces.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
 from ..kernels.epilogue import ACTIVATIONS
-from ..kernels.threads import run_rows, threads_for
-from ..shapes import ShapedType
+from ..kernels.threads import run_kept, threads_for
+from ..kernels.tuning import cores
+from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
 from . import reduce as red
 from .epilogue import _numpy_activation, activation
@@ -47,13 +50,35 @@ def run_loop(loop, x, w1, b1, w2, b2, acts, bounds, shape):
     """``loop`` (``kernels/excite.py``'s, over images) of ``x`` viewed as ``shape`` (its
     images first), the weights as matrices and the activations as codes: the output,
     ``x``'s shape."""
-    c = w1.shape[1]
-    out = np.empty(x.shape, np.float32)
-    codes = activation_codes(acts, bounds)
-    run_rows(loop, shape[0], np.ascontiguousarray(x).reshape(shape), kernels.rows(w1, c),
-             kernels.flat(b1), kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
-             out.reshape(shape), threads=threads_for(x.size))
-    return out
+    return fitted_loop(loop, x.shape, acts, bounds, shape)(x, w1, b1, w2, b2)
+
+
+def fitted_loop(loop, x_shape, acts, bounds, shape):
+    """``run(x, w1, b1, w2, b2)``: :func:`run_loop` fitted to ``x_shape`` once (codes,
+    threads, the loop's compiled entry), for a compiled graph's node."""
+    codes, size = activation_codes(acts, bounds), math.prod(x_shape)
+    workers, entry = min(threads_for(size) or cores(), shape[0]), []
+
+    def run(x, w1, b1, w2, b2):
+        out = np.empty(x_shape, np.float32)
+        run_kept(loop, workers, entry, np.ascontiguousarray(x).reshape(shape),
+                 kernels.rows(w1, w1.shape[1]), kernels.flat(b1),
+                 kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
+                 out.reshape(shape), rows=shape[0])
+        return out
+    return run
+
+
+def specialise_loop(loop, shape_of, x, w1, b1, w2, b2, *, acts, bounds):
+    """``specialise`` of a squeeze-and-excitation op whose kernel runs ``loop`` on
+    ``x`` viewed as ``shape_of(x_shape)``: float32 throughout, static shapes and Numba
+    (the eager kernel's test, ``compiled``), ``(name, run)`` of :func:`fitted_loop`;
+    else None."""
+    if not (kernels.numba_available() and is_static(x.shape) and all(
+            getattr(v, "dtype", None) == np.float32 for v in (x, w1, b1, w2, b2))):
+        return None
+    x_shape = tuple(x.shape)
+    return loop.__name__, fitted_loop(loop, x_shape, acts, bounds, shape_of(x_shape))
 
 
 def _kernel(x, w1, b1, w2, b2, *, acts, bounds):
@@ -81,5 +106,7 @@ def _infer(x, w1, b1, w2, b2, *, acts, bounds):
 SQUEEZE_EXCITE = defop(
     "squeeze_excite", _kernel, _infer, attrs=("acts", "bounds"), saves="", onnx=None,
     compiler_only=True, decomposition=_decomposition,
+    specialise=lambda *inputs, **attrs: specialise_loop(
+        kernels.excite.squeeze_excite, lambda s: (s[0], s[1], -1), *inputs, **attrs),
     doc="x * gate(conv1x1(act(conv1x1(mean(x, (2, 3))))): squeeze-and-excitation's "
         "pooling, two small convolutions, gate and channel scale in one loop per image")

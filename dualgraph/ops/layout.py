@@ -362,6 +362,9 @@ def _excite_blocked_kernel(x, w1, b1, w2, b2, *, acts, bounds):
 SQUEEZE_EXCITE_BLOCKED = defop(
     "squeeze_excite_blocked", _excite_blocked_kernel, _infer_excite_blocked,
     attrs=("acts", "bounds"), saves="", onnx=None, compiler_only=True,
+    specialise=lambda *inputs, **attrs: excite.specialise_loop(
+        kernels.excite.squeeze_excite_blocked, lambda s: (s[0], s[1], s[2] * s[3], 8), *inputs,
+        **attrs),
     decomposition=lambda x, *weights, acts, bounds: _block_decomposition(
         excite.SQUEEZE_EXCITE.decomposition(_unblock_decomposition(x), *weights, acts=acts,
                                             bounds=bounds)),

@@ -1,0 +1,127 @@
+"""Kernels fitted to a compiled node's static shapes once (``conv_direct.fitted``,
+``conv_lanes.fitted``, ``conv_packed.fitted``, ``ops.excite.fitted_loop``; ``conv2d``'s
+``specialise`` as ``conv_direct``, the squeeze-and-excitation ops' as their loops): the
+compiled function gives eager's bits and torch's values, call after call with its output
+buffers reused and new inputs and weights each call (the fitted closures keep scratch, a
+padded weight or bias buffer and the loop's entry across calls), with NaN and inf in the
+input, at batch 1 and 3, on planes the direct loop takes and the small ones ``conv_lanes``
+takes, and with narrow groups."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numba")
+
+import dualgraph as dg  # noqa: E402
+import dualgraph.nn.functional as F  # noqa: E402
+
+from test_squeeze_excite import _pair  # noqa: E402
+
+# x shape, weight shape, stride, padding, groups
+CASES = [
+    ((1, 24, 28, 28), (24, 1, 3, 3), 1, 1, 24),    # depthwise, a plane the direct loop takes
+    ((3, 16, 7, 9), (16, 1, 3, 3), 2, 1, 16),      # depthwise, small plane: conv_lanes
+    ((1, 13, 11, 10), (13, 1, 5, 5), 1, 2, 13),    # channels not a multiple of eight
+    ((3, 32, 12, 12), (32, 4, 3, 3), 1, 1, 8),     # narrow groups: the direct loop
+    ((1, 58, 14, 14), (58, 1, 3, 3), 2, 1, 58),
+]
+
+
+def _conv(lib, stride, padding, groups):
+    functional = lib.nn.functional
+
+    def f(x, w, b):
+        return functional.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+    return f
+
+
+def _data(x_shape, w_shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x[0, 0, 0, 0], x[-1, -1, -1, -1] = np.nan, np.inf
+    return (x, rng.standard_normal(w_shape).astype(np.float32),
+            rng.standard_normal(w_shape[0]).astype(np.float32))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_convs_give_eager_bits_call_after_call(case):
+    x_shape, w_shape, stride, padding, groups = case
+    f = _conv(dg, stride, padding, groups)
+    compiled = dg.compile(f)
+    outs = []
+    for seed in range(3):
+        arrays = _data(x_shape, w_shape, seed)
+        with dg.no_grad():
+            got = compiled(*map(dg.tensor, arrays)).numpy().copy()
+            want = f(*map(dg.tensor, arrays)).numpy()
+        np.testing.assert_array_equal(got, want)
+        ref = _conv(torch, stride, padding, groups)(*map(torch.tensor, arrays)).numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        outs.append(got)
+    assert not np.array_equal(outs[0], outs[1])   # (new weights were read)
+    assert "conv_direct(" in compiled.code, compiled.code
+
+
+def test_a_conv_without_bias_and_an_empty_batch():
+    x, w, _ = _data((2, 8, 9, 9), (8, 1, 3, 3), 0)
+    compiled = dg.compile(lambda x, w: F.conv2d(x, w, None, padding=1, groups=8))
+    with dg.no_grad():
+        got = compiled(dg.tensor(x), dg.tensor(w)).numpy()
+        want = F.conv2d(dg.tensor(x), dg.tensor(w), None, padding=1, groups=8).numpy()
+        np.testing.assert_array_equal(got, want)
+        empty = np.zeros((0, 8, 9, 9), np.float32)
+        assert compiled(dg.tensor(empty), dg.tensor(w)).shape == (0, 8, 9, 9)
+
+
+@pytest.mark.parametrize("groups,residual", [(1, False), (1, True), (2, True)])
+def test_a_fitted_packed_conv_reused_gives_each_calls_bits(groups, residual):
+    """``conv_packed.fitted``'s run, called again and again with new inputs, bias and
+    residual into the same output, gives what a fresh :func:`conv_packed.conv` gives."""
+    cp = dg.kernels.conv_packed
+    rng = np.random.default_rng(1)
+    x_shape, w_shape = (1, 32, 9, 11), (32, 32 // groups, 3, 3)
+    packed = cp.pack(rng.standard_normal(w_shape).astype(np.float32), groups)
+    args = ((1, 1), ((1, 1), (1, 1)), (1, 1))
+    codes = dict(where=1 if residual else 0, act=1, lo=-np.inf, hi=np.inf, groups=groups)
+    run = cp.fitted(x_shape, (1, 32, 9, 11), *args, (3, 3), None, residual, **codes)
+    out = np.empty((1, 32, 9, 11), np.float32)
+    for _ in range(3):
+        x, b, r = (rng.standard_normal(s).astype(np.float32)
+                   for s in (x_shape, (32,), (1, 32, 9, 11)))
+        want = cp.conv(x, packed, np.empty_like(out), *args, b, (3, 3),
+                       residual=r if residual else None, **codes)
+        np.testing.assert_array_equal(run(x, packed, b, out, r if residual else None), want)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("n,c,s,hw", [(1, 16, 4, (7, 9)), (3, 24, 5, (5, 5)), (2, 8, 1, (1, 1))])
+def test_fitted_squeeze_excite_gives_the_kernels_bits_call_after_call(blocked, n, c, s, hw):
+    """The squeeze-and-excitation ops' ``specialise`` (the loop fitted once) gives their
+    kernel's bits on new inputs and weights each call, NaN and inf included."""
+    from dualgraph.ops.excite import SQUEEZE_EXCITE
+    from dualgraph.ops.layout import SQUEEZE_EXCITE_BLOCKED
+    from dualgraph.shapes import ShapedType
+    op = SQUEEZE_EXCITE_BLOCKED if blocked else SQUEEZE_EXCITE
+    x_shape = (n, c // 8, *hw, 8) if blocked else (n, c, *hw)
+    shapes = [x_shape, (s, c, 1, 1), (s,), (c, s, 1, 1), (c,)]
+    attrs = dict(acts=("hardswish", "clamp"), bounds=((-np.inf, np.inf), (0.0, 1.0)))
+    name, run = op.specialise(*(ShapedType(t, np.float32) for t in shapes), **attrs)
+    rng = np.random.default_rng(n)
+    for _ in range(3):
+        arrays = [rng.standard_normal(t).astype(np.float32) for t in shapes]
+        arrays[0].reshape(-1)[:2] = np.nan, np.inf
+        np.testing.assert_array_equal(run(*arrays), op.kernel(*arrays, **attrs))
+
+
+@pytest.mark.parametrize("channels", [(7, 13), (16, 24)])
+def test_a_compiled_squeeze_excite_runs_its_fitted_loop(channels):
+    model, reference = _pair(channels=channels, gate="Hardsigmoid", act="ReLU")
+    compiled = dg.compile(model)
+    for seed in range(2):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 11, 9)).astype(np.float32)
+        with dg.no_grad():
+            got = compiled(dg.tensor(x)).numpy().copy()
+        with torch.no_grad():
+            want = reference(torch.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "k_squeeze_excite" not in compiled.code and "squeeze_excite" in compiled.code
