@@ -5,7 +5,11 @@ compiled function gives eager's bits and torch's values, call after call with it
 buffers reused and new inputs and weights each call (the fitted closures keep scratch, a
 padded weight or bias buffer and the loop's entry across calls), with NaN and inf in the
 input, at batch 1 and 3, on planes the direct loop takes and the small ones ``conv_lanes``
-takes, and with narrow groups."""
+takes, and with narrow groups. Two threads calling one compiled CNN at once get their own
+results (a call while another runs gets kernels fitted for itself: codegen/python.py's
+``one_call_at_a_time``)."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -125,3 +129,40 @@ def test_a_compiled_squeeze_excite_runs_its_fitted_loop(channels):
             want = reference(torch.tensor(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert "k_squeeze_excite" not in compiled.code and "squeeze_excite" in compiled.code
+
+
+def test_two_threads_calling_one_compiled_cnn_get_their_own_results():
+    # (the fitted closures' scratch, shared by two threads' calls, gave each the other's
+    # sums: errors of 0.005-0.02)
+    nn = dg.nn
+    dg.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, 2, 1), nn.BatchNorm2d(32), nn.ReLU6(),
+        nn.Conv2d(32, 32, 3, 1, 1, groups=32), nn.BatchNorm2d(32), nn.ReLU6(),
+        nn.Conv2d(32, 48, 1), nn.BatchNorm2d(48),
+        nn.Conv2d(48, 48, 3, 1, 1, groups=48), nn.ReLU(),
+        nn.Conv2d(48, 64, 3, 1, 1, groups=4), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).eval()
+    compiled = dg.compile(model)
+    rng = np.random.default_rng(0)
+    data = [dg.tensor(rng.standard_normal((1, 3, 56, 56)).astype(np.float32))
+            for _ in range(2)]
+    with dg.no_grad():
+        want = [compiled(d).numpy().copy() for d in data]
+        for d, w in zip(data, want):
+            np.testing.assert_allclose(model(d).numpy(), w, rtol=1e-4, atol=1e-5)
+    errors = []
+
+    def worker(k):
+        with dg.no_grad():
+            for _ in range(300):
+                got = compiled(data[k]).numpy()
+                if not np.array_equal(got, want[k]):
+                    errors.append((k, float(np.abs(got - want[k]).max())))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]

@@ -31,6 +31,7 @@ import keyword
 import linecache
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Callable
@@ -368,9 +369,34 @@ def kernel_call(node: Node, names: dict, module: Module, slots: dict | None = No
         special = node.op.specialise(*node.inputs, **node.attrs)
     if special is not None:
         name, kernel = special
-        return f"{module.bind(name, kernel)}({', '.join(args + into)})"
+        bound = module.bind(name, one_call_at_a_time(kernel, partial(_refit, node)),
+                            ("obj", id(kernel)))   # (a kernel fitted to several nodes: once)
+        return f"{bound}({', '.join(args + into)})"
     args += [f"{k}={literal(v, module)}" for k, v in node.attrs.items()]
     return f"{module.kernel(node.op)}({', '.join(args + into)})"
+
+
+def _refit(node: Node):
+    """The kernel ``node``'s op fits to it afresh (its ``specialise``)."""
+    return node.op.specialise(*node.inputs, **node.attrs)[1]
+
+
+def one_call_at_a_time(kernel, refit):
+    """``kernel``, what an op's ``specialise`` fitted to a node, for one call at a time: a
+    fitted kernel may keep its scratch between calls (conv_packed.fitted), and two threads
+    may call one compiled graph (codegen/executable.py: the second runs without the
+    planned buffers). A call made while another thread's is running gets a kernel fitted
+    afresh for itself (``refit()``), never the one in use."""
+    busy = threading.Lock()
+
+    def run(*args, **kwargs):
+        if not busy.acquire(blocking=False):
+            return refit()(*args, **kwargs)
+        try:
+            return kernel(*args, **kwargs)
+        finally:
+            busy.release()
+    return run
 
 
 def ufunc_call(node: Node, names: dict, slots: dict, module: Module) -> str | None:
