@@ -502,16 +502,17 @@ def counting_loops():
     shapes and the threads: its runner wrapped) and the pools taken on lanes."""
     from dualgraph.kernels import conv_packed, pool_lanes
     names = {conv_packed.NARROW: "NARROW", conv_packed.WIDE_PAIR: "WIDE_PAIR",
-             conv_packed.WIDE_PAIRS: "WIDE_PAIRS", conv_packed.WIDE_ROWS: "WIDE_ROWS"}
-    run = conv_packed.run_rows
+             conv_packed.WIDE_PAIRS: "WIDE_PAIRS", conv_packed.WIDE_ROWS: "WIDE_ROWS",
+             conv_packed.WIDE_ROW_PAIR: "WIDE_ROW_PAIR"}
+    run = conv_packed.run_kept
 
-    def counted(loop, workers, *args, **kwargs):
+    def counted(loop, workers, entry, *args, **kwargs):
         stride, groups, mode = args[18], args[25], args[-1]
         HITS[f"conv_packed {names[mode]} stride {stride}" + (" grouped" if groups > 1
                                                                 else "")] += 1
-        return run(loop, workers, *args, **kwargs)
+        return run(loop, workers, entry, *args, **kwargs)
 
-    conv_packed.run_rows = counted
+    conv_packed.run_kept = counted
     fits = pool_lanes.fits
 
     def pooled(*args):
