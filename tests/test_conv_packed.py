@@ -243,9 +243,9 @@ def test_one_pair_on_two_rows_gives_the_bits_of_twelve_across_rows(monkeypatch, 
     residual = (r,) if residual_at else ()
     kw = dict(act=act, residual_at=residual_at, **attrs)
     modes = []
-    run_rows = conv_packed.run_rows
-    monkeypatch.setattr(conv_packed, "run_rows",
-                        lambda *args, **kw: modes.append(args[-1]) or run_rows(*args, **kw))
+    run_kept = conv_packed.run_kept
+    monkeypatch.setattr(conv_packed, "run_kept",
+                        lambda *args, **kw: modes.append(args[-1]) or run_kept(*args, **kw))
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
     monkeypatch.setattr(conv_packed, "ROW_PAIR_COST", 0.0)
