@@ -18,6 +18,7 @@ pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
 import dualgraph.nn.functional as F  # noqa: E402
+from dualgraph.kernels import thread_use  # noqa: E402
 
 from test_squeeze_excite import _pair  # noqa: E402
 
@@ -166,3 +167,28 @@ def test_two_threads_calling_one_compiled_cnn_get_their_own_results():
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+def test_set_num_threads_after_compiling_reaches_the_fitted_kernels():
+    # (a kernel fitted at the first call kept that call's thread count for good)
+    nn = dg.nn
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 64, 3, 1, 1), nn.ReLU(), nn.Conv2d(64, 64, 3, 1, 1),
+                          nn.ReLU(), nn.Conv2d(64, 64, 1)).eval()
+    compiled = dg.compile(model)
+    x = dg.tensor(np.random.default_rng(0).standard_normal((2, 16, 56, 56)).astype(np.float32))
+    before = dg.get_num_threads()
+    try:
+        dg.set_num_threads(2)
+        with dg.no_grad():
+            want = compiled(x).numpy().copy()
+            with thread_use.recording() as calls:
+                compiled(x)
+            assert max(asked for _, asked, *_ in calls) == 2, calls
+            dg.set_num_threads(1)
+            with thread_use.recording() as calls:
+                got = compiled(x).numpy()
+        assert all(asked == 1 for _, asked, *_ in calls), calls
+        np.testing.assert_array_equal(got, want)   # (the bits do not depend on the split)
+    finally:
+        dg.set_num_threads(before)

@@ -41,6 +41,7 @@ import numpy as np
 from .._helpers import short_location
 from ..graph import Graph, Node, Value
 from ..graph.ir import UniqueNames
+from ..kernels import tuning
 from ..ops.fused import FUSED
 from ..ops.opdef import OpDef
 from ..shapes import Sym
@@ -386,14 +387,19 @@ def one_call_at_a_time(kernel, refit):
     fitted kernel may keep its scratch between calls (conv_packed.fitted), and two threads
     may call one compiled graph (codegen/executable.py: the second runs without the
     planned buffers). A call made while another thread's is running gets a kernel fitted
-    afresh for itself (``refit()``), never the one in use."""
+    afresh for itself (``refit()``), never the one in use. A kernel fits its thread count
+    too: after ``dg.set_num_threads`` (any change of ``kernels.tuning``) the next call fits
+    it again, as torch's ops follow the count set between calls."""
     busy = threading.Lock()
+    fitted = [kernel, tuning.changes]
 
     def run(*args, **kwargs):
         if not busy.acquire(blocking=False):
             return refit()(*args, **kwargs)
         try:
-            return kernel(*args, **kwargs)
+            if fitted[1] != tuning.changes:
+                fitted[:] = refit(), tuning.changes
+            return fitted[0](*args, **kwargs)
         finally:
             busy.release()
     return run
