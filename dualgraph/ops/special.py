@@ -18,11 +18,15 @@ tensor([3.1781])
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, kernels
 from ..dispatch import apply
+from ..kernels import special as special_loops
+from ..kernels.special import GILES_CENTRAL, GILES_TAIL, SERIES_FROM, SHIFT_LIMIT
+from ..kernels.threads import run_rows, threads_for
 from ..shapes import ShapedType
 from . import elementwise as ew
 from ._util import (as_operand, binary_kernel, cast, float_result_type, infer_binary,
@@ -35,12 +39,26 @@ __all__ = ["lgamma", "digamma", "polygamma", "igamma", "erfinv", "logit", "xlogy
            "heaviside", "signbit", "gcd", "lcm", "isin", "histc"]
 
 
-def _in_float64(fn):
-    """``fn`` over float64, its result in the input's float dtype."""
+def _in_float64(fn, loop=None, extras=lambda **attrs: ()):
+    """``fn`` over float64, its result in the input's float dtype; float32 and float64 go
+    through ``kernels.special.<loop>`` instead where Numba is there (the same formulas,
+    each element read and written once), called with ``extras(**attrs)`` after the
+    arrays."""
     def kernel(x, **attrs):
-        return fn(x.astype(np.float64), **attrs).astype(x.dtype, copy=False)
+        if loop is not None and x.dtype in _LOOP_DTYPES and kernels.numba_available():
+            out = np.empty(x.shape, x.dtype)
+            flat = kernels.flat(x)
+            # (an element costs ten or more of a cheap loop's: shared from fewer of them)
+            run_rows(getattr(special_loops, loop), flat.size, flat, out.reshape(-1),
+                     *extras(**attrs), threads=threads_for(flat.size * 16))
+            return out
+        with np.errstate(over="ignore", invalid="ignore"):   # (inf and NaN as torch's)
+            return fn(x.astype(np.float64), **attrs).astype(x.dtype, copy=False)
     kernel.__name__ = fn.__name__
     return kernel
+
+
+_LOOP_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # -- lgamma ---------------------------------------------------------------------------------
@@ -57,7 +75,7 @@ def _lgamma_array(x):
     return _lgamma_each(x).astype(np.float64)
 
 
-LGAMMA = defop("lgamma", unary_float_kernel(_in_float64(_lgamma_array)), infer_float,
+LGAMMA = defop("lgamma", unary_float_kernel(_in_float64(_lgamma_array, "lgamma")), infer_float,
                vjp=lambda g, out, x: g * digamma(x), saves="i",
                doc="The log of the absolute value of the gamma function.")
 
@@ -147,21 +165,34 @@ def igamma(input, other):
 
 # -- polygamma and digamma -----------------------------------------------------------------
 _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)
-_SERIES_FROM = 10.0   # the asymptotic series is used from here up (error < 1e-16)
-_SHIFT_LIMIT = 1000   # polygamma(n >= 1) of x below -this many is NaN (no reflection)
+
+
+@lru_cache(maxsize=None)
+def series_coefficients(n: int) -> np.ndarray:
+    """The coefficients of psi^(n)'s asymptotic series (``kernels.special.polygamma64``
+    says which power of x each multiplies)."""
+    if n == 0:
+        return np.array([b / (2 * k) for k, b in enumerate(_BERNOULLI, 1)])
+    return np.array([math.factorial(n - 1), math.factorial(n) / 2]
+                    + [b * math.factorial(2 * k + n - 1) / math.factorial(2 * k)
+                       for k, b in enumerate(_BERNOULLI, 1)], dtype=np.float64)
 
 
 def _asymptotic(n: int, x):
     """psi^(n)(x) for x >= 10 by its asymptotic series."""
+    c = series_coefficients(n)
     if n == 0:
         inv2 = 1.0 / (x * x)
-        series = sum(b / (2 * k) * inv2 ** k for k, b in enumerate(_BERNOULLI, 1))
-        return np.log(x) - 0.5 / x - series
-    total = math.factorial(n - 1) / x ** n + math.factorial(n) / (2 * x ** (n + 1))
-    for k, b in enumerate(_BERNOULLI, 1):
-        total = total + b * math.factorial(2 * k + n - 1) / math.factorial(2 * k) / x ** (
-            2 * k + n)
+        return np.log(x) - 0.5 / x - sum(ck * inv2 ** k for k, ck in enumerate(c, 1))
+    total = c[0] / x ** n + c[1] / x ** (n + 1)
+    for k, ck in enumerate(c[2:], 1):
+        total = total + ck / x ** (2 * k + n)
     return total if n % 2 else -total
+
+
+def _polygamma_extras(n: int) -> tuple:
+    """``kernels.special.polygamma``'s arguments after the arrays."""
+    return n, (-1.0) ** n * math.factorial(n), series_coefficients(n)
 
 
 def _polygamma_array(x, n):
@@ -170,10 +201,10 @@ def _polygamma_array(x, n):
     x = np.asarray(x, np.float64)
     out = np.full(x.shape, np.nan)
     reflect = (x < 0) if n == 0 else np.zeros(x.shape, bool)
-    # (digamma: psi(x) = psi(1 - x) - pi / tan(pi x), with tan's period taken out first)
+    # (digamma: psi(x) = psi(1 - x) - pi / tan(pi x))
     y = np.where(reflect, 1.0 - x, x)
-    ok = ~np.isnan(y) & (y > -_SHIFT_LIMIT) & ~(np.isinf(y) & (y < 0))
-    z, steps = y[ok], np.ceil(np.maximum(_SERIES_FROM - y[ok], 0)).astype(np.int64)
+    ok = ~np.isnan(y) & (y > -SHIFT_LIMIT) & ~(np.isinf(y) & (y < 0))
+    z, steps = y[ok], np.ceil(np.maximum(SERIES_FROM - y[ok], 0)).astype(np.int64)
     acc = np.zeros(z.shape)
     sign_fact = (-1.0) ** n * math.factorial(n)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -182,7 +213,7 @@ def _polygamma_array(x, n):
             acc[live] -= sign_fact / (z[live] + k) ** (n + 1)
         out[ok] = _asymptotic(n, z + steps) + acc
         if n == 0:
-            q = x - np.floor(x)
+            q = x - np.rint(x)   # (tan's period taken out exactly: |q| <= 1/2)
             pole = reflect & (x == np.floor(x))
             out = np.where(reflect, out - np.pi / np.tan(np.pi * q), out)
             out[pole] = np.nan
@@ -195,7 +226,8 @@ def _infer_polygamma(x, n):
     return infer_float(x)
 
 
-POLYGAMMA = defop("polygamma", ew._float_kernel(_in_float64(_polygamma_array)),
+POLYGAMMA = defop("polygamma", ew._float_kernel(_in_float64(_polygamma_array, "polygamma",
+                                                            _polygamma_extras)),
                   _infer_polygamma, attrs=("n",),
                   vjp=lambda g, out, x, n: g * polygamma(n + 1, x),
                   doc="The n-th derivative of the digamma function (order 0: digamma).")
@@ -220,12 +252,6 @@ def _polygamma_method(self, n):
 
 
 # -- erfinv ---------------------------------------------------------------------------------
-_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                  0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
-               0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
-
-
 def _horner(coefficients, w):
     p = np.full(w.shape, coefficients[0])
     for c in coefficients[1:]:
@@ -235,8 +261,8 @@ def _horner(coefficients, w):
 
 def giles(y, w):
     """Giles' approximation of erfinv(y), given ``w = -log((1 - y)(1 + y))``."""
-    return y * np.where(w < 5.0, _horner(_GILES_CENTRAL, w - 2.5),
-                        _horner(_GILES_TAIL, np.sqrt(w) - 3.0))
+    return y * np.where(w < 5.0, _horner(GILES_CENTRAL, w - 2.5),
+                        _horner(GILES_TAIL, np.sqrt(w) - 3.0))
 
 
 def erfc_newton(t, goal):
@@ -265,7 +291,9 @@ def _erfinv_array(y):
     return np.where(a > 1.0, np.nan, x)
 
 
-ERFINV = defop("erfinv", unary_float_kernel(_in_float64(_erfinv_array)), infer_float,
+ERFINV = defop("erfinv", unary_float_kernel(_in_float64(_erfinv_array, "erfinv",
+                                                       lambda: (GILES_CENTRAL, GILES_TAIL))),
+               infer_float,
                vjp=lambda g, out, x: g * (math.sqrt(math.pi) / 2) * ew.exp(out * out),
                saves="o", doc="The inverse of erf on (-1, 1).")
 
