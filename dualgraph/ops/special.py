@@ -39,18 +39,18 @@ __all__ = ["lgamma", "digamma", "polygamma", "igamma", "erfinv", "logit", "xlogy
            "heaviside", "signbit", "gcd", "lcm", "isin", "histc"]
 
 
-def _in_float64(fn, loop=None, extras=lambda **attrs: ()):
+def _in_float64(fn, loop=None, extras=lambda dtype, **attrs: ()):
     """``fn`` over float64, its result in the input's float dtype; float32 and float64 go
     through ``kernels.special.<loop>`` instead where Numba is there (the same formulas,
-    each element read and written once), called with ``extras(**attrs)`` after the
-    arrays."""
+    each element read and written once), called with ``extras(dtype, **attrs)`` after
+    the arrays."""
     def kernel(x, **attrs):
         if loop is not None and x.dtype in _LOOP_DTYPES and kernels.numba_available():
             out = np.empty(x.shape, x.dtype)
             flat = kernels.flat(x)
             # (an element costs ten or more of a cheap loop's: shared from fewer of them)
             run_rows(getattr(special_loops, loop), flat.size, flat, out.reshape(-1),
-                     *extras(**attrs), threads=threads_for(flat.size * 16))
+                     *extras(x.dtype, **attrs), threads=threads_for(flat.size * 16))
             return out
         with np.errstate(over="ignore", invalid="ignore"):   # (inf and NaN as torch's)
             return fn(x.astype(np.float64), **attrs).astype(x.dtype, copy=False)
@@ -190,7 +190,7 @@ def _asymptotic(n: int, x):
     return total if n % 2 else -total
 
 
-def _polygamma_extras(n: int) -> tuple:
+def _polygamma_extras(dtype, n: int) -> tuple:
     """``kernels.special.polygamma``'s arguments after the arrays."""
     return n, (-1.0) ** n * math.factorial(n), series_coefficients(n)
 
@@ -291,8 +291,13 @@ def _erfinv_array(y):
     return np.where(a > 1.0, np.nan, x)
 
 
+def _erfinv_extras(dtype) -> tuple:
+    """``kernels.special.erfinv``'s arguments after the arrays."""
+    return GILES_CENTRAL, GILES_TAIL, 1 if dtype == np.float32 else 2
+
+
 ERFINV = defop("erfinv", unary_float_kernel(_in_float64(_erfinv_array, "erfinv",
-                                                       lambda: (GILES_CENTRAL, GILES_TAIL))),
+                                                       _erfinv_extras)),
                infer_float,
                vjp=lambda g, out, x: g * (math.sqrt(math.pi) / 2) * ew.exp(out * out),
                saves="o", doc="The inverse of erf on (-1, 1).")
