@@ -601,10 +601,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # codegen/ +4 (lead): a fitted kernel fitted again after dg.set_num_threads. kernels/ +98,
 # ops/ +17 and the core +119 (lead): lgamma, polygamma and erfinv as one-pass loops
 # (kernels/special.py; the NumPy forms stay for hosts without Numba).
-CORE_BUDGET = 33_428
+# passes/ +44, ops/ +2 and the core +46 (lead): zero padding before a conv (F.pad, an ONNX Pad)
+# taken into the conv's padding (passes/simplify.py).
+CORE_BUDGET = 33_474
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_050,
-           "ops": 11_587, "passes": 3_950, "export": 3_840, "nn": 4_784, "optim": 1_757,
+           "ops": 11_589, "passes": 3_994, "export": 3_840, "nn": 4_784, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

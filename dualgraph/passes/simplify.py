@@ -26,13 +26,13 @@ from ..graph.ir import infer_types, same_type
 from ..ops.elementwise import (ADD, CAST, DIV, GT, HARDSIGMOID, HARDSWISH, HARDTANH, LOG, LT,
                                MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB, WHERE, expand_power,
                                power_by_products)
-from ..ops.conv import AVG_POOL2D
+from ..ops.conv import AVG_POOL2D, CONV2D
 from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
 from ..ops.opdef import OpDef
 from ..ops.reduce import LOG_SOFTMAX, MEAN, SOFTMAX
 from ..ops.shape import (CAT, EXPAND, PERMUTE, RESHAPE, SELECT, SLICE, SLICE_BACKWARD,
-                         STACK)
+                         SLICE_UPDATE, STACK)
 from .core import Builder, Report
 
 MAX_DEPTH = 16   # rewrites of one node's rewrite; every rule shrinks the graph, so never hit
@@ -357,6 +357,58 @@ def _sliced_whole(m):
     return source if at == source.shape[dim] else None
 
 
+def _zero_padding(v, constants):
+    """``(x, ((top, bottom), (left, right)))`` where ``v`` is ``x`` with zeros around its
+    last two dims and nothing else: ``F.pad``'s form (``slice_update`` of ``x`` into a
+    zero fill, at unit steps) or an imported ONNX ``Pad``'s (a ``cat`` of zero constants
+    and ``x`` along one of those dims); else None."""
+    node = getattr(v, "producer", None)
+    zero = _equals(0)
+    if node is None or v.ndim != 4:
+        return None
+    if node.op is SLICE_UPDATE and zero(node.inputs[0], constants):
+        x, index = node.inputs[1], node.attrs["index"]
+        if (not isinstance(x, Value) or len(index) != 4 or index[0] is not None
+                or index[1] is not None):
+            return None
+        pads = []
+        for d in (2, 3):
+            block = index[d] or (0, v.shape[d], 1)
+            if block[2] != 1 or block[1] - block[0] != x.shape[d]:
+                return None
+            pads.append((block[0], v.shape[d] - block[1]))
+        return _static(x, pads)
+    if node.op is CAT and node.attrs["dim"] % 4 in (2, 3):
+        dim = node.attrs["dim"] % 4
+        inner = [k for k, part in enumerate(node.inputs) if not zero(part, constants)]
+        if len(inner) != 1:
+            return None
+        x = node.inputs[inner[0]]
+        before = sum(part.shape[dim] for part in node.inputs[:inner[0]])
+        pads = [(0, 0), (0, 0)]
+        pads[dim - 2] = (before, v.shape[dim] - before - x.shape[dim])
+        return _static(x, pads)
+    return None
+
+
+def _static(x, pads):
+    """``(x, pads)`` where every pad is a known count (not a symbolic dim's); else None."""
+    flat = [p for pair in pads for p in pair]
+    return (x, tuple(pads)) if all(type(p) is int and p >= 0 for p in flat) else None
+
+
+def _padding_into_conv(m, weights: list):
+    # conv2d(zero-pad(x), padding p) -> conv2d(x, padding p + the pad's): the kernels pad
+    # inside their loops, so the padded copy is never made (F.pad / nn.ZeroPad2d before a
+    # conv, "same" padding exported as an ONNX Pad). (Equal sums: the padded copy's zeros
+    # add zero products; only weights of inf or NaN, whose products with them are NaN,
+    # differ.)
+    x, pads = _zero_padding(m.padded, m.constants)
+    padding = tuple((a + c, b + d) for (a, b), (c, d) in zip(m.pad, pads))
+    return call(CONV2D, [x, *weights], stride=m.st, padding=padding, dilation=m.dil,
+                groups=m.g)
+
+
 def _cat_parts(v: Value, dim: int) -> list:
     node = getattr(v, "producer", None)
     if node is not None and node.op is CAT and node.attrs["dim"] % v.ndim == dim:
@@ -368,6 +420,9 @@ x, w, b = Var("x", _is_value), Var("w", _is_value), Var("b", _is_value)
 ONE, ZERO = Var("one", _equals(1)), Var("zero", _equals(0))
 c, d = Var("c", _is_number), Var("d", _is_number)
 p, q, s, dim = Var("p"), Var("q"), Var("s"), Var("dim")
+
+PADDED = Var("padded", lambda v, k: _zero_padding(v, k) is not None)
+CONV_ATTRS = dict(stride=Var("st"), padding=Var("pad"), dilation=Var("dil"), groups=Var("g"))
 
 RULES = [
     Rule(P(MUL, x, ONE), lambda m: m.x, "x*1 -> x"),                    # and 1*x
@@ -425,6 +480,12 @@ RULES = [
     Rule(P(ADD, P(SLICE_BACKWARD, Var("a"), x, index=Var("i")),
            P(SLICE_BACKWARD, Var("b"), Var("y"), index=Var("j"))), _join_slice_grads,
          "slice_grad(a) + slice_grad(b), adjacent blocks -> slice_grad(cat(a, b))"),
+    Rule(P(CONV2D, PADDED, Var("w"), **CONV_ATTRS),
+         lambda m: _padding_into_conv(m, [m.w]),
+         "conv2d(pad(x, zeros)) -> conv2d(x) padded inside (no bias)"),
+    Rule(P(CONV2D, PADDED, Var("w"), Var("bias"), **CONV_ATTRS),
+         lambda m: _padding_into_conv(m, [m.w, m.bias]),
+         "conv2d(pad(x, zeros), w, b) -> conv2d(x, w, b) padded inside"),
 ]
 
 
@@ -437,7 +498,8 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     branch, global average pooling as a mean, permute and reshape chains (a select under a
     reshape as a slice), no-op reshape/expand/cast, a cast after an exact (widening) cast,
     log(softmax), x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices
-    tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat) to each node,
+    tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat, zero padding
+    before a conv as the conv's own padding) to each node,
     in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is
