@@ -58,7 +58,8 @@ from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_r
                      channels_last_views)
 from .group import group_updates, grouped_ops, update_groups
 from .join import join_loss_gradient, loss_gradient_pairs
-from .norms import fuse_rms_norm, rms_norm_patterns
+from .norms import (fuse_layer_norm, fuse_rms_norm, layer_norm_patterns,
+                    rms_norm_patterns)
 from .prologue import conv_prologue, conv_prologues
 from .patchify import patchify_conv, patchify_convs
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
@@ -418,6 +419,10 @@ RULES += [
     # x * rsqrt(mean(x * x, -1) + eps) [* w] (RMSNorm as written) -> rms_norm(x, w): one
     # loop per row, and a row epilogue for the elementwise fusion
     LoweringRule("fuse_rms_norm", (MEAN,), rms_norm_patterns, fuse_rms_norm, "graph"),
+    # (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* w] [+ b] over the last dim
+    # (LayerNorm as written; ONNX exports below opset 17) -> layer_norm(x, w, b)
+    LoweringRule("fuse_layer_norm", (MEAN,), layer_norm_patterns, fuse_layer_norm,
+                 "graph"),
     # layer_norm(linear_epilogue(x, W, b[, r])) (or of a linear), its statistics unread ->
     # linear_norm: the row normalised in the epilogue's pass (post-norm transformers)
     LoweringRule("linear_norm", (LAYER_NORM,), norms_of_linears, linear_norm, "graph"),
