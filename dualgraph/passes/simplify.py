@@ -23,9 +23,9 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import (ADD, CAST, DIV, GT, HARDSIGMOID, HARDSWISH, HARDTANH, LOG, LT,
-                               MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB, WHERE, expand_power,
-                               power_by_products)
+from ..ops.elementwise import (ADD, CAST, DIV, ERF, GELU, GT, HARDSIGMOID, HARDSWISH, HARDTANH,
+                               LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB, WHERE,
+                               expand_power, power_by_products)
 from ..ops.conv import AVG_POOL2D, CONV2D
 from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
@@ -409,6 +409,33 @@ def _padding_into_conv(m, weights: list):
                 groups=m.g)
 
 
+def _near(n: float):
+    """True for a number, or a one-element float constant, within float32 rounding of
+    ``n`` (an exported ``sqrt(2)`` is the float32 1.4142135)."""
+    def test(x, constants):
+        v = _scalar(x, constants)
+        return v is not None and type(v) is not bool and abs(v - n) <= 4e-7 * abs(n)
+    return test
+
+
+def _erf_gelu_rules() -> list:
+    """``x * 0.5 * (1 + erf(x / sqrt 2))`` in the orders and spellings code and exporters
+    write it (torch's ONNX export below opset 20: Div, Erf, Add, Mul, Mul) -> ``gelu(x)``,
+    one op a linear's epilogue takes. (GELU's loop computes Phi through erfc: where the
+    written form's ``1 + erf`` cancels to 0, below x = -5.9, it gives the tiny negative
+    values torch's gelu gives, not 0.)"""
+    halves = Var("half", _near(0.5))
+    scaled = (P(DIV, x, Var("root2", _near(math.sqrt(2)))),
+              P(MUL, x, Var("inv_root2", _near(1 / math.sqrt(2)))))
+    rows = []
+    for inner in scaled:
+        phi2 = P(ADD, P(ERF, inner), ONE)
+        for pattern in (P(MUL, P(MUL, x, phi2), halves), P(MUL, P(MUL, x, halves), phi2)):
+            rows.append(Rule(pattern, lambda m: call(GELU, [m.x]),
+                             "x * 0.5 * (1 + erf(x / sqrt 2)) -> gelu(x)"))
+    return rows
+
+
 def _cat_parts(v: Value, dim: int) -> list:
     node = getattr(v, "producer", None)
     if node is not None and node.op is CAT and node.attrs["dim"] % v.ndim == dim:
@@ -486,6 +513,7 @@ RULES = [
     Rule(P(CONV2D, PADDED, Var("w"), Var("bias"), **CONV_ATTRS),
          lambda m: _padding_into_conv(m, [m.w, m.bias]),
          "conv2d(pad(x, zeros), w, b) -> conv2d(x, w, b) padded inside"),
+    *_erf_gelu_rules(),
 ]
 
 
@@ -499,7 +527,8 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     reshape as a slice), no-op reshape/expand/cast, a cast after an exact (widening) cast,
     log(softmax), x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices
     tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat, zero padding
-    before a conv as the conv's own padding) to each node,
+    before a conv as the conv's own padding, the exact GELU written out as ``gelu``) to
+    each node,
     in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is

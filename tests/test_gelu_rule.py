@@ -1,0 +1,82 @@
+"""The exact GELU written out, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (by hand, and by torch's
+ONNX export below opset 20), made one ``gelu`` (passes/simplify.py) that a linear's
+epilogue takes: compiled == eager == torch, in the orders and spellings code writes, and
+near-misses left alone."""
+import math
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+import dualgraph as dg
+
+RNG = np.random.default_rng(0)
+FORMS = {
+    "exporter": lambda m, x: x * (m.erf(x / 1.4142135) + 1.0) * 0.5,
+    "by hand": lambda m, x: 0.5 * x * (1.0 + m.erf(x / math.sqrt(2.0))),
+    "scaled": lambda m, x: x * 0.5 * (1 + m.erf(x * (1 / math.sqrt(2)))),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_written_out_gelu_after_a_linear_is_its_epilogue(form):
+    x = RNG.standard_normal((6, 32)).astype(np.float32) * 3
+    w = RNG.standard_normal((48, 32)).astype(np.float32) * 0.3
+    write = FORMS[form]
+
+    def f(m, functional):
+        return lambda x, w: write(m, functional.linear(x, w))
+    compiled = dg.compile(f(dg, dg.nn.functional))
+    got = compiled(dg.tensor(x), dg.tensor(w)).numpy()
+    eager = f(dg, dg.nn.functional)(dg.tensor(x), dg.tensor(w)).numpy()
+    want = f(torch, torch.nn.functional)(torch.tensor(x), torch.tensor(w)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "act='gelu'" in compiled.code, compiled.code   # (the linear's epilogue)
+
+
+def test_near_misses_stay_as_written():
+    x = RNG.standard_normal((4, 9)).astype(np.float32)
+    for f in (lambda x: x * 0.49 * (1 + dg.erf(x / math.sqrt(2))),
+              lambda x: 0.5 * x * (1 + dg.erf(x / 2.0)),
+              lambda x: 0.5 * x * (2 + dg.erf(x / math.sqrt(2)))):
+        compiled = dg.compile(f)
+        np.testing.assert_allclose(compiled(dg.tensor(x)).numpy(), f(dg.tensor(x)).numpy(),
+                                   rtol=1e-6, atol=1e-7)
+        assert "-> gelu(x)" not in compiled.explain(), compiled.explain()
+
+
+def test_the_far_negative_tail_is_closer_to_the_true_value_than_the_written_form():
+    # the written form's 1 + erf cancels to 0 below about -5.9 (torch's float32 gelu too);
+    # gelu's loop computes Phi through erfc: within float32 absolute rounding of the
+    # written form, and a few ulp of the true x * Phi(x)
+    x = np.array([-12.0, -7.0, -6.0, -5.0, -1e-8, 0.0, 3.0, np.inf, -np.inf, np.nan],
+                 np.float32)
+    compiled = dg.compile(lambda v: FORMS["by hand"](dg, v))
+    got = compiled(dg.tensor(x)).numpy()
+    assert "-> gelu(x)" in compiled.explain()
+    written = FORMS["by hand"](dg, dg.tensor(x)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(written))
+    np.testing.assert_allclose(got[:-3], written[:-3], rtol=1e-6, atol=1e-6)
+    exact = [float(v) * 0.5 * math.erfc(-float(v) / math.sqrt(2)) for v in x[:-3]]
+    np.testing.assert_allclose(got[:-3], exact, rtol=1e-5, atol=1e-40)
+
+
+def test_an_export_of_f_gelu_loads_with_gelu_in_the_products_epilogue():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 16)).eval()
+    x = RNG.standard_normal((3, 7, 32)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "mlp.onnx")
+        torch.onnx.export(model, (torch.tensor(x),), path, dynamo=False, input_names=["x"],
+                          opset_version=17)   # (Gelu is an ONNX op from opset 20)
+        loaded = dg.onnx.load(path)
+        got = loaded(dg.tensor(x))
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    with torch.no_grad():
+        want = model(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert "act='gelu'" in loaded.code, loaded.code
