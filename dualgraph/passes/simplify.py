@@ -445,6 +445,7 @@ def _cat_parts(v: Value, dim: int) -> list:
 
 x, w, b = Var("x", _is_value), Var("w", _is_value), Var("b", _is_value)
 ONE, ZERO = Var("one", _equals(1)), Var("zero", _equals(0))
+THREE, SIX, SIX_ = Var("three", _equals(3)), Var("six", _equals(6)), Var("six_", _equals(6))
 c, d = Var("c", _is_number), Var("d", _is_number)
 p, q, s, dim = Var("p"), Var("q"), Var("s"), Var("dim")
 
@@ -486,6 +487,9 @@ RULES = [
          "hardsigmoid(x) -> minimum(maximum(x + 3, 0), 6) / 6"),
     Rule(P(HARDSWISH, x), lambda m: call(MUL, [m.x, _hard_gate(m.x)]),
          "hardswish(x) -> x * (minimum(maximum(x + 3, 0), 6) / 6)"),
+    Rule(P(DIV, P(MUL, x, P(MINIMUM, P(MAXIMUM, P(ADD, x, THREE), ZERO), SIX)), SIX_),
+         lambda m: call(MUL, [m.x, _hard_gate(m.x)]),
+         "x * relu6(x + 3) / 6 -> x * (relu6(x + 3) / 6) (hard-swish, as the epilogues read it)"),
     Rule(P(DIV, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(DIV),
          "clamp(x, lo, hi) / s -> clamp(x / s, lo / s, hi / s) (s > 0: the same bits)"),
     Rule(P(MUL, P(MINIMUM, P(MAXIMUM, x, c), d), Var("s")), _scale_before_clamp(MUL),
@@ -527,8 +531,8 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     reshape as a slice), no-op reshape/expand/cast, a cast after an exact (widening) cast,
     log(softmax), x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices
     tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat, zero padding
-    before a conv as the conv's own padding, the exact GELU written out as ``gelu``) to
-    each node,
+    before a conv as the conv's own padding, the exact GELU written out as ``gelu``,
+    ``x * relu6(x + 3) / 6`` as hard-swish's product) to each node,
     in order, to a fixed point per node.
 
     Preserves: the type of every value (a rewrite whose replacement is typed differently is

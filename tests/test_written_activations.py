@@ -1,7 +1,8 @@
-"""The exact GELU written out, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (by hand, and by torch's
-ONNX export below opset 20), made one ``gelu`` (passes/simplify.py) that a linear's
-epilogue takes: compiled == eager == torch, in the orders and spellings code writes, and
-near-misses left alone."""
+"""Activations written out, made the forms the epilogues take (passes/simplify.py): the
+exact GELU, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (by hand, and by torch's ONNX export below
+opset 20), as ``gelu``; hard-swish as MobileNetV3 ports write it, ``x * relu6(x + 3) / 6``,
+as ``x * hardsigmoid(x)``. Compiled == eager == torch, in the orders and spellings code
+writes, and near-misses left alone."""
 import math
 import os
 import tempfile
@@ -80,3 +81,38 @@ def test_an_export_of_f_gelu_loads_with_gelu_in_the_products_epilogue():
         want = model(torch.tensor(x)).numpy()
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
     assert "act='gelu'" in loaded.code, loaded.code
+
+
+HARD_SWISHES = {
+    "relu6": lambda f, y: y * f.relu6(y + 3) / 6,
+    "hardtanh": lambda f, y: y * f.hardtanh(y + 3.0, 0.0, 6.0) / 6.0,
+    "clamp": lambda f, y: y * (y + 3).clamp(0, 6) / 6,
+}
+
+
+@pytest.mark.parametrize("form", HARD_SWISHES)
+def test_a_written_out_hard_swish_after_a_conv_is_its_epilogue(form):
+    x = RNG.standard_normal((2, 16, 11, 9)).astype(np.float32) * 2
+    w = RNG.standard_normal((24, 16, 3, 3)).astype(np.float32) * 0.2
+    write = HARD_SWISHES[form]
+
+    def f(functional):
+        return lambda x, w: write(functional, functional.conv2d(x, w, padding=1))
+    compiled = dg.compile(f(dg.nn.functional))
+    got = compiled(dg.tensor(x), dg.tensor(w)).numpy()
+    eager = f(dg.nn.functional)(dg.tensor(x), dg.tensor(w)).numpy()
+    want = f(torch.nn.functional)(torch.tensor(x), torch.tensor(w)).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "hard-swish" in compiled.explain(), compiled.explain()
+
+
+def test_a_hard_swish_near_miss_stays_as_written():
+    x = RNG.standard_normal((3, 20)).astype(np.float32) * 4
+    for f in (lambda y: y * dg.nn.functional.relu6(y + 3) / 5,
+              lambda y: y * dg.nn.functional.relu6(y + 2) / 6,
+              lambda y: (y + 0) * (y * 1.5 + 3).clamp(0, 6) / 6):
+        compiled = dg.compile(f)
+        np.testing.assert_allclose(compiled(dg.tensor(x)).numpy(), f(dg.tensor(x)).numpy(),
+                                   rtol=1e-6, atol=1e-6)
+        assert "hard-swish" not in compiled.explain(), compiled.explain()
