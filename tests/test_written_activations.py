@@ -1,6 +1,6 @@
 """Activations written out, made the forms the epilogues take (passes/simplify.py): the
 exact GELU, ``x * 0.5 * (1 + erf(x / sqrt 2))`` (by hand, and by torch's ONNX export below
-opset 20), as ``gelu``; hard-swish as MobileNetV3 ports write it, ``x * relu6(x + 3) / 6``,
+opset 20), as ``gelu``, and its tanh form (GPT-2's NewGELU) as ``gelu_tanh``; hard-swish as MobileNetV3 ports write it, ``x * relu6(x + 3) / 6``,
 as ``x * hardsigmoid(x)``. Compiled == eager == torch, in the orders and spellings code
 writes, and near-misses left alone."""
 import math
@@ -116,3 +116,50 @@ def test_a_hard_swish_near_miss_stays_as_written():
         np.testing.assert_allclose(compiled(dg.tensor(x)).numpy(), f(dg.tensor(x)).numpy(),
                                    rtol=1e-6, atol=1e-6)
         assert "hard-swish" not in compiled.explain(), compiled.explain()
+
+
+TANH_GELUS = {
+    "pow": lambda m, x: 0.5 * x * (1.0 + m.tanh(math.sqrt(2.0 / math.pi)
+                                                * (x + 0.044715 * m.pow(x, 3.0)))),
+    "products": lambda m, x: x * 0.5 * (1 + m.tanh((x + 0.044715 * x * x * x)
+                                                   * 0.7978845608)),
+}
+
+
+@pytest.mark.parametrize("form", TANH_GELUS)
+def test_a_written_out_tanh_gelu_after_a_linear_is_its_epilogue(form):
+    x = RNG.standard_normal((5, 24)).astype(np.float32) * 2
+    w = RNG.standard_normal((40, 24)).astype(np.float32) * 0.3
+    write = TANH_GELUS[form]
+
+    def f(m, functional):
+        return lambda x, w: write(m, functional.linear(x, w))
+    compiled = dg.compile(f(dg, dg.nn.functional))
+    got = compiled(dg.tensor(x), dg.tensor(w)).numpy()
+    eager = f(dg, dg.nn.functional)(dg.tensor(x), dg.tensor(w)).numpy()
+    want = torch.nn.functional.gelu(torch.tensor(x) @ torch.tensor(w).T,
+                                    approximate="tanh").numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "act='gelu_tanh'" in compiled.code, compiled.code
+
+
+def test_a_tanh_gelu_near_miss_and_an_export_of_it():
+    x = RNG.standard_normal((4, 9)).astype(np.float32)
+    near = lambda v: 0.5 * v * (1 + dg.tanh(0.7978845608 * (v + 0.04 * v * v * v)))
+    compiled = dg.compile(near)
+    np.testing.assert_allclose(compiled(dg.tensor(x)).numpy(), near(dg.tensor(x)).numpy(),
+                               rtol=1e-6, atol=1e-7)
+    assert "gelu_tanh(x)" not in compiled.explain(), compiled.explain()
+    model = torch.nn.Sequential(torch.nn.Linear(9, 32), torch.nn.GELU(approximate="tanh"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "tanh_gelu.onnx")
+        torch.onnx.export(model.eval(), (torch.tensor(x),), path, dynamo=False,
+                          input_names=["x"], opset_version=17)
+        loaded = dg.onnx.load(path)
+        got = loaded(dg.tensor(x))
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    with torch.no_grad():
+        np.testing.assert_allclose(got.numpy(), model(torch.tensor(x)).numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    assert "act='gelu_tanh'" in loaded.code, loaded.code

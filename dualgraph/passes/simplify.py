@@ -23,9 +23,9 @@ import numpy as np
 from ..dtypes import holds_exactly, result_type
 from ..graph import Graph, Node, Value
 from ..graph.ir import infer_types, same_type
-from ..ops.elementwise import (ADD, CAST, DIV, ERF, GELU, GT, HARDSIGMOID, HARDSWISH, HARDTANH,
-                               LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB, WHERE,
-                               expand_power, power_by_products)
+from ..ops.elementwise import (ADD, CAST, DIV, ERF, GELU, GELU_TANH, GT, HARDSIGMOID, HARDSWISH,
+                               HARDTANH, LOG, LT, MAXIMUM, MINIMUM, MUL, NEG, POW, SQRT, SUB,
+                               TANH, WHERE, expand_power, power_by_products)
 from ..ops.conv import AVG_POOL2D, CONV2D
 from ..ops.creation import FULL, FULL_LIKE
 from ..ops.linalg import LINEAR, MATMUL
@@ -436,6 +436,42 @@ def _erf_gelu_rules() -> list:
     return rows
 
 
+def _cube_term(v, x, constants, depth=4) -> tuple[int, float] | None:
+    """``(count, c)`` where ``v`` is a product of ``count`` factors ``x`` and numbers whose
+    product is ``c`` (``0.044715 * x * x * x`` in any order and grouping); else None."""
+    if v is x:
+        return 1, 1.0
+    number = _scalar(v, constants)
+    if number is not None and type(number) is not bool:
+        return 0, float(number)
+    node = getattr(v, "producer", None)
+    if depth == 0 or node is None or node.op is not MUL:
+        return None
+    parts = [_cube_term(u, x, constants, depth - 1) for u in node.inputs]
+    if None in parts:
+        return None
+    return parts[0][0] + parts[1][0], parts[0][1] * parts[1][1]
+
+
+def _tanh_gelu(m):
+    term = _cube_term(m.cubic, m.x, m.constants)
+    if term is None or term[0] != 3 or abs(term[1] - 0.044715) > 1e-6:
+        return None
+    return call(GELU_TANH, [m.x])
+
+
+def _tanh_gelu_rules() -> list:
+    """``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`` (GPT-2's and minGPT's
+    ``NewGELU``, their ONNX exports) -> ``gelu_tanh(x)``, one op a linear's epilogue
+    takes."""
+    inner = P(ADD, P(TANH, P(MUL, P(ADD, x, Var("cubic")),
+                             Var("k", _near(math.sqrt(2 / math.pi))))), ONE)
+    half = Var("half", _near(0.5))
+    return [Rule(pattern, _tanh_gelu,
+                 "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> gelu_tanh(x)")
+            for pattern in (P(MUL, P(MUL, x, half), inner), P(MUL, P(MUL, x, inner), half))]
+
+
 def _cat_parts(v: Value, dim: int) -> list:
     node = getattr(v, "producer", None)
     if node is not None and node.op is CAT and node.attrs["dim"] % v.ndim == dim:
@@ -518,6 +554,7 @@ RULES = [
          lambda m: _padding_into_conv(m, [m.w, m.bias]),
          "conv2d(pad(x, zeros), w, b) -> conv2d(x, w, b) padded inside"),
     *_erf_gelu_rules(),
+    *_tanh_gelu_rules(),
 ]
 
 
@@ -531,7 +568,8 @@ def simplify(graph: Graph, rules=RULES) -> tuple[Graph, Report]:
     reshape as a slice), no-op reshape/expand/cast, a cast after an exact (widening) cast,
     log(softmax), x @ W.T + b -> linear, stack as a cat of unsqueezes, a cat of slices
     tiling one tensor -> the tensor, sums of adjacent slice gradients -> cat, zero padding
-    before a conv as the conv's own padding, the exact GELU written out as ``gelu``,
+    before a conv as the conv's own padding, the exact and tanh GELUs written out as
+    ``gelu`` and ``gelu_tanh``,
     ``x * relu6(x + 3) / 6`` as hard-swish's product) to each node,
     in order, to a fixed point per node.
 
