@@ -160,9 +160,16 @@ def test_one_and_two_threads_give_the_same_bits():
 
 
 # (n, c, h, w), kernel, stride, padding, dilation, ceil mode, the loop: rows of fewer than
-# eight outputs, or strides over 2, which the eight-lane loop along the rows leaves
+# eight outputs, or strides over 2, which the eight-lane loop along the rows leaves; planes
+# of at most pool_lanes.SMALL_PLANE positions with rows of 8-15 outputs, which the lanes take
+# from it (a plane of more positions stays with it)
 SHORT_ROWS = [
     ((2, 40, 14, 14), 3, 2, 0, 1, True, "max_pool_lanes"),
+    ((2, 20, 14, 14), 3, 1, 1, 1, True, "max_pool_lanes"),
+    ((1, 24, 17, 17), 3, 2, 0, 1, True, "max_pool_lanes"),
+    ((3, 19, 20, 20), 2, 2, 0, 1, False, "max_pool_lanes"),
+    ((2, 9, 19, 13), 3, 1, 1, 2, False, "max_pool_lanes"),
+    ((1, 17, 24, 24), 3, 2, 0, 1, True, "max_pool_values"),
     ((2, 64, 7, 7), 3, 1, 1, 1, False, "max_pool_lanes"),
     ((3, 30, 9, 13), 2, 2, 1, 1, True, "max_pool_lanes"),
     ((1, 50, 11, 12), 3, 3, 1, 2, False, "max_pool_lanes"),
