@@ -160,9 +160,16 @@ def test_one_and_two_threads_give_the_same_bits():
 
 
 # (n, c, h, w), kernel, stride, padding, dilation, ceil mode, the loop: rows of fewer than
-# eight outputs, or strides over 2, which the eight-lane loop along the rows leaves
+# eight outputs, or strides over 2, which the eight-lane loop along the rows leaves; planes
+# of at most pool_lanes.SMALL_PLANE positions with rows of 8-15 outputs, which the lanes take
+# from it (a plane of more positions stays with it)
 SHORT_ROWS = [
     ((2, 40, 14, 14), 3, 2, 0, 1, True, "max_pool_lanes"),
+    ((2, 20, 14, 14), 3, 1, 1, 1, True, "max_pool_lanes"),
+    ((1, 24, 17, 17), 3, 2, 0, 1, True, "max_pool_lanes"),
+    ((3, 19, 20, 20), 2, 2, 0, 1, False, "max_pool_lanes"),
+    ((2, 9, 19, 13), 3, 1, 1, 2, False, "max_pool_lanes"),
+    ((1, 17, 24, 24), 3, 2, 0, 1, True, "max_pool_values"),
     ((2, 64, 7, 7), 3, 1, 1, 1, False, "max_pool_lanes"),
     ((3, 30, 9, 13), 2, 2, 1, 1, True, "max_pool_lanes"),
     ((1, 50, 11, 12), 3, 3, 1, 2, False, "max_pool_lanes"),
@@ -252,6 +259,49 @@ def test_compiled_inference_matches_eager_and_torch():
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
     graph = str(compiled_fn.optimized_graph)
     assert "max_pool2d_values" in graph and "avg_pool2d" in graph
+
+
+class _PoolBranch:
+    """An Inception-like block on 14x14 planes: a conv whose output both a 3x3/1 max pool
+    (a plane the lanes take from the values loop) and a 1x1 conv read, the two
+    concatenated, then a 3x3/2 ceil-mode pool."""
+
+    def __new__(cls, lib):
+        nn = lib.nn
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 20, 3, padding=1)
+                self.side = nn.Conv2d(20, 12, 1)
+                self.pool = nn.MaxPool2d(3, 1, padding=1)
+                self.down = nn.MaxPool2d(3, 2, ceil_mode=True)
+
+            def forward(self, x):
+                y = self.conv(x).relu()
+                return self.down(lib.cat([self.pool(y), self.side(y)], 1))
+        return Block()
+
+
+def test_compiled_branch_pool_on_small_planes_matches_eager_and_torch():
+    """The pre-pool tensor read by another branch too, batch 2, NaN and -inf in the
+    input (NaN spreads through the conv and wins in the pools, as in torch; NaN where
+    torch has NaN: ``assert_allclose``'s ``equal_nan``)."""
+    torch.manual_seed(2)
+    reference = _PoolBranch(torch).eval()
+    model = _PoolBranch(dg).eval()
+    model.load_state_dict({k: dg.tensor(v.detach().numpy())
+                           for k, v in reference.state_dict().items()})
+    x = np.random.default_rng(10).standard_normal((2, 3, 14, 14)).astype(np.float32)
+    x[1, 0, 4, 9], x[0, 2, 0, 0] = np.nan, -np.inf
+    with dg.no_grad():
+        eager = model(dg.tensor(x)).numpy()
+        compiled = dg.compile(model)(dg.tensor(x)).numpy()
+    with torch.no_grad():
+        want = reference(torch.tensor(x)).numpy()
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_allclose(compiled, eager, rtol=1e-6, atol=1e-6)   # (the convs' order)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_training_step_matches_eager():

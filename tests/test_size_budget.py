@@ -608,10 +608,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # passes/ +21 and the core with it (lead): the exact GELU written out as gelu, x * relu6(x + 3) / 6
 # as hard-swish (simplify's rows).
 # passes/ +26 and the core with it (lead): the tanh GELU written out as gelu_tanh.
-CORE_BUDGET = 33_591
+# kernels/ +3, ops/ +2 and the core +5 (issue 26, i-poolfuse): pool_lanes.beats_values, max
+# pools of small planes with the planes in the lanes before the values loop.
+CORE_BUDGET = 33_596
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_050,
-           "ops": 11_589, "passes": 4_111, "export": 3_840, "nn": 4_784, "optim": 1_757,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_053,
+           "ops": 11_591, "passes": 4_111, "export": 3_840, "nn": 4_784, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

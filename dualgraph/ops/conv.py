@@ -994,8 +994,9 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
     shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
     columns', eight or sixteen outputs a vector, NaN kept) where its vectors fit (eight
     outputs a row inside it, strides up to 2: ``pooling.vectorised``); else with eight or
-    sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``: small planes;
-    on rows of 13-14 outputs at stride 2 it took 1.4x the values loop's time), or by
+    sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``: rows of fewer
+    than sixteen outputs; also before the values loop on planes where it
+    ``beats_values``), or by
     ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out`` where
     given (``empty_into``). None where none runs (another dtype, no Numba, a small
     input)."""
@@ -1003,12 +1004,14 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    if kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
-                                  padding[1]):
+    lanes = kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1])
+    if (kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
+                                   padding[1])
+            and not (lanes and kernels.pool_lanes.beats_values(*hw))):
         return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
                               kernels.pooling.max_pool_values,
                               kernels.pooling.values_lanes(hw[1]), out=out)[0]
-    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
+    if lanes:
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *dilation, *padding, out=out)
     return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
