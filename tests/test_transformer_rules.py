@@ -74,6 +74,47 @@ def test_attention_kernel_plans_by_layout():
                                        atol=1e-5)
 
 
+@pytest.mark.parametrize("batch,heads,seq,width,mask,ahead_bytes", [
+    (16, 4, 128, 64, "padding", None),    # 6 MiB of operands: past AHEAD_BYTES
+    (16, 3, 197, 64, "none", None),
+    (2, 5, 77, 24, "causal", 0),          # rows of 96 bytes: lines cut across row starts
+    (1, 1, 7, 5, "additive", 0)])
+def test_attention_kernel_prefetching_gives_the_same_bits(batch, heads, seq, width, mask,
+                                                          ahead_bytes, monkeypatch):
+    """Head blocks that prefetch the next block's operands (``AHEAD``: strided head views
+    of a projection, and contiguous ones, whose ``kt`` the BLAS reads untransposed) give
+    the bits of the blocks that do not, and torch's values (float32, 1e-5)."""
+    from dualgraph.kernels import attention
+    rng = np.random.default_rng(seq)
+    q, k, v = _heads(batch, heads, seq, width, rng)
+    m, tmask, fill = None, 0, None
+    if mask == "padding":
+        m = np.zeros((batch, 1, 1, seq), bool)
+        m[:, :, :, seq - 9:] = True
+    elif mask == "causal":
+        m = np.triu(np.ones((seq, seq), bool), 1)[None, None]
+    if m is not None:
+        fill, tmask = float("-inf"), torch.zeros(m.shape).masked_fill(torch.tensor(m),
+                                                                        float("-inf"))
+    elif mask == "additive":
+        m = rng.standard_normal((batch, heads, seq, seq)).astype(np.float32)
+        tmask = torch.tensor(m)
+    for operands in ((q, np.swapaxes(k, -1, -2), v),
+                     tuple(np.ascontiguousarray(a) for a in (q, np.swapaxes(k, -1, -2), v))):
+        runs = []
+        for threshold in (1 << 62, attention.AHEAD_BYTES if ahead_bytes is None
+                          else ahead_bytes):
+            monkeypatch.setattr(attention, "AHEAD_BYTES", threshold)
+            monkeypatch.setattr(attention, "_plans", {})
+            runs.append(attention.attend(*operands, m, 0.125, False, fill, True))
+            assert attention._plans and next(iter(attention._plans.values())).ahead == (
+                threshold != 1 << 62)
+        np.testing.assert_array_equal(runs[0], runs[1])
+    tq, tk, tv = (torch.tensor(np.ascontiguousarray(a)) for a in (q, k, v))
+    want = ((tq @ tk.transpose(-1, -2) * 0.125 + tmask).softmax(-1) @ tv).transpose(1, 2)
+    np.testing.assert_allclose(runs[1], want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("batch,mask_shape,boolean", [
     ((2, 2, 3), (2, 1, 1, 1, 7), False),   # padding mask of the first batch dim only
     ((2, 2, 3), (1, 1, 3, 6, 7), True),    # per head and query, the same for every batch

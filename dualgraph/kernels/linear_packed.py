@@ -47,8 +47,12 @@ MIN_MACS = 1 << 18      # ... and the fewest multiply-adds (13 x 33 x 70: 6 us, 
 # second level cache (1-2 MB on the AVX-512 CPUs the loop runs on; a panel needs only its
 # block of DEPTH steps, in L1), and the whole weight is read once a band: where it does not
 # fit in L2 (1536 x 384), 192 KB bands read it five times for 128 rows (9% slower on an
-# Intel Xeon than 512 KB's two)
-BAND_BYTES = 512 << 10
+# Intel Xeon than 512 KB's two). Past a thousand rows the band shares L2 with the stream
+# of the whole weight and of the band's outputs (their partial sums read again at each
+# block of DEPTH): on an Intel Xeon (2 MB L2, loaded, one thread) 256 KB bands took 4-10%
+# less time than 512 KB's at 2048-3152 rows (K 192-1024, N 192-1024) and the same
+# (within the load's noise) at 128-394 rows, 1536 x 384 included
+BAND_BYTES = 256 << 10
 PER_CALL_DEPTH = 192    # the longest sum a product packs its matrix for at every call
 # ... or any sum of a narrow product (at most two panels) whose packed matrix fits in this
 # many floats (256 KB: it stays in the second level cache while every band of rows passes),

@@ -175,19 +175,40 @@ def load_even(typingctx, array, offset):
 def prefetch(typingctx, array, offset):
     """A hint to bring the cache line of ``array[offset]`` into the second-level cache
     (``llvm.prefetch``, read, ``prefetcht1``): no load, no fault, no result."""
-    from llvmlite import ir
-    from numba.core import cgutils, types
+    from numba.core import types
     _check_array(array)
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        kind = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, kind, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), i32(0), i32(2),
-                          i32(1)])
+        _emit_prefetch(builder, builder.gep(data, [args[1]]))
         return context.get_dummy_value()
     return types.void(array, offset), codegen
+
+
+def _emit_prefetch(builder, pointer):
+    """``llvm.prefetch`` (read, into the second level cache: locality 2, data) of the line
+    at ``pointer``, or at the address an integer ``pointer`` holds."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    kind = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, kind, "llvm.prefetch.p0")
+    at = (builder.inttoptr(pointer, i8p) if isinstance(pointer.type, ir.IntType)
+          else builder.bitcast(pointer, i8p))
+    builder.call(fn, [at, i32(0), i32(2), i32(1)])
+
+
+@Intrinsic
+def prefetch_address(typingctx, address):
+    """:func:`prefetch` of the cache line at the int64 byte ``address`` (a matrix a BLAS
+    call reads by its pointer, ``kernels/attention.py``): a hint, no fault where the
+    address is not mapped."""
+    from numba.core import types
+
+    def codegen(context, builder, signature, args):
+        _emit_prefetch(builder, args[0])
+        return context.get_dummy_value()
+    return types.void(types.int64), codegen
 
 
 @Intrinsic
