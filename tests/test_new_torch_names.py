@@ -75,6 +75,11 @@ FUNCTIONS = {
     "block_diag": lambda m, x, y: m.block_diag(x, y[0], y[:2, :2]) * 2,
     "cartesian_prod": lambda m, x, y: m.cartesian_prod(x[0], y[1, :2]),
     "renorm": lambda m, x, y: m.renorm(x * y, 2, 0, 1.0),
+    # round 13: torch.linalg's forms of the products (cross, vecdot, matmul, diagonal,
+    # matrix_power)
+    "linalg_products": lambda m, x, y: m.linalg.cross(x[:, :3], y[:, 1:4]).sum(1)
+    + m.linalg.vecdot(x, y) + m.linalg.diagonal(m.linalg.matmul(x, y.mT))
+    + m.linalg.matrix_power(x[:, :3], 2).sum(0) + m.linalg.diagonal(x[None], offset=1).sum(0),
     # round 13 (deepfm_pnn): the pairs of fields, and every variant of r and replacement
     "combinations": lambda m, x, y: m.combinations(x[0], 2).prod(1) * y[0, :10].sum()
     + m.combinations(y[1, :3], 3, with_replacement=True).sum(0).sum()
