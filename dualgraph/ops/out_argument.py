@@ -98,7 +98,8 @@ def install(namespace: dict) -> None:
             continue
         inner = getattr(fn, "__wrapped__", fn) if getattr(fn, "__numpy_names__", False) \
             else fn
-        if not inner.__module__.startswith("dualgraph.ops."):
+        if (not inner.__module__.startswith("dualgraph.ops.")
+                or inner.__module__ == "dualgraph.ops.control"):   # (cond, scan, while_loop)
             continue
         try:
             params = inspect.signature(inner).parameters
