@@ -69,6 +69,10 @@ from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
 
 from .ops import numpy_names as _numpy_names  # noqa: E402
+from .ops import out_argument as _out_argument  # noqa: E402
+for _names in (globals(), vars(special), vars(linalg)):   # torch.max(a, b, out=a)
+    _out_argument.install(_names)
+del _names
 _numpy_names.install(globals())                        # torch.sum(x, axis=0)
 _numpy_names.install(dict(vars(Tensor)), owner=Tensor)   # x.sum(axis=0, keepdims=True)
 _silence_float_warnings()

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .ops import decompositions as dec, linalg as products, reduce as red
+from .ops import arrange, decompositions as dec, linalg as products, reduce as red
+from .ops import index as index_ops
+from .ops.compose import matrix_power  # noqa: F401
 from .ops.decompositions import (cholesky, det, eigh, eigvalsh, inv, matrix_exp,  # noqa: F401
                                  matrix_rank, pinv, qr, slogdet, solve, solve_triangular,
                                  svd, svdvals)
@@ -23,7 +25,8 @@ from .tensor import Tensor
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "inv", "inv_ex", "solve", "det", "slogdet",
            "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "lstsq",
-           "pinv", "matrix_exp", "matrix_rank", "solve_triangular", "multi_dot"]
+           "pinv", "matrix_exp", "matrix_rank", "solve_triangular", "multi_dot", "cross",
+           "vecdot", "matmul", "diagonal", "matrix_power"]
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
@@ -118,3 +121,28 @@ def multi_dot(tensors):
     for t in tensors[1:]:
         out = products.matmul(out, t)
     return out
+
+
+def cross(input, other, *, dim=-1):
+    """The cross product of 3-vectors along ``dim`` (the last by default; batch dims
+    broadcast), as ``torch.linalg.cross``."""
+    if input.ndim != other.ndim:
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    return arrange.cross(input, other, dim=dim)
+
+
+def vecdot(x, y, *, dim=-1):
+    """The dot products of the vectors along ``dim`` (batch dims broadcast), as
+    ``torch.linalg.vecdot`` (real tensors: no conjugation to do)."""
+    return red.sum(x * y, dim)
+
+
+def matmul(input, other):
+    """``torch.linalg.matmul``: :func:`dualgraph.matmul`."""
+    return products.matmul(input, other)
+
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    """The diagonals of the matrices of ``A`` (the last two dims by default), as
+    ``torch.linalg.diagonal``: a view, as ``A.diagonal``."""
+    return index_ops.diagonal(A, offset, dim1, dim2)

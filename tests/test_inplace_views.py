@@ -110,6 +110,21 @@ def test_writes_through_a_diagonal_reach_its_matrix():
     check(program)
 
 
+def test_batched_diagonals_read_and_written_as_torch():
+    """``diagonal`` of any two dims of a batch of matrices (round 13: ``torch.linalg.
+    diagonal`` and ``K.diagonal(dim1=-2, dim2=-1)`` raised, 2-d only): a view, so a GP's
+    jitter added through it reaches the matrices; values and gradients against torch,
+    eager and compiled."""
+    def program(m, w):
+        k = (w * 1.0).reshape(2, 3, 2).expand(2, 3, 2) * 1.0
+        k = m.cat([k, k.flip(-1)], -1)              # (2, 3, 4)
+        k.diagonal(dim1=-2, dim2=-1).add_(1e-1)     # (jitter on every matrix)
+        k.diagonal(1, 0, 2).mul_(w[0, :2])          # (dims 0 and 2, above the main one)
+        return (k, k.diagonal(-1, -1, -2) * 2, m.linalg.diagonal(k, offset=-1).exp(),
+                k.diagonal(0, 2, 1).sum(-1))
+    check(program)
+
+
 def test_a_parameters_diagonal_written_under_no_grad_as_torch():
     """The weight-initialisation idiom: ``w.diagonal().fill_(1)`` under ``no_grad``."""
     got = []

@@ -75,6 +75,16 @@ FUNCTIONS = {
     "block_diag": lambda m, x, y: m.block_diag(x, y[0], y[:2, :2]) * 2,
     "cartesian_prod": lambda m, x, y: m.cartesian_prod(x[0], y[1, :2]),
     "renorm": lambda m, x, y: m.renorm(x * y, 2, 0, 1.0),
+    # round 13: torch.linalg's forms of the products (cross, vecdot, matmul, diagonal,
+    # matrix_power)
+    "linalg_products": lambda m, x, y: m.linalg.cross(x[:, :3], y[:, 1:4]).sum(1)
+    + m.linalg.vecdot(x, y) + m.linalg.diagonal(m.linalg.matmul(x, y.mT))
+    + m.linalg.matrix_power(x[:, :3], 2).sum(0) + m.linalg.diagonal(x[None], offset=1).sum(0),
+    # round 13 (deepfm_pnn): the pairs of fields, and every variant of r and replacement
+    "combinations": lambda m, x, y: m.combinations(x[0], 2).prod(1) * y[0, :10].sum()
+    + m.combinations(y[1, :3], 3, with_replacement=True).sum(0).sum()
+    + m.combinations(x[2], 1).sum() + m.combinations(x[1, :2], 3).sum()
+    + m.combinations(y[2], 0).sum() + m.combinations(x[1, :0], 2).sum(),
     "put_": lambda m, x, y: (x * 1).put_(m.tensor([0, 14, 3, 3]), y[0, :4], accumulate=True),
     "index_reduce": lambda m, x, y: x.index_reduce(1, m.tensor([0, 0, 4]), y[:, :3], "mean"),
     "cholesky_solve": lambda m, x, y: m.cholesky_solve(
@@ -153,6 +163,10 @@ def test_next_names_raise_torch_errors():
         dg.block_diag(x, dg.ones(1, 1, 1))
     with pytest.raises(RuntimeError, match=r"Expect a 1D vector, but got shape \[3, 4\]"):
         dg.cartesian_prod(x)
+    with pytest.raises(RuntimeError, match=r"Expect a 1D vector, but got shape \[3, 4\]"):
+        dg.combinations(x)
+    with pytest.raises(RuntimeError, match="Expect a non-negative number, but got -1"):
+        dg.combinations(x[0], -1)
     with pytest.raises(RuntimeError, match="non-positive-norm not supported"):
         dg.renorm(x, 0, 0, 1.0)
     with pytest.raises(RuntimeError, match="one `x` value for each sample point"):

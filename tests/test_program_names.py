@@ -66,6 +66,15 @@ INTERPOLATIONS = [
     ((1, 2, 30, 7), dict(size=(90, 13), mode="nearest-exact")),
     ((2, 64, 20), dict(scale_factor=4, mode="nearest")),
     ((1, 2, 3, 4, 2), dict(scale_factor=(2, 1, 3), mode="nearest")),
+    # antialias (round 13: super-resolution's low-resolution inputs made by shrinking):
+    # PIL's filters stretched by the scale, cut at the borders and renormalised
+    ((2, 3, 13, 17), dict(size=(5, 4), mode="bilinear", antialias=True)),
+    ((2, 3, 13, 17), dict(scale_factor=0.37, mode="bicubic", antialias=True)),
+    ((2, 3, 13, 17), dict(size=(6, 9), mode="bicubic", antialias=True, align_corners=True)),
+    ((2, 3, 13, 17), dict(scale_factor=(0.5, 2.5), mode="bilinear", antialias=True)),
+    ((1, 2, 13, 17), dict(size=(30, 2), mode="bicubic", antialias=True)),
+    ((1, 2, 13, 17), dict(scale_factor=0.3, mode="bilinear", antialias=True,
+                          recompute_scale_factor=True)),
 ]
 
 
@@ -99,6 +108,8 @@ def test_interpolate_errors_say_what_to_do():
         F.interpolate(x, scale_factor=2, mode="lanczos")
     with pytest.raises(ValueError, match="align_corners is only for the linear modes"):
         F.interpolate(x, scale_factor=2, align_corners=True)
+    with pytest.raises(ValueError, match="Anti-alias option restricted to bilinear and bicubic"):
+        F.interpolate(x, scale_factor=0.5, mode="nearest", antialias=True)
 
 
 @pytest.mark.parametrize("shape,r", [((2, 8, 3, 4), 2), ((18, 2, 2), 3), ((2, 2, 4, 2, 3), 2)])

@@ -109,10 +109,29 @@ ROUND_11 = ["barlow_twins", "sam", "lion_lookahead", "hessian_power", "qat_fake_
 ROUND_12 = ["guided_backprop", "prune_iterative", "trpo_cg", "switch_moe", "unfold_patches",
             "call_wrapper", "streaming_iterable", "partial_load_finetune", "kv_cache_hooks",
             "optimizer_in_backward"]
+# (and the thirteenth round's: SegNet's max-unpooling by the pooling's indices with
+# output_size, a DeepFM/PNN click model (torch.combinations of fields, EmbeddingBag with
+# per_sample_weights, non-persistent buffers through a state-dict round trip), custom
+# autograd Functions (needs_input_grad, an intermediate saved, once_differentiable,
+# mark_non_differentiable, set_materialize_grads), deep ensembles with Gaussian and Poisson
+# NLL losses and FGSM inputs, DLinear/RevIN forecasting (circular Conv1d, torch.diff,
+# moving averages, Tensor.unfold windows), ESPCN super-resolution over an antialiased
+# bicubic resize (pixel_shuffle/unshuffle, hardtanh, PSNR of 8-bit roundings), a
+# bidirectional ReLU nn.RNN tagger on packed sequences with label smoothing and
+# ReduceLROnPlateau(mode="max"), an R(2+1)D/SlowFast video net (Conv3d, trilinear), an
+# AdaBelief Optimizer subclass (torch.max(..., out=), addcdiv_, closures, a reloaded
+# state), Deep Graph Infomax (nn.Bilinear), torchvision-style box coding with matching,
+# GIoU, batched NMS and average precision by cummax, an image captioner (TransformerDecoder,
+# rotary SDPA with bool masks and is_causal, tied head), RepVGG's reparameterisation for
+# deployment (dirac_, fuse_conv_bn_eval, get_total_norm and clip_grads_with_norm_))
+ROUND_13 = ["segnet_unpool", "deepfm_pnn", "custom_function_ctx", "deep_ensemble_nll",
+            "dlinear_revin", "espcn_bicubic", "rnn_tagger", "video_c3d", "adabelief_custom",
+            "dgi_bilinear", "box_coder_ap", "caption_decoder", "repvgg_deploy"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
-                                 + ROUND_10 + ROUND_11 + ROUND_12 + ["bf16_autocast"], 4))
+                                 + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ["bf16_autocast"],
+                                 4))
 
 
 def steps_of(name: str) -> int:
@@ -133,7 +152,8 @@ def run(name: str, mode: str) -> dict:
 PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2seq_gru",
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
-    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12
+    + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
+    + ROUND_13
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -179,7 +199,13 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # streaming_iterable's warm restarts change lr at every step (a graph input from the second
 # change); partial_load_finetune unfreezes its first layer (a graph with its gradient, then
 # one whose SGD creates its momentum)
-EXTRA_GRAPHS = {"kv_cache_hooks": 5, "streaming_iterable": 1,
+# box_coder_ap's step is split at its data-dependent reads (below), and each step's pieces
+# after them see other numbers of positives; caption_decoder's captions have two lengths
+# (its positional slice ``pos[:, :t]`` of a static dim by a symbolic length keeps dims
+# static: a graph per length), and its compiled model decodes one token longer per call
+# and under inference_mode
+EXTRA_GRAPHS = {"box_coder_ap": 1, "caption_decoder": 1,
+                "kv_cache_hooks": 5, "streaming_iterable": 1,
                 "partial_load_finetune": 1,
                 "ewc_continual": 3, "sam": 1, "adversarial_pgd": 1,
                 "multitask_heads": 3, "tied_lm_collate": 1,
@@ -199,14 +225,19 @@ EXTRA_GRAPHS = {"kv_cache_hooks": 5, "streaming_iterable": 1,
 # guided_backprop's last step runs with module backward hooks (a monitor): the compiled
 # step breaks there, and runs eagerly from then on; optimizer_in_backward clips with
 # error_if_nonfinite=True, whose check reads the norm (TorchDynamo breaks there too)
-BREAKS = {"guided_backprop": 1, "optimizer_in_backward": 1,
+# box_coder_ap's step gathers its positives by ``nonzero(m >= 0, as_tuple=True)`` and
+# scores the anchors that are not ignored by a boolean mask (data-dependent sizes, as
+# TorchDynamo breaks there too)
+BREAKS = {"box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
           "gain_imputer": 1, "pillars": 2, "center_loss": 1, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too);
 # moco's dequeue reads its pointer buffer with ``int(self.queue_ptr)``, glow's ActNorm its
 # ``initialized`` buffer with ``.item()`` (state read as a Python value: TorchDynamo breaks
 # there too, and a graph can't guard it)
-MODEL_BREAKS = {"moe": 2, "moco": 1, "glow": 1}
+# rnn_tagger packs by the lengths' values (``pack_padded_sequence`` of a lengths tensor)
+# and unpacks by the packed batch sizes (TorchDynamo breaks at packed sequences too)
+MODEL_BREAKS = {"rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
 # breaks in the compiled model only: gradcam's forward hook registers a tensor hook that
 # keeps each gradient, which a compiled forward (its backward run outside the graph) can't
 # do at every call (TorchDynamo breaks at such a hook too); its compiled step's model is

@@ -24,7 +24,7 @@ from ..tensor import Tensor
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_",
            "zeros_", "eye_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-           "kaiming_normal_", "orthogonal_"]
+           "kaiming_normal_", "orthogonal_", "dirac_"]
 
 
 def _write(tensor: Tensor, values) -> Tensor:
@@ -130,6 +130,25 @@ def eye_(tensor: Tensor) -> Tensor:
     if tensor.ndim != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     return _write(tensor, np.eye(*_shape(tensor)))
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """Fill a 3-, 4- or 5-D convolution weight with the Dirac delta, as ``nn.init.dirac_``:
+    a one at the kernel's centre linking output channel ``d`` of each of the ``groups`` to
+    input channel ``d`` (as many as both have), so the conv passes its input through (an
+    identity branch's or a residual-free net's initialisation)."""
+    shape = _shape(tensor)
+    if len(shape) not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if shape[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    per_group = shape[0] // groups
+    values = np.zeros(shape)
+    centre = tuple(k // 2 for k in shape[2:])
+    for g in range(groups):
+        for d in range(min(per_group, shape[1])):
+            values[(g * per_group + d, d) + centre] = 1.0
+    return _write(tensor, values)
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:

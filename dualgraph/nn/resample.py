@@ -108,6 +108,39 @@ def _cubic_weights(n: int, out: int, step: float, align_corners: bool) -> np.nda
     return weights
 
 
+def _aa_linear(x):
+    return np.maximum(1.0 - np.abs(x), 0.0)
+
+
+def _aa_cubic(x, a=-0.5):   # (torch's antialiased bicubic takes PIL's a = -0.5)
+    x = np.abs(x)
+    return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def _antialias_weights(n: int, out: int, step: float, align_corners: bool,
+                       cubic: bool) -> np.ndarray:
+    """The (out, n) matrix of torch's ``antialias=True`` (PIL's resampling): each output
+    position averages the inputs under its filter (triangle, or cubic with a = -0.5)
+    stretched by the scale when shrinking, the taps cut at the borders and the weights
+    renormalised to sum to 1 (torch's ``_compute_weights_aa``)."""
+    scale = ((n - 1) / (out - 1) if out > 1 else 0.0) if align_corners else step
+    half = 2.0 if cubic else 1.0
+    support = half * scale if scale >= 1.0 else half
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    taps = 2 * math.ceil(support) + 1
+    weights = np.zeros((out, n))
+    for i in range(out):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        size = min(max(min(int(center + support + 0.5), n) - lo, 0), taps)
+        w = (_aa_cubic if cubic else _aa_linear)((np.arange(lo, lo + size) - center + 0.5)
+                                                 * invscale)
+        if w.sum() != 0.0:
+            weights[i, lo:lo + size] = w / w.sum()
+    return weights
+
+
 def _nearest_index(n: int, out: int, step: float, exact: bool) -> np.ndarray:
     dst = np.arange(out, dtype=np.float64) + (0.5 if exact else 0.0)
     return np.minimum(np.floor(dst * step).astype(np.int64), n - 1)
@@ -139,7 +172,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                 recompute_scale_factor=None, antialias=False):
     """Resize the spatial dims of (N, C, ...) input to ``size`` or by ``scale_factor``
     (``mode`` 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' or
-    'area'),
+    'area'; ``antialias`` for bilinear and bicubic, as PIL resamples when shrinking),
     as ``torch.nn.functional.interpolate``.
 
     >>> import dualgraph as dg
@@ -153,8 +186,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if align_corners is not None and mode not in _LINEAR:
         raise ValueError(f"interpolate: align_corners is only for the linear modes "
                          f"{tuple(_LINEAR)}, not {mode!r}")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if antialias and (mode not in ("bilinear", "bicubic") or input.ndim != 4):
+        raise ValueError("Anti-alias option restricted to bilinear and bicubic modes and "
+                         "requires a 4-D tensor as input")
     plan = _plan(input, spatial, size, scale_factor, recompute_scale_factor)
     if mode == "area":
         pool = {1: conv.adaptive_avg_pool1d, 2: conv.adaptive_avg_pool2d}.get(spatial)
@@ -169,8 +203,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if out == n and step == 1.0:
             continue
         if mode in _LINEAR:
-            mix = _cubic_weights if mode == "bicubic" else _linear_weights
-            weights = mix(n, out, step, bool(align_corners))
+            if antialias:
+                weights = _antialias_weights(n, out, step, bool(align_corners),
+                                             mode == "bicubic")
+            else:
+                mix = _cubic_weights if mode == "bicubic" else _linear_weights
+                weights = mix(n, out, step, bool(align_corners))
             moved = shape_ops.movedim(y, dim, -1)
             moved = linalg.matmul(moved, tensor(weights.T, dtype=input.dtype))
             y = shape_ops.movedim(moved, -1, dim)

@@ -1,6 +1,6 @@
 """torch functions that are exact compositions of other ops, so they get autodiff, tracing,
 fusion and export from those: ``trapezoid`` / ``trapz`` / ``cumulative_trapezoid``,
-``block_diag``, ``cartesian_prod``, ``renorm``, ``put`` (``Tensor.put_``),
+``block_diag``, ``cartesian_prod``, ``combinations``, ``renorm``, ``put`` (``Tensor.put_``),
 ``index_reduce`` (``Tensor.index_reduce_``), ``cholesky_solve`` and ``cholesky_inverse``;
 the products ``inner``, ``ger``, ``vdot``, ``addmv``, ``addr``, ``matrix_power``,
 ``diagflat``, ``dist``, ``cov`` and ``corrcoef``.
@@ -10,6 +10,8 @@ the products ``inner``, ``ger``, ``vdot``, ``addmv``, ``addr``, ``matrix_power``
 tensor(4.)
 """
 from __future__ import annotations
+
+import itertools
 
 from .. import dtypes
 from ..shapes import normalize_dim
@@ -24,6 +26,7 @@ from .decompositions import _mT, inv, solve
 from .inplace import inplace
 
 __all__ = ["trapezoid", "trapz", "cumulative_trapezoid", "block_diag", "cartesian_prod",
+           "combinations",
            "renorm", "put", "index_reduce", "cholesky_solve", "cholesky_inverse", "inner",
            "ger", "vdot", "addmv", "addr", "matrix_power", "diagflat", "dist", "cov",
            "corrcoef"]
@@ -114,6 +117,24 @@ def cartesian_prod(*tensors):
         t, (1,) * i + (sizes[i],) + (1,) * (k - i - 1)), sizes), -1)
         for i, t in enumerate(tensors)]
     return shape_ops.stack(columns, 1)
+
+
+def combinations(input, r=2, with_replacement=False):
+    """The length-``r`` combinations of the 1-D ``input``'s elements, one row each in
+    ``itertools.combinations`` order (``combinations_with_replacement`` with
+    ``with_replacement``), as ``torch.combinations``: ``(count, r)``, gathered from
+    ``input`` (so differentiable); ``r=0`` gives an empty 1-D tensor."""
+    if input.ndim != 1:
+        raise RuntimeError(f"Expect a 1D vector, but got shape {list(input.shape)}")
+    if r < 0:
+        raise RuntimeError(f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return creation.empty(0, dtype=input.dtype)
+    choose = itertools.combinations_with_replacement if with_replacement else \
+        itertools.combinations
+    rows = [i for row in choose(range(input.shape[0]), r) for i in row]
+    picked = index.index_select(input, 0, creation.tensor(rows, dtype=dtypes.int64))
+    return shape_ops.reshape(picked, (len(rows) // r, r))
 
 
 # -- norms, writes and solves -------------------------------------------------------------

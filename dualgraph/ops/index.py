@@ -1163,18 +1163,20 @@ def _diagonal_bounds(shape, offset):
 
 
 def _diagonal_kernel(x, offset):
-    """The diagonal as a strided view of ``x`` (np.diagonal's is read-only): writes to it
-    reach ``x``, as torch's view."""
-    row, col, n = _diagonal_bounds(x.shape, offset)
-    return as_strided(x[row:, col:], shape=(n,), strides=(x.strides[0] + x.strides[1],),
+    """The diagonals of the last two dims as a strided view of ``x`` (np.diagonal's is
+    read-only): writes to it reach ``x``, as torch's view."""
+    row, col, n = _diagonal_bounds(x.shape[-2:], offset)
+    return as_strided(x[..., row:, col:], shape=x.shape[:-2] + (n,),
+                      strides=x.strides[:-2] + (x.strides[-2] + x.strides[-1],),
                       writeable=x.flags.writeable)
 
 
 def _infer_diagonal(x, offset):
-    if any(not isinstance(d, (int, np.integer)) for d in x.shape):
+    if any(not isinstance(d, (int, np.integer)) for d in x.shape[-2:]):
         raise ShapeError(f"diagonal: the matrix's shape {tuple(x.shape)} has a dynamic dim; "
                          "mark its dims static")
-    return ShapedType((_diagonal_bounds(tuple(x.shape), offset)[2],), x.dtype)
+    n = _diagonal_bounds(tuple(x.shape[-2:]), offset)[2]
+    return ShapedType(tuple(x.shape[:-2]) + (n,), x.dtype)
 
 
 def _diagonal_positions(shape, offset):
@@ -1185,39 +1187,47 @@ def _diagonal_positions(shape, offset):
 
 
 def _diagonal_vjp(g, out, x, offset):
-    """``g`` on the diagonal of zeros shaped like ``x``."""
-    zeros = creation.zeros_like(x, dtype=g.dtype)
-    return index_put(zeros, _diagonal_positions(tuple(x.shape), offset), g)
+    """``g`` on the diagonals of zeros shaped like ``x`` (the matrices' dims moved first,
+    so that one ``index_put`` writes every batch's)."""
+    zeros = creation.zeros_like(shape_ops.movedim(x, (-2, -1), (0, 1)), dtype=g.dtype)
+    written = index_put(zeros, _diagonal_positions(tuple(x.shape[-2:]), offset),
+                        shape_ops.movedim(g, -1, 0))
+    return shape_ops.movedim(written, (0, 1), (-2, -1))
 
 
 def _onnx_diagonal(e, node):
-    """A Gather of the diagonal's positions in the flattened matrix (static shape)."""
-    rows, cols = node.inputs[0].shape
+    """A Gather of the diagonal's positions in the flattened matrices (static shape)."""
+    *batch, rows, cols = node.inputs[0].shape
     row, col, n = _diagonal_bounds((rows, cols), node.attrs["offset"])
-    flat = e.op("Reshape", [e.input(0), e.ints([-1])])
-    return [e.op("Gather", [flat, e.ints((row + np.arange(n)) * cols + col + np.arange(n))])]
+    flat = e.op("Reshape", [e.input(0), e.ints([*batch, rows * cols])])
+    return [e.op("Gather", [flat, e.ints((row + np.arange(n)) * cols + col + np.arange(n))],
+                 axis=len(batch))]
 
 
 # A view, as torch's: ``w.diagonal().mul_(0.5)`` or ``.fill_(1.0)`` (a weight's
 # initialisation under no_grad) writes into ``w`` (an advanced index's copy did not, silently)
 DIAGONAL = defop("diagonal", _diagonal_kernel, _infer_diagonal, vjp=_diagonal_vjp,
                  attrs=("offset",), saves="", view=True, onnx=_onnx_diagonal,
-                 doc="The ``offset`` diagonal of a matrix (above the main one for offset > "
-                     "0), a view.")
+                 doc="The ``offset`` diagonal of the last two dims' matrices (above the "
+                     "main one for offset > 0), a view.")
 
 
 def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The ``offset`` diagonal of a matrix (above the main one for ``offset > 0``), a view,
-    as ``torch.diagonal`` for 2-d input.
+    """The ``offset`` diagonal (above the main one for ``offset > 0``) of the matrices
+    whose rows are dim ``dim1`` and columns dim ``dim2``, a view, as ``torch.diagonal``:
+    the other dims first, then the diagonal's (the two dims moved last by a view).
 
     >>> dg.diagonal(dg.arange(9).reshape(3, 3), 1)
     tensor([1, 5])
     """
-    if input.ndim != 2 or {normalize_dim(dim1, 2), normalize_dim(dim2, 2)} != {0, 1}:
-        raise ValueError(f"diagonal: only 2-d input (dims 0 and 1) is supported, got shape "
-                         f"{tuple(input.shape)} with dims {dim1}, {dim2}")
-    if normalize_dim(dim1, 2) == 1:
-        offset = -offset
+    if input.ndim < 2:
+        raise ValueError(f"diagonal: input of shape {tuple(input.shape)} has fewer than 2 "
+                         "dims")
+    d1, d2 = normalize_dim(dim1, input.ndim), normalize_dim(dim2, input.ndim)
+    if d1 == d2:
+        raise ValueError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if (d1, d2) != (input.ndim - 2, input.ndim - 1):
+        input = shape_ops.movedim(input, (d1, d2), (-2, -1))
     return apply(DIAGONAL, input, offset=int(offset))
 
 

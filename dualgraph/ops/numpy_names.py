@@ -19,7 +19,8 @@ HOT_VIEWS = frozenset(("size", "stride", "squeeze", "unsqueeze", "select", "narr
                        "unflatten", "split", "chunk", "unbind", "tensor_split"))
 
 
-def _takes_dim(fn) -> bool:
+def takes_dim(fn) -> bool:
+    """Whether ``fn`` takes ``dim`` or ``keepdim`` (and not NumPy's names itself)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):   # (builtins, classes without a signature)
@@ -27,17 +28,21 @@ def _takes_dim(fn) -> bool:
     return ("dim" in params or "keepdim" in params) and not any(a in params for a in ALIASES)
 
 
+def rename(fn_name: str, kwargs: dict) -> None:
+    """``kwargs``'s ``axis``/``keepdims`` renamed, in place, to ``dim``/``keepdim``."""
+    for alias, name in ALIASES.items():
+        if alias in kwargs:
+            if name in kwargs:
+                raise TypeError(f"{fn_name}() got both {name!r} and its alias {alias!r}")
+            kwargs[name] = kwargs.pop(alias)
+
+
 def accepting_numpy_names(fn):
     """``fn``, taking ``axis``/``keepdims`` for its ``dim``/``keepdim`` too."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
-            for alias, name in ALIASES.items():
-                if alias in kwargs:
-                    if name in kwargs:
-                        raise TypeError(f"{fn.__name__}() got both {name!r} and its alias "
-                                        f"{alias!r}")
-                    kwargs[name] = kwargs.pop(alias)
+            rename(fn.__name__, kwargs)
         return fn(*args, **kwargs)
     call.__numpy_names__ = True
     return call
@@ -49,7 +54,7 @@ def install(namespace: dict, owner=None) -> None:
     for name, fn in list(namespace.items()):
         if (name.startswith("_") or name in HOT_VIEWS or not inspect.isfunction(fn)
                 or fn.__module__.startswith("dualgraph.nn")   # (F.*'s, as torch's F)
-                or getattr(fn, "__numpy_names__", False) or not _takes_dim(fn)):
+                or getattr(fn, "__numpy_names__", False) or not takes_dim(fn)):
             continue
         wrapped = accepting_numpy_names(fn)
         if owner is None:

@@ -202,6 +202,9 @@ CASES += [
     OpCase("diagonal", lambda m, a: a.diagonal(1, 1, 0), [In((3, 4))], "diagonal-swapped"),
     OpCase("diagonal", lambda m, a: a.t().diagonal(2), [In((5, 3))], "diagonal-of-a-transpose"),
     OpCase("diagonal", lambda m, a: a.diagonal(-4), [In((3, 4))], "diagonal-empty"),
+    # (round 13: batched matrices, any two dims)
+    OpCase("diagonal", lambda m, a: a.diagonal(1, -2, -1), [In((2, 3, 4))], "diagonal-batched"),
+    OpCase("diagonal", lambda m, a: a.diagonal(-1, 2, 0), [In((3, 2, 4))], "diagonal-dims-2-0"),
     OpCase("where", lambda m, a: m.diag(a), [In((3,))], "diag-of-vector"),
     OpCase("where", lambda m, a: m.diag(a, 2), [In((3,))], "diag-of-vector-above"),
     OpCase("where", lambda m, a: a.diag(-1), [In((2,))], "diag-of-vector-below"),

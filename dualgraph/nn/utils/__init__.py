@@ -1,5 +1,6 @@
-"""``dg.nn.utils``: gradient clipping, flattening parameters, weight normalisation and
-parametrizations (``parametrize``, ``parametrizations``), as ``torch.nn.utils``.
+"""``dg.nn.utils``: gradient clipping, flattening parameters, weight normalisation,
+parametrizations (``parametrize``, ``parametrizations``) and batch-norm folding
+(``fusion``), as ``torch.nn.utils``.
 
 Everything here is Tensor ops under ``no_grad`` (no ``.item()`` unless asked for with
 ``error_if_nonfinite``), so clipping inside a captured training step becomes graph nodes.
@@ -15,13 +16,17 @@ from ...dispatch import modes
 from ...ops import creation, elementwise, inplace, reduce, shape
 from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
-from . import parametrizations, parametrize, rnn, stateless  # noqa: F401  (torch.nn.utils.*)
+from . import (fusion, parametrizations, parametrize, rnn,  # noqa: F401  (torch.nn.utils.*)
+               stateless)
+from .fusion import (fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval,  # noqa: F401
+                     fuse_linear_bn_weights)
 from .spectral_norm import remove_spectral_norm, spectral_norm  # (the hook-based one)
 from .weight_norm import remove_weight_norm, weight_norm  # (the function, as torch's)
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
-           "vector_to_parameters", "weight_norm", "remove_weight_norm", "spectral_norm",
-           "remove_spectral_norm"]
+__all__ = ["clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_", "clip_grad_value_",
+           "parameters_to_vector", "vector_to_parameters", "weight_norm", "remove_weight_norm", "spectral_norm",
+           "remove_spectral_norm", "fuse_conv_bn_eval", "fuse_conv_bn_weights",
+           "fuse_linear_bn_eval", "fuse_linear_bn_weights"]
 
 
 def _as_list(parameters) -> list:
@@ -30,6 +35,41 @@ def _as_list(parameters) -> list:
 
 def _grads(parameters) -> list:
     return [p.grad for p in _as_list(parameters) if p.grad is not None]
+
+
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The ``norm_type``-norm of all entries of ``tensors`` (gradients, usually) as one
+    vector, a 0-d tensor (0 for none), as ``torch.nn.utils.get_total_norm``: the first half
+    of :func:`clip_grad_norm_`, for loops that log or all-reduce the norm before clipping."""
+    tensors = _as_list(tensors)
+    if not tensors:
+        return creation.tensor(0.0)
+    norm_type = float(norm_type)
+    with no_grad():
+        total = reduce.norm(reduce.norms(tensors, p=norm_type), p=norm_type)
+    if error_if_nonfinite and not math.isfinite(total.item()):
+        raise RuntimeError(
+            f"the total norm of order {norm_type} of the gradients is non-finite, so it "
+            "cannot be clipped; pass error_if_nonfinite=False to clip anyway")
+    return total
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None) -> None:
+    """Scale the gradients of ``parameters`` in place by ``max_norm / (total_norm + 1e-6)``
+    where that is below 1, as ``torch.nn.utils.clip_grads_with_norm_``: the second half of
+    :func:`clip_grad_norm_`, given the norm (:func:`get_total_norm`'s)."""
+    grads = _grads(parameters)
+    if not grads:
+        return
+    with no_grad():
+        coef = elementwise.clamp(float(max_norm) / (total_norm + 1e-6), max=1.0)
+        small = _flat_scalable(grads)
+        if len(small) > 1:   # (one multiply for all of them, as torch's _foreach_mul_)
+            commit_flat(small, elementwise.mul(flat_of(small), coef))
+        done = {id(g) for g in small} if len(small) > 1 else ()
+        for g in grads:
+            if id(g) not in done:
+                g.mul_(coef)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
@@ -47,25 +87,9 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     >>> w.grad
     tensor([0.6, 0.8])
     """
-    grads = _grads(parameters)
-    if not grads:
-        return creation.tensor(0.0)
-    norm_type = float(norm_type)
-    with no_grad():
-        total = reduce.norm(reduce.norms(grads, p=norm_type), p=norm_type)
-        if error_if_nonfinite and not math.isfinite(total.item()):
-            raise RuntimeError(
-                f"the total norm of order {norm_type} of the gradients is non-finite, so it "
-                "cannot be clipped; pass error_if_nonfinite=False to clip anyway")
-        coef = float(max_norm) / (total + 1e-6)
-        coef = elementwise.clamp(coef, max=1.0)
-        small = _flat_scalable(grads)
-        if len(small) > 1:   # (one multiply for all of them, as torch's _foreach_mul_)
-            commit_flat(small, elementwise.mul(flat_of(small), coef))
-        done = {id(g) for g in small} if len(small) > 1 else ()
-        for g in grads:
-            if id(g) not in done:
-                g.mul_(coef)
+    parameters = _as_list(parameters)
+    total = get_total_norm(_grads(parameters), norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(parameters, max_norm, total)
     return total
 
 
