@@ -33,7 +33,7 @@ CI runs ``DG_TFM_EXAMPLES`` seeds from ``DG_TFM_FIRST`` (default 3 from 0). A ca
 prints each failing seed with its traceback, then how often each lowering rule fired and
 each kernel was called in the compiled code (and the packed linear loop's calls, by its
 constant or per-call packing), so a campaign shows which paths it reached; ``--seed 17``
-prints one model's description.
+prints one model's description; a campaign stopped by SIGTERM prints what it reached.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ import math
 import os
 import random
 import re
+import signal
 import sys
 import warnings
 
@@ -605,11 +606,16 @@ def main(argv=None) -> int:
         print(f"seed {seed}", flush=True)
         return check(seed)
 
-    status = campaign(chosen_seeds(args, lambda seed: (text(describe(seed)),)), announced,
-                      NotImplementedError)
-    for what, count in sorted(HITS.items()):
-        print(f"{count:6d}  {what}")
-    return status
+    def stop(signum, frame):   # (a campaign cut short still says what it reached)
+        raise SystemExit(f"stopped by signal {signum} during the last seed announced")
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return campaign(chosen_seeds(args, lambda seed: (text(describe(seed)),)), announced,
+                        NotImplementedError)
+    finally:
+        for what, count in sorted(HITS.items()):
+            print(f"{count:6d}  {what}", flush=True)
 
 
 if __name__ == "__main__":
