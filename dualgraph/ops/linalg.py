@@ -570,9 +570,11 @@ def _linear_backward_kernel(g, x, w, need, out=None):
     backward. Each is written into its array of ``out`` where given (``fills_out``)."""
     (g, x, w), dt = blas_operands(g, x, w)
     g2 = _as_rows(g)
-    into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
-    rows = [None if a is None else a.reshape(shape) for a, shape in
-            zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
+    rows = (None, None, None)   # (eager's call, most of them: the results are new arrays)
+    if out is not None:
+        into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
+        rows = [None if a is None else a.reshape(shape) for a, shape in
+                zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
     gx = (cast(_product(g2, w, rows[0]).reshape(x.shape), dt) if need[0]
           else zeros_view(x.shape, dt))
     gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
