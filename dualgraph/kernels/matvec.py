@@ -255,8 +255,6 @@ def wanted(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> bool:
     (K, N), ``passes/linears.py``'s ``weights_kn``, where the rows are symbolic) is left to
     NumPy's GEMV, which reads it as it is (as fast on one thread): the loop would copy it
     at every call."""
-    if x.ndim and x.size != x.shape[-1]:   # (more than one row, most calls: decided at once,
-        return False                       # where product_shapes' checks take ~1.5 us)
     return (product_shapes(x.shape, w.shape, None if bias is None else bias.shape)
             and (bias is None or bias.dtype == np.float32) and w.flags.c_contiguous
             and enabled(w, x))
