@@ -616,10 +616,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # torch/special/linalg functions (ops/out_argument.py), torch.combinations, diagonal of
 # batched matrices, torch.linalg's cross/vecdot/matmul/diagonal; interpolate's antialias
 # weights, nn.utils.fusion, get_total_norm/clip_grads_with_norm_, nn.init.dirac_.
-CORE_BUDGET = 33_741
-BUDGETS = {".": 2_103, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
+# the core +11, autograd/ +6, ops/ +4 (issue 26, i-eager2): a recorded op's
+# site kept as (code, offset) and its line worked out when printed; the engine's owned sums
+# dropped per gradient; linear's backward, permute and numel off NumPy's Python wrappers.
+CORE_BUDGET = 33_761
+BUDGETS = {".": 2_114, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_151,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_083,
-           "ops": 11_689, "passes": 4_111, "export": 3_840, "nn": 4_881, "optim": 1_757,
+           "ops": 11_692, "passes": 4_111, "export": 3_840, "nn": 4_881, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

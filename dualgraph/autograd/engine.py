@@ -195,8 +195,11 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
         grads = pending.pop(node)
         mine = False
         if owned:   # popped sums leave the engine's hands (a VJP may pass them on)
-            mine = not owned.isdisjoint(map(id, grads.values()))
-            owned.difference_update(map(id, grads.values()))
+            for total in grads.values():   # (most nodes have one gradient: no set work)
+                if id(total) in owned:
+                    owned.discard(id(total))
+                    mine = True
+            total = None   # (a gradient this frame holds is not _unshared)
         if stop is not None and node in stop:
             for idx, g in grads.items():
                 for i in captured.get((node, idx), ()):
@@ -236,8 +239,11 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
             continue
         inputs_of = node.inputs   # (before _free drops them)
         input_grads = _call_vjp(node, grads)
-        if not retain_graph:
-            _free(node)
+        if not retain_graph:   # (_free, inlined but for an op's own release)
+            node.inputs = node.outputs = None
+            node.versions = ()
+            if getattr(node.op, "release", None) is not None:
+                _free(node)
         for edge, inp, g in zip(node._next, inputs_of, input_grads):
             if edge is None or g is None:
                 continue

@@ -181,7 +181,7 @@ class Node:
         self.attrs = attrs
         self._next = next_nodes
         self.versions = versions
-        self.site = site      # (file, line) of the user's call; see `location`
+        self.site = site      # (code, offset) of the user's call; see `location`
 
     @property
     def next(self) -> tuple:

@@ -9,6 +9,7 @@ Float16/bfloat16 are computed in float32 and cast back, as NumPy has no fast loo
 from __future__ import annotations
 
 import functools
+import math
 import string
 
 import numpy as np
@@ -89,8 +90,9 @@ def mT(x):
 # -- matmul --------------------------------------------------------------------------------------
 def _as_rows(a: np.ndarray) -> np.ndarray:
     """``a`` as the matrix of its rows along the last dim: ``reshape(-1, n)``, which NumPy
-    refuses where ``a`` is empty and n is 0 (``f @ f.t()`` of an empty batch)."""
-    return a.reshape(int(np.prod(a.shape[:-1])), a.shape[-1])
+    refuses where ``a`` is empty and n is 0 (``f @ f.t()`` of an empty batch). (math.prod:
+    NumPy's makes an array of the tuple, microseconds at every linear's backward.)"""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 def _matmul_kernel(a, b, out=None):
@@ -506,7 +508,8 @@ def _linear_kernel(x, w, *bias, out=None):
     if w.ndim != 2:   # (NumPy would broadcast a 3-D weight: the shape rule's error)
         _infer_linear(x, w, *bias)
     check_same_dtype("linear", x, w, *bias)   # (eager runs kernels, not shape rules)
-    if matvec.wanted(x, w, bias[0] if bias else None):   # batch 1: on two cores
+    # batch 1: on two cores (the row count first: matvec.wanted's checks take ~1.5 us)
+    if x.size == x.shape[-1] and matvec.wanted(x, w, bias[0] if bias else None):
         return matvec.matvec(x, w, *bias)
     dt = x.dtype
     if (x.ndim == 2 and dt in BLAS_DTYPES and w.dtype == dt
@@ -568,9 +571,11 @@ def _linear_backward_kernel(g, x, w, need, out=None):
     backward. Each is written into its array of ``out`` where given (``fills_out``)."""
     (g, x, w), dt = blas_operands(g, x, w)
     g2 = _as_rows(g)
-    into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
-    rows = [None if a is None else a.reshape(shape) for a, shape in
-            zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
+    rows = (None, None, None)   # (eager's call, most of them: the results are new arrays)
+    if out is not None:
+        into = [out_in(out_part(out, i), g.dtype) for i in range(3)]
+        rows = [None if a is None else a.reshape(shape) for a, shape in
+                zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
     gx = (cast(_product(g2, w, rows[0]).reshape(x.shape), dt) if need[0]
           else zeros_view(x.shape, dt))
     gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
