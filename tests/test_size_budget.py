@@ -598,9 +598,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the squeeze-and-excitation ops' specialise).
 # codegen/ +15 and the core with it: a fitted kernel bound for one call at a time (a
 # concurrent call of the same compiled graph gets one fitted afresh).
-CORE_BUDGET = 33_309
+# kernels/ +45 and the core +45 (issue 26, i-1x1m): conv_pointpacked asks the next pair's
+# weight rows into L2, runs its tail's columns per block of input rows (their sums kept in
+# the scratch), and takes strided 1x1s on the gathered input.
+CORE_BUDGET = 33_354
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_365, "distributed": 1_730, "graph": 1_120, "kernels": 6_952,
+           "cli": 320, "codegen": 1_365, "distributed": 1_730, "graph": 1_120, "kernels": 6_997,
            "ops": 11_570, "passes": 3_950, "export": 3_840, "nn": 4_784, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -45,6 +45,14 @@ memory where it exceeds L2 (512 -> 1000 channels: 2 MB for a 13x13 plane's last 
 After the last input channels the chunk's run of each output channel gets the epilogue
 (``epilogue.plane_tail``: bias, activation, residual before or after) while it is in L1.
 
+Inside a model a layer's weight, read once a call, has left the caches by its next call,
+and each pair's rows for a block of ``KC`` input channels are a run of ``KC`` lines that
+the hardware's prefetcher meets cold (the next pair's run lies ``C*64`` bytes further on):
+while a block sums, the run the next pair will read is asked into L2, one line a step of
+its loop over the input channels (:func:`_next_run`; a 384 -> 384 layer on 7x7 took
+0.75x its time with the weight cold, docs/benchmarks.md "1x1 convs whose weights come from
+memory").
+
 A prologue (``conv2d_prologue``: an eval-mode BatchNorm and its activation before the
 conv, ``act(x * scale[k] + shift[k])`` per input channel ``k``) is applied to each block
 of ``KC`` input rows of the chunk as the item takes it up, into the slot's own buffer,
