@@ -109,6 +109,25 @@ def test_loop_matches_torch(case):
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], GROUPED[1], GROUPED[5], PAIRS[0],
+                                  PAIRS[1], PAIRS[4], PAIRS[9]])
+def test_a_fitted_conv_called_again_keeps_its_border_zero(case):
+    """The padded planes' buffer is zeroed once, when the conv is fitted (each mode's copy
+    writes the same places at every call): called on an input of NaN, then on another,
+    the second gives the bits of a conv fitted afresh (NaN in the border would spread)."""
+    x, w, b, attrs = _data(case)
+    n, c, h, wd, cout, kernel, stride, padding, dilation, groups = case
+    out_shape = tuple(_torch_conv(x, w, b, **attrs).shape)
+    packed, runs = conv_packed.pack(w, groups), []
+    for _ in range(2):
+        runs.append(conv_packed.fitted(x.shape, out_shape, stride, padding, dilation, kernel,
+                                       groups=groups, act=1))
+    runs[0](np.full_like(x, np.nan), packed, b, np.empty(out_shape, np.float32))
+    got = runs[0](x, packed, b, np.empty(out_shape, np.float32))
+    np.testing.assert_array_equal(got, runs[1](x, packed, b, np.empty(out_shape, np.float32)))
+    assert not np.isnan(got).any()
+
+
 @pytest.mark.parametrize("case", [CASES[1], GROUPED[1], GROUPED[5], GROUPED[6], PAIRS[0],
                                   PAIRS[2], PAIRS[4], PAIRS[10]])
 @pytest.mark.parametrize("act,residual_at", [("none", None), ("clamp", "before"),

@@ -2,7 +2,8 @@
 ``conv2d_packed`` that the lowering rule ``conv_packed`` makes): the loop against torch on
 odd shapes (channels not a multiple of eight, planes with a tail of fewer than eight
 positions, several chunks, more input channels than a block of ``KC``, batch 1, 3 and 16,
-non-square planes), every epilogue against the op's decomposition, the bits independent of
+non-square planes), at strides 2 and (3, 2) (a downsampling shortcut: the input gathered
+first), every epilogue against the op's decomposition, the bits independent of
 the blocks of input channels, of threads and of the register block (eight or sixteen
 lanes, each width's tails), into a concatenation's block of channels; compiled inverted-residual blocks against
 eager and torch and through ``dg.onnx.load``; what the loop does not take."""
@@ -70,6 +71,46 @@ def test_loop_matches_torch(shape):
     conv_pointpacked.conv(x, conv_packed.pack(w), out, b, act=1)
     np.testing.assert_array_equal(out, got)
     assert np.isnan(guarded[:64]).all() and np.isnan(guarded[-64:]).all()
+
+
+# n, c, h, w, cout, stride: the output plane from 8 positions up
+STRIDED = [
+    (1, 64, 56, 56, 128, (2, 2)),   # a downsampling shortcut: 28x28, two blocks of KC
+    (1, 160, 14, 14, 384, (2, 2)),  # 7x7: a block of 48 and a column
+    (3, 13, 15, 9, 20, (2, 2)),     # odd planes (8x5 out), batch 3, channels not of 8
+    (2, 70, 9, 10, 37, (3, 2)),     # unequal strides: 3x5 out, a vector and a tail of 7
+    (16, 24, 4, 7, 8, (2, 2)),      # batch 16, 2x4 out: one vector
+]
+
+
+@pytest.mark.parametrize("shape", STRIDED)
+def test_strided_loop_matches_torch(shape):
+    """A stride above 1 gathers the input's rows and columns, then the stride-1 loop: the
+    values of torch's conv, every element written, from a strided view of the input too,
+    with each epilogue's residual; the bits of the loop on the gathered input."""
+    n, c, h, w, cout, stride = shape
+    x, wt, b, attrs = _data((n, c, h, w, cout, (1, 1), stride, ((0, 0), (0, 0)), (1, 1), 1))
+    assert conv_pointpacked.wins(x.shape, wt.shape, stride, attrs["padding"], (1, 1), 1,
+                                 x.dtype)
+    want = _torch_conv(x, wt, b, **attrs)
+    packed = conv_packed.pack(wt)
+    r = np.random.default_rng(3).standard_normal(want.shape).astype(np.float32)
+    wider = np.zeros((n, c + 3, h, w), np.float32)      # (x a strided view of it)
+    wider[:, 2:c + 2] = x
+    for where, source in ((0, x), (1, wider[:, 2:c + 2]), (2, x)):
+        expect = torch.relu(want + torch.tensor(r) if where == 1 else want)
+        expect = (expect + torch.tensor(r) if where == 2 else expect).numpy()
+        guarded = np.full(expect.size + 128, np.nan, np.float32)
+        out = guarded[64:-64].reshape(expect.shape)
+        conv_pointpacked.conv(source, packed, out, b, r if where else None, where=where,
+                              act=1, stride=stride)
+        np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+        assert np.isnan(guarded[:64]).all() and np.isnan(guarded[-64:]).all()
+    gathered = np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])
+    plain = np.empty(expect.shape, np.float32)
+    conv_pointpacked.conv(gathered, packed, plain, b, act=1)
+    conv_pointpacked.conv(x, packed, out, b, act=1, stride=stride)
+    np.testing.assert_array_equal(out, plain)
 
 
 @pytest.mark.parametrize("residual_at", [None, "before", "after"])
@@ -177,7 +218,7 @@ def test_the_block_follows_the_compiled_for_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,groups", [
-    ((1, 16, 8, 8), (32, 16, 1, 1), (2, 2), ((0, 0), (0, 0)), 1),   # strided
+    ((1, 16, 4, 5), (32, 16, 1, 1), (2, 2), ((0, 0), (0, 0)), 1),   # strided to 2x3
     ((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), ((1, 1), (1, 1)), 1),   # padded
     ((1, 16, 8, 8), (32, 8, 1, 1), (1, 1), ((0, 0), (0, 0)), 2),    # groups
     ((4, 16, 1, 1), (32, 16, 1, 1), (1, 1), ((0, 0), (0, 0)), 1),   # a 1x1 plane
@@ -220,3 +261,35 @@ def test_compiled_and_onnx_import_match_eager_and_torch(batch, hw, act, tmp_path
     assert graph.count("conv2d_packed(") == 3, graph     # (the 9-channel head: 8+ outputs)
     assert compiled.code.count("= conv_packed_") == 3, compiled.code
     assert loaded.code.count("= conv_packed_") == 3, loaded.code
+
+
+def _downsampling_block(lib, c=13, mid=24, out=40):
+    nn = lib.nn
+
+    class Block(nn.Module):
+        """A residual block that halves the plane: a strided 3x3 and a 1x1 on the main
+        path, the shortcut a strided 1x1 with BatchNorm (a ResNet's downsampling)."""
+
+        def __init__(self):
+            super().__init__()
+            self.main = nn.Sequential(nn.Conv2d(c, mid, 3, stride=2, padding=1, bias=False),
+                                      nn.BatchNorm2d(mid), nn.ReLU(),
+                                      nn.Conv2d(mid, out, 1, bias=False), nn.BatchNorm2d(out))
+            self.shortcut = nn.Sequential(nn.Conv2d(c, out, 1, stride=2, bias=False),
+                                          nn.BatchNorm2d(out))
+
+        def forward(self, x):
+            return lib.relu(self.main(x) + self.shortcut(x))
+    return Block()
+
+
+@pytest.mark.parametrize("batch,hw", [(1, (14, 14)), (3, (9, 15))])
+def test_compiled_downsampling_shortcut_takes_the_loop(batch, hw, tmp_path):
+    """The strided 1x1 shortcut's weight is packed and the 1x1 loop runs it (on the input
+    gathered), compiled and through ``dg.onnx.load``, against eager and torch."""
+    x = np.random.default_rng(batch).standard_normal((batch, 13, *hw)).astype(np.float32)
+    compiled, loaded = compiled_and_loaded(_downsampling_block, x, tmp_path)
+    graph = str(compiled.optimized_graph)
+    assert graph.count("conv2d_packed(") == 3, graph
+    assert "stride=(2, 2)" in graph and "conv1x1" not in compiled.code, compiled.code
+    assert "conv1x1" not in loaded.code, loaded.code

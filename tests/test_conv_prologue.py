@@ -88,6 +88,19 @@ def test_the_prologue_over_blocks_of_input_channels_threads_and_register_blocks(
     _close(out, _torch_reference(x, w, b, scale, shift, "relu", None))
 
 
+@pytest.mark.parametrize("stride", [(2, 2), (3, 2)])
+def test_the_prologue_of_a_strided_conv_matches_torch(stride):
+    """At a stride above 1 the loop reads the input gathered first: the prologue (per
+    element) on the gathered rows and columns, NaN and inf among them."""
+    x, w, b, scale, shift = _data(2, 70, 15, 13, 20)
+    x[1, 5, ::stride[0], ::stride[1]][1, :2] = [np.nan, -np.inf]
+    attrs = dict(ATTRS, stride=stride, out_channels=20, pre_act="relu",
+                 pre_bounds=(-np.inf, np.inf))
+    got = CONV2D_PROLOGUE.kernel(x, scale, shift, conv_packed.pack(w), b, **attrs)
+    sub = np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])
+    _close(got, _torch_reference(sub, w, b, scale, shift, "relu", None))
+
+
 def _pre_activation_layer(lib, cin, cout, act):
     """BatchNorm, an activation (or none), a 1x1 conv: a dense layer's first half."""
     nn = lib.nn

@@ -546,7 +546,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     ``Cout/G`` outputs each, padded to whole pairs: :func:`pack`) and ``bias (pairs*16,)``
     (padded as the weight),
     with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``). A slot pads
-    each image it meets once (at batch 1 every slot pads the one image)."""
+    each image it meets once (at batch 1 every slot pads the one image) into its row of
+    ``scratch``, whose border the caller has zeroed (:func:`fitted`)."""
     pairs = wp.size // (offsets.size * PAIR)
     size, plane = ho * wo, height * width
     # (a group's planes: padded, or split into phases for ``_two_row_pair_sums``)
@@ -565,7 +566,6 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     total = images * units
     for slot in range(start, stop):
         xp, sums = scratch[slot], acc[slot]
-        xp[:] = 0
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
             n, p = item // units, item % units * per
@@ -791,7 +791,10 @@ def fitted(x_shape, out_shape, stride, padding, dilation, kernel, plan_=None,
     # (a grid's last run reads past the planes: zeros; the groups before the last are
     # whole phases' planes)
     group = c // groups * stride[0] * stride[1] * p.hq * p.wq
-    scratch = np.empty((workers, (groups - 1) * group + p.grid_scratch if grid
+    # (zeroed once: the copies, ``pad_image`` and ``pad_phases``, write only the planes'
+    # inside, the same places at every call, so the border stays zero; zeroing the buffer
+    # at every call wrote all of it, as large as the input, inside a model from memory)
+    scratch = np.zeros((workers, (groups - 1) * group + p.grid_scratch if grid
                         else c * hp * wp), F)
     span = -(-wo // ROW_RUN) * ROW_RUN
     acc = np.empty((workers, 3 * PAIR * ho * span if mode == WIDE_ROWS

@@ -37,9 +37,21 @@ channels in the lanes (:func:`_column`): a position's input value broadcast and 
 packed rows of eight blocks of channels loaded as they are, eight sums over every input
 channel at once. With the positions in the lanes, a lone position would take a block's
 eight broadcasts and multiply-adds per input channel for one useful lane: a sixth more
-work on a 7x7 plane, all of it on the weights' memory. After the last input channels the
-chunk's run of each output channel gets the epilogue (``epilogue.plane_tail``: bias,
-activation, residual before or after) while it is in L1.
+work on a 7x7 plane, all of it on the weights' memory. The columns run for each block of
+``KC`` input channels right after the blocks of output channels they belong to (their
+sums kept in the slot's scratch meanwhile), so they read the rows of the weight the blocks
+have just brought into L1, where a pass at the end read the whole weight again, from
+memory where it exceeds L2 (512 -> 1000 channels: 2 MB for a 13x13 plane's last position).
+After the last input channels the chunk's run of each output channel gets the epilogue
+(``epilogue.plane_tail``: bias, activation, residual before or after) while it is in L1.
+
+Inside a model a layer's weight, read once a call, has left the caches by its next call,
+and each pair's rows for a block of ``KC`` input channels are a run of ``KC`` lines that
+the hardware's prefetcher meets cold (the next pair's run lies ``C*64`` bytes further on):
+while a block sums, the run the next pair will read is asked into L2, one line a step of
+its loop over the input channels (:func:`_next_run`; a 384 -> 384 layer on 7x7 took
+0.75x its time with the weight cold, docs/benchmarks.md "1x1 convs whose weights come from
+memory").
 
 A prologue (``conv2d_prologue``: an eval-mode BatchNorm and its activation before the
 conv, ``act(x * scale[k] + shift[k])`` per input channel ``k``) is applied to each block
@@ -58,7 +70,7 @@ import numpy as np
 from . import helper, isa, loop, numba_available, out_images
 from .epilogue import _ZERO, _activate, plane_tail
 from .simd import (LANES, WIDE, broadcast, broadcast_at, broadcast_at_like, broadcast_wide,
-                   fma, lanes_of, load, load_like, store)
+                   fma, lanes_of, load, load_like, prefetch, store)
 from .threads import run_rows, threads_for
 from .tuning import cores
 
@@ -152,13 +164,23 @@ def _load3(x, xa, z):
     return load_like(x, xa, z), load_like(x, xa + step, z), load_like(x, xa + 2 * step, z)
 
 
+@helper(inline="always")
+def _ask(wp, ahead, lines, j):
+    """Step ``j`` of a block's loop over its input channels asks the ``j``-th of ``lines``
+    cache lines of the packed weight from ``wp[ahead]`` on (one row of a pair: ``PAIR``
+    floats, one line) into the second-level cache (:func:`_next_run`)."""
+    if j < lines:
+        prefetch(wp, ahead + j * PAIR)
+
+
 @helper(**_OWN)
-def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
+def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z, ahead, lines):
     """Eight channels (their packed weights from ``wp[wo]``, row pitch ``PAIR``; ``n`` of
     them exist) by three vectors of ``L`` positions (``L`` the lanes of ``z``, a zero
     vector: 8, or 16 where :func:`block_sums` is 48): ``out[oo + r*os + 0:3L] (+)= sum_k
     wp[wo + k*16 + r] * x[xo + k*xs + 0:3L]`` for ``k`` in ``k0:k1`` (``first``: from
-    zero); 24 sums, the first four channels' ``a``, the last four's ``b``."""
+    zero); 24 sums, the first four channels' ``a``, the last four's ``b``. Meanwhile the
+    ``lines`` rows of the weight from ``wp[ahead]`` are asked into L2 (:func:`_ask`)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = z
     b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = b8 = b9 = b10 = b11 = z
     if not first:
@@ -166,6 +188,7 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
         b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11 = _get4(out, oo + 4 * os, os, n - 4,
                                                                  z)
     for k in range(k0, k1):
+        _ask(wp, ahead, lines, k - k0)
         x0, x1, x2 = _load3(x, xo + k * xs, z)
         t = wo + k * PAIR
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
@@ -177,7 +200,7 @@ def _block3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
 
 
 @helper(**_OWN)
-def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
+def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, ahead, lines):
     """:func:`_block3` on four channels (``n`` of them exist) and eight lanes: twelve sums,
     three input vectors and a broadcast, within the 16 vector registers of an AVX2 CPU."""
     z = broadcast(F(0))
@@ -185,6 +208,7 @@ def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
     if not first:
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _get4(out, oo, os, n, z)
     for k in range(k0, k1):
+        _ask(wp, ahead, lines, k - k0)
         x0, x1, x2 = _load3(x, xo + k * xs, z)
         a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 = _fma4(
             wp, wo + k * PAIR, x0, x1, x2, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
@@ -192,7 +216,7 @@ def _half3(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first):
 
 
 @helper(**_OWN)
-def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
+def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z, ahead, lines):
     """:func:`_block3` on one vector of positions (``z``'s lanes; eight sums, one input
     vector a channel ``k``)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
@@ -202,6 +226,7 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
         a4, a5 = _get(out, oo + 4 * os, n > 4, z), _get(out, oo + 5 * os, n > 5, z)
         a6, a7 = _get(out, oo + 6 * os, n > 6, z), _get(out, oo + 7 * os, n > 7, z)
     for k in range(k0, k1):
+        _ask(wp, ahead, lines, k - k0)
         v = load_like(x, xo + k * xs, z)
         t = wo + k * PAIR
         a0 = fma(broadcast_at_like(wp, t, z), v, a0)
@@ -219,32 +244,37 @@ def _block1(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, z):
 
 
 @helper(inline="always")
-def _block_positions(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, q0, whole, sums):
+def _block_positions(x, xo, xs, wp, wo, k0, k1, out, oo, os, n, first, q0, whole, sums,
+                     ahead, lines):
     """A block of eight channels (as :func:`_block3`) over the chunk's positions ``q0 :
     whole`` (whole vectors of eight): three vectors at a time in the register block
-    ``sums`` (:func:`block_sums`), then one at a time."""
+    ``sums`` (:func:`block_sums`), then one at a time; the first of them asks the ``lines``
+    rows of the weight from ``wp[ahead]`` into L2 (:func:`_next_run`)."""
     q = q0
     if sums == 48:
         zw = broadcast_wide(F(0))
         while q + 3 * WIDE <= whole:
-            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw)
-            q += 3 * WIDE
+            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw, ahead,
+                    lines)
+            q, lines = q + 3 * WIDE, 0
         while q + WIDE <= whole:
-            _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw)
-            q += WIDE
+            _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, zw, ahead,
+                    lines)
+            q, lines = q + WIDE, 0
     z = broadcast(F(0))
     while q + RUN <= whole:
         if sums == 24:
-            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z)
+            _block3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z, ahead,
+                    lines)
         else:
-            _half3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first)
+            _half3(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, ahead, lines)
             if n > 4:
                 _half3(x, xo + q, xs, wp, wo + 4, k0, k1, out, oo + 4 * os + q, os, n - 4,
-                       first)
-        q += RUN
+                       first, ahead, 0)
+        q, lines = q + RUN, 0
     while q < whole:
-        _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z)
-        q += LANES
+        _block1(x, xo + q, xs, wp, wo, k0, k1, out, oo + q, os, n, first, z, ahead, lines)
+        q, lines = q + LANES, 0
 
 
 @helper(inline="always")
@@ -255,20 +285,48 @@ def _row_of(b, b1, channels):
     return (b // 2) * channels * PAIR + (b % 2) * LANES
 
 
+@helper(inline="always")
+def _next_run(b, b0, b1, k0, k1, kc, channels):
+    """Where the weight's rows that the block after ``b`` reads start in the packed weight
+    and how many (one cache line each), where that block is of another pair than ``b``
+    (the same pair's rows are already in L1): block ``b + 1``'s rows ``k0:k1``, or after
+    the last block ``b0``'s next ``kc`` rows; ``(0, 0)`` after the last rows. Asked into L2
+    while block ``b`` sums: the weight of a layer read once a call comes from memory or
+    the last-level cache (inside a model every layer's weight has been evicted since the
+    last call), and the pair's rows, a run of ``kc`` lines 24-40 kB from the last pair's,
+    would each start cold, where the hardware's prefetcher has not seen the stride."""
+    if b + 1 < b1:
+        if (b + 1) // 2 == b // 2:
+            return 0, 0
+        return _row_of(b + 1, b1, channels) + k0 * PAIR, k1 - k0
+    if k1 >= channels:
+        return 0, 0
+    return _row_of(b0, b1, channels) + k1 * PAIR, min(kc, channels - k1)
+
+
 @helper(**_OWN)
-def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
+def _column(x, xa, xs, wp, channels, k0, k1, first, b, b1, acc, ao):
     """One output position (its input ``x[xa + k*xs]``) for the eight blocks of eight
-    channels from ``b`` (those before ``b1``; past it the last is summed again, unstored),
-    the channels in the lanes: per input channel ``k`` the value broadcast and each block's
-    packed row ``k`` loaded, eight sums over ``k = 0 .. C-1`` in order (the bits of the
-    positions-in-lanes blocks), then written to ``out[oa + co*os]``."""
+    channels from ``b`` (those before ``b1``; past it the last is summed again, never
+    written out), the channels in the lanes: per input channel ``k`` in ``k0:k1`` the value
+    broadcast and each block's packed row ``k`` loaded, eight sums carried on from
+    ``acc[ao:ao + 64]`` (from zero where ``first``) and stored back there; over ``k = 0 ..
+    C-1`` in order, the bits of the positions-in-lanes blocks. Called for each block of
+    input rows right after the blocks' positions (:func:`_forward`), so it reads their
+    rows of the weight while they are in L1, where a pass over all the rows at the end
+    read the whole weight again (from memory where it is larger than L2)."""
     o0, o1 = _row_of(b, b1, channels), _row_of(b + 1, b1, channels)
     o2, o3 = _row_of(b + 2, b1, channels), _row_of(b + 3, b1, channels)
     o4, o5 = _row_of(b + 4, b1, channels), _row_of(b + 5, b1, channels)
     o6, o7 = _row_of(b + 6, b1, channels), _row_of(b + 7, b1, channels)
     z = broadcast(F(0))
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-    for k in range(channels):
+    if not first:
+        a0, a1, a2, a3 = (load(acc, ao), load(acc, ao + 8), load(acc, ao + 16),
+                          load(acc, ao + 24))
+        a4, a5, a6, a7 = (load(acc, ao + 32), load(acc, ao + 40), load(acc, ao + 48),
+                          load(acc, ao + 56))
+    for k in range(k0, k1):
         v = broadcast_at(x, xa + k * xs)
         t = k * PAIR
         a0 = fma(load(wp, o0 + t), v, a0)
@@ -279,11 +337,30 @@ def _column(x, xa, xs, wp, channels, b, b1, out, oa, os, cout, scratch):
         a5 = fma(load(wp, o5 + t), v, a5)
         a6 = fma(load(wp, o6 + t), v, a6)
         a7 = fma(load(wp, o7 + t), v, a7)
-    store(scratch, 0, a0), store(scratch, 8, a1), store(scratch, 16, a2)
-    store(scratch, 24, a3), store(scratch, 32, a4), store(scratch, 40, a5)
-    store(scratch, 48, a6), store(scratch, 56, a7)
-    for co in range(b * LANES, min(cout, min(b + 8, b1) * LANES)):
-        out[oa + co * os] = scratch[co - b * LANES]
+    store(acc, ao, a0), store(acc, ao + 8, a1), store(acc, ao + 16, a2)
+    store(acc, ao + 24, a3), store(acc, ao + 32, a4), store(acc, ao + 40, a5)
+    store(acc, ao + 48, a6), store(acc, ao + 56, a7)
+
+
+@helper(inline="always")
+def _columns(x, xa, xs, wp, channels, k0, k1, first, b, b0, b1, tail, acc):
+    """:func:`_column` of the chunk's ``tail`` last positions (their inputs from
+    ``x[xa]`` on) for the eight blocks from ``b``: position ``q``'s sums at ``acc[(q *
+    eights + (b - b0) // 8) * 64]``, ``eights`` the item's runs of eight blocks."""
+    eights = -(-(b1 - b0) // 8)
+    for q in range(tail):
+        _column(x, xa + q, xs, wp, channels, k0, k1, first, b, b1, acc,
+                (q * eights + (b - b0) // 8) * 64)
+
+
+@helper(**_OWN)
+def _columns_out(acc, b0, b1, tail, cout, out, oa, os):
+    """:func:`_columns`' sums, whole, to ``out[oa + q + co*os]`` (position ``q`` of the
+    tail, the output channels ``co`` of the blocks ``b0:b1``)."""
+    eights = -(-(b1 - b0) // 8)
+    for q in range(tail):
+        for co in range(b0 * LANES, min(cout, b1 * LANES)):
+            out[oa + q + co * os] = acc[q * eights * 64 + co - b0 * LANES]
 
 
 @helper(**_OWN)
@@ -325,7 +402,8 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     ``n`` from ``n * ostride``: ``kernels.out_images``) = the 1x1
     conv of the flat ``x (N, C, size)`` with the packed ``wp (pairs, C, 16)`` (flat), then
     ``plane_tail``'s epilogue (``bias (Cout,)``, ``residual`` flat like ``out`` where
-    ``where`` is not 0). ``scratch[slot] (64,)``: :func:`_column`'s sums on their way out.
+    ``where`` is not 0). ``scratch[slot] (7 * ceil(blocks / 8) * 64,)``: the sums of
+    :func:`_columns`, kept from one block of input rows to the next.
     ``sums``: the register block (:func:`block_sums`): 48, 24 or 12. ``pact`` 0 or more:
     the prologue (module docstring; ``pscale``, ``pshift (C,)``, ``plo``, ``phi`` its
     activation's, ``pbuf[slot] (kc*CHUNK + C*LANES,)`` its rows), -1: none. Image ``n``
@@ -344,6 +422,12 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
             whole = q0 + (q1 - q0) // LANES * LANES    # positions in whole vectors
             xo, oo, ro = img * istride, img * ostride, img * cout * size
             src, so, ss = x, xo, size   # (the rows the blocks read: x's, or the prologue's)
+            tail = q1 - whole           # (positions after the whole vectors: the columns')
+            ts, to, tss = x, xo + whole, size
+            if pact >= 0 and tail > 0:
+                _prologue(x, xo + whole, size, 0, channels, tail, pbuf[slot], kc * CHUNK,
+                          LANES, pscale, pshift, pact, plo, phi)
+                ts, to, tss = pbuf[slot], kc * CHUNK, LANES
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
@@ -355,30 +439,33 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
                     n = min(LANES, cout - b * LANES)
                     wo = (b // 2) * channels * PAIR + (b % 2) * LANES
                     ob = oo + b * LANES * size
+                    ahead, lines = _next_run(b, b0, b1, k0, k1, kc, channels)
                     _block_positions(src, so, ss, wp, wo, k0, k1, out, ob, size, n, first,
-                                     q0, whole, sums)
-            src, so, ss = x, xo + whole, size
-            if pact >= 0 and whole < q1:
-                _prologue(x, xo + whole, size, 0, channels, q1 - whole, pbuf[slot],
-                          kc * CHUNK, LANES, pscale, pshift, pact, plo, phi)
-                src, so, ss = pbuf[slot], kc * CHUNK, LANES
-            for q in range(whole, q1):
-                for b in range(b0, b1, 8):
-                    _column(src, so + q - whole, ss, wp, channels, b, b1, out, oo + q, size,
-                            cout, scratch[slot])
+                                     q0, whole, sums, ahead, lines)
+                    if tail > 0 and ((b - b0) % 8 == 7 or b == b1 - 1):
+                        _columns(ts, to, tss, wp, channels, k0, k1, first,
+                                 b - (b - b0) % 8, b0, b1, tail, scratch[slot])
+            _columns_out(scratch[slot], b0, b1, tail, cout, out, oo + whole, size)
             _tail(out, oo, ro, size, q0, q1, b0 * LANES, min(cout, b1 * LANES), bias,
                   residual, act, lo, hi, where)
 
 
 def wins(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> bool:
-    """Whether :func:`conv` takes a conv (its weight packed once): float32, a 1x1 kernel at
-    stride 1 without padding, one group, at least eight output channels and a plane of at
+    """Whether :func:`conv` takes a conv (its weight packed once): float32, a 1x1 kernel
+    without padding, one group, at least eight output channels and an output plane of at
     least eight positions (a 1x1 plane, squeeze-and-excitation's, is one GEMM over the
-    batch: ``epilogue.pointwise``)."""
+    batch: ``epilogue.pointwise``). At a stride above 1 (a residual block's downsampling
+    shortcut) the loop runs on the input's every ``s``-th row and column, gathered first
+    (:func:`fitted`), where ``conv_pointwise``'s GEMMs packed the weight at every call."""
+    ho, wo = _out_plane(x_shape, stride)
     return (np.dtype(dtype) == np.float32 and groups == 1 and tuple(w_shape[2:]) == (1, 1)
-            and tuple(stride) == (1, 1) and all(p == 0 for pair in padding for p in pair)
-            and w_shape[0] >= LANES and x_shape[2] * x_shape[3] >= LANES
-            and numba_available())
+            and all(p == 0 for pair in padding for p in pair)
+            and w_shape[0] >= LANES and ho * wo >= LANES and numba_available())
+
+
+def _out_plane(x_shape, stride) -> tuple:
+    """The output plane ``(Ho, Wo)`` of a 1x1 conv of ``x_shape`` at ``stride``, unpadded."""
+    return (x_shape[2] - 1) // stride[0] + 1, (x_shape[3] - 1) // stride[1] + 1
 
 
 def block_sums() -> int:
@@ -393,7 +480,7 @@ def block_sums() -> int:
 
 
 def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
-           hi=np.inf, sums=None, pre_act=-1, pre_lo=-np.inf, pre_hi=np.inf):
+           hi=np.inf, sums=None, pre_act=-1, pre_lo=-np.inf, pre_hi=np.inf, stride=(1, 1)):
     """``run(x, packed, b, *residual, out=None, pre=None)``: :func:`_forward` fitted to
     the static ``x_shape (N, C, H, W)``, ``cout`` output channels and the epilogue's codes,
     its scratch and threads worked out once (at batch 1 on 7x7 planes a call is ~50 us:
@@ -401,16 +488,22 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     the register block, :func:`block_sums` where None (all give the same bits).
     ``pre_act`` 0 or more (an ``epilogue.ACTIVATIONS`` code, ``pre_lo``, ``pre_hi`` its
     clamp's bounds): each call takes ``pre=(scale, shift)``, the prologue's per input
-    channel (module docstring); -1: no prologue."""
+    channel (module docstring); -1: no prologue. At a ``stride`` above 1 each call first
+    gathers the input's every ``s``-th row and column into a buffer of its own (a quarter
+    of the input at stride 2; the prologue, per element, is the same on either side of
+    the gather), which the loop reads as a stride-1 input."""
     sums = block_sums() if sums is None else sums
-    n, c, h, w = x_shape
+    n, c = x_shape[:2]
+    h, w = _out_plane(x_shape, stride)
     size = h * w
     shape = (n, cout, h, w)
+    sh, sw = stride
+    gathered = np.empty((n, c, h, w) if (sh, sw) != (1, 1) else (0,), F)
     parts, blocks = n * -(-size // CHUNK), -(-cout // LANES)
     threads = threads_for(n * cout * size * c) or cores()
     groups = min(blocks, threads) if parts < 4 * threads else 1   
     workers = max(1, min(parts * groups, threads))
-    scratch = np.empty((workers, 8 * LANES), F)
+    scratch = np.empty((workers, (LANES - 1) * -(-blocks // 8) * 8 * LANES), F)
     pbuf = np.empty((workers, KC * CHUNK + c * LANES if pre_act >= 0 else 1), F)
     no_residual = np.zeros(1, F)
     lo, hi, pre_lo, pre_hi = F(lo), F(hi), F(pre_lo), F(pre_hi)
@@ -421,6 +514,9 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
         out = np.empty(shape, F) if out is None else out
         flat_out, ostride = out_images(out)
         scale, shift = (no_residual, no_residual) if pre is None else pre
+        if gathered.size:
+            np.copyto(gathered, x[:, :, ::sh, ::sw])
+            x = gathered
         flat_x, istride = _images(x)
         args = (flat_x, packed.reshape(-1),
                 np.ascontiguousarray(b, F), flat_out,
@@ -451,14 +547,15 @@ def _images(x):
 
 
 def conv(x, packed, out, bias, residual=None, where=0, act=0, lo=-np.inf, hi=np.inf,
-         sums=None, pre=None, pre_act=0, pre_lo=-np.inf, pre_hi=np.inf):
-    """``out (N, Cout, H, W)`` = the 1x1 conv of ``x (N, C, H, W)`` with the weight packed
-    by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``, then the epilogue
+         sums=None, pre=None, pre_act=0, pre_lo=-np.inf, pre_hi=np.inf, stride=(1, 1)):
+    """``out (N, Cout, Ho, Wo)`` = the 1x1 conv at ``stride`` of ``x (N, C, H, W)`` with
+    the weight packed by ``conv_packed.pack`` (``(pairs, C, 16)``) and ``bias (Cout,)``,
+    then the epilogue
     (``where``, ``act``, ``lo``, ``hi`` as ``conv_tiles.conv``'s; ``where`` ignored without
     a ``residual``; ``sums`` as :func:`fitted`'s; ``out`` may be a concatenation's block of
     channels: ``kernels.out_images``); ``pre=(scale, shift)``: the conv of
     ``ACTIVATIONS[pre_act](x * scale + shift)`` per input channel, in the loop (the
     prologue: :func:`fitted`). Returns ``out``."""
     run = fitted(x.shape, out.shape[1], residual is not None, where, act, lo, hi, sums,
-                 -1 if pre is None else pre_act, pre_lo, pre_hi)
+                 -1 if pre is None else pre_act, pre_lo, pre_hi, tuple(stride))
     return run(x, packed, bias, *(() if residual is None else (residual,)), out=out, pre=pre)

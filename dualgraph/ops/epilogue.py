@@ -343,7 +343,7 @@ def _packed_run(x_shape, residual: bool, act, bounds, residual_at, kernel_size, 
     pp = kernels.conv_pointpacked   # (a 1x1 conv: the GEMM micro-kernel on the same layout)
     if groups == 1 and pp.wins(x_shape, w_shape, stride, padding, dilation, 1, np.float32):
         return pp.fitted(x_shape, out_channels, residual,
-                         **_codes(residual, act, bounds, residual_at))
+                         **_codes(residual, act, bounds, residual_at), stride=tuple(stride))
     hw = conv_ops._conv_out_hw(x_shape[2:], kernel_size, stride, padding, dilation)
     shape = (x_shape[0], out_channels, *hw)
     conv = cp.fitted(x_shape, shape, stride, padding, dilation, kernel_size, None, residual,

@@ -52,7 +52,7 @@ def _fit(x_shape, residual: bool, pre_act, pre_bounds, act, bounds, residual_at,
     run = pp.fitted(x_shape, out_channels, residual,
                     **_codes(residual, act, bounds, residual_at),
                     pre_act=ACTIVATIONS.index(pre_act), pre_lo=pre_bounds[0],
-                    pre_hi=pre_bounds[1])
+                    pre_hi=pre_bounds[1], stride=tuple(stride))
 
     def prologue_run(x, scale, shift, wp, b, *residual, out=None):
         return run(x, wp, b, *residual, out=out, pre=(scale, shift))
