@@ -166,3 +166,65 @@ def test_two_threads_calling_one_compiled_cnn_get_their_own_results():
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+@pytest.mark.parametrize("n,cout,stride,residual", [(1, 16, 2, False), (3, 13, 1, True),
+                                                    (2, 8, 2, True)])
+def test_a_fitted_shallow_conv_reused_gives_each_calls_bits(n, cout, stride, residual):
+    """``conv_shallow.fitted``'s run (its scratch, packed weight and bias buffers kept),
+    called again and again with new inputs, weights, bias and residual into the same
+    output, gives what a fresh :func:`conv_shallow.conv` gives, NaN and inf included."""
+    cs = dg.kernels.conv_shallow
+    x_shape, w_shape = (n, 3, 21, 34), (cout, 3, 3, 3)
+    geometry = ((stride, stride), ((1, 1), (1, 1)), (1, 1), 1)
+    out_shape = (n, cout, (21 - 1) // stride + 1, (34 - 1) // stride + 1)
+    codes = dict(where=2 if residual else 0, act=3, lo=-np.inf, hi=np.inf)
+    run = cs.fitted(x_shape, w_shape, out_shape, *geometry, np.float32, residual, **codes)
+    out, rng = np.empty(out_shape, np.float32), np.random.default_rng(n)
+    for _ in range(3):
+        x, w, b, r = (rng.standard_normal(s).astype(np.float32)
+                      for s in (x_shape, w_shape, (cout,), out_shape))
+        x[0, 0, 0, :2] = np.nan, np.inf
+        want = cs.conv(x, w, np.empty_like(out), *geometry, b,
+                       residual=r if residual else None, **codes)
+        np.testing.assert_array_equal(run(x, w, b, out, r if residual else None), want)
+
+
+def _conv_act(lib, stride, padding, groups, residual):
+    functional = lib.nn.functional
+
+    def f(x, w, b, r):
+        y = functional.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+        return functional.hardswish(y + r if residual else y)
+    return f
+
+
+@pytest.mark.parametrize("case,residual,kernel", [
+    (((1, 3, 30, 34), (16, 3, 3, 3), 2, 1, 1), False, "conv_shallow_hardswish"),
+    (((2, 3, 20, 19), (13, 3, 3, 3), 1, 1, 1), True, "conv_shallow_hardswish"),
+    (((1, 13, 11, 10), (13, 1, 5, 5), 1, 2, 13), False, "conv_direct_hardswish"),
+    (((2, 12, 12, 12), (12, 4, 3, 3), 1, 1, 3), True, "conv_direct_hardswish")])
+def test_compiled_convs_with_an_epilogue_give_eager_values_call_after_call(case, residual,
+                                                                           kernel):
+    """``conv2d_epilogue``'s ``specialise`` runs ``conv_shallow`` and ``conv_direct``
+    fitted once: new inputs and weights each call into the reused output buffer give the
+    eager values and torch's."""
+    x_shape, w_shape, stride, padding, groups = case
+    f = _conv_act(dg, stride, padding, groups, residual)
+    compiled = dg.compile(f)
+    outs = []
+    for seed in range(3):
+        arrays = _data(x_shape, w_shape, seed)
+        hw = [(s + 2 * padding - k) // stride + 1 for s, k in zip(x_shape[2:], w_shape[2:])]
+        arrays += (np.random.default_rng(seed).standard_normal(
+            (x_shape[0], w_shape[0], *hw)).astype(np.float32),)
+        with dg.no_grad():
+            got = compiled(*map(dg.tensor, arrays)).numpy().copy()
+            want = f(*map(dg.tensor, arrays)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        ref = _conv_act(torch, stride, padding, groups, residual)(
+            *map(torch.tensor, arrays)).numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        outs.append(got)
+    assert not np.array_equal(outs[0], outs[1])   # (new weights were read)
+    assert f"{kernel}(" in compiled.code, compiled.code

@@ -187,16 +187,43 @@ def _unblock_decomposition(x):
     return shape_ops.reshape(shape_ops.permute(x, 0, 1, 4, 2, 3), n, cb * 8, h, w)
 
 
+def _relayout_kernel(relayout):
+    """The kernel of ``block_channels`` / ``unblock_channels`` (``relayout``: its kernel
+    function), filling ``out`` where given (a compiled graph's planned buffer)."""
+    def kernel(x, out=None):
+        y = relayout(x)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+    return kernel
+
+
+def _specialise_relayout(to_blocked: bool):
+    """``specialise`` of ``block_channels`` (``to_blocked``) / ``unblock_channels``: a
+    float32 input of static shape, Numba there, ``conv_blocked.fitted_relayout``; else
+    None."""
+    def specialise(x):
+        if not (kernels.numba_available() and is_static(x.shape) and x.dtype == np.float32):
+            return None
+        run = kernels.conv_blocked.fitted_relayout(tuple(x.shape), to_blocked)
+        return None if run is None else ("block_channels" if to_blocked
+                                         else "unblock_channels", run)
+    return specialise
+
+
 BLOCK_CHANNELS = defop(
-    "block_channels", lambda x: kernels.conv_blocked.block(x), _infer_block, attrs=(),
-    saves="", onnx=None, compiler_only=True, decomposition=_block_decomposition,
+    "block_channels", _relayout_kernel(lambda x: kernels.conv_blocked.block(x)), _infer_block,
+    attrs=(), saves="", onnx=None, compiler_only=True, decomposition=_block_decomposition,
+    fills_out=True, specialise=_specialise_relayout(True),
     doc="(N, C, H, W) as the channel-blocked (N, C/8, H, W, 8), contiguous: a layout "
         "conversion at the edge of a blocked region")
 
 UNBLOCK_CHANNELS = defop(
-    "unblock_channels", lambda x: kernels.conv_blocked.unblock(x),
+    "unblock_channels", _relayout_kernel(lambda x: kernels.conv_blocked.unblock(x)),
     lambda x: ShapedType((x.shape[0], x.shape[1] * 8, *x.shape[2:4]), x.dtype), attrs=(),
     saves="", onnx=None, compiler_only=True, decomposition=_unblock_decomposition,
+    fills_out=True, specialise=_specialise_relayout(False),
     doc="block_channels' inverse: (N, C/8, H, W, 8) as (N, C, H, W), contiguous")
 
 
