@@ -1,6 +1,8 @@
 """Kernels fitted to a compiled node's static shapes once (``conv_direct.fitted``,
-``conv_lanes.fitted``, ``conv_packed.fitted``, ``ops.excite.fitted_loop``; ``conv2d``'s
-``specialise`` as ``conv_direct``, the squeeze-and-excitation ops' as their loops): the
+``conv_lanes.fitted``, ``conv_packed.fitted``, ``conv_shallow.fitted``,
+``conv_blocked.fitted_relayout``, ``ops.excite.fitted_loop``; ``conv2d``'s ``specialise``
+as ``conv_direct``, ``conv2d_epilogue``'s as ``conv_shallow_<act>`` / ``conv_direct_<act>``,
+the squeeze-and-excitation ops' as their loops, the channel relayouts'): the
 compiled function gives eager's bits and torch's values, call after call with its output
 buffers reused and new inputs and weights each call (the fitted closures keep scratch, a
 padded weight or bias buffer and the loop's entry across calls), with NaN and inf in the
@@ -228,3 +230,22 @@ def test_compiled_convs_with_an_epilogue_give_eager_values_call_after_call(case,
         outs.append(got)
     assert not np.array_equal(outs[0], outs[1])   # (new weights were read)
     assert f"{kernel}(" in compiled.code, compiled.code
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 32, 33), (2, 24, 17, 15)])
+def test_fitted_relayouts_reused_give_each_calls_bits(shape):
+    """``conv_blocked.fitted_relayout`` (``block_channels`` / ``unblock_channels``'
+    ``specialise``), called again and again into the same output, gives what
+    ``block`` / ``unblock`` give; NumPy's copy (None) below ``SMALL`` elements."""
+    cb = dg.kernels.conv_blocked
+    n, c, h, w = shape
+    to_blocked, to_planar = cb.fitted_relayout(shape, True), \
+        cb.fitted_relayout((n, c // 8, h, w, 8), False)
+    blocked, planar = np.empty((n, c // 8, h, w, 8), np.float32), np.empty(shape, np.float32)
+    rng = np.random.default_rng(n)
+    for _ in range(3):
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[0, 0, 0, :2] = np.nan, np.inf
+        np.testing.assert_array_equal(to_blocked(x, out=blocked), cb.block(x))
+        np.testing.assert_array_equal(to_planar(blocked, out=planar), x)
+    assert cb.fitted_relayout((1, 8, 4, 4), True) is None
