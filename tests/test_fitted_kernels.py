@@ -10,6 +10,7 @@ input, at batch 1 and 3, on planes the direct loop takes and the small ones ``co
 takes, and with narrow groups. Two threads calling one compiled CNN at once get their own
 results (a call while another runs gets kernels fitted for itself: codegen/python.py's
 ``one_call_at_a_time``)."""
+import re
 import threading
 
 import numpy as np
@@ -249,3 +250,46 @@ def test_fitted_relayouts_reused_give_each_calls_bits(shape):
         np.testing.assert_array_equal(to_blocked(x, out=blocked), cb.block(x))
         np.testing.assert_array_equal(to_planar(blocked, out=planar), x)
     assert cb.fitted_relayout((1, 8, 4, 4), True) is None
+
+
+def _mobile(lib):
+    nn = lib.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.Hardswish(),
+        nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 24, 1), nn.BatchNorm2d(24), nn.Hardswish(),
+        nn.Conv2d(24, 24, 5, 2, 2, groups=24), nn.BatchNorm2d(24), nn.Hardswish(),
+        nn.Conv2d(24, 16, 1), nn.BatchNorm2d(16),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_compiled_blocked_region_writes_its_planned_buffers_call_after_call(batch):
+    """The stem (``conv_shallow``), the relayout and the blocked convs of a compiled
+    mobile CNN write the memory plan's buffers (``fills_out``): call after call with new
+    inputs they give eager's and torch's values, and the first call's output is not
+    overwritten by the next (the graph's output is never a planned buffer)."""
+    model, reference = _mobile(dg), _mobile(torch)
+    rng = np.random.default_rng(batch)
+    state = {k: (np.abs(v) + 0.5 if k.endswith("running_var") else v) for k, v in (
+        (k, (rng.standard_normal(tuple(v.shape)) * 0.3).astype(np.float32))
+        for k, v in reference.state_dict().items() if v.dtype == torch.float32)}
+    reference.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    model.load_state_dict({k: dg.tensor(v) for k, v in state.items()}, strict=False)
+    compiled = dg.compile(model)
+    results = []
+    for _ in range(3):
+        x = rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)
+        with dg.no_grad():
+            got = compiled(dg.tensor(x)).numpy()
+            eager = model(dg.tensor(x)).numpy()
+        with torch.no_grad():
+            want = reference(torch.tensor(x)).numpy()
+        np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        results.append((got, got.copy()))
+    for got, kept in results:
+        np.testing.assert_array_equal(got, kept)
+    for kernel in ("conv_shallow_hardswish", "block_channels", "depthwise_blocked_relu",
+                   "conv1x1_blocked_hardswish"):
+        assert re.search(rf"= {kernel}\(.*out=bufs\[", compiled.code), compiled.code
