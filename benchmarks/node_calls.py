@@ -17,9 +17,10 @@ thread (best of several):
   conversion counts as inside), a median over runs, a node: the ops' Python around their
   kernels (plans, checks, allocation, thread dispatch) with the generated code's glue and
   whatever runs in NumPy (BLAS, ufuncs);
-- per kind of call (the callee named on the node's line: ``k_softmax``, ``matmul_blas``,
-  ``f_add``, ``np.multiply``), the calls and their CPU time, from the profiler's timed code
-  (``Executable.run_timed``), which adds its own few microseconds a node.
+- per kind of call (the callee of the generated code: ``k_softmax``, ``matmul_blas``,
+  ``f_add``, ``np.multiply``), the calls, their CPU time and their CPU time outside the
+  loops' entries a call (the Python around this kind's kernels), each callee of the
+  generated code wrapped in a timer (which adds its own microsecond or so a call).
 
 Inputs a step updates in place (donated parameters) are copied before each run, outside
 the timed part. Not a workload of the suite: no peers, no ratios.
@@ -35,6 +36,7 @@ if __name__ == "__main__":   # before NumPy loads OpenBLAS
         os.environ[_name] = "1"
 
 import collections  # noqa: E402
+import contextlib  # noqa: E402
 import importlib.util  # noqa: E402
 import pathlib  # noqa: E402
 import re  # noqa: E402
@@ -96,32 +98,58 @@ def stubbed(exe, arrays):
     return run
 
 
-def per_kind(exe, fresh, repeats: int = 10) -> dict:
-    """``{callee: (calls a run, CPU us a run)}`` from the timed code."""
-    nodes, kinds, callee = list(exe.graph.nodes), {}, None
-    for line in exe.timed_code().source.splitlines():
-        line = line.strip()
-        if line.startswith("on_node(NODES["):
-            kinds[nodes[int(line[len("on_node(NODES["):line.index("]")])]] = callee
-        elif " = " in line and "(" in line and not line.startswith("del"):
-            callee = re.sub(r"_\d+$", "", line.split(" = ", 1)[1].split("(")[0])
-    times, counts, stamp = collections.defaultdict(float), collections.Counter(), [0.0]
+def per_kind(exe, fresh, repeats: int = 20) -> dict:
+    """``{callee: (calls a run, CPU us a run, CPU us a run outside the loops' entries)}``:
+    each callable global of the generated code (a kernel, a fitted node, a ufunc: its name
+    without the ``_<n>`` suffix, or ``np.<ufunc>``) wrapped in a timer of the thread's CPU
+    clock, the run otherwise as ``run`` (the planned buffers, no per-node hook), the best
+    of ``repeats`` runs for each callee."""
+    clock = time.thread_time_ns
+    totals, outs = collections.defaultdict(list), collections.defaultdict(list)
+    counts, run_total, run_out = collections.Counter(), collections.Counter(), \
+        collections.Counter()
 
-    def on_node(node, outs):
-        now = time.process_time()
-        times[kinds[node]] += now - stamp[0]
-        counts[kinds[node]] += 1
-        stamp[0] = time.process_time()
-    for _ in range(repeats):
-        arrays = fresh()
-        stamp[0] = time.process_time()
-        exe.run_timed(arrays, on_node)
-    return {k: (counts[k] // repeats, 1e6 * times[k] / repeats) for k in times}
+    def timer(name, call):
+        def timed(*args, **kwargs):
+            before, start = inside[0], clock()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                spent = clock() - start
+                run_total[name] += spent
+                run_out[name] += spent - (inside[0] - before)
+                counts[name] += 1
+        return timed
+    program = exe.program
+    names = {k: re.sub(r"_\d+$", "", k)
+             for k, v in program.globals.items() if callable(v) and not isinstance(v, type)}
+    with entries_timed() as inside:
+        globals_ = {k: timer(names[k], v) if k in names else v
+                    for k, v in program.globals.items()}
+        if "np" in globals_:   # (the ufuncs the generated code calls as ``np.add(...)``)
+            numpy = globals_["np"]
+            globals_["np"] = types.SimpleNamespace(**{
+                n: timer(f"np.{n}", getattr(numpy, n)) if isinstance(getattr(numpy, n),
+                                                                      np.ufunc)
+                else getattr(numpy, n) for n in dir(numpy) if n.isidentifier()})
+        fn = types.FunctionType(program.fn.__code__, globals_)
+        for _ in range(repeats):
+            arrays = fresh()
+            run_total.clear(), run_out.clear()
+            bufs = [exe._buffers_for(arrays)] if exe._slots else []
+            fn(*arrays, *bufs)
+            for k in run_total:
+                totals[k].append(run_total[k])
+                outs[k].append(run_out[k])
+    return {k: (counts[k] // repeats, min(totals[k]) / 1e3, min(outs[k]) / 1e3)
+            for k in totals}
 
 
-def outside_entries_us(exe, fresh, number: int) -> float:
-    """The median CPU microseconds of ``exe.run(fresh())`` outside the compiled loops'
-    entries: each entry's call timed by the thread's CPU clock while this runs."""
+@contextlib.contextmanager
+def entries_timed():
+    """While open, ``inside[0]``: the thread CPU nanoseconds spent in the compiled loops'
+    entries (the native entries called through ctypes, or Numba's dispatcher where a loop
+    has none: their argument conversion counts as inside)."""
     import ctypes
 
     from dualgraph.kernels import native
@@ -144,16 +172,23 @@ def outside_entries_us(exe, fresh, number: int) -> float:
         cls.__call__ = timing(ctypes._CFuncPtr.__call__)
     for cls in dispatchers:
         cls.__call__ = timing(cls.__mro__[-2].__call__)   # (the C dispatcher's call)
-    outside = []
     try:
+        yield inside
+    finally:
+        for cls in (*classes, *dispatchers):
+            del cls.__call__
+
+
+def outside_entries_us(exe, fresh, number: int) -> float:
+    """The median CPU microseconds of ``exe.run(fresh())`` outside the compiled loops'
+    entries (:func:`entries_timed`)."""
+    clock, outside = time.thread_time_ns, []
+    with entries_timed() as inside:
         for _ in range(number):
             args = fresh()
             inside[0], start = 0, clock()
             exe.run(args)
             outside.append(clock() - start - inside[0])
-    finally:
-        for cls in (*classes, *dispatchers):
-            del cls.__call__
     return float(np.median(outside)) / 1e3
 
 
@@ -168,8 +203,9 @@ def report(name: str, exe, top: int) -> None:
           f"({glue / nodes:.2f} us a node), outside the loops' entries {outside:.1f} us "
           f"({outside / nodes:.2f} us a node)", flush=True)
     kinds = sorted(per_kind(exe, fresh).items(), key=lambda kv: -kv[1][1])
-    for kind, (calls, us) in kinds[:top]:
-        print(f"    {kind:32s} x{calls:<4d} {us:9.1f} us  {us / max(calls, 1):7.2f} us a call")
+    for kind, (calls, us, out) in kinds[:top]:
+        print(f"    {kind:32s} x{calls:<4d} {us:9.1f} us  {us / max(calls, 1):7.2f} us a call, "
+              f"{out / max(calls, 1):6.2f} outside the loops' entries")
 
 
 def executables(make) -> list:

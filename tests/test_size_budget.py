@@ -622,10 +622,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +45 and the core +45 (issue 26, i-1x1m): conv_pointpacked asks the next pair's
 # weight rows into L2, runs its tail's columns per block of input rows (their sums kept in
 # the scratch), and takes strided 1x1s on the gathered input.
-CORE_BUDGET = 33_805
+# kernels/ +30, ops/ +31 and the core +61 (issue 26, i-fit2): conv_shallow.fitted and the
+# channel relayouts fitted once; the blocked and squeeze-and-excitation ops fill out=.
+CORE_BUDGET = 33_866
 BUDGETS = {".": 2_114, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_127,
-           "ops": 11_692, "passes": 4_111, "export": 3_840, "nn": 4_881, "optim": 1_757,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_157,
+           "ops": 11_723, "passes": 4_111, "export": 3_840, "nn": 4_881, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

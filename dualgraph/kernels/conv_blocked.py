@@ -34,6 +34,8 @@ same chain of multiply-adds in the same order as with eight lanes: the same bits
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import helper, isa, loop, numba_available
@@ -71,6 +73,31 @@ def unblock(x: np.ndarray) -> np.ndarray:
     run_rows(_relayout, n * cb, out.reshape(-1), np.ascontiguousarray(x, F).reshape(-1),
              h * w, False, threads=threads_for(x.size) or cores())
     return out
+
+
+def fitted_relayout(x_shape, to_blocked: bool):
+    """``run(x, out=None)``: :func:`block` (``to_blocked``) or :func:`unblock` of a float32
+    ``x`` of the static ``x_shape``, its output shape, threads and the loop's compiled entry
+    worked out once, written into ``out`` (a compiled graph's planned buffer, contiguous)
+    where given: a fresh output of a 224x224 image's channels is megabytes, whose pages a
+    call faulted in again. None where those run NumPy's copy (small)."""
+    if math.prod(x_shape) < SMALL:
+        return None
+    if to_blocked:
+        n, c, h, w = x_shape
+        shape, items = (n, c // LANES, h, w, LANES), n * c // LANES
+    else:
+        n, cb, h, w, _ = x_shape
+        shape, items = (n, cb * LANES, h, w), n * cb
+    workers, entry = min(items, threads_for(math.prod(x_shape)) or cores()), []
+
+    def run(x, out=None):
+        out = np.empty(shape, F) if out is None else out
+        x, flat = np.ascontiguousarray(x).reshape(-1), out.reshape(-1)
+        run_kept(_relayout, workers, entry, *((x, flat) if to_blocked else (flat, x)), h * w,
+                 to_blocked, rows=items)
+        return out
+    return run
 
 
 @loop

@@ -28,6 +28,7 @@ depend neither on the thread count nor on ``W``.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -36,7 +37,7 @@ from . import helper, isa, loop
 from .conv_lanes import finish
 from .simd import (LANES, WIDE, broadcast, broadcast_at_like, broadcast_wide, even_lanes, fma,
                    lanes_of, load, load_like, odd_lanes, store)
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -200,16 +201,18 @@ def lanes(wo: int) -> int:
     return WIDE if isa.full_width() and wo >= WIDE else LANES
 
 
-def pack(w: np.ndarray, bias) -> tuple[np.ndarray, np.ndarray]:
-    """``w (Cout, C, kh, kw)`` as ``(blocks, C*kh*kw, CHANNELS)`` and ``bias`` as ``(blocks *
-    CHANNELS,)``, float32: block ``b``'s slot ``k`` output channel ``b * CHANNELS + k``,
-    the last channel's where that is past ``Cout`` (the loop computes it twice)."""
-    cout = w.shape[0]
+@lru_cache(maxsize=64)
+def packing(w_shape) -> tuple[np.ndarray, np.ndarray]:
+    """How the loop reads ``w (Cout, C, kh, kw)`` and ``bias (Cout,)``: the flat weight's
+    element at each place of the flat ``(blocks, C*kh*kw, CHANNELS)`` packed weight and
+    the output channel of each of the ``blocks * CHANNELS`` bias slots, block ``b``'s slot
+    ``k`` channel ``b * CHANNELS + k``, the last channel where that is past ``Cout`` (the
+    loop computes it twice)."""
+    cout, taps = w_shape[0], math.prod(w_shape[1:])
     blocks = -(-cout // CHANNELS)
     which = np.minimum(np.arange(blocks * CHANNELS), cout - 1)
-    wt = w.reshape(cout, -1)[which].astype(F).reshape(blocks, CHANNELS, -1)
-    return (np.ascontiguousarray(wt.transpose(0, 2, 1)),
-            np.ascontiguousarray(np.asarray(bias, F)[which]))
+    gather = which.reshape(blocks, 1, CHANNELS) * taps + np.arange(taps).reshape(1, taps, 1)
+    return gather.reshape(-1), which
 
 
 @lru_cache(maxsize=64)
@@ -229,23 +232,44 @@ def conv(x, w, out, stride, padding, dilation, groups, bias, residual=None, wher
     """``out (N, Cout, Ho, Wo)`` = the conv of ``x (N, C, H, W)`` with ``w (Cout, C, kh,
     kw)`` and ``bias (Cout,)`` (float32, :func:`wanted`), with ``conv_tiles.conv``'s
     epilogue arguments (``groups`` 1, taken for the same signature)."""
-    x = np.ascontiguousarray(x, F)
-    n, c, h, wd = x.shape
-    cout, _, kh, kw = w.shape
-    ho, wo = out.shape[2:]
+    run = fitted(x.shape, w.shape, out.shape, stride, padding, dilation, groups, F,
+                 residual is not None, where, act, lo, hi)
+    return run(x, w, bias, out, residual)
+
+
+def fitted(x_shape, w_shape, out_shape, stride, padding, dilation, groups=1, dtype=F,
+           residual=False, where=0, act=0, lo=-np.inf, hi=np.inf):
+    """``run(x, w, bias, out, residual=None)``: :func:`conv` fitted to the shapes (float32,
+    one group: ``groups`` and ``dtype`` taken for ``conv_direct.fitted``'s signature), what
+    depends on them alone worked out once for a compiled graph's node: the layout and tap
+    offsets, threads, the padded phases' scratch (hundreds of kilobytes on a 224x224
+    image: allocated afresh, its pages were faulted in again at each call), the packed
+    weight's and bias's buffers (each call packs the weight it is given into them: one
+    gather) and the loop's entry. A call at a time (the buffers are the closure's)."""
+    n, c, h, wd = x_shape
+    cout, _, kh, kw = w_shape
+    ho, wo = out_shape[2:]
     sh, sw = stride
     hp = (ho - 1) * sh + (kh - 1) * dilation[0] + 1   # (the padded rows and columns that
     wp = (wo - 1) * sw + (kw - 1) * dilation[1] + 1   # the outputs read)
     wq = -(-wp // sw)                                 # (a phase's columns)
-    wt, b = pack(w, bias)
+    gather, which = packing(tuple(w_shape))
+    wt, b = np.empty(gather.size, F), np.empty(which.size, F)
     offsets = _offsets(c, (kh, kw), tuple(dilation), hp, sw, wq)
-    items = n * -(-ho // ROWS) * wt.shape[0]
-    workers = max(1, min(items, threads_for(out.size * c * kh * kw) or cores()))
+    items = n * -(-ho // ROWS) * (which.size // CHANNELS)
+    workers = max(1, min(items, threads_for(math.prod(out_shape) * c * kh * kw) or cores()))
     scratch = np.empty((workers, c * hp * sw * wq), F)
     places = np.empty((workers, CHANNELS), np.int64)
-    res = (np.zeros(1, F) if residual is None
-           else np.ascontiguousarray(residual, F).reshape(-1))
-    run_rows(_shallow, workers, x.reshape(-1), offsets, wt.reshape(-1), b, out.reshape(-1), res,
-             scratch, places, act, F(lo), F(hi), where, c, cout, h, wd, ho, wo, sh, sw,
-             padding[0][0], padding[1][0], hp, wq, lanes(wo), threads=workers)
-    return out
+    no_residual, entry = np.zeros(1, F), []
+    geometry = (act, F(lo), F(hi), where, c, cout, h, wd, ho, wo, sh, sw, padding[0][0],
+                padding[1][0], hp, wq, lanes(wo))
+
+    def run(x, w, bias, out, residual=None):
+        np.take(np.ascontiguousarray(w, F).reshape(-1), gather, out=wt, mode="clip")
+        np.take(np.asarray(bias, F), which, out=b, mode="clip")
+        res = (no_residual if residual is None
+               else np.ascontiguousarray(residual, F).reshape(-1))
+        run_kept(_shallow, workers, entry, np.ascontiguousarray(x, F).reshape(-1), offsets,
+                 wt, b, out.reshape(-1), res, scratch, places, *geometry)
+        return out
+    return run

@@ -36,6 +36,19 @@ def out_in(out, dtype):
     return out if out is not None and out.dtype == dtype else None
 
 
+def filling(kernel):
+    """``kernel`` as a ``fills_out`` op's (``out=``: a compiled graph's planned buffer, where
+    its own runs return a fresh array: the result copied in). The op's ``specialise`` gives
+    the runs that write ``out`` themselves."""
+    def run(*args, out=None, **attrs):
+        y = kernel(*args, **attrs)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+    return run
+
+
 def empty_into(out, shape, dtype) -> np.ndarray:
     """An array of ``shape`` and ``dtype`` for a kernel to write a result into: ``out``
     (the C-contiguous array a ``fills_out`` kernel was given for it, or None) seen in

@@ -81,9 +81,13 @@ def _numpy_activation(y: np.ndarray, act: str, bounds) -> np.ndarray:
         return ew.SIGMOID.kernel(y)
     if act == "silu":
         return ew.SILU.kernel(y)
-    if act in ("hardswish", "hardsigmoid"):
-        gate = np.minimum(np.maximum(y + 3, 0), 6) / 6
-        return y * gate if act == "hardswish" else gate
+    if act in ("hardswish", "hardsigmoid"):   # (min(max(y + 3, 0), 6) / 6, one temporary)
+        gate = y if act == "hardsigmoid" else np.empty_like(y)
+        np.add(y, 3, out=gate)
+        np.maximum(gate, 0, out=gate)
+        np.minimum(gate, 6, out=gate)
+        np.divide(gate, 6, out=gate)
+        return gate if act == "hardsigmoid" else np.multiply(y, gate, out=y)
     if act in ("gelu", "gelu_tanh"):
         return (ew.GELU if act == "gelu" else ew.GELU_TANH).kernel(y)
     return y
@@ -255,12 +259,22 @@ def _specialise(x, w, b, *residual, act, bounds, residual_at, **conv):
         x.shape[2:], w.shape[2:], conv["stride"], conv["padding"], conv["dilation"]))
     geometry = tuple(conv[k] for k in conv_ops._CONV_ATTRS)
     codes = dict(where=where, act=ACTIVATIONS.index(act), lo=bounds[0], hi=bounds[1])
+    if hasattr(module, "fitted"):   # (its layout, scratch and loop's entry worked out once)
+        conv = module.fitted(tuple(x.shape), tuple(w.shape), shape, *geometry, np.float32,
+                             bool(residual), **codes)
+    else:
+        conv = partial(_conv_call, module.conv, geometry, codes)
 
     def run(x, w, b, *residual, out=None):
         out = np.empty(shape, np.float32) if out is None else out
-        return module.conv(x, w, out, *geometry, np.ascontiguousarray(b),
-                           residual=residual[0] if residual else None, **codes)
+        return conv(x, w, np.ascontiguousarray(b), out, residual[0] if residual else None)
     return f"{module.__name__.rsplit('.', 1)[1]}_{act}", _through_contiguous(run)
+
+
+def _conv_call(conv, geometry, codes, x, w, b, out, residual):
+    """``conv(x, w, out, *geometry, b, residual=, **codes)``: a kernel module's ``conv``
+    in the signature of its ``fitted`` run."""
+    return conv(x, w, out, *geometry, b, residual=residual, **codes)
 
 
 def _through_contiguous(run):

@@ -22,6 +22,7 @@ from ..kernels.tuning import cores
 from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
 from . import reduce as red
+from ._util import filling
 from .epilogue import _numpy_activation, activation
 from .opdef import defop
 
@@ -54,13 +55,15 @@ def run_loop(loop, x, w1, b1, w2, b2, acts, bounds, shape):
 
 
 def fitted_loop(loop, x_shape, acts, bounds, shape):
-    """``run(x, w1, b1, w2, b2)``: :func:`run_loop` fitted to ``x_shape`` once (codes,
-    threads, the loop's compiled entry), for a compiled graph's node."""
+    """``run(x, w1, b1, w2, b2, out=None)``: :func:`run_loop` fitted to ``x_shape`` once
+    (codes, threads, the loop's compiled entry), for a compiled graph's node, into ``out``
+    (its planned buffer: a fresh output of an image's channels is megabytes, whose pages
+    each call faulted in again) where given."""
     codes, size = activation_codes(acts, bounds), math.prod(x_shape)
     workers, entry = min(threads_for(size) or cores(), shape[0]), []
 
-    def run(x, w1, b1, w2, b2):
-        out = np.empty(x_shape, np.float32)
+    def run(x, w1, b1, w2, b2, out=None):
+        out = np.empty(x_shape, np.float32) if out is None else out
         run_kept(loop, workers, entry, np.ascontiguousarray(x).reshape(shape),
                  kernels.rows(w1, w1.shape[1]), kernels.flat(b1),
                  kernels.rows(w2, w2.shape[1]), kernels.flat(b2), *codes,
@@ -104,8 +107,8 @@ def _infer(x, w1, b1, w2, b2, *, acts, bounds):
 
 
 SQUEEZE_EXCITE = defop(
-    "squeeze_excite", _kernel, _infer, attrs=("acts", "bounds"), saves="", onnx=None,
-    compiler_only=True, decomposition=_decomposition,
+    "squeeze_excite", filling(_kernel), _infer, attrs=("acts", "bounds"), saves="", onnx=None,
+    compiler_only=True, decomposition=_decomposition, fills_out=True,
     specialise=lambda *inputs, **attrs: specialise_loop(
         kernels.excite.squeeze_excite, lambda s: (s[0], s[1], -1), *inputs, **attrs),
     doc="x * gate(conv1x1(act(conv1x1(mean(x, (2, 3))))): squeeze-and-excitation's "

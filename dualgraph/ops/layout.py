@@ -19,6 +19,7 @@ from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
 from . import epilogue, excite
 from . import shape as shape_ops
+from ._util import filling
 from .opdef import defop
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
@@ -187,16 +188,31 @@ def _unblock_decomposition(x):
     return shape_ops.reshape(shape_ops.permute(x, 0, 1, 4, 2, 3), n, cb * 8, h, w)
 
 
+def _specialise_relayout(to_blocked: bool):
+    """``specialise`` of ``block_channels`` (``to_blocked``) / ``unblock_channels``: a
+    float32 input of static shape, Numba there, ``conv_blocked.fitted_relayout``; else
+    None."""
+    def specialise(x):
+        if not (kernels.numba_available() and is_static(x.shape) and x.dtype == np.float32):
+            return None
+        run = kernels.conv_blocked.fitted_relayout(tuple(x.shape), to_blocked)
+        return None if run is None else ("block_channels" if to_blocked
+                                         else "unblock_channels", run)
+    return specialise
+
+
 BLOCK_CHANNELS = defop(
-    "block_channels", lambda x: kernels.conv_blocked.block(x), _infer_block, attrs=(),
-    saves="", onnx=None, compiler_only=True, decomposition=_block_decomposition,
+    "block_channels", filling(lambda x: kernels.conv_blocked.block(x)), _infer_block,
+    attrs=(), saves="", onnx=None, compiler_only=True, decomposition=_block_decomposition,
+    fills_out=True, specialise=_specialise_relayout(True),
     doc="(N, C, H, W) as the channel-blocked (N, C/8, H, W, 8), contiguous: a layout "
         "conversion at the edge of a blocked region")
 
 UNBLOCK_CHANNELS = defop(
-    "unblock_channels", lambda x: kernels.conv_blocked.unblock(x),
+    "unblock_channels", filling(lambda x: kernels.conv_blocked.unblock(x)),
     lambda x: ShapedType((x.shape[0], x.shape[1] * 8, *x.shape[2:4]), x.dtype), attrs=(),
     saves="", onnx=None, compiler_only=True, decomposition=_unblock_decomposition,
+    fills_out=True, specialise=_specialise_relayout(False),
     doc="block_channels' inverse: (N, C/8, H, W, 8) as (N, C, H, W), contiguous")
 
 
@@ -267,9 +283,9 @@ def _specialise_depthwise_blocked(*args, **attrs):
 
 
 DEPTHWISE_BLOCKED = defop(
-    "depthwise_blocked", _depthwise_blocked_kernel, _infer_depthwise_blocked,
+    "depthwise_blocked", filling(_depthwise_blocked_kernel), _infer_depthwise_blocked,
     attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation"), saves="",
-    onnx=None, compiler_only=True,
+    onnx=None, compiler_only=True, fills_out=True,
     decomposition=lambda x, w, b, *r, **attrs: _blocked_conv_decomposition(
         x, w, b, *r, groups=w.shape[0], **attrs),
     specialise=_specialise_depthwise_blocked,
@@ -327,8 +343,9 @@ def _specialise_pointwise_blocked(*args, **attrs):
 
 
 POINTWISE_BLOCKED = defop(
-    "pointwise_blocked", _pointwise_blocked_kernel, _infer_pointwise_blocked,
+    "pointwise_blocked", filling(_pointwise_blocked_kernel), _infer_pointwise_blocked,
     attrs=("act", "bounds", "residual_at"), saves="", onnx=None, compiler_only=True,
+    fills_out=True,
     decomposition=lambda x, wp, b, *r, **attrs: _blocked_conv_decomposition(
         x, _unpacked_pointwise(wp, b.shape[0]), b, *r, groups=1, stride=(1, 1),
         padding=((0, 0), (0, 0)), dilation=(1, 1), **attrs),
@@ -360,8 +377,8 @@ def _excite_blocked_kernel(x, w1, b1, w2, b2, *, acts, bounds):
 
 
 SQUEEZE_EXCITE_BLOCKED = defop(
-    "squeeze_excite_blocked", _excite_blocked_kernel, _infer_excite_blocked,
-    attrs=("acts", "bounds"), saves="", onnx=None, compiler_only=True,
+    "squeeze_excite_blocked", filling(_excite_blocked_kernel), _infer_excite_blocked,
+    attrs=("acts", "bounds"), saves="", onnx=None, compiler_only=True, fills_out=True,
     specialise=lambda *inputs, **attrs: excite.specialise_loop(
         kernels.excite.squeeze_excite_blocked, lambda s: (s[0], s[1], s[2] * s[3], 8), *inputs,
         **attrs),
@@ -408,9 +425,9 @@ def _specialise_gated_pointwise(*args, **attrs):
 
 
 GATED_POINTWISE_BLOCKED = defop(
-    "gated_pointwise_blocked", _gated_pointwise_kernel, _infer_gated_pointwise,
+    "gated_pointwise_blocked", filling(_gated_pointwise_kernel), _infer_gated_pointwise,
     attrs=("gate_acts", "gate_bounds", "act", "bounds", "residual_at"), saves="", onnx=None,
-    compiler_only=True,
+    compiler_only=True, fills_out=True,
     decomposition=lambda x, w1, b1, w2, b2, wp, b, *r, gate_acts, gate_bounds, **attrs: (
         POINTWISE_BLOCKED.decomposition(
             SQUEEZE_EXCITE_BLOCKED.decomposition(x, w1, b1, w2, b2, acts=gate_acts,
