@@ -357,6 +357,17 @@ def gated_blocked_projection():
     return g
 
 
+def expansion_into_a_depthwise_conv():
+    g = Graph()
+    x, wp, b = f32(g, "x", 1, 2, 66, 66, 8), f32(g, "wp", 2, 16, 24), f32(g, "b", 48)
+    w, db = f32(g, "w", 48, 1, 3, 3), f32(g, "db", 48)
+    relu6 = dict(act="clamp", bounds=(0.0, 6.0), residual_at=None)
+    (e,) = g.add_node("pointwise_blocked", [x, wp, b], relu6, names=["e"])
+    g.set_outputs(list(g.add_node("depthwise_blocked", [e, w, db], dict(
+        stride=(2, 2), padding=((1, 1), (1, 1)), dilation=(1, 1), **relu6), names=["y"])))
+    return g
+
+
 def patchify_conv_by_a_constant():
     g = Graph()
     x, w = f32(g, "x", 1, 3, 33, 32), ramp(g, "w", -1e-2, 1e-2, 5, 3, 16, 16)
@@ -369,6 +380,7 @@ def patchify_conv_by_a_constant():
 EXAMPLES = {
     "patchify_conv": patchify_conv_by_a_constant,
     "gate_into_weights": gated_blocked_projection,
+    "expand_into_depthwise": expansion_into_a_depthwise_conv,
     "channels_last": pooled_depthwise_convs,
     "channels_last_views": depthwise_conv_between_permutes,
     "blocked_channels": pooled_depthwise_convs,

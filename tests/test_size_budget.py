@@ -598,10 +598,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # the squeeze-and-excitation ops' specialise).
 # codegen/ +15 and the core with it: a fitted kernel bound for one call at a time (a
 # concurrent call of the same compiled graph gets one fitted afresh).
-CORE_BUDGET = 33_309
+# kernels/ +118, ops/ +36, passes/ +36 and the core +190 (issue 26, i-dw3): the rule
+# expand_into_depthwise (passes/expand.py), its op expand_depthwise_blocked (ops/layout.py)
+# and its loop by bands of rows (kernels/conv_expand.py; conv_blocked's 1x1 group loop
+# taking the output's layout).
+CORE_BUDGET = 33_499
 BUDGETS = {".": 2_086, "amp": 320, "autograd": 1_123, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_365, "distributed": 1_730, "graph": 1_120, "kernels": 6_952,
-           "ops": 11_570, "passes": 3_950, "export": 3_840, "nn": 4_784, "optim": 1_757,
+           "cli": 320, "codegen": 1_365, "distributed": 1_730, "graph": 1_120, "kernels": 7_070,
+           "ops": 11_606, "passes": 3_986, "export": 3_840, "nn": 4_784, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
