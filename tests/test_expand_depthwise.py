@@ -96,14 +96,15 @@ def any_size(monkeypatch):
 ])
 def test_expansion_into_the_depthwise_conv_equal_to_eager_and_torch(any_size, batch, kw,
                                                                     size):
-    """The block's expand and depthwise convs are one expand_depthwise_blocked; compiled
-    equals eager and torch."""
+    """The block's expand and depthwise convs are one expand_depthwise_blocked (and its
+    projection with the first depthwise conv after it another); compiled equals eager and
+    torch."""
     model, reference = _pair(batch, **kw)
     c = kw.get("c", 16)
     x = np.random.default_rng(batch).standard_normal((batch, c, *size)).astype(np.float32)
     ops = _check(model, reference, x)
-    assert ops.count("expand_depthwise_blocked") == 1, ops
-    assert ops.count("depthwise_blocked") == 2, ops
+    assert ops.count("expand_depthwise_blocked") == 2, ops
+    assert "pointwise_blocked" not in ops and ops.count("depthwise_blocked") == 1, ops
 
 
 def test_nan_and_infinities_reach_the_output_as_in_eager(any_size):
@@ -122,21 +123,22 @@ def test_nan_and_infinities_reach_the_output_as_in_eager(any_size):
 @pytest.mark.parametrize("use", ["twice", "as_residual"])
 def test_the_precondition_leaves_an_expansion_read_elsewhere(any_size, use):
     """The expanded value read also by an add (or as the depthwise conv's residual, where
-    conv_epilogue makes it one): the two convs stay apart, the values eager's and
-    torch's."""
+    conv_epilogue makes it one): the two convs stay apart (the projection still goes into
+    the depthwise conv after it), the values eager's and torch's."""
     model, reference = _pair(2, use=use)
     x = np.random.default_rng(2).standard_normal((1, 16, 7, 7)).astype(np.float32)
     ops = _check(model, reference, x)
-    assert "expand_depthwise_blocked" not in ops, ops
-    assert "pointwise_blocked" in ops, ops
+    assert ops.count("expand_depthwise_blocked") == 1, ops
+    assert ops.count("pointwise_blocked") == 1 and ops.count("depthwise_blocked") == 2, ops
 
 
 def test_the_cost_rule_takes_a_plane_larger_than_l2_keeps():
     """By default the rule takes 16 -> 96 channels on a 57x61 plane (1.3 MB an image, odd
-    sizes, stride 2), not 16 -> 48 on 9x11; both equal eager and torch."""
+    sizes, stride 2; not the 16-channel projection into the depthwise conv after it), not
+    16 -> 48 on 9x11; both equal eager and torch."""
     model, reference = _pair(4, t=6, stride=2)
     x = np.random.default_rng(4).standard_normal((1, 16, 57, 61)).astype(np.float32)
-    assert "expand_depthwise_blocked" in _check(model, reference, x)
+    assert _check(model, reference, x).count("expand_depthwise_blocked") == 1
     model, reference = _pair(5, t=3)
     x = np.random.default_rng(5).standard_normal((1, 16, 9, 11)).astype(np.float32)
     assert "expand_depthwise_blocked" not in _check(model, reference, x)
