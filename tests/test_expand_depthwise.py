@@ -91,7 +91,7 @@ def any_size(monkeypatch):
     (dict(k=5, c=8, t=3), (3, 5)),                          # 24 channels
     (dict(k=7, c=24, t=4, cout=8, act="Hardswish"), (2, 17)),
     (dict(t=1, use="residual"), (6, 9)),
-    (dict(t=1, k=5, stride=2), (4, 3)),
+    (dict(t=4, k=5, stride=2), (4, 3)),
     (dict(t=1, use="residual_before", act="SiLU"), (5, 23)),
 ])
 def test_expansion_into_the_depthwise_conv_equal_to_eager_and_torch(any_size, batch, kw,
