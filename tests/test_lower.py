@@ -364,7 +364,7 @@ def expansion_into_a_depthwise_conv():
     relu6 = dict(act="clamp", bounds=(0.0, 6.0), residual_at=None)
     (e,) = g.add_node("pointwise_blocked", [x, wp, b], relu6, names=["e"])
     g.set_outputs(list(g.add_node("depthwise_blocked", [e, w, db], dict(
-        stride=(2, 2), padding=((1, 1), (1, 1)), dilation=(1, 1), **relu6), names=["y"])))
+        **relu6, stride=(2, 2), padding=((1, 1), (1, 1)), dilation=(1, 1)), names=["y"])))
     return g
 
 
