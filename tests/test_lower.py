@@ -307,6 +307,19 @@ def rms_norm_as_written():
     return g
 
 
+def layer_norm_as_written():
+    g = Graph()
+    x = f32(g, "x", 2, 4)
+    (m,) = g.add_node("mean", [x], {"dims": (1,), "keepdim": True}, names=["m"])
+    (d,) = g.add_node("sub", [x, m], names=["d"])
+    (p,) = g.add_node("mul", [d, d], names=["p"])
+    (v,) = g.add_node("mean", [p], {"dims": (1,), "keepdim": True}, names=["v"])
+    (s,) = g.add_node("add", [v, 1e-05], names=["s"])
+    (r,) = g.add_node("sqrt", [s], names=["r"])
+    g.set_outputs(list(g.add_node("div", [d, r], names=["y"])))
+    return g
+
+
 def pooled_depthwise_convs():
     g = Graph()
     x, w, b = f32(g, "x", 1, 8, 6, 6), ramp(g, "w", -1, 1, 8, 1, 3, 3), ramp(g, "b", 0, 1, 8)
@@ -357,6 +370,17 @@ def gated_blocked_projection():
     return g
 
 
+def expansion_into_a_depthwise_conv():
+    g = Graph()
+    x, wp, b = f32(g, "x", 1, 2, 66, 66, 8), f32(g, "wp", 2, 16, 24), f32(g, "b", 48)
+    w, db = f32(g, "w", 48, 1, 3, 3), f32(g, "db", 48)
+    relu6 = dict(act="clamp", bounds=(0.0, 6.0), residual_at=None)
+    (e,) = g.add_node("pointwise_blocked", [x, wp, b], relu6, names=["e"])
+    g.set_outputs(list(g.add_node("depthwise_blocked", [e, w, db], dict(
+        **relu6, stride=(2, 2), padding=((1, 1), (1, 1)), dilation=(1, 1)), names=["y"])))
+    return g
+
+
 def patchify_conv_by_a_constant():
     g = Graph()
     x, w = f32(g, "x", 1, 3, 33, 32), ramp(g, "w", -1e-2, 1e-2, 5, 3, 16, 16)
@@ -369,10 +393,12 @@ def patchify_conv_by_a_constant():
 EXAMPLES = {
     "patchify_conv": patchify_conv_by_a_constant,
     "gate_into_weights": gated_blocked_projection,
+    "expand_into_depthwise": expansion_into_a_depthwise_conv,
     "channels_last": pooled_depthwise_convs,
     "channels_last_views": depthwise_conv_between_permutes,
     "blocked_channels": pooled_depthwise_convs,
     "fuse_rms_norm": rms_norm_as_written,
+    "fuse_layer_norm": layer_norm_as_written,
     "squeeze_excite": squeeze_and_excitation,
     "linear_norm": layer_norm_of_a_residual_linear,
     "constant_linears": biased_matmul_by_a_constant,

@@ -148,8 +148,9 @@ def rows(a: np.ndarray, width: int) -> np.ndarray:
 
 
 _LOOP_MODULES = ("activations", "along", "attention", "batch_norm", "batched", "conv", "conv_batch",
-                 "conv_blocked", "conv_columns", "conv_direct", "conv_nhwc", "conv_outlanes",
-                 "conv_packed", "conv_pointpacked", "conv_pointwise", "conv_shallow", "conv_tiles",
+                 "conv_blocked", "conv_columns", "conv_direct", "conv_expand", "conv_nhwc",
+                 "conv_outlanes", "conv_packed", "conv_pointpacked", "conv_pointwise",
+                 "conv_shallow", "conv_tiles",
                  "conv_winograd", "epilogue", "excite", "linear_packed", "normalization",
                  "optim", "pool_lanes", "pooling", "products", "recurrence", "scatter", "sums",
                  "split_gemm", "trig")

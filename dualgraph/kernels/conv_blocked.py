@@ -259,23 +259,24 @@ def _fma3(x, at, w0, w1, w2, a0, a1, a2, n):
 
 
 @helper(inline="always")
-def _put3(out, at, step, n, a0, a1, a2):
-    """A position's three sums to their output blocks from ``at`` (``step`` apart, a
-    sixteen-lane sum two of them) where they exist (``n`` sums)."""
-    span = lanes_of(a0) // LANES * step
-    store_runs(out, at, step, a0)
+def _put3(out, at, gap, span, n, a0, a1, a2):
+    """A position's three sums to ``out`` from ``at``, ``span`` floats apart, each stored
+    as runs of eight ``gap`` apart (``simd.store_runs``: a sixteen-lane sum into two
+    blocks' planes), where they exist (``n`` sums)."""
+    store_runs(out, at, gap, a0)
     if n > 1:
-        store_runs(out, at + span, step, a1)
+        store_runs(out, at + span, gap, a1)
     if n > 2:
-        store_runs(out, at + 2 * span, step, a2)
+        store_runs(out, at + 2 * span, gap, a2)
 
 
 @helper(inline="always")
-def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
+def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostride, gap, span, n, eight):
     """Eight positions (one unless ``eight``) from ``x[xo]`` (input block ``k // 8`` at
     ``xo + (k // 8) * xstep``) by the group of three bias vectors' lanes (``b0, b1,
     b2``: 24 or 48 output channels) whose packed weights start at ``wp[wo]``, into
-    ``out[oo]`` (blocks ``ostep`` apart, ``n`` of the three vectors exist)."""
+    ``out[oo]`` (positions ``ostride`` floats apart, the sums stored by :func:`_put3`
+    with ``gap`` and ``span``; ``n`` of the three vectors exist)."""
     lanes = lanes_of(b0)
     width = 3 * lanes
     a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32 = (
@@ -298,43 +299,46 @@ def _tile(x, xo, xstep, blocks, wp, wo, b0, b1, b2, out, oo, ostep, n, eight):
                 a50, a51, a52 = _fma3(x, xb + 40 + j, w0, w1, w2, a50, a51, a52, n)
                 a60, a61, a62 = _fma3(x, xb + 48 + j, w0, w1, w2, a60, a61, a62, n)
                 a70, a71, a72 = _fma3(x, xb + 56 + j, w0, w1, w2, a70, a71, a72, n)
-    _put3(out, oo, ostep, n, a00, a01, a02)
+    _put3(out, oo, gap, span, n, a00, a01, a02)
     if eight:
-        _put3(out, oo + 8, ostep, n, a10, a11, a12)
-        _put3(out, oo + 16, ostep, n, a20, a21, a22)
-        _put3(out, oo + 24, ostep, n, a30, a31, a32)
-        _put3(out, oo + 32, ostep, n, a40, a41, a42)
-        _put3(out, oo + 40, ostep, n, a50, a51, a52)
-        _put3(out, oo + 48, ostep, n, a60, a61, a62)
-        _put3(out, oo + 56, ostep, n, a70, a71, a72)
+        _put3(out, oo + ostride, gap, span, n, a10, a11, a12)
+        _put3(out, oo + 2 * ostride, gap, span, n, a20, a21, a22)
+        _put3(out, oo + 3 * ostride, gap, span, n, a30, a31, a32)
+        _put3(out, oo + 4 * ostride, gap, span, n, a40, a41, a42)
+        _put3(out, oo + 5 * ostride, gap, span, n, a50, a51, a52)
+        _put3(out, oo + 6 * ostride, gap, span, n, a60, a61, a62)
+        _put3(out, oo + 7 * ostride, gap, span, n, a70, a71, a72)
 
 
 @helper(inline="always")
-def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, n):
-    """Positions ``q0:q1`` of a group of ``n`` output vectors: :func:`_tile` on eight at
-    a time, then one at a time."""
+def _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, ostride, gap, span, n):
+    """Positions ``q0:q1`` of a group of ``n`` output vectors (input position ``q`` at
+    ``xo + 8 * q``, its output at ``ob + ostride * q``): :func:`_tile` on eight at a
+    time, then one at a time."""
     q = q0
     while q + LANES <= q1:
-        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
-              n, True)
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * ostride,
+              ostride, gap, span, n, True)
         q += LANES
     while q < q1:
-        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * LANES, step,
-              n, False)
+        _tile(x, xo + q * LANES, step, blocks, wp, wo, b0, b1, b2, out, ob + q * ostride,
+              ostride, gap, span, n, False)
         q += 1
 
 
 @helper(inline="always")
-def _group(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, left):
+def group(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, ostride, gap, span, left):
     """:func:`_run` for a group whose last ``left`` vectors of output channels exist
     (three or more: all), ``n`` a constant in each inlined copy, so that a group of one
-    or two computes only theirs."""
+    or two computes only theirs. The output's layout is the caller's: blocked, positions
+    eight floats apart and a vector's two halves ``step`` apart (``_pointwise``), or a
+    vector's lanes side by side (``conv_expand``)."""
     if left >= 3:
-        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 3)
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, ostride, gap, span, 3)
     elif left == 2:
-        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 2)
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, ostride, gap, span, 2)
     else:
-        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, 1)
+        _run(x, xo, q0, q1, step, blocks, wp, wo, b0, b1, b2, out, ob, ostride, gap, span, 1)
 
 
 @loop(fastmath={"contract"})
@@ -359,13 +363,13 @@ def _pointwise(start, stop, x, wp, bias, out, residual, act, lo, hi, where, chan
             wo, at = img * wimage + g * channels * width, g * width
             ob = oo + g * (width // LANES) * step
             if width == GROUP:
-                _group(x, xo, q0, q1, step, blocks, wp, wo, load(bias, at),
-                       load(bias, at + LANES), load(bias, at + 2 * LANES), out, ob,
-                       cout // LANES - 3 * g)
+                group(x, xo, q0, q1, step, blocks, wp, wo, load(bias, at),
+                      load(bias, at + LANES), load(bias, at + 2 * LANES), out, ob, LANES,
+                      step, step, cout // LANES - 3 * g)
             else:
-                _group(x, xo, q0, q1, step, blocks, wp, wo, load_wide(bias, at),
-                       load_wide(bias, at + WIDE), load_wide(bias, at + 2 * WIDE), out, ob,
-                       cout // WIDE - 3 * g)
+                group(x, xo, q0, q1, step, blocks, wp, wo, load_wide(bias, at),
+                      load_wide(bias, at + WIDE), load_wide(bias, at + 2 * WIDE), out, ob,
+                      LANES, step, 2 * step, cout // WIDE - 3 * g)
         for b in range(cout // LANES):
             at, end = oo + b * step + q0 * LANES, oo + b * step + q1 * LANES
             finish(out[at:end], residual[at:end] if where else residual[0:1], where, act,

@@ -354,6 +354,56 @@ POINTWISE_BLOCKED = defop(
         "its weight packed (groups, C, 24): 24 output channels by 8 positions in registers")
 
 
+def _infer_expand_depthwise(x, wp, b, w, db, *residual, expand_act, expand_bounds, **attrs):
+    y = _infer_pointwise_blocked(x, wp, b, act=expand_act, bounds=expand_bounds,
+                                 residual_at=None)
+    return _infer_depthwise_blocked(y, w, db, *residual, **attrs)
+
+
+def _fitted_expand_depthwise(x, wp, b, w, db, *residual, expand_act, expand_bounds, act,
+                             bounds, residual_at, stride, padding, dilation):
+    if not _compiled_float32(x, wp, b, w, db, *residual):
+        return None
+    codes = _epilogue_codes(residual, act, bounds, residual_at)
+    return kernels.conv_expand.fitted(
+        tuple(x.shape), b.shape[0], tuple(w.shape), stride, padding, dilation,
+        _epilogue_codes((), expand_act, expand_bounds, None), codes)
+
+
+def _expand_depthwise_kernel(x, wp, b, w, db, *residual, expand_act, expand_bounds,
+                             **attrs):
+    """``kernels/conv_expand.py``'s loop (float32, Numba); else ``pointwise_blocked``'s
+    kernel, then ``depthwise_blocked``'s."""
+    run = _fitted_expand_depthwise(x, wp, b, w, db, *residual, expand_act=expand_act,
+                                   expand_bounds=expand_bounds, **attrs)
+    if run is not None:
+        return run(x, wp, b, w, db, *residual)
+    y = POINTWISE_BLOCKED.kernel(x, wp, b, act=expand_act, bounds=expand_bounds,
+                                 residual_at=None)
+    return DEPTHWISE_BLOCKED.kernel(y, w, db, *residual, **attrs)
+
+
+def _specialise_expand_depthwise(*args, **attrs):
+    """``expand_depthwise_blocked`` fitted to static float32 shapes, as
+    ``expand_depthwise_blocked_<act>``; else None (the op's kernel)."""
+    run = _fitted_expand_depthwise(*args, **attrs)
+    return None if run is None else (f"expand_depthwise_blocked_{attrs['act']}", run)
+
+
+EXPAND_DEPTHWISE_BLOCKED = defop(
+    "expand_depthwise_blocked", _expand_depthwise_kernel, _infer_expand_depthwise,
+    attrs=("expand_act", "expand_bounds", "act", "bounds", "residual_at", "stride", "padding",
+           "dilation"), saves="", onnx=None, compiler_only=True,
+    decomposition=lambda x, wp, b, w, db, *r, expand_act, expand_bounds, **attrs: (
+        DEPTHWISE_BLOCKED.decomposition(
+            POINTWISE_BLOCKED.decomposition(x, wp, b, act=expand_act, bounds=expand_bounds,
+                                            residual_at=None), w, db, *r, **attrs)),
+    specialise=_specialise_expand_depthwise,
+    doc="depthwise_blocked of pointwise_blocked's output, by bands of output rows: the "
+        "1x1's output computed a band's input rows at a time into a padded scratch, never "
+        "written whole")
+
+
 def _infer_excite_blocked(x, w1, b1, w2, b2, *, acts, bounds):
     n, cb, h, w, lanes = x.shape if len(x.shape) == 5 else (None,) * 5
     if lanes != 8:

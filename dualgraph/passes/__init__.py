@@ -39,10 +39,11 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "max_pool_values", "conv_cat", "join_loss_gradient", "compress_all_reduces",
            "batch_scan_linears", "group_updates", "linear_relu", "relu_backward_in_place",
            "fuse_attention", "linear_epilogue", "constant_linears", "fuse_rms_norm",
-           "fuse_layer_norm", "linear_norm", "join_linears", "linear_packed", "weights_kn", "step_weights_kn",
+           "fuse_layer_norm", "linear_norm", "join_linears", "linear_packed", "weights_kn",
+           "step_weights_kn",
            "conv_winograd", "conv_packed", "channels_last", "channels_last_views",
-           "squeeze_excite", "blocked_channels", "gate_into_weights", "conv_prologue", "cat_in_place",
-           "fold_input_affine",
+           "squeeze_excite", "blocked_channels", "gate_into_weights", "expand_into_depthwise",
+           "conv_prologue", "cat_in_place", "fold_input_affine",
            "patchify_conv"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``,
@@ -53,17 +54,18 @@ _RULES_BY_NAME = {rule.name: rule for rule in LOWERING}
  group_updates, linear_relu, relu_backward_in_place, fuse_attention, linear_epilogue,
  fuse_rms_norm, fuse_layer_norm, linear_norm, join_linears, linear_packed, weights_kn,
  step_weights_kn, conv_winograd, conv_packed, channels_last, channels_last_views,
- squeeze_excite, blocked_channels, gate_into_weights, conv_prologue, cat_in_place,
- fold_input_affine, patchify_conv) = map(
+ squeeze_excite, blocked_channels, gate_into_weights, expand_into_depthwise, conv_prologue,
+ cat_in_place, fold_input_affine, patchify_conv) = map(
     _RULES_BY_NAME.__getitem__, (
     "constant_linears", "fold_batchnorm", "batch_linears", "share_conv_columns",
     "conv_epilogue", "max_pool_values", "conv_cat", "join_loss_gradient",
     "compress_all_reduces", "batch_scan_linears", "group_updates", "linear_relu",
     "relu_backward_in_place", "fuse_attention", "linear_epilogue", "fuse_rms_norm",
-    "fuse_layer_norm", "linear_norm", "join_linears", "linear_packed", "weights_kn", "step_weights_kn",
+    "fuse_layer_norm", "linear_norm", "join_linears", "linear_packed", "weights_kn",
+    "step_weights_kn",
     "conv_winograd", "conv_packed", "channels_last", "channels_last_views", "squeeze_excite",
-    "blocked_channels", "gate_into_weights", "conv_prologue", "cat_in_place", "fold_input_affine",
-    "patchify_conv"))
+    "blocked_channels", "gate_into_weights", "expand_into_depthwise", "conv_prologue",
+    "cat_in_place", "fold_input_affine", "patchify_conv"))
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

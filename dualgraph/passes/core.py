@@ -204,6 +204,23 @@ def rebuild(graph: Graph, at: dict, dropped: set, emit) -> Graph:
     return b.finish()
 
 
+def merge_into_reader(graph: Graph, matches: list, op, attrs, kind: str,
+                      report: Report) -> Graph:
+    """Each ``(first, second)`` of ``matches`` (``second`` the one node that reads
+    ``first``'s output, as its first input) becomes one ``op`` node at ``second``'s place,
+    named as its result: its inputs ``first``'s then ``second``'s others, its attrs
+    ``attrs(first, second)``; ``report`` counts each as ``kind``. Returns the new graph."""
+    def emit(b, second, first):
+        inputs = [b.get(v) for v in (*first.inputs, *second.inputs[1:])]
+        (b.env[second.outputs[0]],) = b.add(op, inputs, attrs(first, second), second.location,
+                                            [second.outputs[0].name])
+        report.count(kind, f"%{first.outputs[0].name} -> %{second.outputs[0].name}")
+    new = rebuild(graph, {second: first for first, second in matches},
+                  {first for first, _ in matches}, emit)
+    report.nodes_after = len(new.nodes)
+    return new
+
+
 def new_scan_body(body: Graph, num_carry: int, num_xs: int, added: list, suffix: str,
                   dropped_carries=()) -> tuple[Graph, dict]:
     """A fresh graph to rebuild a scan's ``body`` in: its carry inputs but

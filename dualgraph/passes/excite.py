@@ -32,7 +32,7 @@ from ..ops.epilogue import CONV2D_EPILOGUE
 from ..ops.excite import SQUEEZE_EXCITE
 from ..ops.layout import GATED_POINTWISE_BLOCKED, POINTWISE_BLOCKED, SQUEEZE_EXCITE_BLOCKED
 from ..ops.reduce import MEAN
-from .core import Report, live_readers, needed, only_reader, rebuild
+from .core import Report, live_readers, merge_into_reader, needed, only_reader, rebuild
 
 _POINT = dict(stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
 
@@ -181,15 +181,6 @@ def gate_into_weights(graph: Graph, matches: list, report: Report) -> Graph:
           return (%y)
         }
     """
-    def emit(b, conv, excite):
-        attrs = dict(gate_acts=excite.attrs["acts"], gate_bounds=excite.attrs["bounds"],
-                     **conv.attrs)
-        inputs = [b.get(v) for v in (*excite.inputs, *conv.inputs[1:])]
-        (b.env[conv.outputs[0]],) = b.add(GATED_POINTWISE_BLOCKED, inputs, attrs,
-                                          conv.location, [conv.outputs[0].name])
-        report.count("gates into weights", f"%{excite.outputs[0].name} -> "
-                                           f"%{conv.outputs[0].name}")
-    new = rebuild(graph, {conv: excite for excite, conv in matches},
-                  {excite for excite, _ in matches}, emit)
-    report.nodes_after = len(new.nodes)
-    return new
+    return merge_into_reader(graph, matches, GATED_POINTWISE_BLOCKED, lambda excite, conv: dict(
+        gate_acts=excite.attrs["acts"], gate_bounds=excite.attrs["bounds"], **conv.attrs),
+        "gates into weights", report)

@@ -36,7 +36,7 @@ from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, MATMUL, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from ..ops.recurrent import LSTM_CELL_BACKWARD
-from ..ops.layout import SQUEEZE_EXCITE_BLOCKED
+from ..ops.layout import DEPTHWISE_BLOCKED, SQUEEZE_EXCITE_BLOCKED
 from ..ops.norm import LAYER_NORM
 from ..ops.reduce import MEAN, SOFTMAX
 from ..ops.shape import CAT
@@ -52,6 +52,7 @@ from .convs import (PACKED_READERS, conv_packed, conv_winograd, packable_weights
                     winograd_weights)
 from .core import Builder, Report, live_readers, needed, readers
 from .epilogue import conv_epilogue, conv_epilogues, linear_epilogue, linear_epilogues
+from .expand import expand_into_depthwise, expansions
 from .excite import gate_into_weights, gated_pointwises, squeeze_excite, squeeze_excites
 from .layout import (CONVS as LAYOUT_CONVS, blocked_channels, blocked_channels_regions,
                      channels_last, channels_last_regions, channels_last_view_regions,
@@ -484,6 +485,11 @@ RULES += [
     # than it -> gated_pointwise_blocked: the gate scales the weights, not the image
     LoweringRule("gate_into_weights", (SQUEEZE_EXCITE_BLOCKED,), gated_pointwises,
                  gate_into_weights, "graph"),
+    # depthwise_blocked(pointwise_blocked(x)), the 1x1's output read by nothing else and
+    # larger than L2 keeps -> expand_depthwise_blocked: the 1x1's rows computed a band at a
+    # time into the depthwise conv's padded scratch, never written whole
+    LoweringRule("expand_into_depthwise", (DEPTHWISE_BLOCKED,), expansions,
+                 expand_into_depthwise, "graph"),
 ]
 RULE_NAMES = sorted(rule.name for rule in RULES)
 

@@ -221,6 +221,8 @@ def fuse_layer_norm(graph: Graph, matches: list, report: Report) -> Graph:
     After::
 
         graph(%x: f32[2,4]) {
+          %x_ones: f32[4] = constant([1.0, 1.0, 1.0, 1.0])
+          %x_zeros: f32[4] = constant([0.0, 0.0, 0.0, 0.0])
           %y: f32[2,4], %y_mean: f32[2,1], %y_rstd: f32[2,1] = layer_norm(%x, %x_ones, %x_zeros, n_dims=1, eps=1e-05)
           return (%y)
         }
