@@ -447,7 +447,10 @@ def as_array(data, dtype=None) -> np.ndarray:
     (Python floats -> the default float dtype, ints -> int64, bools -> bool)."""
     target = None if dtype is None else dtypes.to_np(dtype)
     if isinstance(data, Tensor):
+        traced = type(data._data) is not np.ndarray
         array = data._concrete("tensor()")
+        if traced and not array.flags.writeable:   # (a graph break's value, e.g. of empty():
+            array = array.copy()                   # no storage to share, Parameter writes it)
     elif isinstance(data, (np.ndarray, np.generic)):
         array = np.asarray(data)
         if target is None and array.dtype not in dtypes._BY_NP:

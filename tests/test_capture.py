@@ -853,3 +853,18 @@ def test_one_tensor_passed_as_two_arguments_is_one_graph_input():
         np.testing.assert_allclose(w.grad.numpy(), 16 * w.detach().numpy() * ~m, rtol=1e-5)
     assert not caught and not f.eager_only and len(f.cache) == 1, f.explain()
     assert "m2 is the very tensor passed as m1" in f.explain()
+
+
+@pytest.mark.parametrize("make", [lambda: dg.nn.LayerNorm(4), lambda: dg.nn.RMSNorm(4),
+                                  lambda: dg.nn.Linear(4, 3)])
+def test_a_module_built_inside_a_compiled_function_gives_eagers_values(make):
+    # (its parameters' Parameter(empty(...)) is a graph break; the value broken out was a
+    # read-only array that init.ones_ then could not write: a crash where eager runs)
+    x = dg.randn(2, 4)
+    dg.manual_seed(0)
+    want = make()(x).detach().numpy()
+    compiled = dg.compile(lambda v: make()(v))
+    with pytest.warns(UserWarning, match="graph break"):
+        dg.manual_seed(0)
+        got = compiled(x).detach().numpy()
+    np.testing.assert_array_equal(got, want)
