@@ -278,8 +278,7 @@ def promote_types(type1, type2) -> dtypes.DType:
 def can_cast(from_, to) -> bool:
     """Whether torch's casting rule allows ``from_`` into ``to`` for an op's output: no
     floating point into an integer or bool, no integer into bool (``torch.can_cast``)."""
-    have, want = dtypes.category(dtypes.to_np(from_)), dtypes.category(dtypes.to_np(to))
-    return have <= want
+    return dtypes.can_cast(from_, to)
 
 
 # get_rng_state's layout: PCG64's 128-bit state and increment, its buffered 32-bit draw

@@ -190,6 +190,12 @@ def category(dt: np.dtype) -> int:
     return _INT if dt.name in _NARROW_INTS else _FLOAT
 
 
+def can_cast(have, want) -> bool:
+    """torch's casting rule for an op's output (``torch.can_cast``, ``out=``): no floating
+    point into an integer or bool, no integer into bool."""
+    return category(to_np(have)) <= category(to_np(want))
+
+
 def _bits(dt: np.dtype) -> int:
     return int(dt.name[-1]) if dt.name in _NARROW_INTS else 8 * dt.itemsize
 

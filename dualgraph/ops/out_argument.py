@@ -17,6 +17,7 @@ import functools
 import inspect
 import warnings
 
+from .. import dtypes
 from . import numpy_names
 
 _TORCH_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half",
@@ -32,7 +33,6 @@ def _dtype_name(dtype) -> str:
 def _write(name: str, out, result):
     """``result`` written into the tensor ``out``, which is returned."""
     from .. import autograd
-    from .._namespace import can_cast
     from ..tensor import Tensor
     if not isinstance(out, Tensor) or not isinstance(result, Tensor):
         raise TypeError(f"{name}() got an unexpected keyword argument 'out' (out= takes a "
@@ -41,7 +41,7 @@ def _write(name: str, out, result):
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
                            "automatic differentiation, but one of the arguments requires "
                            "grad.")
-    if not can_cast(result.dtype, out.dtype):
+    if not dtypes.can_cast(result.dtype, out.dtype):
         raise RuntimeError(f"result type {_dtype_name(result.dtype)} can't be cast to the "
                            f"desired output type {_dtype_name(out.dtype)}")
     if tuple(out.shape) != tuple(result.shape):

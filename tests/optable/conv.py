@@ -601,6 +601,33 @@ CASES += [
     for act, at, stride in [("relu", None, (2, 2)), ("silu", "before", (1, 1)),
                             ("none", "after", (1, 1)), ("hardswish", "before", (2, 2))]
 ]
+def expand_depthwise_blocked(expand_act, act, residual_at=None, stride=(1, 1)):
+    """expand_depthwise_blocked (what passes.expand_into_depthwise makes) vs torch's 1x1
+    conv, then depthwise conv, between the relayouts (the two ops' torch forms)."""
+    whole = (float("-inf"), float("inf"))
+
+    def fn(m, x, wp, b, w, db, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import EXPAND_DEPTHWISE_BLOCKED
+            return apply(EXPAND_DEPTHWISE_BLOCKED, x, wp, b, w, db, *residual,
+                         expand_act=expand_act, expand_bounds=whole, act=act, bounds=whole,
+                         residual_at=residual_at, stride=stride, padding=((1, 1), (1, 1)),
+                         dilation=(1, 1))
+        y = pointwise_blocked(expand_act)(m, x, wp, b)
+        return depthwise_blocked(act, residual_at, stride)(m, y, w, db, *residual)
+    return fn
+
+
+CASES += [
+    OpCase("expand_depthwise_blocked", expand_depthwise_blocked(up, act, at, stride),
+           [In((2, 2, 9, 11, 8)), In((1, 16, 24)), In((24,)), In((24, 1, 3, 3)), In((24,))]
+           + ([In((2, 3, 9, 11, 8) if stride == (1, 1) else (2, 3, 5, 6, 8))] if at else []),
+           f"{up}-{act}-{at}-{stride[0]}", dtypes=("float32", "float64"), grad=False,
+           atol=1e-4)
+    for up, act, at, stride in [("relu", "relu", None, (1, 1)),
+                                ("hardswish", "none", "after", (2, 2)),
+                                ("silu", "silu", "before", (1, 1))]
+]
 CASES += [
     OpCase("pointwise_blocked", pointwise_blocked(act, at),
            [In((2, 2, 5, 7, 8)), In((2, 16, 24)), In((cout,))]
