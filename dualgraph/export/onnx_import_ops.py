@@ -1250,6 +1250,15 @@ def _resize_axis(b, attrs, mode, n: int, out: int, scale: float, roi):
     return matrix, outside
 
 
+def _static_resized_axes(b, x, symbolic: list, by: str) -> None:
+    """Resize's weights are computed when loading, so an axis it resizes must have a static
+    size; a symbolic one (a dynamic batch, say) is fine where its scale is 1."""
+    if symbolic:
+        raise b.error(f"Resize by {by} along the symbolic dims {symbolic} of "
+                      f"{tuple(x.shape)} is not supported: its weights are computed when "
+                      f"loading; export with those dims static")
+
+
 def _resize(b, xs, attrs):
     """Resize (and Upsample): separable, so each resized axis is a product with a matrix
     of weights computed when loading (its rows the output positions); nearest picks with
@@ -1267,8 +1276,6 @@ def _resize(b, xs, attrs):
                               else b.static(t, what)
                               for t, what in ((roi, "roi"), (scales, "scales"),
                                               (sizes, "sizes")))
-    if any(isinstance(d, Sym) for d in x.shape):
-        raise b.error(f"Resize of symbolic shape {tuple(x.shape)} is not supported")
     mode = attrs.get("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic", "bilinear"):
         raise b.error(f"Resize mode {mode!r} is not supported")
@@ -1276,10 +1283,20 @@ def _resize(b, xs, attrs):
     r = x.ndim
     axes = [b.dim(a, r) for a in attrs.get("axes", range(r))]
     shape = list(x.shape)
+    rois = {}
+    if roi is not None:
+        roi = np.reshape(roi, -1).astype(np.float64)
+        rois = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
+    policy = attrs.get("keep_aspect_ratio_policy", "stretch")
     if sizes is not None:
-        sizes = [int(v) for v in np.reshape(sizes, -1)]
+        sizes = [v if isinstance(v, Sym) else int(v) for v in np.reshape(sizes, -1)]
+        same = [a for a, size in zip(axes, sizes)   # (a dynamic batch's size read back)
+                if isinstance(size, Sym) and size == shape[a] and policy == "stretch"]
+        _static_resized_axes(b, x, [a for a, size in zip(axes, sizes) if a not in same and (
+            isinstance(size, Sym) or isinstance(shape[a], Sym))], "sizes")
+        sizes = [size for a, size in zip(axes, sizes) if a not in same]
+        axes = [a for a in axes if a not in same]
         factors = {a: sizes[i] / shape[a] for i, a in enumerate(axes)}
-        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
             pick = min if policy == "not_larger" else max
             common = pick(factors.values())
@@ -1288,11 +1305,11 @@ def _resize(b, xs, attrs):
         outs = dict(zip(axes, sizes))
     else:
         factors = {a: float(v) for a, v in zip(axes, np.reshape(scales, -1))}
+        same = [a for a in axes if isinstance(shape[a], Sym) and np.isclose(factors[a], 1.0)
+                and np.allclose(rois.get(a, (0.0, 1.0)), (0.0, 1.0))]
+        axes = [a for a in axes if a not in same]
+        _static_resized_axes(b, x, [a for a in axes if isinstance(shape[a], Sym)], "scales")
         outs = {a: int(factors[a] * shape[a]) for a in axes}
-    rois = {}
-    if roi is not None:
-        roi = np.reshape(roi, -1).astype(np.float64)
-        rois = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
     y = x if mode == "nearest" else b.cast(x, np.float64)
     for a in axes:
         n, out, factor = shape[a], outs[a], factors[a]
