@@ -385,3 +385,35 @@ def test_adaptive_max_pool_matches_torch(shape, size):
     compare(lambda lib, f, t: f.adaptive_max_pool2d(t, size), x)
     compare(lambda lib, f, t: lib.nn.AdaptiveMaxPool2d(size)(t), x)
     compare(lambda lib, f, t: f.adaptive_max_pool1d(t.flatten(-2), 4), x)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((2, 3, 8, 6), 2),
+                                        ((3, 7, 5), (None, 3)), ((1, 2, 5, 5), 5),
+                                        ((2, 2, 9, 9), (4, None))])
+def test_adaptive_max_pool_returns_torch_indices(shape, size):
+    """Values (and their gradient) and flat H*W indices as torch's, ties included (the
+    first maximum in row-major order), eager and compiled; the indices pick the values."""
+    x = RNG.standard_normal(shape)
+    x[..., 0, 1] = x[..., 0, 0]
+    values = compare(lambda lib, f, t: f.adaptive_max_pool2d(t, size, return_indices=True)[0],
+                     x)
+    indices = F.adaptive_max_pool2d(dg.tensor(x), size, return_indices=True)[1]
+    want = TF.adaptive_max_pool2d(torch.tensor(x), size, return_indices=True)[1]
+    assert indices.dtype == dg.int64
+    np.testing.assert_array_equal(indices.numpy(), want.numpy())
+    pool = dg.compile(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True))
+    got_values, got_indices = pool(dg.tensor(x))
+    np.testing.assert_array_equal(got_values.numpy(), values.detach().numpy())
+    np.testing.assert_array_equal(got_indices.numpy(), want.numpy())
+    module_values, module_indices = dg.nn.AdaptiveMaxPool2d(size, return_indices=True)(
+        dg.tensor(x))
+    np.testing.assert_array_equal(module_indices.numpy(), want.numpy())
+    flat = x.reshape(x.shape[:-2] + (-1,))
+    np.testing.assert_array_equal(np.take_along_axis(
+        flat, want.numpy().reshape(want.shape[:-2] + (-1,)), -1).reshape(want.shape),
+        module_values.numpy())
+    line = x.reshape(x.shape[:-2] + (-1,))
+    got = F.adaptive_max_pool1d(dg.tensor(line), 4, return_indices=True)
+    expected = TF.adaptive_max_pool1d(torch.tensor(line), 4, return_indices=True)
+    for ours, theirs in zip(got, expected):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())

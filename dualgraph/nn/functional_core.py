@@ -652,15 +652,18 @@ def _window(i: int, n: int, out: int) -> slice:
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     """Max pooling of (N, C, H, W) or (C, H, W) input to a fixed ``output_size`` (an int,
     or a pair whose None entries keep the input's size), as torch's: max_pool2d when the
-    sizes divide, else a max over each of torch's uneven windows."""
-    if return_indices:
-        raise NotImplementedError("adaptive_max_pool2d: return_indices=True is not supported")
+    sizes divide, else a max over each of torch's uneven windows. ``return_indices`` also
+    gives each maximum's flat index into its H*W plane (the first of equal maxima)."""
     hw = tuple(input.shape[-2:])
     sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
     out = tuple(hw[a] if sizes[a] is None else int(sizes[a]) for a in range(2))
     if hw[0] % out[0] == 0 and hw[1] % out[1] == 0:
         k = (hw[0] // out[0], hw[1] // out[1])
-        return input if k == (1, 1) else conv_ops.max_pool2d(input, k)
+        if k == (1, 1) and not return_indices:
+            return input
+        return conv_ops.max_pool2d(input, k, return_indices=return_indices)
+    if return_indices:
+        return _adaptive_max_with_indices(input, hw, out)
     rows = [red.amax(input[..., _window(i, hw[0], out[0]), :], -2, keepdim=True)
             for i in range(out[0])]
     x = shape_ops.cat(rows, -2)
@@ -668,10 +671,32 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
                           for j in range(out[1])], -1)
 
 
+def _adaptive_max_with_indices(input, hw: tuple, out: tuple):
+    """Adaptive max pooling's values and flat H*W indices over uneven windows: each window
+    flattened, its argmax (the first maximum, in row-major order) gathered."""
+    lead = _shape(input)[:-2]
+    values, indices = [], []
+    for i in range(out[0]):
+        rows = _window(i, hw[0], out[0])
+        for j in range(out[1]):
+            cols = _window(j, hw[1], out[1])
+            window = shape_ops.reshape(input[..., rows, cols], lead + (-1,))
+            at = red.argmax(window, -1, keepdim=True)
+            values.append(index_ops.gather(window, -1, at))
+            width = cols.stop - cols.start
+            indices.append((at // width + rows.start) * hw[1] + at % width + cols.start)
+    shape = lead + out
+    return (shape_ops.reshape(shape_ops.cat(values, -1), shape),
+            shape_ops.reshape(shape_ops.cat(indices, -1), shape))
+
+
 def adaptive_max_pool1d(input, output_size, return_indices=False):
-    """Max pooling of (N, C, L) or (C, L) input to length ``output_size``."""
+    """Max pooling of (N, C, L) or (C, L) input to length ``output_size`` (``return_indices``:
+    also each maximum's index along L)."""
     size = output_size if isinstance(output_size, int) else output_size[0]
     pooled = adaptive_max_pool2d(shape_ops.unsqueeze(input, -2), (1, size), return_indices)
+    if return_indices:
+        return tuple(shape_ops.squeeze(t, -2) for t in pooled)
     return shape_ops.squeeze(pooled, -2)
 
 
