@@ -70,7 +70,11 @@ def test_the_helper_takes_rows_of_big_products():
     # rather than leave the caller waiting.
     assert (helper.board[matvec.HELPED] > before or helper.backoff.backed_off > 0), \
         "the helper never ran a chunk, and never backed off"
-    time.sleep(0.05)    # idle for far longer than SPIN_POLLS: it sleeps again
+    # Idle for far longer than SPIN_POLLS, it sleeps again (polled: on a loaded machine
+    # the helper's thread may wait a while for a core before it sees it is idle).
+    deadline = time.monotonic() + 5
+    while helper.board[matvec.SPINNING] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert helper.board[matvec.SPINNING] == 0
 
 
