@@ -3,7 +3,8 @@
 ``dg.onnx.load``) against onnxruntime (the same export) and torch eager.
 
 ``python -m benchmarks.unseen_cnns [--models squeezenet,efficientnet,mobilenetv3]
-[--batches 1,16] [--rounds 5] [--threads=1] [--opt-in channels_last]`` (``--models resnet18,mobilenetv2``: the
+[--batches 1,16] [--rounds 5] [--threads=1] [--opt-in channels_last] [--exporter dynamo]``
+(``--models resnet18,mobilenetv2``: the
 suite's W8 and W9 models, measured the same way; ``--threads=2``: every engine on two
 threads, set before NumPy loads OpenBLAS, so it must be spelt with ``=``). The models are written once against the torch-style API
 (``lib`` is ``dualgraph`` or ``torch``), after torchvision's SqueezeNet 1.1,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import tempfile
@@ -42,6 +44,8 @@ import numpy as np  # noqa: E402
 from .common import random_state  # noqa: E402
 
 OPT_IN: list = []   # opt-in lowering rules measured as engines of their own (``--opt-in``)
+EXPORTERS = ("torchscript", "dynamo")
+EXPORTER = ["torchscript"]   # torch's ONNX exporter for the ONNX engines (``--exporter``)
 
 
 def fire(lib, cin, squeeze, expand):
@@ -353,6 +357,25 @@ def implementations(name: str, batch: int, tmp: str) -> dict:
     return engines(reference, model, x, os.path.join(tmp, f"{name}_{batch}.onnx"), THREADS)
 
 
+def export_onnx(reference, x: np.ndarray, path: str) -> None:
+    """The torch module ``reference`` exported to ``path`` by the exporter ``--exporter``
+    names: ``torchscript`` (``dynamo=False``) or ``dynamo`` (torch.export and onnxscript,
+    ``torch.onnx.export``'s default since torch 2.9: opset 18+, other patterns)."""
+    import torch
+    with torch.no_grad():
+        if EXPORTER[0] == "torchscript":
+            torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
+                              input_names=["x"])
+            return
+        logging.disable(logging.WARNING)    # (its progress lines)
+        try:
+            program = torch.onnx.export(reference, (torch.tensor(x),), dynamo=True,
+                                        input_names=["x"], verbose=False)
+        finally:
+            logging.disable(logging.NOTSET)
+        program.save(path)
+
+
 def engines(reference, model, x: np.ndarray, path: str, threads: int) -> dict:
     """``{engine: (call, output of one call)}`` of the torch module ``reference`` and the
     dualgraph module ``model`` (same weights) on the input ``x``: onnxruntime and
@@ -361,9 +384,7 @@ def engines(reference, model, x: np.ndarray, path: str, threads: int) -> dict:
     import torch
 
     import dualgraph as dg
-    with torch.no_grad():
-        torch.onnx.export(reference, (torch.tensor(x),), path, dynamo=False,
-                          input_names=["x"])
+    export_onnx(reference, x, path)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -436,8 +457,11 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="read before NumPy loads")
     parser.add_argument("--opt-in", default="", help="opt-in lowering rules (comma-separated, "
                         "e.g. channels_last), each measured as one more compiled engine")
+    parser.add_argument("--exporter", default="torchscript", choices=EXPORTERS,
+                        help="torch's ONNX exporter for onnxruntime and dg.onnx.load")
     args = parser.parse_args(argv)
     OPT_IN[:] = [r for r in args.opt_in.split(",") if r]
+    EXPORTER[:] = [args.exporter]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {THREADS} "
           "thread(s) per engine", flush=True)
     for name in args.models.split(","):

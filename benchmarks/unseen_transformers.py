@@ -45,7 +45,8 @@ if __name__ == "__main__":   # before NumPy loads OpenBLAS
 import numpy as np  # noqa: E402
 
 from .common import random_state  # noqa: E402
-from .unseen_cnns import compare, engines  # noqa: E402  (after NumPy: it sets 1 thread)
+# (after NumPy: it sets one thread)
+from .unseen_cnns import EXPORTER, EXPORTERS, compare, engines  # noqa: E402
 
 
 def vit(lib, image=224, patch=16, width=192, depth=12, heads=3, hidden=768, classes=1000):
@@ -313,7 +314,10 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--without", default="", help="comma-separated passes or rules: "
                         "dualgraph also runs without them, in the same rounds")
+    parser.add_argument("--exporter", default="torchscript", choices=EXPORTERS,
+                        help="torch's ONNX exporter for onnxruntime and dg.onnx.load")
     args = parser.parse_args(argv)
+    EXPORTER[:] = [args.exporter]
     without = [r for r in args.without.split(",") if r]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
           f"{args.threads} thread(s) per engine", flush=True)
