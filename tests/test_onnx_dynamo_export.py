@@ -5,7 +5,8 @@ Its graphs differ from the TorchScript exporter's (``dynamo=False``, the other O
 opset 18+, dynamic dims computed by ``Shape``/``Slice``/``Concat`` chains, causal masks as
 ``Trilu``/``Where``, ``ReduceMean`` for global pooling, ``Resize`` to sizes whose batch entry is
 read back from the input's shape. Each model is exported with a dynamic batch (and sequence,
-where it has one); the import must match torch at the exported shape and at others.
+where it has one); the import must match torch at the exported shape and at others. A
+``Resize`` along a dynamic height is imported per input shape.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import numpy as np
 import pytest
 
 import dualgraph as dg
-from dualgraph.export.errors import OnnxError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -212,13 +212,20 @@ def test_the_import_matches_torch_at_dynamic_shapes(name, tmp_path):
                                    err_msg=f"{name} at input shape {s}")
 
 
-def test_resizing_a_dynamic_dim_is_refused_with_the_dims(tmp_path):
-    """Resize's weights are computed when loading: a resized axis of dynamic size is an
-    error that names the dims (a dynamic batch beside it is fine: the tests above)."""
+def test_resizing_a_dynamic_dim_imports_the_model_per_input_shape(tmp_path):
+    """Resize's weights are computed when loading: where it resizes a dynamic dim (the
+    height here), the model is imported once per input shape it is called with."""
     model = build(NearestUpsample)
     path = os.path.join(tmp_path, "spatial.onnx")
-    x = images((2, 4, 5, 6), np.random.default_rng(0))
-    export(model, x, {0: torch.export.Dim("batch"), 2: torch.export.Dim("height", max=64)},
-           path)
-    with pytest.raises(OnnxError, match=r"Resize by scales along the symbolic dims \[2\]"):
-        dg.onnx.load(path)
+    rng = np.random.default_rng(0)
+    export(model, images((2, 4, 5, 6), rng), {0: torch.export.Dim("batch"),
+                                              2: torch.export.Dim("height", max=64)}, path)
+    loaded = dg.onnx.load(path)
+    for shape in [(2, 4, 5, 6), (1, 4, 9, 6), (3, 4, 5, 6), (2, 4, 5, 6)]:
+        x = images(shape, rng)
+        with torch.no_grad():
+            want = model(torch.tensor(x)).numpy()
+        np.testing.assert_allclose(np.asarray(loaded(dg.tensor(x)).numpy()), want,
+                                   rtol=1e-5, atol=1e-5)
+    assert len(loaded.cache) == 3
+    assert "imported per input shape; 3 imported" in repr(loaded)

@@ -248,8 +248,8 @@ def test_a_loop_with_scan_outputs_whose_trip_count_is_an_input_is_imported_per_v
     assert fn.explain() == (
         "g.onnx: imported per value of m (2 imports so far): g.onnx: node #0 (Loop): its trip "
         "count M has no run-time form (a Loop's trip count with scan outputs, an If choosing "
-        "between sequences, a result of unknown rank, or a node that can't work over the "
-        "sizes run-time nodes make)")
+        "between sequences, a result of unknown rank, a node that can't work over the "
+        "sizes run-time nodes make, or a Resize along a dynamic dim)")
 
 
 # -- torch-exported models ---------------------------------------------------------------------

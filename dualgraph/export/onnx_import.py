@@ -96,6 +96,8 @@ def import_model(onnx, model, label: str) -> "OnnxFunction":
         return _function(importer)
     except _NeedsValues as need:
         return _Specialised(onnx, model, label, need.names, need.where)
+    except _NeedsShapes as need:
+        return _Specialised(onnx, model, label, (), need.where, by_shape=True)
     except Exception:
         if not importer.run_time_nodes:
             raise
@@ -106,6 +108,9 @@ def import_model(onnx, model, label: str) -> "OnnxFunction":
         return _Specialised(onnx, model, label, need.names,
                             f"{need.where} (the model's run-time nodes can't be imported)",
                             run_time=False)
+    except _NeedsShapes as need:
+        return _Specialised(onnx, model, label, (), need.where, run_time=False,
+                            by_shape=True)
 
 
 def _function(importer: "_Importer") -> "OnnxFunction":
@@ -121,7 +126,7 @@ def _import(importer: "_Importer"):
     must be)."""
     try:
         return importer.run()
-    except (OnnxError, _NeedsValues):
+    except (OnnxError, _NeedsValues, _NeedsShapes):
         raise
     except Exception as e:   # (a bug of the import's: still a model it can't load, named)
         raise importer.error(f"the import failed: {type(e).__name__}: {e}") from e
@@ -170,6 +175,16 @@ class _NeedsValues(Exception):
     def __init__(self, names, where: str = ""):
         super().__init__(sorted(names))
         self.names, self.where = set(names), where
+
+
+class _NeedsShapes(Exception):
+    """A node needs static sizes where the model's inputs have symbolic dims (Resize's
+    weights along a dynamic axis): the model is imported per input shape
+    (``_Specialised(by_shape=True)``)."""
+
+    def __init__(self, where: str = ""):
+        super().__init__(where)
+        self.where = where
 
 
 def _read(onnx, path: pathlib.Path, label: str):
@@ -262,9 +277,10 @@ class _Specialised(OnnxFunction):
     computed at run time are read as it runs, unless ``run_time`` is False or that import
     fails). ``graph`` is the last one run."""
 
-    def __init__(self, onnx, model, label: str, names, why: str = "", run_time=True):
+    def __init__(self, onnx, model, label: str, names, why: str = "", run_time=True,
+                 by_shape=False):
         self.onnx, self.model, self.label, self.why = onnx, model, label, why
-        self.run_time = run_time
+        self.run_time, self.by_shape = run_time, by_shape
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -279,14 +295,24 @@ class _Specialised(OnnxFunction):
         given = dict(zip(self.input_names, inputs))
         while True:
             bound = {n: _as_array(given[n], None) for n in sorted(self.by_value)}
-            key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in bound.items())
+            shapes = {n: tuple(np.shape(given[n]) if not isinstance(given[n], Tensor)
+                               else given[n].shape)
+                      for n in self.input_names} if self.by_shape else None
+            key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in bound.items()) \
+                + tuple(sorted((shapes or {}).items()))
             if key in self.cache:
                 break
             try:
                 graph, names, _, layout = _import(_Importer(
-                    self.onnx, self.model, self.label, bound=bound, run_time=self.run_time))
+                    self.onnx, self.model, self.label, bound=bound, run_time=self.run_time,
+                    shapes=shapes))
             except _NeedsValues as need:
                 self.by_value |= need.names
+                continue
+            except _NeedsShapes:
+                if self.by_shape:
+                    raise
+                self.by_shape = True
                 continue
             except Exception:
                 if not self.run_time:
@@ -299,17 +325,22 @@ class _Specialised(OnnxFunction):
         self.graph, self.executable = run.graph, run.executable
         return run(*(given[n] for n in names))
 
+    def _per(self) -> str:
+        """What the imports are per: values of some inputs, the inputs' shapes, or both."""
+        parts = [f"value of {', '.join(sorted(self.by_value))}"] if self.by_value else []
+        return " and ".join(parts + ["input shape"] * self.by_shape)
+
     def __repr__(self):
         return (f"<OnnxFunction {self.label}: ({', '.join(self.input_names)}) -> "
-                f"({', '.join(self.output_names)}), imported per value of "
-                f"{', '.join(sorted(self.by_value))}; {len(self.cache)} imported>")
+                f"({', '.join(self.output_names)}), imported per {self._per()}; "
+                f"{len(self.cache)} imported>")
 
     def explain(self) -> str:
-        return (f"{self.label}: imported per value of {', '.join(sorted(self.by_value))} "
-                f"({len(self.cache)} imports so far): {self.why} has no run-time form (a "
-                "Loop's trip count with scan outputs, an If choosing between sequences, a "
-                "result of unknown rank, or a node that can't work over the sizes run-time "
-                "nodes make)")
+        return (f"{self.label}: imported per {self._per()} ({len(self.cache)} imports so "
+                f"far): {self.why} has no run-time form (a Loop's trip count with scan "
+                "outputs, an If choosing between sequences, a result of unknown rank, a node "
+                "that can't work over the sizes run-time nodes make, or a Resize along a "
+                "dynamic dim)")
 
 
 # -- the importer ---------------------------------------------------------------------------
@@ -327,7 +358,8 @@ class _Importer:
     its graph, listed in ``captured`` (the control-flow node passes them in)."""
 
     def __init__(self, onnx, model, label: str, parent=None, scope: str = "",
-                 bound: dict | None = None, run_time: bool = True, eager: bool = False):
+                 bound: dict | None = None, run_time: bool = True, eager: bool = False,
+                 shapes: dict | None = None):
         self.onnx = onnx
         self.model = model
         self.label = label
@@ -342,6 +374,7 @@ class _Importer:
         self._constants: dict[int, tuple] = {}   # id(array) -> (array, its constant)
         self._names: dict[int, str] = {}         # id(known array) -> its ONNX name
         self.bound = bound or {}                  # graph input name -> its given value
+        self.shapes = shapes                      # graph input name -> its given shape
         self.layout: list = []   # per output: None (a tensor) or a sequence's length
         # a node needing a value computed at run time becomes a ``by_value`` node (else the
         # model is imported per value); ``eager``: every op is computed now (that node's
@@ -495,12 +528,33 @@ class _Importer:
             raise OnnxError(f"{self.label}: input {info.name!r} is not a tensor of known rank; "
                             "dualgraph needs each input's rank (its dims may be symbolic)")
         dims = [self._dim(d, info.name, k) for k, d in enumerate(t.shape.dim)]
+        if self.shapes is not None and info.name in self.shapes:
+            dims = self._given_shape(info.name, dims)
         static = [d for d in dims if isinstance(d, int)]
         if min(static, default=0) < 0 or np.prod(static, dtype=np.float64) >= 2 ** 63:
             raise self.error(f"input {info.name!r} has negative dims or more elements than "
                              f"an int64 counts: {dims}")
         return self.graph.add_input(dims, self.onnx_dtype(t.elem_type, f"input {info.name!r}"),
                                     name=info.name)
+
+    def _given_shape(self, name: str, dims: list) -> list:
+        """The shape given for input ``name`` (a model imported per input shape), checked
+        against its declared rank and static dims."""
+        given = list(self.shapes[name])
+        if len(given) != len(dims) or any(isinstance(d, int) and d != n
+                                          for d, n in zip(dims, given)):
+            raise OnnxError(f"{self.label}: input {name!r} has shape {dims}, got an array "
+                            f"of shape {given}")
+        return given
+
+    def needs_shapes(self) -> None:
+        """Raise ``_NeedsShapes`` where the model can be imported per input shape (it is
+        not already): a node that needs static sizes the inputs leave symbolic."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        if root.shapes is None:
+            raise _NeedsShapes(self.where())
 
     def _dim(self, d, name: str, k: int):
         if d.HasField("dim_value"):
@@ -577,7 +631,7 @@ class _Importer:
                 outs = convert(self, xs, attrs)
             except RunTimeValue as need:
                 outs = self._by_value(node, convert, xs, attrs, need)
-        except (OnnxError, _NeedsValues):
+        except (OnnxError, _NeedsValues, _NeedsShapes):
             raise
         except (ShapeError, GraphError) as e:   # (a shape rule's verdict on the model)
             raise self.error(str(e)) from e

@@ -1252,11 +1252,13 @@ def _resize_axis(b, attrs, mode, n: int, out: int, scale: float, roi):
 
 def _static_resized_axes(b, x, symbolic: list, by: str) -> None:
     """Resize's weights are computed when loading, so an axis it resizes must have a static
-    size; a symbolic one (a dynamic batch, say) is fine where its scale is 1."""
+    size (a symbolic one, a dynamic batch say, is fine where its scale is 1): else the model
+    is imported per input shape, and where a size is data-dependent, refused."""
     if symbolic:
+        b.needs_shapes()
         raise b.error(f"Resize by {by} along the symbolic dims {symbolic} of "
                       f"{tuple(x.shape)} is not supported: its weights are computed when "
-                      f"loading; export with those dims static")
+                      f"loading, and these sizes are computed from the inputs' values")
 
 
 def _resize(b, xs, attrs):
