@@ -80,7 +80,14 @@ def test_a_write_through_data_of_a_view_reaches_its_base_without_history():
         alignment = energies.squeeze(-1)
         alignment.data.masked_fill_(w > 0.5, -1e4)
         return m.softmax(alignment, dim=1), energies * 1.0
+
+    def detached(m, w):   # (the same through .detach(): it was lost too)
+        e = w * 1.0
+        a = e[:, 1:]
+        a.detach().mul_(10.0)
+        return e, a * 1
     check(program)
+    check(detached)
 
 
 def test_a_reshape_that_copies_is_not_a_view():
