@@ -345,6 +345,10 @@ class Tensor:
             if self.grad_fn.hooks is None:
                 self.grad_fn.hooks = {}
             hooks = self.grad_fn.hooks.setdefault(self._output_nr, [])
+            if type(self._data) is not np.ndarray and not hooks:   # (traced: kept for replay)
+                from .dispatch import modes
+                if modes.tracer is not None and hasattr(modes.tracer, "tensor_hooks"):
+                    modes.tracer.tensor_hooks.append((self._data, hooks))
         hooks.append(hook)
         return _HookHandle(hooks, hook)
 

@@ -109,3 +109,37 @@ def test_grad_leaves_other_leaves_gradients_alone():
         assert w.grad is None
         gx.sum().backward()
         assert w.grad.tolist() == [2.0, 2.0, 2.0] and x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+class _Hooked:
+    """A forward that scales its activation's gradient by a hook (``h.register_hook``)."""
+
+    def __init__(self, lib):
+        self.lin, self.out = lib.nn.Linear(3, 5), lib.nn.Linear(5, 1)
+        _weights(lib, self.lin)
+        _weights(lib, self.out)
+        self.lib = lib
+
+    def __call__(self, x):
+        h = self.lib.tanh(self.lin(x))
+        if h.requires_grad:
+            h.register_hook(lambda g: g * 0.5)
+        return self.out(h)
+
+
+def test_a_forwards_tensor_hook_acts_in_a_create_graph_backward_through_the_compiled_call():
+    """Found by round 14's grad_hooks_unused: the replay of a compiled call ran the forward's
+    ops again without the hooks the forward registered on its tensors, so an input-gradient
+    penalty (``autograd.grad(out, x, create_graph=True)``) got the gradient without the
+    hook's scaling, silently (twice torch's here); the first-order backward had it."""
+    def penalty(lib, compiled):
+        f = _Hooked(lib)
+        model = dg.compile(f) if compiled else f
+        x = lib.tensor(X, requires_grad=True)
+        (gx,) = lib.autograd.grad(model(x).sum(), x, create_graph=True)
+        (gx ** 2).sum().backward()
+        return gx.detach().numpy(), f.lin.weight.grad.numpy()
+    want = penalty(torch, False)
+    for compiled in (False, True):
+        for got, w in zip(penalty(dg, compiled), want):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)

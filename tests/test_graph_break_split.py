@@ -373,6 +373,29 @@ def test_a_buffer_read_as_a_python_number_is_a_break_and_its_writes_are_state():
     assert f"{HERE}:{line_of('MARK-queue-ptr')}" in report and "1 graph break" in report
 
 
+def test_state_of_a_module_passed_as_an_argument_read_as_a_number_is_a_break():
+    """``step(model, x)`` reading ``model.gamma.item()`` (RotatE's frozen margin, a
+    Parameter with requires_grad=False) or a buffer's ``item()``: a graph break, as for
+    the state the function's scope reaches. Before, the traced call's values were baked in
+    unguarded: a later change of the parameter or buffer gave stale results silently."""
+    class Margin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = nn.Parameter(dg.tensor([2.0]), requires_grad=False)
+            self.register_buffer("shift", dg.tensor(1.0))
+
+    m = Margin()
+    f = dg.compile(lambda model, x: x * model.gamma.item() + model.shift.item())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [f(m, dg.ones(2)).tolist()]
+        m.gamma.data.fill_(5.0)
+        m.shift.fill_(-1.0)
+        got.append(f(m, dg.ones(2)).tolist())
+    assert got == [[3.0, 3.0], [4.0, 4.0]]
+    assert "graph break" in f.explain()
+
+
 def test_reading_captured_state_as_a_number_with_fullgraph_raises():
     state = dg.tensor([3])
     f = dg.compile(lambda x: x * int(state), fullgraph=True)

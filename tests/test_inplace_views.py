@@ -69,6 +69,27 @@ def test_a_buffer_filled_through_a_view_gets_the_history():
     check(program)
 
 
+def test_a_write_through_data_of_a_view_reaches_its_base_without_history():
+    """Found by round 14's tacotron_location (Tacotron 2's attention masks its energies by
+    ``alignment = energies.squeeze(-1)``, ``alignment.data.masked_fill_(mask, -inf)``):
+    while tracing, the write went to ``alignment`` alone, and its next read replayed the
+    squeeze on ``energies``, which lacked it: the compiled softmax ran unmasked, silently.
+    Now ``energies`` takes the values too, and neither history changes, as eagerly."""
+    def program(m, w):
+        energies = (w * 2.0).unsqueeze(-1)
+        alignment = energies.squeeze(-1)
+        alignment.data.masked_fill_(w > 0.5, -1e4)
+        return m.softmax(alignment, dim=1), energies * 1.0
+
+    def detached(m, w):   # (the same through .detach(): it was lost too)
+        e = w * 1.0
+        a = e[:, 1:]
+        a.detach().mul_(10.0)
+        return e, a * 1
+    check(program)
+    check(detached)
+
+
 def test_a_reshape_that_copies_is_not_a_view():
     def program(m, w):
         y = w * 1.0

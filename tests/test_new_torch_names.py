@@ -98,6 +98,9 @@ FUNCTIONS = {
     "matrix_power": lambda m, x, y: m.matrix_power(x[:, :3] * y[:, :3] + 4 * m.eye(3), -2)
     + m.matrix_power(x[:, :3], 3),
     "cov": lambda m, x, y: m.cov(x * y) + m.corrcoef(x) * m.dist(x, y),
+    # round 14 (longformer_window): overlapping windows by strides (gradients add up)
+    "as_strided": lambda m, x, y: (x * y).as_strided((3, 2, 3), (4, 1, 2)).sum(1)
+    + m.as_strided(x, (3, 3), (4, 1)) + x.t().contiguous().as_strided((3, 2), (1, 2)).sum(),
 }
 
 
@@ -180,6 +183,27 @@ def test_next_names_raise_torch_errors():
     q = dg.tensor([3.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="the derivative for 'zeta' is not implemented"):
         dg.special.zeta(q, 2.0).backward()
+
+
+def test_as_strided_reads_storage_where_torch_does_and_refuses_what_it_cannot():
+    """``storage_offset`` counts from the storage's start (a slice's offset taken off), as
+    torch's; a non-contiguous tensor, positions outside the tensor's own elements, and an
+    explicit offset while tracing (where the storage is not known) are refused, not
+    guessed; the result is a copy (torch's is a view)."""
+    base = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    for lib in (torch, dg):
+        got = lib.tensor(base)[1:].as_strided((2, 2), (4, 1), 5)
+        np.testing.assert_array_equal(got.numpy(), [[5, 6], [9, 10]])
+    x = dg.tensor(base)
+    with pytest.raises(NotImplementedError, match="non-contiguous"):
+        x.t().as_strided((2, 2), (1, 1))
+    with pytest.raises(NotImplementedError, match="outside the tensor"):
+        x[1:].as_strided((2, 2), (4, 1), 0)
+    with pytest.raises(ValueError, match="as long as"):
+        x.as_strided((2, 2), (1,))
+    f = dg.compile(lambda t: t.as_strided((2,), (1,), 1) * 2, fullgraph=True)
+    with pytest.raises(Exception, match="storage_offset"):
+        f(x)
 
 
 def test_next_names_special_cases():

@@ -630,10 +630,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # expand_into_depthwise (passes/expand.py), its op expand_depthwise_blocked (ops/layout.py)
 # and its loop by bands of rows (kernels/conv_expand.py; conv_blocked's 1x1 group loop
 # taking the output's layout).
-CORE_BUDGET = 34_054
-BUDGETS = {".": 2_118, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_151,
+# "." +4, ops/ +35, capture/ +13, nn/ +231 and the core +52 (round 14, i-real14):
+# torch.as_strided (ops/arrange.py), a write through .data of a view reaching its base
+# (ops/inplace.py), a forward's tensor hooks kept for the create_graph replay, the state of
+# module arguments read as a Python value as a break (capture/scope.py), nn.utils.prune.
+CORE_BUDGET = 34_106
+BUDGETS = {".": 2_122, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_164,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_274,
-           "ops": 11_759, "passes": 4_142, "export": 3_840, "nn": 4_881, "optim": 1_757,
+           "ops": 11_794, "passes": 4_142, "export": 3_840, "nn": 5_112, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

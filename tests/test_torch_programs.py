@@ -127,10 +127,29 @@ ROUND_12 = ["guided_backprop", "prune_iterative", "trpo_cg", "switch_moe", "unfo
 ROUND_13 = ["segnet_unpool", "deepfm_pnn", "custom_function_ctx", "deep_ensemble_nll",
             "dlinear_revin", "espcn_bicubic", "rnn_tagger", "video_c3d", "adabelief_custom",
             "dgi_bilinear", "box_coder_ap", "caption_decoder", "repvgg_deploy"]
+# (and the fourteenth round's: a HiFi-GAN-style vocoder (ConvTranspose1d, weight_norm and
+# remove_weight_norm, period and scale discriminators over reflect padding and AvgPool1d,
+# feature matching), Longformer's sliding-window attention by as_strided and unfold bands
+# with a global token, VITS's monotonic alignment search in tensors with generate_path by
+# cumsum, RotatE's complex rotations in real pairs with self-adversarial negatives and
+# filtered ranks, Informer's ProbSparse attention (topk of a sampled sparsity measure,
+# index-assigned lazy contexts, distilling convolutions), a hand-written hyper-parameter
+# search (deepcopy'd state dicts, apply(init_fn), add_param_group, per-group lr edits,
+# one_hot/argmax metrics, torch.where with scalar branches, new_zeros/new_full/new_tensor),
+# gradient plumbing (autograd.grad with allow_unused and materialize_grads, tensor hooks
+# changing gradients in place and in a forward, @no_grad methods, @inference_mode), a
+# DETR-style decoder of nn.MultiheadAttention(batch_first=True) with key_padding_mask and
+# per-head weights, torch.nn.utils.prune itself (containers, global_unstructured,
+# custom_from_mask, remove), and Tacotron 2's location-sensitive attention (LSTMCell
+# loops, cumulative weights, energies masked through .data))
+ROUND_14 = ["hifigan_vocoder", "longformer_window", "monotonic_align", "rotate_kg",
+            "informer_probsparse", "hparam_search", "grad_hooks_unused", "query_decoder_mha",
+            "prune_utils", "tacotron_location"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
-                                 + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ["bf16_autocast"],
+                                 + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
+                                 + ["bf16_autocast"],
                                  4))
 
 
@@ -153,7 +172,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13
+    + ROUND_13 + ROUND_14
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -204,7 +223,11 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # (its positional slice ``pos[:, :t]`` of a static dim by a symbolic length keeps dims
 # static: a graph per length), and its compiled model decodes one token longer per call
 # and under inference_mode
-EXTRA_GRAPHS = {"box_coder_ap": 1, "caption_decoder": 1,
+# hparam_search adds the body's parameter group halfway (a graph whose optimiser creates its
+# state); grad_hooks_unused's step sets requires_grad of its inputs (its Python runs at
+# every call, its ops in pieces): a piece per use_context value (a Python bool, baked in)
+EXTRA_GRAPHS = {"hparam_search": 1, "grad_hooks_unused": 1,
+                "box_coder_ap": 1, "caption_decoder": 1,
                 "kv_cache_hooks": 5, "streaming_iterable": 1,
                 "partial_load_finetune": 1,
                 "ewc_continual": 3, "sam": 1, "adversarial_pgd": 1,
@@ -237,7 +260,9 @@ BREAKS = {"box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
 # there too, and a graph can't guard it)
 # rnn_tagger packs by the lengths' values (``pack_padded_sequence`` of a lengths tensor)
 # and unpacks by the packed batch sizes (TorchDynamo breaks at packed sequences too)
-MODEL_BREAKS = {"rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
+# rotate_kg's scoring reads its frozen Parameters gamma and embedding_range with
+# ``.item()`` (the reference code's), through the model passed to the compiled step too
+MODEL_BREAKS = {"rotate_kg": 2, "rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
 # breaks in the compiled model only: gradcam's forward hook registers a tensor hook that
 # keeps each gradient, which a compiled forward (its backward run outside the graph) can't
 # do at every call (TorchDynamo breaks at such a hook too); its compiled step's model is

@@ -11,7 +11,9 @@ are recorded on the autograd tape as one node whose VJP runs the backward graph.
 A backward with ``create_graph=True`` (a gradient penalty, meta-learning) needs the
 gradient's own history, which the backward graph's arrays lack: there the node replays the
 forward graph op by op on the call's input tensors, recorded by autograd, and
-differentiates that (:class:`Replay`), so gradients of gradients are eager's.
+differentiates that (:class:`Replay`), so gradients of gradients are eager's. The gradient
+hooks the forward registered on its tensors (``h.register_hook(fn)``) are registered on
+their replayed tensors too, as the backward graph traced them.
 """
 from __future__ import annotations
 
@@ -121,9 +123,12 @@ def _split(joint: Graph, capture, forward_outputs, cot_values, grad_values, diff
             saved.append(v)
 
     fwd_inputs = [v for v in joint.inputs if v not in cot_values]
-    forward = copy_nodes(joint, fwd_inputs, forward_nodes, forward_outputs + saved)
+    copied: dict = {}
+    forward = copy_nodes(joint, fwd_inputs, forward_nodes, forward_outputs + saved, copied)
     backward = copy_nodes(joint, saved + list(cot_values), backward_nodes, present)
     capture.graph = forward
+    capture.tensor_hooks = [(copied[v], hooks) for v, hooks in capture.tensor_hooks
+                            if v in copied]
     return Backward(backward, len(saved), diff_outputs, diff_inputs,
                     [g is not None for g in grad_values])
 
@@ -189,6 +194,7 @@ class Replay:
                             for kind, t in capture.writebacks)]
         self.read = [k for k in read if k not in self.kept]
         self.custom_functions = capture.custom_functions
+        self.tensor_hooks = capture.tensor_hooks
 
     def gradients(self, targets, tensors: dict, kept: dict, cotangents: list) -> tuple:
         """The gradients of the diff inputs, with history: the forward again on
@@ -214,6 +220,10 @@ class Replay:
             ins = [env[x] if isinstance(x, Value) else x for x in node.inputs]
             outs = apply(node.op, *ins, **node.attrs)
             env.update(zip(node.outputs, outs if isinstance(outs, tuple) else (outs,)))
+        for value, hooks in self.tensor_hooks:   # (the forward's h.register_hook(fn), again)
+            if value in env and env[value].requires_grad:
+                for hook in hooks:
+                    env[value].register_hook(hook)
         return engine.grad([env[v] for v in self.outputs], targets, cotangents,
                            retain_graph=True, create_graph=True, allow_unused=True)
 

@@ -1192,7 +1192,7 @@ class Compiled:
         # while Python numbers are traced as graph inputs: a break bakes them in first)
         split = not (self.fullgraph or self.strict or self._numbers.holders
                      or self._numbers.args)
-        names_in_scope = readable_names(self.fn)
+        names_in_scope = readable_names(self.fn, zip(names, flatten((args, kwargs))[0]))
         tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,

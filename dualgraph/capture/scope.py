@@ -135,14 +135,17 @@ def rebound(held: list) -> str | None:
     return None
 
 
-def readable_names(fn) -> dict:
+def readable_names(fn, arguments=()) -> dict:
     """id(tensor) -> a readable name for parameters, buffers, optimiser state and tensors
-    that ``fn`` (a function or a module) can reach."""
+    that ``fn`` (a function or a module) can reach, and the parameters, buffers and
+    optimiser state of the modules and optimisers among its ``arguments`` ((name, value)
+    pairs: ``step(model, optimizer, x)`` reaches their state as it reaches its scope's)."""
     names: dict = {}
     if is_module(fn):
         _name_module(fn, "", names)
-        return names
-    for var, obj in scope_of(fn).items():
+    passed = [(var, obj) for var, obj in arguments if is_module(obj) or is_optimizer(obj)]
+    scope = {} if is_module(fn) else scope_of(fn)
+    for var, obj in [*scope.items(), *passed]:
         if is_module(obj):
             _name_module(obj, var + ".", names)
         elif is_optimizer(obj):

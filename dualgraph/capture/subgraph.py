@@ -17,11 +17,13 @@ def needed_nodes(graph: Graph, outputs) -> list:
     return keep
 
 
-def copy_nodes(source: Graph, inputs, nodes, outputs) -> Graph:
+def copy_nodes(source: Graph, inputs, nodes, outputs, env=None) -> Graph:
     """A new graph with the given ``inputs`` (Values of ``source``, in order), a copy of
-    ``nodes`` and ``outputs``; the constants they read are copied in. Names are kept."""
+    ``nodes`` and ``outputs``; the constants they read are copied in. Names are kept.
+    ``env``: a dict to fill with each Value of ``source`` copied -> its copy."""
     g = Graph()
-    env = {v: g.add_input(v.shape, v.dtype, name=v.name) for v in inputs}
+    env = {} if env is None else env
+    env.update((v, g.add_input(v.shape, v.dtype, name=v.name)) for v in inputs)
 
     def get(v):
         if not isinstance(v, Value):

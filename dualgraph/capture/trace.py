@@ -103,6 +103,9 @@ class Capture:
     # "Fn.apply at file:line" per custom autograd function the call applied: their
     # backward is the user's, which a replay of the forward's ops would not call
     custom_functions: list = field(default_factory=list)
+    # (Value, hooks) per traced tensor the call registered gradient hooks on
+    # (``h.register_hook(fn)`` in a forward): a create_graph replay registers them again
+    tensor_hooks: list = field(default_factory=list)
     # (container, key) where the traced call kept each tensor it made, in the order of the
     # ("new", tensor) writebacks (a graph that stores them anew at every run: compile.py)
     kept: list = field(default_factory=list)
@@ -143,6 +146,7 @@ class Tracer:
         self.backward_site = None   # while autograd traces a VJP: the forward op's site
         self.recomputing = False    # while a checkpointed region is traced again (backward)
         self.custom_functions: list = []   # custom autograd functions applied (autograd/function.py)
+        self.tensor_hooks: list = []       # (Value, hooks) of hooked tensors (tensor.py)
         self.program = None         # the dg.static.Program this tracer builds, if any
         self.numbers = False        # whether Python numbers are traced (capture/symbolic.py)
         self.number_uses: list = []   # (name, use, location): where one needed its value
@@ -305,6 +309,7 @@ class Tracer:
         capture = Capture(self.graph, self.bindings, spec, kinds)
         capture.returned = returned
         capture.custom_functions = list(self.custom_functions)
+        capture.tensor_hooks = list(self.tensor_hooks)
         superseded = self._superseded_grads()
         for binding in self._mutated.values():
             if id(binding.tensor) in superseded:

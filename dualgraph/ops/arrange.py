@@ -1,7 +1,7 @@
 """NumPy-style arrangements as compositions of the shape, index and arithmetic ops: the
 stacks (``hstack``, ``vstack``, ``dstack``, ``column_stack``), ``atleast_Nd``,
 ``tensor_split`` and its ``h/v/dsplit``, ``fliplr``/``flipud``/``rot90``, ``ravel``,
-``take``, ``diff``, ``cross``, ``kron`` and ``trace``, with torch's semantics.
+``take``, ``as_strided``, ``diff``, ``cross``, ``kron`` and ``trace``, with torch's semantics.
 
 Each is a composite, so it differentiates, traces, fuses and exports through the ops it is
 made of; none is a new primitive.
@@ -16,11 +16,12 @@ import numpy as np
 
 from ..shapes import broadcast_shapes, normalize_dim
 from ..tensor import Tensor
-from . import elementwise as ew, index, reduce as red, shape as shape_ops
+from . import creation, elementwise as ew, index, reduce as red, shape as shape_ops, views
 
 __all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "hstack", "vstack", "row_stack",
            "dstack", "column_stack", "tensor_split", "hsplit", "vsplit", "dsplit",
-           "fliplr", "flipud", "rot90", "ravel", "take", "diff", "cross", "kron", "trace"]
+           "fliplr", "flipud", "rot90", "ravel", "take", "as_strided", "diff", "cross", "kron",
+           "trace"]
 
 
 # -- atleast_Nd and the stacks -------------------------------------------------------------
@@ -214,6 +215,43 @@ def take(input, index):
     return ravel(input)[index]
 
 
+def as_strided(input, size, stride, storage_offset=None):
+    """The elements ``storage_offset + sum(i_k * stride[k])`` of ``input``'s row-major
+    storage, in a tensor of ``size``, as ``torch.as_strided`` (sliding windows written as
+    overlapping strides). Read as a gather of those positions, so gradients add up where
+    windows overlap, eagerly and traced. Unlike torch's it is a copy, not a view: a write
+    into it does not reach ``input``. ``input`` must be row-major (``.contiguous()``), and
+    the positions must lie within its own elements (torch may read a base's storage around
+    a view; that is refused, not guessed).
+
+    >>> dg.arange(5.0).as_strided((3, 2), (1, 1))
+    tensor([[0., 1.],
+            [1., 2.],
+            [2., 3.]])
+    """
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride) or min(size + stride, default=0) < 0:
+        raise ValueError(f"as_strided: size {size} and stride {stride} must be as long as "
+                         "each other and non-negative")
+    if not views.is_contiguous(input):
+        raise NotImplementedError("as_strided of a non-contiguous tensor reads the storage "
+                                  "of its base; call .contiguous() first")
+    offset = 0
+    if storage_offset is not None:   # absolute in the storage: eager tensors know where
+        if not isinstance(input._data, np.ndarray):
+            raise NotImplementedError("as_strided(storage_offset=) while tracing: a traced "
+                                      "tensor's place in its storage is not known")
+        offset = int(storage_offset) - input.storage_offset()
+    positions = np.full(size, offset, dtype=np.int64)
+    for k, (n, step) in enumerate(zip(size, stride)):
+        positions += (np.arange(n, dtype=np.int64) * step).reshape(
+            (n,) + (1,) * (len(size) - k - 1))
+    if positions.size and (positions.min() < 0 or positions.max() >= input.numel()):
+        raise NotImplementedError(f"as_strided: positions {positions.min()}..{positions.max()} "
+                                  f"reach outside the tensor's {input.numel()} elements")
+    return ravel(input)[creation.constant(positions)]
+
+
 # -- differences, products ------------------------------------------------------------------
 def diff(input, n=1, dim=-1, prepend=None, append=None):
     """The ``n``-th forward difference along ``dim`` (``x[1:] - x[:-1]``, repeated), with
@@ -284,5 +322,6 @@ def trace(input):
 METHODS = {
     "broadcast_to": shape_ops.broadcast_to, "tensor_split": tensor_split, "hsplit": hsplit,
     "vsplit": vsplit, "dsplit": dsplit, "fliplr": fliplr, "flipud": flipud, "rot90": rot90,
-    "ravel": ravel, "take": take, "diff": diff, "cross": cross, "kron": kron, "trace": trace,
+    "ravel": ravel, "take": take, "as_strided": as_strided, "diff": diff, "cross": cross,
+    "kron": kron, "trace": trace,
 }

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._helpers import format_site, user_site
 from .. import dtypes
-from ..autograd.tape import grad_mode
+from ..autograd.tape import grad_mode, no_grad
 from ..dispatch import modes
 from ..errors import CaptureError
 from ..tensor import Tensor
@@ -59,6 +59,8 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         commit_write(root, new_root._data)
         commit_write(target, result.to(target.dtype)._data)
     else:  # tracing: the tensor now refers to the new symbolic value (functionalised)
+        if target._alias:
+            _write_alias_of_view(target, result)
         commit_write(target, result.to(target.dtype)._data)
     target._version[0] += 1
     # (an integer or bool tensor never requires grad: ``mask.copy_(x)`` takes x's values)
@@ -201,6 +203,22 @@ def set_data(target: Tensor, value) -> None:
             "Assign a value of the same shape and dtype (p.data.copy_(t)), or do it outside "
             "the compiled function.")
     commit_write(target, new)
+
+
+def _write_alias_of_view(alias: Tensor, result: Tensor) -> None:
+    """While tracing, a write into ``alias`` (``a.data``, ``a.detach()``) of a view ``a``
+    (``a = energies.squeeze(-1)``; ``a.data.masked_fill_(mask, -inf)``): the tensor ``a``
+    views takes the values, as their shared storage does eagerly, so that ``a`` read
+    again (its view op replayed on its base) has them. Values only: autograd never sees a
+    write through ``.data``, so neither tensor's history changes."""
+    owner = alias._storage_owner(modes.tracer._bound)
+    if owner._view is None:
+        return
+    with no_grad():
+        through = _written_through(owner, eager=False)
+        if through is not None:
+            chain, root = through
+            commit_write(root, views.write_root(chain, root, result)._data)
 
 
 def _no_history_into_arguments(target: Tensor) -> None:

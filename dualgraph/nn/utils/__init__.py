@@ -1,6 +1,6 @@
 """``dg.nn.utils``: gradient clipping, flattening parameters, weight normalisation,
-parametrizations (``parametrize``, ``parametrizations``) and batch-norm folding
-(``fusion``), as ``torch.nn.utils``.
+parametrizations (``parametrize``, ``parametrizations``), pruning masks (``prune``) and
+batch-norm folding (``fusion``), as ``torch.nn.utils``.
 
 Everything here is Tensor ops under ``no_grad`` (no ``.item()`` unless asked for with
 ``error_if_nonfinite``), so clipping inside a captured training step becomes graph nodes.
@@ -16,8 +16,8 @@ from ...dispatch import modes
 from ...ops import creation, elementwise, inplace, reduce, shape
 from ...ops.inplace import commit_flat, commit_inplace, flat_of
 from ...tensor import Tensor
-from . import (fusion, parametrizations, parametrize, rnn,  # noqa: F401  (torch.nn.utils.*)
-               stateless)
+from . import (fusion, parametrizations, parametrize, prune,  # noqa: F401  (torch.nn.utils.*)
+               rnn, stateless)
 from .fusion import (fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval,  # noqa: F401
                      fuse_linear_bn_weights)
 from .spectral_norm import remove_spectral_norm, spectral_norm  # (the hook-based one)
