@@ -346,9 +346,9 @@ class Tensor:
                 self.grad_fn.hooks = {}
             hooks = self.grad_fn.hooks.setdefault(self._output_nr, [])
             if type(self._data) is not np.ndarray and not hooks:   # (traced: kept for replay)
-                from .dispatch import modes
-                if modes.tracer is not None and hasattr(modes.tracer, "tensor_hooks"):
-                    modes.tracer.tensor_hooks.append((self._data, hooks))
+                tracer = _modes.tracer
+                if tracer is not None and hasattr(tracer, "tensor_hooks"):
+                    tracer.tensor_hooks.append((self._data, hooks))
         hooks.append(hook)
         return _HookHandle(hooks, hook)
 
