@@ -95,25 +95,28 @@ class DimFacts:
     not be negative; a call whose sizes break one runs a graph traced with static shapes
     instead (capture/compile.py)."""
 
-    def __init__(self, dims: set, bounds: set):
+    def __init__(self, dims: set, bounds: set, decided=frozenset()):
         self.sums = [d for d in dims if d.is_sum]
         self.others = [d for d in dims if not d.is_sum]
         self.bounds = [b for b in bounds if b not in dims]
-        self.names = sorted({n for d in dims | bounds for n in d.names})
+        self.decided = list(decided)
+        self.names = sorted({n for d in dims | bounds | set(decided) for n in d.names})
 
     @classmethod
-    def of(cls, graphs) -> "DimFacts | None":
-        """The facts of ``graphs`` (a forward and its backward), or None when no dim or
-        attribute of theirs is a sum (nothing beyond the automatic dims' own rules)."""
+    def of(cls, graphs, decided=frozenset()) -> "DimFacts | None":
+        """The facts of ``graphs`` (a forward and its backward) and those its shape rules
+        ``decided`` by the traced sizes (``shapes.SizeCases``: expressions at least 0, such
+        as ``12 - s0`` of ``pos[:s0]``), or None when there are none of the latter and no
+        dim or attribute of theirs is a sum (nothing beyond the automatic dims' rules)."""
         dims, bounds = set(), set()
         for graph in graphs:
             for v in list(graph.inputs) + [v for n in graph.nodes for v in n.outputs]:
                 dims.update(d for d in v.shape if isinstance(d, Sym))
             for node in graph.nodes:
                 _sums_in(node.attrs.values(), bounds)
-        if not any(d.is_sum for d in dims | bounds):
+        if not decided and not any(d.is_sum for d in dims | bounds):
             return None
-        return cls(dims, bounds)
+        return cls(dims, bounds, decided)
 
     def fit(self, sizes: dict) -> bool:
         """Whether the symbols' sizes (name -> int) keep every fact."""
@@ -121,6 +124,19 @@ class DimFacts:
 
     def broken(self, sizes: dict) -> str | None:
         """The first fact the symbols' sizes (name -> int) break, in words, or None."""
+        return self.broken_dims(sizes) or self.broken_case(sizes)
+
+    def broken_case(self, sizes: dict) -> str | None:
+        """The first clamp the trace decided (``12 - s0 >= 0``) that the sizes decide the
+        other way, in words, or None: another case of the same slices."""
+        for d in self.decided:
+            v = d.evaluate(sizes)
+            if type(v) is int and v < 0:
+                return f"{d} is {v}, not at least 0 as in the traced call (a slice's clamp)"
+        return None
+
+    def broken_dims(self, sizes: dict) -> str | None:
+        """The first fact of the dims themselves the sizes break, in words, or None."""
         for n in self.names:
             if sizes.get(n, 2) < 2:
                 return f"{n} is {sizes[n]}"

@@ -32,7 +32,7 @@ from ..graph.html import write_html
 from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..errors import CaptureError, EagerFirstCall
-from ..shapes import ShapeError, Sym
+from ..shapes import ShapeError, SizeCases, Sym
 from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
@@ -61,6 +61,9 @@ from .trace import Capture, StaleTensorError, Tracer
 MADE_STATE_LIMIT = 3
 # distinct changes of frozen parameters (retraces) after which they are graph inputs again
 FREEZE_LIMIT = 2
+# graphs of one signature, each traced for one case of the clamps of its slices (a bound
+# within the dim or past its end: shapes.SizeCases), after which other cases run static
+MAX_CASES = 4
 
 
 class Entry:
@@ -77,6 +80,7 @@ class Entry:
                  memory_budget=None, backend=None):
         self.capture = capture
         self.backward = backward
+        self.cases = []   # the graphs of its signature traced for other cases of its clamps
         start = time.perf_counter()
         self.graph, self.reports = run_pipeline(capture.graph, passes,
                                                 memory_budget=memory_budget)
@@ -86,7 +90,8 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
-        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
+                                capture.size_facts)
         self._bind(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
@@ -429,7 +434,8 @@ class _UnfitDims(Exception):
 def _check_dims_fit(capture, backward, sizes: dict) -> None:
     """Raise :class:`_UnfitDims` when the traced call's own ``sizes`` (symbol -> size)
     break the facts of the graphs it traced (capture/autodims.py)."""
-    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
+                        capture.size_facts)
     broken = facts.broken(sizes) if facts is not None else None
     if broken is not None:
         raise _UnfitDims(_unfit(broken))
@@ -682,6 +688,7 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._case_trace = False   # (tracing another case of a graph's clamps: _case)
         self._stored_roots: set = set()   # the global/closure variables a step rebinds
         self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
@@ -812,8 +819,12 @@ class Compiled:
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
-        broken = entry.dims.broken(DimFacts.sizes(leaves, leaf_dynamic)) if (
+        sizes = DimFacts.sizes(leaves, leaf_dynamic)
+        broken = entry.dims.broken(sizes) if (
             entry is not None and entry.dims is not None) else None
+        if broken is not None and entry.dims.broken_case(sizes) is not None:
+            # (a clamp decided the other way: the graph of this case, or a new one)
+            entry, broken = self._case(entry, sig, sizes, broken, args, kwargs, leaf_dynamic)
         if broken is not None:   # (sizes its dims that are sums can't take: static)
             self._stale = _unfit(broken)
             leaf_dynamic = []
@@ -889,6 +900,33 @@ class Compiled:
             fast = self._fast_paths[sig] = fast_path(self, entry, sig)
         self._fast = fast
         return result
+
+    def _case(self, entry, sig, sizes, broken, args, kwargs, leaf_dynamic) -> tuple:
+        """``(entry, broken)`` for a call whose sizes break a clamp ``entry``'s trace
+        decided (``pos[:T]`` traced with T at most the static size, called with one above
+        it): the graph of ``sig`` traced for the case these sizes take (kept in
+        ``entry.cases``), traced now, symbolic, if there is none yet and fewer than
+        MAX_CASES are; else (or where that trace can't stay symbolic at these sizes: a
+        dim of 1) ``(entry, broken)`` unchanged, static shapes for this call."""
+        for other in entry.cases:
+            if other.dims.fit(sizes):
+                return other, None
+        if len(entry.cases) + 1 >= MAX_CASES or self.strict:
+            return entry, broken
+        self._stale = (f"{broken}: traced again for that case of the clamp, with the dims "
+                       "still symbolic")
+        del self.cache[sig]
+        self._case_trace = True   # (a case that can't stay symbolic: static, this call)
+        try:
+            self._capture(args, kwargs, sig, leaf_dynamic)
+            other = self.cache.pop(sig, None)   # (None: traced static, for these sizes)
+        finally:
+            self.cache[sig] = entry
+            self._case_trace = False
+        if other is None or other.dims is None or not other.dims.fit(sizes):
+            return entry, broken
+        entry.cases.append(other)
+        return other, None
 
     def _frozen_changed(self, frozen) -> None:
         """Count a change of a frozen tensor (entries of other signatures that see the same
@@ -1225,10 +1263,13 @@ class Compiled:
             self._split = None
             return self._graph_break(e), sig
         except (_StaticDims, _UnfitDims) as e:   # (unfit: this call's sizes, dims kept)
-            if isinstance(e, _StaticDims):
-                self._static_from_now(e.error)
-            else:
+            if isinstance(e, _UnfitDims):
                 self._stale = str(e)
+            elif self._case_trace:
+                self._stale = (f"this case of a slice's clamp can't stay symbolic ({e}): "
+                               "traced with static shapes for these sizes")
+            else:
+                self._static_from_now(e.error)
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
@@ -1324,6 +1365,7 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         sizes = DimFacts.sizes(leaves, leaf_dynamic)   # (before the trace binds the leaves)
+        tracer.size_cases = SizeCases(sizes) if sizes else None
         try:
             with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
@@ -1565,6 +1607,7 @@ class Compiled:
         state = [(id(f.tensor), id(f.array), f.version) for f in frozen]
         live = {id(entry): entry for entry in self.cache.values()
                 if [(id(f.tensor), id(f.array), f.version) for f in entry.frozen] == state
+                and entry.capture.size_facts == capture.size_facts   # (the same clamps)
                 and not any(f.changed() for f in entry.frozen)}
         for i, entry in live.items():
             if i not in keys:
@@ -1727,7 +1770,8 @@ class Compiled:
         capture's compile time went (tracing, autodiff, the passes, code generation, and
         the first forward and backward runs with the kernels they compiled or loaded),
         and the passes' reports (each with its run time)."""
-        graphs = len(self.cache) + sum(r.kind == "piece" for r in self.records)
+        graphs = (sum(1 + len(e.cases) for e in self.cache.values())
+                  + sum(r.kind == "piece" for r in self.records))
         lines = [f"dg.compile report for {_name(self.fn)}: {graphs} graph(s), "
                  f"{sum(r.kind == 'break' for r in self.records)} graph break(s)"]
         for i, r in enumerate(self.records, 1):
