@@ -26,7 +26,8 @@ class Sym:
     Closed under the arithmetic shape rules need (sums, products, and exact division: a
     reshape of ``B*784`` elements to ``(B, -1)`` infers 784), and print as expressions.
     Ordering is not defined: a rule that must compare a symbolic dim with a number (a
-    clamp) decides it only where the difference is a constant (:func:`sym_slice`).
+    clamp) asks :class:`SizeCases`, which decides it by the traced sizes and records the
+    case (:func:`sym_slice`).
     """
 
     __slots__ = ("terms", "const")

@@ -37,7 +37,7 @@ from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .autodims import AutoDims, DimFacts
+from .autodims import AutoDims, DimFacts, symbol_sizes
 from .escape import (held_before, kept_places, places, refuse_kept_by_backward, restore_cells,
                      returned_inside, scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
@@ -75,6 +75,7 @@ class Entry:
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
     held = Held()  # the places its bound tensors are guarded in, or read from (held.py)
+    place_symbols = False   # whether a tensor it reads from a place has symbolic dims
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
                  memory_budget=None, backend=None):
@@ -206,11 +207,28 @@ class Entry:
         graph stores a new tensor in at every call): of the traced shape and dtype."""
         name, container, key = self.held.reads[k]
         t, v = held(container, key), self.capture.graph.inputs[k]
-        if (type(t) is not Tensor or t._data.shape != tuple(v.shape)
+        if (type(t) is not Tensor or t._data.ndim != len(v.shape)
                 or t._data.dtype != v.dtype or t.requires_grad):
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
                               f"traced ({v.dtype} {tuple(v.shape)})")
-        return t._data
+        if any(type(m) is int and n != m for n, m in zip(t._data.shape, v.shape)):
+            # (its size alone: those dims may be symbolic, autodims.PlaceDims)
+            raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
+                              f"traced ({v.dtype} {tuple(v.shape)})", resized=self.resized())
+        return t._data   # (its symbolic dims: checked by ``run``)
+
+    def resized(self) -> list:
+        """``[(name, container, key, dims)]``: the places it reads from that hold a tensor
+        of the traced rank and dtype now, with other sizes in the static ``dims``."""
+        out = []
+        for k, (name, container, key) in self.held.reads.items():
+            t, v = held(container, key), self.capture.graph.inputs[k]
+            if type(t) is Tensor and t._data.ndim == len(v.shape) and t._data.dtype == v.dtype:
+                dims = [d for d, (n, m) in enumerate(zip(t._data.shape, v.shape))
+                        if type(m) is int and n != m]
+                if dims:
+                    out.append((name, container, key, dims))
+        return out
 
     def run(self, args, kwargs, on_node=None, leaves=None):
         if leaves is None:
@@ -232,6 +250,14 @@ class Entry:
         if any(tensor_args[i].grad is not None for i in self.arg_grads_fresh):
             raise _StaleGuard("a tensor argument traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
+        if self.place_symbols:   # (a place read with symbolic dims: what its sizes keep)
+            sizes = symbol_sizes(self.capture.graph.inputs, arrays)
+            unfit = sizes if type(sizes) is str else (
+                self.dims.broken(sizes) if self.dims is not None else None)
+            if unfit is not None:
+                raise _StaleGuard(f"the sizes of the tensors read from "
+                                  f"{', '.join(n for n, _, _ in self.held.reads.values())} "
+                                  f"don't fit the graph's symbolic dims: {unfit}")
         if self.backward is not None and grad_mode.enabled:   # (before it updates them)
             self._kept = {k: arrays[k].copy() for k in self.replay.kept}
         self.release_replaced_grads()
@@ -441,6 +467,14 @@ def _check_dims_fit(capture, backward, sizes: dict) -> None:
         raise _UnfitDims(_unfit(broken))
 
 
+def _user_line(error: Exception) -> str:
+    """``file:line`` of the user's code where ``error`` was raised (its last frame outside
+    dualgraph)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    user = [f for f in frames if not _is_internal(f.filename)] or frames
+    return f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
+
+
 def _unfit(broken: str) -> str:
     """``explain()``'s reason for a static graph traced for sizes a symbolic one can't take."""
     return (f"with this call's sizes {broken}, which the graph with symbolic dims assumed "
@@ -490,10 +524,12 @@ class FlagWrite(CaptureError):
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
-    def __init__(self, reason: str, frozen=None, sharing=None):
+    def __init__(self, reason: str, frozen=None, sharing=None, resized=()):
         super().__init__(reason)
         self.frozen = frozen
         self.sharing = sharing   # (the call's storage sharing, where that guard failed)
+        # [(name, container, key, dims)]: places read whose tensors' sizes alone changed
+        self.resized = resized
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -883,6 +919,9 @@ class Compiled:
                     self.cache[sig] = other
                     return self._retraced_call(stale, args, kwargs)
             self._stale = str(stale)    # (the reason the next capture's record gives)
+            if self._auto.enabled:
+                for place in stale.resized:
+                    self._stale += "; " + self._auto.places.mark(*place)
             if stale.frozen is not None:
                 self._frozen_changed(stale.frozen)
             return self._retraced_call(stale, args, kwargs)
@@ -1220,9 +1259,10 @@ class Compiled:
                        "they stay baked in and guarded (a change retraces)")
 
     # -- capturing -------------------------------------------------------------------------
-    def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
+    def _capture(self, args, kwargs, sig, leaf_dynamic, held_dims=True) -> tuple:
         """``(entry, sig)``: the entry for a new trace (None at a graph break) and the
-        signature it is cached under (it may guard Python values the trace created)."""
+        signature it is cached under (it may guard Python values the trace created);
+        ``held_dims``: with the marked dims of places it reads symbolic (autodims.PlaceDims)."""
         names = self.leaf_names(args, kwargs)
         module_before = {s.identity(): fact(s.get())
                          for s in self._module_facts.scalar_slots()}
@@ -1234,7 +1274,7 @@ class Compiled:
         tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
-                                                            leaf_dynamic)
+                                                            leaf_dynamic, held_dims=held_dims)
         except (PythonRandom, SchedulerStep) as e:   # (its Python must run at every call,
             self._split = None                        # drawing anew, stepping the schedule)
             if not split:
@@ -1263,6 +1303,12 @@ class Compiled:
             self._split = None
             return self._graph_break(e), sig
         except (_StaticDims, _UnfitDims) as e:   # (unfit: this call's sizes, dims kept)
+            if isinstance(e, _StaticDims) and held_dims and self._auto.places.marked:
+                self._auto.places.give_up()   # (the places' dims static, the others kept)
+                self.records.append(Record("python", "the tensors it reads from the places "
+                                           f"it stores in keep static shapes: {e}",
+                                           "none needed", _user_line(e.error)))
+                return self._capture(args, kwargs, sig, leaf_dynamic, held_dims=False)
             if isinstance(e, _UnfitDims):
                 self._stale = str(e)
             elif self._case_trace:
@@ -1273,12 +1319,12 @@ class Compiled:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
-            return self._capture(args, kwargs, sig, [])
+            return self._capture(args, kwargs, sig, [], held_dims=False)
         except _BakedNumbers:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
-            return self._capture(args, kwargs, sig, leaf_dynamic)
+            return self._capture(args, kwargs, sig, leaf_dynamic, held_dims)
         if split and tracer.broke:   # (the rest of this call is the splitter's)
             self._split_result = self._split.finish(tracer, capture, backward, args, kwargs,
                                                     times)
@@ -1330,7 +1376,8 @@ class Compiled:
             self.cache[sig] = entry
         return entry, sig
 
-    def _trace(self, tracer, args, kwargs, names, leaf_dynamic, as_inputs=True) -> tuple:
+    def _trace(self, tracer, args, kwargs, names, leaf_dynamic, as_inputs=True,
+               held_dims=False) -> tuple:
         """``(capture, backward, created, times)``: one trace of the function by
         ``tracer``, with its arguments bound (``names``; ``leaf_dynamic``: their dynamic
         dims), the state it made (``[(name, line)]``) and the seconds it took. A graph break
@@ -1338,7 +1385,8 @@ class Compiled:
         that a Python number traced as a graph input may have caused raises _BakedNumbers
         (they are baked in now: trace again). ``as_inputs``: trace the numbers that are graph
         inputs as such (False: as the values they hold, as a split call, which runs its
-        Python at every call, does)."""
+        Python at every call, does); ``held_dims``: bind the tensors of the places with
+        marked dims (autodims.PlaceDims) with those dims symbolic."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
@@ -1365,6 +1413,8 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         sizes = DimFacts.sizes(leaves, leaf_dynamic)   # (before the trace binds the leaves)
+        symbolic_places = self._auto.places.shapes(held, sizes) if held_dims else []
+        dynamic = any(leaf_dynamic) or bool(symbolic_places)
         tracer.size_cases = SizeCases(sizes) if sizes else None
         try:
             with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
@@ -1379,6 +1429,9 @@ class Compiled:
                             bound.add(id(leaf))      # the signature guards the aliasing)
                             tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
+                for name, t, shape in symbolic_places:   # (before the function reads them)
+                    if id(t) not in bound:
+                        tracer.bind(t, "captured", name, shape=shape)
                 result = self.fn(*call_args, **call_kwargs)
                 _refuse_opaque_results(self.fn, result, tracer)
                 if as_inputs and draws.drawn():
@@ -1413,12 +1466,12 @@ class Compiled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
                     refuse_kept_by_backward(filled, tracer, kept)
                     _keep_forward_state(kept)
-                if backward is not None and any(leaf_dynamic):
+                if backward is not None and dynamic:
                     _check_dims_bound(backward.graph)
-                if any(leaf_dynamic):
+                if dynamic:
                     _check_dims_fit(capture, backward, sizes)
         except Exception as e:   # (the eager run makes again the state the trace made)
-            dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
+            dims = dynamic and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
@@ -1565,6 +1618,8 @@ class Compiled:
                 or any(cap.bindings[k].kind not in ("captured", "arg") for k in reads)):
             return False
         entry.held = Held(entry.held.guards, reads)
+        entry.place_symbols = any(isinstance(d, Sym) for k in reads
+                                  for d in cap.graph.inputs[k].shape)
         if entry.sharing is not None:   # (an argument that is such a tensor: that place)
             entry.sharing = entry._sharing([b.tensor for b in cap.bindings], by_binding=True)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
@@ -1664,10 +1719,9 @@ class Compiled:
         with a dim as a Python int): a warning naming the line, then static shapes (one
         graph per shape, each guarded) for this function from now on, as if ``dynamic``
         were not given. A user's own error comes back from the static trace, as eager's."""
-        frames = traceback.extract_tb(error.__traceback__)
-        user = [f for f in frames if not _is_internal(f.filename)] or frames
-        where = f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
-        if self._auto.dims:   # (dims it marked itself: no warning, explain() says it)
+        where = _user_line(error)
+        if self._auto.dims or self._auto.places.marked:   # (dims it marked itself: no
+            # warning, explain() says it)
             self._auto.give_up()
             self._stale = None
             self.records.append(Record("static", "automatic dynamic dims given up: "
