@@ -129,3 +129,22 @@ def test_a_global_grown_by_cat(result, symbolic):
         np.testing.assert_array_equal(namespace["history"].numpy(), history.numpy())
     assert (traces(compiled) <= 5) == symbolic, compiled.explain()
     assert ("keep static shapes" in compiled.explain()) != symbolic
+
+
+def test_new_sequences_of_one_shape_each_start_from_an_empty_cache():
+    """Decoding several sequences token by token, the cache set to None before each: the
+    call of a new sequence's first token has the shapes of every other call. Its graph
+    (the branch of an empty cache, ``self.k is None``) once ran at later calls too, where
+    the cache held a tensor (a silently wrong decode); now each graph is guarded by what
+    the places held when it was traced, and the graphs of one signature are swapped in as
+    they fit: no trace after the second sequence."""
+    eager, model, compiled = pair()
+    counts = []
+    with dg.no_grad():
+        for _ in range(4):
+            model.k = model.v = eager.k = eager.v = None
+            for _ in range(7):
+                x = dg.tensor(RNG.normal(size=(2, 1, 4)).astype(np.float32))
+                same(compiled(x), eager(x), model, eager)
+            counts.append(traces(compiled))
+    assert counts[1] == counts[2] == counts[3], compiled.explain()

@@ -210,12 +210,25 @@ class Entry:
         if (type(t) is not Tensor or t._data.ndim != len(v.shape)
                 or t._data.dtype != v.dtype or t.requires_grad):
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
-                              f"traced ({v.dtype} {tuple(v.shape)})")
+                              f"traced ({v.dtype} {tuple(v.shape)})", places=True)
         if any(type(m) is int and n != m for n, m in zip(t._data.shape, v.shape)):
             # (its size alone: those dims may be symbolic, autodims.PlaceDims)
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
                               f"traced ({v.dtype} {tuple(v.shape)})", resized=self.resized())
         return t._data   # (its symbolic dims: checked by ``run``)
+
+    def places_fit(self) -> bool:
+        """Whether the places it is guarded by, reads from or stores in hold what it was
+        traced for (its symbolic sizes aside: ``run`` checks them)."""
+        if self.held.changed() is not None:
+            return False
+        for k, (_, container, key) in self.held.reads.items():
+            t, v = held(container, key), self.capture.graph.inputs[k]
+            if (type(t) is not Tensor or t._data.ndim != len(v.shape)
+                    or t._data.dtype != v.dtype or t.requires_grad
+                    or any(type(m) is int and n != m for n, m in zip(t._data.shape, v.shape))):
+                return False
+        return True
 
     def resized(self) -> list:
         """``[(name, container, key, dims)]``: the places it reads from that hold a tensor
@@ -234,10 +247,10 @@ class Entry:
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
-        if self.held.guards:
+        if self.held.guards or self.held.unset:
             changed = self.held.changed()
             if changed is not None:
-                raise _StaleGuard(changed)
+                raise _StaleGuard(changed, places=True)
         if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
             raise _StaleGuard("the arguments share storage (views of one another, or of "
                               "state the function reads) otherwise than when traced",
@@ -257,7 +270,7 @@ class Entry:
             if unfit is not None:
                 raise _StaleGuard(f"the sizes of the tensors read from "
                                   f"{', '.join(n for n, _, _ in self.held.reads.values())} "
-                                  f"don't fit the graph's symbolic dims: {unfit}")
+                                  f"don't fit the graph's symbolic dims: {unfit}", places=True)
         if self.backward is not None and grad_mode.enabled:   # (before it updates them)
             self._kept = {k: arrays[k].copy() for k in self.replay.kept}
         self.release_replaced_grads()
@@ -524,12 +537,15 @@ class FlagWrite(CaptureError):
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
-    def __init__(self, reason: str, frozen=None, sharing=None, resized=()):
+    def __init__(self, reason: str, frozen=None, sharing=None, resized=(), places=False):
         super().__init__(reason)
         self.frozen = frozen
         self.sharing = sharing   # (the call's storage sharing, where that guard failed)
         # [(name, container, key, dims)]: places read whose tensors' sizes alone changed
         self.resized = resized
+        # (a guard of what the places it reads or stores in hold: another graph of the
+        # signature may fit, Compiled._by_places)
+        self.places = places or bool(resized)
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -725,6 +741,9 @@ class Compiled:
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
         self._case_trace = False   # (tracing another case of a graph's clamps: _case)
+        # sig -> graphs of it that store tensors in places, each for what they held when it
+        # was traced (a new sequence's empty cache, a grown one): swapped in as they fit
+        self._by_places: dict = {}
         self._stored_roots: set = set()   # the global/closure variables a step rebinds
         self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
@@ -918,6 +937,14 @@ class Compiled:
                 if other is not None:
                     self.cache[sig] = other
                     return self._retraced_call(stale, args, kwargs)
+            if stale.places:   # (what its places hold: another graph of sig may fit)
+                kept = self._by_places.setdefault(sig, [])
+                if entry not in kept and len(kept) < MAX_CASES:
+                    kept.append(entry)
+                other = next((e for e in kept if e is not entry and e.places_fit()), None)
+                if other is not None:
+                    self.cache[sig] = other
+                    return self._retraced_call(stale, args, kwargs)
             self._stale = str(stale)    # (the reason the next capture's record gives)
             if self._auto.enabled:
                 for place in stale.resized:
@@ -1050,6 +1077,7 @@ class Compiled:
         self._rebinds += 1
         self.cache.clear()
         self._by_sharing.clear()
+        self._by_places.clear()
         self._fast_paths, self._fast, self._last = {}, None, None
         self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
         self._module_facts.roots = [("self", self.module)] if self.module is not None else []
@@ -1617,7 +1645,9 @@ class Compiled:
                 or reads and not whole
                 or any(cap.bindings[k].kind not in ("captured", "arg") for k in reads)):
             return False
-        entry.held = Held(entry.held.guards, reads)
+        unset = [(name, c, key, fact(old)) for (name, _), (c, key), old
+                 in zip(entry.created, cap.kept, cap.kept_before) if not isinstance(old, Tensor)]
+        entry.held = Held(entry.held.guards, reads, unset)
         entry.place_symbols = any(isinstance(d, Sym) for k in reads
                                   for d in cap.graph.inputs[k].shape)
         if entry.sharing is not None:   # (an argument that is such a tensor: that place)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ..tensor import Tensor
 from .escape import _name, _walk, made_here
+from .pyvalues import fact
 from .scope import code_owner
 
 CELL = object()   # the key of a closure cell's place
@@ -112,17 +113,24 @@ def put_back(rebound: list) -> None:
 class Held:
     """The identity guards and place reads of one graph. ``guards``: ``[(name, container,
     key, tensor, its requires_grad as traced)]``; ``reads``: ``{binding position: (name,
-    container, key)}``."""
+    container, key)}``; ``unset``: ``[(name, container, key, fact)]``, places it stores in
+    that held no tensor when it was traced, and the guard fact (capture/pyvalues.py) of
+    what they held (``self.k = k if self.k is None else cat(...)`` took the branch of a
+    new sequence: a tensor there later takes the other)."""
 
-    def __init__(self, guards=(), reads=None):
+    def __init__(self, guards=(), reads=None, unset=()):
         self.guards = list(guards)
         self.reads = dict(reads or {})
+        self.unset = list(unset)
 
     def __bool__(self):
-        return bool(self.guards or self.reads)
+        return bool(self.guards or self.reads or self.unset)
 
     def changed(self) -> str | None:
         """Why the graph no longer fits, if a guarded place holds another tensor now."""
+        for name, container, key, traced in self.unset:
+            if fact(held(container, key)) != traced:
+                return f"{name} holds {_what(held(container, key))} now, not as traced"
         for name, container, key, t, required in self.guards:
             if held(container, key) is not t:
                 return (f"{name} was assigned anew outside the function (the graph read "
@@ -143,3 +151,7 @@ def guards_for(before: dict, bindings) -> list:
             if held(container, key) is b.tensor:
                 out.append((name, container, key, b.tensor, b.tensor.requires_grad))
     return out
+
+
+def _what(value) -> str:
+    return "a tensor" if isinstance(value, Tensor) else repr(value)[:40]

@@ -627,7 +627,9 @@ def _grid_checks(x, dim, index, name):
         raise ShapeError(f"{name}(): index has shape {tuple(index.shape)} but the input has "
                          f"shape {tuple(x.shape)}; they need the same number of dims")
     for d in range(x.ndim):
-        if d != dim and not size_cases().at_least(x.shape[d], index.shape[d]):
+        a, b = index.shape[d], x.shape[d]
+        if d != dim and (a > b if type(a) is int and type(b) is int else   # (a trace's
+                         not size_cases().at_least(b, a)):                  # symbolic dims)
             raise ShapeError(f"{name}(): index of shape {tuple(index.shape)} is larger than "
                              f"the input of shape {tuple(x.shape)} in dim {d}")
 
