@@ -61,8 +61,9 @@ from .trace import Capture, StaleTensorError, Tracer
 MADE_STATE_LIMIT = 3
 # distinct changes of frozen parameters (retraces) after which they are graph inputs again
 FREEZE_LIMIT = 2
-# graphs of one signature, each traced for one case of the clamps of its slices (a bound
-# within the dim or past its end: shapes.SizeCases), after which other cases run static
+# graphs of one signature kept for its cases: of the clamps of its slices (a bound within
+# the dim or past its end: shapes.SizeCases), after which other cases run static; of what
+# the places it stores in hold (Compiled._by_places), after which other states retrace
 MAX_CASES = 4
 
 
@@ -207,12 +208,11 @@ class Entry:
         graph stores a new tensor in at every call): of the traced shape and dtype."""
         name, container, key = self.held.reads[k]
         t, v = held(container, key), self.capture.graph.inputs[k]
-        if (type(t) is not Tensor or t._data.ndim != len(v.shape)
-                or t._data.dtype != v.dtype or t.requires_grad):
+        resized = _resized(t, v)
+        if resized is None or t.requires_grad:
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
                               f"traced ({v.dtype} {tuple(v.shape)})", places=True)
-        if any(type(m) is int and n != m for n, m in zip(t._data.shape, v.shape)):
-            # (its size alone: those dims may be symbolic, autodims.PlaceDims)
+        if resized:   # (its size alone: those dims may be symbolic, autodims.PlaceDims)
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
                               f"traced ({v.dtype} {tuple(v.shape)})", resized=self.resized())
         return t._data   # (its symbolic dims: checked by ``run``)
@@ -220,28 +220,16 @@ class Entry:
     def places_fit(self) -> bool:
         """Whether the places it is guarded by, reads from or stores in hold what it was
         traced for (its symbolic sizes aside: ``run`` checks them)."""
-        if self.held.changed() is not None:
-            return False
-        for k, (_, container, key) in self.held.reads.items():
-            t, v = held(container, key), self.capture.graph.inputs[k]
-            if (type(t) is not Tensor or t._data.ndim != len(v.shape)
-                    or t._data.dtype != v.dtype or t.requires_grad
-                    or any(type(m) is int and n != m for n, m in zip(t._data.shape, v.shape))):
-                return False
-        return True
+        return self.held.changed() is None and all(
+            _resized(held(c, key), self.capture.graph.inputs[k]) == [] and
+            not held(c, key).requires_grad for k, (_, c, key) in self.held.reads.items())
 
     def resized(self) -> list:
         """``[(name, container, key, dims)]``: the places it reads from that hold a tensor
         of the traced rank and dtype now, with other sizes in the static ``dims``."""
-        out = []
-        for k, (name, container, key) in self.held.reads.items():
-            t, v = held(container, key), self.capture.graph.inputs[k]
-            if type(t) is Tensor and t._data.ndim == len(v.shape) and t._data.dtype == v.dtype:
-                dims = [d for d, (n, m) in enumerate(zip(t._data.shape, v.shape))
-                        if type(m) is int and n != m]
-                if dims:
-                    out.append((name, container, key, dims))
-        return out
+        found = ((name, c, key, _resized(held(c, key), self.capture.graph.inputs[k]))
+                 for k, (name, c, key) in self.held.reads.items())
+        return [place for place in found if place[3]]
 
     def run(self, args, kwargs, on_node=None, leaves=None):
         if leaves is None:
@@ -478,6 +466,15 @@ def _check_dims_fit(capture, backward, sizes: dict) -> None:
     broken = facts.broken(sizes) if facts is not None else None
     if broken is not None:
         raise _UnfitDims(_unfit(broken))
+
+
+def _resized(t, v) -> list | None:
+    """The static dims of Value ``v`` whose size tensor ``t`` does not have (``[]``: it
+    fits), or None where ``t`` is no tensor of ``v``'s rank and dtype."""
+    if type(t) is not Tensor or t._data.ndim != len(v.shape) or t._data.dtype != v.dtype:
+        return None
+    return [d for d, (n, m) in enumerate(zip(t._data.shape, v.shape))
+            if type(m) is int and n != m]
 
 
 def _user_line(error: Exception) -> str:
