@@ -12,7 +12,10 @@ A place the graph itself fills anew at every call with a tensor computed from th
 before (``self.running_mean = 0.9 * self.running_mean + 0.1 * mean`` under ``no_grad``:
 capture/compile.py's ``_stores``) is *read* from the place instead: the graph's input is
 whatever tensor is there when the call starts (the graph's own, or one the user put there
-outside the function, of the same shape and dtype), as eager reads it. A global or closure
+outside the function, of the same shape and dtype; of sizes that fit the dims the graph has
+symbolic, a cache grown at every call: capture/autodims.py's ``PlaceDims``), as eager reads
+it; and a place that held no tensor when traced (a cache of a new sequence) must hold the
+same then (:attr:`Held.unset`). A global or closure
 variable the step rebinds (``global h; h = 0.9 * h + x``, ``nonlocal``) is such a place too
 (:func:`rebound_roots`): the module's globals dict under its name, or the closure cell.
 
