@@ -26,7 +26,8 @@ class Sym:
     Closed under the arithmetic shape rules need (sums, products, and exact division: a
     reshape of ``B*784`` elements to ``(B, -1)`` infers 784), and print as expressions.
     Ordering is not defined: a rule that must compare a symbolic dim with a number (a
-    clamp) decides it only where the difference is a constant (:func:`sym_slice`).
+    clamp) asks :class:`SizeCases`, which decides it by the traced sizes and records the
+    case (:func:`sym_slice`).
     """
 
     __slots__ = ("terms", "const")
@@ -134,6 +135,12 @@ class Sym:
         if isinstance(other, Sym) and other == self:
             return 1
         if isinstance(other, Sym) and other.is_sum or self.is_sum and isinstance(other, Sym):
+            # (a constant multiple of a sum: ``48*s0 + 48`` elements viewed as ``(3, s0 + 1,
+            # 2, -1)``, a reshape of a cache grown by one)
+            names, coef = other.terms[0]
+            quotient = self._parts().get(names, 0) // coef
+            if quotient and other * quotient == self:
+                return quotient
             raise ShapeError(f"symbolic dim {self} is not divisible by {other}")
         coef, names = (other, ()) if isinstance(other, int) else other.terms[0][::-1]
         if coef == 0:
@@ -185,47 +192,67 @@ def _polynomial(parts: dict, const: int):
     return dim
 
 
-def sym_slice(start, stop, step, n):
-    """``slice(start, stop, step).indices(n)`` for a symbolic size ``n`` (a Sym), with
-    ``stop`` at least ``start``: bounds are constants from either end (``x[1:]``,
-    ``x[:-1]``), symbolic sizes a constant away from ``n`` (``x[:s0]`` of a dim ``s0 + 1``)
-    or None. A bound is clamped to ``[0, n]`` as eagerly only where that is decided without
-    ``n``'s value: a symbolic dim is at least 2 (automatic dynamic dims keep sizes 0 and 1
-    numbers, and a graph with dims that are sums runs only where each is at least 2:
-    capture/autodims.py), so bounds in ``[-2, 2]`` need no clamp, and a symbolic bound ``b``
-    with ``n - b`` a constant is clamped by that constant's sign; other bounds raise a
-    ShapeError (the dim then stays static)."""
-    if step is not None and step != 1:
-        raise ShapeError(f"a slice with step {step} of the symbolic dim {n}: its length is "
-                         "not a sum of the symbols")
+class SizeCases:
+    """The sizes a trace's symbols have at the call it traces, and the comparisons its
+    shape rules decided by them (``facts``: expressions each at least 0).
+
+    A slice clamps its bounds as Python does, which compares a symbolic size with a
+    number or another size (``pos[:T]`` of a static dim of 12: T or 12; ``x[3:]`` of a
+    symbolic dim: ``s0 - 3`` or 0). Its shape rule asks :meth:`at_least`, which answers
+    for the traced sizes and records the answer as a fact; a graph runs only for sizes that
+    keep its facts (capture/autodims.py ``DimFacts``), so the case it traced is the case
+    that holds. Without sizes (``SizeCases(None)``), only comparisons that hold for every
+    size are answered."""
+
+    def __init__(self, sizes: dict | None):
+        self.sizes, self.facts = sizes, set()
+
+    def at_least(self, a, b) -> bool:
+        """Whether ``a >= b`` (ints or Syms) at the traced sizes; a comparison that
+        depends on the sizes is recorded as a fact (``a - b`` or ``b - a - 1`` at least
+        0). A symbolic dim is at least 2 (automatic dynamic dims keep 0 and 1 numbers), so
+        a difference whose terms all have one sign is decided without the sizes."""
+        d = a - b
+        if isinstance(d, int):
+            return d >= 0
+        coefs = [c for _, c in d.terms]
+        at_two = d.evaluate(dict.fromkeys(d.names, 2))
+        if all(c > 0 for c in coefs) and at_two >= 0:
+            return True
+        if all(c < 0 for c in coefs) and at_two < 0:
+            return False
+        value = d.evaluate(self.sizes) if self.sizes is not None else None
+        if type(value) is not int:
+            raise ShapeError(f"whether {a} >= {b} depends on the sizes")
+        self.facts.add(d if value >= 0 else -d - 1)
+        return value >= 0
+
+
+def sym_slice(start, stop, step, n, cases: SizeCases | None = None):
+    """``slice(start, stop, step).indices(n)`` with a stop at least the start, where the
+    size ``n`` or a bound is symbolic (a Sym): each bound is clamped as Python clamps it
+    (a negative one counts from the end, then ``[0, n]``), every comparison that takes
+    decided by ``cases`` (the traced sizes: the case is recorded as a fact of the graph)
+    or, without them, only where it holds for every size (else a ShapeError: the dim
+    then stays static). A step other than 1 needs a length that is a constant (the
+    length of ``x[::2]`` of a symbolic dim is not a sum of the symbols)."""
+    cases = cases or SizeCases(None)
 
     def bound(b, default):
         if b is None:
             return default
-        if isinstance(b, Sym):
-            past_end = n - b
-            if not isinstance(past_end, int) or b.const < 0:
-                raise ShapeError(f"the slice bound {b} of the symbolic dim {n}: whether it "
-                                 "is within the dim depends on the sizes")
-            return b if past_end >= 0 else n
-        if not -2 <= b <= 2:
-            raise ShapeError(f"the slice bound {b} of the symbolic dim {n} may be past its "
-                             "end at other sizes")
-        return b + n if b < 0 else b
+        if not cases.at_least(b, 0):
+            b = b + n
+            return b if cases.at_least(b, 0) else 0
+        return b if cases.at_least(n, b) else n
 
+    step = 1 if step is None else step
     lo, hi = bound(start, 0), bound(stop, n)
-    if isinstance(lo, int) and isinstance(hi, int):
-        hi = max(lo, hi)
-    elif isinstance(lo, Sym) and isinstance(hi, Sym):
-        if not isinstance(hi - lo, int):
-            raise ShapeError(f"the slice {start}:{stop} of the symbolic dim {n}: its length "
-                             "depends on the sizes")
-        hi = hi if hi - lo >= 0 else lo
-    elif not isinstance(hi, Sym):
-        # (start from the end, stop from the front: x[-2:1]; which is larger depends on n)
-        raise ShapeError(f"the slice {start}:{stop} of the symbolic dim {n} depends on "
-                         "its size")
-    return lo, hi, 1
+    hi = hi if cases.at_least(hi, lo) else lo
+    if step != 1 and not isinstance(hi - lo, int):
+        raise ShapeError(f"a slice with step {step} of a dim of size {n}: its length is "
+                         "not a sum of the symbols")
+    return lo, hi, step
 
 
 _INT = frozenset((int,))

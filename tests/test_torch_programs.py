@@ -3,8 +3,7 @@ torch`` gives: each runs under real PyTorch, under dualgraph through
 ``dualgraph.compat.install_torch_alias()`` eagerly, and with its training step (or model)
 wrapped in ``torch.compile`` (= ``dg.compile``), from the same NumPy-drawn weights. Losses
 match PyTorch's, compiled ones match dualgraph's eager ones more tightly, and the compiled
-run really ran graphs (no retrace-limit fallback to eager, but where RETRACE_LIMITED says
-why). Each run is its own process, so that the alias and the real torch never share one. PyTorch's results come from
+run really ran graphs (no retrace-limit fallback to eager). Each run is its own process, so that the alias and the real torch never share one. PyTorch's results come from
 ``torch_programs/torch_results.json`` where it was recorded for the program's current source
 and the installed PyTorch (``python tests/torch_programs/record.py`` records them), else
 from a live run."""
@@ -274,9 +273,6 @@ COMPILED_MODEL_BREAKS = {"gradcam": 1, "guided_backprop": 1}
 # arguments, src_key_padding_mask and memory_key_padding_mask: one graph input, guarded)
 
 
-# retrace-limit fallbacks a program's compiled model reaches (its later calls run eagerly)
-RETRACE_LIMITED = {"kv_cache_hooks": 1}
-
 
 def same(got: dict, want: dict, **tol) -> None:
     assert set(got) == set(want)
@@ -307,8 +303,7 @@ def test_program_matches_pytorch_eager_and_compiled(name):
             breaks = (BREAKS.get(name, 0) if mode == "compiled" else
                       COMPILED_MODEL_BREAKS.get(name, 0)) + MODEL_BREAKS.get(name, 0)
             most = most * (breaks + 1) + breaks
-            limit = RETRACE_LIMITED.get(name, 0) if mode == "compiled_model" else 0
-            assert 1 <= c["graphs"] <= most and c["limit"] == limit, c["explain"]
+            assert 1 <= c["graphs"] <= most and c["limit"] == 0, c["explain"]
             assert c["breaks"] == breaks, c["explain"]
 
 

@@ -32,12 +32,12 @@ from ..graph.html import write_html
 from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..errors import CaptureError, EagerFirstCall
-from ..shapes import ShapeError, Sym
+from ..shapes import ShapeError, SizeCases, Sym
 from ..tensor import Tensor
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
-from .autodims import AutoDims, DimFacts
+from .autodims import AutoDims, DimFacts, symbol_sizes
 from .escape import (held_before, kept_places, places, refuse_kept_by_backward, restore_cells,
                      returned_inside, scalar_cells, undo)
 from .fastpath import MISS, fast_path, still_bound
@@ -61,6 +61,10 @@ from .trace import Capture, StaleTensorError, Tracer
 MADE_STATE_LIMIT = 3
 # distinct changes of frozen parameters (retraces) after which they are graph inputs again
 FREEZE_LIMIT = 2
+# graphs of one signature kept for its cases: of the clamps of its slices (a bound within
+# the dim or past its end: shapes.SizeCases), after which other cases run static; of what
+# the places it stores in hold (Compiled._by_places), after which other states retrace
+MAX_CASES = 4
 
 
 class Entry:
@@ -72,11 +76,13 @@ class Entry:
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
     held = Held()  # the places its bound tensors are guarded in, or read from (held.py)
+    place_symbols = False   # whether a tensor it reads from a place has symbolic dims
 
     def __init__(self, capture: Capture, backward=None, passes=None, fast_math=False,
                  memory_budget=None, backend=None):
         self.capture = capture
         self.backward = backward
+        self.cases = []   # the graphs of its signature traced for other cases of its clamps
         start = time.perf_counter()
         self.graph, self.reports = run_pipeline(capture.graph, passes,
                                                 memory_budget=memory_budget)
@@ -86,7 +92,8 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
-        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+        self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
+                                capture.size_facts)
         self._bind(capture)
         # outputs that are only the user's fresh tensors: nothing to copy, write or record
         self.plain = (backward is None and not self.aliased and not capture.writebacks
@@ -201,20 +208,37 @@ class Entry:
         graph stores a new tensor in at every call): of the traced shape and dtype."""
         name, container, key = self.held.reads[k]
         t, v = held(container, key), self.capture.graph.inputs[k]
-        if (type(t) is not Tensor or t._data.shape != tuple(v.shape)
-                or t._data.dtype != v.dtype or t.requires_grad):
+        resized = _resized(t, v)
+        if resized is None or t.requires_grad:
             raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
-                              f"traced ({v.dtype} {tuple(v.shape)})")
-        return t._data
+                              f"traced ({v.dtype} {tuple(v.shape)})", places=True)
+        if resized:   # (its size alone: those dims may be symbolic, autodims.PlaceDims)
+            raise _StaleGuard(f"{name} now holds {_described(t)}, not a tensor like the one "
+                              f"traced ({v.dtype} {tuple(v.shape)})", resized=self.resized())
+        return t._data   # (its symbolic dims: checked by ``run``)
+
+    def places_fit(self) -> bool:
+        """Whether the places it is guarded by, reads from or stores in hold what it was
+        traced for (its symbolic sizes aside: ``run`` checks them)."""
+        return self.held.changed() is None and all(
+            _resized(held(c, key), self.capture.graph.inputs[k]) == [] and
+            not held(c, key).requires_grad for k, (_, c, key) in self.held.reads.items())
+
+    def resized(self) -> list:
+        """``[(name, container, key, dims)]``: the places it reads from that hold a tensor
+        of the traced rank and dtype now, with other sizes in the static ``dims``."""
+        found = ((name, c, key, _resized(held(c, key), self.capture.graph.inputs[k]))
+                 for k, (name, c, key) in self.held.reads.items())
+        return [place for place in found if place[3]]
 
     def run(self, args, kwargs, on_node=None, leaves=None):
         if leaves is None:
             leaves, _ = flatten((args, kwargs))
         tensor_args = [x for x in leaves if isinstance(x, Tensor)]
-        if self.held.guards:
+        if self.held.guards or self.held.unset:
             changed = self.held.changed()
             if changed is not None:
-                raise _StaleGuard(changed)
+                raise _StaleGuard(changed, places=True)
         if self.sharing is not None and self._sharing(tensor_args) != self.sharing:
             raise _StaleGuard("the arguments share storage (views of one another, or of "
                               "state the function reads) otherwise than when traced",
@@ -227,6 +251,14 @@ class Entry:
         if any(tensor_args[i].grad is not None for i in self.arg_grads_fresh):
             raise _StaleGuard("a tensor argument traced without a gradient has one now")
         arrays = self.inputs(tensor_args)
+        if self.place_symbols:   # (a place read with symbolic dims: what its sizes keep)
+            sizes = symbol_sizes(self.capture.graph.inputs, arrays)
+            unfit = sizes if type(sizes) is str else (
+                self.dims.broken(sizes) if self.dims is not None else None)
+            if unfit is not None:
+                raise _StaleGuard(f"the sizes of the tensors read from "
+                                  f"{', '.join(n for n, _, _ in self.held.reads.values())} "
+                                  f"don't fit the graph's symbolic dims: {unfit}", places=True)
         if self.backward is not None and grad_mode.enabled:   # (before it updates them)
             self._kept = {k: arrays[k].copy() for k in self.replay.kept}
         self.release_replaced_grads()
@@ -429,10 +461,28 @@ class _UnfitDims(Exception):
 def _check_dims_fit(capture, backward, sizes: dict) -> None:
     """Raise :class:`_UnfitDims` when the traced call's own ``sizes`` (symbol -> size)
     break the facts of the graphs it traced (capture/autodims.py)."""
-    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []))
+    facts = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
+                        capture.size_facts)
     broken = facts.broken(sizes) if facts is not None else None
     if broken is not None:
         raise _UnfitDims(_unfit(broken))
+
+
+def _resized(t, v) -> list | None:
+    """The static dims of Value ``v`` whose size tensor ``t`` does not have (``[]``: it
+    fits), or None where ``t`` is no tensor of ``v``'s rank and dtype."""
+    if type(t) is not Tensor or t._data.ndim != len(v.shape) or t._data.dtype != v.dtype:
+        return None
+    return [d for d, (n, m) in enumerate(zip(t._data.shape, v.shape))
+            if type(m) is int and n != m]
+
+
+def _user_line(error: Exception) -> str:
+    """``file:line`` of the user's code where ``error`` was raised (its last frame outside
+    dualgraph)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    user = [f for f in frames if not _is_internal(f.filename)] or frames
+    return f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
 
 
 def _unfit(broken: str) -> str:
@@ -484,10 +534,15 @@ class FlagWrite(CaptureError):
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
-    def __init__(self, reason: str, frozen=None, sharing=None):
+    def __init__(self, reason: str, frozen=None, sharing=None, resized=(), places=False):
         super().__init__(reason)
         self.frozen = frozen
         self.sharing = sharing   # (the call's storage sharing, where that guard failed)
+        # [(name, container, key, dims)]: places read whose tensors' sizes alone changed
+        self.resized = resized
+        # (a guard of what the places it reads or stores in hold: another graph of the
+        # signature may fit, Compiled._by_places)
+        self.places = places or bool(resized)
 
 
 def eager_error(entry, args, kwargs, err: Exception) -> Exception:
@@ -682,6 +737,10 @@ class Compiled:
         self._last: Entry | None = None
         self._optimizers: list | None = None   # found in the function's scope, first call
         self._held: list = []   # the modules, optimisers, tensors it names (scope.py)
+        self._case_trace = False   # (tracing another case of a graph's clamps: _case)
+        # sig -> graphs of it that store tensors in places, each for what they held when it
+        # was traced (a new sequence's empty cache, a grown one): swapped in as they fit
+        self._by_places: dict = {}
         self._stored_roots: set = set()   # the global/closure variables a step rebinds
         self._rebinds = 0       # how often one of those was rebound to another object
         self._slots: list = []   # the Python values the function reads (pyvalues.py)
@@ -812,8 +871,12 @@ class Compiled:
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
             entry = self.cache.get(sig)
-        broken = entry.dims.broken(DimFacts.sizes(leaves, leaf_dynamic)) if (
+        sizes = DimFacts.sizes(leaves, leaf_dynamic)
+        broken = entry.dims.broken(sizes) if (
             entry is not None and entry.dims is not None) else None
+        if broken is not None and entry.dims.broken_case(sizes) is not None:
+            # (a clamp decided the other way: the graph of this case, or a new one)
+            entry, broken = self._case(entry, sig, sizes, broken, args, kwargs, leaf_dynamic)
         if broken is not None:   # (sizes its dims that are sums can't take: static)
             self._stale = _unfit(broken)
             leaf_dynamic = []
@@ -871,7 +934,18 @@ class Compiled:
                 if other is not None:
                     self.cache[sig] = other
                     return self._retraced_call(stale, args, kwargs)
+            if stale.places:   # (what its places hold: another graph of sig may fit)
+                kept = self._by_places.setdefault(sig, [])
+                if entry not in kept and len(kept) < MAX_CASES:
+                    kept.append(entry)
+                other = next((e for e in kept if e is not entry and e.places_fit()), None)
+                if other is not None:
+                    self.cache[sig] = other
+                    return self._retraced_call(stale, args, kwargs)
             self._stale = str(stale)    # (the reason the next capture's record gives)
+            if self._auto.enabled:
+                for place in stale.resized:
+                    self._stale += "; " + self._auto.places.mark(*place)
             if stale.frozen is not None:
                 self._frozen_changed(stale.frozen)
             return self._retraced_call(stale, args, kwargs)
@@ -889,6 +963,33 @@ class Compiled:
             fast = self._fast_paths[sig] = fast_path(self, entry, sig)
         self._fast = fast
         return result
+
+    def _case(self, entry, sig, sizes, broken, args, kwargs, leaf_dynamic) -> tuple:
+        """``(entry, broken)`` for a call whose sizes break a clamp ``entry``'s trace
+        decided (``pos[:T]`` traced with T at most the static size, called with one above
+        it): the graph of ``sig`` traced for the case these sizes take (kept in
+        ``entry.cases``), traced now, symbolic, if there is none yet and fewer than
+        MAX_CASES are; else (or where that trace can't stay symbolic at these sizes: a
+        dim of 1) ``(entry, broken)`` unchanged, static shapes for this call."""
+        for other in entry.cases:
+            if other.dims.fit(sizes):
+                return other, None
+        if len(entry.cases) + 1 >= MAX_CASES or self.strict:
+            return entry, broken
+        self._stale = (f"{broken}: traced again for that case of the clamp, with the dims "
+                       "still symbolic")
+        del self.cache[sig]
+        self._case_trace = True   # (a case that can't stay symbolic: static, this call)
+        try:
+            self._capture(args, kwargs, sig, leaf_dynamic)
+            other = self.cache.pop(sig, None)   # (None: traced static, for these sizes)
+        finally:
+            self.cache[sig] = entry
+            self._case_trace = False
+        if other is None or other.dims is None or not other.dims.fit(sizes):
+            return entry, broken
+        entry.cases.append(other)
+        return other, None
 
     def _frozen_changed(self, frozen) -> None:
         """Count a change of a frozen tensor (entries of other signatures that see the same
@@ -973,6 +1074,7 @@ class Compiled:
         self._rebinds += 1
         self.cache.clear()
         self._by_sharing.clear()
+        self._by_places.clear()
         self._fast_paths, self._fast, self._last = {}, None, None
         self._hyper_inputs, self._dynamic, self._hyper_changes = {}, frozenset(), {}
         self._module_facts.roots = [("self", self.module)] if self.module is not None else []
@@ -1182,9 +1284,10 @@ class Compiled:
                        "they stay baked in and guarded (a change retraces)")
 
     # -- capturing -------------------------------------------------------------------------
-    def _capture(self, args, kwargs, sig, leaf_dynamic) -> tuple:
+    def _capture(self, args, kwargs, sig, leaf_dynamic, held_dims=True) -> tuple:
         """``(entry, sig)``: the entry for a new trace (None at a graph break) and the
-        signature it is cached under (it may guard Python values the trace created)."""
+        signature it is cached under (it may guard Python values the trace created);
+        ``held_dims``: with the marked dims of places it reads symbolic (autodims.PlaceDims)."""
         names = self.leaf_names(args, kwargs)
         module_before = {s.identity(): fact(s.get())
                          for s in self._module_facts.scalar_slots()}
@@ -1196,7 +1299,7 @@ class Compiled:
         tracer = SplitTracer(names_in_scope, self) if split else Tracer(names=names_in_scope)
         try:
             capture, backward, created, times = self._trace(tracer, args, kwargs, names,
-                                                            leaf_dynamic)
+                                                            leaf_dynamic, held_dims=held_dims)
         except (PythonRandom, SchedulerStep) as e:   # (its Python must run at every call,
             self._split = None                        # drawing anew, stepping the schedule)
             if not split:
@@ -1225,19 +1328,28 @@ class Compiled:
             self._split = None
             return self._graph_break(e), sig
         except (_StaticDims, _UnfitDims) as e:   # (unfit: this call's sizes, dims kept)
-            if isinstance(e, _StaticDims):
-                self._static_from_now(e.error)
-            else:
+            if isinstance(e, _StaticDims) and held_dims and self._auto.places.marked:
+                self._auto.places.give_up()   # (the places' dims static, the others kept)
+                self.records.append(Record("python", "the tensors it reads from the places "
+                                           f"it stores in keep static shapes: {e}",
+                                           "none needed", _user_line(e.error)))
+                return self._capture(args, kwargs, sig, leaf_dynamic, held_dims=False)
+            if isinstance(e, _UnfitDims):
                 self._stale = str(e)
+            elif self._case_trace:
+                self._stale = (f"this case of a slice's clamp can't stay symbolic ({e}): "
+                               "traced with static shapes for these sizes")
+            else:
+                self._static_from_now(e.error)
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, [], self._module_facts.get(), self._optimizers,
                             self._slots, self._dynamic, self._numbers.args)
-            return self._capture(args, kwargs, sig, [])
+            return self._capture(args, kwargs, sig, [], held_dims=False)
         except _BakedNumbers:
             leaves, spec = self._flatten(args, kwargs)
             sig = signature(leaves, spec, leaf_dynamic, self._module_facts.get(),
                             self._optimizers, self._slots, self._dynamic, self._numbers.args)
-            return self._capture(args, kwargs, sig, leaf_dynamic)
+            return self._capture(args, kwargs, sig, leaf_dynamic, held_dims)
         if split and tracer.broke:   # (the rest of this call is the splitter's)
             self._split_result = self._split.finish(tracer, capture, backward, args, kwargs,
                                                     times)
@@ -1289,7 +1401,8 @@ class Compiled:
             self.cache[sig] = entry
         return entry, sig
 
-    def _trace(self, tracer, args, kwargs, names, leaf_dynamic, as_inputs=True) -> tuple:
+    def _trace(self, tracer, args, kwargs, names, leaf_dynamic, as_inputs=True,
+               held_dims=False) -> tuple:
         """``(capture, backward, created, times)``: one trace of the function by
         ``tracer``, with its arguments bound (``names``; ``leaf_dynamic``: their dynamic
         dims), the state it made (``[(name, line)]``) and the seconds it took. A graph break
@@ -1297,7 +1410,8 @@ class Compiled:
         that a Python number traced as a graph input may have caused raises _BakedNumbers
         (they are baked in now: trace again). ``as_inputs``: trace the numbers that are graph
         inputs as such (False: as the values they hold, as a split call, which runs its
-        Python at every call, does)."""
+        Python at every call, does); ``held_dims``: bind the tensors of the places with
+        marked dims (autodims.PlaceDims) with those dims symbolic."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
@@ -1324,6 +1438,9 @@ class Compiled:
         symbolic = bool(numbers or tracer.arg_numbers)
         number_writes, random_break = [], None
         sizes = DimFacts.sizes(leaves, leaf_dynamic)   # (before the trace binds the leaves)
+        symbolic_places = self._auto.places.shapes(held, sizes) if held_dims else []
+        dynamic = any(leaf_dynamic) or bool(symbolic_places)
+        tracer.size_cases = SizeCases(sizes) if sizes else None
         try:
             with tracer, math_functions(symbolic), held_prints(self.fn) as printed:
                 index, bound = 0, set()
@@ -1337,6 +1454,9 @@ class Compiled:
                             bound.add(id(leaf))      # the signature guards the aliasing)
                             tracer.bind(leaf, "arg", names[i], shape=shape, index=index)
                         index += 1
+                for name, t, shape in symbolic_places:   # (before the function reads them)
+                    if id(t) not in bound:
+                        tracer.bind(t, "captured", name, shape=shape)
                 result = self.fn(*call_args, **call_kwargs)
                 _refuse_opaque_results(self.fn, result, tracer)
                 if as_inputs and draws.drawn():
@@ -1371,12 +1491,12 @@ class Compiled:
                     backward = build_backward(tracer, capture, tracer.result_leaves)
                     refuse_kept_by_backward(filled, tracer, kept)
                     _keep_forward_state(kept)
-                if backward is not None and any(leaf_dynamic):
+                if backward is not None and dynamic:
                     _check_dims_bound(backward.graph)
-                if any(leaf_dynamic):
+                if dynamic:
                     _check_dims_fit(capture, backward, sizes)
         except Exception as e:   # (the eager run makes again the state the trace made)
-            dims = any(leaf_dynamic) and not isinstance(e, CaptureError)
+            dims = dynamic and not isinstance(e, CaptureError)
             if not (symbolic or dims or isinstance(e, CaptureError)):
                 raise
             self._numbers.restore(numbers)
@@ -1522,7 +1642,11 @@ class Compiled:
                 or reads and not whole
                 or any(cap.bindings[k].kind not in ("captured", "arg") for k in reads)):
             return False
-        entry.held = Held(entry.held.guards, reads)
+        unset = [(name, c, key, fact(old)) for (name, _), (c, key), old
+                 in zip(entry.created, cap.kept, cap.kept_before) if not isinstance(old, Tensor)]
+        entry.held = Held(entry.held.guards, reads, unset)
+        entry.place_symbols = any(isinstance(d, Sym) for k in reads
+                                  for d in cap.graph.inputs[k].shape)
         if entry.sharing is not None:   # (an argument that is such a tensor: that place)
             entry.sharing = entry._sharing([b.tensor for b in cap.bindings], by_binding=True)
         modules = {id(vars(m)): m for _, root in self._module_facts.roots
@@ -1565,6 +1689,7 @@ class Compiled:
         state = [(id(f.tensor), id(f.array), f.version) for f in frozen]
         live = {id(entry): entry for entry in self.cache.values()
                 if [(id(f.tensor), id(f.array), f.version) for f in entry.frozen] == state
+                and entry.capture.size_facts == capture.size_facts   # (the same clamps)
                 and not any(f.changed() for f in entry.frozen)}
         for i, entry in live.items():
             if i not in keys:
@@ -1621,10 +1746,9 @@ class Compiled:
         with a dim as a Python int): a warning naming the line, then static shapes (one
         graph per shape, each guarded) for this function from now on, as if ``dynamic``
         were not given. A user's own error comes back from the static trace, as eager's."""
-        frames = traceback.extract_tb(error.__traceback__)
-        user = [f for f in frames if not _is_internal(f.filename)] or frames
-        where = f"{user[-1].filename}:{user[-1].lineno}" if user else "<unknown>"
-        if self._auto.dims:   # (dims it marked itself: no warning, explain() says it)
+        where = _user_line(error)
+        if self._auto.dims or self._auto.places.marked:   # (dims it marked itself: no
+            # warning, explain() says it)
             self._auto.give_up()
             self._stale = None
             self.records.append(Record("static", "automatic dynamic dims given up: "
@@ -1727,7 +1851,8 @@ class Compiled:
         capture's compile time went (tracing, autodiff, the passes, code generation, and
         the first forward and backward runs with the kernels they compiled or loaded),
         and the passes' reports (each with its run time)."""
-        graphs = len(self.cache) + sum(r.kind == "piece" for r in self.records)
+        graphs = (sum(1 + len(e.cases) for e in self.cache.values())
+                  + sum(r.kind == "piece" for r in self.records))
         lines = [f"dg.compile report for {_name(self.fn)}: {graphs} graph(s), "
                  f"{sum(r.kind == 'break' for r in self.records)} graph break(s)"]
         for i, r in enumerate(self.records, 1):

@@ -168,7 +168,8 @@ def fast_path(compiled, entry, sig):
         names.update(sharing_of=entry._sharing, sharing=entry.sharing)
         args = ", ".join(f"a{i}" for i in range(len(facts)))
         lines += [f"if sharing_of([{args}]) != sharing:", "    return MISS"]
-    if entry.held.guards:   # (tensors held outside modules: capture/held.py)
+    if entry.held.guards or entry.held.unset:   # (tensors held outside modules, places
+        # it stores in holding what they held when traced: capture/held.py)
         names["held_changed"] = entry.held.changed
         lines += ["if held_changed() is not None:", "    return MISS"]
     if values:   # (the Python values the function reads: globals, closures, dicts)

@@ -50,7 +50,8 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
     graph), of each ``(name, module)`` in ``roots``; not those in ``inputs``
     (``(id(module), name)``: graph inputs, guarded as slots, capture/symbolic.py); and the
     identity of the tensors the modules hold as buffers or plain attributes, but for those
-    in ``kept`` (tensors the graph itself stores there at every call, compile.py)."""
+    in ``kept`` (tensors the graph itself stores there at every call, compile.py: what
+    they hold is guarded by each graph's ``Held``)."""
     training, params, scalars, tensors, hooks = [], [], [], [], []
     for prefix, root in roots:
         for path, m in root.named_modules(prefix=prefix):
@@ -58,7 +59,8 @@ def module_facts(roots, inputs=frozenset(), kept=frozenset()) -> tuple:
             # (the hooks a trace ran or set up, by their handles' ids)
             hooks.append(tuple(tuple(getattr(m, name, ())) for name in _HOOKS))
             scalars += [(path, k, type(v), v) for k, v in vars(m).items()
-                        if k != "training" and is_scalar(v) and (id(m), k) not in inputs]
+                        if k != "training" and is_scalar(v) and (id(m), k) not in inputs
+                        and (id(m), k) not in kept]   # (kept: Held.unset guards a None)
             # (a graph reads a captured tensor by identity: one assigned anew is another)
             tensors += [(path, k, id(v)) for k, v in vars(m).items()
                         if isinstance(v, Tensor) and (id(m), k) not in kept]

@@ -12,7 +12,10 @@ A place the graph itself fills anew at every call with a tensor computed from th
 before (``self.running_mean = 0.9 * self.running_mean + 0.1 * mean`` under ``no_grad``:
 capture/compile.py's ``_stores``) is *read* from the place instead: the graph's input is
 whatever tensor is there when the call starts (the graph's own, or one the user put there
-outside the function, of the same shape and dtype), as eager reads it. A global or closure
+outside the function, of the same shape and dtype; of sizes that fit the dims the graph has
+symbolic, a cache grown at every call: capture/autodims.py's ``PlaceDims``), as eager reads
+it; and a place that held no tensor when traced (a cache of a new sequence) must hold the
+same then (:attr:`Held.unset`). A global or closure
 variable the step rebinds (``global h; h = 0.9 * h + x``, ``nonlocal``) is such a place too
 (:func:`rebound_roots`): the module's globals dict under its name, or the closure cell.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from ..tensor import Tensor
 from .escape import _name, _walk, made_here
+from .pyvalues import fact
 from .scope import code_owner
 
 CELL = object()   # the key of a closure cell's place
@@ -112,17 +116,24 @@ def put_back(rebound: list) -> None:
 class Held:
     """The identity guards and place reads of one graph. ``guards``: ``[(name, container,
     key, tensor, its requires_grad as traced)]``; ``reads``: ``{binding position: (name,
-    container, key)}``."""
+    container, key)}``; ``unset``: ``[(name, container, key, fact)]``, places it stores in
+    that held no tensor when it was traced, and the guard fact (capture/pyvalues.py) of
+    what they held (``self.k = k if self.k is None else cat(...)`` took the branch of a
+    new sequence: a tensor there later takes the other)."""
 
-    def __init__(self, guards=(), reads=None):
+    def __init__(self, guards=(), reads=None, unset=()):
         self.guards = list(guards)
         self.reads = dict(reads or {})
+        self.unset = list(unset)
 
     def __bool__(self):
-        return bool(self.guards or self.reads)
+        return bool(self.guards or self.reads or self.unset)
 
     def changed(self) -> str | None:
         """Why the graph no longer fits, if a guarded place holds another tensor now."""
+        for name, container, key, traced in self.unset:
+            if fact(held(container, key)) != traced:
+                return f"{name} holds {_what(held(container, key))} now, not as traced"
         for name, container, key, t, required in self.guards:
             if held(container, key) is not t:
                 return (f"{name} was assigned anew outside the function (the graph read "
@@ -143,3 +154,7 @@ def guards_for(before: dict, bindings) -> list:
             if held(container, key) is b.tensor:
                 out.append((name, container, key, b.tensor, b.tensor.requires_grad))
     return out
+
+
+def _what(value) -> str:
+    return "a tensor" if isinstance(value, Tensor) else repr(value)[:40]

@@ -121,6 +121,9 @@ class Capture:
     # one of them at a later call is guarded as state (a step that skipped a parameter
     # with no gradient would not see it get one through the argument)
     param_state: set = field(default_factory=set)
+    # what the shape rules decided by the traced sizes (``shapes.SizeCases``: expressions
+    # each at least 0), which the sizes of a call must keep for the graph to run it
+    size_facts: set = field(default_factory=set)
 
 
 class Tracer:
@@ -151,6 +154,7 @@ class Tracer:
         self.numbers = False        # whether Python numbers are traced (capture/symbolic.py)
         self.number_uses: list = []   # (name, use, location): where one needed its value
         self.arg_numbers: list = []   # positions of the argument leaves traced as numbers
+        self.size_cases = None   # the traced sizes of its symbolic dims (shapes.SizeCases)
 
     # -- the mode interface used by dispatch, autograd and in-place ops ------------------
     def run(self, op, args, attrs):
@@ -310,6 +314,8 @@ class Tracer:
         capture.returned = returned
         capture.custom_functions = list(self.custom_functions)
         capture.tensor_hooks = list(self.tensor_hooks)
+        if self.size_cases is not None:
+            capture.size_facts = set(self.size_cases.facts)
         superseded = self._superseded_grads()
         for binding in self._mutated.values():
             if id(binding.tensor) in superseded:

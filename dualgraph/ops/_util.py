@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes, kernels
 from ..dtypes import cast  # noqa: F401  (the op families take it from here)
 from ..dispatch import modes
-from ..shapes import ShapedType, broadcast_shapes
+from ..shapes import ShapedType, SizeCases, broadcast_shapes
 from ..tensor import Tensor
 
 BF16 = dtypes.bfloat16_np
@@ -232,3 +232,10 @@ def sum_to(x, shape: tuple):
         return x.sum(tuple(range(lead)))
     out = x.sum(tuple(range(lead)) + kept, keepdim=True)
     return out.reshape(shape) if lead else out
+
+
+def size_cases() -> SizeCases:
+    """The running trace's :class:`~dualgraph.shapes.SizeCases` (the sizes of the call it
+    traces and what shape rules decided by them); outside such a trace, one without sizes,
+    which answers only what holds for every size."""
+    return getattr(modes.tracer, "size_cases", None) or SizeCases(None)

@@ -27,7 +27,7 @@ from ..dispatch import apply, modes, op_error
 from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_dim, sym_slice
 from ..tensor import Tensor, as_array
 from . import creation, elementwise, reduce as red, shape as shape_ops, views
-from ._util import needs_grad, row_major, shape_of
+from ._util import needs_grad, row_major, shape_of, size_cases
 from .inplace import commit_inplace, inplace, source_of, writeable
 from .opdef import defop
 
@@ -340,8 +340,8 @@ class _Key:
                 self.dims.append(len(self.view_shape))
                 self.arrays.append(k)
                 self.view_shape.append(n)
-            elif isinstance(n, Sym):   # (``logits[:, -1]`` of a symbolic length)
-                self.basic.append(sym_slice(k, None if k == -1 else k + 1, None, n))
+            elif isinstance(n, Sym) or isinstance(k, Sym):   # (``logits[:, -1]`` of a
+                self.basic.append(_sym_index(k, n, dim, shape))   # symbolic length)
             else:
                 if not -n <= k < n:
                     raise IndexError(f"index {k} is out of range for dim {dim} with size {n} "
@@ -413,8 +413,8 @@ def _check_mask(mask, shape, dim):
 
 
 def _index_item(k):
-    if k is None or k is Ellipsis or isinstance(k, slice):
-        return k
+    if k is None or k is Ellipsis or isinstance(k, (slice, Sym)):   # (Sym: ``pos[T]``, T a
+        return k                                                      # traced size)
     if isinstance(k, (bool, np.bool_)):
         return creation.constant(np.asarray(bool(k)))
     if isinstance(k, (int, np.integer)):
@@ -449,22 +449,30 @@ def _expand_ellipsis(items, ndim):
         items[at:at + 1] = [slice(None)] * (ndim - used)
 
 
+def _sym_index(k, n, dim, shape):
+    """The ``(start, stop, 1)`` of an int index ``k`` where it or the dim's size ``n`` is
+    symbolic, in range by the case the traced sizes take (out of range raises, as eager)."""
+    index = sym_slice(k, None if k == -1 else k + 1, None, n, size_cases())
+    if index[1] - index[0] != 1:
+        raise IndexError(f"index {k} is out of range for dim {dim} with size {n} (tensor "
+                         f"shape {shape})")
+    return index
+
+
 def _slice_triple(s, n):
     """A slice as a normalised (start, stop, step), or None for the whole dim."""
     # (bounds may be 0-d integer tensors, x[i:i + 16]: made ints before slices compare;
     # or a trace's symbolic sizes, x[:n] with n = y.shape[0])
     s = slice(*(v if v is None or isinstance(v, Sym) else operator.index(v)
                 for v in (s.start, s.stop, s.step)))
-    if not isinstance(n, Sym) and any(isinstance(v, Sym) for v in (s.start, s.stop)):
-        raise ShapeError(f"the slice {s.start}:{s.stop} of a dim of static size {n} by a "
-                         "symbolic size: its length depends on the sizes")
     if s.step is not None and s.step <= 0:
         raise ValueError(f"slice step must be positive, got {s.step}; use flip() to reverse")
     if s == slice(None) or s == slice(None, None, 1):
         return None
-    if isinstance(n, Sym):   # (a symbolic dim of a trace: constant bounds from either end)
-        start, stop, step = sym_slice(s.start, s.stop, s.step, n)
-        return None if (start, stop) == (0, n) else (start, stop, step)
+    if isinstance(n, Sym) or isinstance(s.start, Sym) or isinstance(s.stop, Sym):
+        # (a trace's symbolic sizes: clamped by the case the traced sizes take)
+        start, stop, step = sym_slice(s.start, s.stop, s.step, n, size_cases())
+        return None if (start, stop, step) == (0, n, 1) else (start, stop, step)
     start, stop, step = s.indices(n)
     stop = max(stop, start)
     return None if (start, stop, step) == (0, n, 1) else (start, stop, step)
@@ -619,7 +627,9 @@ def _grid_checks(x, dim, index, name):
         raise ShapeError(f"{name}(): index has shape {tuple(index.shape)} but the input has "
                          f"shape {tuple(x.shape)}; they need the same number of dims")
     for d in range(x.ndim):
-        if d != dim and index.shape[d] > x.shape[d]:
+        a, b = index.shape[d], x.shape[d]
+        if d != dim and (a > b if type(a) is int and type(b) is int else   # (a trace's
+                         not size_cases().at_least(b, a)):                  # symbolic dims)
             raise ShapeError(f"{name}(): index of shape {tuple(index.shape)} is larger than "
                              f"the input of shape {tuple(x.shape)} in dim {d}")
 

@@ -20,7 +20,7 @@ from ..dispatch import OpError, apply, user_location
 from ..shapes import (ShapedType, ShapeError, Sym, broadcast_shapes, infer_reshape,
                       is_static, normalize_dim, normalize_dims, numel)
 from . import creation, views
-from ._util import broadcast_view, cast, needs_grad, sum_to
+from ._util import broadcast_view, cast, needs_grad, size_cases, sum_to
 from .opdef import defop
 
 __all__ = ["reshape", "expand", "broadcast_to", "permute", "transpose", "swapaxes",
@@ -464,12 +464,15 @@ def _infer_slice(x, index):
 
 
 def slice_length(s) -> int | Sym:
-    """The length of a normalised ``(start, stop, step)``; with symbolic bounds (a slice of
-    a symbolic dim by constants, step 1: ``shapes.sym_slice``) their difference."""
+    """The length of a normalised ``(start, stop, step)``; with symbolic bounds
+    (``shapes.sym_slice``) their difference, divided by a step other than 1 only where it
+    is a constant."""
     if type(s[0]) is int and type(s[1]) is int:
         return len(range(*s))
     if s[2] != 1:
-        raise ShapeError(f"a slice {s} with symbolic bounds and a step other than 1")
+        if not isinstance(s[1] - s[0], int):
+            raise ShapeError(f"a slice {s} with symbolic bounds and a step other than 1")
+        return len(range(0, s[1] - s[0], s[2]))
     return s[1] - s[0]
 
 
@@ -601,6 +604,8 @@ def narrow(x, dim, start, length):
     """The part ``start:start+length`` of dim ``dim`` (a view); ``start`` may be negative."""
     d = normalize_dim(dim, x.ndim)
     n = x.shape[d]
+    if any(isinstance(v, Sym) for v in (n, start, length)):
+        return _sym_narrow(x, d, start, length)
     start = int(start)
     if start < 0:
         start += n
@@ -610,6 +615,21 @@ def narrow(x, dim, start, length):
     if start == 0 and length == n:
         return x
     return _dim_slice(x, d, start, start + length)
+
+
+def _sym_narrow(x, d, start, length):
+    """``narrow`` where the size, the start or the length is symbolic (a trace's sizes):
+    in range by the case the traced sizes take (``SizeCases``: a graph runs only for sizes
+    in the same case), else the IndexError eager raises."""
+    n = x.shape[d]
+    cases = size_cases()
+    if not cases.at_least(start, 0):
+        start = start + n
+    if not (cases.at_least(start, 0) and cases.at_least(length, 0)
+            and cases.at_least(n, start + length)):
+        raise IndexError(f"narrow: start {start} and length {length} are out of range for "
+                         f"dim {d} of size {n} (shape {tuple(x.shape)})")
+    return x if (start, start + length) == (0, n) else _dim_slice(x, d, start, start + length)
 
 
 # -- select: one position of a dim, the dim dropped (a view) ---------------------------------

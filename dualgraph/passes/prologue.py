@@ -38,9 +38,11 @@ def conv_prologues(graph: Graph) -> dict:
     live = live_readers(graph)
     found = {}
     for node in graph.nodes:
+        if node.op is not CONV2D_PACKED:   # (before its input: a node may have none)
+            continue
         x = node.inputs[0]
         group = getattr(x, "producer", None)
-        if (node.op is not CONV2D_PACKED or group is None or group.op is not FUSED
+        if (group is None or group.op is not FUSED
                 or only_reader(live, x) is not node or x.dtype != np.float32
                 or not _pointwise(node)):
             continue

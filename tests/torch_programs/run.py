@@ -27,8 +27,10 @@ def _summary(compiled):
     for c in compiled:
         c = getattr(c, "_compiled", c)
         kinds = [r.kind for r in c.records]
-        # (a split function's pieces are graphs too, as explain() counts them)
-        out.append({"graphs": len(c.cache) + kinds.count("piece"),
+        # (a split function's pieces are graphs too, as explain() counts them, and so are
+        # the graphs of a signature traced for other cases of its slices' clamps)
+        graphs = sum(1 + len(getattr(e, "cases", ())) for e in c.cache.values())
+        out.append({"graphs": graphs + kinds.count("piece"),
                     "breaks": kinds.count("break"),
                     "limit": kinds.count("limit"), "explain": c.explain()})
     return out
