@@ -7,6 +7,7 @@ dispatcher runs ops. The op methods (``x + y``, ``x.sum()``, ...) are attached b
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy as np
@@ -86,9 +87,23 @@ class Tensor:
         return t
 
     # -- metadata -------------------------------------------------------------------------
+    def _shaped(self):
+        """The array (or traced Value) whose shape a metadata read gives. The traced
+        function's state whose shape the user's code reads (``self.k.shape[1]``) becomes a
+        graph input, whose shape is checked at every call: else the trace's sizes would be
+        baked in unguarded, wrong once ``self.k.data`` is given another shape. (dualgraph's
+        own reads, binding arguments say, leave it: an op that uses it binds it.)"""
+        data = self._data
+        if (_modes.tracer is not None and type(data) is np.ndarray and _is_traced_state(self)
+                and not sys._getframe(2).f_globals.get("__name__", "").startswith("dualgraph")):
+            return _modes.tracer.value_of(self)
+        return data
+
     @property
     def shape(self):
-        return Size(self._data.shape)
+        if _modes.tracer is None:   # (eager: the hot path)
+            return Size(self._data.shape)
+        return Size(self._shaped().shape)
 
     @property
     def dtype(self) -> dtypes.DType:
@@ -96,18 +111,17 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
-        return self._data.ndim
+        return self._shaped().ndim
 
     def dim(self) -> int:
-        return self._data.ndim
+        return self._shaped().ndim
 
     def size(self, dim=None):
-        if dim is None:
-            return Size(self._data.shape)
-        return self._data.shape[dim]
+        shape = self._data.shape if _modes.tracer is None else self._shaped().shape
+        return Size(shape) if dim is None else shape[dim]
 
     def numel(self) -> int:
-        data = self._data
+        data = self._shaped()
         if type(data) is np.ndarray:   # (its size: np.prod of the shape takes microseconds)
             return data.size
         return int(np.prod(data.shape, dtype=np.int64))
@@ -257,9 +271,10 @@ class Tensor:
         return bool(data.reshape(()))
 
     def __len__(self):
-        if not self._data.ndim:
+        data = self._shaped()
+        if not data.ndim:
             raise TypeError("len() of a 0-d tensor")
-        return self._data.shape[0]
+        return data.shape[0]
 
     def __iter__(self):
         if not self._data.ndim:

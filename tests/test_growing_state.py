@@ -148,3 +148,37 @@ def test_new_sequences_of_one_shape_each_start_from_an_empty_cache():
                 same(compiled(x), eager(x), model, eager)
             counts.append(traces(compiled))
     assert counts[1] == counts[2] == counts[3], compiled.explain()
+
+
+class _ShapeReader(dg.nn.Module):
+    """Reads its state only for sizes: a buffer's length and a plain tensor attribute's
+    width (never their values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", dg.ones(3))
+        self.cache = dg.zeros(2, 3)
+
+    def forward(self, x):
+        return x * self.table.shape[0] + self.cache.size(1) * 10 + len(self.cache) * 100
+
+
+def test_state_read_for_its_size_alone_is_guarded_on_it():
+    """The sizes of state the function reads only for its shape were baked into the graph
+    unguarded: after ``.data`` gave the tensor another shape (same object), the compiled
+    call returned the old sizes, silently. Such state is a graph input now, its shape
+    checked at every call."""
+    model = _ShapeReader()
+    compiled = dg.compile(model)
+    x = dg.ones(4)
+    changes = [lambda: None,
+               lambda: setattr(model.table, "data", dg.ones(5)),
+               lambda: setattr(model.cache, "data", dg.zeros(4, 7)),
+               lambda: setattr(model, "cache", dg.zeros(1, 2)),
+               lambda: None]
+    for change in changes:
+        change()
+        with dg.no_grad():
+            want = model(x).numpy()
+            np.testing.assert_array_equal(compiled(x).numpy(), want)
+        np.testing.assert_array_equal(compiled(x).numpy(), want)

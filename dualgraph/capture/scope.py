@@ -167,7 +167,13 @@ def _has_contents(cell) -> bool:
 
 
 def _name_module(module, prefix: str, names: dict) -> None:
+    """The parameters, buffers and plain tensor attributes (``self.cache``) of ``module``
+    and its submodules."""
     for name, p in module.named_parameters():
         names.setdefault(id(p), prefix + name)
     for name, b in module.named_buffers():
         names.setdefault(id(b), prefix + name)
+    for path, m in module.named_modules(prefix=prefix.rstrip(".")):
+        for name, t in vars(m).items():
+            if isinstance(t, Tensor):
+                names.setdefault(id(t), f"{path}.{name}" if path else name)
