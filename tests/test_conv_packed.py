@@ -100,6 +100,31 @@ def test_pack_and_unpack():
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape, groups=3), w)
 
 
+def test_phases_match_the_bordered_planes_sliced():
+    """``pad_phases`` compiled (at a column stride of two both phases of a row in one
+    loop, the column before the pairs and a spare last one stored apart) against the
+    bordered planes sliced: widths odd and even from one column, borders 0-3 (odd ones
+    put column 0 in the odd phase), phases narrower and wider than the columns there."""
+    from dualgraph.kernels import build
+    split = build.compiled_helper(conv_packed.pad_phases)
+    rng = np.random.default_rng(0)
+    for height, width, sh, sw, top, left, extra in [
+            (h, w, sh, sw, t, l, e) for h in (1, 4, 5) for w in (1, 2, 3, 8, 9, 16, 17, 33)
+            for sh, sw in ((2, 2), (1, 2), (3, 2), (2, 3)) for t in (0, 1) for l in range(4)
+            for e in (-2, 0, 2)]:
+        x = rng.standard_normal(2 * height * width + 5).astype(np.float32)
+        hq = -(-(height + top) // sh) + 1
+        wq = max(1, -(-(width + left) // sw) + extra)
+        got = np.zeros((2, sh, sw, hq, wq), np.float32)
+        split(x, 5, 2, height, width, got.reshape(-1), hq, wq, sh, sw, top, left)
+        planes = x[5:].reshape(2, height, width)
+        bordered = np.zeros((2, sh * hq + top, sw * wq + left + width), np.float32)
+        bordered[:, top:top + height, left:left + width] = planes
+        want = np.stack([np.stack([bordered[:, a::sh, b::sw][:, :hq, :wq] for b in range(sw)],
+                                  1) for a in range(sh)], 1)
+        np.testing.assert_array_equal(got, want, err_msg=f"{height, width, sh, sw, top, left}")
+
+
 @pytest.mark.parametrize("case", CASES + PAIRS[:13])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)

@@ -511,7 +511,17 @@ def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
     ``left`` columns of zeros, split into their ``sh * sw`` phases: plane ``(c, a, b)`` of
     ``xp (C, sh, sw, hq, wq)`` holds the bordered plane's rows ``a, a + sh, ...`` and columns
     ``b, b + sw, ...``, so that a conv of stride ``(sh, sw)`` reads each phase at stride 1
-    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero."""
+    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero.
+
+    At ``sw == 2`` one loop writes a row's two column phases from each pair of neighbours,
+    which LLVM turns into vector loads and shuffles: a loop a phase of every other element
+    took 1.3-1.6x the time (a stride-2 conv's copy of 64 channels of 56x56: 0.086 ms of its
+    0.9, now 0.055). Bordered column ``u = s + left`` of source column ``s`` is phase ``u %
+    2``'s column ``u // 2``; the pairs start at the first source column of an even one."""
+    s0 = left % 2
+    p0 = (s0 + left) // 2
+    n = max(0, min((width - s0) // 2, wq - p0))         # (the whole pairs)
+    last = (width - 1 + left) // 2 if (width - s0) % 2 == 1 else wq     # (a spare column)
     for c in range(channels):
         for a in range(sh):
             for r in range(hq):
@@ -519,6 +529,21 @@ def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
                 if y < 0 or y >= height:
                     continue
                 row = x[base + (c * height + y) * width:base + (c * height + y + 1) * width]
+                if sw == 2:     # (both column phases in one pass)
+                    dst = ((c * sh + a) * 2 * hq + r) * wq
+                    even, odd = xp[dst:dst + wq], xp[dst + hq * wq:dst + (hq + 1) * wq]
+                    src, e, o = row[s0:s0 + 2 * n], even[p0:p0 + n], odd[p0:p0 + n]
+                    for m in range(n):
+                        e[m] = src[2 * m]
+                        o[m] = src[2 * m + 1]
+                    # (column 0 where it lies at an odd bordered column, and a last
+                    # column at an even one, through ``xp`` and ``x``: stored through
+                    # ``odd`` and ``even``, LLVM no longer vectorised the loop, 3x the time)
+                    if s0 == 1 and left // 2 < wq:
+                        xp[dst + hq * wq + left // 2] = x[base + (c * height + y) * width]
+                    if last < wq:
+                        xp[dst + last] = x[base + (c * height + y + 1) * width - 1]
+                    continue
                 for b in range(sw):
                     v0 = max(0, -((b - left) // sw))       # (the first column in ``x``)
                     v1 = min(wq, (width - 1 + left - b) // sw + 1)
