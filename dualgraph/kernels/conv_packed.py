@@ -716,8 +716,8 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
     seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
     pair or two left over from the threes are summed alone on runs of two rows (``Ho``
-    rounded up to even; 56 positions of a 7x7 plane where summed again with the last three
-    they took 98 more). One pair an item on runs of two rows
+    rounded up to even: 56 positions of a 7x7 plane, where a three of the pair and two
+    copies of it summed 147). One pair an item on runs of two rows
     (``WIDE_ROW_PAIR``) at stride 1 where it sums fewer positions (at ``ROW_PAIR_COST``)
     than twelve at a time across rows: rows of whole runs of seven (at stride 2 the image
     is split into phases first, which cost more than the positions saved)."""
