@@ -58,9 +58,10 @@ GROUPED = CASES[-8:]
 # taps in one phase of rows and columns), strides (2, 1) with asymmetric padding and
 # dilation 3 across, stride 3 with padding 2; three pairs an item on runs of a row
 # (WIDE_ROWS: small planes, many outputs) on 7x7 planes without padding and seven pairs
-# (two spare), a 5x5 kernel at batch 2 on rows of six (a run past the row), stride 2
-# with five pairs (a spare one), strides (2, 1) with asymmetric padding and dilation 3
-# across on rows of ten; and CASES' 21 outputs, stride-2 batch-3 conv and 7x7 stems
+# (one left over), a 5x5 kernel at batch 2 on rows of six (a run past the row), stride 2
+# with five pairs (two left over from the three, each alone on runs of two rows), strides
+# (2, 1) with asymmetric padding and dilation 3 across on rows of ten, five pairs on 7x7
+# at batch 2; and CASES' 21 outputs, stride-2 batch-3 conv and 7x7 stems
 PAIRS = [
     (1, 19, 9, 10, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
     (1, 10, 16, 15, 32, (5, 5), (1, 1), ((6, 6), (6, 6)), (3, 3), 1),
@@ -75,6 +76,7 @@ PAIRS = [
     (2, 9, 5, 6, 96, (5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 1),
     (1, 12, 13, 14, 80, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1),
     (1, 9, 13, 12, 80, (3, 3), (2, 1), ((2, 0), (1, 3)), (1, 3), 1),
+    (2, 16, 7, 7, 80, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
     CASES[0], CASES[1], CASES[7], CASES[9],
 ]
 
@@ -100,7 +102,32 @@ def test_pack_and_unpack():
     np.testing.assert_array_equal(conv_packed.unpack(packed, w.shape, groups=3), w)
 
 
-@pytest.mark.parametrize("case", CASES + PAIRS[:13])
+def test_phases_match_the_bordered_planes_sliced():
+    """``pad_phases`` compiled (at a column stride of two both phases of a row in one
+    loop, the column before the pairs and a spare last one stored apart) against the
+    bordered planes sliced: widths odd and even from one column, borders 0-3 (odd ones
+    put column 0 in the odd phase), phases narrower and wider than the columns there."""
+    from dualgraph.kernels import build
+    split = build.compiled_helper(conv_packed.pad_phases)
+    rng = np.random.default_rng(0)
+    for height, width, sh, sw, top, left, extra in [
+            (h, w, sh, sw, t, l, e) for h in (1, 4, 5) for w in (1, 2, 3, 8, 9, 16, 17, 33)
+            for sh, sw in ((2, 2), (1, 2), (3, 2), (2, 3)) for t in (0, 1) for l in range(4)
+            for e in (-2, 0, 2)]:
+        x = rng.standard_normal(2 * height * width + 5).astype(np.float32)
+        hq = -(-(height + top) // sh) + 1
+        wq = max(1, -(-(width + left) // sw) + extra)
+        got = np.zeros((2, sh, sw, hq, wq), np.float32)
+        split(x, 5, 2, height, width, got.reshape(-1), hq, wq, sh, sw, top, left)
+        planes = x[5:].reshape(2, height, width)
+        bordered = np.zeros((2, sh * hq + top, sw * wq + left + width), np.float32)
+        bordered[:, top:top + height, left:left + width] = planes
+        want = np.stack([np.stack([bordered[:, a::sh, b::sw][:, :hq, :wq] for b in range(sw)],
+                                  1) for a in range(sh)], 1)
+        np.testing.assert_array_equal(got, want, err_msg=f"{height, width, sh, sw, top, left}")
+
+
+@pytest.mark.parametrize("case", CASES + PAIRS[:14])
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
@@ -212,19 +239,24 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     grid = conv_packed.WIDE_ROWS if rows else conv_packed.WIDE_PAIRS
     one = conv_packed.WIDE_ROW_PAIR if plan.row_pair else conv_packed.WIDE_PAIR
     assert modes[:3] == [grid, one, grid]
-    assert rows or case not in PAIRS[9:13]
+    assert rows or case not in PAIRS[9:14]
 
 
 def test_three_pairs_on_rows_where_they_sum_fewer_positions():
-    """Runs of a row take 7x7 planes of many outputs (the grid sums 72 positions for 49),
-    not the grid's 14x14 and 28x28 ones (runs of seven cost more a position), at stride 1
-    and 2."""
+    """Runs of a row take 7x7 planes of many outputs (the grid sums 72 positions for 49)
+    and 14x14 ones at stride 1 (the grid sums 16 columns a row for 14; the pairs left over
+    from the threes alone on runs of two rows), not 14x14 at stride 2 (the grid's rows of
+    15) nor 28x28 and 56x56 planes (runs of seven cost more a position), nor fewer than
+    three pairs."""
     rows = lambda x, w, hw, s: conv_packed.plan(x, w, hw, s, (1, 1)).rows
     assert rows((1, 512, 7, 7), (512, 512, 3, 3), (7, 7), (1, 1))
     assert rows((1, 256, 14, 14), (512, 256, 3, 3), (7, 7), (2, 2))
-    assert not rows((1, 256, 14, 14), (256, 256, 3, 3), (14, 14), (1, 1))
+    assert rows((1, 256, 14, 14), (256, 256, 3, 3), (14, 14), (1, 1))
+    assert rows((1, 128, 14, 14), (128, 128, 3, 3), (14, 14), (1, 1))
     assert not rows((1, 128, 28, 28), (256, 128, 3, 3), (14, 14), (2, 2))
+    assert not rows((1, 96, 28, 28), (96, 96, 3, 3), (28, 28), (1, 1))
     assert not rows((1, 64, 56, 56), (64, 64, 3, 3), (56, 56), (1, 1))
+    assert not rows((1, 64, 7, 7), (32, 64, 3, 3), (7, 7), (1, 1))
 
 
 # one pair an item on runs of two rows (WIDE_ROW_PAIR, stride 1): groups of 8, 16, 24, 32,

@@ -44,8 +44,10 @@ a row, where the padded planes' grid would drop half. On small planes the column
 grid drops are many (two of nine on a 7x7 plane): there three pairs an item are summed on
 runs of seven positions of one row (:func:`_row_pair_sums`; twenty-one sums, three weight
 loads and seven broadcasts a tap), which drop none where ``Wo`` is a multiple of seven
-(``Plan.rows`` chooses by the positions each sums). Each output is the same chain of
-multiply-adds as one pair's (the same bits).
+(``Plan.rows`` chooses by the positions each sums), and the pairs left over from the
+threes (one or two) alone on runs of two rows (:func:`_two_row_pair_sums`), where summing
+the last pair again in a three wasted a pair's or two pairs' work. Each output is the same
+chain of multiply-adds as one pair's (the same bits).
 
 Grouped convs (RegNet's and ResNeXt-style groups of many channels) run the same loop:
 :func:`pack` pads each group's outputs to whole pairs, so a pair lies in one group, its
@@ -88,8 +90,11 @@ WIDE_RUN = 12         # ... where sixteen channels are one vector (``wide``)
 ROW_RUN = 7           # ... of one output row, three pairs at once (``WIDE_ROWS``)
 # A position of a pair summed on runs of a row costs this many of the grid's (21 sums a
 # tap where the grid's take 24, runs of 7 where they take 12: 1.04x on 7x7 planes, 1.1x on
-# 14x14 ones, batch 1, ``Plan.rows``)
-ROW_COST = 1.1
+# 14x14 ones, batch 1, ``Plan.rows``). With the pairs left over from the threes alone,
+# runs of rows took 0.86-0.96x the grid's time on 128-384 channels of 14x14 at stride 1,
+# 1.01x on 128 -> 256 channels at stride 2 onto 14x14 (1.1 costed them 0.998x), 1.07x
+# on 96 of 28x28, 0.76x on 160 and 512 of 7x7 (batch 1 and 8)
+ROW_COST = 1.12
 # ... and one pair's on runs of two rows, of the positions twelve at a time across rows
 # (0.90-0.97x their time on stride-1 grouped 3x3s of 7x7 to 28x28 planes, whose rows are
 # whole runs; ``Plan.row_pair``)
@@ -511,7 +516,17 @@ def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
     ``left`` columns of zeros, split into their ``sh * sw`` phases: plane ``(c, a, b)`` of
     ``xp (C, sh, sw, hq, wq)`` holds the bordered plane's rows ``a, a + sh, ...`` and columns
     ``b, b + sw, ...``, so that a conv of stride ``(sh, sw)`` reads each phase at stride 1
-    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero."""
+    (:func:`grid_offsets`). What lies outside ``x`` is never written: it stays zero.
+
+    At ``sw == 2`` one loop writes a row's two column phases from each pair of neighbours,
+    which LLVM turns into vector loads and shuffles: a loop a phase of every other element
+    took 1.3-1.6x the time (a stride-2 conv's copy of 64 channels of 56x56: 0.086 ms of its
+    0.9, now 0.055). Bordered column ``u = s + left`` of source column ``s`` is phase ``u %
+    2``'s column ``u // 2``; the pairs start at the first source column of an even one."""
+    s0 = left % 2
+    p0 = (s0 + left) // 2
+    n = max(0, min((width - s0) // 2, wq - p0))         # (the whole pairs)
+    last = (width - 1 + left) // 2 if (width - s0) % 2 == 1 else wq     # (a spare column)
     for c in range(channels):
         for a in range(sh):
             for r in range(hq):
@@ -519,6 +534,21 @@ def pad_phases(x, base, channels, height, width, xp, hq, wq, sh, sw, top, left):
                 if y < 0 or y >= height:
                     continue
                 row = x[base + (c * height + y) * width:base + (c * height + y + 1) * width]
+                if sw == 2:     # (both column phases in one pass)
+                    dst = ((c * sh + a) * 2 * hq + r) * wq
+                    even, odd = xp[dst:dst + wq], xp[dst + hq * wq:dst + (hq + 1) * wq]
+                    src, e, o = row[s0:s0 + 2 * n], even[p0:p0 + n], odd[p0:p0 + n]
+                    for m in range(n):
+                        e[m] = src[2 * m]
+                        o[m] = src[2 * m + 1]
+                    # (column 0 where it lies at an odd bordered column, and a last
+                    # column at an even one, through ``xp`` and ``x``: stored through
+                    # ``odd`` and ``even``, LLVM no longer vectorised the loop, 3x the time)
+                    if s0 == 1 and left // 2 < wq:
+                        xp[dst + hq * wq + left // 2] = x[base + (c * height + y) * width]
+                    if last < wq:
+                        xp[dst + last] = x[base + (c * height + y + 1) * width - 1]
+                    continue
                 for b in range(sw):
                     v0 = max(0, -((b - left) // sw))       # (the first column in ``x``)
                     v1 = min(wq, (width - 1 + left - b) // sw + 1)
@@ -539,7 +569,8 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     (image ``n`` from ``n * ostride``: ``kernels.out_images``; by ``mode``: ``NARROW``
     by :func:`_pair_sums`, ``WIDE_PAIR`` by :func:`_wide_pair_sums`, ``WIDE_PAIRS`` two
     pairs an item by :func:`_quad_pair_sums`, in one group, ``acc`` rows of ``4 Ho*Wo``
-    groups of eight; ``WIDE_ROWS`` three by :func:`_row_pair_sums`; ``WIDE_ROW_PAIR`` one
+    groups of eight; ``WIDE_ROWS`` three by :func:`_row_pair_sums`, those left over
+    alone as ``WIDE_ROW_PAIR``'s; ``WIDE_ROW_PAIR`` one
     on runs of two rows by :func:`_two_row_pair_sums`):
     the conv of the flat ``x (N, C, H, W)`` with the packed ``wp (pairs, C*kh*kw, 16)``
     (flat; tap ``t`` at ``offsets[t]`` in the padded planes of its group, ``groups`` of
@@ -559,16 +590,21 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
     span = -(-wo // ROW_RUN) * ROW_RUN             # (a row of ``_row_pair_sums``)
     # the positions of the grid modes (``_quad_pair_sums``, ``_row_pair_sums``,
     # ``_two_row_pair_sums``) and their rows' pitch
-    grid = (ho * span if per == 3 else -(-ho // 2) * 2 * span if mode == WIDE_ROW_PAIR
+    lone = -(-ho // 2) * 2 * span                  # (``_two_row_pair_sums``')
+    grid = (ho * span if per == 3 else lone if mode == WIDE_ROW_PAIR
             else -(-ho * wpad // WIDE_RUN) * WIDE_RUN)
     pitch = span if per == 3 or mode == WIDE_ROW_PAIR else wpad
-    units = -(-pairs // per)
+    # (an image's items: ``per`` pairs each, then each pair left over alone)
+    units = pairs // per + pairs % per
     total = images * units
     for slot in range(start, stop):
         xp, sums = scratch[slot], acc[slot]
         padded = -1
         for item in range(slot * total // acc.shape[0], (slot + 1) * total // acc.shape[0]):
-            n, p = item // units, item % units * per
+            n, u = item // units, item % units
+            whole = u < pairs // per
+            p = u * per if whole else pairs // per * per + u - pairs // per
+            count = per if whole else 1         # (the item's pairs)
             if n != padded and mode >= WIDE_PAIRS and sh * sw > 1:
                 pad_phases(x, n * channels * plane, channels, height, width, xp, hp, wpad,
                            sh, sw, top, left)
@@ -576,12 +612,12 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 pad_image(x, n * channels * plane, channels, rows, cols, width, height, xp,
                           hp, wpad, top, left)
             padded = n
-            count = min(per, pairs - p)         # (the item's pairs)
             on_grid = per == 3 or count == 2 or mode == WIDE_ROW_PAIR
-            if per == 3:    # (a spare pair or two: the last pair summed again, dropped)
-                _row_pair_sums(xp, wp, offsets, bias, sums, p, min(p + 1, pairs - 1),
-                               min(p + 2, pairs - 1), ho, wo, wpad, span, block)
-            elif mode == WIDE_ROW_PAIR:
+            at = lone if per == 3 and count == 1 else grid   # (the item's positions)
+            if count == 3:
+                _row_pair_sums(xp, wp, offsets, bias, sums, p, p + 1, p + 2, ho, wo, wpad,
+                               span, block)
+            elif mode == WIDE_ROW_PAIR or per == 3:     # (or a pair left from the threes)
                 _two_row_pair_sums(xp, wp, offsets, bias, sums, p, ho, wo, wpad, span, block,
                                    p // group_pairs * group_planes)
             elif on_grid:
@@ -603,8 +639,7 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
             channels2 = min(PAIR * count, cout // groups - local)
             halves = -(-channels2 // LANES)
             if where == 0:
-                _activate(sums[:halves * (grid if on_grid else size) * LANES], act, lo,
-                          hi)
+                _activate(sums[:halves * (at if on_grid else size) * LANES], act, lo, hi)
             for h in range(halves):
                 lanes = min(LANES, channels2 - h * LANES)
                 first = (channel + h * LANES) * size
@@ -612,10 +647,10 @@ def _forward(start, stop, x, wp, offsets, bias, out, residual, scratch, acc, act
                 if on_grid and pitch != wo:     # (row by row, from the grid)
                     for y in range(ho):
                         _interleave(out, base + y * wo, size, lanes,
-                                    sums[(h * grid + y * pitch) * LANES:], wo, False)
+                                    sums[(h * at + y * pitch) * LANES:], wo, False)
                 else:   # (a grid of rows of ``Wo`` is the plane: 8x8 transposes across rows)
                     _interleave(out, base, size, lanes,
-                                sums[h * (grid if on_grid else size) * LANES:], size, False)
+                                sums[h * (at if on_grid else size) * LANES:], size, False)
                 if where != 0:
                     for c in range(lanes):
                         q, r = base + c * size, n * cout * size + first + c * size
@@ -680,7 +715,9 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     (``WIDE_PAIRS``), each at ``ROW_COST`` of the grid's: a grid of ``Wq`` columns a row
     drops ``Wq - Wo`` of them, runs of ``ROW_RUN`` drop none where ``Wo`` is a multiple of
     seven (7x7 planes: 49 positions a pair where the grid of nine columns sums 72), and a
-    spare pair or two of three is summed again. One pair an item on runs of two rows
+    pair or two left over from the threes are summed alone on runs of two rows (``Ho``
+    rounded up to even: 56 positions of a 7x7 plane, where a three of the pair and two
+    copies of it summed 147). One pair an item on runs of two rows
     (``WIDE_ROW_PAIR``) at stride 1 where it sums fewer positions (at ``ROW_PAIR_COST``)
     than twelve at a time across rows: rows of whole runs of seven (at stride 2 the image
     is split into phases first, which cost more than the positions saved)."""
@@ -694,7 +731,8 @@ def plan(x_shape, w_shape, out_hw, stride, dilation) -> Plan:
     scratch = max(c * stride[0] * stride[1] * hq * wq, phased + int(grid.max()),
                   (even - 1) * wq + span + int(grid.max()))
     pairs = -(-w_shape[0] // PAIR)
-    rows = ROW_COST * ho * span * -(-pairs // 3) * 3 < phased * -(-pairs // 2) * 2
+    rows = pairs >= 3 and (ROW_COST * span * (3 * ho * (pairs // 3) + even * (pairs % 3))
+                           < phased * -(-pairs // 2) * 2)
     row_pair = (tuple(stride) == (1, 1)
                 and ROW_PAIR_COST * even * span < -(-ho * wo // WIDE_RUN) * WIDE_RUN)
     return Plan(_offsets(c, (kh, kw), dilation, hp, wp), hp, wp, block, grid, hq, wq, scratch,
