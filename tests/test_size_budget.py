@@ -630,9 +630,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # expand_into_depthwise (passes/expand.py), its op expand_depthwise_blocked (ops/layout.py)
 # and its loop by bands of rows (kernels/conv_expand.py; conv_blocked's 1x1 group loop
 # taking the output's layout).
-CORE_BUDGET = 34_054
+# kernels/ +17 and the core +17 (issue 26, i-effnet): the blocked depthwise and expand loops
+# run their epilogue sixteen lanes wide and over several short rows at once
+# (conv_lanes.rows_due); rows of seven positions one register block (run_wide's n).
+CORE_BUDGET = 34_071
 BUDGETS = {".": 2_118, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_274,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_291,
            "ops": 11_759, "passes": 4_142, "export": 3_840, "nn": 4_881, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
