@@ -35,6 +35,10 @@ DEPTHWISE = [
     (2, 40, 23, 30, 5, 1, 2, 1, "hardswish", "after"),   # runs of eight, 5 wide
     (1, 16, 40, 12, 5, 1, 1, 1, "none", None),           # padding less than the half
     (0, 24, 7, 7, 3, 1, 1, 1, "relu", None),             # no images
+    (2, 40, 7, 7, 3, 1, 1, 1, "silu", "after"),          # rows of seven, 3 wide
+    (1, 24, 9, 7, 5, 1, 2, 1, "hardswish", None),        # rows of seven, 5 wide
+    (1, 16, 13, 13, 5, 2, 2, 1, "silu", "before"),       # rows of seven at stride 2
+    (1, 24, 30, 5, 3, 1, 1, 1, "silu", "after"),         # epilogue twelve rows at a time
 ]
 
 

@@ -28,8 +28,8 @@ import numpy as np
 
 from . import helper, loop
 from .conv_blocked import WIDE_GROUP, group
-from .conv_lanes import _row, _weights, finish
-from .simd import LANES, WIDE, lanes_of, load, load_like, load_wide
+from .conv_lanes import _row, _weights, finish, rows_due
+from .simd import LANES, WIDE, lanes_of, load, load_like, load_wide, wide_loops
 from .threads import run_kept, threads_for
 from .tuning import cores
 
@@ -101,10 +101,11 @@ def _band(x, packed, bias, w, dbias, out, residual, band, wt, n, r0, r1, g, lo, 
         for r in range(r1 - r0):
             _row(out[base:], plane, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp, LANES,
                  size)
-            for k in range(lanes // LANES):
-                q = base + k * size + r * line
-                finish(out[q:q + line], residual[q:q + line] if where else residual[0:1],
-                       where, dact, dlo, dhi)
+            done = rows_due(r, r1 - r0, line)
+            for k in range(lanes // LANES if done else 0):
+                q, e = base + k * size + (r + 1 - done) * line, base + k * size + (r + 1) * line
+                finish(out[q:e], residual[q:e] if where else residual[0:1], where, dact, dlo,
+                       dhi)
 
 
 @loop(fastmath={"contract"})
@@ -115,7 +116,9 @@ def _expand_depthwise(start, stop, x, packed, bias, w, dbias, out, residual, ban
     ``packed`` (``conv_blocked.pack``'s, groups of ``width`` 24 or 48 channels) and the
     padded ``bias``, then the depthwise conv with the flat ``w (C, kh*kw)`` and ``dbias``,
     into the flat blocked ``out``; ``g`` the geometry and activation codes (``fitted``),
-    ``lo, hi`` and ``dlo, dhi`` the bounds of each epilogue."""
+    ``lo, hi`` and ``dlo, dhi`` the bounds of each epilogue. The epilogues' loops run
+    sixteen lanes where the CPU has them (``simd.wide_loops``)."""
+    wide_loops()
     ho, cout = g[4], g[1]
     per_image = -(-ho // per_band)
     items = out.size // (cout * ho * g[5]) * per_image

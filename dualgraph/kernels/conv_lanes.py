@@ -45,6 +45,22 @@ def finish(dst, res, where, act, lo, hi):
             dst[v] = dst[v] + res[v]
 
 
+# Floats of a blocked plane's rows whose epilogue runs as one slice (:func:`rows_due`): a
+# 7-wide row is 56 floats, whose loop runs three sixteen-lane vectors and a scalar tail;
+# as many rows as make 512 (2 kB, in L1 beside the rows' sums) run whole vectors.
+EPILOGUE_RUN = 512
+
+
+@helper(inline="always")
+def rows_due(r, rows, line):
+    """How many output rows ending at row ``r`` (of ``rows``, ``line`` floats each) to
+    :func:`finish` now: the rows since the last flush once they make ``EPILOGUE_RUN``
+    floats or ``r`` is the last row, else 0. Short rows are finished a few at a time, long
+    rows one at a time while in cache."""
+    batch = max(1, EPILOGUE_RUN // line)
+    return (r % batch) + 1 if (r + 1) % batch == 0 or r == rows - 1 else 0
+
+
 @helper(inline="always")
 def _pack(x, base, plane, lanes, rows, cols, width, stage, packed, wp, top, left):
     """Planes ``base + c * plane`` (``c < lanes``) of the flat input ``x``, their first
@@ -143,8 +159,11 @@ def run_taps(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, tstep, wstep, 
 
 
 @helper(inline="always")
-def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, ostep, gap):
-    """:func:`run_taps`' eight positions for a 3- or 5-wide kernel (``kw``) at column
+def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, ostep, gap,
+             n):
+    """:func:`run_taps`' eight positions (``n`` 7: seven, the eighth's sum, loads and
+    store left out, for rows of exactly seven positions, which took two overlapping runs
+    of four, each latency-bound) for a 3- or 5-wide kernel (``kw``) at column
     stride and dilation 1 (the taps of a row ``step`` apart, as the positions): per kernel
     row the ``kw`` weights are held in registers and the ten (twelve) input vectors the
     eight windows span are loaded once, each multiplied into the sums of up to three
@@ -189,14 +208,16 @@ def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, o
         if five:
             a4, a5 = fma(w4, x, a4), fma(w3, x, a5)
         a6, a7 = fma(w2, x, a6), fma(w1, x, a7)
-        x = load_like(src, p + 9 * step, bias)
-        if five:
-            a5, a6 = fma(w4, x, a5), fma(w3, x, a6)
-        a7 = fma(w2, x, a7)
+        if five or n > 7:
+            x = load_like(src, p + 9 * step, bias)
+            if five:
+                a5, a6 = fma(w4, x, a5), fma(w3, x, a6)
+            a7 = fma(w2, x, a7)
         if five:
             x = load_like(src, p + 10 * step, bias)
             a6, a7 = fma(w4, x, a6), fma(w3, x, a7)
-            a7 = fma(w4, load_like(src, p + 11 * step, bias), a7)
+            if n > 7:
+                a7 = fma(w4, load_like(src, p + 11 * step, bias), a7)
     store_runs(sums, q, gap, a0)
     store_runs(sums, q + ostep, gap, a1)
     store_runs(sums, q + 2 * ostep, gap, a2)
@@ -204,27 +225,33 @@ def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, o
     store_runs(sums, q + 4 * ostep, gap, a4)
     store_runs(sums, q + 5 * ostep, gap, a5)
     store_runs(sums, q + 6 * ostep, gap, a6)
-    store_runs(sums, q + 7 * ostep, gap, a7)
+    if n > 7:
+        store_runs(sums, q + 7 * ostep, gap, a7)
 
 
 @helper(inline="always")
 def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp, ostride, gap):
     """Output row ``r`` (``wo`` positions) of a block into ``sums`` (``ostride`` floats a
     position, a sixteen-lane sum's two halves ``gap`` apart): eight positions at a time
-    (four on rows of four to seven), each tap one multiply-add per position. The block is
+    (seven on rows of seven for a 3- or 5-wide kernel at stride 1, :func:`run_wide`; four
+    on other rows of four to seven), each tap one multiply-add per position. The block is
     as wide as ``bias``: its plane ``packed`` and weights ``wt`` hold that many floats a
     position and tap. A row's last run ends at the row's end, recomputing a few positions
     (the same bits) instead of a remainder one position at a time, which ran at a fifth
     of the rate."""
     width = lanes_of(bias)
     step, v = sw * width, 0
+    reuse = (kw == 3 or kw == 5) and sw == 1 and dw == 1
     while v < wo:
-        run = 8 if wo >= 8 else (4 if wo >= 4 else 1)
+        run = 8 if wo >= 8 else (7 if wo == 7 and reuse else (4 if wo >= 4 else 1))
         v = min(v, wo - run)
         o, q = ((r * sh) * wp + v * sw) * width, (r * wo + v) * ostride
-        if run == 8 and (kw == 3 or kw == 5) and sw == 1 and dw == 1:
+        if run == 8 and reuse:
             run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, width, width,
-                     ostride, gap)
+                     ostride, gap, 8)
+        elif run == 7:
+            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, width, width,
+                     ostride, gap, 7)
         elif run > 1:
             run_taps(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, dw * width,
                      width, step, ostride, gap, run == 8)

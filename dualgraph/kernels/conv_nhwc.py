@@ -137,7 +137,7 @@ def _run(out, x, wt, b, bias, q, o, i0, i1, kw, rstep, tstep, cp, step, channels
     positions) where ``reuse``, else ``run_taps``."""
     if reuse:
         run_wide(out, x, wt, b, bias, q + b, o + b, i0, i1, kw, rstep, cp, step, channels,
-                 LANES)
+                 LANES, 8)
     else:
         run_taps(out, x, wt, b, bias, q + b, o + b, i0, i1, kw, rstep, tstep, cp, step,
                  channels, LANES, run == 8)
