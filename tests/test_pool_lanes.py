@@ -33,14 +33,15 @@ POOLS = [
 def _vectorised(case):
     (_, _, h, w), k, s, p, d, ceil = case
     (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
-    return pooling.vectorised(w, wo, k, s, d, p)
+    return pooling.vectorised(wo, s)
 
 
 def _wide(case) -> bool:
-    """Whether the values loop may run ``case`` sixteen lanes a vector down the columns
-    (input rows of sixteen at least; across too where the output rows hold sixteen, else
-    eight; the op does where the CPU runs AVX-512 at full width)."""
-    return case[0][3] >= 16
+    """Whether the values loop runs ``case`` sixteen outputs a vector when asked to (output
+    rows of sixteen at least; the op asks where the CPU runs AVX-512 at full width)."""
+    (_, _, h, w), k, s, p, d, ceil = case
+    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
+    return wo >= 16
 
 
 # (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)

@@ -114,6 +114,36 @@ def load_like(typingctx, array, offset, like):
 
 
 @Intrinsic
+def load_inside(typingctx, array, offset, first, size, fill):
+    """``array[offset + l]`` in each lane ``l`` of ``fill``'s where ``0 <= first + l <
+    size``, ``fill``'s lane elsewhere: a masked load (``llvm.masked.load``), which reads
+    nothing of the lanes outside, so ``offset`` may lie before the array's start or its
+    last lanes past its end (a row's columns ``first:first + n`` with those outside the
+    row filled: a window's padding)."""
+    from numba.core import types
+    _check_array(array)
+    _check_like(array, fill)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        from numba.core import cgutils
+        n, i32 = fill.lanes, ir.IntType(32)
+        target, at, start, stop, passthru = args
+        lanes = ir.VectorType(i32, n)
+        columns = builder.add(_splat(builder, builder.trunc(start, i32), lanes, n),
+                              ir.Constant(lanes, list(range(n))))
+        mask = builder.icmp_unsigned("<", columns,
+                                     _splat(builder, builder.trunc(stop, i32), lanes, n))
+        pointer = _pointer(context, builder, signature.args[0], target, at, n)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(passthru.type, [pointer.type, i32, mask.type,
+                                                            passthru.type]),
+            f"llvm.masked.load.v{n}f{array.dtype.bitwidth}.p0")
+        return builder.call(fn, [pointer, i32(array.dtype.bitwidth // 8), mask, passthru])
+    return fill(array, types.intp, types.intp, types.intp, fill), codegen
+
+
+@Intrinsic
 def lanes_of(typingctx, vector):
     """How many lanes ``vector`` has: a constant of its type."""
     from numba.core import types
