@@ -31,23 +31,12 @@ POOLS = [
 
 
 def _vectorised(case):
-    (_, _, h, w), k, s, p, d, ceil = case
-    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
-    return pooling.vectorised(wo, s)
-
-
-def _wide(case) -> bool:
-    """Whether the values loop runs ``case`` sixteen outputs a vector when asked to (output
-    rows of sixteen at least; the op asks where the CPU runs AVX-512 at full width)."""
-    (_, _, h, w), k, s, p, d, ceil = case
-    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
-    return wo >= 16
+    return pooling.vectorised(case[0][3], case[2])
 
 
 # (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)
 VECTORISED = [case for case in POOLS if _vectorised(case)]
-VALUES = [(case, 8) for case in VECTORISED] + [(case, 16) for case in VECTORISED
-                                               if _wide(case)]
+VALUES = [(case, lanes) for case in VECTORISED for lanes in (8, 16)]
 
 
 def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
@@ -119,6 +108,31 @@ def test_values_pooled_again_keeping_nan_only_where_needed(where):
     want = F.max_pool2d(torch.tensor(x), *pool[:4], ceil_mode=pool[4]).numpy()
     assert np.isnan(want).any() == (where != "inf and -inf")
     np.testing.assert_array_equal(_pool(x, *pool)[0], want)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize("case", [((1, 1, 5, 40), 3, 2, 1, 1, True),
+                                  ((1, 1, 4, 37), 3, 1, 1, 1, False),
+                                  ((1, 1, 6, 45), 5, 2, 2, 1, True),
+                                  ((1, 1, 5, 50), 3, 1, 1, 3, False),
+                                  ((1, 1, 7, 47), 3, 2, 0, 2, True),
+                                  ((1, 1, 3, 33), 2, 2, 1, 1, True)])
+def test_values_find_a_nan_in_every_column(case, lanes):
+    """One plane per input column, a NaN in that column alone (in the middle row, and
+    where an infinity of each sign shares the plane, in the first or last row): the values
+    loop sees each NaN a window holds (the sums it reads cover every such column: the
+    first taps of each vector and all taps of a row's last, every tap with dilation), NaN
+    wins in its windows as in torch; the plain maxima elsewhere."""
+    (_, _, h, w), k, s, p, d, ceil = case
+    rng = np.random.default_rng(w)
+    x = np.repeat(rng.standard_normal((1, 1, h, w)).astype(np.float32), 2 * w, axis=1)
+    for q in range(w):
+        x[0, q, h // 2, q] = np.nan
+        x[0, w + q, (h - 1) * (q % 2), q] = np.nan
+        x[0, w + q, 0, (q + 1) % w], x[0, w + q, h - 1, (q + 2) % w] = np.inf, -np.inf
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    assert _vectorised(case) and np.isnan(want).any()
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil, lanes=lanes)[0], want)
 
 
 @pytest.mark.parametrize("case", POOLS)

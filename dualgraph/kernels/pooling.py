@@ -12,7 +12,7 @@ import numpy as np
 from . import helper, isa, loop
 from .simd import (LANES, WIDE, add, broadcast, broadcast_wide, divide, even_lanes, lanes_of,
                    load, load_even, load_inside, load_like, maximum, maximum_nan, odd_lanes,
-                   store, where_greater)
+                   store, store_first, where_greater)
 
 F = np.float32
 
@@ -125,11 +125,11 @@ def inside_columns(width, wo, kw, sw, dw, left):
     return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
 
 
-def vectorised(wo: int, sw: int) -> bool:
-    """Whether :func:`max_pool_values` takes rows of ``wo`` outputs at column stride
-    ``sw``: eight outputs a row at least (its vectors hold eight or sixteen outputs of a
-    row), stride 1 or 2 (else it is slower than NumPy's running maximum)."""
-    return sw <= 2 and wo >= LANES
+def vectorised(width: int, sw: int) -> bool:
+    """Whether :func:`max_pool_values` takes input rows of ``width`` at column stride
+    ``sw``: rows of eight at least (narrower planes go faster with the planes in the lanes,
+    ``pool_lanes``), stride 1 or 2 (else it is slower than NumPy's running maximum)."""
+    return sw <= 2 and width >= LANES
 
 
 @loop
@@ -172,7 +172,8 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
 @helper(inline="always")
 def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, lowest, zero):
     """One output row of :func:`max_pool_values` into ``out[o:o + wo]``, ``n`` outputs a
-    vector (``lowest``'s lanes, -inf; the last ``n`` end at ``wo``): for each tap the
+    vector (``lowest``'s lanes, -inf; the last ``n`` end at ``wo``, or a row of fewer
+    is one vector, its first ``wo`` lanes stored): for each tap the
     maxima down the window's ``kh`` rows (flat offsets ``rows``) of masked loads (the
     columns outside the row -inf), at stride 2 the even lanes of two such (and the next
     tap's, without dilation, their odd lanes). Returns the sum of what the first taps of
@@ -183,8 +184,8 @@ def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, 
     pairs = sw == 2 and dw == 1
     total = zero
     for j in range(0, wo, n):
-        j = min(j, wo - n)
-        every = j == wo - n or dw > 1
+        j = max(min(j, wo - n), 0)
+        every = j == max(wo - n, 0) or dw > 1
         b = lowest
         for c in range(0, kw, 2 if pairs else 1):
             col = j * sw - left + c * dw
@@ -206,7 +207,10 @@ def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, 
                     v = maximum_nan(v, odd) if keep_nan else maximum(odd, v)
                 low = v
             b = maximum_nan(b, low) if keep_nan else maximum(low, b)
-        store(out, o + j, b)
+        if wo < n:
+            store_first(out, o, wo, b)
+        else:
+            store(out, o + j, b)
     return total
 
 
@@ -269,8 +273,9 @@ def _values_shapes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, 
 
 def values_lanes(wo: int) -> int:
     """The lanes of :func:`max_pool_values`' vectors: sixteen outputs where the loops run
-    AVX-512 at full width (``isa.full_width``) and output rows hold sixteen, else eight."""
-    return WIDE if isa.full_width() and wo >= WIDE else LANES
+    AVX-512 at full width (``isa.full_width``) and output rows hold more than eight (rows
+    of fewer than sixteen: one vector, its last lanes not stored), else eight."""
+    return WIDE if isa.full_width() and wo > LANES else LANES
 
 
 @loop
@@ -286,8 +291,8 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     with their sizes as constants (:func:`_values_shapes`). Plain maxima (``vmaxps``), and
     a plane whose read values summed to NaN is pooled again NaN-keeping
     (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
-    (rows of eight outputs at least, column stride 1 or 2)."""
-    if lanes == WIDE and wo >= WIDE:
+    (input rows of eight at least, column stride 1 or 2)."""
+    if lanes == WIDE:
         _values_shapes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
                        top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)))
     else:

@@ -256,6 +256,33 @@ def store(typingctx, array, offset, value):
     return types.void(array, offset, value), codegen
 
 
+@Intrinsic
+def store_first(typingctx, array, offset, count, value):
+    """``array[offset:offset + count] = value[:count]``: the first ``count`` lanes (a
+    masked store, ``llvm.masked.store``: nothing past them written, so the vector may
+    reach past the array's end)."""
+    from numba.core import types
+    _check_array(array)
+    if not (_is_vector(value) and value.dtype == array.dtype):
+        raise TypeError(f"cannot store {value} into {array}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        from numba.core import cgutils
+        n, i32 = value.lanes, ir.IntType(32)
+        lanes = ir.VectorType(i32, n)
+        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(n))),
+                                   _splat(builder, builder.trunc(args[2], i32), lanes, n))
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], n)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [args[3].type, pointer.type, i32,
+                                                            mask.type]),
+            f"llvm.masked.store.v{n}f{array.dtype.bitwidth}.p0")
+        builder.call(fn, [args[3], pointer, i32(array.dtype.bitwidth // 8), mask])
+        return context.get_dummy_value()
+    return types.void(array, types.intp, types.intp, value), codegen
+
+
 def _splat(builder, value, kind, lanes: int):
     """A vector of type ``kind`` with the scalar ``value`` in each of its ``lanes``."""
     from llvmlite import ir

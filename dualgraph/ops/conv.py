@@ -993,7 +993,7 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
     shared among threads, by ``kernels.pooling.max_pool_values`` (eight or sixteen outputs
     of a row a vector, straight from the input rows, NaN kept) where it takes the rows
-    (eight outputs a row at least, column stride 1 or 2: ``pooling.vectorised``); else
+    (input rows of eight at least, column stride 1 or 2: ``pooling.vectorised``); else
     with eight or sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``),
     or by ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out``
     where given (``empty_into``). None where none runs (another dtype, no Numba, a small
@@ -1002,7 +1002,7 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    if kernels.pooling.vectorised(out_hw[1], stride[1]):
+    if kernels.pooling.vectorised(hw[1], stride[1]):
         return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
                               kernels.pooling.max_pool_values,
                               kernels.pooling.values_lanes(out_hw[1]), out=out)[0]
