@@ -113,6 +113,26 @@ def load_like(typingctx, array, offset, like):
             _load_code(like.lanes, array.dtype.bitwidth // 8))
 
 
+def _lanes_inside(builder, first, size, lanes: int):
+    """The ``<lanes x i1>`` mask of the lanes ``l`` with ``0 <= first + l < size``."""
+    from llvmlite import ir
+    i32 = ir.IntType(32)
+    kind = ir.VectorType(i32, lanes)
+    columns = builder.add(_splat(builder, builder.trunc(first, i32), kind, lanes),
+                          ir.Constant(kind, list(range(lanes))))
+    return builder.icmp_unsigned("<", columns,
+                                 _splat(builder, builder.trunc(size, i32), kind, lanes))
+
+
+def _masked(builder, name, result, args):
+    """A call of the LLVM intrinsic ``name`` (``llvm.masked.*``) on ``args``."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(result, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
 @Intrinsic
 def load_inside(typingctx, array, offset, first, size, fill):
     """``array[offset + l]`` in each lane ``l`` of ``fill``'s where ``0 <= first + l <
@@ -126,20 +146,11 @@ def load_inside(typingctx, array, offset, first, size, fill):
 
     def codegen(context, builder, signature, args):
         from llvmlite import ir
-        from numba.core import cgutils
-        n, i32 = fill.lanes, ir.IntType(32)
-        target, at, start, stop, passthru = args
-        lanes = ir.VectorType(i32, n)
-        columns = builder.add(_splat(builder, builder.trunc(start, i32), lanes, n),
-                              ir.Constant(lanes, list(range(n))))
-        mask = builder.icmp_unsigned("<", columns,
-                                     _splat(builder, builder.trunc(stop, i32), lanes, n))
-        pointer = _pointer(context, builder, signature.args[0], target, at, n)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(passthru.type, [pointer.type, i32, mask.type,
-                                                            passthru.type]),
-            f"llvm.masked.load.v{n}f{array.dtype.bitwidth}.p0")
-        return builder.call(fn, [pointer, i32(array.dtype.bitwidth // 8), mask, passthru])
+        n, bits = fill.lanes, array.dtype.bitwidth
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], n)
+        return _masked(builder, f"llvm.masked.load.v{n}f{bits}.p0", args[4].type,
+                       [pointer, ir.IntType(32)(bits // 8),
+                        _lanes_inside(builder, args[2], args[3], n), args[4]])
     return fill(array, types.intp, types.intp, types.intp, fill), codegen
 
 
@@ -268,17 +279,11 @@ def store_first(typingctx, array, offset, count, value):
 
     def codegen(context, builder, signature, args):
         from llvmlite import ir
-        from numba.core import cgutils
-        n, i32 = value.lanes, ir.IntType(32)
-        lanes = ir.VectorType(i32, n)
-        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(n))),
-                                   _splat(builder, builder.trunc(args[2], i32), lanes, n))
+        n, bits = value.lanes, array.dtype.bitwidth
         pointer = _pointer(context, builder, signature.args[0], args[0], args[1], n)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [args[3].type, pointer.type, i32,
-                                                            mask.type]),
-            f"llvm.masked.store.v{n}f{array.dtype.bitwidth}.p0")
-        builder.call(fn, [args[3], pointer, i32(array.dtype.bitwidth // 8), mask])
+        mask = _lanes_inside(builder, context.get_constant(types.intp, 0), args[2], n)
+        _masked(builder, f"llvm.masked.store.v{n}f{bits}.p0", ir.VoidType(),
+                [args[3], pointer, ir.IntType(32)(bits // 8), mask])
         return context.get_dummy_value()
     return types.void(array, types.intp, types.intp, value), codegen
 
