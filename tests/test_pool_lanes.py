@@ -135,6 +135,40 @@ def test_values_find_a_nan_in_every_column(case, lanes):
     np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil, lanes=lanes)[0], want)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_values_of_random_windows_match_torch(seed):
+    """Windows of unequal sides, strides (the column's 1 or 2), padding, dilation and
+    ceil mode drawn at random, on planes of 1-40 rows and 8-70 columns, float64 left to
+    NumPy, at both widths: the op's values (the values loop where its rows fit) are
+    torch's, NaN and infinities included."""
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        k, d = rng.integers(1, 6, 2), rng.integers(1, 3, 2)
+        s, p = (rng.integers(1, 4), rng.integers(1, 3)), rng.integers(0, k // 2 + 1)
+        h, w = rng.integers(max(1, d[0] * (k[0] - 1) + 1 - 2 * p[0]), 41), rng.integers(8, 71)
+        h, w = max(h, 1), max(w, d[1] * (k[1] - 1) + 1)
+        x = rng.standard_normal((int(rng.integers(1, 3)), int(rng.integers(1, 20)), h, w))
+        x = x.astype(np.float32)
+        x.flat[rng.integers(0, x.size, 3)] = np.nan, np.inf, -np.inf
+        pool = tuple(map(tuple, (k, s, p, d))) + (bool(rng.integers(0, 2)),)
+        want = F.max_pool2d(torch.tensor(x), *pool[:4], ceil_mode=pool[4]).numpy()
+        for lanes in (8, 16):
+            if pooling.vectorised(w, s[1]):
+                n, c = x.shape[:2]
+                ho, wo = want.shape[2:]
+                out = np.full((n * c, ho * wo), 7.0, np.float32)
+                pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo,
+                                        *k, *s, *d, *p, lanes)
+                np.testing.assert_array_equal(out.reshape(want.shape), want, err_msg=pool)
+        got = MAX_POOL2D_VALUES.kernel(x, kernel_size=pool[0], stride=pool[1], padding=pool[2],
+                                       dilation=pool[3], ceil_mode=pool[4])
+        np.testing.assert_array_equal(got, want, err_msg=str(pool))
+        got = MAX_POOL2D_VALUES.kernel(x.astype(np.float64), kernel_size=pool[0],
+                                       stride=pool[1], padding=pool[2], dilation=pool[3],
+                                       ceil_mode=pool[4])
+        np.testing.assert_array_equal(got, want.astype(np.float64), err_msg=str(pool))
+
+
 @pytest.mark.parametrize("case", POOLS)
 def test_indices_match_torch(case):
     """Values and flat positions (no NaN: the op checks; ties in a window: the first)."""
