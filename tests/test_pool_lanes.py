@@ -40,14 +40,16 @@ VALUES = [(case, lanes) for case in VECTORISED for lanes in (8, 16)]
 
 
 def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
-    """The loop on every plane of ``x`` at once (no size threshold; the values loop only
-    where ``pooling.vectorised``, with vectors of ``lanes``)."""
+    """The loop on every plane of ``x`` at once (no size threshold; the values loop, or
+    its unrolled copy for the window, only where ``pooling.vectorised``, with vectors of
+    ``lanes``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
     geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
     if not indices:
-        pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
+        pooling.values_loop(k, k, s, d, d)(0, n * c, x.reshape(n * c, h * w), out, *geometry,
+                                           lanes)
         return out.reshape(n, c, ho, wo), None
     where = np.full((n * c, ho * wo), -5, np.int64)
     pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
@@ -157,8 +159,9 @@ def test_values_of_random_windows_match_torch(seed):
                 n, c = x.shape[:2]
                 ho, wo = want.shape[2:]
                 out = np.full((n * c, ho * wo), 7.0, np.float32)
-                pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo,
-                                        *k, *s, *d, *p, lanes)
+                loop = pooling.values_loop(*k, s[1], *d)
+                loop(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo, *k, *s, *d, *p,
+                     lanes)
                 np.testing.assert_array_equal(out.reshape(want.shape), want, err_msg=pool)
         got = MAX_POOL2D_VALUES.kernel(x, kernel_size=pool[0], stride=pool[1], padding=pool[2],
                                        dilation=pool[3], ceil_mode=pool[4])

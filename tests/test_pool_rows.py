@@ -198,7 +198,7 @@ def test_max_values_on_short_rows_match_torch_with_nan(case, monkeypatch):
     monkeypatch.setattr(kernels.Loop, "entry",
                         lambda self, *args: calls.append(self.__name__) or entry(self, *args))
     got = conv_ops.max_pool_values(x, pair(k), pair(s), pair(p), pair(d), ceil)
-    assert calls == [loop]
+    assert len(calls) == 1 and calls[0].startswith(loop)    # (or its unrolled copy)
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
     np.testing.assert_array_equal(got, want)
 

@@ -251,31 +251,23 @@ def _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, 
                           top, left, True, lowest, zero)
 
 
-@helper(inline="always")
-def _values_shapes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                   left, lowest, zero):
-    """:func:`_values_planes` with the common windows' sizes and strides as constants (3x3
-    at stride 1 or 2, 2x2 at stride 2, no dilation: their loops unrolled), any other as
-    they come."""
-    if kh == 3 and kw == 3 and dh == 1 and dw == 1 and sw == 2:
-        _values_planes(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
-                       left, lowest, zero)
-    elif kh == 3 and kw == 3 and dh == 1 and dw == 1 and sw == 1:
-        _values_planes(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
-                       left, lowest, zero)
-    elif kh == 2 and kw == 2 and dh == 1 and dw == 1 and sw == 2:
-        _values_planes(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
-                       left, lowest, zero)
-    else:
-        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, lowest, zero)
-
-
 def values_lanes(wo: int) -> int:
     """The lanes of :func:`max_pool_values`' vectors: sixteen outputs where the loops run
     AVX-512 at full width (``isa.full_width``) and output rows hold more than eight (rows
     of fewer than sixteen: one vector, its last lanes not stored), else eight."""
     return WIDE if isa.full_width() and wo > LANES else LANES
+
+
+@helper(inline="always")
+def _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                   left, lanes):
+    """:func:`_values_planes` with ``lanes`` (:func:`values_lanes`) lanes."""
+    if lanes == WIDE:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)))
+    else:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast(F(-np.inf)), broadcast(F(0)))
 
 
 @loop
@@ -287,17 +279,50 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     taps (at stride 2 the even and odd lanes of the same loads, two taps for two loads a
     row). Masked loads give the columns outside a row -inf and a window's rows outside
     the plane are its first inside row again, so padding and ceil mode's last windows
-    take the same vectors; the common windows (3x3 at stride 1 or 2, 2x2 at stride 2) run
-    with their sizes as constants (:func:`_values_shapes`). Plain maxima (``vmaxps``), and
-    a plane whose read values summed to NaN is pooled again NaN-keeping
-    (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
-    (input rows of eight at least, column stride 1 or 2)."""
-    if lanes == WIDE:
-        _values_shapes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)))
-    else:
-        _values_shapes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast(F(-np.inf)), broadcast(F(0)))
+    take the same vectors. Plain maxima (``vmaxps``), and a plane whose read values
+    summed to NaN is pooled again NaN-keeping (``llvm.maximum`` costs 2.5x; NaN wins, as
+    in torch). Only where :func:`vectorised` (input rows of eight at least, column
+    stride 1 or 2); the common windows take :func:`values_loop`'s unrolled copies."""
+    _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                   left, lanes)
+
+
+@loop
+def max_pool_values_3x3s2(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                          top, left, lanes):
+    """:func:`max_pool_values` of 3x3 windows at column stride 2 without dilation."""
+    _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
+                   left, lanes)
+
+
+@loop
+def max_pool_values_3x3s1(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                          top, left, lanes):
+    """:func:`max_pool_values` of 3x3 windows at column stride 1 without dilation."""
+    _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
+                   left, lanes)
+
+
+@loop
+def max_pool_values_2x2s2(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                          top, left, lanes):
+    """:func:`max_pool_values` of 2x2 windows at column stride 2 without dilation."""
+    _values_widths(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
+                   left, lanes)
+
+
+# (kh, kw, column stride, dilation) -> the loop with those as constants
+_UNROLLED = {(3, 3, 2, 1, 1): max_pool_values_3x3s2, (3, 3, 1, 1, 1): max_pool_values_3x3s1,
+             (2, 2, 2, 1, 1): max_pool_values_2x2s2}
+
+
+def values_loop(kh: int, kw: int, sw: int, dh: int, dw: int):
+    """The values loop for windows of ``kh x kw`` at column stride ``sw``, dilation ``(dh,
+    dw)``: the common ones (3x3 at stride 1 or 2, 2x2 at stride 2, no dilation) by a copy
+    of :func:`max_pool_values` with those sizes as constants, its loops unrolled (a
+    separate loop, compiled only where a model has such a pool), the rest by the loop
+    itself."""
+    return _UNROLLED.get((kh, kw, sw, dh, dw), max_pool_values)
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

@@ -991,8 +991,9 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=None):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
-    shared among threads, by ``kernels.pooling.max_pool_values`` (eight or sixteen outputs
-    of a row a vector, straight from the input rows, NaN kept) where it takes the rows
+    shared among threads, by ``kernels.pooling.max_pool_values`` (or its unrolled copy for
+    the window: ``values_loop``; eight or sixteen outputs of a row a vector, straight
+    from the input rows, NaN kept) where it takes the rows
     (input rows of eight at least, column stride 1 or 2: ``pooling.vectorised``); else
     with eight or sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``),
     or by ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out``
@@ -1003,8 +1004,8 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
     if kernels.pooling.vectorised(hw[1], stride[1]):
-        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                              kernels.pooling.max_pool_values,
+        loop = kernels.pooling.values_loop(*kernel_size, stride[1], *dilation)
+        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop,
                               kernels.pooling.values_lanes(out_hw[1]), out=out)[0]
     if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
