@@ -282,47 +282,36 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     take the same vectors. Plain maxima (``vmaxps``), and a plane whose read values
     summed to NaN is pooled again NaN-keeping (``llvm.maximum`` costs 2.5x; NaN wins, as
     in torch). Only where :func:`vectorised` (input rows of eight at least, column
-    stride 1 or 2); the common windows take :func:`values_loop`'s unrolled copies."""
+    stride 1 or 2); the common windows take :func:`max_pool_values_unrolled`."""
     _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                    left, lanes)
 
 
 @loop
-def max_pool_values_3x3s2(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                          top, left, lanes):
-    """:func:`max_pool_values` of 3x3 windows at column stride 2 without dilation."""
-    _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
-                   left, lanes)
+def max_pool_values_unrolled(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh,
+                             dw, top, left, lanes):
+    """:func:`max_pool_values` of the common windows (``UNROLLED``: 3x3 at column stride 2
+    or 1, 2x2 at stride 2, no dilation) with their sizes as constants, its loops
+    unrolled."""
+    if kh == 3 and sw == 2:
+        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
+                       left, lanes)
+    elif kh == 3:
+        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
+                       left, lanes)
+    else:
+        _values_widths(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
+                       left, lanes)
 
 
-@loop
-def max_pool_values_3x3s1(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                          top, left, lanes):
-    """:func:`max_pool_values` of 3x3 windows at column stride 1 without dilation."""
-    _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
-                   left, lanes)
-
-
-@loop
-def max_pool_values_2x2s2(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                          top, left, lanes):
-    """:func:`max_pool_values` of 2x2 windows at column stride 2 without dilation."""
-    _values_widths(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
-                   left, lanes)
-
-
-# (kh, kw, column stride, dilation) -> the loop with those as constants
-_UNROLLED = {(3, 3, 2, 1, 1): max_pool_values_3x3s2, (3, 3, 1, 1, 1): max_pool_values_3x3s1,
-             (2, 2, 2, 1, 1): max_pool_values_2x2s2}
+UNROLLED = {(3, 3, 2, 1, 1), (3, 3, 1, 1, 1), (2, 2, 2, 1, 1)}   # (kh, kw, sw, dh, dw)
 
 
 def values_loop(kh: int, kw: int, sw: int, dh: int, dw: int):
     """The values loop for windows of ``kh x kw`` at column stride ``sw``, dilation ``(dh,
-    dw)``: the common ones (3x3 at stride 1 or 2, 2x2 at stride 2, no dilation) by a copy
-    of :func:`max_pool_values` with those sizes as constants, its loops unrolled (a
-    separate loop, compiled only where a model has such a pool), the rest by the loop
-    itself."""
-    return _UNROLLED.get((kh, kw, sw, dh, dw), max_pool_values)
+    dw)``: :func:`max_pool_values_unrolled` for the common ones (a loop of its own,
+    compiled only where a model has such a pool), else :func:`max_pool_values`."""
+    return max_pool_values_unrolled if (kh, kw, sw, dh, dw) in UNROLLED else max_pool_values
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------
