@@ -31,33 +31,25 @@ POOLS = [
 
 
 def _vectorised(case):
-    (_, _, h, w), k, s, p, d, ceil = case
-    (_, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
-    return pooling.vectorised(w, wo, k, s, d, p)
-
-
-def _wide(case) -> bool:
-    """Whether the values loop may run ``case`` sixteen lanes a vector down the columns
-    (input rows of sixteen at least; across too where the output rows hold sixteen, else
-    eight; the op does where the CPU runs AVX-512 at full width)."""
-    return case[0][3] >= 16
+    return pooling.vectorised(case[0][3], case[2])
 
 
 # (the values loop runs only where the op finds it vectorised; the rest: NumPy's passes)
 VECTORISED = [case for case in POOLS if _vectorised(case)]
-VALUES = [(case, 8) for case in VECTORISED] + [(case, 16) for case in VECTORISED
-                                               if _wide(case)]
+VALUES = [(case, lanes) for case in VECTORISED for lanes in (8, 16)]
 
 
 def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
-    """The loop on every plane of ``x`` at once (no size threshold; the values loop only
-    where ``pooling.vectorised``, with vectors of ``lanes``)."""
+    """The loop on every plane of ``x`` at once (no size threshold; the values loop, or
+    its unrolled copy for the window, only where ``pooling.vectorised``, with vectors of
+    ``lanes``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
     geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
     if not indices:
-        pooling.max_pool_values(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
+        pooling.values_loop(k, k, s, d, d)(0, n * c, x.reshape(n * c, h * w), out, *geometry,
+                                           lanes)
         return out.reshape(n, c, ho, wo), None
     where = np.full((n * c, ho * wo), -5, np.int64)
     pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
@@ -118,6 +110,66 @@ def test_values_pooled_again_keeping_nan_only_where_needed(where):
     want = F.max_pool2d(torch.tensor(x), *pool[:4], ceil_mode=pool[4]).numpy()
     assert np.isnan(want).any() == (where != "inf and -inf")
     np.testing.assert_array_equal(_pool(x, *pool)[0], want)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize("case", [((1, 1, 5, 40), 3, 2, 1, 1, True),
+                                  ((1, 1, 4, 37), 3, 1, 1, 1, False),
+                                  ((1, 1, 6, 45), 5, 2, 2, 1, True),
+                                  ((1, 1, 5, 50), 3, 1, 1, 3, False),
+                                  ((1, 1, 7, 47), 3, 2, 0, 2, True),
+                                  ((1, 1, 3, 33), 2, 2, 1, 1, True)])
+def test_values_find_a_nan_in_every_column(case, lanes):
+    """One plane per input column, a NaN in that column alone (in the middle row, and
+    where an infinity of each sign shares the plane, in the first or last row): the values
+    loop sees each NaN a window holds (the sums it reads cover every such column: the
+    first taps of each vector and all taps of a row's last, every tap with dilation), NaN
+    wins in its windows as in torch; the plain maxima elsewhere."""
+    (_, _, h, w), k, s, p, d, ceil = case
+    rng = np.random.default_rng(w)
+    x = np.repeat(rng.standard_normal((1, 1, h, w)).astype(np.float32), 2 * w, axis=1)
+    for q in range(w):
+        x[0, q, h // 2, q] = np.nan
+        x[0, w + q, (h - 1) * (q % 2), q] = np.nan
+        x[0, w + q, 0, (q + 1) % w], x[0, w + q, h - 1, (q + 2) % w] = np.inf, -np.inf
+    want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
+    assert _vectorised(case) and np.isnan(want).any()
+    np.testing.assert_array_equal(_pool(x, k, s, p, d, ceil, lanes=lanes)[0], want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_values_of_random_windows_match_torch(seed):
+    """Windows of unequal sides, strides (the column's 1 or 2), padding, dilation and
+    ceil mode drawn at random, on planes of 1-40 rows and 8-70 columns, float64 left to
+    NumPy, at both widths: the op's values (the values loop where its rows fit) are
+    torch's, NaN and infinities included."""
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        k, d = rng.integers(1, 6, 2), rng.integers(1, 3, 2)
+        s, p = (rng.integers(1, 4), rng.integers(1, 3)), rng.integers(0, k // 2 + 1)
+        h, w = rng.integers(max(1, d[0] * (k[0] - 1) + 1 - 2 * p[0]), 41), rng.integers(8, 71)
+        h, w = max(h, 1), max(w, d[1] * (k[1] - 1) + 1)
+        x = rng.standard_normal((int(rng.integers(1, 3)), int(rng.integers(1, 20)), h, w))
+        x = x.astype(np.float32)
+        x.flat[rng.integers(0, x.size, 3)] = np.nan, np.inf, -np.inf
+        pool = tuple(map(tuple, (k, s, p, d))) + (bool(rng.integers(0, 2)),)
+        want = F.max_pool2d(torch.tensor(x), *pool[:4], ceil_mode=pool[4]).numpy()
+        for lanes in (8, 16):
+            if pooling.vectorised(w, s[1]):
+                n, c = x.shape[:2]
+                ho, wo = want.shape[2:]
+                out = np.full((n * c, ho * wo), 7.0, np.float32)
+                loop = pooling.values_loop(*k, s[1], *d)
+                loop(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo, *k, *s, *d, *p,
+                     lanes)
+                np.testing.assert_array_equal(out.reshape(want.shape), want, err_msg=pool)
+        got = MAX_POOL2D_VALUES.kernel(x, kernel_size=pool[0], stride=pool[1], padding=pool[2],
+                                       dilation=pool[3], ceil_mode=pool[4])
+        np.testing.assert_array_equal(got, want, err_msg=str(pool))
+        got = MAX_POOL2D_VALUES.kernel(x.astype(np.float64), kernel_size=pool[0],
+                                       stride=pool[1], padding=pool[2], dilation=pool[3],
+                                       ceil_mode=pool[4])
+        np.testing.assert_array_equal(got, want.astype(np.float64), err_msg=str(pool))
 
 
 @pytest.mark.parametrize("case", POOLS)

@@ -15,10 +15,10 @@ from dualgraph.kernels import build, helper, loop  # noqa: E402
 from dualgraph.kernels.simd import (add, broadcast, broadcast_at,  # noqa: E402
                                     broadcast_at_like, broadcast_at_wide, broadcast_wide,
                                     even_lanes, fma, high_half, joined, lanes_of, load,
-                                    load_even, load_like, load_wide, low_half, maximum,
-                                    maximum_nan, minimum, multiply, odd_lanes, store,
-                                    subtract, transpose, tree_sum, where_greater, zip_high,
-                                    zip_low)
+                                    load_even, load_inside, load_like, load_wide, low_half,
+                                    maximum, maximum_nan, minimum, multiply, odd_lanes,
+                                    store, store_first, subtract, transpose, tree_sum,
+                                    where_greater, zip_high, zip_low)
 
 
 @loop
@@ -45,6 +45,21 @@ def _fma_max(a, x, y, out):
     s, zero = broadcast(a), broadcast(np.float32(0))
     for i in range(0, out.size - 7, 8):
         store(out, i, maximum(fma(s, load(x, i), load(y, i)), zero))
+
+
+@loop
+def _inside(x, first, size, out):
+    """``load_inside`` of eight and of sixteen lanes of ``x`` from element ``first`` (its
+    lanes inside ``0:size``; -1 elsewhere) into ``out[:8]`` and ``out[8:]``."""
+    store(out, 0, load_inside(x, first, first, size, broadcast(np.float32(-1))))
+    store(out, 8, load_inside(x, first, first, size, broadcast_wide(np.float32(-1))))
+
+
+@loop
+def _first(x, count, out):
+    """``store_first`` of ``count`` lanes of eight and of sixteen of ``x``'s first."""
+    store_first(out, 0, count, load(x, 0))
+    store_first(out, 8 + count, count, load_wide(x, 0))
 
 
 @loop
@@ -267,3 +282,29 @@ def test_generic_x86_64_compiles_and_is_correct(tmp_path):
     done = subprocess.run([sys.executable, "-c", GENERIC], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("first,size", [(0, 40), (-5, 40), (30, 40), (-20, 3), (35, 37),
+                                        (2, 2)])
+def test_load_inside_reads_only_the_lanes_inside(first, size):
+    """Lanes outside ``0:size`` take the fill, whatever lies there (the array's start
+    before, another array's data after: the masked load touches none of it)."""
+    x = np.arange(40, dtype=np.float32)
+    out = np.zeros(24, np.float32)
+    _inside(x[:size], first, size, out)
+    for lanes, got in ((8, out[:8]), (16, out[8:])):
+        k = first + np.arange(lanes)
+        np.testing.assert_array_equal(got, np.where((k >= 0) & (k < size), k, -1))
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 8])
+def test_store_first_writes_only_its_lanes(count):
+    """The lanes from ``count`` on stay as they were (the end of the array among them:
+    the masked store writes nothing there)."""
+    x = np.arange(1, 17, dtype=np.float32)
+    out = np.zeros(8 + 2 * count, np.float32)
+    _first(x, count, out)
+    want = np.zeros_like(out)
+    want[:count], want[8 + count:] = x[:count], x[:count]
+    np.testing.assert_array_equal(out, want)
+

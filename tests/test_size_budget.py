@@ -648,9 +648,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +17 and the core +17 (issue 26, i-effnet): the blocked depthwise and expand loops
 # run their epilogue sixteen lanes wide and over several short rows at once
 # (conv_lanes.rows_due); rows of seven positions one register block (run_wide's n).
-CORE_BUDGET = 34_342
+# kernels/ +50 and the core +47 (issue 26, i-pool3): pooling.max_pool_values straight from
+# the input rows (the common windows unrolled: max_pool_values_unrolled), simd.load_inside
+# and store_first (masked).
+CORE_BUDGET = 34_389
 BUDGETS = {".": 2_140, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_322,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_311,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_361,
            "ops": 11_815, "passes": 4_144, "export": 3_876, "nn": 5_131, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

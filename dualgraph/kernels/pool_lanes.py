@@ -159,20 +159,6 @@ def lanes(planes: int) -> int:
     return WIDE if isa.full_width() and planes >= WIDE else LANES
 
 
-SMALL_PLANE = 400   # input positions a plane (20x20)
-
-
-def beats_values(height: int, width: int) -> bool:
-    """Whether the max-pooling loop here, where it :func:`fits`, beats
-    ``pooling.max_pool_values`` on planes of ``height x width``: on planes of at most
-    ``SMALL_PLANE`` positions, whose per-row costs there (a row's vectors half idle at
-    fewer than sixteen outputs, the loop's bounds and the row's slice) outweigh the
-    transposes here: 0.44-0.83x its time from 12x12 to 20x20 planes (3x3 windows, stride
-    1 and 2, 256-512 planes, batch 1 and 8), 0.99-1.18x at 24x24, 1.16-1.6x at 28x28 and
-    31x31 (loaded, docs/benchmarks.md)."""
-    return height * width <= SMALL_PLANE
-
-
 def fits(dtype, planes: int, wo: int) -> bool:
     """Whether the loops here take these planes: float32 (the transposes move 32-bit
     lanes), eight planes at least, rows of fewer than 16 outputs (on wider rows a vector

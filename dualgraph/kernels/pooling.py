@@ -1,6 +1,7 @@
 """2-D max pooling (float32): the common 2x2 / stride 2 window's maximum and where it was
-in one pass, any other window likewise, the values alone (inference) separably by rows
-then columns, and the backward's scatter of gradients to those places. NumPy needs a pass
+in one pass, any other window likewise, the values alone (inference) straight from the
+input rows (down each tap's rows, then across the taps; masked loads at the edges), and
+the backward's scatter of gradients to those places. NumPy needs a pass
 per kernel position plus masks and index arithmetic for the same result. Average pooling
 and its gradient (any float dtype), separably too. Small planes are pooled eight at a time
 in ``pool_lanes.py``."""
@@ -10,8 +11,8 @@ import numpy as np
 
 from . import helper, isa, loop
 from .simd import (LANES, WIDE, add, broadcast, broadcast_wide, divide, even_lanes, lanes_of,
-                   load, load_even, load_like, maximum, maximum_nan, odd_lanes, store,
-                   where_greater)
+                   load, load_even, load_inside, load_like, maximum, maximum_nan, odd_lanes,
+                   store, store_first, where_greater)
 
 F = np.float32
 
@@ -124,13 +125,11 @@ def inside_columns(width, wo, kw, sw, dw, left):
     return -(-left // sw), min(wo - 1, (width - 1 - (kw - 1) * dw + left) // sw)
 
 
-def vectorised(width, wo, kw, sw, dw, left) -> bool:
-    """Whether :func:`max_pool` and :func:`max_pool_values` take eight windows at a time
-    on such rows (else they are
-    slower than NumPy's running maximum: strides over 2, rows of fewer than eight inside
-    outputs)."""
-    first, last = inside_columns(width, wo, kw, sw, dw, left)
-    return sw <= 2 and last + 1 - first >= LANES
+def vectorised(width: int, sw: int) -> bool:
+    """Whether :func:`max_pool_values` takes input rows of ``width`` at column stride
+    ``sw``: rows of eight at least (narrower planes go faster with the planes in the lanes,
+    ``pool_lanes``), stride 1 or 2 (else it is slower than NumPy's running maximum)."""
+    return sw <= 2 and width >= LANES
 
 
 @loop
@@ -171,128 +170,148 @@ def max_pool(start, stop, x, best, index, height, width, ho, wo, kh, kw, sh, sw,
 
 
 @helper(inline="always")
-def _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan, lowest, zero):
-    """The maxima down the window's rows (flat offsets ``rows[a0:a1]`` of the plane) for
-    every column, into ``padded[left:left + width]``: ``n`` columns a vector (``lowest``,
-    -inf in each of its ``n`` lanes; the last ``n`` end at the row's end). Returns the sum
-    of what was read (from ``zero``): NaN where a NaN was (or infinities of both signs),
-    the plain maxima then unreliable."""
+def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, lowest, zero):
+    """One output row of :func:`max_pool_values` into ``out[o:o + wo]``, ``n`` outputs a
+    vector (``lowest``'s lanes, -inf; the last ``n`` end at ``wo``, or a row of fewer
+    is one vector, its first ``wo`` lanes stored): for each tap the
+    maxima down the window's ``kh`` rows (flat offsets ``rows``) of masked loads (the
+    columns outside the row -inf), at stride 2 the even lanes of two such (and the next
+    tap's, without dilation, their odd lanes). Returns the sum of what the first taps of
+    each vector and every tap of the last (with dilation: of every vector) read, which
+    together read every column a window holds: NaN where a NaN was (or infinities of both
+    signs)."""
     n = lanes_of(lowest)
+    pairs = sw == 2 and dw == 1
     total = zero
-    for q in range(0, width, n):
-        q = min(q, width - n)
-        b, s = lowest, zero
-        for a in range(a0, a1):
-            v = load_like(plane, rows[a] + q, lowest)
-            if keep_nan:
-                b = maximum_nan(b, v)
-            else:
-                b, s = maximum(v, b), add(s, v)
-        total = add(total, s)     # (once a vector: the window rows' sums are independent)
-        store(padded, left + q, b)
+    for j in range(0, wo, n):
+        j = max(min(j, wo - n), 0)
+        every = j == max(wo - n, 0) or dw > 1
+        b = lowest
+        for c in range(0, kw, 2 if pairs else 1):
+            col = j * sw - left + c * dw
+            low, high, s = lowest, lowest, zero
+            for a in range(kh):
+                v = load_inside(plane, rows[a] + col, col, width, lowest)
+                low = maximum_nan(low, v) if keep_nan else maximum(v, low)
+                s = add(s, v)
+                if sw == 2:
+                    v = load_inside(plane, rows[a] + col + n, col + n, width, lowest)
+                    high = maximum_nan(high, v) if keep_nan else maximum(v, high)
+                    s = add(s, v)
+            if c == 0 or every:
+                total = add(total, s)
+            if sw == 2:
+                v = even_lanes(low, high)
+                if pairs and c + 1 < kw:
+                    odd = odd_lanes(low, high)
+                    v = maximum_nan(v, odd) if keep_nan else maximum(odd, v)
+                low = v
+            b = maximum_nan(b, low) if keep_nan else maximum(low, b)
+        if wo < n:
+            store_first(out, o, wo, b)
+        else:
+            store(out, o + j, b)
     return total
 
 
 @helper(inline="always")
-def _row_maxima(padded, row, wo, kw, sw, dw, keep_nan, lowest):
-    """``row[j]``: the maximum of ``padded[j * sw + c * dw]`` over the ``kw`` taps ``c``,
-    ``n`` outputs a vector (``lowest``'s lanes; the last ``n`` end at ``wo``). At ``sw``
-    2 a tap is the even lanes of two loads, and without dilation the next tap their odd
-    lanes: two loads and two shuffles for two taps."""
-    n = lanes_of(lowest)
-    pairs = sw == 2 and dw == 1
-    for j in range(0, wo, n):
-        j = min(j, wo - n)
-        b = lowest
-        for c in range(0, kw, 2 if pairs else 1):
-            at = j * sw + c * dw
-            if sw == 1:
-                v = load_like(padded, at, lowest)
-                b = maximum_nan(b, v) if keep_nan else maximum(v, b)
-                continue
-            low, high = load_like(padded, at, lowest), load_like(padded, at + n, lowest)
-            v = even_lanes(low, high)
-            if pairs and c + 1 < kw:
-                odd = odd_lanes(low, high)
-                v = maximum_nan(v, odd) if keep_nan else maximum(odd, v)
-            b = maximum_nan(b, v) if keep_nan else maximum(v, b)
-        store(row, j, b)
-
-
-@helper(inline="always")
-def _values_plane(plane, out, padded, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                  left, keep_nan, lowest, zero, across):
-    """One plane of :func:`max_pool_values`, down the columns in vectors of ``lowest``'s
-    lanes and across in ``across``'s, NaN-keeping or not (a constant: two copies of the
-    loops, no test per tap); returns the sum of what was read (NaN where a NaN was, or
-    infinities of both signs)."""
+def _values_plane(plane, out, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left,
+                  keep_nan, lowest, zero):
+    """One plane of :func:`max_pool_values`, NaN-keeping or not (a constant); returns the
+    sum :func:`_values_row` returns, over the rows. A window's rows outside the plane are
+    its first inside row again (the same maximum), so every window has ``kh`` rows; a row
+    of windows with none inside (dilation past a one-row plane) is -inf."""
     total = zero
     for i in range(ho):
         y0 = i * sh - top
         a0, a1 = taps_inside(y0, kh, dh, height)
-        for a in range(a0, a1):
-            rows[a] = (y0 + a * dh) * width
-        total = add(total, _column_maxima(plane, width, rows, a0, a1, padded, left, keep_nan,
-                                          lowest, zero))
-        _row_maxima(padded, out[i * wo:(i + 1) * wo], wo, kw, sw, dw, keep_nan, across)
+        if a0 >= a1:
+            out[i * wo:(i + 1) * wo] = -np.inf
+            continue
+        for a in range(kh):
+            rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
+        total = add(total, _values_row(plane, out, i * wo, rows, width, wo, kh, kw, sw, dw,
+                                       left, keep_nan, lowest, zero))
     return total
 
 
 @helper(inline="always")
 def _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
-                   left, lowest, zero, across):
-    """:func:`max_pool_values` with vectors of ``lowest``'s lanes down the columns and of
-    ``across``'s (as many or fewer) across: each plane with plain maxima, again
-    NaN-keeping where what it read summed to NaN."""
+                   left, lowest, zero):
+    """:func:`max_pool_values` with ``lowest``'s lanes."""
     n = lanes_of(lowest)
-    span = -(-wo // lanes_of(across)) * lanes_of(across)
-    padded = np.full(left + width + span * sw + (kw - 1) * dw + 2 * n, -np.inf, F)
     rows = np.empty(kh, np.int64)
     sums = np.empty(n, F)
     for p in range(start, stop):
-        store(sums, 0, _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh,
-                                     kw, sh, sw, dh, dw, top, left, False, lowest, zero,
-                                     across))
+        store(sums, 0, _values_plane(x[p], best[p], rows, height, width, ho, wo, kh, kw, sh,
+                                     sw, dh, dw, top, left, False, lowest, zero))
         total = sums.sum()
         if total != total:
-            _values_plane(x[p], best[p], padded, rows, height, width, ho, wo, kh, kw, sh, sw,
-                          dh, dw, top, left, True, lowest, zero, across)
+            _values_plane(x[p], best[p], rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                          top, left, True, lowest, zero)
 
 
-def values_lanes(width: int) -> int:
-    """The lanes of :func:`max_pool_values`' vectors down the columns: sixteen where the
-    loops run AVX-512 at full width (``isa.full_width``) and input rows hold sixteen, else
-    eight."""
-    return WIDE if isa.full_width() and width >= WIDE else LANES
+def values_lanes(wo: int) -> int:
+    """The lanes of :func:`max_pool_values`' vectors: sixteen outputs where the loops run
+    AVX-512 at full width (``isa.full_width``) and output rows hold more than eight (rows
+    of fewer than sixteen: one vector, its last lanes not stored), else eight."""
+    return WIDE if isa.full_width() and wo > LANES else LANES
+
+
+@helper(inline="always")
+def _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                   left, lanes):
+    """:func:`_values_planes` with ``lanes`` (:func:`values_lanes`) lanes."""
+    if lanes == WIDE:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)))
+    else:
+        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
+                       top, left, broadcast(F(-np.inf)), broadcast(F(0)))
 
 
 @loop
 def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                     left, lanes):
-    """:func:`max_pool`'s values alone (inference), separably, down then across: for each
-    output row the maxima down its window's rows for every input column
-    (:func:`_column_maxima`: plain loads, ``lanes`` (:func:`values_lanes`) columns a
-    vector) into a row padded with -inf on both sides, then the maxima across that row's
-    taps for every output (:func:`_row_maxima`, as many outputs a vector where the row
-    holds them, else eight), so that padding and ceil mode's last
-    window need no case of their own. A 3x3/2 window costs 4 loads and 3 shuffles per
-    output vector and 3 loads a column vector, where :func:`max_pool`'s costs 9 shuffled
-    taps. Plain maxima (``vmaxps``),
-    and a plane whose read values summed to NaN is pooled again NaN-keeping
-    (``llvm.maximum`` costs 2.5x; NaN wins, as in torch). Only where :func:`vectorised`
-    (rows of at least eight outputs and columns, stride 1 or 2: the loads are unchecked;
-    sixteen lanes: input rows of sixteen)."""
-    if lanes == WIDE and wo >= WIDE:
-        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
-                       broadcast_wide(F(-np.inf)))
-    elif lanes == WIDE:
-        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast_wide(F(-np.inf)), broadcast_wide(F(0)),
-                       broadcast(F(-np.inf)))
+    """:func:`max_pool`'s values alone (inference) of planes ``start:stop``, ``lanes``
+    (:func:`values_lanes`) outputs of a row a vector, straight from the input rows
+    (:func:`_values_row`): per tap the maxima down the window's rows, then across the
+    taps (at stride 2 the even and odd lanes of the same loads, two taps for two loads a
+    row). Masked loads give the columns outside a row -inf and a window's rows outside
+    the plane are its first inside row again, so padding and ceil mode's last windows
+    take the same vectors. Plain maxima (``vmaxps``), and a plane whose read values
+    summed to NaN is pooled again NaN-keeping (``llvm.maximum`` costs 2.5x; NaN wins, as
+    in torch). Only where :func:`vectorised` (input rows of eight at least, column
+    stride 1 or 2); the common windows take :func:`max_pool_values_unrolled`."""
+    _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
+                   left, lanes)
+
+
+@loop
+def max_pool_values_unrolled(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh,
+                             dw, top, left, lanes):
+    """:func:`max_pool_values` of the common windows (``UNROLLED``: 3x3 at column stride 2
+    or 1, 2x2 at stride 2, no dilation) with their sizes as constants, its loops
+    unrolled."""
+    if kh == 3 and sw == 2:
+        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
+                       left, lanes)
+    elif kh == 3:
+        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
+                       left, lanes)
     else:
-        _values_planes(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw,
-                       top, left, broadcast(F(-np.inf)), broadcast(F(0)), broadcast(F(-np.inf)))
+        _values_widths(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
+                       left, lanes)
+
+
+UNROLLED = {(3, 3, 2, 1, 1), (3, 3, 1, 1, 1), (2, 2, 2, 1, 1)}   # (kh, kw, sw, dh, dw)
+
+
+def values_loop(kh: int, kw: int, sw: int, dh: int, dw: int):
+    """The values loop for windows of ``kh x kw`` at column stride ``sw``, dilation ``(dh,
+    dw)``: :func:`max_pool_values_unrolled` for the common ones (a loop of its own,
+    compiled only where a model has such a pool), else :func:`max_pool_values`."""
+    return max_pool_values_unrolled if (kh, kw, sw, dh, dw) in UNROLLED else max_pool_values
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

@@ -113,6 +113,47 @@ def load_like(typingctx, array, offset, like):
             _load_code(like.lanes, array.dtype.bitwidth // 8))
 
 
+def _lanes_inside(builder, first, size, lanes: int):
+    """The ``<lanes x i1>`` mask of the lanes ``l`` with ``0 <= first + l < size``."""
+    from llvmlite import ir
+    i32 = ir.IntType(32)
+    kind = ir.VectorType(i32, lanes)
+    columns = builder.add(_splat(builder, builder.trunc(first, i32), kind, lanes),
+                          ir.Constant(kind, list(range(lanes))))
+    return builder.icmp_unsigned("<", columns,
+                                 _splat(builder, builder.trunc(size, i32), kind, lanes))
+
+
+def _masked(builder, name, result, args):
+    """A call of the LLVM intrinsic ``name`` (``llvm.masked.*``) on ``args``."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(result, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
+@Intrinsic
+def load_inside(typingctx, array, offset, first, size, fill):
+    """``array[offset + l]`` in each lane ``l`` of ``fill``'s where ``0 <= first + l <
+    size``, ``fill``'s lane elsewhere: a masked load (``llvm.masked.load``), which reads
+    nothing of the lanes outside, so ``offset`` may lie before the array's start or its
+    last lanes past its end (a row's columns ``first:first + n`` with those outside the
+    row filled: a window's padding)."""
+    from numba.core import types
+    _check_array(array)
+    _check_like(array, fill)
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        n, bits = fill.lanes, array.dtype.bitwidth
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], n)
+        return _masked(builder, f"llvm.masked.load.v{n}f{bits}.p0", args[4].type,
+                       [pointer, ir.IntType(32)(bits // 8),
+                        _lanes_inside(builder, args[2], args[3], n), args[4]])
+    return fill(array, types.intp, types.intp, types.intp, fill), codegen
+
+
 @Intrinsic
 def lanes_of(typingctx, vector):
     """How many lanes ``vector`` has: a constant of its type."""
@@ -224,6 +265,27 @@ def store(typingctx, array, offset, value):
         builder.store(args[2], pointer, align=array.dtype.bitwidth // 8)
         return context.get_dummy_value()
     return types.void(array, offset, value), codegen
+
+
+@Intrinsic
+def store_first(typingctx, array, offset, count, value):
+    """``array[offset:offset + count] = value[:count]``: the first ``count`` lanes (a
+    masked store, ``llvm.masked.store``: nothing past them written, so the vector may
+    reach past the array's end)."""
+    from numba.core import types
+    _check_array(array)
+    if not (_is_vector(value) and value.dtype == array.dtype):
+        raise TypeError(f"cannot store {value} into {array}")
+
+    def codegen(context, builder, signature, args):
+        from llvmlite import ir
+        n, bits = value.lanes, array.dtype.bitwidth
+        pointer = _pointer(context, builder, signature.args[0], args[0], args[1], n)
+        mask = _lanes_inside(builder, context.get_constant(types.intp, 0), args[2], n)
+        _masked(builder, f"llvm.masked.store.v{n}f{bits}.p0", ir.VoidType(),
+                [args[3], pointer, ir.IntType(32)(bits // 8), mask])
+        return context.get_dummy_value()
+    return types.void(array, types.intp, types.intp, value), codegen
 
 
 def _splat(builder, value, kind, lanes: int):

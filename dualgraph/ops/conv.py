@@ -991,27 +991,23 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=None):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
-    shared among threads, by ``kernels.pooling.max_pool_values`` (rows' maxima, then
-    columns', eight or sixteen outputs a vector, NaN kept) where its vectors fit (eight
-    outputs a row inside it, strides up to 2: ``pooling.vectorised``); else with eight or
-    sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``: rows of fewer
-    than sixteen outputs; also before the values loop on planes where it
-    ``beats_values``), or by
-    ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out`` where
-    given (``empty_into``). None where none runs (another dtype, no Numba, a small
+    shared among threads, by ``kernels.pooling.max_pool_values`` (or its unrolled copy for
+    the window: ``values_loop``; eight or sixteen outputs of a row a vector, straight
+    from the input rows, NaN kept) where it takes the rows
+    (input rows of eight at least, column stride 1 or 2: ``pooling.vectorised``); else
+    with eight or sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``),
+    or by ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out``
+    where given (``empty_into``). None where none runs (another dtype, no Numba, a small
     input)."""
     if not kernels.enabled(x):
         return None
     hw = x.shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
-    lanes = kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1])
-    if (kernels.pooling.vectorised(hw[1], out_hw[1], kernel_size[1], stride[1], dilation[1],
-                                   padding[1])
-            and not (lanes and kernels.pool_lanes.beats_values(*hw))):
-        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                              kernels.pooling.max_pool_values,
-                              kernels.pooling.values_lanes(hw[1]), out=out)[0]
-    if lanes:
+    if kernels.pooling.vectorised(hw[1], stride[1]):
+        loop = kernels.pooling.values_loop(*kernel_size, stride[1], *dilation)
+        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop,
+                              kernels.pooling.values_lanes(out_hw[1]), out=out)[0]
+    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
         return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
                            *dilation, *padding, out=out)
     return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
