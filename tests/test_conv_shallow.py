@@ -80,6 +80,33 @@ def test_residual_and_every_activation(where, act):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", CONVS[:4] + [((2, 3, 23, 45), 11, 5, 4, (0, 3), 1)])
+def test_activations_in_registers_give_the_bits_of_the_pass(case):
+    """ReLU, clamp, hard-swish and hard-sigmoid applied to the sums in registers give the
+    bits of ``epilogue._activate``'s pass over the conv's result (run as plain Python), on
+    NaN, +-inf and -0.0 sums too (rows of zeros, negative weights and a -0.0 bias:
+    ReLU makes +0.0 of -0.0), stride 4 and padding of 0 and 3."""
+    from dualgraph.kernels.epilogue import _activate
+    rng, x, w, b, (s, p, d) = _arrays(case)
+    x[0, 0, :2, :5] = [[np.nan, np.inf, 0, -np.inf, 1e30]] * 2
+    x[:, :, x.shape[2] // 2:], w[-1], b[-1] = 0, -np.abs(w[-1]), -0.0
+    pads = ((p[0],) * 2, (p[1],) * 2)
+    hw = [(n + 2 * q - d[i] * (k - 1) - 1) // s[i] + 1
+          for i, (n, q, k) in enumerate(zip(x.shape[2:], p, w.shape[2:]))]
+    plain = np.empty((x.shape[0], w.shape[0], *hw), np.float32)
+    conv_shallow.conv(x, w, plain, s, pads, d, 1, b)
+    assert np.isnan(plain).any() and (np.signbit(plain) & (plain == 0)).any()
+    for act, lo, hi in [("relu", -np.inf, np.inf), ("clamp", -0.5, 0.25),
+                        ("hardswish", -np.inf, np.inf), ("hardsigmoid", -np.inf, np.inf)]:
+        out = np.full(plain.shape, 7, np.float32)
+        conv_shallow.conv(x, w, out, s, pads, d, 1, b, act=ACTIVATIONS.index(act), lo=lo,
+                          hi=hi)
+        want = plain.copy().reshape(-1)
+        _activate(want, ACTIVATIONS.index(act), np.float32(lo), np.float32(hi))
+        np.testing.assert_array_equal(out.view(np.int32), want.reshape(out.shape).view(
+            np.int32), err_msg=act)
+
+
 # (n, c, h, w), cout, kernel, stride, padding, dilation: rows of a multiple of sixteen
 # outputs and not, row counts of no multiple of four (the last band overlaps), channels of
 # no multiple of six (the last block repeats one), four rows only

@@ -15,7 +15,10 @@ arithmetic, nothing special at the edges. The register block is ``ROWS`` output 
 ``CHANNELS`` output channels (24 vector sums, started from the bias): per tap ``ROWS``
 input loads and ``CHANNELS`` weight broadcasts feed 24 multiply-adds, so the loop issues
 multiply-adds rather than loads. The sums go straight to the output planes (no transpose),
-and the epilogue (``conv_lanes.finish``) runs on each finished row while it is in cache.
+activated in registers where the epilogue is a piecewise-linear activation alone
+(``epilogue.activate_vector``: ReLU, clamp, hard-swish; a pass over the rows took a fifth
+of a 3x3 stem's time); other epilogues (``conv_lanes.finish``) run on each finished row
+while it is in cache.
 
 A work item is an image's band of ``ROWS`` output rows for a block of ``CHANNELS`` output
 channels. A row's last ``W`` outputs end at its end and the last band at the last row
@@ -35,8 +38,9 @@ import numpy as np
 
 from . import helper, isa, loop
 from .conv_lanes import finish
+from .epilogue import activate_vector, in_registers, vector_constants
 from .simd import (LANES, WIDE, broadcast, broadcast_at_like, broadcast_wide, even_lanes, fma,
-                   lanes_of, load, load_like, odd_lanes, store)
+                   lanes_of, load, load_like, odd_lanes, store, wide_loops)
 from .threads import run_kept, threads_for
 from .tuning import cores
 
@@ -85,9 +89,12 @@ def _four(xp, at, step, w, a0, a1, a2, a3, like):
 
 
 @helper(inline="always")
-def _put(out, at, wo, skip, a0, a1, a2, a3):
-    """The four rows' sums into ``out`` at ``at``, ``at + wo``, ...: those from row
-    ``skip`` on (the rows before are the band before's)."""
+def _put(out, at, wo, skip, act, consts, a0, a1, a2, a3):
+    """The four rows' sums, activated (``epilogue.activate_vector``), into ``out`` at
+    ``at``, ``at + wo``, ...: those from row ``skip`` on (the rows before are the band
+    before's)."""
+    a0, a1 = activate_vector(a0, act, consts), activate_vector(a1, act, consts)
+    a2, a3 = activate_vector(a2, act, consts), activate_vector(a3, act, consts)
     if skip < 1:
         store(out, at, a0)
     if skip < 2:
@@ -98,12 +105,14 @@ def _put(out, at, wo, skip, a0, a1, a2, a3):
 
 
 @helper(inline="always")
-def _band(xp, offsets, wt, bias, out, wbase, bbase, d, first, skip, wo, step, like):
+def _band(xp, offsets, wt, bias, out, wbase, bbase, d, first, skip, wo, step, act, consts,
+          like):
     """Output rows ``first .. first + 3`` (those from ``skip`` on stored) of the
     ``CHANNELS`` planes at ``d[k]`` of ``out``, ``W`` (``like``'s lanes) outputs at a time
     from the padded phases ``xp`` (tap ``t`` of an output at ``offsets[t]`` from its
     first; ``step`` elements between two output rows' inputs), the weights at
-    ``wt[wbase:]`` (tap-major, ``CHANNELS`` a tap) and biases at ``bias[bbase:]``."""
+    ``wt[wbase:]`` (tap-major, ``CHANNELS`` a tap) and biases at ``bias[bbase:]``, the
+    activation ``act`` (``epilogue.VECTOR_ACTS``, 0 for none) applied in registers."""
     n = lanes_of(like)
     for v in range(0, wo, n):
         v = min(v, wo - n)
@@ -129,23 +138,26 @@ def _band(xp, offsets, wt, bias, out, wbase, bbase, d, first, skip, wo, step, li
             w = broadcast_at_like(wt, t + 5, like)
             a50, a51, a52, a53 = _four(xp, at, step, w, a50, a51, a52, a53, like)
         o = first * wo + v
-        _put(out, d[0] + o, wo, skip, a00, a01, a02, a03)
-        _put(out, d[1] + o, wo, skip, a10, a11, a12, a13)
-        _put(out, d[2] + o, wo, skip, a20, a21, a22, a23)
-        _put(out, d[3] + o, wo, skip, a30, a31, a32, a33)
-        _put(out, d[4] + o, wo, skip, a40, a41, a42, a43)
-        _put(out, d[5] + o, wo, skip, a50, a51, a52, a53)
+        _put(out, d[0] + o, wo, skip, act, consts, a00, a01, a02, a03)
+        _put(out, d[1] + o, wo, skip, act, consts, a10, a11, a12, a13)
+        _put(out, d[2] + o, wo, skip, act, consts, a20, a21, a22, a23)
+        _put(out, d[3] + o, wo, skip, act, consts, a30, a31, a32, a33)
+        _put(out, d[4] + o, wo, skip, act, consts, a40, a41, a42, a43)
+        _put(out, d[5] + o, wo, skip, act, consts, a50, a51, a52, a53)
 
 
 @loop(fastmath={"contract"})
 def _shallow(start, stop, x, offsets, wt, bias, out, residual, scratch, places, act, lo, hi,
-             where, channels, cout, height, width, ho, wo, sh, sw, top, left, hp, wq, lanes):
+             consts, where, channels, cout, height, width, ho, wo, sh, sw, top, left, hp, wq, lanes):
     """Slots ``start:stop`` of ``scratch.shape[0]``: the items (image, band of ``ROWS``
     output rows, block of ``CHANNELS`` output channels) of the flat ``x (N, C, H, W)``
     convolved with ``wt (blocks, C*kh*kw, CHANNELS)`` (flat, its taps' inputs at
     ``offsets``: :func:`_offsets`; a last block's spare slots repeat the last channel) and
     ``bias (blocks * CHANNELS)`` into the flat ``out (N, Cout, Ho, Wo)``, ``lanes`` outputs
-    a vector, with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``)."""
+    a vector, with ``conv_lanes.finish``'s epilogue (``residual`` flat like ``out``): in
+    registers where ``epilogue.in_registers`` (``consts``: ``epilogue.vector_constants``),
+    else a pass over each finished row."""
+    wide_loops()
     blocks, bands = -(-cout // CHANNELS), -(-ho // ROWS)
     size, per_image = ho * wo, bands * blocks
     items = out.size // (cout * size) * per_image
@@ -163,13 +175,14 @@ def _shallow(start, stop, x, offsets, wt, bias, out, residual, scratch, places, 
                 d[k] = (n * cout + min(b * CHANNELS + k, cout - 1)) * size
             wbase, bbase = b * offsets.size * CHANNELS, b * CHANNELS
             skip, step = band * ROWS - first, sh * sw * wq
+            inner = act if in_registers(act, where) else 0
             if lanes == WIDE:
                 _band(xp, offsets, wt, bias, out, wbase, bbase, d, first, skip, wo, step,
-                      broadcast_wide(F(0)))
+                      inner, consts, broadcast_wide(F(0)))
             else:
                 _band(xp, offsets, wt, bias, out, wbase, bbase, d, first, skip, wo, step,
-                      broadcast(F(0)))
-            if where != 0 or act != 0:
+                      inner, consts, broadcast(F(0)))
+            if not in_registers(act, where):
                 for k in range(min(CHANNELS, cout - b * CHANNELS)):
                     for r in range(band * ROWS, first + ROWS):
                         p = d[k] + r * wo
@@ -261,7 +274,7 @@ def fitted(x_shape, w_shape, out_shape, stride, padding, dilation, groups=1, dty
     scratch = np.empty((workers, c * hp * sw * wq), F)
     places = np.empty((workers, CHANNELS), np.int64)
     no_residual, entry = np.zeros(1, F), []
-    geometry = (act, F(lo), F(hi), where, c, cout, h, wd, ho, wo, sh, sw, padding[0][0],
+    geometry = (act, F(lo), F(hi), vector_constants(lo, hi), where, c, cout, h, wd, ho, wo, sh, sw, padding[0][0],
                 padding[1][0], hp, wq, lanes(wo))
 
     def run(x, w, bias, out, residual=None):
