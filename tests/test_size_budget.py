@@ -630,10 +630,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # expand_into_depthwise (passes/expand.py), its op expand_depthwise_blocked (ops/layout.py)
 # and its loop by bands of rows (kernels/conv_expand.py; conv_blocked's 1x1 group loop
 # taking the output's layout).
-CORE_BUDGET = 34_054
+# kernels/ +49, ops/ +49, passes/ +11 and the core +109 (issue 26, i-stem2): conv_shallow's
+# epilogue in registers and its channel-blocked output, the op shallow_blocked and the
+# blocked layout's "shallow" form (a first layer writes the blocked region's input).
+CORE_BUDGET = 34_163
 BUDGETS = {".": 2_118, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_151,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_274,
-           "ops": 11_759, "passes": 4_142, "export": 3_840, "nn": 4_881, "optim": 1_757,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_323,
+           "ops": 11_808, "passes": 4_153, "export": 3_840, "nn": 4_881, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
