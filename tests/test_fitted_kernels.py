@@ -291,8 +291,8 @@ def _mobile(lib):
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_a_compiled_blocked_region_writes_its_planned_buffers_call_after_call(batch):
-    """The stem (``conv_shallow``), the relayout and the blocked convs of a compiled
-    mobile CNN write the memory plan's buffers (``fills_out``): call after call with new
+    """The stem (``conv_shallow``, writing the blocked layout: no relayout) and the
+    blocked convs of a compiled mobile CNN write the memory plan's buffers (``fills_out``): call after call with new
     inputs they give eager's and torch's values, and the first call's output is not
     overwritten by the next (the graph's output is never a planned buffer)."""
     model, reference = _mobile(dg), _mobile(torch)
@@ -316,6 +316,6 @@ def test_a_compiled_blocked_region_writes_its_planned_buffers_call_after_call(ba
         results.append((got, got.copy()))
     for got, kept in results:
         np.testing.assert_array_equal(got, kept)
-    for kernel in ("conv_shallow_hardswish", "block_channels", "depthwise_blocked_relu",
+    for kernel in ("conv_shallow_blocked_hardswish", "depthwise_blocked_relu",
                    "conv1x1_blocked_hardswish"):
         assert re.search(rf"= {kernel}\(.*out=bufs\[", compiled.code), compiled.code

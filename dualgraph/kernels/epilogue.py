@@ -17,7 +17,7 @@ import numpy as np
 from . import helper, loop, split_gemm
 from .fastmath import gelu32, gelu_tanh32, sigmoid32
 from .normalization import _REDUCE, normalise_row
-from .simd import wide_loops
+from .simd import add, broadcast_at_like, divide, maximum, minimum, multiply, wide_loops
 from .threads import fitted_rows
 
 ACTIVATIONS = ("none", "relu", "clamp", "sigmoid", "silu", "hardswish", "gelu", "gelu_tanh",
@@ -68,6 +68,43 @@ def _activate(row, act, lo, hi):
     elif act == 8:
         for i in range(row.size):
             row[i] = _clamp(row[i] + _THREE, _ZERO, _SIX) / _SIX
+
+
+# Activations :func:`activate_vector` applies, by code: the piecewise-linear ones, a few
+# vector instructions (the others need ``exp`` or ``erf``, left to :func:`_activate`'s pass).
+VECTOR_ACTS = (0, 1, 2, 5, 8)
+
+
+def vector_constants(lo, hi) -> np.ndarray:
+    """The constants :func:`activate_vector` broadcasts: 0, 3, 6, ``lo``, ``hi``."""
+    return np.array([0, 3, 6, lo, hi], F)
+
+
+@helper(inline="always")
+def in_registers(act, where):
+    """Whether a loop's sums take the epilogue in registers (:func:`activate_vector`): no
+    residual and an activation of ``VECTOR_ACTS``."""
+    return where == 0 and (act == 0 or act == 1 or act == 2 or act == 5 or act == 8)
+
+
+@helper(inline="always")
+def activate_vector(v, act, consts):
+    """:func:`_activate` of the vector ``v`` (an ``act`` of ``VECTOR_ACTS``; ``consts``
+    from :func:`vector_constants`), the same bits lane by lane: ``maximum(a, v)`` is ``a >
+    v ? a : v``, so a NaN ``v`` stays NaN as in :func:`_clamp`, and ReLU adds 0 first
+    (-0.0 becomes +0.0, as there)."""
+    if act == 1:
+        return maximum(broadcast_at_like(consts, 0, v), add(v, broadcast_at_like(consts, 0, v)))
+    if act == 2:
+        return minimum(broadcast_at_like(consts, 4, v),
+                       maximum(broadcast_at_like(consts, 3, v), v))
+    if act == 5 or act == 8:
+        six = broadcast_at_like(consts, 2, v)
+        t = minimum(six, maximum(broadcast_at_like(consts, 0, v),
+                                 add(v, broadcast_at_like(consts, 1, v))))
+        t = divide(t, six)
+        return multiply(v, t) if act == 5 else t
+    return v
 
 
 @helper(inline="always")

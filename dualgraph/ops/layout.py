@@ -11,6 +11,8 @@ permutes, then the epilogue; ``linear_epilogue``).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import kernels
@@ -291,6 +293,73 @@ DEPTHWISE_BLOCKED = defop(
     specialise=_specialise_depthwise_blocked,
     doc="conv2d_epilogue of a depthwise conv on channel-blocked (N, C/8, H, W, 8) "
         "activations, its weight (C, 1, kh, kw) as conv2d's")
+
+
+def _infer_shallow_blocked(x, w, b, *residual, act, bounds, residual_at, stride, padding,
+                           dilation):
+    y = epilogue.CONV2D_EPILOGUE.infer(x, w, b, act=act, bounds=bounds, residual_at=None,
+                                       stride=stride, padding=padding, dilation=dilation,
+                                       groups=1)
+    n, cout, ho, wo = y.shape
+    if cout % 8:
+        raise ValueError(f"shallow_blocked: {cout} output channels (want a multiple of 8)")
+    return _blocked_out(ShapedType((n, cout // 8, ho, wo, 8), x.dtype), residual, "shallow")
+
+
+def shallow_blockable(x_shape, w_shape, stride, padding, dilation, groups) -> bool:
+    """Whether ``kernels/conv_shallow.py`` runs a float32 conv of these static shapes that
+    the blocked layout could take as ``shallow_blocked``: where its NCHW loop wins
+    (``conv_shallow.wins``: at most four input channels), ``Cout`` a multiple of eight."""
+    hw = conv_ops._conv_out_hw(x_shape[2:], w_shape[2:], stride, padding, dilation)
+    return (w_shape[0] % 8 == 0 and math.prod(x_shape) >= kernels.MIN_ELEMENTS
+            and kernels.conv_shallow.wins(x_shape, w_shape, hw, stride, padding, groups,
+                                          np.float32))
+
+
+def _fitted_shallow_blocked(x, w, b, *residual, act, bounds, residual_at, stride, padding,
+                            dilation):
+    if not (_compiled_float32(x, w, b, *residual) and shallow_blockable(
+            tuple(x.shape), tuple(w.shape), stride, padding, dilation, 1)):
+        return None
+    hw = conv_ops._conv_out_hw(tuple(x.shape[2:]), tuple(w.shape[2:]), stride, padding,
+                               dilation)
+    n, cout = x.shape[0], w.shape[0]
+    run = kernels.conv_shallow.fitted(
+        tuple(x.shape), tuple(w.shape), (n, cout, *hw), stride, padding, dilation,
+        blocked=True, **_epilogue_codes(residual, act, bounds, residual_at))
+    return lambda x, w, b, *r, out=None: run(
+        x, w, b, np.empty((n, cout // 8, *hw, 8), np.float32) if out is None else out,
+        r[0] if r else None)
+
+
+def _shallow_blocked_kernel(x, w, b, *residual, **attrs):
+    """``kernels/conv_shallow.py``'s loop writing the blocked layout (float32, Numba, where
+    it takes the conv); else ``conv2d_epilogue``'s kernel, then ``block_channels``."""
+    run = _fitted_shallow_blocked(x, w, b, *residual, **attrs)
+    if run is not None:
+        return run(x, w, b, *residual)
+    blocked = kernels.conv_blocked
+    return blocked.block(epilogue._kernel(x, w, b, *[blocked.unblock(r) for r in residual],
+                                          groups=1, **attrs))
+
+
+def _specialise_shallow_blocked(*args, **attrs):
+    """``shallow_blocked`` fitted to static float32 shapes, as
+    ``conv_shallow_blocked_<act>``; else None (the op's kernel)."""
+    run = _fitted_shallow_blocked(*args, **attrs)
+    return None if run is None else (f"conv_shallow_blocked_{attrs['act']}", run)
+
+
+SHALLOW_BLOCKED = defop(
+    "shallow_blocked", filling(_shallow_blocked_kernel), _infer_shallow_blocked,
+    attrs=("act", "bounds", "residual_at", "stride", "padding", "dilation"), saves="",
+    onnx=None, compiler_only=True, fills_out=True,
+    decomposition=lambda x, w, b, *r, **attrs: _block_decomposition(epilogue._decomposition(
+        x, w, b, *[_unblock_decomposition(v) for v in r], groups=1, **attrs)),
+    specialise=_specialise_shallow_blocked,
+    doc="conv2d_epilogue of a conv of at most four input channels (an image's first "
+        "layer) on NCHW input, written channel-blocked (N, Cout/8, Ho, Wo, 8) for the "
+        "blocked layers after it: no block_channels pass")
 
 
 def _unpacked_pointwise(wp, cout):

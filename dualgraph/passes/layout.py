@@ -17,10 +17,14 @@ The precondition, per node (a *member*): a ``conv2d`` / ``conv2d_epilogue`` of f
 operands of static shapes whose weight is a constant of the graph (inference: frozen
 parameters, an ONNX import; a training step's weights are inputs, so it is never touched)
 and that is depthwise (``conv_nhwc.wanted``) or 1x1 with stride 1, no padding and one
-group; a ``mean`` over dims ``(2, 3)`` of a 4-D float32 value; an elementwise op whose
-array operands are all 4-D (or 0-d); the reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``;
-every 4-D value a member reads or makes of a static shape (a graph traced with symbolic
-dims keeps those values as they are; the blocked layout needs the channels as a number).
+group, or (blocked layout only, form ``"shallow"``) a conv of at most four input channels
+that ``conv_shallow`` runs, whose input the layout cannot hold: it reads that input as it
+is and writes its output blocked (``shallow_blocked``: an image's first layer feeding a
+blocked region, no ``block_channels`` between them); a ``mean`` over dims ``(2, 3)`` of a
+4-D float32 value; an elementwise op whose array operands are all 4-D (or 0-d); the
+reshape of a ``(N, C, 1, 1)`` value to ``(N, C)``; every 4-D value a member reads or makes
+of a static shape (a graph traced with symbolic dims keeps those values as they are; the
+blocked layout needs the channels as a number).
 Members joined by the values they pass are a *region*. A region is taken where it pays, by
 a cost rule over element counts: each depthwise conv in it saves the transposes of its
 input and output (``conv_lanes``' pack and unpack), each value converted at the edge costs
@@ -45,8 +49,8 @@ from ..ops.conv import CONV2D
 from ..ops.epilogue import CONV2D_EPILOGUE
 from ..ops.excite import SQUEEZE_EXCITE
 from ..ops.layout import (BLOCK_CHANNELS, DEPTHWISE_BLOCKED, DEPTHWISE_NHWC, POINTWISE_BLOCKED,
-                          POINTWISE_NHWC, RELAYOUT, SQUEEZE_EXCITE_BLOCKED, TO_NCHW, TO_NHWC,
-                          UNBLOCK_CHANNELS)
+                          POINTWISE_NHWC, RELAYOUT, SHALLOW_BLOCKED, SQUEEZE_EXCITE_BLOCKED,
+                          TO_NCHW, TO_NHWC, UNBLOCK_CHANNELS, shallow_blockable)
 from ..ops.reduce import MEAN
 from ..ops.shape import PERMUTE, RESHAPE
 from ..shapes import is_static
@@ -78,14 +82,28 @@ class Layout:
     view: tuple | None = None
 
 
+def _reads_nchw(node: Node, layout) -> bool:
+    """Whether ``node`` is a conv whose input the layout cannot hold, but whose output it
+    may write (``"shallow"`` in its ops): a member only as that form, its input read as it
+    is (an image's first layer, 3 channels, writing the blocked layout directly)."""
+    x = node.inputs[0] if node.op in CONVS else None
+    return ("shallow" in layout.ops and isinstance(x, Value) and x.ndim == 4
+            and is_static(x.shape) and not layout.holds(x))
+
+
 def _conv_form(node: Node, constants, layout) -> str | None:
-    """``"pointwise"`` or ``"depthwise"`` for a conv the region takes, else None."""
+    """``"pointwise"``, ``"depthwise"`` or ``"shallow"`` for a conv the region takes, else
+    None."""
     x, w, *rest = node.inputs
     a = node.attrs
     if not (isinstance(x, Value) and w in constants and x.ndim == 4 and is_static(x.shape)
             and all(isinstance(v, Value) and v.dtype == np.float32 for v in (x, w, *rest))
             and min(min(p) for p in a["padding"]) >= 0):
         return None
+    if _reads_nchw(node, layout):
+        taken = shallow_blockable(tuple(x.shape), tuple(w.shape), a["stride"], a["padding"],
+                                  a["dilation"], a["groups"])
+        return "shallow" if taken else None
     if (tuple(w.shape[2:]) == (1, 1) and tuple(a["stride"]) == (1, 1) and a["groups"] == 1
             and all(p == 0 for pair in a["padding"] for p in pair)):
         form = "pointwise"
@@ -101,7 +119,7 @@ def _member(node: Node, constants, layout) -> bool:
     of static shapes (a symbolic dim is never blocked, nor counted by the cost rule)
     that the layout holds."""
     if not all(is_static(v.shape) and layout.holds(v)
-               for v in (*_layout_values(node), *node.outputs)
+               for v in (*_layout_values(node, layout), *node.outputs)
                if isinstance(v, Value) and v.ndim == 4):
         return False
     if node.op in CONVS:
@@ -120,11 +138,14 @@ def _member(node: Node, constants, layout) -> bool:
             and all(not isinstance(v, Value) or v.ndim in (0, 4) for v in node.inputs))
 
 
-def _layout_values(node: Node) -> list:
+def _layout_values(node: Node, layout) -> list:
     """The 4-D inputs of a member whose layout it reads (a conv's input and residual, not
-    its weight; a squeeze-excitation's input, not its weights)."""
-    values = ([node.inputs[0], *node.inputs[3:]] if node.op in CONVS
-              else node.inputs[:1] if node.op is SQUEEZE_EXCITE else node.inputs)
+    its weight, nor the input of one that reads it as it is: ``_reads_nchw``; a
+    squeeze-excitation's input, not its weights)."""
+    if node.op in CONVS:
+        values = [*([] if _reads_nchw(node, layout) else node.inputs[:1]), *node.inputs[3:]]
+    else:
+        values = node.inputs[:1] if node.op is SQUEEZE_EXCITE else node.inputs
     return [v for v in values if isinstance(v, Value) and v.ndim == 4]
 
 
@@ -144,7 +165,7 @@ def _regions(graph: Graph, layout: Layout) -> list[list[Node]]:
             n = region[n]
         return n
     for n in members:
-        for v in _layout_values(n):
+        for v in _layout_values(n, layout):
             if v.producer in region:
                 region[root(n)] = root(v.producer)
     groups: dict = {}
@@ -160,7 +181,7 @@ def _edges(region: list, read_by: dict, layout: Layout) -> tuple[set, set]:
     read outside, not only by ``permute``s into the layout: ``_view_reader``, or
     returned)."""
     inside = set(region)
-    into = {v for n in region for v in _layout_values(n)
+    into = {v for n in region for v in _layout_values(n, layout)
             if v.producer not in inside and _source(v, layout) is None}
     back = {v for n in region for v in n.outputs if v.ndim == 4
             and any(not isinstance(u, Node) or (u not in inside and not _view_reader(u, layout))
@@ -306,7 +327,9 @@ def blocked_channels(graph: Graph, regions: list, report: Report) -> Graph:
     """Each region of ``blocked_channels_regions`` runs in the channel-blocked layout
     ``(N, C/8, H, W, 8)``: a ``block_channels`` of each 4-D value it reads from outside, its
     depthwise convs as ``depthwise_blocked`` (the weight as it is), its 1x1 convs as
-    ``pointwise_blocked`` (the weight a constant packed by ``conv_blocked.pack``), its
+    ``pointwise_blocked`` (the weight a constant packed by ``conv_blocked.pack``), a
+    first layer of few channels whose output it reads as ``shallow_blocked`` (its NCHW
+    input read as it is), its
     ``squeeze_excite`` ops as ``squeeze_excite_blocked`` (the pooled gate and the scale on
     the blocks: no conversions around them), its means over dims ``(2, 3)`` (a mean that
     drops them reshaped to ``(N, C)``: the same floats in the same order), its elementwise
@@ -432,8 +455,9 @@ def _rewrite(node: Node, b: Builder, inside, constant, graph: Graph,
         bias = b.graph.add_constant(np.zeros(w.shape[0], np.float32), name=w.name + "_bias")
     else:
         bias = b.get(bias)
-    operands = [inside(x), constant(w, form), bias, *[inside(r) for r in residual]]
-    if form == "depthwise":
+    operands = [b.get(x) if form == "shallow" else inside(x), constant(w, form), bias,
+                *[inside(r) for r in residual]]
+    if form in ("depthwise", "shallow"):
         epi.update({k: node.attrs[k] for k in ("stride", "padding", "dilation")})
     return b.add(layout.ops[form], operands, epi, node.location, name)[0]
 
@@ -452,7 +476,7 @@ CHANNELS_LAST = Layout(
 BLOCKED = Layout(
     "blocked", (BLOCK_CHANNELS, {}), (UNBLOCK_CHANNELS, {}),
     {"depthwise": DEPTHWISE_BLOCKED, "pointwise": POINTWISE_BLOCKED,
-     "excite": SQUEEZE_EXCITE_BLOCKED},
+     "shallow": SHALLOW_BLOCKED, "excite": SQUEEZE_EXCITE_BLOCKED},
     lambda form, w: kernels.conv_blocked.pack(w) if form == "pointwise" else None, (2, 3),
     holds=lambda v: v.shape[1] % 8 == 0,
     takes=lambda form, x, w: kernels.conv_blocked.blockable(

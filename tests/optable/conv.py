@@ -601,6 +601,35 @@ CASES += [
     for act, at, stride in [("relu", None, (2, 2)), ("silu", "before", (1, 1)),
                             ("none", "after", (1, 1)), ("hardswish", "before", (2, 2))]
 ]
+def shallow_blocked(act, residual_at=None, stride=(2, 2), padding=((1, 1), (1, 1))):
+    """shallow_blocked (what passes.blocked_channels makes of a first layer whose output a
+    region reads) on NCHW x, a blocked residual, vs torch's conv, then the tail, blocked."""
+    def fn(m, x, w, b, *residual):
+        if m.__name__ != "torch":
+            from dualgraph.ops.layout import SHALLOW_BLOCKED
+            return apply(SHALLOW_BLOCKED, x, w, b, *residual, act=act,
+                         bounds=(float("-inf"), float("inf")), residual_at=residual_at,
+                         stride=stride, padding=padding, dilation=(1, 1))
+        (top, bottom), (left, right) = padding
+        xp = m.nn.functional.pad(x, (left, right, top, bottom))
+        y = m.nn.functional.conv2d(xp, w, b, stride=stride)
+        return blocked(torch_tail(m, y, [unblocked(r) for r in residual], act, residual_at))
+    return fn
+
+
+CASES += [
+    OpCase("shallow_blocked", shallow_blocked(act, at, stride, padding),
+           [In((n, 3, 40, 37)), In((16, 3, k, k)), In((16,))]
+           + ([In((n, 2, *hw, 8))] if at else []),
+           f"{act}-{at}-{k}x{k}-{stride[0]}-batch{n}", dtypes=("float32", "float64"),
+           grad=False, atol=1e-4)
+    for act, at, k, stride, padding, n, hw in [
+        ("relu", None, 3, (2, 2), ((1, 1), (1, 1)), 2, (20, 19)),
+        ("silu", "before", 3, (1, 1), ((0, 2), (1, 0)), 1, (40, 36)),
+        ("hardswish", "after", 7, (2, 2), ((3, 3), (3, 3)), 1, (20, 19))]
+]
+
+
 def expand_depthwise_blocked(expand_act, act, residual_at=None, stride=(1, 1)):
     """expand_depthwise_blocked (what passes.expand_into_depthwise makes) vs torch's 1x1
     conv, then depthwise conv, between the relayouts (the two ops' torch forms)."""
