@@ -111,7 +111,7 @@ class Tensor:
 
     @property
     def ndim(self) -> int:
-        return self._shaped().ndim
+        return self._data.ndim if _modes.tracer is None else self._shaped().ndim
 
     def dim(self) -> int:
         return self._shaped().ndim
@@ -121,7 +121,7 @@ class Tensor:
         return Size(shape) if dim is None else shape[dim]
 
     def numel(self) -> int:
-        data = self._shaped()
+        data = self._data if _modes.tracer is None else self._shaped()
         if type(data) is np.ndarray:   # (its size: np.prod of the shape takes microseconds)
             return data.size
         return int(np.prod(data.shape, dtype=np.int64))
