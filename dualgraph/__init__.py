@@ -58,6 +58,9 @@ from . import amp  # noqa: F401,E402
 from .amp import (autocast, get_autocast_dtype, is_autocast_available,  # noqa: F401,E402
                   is_autocast_enabled)
 from ._namespace import *  # noqa: F401,F403,E402
+from ._aten_forms import *  # noqa: F401,F403,E402
+from ._aten_forms import install_methods as _install_aten_methods  # noqa: E402
+_install_aten_methods()
 from .devices import device  # noqa: F401,E402
 from .io import load, save  # noqa: F401,E402
 from .capture import compile  # noqa: F401,E402

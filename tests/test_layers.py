@@ -34,7 +34,7 @@ LAYERS = {
     "nn": 7, "optim": 7, "utils": 7, "amp": 7, "io": 7, "distributed": 7, "export": 7,
     "distributions": 7,
     "": 8, "__main__": 8, "jit": 8, "static": 8, "demo": 8, "onnx": 8,
-    "profiler": 8, "_namespace": 8, "cuda": 8, "backends": 8, "accelerator": 8,
+    "profiler": 8, "_namespace": 8, "_aten_forms": 8, "cuda": 8, "backends": 8, "accelerator": 8,
     "compat": 8, "cli": 8, "cpu": 8, "linalg": 8, "sparse": 8, "version": 8,
     "special": 8, "func": 8,
 }

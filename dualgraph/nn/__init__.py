@@ -11,3 +11,4 @@ from .layers.lazy import UninitializedBuffer, UninitializedParameter  # noqa: F4
 from .rnn import *  # noqa: F401,F403
 from . import modules  # noqa: F401,E402  (torch.nn.modules.* import paths)
 from . import parallel  # noqa: F401,E402
+from .parallel import DataParallel  # noqa: F401,E402

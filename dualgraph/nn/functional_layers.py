@@ -1,7 +1,9 @@
 """The less common layers of ``torch.nn.functional``, as composites of registry ops: bags of
 embeddings (``embedding_bag``), local response normalisation, channel shuffling, power-
 average pooling, max unpooling, randomised leaky ReLU, alpha dropout (for SELU networks),
-3-D channel dropout, and the in-place forms of the activations (``relu_``, ...). Each
+3-D channel dropout, the in-place forms of the activations (``relu_``, ...), the
+``*_with_indices`` pools and the deprecated ``upsample_*`` spellings, and the pairwise
+distances of a set's rows (``pdist``). Each
 follows torch's formula, defaults and shape rules; ``dg.nn.functional`` exports them."""
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from .functional_core import _dropout, _feature_dropout, _shape
 __all__ = ["embedding_bag", "local_response_norm", "channel_shuffle", "lp_pool1d", "lp_pool2d",
            "max_unpool1d", "max_unpool2d", "rrelu", "alpha_dropout", "feature_alpha_dropout",
            "dropout3d", "relu_", "leaky_relu_", "elu_", "hardtanh_", "selu_", "celu_",
-           "threshold_", "rrelu_"]
+           "threshold_", "rrelu_", "max_pool1d_with_indices", "max_pool2d_with_indices",
+           "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
+           "adaptive_max_pool2d_with_indices", "upsample_bilinear", "upsample_nearest", "pdist"]
 
 
 # -- embedding bags ------------------------------------------------------------------------------
@@ -251,3 +255,53 @@ def _in_place_form(fn):
 
 relu_, leaky_relu_, elu_, hardtanh_, selu_, celu_, threshold_, rrelu_ = map(
     _in_place_form, (F.relu, F.leaky_relu, F.elu, F.hardtanh, F.selu, F.celu, F.threshold, rrelu))
+
+
+# -- torch's other spellings of the pools and of interpolation ---------------------------------
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    """``max_pool1d`` with the indices (``return_indices=True``)."""
+    return F.max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode,
+                        return_indices=return_indices)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    """``max_pool2d`` with the indices (``return_indices=True``)."""
+    return F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode,
+                        return_indices=return_indices)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    """``max_pool3d`` with the indices (``return_indices=True``)."""
+    return F.max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode,
+                        return_indices=return_indices)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    return F.adaptive_max_pool1d(input, output_size, return_indices=return_indices)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    return F.adaptive_max_pool2d(input, output_size, return_indices=return_indices)
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Deprecated in torch: ``interpolate(..., mode="bilinear", align_corners=True)``."""
+    return F.interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """Deprecated in torch: ``interpolate(..., mode="nearest")``."""
+    return F.interpolate(input, size, scale_factor, mode="nearest")
+
+
+def pdist(input, p=2.0):
+    """The p-norm distances between the rows of an ``(N, M)`` input, pair ``(i, j)`` for
+    ``i < j`` in row-major order (``N (N - 1) / 2`` values), as torch's ``pdist``."""
+    if input.ndim != 2:
+        raise ValueError(f"pdist: expected a 2-D input (N, M), got shape {_shape(input)}")
+    n = input.shape[0]
+    i, j = creation.triu_indices(n, n, 1)
+    return F.pairwise_distance(input[i], input[j], p=p, eps=0.0)

@@ -1,4 +1,5 @@
-"""Data parallelism: ``DistributedDataParallel``, as torch's (docs/distributed.md).
+"""Data parallelism: ``DistributedDataParallel``, as torch's (docs/distributed.md), and
+``DataParallel``, which on a machine without GPUs is torch's plain wrapper (below).
 
 Each rank runs the module on its own part of the batch; after the backward every rank holds
 the gradients averaged over all ranks, so identical optimiser steps keep the replicas equal.
@@ -36,7 +37,7 @@ from ..ops.shape import cat
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["DistributedDataParallel"]
+__all__ = ["DistributedDataParallel", "DataParallel"]
 
 PACK_BYTES = 32 << 20   # at most this much is copied into one message (plus one tensor)
 # An eager bucket through shared memory is summed straight into its .grads where they are
@@ -85,6 +86,26 @@ class _Bucket:
                 g = np.empty(p._data.shape, dtype)
             outs.append(g)
         return outs
+
+
+class DataParallel(Module):
+    """``nn.DataParallel`` as torch runs it where no GPU is available: no replicas, the
+    wrapped module called as it is, held as ``.module`` (so the state dict's keys start with
+    ``module.``, as checkpoints saved from a wrapped model have them). Asking for devices
+    raises: dualgraph runs on the CPU; ``DistributedDataParallel`` runs processes in
+    parallel."""
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0):
+        super().__init__()
+        if device_ids:
+            raise RuntimeError(f"DataParallel(device_ids={device_ids!r}): dualgraph runs on "
+                               "the CPU, with no devices to replicate onto; use "
+                               "DistributedDataParallel for data parallelism across processes")
+        self.module = module
+        self.device_ids, self.output_device, self.dim = [], None, dim
+
+    def forward(self, *inputs, **kwargs):
+        return self.module(*inputs, **kwargs)
 
 
 class DistributedDataParallel(Module):

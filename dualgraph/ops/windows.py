@@ -22,7 +22,7 @@ dualgraph.Size([1, 8, 9])
 from __future__ import annotations
 
 from ..shapes import ShapeError
-from . import conv, creation, index, linalg
+from . import conv, creation, elementwise, index, linalg
 from . import shape as shape_ops
 
 __all__ = ["conv3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "unfold", "fold"]
@@ -113,10 +113,39 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                return_indices=False):
     """3-D max pooling of ``(N, C, D, H, W)`` or ``(C, D, H, W)``, as torch's."""
     if return_indices:
-        raise NotImplementedError("max_pool3d: return_indices=True is not supported; "
-                                  "take the indices of a max_pool2d per depth slice")
+        return _max_pool3d_with_indices(input, kernel_size, stride, padding,
+                                        _triple(dilation, "dilation"), ceil_mode)
     return _pool3d(conv.max_pool2d, input, kernel_size, stride, padding,
                    dilation=_triple(dilation, "dilation"), ceil_mode=ceil_mode)
+
+
+def _max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode):
+    """:func:`max_pool3d`'s values and the flat ``(D * H * W)`` index of each in its
+    input plane, as ``_pool3d``'s two stages: each depth slice's maxima over (H, W) with
+    their plane indices, then the maxima of those over D with the slice each came from; the
+    index is that slice's plane index plus the slice times ``H * W``. Ties go to the first
+    in (D, H, W) order, as torch's."""
+    k = _triple(kernel_size, "kernel_size")
+    s = k if stride is None or stride == () else _triple(stride, "stride")
+    p = _triple(padding, "padding")
+
+    def run(x):
+        if x.ndim != 5:
+            raise ShapeError(f"expected a 4-D (unbatched) or 5-D (batched) input, got "
+                             f"shape {tuple(x.shape)}")
+        n, c, d, h, w = x.shape
+        y, plane_index = conv.max_pool2d(shape_ops.reshape(x, (n, c * d, h, w)), k[1:], s[1:],
+                                         p[1:], dilation[1:], ceil_mode, return_indices=True)
+        ho, wo = y.shape[2:]
+        y, depth_index = conv.max_pool2d(shape_ops.reshape(y, (n, c, d, ho * wo)), (k[0], 1),
+                                         (s[0], 1), (p[0], 0), (dilation[0], 1), ceil_mode,
+                                         return_indices=True)
+        slice_of = elementwise.floor_divide(depth_index, ho * wo)    # (N, C, Do, Ho*Wo)
+        within = index.gather(shape_ops.reshape(plane_index, (n, c, d, ho * wo)), 2, slice_of)
+        flat = elementwise.add(elementwise.mul(slice_of, h * w), within)
+        out = (n, c, y.shape[2], ho, wo)
+        return shape_ops.reshape(y, out), shape_ops.reshape(flat, out)
+    return conv._batched(run, input, 5)
 
 
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,

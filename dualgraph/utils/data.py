@@ -32,7 +32,7 @@ from ..tensor import Tensor
 from .workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
 
 __all__ = ["Dataset", "IterableDataset", "ChainDataset", "TensorDataset", "Subset",
-           "ConcatDataset", "random_split", "Sampler", "SequentialSampler", "RandomSampler",
+           "ConcatDataset", "StackDataset", "random_split", "Sampler", "SequentialSampler", "RandomSampler",
            "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "DistributedSampler", "DataLoader",
            "default_collate", "default_convert", "get_worker_info", "WorkerInfo"]
 
@@ -133,6 +133,31 @@ class ConcatDataset(Dataset):
         which = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[which - 1] if which else 0
         return self.datasets[which][idx - start]
+
+
+class StackDataset(Dataset):
+    """Several datasets of one length side by side: sample ``i`` is the tuple of their
+    ``i``-th samples (datasets given by position) or the dict of them (by keyword), as
+    torch's (a multi-modal set of images and captions, say)."""
+
+    def __init__(self, *args, **kwargs):
+        if bool(args) == bool(kwargs):
+            raise ValueError("Supported either ``tuple``- (via ``args``) or ``dict``- (via "
+                             "``kwargs``) like input/output, but both types are given."
+                             if args else "At least one dataset should be passed")
+        self.datasets = args or kwargs
+        lengths = {len(d) for d in (args or kwargs.values())}
+        if len(lengths) != 1:
+            raise ValueError(f"Size mismatch between datasets: lengths {sorted(lengths)}")
+        (self._length,) = lengths
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self):
+        return self._length
 
 
 def random_split(dataset, lengths, generator=None) -> list[Subset]:

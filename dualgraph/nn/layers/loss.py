@@ -70,6 +70,10 @@ class NLLLoss(_WeightedLoss):
                           reduction=self.reduction)
 
 
+class NLLLoss2d(NLLLoss):
+    """Deprecated in torch: :class:`NLLLoss` (which takes ``(N, C, H, W)`` inputs itself)."""
+
+
 class CrossEntropyLoss(_WeightedLoss):
     """Cross entropy of logits against class indices or class probabilities, with class
     weights, ``ignore_index`` and ``label_smoothing``, as ``torch.nn.CrossEntropyLoss``.
