@@ -39,7 +39,7 @@ from .ops.elementwise_compose import *  # noqa: F401,F403
 from .ops.float_bits import *  # noqa: F401,F403
 from .ops.selection import *  # noqa: F401,F403
 from .ops.foreach import *  # noqa: F401,F403
-from .ops.windows import conv3d, max_pool3d  # noqa: F401
+from .ops.windows import conv3d, conv_transpose3d, max_pool3d  # noqa: F401
 from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
 from .ops.decompositions import METHODS as _matrix_methods
 # torch's top-level forms: torch.svd returns V (some=True), torch.qr takes some=

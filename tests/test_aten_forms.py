@@ -410,3 +410,39 @@ def test_stack_dataset():
         StackDataset([1], [1, 2])
     with pytest.raises(ValueError, match="both"):
         StackDataset([1], a=[1])
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs", [
+    ((2, 4, 3, 5, 4), (4, 3, 2, 3, 2), {}),
+    ((1, 4, 4, 3, 5), (4, 2, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
+    ((2, 6, 3, 4, 4), (6, 2, 3, 2, 2), dict(stride=(3, 1, 2), padding=(2, 0, 1), groups=3,
+                                            dilation=(2, 1, 1))),
+    ((1, 2, 2, 3, 3), (2, 3, 1, 1, 1), dict(stride=2)),
+    ((4, 3, 5, 5), (4, 2, 2, 2, 2), dict(stride=2, output_padding=(1, 0, 1),
+                                         dilation=(1, 2, 2))),     # unbatched
+    ((1, 2, 3, 3, 3), (2, 2, 3, 3, 3), dict(padding=2)),
+])
+def test_conv_transpose3d_against_torch(x_shape, w_shape, kwargs):
+    x, tx = pair(*x_shape)
+    w, tw = pair(*w_shape)
+    b, tb = pair(w_shape[1] * kwargs.get("groups", 1))
+    got = F.conv_transpose3d(x, w, b, **kwargs)
+    want = torch.nn.functional.conv_transpose3d(tx, tw, tb, **kwargs)
+    check(got, want, rtol=1e-4, atol=1e-4)
+    check_grads([(x, tx), (w, tw), (b, tb)], got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose3d_modules_and_compiled():
+    m = dg.nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1)
+    tm = torch.nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1)
+    tm.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in m.state_dict().items()})
+    x, tx = pair(1, 4, 3, 4, 5)
+    check(m(x), tm(tx), rtol=1e-4, atol=1e-4)
+    check(m(x, output_size=(6, 8, 10)), tm(tx, output_size=(6, 8, 10)), rtol=1e-4, atol=1e-4)
+    lazy = dg.nn.LazyConvTranspose3d(2, 3)
+    assert tuple(lazy(x).shape) == (1, 2, 5, 6, 7) and type(lazy) is dg.nn.ConvTranspose3d
+    step = dg.compile(lambda v: m(v).relu().sum())
+    np.testing.assert_allclose(float(step(x.detach())), float(m(x.detach()).relu().sum()),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="output_padding"):
+        F.conv_transpose3d(x, dg.zeros(4, 2, 3, 3, 3), output_padding=1)

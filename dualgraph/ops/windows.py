@@ -25,7 +25,8 @@ from ..shapes import ShapeError
 from . import conv, creation, elementwise, index, linalg
 from . import shape as shape_ops
 
-__all__ = ["conv3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "unfold", "fold"]
+__all__ = ["conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d",
+           "unfold", "fold"]
 
 
 def _triple(v, name):
@@ -82,6 +83,60 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         y = conv.conv2d(planes, wk, bias, stride[1:], plane_pad, dilation[1:], groups)
         y = shape_ops.reshape(y, (n, out) + tuple(y.shape[1:]))
         return y.permute(0, 2, 1, 3, 4)
+    return conv._batched(run, input, 5)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed 3-D convolution (the gradient of conv3d with respect to its input) of
+    ``input (N, C_in, D, H, W)`` with ``weight (C_in, C_out/groups, kD, kH, kW)``, as
+    ``torch.nn.functional.conv_transpose3d``.
+
+    One transposed 2-D convolution of every depth slice with the depth taps stacked as
+    output channels (``(C_in, kD * C_out/groups, kH, kW)``) gives each slice's
+    contribution through each tap; tap ``t`` of slice ``i`` lands at output depth ``i *
+    stride + t * dilation - padding``: each tap's slices are spread ``stride`` apart
+    (zeros between), shifted by ``t * dilation`` and summed, then the depth padding is
+    cropped (``output_padding`` extends the far end)."""
+    conv._check_float("conv_transpose3d", input, weight, bias)
+    if weight.ndim != 5:
+        raise ShapeError(f"conv_transpose3d: expected a 5-D weight (C_in, C_out/groups, kD, "
+                         f"kH, kW), got shape {tuple(weight.shape)}")
+    stride, dilation = _triple(stride, "stride"), _triple(dilation, "dilation")
+    pad, out_pad = _triple(padding, "padding"), _triple(output_padding, "output_padding")
+    c_in, c_group, kd = (int(v) for v in weight.shape[:3])
+    if out_pad[0] >= max(stride[0], dilation[0]):
+        raise ValueError(f"output_padding {out_pad} must be smaller than stride {stride} or "
+                         f"dilation {dilation}")
+    stacked = shape_ops.reshape(weight.permute(0, 2, 1, 3, 4),
+                                (c_in, kd * c_group) + tuple(weight.shape[3:]))
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        if c != c_in:
+            raise ShapeError(f"conv_transpose3d: input of shape {tuple(x.shape)} has {c} "
+                             f"channels, but the weight {tuple(weight.shape)} expects {c_in}")
+        slices = shape_ops.reshape(x.permute(0, 2, 1, 3, 4), (n * d, c, h, w))
+        y = conv.conv_transpose2d(slices, stacked, None, stride[1:], pad[1:], out_pad[1:],
+                                  groups, dilation[1:])
+        ho, wo = y.shape[2:]
+        y = shape_ops.reshape(y, (n, d, groups, kd, c_group, ho, wo))
+        spread = (d - 1) * stride[0] + 1
+        full = dilation[0] * (kd - 1) + spread
+        depth = full - 2 * pad[0] + out_pad[0]
+        total = None
+        for t in range(kd):
+            tap = shape_ops.reshape(y[:, :, :, t], (n, d, 1, groups * c_group, ho, wo))
+            if stride[0] > 1:
+                tap = shape_ops.cat([tap, creation.zeros(
+                    (n, d, stride[0] - 1, groups * c_group, ho, wo), dtype=tap.dtype)], 2)
+            tap = shape_ops.reshape(tap, (n, d * stride[0], groups * c_group, ho, wo))
+            before = t * dilation[0]
+            after = full - before - spread + max(0, pad[0] + depth - full)
+            tap = index.pad(tap[:, :spread], (0, 0, 0, 0, 0, 0, before, after))
+            total = tap if total is None else elementwise.add(total, tap)
+        out = total[:, pad[0]:pad[0] + depth].permute(0, 2, 1, 3, 4)
+        return out if bias is None else out + shape_ops.reshape(bias, (-1, 1, 1, 1))
     return conv._batched(run, input, 5)
 
 

@@ -6,22 +6,21 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid,  #
                          ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
 from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,  # noqa: F401
-                   Fold, Unfold)
+                   ConvTranspose3d, Fold, Unfold)
 from .dropout import (AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d,  # noqa: F401
                       FeatureAlphaDropout)
 from .embedding import Embedding, EmbeddingBag  # noqa: F401
 from .lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d,  # noqa: F401
                    LazyConv1d, LazyConv2d, LazyConv3d, LazyConvTranspose1d,
-                   LazyConvTranspose2d, LazyInstanceNorm1d, LazyInstanceNorm2d,
-                   LazyInstanceNorm3d, LazyLinear, LazyModuleMixin, UninitializedBuffer,
-                   UninitializedParameter)
+                   LazyConvTranspose2d, LazyConvTranspose3d, LazyInstanceNorm1d,
+                   LazyInstanceNorm2d, LazyInstanceNorm3d, LazyLinear, LazyModuleMixin,
+                   UninitializedBuffer, UninitializedParameter)
 from .linear import Bilinear, Flatten, Identity, Linear, Unflatten  # noqa: F401
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CTCLoss,  # noqa: F401
                    CosineSimilarity, CrossEntropyLoss, GaussianNLLLoss, HingeEmbeddingLoss,
                    HuberLoss, KLDivLoss, L1Loss, MarginRankingLoss, MSELoss,
                    MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, NLLLoss,
-                   NLLLoss2d,
-                   PairwiseDistance, PoissonNLLLoss, SmoothL1Loss, SoftMarginLoss,
+                   NLLLoss2d, PairwiseDistance, PoissonNLLLoss, SmoothL1Loss, SoftMarginLoss,
                    TripletMarginLoss, TripletMarginWithDistanceLoss)
 from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,  # noqa: F401
                    InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
@@ -47,9 +46,11 @@ __all__ = [
     "Identity", "Linear", "Bilinear", "Flatten", "Unflatten", "Conv1d", "Conv2d", "Conv3d",
     # lazy layers (their input size read from their first input)
     "LazyLinear", "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d",
-    "LazyConvTranspose2d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+    "LazyConvTranspose2d", "LazyConvTranspose3d", "LazyBatchNorm1d", "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
     "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d", "LazyModuleMixin",
-    "ConvTranspose1d", "ConvTranspose2d", "Unfold", "Fold", "MaxPool1d", "MaxPool2d",
+    "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Unfold", "Fold", "MaxPool1d",
+    "MaxPool2d",
     "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     "LPPool1d", "LPPool2d", "MaxUnpool1d", "MaxUnpool2d",

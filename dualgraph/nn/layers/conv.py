@@ -214,6 +214,15 @@ class ConvTranspose2d(_ConvTranspose):
     _conv = staticmethod(F.conv_transpose2d)
 
 
+class ConvTranspose3d(_ConvTranspose):
+    """Transposed 3-D convolution (the gradient of Conv3d with respect to its input), as
+    ``torch.nn.ConvTranspose3d`` (computed by one transposed 2-D convolution,
+    ops/windows.py)."""
+
+    _spatial = ("D", "H", "W")
+    _conv = staticmethod(F.conv_transpose3d)
+
+
 class Unfold(Module):
     """The sliding windows of (N, C, H, W) input as columns (N, C * kH * kW, L), as
     ``torch.nn.Unfold`` (``F.unfold``)."""

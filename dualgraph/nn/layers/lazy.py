@@ -1,5 +1,5 @@
 """Lazy layers, as in ``torch.nn``: ``LazyLinear``, ``LazyConv1d/2d/3d``,
-``LazyConvTranspose1d/2d``, ``LazyBatchNorm1d/2d/3d`` and ``LazyInstanceNorm1d/2d/3d`` take
+``LazyConvTranspose1d/2d/3d``, ``LazyBatchNorm1d/2d/3d`` and ``LazyInstanceNorm1d/2d/3d`` take
 their input size (``in_features``, ``in_channels``, ``num_features``) from their first
 input, which is how the d2l book and much newer code write models.
 
@@ -21,7 +21,7 @@ from ...errors import EagerFirstCall
 from ...ops import creation
 from ...tensor import Tensor
 from ..parameter import Parameter
-from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .linear import Linear
 from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d,
                    InstanceNorm3d)
@@ -190,6 +190,7 @@ LazyConv2d = _lazy(_LazyConv, Conv2d, "in_channels")
 LazyConv3d = _lazy(_LazyConv, Conv3d, "in_channels")
 LazyConvTranspose1d = _lazy(_LazyConv, ConvTranspose1d, "in_channels")
 LazyConvTranspose2d = _lazy(_LazyConv, ConvTranspose2d, "in_channels")
+LazyConvTranspose3d = _lazy(_LazyConv, ConvTranspose3d, "in_channels")
 
 
 class _LazyNorm(LazyModuleMixin):
