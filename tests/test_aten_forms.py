@@ -446,3 +446,13 @@ def test_conv_transpose3d_modules_and_compiled():
                                rtol=1e-6)
     with pytest.raises(ValueError, match="output_padding"):
         F.conv_transpose3d(x, dg.zeros(4, 2, 3, 3, 3), output_padding=1)
+
+
+def test_conv_transpose3d_exports_to_onnx(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    m = dg.nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, groups=2).eval()
+    x = dg.randn(1, 4, 3, 4, 5)
+    dg.onnx.export(m, (x,), str(tmp_path / "ct3.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "ct3.onnx"))
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
