@@ -90,7 +90,7 @@ class _Autocast(threading.local):
 autocast = _Autocast()
 # the dtypes autocast converts: float64 is left alone (as PyTorch does), integers and bool
 # are never cast
-_AUTOCAST_FROM = frozenset(np.dtype(t) for t in ("float16", "float32", dtypes.bfloat16_np))
+AUTOCAST_FROM = frozenset(np.dtype(t) for t in ("float16", "float32", dtypes.bfloat16_np))
 
 
 def _autocast_args(op, args):
@@ -98,7 +98,7 @@ def _autocast_args(op, args):
     ("lower") or to float32 ("float32")."""
     want = autocast.dtype if op.autocast == "lower" else _FLOAT32
     return tuple(autocast.cast(a, want) if isinstance(a, Tensor)
-                 and a._data.dtype in _AUTOCAST_FROM and a._data.dtype != want else a
+                 and a._data.dtype in AUTOCAST_FROM and a._data.dtype != want else a
                  for a in args)
 
 

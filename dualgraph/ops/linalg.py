@@ -19,7 +19,7 @@ except ImportError:   # (another NumPy: its own einsum, planned at every call)
     _bmm_einsum = None
 
 from .. import dtypes, kernels
-from ..dispatch import apply
+from ..dispatch import AUTOCAST_FROM, apply, autocast
 from ..kernels import matvec
 from ..shapes import ShapedType, ShapeError, broadcast_shapes
 from ..tensor import Tensor
@@ -236,14 +236,41 @@ def tensordot(a, b, dims=2):
     return einsum(f"{''.join(sub_a)},{''.join(sub_b)}->{''.join(out)}", a, b)
 
 
-def _scaled_sum(input, product, beta, alpha):
-    """``beta * input + alpha * product``; as torch, ``beta=0`` ignores ``input`` (NaNs in
-    it included), and factors of 1 cost no op. A float ``input`` takes a half-precision
-    product's dtype: torch's addmm and baddbmm run in the low dtype under autocast, input
-    included."""
-    if (product._data.dtype.itemsize == 2 and isinstance(input, Tensor)
-            and input.is_floating_point()):
-        input = elementwise.cast_to(input, product._data.dtype)
+def _scaled_sum(input, mat1, mat2, product_of, beta, alpha):
+    """``beta * input + alpha * product_of(mat1, mat2)``; as torch, ``beta=0`` ignores
+    ``input`` (NaNs in it included), and factors of 1 cost no op. Where the product is of
+    half precision (float16 or bfloat16 operands, or float ones under autocast) the sum is
+    formed in float32 from the operands rounded to that dtype and rounded once, as torch's
+    kernels do (a float ``input`` rounded to it too: torch's addmm and baddbmm run in the
+    low dtype under autocast, input included); rounding the product, each scaled term and
+    the sum apart was four roundings where torch has one."""
+    low = _half_product_dtype(mat1, mat2)
+    if low is None:
+        return _scaled_terms(input, product_of(mat1, mat2), beta, alpha)
+    mat1, mat2 = (elementwise.cast_to(elementwise.cast_to(m, low), np.float32)
+                  for m in (mat1, mat2))
+    if isinstance(input, Tensor) and input.is_floating_point():
+        input = elementwise.cast_to(elementwise.cast_to(input, low), np.float32)
+    held, autocast.dtype = autocast.dtype, None   # (the float32 product, not autocast's)
+    try:
+        total = _scaled_terms(input, product_of(mat1, mat2), beta, alpha)
+    finally:
+        autocast.dtype = held
+    return elementwise.cast_to(total, low)
+
+
+def _half_product_dtype(mat1, mat2):
+    """The half-precision dtype of ``mat1 @ mat2`` (autocast's where it is on and converts
+    them), else None."""
+    dts = (mat1._data.dtype, mat2._data.dtype)
+    if autocast.dtype is not None and all(dt in AUTOCAST_FROM for dt in dts):
+        low = np.dtype(autocast.dtype)
+    else:
+        low = dtypes.promote_types(*dts)
+    return low if is_float(low) and low.itemsize == 2 else None
+
+
+def _scaled_terms(input, product, beta, alpha):
     if alpha != 1:
         product = product * alpha
     if beta == 0:   # (input still gets its zero gradient, as in torch)
@@ -259,13 +286,13 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     tensor([[3., 3.],
             [3., 3.]])
     """
-    return _scaled_sum(input, mm(mat1, mat2), beta, alpha)
+    return _scaled_sum(input, mat1, mat2, mm, beta, alpha)
 
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """``beta * input + alpha * bmm(batch1, batch2)``, as ``torch.baddbmm`` (the attention
     scores' form ``baddbmm(bias, q, k.transpose(1, 2), alpha=scale)``)."""
-    return _scaled_sum(input, bmm(batch1, batch2), beta, alpha)
+    return _scaled_sum(input, batch1, batch2, bmm, beta, alpha)
 
 
 def mv(input, vec):
