@@ -92,6 +92,25 @@ def test_grid_sample_matches_torch(mode, padding, align):
             _x(2, 3, 4, 7), grid, grads=[0, 1] if mode == "bilinear" else [0])
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_of_volumes_matches_torch(mode, padding, align):
+    grid = RNG.uniform(-1.3, 1.3, (2, 3, 4, 5, 3))   # (N, Do, Ho, Wo, xyz), some outside
+    compare(lambda lib, F, x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding,
+                                               align_corners=align),
+            _x(2, 2, 4, 5, 6), grid, grads=[0, 1] if mode == "bilinear" else [0])
+
+
+def test_volume_warp_through_affine_grid_matches_torch():
+    """A 3-D spatial transformer (VoxelMorph-style warping of a volume)."""
+    def warp(lib, F, x, theta):
+        return F.grid_sample(x, F.affine_grid(theta, (1, 2, 5, 4, 6), align_corners=True),
+                             align_corners=True)
+    theta = np.array([[[0.9, 0.1, 0.0, 0.05], [0.0, 1.1, 0.1, 0.0], [0.1, 0.0, 0.95, -0.1]]])
+    compare(warp, _x(1, 2, 5, 4, 6), theta)
+
+
 def test_grid_sample_through_affine_grid_matches_torch():
     def warp(lib, F, x, theta):
         return F.grid_sample(x, F.affine_grid(theta, (2, 3, 6, 5), align_corners=False),
@@ -119,6 +138,8 @@ def test_bad_arguments_raise_clear_errors():
         F.grid_sample(dg.zeros(1, 1, 4, 4), dg.zeros(1, 2, 2, 2), mode="bicubic")
     with pytest.raises(ValueError, match=r"grid \(N, Ho, Wo, 2\)"):
         F.grid_sample(dg.zeros(1, 1, 4, 4), dg.zeros(2, 2, 2, 2))
+    with pytest.raises(ValueError, match=r"grid \(N, Do, Ho, Wo, 3\)"):
+        F.grid_sample(dg.zeros(1, 1, 4, 4, 4), dg.zeros(1, 2, 2, 2, 2))
     with pytest.raises(ValueError, match=r"has 3 channels, but the weight"):
         F.conv3d(dg.zeros(1, 3, 4, 4, 4), dg.zeros(2, 2, 1, 1, 1))
 

@@ -4,7 +4,8 @@
 Both are compositions of registry ops: ``affine_grid`` is one product of a constant base
 grid with ``theta``; ``grid_sample`` maps the grid's [-1, 1] coordinates to pixel
 positions (with the padding mode's clamping or reflection), gathers the four neighbours
-(bilinear) or the nearest pixel, and weighs them. Gradients with respect to the image and
+(bilinear; the eight corners of a volume's trilinear sampling) or the nearest pixel, and
+weighs them. Gradients with respect to the image and
 to the grid (hence ``theta``) are the ops' VJPs; positions clamped at a border get no
 gradient, as in torch.
 
@@ -16,6 +17,9 @@ gradient, as in torch.
 True
 """
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 
@@ -89,46 +93,65 @@ def _source(coord, size: int, padding_mode: str, align_corners: bool):
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """``input`` (N, C, H, W) sampled at ``grid`` (N, Ho, Wo, 2) of (x, y) positions in
-    [-1, 1]: (N, C, Ho, Wo), as ``torch.nn.functional.grid_sample``. ``mode``
-    'bilinear' or 'nearest'; ``padding_mode`` 'zeros', 'border' or 'reflection';
-    ``align_corners`` False by default (-1 and 1 are the outer pixels' edges)."""
+    [-1, 1]: (N, C, Ho, Wo), or a volume (N, C, D, H, W) at (N, Do, Ho, Wo, 3) of (x, y, z)
+    positions: (N, C, Do, Ho, Wo), as ``torch.nn.functional.grid_sample``. ``mode``
+    'bilinear' (trilinear for volumes) or 'nearest'; ``padding_mode`` 'zeros', 'border' or
+    'reflection'; ``align_corners`` False by default (-1 and 1 are the outer pixels'
+    edges)."""
     if mode not in ("bilinear", "nearest"):
         raise NotImplementedError(f"grid_sample: mode {mode!r} is not supported (only "
                                   f"'bilinear' and 'nearest')")
     if padding_mode not in _PADDING_MODES:
         raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING_MODES}, got "
                          f"{padding_mode!r}")
-    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 \
+    k = input.ndim - 2
+    if k not in (2, 3) or grid.ndim != input.ndim or grid.shape[-1] != k \
             or grid.shape[0] != input.shape[0]:
-        raise ShapeError(f"grid_sample: expected input (N, C, H, W) and grid (N, Ho, Wo, 2) "
-                         f"with the same N, got {tuple(input.shape)} and {tuple(grid.shape)} "
-                         f"(5-D volumes are not supported)")
+        raise ShapeError(f"grid_sample: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), "
+                         f"or input (N, C, D, H, W) and grid (N, Do, Ho, Wo, 3), with the same "
+                         f"N, got {tuple(input.shape)} and {tuple(grid.shape)}")
     if input.dtype != grid.dtype or not input.dtype.is_floating_point:
         raise TypeError(f"grid_sample: input and grid must have the same floating dtype, "
                         f"got {input.dtype} and {grid.dtype}")
-    n, c, h, w = input.shape
-    ix = _source(grid[..., 0], w, padding_mode, bool(align_corners))
-    iy = _source(grid[..., 1], h, padding_mode, bool(align_corners))
-    planes = shape_ops.reshape(input, (n, c, h * w))
+    n, c, *spatial = input.shape
+    sizes = spatial[::-1]   # along x, y[, z]: W, H[, D]
+    coords = [_source(grid[..., a], sizes[a], padding_mode, bool(align_corners))
+              for a in range(k)]
+    planes = shape_ops.reshape(input, (n, c, math.prod(spatial)))
     if mode == "nearest":
-        return _taps(planes, [ew.round(ix)], [ew.round(iy)], None, (h, w))
-    x0, y0 = ew.floor(ix), ew.floor(iy)
-    wx, wy = ix - x0, iy - y0
-    weights = [(1 - wx) * (1 - wy), wx * (1 - wy), (1 - wx) * wy, wx * wy]
-    return _taps(planes, [x0, x0 + 1, x0, x0 + 1], [y0, y0, y0 + 1, y0 + 1], weights, (h, w))
+        return _taps(planes, [[ew.round(v) for v in coords]], None, sizes)
+    low = [ew.floor(v) for v in coords]
+    frac = [v - f for v, f in zip(coords, low)]
+    taps, weights = [], []
+    for corner in itertools.product((0, 1), repeat=k):   # (x fastest: torch's order)
+        corner = corner[::-1]
+        taps.append([f + 1 if up else f for f, up in zip(low, corner)])
+        weight = None
+        for f, up in zip(frac, corner):
+            term = f if up else 1 - f
+            weight = term if weight is None else weight * term
+        weights.append(weight)
+    return _taps(planes, taps, weights, sizes)
 
 
-def _taps(planes, xs, ys, weights, hw):
-    """The weighted sum of the pixels of ``planes`` (N, C, H * W) at the integer
-    positions ``xs``, ``ys`` (each (N, Ho, Wo)), zero outside the image: one gather for
-    every tap (the four neighbours of bilinear sampling, or the nearest pixel)."""
-    (h, w), (n, c) = hw, tuple(planes.shape[:2])
-    ho, wo, k = xs[0].shape[1], xs[0].shape[2], len(xs)
-    x, y = shape_ops.stack(xs, 1).long(), shape_ops.stack(ys, 1).long()   # (N, K, Ho, Wo)
-    inside = ew.logical_and(ew.logical_and(ew.ge(x, 0), ew.lt(x, w)),
-                            ew.logical_and(ew.ge(y, 0), ew.lt(y, h))).to(planes.dtype)
-    flat = ew.clamp(y, 0, h - 1) * w + ew.clamp(x, 0, w - 1)
-    where = shape_ops.expand(shape_ops.reshape(flat, (n, 1, k * ho * wo)), (n, c, k * ho * wo))
-    values = shape_ops.reshape(index.gather(planes, 2, where), (n, c, k, ho, wo))
+def _taps(planes, taps, weights, sizes):
+    """The weighted sum of the elements of ``planes`` (N, C, prod(spatial)) at the integer
+    positions of each tap (per tap, its position along x, y[, z], each (N, *out)), zero
+    outside the input: one gather for every tap (the corners of (tri)linear sampling, or
+    the nearest element)."""
+    n, c = tuple(planes.shape[:2])
+    out, count = tuple(taps[0][0].shape[1:]), len(taps)
+    inside, flat, stride = None, None, 1
+    for axis, size in enumerate(sizes):
+        p = shape_ops.stack([tap[axis] for tap in taps], 1).long()   # (N, K, *out)
+        ok = ew.logical_and(ew.ge(p, 0), ew.lt(p, size))
+        inside = ok if inside is None else ew.logical_and(inside, ok)
+        offset = ew.clamp(p, 0, size - 1) * stride
+        flat = offset if flat is None else flat + offset
+        stride *= size
+    total = count * math.prod(out)
+    where = shape_ops.expand(shape_ops.reshape(flat, (n, 1, total)), (n, c, total))
+    values = shape_ops.reshape(index.gather(planes, 2, where), (n, c, count) + out)
+    inside = inside.to(planes.dtype)
     scale = inside if weights is None else shape_ops.stack(weights, 1) * inside
     return (values * shape_ops.unsqueeze(scale, 1)).sum(2)
