@@ -456,3 +456,26 @@ def test_conv_transpose3d_exports_to_onnx(tmp_path):
     session = ort.InferenceSession(str(tmp_path / "ct3.onnx"))
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_sync_batch_norm_in_one_process_is_batch_norm():
+    model = dg.nn.Sequential(dg.nn.Conv2d(3, 4, 3), dg.nn.BatchNorm2d(4),
+                             dg.nn.Sequential(dg.nn.ReLU(), dg.nn.BatchNorm2d(4, momentum=None)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    synced = dg.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(synced[1], dg.nn.SyncBatchNorm)
+    assert isinstance(synced[2][1], dg.nn.SyncBatchNorm) and synced[2][1].momentum is None
+    assert synced[1].weight is model[1].weight          # (the parameters themselves, as torch)
+    assert list(synced.state_dict()) == list(before)
+    x = dg.randn(2, 3, 6, 6)
+    plain = dg.nn.Sequential(dg.nn.Conv2d(3, 4, 3), dg.nn.BatchNorm2d(4),
+                             dg.nn.Sequential(dg.nn.ReLU(), dg.nn.BatchNorm2d(4, momentum=None)))
+    plain.load_state_dict(before)
+    np.testing.assert_array_equal(synced(x).detach().numpy(), plain(x).detach().numpy())
+    a = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    ours, theirs = dg.nn.SyncBatchNorm(4), torch.nn.SyncBatchNorm(4)
+    check(ours(dg.tensor(a)), theirs(torch.tensor(a)))
+    check(ours.running_var, theirs.running_var)
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    with pytest.raises(ValueError, match="at least 2D"):
+        ours(dg.zeros(4))

@@ -64,6 +64,14 @@ def test_process_groups_collectives_non_members_and_deadlines(ranks):
 
 
 @needs_mpi
+def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch():
+    lines = ok_lines(mpiexec("sync_norm.py"))
+    for check in ("sync batch norm eager", "sync batch norm compiled",
+                  "ddp with converted sync batch norm"):
+        assert sum(line == f"OK {check}" for line in lines) == 1, lines
+
+
+@needs_mpi
 def test_ddp_equals_one_process_on_the_whole_batch():
     lines = ok_lines(mpiexec("ddp.py"))
     for check in ("ddp bucket_cap_mb=25", "ddp bucket_cap_mb=0.0001", "no_sync accumulation",

@@ -49,6 +49,10 @@ REACH = {"nn": 3, "optim": 3, "utils": 3, "amp": 3, "io": 3, "distributed": 3, "
 ALLOWED: dict[tuple[str, str], str] = {
     ("nn.parallel", "distributed"): "DistributedDataParallel is a Module (torch's "
     "nn.parallel) that reduces gradients with dg.distributed; distributed imports no nn",
+    ("nn.layers.sync_norm", "distributed"): "SyncBatchNorm is a layer (torch's nn) whose "
+    "statistics are all-reduced with dg.distributed; distributed imports no nn",
+    ("nn.layers.sync_norm", "distributed.functional"): "(the same: its differentiable "
+    "all-reduce)",
     ("distributed.checkpoint", "io"): "a distributed checkpoint is written in dg.save's "
     "format (safetensors, no pickle); io imports no distributed",
     ("nn.utils.stateless", "func.modules"): "torch's older home of "

@@ -22,6 +22,7 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CTCLoss,  # 
                    MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, NLLLoss,
                    NLLLoss2d, PairwiseDistance, PoissonNLLLoss, SmoothL1Loss, SoftMarginLoss,
                    TripletMarginLoss, TripletMarginWithDistanceLoss)
+from .sync_norm import SyncBatchNorm  # noqa: F401
 from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,  # noqa: F401
                    InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
                    LocalResponseNorm, RMSNorm)
@@ -61,7 +62,8 @@ __all__ = [
     "ReflectionPad3d", "ReplicationPad3d", "ConstantPad3d", "ZeroPad3d", "CircularPad1d",
     "CircularPad2d", "CircularPad3d", "ChannelShuffle",
     # normalisation, dropout, embedding
-    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d",
+    "InstanceNorm2d",
     "LayerNorm", "GroupNorm", "RMSNorm", "Dropout", "Dropout1d", "Dropout2d", "Embedding",
     "InstanceNorm3d", "LocalResponseNorm", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
     "EmbeddingBag",
