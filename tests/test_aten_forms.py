@@ -479,3 +479,26 @@ def test_sync_batch_norm_in_one_process_is_batch_norm():
     assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
     with pytest.raises(ValueError, match="at least 2D"):
         ours(dg.zeros(4))
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 5, 6, 7), (2, 3, 4)), ((1, 2, 7, 5, 4),
+                                                                    (3, None, 2)),
+                                       ((2, 4, 4, 4), 2)])
+def test_3d_adaptive_max_pool_unpool_and_power_pool(shape, out):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    a[..., 1] = a[..., 0]   # (ties: the first in (D, H, W) order, as torch's)
+    x, tx = dg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    tf = torch.nn.functional
+    got, want = F.adaptive_max_pool3d(x, out, True), tf.adaptive_max_pool3d(tx, out, True)
+    check(got, want)
+    check_grads([(x, tx)], got[0], want[0])
+    check(dg.nn.AdaptiveMaxPool3d(out)(x.detach()), torch.nn.AdaptiveMaxPool3d(out)(tx.detach()))
+    pooled, where = F.max_pool3d(x.detach(), 2, return_indices=True)
+    tpooled, twhere = tf.max_pool3d(tx.detach(), 2, return_indices=True)
+    check(F.max_unpool3d(pooled, where, 2, output_size=shape[-3:]),
+          tf.max_unpool3d(tpooled, twhere, 2, output_size=shape[-3:]))
+    check(dg.nn.MaxUnpool3d(2)(pooled, where, shape[-3:]),
+          torch.nn.MaxUnpool3d(2)(tpooled, twhere, shape[-3:]))
+    check(F.lp_pool3d(x.detach(), 2.0, 2), tf.lp_pool3d(tx.detach(), 2.0, 2))
+    check(dg.nn.LPPool3d(3.0, (2, 1, 2))(x.detach()),
+          torch.nn.LPPool3d(3.0, (2, 1, 2))(tx.detach()), rtol=1e-4)

@@ -664,10 +664,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # half-precision addmm / baddbmm summed in float32 and rounded once, as torch's.
 # ops/ +18 and the core +18 (lead): grid_sample of volumes (5-D, trilinear).
 # nn/ +62 (lead): SyncBatchNorm (nn/layers/sync_norm.py) and convert_sync_batchnorm.
-CORE_BUDGET = 34_947
+# nn/ +41, ops/ +2 and the core +2 (lead): AdaptiveMaxPool3d, MaxUnpool3d, LPPool3d.
+CORE_BUDGET = 34_949
 BUDGETS = {".": 2_490, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_322,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_410,
-           "ops": 11_960, "passes": 4_155, "export": 3_876, "nn": 5_243, "optim": 1_867,
+           "ops": 11_962, "passes": 4_155, "export": 3_876, "nn": 5_284, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

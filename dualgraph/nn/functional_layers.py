@@ -12,11 +12,12 @@ import math
 from ..ops import creation, elementwise as ew, index as index_ops, reduce as red
 from ..ops import shape as shape_ops
 from ..ops.inplace import commit_inplace
+from ..ops.windows import volume_index
 from . import functional_core as F
 from .functional_core import _dropout, _feature_dropout, _shape
 
 __all__ = ["embedding_bag", "local_response_norm", "channel_shuffle", "lp_pool1d", "lp_pool2d",
-           "max_unpool1d", "max_unpool2d", "rrelu", "alpha_dropout", "feature_alpha_dropout",
+           "lp_pool3d", "adaptive_max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d", "rrelu", "alpha_dropout", "feature_alpha_dropout",
            "dropout3d", "relu_", "leaky_relu_", "elu_", "hardtanh_", "selu_", "celu_",
            "threshold_", "rrelu_", "max_pool1d_with_indices", "max_pool2d_with_indices",
            "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
@@ -159,6 +160,46 @@ def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
     return _lp_pool(F.avg_pool2d, input, norm_type, kernel_size, stride, ceil_mode, kh * kw)
 
 
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Max pooling of ``(N, C, D, H, W)`` to a fixed ``output_size`` (an int, or a triple
+    whose None entries keep the input's size), as torch's: the maxima over (H, W) of each
+    depth slice (``adaptive_max_pool2d``), then over D; the indices, as
+    :func:`max_pool3d`'s, flat in each ``D * H * W`` volume (ties: the first in (D, H, W)
+    order)."""
+    sizes = (output_size,) * 3 if isinstance(output_size, int) else tuple(output_size)
+    if len(sizes) != 3:
+        raise ValueError(f"adaptive_max_pool3d: output_size must be an int or a triple, got "
+                         f"{output_size!r}")
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        out = tuple(x.shape[2 + a] if sizes[a] is None else int(sizes[a]) for a in range(3))
+        y, plane_index = F.adaptive_max_pool2d(
+            shape_ops.reshape(x, (n, c * d, h, w)), out[1:], return_indices=True)
+        y, depth_index = F.adaptive_max_pool2d(
+            shape_ops.reshape(y, (n, c, d, out[1] * out[2])), (out[0], None),
+            return_indices=True)
+        shape = (n, c) + out
+        if not return_indices:
+            return shape_ops.reshape(y, shape)
+        return shape_ops.reshape(y, shape), shape_ops.reshape(
+            volume_index(plane_index, depth_index, (n, c, d), out[1] * out[2], h * w), shape)
+    if input.ndim == 4:   # (one sample: C, D, H, W)
+        out = run(shape_ops.unsqueeze(input, 0))
+        return tuple(o[0] for o in out) if return_indices else out[0]
+    if input.ndim != 5:
+        raise ValueError(f"adaptive_max_pool3d: expected a 4-D or 5-D input, got shape "
+                         f"{_shape(input)}")
+    return run(input)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """The power average ``(sum over each window of x ** p) ** (1 / p)`` over (D, H, W)."""
+    k = (kernel_size,) * 3 if isinstance(kernel_size, int) else tuple(kernel_size)
+    return _lp_pool(F.avg_pool3d, input, norm_type, kernel_size, stride, ceil_mode,
+                    math.prod(k))
+
+
 def _pair_list(value, n: int) -> list:
     return [value] * n if isinstance(value, int) else list(value)
 
@@ -202,6 +243,12 @@ def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_siz
     """The inverse of ``max_pool2d(..., return_indices=True)``: maxima back in place."""
     return _max_unpool("max_unpool2d", input, indices, kernel_size, stride, padding,
                        output_size, 2)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The inverse of ``max_pool3d(..., return_indices=True)``: maxima back in place."""
+    return _max_unpool("max_unpool3d", input, indices, kernel_size, stride, padding,
+                       output_size, 3)
 
 
 # -- random activations and dropout --------------------------------------------------------------

@@ -195,9 +195,7 @@ def _max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil
         y, depth_index = conv.max_pool2d(shape_ops.reshape(y, (n, c, d, ho * wo)), (k[0], 1),
                                          (s[0], 1), (p[0], 0), (dilation[0], 1), ceil_mode,
                                          return_indices=True)
-        slice_of = elementwise.floor_divide(depth_index, ho * wo)    # (N, C, Do, Ho*Wo)
-        within = index.gather(shape_ops.reshape(plane_index, (n, c, d, ho * wo)), 2, slice_of)
-        flat = elementwise.add(elementwise.mul(slice_of, h * w), within)
+        flat = volume_index(plane_index, depth_index, (n, c, d), ho * wo, h * w)
         out = (n, c, y.shape[2], ho, wo)
         return shape_ops.reshape(y, out), shape_ops.reshape(flat, out)
     return conv._batched(run, input, 5)
@@ -230,6 +228,15 @@ def adaptive_avg_pool3d(input, output_size):
         y = conv.adaptive_avg_pool2d(shape_ops.reshape(y, (n, c * out[0], h, w)), out[1:])
         return shape_ops.reshape(y, (n, c) + out)
     return conv._batched(run, input, 5)
+
+
+def volume_index(plane_index, depth_index, ncd, plane_out: int, plane_in: int):
+    """Flat ``D * H * W`` indices of 3-D maxima taken in two stages: ``depth_index`` (the
+    second stage's, over ``(D, plane_out)``) names the slice, ``plane_index`` (the first
+    stage's, ``(N, C * D, ...)``) the position in that slice's plane."""
+    slice_of = elementwise.floor_divide(depth_index, plane_out)
+    within = index.gather(shape_ops.reshape(plane_index, ncd + (plane_out,)), 2, slice_of)
+    return elementwise.add(elementwise.mul(slice_of, plane_in), within)
 
 
 def _unfold_args(kernel_size, dilation, padding, stride):

@@ -27,9 +27,9 @@ from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm,  # noqa: F4
                    InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
                    LocalResponseNorm, RMSNorm)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,  # noqa: F401
-                      AdaptiveMaxPool1d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, AvgPool3d,
-                      LPPool1d, LPPool2d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
-                      MaxUnpool2d)
+                      AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool1d,
+                      AvgPool2d, AvgPool3d, LPPool1d, LPPool2d, LPPool3d, MaxPool1d, MaxPool2d,
+                      MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d)
 from .resample import (ChannelShuffle, CircularPad1d, CircularPad2d,  # noqa: F401
                        CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
                        PixelShuffle, PixelUnshuffle, ReflectionPad1d, ReflectionPad2d,
@@ -54,7 +54,8 @@ __all__ = [
     "MaxPool2d",
     "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "LPPool1d", "LPPool2d", "MaxUnpool1d", "MaxUnpool2d",
+    "AdaptiveMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d",
+    "MaxUnpool3d",
     # resampling and padding
     "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle",
     "PixelUnshuffle", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",

@@ -163,8 +163,8 @@ class _AdaptiveMaxPool(_AdaptiveAvgPool):
 
     def forward(self, input):
         self._check(input)
-        pool = F.adaptive_max_pool1d if self._ndim == 1 else F.adaptive_max_pool2d
-        return pool(input, self.output_size, self.return_indices)
+        pool = (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)
+        return pool[self._ndim - 1](input, self.output_size, self.return_indices)
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPool):
@@ -177,6 +177,12 @@ class AdaptiveMaxPool2d(_AdaptiveMaxPool):
     """Max over (N, C, H, W) or (C, H, W) input down to ``output_size``."""
 
     _ndim = 2
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPool):
+    """Max over (N, C, D, H, W) or (C, D, H, W) input down to ``output_size``."""
+
+    _ndim = 3
 
 
 class _LPPool(_Pool):
@@ -211,6 +217,14 @@ class LPPool2d(_LPPool):
     _fn = staticmethod(F.lp_pool2d)
 
 
+class LPPool3d(_LPPool):
+    """The power average ``(sum of x ** p over each window) ** (1 / p)`` over (N, C, D, H,
+    W)."""
+
+    _ndim = 3
+    _fn = staticmethod(F.lp_pool3d)
+
+
 class _MaxUnpool(_Pool):
     _fn = None
 
@@ -241,3 +255,10 @@ class MaxUnpool2d(_MaxUnpool):
 
     _ndim = 2
     _fn = staticmethod(F.max_unpool2d)
+
+
+class MaxUnpool3d(_MaxUnpool):
+    """Maxima of ``MaxPool3d(..., return_indices=True)`` put back in place, zeros elsewhere."""
+
+    _ndim = 3
+    _fn = staticmethod(F.max_unpool3d)
