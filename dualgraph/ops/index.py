@@ -33,7 +33,8 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
+           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique",
+           "unique_consecutive", "diag",
            "diagonal", "bincount", "searchsorted", "bucketize", "diag_embed", "index_fill",
            "index_copy", "scatter_reduce", "masked_scatter", "kthvalue", "cummax", "cummin"]
 
@@ -1303,6 +1304,31 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """``input`` with each run of equal consecutive values (slices along ``dim``) kept
+    once, as ``torch.unique_consecutive``; ``return_inverse`` maps each entry to its run,
+    ``return_counts`` gives each run's length. Data-dependent, so it runs eagerly only.
+
+    >>> dg.unique_consecutive(dg.tensor([8, 8, 4, 8]), return_counts=True)
+    (tensor([8, 4, 8]), tensor([2, 1, 1]))
+    """
+    data = input._concrete("unique_consecutive()")
+    axis = 0 if dim is None else normalize_dim(dim, data.ndim)
+    rows = data.reshape(-1) if dim is None else np.moveaxis(data, axis, 0)
+    n = rows.shape[0]
+    differs = (rows[1:] != rows[:-1]).reshape(max(n - 1, 0), -1).any(axis=1) if n > 1 \
+        else np.zeros(0, dtype=bool)
+    starts = np.flatnonzero(np.concatenate([[n > 0], differs]))
+    values = rows[starts] if dim is None else np.moveaxis(rows[starts], 0, axis)
+    out = [Tensor._make(np.ascontiguousarray(values))]
+    if return_inverse:
+        inverse = np.cumsum(np.concatenate([[0], differs])).astype(_INT64)[:n]
+        out.append(Tensor._make(inverse.reshape(data.shape if dim is None else (n,))))
+    if return_counts:
+        out.append(Tensor._make(np.diff(np.append(starts, n)).astype(_INT64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def one_hot(tensor, num_classes=-1):
     """``F.one_hot``: int64 indices -> int64 one-hot rows with ``num_classes`` columns (the
     largest index + 1 when -1)."""
@@ -1642,6 +1668,7 @@ METHODS = {
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "quantile": quantile, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
+    "unique_consecutive": unique_consecutive,
     "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,
     "diag_embed": diag_embed, "index_fill": index_fill, "index_fill_": inplace(index_fill),
     "index_copy": index_copy, "index_copy_": inplace(index_copy),
