@@ -79,5 +79,8 @@ def test_cat_skips_tensors_of_shape_zero_as_torch_does():
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6, err_msg=name)
         np.testing.assert_allclose(got[2], want[2], rtol=1e-6, err_msg=name)
     assert tuple(dg.cat([dg.empty(0), dg.empty(0)]).shape) == (0,)
+    empty, ones = dg.zeros(0, requires_grad=True), dg.ones(3, requires_grad=True)
+    dg.cat([empty, ones]).sum().backward()   # (1-D tensors join as they are: a gradient each)
+    assert tuple(empty.grad.shape) == (0,) and ones.grad.tolist() == [1.0, 1.0, 1.0]
     with pytest.raises(dg.dispatch.OpShapeError):   # (only the shape (0,) is skipped)
         dg.cat([dg.zeros(0, 3), dg.zeros(2, 4)])

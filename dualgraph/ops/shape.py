@@ -836,7 +836,7 @@ def _legacy_empty_as_blocks(tensors, dim):
     def legacy(x):
         return x.ndim == 1 and isinstance(x.shape[0], int) and x.shape[0] == 0
     others = [x for x in tensors if not legacy(x)]
-    if not others or len(others) == len(tensors):
+    if all(x.ndim == 1 for x in others):   # (nothing to skip: they join as they are)
         return tensors
     shape = list(others[0].shape)
     shape[normalize_dim(dim, len(shape))] = 0
